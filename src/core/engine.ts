@@ -1,0 +1,340 @@
+/**
+ * The routing engine: one protocol-agnostic core that every adapter calls.
+ *
+ * - Live subscriptions (optionally shared in a group) receive matching publishes.
+ * - Streams bound to topic filters capture matching publishes durably; a Kafka produce appends to a stream
+ *   directly and is delivered to matching live subscriptions and to other bound streams as well.
+ */
+import { FlowError } from './errors.js';
+import type { Message, QoS } from './message.js';
+import { decodeBatch, encodeBatch, messageToRecord, recordToMessage } from './record-batch.js';
+import type { AppendResult, PartitionOffsets, StreamCatalog, StreamDef, StreamStorage } from './streams.js';
+import { isValidStreamName, kafkaToUnified, validateFilter, validateTopic } from './topic.js';
+import { TopicTrie } from './trie.js';
+
+/** A consumer of live messages: one per protocol connection or session. */
+export interface Subscriber {
+  /** Unique among live subscribers, e.g. "mqtt:client-7". */
+  readonly id: string;
+  /**
+   * Called synchronously once per matching publish with every subscription of this subscriber that matched.
+   * Must not throw and must not block: an adapter queues or drops according to its own flow control.
+   */
+  deliver(msg: Message, subs: Subscription[]): void;
+}
+
+export interface SubscribeOptions {
+  qos: QoS;
+  /** Shared-subscription group: each message goes to one member of the group. */
+  group?: string;
+  /** Protocol-specific options (e.g. MQTT v5 no-local, subscription identifier); opaque to the core. */
+  data?: unknown;
+}
+
+export interface Subscription {
+  readonly filter: string;
+  readonly subscriber: Subscriber;
+  readonly options: SubscribeOptions;
+}
+
+interface SharedGroup {
+  key: string;
+  members: Subscription[];
+  next: number;
+}
+
+export interface StreamSpec {
+  name: string;
+  partitions: number;
+  bindings?: string[];
+  retentionMs?: number | null;
+}
+
+export interface StreamEntry {
+  def: StreamDef;
+  /** The stream's own unified topic (its name with dots as levels). */
+  ownTopic: string;
+}
+
+export const MAX_PARTITIONS = 10000;
+
+export class Engine {
+  private readonly subs = new TopicTrie<Subscription | SharedGroup>();
+  private readonly groups = new Map<string, SharedGroup>();
+  private readonly bindings = new TopicTrie<StreamEntry>();
+  private readonly streams = new Map<string, StreamEntry>();
+  /** Messages delivered to live subscribers / captured by streams, for metrics. */
+  readonly stats = { published: 0, delivered: 0, captured: 0, dropped: 0 };
+
+  constructor(
+    readonly storage: StreamStorage,
+    private readonly catalog: StreamCatalog,
+  ) {}
+
+  // ---------------------------------------------------------------- streams
+
+  /** Loads stream definitions (at start). */
+  async load(): Promise<void> {
+    for (const def of await this.catalog.listStreams()) {
+      await this.storage.openStream(def);
+      this.index(def);
+    }
+  }
+
+  async createStream(spec: StreamSpec): Promise<StreamDef> {
+    if (!isValidStreamName(spec.name)) {
+      throw new FlowError(
+        'INVALID_ARGUMENT',
+        `invalid stream name "${spec.name}": use 1-249 of [a-zA-Z0-9._-] (dots are topic levels)`,
+      );
+    }
+    if (!Number.isInteger(spec.partitions) || spec.partitions < 1 || spec.partitions > MAX_PARTITIONS) {
+      throw new FlowError('INVALID_ARGUMENT', `partitions must be an integer in 1..${MAX_PARTITIONS}`);
+    }
+    if (this.streams.has(spec.name)) throw new FlowError('ALREADY_EXISTS', `stream "${spec.name}" already exists`);
+    const bindings = spec.bindings && spec.bindings.length > 0 ? [...new Set(spec.bindings)] : [kafkaToUnified(spec.name)];
+    for (const b of bindings) validateFilter(b);
+    const retentionMs = spec.retentionMs ?? null;
+    if (retentionMs !== null && (!Number.isFinite(retentionMs) || retentionMs <= 0)) {
+      throw new FlowError('INVALID_ARGUMENT', 'retention must be a positive duration');
+    }
+    const def: StreamDef = { name: spec.name, partitions: spec.partitions, bindings, retentionMs, createdAt: Date.now() };
+    await this.catalog.createStream(def);
+    await this.storage.openStream(def);
+    this.index(def);
+    return def;
+  }
+
+  async deleteStream(name: string): Promise<void> {
+    const e = this.streams.get(name);
+    if (!e) throw new FlowError('NOT_FOUND', `stream "${name}" does not exist`);
+    this.unindex(e);
+    await this.catalog.deleteStream(name);
+    await this.storage.dropStream(name);
+  }
+
+  getStream(name: string): StreamEntry | undefined {
+    return this.streams.get(name);
+  }
+
+  listStreams(): StreamDef[] {
+    return [...this.streams.values()].map((e) => e.def).sort((a, b) => a.name.localeCompare(b.name));
+  }
+
+  private index(def: StreamDef): void {
+    const entry: StreamEntry = { def, ownTopic: kafkaToUnified(def.name) };
+    this.streams.set(def.name, entry);
+    for (const b of def.bindings) this.bindings.add(b, entry);
+  }
+
+  private unindex(e: StreamEntry): void {
+    this.streams.delete(e.def.name);
+    for (const b of e.def.bindings) this.bindings.remove(b, e);
+  }
+
+  // ---------------------------------------------------------------- live subscriptions
+
+  subscribe(filter: string, subscriber: Subscriber, options: SubscribeOptions): Subscription {
+    validateFilter(filter);
+    const sub: Subscription = { filter, subscriber, options };
+    if (options.group === undefined) {
+      this.subs.add(filter, sub);
+      return sub;
+    }
+    const key = `${options.group}\u0000${filter}`;
+    let g = this.groups.get(key);
+    if (!g) {
+      g = { key, members: [], next: 0 };
+      this.groups.set(key, g);
+      this.subs.add(filter, g);
+    }
+    g.members.push(sub);
+    return sub;
+  }
+
+  unsubscribe(sub: Subscription): void {
+    if (sub.options.group === undefined) {
+      this.subs.remove(sub.filter, sub);
+      return;
+    }
+    const key = `${sub.options.group}\u0000${sub.filter}`;
+    const g = this.groups.get(key);
+    if (!g) return;
+    const i = g.members.indexOf(sub);
+    if (i >= 0) g.members.splice(i, 1);
+    if (g.members.length === 0) {
+      this.groups.delete(key);
+      this.subs.remove(sub.filter, g);
+    }
+  }
+
+  /** Delivers a message to matching live subscriptions; each subscriber is called once. */
+  private deliverLive(msg: Message): void {
+    let single: Subscription | undefined;
+    let many: Map<Subscriber, Subscription[]> | undefined;
+    const add = (s: Subscription) => {
+      if (single === undefined && many === undefined) {
+        single = s;
+        return;
+      }
+      if (many === undefined) {
+        many = new Map([[single!.subscriber, [single!]]]);
+        single = undefined;
+      }
+      const list = many.get(s.subscriber);
+      if (list) list.push(s);
+      else many.set(s.subscriber, [s]);
+    };
+    this.subs.match(msg.topic, (v) => {
+      if ('members' in v) {
+        if (v.members.length === 0) return;
+        const s = v.members[v.next % v.members.length];
+        v.next = (v.next + 1) % v.members.length;
+        add(s);
+      } else add(v);
+    });
+    if (single !== undefined) {
+      this.stats.delivered++;
+      single.subscriber.deliver(msg, [single]);
+    } else if (many !== undefined) {
+      for (const [subscriber, list] of many) {
+        this.stats.delivered++;
+        subscriber.deliver(msg, list);
+      }
+    }
+  }
+
+  hasLiveSubscribers(topic: string): boolean {
+    return this.subs.hasMatch(topic);
+  }
+
+  // ---------------------------------------------------------------- publish paths
+
+  /**
+   * Publishes one message: live delivery to matching subscriptions and capture by every bound stream.
+   * Returns a promise that resolves when every capturing stream has it durably, or null when no stream
+   * captured it (nothing to wait for).
+   */
+  publish(msg: Message): Promise<void> | null {
+    validateTopic(msg.topic);
+    this.stats.published++;
+    const durable = this.capture(msg, undefined);
+    this.deliverLive(msg);
+    return durable;
+  }
+
+  /**
+   * Appends a Kafka record batch to one partition of a stream, then routes its records to live subscribers
+   * and to other streams whose bindings match the stream's topic.
+   */
+  produce(stream: string, partition: number, batch: Buffer): AppendResult {
+    const e = this.streams.get(stream);
+    if (!e) throw new FlowError('NOT_FOUND', `stream "${stream}" does not exist`);
+    if (partition < 0 || partition >= e.def.partitions) {
+      throw new FlowError('NOT_FOUND', `stream "${stream}" has no partition ${partition}`);
+    }
+    const res = this.storage.append(stream, partition, batch);
+    this.stats.captured++;
+    if (this.subs.size > 0 || this.bindings.size > e.def.bindings.length) {
+      const extra: Promise<void>[] = [];
+      for (const rec of decodeBatch(batch)) {
+        const msg = recordToMessage(rec, e.ownTopic);
+        this.stats.published++;
+        const d = this.capture(msg, e);
+        if (d) extra.push(d);
+        this.deliverLive(msg);
+      }
+      if (extra.length > 0) return { baseOffset: res.baseOffset, durable: Promise.all([res.durable, ...extra]).then(() => undefined) };
+    }
+    return res;
+  }
+
+  private capture(msg: Message, except: StreamEntry | undefined): Promise<void> | null {
+    let first: Promise<void> | null = null;
+    let all: Promise<void>[] | null = null;
+    let seen: Set<StreamEntry> | null = null;
+    this.bindings.match(msg.topic, (e) => {
+      if (e === except) return;
+      // A stream with several matching bindings captures the message once.
+      if (seen === null) seen = new Set();
+      if (seen.has(e)) return;
+      seen.add(e);
+      const p = partitionFor(msg, e.def.partitions);
+      const batch = encodeBatch([messageToRecord(msg, e.ownTopic)]);
+      const { durable } = this.storage.append(e.def.name, p, batch);
+      this.stats.captured++;
+      if (first === null) first = durable;
+      else (all ??= [first]).push(durable);
+    });
+    if (all !== null) return Promise.all(all as Promise<void>[]).then(() => undefined);
+    return first;
+  }
+
+  // ---------------------------------------------------------------- reads
+
+  private partitionOf(stream: string, partition: number): StreamEntry {
+    const e = this.streams.get(stream);
+    if (!e) throw new FlowError('NOT_FOUND', `stream "${stream}" does not exist`);
+    if (partition < 0 || partition >= e.def.partitions) {
+      throw new FlowError('NOT_FOUND', `stream "${stream}" has no partition ${partition}`);
+    }
+    return e;
+  }
+
+  offsets(stream: string, partition: number): PartitionOffsets {
+    this.partitionOf(stream, partition);
+    return this.storage.offsets(stream, partition);
+  }
+
+  read(stream: string, partition: number, offset: number, maxBytes: number): Promise<Buffer[]> {
+    this.partitionOf(stream, partition);
+    return this.storage.read(stream, partition, offset, maxBytes);
+  }
+
+  offsetForTimestamp(stream: string, partition: number, ts: number): Promise<number> {
+    this.partitionOf(stream, partition);
+    return this.storage.offsetForTimestamp(stream, partition, ts);
+  }
+
+  waitFor(stream: string, partition: number, offset: number, timeoutMs: number): Promise<void> {
+    this.partitionOf(stream, partition);
+    return this.storage.waitFor(stream, partition, offset, timeoutMs);
+  }
+}
+
+/**
+ * Partition of a message captured by a stream: by key when there is one (murmur2, as Kafka's default
+ * partitioner, so keys land where Kafka clients would put them), else by topic, so one device's messages
+ * stay in order.
+ */
+export function partitionFor(msg: Message, partitions: number): number {
+  if (partitions === 1) return 0;
+  const h = murmur2(msg.key ?? Buffer.from(msg.topic));
+  return (h & 0x7fffffff) % partitions;
+}
+
+/** Kafka's murmur2 (seed 0x9747b28c). */
+export function murmur2(data: Uint8Array): number {
+  const m = 0x5bd1e995;
+  const len = data.length;
+  let h = 0x9747b28c ^ len;
+  let i = 0;
+  for (; i + 4 <= len; i += 4) {
+    let k = data[i] | (data[i + 1] << 8) | (data[i + 2] << 16) | (data[i + 3] << 24);
+    k = Math.imul(k, m);
+    k ^= k >>> 24;
+    k = Math.imul(k, m);
+    h = Math.imul(h, m) ^ k;
+  }
+  const rest = len - i;
+  if (rest >= 3) h ^= data[i + 2] << 16;
+  if (rest >= 2) h ^= data[i + 1] << 8;
+  if (rest >= 1) {
+    h ^= data[i];
+    h = Math.imul(h, m);
+  }
+  h ^= h >>> 13;
+  h = Math.imul(h, m);
+  h ^= h >>> 15;
+  return h | 0;
+}

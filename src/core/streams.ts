@@ -1,0 +1,57 @@
+/**
+ * Stream definitions and the storage interface the core sees streams through. The core never imports a
+ * storage backend: the broker hands it an implementation of `StreamStorage` (the partition log engine) and a
+ * `StreamCatalog` (the metastore).
+ */
+export interface StreamDef {
+  /** Stream name; also its Kafka topic name (`a.b.c` is the unified topic `a/b/c`). */
+  name: string;
+  partitions: number;
+  /** Topic filters whose publishes the stream captures. */
+  bindings: string[];
+  /** Retention in ms; null keeps data forever. */
+  retentionMs: number | null;
+  createdAt: number;
+}
+
+export interface PartitionOffsets {
+  /** First readable offset. */
+  logStartOffset: number;
+  /** One past the last durable (acknowledged, readable) offset. */
+  highWatermark: number;
+}
+
+export interface AppendResult {
+  baseOffset: number;
+  /** Resolves once the batch is durable in the hot tier. */
+  durable: Promise<void>;
+}
+
+export interface StreamStorage {
+  /** Prepares the partitions of a stream (idempotent; also used when partitions are added). */
+  openStream(def: StreamDef): Promise<void>;
+  /** Removes a stream's data. */
+  dropStream(name: string): Promise<void>;
+  /**
+   * Appends one record batch (Kafka RecordBatch v2) to a partition. The offset is assigned synchronously,
+   * before this returns, and written into the batch.
+   */
+  append(stream: string, partition: number, batch: Buffer): AppendResult;
+  /**
+   * Durable batches from the one holding `offset` onwards, up to about `maxBytes` (always at least one batch
+   * when one is available, as Kafka requires).
+   */
+  read(stream: string, partition: number, offset: number, maxBytes: number): Promise<Buffer[]>;
+  offsets(stream: string, partition: number): PartitionOffsets;
+  /** First offset whose record timestamp is >= ts; the high watermark when there is none. */
+  offsetForTimestamp(stream: string, partition: number, ts: number): Promise<number>;
+  /** Resolves when the high watermark passes `offset`, or after `timeoutMs`. */
+  waitFor(stream: string, partition: number, offset: number, timeoutMs: number): Promise<void>;
+}
+
+export interface StreamCatalog {
+  createStream(def: StreamDef): Promise<void>;
+  updateStream(def: StreamDef): Promise<void>;
+  deleteStream(name: string): Promise<void>;
+  listStreams(): Promise<StreamDef[]>;
+}

@@ -1,0 +1,21 @@
+/**
+ * Object storage: where sealed stream segments live. Embedded backend: a directory; cluster backend: any
+ * S3-compatible service (later). Keys are `/`-separated paths without a leading slash.
+ */
+export interface ObjectInfo {
+  key: string;
+  size: number;
+}
+
+export interface ObjectStore {
+  readonly kind: string;
+  /** Writes the object atomically: readers see the old object, nothing, or the whole new one. */
+  put(key: string, data: Buffer): Promise<void>;
+  /** Reads the whole object, or bytes [start, end) of it. Throws FlowError NOT_FOUND when absent. */
+  get(key: string, range?: { start: number; end: number }): Promise<Buffer>;
+  /** Objects whose key starts with `prefix`, in key order. */
+  list(prefix: string): Promise<ObjectInfo[]>;
+  /** Deletes the object; deleting an absent object is not an error. */
+  delete(key: string): Promise<void>;
+  close(): Promise<void>;
+}
