@@ -1,0 +1,87 @@
+/**
+ * An in-memory StreamStorage and StreamCatalog for unit tests of the core and of protocol handlers, where the
+ * storage layer is not what is under test. End-to-end tests use the real broker and its real storage.
+ */
+import type { AppendResult, PartitionOffsets, StreamCatalog, StreamDef, StreamStorage } from '../../src/core/index.js';
+import { FlowError, readBatchInfo, setBaseOffset, decodeBatch } from '../../src/core/index.js';
+
+interface Part {
+  batches: Buffer[];
+  next: number;
+  waiters: Array<() => void>;
+}
+
+export class MemoryStreams implements StreamStorage, StreamCatalog {
+  readonly defs = new Map<string, StreamDef>();
+  private readonly parts = new Map<string, Part>();
+
+  async createStream(def: StreamDef): Promise<void> {
+    if (this.defs.has(def.name)) throw new FlowError('ALREADY_EXISTS', def.name);
+    this.defs.set(def.name, def);
+  }
+  async updateStream(def: StreamDef): Promise<void> {
+    this.defs.set(def.name, def);
+  }
+  async deleteStream(name: string): Promise<void> {
+    this.defs.delete(name);
+  }
+  async listStreams(): Promise<StreamDef[]> {
+    return [...this.defs.values()];
+  }
+  async openStream(def: StreamDef): Promise<void> {
+    for (let p = 0; p < def.partitions; p++) {
+      const k = `${def.name}/${p}`;
+      if (!this.parts.has(k)) this.parts.set(k, { batches: [], next: 0, waiters: [] });
+    }
+  }
+  async dropStream(name: string): Promise<void> {
+    for (const k of [...this.parts.keys()]) if (k.startsWith(`${name}/`)) this.parts.delete(k);
+  }
+  private part(stream: string, partition: number): Part {
+    const p = this.parts.get(`${stream}/${partition}`);
+    if (!p) throw new FlowError('NOT_FOUND', `${stream}/${partition}`);
+    return p;
+  }
+  append(stream: string, partition: number, batch: Buffer): AppendResult {
+    const p = this.part(stream, partition);
+    const info = readBatchInfo(batch);
+    const baseOffset = p.next;
+    setBaseOffset(batch, baseOffset);
+    p.batches.push(batch);
+    p.next += info.lastOffsetDelta + 1;
+    const w = p.waiters.splice(0);
+    for (const f of w) f();
+    return { baseOffset, durable: Promise.resolve() };
+  }
+  async read(stream: string, partition: number, offset: number, maxBytes: number): Promise<Buffer[]> {
+    const out: Buffer[] = [];
+    let bytes = 0;
+    for (const b of this.part(stream, partition).batches) {
+      const info = readBatchInfo(b);
+      if (info.baseOffset + info.lastOffsetDelta < offset) continue;
+      if (out.length > 0 && bytes + b.length > maxBytes) break;
+      out.push(b);
+      bytes += b.length;
+    }
+    return out;
+  }
+  offsets(stream: string, partition: number): PartitionOffsets {
+    return { logStartOffset: 0, highWatermark: this.part(stream, partition).next };
+  }
+  async offsetForTimestamp(stream: string, partition: number, ts: number): Promise<number> {
+    const p = this.part(stream, partition);
+    for (const b of p.batches) for (const r of decodeBatch(b)) if (r.timestamp >= ts) return r.offset;
+    return p.next;
+  }
+  waitFor(stream: string, partition: number, offset: number, timeoutMs: number): Promise<void> {
+    const p = this.part(stream, partition);
+    if (p.next > offset) return Promise.resolve();
+    return new Promise((resolve) => {
+      const t = setTimeout(resolve, timeoutMs);
+      p.waiters.push(() => {
+        clearTimeout(t);
+        resolve();
+      });
+    });
+  }
+}
