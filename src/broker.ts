@@ -1,0 +1,131 @@
+/**
+ * Assembles one broker process: storage backends, the log engine, the routing core, the protocol listeners
+ * and the admin API; and takes them down again in the right order.
+ */
+import { mkdirSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import type { AddressInfo } from 'node:net';
+import type { Logger } from 'pino';
+import type { Config } from './config/index.js';
+import { Engine } from './core/index.js';
+import { startAdminApi, type AdminApi } from './control/index.js';
+import type { AdapterContext, ProtocolListener } from './protocols/types.js';
+import { startMqttListener } from './protocols/mqtt/index.js';
+import { startKafkaListener } from './protocols/kafka/index.js';
+import { LogManager } from './storage/log/index.js';
+import { SqliteMetastore } from './storage/metastore/index.js';
+import { FsObjectStore } from './storage/objects/index.js';
+import { FileWal } from './storage/wal/index.js';
+
+export interface Broker {
+  readonly config: Config;
+  readonly engine: Engine;
+  readonly log: LogManager;
+  readonly listeners: Map<string, ProtocolListener>;
+  readonly admin: AdminApi;
+  /** Port actually bound per listener ("mqtt", "kafka", "http"). */
+  ports(): Record<string, number>;
+  close(): Promise<void>;
+}
+
+export async function startBroker(config: Config, logger: Logger): Promise<Broker> {
+  const dataDir = resolve(config.dataDir);
+  mkdirSync(dataDir, { recursive: true });
+  const metastore = SqliteMetastore.open(join(dataDir, 'metastore.db'));
+  const objects = new FsObjectStore(join(dataDir, 'objects'));
+  const wal = await FileWal.open(join(dataDir, 'wal'), { fsync: config.walFsync });
+  const log = await LogManager.open({
+    wal,
+    objects,
+    metastore,
+    logger: logger.child({ component: 'log' }),
+    options: { segmentBytes: config.segmentBytes, segmentMs: config.segmentMs },
+  });
+  const engine = new Engine(log, metastore);
+  await engine.load();
+  log.finishRecovery();
+  logger.info(
+    { dataDir, streams: engine.listStreams().length, recoveredBatches: log.stats.recoveredBatches },
+    'storage ready (embedded: sqlite metastore, file WAL, filesystem objects)',
+  );
+
+  const ctx: AdapterContext = { engine, logger, brokerId: config.brokerId };
+  const listeners = new Map<string, ProtocolListener>();
+  const closeAll = async () => {
+    await Promise.allSettled([...listeners.values()].map((l) => l.close()));
+  };
+  try {
+    if (config.protocols.includes('mqtt')) {
+      const l = await startMqttListener(
+        { ...ctx, logger: logger.child({ protocol: 'mqtt' }) },
+        { host: config.host, port: config.mqttPort },
+        { maxPacketSize: config.mqttMaxPacketSize },
+      );
+      listeners.set('mqtt', l);
+      logger.info({ protocol: 'mqtt', address: fmt(l.address()) }, 'listening');
+    }
+    if (config.protocols.includes('kafka')) {
+      const l = await startKafkaListener(
+        { ...ctx, logger: logger.child({ protocol: 'kafka' }) },
+        { host: config.host, port: config.kafkaPort },
+        {
+          advertisedHost: config.kafkaAdvertisedHost ?? undefined,
+          autoCreateTopics: config.kafkaAutoCreateTopics,
+          defaultPartitions: config.kafkaDefaultPartitions,
+        },
+      );
+      listeners.set('kafka', l);
+      logger.info({ protocol: 'kafka', address: fmt(l.address()) }, 'listening');
+    }
+  } catch (err) {
+    await closeAll();
+    await log.close(0);
+    await wal.close();
+    await metastore.close();
+    throw err;
+  }
+  const started = Date.now();
+  const admin = await startAdminApi({
+    engine,
+    logger: logger.child({ component: 'admin' }),
+    storage: log,
+    host: config.host,
+    port: config.httpPort,
+    info: () => ({
+      brokerId: config.brokerId,
+      uptimeMs: Date.now() - started,
+      listeners: Object.fromEntries([...listeners].map(([k, l]) => [k, { ...l.address(), connections: l.connections() }])),
+      storage: { metastore: metastore.kind, objects: objects.kind, walBytes: wal.size(), log: log.stats },
+    }),
+  });
+  logger.info({ protocol: 'http', address: fmt(admin.address()) }, 'listening (admin API)');
+
+  let closing: Promise<void> | null = null;
+  return {
+    config,
+    engine,
+    log,
+    listeners,
+    admin,
+    ports: () => ({
+      ...Object.fromEntries([...listeners].map(([k, l]) => [k, l.address().port])),
+      http: admin.address().port,
+    }),
+    close() {
+      closing ??= (async () => {
+        // Stop taking traffic first, then let storage finish what was acknowledged.
+        await admin.close();
+        await closeAll();
+        await log.close();
+        await wal.close();
+        await objects.close();
+        await metastore.close();
+      })();
+      return closing;
+    },
+  };
+}
+
+function fmt(a: AddressInfo): string {
+  return a.family === 'IPv6' ? `[${a.address}]:${a.port}` : `${a.address}:${a.port}`;
+}

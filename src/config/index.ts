@@ -1,0 +1,170 @@
+/**
+ * One typed configuration schema. Every option is settable four ways, later ones winning:
+ *   defaults < config file (`--config flowmq.yaml`) < environment (`FLOWMQ_*`) < command-line flags.
+ * The same table drives parsing, validation, `flowmq start --help` and the README's reference.
+ */
+import { readFileSync } from 'node:fs';
+import { parse as parseYaml } from 'yaml';
+import { FlowError } from '../core/index.js';
+import { parseDuration, parseSize } from './units.js';
+
+export { parseDuration, parseSize } from './units.js';
+
+export const IMPLEMENTED_PROTOCOLS = ['mqtt', 'kafka'] as const;
+export const KNOWN_PROTOCOLS = ['mqtt', 'kafka', 'amqp', 'nats'] as const;
+export type Protocol = (typeof KNOWN_PROTOCOLS)[number];
+
+export interface Config {
+  dataDir: string;
+  host: string;
+  mqttPort: number;
+  kafkaPort: number;
+  amqpPort: number;
+  natsPort: number;
+  httpPort: number;
+  protocols: Protocol[];
+  logLevel: string;
+  brokerId: number;
+  kafkaAdvertisedHost: string | null;
+  kafkaAutoCreateTopics: boolean;
+  kafkaDefaultPartitions: number;
+  mqttMaxPacketSize: number;
+  segmentBytes: number;
+  segmentMs: number;
+  walFsync: boolean;
+}
+
+type Kind = 'string' | 'port' | 'int' | 'bool' | 'protocols' | 'size' | 'duration' | 'level';
+
+interface OptionSpec {
+  key: keyof Config;
+  /** Flag and config-file name; the environment variable is FLOWMQ_ + this in upper snake case. */
+  name: string;
+  kind: Kind;
+  default: Config[keyof Config];
+  help: string;
+}
+
+export const OPTIONS: OptionSpec[] = [
+  { key: 'dataDir', name: 'data-dir', kind: 'string', default: './data', help: 'directory of the embedded metastore, WAL and object store' },
+  { key: 'host', name: 'host', kind: 'string', default: '0.0.0.0', help: 'address every listener binds' },
+  { key: 'mqttPort', name: 'mqtt-port', kind: 'port', default: 1883, help: 'MQTT over TCP' },
+  { key: 'kafkaPort', name: 'kafka-port', kind: 'port', default: 9092, help: 'Kafka wire protocol' },
+  { key: 'amqpPort', name: 'amqp-port', kind: 'port', default: 5672, help: 'AMQP 0-9-1 (not implemented yet)' },
+  { key: 'natsPort', name: 'nats-port', kind: 'port', default: 4222, help: 'NATS client protocol (not implemented yet)' },
+  { key: 'httpPort', name: 'http-port', kind: 'port', default: 8080, help: 'admin HTTP API (/api/v1) and health' },
+  { key: 'protocols', name: 'protocols', kind: 'protocols', default: [...IMPLEMENTED_PROTOCOLS], help: 'listeners this broker enables, comma-separated' },
+  { key: 'logLevel', name: 'log-level', kind: 'level', default: 'info', help: 'trace, debug, info, warn, error, fatal or silent' },
+  { key: 'brokerId', name: 'broker-id', kind: 'int', default: 0, help: 'this broker\'s id (Kafka node id)' },
+  { key: 'kafkaAdvertisedHost', name: 'kafka-advertised-host', kind: 'string', default: null, help: 'host Kafka clients are told to connect to (default: the address they reached)' },
+  { key: 'kafkaAutoCreateTopics', name: 'kafka-auto-create-topics', kind: 'bool', default: true, help: 'create a stream when a Kafka client produces to or asks for an unknown topic' },
+  { key: 'kafkaDefaultPartitions', name: 'kafka-default-partitions', kind: 'int', default: 1, help: 'partitions of auto-created topics' },
+  { key: 'mqttMaxPacketSize', name: 'mqtt-max-packet-size', kind: 'size', default: 1024 * 1024, help: 'largest MQTT packet accepted (bytes, or 256KiB, 1MiB...)' },
+  { key: 'segmentBytes', name: 'segment-bytes', kind: 'size', default: 16 * 1024 * 1024, help: 'seal a partition\'s hot tail into an object-store segment at this size' },
+  { key: 'segmentMs', name: 'segment-ms', kind: 'duration', default: 60_000, help: '...or at this age (ms, or 30s, 5m...)' },
+  { key: 'walFsync', name: 'wal-fsync', kind: 'bool', default: true, help: 'fsync the WAL before acknowledging (turn off only for throwaway data)' },
+];
+
+const LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'];
+
+export class ConfigError extends FlowError {
+  constructor(message: string) {
+    super('CONFIG_ERROR', message);
+    this.name = 'ConfigError';
+  }
+}
+
+export function envName(name: string): string {
+  return `FLOWMQ_${name.replace(/-/g, '_').toUpperCase()}`;
+}
+
+function coerce(spec: OptionSpec, raw: unknown, source: string): Config[keyof Config] {
+  const bad = (why: string) => new ConfigError(`invalid ${source}: ${why} (got ${JSON.stringify(raw)})`);
+  const str = typeof raw === 'string' ? raw.trim() : raw;
+  switch (spec.kind) {
+    case 'string':
+      if (typeof str !== 'string' || str === '') throw bad('expected a non-empty string');
+      return str;
+    case 'level':
+      if (typeof str !== 'string' || !LEVELS.includes(str)) throw bad(`expected one of ${LEVELS.join(', ')}`);
+      return str;
+    case 'port':
+    case 'int': {
+      const n = typeof str === 'number' ? str : typeof str === 'string' && /^-?\d+$/.test(str) ? Number(str) : NaN;
+      if (!Number.isInteger(n)) throw bad('expected an integer');
+      if (spec.kind === 'port' && (n < 0 || n > 65535)) throw bad('expected a port number 0..65535');
+      if (spec.kind === 'int' && n < 0) throw bad('expected a non-negative integer');
+      return n;
+    }
+    case 'bool':
+      if (typeof str === 'boolean') return str;
+      if (str === 'true' || str === '1' || str === 'yes') return true;
+      if (str === 'false' || str === '0' || str === 'no') return false;
+      throw bad('expected true or false');
+    case 'size': {
+      const n = typeof str === 'string' || typeof str === 'number' ? parseSize(str) : null;
+      if (n === null || n <= 0) throw bad('expected a size such as 1048576, 512KiB or 16MiB');
+      return n;
+    }
+    case 'duration': {
+      const n = typeof str === 'string' || typeof str === 'number' ? parseDuration(str) : null;
+      if (n === null || n <= 0) throw bad('expected a duration such as 500ms, 30s, 5m or 7d');
+      return n;
+    }
+    case 'protocols': {
+      const list = Array.isArray(str) ? str : typeof str === 'string' ? str.split(',') : null;
+      if (!list) throw bad('expected a comma-separated list');
+      const out: Protocol[] = [];
+      for (const item of list) {
+        const p = String(item).trim().toLowerCase();
+        if (!(KNOWN_PROTOCOLS as readonly string[]).includes(p)) throw bad(`unknown protocol "${p}"; known: ${KNOWN_PROTOCOLS.join(', ')}`);
+        if (!(IMPLEMENTED_PROTOCOLS as readonly string[]).includes(p)) throw bad(`protocol "${p}" is not implemented yet`);
+        if (!out.includes(p as Protocol)) out.push(p as Protocol);
+      }
+      if (out.length === 0) throw bad('enable at least one protocol');
+      return out;
+    }
+  }
+}
+
+export interface ConfigSources {
+  /** Parsed flags by option name (`data-dir`), strings as typed. */
+  flags?: Record<string, unknown>;
+  env?: NodeJS.ProcessEnv;
+  /** Path of a YAML (or JSON) config file. */
+  file?: string;
+}
+
+/** Builds and validates the config; throws ConfigError with one clear line naming the key and the problem. */
+export function loadConfig(src: ConfigSources = {}): Config {
+  const cfg = Object.fromEntries(OPTIONS.map((o) => [o.key, o.default])) as unknown as Record<keyof Config, unknown>;
+  const byName = new Map(OPTIONS.map((o) => [o.name, o]));
+  if (src.file) {
+    let doc: unknown;
+    try {
+      doc = parseYaml(readFileSync(src.file, 'utf8'));
+    } catch (e) {
+      throw new ConfigError(`config file ${src.file}: ${(e as Error).message.split('\n')[0]}`);
+    }
+    if (doc !== null && doc !== undefined) {
+      if (typeof doc !== 'object' || Array.isArray(doc)) throw new ConfigError(`config file ${src.file}: expected a mapping of option: value`);
+      for (const [k, v] of Object.entries(doc as Record<string, unknown>)) {
+        const spec = byName.get(k) ?? OPTIONS.find((o) => o.key === k);
+        if (!spec) throw new ConfigError(`config file ${src.file}: unknown key "${k}"`);
+        cfg[spec.key] = coerce(spec, v, `${k} in ${src.file}`);
+      }
+    }
+  }
+  const env = src.env ?? {};
+  for (const spec of OPTIONS) {
+    const v = env[envName(spec.name)];
+    if (v !== undefined && v !== '') cfg[spec.key] = coerce(spec, v, envName(spec.name));
+  }
+  for (const [k, v] of Object.entries(src.flags ?? {})) {
+    if (v === undefined) continue;
+    const spec = byName.get(k);
+    if (!spec) throw new ConfigError(`unknown option --${k}`);
+    cfg[spec.key] = coerce(spec, v, `--${k}`);
+  }
+  return cfg as unknown as Config;
+}

@@ -1,0 +1,508 @@
+/**
+ * The partition log engine: implements the core's StreamStorage over the three storage roles.
+ *
+ *   append  -> offset assigned synchronously, batch kept in the partition's in-memory tail, WAL append;
+ *              the high watermark (what readers see and what producers are acked for) moves only when the
+ *              WAL says the batch is durable.
+ *   seal    -> when the tail reaches `segmentBytes` or `segmentMs`, its durable prefix is written to the object
+ *              store as one segment object with an index, committed to the metastore, dropped from memory,
+ *              and the WAL is trimmed of files that no partition needs any more.
+ *   read    -> from the in-memory tail when hot, else from segment objects by ranged reads (index cached).
+ *   recover -> on open the WAL is replayed; entries past each partition's committed segments form its tail.
+ */
+import type { Logger } from 'pino';
+import {
+  FlowError,
+  decodeBatch,
+  readBatchInfo,
+  setBaseOffset,
+  type AppendResult,
+  type PartitionOffsets,
+  type StreamDef,
+  type StreamStorage,
+} from '../../core/index.js';
+import type { Metastore, SegmentMeta } from '../metastore/types.js';
+import type { ObjectStore } from '../objects/types.js';
+import type { WalEntry, WriteAheadLog } from '../wal/types.js';
+import { buildSegment, findEntry, FOOTER_SIZE, parseFooter, parseIndex, segmentKey, type SegmentIndex } from './segment.js';
+
+export interface LogOptions {
+  /** Seal the tail into a segment object once it holds this many bytes. */
+  segmentBytes: number;
+  /** ...or once its oldest batch is this old. */
+  segmentMs: number;
+  /** How often the background task looks for tails to seal and retention to apply. */
+  checkIntervalMs: number;
+  /** Segment indexes kept in memory. */
+  indexCacheEntries: number;
+}
+
+export const DEFAULT_LOG_OPTIONS: LogOptions = {
+  segmentBytes: 16 * 1024 * 1024,
+  segmentMs: 60_000,
+  checkIntervalMs: 1000,
+  indexCacheEntries: 1024,
+};
+
+interface TailBatch {
+  baseOffset: number;
+  endOffset: number;
+  maxTimestamp: number;
+  data: Buffer;
+}
+
+interface Waiter {
+  offset: number;
+  resolve: () => void;
+  timer: NodeJS.Timeout;
+}
+
+class Partition {
+  /** Committed segments, ordered. */
+  segments: SegmentMeta[] = [];
+  /** Batches not yet in a committed segment (including those being sealed), ordered. */
+  tail: TailBatch[] = [];
+  tailBytes = 0;
+  tailSince = 0;
+  nextOffset = 0;
+  highWatermark = 0;
+  logStartOffset = 0;
+  flushedOffset = 0;
+  sealing: Promise<void> | null = null;
+  failed: Error | null = null;
+  waiters: Waiter[] = [];
+  constructor(
+    readonly def: StreamDef,
+    readonly partition: number,
+    /** WAL key and object prefix: stream name plus incarnation, so a re-created stream never sees old data. */
+    readonly key: string,
+  ) {}
+}
+
+function partitionKey(def: StreamDef, partition: number): string {
+  return `${def.name}@${def.createdAt}/${partition}`;
+}
+
+export class LogManager implements StreamStorage {
+  private readonly parts = new Map<string, Partition>();
+  private readonly byKey = new Map<string, Partition>();
+  /** WAL entries replayed at open, waiting for their partition to be opened. */
+  private recovered: Map<string, WalEntry[]> | null = new Map();
+  private readonly indexCache = new Map<string, SegmentIndex>();
+  private timer: NodeJS.Timeout | null = null;
+  private closed = false;
+  private trimming = false;
+  readonly stats = { sealedSegments: 0, sealedBytes: 0, objectReads: 0, walTrimmedBytes: 0, recoveredBatches: 0 };
+
+  private constructor(
+    private readonly wal: WriteAheadLog,
+    private readonly objects: ObjectStore,
+    private readonly meta: Metastore,
+    private readonly logger: Logger,
+    readonly options: LogOptions,
+  ) {}
+
+  /** Opens the engine and replays the WAL; streams are then opened by the core with openStream(). */
+  static async open(deps: {
+    wal: WriteAheadLog;
+    objects: ObjectStore;
+    metastore: Metastore;
+    logger: Logger;
+    options?: Partial<LogOptions>;
+  }): Promise<LogManager> {
+    const lm = new LogManager(deps.wal, deps.objects, deps.metastore, deps.logger, {
+      ...DEFAULT_LOG_OPTIONS,
+      ...deps.options,
+    });
+    await deps.wal.replay((e) => {
+      let list = lm.recovered!.get(e.key);
+      if (!list) lm.recovered!.set(e.key, (list = []));
+      list.push(e);
+    });
+    lm.timer = setInterval(() => lm.background(), lm.options.checkIntervalMs);
+    lm.timer.unref();
+    return lm;
+  }
+
+  /** Called once every stream is open: WAL entries of streams that no longer exist can go. */
+  finishRecovery(): void {
+    if (this.recovered && this.recovered.size > 0) {
+      this.logger.info({ keys: [...this.recovered.keys()] }, 'WAL entries of deleted streams discarded');
+    }
+    this.recovered = null;
+  }
+
+  private part(stream: string, partition: number): Partition {
+    const p = this.parts.get(`${stream}/${partition}`);
+    if (!p) throw new FlowError('NOT_FOUND', `stream "${stream}" has no partition ${partition}`);
+    return p;
+  }
+
+  async openStream(def: StreamDef): Promise<void> {
+    for (let i = 0; i < def.partitions; i++) {
+      const id = `${def.name}/${i}`;
+      if (this.parts.has(id)) continue;
+      const p = new Partition(def, i, partitionKey(def, i));
+      const state = await this.meta.getPartitionState(def.name, i);
+      p.segments = await this.meta.listSegments(def.name, i);
+      p.flushedOffset = state?.flushedOffset ?? 0;
+      p.logStartOffset = state?.logStartOffset ?? 0;
+      p.nextOffset = p.flushedOffset;
+      const entries = this.recovered?.get(p.key);
+      if (entries) {
+        this.recovered!.delete(p.key);
+        for (const e of entries) {
+          if (e.endOffset <= p.flushedOffset) continue; // already in a committed segment
+          if (e.baseOffset !== p.nextOffset) {
+            // Offsets are assigned contiguously and the WAL keeps append order, so this means lost data.
+            throw new FlowError(
+              'CORRUPT_DATA',
+              `WAL gap in ${p.key}: expected offset ${p.nextOffset}, found ${e.baseOffset}`,
+            );
+          }
+          const info = readBatchInfo(e.data);
+          this.pushTail(p, { baseOffset: e.baseOffset, endOffset: e.endOffset, maxTimestamp: info.maxTimestamp, data: e.data });
+          this.stats.recoveredBatches++;
+        }
+      }
+      p.highWatermark = p.nextOffset;
+      this.parts.set(id, p);
+      this.byKey.set(p.key, p);
+    }
+  }
+
+  async dropStream(name: string): Promise<void> {
+    const victims = [...this.parts.values()].filter((p) => p.def.name === name);
+    for (const p of victims) {
+      this.parts.delete(`${name}/${p.partition}`);
+      this.byKey.delete(p.key);
+      for (const w of p.waiters.splice(0)) {
+        clearTimeout(w.timer);
+        w.resolve();
+      }
+    }
+    // Sealing may still be running; wait so no object is written after the delete below.
+    await Promise.allSettled(victims.map((p) => p.sealing));
+    for (const p of victims) {
+      for (const s of p.segments) {
+        await this.objects.delete(s.objectKey);
+        this.indexCache.delete(s.objectKey);
+      }
+    }
+  }
+
+  private pushTail(p: Partition, b: TailBatch): void {
+    if (p.tail.length === 0) p.tailSince = Date.now();
+    p.tail.push(b);
+    p.tailBytes += b.data.length;
+    p.nextOffset = b.endOffset;
+  }
+
+  append(stream: string, partition: number, batch: Buffer): AppendResult {
+    if (this.closed) throw new FlowError('CLOSED', 'log is closed');
+    const p = this.part(stream, partition);
+    if (p.failed) throw new FlowError('STORAGE_ERROR', `partition ${p.key} is failed: ${p.failed.message}`);
+    const info = readBatchInfo(batch);
+    const baseOffset = p.nextOffset;
+    const endOffset = baseOffset + info.lastOffsetDelta + 1;
+    setBaseOffset(batch, baseOffset);
+    this.pushTail(p, { baseOffset, endOffset, maxTimestamp: info.maxTimestamp, data: batch });
+    const durable = this.wal.append({ key: p.key, baseOffset, endOffset, data: batch }).then(
+      () => {
+        // Group commits resolve in append order, so the watermark only moves forward.
+        if (endOffset > p.highWatermark) p.highWatermark = endOffset;
+        this.wake(p);
+        if (p.tailBytes >= this.options.segmentBytes) this.seal(p);
+      },
+      (err: unknown) => {
+        p.failed = err instanceof Error ? err : new Error(String(err));
+        this.logger.error({ err, partition: p.key }, 'WAL append failed; partition refuses further writes');
+        throw new FlowError('STORAGE_ERROR', 'write-ahead log append failed', { cause: err });
+      },
+    );
+    return { baseOffset, durable };
+  }
+
+  offsets(stream: string, partition: number): PartitionOffsets {
+    const p = this.part(stream, partition);
+    return { logStartOffset: p.logStartOffset, highWatermark: p.highWatermark };
+  }
+
+  async read(stream: string, partition: number, offset: number, maxBytes: number): Promise<Buffer[]> {
+    const p = this.part(stream, partition);
+    if (offset < p.logStartOffset || offset >= p.highWatermark) return [];
+    const tailStart = p.tail.length > 0 ? p.tail[0].baseOffset : p.nextOffset;
+    if (offset >= tailStart) return this.readTail(p, offset, maxBytes);
+    return this.readSegments(p, offset, maxBytes);
+  }
+
+  private readTail(p: Partition, offset: number, maxBytes: number): Buffer[] {
+    const out: Buffer[] = [];
+    let bytes = 0;
+    for (let i = findEntry(p.tail, offset); i < p.tail.length; i++) {
+      const b = p.tail[i];
+      if (b.endOffset > p.highWatermark) break; // not durable yet: not visible
+      if (out.length > 0 && bytes + b.data.length > maxBytes) break;
+      out.push(b.data);
+      bytes += b.data.length;
+    }
+    return out;
+  }
+
+  private async readSegments(p: Partition, offset: number, maxBytes: number): Promise<Buffer[]> {
+    const si = findEntry(
+      p.segments.map((s) => ({ baseOffset: s.baseOffset, endOffset: s.endOffset })),
+      offset,
+    );
+    if (si >= p.segments.length) return this.readTail(p, offset, maxBytes);
+    const seg = p.segments[si];
+    const index = await this.loadIndex(seg);
+    let i = findEntry(index.entries, offset);
+    if (i >= index.entries.length) return [];
+    const first = i;
+    let end = index.entries[i].position + index.entries[i].size;
+    for (i++; i < index.entries.length; i++) {
+      const e = index.entries[i];
+      if (e.position + e.size - index.entries[first].position > maxBytes) break;
+      end = e.position + e.size;
+    }
+    const start = index.entries[first].position;
+    this.stats.objectReads++;
+    const raw = await this.objects.get(seg.objectKey, { start, end });
+    const out: Buffer[] = [];
+    for (let pos = 0; pos < raw.length; ) {
+      const info = readBatchInfo(raw, pos);
+      out.push(raw.subarray(pos, pos + info.size));
+      pos += info.size;
+    }
+    return out;
+  }
+
+  private async loadIndex(seg: SegmentMeta): Promise<SegmentIndex> {
+    const cached = this.indexCache.get(seg.objectKey);
+    if (cached) {
+      // Refresh LRU position.
+      this.indexCache.delete(seg.objectKey);
+      this.indexCache.set(seg.objectKey, cached);
+      return cached;
+    }
+    const footer = parseFooter(await this.objects.get(seg.objectKey, { start: seg.size - FOOTER_SIZE, end: seg.size }));
+    const raw = await this.objects.get(seg.objectKey, { start: footer.indexPos, end: seg.size - FOOTER_SIZE });
+    const index = parseIndex(footer, raw);
+    this.indexCache.set(seg.objectKey, index);
+    if (this.indexCache.size > this.options.indexCacheEntries) {
+      this.indexCache.delete(this.indexCache.keys().next().value as string);
+    }
+    return index;
+  }
+
+  async offsetForTimestamp(stream: string, partition: number, ts: number): Promise<number> {
+    const p = this.part(stream, partition);
+    for (const seg of p.segments) {
+      if (seg.endOffset <= p.logStartOffset || seg.maxTimestamp < ts) continue;
+      const index = await this.loadIndex(seg);
+      for (const e of index.entries) {
+        if (e.maxTimestamp < ts) continue;
+        const raw = await this.objects.get(seg.objectKey, { start: e.position, end: e.position + e.size });
+        const hit = firstAtOrAfter(raw, ts, p.logStartOffset);
+        if (hit !== null) return hit;
+      }
+    }
+    for (const b of p.tail) {
+      if (b.endOffset > p.highWatermark) break;
+      if (b.maxTimestamp < ts) continue;
+      const hit = firstAtOrAfter(b.data, ts, p.logStartOffset);
+      if (hit !== null) return hit;
+    }
+    return p.highWatermark;
+  }
+
+  waitFor(stream: string, partition: number, offset: number, timeoutMs: number): Promise<void> {
+    const p = this.part(stream, partition);
+    if (p.highWatermark > offset || timeoutMs <= 0) return Promise.resolve();
+    return new Promise((resolve) => {
+      const w: Waiter = {
+        offset,
+        resolve,
+        timer: setTimeout(() => {
+          const i = p.waiters.indexOf(w);
+          if (i >= 0) p.waiters.splice(i, 1);
+          resolve();
+        }, timeoutMs),
+      };
+      p.waiters.push(w);
+    });
+  }
+
+  private wake(p: Partition): void {
+    if (p.waiters.length === 0) return;
+    const keep: Waiter[] = [];
+    for (const w of p.waiters) {
+      if (p.highWatermark > w.offset) {
+        clearTimeout(w.timer);
+        w.resolve();
+      } else keep.push(w);
+    }
+    p.waiters = keep;
+  }
+
+  // ------------------------------------------------------------------ sealing, trimming, retention
+
+  /** Seals the durable prefix of a partition's tail into a segment object (one seal at a time). */
+  private seal(p: Partition): Promise<void> {
+    if (p.sealing) return p.sealing;
+    let n = 0;
+    while (n < p.tail.length && p.tail[n].endOffset <= p.highWatermark) n++;
+    if (n === 0) return Promise.resolve();
+    const batches = p.tail.slice(0, n);
+    p.sealing = this.writeSegment(p, batches)
+      .catch((err: unknown) => {
+        // The data is still in the WAL and in memory: the next check retries.
+        this.logger.warn({ err, partition: p.key }, 'segment flush failed; will retry');
+      })
+      .finally(() => {
+        p.sealing = null;
+      });
+    return p.sealing;
+  }
+
+  private async writeSegment(p: Partition, batches: TailBatch[]): Promise<void> {
+    const base = batches[0].baseOffset;
+    const end = batches[batches.length - 1].endOffset;
+    const { data, index } = buildSegment(
+      base,
+      batches.map((b) => b.data),
+    );
+    const objectKey = segmentKey(`streams/${p.def.name}/${p.def.createdAt}/${p.partition}`, base);
+    await this.objects.put(objectKey, data);
+    let maxTimestamp = -1;
+    for (const b of batches) if (b.maxTimestamp > maxTimestamp) maxTimestamp = b.maxTimestamp;
+    const seg: SegmentMeta = {
+      stream: p.def.name,
+      partition: p.partition,
+      baseOffset: base,
+      endOffset: end,
+      objectKey,
+      size: data.length,
+      maxTimestamp,
+      createdAt: Date.now(),
+    };
+    if (!this.parts.has(`${p.def.name}/${p.partition}`)) {
+      await this.objects.delete(objectKey); // the stream was deleted meanwhile
+      return;
+    }
+    await this.meta.commitSegment(seg);
+    this.indexCache.set(objectKey, index);
+    p.segments.push(seg);
+    p.flushedOffset = end;
+    // Drop the sealed batches from memory; appends that came meanwhile stay.
+    let dropped = 0;
+    while (p.tail.length > 0 && p.tail[0].endOffset <= end) {
+      p.tailBytes -= p.tail[0].data.length;
+      p.tail.shift();
+      dropped++;
+    }
+    if (p.tail.length > 0) p.tailSince = Date.now();
+    this.stats.sealedSegments++;
+    this.stats.sealedBytes += data.length;
+    this.logger.debug({ partition: p.key, base, end, batches: dropped, bytes: data.length }, 'segment sealed');
+  }
+
+  /** Seals every tail now (used at shutdown, and by tests and the admin API to force a flush). */
+  async flushAll(): Promise<void> {
+    await Promise.all([...this.parts.values()].map((p) => p.sealing));
+    await Promise.all([...this.parts.values()].map((p) => this.seal(p)));
+    await this.trimWal();
+  }
+
+  async trimWal(): Promise<void> {
+    if (this.trimming) return;
+    this.trimming = true;
+    try {
+      // A key unknown here belongs to a deleted stream: nothing needs its entries.
+      const released = await this.wal.trim((key) => this.byKey.get(key)?.flushedOffset ?? Number.MAX_SAFE_INTEGER);
+      this.stats.walTrimmedBytes += released;
+    } finally {
+      this.trimming = false;
+    }
+  }
+
+  private background(): void {
+    if (this.closed) return;
+    const now = Date.now();
+    const seals: Promise<void>[] = [];
+    for (const p of this.parts.values()) {
+      if (p.tail.length > 0 && (p.tailBytes >= this.options.segmentBytes || now - p.tailSince >= this.options.segmentMs)) {
+        seals.push(this.seal(p));
+      }
+    }
+    const retention = this.applyRetention(now);
+    void Promise.all([...seals, retention])
+      .then(() => (seals.length > 0 ? this.trimWal() : undefined))
+      .catch((err: unknown) => this.logger.warn({ err }, 'background log maintenance failed'));
+  }
+
+  /** Deletes whole segments older than the stream's retention and moves the log start offset past them. */
+  private async applyRetention(now: number): Promise<void> {
+    for (const p of this.parts.values()) {
+      const r = p.def.retentionMs;
+      if (r === null || p.segments.length === 0) continue;
+      while (p.segments.length > 0 && p.segments[0].maxTimestamp < now - r) {
+        const seg = p.segments[0];
+        await this.meta.setLogStartOffset(p.def.name, p.partition, seg.endOffset);
+        p.logStartOffset = Math.max(p.logStartOffset, seg.endOffset);
+        p.segments.shift();
+        await this.meta.deleteSegment(p.def.name, p.partition, seg.baseOffset);
+        await this.objects.delete(seg.objectKey);
+        this.indexCache.delete(seg.objectKey);
+        this.logger.info({ partition: p.key, base: seg.baseOffset, end: seg.endOffset }, 'segment expired by retention');
+      }
+    }
+  }
+
+  /** Stops background work; seals what it can within `graceMs`. The WAL and stores are closed by their owner. */
+  async close(graceMs = 5000): Promise<void> {
+    if (this.closed) return;
+    if (this.timer) clearInterval(this.timer);
+    let t: NodeJS.Timeout | undefined;
+    await Promise.race([
+      this.flushAll().catch((err: unknown) => this.logger.warn({ err }, 'final flush failed; data stays in the WAL')),
+      new Promise((r) => (t = setTimeout(r, graceMs))),
+    ]);
+    clearTimeout(t);
+    this.closed = true;
+    for (const p of this.parts.values()) {
+      for (const w of p.waiters.splice(0)) {
+        clearTimeout(w.timer);
+        w.resolve();
+      }
+    }
+  }
+
+  /** Per-partition figures for the admin API. */
+  describe(stream: string): Array<{
+    partition: number;
+    logStartOffset: number;
+    highWatermark: number;
+    flushedOffset: number;
+    segments: number;
+    tailBytes: number;
+  }> {
+    return [...this.parts.values()]
+      .filter((p) => p.def.name === stream)
+      .sort((a, b) => a.partition - b.partition)
+      .map((p) => ({
+        partition: p.partition,
+        logStartOffset: p.logStartOffset,
+        highWatermark: p.highWatermark,
+        flushedOffset: p.flushedOffset,
+        segments: p.segments.length,
+        tailBytes: p.tailBytes,
+      }));
+  }
+}
+
+function firstAtOrAfter(batch: Buffer, ts: number, minOffset: number): number | null {
+  for (const r of decodeBatch(batch)) if (r.timestamp >= ts && r.offset >= minOffset) return r.offset;
+  return null;
+}

@@ -1,0 +1,134 @@
+/**
+ * Segment object format (version 1). A sealed run of record batches of one partition, written to the object
+ * store as one object:
+ *
+ *   [batch 0][batch 1]...[batch n-1] [index: n × 24 bytes] [footer: 32 bytes]
+ *
+ * index entry: baseOffset delta from the segment base (u32) | byte position (u32) | last offset delta of the
+ *              batch (u32) | reserved (u32) | max timestamp (i64)
+ * footer:      index position (u32) | entry count (u32) | CRC-32 of the index (u32) | version (u32) |
+ *              segment base offset (i64) | magic "FMQSEG\0\1"
+ *
+ * Batches keep their own CRC-32C, so data corruption is caught per batch on read; the index has its own CRC.
+ * A reader fetches the footer, then the index (cached), then only the byte range it needs.
+ */
+import { crc32 } from 'node:zlib';
+import { FlowError, readBatchInfo } from '../../core/index.js';
+
+export const FOOTER_SIZE = 32;
+export const INDEX_ENTRY_SIZE = 24;
+const MAGIC = Buffer.from([0x46, 0x4d, 0x51, 0x53, 0x45, 0x47, 0x00, 0x01]);
+const VERSION = 1;
+
+export interface IndexEntry {
+  /** Absolute base offset of the batch. */
+  baseOffset: number;
+  /** One past the batch's last offset. */
+  endOffset: number;
+  position: number;
+  size: number;
+  maxTimestamp: number;
+}
+
+export interface SegmentIndex {
+  baseOffset: number;
+  entries: IndexEntry[];
+  /** Bytes of batch data (the index starts here). */
+  dataSize: number;
+}
+
+/** Builds the segment object for consecutive batches starting at `baseOffset`. */
+export function buildSegment(baseOffset: number, batches: Buffer[]): { data: Buffer; index: SegmentIndex } {
+  const n = batches.length;
+  let dataSize = 0;
+  for (const b of batches) dataSize += b.length;
+  const out = Buffer.allocUnsafe(dataSize + n * INDEX_ENTRY_SIZE + FOOTER_SIZE);
+  const entries: IndexEntry[] = [];
+  let pos = 0;
+  let ip = dataSize;
+  for (const b of batches) {
+    const info = readBatchInfo(b);
+    b.copy(out, pos);
+    const e: IndexEntry = {
+      baseOffset: info.baseOffset,
+      endOffset: info.baseOffset + info.lastOffsetDelta + 1,
+      position: pos,
+      size: b.length,
+      maxTimestamp: info.maxTimestamp,
+    };
+    entries.push(e);
+    out.writeUInt32BE(e.baseOffset - baseOffset, ip);
+    out.writeUInt32BE(pos, ip + 4);
+    out.writeUInt32BE(info.lastOffsetDelta, ip + 8);
+    out.writeUInt32BE(0, ip + 12);
+    out.writeBigInt64BE(BigInt(info.maxTimestamp), ip + 16);
+    ip += INDEX_ENTRY_SIZE;
+    pos += b.length;
+  }
+  const f = ip;
+  out.writeUInt32BE(dataSize, f);
+  out.writeUInt32BE(n, f + 4);
+  out.writeUInt32BE(crc32(out.subarray(dataSize, ip)), f + 8);
+  out.writeUInt32BE(VERSION, f + 12);
+  out.writeBigInt64BE(BigInt(baseOffset), f + 16);
+  MAGIC.copy(out, f + 24);
+  return { data: out, index: { baseOffset, entries, dataSize } };
+}
+
+export interface Footer {
+  indexPos: number;
+  count: number;
+  indexCrc: number;
+  baseOffset: number;
+}
+
+export function parseFooter(buf: Buffer): Footer {
+  if (buf.length !== FOOTER_SIZE || !buf.subarray(24).equals(MAGIC)) {
+    throw new FlowError('CORRUPT_DATA', 'segment footer missing or bad magic');
+  }
+  const version = buf.readUInt32BE(12);
+  if (version !== VERSION) throw new FlowError('CORRUPT_DATA', `unknown segment version ${version}`);
+  return {
+    indexPos: buf.readUInt32BE(0),
+    count: buf.readUInt32BE(4),
+    indexCrc: buf.readUInt32BE(8),
+    baseOffset: Number(buf.readBigInt64BE(16)),
+  };
+}
+
+export function parseIndex(footer: Footer, raw: Buffer): SegmentIndex {
+  if (raw.length !== footer.count * INDEX_ENTRY_SIZE || crc32(raw) !== footer.indexCrc) {
+    throw new FlowError('CORRUPT_DATA', 'segment index checksum mismatch');
+  }
+  const entries: IndexEntry[] = [];
+  for (let i = 0; i < footer.count; i++) {
+    const p = i * INDEX_ENTRY_SIZE;
+    const baseOffset = footer.baseOffset + raw.readUInt32BE(p);
+    const position = raw.readUInt32BE(p + 4);
+    const next = i + 1 < footer.count ? raw.readUInt32BE(p + INDEX_ENTRY_SIZE + 4) : footer.indexPos;
+    entries.push({
+      baseOffset,
+      endOffset: baseOffset + raw.readUInt32BE(p + 8) + 1,
+      position,
+      size: next - position,
+      maxTimestamp: Number(raw.readBigInt64BE(p + 16)),
+    });
+  }
+  return { baseOffset: footer.baseOffset, entries, dataSize: footer.indexPos };
+}
+
+/** Index of the entry holding `offset`, or of the first entry after it; entries.length when none. */
+export function findEntry(entries: { baseOffset: number; endOffset: number }[], offset: number): number {
+  let lo = 0;
+  let hi = entries.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (entries[mid].endOffset <= offset) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+export function segmentKey(prefix: string, baseOffset: number): string {
+  return `${prefix}/${String(baseOffset).padStart(20, '0')}.seg`;
+}
