@@ -1,0 +1,54 @@
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { loadConfig, parseDuration, parseSize } from '../../src/config/index.js';
+
+describe('config', () => {
+  it('has working defaults', () => {
+    const c = loadConfig();
+    assert.equal(c.dataDir, './data');
+    assert.equal(c.mqttPort, 1883);
+    assert.equal(c.kafkaPort, 9092);
+    assert.equal(c.httpPort, 8080);
+    assert.deepEqual(c.protocols, ['mqtt', 'kafka']);
+  });
+  it('layers defaults < file < environment < flags', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'flowmq-cfg-'));
+    const file = join(dir, 'flowmq.yaml');
+    writeFileSync(file, 'mqtt-port: 1000\nkafka-port: 2000\nhttp-port: 3000\nsegment-ms: 30s\n');
+    const c = loadConfig({
+      file,
+      env: { FLOWMQ_KAFKA_PORT: '2001', FLOWMQ_HTTP_PORT: '3001' },
+      flags: { 'http-port': '3002', protocols: 'kafka' },
+    });
+    assert.equal(c.mqttPort, 1000);
+    assert.equal(c.kafkaPort, 2001);
+    assert.equal(c.httpPort, 3002);
+    assert.equal(c.segmentMs, 30_000);
+    assert.deepEqual(c.protocols, ['kafka']);
+  });
+  it('names the key and the problem in one line', () => {
+    assert.throws(() => loadConfig({ flags: { 'mqtt-port': 'abc' } }), /^ConfigError: invalid --mqtt-port: expected an integer \(got "abc"\)$/);
+    assert.throws(() => loadConfig({ flags: { 'mqtt-port': '70000' } }), /--mqtt-port: expected a port number/);
+    assert.throws(() => loadConfig({ env: { FLOWMQ_WAL_FSYNC: 'maybe' } }), /FLOWMQ_WAL_FSYNC: expected true or false/);
+    assert.throws(() => loadConfig({ flags: { protocols: 'mqtt,smtp' } }), /unknown protocol "smtp"/);
+    assert.throws(() => loadConfig({ flags: { protocols: 'amqp' } }), /"amqp" is not implemented yet/);
+    const dir = mkdtempSync(join(tmpdir(), 'flowmq-cfg-'));
+    const file = join(dir, 'bad.yaml');
+    writeFileSync(file, 'mqtt-prot: 1\n');
+    assert.throws(() => loadConfig({ file }), /unknown key "mqtt-prot"/);
+    assert.throws(() => loadConfig({ file: join(dir, 'missing.yaml') }), /config file .*missing.yaml/);
+  });
+  it('parses durations and sizes', () => {
+    assert.equal(parseDuration('7d'), 7 * 86_400_000);
+    assert.equal(parseDuration('500ms'), 500);
+    assert.equal(parseDuration('1.5h'), 5_400_000);
+    assert.equal(parseDuration('soon'), null);
+    assert.equal(parseSize('16MiB'), 16 * 1024 * 1024);
+    assert.equal(parseSize('1kb'), 1000);
+    assert.equal(parseSize('4096'), 4096);
+    assert.equal(parseSize('lots'), null);
+  });
+});

@@ -1,0 +1,186 @@
+/**
+ * End-to-end harness: runs the real `bin/flowmq` as a child process (so SIGTERM and kill -9 are real), on
+ * ports the OS picks, and runs real client programs (mosquitto_pub/sub, kcat) with time limits.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../../..');
+export const FLOWMQ_BIN = join(ROOT, 'bin/flowmq');
+
+export interface RunResult {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs a program to completion (killed after `timeoutMs`), feeding `input` on stdin. */
+export function run(cmd: string, args: string[], opts: { input?: string | Buffer; timeoutMs?: number; env?: NodeJS.ProcessEnv } = {}): Promise<RunResult> {
+  return new Promise((resolvePromise, reject) => {
+    const child = spawn(cmd, args, { stdio: ['pipe', 'pipe', 'pipe'], env: { ...process.env, ...opts.env } });
+    const out: Buffer[] = [];
+    const err: Buffer[] = [];
+    child.stdout.on('data', (d: Buffer) => out.push(d));
+    child.stderr.on('data', (d: Buffer) => err.push(d));
+    const timer = setTimeout(() => child.kill('SIGKILL'), opts.timeoutMs ?? 30_000);
+    child.on('error', (e) => {
+      clearTimeout(timer);
+      reject(e);
+    });
+    child.on('close', (code, signal) => {
+      clearTimeout(timer);
+      resolvePromise({ code, signal, stdout: Buffer.concat(out).toString(), stderr: Buffer.concat(err).toString() });
+    });
+    child.stdin.on('error', () => undefined);
+    child.stdin.end(opts.input ?? '');
+  });
+}
+
+export interface LogLine {
+  level: number;
+  msg: string;
+  [k: string]: unknown;
+}
+
+export class FlowmqProcess {
+  readonly logs: LogLine[] = [];
+  readonly ports: Record<string, number> = {};
+  private exit: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  private stderr = '';
+
+  private constructor(
+    readonly proc: ChildProcess,
+    readonly dataDir: string,
+  ) {
+    this.exit = new Promise((r) => proc.on('exit', (code, signal) => r({ code, signal })));
+    let buf = '';
+    proc.stdout!.on('data', (d: Buffer) => {
+      buf += d.toString();
+      let i;
+      while ((i = buf.indexOf('\n')) >= 0) {
+        const line = buf.slice(0, i);
+        buf = buf.slice(i + 1);
+        try {
+          const l = JSON.parse(line) as LogLine;
+          this.logs.push(l);
+          if (l.msg.startsWith('listening') && typeof l.address === 'string') {
+            this.ports[String(l.protocol)] = Number(String(l.address).split(':').pop());
+          }
+        } catch {
+          // not a log line
+        }
+      }
+    });
+    proc.stderr!.on('data', (d: Buffer) => (this.stderr += d.toString()));
+  }
+
+  /** Starts a broker on free loopback ports and waits until its MQTT, Kafka and HTTP listeners are up. */
+  static async start(opts: { dataDir?: string; args?: string[]; env?: NodeJS.ProcessEnv } = {}): Promise<FlowmqProcess> {
+    const dataDir = opts.dataDir ?? mkdtempSync(join(tmpdir(), 'flowmq-e2e-'));
+    const args = ['start', '--data-dir', dataDir, '--host', '127.0.0.1', '--mqtt-port', '0', '--kafka-port', '0', '--http-port', '0', ...(opts.args ?? [])];
+    const proc = spawn(process.execPath, [FLOWMQ_BIN, ...args], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...opts.env } });
+    const b = new FlowmqProcess(proc, dataDir);
+    const deadline = Date.now() + 20_000;
+    while (b.ports.http === undefined) {
+      if (proc.exitCode !== null || proc.signalCode !== null) {
+        throw new Error(`flowmq exited early (${proc.exitCode ?? proc.signalCode}): ${b.stderr}\n${JSON.stringify(b.logs)}`);
+      }
+      if (Date.now() > deadline) {
+        proc.kill('SIGKILL');
+        throw new Error(`flowmq did not start: ${b.stderr}`);
+      }
+      await sleep(20);
+    }
+    return b;
+  }
+
+  get http(): string {
+    return `http://127.0.0.1:${this.ports.http}`;
+  }
+  get kafka(): string {
+    return `127.0.0.1:${this.ports.kafka}`;
+  }
+  get mqttUrl(): string {
+    return `mqtt://127.0.0.1:${this.ports.mqtt}`;
+  }
+
+  /** Runs the `flowmq` CLI against this broker. */
+  cli(args: string[]): Promise<RunResult> {
+    return run(process.execPath, [FLOWMQ_BIN, ...args, '--server', this.http], { timeoutMs: 15_000 });
+  }
+
+  async api<T = unknown>(method: string, path: string, body?: unknown): Promise<T> {
+    const res = await fetch(this.http + path, {
+      method,
+      headers: body === undefined ? {} : { 'content-type': 'application/json' },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    const text = await res.text();
+    if (!res.ok) throw new Error(`${method} ${path}: ${res.status} ${text}`);
+    return (text ? JSON.parse(text) : null) as T;
+  }
+
+  /** SIGTERM (or another signal), then wait for exit. */
+  async stop(signal: NodeJS.Signals = 'SIGTERM'): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {
+    if (this.proc.exitCode === null && this.proc.signalCode === null) this.proc.kill(signal);
+    return this.exit;
+  }
+
+  /** Restarts on the same data directory (new ports). */
+  async restart(args?: string[]): Promise<FlowmqProcess> {
+    await this.stop();
+    return FlowmqProcess.start({ dataDir: this.dataDir, args });
+  }
+
+  async waitForLog(pred: (l: LogLine) => boolean, timeoutMs = 5000): Promise<LogLine> {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const hit = this.logs.find(pred);
+      if (hit) return hit;
+      if (Date.now() > deadline) throw new Error(`no such log line within ${timeoutMs} ms; have:\n${this.logs.map((l) => JSON.stringify(l)).join('\n')}`);
+      await sleep(20);
+    }
+  }
+
+  cleanup(): void {
+    rmSync(this.dataDir, { recursive: true, force: true });
+  }
+}
+
+export function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
+}
+
+/** Polls `fn` until it returns true or the time runs out. */
+export async function eventually(fn: () => boolean | Promise<boolean>, timeoutMs = 10_000, what = 'condition'): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await fn())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await sleep(25);
+  }
+}
+
+export interface KcatMessage {
+  topic: string;
+  partition: number;
+  offset: number;
+  tstype: string;
+  ts: number;
+  key: string | null;
+  payload: string | null;
+  headers?: string[];
+}
+
+/** `kcat -C -t TOPIC -o beginning -e -J`: every message currently in the topic. */
+export async function kcatConsume(broker: string, topic: string, extra: string[] = []): Promise<KcatMessage[]> {
+  const r = await run('kcat', ['-b', broker, '-C', '-t', topic, '-o', 'beginning', '-e', '-J', '-q', ...extra], { timeoutMs: 30_000 });
+  if (r.code !== 0) throw new Error(`kcat failed (${r.code ?? r.signal}): ${r.stderr}`);
+  return r.stdout
+    .split('\n')
+    .filter((l) => l.trim().startsWith('{'))
+    .map((l) => JSON.parse(l) as KcatMessage);
+}
