@@ -1,0 +1,3 @@
+export type { ConsumerOffset, Metastore, PartitionState, SegmentMeta, StreamDef } from './types.js';
+export { SqliteMetastore } from './sqlite.js';
+export { migrations, type Migration } from './migrations.js';

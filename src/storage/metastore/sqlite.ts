@@ -1,0 +1,365 @@
+/**
+ * The embedded metastore: one SQLite file through better-sqlite3.
+ *
+ * better-sqlite3 is synchronous; the Metastore interface is async so that a networked backend fits it too.
+ * Each statement here is short (a primary-key lookup or a small transaction), so running it inline is cheaper
+ * than a worker hop would be.
+ *
+ * Durability: WAL journal mode with synchronous=FULL, so a commit (above all commitSegment, after which the
+ * WAL files holding those offsets may be deleted) is on disk before the promise resolves.
+ */
+import { mkdirSync } from 'node:fs';
+import { dirname } from 'node:path';
+import Database from 'better-sqlite3';
+import { FlowError } from '../../core/index.js';
+import { migrations, type Migration } from './migrations.js';
+import type { ConsumerOffset, Metastore, PartitionState, SegmentMeta, StreamDef } from './types.js';
+
+interface StreamRow {
+  name: string;
+  partitions: number;
+  bindings: string;
+  retention_ms: number | null;
+  created_at: number;
+}
+
+interface PartitionRow {
+  stream: string;
+  partition: number;
+  log_start_offset: number;
+  flushed_offset: number;
+}
+
+interface SegmentRow {
+  stream: string;
+  partition: number;
+  base_offset: number;
+  end_offset: number;
+  object_key: string;
+  size: number;
+  max_timestamp: number;
+  created_at: number;
+}
+
+interface OffsetRow {
+  group_id: string;
+  stream: string;
+  partition: number;
+  offset: number;
+  metadata: string | null;
+  committed_at: number;
+}
+
+const toStream = (r: StreamRow): StreamDef => ({
+  name: r.name,
+  partitions: r.partitions,
+  bindings: JSON.parse(r.bindings) as string[],
+  retentionMs: r.retention_ms,
+  createdAt: r.created_at,
+});
+
+const toSegment = (r: SegmentRow): SegmentMeta => ({
+  stream: r.stream,
+  partition: r.partition,
+  baseOffset: r.base_offset,
+  endOffset: r.end_offset,
+  objectKey: r.object_key,
+  size: r.size,
+  maxTimestamp: r.max_timestamp,
+  createdAt: r.created_at,
+});
+
+const toOffset = (r: OffsetRow): ConsumerOffset => ({
+  group: r.group_id,
+  stream: r.stream,
+  partition: r.partition,
+  offset: r.offset,
+  metadata: r.metadata,
+  committedAt: r.committed_at,
+});
+
+function sqliteCode(err: unknown): string | undefined {
+  return err instanceof Error && 'code' in err && typeof err.code === 'string' ? err.code : undefined;
+}
+
+function checkInt(what: string, n: number, min = 0): void {
+  if (!Number.isSafeInteger(n) || n < min) throw new FlowError('INVALID_ARGUMENT', `${what} must be an integer >= ${min}, got ${n}`);
+}
+
+function checkStreamDef(def: StreamDef): void {
+  if (typeof def.name !== 'string' || def.name.length === 0) throw new FlowError('INVALID_ARGUMENT', 'stream name is empty');
+  checkInt('partitions', def.partitions, 1);
+  if (!Array.isArray(def.bindings) || !def.bindings.every((b) => typeof b === 'string')) {
+    throw new FlowError('INVALID_ARGUMENT', 'stream bindings must be an array of strings');
+  }
+  if (def.retentionMs !== null) checkInt('retentionMs', def.retentionMs);
+  checkInt('createdAt', def.createdAt);
+}
+
+/**
+ * Brings the schema up to date, all pending migrations in one transaction so a failure leaves the database as
+ * it was. Exported for tests.
+ */
+export function migrate(db: Database.Database, list: readonly Migration[] = migrations): number {
+  list.forEach((m, i) => {
+    if (m.version !== i + 1) throw new Error(`metastore migration list out of order at ${m.name}`);
+  });
+  const latest = list.length;
+  const run = db.transaction(() => {
+    db.exec(`CREATE TABLE IF NOT EXISTS schema_migrations (
+      version    INTEGER PRIMARY KEY,
+      name       TEXT    NOT NULL,
+      applied_at INTEGER NOT NULL
+    )`);
+    const row = db.prepare('SELECT MAX(version) AS v FROM schema_migrations').get() as { v: number | null };
+    const current = row.v ?? 0;
+    if (current > latest) {
+      throw new FlowError(
+        'STORAGE_ERROR',
+        `metastore schema version ${current} is newer than this FlowMQ knows (${latest}); upgrade FlowMQ or use another data directory`,
+      );
+    }
+    const record = db.prepare('INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)');
+    for (const m of list.slice(current)) {
+      db.exec(m.sql);
+      record.run(m.version, m.name, Date.now());
+    }
+    return latest;
+  });
+  // IMMEDIATE takes the write lock up front, so two processes opening one file cannot both migrate it.
+  return run.immediate();
+}
+
+export class SqliteMetastore implements Metastore {
+  readonly kind = 'sqlite';
+  private closed = false;
+
+  private readonly s: ReturnType<SqliteMetastore['prepare']>;
+  private readonly txCommitSegment: (seg: SegmentMeta) => void;
+  private readonly txSetLogStart: (stream: string, partition: number, offset: number) => void;
+
+  private constructor(private readonly db: Database.Database) {
+    this.s = this.prepare();
+    this.txCommitSegment = db.transaction((seg: SegmentMeta) => {
+      if (this.s.streamExists.get(seg.stream) === undefined) {
+        throw new FlowError('NOT_FOUND', `stream "${seg.stream}" not found`);
+      }
+      const p = this.s.getPartition.get(seg.stream, seg.partition) as PartitionRow | undefined;
+      // A partition without a row has flushed nothing yet.
+      const flushed = p?.flushed_offset ?? 0;
+      if (seg.baseOffset !== flushed) {
+        throw new FlowError(
+          'INVALID_ARGUMENT',
+          `segment [${seg.baseOffset}, ${seg.endOffset}) of ${seg.stream}/${seg.partition} does not start at the flushed offset ${flushed}`,
+        );
+      }
+      this.s.insertSegment.run(
+        seg.stream,
+        seg.partition,
+        seg.baseOffset,
+        seg.endOffset,
+        seg.objectKey,
+        seg.size,
+        seg.maxTimestamp,
+        seg.createdAt,
+      );
+      this.s.upsertFlushed.run(seg.stream, seg.partition, seg.endOffset);
+    });
+    this.txSetLogStart = db.transaction((stream: string, partition: number, offset: number) => {
+      if (this.s.streamExists.get(stream) === undefined) throw new FlowError('NOT_FOUND', `stream "${stream}" not found`);
+      this.s.upsertLogStart.run(stream, partition, offset);
+    });
+  }
+
+  /** Opens (creating if needed) the database file and migrates it. `:memory:` gives a throwaway store. */
+  static open(file: string): SqliteMetastore {
+    if (file !== ':memory:' && !file.startsWith('file:')) mkdirSync(dirname(file), { recursive: true });
+    let db: Database.Database;
+    try {
+      db = new Database(file);
+    } catch (err) {
+      throw new FlowError('STORAGE_ERROR', `cannot open metastore ${file}`, { cause: err });
+    }
+    try {
+      db.pragma('journal_mode = WAL');
+      db.pragma('synchronous = FULL');
+      db.pragma('foreign_keys = ON');
+      // Another process (an admin tool, a second broker by mistake) holding the lock briefly is not an error.
+      db.pragma('busy_timeout = 5000');
+      migrate(db);
+      return new SqliteMetastore(db);
+    } catch (err) {
+      db.close();
+      if (err instanceof FlowError) throw err;
+      throw new FlowError('STORAGE_ERROR', `cannot open metastore ${file}`, { cause: err });
+    }
+  }
+
+  /** Schema version of the open database. */
+  schemaVersion(): number {
+    this.check();
+    const row = this.db.prepare('SELECT MAX(version) AS v FROM schema_migrations').get() as { v: number | null };
+    return row.v ?? 0;
+  }
+
+  /** Every statement is prepared once; better-sqlite3 statements are reusable and this keeps calls cheap. */
+  private prepare() {
+    const db = this.db;
+    return {
+      insertStream: db.prepare(
+        'INSERT INTO streams (name, partitions, bindings, retention_ms, created_at) VALUES (?, ?, ?, ?, ?)',
+      ),
+      getStream: db.prepare('SELECT * FROM streams WHERE name = ?'),
+      streamExists: db.prepare('SELECT 1 FROM streams WHERE name = ?'),
+      listStreams: db.prepare('SELECT * FROM streams ORDER BY name'),
+      // created_at is left alone: it names the stream's incarnation (segment object keys include it), and a
+      // definition edited and written back must not be able to move it.
+      updateStream: db.prepare('UPDATE streams SET partitions = ?, bindings = ?, retention_ms = ? WHERE name = ?'),
+      deleteStream: db.prepare('DELETE FROM streams WHERE name = ?'),
+      getPartition: db.prepare('SELECT * FROM partitions WHERE stream = ? AND partition = ?'),
+      // The log start offset only moves forward: a late or repeated retention pass must not undo a later one.
+      upsertLogStart: db.prepare(
+        `INSERT INTO partitions (stream, partition, log_start_offset, flushed_offset) VALUES (?, ?, ?, 0)
+         ON CONFLICT (stream, partition) DO UPDATE SET log_start_offset = MAX(log_start_offset, excluded.log_start_offset)`,
+      ),
+      upsertFlushed: db.prepare(
+        `INSERT INTO partitions (stream, partition, log_start_offset, flushed_offset) VALUES (?, ?, 0, ?)
+         ON CONFLICT (stream, partition) DO UPDATE SET flushed_offset = excluded.flushed_offset`,
+      ),
+      insertSegment: db.prepare(
+        `INSERT INTO segments (stream, partition, base_offset, end_offset, object_key, size, max_timestamp, created_at)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+      ),
+      listSegments: db.prepare('SELECT * FROM segments WHERE stream = ? AND partition = ? ORDER BY base_offset'),
+      deleteSegment: db.prepare('DELETE FROM segments WHERE stream = ? AND partition = ? AND base_offset = ?'),
+      upsertOffset: db.prepare(
+        `INSERT INTO consumer_offsets (group_id, stream, partition, "offset", metadata, committed_at)
+         VALUES (?, ?, ?, ?, ?, ?)
+         ON CONFLICT (group_id, stream, partition)
+         DO UPDATE SET "offset" = excluded."offset", metadata = excluded.metadata, committed_at = excluded.committed_at`,
+      ),
+      fetchOffset: db.prepare('SELECT * FROM consumer_offsets WHERE group_id = ? AND stream = ? AND partition = ?'),
+      listOffsets: db.prepare('SELECT * FROM consumer_offsets WHERE group_id = ? ORDER BY stream, partition'),
+    };
+  }
+
+  private check(): void {
+    if (this.closed) throw new FlowError('CLOSED', 'metastore is closed');
+  }
+
+  /** Runs one synchronous database call, turning SQLite failures into FlowErrors. */
+  private run<T>(what: string, fn: () => T): T {
+    this.check();
+    try {
+      return fn();
+    } catch (err) {
+      if (err instanceof FlowError) throw err;
+      const code = sqliteCode(err);
+      if (code === 'SQLITE_CONSTRAINT_FOREIGNKEY') throw new FlowError('NOT_FOUND', `${what}: stream not found`, { cause: err });
+      throw new FlowError('STORAGE_ERROR', `${what}: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
+    }
+  }
+
+  async createStream(def: StreamDef): Promise<void> {
+    checkStreamDef(def);
+    this.run('createStream', () => {
+      try {
+        this.s.insertStream.run(def.name, def.partitions, JSON.stringify(def.bindings), def.retentionMs, def.createdAt);
+      } catch (err) {
+        if (sqliteCode(err) === 'SQLITE_CONSTRAINT_PRIMARYKEY') {
+          throw new FlowError('ALREADY_EXISTS', `stream "${def.name}" already exists`, { cause: err });
+        }
+        throw err;
+      }
+    });
+  }
+
+  async getStream(name: string): Promise<StreamDef | null> {
+    return this.run('getStream', () => {
+      const r = this.s.getStream.get(name) as StreamRow | undefined;
+      return r ? toStream(r) : null;
+    });
+  }
+
+  async listStreams(): Promise<StreamDef[]> {
+    return this.run('listStreams', () => (this.s.listStreams.all() as StreamRow[]).map(toStream));
+  }
+
+  async updateStream(def: StreamDef): Promise<void> {
+    checkStreamDef(def);
+    this.run('updateStream', () => {
+      const r = this.s.updateStream.run(def.partitions, JSON.stringify(def.bindings), def.retentionMs, def.name);
+      if (r.changes === 0) throw new FlowError('NOT_FOUND', `stream "${def.name}" not found`);
+    });
+  }
+
+  async deleteStream(name: string): Promise<void> {
+    // Partitions, segments and offsets go with it through ON DELETE CASCADE, in the same statement.
+    this.run('deleteStream', () => {
+      const r = this.s.deleteStream.run(name);
+      if (r.changes === 0) throw new FlowError('NOT_FOUND', `stream "${name}" not found`);
+    });
+  }
+
+  async getPartitionState(stream: string, partition: number): Promise<PartitionState | null> {
+    return this.run('getPartitionState', () => {
+      const r = this.s.getPartition.get(stream, partition) as PartitionRow | undefined;
+      return r
+        ? { stream: r.stream, partition: r.partition, logStartOffset: r.log_start_offset, flushedOffset: r.flushed_offset }
+        : null;
+    });
+  }
+
+  /** Never moves the log start offset backwards (see upsertLogStart); NOT_FOUND if the stream is absent. */
+  async setLogStartOffset(stream: string, partition: number, offset: number): Promise<void> {
+    checkInt('partition', partition);
+    checkInt('offset', offset);
+    this.run('setLogStartOffset', () => this.txSetLogStart(stream, partition, offset));
+  }
+
+  async commitSegment(seg: SegmentMeta): Promise<void> {
+    checkInt('partition', seg.partition);
+    checkInt('baseOffset', seg.baseOffset);
+    checkInt('endOffset', seg.endOffset);
+    checkInt('size', seg.size);
+    checkInt('maxTimestamp', seg.maxTimestamp, -1);
+    if (seg.endOffset <= seg.baseOffset) {
+      throw new FlowError('INVALID_ARGUMENT', `empty segment [${seg.baseOffset}, ${seg.endOffset})`);
+    }
+    this.run('commitSegment', () => this.txCommitSegment(seg));
+  }
+
+  async listSegments(stream: string, partition: number): Promise<SegmentMeta[]> {
+    return this.run('listSegments', () => (this.s.listSegments.all(stream, partition) as SegmentRow[]).map(toSegment));
+  }
+
+  async deleteSegment(stream: string, partition: number, baseOffset: number): Promise<void> {
+    this.run('deleteSegment', () => this.s.deleteSegment.run(stream, partition, baseOffset));
+  }
+
+  async commitOffset(o: Omit<ConsumerOffset, 'committedAt'>): Promise<void> {
+    checkInt('partition', o.partition);
+    // Kafka clients commit -1 to mean "no position"; anything lower is nonsense.
+    checkInt('offset', o.offset, -1);
+    this.run('commitOffset', () =>
+      this.s.upsertOffset.run(o.group, o.stream, o.partition, o.offset, o.metadata, Date.now()),
+    );
+  }
+
+  async fetchOffset(group: string, stream: string, partition: number): Promise<ConsumerOffset | null> {
+    return this.run('fetchOffset', () => {
+      const r = this.s.fetchOffset.get(group, stream, partition) as OffsetRow | undefined;
+      return r ? toOffset(r) : null;
+    });
+  }
+
+  async listOffsets(group: string): Promise<ConsumerOffset[]> {
+    return this.run('listOffsets', () => (this.s.listOffsets.all(group) as OffsetRow[]).map(toOffset));
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    this.db.close();
+  }
+}

@@ -1,0 +1,233 @@
+/**
+ * The embedded object store: one file per object under a root directory, the key's `/` segments becoming
+ * directories. Writes go to a temporary file beside the target, are fsynced and renamed over it, so a reader
+ * sees the old object, nothing, or the whole new one, as the ObjectStore contract (and S3) promise.
+ */
+import { mkdir, open, readdir, rename, rmdir, stat, unlink } from 'node:fs/promises';
+import { join } from 'node:path';
+import { randomBytes } from 'node:crypto';
+import { FlowError } from '../../core/index.js';
+import type { ObjectInfo, ObjectStore } from './types.js';
+
+/** Names starting with this are in-progress writes: never listed, and refused as key segments. */
+const TMP_PREFIX = '.tmp-';
+
+function errnoCode(err: unknown): string | undefined {
+  return err instanceof Error && 'code' in err && typeof err.code === 'string' ? err.code : undefined;
+}
+
+/** Splits a key into path segments, refusing anything that could escape the root or alias another key. */
+function keySegments(key: string): string[] {
+  if (typeof key !== 'string' || key.length === 0) throw new FlowError('INVALID_ARGUMENT', 'object key is empty');
+  if (key.includes('\0')) throw new FlowError('INVALID_ARGUMENT', 'object key contains a NUL byte');
+  // A backslash is a separator on Windows: refusing it keeps a key meaning the same file everywhere.
+  if (key.includes('\\')) throw new FlowError('INVALID_ARGUMENT', `object key "${key}" contains a backslash`);
+  if (key.startsWith('/')) throw new FlowError('INVALID_ARGUMENT', `object key "${key}" is absolute`);
+  const segs = key.split('/');
+  for (const s of segs) {
+    if (s === '') throw new FlowError('INVALID_ARGUMENT', `object key "${key}" has an empty segment`);
+    if (s === '.' || s === '..') throw new FlowError('INVALID_ARGUMENT', `object key "${key}" has a "${s}" segment`);
+    if (s.startsWith(TMP_PREFIX)) {
+      throw new FlowError('INVALID_ARGUMENT', `object key "${key}" uses the reserved prefix "${TMP_PREFIX}"`);
+    }
+  }
+  return segs;
+}
+
+export class FsObjectStore implements ObjectStore {
+  readonly kind = 'fs';
+  private closed = false;
+
+  constructor(readonly rootDir: string) {}
+
+  private check(): void {
+    if (this.closed) throw new FlowError('CLOSED', 'object store is closed');
+  }
+
+  private pathOf(key: string): string {
+    return join(this.rootDir, ...keySegments(key));
+  }
+
+  async put(key: string, data: Buffer): Promise<void> {
+    this.check();
+    const segs = keySegments(key);
+    const dir = join(this.rootDir, ...segs.slice(0, -1));
+    const target = join(dir, segs[segs.length - 1]);
+    const tmp = join(dir, `${TMP_PREFIX}${randomBytes(8).toString('hex')}`);
+    // A concurrent delete may remove the freshly created (empty) directory before the temp file is in it:
+    // recreate it and try again.
+    for (let attempt = 0; ; attempt++) {
+      try {
+        await mkdir(dir, { recursive: true });
+        await this.writeDurably(tmp, data);
+        break;
+      } catch (err) {
+        if (errnoCode(err) === 'ENOENT' && attempt < 5) continue;
+        throw this.putError(key, err);
+      }
+    }
+    try {
+      await rename(tmp, target);
+      // The rename itself is only durable once the directory is synced.
+      await this.syncDir(dir);
+    } catch (err) {
+      await unlink(tmp).catch(() => undefined);
+      throw this.putError(key, err);
+    }
+  }
+
+  private async writeDurably(path: string, data: Buffer): Promise<void> {
+    // Random names make a collision with a leftover of a crashed process (same pid) practically impossible.
+    const fh = await open(path, 'w');
+    try {
+      let off = 0;
+      while (off < data.length) {
+        const { bytesWritten } = await fh.write(data, off, data.length - off);
+        off += bytesWritten;
+      }
+      await fh.sync();
+    } catch (err) {
+      await fh.close().catch(() => undefined);
+      await unlink(path).catch(() => undefined);
+      throw err;
+    }
+    await fh.close();
+  }
+
+  private async syncDir(dir: string): Promise<void> {
+    const d = await open(dir, 'r');
+    try {
+      await d.sync();
+    } finally {
+      await d.close();
+    }
+  }
+
+  async get(key: string, range?: { start: number; end: number }): Promise<Buffer> {
+    this.check();
+    const path = this.pathOf(key);
+    if (range !== undefined) {
+      const { start, end } = range;
+      if (!Number.isSafeInteger(start) || !Number.isSafeInteger(end) || start < 0 || end < start) {
+        throw new FlowError('INVALID_ARGUMENT', `bad range [${start}, ${end}) for object "${key}"`);
+      }
+    }
+    let fh;
+    try {
+      fh = await open(path, 'r');
+    } catch (err) {
+      throw this.ioError(`object "${key}" not found`, err, true);
+    }
+    try {
+      const st = await fh.stat();
+      // A key that is only a prefix of other keys is a directory here, and no object.
+      if (!st.isFile()) throw new FlowError('NOT_FOUND', `object "${key}" not found`);
+      const size = st.size;
+      // A range reaching past the end is cut at the end, as an HTTP range read would be.
+      const start = range ? Math.min(range.start, size) : 0;
+      const end = range ? Math.min(range.end, size) : size;
+      const buf = Buffer.allocUnsafe(end - start);
+      let got = 0;
+      while (got < buf.length) {
+        const { bytesRead } = await fh.read(buf, got, buf.length - got, start + got);
+        if (bytesRead === 0) break; // shrank meanwhile; cannot happen with rename-only writes
+        got += bytesRead;
+      }
+      return got === buf.length ? buf : buf.subarray(0, got);
+    } catch (err) {
+      throw this.ioError(`cannot read object "${key}"`, err);
+    } finally {
+      await fh.close();
+    }
+  }
+
+  async list(prefix: string): Promise<ObjectInfo[]> {
+    this.check();
+    if (prefix.startsWith('/') || prefix.includes('\\') || prefix.split('/').some((s) => s === '..' || s === '.')) {
+      throw new FlowError('INVALID_ARGUMENT', `bad object key prefix "${prefix}"`);
+    }
+    // Only the directory named by the prefix's complete segments can hold matches; walk just that.
+    const cut = prefix.lastIndexOf('/');
+    const dirKey = cut < 0 ? '' : prefix.slice(0, cut);
+    if (dirKey !== '' && dirKey.split('/').includes('')) return []; // "a//b": no valid key can match
+    const out: ObjectInfo[] = [];
+    await this.walk(dirKey === '' ? this.rootDir : join(this.rootDir, ...dirKey.split('/')), dirKey, prefix, out);
+    // S3 lists in UTF-8 byte order; plain string comparison would order by UTF-16 units instead.
+    out.sort((a, b) => Buffer.compare(Buffer.from(a.key), Buffer.from(b.key)));
+    return out;
+  }
+
+  private async walk(dir: string, dirKey: string, prefix: string, out: ObjectInfo[]): Promise<void> {
+    let entries;
+    try {
+      entries = await readdir(dir, { withFileTypes: true });
+    } catch (err) {
+      const code = errnoCode(err);
+      if (code === 'ENOENT' || code === 'ENOTDIR') return;
+      throw this.ioError(`cannot list objects under "${dirKey}"`, err);
+    }
+    for (const e of entries) {
+      if (e.name.startsWith(TMP_PREFIX)) continue;
+      const key = dirKey === '' ? e.name : `${dirKey}/${e.name}`;
+      if (e.isDirectory()) {
+        // Descend only where keys can still start with the prefix.
+        if (key.startsWith(prefix) || prefix.startsWith(`${key}/`)) await this.walk(join(dir, e.name), key, prefix, out);
+      } else if (e.isFile() && key.startsWith(prefix)) {
+        try {
+          out.push({ key, size: (await stat(join(dir, e.name))).size });
+        } catch (err) {
+          if (errnoCode(err) !== 'ENOENT') throw this.ioError(`cannot stat object "${key}"`, err);
+        }
+      }
+    }
+  }
+
+  async delete(key: string): Promise<void> {
+    this.check();
+    const segs = keySegments(key);
+    try {
+      await unlink(join(this.rootDir, ...segs));
+    } catch (err) {
+      const code = errnoCode(err);
+      if (code === 'ENOENT' || code === 'ENOTDIR') return;
+      // EISDIR/EPERM: the key names a "directory" of other keys, which is no object.
+      if (code === 'EISDIR' || code === 'EPERM') return;
+      throw this.ioError(`cannot delete object "${key}"`, err);
+    }
+    // Remove directories the delete left empty, so deleted streams leave nothing behind. Best effort: a
+    // directory that is not empty, or is being written into, stays (put retries if it loses that race).
+    for (let n = segs.length - 1; n > 0; n--) {
+      try {
+        await rmdir(join(this.rootDir, ...segs.slice(0, n)));
+      } catch {
+        break;
+      }
+    }
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+  }
+
+  private putError(key: string, err: unknown): FlowError {
+    const code = errnoCode(err);
+    if (code === 'ENOTDIR' || code === 'EISDIR' || code === 'ENOTEMPTY' || code === 'EEXIST') {
+      // S3 allows both "a" and "a/b"; a directory tree cannot, so this store refuses the second one.
+      return new FlowError(
+        'INVALID_ARGUMENT',
+        `object key "${key}" collides with another key used as its directory (or the reverse)`,
+        { cause: err },
+      );
+    }
+    return new FlowError('STORAGE_ERROR', `cannot write object "${key}": ${code ?? String(err)}`, { cause: err });
+  }
+
+  private ioError(message: string, err: unknown, notFoundIsExpected = false): FlowError {
+    if (err instanceof FlowError) return err;
+    const code = errnoCode(err);
+    if (code === 'ENOENT' || code === 'ENOTDIR' || (notFoundIsExpected && code === 'EISDIR')) {
+      return new FlowError('NOT_FOUND', notFoundIsExpected ? message : `${message}: not found`, { cause: err });
+    }
+    return new FlowError('STORAGE_ERROR', `${message}: ${code ?? String(err)}`, { cause: err });
+  }
+}

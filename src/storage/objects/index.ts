@@ -1,0 +1,2 @@
+export type { ObjectInfo, ObjectStore } from './types.js';
+export { FsObjectStore } from './fs-store.js';

@@ -1,0 +1,520 @@
+/**
+ * The embedded hot tier: append-only, CRC-framed log files with group-commit fsync.
+ *
+ * Layout: `wal-<20-digit sequence>.log` files in one directory, written strictly in sequence order. Each
+ * frame is
+ *
+ *   u32 bodyLength | u32 crc32(body) | body
+ *   body = u16 keyLength | key (utf8) | u64 baseOffset | u64 endOffset | data
+ *
+ * (all integers big-endian; the u64 offsets are written as two u32 halves, which covers every safe integer).
+ *
+ * Group commit: appends queue their frames; at most one write+fdatasync is in flight, and the appends that
+ * arrive meanwhile form the next group, written with one writev and made durable with one fdatasync. Every
+ * append of a group shares the group's promise, so an append costs no syscall and no closure of its own.
+ *
+ * Recovery: only the tail of the last file can be torn, because a new file is created only after the previous
+ * group was fully synced, and a failed write is truncated away before the next one. So an invalid frame at the
+ * end of the last file is an unacknowledged write and is cut off; an invalid frame anywhere else is corruption
+ * of acknowledged data and stops the replay with CORRUPT_DATA rather than silently losing it.
+ */
+import { open, readdir, mkdir, unlink, stat, type FileHandle } from 'node:fs/promises';
+import { join } from 'node:path';
+import { crc32 } from 'node:zlib';
+import { FlowError } from '../../core/index.js';
+import type { WalEntry, WriteAheadLog } from './types.js';
+
+export interface FileWalOptions {
+  /** A file is closed and a new one started before a group would take it past this size. Default 64 MiB. */
+  maxFileBytes?: number;
+  /** fdatasync every group before acknowledging it. Default true; false only for tests and benchmarks. */
+  fsync?: boolean;
+  /** Told once per replay that truncated a torn tail (pino's Logger fits). */
+  logger?: { warn(obj: object, msg: string): void };
+}
+
+const FILE_RE = /^wal-(\d{20})\.log$/;
+const HEADER = 8; // u32 length + u32 crc
+const BODY_FIXED = 2 + 16; // u16 key length + two u64 offsets
+const MAX_KEY_BYTES = 0xffff;
+const MAX_BODY = 0xffffffff;
+const TWO32 = 0x1_0000_0000;
+/** Read-ahead for replay: large enough to make small frames cheap, small enough to not matter in memory. */
+const READ_CHUNK = 1 << 20;
+
+const fileName = (seq: number): string => `wal-${String(seq).padStart(20, '0')}.log`;
+
+interface WalFile {
+  seq: number;
+  path: string;
+  /** Bytes of complete, durable frames (the active file grows only after a group is synced). */
+  size: number;
+  /** Largest endOffset per key in this file; null until the file has been scanned by a replay. */
+  maxEnd: Map<string, number> | null;
+  /** Set while trim is deleting it, so that a concurrent trim does not delete it twice. */
+  deleting: boolean;
+}
+
+interface Group {
+  bufs: Buffer[];
+  bytes: number;
+  keys: string[];
+  ends: number[];
+  promise: Promise<void>;
+  resolve: () => void;
+  reject: (err: Error) => void;
+}
+
+function newGroup(): Group {
+  let resolve!: () => void;
+  let reject!: (err: Error) => void;
+  const promise = new Promise<void>((res, rej) => {
+    resolve = res;
+    reject = rej;
+  });
+  return { bufs: [], bytes: 0, keys: [], ends: [], promise, resolve, reject };
+}
+
+function isSafeOffset(n: number): boolean {
+  return Number.isSafeInteger(n) && n >= 0;
+}
+
+function writeU64(buf: Buffer, n: number, at: number): void {
+  buf.writeUInt32BE(Math.floor(n / TWO32), at);
+  buf.writeUInt32BE(n >>> 0, at + 4);
+}
+
+function readU64(buf: Buffer, at: number): number {
+  return buf.readUInt32BE(at) * TWO32 + buf.readUInt32BE(at + 4);
+}
+
+function errnoCode(err: unknown): string | undefined {
+  return err instanceof Error && 'code' in err && typeof err.code === 'string' ? err.code : undefined;
+}
+
+/** Reads arbitrary ranges of a file through a read-ahead buffer, so replaying small frames is not a syscall each. */
+class ChunkReader {
+  private buf: Buffer = Buffer.alloc(0);
+  private bufPos = 0;
+  constructor(
+    private readonly fh: FileHandle,
+    private readonly limit: number,
+  ) {}
+
+  /** Exactly `n` bytes at `pos`; the caller guarantees pos + n <= limit. The view is valid until the next call. */
+  async read(pos: number, n: number): Promise<Buffer> {
+    if (pos >= this.bufPos && pos + n <= this.bufPos + this.buf.length) {
+      return this.buf.subarray(pos - this.bufPos, pos - this.bufPos + n);
+    }
+    const size = Math.min(Math.max(n, READ_CHUNK), this.limit - pos);
+    const b = Buffer.allocUnsafe(size);
+    let got = 0;
+    while (got < size) {
+      const { bytesRead } = await this.fh.read(b, got, size - got, pos + got);
+      if (bytesRead === 0) throw new FlowError('STORAGE_ERROR', 'WAL file shrank while being read');
+      got += bytesRead;
+    }
+    this.buf = b;
+    this.bufPos = pos;
+    return b.subarray(0, n);
+  }
+}
+
+type FrameCheck =
+  | { ok: true; length: number }
+  /** `extent` is the frame's byte length when its header was readable and fits the file, else null. */
+  | { ok: false; reason: string; extent: number | null };
+
+export class FileWal implements WriteAheadLog {
+  /** Bytes cut off the end of the last file by the latest replay (a torn write). */
+  lastReplayTruncatedBytes = 0;
+  /** fdatasync calls made for groups; exposed so tests can see group commit at work. */
+  syncCount = 0;
+  /** Groups written (one writev each). */
+  groupCount = 0;
+
+  private readonly files: WalFile[] = [];
+  /** The file appends go to, and its handle (opened with O_APPEND); both null between files. */
+  private active: WalFile | null = null;
+  private activeFh: FileHandle | null = null;
+  private nextSeq: number;
+  private totalBytes = 0;
+  private pending: Group | null = null;
+  private flushing: Promise<void> | null = null;
+  private recovery: Promise<void> | null = null;
+  private recovered = false;
+  private rollRequested = false;
+  private closed = false;
+  private closing: Promise<void> | null = null;
+  /** Set when a failed write could not be undone: the file may hold a torn frame, so nothing may follow it. */
+  private failed: FlowError | null = null;
+  /** Encoded keys; partitions are few and appended to over and over. */
+  private readonly keyCache = new Map<string, Buffer>();
+
+  private readonly maxFileBytes: number;
+  private readonly fsync: boolean;
+  private readonly logger: FileWalOptions['logger'];
+
+  private constructor(
+    readonly dir: string,
+    existing: WalFile[],
+    opts: FileWalOptions,
+  ) {
+    this.files = existing;
+    for (const f of existing) this.totalBytes += f.size;
+    this.nextSeq = existing.length > 0 ? existing[existing.length - 1].seq + 1 : 1;
+    this.maxFileBytes = opts.maxFileBytes ?? 64 * 1024 * 1024;
+    this.fsync = opts.fsync ?? true;
+    this.logger = opts.logger;
+  }
+
+  static async open(dir: string, opts: FileWalOptions = {}): Promise<FileWal> {
+    if (opts.maxFileBytes !== undefined && !(Number.isSafeInteger(opts.maxFileBytes) && opts.maxFileBytes > 0)) {
+      throw new FlowError('INVALID_ARGUMENT', `maxFileBytes must be a positive integer, got ${opts.maxFileBytes}`);
+    }
+    try {
+      await mkdir(dir, { recursive: true });
+      const files: WalFile[] = [];
+      for (const name of await readdir(dir)) {
+        const m = FILE_RE.exec(name);
+        if (!m) continue;
+        const path = join(dir, name);
+        const st = await stat(path);
+        files.push({ seq: Number(m[1]), path, size: st.size, maxEnd: null, deleting: false });
+      }
+      files.sort((a, b) => a.seq - b.seq);
+      return new FileWal(dir, files, opts);
+    } catch (err) {
+      throw new FlowError('STORAGE_ERROR', `cannot open WAL directory ${dir}`, { cause: err });
+    }
+  }
+
+  /** Number of log files currently held (closed ones plus the active one). */
+  fileCount(): number {
+    return this.files.length;
+  }
+
+  size(): number {
+    return this.totalBytes;
+  }
+
+  append(entry: WalEntry): Promise<void> {
+    if (this.closed) return Promise.reject(new FlowError('CLOSED', 'WAL is closed'));
+    if (this.failed) return Promise.reject(this.failed);
+    const { key, baseOffset, endOffset, data } = entry;
+    if (!isSafeOffset(baseOffset) || !isSafeOffset(endOffset) || endOffset < baseOffset) {
+      return Promise.reject(
+        new FlowError('INVALID_ARGUMENT', `bad WAL entry offsets [${baseOffset}, ${endOffset}) for ${key}`),
+      );
+    }
+    let keyBytes = this.keyCache.get(key);
+    if (keyBytes === undefined) {
+      keyBytes = Buffer.from(key, 'utf8');
+      if (keyBytes.length > MAX_KEY_BYTES) {
+        return Promise.reject(new FlowError('INVALID_ARGUMENT', `WAL key longer than ${MAX_KEY_BYTES} bytes`));
+      }
+      // Bounded so that a churn of short-lived partitions cannot grow it forever.
+      if (this.keyCache.size >= 10_000) this.keyCache.clear();
+      this.keyCache.set(key, keyBytes);
+    }
+    const bodyLen = BODY_FIXED + keyBytes.length + data.length;
+    if (bodyLen > MAX_BODY) {
+      return Promise.reject(new FlowError('INVALID_ARGUMENT', 'WAL entry too large'));
+    }
+    // The header carries everything but the data, so the data is never copied until the group's writev.
+    const head = Buffer.allocUnsafe(HEADER + BODY_FIXED + keyBytes.length);
+    head.writeUInt32BE(bodyLen, 0);
+    head.writeUInt16BE(keyBytes.length, HEADER);
+    keyBytes.copy(head, HEADER + 2);
+    const at = HEADER + 2 + keyBytes.length;
+    writeU64(head, baseOffset, at);
+    writeU64(head, endOffset, at + 8);
+    head.writeUInt32BE(crc32(data, crc32(head.subarray(HEADER))), 4);
+
+    const g = (this.pending ??= newGroup());
+    // The caller must not modify `data` until the promise settles: it is written from this very buffer.
+    g.bufs.push(head, data);
+    g.bytes += head.length + data.length;
+    g.keys.push(key);
+    g.ends.push(endOffset);
+    this.flushing ??= this.flushLoop();
+    return g.promise;
+  }
+
+  private async flushLoop(): Promise<void> {
+    try {
+      await this.ensureRecovered();
+    } catch (err) {
+      const e = err instanceof FlowError ? err : new FlowError('STORAGE_ERROR', 'WAL recovery failed', { cause: err });
+      const g = this.pending;
+      this.pending = null;
+      this.flushing = null;
+      g?.reject(e);
+      return;
+    }
+    for (;;) {
+      // Every group that arrived while the previous one was in flight is written next, as one.
+      while (this.pending !== null) {
+        const g = this.pending;
+        this.pending = null;
+        if (this.failed) {
+          g.reject(this.failed);
+          continue;
+        }
+        try {
+          await this.writeGroup(g);
+          g.resolve();
+        } catch (err) {
+          g.reject(err instanceof FlowError ? err : new FlowError('STORAGE_ERROR', 'WAL write failed', { cause: err }));
+        }
+      }
+      if (!(this.rollRequested && this.active)) break;
+      // A trim asked for the active file while a group was in flight; appends arriving during this await
+      // are picked up by the next turn of the loop.
+      await this.retireActive().catch(() => undefined);
+    }
+    this.flushing = null;
+  }
+
+  private async writeGroup(g: Group): Promise<void> {
+    if (this.active && (this.rollRequested || (this.active.size > 0 && this.active.size + g.bytes > this.maxFileBytes))) {
+      await this.retireActive();
+    }
+    let a = this.active;
+    let fh = this.activeFh;
+    if (a === null || fh === null) [a, fh] = await this.createActive();
+    try {
+      const { bytesWritten } = await fh.writev(g.bufs);
+      if (bytesWritten !== g.bytes) throw new Error(`short write: ${bytesWritten} of ${g.bytes} bytes`);
+      if (this.fsync) {
+        await fh.datasync();
+        this.syncCount++;
+      }
+    } catch (err) {
+      // Cut the partial group off so that later groups never follow a torn frame; if even that fails, the
+      // file can no longer be trusted and the WAL refuses further appends (a restart recovers it).
+      try {
+        await fh.truncate(a.size);
+        if (this.fsync) await fh.datasync();
+      } catch (undoErr) {
+        this.failed = new FlowError('STORAGE_ERROR', `WAL file ${a.path} is in an unknown state`, { cause: undoErr });
+      }
+      throw new FlowError('STORAGE_ERROR', `WAL write to ${a.path} failed`, { cause: err });
+    }
+    this.groupCount++;
+    a.size += g.bytes;
+    this.totalBytes += g.bytes;
+    const maxEnd = a.maxEnd ?? (a.maxEnd = new Map());
+    for (let i = 0; i < g.keys.length; i++) {
+      const k = g.keys[i];
+      const prev = maxEnd.get(k);
+      if (prev === undefined || g.ends[i] > prev) maxEnd.set(k, g.ends[i]);
+    }
+  }
+
+  private async createActive(): Promise<[WalFile, FileHandle]> {
+    const seq = this.nextSeq++;
+    const path = join(this.dir, fileName(seq));
+    const fh = await open(path, 'ax');
+    try {
+      // The new directory entry must be durable too, or a crash could lose a file of acknowledged frames.
+      if (this.fsync) await this.syncDir();
+    } catch (err) {
+      await fh.close().catch(() => undefined);
+      throw err;
+    }
+    const f: WalFile = { seq, path, size: 0, maxEnd: new Map<string, number>(), deleting: false };
+    this.files.push(f);
+    this.active = f;
+    this.activeFh = fh;
+    return [f, fh];
+  }
+
+  /** Makes the active file an ordinary closed file; the next group starts a new one. */
+  private async retireActive(): Promise<void> {
+    this.rollRequested = false;
+    const fh = this.activeFh;
+    this.active = null;
+    this.activeFh = null;
+    await fh?.close();
+  }
+
+  private async syncDir(): Promise<void> {
+    const d = await open(this.dir, 'r');
+    try {
+      await d.sync();
+    } finally {
+      await d.close();
+    }
+  }
+
+  private ensureRecovered(): Promise<void> {
+    if (this.recovered) return Promise.resolve();
+    // Appends before replay still need the torn tail cut off first, or their frames would follow it.
+    this.recovery ??= this.scan(() => undefined, true).then(
+      () => {
+        this.recovered = true;
+      },
+      (err: unknown) => {
+        this.recovery = null;
+        throw err;
+      },
+    );
+    return this.recovery;
+  }
+
+  async replay(fn: (entry: WalEntry) => void): Promise<void> {
+    if (this.closed) throw new FlowError('CLOSED', 'WAL is closed');
+    if (!this.recovered && this.recovery === null) {
+      this.recovery = this.scan(fn, true).then(
+        () => {
+          this.recovered = true;
+        },
+        (err: unknown) => {
+          this.recovery = null;
+          throw err;
+        },
+      );
+      return this.recovery;
+    }
+    // A later replay (or one racing the first appends' recovery) reads only frames known to be complete.
+    await this.ensureRecovered();
+    await this.scan(fn, false);
+  }
+
+  /**
+   * Reads every file in order. With `recover`, this is the first look at the files: it learns each file's keys
+   * and cuts a torn tail off the last file; otherwise it reads up to the sizes already known to be good.
+   */
+  private async scan(fn: (entry: WalEntry) => void, recover: boolean): Promise<void> {
+    if (recover) this.lastReplayTruncatedBytes = 0;
+    const files = this.files.filter((f) => !f.deleting);
+    for (let fi = 0; fi < files.length; fi++) {
+      const f = files[fi];
+      if (!recover && f.size === 0) continue;
+      const isLast = fi === files.length - 1 && f !== this.active;
+      let fh: FileHandle;
+      try {
+        fh = await open(f.path, recover && isLast ? 'r+' : 'r');
+      } catch (err) {
+        if (errnoCode(err) === 'ENOENT' && !recover) continue; // trimmed meanwhile
+        throw new FlowError('STORAGE_ERROR', `cannot open WAL file ${f.path}`, { cause: err });
+      }
+      try {
+        const limit = recover ? (await fh.stat()).size : f.size;
+        const maxEnd = new Map<string, number>();
+        const reader = new ChunkReader(fh, limit);
+        let pos = 0;
+        while (pos < limit) {
+          const c = await this.checkFrame(reader, pos, limit);
+          if (!c.ok) {
+            if (!recover) {
+              throw new FlowError('CORRUPT_DATA', `WAL file ${f.path}: ${c.reason} at byte ${pos}`);
+            }
+            // A torn write leaves garbage only at the very end; a good frame after the bad one means the bad
+            // one was once acknowledged, and dropping it (and what follows) would silently lose data.
+            const followedByGood = c.extent !== null && (await this.checkFrame(reader, pos + c.extent, limit)).ok;
+            if (!isLast || followedByGood) {
+              throw new FlowError('CORRUPT_DATA', `WAL file ${f.path}: ${c.reason} at byte ${pos}, before its end`);
+            }
+            await fh.truncate(pos);
+            await fh.sync();
+            this.lastReplayTruncatedBytes = limit - pos;
+            this.logger?.warn(
+              { file: f.path, at: pos, droppedBytes: limit - pos, reason: c.reason },
+              'WAL: torn write at the end of the log dropped',
+            );
+            break;
+          }
+          const frame = await reader.read(pos, HEADER + c.length);
+          const keyLen = frame.readUInt16BE(HEADER);
+          const key = frame.toString('utf8', HEADER + 2, HEADER + 2 + keyLen);
+          const at = HEADER + 2 + keyLen;
+          const baseOffset = readU64(frame, at);
+          const endOffset = readU64(frame, at + 8);
+          // Copied out of the read-ahead buffer: the caller may keep entries long after the replay.
+          const data = Buffer.from(frame.subarray(at + 16));
+          const prev = maxEnd.get(key);
+          if (prev === undefined || endOffset > prev) maxEnd.set(key, endOffset);
+          fn({ key, baseOffset, endOffset, data });
+          pos += HEADER + c.length;
+        }
+        if (recover) {
+          this.totalBytes += pos - f.size;
+          f.size = pos;
+          f.maxEnd = maxEnd;
+        }
+      } finally {
+        await fh.close();
+      }
+    }
+  }
+
+  /** Validates the frame at `pos` without consuming it. */
+  private async checkFrame(reader: ChunkReader, pos: number, limit: number): Promise<FrameCheck> {
+    if (pos + HEADER > limit) return { ok: false, reason: 'short frame header', extent: null };
+    const head = await reader.read(pos, HEADER);
+    const length = head.readUInt32BE(0);
+    const crc = head.readUInt32BE(4);
+    if (length < BODY_FIXED) return { ok: false, reason: `impossible frame length ${length}`, extent: null };
+    if (pos + HEADER + length > limit) return { ok: false, reason: 'short frame body', extent: null };
+    const frame = await reader.read(pos, HEADER + length);
+    const body = frame.subarray(HEADER);
+    if (crc32(body) !== crc) return { ok: false, reason: 'CRC mismatch', extent: HEADER + length };
+    // The CRC matched, so anything inconsistent below was written that way: never a torn write.
+    const keyLen = body.readUInt16BE(0);
+    const bad = (reason: string): FrameCheck => ({ ok: false, reason, extent: HEADER + length });
+    if (BODY_FIXED + keyLen > length) return bad('key overruns frame');
+    const base = body.readUInt32BE(2 + keyLen);
+    const end = body.readUInt32BE(2 + keyLen + 8);
+    // High halves above 2^21 - 1 would not be safe integers.
+    if (base >= 0x200000 || end >= 0x200000) return bad('offset out of range');
+    if (readU64(body, 2 + keyLen + 8) < readU64(body, 2 + keyLen)) return bad('endOffset below baseOffset');
+    return { ok: true, length };
+  }
+
+  async trim(flushedUpTo: (key: string) => number): Promise<number> {
+    if (this.closed) throw new FlowError('CLOSED', 'WAL is closed');
+    // Files not yet scanned have unknown contents and are kept.
+    const fullyFlushed = (f: WalFile): boolean => {
+      if (f.maxEnd === null) return false;
+      for (const [k, end] of f.maxEnd) if (flushedUpTo(k) < end) return false;
+      return true;
+    };
+    const a = this.active;
+    if (a && a.size > 0 && fullyFlushed(a)) {
+      // Everything in the active file is flushed: retire it now when idle (else after the current group) so
+      // that this trim, or the next one, can delete it.
+      if (this.flushing === null) await this.retireActive();
+      else this.rollRequested = true;
+    }
+    let released = 0;
+    for (const f of [...this.files]) {
+      if (f === this.active || f.deleting || !fullyFlushed(f)) continue;
+      f.deleting = true;
+      try {
+        await unlink(f.path);
+      } catch (err) {
+        if (errnoCode(err) !== 'ENOENT') {
+          f.deleting = false;
+          throw new FlowError('STORAGE_ERROR', `cannot delete WAL file ${f.path}`, { cause: err });
+        }
+      }
+      const i = this.files.indexOf(f);
+      if (i >= 0) this.files.splice(i, 1);
+      this.totalBytes -= f.size;
+      released += f.size;
+    }
+    return released;
+  }
+
+  close(): Promise<void> {
+    this.closing ??= (async () => {
+      this.closed = true;
+      // Appends already accepted are finished, not dropped.
+      while (this.flushing) await this.flushing;
+      await this.retireActive();
+    })();
+    return this.closing;
+  }
+}

@@ -1,0 +1,249 @@
+/**
+ * What every Metastore backend must do. The factory opens (or reopens) the metastore kept in `dir`; a
+ * networked backend may map `dir` to a database or schema of its own.
+ */
+import { describe, it, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { isFlowError } from '../../src/core/index.js';
+import type { Metastore, SegmentMeta, StreamDef } from '../../src/storage/metastore/index.js';
+
+const stream = (name: string, over: Partial<StreamDef> = {}): StreamDef => ({
+  name,
+  partitions: 3,
+  bindings: [`${name.replaceAll('.', '/')}`, 'factory/+/+/telemetry'],
+  retentionMs: 86_400_000,
+  createdAt: 1_700_000_000_000,
+  ...over,
+});
+
+const segment = (streamName: string, partition: number, base: number, end: number): SegmentMeta => ({
+  stream: streamName,
+  partition,
+  baseOffset: base,
+  endOffset: end,
+  objectKey: `streams/${streamName}/${partition}/${String(base).padStart(20, '0')}.seg`,
+  size: (end - base) * 100,
+  maxTimestamp: 1_700_000_000_000 + base,
+  createdAt: 1_700_000_100_000,
+});
+
+export function metastoreConformance(name: string, open: (dir: string) => Promise<Metastore>): void {
+  describe(`Metastore conformance: ${name}`, () => {
+    let root = '';
+    let n = 0;
+    const freshDir = (): string => join(root, `case-${n++}`);
+
+    before(async () => {
+      root = await mkdtemp(join(tmpdir(), 'flowmq-metastore-conformance-'));
+    });
+    after(async () => {
+      await rm(root, { recursive: true, force: true });
+    });
+
+    it('has a kind', async () => {
+      const m = await open(freshDir());
+      assert.ok(m.kind.length > 0);
+      await m.close();
+    });
+
+    it('creates, reads, lists, updates and deletes streams', async () => {
+      const m = await open(freshDir());
+      assert.equal(await m.getStream('orders'), null);
+      assert.deepEqual(await m.listStreams(), []);
+
+      const orders = stream('orders');
+      const forever = stream('audit.log', { partitions: 1, bindings: [], retentionMs: null });
+      await m.createStream(orders);
+      await m.createStream(forever);
+      assert.deepEqual(await m.getStream('orders'), orders);
+      assert.deepEqual(await m.getStream('audit.log'), forever);
+      assert.deepEqual(await m.listStreams(), [forever, orders], 'listed by name');
+
+      const changed = { ...orders, partitions: 6, bindings: ['orders/#'], retentionMs: 1000 };
+      await m.updateStream(changed);
+      assert.deepEqual(await m.getStream('orders'), changed);
+
+      await m.deleteStream('orders');
+      assert.equal(await m.getStream('orders'), null);
+      assert.deepEqual(await m.listStreams(), [forever]);
+      await m.close();
+    });
+
+    it('refuses a duplicate stream with ALREADY_EXISTS and leaves the first one alone', async () => {
+      const m = await open(freshDir());
+      await m.createStream(stream('dup'));
+      await assert.rejects(m.createStream(stream('dup', { partitions: 9 })), (e: unknown) =>
+        isFlowError(e, 'ALREADY_EXISTS'),
+      );
+      assert.equal((await m.getStream('dup'))?.partitions, 3);
+      await m.close();
+    });
+
+    it('throws NOT_FOUND when updating or deleting an absent stream', async () => {
+      const m = await open(freshDir());
+      await assert.rejects(m.updateStream(stream('ghost')), (e: unknown) => isFlowError(e, 'NOT_FOUND'));
+      await assert.rejects(m.deleteStream('ghost'), (e: unknown) => isFlowError(e, 'NOT_FOUND'));
+      await m.close();
+    });
+
+    it('commits contiguous segments and advances the flushed offset', async () => {
+      const m = await open(freshDir());
+      await m.createStream(stream('s'));
+      assert.equal(await m.getPartitionState('s', 0), null);
+
+      await m.commitSegment(segment('s', 0, 0, 10));
+      assert.deepEqual(await m.getPartitionState('s', 0), { stream: 's', partition: 0, logStartOffset: 0, flushedOffset: 10 });
+      await m.commitSegment(segment('s', 0, 10, 25));
+      await m.commitSegment(segment('s', 0, 25, 26));
+      assert.equal((await m.getPartitionState('s', 0))?.flushedOffset, 26);
+      assert.deepEqual(await m.listSegments('s', 0), [segment('s', 0, 0, 10), segment('s', 0, 10, 25), segment('s', 0, 25, 26)]);
+
+      // Partitions are independent.
+      assert.deepEqual(await m.listSegments('s', 1), []);
+      await m.commitSegment(segment('s', 1, 0, 3));
+      assert.equal((await m.getPartitionState('s', 1))?.flushedOffset, 3);
+      assert.equal((await m.getPartitionState('s', 0))?.flushedOffset, 26);
+      await m.close();
+    });
+
+    it('refuses a segment that does not start at the flushed offset, changing nothing', async () => {
+      const m = await open(freshDir());
+      await m.createStream(stream('s'));
+      const invalid = (e: unknown) => isFlowError(e, 'INVALID_ARGUMENT');
+      // Nothing flushed yet: a segment must start at 0.
+      await assert.rejects(m.commitSegment(segment('s', 0, 5, 10)), invalid);
+      assert.equal(await m.getPartitionState('s', 0), null);
+
+      await m.commitSegment(segment('s', 0, 0, 10));
+      await assert.rejects(m.commitSegment(segment('s', 0, 11, 20)), invalid, 'gap');
+      await assert.rejects(m.commitSegment(segment('s', 0, 5, 20)), invalid, 'overlap');
+      await assert.rejects(m.commitSegment(segment('s', 0, 0, 10)), invalid, 'replayed commit');
+      assert.equal((await m.getPartitionState('s', 0))?.flushedOffset, 10);
+      assert.deepEqual(await m.listSegments('s', 0), [segment('s', 0, 0, 10)]);
+      await m.close();
+    });
+
+    it('keeps the log start offset apart from the flushed offset', async () => {
+      const m = await open(freshDir());
+      await m.createStream(stream('s'));
+      await m.setLogStartOffset('s', 2, 0);
+      assert.deepEqual(await m.getPartitionState('s', 2), { stream: 's', partition: 2, logStartOffset: 0, flushedOffset: 0 });
+      await m.commitSegment(segment('s', 2, 0, 10));
+      await m.commitSegment(segment('s', 2, 10, 20));
+      await m.setLogStartOffset('s', 2, 10);
+      assert.deepEqual(await m.getPartitionState('s', 2), { stream: 's', partition: 2, logStartOffset: 10, flushedOffset: 20 });
+      await m.commitSegment(segment('s', 2, 20, 30));
+      assert.deepEqual(await m.getPartitionState('s', 2), { stream: 's', partition: 2, logStartOffset: 10, flushedOffset: 30 });
+      await m.close();
+    });
+
+    it('deletes segments without touching the offsets', async () => {
+      const m = await open(freshDir());
+      await m.createStream(stream('s'));
+      await m.commitSegment(segment('s', 0, 0, 10));
+      await m.commitSegment(segment('s', 0, 10, 20));
+      await m.deleteSegment('s', 0, 0);
+      assert.deepEqual(await m.listSegments('s', 0), [segment('s', 0, 10, 20)]);
+      assert.equal((await m.getPartitionState('s', 0))?.flushedOffset, 20);
+      await m.deleteSegment('s', 0, 0); // already gone: no error
+      await m.close();
+    });
+
+    it('upserts and reads consumer offsets', async () => {
+      const m = await open(freshDir());
+      await m.createStream(stream('a'));
+      await m.createStream(stream('b'));
+      assert.equal(await m.fetchOffset('g1', 'a', 0), null);
+
+      const t0 = Date.now();
+      await m.commitOffset({ group: 'g1', stream: 'a', partition: 0, offset: 5, metadata: null });
+      const first = await m.fetchOffset('g1', 'a', 0);
+      assert.ok(first);
+      assert.equal(first.offset, 5);
+      assert.equal(first.metadata, null);
+      assert.ok(first.committedAt >= t0 - 1000 && first.committedAt <= Date.now() + 1000, 'committedAt is now');
+
+      await m.commitOffset({ group: 'g1', stream: 'a', partition: 0, offset: 42, metadata: 'consumer-1' });
+      await m.commitOffset({ group: 'g1', stream: 'b', partition: 1, offset: 7, metadata: '' });
+      await m.commitOffset({ group: 'g1', stream: 'a', partition: 2, offset: 3, metadata: null });
+      await m.commitOffset({ group: 'g2', stream: 'a', partition: 0, offset: 1, metadata: null });
+
+      const strip = (o: { group: string; stream: string; partition: number; offset: number; metadata: string | null }) => ({
+        group: o.group,
+        stream: o.stream,
+        partition: o.partition,
+        offset: o.offset,
+        metadata: o.metadata,
+      });
+      assert.deepEqual((await m.listOffsets('g1')).map(strip), [
+        { group: 'g1', stream: 'a', partition: 0, offset: 42, metadata: 'consumer-1' },
+        { group: 'g1', stream: 'a', partition: 2, offset: 3, metadata: null },
+        { group: 'g1', stream: 'b', partition: 1, offset: 7, metadata: '' },
+      ]);
+      assert.deepEqual((await m.listOffsets('g2')).map(strip), [
+        { group: 'g2', stream: 'a', partition: 0, offset: 1, metadata: null },
+      ]);
+      assert.deepEqual(await m.listOffsets('nobody'), []);
+      await m.close();
+    });
+
+    it('deletes a stream together with its partitions, segments and offsets', async () => {
+      const m = await open(freshDir());
+      await m.createStream(stream('gone'));
+      await m.createStream(stream('kept'));
+      for (const s of ['gone', 'kept']) {
+        await m.commitSegment(segment(s, 0, 0, 10));
+        await m.setLogStartOffset(s, 1, 0);
+        await m.commitOffset({ group: 'g', stream: s, partition: 0, offset: 9, metadata: null });
+      }
+      await m.deleteStream('gone');
+      assert.equal(await m.getPartitionState('gone', 0), null);
+      assert.equal(await m.getPartitionState('gone', 1), null);
+      assert.deepEqual(await m.listSegments('gone', 0), []);
+      assert.equal(await m.fetchOffset('g', 'gone', 0), null);
+      assert.deepEqual(
+        (await m.listOffsets('g')).map((o) => o.stream),
+        ['kept'],
+      );
+      assert.equal((await m.getPartitionState('kept', 0))?.flushedOffset, 10);
+      assert.equal((await m.listSegments('kept', 0)).length, 1);
+
+      // A stream recreated under the same name starts from scratch.
+      await m.createStream(stream('gone'));
+      assert.equal(await m.getPartitionState('gone', 0), null);
+      await m.commitSegment(segment('gone', 0, 0, 4));
+      assert.equal((await m.getPartitionState('gone', 0))?.flushedOffset, 4);
+      await m.close();
+    });
+
+    it('keeps everything across reopen', async () => {
+      const dir = freshDir();
+      const m = await open(dir);
+      const def = stream('durable', { bindings: ['a/+/b', 'c/#'] });
+      await m.createStream(def);
+      await m.commitSegment(segment('durable', 1, 0, 100));
+      await m.setLogStartOffset('durable', 1, 50);
+      await m.commitOffset({ group: 'g', stream: 'durable', partition: 1, offset: 77, metadata: 'm' });
+      await m.close();
+
+      const m2 = await open(dir);
+      assert.deepEqual(await m2.getStream('durable'), def);
+      assert.deepEqual(await m2.getPartitionState('durable', 1), {
+        stream: 'durable',
+        partition: 1,
+        logStartOffset: 50,
+        flushedOffset: 100,
+      });
+      assert.deepEqual(await m2.listSegments('durable', 1), [segment('durable', 1, 0, 100)]);
+      const o = await m2.fetchOffset('g', 'durable', 1);
+      assert.equal(o?.offset, 77);
+      assert.equal(o?.metadata, 'm');
+      // Commits continue from where they were.
+      await m2.commitSegment(segment('durable', 1, 100, 120));
+      await m2.close();
+    });
+  });
+}

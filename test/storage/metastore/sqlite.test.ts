@@ -1,0 +1,171 @@
+import { describe, it, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
+import { isFlowError } from '../../../src/core/index.js';
+import { SqliteMetastore, migrations, type StreamDef } from '../../../src/storage/metastore/index.js';
+import { migrate } from '../../../src/storage/metastore/sqlite.js';
+
+const def = (name: string): StreamDef => ({ name, partitions: 2, bindings: [name], retentionMs: null, createdAt: 1 });
+
+describe('SqliteMetastore', () => {
+  let root = '';
+  let n = 0;
+  const freshFile = (): string => join(root, `t-${n++}`, 'meta.db');
+
+  before(async () => {
+    root = await mkdtemp(join(tmpdir(), 'flowmq-sqlite-'));
+  });
+  after(async () => {
+    await rm(root, { recursive: true, force: true });
+  });
+
+  describe('schema migrations', () => {
+    it('records every migration once, in order, and does not re-apply them on reopen', async () => {
+      const file = freshFile();
+      const m = SqliteMetastore.open(file);
+      assert.equal(m.schemaVersion(), migrations.length);
+      await m.close();
+      await SqliteMetastore.open(file).close();
+
+      const db = new Database(file, { readonly: true });
+      const rows = db.prepare('SELECT version, name, applied_at FROM schema_migrations ORDER BY version').all() as Array<{
+        version: number;
+        name: string;
+        applied_at: number;
+      }>;
+      db.close();
+      assert.deepEqual(
+        rows.map((r) => [r.version, r.name]),
+        migrations.map((mg) => [mg.version, mg.name]),
+      );
+      for (const r of rows) assert.ok(r.applied_at > 1_600_000_000_000, 'applied_at is a ms timestamp');
+    });
+
+    it('refuses a database written by a newer FlowMQ', async () => {
+      const file = freshFile();
+      await SqliteMetastore.open(file).close();
+      const db = new Database(file);
+      db.prepare('INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)').run(
+        migrations.length + 1,
+        'from the future',
+        Date.now(),
+      );
+      db.close();
+      assert.throws(
+        () => SqliteMetastore.open(file),
+        (e: unknown) => isFlowError(e, 'STORAGE_ERROR') && /newer/.test(e.message),
+      );
+    });
+
+    it('applies only pending migrations, and a failing one rolls back the whole batch', () => {
+      const db = new Database(':memory:');
+      assert.equal(migrate(db), migrations.length);
+      const extra = [
+        ...migrations,
+        { version: migrations.length + 1, name: 'add a table', sql: 'CREATE TABLE extra (x INTEGER)' },
+        { version: migrations.length + 2, name: 'broken', sql: 'CREATE TABLE extra2 (x INTEGER); THIS IS NOT SQL' },
+      ];
+      assert.throws(() => migrate(db, extra));
+      const version = () => (db.prepare('SELECT MAX(version) AS v FROM schema_migrations').get() as { v: number }).v;
+      assert.equal(version(), migrations.length, 'nothing of the failed batch recorded');
+      assert.equal(db.prepare("SELECT name FROM sqlite_master WHERE name = 'extra'").get(), undefined, 'nor applied');
+
+      assert.equal(migrate(db, extra.slice(0, -1)), migrations.length + 1);
+      assert.equal(version(), migrations.length + 1);
+      assert.notEqual(db.prepare("SELECT name FROM sqlite_master WHERE name = 'extra'").get(), undefined);
+      db.close();
+    });
+
+    it('refuses a migration list that is out of order', () => {
+      const db = new Database(':memory:');
+      assert.throws(() => migrate(db, [{ version: 2, name: 'skips 1', sql: '' }]), /out of order/);
+      db.close();
+    });
+  });
+
+  it('keeps a stream\'s createdAt when the stream is updated', async () => {
+    const m = SqliteMetastore.open(':memory:');
+    await m.createStream({ ...def('s'), createdAt: 1000 });
+    await m.updateStream({ ...def('s'), partitions: 4, createdAt: 2000 });
+    assert.deepEqual(await m.getStream('s'), { ...def('s'), partitions: 4, createdAt: 1000 });
+    await m.close();
+  });
+
+  it('uses WAL journal mode', async () => {
+    const file = freshFile();
+    const m = SqliteMetastore.open(file);
+    await m.createStream(def('s'));
+    const db = new Database(file, { readonly: true });
+    assert.equal(db.pragma('journal_mode', { simple: true }), 'wal');
+    db.close();
+    await m.close();
+  });
+
+  it('refuses partition state, segments and offsets for a stream that does not exist', async () => {
+    const m = SqliteMetastore.open(':memory:');
+    const notFound = (e: unknown) => isFlowError(e, 'NOT_FOUND');
+    await assert.rejects(
+      m.commitSegment({
+        stream: 'ghost',
+        partition: 0,
+        baseOffset: 0,
+        endOffset: 1,
+        objectKey: 'k',
+        size: 1,
+        maxTimestamp: 0,
+        createdAt: 0,
+      }),
+      notFound,
+    );
+    await assert.rejects(m.setLogStartOffset('ghost', 0, 5), notFound);
+    await assert.rejects(m.commitOffset({ group: 'g', stream: 'ghost', partition: 0, offset: 1, metadata: null }), notFound);
+    await m.close();
+  });
+
+  it('never moves the log start offset backwards', async () => {
+    const m = SqliteMetastore.open(':memory:');
+    await m.createStream(def('s'));
+    await m.setLogStartOffset('s', 0, 50);
+    await m.setLogStartOffset('s', 0, 20); // a stale retention pass
+    assert.equal((await m.getPartitionState('s', 0))?.logStartOffset, 50);
+    await m.setLogStartOffset('s', 0, 60);
+    assert.equal((await m.getPartitionState('s', 0))?.logStartOffset, 60);
+    await m.close();
+  });
+
+  it('validates its arguments', async () => {
+    const m = SqliteMetastore.open(':memory:');
+    const invalid = (e: unknown) => isFlowError(e, 'INVALID_ARGUMENT');
+    await assert.rejects(m.createStream({ ...def('s'), partitions: 0 }), invalid);
+    await assert.rejects(m.createStream({ ...def(''), partitions: 1 }), invalid);
+    await m.createStream(def('s'));
+    const seg = { stream: 's', partition: 0, baseOffset: 0, endOffset: 0, objectKey: 'k', size: 0, maxTimestamp: -1, createdAt: 0 };
+    await assert.rejects(m.commitSegment(seg), invalid, 'empty segment');
+    await assert.rejects(m.commitSegment({ ...seg, endOffset: 1.5 }), invalid);
+    // -1 is how Kafka clients say "no offset"; accepted as is.
+    await m.commitOffset({ group: 'g', stream: 's', partition: 0, offset: -1, metadata: null });
+    assert.equal((await m.fetchOffset('g', 's', 0))?.offset, -1);
+    await m.close();
+  });
+
+  it('throws CLOSED after close, and close is idempotent', async () => {
+    const m = SqliteMetastore.open(':memory:');
+    await m.close();
+    await m.close();
+    await assert.rejects(m.listStreams(), (e: unknown) => isFlowError(e, 'CLOSED'));
+    await assert.rejects(m.createStream(def('x')), (e: unknown) => isFlowError(e, 'CLOSED'));
+  });
+
+  it('creates the directory of the database file', async () => {
+    const file = join(root, 'deep', 'er', 'meta.db');
+    const m = SqliteMetastore.open(file);
+    await m.createStream(def('s'));
+    await m.close();
+    const again = SqliteMetastore.open(file);
+    assert.equal((await again.listStreams()).length, 1);
+    await again.close();
+  });
+});
