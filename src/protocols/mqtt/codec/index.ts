@@ -1,0 +1,27 @@
+/** MQTT codec: pure encode/decode of control packets (no sockets, no state). */
+export * from './types.js';
+export * from './errors.js';
+export {
+  INCOMPLETE,
+  MAX_REMAINING_LENGTH,
+  SUPPORTED_LEVELS,
+  parsePacket,
+  peekFrameLength,
+  type Incomplete,
+  type ParseResult,
+} from './decode.js';
+export {
+  encodeConnack,
+  encodeConnect,
+  encodeDisconnect,
+  encodeIdOnly,
+  encodePacket,
+  encodePingreq,
+  encodePingresp,
+  encodePublish,
+  encodePublishFrame,
+  encodeSuback,
+  encodeSubscribe,
+  encodeUnsubscribe,
+  varintSize,
+} from './encode.js';

@@ -1,0 +1,199 @@
+/**
+ * Helpers for the MQTT adapter tests: a broker (listener + in-memory engine + capturing logger), a raw-socket
+ * MQTT client built on our own codec, and small async utilities. No side effects on import.
+ */
+import net from 'node:net';
+import { spawn } from 'node:child_process';
+import { pino, type Logger } from 'pino';
+import { Engine } from '../../../src/core/index.js';
+import type { AppendResult } from '../../../src/core/index.js';
+import { startMqttListener, type MqttListener, type MqttOptions } from '../../../src/protocols/mqtt/index.js';
+import {
+  INCOMPLETE,
+  encodePacket,
+  parsePacket,
+  type ConnectPacket,
+  type MqttPacket,
+} from '../../../src/protocols/mqtt/codec/index.js';
+import { MemoryStreams } from '../../helpers/memory-storage.js';
+
+export interface LogLine {
+  level: number;
+  msg: string;
+  [k: string]: unknown;
+}
+
+export interface TestBroker {
+  engine: Engine;
+  storage: MemoryStreams;
+  listener: MqttListener;
+  port: number;
+  url: string;
+  logs: LogLine[];
+  logger: Logger;
+  close(): Promise<void>;
+}
+
+export async function startBroker(opts: MqttOptions = {}, storage = new MemoryStreams()): Promise<TestBroker> {
+  const logs: LogLine[] = [];
+  const logger = pino({ level: 'debug' }, { write: (s: string) => void logs.push(JSON.parse(s) as LogLine) });
+  const engine = new Engine(storage, storage);
+  const listener = await startMqttListener({ engine, logger, brokerId: 1 }, { host: '127.0.0.1', port: 0 }, opts);
+  const port = listener.address().port;
+  return {
+    engine,
+    storage,
+    listener,
+    port,
+    url: `mqtt://127.0.0.1:${port}`,
+    logs,
+    logger,
+    close: () => listener.close(),
+  };
+}
+
+/** Memory storage whose durable writes wait until released (or fail), to observe PUBACK timing. */
+export class GatedStreams extends MemoryStreams {
+  hold = false;
+  fail = false;
+  private readonly waiting: Array<{ resolve: () => void; reject: (e: Error) => void }> = [];
+
+  override append(stream: string, partition: number, batch: Buffer): AppendResult {
+    const r = super.append(stream, partition, batch);
+    if (this.fail) return { baseOffset: r.baseOffset, durable: Promise.reject(new Error('disk on fire')) };
+    if (!this.hold) return r;
+    const durable = new Promise<void>((resolve, reject) => this.waiting.push({ resolve, reject }));
+    return { baseOffset: r.baseOffset, durable };
+  }
+
+  get held(): number {
+    return this.waiting.length;
+  }
+
+  release(): void {
+    for (const w of this.waiting.splice(0)) w.resolve();
+  }
+}
+
+export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+export async function until(cond: () => boolean, what: string, timeoutMs = 5000): Promise<void> {
+  const t0 = Date.now();
+  while (!cond()) {
+    if (Date.now() - t0 > timeoutMs) throw new Error(`timed out waiting for ${what}`);
+    await sleep(5);
+  }
+}
+
+export function connectPacket(clientId: string, init: Partial<ConnectPacket> = {}): ConnectPacket {
+  return {
+    type: 'connect',
+    protocolName: 'MQTT',
+    protocolLevel: 4,
+    cleanSession: true,
+    keepalive: 0,
+    clientId,
+    will: null,
+    username: null,
+    password: null,
+    ...init,
+  };
+}
+
+/** A bare MQTT client over a TCP socket: sends raw bytes, decodes what comes back with our codec. */
+export class RawClient {
+  readonly packets: MqttPacket[] = [];
+  readonly closed: Promise<void>;
+  isClosed = false;
+  private buf = Buffer.alloc(0);
+
+  private constructor(readonly socket: net.Socket) {
+    socket.on('data', (d: Buffer) => {
+      this.buf = Buffer.concat([this.buf, d]);
+      for (;;) {
+        const r = parsePacket(this.buf, 0);
+        if (r === INCOMPLETE) break;
+        this.packets.push(r.packet);
+        this.buf = this.buf.subarray(r.bytesConsumed);
+      }
+    });
+    socket.on('error', () => {});
+    this.closed = new Promise((resolve) =>
+      socket.on('close', () => {
+        this.isClosed = true;
+        resolve();
+      }),
+    );
+  }
+
+  static open(port: number): Promise<RawClient> {
+    return new Promise((resolve, reject) => {
+      const s = net.connect(port, '127.0.0.1', () => resolve(new RawClient(s)));
+      s.once('error', reject);
+    });
+  }
+
+  /** Opens a socket, sends CONNECT and waits for the CONNACK. */
+  static async connect(port: number, clientId: string, init: Partial<ConnectPacket> = {}): Promise<RawClient> {
+    const c = await RawClient.open(port);
+    c.send(connectPacket(clientId, init));
+    await c.next('connack');
+    return c;
+  }
+
+  send(p: MqttPacket | Buffer): void {
+    this.socket.write(Buffer.isBuffer(p) ? p : encodePacket(p));
+  }
+
+  /** Waits for the next received packet of `type` not yet consumed by an earlier `next`. */
+  async next<T extends MqttPacket['type']>(type: T, timeoutMs = 3000): Promise<Extract<MqttPacket, { type: T }>> {
+    const t0 = Date.now();
+    for (;;) {
+      const i = this.packets.findIndex((p) => p.type === type);
+      if (i >= 0) return this.packets.splice(i, 1)[0] as Extract<MqttPacket, { type: T }>;
+      if (Date.now() - t0 > timeoutMs) throw new Error(`no ${type} within ${timeoutMs} ms`);
+      if (this.isClosed) throw new Error(`connection closed while waiting for ${type}`);
+      await sleep(2);
+    }
+  }
+
+  async waitClosed(timeoutMs = 3000): Promise<void> {
+    await Promise.race([
+      this.closed,
+      sleep(timeoutMs).then(() => {
+        throw new Error('connection was not closed');
+      }),
+    ]);
+  }
+
+  destroy(): void {
+    this.socket.destroy();
+  }
+}
+
+export interface ProcResult {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs a command to completion (with a hard timeout), feeding `input` on stdin. */
+export function run(cmd: string, args: string[], input?: string, timeoutMs = 15_000): Promise<ProcResult> {
+  return new Promise((resolve, reject) => {
+    const p = spawn(cmd, args, { stdio: ['pipe', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    p.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+    p.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    const t = setTimeout(() => p.kill('SIGKILL'), timeoutMs);
+    p.on('error', (e) => {
+      clearTimeout(t);
+      reject(e);
+    });
+    p.on('close', (code) => {
+      clearTimeout(t);
+      resolve({ code, stdout, stderr });
+    });
+    p.stdin.end(input ?? '');
+  });
+}
