@@ -1,0 +1,87 @@
+/**
+ * State shared by every Kafka connection of one listener: the engine, options, the API routes, and topic
+ * auto-creation (deduplicated, so concurrent requests naming the same new topic create it once).
+ */
+import type { Logger } from 'pino';
+import { isFlowError, isValidStreamName, type Engine, type StreamEntry } from '../../core/index.js';
+import type { AdapterContext } from '../types.js';
+import { KafkaErrorCode, type ApiVersionRange } from './codec/index.js';
+import { kafkaErrorCode } from './errors.js';
+import type { ResolvedKafkaOptions } from './options.js';
+import type { Route } from './route.js';
+
+export type TopicResult = { entry: StreamEntry; errorCode: 0 } | { entry: null; errorCode: number };
+
+export class KafkaAdapter {
+  readonly engine: Engine;
+  readonly logger: Logger;
+  readonly brokerId: number;
+  private readonly routeByKey: Map<number, Route>;
+  /** Ranges advertised by ApiVersions: exactly the APIs with a route. */
+  readonly apiVersions: ApiVersionRange[];
+  private readonly creating = new Map<string, Promise<void>>();
+
+  constructor(
+    ctx: AdapterContext,
+    readonly options: ResolvedKafkaOptions,
+    routes: readonly Route[],
+  ) {
+    this.engine = ctx.engine;
+    this.logger = ctx.logger;
+    this.brokerId = ctx.brokerId;
+    this.routeByKey = new Map(routes.map((r) => [r.codec.apiKey, r]));
+    this.apiVersions = routes
+      .map((r) => ({ apiKey: r.codec.apiKey, minVersion: r.codec.minVersion, maxVersion: r.codec.maxVersion }))
+      .sort((a, b) => a.apiKey - b.apiKey);
+  }
+
+  route(apiKey: number): Route | undefined {
+    return this.routeByKey.get(apiKey);
+  }
+
+  /** The stream of a Kafka topic, without creating it. */
+  lookup(name: string): TopicResult {
+    const entry = this.engine.getStream(name);
+    if (entry) return { entry, errorCode: 0 };
+    if (!isValidStreamName(name)) return { entry: null, errorCode: KafkaErrorCode.INVALID_TOPIC_EXCEPTION };
+    return { entry: null, errorCode: KafkaErrorCode.UNKNOWN_TOPIC_OR_PARTITION };
+  }
+
+  /** Whether an unknown topic would be created by `resolve(name, true)`. */
+  wouldCreate(name: string): boolean {
+    return this.options.autoCreateTopics && isValidStreamName(name) && this.engine.getStream(name) === undefined;
+  }
+
+  /**
+   * The stream of a Kafka topic, auto-creating it when `allowCreate` and the listener allows it. A Kafka topic
+   * `a.b.c` is the stream `a.b.c`, whose own unified topic `a/b/c` the engine binds by default.
+   */
+  async resolve(name: string, allowCreate: boolean): Promise<TopicResult> {
+    const found = this.lookup(name);
+    if (found.entry || found.errorCode !== KafkaErrorCode.UNKNOWN_TOPIC_OR_PARTITION) return found;
+    if (!allowCreate || !this.options.autoCreateTopics) return found;
+    let p = this.creating.get(name);
+    if (!p) {
+      p = this.engine
+        .createStream({ name, partitions: this.options.defaultPartitions })
+        .then(
+          (def) => {
+            this.logger.info({ topic: name, partitions: def.partitions }, 'auto-created topic');
+          },
+          (err: unknown) => {
+            // Created meanwhile by someone else (another listener, the admin API): that is what we wanted.
+            if (!isFlowError(err, 'ALREADY_EXISTS')) throw err;
+          },
+        )
+        .finally(() => this.creating.delete(name));
+      this.creating.set(name, p);
+    }
+    try {
+      await p;
+    } catch (err) {
+      this.logger.warn({ err, topic: name }, 'topic auto-creation failed');
+      return { entry: null, errorCode: kafkaErrorCode(err) };
+    }
+    return this.lookup(name);
+  }
+}

@@ -1,0 +1,314 @@
+/**
+ * One Kafka client connection over any Duplex (TCP socket, TLS socket, a test pair).
+ *
+ * - Framing: every request is a 4-byte big-endian size followed by that many bytes. A negative size or one above
+ *   `maxRequestBytes` cannot be a valid request (and must not make us buffer gigabytes): the connection is
+ *   logged and closed.
+ * - Pipelining: clients send several requests without waiting (max.in.flight). Each request gets a slot in
+ *   arrival order; handlers run concurrently (a Produce waiting for durability must not hold up the next one),
+ *   and responses are written strictly in request order, as the protocol requires, by flushing the slots at the
+ *   head of the queue as they complete.
+ * - Writes are corked and released on the next tick, so responses completing together leave in one writev.
+ * - Backpressure: with too many unanswered requests, or a socket that is not draining, the connection stops
+ *   reading until it catches up, so a slow or greedy client cannot grow the broker's memory without bound.
+ * - Errors: a malformed request, an unknown API or an unadvertised version closes this connection with a log
+ *   line (the protocol has no way to answer a request the broker cannot parse), except ApiVersions, which is
+ *   answered per KIP-511. Nothing a client sends can throw out of this class.
+ */
+import type { Duplex } from 'node:stream';
+import type { Logger } from 'pino';
+import type { KafkaAdapter } from './adapter.js';
+import {
+  ApiKey,
+  ApiVersionsApi,
+  KafkaErrorCode,
+  KafkaProtocolError,
+  apiName,
+  encodeResponse,
+  readRequestPrefix,
+  supportsVersion,
+  type RequestPrefix,
+} from './codec/index.js';
+import { CLOSE_CONNECTION, type ConnectionInfo, type RouteResult } from './route.js';
+
+export interface KafkaConnectionInit {
+  id: string;
+  localAddress?: string;
+  localPort?: number;
+  remoteAddress?: string;
+  remotePort?: number;
+}
+
+interface Slot {
+  done: boolean;
+  /** Encoded response frame; null when the request gets no response (Produce acks=0); or close here. */
+  result: RouteResult;
+}
+
+export class KafkaConnection implements ConnectionInfo {
+  readonly id: string;
+  readonly log: Logger;
+  readonly localAddress: string | undefined;
+  readonly localPort: number | undefined;
+  readonly closed: Promise<void>;
+  private resolveClosed: () => void = () => undefined;
+  private isDone = false;
+
+  /** Received bytes not yet framed. */
+  private readonly inbox: Buffer[] = [];
+  private inboxBytes = 0;
+  /** Size of the frame being received, -1 while its size prefix is incomplete. */
+  private frameSize = -1;
+  private readonly pending: Slot[] = [];
+  private paused = false;
+  private corked = false;
+  /** The client finished sending: end our side once every pending response is written. */
+  private ended = false;
+  private released = false;
+  private readonly closeListeners = new Set<() => void>();
+
+  constructor(
+    private readonly stream: Duplex,
+    private readonly adapter: KafkaAdapter,
+    init: KafkaConnectionInit,
+  ) {
+    this.id = init.id;
+    this.localAddress = init.localAddress;
+    this.localPort = init.localPort;
+    this.log = adapter.logger.child({ conn: init.id, remote: `${init.remoteAddress ?? '?'}:${init.remotePort ?? '?'}` });
+    this.closed = new Promise<void>((resolve) => {
+      this.resolveClosed = resolve;
+    });
+    stream.on('data', (chunk: Buffer | string) => this.onData(typeof chunk === 'string' ? Buffer.from(chunk) : chunk));
+    stream.on('drain', () => this.updateFlow());
+    stream.on('end', () => {
+      this.ended = true;
+      this.maybeEnd();
+    });
+    stream.on('error', (err: Error) => {
+      this.log.debug({ err }, 'connection error');
+      this.destroy();
+    });
+    stream.on('close', () => this.handleStreamClose());
+    this.log.debug('connection opened');
+  }
+
+  isClosed(): boolean {
+    return this.isDone;
+  }
+
+  onClose(fn: () => void): () => void {
+    if (this.released) {
+      fn();
+      return () => undefined;
+    }
+    this.closeListeners.add(fn);
+    return () => this.closeListeners.delete(fn);
+  }
+
+  /** Closes the connection now; pending responses are dropped. */
+  close(): void {
+    this.destroy();
+  }
+
+  // ---------------------------------------------------------------- input
+
+  private onData(chunk: Buffer): void {
+    if (this.isDone) return;
+    this.inbox.push(chunk);
+    this.inboxBytes += chunk.length;
+    while (!this.isDone) {
+      if (this.frameSize < 0) {
+        if (this.inboxBytes < 4) break;
+        const size = this.take(4).readInt32BE(0);
+        if (size < 0 || size > this.adapter.options.maxRequestBytes) {
+          this.log.warn({ size, max: this.adapter.options.maxRequestBytes }, 'invalid request size: closing connection');
+          this.destroy();
+          return;
+        }
+        this.frameSize = size;
+      }
+      if (this.inboxBytes < this.frameSize) break;
+      const frame = this.take(this.frameSize);
+      this.frameSize = -1;
+      this.dispatch(frame);
+    }
+    this.updateFlow();
+  }
+
+  /** Removes the first n buffered bytes; zero-copy when they lie in one chunk. */
+  private take(n: number): Buffer {
+    this.inboxBytes -= n;
+    const first = this.inbox[0];
+    if (n === 0) return Buffer.alloc(0);
+    if (first.length >= n) {
+      if (first.length === n) this.inbox.shift();
+      else this.inbox[0] = first.subarray(n);
+      return first.subarray(0, n);
+    }
+    const out = Buffer.allocUnsafe(n);
+    let off = 0;
+    while (off < n) {
+      const c = this.inbox[0];
+      const k = Math.min(c.length, n - off);
+      c.copy(out, off, 0, k);
+      off += k;
+      if (k === c.length) this.inbox.shift();
+      else this.inbox[0] = c.subarray(k);
+    }
+    return out;
+  }
+
+  private dispatch(frame: Buffer): void {
+    let prefix: RequestPrefix;
+    try {
+      prefix = readRequestPrefix(frame);
+    } catch (err) {
+      this.reject(err, undefined);
+      return;
+    }
+    if (this.log.isLevelEnabled('trace')) {
+      this.log.trace({ api: apiName(prefix.apiKey), version: prefix.apiVersion, correlationId: prefix.correlationId }, 'request');
+    }
+    const route = this.adapter.route(prefix.apiKey);
+    if (!route) {
+      this.log.warn(
+        { api: apiName(prefix.apiKey), apiKey: prefix.apiKey, version: prefix.apiVersion, correlationId: prefix.correlationId },
+        'unsupported API: closing connection',
+      );
+      this.destroy();
+      return;
+    }
+    if (!supportsVersion(route.codec, prefix.apiVersion)) {
+      if (prefix.apiKey === ApiKey.ApiVersions) {
+        // KIP-511: a client may open with a newer ApiVersions than the broker knows. Answer UNSUPPORTED_VERSION in
+        // the v0 layout (which every version can read, and why ApiVersions responses keep header v0) with the
+        // supported ranges, so the client retries with the highest version we support.
+        const chunks = encodeResponse(ApiVersionsApi, 0, prefix.correlationId, {
+          errorCode: KafkaErrorCode.UNSUPPORTED_VERSION,
+          apiKeys: this.adapter.apiVersions,
+          throttleTimeMs: 0,
+        });
+        this.pending.push({ done: true, result: chunks });
+        this.flush();
+        return;
+      }
+      // Clients only send versions the broker advertised; one that does not is broken, and its response layout
+      // is unknown to us, so there is no way to answer it.
+      this.log.warn(
+        { api: route.codec.name, version: prefix.apiVersion, supported: `${route.codec.minVersion}-${route.codec.maxVersion}` },
+        'unsupported API version: closing connection',
+      );
+      this.destroy();
+      return;
+    }
+    const slot: Slot = { done: false, result: null };
+    let response: Promise<RouteResult>;
+    try {
+      response = route.run(this.adapter, this, frame);
+    } catch (err) {
+      this.reject(err, prefix);
+      return;
+    }
+    this.pending.push(slot);
+    response.then(
+      (result) => {
+        slot.done = true;
+        slot.result = result;
+        this.flush();
+      },
+      (err: unknown) => this.reject(err, prefix),
+    );
+  }
+
+  private reject(err: unknown, prefix: RequestPrefix | undefined): void {
+    const req = prefix
+      ? { api: apiName(prefix.apiKey), version: prefix.apiVersion, correlationId: prefix.correlationId }
+      : {};
+    if (err instanceof KafkaProtocolError) {
+      this.log.warn({ ...req, reason: err.reason, detail: err.message }, 'malformed request: closing connection');
+    } else {
+      this.log.error({ ...req, err }, 'request failed: closing connection');
+    }
+    this.destroy();
+  }
+
+  // ---------------------------------------------------------------- output
+
+  private flush(): void {
+    if (this.isDone) return;
+    while (this.pending.length > 0 && this.pending[0].done) {
+      const result = this.pending.shift()?.result ?? null;
+      if (result === null) continue;
+      if (result === CLOSE_CONNECTION) {
+        this.closeAfterWrites();
+        return;
+      }
+      if (!this.corked) {
+        this.corked = true;
+        this.stream.cork();
+        process.nextTick(this.uncork);
+      }
+      for (const c of result) this.stream.write(c);
+    }
+    this.updateFlow();
+    this.maybeEnd();
+  }
+
+  private readonly uncork = (): void => {
+    this.corked = false;
+    if (!this.isDone) this.stream.uncork();
+  };
+
+  private updateFlow(): void {
+    if (this.isDone) return;
+    const stop = this.pending.length >= this.adapter.options.maxInFlightRequests || this.stream.writableNeedDrain;
+    if (stop && !this.paused) {
+      this.paused = true;
+      this.stream.pause();
+    } else if (!stop && this.paused) {
+      this.paused = false;
+      this.stream.resume();
+    }
+  }
+
+  private maybeEnd(): void {
+    if (this.ended && this.pending.length === 0 && !this.isDone) this.stream.end();
+  }
+
+  // ---------------------------------------------------------------- teardown
+
+  /** Stops reading, lets the responses already written go out, then closes. */
+  private closeAfterWrites(): void {
+    if (this.isDone) return;
+    this.isDone = true;
+    // end() flushes corked writes before finishing; destroy once they are out.
+    this.stream.end(() => this.stream.destroy());
+    this.release();
+  }
+
+  private destroy(): void {
+    if (this.isDone) return;
+    this.isDone = true;
+    this.stream.destroy();
+    this.release();
+  }
+
+  private handleStreamClose(): void {
+    this.isDone = true;
+    this.release();
+  }
+
+  private release(): void {
+    if (this.released) return;
+    this.released = true;
+    this.inbox.length = 0;
+    this.inboxBytes = 0;
+    this.pending.length = 0;
+    this.log.debug('connection closed');
+    this.resolveClosed();
+    const listeners = [...this.closeListeners];
+    this.closeListeners.clear();
+    for (const fn of listeners) fn();
+  }
+}

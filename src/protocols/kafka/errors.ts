@@ -1,0 +1,34 @@
+/**
+ * Translation of FlowMQ's typed errors into Kafka error codes.
+ */
+import { FlowError } from '../../core/index.js';
+import { KafkaErrorCode, KafkaProtocolError } from './codec/index.js';
+
+export function kafkaErrorCode(err: unknown): number {
+  if (err instanceof KafkaProtocolError) return KafkaErrorCode.INVALID_REQUEST;
+  if (!(err instanceof FlowError)) return KafkaErrorCode.UNKNOWN_SERVER_ERROR;
+  switch (err.code) {
+    case 'NOT_FOUND':
+      return KafkaErrorCode.UNKNOWN_TOPIC_OR_PARTITION;
+    case 'INVALID_TOPIC':
+      return KafkaErrorCode.INVALID_TOPIC_EXCEPTION;
+    case 'ALREADY_EXISTS':
+      return KafkaErrorCode.TOPIC_ALREADY_EXISTS;
+    case 'CORRUPT_DATA':
+      return KafkaErrorCode.CORRUPT_MESSAGE;
+    case 'STORAGE_ERROR':
+      return KafkaErrorCode.KAFKA_STORAGE_ERROR;
+    // The partition's owner is going away (shutdown, lease lost): NOT_LEADER_OR_FOLLOWER is retriable and makes
+    // clients refresh metadata and retry, which is what they should do.
+    case 'CLOSED':
+      return KafkaErrorCode.NOT_LEADER_OR_FOLLOWER;
+    case 'LIMIT_EXCEEDED':
+      return KafkaErrorCode.POLICY_VIOLATION;
+    case 'INVALID_ARGUMENT':
+    case 'INVALID_FILTER':
+    case 'PROTOCOL_ERROR':
+      return KafkaErrorCode.INVALID_REQUEST;
+    default:
+      return KafkaErrorCode.UNKNOWN_SERVER_ERROR;
+  }
+}

@@ -1,0 +1,92 @@
+/**
+ * Metadata: one broker (this one), every stream a topic, this broker leader and only replica of every
+ * partition. Unknown topics are auto-created when both the listener and the client allow it (the client's
+ * allow_auto_topic_creation flag exists from v4; earlier versions always allow it).
+ */
+import type { StreamDef } from '../../../core/index.js';
+import {
+  AUTHORIZED_OPERATIONS_OMITTED,
+  KafkaErrorCode,
+  ZERO_UUID,
+  type MetadataPartition,
+  type MetadataRequest,
+  type MetadataResponse,
+  type MetadataTopic,
+} from '../codec/index.js';
+import type { RequestContext } from '../route.js';
+
+/**
+ * Leader epoch reported for every partition. Ownership never moves in the single-broker skeleton, so the epoch
+ * is constant; clients only use it to detect leader changes (KIP-320).
+ */
+export const LEADER_EPOCH = 0;
+
+/** The address clients should use: the configured one, else the local address this client reached. */
+export function advertisedAddress(ctx: RequestContext): { host: string; port: number } {
+  const o = ctx.adapter.options;
+  let host = o.advertisedHost ?? ctx.conn.localAddress ?? '127.0.0.1';
+  // An IPv4 client on a dual-stack socket sees its local address as "::ffff:a.b.c.d"; advertise the IPv4 form.
+  if (host.startsWith('::ffff:') && host.includes('.')) host = host.slice(7);
+  return { host, port: o.advertisedPort ?? ctx.conn.localPort ?? 9092 };
+}
+
+export function topicMetadata(brokerId: number, def: StreamDef): MetadataTopic {
+  const partitions: MetadataPartition[] = new Array<MetadataPartition>(def.partitions);
+  for (let i = 0; i < def.partitions; i++) {
+    partitions[i] = {
+      errorCode: KafkaErrorCode.NONE,
+      partitionIndex: i,
+      leaderId: brokerId,
+      leaderEpoch: LEADER_EPOCH,
+      replicaNodes: [brokerId],
+      isrNodes: [brokerId],
+      offlineReplicas: [],
+    };
+  }
+  return {
+    errorCode: KafkaErrorCode.NONE,
+    name: def.name,
+    topicId: ZERO_UUID,
+    isInternal: false,
+    partitions,
+    topicAuthorizedOperations: AUTHORIZED_OPERATIONS_OMITTED,
+  };
+}
+
+function errorTopic(name: string | null, errorCode: number): MetadataTopic {
+  return {
+    errorCode,
+    name,
+    topicId: ZERO_UUID,
+    isInternal: false,
+    partitions: [],
+    topicAuthorizedOperations: AUTHORIZED_OPERATIONS_OMITTED,
+  };
+}
+
+export async function handleMetadata(ctx: RequestContext, req: MetadataRequest): Promise<MetadataResponse> {
+  const { adapter } = ctx;
+  const brokerId = adapter.brokerId;
+  const { host, port } = advertisedAddress(ctx);
+  let topics: MetadataTopic[];
+  if (req.topics === null) {
+    topics = adapter.engine.listStreams().map((def) => topicMetadata(brokerId, def));
+  } else {
+    topics = await Promise.all(
+      req.topics.map(async (t): Promise<MetadataTopic> => {
+        // v10+ lookup by topic id: FlowMQ streams have no topic ids (ZERO_UUID) yet.
+        if (t.name === null) return errorTopic(null, KafkaErrorCode.UNKNOWN_TOPIC_ID);
+        const r = await adapter.resolve(t.name, req.allowAutoTopicCreation);
+        return r.entry ? topicMetadata(brokerId, r.entry.def) : errorTopic(t.name, r.errorCode);
+      }),
+    );
+  }
+  return {
+    throttleTimeMs: 0,
+    brokers: [{ nodeId: brokerId, host, port, rack: null }],
+    clusterId: adapter.options.clusterId,
+    controllerId: brokerId,
+    topics,
+    clusterAuthorizedOperations: AUTHORIZED_OPERATIONS_OMITTED,
+  };
+}

@@ -1,0 +1,202 @@
+/**
+ * Produce: each partition's record batches are validated (CRC, structure, compression) and appended with
+ * engine.produce, one call per batch, exactly as the client encoded them (the stored format is Kafka's
+ * RecordBatch v2, so nothing is re-encoded; the log assigns the base offset in place).
+ *
+ * A partition is all-or-nothing: if any of its batches is refused, none is stored. With acks=0 no response is
+ * sent at all (the client does not read one); with acks=1/-1 the response waits until every appended batch is
+ * durable, which is FlowMQ's equivalent of "replicated to the in-sync replicas".
+ */
+import {
+  isCompressionSupported,
+  readBatchInfo,
+  splitBatches,
+  type StreamEntry,
+} from '../../../core/index.js';
+import {
+  KafkaErrorCode,
+  type ProducePartitionData,
+  type ProducePartitionResponse,
+  type ProduceRequest,
+  type ProduceResponse,
+} from '../codec/index.js';
+import { kafkaErrorCode } from '../errors.js';
+import { CLOSE_CONNECTION, type HandlerResult, type RequestContext } from '../route.js';
+import { batchProblem } from '../validate.js';
+
+interface PartitionResult {
+  res: ProducePartitionResponse;
+  stream: string | null;
+  durable: Promise<void> | null;
+}
+
+function result(index: number): PartitionResult {
+  return {
+    res: {
+      index,
+      errorCode: KafkaErrorCode.NONE,
+      baseOffset: -1,
+      logAppendTimeMs: -1,
+      logStartOffset: -1,
+      recordErrors: [],
+      errorMessage: null,
+    },
+    stream: null,
+    durable: null,
+  };
+}
+
+function fail(r: PartitionResult, errorCode: number, message: string | null = null): void {
+  r.res.errorCode = errorCode;
+  r.res.errorMessage = message;
+}
+
+/**
+ * The batch as a buffer of its own when it is a small part of a larger allocation (the request frame or a
+ * socket chunk): the log keeps appended batches in memory for a while, and a 100-byte batch must not pin a
+ * 64 KiB socket chunk or a whole multi-partition request.
+ */
+function detach(b: Buffer): Buffer {
+  return b.buffer.byteLength > b.length * 2 ? Buffer.from(b) : b;
+}
+
+function append(ctx: RequestContext, stream: StreamEntry, p: ProducePartitionData, r: PartitionResult): void {
+  const name = stream.def.name;
+  r.stream = name;
+  if (p.index < 0 || p.index >= stream.def.partitions) {
+    fail(r, KafkaErrorCode.UNKNOWN_TOPIC_OR_PARTITION, `topic ${name} has no partition ${p.index}`);
+    return;
+  }
+  if (p.records === null || p.records.length === 0) {
+    fail(r, KafkaErrorCode.CORRUPT_MESSAGE, 'no record batch');
+    return;
+  }
+  let batches: Buffer[];
+  try {
+    batches = splitBatches(p.records);
+  } catch (err) {
+    const message = err instanceof Error ? err.message : String(err);
+    ctx.conn.log.warn({ topic: name, partition: p.index, reason: message }, 'produce refused: corrupt record batch');
+    fail(r, KafkaErrorCode.CORRUPT_MESSAGE, message);
+    return;
+  }
+  for (let i = 0; i < batches.length; i++) {
+    const info = readBatchInfo(batches[i]);
+    if (!isCompressionSupported(info.compression)) {
+      fail(r, KafkaErrorCode.UNSUPPORTED_COMPRESSION_TYPE, `compression codec ${info.compression} is not supported`);
+      return;
+    }
+    const problem = batchProblem(batches[i], info);
+    if (problem !== null) {
+      ctx.conn.log.warn({ topic: name, partition: p.index, reason: problem }, 'produce refused: invalid record batch');
+      // record_errors (KIP-467) name individual records; these problems concern the whole batch, so only the
+      // error message carries them, as in Kafka.
+      fail(r, KafkaErrorCode.CORRUPT_MESSAGE, `batch ${i}: ${problem}`);
+      return;
+    }
+  }
+  const durables: Promise<void>[] = [];
+  try {
+    for (let i = 0; i < batches.length; i++) {
+      const res = ctx.adapter.engine.produce(name, p.index, detach(batches[i]));
+      if (i === 0) r.res.baseOffset = res.baseOffset;
+      durables.push(res.durable);
+    }
+  } catch (err) {
+    ctx.conn.log.warn({ err, topic: name, partition: p.index }, 'produce failed');
+    fail(r, kafkaErrorCode(err), err instanceof Error ? err.message : null);
+  }
+  if (durables.length > 0) r.durable = durables.length === 1 ? durables[0] : Promise.all(durables).then(() => undefined);
+}
+
+export function handleProduce(
+  ctx: RequestContext,
+  req: ProduceRequest,
+): HandlerResult<ProduceResponse> | Promise<HandlerResult<ProduceResponse>> {
+  const { adapter } = ctx;
+  const validAcks = req.acks === 0 || req.acks === 1 || req.acks === -1;
+  const results: PartitionResult[][] = [];
+  const deferred: Promise<void>[] = [];
+  for (const t of req.topics) {
+    const rs = t.partitions.map((p) => result(p.index));
+    results.push(rs);
+    if (!validAcks) {
+      for (const r of rs) fail(r, KafkaErrorCode.INVALID_REQUIRED_ACKS, `acks must be 0, 1 or -1, not ${req.acks}`);
+      continue;
+    }
+    const found = adapter.lookup(t.name);
+    if (found.entry) {
+      // Existing topic: append now, synchronously, so pipelined produces keep their order.
+      const entry = found.entry;
+      t.partitions.forEach((p, i) => append(ctx, entry, p, rs[i]));
+    } else if (adapter.wouldCreate(t.name)) {
+      deferred.push(
+        adapter.resolve(t.name, true).then((res) => {
+          if (res.entry) {
+            const entry = res.entry;
+            t.partitions.forEach((p, i) => append(ctx, entry, p, rs[i]));
+          } else for (const r of rs) fail(r, res.errorCode);
+        }),
+      );
+    } else {
+      for (const r of rs) fail(r, found.errorCode);
+    }
+  }
+  const finish = (): HandlerResult<ProduceResponse> | Promise<ProduceResponse> => {
+    if (req.acks === 0) {
+      // Nobody waits for these; a failure must still be observed (and logged), never left unhandled.
+      for (const rs of results) {
+        for (const r of rs) r.durable?.catch((err: unknown) => ctx.conn.log.error({ err, topic: r.stream }, 'acks=0 append failed'));
+      }
+      // With acks=0 the client reads no response, so an error can only be signalled the way Kafka does it:
+      // by closing the connection, which makes the producer refresh its metadata and reconnect.
+      const failed = results.flat().find((r) => r.res.errorCode !== KafkaErrorCode.NONE);
+      if (failed) {
+        ctx.conn.log.info({ errorCode: failed.res.errorCode, partition: failed.res.index }, 'acks=0 produce failed: closing connection');
+        return CLOSE_CONNECTION;
+      }
+      return null;
+    }
+    return respond(ctx, req, results);
+  };
+  return deferred.length === 0 ? finish() : Promise.all(deferred).then(finish);
+}
+
+async function respond(ctx: RequestContext, req: ProduceRequest, results: PartitionResult[][]): Promise<ProduceResponse> {
+  const waits: Promise<void>[] = [];
+  for (const rs of results) {
+    for (const r of rs) {
+      if (!r.durable) continue;
+      waits.push(
+        r.durable.then(
+          () => undefined,
+          (err: unknown) => {
+            ctx.conn.log.error({ err, topic: r.stream, partition: r.res.index }, 'append did not become durable');
+            // An unexpected failure here happened in storage: KAFKA_STORAGE_ERROR is retriable for the client.
+            const code = kafkaErrorCode(err);
+            if (r.res.errorCode === KafkaErrorCode.NONE) {
+              fail(r, code === KafkaErrorCode.UNKNOWN_SERVER_ERROR ? KafkaErrorCode.KAFKA_STORAGE_ERROR : code);
+            }
+          },
+        ),
+      );
+    }
+  }
+  if (waits.length > 0) await Promise.all(waits);
+  return {
+    topics: req.topics.map((t, ti) => ({
+      name: t.name,
+      partitions: results[ti].map((r) => {
+        if (r.res.errorCode === KafkaErrorCode.NONE && r.stream !== null) {
+          try {
+            r.res.logStartOffset = ctx.adapter.engine.offsets(r.stream, r.res.index).logStartOffset;
+          } catch {
+            // The stream was deleted meanwhile: the append itself succeeded, -1 says "unknown".
+          }
+        }
+        return r.res;
+      }),
+    })),
+    throttleTimeMs: 0,
+  };
+}

@@ -1,0 +1,59 @@
+/**
+ * Options of the Kafka listener.
+ */
+import { FlowError, MAX_PARTITIONS } from '../../core/index.js';
+
+export interface KafkaOptions {
+  /** Host advertised in Metadata responses; default: the local address the client connected to. */
+  advertisedHost?: string;
+  /** Port advertised in Metadata responses; default: the local port the client connected to. */
+  advertisedPort?: number;
+  /** Create unknown topics on Metadata (when the client allows it) and on Produce. Default true. */
+  autoCreateTopics?: boolean;
+  /** Partitions of auto-created topics. Default 1. */
+  defaultPartitions?: number;
+  /** Largest request frame accepted; a larger size prefix closes the connection. Default 100 MiB. */
+  maxRequestBytes?: number;
+  /**
+   * Requests read but not yet answered, per connection, before the connection stops reading (TCP backpressure).
+   * Default 256.
+   */
+  maxInFlightRequests?: number;
+  /** Cluster id reported in Metadata v2+. Default "flowmq". */
+  clusterId?: string;
+}
+
+export type ResolvedKafkaOptions = Required<Omit<KafkaOptions, 'advertisedHost' | 'advertisedPort'>> &
+  Pick<KafkaOptions, 'advertisedHost' | 'advertisedPort'>;
+
+export const DEFAULT_MAX_REQUEST_BYTES = 100 * 1024 * 1024;
+
+export function resolveKafkaOptions(opts: KafkaOptions = {}): ResolvedKafkaOptions {
+  const r: ResolvedKafkaOptions = {
+    advertisedHost: opts.advertisedHost,
+    advertisedPort: opts.advertisedPort,
+    autoCreateTopics: opts.autoCreateTopics ?? true,
+    defaultPartitions: opts.defaultPartitions ?? 1,
+    maxRequestBytes: opts.maxRequestBytes ?? DEFAULT_MAX_REQUEST_BYTES,
+    maxInFlightRequests: opts.maxInFlightRequests ?? 256,
+    clusterId: opts.clusterId ?? 'flowmq',
+  };
+  const int = (v: number, min: number, max: number) => Number.isInteger(v) && v >= min && v <= max;
+  if (!int(r.defaultPartitions, 1, MAX_PARTITIONS)) {
+    throw new FlowError('CONFIG_ERROR', `kafka defaultPartitions must be an integer in 1..${MAX_PARTITIONS}`);
+  }
+  // A frame size is an INT32; at least a request header must fit.
+  if (!int(r.maxRequestBytes, 64, 0x7fffffff)) {
+    throw new FlowError('CONFIG_ERROR', 'kafka maxRequestBytes must be an integer in 64..2147483647');
+  }
+  if (!int(r.maxInFlightRequests, 1, 1_000_000)) {
+    throw new FlowError('CONFIG_ERROR', 'kafka maxInFlightRequests must be an integer in 1..1000000');
+  }
+  if (r.advertisedPort !== undefined && !int(r.advertisedPort, 1, 65535)) {
+    throw new FlowError('CONFIG_ERROR', 'kafka advertisedPort must be a port number');
+  }
+  if (r.advertisedHost !== undefined && r.advertisedHost.length === 0) {
+    throw new FlowError('CONFIG_ERROR', 'kafka advertisedHost must not be empty');
+  }
+  return r;
+}

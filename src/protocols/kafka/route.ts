@@ -1,0 +1,79 @@
+/**
+ * A route binds an API codec to its handler. The request and response types meet here, once; the connection
+ * only sees erased routes.
+ */
+import type { Logger } from 'pino';
+import type { KafkaAdapter } from './adapter.js';
+import { decodeRequestWith, encodeResponse, type AnyApiCodec, type ApiCodec, type RequestHeader } from './codec/index.js';
+
+/** What a handler knows about the connection its request arrived on. */
+export interface ConnectionInfo {
+  readonly id: string;
+  readonly log: Logger;
+  /** Local address/port the client connected to (advertised in Metadata unless configured). */
+  readonly localAddress: string | undefined;
+  readonly localPort: number | undefined;
+  /** Resolves when the connection closes. */
+  readonly closed: Promise<void>;
+  isClosed(): boolean;
+  /**
+   * Calls `fn` once when the connection closes (at once if it is closed); returns a function that removes it.
+   * Long polls use this rather than `closed.then(...)`, whose reactions could not be removed and would pile up
+   * on a connection that lives for days.
+   */
+  onClose(fn: () => void): () => void;
+}
+
+export interface RequestContext {
+  readonly adapter: KafkaAdapter;
+  readonly conn: ConnectionInfo;
+  readonly header: RequestHeader;
+}
+
+/**
+ * Returned by a handler to close the connection once every earlier response is written, instead of answering
+ * (Produce with acks=0 that failed: the client reads no response, so closing is the only way to tell it).
+ */
+export const CLOSE_CONNECTION: unique symbol = Symbol('close-connection');
+
+export type HandlerResult<Res> = Res | null | typeof CLOSE_CONNECTION;
+
+/** Returns the response, null for no response at all (Produce with acks=0), or CLOSE_CONNECTION. */
+export type Handler<Req, Res> = (ctx: RequestContext, req: Req) => HandlerResult<Res> | Promise<HandlerResult<Res>>;
+
+/** An encoded response frame, null for none, or CLOSE_CONNECTION. */
+export type RouteResult = Buffer[] | null | typeof CLOSE_CONNECTION;
+
+export interface Route {
+  readonly codec: AnyApiCodec;
+  /**
+   * Decodes the frame and starts the handler; resolves to the encoded response frame (null: no response).
+   *
+   * Decoding happens synchronously and a malformed frame THROWS (KafkaProtocolError) rather than rejecting, so
+   * the connection stops before looking at any later pipelined request. The handler's synchronous part also
+   * runs before this returns, so requests of one connection reach the engine in arrival order (Produce appends
+   * without an await when its topics exist). A failing handler rejects.
+   */
+  run(adapter: KafkaAdapter, conn: ConnectionInfo, frame: Buffer): Promise<RouteResult>;
+}
+
+export function route<Req, Res>(codec: ApiCodec<Req, Res>, handler: Handler<Req, Res>): Route {
+  return {
+    codec,
+    run(adapter, conn, frame) {
+      const { header, body } = decodeRequestWith(codec, frame);
+      let out: HandlerResult<Res> | Promise<HandlerResult<Res>>;
+      try {
+        out = handler({ adapter, conn, header }, body);
+      } catch (err) {
+        return Promise.reject(err);
+      }
+      return Promise.resolve(out).then((res): RouteResult => {
+        if (res === null) return null;
+        if (res === CLOSE_CONNECTION) return CLOSE_CONNECTION;
+        // Awaited<Res> is Res for response objects (they are never thenables).
+        return encodeResponse(codec, header.apiVersion, header.correlationId, res as Res);
+      });
+    },
+  };
+}

@@ -1,0 +1,19 @@
+/**
+ * The APIs this broker answers. ApiVersions advertises exactly these, with their codecs' version ranges; adding
+ * an API is one codec module plus one handler registered here.
+ */
+import { ApiVersionsApi, FetchApi, ListOffsetsApi, MetadataApi, ProduceApi } from './codec/index.js';
+import { handleApiVersions } from './handlers/api-versions.js';
+import { handleFetch } from './handlers/fetch.js';
+import { handleListOffsets } from './handlers/list-offsets.js';
+import { handleMetadata } from './handlers/metadata.js';
+import { handleProduce } from './handlers/produce.js';
+import { route, type Route } from './route.js';
+
+export const KAFKA_ROUTES: readonly Route[] = [
+  route(ProduceApi, handleProduce),
+  route(FetchApi, handleFetch),
+  route(ListOffsetsApi, handleListOffsets),
+  route(MetadataApi, handleMetadata),
+  route(ApiVersionsApi, handleApiVersions),
+];
