@@ -68,7 +68,7 @@ async function startMosquitto(dir: string): Promise<{ proc: ChildProcess; port: 
   if (!bin) return null;
   const port = await freePort();
   const conf = join(dir, 'mosquitto.conf');
-  writeFileSync(conf, `listener ${port} 127.0.0.1\nallow_anonymous true\npersistence false\nmax_queued_messages 1000\n`);
+  writeFileSync(conf, `listener ${port} 127.0.0.1\nallow_anonymous true\npersistence false\nmax_queued_messages 1000\nlog_dest none\n`);
   const proc = spawn(bin, ['-c', conf], { stdio: ['ignore', 'ignore', 'inherit'] });
   await waitPort(port);
   return { proc, port };
@@ -76,6 +76,10 @@ async function startMosquitto(dir: string): Promise<{ proc: ChildProcess; port: 
 
 function fmt(n: number, digits = 0): string {
   return n.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits });
+}
+
+function pct(a: number, b: number): string {
+  return b > 0 ? `${fmt((100 * a) / b, 0)}%` : '-';
 }
 
 async function main(): Promise<void> {
@@ -97,8 +101,8 @@ async function main(): Promise<void> {
     }
     rows.push([
       `MQTT QoS 0, ${PUBLISHERS}→1, 64 B payload (msgs/s delivered)`,
-      fmt(f.deliveredPerSec),
-      mosq ? fmt(mosq.deliveredPerSec) : 'mosquitto not installed',
+      `${fmt(f.deliveredPerSec)} (${pct(f.delivered, f.sent)} of sent)`,
+      mosq ? `${fmt(mosq.deliveredPerSec)} (${pct(mosq.delivered, mosq.sent)} of sent)` : 'mosquitto not installed',
       mosq ? `${fmt(f.deliveredPerSec / mosq.deliveredPerSec, 2)}×` : '-',
     ]);
 
