@@ -1,141 +1,493 @@
 /**
- * `npm run bench`: side-by-side benchmarks. Starts FlowMQ (the real `bin/flowmq`, embedded storage, fsync on)
- * and, when Debian's `mosquitto` is installed, a Mosquitto broker on the same machine, drives both with the
- * same raw-socket load generator, and prints the figures and their ratio.
+ * `npm run bench [-- SELECTION...]`: side-by-side benchmarks of the real `bin/flowmq` process.
  *
- * Environment: BENCH_SECONDS (default 5) per scenario, BENCH_PUBLISHERS (default 4).
+ * MQTT scenarios run against FlowMQ and Mosquitto (when installed) in the same run, with the same load
+ * generator, each on a freshly started broker; the order of the two brokers alternates from one scenario to
+ * the next. Kafka scenarios are reported next to the machine's own fsync'd sequential write bandwidth, measured
+ * in the same run on the filesystem the broker writes to.
+ *
+ * SELECTION: `mqtt`, `kafka`, or scenario names (`npm run bench -- --list`); default: everything.
+ * Results: one markdown table per group on stdout, and bench/results/latest.json.
+ *
+ * Environment (all optional): BENCH_SECONDS (5) measured seconds per scenario, BENCH_WARMUP (1) seconds of
+ * warm-up before it, BENCH_DATA_DIR (os.tmpdir()) where brokers keep their data and the disk is probed,
+ * BENCH_MOSQUITTO (path of the mosquitto binary), and the scenario sizes listed in README.md.
  */
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
-import { tmpdir } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { kafkaProduceRun, mqttQos0Run, open } from './load.js';
+import { spawn, spawnSync } from 'node:child_process';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { cpus, totalmem } from 'node:os';
+import { join } from 'node:path';
+import {
+  cleanupAll,
+  createStream,
+  mosquittoBinary,
+  mosquittoVersion,
+  MQTT_LIMITS,
+  nofile,
+  removeDir,
+  ROOT,
+  rssKiB,
+  startFlowmq,
+  startMosquitto,
+  tempDir,
+  type Broker,
+} from './brokers.js';
+import { diskFsyncBandwidth, type DiskResult } from './disk.js';
+import { kafkaLatency, kafkaProduceThroughput, type LatencyResult, type ProduceResult } from './kafka.js';
+import { openIdle, runMqttLoad, type MqttLoadOptions, type MqttLoadResult } from './mqtt.js';
+import { fmt, nowS, ratio, roundDeep, sleep, table } from './util.js';
 
-const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
-const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
-const PUBLISHERS = Number(process.env.BENCH_PUBLISHERS ?? 4);
+const num = (name: string, dflt: number): number => {
+  const v = process.env[name];
+  if (v === undefined || v === '') return dflt;
+  const n = Number(v);
+  if (!Number.isFinite(n) || n < 0) throw new Error(`${name} must be a non-negative number, not ${JSON.stringify(v)}`);
+  return n;
+};
 
-function freePort(): Promise<number> {
-  return new Promise((res, rej) => {
-    const s = createServer();
-    s.listen(0, '127.0.0.1', () => {
-      const p = (s.address() as { port: number }).port;
-      s.close(() => res(p));
-    });
-    s.on('error', rej);
-  });
+const CFG = {
+  seconds: num('BENCH_SECONDS', 5),
+  warmupS: num('BENCH_WARMUP', 1),
+  payloadBytes: num('BENCH_MQTT_PAYLOAD', 64),
+  /** QoS 1 publishers: unacknowledged PUBLISHes each. */
+  window: num('BENCH_MQTT_WINDOW', 100),
+  /** Messages in flight end to end towards one subscriber (shared among the publishers that feed it). */
+  ahead: num('BENCH_MQTT_AHEAD', 1000),
+  /** Fan-out: messages the publisher may be ahead of its slowest subscriber. */
+  fanoutAhead: num('BENCH_FANOUT_AHEAD', 100),
+  faninPublishers: num('BENCH_FANIN_PUBLISHERS', 20),
+  fanoutSubscribers: num('BENCH_FANOUT_SUBSCRIBERS', 1000),
+  sharedMembers: num('BENCH_SHARED_MEMBERS', 50),
+  idleConnections: num('BENCH_IDLE_CONNECTIONS', 10_000),
+  kafkaPartitions: num('BENCH_KAFKA_PARTITIONS', 4),
+  kafkaConnections: num('BENCH_KAFKA_CONNECTIONS', 2),
+  kafkaInflight: num('BENCH_KAFKA_INFLIGHT', 5),
+  kafkaRecordBytes: 1024,
+  /** ~1 MB per partition request, librdkafka's default batch.size / message.max.bytes. */
+  kafkaRecordsPerBatch: num('BENCH_KAFKA_BATCH_RECORDS', 960),
+  kafkaLingerMs: num('BENCH_KAFKA_LINGER_MS', 5),
+  diskSeconds: num('BENCH_DISK_SECONDS', 3),
+};
+
+// ------------------------------------------------------------------ results
+
+interface Row {
+  group: 'mqtt' | 'kafka';
+  scenario: string;
+  title: string;
+  flowmq: string;
+  peer: string;
+  ratio: string;
+  data: Record<string, unknown>;
 }
 
-async function waitPort(port: number, timeoutMs = 15_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
+const rows: Row[] = [];
+
+function errText(e: unknown): string {
+  return e instanceof Error ? e.message.split('\n')[0] : String(e);
+}
+
+// ------------------------------------------------------------------ MQTT scenarios
+
+const MOSQUITTO = mosquittoBinary();
+let pairIndex = 0;
+
+type Outcome<T> = { ok: true; value: T } | { ok: false; error: string };
+
+/** Runs `fn` once against a fresh FlowMQ and once against a fresh Mosquitto, alternating which goes first. */
+async function pair<T>(fn: (b: Broker) => Promise<T>): Promise<{ flowmq: Outcome<T>; mosquitto: Outcome<T> | null }> {
+  const kinds: ('flowmq' | 'mosquitto')[] = pairIndex++ % 2 === 0 ? ['flowmq', 'mosquitto'] : ['mosquitto', 'flowmq'];
+  const out: { flowmq?: Outcome<T>; mosquitto?: Outcome<T> | null } = { mosquitto: null };
+  for (const kind of kinds) {
+    if (kind === 'mosquitto' && !MOSQUITTO) continue;
+    let b: Broker | null = null;
     try {
-      const s = await open(port);
-      s.destroy();
-      return;
-    } catch {
-      if (Date.now() > deadline) throw new Error(`port ${port} did not open`);
-      await new Promise((r) => setTimeout(r, 50));
+      b = kind === 'flowmq' ? await startFlowmq() : await startMosquitto(MOSQUITTO!);
+      out[kind] = { ok: true, value: await fn(b) };
+    } catch (e) {
+      out[kind] = { ok: false, error: errText(e) };
+      console.error(`  ${kind}: ${errText(e)}`);
+    } finally {
+      await b?.stop();
     }
+  }
+  return { flowmq: out.flowmq!, mosquitto: out.mosquitto ?? null };
+}
+
+function mqttCell(r: MqttLoadResult): string {
+  const notes: string[] = [];
+  if (r.lostPct >= 0.05) notes.push(`${fmt(r.lostPct, 1)}% lost`);
+  if (r.shared) notes.push(r.shared.exactlyOnce ? 'each exactly once' : `${fmt(r.shared.missing)} missing, ${fmt(r.shared.duplicated)} duplicated`);
+  if (r.disconnects > 0) notes.push(`${r.disconnects} disconnects`);
+  return `${fmt(r.deliveriesPerSec)}/s${notes.length ? ` (${notes.join(', ')})` : ''}`;
+}
+
+function mqttScenario(name: string, title: string, opts: Omit<MqttLoadOptions, 'warmupS' | 'seconds' | 'payloadBytes' | 'window'>) {
+  return {
+    name,
+    group: 'mqtt' as const,
+    title,
+    run: async () => {
+      const o: MqttLoadOptions = { ...opts, warmupS: CFG.warmupS, seconds: CFG.seconds, payloadBytes: CFG.payloadBytes, window: CFG.window };
+      const r = await pair((b) => runMqttLoad(b.mqttPort, o));
+      const f = r.flowmq;
+      const m = r.mosquitto;
+      rows.push({
+        group: 'mqtt',
+        scenario: name,
+        title,
+        flowmq: f.ok ? mqttCell(f.value) : `error: ${f.error}`,
+        peer: !m ? 'mosquitto not installed' : m.ok ? mqttCell(m.value) : `error: ${m.error}`,
+        ratio: f.ok && m?.ok ? ratio(f.value.deliveriesPerSec, m.value.deliveriesPerSec) : '-',
+        data: { options: o, flowmq: f, mosquitto: m },
+      });
+    },
+  };
+}
+
+const perSubscriber = (publishers: number) => Math.max(1, Math.floor(CFG.ahead / publishers));
+
+interface IdleResult {
+  connections: number;
+  rssBeforeKiB: number;
+  rssAfterKiB: number;
+  kibPerConnection: number;
+  connectSeconds: number;
+  note?: string;
+}
+
+async function idleRun(b: Broker, wanted: number): Promise<IdleResult> {
+  let n = wanted;
+  let note: string | undefined;
+  const limit = nofile(b.pid) - 100;
+  if (limit < n) {
+    n = Math.max(0, limit);
+    note = `${b.kind} may open only ${nofile(b.pid)} files: ${n} connections`;
+  }
+  await sleep(1000);
+  const before = rssKiB(b.pid);
+  const t0 = nowS();
+  const clients = await openIdle(b.mqttPort, n);
+  const connectSeconds = nowS() - t0;
+  try {
+    await sleep(2000);
+    const after = rssKiB(b.pid);
+    return { connections: n, rssBeforeKiB: before, rssAfterKiB: after, kibPerConnection: (after - before) / n, connectSeconds, note };
+  } finally {
+    for (const c of clients) c.socket.destroy();
+    await sleep(500);
   }
 }
 
-function stop(p: ChildProcess): Promise<void> {
-  return new Promise((r) => {
-    if (p.exitCode !== null) return r();
-    p.once('exit', () => r());
-    p.kill('SIGTERM');
-    setTimeout(() => p.kill('SIGKILL'), 10_000).unref();
+const idleCell = (r: IdleResult) => `${fmt(r.kibPerConnection, 1)} KiB/conn (RSS ${fmt(r.rssBeforeKiB / 1024, 0)} → ${fmt(r.rssAfterKiB / 1024, 0)} MiB)`;
+
+// ------------------------------------------------------------------ Kafka scenarios
+
+let disk: DiskResult | null = null;
+let peak: ProduceResult | null = null;
+
+async function withFlowmq<T>(fn: (b: Broker) => Promise<T>): Promise<T> {
+  const b = await startFlowmq();
+  try {
+    return await fn(b);
+  } finally {
+    await b.stop();
+  }
+}
+
+function measureDisk(): DiskResult {
+  if (!disk) {
+    const d = tempDir('flowmq-bench-disk-');
+    try {
+      disk = diskFsyncBandwidth(d, CFG.diskSeconds);
+    } finally {
+      removeDir(d);
+    }
+    rows.push({
+      group: 'kafka',
+      scenario: 'kafka-disk',
+      title: `disk: sequential 1 MiB writes + fdatasync each, in the broker's data filesystem (MB/s)`,
+      flowmq: '-',
+      peer: `${fmt(disk.mbPerSec, 1)} MB/s`,
+      ratio: '-',
+      data: { disk },
+    });
+  }
+  return disk;
+}
+
+function produceOptions(seconds: number) {
+  return {
+    topic: 'bench-produce',
+    partitions: CFG.kafkaPartitions,
+    connections: CFG.kafkaConnections,
+    inflight: CFG.kafkaInflight,
+    recordsPerBatch: CFG.kafkaRecordsPerBatch,
+    recordBytes: CFG.kafkaRecordBytes,
+    warmupS: CFG.warmupS,
+    seconds,
+  };
+}
+
+async function runProduce(seconds: number): Promise<ProduceResult> {
+  const o = produceOptions(seconds);
+  return withFlowmq(async (b) => {
+    await createStream(b, o.topic, o.partitions);
+    return kafkaProduceThroughput(b.kafkaPort, o);
   });
 }
 
-async function startFlowmq(dataDir: string) {
-  const ports = { mqtt: await freePort(), kafka: await freePort(), http: await freePort() };
-  const proc = spawn(
-    process.execPath,
-    [join(ROOT, 'bin/flowmq'), 'start', '--data-dir', dataDir, '--host', '127.0.0.1', '--mqtt-port', String(ports.mqtt), '--kafka-port', String(ports.kafka), '--http-port', String(ports.http), '--log-level', 'warn'],
-    { stdio: ['ignore', 'inherit', 'inherit'] },
-  );
-  await Promise.all([waitPort(ports.mqtt), waitPort(ports.kafka), waitPort(ports.http)]);
-  return { proc, ports };
+// ------------------------------------------------------------------ registry
+
+interface Scenario {
+  name: string;
+  group: 'mqtt' | 'kafka';
+  title: string;
+  run: () => Promise<void>;
 }
 
-async function startMosquitto(dir: string): Promise<{ proc: ChildProcess; port: number } | null> {
-  const which = spawnSync('sh', ['-c', 'command -v mosquitto || ls /usr/sbin/mosquitto'], { encoding: 'utf8' });
-  const bin = which.stdout.trim().split('\n')[0];
-  if (!bin) return null;
-  const port = await freePort();
-  const conf = join(dir, 'mosquitto.conf');
-  writeFileSync(conf, `listener ${port} 127.0.0.1\nallow_anonymous true\npersistence false\nmax_queued_messages 1000\nlog_dest none\n`);
-  const proc = spawn(bin, ['-c', conf], { stdio: ['ignore', 'ignore', 'inherit'] });
-  await waitPort(port);
-  return { proc, port };
+const scenarios: Scenario[] = [
+  mqttScenario('mqtt-qos0', 'QoS 0, 1 publisher → 1 subscriber (deliveries/s)', {
+    publishers: 1, pubQos: 0, subscribers: 1, subQos: 0, shared: false, ahead: perSubscriber(1),
+  }),
+  mqttScenario('mqtt-qos1', 'QoS 1, 1 publisher → 1 subscriber (deliveries/s)', {
+    publishers: 1, pubQos: 1, subscribers: 1, subQos: 1, shared: false, ahead: perSubscriber(1),
+  }),
+  mqttScenario('mqtt-fanin-qos0', `QoS 0 fan-in, ${CFG.faninPublishers} publishers → 1 subscriber (deliveries/s)`, {
+    publishers: CFG.faninPublishers, pubQos: 0, subscribers: 1, subQos: 0, shared: false, ahead: perSubscriber(CFG.faninPublishers),
+  }),
+  mqttScenario('mqtt-fanin-qos1', `QoS 1 fan-in, ${CFG.faninPublishers} publishers → 1 subscriber (deliveries/s)`, {
+    publishers: CFG.faninPublishers, pubQos: 1, subscribers: 1, subQos: 1, shared: false, ahead: perSubscriber(CFG.faninPublishers),
+  }),
+  mqttScenario('mqtt-fanout', `QoS 0 fan-out, 1 publisher → ${CFG.fanoutSubscribers} subscribers (deliveries/s)`, {
+    publishers: 1, pubQos: 0, subscribers: CFG.fanoutSubscribers, subQos: 0, shared: false, ahead: CFG.fanoutAhead,
+  }),
+  mqttScenario('mqtt-shared', `QoS 1 shared subscription, 1 publisher → $share group of ${CFG.sharedMembers} (deliveries/s)`, {
+    publishers: 1, pubQos: 1, subscribers: CFG.sharedMembers, subQos: 1, shared: true, ahead: CFG.ahead,
+  }),
+  {
+    name: 'mqtt-idle',
+    group: 'mqtt',
+    title: `${fmt(CFG.idleConnections)} idle connections: broker RSS growth per connection (lower is better)`,
+    run: async () => {
+      const r = await pair((b) => idleRun(b, CFG.idleConnections));
+      const f = r.flowmq;
+      const m = r.mosquitto;
+      rows.push({
+        group: 'mqtt',
+        scenario: 'mqtt-idle',
+        title: `${fmt(CFG.idleConnections)} idle connections: broker RSS growth per connection (lower is better)`,
+        flowmq: f.ok ? idleCell(f.value) : `error: ${f.error}`,
+        peer: !m ? 'mosquitto not installed' : m.ok ? idleCell(m.value) : `error: ${m.error}`,
+        ratio: f.ok && m?.ok ? ratio(f.value.kibPerConnection, m.value.kibPerConnection) : '-',
+        data: { connections: CFG.idleConnections, flowmq: f, mosquitto: m },
+      });
+    },
+  },
+  {
+    name: 'kafka-produce',
+    group: 'kafka',
+    title: 'produce throughput, 1 KiB records, acks=all (MB/s, % of fsync disk bandwidth)',
+    run: async () => {
+      const d = measureDisk();
+      const o = produceOptions(CFG.seconds);
+      const title = `produce: 1 KiB records, ~1 MB batch per partition request, acks=all, ${o.partitions} partitions, ${o.connections} connections × ${o.inflight} in flight (MB/s; target ≥ 50% of disk)`;
+      try {
+        peak = await runProduce(CFG.seconds);
+        rows.push({
+          group: 'kafka',
+          scenario: 'kafka-produce',
+          title,
+          flowmq: `${fmt(peak.mbPerSec, 1)} MB/s (${fmt(peak.recordsPerSec)} records/s${peak.errors ? `, ${peak.errors} errors` : ''})`,
+          peer: `disk ${fmt(d.mbPerSec, 1)} MB/s`,
+          ratio: `${fmt((100 * peak.mbPerSec) / d.mbPerSec, 0)}% of disk`,
+          data: { options: o, flowmq: peak, disk: d },
+        });
+      } catch (e) {
+        rows.push({ group: 'kafka', scenario: 'kafka-produce', title, flowmq: `error: ${errText(e)}`, peer: '-', ratio: '-', data: { options: o, error: errText(e) } });
+      }
+    },
+  },
+  {
+    name: 'kafka-latency',
+    group: 'kafka',
+    title: 'produce-ack and end-to-end latency at half of peak throughput',
+    run: async () => {
+      measureDisk();
+      let calibrated = false;
+      try {
+        if (!peak) {
+          console.log('  (no produce run selected: measuring peak throughput for 3 s first)');
+          peak = await runProduce(3);
+          calibrated = true;
+        }
+        const bytesPerSec = (peak.mbPerSec * 1e6) / 2;
+        const o = {
+          topic: 'bench-latency',
+          partitions: CFG.kafkaPartitions,
+          connections: CFG.kafkaConnections,
+          inflight: CFG.kafkaInflight,
+          recordBytes: CFG.kafkaRecordBytes,
+          bytesPerSec,
+          lingerMs: CFG.kafkaLingerMs,
+          warmupS: CFG.warmupS,
+          seconds: CFG.seconds,
+        };
+        const r: LatencyResult = await withFlowmq(async (b) => {
+          await createStream(b, o.topic, o.partitions);
+          return kafkaLatency(b.kafkaPort, o);
+        });
+        const at = `at half of peak: ${fmt(r.targetMbPerSec, 1)} MB/s target, ${fmt(r.achievedMbPerSec, 1)} achieved, batches of ~${fmt(r.recordsPerBatch)} records every ${o.lingerMs} ms per partition`;
+        const lost = r.consumed !== r.produced ? `; consumed ${fmt(r.consumed)} of ${fmt(r.produced)} records` : '';
+        rows.push({
+          group: 'kafka',
+          scenario: 'kafka-latency',
+          title: `produce → ack latency p50 / p99 (ms), ${at}; target p99 < 10 ms`,
+          flowmq: `${fmt(r.produceAck.p50, 2)} / ${fmt(r.produceAck.p99, 2)} ms`,
+          peer: '-',
+          ratio: r.produceAck.p99 < 10 ? 'p99 < 10 ms ✓' : 'p99 ≥ 10 ms',
+          data: { options: o, peakFromCalibration: calibrated, flowmq: r },
+        });
+        rows.push({
+          group: 'kafka',
+          scenario: 'kafka-latency',
+          title: `end-to-end produce → fetch latency p50 / p99 (ms), same run (Fetch v4 long poll, max wait 500 ms, min bytes 1)${lost}`,
+          flowmq: `${fmt(r.endToEnd.p50, 2)} / ${fmt(r.endToEnd.p99, 2)} ms`,
+          peer: '-',
+          ratio: '-',
+          data: {},
+        });
+      } catch (e) {
+        rows.push({ group: 'kafka', scenario: 'kafka-latency', title: 'latency at half of peak', flowmq: `error: ${errText(e)}`, peer: '-', ratio: '-', data: { error: errText(e) } });
+      }
+    },
+  },
+];
+
+function usage(): string {
+  return [
+    'usage: npm run bench [-- SELECTION...]',
+    '  SELECTION: mqtt | kafka | a scenario name (default: everything)',
+    '  scenarios:',
+    ...scenarios.map((s) => `    ${s.name.padEnd(16)} ${s.title}`),
+  ].join('\n');
 }
 
-function fmt(n: number, digits = 0): string {
-  return n.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits });
+function select(args: string[]): Scenario[] {
+  if (args.length === 0 || args.includes('all')) return scenarios;
+  const out = new Set<Scenario>();
+  for (const a of args) {
+    const hit = scenarios.filter((s) => s.group === a || s.name === a || s.name === `mqtt-${a}` || s.name === `kafka-${a}`);
+    if (hit.length === 0) throw new Error(`unknown selection "${a}"\n${usage()}`);
+    for (const h of hit) out.add(h);
+  }
+  return scenarios.filter((s) => out.has(s));
 }
 
-function pct(a: number, b: number): string {
-  return b > 0 ? `${fmt((100 * a) / b, 0)}%` : '-';
+// ------------------------------------------------------------------ descriptor limit
+
+/**
+ * The idle scenario needs ~10,000 sockets in this process. Node cannot raise its own RLIMIT_NOFILE, so when the
+ * soft limit is too low the bench re-executes itself under `sh -c 'ulimit -n …'` (once).
+ */
+function reexecWithDescriptors(needed: number): Promise<number> | null {
+  if (process.env.BENCH_REEXEC === '1') return null;
+  const soft = Number(spawnSync('sh', ['-c', 'ulimit -n'], { encoding: 'utf8' }).stdout.trim());
+  if (!Number.isFinite(soft) || soft >= needed) return null;
+  const script = `ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"; exec "$@"`;
+  const child = spawn('sh', ['-c', script, 'sh', process.execPath, ...process.execArgv, ...process.argv.slice(1)], {
+    stdio: 'inherit',
+    env: { ...process.env, BENCH_REEXEC: '1' },
+  });
+  // Ctrl-C reaches the child through the terminal's process group; a SIGTERM sent to us alone is passed on.
+  process.on('SIGINT', () => undefined);
+  process.on('SIGTERM', () => child.kill('SIGTERM'));
+  return new Promise((resolve) => child.on('exit', (code, signal) => resolve(code ?? (signal ? 128 + 15 : 1))));
 }
+
+function descriptorLimit(): number {
+  return nofile(process.pid);
+}
+
+// ------------------------------------------------------------------ main
 
 async function main(): Promise<void> {
-  const dir = mkdtempSync(join(tmpdir(), 'flowmq-bench-'));
-  const rows: string[][] = [];
-  console.log(`FlowMQ benchmarks: ${SECONDS}s per scenario, ${PUBLISHERS} publishers, on ${process.platform}/${process.arch}, node ${process.version}\n`);
-  const flow = await startFlowmq(join(dir, 'flowmq'));
-  try {
-    // ---- MQTT QoS 0, many publishers -> 1 subscriber
-    const f = await mqttQos0Run(flow.ports.mqtt, { publishers: PUBLISHERS, seconds: SECONDS, payloadBytes: 64 });
-    let mosq: Awaited<ReturnType<typeof mqttQos0Run>> | null = null;
-    const m = await startMosquitto(dir);
-    if (m) {
-      try {
-        mosq = await mqttQos0Run(m.port, { publishers: PUBLISHERS, seconds: SECONDS, payloadBytes: 64 });
-      } finally {
-        await stop(m.proc);
-      }
-    }
-    rows.push([
-      `MQTT QoS 0, ${PUBLISHERS}→1, 64 B payload (msgs/s delivered)`,
-      `${fmt(f.deliveredPerSec)} (${pct(f.delivered, f.sent)} of sent)`,
-      mosq ? `${fmt(mosq.deliveredPerSec)} (${pct(mosq.delivered, mosq.sent)} of sent)` : 'mosquitto not installed',
-      mosq ? `${fmt(f.deliveredPerSec / mosq.deliveredPerSec, 2)}×` : '-',
-    ]);
+  const args = process.argv.slice(2);
+  if (args.includes('--help') || args.includes('-h') || args.includes('--list')) {
+    console.log(usage());
+    return;
+  }
+  const selected = select(args);
+  const wantsIdle = selected.some((s) => s.name === 'mqtt-idle');
+  const needed = (wantsIdle ? CFG.idleConnections : 0) + CFG.fanoutSubscribers + 1000;
+  const child = reexecWithDescriptors(needed);
+  if (child) {
+    process.exitCode = await child;
+    return;
+  }
+  const limit = descriptorLimit();
+  if (wantsIdle && limit < needed) {
+    CFG.idleConnections = Math.max(100, limit - CFG.fanoutSubscribers - 1000);
+    console.log(`note: this process may open only ${limit} files; idle scenario reduced to ${CFG.idleConnections} connections`);
+  }
 
-    // ---- Kafka produce, 1 KiB records, acks=all
-    const res = await fetch(`http://127.0.0.1:${flow.ports.http}/api/v1/streams`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ name: 'bench-produce', partitions: 4 }),
-    });
-    if (!res.ok) throw new Error(`create stream: ${res.status} ${await res.text()}`);
-    const k = await kafkaProduceRun(flow.ports.kafka, {
-      topic: 'bench-produce',
-      partitions: 4,
-      connections: 4,
-      inflight: 5,
-      recordsPerBatch: 64,
-      recordBytes: 1024,
-      seconds: SECONDS,
-    });
-    rows.push([`Kafka produce, 1 KiB records × 64/batch, acks=all (MB/s)`, `${fmt(k.mbPerSec, 1)} MB/s (${fmt(k.recordsPerSec)} rec/s)`, '-', '-']);
-  } finally {
-    await stop(flow.proc);
-    rmSync(dir, { recursive: true, force: true });
+  let interrupted = false;
+  const onSignal = (sig: NodeJS.Signals) => {
+    if (interrupted) return;
+    interrupted = true;
+    console.error(`\n${sig}: stopping brokers and removing temporary files`);
+    void cleanupAll().finally(() => process.exit(130));
+  };
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
+
+  const mosqVersion = MOSQUITTO ? mosquittoVersion(MOSQUITTO) : null;
+  const started = new Date();
+  console.log(
+    `FlowMQ benchmarks — ${selected.map((s) => s.name).join(', ')}\n` +
+      `${CFG.warmupS}s warm-up + ${CFG.seconds}s measured per scenario; ${cpus().length} CPUs (${cpus()[0]?.model ?? '?'}), ` +
+      `node ${process.version}, mosquitto ${mosqVersion ?? 'not installed'}; load generator and brokers share the machine\n`,
+  );
+
+  const t0 = nowS();
+  for (const s of selected) {
+    const ts = nowS();
+    process.stdout.write(`- ${s.name} … `);
+    await s.run();
+    console.log(`${fmt(nowS() - ts, 0)} s`);
   }
-  const table = [['scenario', 'FlowMQ', 'Mosquitto', 'FlowMQ / Mosquitto'], ...rows];
-  const widths = table[0].map((_, i) => Math.max(...table.map((r) => r[i].length)));
-  for (const [i, r] of table.entries()) {
-    console.log('| ' + r.map((c, j) => c.padEnd(widths[j])).join(' | ') + ' |');
-    if (i === 0) console.log('|' + widths.map((w) => '-'.repeat(w + 2)).join('|') + '|');
+  console.log(`\nfinished in ${fmt(nowS() - t0, 0)} s\n`);
+
+  const groups: ['mqtt' | 'kafka', string[]][] = [
+    ['mqtt', ['MQTT scenario', 'FlowMQ', `Mosquitto ${mosqVersion ?? ''}`.trim(), 'FlowMQ / Mosquitto']],
+    ['kafka', ['Kafka scenario', 'FlowMQ', 'this machine', 'FlowMQ vs machine / target']],
+  ];
+  for (const [g, header] of groups) {
+    const rs = rows.filter((r) => r.group === g);
+    if (rs.length === 0) continue;
+    console.log(table(header, rs.map((r) => [r.title, r.flowmq, r.peer, r.ratio])) + '\n');
   }
+
+  const out = join(ROOT, 'bench/results');
+  mkdirSync(out, { recursive: true });
+  const json = {
+    date: started.toISOString(),
+    durationSeconds: nowS() - t0,
+    machine: { cpus: cpus().length, cpuModel: cpus()[0]?.model ?? null, memoryBytes: totalmem(), platform: `${process.platform}/${process.arch}`, node: process.version, mosquitto: mosqVersion },
+    settings: { ...CFG, mqttLimits: MQTT_LIMITS, selection: selected.map((s) => s.name) },
+    results: rows.map((r) => ({ group: r.group, scenario: r.scenario, title: r.title, flowmq: r.flowmq, peer: r.peer, ratio: r.ratio, ...r.data })),
+  };
+  writeFileSync(join(out, 'latest.json'), JSON.stringify(roundDeep(json), null, 2) + '\n');
+  console.log(`results written to ${join('bench/results', 'latest.json')}`);
 }
 
-main().catch((err: unknown) => {
-  console.error(err);
-  process.exit(1);
-});
+main()
+  .catch((err: unknown) => {
+    console.error(err);
+    process.exitCode = 1;
+  })
+  .finally(async () => {
+    await cleanupAll();
+    // Nothing of the run may keep the process alive (stdout is synchronous for files and pipes on Linux).
+    process.exit();
+  });

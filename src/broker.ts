@@ -2,15 +2,15 @@
  * Assembles one broker process: storage backends, the log engine, the routing core, the protocol listeners
  * and the admin API; and takes them down again in the right order.
  */
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import type { Config } from './config/index.js';
-import { Engine } from './core/index.js';
+import { Engine, FlowError } from './core/index.js';
 import { startAdminApi, type AdminApi } from './control/index.js';
 import type { AdapterContext, ProtocolListener } from './protocols/types.js';
-import { startMqttListener } from './protocols/mqtt/index.js';
+import { createMqttHub, startMqttListener, startMqttTlsListener, startMqttWsListener, type MqttHub } from './protocols/mqtt/index.js';
 import { startKafkaListener } from './protocols/kafka/index.js';
 import { LogManager } from './storage/log/index.js';
 import { SqliteMetastore } from './storage/metastore/index.js';
@@ -41,7 +41,8 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
     logger: logger.child({ component: 'log' }),
     options: { segmentBytes: config.segmentBytes, segmentMs: config.segmentMs },
   });
-  const engine = new Engine(log, metastore);
+  // Retained messages and client sessions live in the metastore, keyed so another broker could take them over.
+  const engine = new Engine(log, metastore, { retained: metastore });
   await engine.load();
   log.finishRecovery();
   logger.info(
@@ -49,20 +50,47 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
     'storage ready (embedded: sqlite metastore, file WAL, filesystem objects)',
   );
 
-  const ctx: AdapterContext = { engine, logger, brokerId: config.brokerId };
+  const ctx: AdapterContext = { engine, logger, brokerId: config.brokerId, sessions: metastore };
   const listeners = new Map<string, ProtocolListener>();
+  let mqttHub: MqttHub | null = null;
   const closeAll = async () => {
     await Promise.allSettled([...listeners.values()].map((l) => l.close()));
+    // After the listeners: their connections hand unacknowledged messages back to the sessions first.
+    mqttHub?.close();
   };
   try {
     if (config.protocols.includes('mqtt')) {
-      const l = await startMqttListener(
-        { ...ctx, logger: logger.child({ protocol: 'mqtt' }) },
-        { host: config.host, port: config.mqttPort },
-        { maxPacketSize: config.mqttMaxPacketSize },
-      );
+      const mctx = { ...ctx, logger: logger.child({ protocol: 'mqtt' }) };
+      mqttHub = await createMqttHub(mctx, {
+        maxPacketSize: config.mqttMaxPacketSize,
+        maxConnections: config.mqttMaxConnections,
+        maxInflight: config.mqttMaxInflight,
+        maxQueued: config.mqttMaxQueuedMessages,
+        queueQos0Offline: config.mqttQueueQos0,
+        maxTopicLevels: config.mqttMaxTopicLevels,
+        maxSessionExpiry: Math.floor(config.mqttSessionExpiryMax / 1000),
+        maxKeepalive: config.mqttMaxKeepalive,
+        sysIntervalMs: config.mqttSysInterval,
+      });
+      const l = await startMqttListener(mctx, { host: config.host, port: config.mqttPort }, {}, mqttHub);
       listeners.set('mqtt', l);
       logger.info({ protocol: 'mqtt', address: fmt(l.address()) }, 'listening');
+      if (config.mqttTlsCert !== null && config.mqttTlsKey !== null) {
+        const t = await startMqttTlsListener(
+          mctx,
+          { host: config.host, port: config.mqttsPort, cert: readFileSync(config.mqttTlsCert), key: readFileSync(config.mqttTlsKey) },
+          mqttHub,
+        );
+        listeners.set('mqtts', t);
+        logger.info({ protocol: 'mqtts', address: fmt(t.address()) }, 'listening');
+      } else if (config.mqttTlsCert !== null || config.mqttTlsKey !== null) {
+        throw new FlowError('CONFIG_ERROR', 'MQTT over TLS needs both mqtt-tls-cert and mqtt-tls-key');
+      }
+      if (config.mqttWs) {
+        const w = await startMqttWsListener(mctx, { host: config.host, port: config.mqttWsPort, path: '/mqtt' }, mqttHub);
+        listeners.set('mqtt-ws', w);
+        logger.info({ protocol: 'mqtt-ws', address: fmt(w.address()), path: '/mqtt' }, 'listening');
+      }
     }
     if (config.protocols.includes('kafka')) {
       const l = await startKafkaListener(
@@ -73,6 +101,8 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
           autoCreateTopics: config.kafkaAutoCreateTopics,
           defaultPartitions: config.kafkaDefaultPartitions,
         },
+        // Committed offsets and producer ids are durable in the metastore, through the core's interfaces.
+        { offsets: metastore, producerIds: metastore },
       );
       listeners.set('kafka', l);
       logger.info({ protocol: 'kafka', address: fmt(l.address()) }, 'listening');

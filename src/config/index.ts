@@ -29,6 +29,19 @@ export interface Config {
   kafkaAutoCreateTopics: boolean;
   kafkaDefaultPartitions: number;
   mqttMaxPacketSize: number;
+  mqttsPort: number;
+  mqttTlsCert: string | null;
+  mqttTlsKey: string | null;
+  mqttWs: boolean;
+  mqttWsPort: number;
+  mqttMaxConnections: number;
+  mqttMaxInflight: number;
+  mqttMaxQueuedMessages: number;
+  mqttQueueQos0: boolean;
+  mqttMaxTopicLevels: number;
+  mqttSessionExpiryMax: number;
+  mqttMaxKeepalive: number;
+  mqttSysInterval: number;
   segmentBytes: number;
   segmentMs: number;
   walFsync: boolean;
@@ -60,6 +73,19 @@ export const OPTIONS: OptionSpec[] = [
   { key: 'kafkaAutoCreateTopics', name: 'kafka-auto-create-topics', kind: 'bool', default: true, help: 'create a stream when a Kafka client produces to or asks for an unknown topic' },
   { key: 'kafkaDefaultPartitions', name: 'kafka-default-partitions', kind: 'int', default: 1, help: 'partitions of auto-created topics' },
   { key: 'mqttMaxPacketSize', name: 'mqtt-max-packet-size', kind: 'size', default: 1024 * 1024, help: 'largest MQTT packet accepted (bytes, or 256KiB, 1MiB...)' },
+  { key: 'mqttsPort', name: 'mqtts-port', kind: 'port', default: 8883, help: 'MQTT over TLS; listens only when mqtt-tls-cert and mqtt-tls-key are set' },
+  { key: 'mqttTlsCert', name: 'mqtt-tls-cert', kind: 'string', default: null, help: 'PEM certificate (chain) file of the MQTT TLS listener' },
+  { key: 'mqttTlsKey', name: 'mqtt-tls-key', kind: 'string', default: null, help: 'PEM private key file of the MQTT TLS listener' },
+  { key: 'mqttWs', name: 'mqtt-ws', kind: 'bool', default: true, help: 'serve MQTT over WebSocket (path /mqtt, subprotocol mqtt)' },
+  { key: 'mqttWsPort', name: 'mqtt-ws-port', kind: 'port', default: 8083, help: 'MQTT over WebSocket' },
+  { key: 'mqttMaxConnections', name: 'mqtt-max-connections', kind: 'int', default: 1_000_000, help: 'MQTT client connections over all MQTT listeners; more are refused (CONNACK 0x97 / 0x03)' },
+  { key: 'mqttMaxInflight', name: 'mqtt-max-inflight', kind: 'int', default: 100, help: 'unacknowledged QoS 1/2 messages per MQTT connection, each way (v5 Receive Maximum)' },
+  { key: 'mqttMaxQueuedMessages', name: 'mqtt-max-queued-messages', kind: 'int', default: 1000, help: 'messages queued per MQTT session (online behind the in-flight window, offline in the store); the oldest are dropped beyond it' },
+  { key: 'mqttQueueQos0', name: 'mqtt-queue-qos0', kind: 'bool', default: false, help: 'also queue QoS 0 messages for offline MQTT sessions' },
+  { key: 'mqttMaxTopicLevels', name: 'mqtt-max-topic-levels', kind: 'int', default: 128, help: 'levels of an MQTT topic name or filter' },
+  { key: 'mqttSessionExpiryMax', name: 'mqtt-session-expiry-max', kind: 'duration', default: 7 * 86_400_000, help: 'longest an offline MQTT session is kept (caps v5 Session Expiry; 3.1.1 clean-session-0 sessions get it)' },
+  { key: 'mqttMaxKeepalive', name: 'mqtt-max-keepalive', kind: 'int', default: 0, help: 'highest MQTT keep-alive in seconds a client may use (0: any); v5 clients are told (Server Keep Alive)' },
+  { key: 'mqttSysInterval', name: 'mqtt-sys-interval', kind: 'duration', default: 10_000, help: 'how often broker statistics are published under $SYS/broker/' },
   { key: 'segmentBytes', name: 'segment-bytes', kind: 'size', default: 16 * 1024 * 1024, help: 'seal a partition\'s hot tail into an object-store segment at this size' },
   { key: 'segmentMs', name: 'segment-ms', kind: 'duration', default: 60_000, help: '...or at this age (ms, or 30s, 5m...)' },
   { key: 'walFsync', name: 'wal-fsync', kind: 'bool', default: true, help: 'fsync the WAL before acknowledging (turn off only for throwaway data)' },

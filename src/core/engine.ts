@@ -9,6 +9,8 @@ import { FlowError } from './errors.js';
 import type { Message, QoS } from './message.js';
 import { decodeBatch, encodeBatch, messageToRecord, recordToMessage } from './record-batch.js';
 import type { AppendResult, PartitionOffsets, StreamCatalog, StreamDef, StreamStorage } from './streams.js';
+import { RetainedIndex } from './retained.js';
+import { decodeStoredMessage, encodeStoredMessage, type RetainedStore } from './sessions.js';
 import { isValidStreamName, kafkaToUnified, validateFilter, validateTopic } from './topic.js';
 import { TopicTrie } from './trie.js';
 
@@ -21,6 +23,11 @@ export interface Subscriber {
    * Must not throw and must not block: an adapter queues or drops according to its own flow control.
    */
   deliver(msg: Message, subs: Subscription[]): void;
+  /**
+   * Optional: false while the subscriber cannot take messages right away (e.g. an offline persistent
+   * session). A shared group then prefers its available members.
+   */
+  isAvailable?(): boolean;
 }
 
 export interface SubscribeOptions {
@@ -58,6 +65,14 @@ export interface StreamEntry {
 
 export const MAX_PARTITIONS = 10000;
 
+export interface EngineOptions {
+  /** Durable home of retained messages; without it they live in memory only. */
+  retained?: RetainedStore;
+}
+
+/** Retained messages of these topics (broker statistics) are kept in memory only: they are rewritten often. */
+const VOLATILE_RETAINED_PREFIX = '$SYS/';
+
 export class Engine {
   private readonly subs = new TopicTrie<Subscription | SharedGroup>();
   private readonly groups = new Map<string, SharedGroup>();
@@ -65,11 +80,17 @@ export class Engine {
   private readonly streams = new Map<string, StreamEntry>();
   /** Messages delivered to live subscribers / captured by streams, for metrics. */
   readonly stats = { published: 0, delivered: 0, captured: 0, dropped: 0 };
+  /** Last retained message per topic, any protocol's publish with retain=true sets it. */
+  readonly retained = new RetainedIndex();
+  private readonly retainedStore: RetainedStore | undefined;
 
   constructor(
     readonly storage: StreamStorage,
     private readonly catalog: StreamCatalog,
-  ) {}
+    options: EngineOptions = {},
+  ) {
+    this.retainedStore = options.retained;
+  }
 
   // ---------------------------------------------------------------- streams
 
@@ -78,6 +99,9 @@ export class Engine {
     for (const def of await this.catalog.listStreams()) {
       await this.storage.openStream(def);
       this.index(def);
+    }
+    if (this.retainedStore) {
+      for (const r of await this.retainedStore.listRetained()) this.retained.set(decodeStoredMessage(r.data));
     }
   }
 
@@ -187,10 +211,8 @@ export class Engine {
     };
     this.subs.match(msg.topic, (v) => {
       if ('members' in v) {
-        if (v.members.length === 0) return;
-        const s = v.members[v.next % v.members.length];
-        v.next = (v.next + 1) % v.members.length;
-        add(s);
+        const s = pickMember(v, undefined);
+        if (s !== undefined) add(s);
       } else add(v);
     });
     if (single !== undefined) {
@@ -202,6 +224,21 @@ export class Engine {
         subscriber.deliver(msg, list);
       }
     }
+  }
+
+  /**
+   * Hands a message that one member of a shared group received but will not process (its connection went
+   * away) to another available member of the same group. Returns false when there is none.
+   */
+  redeliverShared(sub: Subscription, msg: Message): boolean {
+    if (sub.options.group === undefined) return false;
+    const g = this.groups.get(`${sub.options.group}\u0000${sub.filter}`);
+    if (!g) return false;
+    const other = pickMember(g, sub.subscriber);
+    if (other === undefined || other.subscriber.isAvailable?.() === false) return false;
+    this.stats.delivered++;
+    other.subscriber.deliver(msg, [other]);
+    return true;
   }
 
   hasLiveSubscribers(topic: string): boolean {
@@ -218,9 +255,29 @@ export class Engine {
   publish(msg: Message): Promise<void> | null {
     validateTopic(msg.topic);
     this.stats.published++;
-    const durable = this.capture(msg, undefined);
+    let durable = this.capture(msg, undefined);
+    if (msg.retain) {
+      const kept = this.retain(msg);
+      if (kept !== null) durable = durable === null ? kept : Promise.all([durable, kept]).then(() => undefined);
+    }
     this.deliverLive(msg);
     return durable;
+  }
+
+  /**
+   * Sets, replaces or (empty payload) clears the retained message of the topic [MQTT-3.3.1-5]
+   * [MQTT-3.3.1-10]; returns the store write to wait for, if any.
+   */
+  private retain(msg: Message): Promise<void> | null {
+    const volatile = msg.topic.startsWith(VOLATILE_RETAINED_PREFIX);
+    if (msg.payload.length === 0) {
+      const had = this.retained.delete(msg.topic);
+      return had && !volatile && this.retainedStore ? this.retainedStore.deleteRetained(msg.topic) : null;
+    }
+    // The index keeps its own copy: the payload may be a view into a socket buffer.
+    const kept: Message = { ...msg, payload: Buffer.from(msg.payload), headers: msg.headers.slice() };
+    this.retained.set(kept);
+    return !volatile && this.retainedStore ? this.retainedStore.putRetained(msg.topic, encodeStoredMessage(kept)) : null;
   }
 
   /**
@@ -300,6 +357,26 @@ export class Engine {
     this.partitionOf(stream, partition);
     return this.storage.waitFor(stream, partition, offset, timeoutMs);
   }
+}
+
+/**
+ * Next member of a shared group in round-robin order, preferring members that are available; skips `except`.
+ */
+function pickMember(g: SharedGroup, except: Subscriber | undefined): Subscription | undefined {
+  const n = g.members.length;
+  let fallback: Subscription | undefined;
+  for (let k = 0; k < n; k++) {
+    const s = g.members[(g.next + k) % n];
+    if (s.subscriber === except) continue;
+    if (s.subscriber.isAvailable?.() === false) {
+      fallback ??= s;
+      continue;
+    }
+    g.next = (g.next + k + 1) % n;
+    return s;
+  }
+  if (fallback !== undefined) g.next = (g.next + 1) % n;
+  return fallback;
 }
 
 /**

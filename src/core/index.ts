@@ -5,4 +5,7 @@ export * from './trie.js';
 export * from './streams.js';
 export * from './engine.js';
 export * from './record-batch.js';
+export * from './sessions.js';
+export * from './retained.js';
+export * from './offsets.js';
 export { crc32c } from './crc32c.js';

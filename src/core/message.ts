@@ -23,6 +23,19 @@ export interface Message {
   retain: boolean;
   /** Identifier of the publishing connection, so adapters can implement "no local". */
   origin?: string;
+  /**
+   * Absolute expiry, ms since epoch: not delivered after it (MQTT v5 Message Expiry Interval, AMQP
+   * expiration). Absent: never expires.
+   */
+  expiresAt?: number;
+  /** MIME type of the payload (MQTT v5 Content Type, AMQP content-type). */
+  contentType?: string;
+  /** Where a reply goes (MQTT v5 Response Topic, AMQP reply-to), as a unified topic. */
+  responseTopic?: string;
+  /** Ties a reply to its request (MQTT v5 Correlation Data, AMQP correlation-id). */
+  correlationData?: Buffer;
+  /** 1 when the payload is UTF-8 text (MQTT v5 Payload Format Indicator). */
+  payloadFormat?: number;
 }
 
 export function makeMessage(topic: string, payload: Buffer, init: Partial<Message> = {}): Message {
@@ -35,5 +48,11 @@ export function makeMessage(topic: string, payload: Buffer, init: Partial<Messag
     qos: init.qos ?? 0,
     retain: init.retain ?? false,
     origin: init.origin,
+    // Optional properties are copied only when set, so plain messages keep their plain shape.
+    ...(init.expiresAt !== undefined ? { expiresAt: init.expiresAt } : {}),
+    ...(init.contentType !== undefined ? { contentType: init.contentType } : {}),
+    ...(init.responseTopic !== undefined ? { responseTopic: init.responseTopic } : {}),
+    ...(init.correlationData !== undefined ? { correlationData: init.correlationData } : {}),
+    ...(init.payloadFormat !== undefined ? { payloadFormat: init.payloadFormat } : {}),
   };
 }

@@ -52,3 +52,44 @@ describe('config', () => {
     assert.equal(parseSize('lots'), null);
   });
 });
+
+describe('config: MQTT options', () => {
+  it('defaults: TLS off until cert and key are set, WebSocket on at 8083, limits', () => {
+    const c = loadConfig();
+    assert.equal(c.mqttsPort, 8883);
+    assert.equal(c.mqttTlsCert, null);
+    assert.equal(c.mqttTlsKey, null);
+    assert.equal(c.mqttWs, true);
+    assert.equal(c.mqttWsPort, 8083);
+    assert.equal(c.mqttMaxConnections, 1_000_000);
+    assert.equal(c.mqttMaxInflight, 100);
+    assert.equal(c.mqttMaxQueuedMessages, 1000);
+    assert.equal(c.mqttQueueQos0, false);
+    assert.equal(c.mqttMaxTopicLevels, 128);
+    assert.equal(c.mqttSessionExpiryMax, 7 * 86_400_000);
+    assert.equal(c.mqttMaxKeepalive, 0);
+    assert.equal(c.mqttSysInterval, 10_000);
+  });
+  it('flags, environment and file set them, with clear errors', () => {
+    const c = loadConfig({
+      flags: { 'mqtts-port': '0', 'mqtt-tls-cert': '/c.pem', 'mqtt-tls-key': '/k.pem', 'mqtt-ws': 'false', 'mqtt-session-expiry-max': '2h' },
+      env: { FLOWMQ_MQTT_MAX_INFLIGHT: '20', FLOWMQ_MQTT_MAX_QUEUED_MESSAGES: '5', FLOWMQ_MQTT_SYS_INTERVAL: '1s' },
+    });
+    assert.equal(c.mqttsPort, 0);
+    assert.equal(c.mqttTlsCert, '/c.pem');
+    assert.equal(c.mqttTlsKey, '/k.pem');
+    assert.equal(c.mqttWs, false);
+    assert.equal(c.mqttSessionExpiryMax, 7_200_000);
+    assert.equal(c.mqttMaxInflight, 20);
+    assert.equal(c.mqttMaxQueuedMessages, 5);
+    assert.equal(c.mqttSysInterval, 1000);
+    assert.throws(() => loadConfig({ flags: { 'mqtt-ws-port': '99999' } }), /--mqtt-ws-port: expected a port number/);
+    assert.throws(() => loadConfig({ flags: { 'mqtt-max-topic-levels': '-1' } }), /--mqtt-max-topic-levels: expected a non-negative integer/);
+    const dir = mkdtempSync(join(tmpdir(), 'flowmq-config-mqtt-'));
+    const file = join(dir, 'c.yaml');
+    writeFileSync(file, 'mqtt-max-connections: 10\nmqtt-queue-qos0: true\n');
+    const f = loadConfig({ file });
+    assert.equal(f.mqttMaxConnections, 10);
+    assert.equal(f.mqttQueueQos0, true);
+  });
+});

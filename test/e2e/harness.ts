@@ -81,7 +81,7 @@ export class FlowmqProcess {
   /** Starts a broker on free loopback ports and waits until its MQTT, Kafka and HTTP listeners are up. */
   static async start(opts: { dataDir?: string; args?: string[]; env?: NodeJS.ProcessEnv } = {}): Promise<FlowmqProcess> {
     const dataDir = opts.dataDir ?? mkdtempSync(join(tmpdir(), 'flowmq-e2e-'));
-    const args = ['start', '--data-dir', dataDir, '--host', '127.0.0.1', '--mqtt-port', '0', '--kafka-port', '0', '--http-port', '0', ...(opts.args ?? [])];
+    const args = ['start', '--data-dir', dataDir, '--host', '127.0.0.1', '--mqtt-port', '0', '--mqtt-ws-port', '0', '--kafka-port', '0', '--http-port', '0', ...(opts.args ?? [])];
     const proc = spawn(process.execPath, [FLOWMQ_BIN, ...args], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...opts.env } });
     const b = new FlowmqProcess(proc, dataDir);
     const deadline = Date.now() + 20_000;

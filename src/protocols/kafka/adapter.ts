@@ -3,12 +3,29 @@
  * auto-creation (deduplicated, so concurrent requests naming the same new topic create it once).
  */
 import type { Logger } from 'pino';
-import { isFlowError, isValidStreamName, type Engine, type StreamEntry } from '../../core/index.js';
+import {
+  MemoryOffsetStore,
+  isFlowError,
+  isValidStreamName,
+  type Engine,
+  type OffsetStore,
+  type ProducerIdStore,
+  type StreamEntry,
+} from '../../core/index.js';
 import type { AdapterContext } from '../types.js';
 import { KafkaErrorCode, type ApiVersionRange } from './codec/index.js';
 import { kafkaErrorCode } from './errors.js';
 import type { ResolvedKafkaOptions } from './options.js';
 import type { Route } from './route.js';
+import { GroupCoordinator } from './groups/coordinator.js';
+
+/** Durable state the adapter keeps through the core's storage interfaces (in memory when not given). */
+export interface KafkaStores {
+  /** Committed consumer-group offsets (the metastore in a broker). */
+  offsets?: OffsetStore;
+  /** Producer id allocation for idempotent producers (the metastore in a broker). */
+  producerIds?: ProducerIdStore;
+}
 
 export type TopicResult = { entry: StreamEntry; errorCode: 0 } | { entry: null; errorCode: number };
 
@@ -20,15 +37,26 @@ export class KafkaAdapter {
   /** Ranges advertised by ApiVersions: exactly the APIs with a route. */
   readonly apiVersions: ApiVersionRange[];
   private readonly creating = new Map<string, Promise<void>>();
+  /** Coordinator of every consumer group (this broker coordinates them all in embedded mode). */
+  readonly groups: GroupCoordinator;
+  readonly producerIds: ProducerIdStore;
 
   constructor(
     ctx: AdapterContext,
     readonly options: ResolvedKafkaOptions,
     routes: readonly Route[],
+    stores: KafkaStores = {},
   ) {
     this.engine = ctx.engine;
     this.logger = ctx.logger;
     this.brokerId = ctx.brokerId;
+    const memory = stores.offsets && stores.producerIds ? null : new MemoryOffsetStore((s) => ctx.engine.getStream(s) !== undefined);
+    this.producerIds = stores.producerIds ?? (memory as MemoryOffsetStore);
+    this.groups = new GroupCoordinator(stores.offsets ?? (memory as MemoryOffsetStore), ctx.logger.child({ component: 'groups' }), {
+      minSessionTimeoutMs: options.groupMinSessionTimeoutMs,
+      maxSessionTimeoutMs: options.groupMaxSessionTimeoutMs,
+      initialRebalanceDelayMs: options.groupInitialRebalanceDelayMs,
+    });
     this.routeByKey = new Map(routes.map((r) => [r.codec.apiKey, r]));
     this.apiVersions = routes
       .map((r) => ({ apiKey: r.codec.apiKey, minVersion: r.codec.minVersion, maxVersion: r.codec.maxVersion }))

@@ -11,9 +11,10 @@
  * - Writes are corked and released on the next tick, so responses completing together leave in one writev.
  * - Backpressure: with too many unanswered requests, or a socket that is not draining, the connection stops
  *   reading until it catches up, so a slow or greedy client cannot grow the broker's memory without bound.
- * - Errors: a malformed request, an unknown API or an unadvertised version closes this connection with a log
- *   line (the protocol has no way to answer a request the broker cannot parse), except ApiVersions, which is
- *   answered per KIP-511. Nothing a client sends can throw out of this class.
+ * - Errors: a malformed request (truncated, bad lengths, trailing bytes) closes this connection with a log line
+ *   (the protocol has no way to answer a request the broker cannot parse). An unknown API or an unadvertised
+ *   version is answered with UNSUPPORTED_VERSION and the connection stays open (ApiVersions in its v0 layout
+ *   per KIP-511). Nothing a client sends can throw out of this class.
  */
 import type { Duplex } from 'node:stream';
 import type { Logger } from 'pino';
@@ -50,6 +51,7 @@ export class KafkaConnection implements ConnectionInfo {
   readonly log: Logger;
   readonly localAddress: string | undefined;
   readonly localPort: number | undefined;
+  readonly remoteAddress: string | undefined;
   readonly closed: Promise<void>;
   private resolveClosed: () => void = () => undefined;
   private isDone = false;
@@ -75,6 +77,7 @@ export class KafkaConnection implements ConnectionInfo {
     this.id = init.id;
     this.localAddress = init.localAddress;
     this.localPort = init.localPort;
+    this.remoteAddress = init.remoteAddress;
     this.log = adapter.logger.child({ conn: init.id, remote: `${init.remoteAddress ?? '?'}:${init.remotePort ?? '?'}` });
     this.closed = new Promise<void>((resolve) => {
       this.resolveClosed = resolve;
@@ -174,9 +177,9 @@ export class KafkaConnection implements ConnectionInfo {
     if (!route) {
       this.log.warn(
         { api: apiName(prefix.apiKey), apiKey: prefix.apiKey, version: prefix.apiVersion, correlationId: prefix.correlationId },
-        'unsupported API: closing connection',
+        'unsupported API: answered UNSUPPORTED_VERSION',
       );
-      this.destroy();
+      this.answerUnsupported(prefix);
       return;
     }
     if (!supportsVersion(route.codec, prefix.apiVersion)) {
@@ -193,13 +196,11 @@ export class KafkaConnection implements ConnectionInfo {
         this.flush();
         return;
       }
-      // Clients only send versions the broker advertised; one that does not is broken, and its response layout
-      // is unknown to us, so there is no way to answer it.
       this.log.warn(
         { api: route.codec.name, version: prefix.apiVersion, supported: `${route.codec.minVersion}-${route.codec.maxVersion}` },
-        'unsupported API version: closing connection',
+        'unsupported API version: answered UNSUPPORTED_VERSION',
       );
-      this.destroy();
+      this.answerUnsupported(prefix);
       return;
     }
     const slot: Slot = { done: false, result: null };
@@ -219,6 +220,22 @@ export class KafkaConnection implements ConnectionInfo {
       },
       (err: unknown) => this.reject(err, prefix),
     );
+  }
+
+  /**
+   * Answers a request for an API or version this broker does not offer. Clients only send what ApiVersions
+   * advertised, so this is a client ignoring it; the layout it expects is unknown here, so the answer is the
+   * one layout every Kafka client can read for any API: response header v0 followed by the error code
+   * UNSUPPORTED_VERSION (35), as KIP-511 does for ApiVersions. The connection stays open: the request was
+   * well framed, and the client may go on with the APIs it is offered.
+   */
+  private answerUnsupported(prefix: RequestPrefix): void {
+    const frame = Buffer.alloc(10);
+    frame.writeInt32BE(6, 0);
+    frame.writeInt32BE(prefix.correlationId, 4);
+    frame.writeInt16BE(KafkaErrorCode.UNSUPPORTED_VERSION, 8);
+    this.pending.push({ done: true, result: [frame] });
+    this.flush();
   }
 
   private reject(err: unknown, prefix: RequestPrefix | undefined): void {

@@ -3,7 +3,8 @@
  */
 export { startKafkaListener } from './server.js';
 export { KafkaConnection, type KafkaConnectionInit } from './connection.js';
-export { KafkaAdapter } from './adapter.js';
+export { KafkaAdapter, type KafkaStores } from './adapter.js';
+export { GroupCoordinator, DEFAULT_GROUP_OPTIONS, type GroupOptions, type GroupState } from './groups/coordinator.js';
 export { KAFKA_ROUTES } from './routes.js';
 export { resolveKafkaOptions, DEFAULT_MAX_REQUEST_BYTES, type KafkaOptions, type ResolvedKafkaOptions } from './options.js';
 export { kafkaErrorCode } from './errors.js';

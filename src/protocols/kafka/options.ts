@@ -21,6 +21,12 @@ export interface KafkaOptions {
   maxInFlightRequests?: number;
   /** Cluster id reported in Metadata v2+. Default "flowmq". */
   clusterId?: string;
+  /** group.min.session.timeout.ms. Default 6000. */
+  groupMinSessionTimeoutMs?: number;
+  /** group.max.session.timeout.ms. Default 1800000. */
+  groupMaxSessionTimeoutMs?: number;
+  /** group.initial.rebalance.delay.ms (KIP-134). Default 3000. */
+  groupInitialRebalanceDelayMs?: number;
 }
 
 export type ResolvedKafkaOptions = Required<Omit<KafkaOptions, 'advertisedHost' | 'advertisedPort'>> &
@@ -37,6 +43,9 @@ export function resolveKafkaOptions(opts: KafkaOptions = {}): ResolvedKafkaOptio
     maxRequestBytes: opts.maxRequestBytes ?? DEFAULT_MAX_REQUEST_BYTES,
     maxInFlightRequests: opts.maxInFlightRequests ?? 256,
     clusterId: opts.clusterId ?? 'flowmq',
+    groupMinSessionTimeoutMs: opts.groupMinSessionTimeoutMs ?? 6000,
+    groupMaxSessionTimeoutMs: opts.groupMaxSessionTimeoutMs ?? 1_800_000,
+    groupInitialRebalanceDelayMs: opts.groupInitialRebalanceDelayMs ?? 3000,
   };
   const int = (v: number, min: number, max: number) => Number.isInteger(v) && v >= min && v <= max;
   if (!int(r.defaultPartitions, 1, MAX_PARTITIONS)) {
@@ -48,6 +57,12 @@ export function resolveKafkaOptions(opts: KafkaOptions = {}): ResolvedKafkaOptio
   }
   if (!int(r.maxInFlightRequests, 1, 1_000_000)) {
     throw new FlowError('CONFIG_ERROR', 'kafka maxInFlightRequests must be an integer in 1..1000000');
+  }
+  if (!int(r.groupMinSessionTimeoutMs, 1, 0x7fffffff) || !int(r.groupMaxSessionTimeoutMs, r.groupMinSessionTimeoutMs, 0x7fffffff)) {
+    throw new FlowError('CONFIG_ERROR', 'kafka group session timeouts must be integers with 1 <= min <= max');
+  }
+  if (!int(r.groupInitialRebalanceDelayMs, 0, 0x7fffffff)) {
+    throw new FlowError('CONFIG_ERROR', 'kafka groupInitialRebalanceDelayMs must be a non-negative integer');
   }
   if (r.advertisedPort !== undefined && !int(r.advertisedPort, 1, 65535)) {
     throw new FlowError('CONFIG_ERROR', 'kafka advertisedPort must be a port number');

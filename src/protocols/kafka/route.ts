@@ -13,6 +13,8 @@ export interface ConnectionInfo {
   /** Local address/port the client connected to (advertised in Metadata unless configured). */
   readonly localAddress: string | undefined;
   readonly localPort: number | undefined;
+  /** Address of the client (DescribeGroups reports it as the member's host). */
+  readonly remoteAddress: string | undefined;
   /** Resolves when the connection closes. */
   readonly closed: Promise<void>;
   isClosed(): boolean;

@@ -2,9 +2,37 @@
  * The APIs this broker answers. ApiVersions advertises exactly these, with their codecs' version ranges; adding
  * an API is one codec module plus one handler registered here.
  */
-import { ApiVersionsApi, FetchApi, ListOffsetsApi, MetadataApi, ProduceApi } from './codec/index.js';
+import {
+  ApiVersionsApi,
+  DeleteGroupsApi,
+  DescribeGroupsApi,
+  FetchApi,
+  FindCoordinatorApi,
+  HeartbeatApi,
+  JoinGroupApi,
+  LeaveGroupApi,
+  ListGroupsApi,
+  ListOffsetsApi,
+  MetadataApi,
+  OffsetCommitApi,
+  OffsetFetchApi,
+  ProduceApi,
+  SyncGroupApi,
+} from './codec/index.js';
 import { handleApiVersions } from './handlers/api-versions.js';
 import { handleFetch } from './handlers/fetch.js';
+import {
+  handleDeleteGroups,
+  handleDescribeGroups,
+  handleFindCoordinator,
+  handleHeartbeat,
+  handleJoinGroup,
+  handleLeaveGroup,
+  handleListGroups,
+  handleOffsetCommit,
+  handleOffsetFetch,
+  handleSyncGroup,
+} from './handlers/groups.js';
 import { handleListOffsets } from './handlers/list-offsets.js';
 import { handleMetadata } from './handlers/metadata.js';
 import { handleProduce } from './handlers/produce.js';
@@ -16,4 +44,14 @@ export const KAFKA_ROUTES: readonly Route[] = [
   route(ListOffsetsApi, handleListOffsets),
   route(MetadataApi, handleMetadata),
   route(ApiVersionsApi, handleApiVersions),
+  route(OffsetCommitApi, handleOffsetCommit),
+  route(OffsetFetchApi, handleOffsetFetch),
+  route(FindCoordinatorApi, handleFindCoordinator),
+  route(JoinGroupApi, handleJoinGroup),
+  route(HeartbeatApi, handleHeartbeat),
+  route(LeaveGroupApi, handleLeaveGroup),
+  route(SyncGroupApi, handleSyncGroup),
+  route(DescribeGroupsApi, handleDescribeGroups),
+  route(ListGroupsApi, handleListGroups),
+  route(DeleteGroupsApi, handleDeleteGroups),
 ];

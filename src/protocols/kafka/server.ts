@@ -3,7 +3,7 @@
  */
 import { createServer, type AddressInfo, type Socket } from 'node:net';
 import type { AdapterContext, ListenOptions, ProtocolListener } from '../types.js';
-import { KafkaAdapter } from './adapter.js';
+import { KafkaAdapter, type KafkaStores } from './adapter.js';
 import { KafkaConnection } from './connection.js';
 import { resolveKafkaOptions, type KafkaOptions } from './options.js';
 import { KAFKA_ROUTES } from './routes.js';
@@ -12,8 +12,9 @@ export async function startKafkaListener(
   ctx: AdapterContext,
   listen: ListenOptions,
   opts: KafkaOptions = {},
+  stores: KafkaStores = {},
 ): Promise<ProtocolListener> {
-  const adapter = new KafkaAdapter(ctx, resolveKafkaOptions(opts), KAFKA_ROUTES);
+  const adapter = new KafkaAdapter(ctx, resolveKafkaOptions(opts), KAFKA_ROUTES, stores);
   const conns = new Set<KafkaConnection>();
   let seq = 0;
 
@@ -47,6 +48,7 @@ export async function startKafkaListener(
     address: () => server.address() as AddressInfo,
     connections: () => conns.size,
     async close(): Promise<void> {
+      adapter.groups.close();
       const stopped = new Promise<void>((resolve) => server.close(() => resolve()));
       const all = [...conns];
       for (const c of all) c.close();

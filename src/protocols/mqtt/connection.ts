@@ -1,48 +1,53 @@
 /**
- * One MQTT connection: protocol state for one client over any Duplex stream (TCP, TLS, WebSocket stream, a
- * test pair). It talks to the routing core only (`ctx.engine`), never to storage.
+ * One MQTT connection (3.1, 3.1.1 and 5.0): protocol state for one client over any Duplex stream (TCP, TLS,
+ * WebSocket stream, a test pair). It talks to the routing core only (`ctx.engine`) and keeps session state in
+ * its `MqttSession` (see session.ts), never in storage directly.
  *
  * Inbound: bytes -> codec -> packets -> engine.publish / subscribe / unsubscribe.
- * Outbound: the engine calls `deliver()` synchronously for every matching publish; this class turns it into a
- * PUBLISH frame under its own flow control (in-flight window, bounded queue, write high-water mark), so a slow
- * consumer can never make the broker's memory grow without bound.
+ * Outbound: the engine calls the session's `deliver()` synchronously for every matching publish; the session
+ * forwards it here, where it becomes a PUBLISH frame under flow control (in-flight window = min(maxInflight,
+ * the client's Receive Maximum), bounded queue, write high-water mark), so a slow consumer can never make
+ * the broker's memory grow without bound.
  *
- * Decisions (see also README.md in this folder):
- * - Granted QoS = min(requested, options.maxQos), default maxQos 2: outbound QoS 2 is implemented (PUBLISH ->
- *   PUBREC -> PUBREL -> PUBCOMP), so there is no reason to downgrade.
- * - Sessions are not persisted yet: a CleanSession=0 client gets Session Present = 0 [MQTT-3.2.2-3] and its
- *   subscriptions and in-flight messages end with the connection.
- * - The will is published on every close that is not a DISCONNECT: socket error or EOF, keep-alive timeout,
- *   protocol error, session takeover. Not on broker shutdown (that is not the client's failure).
+ * Timers: none per connection. The hub's shared tick calls `checkTimers()` (connect timeout, keep-alive).
  */
 import { randomBytes } from 'node:crypto';
 import type { Duplex } from 'node:stream';
-import type { Message, QoS, Subscriber, Subscription } from '../../core/index.js';
-import { FlowError, isFlowError } from '../../core/index.js';
+import type { Message, QoS, Subscription } from '../../core/index.js';
+import { FlowError, isFlowError, validateFilter } from '../../core/index.js';
 import type { AdapterContext } from '../types.js';
 import {
   ConnackCode,
   INCOMPLETE,
   MqttProtocolError,
+  ReasonCode,
   SUBACK_FAILURE,
+  encodeAuth,
   encodeConnack,
+  encodeDisconnect,
   encodeIdOnly,
   encodePublishFrame,
   encodeSuback,
+  encodeUnsuback,
   parsePacket,
   peekFrameLength,
+  type AuthPacket,
   type ConnectPacket,
+  type DisconnectPacket,
   type MqttPacket,
+  type Properties,
   type ProtocolLevel,
   type PublishPacket,
   type SubscribePacket,
+  type SubscriptionRequest,
   type UnsubscribePacket,
   type Will,
 } from './codec/index.js';
+import { EXPIRY_NEVER, MqttHub, splitShared, type Delivery, type MqttSession, type SubData } from './session.js';
 
 // ------------------------------------------------------------------ options
 
-/** Outcome of authentication; maps to CONNACK 0x00 / 0x04 / 0x05 (and to v5 reason codes later). */
+/** Outcome of authentication; CONNACK 0x00 / 0x04 / 0x05 in 3.1.1, 0x00 / 0x86 / 0x87 in 5.0. */
 export type AuthResult = 'ok' | 'bad-credentials' | 'not-authorized';
 
 /**
@@ -55,14 +60,26 @@ export type Authenticator = (
   password: Buffer | null,
 ) => AuthResult | Promise<AuthResult>;
 
+/** One step of MQTT 5.0 enhanced authentication (section 4.12), e.g. SCRAM. */
+export interface EnhancedAuthStep {
+  clientId: string;
+  method: string;
+  data: Buffer | null;
+  /** 0 for the CONNECT (or the AUTH 0x19 starting a re-authentication), then 1, 2... */
+  step: number;
+  reauth: boolean;
+}
+export type EnhancedAuthResult = { result: 'continue'; data?: Buffer } | { result: 'ok'; data?: Buffer } | { result: 'fail' };
+export type EnhancedAuthenticator = (step: EnhancedAuthStep) => EnhancedAuthResult | Promise<EnhancedAuthResult>;
+
 export interface MqttOptions {
-  /** Largest accepted packet in bytes, fixed header included; a larger one closes the connection. */
+  /** Largest accepted packet in bytes, fixed header included; v5 clients are told (Maximum Packet Size). */
   maxPacketSize?: number;
   /** The first packet must be a CONNECT within this many ms. */
   connectTimeoutMs?: number;
-  /** Outbound QoS 1/2 messages awaiting acknowledgement, per connection. */
+  /** Outbound QoS 1/2 messages awaiting acknowledgement per connection; also the v5 Receive Maximum granted. */
   maxInflight?: number;
-  /** Outbound messages waiting behind a full in-flight window, per connection; beyond it messages are dropped. */
+  /** Messages waiting per session: behind a full in-flight window, and in the store while offline. */
   maxQueued?: number;
   /** When this many bytes wait in the socket's write buffer, QoS 0 deliveries to the client are dropped. */
   writeHighWaterMark?: number;
@@ -73,6 +90,24 @@ export interface MqttOptions {
   /** A connection closed by the server is destroyed if the peer has not closed it after this many ms. */
   closeLingerMs?: number;
   authenticate?: Authenticator;
+  /** v5 enhanced authentication; without it a CONNECT with an Authentication Method is refused (0x8C). */
+  enhancedAuth?: EnhancedAuthenticator | null;
+  /** Client connections across all MQTT listeners; beyond it CONNACK 0x97 (v5) / 0x03 (3.1.1). */
+  maxConnections?: number;
+  /** Topic levels of a topic name or filter. */
+  maxTopicLevels?: number;
+  /** Cap of the Session Expiry Interval (seconds); also the expiry of 3.1.1 Clean Session = 0 sessions. */
+  maxSessionExpiry?: number;
+  /** Highest Keep Alive a client may ask for (seconds; 0 = no limit); above it v5 gets Server Keep Alive. */
+  maxKeepalive?: number;
+  /** Topic aliases a v5 client may define (Topic Alias Maximum in CONNACK). */
+  topicAliasMaximum?: number;
+  /** Queue QoS 0 messages for offline sessions too (default: only QoS 1/2 are queued). */
+  queueQos0Offline?: boolean;
+  /** $SYS statistics interval, ms; 0 disables. */
+  sysIntervalMs?: number;
+  /** Resolution of the shared timer (keep-alive, expiry, will delay), ms. */
+  tickMs?: number;
 }
 
 export type ResolvedMqttOptions = Required<MqttOptions>;
@@ -89,6 +124,15 @@ export const MQTT_DEFAULTS: ResolvedMqttOptions = {
   maxPendingAcks: 1000,
   closeLingerMs: 2000,
   authenticate: allowAll,
+  enhancedAuth: null,
+  maxConnections: 1_000_000,
+  maxTopicLevels: 128,
+  maxSessionExpiry: 7 * 24 * 3600,
+  maxKeepalive: 0,
+  topicAliasMaximum: 100,
+  queueQos0Offline: false,
+  sysIntervalMs: 10_000,
+  tickMs: 1000,
 };
 
 class MqttConfigError extends FlowError {
@@ -101,51 +145,29 @@ class MqttConfigError extends FlowError {
 export function resolveMqttOptions(opts: MqttOptions = {}): ResolvedMqttOptions {
   const o: ResolvedMqttOptions = { ...MQTT_DEFAULTS };
   for (const [k, v] of Object.entries(opts)) if (v !== undefined) Object.assign(o, { [k]: v });
-  const positive = (name: keyof MqttOptions, v: number, max = Number.MAX_SAFE_INTEGER) => {
-    if (!Number.isInteger(v) || v < 1 || v > max) {
-      throw new MqttConfigError(`mqtt option ${name} must be an integer in 1..${max}, got ${v}`);
+  const int = (name: keyof MqttOptions, v: number, min: number, max = Number.MAX_SAFE_INTEGER) => {
+    if (!Number.isInteger(v) || v < min || v > max) {
+      throw new MqttConfigError(`mqtt option ${name} must be an integer in ${min}..${max}, got ${v}`);
     }
   };
-  positive('maxPacketSize', o.maxPacketSize, 268_435_455 + 5);
-  positive('connectTimeoutMs', o.connectTimeoutMs);
-  positive('maxInflight', o.maxInflight, 65535);
-  positive('maxQueued', o.maxQueued);
-  positive('writeHighWaterMark', o.writeHighWaterMark);
-  positive('maxPendingAcks', o.maxPendingAcks, 65535);
-  positive('closeLingerMs', o.closeLingerMs);
+  int('maxPacketSize', o.maxPacketSize, 1, 268_435_455 + 5);
+  int('connectTimeoutMs', o.connectTimeoutMs, 1);
+  int('maxInflight', o.maxInflight, 1, 65535);
+  int('maxQueued', o.maxQueued, 1);
+  int('writeHighWaterMark', o.writeHighWaterMark, 1);
+  int('maxPendingAcks', o.maxPendingAcks, 1, 65535);
+  int('closeLingerMs', o.closeLingerMs, 1);
+  int('maxConnections', o.maxConnections, 1);
+  int('maxTopicLevels', o.maxTopicLevels, 1);
+  int('maxSessionExpiry', o.maxSessionExpiry, 0, EXPIRY_NEVER);
+  int('maxKeepalive', o.maxKeepalive, 0, 65535);
+  int('topicAliasMaximum', o.topicAliasMaximum, 0, 65535);
+  int('sysIntervalMs', o.sysIntervalMs, 0);
+  int('tickMs', o.tickMs, 1);
   if (o.maxQos !== 0 && o.maxQos !== 1 && o.maxQos !== 2) throw new MqttConfigError('mqtt option maxQos must be 0, 1 or 2');
   if (typeof o.authenticate !== 'function') throw new MqttConfigError('mqtt option authenticate must be a function');
+  if (o.enhancedAuth !== null && typeof o.enhancedAuth !== 'function') throw new MqttConfigError('mqtt option enhancedAuth must be a function');
   return o;
-}
-
-// ------------------------------------------------------------------ client registry
-
-/**
- * Connected client ids of one listener, for session takeover: a second connection with the same client id
- * closes the first [MQTT-3.1.4-2]. (Cluster-wide takeover comes with the cluster layer.)
- */
-export class MqttClientRegistry {
-  private readonly byId = new Map<string, MqttConnection>();
-
-  get size(): number {
-    return this.byId.size;
-  }
-
-  get(clientId: string): MqttConnection | undefined {
-    return this.byId.get(clientId);
-  }
-
-  /** Registers `conn` under `clientId`; returns the connection it replaces, if any. */
-  claim(clientId: string, conn: MqttConnection): MqttConnection | undefined {
-    const prev = this.byId.get(clientId);
-    this.byId.set(clientId, conn);
-    return prev === conn ? undefined : prev;
-  }
-
-  /** Removes `conn`, unless another connection has taken its client id over since. */
-  release(clientId: string, conn: MqttConnection): void {
-    if (this.byId.get(clientId) === conn) this.byId.delete(clientId);
-  }
 }
 
 // ------------------------------------------------------------------ connection
@@ -157,42 +179,29 @@ const enum State {
   Closed,
 }
 
-/** Why the connection ends; decides the will and how the socket is closed. */
+/** Why the connection ends; decides the will, the v5 DISCONNECT reason and how the socket is closed. */
 type CloseKind =
-  /** Client sent DISCONNECT: no will [MQTT-3.14.4-3]. */
+  /** Client sent DISCONNECT: no will [MQTT-3.14.4-3] (v5: unless reason 0x04). */
   | 'disconnect'
   /** Client vanished or broke the protocol: will is published, socket destroyed. */
   | 'abnormal'
-  /** Server-side close after a final packet (CONNACK refusal): flush, then end. */
+  /** Server-side close after a final packet (CONNACK refusal, v5 DISCONNECT): will published, flush, then end. */
   | 'refused'
   /** Another connection took the client id over: will is published. */
   | 'takeover'
   /** Listener shutting down: no will, flush, then end. */
   | 'shutdown';
 
-/** An outbound QoS 1/2 PUBLISH awaiting its acknowledgements. */
-interface Inflight {
-  msg: Message;
-  qos: 1 | 2;
-  /** QoS 2: false until PUBREC (then PUBREL is sent and PUBCOMP awaited). */
-  released: boolean;
-}
-
-/** A delivery waiting behind a full in-flight window. */
-interface Queued {
-  msg: Message;
-  qos: QoS;
-}
-
 /** An inbound QoS 1/2 publish whose PUBACK / PUBREC waits for durability; sent strictly in arrival order. */
 interface PendingAck {
   type: 'puback' | 'pubrec';
   packetId: number;
   done: boolean;
+  reason: number;
 }
 
 export interface MqttConnectionStats {
-  /** Outbound messages dropped by flow control (slow consumer). */
+  /** Outbound messages dropped by flow control (slow consumer, too large for the client, expired). */
   dropped: number;
   publishesIn: number;
   publishesOut: number;
@@ -202,31 +211,48 @@ const PINGRESP = Buffer.from([0xd0, 0x00]);
 
 /**
  * Fan-out cache: the engine delivers one message to every matching subscriber back to back, and a QoS 0
- * frame with retain=0 is the same bytes for all of them, so it is encoded once.
+ * frame with retain=0 and no per-subscriber properties is the same bytes for all of them, so it is encoded
+ * once per protocol generation.
  */
 let lastFrameMsg: Message | null = null;
-let lastFrame: Buffer | null = null;
+let lastFrame4: Buffer | null = null;
+let lastFrame5: Buffer | null = null;
 
-function qos0Frame(msg: Message): Buffer {
-  if (msg !== lastFrameMsg || lastFrame === null) {
-    // [MQTT-3.3.1-9] live deliveries carry RETAIN 0.
-    lastFrame = encodePublishFrame(msg.topic, msg.payload, 0, false, false, 0);
+function plainQos0Frame(msg: Message, v5: boolean): Buffer {
+  if (msg !== lastFrameMsg) {
     lastFrameMsg = msg;
+    lastFrame4 = lastFrame5 = null;
   }
-  return lastFrame;
+  // [MQTT-3.3.1-9] live deliveries carry RETAIN 0 (unless Retain As Published, which takes the slow path).
+  if (v5) return (lastFrame5 ??= encodePublishFrame(msg.topic, msg.payload, 0, false, false, 0, messageProps(msg, Date.now())));
+  return (lastFrame4 ??= encodePublishFrame(msg.topic, msg.payload, 0, false, false, 0));
 }
+
+/** The v5 PUBLISH properties a message carries to every subscriber (before subscription ids and alias). */
+function messageProps(msg: Message, now: number): Properties {
+  const p: Properties = {};
+  if (msg.payloadFormat !== undefined) p.payloadFormatIndicator = msg.payloadFormat;
+  // [MQTT-3.3.2-6] the interval sent is the time the message has left.
+  if (msg.expiresAt !== undefined) p.messageExpiryInterval = Math.max(1, Math.ceil((msg.expiresAt - now) / 1000));
+  if (msg.contentType !== undefined) p.contentType = msg.contentType;
+  if (msg.responseTopic !== undefined) p.responseTopic = msg.responseTopic;
+  if (msg.correlationData !== undefined) p.correlationData = msg.correlationData;
+  // [MQTT-3.3.2-17] [MQTT-3.3.2-18] user properties are forwarded unaltered and in order.
+  if (msg.headers.length > 0) p.userProperties = msg.headers.map((h) => [h.key, h.value === null ? '' : h.value.toString('utf8')]);
+  return p;
+}
+
+const isPlain = (msg: Message): boolean => msg.headers.length === 0 && msg.expiresAt === undefined;
 
 export interface MqttConnectionInit {
   options?: MqttOptions | ResolvedMqttOptions;
-  /** Client ids of the listener (session takeover); a private one when omitted. */
-  registry?: MqttClientRegistry;
+  /** The broker's MQTT hub (sessions, registry, shared tick); a private one when omitted. */
+  hub?: MqttHub;
   /** Peer address for logs. */
   remote?: string;
 }
 
-export class MqttConnection implements Subscriber {
-  /** Subscriber id for the engine: "mqtt:<client id>". */
-  id = 'mqtt:';
+export class MqttConnection {
   clientId = '';
   readonly remote: string;
   readonly stats: MqttConnectionStats = { dropped: 0, publishesIn: 0, publishesOut: 0 };
@@ -234,14 +260,15 @@ export class MqttConnection implements Subscriber {
   readonly closed: Promise<void>;
 
   private readonly opts: ResolvedMqttOptions;
-  private readonly registry: MqttClientRegistry;
+  private readonly hub: MqttHub;
+  private readonly ownHub: boolean;
+  private session: MqttSession | null = null;
   private state = State.AwaitingConnect;
   private level: ProtocolLevel = 4;
   private will: Will | null = null;
   private keepaliveMs = 0;
   private lastRx = Date.now();
-  private connectTimer: NodeJS.Timeout | null = null;
-  private keepaliveTimer: NodeJS.Timeout | null = null;
+  private readonly openedAt = Date.now();
   private lingerTimer: NodeJS.Timeout | null = null;
   private resolveClosed!: () => void;
 
@@ -249,22 +276,33 @@ export class MqttConnection implements Subscriber {
   private pending: Buffer[] = [];
   private pendingBytes = 0;
   private needBytes = 0;
-  /** Reading paused by us (async authentication, or too many inbound acks waiting for storage). */
+  /** Reading paused by us (async authentication, session load, or too many inbound acks waiting for storage). */
   private readPaused = false;
 
   // inbound QoS 1/2
   private readonly acks: PendingAck[] = [];
   private acksHead = 0;
-  /** QoS 2 packet ids whose PUBREC was (or will be) sent and whose PUBREL has not arrived. */
-  private readonly awaitingRel = new Set<number>();
+  /** Inbound QoS 1 publishes not acknowledged yet (v5 Receive Maximum accounting). */
+  private inQos1 = 0;
+  private inAliases: Map<number, string> | null = null;
+
+  // v5 client limits
+  private clientReceiveMax = 65535;
+  private clientMaxPacket = Number.MAX_SAFE_INTEGER;
+  private clientAliasMax = 0;
+  private outAliases: Map<string, number> | null = null;
+  private requestProblemInfo = true;
+  private authMethod: string | null = null;
+  private authStep = 0;
+  private pendingConnect: ConnectPacket | null = null;
 
   // outbound
-  /** Subscriptions by the filter string the client sent (including any `$share/<group>/` prefix). */
-  private readonly subs = new Map<string, Subscription>();
-  private readonly inflight = new Map<number, Inflight>();
+  private readonly inflight = new Map<number, Delivery>();
   private nextPacketId = 1;
-  private queue: Queued[] = [];
+  private queue: Delivery[] = [];
   private queueHead = 0;
+  /** While the stored queue of a resumed session is being read, new deliveries wait behind it. */
+  private restoring = false;
   private corked = false;
 
   private readonly onData = (chunk: Buffer) => this.receive(chunk);
@@ -278,8 +316,8 @@ export class MqttConnection implements Subscriber {
       { clientId: this.clientId, remote: this.remote, err: errText(err) },
       'mqtt publish could not be stored, closing connection',
     );
-    // MQTT 3.1.1 has no negative PUBACK: closing tells the client the message was not accepted.
-    this.close('abnormal');
+    // 3.1.1 has no negative PUBACK: closing tells the client the message was not accepted. v5 says why.
+    this.disconnectWith(ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR, 'message could not be stored');
   };
 
   constructor(
@@ -287,8 +325,14 @@ export class MqttConnection implements Subscriber {
     private readonly ctx: AdapterContext,
     init: MqttConnectionInit = {},
   ) {
-    this.opts = resolveMqttOptions(init.options);
-    this.registry = init.registry ?? new MqttClientRegistry();
+    this.opts = init.hub?.opts ?? resolveMqttOptions(init.options);
+    this.ownHub = init.hub === undefined;
+    if (init.hub) this.hub = init.hub;
+    else {
+      this.hub = new MqttHub(ctx, { ...this.opts, sysIntervalMs: 0 });
+      void this.hub.start();
+    }
+    this.hub.connections.add(this);
     this.remote = init.remote ?? 'unknown';
     this.closed = new Promise((resolve) => {
       this.resolveClosed = resolve;
@@ -304,13 +348,10 @@ export class MqttConnection implements Subscriber {
       this.close('abnormal');
       this.finish();
     });
-    // [MQTT-3.1.0-1] the first packet must be CONNECT, and it must come reasonably soon.
-    this.connectTimer = setTimeout(() => {
-      this.connectTimer = null;
-      if (this.state !== State.AwaitingConnect) return;
-      this.ctx.logger.info({ remote: this.remote }, 'mqtt connect timeout, closing connection');
-      this.close('abnormal');
-    }, this.opts.connectTimeoutMs);
+    if (this.ownHub) {
+      // A stand-alone connection (tests) has nobody else to run the tick.
+      setTimeout(() => this.checkTimers(Date.now()), this.opts.connectTimeoutMs + 1).unref();
+    }
   }
 
   /** Outbound messages queued behind the in-flight window. */
@@ -326,10 +367,52 @@ export class MqttConnection implements Subscriber {
     return this.state === State.Connected;
   }
 
-  /** Closes the connection for a broker shutdown (no will); resolves when the stream has closed. */
+  get protocolLevel(): ProtocolLevel {
+    return this.level;
+  }
+
+  /** The will of this connection, while it has one (persisted with the session). */
+  get currentWill(): Will | null {
+    return this.will;
+  }
+
+  /** Closes the connection for a broker shutdown (no will; v5 DISCONNECT 0x8B); resolves when closed. */
   shutdown(): Promise<void> {
+    if (this.state === State.Connected && this.level === 5) {
+      this.send(encodeDisconnect(5, ReasonCode.SERVER_SHUTTING_DOWN));
+    }
     this.close('shutdown');
     return this.closed;
+  }
+
+  /** Another connection took this client id over [MQTT-3.1.4-3]: v5 DISCONNECT 0x8E, will published. */
+  takenOver(): void {
+    if (this.state === State.Closed) return;
+    if (this.level === 5 && this.state === State.Connected) this.send(encodeDisconnect(5, ReasonCode.SESSION_TAKEN_OVER));
+    this.close('takeover');
+  }
+
+  /** Called by the hub's shared tick: connect timeout, keep-alive. */
+  checkTimers(now: number): void {
+    if (this.state === State.Closed) return;
+    if (this.state === State.AwaitingConnect || (this.state === State.Authenticating && this.session === null && !this.readPaused)) {
+      // [MQTT-3.1.0-1] the first packet must be CONNECT, and it must come reasonably soon.
+      if (now - this.openedAt >= this.opts.connectTimeoutMs) {
+        this.ctx.logger.info({ remote: this.remote }, 'mqtt connect timeout, closing connection');
+        this.close('abnormal');
+      }
+      return;
+    }
+    if (this.state !== State.Connected || this.keepaliveMs === 0 || this.readPaused) return;
+    // [MQTT-3.1.2-24] close if nothing arrives for 1.5 x keep-alive. While we hold reading paused the
+    // client's packets wait in the socket: not its fault.
+    if (now - this.lastRx >= this.keepaliveMs * 1.5) {
+      this.ctx.logger.info(
+        { clientId: this.clientId, remote: this.remote, keepalive: this.keepaliveMs / 1000 },
+        'mqtt keep-alive timeout, closing connection',
+      );
+      this.disconnectWith(ReasonCode.KEEP_ALIVE_TIMEOUT, 'keep alive timeout');
+    }
   }
 
   // ---------------------------------------------------------------- inbound bytes
@@ -394,19 +477,41 @@ export class MqttConnection implements Subscriber {
         { clientId: this.clientId || undefined, remote: this.remote, err: err.message },
         'mqtt protocol error, closing connection',
       );
-      if (err.connackReturnCode !== undefined && this.state === State.AwaitingConnect) {
-        this.send(encodeConnack({ type: 'connack', sessionPresent: false, returnCode: err.connackReturnCode }));
-        this.close('refused');
-      } else {
+      if (this.state === State.AwaitingConnect) {
+        if (err.protocolLevel === 5) {
+          // [MQTT-4.13.1-1] a v5 CONNECT that is malformed or breaks the protocol gets a CONNACK with the reason.
+          this.send(encodeConnack({ type: 'connack', sessionPresent: false, returnCode: err.reasonCode, properties: {} }, 5));
+          this.close('refused');
+          return;
+        }
+        if (err.connackReturnCode !== undefined) {
+          this.send(encodeConnack({ type: 'connack', sessionPresent: false, returnCode: err.connackReturnCode }));
+          this.close('refused');
+          return;
+        }
         this.close('abnormal');
+        return;
       }
+      // [MQTT-4.13.2-1] v5: a DISCONNECT with the reason code before closing.
+      this.disconnectWith(err.reasonCode, err.reason);
       return;
     }
     this.ctx.logger.error(
       { clientId: this.clientId || undefined, remote: this.remote, err },
       'mqtt connection failed unexpectedly, closing it',
     );
-    this.close('abnormal');
+    this.disconnectWith(ReasonCode.UNSPECIFIED_ERROR, 'internal error');
+  }
+
+  /** Server-initiated close: v5 gets a DISCONNECT with `reason` first [MQTT-3.14.0-1]; the will goes out. */
+  private disconnectWith(reason: number, text: string): void {
+    if (this.state === State.Closed) return;
+    if (this.level === 5 && this.state === State.Connected) {
+      this.send(encodeDisconnect(5, reason, this.requestProblemInfo ? { reasonString: text } : undefined));
+      this.close('refused');
+    } else {
+      this.close('abnormal');
+    }
   }
 
   // ---------------------------------------------------------------- packets
@@ -417,6 +522,13 @@ export class MqttConnection implements Subscriber {
       this.onConnect(p);
       return;
     }
+    if (this.state === State.Authenticating) {
+      // [MQTT-4.12.0-4] during enhanced authentication only AUTH (or DISCONNECT) may come.
+      if (p.type === 'auth') this.onAuth(p);
+      else if (p.type === 'disconnect') this.close('disconnect');
+      else throw new MqttProtocolError(`${p.type} during authentication`, '[MQTT-4.12.0-4]', undefined, ReasonCode.PROTOCOL_ERROR);
+      return;
+    }
     switch (p.type) {
       case 'publish':
         this.onPublish(p);
@@ -425,12 +537,10 @@ export class MqttConnection implements Subscriber {
         this.onPuback(p.packetId);
         return;
       case 'pubrec':
-        this.onPubrec(p.packetId);
+        this.onPubrec(p.packetId, p.reasonCode ?? 0);
         return;
       case 'pubrel':
-        // Exactly-once inbound: the message was published when it first arrived; forget its id now.
-        this.awaitingRel.delete(p.packetId);
-        this.send(encodeIdOnly('pubcomp', p.packetId, this.level));
+        this.onPubrel(p.packetId);
         return;
       case 'pubcomp':
         this.onPubcomp(p.packetId);
@@ -445,36 +555,62 @@ export class MqttConnection implements Subscriber {
         this.send(PINGRESP); // [MQTT-3.12.4-1]
         return;
       case 'disconnect':
-        this.will = null; // [MQTT-3.14.4-3]
-        this.close('disconnect');
+        this.onDisconnect(p);
+        return;
+      case 'auth':
+        this.onAuth(p);
         return;
       case 'connect':
-        throw new MqttProtocolError('second CONNECT', '[MQTT-3.1.0-2]');
+        throw new MqttProtocolError('second CONNECT', '[MQTT-3.1.0-2]', undefined, ReasonCode.PROTOCOL_ERROR);
       default:
         // CONNACK, SUBACK, UNSUBACK, PINGRESP travel server to client only.
-        throw new MqttProtocolError(`${p.type} is not a client-to-server packet`, '[MQTT-4.8.0-1]');
+        throw new MqttProtocolError(`${p.type} is not a client-to-server packet`, '[MQTT-4.8.0-1]', undefined, ReasonCode.PROTOCOL_ERROR);
     }
   }
 
+  // ---------------------------------------------------------------- CONNECT and authentication
+
   private onConnect(p: ConnectPacket): void {
-    if (this.connectTimer) {
-      clearTimeout(this.connectTimer);
-      this.connectTimer = null;
-    }
     this.level = p.protocolLevel;
+    const props = p.properties ?? {};
     let clientId = p.clientId;
     if (clientId.length === 0) {
-      if (!p.cleanSession) {
+      if (!p.cleanSession && this.level !== 5) {
         // [MQTT-3.1.3-8] an empty id only makes sense for a session that is not kept.
         this.refuse(ConnackCode.IDENTIFIER_REJECTED, 'empty client id with clean session 0 [MQTT-3.1.3-8]');
         return;
       }
-      clientId = `flowmq-${randomBytes(8).toString('hex')}`; // [MQTT-3.1.3-6]
+      // [MQTT-3.1.3-6] (v5 [MQTT-3.1.3-6] too, returned as Assigned Client Identifier [MQTT-3.2.2-16]).
+      clientId = `flowmq-${randomBytes(8).toString('hex')}`;
+      this.assignedId = clientId;
     }
     this.clientId = clientId;
-    this.id = `mqtt:${clientId}`;
     this.keepaliveMs = p.keepalive * 1000;
     this.will = p.will;
+    if (this.level === 5) {
+      this.clientReceiveMax = props.receiveMaximum ?? 65535;
+      this.clientMaxPacket = props.maximumPacketSize ?? Number.MAX_SAFE_INTEGER;
+      this.clientAliasMax = props.topicAliasMaximum ?? 0;
+      this.requestProblemInfo = props.requestProblemInformation !== 0;
+      this.requestResponse = props.requestResponseInformation;
+    }
+    if (!this.hub.hasRoom()) {
+      this.hub.stats.connectionsRefused++;
+      this.refuse(this.level === 5 ? ReasonCode.QUOTA_EXCEEDED : ConnackCode.SERVER_UNAVAILABLE, 'connection limit reached');
+      return;
+    }
+    if (props.authenticationMethod !== undefined) {
+      const hook = this.opts.enhancedAuth;
+      if (hook === null) {
+        this.refuse(ReasonCode.BAD_AUTHENTICATION_METHOD, `authentication method ${props.authenticationMethod} is not supported`);
+        return;
+      }
+      this.authMethod = props.authenticationMethod;
+      this.pendingConnect = p;
+      this.state = State.Authenticating;
+      this.runEnhancedAuth(props.authenticationData ?? null, false);
+      return;
+    }
     let auth: AuthResult | Promise<AuthResult>;
     try {
       auth = this.opts.authenticate(clientId, p.username, p.password);
@@ -482,115 +618,330 @@ export class MqttConnection implements Subscriber {
       this.authFailed(err);
       return;
     }
-    if (typeof auth === 'string') {
-      this.accept(auth);
-      return;
-    }
+    this.pendingConnect = p;
     // [MQTT-3.1.4-5] nothing after CONNECT is processed before the CONNECT is accepted.
     this.state = State.Authenticating;
     this.pauseReading();
+    if (typeof auth === 'string') {
+      this.accept(auth, undefined);
+      return;
+    }
     auth.then(
-      (r) => this.accept(r),
+      (r) => this.accept(r, undefined),
       (err: unknown) => this.authFailed(err),
     );
   }
 
-  private authFailed(err: unknown): void {
-    this.ctx.logger.error({ clientId: this.clientId, remote: this.remote, err }, 'mqtt authenticator failed');
-    this.refuse(ConnackCode.SERVER_UNAVAILABLE, 'authenticator failed');
+  private assignedId: string | null = null;
+
+  private runEnhancedAuth(data: Buffer | null, reauth: boolean): void {
+    const hook = this.opts.enhancedAuth!;
+    const step = this.authStep++;
+    let r: EnhancedAuthResult | Promise<EnhancedAuthResult>;
+    try {
+      r = hook({ clientId: this.clientId, method: this.authMethod!, data, step, reauth });
+    } catch (err) {
+      this.authFailed(err);
+      return;
+    }
+    const settle = (res: EnhancedAuthResult) => {
+      if (this.state === State.Closed) return;
+      if (res.result === 'continue') {
+        // [MQTT-4.12.0-2] the server continues with AUTH 0x18 carrying the same method.
+        this.send(encodeAuth(ReasonCode.CONTINUE_AUTHENTICATION, { authenticationMethod: this.authMethod!, authenticationData: res.data }));
+        this.resumeReading();
+        return;
+      }
+      if (res.result === 'fail') {
+        if (reauth) this.disconnectWith(ReasonCode.NOT_AUTHORIZED, 're-authentication failed');
+        else this.refuse(ReasonCode.NOT_AUTHORIZED, 'enhanced authentication failed');
+        return;
+      }
+      this.authStep = 0;
+      if (reauth) {
+        this.send(encodeAuth(ReasonCode.SUCCESS, { authenticationMethod: this.authMethod!, authenticationData: res.data }));
+        this.resumeReading();
+        return;
+      }
+      this.pauseReading();
+      this.accept('ok', { authenticationMethod: this.authMethod!, authenticationData: res.data });
+    };
+    if ('then' in r) {
+      this.pauseReading();
+      r.then(settle, (err: unknown) => this.authFailed(err));
+    } else settle(r);
   }
 
-  private accept(auth: AuthResult): void {
+  private onAuth(p: AuthPacket): void {
+    if (this.level !== 5) throw new MqttProtocolError('AUTH below MQTT 5', '[MQTT-4.8.0-1]');
+    const method = p.properties?.authenticationMethod;
+    // [MQTT-4.12.0-5] [MQTT-4.12.1-1] AUTH carries the method of the CONNECT; re-authentication needs one.
+    if (this.authMethod === null || method !== this.authMethod) {
+      throw new MqttProtocolError('AUTH with another (or no) authentication method', '[MQTT-4.12.0-5]', undefined, ReasonCode.PROTOCOL_ERROR);
+    }
+    if (this.state === State.Connected) {
+      if (p.reasonCode !== ReasonCode.RE_AUTHENTICATE && this.authStep === 0) {
+        throw new MqttProtocolError('AUTH without re-authentication', '[MQTT-4.12.1-1]', undefined, ReasonCode.PROTOCOL_ERROR);
+      }
+      this.runEnhancedAuth(p.properties?.authenticationData ?? null, true);
+      return;
+    }
+    if (p.reasonCode !== ReasonCode.CONTINUE_AUTHENTICATION) {
+      throw new MqttProtocolError('AUTH during connect must continue authentication', '[MQTT-4.12.0-1]', undefined, ReasonCode.PROTOCOL_ERROR);
+    }
+    this.runEnhancedAuth(p.properties?.authenticationData ?? null, false);
+  }
+
+  private authFailed(err: unknown): void {
+    this.ctx.logger.error({ clientId: this.clientId, remote: this.remote, err }, 'mqtt authenticator failed');
+    this.refuse(this.level === 5 ? ReasonCode.SERVER_UNAVAILABLE : ConnackCode.SERVER_UNAVAILABLE, 'authenticator failed');
+  }
+
+  private accept(auth: AuthResult, authProps: Properties | undefined): void {
     if (this.state === State.Closed) return;
     if (auth !== 'ok') {
+      const v5 = this.level === 5;
       this.refuse(
-        auth === 'bad-credentials' ? ConnackCode.BAD_USERNAME_OR_PASSWORD : ConnackCode.NOT_AUTHORIZED,
+        auth === 'bad-credentials'
+          ? v5
+            ? ReasonCode.BAD_USER_NAME_OR_PASSWORD
+            : ConnackCode.BAD_USERNAME_OR_PASSWORD
+          : v5
+            ? ReasonCode.NOT_AUTHORIZED
+            : ConnackCode.NOT_AUTHORIZED,
         `authentication: ${auth}`,
       );
       return;
     }
-    const prev = this.registry.claim(this.clientId, this);
-    if (prev) {
-      // [MQTT-3.1.4-2] the existing client with this id is disconnected, before this one is acknowledged.
-      this.ctx.logger.info({ clientId: this.clientId, remote: prev.remote }, 'mqtt session taken over');
-      prev.close('takeover');
+    const p = this.pendingConnect!;
+    this.pendingConnect = null;
+    const props = p.properties ?? {};
+    // Session lifetime: 3.1.1 Clean Session 0 keeps it (up to the configured maximum); v5 says how long.
+    const requested = this.level === 5 ? (props.sessionExpiryInterval ?? 0) : p.cleanSession ? 0 : EXPIRY_NEVER;
+    const expiry = Math.min(requested, this.opts.maxSessionExpiry);
+    this.hub.attach(this, this.clientId, p.cleanSession, expiry, this.level).then(
+      ({ session, present }) => this.connected(session, present, requested, expiry, authProps),
+      (err: unknown) => {
+        this.ctx.logger.error({ clientId: this.clientId, err: errText(err) }, 'mqtt session could not be loaded');
+        this.refuse(this.level === 5 ? ReasonCode.SERVER_UNAVAILABLE : ConnackCode.SERVER_UNAVAILABLE, 'session store failed');
+      },
+    );
+  }
+
+  private connected(session: MqttSession, present: boolean, requested: number, expiry: number, authProps: Properties | undefined): void {
+    if (this.state === State.Closed) {
+      // Closed while the session was loading: give it back.
+      this.hub.detach(session, this, [], null);
+      return;
     }
+    this.session = session;
     this.state = State.Connected;
-    // Sessions are not persisted yet, so there is never a session present [MQTT-3.2.2-1] [MQTT-3.2.2-3].
-    this.send(encodeConnack({ type: 'connack', sessionPresent: false, returnCode: ConnackCode.ACCEPTED }, this.level));
-    if (this.keepaliveMs > 0) this.armKeepalive(this.keepaliveMs * 1.5);
-    this.ctx.logger.debug({ clientId: this.clientId, remote: this.remote }, 'mqtt client connected');
-    this.resumeReading();
+    let connackProps: Properties | undefined;
+    if (this.level === 5) {
+      connackProps = { ...authProps };
+      // [MQTT-3.2.2-16] an assigned client id is returned to the client.
+      if (this.assignedId !== null) connackProps.assignedClientIdentifier = this.assignedId;
+      if (expiry !== requested) connackProps.sessionExpiryInterval = expiry;
+      connackProps.receiveMaximum = this.opts.maxInflight;
+      if (this.opts.maxQos < 2) connackProps.maximumQoS = this.opts.maxQos;
+      connackProps.maximumPacketSize = this.opts.maxPacketSize;
+      if (this.opts.topicAliasMaximum > 0) connackProps.topicAliasMaximum = this.opts.topicAliasMaximum;
+      const ka = this.opts.maxKeepalive;
+      if (ka > 0 && (this.keepaliveMs === 0 || this.keepaliveMs > ka * 1000)) {
+        // [MQTT-3.2.2-21] the client must use the Server Keep Alive instead of its own.
+        connackProps.serverKeepAlive = ka;
+        this.keepaliveMs = ka * 1000;
+      }
+      if ((this.pendingRequestResponse ?? 0) === 1) connackProps.responseInformation = `flowmq/response/${this.clientId}`;
+    }
+    // [MQTT-3.2.2-1] [MQTT-3.2.2-2] [MQTT-3.2.2-3] Session Present says whether a stored session was resumed.
+    this.send(encodeConnack({ type: 'connack', sessionPresent: present, returnCode: 0, properties: connackProps }, this.level));
+    this.ctx.logger.debug({ clientId: this.clientId, remote: this.remote, level: this.level, present }, 'mqtt client connected');
+    if (present) this.restore(session);
+    else this.resumeReading();
+  }
+
+  private get pendingRequestResponse(): number | undefined {
+    return this.requestResponse;
+  }
+  private requestResponse: number | undefined;
+
+  /**
+   * A resumed session: messages stored while it was offline (and the last connection's unacknowledged ones,
+   * which are re-sent with DUP and their original packet ids [MQTT-4.4.0-1]) go out before anything newer.
+   */
+  private restore(session: MqttSession): void {
+    this.restoring = true;
+    this.hub.takeQueue(session).then(
+      (stored) => {
+        if (this.state === State.Closed) {
+          // Closed meanwhile: the messages go back to the store with whatever else was unacknowledged.
+          return;
+        }
+        this.restoring = false;
+        const fresh: Delivery[] = [];
+        const now = Date.now();
+        for (const d of stored) {
+          if (d.msg.expiresAt !== undefined && d.msg.expiresAt <= now && !d.released) continue;
+          if (d.packetId !== 0 && !this.inflight.has(d.packetId)) {
+            this.inflight.set(d.packetId, d);
+            if (d.released) this.send(encodeIdOnly('pubrel', d.packetId, this.level));
+            else this.writePublish(d, d.packetId, true, now);
+          } else fresh.push(d);
+        }
+        if (fresh.length > 0) {
+          const rest = this.queue.slice(this.queueHead);
+          this.queue = fresh.concat(rest);
+          this.queueHead = 0;
+        }
+        this.drainQueue();
+        this.resumeReading();
+      },
+      (err: unknown) => {
+        this.ctx.logger.error({ clientId: this.clientId, err: errText(err) }, 'mqtt stored messages could not be read');
+        this.restoring = false;
+        this.resumeReading();
+      },
+    );
   }
 
   /** CONNACK with a failure code, then close [MQTT-3.2.2-5]; the will was never accepted so it is dropped. */
   private refuse(code: number, why: string): void {
     this.ctx.logger.info({ clientId: this.clientId || undefined, remote: this.remote, code, why }, 'mqtt connect refused');
     this.will = null;
-    this.send(encodeConnack({ type: 'connack', sessionPresent: false, returnCode: code }, this.level));
+    const props = this.level === 5 && this.requestProblemInfo ? { reasonString: why } : this.level === 5 ? {} : undefined;
+    this.send(encodeConnack({ type: 'connack', sessionPresent: false, returnCode: code, properties: props }, this.level));
     this.close('refused');
   }
 
-  /** [MQTT-3.1.2-24] close if nothing arrives for 1.5 x keep-alive. */
-  private armKeepalive(ms: number): void {
-    this.keepaliveTimer = setTimeout(() => {
-      this.keepaliveTimer = null;
-      if (this.state === State.Closed) return;
-      const limit = this.keepaliveMs * 1.5;
-      const idle = Date.now() - this.lastRx;
-      // While we hold reading paused the client's packets wait in the socket: not its fault.
-      if (idle < limit || this.readPaused) {
-        this.armKeepalive(this.readPaused ? limit : limit - idle);
-        return;
+  private onDisconnect(p: DisconnectPacket): void {
+    const reason = p.reasonCode ?? 0;
+    const exp = p.properties?.sessionExpiryInterval;
+    const s = this.session;
+    if (exp !== undefined && s !== null) {
+      // [MQTT-3.14.2-2] a session that was to end with the connection cannot be made to last now.
+      if (s.expiry === 0 && exp !== 0) {
+        throw new MqttProtocolError('DISCONNECT sets a session expiry after CONNECT set 0', '[MQTT-3.14.2-2]', undefined, ReasonCode.PROTOCOL_ERROR);
       }
-      this.ctx.logger.info({ clientId: this.clientId, remote: this.remote, keepalive: this.keepaliveMs / 1000 }, 'mqtt keep-alive timeout, closing connection');
-      this.close('abnormal');
-    }, ms);
+      s.expiry = Math.min(exp, this.opts.maxSessionExpiry);
+    }
+    // [MQTT-3.14.4-3] a normal DISCONNECT discards the will; v5 0x04 asks for it to be published.
+    if (reason !== ReasonCode.DISCONNECT_WITH_WILL) this.will = null;
+    this.close('disconnect');
   }
 
   // ---------------------------------------------------------------- inbound publish
 
   private onPublish(p: PublishPacket): void {
     this.stats.publishesIn++;
-    if (p.qos === 2 && this.awaitingRel.has(p.packetId)) {
+    this.hub.stats.messagesReceived++;
+    const v5 = this.level === 5;
+    const props = p.properties;
+    let topic = p.topic;
+    if (v5 && props !== undefined) {
+      // [MQTT-3.3.4-6] a client's PUBLISH carries no Subscription Identifier.
+      if (props.subscriptionIdentifiers !== undefined) {
+        throw new MqttProtocolError('PUBLISH from a client with a subscription identifier', '[MQTT-3.3.4-6]', undefined, ReasonCode.PROTOCOL_ERROR);
+      }
+      const alias = props.topicAlias;
+      if (alias !== undefined) {
+        // [MQTT-3.3.2-10] an alias above the Topic Alias Maximum we granted is an error (0x94).
+        if (alias > this.opts.topicAliasMaximum) {
+          throw new MqttProtocolError(`topic alias ${alias} above the maximum`, '[MQTT-3.3.2-10]', undefined, ReasonCode.TOPIC_ALIAS_INVALID);
+        }
+        this.inAliases ??= new Map();
+        if (topic.length > 0) this.inAliases.set(alias, topic);
+        else {
+          const t = this.inAliases.get(alias);
+          if (t === undefined) {
+            // Section 3.3.2.3.4: an alias with an empty topic must have been set on this connection.
+            throw new MqttProtocolError(`topic alias ${alias} was never defined`, undefined, undefined, ReasonCode.PROTOCOL_ERROR);
+          }
+          topic = t;
+        }
+      }
+    }
+    if (p.qos > 0 && v5 && this.inQos1 + this.sessionAwaitingRel() >= this.opts.maxInflight && !(p.qos === 2 && this.session!.awaitingRel.has(p.packetId))) {
+      // [MQTT-3.3.4-7] the client sent more unacknowledged QoS 1/2 publishes than our Receive Maximum.
+      throw new MqttProtocolError('receive maximum exceeded', '[MQTT-3.3.4-7]', undefined, ReasonCode.RECEIVE_MAXIMUM_EXCEEDED);
+    }
+    if (p.qos === 2 && this.session!.awaitingRel.has(p.packetId)) {
       // Re-sent QoS 2 publish before PUBREL: acknowledge again, do not deliver twice (section 4.3.3).
-      this.queueAck('pubrec', p.packetId, null);
+      this.queueAck('pubrec', p.packetId, null, 0);
+      return;
+    }
+    if (levels(topic) > this.opts.maxTopicLevels) {
+      // Our configured limit, not a spec rule: 3.1.1 can only close the connection.
+      if (!v5) throw new MqttProtocolError(`topic has more than ${this.opts.maxTopicLevels} levels`);
+      if (p.qos === 0) throw new MqttProtocolError('topic has too many levels', undefined, undefined, ReasonCode.TOPIC_NAME_INVALID);
+      // v5 refuses the message alone: PUBACK/PUBREC 0x90 (section 3.4.2.1), the connection stays.
+      this.queueAck(p.qos === 1 ? 'puback' : 'pubrec', p.packetId, null, ReasonCode.TOPIC_NAME_INVALID);
       return;
     }
     const msg: Message = {
-      topic: p.topic,
+      topic,
       payload: p.payload,
       key: null,
       headers: [],
       timestamp: Date.now(),
       qos: p.qos,
-      retain: p.retain, // the retained store comes later; the flag travels with the message for now
-      origin: this.id,
+      retain: p.retain,
+      origin: this.session!.id,
     };
+    if (props !== undefined) {
+      if (props.userProperties) msg.headers = props.userProperties.map(([k, v]) => ({ key: k, value: Buffer.from(v) }));
+      if (props.messageExpiryInterval !== undefined) msg.expiresAt = msg.timestamp + props.messageExpiryInterval * 1000;
+      if (props.contentType !== undefined) msg.contentType = props.contentType;
+      if (props.responseTopic !== undefined) {
+        // [MQTT-3.3.2-14] the Response Topic is a topic name: no wildcards.
+        if (/[+#]/.test(props.responseTopic)) {
+          throw new MqttProtocolError('response topic with wildcards', '[MQTT-3.3.2-14]', undefined, ReasonCode.PROTOCOL_ERROR);
+        }
+        msg.responseTopic = props.responseTopic;
+      }
+      if (props.correlationData !== undefined) msg.correlationData = Buffer.from(props.correlationData);
+      if (props.payloadFormatIndicator !== undefined) msg.payloadFormat = props.payloadFormatIndicator;
+    }
     let durable: Promise<void> | null;
     try {
       durable = this.ctx.engine.publish(msg);
     } catch (err) {
       // The core refused the message (its own topic rules): 3.1.1 can only close [MQTT-4.8.0-1].
-      if (isFlowError(err)) throw new MqttProtocolError(`publish refused: ${err.message}`, '[MQTT-4.8.0-1]');
+      if (isFlowError(err)) throw new MqttProtocolError(`publish refused: ${err.message}`, '[MQTT-4.8.0-1]', undefined, ReasonCode.TOPIC_NAME_INVALID);
       throw err;
     }
     if (p.qos === 0) {
       if (durable !== null) durable.then(undefined, this.onDurableError);
       return;
     }
-    if (p.qos === 2) this.awaitingRel.add(p.packetId);
+    if (p.qos === 2) {
+      this.session!.awaitingRel.add(p.packetId);
+      if (this.session!.persistent) this.hub.persist(this.session!);
+    } else this.inQos1++;
     // QoS 1: PUBACK once every capturing stream has the message durably; QoS 2: PUBREC likewise.
-    this.queueAck(p.qos === 1 ? 'puback' : 'pubrec', p.packetId, durable);
+    this.queueAck(p.qos === 1 ? 'puback' : 'pubrec', p.packetId, durable, 0);
+  }
+
+  private sessionAwaitingRel(): number {
+    return this.session?.awaitingRel.size ?? 0;
+  }
+
+  private onPubrel(id: number): void {
+    const s = this.session!;
+    // Exactly-once inbound: the message was published when it first arrived; forget its id now.
+    const known = s.awaitingRel.delete(id);
+    if (known && s.persistent) this.hub.persist(s);
+    // v5 (section 3.7.2.1): an unknown id is answered with 0x92 Packet Identifier not found.
+    this.send(encodeIdOnly('pubcomp', id, this.level, known || this.level !== 5 ? 0 : ReasonCode.PACKET_IDENTIFIER_NOT_FOUND));
   }
 
   /** Acks go out in the order the publishes arrived, whatever order storage completes in. */
-  private queueAck(type: 'puback' | 'pubrec', packetId: number, durable: Promise<void> | null): void {
+  private queueAck(type: 'puback' | 'pubrec', packetId: number, durable: Promise<void> | null, reason: number): void {
     if (durable === null && this.acksHead === this.acks.length) {
-      this.send(encodeIdOnly(type, packetId, this.level));
+      this.sendAck(type, packetId, reason);
       return;
     }
-    const entry: PendingAck = { type, packetId, done: durable === null };
+    const entry: PendingAck = { type, packetId, done: durable === null, reason };
     this.acks.push(entry);
     if (durable !== null) {
       durable.then(() => {
@@ -601,12 +952,17 @@ export class MqttConnection implements Subscriber {
     if (this.acks.length - this.acksHead >= this.opts.maxPendingAcks) this.pauseReading();
   }
 
+  private sendAck(type: 'puback' | 'pubrec', packetId: number, reason: number): void {
+    if (type === 'puback' && reason === 0 && this.inQos1 > 0) this.inQos1--;
+    this.send(encodeIdOnly(type, packetId, this.level, reason));
+  }
+
   private flushAcks(): void {
     if (this.state === State.Closed) return;
     const acks = this.acks;
     while (this.acksHead < acks.length && acks[this.acksHead].done) {
       const a = acks[this.acksHead++];
-      this.send(encodeIdOnly(a.type, a.packetId, this.level));
+      this.sendAck(a.type, a.packetId, a.reason);
     }
     if (this.acksHead === acks.length) {
       acks.length = 0;
@@ -623,99 +979,229 @@ export class MqttConnection implements Subscriber {
   // ---------------------------------------------------------------- subscriptions
 
   private onSubscribe(p: SubscribePacket): void {
+    const subId = p.properties?.subscriptionIdentifiers?.[0];
     // [MQTT-3.8.4-4] several filters are handled as a sequence of SUBSCRIBEs, answered by one SUBACK whose
-    // return codes follow the request order [MQTT-3.8.4-5].
-    const codes = p.subscriptions.map((s) => this.subscribeOne(s.filter, s.qos));
-    this.send(encodeSuback({ type: 'suback', packetId: p.packetId, returnCodes: codes }, this.level));
+    // return codes follow the request order [MQTT-3.8.4-5]. Retained messages follow the SUBACK.
+    const retained: Array<{ sub: Subscription; isNew: boolean }> = [];
+    const codes = p.subscriptions.map((s) => this.subscribeOne(s, subId, retained));
+    this.send(encodeSuback({ type: 'suback', packetId: p.packetId, returnCodes: codes, properties: this.level === 5 ? {} : undefined }, this.level));
+    if (this.session!.persistent) this.hub.persist(this.session!);
+    for (const r of retained) this.sendRetained(r.sub, r.isNew);
   }
 
-  private subscribeOne(filter: string, requested: QoS): number {
-    let group: string | undefined;
-    let coreFilter = filter;
-    if (filter.startsWith('$share/')) {
+  private subscribeOne(req: SubscriptionRequest, subId: number | undefined, retained: Array<{ sub: Subscription; isNew: boolean }>): number {
+    const v5 = this.level === 5;
+    const invalidFilter = v5 ? ReasonCode.TOPIC_FILTER_INVALID : SUBACK_FAILURE;
+    const { group, filter } = splitShared(req.filter);
+    if (group !== undefined) {
       // Shared subscription `$share/<group>/<filter>` (standard in MQTT 5, accepted from 3.1.1 clients too).
-      const slash = filter.indexOf('/', 7);
-      if (slash < 0) return SUBACK_FAILURE;
-      group = filter.slice(7, slash);
-      coreFilter = filter.slice(slash + 1);
-      if (group.length === 0 || group.includes('+') || group.includes('#')) return SUBACK_FAILURE;
+      if (group.length === 0 || filter.length === 0 || group.includes('+') || group.includes('#')) return invalidFilter;
+      // [MQTT-3.8.3-4] No Local on a shared subscription is a Protocol Error.
+      if (req.noLocal) throw new MqttProtocolError('no local on a shared subscription', '[MQTT-3.8.3-4]', undefined, ReasonCode.PROTOCOL_ERROR);
     }
-    const granted = (requested < this.opts.maxQos ? requested : this.opts.maxQos) as QoS;
+    try {
+      validateFilter(filter);
+    } catch {
+      return invalidFilter;
+    }
+    if (levels(filter) > this.opts.maxTopicLevels) return invalidFilter;
+    const granted = (req.qos < this.opts.maxQos ? req.qos : this.opts.maxQos) as QoS;
+    const data: SubData = {
+      filter: req.filter,
+      noLocal: req.noLocal === true,
+      retainAsPublished: req.retainAsPublished === true,
+      retainHandling: req.retainHandling ?? 0,
+      subscriptionId: subId,
+    };
+    const s = this.session!;
     let sub: Subscription;
     try {
-      sub = this.ctx.engine.subscribe(coreFilter, this, { qos: granted, group });
+      sub = this.ctx.engine.subscribe(filter, s, { qos: granted, group, data });
     } catch (err) {
       if (!isFlowError(err)) throw err;
-      this.ctx.logger.debug({ clientId: this.clientId, filter, err: err.message }, 'mqtt subscription refused');
-      return SUBACK_FAILURE;
+      this.ctx.logger.debug({ clientId: this.clientId, filter: req.filter, err: err.message }, 'mqtt subscription refused');
+      return invalidFilter;
     }
     // [MQTT-3.8.4-3] an identical filter replaces the existing subscription. The new one is added before the
     // old one is removed, so the flow of publications is not interrupted.
-    const old = this.subs.get(filter);
+    const old = s.subs.get(req.filter);
     if (old) this.ctx.engine.unsubscribe(old);
-    this.subs.set(filter, sub);
+    s.subs.set(req.filter, sub);
+    // Retained messages are not sent to shared subscriptions (v5 section 4.8.2); Retain Handling decides.
+    if (group === undefined && data.retainHandling !== 2) retained.push({ sub, isNew: old === undefined });
     return granted;
   }
 
+  /** [MQTT-3.3.1-6] retained messages matching a new subscription, with RETAIN 1 [MQTT-3.3.1-8]. */
+  private sendRetained(sub: Subscription, isNew: boolean): void {
+    const d = sub.options.data as SubData;
+    // [MQTT-3.3.1-10] Retain Handling 1: only when the subscription did not exist.
+    if (d.retainHandling === 1 && !isNew) return;
+    const now = Date.now();
+    this.ctx.engine.retained.match(sub.filter, (msg) => {
+      if (msg.expiresAt !== undefined && msg.expiresAt <= now) return;
+      const qos = (msg.qos < sub.options.qos ? msg.qos : sub.options.qos) as QoS;
+      this.route({
+        msg,
+        qos,
+        retain: true,
+        subIds: d.subscriptionId !== undefined ? [d.subscriptionId] : null,
+        shared: null,
+        packetId: 0,
+        released: false,
+      });
+    });
+  }
+
   private onUnsubscribe(p: UnsubscribePacket): void {
+    const s = this.session!;
+    const codes: number[] = [];
     for (const f of p.filters) {
       // [MQTT-3.10.4-1] filters compare character by character.
-      const sub = this.subs.get(f);
+      const sub = s.subs.get(f);
       if (sub) {
         this.ctx.engine.unsubscribe(sub);
-        this.subs.delete(f);
-      }
+        s.subs.delete(f);
+        codes.push(ReasonCode.SUCCESS);
+      } else codes.push(ReasonCode.NO_SUBSCRIPTION_EXISTED);
     }
-    // [MQTT-3.10.4-4] [MQTT-3.10.4-5] UNSUBACK even when nothing matched.
-    this.send(encodeIdOnly('unsuback', p.packetId, this.level));
+    if (s.persistent) this.hub.persist(s);
+    // [MQTT-3.10.4-4] [MQTT-3.10.4-5] UNSUBACK even when nothing matched (v5 says so per filter).
+    this.send(encodeUnsuback({ type: 'unsuback', packetId: p.packetId, reasonCodes: codes, properties: {} }, this.level));
   }
 
   // ---------------------------------------------------------------- outbound delivery
 
   /**
-   * Called by the engine, synchronously, for every publish matching one or more of our subscriptions.
-   * Never throws (a bug here must not break the publisher's connection).
+   * Called (through the session) by the engine, synchronously, for every publish matching one or more of our
+   * subscriptions. Never throws (a bug here must not break the publisher's connection).
    */
   deliver(msg: Message, subs: Subscription[]): void {
     if (this.state !== State.Connected) return;
     try {
       // [MQTT-3.3.5-1] the maximum QoS over every matching subscription, capped by the message's own QoS.
       let granted = 0;
-      for (let k = 0; k < subs.length; k++) if (subs[k].options.qos > granted) granted = subs[k].options.qos;
+      let retain = false;
+      let ids: number[] | null = null;
+      let shared: Subscription | null = null;
+      let allShared = true;
+      let any = false;
+      const selfOrigin = msg.origin === this.session?.id;
+      for (let k = 0; k < subs.length; k++) {
+        const s = subs[k];
+        const d = s.options.data as SubData | undefined;
+        if (d !== undefined) {
+          // [MQTT-3.8.3-3] No Local: not back to the connection that published it.
+          if (d.noLocal && selfOrigin) continue;
+          if (d.retainAsPublished && msg.retain) retain = true; // [MQTT-3.3.1-12]
+          if (d.subscriptionId !== undefined) (ids ??= []).push(d.subscriptionId); // [MQTT-3.3.4-3]
+        }
+        any = true;
+        if (s.options.qos > granted) granted = s.options.qos;
+        if (s.options.group !== undefined) shared ??= s;
+        else allShared = false;
+      }
+      if (!any) return;
+      // [MQTT-3.3.2-5] an expired message is not delivered.
+      if (msg.expiresAt !== undefined && msg.expiresAt <= Date.now()) return;
       const qos = (msg.qos < granted ? msg.qos : granted) as QoS;
-      // Order is kept: once anything waits, everything after it waits too.
-      if (this.queueHead < this.queue.length) this.enqueue(msg, qos);
-      else if (qos === 0) this.sendQos0(msg);
-      else if (this.inflight.size < this.opts.maxInflight) this.sendQos(msg, qos);
-      else this.enqueue(msg, qos);
+      if (qos === 0 && !retain && ids === null && this.queueHead === this.queue.length && !this.restoring && (this.level !== 5 || (isPlain(msg) && this.clientAliasMax === 0))) {
+        this.sendQos0Plain(msg);
+        return;
+      }
+      this.route({ msg, qos, retain, subIds: ids, shared: allShared ? shared : null, packetId: 0, released: false });
     } catch (err) {
       this.fail(err);
     }
   }
 
-  private sendQos0(msg: Message): void {
+  /** Sends now, or queues behind the window (order is kept: once anything waits, everything after it waits). */
+  private route(d: Delivery): void {
+    if (this.queueHead < this.queue.length || this.restoring) this.enqueue(d);
+    else if (d.qos === 0) this.sendQos0(d);
+    else if (this.inflight.size < this.window()) this.sendQos(d);
+    else this.enqueue(d);
+  }
+
+  /** [MQTT-3.3.4-9] no more unacknowledged QoS 1/2 than the client's Receive Maximum. */
+  private window(): number {
+    return this.clientReceiveMax < this.opts.maxInflight ? this.clientReceiveMax : this.opts.maxInflight;
+  }
+
+  private sendQos0Plain(msg: Message): void {
     // A client that does not read its socket gets no more QoS 0 messages until it catches up.
     if (this.stream.writableLength > this.opts.writeHighWaterMark) {
       this.drop();
       return;
     }
+    const frame = plainQos0Frame(msg, this.level === 5);
+    // [MQTT-3.1.2-24] nothing larger than the client's Maximum Packet Size is sent; it is discarded.
+    if (frame.length > this.clientMaxPacket) {
+      this.drop();
+      return;
+    }
     this.stats.publishesOut++;
-    this.send(qos0Frame(msg));
+    this.hub.stats.messagesSent++;
+    this.send(frame);
   }
 
-  private sendQos(msg: Message, qos: 1 | 2): void {
+  private sendQos0(d: Delivery): void {
+    if (this.stream.writableLength > this.opts.writeHighWaterMark) {
+      this.drop();
+      return;
+    }
+    this.writePublish(d, 0, false, Date.now());
+  }
+
+  private sendQos(d: Delivery): void {
     let id = this.nextPacketId;
     while (this.inflight.has(id)) id = id === 0xffff ? 1 : id + 1;
     this.nextPacketId = id === 0xffff ? 1 : id + 1;
-    this.inflight.set(id, { msg, qos, released: false });
+    if (!this.writePublish(d, id, false, Date.now())) return;
+    d.packetId = id;
+    this.inflight.set(id, d);
+  }
+
+  /** Encodes and writes one PUBLISH; false when it was too large for the client and discarded. */
+  private writePublish(d: Delivery, id: number, dup: boolean, now: number): boolean {
+    const msg = d.msg;
+    let frame: Buffer;
+    if (this.level === 5) {
+      const props = messageProps(msg, now);
+      if (d.subIds !== null) props.subscriptionIdentifiers = d.subIds;
+      let topic = msg.topic;
+      // Server -> client topic aliases, never on re-sends (aliases do not outlive a connection [MQTT-3.3.2-7]).
+      if (this.clientAliasMax > 0 && !dup) {
+        this.outAliases ??= new Map();
+        const a = this.outAliases.get(topic);
+        if (a !== undefined) {
+          props.topicAlias = a;
+          topic = '';
+        } else if (this.outAliases.size < this.clientAliasMax) {
+          const na = this.outAliases.size + 1;
+          this.outAliases.set(topic, na);
+          props.topicAlias = na;
+        }
+      }
+      frame = encodePublishFrame(topic, msg.payload, d.qos, d.retain, dup, id, props);
+    } else {
+      frame = encodePublishFrame(msg.topic, msg.payload, d.qos, d.retain, dup, id);
+    }
+    // [MQTT-3.1.2-24] a packet over the client's Maximum Packet Size is discarded, as if it had been sent.
+    if (frame.length > this.clientMaxPacket) {
+      this.drop();
+      return false;
+    }
     this.stats.publishesOut++;
-    this.send(encodePublishFrame(msg.topic, msg.payload, qos, false, false, id));
+    this.hub.stats.messagesSent++;
+    this.send(frame);
+    return true;
   }
 
   /** Bounded queue behind the in-flight window: when full, QoS 0 messages are dropped first. */
-  private enqueue(msg: Message, qos: QoS): void {
+  private enqueue(d: Delivery): void {
     if (this.queue.length - this.queueHead >= this.opts.maxQueued) {
-      if (qos === 0) {
+      if (d.qos === 0) {
         this.drop();
         return;
       }
@@ -728,7 +1214,7 @@ export class MqttConnection implements Subscriber {
       this.queue.splice(k, 1);
       this.drop();
     }
-    this.queue.push({ msg, qos });
+    this.queue.push(d);
   }
 
   private drop(): void {
@@ -738,10 +1224,15 @@ export class MqttConnection implements Subscriber {
 
   private drainQueue(): void {
     const q = this.queue;
-    while (this.queueHead < q.length && this.state === State.Connected) {
-      const e = q[this.queueHead];
-      if (e.qos === 0) this.sendQos0(e.msg);
-      else if (this.inflight.size < this.opts.maxInflight) this.sendQos(e.msg, e.qos);
+    const now = Date.now();
+    while (this.queueHead < q.length && this.state === State.Connected && !this.restoring) {
+      const d = q[this.queueHead];
+      if (d.msg.expiresAt !== undefined && d.msg.expiresAt <= now) {
+        this.queueHead++;
+        continue;
+      }
+      if (d.qos === 0) this.sendQos0(d);
+      else if (this.inflight.size < this.window()) this.sendQos(d);
       else break;
       this.queueHead++;
     }
@@ -762,9 +1253,19 @@ export class MqttConnection implements Subscriber {
     this.drainQueue();
   }
 
-  private onPubrec(id: number): void {
+  private onPubrec(id: number, reason: number): void {
     const e = this.inflight.get(id);
-    if (e === undefined || e.qos !== 2) return;
+    if (e === undefined || e.qos !== 2) {
+      // v5: PUBREL 0x92 for an id we do not know (section 3.6.2.1).
+      if (this.level === 5) this.send(encodeIdOnly('pubrel', id, 5, ReasonCode.PACKET_IDENTIFIER_NOT_FOUND));
+      return;
+    }
+    if (reason >= 0x80) {
+      // Section 4.3.3: a PUBREC with a failure code ends the exchange; the client refused the message.
+      this.inflight.delete(id);
+      this.drainQueue();
+      return;
+    }
     // The message is now the client's; from here only PUBREL/PUBCOMP remain (section 4.3.3).
     e.released = true;
     this.send(encodeIdOnly('pubrel', id, this.level));
@@ -797,12 +1298,19 @@ export class MqttConnection implements Subscriber {
     if (this.state === State.Closed) return;
     const wasConnected = this.state === State.Connected;
     this.state = State.Closed;
-    if (this.connectTimer) clearTimeout(this.connectTimer);
-    if (this.keepaliveTimer) clearTimeout(this.keepaliveTimer);
-    this.connectTimer = this.keepaliveTimer = null;
-    for (const sub of this.subs.values()) this.ctx.engine.unsubscribe(sub);
-    this.subs.clear();
-    if (this.clientId) this.registry.release(this.clientId, this);
+    this.hub.connections.delete(this);
+    const will = this.will;
+    this.will = null;
+    const s = this.session;
+    if (s !== null) {
+      // Unacknowledged deliveries, oldest first: what was in flight, then what waited.
+      const unacked: Delivery[] = [...this.inflight.values()];
+      for (let k = this.queueHead; k < this.queue.length; k++) unacked.push(this.queue[k]);
+      // DISCONNECT cleared the will unless it asked for it (v5 0x04); a broker shutdown is not the client's failure.
+      const publishWill = will !== null && wasConnected && kind !== 'shutdown';
+      this.hub.detach(s, this, unacked, publishWill ? will : null);
+      this.session = null;
+    }
     this.inflight.clear();
     this.queue = [];
     this.queueHead = 0;
@@ -810,20 +1318,25 @@ export class MqttConnection implements Subscriber {
     this.acksHead = 0;
     this.pending = [];
     this.pendingBytes = 0;
-    const will = this.will;
-    this.will = null;
-    if (will !== null && wasConnected && (kind === 'abnormal' || kind === 'takeover')) this.publishWill(will);
+    this.inAliases = null;
+    this.outAliases = null;
+    if (this.ownHub) this.hub.close();
 
-    const s = this.stream;
+    const st = this.stream;
     if (kind === 'abnormal' || kind === 'takeover') {
-      s.destroy();
-    } else if (!s.destroyed) {
-      // Flush what is queued (CONNACK refusal, last acks), then FIN; destroy if the peer never closes.
-      s.end();
-      this.lingerTimer = setTimeout(() => s.destroy(), this.opts.closeLingerMs);
+      if (kind === 'takeover' && this.level === 5) st.end();
+      else st.destroy();
+      if (kind === 'takeover' && this.level === 5) {
+        this.lingerTimer = setTimeout(() => st.destroy(), this.opts.closeLingerMs);
+        this.lingerTimer.unref();
+      }
+    } else if (!st.destroyed) {
+      // Flush what is queued (CONNACK refusal, DISCONNECT, last acks), then FIN; destroy if the peer never closes.
+      st.end();
+      this.lingerTimer = setTimeout(() => st.destroy(), this.opts.closeLingerMs);
       this.lingerTimer.unref();
     }
-    if (s.destroyed && s.closed) this.finish();
+    if (st.destroyed && st.closed) this.finish();
   }
 
   private finish(): void {
@@ -833,30 +1346,12 @@ export class MqttConnection implements Subscriber {
     }
     this.resolveClosed();
   }
+}
 
-  /** [MQTT-3.1.2-8] the will goes out when the connection ends without DISCONNECT. */
-  private publishWill(will: Will): void {
-    const msg: Message = {
-      topic: will.topic,
-      payload: will.payload,
-      key: null,
-      headers: [],
-      timestamp: Date.now(),
-      qos: will.qos,
-      retain: will.retain, // [MQTT-3.1.2-16] [MQTT-3.1.2-17]
-      origin: this.id,
-    };
-    try {
-      const durable = this.ctx.engine.publish(msg);
-      if (durable !== null) {
-        durable.then(undefined, (err: unknown) =>
-          this.ctx.logger.warn({ clientId: this.clientId, err: errText(err) }, 'mqtt will could not be stored'),
-        );
-      }
-    } catch (err) {
-      this.ctx.logger.warn({ clientId: this.clientId, err: errText(err) }, 'mqtt will could not be published');
-    }
-  }
+function levels(topic: string): number {
+  let n = 1;
+  for (let i = 0; i < topic.length; i++) if (topic.charCodeAt(i) === 0x2f) n++;
+  return n;
 }
 
 function errText(err: unknown): string {

@@ -1,36 +1,115 @@
 /**
- * The MQTT TCP listener: one MqttConnection per accepted socket, a shared client-id registry for session
- * takeover, and an orderly close.
+ * MQTT listeners: TCP, TLS and WebSocket (path /mqtt, subprotocol "mqtt" [MQTT-6.0.0-3]). All listeners of a
+ * broker share one MqttHub, so a client id is one session whatever transport it arrives on (takeover works
+ * across transports), and one tick serves every connection.
  */
+import http from 'node:http';
 import net from 'node:net';
+import tls from 'node:tls';
 import type { AddressInfo } from 'node:net';
+import type { Duplex } from 'node:stream';
+import { WebSocketServer, createWebSocketStream } from 'ws';
+import type { SessionStore } from '../../core/index.js';
 import type { AdapterContext, ListenOptions, ProtocolListener } from '../types.js';
-import { MqttClientRegistry, MqttConnection, resolveMqttOptions, type MqttOptions } from './connection.js';
+import { MqttConnection, resolveMqttOptions, type MqttOptions } from './connection.js';
+import { MqttHub } from './session.js';
 
 export interface MqttListener extends ProtocolListener {
-  /** Client ids currently connected through this listener. */
-  readonly registry: MqttClientRegistry;
+  /** Connected client ids (of every listener sharing the hub). */
+  readonly registry: MqttHub;
+  readonly hub: MqttHub;
   /** Sum of messages dropped by flow control over the listener's open connections. */
   dropped(): number;
 }
 
+/** Creates the hub every MQTT listener of a broker shares, loads stored sessions and starts its tick. */
+export async function createMqttHub(ctx: AdapterContext, opts: MqttOptions = {}, store?: SessionStore): Promise<MqttHub> {
+  const hub = new MqttHub(ctx, resolveMqttOptions(opts), store);
+  await hub.start();
+  return hub;
+}
+
+export interface TlsListenOptions extends ListenOptions {
+  cert: string | Buffer;
+  key: string | Buffer;
+  ca?: string | Buffer;
+}
+
+export interface WsListenOptions extends ListenOptions {
+  /** Default "/mqtt". */
+  path?: string;
+}
+
+/** MQTT over TCP. Without `hub` the listener gets a private one (closed with it). */
 export async function startMqttListener(
   ctx: AdapterContext,
   listen: ListenOptions,
   opts: MqttOptions = {},
+  hub?: MqttHub,
 ): Promise<MqttListener> {
-  const options = resolveMqttOptions(opts);
-  const registry = new MqttClientRegistry();
-  const conns = new Set<MqttConnection>();
+  const h = hub ?? (await createMqttHub(ctx, opts));
   // Small MQTT packets must not wait for Nagle's algorithm.
   const server = net.createServer({ noDelay: true });
-  server.on('connection', (socket) => {
-    socket.setNoDelay(true);
-    const remote = `${socket.remoteAddress ?? '?'}:${socket.remotePort ?? '?'}`;
-    const conn = new MqttConnection(socket, ctx, { options, registry, remote });
+  return serve('mqtt', server, 'connection', h, hub === undefined, ctx, listen);
+}
+
+/** MQTT over TLS (cert and key in PEM). */
+export async function startMqttTlsListener(ctx: AdapterContext, listen: TlsListenOptions, hub: MqttHub): Promise<MqttListener> {
+  const server = tls.createServer({ cert: listen.cert, key: listen.key, ca: listen.ca });
+  server.on('tlsClientError', (err) => ctx.logger.debug({ err: err.message }, 'mqtt tls handshake failed'));
+  return serve('mqtts', server, 'secureConnection', hub, false, ctx, listen);
+}
+
+/** MQTT over WebSocket: binary frames carry the MQTT byte stream [MQTT-6.0.0-1] [MQTT-6.0.0-2]. */
+export async function startMqttWsListener(ctx: AdapterContext, listen: WsListenOptions, hub: MqttHub): Promise<MqttListener> {
+  const path = listen.path ?? '/mqtt';
+  const server = http.createServer((_req, res) => {
+    res.writeHead(426, { 'content-type': 'text/plain' }).end('MQTT over WebSocket: upgrade required\n');
+  });
+  const wss = new WebSocketServer({
+    server,
+    path,
+    // [MQTT-6.0.0-3] the server selects the "mqtt" subprotocol (3.1 clients offer "mqttv3.1").
+    handleProtocols: (protocols) => (protocols.has('mqtt') ? 'mqtt' : protocols.has('mqttv3.1') ? 'mqttv3.1' : false),
+    maxPayload: hub.opts.maxPacketSize + 16,
+  });
+  const l = await serve('mqtt-ws', server, null, hub, false, ctx, listen);
+  wss.on('connection', (ws, req) => {
+    const stream = createWebSocketStream(ws);
+    l.accept(stream, `${req.socket.remoteAddress ?? '?'}:${req.socket.remotePort ?? '?'}`);
+  });
+  const close = l.close;
+  return {
+    ...l,
+    close: async () => {
+      for (const c of wss.clients) c.terminate();
+      wss.close();
+      await close();
+    },
+  };
+}
+
+async function serve(
+  protocol: string,
+  server: net.Server,
+  event: 'connection' | 'secureConnection' | null,
+  hub: MqttHub,
+  ownHub: boolean,
+  ctx: AdapterContext,
+  listen: ListenOptions,
+): Promise<MqttListener & { accept(stream: Duplex, remote: string): void }> {
+  const conns = new Set<MqttConnection>();
+  const accept = (stream: Duplex, remote: string) => {
+    const conn = new MqttConnection(stream, ctx, { hub, remote });
     conns.add(conn);
     void conn.closed.then(() => conns.delete(conn));
-  });
+  };
+  if (event !== null) {
+    server.on(event, (socket: net.Socket) => {
+      socket.setNoDelay(true);
+      accept(socket, `${socket.remoteAddress ?? '?'}:${socket.remotePort ?? '?'}`);
+    });
+  }
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(listen.port, listen.host, () => {
@@ -38,12 +117,13 @@ export async function startMqttListener(
       resolve();
     });
   });
-  server.on('error', (err) => ctx.logger.error({ err }, 'mqtt listener error'));
-
+  server.on('error', (err) => ctx.logger.error({ err, protocol }, 'mqtt listener error'));
   let closing: Promise<void> | null = null;
   return {
-    protocol: 'mqtt',
-    registry,
+    protocol,
+    registry: hub,
+    hub,
+    accept,
     address: () => server.address() as AddressInfo,
     connections: () => conns.size,
     dropped: () => {
@@ -56,6 +136,7 @@ export async function startMqttListener(
         const stopped = new Promise<void>((resolve) => server.close(() => resolve()));
         await Promise.all([...conns].map((c) => c.shutdown()));
         await stopped;
+        if (ownHub) hub.close();
       })();
       return closing;
     },

@@ -58,4 +58,55 @@ export const migrations: readonly Migration[] = [
       CREATE INDEX consumer_offsets_by_stream ON consumer_offsets (stream);
     `,
   },
+  {
+    version: 2,
+    name: 'client sessions and retained messages',
+    sql: `
+      -- Durable client sessions (MQTT persistent sessions), keyed by client id so any broker can resume one.
+      CREATE TABLE client_sessions (
+        client_id  TEXT    NOT NULL PRIMARY KEY,
+        protocol   TEXT    NOT NULL,
+        state      TEXT    NOT NULL,   -- adapter JSON: subscriptions, pending will, QoS 2 ids
+        expires_at INTEGER,            -- NULL while a client is connected
+        updated_at INTEGER NOT NULL
+      ) STRICT;
+
+      -- Messages waiting for an offline session, oldest first; bounded per session by the broker.
+      CREATE TABLE session_queue (
+        client_id TEXT    NOT NULL,
+        seq       INTEGER NOT NULL,
+        data      BLOB    NOT NULL,
+        PRIMARY KEY (client_id, seq)
+      ) STRICT, WITHOUT ROWID;
+
+      CREATE TABLE retained_messages (
+        topic      TEXT    NOT NULL PRIMARY KEY,
+        data       BLOB    NOT NULL,
+        updated_at INTEGER NOT NULL
+      ) STRICT;
+    `,
+  },
+  // Version 3 belongs to the Kafka adapter (issue 4), appended after the MQTT sessions migration (version 2).
+  {
+    version: 3,
+    name: 'producer ids and producer state snapshots',
+    sql: `
+      -- The next producer id never handed out (KIP-98 idempotent producers): one row, moved forward in blocks.
+      CREATE TABLE producer_ids (
+        id      INTEGER NOT NULL PRIMARY KEY CHECK (id = 0),
+        next_id INTEGER NOT NULL
+      ) STRICT;
+      INSERT INTO producer_ids (id, next_id) VALUES (0, 0);
+
+      -- Per partition: the idempotent-producer state (last sequences per producer id) as of end_offset, written
+      -- when a segment is committed; a restart replays batches past end_offset on top of it.
+      CREATE TABLE producer_state (
+        stream     TEXT    NOT NULL REFERENCES streams(name) ON DELETE CASCADE,
+        partition  INTEGER NOT NULL,
+        end_offset INTEGER NOT NULL,
+        state      TEXT    NOT NULL,  -- JSON
+        PRIMARY KEY (stream, partition)
+      ) STRICT, WITHOUT ROWID;
+    `,
+  },
 ];

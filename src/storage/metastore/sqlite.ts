@@ -12,6 +12,7 @@ import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
 import { FlowError } from '../../core/index.js';
+import type { OffsetCommit, QueuedEntry, RetainedEntry, RetainedStore, SessionRecord, SessionStore } from '../../core/index.js';
 import { migrations, type Migration } from './migrations.js';
 import type { ConsumerOffset, Metastore, PartitionState, SegmentMeta, StreamDef } from './types.js';
 
@@ -130,13 +131,31 @@ export function migrate(db: Database.Database, list: readonly Migration[] = migr
   return run.immediate();
 }
 
-export class SqliteMetastore implements Metastore {
+interface SessionRow {
+  client_id: string;
+  protocol: string;
+  state: string;
+  expires_at: number | null;
+  updated_at: number;
+}
+
+const toSession = (r: SessionRow): SessionRecord => ({
+  clientId: r.client_id,
+  protocol: r.protocol,
+  state: r.state,
+  expiresAt: r.expires_at,
+  updatedAt: r.updated_at,
+});
+
+export class SqliteMetastore implements Metastore, SessionStore, RetainedStore {
   readonly kind = 'sqlite';
   private closed = false;
 
   private readonly s: ReturnType<SqliteMetastore['prepare']>;
   private readonly txCommitSegment: (seg: SegmentMeta) => void;
   private readonly txSetLogStart: (stream: string, partition: number, offset: number) => void;
+  private readonly txEnqueue: (clientId: string, entries: Buffer[], maxLength: number) => number;
+  private readonly txDeleteSession: (clientId: string) => void;
 
   private constructor(private readonly db: Database.Database) {
     this.s = this.prepare();
@@ -168,6 +187,19 @@ export class SqliteMetastore implements Metastore {
     this.txSetLogStart = db.transaction((stream: string, partition: number, offset: number) => {
       if (this.s.streamExists.get(stream) === undefined) throw new FlowError('NOT_FOUND', `stream "${stream}" not found`);
       this.s.upsertLogStart.run(stream, partition, offset);
+    });
+    // One transaction (one fsync) per batch of queued messages, trimmed to the limit in the same commit.
+    this.txEnqueue = db.transaction((clientId: string, entries: Buffer[], maxLength: number) => {
+      let seq = (this.s.queueMaxSeq.get(clientId) as { s: number }).s;
+      for (const data of entries) this.s.queueInsert.run(clientId, ++seq, data);
+      const n = (this.s.queueCount.get(clientId) as { n: number }).n;
+      if (n <= maxLength) return 0;
+      this.s.queueTrim.run(clientId, clientId, n - maxLength);
+      return n - maxLength;
+    });
+    this.txDeleteSession = db.transaction((clientId: string) => {
+      this.s.sessionDelete.run(clientId);
+      this.s.queueClear.run(clientId);
     });
   }
 
@@ -240,6 +272,38 @@ export class SqliteMetastore implements Metastore {
       ),
       fetchOffset: db.prepare('SELECT * FROM consumer_offsets WHERE group_id = ? AND stream = ? AND partition = ?'),
       listOffsets: db.prepare('SELECT * FROM consumer_offsets WHERE group_id = ? ORDER BY stream, partition'),
+      listGroups: db.prepare('SELECT DISTINCT group_id FROM consumer_offsets ORDER BY group_id'),
+      deleteGroup: db.prepare('DELETE FROM consumer_offsets WHERE group_id = ?'),
+      producerIdNext: db.prepare('SELECT next_id FROM producer_ids WHERE id = 0'),
+      producerIdAdvance: db.prepare('UPDATE producer_ids SET next_id = next_id + ? WHERE id = 0'),
+      producerStatePut: db.prepare(
+        `INSERT INTO producer_state (stream, partition, end_offset, state) VALUES (?, ?, ?, ?)
+         ON CONFLICT (stream, partition) DO UPDATE SET end_offset = excluded.end_offset, state = excluded.state`,
+      ),
+      producerStateGet: db.prepare('SELECT end_offset, state FROM producer_state WHERE stream = ? AND partition = ?'),
+      sessionGet: db.prepare('SELECT * FROM client_sessions WHERE client_id = ?'),
+      sessionPut: db.prepare(
+        `INSERT INTO client_sessions (client_id, protocol, state, expires_at, updated_at) VALUES (?, ?, ?, ?, ?)
+         ON CONFLICT (client_id) DO UPDATE SET protocol = excluded.protocol, state = excluded.state,
+           expires_at = excluded.expires_at, updated_at = excluded.updated_at`,
+      ),
+      sessionDelete: db.prepare('DELETE FROM client_sessions WHERE client_id = ?'),
+      sessionList: db.prepare('SELECT * FROM client_sessions WHERE protocol = ? ORDER BY client_id'),
+      queueMaxSeq: db.prepare('SELECT COALESCE(MAX(seq), 0) AS s FROM session_queue WHERE client_id = ?'),
+      queueInsert: db.prepare('INSERT INTO session_queue (client_id, seq, data) VALUES (?, ?, ?)'),
+      queueCount: db.prepare('SELECT COUNT(*) AS n FROM session_queue WHERE client_id = ?'),
+      queueTrim: db.prepare(
+        'DELETE FROM session_queue WHERE client_id = ? AND seq IN (SELECT seq FROM session_queue WHERE client_id = ? ORDER BY seq LIMIT ?)',
+      ),
+      queueRead: db.prepare('SELECT seq, data FROM session_queue WHERE client_id = ? ORDER BY seq LIMIT ?'),
+      queueAck: db.prepare('DELETE FROM session_queue WHERE client_id = ? AND seq <= ?'),
+      queueClear: db.prepare('DELETE FROM session_queue WHERE client_id = ?'),
+      retainedPut: db.prepare(
+        `INSERT INTO retained_messages (topic, data, updated_at) VALUES (?, ?, ?)
+         ON CONFLICT (topic) DO UPDATE SET data = excluded.data, updated_at = excluded.updated_at`,
+      ),
+      retainedDelete: db.prepare('DELETE FROM retained_messages WHERE topic = ?'),
+      retainedList: db.prepare('SELECT topic, data FROM retained_messages ORDER BY topic'),
     };
   }
 
@@ -353,8 +417,107 @@ export class SqliteMetastore implements Metastore {
     });
   }
 
+  async commitOffsets(group: string, offsets: OffsetCommit[]): Promise<void> {
+    for (const o of offsets) {
+      checkInt('partition', o.partition);
+      checkInt('offset', o.offset, -1);
+    }
+    const now = Date.now();
+    this.run('commitOffsets', () =>
+      this.db.transaction(() => {
+        for (const o of offsets) this.s.upsertOffset.run(group, o.stream, o.partition, o.offset, o.metadata, now);
+      })(),
+    );
+  }
+
+  async listGroups(): Promise<string[]> {
+    return this.run('listGroups', () => (this.s.listGroups.all() as Array<{ group_id: string }>).map((r) => r.group_id));
+  }
+
+  async deleteGroup(group: string): Promise<void> {
+    this.run('deleteGroup', () => this.s.deleteGroup.run(group));
+  }
+
+  async allocateProducerIds(count: number): Promise<number> {
+    checkInt('count', count, 1);
+    return this.run('allocateProducerIds', () =>
+      this.db.transaction(() => {
+        const first = (this.s.producerIdNext.get() as { next_id: number }).next_id;
+        this.s.producerIdAdvance.run(count);
+        return first;
+      }).immediate(),
+    );
+  }
+
+  async putProducerState(stream: string, partition: number, endOffset: number, state: string): Promise<void> {
+    this.run('putProducerState', () => this.s.producerStatePut.run(stream, partition, endOffset, state));
+  }
+
+  async getProducerState(stream: string, partition: number): Promise<{ endOffset: number; state: string } | null> {
+    return this.run('getProducerState', () => {
+      const r = this.s.producerStateGet.get(stream, partition) as { end_offset: number; state: string } | undefined;
+      return r ? { endOffset: r.end_offset, state: r.state } : null;
+    });
+  }
+
   async listOffsets(group: string): Promise<ConsumerOffset[]> {
     return this.run('listOffsets', () => (this.s.listOffsets.all(group) as OffsetRow[]).map(toOffset));
+  }
+
+  // ---------------------------------------------------------------- sessions (SessionStore)
+
+  async getSession(clientId: string): Promise<SessionRecord | null> {
+    return this.run('getSession', () => {
+      const r = this.s.sessionGet.get(clientId) as SessionRow | undefined;
+      return r ? toSession(r) : null;
+    });
+  }
+
+  async putSession(rec: SessionRecord): Promise<void> {
+    if (typeof rec.clientId !== 'string') throw new FlowError('INVALID_ARGUMENT', 'session client id must be a string');
+    if (rec.expiresAt !== null) checkInt('expiresAt', rec.expiresAt);
+    this.run('putSession', () => this.s.sessionPut.run(rec.clientId, rec.protocol, rec.state, rec.expiresAt, rec.updatedAt));
+  }
+
+  async deleteSession(clientId: string): Promise<void> {
+    this.run('deleteSession', () => this.txDeleteSession(clientId));
+  }
+
+  async listSessions(protocol: string): Promise<SessionRecord[]> {
+    return this.run('listSessions', () => (this.s.sessionList.all(protocol) as SessionRow[]).map(toSession));
+  }
+
+  async enqueue(clientId: string, entries: Buffer[], maxLength: number): Promise<number> {
+    checkInt('maxLength', maxLength, 1);
+    if (entries.length === 0) return 0;
+    return this.run('enqueue', () => this.txEnqueue(clientId, entries, maxLength));
+  }
+
+  async readQueue(clientId: string, limit: number): Promise<QueuedEntry[]> {
+    checkInt('limit', limit);
+    return this.run('readQueue', () => this.s.queueRead.all(clientId, limit) as QueuedEntry[]);
+  }
+
+  async ackQueue(clientId: string, upTo: number): Promise<void> {
+    this.run('ackQueue', () => this.s.queueAck.run(clientId, upTo));
+  }
+
+  async queueLength(clientId: string): Promise<number> {
+    return this.run('queueLength', () => (this.s.queueCount.get(clientId) as { n: number }).n);
+  }
+
+  // ---------------------------------------------------------------- retained messages (RetainedStore)
+
+  async putRetained(topic: string, data: Buffer): Promise<void> {
+    this.run('putRetained', () => this.s.retainedPut.run(topic, data, Date.now()));
+  }
+
+  async deleteRetained(topic: string): Promise<void> {
+    this.run('deleteRetained', () => this.s.retainedDelete.run(topic));
+  }
+
+  async listRetained(): Promise<RetainedEntry[]> {
+    return this.run('listRetained', () => this.s.retainedList.all() as RetainedEntry[]);
   }
 
   async close(): Promise<void> {

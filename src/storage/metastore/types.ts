@@ -4,7 +4,7 @@
  * All methods are async so that a networked backend fits the same interface.
  */
 
-import type { StreamDef } from '../../core/index.js';
+import type { OffsetCommit, OffsetStore, ProducerIdStore, StreamDef } from '../../core/index.js';
 export type { StreamDef };
 
 export interface SegmentMeta {
@@ -41,7 +41,7 @@ export interface ConsumerOffset {
   committedAt: number;
 }
 
-export interface Metastore {
+export interface Metastore extends OffsetStore, ProducerIdStore {
   readonly kind: string;
 
   createStream(def: StreamDef): Promise<void>; // throws FlowError ALREADY_EXISTS
@@ -65,6 +65,18 @@ export interface Metastore {
   commitOffset(o: Omit<ConsumerOffset, 'committedAt'>): Promise<void>;
   fetchOffset(group: string, stream: string, partition: number): Promise<ConsumerOffset | null>;
   listOffsets(group: string): Promise<ConsumerOffset[]>;
+  /** Several offsets of one group in one transaction (the core's OffsetStore); NOT_FOUND for unknown streams. */
+  commitOffsets(group: string, offsets: OffsetCommit[]): Promise<void>;
+  /** Groups with at least one committed offset, ordered. */
+  listGroups(): Promise<string[]>;
+  /** Removes a group's offsets; no error when it has none. */
+  deleteGroup(group: string): Promise<void>;
+
+  /** Reserves `count` never-used producer ids and returns the first (the core's ProducerIdStore). */
+  allocateProducerIds(count: number): Promise<number>;
+  /** Idempotent-producer state of a partition as of `endOffset` (opaque JSON of the log engine). */
+  putProducerState(stream: string, partition: number, endOffset: number, state: string): Promise<void>;
+  getProducerState(stream: string, partition: number): Promise<{ endOffset: number; state: string } | null>;
 
   close(): Promise<void>;
 }

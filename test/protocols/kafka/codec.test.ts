@@ -37,6 +37,7 @@ import {
   type ProduceResponse,
 } from '../../../src/protocols/kafka/codec/index.js';
 import { encodeBatch } from '../../../src/core/index.js';
+import { API_SAMPLES } from './samples.js';
 
 /** Hex with spaces and comments-by-segment allowed. */
 const hex = (...parts: string[]): Buffer => Buffer.from(parts.join('').replace(/\s+/g, ''), 'hex');
@@ -498,7 +499,7 @@ describe('kafka golden requests', () => {
 
   it('rejects trailing bytes, unknown APIs and unsupported versions with typed errors', () => {
     expectProtocolError(() => decodeRequest(Buffer.concat([requestGoldens[0].frame, hex('00')])), 'TRAILING_BYTES');
-    expectProtocolError(() => decodeRequest(hex('000a 0000 00000001 ffff 0001 61')), 'UNKNOWN_API');
+    expectProtocolError(() => decodeRequest(hex('0063 0000 00000001 ffff 0001 61')), 'UNKNOWN_API');
     expectProtocolError(() => decodeRequest(hex('0000 0002 00000001 ffff')), 'UNSUPPORTED_VERSION');
     expectProtocolError(() => decodeRequest(hex('0001 000d 00000001 ffff 00')), 'UNSUPPORTED_VERSION');
   });
@@ -858,7 +859,7 @@ const sampleRequests: Array<{ codec: AnyApiCodec; body: unknown }> = [
 function validRequestFrames(): Buffer[] {
   const frames = requestGoldens.map((g) => g.frame);
   let corr = 100;
-  for (const s of sampleRequests) {
+  for (const s of [...sampleRequests, ...API_SAMPLES.map((a) => ({ codec: a.codec, body: a.request }))]) {
     for (let v = s.codec.minVersion; v <= s.codec.maxVersion; v++) {
       frames.push(encodeRequest(s.codec, { apiVersion: v, correlationId: corr++, clientId: 'rt' }, s.body));
     }
@@ -915,7 +916,7 @@ describe('kafka round trips', () => {
   });
 
   it('covers every registered API', () => {
-    const names = new Set(sampleRequests.map((s) => s.codec.name));
+    const names = new Set([...sampleRequests, ...API_SAMPLES].map((s) => s.codec.name));
     for (const c of API_CODECS) assert.ok(names.has(c.name), `${c.name} has a round-trip sample`);
   });
 });

@@ -333,7 +333,29 @@ describe('kafka listener with real clients', () => {
           [1, 4, 12],
           [2, 1, 7],
           [3, 0, 12],
+          [8, 0, 8],
+          [9, 0, 8],
+          [10, 0, 4],
+          [11, 0, 9],
+          [12, 0, 4],
+          [13, 0, 5],
+          [14, 0, 5],
+          [15, 0, 5],
+          [16, 0, 4],
+          [17, 0, 1],
           [18, 0, 3],
+          [19, 0, 7],
+          [20, 0, 6],
+          [21, 0, 2],
+          [22, 0, 4],
+          [23, 0, 4],
+          [32, 0, 4],
+          [33, 0, 2],
+          [36, 0, 2],
+          [37, 0, 3],
+          [42, 0, 2],
+          [44, 0, 1],
+          [60, 0, 1],
         ],
       );
       const md = await c.call(MetadataApi, 12, metadataRequest(['flex.t']));
@@ -639,20 +661,27 @@ describe('kafka listener with real clients', () => {
     }
   });
 
-  it('closes a connection using an API it does not advertise (group APIs come later)', async () => {
+  it('answers an API or version it does not advertise with UNSUPPORTED_VERSION and keeps the connection', async () => {
     const c = await RawClient.connect(port);
-    // FindCoordinator v0: key 10, group id "g".
-    c.send(Buffer.from('00000010' + '000a' + '0000' + '00000005' + '0003' + '726177' + '0001' + '67', 'hex'));
-    assert.ok(await c.closesWithin(2000));
-    const e = log.entries('unsupported API').at(-1);
-    assert.equal(e?.api, 'FindCoordinator');
-    // And a known API at a version it does not advertise.
-    const d = await RawClient.connect(port);
-    const f = encodeRequest(MetadataApi, { apiVersion: 4, correlationId: 1, clientId: null }, metadataRequest(null), { sizePrefix: true });
-    f.writeInt16BE(13, 6); // Metadata v13 is not advertised
-    d.send(f);
-    assert.ok(await d.closesWithin(2000));
-    assert.ok(log.entries('unsupported API version').length > 0);
+    try {
+      // API key 99 does not exist: header v0 + error code 35, whatever the body.
+      c.send(Buffer.from('0000000b' + '0063' + '0000' + '00000005' + 'ffff' + '01', 'hex'));
+      const r = await c.next();
+      assert.deepEqual([r.readInt32BE(0), r.readInt16BE(4), r.length], [5, KafkaErrorCode.UNSUPPORTED_VERSION, 6]);
+      assert.equal(log.entries('unsupported API').at(-1)?.apiKey, 99);
+      // A known API at a version it does not advertise.
+      const f = encodeRequest(MetadataApi, { apiVersion: 4, correlationId: 6, clientId: null }, metadataRequest(null), { sizePrefix: true });
+      f.writeInt16BE(13, 6); // Metadata v13 is not advertised
+      c.send(f);
+      const r2 = await c.next();
+      assert.deepEqual([r2.readInt32BE(0), r2.readInt16BE(4)], [6, KafkaErrorCode.UNSUPPORTED_VERSION]);
+      assert.ok(log.entries('unsupported API version').length > 0);
+      // Still usable.
+      const md = await c.call(MetadataApi, 4, metadataRequest(null));
+      assert.equal(md.brokers.length, 1);
+    } finally {
+      c.close();
+    }
   });
 });
 

@@ -6,7 +6,7 @@ import net from 'node:net';
 import { spawn } from 'node:child_process';
 import { pino, type Logger } from 'pino';
 import { Engine } from '../../../src/core/index.js';
-import type { AppendResult } from '../../../src/core/index.js';
+import type { AppendResult, RetainedStore, SessionStore } from '../../../src/core/index.js';
 import { startMqttListener, type MqttListener, type MqttOptions } from '../../../src/protocols/mqtt/index.js';
 import {
   INCOMPLETE,
@@ -34,11 +34,16 @@ export interface TestBroker {
   close(): Promise<void>;
 }
 
-export async function startBroker(opts: MqttOptions = {}, storage = new MemoryStreams()): Promise<TestBroker> {
+export async function startBroker(
+  opts: MqttOptions = {},
+  storage = new MemoryStreams(),
+  stores: { sessions?: SessionStore; retained?: RetainedStore } = {},
+): Promise<TestBroker> {
   const logs: LogLine[] = [];
   const logger = pino({ level: 'debug' }, { write: (s: string) => void logs.push(JSON.parse(s) as LogLine) });
-  const engine = new Engine(storage, storage);
-  const listener = await startMqttListener({ engine, logger, brokerId: 1 }, { host: '127.0.0.1', port: 0 }, opts);
+  const engine = new Engine(storage, storage, { retained: stores.retained });
+  await engine.load();
+  const listener = await startMqttListener({ engine, logger, brokerId: 1, sessions: stores.sessions }, { host: '127.0.0.1', port: 0 }, opts);
   const port = listener.address().port;
   return {
     engine,
@@ -105,13 +110,15 @@ export class RawClient {
   readonly packets: MqttPacket[] = [];
   readonly closed: Promise<void>;
   isClosed = false;
+  /** Protocol level to decode server packets at (set to 5 after a v5 CONNECT). */
+  level: 3 | 4 | 5 = 4;
   private buf = Buffer.alloc(0);
 
   private constructor(readonly socket: net.Socket) {
     socket.on('data', (d: Buffer) => {
       this.buf = Buffer.concat([this.buf, d]);
       for (;;) {
-        const r = parsePacket(this.buf, 0);
+        const r = parsePacket(this.buf, 0, 1 << 28, this.level);
         if (r === INCOMPLETE) break;
         this.packets.push(r.packet);
         this.buf = this.buf.subarray(r.bytesConsumed);

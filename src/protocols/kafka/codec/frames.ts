@@ -24,9 +24,63 @@ import { ListOffsetsApi } from './list-offsets.js';
 import { MetadataApi } from './metadata.js';
 import { Reader, Writer } from './primitives.js';
 import { ProduceApi } from './produce.js';
+import {
+  DeleteGroupsApi,
+  DescribeGroupsApi,
+  FindCoordinatorApi,
+  HeartbeatApi,
+  JoinGroupApi,
+  LeaveGroupApi,
+  ListGroupsApi,
+  OffsetCommitApi,
+  OffsetFetchApi,
+  SyncGroupApi,
+} from './groups.js';
+import {
+  AlterConfigsApi,
+  CreatePartitionsApi,
+  CreateTopicsApi,
+  DeleteRecordsApi,
+  DeleteTopicsApi,
+  DescribeClusterApi,
+  DescribeConfigsApi,
+  IncrementalAlterConfigsApi,
+  InitProducerIdApi,
+  OffsetForLeaderEpochApi,
+  SaslAuthenticateApi,
+  SaslHandshakeApi,
+} from './admin.js';
 
 /** Every API this codec implements. */
-export const API_CODECS: readonly AnyApiCodec[] = [ProduceApi, FetchApi, ListOffsetsApi, MetadataApi, ApiVersionsApi];
+export const API_CODECS: readonly AnyApiCodec[] = [
+  ProduceApi,
+  FetchApi,
+  ListOffsetsApi,
+  MetadataApi,
+  OffsetCommitApi,
+  OffsetFetchApi,
+  FindCoordinatorApi,
+  JoinGroupApi,
+  HeartbeatApi,
+  LeaveGroupApi,
+  SyncGroupApi,
+  DescribeGroupsApi,
+  ListGroupsApi,
+  SaslHandshakeApi,
+  ApiVersionsApi,
+  CreateTopicsApi,
+  DeleteTopicsApi,
+  DeleteRecordsApi,
+  InitProducerIdApi,
+  OffsetForLeaderEpochApi,
+  DescribeConfigsApi,
+  AlterConfigsApi,
+  SaslAuthenticateApi,
+  CreatePartitionsApi,
+  DeleteGroupsApi,
+  IncrementalAlterConfigsApi,
+  DescribeClusterApi,
+];
 
 const BY_KEY = new Map<number, AnyApiCodec>(API_CODECS.map((c) => [c.apiKey, c]));
 

@@ -7,4 +7,7 @@ export * from './metadata.js';
 export * from './produce.js';
 export * from './fetch.js';
 export * from './list-offsets.js';
+export * from './schema.js';
+export * from './groups.js';
+export * from './admin.js';
 export * from './frames.js';

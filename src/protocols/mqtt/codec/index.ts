@@ -4,6 +4,7 @@ export * from './errors.js';
 export {
   INCOMPLETE,
   MAX_REMAINING_LENGTH,
+  PROPERTY_DEFS,
   SUPPORTED_LEVELS,
   parsePacket,
   peekFrameLength,
@@ -11,6 +12,7 @@ export {
   type ParseResult,
 } from './decode.js';
 export {
+  encodeAuth,
   encodeConnack,
   encodeConnect,
   encodeDisconnect,
@@ -22,6 +24,8 @@ export {
   encodePublishFrame,
   encodeSuback,
   encodeSubscribe,
+  encodeUnsuback,
   encodeUnsubscribe,
+  propertiesSize,
   varintSize,
 } from './encode.js';

@@ -1,0 +1,507 @@
+/**
+ * Kafka load generator on raw sockets. Requests are encoded by hand here (Produce v3, Fetch v4) so the broker
+ * is measured as a black box; only the RecordBatch encoder is shared with the broker (src/core/record-batch).
+ *
+ * - Produce throughput: pre-encoded ~1 MB batches of 1 KiB records, one partition per request and up to
+ *   `inflight` requests outstanding per connection, as librdkafka sends them under load; acks=all.
+ * - Latency: open-loop paced produce at a fixed rate (a batch per partition every `lingerMs`, as a producer with
+ *   linger.ms does), while a consumer connection long-polls Fetch v4. Produce-ack latency runs from the moment a
+ *   batch is created (so it includes any wait for a free in-flight slot) to its response; end-to-end latency from
+ *   the same moment to the Fetch response that carries the batch.
+ */
+import type { Socket } from 'node:net';
+import { encodeBatch, type RecordInput } from '../src/core/record-batch.js';
+import { nowS, open, percentiles, sleep, type Percentiles } from './util.js';
+
+const CLIENT_ID = 'flowmq-bench';
+
+function kstr(s: string): Buffer {
+  const b = Buffer.from(s);
+  const out = Buffer.alloc(2 + b.length);
+  out.writeInt16BE(b.length, 0);
+  b.copy(out, 2);
+  return out;
+}
+
+/** size prefix + request header v1 (api key, version, correlation id, client id) + body parts. */
+function frame(apiKey: number, version: number, correlationId: number, parts: Buffer[], trailingBytes = 0): Buffer {
+  const head = Buffer.alloc(8);
+  head.writeInt16BE(apiKey, 0);
+  head.writeInt16BE(version, 2);
+  head.writeInt32BE(correlationId, 4);
+  const body = Buffer.concat([head, kstr(CLIENT_ID), ...parts]);
+  const size = Buffer.alloc(4);
+  size.writeInt32BE(body.length + trailingBytes);
+  return Buffer.concat([size, body]);
+}
+
+/**
+ * The head of a ProduceRequest v3 (acks=-1) for one partition, up to and including the records length; the
+ * batch itself follows it on the wire, so one pre-encoded batch serves every request.
+ */
+export function produceHead(topic: string, partition: number, batchBytes: number, correlationId: number): Buffer {
+  const fixed = Buffer.alloc(2 + 2 + 4 + 4);
+  fixed.writeInt16BE(-1, 0); // transactional id: null
+  fixed.writeInt16BE(-1, 2); // acks = all
+  fixed.writeInt32BE(30_000, 4); // timeout ms
+  fixed.writeInt32BE(1, 8); // one topic
+  const part = Buffer.alloc(12);
+  part.writeInt32BE(1, 0); // one partition
+  part.writeInt32BE(partition, 4);
+  part.writeInt32BE(batchBytes, 8);
+  return frame(0, 3, correlationId, [fixed, kstr(topic), part], batchBytes);
+}
+
+/** FetchRequest v4: read-uncommitted long poll over `offsets.length` partitions of `topic`. */
+export function fetchRequest(topic: string, offsets: number[], correlationId: number, o: { maxWaitMs: number; minBytes: number; maxBytes: number; partitionMaxBytes: number }): Buffer {
+  const fixed = Buffer.alloc(4 + 4 + 4 + 4 + 1 + 4);
+  fixed.writeInt32BE(-1, 0); // replica id: a consumer
+  fixed.writeInt32BE(o.maxWaitMs, 4);
+  fixed.writeInt32BE(o.minBytes, 8);
+  fixed.writeInt32BE(o.maxBytes, 12);
+  fixed.writeInt8(0, 16); // isolation: read uncommitted
+  fixed.writeInt32BE(1, 17); // one topic
+  const parts = Buffer.alloc(4 + 16 * offsets.length);
+  parts.writeInt32BE(offsets.length, 0);
+  offsets.forEach((off, p) => {
+    parts.writeInt32BE(p, 4 + 16 * p);
+    parts.writeBigInt64BE(BigInt(off), 8 + 16 * p);
+    parts.writeInt32BE(o.partitionMaxBytes, 16 + 16 * p);
+  });
+  return frame(1, 4, correlationId, [fixed, kstr(topic), parts]);
+}
+
+/** Cursor over a response body. */
+class Reader {
+  constructor(
+    readonly buf: Buffer,
+    public pos = 0,
+  ) {}
+  i8(): number {
+    return this.buf.readInt8(this.pos++);
+  }
+  i16(): number {
+    const v = this.buf.readInt16BE(this.pos);
+    this.pos += 2;
+    return v;
+  }
+  i32(): number {
+    const v = this.buf.readInt32BE(this.pos);
+    this.pos += 4;
+    return v;
+  }
+  i64(): number {
+    const v = Number(this.buf.readBigInt64BE(this.pos));
+    this.pos += 8;
+    return v;
+  }
+  string(): string {
+    const n = this.i16();
+    if (n < 0) return '';
+    const s = this.buf.toString('utf8', this.pos, this.pos + n);
+    this.pos += n;
+    return s;
+  }
+}
+
+/** ProduceResponse v3 for one partition: its error code (body after the correlation id). */
+export function produceError(body: Buffer): number {
+  const r = new Reader(body);
+  r.i32(); // topics
+  r.string();
+  r.i32(); // partitions
+  r.i32(); // index
+  return r.i16();
+}
+
+export interface FetchedBatch {
+  partition: number;
+  baseOffset: number;
+  records: number;
+  /** Next offset to fetch after this batch. */
+  nextOffset: number;
+  /** First 8 bytes of the first record's value as a float64 (the bench's send time). */
+  stamp: number;
+}
+
+/** Zig-zag varint at r.pos. */
+function varint(r: Reader): number {
+  let z = 0;
+  let mul = 1;
+  for (let i = 0; i < 10; i++) {
+    const b = r.buf[r.pos++];
+    z += (b & 0x7f) * mul;
+    if ((b & 0x80) === 0) return z % 2 === 0 ? z / 2 : -(z + 1) / 2;
+    mul *= 128;
+  }
+  throw new Error('varint too long');
+}
+
+/**
+ * FetchResponse v4 (body after the correlation id): the complete batches per partition (a partial batch at the
+ * end of a partition's records, cut by max bytes, is skipped as consumers do) and the partitions' error codes.
+ */
+export function parseFetch(body: Buffer): { batches: FetchedBatch[]; errors: { partition: number; code: number }[] } {
+  const r = new Reader(body);
+  const batches: FetchedBatch[] = [];
+  const errors: { partition: number; code: number }[] = [];
+  r.i32(); // throttle time
+  const topics = r.i32();
+  for (let t = 0; t < topics; t++) {
+    r.string();
+    const parts = r.i32();
+    for (let p = 0; p < parts; p++) {
+      const partition = r.i32();
+      const code = r.i16();
+      r.i64(); // high watermark
+      r.i64(); // last stable offset
+      const aborted = r.i32();
+      if (aborted > 0) r.pos += 16 * aborted;
+      const size = r.i32();
+      if (code !== 0) errors.push({ partition, code });
+      if (size <= 0) continue;
+      const end = r.pos + size;
+      let pos = r.pos;
+      while (pos + 61 <= end) {
+        const batchSize = 12 + body.readInt32BE(pos + 8);
+        if (pos + batchSize > end) break;
+        const baseOffset = Number(body.readBigInt64BE(pos));
+        const lastOffsetDelta = body.readInt32BE(pos + 23);
+        const records = body.readInt32BE(pos + 57);
+        // First record: length, attributes, timestamp delta, offset delta, key, value.
+        const rr = new Reader(body, pos + 61);
+        varint(rr);
+        rr.pos++;
+        varint(rr);
+        varint(rr);
+        const keyLen = varint(rr);
+        if (keyLen > 0) rr.pos += keyLen;
+        const valueLen = varint(rr);
+        const stamp = valueLen >= 8 ? body.readDoubleBE(rr.pos) : NaN;
+        batches.push({ partition, baseOffset, records, nextOffset: baseOffset + lastOffsetDelta + 1, stamp });
+        pos += batchSize;
+      }
+      r.pos = end;
+    }
+  }
+  return { batches, errors };
+}
+
+/** A Kafka connection: size-prefixed response frames matched to requests by correlation id (in order). */
+export class KafkaConn {
+  private chunks: Buffer[] = [];
+  private have = 0;
+  private need = -1;
+  private corr = 1;
+  private readonly waiting = new Map<number, (body: Buffer, at: number) => void>();
+  closed = false;
+  error: Error | null = null;
+
+  constructor(readonly socket: Socket) {
+    socket.on('data', (d: Buffer) => this.push(d));
+    socket.on('error', (e) => (this.error = e));
+    socket.on('close', () => {
+      this.closed = true;
+      if (this.waiting.size > 0 && !this.error) this.error = new Error(`connection closed with ${this.waiting.size} requests outstanding`);
+    });
+  }
+
+  static async open(port: number): Promise<KafkaConn> {
+    return new KafkaConn(await open(port));
+  }
+
+  get outstanding(): number {
+    return this.waiting.size;
+  }
+
+  nextCorrelationId(): number {
+    const c = this.corr;
+    this.corr = this.corr === 0x7fffffff ? 1 : this.corr + 1;
+    return c;
+  }
+
+  /** Writes the request parts (the first carrying correlation id `corr`); `done` gets the response body. */
+  send(corr: number, parts: Buffer[], done: (body: Buffer, at: number) => void): void {
+    this.waiting.set(corr, done);
+    if (parts.length > 1) this.socket.cork();
+    for (const p of parts) this.socket.write(p);
+    if (parts.length > 1) this.socket.uncork();
+  }
+
+  private push(d: Buffer): void {
+    this.chunks.push(d);
+    this.have += d.length;
+    for (;;) {
+      if (this.need < 0) {
+        if (this.have < 4) return;
+        if (this.chunks[0].length < 4) this.chunks = [Buffer.concat(this.chunks, this.have)];
+        this.need = 4 + this.chunks[0].readInt32BE(0);
+      }
+      if (this.have < this.need) return;
+      const all = this.chunks.length === 1 ? this.chunks[0] : Buffer.concat(this.chunks, this.have);
+      const body = all.subarray(8, this.need);
+      const corr = all.readInt32BE(4);
+      const rest = all.subarray(this.need);
+      this.chunks = rest.length > 0 ? [rest] : [];
+      this.have = rest.length;
+      this.need = -1;
+      const done = this.waiting.get(corr);
+      if (!done) {
+        this.error = new Error(`response with unknown correlation id ${corr}`);
+        this.socket.destroy();
+        return;
+      }
+      this.waiting.delete(corr);
+      done(body, nowS());
+    }
+  }
+
+  close(): void {
+    this.socket.destroy();
+  }
+}
+
+function recordsOf(count: number, recordBytes: number, timestamp: number, first?: Buffer): RecordInput[] {
+  const value = Buffer.alloc(recordBytes, 0x62);
+  return Array.from({ length: count }, (_, i) => ({ key: null, value: i === 0 && first ? first : value, headers: [], timestamp }));
+}
+
+// ------------------------------------------------------------------ produce throughput
+
+export interface ProduceOptions {
+  topic: string;
+  partitions: number;
+  connections: number;
+  inflight: number;
+  recordsPerBatch: number;
+  recordBytes: number;
+  warmupS: number;
+  seconds: number;
+}
+
+export interface ProduceResult {
+  /** Record value bytes acknowledged per second (1 MB = 10^6 bytes). */
+  mbPerSec: number;
+  recordsPerSec: number;
+  requestsPerSec: number;
+  batchBytes: number;
+  seconds: number;
+  ack: Percentiles;
+  errors: number;
+}
+
+export async function kafkaProduceThroughput(port: number, o: ProduceOptions): Promise<ProduceResult> {
+  const batch = encodeBatch(recordsOf(o.recordsPerBatch, o.recordBytes, Date.now()));
+  const conns = await Promise.all(Array.from({ length: o.connections }, () => KafkaConn.open(port)));
+  let running = true;
+  let measuring = false;
+  let acked = 0;
+  let errors = 0;
+  const ackSamples: number[] = [];
+  try {
+    const pumps = conns.map((conn, c) => {
+      let k = 0;
+      const pump = () => {
+        while (running && !conn.closed && conn.outstanding < o.inflight) {
+          const partition = (c + o.connections * k++) % o.partitions;
+          const corr = conn.nextCorrelationId();
+          const sentAt = nowS();
+          conn.send(corr, [produceHead(o.topic, partition, batch.length, corr), batch], (body, at) => {
+            if (produceError(body) !== 0) errors++;
+            else if (measuring) {
+              acked++;
+              ackSamples.push((at - sentAt) * 1000);
+            }
+            pump();
+          });
+        }
+      };
+      return pump;
+    });
+    for (const p of pumps) p();
+    await sleep(o.warmupS * 1000);
+    measuring = true;
+    const t0 = nowS();
+    await sleep(o.seconds * 1000);
+    measuring = false;
+    const seconds = nowS() - t0;
+    running = false;
+    await waitIdle(conns, 15_000);
+    const broken = conns.find((c) => c.error);
+    if (broken) throw broken.error;
+    return {
+      mbPerSec: (acked * o.recordsPerBatch * o.recordBytes) / seconds / 1e6,
+      recordsPerSec: (acked * o.recordsPerBatch) / seconds,
+      requestsPerSec: acked / seconds,
+      batchBytes: batch.length,
+      seconds,
+      ack: percentiles(ackSamples),
+      errors,
+    };
+  } finally {
+    running = false;
+    for (const c of conns) c.close();
+  }
+}
+
+async function waitIdle(conns: KafkaConn[], timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (conns.some((c) => c.outstanding > 0 && !c.closed) && Date.now() < deadline) await sleep(10);
+}
+
+// ------------------------------------------------------------------ latency at a fixed rate
+
+export interface LatencyOptions {
+  topic: string;
+  partitions: number;
+  connections: number;
+  inflight: number;
+  recordBytes: number;
+  /** Record value bytes per second to produce. */
+  bytesPerSec: number;
+  lingerMs: number;
+  warmupS: number;
+  seconds: number;
+}
+
+export interface LatencyResult {
+  /** Record value bytes acknowledged per second in the measured interval. */
+  achievedMbPerSec: number;
+  targetMbPerSec: number;
+  recordsPerBatch: number;
+  /** Produce request created → its response (ms). */
+  produceAck: Percentiles;
+  /** Produce request created → the Fetch response carrying the batch arrives (ms). */
+  endToEnd: Percentiles;
+  produced: number;
+  consumed: number;
+  /** Batches that waited for a free in-flight slot. */
+  queuedBatches: number;
+  errors: number;
+}
+
+export async function kafkaLatency(port: number, o: LatencyOptions): Promise<LatencyResult> {
+  const P = o.partitions;
+  const recordsPerSec = o.bytesPerSec / o.recordBytes;
+  const producers = await Promise.all(Array.from({ length: o.connections }, () => KafkaConn.open(port)));
+  const consumer = await KafkaConn.open(port);
+  const base = Buffer.alloc(o.recordBytes, 0x62);
+  let running = true;
+  let consuming = true;
+  let windowStart = Infinity;
+  let windowEnd = Infinity;
+  let created = 0;
+  let produced = 0;
+  let consumed = 0;
+  let ackedInWindow = 0;
+  let queuedBatches = 0;
+  let errors = 0;
+  const ackSamples: number[] = [];
+  const e2eSamples: number[] = [];
+  const inWindow = (t: number) => t >= windowStart && t < windowEnd;
+  const queues: { partition: number; batch: Buffer; records: number; createdAt: number }[][] = producers.map(() => []);
+
+  const drain = (c: number) => {
+    const conn = producers[c];
+    const q = queues[c];
+    while (q.length > 0 && conn.outstanding < o.inflight && !conn.closed) {
+      const item = q.shift()!;
+      const corr = conn.nextCorrelationId();
+      conn.send(corr, [produceHead(o.topic, item.partition, item.batch.length, corr), item.batch], (body, at) => {
+        if (produceError(body) !== 0) errors++;
+        else {
+          produced += item.records;
+          if (inWindow(item.createdAt)) {
+            ackSamples.push((at - item.createdAt) * 1000);
+            ackedInWindow += item.records;
+          }
+        }
+        drain(c);
+      });
+    }
+  };
+
+  // Producer: every linger interval, create the records that are due since the start, one batch per
+  // partition, stamped with their creation time (batch base timestamp in ms, and the first record's value
+  // carries the same instant as a float64 for sub-millisecond resolution).
+  const t0 = nowS();
+  let nextPartition = 0;
+  const tick = () => {
+    if (!running) return;
+    const now = nowS();
+    const due = Math.floor((now - t0) * recordsPerSec) - created;
+    if (due > 0) {
+      created += due;
+      const per = Math.floor(due / P);
+      let extra = due % P;
+      for (let i = 0; i < P; i++) {
+        const partition = (nextPartition + i) % P;
+        const n = per + (extra > 0 ? 1 : 0);
+        if (extra > 0) extra--;
+        if (n === 0) continue;
+        const first = Buffer.from(base);
+        first.writeDoubleBE(now, 0);
+        const batch = encodeBatch(recordsOf(n, o.recordBytes, Date.now(), first));
+        const c = partition % producers.length;
+        if (producers[c].outstanding >= o.inflight) queuedBatches++;
+        queues[c].push({ partition, batch, records: n, createdAt: now });
+      }
+      nextPartition = (nextPartition + (due % P)) % P;
+      for (let c = 0; c < producers.length; c++) drain(c);
+    }
+    setTimeout(tick, o.lingerMs);
+  };
+
+  // Consumer: long-poll Fetch v4 over all partitions from offset 0 (the stream is fresh).
+  const offsets = new Array<number>(P).fill(0);
+  const fetchOpts = { maxWaitMs: 500, minBytes: 1, maxBytes: 64 << 20, partitionMaxBytes: 16 << 20 };
+  const poll = () => {
+    if (!consuming || consumer.closed) return;
+    const corr = consumer.nextCorrelationId();
+    consumer.send(corr, [fetchRequest(o.topic, offsets, corr, fetchOpts)], (body, at) => {
+      const { batches, errors: errs } = parseFetch(body);
+      for (const b of batches) {
+        if (b.baseOffset < offsets[b.partition]) continue;
+        offsets[b.partition] = b.nextOffset;
+        consumed += b.records;
+        if (inWindow(b.stamp)) e2eSamples.push((at - b.stamp) * 1000);
+      }
+      if (errs.length > 0) {
+        errors += errs.length;
+        setTimeout(poll, 50);
+      } else poll();
+    });
+  };
+
+  try {
+    poll();
+    tick();
+    await sleep(o.warmupS * 1000);
+    windowStart = nowS();
+    await sleep(o.seconds * 1000);
+    windowEnd = nowS();
+    running = false;
+    // Let everything created in the window be acknowledged and consumed.
+    const deadline = Date.now() + 15_000;
+    while (Date.now() < deadline && (queues.some((q) => q.length > 0) || producers.some((c) => c.outstanding > 0 && !c.closed))) await sleep(10);
+    while (Date.now() < deadline && consumed < produced && !consumer.closed) await sleep(10);
+    consuming = false;
+    const broken = [...producers, consumer].find((c) => c.error);
+    if (broken) throw broken.error;
+    return {
+      achievedMbPerSec: (ackedInWindow * o.recordBytes) / (windowEnd - windowStart) / 1e6,
+      targetMbPerSec: o.bytesPerSec / 1e6,
+      recordsPerBatch: (recordsPerSec * o.lingerMs) / 1000 / P,
+      produceAck: percentiles(ackSamples),
+      endToEnd: percentiles(e2eSamples),
+      produced,
+      consumed,
+      queuedBatches,
+      errors,
+    };
+  } finally {
+    running = false;
+    consuming = false;
+    for (const c of [...producers, consumer]) c.close();
+  }
+}

@@ -1,0 +1,251 @@
+/**
+ * Durable client sessions and retained messages, as the core sees them: storage interfaces (implemented by
+ * the metastore backends, and in memory here for tests and storage-less brokers) and a compact binary form
+ * for messages kept in them.
+ *
+ * A session is keyed by client id, not by connection or broker: any broker that can reach the store can resume
+ * it, so the in-memory state of a connection is only a cache of what is stored here. The core does not
+ * interpret the adapter's session `state` nor its queue entries (they carry protocol details such as packet
+ * identifiers); it only keeps them, bounded.
+ */
+import { FlowError } from './errors.js';
+import type { Header, Message, QoS } from './message.js';
+
+export interface SessionRecord {
+  clientId: string;
+  /** Owning adapter, e.g. "mqtt". */
+  protocol: string;
+  /** Adapter state as JSON text (subscriptions, pending will, inbound QoS 2 ids...). */
+  state: string;
+  /** When the session ends if no client resumes it, ms since epoch; null while a client is connected. */
+  expiresAt: number | null;
+  updatedAt: number;
+}
+
+export interface QueuedEntry {
+  /** Increasing per session; the queue is read in this order. */
+  seq: number;
+  data: Buffer;
+}
+
+export interface SessionStore {
+  getSession(clientId: string): Promise<SessionRecord | null>;
+  /** Creates or replaces the record; the queue is left as it is. */
+  putSession(rec: SessionRecord): Promise<void>;
+  /** Removes the record and its queue; no error when absent. */
+  deleteSession(clientId: string): Promise<void>;
+  listSessions(protocol: string): Promise<SessionRecord[]>;
+  /**
+   * Appends entries to the session's queue, oldest first. When the queue then holds more than `maxLength`
+   * entries the oldest are removed (drop-oldest policy); returns how many were removed.
+   */
+  enqueue(clientId: string, entries: Buffer[], maxLength: number): Promise<number>;
+  /** Up to `limit` entries, oldest first. */
+  readQueue(clientId: string, limit: number): Promise<QueuedEntry[]>;
+  /** Removes every entry with seq <= `upTo`. */
+  ackQueue(clientId: string, upTo: number): Promise<void>;
+  queueLength(clientId: string): Promise<number>;
+}
+
+export interface RetainedEntry {
+  topic: string;
+  /** The message in `encodeStoredMessage` form. */
+  data: Buffer;
+}
+
+export interface RetainedStore {
+  putRetained(topic: string, data: Buffer): Promise<void>;
+  /** No error when absent. */
+  deleteRetained(topic: string): Promise<void>;
+  listRetained(): Promise<RetainedEntry[]>;
+}
+
+// ------------------------------------------------------------------ in-memory backends
+
+/** Sessions in process memory: for tests and for a broker started without a metastore. */
+export class MemorySessionStore implements SessionStore {
+  private readonly records = new Map<string, SessionRecord>();
+  private readonly queues = new Map<string, QueuedEntry[]>();
+  private seq = 0;
+
+  async getSession(clientId: string): Promise<SessionRecord | null> {
+    const r = this.records.get(clientId);
+    return r ? { ...r } : null;
+  }
+  async putSession(rec: SessionRecord): Promise<void> {
+    this.records.set(rec.clientId, { ...rec });
+  }
+  async deleteSession(clientId: string): Promise<void> {
+    this.records.delete(clientId);
+    this.queues.delete(clientId);
+  }
+  async listSessions(protocol: string): Promise<SessionRecord[]> {
+    return [...this.records.values()].filter((r) => r.protocol === protocol).map((r) => ({ ...r }));
+  }
+  async enqueue(clientId: string, entries: Buffer[], maxLength: number): Promise<number> {
+    checkMax(maxLength);
+    let q = this.queues.get(clientId);
+    if (!q) this.queues.set(clientId, (q = []));
+    for (const data of entries) q.push({ seq: ++this.seq, data: Buffer.from(data) });
+    const over = q.length - maxLength;
+    if (over > 0) q.splice(0, over);
+    return over > 0 ? over : 0;
+  }
+  async readQueue(clientId: string, limit: number): Promise<QueuedEntry[]> {
+    return (this.queues.get(clientId) ?? []).slice(0, limit);
+  }
+  async ackQueue(clientId: string, upTo: number): Promise<void> {
+    const q = this.queues.get(clientId);
+    if (!q) return;
+    let k = 0;
+    while (k < q.length && q[k].seq <= upTo) k++;
+    q.splice(0, k);
+  }
+  async queueLength(clientId: string): Promise<number> {
+    return this.queues.get(clientId)?.length ?? 0;
+  }
+}
+
+export class MemoryRetainedStore implements RetainedStore {
+  private readonly map = new Map<string, Buffer>();
+  async putRetained(topic: string, data: Buffer): Promise<void> {
+    this.map.set(topic, Buffer.from(data));
+  }
+  async deleteRetained(topic: string): Promise<void> {
+    this.map.delete(topic);
+  }
+  async listRetained(): Promise<RetainedEntry[]> {
+    return [...this.map].map(([topic, data]) => ({ topic, data }));
+  }
+}
+
+function checkMax(maxLength: number): void {
+  if (!Number.isInteger(maxLength) || maxLength < 1) throw new FlowError('INVALID_ARGUMENT', `queue limit must be a positive integer, got ${maxLength}`);
+}
+
+// ------------------------------------------------------------------ stored message form
+
+/**
+ * Version 1 layout, big-endian:
+ *   u8 version=1 | u8 flags (qos:2, retain:1, key:1, expires:1, contentType:1, responseTopic:1, correlation:1)
+ *   | u8 flags2 (payloadFormat:1, origin:1) | f64 timestamp | [f64 expiresAt] | str topic | bytes payload
+ *   | [bytes key] | [str contentType] | [str responseTopic] | [bytes correlationData] | [u8 payloadFormat]
+ *   | [str origin] | varint headerCount | (str key, i32 len (-1 = null), value)*
+ * where str = u32 length + UTF-8 and bytes = u32 length + bytes. Self-describing enough to evolve by version.
+ */
+export function encodeStoredMessage(m: Message): Buffer {
+  const parts: Buffer[] = [];
+  const head = Buffer.allocUnsafe(11);
+  let flags = m.qos & 3;
+  if (m.retain) flags |= 4;
+  if (m.key !== null) flags |= 8;
+  if (m.expiresAt !== undefined) flags |= 16;
+  if (m.contentType !== undefined) flags |= 32;
+  if (m.responseTopic !== undefined) flags |= 64;
+  if (m.correlationData !== undefined) flags |= 128;
+  let flags2 = 0;
+  if (m.payloadFormat !== undefined) flags2 |= 1;
+  if (m.origin !== undefined) flags2 |= 2;
+  head[0] = 1;
+  head[1] = flags;
+  head[2] = flags2;
+  head.writeDoubleBE(m.timestamp, 3);
+  parts.push(head);
+  if (m.expiresAt !== undefined) {
+    const b = Buffer.allocUnsafe(8);
+    b.writeDoubleBE(m.expiresAt, 0);
+    parts.push(b);
+  }
+  const str = (s: string) => bytes(Buffer.from(s, 'utf8'));
+  const bytes = (b: Buffer) => {
+    const l = Buffer.allocUnsafe(4);
+    l.writeUInt32BE(b.length, 0);
+    parts.push(l, b);
+  };
+  str(m.topic);
+  bytes(m.payload);
+  if (m.key !== null) bytes(m.key);
+  if (m.contentType !== undefined) str(m.contentType);
+  if (m.responseTopic !== undefined) str(m.responseTopic);
+  if (m.correlationData !== undefined) bytes(m.correlationData);
+  if (m.payloadFormat !== undefined) parts.push(Buffer.from([m.payloadFormat & 0xff]));
+  if (m.origin !== undefined) str(m.origin);
+  const hc = Buffer.allocUnsafe(4);
+  hc.writeUInt32BE(m.headers.length, 0);
+  parts.push(hc);
+  for (const h of m.headers) {
+    str(h.key);
+    const l = Buffer.allocUnsafe(4);
+    l.writeInt32BE(h.value === null ? -1 : h.value.length, 0);
+    parts.push(l);
+    if (h.value !== null) parts.push(h.value);
+  }
+  return Buffer.concat(parts);
+}
+
+/** Inverse of `encodeStoredMessage`; throws FlowError('CORRUPT_DATA') on anything it did not write. */
+export function decodeStoredMessage(buf: Buffer): Message {
+  let pos = 0;
+  const need = (n: number) => {
+    if (pos + n > buf.length) throw new FlowError('CORRUPT_DATA', 'stored message is truncated');
+  };
+  const u32 = () => {
+    need(4);
+    const v = buf.readUInt32BE(pos);
+    pos += 4;
+    return v;
+  };
+  const bytes = () => {
+    const n = u32();
+    need(n);
+    const b = Buffer.from(buf.subarray(pos, pos + n));
+    pos += n;
+    return b;
+  };
+  const str = () => bytes().toString('utf8');
+  need(11);
+  if (buf[0] !== 1) throw new FlowError('CORRUPT_DATA', `stored message version ${buf[0]} is unknown`);
+  const flags = buf[1];
+  const flags2 = buf[2];
+  const timestamp = buf.readDoubleBE(3);
+  pos = 11;
+  let expiresAt: number | undefined;
+  if (flags & 16) {
+    need(8);
+    expiresAt = buf.readDoubleBE(pos);
+    pos += 8;
+  }
+  const topic = str();
+  const payload = bytes();
+  const key = flags & 8 ? bytes() : null;
+  // Same shape as makeMessage (origin always present, possibly undefined).
+  const m: Message = { topic, payload, key, headers: [], timestamp, qos: (flags & 3) as QoS, retain: (flags & 4) !== 0, origin: undefined };
+  if (expiresAt !== undefined) m.expiresAt = expiresAt;
+  if (flags & 32) m.contentType = str();
+  if (flags & 64) m.responseTopic = str();
+  if (flags & 128) m.correlationData = bytes();
+  if (flags2 & 1) {
+    need(1);
+    m.payloadFormat = buf[pos++];
+  }
+  if (flags2 & 2) m.origin = str();
+  const hc = u32();
+  const headers: Header[] = [];
+  for (let i = 0; i < hc; i++) {
+    const k = str();
+    need(4);
+    const len = buf.readInt32BE(pos);
+    pos += 4;
+    if (len < -1) throw new FlowError('CORRUPT_DATA', 'stored message header length is negative');
+    let value: Buffer | null = null;
+    if (len >= 0) {
+      need(len);
+      value = Buffer.from(buf.subarray(pos, pos + len));
+      pos += len;
+    }
+    headers.push({ key: k, value });
+  }
+  m.headers = headers;
+  if (pos !== buf.length) throw new FlowError('CORRUPT_DATA', 'stored message has trailing bytes');
+  return m;
+}

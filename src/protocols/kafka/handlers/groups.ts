@@ -1,0 +1,306 @@
+/**
+ * Consumer-group APIs: translation between the wire messages and the group coordinator. This broker is the
+ * coordinator of every group (embedded mode), so FindCoordinator always names it.
+ */
+import {
+  KafkaErrorCode,
+  type DeleteGroupsRequest,
+  type DeleteGroupsResponse,
+  type DescribeGroupsRequest,
+  type DescribeGroupsResponse,
+  type DescribedGroup,
+  type FindCoordinatorRequest,
+  type FindCoordinatorResponse,
+  type HeartbeatRequest,
+  type HeartbeatResponse,
+  type JoinGroupRequest,
+  type JoinGroupResponse,
+  type LeaveGroupRequest,
+  type LeaveGroupResponse,
+  type ListGroupsRequest,
+  type ListGroupsResponse,
+  type OffsetCommitRequest,
+  type OffsetCommitResponse,
+  type OffsetFetchPartitionResponse,
+  type OffsetFetchRequest,
+  type OffsetFetchResponse,
+  type SyncGroupRequest,
+  type SyncGroupResponse,
+} from '../codec/index.js';
+import { kafkaErrorCode } from '../errors.js';
+import type { RequestContext } from '../route.js';
+import { advertisedAddress } from './metadata.js';
+import type { OffsetCommit } from '../../../core/index.js';
+
+/** offset.metadata.max.bytes: larger commit metadata is refused with OFFSET_METADATA_TOO_LARGE. */
+export const MAX_OFFSET_METADATA_BYTES = 4096;
+
+const OPS_OMITTED = -2147483648;
+
+/** Coordinator key types of FindCoordinator v1+. */
+const KEY_TYPE_GROUP = 0;
+const KEY_TYPE_TRANSACTION = 1;
+
+export function handleFindCoordinator(ctx: RequestContext, req: FindCoordinatorRequest): FindCoordinatorResponse {
+  const { host, port } = advertisedAddress(ctx);
+  const v = ctx.header.apiVersion;
+  const keys = v >= 4 ? req.coordinatorKeys : [req.key];
+  const coordinators = keys.map((key) => {
+    // Any other key type is not one the protocol defines.
+    const valid = req.keyType === KEY_TYPE_GROUP || req.keyType === KEY_TYPE_TRANSACTION;
+    const errorCode = !valid ? KafkaErrorCode.INVALID_REQUEST : ctx.adapter.groups.isClosed() ? KafkaErrorCode.COORDINATOR_NOT_AVAILABLE : KafkaErrorCode.NONE;
+    const ok = errorCode === KafkaErrorCode.NONE;
+    return { key, nodeId: ok ? ctx.adapter.brokerId : -1, host: ok ? host : '', port: ok ? port : -1, errorCode, errorMessage: null };
+  });
+  const first = coordinators[0] ?? { nodeId: -1, host: '', port: -1, errorCode: KafkaErrorCode.INVALID_REQUEST };
+  return {
+    throttleTimeMs: 0,
+    errorCode: first.errorCode,
+    errorMessage: null,
+    nodeId: first.nodeId,
+    host: first.host,
+    port: first.port,
+    coordinators,
+  };
+}
+
+function clientHost(ctx: RequestContext): string {
+  return `/${ctx.conn.remoteAddress ?? 'unknown'}`;
+}
+
+export async function handleJoinGroup(ctx: RequestContext, req: JoinGroupRequest): Promise<JoinGroupResponse> {
+  const r = await ctx.adapter.groups.join({
+    groupId: req.groupId,
+    memberId: req.memberId,
+    groupInstanceId: req.groupInstanceId,
+    clientId: ctx.header.clientId ?? '',
+    clientHost: clientHost(ctx),
+    sessionTimeoutMs: req.sessionTimeoutMs,
+    rebalanceTimeoutMs: req.rebalanceTimeoutMs,
+    protocolType: req.protocolType,
+    protocols: req.protocols,
+    requireKnownMemberId: ctx.header.apiVersion >= 4,
+  });
+  return {
+    throttleTimeMs: 0,
+    errorCode: r.errorCode,
+    generationId: r.generationId,
+    protocolType: r.protocolType,
+    protocolName: r.protocolName,
+    leader: r.leader,
+    skipAssignment: false,
+    memberId: r.memberId,
+    members: r.members,
+  };
+}
+
+export async function handleSyncGroup(ctx: RequestContext, req: SyncGroupRequest): Promise<SyncGroupResponse> {
+  const r = await ctx.adapter.groups.sync({
+    groupId: req.groupId,
+    generationId: req.generationId,
+    memberId: req.memberId,
+    groupInstanceId: req.groupInstanceId,
+    protocolType: req.protocolType,
+    protocolName: req.protocolName,
+    assignments: req.assignments,
+  });
+  return { throttleTimeMs: 0, ...r };
+}
+
+export function handleHeartbeat(ctx: RequestContext, req: HeartbeatRequest): HeartbeatResponse {
+  return {
+    throttleTimeMs: 0,
+    errorCode: ctx.adapter.groups.heartbeat(req.groupId, req.generationId, req.memberId, req.groupInstanceId),
+  };
+}
+
+export function handleLeaveGroup(ctx: RequestContext, req: LeaveGroupRequest): LeaveGroupResponse {
+  const batched = ctx.header.apiVersion >= 3;
+  const members = batched
+    ? req.members.map((m) => ({ memberId: m.memberId, groupInstanceId: m.groupInstanceId }))
+    : [{ memberId: req.memberId, groupInstanceId: null }];
+  const r = ctx.adapter.groups.leave(req.groupId, members);
+  // v3+ carries per-member errors; the top-level error is then only for the group as a whole.
+  const unknownGroup = r.members.length > 0 && !ctx.adapter.groups.describe(req.groupId);
+  return {
+    throttleTimeMs: 0,
+    errorCode: batched ? (unknownGroup ? KafkaErrorCode.UNKNOWN_MEMBER_ID : KafkaErrorCode.NONE) : r.errorCode,
+    members: r.members,
+  };
+}
+
+export async function handleOffsetCommit(ctx: RequestContext, req: OffsetCommitRequest): Promise<OffsetCommitResponse> {
+  const { groups, engine } = ctx.adapter;
+  const groupError = groups.checkCommit(req.groupId, req.generationId, req.memberId, req.groupInstanceId);
+  const valid: OffsetCommit[] = [];
+  const pending: Array<{ errorCode: number }> = [];
+  const topics = req.topics.map((t) => {
+    const entry = engine.getStream(t.name);
+    return {
+      name: t.name,
+      partitions: t.partitions.map((p) => {
+        const res = { partitionIndex: p.partitionIndex, errorCode: groupError };
+        if (groupError !== KafkaErrorCode.NONE) return res;
+        if (!entry || p.partitionIndex < 0 || p.partitionIndex >= entry.def.partitions) {
+          res.errorCode = KafkaErrorCode.UNKNOWN_TOPIC_OR_PARTITION;
+        } else if (p.committedMetadata !== null && Buffer.byteLength(p.committedMetadata) > MAX_OFFSET_METADATA_BYTES) {
+          res.errorCode = KafkaErrorCode.OFFSET_METADATA_TOO_LARGE;
+        } else if (p.committedOffset < -1) {
+          res.errorCode = KafkaErrorCode.INVALID_REQUEST;
+        } else {
+          valid.push({ stream: t.name, partition: p.partitionIndex, offset: p.committedOffset, metadata: p.committedMetadata });
+          pending.push(res);
+        }
+        return res;
+      }),
+    };
+  });
+  if (valid.length > 0) {
+    try {
+      await groups.store.commitOffsets(req.groupId, valid);
+    } catch (err) {
+      ctx.conn.log.warn({ err, group: req.groupId }, 'offset commit failed');
+      const code = kafkaErrorCode(err);
+      for (const r of pending) r.errorCode = code;
+    }
+  }
+  return { throttleTimeMs: 0, topics };
+}
+
+const noOffset = (partitionIndex: number): OffsetFetchPartitionResponse => ({
+  partitionIndex,
+  committedOffset: -1,
+  committedLeaderEpoch: -1,
+  // Kafka answers "" (OffsetFetchResponse.NO_METADATA) for partitions without a committed offset.
+  metadata: '',
+  errorCode: KafkaErrorCode.NONE,
+});
+
+async function fetchGroupOffsets(
+  ctx: RequestContext,
+  groupId: string,
+  topics: Array<{ name: string; partitionIndexes: number[] }> | null,
+): Promise<{ topics: Array<{ name: string; partitions: OffsetFetchPartitionResponse[] }>; errorCode: number }> {
+  const store = ctx.adapter.groups.store;
+  try {
+    if (topics === null) {
+      // All committed offsets of the group (v2+).
+      const byTopic = new Map<string, OffsetFetchPartitionResponse[]>();
+      for (const o of await store.listOffsets(groupId)) {
+        let list = byTopic.get(o.stream);
+        if (!list) byTopic.set(o.stream, (list = []));
+        list.push({ ...noOffset(o.partition), committedOffset: o.offset, metadata: o.metadata });
+      }
+      return { topics: [...byTopic].map(([name, partitions]) => ({ name, partitions })), errorCode: KafkaErrorCode.NONE };
+    }
+    const out = [];
+    for (const t of topics) {
+      const partitions: OffsetFetchPartitionResponse[] = [];
+      for (const p of t.partitionIndexes) {
+        const o = await store.fetchOffset(groupId, t.name, p);
+        partitions.push(o ? { ...noOffset(p), committedOffset: o.offset, metadata: o.metadata } : noOffset(p));
+      }
+      out.push({ name: t.name, partitions });
+    }
+    return { topics: out, errorCode: KafkaErrorCode.NONE };
+  } catch (err) {
+    ctx.conn.log.warn({ err, group: groupId }, 'offset fetch failed');
+    const code = kafkaErrorCode(err);
+    return {
+      topics: (topics ?? []).map((t) => ({
+        name: t.name,
+        partitions: t.partitionIndexes.map((p) => ({ ...noOffset(p), errorCode: code })),
+      })),
+      errorCode: code,
+    };
+  }
+}
+
+export async function handleOffsetFetch(ctx: RequestContext, req: OffsetFetchRequest): Promise<OffsetFetchResponse> {
+  if (ctx.header.apiVersion >= 8) {
+    const groups = [];
+    for (const g of req.groups) {
+      const r = await fetchGroupOffsets(ctx, g.groupId, g.topics);
+      groups.push({ groupId: g.groupId, topics: r.topics, errorCode: r.errorCode });
+    }
+    return { throttleTimeMs: 0, topics: [], errorCode: KafkaErrorCode.NONE, groups };
+  }
+  const r = await fetchGroupOffsets(ctx, req.groupId, req.topics);
+  return { throttleTimeMs: 0, topics: r.topics, errorCode: r.errorCode, groups: [] };
+}
+
+export async function handleDescribeGroups(ctx: RequestContext, req: DescribeGroupsRequest): Promise<DescribeGroupsResponse> {
+  const { groups } = ctx.adapter;
+  let withOffsets: Set<string> | null = null;
+  const out: DescribedGroup[] = [];
+  for (const groupId of req.groups) {
+    const base: DescribedGroup = {
+      errorCode: KafkaErrorCode.NONE,
+      groupId,
+      groupState: 'Dead',
+      protocolType: '',
+      protocolData: '',
+      members: [],
+      authorizedOperations: OPS_OMITTED,
+    };
+    if (groupId === '') {
+      out.push({ ...base, errorCode: KafkaErrorCode.INVALID_GROUP_ID });
+      continue;
+    }
+    const d = groups.describe(groupId);
+    if (d) {
+      out.push({
+        ...base,
+        groupState: d.state,
+        protocolType: d.protocolType,
+        protocolData: d.protocolData,
+        members: d.members.map((m) => ({
+          memberId: m.memberId,
+          groupInstanceId: m.groupInstanceId,
+          clientId: m.clientId,
+          clientHost: m.clientHost,
+          memberMetadata: m.metadata,
+          memberAssignment: m.assignment,
+        })),
+      });
+      continue;
+    }
+    // Not in memory (no member since start): a group with committed offsets is Empty, else it does not exist,
+    // which Kafka reports as state Dead without an error.
+    withOffsets ??= new Set(await groups.store.listGroups());
+    out.push(withOffsets.has(groupId) ? { ...base, groupState: 'Empty', protocolType: 'consumer' } : base);
+  }
+  return { throttleTimeMs: 0, groups: out };
+}
+
+export async function handleListGroups(ctx: RequestContext, req: ListGroupsRequest): Promise<ListGroupsResponse> {
+  try {
+    const filter = new Set(req.statesFilter.map((s) => s.toLowerCase()));
+    const all = await ctx.adapter.groups.list();
+    return {
+      throttleTimeMs: 0,
+      errorCode: KafkaErrorCode.NONE,
+      groups: all
+        .filter((g) => filter.size === 0 || filter.has(g.state.toLowerCase()))
+        .map((g) => ({ groupId: g.groupId, protocolType: g.protocolType, groupState: g.state })),
+    };
+  } catch (err) {
+    ctx.conn.log.warn({ err }, 'list groups failed');
+    return { throttleTimeMs: 0, errorCode: kafkaErrorCode(err), groups: [] };
+  }
+}
+
+export async function handleDeleteGroups(ctx: RequestContext, req: DeleteGroupsRequest): Promise<DeleteGroupsResponse> {
+  const results = [];
+  for (const groupId of req.groupsNames) {
+    let errorCode: number;
+    try {
+      errorCode = await ctx.adapter.groups.delete(groupId);
+    } catch (err) {
+      ctx.conn.log.warn({ err, group: groupId }, 'delete group failed');
+      errorCode = kafkaErrorCode(err);
+    }
+    results.push({ groupId, errorCode });
+  }
+  return { throttleTimeMs: 0, results };
+}

@@ -1,0 +1,608 @@
+/**
+ * MQTT sessions, kept outside connections.
+ *
+ * An `MqttSession` is the engine's subscriber for one client id: it holds the subscriptions and the inbound
+ * QoS 2 state, and lives as long as the MQTT session does (Clean Session / Session Expiry Interval), across
+ * connections. While a connection is attached it forwards deliveries to it; while none is, it queues QoS 1/2
+ * messages in the SessionStore (bounded, drop-oldest), not in process memory.
+ *
+ * The `MqttHub` is shared by every MQTT listener of a broker (TCP, TLS, WebSocket): the client-id registry for
+ * session takeover, the session table, one shared 1-second tick for keep-alive, connect timeouts, session
+ * expiry and delayed wills (no timer per connection), and the $SYS statistics publisher.
+ *
+ * Cluster-readiness: everything needed to resume a session (subscriptions, pending will, QoS 2 ids, queued
+ * messages) is written to the store keyed by client id; the in-memory table is a cache of it.
+ */
+import { readFileSync } from 'node:fs';
+import type { Message, QoS, SessionStore, Subscriber, Subscription } from '../../core/index.js';
+import { MemorySessionStore, decodeStoredMessage, encodeStoredMessage } from '../../core/index.js';
+import type { AdapterContext } from '../types.js';
+import type { Properties, ProtocolLevel, Will } from './codec/index.js';
+import type { MqttConnection, ResolvedMqttOptions } from './connection.js';
+
+/** Session Expiry Interval meaning "never expires" (v5 section 3.1.2.11.2). */
+export const EXPIRY_NEVER = 0xffffffff;
+
+/** What a subscription of a session carries for delivery (engine `SubscribeOptions.data`). */
+export interface SubData {
+  /** The filter as the client sent it (with any `$share/<group>/` prefix). */
+  filter: string;
+  noLocal: boolean;
+  retainAsPublished: boolean;
+  retainHandling: 0 | 1 | 2;
+  subscriptionId: number | undefined;
+}
+
+/** A message on its way to one client: what the connection keeps in flight or queued, and what is stored. */
+export interface Delivery {
+  msg: Message;
+  qos: QoS;
+  retain: boolean;
+  subIds: number[] | null;
+  /** The shared subscription it came through, when only shared ones matched (for redelivery to the group). */
+  shared: Subscription | null;
+  /** Packet id it was sent with (0: never sent). */
+  packetId: number;
+  /** QoS 2: PUBREC received, only PUBREL/PUBCOMP remain. */
+  released: boolean;
+}
+
+interface PersistedSub {
+  f: string;
+  q: QoS;
+  nl?: 1;
+  rap?: 1;
+  rh?: 1 | 2;
+  id?: number;
+}
+
+interface PersistedWill {
+  topic: string;
+  payload: string; // base64
+  qos: QoS;
+  retain: boolean;
+  props?: { pf?: number; exp?: number; ct?: string; rt?: string; cd?: string; up?: Array<[string, string]>; delay?: number };
+  /** When to publish it (ms since epoch) once the connection is gone. */
+  at?: number;
+}
+
+interface PersistedState {
+  level: ProtocolLevel;
+  /** Session Expiry Interval, seconds. */
+  expiry: number;
+  subs: PersistedSub[];
+  /** Inbound QoS 2 packet ids awaiting PUBREL. */
+  rel: number[];
+  /** The will of the attached connection (published if the broker finds it attached at restart), or a pending delayed will. */
+  will?: PersistedWill;
+}
+
+export class MqttSession implements Subscriber {
+  readonly id: string;
+  conn: MqttConnection | null = null;
+  /** By the filter string the client sent. */
+  readonly subs = new Map<string, Subscription>();
+  readonly awaitingRel = new Set<number>();
+  level: ProtocolLevel = 4;
+  /** Seconds; 0 ends the session with its connection. */
+  expiry = 0;
+  /** While detached: when the session ends (ms since epoch), or null for never. */
+  expiresAt: number | null = null;
+  /** A will waiting for its Will Delay Interval (v5) after the connection ended. */
+  pendingWill: { will: Will; at: number } | null = null;
+  /** Offline deliveries not yet written to the store (flushed once per tick, in one transaction). */
+  offlineBatch: Buffer[] = [];
+  ended = false;
+
+  constructor(
+    readonly clientId: string,
+    private readonly hub: MqttHub,
+  ) {
+    this.id = `mqtt:${clientId}`;
+  }
+
+  get persistent(): boolean {
+    return this.expiry > 0;
+  }
+
+  deliver(msg: Message, subs: Subscription[]): void {
+    if (this.conn !== null) this.conn.deliver(msg, subs);
+    else this.hub.queueOffline(this, msg, subs);
+  }
+
+  isAvailable(): boolean {
+    return this.conn !== null && this.conn.isConnected;
+  }
+}
+
+// ------------------------------------------------------------------ store entry form
+
+/** u8 flags (qos:2, retain:4, released:8) | u16 packet id | u8 n | u32 subscription id * n | stored message */
+export function encodeDelivery(d: Delivery): Buffer {
+  const ids = d.subIds ?? [];
+  const n = Math.min(ids.length, 255);
+  const head = Buffer.allocUnsafe(4 + 4 * n);
+  head[0] = d.qos | (d.retain ? 4 : 0) | (d.released ? 8 : 0);
+  head.writeUInt16BE(d.packetId, 1);
+  head[3] = n;
+  for (let k = 0; k < n; k++) head.writeUInt32BE(ids[k], 4 + 4 * k);
+  return Buffer.concat([head, encodeStoredMessage(d.msg)]);
+}
+
+export function decodeDelivery(b: Buffer): Delivery {
+  const n = b[3];
+  const subIds: number[] = [];
+  for (let k = 0; k < n; k++) subIds.push(b.readUInt32BE(4 + 4 * k));
+  return {
+    qos: (b[0] & 3) as QoS,
+    retain: (b[0] & 4) !== 0,
+    released: (b[0] & 8) !== 0,
+    packetId: b.readUInt16BE(1),
+    subIds: n > 0 ? subIds : null,
+    shared: null,
+    msg: decodeStoredMessage(b.subarray(4 + 4 * n)),
+  };
+}
+
+function willToJson(w: Will, at?: number): PersistedWill {
+  const p = w.properties;
+  const out: PersistedWill = { topic: w.topic, payload: w.payload.toString('base64'), qos: w.qos, retain: w.retain };
+  if (p) {
+    out.props = {
+      pf: p.payloadFormatIndicator,
+      exp: p.messageExpiryInterval,
+      ct: p.contentType,
+      rt: p.responseTopic,
+      cd: p.correlationData?.toString('base64'),
+      up: p.userProperties,
+      delay: p.willDelayInterval,
+    };
+  }
+  if (at !== undefined) out.at = at;
+  return out;
+}
+
+function willFromJson(j: PersistedWill): Will {
+  const w: Will = { topic: j.topic, payload: Buffer.from(j.payload, 'base64'), qos: j.qos, retain: j.retain };
+  if (j.props) {
+    const p: Properties = {};
+    if (j.props.pf !== undefined) p.payloadFormatIndicator = j.props.pf;
+    if (j.props.exp !== undefined) p.messageExpiryInterval = j.props.exp;
+    if (j.props.ct !== undefined) p.contentType = j.props.ct;
+    if (j.props.rt !== undefined) p.responseTopic = j.props.rt;
+    if (j.props.cd !== undefined) p.correlationData = Buffer.from(j.props.cd, 'base64');
+    if (j.props.up !== undefined) p.userProperties = j.props.up;
+    if (j.props.delay !== undefined) p.willDelayInterval = j.props.delay;
+    w.properties = p;
+  }
+  return w;
+}
+
+/** The message a will becomes, with its v5 properties [MQTT-3.1.3-9]. */
+export function willMessage(w: Will, origin: string): Message {
+  const p = w.properties;
+  const msg: Message = {
+    topic: w.topic,
+    payload: w.payload,
+    key: null,
+    headers: p?.userProperties ? p.userProperties.map(([k, v]) => ({ key: k, value: Buffer.from(v) })) : [],
+    timestamp: Date.now(),
+    qos: w.qos,
+    retain: w.retain,
+    origin,
+  };
+  if (p?.messageExpiryInterval !== undefined) msg.expiresAt = Date.now() + p.messageExpiryInterval * 1000;
+  if (p?.contentType !== undefined) msg.contentType = p.contentType;
+  if (p?.responseTopic !== undefined) msg.responseTopic = p.responseTopic;
+  if (p?.correlationData !== undefined) msg.correlationData = p.correlationData;
+  if (p?.payloadFormatIndicator !== undefined) msg.payloadFormat = p.payloadFormatIndicator;
+  return msg;
+}
+
+function readVersion(): string {
+  try {
+    const pkg = JSON.parse(readFileSync(new URL('../../../../package.json', import.meta.url), 'utf8')) as { version?: string };
+    return pkg.version ?? 'unknown';
+  } catch {
+    return 'unknown';
+  }
+}
+
+// ------------------------------------------------------------------ hub
+
+export interface MqttHubStats {
+  messagesReceived: number;
+  messagesSent: number;
+  /** Offline messages removed by the per-session queue limit, or not queued (QoS 0, expired). */
+  offlineDropped: number;
+  connectionsRefused: number;
+}
+
+export class MqttHub {
+  readonly sessions = new Map<string, MqttSession>();
+  readonly store: SessionStore;
+  /** Every open connection of every listener (keep-alive and connect-timeout checks run over it). */
+  readonly connections = new Set<MqttConnection>();
+  readonly stats: MqttHubStats = { messagesReceived: 0, messagesSent: 0, offlineDropped: 0, connectionsRefused: 0 };
+  readonly version = readVersion();
+  private readonly started = Date.now();
+  private connectedCount = 0;
+  private tickTimer: NodeJS.Timeout | null = null;
+  private sysTimer: NodeJS.Timeout | null = null;
+  private flushScheduled = false;
+  private readonly dirty = new Set<MqttSession>();
+  private closed = false;
+
+  constructor(
+    readonly ctx: AdapterContext,
+    readonly opts: ResolvedMqttOptions,
+    store?: SessionStore,
+  ) {
+    this.store = store ?? ctx.sessions ?? new MemorySessionStore();
+  }
+
+  /** Loads persistent sessions from the store and starts the shared tick and the $SYS publisher. */
+  async start(): Promise<void> {
+    const now = Date.now();
+    for (const rec of await this.store.listSessions('mqtt')) {
+      let state: PersistedState;
+      try {
+        state = JSON.parse(rec.state) as PersistedState;
+      } catch {
+        this.ctx.logger.warn({ clientId: rec.clientId }, 'mqtt session record is unreadable, dropping it');
+        await this.store.deleteSession(rec.clientId);
+        continue;
+      }
+      const s = this.restoreSession(rec.clientId, state);
+      // A session found attached was cut by a crash: its connection ended abnormally now, will included.
+      if (rec.expiresAt === null) {
+        s.expiresAt = state.expiry === EXPIRY_NEVER ? null : now + state.expiry * 1000;
+        if (state.will && state.will.at === undefined) {
+          const w = willFromJson(state.will);
+          const delay = w.properties?.willDelayInterval ?? 0;
+          s.pendingWill = { will: w, at: now + delay * 1000 };
+        }
+      } else {
+        s.expiresAt = rec.expiresAt;
+      }
+      if (s.expiresAt !== null && s.expiresAt <= now) {
+        this.endSession(s, 'expired');
+        continue;
+      }
+      this.persist(s);
+    }
+    this.tickTimer = setInterval(() => this.tick(), this.opts.tickMs);
+    this.tickTimer.unref();
+    if (this.opts.sysIntervalMs > 0) {
+      this.publishSys();
+      this.sysTimer = setInterval(() => this.publishSys(), this.opts.sysIntervalMs);
+      this.sysTimer.unref();
+    }
+  }
+
+  private restoreSession(clientId: string, st: PersistedState): MqttSession {
+    const s = new MqttSession(clientId, this);
+    s.level = st.level;
+    s.expiry = st.expiry;
+    for (const id of st.rel ?? []) s.awaitingRel.add(id);
+    for (const p of st.subs) {
+      const data: SubData = {
+        filter: p.f,
+        noLocal: p.nl === 1,
+        retainAsPublished: p.rap === 1,
+        retainHandling: p.rh ?? 0,
+        subscriptionId: p.id,
+      };
+      const { group, filter } = splitShared(p.f);
+      try {
+        s.subs.set(p.f, this.ctx.engine.subscribe(filter, s, { qos: p.q, group, data }));
+      } catch (err) {
+        this.ctx.logger.warn({ clientId, filter: p.f, err: String(err) }, 'mqtt stored subscription refused, dropping it');
+      }
+    }
+    if (st.will?.at !== undefined) s.pendingWill = { will: willFromJson(st.will), at: st.will.at };
+    this.sessions.set(clientId, s);
+    return s;
+  }
+
+  get connected(): number {
+    return this.connectedCount;
+  }
+
+  /** The connection currently attached to a client id (session takeover, tests). */
+  get(clientId: string): MqttConnection | undefined {
+    return this.sessions.get(clientId)?.conn ?? undefined;
+  }
+
+  get size(): number {
+    return this.connectedCount;
+  }
+
+  /** A connection may be accepted under the connection limit. */
+  hasRoom(): boolean {
+    return this.connectedCount < this.opts.maxConnections;
+  }
+
+  /**
+   * Attaches an accepted connection to the session of its client id: takes over a connected one, discards
+   * (clean start) or resumes an existing one. Returns the session and whether it was present.
+   */
+  async attach(
+    conn: MqttConnection,
+    clientId: string,
+    cleanStart: boolean,
+    expiry: number,
+    level: ProtocolLevel,
+  ): Promise<{ session: MqttSession; present: boolean }> {
+    let s = this.sessions.get(clientId);
+    if (s === undefined && !cleanStart) {
+      // Not in this broker's table: another broker may have left it in the store.
+      const rec = await this.store.getSession(clientId);
+      if (rec !== null && !this.sessions.has(clientId)) {
+        try {
+          s = this.restoreSession(clientId, JSON.parse(rec.state) as PersistedState);
+        } catch {
+          s = undefined;
+        }
+      }
+      s ??= this.sessions.get(clientId);
+    }
+    if (s?.conn) {
+      // [MQTT-3.1.4-3] the existing connection with this client id is closed first (v5 reason 0x8E).
+      this.ctx.logger.info({ clientId, remote: s.conn.remote }, 'mqtt session taken over');
+      s.conn.takenOver();
+    }
+    let present = false;
+    if (s !== undefined && !s.ended && cleanStart) {
+      // [MQTT-3.1.2-4] Clean Start discards the existing session.
+      this.endSession(s, 'clean start');
+      s = undefined;
+    }
+    if (s !== undefined && !s.ended) {
+      present = true;
+      // [MQTT-3.1.3-9] a new connection to the session before the will delay has passed cancels the will.
+      s.pendingWill = null;
+    } else {
+      s = new MqttSession(clientId, this);
+      this.sessions.set(clientId, s);
+    }
+    s.conn = conn;
+    s.level = level;
+    s.expiry = expiry;
+    s.expiresAt = null;
+    this.connectedCount++;
+    // A resumed session that is now to end with its connection keeps its record until then: its stored
+    // queue is read first, and endSession() removes both.
+    if (s.persistent) this.persist(s);
+    return { session: s, present };
+  }
+
+  /**
+   * A connection left its session. `unacked` are its in-flight and queued deliveries, oldest first; `will` is
+   * the will to publish (now or after its delay), null after a normal DISCONNECT.
+   */
+  detach(s: MqttSession, conn: MqttConnection, unacked: Delivery[], will: Will | null): void {
+    if (s.conn !== conn) return;
+    s.conn = null;
+    this.connectedCount--;
+    const keep: Delivery[] = [];
+    for (const d of unacked) {
+      // A member of a shared group went away: its messages go to another member (v5 section 4.8.2).
+      if (d.shared !== null && !d.released && this.ctx.engine.redeliverShared(d.shared, d.msg)) continue;
+      if (d.qos === 0 && !this.opts.queueQos0Offline) continue;
+      keep.push(d);
+    }
+    if (!s.persistent) {
+      if (will) this.publishWill(s, will);
+      this.endSession(s, 'connection closed');
+      return;
+    }
+    if (keep.length > 0) this.writeQueue(s, keep.map(encodeDelivery));
+    s.expiresAt = s.expiry === EXPIRY_NEVER ? null : Date.now() + s.expiry * 1000;
+    if (will) {
+      const delay = will.properties?.willDelayInterval ?? 0;
+      if (delay === 0) this.publishWill(s, will);
+      else s.pendingWill = { will, at: Date.now() + Math.min(delay, s.expiry) * 1000 };
+    }
+    this.persist(s);
+  }
+
+  /** Ends a session: its will (if one is pending) goes out, subscriptions and stored state are removed. */
+  endSession(s: MqttSession, why: string): void {
+    if (s.ended) return;
+    s.ended = true;
+    if (s.pendingWill) {
+      this.publishWill(s, s.pendingWill.will);
+      s.pendingWill = null;
+    }
+    for (const sub of s.subs.values()) this.ctx.engine.unsubscribe(sub);
+    s.subs.clear();
+    s.offlineBatch = [];
+    if (this.sessions.get(s.clientId) === s) this.sessions.delete(s.clientId);
+    this.dirty.delete(s);
+    this.ctx.logger.debug({ clientId: s.clientId, why }, 'mqtt session ended');
+    void this.store.deleteSession(s.clientId).catch((err: unknown) => this.storeFailed('deleteSession', err));
+  }
+
+  /** Writes the session record (subscriptions, expiry, pending will) through to the store. */
+  persist(s: MqttSession): void {
+    if (!s.persistent || s.ended) return;
+    const state: PersistedState = {
+      level: s.level,
+      expiry: s.expiry,
+      subs: [...s.subs.values()].map((sub) => {
+        const d = sub.options.data as SubData;
+        const p: PersistedSub = { f: d.filter, q: sub.options.qos };
+        if (d.noLocal) p.nl = 1;
+        if (d.retainAsPublished) p.rap = 1;
+        if (d.retainHandling !== 0) p.rh = d.retainHandling;
+        if (d.subscriptionId !== undefined) p.id = d.subscriptionId;
+        return p;
+      }),
+      rel: [...s.awaitingRel],
+    };
+    if (s.pendingWill) state.will = willToJson(s.pendingWill.will, s.pendingWill.at);
+    else if (s.conn?.currentWill) state.will = willToJson(s.conn.currentWill);
+    const expiresAt = s.conn !== null ? null : s.expiresAt === null ? null : Math.floor(s.expiresAt);
+    void this.store
+      .putSession({ clientId: s.clientId, protocol: 'mqtt', state: JSON.stringify(state), expiresAt, updatedAt: Date.now() })
+      .catch((err: unknown) => this.storeFailed('putSession', err));
+  }
+
+  // ---------------------------------------------------------------- offline queue
+
+  /** Engine delivery for a session without a connection. */
+  queueOffline(s: MqttSession, msg: Message, subs: Subscription[]): void {
+    if (s.ended) return;
+    let granted = 0;
+    let retain = false;
+    let ids: number[] | null = null;
+    for (const sub of subs) {
+      const d = sub.options.data as SubData;
+      // [MQTT-3.8.3-3] No Local: never back to the publishing session.
+      if (d.noLocal && msg.origin === s.id) continue;
+      if (sub.options.qos > granted) granted = sub.options.qos;
+      if (d.retainAsPublished && msg.retain) retain = true;
+      if (d.subscriptionId !== undefined) (ids ??= []).push(d.subscriptionId);
+    }
+    const qos = (msg.qos < granted ? msg.qos : granted) as QoS;
+    if ((qos === 0 && !this.opts.queueQos0Offline) || (msg.expiresAt !== undefined && msg.expiresAt <= Date.now())) {
+      this.stats.offlineDropped++;
+      return;
+    }
+    s.offlineBatch.push(encodeDelivery({ msg, qos, retain, subIds: ids, shared: null, packetId: 0, released: false }));
+    this.dirty.add(s);
+    if (!this.flushScheduled) {
+      this.flushScheduled = true;
+      setImmediate(() => this.flushAll());
+    }
+  }
+
+  private flushAll(): void {
+    this.flushScheduled = false;
+    for (const s of this.dirty) this.flushOffline(s);
+    this.dirty.clear();
+  }
+
+  /** Issues the store write of a session's pending offline deliveries (before anything reads the queue). */
+  flushOffline(s: MqttSession): void {
+    if (s.offlineBatch.length === 0) return;
+    const batch = s.offlineBatch;
+    s.offlineBatch = [];
+    this.dirty.delete(s);
+    this.writeQueue(s, batch);
+  }
+
+  private writeQueue(s: MqttSession, entries: Buffer[]): void {
+    this.store.enqueue(s.clientId, entries, this.opts.maxQueued).then(
+      (dropped) => {
+        if (dropped > 0) {
+          this.stats.offlineDropped += dropped;
+          this.ctx.engine.stats.dropped += dropped;
+          this.ctx.logger.debug({ clientId: s.clientId, dropped }, 'mqtt offline queue full, oldest messages dropped');
+        }
+      },
+      (err: unknown) => this.storeFailed('enqueue', err),
+    );
+  }
+
+  /** Reads (and removes) what the store holds for a resumed session, oldest first. */
+  async takeQueue(s: MqttSession): Promise<Delivery[]> {
+    this.flushOffline(s);
+    const entries = await this.store.readQueue(s.clientId, this.opts.maxQueued + this.opts.maxInflight);
+    if (entries.length === 0) return [];
+    await this.store.ackQueue(s.clientId, entries[entries.length - 1].seq);
+    const out: Delivery[] = [];
+    for (const e of entries) {
+      try {
+        out.push(decodeDelivery(e.data));
+      } catch (err) {
+        this.ctx.logger.warn({ clientId: s.clientId, err: String(err) }, 'mqtt queued message is unreadable, skipped');
+      }
+    }
+    return out;
+  }
+
+  // ---------------------------------------------------------------- wills, tick, $SYS
+
+  publishWill(s: MqttSession, will: Will): void {
+    try {
+      const durable = this.ctx.engine.publish(willMessage(will, s.id));
+      if (durable !== null) {
+        durable.then(undefined, (err: unknown) => this.ctx.logger.warn({ clientId: s.clientId, err: String(err) }, 'mqtt will could not be stored'));
+      }
+    } catch (err) {
+      this.ctx.logger.warn({ clientId: s.clientId, err: String(err) }, 'mqtt will could not be published');
+    }
+  }
+
+  /** Once a tick: keep-alive and connect timeouts of connections, expiry and delayed wills of sessions. */
+  tick(): void {
+    const now = Date.now();
+    for (const c of this.connections) c.checkTimers(now);
+    for (const s of this.sessions.values()) {
+      if (s.conn !== null) continue;
+      if (s.pendingWill && s.pendingWill.at <= now) {
+        const w = s.pendingWill.will;
+        s.pendingWill = null;
+        this.publishWill(s, w);
+        this.persist(s);
+      }
+      // [MQTT-3.1.2-23] the session ends when its expiry interval has passed after the connection closed.
+      if (s.expiresAt !== null && s.expiresAt <= now) this.endSession(s, 'expired');
+    }
+  }
+
+  /** Broker statistics under $SYS/broker/, retained (in memory only) so a new subscriber sees them at once. */
+  publishSys(): void {
+    const e = this.ctx.engine;
+    const topics: Array<[string, string]> = [
+      ['version', `FlowMQ ${this.version}`],
+      ['uptime', `${Math.floor((Date.now() - this.started) / 1000)} seconds`],
+      ['clients/connected', String(this.connectedCount)],
+      ['clients/total', String(this.sessions.size)],
+      ['messages/received', String(this.stats.messagesReceived)],
+      ['messages/sent', String(this.stats.messagesSent)],
+      ['messages/dropped', String(e.stats.dropped)],
+      ['retained messages/count', String(e.retained.size)],
+    ];
+    for (const [t, v] of topics) {
+      try {
+        e.publish({
+          topic: `$SYS/broker/${t}`,
+          payload: Buffer.from(v),
+          key: null,
+          headers: [],
+          timestamp: Date.now(),
+          qos: 0,
+          retain: true,
+          origin: 'mqtt:$SYS',
+        });
+      } catch (err) {
+        this.ctx.logger.warn({ err: String(err) }, 'mqtt $SYS publish failed');
+      }
+    }
+  }
+
+  private storeFailed(op: string, err: unknown): void {
+    if (this.closed) return;
+    this.ctx.logger.error({ op, err: err instanceof Error ? err.message : String(err) }, 'mqtt session store operation failed');
+  }
+
+  /** Stops the tick; flushes offline queues. Connections must have been closed by their listeners. */
+  close(): void {
+    if (this.tickTimer) clearInterval(this.tickTimer);
+    if (this.sysTimer) clearInterval(this.sysTimer);
+    this.tickTimer = this.sysTimer = null;
+    this.flushAll();
+    this.closed = true;
+  }
+}
+
+/** `$share/<group>/<filter>` -> group and filter; anything else is a plain filter. */
+export function splitShared(f: string): { group: string | undefined; filter: string } {
+  if (!f.startsWith('$share/')) return { group: undefined, filter: f };
+  const slash = f.indexOf('/', 7);
+  if (slash < 0) return { group: '', filter: '' };
+  return { group: f.slice(7, slash), filter: f.slice(slash + 1) };
+}

@@ -1,0 +1,351 @@
+/**
+ * One request and one response for every API described with the message schema, every field set to a value
+ * other than its default, so that round trips at every version exercise every field the version has.
+ */
+import {
+  AlterConfigsApi,
+  CreatePartitionsApi,
+  CreateTopicsApi,
+  DeleteGroupsApi,
+  DeleteRecordsApi,
+  DeleteTopicsApi,
+  DescribeClusterApi,
+  DescribeConfigsApi,
+  DescribeGroupsApi,
+  FindCoordinatorApi,
+  HeartbeatApi,
+  IncrementalAlterConfigsApi,
+  InitProducerIdApi,
+  JoinGroupApi,
+  LeaveGroupApi,
+  ListGroupsApi,
+  OffsetCommitApi,
+  OffsetFetchApi,
+  OffsetForLeaderEpochApi,
+  SaslAuthenticateApi,
+  SaslHandshakeApi,
+  SyncGroupApi,
+  type AlterConfigsRequest,
+  type AlterConfigsResponse,
+  type AnyApiCodec,
+  type CreatePartitionsRequest,
+  type CreatePartitionsResponse,
+  type CreateTopicsRequest,
+  type CreateTopicsResponse,
+  type DeleteGroupsRequest,
+  type DeleteGroupsResponse,
+  type DeleteRecordsRequest,
+  type DeleteRecordsResponse,
+  type DeleteTopicsRequest,
+  type DeleteTopicsResponse,
+  type DescribeClusterRequest,
+  type DescribeClusterResponse,
+  type DescribeConfigsRequest,
+  type DescribeConfigsResponse,
+  type DescribeGroupsRequest,
+  type DescribeGroupsResponse,
+  type FindCoordinatorRequest,
+  type FindCoordinatorResponse,
+  type HeartbeatRequest,
+  type HeartbeatResponse,
+  type IncrementalAlterConfigsRequest,
+  type InitProducerIdRequest,
+  type InitProducerIdResponse,
+  type JoinGroupRequest,
+  type JoinGroupResponse,
+  type LeaveGroupRequest,
+  type LeaveGroupResponse,
+  type ListGroupsRequest,
+  type ListGroupsResponse,
+  type OffsetCommitRequest,
+  type OffsetCommitResponse,
+  type OffsetFetchRequest,
+  type OffsetFetchResponse,
+  type OffsetForLeaderEpochRequest,
+  type OffsetForLeaderEpochResponse,
+  type SaslAuthenticateRequest,
+  type SaslAuthenticateResponse,
+  type SaslHandshakeRequest,
+  type SaslHandshakeResponse,
+  type SyncGroupRequest,
+  type SyncGroupResponse,
+} from '../../../src/protocols/kafka/codec/index.js';
+
+const b = (s: string): Buffer => Buffer.from(s);
+const ID = Buffer.from('00112233445566778899aabbccddeeff', 'hex');
+
+export interface ApiSample {
+  codec: AnyApiCodec;
+  request: unknown;
+  response: unknown;
+}
+
+const fetchPartition = { partitionIndex: 1, committedOffset: 42, committedLeaderEpoch: 3, metadata: 'm', errorCode: 0 };
+
+export const API_SAMPLES: ApiSample[] = [
+  {
+    codec: FindCoordinatorApi,
+    request: { key: 'g1', keyType: 1, coordinatorKeys: ['g1', 'g2'] } satisfies FindCoordinatorRequest,
+    response: {
+      throttleTimeMs: 5,
+      errorCode: 15,
+      errorMessage: 'msg',
+      nodeId: 7,
+      host: 'h',
+      port: 9092,
+      coordinators: [{ key: 'g1', nodeId: 7, host: 'h', port: 9092, errorCode: 0, errorMessage: null }],
+    } satisfies FindCoordinatorResponse,
+  },
+  {
+    codec: JoinGroupApi,
+    request: {
+      groupId: 'g',
+      sessionTimeoutMs: 30000,
+      rebalanceTimeoutMs: 60000,
+      memberId: 'm-1',
+      groupInstanceId: 'i-1',
+      protocolType: 'consumer',
+      protocols: [
+        { name: 'range', metadata: b('r') },
+        { name: 'roundrobin', metadata: b('rr') },
+      ],
+      reason: 'why',
+    } satisfies JoinGroupRequest,
+    response: {
+      throttleTimeMs: 1,
+      errorCode: 0,
+      generationId: 4,
+      protocolType: 'consumer',
+      protocolName: 'range',
+      leader: 'm-1',
+      skipAssignment: true,
+      memberId: 'm-2',
+      members: [{ memberId: 'm-1', groupInstanceId: 'i-1', metadata: b('meta') }],
+    } satisfies JoinGroupResponse,
+  },
+  {
+    codec: SyncGroupApi,
+    request: {
+      groupId: 'g',
+      generationId: 4,
+      memberId: 'm-1',
+      groupInstanceId: 'i-1',
+      protocolType: 'consumer',
+      protocolName: 'range',
+      assignments: [{ memberId: 'm-1', assignment: b('a') }],
+    } satisfies SyncGroupRequest,
+    response: { throttleTimeMs: 1, errorCode: 0, protocolType: 'consumer', protocolName: 'range', assignment: b('asg') } satisfies SyncGroupResponse,
+  },
+  {
+    codec: HeartbeatApi,
+    request: { groupId: 'g', generationId: 4, memberId: 'm', groupInstanceId: 'i' } satisfies HeartbeatRequest,
+    response: { throttleTimeMs: 2, errorCode: 27 } satisfies HeartbeatResponse,
+  },
+  {
+    codec: LeaveGroupApi,
+    request: {
+      groupId: 'g',
+      memberId: 'm',
+      members: [{ memberId: 'm', groupInstanceId: 'i', reason: 'bye' }],
+    } satisfies LeaveGroupRequest,
+    response: { throttleTimeMs: 3, errorCode: 0, members: [{ memberId: 'm', groupInstanceId: 'i', errorCode: 25 }] } satisfies LeaveGroupResponse,
+  },
+  {
+    codec: OffsetCommitApi,
+    request: {
+      groupId: 'g',
+      generationId: 4,
+      memberId: 'm',
+      groupInstanceId: 'i',
+      retentionTimeMs: 1000,
+      topics: [
+        {
+          name: 't',
+          partitions: [{ partitionIndex: 1, committedOffset: 42, committedLeaderEpoch: 3, commitTimestamp: -1, committedMetadata: 'md' }],
+        },
+      ],
+    } satisfies OffsetCommitRequest,
+    response: { throttleTimeMs: 4, topics: [{ name: 't', partitions: [{ partitionIndex: 1, errorCode: 0 }] }] } satisfies OffsetCommitResponse,
+  },
+  {
+    codec: OffsetFetchApi,
+    request: {
+      groupId: 'g',
+      topics: [{ name: 't', partitionIndexes: [0, 1] }],
+      groups: [{ groupId: 'g', topics: [{ name: 't', partitionIndexes: [1] }] }],
+      requireStable: true,
+    } satisfies OffsetFetchRequest,
+    response: {
+      throttleTimeMs: 5,
+      topics: [{ name: 't', partitions: [fetchPartition] }],
+      errorCode: 0,
+      groups: [{ groupId: 'g', topics: [{ name: 't', partitions: [fetchPartition] }], errorCode: 0 }],
+    } satisfies OffsetFetchResponse,
+  },
+  {
+    codec: DescribeGroupsApi,
+    request: { groups: ['g1', 'g2'], includeAuthorizedOperations: true } satisfies DescribeGroupsRequest,
+    response: {
+      throttleTimeMs: 6,
+      groups: [
+        {
+          errorCode: 0,
+          groupId: 'g1',
+          groupState: 'Stable',
+          protocolType: 'consumer',
+          protocolData: 'range',
+          members: [
+            { memberId: 'm', groupInstanceId: 'i', clientId: 'c', clientHost: '/127.0.0.1', memberMetadata: b('md'), memberAssignment: b('as') },
+          ],
+          authorizedOperations: 8,
+        },
+      ],
+    } satisfies DescribeGroupsResponse,
+  },
+  {
+    codec: ListGroupsApi,
+    request: { statesFilter: ['Stable'] } satisfies ListGroupsRequest,
+    response: { throttleTimeMs: 7, errorCode: 0, groups: [{ groupId: 'g', protocolType: 'consumer', groupState: 'Stable' }] } satisfies ListGroupsResponse,
+  },
+  {
+    codec: DeleteGroupsApi,
+    request: { groupsNames: ['g1', 'g2'] } satisfies DeleteGroupsRequest,
+    response: { throttleTimeMs: 8, results: [{ groupId: 'g1', errorCode: 68 }] } satisfies DeleteGroupsResponse,
+  },
+  {
+    codec: CreateTopicsApi,
+    request: {
+      topics: [
+        {
+          name: 't',
+          numPartitions: 3,
+          replicationFactor: 1,
+          assignments: [{ partitionIndex: 0, brokerIds: [0] }],
+          configs: [{ name: 'retention.ms', value: '1000' }],
+        },
+      ],
+      timeoutMs: 5000,
+      validateOnly: true,
+    } satisfies CreateTopicsRequest,
+    response: {
+      throttleTimeMs: 9,
+      topics: [
+        {
+          name: 't',
+          topicId: ID,
+          errorCode: 0,
+          errorMessage: 'ok',
+          numPartitions: 3,
+          replicationFactor: 1,
+          configs: [{ name: 'retention.ms', value: '1000', readOnly: false, configSource: 1, isSensitive: false }],
+        },
+      ],
+    } satisfies CreateTopicsResponse,
+  },
+  {
+    codec: DeleteTopicsApi,
+    request: { topics: [{ name: 't', topicId: ID }], topicNames: ['t'], timeoutMs: 5000 } satisfies DeleteTopicsRequest,
+    response: { throttleTimeMs: 1, responses: [{ name: 't', topicId: ID, errorCode: 3, errorMessage: 'no' }] } satisfies DeleteTopicsResponse,
+  },
+  {
+    codec: CreatePartitionsApi,
+    request: { topics: [{ name: 't', count: 4, assignments: [{ brokerIds: [0] }] }], timeoutMs: 5000, validateOnly: true } satisfies CreatePartitionsRequest,
+    response: { throttleTimeMs: 1, results: [{ name: 't', errorCode: 37, errorMessage: 'fewer' }] } satisfies CreatePartitionsResponse,
+  },
+  {
+    codec: DeleteRecordsApi,
+    request: { topics: [{ name: 't', partitions: [{ partitionIndex: 0, offset: 10 }] }], timeoutMs: 5000 } satisfies DeleteRecordsRequest,
+    response: {
+      throttleTimeMs: 1,
+      topics: [{ name: 't', partitions: [{ partitionIndex: 0, lowWatermark: 10, errorCode: 0 }] }],
+    } satisfies DeleteRecordsResponse,
+  },
+  {
+    codec: DescribeConfigsApi,
+    request: {
+      resources: [{ resourceType: 2, resourceName: 't', configurationKeys: ['retention.ms'] }],
+      includeSynonyms: true,
+      includeDocumentation: true,
+    } satisfies DescribeConfigsRequest,
+    response: {
+      throttleTimeMs: 1,
+      results: [
+        {
+          errorCode: 0,
+          errorMessage: null,
+          resourceType: 2,
+          resourceName: 't',
+          configs: [
+            {
+              name: 'retention.ms',
+              value: '1000',
+              readOnly: false,
+              isDefault: false,
+              configSource: 1,
+              isSensitive: false,
+              synonyms: [{ name: 'retention.ms', value: '1000', source: 1 }],
+              configType: 5,
+              documentation: 'doc',
+            },
+          ],
+        },
+      ],
+    } satisfies DescribeConfigsResponse,
+  },
+  {
+    codec: AlterConfigsApi,
+    request: {
+      resources: [{ resourceType: 2, resourceName: 't', configs: [{ name: 'retention.ms', value: '1000' }] }],
+      validateOnly: true,
+    } satisfies AlterConfigsRequest,
+    response: { throttleTimeMs: 1, responses: [{ errorCode: 40, errorMessage: 'bad', resourceType: 2, resourceName: 't' }] } satisfies AlterConfigsResponse,
+  },
+  {
+    codec: IncrementalAlterConfigsApi,
+    request: {
+      resources: [{ resourceType: 2, resourceName: 't', configs: [{ name: 'retention.ms', configOperation: 1, value: null }] }],
+      validateOnly: false,
+    } satisfies IncrementalAlterConfigsRequest,
+    response: { throttleTimeMs: 1, responses: [{ errorCode: 0, errorMessage: null, resourceType: 2, resourceName: 't' }] },
+  },
+  {
+    codec: InitProducerIdApi,
+    request: { transactionalId: 'tx', transactionTimeoutMs: 60000, producerId: 5, producerEpoch: 2 } satisfies InitProducerIdRequest,
+    response: { throttleTimeMs: 1, errorCode: 0, producerId: 2 ** 40, producerEpoch: 3 } satisfies InitProducerIdResponse,
+  },
+  {
+    codec: SaslHandshakeApi,
+    request: { mechanism: 'PLAIN' } satisfies SaslHandshakeRequest,
+    response: { errorCode: 0, mechanisms: ['PLAIN', 'SCRAM-SHA-256'] } satisfies SaslHandshakeResponse,
+  },
+  {
+    codec: SaslAuthenticateApi,
+    request: { authBytes: b('\u0000u\u0000p') } satisfies SaslAuthenticateRequest,
+    response: { errorCode: 58, errorMessage: 'nope', authBytes: b('x'), sessionLifetimeMs: 1000 } satisfies SaslAuthenticateResponse,
+  },
+  {
+    codec: DescribeClusterApi,
+    request: { includeClusterAuthorizedOperations: true, endpointType: 2 } satisfies DescribeClusterRequest,
+    response: {
+      throttleTimeMs: 1,
+      errorCode: 0,
+      errorMessage: null,
+      endpointType: 2,
+      clusterId: 'flowmq',
+      controllerId: 0,
+      brokers: [{ brokerId: 0, host: 'h', port: 9092, rack: 'r' }],
+      clusterAuthorizedOperations: 5,
+    } satisfies DescribeClusterResponse,
+  },
+  {
+    codec: OffsetForLeaderEpochApi,
+    request: {
+      replicaId: -1,
+      topics: [{ topic: 't', partitions: [{ partition: 0, currentLeaderEpoch: 0, leaderEpoch: 0 }] }],
+    } satisfies OffsetForLeaderEpochRequest,
+    response: {
+      throttleTimeMs: 1,
+      topics: [{ topic: 't', partitions: [{ errorCode: 0, partition: 0, leaderEpoch: 0, endOffset: 99 }] }],
+    } satisfies OffsetForLeaderEpochResponse,
+  },
+];
