@@ -369,8 +369,10 @@ export interface LatencyResult {
   achievedMbPerSec: number;
   targetMbPerSec: number;
   recordsPerBatch: number;
-  /** Produce request created → its response (ms). */
+  /** Produce request created → its response (ms): what the producing application sees. */
   produceAck: Percentiles;
+  /** Produce request written to the socket → its response (ms): the broker's part of it. */
+  produceAckFromWrite: Percentiles;
   /** Produce request created → the Fetch response carrying the batch arrives (ms). */
   endToEnd: Percentiles;
   produced: number;
@@ -397,6 +399,7 @@ export async function kafkaLatency(port: number, o: LatencyOptions): Promise<Lat
   let queuedBatches = 0;
   let errors = 0;
   const ackSamples: number[] = [];
+  const writeAckSamples: number[] = [];
   const e2eSamples: number[] = [];
   const inWindow = (t: number) => t >= windowStart && t < windowEnd;
   const queues: { partition: number; batch: Buffer; records: number; createdAt: number }[][] = producers.map(() => []);
@@ -407,12 +410,14 @@ export async function kafkaLatency(port: number, o: LatencyOptions): Promise<Lat
     while (q.length > 0 && conn.outstanding < o.inflight && !conn.closed) {
       const item = q.shift()!;
       const corr = conn.nextCorrelationId();
+      const writtenAt = nowS();
       conn.send(corr, [produceHead(o.topic, item.partition, item.batch.length, corr), item.batch], (body, at) => {
         if (produceError(body) !== 0) errors++;
         else {
           produced += item.records;
           if (inWindow(item.createdAt)) {
             ackSamples.push((at - item.createdAt) * 1000);
+            writeAckSamples.push((at - writtenAt) * 1000);
             ackedInWindow += item.records;
           }
         }
@@ -493,6 +498,7 @@ export async function kafkaLatency(port: number, o: LatencyOptions): Promise<Lat
       targetMbPerSec: o.bytesPerSec / 1e6,
       recordsPerBatch: (recordsPerSec * o.lingerMs) / 1000 / P,
       produceAck: percentiles(ackSamples),
+      produceAckFromWrite: percentiles(writeAckSamples),
       endToEnd: percentiles(e2eSamples),
       produced,
       consumed,

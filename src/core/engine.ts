@@ -137,6 +137,46 @@ export class Engine {
     await this.storage.dropStream(name);
   }
 
+  /**
+   * Grows a stream to `partitions` partitions (Kafka CreatePartitions). Never shrinks: records already stored
+   * stay where they are, only new keys may map to the new partitions.
+   */
+  async addPartitions(name: string, partitions: number): Promise<StreamDef> {
+    const e = this.streams.get(name);
+    if (!e) throw new FlowError('NOT_FOUND', `stream "${name}" does not exist`);
+    if (!Number.isInteger(partitions) || partitions <= e.def.partitions || partitions > MAX_PARTITIONS) {
+      throw new FlowError('INVALID_ARGUMENT', `partitions must be an integer in ${e.def.partitions + 1}..${MAX_PARTITIONS}`);
+    }
+    return this.redefine(e, { ...e.def, partitions });
+  }
+
+  /** Changes a stream's retention (null keeps data forever). */
+  async setRetention(name: string, retentionMs: number | null): Promise<StreamDef> {
+    const e = this.streams.get(name);
+    if (!e) throw new FlowError('NOT_FOUND', `stream "${name}" does not exist`);
+    if (retentionMs !== null && (!Number.isFinite(retentionMs) || retentionMs <= 0)) {
+      throw new FlowError('INVALID_ARGUMENT', 'retention must be a positive duration');
+    }
+    return this.redefine(e, { ...e.def, retentionMs });
+  }
+
+  private async redefine(e: StreamEntry, def: StreamDef): Promise<StreamDef> {
+    await this.catalog.updateStream(def);
+    await this.storage.openStream(def);
+    // The entry is replaced only if the stream was not deleted or redefined meanwhile.
+    if (this.streams.get(def.name) === e) {
+      this.unindex(e);
+      this.index(def);
+    }
+    return def;
+  }
+
+  /** Makes offsets below `offset` of a partition unreadable; returns the new log start offset. */
+  deleteRecords(stream: string, partition: number, offset: number): Promise<number> {
+    this.partitionOf(stream, partition);
+    return this.storage.deleteRecordsBefore(stream, partition, offset);
+  }
+
   getStream(name: string): StreamEntry | undefined {
     return this.streams.get(name);
   }
@@ -291,6 +331,8 @@ export class Engine {
       throw new FlowError('NOT_FOUND', `stream "${stream}" has no partition ${partition}`);
     }
     const res = this.storage.append(stream, partition, batch);
+    // A retried idempotent batch was routed when it was first appended.
+    if (res.duplicate) return res;
     this.stats.captured++;
     if (this.subs.size > 0 || this.bindings.size > e.def.bindings.length) {
       const extra: Promise<void>[] = [];

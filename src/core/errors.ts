@@ -12,7 +12,11 @@ export type ErrorCode =
   | 'CLOSED'
   | 'CONFIG_ERROR'
   | 'PROTOCOL_ERROR'
-  | 'LIMIT_EXCEEDED';
+  | 'LIMIT_EXCEEDED'
+  /** An idempotent producer's batch does not follow its previous one (a gap or a reordering). */
+  | 'OUT_OF_ORDER_SEQUENCE'
+  /** An idempotent producer's batch carries an epoch older than one already seen (a fenced producer). */
+  | 'PRODUCER_FENCED';
 
 export class FlowError extends Error {
   readonly code: ErrorCode;

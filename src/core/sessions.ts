@@ -45,6 +45,21 @@ export interface SessionStore {
   /** Removes every entry with seq <= `upTo`. */
   ackQueue(clientId: string, upTo: number): Promise<void>;
   queueLength(clientId: string): Promise<number>;
+  /**
+   * Applies one batch of changes to a session's queue atomically, in this order: entries rewritten in place
+   * (`replace`, same seq), entries removed by seq (`remove`), then `append` (oldest first) with the same
+   * drop-oldest bound as `enqueue`. Seqs that are not in the queue are ignored. Returns the seqs given to the
+   * appended entries, in order, and how many entries the bound removed. Seqs increase within a queue (they may
+   * start again once it is empty), so a caller may keep them to rewrite or remove its own entries later: this
+   * is how a protocol adapter keeps the in-flight messages of a connected session in the store (write-through).
+   */
+  updateQueue(clientId: string, changes: QueueChanges, maxLength: number): Promise<{ seqs: number[]; dropped: number }>;
+}
+
+export interface QueueChanges {
+  replace?: QueuedEntry[];
+  remove?: number[];
+  append?: Buffer[];
 }
 
 export interface RetainedEntry {
@@ -103,6 +118,29 @@ export class MemorySessionStore implements SessionStore {
   }
   async queueLength(clientId: string): Promise<number> {
     return this.queues.get(clientId)?.length ?? 0;
+  }
+  async updateQueue(clientId: string, changes: QueueChanges, maxLength: number): Promise<{ seqs: number[]; dropped: number }> {
+    checkMax(maxLength);
+    let q = this.queues.get(clientId);
+    if (!q) this.queues.set(clientId, (q = []));
+    for (const r of changes.replace ?? []) {
+      const e = q.find((x) => x.seq === r.seq);
+      if (e) e.data = Buffer.from(r.data);
+    }
+    if (changes.remove !== undefined && changes.remove.length > 0) {
+      const gone = new Set(changes.remove);
+      const kept = q.filter((x) => !gone.has(x.seq));
+      q.length = 0;
+      q.push(...kept);
+    }
+    const seqs: number[] = [];
+    for (const data of changes.append ?? []) {
+      seqs.push(++this.seq);
+      q.push({ seq: this.seq, data: Buffer.from(data) });
+    }
+    const over = q.length - maxLength;
+    if (over > 0) q.splice(0, over);
+    return { seqs, dropped: over > 0 ? over : 0 };
   }
 }
 

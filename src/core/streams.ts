@@ -23,6 +23,11 @@ export interface PartitionOffsets {
 
 export interface AppendResult {
   baseOffset: number;
+  /**
+   * True when the batch repeats one an idempotent producer already appended (same producer id, epoch and
+   * sequence range): nothing was appended and `baseOffset` is the original one.
+   */
+  duplicate?: boolean;
   /** Resolves once the batch is durable in the hot tier. */
   durable: Promise<void>;
 }
@@ -34,7 +39,9 @@ export interface StreamStorage {
   dropStream(name: string): Promise<void>;
   /**
    * Appends one record batch (Kafka RecordBatch v2) to a partition. The offset is assigned synchronously,
-   * before this returns, and written into the batch.
+   * before this returns, and written into the batch. Batches with a producer id are idempotent (KIP-98): a
+   * repeated sequence range is not appended again (`duplicate`), a gap throws OUT_OF_ORDER_SEQUENCE, an older
+   * producer epoch throws PRODUCER_FENCED.
    */
   append(stream: string, partition: number, batch: Buffer): AppendResult;
   /**
@@ -47,6 +54,11 @@ export interface StreamStorage {
   offsetForTimestamp(stream: string, partition: number, ts: number): Promise<number>;
   /** Resolves when the high watermark passes `offset`, or after `timeoutMs`. */
   waitFor(stream: string, partition: number, offset: number, timeoutMs: number): Promise<void>;
+  /**
+   * Makes every offset below `offset` unreadable (Kafka DeleteRecords): moves the log start offset forward,
+   * durably, never backward; `offset` must be <= the high watermark. Returns the new log start offset.
+   */
+  deleteRecordsBefore(stream: string, partition: number, offset: number): Promise<number>;
 }
 
 export interface StreamCatalog {

@@ -190,6 +190,66 @@ export function metastoreConformance(name: string, open: (dir: string) => Promis
       await m.close();
     });
 
+    it('commits offsets in batches, lists groups and deletes a group (OffsetStore)', async () => {
+      const m = await open(freshDir());
+      await m.createStream(stream('a'));
+      assert.deepEqual(await m.listGroups(), []);
+      await m.commitOffsets('g2', [
+        { stream: 'a', partition: 0, offset: 4, metadata: null },
+        { stream: 'a', partition: 1, offset: -1, metadata: 'none yet' },
+      ]);
+      await m.commitOffsets('g1', [{ stream: 'a', partition: 2, offset: 9, metadata: 'x' }]);
+      assert.deepEqual(await m.listGroups(), ['g1', 'g2']);
+      assert.deepEqual((await m.listOffsets('g2')).map((o) => [o.partition, o.offset, o.metadata]), [
+        [0, 4, null],
+        [1, -1, 'none yet'],
+      ]);
+      // All or nothing: one unknown stream fails the whole batch.
+      await assert.rejects(
+        m.commitOffsets('g1', [
+          { stream: 'a', partition: 2, offset: 10, metadata: null },
+          { stream: 'missing', partition: 0, offset: 1, metadata: null },
+        ]),
+        (e: unknown) => isFlowError(e, 'NOT_FOUND'),
+      );
+      assert.equal((await m.fetchOffset('g1', 'a', 2))?.offset, 9);
+      await m.deleteGroup('g2');
+      await m.deleteGroup('never'); // no error
+      assert.deepEqual(await m.listGroups(), ['g1']);
+      assert.deepEqual(await m.listOffsets('g2'), []);
+      await m.close();
+    });
+
+    it('allocates producer ids that never repeat, across reopen (ProducerIdStore)', async () => {
+      const dir = freshDir();
+      const m = await open(dir);
+      const a = await m.allocateProducerIds(10);
+      const b = await m.allocateProducerIds(5);
+      assert.ok(b >= a + 10, `${b} after block ${a}..${a + 9}`);
+      await m.close();
+      const m2 = await open(dir);
+      const c = await m2.allocateProducerIds(1);
+      assert.ok(c >= b + 5, `${c} after block ${b}..${b + 4}`);
+      await m2.close();
+    });
+
+    it('keeps the producer-state snapshot of a partition, replaced on each write and deleted with its stream', async () => {
+      const dir = freshDir();
+      const m = await open(dir);
+      await m.createStream(stream('ps'));
+      assert.equal(await m.getProducerState('ps', 0), null);
+      await m.putProducerState('ps', 0, 10, '[[1,{"epoch":0,"batches":[]}]]');
+      await m.putProducerState('ps', 0, 20, '[]');
+      await m.putProducerState('ps', 1, 5, '[[2,{"epoch":1,"batches":[]}]]');
+      await m.close();
+      const m2 = await open(dir);
+      assert.deepEqual(await m2.getProducerState('ps', 0), { endOffset: 20, state: '[]' });
+      assert.deepEqual(await m2.getProducerState('ps', 1), { endOffset: 5, state: '[[2,{"epoch":1,"batches":[]}]]' });
+      await m2.deleteStream('ps');
+      assert.equal(await m2.getProducerState('ps', 1), null);
+      await m2.close();
+    });
+
     it('deletes a stream together with its partitions, segments and offsets', async () => {
       const m = await open(freshDir());
       await m.createStream(stream('gone'));

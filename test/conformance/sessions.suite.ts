@@ -93,6 +93,34 @@ export function sessionStoreConformance(name: string, durable: boolean, open: (d
       await s.close();
     });
 
+    it('updateQueue rewrites, removes and appends by seq in one batch, and bounds the queue', async () => {
+      const s = await open(freshDir());
+      const first = await s.sessions.updateQueue('u', { append: [b('a'), b('b'), b('c')] }, 10);
+      assert.equal(first.dropped, 0);
+      assert.equal(first.seqs.length, 3);
+      // Seqs increase in append order and are what readQueue reports.
+      assert.ok(first.seqs[0] < first.seqs[1] && first.seqs[1] < first.seqs[2]);
+      assert.deepEqual((await s.sessions.readQueue('u', 10)).map((e) => e.seq), first.seqs);
+      const [sa, sb, sc] = first.seqs;
+      // Rewrite b, remove a (and a seq that does not exist), append d: all in one call.
+      const second = await s.sessions.updateQueue('u', { replace: [{ seq: sb, data: b('B') }], remove: [sa, 999_999], append: [b('d')] }, 10);
+      assert.equal(second.seqs.length, 1);
+      assert.ok(second.seqs[0] > sc, 'a new entry is ordered after the existing ones');
+      const q = await s.sessions.readQueue('u', 10);
+      assert.deepEqual(q.map((e) => e.data.toString()), ['B', 'c', 'd']);
+      assert.deepEqual(q.map((e) => e.seq), [sb, sc, second.seqs[0]]);
+      // The drop-oldest bound applies after the batch.
+      const third = await s.sessions.updateQueue('u', { append: [b('e'), b('f')] }, 3);
+      assert.equal(third.dropped, 2);
+      assert.deepEqual((await s.sessions.readQueue('u', 10)).map((e) => e.data.toString()), ['d', 'e', 'f']);
+      // An empty batch changes nothing; other sessions are untouched.
+      assert.deepEqual(await s.sessions.updateQueue('u', {}, 10), { seqs: [], dropped: 0 });
+      assert.equal(await s.sessions.queueLength('u'), 3);
+      assert.equal(await s.sessions.queueLength('other'), 0);
+      await assert.rejects(s.sessions.updateQueue('u', { append: [b('g')] }, 0), (e: unknown) => isFlowError(e, 'INVALID_ARGUMENT'));
+      await s.close();
+    });
+
     it('deleting a session removes its queue', async () => {
       const s = await open(freshDir());
       await s.sessions.putSession(rec('d'));

@@ -1,16 +1,19 @@
 /**
  * MQTT end to end against the real `bin/flowmq` process: persistent sessions and retained messages survive a
  * broker restart in the middle of a session (MQTT.js 3.1.1 and 5.0, mosquitto_sub -c), and the TLS and
- * WebSocket transports carry the same sessions.
+ * WebSocket transports carry the same sessions. A broker killed with SIGKILL keeps the in-flight messages of
+ * connected persistent sessions (written through to the session store as they are sent).
  */
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import mqtt, { type IClientOptions, type IPublishPacket, type MqttClient } from 'mqtt';
 import { FlowmqProcess, eventually, run, sleep } from './harness.js';
+import { RawClient, connectPacket } from '../protocols/mqtt/helpers.js';
+import type { MqttPacket } from '../../src/protocols/mqtt/codec/index.js';
 
 function collect(c: MqttClient): IPublishPacket[] {
   const got: IPublishPacket[] = [];
@@ -124,5 +127,74 @@ describe('mqtt e2e: restart in the middle of persistent sessions', () => {
     } finally {
       ws.c.end(true);
     }
+  });
+});
+
+describe('mqtt e2e: in-flight QoS 1 messages of connected sessions survive kill -9', () => {
+  let b: FlowmqProcess;
+  before(async () => {
+    b = await FlowmqProcess.start();
+  });
+  after(async () => {
+    await b.stop('SIGKILL');
+    b.cleanup();
+  });
+
+  test('sent but unacknowledged messages come back with DUP and their packet ids (raw v5 client, mosquitto_sub -c)', async () => {
+    // A v5 client with a persistent session that receives but never sends PUBACK.
+    const raw = await RawClient.open(b.ports.mqtt);
+    raw.level = 5;
+    raw.send(connectPacket('kill-v5', { protocolLevel: 5, cleanSession: false, properties: { sessionExpiryInterval: 3600 } }));
+    assert.equal((await raw.next('connack')).returnCode, 0);
+    raw.send({ type: 'subscribe', packetId: 1, subscriptions: [{ filter: 'crash/#', qos: 1 }], properties: {} });
+    assert.deepEqual((await raw.next('suback')).returnCodes, [1]);
+    // mosquitto_sub -c (3.1.1, Clean Session 0), frozen with SIGSTOP once subscribed: it cannot acknowledge.
+    // stdbuf: mosquitto_sub's stdout is block-buffered on a pipe, and we need its debug lines as they happen.
+    const mos = spawn('stdbuf', ['-oL', 'mosquitto_sub', '-h', '127.0.0.1', '-p', String(b.ports.mqtt), '-i', 'kill-mos', '-c', '-q', '1', '-t', 'crash/#', '-d']);
+    let mosOut = '';
+    let sent: Array<Extract<MqttPacket, { type: 'publish' }>> = [];
+    mos.stdout.on('data', (d: Buffer) => (mosOut += d.toString()));
+    try {
+      await eventually(() => mosOut.includes('received SUBACK'), 10_000, 'mosquitto_sub subscribed');
+      mos.kill('SIGSTOP');
+
+      const pub = await mqtt.connectAsync(b.mqttUrl, { protocolVersion: 5, reconnectPeriod: 0 });
+      for (const m of ['m1', 'm2', 'm3']) await pub.publishAsync(`crash/${m}`, m, { qos: 1 });
+      await pub.endAsync();
+      await eventually(() => raw.packets.filter((p) => p.type === 'publish').length === 3, 10_000, 'three PUBLISH at the raw client');
+      sent = raw.packets.filter((p): p is Extract<MqttPacket, { type: 'publish' }> => p.type === 'publish');
+      assert.deepEqual(sent.map((p) => [p.payload.toString(), p.dup]), [['m1', false], ['m2', false], ['m3', false]]);
+
+      // No PUBACK went back from either client. The broker dies without any chance to write anything.
+      await b.stop('SIGKILL');
+    } finally {
+      mos.kill('SIGKILL');
+      raw.destroy();
+    }
+    b = await FlowmqProcess.start({ dataDir: b.dataDir });
+
+    // [MQTT-4.4.0-1] on resume (Clean Start 0) unacknowledged PUBLISH packets are re-sent with DUP 1 and their
+    // original packet identifiers [MQTT-3.3.1-1], before anything newer.
+    const back = await connectCollect(b.mqttUrl, { protocolVersion: 5, clientId: 'kill-v5', clean: false, properties: { sessionExpiryInterval: 3600 } });
+    assert.equal(back.present, true);
+    await eventually(() => back.got.length === 3, 10_000, 'the three messages again');
+    assert.deepEqual(back.got.map((p) => [p.payload.toString(), p.dup, p.messageId]), sent.map((p) => [p.payload.toString(), true, p.packetId]));
+    await back.c.endAsync();
+
+    const mosBack = await run('mosquitto_sub', ['-h', '127.0.0.1', '-p', String(b.ports.mqtt), '-i', 'kill-mos', '-c', '-q', '1', '-t', 'crash/#', '-C', '3', '-d'], { timeoutMs: 10_000 });
+    assert.equal(mosBack.code, 0, mosBack.stderr);
+    const pubs = [...mosBack.stdout.matchAll(/received PUBLISH \(d(\d), q1, r0, m\d+, 'crash\/(m\d)'/g)].map((m) => `${m[2]} d${m[1]}`);
+    assert.deepEqual(pubs, ['m1 d1', 'm2 d1', 'm3 d1']);
+
+    // Acknowledged now, so gone from the store: another kill -9 and resume brings nothing back.
+    await sleep(100);
+    await b.stop('SIGKILL');
+    b = await FlowmqProcess.start({ dataDir: b.dataDir });
+    const again = await connectCollect(b.mqttUrl, { protocolVersion: 5, clientId: 'kill-v5', clean: false, properties: { sessionExpiryInterval: 3600 } });
+    assert.equal(again.present, true);
+    const mosAgain = await run('mosquitto_sub', ['-h', '127.0.0.1', '-p', String(b.ports.mqtt), '-i', 'kill-mos', '-c', '-q', '1', '-t', 'crash/#', '-W', '1', '-v'], { timeoutMs: 10_000 });
+    assert.equal(mosAgain.stdout, '');
+    assert.deepEqual(again.got, []);
+    await again.c.endAsync();
   });
 });

@@ -8,6 +8,8 @@ import { FlowError, readBatchInfo, setBaseOffset, decodeBatch } from '../../src/
 interface Part {
   batches: Buffer[];
   next: number;
+  /** Log start offset moved by deleteRecordsBefore. */
+  start?: number;
   waiters: Array<() => void>;
 }
 
@@ -66,7 +68,14 @@ export class MemoryStreams implements StreamStorage, StreamCatalog {
     return out;
   }
   offsets(stream: string, partition: number): PartitionOffsets {
-    return { logStartOffset: 0, highWatermark: this.part(stream, partition).next };
+    const p = this.part(stream, partition);
+    return { logStartOffset: p.start ?? 0, highWatermark: p.next };
+  }
+  async deleteRecordsBefore(stream: string, partition: number, offset: number): Promise<number> {
+    const p = this.part(stream, partition);
+    if (offset < 0 || offset > p.next) throw new FlowError('INVALID_ARGUMENT', `offset ${offset} out of range`);
+    p.start = Math.max(p.start ?? 0, offset);
+    return p.start;
   }
   async offsetForTimestamp(stream: string, partition: number, ts: number): Promise<number> {
     const p = this.part(stream, partition);

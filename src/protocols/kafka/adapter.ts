@@ -18,6 +18,9 @@ import { kafkaErrorCode } from './errors.js';
 import type { ResolvedKafkaOptions } from './options.js';
 import type { Route } from './route.js';
 import { GroupCoordinator } from './groups/coordinator.js';
+import { ProducerIdAllocator } from './handlers/producer.js';
+// Registers the snappy, lz4 and zstd decompressors with the core.
+import './compression.js';
 
 /** Durable state the adapter keeps through the core's storage interfaces (in memory when not given). */
 export interface KafkaStores {
@@ -40,6 +43,7 @@ export class KafkaAdapter {
   /** Coordinator of every consumer group (this broker coordinates them all in embedded mode). */
   readonly groups: GroupCoordinator;
   readonly producerIds: ProducerIdStore;
+  readonly producerIdAllocator: ProducerIdAllocator;
 
   constructor(
     ctx: AdapterContext,
@@ -52,6 +56,7 @@ export class KafkaAdapter {
     this.brokerId = ctx.brokerId;
     const memory = stores.offsets && stores.producerIds ? null : new MemoryOffsetStore((s) => ctx.engine.getStream(s) !== undefined);
     this.producerIds = stores.producerIds ?? (memory as MemoryOffsetStore);
+    this.producerIdAllocator = new ProducerIdAllocator(this.producerIds);
     this.groups = new GroupCoordinator(stores.offsets ?? (memory as MemoryOffsetStore), ctx.logger.child({ component: 'groups' }), {
       minSessionTimeoutMs: options.groupMinSessionTimeoutMs,
       maxSessionTimeoutMs: options.groupMaxSessionTimeoutMs,

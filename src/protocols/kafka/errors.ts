@@ -22,6 +22,12 @@ export function kafkaErrorCode(err: unknown): number {
     // clients refresh metadata and retry, which is what they should do.
     case 'CLOSED':
       return KafkaErrorCode.NOT_LEADER_OR_FOLLOWER;
+    case 'OUT_OF_ORDER_SEQUENCE':
+      return KafkaErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER;
+    // For a non-transactional idempotent producer an old epoch is INVALID_PRODUCER_EPOCH (PRODUCER_FENCED is
+    // for transactional ids, KIP-588).
+    case 'PRODUCER_FENCED':
+      return KafkaErrorCode.INVALID_PRODUCER_EPOCH;
     case 'LIMIT_EXCEEDED':
       return KafkaErrorCode.POLICY_VIOLATION;
     case 'INVALID_ARGUMENT':

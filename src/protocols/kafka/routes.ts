@@ -3,7 +3,17 @@
  * an API is one codec module plus one handler registered here.
  */
 import {
+  AlterConfigsApi,
   ApiVersionsApi,
+  CreatePartitionsApi,
+  CreateTopicsApi,
+  DeleteRecordsApi,
+  DeleteTopicsApi,
+  DescribeClusterApi,
+  DescribeConfigsApi,
+  IncrementalAlterConfigsApi,
+  InitProducerIdApi,
+  OffsetForLeaderEpochApi,
   DeleteGroupsApi,
   DescribeGroupsApi,
   FetchApi,
@@ -19,7 +29,19 @@ import {
   ProduceApi,
   SyncGroupApi,
 } from './codec/index.js';
+import {
+  handleAlterConfigs,
+  handleCreatePartitions,
+  handleCreateTopics,
+  handleDeleteRecords,
+  handleDeleteTopics,
+  handleDescribeCluster,
+  handleDescribeConfigs,
+  handleIncrementalAlterConfigs,
+  handleOffsetForLeaderEpoch,
+} from './handlers/admin.js';
 import { handleApiVersions } from './handlers/api-versions.js';
+import { handleInitProducerId } from './handlers/producer.js';
 import { handleFetch } from './handlers/fetch.js';
 import {
   handleDeleteGroups,
@@ -54,4 +76,14 @@ export const KAFKA_ROUTES: readonly Route[] = [
   route(DescribeGroupsApi, handleDescribeGroups),
   route(ListGroupsApi, handleListGroups),
   route(DeleteGroupsApi, handleDeleteGroups),
+  route(CreateTopicsApi, handleCreateTopics),
+  route(DeleteTopicsApi, handleDeleteTopics),
+  route(DeleteRecordsApi, handleDeleteRecords),
+  route(InitProducerIdApi, handleInitProducerId),
+  route(OffsetForLeaderEpochApi, handleOffsetForLeaderEpoch),
+  route(DescribeConfigsApi, handleDescribeConfigs),
+  route(AlterConfigsApi, handleAlterConfigs),
+  route(CreatePartitionsApi, handleCreatePartitions),
+  route(IncrementalAlterConfigsApi, handleIncrementalAlterConfigs),
+  route(DescribeClusterApi, handleDescribeCluster),
 ];

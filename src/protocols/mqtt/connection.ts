@@ -43,7 +43,7 @@ import {
   type UnsubscribePacket,
   type Will,
 } from './codec/index.js';
-import { EXPIRY_NEVER, MqttHub, splitShared, type Delivery, type MqttSession, type SubData } from './session.js';
+import { EXPIRY_NEVER, MqttHub, newDelivery, splitShared, type Delivery, type MqttSession, type SubData } from './session.js';
 
 // ------------------------------------------------------------------ options
 
@@ -782,7 +782,10 @@ export class MqttConnection {
         const fresh: Delivery[] = [];
         const now = Date.now();
         for (const d of stored) {
-          if (d.msg.expiresAt !== undefined && d.msg.expiresAt <= now && !d.released) continue;
+          if (d.msg.expiresAt !== undefined && d.msg.expiresAt <= now && !d.released) {
+            this.hub.untrack(session, d);
+            continue;
+          }
           if (d.packetId !== 0 && !this.inflight.has(d.packetId)) {
             this.inflight.set(d.packetId, d);
             if (d.released) this.send(encodeIdOnly('pubrel', d.packetId, this.level));
@@ -1041,15 +1044,7 @@ export class MqttConnection {
     this.ctx.engine.retained.match(sub.filter, (msg) => {
       if (msg.expiresAt !== undefined && msg.expiresAt <= now) return;
       const qos = (msg.qos < sub.options.qos ? msg.qos : sub.options.qos) as QoS;
-      this.route({
-        msg,
-        qos,
-        retain: true,
-        subIds: d.subscriptionId !== undefined ? [d.subscriptionId] : null,
-        shared: null,
-        packetId: 0,
-        released: false,
-      });
+      this.route(newDelivery(msg, qos, true, d.subscriptionId !== undefined ? [d.subscriptionId] : null, null));
     });
   }
 
@@ -1109,7 +1104,7 @@ export class MqttConnection {
         this.sendQos0Plain(msg);
         return;
       }
-      this.route({ msg, qos, retain, subIds: ids, shared: allShared ? shared : null, packetId: 0, released: false });
+      this.route(newDelivery(msg, qos, retain, ids, allShared ? shared : null));
     } catch (err) {
       this.fail(err);
     }
@@ -1157,9 +1152,15 @@ export class MqttConnection {
     let id = this.nextPacketId;
     while (this.inflight.has(id)) id = id === 0xffff ? 1 : id + 1;
     this.nextPacketId = id === 0xffff ? 1 : id + 1;
-    if (!this.writePublish(d, id, false, Date.now())) return;
+    if (!this.writePublish(d, id, false, Date.now())) {
+      if (d.stored !== 'none') this.hub.untrack(this.session!, d);
+      return;
+    }
     d.packetId = id;
     this.inflight.set(id, d);
+    // Persistent session: the message is in the store, with the packet id it was sent with, until acknowledged.
+    if (d.stored === 'none') this.hub.track(this.session!, d);
+    else this.hub.touch(this.session!, d);
   }
 
   /** Encodes and writes one PUBLISH; false when it was too large for the client and discarded. */
@@ -1215,6 +1216,7 @@ export class MqttConnection {
       this.drop();
     }
     this.queue.push(d);
+    if (d.qos !== 0) this.hub.track(this.session!, d);
   }
 
   private drop(): void {
@@ -1228,6 +1230,8 @@ export class MqttConnection {
     while (this.queueHead < q.length && this.state === State.Connected && !this.restoring) {
       const d = q[this.queueHead];
       if (d.msg.expiresAt !== undefined && d.msg.expiresAt <= now) {
+        // [MQTT-3.3.2-5] expired while waiting: not sent, and no longer kept.
+        if (d.stored !== 'none') this.hub.untrack(this.session!, d);
         this.queueHead++;
         continue;
       }
@@ -1250,6 +1254,7 @@ export class MqttConnection {
     // An unknown id (or a QoS 2 id) is ignored: nothing in 3.1.1 lets us report it.
     if (e === undefined || e.qos !== 1) return;
     this.inflight.delete(id);
+    if (e.stored !== 'none') this.hub.untrack(this.session!, e);
     this.drainQueue();
   }
 
@@ -1263,11 +1268,14 @@ export class MqttConnection {
     if (reason >= 0x80) {
       // Section 4.3.3: a PUBREC with a failure code ends the exchange; the client refused the message.
       this.inflight.delete(id);
+      if (e.stored !== 'none') this.hub.untrack(this.session!, e);
       this.drainQueue();
       return;
     }
-    // The message is now the client's; from here only PUBREL/PUBCOMP remain (section 4.3.3).
+    // The message is now the client's; from here only PUBREL/PUBCOMP remain (section 4.3.3), also after a
+    // broker restart: the stored entry records it.
     e.released = true;
+    if (e.stored !== 'none') this.hub.touch(this.session!, e);
     this.send(encodeIdOnly('pubrel', id, this.level));
   }
 
@@ -1275,6 +1283,7 @@ export class MqttConnection {
     const e = this.inflight.get(id);
     if (e === undefined || e.qos !== 2 || !e.released) return;
     this.inflight.delete(id);
+    if (e.stored !== 'none') this.hub.untrack(this.session!, e);
     this.drainQueue();
   }
 

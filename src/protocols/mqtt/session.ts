@@ -4,7 +4,8 @@
  * An `MqttSession` is the engine's subscriber for one client id: it holds the subscriptions and the inbound
  * QoS 2 state, and lives as long as the MQTT session does (Clean Session / Session Expiry Interval), across
  * connections. While a connection is attached it forwards deliveries to it; while none is, it queues QoS 1/2
- * messages in the SessionStore (bounded, drop-oldest), not in process memory.
+ * messages in the SessionStore (bounded, drop-oldest), not in process memory. For a persistent session every
+ * QoS 1/2 delivery is written through to that store queue until it is acknowledged, connected or not.
  *
  * The `MqttHub` is shared by every MQTT listener of a broker (TCP, TLS, WebSocket): the client-id registry for
  * session takeover, the session table, one shared 1-second tick for keep-alive, connect timeouts, session
@@ -14,7 +15,7 @@
  * messages) is written to the store keyed by client id; the in-memory table is a cache of it.
  */
 import { readFileSync } from 'node:fs';
-import type { Message, QoS, SessionStore, Subscriber, Subscription } from '../../core/index.js';
+import type { Message, QoS, QueuedEntry, SessionStore, Subscriber, Subscription } from '../../core/index.js';
 import { MemorySessionStore, decodeStoredMessage, encodeStoredMessage } from '../../core/index.js';
 import type { AdapterContext } from '../types.js';
 import type { Properties, ProtocolLevel, Will } from './codec/index.js';
@@ -45,6 +46,23 @@ export interface Delivery {
   packetId: number;
   /** QoS 2: PUBREC received, only PUBREL/PUBCOMP remain. */
   released: boolean;
+  /** Where its session-store entry stands (persistent sessions write every QoS 1/2 delivery through). */
+  stored: StoreState;
+  /** Seq of its store entry once known (`stored` is 'stored'), else 0. */
+  seq: number;
+  /** Packet id or QoS 2 state changed since the entry was written: it is rewritten at the next flush. */
+  changed: boolean;
+}
+
+/**
+ * 'none': not in the store. 'queued': to be appended at the next flush. 'writing': appended, seq not known yet.
+ * 'stored': in the store under `seq`. 'gone': acknowledged or dropped (removed, or skipped if not written yet).
+ */
+export type StoreState = 'none' | 'queued' | 'writing' | 'stored' | 'gone';
+
+/** A delivery not yet sent nor stored. */
+export function newDelivery(msg: Message, qos: QoS, retain: boolean, subIds: number[] | null, shared: Subscription | null): Delivery {
+  return { msg, qos, retain, subIds, shared, packetId: 0, released: false, stored: 'none', seq: 0, changed: false };
 }
 
 interface PersistedSub {
@@ -90,8 +108,13 @@ export class MqttSession implements Subscriber {
   expiresAt: number | null = null;
   /** A will waiting for its Will Delay Interval (v5) after the connection ended. */
   pendingWill: { will: Will; at: number } | null = null;
-  /** Offline deliveries not yet written to the store (flushed once per tick, in one transaction). */
-  offlineBatch: Buffer[] = [];
+  /**
+   * Store changes not written yet: deliveries to append, to rewrite (packet id assigned, PUBREC received) and
+   * seqs to remove (acknowledged). Written once per tick, in one transaction per session.
+   */
+  toAppend: Delivery[] = [];
+  toRewrite: Delivery[] = [];
+  toRemove: number[] = [];
   ended = false;
 
   constructor(
@@ -141,6 +164,9 @@ export function decodeDelivery(b: Buffer): Delivery {
     subIds: n > 0 ? subIds : null,
     shared: null,
     msg: decodeStoredMessage(b.subarray(4 + 4 * n)),
+    stored: 'none',
+    seq: 0,
+    changed: false,
   };
 }
 
@@ -385,19 +411,21 @@ export class MqttHub {
     if (s.conn !== conn) return;
     s.conn = null;
     this.connectedCount--;
-    const keep: Delivery[] = [];
     for (const d of unacked) {
       // A member of a shared group went away: its messages go to another member (v5 section 4.8.2).
-      if (d.shared !== null && !d.released && this.ctx.engine.redeliverShared(d.shared, d.msg)) continue;
-      if (d.qos === 0 && !this.opts.queueQos0Offline) continue;
-      keep.push(d);
+      if (d.shared !== null && !d.released && this.ctx.engine.redeliverShared(d.shared, d.msg)) {
+        this.untrack(s, d);
+        continue;
+      }
+      // QoS 1/2 deliveries of a persistent session are in the store already (written through when they
+      // entered the connection, with their packet ids); QoS 0 ones are kept only when configured.
+      if (d.qos === 0 && this.opts.queueQos0Offline) this.track(s, d);
     }
     if (!s.persistent) {
       if (will) this.publishWill(s, will);
       this.endSession(s, 'connection closed');
       return;
     }
-    if (keep.length > 0) this.writeQueue(s, keep.map(encodeDelivery));
     s.expiresAt = s.expiry === EXPIRY_NEVER ? null : Date.now() + s.expiry * 1000;
     if (will) {
       const delay = will.properties?.willDelayInterval ?? 0;
@@ -417,7 +445,9 @@ export class MqttHub {
     }
     for (const sub of s.subs.values()) this.ctx.engine.unsubscribe(sub);
     s.subs.clear();
-    s.offlineBatch = [];
+    s.toAppend = [];
+    s.toRewrite = [];
+    s.toRemove = [];
     if (this.sessions.get(s.clientId) === s) this.sessions.delete(s.clientId);
     this.dirty.delete(s);
     this.ctx.logger.debug({ clientId: s.clientId, why }, 'mqtt session ended');
@@ -470,54 +500,143 @@ export class MqttHub {
       this.stats.offlineDropped++;
       return;
     }
-    s.offlineBatch.push(encodeDelivery({ msg, qos, retain, subIds: ids, shared: null, packetId: 0, released: false }));
+    this.track(s, newDelivery(msg, qos, retain, ids, null));
+  }
+
+  // ---------------------------------------------------------------- write-through of deliveries
+  //
+  // Every QoS 1/2 delivery to a persistent session is in the store from the tick it reaches the session until
+  // it is acknowledged, whether the session is offline (the queue) or connected (in flight, or waiting behind
+  // the window), so a broker killed with SIGKILL loses none (v5 section 4.1.1, storing Session State): the resumed session re-sends them
+  // (DUP, same packet ids [MQTT-4.4.0-1]). The writes of one tick go in one store transaction per session,
+  // issued on process.nextTick, i.e. before the client can have received, let alone acknowledged, the PUBLISH.
+
+  /** Adds a delivery of a persistent session to the store (appended at the next flush). */
+  track(s: MqttSession, d: Delivery): void {
+    if (!s.persistent || s.ended || d.stored !== 'none') return;
+    d.stored = 'queued';
+    s.toAppend.push(d);
+    this.markDirty(s);
+  }
+
+  /** Its packet id or QoS 2 state changed: its entry is rewritten. */
+  touch(s: MqttSession, d: Delivery): void {
+    if (d.stored === 'stored') {
+      if (!d.changed) {
+        d.changed = true;
+        s.toRewrite.push(d);
+        this.markDirty(s);
+      }
+    } else if (d.stored === 'writing') d.changed = true; // rewritten once its seq is known
+    // 'queued': encoded at the flush, with the current state.
+  }
+
+  /** Acknowledged or dropped: its entry is removed (or never written). */
+  untrack(s: MqttSession, d: Delivery): void {
+    const was = d.stored;
+    if (was === 'none' || was === 'gone') return;
+    d.stored = 'gone';
+    if (was === 'stored') {
+      s.toRemove.push(d.seq);
+      this.markDirty(s);
+    }
+    // 'writing': removed when its seq is known; 'queued': skipped by the flush.
+  }
+
+  private markDirty(s: MqttSession): void {
     this.dirty.add(s);
     if (!this.flushScheduled) {
       this.flushScheduled = true;
-      setImmediate(() => this.flushAll());
+      process.nextTick(this.flushAll);
     }
   }
 
-  private flushAll(): void {
+  private readonly flushAll = (): void => {
     this.flushScheduled = false;
-    for (const s of this.dirty) this.flushOffline(s);
+    for (const s of this.dirty) this.flushSession(s);
     this.dirty.clear();
-  }
+  };
 
-  /** Issues the store write of a session's pending offline deliveries (before anything reads the queue). */
-  flushOffline(s: MqttSession): void {
-    if (s.offlineBatch.length === 0) return;
-    const batch = s.offlineBatch;
-    s.offlineBatch = [];
+  /** Issues one store transaction with a session's pending changes (also before anything reads its queue). */
+  flushSession(s: MqttSession): void {
     this.dirty.delete(s);
-    this.writeQueue(s, batch);
-  }
-
-  private writeQueue(s: MqttSession, entries: Buffer[]): void {
-    this.store.enqueue(s.clientId, entries, this.opts.maxQueued).then(
-      (dropped) => {
+    if (s.ended) return;
+    const appended: Delivery[] = [];
+    const append: Buffer[] = [];
+    for (const d of s.toAppend) {
+      if (d.stored !== 'queued') continue;
+      d.stored = 'writing';
+      appended.push(d);
+      append.push(encodeDelivery(d));
+    }
+    let replace: QueuedEntry[] | undefined;
+    for (const d of s.toRewrite) {
+      if (d.stored !== 'stored' || !d.changed) continue;
+      d.changed = false;
+      (replace ??= []).push({ seq: d.seq, data: encodeDelivery(d) });
+    }
+    const remove = s.toRemove;
+    s.toAppend = [];
+    s.toRewrite = [];
+    s.toRemove = [];
+    if (append.length === 0 && replace === undefined && remove.length === 0) return;
+    // Offline, the queue is bounded by maxQueued (drop-oldest). Connected, the connection bounds what it holds
+    // (window + maxQueued, plus what it resumed), so the store bound is only a backstop and never trims an
+    // entry whose seq a delivery still holds.
+    const max = s.conn === null ? this.opts.maxQueued : 2 * (this.opts.maxQueued + this.opts.maxInflight);
+    this.store.updateQueue(s.clientId, { replace, remove, append }, max).then(
+      ({ seqs, dropped }) => {
+        for (let k = 0; k < appended.length; k++) {
+          const d = appended[k];
+          d.seq = seqs[k];
+          if (d.stored === 'writing') {
+            d.stored = 'stored';
+            if (d.changed) {
+              d.changed = false;
+              this.touch(s, d);
+            }
+          } else if (d.stored === 'gone' && !s.ended) {
+            // Acknowledged while its write was under way.
+            s.toRemove.push(d.seq);
+            this.markDirty(s);
+          }
+        }
         if (dropped > 0) {
           this.stats.offlineDropped += dropped;
           this.ctx.engine.stats.dropped += dropped;
           this.ctx.logger.debug({ clientId: s.clientId, dropped }, 'mqtt offline queue full, oldest messages dropped');
         }
       },
-      (err: unknown) => this.storeFailed('enqueue', err),
+      (err: unknown) => this.storeFailed('updateQueue', err),
     );
   }
 
-  /** Reads (and removes) what the store holds for a resumed session, oldest first. */
+  /**
+   * What the store holds for a resumed session, oldest first. A persistent session keeps the entries (each
+   * delivery knows its seq and removes it when acknowledged); one that now ends with its connection has them
+   * removed at once (its record goes with it anyway).
+   */
   async takeQueue(s: MqttSession): Promise<Delivery[]> {
-    this.flushOffline(s);
+    this.flushSession(s);
     const entries = await this.store.readQueue(s.clientId, this.opts.maxQueued + this.opts.maxInflight);
     if (entries.length === 0) return [];
-    await this.store.ackQueue(s.clientId, entries[entries.length - 1].seq);
+    const keep = s.persistent && !s.ended;
+    if (!keep) await this.store.ackQueue(s.clientId, entries[entries.length - 1].seq);
     const out: Delivery[] = [];
     for (const e of entries) {
       try {
-        out.push(decodeDelivery(e.data));
+        const d = decodeDelivery(e.data);
+        if (keep) {
+          d.stored = 'stored';
+          d.seq = e.seq;
+        }
+        out.push(d);
       } catch (err) {
         this.ctx.logger.warn({ clientId: s.clientId, err: String(err) }, 'mqtt queued message is unreadable, skipped');
+        if (keep) {
+          s.toRemove.push(e.seq);
+          this.markDirty(s);
+        }
       }
     }
     return out;

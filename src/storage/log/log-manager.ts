@@ -24,6 +24,7 @@ import {
 import type { Metastore, SegmentMeta } from '../metastore/types.js';
 import type { ObjectStore } from '../objects/types.js';
 import type { WalEntry, WriteAheadLog } from '../wal/types.js';
+import { ProducerState } from './producer-state.js';
 import { buildSegment, findEntry, FOOTER_SIZE, parseFooter, parseIndex, segmentKey, type SegmentIndex } from './segment.js';
 
 export interface LogOptions {
@@ -69,10 +70,14 @@ class Partition {
   logStartOffset = 0;
   flushedOffset = 0;
   sealing: Promise<void> | null = null;
+  /** Idempotent-producer state including the tail, and as of flushedOffset (what the metastore holds). */
+  producers = new ProducerState();
+  flushedProducers = new ProducerState();
   failed: Error | null = null;
   waiters: Waiter[] = [];
   constructor(
-    readonly def: StreamDef,
+    /** Replaced when the stream is redefined (retention changed, partitions added); never its incarnation. */
+    public def: StreamDef,
     readonly partition: number,
     /** WAL key and object prefix: stream name plus incarnation, so a re-created stream never sees old data. */
     readonly key: string,
@@ -141,13 +146,18 @@ export class LogManager implements StreamStorage {
   async openStream(def: StreamDef): Promise<void> {
     for (let i = 0; i < def.partitions; i++) {
       const id = `${def.name}/${i}`;
-      if (this.parts.has(id)) continue;
+      const existing = this.parts.get(id);
+      if (existing) {
+        existing.def = def;
+        continue;
+      }
       const p = new Partition(def, i, partitionKey(def, i));
       const state = await this.meta.getPartitionState(def.name, i);
       p.segments = await this.meta.listSegments(def.name, i);
       p.flushedOffset = state?.flushedOffset ?? 0;
       p.logStartOffset = state?.logStartOffset ?? 0;
       p.nextOffset = p.flushedOffset;
+      await this.loadProducerState(p);
       const entries = this.recovered?.get(p.key);
       if (entries) {
         this.recovered!.delete(p.key);
@@ -162,6 +172,7 @@ export class LogManager implements StreamStorage {
           }
           const info = readBatchInfo(e.data);
           this.pushTail(p, { baseOffset: e.baseOffset, endOffset: e.endOffset, maxTimestamp: info.maxTimestamp, data: e.data });
+          if (ProducerState.isIdempotent(info)) p.producers.record(info, e.baseOffset);
           this.stats.recoveredBatches++;
         }
       }
@@ -169,6 +180,30 @@ export class LogManager implements StreamStorage {
       this.parts.set(id, p);
       this.byKey.set(p.key, p);
     }
+  }
+
+  /**
+   * The idempotent-producer state as of flushedOffset: the snapshot stored with the last segment, plus the batch
+   * headers of any segment committed after it (a crash between the two writes).
+   */
+  private async loadProducerState(p: Partition): Promise<void> {
+    const snap = await this.meta.getProducerState(p.def.name, p.partition);
+    if (snap === null) return; // no snapshot: nothing idempotent was ever sealed (or sealed before snapshots)
+    const state = ProducerState.fromJSON(snap.state);
+    let pos = snap.endOffset;
+    while (pos < p.flushedOffset) {
+      const batches = await this.readSegments(p, pos, 1 << 20);
+      if (batches.length === 0) break;
+      const before = pos;
+      for (const b of batches) {
+        const info = readBatchInfo(b);
+        if (info.baseOffset >= pos && ProducerState.isIdempotent(info)) state.record(info, info.baseOffset);
+        pos = Math.max(pos, info.baseOffset + info.lastOffsetDelta + 1);
+      }
+      if (pos <= before) break;
+    }
+    p.flushedProducers = state;
+    p.producers = state.clone();
   }
 
   async dropStream(name: string): Promise<void> {
@@ -203,9 +238,19 @@ export class LogManager implements StreamStorage {
     const p = this.part(stream, partition);
     if (p.failed) throw new FlowError('STORAGE_ERROR', `partition ${p.key} is failed: ${p.failed.message}`);
     const info = readBatchInfo(batch);
+    const idempotent = ProducerState.isIdempotent(info);
+    if (idempotent) {
+      const dup = p.producers.check(info);
+      if (dup) {
+        // A retry of a batch already appended: answer with its offset once it is durable, append nothing.
+        const durable = p.highWatermark >= dup.endOffset ? Promise.resolve() : this.waitFor(stream, partition, dup.endOffset - 1, 60_000);
+        return { baseOffset: dup.baseOffset, durable, duplicate: true };
+      }
+    }
     const baseOffset = p.nextOffset;
     const endOffset = baseOffset + info.lastOffsetDelta + 1;
     setBaseOffset(batch, baseOffset);
+    if (idempotent) p.producers.record(info, baseOffset);
     this.pushTail(p, { baseOffset, endOffset, maxTimestamp: info.maxTimestamp, data: batch });
     const durable = this.wal.append({ key: p.key, baseOffset, endOffset, data: batch }).then(
       () => {
@@ -392,6 +437,14 @@ export class LogManager implements StreamStorage {
       return;
     }
     await this.meta.commitSegment(seg);
+    // The producer state as of the segment's end goes with it, so a restart only replays what follows.
+    const flushed = p.flushedProducers.clone();
+    for (const b of batches) {
+      const info = readBatchInfo(b.data);
+      if (ProducerState.isIdempotent(info)) flushed.record(info, b.baseOffset);
+    }
+    await this.meta.putProducerState(p.def.name, p.partition, end, flushed.toJSON());
+    p.flushedProducers = flushed;
     this.indexCache.set(objectKey, index);
     p.segments.push(seg);
     p.flushedOffset = end;
@@ -440,6 +493,28 @@ export class LogManager implements StreamStorage {
     void Promise.all([...seals, retention])
       .then(() => (seals.length > 0 ? this.trimWal() : undefined))
       .catch((err: unknown) => this.logger.warn({ err }, 'background log maintenance failed'));
+  }
+
+  /**
+   * Kafka DeleteRecords: the log start offset moves to `offset` (persisted first, so a restart never exposes the
+   * deleted records again), and segments wholly below it are deleted. Tail batches below it stay in memory until
+   * sealed, unreadable.
+   */
+  async deleteRecordsBefore(stream: string, partition: number, offset: number): Promise<number> {
+    const p = this.part(stream, partition);
+    if (!Number.isInteger(offset) || offset < 0 || offset > p.highWatermark) {
+      throw new FlowError('INVALID_ARGUMENT', `offset ${offset} is outside [0, ${p.highWatermark}]`);
+    }
+    if (offset <= p.logStartOffset) return p.logStartOffset;
+    await this.meta.setLogStartOffset(p.def.name, p.partition, offset);
+    p.logStartOffset = Math.max(p.logStartOffset, offset);
+    while (p.segments.length > 0 && p.segments[0].endOffset <= p.logStartOffset) {
+      const seg = p.segments.shift() as SegmentMeta;
+      await this.meta.deleteSegment(p.def.name, p.partition, seg.baseOffset);
+      await this.objects.delete(seg.objectKey);
+      this.indexCache.delete(seg.objectKey);
+    }
+    return p.logStartOffset;
   }
 
   /** Deletes whole segments older than the stream's retention and moves the log start offset past them. */

@@ -12,7 +12,7 @@ import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
 import { FlowError } from '../../core/index.js';
-import type { OffsetCommit, QueuedEntry, RetainedEntry, RetainedStore, SessionRecord, SessionStore } from '../../core/index.js';
+import type { OffsetCommit, QueueChanges, QueuedEntry, RetainedEntry, RetainedStore, SessionRecord, SessionStore } from '../../core/index.js';
 import { migrations, type Migration } from './migrations.js';
 import type { ConsumerOffset, Metastore, PartitionState, SegmentMeta, StreamDef } from './types.js';
 
@@ -156,6 +156,7 @@ export class SqliteMetastore implements Metastore, SessionStore, RetainedStore {
   private readonly txSetLogStart: (stream: string, partition: number, offset: number) => void;
   private readonly txEnqueue: (clientId: string, entries: Buffer[], maxLength: number) => number;
   private readonly txDeleteSession: (clientId: string) => void;
+  private readonly txUpdateQueue: (clientId: string, changes: QueueChanges, maxLength: number) => { seqs: number[]; dropped: number };
 
   private constructor(private readonly db: Database.Database) {
     this.s = this.prepare();
@@ -196,6 +197,23 @@ export class SqliteMetastore implements Metastore, SessionStore, RetainedStore {
       if (n <= maxLength) return 0;
       this.s.queueTrim.run(clientId, clientId, n - maxLength);
       return n - maxLength;
+    });
+    this.txUpdateQueue = db.transaction((clientId: string, changes: QueueChanges, maxLength: number) => {
+      for (const r of changes.replace ?? []) this.s.queueUpdate.run(r.data, clientId, r.seq);
+      for (const seq of changes.remove ?? []) this.s.queueDeleteOne.run(clientId, seq);
+      const seqs: number[] = [];
+      const append = changes.append ?? [];
+      if (append.length > 0) {
+        let seq = (this.s.queueMaxSeq.get(clientId) as { s: number }).s;
+        for (const data of append) {
+          this.s.queueInsert.run(clientId, ++seq, data);
+          seqs.push(seq);
+        }
+      }
+      const n = (this.s.queueCount.get(clientId) as { n: number }).n;
+      if (n <= maxLength) return { seqs, dropped: 0 };
+      this.s.queueTrim.run(clientId, clientId, n - maxLength);
+      return { seqs, dropped: n - maxLength };
     });
     this.txDeleteSession = db.transaction((clientId: string) => {
       this.s.sessionDelete.run(clientId);
@@ -298,6 +316,8 @@ export class SqliteMetastore implements Metastore, SessionStore, RetainedStore {
       queueRead: db.prepare('SELECT seq, data FROM session_queue WHERE client_id = ? ORDER BY seq LIMIT ?'),
       queueAck: db.prepare('DELETE FROM session_queue WHERE client_id = ? AND seq <= ?'),
       queueClear: db.prepare('DELETE FROM session_queue WHERE client_id = ?'),
+      queueUpdate: db.prepare('UPDATE session_queue SET data = ? WHERE client_id = ? AND seq = ?'),
+      queueDeleteOne: db.prepare('DELETE FROM session_queue WHERE client_id = ? AND seq = ?'),
       retainedPut: db.prepare(
         `INSERT INTO retained_messages (topic, data, updated_at) VALUES (?, ?, ?)
          ON CONFLICT (topic) DO UPDATE SET data = excluded.data, updated_at = excluded.updated_at`,
@@ -500,6 +520,11 @@ export class SqliteMetastore implements Metastore, SessionStore, RetainedStore {
 
   async ackQueue(clientId: string, upTo: number): Promise<void> {
     this.run('ackQueue', () => this.s.queueAck.run(clientId, upTo));
+  }
+
+  async updateQueue(clientId: string, changes: QueueChanges, maxLength: number): Promise<{ seqs: number[]; dropped: number }> {
+    checkInt('maxLength', maxLength, 1);
+    return this.run('updateQueue', () => this.txUpdateQueue(clientId, changes, maxLength));
   }
 
   async queueLength(clientId: string): Promise<number> {

@@ -500,7 +500,7 @@ describe('kafka golden requests', () => {
   it('rejects trailing bytes, unknown APIs and unsupported versions with typed errors', () => {
     expectProtocolError(() => decodeRequest(Buffer.concat([requestGoldens[0].frame, hex('00')])), 'TRAILING_BYTES');
     expectProtocolError(() => decodeRequest(hex('0063 0000 00000001 ffff 0001 61')), 'UNKNOWN_API');
-    expectProtocolError(() => decodeRequest(hex('0000 0002 00000001 ffff')), 'UNSUPPORTED_VERSION');
+    expectProtocolError(() => decodeRequest(hex('0000 000a 00000001 ffff')), 'UNSUPPORTED_VERSION');
     expectProtocolError(() => decodeRequest(hex('0001 000d 00000001 ffff 00')), 'UNSUPPORTED_VERSION');
   });
 });

@@ -329,7 +329,7 @@ describe('kafka listener with real clients', () => {
       assert.deepEqual(
         av.apiKeys.map((k) => [k.apiKey, k.minVersion, k.maxVersion]),
         [
-          [0, 3, 9],
+          [0, 0, 9],
           [1, 4, 12],
           [2, 1, 7],
           [3, 0, 12],
@@ -342,7 +342,6 @@ describe('kafka listener with real clients', () => {
           [14, 0, 5],
           [15, 0, 5],
           [16, 0, 4],
-          [17, 0, 1],
           [18, 0, 3],
           [19, 0, 7],
           [20, 0, 6],
@@ -351,7 +350,6 @@ describe('kafka listener with real clients', () => {
           [23, 0, 4],
           [32, 0, 4],
           [33, 0, 2],
-          [36, 0, 2],
           [37, 0, 3],
           [42, 0, 2],
           [44, 0, 1],
@@ -509,22 +507,20 @@ describe('kafka listener with real clients', () => {
     }
   });
 
-  it('refuses a compression codec the core cannot decode with UNSUPPORTED_COMPRESSION_TYPE', async (t) => {
-    const codec = [2, 3, 4].find((x) => !isCompressionSupported(x));
-    if (codec === undefined) {
-      t.skip('every codec is supported');
-      return;
-    }
+  it('accepts every defined compression codec id and refuses the undefined ones (5-7)', async () => {
+    // Codecs 1-4 decode through the core (gzip) and the adapter's registered decompressors (snappy, lz4, zstd);
+    // compressed produce and fetch with each are exercised end to end in compression.test.ts.
+    for (const codec of [0, 1, 2, 3, 4]) assert.ok(isCompressionSupported(codec), `codec ${codec}`);
+    for (const codec of [5, 6, 7]) assert.ok(!isCompressionSupported(codec), `codec ${codec}`);
     await engine.createStream({ name: 'comp', partitions: 1 });
     const batch = encodeBatch([rec('x')]);
-    batch.writeInt16BE(codec, 21);
+    batch.writeInt16BE(6, 21);
     batch.writeUInt32BE(crc32c(batch, 21, batch.length), 17);
     const c = await RawClient.connect(port);
     try {
       const res = await c.call(ProduceApi, 7, produceRequest('comp', 0, batch));
       assert.equal(res.topics[0].partitions[0].errorCode, KafkaErrorCode.UNSUPPORTED_COMPRESSION_TYPE);
       assert.equal(engine.offsets('comp', 0).highWatermark, 0);
-      // gzip is supported by the core codec.
       const gz = await c.call(ProduceApi, 7, produceRequest('comp', 0, encodeBatch([rec('g')], 1)));
       assert.equal(gz.topics[0].partitions[0].errorCode, 0);
     } finally {

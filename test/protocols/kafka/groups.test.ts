@@ -253,6 +253,9 @@ describe('kafka group coordinator over the wire', () => {
     const b = await connect();
     const other = await b.call(JoinGroupApi, 3, join('g3', '', { protocols: [{ name: 'other', metadata: Buffer.alloc(0) }] }));
     assert.equal(other.errorCode, E.INCONSISTENT_GROUP_PROTOCOL);
+    const waiting = await b.call(OffsetCommitApi, 3, commit('g3', -1, '', 1));
+    assert.equal(waiting.topics[0].partitions[0].errorCode, E.REBALANCE_IN_PROGRESS, 'the group awaits its assignment');
+    await a.call(SyncGroupApi, 0, { groupId: 'g3', generationId: j.generationId, memberId: j.memberId, groupInstanceId: null, protocolType: null, protocolName: null, assignments: [] });
     const commitNoGen = await b.call(OffsetCommitApi, 3, commit('g3', -1, '', 1));
     assert.equal(commitNoGen.topics[0].partitions[0].errorCode, E.UNKNOWN_MEMBER_ID, 'a generation-less commit to a live group');
     const standalone = await b.call(OffsetCommitApi, 3, commit('solo', -1, '', 4));

@@ -135,7 +135,8 @@ export class RawClient {
 
   static open(port: number): Promise<RawClient> {
     return new Promise((resolve, reject) => {
-      const s = net.connect(port, '127.0.0.1', () => resolve(new RawClient(s)));
+      // No Nagle: a lone small packet (an ack) must not wait for the broker's delayed TCP ACK.
+      const s = net.connect({ port, host: '127.0.0.1', noDelay: true }, () => resolve(new RawClient(s)));
       s.once('error', reject);
     });
   }
@@ -148,8 +149,9 @@ export class RawClient {
     return c;
   }
 
+  /** Writes raw bytes, or a packet encoded at the client's `level`. */
   send(p: MqttPacket | Buffer): void {
-    this.socket.write(Buffer.isBuffer(p) ? p : encodePacket(p));
+    this.socket.write(Buffer.isBuffer(p) ? p : encodePacket(p, this.level));
   }
 
   /** Waits for the next received packet of `type` not yet consumed by an earlier `next`. */

@@ -1,6 +1,8 @@
 /**
- * Produce (key 0), versions 3-9; v9 flexible. v3 is the first version carrying RecordBatch v2 (magic 2) and a
- * transactional id, so older versions (message sets v0/v1) are not offered. v5 adds log_start_offset to the
+ * Produce (key 0), versions 0-9; v9 flexible. v1 adds the throttle time, v2 the log append time, v3 the
+ * transactional id and RecordBatch v2 (magic 2). Versions 0-2 are decoded because librdkafka decides from them
+ * whether a broker takes gzip and snappy at all (its feature table requires Produce v0 for those codecs); their
+ * old message sets (magic 0/1) are refused with UNSUPPORTED_FOR_MESSAGE_FORMAT. v5 adds log_start_offset to the
  * response, v8 per-batch record errors and an error message (KIP-467).
  */
 import { ApiKey, type ApiCodec } from './api.js';
@@ -57,12 +59,12 @@ export interface ProduceResponse {
 export const ProduceApi: ApiCodec<ProduceRequest, ProduceResponse> = {
   apiKey: ApiKey.Produce,
   name: 'Produce',
-  minVersion: 3,
+  minVersion: 0,
   maxVersion: 9,
   firstFlexibleVersion: 9,
 
-  decodeRequest(r: Reader): ProduceRequest {
-    const transactionalId = r.nullableString();
+  decodeRequest(r: Reader, version: number): ProduceRequest {
+    const transactionalId = version >= 3 ? r.nullableString() : null;
     const acks = r.int16();
     const timeoutMs = r.int32();
     const topics = r.array((r): ProduceTopicData => {
@@ -80,8 +82,9 @@ export const ProduceApi: ApiCodec<ProduceRequest, ProduceResponse> = {
     return { transactionalId, acks, timeoutMs, topics };
   },
 
-  encodeRequest(w: Writer, _version: number, req: ProduceRequest): void {
-    w.nullableString(req.transactionalId).int16(req.acks).int32(req.timeoutMs);
+  encodeRequest(w: Writer, version: number, req: ProduceRequest): void {
+    if (version >= 3) w.nullableString(req.transactionalId);
+    w.int16(req.acks).int32(req.timeoutMs);
     w.array(req.topics, (w, t) => {
       w.string(t.name);
       w.array(t.partitions, (w, p) => {
@@ -97,7 +100,8 @@ export const ProduceApi: ApiCodec<ProduceRequest, ProduceResponse> = {
     w.array(res.topics, (w, t) => {
       w.string(t.name);
       w.array(t.partitions, (w, p) => {
-        w.int32(p.index).int16(p.errorCode).int64(p.baseOffset).int64(p.logAppendTimeMs);
+        w.int32(p.index).int16(p.errorCode).int64(p.baseOffset);
+        if (version >= 2) w.int64(p.logAppendTimeMs);
         if (version >= 5) w.int64(p.logStartOffset);
         if (version >= 8) {
           w.array(p.recordErrors, (w, e) => {
@@ -110,7 +114,7 @@ export const ProduceApi: ApiCodec<ProduceRequest, ProduceResponse> = {
       });
       w.taggedFields();
     });
-    w.int32(res.throttleTimeMs);
+    if (version >= 1) w.int32(res.throttleTimeMs);
     w.taggedFields();
   },
 
@@ -121,7 +125,7 @@ export const ProduceApi: ApiCodec<ProduceRequest, ProduceResponse> = {
         const index = r.int32();
         const errorCode = r.int16();
         const baseOffset = r.int64();
-        const logAppendTimeMs = r.int64();
+        const logAppendTimeMs = version >= 2 ? r.int64() : -1;
         const logStartOffset = version >= 5 ? r.int64() : -1;
         let recordErrors: ProduceRecordError[] = [];
         let errorMessage: string | null = null;
@@ -139,7 +143,7 @@ export const ProduceApi: ApiCodec<ProduceRequest, ProduceResponse> = {
       r.taggedFields();
       return { name, partitions };
     });
-    const throttleTimeMs = r.int32();
+    const throttleTimeMs = version >= 1 ? r.int32() : 0;
     r.taggedFields();
     return { topics, throttleTimeMs };
   },

@@ -71,6 +71,12 @@ function append(ctx: RequestContext, stream: StreamEntry, p: ProducePartitionDat
     fail(r, KafkaErrorCode.CORRUPT_MESSAGE, 'no record batch');
     return;
   }
+  // Byte 16 of a batch (or of a v0/v1 message's header) is its magic: only RecordBatch v2 is stored. Produce
+  // v0-2 clients send message sets v0/v1, which Kafka would convert; FlowMQ refuses them.
+  if (p.records.length > 16 && p.records[16] !== 2) {
+    fail(r, KafkaErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT, `message format magic ${p.records[16]} is not supported; use RecordBatch v2`);
+    return;
+  }
   let batches: Buffer[];
   try {
     batches = splitBatches(p.records);

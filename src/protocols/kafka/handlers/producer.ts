@@ -1,0 +1,61 @@
+/**
+ * InitProducerId (KIP-98): hands an idempotent producer a producer id that no other producer ever had, even
+ * across restarts (ids are reserved in blocks from the core's ProducerIdStore, the metastore in a broker), with
+ * epoch 0. Per-partition sequence checks happen where batches are appended (the log engine).
+ *
+ * For a producer without transactional id Kafka always allocates a new id, also when the request names its
+ * current id and epoch (KIP-360); so does FlowMQ. Transactions are not supported: a transactional id is refused
+ * with TRANSACTIONAL_ID_AUTHORIZATION_FAILED, a non-retriable error, so that a transactional producer fails at
+ * once instead of retrying forever.
+ */
+import type { ProducerIdStore } from '../../../core/index.js';
+import { KafkaErrorCode, type InitProducerIdRequest, type InitProducerIdResponse } from '../codec/index.js';
+import { kafkaErrorCode } from '../errors.js';
+import type { RequestContext } from '../route.js';
+
+const BLOCK = 100;
+
+/** Hands out ids from blocks reserved in the store, one reservation at a time. */
+export class ProducerIdAllocator {
+  private next = 0;
+  private end = 0;
+  private pending: Promise<void> | null = null;
+
+  constructor(private readonly store: ProducerIdStore) {}
+
+  async allocate(): Promise<number> {
+    while (this.next >= this.end) {
+      this.pending ??= this.store.allocateProducerIds(BLOCK).then(
+        (first) => {
+          this.next = first;
+          this.end = first + BLOCK;
+          this.pending = null;
+        },
+        (err: unknown) => {
+          this.pending = null;
+          throw err;
+        },
+      );
+      await this.pending;
+    }
+    return this.next++;
+  }
+}
+
+export async function handleInitProducerId(ctx: RequestContext, req: InitProducerIdRequest): Promise<InitProducerIdResponse> {
+  const res = { throttleTimeMs: 0, errorCode: KafkaErrorCode.NONE as number, producerId: -1, producerEpoch: -1 };
+  if (req.transactionalId !== null) {
+    res.errorCode = KafkaErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
+    return res;
+  }
+  try {
+    res.producerId = await ctx.adapter.producerIdAllocator.allocate();
+    res.producerEpoch = 0;
+    ctx.conn.log.debug({ producerId: res.producerId }, 'producer id allocated');
+  } catch (err) {
+    ctx.conn.log.warn({ err }, 'producer id allocation failed');
+    // Retriable for the client: it will ask again.
+    res.errorCode = kafkaErrorCode(err) === KafkaErrorCode.KAFKA_STORAGE_ERROR ? KafkaErrorCode.COORDINATOR_NOT_AVAILABLE : kafkaErrorCode(err);
+  }
+  return res;
+}

@@ -1,0 +1,96 @@
+/**
+ * Idempotent-producer state of one partition (KIP-98), as Kafka's ProducerStateManager keeps it: per producer
+ * id, its epoch and the sequence ranges of its last five batches (a producer has at most five in flight, so a
+ * retry always finds its original among them).
+ *
+ * Rules, as in Kafka: a producer never seen accepts any sequence (its state may have been lost with retention);
+ * a newer epoch must start at sequence 0; an older epoch is fenced; within an epoch a batch repeating a recent
+ * range is a duplicate (answered with its original offset, not appended), and any other batch must start right
+ * after the last sequence (wrapping at INT32_MAX), else it is out of order.
+ *
+ * Durability: the state as of a segment's end is stored in the metastore when the segment is committed; on
+ * recovery it is loaded and the batches after it (the WAL tail) are replayed on top of it.
+ */
+import { FlowError, type BatchInfo } from '../../core/index.js';
+
+export interface SeqRange {
+  first: number;
+  last: number;
+  baseOffset: number;
+  endOffset: number;
+}
+
+export interface ProducerEntry {
+  epoch: number;
+  batches: SeqRange[];
+}
+
+const MAX_BATCHES = 5;
+const MAX_SEQ = 0x7fffffff;
+
+const lastSeqOf = (info: BatchInfo): number => (info.baseSequence + info.lastOffsetDelta) % (MAX_SEQ + 1);
+const nextSeq = (seq: number): number => (seq === MAX_SEQ ? 0 : seq + 1);
+
+export class ProducerState {
+  readonly producers = new Map<number, ProducerEntry>();
+
+  /** Whether the batch carries a producer id (is idempotent). */
+  static isIdempotent(info: BatchInfo): boolean {
+    return info.producerId >= 0n && info.baseSequence >= 0;
+  }
+
+  /**
+   * Checks an idempotent batch before it is appended: returns the original range when it is a duplicate, null
+   * when it may be appended; throws OUT_OF_ORDER_SEQUENCE or PRODUCER_FENCED otherwise.
+   */
+  check(info: BatchInfo): SeqRange | null {
+    const e = this.producers.get(Number(info.producerId));
+    if (!e) return null;
+    if (info.producerEpoch < e.epoch) {
+      throw new FlowError('PRODUCER_FENCED', `producer ${info.producerId} epoch ${info.producerEpoch} is older than ${e.epoch}`);
+    }
+    if (info.producerEpoch > e.epoch) {
+      if (info.baseSequence !== 0) {
+        throw new FlowError('OUT_OF_ORDER_SEQUENCE', `producer ${info.producerId}: new epoch ${info.producerEpoch} must start at sequence 0, not ${info.baseSequence}`);
+      }
+      return null;
+    }
+    const last = lastSeqOf(info);
+    const dup = e.batches.find((b) => b.first === info.baseSequence && b.last === last);
+    if (dup) return dup;
+    const expected = nextSeq(e.batches[e.batches.length - 1].last);
+    if (info.baseSequence !== expected) {
+      throw new FlowError('OUT_OF_ORDER_SEQUENCE', `producer ${info.producerId}: expected sequence ${expected}, got ${info.baseSequence}`);
+    }
+    return null;
+  }
+
+  /** Records an appended idempotent batch. */
+  record(info: BatchInfo, baseOffset: number): void {
+    const id = Number(info.producerId);
+    let e = this.producers.get(id);
+    if (!e || info.producerEpoch !== e.epoch) {
+      e = { epoch: info.producerEpoch, batches: [] };
+      this.producers.set(id, e);
+    }
+    e.batches.push({ first: info.baseSequence, last: lastSeqOf(info), baseOffset, endOffset: baseOffset + info.lastOffsetDelta + 1 });
+    if (e.batches.length > MAX_BATCHES) e.batches.shift();
+  }
+
+  clone(): ProducerState {
+    const c = new ProducerState();
+    for (const [id, e] of this.producers) c.producers.set(id, { epoch: e.epoch, batches: e.batches.map((b) => ({ ...b })) });
+    return c;
+  }
+
+  toJSON(): string {
+    return JSON.stringify([...this.producers]);
+  }
+
+  static fromJSON(json: string): ProducerState {
+    const s = new ProducerState();
+    const rows = JSON.parse(json) as Array<[number, ProducerEntry]>;
+    for (const [id, e] of rows) s.producers.set(id, e);
+    return s;
+  }
+}
