@@ -4,7 +4,7 @@
  * All methods are async so that a networked backend fits the same interface.
  */
 
-import type { OffsetCommit, OffsetStore, ProducerIdStore, StreamDef } from '../../core/index.js';
+import type { CommittedOffset, OffsetCommit, OffsetStore, ProducerIdStore, StreamDef } from '../../core/index.js';
 export type { StreamDef };
 
 export interface SegmentMeta {
@@ -32,14 +32,8 @@ export interface PartitionState {
   flushedOffset: number;
 }
 
-export interface ConsumerOffset {
-  group: string;
-  stream: string;
-  partition: number;
-  offset: number;
-  metadata: string | null;
-  committedAt: number;
-}
+/** A consumer group's committed position: the core's CommittedOffset, stored here. */
+export type ConsumerOffset = CommittedOffset;
 
 export interface Metastore extends OffsetStore, ProducerIdStore {
   readonly kind: string;
