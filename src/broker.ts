@@ -8,10 +8,10 @@ import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import type { Config } from './config/index.js';
 import { Engine, FlowError } from './core/index.js';
-import { startAdminApi, type AdminApi } from './control/index.js';
+import { loadUsersFile, passwordAuthenticator, saslProvider, startAdminApi, type AdminApi } from './control/index.js';
 import type { AdapterContext, ProtocolListener } from './protocols/types.js';
 import { createMqttHub, startMqttListener, startMqttTlsListener, startMqttWsListener, type MqttHub } from './protocols/mqtt/index.js';
-import { startKafkaListener } from './protocols/kafka/index.js';
+import { createKafkaAdapter, startKafkaListener } from './protocols/kafka/index.js';
 import { LogManager } from './storage/log/index.js';
 import { SqliteMetastore } from './storage/metastore/index.js';
 import { FsObjectStore } from './storage/objects/index.js';
@@ -29,6 +29,9 @@ export interface Broker {
 }
 
 export async function startBroker(config: Config, logger: Logger): Promise<Broker> {
+  // Users first: a bad users file stops the broker before it opens storage. Only derived credentials are kept.
+  const users = config.usersFile === null ? null : await loadUsersFile(config.usersFile);
+  if (users) logger.info({ usersFile: config.usersFile, users: users.size, allowAnonymous: config.allowAnonymous }, 'users loaded');
   const dataDir = resolve(config.dataDir);
   mkdirSync(dataDir, { recursive: true });
   const metastore = SqliteMetastore.open(join(dataDir, 'metastore.db'));
@@ -71,6 +74,7 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
         maxSessionExpiry: Math.floor(config.mqttSessionExpiryMax / 1000),
         maxKeepalive: config.mqttMaxKeepalive,
         sysIntervalMs: config.mqttSysInterval,
+        ...(users ? { authenticate: passwordAuthenticator(users, config.allowAnonymous) } : {}),
       });
       const l = await startMqttListener(mctx, { host: config.host, port: config.mqttPort }, {}, mqttHub);
       listeners.set('mqtt', l);
@@ -93,19 +97,31 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
       }
     }
     if (config.protocols.includes('kafka')) {
-      const l = await startKafkaListener(
-        { ...ctx, logger: logger.child({ protocol: 'kafka' }) },
-        { host: config.host, port: config.kafkaPort },
+      const kctx = { ...ctx, logger: logger.child({ protocol: 'kafka' }) };
+      // One adapter for the plaintext and TLS listeners: one group coordinator, one producer-id allocator.
+      const adapter = createKafkaAdapter(
+        kctx,
         {
           advertisedHost: config.kafkaAdvertisedHost ?? undefined,
           autoCreateTopics: config.kafkaAutoCreateTopics,
           defaultPartitions: config.kafkaDefaultPartitions,
+          groupInitialRebalanceDelayMs: config.kafkaGroupInitialRebalanceDelay,
+          groupMinSessionTimeoutMs: config.kafkaGroupMinSessionTimeout,
+          groupMaxSessionTimeoutMs: config.kafkaGroupMaxSessionTimeout,
+          sasl: users ? saslProvider(users, config.kafkaSaslMechanisms) : undefined,
         },
         // Committed offsets and producer ids are durable in the metastore, through the core's interfaces.
         { offsets: metastore, producerIds: metastore },
       );
+      const l = await startKafkaListener(kctx, { host: config.host, port: config.kafkaPort, sasl: config.kafkaSasl }, {}, {}, adapter);
       listeners.set('kafka', l);
-      logger.info({ protocol: 'kafka', address: fmt(l.address()) }, 'listening');
+      logger.info({ protocol: 'kafka', address: fmt(l.address()), sasl: config.kafkaSasl }, 'listening');
+      if (config.kafkaTlsCert !== null && config.kafkaTlsKey !== null) {
+        const tlsOpts = { cert: readFileSync(config.kafkaTlsCert), key: readFileSync(config.kafkaTlsKey) };
+        const t = await startKafkaListener(kctx, { host: config.host, port: config.kafkaTlsPort, sasl: config.kafkaSasl, tls: tlsOpts }, {}, {}, adapter);
+        listeners.set('kafka-tls', t);
+        logger.info({ protocol: 'kafka-tls', address: fmt(t.address()), sasl: config.kafkaSasl }, 'listening');
+      }
     }
   } catch (err) {
     await closeAll();

@@ -6,6 +6,7 @@
 import { readFileSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
 import { FlowError } from '../core/index.js';
+import { SASL_MECHANISMS } from '../control/sasl.js';
 import { parseDuration, parseSize } from './units.js';
 
 export { parseDuration, parseSize } from './units.js';
@@ -45,9 +46,22 @@ export interface Config {
   segmentBytes: number;
   segmentMs: number;
   walFsync: boolean;
+  /** Users file (YAML/JSON list of {username, password}); null: no users, no authentication. */
+  usersFile: string | null;
+  /** Unset: true without a users file, false with one. */
+  allowAnonymous: boolean;
+  /** Kafka listeners require SASL. Unset: when users are configured and anonymous access is not allowed. */
+  kafkaSasl: boolean;
+  kafkaSaslMechanisms: string[];
+  kafkaTlsPort: number;
+  kafkaTlsCert: string | null;
+  kafkaTlsKey: string | null;
+  kafkaGroupInitialRebalanceDelay: number;
+  kafkaGroupMinSessionTimeout: number;
+  kafkaGroupMaxSessionTimeout: number;
 }
 
-type Kind = 'string' | 'port' | 'int' | 'bool' | 'protocols' | 'size' | 'duration' | 'level';
+type Kind = 'string' | 'port' | 'int' | 'bool' | 'protocols' | 'size' | 'duration' | 'delay' | 'level' | 'sasl-mechanisms';
 
 interface OptionSpec {
   key: keyof Config;
@@ -89,6 +103,16 @@ export const OPTIONS: OptionSpec[] = [
   { key: 'segmentBytes', name: 'segment-bytes', kind: 'size', default: 16 * 1024 * 1024, help: 'seal a partition\'s hot tail into an object-store segment at this size' },
   { key: 'segmentMs', name: 'segment-ms', kind: 'duration', default: 60_000, help: '...or at this age (ms, or 30s, 5m...)' },
   { key: 'walFsync', name: 'wal-fsync', kind: 'bool', default: true, help: 'fsync the WAL before acknowledging (turn off only for throwaway data)' },
+  { key: 'usersFile', name: 'users-file', kind: 'string', default: null, help: 'YAML/JSON list of {username, password}: Kafka SASL and MQTT username/password check against it' },
+  { key: 'allowAnonymous', name: 'allow-anonymous', kind: 'bool', default: null, help: 'let clients in without credentials (default: true without users-file, false with it)' },
+  { key: 'kafkaSasl', name: 'kafka-sasl', kind: 'bool', default: null, help: 'Kafka listeners require SASL authentication (default: true when users-file is set and allow-anonymous is not)' },
+  { key: 'kafkaSaslMechanisms', name: 'kafka-sasl-mechanisms', kind: 'sasl-mechanisms', default: [...SASL_MECHANISMS], help: 'SASL mechanisms offered to Kafka clients when users are configured, comma-separated' },
+  { key: 'kafkaTlsPort', name: 'kafka-tls-port', kind: 'port', default: 9093, help: 'Kafka over TLS (SSL, SASL_SSL); listens only when kafka-tls-cert and kafka-tls-key are set' },
+  { key: 'kafkaTlsCert', name: 'kafka-tls-cert', kind: 'string', default: null, help: 'PEM certificate (chain) file of the Kafka TLS listener' },
+  { key: 'kafkaTlsKey', name: 'kafka-tls-key', kind: 'string', default: null, help: 'PEM private key file of the Kafka TLS listener' },
+  { key: 'kafkaGroupInitialRebalanceDelay', name: 'kafka-group-initial-rebalance-delay', kind: 'delay', default: 3000, help: 'wait for more members before the first rebalance of an empty group (KIP-134; 0 to disable)' },
+  { key: 'kafkaGroupMinSessionTimeout', name: 'kafka-group-min-session-timeout', kind: 'duration', default: 6000, help: 'shortest session timeout a consumer group member may ask for' },
+  { key: 'kafkaGroupMaxSessionTimeout', name: 'kafka-group-max-session-timeout', kind: 'duration', default: 1_800_000, help: 'longest session timeout a consumer group member may ask for' },
 ];
 
 const LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'];
@@ -136,6 +160,23 @@ function coerce(spec: OptionSpec, raw: unknown, source: string): Config[keyof Co
       const n = typeof str === 'string' || typeof str === 'number' ? parseDuration(str) : null;
       if (n === null || n <= 0) throw bad('expected a duration such as 500ms, 30s, 5m or 7d');
       return n;
+    }
+    case 'delay': {
+      const n = typeof str === 'string' || typeof str === 'number' ? parseDuration(str) : null;
+      if (n === null || n < 0) throw bad('expected 0 or a duration such as 500ms, 30s, 5m');
+      return n;
+    }
+    case 'sasl-mechanisms': {
+      const list = Array.isArray(str) ? str : typeof str === 'string' ? str.split(',') : null;
+      if (!list) throw bad('expected a comma-separated list');
+      const out: string[] = [];
+      for (const item of list) {
+        const m = String(item).trim().toUpperCase();
+        if (!(SASL_MECHANISMS as readonly string[]).includes(m)) throw bad(`unknown SASL mechanism "${m}"; known: ${SASL_MECHANISMS.join(', ')}`);
+        if (!out.includes(m)) out.push(m);
+      }
+      if (out.length === 0) throw bad('offer at least one mechanism');
+      return out;
     }
     case 'protocols': {
       const list = Array.isArray(str) ? str : typeof str === 'string' ? str.split(',') : null;
@@ -191,6 +232,16 @@ export function loadConfig(src: ConfigSources = {}): Config {
     const spec = byName.get(k);
     if (!spec) throw new ConfigError(`unknown option --${k}`);
     cfg[spec.key] = coerce(spec, v, `--${k}`);
+  }
+  // Options whose default depends on others (their table default is null: "derived").
+  const users = cfg.usersFile !== null;
+  if (cfg.allowAnonymous === null) cfg.allowAnonymous = !users;
+  if (cfg.kafkaSasl === null) cfg.kafkaSasl = users && cfg.allowAnonymous === false;
+  if (!users && cfg.allowAnonymous === false) throw new ConfigError('allow-anonymous false needs users-file (there would be no one to let in)');
+  if (!users && cfg.kafkaSasl === true) throw new ConfigError('kafka-sasl true needs users-file');
+  if ((cfg.kafkaTlsCert === null) !== (cfg.kafkaTlsKey === null)) throw new ConfigError('Kafka over TLS needs both kafka-tls-cert and kafka-tls-key');
+  if ((cfg.kafkaGroupMinSessionTimeout as number) > (cfg.kafkaGroupMaxSessionTimeout as number)) {
+    throw new ConfigError('kafka-group-min-session-timeout must not exceed kafka-group-max-session-timeout');
   }
   return cfg as unknown as Config;
 }

@@ -13,7 +13,7 @@ import {
   type StreamEntry,
 } from '../../core/index.js';
 import type { AdapterContext } from '../types.js';
-import { KafkaErrorCode, type ApiVersionRange } from './codec/index.js';
+import { ApiKey, KafkaErrorCode, type ApiVersionRange } from './codec/index.js';
 import { kafkaErrorCode } from './errors.js';
 import type { ResolvedKafkaOptions } from './options.js';
 import type { Route } from './route.js';
@@ -62,10 +62,24 @@ export class KafkaAdapter {
       maxSessionTimeoutMs: options.groupMaxSessionTimeoutMs,
       initialRebalanceDelayMs: options.groupInitialRebalanceDelayMs,
     });
-    this.routeByKey = new Map(routes.map((r) => [r.codec.apiKey, r]));
-    this.apiVersions = routes
+    // The SASL APIs are offered only when there is something to authenticate against.
+    const offered = options.sasl ? routes : routes.filter((r) => r.codec.apiKey !== ApiKey.SaslHandshake && r.codec.apiKey !== ApiKey.SaslAuthenticate);
+    this.routeByKey = new Map(offered.map((r) => [r.codec.apiKey, r]));
+    this.apiVersions = offered
       .map((r) => ({ apiKey: r.codec.apiKey, minVersion: r.codec.minVersion, maxVersion: r.codec.maxVersion }))
       .sort((a, b) => a.apiKey - b.apiKey);
+  }
+
+  private users = 0;
+
+  /** A listener starts using this adapter (several listeners, e.g. plaintext and TLS, share one). */
+  retain(): void {
+    this.users++;
+  }
+
+  /** A listener stops using it; the last one stops the group coordinator's timers. */
+  release(): void {
+    if (--this.users <= 0) this.groups.close();
   }
 
   route(apiKey: number): Route | undefined {

@@ -15,6 +15,9 @@
  *   (the protocol has no way to answer a request the broker cannot parse). An unknown API or an unadvertised
  *   version is answered with UNSUPPORTED_VERSION and the connection stays open (ApiVersions in its v0 layout
  *   per KIP-511). Nothing a client sends can throw out of this class.
+ * - SASL: on a listener that requires it, any API but ApiVersions, SaslHandshake and SaslAuthenticate before
+ *   authentication closes the connection with a log line, as Kafka's SASL listeners do. After SaslHandshake v0
+ *   the next frames are raw SASL tokens (no request header) until the exchange ends (see sasl.ts).
  */
 import type { Duplex } from 'node:stream';
 import type { Logger } from 'pino';
@@ -30,7 +33,13 @@ import {
   supportsVersion,
   type RequestPrefix,
 } from './codec/index.js';
-import { CLOSE_CONNECTION, type ConnectionInfo, type RouteResult } from './route.js';
+import { CLOSE_CONNECTION, type ConnectionInfo, type KafkaListenerInfo, type RouteResult } from './route.js';
+import { SaslSession, stepRawToken } from './sasl.js';
+
+const PLAINTEXT_LISTENER: KafkaListenerInfo = { name: 'kafka', tls: false, saslRequired: false };
+
+/** APIs a client may use before authenticating on a listener that requires SASL (as Kafka). */
+const PRE_AUTH_APIS: ReadonlySet<number> = new Set([ApiKey.ApiVersions, ApiKey.SaslHandshake, ApiKey.SaslAuthenticate]);
 
 export interface KafkaConnectionInit {
   id: string;
@@ -38,6 +47,8 @@ export interface KafkaConnectionInit {
   localPort?: number;
   remoteAddress?: string;
   remotePort?: number;
+  /** The listener the connection arrived on; default a plaintext listener without SASL. */
+  listener?: KafkaListenerInfo;
 }
 
 interface Slot {
@@ -52,6 +63,8 @@ export class KafkaConnection implements ConnectionInfo {
   readonly localAddress: string | undefined;
   readonly localPort: number | undefined;
   readonly remoteAddress: string | undefined;
+  readonly listener: KafkaListenerInfo;
+  readonly sasl = new SaslSession();
   readonly closed: Promise<void>;
   private resolveClosed: () => void = () => undefined;
   private isDone = false;
@@ -78,6 +91,7 @@ export class KafkaConnection implements ConnectionInfo {
     this.localAddress = init.localAddress;
     this.localPort = init.localPort;
     this.remoteAddress = init.remoteAddress;
+    this.listener = init.listener ?? PLAINTEXT_LISTENER;
     this.log = adapter.logger.child({ conn: init.id, remote: `${init.remoteAddress ?? '?'}:${init.remotePort ?? '?'}` });
     this.closed = new Promise<void>((resolve) => {
       this.resolveClosed = resolve;
@@ -163,6 +177,10 @@ export class KafkaConnection implements ConnectionInfo {
   }
 
   private dispatch(frame: Buffer): void {
+    if (this.sasl.raw) {
+      this.dispatchRawToken(frame);
+      return;
+    }
     let prefix: RequestPrefix;
     try {
       prefix = readRequestPrefix(frame);
@@ -172,6 +190,14 @@ export class KafkaConnection implements ConnectionInfo {
     }
     if (this.log.isLevelEnabled('trace')) {
       this.log.trace({ api: apiName(prefix.apiKey), version: prefix.apiVersion, correlationId: prefix.correlationId }, 'request');
+    }
+    if (this.listener.saslRequired && !this.sasl.authenticated && !PRE_AUTH_APIS.has(prefix.apiKey)) {
+      this.log.warn(
+        { api: apiName(prefix.apiKey), version: prefix.apiVersion, listener: this.listener.name },
+        'request before SASL authentication: closing connection',
+      );
+      this.destroy();
+      return;
     }
     const route = this.adapter.route(prefix.apiKey);
     if (!route) {
@@ -222,6 +248,20 @@ export class KafkaConnection implements ConnectionInfo {
     );
   }
 
+  /** A raw SASL token (after SaslHandshake v0): answered with a bare token, or the connection closes. */
+  private dispatchRawToken(token: Buffer): void {
+    const slot: Slot = { done: false, result: null };
+    this.pending.push(slot);
+    stepRawToken({ conn: this }, token).then(
+      (answer) => {
+        slot.done = true;
+        slot.result = answer === null ? CLOSE_CONNECTION : [answer];
+        this.flush();
+      },
+      (err: unknown) => this.reject(err, undefined),
+    );
+  }
+
   /**
    * Answers a request for an API or version this broker does not offer. Clients only send what ApiVersions
    * advertised, so this is a client ignoring it; the layout it expects is unknown here, so the answer is the
@@ -265,6 +305,12 @@ export class KafkaConnection implements ConnectionInfo {
         this.corked = true;
         this.stream.cork();
         process.nextTick(this.uncork);
+      }
+      if (!Array.isArray(result)) {
+        // A last answer (failed authentication): write it, then close.
+        for (const c of result.frame) this.stream.write(c);
+        this.closeAfterWrites();
+        return;
       }
       for (const c of result) this.stream.write(c);
     }

@@ -1,7 +1,9 @@
 /**
  * Kafka wire-protocol adapter: public surface.
  */
-export { startKafkaListener } from './server.js';
+export { createKafkaAdapter, startKafkaListener, type KafkaListenOptions } from './server.js';
+export { SaslSession, type KafkaSaslExchange, type KafkaSaslOptions, type KafkaSaslStep } from './sasl.js';
+export type { KafkaListenerInfo } from './route.js';
 export { KafkaConnection, type KafkaConnectionInit } from './connection.js';
 export { KafkaAdapter, type KafkaStores } from './adapter.js';
 export { GroupCoordinator, DEFAULT_GROUP_OPTIONS, type GroupOptions, type GroupState } from './groups/coordinator.js';

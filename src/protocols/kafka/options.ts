@@ -2,6 +2,7 @@
  * Options of the Kafka listener.
  */
 import { FlowError, MAX_PARTITIONS } from '../../core/index.js';
+import type { KafkaSaslOptions } from './sasl.js';
 
 export interface KafkaOptions {
   /** Host advertised in Metadata responses; default: the local address the client connected to. */
@@ -27,10 +28,16 @@ export interface KafkaOptions {
   groupMaxSessionTimeoutMs?: number;
   /** group.initial.rebalance.delay.ms (KIP-134). Default 3000. */
   groupInitialRebalanceDelayMs?: number;
+  /**
+   * SASL mechanisms and the authenticator behind them. Without it SaslHandshake and SaslAuthenticate are not
+   * advertised (and answered UNSUPPORTED_VERSION like any API not offered); whether a listener requires
+   * authentication is the listener's choice (`saslRequired`).
+   */
+  sasl?: KafkaSaslOptions;
 }
 
-export type ResolvedKafkaOptions = Required<Omit<KafkaOptions, 'advertisedHost' | 'advertisedPort'>> &
-  Pick<KafkaOptions, 'advertisedHost' | 'advertisedPort'>;
+export type ResolvedKafkaOptions = Required<Omit<KafkaOptions, 'advertisedHost' | 'advertisedPort' | 'sasl'>> &
+  Pick<KafkaOptions, 'advertisedHost' | 'advertisedPort' | 'sasl'>;
 
 export const DEFAULT_MAX_REQUEST_BYTES = 100 * 1024 * 1024;
 
@@ -38,6 +45,7 @@ export function resolveKafkaOptions(opts: KafkaOptions = {}): ResolvedKafkaOptio
   const r: ResolvedKafkaOptions = {
     advertisedHost: opts.advertisedHost,
     advertisedPort: opts.advertisedPort,
+    sasl: opts.sasl,
     autoCreateTopics: opts.autoCreateTopics ?? true,
     defaultPartitions: opts.defaultPartitions ?? 1,
     maxRequestBytes: opts.maxRequestBytes ?? DEFAULT_MAX_REQUEST_BYTES,
@@ -66,6 +74,9 @@ export function resolveKafkaOptions(opts: KafkaOptions = {}): ResolvedKafkaOptio
   }
   if (r.advertisedPort !== undefined && !int(r.advertisedPort, 1, 65535)) {
     throw new FlowError('CONFIG_ERROR', 'kafka advertisedPort must be a port number');
+  }
+  if (r.sasl && r.sasl.mechanisms.length === 0) {
+    throw new FlowError('CONFIG_ERROR', 'kafka sasl needs at least one mechanism');
   }
   if (r.advertisedHost !== undefined && r.advertisedHost.length === 0) {
     throw new FlowError('CONFIG_ERROR', 'kafka advertisedHost must not be empty');

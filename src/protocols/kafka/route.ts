@@ -4,12 +4,27 @@
  */
 import type { Logger } from 'pino';
 import type { KafkaAdapter } from './adapter.js';
+import type { SaslSession } from './sasl.js';
 import { decodeRequestWith, encodeResponse, type AnyApiCodec, type ApiCodec, type RequestHeader } from './codec/index.js';
+
+/** The listener a connection arrived on. */
+export interface KafkaListenerInfo {
+  /** "kafka" (plaintext) or "kafka-tls". */
+  readonly name: string;
+  readonly tls: boolean;
+  /** Every API but ApiVersions, SaslHandshake and SaslAuthenticate needs SASL authentication first. */
+  readonly saslRequired: boolean;
+  /** Port advertised to clients of this listener (Metadata, FindCoordinator); default the local port. */
+  readonly advertisedPort?: number;
+}
 
 /** What a handler knows about the connection its request arrived on. */
 export interface ConnectionInfo {
   readonly id: string;
   readonly log: Logger;
+  readonly listener: KafkaListenerInfo;
+  /** SASL state of this connection (handshake, exchange, principal). */
+  readonly sasl: SaslSession;
   /** Local address/port the client connected to (advertised in Metadata unless configured). */
   readonly localAddress: string | undefined;
   readonly localPort: number | undefined;
@@ -38,13 +53,22 @@ export interface RequestContext {
  */
 export const CLOSE_CONNECTION: unique symbol = Symbol('close-connection');
 
-export type HandlerResult<Res> = Res | null | typeof CLOSE_CONNECTION;
+/** A response after which the connection is closed (failed SASL authentication, as Kafka does). */
+export class ThenClose<Res> {
+  constructor(readonly response: Res) {}
+}
+
+export function thenClose<Res>(res: Res): ThenClose<Res> {
+  return new ThenClose(res);
+}
+
+export type HandlerResult<Res> = Res | null | typeof CLOSE_CONNECTION | ThenClose<Res>;
 
 /** Returns the response, null for no response at all (Produce with acks=0), or CLOSE_CONNECTION. */
 export type Handler<Req, Res> = (ctx: RequestContext, req: Req) => HandlerResult<Res> | Promise<HandlerResult<Res>>;
 
-/** An encoded response frame, null for none, or CLOSE_CONNECTION. */
-export type RouteResult = Buffer[] | null | typeof CLOSE_CONNECTION;
+/** An encoded response frame, null for none, CLOSE_CONNECTION, or a frame to write before closing. */
+export type RouteResult = Buffer[] | null | typeof CLOSE_CONNECTION | { readonly frame: Buffer[]; readonly close: true };
 
 export interface Route {
   readonly codec: AnyApiCodec;
@@ -73,9 +97,13 @@ export function route<Req, Res>(codec: ApiCodec<Req, Res>, handler: Handler<Req,
       return Promise.resolve(out).then((res): RouteResult => {
         if (res === null) return null;
         if (res === CLOSE_CONNECTION) return CLOSE_CONNECTION;
+        if (res instanceof ThenClose) {
+          return { frame: encodeResponse(codec, header.apiVersion, header.correlationId, (res as ThenClose<Res>).response), close: true };
+        }
         // Awaited<Res> is Res for response objects (they are never thenables).
         return encodeResponse(codec, header.apiVersion, header.correlationId, res as Res);
       });
     },
   };
 }
+

@@ -27,6 +27,8 @@ import {
   OffsetCommitApi,
   OffsetFetchApi,
   ProduceApi,
+  SaslAuthenticateApi,
+  SaslHandshakeApi,
   SyncGroupApi,
 } from './codec/index.js';
 import {
@@ -59,6 +61,7 @@ import { handleListOffsets } from './handlers/list-offsets.js';
 import { handleMetadata } from './handlers/metadata.js';
 import { handleProduce } from './handlers/produce.js';
 import { route, type Route } from './route.js';
+import { handleSaslAuthenticate, handleSaslHandshake } from './sasl.js';
 
 export const KAFKA_ROUTES: readonly Route[] = [
   route(ProduceApi, handleProduce),
@@ -86,4 +89,7 @@ export const KAFKA_ROUTES: readonly Route[] = [
   route(CreatePartitionsApi, handleCreatePartitions),
   route(IncrementalAlterConfigsApi, handleIncrementalAlterConfigs),
   route(DescribeClusterApi, handleDescribeCluster),
+  // Advertised only when the adapter has SASL options (see KafkaAdapter).
+  route(SaslHandshakeApi, handleSaslHandshake),
+  route(SaslAuthenticateApi, handleSaslAuthenticate),
 ];

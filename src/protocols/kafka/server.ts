@@ -1,38 +1,83 @@
 /**
- * The Kafka TCP listener.
+ * The Kafka listeners: plaintext TCP and TLS. Listeners of one broker share one KafkaAdapter, so a consumer
+ * group has one coordinator whichever listener its members use.
  */
-import { createServer, type AddressInfo, type Socket } from 'node:net';
+import { createServer, type AddressInfo, type Server, type Socket } from 'node:net';
+import tls from 'node:tls';
 import type { AdapterContext, ListenOptions, ProtocolListener } from '../types.js';
 import { KafkaAdapter, type KafkaStores } from './adapter.js';
 import { KafkaConnection } from './connection.js';
 import { resolveKafkaOptions, type KafkaOptions } from './options.js';
+import type { KafkaListenerInfo } from './route.js';
 import { KAFKA_ROUTES } from './routes.js';
 
+export interface KafkaListenOptions extends ListenOptions {
+  /** Serve TLS with this PEM certificate (chain) and key (security.protocol SSL, or SASL_SSL with `sasl`). */
+  tls?: { cert: string | Buffer; key: string | Buffer; ca?: string | Buffer };
+  /** Require SASL authentication before any API but ApiVersions/SaslHandshake/SaslAuthenticate. Default false. */
+  sasl?: boolean;
+  /** Port advertised to this listener's clients; default the local port they reached (plaintext: `opts.advertisedPort`). */
+  advertisedPort?: number;
+}
+
+/** The state every Kafka listener of a broker shares. */
+export function createKafkaAdapter(ctx: AdapterContext, opts: KafkaOptions = {}, stores: KafkaStores = {}): KafkaAdapter {
+  return new KafkaAdapter(ctx, resolveKafkaOptions(opts), KAFKA_ROUTES, stores);
+}
+
+/**
+ * A Kafka listener. Without `shared` it gets its own adapter built from `opts` and `stores`; with it, `opts` and
+ * `stores` are ignored and the adapter's group timers stop when its last listener closes.
+ */
 export async function startKafkaListener(
   ctx: AdapterContext,
-  listen: ListenOptions,
+  listen: KafkaListenOptions,
   opts: KafkaOptions = {},
   stores: KafkaStores = {},
+  shared?: KafkaAdapter,
 ): Promise<ProtocolListener> {
-  const adapter = new KafkaAdapter(ctx, resolveKafkaOptions(opts), KAFKA_ROUTES, stores);
+  const adapter = shared ?? createKafkaAdapter(ctx, opts, stores);
+  if (listen.sasl && !adapter.options.sasl) {
+    throw new Error('a Kafka listener requiring SASL needs the adapter\'s sasl options');
+  }
+  const isTls = listen.tls !== undefined;
+  const info: KafkaListenerInfo = {
+    name: isTls ? 'kafka-tls' : 'kafka',
+    tls: isTls,
+    saslRequired: listen.sasl === true,
+    advertisedPort: listen.advertisedPort ?? (isTls ? undefined : adapter.options.advertisedPort),
+  };
   const conns = new Set<KafkaConnection>();
   let seq = 0;
+  const prefix = isTls ? 'ks' : 'k';
 
-  // allowHalfOpen: a client that shuts down its sending side still gets the responses to what it sent; the
-  // connection ends its side once they are written.
-  const server = createServer({ allowHalfOpen: true }, (socket: Socket) => {
+  const accept = (socket: Socket) => {
     // Responses are already batched by corking; Nagle would only add latency to each of them.
     socket.setNoDelay(true);
     const conn = new KafkaConnection(socket, adapter, {
-      id: `k${++seq}`,
+      id: `${prefix}${++seq}`,
       localAddress: socket.localAddress,
       localPort: socket.localPort,
       remoteAddress: socket.remoteAddress,
       remotePort: socket.remotePort,
+      listener: info,
     });
     conns.add(conn);
     void conn.closed.then(() => conns.delete(conn));
-  });
+  };
+
+  // allowHalfOpen: a client that shuts down its sending side still gets the responses to what it sent; the
+  // connection ends its side once they are written.
+  let server: Server;
+  if (listen.tls) {
+    const t = tls.createServer({ cert: listen.tls.cert, key: listen.tls.key, ca: listen.tls.ca, allowHalfOpen: true });
+    t.on('secureConnection', accept);
+    // A failed handshake (wrong CA, plaintext client on the TLS port) concerns that client only.
+    t.on('tlsClientError', (err) => ctx.logger.debug({ err: err.message, listener: info.name }, 'kafka tls handshake failed'));
+    server = t;
+  } else {
+    server = createServer({ allowHalfOpen: true }, accept);
+  }
 
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
@@ -41,18 +86,23 @@ export async function startKafkaListener(
       resolve();
     });
   });
-  server.on('error', (err) => ctx.logger.error({ err }, 'kafka listener error'));
+  server.on('error', (err) => ctx.logger.error({ err, listener: info.name }, 'kafka listener error'));
+  adapter.retain();
 
+  let closing: Promise<void> | null = null;
   return {
-    protocol: 'kafka',
+    protocol: info.name,
     address: () => server.address() as AddressInfo,
     connections: () => conns.size,
-    async close(): Promise<void> {
-      adapter.groups.close();
-      const stopped = new Promise<void>((resolve) => server.close(() => resolve()));
-      const all = [...conns];
-      for (const c of all) c.close();
-      await Promise.all([stopped, ...all.map((c) => c.closed)]);
+    close(): Promise<void> {
+      closing ??= (async () => {
+        const stopped = new Promise<void>((resolve) => server.close(() => resolve()));
+        const all = [...conns];
+        for (const c of all) c.close();
+        await Promise.all([stopped, ...all.map((c) => c.closed)]);
+        adapter.release();
+      })();
+      return closing;
     },
   };
 }

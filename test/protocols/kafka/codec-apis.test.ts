@@ -15,6 +15,7 @@ import {
   OffsetCommitApi,
   OffsetFetchApi,
   SaslAuthenticateApi,
+  SaslHandshakeApi,
   SyncGroupApi,
   decodeRequest,
   decodeRequestWith,
@@ -124,9 +125,37 @@ const requestGoldens: Golden[] = [
     frame: hex('0024 0001 00000007 ffff', '00000005 0075 007031'),
     body: { authBytes: hex('0075007031') },
   },
+  {
+    name: 'SaslHandshake v1 (KIP-152: tokens follow in SaslAuthenticate)',
+    codec: SaslHandshakeApi,
+    version: 1,
+    frame: hex('0011 0001 00000008 0003 616263', '000d 534352414d2d5348412d353132'),
+    body: { mechanism: 'SCRAM-SHA-512' },
+  },
+  {
+    name: 'SaslAuthenticate v2 (flexible)',
+    codec: SaslAuthenticateApi,
+    version: 2,
+    frame: hex('0024 0002 00000009 0003 616263 00', '04 6e2c2c', '00'),
+    body: { authBytes: Buffer.from('n,,') },
+  },
 ];
 
 const responseGoldens: Golden[] = [
+  {
+    name: 'SaslHandshake v0 (error 33 with the offered mechanisms)',
+    codec: SaslHandshakeApi,
+    version: 0,
+    frame: hex('0000000a', '0021', '00000002 0005 504c41494e 000d 534352414d2d5348412d323536'),
+    body: { errorCode: 33, mechanisms: ['PLAIN', 'SCRAM-SHA-256'] },
+  },
+  {
+    name: 'SaslAuthenticate v2 (flexible, server-final message, session lifetime 0)',
+    codec: SaslAuthenticateApi,
+    version: 2,
+    frame: hex('0000000b 00', '0000', '00', '03 763d', '0000000000000000', '00'),
+    body: { errorCode: 0, errorMessage: null, authBytes: Buffer.from('v='), sessionLifetimeMs: 0 },
+  },
   {
     name: 'FindCoordinator v1',
     codec: FindCoordinatorApi,

@@ -21,13 +21,19 @@ import type { RequestContext } from '../route.js';
  */
 export const LEADER_EPOCH = 0;
 
-/** The address clients should use: the configured one, else the local address this client reached. */
+/**
+ * The address clients should use: the configured one, else the local address this client reached. The port is
+ * the listener's own, so a client that came over TLS is sent back to the TLS port (and a plaintext client to the
+ * plaintext one): each listener advertises itself, like a Kafka listener name maps to one endpoint.
+ */
 export function advertisedAddress(ctx: RequestContext): { host: string; port: number } {
   const o = ctx.adapter.options;
+  const l = ctx.conn.listener;
   let host = o.advertisedHost ?? ctx.conn.localAddress ?? '127.0.0.1';
   // An IPv4 client on a dual-stack socket sees its local address as "::ffff:a.b.c.d"; advertise the IPv4 form.
   if (host.startsWith('::ffff:') && host.includes('.')) host = host.slice(7);
-  return { host, port: o.advertisedPort ?? ctx.conn.localPort ?? 9092 };
+  const configured = l.advertisedPort ?? (l.tls ? undefined : o.advertisedPort);
+  return { host, port: configured ?? ctx.conn.localPort ?? 9092 };
 }
 
 export function topicMetadata(brokerId: number, def: StreamDef): MetadataTopic {

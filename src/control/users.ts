@@ -1,0 +1,178 @@
+/**
+ * Users and their credentials: the protocol-neutral store every adapter authenticates against.
+ *
+ * Passwords are never kept. At load time each password is turned into
+ * - one SCRAM credential per SCRAM mechanism (RFC 5802 section 3: salt, iteration count, StoredKey, ServerKey),
+ *   which is all a SCRAM server needs, and which cannot be replayed as a password;
+ * - one scrypt hash (RFC 7914) for mechanisms that receive the password itself (SASL PLAIN, MQTT CONNECT).
+ * A separate slow hash for PLAIN keeps the SCRAM keys from doubling as a cheap password oracle.
+ */
+import { createHash, createHmac, pbkdf2, randomBytes, scrypt, timingSafeEqual } from 'node:crypto';
+import { readFile } from 'node:fs/promises';
+import { promisify } from 'node:util';
+import { parse as parseYaml } from 'yaml';
+import { FlowError } from '../core/index.js';
+
+const pbkdf2Async = promisify(pbkdf2);
+const scryptAsync = promisify(scrypt) as (password: string | Buffer, salt: Buffer, keylen: number, opts: { N: number; r: number; p: number }) => Promise<Buffer>;
+
+export const SCRAM_MECHANISMS = ['SCRAM-SHA-256', 'SCRAM-SHA-512'] as const;
+export type ScramMechanism = (typeof SCRAM_MECHANISMS)[number];
+
+/** Hash of a SCRAM mechanism (RFC 7677 for SHA-256; SHA-512 as Kafka's KIP-84 offers it). */
+export function scramHash(mechanism: ScramMechanism): 'sha256' | 'sha512' {
+  return mechanism === 'SCRAM-SHA-256' ? 'sha256' : 'sha512';
+}
+
+/** What a SCRAM server stores per user and mechanism (RFC 5802 section 3). */
+export interface ScramCredential {
+  readonly salt: Buffer;
+  readonly iterations: number;
+  readonly storedKey: Buffer;
+  readonly serverKey: Buffer;
+}
+
+export interface UserRecord {
+  readonly username: string;
+  /** The user's credential for a SCRAM mechanism (undefined: this user cannot use it). */
+  scram(mechanism: ScramMechanism): ScramCredential | undefined;
+  /** Checks a clear-text password (SASL PLAIN, MQTT CONNECT); constant-time comparison of slow hashes. */
+  verifyPassword(password: string | Buffer): Promise<boolean>;
+}
+
+/** The store adapters see; a metastore-backed one can replace the file-backed one without touching them. */
+export interface UserStore {
+  lookup(username: string): UserRecord | undefined;
+  readonly size: number;
+}
+
+/**
+ * Kafka refuses SCRAM iteration counts below 4096 (KIP-84), and so do KafkaJS and librdkafka clients; 4096 is
+ * also the example count of RFC 7677.
+ */
+export const DEFAULT_SCRAM_ITERATIONS = 4096;
+
+/** scrypt cost of the PLAIN hash: N=2^14, r=8, p=1 (16 MiB, ~50 ms), computed off the event loop. */
+const SCRYPT = { N: 16384, r: 8, p: 1 };
+const SCRYPT_KEYLEN = 32;
+
+/** RFC 5802 section 3: SaltedPassword = Hi(password, salt, i) is PBKDF2 with HMAC-H; then the two keys. */
+export function scramCredentialFromSalted(mechanism: ScramMechanism, salted: Buffer, salt: Buffer, iterations: number): ScramCredential {
+  const h = scramHash(mechanism);
+  const clientKey = createHmac(h, salted).update('Client Key').digest();
+  return {
+    salt,
+    iterations,
+    storedKey: createHash(h).update(clientKey).digest(),
+    serverKey: createHmac(h, salted).update('Server Key').digest(),
+  };
+}
+
+export async function deriveScramCredential(
+  mechanism: ScramMechanism,
+  password: string,
+  salt: Buffer,
+  iterations = DEFAULT_SCRAM_ITERATIONS,
+): Promise<ScramCredential> {
+  const h = scramHash(mechanism);
+  // RFC 5802 wants the password SASLprep-normalised; NFKC is its core and is what clients send for ASCII.
+  const salted = await pbkdf2Async(Buffer.from(password.normalize('NFKC'), 'utf8'), salt, iterations, h === 'sha256' ? 32 : 64, h);
+  return scramCredentialFromSalted(mechanism, salted, salt, iterations);
+}
+
+class HashedUser implements UserRecord {
+  constructor(
+    readonly username: string,
+    private readonly creds: ReadonlyMap<ScramMechanism, ScramCredential>,
+    private readonly plainSalt: Buffer,
+    private readonly plainHash: Buffer,
+  ) {}
+
+  scram(mechanism: ScramMechanism): ScramCredential | undefined {
+    return this.creds.get(mechanism);
+  }
+
+  async verifyPassword(password: string | Buffer): Promise<boolean> {
+    const pw = typeof password === 'string' ? Buffer.from(password, 'utf8') : password;
+    const h = await scryptAsync(pw, this.plainSalt, SCRYPT_KEYLEN, SCRYPT);
+    return timingSafeEqual(h, this.plainHash);
+  }
+}
+
+const DUMMY_SALT = randomBytes(16);
+
+/**
+ * Spends the time of one password check for a user that does not exist, so response times do not tell which
+ * usernames do.
+ */
+export async function dummyPasswordCheck(password: string | Buffer): Promise<false> {
+  await scryptAsync(typeof password === 'string' ? Buffer.from(password, 'utf8') : password, DUMMY_SALT, SCRYPT_KEYLEN, SCRYPT);
+  return false;
+}
+
+export class MemoryUserStore implements UserStore {
+  private readonly users = new Map<string, UserRecord>();
+
+  lookup(username: string): UserRecord | undefined {
+    return this.users.get(username);
+  }
+
+  get size(): number {
+    return this.users.size;
+  }
+
+  /** Adds a user from a clear-text password, keeping only derived credentials. */
+  async add(username: string, password: string, iterations = DEFAULT_SCRAM_ITERATIONS): Promise<void> {
+    const creds = new Map<ScramMechanism, ScramCredential>();
+    for (const m of SCRAM_MECHANISMS) creds.set(m, await deriveScramCredential(m, password, randomBytes(24), iterations));
+    const plainSalt = randomBytes(16);
+    const plainHash = await scryptAsync(Buffer.from(password, 'utf8'), plainSalt, SCRYPT_KEYLEN, SCRYPT);
+    this.users.set(username, new HashedUser(username, creds, plainSalt, plainHash));
+  }
+
+  static async fromPasswords(entries: ReadonlyArray<{ username: string; password: string }>): Promise<MemoryUserStore> {
+    const s = new MemoryUserStore();
+    await Promise.all(entries.map((e) => s.add(e.username, e.password)));
+    return s;
+  }
+}
+
+/**
+ * Parses a users file: YAML or JSON, either a list of `{username, password}` or `{users: [...]}` holding one.
+ * Errors name the file and the entry, never a password.
+ */
+export function parseUsersFile(text: string, source: string): Array<{ username: string; password: string }> {
+  let doc: unknown;
+  try {
+    doc = parseYaml(text);
+  } catch (e) {
+    throw new FlowError('CONFIG_ERROR', `users file ${source}: ${(e as Error).message.split('\n')[0]}`);
+  }
+  if (doc !== null && typeof doc === 'object' && !Array.isArray(doc) && 'users' in doc) doc = (doc as { users: unknown }).users;
+  if (!Array.isArray(doc)) throw new FlowError('CONFIG_ERROR', `users file ${source}: expected a list of {username, password}`);
+  const seen = new Set<string>();
+  return doc.map((e: unknown, i) => {
+    const where = `users file ${source}: entry ${i + 1}`;
+    if (e === null || typeof e !== 'object' || Array.isArray(e)) throw new FlowError('CONFIG_ERROR', `${where}: expected {username, password}`);
+    const { username, password } = e as Record<string, unknown>;
+    // A username travels in SASL PLAIN (NUL-separated) and SCRAM (',' and '=' escaped): refuse control characters.
+    // eslint-disable-next-line no-control-regex
+    if (typeof username !== 'string' || username === '' || /[\u0000-\u001f\u007f]/.test(username)) {
+      throw new FlowError('CONFIG_ERROR', `${where}: username must be a non-empty string without control characters`);
+    }
+    if (typeof password !== 'string' || password === '') throw new FlowError('CONFIG_ERROR', `${where} (${username}): password must be a non-empty string`);
+    if (seen.has(username)) throw new FlowError('CONFIG_ERROR', `${where}: duplicate username ${username}`);
+    seen.add(username);
+    return { username, password };
+  });
+}
+
+export async function loadUsersFile(path: string): Promise<MemoryUserStore> {
+  let text: string;
+  try {
+    text = await readFile(path, 'utf8');
+  } catch (e) {
+    throw new FlowError('CONFIG_ERROR', `users file ${path}: ${(e as Error).message}`);
+  }
+  return MemoryUserStore.fromPasswords(parseUsersFile(text, path));
+}

@@ -1,0 +1,169 @@
+/**
+ * SASL authentication of Kafka connections.
+ *
+ * The adapter does not know users or mechanisms: it is given a `KafkaSaslOptions` (the control plane's SASL
+ * servers over its user store, wired by the broker) and carries tokens between the client and an exchange:
+ * - SaslHandshake v1 picks the mechanism; the tokens then travel in SaslAuthenticate requests (KIP-152).
+ * - SaslHandshake v0 picks the mechanism; the tokens then travel as bare size-prefixed frames with no Kafka
+ *   header, as before KIP-152 (clients fall back to it when a broker does not list SaslAuthenticate).
+ * Failures are answered (SaslHandshake: UNSUPPORTED_SASL_MECHANISM / ILLEGAL_SASL_STATE; SaslAuthenticate:
+ * SASL_AUTHENTICATION_FAILED / ILLEGAL_SASL_STATE) and the connection is then closed, as Kafka does; with raw
+ * v0 tokens there is no way to answer, so the connection is just closed. Re-authentication (KIP-368) is not
+ * offered: SaslAuthenticate v1+ reports a session lifetime of 0.
+ */
+import {
+  KafkaErrorCode,
+  type SaslAuthenticateRequest,
+  type SaslAuthenticateResponse,
+  type SaslHandshakeRequest,
+  type SaslHandshakeResponse,
+} from './codec/index.js';
+import { thenClose, type HandlerResult, type RequestContext } from './route.js';
+
+export type KafkaSaslStep =
+  | { state: 'continue'; challenge: Buffer }
+  | { state: 'done'; challenge: Buffer; principal: string }
+  | { state: 'failed'; reason: string; username?: string };
+
+export interface KafkaSaslExchange {
+  step(token: Buffer): KafkaSaslStep | Promise<KafkaSaslStep>;
+}
+
+/** What the adapter needs to authenticate clients (the control plane's SASL servers satisfy it). */
+export interface KafkaSaslOptions {
+  /** Mechanisms offered, in the order SaslHandshake lists them. */
+  mechanisms: readonly string[];
+  /** Starts one exchange for a mechanism of `mechanisms`. */
+  start(mechanism: string): KafkaSaslExchange;
+}
+
+const enum Phase {
+  Initial,
+  /** A mechanism was chosen; tokens are expected. */
+  Handshaken,
+  Authenticated,
+  Failed,
+}
+
+/** The SASL state of one connection. */
+export class SaslSession {
+  private phase = Phase.Initial;
+  private exchange: KafkaSaslExchange | null = null;
+  private busy = false;
+  /** Handshake v0 was used: the next frames are raw tokens. */
+  raw = false;
+  mechanism: string | null = null;
+  principal: string | null = null;
+
+  get authenticated(): boolean {
+    return this.phase === Phase.Authenticated;
+  }
+
+  /** SaslHandshake: null on success, else the error code to answer before closing. */
+  handshake(sasl: KafkaSaslOptions | null, mechanism: string, version: number): number | null {
+    if (this.phase !== Phase.Initial) {
+      this.phase = Phase.Failed;
+      return KafkaErrorCode.ILLEGAL_SASL_STATE;
+    }
+    if (!sasl || !sasl.mechanisms.includes(mechanism)) {
+      this.phase = Phase.Failed;
+      return KafkaErrorCode.UNSUPPORTED_SASL_MECHANISM;
+    }
+    this.phase = Phase.Handshaken;
+    this.mechanism = mechanism;
+    this.exchange = sasl.start(mechanism);
+    this.raw = version === 0;
+    return null;
+  }
+
+  /** One client token. `illegal` when no exchange is expecting one (no handshake, finished, or one in progress). */
+  async step(token: Buffer): Promise<KafkaSaslStep | 'illegal'> {
+    const ex = this.exchange;
+    if (this.phase !== Phase.Handshaken || !ex || this.busy) {
+      this.phase = Phase.Failed;
+      return 'illegal';
+    }
+    this.busy = true;
+    let r: KafkaSaslStep;
+    try {
+      r = await ex.step(token);
+    } catch (err) {
+      r = { state: 'failed', reason: `authenticator error: ${err instanceof Error ? err.message : String(err)}` };
+    } finally {
+      this.busy = false;
+    }
+    if (r.state === 'done') {
+      this.phase = Phase.Authenticated;
+      this.principal = r.principal;
+      this.exchange = null;
+      this.raw = false;
+    } else if (r.state === 'failed') {
+      this.phase = Phase.Failed;
+      this.exchange = null;
+    }
+    return r;
+  }
+}
+
+export function handleSaslHandshake(ctx: RequestContext, req: SaslHandshakeRequest): HandlerResult<SaslHandshakeResponse> {
+  const sasl = ctx.adapter.options.sasl ?? null;
+  const mechanisms = sasl ? [...sasl.mechanisms] : [];
+  const err = ctx.conn.sasl.handshake(sasl, req.mechanism, ctx.header.apiVersion);
+  if (err === null) return { errorCode: KafkaErrorCode.NONE, mechanisms };
+  ctx.conn.log.warn(
+    { mechanism: req.mechanism, errorCode: err },
+    err === KafkaErrorCode.UNSUPPORTED_SASL_MECHANISM ? 'SASL mechanism not offered: closing connection' : 'SaslHandshake in the wrong state: closing connection',
+  );
+  return thenClose({ errorCode: err, mechanisms });
+}
+
+export async function handleSaslAuthenticate(ctx: RequestContext, req: SaslAuthenticateRequest): Promise<HandlerResult<SaslAuthenticateResponse>> {
+  const { conn } = ctx;
+  const r = await conn.sasl.step(req.authBytes);
+  if (r === 'illegal') {
+    conn.log.warn('SaslAuthenticate without a pending SASL exchange: closing connection');
+    return thenClose({
+      errorCode: KafkaErrorCode.ILLEGAL_SASL_STATE,
+      errorMessage: 'unexpected SaslAuthenticate request',
+      authBytes: Buffer.alloc(0),
+      sessionLifetimeMs: 0,
+    });
+  }
+  if (r.state === 'failed') {
+    logFailure(ctx, r);
+    return thenClose({
+      errorCode: KafkaErrorCode.SASL_AUTHENTICATION_FAILED,
+      // The same words for every cause: a client must not learn whether the user exists.
+      errorMessage: `Authentication failed during authentication due to invalid credentials with SASL mechanism ${conn.sasl.mechanism ?? ''}`,
+      authBytes: Buffer.alloc(0),
+      sessionLifetimeMs: 0,
+    });
+  }
+  if (r.state === 'done') conn.log.info({ principal: r.principal, mechanism: conn.sasl.mechanism }, 'SASL authentication succeeded');
+  return { errorCode: KafkaErrorCode.NONE, errorMessage: null, authBytes: r.challenge, sessionLifetimeMs: 0 };
+}
+
+/**
+ * A raw token after SaslHandshake v0: the answer is a bare size-prefixed token; a failure can only close the
+ * connection (null).
+ */
+export async function stepRawToken(ctx: Pick<RequestContext, 'conn'>, token: Buffer): Promise<Buffer | null> {
+  const r = await ctx.conn.sasl.step(token);
+  if (r === 'illegal') {
+    ctx.conn.log.warn('raw SASL token out of sequence: closing connection');
+    return null;
+  }
+  if (r.state === 'failed') {
+    logFailure(ctx, r);
+    return null;
+  }
+  if (r.state === 'done') ctx.conn.log.info({ principal: r.principal, mechanism: ctx.conn.sasl.mechanism, handshake: 0 }, 'SASL authentication succeeded');
+  const frame = Buffer.allocUnsafe(4 + r.challenge.length);
+  frame.writeInt32BE(r.challenge.length, 0);
+  r.challenge.copy(frame, 4);
+  return frame;
+}
+
+function logFailure(ctx: Pick<RequestContext, 'conn'>, r: { reason: string; username?: string }): void {
+  ctx.conn.log.warn({ mechanism: ctx.conn.sasl.mechanism, username: r.username, reason: r.reason }, 'SASL authentication failed: closing connection');
+}
