@@ -16,6 +16,7 @@ import { LogManager } from './storage/log/index.js';
 import { SqliteMetastore } from './storage/metastore/index.js';
 import { FsObjectStore } from './storage/objects/index.js';
 import { FileWal } from './storage/wal/index.js';
+import { lockDataDir } from './storage/lock.js';
 
 export interface Broker {
   readonly config: Config;
@@ -34,6 +35,7 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
   if (users) logger.info({ usersFile: config.usersFile, users: users.size, allowAnonymous: config.allowAnonymous }, 'users loaded');
   const dataDir = resolve(config.dataDir);
   mkdirSync(dataDir, { recursive: true });
+  const unlock = lockDataDir(dataDir);
   const metastore = SqliteMetastore.open(join(dataDir, 'metastore.db'));
   const objects = new FsObjectStore(join(dataDir, 'objects'));
   const wal = await FileWal.open(join(dataDir, 'wal'), { fsync: config.walFsync });
@@ -55,6 +57,8 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
 
   const ctx: AdapterContext = { engine, logger, brokerId: config.brokerId, sessions: metastore };
   const listeners = new Map<string, ProtocolListener>();
+  const started = Date.now();
+  let admin: AdminApi;
   let mqttHub: MqttHub | null = null;
   const closeAll = async () => {
     await Promise.allSettled([...listeners.values()].map((l) => l.close()));
@@ -123,28 +127,28 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
         logger.info({ protocol: 'kafka-tls', address: fmt(t.address()), sasl: config.kafkaSasl }, 'listening');
       }
     }
+    admin = await startAdminApi({
+      engine,
+      logger: logger.child({ component: 'admin' }),
+      storage: log,
+      host: config.host,
+      port: config.httpPort,
+      info: () => ({
+        brokerId: config.brokerId,
+        uptimeMs: Date.now() - started,
+        listeners: Object.fromEntries([...listeners].map(([k, l]) => [k, { ...l.address(), connections: l.connections() }])),
+        storage: { metastore: metastore.kind, objects: objects.kind, walBytes: wal.size(), log: log.stats },
+      }),
+    });
+    logger.info({ protocol: 'http', address: fmt(admin.address()) }, 'listening (admin API)');
   } catch (err) {
     await closeAll();
     await log.close(0);
     await wal.close();
     await metastore.close();
+    unlock();
     throw err;
   }
-  const started = Date.now();
-  const admin = await startAdminApi({
-    engine,
-    logger: logger.child({ component: 'admin' }),
-    storage: log,
-    host: config.host,
-    port: config.httpPort,
-    info: () => ({
-      brokerId: config.brokerId,
-      uptimeMs: Date.now() - started,
-      listeners: Object.fromEntries([...listeners].map(([k, l]) => [k, { ...l.address(), connections: l.connections() }])),
-      storage: { metastore: metastore.kind, objects: objects.kind, walBytes: wal.size(), log: log.stats },
-    }),
-  });
-  logger.info({ protocol: 'http', address: fmt(admin.address()) }, 'listening (admin API)');
 
   let closing: Promise<void> | null = null;
   return {
@@ -166,6 +170,7 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
         await wal.close();
         await objects.close();
         await metastore.close();
+        unlock();
       })();
       return closing;
     },

@@ -14,6 +14,7 @@ import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { pino } from 'pino';
 import { ConfigError, envName, loadConfig, OPTIONS } from '../config/index.js';
 import { startBroker } from '../broker.js';
+import { isFlowError } from '../core/index.js';
 
 const VERSION = '0.1.0';
 
@@ -222,7 +223,8 @@ export async function main(argv: string[]): Promise<number> {
         throw new UsageError(`unknown command "${cmd}"`);
     }
   } catch (e) {
-    if (e instanceof ConfigError) {
+    // A ConfigError from the option table, or a configuration file (users file...) that cannot be used.
+    if (e instanceof ConfigError || isFlowError(e, 'CONFIG_ERROR')) {
       console.error(`flowmq: ${e.message}`);
       return 2;
     }

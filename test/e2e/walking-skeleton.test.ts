@@ -195,6 +195,12 @@ describe('walking skeleton: MQTT in, Kafka out, through embedded storage', () =>
     assertComplete(await kcatConsume(broker.kafka, 'telemetry'), 2 * PER_DEVICE + 1);
   });
 
+  it('refuses a second broker on the same data directory', async () => {
+    const r = await run(process.execPath, [FLOWMQ_BIN, 'start', '--data-dir', broker.dataDir, '--mqtt-port', '0', '--kafka-port', '0', '--http-port', '0', '--mqtt-ws-port', '0'], { timeoutMs: 10_000 });
+    assert.equal(r.code, 2, r.stderr);
+    assert.match(r.stderr, new RegExp(`data directory .* is in use by another broker \\(pid ${broker.proc.pid}\\)`));
+  });
+
   it('stops cleanly on SIGTERM with exit code 0', async () => {
     const r = await broker.stop('SIGTERM');
     assert.equal(r.code, 0);
@@ -210,5 +216,8 @@ describe('flowmq start: configuration errors', () => {
     const e = await run(process.execPath, [FLOWMQ_BIN, 'start'], { env: { FLOWMQ_PROTOCOLS: 'mqtt,gopher' }, timeoutMs: 10_000 });
     assert.equal(e.code, 2);
     assert.match(e.stderr, /FLOWMQ_PROTOCOLS: unknown protocol "gopher"/);
+    const u = await run(process.execPath, [FLOWMQ_BIN, 'start', '--users-file', '/nonexistent/users.yaml', '--data-dir', '/tmp/flowmq-never-started'], { timeoutMs: 10_000 });
+    assert.equal(u.code, 2, u.stderr);
+    assert.match(u.stderr, /^flowmq: users file \/nonexistent\/users.yaml: /);
   });
 });
