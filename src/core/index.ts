@@ -8,4 +8,4 @@ export * from './record-batch.js';
 export * from './sessions.js';
 export * from './retained.js';
 export * from './offsets.js';
-export { crc32c } from './crc32c.js';
+export { crc32c, crc32cJs, crc32cImplementation } from './crc32c.js';
