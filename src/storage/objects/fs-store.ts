@@ -34,6 +34,9 @@ function keySegments(key: string): string[] {
   return segs;
 }
 
+/** Bytes written between two flushes of an object being put. */
+const FLUSH_CHUNK = 1024 * 1024;
+
 export class FsObjectStore implements ObjectStore {
   readonly kind = 'fs';
   private closed = false;
@@ -80,10 +83,15 @@ export class FsObjectStore implements ObjectStore {
     // Random names make a collision with a leftover of a crashed process (same pid) practically impossible.
     const fh = await open(path, 'w');
     try {
+      // Written and flushed a chunk at a time: on ext4 (data=ordered) one fsync of a 16 MiB file makes every
+      // other fsync on the disk, the WAL's included, wait for all of it; small flushes keep the WAL's
+      // acknowledgement latency low while segments are being sealed.
       let off = 0;
       while (off < data.length) {
-        const { bytesWritten } = await fh.write(data, off, data.length - off);
+        const n = Math.min(FLUSH_CHUNK, data.length - off);
+        const { bytesWritten } = await fh.write(data, off, n);
         off += bytesWritten;
+        if (off < data.length) await fh.datasync();
       }
       await fh.sync();
     } catch (err) {
