@@ -16,6 +16,7 @@ import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import { FlowError, isFlowError, type Engine, type StreamDef } from '../core/index.js';
 import { parseDuration } from '../config/units.js';
+import { listenOn } from '../protocols/listener.js';
 
 /** Storage operations the control plane may ask for; implemented by the log engine. */
 export interface StorageOps {
@@ -168,13 +169,7 @@ export async function startAdminApi(opts: AdminApiOptions): Promise<AdminApi> {
       else res.destroy();
     });
   });
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(opts.port, opts.host, () => {
-      server.off('error', reject);
-      resolve();
-    });
-  });
+  await listenOn(server, opts, (err) => logger.error({ err }, 'admin API server error'));
   return {
     address: () => server.address() as AddressInfo,
     close: () =>

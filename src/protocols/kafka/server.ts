@@ -4,6 +4,7 @@
  */
 import { createServer, type AddressInfo, type Server, type Socket } from 'node:net';
 import tls from 'node:tls';
+import { ConnectionSet, listenOn } from '../listener.js';
 import type { AdapterContext, ListenOptions, ProtocolListener } from '../types.js';
 import { KafkaAdapter, type KafkaStores } from './adapter.js';
 import { KafkaConnection } from './connection.js';
@@ -47,23 +48,23 @@ export async function startKafkaListener(
     saslRequired: listen.sasl === true,
     advertisedPort: listen.advertisedPort ?? (isTls ? undefined : adapter.options.advertisedPort),
   };
-  const conns = new Set<KafkaConnection>();
+  const conns = new ConnectionSet<KafkaConnection>();
   let seq = 0;
   const prefix = isTls ? 'ks' : 'k';
 
   const accept = (socket: Socket) => {
     // Responses are already batched by corking; Nagle would only add latency to each of them.
     socket.setNoDelay(true);
-    const conn = new KafkaConnection(socket, adapter, {
-      id: `${prefix}${++seq}`,
-      localAddress: socket.localAddress,
-      localPort: socket.localPort,
-      remoteAddress: socket.remoteAddress,
-      remotePort: socket.remotePort,
-      listener: info,
-    });
-    conns.add(conn);
-    void conn.closed.then(() => conns.delete(conn));
+    conns.add(
+      new KafkaConnection(socket, adapter, {
+        id: `${prefix}${++seq}`,
+        localAddress: socket.localAddress,
+        localPort: socket.localPort,
+        remoteAddress: socket.remoteAddress,
+        remotePort: socket.remotePort,
+        listener: info,
+      }),
+    );
   };
 
   // allowHalfOpen: a client that shuts down its sending side still gets the responses to what it sent; the
@@ -79,14 +80,7 @@ export async function startKafkaListener(
     server = createServer({ allowHalfOpen: true }, accept);
   }
 
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(listen.port, listen.host, () => {
-      server.off('error', reject);
-      resolve();
-    });
-  });
-  server.on('error', (err) => ctx.logger.error({ err, listener: info.name }, 'kafka listener error'));
+  await listenOn(server, listen, (err) => ctx.logger.error({ err, listener: info.name }, 'kafka listener error'));
   adapter.retain();
 
   let closing: Promise<void> | null = null;
@@ -95,13 +89,7 @@ export async function startKafkaListener(
     address: () => server.address() as AddressInfo,
     connections: () => conns.size,
     close(): Promise<void> {
-      closing ??= (async () => {
-        const stopped = new Promise<void>((resolve) => server.close(() => resolve()));
-        const all = [...conns];
-        for (const c of all) c.close();
-        await Promise.all([stopped, ...all.map((c) => c.closed)]);
-        adapter.release();
-      })();
+      closing ??= conns.closeAll(server, (c) => c.close()).then(() => adapter.release());
       return closing;
     },
   };

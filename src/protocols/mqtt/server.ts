@@ -10,6 +10,7 @@ import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { WebSocketServer, createWebSocketStream } from 'ws';
 import type { SessionStore } from '../../core/index.js';
+import { ConnectionSet, listenOn } from '../listener.js';
 import type { AdapterContext, ListenOptions, ProtocolListener } from '../types.js';
 import { MqttConnection, resolveMqttOptions, type MqttOptions } from './connection.js';
 import { MqttHub } from './session.js';
@@ -98,11 +99,9 @@ async function serve(
   ctx: AdapterContext,
   listen: ListenOptions,
 ): Promise<MqttListener & { accept(stream: Duplex, remote: string): void }> {
-  const conns = new Set<MqttConnection>();
+  const conns = new ConnectionSet<MqttConnection>();
   const accept = (stream: Duplex, remote: string) => {
-    const conn = new MqttConnection(stream, ctx, { hub, remote });
-    conns.add(conn);
-    void conn.closed.then(() => conns.delete(conn));
+    conns.add(new MqttConnection(stream, ctx, { hub, remote }));
   };
   if (event !== null) {
     server.on(event, (socket: net.Socket) => {
@@ -110,14 +109,7 @@ async function serve(
       accept(socket, `${socket.remoteAddress ?? '?'}:${socket.remotePort ?? '?'}`);
     });
   }
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(listen.port, listen.host, () => {
-      server.off('error', reject);
-      resolve();
-    });
-  });
-  server.on('error', (err) => ctx.logger.error({ err, protocol }, 'mqtt listener error'));
+  await listenOn(server, listen, (err) => ctx.logger.error({ err, protocol }, 'mqtt listener error'));
   let closing: Promise<void> | null = null;
   return {
     protocol,
@@ -132,12 +124,9 @@ async function serve(
       return n;
     },
     close() {
-      closing ??= (async () => {
-        const stopped = new Promise<void>((resolve) => server.close(() => resolve()));
-        await Promise.all([...conns].map((c) => c.shutdown()));
-        await stopped;
+      closing ??= conns.closeAll(server, (c) => c.shutdown()).then(() => {
         if (ownHub) hub.close();
-      })();
+      });
       return closing;
     },
   };

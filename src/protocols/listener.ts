@@ -1,0 +1,55 @@
+/**
+ * What every protocol listener does the same way: bind a server, keep the set of its open connections, and on
+ * close stop accepting, end each connection and wait until all are gone.
+ */
+import type { Server } from 'node:net';
+import type { ListenOptions } from './types.js';
+
+/** Binds `server`; a bind error (port in use...) rejects, later server errors go to `onError`. */
+export function listenOn(server: Server, listen: ListenOptions, onError: (err: Error) => void): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(listen.port, listen.host, () => {
+      server.off('error', reject);
+      server.on('error', onError);
+      resolve();
+    });
+  });
+}
+
+/** The open connections of a listener; each leaves the set when its `closed` promise settles. */
+export class ConnectionSet<C extends { readonly closed: Promise<void> }> implements Iterable<C> {
+  private readonly set = new Set<C>();
+  private closing: Promise<void> | null = null;
+
+  add(conn: C): C {
+    this.set.add(conn);
+    void conn.closed.then(() => this.set.delete(conn));
+    return conn;
+  }
+
+  get size(): number {
+    return this.set.size;
+  }
+
+  [Symbol.iterator](): Iterator<C> {
+    return this.set[Symbol.iterator]();
+  }
+
+  /**
+   * Stops `server` accepting, ends every connection with `end` and resolves once the server and every
+   * connection are closed. Idempotent: later calls return the first call's promise.
+   */
+  closeAll(server: Server, end: (conn: C) => unknown): Promise<void> {
+    this.closing ??= (async () => {
+      const stopped = new Promise<void>((resolve) => server.close(() => resolve()));
+      const all = [...this.set];
+      await Promise.all(all.map(async (c) => {
+        await end(c);
+        await c.closed;
+      }));
+      await stopped;
+    })();
+    return this.closing;
+  }
+}
