@@ -48,6 +48,21 @@ export function objectStoreConformance(name: string, open: (dir: string) => Prom
       await s.close();
     });
 
+    it('stores an object given as parts as their concatenation', async () => {
+      const s = await open(freshDir());
+      // Many small parts, an empty one, and parts that straddle 1 MiB boundaries (where a backend may flush).
+      const parts = [bytes(100, 1), Buffer.alloc(0), bytes(1_500_000, 2), ...Array.from({ length: 3000 }, (_, i) => bytes(200 + (i % 7), i)), bytes(900_000, 9)];
+      await s.put('parts/obj', parts);
+      const whole = Buffer.concat(parts);
+      const got = await s.get('parts/obj');
+      assert.equal(got.length, whole.length);
+      assert.ok(got.equals(whole));
+      assert.ok((await s.get('parts/obj', { start: 1_400_000, end: 1_700_000 })).equals(whole.subarray(1_400_000, 1_700_000)));
+      await s.put('parts/none', []);
+      assert.equal((await s.get('parts/none')).length, 0);
+      await s.close();
+    });
+
     it('throws NOT_FOUND for an absent object', async () => {
       const s = await open(freshDir());
       await assert.rejects(s.get('no/such/object'), (e: unknown) => isFlowError(e, 'NOT_FOUND'));

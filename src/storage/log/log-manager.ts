@@ -414,12 +414,12 @@ export class LogManager implements StreamStorage {
   private async writeSegment(p: Partition, batches: TailBatch[]): Promise<void> {
     const base = batches[0].baseOffset;
     const end = batches[batches.length - 1].endOffset;
-    const { data, index } = buildSegment(
+    const { parts, size, index } = buildSegment(
       base,
       batches.map((b) => b.data),
     );
     const objectKey = segmentKey(`streams/${p.def.name}/${p.def.createdAt}/${p.partition}`, base);
-    await this.objects.put(objectKey, data);
+    await this.objects.put(objectKey, parts);
     let maxTimestamp = -1;
     for (const b of batches) if (b.maxTimestamp > maxTimestamp) maxTimestamp = b.maxTimestamp;
     const seg: SegmentMeta = {
@@ -428,7 +428,7 @@ export class LogManager implements StreamStorage {
       baseOffset: base,
       endOffset: end,
       objectKey,
-      size: data.length,
+      size,
       maxTimestamp,
       createdAt: Date.now(),
     };
@@ -457,8 +457,8 @@ export class LogManager implements StreamStorage {
     }
     if (p.tail.length > 0) p.tailSince = Date.now();
     this.stats.sealedSegments++;
-    this.stats.sealedBytes += data.length;
-    this.logger.debug({ partition: p.key, base, end, batches: dropped, bytes: data.length }, 'segment sealed');
+    this.stats.sealedBytes += size;
+    this.logger.debug({ partition: p.key, base, end, batches: dropped, bytes: size }, 'segment sealed');
   }
 
   /** Seals every tail now (used at shutdown, and by tests and the admin API to force a flush). */

@@ -37,18 +37,18 @@ export interface SegmentIndex {
   dataSize: number;
 }
 
-/** Builds the segment object for consecutive batches starting at `baseOffset`. */
-export function buildSegment(baseOffset: number, batches: Buffer[]): { data: Buffer; index: SegmentIndex } {
+/**
+ * Builds the segment object for consecutive batches starting at `baseOffset`, as parts to be written in order:
+ * the batches themselves (not copied) and one buffer holding the index and the footer.
+ */
+export function buildSegment(baseOffset: number, batches: Buffer[]): { parts: Buffer[]; size: number; index: SegmentIndex } {
   const n = batches.length;
-  let dataSize = 0;
-  for (const b of batches) dataSize += b.length;
-  const out = Buffer.allocUnsafe(dataSize + n * INDEX_ENTRY_SIZE + FOOTER_SIZE);
+  const tail = Buffer.allocUnsafe(n * INDEX_ENTRY_SIZE + FOOTER_SIZE);
   const entries: IndexEntry[] = [];
   let pos = 0;
-  let ip = dataSize;
+  let ip = 0;
   for (const b of batches) {
     const info = readBatchInfo(b);
-    b.copy(out, pos);
     const e: IndexEntry = {
       baseOffset: info.baseOffset,
       endOffset: info.baseOffset + info.lastOffsetDelta + 1,
@@ -57,22 +57,23 @@ export function buildSegment(baseOffset: number, batches: Buffer[]): { data: Buf
       maxTimestamp: info.maxTimestamp,
     };
     entries.push(e);
-    out.writeUInt32BE(e.baseOffset - baseOffset, ip);
-    out.writeUInt32BE(pos, ip + 4);
-    out.writeUInt32BE(info.lastOffsetDelta, ip + 8);
-    out.writeUInt32BE(0, ip + 12);
-    out.writeBigInt64BE(BigInt(info.maxTimestamp), ip + 16);
+    tail.writeUInt32BE(e.baseOffset - baseOffset, ip);
+    tail.writeUInt32BE(pos, ip + 4);
+    tail.writeUInt32BE(info.lastOffsetDelta, ip + 8);
+    tail.writeUInt32BE(0, ip + 12);
+    tail.writeBigInt64BE(BigInt(info.maxTimestamp), ip + 16);
     ip += INDEX_ENTRY_SIZE;
     pos += b.length;
   }
+  const dataSize = pos;
   const f = ip;
-  out.writeUInt32BE(dataSize, f);
-  out.writeUInt32BE(n, f + 4);
-  out.writeUInt32BE(crc32(out.subarray(dataSize, ip)), f + 8);
-  out.writeUInt32BE(VERSION, f + 12);
-  out.writeBigInt64BE(BigInt(baseOffset), f + 16);
-  MAGIC.copy(out, f + 24);
-  return { data: out, index: { baseOffset, entries, dataSize } };
+  tail.writeUInt32BE(dataSize, f);
+  tail.writeUInt32BE(n, f + 4);
+  tail.writeUInt32BE(crc32(tail.subarray(0, ip)), f + 8);
+  tail.writeUInt32BE(VERSION, f + 12);
+  tail.writeBigInt64BE(BigInt(baseOffset), f + 16);
+  MAGIC.copy(tail, f + 24);
+  return { parts: [...batches, tail], size: dataSize + tail.length, index: { baseOffset, entries, dataSize } };
 }
 
 export interface Footer {

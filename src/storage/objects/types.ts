@@ -10,7 +10,11 @@ export interface ObjectInfo {
 export interface ObjectStore {
   readonly kind: string;
   /** Writes the object atomically: readers see the old object, nothing, or the whole new one. */
-  put(key: string, data: Buffer): Promise<void>;
+  /**
+   * `data` may be given as parts, concatenated in order: a segment is written straight from the batches it
+   * holds, without first copying them into one buffer (which blocked the event loop for tens of ms).
+   */
+  put(key: string, data: Buffer | readonly Buffer[]): Promise<void>;
   /** Reads the whole object, or bytes [start, end) of it. Throws FlowError NOT_FOUND when absent. */
   get(key: string, range?: { start: number; end: number }): Promise<Buffer>;
   /** Objects whose key starts with `prefix`, in key order. */
