@@ -169,6 +169,33 @@ describe('walking skeleton: MQTT in, Kafka out, through embedded storage', () =>
     assertComplete(await kcatConsume(broker.kafka, 'telemetry'), 2 * PER_DEVICE);
   });
 
+  it('a KafkaJS consumer reads a partition from a chosen offset (served from the object store)', async () => {
+    const all = await kcatConsume(broker.kafka, 'telemetry');
+    const p = all[0].partition;
+    const inP = all.filter((m) => m.partition === p);
+    const from = Math.floor(inP.length / 2);
+    const kafka = new Kafka({ brokers: [broker.kafka], clientId: 'e2e-seek', logLevel: logLevel.NOTHING });
+    const consumer = kafka.consumer({ groupId: 'e2e-seek', sessionTimeout: 10_000, heartbeatInterval: 500, rebalanceTimeout: 10_000 });
+    await consumer.connect();
+    await consumer.subscribe({ topics: ['telemetry'], fromBeginning: false });
+    const got: Array<{ offset: number; value: string }> = [];
+    await consumer.run({
+      eachMessage: async ({ partition, message }) => {
+        if (partition === p) got.push({ offset: Number(message.offset), value: message.value?.toString() ?? '' });
+      },
+    });
+    consumer.seek({ topic: 'telemetry', partition: p, offset: String(from) });
+    try {
+      await eventually(() => got.length >= inP.length - from, 20_000, 'KafkaJS consumption from the sought offset');
+    } finally {
+      await consumer.disconnect();
+    }
+    assert.deepEqual(
+      got.slice(0, inP.length - from),
+      inP.slice(from).map((m) => ({ offset: m.offset, value: String(m.payload) })),
+    );
+  });
+
   it('closes only the connection that sends a malformed frame, logs why, and carries on', async () => {
     const other = await mqttConnect(broker.mqttUrl, { clientId: 'bystander' });
     const got: string[] = [];
