@@ -11,7 +11,7 @@ import { decodeBatch, encodeBatch, messageToRecord, recordToMessage } from './re
 import type { AppendResult, PartitionOffsets, StreamCatalog, StreamDef, StreamStorage } from './streams.js';
 import { RetainedIndex } from './retained.js';
 import { decodeStoredMessage, encodeStoredMessage, type RetainedStore } from './sessions.js';
-import { isValidStreamName, kafkaToUnified, validateFilter, validateTopic } from './topic.js';
+import { isValidStreamName, kafkaToUnified, matches, validateFilter, validateTopic } from './topic.js';
 import { TopicTrie } from './trie.js';
 
 /** A consumer of live messages: one per protocol connection or session. */
@@ -338,6 +338,10 @@ export class Engine {
       const extra: Promise<void>[] = [];
       for (const rec of decodeBatch(batch)) {
         const msg = recordToMessage(rec, e.ownTopic);
+        // A produced record may carry a topic header (e.g. copied from a stream that captured MQTT traffic), but
+        // it may only claim a topic this stream could have captured: a Kafka producer must not be able to
+        // publish to arbitrary MQTT topics through a header.
+        if (msg.topic !== e.ownTopic && !canCapture(e, msg.topic)) msg.topic = e.ownTopic;
         this.stats.published++;
         const d = this.capture(msg, e);
         if (d) extra.push(d);
@@ -399,6 +403,16 @@ export class Engine {
     this.partitionOf(stream, partition);
     return this.storage.waitFor(stream, partition, offset, timeoutMs);
   }
+}
+
+/** True when `topic` is a valid topic that one of the stream's bindings matches. */
+function canCapture(e: StreamEntry, topic: string): boolean {
+  try {
+    validateTopic(topic);
+  } catch {
+    return false;
+  }
+  return e.def.bindings.some((b) => matches(b, topic));
 }
 
 /**

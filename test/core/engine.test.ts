@@ -92,6 +92,28 @@ describe('Engine', () => {
     await engine.publish(makeMessage('alerts/fire', Buffer.from('again')));
     assert.equal(engine.offsets('alerts.fire', 0).highWatermark, 2);
   });
+  it('lets a produced record claim only a topic its stream binds (flowmq.topic header)', async () => {
+    const { engine } = setup();
+    await engine.createStream({ name: 'alerts.fire', partitions: 1 });
+    await engine.createStream({ name: 'telemetry', partitions: 1, bindings: ['factory/+/+/telemetry'] });
+    const sink = new Sink('s');
+    engine.subscribe('#', sink, { qos: 0 });
+    const withTopic = (t: string) => encodeBatch([{ key: null, value: Buffer.from(t), headers: [{ key: 'flowmq.topic', value: Buffer.from(t) }], timestamp: 1 }]);
+    await engine.produce('alerts.fire', 0, withTopic('secret/cmd')).durable;
+    await engine.produce('telemetry', 0, withTopic('factory/l1/d7/telemetry')).durable;
+    await engine.produce('telemetry', 0, withTopic('factory/+/bad')).durable;
+    assert.deepEqual(sink.got.map((g) => g.msg.topic), ['alerts/fire', 'factory/l1/d7/telemetry', 'telemetry']);
+  });
+
+  it('captures topics whose levels hold dots, which have no Kafka name of their own', async () => {
+    const { engine } = setup();
+    await engine.createStream({ name: 'versions', partitions: 2, bindings: ['fw/#'] });
+    await engine.publish(makeMessage('fw/v1.2/esp32', Buffer.from('x')));
+    const recs = (await Promise.all([0, 1].map((p) => engine.read('versions', p, 0, 1 << 20)))).flat().flatMap((b) => decodeBatch(b));
+    assert.equal(recs.length, 1);
+    assert.equal(recordToMessage(recs[0], 'versions').topic, 'fw/v1.2/esp32');
+  });
+
   it('rejects bad stream definitions with clear errors', async () => {
     const { engine } = setup();
     await assert.rejects(engine.createStream({ name: 'a/b', partitions: 1 }), { code: 'INVALID_ARGUMENT' });
