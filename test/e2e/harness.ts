@@ -2,8 +2,8 @@
  * End-to-end harness: runs the real `bin/flowmq` as a child process (so SIGTERM and kill -9 are real), on
  * ports the OS picks, and runs real client programs (mosquitto_pub/sub, kcat) with time limits.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -183,4 +183,28 @@ export async function kcatConsume(broker: string, topic: string, extra: string[]
     .split('\n')
     .filter((l) => l.trim().startsWith('{'))
     .map((l) => JSON.parse(l) as KcatMessage);
+}
+
+export interface TestCert {
+  dir: string;
+  certPath: string;
+  keyPath: string;
+  /** The certificate in PEM, to trust it as a CA in clients. */
+  cert: string;
+}
+
+/**
+ * A fresh self-signed certificate for localhost and 127.0.0.1, in a new temporary directory (node:crypto
+ * cannot make X.509; openssl can). librdkafka and Node verify the host name against the subjectAltName.
+ */
+export function makeTestCert(prefix = 'flowmq-tls-'): TestCert {
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  const certPath = join(dir, 'cert.pem');
+  const keyPath = join(dir, 'key.pem');
+  execFileSync('openssl', [
+    'req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '1', '-subj', '/CN=localhost',
+    '-addext', 'subjectAltName=DNS:localhost,IP:127.0.0.1',
+    '-keyout', keyPath, '-out', certPath,
+  ], { stdio: 'ignore' });
+  return { dir, certPath, keyPath, cert: readFileSync(certPath, 'utf8') };
 }

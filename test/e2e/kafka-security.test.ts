@@ -6,13 +6,11 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import mqtt from 'mqtt';
 import kafkajsPkg, { type SASLOptions } from 'kafkajs';
-import { FlowmqProcess, kcatConsume, run } from './harness.js';
+import { FlowmqProcess, kcatConsume, makeTestCert, run } from './harness.js';
 
 const { Kafka, logLevel } = kafkajsPkg;
 
@@ -52,14 +50,7 @@ describe('kafka and mqtt security with a users file', () => {
   let broker: FlowmqProcess;
 
   before(async () => {
-    dir = mkdtempSync(join(tmpdir(), 'flowmq-sec-'));
-    // A self-signed certificate valid for 127.0.0.1 (librdkafka and Node verify the host name against the SAN).
-    execFileSync('openssl', [
-      'req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '1', '-subj', '/CN=localhost',
-      '-addext', 'subjectAltName=DNS:localhost,IP:127.0.0.1',
-      '-keyout', join(dir, 'key.pem'), '-out', join(dir, 'cert.pem'),
-    ], { stdio: 'ignore' });
-    cert = readFileSync(join(dir, 'cert.pem'), 'utf8');
+    ({ dir, cert } = makeTestCert('flowmq-sec-'));
     writeFileSync(join(dir, 'users.yaml'), '- username: alice\n  password: "wonder:land"\n- username: bob\n  password: builder\n');
     broker = await FlowmqProcess.start({
       args: ['--users-file', join(dir, 'users.yaml'), '--kafka-tls-port', '0', '--kafka-tls-cert', join(dir, 'cert.pem'), '--kafka-tls-key', join(dir, 'key.pem')],
@@ -138,12 +129,7 @@ describe('kafka TLS without users (security.protocol=SSL)', () => {
   let dir = '';
   let broker: FlowmqProcess;
   before(async () => {
-    dir = mkdtempSync(join(tmpdir(), 'flowmq-ssl-'));
-    execFileSync('openssl', [
-      'req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '1', '-subj', '/CN=localhost',
-      '-addext', 'subjectAltName=DNS:localhost,IP:127.0.0.1',
-      '-keyout', join(dir, 'key.pem'), '-out', join(dir, 'cert.pem'),
-    ], { stdio: 'ignore' });
+    ({ dir } = makeTestCert('flowmq-ssl-'));
     broker = await FlowmqProcess.start({ args: ['--kafka-tls-port', '0', '--kafka-tls-cert', join(dir, 'cert.pem'), '--kafka-tls-key', join(dir, 'key.pem')] });
   });
   after(async () => {

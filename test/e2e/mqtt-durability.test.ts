@@ -5,13 +5,12 @@
  * connected persistent sessions (written through to the session store as they are sent).
  */
 import assert from 'node:assert/strict';
-import { execFileSync, spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { spawn } from 'node:child_process';
+import { readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import mqtt, { type IClientOptions, type IPublishPacket, type MqttClient } from 'mqtt';
-import { FlowmqProcess, eventually, run, sleep } from './harness.js';
+import { FlowmqProcess, eventually, makeTestCert, run, sleep } from './harness.js';
 import { RawClient, connectPacket } from '../protocols/mqtt/helpers.js';
 import type { MqttPacket } from '../../src/protocols/mqtt/codec/index.js';
 
@@ -36,13 +35,8 @@ describe('mqtt e2e: restart in the middle of persistent sessions', () => {
   let b: FlowmqProcess;
   let certDir = '';
   before(async () => {
-    // A self-signed certificate for the TLS listener (node:crypto cannot make X.509; openssl can).
-    certDir = mkdtempSync(join(tmpdir(), 'flowmq-tls-'));
-    execFileSync('openssl', [
-      'req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '1', '-subj', '/CN=localhost',
-      '-addext', 'subjectAltName=DNS:localhost,IP:127.0.0.1',
-      '-keyout', join(certDir, 'key.pem'), '-out', join(certDir, 'cert.pem'),
-    ], { stdio: 'ignore' });
+    // A self-signed certificate for the TLS listener.
+    certDir = makeTestCert().dir;
     b = await FlowmqProcess.start({
       args: ['--mqtts-port', '0', '--mqtt-tls-cert', join(certDir, 'cert.pem'), '--mqtt-tls-key', join(certDir, 'key.pem'), '--log-level', 'info'],
     });
@@ -110,7 +104,7 @@ describe('mqtt e2e: restart in the middle of persistent sessions', () => {
       const tlsClient = await mqtt.connectAsync(`mqtts://127.0.0.1:${b.ports.mqtts}`, {
         protocolVersion: 4,
         reconnectPeriod: 0,
-        ca: execFileSync('cat', [join(certDir, 'cert.pem')]),
+        ca: readFileSync(join(certDir, 'cert.pem')),
         servername: 'localhost',
       });
       await tlsClient.publishAsync('secure/js', 'via tls', { qos: 1 });
