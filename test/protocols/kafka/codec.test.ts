@@ -38,6 +38,7 @@ import {
 } from '../../../src/protocols/kafka/codec/index.js';
 import { encodeBatch } from '../../../src/core/index.js';
 import { API_SAMPLES } from './samples.js';
+import { prng } from '../../helpers/prng.js';
 
 /** Hex with spaces and comments-by-segment allowed. */
 const hex = (...parts: string[]): Buffer => Buffer.from(parts.join('').replace(/\s+/g, ''), 'hex');
@@ -922,18 +923,6 @@ describe('kafka round trips', () => {
 });
 
 // ------------------------------------------------------------------------------------------------ fuzz
-
-/** Deterministic PRNG (mulberry32), so a failure reproduces. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 function mutate(frame: Buffer, rnd: () => number): Buffer {
   const int = (n: number) => Math.floor(rnd() * n);

@@ -14,6 +14,7 @@ import {
   type MqttPacket,
   type ParseResult,
 } from '../../../src/protocols/mqtt/codec/index.js';
+import { prng } from '../../helpers/prng.js';
 
 const hex = (s: string): Buffer => Buffer.from(s.replace(/\s+/g, ''), 'hex');
 
@@ -319,18 +320,6 @@ describe('mqtt codec: round trips', () => {
 });
 
 // ------------------------------------------------------------------ fuzz
-
-/** mulberry32: a small seeded PRNG, so a failure reproduces. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 describe('mqtt codec: fuzz', () => {
   const seeds = GOLDEN.map((g) => hex(g.bytes)).concat([
