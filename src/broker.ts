@@ -7,7 +7,7 @@ import { join, resolve } from 'node:path';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import type { Config } from './config/index.js';
-import { Engine, FlowError } from './core/index.js';
+import { Engine, FlowError, HISTOGRAM_BOUNDS_MS } from './core/index.js';
 import { loadUsersFile, passwordAuthenticator, saslProvider, startAdminApi, type AdminApi } from './control/index.js';
 import type { AdapterContext, ProtocolListener } from './protocols/types.js';
 import { createMqttHub, startMqttListener, startMqttTlsListener, startMqttWsListener, type MqttHub } from './protocols/mqtt/index.js';
@@ -59,6 +59,8 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
   const listeners = new Map<string, ProtocolListener>();
   const started = Date.now();
   let admin: AdminApi;
+  /** Data-plane figures the admin API reports (filled in as listeners start). */
+  const figures: Record<string, () => unknown> = {};
   let mqttHub: MqttHub | null = null;
   const closeAll = async () => {
     await Promise.allSettled([...listeners.values()].map((l) => l.close()));
@@ -117,6 +119,8 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
         // Committed offsets and producer ids are durable in the metastore, through the core's interfaces.
         { offsets: metastore, producerIds: metastore },
       );
+      // Produce latency (decoded request → durable response) as a histogram snapshot clients can diff.
+      figures.kafka = () => ({ produceLatency: adapter.produceLatency.snapshot(), histogramBoundsMs: HISTOGRAM_BOUNDS_MS });
       const l = await startKafkaListener(kctx, { host: config.host, port: config.kafkaPort, sasl: config.kafkaSasl }, {}, {}, adapter);
       listeners.set('kafka', l);
       logger.info({ protocol: 'kafka', address: fmt(l.address()), sasl: config.kafkaSasl }, 'listening');
@@ -138,6 +142,7 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
         uptimeMs: Date.now() - started,
         listeners: Object.fromEntries([...listeners].map(([k, l]) => [k, { ...l.address(), connections: l.connections() }])),
         storage: { metastore: metastore.kind, objects: objects.kind, walBytes: wal.size(), log: log.stats },
+        ...Object.fromEntries(Object.entries(figures).map(([k, f]) => [k, f()])),
       }),
     });
     logger.info({ protocol: 'http', address: fmt(admin.address()) }, 'listening (admin API)');

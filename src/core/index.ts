@@ -9,3 +9,4 @@ export * from './sessions.js';
 export * from './retained.js';
 export * from './offsets.js';
 export { crc32c, crc32cJs, crc32cImplementation } from './crc32c.js';
+export * from './histogram.js';

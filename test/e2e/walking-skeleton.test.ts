@@ -121,6 +121,10 @@ describe('walking skeleton: MQTT in, Kafka out, through embedded storage', () =>
     const res = await producer.send({ topic: 'alerts.fire', acks: -1, messages: [{ key: 'zone-4', value: 'smoke detected', headers: { sev: 'high' } }] });
     assert.equal(res[0].errorCode, 0);
     await producer.disconnect();
+    // The broker times its own share of every acks=all produce.
+    const figures = await broker.api<{ kafka: { produceLatency: { count: number; buckets: number[] } } }>('GET', '/api/v1/broker');
+    assert.ok(figures.kafka.produceLatency.count >= 1);
+    assert.equal(figures.kafka.produceLatency.buckets.reduce((a, b) => a + b, 0), figures.kafka.produceLatency.count);
     await eventually(() => got.length === 1, 5000, 'MQTT delivery of the Kafka record');
     assert.deepEqual(got, ['alerts/fire=smoke detected']);
     alerts.end(true);

@@ -4,6 +4,7 @@
  */
 import type { Logger } from 'pino';
 import {
+  LatencyHistogram,
   MemoryOffsetStore,
   isFlowError,
   isValidStreamName,
@@ -44,6 +45,8 @@ export class KafkaAdapter {
   readonly groups: GroupCoordinator;
   readonly producerIds: ProducerIdStore;
   readonly producerIdAllocator: ProducerIdAllocator;
+  /** Produce requests with acks=1/all: from the decoded request to the durable response, in ms. */
+  readonly produceLatency = new LatencyHistogram();
 
   constructor(
     ctx: AdapterContext,

@@ -120,6 +120,7 @@ export function handleProduce(
   req: ProduceRequest,
 ): HandlerResult<ProduceResponse> | Promise<HandlerResult<ProduceResponse>> {
   const { adapter } = ctx;
+  const started = performance.now();
   const validAcks = req.acks === 0 || req.acks === 1 || req.acks === -1;
   const results: PartitionResult[][] = [];
   const deferred: Promise<void>[] = [];
@@ -163,7 +164,11 @@ export function handleProduce(
       }
       return null;
     }
-    return respond(ctx, req, results);
+    return respond(ctx, req, results).then((res) => {
+      // The broker's own share of produce latency: request decoded → response ready (durable).
+      adapter.produceLatency.record(performance.now() - started);
+      return res;
+    });
   };
   return deferred.length === 0 ? finish() : Promise.all(deferred).then(finish);
 }
