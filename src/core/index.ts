@@ -10,3 +10,4 @@ export * from './retained.js';
 export * from './offsets.js';
 export { crc32c, crc32cJs, crc32cImplementation } from './crc32c.js';
 export * from './histogram.js';
+export { CoalescingTask } from './coalescing-task.js';

@@ -12,6 +12,7 @@
  */
 import type { Logger } from 'pino';
 import {
+  CoalescingTask,
   FlowError,
   decodeBatch,
   readBatchInfo,
@@ -36,6 +37,12 @@ export interface LogOptions {
   checkIntervalMs: number;
   /** Segment indexes kept in memory. */
   indexCacheEntries: number;
+  /**
+   * Segment objects written at the same time, across all partitions. One by default: partitions fill up together
+   * under an even load, and several 16 MiB writes with their fsyncs at once make the WAL's fsyncs (what every
+   * acks=all producer waits for) queue behind them at the disk and in libuv's thread pool.
+   */
+  sealConcurrency: number;
 }
 
 export const DEFAULT_LOG_OPTIONS: LogOptions = {
@@ -43,6 +50,7 @@ export const DEFAULT_LOG_OPTIONS: LogOptions = {
   segmentMs: 60_000,
   checkIntervalMs: 1000,
   indexCacheEntries: 1024,
+  sealConcurrency: 1,
 };
 
 interface TailBatch {
@@ -96,7 +104,10 @@ export class LogManager implements StreamStorage {
   private readonly indexCache = new Map<string, SegmentIndex>();
   private timer: NodeJS.Timeout | null = null;
   private closed = false;
-  private trimming = false;
+  /** WAL trims, one at a time; a trim asked for during one runs again after it. */
+  private readonly trimTask = new CoalescingTask(() => this.trimOnce());
+  private activeSeals = 0;
+  private readonly sealWaiters: Array<() => void> = [];
   readonly stats = { sealedSegments: 0, sealedBytes: 0, objectReads: 0, walTrimmedBytes: 0, recoveredBatches: 0 };
 
   private constructor(
@@ -393,14 +404,20 @@ export class LogManager implements StreamStorage {
 
   // ------------------------------------------------------------------ sealing, trimming, retention
 
-  /** Seals the durable prefix of a partition's tail into a segment object (one seal at a time). */
+  /**
+   * Seals the durable prefix of a partition's tail into a segment object: one seal per partition at a time, and
+   * at most `sealConcurrency` across partitions (the prefix is taken when the seal's turn comes, so a partition
+   * that waited seals everything that became durable meanwhile). A successful seal trims the WAL.
+   */
   private seal(p: Partition): Promise<void> {
     if (p.sealing) return p.sealing;
-    let n = 0;
-    while (n < p.tail.length && p.tail[n].endOffset <= p.highWatermark) n++;
-    if (n === 0) return Promise.resolve();
-    const batches = p.tail.slice(0, n);
-    p.sealing = this.writeSegment(p, batches)
+    p.sealing = this.withSealSlot(async () => {
+      let n = 0;
+      while (n < p.tail.length && p.tail[n].endOffset <= p.highWatermark) n++;
+      if (n === 0 || this.byKey.get(p.key) !== p) return; // nothing durable yet, or the stream is gone
+      await this.writeSegment(p, p.tail.slice(0, n));
+      this.requestTrim();
+    })
       .catch((err: unknown) => {
         // The data is still in the WAL and in memory: the next check retries.
         this.logger.warn({ err, partition: p.key }, 'segment flush failed; will retry');
@@ -409,6 +426,25 @@ export class LogManager implements StreamStorage {
         p.sealing = null;
       });
     return p.sealing;
+  }
+
+  private async withSealSlot(fn: () => Promise<void>): Promise<void> {
+    while (this.activeSeals >= Math.max(1, this.options.sealConcurrency)) {
+      await new Promise<void>((resolve) => this.sealWaiters.push(resolve));
+    }
+    this.activeSeals++;
+    try {
+      await fn();
+    } finally {
+      this.activeSeals--;
+      this.sealWaiters.shift()?.();
+    }
+  }
+
+  /** Trims the WAL in the background (after a seal). */
+  private requestTrim(): void {
+    if (this.closed) return;
+    this.trimTask.run().catch((err: unknown) => this.logger.warn({ err }, 'WAL trim failed; will retry'));
   }
 
   private async writeSegment(p: Partition, batches: TailBatch[]): Promise<void> {
@@ -468,16 +504,15 @@ export class LogManager implements StreamStorage {
     await this.trimWal();
   }
 
-  async trimWal(): Promise<void> {
-    if (this.trimming) return;
-    this.trimming = true;
-    try {
-      // A key unknown here belongs to a deleted stream: nothing needs its entries.
-      const released = await this.wal.trim((key) => this.byKey.get(key)?.flushedOffset ?? Number.MAX_SAFE_INTEGER);
-      this.stats.walTrimmedBytes += released;
-    } finally {
-      this.trimming = false;
-    }
+  /** Deletes the WAL files whose entries are all in committed segments (or belong to deleted streams). */
+  trimWal(): Promise<void> {
+    return this.trimTask.run();
+  }
+
+  private async trimOnce(): Promise<void> {
+    // A key unknown here belongs to a deleted stream: nothing needs its entries.
+    const released = await this.wal.trim((key) => this.byKey.get(key)?.flushedOffset ?? Number.MAX_SAFE_INTEGER);
+    this.stats.walTrimmedBytes += released;
   }
 
   private background(): void {
@@ -546,6 +581,8 @@ export class LogManager implements StreamStorage {
     ]);
     clearTimeout(t);
     this.closed = true;
+    // A background trim still running must finish before the owner closes the WAL under it.
+    await this.trimTask.idle();
     for (const p of this.parts.values()) {
       for (const w of p.waiters.splice(0)) {
         clearTimeout(w.timer);

@@ -132,6 +132,41 @@ describe('LogManager', () => {
     await metastore.close();
   });
 
+  it('writes one segment object at a time across partitions, sealing what became durable while it waited', async () => {
+    const dir = tmp();
+    const metastore = SqliteMetastore.open(join(dir, 'meta.db'));
+    const inner = new FsObjectStore(join(dir, 'objects'));
+    let active = 0;
+    let most = 0;
+    let puts = 0;
+    const objects = Object.create(inner) as FsObjectStore;
+    objects.put = async (key, data) => {
+      active++;
+      most = Math.max(most, active);
+      puts++;
+      try {
+        await new Promise((r) => setTimeout(r, 20));
+        await inner.put(key, data);
+      } finally {
+        active--;
+      }
+    };
+    const wal = await FileWal.open(join(dir, 'wal'), { maxFileBytes: 4096 });
+    const log = await LogManager.open({ wal, objects, metastore, logger, options: { checkIntervalMs: 60_000, segmentBytes: 512 } });
+    const engine = new Engine(log, metastore);
+    await engine.createStream({ name: 't', partitions: 4 });
+    for (let i = 0; i < 200; i++) await engine.produce('t', i % 4, encodeBatch([rec(i)])).durable;
+    await log.flushAll();
+    assert.equal(most, 1, 'never two segment writes at once');
+    assert.ok(puts >= 4 && puts < 200, `${puts} segments for 200 batches over 4 partitions`);
+    for (let p = 0; p < 4; p++) assert.equal((await values(engine, 't', p)).length, 50);
+    // Every seal trims the WAL by itself: nothing but the active file's remains.
+    assert.ok(wal.fileCount() <= 2, `${wal.fileCount()} WAL files left`);
+    await log.close();
+    await wal.close();
+    await metastore.close();
+  });
+
   it('applies retention by deleting whole expired segments', async () => {
     const s = await openAll(tmp(), { segmentBytes: 200 });
     await s.engine.createStream({ name: 'r', partitions: 1, retentionMs: 60_000 });

@@ -104,6 +104,25 @@ describe('SqliteMetastore', () => {
     await m.close();
   });
 
+
+  it('answers a write only after syncing the journal, and concurrent writes share syncs', async () => {
+    const file = freshFile();
+    const m = SqliteMetastore.open(file);
+    await m.createStream(def('s'));
+    assert.equal(m.journalSyncs, 1, 'one write, one journal sync before it was answered');
+    // 50 commits issued together: each is answered by a sync that started after it, so at most 2 syncs.
+    await Promise.all(Array.from({ length: 50 }, (_, i) => m.commitOffset({ group: 'g', stream: 's', partition: 0, offset: i, metadata: null })));
+    assert.ok(m.journalSyncs >= 2 && m.journalSyncs <= 3, `50 concurrent commits took ${m.journalSyncs - 1} syncs`);
+    // Reads never wait for a sync.
+    const before = m.journalSyncs;
+    assert.equal((await m.fetchOffset('g', 's', 0))?.offset, 49);
+    assert.equal(m.journalSyncs, before);
+    await m.close();
+    // What was answered is in the file for the next process.
+    const again = SqliteMetastore.open(file);
+    assert.equal((await again.fetchOffset('g', 's', 0))?.offset, 49);
+    await again.close();
+  });
   it('refuses partition state, segments and offsets for a stream that does not exist', async () => {
     const m = SqliteMetastore.open(':memory:');
     const notFound = (e: unknown) => isFlowError(e, 'NOT_FOUND');
