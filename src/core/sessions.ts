@@ -28,6 +28,12 @@ export interface QueuedEntry {
   data: Buffer;
 }
 
+/**
+ * Durability: a resolved write has been committed and survives a crash of the broker process. Queue writes
+ * (enqueue, ackQueue, updateQueue) may resolve before their commit is also safe from a power loss, which a
+ * backend then brings about promptly (the embedded one syncs its journal at once, without making the caller
+ * wait); the other writes resolve only once durable.
+ */
 export interface SessionStore {
   getSession(clientId: string): Promise<SessionRecord | null>;
   /** Creates or replaces the record; the queue is left as it is. */

@@ -11,7 +11,9 @@
  * on a busy disk stalls every connection of the broker for milliseconds. Instead commits run with
  * synchronous=NORMAL (SQLite then syncs only around checkpoints, which keeps the database consistent) and each
  * write awaits an fdatasync of the -wal file done on libuv's thread pool; commits made while one is in flight
- * share the next one (group commit).
+ * share the next one (group commit). Session-queue writes are the exception (see SessionStore): they resolve at
+ * commit, which a crash of the broker process cannot undo, and their sync follows at once without being waited
+ * for, because the MQTT adapter needs their seqs to issue the next change (an acknowledgement's removal).
  */
 import { mkdirSync } from 'node:fs';
 import { open, type FileHandle } from 'node:fs/promises';
@@ -382,6 +384,14 @@ export class SqliteMetastore implements Metastore, SessionStore, RetainedStore {
     return result;
   }
 
+  /** Runs one write that resolves at commit; the sync that makes it durable is started, not waited for. */
+  private committed<T>(what: string, fn: () => T): T {
+    const result = this.run(what, fn);
+    // A failed sync is reported to the next write that waits for one.
+    this.walSync?.sync().catch(() => undefined);
+    return result;
+  }
+
   /** fdatasyncs of the journal made so far (commits share them); for tests. */
   get journalSyncs(): number {
     return this.walSync?.syncs ?? 0;
@@ -566,7 +576,7 @@ export class SqliteMetastore implements Metastore, SessionStore, RetainedStore {
   async enqueue(clientId: string, entries: Buffer[], maxLength: number): Promise<number> {
     checkInt('maxLength', maxLength, 1);
     if (entries.length === 0) return 0;
-    return this.write('enqueue', () => this.txEnqueue(clientId, entries, maxLength));
+    return this.committed('enqueue', () => this.txEnqueue(clientId, entries, maxLength));
   }
 
   async readQueue(clientId: string, limit: number): Promise<QueuedEntry[]> {
@@ -575,12 +585,12 @@ export class SqliteMetastore implements Metastore, SessionStore, RetainedStore {
   }
 
   async ackQueue(clientId: string, upTo: number): Promise<void> {
-    await this.write('ackQueue', () => this.s.queueAck.run(clientId, upTo));
+    this.committed('ackQueue', () => this.s.queueAck.run(clientId, upTo));
   }
 
   async updateQueue(clientId: string, changes: QueueChanges, maxLength: number): Promise<{ seqs: number[]; dropped: number }> {
     checkInt('maxLength', maxLength, 1);
-    return this.write('updateQueue', () => this.txUpdateQueue(clientId, changes, maxLength));
+    return this.committed('updateQueue', () => this.txUpdateQueue(clientId, changes, maxLength));
   }
 
   async queueLength(clientId: string): Promise<number> {

@@ -1,2 +1,2 @@
 export type { WalEntry, WriteAheadLog } from './types.js';
-export { FileWal, type FileWalOptions } from './file-wal.js';
+export { FileWal, WAL_FILE_HEADER_BYTES, type FileWalOptions } from './file-wal.js';

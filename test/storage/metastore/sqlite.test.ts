@@ -117,6 +117,12 @@ describe('SqliteMetastore', () => {
     const before = m.journalSyncs;
     assert.equal((await m.fetchOffset('g', 's', 0))?.offset, 49);
     assert.equal(m.journalSyncs, before);
+    // Queue writes resolve at commit (the MQTT adapter needs their seqs at once); their sync follows unasked.
+    const synced = m.journalSyncs;
+    const { seqs } = await m.updateQueue('c', { append: [Buffer.from('x')] }, 10);
+    assert.equal(seqs.length, 1);
+    for (let i = 0; i < 100 && m.journalSyncs === synced; i++) await new Promise((r) => setTimeout(r, 5));
+    assert.equal(m.journalSyncs, synced + 1, 'the queue write was synced without anyone waiting for it');
     await m.close();
     // What was answered is in the file for the next process.
     const again = SqliteMetastore.open(file);

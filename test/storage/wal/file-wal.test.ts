@@ -1,11 +1,12 @@
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { appendFile, mkdtemp, readdir, readFile, rm, stat, truncate, writeFile } from 'node:fs/promises';
+import { appendFile, mkdir, mkdtemp, readdir, readFile, rm, stat, truncate, writeFile } from 'node:fs/promises';
+import { crc32 } from 'node:zlib';
 import type { FileHandle } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { isFlowError } from '../../../src/core/index.js';
-import { FileWal, type FileWalOptions, type WalEntry } from '../../../src/storage/wal/index.js';
+import { FileWal, WAL_FILE_HEADER_BYTES, type FileWalOptions, type WalEntry } from '../../../src/storage/wal/index.js';
 
 /** Bytes one entry takes on disk: 8-byte header, u16 key length, key, two u64 offsets, data. */
 const frameSize = (e: WalEntry): number => 8 + 2 + Buffer.byteLength(e.key) + 16 + e.data.length;
@@ -89,7 +90,7 @@ describe('FileWal', () => {
         const { dir, entries } = await written(10);
         const [file] = await walFiles(dir);
         const path = join(dir, file);
-        const good = entries.slice(0, survivors).reduce((s, e) => s + frameSize(e), 0);
+        const good = WAL_FILE_HEADER_BYTES + entries.slice(0, survivors).reduce((s, e) => s + frameSize(e), 0);
         const sizeBefore = (await stat(path)).size;
         await damage(path, sizeBefore);
         const damagedSize = (await stat(path)).size;
@@ -234,11 +235,11 @@ describe('FileWal', () => {
       const fh = internals.activeFh;
       const realWritev = fh.writev.bind(fh);
       let fail = true;
-      fh.writev = (async (buffers: Buffer[]) => {
-        if (!fail) return realWritev(buffers);
+      fh.writev = (async (buffers: Buffer[], position?: number) => {
+        if (!fail) return realWritev(buffers, position);
         fail = false;
         const all = Buffer.concat(buffers);
-        await fh.write(all, 0, Math.floor(all.length / 2));
+        await fh.write(all, 0, Math.floor(all.length / 2), position);
         throw Object.assign(new Error('ENOSPC: no space left on device'), { code: 'ENOSPC' });
       }) as FileHandle['writev'];
       const failed = [wal.append(entry('w/0', 1)), wal.append(entry('w/0', 2))];
@@ -387,6 +388,121 @@ describe('FileWal', () => {
       assert.equal(await wal.trim(() => 1000), onDisk);
       assert.deepEqual(await walFiles(dir), []);
       await wal.close();
+    });
+  });
+
+  describe('file reuse', () => {
+    const spares = async (dir: string): Promise<string[]> => (await readdir(dir)).filter((f) => /^spare-\d+\.wal$/.test(f)).sort();
+
+    /** A log whose flushed files became spares and whose newest files were started from them. */
+    async function withReusedFiles(dir: string): Promise<{ wal: FileWal; kept: number[] }> {
+      const wal = await FileWal.open(dir, { maxFileBytes: 4096 });
+      await collect(wal);
+      for (let i = 0; i < 40; i++) await wal.append(entry('r/0', i, 400));
+      await wal.trim(() => 40);
+      assert.equal((await spares(dir)).length, 2, 'two flushed files kept as spares');
+      const kept: number[] = [];
+      for (let i = 40; i < 50; i++) {
+        await wal.append(entry('r/0', i, 100));
+        kept.push(i);
+      }
+      assert.ok(wal.reusedFiles >= 1, 'a new file was started from a spare');
+      return { wal, kept };
+    }
+
+    it('keeps flushed files as spares, starts new files from them and replays only the new entries', async () => {
+      const dir = freshDir();
+      const { wal, kept } = await withReusedFiles(dir);
+      await wal.close();
+      // Retiring a reused file cut it to its length, so a clean restart finds nothing to drop.
+      const again = await FileWal.open(dir, { maxFileBytes: 4096 });
+      assert.deepEqual(
+        (await collect(again)).map((e) => e.baseOffset),
+        kept,
+      );
+      assert.equal(again.lastReplayTruncatedBytes, 0);
+      const onDisk = (await Promise.all((await walFiles(dir)).map((f) => stat(join(dir, f))))).reduce((n, st) => n + st.size, 0);
+      assert.equal(again.size(), onDisk);
+      await again.close();
+    });
+
+    it('after a crash, drops the stale rest of a reused file and never replays its old frames', async () => {
+      const dir = freshDir();
+      const { wal, kept } = await withReusedFiles(dir);
+      // No close: the process dies with a reused file active (its old frames beyond the new ones).
+      const [last] = (await walFiles(dir)).slice(-1);
+      const staleFrom = (wal as unknown as { active: { size: number } }).active.size;
+      assert.ok((await stat(join(dir, last))).size > staleFrom, 'the active file still holds stale bytes');
+      const again = await FileWal.open(dir, { maxFileBytes: 4096 });
+      const got = await collect(again);
+      assert.deepEqual(
+        got.map((e) => e.baseOffset),
+        kept,
+      );
+      assert.ok(again.lastReplayTruncatedBytes > 0);
+      assert.equal((await stat(join(dir, last))).size, staleFrom);
+      await again.close();
+      await wal.close();
+    });
+
+    it('treats a reused file whose header never landed as holding nothing', async () => {
+      const dir = freshDir();
+      const { wal } = await withReusedFiles(dir);
+      await wal.close();
+      // A spare renamed into place (the crash came before its first group was written).
+      const files = await walFiles(dir);
+      const [spare] = await spares(dir);
+      assert.ok(spare, 'a spare left');
+      const nextSeq = Number(/\d{20}/.exec(files[files.length - 1])![0]) + 1;
+      const name = `wal-${String(nextSeq).padStart(20, '0')}.log`;
+      await writeFile(join(dir, name), await readFile(join(dir, spare)));
+      const again = await FileWal.open(dir, { maxFileBytes: 4096 });
+      const got = await collect(again);
+      assert.deepEqual(
+        got.map((e) => e.baseOffset),
+        [40, 41, 42, 43, 44, 45, 46, 47, 48, 49],
+      );
+      assert.equal((await stat(join(dir, name))).size, 0);
+      await again.close();
+    });
+
+    it('reads files of the previous format (no header, zlib CRC-32)', async () => {
+      const dir = freshDir();
+      await mkdir(dir, { recursive: true });
+      const frames = [0, 1, 2].map((i) => {
+        const key = Buffer.from('old/0');
+        const data = Buffer.alloc(50, i);
+        const body = Buffer.alloc(2 + key.length + 16 + data.length);
+        body.writeUInt16BE(key.length, 0);
+        key.copy(body, 2);
+        body.writeUInt32BE(i, 2 + key.length + 4);
+        body.writeUInt32BE(i + 1, 2 + key.length + 12);
+        data.copy(body, 2 + key.length + 16);
+        const head = Buffer.alloc(8);
+        head.writeUInt32BE(body.length, 0);
+        head.writeUInt32BE(crc32(body), 4);
+        return Buffer.concat([head, body]);
+      });
+      await writeFile(join(dir, `wal-${'1'.padStart(20, '0')}.log`), Buffer.concat(frames));
+      const wal = await FileWal.open(dir);
+      const got = await collect(wal);
+      assert.deepEqual(
+        got.map((e) => [e.key, e.baseOffset, e.endOffset, e.data[0]]),
+        [
+          ['old/0', 0, 1, 0],
+          ['old/0', 1, 2, 1],
+          ['old/0', 2, 3, 2],
+        ],
+      );
+      // New appends go to a new file of the current format, after the old one.
+      await wal.append(entry('old/0', 3));
+      await wal.close();
+      const again = await FileWal.open(dir);
+      assert.deepEqual(
+        (await collect(again)).map((e) => e.baseOffset),
+        [0, 1, 2, 3],
+      );
+      await again.close();
     });
   });
 });
