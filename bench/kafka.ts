@@ -277,7 +277,8 @@ export class BatchFactory {
   private readonly templates = new Map<number, { batch: Buffer; stampAt: number }>();
   constructor(private readonly recordBytes: number) {}
 
-  make(n: number, stamp: number, timestampMs: number): Buffer {
+  /** A batch; written into `into` (a buffer at least as long, e.g. one given back by a BufferPool) when given. */
+  make(n: number, stamp: number, timestampMs: number, into?: Buffer): Buffer {
     let t = this.templates.get(n);
     if (t === undefined) {
       const marker = Buffer.from('FMQSTAMP'); // 8 bytes, where the float64 stamp goes
@@ -288,13 +289,30 @@ export class BatchFactory {
       if (t.stampAt < 0) throw new Error('batch template: first record value not found');
       this.templates.set(n, t);
     }
-    const b = Buffer.allocUnsafe(t.batch.length);
+    const b = into && into.length >= t.batch.length ? into.subarray(0, t.batch.length) : Buffer.allocUnsafe(t.batch.length);
     t.batch.copy(b);
     b.writeDoubleBE(stamp, t.stampAt);
     b.writeBigInt64BE(BigInt(timestampMs), BASE_TIMESTAMP_AT);
     b.writeBigInt64BE(BigInt(timestampMs), MAX_TIMESTAMP_AT);
     b.writeUInt32BE(crc32c(b, ATTRIBUTES_AT), CRC_AT);
     return b;
+  }
+}
+
+/**
+ * Buffers handed out again once given back: a batch's buffer is free once its produce response has arrived
+ * (the broker has read every byte). A load generator that allocates ~1 MB per batch keeps its own garbage
+ * collector busy and measures its pauses as broker latency; a C client such as librdkafka has no such pauses.
+ */
+export class BufferPool {
+  private readonly free: Buffer[] = [];
+  constructor(private readonly size: number) {}
+  take(n: number): Buffer | undefined {
+    if (n > this.size) return undefined;
+    return this.free.pop() ?? Buffer.allocUnsafe(this.size);
+  }
+  give(b: Buffer): void {
+    if (b.buffer.byteLength === this.size && this.free.length < 1024) this.free.push(Buffer.from(b.buffer, b.byteOffset, this.size));
   }
 }
 
@@ -427,6 +445,8 @@ export async function kafkaLatency(port: number, o: LatencyOptions): Promise<Lat
   const producers = await Promise.all(Array.from({ length: o.connections }, () => KafkaConn.open(port)));
   const consumer = await KafkaConn.open(port);
   const factory = new BatchFactory(o.recordBytes);
+  // Batches stay under 1 MiB at the rates this runs at; larger ones are simply allocated.
+  const pool = new BufferPool(1 << 20);
   let running = true;
   let consuming = true;
   let windowStart = Infinity;
@@ -451,6 +471,7 @@ export async function kafkaLatency(port: number, o: LatencyOptions): Promise<Lat
       const corr = conn.nextCorrelationId();
       const writtenAt = nowS();
       conn.send(corr, [produceHead(o.topic, item.partition, item.batch.length, corr), item.batch], (body, at) => {
+        pool.give(item.batch);
         if (produceError(body) !== 0) errors++;
         else {
           produced += item.records;
@@ -483,7 +504,7 @@ export async function kafkaLatency(port: number, o: LatencyOptions): Promise<Lat
         const n = per + (extra > 0 ? 1 : 0);
         if (extra > 0) extra--;
         if (n === 0) continue;
-        const batch = factory.make(n, now, Date.now());
+        const batch = factory.make(n, now, Date.now(), pool.take(n * (o.recordBytes + 16) + 128));
         const c = partition % producers.length;
         if (producers[c].outstanding >= o.inflight) queuedBatches++;
         queues[c].push({ partition, batch, records: n, createdAt: now });

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { BatchFactory } from '../../bench/kafka.js';
+import { BatchFactory, BufferPool } from '../../bench/kafka.js';
 import { decodeBatch, encodeBatch, verifyBatchCrc } from '../../src/core/index.js';
 
 describe('bench: BatchFactory', () => {
@@ -23,5 +23,18 @@ describe('bench: BatchFactory', () => {
       assert.equal(records[0].value!.readDoubleBE(0), stamp);
       assert.equal(records[n - 1].timestamp, ts);
     }
+  });
+
+  it('writes into a pooled buffer given back after use, and allocates when the buffer is too short', () => {
+    const factory = new BatchFactory(1024);
+    const pool = new BufferPool(64 * 1024);
+    const a = factory.make(10, 1.5, 1_700_000_000_000, pool.take(20_000));
+    pool.give(a);
+    const b = factory.make(10, 2.5, 1_700_000_000_001, pool.take(20_000));
+    assert.equal(b.buffer, a.buffer, 'the same memory again');
+    assert.ok(b.equals(factory.make(10, 2.5, 1_700_000_000_001)));
+    const big = factory.make(100, 3.5, 1_700_000_000_002, pool.take(200_000) ?? Buffer.alloc(10));
+    assert.equal(decodeBatch(big).length, 100);
+    assert.equal(verifyBatchCrc(big), true);
   });
 });
