@@ -119,8 +119,8 @@ export async function startFlowmq(): Promise<Broker> {
   const [mqttPort, kafkaPort, httpPort] = [await freePort(), await freePort(), await freePort()];
   const log = join(dir, 'flowmq.log');
   const fd = openSync(log, 'a');
+  // The launcher itself (not `node bin/flowmq`), so the broker runs as `flowmq start` does for users.
   const argv = [
-    process.execPath,
     join(ROOT, 'bin/flowmq'),
     'start',
     '--data-dir', join(dir, 'data'),
@@ -134,6 +134,7 @@ export async function startFlowmq(): Promise<Broker> {
   // the in-flight window and queue are FlowMQ's defaults, stated explicitly to match Mosquitto's config.
   const env = {
     ...process.env,
+    FLOWMQ_NODE: process.execPath,
     FLOWMQ_MQTT_WS: 'false',
     FLOWMQ_MQTT_MAX_INFLIGHT: String(MQTT_LIMITS.maxInflight),
     FLOWMQ_MQTT_MAX_QUEUED_MESSAGES: String(MQTT_LIMITS.maxQueued),

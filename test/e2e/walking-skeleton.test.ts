@@ -5,7 +5,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { connect as netConnect } from 'node:net';
-import { readdirSync, statSync } from 'node:fs';
+import { readdirSync, readFileSync, readlinkSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import mqtt from 'mqtt';
 import kafkajsPkg from 'kafkajs';
@@ -230,6 +230,15 @@ describe('walking skeleton: MQTT in, Kafka out, through embedded storage', () =>
     const r = await run(process.execPath, [FLOWMQ_BIN, 'start', '--data-dir', broker.dataDir, '--mqtt-port', '0', '--kafka-port', '0', '--http-port', '0', '--mqtt-ws-port', '0'], { timeoutMs: 10_000 });
     assert.equal(r.code, 2, r.stderr);
     assert.match(r.stderr, new RegExp(`data directory .* is in use by another broker \\(pid ${broker.proc.pid}\\)`));
+  });
+
+  it('is one process: bin/flowmq execs Node.js in place, with malloc set to reuse freed memory', () => {
+    // The launcher is a shell script that replaces itself: the pid we spawned is the broker (signals and
+    // kill -9 reach it, and the lock test above sees this very pid).
+    assert.match(readlinkSync(`/proc/${broker.proc.pid}/exe`), /node/);
+    const env = readFileSync(`/proc/${broker.proc.pid}/environ`, 'utf8').split('\0');
+    assert.ok(env.includes('MALLOC_MMAP_THRESHOLD_=67108864'), 'mmap threshold set');
+    assert.ok(env.includes('MALLOC_TRIM_THRESHOLD_=268435456'), 'trim threshold set');
   });
 
   it('stops cleanly on SIGTERM with exit code 0', async () => {
