@@ -384,14 +384,16 @@ export class FileWal implements WriteAheadLog {
     let reused = false;
     const spare = this.spares.shift();
     if (spare !== undefined) {
+      let renamed = false;
       try {
         await rename(spare, path);
+        renamed = true;
         fh = await open(path, constants.O_RDWR | this.dsync);
         reused = true;
         this.reusedFiles++;
       } catch {
-        // A spare that cannot be reused is only a missed optimisation; whatever was renamed is cleared below.
-        await unlink(spare).catch(() => undefined);
+        // A spare that cannot be reused is only a missed optimisation: it goes, and a new file is made.
+        await unlink(renamed ? path : spare).catch(() => undefined);
       }
     }
     fh ??= await open(path, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | this.dsync);
