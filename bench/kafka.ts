@@ -11,7 +11,7 @@
  */
 import type { Socket } from 'node:net';
 import { crc32c } from '../src/core/crc32c.js';
-import { encodeBatch, type RecordInput } from '../src/core/record-batch.js';
+import { BATCH_HEADER_SIZE, encodeBatch, OFF_ATTRIBUTES, OFF_BASE_TS, OFF_CRC, OFF_MAX_TS, type RecordInput } from '../src/core/record-batch.js';
 import { nowS, open, percentiles, sleep, type Percentiles } from './util.js';
 
 const CLIENT_ID = 'flowmq-bench';
@@ -285,16 +285,16 @@ export class BatchFactory {
       const first = Buffer.alloc(this.recordBytes, 0x62);
       marker.copy(first, 0);
       const batch = encodeBatch(recordsOf(n, this.recordBytes, 0, first));
-      t = { batch, stampAt: batch.indexOf(marker, BATCH_RECORDS_AT) };
+      t = { batch, stampAt: batch.indexOf(marker, BATCH_HEADER_SIZE) };
       if (t.stampAt < 0) throw new Error('batch template: first record value not found');
       this.templates.set(n, t);
     }
     const b = into && into.length >= t.batch.length ? into.subarray(0, t.batch.length) : Buffer.allocUnsafe(t.batch.length);
     t.batch.copy(b);
     b.writeDoubleBE(stamp, t.stampAt);
-    b.writeBigInt64BE(BigInt(timestampMs), BASE_TIMESTAMP_AT);
-    b.writeBigInt64BE(BigInt(timestampMs), MAX_TIMESTAMP_AT);
-    b.writeUInt32BE(crc32c(b, ATTRIBUTES_AT), CRC_AT);
+    b.writeBigInt64BE(BigInt(timestampMs), OFF_BASE_TS);
+    b.writeBigInt64BE(BigInt(timestampMs), OFF_MAX_TS);
+    b.writeUInt32BE(crc32c(b, OFF_ATTRIBUTES), OFF_CRC);
     return b;
   }
 }
@@ -315,13 +315,6 @@ export class BufferPool {
     if (b.buffer.byteLength === this.size && this.free.length < 1024) this.free.push(Buffer.from(b.buffer, b.byteOffset, this.size));
   }
 }
-
-// RecordBatch v2 field offsets.
-const CRC_AT = 17;
-const ATTRIBUTES_AT = 21;
-const BASE_TIMESTAMP_AT = 27;
-const MAX_TIMESTAMP_AT = 35;
-const BATCH_RECORDS_AT = 61;
 
 // ------------------------------------------------------------------ produce throughput
 

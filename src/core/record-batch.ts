@@ -29,11 +29,11 @@ export const enum Compression {
 
 const OFF_BATCH_LENGTH = 8;
 const OFF_MAGIC = 16;
-const OFF_CRC = 17;
-const OFF_ATTRIBUTES = 21;
+export const OFF_CRC = 17;
+export const OFF_ATTRIBUTES = 21;
 const OFF_LAST_OFFSET_DELTA = 23;
-const OFF_BASE_TS = 27;
-const OFF_MAX_TS = 35;
+export const OFF_BASE_TS = 27;
+export const OFF_MAX_TS = 35;
 const OFF_PRODUCER_ID = 43;
 const OFF_PRODUCER_EPOCH = 51;
 const OFF_BASE_SEQUENCE = 53;
