@@ -108,15 +108,8 @@ export interface GroupDescription {
   members: MemberDescription[];
 }
 
-interface Member {
-  memberId: string;
-  groupInstanceId: string | null;
-  clientId: string;
-  clientHost: string;
-  sessionTimeoutMs: number;
-  rebalanceTimeoutMs: number;
-  protocolType: string;
-  protocols: ProtocolOffer[];
+/** A member: what it declared in its latest JoinGroup, and its state in the group. */
+interface Member extends Omit<JoinParams, 'groupId' | 'requireKnownMemberId'> {
   assignment: Buffer;
   joinWaiter: ((r: JoinResult) => void) | null;
   syncWaiter: ((r: SyncResult) => void) | null;
