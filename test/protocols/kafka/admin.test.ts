@@ -7,7 +7,6 @@ import { after, before, describe, it } from 'node:test';
 import kafkajs from 'kafkajs';
 import { Engine, encodeBatch } from '../../../src/core/index.js';
 import type { ProtocolListener } from '../../../src/protocols/types.js';
-import { startKafkaListener } from '../../../src/protocols/kafka/index.js';
 import {
   CreatePartitionsApi,
   CreateTopicsApi,
@@ -22,8 +21,7 @@ import {
   ZERO_UUID,
   type CreateTopicsRequest,
 } from '../../../src/protocols/kafka/codec/index.js';
-import { MemoryStreams } from '../../helpers/memory-storage.js';
-import { RawClient, captureLogger, kcat } from './helpers.js';
+import { RawClient, kcat, startMemoryKafka } from './helpers.js';
 
 const { Kafka, logLevel, ConfigResourceTypes } = kafkajs;
 
@@ -53,11 +51,7 @@ describe('kafka topic administration', () => {
   let port: number;
 
   before(async () => {
-    const m = new MemoryStreams();
-    engine = new Engine(m, m);
-    listener = await startKafkaListener({ engine, logger: captureLogger().logger, brokerId: 0 }, { host: '127.0.0.1', port: 0 }, { defaultPartitions: 2 });
-    port = listener.address().port;
-    broker = `127.0.0.1:${port}`;
+    ({ engine, listener, port, broker } = await startMemoryKafka({ defaultPartitions: 2 }));
   });
   after(async () => {
     await listener.close();

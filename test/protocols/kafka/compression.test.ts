@@ -11,11 +11,9 @@ import lz4 from 'lz4js';
 import { decompress as zstdDecompress } from 'fzstd';
 import { Engine, crc32c, decodeBatch, encodeBatch, readBatchInfo } from '../../../src/core/index.js';
 import type { ProtocolListener } from '../../../src/protocols/types.js';
-import { startKafkaListener } from '../../../src/protocols/kafka/index.js';
 import { lz4Decompress, snappyDecompress } from '../../../src/protocols/kafka/compression.js';
 import { KafkaErrorCode, ProduceApi } from '../../../src/protocols/kafka/codec/index.js';
-import { MemoryStreams } from '../../helpers/memory-storage.js';
-import { RawClient, captureLogger, kcat } from './helpers.js';
+import { RawClient, kcat, startMemoryKafka } from './helpers.js';
 
 const { Kafka, logLevel, CompressionTypes, CompressionCodecs } = kafkajs;
 process.env.KAFKAJS_NO_PARTITIONER_WARNING = '1';
@@ -57,11 +55,7 @@ describe('kafka compression codecs', () => {
   let port: number;
 
   before(async () => {
-    const m = new MemoryStreams();
-    engine = new Engine(m, m);
-    listener = await startKafkaListener({ engine, logger: captureLogger().logger, brokerId: 0 }, { host: '127.0.0.1', port: 0 });
-    port = listener.address().port;
-    broker = `127.0.0.1:${port}`;
+    ({ engine, listener, port, broker } = await startMemoryKafka());
   });
   after(async () => {
     await listener.close();

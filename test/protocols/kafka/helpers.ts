@@ -1,12 +1,16 @@
 /**
- * Helpers for the Kafka adapter tests: a capturing logger, kcat runs with a kill timer, a raw protocol client,
- * and an in-memory duplex pair.
+ * Helpers for the Kafka adapter tests: a capturing logger, a listener over in-memory storage, kcat runs with a
+ * kill timer, a raw protocol client, and an in-memory duplex pair.
  */
 import { spawn } from 'node:child_process';
 import { connect, type Socket } from 'node:net';
 import { Duplex } from 'node:stream';
 import { pino, type Logger } from 'pino';
+import { Engine } from '../../../src/core/index.js';
+import { startKafkaListener, type KafkaOptions } from '../../../src/protocols/kafka/index.js';
 import { decodeResponse, encodeRequest, type ApiCodec } from '../../../src/protocols/kafka/codec/index.js';
+import type { ProtocolListener } from '../../../src/protocols/types.js';
+import { MemoryStreams } from '../../helpers/memory-storage.js';
 
 export interface CapturedLog {
   logger: Logger;
@@ -24,6 +28,23 @@ export function captureLogger(level = 'debug'): CapturedLog {
     entries: (msg) =>
       lines.map((l) => JSON.parse(l) as Record<string, unknown>).filter((e) => typeof e.msg === 'string' && e.msg.includes(msg)),
   };
+}
+
+export interface MemoryKafka {
+  engine: Engine;
+  listener: ProtocolListener;
+  port: number;
+  /** host:port, as clients take it. */
+  broker: string;
+}
+
+/** A Kafka listener (broker id 0) on an ephemeral loopback port over in-memory storage; close its listener. */
+export async function startMemoryKafka(opts: KafkaOptions = {}): Promise<MemoryKafka> {
+  const m = new MemoryStreams();
+  const engine = new Engine(m, m);
+  const listener = await startKafkaListener({ engine, logger: captureLogger().logger, brokerId: 0 }, { host: '127.0.0.1', port: 0 }, opts);
+  const port = listener.address().port;
+  return { engine, listener, port, broker: `127.0.0.1:${port}` };
 }
 
 export interface RunResult {
