@@ -44,7 +44,7 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
     objects,
     metastore,
     logger: logger.child({ component: 'log' }),
-    options: { segmentBytes: config.segmentBytes, segmentMs: config.segmentMs },
+    options: { segmentBytes: config.segmentBytes, segmentMs: config.segmentMs, maxUnsealedBytes: config.maxUnsealedBytes },
   });
   // Retained messages and client sessions live in the metastore, keyed so another broker could take them over.
   const engine = new Engine(log, metastore, { retained: metastore });

@@ -45,6 +45,7 @@ export interface Config {
   mqttSysInterval: number;
   segmentBytes: number;
   segmentMs: number;
+  maxUnsealedBytes: number;
   walFsync: boolean;
   /** Users file (YAML/JSON list of {username, password}); null: no users, no authentication. */
   usersFile: string | null;
@@ -102,6 +103,7 @@ export const OPTIONS: OptionSpec[] = [
   { key: 'mqttSysInterval', name: 'mqtt-sys-interval', kind: 'duration', default: 10_000, help: 'how often broker statistics are published under $SYS/broker/' },
   { key: 'segmentBytes', name: 'segment-bytes', kind: 'size', default: 16 * 1024 * 1024, help: 'seal a partition\'s hot tail into an object-store segment at this size' },
   { key: 'segmentMs', name: 'segment-ms', kind: 'duration', default: 60_000, help: '...or at this age (ms, or 30s, 5m...)' },
+  { key: 'maxUnsealedBytes', name: 'max-unsealed-bytes', kind: 'size', default: 256 * 1024 * 1024, help: 'memory all partitions\' hot tails may hold before acknowledgements wait for segment writes to catch up' },
   { key: 'walFsync', name: 'wal-fsync', kind: 'bool', default: true, help: 'fsync the WAL before acknowledging (turn off only for throwaway data)' },
   { key: 'usersFile', name: 'users-file', kind: 'string', default: null, help: 'YAML/JSON list of {username, password}: Kafka SASL and MQTT username/password check against it' },
   { key: 'allowAnonymous', name: 'allow-anonymous', kind: 'bool', default: null, help: 'let clients in without credentials (default: true without users-file, false with it)' },

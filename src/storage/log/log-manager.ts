@@ -4,9 +4,13 @@
  *   append  -> offset assigned synchronously, batch kept in the partition's in-memory tail, WAL append;
  *              the high watermark (what readers see and what producers are acked for) moves only when the
  *              WAL says the batch is durable.
- *   seal    -> when the tail reaches `segmentBytes` or `segmentMs`, its durable prefix is written to the object
- *              store as one segment object with an index, committed to the metastore, dropped from memory,
- *              and the WAL is trimmed of files that no partition needs any more.
+ *   seal    -> when the tail reaches `segmentBytes` or `segmentMs`, its durable prefix (up to `segmentBytes`
+ *              a seal, again and again while more is ready) is written to the object store as one segment
+ *              object with an index, committed to the metastore, dropped from memory, and the WAL is trimmed of
+ *              files that no partition needs any more.
+ *   throttle-> while the tails together hold more than `maxUnsealedBytes`, acknowledgements wait for seals to
+ *              catch up: producers that wait for acks slow down to what the object store absorbs, and memory
+ *              (and the WAL) stay bounded under any sustained load.
  *   read    -> from the in-memory tail when hot, else from segment objects by ranged reads (index cached).
  *   recover -> on open the WAL is replayed; entries past each partition's committed segments form its tail.
  */
@@ -43,6 +47,12 @@ export interface LogOptions {
    * acks=all producer waits for) queue behind them at the disk and in libuv's thread pool.
    */
   sealConcurrency: number;
+  /**
+   * Bytes the partitions' tails may hold together (appended, not yet in segment objects) before appends are
+   * acknowledged only as seals bring it back under this. Producing faster than segments can be written would
+   * otherwise grow memory and the WAL without bound.
+   */
+  maxUnsealedBytes: number;
 }
 
 export const DEFAULT_LOG_OPTIONS: LogOptions = {
@@ -51,6 +61,7 @@ export const DEFAULT_LOG_OPTIONS: LogOptions = {
   checkIntervalMs: 1000,
   indexCacheEntries: 1024,
   sealConcurrency: 1,
+  maxUnsealedBytes: 256 * 1024 * 1024,
 };
 
 interface TailBatch {
@@ -108,7 +119,19 @@ export class LogManager implements StreamStorage {
   private readonly trimTask = new CoalescingTask(() => this.trimOnce());
   private activeSeals = 0;
   private readonly sealWaiters: Array<() => void> = [];
-  readonly stats = { sealedSegments: 0, sealedBytes: 0, objectReads: 0, walTrimmedBytes: 0, recoveredBatches: 0 };
+  /** Sum of the partitions' tailBytes. */
+  private unsealed = 0;
+  /** Acknowledgements held back while `unsealed` is above maxUnsealedBytes. */
+  private throttled: Array<() => void> = [];
+  readonly stats = {
+    sealedSegments: 0,
+    sealedBytes: 0,
+    objectReads: 0,
+    walTrimmedBytes: 0,
+    recoveredBatches: 0,
+    /** Appends whose acknowledgement waited for seals to bring the tails under maxUnsealedBytes. */
+    throttledAppends: 0,
+  };
 
   private constructor(
     private readonly wal: WriteAheadLog,
@@ -222,11 +245,13 @@ export class LogManager implements StreamStorage {
     for (const p of victims) {
       this.parts.delete(`${name}/${p.partition}`);
       this.byKey.delete(p.key);
+      this.unsealed -= p.tailBytes;
       for (const w of p.waiters.splice(0)) {
         clearTimeout(w.timer);
         w.resolve();
       }
     }
+    this.releaseThrottled();
     // Sealing may still be running; wait so no object is written after the delete below.
     await Promise.allSettled(victims.map((p) => p.sealing));
     for (const p of victims) {
@@ -241,6 +266,7 @@ export class LogManager implements StreamStorage {
     if (p.tail.length === 0) p.tailSince = Date.now();
     p.tail.push(b);
     p.tailBytes += b.data.length;
+    this.unsealed += b.data.length;
     p.nextOffset = b.endOffset;
   }
 
@@ -269,6 +295,11 @@ export class LogManager implements StreamStorage {
         if (endOffset > p.highWatermark) p.highWatermark = endOffset;
         this.wake(p);
         if (p.tailBytes >= this.options.segmentBytes) this.seal(p);
+        if (this.unsealed > this.options.maxUnsealedBytes && !this.closed) {
+          this.stats.throttledAppends++;
+          return new Promise<void>((resolve) => this.throttled.push(resolve));
+        }
+        return undefined;
       },
       (err: unknown) => {
         p.failed = err instanceof Error ? err : new Error(String(err));
@@ -405,17 +436,29 @@ export class LogManager implements StreamStorage {
   // ------------------------------------------------------------------ sealing, trimming, retention
 
   /**
-   * Seals the durable prefix of a partition's tail into a segment object: one seal per partition at a time, and
-   * at most `sealConcurrency` across partitions (the prefix is taken when the seal's turn comes, so a partition
-   * that waited seals everything that became durable meanwhile). A successful seal trims the WAL.
+   * Seals the durable prefix of a partition's tail, up to `segmentBytes` of it (at least one batch), into a
+   * segment object: one seal per partition at a time, and at most `sealConcurrency` across partitions (one more
+   * for a partition that is catching up; the prefix is taken when the seal's turn comes). A partition that fell behind seals again at once while a whole segment
+   * is ready, so segments keep their size however far behind it is. A successful seal trims the WAL.
    */
   private seal(p: Partition): Promise<void> {
     if (p.sealing) return p.sealing;
-    p.sealing = this.withSealSlot(async () => {
+    let sealed = false;
+    const max = this.options.segmentBytes;
+    // A partition more than a segment behind its sealing point is catching up: it may take one more slot than
+    // sealConcurrency, and its write may take the disk in larger steps (at some cost to the WAL's latency), or
+    // under a sustained load it would never catch up.
+    const catchingUp = p.tailBytes >= 2 * max;
+    p.sealing = this.withSealSlot(catchingUp ? this.options.sealConcurrency + 1 : this.options.sealConcurrency, async () => {
       let n = 0;
-      while (n < p.tail.length && p.tail[n].endOffset <= p.highWatermark) n++;
+      let bytes = 0;
+      while (n < p.tail.length && p.tail[n].endOffset <= p.highWatermark && (n === 0 || bytes + p.tail[n].data.length <= max)) {
+        bytes += p.tail[n].data.length;
+        n++;
+      }
       if (n === 0 || this.byKey.get(p.key) !== p) return; // nothing durable yet, or the stream is gone
-      await this.writeSegment(p, p.tail.slice(0, n));
+      await this.writeSegment(p, p.tail.slice(0, n), catchingUp);
+      sealed = true;
       this.requestTrim();
     })
       .catch((err: unknown) => {
@@ -424,12 +467,31 @@ export class LogManager implements StreamStorage {
       })
       .finally(() => {
         p.sealing = null;
+        if (sealed && !this.closed && this.durableTailBytes(p) >= this.options.segmentBytes) void this.seal(p);
       });
     return p.sealing;
   }
 
-  private async withSealSlot(fn: () => Promise<void>): Promise<void> {
-    while (this.activeSeals >= Math.max(1, this.options.sealConcurrency)) {
+  /** Bytes at the head of the tail that are durable (what a seal could take now). */
+  private durableTailBytes(p: Partition): number {
+    let bytes = 0;
+    for (const b of p.tail) {
+      if (b.endOffset > p.highWatermark) break;
+      bytes += b.data.length;
+    }
+    return bytes;
+  }
+
+  /** Lets held-back acknowledgements go once the tails are under maxUnsealedBytes again (or the log closes). */
+  private releaseThrottled(): void {
+    if (this.throttled.length === 0 || (this.unsealed > this.options.maxUnsealedBytes && !this.closed)) return;
+    const go = this.throttled;
+    this.throttled = [];
+    for (const resolve of go) resolve();
+  }
+
+  private async withSealSlot(slots: number, fn: () => Promise<void>): Promise<void> {
+    while (this.activeSeals >= Math.max(1, slots)) {
       await new Promise<void>((resolve) => this.sealWaiters.push(resolve));
     }
     this.activeSeals++;
@@ -437,7 +499,8 @@ export class LogManager implements StreamStorage {
       await fn();
     } finally {
       this.activeSeals--;
-      this.sealWaiters.shift()?.();
+      // Every waiter looks again: they wait for different numbers of slots (see seal).
+      for (const wake of this.sealWaiters.splice(0)) wake();
     }
   }
 
@@ -447,7 +510,7 @@ export class LogManager implements StreamStorage {
     this.trimTask.run().catch((err: unknown) => this.logger.warn({ err }, 'WAL trim failed; will retry'));
   }
 
-  private async writeSegment(p: Partition, batches: TailBatch[]): Promise<void> {
+  private async writeSegment(p: Partition, batches: TailBatch[], catchingUp: boolean): Promise<void> {
     const base = batches[0].baseOffset;
     const end = batches[batches.length - 1].endOffset;
     const { parts, size, index } = buildSegment(
@@ -455,7 +518,7 @@ export class LogManager implements StreamStorage {
       batches.map((b) => b.data),
     );
     const objectKey = segmentKey(`streams/${p.def.name}/${p.def.createdAt}/${p.partition}`, base);
-    await this.objects.put(objectKey, parts);
+    await this.objects.put(objectKey, parts, { yieldToLatency: !catchingUp });
     let maxTimestamp = -1;
     for (const b of batches) if (b.maxTimestamp > maxTimestamp) maxTimestamp = b.maxTimestamp;
     const seg: SegmentMeta = {
@@ -488,9 +551,11 @@ export class LogManager implements StreamStorage {
     let dropped = 0;
     while (p.tail.length > 0 && p.tail[0].endOffset <= end) {
       p.tailBytes -= p.tail[0].data.length;
+      this.unsealed -= p.tail[0].data.length;
       p.tail.shift();
       dropped++;
     }
+    this.releaseThrottled();
     if (p.tail.length > 0) p.tailSince = Date.now();
     this.stats.sealedSegments++;
     this.stats.sealedBytes += size;
@@ -499,8 +564,16 @@ export class LogManager implements StreamStorage {
 
   /** Seals every tail now (used at shutdown, and by tests and the admin API to force a flush). */
   async flushAll(): Promise<void> {
-    await Promise.all([...this.parts.values()].map((p) => p.sealing));
-    await Promise.all([...this.parts.values()].map((p) => this.seal(p)));
+    await Promise.all(
+      [...this.parts.values()].map(async (p) => {
+        // A seal takes at most a segment's worth: seal until what is durable is all in segments (or a seal fails).
+        for (let before = -1; p.flushedOffset !== before && this.durableTailBytes(p) > 0; ) {
+          await p.sealing;
+          before = p.flushedOffset;
+          await this.seal(p);
+        }
+      }),
+    );
     await this.trimWal();
   }
 
@@ -581,6 +654,8 @@ export class LogManager implements StreamStorage {
     ]);
     clearTimeout(t);
     this.closed = true;
+    // Whatever is still unsealed is durable in the WAL: nothing is held back any longer.
+    this.releaseThrottled();
     // A background trim still running must finish before the owner closes the WAL under it.
     await this.trimTask.idle();
     for (const p of this.parts.values()) {

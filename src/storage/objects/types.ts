@@ -7,6 +7,15 @@ export interface ObjectInfo {
   size: number;
 }
 
+export interface PutOptions {
+  /**
+   * The writer keeps up with its input, so this write may yield the disk to latency-sensitive I/O (the WAL's
+   * group commits, which acks=all producers wait for): a local store then writes and flushes it in small steps.
+   * False (the default) when throughput matters more, e.g. a log catching up with a backlog.
+   */
+  yieldToLatency?: boolean;
+}
+
 export interface ObjectStore {
   readonly kind: string;
   /** Writes the object atomically: readers see the old object, nothing, or the whole new one. */
@@ -14,7 +23,7 @@ export interface ObjectStore {
    * `data` may be given as parts, concatenated in order: a segment is written straight from the batches it
    * holds, without first copying them into one buffer (which blocked the event loop for tens of ms).
    */
-  put(key: string, data: Buffer | readonly Buffer[]): Promise<void>;
+  put(key: string, data: Buffer | readonly Buffer[], options?: PutOptions): Promise<void>;
   /** Reads the whole object, or bytes [start, end) of it. Throws FlowError NOT_FOUND when absent. */
   get(key: string, range?: { start: number; end: number }): Promise<Buffer>;
   /** Objects whose key starts with `prefix`, in key order. */

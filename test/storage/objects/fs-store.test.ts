@@ -35,6 +35,18 @@ describe('FsObjectStore', () => {
     assert.equal(await readFile(join(dir, 'streams', 'orders', '0', '00000000000000000000.seg'), 'utf8'), 'segment');
   });
 
+  it('writes an object of many parts byte for byte, in small flushed steps or in bulk ones', async () => {
+    const s = new FsObjectStore(freshDir());
+    // Parts of odd sizes, so that the flush steps (256 KiB and 2 MiB) fall inside parts, and 5 MiB in all.
+    const parts = Array.from({ length: 40 }, (_, i) => Buffer.alloc(131_072 + 7 * i, i));
+    const whole = Buffer.concat(parts);
+    await s.put('big/latency', parts, { yieldToLatency: true });
+    await s.put('big/bulk', parts, { yieldToLatency: false });
+    await s.put('big/default', parts);
+    for (const key of ['big/latency', 'big/bulk', 'big/default']) assert.ok((await s.get(key)).equals(whole), key);
+    assert.ok((await s.get('big/bulk', { start: 2_097_000, end: 2_098_000 })).equals(whole.subarray(2_097_000, 2_098_000)));
+  });
+
   it('rejects keys that could escape the root or alias another key', async () => {
     const s = new FsObjectStore(freshDir());
     const badKeys = ['', '/etc/passwd', 'a//b', 'a/', '..', '../x', 'a/../../x', 'a/./b', '.', 'a\\..\\b', 'nul\0byte', '.tmp-1234'];
