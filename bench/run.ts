@@ -229,9 +229,9 @@ function measureDisk(): DiskResult {
     rows.push({
       group: 'kafka',
       scenario: 'kafka-disk',
-      title: `disk: sequential 1 MiB writes + fdatasync each, in the broker's data filesystem (MB/s)`,
+      title: `disk: sequential 1 MiB writes + fdatasync each, in the broker's data filesystem, the faster of buffered and O_DIRECT (MB/s)`,
       flowmq: '-',
-      peer: `${fmt(disk.mbPerSec, 1)} MB/s`,
+      peer: `${fmt(disk.mbPerSec, 1)} MB/s (buffered ${fmt(disk.buffered.mbPerSec, 1)}, direct ${disk.direct ? fmt(disk.direct.mbPerSec, 1) : 'n/a'})`,
       ratio: '-',
       data: { disk },
     });

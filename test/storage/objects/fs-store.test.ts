@@ -35,8 +35,21 @@ describe('FsObjectStore', () => {
     assert.equal(await readFile(join(dir, 'streams', 'orders', '0', '00000000000000000000.seg'), 'utf8'), 'segment');
   });
 
-  it('writes an object of many parts byte for byte, in small flushed steps or in bulk ones', async () => {
-    const s = new FsObjectStore(freshDir());
+  for (const directIo of [true, false]) {
+    it(`writes an object of many parts byte for byte, in small steps or in bulk ones (directIo: ${directIo})`, async () => {
+      const s = new FsObjectStore(freshDir(), { directIo });
+      await s.put('tiny', Buffer.from('x'));
+      // On Linux's usual filesystems (ext4, xfs, btrfs) writes go around the page cache; tmpfs has no O_DIRECT.
+      if (!directIo) assert.equal(await s.usesDirectIo(), false);
+      await assertManyParts(s);
+      assert.equal((await s.get('tiny')).toString(), 'x');
+      const keys = (await s.list('')).map((o) => o.key);
+      assert.deepEqual(keys, ['big/bulk', 'big/default', 'big/latency', 'sizes/x', 'tiny'], 'no probe or temporary file is left or listed');
+      assert.deepEqual(await allFiles(s.rootDir), keys.map((k) => join(...k.split('/'))));
+    });
+  }
+
+  async function assertManyParts(s: FsObjectStore): Promise<void> {
     // Parts of odd sizes, so that the flush steps (256 KiB and 2 MiB) fall inside parts, and 5 MiB in all.
     const parts = Array.from({ length: 40 }, (_, i) => Buffer.alloc(131_072 + 7 * i, i));
     const whole = Buffer.concat(parts);
@@ -45,7 +58,15 @@ describe('FsObjectStore', () => {
     await s.put('big/default', parts);
     for (const key of ['big/latency', 'big/bulk', 'big/default']) assert.ok((await s.get(key)).equals(whole), key);
     assert.ok((await s.get('big/bulk', { start: 2_097_000, end: 2_098_000 })).equals(whole.subarray(2_097_000, 2_098_000)));
-  });
+    // Objects of sizes around the 4 KiB block and the 256 KiB step, overwritten by shorter ones.
+    for (const size of [0, 1, 4095, 4096, 4097, 262_143, 262_144, 262_145, 3 * 262_144 + 5]) {
+      const b = Buffer.alloc(size, size % 251);
+      await s.put('sizes/x', b, { yieldToLatency: true });
+      assert.ok((await s.get('sizes/x')).equals(b), `size ${size}`);
+    }
+    await s.put('sizes/x', Buffer.from('short'));
+    assert.equal((await s.get('sizes/x')).toString(), 'short');
+  }
 
   it('rejects keys that could escape the root or alias another key', async () => {
     const s = new FsObjectStore(freshDir());
