@@ -56,7 +56,7 @@ export class DirectWriter {
     let fh: FileHandle | null = null;
     try {
       fh = await open(probe, constants.O_WRONLY | constants.O_CREAT | constants.O_TRUNC | O_DIRECT);
-      w.pool.push(await alignedWindow(fh));
+      w.pool.push(await alignedBuffer(fh, DIRECT_MAX_STEP));
       return w;
     } catch {
       return null;
@@ -110,7 +110,7 @@ export class DirectWriter {
         tailFh = await open(path, constants.O_WRONLY);
         await writeFully(tailFh, windows[cur].subarray(whole, fill), fill - whole, pos + whole);
       }
-      // A probe write (see alignedWindow) may have left the file longer than the data.
+      // A probe write (see alignedBuffer) may have left the file longer than the data.
       await fh.truncate(pos + fill);
       await (tailFh ?? fh).sync();
     } catch (err) {
@@ -125,7 +125,7 @@ export class DirectWriter {
 
   /** A staging window from the pool, or a new one aligned by probing `fh` (a fresh file opened with O_DIRECT). */
   private async take(fh: FileHandle): Promise<Buffer> {
-    return this.pool.pop() ?? (await alignedWindow(fh));
+    return this.pool.pop() ?? (await alignedBuffer(fh, DIRECT_MAX_STEP));
   }
 }
 
@@ -139,19 +139,19 @@ async function writeFully(fh: FileHandle, buf: Buffer, length: number, position:
 }
 
 /**
- * A DIRECT_MAX_STEP window of a new buffer whose start is aligned for direct I/O, found by one-block direct writes
- * at offset 0 of `fh` (which the caller overwrites or discards afterwards).
+ * `size` bytes of new, zeroed memory whose start is aligned for direct I/O, found by one-block direct writes of
+ * zeros at `position` of `fh`, a file open with O_DIRECT (the caller overwrites or discards that block afterwards).
  */
-async function alignedWindow(fh: FileHandle): Promise<Buffer> {
+export async function alignedBuffer(fh: FileHandle, size: number, position = 0): Promise<Buffer> {
   // Zeroed: the probe writes it to disk, and it must not carry whatever the memory held before.
-  const raw = Buffer.alloc(DIRECT_MAX_STEP + DIRECT_BLOCK);
+  const raw = Buffer.alloc(size + DIRECT_BLOCK);
   // Large allocations are page-aligned mappings behind a 16-byte header, so the last step usually fits at once.
   const candidates = [DIRECT_BLOCK - MALLOC_ALIGN];
   for (let k = 0; k < DIRECT_BLOCK; k += MALLOC_ALIGN) if (k !== candidates[0]) candidates.push(k);
   for (const k of candidates) {
     try {
-      await fh.write(raw, k, DIRECT_BLOCK, 0);
-      return raw.subarray(k, k + DIRECT_MAX_STEP);
+      await fh.write(raw, k, DIRECT_BLOCK, position);
+      return raw.subarray(k, k + size);
     } catch (err) {
       if (errnoCode(err) !== 'EINVAL') throw err;
     }
