@@ -156,13 +156,34 @@ describe('LogManager', () => {
     return w;
   }
 
-  it('writes one segment object at a time across partitions (two while one catches up), sealing what became durable while it waited', async () => {
+  /** A log over an object store the test watches; with `gated`, puts wait until `release()`. */
+  async function openWatched(options: Partial<LogOptions>, o: { delayMs?: number; gated?: boolean; maxFileBytes?: number } = {}) {
     const dir = tmp();
     const metastore = SqliteMetastore.open(join(dir, 'meta.db'));
-    const w = watchedObjects(dir, 20);
-    const wal = await FileWal.open(join(dir, 'wal'), { maxFileBytes: 4096 });
-    const log = await LogManager.open({ wal, objects: w.objects, metastore, logger, options: { checkIntervalMs: 60_000, segmentBytes: 512 } });
+    const w = watchedObjects(dir, o.delayMs);
+    let release: () => void = () => undefined;
+    if (o.gated) w.gate = new Promise<void>((r) => (release = r));
+    const wal = await FileWal.open(join(dir, 'wal'), { maxFileBytes: o.maxFileBytes });
+    const log = await LogManager.open({ wal, objects: w.objects, metastore, logger, options: { checkIntervalMs: 60_000, ...options } });
     const engine = new Engine(log, metastore);
+    return {
+      dir,
+      metastore,
+      w,
+      wal,
+      log,
+      engine,
+      release: () => release(),
+      async close() {
+        await log.close();
+        await wal.close();
+        await metastore.close();
+      },
+    };
+  }
+
+  it('writes one segment object at a time across partitions (two while one catches up), sealing what became durable while it waited', async () => {
+    const { w, wal, log, engine, close } = await openWatched({ segmentBytes: 512 }, { delayMs: 20, maxFileBytes: 4096 });
     await engine.createStream({ name: 't', partitions: 4 });
     for (let i = 0; i < 200; i++) await engine.produce('t', i % 4, encodeBatch([rec(i)])).durable;
     await log.flushAll();
@@ -176,26 +197,16 @@ describe('LogManager', () => {
     for (let p = 0; p < 4; p++) assert.equal((await values(engine, 't', p)).length, 50);
     // Every seal trims the WAL by itself: nothing but the active file's remains.
     assert.ok(wal.fileCount() <= 2, `${wal.fileCount()} WAL files left`);
-    await log.close();
-    await wal.close();
-    await metastore.close();
+    await close();
   });
 
   it('seals a backlog in segments of at most segmentBytes each, in bulk steps', async () => {
-    const dir = tmp();
-    const metastore = SqliteMetastore.open(join(dir, 'meta.db'));
-    const w = watchedObjects(dir);
-    let open!: () => void;
-    w.gate = new Promise<void>((r) => (open = r));
-    const wal = await FileWal.open(join(dir, 'wal'));
     const batchBytes = encodeBatch([rec(0)]).length;
-    const segmentBytes = 10 * batchBytes;
-    const log = await LogManager.open({ wal, objects: w.objects, metastore, logger, options: { checkIntervalMs: 60_000, segmentBytes } });
-    const engine = new Engine(log, metastore);
+    const { metastore, w, log, engine, release, close } = await openWatched({ segmentBytes: 10 * batchBytes }, { gated: true });
     await engine.createStream({ name: 'b', partitions: 1 });
     // The first seal is held at the object store while 95 more batches arrive: a backlog of ~9 segments.
     for (let i = 0; i < 100; i++) await engine.produce('b', 0, encodeBatch([rec(i)])).durable;
-    open();
+    release();
     await log.flushAll();
     const segs = await metastore.listSegments('b', 0);
     assert.equal(segs[segs.length - 1].endOffset, 100);
@@ -205,29 +216,14 @@ describe('LogManager', () => {
     assert.ok(segs.length >= 10, `${segs.length} segments`);
     assert.ok(w.puts.some((put) => !put.yieldToLatency), 'a partition catching up writes in bulk steps');
     assert.deepEqual(await values(engine, 'b', 0), Array.from({ length: 100 }, (_, i) => `m${i}`));
-    await log.close();
-    await wal.close();
-    await metastore.close();
+    await close();
   });
 
   it('holds acknowledgements back while the tails exceed maxUnsealedBytes, and lets them go as seals catch up', async () => {
-    const dir = tmp();
-    const metastore = SqliteMetastore.open(join(dir, 'meta.db'));
-    const w = watchedObjects(dir);
-    let open!: () => void;
-    w.gate = new Promise<void>((r) => (open = r));
-    const wal = await FileWal.open(join(dir, 'wal'));
     // Batches of one size, so that the limit falls between two appends.
     const fixed = (n: number) => ({ ...rec(n), value: Buffer.from(`m${String(n).padStart(3, '0')}`) });
     const batchBytes = encodeBatch([fixed(0)]).length;
-    const log = await LogManager.open({
-      wal,
-      objects: w.objects,
-      metastore,
-      logger,
-      options: { checkIntervalMs: 60_000, segmentBytes: 4 * batchBytes, maxUnsealedBytes: 20 * batchBytes },
-    });
-    const engine = new Engine(log, metastore);
+    const { log, engine, release, close } = await openWatched({ segmentBytes: 4 * batchBytes, maxUnsealedBytes: 20 * batchBytes }, { gated: true });
     await engine.createStream({ name: 'h', partitions: 2 });
     // Under the limit: acknowledged as soon as durable, although the first seal is stuck.
     for (let i = 0; i < 20; i++) await engine.produce('h', i % 2, encodeBatch([fixed(i)])).durable;
@@ -239,31 +235,18 @@ describe('LogManager', () => {
     assert.equal(acked, 0, 'no acknowledgement while over the limit');
     assert.equal(log.stats.throttledAppends, 6);
     assert.equal(engine.offsets('h', 0).highWatermark, 13, 'the held batches are durable and readable');
-    open();
+    release();
     await Promise.all(held);
     assert.equal(acked, 6);
     const tail = log.describe('h').reduce((n, p) => n + p.tailBytes, 0);
     assert.ok(tail <= 20 * batchBytes, `${tail} bytes left unsealed`);
-    await log.close();
-    await wal.close();
-    await metastore.close();
+    await close();
   });
 
   it('lets held-back acknowledgements go at close: their data is durable in the WAL', async () => {
-    const dir = tmp();
-    const metastore = SqliteMetastore.open(join(dir, 'meta.db'));
-    const w = watchedObjects(dir);
-    w.gate = new Promise<void>(() => undefined); // the object store never answers
-    const wal = await FileWal.open(join(dir, 'wal'));
     const batchBytes = encodeBatch([rec(0)]).length;
-    const log = await LogManager.open({
-      wal,
-      objects: w.objects,
-      metastore,
-      logger,
-      options: { checkIntervalMs: 60_000, segmentBytes: 2 * batchBytes, maxUnsealedBytes: 3 * batchBytes },
-    });
-    const engine = new Engine(log, metastore);
+    // Gated and never released: the object store never answers.
+    const { dir, wal, log, engine, metastore } = await openWatched({ segmentBytes: 2 * batchBytes, maxUnsealedBytes: 3 * batchBytes }, { gated: true });
     await engine.createStream({ name: 'c', partitions: 1 });
     const acks = Array.from({ length: 6 }, (_, i) => engine.produce('c', 0, encodeBatch([rec(i)])).durable);
     while (engine.offsets('c', 0).highWatermark < 6) await new Promise((r) => setTimeout(r, 5));
@@ -271,10 +254,10 @@ describe('LogManager', () => {
     await Promise.all(acks);
     assert.ok(log.stats.throttledAppends > 0);
     await wal.close();
+    await metastore.close();
     const reopened = await openAll(dir);
     assert.deepEqual(await values(reopened.engine, 'c', 0), ['m0', 'm1', 'm2', 'm3', 'm4', 'm5']);
     await reopened.close();
-    await metastore.close();
   });
 
   it('applies retention by deleting whole expired segments', async () => {
