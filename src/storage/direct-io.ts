@@ -25,8 +25,8 @@ import { join } from 'node:path';
 export const DIRECT_BLOCK = 4096;
 /** Largest write step, and the size of a staging window. */
 export const DIRECT_MAX_STEP = 2 * 1024 * 1024;
-/** Staging windows kept for reuse (two per file being written). */
-const MAX_POOLED = 8;
+/** Staging windows kept for reuse (up to `depth` per file being written). */
+const MAX_POOLED = 12;
 /** malloc's alignment: where an aligned window can start inside a staging buffer. */
 const MALLOC_ALIGN = 16;
 
@@ -72,21 +72,23 @@ export class DirectWriter {
 
   /**
    * Creates (or truncates) `path` with the concatenation of `parts`, written directly in steps of `stepBytes`
-   * (rounded to whole blocks, at most DIRECT_MAX_STEP), and fsyncs it. Throws on any failure; the caller removes
+   * (rounded to whole blocks, at most DIRECT_MAX_STEP) with up to `depth` - 1 writes in flight while the next
+   * window is filled, and fsyncs it. Throws on any failure; the caller removes
    * the file. A failure to find an aligned window marks the writer unusable.
    */
-  async writeFile(path: string, parts: readonly Buffer[], stepBytes: number): Promise<void> {
+  async writeFile(path: string, parts: readonly Buffer[], stepBytes: number, depth = 2): Promise<void> {
     if (this.broken) throw new Error('direct I/O is not usable here');
     const step = Math.min(DIRECT_MAX_STEP, Math.max(DIRECT_BLOCK, Math.floor(stepBytes / DIRECT_BLOCK) * DIRECT_BLOCK));
     const fh = await open(path, constants.O_WRONLY | constants.O_CREAT | constants.O_TRUNC | constants.O_DIRECT);
     let tailFh: FileHandle | null = null;
     const windows: Buffer[] = [];
+    // The write in flight from each window, if any: a window is filled again only once its write is done.
+    const inflight: Array<Promise<void> | undefined> = [];
     try {
-      windows.push(await this.take(fh), await this.take(fh));
+      for (let i = 0; i < Math.max(2, depth); i++) windows.push(await this.take(fh));
       let cur = 0;
       let fill = 0;
       let pos = 0;
-      let inflight: Promise<void> | null = null;
       for (const part of parts) {
         for (let off = 0; off < part.length; ) {
           const n = Math.min(step - fill, part.length - off);
@@ -94,15 +96,17 @@ export class DirectWriter {
           fill += n;
           off += n;
           if (fill === step) {
-            await inflight;
-            inflight = writeFully(fh, windows[cur], step, pos);
+            const write = writeFully(fh, windows[cur], step, pos);
+            write.catch(() => undefined); // awaited below; a failure must not go unhandled meanwhile
+            inflight[cur] = write;
             pos += step;
-            cur ^= 1;
             fill = 0;
+            cur = (cur + 1) % windows.length;
+            await inflight[cur];
           }
         }
       }
-      await inflight;
+      await Promise.all(inflight);
       const whole = fill - (fill % DIRECT_BLOCK);
       if (whole > 0) await writeFully(fh, windows[cur], whole, pos);
       if (fill > whole) {
@@ -117,6 +121,8 @@ export class DirectWriter {
       if (err instanceof NoAlignedWindow) this.broken = true;
       throw err;
     } finally {
+      // No window goes back to the pool while a write may still be reading it.
+      await Promise.allSettled(inflight);
       await tailFh?.close().catch(() => undefined);
       await fh.close().catch(() => undefined);
       for (const w of windows) if (this.pool.length < MAX_POOLED) this.pool.push(w);

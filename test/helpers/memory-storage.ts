@@ -94,3 +94,26 @@ export class MemoryStreams implements StreamStorage, StreamCatalog {
     });
   }
 }
+
+/** Memory storage whose durable writes wait until released (or fail), to observe acknowledgement timing. */
+export class GatedStreams extends MemoryStreams {
+  hold = false;
+  fail = false;
+  private readonly waiting: Array<{ resolve: () => void; reject: (e: Error) => void }> = [];
+
+  override append(stream: string, partition: number, batch: Buffer): AppendResult {
+    const r = super.append(stream, partition, batch);
+    if (this.fail) return { baseOffset: r.baseOffset, durable: Promise.reject(new Error('disk on fire')) };
+    if (!this.hold) return r;
+    const durable = new Promise<void>((resolve, reject) => this.waiting.push({ resolve, reject }));
+    return { baseOffset: r.baseOffset, durable };
+  }
+
+  get held(): number {
+    return this.waiting.length;
+  }
+
+  release(): void {
+    for (const w of this.waiting.splice(0)) w.resolve();
+  }
+}

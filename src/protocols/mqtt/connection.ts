@@ -194,7 +194,8 @@ type CloseKind =
 
 /** An inbound QoS 1/2 publish whose PUBACK / PUBREC waits for durability; sent strictly in arrival order. */
 interface PendingAck {
-  type: 'puback' | 'pubrec';
+  /** 'none': a QoS 0 publish being stored, held in line so that it counts towards maxPendingAcks. */
+  type: 'puback' | 'pubrec' | 'none';
   packetId: number;
   done: boolean;
   reason: number;
@@ -914,7 +915,9 @@ export class MqttConnection {
       throw err;
     }
     if (p.qos === 0) {
-      if (durable !== null) durable.then(undefined, this.onDurableError);
+      // Nothing is sent back, but a captured message counts among the pending acks until it is stored, so a
+      // QoS 0 publisher faster than the streams' storage is held back (reading stops) like a QoS 1 one.
+      if (durable !== null) this.queueAck('none', 0, durable, 0);
       return;
     }
     if (p.qos === 2) {
@@ -939,7 +942,7 @@ export class MqttConnection {
   }
 
   /** Acks go out in the order the publishes arrived, whatever order storage completes in. */
-  private queueAck(type: 'puback' | 'pubrec', packetId: number, durable: Promise<void> | null, reason: number): void {
+  private queueAck(type: PendingAck['type'], packetId: number, durable: Promise<void> | null, reason: number): void {
     if (durable === null && this.acksHead === this.acks.length) {
       this.sendAck(type, packetId, reason);
       return;
@@ -955,7 +958,8 @@ export class MqttConnection {
     if (this.acks.length - this.acksHead >= this.opts.maxPendingAcks) this.pauseReading();
   }
 
-  private sendAck(type: 'puback' | 'pubrec', packetId: number, reason: number): void {
+  private sendAck(type: PendingAck['type'], packetId: number, reason: number): void {
+    if (type === 'none') return;
     if (type === 'puback' && reason === 0 && this.inQos1 > 0) this.inQos1--;
     this.send(encodeIdOnly(type, packetId, this.level, reason));
   }

@@ -116,7 +116,8 @@ export class FsObjectStore implements ObjectStore {
     const direct = await this.directWriter();
     if (direct?.usable) {
       try {
-        await direct.writeFile(path, parts, flushChunk);
+        // Bulk writes keep three steps in flight: each step's turn on a busy event loop is slow to come.
+        await direct.writeFile(path, parts, flushChunk, flushChunk === BULK_FLUSH_CHUNK ? 4 : 2);
         return;
       } catch (err) {
         await unlink(path).catch(() => undefined);

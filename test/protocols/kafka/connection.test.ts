@@ -39,7 +39,7 @@ import {
   type MetadataRequest,
   type ProduceRequest,
 } from '../../../src/protocols/kafka/codec/index.js';
-import { MemoryStreams } from '../../helpers/memory-storage.js';
+import { GatedStreams, MemoryStreams } from '../../helpers/memory-storage.js';
 import { RawClient, captureLogger, duplexPair, kcat, type CapturedLog } from './helpers.js';
 
 const { Kafka, logLevel } = kafkajs;
@@ -724,6 +724,41 @@ describe('kafka listener options', () => {
       const pr = decodeResponse(ProduceApi, 3, await c.next());
       assert.equal(pr.body.topics[0].partitions[0].errorCode, 0);
       assert.equal(engine.getStream('auto.four')?.def.partitions, 4);
+    } finally {
+      c.close();
+      await listener.close();
+    }
+  });
+
+  it('counts an acks=0 produce as unanswered until it is stored, so a producer not waiting for acks is held back', async () => {
+    const m = new GatedStreams();
+    const engine = new Engine(m, m);
+    const listener = await startKafkaListener(
+      { engine, logger: captureLogger().logger, brokerId: 1 },
+      { host: '127.0.0.1', port: 0 },
+      { maxInFlightRequests: 2 },
+    );
+    await engine.createStream({ name: 'held', partitions: 1 });
+    m.hold = true;
+    const c = await RawClient.connect(listener.address().port);
+    try {
+      const produce = (id: number) => c.frame(ProduceApi, 7, produceRequest('held', 0, encodeBatch([rec(`r${id}`)]), 0), id);
+      c.send(produce(1), produce(2));
+      await new Promise((r) => setTimeout(r, 100));
+      c.send(produce(3), produce(4), c.frame(ApiVersionsApi, 2, { clientSoftwareName: null, clientSoftwareVersion: null }, 5));
+      await new Promise((r) => setTimeout(r, 300));
+      // Two produces taken and not yet stored fill the connection's window: it reads nothing more.
+      assert.equal(engine.offsets('held', 0).highWatermark, 2);
+      await assert.rejects(c.next(100), /timed out|timeout/i);
+      m.release();
+      // Released as they are taken: the rest are read, stored and released in turn.
+      const t = setInterval(() => m.release(), 10);
+      try {
+        assert.equal((await c.next(2000)).readInt32BE(0), 5, 'the ApiVersions response, after the produces');
+      } finally {
+        clearInterval(t);
+      }
+      assert.equal(engine.offsets('held', 0).highWatermark, 4);
     } finally {
       c.close();
       await listener.close();

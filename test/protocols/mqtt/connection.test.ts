@@ -538,6 +538,29 @@ describe('mqtt adapter: options and storage interplay', () => {
     }
   });
 
+  test('captured QoS 0 publishes count as pending until stored: a fast QoS 0 publisher is held back too', async () => {
+    const gated = new GatedStreams();
+    const b = await startBroker({ maxPendingAcks: 3 }, gated);
+    try {
+      await b.engine.createStream({ name: 'q0', partitions: 1, bindings: ['q0/#'] });
+      const c = await RawClient.connect(b.port, 'firehose');
+      gated.hold = true;
+      for (let i = 0; i < 3; i++) c.send(encodePublishFrame('q0/x', Buffer.from(`m${i}`), 0, false, false, 0));
+      await until(() => gated.held === 3, 'three held appends');
+      // Reading has stopped: these wait in the socket.
+      for (let i = 3; i < 6; i++) c.send(encodePublishFrame('q0/x', Buffer.from(`m${i}`), 0, false, false, 0));
+      await sleep(200);
+      assert.equal(b.engine.offsets('q0', 0).highWatermark, 3, 'nothing more read while three are being stored');
+      gated.release();
+      gated.hold = false;
+      await until(() => b.engine.offsets('q0', 0).highWatermark === 6, 'the rest read once they were stored');
+      assert.deepEqual(c.packets, [], 'QoS 0: nothing is sent back');
+      c.destroy();
+    } finally {
+      await b.close();
+    }
+  });
+
   test('a failed durable write closes the connection with a log line', async () => {
     const gated = new GatedStreams();
     const b = await startBroker({}, gated);

@@ -6,7 +6,7 @@ import net from 'node:net';
 import { spawn } from 'node:child_process';
 import { pino, type Logger } from 'pino';
 import { Engine } from '../../../src/core/index.js';
-import type { AppendResult, RetainedStore, SessionStore } from '../../../src/core/index.js';
+import type { RetainedStore, SessionStore } from '../../../src/core/index.js';
 import { startMqttListener, type MqttListener, type MqttOptions } from '../../../src/protocols/mqtt/index.js';
 import {
   INCOMPLETE,
@@ -57,28 +57,7 @@ export async function startBroker(
   };
 }
 
-/** Memory storage whose durable writes wait until released (or fail), to observe PUBACK timing. */
-export class GatedStreams extends MemoryStreams {
-  hold = false;
-  fail = false;
-  private readonly waiting: Array<{ resolve: () => void; reject: (e: Error) => void }> = [];
-
-  override append(stream: string, partition: number, batch: Buffer): AppendResult {
-    const r = super.append(stream, partition, batch);
-    if (this.fail) return { baseOffset: r.baseOffset, durable: Promise.reject(new Error('disk on fire')) };
-    if (!this.hold) return r;
-    const durable = new Promise<void>((resolve, reject) => this.waiting.push({ resolve, reject }));
-    return { baseOffset: r.baseOffset, durable };
-  }
-
-  get held(): number {
-    return this.waiting.length;
-  }
-
-  release(): void {
-    for (const w of this.waiting.splice(0)) w.resolve();
-  }
-}
+export { GatedStreams } from '../../helpers/memory-storage.js';
 
 export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 

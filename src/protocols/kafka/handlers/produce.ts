@@ -149,11 +149,14 @@ export function handleProduce(
       for (const r of rs) fail(r, found.errorCode);
     }
   }
-  const finish = (): HandlerResult<ProduceResponse> | Promise<ProduceResponse> => {
+  const finish = (): HandlerResult<ProduceResponse> | Promise<HandlerResult<ProduceResponse>> => {
     if (req.acks === 0) {
       // Nobody waits for these; a failure must still be observed (and logged), never left unhandled.
+      const pending: Promise<void>[] = [];
       for (const rs of results) {
-        for (const r of rs) r.durable?.catch((err: unknown) => ctx.conn.log.error({ err, topic: r.stream }, 'acks=0 append failed'));
+        for (const r of rs) {
+          if (r.durable) pending.push(r.durable.catch((err: unknown) => ctx.conn.log.error({ err, topic: r.stream }, 'acks=0 append failed')));
+        }
       }
       // With acks=0 the client reads no response, so an error can only be signalled the way Kafka does it:
       // by closing the connection, which makes the producer refresh its metadata and reconnect.
@@ -162,7 +165,10 @@ export function handleProduce(
         ctx.conn.log.info({ errorCode: failed.res.errorCode, partition: failed.res.index }, 'acks=0 produce failed: closing connection');
         return CLOSE_CONNECTION;
       }
-      return null;
+      // The request still counts as unanswered until its data is stored (acknowledged, as far as the log is
+      // concerned): a connection with too many of them stops reading, so a producer that does not wait for
+      // acks is held to what the log takes, like one that does, instead of filling the broker's memory.
+      return pending.length === 0 ? null : Promise.all(pending).then(() => null);
     }
     return respond(ctx, req, results).then((res) => {
       // The broker's own share of produce latency: request decoded → response ready (durable).
