@@ -63,3 +63,38 @@ export function crc32cJs(buf: Uint8Array, start = 0, end = buf.length, seed = 0)
   while (i < end) crc = T[(crc ^ buf[i++]) & 0xff] ^ (crc >>> 8);
   return ~crc >>> 0;
 }
+
+/** a(x)·b(x) mod the CRC-32C polynomial, in the reflected bit order the CRC uses. */
+function multModP(a: number, b: number): number {
+  let m = 0x80000000;
+  let p = 0;
+  for (;;) {
+    if ((a & m) !== 0) {
+      p ^= b;
+      if ((a & (m - 1)) === 0) break;
+    }
+    m >>>= 1;
+    b = b & 1 ? (b >>> 1) ^ POLY : b >>> 1;
+  }
+  return p >>> 0;
+}
+
+/** X2N[k] = x^(2^k) mod P. */
+const X2N = new Uint32Array(32);
+X2N[0] = 0x40000000; // x^1
+for (let k = 1; k < 32; k++) X2N[k] = multModP(X2N[k - 1], X2N[k - 1]);
+
+/**
+ * The CRC-32C of A followed by B, from crc32c(A), crc32c(B) and B's length, in O(log n): a CRC a buffer already
+ * carries (a verified Kafka batch's) can stand for its bytes inside a larger checksum without reading them again.
+ * Same chaining as crc32c(): crc32c(B, 0, n, crc32c(A)) === crc32cCombine(crc32c(A), crc32c(B), n).
+ */
+export function crc32cCombine(crcA: number, crcB: number, lengthB: number): number {
+  // x^(8n) mod P, by the bits of n.
+  let xn = 0x80000000; // x^0
+  let k = 3;
+  for (let n = lengthB; n > 0; n = Math.floor(n / 2), k++) {
+    if (n % 2 === 1) xn = multModP(X2N[k & 31], xn);
+  }
+  return (multModP(xn, crcA >>> 0) ^ crcB) >>> 0;
+}

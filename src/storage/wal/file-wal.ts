@@ -40,7 +40,7 @@ import { constants } from 'node:fs';
 import { open, readdir, mkdir, rename, unlink, stat, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import { crc32 } from 'node:zlib';
-import { crc32c, FlowError } from '../../core/index.js';
+import { crc32c, crc32cCombine, FlowError } from '../../core/index.js';
 import { DIRECT_BLOCK, alignedBuffer } from '../direct-io.js';
 import type { WalEntry, WriteAheadLog } from './types.js';
 
@@ -107,14 +107,26 @@ function fileHeader(seq: number): Buffer {
   return b;
 }
 
-/** The frame CRC: over the body (head's part after the 8-byte frame header, then the data). */
-function frameCrc(seed: number | null, head: Buffer, data: Buffer): number {
+/** Below this much data a frame's CRC is computed over it even when a CRC of it is given (as fast, and simpler). */
+const COMBINE_MIN_BYTES = 64 * 1024;
+
+/**
+ * The frame CRC: over the body (head's part after the 8-byte frame header, then the data). A known CRC-32C of the
+ * data's tail stands for those bytes (see WalEntry.dataCrc).
+ */
+function frameCrc(seed: number | null, head: Buffer, data: Buffer, known?: { from: number; crc: number }): number {
   if (seed === null) return crc32(data, crc32(head.subarray(HEADER)));
-  return crc32c(data, 0, data.length, crc32c(head, HEADER, head.length, seed));
+  const headCrc = crc32c(head, HEADER, head.length, seed);
+  if (known === undefined || data.length < COMBINE_MIN_BYTES || known.from < 0 || known.from > data.length) {
+    return crc32c(data, 0, data.length, headCrc);
+  }
+  return crc32cCombine(crc32c(data, 0, known.from, headCrc), known.crc, data.length - known.from);
 }
 
 interface Group {
   bufs: Buffer[];
+  /** Per entry, the CRC of its data's tail the caller gave, if any. */
+  crcs: Array<{ from: number; crc: number } | undefined>;
   bytes: number;
   keys: string[];
   ends: number[];
@@ -130,7 +142,7 @@ function newGroup(): Group {
     resolve = res;
     reject = rej;
   });
-  return { bufs: [], bytes: 0, keys: [], ends: [], promise, resolve, reject };
+  return { bufs: [], crcs: [], bytes: 0, keys: [], ends: [], promise, resolve, reject };
 }
 
 function isSafeOffset(n: number): boolean {
@@ -316,6 +328,7 @@ export class FileWal implements WriteAheadLog {
     const g = (this.pending ??= newGroup());
     // The caller must not modify `data` until the promise settles: it is written from this very buffer.
     g.bufs.push(head, data);
+    g.crcs.push(entry.dataCrc);
     g.bytes += head.length + data.length;
     g.keys.push(key);
     g.ends.push(endOffset);
@@ -366,7 +379,7 @@ export class FileWal implements WriteAheadLog {
     let fh = this.activeFh;
     if (a === null || fh === null) [a, fh] = await this.createActive();
     const seed = a.seed ?? null;
-    for (let i = 0; i < g.bufs.length; i += 2) g.bufs[i].writeUInt32BE(frameCrc(seed, g.bufs[i], g.bufs[i + 1]), 4);
+    for (let i = 0; i < g.bufs.length; i += 2) g.bufs[i].writeUInt32BE(frameCrc(seed, g.bufs[i], g.bufs[i + 1], g.crcs[i / 2]), 4);
     // A file's first group carries its header.
     const bufs = a.size === 0 ? [fileHeader(a.seq), ...g.bufs] : g.bufs;
     let bytes = a.size === 0 ? WAL_FILE_HEADER_BYTES + g.bytes : g.bytes;

@@ -10,6 +10,13 @@ export interface WalEntry {
   /** One past the last offset of the data. */
   endOffset: number;
   data: Buffer;
+  /**
+   * CRC-32C (seed 0) of `data` from byte `from` to its end, when the caller already holds it (a Kafka record
+   * batch carries one over everything after its first 21 bytes, checked when it was produced): the WAL's frame
+   * checksum then covers those bytes by combining it instead of reading them again. A wrong value makes the entry
+   * unreadable after a restart, so only a verified CRC may be given.
+   */
+  dataCrc?: { from: number; crc: number };
 }
 
 export interface WriteAheadLog {

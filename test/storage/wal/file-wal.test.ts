@@ -5,7 +5,7 @@ import { crc32 } from 'node:zlib';
 import type { FileHandle } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { isFlowError } from '../../../src/core/index.js';
+import { crc32c, isFlowError } from '../../../src/core/index.js';
 import { DirectWriter } from '../../../src/storage/direct-io.js';
 import { FileWal, WAL_FILE_HEADER_BYTES, type FileWalOptions, type WalEntry } from '../../../src/storage/wal/index.js';
 
@@ -509,6 +509,48 @@ describe('FileWal', () => {
         (await collect(again)).map((e) => e.baseOffset),
         [0, 1, 2, 3],
       );
+      await again.close();
+    });
+  });
+
+  describe('frame checksums from a CRC the caller holds', () => {
+    /** Entries whose data looks like a big Kafka batch: a CRC-32C of everything after byte 21 at bytes 17..21. */
+    const withOwnCrc = (base: number, len: number): WalEntry => {
+      const data = Buffer.alloc(len);
+      for (let i = 0; i < len; i += 997) data[i] = (i + base) & 0xff;
+      data.writeUInt32BE(crc32c(data, 21, len), 17);
+      return { key: 'c/0', baseOffset: base, endOffset: base + 1, data, dataCrc: { from: 21, crc: data.readUInt32BE(17) } };
+    };
+
+    it('writes exactly the bytes it writes without it, and replays them', async () => {
+      const entries = [withOwnCrc(0, 300_000), withOwnCrc(1, 70_000), withOwnCrc(2, 500), withOwnCrc(3, 1_000_000)];
+      const files: Buffer[] = [];
+      for (const hinted of [true, false]) {
+        const dir = freshDir();
+        const wal = await openWal(dir);
+        await collect(wal);
+        for (const e of entries) await wal.append(hinted ? e : { ...e, dataCrc: undefined });
+        await wal.close();
+        const [file] = await walFiles(dir);
+        files.push(await readFile(join(dir, file)));
+        const again = await openWal(dir);
+        assert.deepEqual((await collect(again)).map((e) => e.data.length), entries.map((e) => e.data.length));
+        assert.equal(again.lastReplayTruncatedBytes, 0);
+        await again.close();
+      }
+      assert.ok(files[0].equals(files[1]), 'the same file either way');
+    });
+
+    it('cannot read back an entry given a wrong CRC (why only a verified one may be given)', async () => {
+      const dir = freshDir();
+      const wal = await openWal(dir);
+      await collect(wal);
+      await wal.append(withOwnCrc(0, 100_000));
+      await wal.append({ ...withOwnCrc(1, 100_000), dataCrc: { from: 21, crc: 12345 } });
+      await wal.close();
+      const again = await openWal(dir);
+      assert.deepEqual((await collect(again)).map((e) => e.baseOffset), [0]);
+      assert.ok(again.lastReplayTruncatedBytes > 0);
       await again.close();
     });
   });
