@@ -38,7 +38,7 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
   const unlock = lockDataDir(dataDir);
   const metastore = SqliteMetastore.open(join(dataDir, 'metastore.db'));
   const objects = new FsObjectStore(join(dataDir, 'objects'));
-  const wal = await FileWal.open(join(dataDir, 'wal'), { fsync: config.walFsync });
+  const wal = await FileWal.open(join(dataDir, 'wal'), { fsync: config.walFsync, directIo: config.walDirectIo });
   const log = await LogManager.open({
     wal,
     objects,

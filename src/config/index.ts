@@ -47,6 +47,7 @@ export interface Config {
   segmentMs: number;
   maxUnsealedBytes: number;
   walFsync: boolean;
+  walDirectIo: boolean;
   /** Users file (YAML/JSON list of {username, password}); null: no users, no authentication. */
   usersFile: string | null;
   /** Unset: true without a users file, false with one. */
@@ -105,6 +106,7 @@ export const OPTIONS: OptionSpec[] = [
   { key: 'segmentMs', name: 'segment-ms', kind: 'duration', default: 60_000, help: '...or at this age (ms, or 30s, 5m...)' },
   { key: 'maxUnsealedBytes', name: 'max-unsealed-bytes', kind: 'size', default: 256 * 1024 * 1024, help: 'memory all partitions\' hot tails may hold before acknowledgements wait for segment writes to catch up' },
   { key: 'walFsync', name: 'wal-fsync', kind: 'bool', default: true, help: 'fsync the WAL before acknowledging (turn off only for throwaway data)' },
+  { key: 'walDirectIo', name: 'wal-direct-io', kind: 'bool', default: false, help: 'write the WAL with O_DIRECT, around the page cache (where the filesystem supports it)' },
   { key: 'usersFile', name: 'users-file', kind: 'string', default: null, help: 'YAML/JSON list of {username, password}: Kafka SASL and MQTT username/password check against it' },
   { key: 'allowAnonymous', name: 'allow-anonymous', kind: 'bool', default: null, help: 'let clients in without credentials (default: true without users-file, false with it)' },
   { key: 'kafkaSasl', name: 'kafka-sasl', kind: 'bool', default: null, help: 'Kafka listeners require SASL authentication (default: true when users-file is set and allow-anonymous is not)' },

@@ -24,9 +24,8 @@
  * returns: one system call and one thread-pool round trip instead of a write and an fdatasync). Every
  * append of a group shares the group's promise, so an append costs no syscall and no closure of its own.
  *
- * Direct I/O: where the filesystem supports it, files are opened with O_DIRECT as well, so group writes skip the
- * kernel's copy into the page cache (on the development VM a buffered write of fresh data cost ~2.5 s of CPU per
- * GiB; see ../direct-io.ts). Such a write must start at an aligned offset and be a whole number of 4 KiB blocks
+ * Direct I/O (option `directIo`): where the filesystem supports it, files are opened with O_DIRECT as well, so
+ * group writes skip the page cache (see ../direct-io.ts). Such a write must start at an aligned offset and be a whole number of 4 KiB blocks
  * from aligned memory: a group is copied into an aligned staging buffer and ends with a padding frame up to the
  * next block, so every group starts on a block boundary.
  *
@@ -49,7 +48,12 @@ export interface FileWalOptions {
   maxFileBytes?: number;
   /** Make every group durable (O_DSYNC) before acknowledging it. Default true; false only for tests and benchmarks. */
   fsync?: boolean;
-  /** Write groups around the page cache (O_DIRECT) where the filesystem allows it. Default true (with fsync). */
+  /**
+   * Write groups around the page cache (O_DIRECT, with fsync on) where the filesystem allows it. Default false:
+   * on the development VM it was no faster (the copy into aligned memory runs on the event loop, where the
+   * kernel's copy into the reused files' cached pages runs on the thread pool), but it keeps the WAL out of the
+   * page cache.
+   */
   directIo?: boolean;
   /** Told once per replay that truncated a torn tail (pino's Logger fits). */
   logger?: { warn(obj: object, msg: string): void };
@@ -254,7 +258,7 @@ export class FileWal implements WriteAheadLog {
     this.fsync = opts.fsync ?? true;
     this.dsync = this.fsync ? constants.O_DSYNC : 0;
     const O_DIRECT = constants.O_DIRECT;
-    this.direct = this.fsync && opts.directIo !== false && typeof O_DIRECT === 'number' ? O_DIRECT : 0;
+    this.direct = this.fsync && opts.directIo === true && typeof O_DIRECT === 'number' ? O_DIRECT : 0;
     this.logger = opts.logger;
   }
 

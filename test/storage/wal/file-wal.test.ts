@@ -25,12 +25,6 @@ async function collect(wal: FileWal): Promise<WalEntry[]> {
   return out;
 }
 
-/**
- * Most tests check byte layouts of the frames, so their logs go through the page cache; direct I/O (groups padded
- * to whole blocks) has its own tests at the end.
- */
-const openWal = (dir: string, opts: FileWalOptions = {}): Promise<FileWal> => FileWal.open(dir, { directIo: false, ...opts });
-
 const walFiles = async (dir: string): Promise<string[]> => (await readdir(dir)).filter((f) => f.endsWith('.log')).sort();
 
 describe('FileWal', () => {
@@ -41,7 +35,7 @@ describe('FileWal', () => {
   /** A log holding `count` entries of key k/0, closed again; returns the directory and the entries. */
   async function written(count: number, opts: FileWalOptions = {}): Promise<{ dir: string; entries: WalEntry[] }> {
     const dir = freshDir();
-    const wal = await openWal(dir, opts);
+    const wal = await FileWal.open(dir, opts);
     await collect(wal);
     const entries = Array.from({ length: count }, (_, i) => entry('k/0', i, 100 + i));
     for (const e of entries) await wal.append(e);
@@ -62,7 +56,7 @@ describe('FileWal', () => {
     await writeFile(join(dir, 'wal-1.log'), 'wrong name pattern');
     const files = await walFiles(dir);
     assert.deepEqual(files.filter((f) => /^wal-\d{20}\.log$/.test(f)).length, 1);
-    const wal = await openWal(dir);
+    const wal = await FileWal.open(dir);
     assert.equal((await collect(wal)).length, entries.length);
     await wal.close();
   });
@@ -102,7 +96,7 @@ describe('FileWal', () => {
         await damage(path, sizeBefore);
         const damagedSize = (await stat(path)).size;
 
-        const wal = await openWal(dir);
+        const wal = await FileWal.open(dir);
         const got = await collect(wal);
         assert.deepEqual(
           got.map((e) => e.baseOffset),
@@ -115,7 +109,7 @@ describe('FileWal', () => {
         // Appending after recovery continues cleanly, and a second recovery finds nothing to cut.
         await wal.append(entry('k/0', 100));
         await wal.close();
-        const again = await openWal(dir);
+        const again = await FileWal.open(dir);
         const all = await collect(again);
         assert.equal(again.lastReplayTruncatedBytes, 0);
         assert.deepEqual(
@@ -130,10 +124,10 @@ describe('FileWal', () => {
       const { dir } = await written(5);
       const [file] = await walFiles(dir);
       await appendFile(join(dir, file), Buffer.from('torn'));
-      const wal = await openWal(dir);
+      const wal = await FileWal.open(dir);
       await wal.append(entry('k/0', 5)); // no replay first: the torn tail must still be cut before this lands
       await wal.close();
-      const again = await openWal(dir);
+      const again = await FileWal.open(dir);
       assert.deepEqual(
         (await collect(again)).map((e) => e.baseOffset),
         [0, 1, 2, 3, 4, 5],
@@ -150,7 +144,7 @@ describe('FileWal', () => {
       const buf = await readFile(path);
       buf[40] ^= 0x01; // inside the data of the first frame
       await writeFile(path, buf);
-      const wal = await openWal(dir);
+      const wal = await FileWal.open(dir);
       await assert.rejects(collect(wal), (e: unknown) => isFlowError(e, 'CORRUPT_DATA'));
       assert.equal((await stat(path)).size, buf.length, 'nothing truncated');
       // Appends refuse to build on a log that failed recovery.
@@ -166,7 +160,7 @@ describe('FileWal', () => {
       const buf = await readFile(first);
       buf[buf.length - 1] ^= 0xff; // the last frame of a closed file
       await writeFile(first, buf);
-      const wal = await openWal(dir);
+      const wal = await FileWal.open(dir);
       await assert.rejects(collect(wal), (e: unknown) => isFlowError(e, 'CORRUPT_DATA'));
       await wal.close();
     });
@@ -175,7 +169,7 @@ describe('FileWal', () => {
       const { dir } = await written(40, { maxFileBytes: 1024 });
       const files = await walFiles(dir);
       await appendFile(join(dir, files[1]), Buffer.from('xyz'));
-      const wal = await openWal(dir);
+      const wal = await FileWal.open(dir);
       await assert.rejects(collect(wal), (e: unknown) => isFlowError(e, 'CORRUPT_DATA'));
       await wal.close();
     });
@@ -184,7 +178,7 @@ describe('FileWal', () => {
   describe('group commit', () => {
     it('makes 1000 concurrent appends durable with far fewer than 1000 fdatasyncs', async () => {
       const dir = freshDir();
-      const wal = await openWal(dir);
+      const wal = await FileWal.open(dir);
       await collect(wal);
       const entries = Array.from({ length: 1000 }, (_, i) => entry(`g/${i % 8}`, i, 200));
       await Promise.all(entries.map((e) => wal.append(e)));
@@ -192,14 +186,14 @@ describe('FileWal', () => {
       assert.ok(wal.syncCount <= 10, `expected batching, got ${wal.syncCount} fdatasyncs for 1000 appends`);
       assert.equal(wal.groupCount, wal.syncCount);
       await wal.close();
-      const again = await openWal(dir);
+      const again = await FileWal.open(dir);
       assert.equal((await collect(again)).length, 1000);
       await again.close();
     });
 
     it('syncs before resolving: an awaited append is one group and one fdatasync', async () => {
       const dir = freshDir();
-      const wal = await openWal(dir);
+      const wal = await FileWal.open(dir);
       await collect(wal);
       for (let i = 0; i < 5; i++) {
         await wal.append(entry('s/0', i));
@@ -210,7 +204,7 @@ describe('FileWal', () => {
 
     it('forms the next group from appends that arrive while one is in flight', async () => {
       const dir = freshDir();
-      const wal = await openWal(dir);
+      const wal = await FileWal.open(dir);
       await collect(wal);
       const first = wal.append(entry('s/0', 0)); // starts a group on its own
       await new Promise((r) => setImmediate(r));
@@ -222,19 +216,19 @@ describe('FileWal', () => {
 
     it('does not fdatasync with fsync: false', async () => {
       const dir = freshDir();
-      const wal = await openWal(dir, { fsync: false });
+      const wal = await FileWal.open(dir, { fsync: false });
       await collect(wal);
       await Promise.all(Array.from({ length: 10 }, (_, i) => wal.append(entry('n/0', i))));
       assert.equal(wal.syncCount, 0);
       await wal.close();
-      const again = await openWal(dir);
+      const again = await FileWal.open(dir);
       assert.equal((await collect(again)).length, 10);
       await again.close();
     });
 
     it('rejects a failed group with STORAGE_ERROR, cuts its partial bytes and carries on', async () => {
       const dir = freshDir();
-      const wal = await openWal(dir);
+      const wal = await FileWal.open(dir);
       await collect(wal);
       await wal.append(entry('w/0', 0));
       // Make the next write land half of its bytes and then fail, as a full disk would.
@@ -253,7 +247,7 @@ describe('FileWal', () => {
       for (const p of failed) await assert.rejects(p, (e: unknown) => isFlowError(e, 'STORAGE_ERROR'));
       await wal.append(entry('w/0', 3));
       await wal.close();
-      const again = await openWal(dir);
+      const again = await FileWal.open(dir);
       assert.deepEqual(
         (await collect(again)).map((e) => e.baseOffset),
         [0, 3],
@@ -263,7 +257,7 @@ describe('FileWal', () => {
     });
 
     it('rejects invalid entries without writing anything', async () => {
-      const wal = await openWal(freshDir());
+      const wal = await FileWal.open(freshDir());
       await collect(wal);
       const bad = (e: unknown) => isFlowError(e, 'INVALID_ARGUMENT');
       await assert.rejects(wal.append({ key: 'x'.repeat(70_000), baseOffset: 0, endOffset: 1, data: Buffer.alloc(0) }), bad);
@@ -281,7 +275,7 @@ describe('FileWal', () => {
       const files = await walFiles(dir);
       assert.ok(files.length > 3, `expected several files, got ${files.length}`);
       for (const f of files) assert.ok((await stat(join(dir, f))).size <= 4096, `${f} within maxFileBytes`);
-      const wal = await openWal(dir, { maxFileBytes: 4096 });
+      const wal = await FileWal.open(dir, { maxFileBytes: 4096 });
       assert.deepEqual(
         (await collect(wal)).map((e) => e.baseOffset),
         entries.map((e) => e.baseOffset),
@@ -292,7 +286,7 @@ describe('FileWal', () => {
 
     it('puts a group larger than maxFileBytes in a file of its own', async () => {
       const dir = freshDir();
-      const wal = await openWal(dir, { maxFileBytes: 1000 });
+      const wal = await FileWal.open(dir, { maxFileBytes: 1000 });
       await collect(wal);
       await wal.append(entry('b/0', 0, 10));
       await wal.append(entry('b/0', 1, 5000));
@@ -303,7 +297,7 @@ describe('FileWal', () => {
 
     it('deletes exactly the closed files whose every key is flushed', async () => {
       const dir = freshDir();
-      const wal = await openWal(dir, { maxFileBytes: 2048 });
+      const wal = await FileWal.open(dir, { maxFileBytes: 2048 });
       await collect(wal);
       // a fills the first files alone; then a and b share files; then c alone.
       for (let i = 0; i < 30; i++) await wal.append(entry('a/0', i, 200));
@@ -326,7 +320,7 @@ describe('FileWal', () => {
       assert.ok(freed >= 3, `files freed: ${freed}`);
       await wal.close();
 
-      const again = await openWal(dir, { maxFileBytes: 2048 });
+      const again = await FileWal.open(dir, { maxFileBytes: 2048 });
       const got = await collect(again);
       assert.equal(got.filter((e) => e.key === 'b/0').length, 20, 'every b entry kept');
       assert.equal(got.filter((e) => e.key === 'c/0').length, 30, 'every c entry kept');
@@ -345,7 +339,7 @@ describe('FileWal', () => {
 
     it('retires the active file once it is fully flushed, so it can be deleted', async () => {
       const dir = freshDir();
-      const wal = await openWal(dir);
+      const wal = await FileWal.open(dir);
       await collect(wal);
       for (let i = 0; i < 10; i++) await wal.append(entry('x/0', i));
       const size = wal.size();
@@ -356,7 +350,7 @@ describe('FileWal', () => {
       await wal.append(entry('x/0', 10));
       assert.equal((await walFiles(dir)).length, 1);
       await wal.close();
-      const again = await openWal(dir);
+      const again = await FileWal.open(dir);
       assert.deepEqual(
         (await collect(again)).map((e) => e.baseOffset),
         [10],
@@ -366,7 +360,7 @@ describe('FileWal', () => {
 
     it('retires a flushed active file after the group in flight when trimmed during a write', async () => {
       const dir = freshDir();
-      const wal = await openWal(dir);
+      const wal = await FileWal.open(dir);
       await collect(wal);
       for (let i = 0; i < 10; i++) await wal.append(entry('y/0', i));
       const inflight = wal.append(entry('y/0', 10));
@@ -376,7 +370,7 @@ describe('FileWal', () => {
       const released2 = await wal.trim(() => 10);
       assert.ok(released + released2 > 0);
       await wal.close();
-      const again = await openWal(dir);
+      const again = await FileWal.open(dir);
       const got = (await collect(again)).map((e) => e.baseOffset);
       assert.ok(got.includes(10));
       await again.close();
@@ -388,7 +382,7 @@ describe('FileWal', () => {
         (s, st) => s + st.size,
         0,
       );
-      const wal = await openWal(dir, { maxFileBytes: 1024 });
+      const wal = await FileWal.open(dir, { maxFileBytes: 1024 });
       assert.equal(wal.size(), onDisk);
       assert.equal(await wal.trim(() => 1000), 0, 'not trimmed before replay: contents unknown');
       await collect(wal);
@@ -403,7 +397,7 @@ describe('FileWal', () => {
 
     /** A log whose flushed files became spares and whose newest files were started from them. */
     async function withReusedFiles(dir: string): Promise<{ wal: FileWal; kept: number[] }> {
-      const wal = await openWal(dir, { maxFileBytes: 4096 });
+      const wal = await FileWal.open(dir, { maxFileBytes: 4096 });
       await collect(wal);
       for (let i = 0; i < 40; i++) await wal.append(entry('r/0', i, 400));
       await wal.trim(() => 40);
@@ -422,7 +416,7 @@ describe('FileWal', () => {
       const { wal, kept } = await withReusedFiles(dir);
       await wal.close();
       // Retiring a reused file cut it to its length, so a clean restart finds nothing to drop.
-      const again = await openWal(dir, { maxFileBytes: 4096 });
+      const again = await FileWal.open(dir, { maxFileBytes: 4096 });
       assert.deepEqual(
         (await collect(again)).map((e) => e.baseOffset),
         kept,
@@ -440,7 +434,7 @@ describe('FileWal', () => {
       const [last] = (await walFiles(dir)).slice(-1);
       const staleFrom = (wal as unknown as { active: { size: number } }).active.size;
       assert.ok((await stat(join(dir, last))).size > staleFrom, 'the active file still holds stale bytes');
-      const again = await openWal(dir, { maxFileBytes: 4096 });
+      const again = await FileWal.open(dir, { maxFileBytes: 4096 });
       const got = await collect(again);
       assert.deepEqual(
         got.map((e) => e.baseOffset),
@@ -463,7 +457,7 @@ describe('FileWal', () => {
       const nextSeq = Number(/\d{20}/.exec(files[files.length - 1])![0]) + 1;
       const name = `wal-${String(nextSeq).padStart(20, '0')}.log`;
       await writeFile(join(dir, name), await readFile(join(dir, spare)));
-      const again = await openWal(dir, { maxFileBytes: 4096 });
+      const again = await FileWal.open(dir, { maxFileBytes: 4096 });
       const got = await collect(again);
       assert.deepEqual(
         got.map((e) => e.baseOffset),
@@ -491,7 +485,7 @@ describe('FileWal', () => {
         return Buffer.concat([head, body]);
       });
       await writeFile(join(dir, `wal-${'1'.padStart(20, '0')}.log`), Buffer.concat(frames));
-      const wal = await openWal(dir);
+      const wal = await FileWal.open(dir);
       const got = await collect(wal);
       assert.deepEqual(
         got.map((e) => [e.key, e.baseOffset, e.endOffset, e.data[0]]),
@@ -504,7 +498,7 @@ describe('FileWal', () => {
       // New appends go to a new file of the current format, after the old one.
       await wal.append(entry('old/0', 3));
       await wal.close();
-      const again = await openWal(dir);
+      const again = await FileWal.open(dir);
       assert.deepEqual(
         (await collect(again)).map((e) => e.baseOffset),
         [0, 1, 2, 3],
@@ -527,13 +521,13 @@ describe('FileWal', () => {
       const files: Buffer[] = [];
       for (const hinted of [true, false]) {
         const dir = freshDir();
-        const wal = await openWal(dir);
+        const wal = await FileWal.open(dir);
         await collect(wal);
         for (const e of entries) await wal.append(hinted ? e : { ...e, dataCrc: undefined });
         await wal.close();
         const [file] = await walFiles(dir);
         files.push(await readFile(join(dir, file)));
-        const again = await openWal(dir);
+        const again = await FileWal.open(dir);
         assert.deepEqual((await collect(again)).map((e) => e.data.length), entries.map((e) => e.data.length));
         assert.equal(again.lastReplayTruncatedBytes, 0);
         await again.close();
@@ -543,12 +537,12 @@ describe('FileWal', () => {
 
     it('cannot read back an entry given a wrong CRC (why only a verified one may be given)', async () => {
       const dir = freshDir();
-      const wal = await openWal(dir);
+      const wal = await FileWal.open(dir);
       await collect(wal);
       await wal.append(withOwnCrc(0, 100_000));
       await wal.append({ ...withOwnCrc(1, 100_000), dataCrc: { from: 21, crc: 12345 } });
       await wal.close();
-      const again = await openWal(dir);
+      const again = await FileWal.open(dir);
       assert.deepEqual((await collect(again)).map((e) => e.baseOffset), [0]);
       assert.ok(again.lastReplayTruncatedBytes > 0);
       await again.close();
@@ -566,7 +560,7 @@ describe('FileWal', () => {
     it('writes groups in whole blocks, padding included, and replays exactly the entries', async () => {
       const dir = freshDir();
       const direct = await directWorks(dir);
-      const wal = await FileWal.open(dir);
+      const wal = await FileWal.open(dir, { directIo: true });
       await collect(wal);
       // Key k/0: a frame is 29 bytes plus the data. 4041 bytes after the 16-byte file header leave 10 bytes to the
       // block's end, too few for a padding frame (26): the pad runs into the next block. 4051 fill it exactly.
@@ -580,7 +574,7 @@ describe('FileWal', () => {
       if (direct) for (const size of await sizes(dir)) assert.equal(size % 4096, 0, `file size ${size}`);
       assert.deepEqual((await collect(wal)).map((e) => [e.key, e.baseOffset, e.data.length]), all.map((e) => [e.key, e.baseOffset, e.data.length]));
       await wal.close();
-      const again = await FileWal.open(dir);
+      const again = await FileWal.open(dir, { directIo: true });
       const got = await collect(again);
       assert.equal(got.length, all.length);
       got.forEach((e, i) => assert.ok(e.data.equals(all[i].data) && e.key === all[i].key && e.endOffset === all[i].endOffset, `entry ${i}`));
@@ -590,7 +584,7 @@ describe('FileWal', () => {
 
     it('cuts a group torn by a crash off the end of the last file, keeping the groups before it', async () => {
       const dir = freshDir();
-      const wal = await FileWal.open(dir);
+      const wal = await FileWal.open(dir, { directIo: true });
       await collect(wal);
       await wal.append(entry('t/0', 0, 5000));
       await wal.append(entry('t/0', 1, 300));
@@ -600,21 +594,21 @@ describe('FileWal', () => {
       await wal.close();
       // The crash left only the first 1000 bytes of the last group.
       await truncate(join(dir, file), before + 1000);
-      const again = await FileWal.open(dir);
+      const again = await FileWal.open(dir, { directIo: true });
       assert.deepEqual((await collect(again)).map((e) => e.baseOffset), [0, 1]);
       assert.equal(again.lastReplayTruncatedBytes, 1000);
       assert.equal((await stat(join(dir, file))).size, before);
       // New appends follow in a new file.
       await again.append(entry('t/0', 2, 10));
       await again.close();
-      const third = await FileWal.open(dir);
+      const third = await FileWal.open(dir, { directIo: true });
       assert.deepEqual((await collect(third)).map((e) => e.baseOffset), [0, 1, 2]);
       await third.close();
     });
 
     it('reuses spare files and, after a crash, never replays a reused file\'s old frames', async () => {
       const dir = freshDir();
-      const wal = await FileWal.open(dir, { maxFileBytes: 64 * 1024 });
+      const wal = await FileWal.open(dir, { maxFileBytes: 64 * 1024, directIo: true });
       await collect(wal);
       for (let i = 0; i < 60; i++) await wal.append(entry('r/0', i, 3000));
       await wal.trim(() => 60);
@@ -625,7 +619,7 @@ describe('FileWal', () => {
       }
       assert.ok(wal.reusedFiles >= 1, 'a new file was started from a spare');
       // No close: the process dies with a reused file active.
-      const again = await FileWal.open(dir, { maxFileBytes: 64 * 1024 });
+      const again = await FileWal.open(dir, { maxFileBytes: 64 * 1024, directIo: true });
       assert.deepEqual((await collect(again)).map((e) => e.baseOffset), kept);
       assert.ok(again.lastReplayTruncatedBytes > 0, 'the stale rest was cut');
       await again.close();
