@@ -302,6 +302,7 @@ export class LogManager implements StreamStorage {
         if (p.tailBytes >= this.options.segmentBytes) this.seal(p);
         if (this.unsealed > this.options.maxUnsealedBytes && !this.closed) {
           this.stats.throttledAppends++;
+          this.relieve();
           return new Promise<void>((resolve) => this.throttled.push(resolve));
         }
         return undefined;
@@ -443,8 +444,9 @@ export class LogManager implements StreamStorage {
   /**
    * Seals the durable prefix of a partition's tail, up to `segmentBytes` of it (at least one batch), into a
    * segment object: one seal per partition at a time, and at most `sealConcurrency` across partitions (one more
-   * for a partition that is catching up; the prefix is taken when the seal's turn comes). A partition that fell behind seals again at once while a whole segment
-   * is ready, so segments keep their size however far behind it is. A successful seal trims the WAL.
+   * for a partition that is catching up; the prefix is taken when the seal's turn comes). A partition that fell
+   * behind seals again at once while a whole segment is ready, so segments keep their size however far behind it
+   * is. A successful seal trims the WAL.
    */
   private seal(p: Partition): Promise<void> {
     if (p.sealing) return p.sealing;
@@ -472,9 +474,24 @@ export class LogManager implements StreamStorage {
       })
       .finally(() => {
         p.sealing = null;
-        if (sealed && !this.closed && this.durableTailBytes(p) >= this.options.segmentBytes) void this.seal(p);
+        if (this.closed) return;
+        if (sealed && this.durableTailBytes(p) >= this.options.segmentBytes) void this.seal(p);
+        else if (this.unsealed > this.options.maxUnsealedBytes) this.relieve();
       });
     return p.sealing;
+  }
+
+  /**
+   * Over maxUnsealedBytes, the largest tail not being sealed is sealed now, full segment or not: many partitions
+   * can hold the limit between them with none of them at `segmentBytes`, and acknowledgements must not wait for
+   * `segmentMs` to pass.
+   */
+  private relieve(): void {
+    let largest: Partition | null = null;
+    for (const p of this.parts.values()) {
+      if (p.sealing === null && p.tailBytes > 0 && (largest === null || p.tailBytes > largest.tailBytes)) largest = p;
+    }
+    if (largest !== null) void this.seal(largest);
   }
 
   /** Bytes at the head of the tail that are durable (what a seal could take now). */

@@ -243,6 +243,18 @@ describe('LogManager', () => {
     await close();
   });
 
+  it('seals tails below segmentBytes when together they exceed maxUnsealedBytes, so acknowledgements do not wait for segmentMs', async () => {
+    const batchBytes = encodeBatch([rec(100)]).length;
+    const { w, log, engine, close } = await openWatched({ segmentBytes: 1 << 20, segmentMs: 60_000, maxUnsealedBytes: 10 * batchBytes });
+    await engine.createStream({ name: 'many', partitions: 8 });
+    const acks = Array.from({ length: 40 }, (_, i) => engine.produce('many', i % 8, encodeBatch([rec(100 + i)])).durable);
+    await Promise.all(acks);
+    assert.ok(log.stats.throttledAppends > 0, 'the limit was reached');
+    assert.ok(w.puts.length > 0, 'small tails were sealed to make room');
+    for (let p = 0; p < 8; p++) assert.equal((await values(engine, 'many', p)).length, 5);
+    await close();
+  });
+
   it('lets held-back acknowledgements go at close: their data is durable in the WAL', async () => {
     const batchBytes = encodeBatch([rec(0)]).length;
     // Gated and never released: the object store never answers.
