@@ -25,9 +25,9 @@
  * append of a group shares the group's promise, so an append costs no syscall and no closure of its own.
  *
  * Direct I/O (option `directIo`): where the filesystem supports it, files are opened with O_DIRECT as well, so
- * group writes skip the page cache (see ../direct-io.ts). Such a write must start at an aligned offset and be a whole number of 4 KiB blocks
- * from aligned memory: a group is copied into an aligned staging buffer and ends with a padding frame up to the
- * next block, so every group starts on a block boundary.
+ * group writes skip the page cache (see ../direct-io.ts). Such a write must start at an aligned offset and be a
+ * whole number of 4 KiB blocks from aligned memory: a group is copied into an aligned staging buffer and ends with
+ * a padding frame up to the next block, so every group starts on a block boundary.
  *
  * Recovery: only the tail of the last file can be torn, because a new file is created only after the previous
  * group was fully synced (and the previous file cut to its used length, synced), and a failed write is
