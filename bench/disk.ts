@@ -10,7 +10,9 @@
  */
 import { randomBytes } from 'node:crypto';
 import { closeSync, constants, fdatasyncSync, openSync, rmSync, writeSync } from 'node:fs';
+import { open } from 'node:fs/promises';
 import { join } from 'node:path';
+import { alignedBuffer } from '../src/storage/direct-io.js';
 import { nowS, percentiles, type Percentiles } from './util.js';
 
 export interface DiskModeResult {
@@ -29,8 +31,6 @@ export interface DiskResult extends DiskModeResult {
   /** null where O_DIRECT is not available (other platforms, tmpfs). */
   direct: DiskModeResult | null;
 }
-
-const BLOCK_ALIGN = 4096;
 
 function run(fd: number, block: Buffer, seconds: number): DiskModeResult {
   const samples: number[] = [];
@@ -54,23 +54,11 @@ function run(fd: number, block: Buffer, seconds: number): DiskModeResult {
   return { mbPerSec: (samples.length * block.length) / elapsed / 1e6, blocks: samples.length, seconds: elapsed, blockMs: percentiles(samples) };
 }
 
-/** The block inside a larger buffer whose start is aligned for O_DIRECT (found by trying), or null. */
-function alignedBlock(fd: number, raw: Buffer, blockBytes: number): Buffer | null {
-  for (let k = 0; k < BLOCK_ALIGN; k += 16) {
-    try {
-      writeSync(fd, raw, k, BLOCK_ALIGN, 0);
-      return raw.subarray(k, k + blockBytes);
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'EINVAL') throw err;
-    }
-  }
-  return null;
-}
-
-export function diskFsyncBandwidth(dir: string, seconds: number, blockBytes = 1 << 20): DiskResult {
+/** Each mode writes synchronously (write, fdatasync, next block); finding aligned memory for O_DIRECT is the only await. */
+export async function diskFsyncBandwidth(dir: string, seconds: number, blockBytes = 1 << 20): Promise<DiskResult> {
   const file = join(dir, 'fsync-probe.bin');
   let buffered: DiskModeResult;
-  let fd = openSync(file, 'w');
+  const fd = openSync(file, 'w');
   try {
     buffered = run(fd, randomBytes(blockBytes), seconds);
   } finally {
@@ -80,21 +68,17 @@ export function diskFsyncBandwidth(dir: string, seconds: number, blockBytes = 1 
   let direct: DiskModeResult | null = null;
   const O_DIRECT = constants.O_DIRECT;
   if (typeof O_DIRECT === 'number' && O_DIRECT !== 0) {
-    try {
-      fd = openSync(file, constants.O_WRONLY | constants.O_CREAT | constants.O_TRUNC | O_DIRECT);
-    } catch {
-      fd = -1; // not supported on this filesystem
-    }
-    if (fd >= 0) {
+    const fh = await open(file, constants.O_WRONLY | constants.O_CREAT | constants.O_TRUNC | O_DIRECT).catch(() => null);
+    if (fh !== null) {
       try {
-        const raw = Buffer.alloc(blockBytes + BLOCK_ALIGN);
-        const block = alignedBlock(fd, raw, blockBytes);
+        // The broker's own way of finding aligned memory; none (not supported here) means no direct figure.
+        const block = await alignedBuffer(fh, blockBytes).catch(() => null);
         if (block) {
           block.set(randomBytes(blockBytes));
-          direct = run(fd, block, seconds);
+          direct = run(fh.fd, block, seconds);
         }
       } finally {
-        closeSync(fd);
+        await fh.close();
         rmSync(file, { force: true });
       }
     }

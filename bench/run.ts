@@ -218,11 +218,11 @@ async function withFlowmq<T>(fn: (b: Broker) => Promise<T>): Promise<T> {
   }
 }
 
-function measureDisk(): DiskResult {
+async function measureDisk(): Promise<DiskResult> {
   if (!disk) {
     const d = tempDir('flowmq-bench-disk-');
     try {
-      disk = diskFsyncBandwidth(d, CFG.diskSeconds);
+      disk = await diskFsyncBandwidth(d, CFG.diskSeconds);
     } finally {
       removeDir(d);
     }
@@ -312,7 +312,7 @@ const scenarios: Scenario[] = [
     group: 'kafka',
     title: 'produce throughput, 1 KiB records, acks=all (MB/s, % of fsync disk bandwidth)',
     run: async () => {
-      const d = measureDisk();
+      const d = await measureDisk();
       const o = produceOptions(CFG.seconds);
       const title = `produce: 1 KiB records, ~1 MB batch per partition request, acks=all, ${o.partitions} partitions, ${o.connections} connections × ${o.inflight} in flight (MB/s; target ≥ 50% of disk)`;
       try {
@@ -336,7 +336,7 @@ const scenarios: Scenario[] = [
     group: 'kafka',
     title: 'produce-ack and end-to-end latency at half of peak throughput',
     run: async () => {
-      measureDisk();
+      await measureDisk();
       let calibrated = false;
       try {
         if (!peak) {

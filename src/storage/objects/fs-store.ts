@@ -94,7 +94,7 @@ export class FsObjectStore implements ObjectStore {
     for (let attempt = 0; ; attempt++) {
       try {
         await mkdir(dir, { recursive: true });
-        await this.writeDurably(tmp, data, options.yieldToLatency === true ? FLUSH_CHUNK : BULK_FLUSH_CHUNK);
+        await this.writeDurably(tmp, data, options.yieldToLatency !== true);
         break;
       } catch (err) {
         if (errnoCode(err) === 'ENOENT' && attempt < 5) continue;
@@ -111,13 +111,14 @@ export class FsObjectStore implements ObjectStore {
     }
   }
 
-  private async writeDurably(path: string, data: Buffer | readonly Buffer[], flushChunk: number): Promise<void> {
+  private async writeDurably(path: string, data: Buffer | readonly Buffer[], bulk: boolean): Promise<void> {
     const parts = Buffer.isBuffer(data) ? [data] : data;
+    const flushChunk = bulk ? BULK_FLUSH_CHUNK : FLUSH_CHUNK;
     const direct = await this.directWriter();
     if (direct?.usable) {
       try {
         // Bulk writes keep three steps in flight: each step's turn on a busy event loop is slow to come.
-        await direct.writeFile(path, parts, flushChunk, flushChunk === BULK_FLUSH_CHUNK ? 4 : 2);
+        await direct.writeFile(path, parts, flushChunk, bulk ? 4 : 2);
         return;
       } catch (err) {
         await unlink(path).catch(() => undefined);
