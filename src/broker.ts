@@ -2,7 +2,7 @@
  * Assembles one broker process: storage backends, the log engine, the routing core, the protocol listeners
  * and the admin API; and takes them down again in the right order.
  */
-import { mkdirSync, readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
@@ -15,7 +15,7 @@ import { createKafkaAdapter, startKafkaListener } from './protocols/kafka/index.
 import { LogManager } from './storage/log/index.js';
 import { SqliteMetastore } from './storage/metastore/index.js';
 import { FsObjectStore } from './storage/objects/index.js';
-import { FileWal } from './storage/wal/index.js';
+import { FileWal, PartitionWal, type WriteAheadLog } from './storage/wal/index.js';
 import { lockDataDir } from './storage/lock.js';
 
 export interface Broker {
@@ -38,14 +38,35 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
   const unlock = lockDataDir(dataDir);
   const metastore = SqliteMetastore.open(join(dataDir, 'metastore.db'));
   const objects = new FsObjectStore(join(dataDir, 'objects'));
-  const wal = await FileWal.open(join(dataDir, 'wal'), { fsync: config.walFsync, directIo: config.walDirectIo });
-  const log = await LogManager.open({
-    wal,
-    objects,
-    metastore,
-    logger: logger.child({ component: 'log' }),
-    options: { segmentBytes: config.segmentBytes, segmentMs: config.segmentMs, maxUnsealedBytes: config.maxUnsealedBytes },
-  });
+  const walLogger = logger.child({ component: 'wal' });
+  const openWal = (layout: 'partition' | 'shared'): Promise<WriteAheadLog> =>
+    layout === 'partition'
+      ? PartitionWal.open(join(dataDir, 'wal-partitions'), { fsync: config.walFsync, directIo: config.walDirectIo ?? true, logger: walLogger })
+      : FileWal.open(join(dataDir, 'wal'), { fsync: config.walFsync, directIo: config.walDirectIo ?? false, logger: walLogger });
+  const logOptions = { segmentBytes: config.segmentBytes, segmentMs: config.segmentMs, maxUnsealedBytes: config.maxUnsealedBytes };
+  const logLogger = logger.child({ component: 'log' });
+  // The layouts keep their files in different directories. Entries left in the other layout's (the broker last ran
+  // with it) are sealed into segments first, so that switching layouts loses nothing.
+  const other = config.walLayout === 'partition' ? 'shared' : 'partition';
+  if (existsSync(join(dataDir, other === 'shared' ? 'wal' : 'wal-partitions'))) {
+    const old = await openWal(other);
+    if (old.size() > 0) {
+      const drain = await LogManager.open({ wal: old, objects, metastore, logger: logLogger, options: logOptions });
+      for (const def of await metastore.listStreams()) await drain.openStream(def);
+      drain.finishRecovery();
+      await drain.flushAll();
+      await drain.close();
+      await drain.trimWal();
+      if (old.size() > 0) {
+        await old.close();
+        throw new FlowError('STORAGE_ERROR', `the ${other} WAL layout's entries could not all be sealed; start with --wal-layout ${other}`);
+      }
+      logger.info({ from: other, to: config.walLayout, recoveredBatches: drain.stats.recoveredBatches }, 'WAL of the other layout sealed into segments');
+    }
+    await old.close();
+  }
+  const wal = await openWal(config.walLayout);
+  const log = await LogManager.open({ wal, objects, metastore, logger: logLogger, options: logOptions });
   // Retained messages and client sessions live in the metastore, keyed so another broker could take them over.
   const engine = new Engine(log, metastore, { retained: metastore });
   await engine.load();

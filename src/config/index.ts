@@ -47,7 +47,8 @@ export interface Config {
   segmentMs: number;
   maxUnsealedBytes: number;
   walFsync: boolean;
-  walDirectIo: boolean;
+  walLayout: 'partition' | 'shared';
+  walDirectIo: boolean | null;
   /** Users file (YAML/JSON list of {username, password}); null: no users, no authentication. */
   usersFile: string | null;
   /** Unset: true without a users file, false with one. */
@@ -63,7 +64,7 @@ export interface Config {
   kafkaGroupMaxSessionTimeout: number;
 }
 
-type Kind = 'string' | 'port' | 'int' | 'bool' | 'protocols' | 'size' | 'duration' | 'delay' | 'level' | 'sasl-mechanisms';
+type Kind = 'string' | 'port' | 'int' | 'bool' | 'protocols' | 'size' | 'duration' | 'delay' | 'level' | 'sasl-mechanisms' | 'wal-layout';
 
 interface OptionSpec {
   key: keyof Config;
@@ -106,7 +107,8 @@ export const OPTIONS: OptionSpec[] = [
   { key: 'segmentMs', name: 'segment-ms', kind: 'duration', default: 60_000, help: '...or at this age (ms, or 30s, 5m...)' },
   { key: 'maxUnsealedBytes', name: 'max-unsealed-bytes', kind: 'size', default: 256 * 1024 * 1024, help: 'memory all partitions\' hot tails may hold before acknowledgements wait for segment writes to catch up' },
   { key: 'walFsync', name: 'wal-fsync', kind: 'bool', default: true, help: 'fsync the WAL before acknowledging (turn off only for throwaway data)' },
-  { key: 'walDirectIo', name: 'wal-direct-io', kind: 'bool', default: false, help: 'write the WAL with O_DIRECT, around the page cache (where the filesystem supports it)' },
+  { key: 'walLayout', name: 'wal-layout', kind: 'wal-layout', default: 'partition', help: 'partition: WAL files per partition that become segment objects by a rename (data written once); shared: one WAL for all partitions, segments written from memory' },
+  { key: 'walDirectIo', name: 'wal-direct-io', kind: 'bool', default: null, help: 'write the WAL with O_DIRECT, around the page cache, where the filesystem supports it (default: on for the partition layout, off for shared)' },
   { key: 'usersFile', name: 'users-file', kind: 'string', default: null, help: 'YAML/JSON list of {username, password}: Kafka SASL and MQTT username/password check against it' },
   { key: 'allowAnonymous', name: 'allow-anonymous', kind: 'bool', default: null, help: 'let clients in without credentials (default: true without users-file, false with it)' },
   { key: 'kafkaSasl', name: 'kafka-sasl', kind: 'bool', default: null, help: 'Kafka listeners require SASL authentication (default: true when users-file is set and allow-anonymous is not)' },
@@ -141,6 +143,9 @@ function coerce(spec: OptionSpec, raw: unknown, source: string): Config[keyof Co
       return str;
     case 'level':
       if (typeof str !== 'string' || !LEVELS.includes(str)) throw bad(`expected one of ${LEVELS.join(', ')}`);
+      return str;
+    case 'wal-layout':
+      if (str !== 'partition' && str !== 'shared') throw bad('expected partition or shared');
       return str;
     case 'port':
     case 'int': {

@@ -27,15 +27,29 @@ function entry(key: string, base: number, count = 1, len = 64): WalEntry {
   return { key, baseOffset: base, endOffset: base + count, data: payload(key, base, len) };
 }
 
+/** Same entries, in the same order per key (the interface orders a replay per key only). */
 function assertSameEntries(actual: WalEntry[], expected: WalEntry[]): void {
   assert.equal(actual.length, expected.length, 'entry count');
-  for (let i = 0; i < expected.length; i++) {
-    const a = actual[i];
-    const e = expected[i];
-    assert.equal(a.key, e.key, `key of entry ${i}`);
-    assert.equal(a.baseOffset, e.baseOffset, `baseOffset of entry ${i}`);
-    assert.equal(a.endOffset, e.endOffset, `endOffset of entry ${i}`);
-    assert.ok(a.data.equals(e.data), `data of entry ${i}`);
+  const byKey = (list: WalEntry[]): Map<string, WalEntry[]> => {
+    const m = new Map<string, WalEntry[]>();
+    for (const e of list) {
+      let l = m.get(e.key);
+      if (!l) m.set(e.key, (l = []));
+      l.push(e);
+    }
+    return m;
+  };
+  const got = byKey(actual);
+  for (const [key, want] of byKey(expected)) {
+    const have = got.get(key) ?? [];
+    assert.equal(have.length, want.length, `entry count of ${key}`);
+    for (let i = 0; i < want.length; i++) {
+      const a = have[i];
+      const e = want[i];
+      assert.equal(a.baseOffset, e.baseOffset, `baseOffset of ${key} entry ${i}`);
+      assert.equal(a.endOffset, e.endOffset, `endOffset of ${key} entry ${i}`);
+      assert.ok(a.data.equals(e.data), `data of ${key} entry ${i}`);
+    }
   }
 }
 
@@ -103,7 +117,7 @@ export function walConformance(name: string, open: (dir: string) => Promise<Writ
       await wal.close();
     });
 
-    it('resolves many concurrent appends and replays them all in append order', async () => {
+    it('resolves many concurrent appends and replays them all in append order per key', async () => {
       const dir = freshDir();
       const { wal } = await openReplayed(dir);
       const written: WalEntry[] = [];
@@ -204,8 +218,12 @@ export function walConformance(name: string, open: (dir: string) => Promise<Writ
       for (const e of later) await wal.append(e);
       await wal.close();
       const again = await openReplayed(dir);
-      const tail = again.entries.slice(-2);
-      assertSameEntries(tail, later);
+      // Only the later entries are unflushed; what else a backend still holds was flushed (and may be replayed).
+      for (const e of later) {
+        const last = again.entries.filter((x) => x.key === e.key).at(-1);
+        assert.ok(last !== undefined, `${e.key} replayed`);
+        assertSameEntries([last], [e]);
+      }
       await again.wal.close();
     });
   });

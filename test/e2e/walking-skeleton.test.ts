@@ -151,8 +151,12 @@ describe('walking skeleton: MQTT in, Kafka out, through embedded storage', () =>
   });
 
   it('serves old offsets from the object store after segments are flushed and the WAL trimmed', async () => {
-    const walDir = join(broker.dataDir, 'wal');
-    const walBytes = () => readdirSync(walDir).reduce((n, f) => n + statSync(join(walDir, f)).size, 0);
+    // The default WAL layout keeps a directory of files per partition.
+    const walDir = join(broker.dataDir, 'wal-partitions');
+    const walBytes = () =>
+      readdirSync(walDir, { recursive: true })
+        .map((f) => statSync(join(walDir, String(f))))
+        .reduce((n, st) => n + (st.isFile() ? st.size : 0), 0);
     const before = walBytes();
     const d = await broker.api<{ partitionDetails: Array<{ flushedOffset: number; highWatermark: number; segments: number; tailBytes: number }> }>('POST', '/api/v1/streams/telemetry/flush');
     for (const p of d.partitionDetails) {
@@ -163,7 +167,8 @@ describe('walking skeleton: MQTT in, Kafka out, through embedded storage', () =>
     const objects = readdirSync(join(broker.dataDir, 'objects'), { recursive: true }).filter((f) => String(f).endsWith('.seg'));
     assert.ok(objects.length >= 3, `segment objects written: ${objects.join(', ')}`);
     assert.ok(walBytes() < before, `WAL trimmed (${before} -> ${walBytes()} bytes)`);
-    const info0 = await broker.api<{ storage: { log: { objectReads: number } } }>('GET', '/api/v1/broker');
+    const info0 = await broker.api<{ storage: { log: { objectReads: number; adoptedSegments: number } } }>('GET', '/api/v1/broker');
+    assert.ok(info0.storage.log.adoptedSegments > 0, 'WAL files became segment objects');
     const msgs = await kcatConsume(broker.kafka, 'telemetry');
     assertComplete(msgs, 2 * PER_DEVICE);
     const info1 = await broker.api<{ storage: { log: { objectReads: number } } }>('GET', '/api/v1/broker');

@@ -4,15 +4,21 @@
  *   append  -> offset assigned synchronously, batch kept in the partition's in-memory tail, WAL append;
  *              the high watermark (what readers see and what producers are acked for) moves only when the
  *              WAL says the batch is durable.
- *   seal    -> when the tail reaches `segmentBytes` or `segmentMs`, its durable prefix (up to `segmentBytes`
- *              a seal, again and again while more is ready) is written to the object store as one segment
- *              object with an index, committed to the metastore, dropped from memory, and the WAL is trimmed of
- *              files that no partition needs any more.
+ *   cut     -> segments are delimited as batches are appended: a batch that would take the open segment past
+ *              `segmentBytes` starts the next one (so does the first append after a seal of a partial segment,
+ *              and after a restart), and the WAL is told (WalEntry.startsFile).
+ *   seal    -> a completed segment, once durable (or, after `segmentMs` or under memory pressure, the open one,
+ *              cut there) goes to the object store as one segment object with an index, is committed to the
+ *              metastore and dropped from memory, and the WAL is trimmed of files no partition needs any more.
+ *              Where the WAL keeps a file per segment (PartitionWal) and the object store can take a local
+ *              file (the fs store), the WAL's file itself becomes the object (a rename): no byte is written twice.
  *   throttle-> while the tails together hold more than `maxUnsealedBytes`, acknowledgements wait for seals to
  *              catch up: producers that wait for acks slow down to what the object store absorbs, and memory
  *              (and the WAL) stay bounded under any sustained load.
  *   read    -> from the in-memory tail when hot, else from segment objects by ranged reads (index cached).
- *   recover -> on open the WAL is replayed; entries past each partition's committed segments form its tail.
+ *   recover -> on open the WAL is replayed; entries past each partition's committed segments form its tail. A
+ *              segment object that continues the committed ones but was never committed (a crash between the
+ *              object write or rename and the metastore commit) is committed then.
  */
 import type { Logger } from 'pino';
 import {
@@ -30,9 +36,9 @@ import {
 } from '../../core/index.js';
 import type { Metastore, SegmentMeta } from '../metastore/types.js';
 import type { ObjectStore } from '../objects/types.js';
-import type { WalEntry, WriteAheadLog } from '../wal/types.js';
+import type { SegmentFileSource, WalEntry, WriteAheadLog } from '../wal/types.js';
 import { ProducerState } from './producer-state.js';
-import { buildSegment, findEntry, FOOTER_SIZE, parseFooter, parseIndex, segmentKey, type SegmentIndex } from './segment.js';
+import { buildSegment, buildTrailer, findEntry, FOOTER_SIZE, parseFooter, parseIndex, segmentKey, type SegmentIndex } from './segment.js';
 
 export interface LogOptions {
   /** Seal the tail into a segment object once it holds this many bytes. */
@@ -91,6 +97,12 @@ class Partition {
   logStartOffset = 0;
   flushedOffset = 0;
   sealing: Promise<void> | null = null;
+  /** Bytes appended since the last cut: the open segment. */
+  openBytes = 0;
+  /** Offsets where completed segments end, ascending, all above flushedOffset: a seal takes the tail up to the first. */
+  cuts: number[] = [];
+  /** The next append starts a segment (and a WAL file): true after a cut, and after opening. */
+  cutPending = true;
   /** Idempotent-producer state including the tail, and as of flushedOffset (what the metastore holds). */
   producers = new ProducerState();
   flushedProducers = new ProducerState();
@@ -131,6 +143,10 @@ export class LogManager implements StreamStorage {
     objectReads: 0,
     walTrimmedBytes: 0,
     recoveredBatches: 0,
+    /** Segments that became objects by moving the WAL's file (no second write). */
+    adoptedSegments: 0,
+    /** Uncommitted segment objects found and committed at open (a crash between object and metastore). */
+    recoveredSegments: 0,
     /** Appends whose acknowledgement waited for seals to bring the tails under maxUnsealedBytes. */
     throttledAppends: 0,
   };
@@ -192,6 +208,7 @@ export class LogManager implements StreamStorage {
       p.segments = await this.meta.listSegments(def.name, i);
       p.flushedOffset = state?.flushedOffset ?? 0;
       p.logStartOffset = state?.logStartOffset ?? 0;
+      await this.commitOrphans(p);
       p.nextOffset = p.flushedOffset;
       await this.loadProducerState(p);
       const entries = this.recovered?.get(p.key);
@@ -206,12 +223,19 @@ export class LogManager implements StreamStorage {
               `WAL gap in ${p.key}: expected offset ${p.nextOffset}, found ${e.baseOffset}`,
             );
           }
+          // Segment boundaries as they were: where the WAL started files, else by size as append does.
+          const len = e.data.length;
+          const starts = e.startsFile ?? (p.openBytes > 0 && p.openBytes + len > this.options.segmentBytes);
+          if (starts) this.cut(p);
+          p.openBytes += len;
           const info = readBatchInfo(e.data);
           this.pushTail(p, { baseOffset: e.baseOffset, endOffset: e.endOffset, maxTimestamp: info.maxTimestamp, data: e.data });
           if (ProducerState.isIdempotent(info)) p.producers.record(info, e.baseOffset);
           this.stats.recoveredBatches++;
         }
       }
+      // The WAL appends to none of its recovered files: what was recovered ends a segment.
+      this.cut(p);
       p.highWatermark = p.nextOffset;
       this.parts.set(id, p);
       this.byKey.set(p.key, p);
@@ -240,6 +264,57 @@ export class LogManager implements StreamStorage {
     }
     p.flushedProducers = state;
     p.producers = state.clone();
+  }
+
+  /**
+   * Commits segment objects that continue the partition's committed segments but are not in the metastore: the
+   * broker stopped between writing (or moving) the object and committing it. With a WAL whose files become
+   * objects, the data is then nowhere else.
+   */
+  private async commitOrphans(p: Partition): Promise<void> {
+    const prefix = this.objectPrefix(p);
+    const known = new Set(p.segments.map((s) => s.objectKey));
+    for (const o of await this.objects.list(`${prefix}/`)) {
+      if (known.has(o.key) || o.key !== segmentKey(prefix, p.flushedOffset)) continue;
+      let index: SegmentIndex;
+      try {
+        const footer = parseFooter(await this.objects.get(o.key, { start: o.size - FOOTER_SIZE, end: o.size }));
+        index = parseIndex(footer, await this.objects.get(o.key, { start: footer.indexPos, end: o.size - FOOTER_SIZE }));
+      } catch (err) {
+        this.logger.warn({ err, object: o.key }, 'uncommitted segment object unreadable; left alone');
+        continue;
+      }
+      if (index.entries.length === 0 || index.baseOffset !== p.flushedOffset) continue;
+      const seg: SegmentMeta = {
+        stream: p.def.name,
+        partition: p.partition,
+        baseOffset: index.baseOffset,
+        endOffset: index.entries[index.entries.length - 1].endOffset,
+        objectKey: o.key,
+        size: o.size,
+        maxTimestamp: index.entries.reduce((m, e) => Math.max(m, e.maxTimestamp), -1),
+        createdAt: Date.now(),
+      };
+      await this.meta.commitSegment(seg);
+      p.segments.push(seg);
+      p.flushedOffset = seg.endOffset;
+      this.indexCache.set(o.key, index);
+      this.stats.recoveredSegments++;
+      this.logger.info({ partition: p.key, base: seg.baseOffset, end: seg.endOffset }, 'uncommitted segment object committed at recovery');
+    }
+  }
+
+  private objectPrefix(p: Partition): string {
+    return `streams/${p.def.name}/${p.def.createdAt}/${p.partition}`;
+  }
+
+  /** Ends the open segment at the next offset; the next append starts another (in a new WAL file). */
+  private cut(p: Partition): void {
+    if (p.openBytes > 0) {
+      p.cuts.push(p.nextOffset);
+      p.openBytes = 0;
+    }
+    p.cutPending = true;
   }
 
   async dropStream(name: string): Promise<void> {
@@ -289,17 +364,21 @@ export class LogManager implements StreamStorage {
     const baseOffset = p.nextOffset;
     const endOffset = baseOffset + info.lastOffsetDelta + 1;
     setBaseOffset(batch, baseOffset);
+    if (p.openBytes > 0 && p.openBytes + batch.length > this.options.segmentBytes) this.cut(p);
+    const startsFile = p.cutPending;
+    p.cutPending = false;
+    p.openBytes += batch.length;
     if (idempotent) p.producers.record(info, baseOffset);
     this.pushTail(p, { baseOffset, endOffset, maxTimestamp: info.maxTimestamp, data: batch });
     // The batch's own CRC (checked by the Kafka adapter, computed by the core's encoder) covers all but its first
     // 21 bytes: the WAL combines it into its frame checksum instead of reading the batch once more.
     const dataCrc = { from: OFF_ATTRIBUTES, crc: batch.readUInt32BE(OFF_CRC) };
-    const durable = this.wal.append({ key: p.key, baseOffset, endOffset, data: batch, dataCrc }).then(
+    const durable = this.wal.append({ key: p.key, baseOffset, endOffset, data: batch, dataCrc, startsFile }).then(
       () => {
         // Group commits resolve in append order, so the watermark only moves forward.
         if (endOffset > p.highWatermark) p.highWatermark = endOffset;
         this.wake(p);
-        if (p.tailBytes >= this.options.segmentBytes) this.seal(p);
+        if (p.cuts.length > 0 && p.highWatermark >= p.cuts[0]) void this.seal(p);
         if (this.unsealed > this.options.maxUnsealedBytes && !this.closed) {
           this.stats.throttledAppends++;
           this.relieve();
@@ -362,11 +441,11 @@ export class LogManager implements StreamStorage {
     const start = index.entries[first].position;
     this.stats.objectReads++;
     const raw = await this.objects.get(seg.objectKey, { start, end });
+    // Batches are where the index says (an adopted WAL file has frame headers between them).
     const out: Buffer[] = [];
-    for (let pos = 0; pos < raw.length; ) {
-      const info = readBatchInfo(raw, pos);
-      out.push(raw.subarray(pos, pos + info.size));
-      pos += info.size;
+    for (let k = first; k < index.entries.length && index.entries[k].position + index.entries[k].size <= end; k++) {
+      const e = index.entries[k];
+      out.push(raw.subarray(e.position - start, e.position - start + e.size));
     }
     return out;
   }
@@ -442,11 +521,11 @@ export class LogManager implements StreamStorage {
   // ------------------------------------------------------------------ sealing, trimming, retention
 
   /**
-   * Seals the durable prefix of a partition's tail, up to `segmentBytes` of it (at least one batch), into a
-   * segment object: one seal per partition at a time, and at most `sealConcurrency` across partitions (one more
-   * for a partition that is catching up; the prefix is taken when the seal's turn comes). A partition that fell
-   * behind seals again at once while a whole segment is ready, so segments keep their size however far behind it
-   * is. A successful seal trims the WAL.
+   * Seals the partition's first segment (the tail up to its first cut; with no cut, the open segment is cut now)
+   * into a segment object once it is durable: one seal per partition at a time, and at most `sealConcurrency`
+   * across partitions (one more for a partition that is catching up; the segment is chosen when the seal's turn
+   * comes). A partition that fell behind seals again at once while a completed segment is ready. A successful seal
+   * trims the WAL.
    */
   private seal(p: Partition): Promise<void> {
     if (p.sealing) return p.sealing;
@@ -457,13 +536,15 @@ export class LogManager implements StreamStorage {
     // under a sustained load it would never catch up.
     const catchingUp = p.tailBytes >= 2 * max;
     p.sealing = this.withSealSlot(catchingUp ? this.options.sealConcurrency + 1 : this.options.sealConcurrency, async () => {
+      if (this.byKey.get(p.key) !== p || p.tail.length === 0) return; // the stream is gone, or nothing to seal
+      if (p.cuts.length === 0) this.cut(p);
+      const end = p.cuts[0];
+      // A cut made just now may wait a moment for the WAL; a failed WAL never gets there (the next check retries).
+      if (p.highWatermark < end) await this.waitFor(p.def.name, p.partition, end - 1, 30_000);
+      if (p.highWatermark < end || this.byKey.get(p.key) !== p) return;
       let n = 0;
-      let bytes = 0;
-      while (n < p.tail.length && p.tail[n].endOffset <= p.highWatermark && (n === 0 || bytes + p.tail[n].data.length <= max)) {
-        bytes += p.tail[n].data.length;
-        n++;
-      }
-      if (n === 0 || this.byKey.get(p.key) !== p) return; // nothing durable yet, or the stream is gone
+      while (n < p.tail.length && p.tail[n].endOffset <= end) n++;
+      if (n === 0) return;
       await this.writeSegment(p, p.tail.slice(0, n), catchingUp);
       sealed = true;
       this.requestTrim();
@@ -475,7 +556,7 @@ export class LogManager implements StreamStorage {
       .finally(() => {
         p.sealing = null;
         if (this.closed) return;
-        if (sealed && this.durableTailBytes(p) >= this.options.segmentBytes) void this.seal(p);
+        if (sealed && p.cuts.length > 0 && p.highWatermark >= p.cuts[0]) void this.seal(p);
         else if (this.unsealed > this.options.maxUnsealedBytes) this.relieve();
       });
     return p.sealing;
@@ -535,12 +616,17 @@ export class LogManager implements StreamStorage {
   private async writeSegment(p: Partition, batches: TailBatch[], catchingUp: boolean): Promise<void> {
     const base = batches[0].baseOffset;
     const end = batches[batches.length - 1].endOffset;
-    const { parts, size, index } = buildSegment(
-      base,
-      batches.map((b) => b.data),
-    );
-    const objectKey = segmentKey(`streams/${p.def.name}/${p.def.createdAt}/${p.partition}`, base);
-    await this.objects.put(objectKey, parts, { yieldToLatency: !catchingUp });
+    const objectKey = segmentKey(this.objectPrefix(p), base);
+    let written = await this.adoptWalFile(p, objectKey, base, end, batches);
+    if (written === null) {
+      const built = buildSegment(
+        base,
+        batches.map((b) => b.data),
+      );
+      await this.objects.put(objectKey, built.parts, { yieldToLatency: !catchingUp });
+      written = built;
+    }
+    const { size, index } = written;
     let maxTimestamp = -1;
     for (const b of batches) if (b.maxTimestamp > maxTimestamp) maxTimestamp = b.maxTimestamp;
     const seg: SegmentMeta = {
@@ -577,11 +663,59 @@ export class LogManager implements StreamStorage {
       p.tail.shift();
       dropped++;
     }
+    while (p.cuts.length > 0 && p.cuts[0] <= end) p.cuts.shift();
     this.releaseThrottled();
     if (p.tail.length > 0) p.tailSince = Date.now();
     this.stats.sealedSegments++;
     this.stats.sealedBytes += size;
     this.logger.debug({ partition: p.key, base, end, batches: dropped, bytes: size }, 'segment sealed');
+  }
+
+  /**
+   * Makes the WAL's file holding exactly these batches the segment object, where the WAL keeps such files and the
+   * object store can take one: the WAL ends the file with the segment's index and footer, and the store moves it.
+   * Null when that is not possible (the caller writes the segment itself).
+   */
+  private async adoptWalFile(
+    p: Partition,
+    objectKey: string,
+    base: number,
+    end: number,
+    batches: TailBatch[],
+  ): Promise<{ size: number; index: SegmentIndex } | null> {
+    const source = this.wal as WriteAheadLog & Partial<SegmentFileSource>;
+    if (typeof source.takeFile !== 'function' || typeof this.objects.adopt !== 'function') return null;
+    let index: SegmentIndex | null = null;
+    let taken: Awaited<ReturnType<SegmentFileSource['takeFile']>>;
+    try {
+      taken = await source.takeFile(p.key, base, end, ({ positions, trailerPos }) => {
+        if (positions.length !== batches.length) {
+          throw new FlowError('CORRUPT_DATA', `WAL file of ${p.key} at ${base} holds ${positions.length} entries, the tail ${batches.length}`);
+        }
+        const t = buildTrailer(
+          base,
+          batches.map((b) => b.data),
+          positions,
+          trailerPos,
+        );
+        index = t.index;
+        return t.trailer;
+      });
+    } catch (err) {
+      this.logger.warn({ err, partition: p.key, base }, 'WAL file could not become a segment; writing the segment instead');
+      return null;
+    }
+    if (taken === null || index === null) return null;
+    try {
+      await this.objects.adopt(objectKey, taken.path);
+    } catch (err) {
+      taken.release(false);
+      this.logger.warn({ err, partition: p.key, base }, 'object store could not take the WAL file; writing the segment instead');
+      return null;
+    }
+    taken.release(true);
+    this.stats.adoptedSegments++;
+    return { size: taken.size, index };
   }
 
   /** Seals every tail now (used at shutdown, and by tests and the admin API to force a flush). */

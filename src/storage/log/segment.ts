@@ -4,8 +4,13 @@
  *
  *   [batch 0][batch 1]...[batch n-1] [index: n × 24 bytes] [footer: 32 bytes]
  *
+ * A segment adopted from a per-partition write-ahead log file (see ../wal/partition-wal.ts) is that file: its
+ * header and frame headers sit before and between the batches, and the index and footer end its last frame. Only
+ * the index says where batches are, so readers never assume they are back to back.
+ *
  * index entry: baseOffset delta from the segment base (u32) | byte position (u32) | last offset delta of the
- *              batch (u32) | reserved (u32) | max timestamp (i64)
+ *              batch (u32) | batch size (u32; 0 in early segments, whose batches are back to back) |
+ *              max timestamp (i64)
  * footer:      index position (u32) | entry count (u32) | CRC-32 of the index (u32) | version (u32) |
  *              segment base offset (i64) | magic "FMQSEG\0\1"
  *
@@ -42,38 +47,57 @@ export interface SegmentIndex {
  * the batches themselves (not copied) and one buffer holding the index and the footer.
  */
 export function buildSegment(baseOffset: number, batches: Buffer[]): { parts: Buffer[]; size: number; index: SegmentIndex } {
+  const positions: number[] = [];
+  let pos = 0;
+  for (const b of batches) {
+    positions.push(pos);
+    pos += b.length;
+  }
+  const { trailer, index } = buildTrailer(baseOffset, batches, positions, pos);
+  return { parts: [...batches, trailer], size: pos + trailer.length, index };
+}
+
+/**
+ * The index and footer of a segment whose batches lie at `positions` of the object (in order, not overlapping,
+ * not necessarily back to back: a segment adopted from a write-ahead log file keeps the log's frame headers
+ * between them), with the index starting at `indexPos`. Each entry stores its batch's size, so gaps are fine.
+ */
+export function buildTrailer(
+  baseOffset: number,
+  batches: Buffer[],
+  positions: number[],
+  indexPos: number,
+): { trailer: Buffer; index: SegmentIndex } {
   const n = batches.length;
   const tail = Buffer.allocUnsafe(n * INDEX_ENTRY_SIZE + FOOTER_SIZE);
   const entries: IndexEntry[] = [];
-  let pos = 0;
   let ip = 0;
-  for (const b of batches) {
+  for (let i = 0; i < n; i++) {
+    const b = batches[i];
     const info = readBatchInfo(b);
     const e: IndexEntry = {
       baseOffset: info.baseOffset,
       endOffset: info.baseOffset + info.lastOffsetDelta + 1,
-      position: pos,
+      position: positions[i],
       size: b.length,
       maxTimestamp: info.maxTimestamp,
     };
     entries.push(e);
     tail.writeUInt32BE(e.baseOffset - baseOffset, ip);
-    tail.writeUInt32BE(pos, ip + 4);
+    tail.writeUInt32BE(e.position, ip + 4);
     tail.writeUInt32BE(info.lastOffsetDelta, ip + 8);
-    tail.writeUInt32BE(0, ip + 12);
+    tail.writeUInt32BE(e.size, ip + 12);
     tail.writeBigInt64BE(BigInt(info.maxTimestamp), ip + 16);
     ip += INDEX_ENTRY_SIZE;
-    pos += b.length;
   }
-  const dataSize = pos;
   const f = ip;
-  tail.writeUInt32BE(dataSize, f);
+  tail.writeUInt32BE(indexPos, f);
   tail.writeUInt32BE(n, f + 4);
   tail.writeUInt32BE(crc32(tail.subarray(0, ip)), f + 8);
   tail.writeUInt32BE(VERSION, f + 12);
   tail.writeBigInt64BE(BigInt(baseOffset), f + 16);
   MAGIC.copy(tail, f + 24);
-  return { parts: [...batches, tail], size: dataSize + tail.length, index: { baseOffset, entries, dataSize } };
+  return { trailer: tail, index: { baseOffset, entries, dataSize: indexPos } };
 }
 
 export interface Footer {
@@ -106,12 +130,14 @@ export function parseIndex(footer: Footer, raw: Buffer): SegmentIndex {
     const p = i * INDEX_ENTRY_SIZE;
     const baseOffset = footer.baseOffset + raw.readUInt32BE(p);
     const position = raw.readUInt32BE(p + 4);
+    // Segments written before batch sizes were stored (0 there) hold their batches back to back.
+    const stored = raw.readUInt32BE(p + 12);
     const next = i + 1 < footer.count ? raw.readUInt32BE(p + INDEX_ENTRY_SIZE + 4) : footer.indexPos;
     entries.push({
       baseOffset,
       endOffset: baseOffset + raw.readUInt32BE(p + 8) + 1,
       position,
-      size: next - position,
+      size: stored !== 0 ? stored : next - position,
       maxTimestamp: Number(raw.readBigInt64BE(p + 16)),
     });
   }

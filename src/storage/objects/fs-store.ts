@@ -111,6 +111,30 @@ export class FsObjectStore implements ObjectStore {
     }
   }
 
+  async adopt(key: string, path: string): Promise<void> {
+    this.check();
+    const segs = keySegments(key);
+    const dir = join(this.rootDir, ...segs.slice(0, -1));
+    const target = join(dir, segs[segs.length - 1]);
+    for (let attempt = 0; ; attempt++) {
+      try {
+        await mkdir(dir, { recursive: true });
+        await rename(path, target);
+        break;
+      } catch (err) {
+        // A concurrent delete may remove the freshly created (empty) directory: recreate it and try again.
+        if (errnoCode(err) === 'ENOENT' && attempt < 5) continue;
+        throw this.putError(key, err);
+      }
+    }
+    try {
+      // One journal transaction holds both directory changes; syncing the target's directory commits it.
+      await this.syncDir(dir);
+    } catch (err) {
+      throw this.putError(key, err);
+    }
+  }
+
   private async writeDurably(path: string, data: Buffer | readonly Buffer[], bulk: boolean): Promise<void> {
     const parts = Buffer.isBuffer(data) ? [data] : data;
     const flushChunk = bulk ? BULK_FLUSH_CHUNK : FLUSH_CHUNK;

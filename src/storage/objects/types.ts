@@ -24,6 +24,12 @@ export interface ObjectStore {
    * holds, without first copying them into one buffer (which blocked the event loop for tens of ms).
    */
   put(key: string, data: Buffer | readonly Buffer[], options?: PutOptions): Promise<void>;
+  /**
+   * Optional: makes the complete local file at `path` the object `key`, atomically, taking the file away (a local
+   * store renames it: no byte is copied). Throws when it cannot (another filesystem, say): the caller then writes
+   * the data with put. Durable when it resolves.
+   */
+  adopt?(key: string, path: string): Promise<void>;
   /** Reads the whole object, or bytes [start, end) of it. Throws FlowError NOT_FOUND when absent. */
   get(key: string, range?: { start: number; end: number }): Promise<Buffer>;
   /** Objects whose key starts with `prefix`, in key order. */

@@ -39,7 +39,8 @@ import { constants } from 'node:fs';
 import { open, readdir, mkdir, rename, unlink, stat, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import { crc32 } from 'node:zlib';
-import { crc32c, crc32cCombine, FlowError } from '../../core/index.js';
+import { crc32c, FlowError } from '../../core/index.js';
+import { errnoCode, frameCrc, isSafeOffset, readU64, writeU64 } from './frame.js';
 import { DIRECT_BLOCK, alignedBuffer } from '../direct-io.js';
 import type { WalEntry, WriteAheadLog } from './types.js';
 
@@ -70,7 +71,6 @@ const HEADER = 8; // u32 length + u32 crc
 const BODY_FIXED = 2 + 16; // u16 key length + two u64 offsets
 const MAX_KEY_BYTES = 0xffff;
 const MAX_BODY = 0xffffffff;
-const TWO32 = 0x1_0000_0000;
 /** Smallest frame: header and a body with an empty key (a padding frame's least size). */
 const MIN_FRAME = HEADER + BODY_FIXED;
 /** Read-ahead for replay: large enough to make small frames cheap, small enough to not matter in memory. */
@@ -111,22 +111,6 @@ function fileHeader(seq: number): Buffer {
   return b;
 }
 
-/** Below this much data a frame's CRC is computed over it even when a CRC of it is given (as fast, and simpler). */
-const COMBINE_MIN_BYTES = 64 * 1024;
-
-/**
- * The frame CRC: over the body (head's part after the 8-byte frame header, then the data). A known CRC-32C of the
- * data's tail stands for those bytes (see WalEntry.dataCrc).
- */
-function frameCrc(seed: number | null, head: Buffer, data: Buffer, known?: { from: number; crc: number }): number {
-  if (seed === null) return crc32(data, crc32(head.subarray(HEADER)));
-  const headCrc = crc32c(head, HEADER, head.length, seed);
-  if (known === undefined || data.length < COMBINE_MIN_BYTES || known.from < 0 || known.from > data.length) {
-    return crc32c(data, 0, data.length, headCrc);
-  }
-  return crc32cCombine(crc32c(data, 0, known.from, headCrc), known.crc, data.length - known.from);
-}
-
 interface Group {
   bufs: Buffer[];
   /** Per entry, the CRC of its data's tail the caller gave, if any. */
@@ -147,23 +131,6 @@ function newGroup(): Group {
     reject = rej;
   });
   return { bufs: [], crcs: [], bytes: 0, keys: [], ends: [], promise, resolve, reject };
-}
-
-function isSafeOffset(n: number): boolean {
-  return Number.isSafeInteger(n) && n >= 0;
-}
-
-function writeU64(buf: Buffer, n: number, at: number): void {
-  buf.writeUInt32BE(Math.floor(n / TWO32), at);
-  buf.writeUInt32BE(n >>> 0, at + 4);
-}
-
-function readU64(buf: Buffer, at: number): number {
-  return buf.readUInt32BE(at) * TWO32 + buf.readUInt32BE(at + 4);
-}
-
-function errnoCode(err: unknown): string | undefined {
-  return err instanceof Error && 'code' in err && typeof err.code === 'string' ? err.code : undefined;
 }
 
 /** Reads arbitrary ranges of a file through a read-ahead buffer, so replaying small frames is not a syscall each. */

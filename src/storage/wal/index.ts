@@ -1,2 +1,3 @@
-export type { WalEntry, WriteAheadLog } from './types.js';
+export type { FileLayout, SegmentFileSource, WalEntry, WriteAheadLog } from './types.js';
+export { PartitionWal, type PartitionWalOptions } from './partition-wal.js';
 export { FileWal, WAL_FILE_HEADER_BYTES, type FileWalOptions } from './file-wal.js';

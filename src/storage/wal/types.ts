@@ -17,13 +17,48 @@ export interface WalEntry {
    * unreadable after a restart, so only a verified CRC may be given.
    */
   dataCrc?: { from: number; crc: number };
+  /**
+   * The entry begins a new file of its key. A backend that keeps each key's entries in files of their own (see
+   * SegmentFileSource) starts one here, so that the caller decides where its files end; others ignore it. On
+   * replay such a backend sets it, true or false, on every entry (a file's first entry is true).
+   */
+  startsFile?: boolean;
+}
+
+/** Where the entries of a file handed over lie in it (see SegmentFileSource.takeFile). */
+export interface FileLayout {
+  /** Byte position of each entry's data in the file, in order. */
+  positions: number[];
+  /** Where the bytes returned by the caller's trailer function will start. */
+  trailerPos: number;
+}
+
+/**
+ * Optional capability of a WAL that keeps each key's entries in files of their own: a closed file can leave the
+ * log whole, ended by a trailer the caller builds (a segment's index and footer), so the caller can move it into
+ * the object store (a rename on the same filesystem) instead of writing its data a second time.
+ */
+export interface SegmentFileSource {
+  /**
+   * If `key` has a file holding exactly the durable entries [baseOffset, endOffset), closes it to appends, ends it
+   * with `trailer(layout)` and makes it durable. Returns its path and size, and `release(moved)`, to be called
+   * once the caller has moved the file away (true: the log forgets it) or failed to (false: it stays an ordinary
+   * file of the log, deleted by trim once flushed). Returns null when there is no such file.
+   */
+  takeFile(
+    key: string,
+    baseOffset: number,
+    endOffset: number,
+    trailer: (layout: FileLayout) => Buffer,
+  ): Promise<{ path: string; size: number; release(moved: boolean): void } | null>;
 }
 
 export interface WriteAheadLog {
   /** Resolves once the entry (and every entry appended before it) is durable. */
   append(entry: WalEntry): Promise<void>;
   /**
-   * Calls `fn` for every durable entry still in the log, in append order. A torn or corrupt final frame
+   * Calls `fn` for every durable entry still in the log, in append order per key (entries of different keys may
+   * come in another order). A torn or corrupt final frame
    * (a crash mid-write) is dropped and truncated away; corruption before the tail is an error.
    */
   replay(fn: (entry: WalEntry) => void): Promise<void>;

@@ -8,7 +8,7 @@ import { decodeBatch, encodeBatch, Engine, type StreamDef } from '../../../src/c
 import { LogManager, type LogOptions } from '../../../src/storage/log/index.js';
 import { SqliteMetastore } from '../../../src/storage/metastore/index.js';
 import { FsObjectStore } from '../../../src/storage/objects/index.js';
-import { FileWal } from '../../../src/storage/wal/index.js';
+import { FileWal, PartitionWal, type WriteAheadLog } from '../../../src/storage/wal/index.js';
 
 const logger = pino({ level: process.env.LOG_LEVEL ?? 'silent' });
 const dirs: string[] = [];
@@ -16,10 +16,16 @@ afterEach(() => {
   for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
 });
 
-async function openAll(dir: string, options: Partial<LogOptions> = {}) {
+type Layout = 'shared' | 'partition';
+
+function openWal(dir: string, layout: Layout): Promise<WriteAheadLog> {
+  return layout === 'shared' ? FileWal.open(join(dir, 'wal')) : PartitionWal.open(join(dir, 'wal-partitions'));
+}
+
+async function openAll(dir: string, options: Partial<LogOptions> = {}, layout: Layout = 'shared') {
   const metastore = SqliteMetastore.open(join(dir, 'meta.db'));
   const objects = new FsObjectStore(join(dir, 'objects'));
-  const wal = await FileWal.open(join(dir, 'wal'));
+  const wal = await openWal(dir, layout);
   const log = await LogManager.open({ wal, objects, metastore, logger, options: { checkIntervalMs: 20, ...options } });
   const engine = new Engine(log, metastore);
   await engine.load();
@@ -61,9 +67,13 @@ async function values(engine: Engine, stream: string, partition: number, from = 
   }
 }
 
-describe('LogManager', () => {
+// Every test runs over both WAL layouts, except those about how segments are written with put (the partition
+// layout moves the WAL's files instead).
+for (const layout of ['shared', 'partition'] as const) describe(`LogManager (${layout} WAL)`, () => {
+  const open = (dir: string, options: Partial<LogOptions> = {}) => openAll(dir, options, layout);
+
   it('assigns offsets synchronously and exposes data only once durable', async () => {
-    const s = await openAll(tmp());
+    const s = await open(tmp());
     await s.engine.createStream({ name: 't', partitions: 1 });
     const a = s.engine.produce('t', 0, encodeBatch([rec(0), rec(1)]));
     const b = s.engine.produce('t', 0, encodeBatch([rec(2)]));
@@ -77,7 +87,7 @@ describe('LogManager', () => {
   });
 
   it('seals segments by size into the object store and reads across objects and memory', async () => {
-    const s = await openAll(tmp(), { segmentBytes: 300 });
+    const s = await open(tmp(), { segmentBytes: 300 });
     await s.engine.createStream({ name: 't', partitions: 1 });
     for (let i = 0; i < 40; i++) await s.engine.produce('t', 0, encodeBatch([rec(i)])).durable;
     await s.log.flushAll();
@@ -97,13 +107,13 @@ describe('LogManager', () => {
 
   it('recovers acknowledged data from the WAL after a crash, and from objects after a flush', async () => {
     const dir = tmp();
-    const s1 = await openAll(dir, { segmentBytes: 1 << 20 });
+    const s1 = await open(dir, { segmentBytes: 1 << 20 });
     await s1.engine.createStream({ name: 't', partitions: 2 });
     for (let i = 0; i < 10; i++) await s1.engine.produce('t', i % 2, encodeBatch([rec(i)])).durable;
     await s1.log.flushAll(); // offsets 0..4 of each partition go to objects
     for (let i = 10; i < 20; i++) await s1.engine.produce('t', i % 2, encodeBatch([rec(i)])).durable;
     // "Crash": no close, no flush. A second instance opens the same files.
-    const s2 = await openAll(dir);
+    const s2 = await open(dir);
     assert.deepEqual(await values(s2.engine, 't', 0), ['m0', 'm2', 'm4', 'm6', 'm8', 'm10', 'm12', 'm14', 'm16', 'm18']);
     assert.deepEqual(await values(s2.engine, 't', 1), ['m1', 'm3', 'm5', 'm7', 'm9', 'm11', 'm13', 'm15', 'm17', 'm19']);
     assert.equal(s2.log.stats.recoveredBatches, 10);
@@ -132,148 +142,151 @@ describe('LogManager', () => {
     await metastore.close();
   });
 
-  /** An object store whose puts are watched (and may be held back) by the test. */
-  function watchedObjects(dir: string, delayMs = 0) {
-    const inner = new FsObjectStore(join(dir, 'objects'));
-    const w = {
-      active: 0,
-      /** Per put: whether it was asked to yield to latency, and how many other puts were running as it began. */
-      puts: [] as Array<{ yieldToLatency: boolean; others: number }>,
-      gate: Promise.resolve() as Promise<void>,
-      objects: Object.create(inner) as FsObjectStore,
-    };
-    w.objects.put = async (key, data, options) => {
-      w.puts.push({ yieldToLatency: options?.yieldToLatency === true, others: w.active });
-      w.active++;
-      try {
-        await w.gate;
-        if (delayMs > 0) await new Promise((r) => setTimeout(r, delayMs));
-        await inner.put(key, data, options);
-      } finally {
-        w.active--;
+  if (layout === 'shared') {
+    /** An object store whose puts are watched (and may be held back) by the test. */
+    function watchedObjects(dir: string, delayMs = 0) {
+      const inner = new FsObjectStore(join(dir, 'objects'));
+      const w = {
+        active: 0,
+        /** Per put: whether it was asked to yield to latency, and how many other puts were running as it began. */
+        puts: [] as Array<{ yieldToLatency: boolean; others: number }>,
+        gate: Promise.resolve() as Promise<void>,
+        objects: Object.create(inner) as FsObjectStore,
+      };
+      w.objects.put = async (key, data, options) => {
+        w.puts.push({ yieldToLatency: options?.yieldToLatency === true, others: w.active });
+        w.active++;
+        try {
+          await w.gate;
+          if (delayMs > 0) await new Promise((r) => setTimeout(r, delayMs));
+          await inner.put(key, data, options);
+        } finally {
+          w.active--;
+        }
+      };
+      return w;
+    }
+
+    /** A log over an object store the test watches; with `gated`, puts wait until `release()`. */
+    async function openWatched(options: Partial<LogOptions>, o: { delayMs?: number; gated?: boolean; maxFileBytes?: number } = {}) {
+      const dir = tmp();
+      const metastore = SqliteMetastore.open(join(dir, 'meta.db'));
+      const w = watchedObjects(dir, o.delayMs);
+      let release: () => void = () => undefined;
+      if (o.gated) w.gate = new Promise<void>((r) => (release = r));
+      const wal = await FileWal.open(join(dir, 'wal'), { maxFileBytes: o.maxFileBytes });
+      const log = await LogManager.open({ wal, objects: w.objects, metastore, logger, options: { checkIntervalMs: 60_000, ...options } });
+      const engine = new Engine(log, metastore);
+      return {
+        dir,
+        metastore,
+        w,
+        wal,
+        log,
+        engine,
+        release: () => release(),
+        async close() {
+          await log.close();
+          await wal.close();
+          await metastore.close();
+        },
+      };
+    }
+
+    it('writes one segment object at a time across partitions (two while one catches up), sealing what became durable while it waited', async () => {
+      const { w, wal, log, engine, close } = await openWatched({ segmentBytes: 512 }, { delayMs: 20, maxFileBytes: 4096 });
+      await engine.createStream({ name: 't', partitions: 4 });
+      for (let i = 0; i < 200; i++) await engine.produce('t', i % 4, encodeBatch([rec(i)])).durable;
+      await log.flushAll();
+      const puts = w.puts.length;
+      assert.ok(puts >= 4 && puts < 200, `${puts} segments for 200 batches over 4 partitions`);
+      for (const put of w.puts) {
+        // A partition keeping up seals alone; one catching up may run beside one other seal.
+        assert.ok(put.others <= (put.yieldToLatency ? 0 : 1), `a seal began with ${put.others} others running`);
       }
-    };
-    return w;
+      assert.ok(w.puts.some((put) => put.yieldToLatency), 'seals of partitions keeping up yield to latency');
+      for (let p = 0; p < 4; p++) assert.equal((await values(engine, 't', p)).length, 50);
+      // Every seal trims the WAL by itself: nothing but the active file's remains.
+      assert.ok(wal.fileCount() <= 2, `${wal.fileCount()} WAL files left`);
+      await close();
+    });
+
+    it('seals a backlog in segments of at most segmentBytes each, in bulk steps', async () => {
+      const batchBytes = encodeBatch([rec(0)]).length;
+      const { metastore, w, log, engine, release, close } = await openWatched({ segmentBytes: 10 * batchBytes }, { gated: true });
+      await engine.createStream({ name: 'b', partitions: 1 });
+      // The first seal is held at the object store while 95 more batches arrive: a backlog of ~9 segments.
+      for (let i = 0; i < 100; i++) await engine.produce('b', 0, encodeBatch([rec(i)])).durable;
+      release();
+      await log.flushAll();
+      const segs = await metastore.listSegments('b', 0);
+      assert.equal(segs[segs.length - 1].endOffset, 100);
+      for (const seg of segs) {
+        assert.ok(seg.endOffset - seg.baseOffset <= 10, `segment [${seg.baseOffset}, ${seg.endOffset}) holds more than segmentBytes`);
+      }
+      assert.ok(segs.length >= 10, `${segs.length} segments`);
+      assert.ok(w.puts.some((put) => !put.yieldToLatency), 'a partition catching up writes in bulk steps');
+      assert.deepEqual(await values(engine, 'b', 0), Array.from({ length: 100 }, (_, i) => `m${i}`));
+      await close();
+    });
+
+    it('holds acknowledgements back while the tails exceed maxUnsealedBytes, and lets them go as seals catch up', async () => {
+      // Batches of one size, so that the limit falls between two appends.
+      const fixed = (n: number) => ({ ...rec(n), value: Buffer.from(`m${String(n).padStart(3, '0')}`) });
+      const batchBytes = encodeBatch([fixed(0)]).length;
+      const { log, engine, release, close } = await openWatched({ segmentBytes: 4 * batchBytes, maxUnsealedBytes: 20 * batchBytes }, { gated: true });
+      await engine.createStream({ name: 'h', partitions: 2 });
+      // Under the limit: acknowledged as soon as durable, although the first seal is stuck.
+      for (let i = 0; i < 20; i++) await engine.produce('h', i % 2, encodeBatch([fixed(i)])).durable;
+      assert.equal(log.stats.throttledAppends, 0);
+      // Over it: durable (readers see it) but not acknowledged.
+      let acked = 0;
+      const held = Array.from({ length: 6 }, (_, i) => engine.produce('h', i % 2, encodeBatch([fixed(20 + i)])).durable.then(() => acked++));
+      await new Promise((r) => setTimeout(r, 200));
+      assert.equal(acked, 0, 'no acknowledgement while over the limit');
+      assert.equal(log.stats.throttledAppends, 6);
+      assert.equal(engine.offsets('h', 0).highWatermark, 13, 'the held batches are durable and readable');
+      release();
+      await Promise.all(held);
+      assert.equal(acked, 6);
+      const tail = log.describe('h').reduce((n, p) => n + p.tailBytes, 0);
+      assert.ok(tail <= 20 * batchBytes, `${tail} bytes left unsealed`);
+      await close();
+    });
+
+    it('seals tails below segmentBytes when together they exceed maxUnsealedBytes, so acknowledgements do not wait for segmentMs', async () => {
+      const batchBytes = encodeBatch([rec(100)]).length;
+      const { w, log, engine, close } = await openWatched({ segmentBytes: 1 << 20, segmentMs: 60_000, maxUnsealedBytes: 10 * batchBytes });
+      await engine.createStream({ name: 'many', partitions: 8 });
+      const acks = Array.from({ length: 40 }, (_, i) => engine.produce('many', i % 8, encodeBatch([rec(100 + i)])).durable);
+      await Promise.all(acks);
+      assert.ok(log.stats.throttledAppends > 0, 'the limit was reached');
+      assert.ok(w.puts.length > 0, 'small tails were sealed to make room');
+      for (let p = 0; p < 8; p++) assert.equal((await values(engine, 'many', p)).length, 5);
+      await close();
+    });
+
+    it('lets held-back acknowledgements go at close: their data is durable in the WAL', async () => {
+      const batchBytes = encodeBatch([rec(0)]).length;
+      // Gated and never released: the object store never answers.
+      const { dir, wal, log, engine, metastore } = await openWatched({ segmentBytes: 2 * batchBytes, maxUnsealedBytes: 3 * batchBytes }, { gated: true });
+      await engine.createStream({ name: 'c', partitions: 1 });
+      const acks = Array.from({ length: 6 }, (_, i) => engine.produce('c', 0, encodeBatch([rec(i)])).durable);
+      while (engine.offsets('c', 0).highWatermark < 6) await new Promise((r) => setTimeout(r, 5));
+      await log.close(50);
+      await Promise.all(acks);
+      assert.ok(log.stats.throttledAppends > 0);
+      await wal.close();
+      await metastore.close();
+      const reopened = await open(dir);
+      assert.deepEqual(await values(reopened.engine, 'c', 0), ['m0', 'm1', 'm2', 'm3', 'm4', 'm5']);
+      await reopened.close();
+    });
+
   }
-
-  /** A log over an object store the test watches; with `gated`, puts wait until `release()`. */
-  async function openWatched(options: Partial<LogOptions>, o: { delayMs?: number; gated?: boolean; maxFileBytes?: number } = {}) {
-    const dir = tmp();
-    const metastore = SqliteMetastore.open(join(dir, 'meta.db'));
-    const w = watchedObjects(dir, o.delayMs);
-    let release: () => void = () => undefined;
-    if (o.gated) w.gate = new Promise<void>((r) => (release = r));
-    const wal = await FileWal.open(join(dir, 'wal'), { maxFileBytes: o.maxFileBytes });
-    const log = await LogManager.open({ wal, objects: w.objects, metastore, logger, options: { checkIntervalMs: 60_000, ...options } });
-    const engine = new Engine(log, metastore);
-    return {
-      dir,
-      metastore,
-      w,
-      wal,
-      log,
-      engine,
-      release: () => release(),
-      async close() {
-        await log.close();
-        await wal.close();
-        await metastore.close();
-      },
-    };
-  }
-
-  it('writes one segment object at a time across partitions (two while one catches up), sealing what became durable while it waited', async () => {
-    const { w, wal, log, engine, close } = await openWatched({ segmentBytes: 512 }, { delayMs: 20, maxFileBytes: 4096 });
-    await engine.createStream({ name: 't', partitions: 4 });
-    for (let i = 0; i < 200; i++) await engine.produce('t', i % 4, encodeBatch([rec(i)])).durable;
-    await log.flushAll();
-    const puts = w.puts.length;
-    assert.ok(puts >= 4 && puts < 200, `${puts} segments for 200 batches over 4 partitions`);
-    for (const put of w.puts) {
-      // A partition keeping up seals alone; one catching up may run beside one other seal.
-      assert.ok(put.others <= (put.yieldToLatency ? 0 : 1), `a seal began with ${put.others} others running`);
-    }
-    assert.ok(w.puts.some((put) => put.yieldToLatency), 'seals of partitions keeping up yield to latency');
-    for (let p = 0; p < 4; p++) assert.equal((await values(engine, 't', p)).length, 50);
-    // Every seal trims the WAL by itself: nothing but the active file's remains.
-    assert.ok(wal.fileCount() <= 2, `${wal.fileCount()} WAL files left`);
-    await close();
-  });
-
-  it('seals a backlog in segments of at most segmentBytes each, in bulk steps', async () => {
-    const batchBytes = encodeBatch([rec(0)]).length;
-    const { metastore, w, log, engine, release, close } = await openWatched({ segmentBytes: 10 * batchBytes }, { gated: true });
-    await engine.createStream({ name: 'b', partitions: 1 });
-    // The first seal is held at the object store while 95 more batches arrive: a backlog of ~9 segments.
-    for (let i = 0; i < 100; i++) await engine.produce('b', 0, encodeBatch([rec(i)])).durable;
-    release();
-    await log.flushAll();
-    const segs = await metastore.listSegments('b', 0);
-    assert.equal(segs[segs.length - 1].endOffset, 100);
-    for (const seg of segs) {
-      assert.ok(seg.endOffset - seg.baseOffset <= 10, `segment [${seg.baseOffset}, ${seg.endOffset}) holds more than segmentBytes`);
-    }
-    assert.ok(segs.length >= 10, `${segs.length} segments`);
-    assert.ok(w.puts.some((put) => !put.yieldToLatency), 'a partition catching up writes in bulk steps');
-    assert.deepEqual(await values(engine, 'b', 0), Array.from({ length: 100 }, (_, i) => `m${i}`));
-    await close();
-  });
-
-  it('holds acknowledgements back while the tails exceed maxUnsealedBytes, and lets them go as seals catch up', async () => {
-    // Batches of one size, so that the limit falls between two appends.
-    const fixed = (n: number) => ({ ...rec(n), value: Buffer.from(`m${String(n).padStart(3, '0')}`) });
-    const batchBytes = encodeBatch([fixed(0)]).length;
-    const { log, engine, release, close } = await openWatched({ segmentBytes: 4 * batchBytes, maxUnsealedBytes: 20 * batchBytes }, { gated: true });
-    await engine.createStream({ name: 'h', partitions: 2 });
-    // Under the limit: acknowledged as soon as durable, although the first seal is stuck.
-    for (let i = 0; i < 20; i++) await engine.produce('h', i % 2, encodeBatch([fixed(i)])).durable;
-    assert.equal(log.stats.throttledAppends, 0);
-    // Over it: durable (readers see it) but not acknowledged.
-    let acked = 0;
-    const held = Array.from({ length: 6 }, (_, i) => engine.produce('h', i % 2, encodeBatch([fixed(20 + i)])).durable.then(() => acked++));
-    await new Promise((r) => setTimeout(r, 200));
-    assert.equal(acked, 0, 'no acknowledgement while over the limit');
-    assert.equal(log.stats.throttledAppends, 6);
-    assert.equal(engine.offsets('h', 0).highWatermark, 13, 'the held batches are durable and readable');
-    release();
-    await Promise.all(held);
-    assert.equal(acked, 6);
-    const tail = log.describe('h').reduce((n, p) => n + p.tailBytes, 0);
-    assert.ok(tail <= 20 * batchBytes, `${tail} bytes left unsealed`);
-    await close();
-  });
-
-  it('seals tails below segmentBytes when together they exceed maxUnsealedBytes, so acknowledgements do not wait for segmentMs', async () => {
-    const batchBytes = encodeBatch([rec(100)]).length;
-    const { w, log, engine, close } = await openWatched({ segmentBytes: 1 << 20, segmentMs: 60_000, maxUnsealedBytes: 10 * batchBytes });
-    await engine.createStream({ name: 'many', partitions: 8 });
-    const acks = Array.from({ length: 40 }, (_, i) => engine.produce('many', i % 8, encodeBatch([rec(100 + i)])).durable);
-    await Promise.all(acks);
-    assert.ok(log.stats.throttledAppends > 0, 'the limit was reached');
-    assert.ok(w.puts.length > 0, 'small tails were sealed to make room');
-    for (let p = 0; p < 8; p++) assert.equal((await values(engine, 'many', p)).length, 5);
-    await close();
-  });
-
-  it('lets held-back acknowledgements go at close: their data is durable in the WAL', async () => {
-    const batchBytes = encodeBatch([rec(0)]).length;
-    // Gated and never released: the object store never answers.
-    const { dir, wal, log, engine, metastore } = await openWatched({ segmentBytes: 2 * batchBytes, maxUnsealedBytes: 3 * batchBytes }, { gated: true });
-    await engine.createStream({ name: 'c', partitions: 1 });
-    const acks = Array.from({ length: 6 }, (_, i) => engine.produce('c', 0, encodeBatch([rec(i)])).durable);
-    while (engine.offsets('c', 0).highWatermark < 6) await new Promise((r) => setTimeout(r, 5));
-    await log.close(50);
-    await Promise.all(acks);
-    assert.ok(log.stats.throttledAppends > 0);
-    await wal.close();
-    await metastore.close();
-    const reopened = await openAll(dir);
-    assert.deepEqual(await values(reopened.engine, 'c', 0), ['m0', 'm1', 'm2', 'm3', 'm4', 'm5']);
-    await reopened.close();
-  });
 
   it('applies retention by deleting whole expired segments', async () => {
-    const s = await openAll(tmp(), { segmentBytes: 200 });
+    const s = await open(tmp(), { segmentBytes: 200 });
     await s.engine.createStream({ name: 'r', partitions: 1, retentionMs: 60_000 });
     const old = Date.now() - 3_600_000;
     for (let i = 0; i < 10; i++) await s.engine.produce('r', 0, encodeBatch([rec(i, old)])).durable;
@@ -291,7 +304,7 @@ describe('LogManager', () => {
 
   it('never resurrects the data of a deleted stream in a new stream of the same name', async () => {
     const dir = tmp();
-    const s1 = await openAll(dir);
+    const s1 = await open(dir);
     await s1.engine.createStream({ name: 'x', partitions: 1 });
     await s1.engine.produce('x', 0, encodeBatch([rec(1)])).durable;
     await s1.engine.deleteStream('x');
@@ -299,7 +312,7 @@ describe('LogManager', () => {
     const def: StreamDef = await s1.engine.createStream({ name: 'x', partitions: 1 });
     assert.ok(def.createdAt > 0);
     await s1.close();
-    const s2 = await openAll(dir);
+    const s2 = await open(dir);
     assert.deepEqual(s2.engine.offsets('x', 0), { logStartOffset: 0, highWatermark: 0 });
     await s2.close();
   });
