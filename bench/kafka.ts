@@ -12,6 +12,7 @@
 import type { Socket } from 'node:net';
 import { crc32c } from '../src/core/crc32c.js';
 import { BATCH_HEADER_SIZE, encodeBatch, OFF_ATTRIBUTES, OFF_BASE_TS, OFF_CRC, OFF_MAX_TS, type RecordInput } from '../src/core/record-batch.js';
+import { Worker } from 'node:worker_threads';
 import { nowS, open, percentiles, sleep, type Percentiles } from './util.js';
 
 const CLIENT_ID = 'flowmq-bench';
@@ -412,6 +413,8 @@ export interface LatencyOptions {
   lingerMs: number;
   warmupS: number;
   seconds: number;
+  /** Run a consumer reading everything as it is produced (for the end-to-end latency). */
+  consume: boolean;
 }
 
 export interface LatencyResult {
@@ -436,23 +439,19 @@ export async function kafkaLatency(port: number, o: LatencyOptions): Promise<Lat
   const P = o.partitions;
   const recordsPerSec = o.bytesPerSec / o.recordBytes;
   const producers = await Promise.all(Array.from({ length: o.connections }, () => KafkaConn.open(port)));
-  const consumer = await KafkaConn.open(port);
   const factory = new BatchFactory(o.recordBytes);
   // Batches stay under 1 MiB at the rates this runs at; larger ones are simply allocated.
   const pool = new BufferPool(1 << 20);
   let running = true;
-  let consuming = true;
   let windowStart = Infinity;
   let windowEnd = Infinity;
   let created = 0;
   let produced = 0;
-  let consumed = 0;
   let ackedInWindow = 0;
   let queuedBatches = 0;
   let errors = 0;
   const ackSamples: number[] = [];
   const writeAckSamples: number[] = [];
-  const e2eSamples: number[] = [];
   const inWindow = (t: number) => t >= windowStart && t < windowEnd;
   const queues: { partition: number; batch: Buffer; records: number; createdAt: number }[][] = producers.map(() => []);
 
@@ -508,29 +507,22 @@ export async function kafkaLatency(port: number, o: LatencyOptions): Promise<Lat
     setTimeout(tick, o.lingerMs);
   };
 
-  // Consumer: long-poll Fetch v4 over all partitions from offset 0 (the stream is fresh).
-  const offsets = new Array<number>(P).fill(0);
-  const fetchOpts = { maxWaitMs: 500, minBytes: 1, maxBytes: 64 << 20, partitionMaxBytes: 16 << 20 };
-  const poll = () => {
-    if (!consuming || consumer.closed) return;
-    const corr = consumer.nextCorrelationId();
-    consumer.send(corr, [fetchRequest(o.topic, offsets, corr, fetchOpts)], (body, at) => {
-      const { batches, errors: errs } = parseFetch(body);
-      for (const b of batches) {
-        if (b.baseOffset < offsets[b.partition]) continue;
-        offsets[b.partition] = b.nextOffset;
-        consumed += b.records;
-        if (inWindow(b.stamp)) e2eSamples.push((at - b.stamp) * 1000);
-      }
-      if (errs.length > 0) {
-        errors += errs.length;
-        setTimeout(poll, 50);
-      } else poll();
-    });
-  };
+  // Consumer: a client of its own, in a worker thread (as a consuming application would be another process): on a
+  // two-core machine one event loop producing and consuming at hundreds of MB/s was itself the bottleneck, and its
+  // delays were measured as the broker's latency.
+  const consumer = o.consume
+    ? new Worker(new URL('./kafka-consumer.js', import.meta.url), {
+        workerData: { port, topic: o.topic, partitions: P } satisfies ConsumerWorkerData,
+      })
+    : null;
+  const consumerDone = new Promise<ConsumerWorkerResult>((resolve, reject) => {
+    if (consumer === null) return;
+    consumer.once('message', (m: ConsumerWorkerResult) => resolve(m));
+    consumer.once('error', reject);
+    consumer.once('exit', (code) => reject(new Error(`consumer worker exited with code ${code}`)));
+  });
 
   try {
-    poll();
     tick();
     await sleep(o.warmupS * 1000);
     windowStart = nowS();
@@ -540,10 +532,16 @@ export async function kafkaLatency(port: number, o: LatencyOptions): Promise<Lat
     // Let everything created in the window be acknowledged and consumed.
     const deadline = Date.now() + 15_000;
     while (Date.now() < deadline && (queues.some((q) => q.length > 0) || producers.some((c) => c.outstanding > 0 && !c.closed))) await sleep(10);
-    while (Date.now() < deadline && consumed < produced && !consumer.closed) await sleep(10);
-    consuming = false;
-    const broken = [...producers, consumer].find((c) => c.error);
+    const broken = producers.find((c) => c.error);
     if (broken) throw broken.error;
+    const none: ConsumerWorkerResult = { consumed: produced, errors: 0, stamps: [], latenciesMs: [], error: null };
+    consumer?.postMessage({ produced, deadline } satisfies ConsumerWorkerStop);
+    const got = consumer === null ? none : await consumerDone;
+    if (got.error !== null) throw new Error(`consumer: ${got.error}`);
+    const consumed = got.consumed;
+    errors += got.errors;
+    const e2eSamples: number[] = [];
+    for (let i = 0; i < got.stamps.length; i++) if (inWindow(got.stamps[i])) e2eSamples.push(got.latenciesMs[i]);
     return {
       achievedMbPerSec: (ackedInWindow * o.recordBytes) / (windowEnd - windowStart) / 1e6,
       targetMbPerSec: o.bytesPerSec / 1e6,
@@ -558,7 +556,70 @@ export async function kafkaLatency(port: number, o: LatencyOptions): Promise<Lat
     };
   } finally {
     running = false;
-    consuming = false;
-    for (const c of [...producers, consumer]) c.close();
+    for (const c of producers) c.close();
+    await consumer?.terminate();
   }
+}
+
+/** What the latency benchmark's consumer worker (kafka-consumer.ts) is given, is told at the end, and answers. */
+export interface ConsumerWorkerData {
+  port: number;
+  topic: string;
+  partitions: number;
+}
+export interface ConsumerWorkerStop {
+  /** Records acknowledged to the producers: the worker stops once it has consumed as many, or at `deadline`. */
+  produced: number;
+  /** Date.now() value. */
+  deadline: number;
+}
+export interface ConsumerWorkerResult {
+  consumed: number;
+  errors: number;
+  /** Per fetched batch: its creation time (nowS) and the time from then until its fetch response arrived. */
+  stamps: number[];
+  latenciesMs: number[];
+  error: string | null;
+}
+
+/** The consumer of the latency benchmark: long-polls Fetch v4 over all partitions from offset 0 (the stream is fresh). */
+export async function consumeForLatency(d: ConsumerWorkerData, stopped: Promise<ConsumerWorkerStop>): Promise<ConsumerWorkerResult> {
+  const out: ConsumerWorkerResult = { consumed: 0, errors: 0, stamps: [], latenciesMs: [], error: null };
+  const consumer = await KafkaConn.open(d.port);
+  const offsets = new Array<number>(d.partitions).fill(0);
+  const fetchOpts = { maxWaitMs: 500, minBytes: 1, maxBytes: 64 << 20, partitionMaxBytes: 16 << 20 };
+  let stop: ConsumerWorkerStop | null = null;
+  void stopped.then((s) => (stop = s));
+  let consuming = true;
+  const poll = () => {
+    if (!consuming || consumer.closed) return;
+    const corr = consumer.nextCorrelationId();
+    consumer.send(corr, [fetchRequest(d.topic, offsets, corr, fetchOpts)], (body, at) => {
+      const { batches, errors: errs } = parseFetch(body);
+      for (const b of batches) {
+        if (b.baseOffset < offsets[b.partition]) continue;
+        offsets[b.partition] = b.nextOffset;
+        out.consumed += b.records;
+        out.stamps.push(b.stamp);
+        out.latenciesMs.push((at - b.stamp) * 1000);
+      }
+      if (errs.length > 0) {
+        out.errors += errs.length;
+        setTimeout(poll, 50);
+      } else poll();
+    });
+  };
+  try {
+    poll();
+    for (;;) {
+      await sleep(10);
+      const s = stop as ConsumerWorkerStop | null;
+      if (consumer.closed || (s !== null && (out.consumed >= s.produced || Date.now() >= s.deadline))) break;
+    }
+    if (consumer.error) out.error = String(consumer.error.message);
+  } finally {
+    consuming = false;
+    consumer.close();
+  }
+  return out;
 }

@@ -355,6 +355,7 @@ const scenarios: Scenario[] = [
           lingerMs: CFG.kafkaLingerMs,
           warmupS: CFG.warmupS,
           seconds: CFG.seconds,
+          consume: true,
         };
         let brokerSide: { p50: number | null; p99: number | null; count: number } | null = null;
         const r: LatencyResult = await withFlowmq(async (b) => {

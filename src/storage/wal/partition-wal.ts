@@ -109,6 +109,8 @@ interface WFile {
   entries: EntryPos[];
   /** Open for appends; null once closed. */
   fh: FileHandle | null;
+  /** The close under way or done (the descriptor closed, the zeros after the last frame cut off). */
+  closing: Promise<void> | null;
   direct: boolean;
   /** Direct I/O: the bytes of the last partial block, [size - size % DIRECT_BLOCK, size). */
   partial: Buffer | null;
@@ -302,7 +304,7 @@ export class PartitionWal implements WriteAheadLog, SegmentFileSource {
     let i = 0;
     while (i < entries.length) {
       let f = kl.files.length > 0 ? kl.files[kl.files.length - 1] : undefined;
-      if (f === undefined || f.fh === null || (entries[i].startsFile === true && f.entries.length > 0)) {
+      if (f === undefined || f.fh === null || f.taking || (entries[i].startsFile === true && f.entries.length > 0)) {
         if (f !== undefined && f.fh !== null) await this.closeFile(f);
         f = await this.createFile(kl, entries[i].baseOffset);
       }
@@ -347,6 +349,7 @@ export class PartitionWal implements WriteAheadLog, SegmentFileSource {
       end: base,
       entries: [],
       fh,
+      closing: null,
       direct,
       partial: direct ? Buffer.allocUnsafe(DIRECT_BLOCK) : null,
       taking: false,
@@ -457,17 +460,24 @@ export class PartitionWal implements WriteAheadLog, SegmentFileSource {
     }
   }
 
-  /** Closes a file to appends; the zeros after its last frame are cut off (no sync needed: they mean its end). */
-  private async closeFile(f: WFile): Promise<void> {
+  /**
+   * Closes a file to appends (at once: the next write of its key opens another); the zeros after its last frame are
+   * cut off (no sync needed: they mean its end). Every caller gets the same promise.
+   */
+  private closeFile(f: WFile): Promise<void> {
     const fh = f.fh;
     f.fh = null;
     f.partial = null;
-    if (fh === null) return;
-    try {
-      if (f.direct && f.size % DIRECT_BLOCK > 0) await fh.truncate(f.size).catch(() => undefined);
-    } finally {
-      await fh.close();
+    if (fh !== null) {
+      f.closing = (async () => {
+        try {
+          if (f.direct && f.size % DIRECT_BLOCK > 0) await fh.truncate(f.size).catch(() => undefined);
+        } finally {
+          await fh.close();
+        }
+      })();
     }
+    return f.closing ?? Promise.resolve();
   }
 
   async replay(fn: (entry: WalEntry) => void): Promise<void> {
@@ -501,12 +511,13 @@ export class PartitionWal implements WriteAheadLog, SegmentFileSource {
     if (this.closed) throw new FlowError('CLOSED', 'WAL is closed');
     const kl = this.keys.get(key);
     if (kl === undefined) return null;
-    while (kl.busy) await kl.busy;
+    // Its entries are all durable (`end` moves only after a write), so no write in flight is for this file: one
+    // that is (a caller that did not cut here) makes `end` differ, and the file is not taken.
     const f = kl.files.find((x) => x.base === baseOffset);
     if (f === undefined || f.taking || f.entries.length === 0 || f.end !== endOffset) return null;
     f.taking = true;
     try {
-      if (f.fh !== null) await this.closeFile(f);
+      await this.closeFile(f);
       const t = trailer({ positions: f.entries.map((e) => e.position), trailerPos: f.size + FRAME_HEADER + 1 });
       const head = Buffer.allocUnsafe(FRAME_HEADER + 1);
       head.writeUInt32BE(1 + t.length, 0);
@@ -632,6 +643,7 @@ function scanFile(path: string, base: number, buf: Buffer): ScannedFile {
     end: base,
     entries: [],
     fh: null,
+    closing: null,
     direct: false,
     partial: null,
     taking: false,
