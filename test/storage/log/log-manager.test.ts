@@ -31,6 +31,7 @@ async function openAll(dir: string, options: Partial<LogOptions> = {}, layout: L
   await engine.load();
   log.finishRecovery();
   return {
+    dir,
     metastore,
     objects,
     wal,
@@ -315,5 +316,60 @@ for (const layout of ['shared', 'partition'] as const) describe(`LogManager (${l
     const s2 = await open(dir);
     assert.deepEqual(s2.engine.offsets('x', 0), { logStartOffset: 0, highWatermark: 0 });
     await s2.close();
+  });
+});
+
+describe('LogManager over the partition WAL layout', () => {
+  it('makes the WAL\'s files the segment objects, writing no segment itself', async () => {
+    const s = await openAll(tmp(), { segmentBytes: 2000 }, 'partition');
+    let puts = 0;
+    const put = s.objects.put.bind(s.objects);
+    s.objects.put = (...args) => {
+      puts++;
+      return put(...args);
+    };
+    await s.engine.createStream({ name: 'a', partitions: 2 });
+    for (let i = 0; i < 200; i++) await s.engine.produce('a', i % 2, encodeBatch([rec(i)])).durable;
+    await s.log.flushAll();
+    assert.equal(puts, 0, 'no segment written with put');
+    const segs = [...(await s.metastore.listSegments('a', 0)), ...(await s.metastore.listSegments('a', 1))];
+    assert.ok(segs.length >= 4, `${segs.length} segments`);
+    assert.equal(s.log.stats.adoptedSegments, segs.length);
+    assert.equal(s.wal.size(), 0, 'nothing left in the WAL');
+    const before = s.log.stats.objectReads;
+    assert.deepEqual(await values(s.engine, 'a', 0), Array.from({ length: 100 }, (_, i) => `m${2 * i}`));
+    assert.ok(s.log.stats.objectReads > before, 'read from the adopted objects');
+    assert.equal(await s.engine.offsetForTimestamp('a', 1, 1_000_000 + 101), 50);
+    await s.close();
+    const again = await openAll(s.dir, {}, 'partition');
+    assert.deepEqual(await values(again.engine, 'a', 1), Array.from({ length: 100 }, (_, i) => `m${2 * i + 1}`));
+    await again.close();
+  });
+
+  it('commits at the next open a segment whose file was moved but never committed (a crash in between)', async () => {
+    const dir = tmp();
+    const s1 = await openAll(dir, { segmentBytes: 1 << 20 }, 'partition');
+    await s1.engine.createStream({ name: 'o', partitions: 1 });
+    for (let i = 0; i < 30; i++) await s1.engine.produce('o', 0, encodeBatch([rec(i)])).durable;
+    // The metastore fails the commit once: the WAL file is already the object, and nowhere else.
+    const commit = s1.metastore.commitSegment.bind(s1.metastore);
+    let failed = 0;
+    s1.metastore.commitSegment = async (seg) => {
+      if (failed++ === 0) throw new Error('metastore unavailable');
+      return commit(seg);
+    };
+    await s1.log.flushAll();
+    assert.equal(failed, 1);
+    assert.equal((await s1.metastore.listSegments('o', 0)).length, 0);
+    assert.equal((await s1.objects.list('streams/o/')).length, 1, 'the moved file is an object');
+    // "Crash": a second instance opens the same files.
+    const s2 = await openAll(dir, {}, 'partition');
+    assert.equal(s2.log.stats.recoveredSegments, 1);
+    assert.deepEqual(await values(s2.engine, 'o', 0), Array.from({ length: 30 }, (_, i) => `m${i}`));
+    const r = s2.engine.produce('o', 0, encodeBatch([rec(30)]));
+    assert.equal(r.baseOffset, 30, 'offsets continue after the recovered segment');
+    await r.durable;
+    await s2.close();
+    await s1.close().catch(() => undefined);
   });
 });

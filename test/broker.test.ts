@@ -1,0 +1,75 @@
+import { afterEach, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { pino } from 'pino';
+import { decodeBatch, encodeBatch, Engine } from '../src/core/index.js';
+import { startBroker } from '../src/broker.js';
+import { loadConfig } from '../src/config/index.js';
+import { LogManager } from '../src/storage/log/index.js';
+import { SqliteMetastore } from '../src/storage/metastore/index.js';
+import { FsObjectStore } from '../src/storage/objects/index.js';
+import { FileWal, PartitionWal, type WriteAheadLog } from '../src/storage/wal/index.js';
+
+const dirs: string[] = [];
+afterEach(() => {
+  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+});
+
+type Layout = 'shared' | 'partition';
+
+/** Writes records through the storage a broker with `layout` uses, and "crashes": they stay in that WAL only. */
+async function leaveInWal(dataDir: string, layout: Layout, n: number): Promise<void> {
+  const metastore = SqliteMetastore.open(join(dataDir, 'metastore.db'));
+  const wal: WriteAheadLog =
+    layout === 'shared' ? await FileWal.open(join(dataDir, 'wal')) : await PartitionWal.open(join(dataDir, 'wal-partitions'));
+  const log = await LogManager.open({ wal, objects: new FsObjectStore(join(dataDir, 'objects')), metastore, logger: pino({ level: 'silent' }), options: { segmentBytes: 1 << 20, segmentMs: 3_600_000 } });
+  const engine = new Engine(log, metastore);
+  await engine.load();
+  log.finishRecovery();
+  await engine.createStream({ name: 'kept', partitions: 2 });
+  for (let i = 0; i < n; i++) {
+    await engine.produce('kept', i % 2, encodeBatch([{ key: null, value: Buffer.from(`v${i}`), headers: [], timestamp: 1000 + i }])).durable;
+  }
+  // No log.close(): it would seal everything. Only the files are closed.
+  await wal.close();
+  await metastore.close();
+}
+
+async function valuesOf(engine: Engine, partition: number): Promise<string[]> {
+  const out: string[] = [];
+  for (let offset = 0; ; ) {
+    const batches = await engine.read('kept', partition, offset, 1 << 20);
+    if (batches.length === 0) return out;
+    for (const b of batches) for (const r of decodeBatch(b)) if (r.offset >= offset) out.push(r.value!.toString()), (offset = r.offset + 1);
+  }
+}
+
+describe('broker storage start-up', () => {
+  for (const [from, to] of [
+    ['shared', 'partition'],
+    ['partition', 'shared'],
+  ] as const) {
+    it(`seals what the ${from} WAL layout holds when started with --wal-layout ${to}`, async () => {
+      const dataDir = mkdtempSync(join(tmpdir(), 'flowmq-broker-'));
+      dirs.push(dataDir);
+      await leaveInWal(dataDir, from, 40);
+      const lines: Array<{ msg: string; from?: string }> = [];
+      const logger = pino({ level: 'info' }, { write: (s: string) => void lines.push(JSON.parse(s)) });
+      const flags = { 'data-dir': dataDir, host: '127.0.0.1', 'mqtt-port': '0', 'mqtt-ws-port': '0', 'kafka-port': '0', 'http-port': '0', 'wal-layout': to };
+      const broker = await startBroker(loadConfig({ flags, env: {} }), logger);
+      try {
+        assert.ok(lines.some((l) => l.msg === 'WAL of the other layout sealed into segments' && l.from === from));
+        assert.deepEqual(await valuesOf(broker.engine, 0), Array.from({ length: 20 }, (_, i) => `v${2 * i}`));
+        assert.deepEqual(await valuesOf(broker.engine, 1), Array.from({ length: 20 }, (_, i) => `v${2 * i + 1}`));
+        // The new layout takes over: appends continue after the sealed offsets.
+        const r = broker.engine.produce('kept', 0, encodeBatch([{ key: null, value: Buffer.from('after'), headers: [], timestamp: 5000 }]));
+        assert.equal(r.baseOffset, 20);
+        await r.durable;
+      } finally {
+        await broker.close();
+      }
+    });
+  }
+});
