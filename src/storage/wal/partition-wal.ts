@@ -5,8 +5,9 @@
  * once, where the shared-file layout (FileWal, `--wal-layout shared`) writes it to the WAL and again to a segment,
  * which capped a sustained produce at half the disk's bandwidth.
  *
- * Layout: `<dir>/<key dir>/<20-digit base offset>.wal`. The key dir is the key with every byte outside
- * [A-Za-z0-9._@-] escaped as %XX (a long key is cut and given a hash); each file names its key itself:
+ * Layout: `<dir>/<key dir>/<20-digit sequence number>.wal`. The key dir is the key with every byte outside
+ * [A-Za-z0-9._@-] escaped as %XX (a long key is cut and given a hash); each file names its key and its first
+ * offset itself:
  *
  *   header = "FMQPWL01" | u64 baseOffset | u16 keyLength | key
  *   frame  = u32 bodyLength | u32 crc | body
@@ -17,7 +18,10 @@
  * in its own file). A zero length is never a frame: the zeros after a file's last frame (see Direct I/O) end it.
  *
  * Files are cut where the caller says (WalEntry.startsFile), and wherever a key has no open file (after a restart,
- * a trim or a handover): a file holds consecutive entries of one key.
+ * a trim or a handover): a file holds consecutive entries of one key. A key that has had a file keeps its next one
+ * created ahead, empty, its directory entry already durable: starting a file then costs a group commit nothing more
+ * (creating one costs a journal commit of its own, which under a sustained produce was in one group commit of
+ * five). An empty file is nothing: recovery deletes it.
  *
  * Group commit: appends queue; one group is written at a time, its keys in parallel (at most `writeConcurrency`
  * at once: libuv's thread pool has four threads), each key's entries in order with one write per file, on
@@ -67,7 +71,7 @@ const FILE_RE = /^(\d{20})\.wal$/;
 /** Longest key dir name kept whole; longer ones are cut and given a hash (file names end at 255 bytes). */
 const MAX_DIR_NAME = 200;
 
-const fileName = (base: number): string => `${String(base).padStart(20, '0')}.wal`;
+const fileName = (seq: number): string => `${String(seq).padStart(20, '0')}.wal`;
 
 function keyDirName(keyBytes: Buffer): string {
   let out = '';
@@ -128,6 +132,15 @@ interface KeyLog {
   dirMade: boolean;
   /** The write of this key's part of a group, while one runs. */
   busy: Promise<void> | null;
+  /** Sequence number of the key's next new file. */
+  nextSeq: number;
+  /** The next file, being created or ready (null if that failed: the file is then created when needed). */
+  spare: Promise<NewFile | null> | null;
+}
+
+interface NewFile {
+  path: string;
+  fh: FileHandle;
 }
 
 interface Group {
@@ -242,7 +255,7 @@ export class PartitionWal implements WriteAheadLog, SegmentFileSource {
       if (keyBytes.length > MAX_KEY_BYTES) {
         return Promise.reject(new FlowError('INVALID_ARGUMENT', `WAL key longer than ${MAX_KEY_BYTES} bytes`));
       }
-      kl = { key, keyBytes, dir: join(this.dir, keyDirName(keyBytes)), files: [], dirMade: false, busy: null };
+      kl = { key, keyBytes, dir: join(this.dir, keyDirName(keyBytes)), files: [], dirMade: false, busy: null, nextSeq: 1, spare: null };
       this.keys.set(key, kl);
     }
     const g = (this.pending ??= newGroup());
@@ -319,25 +332,24 @@ export class PartitionWal implements WriteAheadLog, SegmentFileSource {
     if (this.failed) throw this.failed;
     const clash = kl.files.findIndex((x) => x.base === base);
     if (clash >= 0) {
-      if (kl.files[clash].entries.length > 0) {
+      const old = kl.files[clash];
+      if (old.entries.length > 0) {
         throw new FlowError('STORAGE_ERROR', `WAL for ${kl.key} already has a file starting at offset ${base}`);
       }
-      kl.files.splice(clash, 1); // an empty file left by a failed first write: started again
+      // An empty file left by a failed first write: replaced.
+      kl.files.splice(clash, 1);
+      await this.closeFile(old);
+      await unlink(old.path).catch(() => undefined);
     }
     if (!kl.dirMade) {
       await mkdir(kl.dir, { recursive: true });
       if (this.fsync) await syncDir(this.dir);
       kl.dirMade = true;
     }
-    const path = join(kl.dir, fileName(base));
-    const fh = await this.openFile(path);
-    try {
-      // The new directory entry must be durable too, or a crash could lose a file of acknowledged frames.
-      if (this.fsync) await syncDir(kl.dir);
-    } catch (err) {
-      await fh.close().catch(() => undefined);
-      throw err;
-    }
+    const spare = kl.spare === null ? null : await kl.spare;
+    const { path, fh } = spare ?? (await this.newFile(kl));
+    // The next one, in the background.
+    kl.spare = this.newFile(kl).catch(() => null);
     const header = fileHeader(kl.keyBytes, base);
     const direct = this.direct !== 0;
     const f: WFile = {
@@ -357,6 +369,28 @@ export class PartitionWal implements WriteAheadLog, SegmentFileSource {
     };
     kl.files.push(f);
     return f;
+  }
+
+  /** Creates the key's next file, its directory entry durable (or a crash could lose a file of acknowledged frames). */
+  private async newFile(kl: KeyLog): Promise<NewFile> {
+    const path = join(kl.dir, fileName(kl.nextSeq++));
+    const fh = await this.openFile(path);
+    try {
+      if (this.fsync) await syncDir(kl.dir);
+    } catch (err) {
+      await fh.close().catch(() => undefined);
+      throw err;
+    }
+    return { path, fh };
+  }
+
+  /** Closes and deletes the key's file created ahead, if any. */
+  private async dropSpare(kl: KeyLog): Promise<void> {
+    const spare = kl.spare === null ? null : await kl.spare;
+    kl.spare = null;
+    if (spare === null) return;
+    await spare.fh.close().catch(() => undefined);
+    await unlink(spare.path).catch(() => undefined);
   }
 
   /** A new file for appends: O_DSYNC with fsync on, and O_DIRECT while the filesystem takes it. */
@@ -581,6 +615,7 @@ export class PartitionWal implements WriteAheadLog, SegmentFileSource {
       // A key nothing needs any more (a deleted stream's partition: it is never appended to again) goes entirely.
       if (upTo === Number.MAX_SAFE_INTEGER && kl.files.length === 0 && kl.busy === null && !this.pending?.byKey.has(kl)) {
         this.keys.delete(kl.key);
+        await this.dropSpare(kl);
         await rmdir(kl.dir).catch(() => undefined);
       }
     }
@@ -592,7 +627,10 @@ export class PartitionWal implements WriteAheadLog, SegmentFileSource {
       this.closed = true;
       // Appends already accepted are finished, not dropped.
       while (this.flushing) await this.flushing;
-      for (const kl of this.keys.values()) for (const f of kl.files) await this.closeFile(f);
+      for (const kl of this.keys.values()) {
+        for (const f of kl.files) await this.closeFile(f);
+        await this.dropSpare(kl);
+      }
     })();
     return this.closing;
   }
@@ -633,7 +671,8 @@ interface ScannedFile {
 }
 
 /** Checks one file frame by frame (see the top of this file). */
-function scanFile(path: string, base: number, buf: Buffer): ScannedFile {
+function scanFile(path: string, buf: Buffer): ScannedFile {
+  const base = buf.length >= 16 ? readU64(buf, 8) : 0;
   const file: WFile = {
     base,
     path,
@@ -650,7 +689,7 @@ function scanFile(path: string, base: number, buf: Buffer): ScannedFile {
     recovered: buf,
   };
   const result: ScannedFile = { file, length: buf.length, keyBytes: null, garbage: null };
-  if (buf.length < 18 || !buf.subarray(0, 8).equals(MAGIC) || readU64(buf, 8) !== base || 18 + buf.readUInt16BE(16) > buf.length) {
+  if (buf.length < 18 || !buf.subarray(0, 8).equals(MAGIC) || !isSafeOffset(base) || 18 + buf.readUInt16BE(16) > buf.length) {
     result.garbage = buf.every((x) => x === 0) ? null : 'bad file header';
     return result;
   }
@@ -706,8 +745,9 @@ async function recoverKey(kdir: string, opts: PartitionWalOptions): Promise<{ lo
   const found = names
     .map((n) => ({ n, m: FILE_RE.exec(n) }))
     .filter((x) => x.m !== null)
-    .map((x) => ({ path: join(kdir, x.n), base: Number(x.m![1]) }))
-    .sort((a, b) => a.base - b.base);
+    .map((x) => ({ path: join(kdir, x.n), seq: Number(x.m![1]) }))
+    .sort((a, b) => a.seq - b.seq);
+  const nextSeq = found.length > 0 ? found[found.length - 1].seq + 1 : 1;
   const scanned: ScannedFile[] = [];
   for (const x of found) {
     let buf: Buffer;
@@ -716,7 +756,7 @@ async function recoverKey(kdir: string, opts: PartitionWalOptions): Promise<{ lo
     } catch (err) {
       throw new FlowError('STORAGE_ERROR', `cannot read WAL file ${x.path}`, { cause: err });
     }
-    scanned.push(scanFile(x.path, x.base, buf));
+    scanned.push(scanFile(x.path, buf));
   }
   let last = -1;
   for (let i = 0; i < scanned.length; i++) if (scanned[i].file.entries.length > 0) last = i;
@@ -766,5 +806,9 @@ async function recoverKey(kdir: string, opts: PartitionWalOptions): Promise<{ lo
     await rmdir(kdir).catch(() => undefined);
     return { log: null, truncated };
   }
-  return { log: { key: keyBytes.toString('utf8'), keyBytes: Buffer.from(keyBytes), dir: kdir, files, dirMade: true, busy: null }, truncated };
+  for (let i = 1; i < files.length; i++) {
+    if (files[i].base < files[i - 1].end) throw new FlowError('CORRUPT_DATA', `WAL file ${files[i].path} starts below the end of the one before`);
+  }
+  const log: KeyLog = { key: keyBytes.toString('utf8'), keyBytes: Buffer.from(keyBytes), dir: kdir, files, dirMade: true, busy: null, nextSeq, spare: null };
+  return { log, truncated };
 }
