@@ -20,6 +20,7 @@
 import { constants } from 'node:fs';
 import { open, unlink, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
+import { errnoCode } from './fs-util.js';
 
 /** Offsets and lengths of direct writes are multiples of this (covers 512-byte and 4 KiB logical blocks). */
 export const DIRECT_BLOCK = 4096;
@@ -30,9 +31,6 @@ const MAX_POOLED = 12;
 /** malloc's alignment: where an aligned window can start inside a staging buffer. */
 const MALLOC_ALIGN = 16;
 
-function errnoCode(err: unknown): string | undefined {
-  return err instanceof Error && 'code' in err && typeof err.code === 'string' ? err.code : undefined;
-}
 
 /** Thrown when no aligned window could be found: direct I/O is then given up for good. */
 class NoAlignedWindow extends Error {}

@@ -11,14 +11,12 @@ import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { FlowError } from '../../core/index.js';
 import { DirectWriter } from '../direct-io.js';
+import { errnoCode, syncDir } from '../fs-util.js';
 import type { ObjectInfo, ObjectStore, PutOptions } from './types.js';
 
 /** Names starting with this are in-progress writes: never listed, and refused as key segments. */
 const TMP_PREFIX = '.tmp-';
 
-function errnoCode(err: unknown): string | undefined {
-  return err instanceof Error && 'code' in err && typeof err.code === 'string' ? err.code : undefined;
-}
 
 /** Splits a key into path segments, refusing anything that could escape the root or alias another key. */
 function keySegments(key: string): string[] {
@@ -104,7 +102,7 @@ export class FsObjectStore implements ObjectStore {
     try {
       await rename(tmp, target);
       // The rename itself is only durable once the directory is synced.
-      await this.syncDir(dir);
+      await syncDir(dir);
     } catch (err) {
       await unlink(tmp).catch(() => undefined);
       throw this.putError(key, err);
@@ -129,7 +127,7 @@ export class FsObjectStore implements ObjectStore {
     }
     try {
       // One journal transaction holds both directory changes; syncing the target's directory commits it.
-      await this.syncDir(dir);
+      await syncDir(dir);
     } catch (err) {
       throw this.putError(key, err);
     }
@@ -195,14 +193,6 @@ export class FsObjectStore implements ObjectStore {
     await fh.close();
   }
 
-  private async syncDir(dir: string): Promise<void> {
-    const d = await open(dir, 'r');
-    try {
-      await d.sync();
-    } finally {
-      await d.close();
-    }
-  }
 
   async get(key: string, range?: { start: number; end: number }): Promise<Buffer> {
     this.check();

@@ -40,7 +40,8 @@ import { open, readdir, mkdir, rename, unlink, stat, type FileHandle } from 'nod
 import { join } from 'node:path';
 import { crc32 } from 'node:zlib';
 import { crc32c, FlowError } from '../../core/index.js';
-import { errnoCode, frameCrc, isSafeOffset, readU64, writeU64 } from './frame.js';
+import { errnoCode, syncDir } from '../fs-util.js';
+import { entryProblem, frameCrc, groupCommit, isSafeOffset, readU64, writeGroups, writeU64, type GroupCommit } from './frame.js';
 import { DIRECT_BLOCK, alignedBuffer } from '../direct-io.js';
 import type { WalEntry, WriteAheadLog } from './types.js';
 
@@ -111,26 +112,17 @@ function fileHeader(seq: number): Buffer {
   return b;
 }
 
-interface Group {
+interface Group extends GroupCommit {
   bufs: Buffer[];
   /** Per entry, the CRC of its data's tail the caller gave, if any. */
   crcs: Array<{ from: number; crc: number } | undefined>;
   bytes: number;
   keys: string[];
   ends: number[];
-  promise: Promise<void>;
-  resolve: () => void;
-  reject: (err: Error) => void;
 }
 
 function newGroup(): Group {
-  let resolve!: () => void;
-  let reject!: (err: Error) => void;
-  const promise = new Promise<void>((res, rej) => {
-    resolve = res;
-    reject = rej;
-  });
-  return { bufs: [], crcs: [], bytes: 0, keys: [], ends: [], promise, resolve, reject };
+  return { ...groupCommit(), bufs: [], crcs: [], bytes: 0, keys: [], ends: [] };
 }
 
 /** Reads arbitrary ranges of a file through a read-ahead buffer, so replaying small frames is not a syscall each. */
@@ -266,12 +258,8 @@ export class FileWal implements WriteAheadLog {
     if (this.closed) return Promise.reject(new FlowError('CLOSED', 'WAL is closed'));
     if (this.failed) return Promise.reject(this.failed);
     const { key, baseOffset, endOffset, data } = entry;
-    if (key.length === 0) return Promise.reject(new FlowError('INVALID_ARGUMENT', 'WAL key is empty'));
-    if (!isSafeOffset(baseOffset) || !isSafeOffset(endOffset) || endOffset < baseOffset) {
-      return Promise.reject(
-        new FlowError('INVALID_ARGUMENT', `bad WAL entry offsets [${baseOffset}, ${endOffset}) for ${key}`),
-      );
-    }
+    const problem = entryProblem(entry);
+    if (problem) return Promise.reject(problem);
     let keyBytes = this.keyCache.get(key);
     if (keyBytes === undefined) {
       keyBytes = Buffer.from(key, 'utf8');
@@ -320,20 +308,17 @@ export class FileWal implements WriteAheadLog {
     }
     for (;;) {
       // Every group that arrived while the previous one was in flight is written next, as one.
-      while (this.pending !== null) {
-        const g = this.pending;
-        this.pending = null;
-        if (this.failed) {
-          g.reject(this.failed);
-          continue;
-        }
-        try {
-          await this.writeGroup(g);
-          g.resolve();
-        } catch (err) {
-          g.reject(err instanceof FlowError ? err : new FlowError('STORAGE_ERROR', 'WAL write failed', { cause: err }));
-        }
-      }
+      await writeGroups(
+        () => {
+          const g = this.pending;
+          this.pending = null;
+          return g;
+        },
+        () => this.failed,
+        (g) => this.writeGroup(g),
+      );
+      // A group that arrived as the last one finished is seen here, in the same step that declares the loop idle.
+      if (this.pending !== null) continue;
       if (!(this.rollRequested && this.active)) break;
       // A trim asked for the active file while a group was in flight; appends arriving during this await
       // are picked up by the next turn of the loop.
@@ -440,7 +425,7 @@ export class FileWal implements WriteAheadLog {
     fh ??= await this.openLog(path, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL);
     try {
       // The new directory entry must be durable too, or a crash could lose a file of acknowledged frames.
-      if (this.fsync) await this.syncDir();
+      if (this.fsync) await syncDir(this.dir);
     } catch (err) {
       await fh.close().catch(() => undefined);
       throw err;
@@ -510,14 +495,6 @@ export class FileWal implements WriteAheadLog {
     }
   }
 
-  private async syncDir(): Promise<void> {
-    const d = await open(this.dir, 'r');
-    try {
-      await d.sync();
-    } finally {
-      await d.close();
-    }
-  }
 
   private ensureRecovered(): Promise<void> {
     if (this.recovered) return Promise.resolve();

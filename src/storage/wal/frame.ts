@@ -1,6 +1,7 @@
-/** Pieces shared by the WAL backends' file formats: 64-bit integers, frame checksums, errno codes. */
+/** Pieces shared by the WAL backends: 64-bit integers, frame checksums, the group-commit loop. */
 import { crc32 } from 'node:zlib';
-import { crc32c, crc32cCombine } from '../../core/index.js';
+import { crc32c, crc32cCombine, FlowError } from '../../core/index.js';
+import type { WalEntry } from './types.js';
 
 /** A frame starts with u32 body length | u32 crc. */
 export const FRAME_HEADER = 8;
@@ -26,6 +27,16 @@ export function isSafeOffset(n: number): boolean {
   return Number.isSafeInteger(n) && n >= 0;
 }
 
+/** Why an entry cannot be appended to any WAL (an empty key, offsets that are not a range), or null. */
+export function entryProblem(entry: WalEntry): FlowError | null {
+  const { key, baseOffset, endOffset } = entry;
+  if (key.length === 0) return new FlowError('INVALID_ARGUMENT', 'WAL key is empty');
+  if (!isSafeOffset(baseOffset) || !isSafeOffset(endOffset) || endOffset < baseOffset) {
+    return new FlowError('INVALID_ARGUMENT', `bad WAL entry offsets [${baseOffset}, ${endOffset}) for ${key}`);
+  }
+  return null;
+}
+
 /** u64 big-endian as two u32 halves (covers every safe integer). */
 export function writeU64(buf: Buffer, n: number, at: number): void {
   buf.writeUInt32BE(Math.floor(n / TWO32), at);
@@ -36,6 +47,46 @@ export function readU64(buf: Buffer, at: number): number {
   return buf.readUInt32BE(at) * TWO32 + buf.readUInt32BE(at + 4);
 }
 
-export function errnoCode(err: unknown): string | undefined {
-  return err instanceof Error && 'code' in err && typeof err.code === 'string' ? err.code : undefined;
+/** A group commit: the appends that share one durable write, and their common outcome. */
+export interface GroupCommit {
+  promise: Promise<void>;
+  resolve(): void;
+  reject(err: Error): void;
+}
+
+/** The outcome part of a new group. */
+export function groupCommit(): GroupCommit {
+  let resolve!: () => void;
+  let reject!: (err: Error) => void;
+  const promise = new Promise<void>((res, rej) => {
+    resolve = res;
+    reject = rej;
+  });
+  return { promise, resolve, reject };
+}
+
+/**
+ * Writes groups one at a time while `next()` hands one out (a group that arrives while one is written is written
+ * next, as one); each group's appends are resolved or rejected together, and all are refused once `failed()`.
+ * Returning takes a step of its own, in which appends may start a new group: the caller must look for one in the
+ * same step in which it declares itself idle.
+ */
+export async function writeGroups<G extends GroupCommit>(
+  next: () => G | null,
+  failed: () => FlowError | null,
+  write: (g: G) => Promise<void>,
+): Promise<void> {
+  for (let g = next(); g !== null; g = next()) {
+    const f = failed();
+    if (f) {
+      g.reject(f);
+      continue;
+    }
+    try {
+      await write(g);
+      g.resolve();
+    } catch (err) {
+      g.reject(err instanceof FlowError ? err : new FlowError('STORAGE_ERROR', 'WAL write failed', { cause: err }));
+    }
+  }
 }

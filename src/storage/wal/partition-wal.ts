@@ -46,7 +46,8 @@ import { createHash } from 'node:crypto';
 import { join } from 'node:path';
 import { crc32c, FlowError } from '../../core/index.js';
 import { DIRECT_BLOCK, alignedBuffer } from '../direct-io.js';
-import { errnoCode, frameCrc, FRAME_HEADER, isSafeOffset, readU64, writeU64 } from './frame.js';
+import { errnoCode, syncDir } from '../fs-util.js';
+import { entryProblem, frameCrc, FRAME_HEADER, groupCommit, isSafeOffset, readU64, writeGroups, writeU64, type GroupCommit } from './frame.js';
 import type { FileLayout, SegmentFileSource, WalEntry, WriteAheadLog } from './types.js';
 
 export interface PartitionWalOptions {
@@ -138,26 +139,17 @@ interface KeyLog {
   spare: Promise<NewFile | null> | null;
 }
 
+/** A file created ahead: empty, its directory entry durable, not open (a partition idle since holds no descriptor). */
 interface NewFile {
   path: string;
-  fh: FileHandle;
 }
 
-interface Group {
+interface Group extends GroupCommit {
   byKey: Map<KeyLog, WalEntry[]>;
-  promise: Promise<void>;
-  resolve: () => void;
-  reject: (err: Error) => void;
 }
 
 function newGroup(): Group {
-  let resolve!: () => void;
-  let reject!: (err: Error) => void;
-  const promise = new Promise<void>((res, rej) => {
-    resolve = res;
-    reject = rej;
-  });
-  return { byKey: new Map(), promise, resolve, reject };
+  return { ...groupCommit(), byKey: new Map() };
 }
 
 const roundUp = (n: number): number => Math.ceil(n / DIRECT_BLOCK) * DIRECT_BLOCK;
@@ -244,10 +236,8 @@ export class PartitionWal implements WriteAheadLog, SegmentFileSource {
     if (this.closed) return Promise.reject(new FlowError('CLOSED', 'WAL is closed'));
     if (this.failed) return Promise.reject(this.failed);
     const { key, baseOffset, endOffset, data } = entry;
-    if (key.length === 0) return Promise.reject(new FlowError('INVALID_ARGUMENT', 'WAL key is empty'));
-    if (!isSafeOffset(baseOffset) || !isSafeOffset(endOffset) || endOffset < baseOffset) {
-      return Promise.reject(new FlowError('INVALID_ARGUMENT', `bad WAL entry offsets [${baseOffset}, ${endOffset}) for ${key}`));
-    }
+    const problem = entryProblem(entry);
+    if (problem) return Promise.reject(problem);
     if (1 + 16 + data.length > MAX_BODY) return Promise.reject(new FlowError('INVALID_ARGUMENT', 'WAL entry too large'));
     let kl = this.keys.get(key);
     if (kl === undefined) {
@@ -268,20 +258,13 @@ export class PartitionWal implements WriteAheadLog, SegmentFileSource {
   }
 
   private async flushLoop(): Promise<void> {
-    while (this.pending !== null) {
+    const next = (): Group | null => {
       const g = this.pending;
       this.pending = null;
-      if (this.failed) {
-        g.reject(this.failed);
-        continue;
-      }
-      try {
-        await this.writeGroup(g);
-        g.resolve();
-      } catch (err) {
-        g.reject(err instanceof FlowError ? err : new FlowError('STORAGE_ERROR', 'WAL write failed', { cause: err }));
-      }
-    }
+      return g;
+    };
+    // A group that arrived as the last one finished is seen here, in the same step that declares the loop idle.
+    while (this.pending !== null) await writeGroups(next, () => this.failed, (g) => this.writeGroup(g));
     this.flushing = null;
   }
 
@@ -347,9 +330,17 @@ export class PartitionWal implements WriteAheadLog, SegmentFileSource {
       kl.dirMade = true;
     }
     const spare = kl.spare === null ? null : await kl.spare;
-    const { path, fh } = spare ?? (await this.newFile(kl));
+    let path: string;
+    let fh: FileHandle;
+    try {
+      if (spare === null) throw new Error('no file created ahead');
+      path = spare.path;
+      fh = await this.openFile(path, false);
+    } catch {
+      ({ path, fh } = await this.newFile(kl));
+    }
     // The next one, in the background.
-    kl.spare = this.newFile(kl).catch(() => null);
+    kl.spare = this.spareFile(kl).catch(() => null);
     const header = fileHeader(kl.keyBytes, base);
     const direct = this.direct !== 0;
     const f: WFile = {
@@ -372,9 +363,9 @@ export class PartitionWal implements WriteAheadLog, SegmentFileSource {
   }
 
   /** Creates the key's next file, its directory entry durable (or a crash could lose a file of acknowledged frames). */
-  private async newFile(kl: KeyLog): Promise<NewFile> {
+  private async newFile(kl: KeyLog): Promise<NewFile & { fh: FileHandle }> {
     const path = join(kl.dir, fileName(kl.nextSeq++));
-    const fh = await this.openFile(path);
+    const fh = await this.openFile(path, true);
     try {
       if (this.fsync) await syncDir(kl.dir);
     } catch (err) {
@@ -384,18 +375,23 @@ export class PartitionWal implements WriteAheadLog, SegmentFileSource {
     return { path, fh };
   }
 
+  /** The key's next file, created in the background and closed until needed. */
+  private async spareFile(kl: KeyLog): Promise<NewFile> {
+    const { path, fh } = await this.newFile(kl);
+    await fh.close();
+    return { path };
+  }
+
   /** Closes and deletes the key's file created ahead, if any. */
   private async dropSpare(kl: KeyLog): Promise<void> {
     const spare = kl.spare === null ? null : await kl.spare;
     kl.spare = null;
-    if (spare === null) return;
-    await spare.fh.close().catch(() => undefined);
-    await unlink(spare.path).catch(() => undefined);
+    if (spare !== null) await unlink(spare.path).catch(() => undefined);
   }
 
-  /** A new file for appends: O_DSYNC with fsync on, and O_DIRECT while the filesystem takes it. */
-  private async openFile(path: string): Promise<FileHandle> {
-    const flags = constants.O_WRONLY | constants.O_CREAT | constants.O_TRUNC | this.dsync;
+  /** Opens a new (or created ahead) file for appends: O_DSYNC with fsync on, O_DIRECT while the filesystem takes it. */
+  private async openFile(path: string, create: boolean): Promise<FileHandle> {
+    const flags = constants.O_WRONLY | (create ? constants.O_CREAT | constants.O_TRUNC : 0) | this.dsync;
     if (this.direct !== 0) {
       try {
         return await open(path, flags | this.direct);
@@ -633,15 +629,6 @@ export class PartitionWal implements WriteAheadLog, SegmentFileSource {
       }
     })();
     return this.closing;
-  }
-}
-
-async function syncDir(dir: string): Promise<void> {
-  const d = await open(dir, 'r');
-  try {
-    await d.sync();
-  } finally {
-    await d.close();
   }
 }
 
