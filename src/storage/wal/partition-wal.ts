@@ -491,22 +491,15 @@ export class PartitionWal implements WriteAheadLog, SegmentFileSource {
   }
 
   /**
-   * Closes a file to appends (at once: the next write of its key opens another); the zeros after its last frame are
-   * cut off (no sync needed: they mean its end). Every caller gets the same promise.
+   * Closes a file to appends (at once: the next write of its key opens another). The zeros after its last frame
+   * stay: they mean its end, a handover writes its trailer over them, and a restart cuts what is left (a truncate
+   * here cost a journal commit in the group that started the next file). Every caller gets the same promise.
    */
   private closeFile(f: WFile): Promise<void> {
     const fh = f.fh;
     f.fh = null;
     f.partial = null;
-    if (fh !== null) {
-      f.closing = (async () => {
-        try {
-          if (f.direct && f.size % DIRECT_BLOCK > 0) await fh.truncate(f.size).catch(() => undefined);
-        } finally {
-          await fh.close();
-        }
-      })();
-    }
+    if (fh !== null) f.closing = fh.close();
     return f.closing ?? Promise.resolve();
   }
 
@@ -548,17 +541,26 @@ export class PartitionWal implements WriteAheadLog, SegmentFileSource {
     f.taking = true;
     try {
       await this.closeFile(f);
-      const t = trailer({ positions: f.entries.map((e) => e.position), trailerPos: f.size + FRAME_HEADER + 1 });
+      // A file written with O_DIRECT ends in zeros up to a block boundary: the trailer frame is padded (zeros
+      // before the trailer) to end on a block boundary too, so it usually takes the place of those zeros and the
+      // file keeps its size: no truncate, and its fdatasync flushes data without a journal commit.
+      const positions = f.entries.map((e) => e.position);
+      const length = trailer({ positions, trailerPos: 0 }).length;
+      const unpadded = f.size + FRAME_HEADER + 1 + length;
+      const size = f.direct ? Math.ceil(unpadded / DIRECT_BLOCK) * DIRECT_BLOCK : unpadded;
+      const filler = Buffer.alloc(size - unpadded);
+      const t = trailer({ positions, trailerPos: unpadded - length + filler.length });
+      if (t.length !== length) throw new Error('trailer length changed with its position');
       const head = Buffer.allocUnsafe(FRAME_HEADER + 1);
-      head.writeUInt32BE(1 + t.length, 0);
+      head.writeUInt32BE(1 + filler.length + t.length, 0);
       head[FRAME_HEADER] = TRAILER;
-      head.writeUInt32BE(frameCrc(f.seed, head, t), 4);
-      const size = f.size + head.length + t.length;
+      head.writeUInt32BE(frameCrc(f.seed, Buffer.concat([head, filler]), t), 4);
       const fh = await open(f.path, 'r+');
       try {
-        const { bytesWritten } = await fh.writev([head, t], f.size);
-        if (bytesWritten !== head.length + t.length) throw new Error(`short write: ${bytesWritten} bytes`);
-        await fh.truncate(size);
+        const { bytesWritten } = await fh.writev([head, filler, t], f.size);
+        if (bytesWritten !== size - f.size) throw new Error(`short write: ${bytesWritten} bytes`);
+        // More zeros than that only after an alignment probe past the data: cut off, so the footer ends the file.
+        if ((await fh.stat()).size > size) await fh.truncate(size);
         if (this.fsync) await fh.datasync();
       } finally {
         await fh.close();
