@@ -117,6 +117,11 @@ class Partition {
   ) {}
 }
 
+/** The partition's first completed segment is durable: a seal can take it. */
+function segmentReady(p: Partition): boolean {
+  return p.cuts.length > 0 && p.highWatermark >= p.cuts[0];
+}
+
 function partitionKey(def: StreamDef, partition: number): string {
   return `${def.name}@${def.createdAt}/${partition}`;
 }
@@ -378,7 +383,7 @@ export class LogManager implements StreamStorage {
         // Group commits resolve in append order, so the watermark only moves forward.
         if (endOffset > p.highWatermark) p.highWatermark = endOffset;
         this.wake(p);
-        if (p.cuts.length > 0 && p.highWatermark >= p.cuts[0]) void this.seal(p);
+        if (segmentReady(p)) void this.seal(p);
         if (this.unsealed > this.options.maxUnsealedBytes && !this.closed) {
           this.stats.throttledAppends++;
           this.relieve();
@@ -539,8 +544,8 @@ export class LogManager implements StreamStorage {
       if (this.byKey.get(p.key) !== p || p.tail.length === 0) return; // the stream is gone, or nothing to seal
       if (p.cuts.length === 0) this.cut(p);
       const end = p.cuts[0];
-      // A cut made just now may wait a moment for the WAL; a failed WAL never gets there (the next check retries).
-      if (p.highWatermark < end) await this.waitFor(p.def.name, p.partition, end - 1, 30_000);
+      // A cut made just now may wait a moment for the WAL (not a failed one: nothing more becomes durable there).
+      if (p.highWatermark < end && p.failed === null) await this.waitFor(p.def.name, p.partition, end - 1, 30_000);
       if (p.highWatermark < end || this.byKey.get(p.key) !== p) return;
       let n = 0;
       while (n < p.tail.length && p.tail[n].endOffset <= end) n++;
@@ -556,7 +561,7 @@ export class LogManager implements StreamStorage {
       .finally(() => {
         p.sealing = null;
         if (this.closed) return;
-        if (sealed && p.cuts.length > 0 && p.highWatermark >= p.cuts[0]) void this.seal(p);
+        if (sealed && segmentReady(p)) void this.seal(p);
         else if (this.unsealed > this.options.maxUnsealedBytes) this.relieve();
       });
     return p.sealing;
