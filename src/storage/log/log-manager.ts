@@ -283,8 +283,7 @@ export class LogManager implements StreamStorage {
       if (known.has(o.key) || o.key !== segmentKey(prefix, p.flushedOffset)) continue;
       let index: SegmentIndex;
       try {
-        const footer = parseFooter(await this.objects.get(o.key, { start: o.size - FOOTER_SIZE, end: o.size }));
-        index = parseIndex(footer, await this.objects.get(o.key, { start: footer.indexPos, end: o.size - FOOTER_SIZE }));
+        index = await this.readIndex(o.key, o.size);
       } catch (err) {
         this.logger.warn({ err, object: o.key }, 'uncommitted segment object unreadable; left alone');
         continue;
@@ -303,7 +302,7 @@ export class LogManager implements StreamStorage {
       await this.meta.commitSegment(seg);
       p.segments.push(seg);
       p.flushedOffset = seg.endOffset;
-      this.indexCache.set(o.key, index);
+      this.cacheIndex(o.key, index);
       this.stats.recoveredSegments++;
       this.logger.info({ partition: p.key, base: seg.baseOffset, end: seg.endOffset }, 'uncommitted segment object committed at recovery');
     }
@@ -463,14 +462,23 @@ export class LogManager implements StreamStorage {
       this.indexCache.set(seg.objectKey, cached);
       return cached;
     }
-    const footer = parseFooter(await this.objects.get(seg.objectKey, { start: seg.size - FOOTER_SIZE, end: seg.size }));
-    const raw = await this.objects.get(seg.objectKey, { start: footer.indexPos, end: seg.size - FOOTER_SIZE });
-    const index = parseIndex(footer, raw);
-    this.indexCache.set(seg.objectKey, index);
+    const index = await this.readIndex(seg.objectKey, seg.size);
+    this.cacheIndex(seg.objectKey, index);
+    return index;
+  }
+
+  /** A segment object's index, read through its footer. */
+  private async readIndex(objectKey: string, size: number): Promise<SegmentIndex> {
+    const footer = parseFooter(await this.objects.get(objectKey, { start: size - FOOTER_SIZE, end: size }));
+    return parseIndex(footer, await this.objects.get(objectKey, { start: footer.indexPos, end: size - FOOTER_SIZE }));
+  }
+
+  /** Keeps an index for later reads, the least recently used going beyond `indexCacheEntries`. */
+  private cacheIndex(objectKey: string, index: SegmentIndex): void {
+    this.indexCache.set(objectKey, index);
     if (this.indexCache.size > this.options.indexCacheEntries) {
       this.indexCache.delete(this.indexCache.keys().next().value as string);
     }
-    return index;
   }
 
   async offsetForTimestamp(stream: string, partition: number, ts: number): Promise<number> {
@@ -657,7 +665,7 @@ export class LogManager implements StreamStorage {
     }
     await this.meta.putProducerState(p.def.name, p.partition, end, flushed.toJSON());
     p.flushedProducers = flushed;
-    this.indexCache.set(objectKey, index);
+    this.cacheIndex(objectKey, index);
     p.segments.push(seg);
     p.flushedOffset = end;
     // Drop the sealed batches from memory; appends that came meanwhile stay.

@@ -81,24 +81,35 @@ export class FsObjectStore implements ObjectStore {
     return join(this.rootDir, ...keySegments(key));
   }
 
-  async put(key: string, data: Buffer | readonly Buffer[], options: PutOptions = {}): Promise<void> {
-    this.check();
+  /** The object's directory and file path. */
+  private placeOf(key: string): { dir: string; target: string } {
     const segs = keySegments(key);
     const dir = join(this.rootDir, ...segs.slice(0, -1));
-    const target = join(dir, segs[segs.length - 1]);
-    const tmp = join(dir, `${TMP_PREFIX}${randomBytes(8).toString('hex')}`);
-    // A concurrent delete may remove the freshly created (empty) directory before the temp file is in it:
-    // recreate it and try again.
+    return { dir, target: join(dir, segs[segs.length - 1]) };
+  }
+
+  /**
+   * Makes `dir` and runs `fn` in it. A concurrent delete may remove the freshly created (empty) directory before
+   * `fn` put a file in it: the directory is made again and `fn` retried.
+   */
+  private async inDir(key: string, dir: string, fn: () => Promise<void>): Promise<void> {
     for (let attempt = 0; ; attempt++) {
       try {
         await mkdir(dir, { recursive: true });
-        await this.writeDurably(tmp, data, options.yieldToLatency !== true);
-        break;
+        await fn();
+        return;
       } catch (err) {
         if (errnoCode(err) === 'ENOENT' && attempt < 5) continue;
         throw this.putError(key, err);
       }
     }
+  }
+
+  async put(key: string, data: Buffer | readonly Buffer[], options: PutOptions = {}): Promise<void> {
+    this.check();
+    const { dir, target } = this.placeOf(key);
+    const tmp = join(dir, `${TMP_PREFIX}${randomBytes(8).toString('hex')}`);
+    await this.inDir(key, dir, () => this.writeDurably(tmp, data, options.yieldToLatency !== true));
     try {
       await rename(tmp, target);
       // The rename itself is only durable once the directory is synced.
@@ -111,20 +122,8 @@ export class FsObjectStore implements ObjectStore {
 
   async adopt(key: string, path: string): Promise<void> {
     this.check();
-    const segs = keySegments(key);
-    const dir = join(this.rootDir, ...segs.slice(0, -1));
-    const target = join(dir, segs[segs.length - 1]);
-    for (let attempt = 0; ; attempt++) {
-      try {
-        await mkdir(dir, { recursive: true });
-        await rename(path, target);
-        break;
-      } catch (err) {
-        // A concurrent delete may remove the freshly created (empty) directory: recreate it and try again.
-        if (errnoCode(err) === 'ENOENT' && attempt < 5) continue;
-        throw this.putError(key, err);
-      }
-    }
+    const { dir, target } = this.placeOf(key);
+    await this.inDir(key, dir, () => rename(path, target));
     try {
       // One journal transaction holds both directory changes; syncing the target's directory commits it.
       await syncDir(dir);
