@@ -137,12 +137,22 @@ interface KeyLog {
   nextSeq: number;
   /** The next file, being created or ready (null if that failed: the file is then created when needed). */
   spare: Promise<NewFile | null> | null;
+  /** When the key's current file was started (Date.now()), to tell a key that switches files often. */
+  fileStartedAt: number;
 }
 
-/** A file created ahead: empty, its directory entry durable, not open (a partition idle since holds no descriptor). */
+/**
+ * A file created ahead: empty, its directory entry durable; kept open for a key that switches files often (so the
+ * switch in a group commit costs no open, which would wait for a thread-pool slot behind the other keys' writes),
+ * closed otherwise (a quiet partition holds no spare descriptor).
+ */
 interface NewFile {
   path: string;
+  fh: FileHandle | null;
 }
+
+/** A key whose previous file was started less than this long before the current one keeps its next file open. */
+const BUSY_KEY_MS = 10_000;
 
 interface Group extends GroupCommit {
   byKey: Map<KeyLog, WalEntry[]>;
@@ -245,7 +255,17 @@ export class PartitionWal implements WriteAheadLog, SegmentFileSource {
       if (keyBytes.length > MAX_KEY_BYTES) {
         return Promise.reject(new FlowError('INVALID_ARGUMENT', `WAL key longer than ${MAX_KEY_BYTES} bytes`));
       }
-      kl = { key, keyBytes, dir: join(this.dir, keyDirName(keyBytes)), files: [], dirMade: false, busy: null, nextSeq: 1, spare: null };
+      kl = {
+        key,
+        keyBytes,
+        dir: join(this.dir, keyDirName(keyBytes)),
+        files: [],
+        dirMade: false,
+        busy: null,
+        nextSeq: 1,
+        spare: null,
+        fileStartedAt: -Infinity,
+      };
       this.keys.set(key, kl);
     }
     const g = (this.pending ??= newGroup());
@@ -301,7 +321,9 @@ export class PartitionWal implements WriteAheadLog, SegmentFileSource {
     while (i < entries.length) {
       let f = kl.files.length > 0 ? kl.files[kl.files.length - 1] : undefined;
       if (f === undefined || f.fh === null || f.taking || (entries[i].startsFile === true && f.entries.length > 0)) {
-        if (f !== undefined && f.fh !== null) await this.closeFile(f);
+        // The finished file is closed in the background: closing is not part of durability, and waiting for a
+        // thread-pool slot here would hold up the whole group. A handover waits for it (f.closing).
+        if (f !== undefined && f.fh !== null) this.closeFile(f).catch(() => undefined);
         f = await this.createFile(kl, entries[i].baseOffset);
       }
       let j = i + 1;
@@ -335,12 +357,15 @@ export class PartitionWal implements WriteAheadLog, SegmentFileSource {
     try {
       if (spare === null) throw new Error('no file created ahead');
       path = spare.path;
-      fh = await this.openFile(path, false);
+      fh = spare.fh ?? (await this.openFile(path, false));
     } catch {
       ({ path, fh } = await this.newFile(kl));
     }
-    // The next one, in the background.
-    kl.spare = this.spareFile(kl).catch(() => null);
+    // The next one, in the background; kept open when this key switches files often.
+    const now = Date.now();
+    const busy = now - kl.fileStartedAt < BUSY_KEY_MS;
+    kl.fileStartedAt = now;
+    kl.spare = this.spareFile(kl, busy).catch(() => null);
     const header = fileHeader(kl.keyBytes, base);
     const direct = this.direct !== 0;
     const f: WFile = {
@@ -375,18 +400,21 @@ export class PartitionWal implements WriteAheadLog, SegmentFileSource {
     return { path, fh };
   }
 
-  /** The key's next file, created in the background and closed until needed. */
-  private async spareFile(kl: KeyLog): Promise<NewFile> {
+  /** The key's next file, created in the background; open when `keepOpen`, else closed until needed. */
+  private async spareFile(kl: KeyLog, keepOpen: boolean): Promise<NewFile> {
     const { path, fh } = await this.newFile(kl);
+    if (keepOpen) return { path, fh };
     await fh.close();
-    return { path };
+    return { path, fh: null };
   }
 
   /** Closes and deletes the key's file created ahead, if any. */
   private async dropSpare(kl: KeyLog): Promise<void> {
     const spare = kl.spare === null ? null : await kl.spare;
     kl.spare = null;
-    if (spare !== null) await unlink(spare.path).catch(() => undefined);
+    if (spare === null) return;
+    await spare.fh?.close().catch(() => undefined);
+    await unlink(spare.path).catch(() => undefined);
   }
 
   /** Opens a new (or created ahead) file for appends: O_DSYNC with fsync on, O_DIRECT while the filesystem takes it. */
@@ -798,6 +826,16 @@ async function recoverKey(kdir: string, opts: PartitionWalOptions): Promise<{ lo
   for (let i = 1; i < files.length; i++) {
     if (files[i].base < files[i - 1].end) throw new FlowError('CORRUPT_DATA', `WAL file ${files[i].path} starts below the end of the one before`);
   }
-  const log: KeyLog = { key: keyBytes.toString('utf8'), keyBytes: Buffer.from(keyBytes), dir: kdir, files, dirMade: true, busy: null, nextSeq, spare: null };
+  const log: KeyLog = {
+    key: keyBytes.toString('utf8'),
+    keyBytes: Buffer.from(keyBytes),
+    dir: kdir,
+    files,
+    dirMade: true,
+    busy: null,
+    nextSeq,
+    spare: null,
+    fileStartedAt: -Infinity,
+  };
   return { log, truncated };
 }
