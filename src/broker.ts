@@ -141,7 +141,7 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
         { offsets: metastore, producerIds: metastore },
       );
       // Produce latency (decoded request → durable response) as a histogram snapshot clients can diff.
-      figures.kafka = () => ({ produceLatency: adapter.produceLatency.snapshot(), histogramBoundsMs: HISTOGRAM_BOUNDS_MS });
+      figures.kafka = () => ({ produceLatency: adapter.produceLatency.snapshot(), framePool: { allocated: adapter.frames.allocated, reused: adapter.frames.reused }, histogramBoundsMs: HISTOGRAM_BOUNDS_MS });
       const l = await startKafkaListener(kctx, { host: config.host, port: config.kafkaPort, sasl: config.kafkaSasl }, {}, {}, adapter);
       listeners.set('kafka', l);
       logger.info({ protocol: 'kafka', address: fmt(l.address()), sasl: config.kafkaSasl }, 'listening');
@@ -162,7 +162,7 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
         brokerId: config.brokerId,
         uptimeMs: Date.now() - started,
         listeners: Object.fromEntries([...listeners].map(([k, l]) => [k, { ...l.address(), connections: l.connections() }])),
-        storage: { metastore: metastore.kind, objects: objects.kind, walBytes: wal.size(), log: log.stats },
+        storage: { metastore: metastore.kind, objects: objects.kind, walBytes: wal.size(), log: log.stats, batchMemory: log.memoryStats },
         ...Object.fromEntries(Object.entries(figures).map(([k, f]) => [k, f()])),
       }),
     });

@@ -8,7 +8,7 @@
 import { FlowError } from './errors.js';
 import type { Message, QoS } from './message.js';
 import { decodeBatch, encodeBatch, messageToRecord, recordToMessage } from './record-batch.js';
-import type { AppendResult, PartitionOffsets, StreamCatalog, StreamDef, StreamStorage } from './streams.js';
+import type { AppendResult, PartitionOffsets, ReadLease, StreamCatalog, StreamDef, StreamStorage } from './streams.js';
 import { RetainedIndex } from './retained.js';
 import { decodeStoredMessage, encodeStoredMessage, type RetainedStore } from './sessions.js';
 import { isValidStreamName, kafkaToUnified, matches, validateFilter, validateTopic } from './topic.js';
@@ -322,7 +322,8 @@ export class Engine {
 
   /**
    * Appends a Kafka record batch to one partition of a stream, then routes its records to live subscribers
-   * and to other streams whose bindings match the stream's topic.
+   * and to other streams whose bindings match the stream's topic. The batch is borrowed for the duration of the
+   * call, as by StreamStorage.append.
    */
   produce(stream: string, partition: number, batch: Buffer): AppendResult {
     const e = this.streams.get(stream);
@@ -336,7 +337,9 @@ export class Engine {
     this.stats.captured++;
     if (this.subs.size > 0 || this.bindings.size > e.def.bindings.length) {
       const extra: Promise<void>[] = [];
-      for (const rec of decodeBatch(batch)) {
+      // The batch is only borrowed (see StreamStorage.append), and decoded records point into it: the messages
+      // delivered live get memory of their own.
+      for (const rec of decodeBatch(Buffer.from(batch))) {
         const msg = recordToMessage(rec, e.ownTopic);
         // A produced record may carry a topic header (e.g. copied from a stream that captured MQTT traffic), but
         // it may only claim a topic this stream could have captured: a Kafka producer must not be able to
@@ -389,9 +392,9 @@ export class Engine {
     return this.storage.offsets(stream, partition);
   }
 
-  read(stream: string, partition: number, offset: number, maxBytes: number): Promise<Buffer[]> {
+  read(stream: string, partition: number, offset: number, maxBytes: number, lease?: ReadLease): Promise<Buffer[]> {
     this.partitionOf(stream, partition);
-    return this.storage.read(stream, partition, offset, maxBytes);
+    return this.storage.read(stream, partition, offset, maxBytes, lease);
   }
 
   offsetForTimestamp(stream: string, partition: number, ts: number): Promise<number> {

@@ -42,13 +42,20 @@ export interface StreamStorage {
    * before this returns, and written into the batch. Batches with a producer id are idempotent (KIP-98): a
    * repeated sequence range is not appended again (`duplicate`), a gap throws OUT_OF_ORDER_SEQUENCE, an older
    * producer epoch throws PRODUCER_FENCED.
+   *
+   * The batch is borrowed for the duration of the call: the storage keeps a copy of what it needs, and the caller
+   * may reuse the buffer once this returns (the Kafka adapter reuses its request frames).
    */
   append(stream: string, partition: number, batch: Buffer): AppendResult;
   /**
    * Durable batches from the one holding `offset` onwards, up to about `maxBytes` (always at least one batch
    * when one is available, as Kafka requires).
+   *
+   * With a `lease`, the buffers may point into storage memory that is reused once the lease is released, so the
+   * reader must release it only when it no longer needs them (e.g. once they are written to a socket). Without
+   * one, the buffers are the reader's to keep.
    */
-  read(stream: string, partition: number, offset: number, maxBytes: number): Promise<Buffer[]>;
+  read(stream: string, partition: number, offset: number, maxBytes: number, lease?: ReadLease): Promise<Buffer[]>;
   offsets(stream: string, partition: number): PartitionOffsets;
   /** First offset whose record timestamp is >= ts; the high watermark when there is none. */
   offsetForTimestamp(stream: string, partition: number, ts: number): Promise<number>;
@@ -66,4 +73,35 @@ export interface StreamCatalog {
   updateStream(def: StreamDef): Promise<void>;
   deleteStream(name: string): Promise<void>;
   listStreams(): Promise<StreamDef[]>;
+}
+
+/** Storage memory held on behalf of a reader (see ReadLease). */
+export interface Pin {
+  unpin(): void;
+}
+
+/**
+ * What a reader holds while it uses buffers that point into storage memory (StreamStorage.read). Releasing it
+ * gives every pin back; pins added after the release are given back at once (the reader is gone and will not
+ * look at the bytes).
+ */
+export class ReadLease {
+  private pins: Pin[] = [];
+  private released = false;
+
+  hold(pin: Pin): void {
+    if (this.released) pin.unpin();
+    else this.pins.push(pin);
+  }
+
+  get empty(): boolean {
+    return this.pins.length === 0;
+  }
+
+  release(): void {
+    this.released = true;
+    const pins = this.pins;
+    this.pins = [];
+    for (const p of pins) p.unpin();
+  }
 }

@@ -49,7 +49,7 @@ export class MemoryStreams implements StreamStorage, StreamCatalog {
     const info = readBatchInfo(batch);
     const baseOffset = p.next;
     setBaseOffset(batch, baseOffset);
-    p.batches.push(batch);
+    p.batches.push(Buffer.from(batch)); // the batch is borrowed (StreamStorage.append)
     p.next += info.lastOffsetDelta + 1;
     const w = p.waiters.splice(0);
     for (const f of w) f();

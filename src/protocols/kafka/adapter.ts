@@ -17,6 +17,7 @@ import type { AdapterContext } from '../types.js';
 import { ApiKey, KafkaErrorCode, type ApiVersionRange } from './codec/index.js';
 import { kafkaErrorCode } from './errors.js';
 import type { ResolvedKafkaOptions } from './options.js';
+import { FramePool } from './frame-pool.js';
 import type { Route } from './route.js';
 import { GroupCoordinator } from './groups/coordinator.js';
 import { ProducerIdAllocator } from './handlers/producer.js';
@@ -47,6 +48,8 @@ export class KafkaAdapter {
   readonly producerIdAllocator: ProducerIdAllocator;
   /** Produce requests with acks=1/all: from the decoded request to the durable response, in ms. */
   readonly produceLatency = new LatencyHistogram();
+  /** Reused memory for large request frames (see frame-pool.ts). */
+  readonly frames = new FramePool();
 
   constructor(
     ctx: AdapterContext,

@@ -3,7 +3,9 @@
  *
  * - Framing: every request is a 4-byte big-endian size followed by that many bytes. A negative size or one above
  *   `maxRequestBytes` cannot be a valid request (and must not make us buffer gigabytes): the connection is
- *   logged and closed.
+ *   logged and closed. Received bytes are copied straight into the frame they belong to (the listener may hand
+ *   them over in a read buffer it reuses, see read-into.ts); large frames come from the adapter's FramePool and
+ *   Produce frames go back to it once their request is finished (the storage copies what it keeps).
  * - Pipelining: clients send several requests without waiting (max.in.flight). Each request gets a slot in
  *   arrival order; handlers run concurrently (a Produce waiting for durability must not hold up the next one),
  *   and responses are written strictly in request order, as the protocol requires, by flushing the slots at the
@@ -35,6 +37,7 @@ import {
 } from './codec/index.js';
 import { CLOSE_CONNECTION, type ConnectionInfo, type KafkaListenerInfo, type RouteResult } from './route.js';
 import { SaslSession, stepRawToken } from './sasl.js';
+import { ReadLease } from '../../core/index.js';
 
 const PLAINTEXT_LISTENER: KafkaListenerInfo = { name: 'kafka', tls: false, saslRequired: false };
 
@@ -43,6 +46,12 @@ const PRE_AUTH_APIS: ReadonlySet<number> = new Set([ApiKey.ApiVersions, ApiKey.S
 
 export interface KafkaConnectionInit {
   id: string;
+  /**
+   * Connects the connection's input to its transport, for a listener that reads sockets itself (readInto):
+   * returns false when it cannot, and the connection reads 'data' events. Bytes given to `receive` are copied
+   * during the call.
+   */
+  attachInput?: (receive: (bytes: Buffer) => void) => boolean;
   localAddress?: string;
   localPort?: number;
   remoteAddress?: string;
@@ -55,6 +64,8 @@ interface Slot {
   done: boolean;
   /** Encoded response frame; null when the request gets no response (Produce acks=0); or close here. */
   result: RouteResult;
+  /** Storage memory the response points into (Fetch): released once the response is written or dropped. */
+  lease: ReadLease | null;
 }
 
 export class KafkaConnection implements ConnectionInfo {
@@ -69,11 +80,12 @@ export class KafkaConnection implements ConnectionInfo {
   private resolveClosed: () => void = () => undefined;
   private isDone = false;
 
-  /** Received bytes not yet framed. */
-  private readonly inbox: Buffer[] = [];
-  private inboxBytes = 0;
-  /** Size of the frame being received, -1 while its size prefix is incomplete. */
-  private frameSize = -1;
+  /** The size prefix being received and how many of its 4 bytes are in. */
+  private readonly sizePrefix = Buffer.alloc(4);
+  private sizeHave = 0;
+  /** The frame being received (null while its size prefix is incomplete) and how many of its bytes are in. */
+  private frame: Buffer | null = null;
+  private frameHave = 0;
   private readonly pending: Slot[] = [];
   private paused = false;
   private corked = false;
@@ -96,7 +108,10 @@ export class KafkaConnection implements ConnectionInfo {
     this.closed = new Promise<void>((resolve) => {
       this.resolveClosed = resolve;
     });
-    stream.on('data', (chunk: Buffer | string) => this.onData(typeof chunk === 'string' ? Buffer.from(chunk) : chunk));
+    if (!init.attachInput?.((bytes) => this.receive(bytes))) {
+      stream.on('data', (chunk: Buffer | string) => this.receive(typeof chunk === 'string' ? Buffer.from(chunk) : chunk));
+      stream.resume(); // a socket accepted paused (pauseOnConnect) stays paused until told
+    }
     stream.on('drain', () => this.updateFlow());
     stream.on('end', () => {
       this.ended = true;
@@ -130,50 +145,36 @@ export class KafkaConnection implements ConnectionInfo {
 
   // ---------------------------------------------------------------- input
 
-  private onData(chunk: Buffer): void {
-    if (this.isDone) return;
-    this.inbox.push(chunk);
-    this.inboxBytes += chunk.length;
+  /** Copies received bytes into the frames they belong to and dispatches each complete frame. */
+  private receive(bytes: Buffer): void {
+    let pos = 0;
     while (!this.isDone) {
-      if (this.frameSize < 0) {
-        if (this.inboxBytes < 4) break;
-        const size = this.take(4).readInt32BE(0);
+      if (this.frame === null) {
+        const k = Math.min(4 - this.sizeHave, bytes.length - pos);
+        bytes.copy(this.sizePrefix, this.sizeHave, pos, pos + k);
+        this.sizeHave += k;
+        pos += k;
+        if (this.sizeHave < 4) break;
+        this.sizeHave = 0;
+        const size = this.sizePrefix.readInt32BE(0);
         if (size < 0 || size > this.adapter.options.maxRequestBytes) {
           this.log.warn({ size, max: this.adapter.options.maxRequestBytes }, 'invalid request size: closing connection');
           this.destroy();
           return;
         }
-        this.frameSize = size;
+        this.frame = this.adapter.frames.take(size);
+        this.frameHave = 0;
       }
-      if (this.inboxBytes < this.frameSize) break;
-      const frame = this.take(this.frameSize);
-      this.frameSize = -1;
+      const k = Math.min(this.frame.length - this.frameHave, bytes.length - pos);
+      bytes.copy(this.frame, this.frameHave, pos, pos + k);
+      this.frameHave += k;
+      pos += k;
+      if (this.frameHave < this.frame.length) break;
+      const frame = this.frame;
+      this.frame = null;
       this.dispatch(frame);
     }
     this.updateFlow();
-  }
-
-  /** Removes the first n buffered bytes; zero-copy when they lie in one chunk. */
-  private take(n: number): Buffer {
-    this.inboxBytes -= n;
-    const first = this.inbox[0];
-    if (n === 0) return Buffer.alloc(0);
-    if (first.length >= n) {
-      if (first.length === n) this.inbox.shift();
-      else this.inbox[0] = first.subarray(n);
-      return first.subarray(0, n);
-    }
-    const out = Buffer.allocUnsafe(n);
-    let off = 0;
-    while (off < n) {
-      const c = this.inbox[0];
-      const k = Math.min(c.length, n - off);
-      c.copy(out, off, 0, k);
-      off += k;
-      if (k === c.length) this.inbox.shift();
-      else this.inbox[0] = c.subarray(k);
-    }
-    return out;
   }
 
   private dispatch(frame: Buffer): void {
@@ -218,7 +219,7 @@ export class KafkaConnection implements ConnectionInfo {
           apiKeys: this.adapter.apiVersions,
           throttleTimeMs: 0,
         });
-        this.pending.push({ done: true, result: chunks });
+        this.pending.push({ done: true, result: chunks, lease: null });
         this.flush();
         return;
       }
@@ -229,28 +230,37 @@ export class KafkaConnection implements ConnectionInfo {
       this.answerUnsupported(prefix);
       return;
     }
-    const slot: Slot = { done: false, result: null };
+    const slot: Slot = { done: false, result: null, lease: new ReadLease() };
+    // A Produce frame is finished with once its handler settles (the storage copied the batches during the append).
+    const recycle = prefix.apiKey === ApiKey.Produce ? () => this.adapter.frames.give(frame) : undefined;
     let response: Promise<RouteResult>;
     try {
-      response = route.run(this.adapter, this, frame);
+      response = route.run(this.adapter, this, frame, slot.lease!);
     } catch (err) {
+      slot.lease!.release();
+      recycle?.();
       this.reject(err, prefix);
       return;
     }
     this.pending.push(slot);
     response.then(
       (result) => {
+        recycle?.();
         slot.done = true;
         slot.result = result;
         this.flush();
       },
-      (err: unknown) => this.reject(err, prefix),
+      (err: unknown) => {
+        recycle?.();
+        slot.lease!.release();
+        this.reject(err, prefix);
+      },
     );
   }
 
   /** A raw SASL token (after SaslHandshake v0): answered with a bare token, or the connection closes. */
   private dispatchRawToken(token: Buffer): void {
-    const slot: Slot = { done: false, result: null };
+    const slot: Slot = { done: false, result: null, lease: null };
     this.pending.push(slot);
     stepRawToken({ conn: this }, token).then(
       (answer) => {
@@ -274,7 +284,7 @@ export class KafkaConnection implements ConnectionInfo {
     frame.writeInt32BE(6, 0);
     frame.writeInt32BE(prefix.correlationId, 4);
     frame.writeInt16BE(KafkaErrorCode.UNSUPPORTED_VERSION, 8);
-    this.pending.push({ done: true, result: [frame] });
+    this.pending.push({ done: true, result: [frame], lease: null });
     this.flush();
   }
 
@@ -295,7 +305,11 @@ export class KafkaConnection implements ConnectionInfo {
   private flush(): void {
     if (this.isDone) return;
     while (this.pending.length > 0 && this.pending[0].done) {
-      const result = this.pending.shift()?.result ?? null;
+      const slot = this.pending.shift()!;
+      const result = slot.result;
+      if (result === null || result === CLOSE_CONNECTION || !Array.isArray(result) || slot.lease === null || slot.lease.empty) {
+        slot.lease?.release();
+      }
       if (result === null) continue;
       if (result === CLOSE_CONNECTION) {
         this.closeAfterWrites();
@@ -312,7 +326,15 @@ export class KafkaConnection implements ConnectionInfo {
         this.closeAfterWrites();
         return;
       }
-      for (const c of result) this.stream.write(c);
+      if (slot.lease !== null && !slot.lease.empty && result.length > 0) {
+        // The response points into storage memory: it is given back once the socket has taken the bytes (the write
+        // callback also runs when the connection is destroyed first).
+        const lease = slot.lease;
+        for (let i = 0; i < result.length - 1; i++) this.stream.write(result[i]);
+        this.stream.write(result[result.length - 1], () => lease.release());
+      } else {
+        for (const c of result) this.stream.write(c);
+      }
     }
     this.updateFlow();
     this.maybeEnd();
@@ -365,8 +387,8 @@ export class KafkaConnection implements ConnectionInfo {
   private release(): void {
     if (this.released) return;
     this.released = true;
-    this.inbox.length = 0;
-    this.inboxBytes = 0;
+    this.frame = null;
+    for (const slot of this.pending) slot.lease?.release();
     this.pending.length = 0;
     this.log.debug('connection closed');
     this.resolveClosed();

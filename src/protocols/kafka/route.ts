@@ -5,6 +5,7 @@
 import type { Logger } from 'pino';
 import type { KafkaAdapter } from './adapter.js';
 import type { SaslSession } from './sasl.js';
+import type { ReadLease } from '../../core/index.js';
 import { decodeRequestWith, encodeResponse, type AnyApiCodec, type ApiCodec, type RequestHeader } from './codec/index.js';
 
 /** The listener a connection arrived on. */
@@ -45,6 +46,11 @@ export interface RequestContext {
   readonly adapter: KafkaAdapter;
   readonly conn: ConnectionInfo;
   readonly header: RequestHeader;
+  /**
+   * Holds the storage memory that buffers read for the response point into (pass it to engine.read); the
+   * connection releases it once the response is written or dropped.
+   */
+  readonly lease: ReadLease;
 }
 
 /**
@@ -80,17 +86,17 @@ export interface Route {
    * runs before this returns, so requests of one connection reach the engine in arrival order (Produce appends
    * without an await when its topics exist). A failing handler rejects.
    */
-  run(adapter: KafkaAdapter, conn: ConnectionInfo, frame: Buffer): Promise<RouteResult>;
+  run(adapter: KafkaAdapter, conn: ConnectionInfo, frame: Buffer, lease: ReadLease): Promise<RouteResult>;
 }
 
 export function route<Req, Res>(codec: ApiCodec<Req, Res>, handler: Handler<Req, Res>): Route {
   return {
     codec,
-    run(adapter, conn, frame) {
+    run(adapter, conn, frame, lease) {
       const { header, body } = decodeRequestWith(codec, frame);
       let out: HandlerResult<Res> | Promise<HandlerResult<Res>>;
       try {
-        out = handler({ adapter, conn, header }, body);
+        out = handler({ adapter, conn, header, lease }, body);
       } catch (err) {
         return Promise.reject(err);
       }

@@ -8,6 +8,7 @@ import { ConnectionSet, listenOn } from '../listener.js';
 import type { AdapterContext, ListenOptions, ProtocolListener } from '../types.js';
 import { KafkaAdapter, type KafkaStores } from './adapter.js';
 import { KafkaConnection } from './connection.js';
+import { readInto } from '../read-into.js';
 import { resolveKafkaOptions, type KafkaOptions } from './options.js';
 import type { KafkaListenerInfo } from './route.js';
 import { KAFKA_ROUTES } from './routes.js';
@@ -63,6 +64,9 @@ export async function startKafkaListener(
         remoteAddress: socket.remoteAddress,
         remotePort: socket.remotePort,
         listener: info,
+        // Plain TCP sockets are accepted paused and read into one reused buffer (read-into.ts); TLS sockets
+        // deliver decrypted 'data' events.
+        attachInput: isTls ? undefined : (receive) => readInto(socket, receive),
       }),
     );
   };
@@ -77,7 +81,7 @@ export async function startKafkaListener(
     t.on('tlsClientError', (err) => ctx.logger.debug({ err: err.message, listener: info.name }, 'kafka tls handshake failed'));
     server = t;
   } else {
-    server = createServer({ allowHalfOpen: true }, accept);
+    server = createServer({ allowHalfOpen: true, pauseOnConnect: true }, accept);
   }
 
   await listenOn(server, listen, (err) => ctx.logger.error({ err, listener: info.name }, 'kafka listener error'));

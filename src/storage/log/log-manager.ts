@@ -31,6 +31,7 @@ import {
   OFF_CRC,
   type AppendResult,
   type PartitionOffsets,
+  type ReadLease,
   type StreamDef,
   type StreamStorage,
 } from '../../core/index.js';
@@ -38,6 +39,7 @@ import type { Metastore, SegmentMeta } from '../metastore/types.js';
 import type { ObjectStore } from '../objects/types.js';
 import type { SegmentFileSource, WalEntry, WriteAheadLog } from '../wal/types.js';
 import { ProducerState } from './producer-state.js';
+import { BatchMemory, type Chunk, type ChunkCursor } from './batch-memory.js';
 import { buildSegment, buildTrailer, findEntry, FOOTER_SIZE, parseFooter, parseIndex, segmentKey, type SegmentIndex } from './segment.js';
 
 export interface LogOptions {
@@ -61,6 +63,11 @@ export interface LogOptions {
    * otherwise grow memory and the WAL without bound.
    */
   maxUnsealedBytes: number;
+  /**
+   * Memory the tails' large batches are copied into and reused from (see batch-memory.ts); beyond it batches get
+   * buffers of their own. Default: maxUnsealedBytes plus a chunk per partition's worth of slack.
+   */
+  batchMemoryBytes?: number;
 }
 
 export const DEFAULT_LOG_OPTIONS: LogOptions = {
@@ -77,6 +84,8 @@ interface TailBatch {
   endOffset: number;
   maxTimestamp: number;
   data: Buffer;
+  /** The reused memory `data` lies in (pinned by this entry until it leaves the tail); null for its own buffer. */
+  chunk: Chunk | null;
 }
 
 interface Waiter {
@@ -85,7 +94,9 @@ interface Waiter {
   timer: NodeJS.Timeout;
 }
 
-class Partition {
+class Partition implements ChunkCursor {
+  /** Where this partition's next large batch is copied (BatchMemory). */
+  chunk: Chunk | null = null;
   /** Committed segments, ordered. */
   segments: SegmentMeta[] = [];
   /** Batches not yet in a committed segment (including those being sealed), ordered. */
@@ -142,6 +153,7 @@ export class LogManager implements StreamStorage {
   private unsealed = 0;
   /** Acknowledgements held back while `unsealed` is above maxUnsealedBytes. */
   private throttled: Array<() => void> = [];
+  private readonly memory: BatchMemory;
   readonly stats = {
     sealedSegments: 0,
     sealedBytes: 0,
@@ -156,13 +168,20 @@ export class LogManager implements StreamStorage {
     throttledAppends: 0,
   };
 
+  /** The tails' reused batch memory (batch-memory.ts): chunk bytes in existence, batches copied in or not. */
+  get memoryStats(): { chunkBytes: number; pooledBatches: number; ownBatches: number } {
+    return { chunkBytes: this.memory.bytes, pooledBatches: this.memory.pooledBatches, ownBatches: this.memory.ownBatches };
+  }
+
   private constructor(
     private readonly wal: WriteAheadLog,
     private readonly objects: ObjectStore,
     private readonly meta: Metastore,
     private readonly logger: Logger,
     readonly options: LogOptions,
-  ) {}
+  ) {
+    this.memory = new BatchMemory(options.batchMemoryBytes ?? options.maxUnsealedBytes + 64 * 1024 * 1024);
+  }
 
   /** Opens the engine and replays the WAL; streams are then opened by the core with openStream(). */
   static async open(deps: {
@@ -234,7 +253,7 @@ export class LogManager implements StreamStorage {
           if (starts) this.cut(p);
           p.openBytes += len;
           const info = readBatchInfo(e.data);
-          this.pushTail(p, { baseOffset: e.baseOffset, endOffset: e.endOffset, maxTimestamp: info.maxTimestamp, data: e.data });
+          this.pushTail(p, { baseOffset: e.baseOffset, endOffset: e.endOffset, maxTimestamp: info.maxTimestamp, data: e.data, chunk: null });
           if (ProducerState.isIdempotent(info)) p.producers.record(info, e.baseOffset);
           this.stats.recoveredBatches++;
         }
@@ -257,7 +276,7 @@ export class LogManager implements StreamStorage {
     const state = ProducerState.fromJSON(snap.state);
     let pos = snap.endOffset;
     while (pos < p.flushedOffset) {
-      const batches = await this.readSegments(p, pos, 1 << 20);
+      const batches = await this.readSegments(p, pos, 1 << 20, undefined);
       if (batches.length === 0) break;
       const before = pos;
       for (const b of batches) {
@@ -333,6 +352,12 @@ export class LogManager implements StreamStorage {
       }
     }
     this.releaseThrottled();
+    // The batches' memory is not reused: WAL appends or a seal may still be reading it.
+    for (const p of victims) {
+      for (const b of p.tail) b.chunk?.abandon();
+      p.chunk?.abandon();
+      p.chunk = null;
+    }
     // Sealing may still be running; wait so no object is written after the delete below.
     await Promise.allSettled(victims.map((p) => p.sealing));
     for (const p of victims) {
@@ -373,11 +398,13 @@ export class LogManager implements StreamStorage {
     p.cutPending = false;
     p.openBytes += batch.length;
     if (idempotent) p.producers.record(info, baseOffset);
-    this.pushTail(p, { baseOffset, endOffset, maxTimestamp: info.maxTimestamp, data: batch });
+    // The caller's buffer is only borrowed (StreamStorage.append): the tail and the WAL get the log's own copy.
+    const { data, chunk } = this.memory.copy(p, batch);
+    this.pushTail(p, { baseOffset, endOffset, maxTimestamp: info.maxTimestamp, data, chunk });
     // The batch's own CRC (checked by the Kafka adapter, computed by the core's encoder) covers all but its first
     // 21 bytes: the WAL combines it into its frame checksum instead of reading the batch once more.
-    const dataCrc = { from: OFF_ATTRIBUTES, crc: batch.readUInt32BE(OFF_CRC) };
-    const durable = this.wal.append({ key: p.key, baseOffset, endOffset, data: batch, dataCrc, startsFile }).then(
+    const dataCrc = { from: OFF_ATTRIBUTES, crc: data.readUInt32BE(OFF_CRC) };
+    const durable = this.wal.append({ key: p.key, baseOffset, endOffset, data, dataCrc, startsFile }).then(
       () => {
         // Group commits resolve in append order, so the watermark only moves forward.
         if (endOffset > p.highWatermark) p.highWatermark = endOffset;
@@ -404,33 +431,44 @@ export class LogManager implements StreamStorage {
     return { logStartOffset: p.logStartOffset, highWatermark: p.highWatermark };
   }
 
-  async read(stream: string, partition: number, offset: number, maxBytes: number): Promise<Buffer[]> {
+  async read(stream: string, partition: number, offset: number, maxBytes: number, lease?: ReadLease): Promise<Buffer[]> {
     const p = this.part(stream, partition);
     if (offset < p.logStartOffset || offset >= p.highWatermark) return [];
     const tailStart = p.tail.length > 0 ? p.tail[0].baseOffset : p.nextOffset;
-    if (offset >= tailStart) return this.readTail(p, offset, maxBytes);
-    return this.readSegments(p, offset, maxBytes);
+    if (offset >= tailStart) return this.readTail(p, offset, maxBytes, lease);
+    return this.readSegments(p, offset, maxBytes, lease);
   }
 
-  private readTail(p: Partition, offset: number, maxBytes: number): Buffer[] {
+  /**
+   * A tail batch for a reader: a batch in reused memory is pinned by the reader's lease until it releases it, or
+   * copied for a reader without one.
+   */
+  private handOut(b: TailBatch, lease: ReadLease | undefined): Buffer {
+    if (b.chunk === null) return b.data;
+    if (lease === undefined) return Buffer.from(b.data);
+    lease.hold(b.chunk.pin());
+    return b.data;
+  }
+
+  private readTail(p: Partition, offset: number, maxBytes: number, lease: ReadLease | undefined): Buffer[] {
     const out: Buffer[] = [];
     let bytes = 0;
     for (let i = findEntry(p.tail, offset); i < p.tail.length; i++) {
       const b = p.tail[i];
       if (b.endOffset > p.highWatermark) break; // not durable yet: not visible
       if (out.length > 0 && bytes + b.data.length > maxBytes) break;
-      out.push(b.data);
+      out.push(this.handOut(b, lease));
       bytes += b.data.length;
     }
     return out;
   }
 
-  private async readSegments(p: Partition, offset: number, maxBytes: number): Promise<Buffer[]> {
+  private async readSegments(p: Partition, offset: number, maxBytes: number, lease: ReadLease | undefined): Promise<Buffer[]> {
     const si = findEntry(
       p.segments.map((s) => ({ baseOffset: s.baseOffset, endOffset: s.endOffset })),
       offset,
     );
-    if (si >= p.segments.length) return this.readTail(p, offset, maxBytes);
+    if (si >= p.segments.length) return this.readTail(p, offset, maxBytes, lease);
     const seg = p.segments[si];
     const index = await this.loadIndex(seg);
     let i = findEntry(index.entries, offset);
@@ -671,9 +709,10 @@ export class LogManager implements StreamStorage {
     // Drop the sealed batches from memory; appends that came meanwhile stay.
     let dropped = 0;
     while (p.tail.length > 0 && p.tail[0].endOffset <= end) {
-      p.tailBytes -= p.tail[0].data.length;
-      this.unsealed -= p.tail[0].data.length;
-      p.tail.shift();
+      const b = p.tail.shift()!;
+      p.tailBytes -= b.data.length;
+      this.unsealed -= b.data.length;
+      b.chunk?.unpin();
       dropped++;
     }
     while (p.cuts.length > 0 && p.cuts[0] <= end) p.cuts.shift();

@@ -84,7 +84,7 @@ async function readAll(ctx: RequestContext, req: FetchRequest): Promise<ReadResu
         // Caught up, or the response is already full: nothing more from this partition this time.
         if (p.fetchOffset === highWatermark || bytes >= maxBytes) continue;
         const limit = Math.max(1, Math.min(p.partitionMaxBytes, maxBytes - bytes));
-        const batches = await engine.read(t.topic, p.partition, p.fetchOffset, limit);
+        const batches = await engine.read(t.topic, p.partition, p.fetchOffset, limit, ctx.lease);
         for (const b of batches) bytes += b.length;
         res.records = batches;
       } catch (err) {

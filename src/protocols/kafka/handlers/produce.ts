@@ -51,15 +51,6 @@ function fail(r: PartitionResult, errorCode: number, message: string | null = nu
   r.res.errorMessage = message;
 }
 
-/**
- * The batch as a buffer of its own when it is a small part of a larger allocation (the request frame or a
- * socket chunk): the log keeps appended batches in memory for a while, and a 100-byte batch must not pin a
- * 64 KiB socket chunk or a whole multi-partition request.
- */
-function detach(b: Buffer): Buffer {
-  return b.buffer.byteLength > b.length * 2 ? Buffer.from(b) : b;
-}
-
 function append(ctx: RequestContext, stream: StreamEntry, p: ProducePartitionData, r: PartitionResult): void {
   const name = stream.def.name;
   r.stream = name;
@@ -104,7 +95,7 @@ function append(ctx: RequestContext, stream: StreamEntry, p: ProducePartitionDat
   const durables: Promise<void>[] = [];
   try {
     for (let i = 0; i < batches.length; i++) {
-      const res = ctx.adapter.engine.produce(name, p.index, detach(batches[i]));
+      const res = ctx.adapter.engine.produce(name, p.index, batches[i]);
       if (i === 0) r.res.baseOffset = res.baseOffset;
       durables.push(res.durable);
     }
