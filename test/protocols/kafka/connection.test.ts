@@ -7,7 +7,9 @@ import { after, before, describe, it } from 'node:test';
 import kafkajs from 'kafkajs';
 import {
   Engine,
+  ReadLease,
   crc32c,
+  decodeBatch,
   encodeBatch,
   isCompressionSupported,
   makeMessage,
@@ -20,6 +22,7 @@ import {
   KAFKA_ROUTES,
   KafkaAdapter,
   KafkaConnection,
+  createKafkaAdapter,
   resolveKafkaOptions,
   startKafkaListener,
 } from '../../../src/protocols/kafka/index.js';
@@ -759,6 +762,88 @@ describe('kafka listener options', () => {
         clearInterval(t);
       }
       assert.equal(engine.offsets('held', 0).highWatermark, 4);
+    } finally {
+      c.close();
+      await listener.close();
+    }
+  });
+
+  it('gives a large Produce frame back to the pool once it is answered, and the storage holds its own copy', async () => {
+    const m = new GatedStreams();
+    const engine = new Engine(m, m);
+    const ctx = { engine, logger: captureLogger().logger, brokerId: 1 };
+    const adapter = createKafkaAdapter(ctx);
+    const listener = await startKafkaListener(ctx, { host: '127.0.0.1', port: 0 }, {}, {}, adapter);
+    await engine.createStream({ name: 'pooled', partitions: 1 });
+    const c = await RawClient.connect(listener.address().port);
+    try {
+      const big = (fill: number) => encodeBatch(Array.from({ length: 40 }, () => rec('x'.repeat(4000).replace(/x/g, String.fromCharCode(97 + fill)))));
+      m.hold = true;
+      c.send(c.frame(ProduceApi, 7, produceRequest('pooled', 0, big(0)), 1));
+      while (m.held === 0) await new Promise((r) => setTimeout(r, 5));
+      // Not answered yet: the frame is still the request's. A second one gets other memory.
+      c.send(c.frame(ProduceApi, 7, produceRequest('pooled', 0, big(1)), 2));
+      while (m.held < 2) await new Promise((r) => setTimeout(r, 5));
+      assert.deepEqual({ allocated: adapter.frames.allocated, reused: adapter.frames.reused }, { allocated: 2, reused: 0 });
+      m.release();
+      m.hold = false;
+      await c.next(2000);
+      await c.next(2000);
+      for (let i = 2; i <= 5; i++) {
+        c.send(c.frame(ProduceApi, 7, produceRequest('pooled', 0, big(i)), 1 + i));
+        await c.next(2000);
+      }
+      assert.deepEqual({ allocated: adapter.frames.allocated, reused: adapter.frames.reused }, { allocated: 2, reused: 4 });
+      // Every stored batch is intact although the frames it came in were reused.
+      const stored = await engine.read('pooled', 0, 0, 1 << 24);
+      assert.equal(stored.length, 6);
+      stored.forEach((b, i) => {
+        const recs = decodeBatch(b);
+        assert.equal(recs.length, 40);
+        assert.ok(recs.every((r) => r.value!.equals(Buffer.alloc(4000, 97 + i))), `batch ${i}`);
+      });
+    } finally {
+      c.close();
+      await listener.close();
+    }
+  });
+
+  it('releases the storage memory a Fetch response points into once it is written, or when the connection closes', async () => {
+    let pinned = 0;
+    let unpinned = 0;
+    class PinningStreams extends MemoryStreams {
+      override async read(stream: string, partition: number, offset: number, maxBytes: number, lease?: ReadLease): Promise<Buffer[]> {
+        const out = await super.read(stream, partition, offset, maxBytes);
+        if (out.length > 0 && lease) {
+          pinned++;
+          lease.hold({ unpin: () => unpinned++ });
+        }
+        return out;
+      }
+    }
+    const m = new PinningStreams();
+    const engine = new Engine(m, m);
+    const listener = await startKafkaListener({ engine, logger: captureLogger().logger, brokerId: 1 }, { host: '127.0.0.1', port: 0 });
+    await engine.createStream({ name: 'leased', partitions: 1 });
+    await engine.produce('leased', 0, encodeBatch([rec('a'), rec('b')])).durable;
+    const c = await RawClient.connect(listener.address().port);
+    try {
+      c.send(c.frame(FetchApi, 4, fetchRequest('leased', 0, 0), 1));
+      const body = await c.next(2000);
+      assert.equal(body.readInt32BE(0), 1);
+      const deadline = Date.now() + 2000;
+      while (unpinned < 1 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 5));
+      assert.deepEqual({ pinned, unpinned }, { pinned: 1, unpinned: 1 });
+      // A long poll that read some data and waits for more holds it until its response is written, here to a client
+      // that has gone away meanwhile.
+      c.send(c.frame(FetchApi, 4, fetchRequest('leased', 0, 0, 300, 1 << 20), 2));
+      while (pinned < 2 && Date.now() < deadline + 2000) await new Promise((r) => setTimeout(r, 5));
+      assert.deepEqual({ pinned, unpinned }, { pinned: 2, unpinned: 1 });
+      c.close();
+      // (it reads again when its wait ends: every read's pin is given back)
+      while ((unpinned < pinned || unpinned < 2) && Date.now() < deadline + 4000) await new Promise((r) => setTimeout(r, 5));
+      assert.ok(pinned >= 2);
+      assert.equal(unpinned, pinned);
     } finally {
       c.close();
       await listener.close();

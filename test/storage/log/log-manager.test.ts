@@ -4,7 +4,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pino } from 'pino';
-import { decodeBatch, encodeBatch, Engine, type StreamDef } from '../../../src/core/index.js';
+import { decodeBatch, encodeBatch, Engine, ReadLease, type StreamDef } from '../../../src/core/index.js';
 import { LogManager, type LogOptions } from '../../../src/storage/log/index.js';
 import { SqliteMetastore } from '../../../src/storage/metastore/index.js';
 import { FsObjectStore } from '../../../src/storage/objects/index.js';
@@ -316,6 +316,80 @@ for (const layout of ['shared', 'partition'] as const) describe(`LogManager (${l
     const s2 = await open(dir);
     assert.deepEqual(s2.engine.offsets('x', 0), { logStartOffset: 0, highWatermark: 0 });
     await s2.close();
+  });
+
+  // Large batches (>= 64 KiB) are copied into reused chunks (batch-memory.ts).
+  const big = (i: number, n = 8) =>
+    encodeBatch(Array.from({ length: n }, (_, k) => ({ key: null, value: Buffer.alloc(16 * 1024, (i * 8 + k) % 251), headers: [], timestamp: 1_000_000 + i })));
+  const firstValue = (b: Buffer) => decodeBatch(b)[0].value![0];
+
+  it('keeps its own copy of an appended batch: the caller may reuse its buffer at once', async () => {
+    const s = await open(tmp());
+    await s.engine.createStream({ name: 'c', partitions: 1 });
+    for (const batch of [big(1), encodeBatch([rec(5)])]) {
+      const { durable } = s.engine.produce('c', 0, batch);
+      batch.fill(0xee); // e.g. the Kafka adapter's request frame, given to the next request
+      await durable;
+    }
+    const [a, b] = await s.engine.read('c', 0, 0, 1 << 20);
+    assert.equal(firstValue(a), 8);
+    assert.equal(decodeBatch(b)[0].value!.toString(), 'm5');
+    assert.ok(s.log.memoryStats.pooledBatches >= 1 && s.log.memoryStats.ownBatches >= 1);
+    await s.close();
+  });
+
+  it('reuses tail memory after seals, but never while a reader holds it through a lease', async () => {
+    const s = await open(tmp(), { segmentBytes: 512 * 1024 });
+    await s.engine.createStream({ name: 'm', partitions: 1 });
+    const n = 40; // ~5 MiB: more than a chunk
+    for (let i = 0; i < n; i++) await s.engine.produce('m', 0, big(i)).durable;
+    const lease = new ReadLease();
+    const leased = await s.engine.read('m', 0, (n - 3) * 8, 1 << 20, lease);
+    assert.ok(!lease.empty, 'the tail batches handed out are pinned');
+    const copies = await s.engine.read('m', 0, (n - 3) * 8, 1 << 20);
+    assert.ok(copies.every((c, i) => c.equals(leased[i]) && c.buffer !== leased[i].buffer), 'without a lease: copies');
+    const expected = leased.map((b) => Buffer.from(b));
+    // Seal everything and keep producing: sealed chunks are reused by new batches...
+    await s.log.flushAll();
+    for (let i = n; i < 3 * n; i++) {
+      await s.engine.produce('m', 0, big(i)).durable;
+      if (i % 8 === 0) await s.log.flushAll();
+    }
+    // ...but not the one the lease holds.
+    assert.ok(leased.every((b, i) => b.equals(expected[i])), 'leased batches intact');
+    lease.release();
+    for (let i = 3 * n; i < 4 * n; i++) await s.engine.produce('m', 0, big(i)).durable;
+    // Everything reads back right, from segments and from the tail.
+    let offset = 0;
+    let batchNo = 0;
+    while (offset < 4 * n * 8) {
+      const batches = await s.engine.read('m', 0, offset, 1 << 20);
+      for (const b of batches) {
+        const recs = decodeBatch(b);
+        assert.equal(recs[0].value![0], (batchNo * 8) % 251, `batch ${batchNo}`);
+        assert.equal(recs[7].value![100], (batchNo * 8 + 7) % 251);
+        batchNo++;
+        offset = recs[recs.length - 1].offset + 1;
+      }
+    }
+    assert.equal(batchNo, 4 * n);
+    assert.ok(s.log.memoryStats.chunkBytes <= 4 * 4 * 1024 * 1024, `chunks are reused, not piled up: ${s.log.memoryStats.chunkBytes}`);
+    await s.close();
+  });
+
+  it('does not reuse the memory of a deleted stream\'s batches', async () => {
+    const s = await open(tmp());
+    await s.engine.createStream({ name: 'gone', partitions: 1 });
+    for (let i = 0; i < 4; i++) await s.engine.produce('gone', 0, big(i)).durable;
+    const lease = new ReadLease();
+    const held = await s.engine.read('gone', 0, 0, 1 << 20, lease);
+    const expected = held.map((b) => Buffer.from(b));
+    await s.engine.deleteStream('gone');
+    lease.release();
+    await s.engine.createStream({ name: 'next', partitions: 1 });
+    for (let i = 10; i < 20; i++) await s.engine.produce('next', 0, big(i)).durable;
+    assert.ok(held.every((b, i) => b.equals(expected[i])));
+    await s.close();
   });
 });
 
