@@ -38,6 +38,9 @@ import {
 import { CLOSE_CONNECTION, type ConnectionInfo, type KafkaListenerInfo, type RouteResult } from './route.js';
 import { SaslSession, stepRawToken } from './sasl.js';
 import { ReadLease } from '../../core/index.js';
+import { MAX_FRAME_BYTES } from './frame-pool.js';
+
+const EMPTY = Buffer.alloc(0);
 
 const PLAINTEXT_LISTENER: KafkaListenerInfo = { name: 'kafka', tls: false, saslRequired: false };
 
@@ -86,6 +89,12 @@ export class KafkaConnection implements ConnectionInfo {
   /** The frame being received (null while its size prefix is incomplete) and how many of its bytes are in. */
   private frame: Buffer | null = null;
   private frameHave = 0;
+  /**
+   * A frame above MAX_FRAME_BYTES is gathered in pieces as its bytes arrive and joined when complete: a size
+   * prefix alone must not make the broker allocate up to maxRequestBytes per connection.
+   */
+  private largeSize = -1;
+  private largeParts: Buffer[] = [];
   private readonly pending: Slot[] = [];
   private paused = false;
   private corked = false;
@@ -162,8 +171,26 @@ export class KafkaConnection implements ConnectionInfo {
           this.destroy();
           return;
         }
-        this.frame = this.adapter.frames.take(size);
         this.frameHave = 0;
+        if (size > MAX_FRAME_BYTES) {
+          this.largeSize = size;
+          this.frame = EMPTY;
+        } else {
+          this.frame = this.adapter.frames.take(size);
+        }
+      }
+      if (this.largeSize >= 0) {
+        const k = Math.min(this.largeSize - this.frameHave, bytes.length - pos);
+        if (k > 0) this.largeParts.push(Buffer.from(bytes.subarray(pos, pos + k)));
+        this.frameHave += k;
+        pos += k;
+        if (this.frameHave < this.largeSize) break;
+        const frame = Buffer.concat(this.largeParts, this.largeSize);
+        this.largeParts = [];
+        this.largeSize = -1;
+        this.frame = null;
+        this.dispatch(frame);
+        continue;
       }
       const k = Math.min(this.frame.length - this.frameHave, bytes.length - pos);
       bytes.copy(this.frame, this.frameHave, pos, pos + k);
@@ -388,6 +415,7 @@ export class KafkaConnection implements ConnectionInfo {
     if (this.released) return;
     this.released = true;
     this.frame = null;
+    this.largeParts = [];
     for (const slot of this.pending) slot.lease?.release();
     this.pending.length = 0;
     this.log.debug('connection closed');

@@ -808,6 +808,29 @@ describe('kafka listener options', () => {
     }
   });
 
+  it('takes a request larger than the frame pool serves (gathered as it arrives) and stores it intact', async () => {
+    const m = new MemoryStreams();
+    const engine = new Engine(m, m);
+    const listener = await startKafkaListener({ engine, logger: captureLogger().logger, brokerId: 1 }, { host: '127.0.0.1', port: 0 });
+    await engine.createStream({ name: 'large', partitions: 1 });
+    const c = await RawClient.connect(listener.address().port);
+    try {
+      const values = Array.from({ length: 20 }, (_, i) => Buffer.alloc(1 << 20, i + 1));
+      const batch = encodeBatch(values.map((v) => ({ key: null, value: v, headers: [], timestamp: Date.now() })));
+      const frame = c.frame(ProduceApi, 7, produceRequest('large', 0, batch), 1);
+      assert.ok(frame.length > 16 * 1024 * 1024);
+      c.send(frame);
+      await c.next(10_000);
+      const [stored] = await engine.read('large', 0, 0, 1 << 30);
+      const recs = decodeBatch(stored);
+      assert.equal(recs.length, 20);
+      recs.forEach((r, i) => assert.ok(r.value!.equals(values[i]), `record ${i}`));
+    } finally {
+      c.close();
+      await listener.close();
+    }
+  });
+
   it('releases the storage memory a Fetch response points into once it is written, or when the connection closes', async () => {
     let pinned = 0;
     let unpinned = 0;
