@@ -86,6 +86,8 @@ export class BatchMemory {
       c ??= cursor.chunk = this.take();
       if (c !== null) {
         const data = c.buf.subarray(c.used, c.used + n);
+        // Cannot happen unless a chunk still in use was handed out again: fail the append rather than store a cut batch.
+        if (data.length !== n) throw new Error(`batch memory: a chunk in use was reused (${data.length} of ${n} bytes left)`);
         batch.copy(data);
         // Batches start 8-byte aligned, as allocations do.
         c.used = Math.min(c.buf.length, c.used + ((n + 7) & ~7));

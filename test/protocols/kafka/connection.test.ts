@@ -808,6 +808,32 @@ describe('kafka listener options', () => {
     }
   });
 
+  it('keeps a Produce frame until its request is answered, also when it waits for its topic to be created', async () => {
+    const m = new MemoryStreams();
+    const engine = new Engine(m, m);
+    const ctx = { engine, logger: captureLogger().logger, brokerId: 1 };
+    const adapter = createKafkaAdapter(ctx);
+    const listener = await startKafkaListener(ctx, { host: '127.0.0.1', port: 0 }, {}, {}, adapter);
+    await engine.createStream({ name: 'exists', partitions: 1 });
+    const c = await RawClient.connect(listener.address().port);
+    try {
+      const big = (fill: number) => encodeBatch(Array.from({ length: 40 }, () => ({ key: null, value: Buffer.alloc(4000, fill), headers: [], timestamp: Date.now() })));
+      // The first request's topic does not exist: its append waits for the creation, after the second request (same
+      // frame size) has arrived. Were the first frame given back before its append, the second would overwrite it.
+      c.send(c.frame(ProduceApi, 7, produceRequest('created-on-produce', 0, big(1)), 1), c.frame(ProduceApi, 7, produceRequest('exists', 0, big(2)), 2));
+      await c.next(5000);
+      await c.next(5000);
+      const [first] = await engine.read('created-on-produce', 0, 0, 1 << 24);
+      assert.ok(decodeBatch(first).every((r) => r.value!.equals(Buffer.alloc(4000, 1))), 'the first batch is stored as sent');
+      const [second] = await engine.read('exists', 0, 0, 1 << 24);
+      assert.ok(decodeBatch(second).every((r) => r.value!.equals(Buffer.alloc(4000, 2))));
+      assert.equal(adapter.frames.allocated, 2);
+    } finally {
+      c.close();
+      await listener.close();
+    }
+  });
+
   it('takes a request larger than the frame pool serves (gathered as it arrives) and stores it intact', async () => {
     const m = new MemoryStreams();
     const engine = new Engine(m, m);
