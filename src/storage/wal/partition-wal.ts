@@ -23,9 +23,11 @@
  * (creating one costs a journal commit of its own, which under a sustained produce was in one group commit of
  * five). An empty file is nothing: recovery deletes it.
  *
- * Group commit: appends queue; one group is written at a time, its keys in parallel (at most `writeConcurrency`
- * at once: libuv's thread pool has four threads), each key's entries in order with one write per file, on
- * descriptors opened with O_DSYNC (durable when the write returns). The group's appends resolve together.
+ * Group commit, per key: a key's appends queue while its previous write runs and are then written together, in
+ * order, with one write per file, on descriptors opened with O_DSYNC (durable when the write returns); they resolve
+ * together. Keys do not wait for each other: at most `writeConcurrency` keys write at once (libuv's thread pool has
+ * four threads), and a key whose write is slow (a file to start, a large group) holds up only its own appends (with
+ * one group for all keys, every append waited for the slowest key's write of the group under way, then of its own).
  *
  * Direct I/O (default where the filesystem allows it): the files are new, and on the development VM a buffered
  * write of pages the cache has not held costs ~2.5 s of CPU per GiB (see ../direct-io.ts). A direct write starts
@@ -131,8 +133,10 @@ interface KeyLog {
   dir: string;
   files: WFile[];
   dirMade: boolean;
-  /** The write of this key's part of a group, while one runs. */
-  busy: Promise<void> | null;
+  /** Appends waiting for the key's next write. */
+  pending: Group | null;
+  /** The key's write loop, from its first pending append until nothing is pending or being written. */
+  flushing: Promise<void> | null;
   /** Sequence number of the key's next new file. */
   nextSeq: number;
   /** The next file, being created or ready (null if that failed: the file is then created when needed). */
@@ -155,17 +159,17 @@ interface NewFile {
 const BUSY_KEY_MS = 10_000;
 
 interface Group extends GroupCommit {
-  byKey: Map<KeyLog, WalEntry[]>;
+  entries: WalEntry[];
 }
 
 function newGroup(): Group {
-  return { ...groupCommit(), byKey: new Map() };
+  return { ...groupCommit(), entries: [] };
 }
 
 const roundUp = (n: number): number => Math.ceil(n / DIRECT_BLOCK) * DIRECT_BLOCK;
 
 export class PartitionWal implements WriteAheadLog, SegmentFileSource {
-  /** Group writes made (for tests). */
+  /** Group writes made, one key's each (for tests). */
   groupCount = 0;
   /** Writes made with O_DIRECT (for tests). */
   directWrites = 0;
@@ -176,8 +180,6 @@ export class PartitionWal implements WriteAheadLog, SegmentFileSource {
 
   private readonly keys = new Map<string, KeyLog>();
   private totalBytes = 0;
-  private pending: Group | null = null;
-  private flushing: Promise<void> | null = null;
   private closed = false;
   private closing: Promise<void> | null = null;
   private failed: FlowError | null = null;
@@ -261,47 +263,35 @@ export class PartitionWal implements WriteAheadLog, SegmentFileSource {
         dir: join(this.dir, keyDirName(keyBytes)),
         files: [],
         dirMade: false,
-        busy: null,
+        pending: null,
+        flushing: null,
         nextSeq: 1,
         spare: null,
         fileStartedAt: -Infinity,
       };
       this.keys.set(key, kl);
     }
-    const g = (this.pending ??= newGroup());
-    let list = g.byKey.get(kl);
-    if (list === undefined) g.byKey.set(kl, (list = []));
+    const g = (kl.pending ??= newGroup());
     // The caller must not modify `data` until the promise settles: it is written from this very buffer.
-    list.push(entry);
-    this.flushing ??= this.flushLoop();
+    g.entries.push(entry);
+    kl.flushing ??= this.flushLoop(kl);
     return g.promise;
   }
 
-  private async flushLoop(): Promise<void> {
+  private async flushLoop(kl: KeyLog): Promise<void> {
     const next = (): Group | null => {
-      const g = this.pending;
-      this.pending = null;
+      const g = kl.pending;
+      kl.pending = null;
       return g;
     };
     // A group that arrived as the last one finished is seen here, in the same step that declares the loop idle.
-    while (this.pending !== null) await writeGroups(next, () => this.failed, (g) => this.writeGroup(g));
-    this.flushing = null;
-  }
-
-  private async writeGroup(g: Group): Promise<void> {
-    const jobs: Promise<void>[] = [];
-    for (const [kl, entries] of g.byKey) {
-      const job = this.withSlot((slot) => this.writeKey(kl, entries, slot));
-      kl.busy = job.then(
-        () => undefined,
-        () => undefined,
-      );
-      jobs.push(job);
+    while (kl.pending !== null) {
+      await writeGroups(next, () => this.failed, async (g) => {
+        await this.withSlot((slot) => this.writeKey(kl, g.entries, slot));
+        this.groupCount++;
+      });
     }
-    const results = await Promise.allSettled(jobs);
-    for (const kl of g.byKey.keys()) kl.busy = null;
-    this.groupCount++;
-    for (const r of results) if (r.status === 'rejected') throw r.reason;
+    kl.flushing = null;
   }
 
   private async withSlot<T>(fn: (slot: number) => Promise<T>): Promise<T> {
@@ -623,7 +613,7 @@ export class PartitionWal implements WriteAheadLog, SegmentFileSource {
         if (f.taking || f.end > upTo) continue;
         if (f.fh !== null) {
           // The open file: closed when no write of this key is running or queued (the next append opens another).
-          if (kl.busy !== null || this.pending?.byKey.has(kl)) continue;
+          if (kl.flushing !== null) continue;
           await this.closeFile(f);
           if (f.taking) continue;
         }
@@ -639,7 +629,7 @@ export class PartitionWal implements WriteAheadLog, SegmentFileSource {
         released += f.size;
       }
       // A key nothing needs any more (a deleted stream's partition: it is never appended to again) goes entirely.
-      if (upTo === Number.MAX_SAFE_INTEGER && kl.files.length === 0 && kl.busy === null && !this.pending?.byKey.has(kl)) {
+      if (upTo === Number.MAX_SAFE_INTEGER && kl.files.length === 0 && kl.flushing === null) {
         this.keys.delete(kl.key);
         await this.dropSpare(kl);
         await rmdir(kl.dir).catch(() => undefined);
@@ -652,7 +642,11 @@ export class PartitionWal implements WriteAheadLog, SegmentFileSource {
     this.closing ??= (async () => {
       this.closed = true;
       // Appends already accepted are finished, not dropped.
-      while (this.flushing) await this.flushing;
+      for (;;) {
+        const loops = [...this.keys.values()].flatMap((kl) => (kl.flushing === null ? [] : [kl.flushing]));
+        if (loops.length === 0) break;
+        await Promise.all(loops);
+      }
       for (const kl of this.keys.values()) {
         for (const f of kl.files) await this.closeFile(f);
         await this.dropSpare(kl);
@@ -832,7 +826,8 @@ async function recoverKey(kdir: string, opts: PartitionWalOptions): Promise<{ lo
     dir: kdir,
     files,
     dirMade: true,
-    busy: null,
+    pending: null,
+    flushing: null,
     nextSeq,
     spare: null,
     fileStartedAt: -Infinity,
