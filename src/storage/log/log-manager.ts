@@ -393,13 +393,14 @@ export class LogManager implements StreamStorage {
     const baseOffset = p.nextOffset;
     const endOffset = baseOffset + info.lastOffsetDelta + 1;
     setBaseOffset(batch, baseOffset);
+    // The caller's buffer is only borrowed (StreamStorage.append): the tail and the WAL get the log's own copy
+    // (made before any state changes, so a failure leaves the partition as it was).
+    const { data, chunk } = this.memory.copy(p, batch);
     if (p.openBytes > 0 && p.openBytes + batch.length > this.options.segmentBytes) this.cut(p);
     const startsFile = p.cutPending;
     p.cutPending = false;
     p.openBytes += batch.length;
     if (idempotent) p.producers.record(info, baseOffset);
-    // The caller's buffer is only borrowed (StreamStorage.append): the tail and the WAL get the log's own copy.
-    const { data, chunk } = this.memory.copy(p, batch);
     this.pushTail(p, { baseOffset, endOffset, maxTimestamp: info.maxTimestamp, data, chunk });
     // The batch's own CRC (checked by the Kafka adapter, computed by the core's encoder) covers all but its first
     // 21 bytes: the WAL combines it into its frame checksum instead of reading the batch once more.

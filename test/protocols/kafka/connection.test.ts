@@ -138,6 +138,24 @@ function lowLevelCluster(kafka: InstanceType<typeof Kafka>): LowLevelCluster {
   return create({});
 }
 
+/** A listener over `m` with an adapter of its own, and a raw client connected to it. */
+async function rawSetup(m: MemoryStreams) {
+  const engine = new Engine(m, m);
+  const ctx = { engine, logger: captureLogger().logger, brokerId: 1 };
+  const adapter = createKafkaAdapter(ctx);
+  const listener = await startKafkaListener(ctx, { host: '127.0.0.1', port: 0 }, {}, {}, adapter);
+  const c = await RawClient.connect(listener.address().port);
+  return {
+    engine,
+    adapter,
+    c,
+    async close() {
+      c.close();
+      await listener.close();
+    },
+  };
+}
+
 describe('kafka listener with real clients', () => {
   let m: MemoryStreams;
   let engine: Engine;
@@ -770,12 +788,8 @@ describe('kafka listener options', () => {
 
   it('gives a large Produce frame back to the pool once it is answered, and the storage holds its own copy', async () => {
     const m = new GatedStreams();
-    const engine = new Engine(m, m);
-    const ctx = { engine, logger: captureLogger().logger, brokerId: 1 };
-    const adapter = createKafkaAdapter(ctx);
-    const listener = await startKafkaListener(ctx, { host: '127.0.0.1', port: 0 }, {}, {}, adapter);
+    const { engine, adapter, c, close } = await rawSetup(m);
     await engine.createStream({ name: 'pooled', partitions: 1 });
-    const c = await RawClient.connect(listener.address().port);
     try {
       const big = (fill: number) => encodeBatch(Array.from({ length: 40 }, () => rec('x'.repeat(4000).replace(/x/g, String.fromCharCode(97 + fill)))));
       m.hold = true;
@@ -803,19 +817,13 @@ describe('kafka listener options', () => {
         assert.ok(recs.every((r) => r.value!.equals(Buffer.alloc(4000, 97 + i))), `batch ${i}`);
       });
     } finally {
-      c.close();
-      await listener.close();
+      await close();
     }
   });
 
   it('keeps a Produce frame until its request is answered, also when it waits for its topic to be created', async () => {
-    const m = new MemoryStreams();
-    const engine = new Engine(m, m);
-    const ctx = { engine, logger: captureLogger().logger, brokerId: 1 };
-    const adapter = createKafkaAdapter(ctx);
-    const listener = await startKafkaListener(ctx, { host: '127.0.0.1', port: 0 }, {}, {}, adapter);
+    const { engine, adapter, c, close } = await rawSetup(new MemoryStreams());
     await engine.createStream({ name: 'exists', partitions: 1 });
-    const c = await RawClient.connect(listener.address().port);
     try {
       const big = (fill: number) => encodeBatch(Array.from({ length: 40 }, () => ({ key: null, value: Buffer.alloc(4000, fill), headers: [], timestamp: Date.now() })));
       // The first request's topic does not exist: its append waits for the creation, after the second request (same
@@ -829,17 +837,13 @@ describe('kafka listener options', () => {
       assert.ok(decodeBatch(second).every((r) => r.value!.equals(Buffer.alloc(4000, 2))));
       assert.equal(adapter.frames.allocated, 2);
     } finally {
-      c.close();
-      await listener.close();
+      await close();
     }
   });
 
   it('takes a request larger than the frame pool serves (gathered as it arrives) and stores it intact', async () => {
-    const m = new MemoryStreams();
-    const engine = new Engine(m, m);
-    const listener = await startKafkaListener({ engine, logger: captureLogger().logger, brokerId: 1 }, { host: '127.0.0.1', port: 0 });
+    const { engine, c, close } = await rawSetup(new MemoryStreams());
     await engine.createStream({ name: 'large', partitions: 1 });
-    const c = await RawClient.connect(listener.address().port);
     try {
       const values = Array.from({ length: 20 }, (_, i) => Buffer.alloc(1 << 20, i + 1));
       const batch = encodeBatch(values.map((v) => ({ key: null, value: v, headers: [], timestamp: Date.now() })));
@@ -852,8 +856,7 @@ describe('kafka listener options', () => {
       assert.equal(recs.length, 20);
       recs.forEach((r, i) => assert.ok(r.value!.equals(values[i]), `record ${i}`));
     } finally {
-      c.close();
-      await listener.close();
+      await close();
     }
   });
 
@@ -870,12 +873,9 @@ describe('kafka listener options', () => {
         return out;
       }
     }
-    const m = new PinningStreams();
-    const engine = new Engine(m, m);
-    const listener = await startKafkaListener({ engine, logger: captureLogger().logger, brokerId: 1 }, { host: '127.0.0.1', port: 0 });
+    const { engine, c, close } = await rawSetup(new PinningStreams());
     await engine.createStream({ name: 'leased', partitions: 1 });
     await engine.produce('leased', 0, encodeBatch([rec('a'), rec('b')])).durable;
-    const c = await RawClient.connect(listener.address().port);
     try {
       c.send(c.frame(FetchApi, 4, fetchRequest('leased', 0, 0), 1));
       const body = await c.next(2000);
@@ -894,8 +894,7 @@ describe('kafka listener options', () => {
       assert.ok(pinned >= 2);
       assert.equal(unpinned, pinned);
     } finally {
-      c.close();
-      await listener.close();
+      await close();
     }
   });
 
