@@ -68,6 +68,12 @@ export interface LogOptions {
    * buffers of their own. Default: maxUnsealedBytes plus a chunk per partition's worth of slack.
    */
   batchMemoryBytes?: number;
+  /**
+   * Sealed batches kept in memory after their seal, across all partitions, for consumers a little behind: without
+   * them, a consumer that falls one segment behind reads from the object store (the disk, in embedded mode) and
+   * tends to stay behind. Oldest sealed first out. Default: a quarter of maxUnsealedBytes, at most 64 MiB.
+   */
+  recentBytes?: number;
 }
 
 export const DEFAULT_LOG_OPTIONS: LogOptions = {
@@ -99,6 +105,8 @@ class Partition implements ChunkCursor {
   chunk: Chunk | null = null;
   /** Committed segments, ordered. */
   segments: SegmentMeta[] = [];
+  /** Sealed batches still in memory (see LogOptions.recentBytes), ordered; they end where the tail begins. */
+  recent: TailBatch[] = [];
   /** Batches not yet in a committed segment (including those being sealed), ordered. */
   tail: TailBatch[] = [];
   tailBytes = 0;
@@ -154,6 +162,11 @@ export class LogManager implements StreamStorage {
   /** Acknowledgements held back while `unsealed` is above maxUnsealedBytes. */
   private throttled: Array<() => void> = [];
   private readonly memory: BatchMemory;
+  /** Every partition's recent batches, in the order they were sealed (the oldest goes first). */
+  private recentQueue: Array<{ p: Partition; b: TailBatch }> = [];
+  private recentHead = 0;
+  private recentTotal = 0;
+  private readonly recentBudget: number;
   readonly stats = {
     sealedSegments: 0,
     sealedBytes: 0,
@@ -180,7 +193,8 @@ export class LogManager implements StreamStorage {
     private readonly logger: Logger,
     readonly options: LogOptions,
   ) {
-    this.memory = new BatchMemory(options.batchMemoryBytes ?? options.maxUnsealedBytes + 64 * 1024 * 1024);
+    this.recentBudget = options.recentBytes ?? Math.min(64 * 1024 * 1024, Math.floor(options.maxUnsealedBytes / 4));
+    this.memory = new BatchMemory(options.batchMemoryBytes ?? options.maxUnsealedBytes + this.recentBudget + 64 * 1024 * 1024);
   }
 
   /** Opens the engine and replays the WAL; streams are then opened by the core with openStream(). */
@@ -355,6 +369,8 @@ export class LogManager implements StreamStorage {
     // The batches' memory is not reused: WAL appends or a seal may still be reading it.
     for (const p of victims) {
       for (const b of p.tail) b.chunk?.abandon();
+      for (const b of p.recent) b.chunk?.abandon();
+      p.recent = [];
       p.chunk?.abandon();
       p.chunk = null;
     }
@@ -435,8 +451,8 @@ export class LogManager implements StreamStorage {
   async read(stream: string, partition: number, offset: number, maxBytes: number, lease?: ReadLease): Promise<Buffer[]> {
     const p = this.part(stream, partition);
     if (offset < p.logStartOffset || offset >= p.highWatermark) return [];
-    const tailStart = p.tail.length > 0 ? p.tail[0].baseOffset : p.nextOffset;
-    if (offset >= tailStart) return this.readTail(p, offset, maxBytes, lease);
+    const inMemory = p.recent.length > 0 ? p.recent[0].baseOffset : p.tail.length > 0 ? p.tail[0].baseOffset : p.nextOffset;
+    if (offset >= inMemory) return this.readTail(p, offset, maxBytes, lease);
     return this.readSegments(p, offset, maxBytes, lease);
   }
 
@@ -451,15 +467,19 @@ export class LogManager implements StreamStorage {
     return b.data;
   }
 
+  /** Reads batches in memory: the recent (sealed) ones, then the tail, from the one holding `offset`. */
   private readTail(p: Partition, offset: number, maxBytes: number, lease: ReadLease | undefined): Buffer[] {
     const out: Buffer[] = [];
     let bytes = 0;
-    for (let i = findEntry(p.tail, offset); i < p.tail.length; i++) {
-      const b = p.tail[i];
-      if (b.endOffset > p.highWatermark) break; // not durable yet: not visible
-      if (out.length > 0 && bytes + b.data.length > maxBytes) break;
-      out.push(this.handOut(b, lease));
-      bytes += b.data.length;
+    const fromRecent = p.recent.length > 0 && offset < p.recent[p.recent.length - 1].endOffset;
+    for (const list of fromRecent ? [p.recent, p.tail] : [p.tail]) {
+      for (let i = list === p.tail && fromRecent ? 0 : findEntry(list, offset); i < list.length; i++) {
+        const b = list[i];
+        if (b.endOffset > p.highWatermark) return out; // not durable yet: not visible
+        if (out.length > 0 && bytes + b.data.length > maxBytes) return out;
+        out.push(this.handOut(b, lease));
+        bytes += b.data.length;
+      }
     }
     return out;
   }
@@ -659,6 +679,30 @@ export class LogManager implements StreamStorage {
     }
   }
 
+  /** A sealed batch stays readable from memory until the recent batches of all partitions outgrow their budget. */
+  private keepRecent(p: Partition, b: TailBatch): void {
+    if (this.recentBudget <= 0) {
+      b.chunk?.unpin();
+      return;
+    }
+    p.recent.push(b);
+    this.recentQueue.push({ p, b });
+    this.recentTotal += b.data.length;
+    while (this.recentTotal > this.recentBudget && this.recentHead < this.recentQueue.length) {
+      const { p: q, b: old } = this.recentQueue[this.recentHead++];
+      // Gone already when its partition was deleted.
+      if (q.recent.length > 0 && q.recent[0] === old) {
+        q.recent.shift();
+        old.chunk?.unpin();
+      }
+      this.recentTotal -= old.data.length;
+    }
+    if (this.recentHead > 1024 && this.recentHead * 2 > this.recentQueue.length) {
+      this.recentQueue = this.recentQueue.slice(this.recentHead);
+      this.recentHead = 0;
+    }
+  }
+
   /** Trims the WAL in the background (after a seal). */
   private requestTrim(): void {
     if (this.closed) return;
@@ -713,7 +757,7 @@ export class LogManager implements StreamStorage {
       const b = p.tail.shift()!;
       p.tailBytes -= b.data.length;
       this.unsealed -= b.data.length;
-      b.chunk?.unpin();
+      this.keepRecent(p, b);
       dropped++;
     }
     while (p.cuts.length > 0 && p.cuts[0] <= end) p.cuts.shift();

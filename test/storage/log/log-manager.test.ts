@@ -88,7 +88,8 @@ for (const layout of ['shared', 'partition'] as const) describe(`LogManager (${l
   });
 
   it('seals segments by size into the object store and reads across objects and memory', async () => {
-    const s = await open(tmp(), { segmentBytes: 300 });
+    // No sealed batches kept in memory: reads below the tail go to the objects.
+    const s = await open(tmp(), { segmentBytes: 300, recentBytes: 0 });
     await s.engine.createStream({ name: 't', partitions: 1 });
     for (let i = 0; i < 40; i++) await s.engine.produce('t', 0, encodeBatch([rec(i)])).durable;
     await s.log.flushAll();
@@ -339,7 +340,7 @@ for (const layout of ['shared', 'partition'] as const) describe(`LogManager (${l
   });
 
   it('reuses tail memory after seals, but never while a reader holds it through a lease', async () => {
-    const s = await open(tmp(), { segmentBytes: 512 * 1024 });
+    const s = await open(tmp(), { segmentBytes: 512 * 1024, recentBytes: 1024 * 1024 });
     await s.engine.createStream({ name: 'm', partitions: 1 });
     const n = 40; // ~5 MiB: more than a chunk
     for (let i = 0; i < n; i++) await s.engine.produce('m', 0, big(i)).durable;
@@ -377,6 +378,35 @@ for (const layout of ['shared', 'partition'] as const) describe(`LogManager (${l
     await s.close();
   });
 
+  it('keeps the most recently sealed batches readable from memory, within its budget', async () => {
+    // Room for ~11 of these batches: each partition's last segment (~4 batches each), not the first ones.
+    const s = await open(tmp(), { segmentBytes: 512 * 1024, recentBytes: 1536 * 1024 });
+    await s.engine.createStream({ name: 'r', partitions: 2 });
+    for (let i = 0; i < 24; i++) await s.engine.produce('r', i % 2, big(i)).durable; // ~1.5 MiB per partition
+    await s.log.flushAll();
+    assert.equal(s.engine.offsets('r', 0).highWatermark, 12 * 8);
+    const reads = () => s.log.stats.objectReads;
+    const before = reads();
+    // The last batches sealed (of both partitions together) are still in memory: the newest of each.
+    const latest = await s.engine.read('r', 1, 11 * 8, 1 << 20);
+    assert.equal(firstValue(latest[0]), (23 * 8) % 251);
+    const sinceBefore = await s.engine.read('r', 0, 10 * 8, 1 << 20);
+    assert.deepEqual(sinceBefore.map(firstValue), [(20 * 8) % 251, (22 * 8) % 251], 'recent batches, then the tail (empty)');
+    assert.equal(reads(), before, 'no object read');
+    // Older ones come from the segment objects.
+    const old = await s.engine.read('r', 0, 0, 1 << 20);
+    assert.equal(firstValue(old[0]), 0);
+    assert.ok(reads() > before);
+    // A recent batch read with a lease is pinned like a tail batch; one without is a copy.
+    const lease = new ReadLease();
+    const [pinned] = await s.engine.read('r', 1, 11 * 8, 1 << 20, lease);
+    assert.ok(!lease.empty);
+    const [copy] = await s.engine.read('r', 1, 11 * 8, 1 << 20);
+    assert.ok(copy.equals(pinned) && copy.buffer !== pinned.buffer);
+    lease.release();
+    await s.close();
+  });
+
   it('does not reuse the memory of a deleted stream\'s batches', async () => {
     const s = await open(tmp());
     await s.engine.createStream({ name: 'gone', partitions: 1 });
@@ -395,7 +425,7 @@ for (const layout of ['shared', 'partition'] as const) describe(`LogManager (${l
 
 describe('LogManager over the partition WAL layout', () => {
   it('makes the WAL\'s files the segment objects, writing no segment itself', async () => {
-    const s = await openAll(tmp(), { segmentBytes: 2000 }, 'partition');
+    const s = await openAll(tmp(), { segmentBytes: 2000, recentBytes: 0 }, 'partition');
     let puts = 0;
     const put = s.objects.put.bind(s.objects);
     s.objects.put = (...args) => {
