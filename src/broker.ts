@@ -43,7 +43,12 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
     layout === 'partition'
       ? PartitionWal.open(join(dataDir, 'wal-partitions'), { fsync: config.walFsync, directIo: config.walDirectIo ?? true, logger: walLogger })
       : FileWal.open(join(dataDir, 'wal'), { fsync: config.walFsync, directIo: config.walDirectIo ?? false, logger: walLogger });
-  const logOptions = { segmentBytes: config.segmentBytes, segmentMs: config.segmentMs, maxUnsealedBytes: config.maxUnsealedBytes };
+  const logOptions = {
+    segmentBytes: config.segmentBytes,
+    segmentMs: config.segmentMs,
+    maxUnsealedBytes: config.maxUnsealedBytes,
+    recentBytes: config.readCacheBytes ?? undefined,
+  };
   const logLogger = logger.child({ component: 'log' });
   // The layouts keep their files in different directories. Entries left in the other layout's (the broker last ran
   // with it) are sealed into segments first, so that switching layouts loses nothing.

@@ -46,6 +46,7 @@ export interface Config {
   segmentBytes: number;
   segmentMs: number;
   maxUnsealedBytes: number;
+  readCacheBytes: number | null;
   walFsync: boolean;
   walLayout: 'partition' | 'shared';
   walDirectIo: boolean | null;
@@ -64,7 +65,7 @@ export interface Config {
   kafkaGroupMaxSessionTimeout: number;
 }
 
-type Kind = 'string' | 'port' | 'int' | 'bool' | 'protocols' | 'size' | 'duration' | 'delay' | 'level' | 'sasl-mechanisms' | 'wal-layout';
+type Kind = 'string' | 'port' | 'int' | 'bool' | 'protocols' | 'size' | 'capacity' | 'duration' | 'delay' | 'level' | 'sasl-mechanisms' | 'wal-layout';
 
 interface OptionSpec {
   key: keyof Config;
@@ -106,6 +107,7 @@ export const OPTIONS: OptionSpec[] = [
   { key: 'segmentBytes', name: 'segment-bytes', kind: 'size', default: 16 * 1024 * 1024, help: 'seal a partition\'s hot tail into an object-store segment at this size' },
   { key: 'segmentMs', name: 'segment-ms', kind: 'duration', default: 60_000, help: '...or at this age (ms, or 30s, 5m...)' },
   { key: 'maxUnsealedBytes', name: 'max-unsealed-bytes', kind: 'size', default: 256 * 1024 * 1024, help: 'memory all partitions\' hot tails may hold before acknowledgements wait for segment writes to catch up' },
+  { key: 'readCacheBytes', name: 'read-cache-bytes', kind: 'capacity', default: null, help: 'sealed batches kept in memory for consumers a little behind, across all partitions (0: none; default: a quarter of --max-unsealed-bytes, at most 64MiB)' },
   { key: 'walFsync', name: 'wal-fsync', kind: 'bool', default: true, help: 'fsync the WAL before acknowledging (turn off only for throwaway data)' },
   { key: 'walLayout', name: 'wal-layout', kind: 'wal-layout', default: 'partition', help: 'partition: WAL files per partition that become segment objects by a rename (data written once); shared: one WAL for all partitions, segments written from memory' },
   { key: 'walDirectIo', name: 'wal-direct-io', kind: 'bool', default: null, help: 'write the WAL with O_DIRECT, around the page cache, where the filesystem supports it (default: on for the partition layout, off for shared)' },
@@ -163,6 +165,11 @@ function coerce(spec: OptionSpec, raw: unknown, source: string): Config[keyof Co
     case 'size': {
       const n = typeof str === 'string' || typeof str === 'number' ? parseSize(str) : null;
       if (n === null || n <= 0) throw bad('expected a size such as 1048576, 512KiB or 16MiB');
+      return n;
+    }
+    case 'capacity': {
+      const n = typeof str === 'string' || typeof str === 'number' ? parseSize(str) : null;
+      if (n === null || n < 0) throw bad('expected 0 or a size such as 1048576, 512KiB or 16MiB');
       return n;
     }
     case 'duration': {

@@ -51,6 +51,13 @@ describe('config', () => {
     assert.equal(parseSize('4096'), 4096);
     assert.equal(parseSize('lots'), null);
   });
+  it('takes 0 or a size for the read cache, default left to the log', () => {
+    assert.equal(loadConfig().readCacheBytes, null);
+    assert.equal(loadConfig({ flags: { 'read-cache-bytes': '0' } }).readCacheBytes, 0);
+    assert.equal(loadConfig({ env: { FLOWMQ_READ_CACHE_BYTES: '8MiB' } }).readCacheBytes, 8 * 1024 * 1024);
+    assert.throws(() => loadConfig({ flags: { 'read-cache-bytes': '-1' } }), /--read-cache-bytes: expected 0 or a size/);
+    assert.throws(() => loadConfig({ flags: { 'segment-bytes': '0' } }), /--segment-bytes: expected a size/);
+  });
 });
 
 describe('config: MQTT options', () => {
