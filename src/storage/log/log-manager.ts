@@ -369,11 +369,16 @@ export class LogManager implements StreamStorage {
     // The batches' memory is not reused: WAL appends or a seal may still be reading it.
     for (const p of victims) {
       for (const b of p.tail) b.chunk?.abandon();
-      for (const b of p.recent) b.chunk?.abandon();
+      for (const b of p.recent) {
+        b.chunk?.abandon();
+        this.recentTotal -= b.data.length;
+      }
       p.recent = [];
       p.chunk?.abandon();
       p.chunk = null;
     }
+    this.recentQueue = this.recentQueue.slice(this.recentHead).filter((e) => !victims.includes(e.p));
+    this.recentHead = 0;
     // Sealing may still be running; wait so no object is written after the delete below.
     await Promise.allSettled(victims.map((p) => p.sealing));
     for (const p of victims) {
@@ -689,12 +694,10 @@ export class LogManager implements StreamStorage {
     this.recentQueue.push({ p, b });
     this.recentTotal += b.data.length;
     while (this.recentTotal > this.recentBudget && this.recentHead < this.recentQueue.length) {
+      // The queue holds each partition's recent batches in their order: this one is first in its partition's.
       const { p: q, b: old } = this.recentQueue[this.recentHead++];
-      // Gone already when its partition was deleted.
-      if (q.recent.length > 0 && q.recent[0] === old) {
-        q.recent.shift();
-        old.chunk?.unpin();
-      }
+      q.recent.shift();
+      old.chunk?.unpin();
       this.recentTotal -= old.data.length;
     }
     if (this.recentHead > 1024 && this.recentHead * 2 > this.recentQueue.length) {

@@ -407,6 +407,22 @@ for (const layout of ['shared', 'partition'] as const) describe(`LogManager (${l
     await s.close();
   });
 
+  it('gives a deleted stream\'s share of the read cache to the others', async () => {
+    const s = await open(tmp(), { segmentBytes: 512 * 1024, recentBytes: 1536 * 1024 });
+    await s.engine.createStream({ name: 'old', partitions: 1 });
+    for (let i = 0; i < 12; i++) await s.engine.produce('old', 0, big(i)).durable;
+    await s.log.flushAll();
+    await s.engine.deleteStream('old');
+    await s.engine.createStream({ name: 'new', partitions: 1 });
+    for (let i = 0; i < 6; i++) await s.engine.produce('new', 0, big(i)).durable;
+    await s.log.flushAll();
+    const before = s.log.stats.objectReads;
+    const batches = await s.engine.read('new', 0, 0, 8 << 20);
+    assert.deepEqual(batches.map(firstValue), [0, 8, 16, 24, 32, 40]);
+    assert.equal(s.log.stats.objectReads, before, 'all six from memory');
+    await s.close();
+  });
+
   it('does not reuse the memory of a deleted stream\'s batches', async () => {
     const s = await open(tmp());
     await s.engine.createStream({ name: 'gone', partitions: 1 });
