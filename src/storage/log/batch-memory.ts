@@ -9,7 +9,8 @@
  *
  * Small batches (under MIN_POOLED_BYTES) get a buffer of their own, so a quiet partition does not pin a whole
  * chunk, as do batches larger than a chunk, and every batch once the chunks in use reach `maxBytes` (the
- * garbage collector then does the work, as it would without this).
+ * garbage collector then does the work, as it would without this). Free chunks that went unused for a while are
+ * let go (trim).
  */
 import type { Pin } from '../../core/index.js';
 
@@ -63,6 +64,8 @@ export interface ChunkCursor {
 
 export class BatchMemory {
   private readonly free: Chunk[] = [];
+  /** The fewest free chunks since the last trim: that many were not needed at all meanwhile. */
+  private idleFree = 0;
   /** Chunks in existence (in use or free). */
   private chunks = 0;
   /** Batches copied into chunks, and into buffers of their own. */
@@ -115,8 +118,20 @@ export class BatchMemory {
     return this.chunks * CHUNK_BYTES;
   }
 
+  /**
+   * Lets go of the free chunks that no copy needed since the last call (the garbage collector returns their memory),
+   * so a burst does not leave its peak allocated for good. Called every few seconds.
+   */
+  trim(): void {
+    const idle = Math.min(this.idleFree, this.free.length);
+    this.free.splice(0, idle);
+    this.chunks -= idle;
+    this.idleFree = this.free.length;
+  }
+
   private take(): Chunk | null {
     const c = this.free.pop();
+    if (this.free.length < this.idleFree) this.idleFree = this.free.length;
     if (c !== undefined) return c;
     if ((this.chunks + 1) * CHUNK_BYTES > this.maxBytes) return null;
     this.chunks++;

@@ -85,6 +85,9 @@ export const DEFAULT_LOG_OPTIONS: LogOptions = {
   maxUnsealedBytes: 256 * 1024 * 1024,
 };
 
+/** How often free batch memory that went unused is let go. */
+const MEMORY_TRIM_MS = 10_000;
+
 interface TailBatch {
   baseOffset: number;
   endOffset: number;
@@ -167,6 +170,7 @@ export class LogManager implements StreamStorage {
   private recentHead = 0;
   private recentTotal = 0;
   private readonly recentBudget: number;
+  private memoryTrimmedAt = Date.now();
   readonly stats = {
     sealedSegments: 0,
     sealedBytes: 0,
@@ -847,6 +851,10 @@ export class LogManager implements StreamStorage {
   private background(): void {
     if (this.closed) return;
     const now = Date.now();
+    if (now - this.memoryTrimmedAt >= MEMORY_TRIM_MS) {
+      this.memory.trim();
+      this.memoryTrimmedAt = now;
+    }
     const seals: Promise<void>[] = [];
     for (const p of this.parts.values()) {
       if (p.tail.length > 0 && (p.tailBytes >= this.options.segmentBytes || now - p.tailSince >= this.options.segmentMs)) {

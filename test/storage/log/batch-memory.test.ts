@@ -67,6 +67,30 @@ describe('BatchMemory', () => {
     assert.equal(mem.copy(r, batch(size, 5)).chunk, chunk);
   });
 
+  it('lets go of free chunks that went unused between two trims', () => {
+    const mem = new BatchMemory(64 * CHUNK_BYTES);
+    const size = CHUNK_BYTES / 2;
+    // Three partitions fill a chunk each, then everything is sealed: three free chunks.
+    const held = [0, 1, 2].map((i) => {
+      const cursor: ChunkCursor = { chunk: null };
+      const got = [mem.copy(cursor, batch(size, i)), mem.copy(cursor, batch(size, i))];
+      mem.copy(cursor, batch(MIN_POOLED_BYTES, i)).chunk!.unpin(); // moves on to another chunk
+      return got;
+    });
+    for (const x of held.flat()) x.chunk!.unpin();
+    const total = mem.bytes;
+    mem.trim(); // starts the count: nothing was idle for a whole interval yet
+    assert.equal(mem.bytes, total);
+    const cursor: ChunkCursor = { chunk: null };
+    mem.copy(cursor, batch(size, 9)); // one free chunk is needed again
+    mem.trim();
+    assert.equal(mem.bytes, total - 2 * CHUNK_BYTES, 'the two never needed are let go');
+    // A chunk let go is allocated anew when needed.
+    const again: ChunkCursor = { chunk: null };
+    assert.ok(mem.copy(again, batch(size, 10)).chunk !== null);
+    assert.equal(mem.bytes, total - CHUNK_BYTES);
+  });
+
   it('gives batches buffers of their own once the chunks reach the limit, and never reuses an abandoned chunk', () => {
     const mem = new BatchMemory(2 * CHUNK_BYTES);
     const cursors: ChunkCursor[] = [{ chunk: null }, { chunk: null }, { chunk: null }];
