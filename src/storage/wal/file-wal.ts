@@ -41,7 +41,7 @@ import { join } from 'node:path';
 import { crc32 } from 'node:zlib';
 import { crc32c, FlowError } from '../../core/index.js';
 import { errnoCode, syncDir } from '../fs-util.js';
-import { entryProblem, frameCrc, groupCommit, isSafeOffset, readU64, writeGroups, writeU64, type GroupCommit } from './frame.js';
+import { appendRefusal, frameCrc, groupCommit, isSafeOffset, readU64, writeGroups, writeU64, type GroupCommit } from './frame.js';
 import { DIRECT_BLOCK, alignedBuffer } from '../direct-io.js';
 import type { WalEntry, WriteAheadLog } from './types.js';
 
@@ -255,11 +255,9 @@ export class FileWal implements WriteAheadLog {
   }
 
   append(entry: WalEntry): Promise<void> {
-    if (this.closed) return Promise.reject(new FlowError('CLOSED', 'WAL is closed'));
-    if (this.failed) return Promise.reject(this.failed);
+    const refused = appendRefusal(this.closed, this.failed, entry);
+    if (refused) return Promise.reject(refused);
     const { key, baseOffset, endOffset, data } = entry;
-    const problem = entryProblem(entry);
-    if (problem) return Promise.reject(problem);
     let keyBytes = this.keyCache.get(key);
     if (keyBytes === undefined) {
       keyBytes = Buffer.from(key, 'utf8');

@@ -27,6 +27,12 @@ export function isSafeOffset(n: number): boolean {
   return Number.isSafeInteger(n) && n >= 0;
 }
 
+/** Why a WAL refuses an append now: it is closed or failed, or the entry is bad (see entryProblem); or null. */
+export function appendRefusal(closed: boolean, failed: FlowError | null, entry: WalEntry): FlowError | null {
+  if (closed) return new FlowError('CLOSED', 'WAL is closed');
+  return failed ?? entryProblem(entry);
+}
+
 /** Why an entry cannot be appended to any WAL (an empty key, offsets that are not a range), or null. */
 export function entryProblem(entry: WalEntry): FlowError | null {
   const { key, baseOffset, endOffset } = entry;

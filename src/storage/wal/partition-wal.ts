@@ -49,7 +49,7 @@ import { join } from 'node:path';
 import { crc32c, FlowError } from '../../core/index.js';
 import { DIRECT_BLOCK, alignedBuffer } from '../direct-io.js';
 import { errnoCode, syncDir } from '../fs-util.js';
-import { entryProblem, frameCrc, FRAME_HEADER, groupCommit, isSafeOffset, readU64, writeGroups, writeU64, type GroupCommit } from './frame.js';
+import { appendRefusal, frameCrc, FRAME_HEADER, groupCommit, isSafeOffset, readU64, writeGroups, writeU64, type GroupCommit } from './frame.js';
 import type { FileLayout, SegmentFileSource, WalEntry, WriteAheadLog } from './types.js';
 
 export interface PartitionWalOptions {
@@ -245,11 +245,9 @@ export class PartitionWal implements WriteAheadLog, SegmentFileSource {
   }
 
   append(entry: WalEntry): Promise<void> {
-    if (this.closed) return Promise.reject(new FlowError('CLOSED', 'WAL is closed'));
-    if (this.failed) return Promise.reject(this.failed);
+    const refused = appendRefusal(this.closed, this.failed, entry);
+    if (refused) return Promise.reject(refused);
     const { key, baseOffset, endOffset, data } = entry;
-    const problem = entryProblem(entry);
-    if (problem) return Promise.reject(problem);
     if (1 + 16 + data.length > MAX_BODY) return Promise.reject(new FlowError('INVALID_ARGUMENT', 'WAL entry too large'));
     let kl = this.keys.get(key);
     if (kl === undefined) {
