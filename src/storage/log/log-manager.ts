@@ -1,7 +1,9 @@
 /**
  * The partition log engine: implements the core's StreamStorage over the three storage roles.
  *
- *   append  -> offset assigned synchronously, batch kept in the partition's in-memory tail, WAL append;
+ *   append  -> offset assigned synchronously, a copy of the batch (the caller's buffer is only borrowed; large
+ *              batches go into reused chunks, see batch-memory.ts) kept in the partition's in-memory tail and
+ *              appended to the WAL;
  *              the high watermark (what readers see and what producers are acked for) moves only when the
  *              WAL says the batch is durable.
  *   cut     -> segments are delimited as batches are appended: a batch that would take the open segment past
@@ -9,13 +11,14 @@
  *              and after a restart), and the WAL is told (WalEntry.startsFile).
  *   seal    -> a completed segment, once durable (or, after `segmentMs` or under memory pressure, the open one,
  *              cut there) goes to the object store as one segment object with an index, is committed to the
- *              metastore and dropped from memory, and the WAL is trimmed of files no partition needs any more.
+ *              metastore and leaves the tail for the read cache (`recentBytes`), and the WAL is trimmed of files no partition needs any more.
  *              Where the WAL keeps a file per segment (PartitionWal) and the object store can take a local
  *              file (the fs store), the WAL's file itself becomes the object (a rename): no byte is written twice.
  *   throttle-> while the tails together hold more than `maxUnsealedBytes`, acknowledgements wait for seals to
  *              catch up: producers that wait for acks slow down to what the object store absorbs, and memory
  *              (and the WAL) stay bounded under any sustained load.
- *   read    -> from the in-memory tail when hot, else from segment objects by ranged reads (index cached).
+ *   read    -> from memory (read cache, then tail) when hot, else from segment objects by ranged reads (index
+ *              cached). Batches in reused chunks are pinned by the reader's lease, or copied without one.
  *   recover -> on open the WAL is replayed; entries past each partition's committed segments form its tail. A
  *              segment object that continues the committed ones but was never committed (a crash between the
  *              object write or rename and the metastore commit) is committed then.
