@@ -40,8 +40,6 @@ import { SaslSession, stepRawToken } from './sasl.js';
 import { ReadLease } from '../../core/index.js';
 import { MAX_FRAME_BYTES } from './frame-pool.js';
 
-const EMPTY = Buffer.alloc(0);
-
 const PLAINTEXT_LISTENER: KafkaListenerInfo = { name: 'kafka', tls: false, saslRequired: false };
 
 /** APIs a client may use before authenticating on a listener that requires SASL (as Kafka). */
@@ -86,14 +84,15 @@ export class KafkaConnection implements ConnectionInfo {
   /** The size prefix being received and how many of its 4 bytes are in. */
   private readonly sizePrefix = Buffer.alloc(4);
   private sizeHave = 0;
-  /** The frame being received (null while its size prefix is incomplete) and how many of its bytes are in. */
-  private frame: Buffer | null = null;
+  /** Size of the frame being received (-1 while its size prefix is incomplete) and how many of its bytes are in. */
+  private frameSize = -1;
   private frameHave = 0;
+  /** Where the frame's bytes go: a pooled buffer of its size, or null for one above MAX_FRAME_BYTES... */
+  private frame: Buffer | null = null;
   /**
-   * A frame above MAX_FRAME_BYTES is gathered in pieces as its bytes arrive and joined when complete: a size
-   * prefix alone must not make the broker allocate up to maxRequestBytes per connection.
+   * ...which is gathered in pieces as its bytes arrive and joined when complete: a size prefix alone must not make
+   * the broker allocate up to maxRequestBytes per connection.
    */
-  private largeSize = -1;
   private largeParts: Buffer[] = [];
   private readonly pending: Slot[] = [];
   private paused = false;
@@ -158,7 +157,7 @@ export class KafkaConnection implements ConnectionInfo {
   private receive(bytes: Buffer): void {
     let pos = 0;
     while (!this.isDone) {
-      if (this.frame === null) {
+      if (this.frameSize < 0) {
         const k = Math.min(4 - this.sizeHave, bytes.length - pos);
         bytes.copy(this.sizePrefix, this.sizeHave, pos, pos + k);
         this.sizeHave += k;
@@ -171,34 +170,20 @@ export class KafkaConnection implements ConnectionInfo {
           this.destroy();
           return;
         }
+        this.frameSize = size;
         this.frameHave = 0;
-        if (size > MAX_FRAME_BYTES) {
-          this.largeSize = size;
-          this.frame = EMPTY;
-        } else {
-          this.frame = this.adapter.frames.take(size);
-        }
+        this.frame = size > MAX_FRAME_BYTES ? null : this.adapter.frames.take(size);
       }
-      if (this.largeSize >= 0) {
-        const k = Math.min(this.largeSize - this.frameHave, bytes.length - pos);
-        if (k > 0) this.largeParts.push(Buffer.from(bytes.subarray(pos, pos + k)));
-        this.frameHave += k;
-        pos += k;
-        if (this.frameHave < this.largeSize) break;
-        const frame = Buffer.concat(this.largeParts, this.largeSize);
-        this.largeParts = [];
-        this.largeSize = -1;
-        this.frame = null;
-        this.dispatch(frame);
-        continue;
-      }
-      const k = Math.min(this.frame.length - this.frameHave, bytes.length - pos);
-      bytes.copy(this.frame, this.frameHave, pos, pos + k);
+      const k = Math.min(this.frameSize - this.frameHave, bytes.length - pos);
+      if (this.frame !== null) bytes.copy(this.frame, this.frameHave, pos, pos + k);
+      else if (k > 0) this.largeParts.push(Buffer.from(bytes.subarray(pos, pos + k)));
       this.frameHave += k;
       pos += k;
-      if (this.frameHave < this.frame.length) break;
-      const frame = this.frame;
+      if (this.frameHave < this.frameSize) break;
+      const frame = this.frame ?? Buffer.concat(this.largeParts, this.frameSize);
       this.frame = null;
+      this.largeParts = [];
+      this.frameSize = -1;
       this.dispatch(frame);
     }
     this.updateFlow();
