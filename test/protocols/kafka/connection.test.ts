@@ -15,7 +15,9 @@ import {
   makeMessage,
   partitionFor,
   readBatchInfo,
+  type AppendResult,
   type RecordInput,
+  type StreamDef,
 } from '../../../src/core/index.js';
 import type { ProtocolListener } from '../../../src/protocols/types.js';
 import {
@@ -822,12 +824,25 @@ describe('kafka listener options', () => {
   });
 
   it('keeps a Produce frame until its request is answered, also when it waits for its topic to be created', async () => {
-    const { engine, adapter, c, close } = await rawSetup(new MemoryStreams());
+    // The first request's topic does not exist: its creation waits until the second request (same frame size) has
+    // been stored. Were the first frame given back before its append, the second would have overwritten it.
+    let secondStored!: () => void;
+    const gate = new Promise<void>((r) => (secondStored = r));
+    class SlowCreate extends MemoryStreams {
+      override async createStream(def: StreamDef): Promise<void> {
+        if (def.name === 'created-on-produce') await gate;
+        return super.createStream(def);
+      }
+      override append(stream: string, partition: number, batch: Buffer): AppendResult {
+        const r = super.append(stream, partition, batch);
+        if (stream === 'exists') secondStored();
+        return r;
+      }
+    }
+    const { engine, adapter, c, close } = await rawSetup(new SlowCreate());
     await engine.createStream({ name: 'exists', partitions: 1 });
     try {
       const big = (fill: number) => encodeBatch(Array.from({ length: 40 }, () => ({ key: null, value: Buffer.alloc(4000, fill), headers: [], timestamp: Date.now() })));
-      // The first request's topic does not exist: its append waits for the creation, after the second request (same
-      // frame size) has arrived. Were the first frame given back before its append, the second would overwrite it.
       c.send(c.frame(ProduceApi, 7, produceRequest('created-on-produce', 0, big(1)), 1), c.frame(ProduceApi, 7, produceRequest('exists', 0, big(2)), 2));
       await c.next(5000);
       await c.next(5000);
