@@ -468,16 +468,20 @@ export async function kafkaLatency(port: number, o: LatencyOptions): Promise<Lat
     }
   };
 
-  // Producer: every linger interval, create the records that are due since the start, one batch per
-  // partition, stamped with their creation time (batch base timestamp in ms, and the first record's value
-  // carries the same instant as a float64 for sub-millisecond resolution).
+  // Producer: on a grid of linger intervals (as a client's linger timer releases batches, not a linger after the
+  // previous tick ended, which the event loop's lag stretched to ~8 ms and the batches to ~1 MB), create the records
+  // due up to the last grid point, one batch per partition, stamped with their creation time (batch base timestamp
+  // in ms, and the first record's value carries the same instant as a float64 for sub-millisecond resolution).
+  // Counting to the grid point rather than to the moment the tick runs keeps the batches the same size, so the
+  // generator rarely builds a new batch template.
   const t0 = nowS();
+  const lingerS = o.lingerMs / 1000;
   let nextPartition = 0;
-  let ticks = 0;
   const tick = () => {
     if (!running) return;
     const now = nowS();
-    const due = Math.floor((now - t0) * recordsPerSec) - created;
+    const k = Math.floor((now - t0) / lingerS);
+    const due = Math.floor(k * lingerS * recordsPerSec) - created;
     if (due > 0) {
       created += due;
       const per = Math.floor(due / P);
@@ -499,11 +503,7 @@ export async function kafkaLatency(port: number, o: LatencyOptions): Promise<Lat
       nextPartition = (nextPartition + (due % P)) % P;
       for (let c = 0; c < producers.length; c++) drain(c);
     }
-    // The next tick on the linger grid, not a linger after this one ended: batches leave every linger interval, as
-    // a client's linger timer releases them, and hold the records that interval brings (with a plain setTimeout the
-    // event loop's lag stretched the interval to ~8 ms and the batches to ~1 MB).
-    ticks++;
-    setTimeout(tick, Math.max(0, (t0 + (ticks * o.lingerMs) / 1000 - nowS()) * 1000));
+    setTimeout(tick, Math.max(0, (t0 + (k + 1) * lingerS - nowS()) * 1000));
   };
 
   // Consumer: a client of its own, in a worker thread (as a consuming application would be another process): on a
