@@ -420,7 +420,7 @@ export interface LatencyResult {
   endToEnd: Percentiles;
   produced: number;
   consumed: number;
-  /** Batches that waited for a free in-flight slot. */
+  /** Batches made in the measured interval that waited for a free in-flight slot. */
   queuedBatches: number;
   errors: number;
 }
@@ -493,7 +493,6 @@ export async function kafkaLatency(port: number, o: LatencyOptions): Promise<Lat
         if (n === 0) continue;
         const batch = factory.make(n, now, Date.now());
         const c = partition % producers.length;
-        if (producers[c].outstanding >= o.inflight) queuedBatches++;
         if (inWindow(now)) {
           batchesInWindow++;
           recordsInWindow += n;
@@ -501,7 +500,11 @@ export async function kafkaLatency(port: number, o: LatencyOptions): Promise<Lat
         queues[c].push({ partition, batch, records: n, createdAt: now });
       }
       nextPartition = (nextPartition + (due % P)) % P;
-      for (let c = 0; c < producers.length; c++) drain(c);
+      for (let c = 0; c < producers.length; c++) {
+        drain(c);
+        // What the tick could not send waits for an in-flight slot.
+        if (inWindow(now)) for (const item of queues[c]) if (item.createdAt === now) queuedBatches++;
+      }
     }
     setTimeout(tick, Math.max(0, (t0 + (k + 1) * lingerS - nowS()) * 1000));
   };
