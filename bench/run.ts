@@ -81,11 +81,11 @@ const CFG = {
    */
   kafkaProduceWarmupS: num('BENCH_KAFKA_PRODUCE_WARMUP', 4),
   /**
-   * Warm-up of the latency runs: a fresh broker answers its first produce requests slowly (files to create, code
-   * not yet compiled), and the producer's backlog from then took up to ~1 s to clear at half of peak; with the
-   * common 1 s warm-up it sometimes reached into the measurement.
+   * Minimum warm-up of the latency runs, which then go on warming up until the producers have kept up for 0.5 s (at
+   * most 10 s more): a fresh broker answers its first produce requests slowly (files to create, code not yet
+   * compiled), and the backlog they leave took up to ~2 s to clear at half of peak with a consumer running.
    */
-  kafkaLatencyWarmupS: num('BENCH_KAFKA_LATENCY_WARMUP', 3),
+  kafkaLatencyWarmupS: num('BENCH_KAFKA_LATENCY_WARMUP', 2),
 };
 
 // ------------------------------------------------------------------ results
@@ -386,7 +386,7 @@ const scenarios: Scenario[] = [
           return `${fmt(r.produceAck.p50, 1)} / ${fmt(r.produceAck.p99, 1)} ms${queued}${broker}`;
         };
         const at = (r: LatencyResult) =>
-          `at ${fmt(r.targetMbPerSec, 1)} MB/s (${rate}; ${fmt(r.achievedMbPerSec, 1)} acked), ~${fmt(r.recordsPerBatch)}-record batches every ${o.lingerMs} ms per partition, ≤ ${o.inflight} in flight per connection`;
+          `at ${fmt(r.targetMbPerSec, 1)} MB/s (${rate}; ${fmt(r.achievedMbPerSec, 1)} acked), ~${fmt(r.recordsPerBatch)}-record batches every ${o.lingerMs} ms per partition, ≤ ${o.inflight} in flight per connection, after ${fmt(r.warmupS, 1)} s of warm-up`;
         rows.push({
           group: 'kafka',
           scenario: 'kafka-latency',
