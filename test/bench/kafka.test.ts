@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { BatchFactory } from '../../bench/kafka.js';
+import { createStream, startFlowmq } from '../../bench/brokers.js';
+import { BatchFactory, kafkaLatency } from '../../bench/kafka.js';
 import { decodeBatch, encodeBatch, verifyBatchCrc } from '../../src/core/index.js';
 
 describe('bench: BatchFactory', () => {
@@ -28,3 +29,35 @@ describe('bench: BatchFactory', () => {
     }
   });
 });
+
+describe('bench: kafkaLatency', () => {
+  it('sends a batch per partition every linger interval, holding the records that interval brings, and measures after a warm-up', async () => {
+    const b = await startFlowmq();
+    try {
+      await createStream(b, 'bench-latency-test', 2);
+      // 4,000 records/s over 2 partitions, every 5 ms: 10 records per batch, 400 batches in the measured second.
+      const r = await kafkaLatency(b.kafkaPort, {
+        topic: 'bench-latency-test',
+        partitions: 2,
+        connections: 1,
+        inflight: 5,
+        recordBytes: 1024,
+        bytesPerSec: 4_096_000,
+        lingerMs: 5,
+        warmupS: 0.5,
+        seconds: 1,
+        consume: true,
+      });
+      assert.equal(r.errors, 0);
+      assert.ok(Math.abs(r.recordsPerBatch - 10) <= 1, `${r.recordsPerBatch} records per batch`);
+      assert.ok(r.produceAck.count >= 300 && r.produceAck.count <= 420, `${r.produceAck.count} batches measured`);
+      assert.ok(Math.abs(r.achievedMbPerSec - 4.096) < 0.5, `${r.achievedMbPerSec} MB/s acknowledged`);
+      assert.equal(r.consumed, r.produced, 'the consumer got everything');
+      assert.ok(r.endToEnd.count >= r.produceAck.count * 0.9, 'end-to-end samples for the measured batches');
+      assert.ok(r.warmupS >= 0.5);
+    } finally {
+      await b.stop();
+    }
+  });
+});
+
