@@ -20,7 +20,11 @@ type Step = { step: string; [k: string]: unknown };
 
 function steps(stdout: string): Map<string, Step> {
   const m = new Map<string, Step>();
-  for (const line of stdout.split('\n')) if (line.startsWith('{')) m.set((JSON.parse(line) as Step).step, JSON.parse(line) as Step);
+  for (const line of stdout.split('\n')) {
+    if (!line.startsWith('{')) continue;
+    const s = JSON.parse(line) as Step;
+    m.set(s.step, s);
+  }
   return m;
 }
 
