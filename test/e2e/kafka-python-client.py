@@ -4,6 +4,8 @@ a real FlowMQ broker. Every step prints one JSON line for the test to check; the
 
   roundtrip BOOTSTRAP TOPIC GROUP   admin, producers with every codec, a consumer group, offsets, partitions
   produce BOOTSTRAP TOPIC FROM TO   values FROM..TO-1, round robin over the topic's partitions, acks=all
+  sasl BOOTSTRAP MECHANISM USER PASSWORD TOPIC
+                                    SASL_PLAINTEXT: produce a record and read it back, or say why it failed
   member BOOTSTRAP TOPIC GROUP      one consumer group member: prints its assignment and what it reads until
                                     a line "leave" arrives on stdin, then closes (LeaveGroup) and exits
 """
@@ -94,6 +96,24 @@ def produce(bootstrap, topic, first, end):
     out(step='produced', count=len(futures))
 
 
+def sasl(bootstrap, mechanism, user, password, topic):
+    auth = dict(bootstrap_servers=bootstrap, security_protocol='SASL_PLAINTEXT', sasl_mechanism=mechanism,
+                sasl_plain_username=user, sasl_plain_password=password)
+    try:
+        p = KafkaProducer(acks='all', **auth)
+        md = p.send(topic, value=mechanism.encode()).get(timeout=10)
+        p.close()
+        c = KafkaConsumer(**auth, auto_offset_reset='earliest', consumer_timeout_ms=3000)
+        tp = TopicPartition(topic, md.partition)
+        c.assign([tp])
+        c.seek(tp, md.offset)
+        got = next(iter(c)).value.decode()
+        c.close()
+        out(step='sasl', ok=True, value=got)
+    except Exception as e:  # the test checks which failure it was
+        out(step='sasl', ok=False, error=type(e).__name__ + ': ' + str(e))
+
+
 def member(bootstrap, topic, group):
     leave = threading.Event()
     threading.Thread(target=lambda: (sys.stdin.readline(), leave.set()), daemon=True).start()
@@ -113,4 +133,4 @@ def member(bootstrap, topic, group):
 
 
 if __name__ == '__main__':
-    {'roundtrip': roundtrip, 'produce': produce, 'member': member}[sys.argv[1]](*sys.argv[2:])
+    {'roundtrip': roundtrip, 'produce': produce, 'sasl': sasl, 'member': member}[sys.argv[1]](*sys.argv[2:])

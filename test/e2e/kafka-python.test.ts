@@ -2,12 +2,14 @@
  * kafka-python (Debian's python3-kafka 2.0, a pure-Python client written apart from librdkafka and KafkaJS, which
  * negotiates older protocol versions than they do) against a real `flowmq start` process: its admin client, its
  * producer with every codec, a consumer group that commits and resumes, offsets by time, and a group of three
- * members that rebalances when one leaves. The client side is test/e2e/kafka-python-client.py.
+ * members that rebalances when one leaves; SASL PLAIN and SCRAM against a users file. The client side is
+ * test/e2e/kafka-python-client.py.
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { FlowmqProcess, eventually, run } from './harness.js';
@@ -158,3 +160,41 @@ describe('kafka-python against a real broker', () => {
     }
   });
 });
+
+describe('kafka-python with SASL against a real broker', () => {
+  let dir = '';
+  let broker: FlowmqProcess;
+  before(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'flowmq-kp-sasl-'));
+    writeFileSync(join(dir, 'users.yaml'), '- username: carol\n  password: "s3cret:pass"\n');
+    broker = await FlowmqProcess.start({ args: ['--users-file', join(dir, 'users.yaml')] });
+  });
+  after(async () => {
+    await broker?.stop();
+    broker?.cleanup();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  const sasl = async (mechanism: string, password: string): Promise<Step> => {
+    const r = await run(PYTHON, [CLIENT, 'sasl', broker.kafka, mechanism, 'carol', password, 'kp.secure'], { timeoutMs: 60_000 });
+    assert.equal(r.code, 0, r.stderr);
+    return steps(r.stdout).get('sasl')!;
+  };
+
+  it('authenticates with PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512, and refuses a wrong password', async () => {
+    for (const mechanism of ['PLAIN', 'SCRAM-SHA-256', 'SCRAM-SHA-512']) {
+      const s = await sasl(mechanism, 's3cret:pass');
+      assert.deepEqual([s.ok, s.value], [true, mechanism], String(s.error));
+      assert.ok(broker.logs.some((l) => l.msg === 'SASL authentication succeeded' && l.principal === 'carol' && l.mechanism === mechanism), mechanism);
+    }
+    const wrong = await sasl('SCRAM-SHA-512', 'guess');
+    assert.equal(wrong.ok, false);
+    // kafka-python reports a bootstrap that cannot authenticate as NoBrokersAvailable; the broker's log says why.
+    assert.match(String(wrong.error), /NoBrokersAvailable/);
+    assert.ok(
+      broker.logs.some((l) => l.msg.startsWith('SASL authentication failed') && l.mechanism === 'SCRAM-SHA-512' && l.username === 'carol' && l.reason === 'invalid username or password'),
+      'the broker logged the refusal and its reason',
+    );
+  });
+});
+
