@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../../..');
+export const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../../..');
 export const FLOWMQ_BIN = join(ROOT, 'bin/flowmq');
 
 export interface RunResult {
@@ -57,22 +57,15 @@ export class FlowmqProcess {
     readonly dataDir: string,
   ) {
     this.exit = new Promise((r) => proc.on('exit', (code, signal) => r({ code, signal })));
-    let buf = '';
-    proc.stdout!.on('data', (d: Buffer) => {
-      buf += d.toString();
-      let i;
-      while ((i = buf.indexOf('\n')) >= 0) {
-        const line = buf.slice(0, i);
-        buf = buf.slice(i + 1);
-        try {
-          const l = JSON.parse(line) as LogLine;
-          this.logs.push(l);
-          if (l.msg.startsWith('listening') && typeof l.address === 'string') {
-            this.ports[String(l.protocol)] = Number(String(l.address).split(':').pop());
-          }
-        } catch {
-          // not a log line
+    eachLine(proc.stdout!, (line) => {
+      try {
+        const l = JSON.parse(line) as LogLine;
+        this.logs.push(l);
+        if (l.msg.startsWith('listening') && typeof l.address === 'string') {
+          this.ports[String(l.protocol)] = Number(String(l.address).split(':').pop());
         }
+      } catch {
+        // not a log line
       }
     });
     proc.stderr!.on('data', (d: Buffer) => (this.stderr += d.toString()));
@@ -150,6 +143,20 @@ export class FlowmqProcess {
   cleanup(): void {
     rmSync(this.dataDir, { recursive: true, force: true });
   }
+}
+
+/** Calls `fn` with each complete line a child's output stream prints, as it arrives. */
+export function eachLine(stream: NodeJS.ReadableStream, fn: (line: string) => void): void {
+  let buf = '';
+  stream.on('data', (d: Buffer) => {
+    buf += d.toString();
+    let i;
+    while ((i = buf.indexOf('\n')) >= 0) {
+      const line = buf.slice(0, i);
+      buf = buf.slice(i + 1);
+      fn(line);
+    }
+  });
 }
 
 export function sleep(ms: number): Promise<void> {

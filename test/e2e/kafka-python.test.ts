@@ -10,11 +10,10 @@ import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { FlowmqProcess, eventually, run } from './harness.js';
+import { join } from 'node:path';
+import { FlowmqProcess, ROOT, eachLine, eventually, run } from './harness.js';
 
-const CLIENT = join(resolve(dirname(fileURLToPath(import.meta.url)), '../../..'), 'test/e2e/kafka-python-client.py');
+const CLIENT = join(ROOT, 'test/e2e/kafka-python-client.py');
 // Debian's interpreter, where python3-kafka is installed (a python3 earlier in PATH may be another one).
 const PYTHON = existsSync('/usr/bin/python3') ? '/usr/bin/python3' : 'python3';
 
@@ -34,18 +33,11 @@ function steps(stdout: string): Map<string, Step> {
 class Member {
   readonly lines: Step[] = [];
   readonly proc: ChildProcess;
-  private buf = '';
   private stderr = '';
   constructor(bootstrap: string, topic: string, group: string) {
     this.proc = spawn(PYTHON, [CLIENT, 'member', bootstrap, topic, group], { stdio: ['pipe', 'pipe', 'pipe'] });
-    this.proc.stdout!.on('data', (d: Buffer) => {
-      this.buf += d.toString();
-      let i;
-      while ((i = this.buf.indexOf('\n')) >= 0) {
-        const line = this.buf.slice(0, i);
-        this.buf = this.buf.slice(i + 1);
-        if (line.startsWith('{')) this.lines.push(JSON.parse(line) as Step);
-      }
+    eachLine(this.proc.stdout!, (line) => {
+      if (line.startsWith('{')) this.lines.push(JSON.parse(line) as Step);
     });
     this.proc.stderr!.on('data', (d: Buffer) => (this.stderr += d.toString()));
   }
