@@ -161,8 +161,10 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
       engine,
       logger: logger.child({ component: 'admin' }),
       storage: log,
-      host: config.host,
+      host: config.httpHost,
       port: config.httpPort,
+      users,
+      allowedHosts: config.httpAllowedHosts,
       info: () => ({
         brokerId: config.brokerId,
         uptimeMs: Date.now() - started,
@@ -171,7 +173,13 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
         ...Object.fromEntries(Object.entries(figures).map(([k, f]) => [k, f()])),
       }),
     });
-    logger.info({ protocol: 'http', address: fmt(admin.address()) }, 'listening (admin API)');
+    logger.info({ protocol: 'http', address: fmt(admin.address()), auth: admin.auth }, 'listening (admin API)');
+    if (admin.exposed) {
+      logger.warn(
+        { protocol: 'http', address: fmt(admin.address()) },
+        'the admin API is unauthenticated and bound to a non-loopback address: anyone who can reach it can delete streams; set --users-file or --http-host 127.0.0.1',
+      );
+    }
   } catch (err) {
     await closeAll();
     await log.close(0);

@@ -7,6 +7,7 @@ import { readFileSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
 import { FlowError } from '../core/index.js';
 import { SASL_MECHANISMS } from '../control/sasl.js';
+import { hostName } from '../control/admin-api.js';
 import { parseDuration, parseSize } from './units.js';
 
 export { parseDuration, parseSize } from './units.js';
@@ -23,6 +24,10 @@ export interface Config {
   amqpPort: number;
   natsPort: number;
   httpPort: number;
+  /** Bind address of the admin API (the protocol listeners bind `host`). */
+  httpHost: string;
+  /** Host names the admin API answers for besides its bind address (DNS rebinding defence). */
+  httpAllowedHosts: string[];
   protocols: Protocol[];
   logLevel: string;
   brokerId: number;
@@ -65,7 +70,7 @@ export interface Config {
   kafkaGroupMaxSessionTimeout: number;
 }
 
-type Kind = 'string' | 'port' | 'int' | 'bool' | 'protocols' | 'size' | 'capacity' | 'duration' | 'delay' | 'level' | 'sasl-mechanisms' | 'wal-layout';
+type Kind = 'string' | 'port' | 'int' | 'bool' | 'protocols' | 'size' | 'capacity' | 'duration' | 'delay' | 'level' | 'sasl-mechanisms' | 'wal-layout' | 'hosts';
 
 interface OptionSpec {
   key: keyof Config;
@@ -78,12 +83,14 @@ interface OptionSpec {
 
 export const OPTIONS: OptionSpec[] = [
   { key: 'dataDir', name: 'data-dir', kind: 'string', default: './data', help: 'directory of the embedded metastore, WAL and object store' },
-  { key: 'host', name: 'host', kind: 'string', default: '0.0.0.0', help: 'address every listener binds' },
+  { key: 'host', name: 'host', kind: 'string', default: '0.0.0.0', help: 'address the protocol listeners bind (the admin API binds --http-host)' },
   { key: 'mqttPort', name: 'mqtt-port', kind: 'port', default: 1883, help: 'MQTT over TCP' },
   { key: 'kafkaPort', name: 'kafka-port', kind: 'port', default: 9092, help: 'Kafka wire protocol' },
   { key: 'amqpPort', name: 'amqp-port', kind: 'port', default: 5672, help: 'AMQP 0-9-1 (not implemented yet)' },
   { key: 'natsPort', name: 'nats-port', kind: 'port', default: 4222, help: 'NATS client protocol (not implemented yet)' },
   { key: 'httpPort', name: 'http-port', kind: 'port', default: 8080, help: 'admin HTTP API (/api/v1) and health' },
+  { key: 'httpHost', name: 'http-host', kind: 'string', default: '127.0.0.1', help: 'address the admin HTTP API binds (0.0.0.0 for every interface)' },
+  { key: 'httpAllowedHosts', name: 'http-allowed-hosts', kind: 'hosts', default: [], help: 'host names the admin API answers for besides its bind address, comma-separated (Host header check against DNS rebinding)' },
   { key: 'protocols', name: 'protocols', kind: 'protocols', default: [...IMPLEMENTED_PROTOCOLS], help: 'listeners this broker enables, comma-separated' },
   { key: 'logLevel', name: 'log-level', kind: 'level', default: 'info', help: 'trace, debug, info, warn, error, fatal or silent' },
   { key: 'brokerId', name: 'broker-id', kind: 'int', default: 0, help: 'this broker\'s id (Kafka node id)' },
@@ -111,7 +118,7 @@ export const OPTIONS: OptionSpec[] = [
   { key: 'walFsync', name: 'wal-fsync', kind: 'bool', default: true, help: 'fsync the WAL before acknowledging (turn off only for throwaway data)' },
   { key: 'walLayout', name: 'wal-layout', kind: 'wal-layout', default: 'partition', help: 'partition: WAL files per partition that become segment objects by a rename (data written once); shared: one WAL for all partitions, segments written from memory' },
   { key: 'walDirectIo', name: 'wal-direct-io', kind: 'bool', default: null, help: 'write the WAL with O_DIRECT, around the page cache, where the filesystem supports it (default: on for the partition layout, off for shared)' },
-  { key: 'usersFile', name: 'users-file', kind: 'string', default: null, help: 'YAML/JSON list of {username, password}: Kafka SASL and MQTT username/password check against it' },
+  { key: 'usersFile', name: 'users-file', kind: 'string', default: null, help: 'YAML/JSON list of {username, password}: Kafka SASL, MQTT username/password and the admin API check against it' },
   { key: 'allowAnonymous', name: 'allow-anonymous', kind: 'bool', default: null, help: 'let clients in without credentials (default: true without users-file, false with it)' },
   { key: 'kafkaSasl', name: 'kafka-sasl', kind: 'bool', default: null, help: 'Kafka listeners require SASL authentication (default: true when users-file is set and allow-anonymous is not)' },
   { key: 'kafkaSaslMechanisms', name: 'kafka-sasl-mechanisms', kind: 'sasl-mechanisms', default: [...SASL_MECHANISMS], help: 'SASL mechanisms offered to Kafka clients when users are configured, comma-separated' },
@@ -192,6 +199,19 @@ function coerce(spec: OptionSpec, raw: unknown, source: string): Config[keyof Co
         if (!out.includes(m)) out.push(m);
       }
       if (out.length === 0) throw bad('offer at least one mechanism');
+      return out;
+    }
+    case 'hosts': {
+      const list = Array.isArray(str) ? str : typeof str === 'string' ? str.split(',') : null;
+      if (!list) throw bad('expected a comma-separated list of host names');
+      const out: string[] = [];
+      for (const item of list) {
+        const h = String(item).trim().toLowerCase();
+        if (h === '') continue;
+        // A name, an IPv4 address or a bracketed or bare IPv6 address, optionally with a port (ignored).
+        if (hostName(h) === null) throw bad(`"${h}" is not a host name or IP address`);
+        if (!out.includes(h)) out.push(h);
+      }
       return out;
     }
     case 'protocols': {

@@ -10,13 +10,39 @@
  *   POST   /api/v1/streams/{name}/flush  seal hot data of every stream into the object store now
  *
  * Errors are `{ "error": { "code": "...", "message": "..." } }` with a matching HTTP status.
+ *
+ * Who may use it (until the control plane has admin identities of its own), checked in this order on every
+ * request but `GET|HEAD /healthz`, which stays open for load balancers and tells nothing:
+ *
+ * 1. Host (DNS rebinding). A web page whose name an attacker re-points at this machine makes the victim's browser
+ *    send `Host: <attacker's name>`; the page cannot change that header. So the Host header's host name (its port
+ *    is not compared: a port forwarder or proxy may change it, and a rebinding page cannot change the name) must
+ *    be one of
+ *      - the bind address as configured (`--http-host`, an IP address or a name) or as bound;
+ *      - an `--http-allowed-hosts` entry (host names or IP addresses; a port in an entry is ignored);
+ *      - when the API is bound to a loopback address: `localhost`, `127.0.0.1` and `[::1]`;
+ *      - when bound to a wildcard address (`0.0.0.0`, `::`): `localhost` and every address of the machine's
+ *        network interfaces (os.networkInterfaces(), read at each request, so addresses added later count).
+ *    IP literals are compared in canonical form (`[0:0::1]` is `[::1]`), names case-insensitively without a
+ *    trailing dot. Anything else, and a request without a Host header (HTTP/1.0), gets 421 MISDIRECTED_REQUEST.
+ * 2. Credentials. With a users store (`--users-file`), HTTP Basic authentication (RFC 7617) naming one of its
+ *    users; otherwise 401 UNAUTHENTICATED with `WWW-Authenticate: Basic realm="flowmq"`. Without users anyone
+ *    who can connect may use it (the start-up log line says so, and warns when the address is not loopback).
+ * 3. Content type (CSRF). A request with any method but GET or HEAD must say `Content-Type: application/json`,
+ *    body or not, else 415 UNSUPPORTED_MEDIA_TYPE. An HTML form or any other "simple" cross-site request
+ *    (Fetch standard: CORS-safelisted content types only) cannot carry it; a cross-site fetch that sets it needs a
+ *    CORS preflight, which this API never grants. That also stops a browser replaying cached Basic credentials.
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { isIP, type AddressInfo } from 'node:net';
+import { networkInterfaces } from 'node:os';
 import type { Logger } from 'pino';
 import { FlowError, isFlowError, type Engine, type StreamDef } from '../core/index.js';
 import { parseDuration } from '../config/units.js';
 import { listenOn } from '../protocols/listener.js';
+import { LogLimiter, logKey } from '../protocols/log-limit.js';
+import { verifyUserPassword } from './sasl.js';
+import type { UserStore } from './users.js';
 
 /** Storage operations the control plane may ask for; implemented by the log engine. */
 export interface StorageOps {
@@ -30,14 +56,96 @@ export interface AdminApiOptions {
   storage?: StorageOps;
   /** Extra broker information for GET /api/v1/broker. */
   info?: () => Record<string, unknown>;
+  /** Bind address (`--http-host`). */
   host: string;
   port: number;
+  /** Users who may call /api/v1 (HTTP Basic); null or absent: no authentication. */
+  users?: UserStore | null;
+  /** Extra host names the Host header may carry (`--http-allowed-hosts`). */
+  allowedHosts?: readonly string[];
 }
 
 export interface AdminApi {
   address(): AddressInfo;
+  /** Who may use the API, for the start-up log line: "basic (N users from users file)" or "none: ...". */
+  readonly auth: string;
+  /** True when anyone who can connect may use it and the address is reachable from other machines. */
+  readonly exposed: boolean;
   close(): Promise<void>;
 }
+
+/** An HTTP-level refusal (not a broker error): its own status and code. */
+class HttpError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+    readonly headers: Record<string, string> = {},
+  ) {
+    super(message);
+  }
+}
+
+/**
+ * The admin API's one password check. It goes through the users store's own verification (a dummy check of
+ * the same cost for unknown users, so timing does not reveal which usernames exist). `address` is the client's,
+ * for a verification path that throttles per client address.
+ */
+export function verifyAdminPassword(users: UserStore, username: string, password: string, address: string | undefined): Promise<boolean> {
+  void address;
+  return verifyUserPassword(users, username, password);
+}
+
+/** Credentials of an `Authorization: Basic` header (RFC 7617: base64 of user-id ":" password); null if none or malformed. */
+export function parseBasicAuth(header: string | undefined): { username: string; password: string } | null {
+  if (header === undefined) return null;
+  const m = /^basic[ ]+([A-Za-z0-9+/]+={0,2})[ ]*$/i.exec(header);
+  if (!m) return null;
+  const text = Buffer.from(m[1], 'base64').toString('utf8');
+  const colon = text.indexOf(':');
+  if (colon <= 0) return null;
+  return { username: text.slice(0, colon), password: text.slice(colon + 1) };
+}
+
+/**
+ * The canonical host name of a Host header value or an allowed-hosts entry (`name`, `name:port`, `1.2.3.4:80`,
+ * `[::1]:80`), without its port; null if it is not one. IP literals come back canonical (IPv6 without brackets),
+ * names lower case without a trailing dot.
+ */
+export function hostName(value: string): string | null {
+  const v = value.trim().toLowerCase();
+  let host: string;
+  const bracket = /^\[([0-9a-f:.]+)\](?::\d{1,5})?$/.exec(v);
+  if (bracket) {
+    host = bracket[1];
+    if (isIP(host) !== 6) return null;
+  } else if (isIP(v) === 6) {
+    host = v; // a bare IPv6 address (allowed-hosts entries; never a valid Host header, which brackets it)
+  } else {
+    const m = /^([a-z0-9_.-]+)(?::\d{1,5})?$/.exec(v);
+    if (!m) return null;
+    host = m[1].replace(/\.$/, '');
+    if (host === '' || host.startsWith('.') || host.includes('..')) return null;
+  }
+  // The WHATWG URL parser gives IP literals one spelling ([0:0::1] and ::1, 127.1 and 127.0.0.1).
+  try {
+    const h = new URL(`http://${isIP(host) === 6 ? `[${host}]` : host}/`).hostname;
+    return h.startsWith('[') ? h.slice(1, -1) : h;
+  } catch {
+    return null;
+  }
+}
+
+function isLoopback(address: string): boolean {
+  const a = address.startsWith('::ffff:') ? address.slice(7) : address;
+  return a === '::1' || (isIP(a) === 4 && a.startsWith('127.'));
+}
+
+function isWildcard(address: string): boolean {
+  return address === '0.0.0.0' || address === '::';
+}
+
+const LOOPBACK_NAMES = ['localhost', '127.0.0.1', '::1'];
 
 const MAX_BODY = 1024 * 1024;
 
@@ -50,9 +158,9 @@ const STATUS: Record<string, number> = {
   LIMIT_EXCEEDED: 413,
 };
 
-function send(res: ServerResponse, status: number, body: unknown): void {
+function send(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
   const data = status === 204 ? '' : JSON.stringify(body, null, 2) + '\n';
-  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(data) });
+  res.writeHead(status, { ...headers, 'content-type': 'application/json', 'content-length': Buffer.byteLength(data) });
   res.end(data);
 }
 
@@ -116,6 +224,70 @@ function parseCreate(body: unknown): { name: string; partitions: number; binding
 
 export async function startAdminApi(opts: AdminApiOptions): Promise<AdminApi> {
   const { engine, logger } = opts;
+  const users = opts.users ?? null;
+  const refusals = new LogLimiter(logger);
+  const allowed = new Set<string>();
+  for (const entry of opts.allowedHosts ?? []) {
+    const h = hostName(entry);
+    if (h === null) throw new FlowError('CONFIG_ERROR', `http-allowed-hosts: "${entry}" is not a host name or IP address`);
+    allowed.add(h);
+  }
+  const configured = hostName(opts.host);
+  if (configured !== null) allowed.add(configured);
+  let bound = '';
+  let loopback = false;
+  let wildcard = false;
+
+  const hostAllowed = (header: string | undefined): boolean => {
+    if (header === undefined) return false;
+    const h = hostName(header);
+    if (h === null) return false;
+    if (allowed.has(h) || h === bound) return true;
+    if ((loopback || wildcard) && LOOPBACK_NAMES.includes(h)) return true;
+    if (wildcard) {
+      for (const list of Object.values(networkInterfaces())) {
+        for (const i of list ?? []) if (hostName(i.address) === h) return true;
+      }
+    }
+    return false;
+  };
+
+  /** Steps 1-3 of the module comment; throws the refusal. */
+  const admit = async (req: IncomingMessage, method: string): Promise<void> => {
+    const remote = req.socket.remoteAddress;
+    if (!hostAllowed(req.headers.host)) {
+      const host = req.headers.host;
+      refusals.log('warn', logKey('admin host refused', remote), { remote, host: host ?? null }, 'admin API request for a host name it does not serve refused');
+      throw new HttpError(
+        421,
+        'MISDIRECTED_REQUEST',
+        host === undefined
+          ? 'a Host header is required'
+          : `this server does not answer for host "${host}"; use its address or add the name to --http-allowed-hosts`,
+      );
+    }
+    if (users !== null) {
+      const creds = parseBasicAuth(req.headers.authorization);
+      const ok = creds !== null && (await verifyAdminPassword(users, creds.username, creds.password, remote));
+      if (!ok) {
+        if (creds !== null) {
+          refusals.log('warn', logKey('admin login refused', remote), { remote, username: creds.username }, 'admin API login refused: invalid username or password');
+        }
+        throw new HttpError(
+          401,
+          'UNAUTHENTICATED',
+          creds === null ? 'credentials required: HTTP Basic authentication as a user of the users file' : 'invalid username or password',
+          { 'www-authenticate': 'Basic realm="flowmq"' },
+        );
+      }
+    }
+    if (method !== 'GET' && method !== 'HEAD') {
+      const type = (req.headers['content-type'] ?? '').split(';')[0].trim().toLowerCase();
+      if (type !== 'application/json') {
+        throw new HttpError(415, 'UNSUPPORTED_MEDIA_TYPE', `${method} requests must have Content-Type: application/json (body or not)`);
+      }
+    }
+  };
 
   const describe = (name: string) => {
     const e = engine.getStream(name);
@@ -127,9 +299,10 @@ export async function startAdminApi(opts: AdminApiOptions): Promise<AdminApi> {
 
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     const url = new URL(req.url ?? '/', 'http://localhost');
-    const parts = url.pathname.split('/').filter(Boolean).map(decodeURIComponent);
     const method = req.method ?? 'GET';
-    if (url.pathname === '/healthz' && method === 'GET') return send(res, 200, { status: 'ok' });
+    if (url.pathname === '/healthz' && (method === 'GET' || method === 'HEAD')) return send(res, 200, { status: 'ok' });
+    await admit(req, method);
+    const parts = url.pathname.split('/').filter(Boolean).map(decodeURIComponent);
     if (parts[0] !== 'api' || parts[1] !== 'v1') throw new FlowError('NOT_FOUND', `no such endpoint ${url.pathname}`);
     const [, , resource, name, action] = parts;
     if (resource === 'broker' && parts.length === 3 && method === 'GET') {
@@ -162,18 +335,29 @@ export async function startAdminApi(opts: AdminApiOptions): Promise<AdminApi> {
 
   const server: Server = createServer((req, res) => {
     handle(req, res).catch((err: unknown) => {
-      const code = isFlowError(err) ? err.code : 'INTERNAL';
-      const status = isFlowError(err) ? STATUS[err.code] ?? 500 : 500;
+      const http = err instanceof HttpError ? err : null;
+      const code = http?.code ?? (isFlowError(err) ? err.code : 'INTERNAL');
+      const status = http?.status ?? (isFlowError(err) ? STATUS[err.code] ?? 500 : 500);
       if (status >= 500) logger.error({ err, url: req.url }, 'admin API request failed');
-      if (!res.headersSent) send(res, status, { error: { code, message: (err as Error).message } });
-      else res.destroy();
+      if (!res.headersSent) {
+        // A refused request's body is left unread: node's server drains it after the response (bounded by its
+        // requestTimeout), so the client reads the refusal instead of a connection reset.
+        send(res, status, { error: { code, message: (err as Error).message } }, http?.headers);
+      } else res.destroy();
     });
   });
   await listenOn(server, opts, (err) => logger.error({ err }, 'admin API server error'));
+  const address = server.address() as AddressInfo;
+  bound = hostName(address.address) ?? '';
+  loopback = isLoopback(address.address);
+  wildcard = isWildcard(address.address);
   return {
     address: () => server.address() as AddressInfo,
+    auth: users !== null ? `basic (${users.size} user${users.size === 1 ? '' : 's'} from users file)` : 'none: anyone who can connect',
+    exposed: users === null && !loopback,
     close: () =>
       new Promise<void>((resolve) => {
+        refusals.stop();
         server.close(() => resolve());
         server.closeAllConnections();
       }),

@@ -123,3 +123,17 @@ describe('config: users, SASL and Kafka TLS options', () => {
     assert.throws(() => loadConfig({ flags: { 'kafka-group-min-session-timeout': '1h', 'kafka-group-max-session-timeout': '1m' } }), /must not exceed/);
   });
 });
+
+describe('config: admin API bind address and allowed hosts', () => {
+  it('binds the admin API to loopback by default, apart from --host', () => {
+    const d = loadConfig();
+    assert.deepEqual([d.host, d.httpHost, d.httpAllowedHosts], ['0.0.0.0', '127.0.0.1', []]);
+    const c = loadConfig({ flags: { host: '127.0.0.1', 'http-host': '0.0.0.0' }, env: { FLOWMQ_HTTP_ALLOWED_HOSTS: 'FlowMQ.internal, 10.0.0.5:8080,[::1],, flowmq.internal' } });
+    assert.deepEqual([c.host, c.httpHost], ['127.0.0.1', '0.0.0.0']);
+    assert.deepEqual(c.httpAllowedHosts, ['flowmq.internal', '10.0.0.5:8080', '[::1]']);
+  });
+  it('refuses an allowed-hosts entry that is not a host name', () => {
+    assert.throws(() => loadConfig({ flags: { 'http-allowed-hosts': 'ok.example,http://evil/' } }), /invalid --http-allowed-hosts: "http:\/\/evil\/" is not a host name/);
+    assert.throws(() => loadConfig({ flags: { 'http-allowed-hosts': 'a@b' } }), /is not a host name/);
+  });
+});

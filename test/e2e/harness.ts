@@ -102,15 +102,24 @@ export class FlowmqProcess {
     return `mqtt://127.0.0.1:${this.ports.mqtt}`;
   }
 
-  /** Runs the `flowmq` CLI against this broker. */
-  cli(args: string[]): Promise<RunResult> {
-    return run(process.execPath, [FLOWMQ_BIN, ...args, '--server', this.http], { timeoutMs: 15_000 });
+  /** Credentials `api()` sends (HTTP Basic), for a broker started with a users file. */
+  credentials: { username: string; password: string } | null = null;
+
+  /** Runs the `flowmq` CLI against this broker (`env`: FLOWMQ_USER, FLOWMQ_PASSWORD...). */
+  cli(args: string[], env: NodeJS.ProcessEnv = {}): Promise<RunResult> {
+    return run(process.execPath, [FLOWMQ_BIN, ...args, '--server', this.http], { timeoutMs: 15_000, env });
   }
 
   async api<T = unknown>(method: string, path: string, body?: unknown): Promise<T> {
+    const headers: Record<string, string> = {};
+    // The admin API refuses state-changing requests that are not JSON, body or not.
+    if (method !== 'GET') headers['content-type'] = 'application/json';
+    if (this.credentials) {
+      headers.authorization = `Basic ${Buffer.from(`${this.credentials.username}:${this.credentials.password}`).toString('base64')}`;
+    }
     const res = await fetch(this.http + path, {
       method,
-      headers: body === undefined ? {} : { 'content-type': 'application/json' },
+      headers,
       body: body === undefined ? undefined : JSON.stringify(body),
     });
     const text = await res.text();
