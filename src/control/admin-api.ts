@@ -190,6 +190,15 @@ function readJson(req: IncomingMessage): Promise<unknown> {
   });
 }
 
+/** A path segment with its %-escapes decoded; a malformed escape is the client's error (400), not ours. */
+function decodePathSegment(segment: string): string {
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    throw new FlowError('INVALID_ARGUMENT', `malformed %-escape in the path segment "${segment}"`);
+  }
+}
+
 export function streamView(def: StreamDef): Record<string, unknown> {
   return {
     name: def.name,
@@ -302,7 +311,7 @@ export async function startAdminApi(opts: AdminApiOptions): Promise<AdminApi> {
     const method = req.method ?? 'GET';
     if (url.pathname === '/healthz' && (method === 'GET' || method === 'HEAD')) return send(res, 200, { status: 'ok' });
     await admit(req, method);
-    const parts = url.pathname.split('/').filter(Boolean).map(decodeURIComponent);
+    const parts = url.pathname.split('/').filter(Boolean).map(decodePathSegment);
     if (parts[0] !== 'api' || parts[1] !== 'v1') throw new FlowError('NOT_FOUND', `no such endpoint ${url.pathname}`);
     const [, , resource, name, action] = parts;
     if (resource === 'broker' && parts.length === 3 && method === 'GET') {

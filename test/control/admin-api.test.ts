@@ -175,6 +175,12 @@ describe('admin API: state-changing requests must be JSON', () => {
     assert.equal((await call(api, 'DELETE', '/api/v1/streams/made', { headers: JSON_TYPE })).status, 204);
   });
 
+  it('answers a malformed %-escape in the path with 400, not an internal error', async () => {
+    const r = await call(api, 'GET', '/api/v1/streams/%E0%A4%A');
+    assert.equal(r.status, 400);
+    assert.equal(r.body.error?.code, 'INVALID_ARGUMENT');
+  });
+
   it('says that anyone who can connect may use it (on loopback: not exposed)', () => {
     assert.equal(api.auth, 'none: anyone who can connect');
     assert.equal(api.exposed, false);
