@@ -101,6 +101,9 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
         maxConnections: config.mqttMaxConnections,
         maxInflight: config.mqttMaxInflight,
         maxQueued: config.mqttMaxQueuedMessages,
+        slowConsumer: config.mqttSlowConsumer,
+        packetTimeoutMs: config.mqttPacketTimeout,
+        maxPartialBytes: config.mqttMaxPartialBytes,
         queueQos0Offline: config.mqttQueueQos0,
         maxTopicLevels: config.mqttMaxTopicLevels,
         maxSessionExpiry: Math.floor(config.mqttSessionExpiryMax / 1000),
@@ -108,6 +111,9 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
         sysIntervalMs: config.mqttSysInterval,
         ...(users ? { authenticate: passwordAuthenticator(users, config.allowAnonymous) } : {}),
       });
+      const hub = mqttHub;
+      // Drops by cause, slow-consumer disconnects, packet timeouts and the memory held by unfinished packets.
+      figures.mqtt = () => hub.figures();
       const l = await startMqttListener(mctx, { host: config.host, port: config.mqttPort }, {}, mqttHub);
       listeners.set('mqtt', l);
       logger.info({ protocol: 'mqtt', address: fmt(l.address()) }, 'listening');

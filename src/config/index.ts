@@ -43,6 +43,9 @@ export interface Config {
   mqttMaxConnections: number;
   mqttMaxInflight: number;
   mqttMaxQueuedMessages: number;
+  mqttSlowConsumer: 'drop' | 'disconnect';
+  mqttPacketTimeout: number;
+  mqttMaxPartialBytes: number;
   mqttQueueQos0: boolean;
   mqttMaxTopicLevels: number;
   mqttSessionExpiryMax: number;
@@ -70,7 +73,7 @@ export interface Config {
   kafkaGroupMaxSessionTimeout: number;
 }
 
-type Kind = 'string' | 'port' | 'int' | 'bool' | 'protocols' | 'size' | 'capacity' | 'duration' | 'delay' | 'level' | 'sasl-mechanisms' | 'wal-layout' | 'hosts';
+type Kind = 'string' | 'port' | 'int' | 'bool' | 'protocols' | 'size' | 'capacity' | 'duration' | 'delay' | 'level' | 'sasl-mechanisms' | 'wal-layout' | 'hosts' | 'slow-consumer';
 
 interface OptionSpec {
   key: keyof Config;
@@ -106,6 +109,9 @@ export const OPTIONS: OptionSpec[] = [
   { key: 'mqttMaxConnections', name: 'mqtt-max-connections', kind: 'int', default: 1_000_000, help: 'MQTT client connections over all MQTT listeners; more are refused (CONNACK 0x97 / 0x03)' },
   { key: 'mqttMaxInflight', name: 'mqtt-max-inflight', kind: 'int', default: 100, help: 'unacknowledged QoS 1/2 messages per MQTT connection, each way (v5 Receive Maximum)' },
   { key: 'mqttMaxQueuedMessages', name: 'mqtt-max-queued-messages', kind: 'int', default: 1000, help: 'messages queued per MQTT session (online behind the in-flight window, offline in the store); the oldest are dropped beyond it' },
+  { key: 'mqttSlowConsumer', name: 'mqtt-slow-consumer', kind: 'slow-consumer', default: 'drop', help: 'when a message for an MQTT client would be dropped because it does not keep up (queue full, or its socket over 1MiB): drop it, or disconnect the client (v5 DISCONNECT 0x97; a persistent session keeps the messages)' },
+  { key: 'mqttPacketTimeout', name: 'mqtt-packet-timeout', kind: 'duration', default: 30_000, help: 'an MQTT packet that has started must be complete within this time, whatever the keep-alive; else the connection is closed' },
+  { key: 'mqttMaxPartialBytes', name: 'mqtt-max-partial-bytes', kind: 'size', default: 64 * 1024 * 1024, help: 'memory all MQTT connections together may hold for packets not received completely; a connection that would take it over is closed (v5 DISCONNECT 0x97)' },
   { key: 'mqttQueueQos0', name: 'mqtt-queue-qos0', kind: 'bool', default: false, help: 'also queue QoS 0 messages for offline MQTT sessions' },
   { key: 'mqttMaxTopicLevels', name: 'mqtt-max-topic-levels', kind: 'int', default: 128, help: 'levels of an MQTT topic name or filter' },
   { key: 'mqttSessionExpiryMax', name: 'mqtt-session-expiry-max', kind: 'duration', default: 7 * 86_400_000, help: 'longest an offline MQTT session is kept (caps v5 Session Expiry; 3.1.1 clean-session-0 sessions get it)' },
@@ -155,6 +161,9 @@ function coerce(spec: OptionSpec, raw: unknown, source: string): Config[keyof Co
       return str;
     case 'wal-layout':
       if (str !== 'partition' && str !== 'shared') throw bad('expected partition or shared');
+      return str;
+    case 'slow-consumer':
+      if (str !== 'drop' && str !== 'disconnect') throw bad('expected drop or disconnect');
       return str;
     case 'port':
     case 'int': {

@@ -15,6 +15,7 @@ import { randomBytes } from 'node:crypto';
 import type { Duplex } from 'node:stream';
 import type { Message, QoS, Subscription } from '../../core/index.js';
 import { FlowError, isFlowError, validateFilter } from '../../core/index.js';
+import { logKey, type LogLimitOptions } from '../log-limit.js';
 import type { AdapterContext } from '../types.js';
 import {
   ConnackCode,
@@ -43,7 +44,16 @@ import {
   type UnsubscribePacket,
   type Will,
 } from './codec/index.js';
-import { EXPIRY_NEVER, MqttHub, newDelivery, splitShared, type Delivery, type MqttSession, type SubData } from './session.js';
+import {
+  EXPIRY_NEVER,
+  MqttHub,
+  newDelivery,
+  splitShared,
+  type Delivery,
+  type MqttDropCounts,
+  type MqttSession,
+  type SubData,
+} from './session.js';
 
 // ------------------------------------------------------------------ options
 
@@ -108,7 +118,21 @@ export interface MqttOptions {
   sysIntervalMs?: number;
   /** Resolution of the shared timer (keep-alive, expiry, will delay), ms. */
   tickMs?: number;
+  /** A packet whose first byte has arrived must be complete within this many ms, whatever the keep-alive. */
+  packetTimeoutMs?: number;
+  /** Bytes all connections together may hold for packets not received completely. */
+  maxPartialBytes?: number;
+  /**
+   * What happens when a message for a client would be dropped because the client does not keep up (its queue
+   * behind the in-flight window is full, or its socket holds more than `writeHighWaterMark` bytes): 'drop' the
+   * message, or 'disconnect' the client (v5 DISCONNECT 0x97) and keep the message in its persistent session.
+   */
+  slowConsumer?: SlowConsumerPolicy;
+  /** Rate limits of the lines a client can trigger (protocol errors, timeouts, refused connects), per address. */
+  logLimit?: LogLimitOptions;
 }
+
+export type SlowConsumerPolicy = 'drop' | 'disconnect';
 
 export type ResolvedMqttOptions = Required<MqttOptions>;
 
@@ -133,6 +157,14 @@ export const MQTT_DEFAULTS: ResolvedMqttOptions = {
   queueQos0Offline: false,
   sysIntervalMs: 10_000,
   tickMs: 1000,
+  // At the default 1 MiB maximum packet size, 30 s still admits a link of ~35 KB/s (~280 kbit/s); a slower
+  // client should send smaller packets. It is the time one stranger can pin a partial packet's memory.
+  packetTimeoutMs: 30_000,
+  // 64 such maximum-size packets at once, a small part of a broker's memory; legitimate large packets arrive
+  // in milliseconds on a LAN, so many connections rarely hold partial packets at the same time.
+  maxPartialBytes: 64 * 1024 * 1024,
+  slowConsumer: 'drop',
+  logLimit: {},
 };
 
 class MqttConfigError extends FlowError {
@@ -164,6 +196,9 @@ export function resolveMqttOptions(opts: MqttOptions = {}): ResolvedMqttOptions 
   int('topicAliasMaximum', o.topicAliasMaximum, 0, 65535);
   int('sysIntervalMs', o.sysIntervalMs, 0);
   int('tickMs', o.tickMs, 1);
+  int('packetTimeoutMs', o.packetTimeoutMs, 1);
+  int('maxPartialBytes', o.maxPartialBytes, 1);
+  if (o.slowConsumer !== 'drop' && o.slowConsumer !== 'disconnect') throw new MqttConfigError('mqtt option slowConsumer must be drop or disconnect');
   if (o.maxQos !== 0 && o.maxQos !== 1 && o.maxQos !== 2) throw new MqttConfigError('mqtt option maxQos must be 0, 1 or 2');
   if (typeof o.authenticate !== 'function') throw new MqttConfigError('mqtt option authenticate must be a function');
   if (o.enhancedAuth !== null && typeof o.enhancedAuth !== 'function') throw new MqttConfigError('mqtt option enhancedAuth must be a function');
@@ -256,6 +291,8 @@ export interface MqttConnectionInit {
 export class MqttConnection {
   clientId = '';
   readonly remote: string;
+  /** The peer's address without its port: the key of its rate-limited log lines. */
+  private readonly address: string;
   readonly stats: MqttConnectionStats = { dropped: 0, publishesIn: 0, publishesOut: 0 };
   /** Resolves once the stream has closed and every resource is released. */
   readonly closed: Promise<void>;
@@ -277,6 +314,10 @@ export class MqttConnection {
   private pending: Buffer[] = [];
   private pendingBytes = 0;
   private needBytes = 0;
+  /** Bytes of `pending` counted in the hub's `partialBytes`. */
+  private held = 0;
+  /** When the packet now held unfinished started arriving (0: none). */
+  private partialSince = 0;
   /** Reading paused by us (async authentication, session load, or too many inbound acks waiting for storage). */
   private readPaused = false;
 
@@ -335,12 +376,14 @@ export class MqttConnection {
     }
     this.hub.connections.add(this);
     this.remote = init.remote ?? 'unknown';
+    const colon = this.remote.lastIndexOf(':');
+    this.address = colon > 0 && /^(\d+|\?)$/.test(this.remote.slice(colon + 1)) ? this.remote.slice(0, colon) : this.remote;
     this.closed = new Promise((resolve) => {
       this.resolveClosed = resolve;
     });
     stream.on('data', this.onData);
     stream.on('error', (err: Error) => {
-      this.ctx.logger.debug({ clientId: this.clientId, remote: this.remote, err: err.message }, 'mqtt socket error');
+      this.logLimited('debug', 'socket error', { clientId: this.clientId, remote: this.remote, err: err.message }, 'mqtt socket error');
       this.close('abnormal');
     });
     // EOF without DISCONNECT is an abnormal end: the will is published [MQTT-3.1.2-8].
@@ -393,13 +436,28 @@ export class MqttConnection {
     this.close('takeover');
   }
 
-  /** Called by the hub's shared tick: connect timeout, keep-alive. */
+  /** Called by the hub's shared tick: connect timeout, packet timeout, keep-alive. */
   checkTimers(now: number): void {
     if (this.state === State.Closed) return;
+    // A packet that has started must finish in time, whatever the keep-alive (0 turns keep-alive off): a client
+    // must not pin a partial packet's memory forever. While we hold reading paused its bytes wait in the
+    // socket: not its fault (resumeReading starts the clock again).
+    if (this.partialSince !== 0 && !this.readPaused && now - this.partialSince >= this.opts.packetTimeoutMs) {
+      this.hub.stats.packetTimeouts++;
+      this.logLimited(
+        'info',
+        'packet timeout',
+        { clientId: this.clientId || undefined, remote: this.remote, heldBytes: this.pendingBytes, packetTimeoutMs: this.opts.packetTimeoutMs },
+        'mqtt packet not completed in time, closing connection',
+      );
+      // v5: 0x8D, the one reason code (section 3.14.2.1) for a client that did not send in time.
+      this.disconnectWith(ReasonCode.KEEP_ALIVE_TIMEOUT, `packet not completed within ${this.opts.packetTimeoutMs} ms`);
+      return;
+    }
     if (this.state === State.AwaitingConnect || (this.state === State.Authenticating && this.session === null && !this.readPaused)) {
       // [MQTT-3.1.0-1] the first packet must be CONNECT, and it must come reasonably soon.
       if (now - this.openedAt >= this.opts.connectTimeoutMs) {
-        this.ctx.logger.info({ remote: this.remote }, 'mqtt connect timeout, closing connection');
+        this.logLimited('info', 'connect timeout', { remote: this.remote }, 'mqtt connect timeout, closing connection');
         this.close('abnormal');
       }
       return;
@@ -408,7 +466,9 @@ export class MqttConnection {
     // [MQTT-3.1.2-24] close if nothing arrives for 1.5 x keep-alive. While we hold reading paused the
     // client's packets wait in the socket: not its fault.
     if (now - this.lastRx >= this.keepaliveMs * 1.5) {
-      this.ctx.logger.info(
+      this.logLimited(
+        'info',
+        'keep-alive timeout',
         { clientId: this.clientId, remote: this.remote, keepalive: this.keepaliveMs / 1000 },
         'mqtt keep-alive timeout, closing connection',
       );
@@ -424,8 +484,45 @@ export class MqttConnection {
     this.pending.push(chunk);
     this.pendingBytes += chunk.length;
     // A large packet arrives in many chunks: collect them and parse once it is complete.
-    if (this.pendingBytes < this.needBytes || this.readPaused) return;
+    if (this.pendingBytes < this.needBytes || this.readPaused) {
+      this.hold();
+      return;
+    }
     this.parse();
+  }
+
+  /**
+   * Counts the bytes held in `pending` (an unfinished packet, or what arrived while reading is paused) in the
+   * hub-wide `partialBytes`. When this connection's growth would take the total over `maxPartialBytes` it is
+   * this connection that is closed, never one that already holds its share.
+   */
+  private hold(): void {
+    const n = this.pendingBytes;
+    const total = this.hub.partialBytes - this.held + n;
+    if (n > this.held && total > this.opts.maxPartialBytes) {
+      this.hub.stats.partialBytesRefused++;
+      this.logLimited(
+        'warn',
+        'partial bytes',
+        { clientId: this.clientId || undefined, remote: this.remote, heldBytes: n, partialBytes: this.hub.partialBytes, maxPartialBytes: this.opts.maxPartialBytes },
+        'mqtt unfinished packets over the memory limit, closing connection',
+      );
+      // v5 section 3.14.2.1: 0x97 Quota exceeded, "an implementation or administrative imposed limit has been
+      // exceeded". Not 0x95 (Packet too large): the packet is within the Maximum Packet Size.
+      this.disconnectWith(ReasonCode.QUOTA_EXCEEDED, 'server memory for unfinished packets is exhausted');
+      return;
+    }
+    this.hub.partialBytes = total;
+    if (total > this.hub.partialBytesPeak) this.hub.partialBytesPeak = total;
+    this.held = n;
+    if (this.partialSince === 0) this.partialSince = Date.now();
+  }
+
+  /** Nothing held any more. */
+  private release(): void {
+    this.hub.partialBytes -= this.held;
+    this.held = 0;
+    this.partialSince = 0;
   }
 
   private parse(): void {
@@ -450,10 +547,14 @@ export class MqttConnection {
       return;
     }
     if (off < buf.length && this.state !== State.Closed) {
-      const rest = off === 0 ? buf : buf.subarray(off);
+      // A tail is copied: a view would keep the whole chunk (up to a full packet) in memory for a few bytes.
+      const rest = off === 0 ? buf : Buffer.from(buf.subarray(off));
       this.pending.push(rest);
       this.pendingBytes = rest.length;
-    }
+      // Packets were consumed: what is left is a new packet, its clock starts now.
+      if (off > 0) this.partialSince = 0;
+      this.hold();
+    } else if (this.held !== 0 || this.partialSince !== 0) this.release();
   }
 
   private pauseReading(): void {
@@ -466,6 +567,8 @@ export class MqttConnection {
     if (!this.readPaused || this.state === State.Closed) return;
     this.readPaused = false;
     if (this.pendingBytes > 0 && this.pendingBytes >= this.needBytes) this.parse();
+    // The rest of a packet may have waited in the socket while we did not read: its clock starts again.
+    if (this.partialSince !== 0) this.partialSince = Date.now();
     // parse() may have closed the connection or paused again.
     if (!this.readPaused && (this.state as State) !== State.Closed) this.stream.resume();
   }
@@ -474,7 +577,9 @@ export class MqttConnection {
   private fail(err: unknown): void {
     if (this.state === State.Closed) return;
     if (err instanceof MqttProtocolError) {
-      this.ctx.logger.warn(
+      this.logLimited(
+        'warn',
+        'protocol error',
         { clientId: this.clientId || undefined, remote: this.remote, err: err.message },
         'mqtt protocol error, closing connection',
       );
@@ -502,6 +607,11 @@ export class MqttConnection {
       'mqtt connection failed unexpectedly, closing it',
     );
     this.disconnectWith(ReasonCode.UNSPECIFIED_ERROR, 'internal error');
+  }
+
+  /** A line a client can trigger: at a bounded rate per address (and overall), with the count of what was suppressed. */
+  private logLimited(level: 'debug' | 'info' | 'warn', event: string, fields: Record<string, unknown>, msg: string): void {
+    this.hub.logLimit.log(level, logKey(`mqtt ${event}`, this.address), fields, msg);
   }
 
   /** Server-initiated close: v5 gets a DISCONNECT with `reason` first [MQTT-3.14.0-1]; the will goes out. */
@@ -757,7 +867,8 @@ export class MqttConnection {
     }
     // [MQTT-3.2.2-1] [MQTT-3.2.2-2] [MQTT-3.2.2-3] Session Present says whether a stored session was resumed.
     this.send(encodeConnack({ type: 'connack', sessionPresent: present, returnCode: 0, properties: connackProps }, this.level));
-    this.ctx.logger.debug({ clientId: this.clientId, remote: this.remote, level: this.level, present }, 'mqtt client connected');
+    // Not `level`: that key is the log line's own level for pino and every log parser.
+    this.ctx.logger.debug({ clientId: this.clientId, remote: this.remote, protocolVersion: this.level, present }, 'mqtt client connected');
     if (present) this.restore(session);
     else this.resumeReading();
   }
@@ -785,6 +896,7 @@ export class MqttConnection {
         for (const d of stored) {
           if (d.msg.expiresAt !== undefined && d.msg.expiresAt <= now && !d.released) {
             this.hub.untrack(session, d);
+            this.drop('expired', d.counted);
             continue;
           }
           if (d.packetId !== 0 && !this.inflight.has(d.packetId)) {
@@ -811,7 +923,7 @@ export class MqttConnection {
 
   /** CONNACK with a failure code, then close [MQTT-3.2.2-5]; the will was never accepted so it is dropped. */
   private refuse(code: number, why: string): void {
-    this.ctx.logger.info({ clientId: this.clientId || undefined, remote: this.remote, code, why }, 'mqtt connect refused');
+    this.logLimited('info', 'connect refused', { clientId: this.clientId || undefined, remote: this.remote, code, why }, 'mqtt connect refused');
     this.will = null;
     const props = this.level === 5 && this.requestProblemInfo ? { reasonString: why } : this.level === 5 ? {} : undefined;
     this.send(encodeConnack({ type: 'connack', sessionPresent: false, returnCode: code, properties: props }, this.level));
@@ -1026,7 +1138,7 @@ export class MqttConnection {
       sub = this.ctx.engine.subscribe(filter, s, { qos: granted, group, data });
     } catch (err) {
       if (!isFlowError(err)) throw err;
-      this.ctx.logger.debug({ clientId: this.clientId, filter: req.filter, err: err.message }, 'mqtt subscription refused');
+      this.logLimited('debug', 'subscription refused', { clientId: this.clientId, remote: this.remote, filter: req.filter, err: err.message }, 'mqtt subscription refused');
       return invalidFilter;
     }
     // [MQTT-3.8.4-3] an identical filter replaces the existing subscription. The new one is added before the
@@ -1048,7 +1160,7 @@ export class MqttConnection {
     this.ctx.engine.retained.match(sub.filter, (msg) => {
       if (msg.expiresAt !== undefined && msg.expiresAt <= now) return;
       const qos = (msg.qos < sub.options.qos ? msg.qos : sub.options.qos) as QoS;
-      this.route(newDelivery(msg, qos, true, d.subscriptionId !== undefined ? [d.subscriptionId] : null, null));
+      this.route(newDelivery(msg, qos, true, d.subscriptionId !== undefined ? [d.subscriptionId] : null, null, false));
     });
   }
 
@@ -1076,7 +1188,11 @@ export class MqttConnection {
    * subscriptions. Never throws (a bug here must not break the publisher's connection).
    */
   deliver(msg: Message, subs: Subscription[]): void {
-    if (this.state !== State.Connected) return;
+    if (this.state !== State.Connected) {
+      // Attached but not connected yet (CONNACK on its way), or closing: the message does not reach the client.
+      this.hub.dropped('closed', true);
+      return;
+    }
     try {
       // [MQTT-3.3.5-1] the maximum QoS over every matching subscription, capped by the message's own QoS.
       let granted = 0;
@@ -1100,15 +1216,21 @@ export class MqttConnection {
         if (s.options.group !== undefined) shared ??= s;
         else allShared = false;
       }
-      if (!any) return;
+      if (!any) {
+        this.hub.notDelivered();
+        return;
+      }
       // [MQTT-3.3.2-5] an expired message is not delivered.
-      if (msg.expiresAt !== undefined && msg.expiresAt <= Date.now()) return;
+      if (msg.expiresAt !== undefined && msg.expiresAt <= Date.now()) {
+        this.drop('expired', true);
+        return;
+      }
       const qos = (msg.qos < granted ? msg.qos : granted) as QoS;
       if (qos === 0 && !retain && ids === null && this.queueHead === this.queue.length && !this.restoring && (this.level !== 5 || (isPlain(msg) && this.clientAliasMax === 0))) {
         this.sendQos0Plain(msg);
         return;
       }
-      this.route(newDelivery(msg, qos, retain, ids, allShared ? shared : null));
+      this.route(newDelivery(msg, qos, retain, ids, allShared ? shared : null, true));
     } catch (err) {
       this.fail(err);
     }
@@ -1117,7 +1239,7 @@ export class MqttConnection {
   /** Sends now, or queues behind the window (order is kept: once anything waits, everything after it waits). */
   private route(d: Delivery): void {
     if (this.queueHead < this.queue.length || this.restoring) this.enqueue(d);
-    else if (d.qos === 0) this.sendQos0(d);
+    else if (d.qos === 0) this.sendQos0(d, false);
     else if (this.inflight.size < this.window()) this.sendQos(d);
     else this.enqueue(d);
   }
@@ -1130,13 +1252,16 @@ export class MqttConnection {
   private sendQos0Plain(msg: Message): void {
     // A client that does not read its socket gets no more QoS 0 messages until it catches up.
     if (this.stream.writableLength > this.opts.writeHighWaterMark) {
-      this.drop();
+      if (this.opts.slowConsumer === 'disconnect') {
+        this.queue.push(newDelivery(msg, 0, false, null, null, true));
+        this.slowConsumer('write buffer full');
+      } else this.drop('writeBuffer', true);
       return;
     }
     const frame = plainQos0Frame(msg, this.level === 5);
     // [MQTT-3.1.2-24] nothing larger than the client's Maximum Packet Size is sent; it is discarded.
     if (frame.length > this.clientMaxPacket) {
-      this.drop();
+      this.drop('tooLarge', true);
       return;
     }
     this.stats.publishesOut++;
@@ -1144,9 +1269,13 @@ export class MqttConnection {
     this.send(frame);
   }
 
-  private sendQos0(d: Delivery): void {
+  /** `queued`: `d` is the head of the queue (drainQueue), else it has not been queued. */
+  private sendQos0(d: Delivery, queued: boolean): void {
     if (this.stream.writableLength > this.opts.writeHighWaterMark) {
-      this.drop();
+      if (this.opts.slowConsumer === 'disconnect') {
+        if (!queued) this.queue.push(d);
+        this.slowConsumer('write buffer full');
+      } else this.drop('writeBuffer', d.counted);
       return;
     }
     this.writePublish(d, 0, false, Date.now());
@@ -1194,7 +1323,7 @@ export class MqttConnection {
     }
     // [MQTT-3.1.2-24] a packet over the client's Maximum Packet Size is discarded, as if it had been sent.
     if (frame.length > this.clientMaxPacket) {
-      this.drop();
+      this.drop('tooLarge', d.counted);
       return false;
     }
     this.stats.publishesOut++;
@@ -1203,29 +1332,63 @@ export class MqttConnection {
     return true;
   }
 
-  /** Bounded queue behind the in-flight window: when full, QoS 0 messages are dropped first. */
+  /**
+   * Bounded queue behind the in-flight window: when full, QoS 0 messages are dropped first, then the new
+   * message; or, with the slow-consumer policy 'disconnect', the client is disconnected instead.
+   */
   private enqueue(d: Delivery): void {
     if (this.queue.length - this.queueHead >= this.opts.maxQueued) {
+      if (this.opts.slowConsumer === 'disconnect') {
+        // The message goes to the session with the rest (kept if it is persistent), then the client goes.
+        this.queue.push(d);
+        if (d.qos !== 0) this.hub.track(this.session!, d);
+        this.slowConsumer('queue full');
+        return;
+      }
       if (d.qos === 0) {
-        this.drop();
+        this.drop('queueFull', d.counted);
         return;
       }
       let k = this.queueHead;
       while (k < this.queue.length && this.queue[k].qos !== 0) k++;
       if (k === this.queue.length) {
-        this.drop();
+        this.drop('queueFull', d.counted);
         return;
       }
-      this.queue.splice(k, 1);
-      this.drop();
+      const [evicted] = this.queue.splice(k, 1);
+      this.drop('queueFull', evicted.counted);
     }
     this.queue.push(d);
     if (d.qos !== 0) this.hub.track(this.session!, d);
   }
 
-  private drop(): void {
+  /** A message for this client did not reach it: counted as dropped (and not delivered). */
+  private drop(cause: keyof MqttDropCounts, counted: boolean): void {
     this.stats.dropped++;
-    this.ctx.engine.stats.dropped++;
+    this.hub.dropped(cause, counted);
+  }
+
+  /**
+   * Slow-consumer policy 'disconnect' (as nats-server does with a slow consumer): a client is over its limit
+   * as soon as a message for it would be dropped because it does not keep up, i.e. its queue behind the
+   * in-flight window holds `maxQueued` messages (the window full of unacknowledged QoS 1/2), or its socket
+   * holds more than `writeHighWaterMark` unsent bytes. The queue is the grace; the message that finds it full
+   * closes the connection (v5 DISCONNECT 0x97 Quota exceeded, section 3.14.2.1; 3.1.1 a plain close). A
+   * persistent session keeps what was in flight and queued (already written through) and that message; in a
+   * session that ends with its connection they are counted as dropped.
+   */
+  private slowConsumer(why: string): void {
+    const s = this.session!;
+    this.hub.stats.slowConsumerDisconnects++;
+    this.logLimited(
+      'warn',
+      'slow consumer',
+      { clientId: this.clientId, remote: this.remote, why, inflight: this.inflight.size, queued: this.queued, bufferedBytes: this.stream.writableLength },
+      'mqtt slow consumer, disconnecting',
+    );
+    // Written while the session is still connected (the store's connected bound): nothing is trimmed.
+    this.hub.flushSession(s);
+    this.disconnectWith(ReasonCode.QUOTA_EXCEEDED, `slow consumer: ${why}`);
   }
 
   private drainQueue(): void {
@@ -1236,11 +1399,15 @@ export class MqttConnection {
       if (d.msg.expiresAt !== undefined && d.msg.expiresAt <= now) {
         // [MQTT-3.3.2-5] expired while waiting: not sent, and no longer kept.
         if (d.stored !== 'none') this.hub.untrack(this.session!, d);
+        this.drop('expired', d.counted);
         this.queueHead++;
         continue;
       }
-      if (d.qos === 0) this.sendQos0(d);
-      else if (this.inflight.size < this.window()) this.sendQos(d);
+      if (d.qos === 0) {
+        this.sendQos0(d, true);
+        // The slow-consumer policy closed the connection (the queue went to the session with d at its head).
+        if ((this.state as State) === State.Closed) return;
+      } else if (this.inflight.size < this.window()) this.sendQos(d);
       else break;
       this.queueHead++;
     }
@@ -1331,6 +1498,7 @@ export class MqttConnection {
     this.acksHead = 0;
     this.pending = [];
     this.pendingBytes = 0;
+    this.release();
     this.inAliases = null;
     this.outAliases = null;
     if (this.ownHub) this.hub.close();

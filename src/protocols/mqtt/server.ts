@@ -11,6 +11,7 @@ import type { Duplex } from 'node:stream';
 import { WebSocketServer, createWebSocketStream } from 'ws';
 import type { SessionStore } from '../../core/index.js';
 import { ConnectionSet, listenOn } from '../listener.js';
+import { logKey } from '../log-limit.js';
 import type { AdapterContext, ListenOptions, ProtocolListener } from '../types.js';
 import { MqttConnection, resolveMqttOptions, type MqttOptions } from './connection.js';
 import { MqttHub } from './session.js';
@@ -57,7 +58,9 @@ export async function startMqttListener(
 /** MQTT over TLS (cert and key in PEM). */
 export async function startMqttTlsListener(ctx: AdapterContext, listen: TlsListenOptions, hub: MqttHub): Promise<MqttListener> {
   const server = tls.createServer({ cert: listen.cert, key: listen.key, ca: listen.ca });
-  server.on('tlsClientError', (err) => ctx.logger.debug({ err: err.message }, 'mqtt tls handshake failed'));
+  server.on('tlsClientError', (err, socket) => {
+    hub.logLimit.log('debug', logKey('mqtt tls handshake failed', socket.remoteAddress), { remote: socket.remoteAddress, err: err.message }, 'mqtt tls handshake failed');
+  });
   return serve('mqtts', server, 'secureConnection', hub, false, ctx, listen);
 }
 

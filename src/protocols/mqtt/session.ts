@@ -17,6 +17,7 @@
 import { readFileSync } from 'node:fs';
 import type { Message, QoS, QueuedEntry, SessionStore, Subscriber, Subscription } from '../../core/index.js';
 import { MemorySessionStore, decodeStoredMessage, encodeStoredMessage } from '../../core/index.js';
+import { LogLimiter } from '../log-limit.js';
 import type { AdapterContext } from '../types.js';
 import type { Properties, ProtocolLevel, Will } from './codec/index.js';
 import type { MqttConnection, ResolvedMqttOptions } from './connection.js';
@@ -52,6 +53,11 @@ export interface Delivery {
   seq: number;
   /** Packet id or QoS 2 state changed since the entry was written: it is rewritten at the next flush. */
   changed: boolean;
+  /**
+   * The engine counted its hand-off to the session as delivered (a live publish; not a retained message sent
+   * on subscribe nor one read back from the store): if it is dropped, it comes out of `delivered` again.
+   */
+  counted: boolean;
 }
 
 /**
@@ -61,8 +67,15 @@ export interface Delivery {
 export type StoreState = 'none' | 'queued' | 'writing' | 'stored' | 'gone';
 
 /** A delivery not yet sent nor stored. */
-export function newDelivery(msg: Message, qos: QoS, retain: boolean, subIds: number[] | null, shared: Subscription | null): Delivery {
-  return { msg, qos, retain, subIds, shared, packetId: 0, released: false, stored: 'none', seq: 0, changed: false };
+export function newDelivery(
+  msg: Message,
+  qos: QoS,
+  retain: boolean,
+  subIds: number[] | null,
+  shared: Subscription | null,
+  counted: boolean,
+): Delivery {
+  return { msg, qos, retain, subIds, shared, packetId: 0, released: false, stored: 'none', seq: 0, changed: false, counted };
 }
 
 interface PersistedSub {
@@ -167,6 +180,7 @@ export function decodeDelivery(b: Buffer): Delivery {
     stored: 'none',
     seq: 0,
     changed: false,
+    counted: false,
   };
 }
 
@@ -236,12 +250,37 @@ function readVersion(): string {
 
 // ------------------------------------------------------------------ hub
 
+/**
+ * Why a message handed to a session never reached its client. Each is counted as dropped (engine
+ * `stats.dropped`, `$SYS/broker/messages/dropped`) and taken out of the engine's `delivered`.
+ */
+export interface MqttDropCounts {
+  /** Online: the queue behind the in-flight window was full (`maxQueued`; QoS 0 evicted first). */
+  queueFull: number;
+  /** Online: QoS 0 while more than `writeHighWaterMark` bytes waited in the client's socket. */
+  writeBuffer: number;
+  /** Larger than the client's v5 Maximum Packet Size [MQTT-3.1.2-24]. */
+  tooLarge: number;
+  /** Message Expiry Interval passed before it could be sent [MQTT-3.3.2-5]. */
+  expired: number;
+  /** Offline: QoS 0 (not queued unless `queueQos0Offline`), or the oldest beyond the offline queue limit. */
+  offline: number;
+  /** Waiting behind the window when its connection ended and the session did not keep it (clean session, QoS 0). */
+  closed: number;
+}
+
 export interface MqttHubStats {
   messagesReceived: number;
+  /** PUBLISH packets written to clients (re-sends included); never counts a dropped message. */
   messagesSent: number;
-  /** Offline messages removed by the per-session queue limit, or not queued (QoS 0, expired). */
-  offlineDropped: number;
+  dropped: MqttDropCounts;
   connectionsRefused: number;
+  /** Connections closed by the slow-consumer policy `disconnect`. */
+  slowConsumerDisconnects: number;
+  /** Connections closed because a packet they had started was not complete within `packetTimeoutMs`. */
+  packetTimeouts: number;
+  /** Connections closed because their unfinished packet would have taken `partialBytes` over `maxPartialBytes`. */
+  partialBytesRefused: number;
 }
 
 export class MqttHub {
@@ -249,7 +288,23 @@ export class MqttHub {
   readonly store: SessionStore;
   /** Every open connection of every listener (keep-alive and connect-timeout checks run over it). */
   readonly connections = new Set<MqttConnection>();
-  readonly stats: MqttHubStats = { messagesReceived: 0, messagesSent: 0, offlineDropped: 0, connectionsRefused: 0 };
+  readonly stats: MqttHubStats = {
+    messagesReceived: 0,
+    messagesSent: 0,
+    dropped: { queueFull: 0, writeBuffer: 0, tooLarge: 0, expired: 0, offline: 0, closed: 0 },
+    connectionsRefused: 0,
+    slowConsumerDisconnects: 0,
+    packetTimeouts: 0,
+    partialBytesRefused: 0,
+  };
+  /**
+   * Bytes every connection holds for packets it has not received completely (bounded by `maxPartialBytes`:
+   * a stranger must not be able to pin memory with half-sent packets), and the highest value seen.
+   */
+  partialBytes = 0;
+  partialBytesPeak = 0;
+  /** Client-triggered log lines (protocol errors, timeouts, refused connects), keyed by remote address. */
+  readonly logLimit: LogLimiter;
   readonly version = readVersion();
   private readonly started = Date.now();
   private connectedCount = 0;
@@ -265,6 +320,44 @@ export class MqttHub {
     store?: SessionStore,
   ) {
     this.store = store ?? ctx.sessions ?? new MemorySessionStore();
+    this.logLimit = new LogLimiter(ctx.logger, opts.logLimit);
+  }
+
+  /**
+   * A message handed to a session did not reach its client: counted as dropped under `cause`, and out of the
+   * engine's `delivered` when the engine had counted it there (`counted`). `delivered` never goes below zero
+   * (messages trimmed from the store may have been handed over before a restart).
+   */
+  dropped(cause: keyof MqttDropCounts, counted: boolean, n = 1): void {
+    this.stats.dropped[cause] += n;
+    const e = this.ctx.engine.stats;
+    e.dropped += n;
+    if (counted) e.delivered -= n < e.delivered ? n : e.delivered;
+  }
+
+  /** The engine counted a hand-off that was not for this session after all (No Local): not delivered. */
+  notDelivered(): void {
+    const e = this.ctx.engine.stats;
+    if (e.delivered > 0) e.delivered--;
+  }
+
+  /** Figures for the admin API (`GET /api/v1/broker`, key `mqtt`). */
+  figures(): Record<string, unknown> {
+    return {
+      connected: this.connectedCount,
+      sessions: this.sessions.size,
+      messagesReceived: this.stats.messagesReceived,
+      messagesSent: this.stats.messagesSent,
+      dropped: { ...this.stats.dropped },
+      connectionsRefused: this.stats.connectionsRefused,
+      slowConsumerPolicy: this.opts.slowConsumer,
+      slowConsumerDisconnects: this.stats.slowConsumerDisconnects,
+      packetTimeouts: this.stats.packetTimeouts,
+      partialBytes: this.partialBytes,
+      partialBytesPeak: this.partialBytesPeak,
+      partialBytesRefused: this.stats.partialBytesRefused,
+      logLinesSuppressed: this.logLimit.suppressedTotal,
+    };
   }
 
   /** Loads persistent sessions from the store and starts the shared tick and the $SYS publisher. */
@@ -414,12 +507,16 @@ export class MqttHub {
     for (const d of unacked) {
       // A member of a shared group went away: its messages go to another member (v5 section 4.8.2).
       if (d.shared !== null && !d.released && this.ctx.engine.redeliverShared(d.shared, d.msg)) {
+        // The engine counted the hand-off to the other member: one delivery, not two.
+        if (d.counted) this.notDelivered();
         this.untrack(s, d);
         continue;
       }
       // QoS 1/2 deliveries of a persistent session are in the store already (written through when they
       // entered the connection, with their packet ids); QoS 0 ones are kept only when configured.
-      if (d.qos === 0 && this.opts.queueQos0Offline) this.track(s, d);
+      if (d.qos === 0 && this.opts.queueQos0Offline && s.persistent) this.track(s, d);
+      // Never sent and not kept by the session (it ends now, or QoS 0): dropped.
+      if (d.packetId === 0 && d.stored === 'none') this.dropped('closed', d.counted);
     }
     if (!s.persistent) {
       if (will) this.publishWill(s, will);
@@ -487,20 +584,30 @@ export class MqttHub {
     let granted = 0;
     let retain = false;
     let ids: number[] | null = null;
+    let any = false;
     for (const sub of subs) {
       const d = sub.options.data as SubData;
       // [MQTT-3.8.3-3] No Local: never back to the publishing session.
       if (d.noLocal && msg.origin === s.id) continue;
+      any = true;
       if (sub.options.qos > granted) granted = sub.options.qos;
       if (d.retainAsPublished && msg.retain) retain = true;
       if (d.subscriptionId !== undefined) (ids ??= []).push(d.subscriptionId);
     }
-    const qos = (msg.qos < granted ? msg.qos : granted) as QoS;
-    if ((qos === 0 && !this.opts.queueQos0Offline) || (msg.expiresAt !== undefined && msg.expiresAt <= Date.now())) {
-      this.stats.offlineDropped++;
+    if (!any) {
+      this.notDelivered();
       return;
     }
-    this.track(s, newDelivery(msg, qos, retain, ids, null));
+    const qos = (msg.qos < granted ? msg.qos : granted) as QoS;
+    if (msg.expiresAt !== undefined && msg.expiresAt <= Date.now()) {
+      this.dropped('expired', true);
+      return;
+    }
+    if (qos === 0 && !this.opts.queueQos0Offline) {
+      this.dropped('offline', true);
+      return;
+    }
+    this.track(s, newDelivery(msg, qos, retain, ids, null, true));
   }
 
   // ---------------------------------------------------------------- write-through of deliveries
@@ -602,8 +709,7 @@ export class MqttHub {
           }
         }
         if (dropped > 0) {
-          this.stats.offlineDropped += dropped;
-          this.ctx.engine.stats.dropped += dropped;
+          this.dropped('offline', true, dropped);
           this.ctx.logger.debug({ clientId: s.clientId, dropped }, 'mqtt offline queue full, oldest messages dropped');
         }
       },
@@ -618,7 +724,9 @@ export class MqttHub {
    */
   async takeQueue(s: MqttSession): Promise<Delivery[]> {
     this.flushSession(s);
-    const entries = await this.store.readQueue(s.clientId, this.opts.maxQueued + this.opts.maxInflight);
+    // Everything the store may hold for it (its bound while connected, see flushSession): a connection closed
+    // by the slow-consumer policy leaves a full window, a full queue and the message that found it full.
+    const entries = await this.store.readQueue(s.clientId, 2 * (this.opts.maxQueued + this.opts.maxInflight));
     if (entries.length === 0) return [];
     const keep = s.persistent && !s.ended;
     if (!keep) await this.store.ackQueue(s.clientId, entries[entries.length - 1].seq);
@@ -712,6 +820,7 @@ export class MqttHub {
   close(): void {
     if (this.tickTimer) clearInterval(this.tickTimer);
     if (this.sysTimer) clearInterval(this.sysTimer);
+    this.logLimit.stop();
     this.tickTimer = this.sysTimer = null;
     this.flushAll();
     this.closed = true;
