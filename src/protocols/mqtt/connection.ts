@@ -345,6 +345,12 @@ export class MqttConnection {
   private queueHead = 0;
   /** While the stored queue of a resumed session is being read, new deliveries wait behind it. */
   private restoring = false;
+  /**
+   * Messages that matched the session between attach and CONNACK (the session's subscriptions are live from the
+   * attach on, and a storage completion can publish in a microtask in between): delivered once connected, in
+   * order, or handed back to the session if the connection closes first. Bounded by the session queue's size.
+   */
+  private early: Array<{ msg: Message; subs: Subscription[] }> | null = null;
   private corked = false;
 
   private readonly onData = (chunk: Buffer) => this.receive(chunk);
@@ -840,9 +846,14 @@ export class MqttConnection {
   }
 
   private connected(session: MqttSession, present: boolean, requested: number, expiry: number, authProps: Properties | undefined): void {
+    const early = this.early;
+    this.early = null;
     if (this.state === State.Closed) {
-      // Closed while the session was loading: give it back.
+      // Closed while the session was loading: give it back, with what matched it meanwhile (stored or dropped as
+      // for any offline session).
       this.hub.detach(session, this, [], null);
+      if (early !== null && !session.ended) for (const e of early) session.deliver(e.msg, e.subs);
+      else if (early !== null) for (let i = 0; i < early.length; i++) this.hub.dropped('closed', true);
       return;
     }
     this.session = session;
@@ -869,8 +880,10 @@ export class MqttConnection {
     this.send(encodeConnack({ type: 'connack', sessionPresent: present, returnCode: 0, properties: connackProps }, this.level));
     // Not `level`: that key is the log line's own level for pino and every log parser.
     this.ctx.logger.debug({ clientId: this.clientId, remote: this.remote, protocolVersion: this.level, present }, 'mqtt client connected');
+    // Stored messages first (restore() holds newer ones behind them), then those that matched during the attach.
     if (present) this.restore(session);
-    else this.resumeReading();
+    if (early !== null) for (const e of early) this.deliver(e.msg, e.subs);
+    if (!present) this.resumeReading();
   }
 
   private get pendingRequestResponse(): number | undefined {
@@ -1189,7 +1202,12 @@ export class MqttConnection {
    */
   deliver(msg: Message, subs: Subscription[]): void {
     if (this.state !== State.Connected) {
-      // Attached but not connected yet (CONNACK on its way), or closing: the message does not reach the client.
+      // Attached, CONNACK on its way: keep it for the connection (or the session, if the connection fails).
+      if (this.state !== State.Closed && (this.early?.length ?? 0) < this.opts.maxQueued) {
+        (this.early ??= []).push({ msg, subs });
+        return;
+      }
+      // Closing: the message does not reach the client.
       this.hub.dropped('closed', true);
       return;
     }
