@@ -123,3 +123,24 @@ describe('config: users, SASL and Kafka TLS options', () => {
     assert.throws(() => loadConfig({ flags: { 'kafka-group-min-session-timeout': '1h', 'kafka-group-max-session-timeout': '1m' } }), /must not exceed/);
   });
 });
+
+describe('config: Kafka connection limits', () => {
+  it('defaults as Kafka (512 KiB before SASL, 10 min idle), and flags set them', () => {
+    const d = loadConfig();
+    assert.deepEqual(
+      [d.kafkaSaslMaxReceiveSize, d.kafkaFrameReserve, d.kafkaConnectionsMaxIdle, d.kafkaAuthTimeout, d.kafkaRequestReceiveTimeout],
+      [512 * 1024, 64 * 1024 * 1024, 600_000, 10_000, 30_000],
+    );
+    const c = loadConfig({
+      flags: {
+        'kafka-sasl-max-receive-size': '64KiB',
+        'kafka-frame-reserve': '0',
+        'kafka-connections-max-idle': '1m',
+        'kafka-auth-timeout': '2s',
+        'kafka-request-receive-timeout': '5s',
+      },
+    });
+    assert.deepEqual([c.kafkaSaslMaxReceiveSize, c.kafkaFrameReserve, c.kafkaConnectionsMaxIdle, c.kafkaAuthTimeout, c.kafkaRequestReceiveTimeout], [65536, 0, 60_000, 2000, 5000]);
+    assert.throws(() => loadConfig({ flags: { 'kafka-auth-timeout': '0' } }), /--kafka-auth-timeout: expected a duration/);
+  });
+});
