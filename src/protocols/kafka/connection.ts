@@ -197,7 +197,8 @@ export class KafkaConnection implements ConnectionInfo {
     }
     const partial = this.frameSize >= 0 || this.sizeHave > 0;
     if (!partial) sw.partialSince = -1;
-    else if (sw.partialSince < 0 || this.framesDone !== sw.framesDone) sw.partialSince = now;
+    // While the connection is paused it is the broker that holds the rest of the request back (backpressure).
+    else if (sw.partialSince < 0 || this.framesDone !== sw.framesDone || this.paused) sw.partialSince = now;
     sw.framesDone = this.framesDone;
     if (partial && now - sw.partialSince >= o.requestReceiveTimeoutMs) {
       this.limitedLog('warn', { size: this.frameSize, received: this.frameHave, limitMs: o.requestReceiveTimeoutMs }, 'request not received whole in time: closing connection');
@@ -269,9 +270,11 @@ export class KafkaConnection implements ConnectionInfo {
         }
         this.frameSize = size;
         this.frameHave = 0;
-        // Take the whole frame now if its bytes are here or the budget of memory ahead of arrival has room.
+        // Take the whole frame now if its bytes are here or the budget of memory ahead of arrival has room. Not for a
+        // client that has yet to authenticate: its requests are small and rare, and strangers must not be able to
+        // use up the budget that authenticated producers' fast path needs.
         const ahead = size - Math.min(size, bytes.length - pos);
-        if (ahead === 0 || (size <= MAX_FRAME_BYTES && frames.reserve(ahead))) {
+        if (ahead === 0 || (!saslLimited && size <= MAX_FRAME_BYTES && frames.reserve(ahead))) {
           this.reserved = ahead;
           this.frame = frames.take(size);
         } else {

@@ -22,7 +22,7 @@ import {
   type ProduceRequest,
 } from '../../../src/protocols/kafka/codec/index.js';
 import type { ProtocolListener } from '../../../src/protocols/types.js';
-import { MemoryStreams } from '../../helpers/memory-storage.js';
+import { GatedStreams, MemoryStreams } from '../../helpers/memory-storage.js';
 import { RawClient, captureLogger, type CapturedLog } from './helpers.js';
 
 const md = (names: string[] | null): MetadataRequest => ({
@@ -235,6 +235,13 @@ describe('kafka connection limits', () => {
       assert.equal((await b.call(SaslHandshakeApi, 1, { mechanism: 'PLAIN' })).errorCode, E.NONE);
       b.send(b.frame(SaslAuthenticateApi, 2, { authBytes: plainToken('alice', 'x'.repeat(600 * 1024)) }));
       await assert.rejects(b.next(5000), /connection closed/);
+      // Below the limit, a stranger's request is gathered as it arrives: strangers do not use up the reserve of
+      // memory ahead of arrival that authenticated producers take their frames from.
+      const e = await RawClient.connect(s.port);
+      clients.push(e);
+      e.send(announce(400 * 1024, 10));
+      await until(() => s.adapter.frames.gathering === 1, 'the stranger\'s frame to be gathered');
+      assert.equal(s.adapter.frames.aheadBytes, 0);
       // Before any SASL request: a size prefix alone above the limit closes.
       const c = await RawClient.connect(s.port);
       clients.push(c);
@@ -299,6 +306,37 @@ describe('kafka connection limits', () => {
       good.close();
       slow.close();
       await s.close();
+    }
+  });
+
+  it('does not time out a request the broker stops reading (backpressure)', async () => {
+    const m = new GatedStreams();
+    const engine = new Engine(m, m);
+    const log = captureLogger();
+    const ctx = { engine, logger: log.logger, brokerId: 1 };
+    const adapter = createKafkaAdapter(ctx, { requestReceiveTimeoutMs: 300, maxInFlightRequests: 1 });
+    const listener = await startKafkaListener(ctx, { host: '127.0.0.1', port: 0 }, {}, {}, adapter);
+    await engine.createStream({ name: 'held', partitions: 1 });
+    const c = await RawClient.connect(listener.address().port);
+    try {
+      m.hold = true;
+      // The first request waits for durability (one in flight: the connection stops reading) while the second has
+      // only begun to arrive.
+      const second = c.frame(ProduceApi, 7, produce('held', batch(1, 10)), 2);
+      c.send(c.frame(ProduceApi, 7, produce('held', batch(1, 10)), 1), second.subarray(0, 10));
+      await until(() => m.held === 1, 'the first append');
+      // Another connection's half-sent request, started after, times out: the limit has passed for the first one too.
+      const marker = await RawClient.connect(listener.address().port);
+      marker.send(announce(100, 10));
+      assert.ok(await marker.closesWithin(10_000));
+      m.hold = false;
+      m.release();
+      c.send(second.subarray(10));
+      const ids = [(await c.next()).readInt32BE(0), (await c.next()).readInt32BE(0)];
+      assert.deepEqual(ids, [1, 2]);
+    } finally {
+      c.close();
+      await listener.close();
     }
   });
 
