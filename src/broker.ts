@@ -146,13 +146,18 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
           groupInitialRebalanceDelayMs: config.kafkaGroupInitialRebalanceDelay,
           groupMinSessionTimeoutMs: config.kafkaGroupMinSessionTimeout,
           groupMaxSessionTimeoutMs: config.kafkaGroupMaxSessionTimeout,
+          saslMaxReceiveBytes: config.kafkaSaslMaxReceiveSize,
+          frameReserveBytes: config.kafkaFrameReserve,
+          connectionsMaxIdleMs: config.kafkaConnectionsMaxIdle,
+          authTimeoutMs: config.kafkaAuthTimeout,
+          requestReceiveTimeoutMs: config.kafkaRequestReceiveTimeout,
           sasl: users ? saslProvider(users, config.kafkaSaslMechanisms) : undefined,
         },
         // Committed offsets and producer ids are durable in the metastore, through the core's interfaces.
         { offsets: metastore, producerIds: metastore },
       );
       // Produce latency (decoded request → durable response) as a histogram snapshot clients can diff.
-      figures.kafka = () => ({ produceLatency: adapter.produceLatency.snapshot(), framePool: { allocated: adapter.frames.allocated, reused: adapter.frames.reused }, histogramBoundsMs: HISTOGRAM_BOUNDS_MS });
+      figures.kafka = () => ({ produceLatency: adapter.produceLatency.snapshot(), framePool: adapter.frames.stats(), histogramBoundsMs: HISTOGRAM_BOUNDS_MS });
       const l = await startKafkaListener(kctx, { host: config.host, port: config.kafkaPort, sasl: config.kafkaSasl }, {}, {}, adapter);
       listeners.set('kafka', l);
       logger.info({ protocol: 'kafka', address: fmt(l.address()), sasl: config.kafkaSasl }, 'listening');

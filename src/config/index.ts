@@ -34,6 +34,9 @@ export interface Config {
   kafkaAdvertisedHost: string | null;
   kafkaAutoCreateTopics: boolean;
   kafkaDefaultPartitions: number;
+  kafkaFrameReserve: number;
+  kafkaConnectionsMaxIdle: number;
+  kafkaRequestReceiveTimeout: number;
   mqttMaxPacketSize: number;
   mqttsPort: number;
   mqttTlsCert: string | null;
@@ -65,6 +68,8 @@ export interface Config {
   /** Kafka listeners require SASL. Unset: when users are configured and anonymous access is not allowed. */
   kafkaSasl: boolean;
   kafkaSaslMechanisms: string[];
+  kafkaSaslMaxReceiveSize: number;
+  kafkaAuthTimeout: number;
   kafkaTlsPort: number;
   kafkaTlsCert: string | null;
   kafkaTlsKey: string | null;
@@ -100,6 +105,9 @@ export const OPTIONS: OptionSpec[] = [
   { key: 'kafkaAdvertisedHost', name: 'kafka-advertised-host', kind: 'string', default: null, help: 'host Kafka clients are told to connect to (default: the address they reached)' },
   { key: 'kafkaAutoCreateTopics', name: 'kafka-auto-create-topics', kind: 'bool', default: true, help: 'create a stream when a Kafka client produces to or asks for an unknown topic' },
   { key: 'kafkaDefaultPartitions', name: 'kafka-default-partitions', kind: 'int', default: 1, help: 'partitions of auto-created topics' },
+  { key: 'kafkaFrameReserve', name: 'kafka-frame-reserve', kind: 'capacity', default: 64 * 1024 * 1024, help: 'request memory all Kafka connections may hold ahead of the bytes arriving; beyond it requests are gathered as their bytes arrive (one more copy)' },
+  { key: 'kafkaConnectionsMaxIdle', name: 'kafka-connections-max-idle', kind: 'duration', default: 600_000, help: 'close a Kafka connection idle this long: no request in flight, nothing received or sent (connections.max.idle.ms)' },
+  { key: 'kafkaRequestReceiveTimeout', name: 'kafka-request-receive-timeout', kind: 'duration', default: 30_000, help: 'close a Kafka connection whose request has not arrived whole this long after its first bytes' },
   { key: 'mqttMaxPacketSize', name: 'mqtt-max-packet-size', kind: 'size', default: 1024 * 1024, help: 'largest MQTT packet accepted (bytes, or 256KiB, 1MiB...)' },
   { key: 'mqttsPort', name: 'mqtts-port', kind: 'port', default: 8883, help: 'MQTT over TLS; listens only when mqtt-tls-cert and mqtt-tls-key are set' },
   { key: 'mqttTlsCert', name: 'mqtt-tls-cert', kind: 'string', default: null, help: 'PEM certificate (chain) file of the MQTT TLS listener' },
@@ -128,6 +136,8 @@ export const OPTIONS: OptionSpec[] = [
   { key: 'allowAnonymous', name: 'allow-anonymous', kind: 'bool', default: null, help: 'let clients in without credentials (default: true without users-file, false with it)' },
   { key: 'kafkaSasl', name: 'kafka-sasl', kind: 'bool', default: null, help: 'Kafka listeners require SASL authentication (default: true when users-file is set and allow-anonymous is not)' },
   { key: 'kafkaSaslMechanisms', name: 'kafka-sasl-mechanisms', kind: 'sasl-mechanisms', default: [...SASL_MECHANISMS], help: 'SASL mechanisms offered to Kafka clients when users are configured, comma-separated' },
+  { key: 'kafkaSaslMaxReceiveSize', name: 'kafka-sasl-max-receive-size', kind: 'size', default: 512 * 1024, help: 'largest Kafka request read before SASL authentication completes, and during an exchange (sasl.server.max.receive.size); larger ones close the connection' },
+  { key: 'kafkaAuthTimeout', name: 'kafka-auth-timeout', kind: 'duration', default: 10_000, help: 'close a connection to a Kafka listener requiring SASL that has not authenticated this long after connecting' },
   { key: 'kafkaTlsPort', name: 'kafka-tls-port', kind: 'port', default: 9093, help: 'Kafka over TLS (SSL, SASL_SSL); listens only when kafka-tls-cert and kafka-tls-key are set' },
   { key: 'kafkaTlsCert', name: 'kafka-tls-cert', kind: 'string', default: null, help: 'PEM certificate (chain) file of the Kafka TLS listener' },
   { key: 'kafkaTlsKey', name: 'kafka-tls-key', kind: 'string', default: null, help: 'PEM private key file of the Kafka TLS listener' },

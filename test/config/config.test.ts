@@ -137,3 +137,24 @@ describe('config: admin API bind address and allowed hosts', () => {
     assert.throws(() => loadConfig({ flags: { 'http-allowed-hosts': 'a@b' } }), /is not a host name/);
   });
 });
+
+describe('config: Kafka connection limits', () => {
+  it('defaults as Kafka (512 KiB before SASL, 10 min idle), and flags set them', () => {
+    const d = loadConfig();
+    assert.deepEqual(
+      [d.kafkaSaslMaxReceiveSize, d.kafkaFrameReserve, d.kafkaConnectionsMaxIdle, d.kafkaAuthTimeout, d.kafkaRequestReceiveTimeout],
+      [512 * 1024, 64 * 1024 * 1024, 600_000, 10_000, 30_000],
+    );
+    const c = loadConfig({
+      flags: {
+        'kafka-sasl-max-receive-size': '64KiB',
+        'kafka-frame-reserve': '0',
+        'kafka-connections-max-idle': '1m',
+        'kafka-auth-timeout': '2s',
+        'kafka-request-receive-timeout': '5s',
+      },
+    });
+    assert.deepEqual([c.kafkaSaslMaxReceiveSize, c.kafkaFrameReserve, c.kafkaConnectionsMaxIdle, c.kafkaAuthTimeout, c.kafkaRequestReceiveTimeout], [65536, 0, 60_000, 2000, 5000]);
+    assert.throws(() => loadConfig({ flags: { 'kafka-auth-timeout': '0' } }), /--kafka-auth-timeout: expected a duration/);
+  });
+});

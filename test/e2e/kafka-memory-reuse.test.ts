@@ -325,7 +325,7 @@ async function slowFetch(broker: FlowmqProcess, partition: number, release: Prom
 
 interface BrokerInfo {
   storage: { log: { sealedSegments: number; objectReads: number }; batchMemory: { chunkBytes: number; pooledBatches: number; ownBatches: number } };
-  kafka: { framePool: { allocated: number; reused: number } };
+  kafka: { framePool: { allocated: number; reused: number; gathered: number; aheadBytes: number } };
 }
 
 async function exercise(broker: FlowmqProcess, minSegments: number): Promise<string> {
@@ -461,6 +461,9 @@ async function exercise(broker: FlowmqProcess, minSegments: number): Promise<str
   assert.ok(mem.ownBatches > 0, `small batches in buffers of their own: ${figures}`);
   assert.ok(mem.chunkBytes > 0 && plain.bytes > mem.chunkBytes, `chunk memory reused: ${figures}`);
   assert.ok(info.kafka.framePool.reused > 0, `request frames reused: ${figures}`);
+  // Producers' requests fit in the reserve of memory ahead of arrival: none was gathered in pieces (the slow path).
+  assert.equal(info.kafka.framePool.gathered, 0, `every request frame taken whole: ${figures}`);
+  assert.equal(info.kafka.framePool.aheadBytes, 0, `no memory left reserved once the producers are done: ${figures}`);
   assert.ok(info.storage.log.sealedSegments >= minSegments, `segments sealed: ${figures}`);
 
   const bad = broker.logs.filter((l) => l.level >= 40);

@@ -18,6 +18,7 @@ import { ApiKey, KafkaErrorCode, type ApiVersionRange } from './codec/index.js';
 import { kafkaErrorCode } from './errors.js';
 import type { ResolvedKafkaOptions } from './options.js';
 import { FramePool } from './frame-pool.js';
+import { LogLimiter } from '../log-limit.js';
 import type { Route } from './route.js';
 import { GroupCoordinator } from './groups/coordinator.js';
 import { ProducerIdAllocator } from './handlers/producer.js';
@@ -48,8 +49,10 @@ export class KafkaAdapter {
   readonly producerIdAllocator: ProducerIdAllocator;
   /** Produce requests with acks=1/all: from the decoded request to the durable response, in ms. */
   readonly produceLatency = new LatencyHistogram();
-  /** Reused memory for large request frames (see frame-pool.ts). */
-  readonly frames = new FramePool();
+  /** Reused memory for large request frames, and the budget of frame memory ahead of arrival (see frame-pool.ts). */
+  readonly frames: FramePool;
+  /** Client-triggered log lines (protocol errors, refused requests, timeouts) at a bounded rate per address. */
+  readonly logLimit: LogLimiter;
 
   constructor(
     ctx: AdapterContext,
@@ -60,6 +63,8 @@ export class KafkaAdapter {
     this.engine = ctx.engine;
     this.logger = ctx.logger;
     this.brokerId = ctx.brokerId;
+    this.frames = new FramePool(undefined, options.frameReserveBytes);
+    this.logLimit = new LogLimiter(ctx.logger);
     const memory = stores.offsets && stores.producerIds ? null : new MemoryOffsetStore((s) => ctx.engine.getStream(s) !== undefined);
     this.producerIds = stores.producerIds ?? (memory as MemoryOffsetStore);
     this.producerIdAllocator = new ProducerIdAllocator(this.producerIds);
@@ -85,7 +90,10 @@ export class KafkaAdapter {
 
   /** A listener stops using it; the last one stops the group coordinator's timers. */
   release(): void {
-    if (--this.users <= 0) this.groups.close();
+    if (--this.users <= 0) {
+      this.groups.close();
+      this.logLimit.stop();
+    }
   }
 
   route(apiKey: number): Route | undefined {

@@ -3,9 +3,19 @@
  *
  * - Framing: every request is a 4-byte big-endian size followed by that many bytes. A negative size or one above
  *   `maxRequestBytes` cannot be a valid request (and must not make us buffer gigabytes): the connection is
- *   logged and closed. Received bytes are copied straight into the frame they belong to (the listener may hand
- *   them over in a read buffer it reuses, see read-into.ts); large frames come from the adapter's FramePool and
- *   Produce frames go back to it once their request is finished (the storage copies what it keeps).
+ *   logged and closed. Before SASL authentication on a listener that requires it, and during any SASL exchange,
+ *   the limit is `saslMaxReceiveBytes` (Kafka's sasl.server.max.receive.size). Received bytes are copied straight
+ *   into the frame they belong to (the listener may hand them over in a read buffer it reuses, see read-into.ts);
+ *   frames come from the adapter's FramePool and Produce frames go back to it once their request is finished (the
+ *   storage copies what it keeps).
+ * - Memory a size prefix alone can pin: a frame is taken whole when its size arrives only while the adapter's
+ *   budget of bytes-not-yet-arrived allows (FramePool.reserve); otherwise it is gathered in pieces of the bytes
+ *   received. A failed allocation (RangeError: the process is out of memory) closes this connection, not the
+ *   process.
+ * - Timeouts, checked by the listener's sweep (`sweep`, no timer per connection): a request must be received
+ *   whole within `requestReceiveTimeoutMs` of its first bytes; a connection to a SASL listener must authenticate
+ *   within `authTimeoutMs`; an idle one (nothing in flight, nothing moving) is closed after
+ *   `connectionsMaxIdleMs` (Kafka's connections.max.idle.ms). The hot path only counts: no clock read per read.
  * - Pipelining: clients send several requests without waiting (max.in.flight). Each request gets a slot in
  *   arrival order; handlers run concurrently (a Produce waiting for durability must not hold up the next one),
  *   and responses are written strictly in request order, as the protocol requires, by flushing the slots at the
@@ -16,7 +26,8 @@
  * - Errors: a malformed request (truncated, bad lengths, trailing bytes) closes this connection with a log line
  *   (the protocol has no way to answer a request the broker cannot parse). An unknown API or an unadvertised
  *   version is answered with UNSUPPORTED_VERSION and the connection stays open (ApiVersions in its v0 layout
- *   per KIP-511). Nothing a client sends can throw out of this class.
+ *   per KIP-511). Nothing a client sends can throw out of this class. Every line a client can cause goes through
+ *   the adapter's LogLimiter, keyed by the event and the client's address.
  * - SASL: on a listener that requires it, any API but ApiVersions, SaslHandshake and SaslAuthenticate before
  *   authentication closes the connection with a log line, as Kafka's SASL listeners do. After SaslHandshake v0
  *   the next frames are raw SASL tokens (no request header) until the exchange ends (see sasl.ts).
@@ -39,6 +50,10 @@ import { CLOSE_CONNECTION, type ConnectionInfo, type KafkaListenerInfo, type Rou
 import { SaslSession, stepRawToken } from './sasl.js';
 import { ReadLease } from '../../core/index.js';
 import { MAX_FRAME_BYTES } from './frame-pool.js';
+import { logKey } from '../log-limit.js';
+
+/** Pieces of a gathered frame smaller than this are joined as they arrive (a trickle must not cost an object per byte). */
+const SMALL_PIECE_BYTES = 4096;
 
 const PLAINTEXT_LISTENER: KafkaListenerInfo = { name: 'kafka', tls: false, saslRequired: false };
 
@@ -75,6 +90,7 @@ export class KafkaConnection implements ConnectionInfo {
   readonly localAddress: string | undefined;
   readonly localPort: number | undefined;
   readonly remoteAddress: string | undefined;
+  private readonly remote: string;
   readonly listener: KafkaListenerInfo;
   readonly sasl = new SaslSession();
   readonly closed: Promise<void>;
@@ -87,13 +103,24 @@ export class KafkaConnection implements ConnectionInfo {
   /** Size of the frame being received (-1 while its size prefix is incomplete) and how many of its bytes are in. */
   private frameSize = -1;
   private frameHave = 0;
-  /** Where the frame's bytes go: a pooled buffer of its size, or null for one above MAX_FRAME_BYTES... */
-  private frame: Buffer | null = null;
   /**
-   * ...which is gathered in pieces as its bytes arrive and joined when complete: a size prefix alone must not make
-   * the broker allocate up to maxRequestBytes per connection.
+   * Where the frame's bytes go: a pooled buffer of its size, taken when the size arrived, or null for a frame
+   * that did not fit in the adapter's budget of memory ahead of arrival (or is above MAX_FRAME_BYTES)...
+   */
+  private frame: Buffer | null = null;
+  /** ...whose bytes not yet arrived this connection counts in the budget (frameSize - frameHave, or 0)... */
+  private reserved = 0;
+  /**
+   * ...or the pieces of a frame gathered as its bytes arrive, joined when complete: a size prefix alone must not
+   * make the broker allocate up to maxRequestBytes per connection.
    */
   private largeParts: Buffer[] = [];
+  private gathering = false;
+  /** Counters the sweep compares with what it saw last time (the hot path does not read the clock). */
+  private activity = 0;
+  private framesDone = 0;
+  private swept = { activity: -1, framesDone: -1, activeAt: 0, partialSince: -1 };
+  private readonly openedAt: number;
   private readonly pending: Slot[] = [];
   private paused = false;
   private corked = false;
@@ -112,7 +139,10 @@ export class KafkaConnection implements ConnectionInfo {
     this.localPort = init.localPort;
     this.remoteAddress = init.remoteAddress;
     this.listener = init.listener ?? PLAINTEXT_LISTENER;
-    this.log = adapter.logger.child({ conn: init.id, remote: `${init.remoteAddress ?? '?'}:${init.remotePort ?? '?'}` });
+    this.remote = `${init.remoteAddress ?? '?'}:${init.remotePort ?? '?'}`;
+    this.log = adapter.logger.child({ conn: init.id, remote: this.remote });
+    this.openedAt = Date.now();
+    this.swept.activeAt = this.openedAt;
     this.closed = new Promise<void>((resolve) => {
       this.resolveClosed = resolve;
     });
@@ -151,10 +181,69 @@ export class KafkaConnection implements ConnectionInfo {
     this.destroy();
   }
 
+  /**
+   * The listener's periodic check (every fraction of the shortest limit): closes this connection when a request
+   * has been arriving for longer than requestReceiveTimeoutMs, when it has not authenticated within authTimeoutMs
+   * on a listener that requires SASL, or when it has been idle for connectionsMaxIdleMs. Times are measured from
+   * the first sweep that saw the change, so a limit is kept to within one sweep interval.
+   */
+  sweep(now: number): void {
+    if (this.isDone) return;
+    const o = this.adapter.options;
+    const sw = this.swept;
+    if (this.activity !== sw.activity) {
+      sw.activity = this.activity;
+      sw.activeAt = now;
+    }
+    const partial = this.frameSize >= 0 || this.sizeHave > 0;
+    if (!partial) sw.partialSince = -1;
+    // While the connection is paused it is the broker that holds the rest of the request back (backpressure).
+    else if (sw.partialSince < 0 || this.framesDone !== sw.framesDone || this.paused) sw.partialSince = now;
+    sw.framesDone = this.framesDone;
+    if (partial && now - sw.partialSince >= o.requestReceiveTimeoutMs) {
+      this.limitedLog('warn', { size: this.frameSize, received: this.frameHave, limitMs: o.requestReceiveTimeoutMs }, 'request not received whole in time: closing connection');
+      this.destroy();
+    } else if (this.listener.saslRequired && !this.sasl.authenticated && now - this.openedAt >= o.authTimeoutMs) {
+      this.limitedLog('info', { listener: this.listener.name, limitMs: o.authTimeoutMs }, 'no SASL authentication in time: closing connection');
+      this.destroy();
+    } else if (!partial && this.pending.length === 0 && now - sw.activeAt >= o.connectionsMaxIdleMs) {
+      this.limitedLog('debug', { limitMs: o.connectionsMaxIdleMs }, 'idle connection: closing (connections.max.idle.ms)');
+      this.destroy();
+    }
+  }
+
+  /**
+   * A line a client can cause: through the adapter's limiter, keyed by the message and the client's address (for
+   * handlers too, e.g. SASL failures).
+   */
+  limitedLog(level: 'debug' | 'info' | 'warn' | 'error', fields: Record<string, unknown>, msg: string): void {
+    this.adapter.logLimit.log(level, logKey(msg, this.remoteAddress), { conn: this.id, remote: this.remote, ...fields }, msg);
+  }
+
   // ---------------------------------------------------------------- input
 
   /** Copies received bytes into the frames they belong to and dispatches each complete frame. */
   private receive(bytes: Buffer): void {
+    this.activity++;
+    try {
+      this.receiveFrames(bytes);
+    } catch (err) {
+      // An allocation that failed (RangeError: Array buffer allocation failed) concerns this connection's frame:
+      // the process goes on, the connection is closed (its frame's memory goes with it).
+      if (err instanceof RangeError) {
+        this.adapter.frames.allocationFailures++;
+        this.limitedLog('error', { err, size: this.frameSize }, 'frame allocation failed: closing connection');
+      } else {
+        this.limitedLog('error', { err }, 'receiving a request failed: closing connection');
+      }
+      this.destroy();
+      return;
+    }
+    this.updateFlow();
+  }
+
+  private receiveFrames(bytes: Buffer): void {
+    const frames = this.adapter.frames;
     let pos = 0;
     while (!this.isDone) {
       if (this.frameSize < 0) {
@@ -165,28 +254,76 @@ export class KafkaConnection implements ConnectionInfo {
         if (this.sizeHave < 4) break;
         this.sizeHave = 0;
         const size = this.sizePrefix.readInt32BE(0);
-        if (size < 0 || size > this.adapter.options.maxRequestBytes) {
-          this.log.warn({ size, max: this.adapter.options.maxRequestBytes }, 'invalid request size: closing connection');
+        const o = this.adapter.options;
+        // KIP-43 / sasl.server.max.receive.size: until SASL completes (on a listener requiring it), or while an
+        // exchange is under way, only small requests are read.
+        const saslLimited = !this.sasl.authenticated && (this.listener.saslRequired || this.sasl.mechanism !== null);
+        const max = saslLimited ? o.saslMaxReceiveBytes : o.maxRequestBytes;
+        if (size < 0 || size > max) {
+          if (saslLimited && size >= 0 && size <= o.maxRequestBytes) {
+            this.limitedLog('warn', { size, max, listener: this.listener.name }, 'request too large before SASL authentication: closing connection');
+          } else {
+            this.limitedLog('warn', { size, max }, 'invalid request size: closing connection');
+          }
           this.destroy();
           return;
         }
         this.frameSize = size;
         this.frameHave = 0;
-        this.frame = size > MAX_FRAME_BYTES ? null : this.adapter.frames.take(size);
+        // Take the whole frame now if its bytes are here or the budget of memory ahead of arrival has room. Not for a
+        // client that has yet to authenticate: its requests are small and rare, and strangers must not be able to
+        // use up the budget that authenticated producers' fast path needs.
+        const ahead = size - Math.min(size, bytes.length - pos);
+        if (ahead === 0 || (!saslLimited && size <= MAX_FRAME_BYTES && frames.reserve(ahead))) {
+          this.reserved = ahead;
+          this.frame = frames.take(size);
+        } else {
+          this.gathering = true;
+          frames.gathering++;
+          frames.gathered++;
+        }
       }
       const k = Math.min(this.frameSize - this.frameHave, bytes.length - pos);
-      if (this.frame !== null) bytes.copy(this.frame, this.frameHave, pos, pos + k);
-      else if (k > 0) this.largeParts.push(Buffer.from(bytes.subarray(pos, pos + k)));
-      this.frameHave += k;
+      if (this.frame !== null) {
+        bytes.copy(this.frame, this.frameHave, pos, pos + k);
+        this.frameHave += k;
+        // What is still to come stays reserved (the first copy was never counted).
+        const left = this.frameSize - this.frameHave;
+        if (left < this.reserved) {
+          frames.unreserve(this.reserved - left);
+          this.reserved = left;
+        }
+      } else {
+        if (k > 0) this.gather(bytes.subarray(pos, pos + k));
+        this.frameHave += k;
+      }
       pos += k;
       if (this.frameHave < this.frameSize) break;
-      const frame = this.frame ?? Buffer.concat(this.largeParts, this.frameSize);
+      let frame = this.frame;
+      if (frame === null) {
+        frame = frames.take(this.frameSize);
+        let at = 0;
+        for (const p of this.largeParts) at += p.copy(frame, at);
+        this.gathering = false;
+        frames.gathering--;
+      }
       this.frame = null;
       this.largeParts = [];
       this.frameSize = -1;
+      this.framesDone++;
       this.dispatch(frame);
     }
-    this.updateFlow();
+  }
+
+  /** Keeps a copy of received bytes of a gathered frame; small ones are joined to a small last piece. */
+  private gather(bytes: Buffer): void {
+    const parts = this.largeParts;
+    const last = parts.length - 1;
+    if (bytes.length < SMALL_PIECE_BYTES && last >= 0 && parts[last].length < SMALL_PIECE_BYTES) {
+      parts[last] = Buffer.concat([parts[last], bytes]);
+    } else {
+      parts.push(Buffer.from(bytes));
+    }
   }
 
   private dispatch(frame: Buffer): void {
@@ -205,7 +342,8 @@ export class KafkaConnection implements ConnectionInfo {
       this.log.trace({ api: apiName(prefix.apiKey), version: prefix.apiVersion, correlationId: prefix.correlationId }, 'request');
     }
     if (this.listener.saslRequired && !this.sasl.authenticated && !PRE_AUTH_APIS.has(prefix.apiKey)) {
-      this.log.warn(
+      this.limitedLog(
+        'warn',
         { api: apiName(prefix.apiKey), version: prefix.apiVersion, listener: this.listener.name },
         'request before SASL authentication: closing connection',
       );
@@ -214,7 +352,8 @@ export class KafkaConnection implements ConnectionInfo {
     }
     const route = this.adapter.route(prefix.apiKey);
     if (!route) {
-      this.log.warn(
+      this.limitedLog(
+        'warn',
         { api: apiName(prefix.apiKey), apiKey: prefix.apiKey, version: prefix.apiVersion, correlationId: prefix.correlationId },
         'unsupported API: answered UNSUPPORTED_VERSION',
       );
@@ -235,7 +374,8 @@ export class KafkaConnection implements ConnectionInfo {
         this.flush();
         return;
       }
-      this.log.warn(
+      this.limitedLog(
+        'warn',
         { api: route.codec.name, version: prefix.apiVersion, supported: `${route.codec.minVersion}-${route.codec.maxVersion}` },
         'unsupported API version: answered UNSUPPORTED_VERSION',
       );
@@ -305,9 +445,9 @@ export class KafkaConnection implements ConnectionInfo {
       ? { api: apiName(prefix.apiKey), version: prefix.apiVersion, correlationId: prefix.correlationId }
       : {};
     if (err instanceof KafkaProtocolError) {
-      this.log.warn({ ...req, reason: err.reason, detail: err.message }, 'malformed request: closing connection');
+      this.limitedLog('warn', { ...req, reason: err.reason, detail: err.message }, 'malformed request: closing connection');
     } else {
-      this.log.error({ ...req, err }, 'request failed: closing connection');
+      this.limitedLog('error', { ...req, err }, 'request failed: closing connection');
     }
     this.destroy();
   }
@@ -323,6 +463,7 @@ export class KafkaConnection implements ConnectionInfo {
         slot.lease?.release();
       }
       if (result === null) continue;
+      this.activity++;
       if (result === CLOSE_CONNECTION) {
         this.closeAfterWrites();
         return;
@@ -399,6 +540,12 @@ export class KafkaConnection implements ConnectionInfo {
   private release(): void {
     if (this.released) return;
     this.released = true;
+    // The budget and counts this connection's unfinished frame held.
+    if (this.reserved > 0) this.adapter.frames.unreserve(this.reserved);
+    this.reserved = 0;
+    if (this.gathering) this.adapter.frames.gathering--;
+    this.gathering = false;
+    this.frameSize = -1;
     this.frame = null;
     this.largeParts = [];
     for (const slot of this.pending) slot.lease?.release();

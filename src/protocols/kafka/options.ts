@@ -3,6 +3,7 @@
  */
 import { FlowError, MAX_PARTITIONS } from '../../core/index.js';
 import type { KafkaSaslOptions } from './sasl.js';
+import { DEFAULT_AHEAD_BYTES } from './frame-pool.js';
 
 export interface KafkaOptions {
   /** Host advertised in Metadata responses; default: the local address the client connected to. */
@@ -15,6 +16,35 @@ export interface KafkaOptions {
   defaultPartitions?: number;
   /** Largest request frame accepted; a larger size prefix closes the connection. Default 100 MiB. */
   maxRequestBytes?: number;
+  /**
+   * Largest request frame accepted before SASL authentication completes on a listener that requires it, and
+   * during a SASL exchange on any listener (Kafka's `sasl.server.max.receive.size`). A larger size prefix closes
+   * the connection: a stranger must not make the broker buffer up to maxRequestBytes. Default 512 KiB.
+   */
+  saslMaxReceiveBytes?: number;
+  /**
+   * Frame memory all connections together may hold ahead of the bytes arriving (a frame is taken whole when its
+   * size prefix arrives); beyond it, frames are gathered in pieces of the bytes received (see frame-pool.ts).
+   * Default 64 MiB.
+   */
+  frameReserveBytes?: number;
+  /**
+   * Kafka's `connections.max.idle.ms`: a connection with no request in flight, no request partly received and
+   * nothing received or sent for this long is closed. Default 10 minutes.
+   */
+  connectionsMaxIdleMs?: number;
+  /**
+   * A connection to a listener requiring SASL that has not authenticated this long after it opened is closed.
+   * Default 10 s: a SASL exchange takes a few round trips and one password check (milliseconds on a LAN), so this
+   * is a thousand times the usual; it bounds how long a stranger holds a socket and up to saslMaxReceiveBytes.
+   */
+  authTimeoutMs?: number;
+  /**
+   * A request whose first bytes arrived must be received whole within this, or the connection is closed (a
+   * half-sent request must not hold its memory forever). Default 30 s, the clients' own request.timeout.ms
+   * (Java client, KafkaJS): a client whose request has not gone out by then has already given up on it.
+   */
+  requestReceiveTimeoutMs?: number;
   /**
    * Requests read but not yet answered, per connection, before the connection stops reading (TCP backpressure).
    * Default 256.
@@ -40,6 +70,8 @@ export type ResolvedKafkaOptions = Required<Omit<KafkaOptions, 'advertisedHost' 
   Pick<KafkaOptions, 'advertisedHost' | 'advertisedPort' | 'sasl'>;
 
 export const DEFAULT_MAX_REQUEST_BYTES = 100 * 1024 * 1024;
+/** Kafka's sasl.server.max.receive.size default. */
+export const DEFAULT_SASL_MAX_RECEIVE_BYTES = 512 * 1024;
 
 export function resolveKafkaOptions(opts: KafkaOptions = {}): ResolvedKafkaOptions {
   const r: ResolvedKafkaOptions = {
@@ -49,6 +81,11 @@ export function resolveKafkaOptions(opts: KafkaOptions = {}): ResolvedKafkaOptio
     autoCreateTopics: opts.autoCreateTopics ?? true,
     defaultPartitions: opts.defaultPartitions ?? 1,
     maxRequestBytes: opts.maxRequestBytes ?? DEFAULT_MAX_REQUEST_BYTES,
+    saslMaxReceiveBytes: opts.saslMaxReceiveBytes ?? DEFAULT_SASL_MAX_RECEIVE_BYTES,
+    frameReserveBytes: opts.frameReserveBytes ?? DEFAULT_AHEAD_BYTES,
+    connectionsMaxIdleMs: opts.connectionsMaxIdleMs ?? 600_000,
+    authTimeoutMs: opts.authTimeoutMs ?? 10_000,
+    requestReceiveTimeoutMs: opts.requestReceiveTimeoutMs ?? 30_000,
     maxInFlightRequests: opts.maxInFlightRequests ?? 256,
     clusterId: opts.clusterId ?? 'flowmq',
     groupMinSessionTimeoutMs: opts.groupMinSessionTimeoutMs ?? 6000,
@@ -62,6 +99,15 @@ export function resolveKafkaOptions(opts: KafkaOptions = {}): ResolvedKafkaOptio
   // A frame size is an INT32; at least a request header must fit.
   if (!int(r.maxRequestBytes, 64, 0x7fffffff)) {
     throw new FlowError('CONFIG_ERROR', 'kafka maxRequestBytes must be an integer in 64..2147483647');
+  }
+  if (!int(r.saslMaxReceiveBytes, 64, 0x7fffffff)) {
+    throw new FlowError('CONFIG_ERROR', 'kafka saslMaxReceiveBytes must be an integer in 64..2147483647');
+  }
+  if (!int(r.frameReserveBytes, 0, Number.MAX_SAFE_INTEGER)) {
+    throw new FlowError('CONFIG_ERROR', 'kafka frameReserveBytes must be a non-negative integer');
+  }
+  for (const k of ['connectionsMaxIdleMs', 'authTimeoutMs', 'requestReceiveTimeoutMs'] as const) {
+    if (!int(r[k], 1, 0x7fffffff)) throw new FlowError('CONFIG_ERROR', `kafka ${k} must be a positive integer (ms)`);
   }
   if (!int(r.maxInFlightRequests, 1, 1_000_000)) {
     throw new FlowError('CONFIG_ERROR', 'kafka maxInFlightRequests must be an integer in 1..1000000');

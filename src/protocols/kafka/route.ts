@@ -40,6 +40,11 @@ export interface ConnectionInfo {
    * on a connection that lives for days.
    */
   onClose(fn: () => void): () => void;
+  /**
+   * Logs a line this client caused (a refused or failed request) through the adapter's LogLimiter, keyed by the
+   * message and the client's address, so that no client can flood the log.
+   */
+  limitedLog(level: 'debug' | 'info' | 'warn' | 'error', fields: Record<string, unknown>, msg: string): void;
 }
 
 export interface RequestContext {

@@ -87,12 +87,24 @@ export async function startKafkaListener(
   await listenOn(server, listen, (err) => ctx.logger.error({ err, listener: info.name }, 'kafka listener error'));
   adapter.retain();
 
+  // One sweep over the listener's connections enforces the request, authentication and idle limits (thousands of
+  // connections cost one timer, not one per connection or per request). It runs four times per shortest limit,
+  // at most every second, so a limit is kept to within a quarter of itself (or 1 s).
+  const o = adapter.options;
+  const sweepMs = Math.max(10, Math.min(1000, Math.floor(Math.min(o.requestReceiveTimeoutMs, o.authTimeoutMs, o.connectionsMaxIdleMs) / 4)));
+  const sweeper = setInterval(() => {
+    const now = Date.now();
+    for (const c of conns) c.sweep(now);
+  }, sweepMs);
+  sweeper.unref();
+
   let closing: Promise<void> | null = null;
   return {
     protocol: info.name,
     address: () => server.address() as AddressInfo,
     connections: () => conns.size,
     close(): Promise<void> {
+      clearInterval(sweeper);
       closing ??= conns.closeAll(server, (c) => c.close()).then(() => adapter.release());
       return closing;
     },

@@ -58,4 +58,25 @@ describe('FramePool', () => {
     const kept = again.filter((f) => many.some((m) => m.buffer === f.buffer)).length;
     assert.equal(kept, 4, 'four 1 MiB frames fit a 4 MiB budget');
   });
+
+  it('counts memory reserved ahead of arrival up to its limit, and nothing for a reservation that does not fit', () => {
+    const pool = new FramePool(undefined, 3 << 20);
+    assert.ok(pool.reserve(2 << 20));
+    assert.ok(!pool.reserve(2 << 20), 'over the limit');
+    assert.equal(pool.aheadBytes, 2 << 20);
+    assert.ok(pool.reserve(1 << 20), 'exactly the limit fits');
+    pool.unreserve(3 << 20);
+    assert.deepEqual([pool.stats().aheadBytes, pool.stats().aheadLimit], [0, 3 << 20]);
+  });
+
+  it('lets the allocation error through (the connection closes on it) and counts nothing allocated', () => {
+    const pool = new FramePool();
+    pool.allocate = () => {
+      throw new RangeError('Array buffer allocation failed');
+    };
+    assert.throws(() => pool.take(1 << 20), RangeError);
+    assert.throws(() => pool.take(MAX_FRAME_BYTES + 1), RangeError);
+    assert.equal(pool.allocated, 0);
+    assert.equal(pool.take(100).length, 100, 'small frames are not pooled');
+  });
 });
