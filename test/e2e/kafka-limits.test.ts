@@ -125,6 +125,7 @@ describe('kafka limits with a users file (SASL required)', () => {
     dir = mkdtempSync(join(tmpdir(), 'flowmq-limits-'));
     writeFileSync(join(dir, 'users.yaml'), '- username: alice\n  password: "wonder:land"\n');
     broker = await FlowmqProcess.start({ args: ['--users-file', join(dir, 'users.yaml'), '--kafka-auth-timeout', '1s', '--protocols', 'kafka'] });
+    broker.credentials = { username: alice.username, password: alice.password };
   });
   after(async () => {
     await broker?.stop();
