@@ -3,6 +3,12 @@
  * close stop accepting, end each connection and wait until all are gone.
  */
 import type { Server } from 'node:net';
+
+/**
+ * A TLS handshake not finished by then closes the socket. Node's default is 120 s, which lets a stranger hold a
+ * socket (and the TLS state behind it) for two minutes with a few bytes; a real handshake takes a few round trips.
+ */
+export const TLS_HANDSHAKE_TIMEOUT_MS = 10_000;
 import type { ListenOptions } from './types.js';
 
 /** Binds `server`; a bind error (port in use...) rejects, later server errors go to `onError`. */

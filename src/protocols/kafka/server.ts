@@ -4,7 +4,7 @@
  */
 import { createServer, type AddressInfo, type Server, type Socket } from 'node:net';
 import tls from 'node:tls';
-import { ConnectionSet, listenOn } from '../listener.js';
+import { ConnectionSet, TLS_HANDSHAKE_TIMEOUT_MS, listenOn } from '../listener.js';
 import type { AdapterContext, ListenOptions, ProtocolListener } from '../types.js';
 import { KafkaAdapter, type KafkaStores } from './adapter.js';
 import { KafkaConnection } from './connection.js';
@@ -15,7 +15,7 @@ import { KAFKA_ROUTES } from './routes.js';
 
 export interface KafkaListenOptions extends ListenOptions {
   /** Serve TLS with this PEM certificate (chain) and key (security.protocol SSL, or SASL_SSL with `sasl`). */
-  tls?: { cert: string | Buffer; key: string | Buffer; ca?: string | Buffer };
+  tls?: { cert: string | Buffer; key: string | Buffer; ca?: string | Buffer; handshakeTimeoutMs?: number };
   /** Require SASL authentication before any API but ApiVersions/SaslHandshake/SaslAuthenticate. Default false. */
   sasl?: boolean;
   /** Port advertised to this listener's clients; default the local port they reached (plaintext: `opts.advertisedPort`). */
@@ -75,10 +75,14 @@ export async function startKafkaListener(
   // connection ends its side once they are written.
   let server: Server;
   if (listen.tls) {
-    const t = tls.createServer({ cert: listen.tls.cert, key: listen.tls.key, ca: listen.tls.ca, allowHalfOpen: true });
+    const t = tls.createServer({ cert: listen.tls.cert, key: listen.tls.key, ca: listen.tls.ca, allowHalfOpen: true, handshakeTimeout: listen.tls.handshakeTimeoutMs ?? TLS_HANDSHAKE_TIMEOUT_MS });
     t.on('secureConnection', accept);
     // A failed handshake (wrong CA, plaintext client on the TLS port) concerns that client only.
-    t.on('tlsClientError', (err) => ctx.logger.debug({ err: err.message, listener: info.name }, 'kafka tls handshake failed'));
+    t.on('tlsClientError', (err, socket) => {
+      ctx.logger.debug({ err: err.message, listener: info.name, remote: socket.remoteAddress }, 'kafka tls handshake failed');
+      // With a listener for this event, closing the socket is ours to do (a handshake timeout leaves it open).
+      socket.destroy();
+    });
     server = t;
   } else {
     server = createServer({ allowHalfOpen: true, pauseOnConnect: true }, accept);

@@ -10,7 +10,7 @@ import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { WebSocketServer, createWebSocketStream } from 'ws';
 import type { SessionStore } from '../../core/index.js';
-import { ConnectionSet, listenOn } from '../listener.js';
+import { ConnectionSet, TLS_HANDSHAKE_TIMEOUT_MS, listenOn } from '../listener.js';
 import { logKey } from '../log-limit.js';
 import type { AdapterContext, ListenOptions, ProtocolListener } from '../types.js';
 import { MqttConnection, resolveMqttOptions, type MqttOptions } from './connection.js';
@@ -35,6 +35,8 @@ export interface TlsListenOptions extends ListenOptions {
   cert: string | Buffer;
   key: string | Buffer;
   ca?: string | Buffer;
+  /** Default TLS_HANDSHAKE_TIMEOUT_MS. */
+  handshakeTimeoutMs?: number;
 }
 
 export interface WsListenOptions extends ListenOptions {
@@ -57,9 +59,11 @@ export async function startMqttListener(
 
 /** MQTT over TLS (cert and key in PEM). */
 export async function startMqttTlsListener(ctx: AdapterContext, listen: TlsListenOptions, hub: MqttHub): Promise<MqttListener> {
-  const server = tls.createServer({ cert: listen.cert, key: listen.key, ca: listen.ca });
+  const server = tls.createServer({ cert: listen.cert, key: listen.key, ca: listen.ca, handshakeTimeout: listen.handshakeTimeoutMs ?? TLS_HANDSHAKE_TIMEOUT_MS });
   server.on('tlsClientError', (err, socket) => {
     hub.logLimit.log('debug', logKey('mqtt tls handshake failed', socket.remoteAddress), { remote: socket.remoteAddress, err: err.message }, 'mqtt tls handshake failed');
+    // With a listener for this event, closing the socket is ours to do (a handshake timeout leaves it open).
+    socket.destroy();
   });
   return serve('mqtts', server, 'secureConnection', hub, false, ctx, listen);
 }
