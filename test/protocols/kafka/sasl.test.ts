@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { Engine } from '../../../src/core/index.js';
-import { MemoryUserStore, saslProvider } from '../../../src/control/index.js';
+import { MemoryUserStore, PasswordGuard, saslProvider } from '../../../src/control/index.js';
 import { createKafkaAdapter, startKafkaListener, type KafkaAdapter } from '../../../src/protocols/kafka/index.js';
 import {
   ApiKey,
@@ -37,6 +37,7 @@ describe('kafka SASL', () => {
   let adapter: KafkaAdapter;
   let secured: ProtocolListener;
   let open: ProtocolListener;
+  let guard: PasswordGuard;
 
   before(async () => {
     const m = new MemoryStreams();
@@ -44,7 +45,8 @@ describe('kafka SASL', () => {
     log = captureLogger();
     const users = await MemoryUserStore.fromPasswords([{ username: 'alice', password: 'wonderland' }]);
     const ctx = { engine, logger: log.logger, brokerId: 1 };
-    adapter = createKafkaAdapter(ctx, { sasl: saslProvider(users, ['PLAIN', 'SCRAM-SHA-256']) });
+    guard = new PasswordGuard(users);
+    adapter = createKafkaAdapter(ctx, { sasl: saslProvider(guard, ['PLAIN', 'SCRAM-SHA-256']) });
     secured = await startKafkaListener(ctx, { host: '127.0.0.1', port: 0, sasl: true }, {}, {}, adapter);
     open = await startKafkaListener(ctx, { host: '127.0.0.1', port: 0 }, {}, {}, adapter);
   });
@@ -52,6 +54,7 @@ describe('kafka SASL', () => {
   after(async () => {
     await secured.close();
     await open.close();
+    await guard.close();
   });
 
   it('advertises SaslHandshake 0-1 and SaslAuthenticate 0-2 only when SASL is configured', async () => {
