@@ -84,7 +84,12 @@ export class AuthThrottle {
   /** A check (or a SCRAM proof) failed. */
   failure(username: string, address: string | undefined): void {
     const t = this.now();
-    if (address !== undefined) this.bump(this.addresses, address, t);
+    if (address !== undefined) {
+      // The address's next check waits the new spacing from now (not only the one after it): one client retrying
+      // in sequence meets every step of the doubling.
+      const a = this.bump(this.addresses, address, t);
+      a.nextSlot = Math.max(a.nextSlot, t + this.delay(a, this.maxDelayMs));
+    }
     if (username !== '') this.bump(this.users, username, t);
   }
 
@@ -121,7 +126,7 @@ export class AuthThrottle {
     return e;
   }
 
-  private bump(m: Map<string, Entry>, key: string, t: number): void {
+  private bump(m: Map<string, Entry>, key: string, t: number): Entry {
     let e = this.live(m, key, t);
     if (e) m.delete(key); // re-inserted last: the Map's order is least recently failed first
     else e = { failures: 0, last: t, nextSlot: 0 };
@@ -129,5 +134,6 @@ export class AuthThrottle {
     e.last = t;
     m.set(key, e);
     while (m.size > this.maxEntries) m.delete(m.keys().next().value!);
+    return e;
   }
 }

@@ -54,9 +54,11 @@ export class PasswordGuard {
   async check(username: string, password: Buffer | string | null, remoteAddress: string | undefined, via = 'password'): Promise<PasswordVerdict> {
     if (!(await this.admit(username, remoteAddress, via))) return 'busy';
     const user = this.store.lookup(username);
+    // An address that has not failed lately goes ahead of those that have (see PasswordVerifier).
+    const priority = remoteAddress !== undefined && this.throttle.failures('address', remoteAddress) === 0;
     let r: PasswordVerdict;
     if (password === null || password.length === 0) r = 'bad';
-    else r = await this.verifier.verify(password, user?.passwordHash ?? DUMMY_PASSWORD_HASH);
+    else r = await this.verifier.verify(password, user?.passwordHash ?? DUMMY_PASSWORD_HASH, priority);
     if (r === 'ok' && !user) r = 'bad';
     if (r === 'ok') this.succeeded(username, remoteAddress);
     else if (r === 'bad') this.failed(username, remoteAddress, via);

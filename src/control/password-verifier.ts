@@ -8,7 +8,9 @@
  * `threads` worker threads (password-worker.ts), so the pool stays free for storage, and at most `threads` cores
  * are ever spent on passwords. Checks beyond the threads wait in a queue of at most `maxQueue`; past that a check
  * is answered 'busy' at once, costing nothing, instead of queueing without limit (a queue of wrong passwords only
- * delays the right ones behind it).
+ * delays the right ones behind it). A `priority` check (the guard gives it to clients whose address has not failed
+ * lately) goes ahead of the others and, when the queue is full, takes the place of the newest ordinary one, which
+ * is answered 'busy': during a flood a well-behaved client still gets in after at most one queue of priority checks.
  *
  * The threads start with the first check (a broker without password traffic starts none), are unref'ed (they
  * never keep the process alive) and end with close().
@@ -33,6 +35,7 @@ export interface PasswordVerifierOptions {
 
 interface Job {
   id: number;
+  priority: boolean;
   password: Buffer;
   expected: Buffer;
   salt: Buffer;
@@ -78,16 +81,32 @@ export class PasswordVerifier {
    * 'ok' when `password` hashes to `stored`, 'bad' when not, 'busy' (at once, nothing computed) when every thread
    * is working and the queue is full, or the verifier is closed.
    */
-  verify(password: Buffer | string, stored: PasswordHash): Promise<VerifyResult> {
-    if (this.closed || this.queue.length >= this.maxQueue + this.idleSlots()) {
+  verify(password: Buffer | string, stored: PasswordHash, priority = false): Promise<VerifyResult> {
+    if (this.closed) return this.busy();
+    if (this.queue.length >= this.maxQueue + this.idleSlots()) {
+      // Full: an ordinary check is refused; a priority one takes the place of the newest ordinary one, if any.
+      let victim = -1;
+      if (priority) for (let i = this.queue.length - 1; i >= 0 && victim < 0; i--) if (!this.queue[i].priority) victim = i;
+      if (victim < 0) return this.busy();
       this.stats.busy++;
-      return Promise.resolve('busy');
+      this.queue.splice(victim, 1)[0].resolve('busy');
     }
     const pw = typeof password === 'string' ? Buffer.from(password, 'utf8') : Buffer.from(password);
     return new Promise<VerifyResult>((resolve, reject) => {
-      this.queue.push({ id: this.nextId++, password: pw, expected: stored.hash, salt: stored.salt, resolve, reject });
+      const job: Job = { id: this.nextId++, priority, password: pw, expected: stored.hash, salt: stored.salt, resolve, reject };
+      if (priority) {
+        // Behind the priority checks already waiting, ahead of every ordinary one.
+        let i = 0;
+        while (i < this.queue.length && this.queue[i].priority) i++;
+        this.queue.splice(i, 0, job);
+      } else this.queue.push(job);
       this.pump();
     });
+  }
+
+  private busy(): Promise<VerifyResult> {
+    this.stats.busy++;
+    return Promise.resolve('busy');
   }
 
   /** Ends the threads; checks still waiting are answered 'busy'. */
