@@ -33,6 +33,8 @@ export class PasswordGuard {
   readonly verifier: PasswordVerifier;
   readonly throttle: AuthThrottle;
   private readonly limiter: LogLimiter | null;
+  /** Checks under way (queued or computing) per address: at most the verifier's threads + queue keys. */
+  private readonly pending = new Map<string, number>();
   private readonly waiting = new Set<{ timer: NodeJS.Timeout; resolve(go: boolean): void }>();
   private closed = false;
   /** Figures for the admin API: checks answered per verdict, and attempts refused by the throttle alone. */
@@ -54,11 +56,24 @@ export class PasswordGuard {
   async check(username: string, password: Buffer | string | null, remoteAddress: string | undefined, via = 'password'): Promise<PasswordVerdict> {
     if (!(await this.admit(username, remoteAddress, via))) return 'busy';
     const user = this.store.lookup(username);
-    // An address that has not failed lately goes ahead of those that have (see PasswordVerifier).
-    const priority = remoteAddress !== undefined && this.throttle.failures('address', remoteAddress) === 0;
     let r: PasswordVerdict;
     if (password === null || password.length === 0) r = 'bad';
-    else r = await this.verifier.verify(password, user?.passwordHash ?? DUMMY_PASSWORD_HASH, priority);
+    else {
+      // A check from an address that has not failed lately and has no other check under way goes ahead of the rest
+      // (see PasswordVerifier): a client logging in once gets in during a flood; an address opening many sockets
+      // at once, or one that keeps failing, waits its turn.
+      const key = remoteAddress ?? '';
+      const pending = this.pending.get(key) ?? 0;
+      const priority = remoteAddress !== undefined && pending === 0 && this.throttle.failures('address', remoteAddress) === 0;
+      this.pending.set(key, pending + 1);
+      try {
+        r = await this.verifier.verify(password, user?.passwordHash ?? DUMMY_PASSWORD_HASH, priority);
+      } finally {
+        const left = (this.pending.get(key) ?? 1) - 1;
+        if (left > 0) this.pending.set(key, left);
+        else this.pending.delete(key);
+      }
+    }
     if (r === 'ok' && !user) r = 'bad';
     if (r === 'ok') this.succeeded(username, remoteAddress);
     else if (r === 'bad') this.failed(username, remoteAddress, via);
