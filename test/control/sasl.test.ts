@@ -107,6 +107,25 @@ describe('SCRAM-SHA-256 (RFC 7677 section 3)', () => {
     const r = await ex.step(b('c=biws,r=abcx,p=' + Buffer.alloc(32).toString('base64')));
     assert.equal(r.state === 'failed' && r.reason, 'unknown user');
   });
+
+  it('counts a wrong proof in the guard (per address and user), for known and unknown users, with no scrypt or PBKDF2', async () => {
+    const store = await fixedStore('SCRAM-SHA-256', 'user', 'pencil', salt, 4096);
+    const g = guarded(store);
+    for (const name of ['user', 'ghost']) {
+      const ex = startSaslExchange(g, 'SCRAM-SHA-256', '10.9.9.9', { nonce: () => 'x' });
+      challenge(await ex.step(b(`n,,n=${name},r=abc`)));
+      assert.equal((await ex.step(b('c=biws,r=abcx,p=' + Buffer.alloc(32).toString('base64')))).state, 'failed');
+    }
+    assert.equal(g.throttle.failures('address', '10.9.9.9'), 2);
+    assert.equal(g.throttle.failures('user', 'user'), 1);
+    assert.equal(g.throttle.failures('user', 'ghost'), 1);
+    // The proof check is HMACs over keys derived at load: the guard's scrypt thread never started.
+    assert.equal(g.verifier.stats.workersStarted, 0);
+    const ok = startSaslExchange(g, 'SCRAM-SHA-256', '10.9.9.9', { nonce: () => snonce });
+    challenge(await ok.step(b(first)));
+    assert.equal((await ok.step(b(final))).state, 'done');
+    assert.equal(g.throttle.failures('address', '10.9.9.9'), 0, 'a success resets the address');
+  });
 });
 
 describe('SCRAM-SHA-512 (computed from RFC 5802 section 3)', () => {

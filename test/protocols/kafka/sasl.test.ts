@@ -116,6 +116,24 @@ describe('kafka SASL', () => {
     assert.ok(!log.lines.some((l) => l.includes('wonderland') || l.includes('"wrong"')), 'passwords are never logged');
   });
 
+  it('a login the password guard cannot check now (busy) is closed without an answer, so that clients retry (KIP-152)', async () => {
+    const m = new MemoryStreams();
+    const ctx = { engine: new Engine(m, m), logger: log.logger, brokerId: 1 };
+    const busy = new PasswordGuard(await MemoryUserStore.fromPasswords([{ username: 'alice', password: 'wonderland' }]));
+    await busy.close(); // a closed guard answers every check busy
+    const l = await startKafkaListener(ctx, { host: '127.0.0.1', port: 0, sasl: true }, {}, {}, createKafkaAdapter(ctx, { sasl: saslProvider(busy, ['PLAIN']) }));
+    try {
+      const c = await RawClient.connect(l.address().port);
+      assert.equal((await c.call(SaslHandshakeApi, 1, { mechanism: 'PLAIN' })).errorCode, E.NONE);
+      c.send(c.frame(SaslAuthenticateApi, 1, { authBytes: plainToken('alice', 'wonderland') }));
+      // Not SASL_AUTHENTICATION_FAILED, which clients treat as final: the connection just closes.
+      await assert.rejects(c.next(5000), /connection closed/);
+      assert.match(String(log.entries('SASL authentication failed').at(-1)?.reason), /server busy/);
+    } finally {
+      await l.close();
+    }
+  });
+
   it('an unsupported mechanism gets UNSUPPORTED_SASL_MECHANISM (33) with the offered list, then a close', async () => {
     const c = await RawClient.connect(secured.address().port);
     const hs = await c.call(SaslHandshakeApi, 1, { mechanism: 'GSSAPI' });
