@@ -114,7 +114,7 @@ async function started(p: ChildProcess, ports: number[], log: string, what: stri
 }
 
 /** Starts `bin/flowmq start` on free loopback ports with a fresh data directory (warn-level logs to a file). */
-export async function startFlowmq(): Promise<Broker> {
+export async function startFlowmq(extraArgs: readonly string[] = []): Promise<Broker> {
   const dir = tempDir('flowmq-bench-');
   const [mqttPort, kafkaPort, httpPort] = [await freePort(), await freePort(), await freePort()];
   const log = join(dir, 'flowmq.log');
@@ -129,6 +129,7 @@ export async function startFlowmq(): Promise<Broker> {
     '--kafka-port', String(kafkaPort),
     '--http-port', String(httpPort),
     '--log-level', 'warn',
+    ...extraArgs,
   ];
   // Keep optional listeners (WebSocket) off so they neither add work nor collide with other brokers' ports;
   // the in-flight window and queue are FlowMQ's defaults, stated explicitly to match Mosquitto's config.

@@ -17,7 +17,7 @@ import { nowS, open, percentiles, sleep, type Percentiles } from './util.js';
 
 const CLIENT_ID = 'flowmq-bench';
 
-function kstr(s: string): Buffer {
+export function kstr(s: string): Buffer {
   const b = Buffer.from(s);
   const out = Buffer.alloc(2 + b.length);
   out.writeInt16BE(b.length, 0);
@@ -26,7 +26,7 @@ function kstr(s: string): Buffer {
 }
 
 /** size prefix + request header v1 (api key, version, correlation id, client id) + body parts. */
-function frame(apiKey: number, version: number, correlationId: number, parts: Buffer[], trailingBytes = 0): Buffer {
+export function frame(apiKey: number, version: number, correlationId: number, parts: Buffer[], trailingBytes = 0): Buffer {
   const head = Buffer.alloc(8);
   head.writeInt16BE(apiKey, 0);
   head.writeInt16BE(version, 2);

@@ -34,6 +34,7 @@ import {
 } from './brokers.js';
 import { diskFsyncBandwidth, type DiskResult } from './disk.js';
 import { kafkaLatency, kafkaProduceThroughput, type LatencyResult, type ProduceResult } from './kafka.js';
+import { AuthFlood, SaslProducer } from './auth-flood.js';
 import { openIdle, runMqttLoad, type MqttLoadOptions, type MqttLoadResult } from './mqtt.js';
 import { fmt, nowS, ratio, roundDeep, sleep, table } from './util.js';
 import { histogramQuantile, type HistogramSnapshot } from '../src/core/index.js';
@@ -86,6 +87,10 @@ const CFG = {
    * compiled), and the backlog they leave took up to ~2 s to clear at half of peak with a consumer running.
    */
   kafkaLatencyWarmupS: num('BENCH_KAFKA_LATENCY_WARMUP', 2),
+  /** kafka-auth-flood: the authenticated producer's rate, and the wrong-password flood's sockets and attempts/s. */
+  authProduceRate: int('BENCH_AUTH_PRODUCE_RATE', 50),
+  authFloodSockets: int('BENCH_AUTH_FLOOD_SOCKETS', 300),
+  authFloodRate: int('BENCH_AUTH_FLOOD_RATE', 80),
 };
 
 // ------------------------------------------------------------------ results
@@ -215,8 +220,8 @@ const idleCell = (r: IdleResult) =>
 let disk: DiskResult | null = null;
 let peak: ProduceResult | null = null;
 
-async function withFlowmq<T>(fn: (b: Broker) => Promise<T>): Promise<T> {
-  const b = await startFlowmq();
+async function withFlowmq<T>(fn: (b: Broker) => Promise<T>, args: readonly string[] = []): Promise<T> {
+  const b = await startFlowmq(args);
   try {
     return await fn(b);
   } finally {
@@ -418,6 +423,66 @@ const scenarios: Scenario[] = [
         });
       } catch (e) {
         rows.push({ group: 'kafka', scenario: 'kafka-latency', title: 'latency at half of peak', flowmq: `error: ${errText(e)}`, peer: '-', ratio: '-', data: { error: errText(e) } });
+      }
+    },
+  },
+  {
+    name: 'kafka-auth-flood',
+    group: 'kafka',
+    title: 'authenticated acks=all produce latency during a wrong-password flood',
+    run: async () => {
+      // One broker with a users file; a SASL PLAIN producer sends one 100-byte record at a time at a modest fixed rate,
+      // first alone, then while a wrong-password Kafka SASL PLAIN flood runs (from one address, then spread over 100
+      // loopback addresses so that the per-address slowdown alone cannot absorb it and the verifier's bounded queue
+      // does the work). Issue 12 saw p50 11.5 s here before password checks left libuv's thread pool.
+      const dir = tempDir('flowmq-bench-users-');
+      const usersFile = join(dir, 'users.yaml');
+      writeFileSync(usersFile, '- username: producer\n  password: right-password\n- username: victim\n  password: unguessable\n');
+      const rate = CFG.authProduceRate;
+      const count = Math.max(10, Math.round(rate * CFG.seconds));
+      const title = (what: string) => `kafka-auth-flood: SASL PLAIN producer, acks=all, ${rate} produces/s one at a time, produce → ack p50 / p99, ${what}`;
+      try {
+        await withFlowmq(async (b) => {
+          await createStream(b, 'bench-auth', 1);
+          const producer = await SaslProducer.open(b.kafkaPort, 'producer', 'right-password');
+          try {
+            await producer.run('bench-auth', rate, Math.max(5, Math.round(rate * CFG.warmupS)));
+            const alone = await producer.run('bench-auth', rate, count);
+            rows.push({ group: 'kafka', scenario: 'kafka-auth-flood', title: title('no flood'), flowmq: `${fmt(alone.ack.p50, 2)} / ${fmt(alone.ack.p99, 2)} ms`, peer: '-', ratio: '-', data: { rate, alone } });
+            for (const spread of [1, 100]) {
+              const localAddresses = Array.from({ length: spread }, (_, i) => `127.0.${1 + Math.floor(i / 250)}.${1 + (i % 250)}`);
+              const flood = new AuthFlood({ port: b.kafkaPort, protocol: 'kafka', sockets: CFG.authFloodSockets, localAddresses, username: 'victim', password: 'wrong', ratePerSec: CFG.authFloodRate });
+              flood.start();
+              const t0 = nowS();
+              let during;
+              try {
+                await sleep(1000); // the flood under way first
+                during = await producer.run('bench-auth', rate, count);
+              } finally {
+                await flood.stop();
+              }
+              const secs = nowS() - t0;
+              const f = flood.stats;
+              const floodText = `${CFG.authFloodSockets} sockets from ${spread} address${spread > 1 ? 'es' : ''}, ${fmt(f.sent / secs)} attempts/s (${fmt(f.refused)} checked and refused, ${fmt(f.closed + f.busy)} answered busy)`;
+              const p99 = during.ack.p99;
+              rows.push({
+                group: 'kafka',
+                scenario: 'kafka-auth-flood',
+                title: title(`during a wrong-password SASL PLAIN flood: ${floodText} (target p99 < 50 ms)`),
+                flowmq: `${fmt(during.ack.p50, 2)} / ${fmt(p99, 2)} ms${during.errors ? ` (${during.errors} errors)` : ''}`,
+                peer: '-',
+                ratio: p99 < 50 ? 'p99 < 50 ms: met' : 'p99 < 50 ms: not met',
+                data: { rate, spread, flood: { ...f, seconds: secs, sockets: CFG.authFloodSockets, ratePerSec: CFG.authFloodRate }, during },
+              });
+            }
+          } finally {
+            producer.close();
+          }
+        }, ['--users-file', usersFile]);
+      } catch (e) {
+        rows.push({ group: 'kafka', scenario: 'kafka-auth-flood', title: title('(failed)'), flowmq: `error: ${errText(e)}`, peer: '-', ratio: '-', data: { error: errText(e) } });
+      } finally {
+        removeDir(dir);
       }
     },
   },

@@ -8,7 +8,7 @@ import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import type { Config } from './config/index.js';
 import { Engine, FlowError, HISTOGRAM_BOUNDS_MS } from './core/index.js';
-import { loadUsersFile, passwordAuthenticator, saslProvider, startAdminApi, type AdminApi } from './control/index.js';
+import { PasswordGuard, loadUsersFile, passwordAuthenticator, saslProvider, startAdminApi, type AdminApi } from './control/index.js';
 import type { AdapterContext, ProtocolListener } from './protocols/types.js';
 import { createMqttHub, startMqttListener, startMqttTlsListener, startMqttWsListener, type MqttHub } from './protocols/mqtt/index.js';
 import { createKafkaAdapter, startKafkaListener } from './protocols/kafka/index.js';
@@ -33,6 +33,21 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
   // Users first: a bad users file stops the broker before it opens storage. Only derived credentials are kept.
   const users = config.usersFile === null ? null : await loadUsersFile(config.usersFile);
   if (users) logger.info({ usersFile: config.usersFile, users: users.size, allowAnonymous: config.allowAnonymous }, 'users loaded');
+  // Every clear-text password check (MQTT CONNECT, Kafka PLAIN; SCRAM failures are counted) goes through one guard:
+  // throttled per address and username, scrypt on its own worker thread (started by the first check) with a
+  // bounded queue, never on libuv's pool, which the WAL's writes use.
+  const guard = users
+    ? new PasswordGuard(users, {
+        verifier: { threads: config.authThreads, maxQueue: config.authQueue, nice: config.authNice },
+        throttle: {
+          freeFailures: config.authFreeFailures,
+          windowMs: config.authFailureWindow,
+          maxDelayMs: config.authMaxDelay,
+          userMaxDelayMs: config.authUserMaxDelay,
+        },
+        logger: logger.child({ component: 'auth' }),
+      })
+    : null;
   const dataDir = resolve(config.dataDir);
   mkdirSync(dataDir, { recursive: true });
   const unlock = lockDataDir(dataDir);
@@ -109,7 +124,7 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
         maxSessionExpiry: Math.floor(config.mqttSessionExpiryMax / 1000),
         maxKeepalive: config.mqttMaxKeepalive,
         sysIntervalMs: config.mqttSysInterval,
-        ...(users ? { authenticate: passwordAuthenticator(users, config.allowAnonymous) } : {}),
+        ...(guard ? { authenticate: passwordAuthenticator(guard, config.allowAnonymous) } : {}),
       });
       const hub = mqttHub;
       // Drops by cause, slow-consumer disconnects, packet timeouts and the memory held by unfinished packets.
@@ -151,7 +166,7 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
           connectionsMaxIdleMs: config.kafkaConnectionsMaxIdle,
           authTimeoutMs: config.kafkaAuthTimeout,
           requestReceiveTimeoutMs: config.kafkaRequestReceiveTimeout,
-          sasl: users ? saslProvider(users, config.kafkaSaslMechanisms) : undefined,
+          sasl: guard ? saslProvider(guard, config.kafkaSaslMechanisms) : undefined,
         },
         // Committed offsets and producer ids are durable in the metastore, through the core's interfaces.
         { offsets: metastore, producerIds: metastore },
@@ -174,12 +189,13 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
       storage: log,
       host: config.httpHost,
       port: config.httpPort,
-      users,
+      guard,
       allowedHosts: config.httpAllowedHosts,
       info: () => ({
         brokerId: config.brokerId,
         uptimeMs: Date.now() - started,
         listeners: Object.fromEntries([...listeners].map(([k, l]) => [k, { ...l.address(), connections: l.connections() }])),
+        ...(guard ? { auth: { ...guard.stats, verifier: guard.verifier.stats, queued: guard.verifier.queued, tracked: guard.throttle.size } } : {}),
         storage: { metastore: metastore.kind, objects: objects.kind, walBytes: wal.size(), log: log.stats, batchMemory: log.memoryStats },
         ...Object.fromEntries(Object.entries(figures).map(([k, f]) => [k, f()])),
       }),
@@ -193,6 +209,7 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
     }
   } catch (err) {
     await closeAll();
+    await guard?.close();
     await log.close(0);
     await wal.close();
     await metastore.close();
@@ -216,6 +233,7 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
         // Stop taking traffic first, then let storage finish what was acknowledged.
         await admin.close();
         await closeAll();
+        await guard?.close();
         await log.close();
         await wal.close();
         await objects.close();

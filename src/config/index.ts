@@ -65,6 +65,14 @@ export interface Config {
   usersFile: string | null;
   /** Unset: true without a users file, false with one. */
   allowAnonymous: boolean;
+  /** Password checks: worker threads, queue, their nice value, and the per-address/username slowdown. */
+  authThreads: number;
+  authQueue: number;
+  authNice: number;
+  authFreeFailures: number;
+  authFailureWindow: number;
+  authMaxDelay: number;
+  authUserMaxDelay: number;
   /** Kafka listeners require SASL. Unset: when users are configured and anonymous access is not allowed. */
   kafkaSasl: boolean;
   kafkaSaslMechanisms: string[];
@@ -134,6 +142,13 @@ export const OPTIONS: OptionSpec[] = [
   { key: 'walDirectIo', name: 'wal-direct-io', kind: 'bool', default: null, help: 'write the WAL with O_DIRECT, around the page cache, where the filesystem supports it (default: on for the partition layout, off for shared)' },
   { key: 'usersFile', name: 'users-file', kind: 'string', default: null, help: 'YAML/JSON list of {username, password}: Kafka SASL, MQTT username/password and the admin API check against it' },
   { key: 'allowAnonymous', name: 'allow-anonymous', kind: 'bool', default: null, help: 'let clients in without credentials (default: true without users-file, false with it)' },
+  { key: 'authThreads', name: 'auth-threads', kind: 'int', default: 1, help: 'worker threads that check passwords (scrypt), each at most one core; never libuv\'s pool, which the WAL uses' },
+  { key: 'authQueue', name: 'auth-queue', kind: 'int', default: 32, help: 'password checks waiting for a thread; beyond it a login is answered busy (MQTT CONNACK 0x89 / 0x03, Kafka: closed, the client retries)' },
+  { key: 'authNice', name: 'auth-nice', kind: 'int', default: 10, help: 'Linux nice value of the password threads (0-19), so the event loop and storage get the CPU first' },
+  { key: 'authFreeFailures', name: 'auth-free-failures', kind: 'int', default: 3, help: 'failed logins per client address or username within auth-failure-window before each further attempt is slowed down' },
+  { key: 'authFailureWindow', name: 'auth-failure-window', kind: 'duration', default: 60_000, help: 'failed logins are forgotten after this quiet time' },
+  { key: 'authMaxDelay', name: 'auth-max-delay', kind: 'delay', default: 4000, help: 'cap of the doubling spacing of checks from an address that keeps failing; attempts booked further ahead are answered busy (0: no slowdown)' },
+  { key: 'authUserMaxDelay', name: 'auth-user-max-delay', kind: 'delay', default: 2000, help: 'cap of the doubling delay before checks for a username that keeps failing (a delay, never a lock-out; 0: none)' },
   { key: 'kafkaSasl', name: 'kafka-sasl', kind: 'bool', default: null, help: 'Kafka listeners require SASL authentication (default: true when users-file is set and allow-anonymous is not)' },
   { key: 'kafkaSaslMechanisms', name: 'kafka-sasl-mechanisms', kind: 'sasl-mechanisms', default: [...SASL_MECHANISMS], help: 'SASL mechanisms offered to Kafka clients when users are configured, comma-separated' },
   { key: 'kafkaSaslMaxReceiveSize', name: 'kafka-sasl-max-receive-size', kind: 'size', default: 512 * 1024, help: 'largest Kafka request read before SASL authentication completes, and during an exchange (sasl.server.max.receive.size); larger ones close the connection' },
@@ -294,6 +309,8 @@ export function loadConfig(src: ConfigSources = {}): Config {
   if (cfg.kafkaSasl === null) cfg.kafkaSasl = users && cfg.allowAnonymous === false;
   if (!users && cfg.allowAnonymous === false) throw new ConfigError('allow-anonymous false needs users-file (there would be no one to let in)');
   if (!users && cfg.kafkaSasl === true) throw new ConfigError('kafka-sasl true needs users-file');
+  if ((cfg.authThreads as number) < 1) throw new ConfigError('auth-threads must be at least 1');
+  if ((cfg.authNice as number) > 19) throw new ConfigError('auth-nice must be 0..19');
   if ((cfg.kafkaTlsCert === null) !== (cfg.kafkaTlsKey === null)) throw new ConfigError('Kafka over TLS needs both kafka-tls-cert and kafka-tls-key');
   if ((cfg.kafkaGroupMinSessionTimeout as number) > (cfg.kafkaGroupMaxSessionTimeout as number)) {
     throw new ConfigError('kafka-group-min-session-timeout must not exceed kafka-group-max-session-timeout');

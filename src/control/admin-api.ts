@@ -26,7 +26,9 @@
  *    IP literals are compared in canonical form (`[0:0::1]` is `[::1]`), names case-insensitively without a
  *    trailing dot. Anything else, and a request without a Host header (HTTP/1.0), gets 421 MISDIRECTED_REQUEST.
  * 2. Credentials. With a users store (`--users-file`), HTTP Basic authentication (RFC 7617) naming one of its
- *    users; otherwise 401 UNAUTHENTICATED with `WWW-Authenticate: Basic realm="flowmq"`. Without users anyone
+ *    users, checked through the broker's PasswordGuard like every protocol's passwords (scrypt on its own thread,
+ *    repeated failures slowed per address and per user; 503 BUSY with Retry-After when it cannot take the check
+ *    now); otherwise 401 UNAUTHENTICATED with `WWW-Authenticate: Basic realm="flowmq"`. Without users anyone
  *    who can connect may use it (the start-up log line says so, and warns when the address is not loopback).
  * 3. Content type (CSRF). A request with any method but GET or HEAD must say `Content-Type: application/json`,
  *    body or not, else 415 UNSUPPORTED_MEDIA_TYPE. An HTML form or any other "simple" cross-site request
@@ -41,8 +43,7 @@ import { FlowError, isFlowError, type Engine, type StreamDef } from '../core/ind
 import { parseDuration } from '../config/units.js';
 import { listenOn } from '../protocols/listener.js';
 import { LogLimiter, logKey } from '../protocols/log-limit.js';
-import { verifyUserPassword } from './sasl.js';
-import type { UserStore } from './users.js';
+import type { PasswordGuard } from './password-guard.js';
 
 /** Storage operations the control plane may ask for; implemented by the log engine. */
 export interface StorageOps {
@@ -60,7 +61,7 @@ export interface AdminApiOptions {
   host: string;
   port: number;
   /** Users who may call /api/v1 (HTTP Basic); null or absent: no authentication. */
-  users?: UserStore | null;
+  guard?: PasswordGuard | null;
   /** Extra host names the Host header may carry (`--http-allowed-hosts`). */
   allowedHosts?: readonly string[];
 }
@@ -84,16 +85,6 @@ class HttpError extends Error {
   ) {
     super(message);
   }
-}
-
-/**
- * The admin API's one password check. It goes through the users store's own verification (a dummy check of
- * the same cost for unknown users, so timing does not reveal which usernames exist). `address` is the client's,
- * for a verification path that throttles per client address.
- */
-export function verifyAdminPassword(users: UserStore, username: string, password: string, address: string | undefined): Promise<boolean> {
-  void address;
-  return verifyUserPassword(users, username, password);
 }
 
 /** Credentials of an `Authorization: Basic` header (RFC 7617: base64 of user-id ":" password); null if none or malformed. */
@@ -233,7 +224,8 @@ function parseCreate(body: unknown): { name: string; partitions: number; binding
 
 export async function startAdminApi(opts: AdminApiOptions): Promise<AdminApi> {
   const { engine, logger } = opts;
-  const users = opts.users ?? null;
+  const guard = opts.guard ?? null;
+  const users = guard?.store ?? null;
   const refusals = new LogLimiter(logger);
   const allowed = new Set<string>();
   for (const entry of opts.allowedHosts ?? []) {
@@ -275,10 +267,14 @@ export async function startAdminApi(opts: AdminApiOptions): Promise<AdminApi> {
           : `this server does not answer for host "${host}"; use its address or add the name to --http-allowed-hosts`,
       );
     }
-    if (users !== null) {
+    if (guard !== null) {
       const creds = parseBasicAuth(req.headers.authorization);
-      const ok = creds !== null && (await verifyAdminPassword(users, creds.username, creds.password, remote));
-      if (!ok) {
+      // The same guard as every protocol's password check: bounded scrypt off the thread pool, failures slowed.
+      const verdict = creds === null ? 'bad' : await guard.check(creds.username, creds.password, remote, 'http');
+      if (verdict === 'busy') {
+        throw new HttpError(503, 'BUSY', 'too many password checks under way or failed from this address: retry later', { 'retry-after': '1' });
+      }
+      if (verdict !== 'ok') {
         if (creds !== null) {
           refusals.log('warn', logKey('admin login refused', remote), { remote, username: creds.username }, 'admin API login refused: invalid username or password');
         }

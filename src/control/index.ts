@@ -1,6 +1,7 @@
 export { startAdminApi, streamView, type AdminApi, type AdminApiOptions, type StorageOps } from './admin-api.js';
 export {
   DEFAULT_SCRAM_ITERATIONS,
+  DUMMY_PASSWORD_HASH,
   MemoryUserStore,
   SCRAM_MECHANISMS,
   deriveScramCredential,
@@ -8,6 +9,7 @@ export {
   parseUsersFile,
   scramCredentialFromSalted,
   type ScramCredential,
+  type PasswordHash,
   type ScramMechanism,
   type UserRecord,
   type UserStore,
@@ -18,10 +20,12 @@ export {
   passwordAuthenticator,
   saslProvider,
   startSaslExchange,
-  verifyUserPassword,
   type PasswordCheck,
   type SaslExchange,
   type SaslMechanism,
   type SaslServerOptions,
   type SaslStepResult,
 } from './sasl.js';
+export { PasswordGuard, type PasswordGuardOptions, type PasswordVerdict } from './password-guard.js';
+export { PasswordVerifier, type PasswordVerifierOptions, type VerifyResult } from './password-verifier.js';
+export { AuthThrottle, type Admission, type AuthThrottleOptions } from './auth-throttle.js';

@@ -4,7 +4,8 @@
  * adapter carries them in SaslAuthenticate (KIP-152) or raw frames, and MQTT 5.0 AUTH could carry them too.
  */
 import { createHash, createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
-import { SCRAM_MECHANISMS, dummyPasswordCheck, scramHash, type ScramCredential, type ScramMechanism, type UserStore } from './users.js';
+import type { PasswordGuard } from './password-guard.js';
+import { SCRAM_MECHANISMS, scramHash, type ScramCredential, type ScramMechanism, type UserStore } from './users.js';
 
 export const SASL_MECHANISMS = ['PLAIN', ...SCRAM_MECHANISMS] as const;
 export type SaslMechanism = (typeof SASL_MECHANISMS)[number];
@@ -15,12 +16,12 @@ export function isSaslMechanism(m: string): m is SaslMechanism {
 
 /**
  * Result of one step. `failed` carries a reason for the log (never a password) and the username when one was
- * read, so failures can be attributed.
+ * read, so failures can be attributed; `busy` when the password guard could not check it now (try again later).
  */
 export type SaslStepResult =
   | { state: 'continue'; challenge: Buffer }
   | { state: 'done'; challenge: Buffer; principal: string }
-  | { state: 'failed'; reason: string; username?: string };
+  | { state: 'failed'; reason: string; username?: string; busy?: boolean };
 
 export interface SaslExchange {
   readonly mechanism: string;
@@ -34,9 +35,12 @@ export interface SaslServerOptions {
   fakeSaltSecret?: Buffer;
 }
 
-/** Starts one authentication exchange with a mechanism of SASL_MECHANISMS. */
-export function startSaslExchange(store: UserStore, mechanism: SaslMechanism, opts: SaslServerOptions = {}): SaslExchange {
-  return mechanism === 'PLAIN' ? new PlainExchange(store) : new ScramExchange(store, mechanism, opts);
+/**
+ * Starts one authentication exchange with a mechanism of SASL_MECHANISMS. Every password or proof check goes
+ * through `guard` (throttled per `remoteAddress` and username; PLAIN's scrypt on the guard's worker thread).
+ */
+export function startSaslExchange(guard: PasswordGuard, mechanism: SaslMechanism, remoteAddress?: string, opts: SaslServerOptions = {}): SaslExchange {
+  return mechanism === 'PLAIN' ? new PlainExchange(guard, remoteAddress) : new ScramExchange(guard, mechanism, remoteAddress, opts);
 }
 
 // ------------------------------------------------------------------------------------------------ PLAIN
@@ -46,7 +50,10 @@ class PlainExchange implements SaslExchange {
   readonly mechanism = 'PLAIN';
   private used = false;
 
-  constructor(private readonly store: UserStore) {}
+  constructor(
+    private readonly guard: PasswordGuard,
+    private readonly remoteAddress: string | undefined,
+  ) {}
 
   async step(token: Buffer): Promise<SaslStepResult> {
     if (this.used) return { state: 'failed', reason: 'PLAIN takes a single message' };
@@ -60,7 +67,9 @@ class PlainExchange implements SaslExchange {
     if (username === '' || password.length === 0) return { state: 'failed', reason: 'empty PLAIN username or password', username };
     // Acting as another identity is not offered: the authorization id must be empty or the user's own (as Kafka).
     if (authzid !== '' && authzid !== username) return { state: 'failed', reason: 'authorization id differs from the username', username };
-    if (!(await verifyUserPassword(this.store, username, password))) return { state: 'failed', reason: 'invalid username or password', username };
+    const verdict = await this.guard.check(username, password, this.remoteAddress, 'kafka PLAIN');
+    if (verdict === 'busy') return { state: 'failed', reason: 'server busy: password not checked', username, busy: true };
+    if (verdict !== 'ok') return { state: 'failed', reason: 'invalid username or password', username };
     return { state: 'done', challenge: Buffer.alloc(0), principal: username };
   }
 }
@@ -111,17 +120,39 @@ class ScramExchange implements SaslExchange {
   private clientFirstBare = '';
   private serverFirst = '';
 
-  constructor(
-    private readonly store: UserStore,
-    readonly mechanism: ScramMechanism,
-    private readonly opts: SaslServerOptions,
-  ) {}
+  private readonly store: UserStore;
 
-  step(token: Buffer): SaslStepResult {
+  constructor(
+    private readonly guard: PasswordGuard,
+    readonly mechanism: ScramMechanism,
+    private readonly remoteAddress: string | undefined,
+    private readonly opts: SaslServerOptions,
+  ) {
+    this.store = guard.store;
+  }
+
+  step(token: Buffer): SaslStepResult | Promise<SaslStepResult> {
     const msg = token.toString('utf8');
     if (this.state === ScramState.ClientFirst) return this.clientFirst(msg);
-    if (this.state === ScramState.ClientFinal) return this.clientFinal(msg);
+    if (this.state === ScramState.ClientFinal) return this.throttledClientFinal(msg);
     return { state: 'failed', reason: 'SCRAM exchange already finished', username: this.username };
+  }
+
+  /**
+   * The proof check itself is two HMACs and a hash (no PBKDF2 per attempt: the salted keys were derived at load,
+   * and an unknown user gets a fake salt from one HMAC), but its failures count in the guard's per-address and
+   * per-username throttle like PLAIN's, and a throttled address waits before its proof is looked at.
+   */
+  private async throttledClientFinal(msg: string): Promise<SaslStepResult> {
+    this.state = ScramState.Done; // one client-final per exchange, even while this one waits
+    if (!(await this.guard.admit(this.username, this.remoteAddress, `kafka ${this.mechanism}`))) {
+      return { state: 'failed', reason: 'server busy: proof not checked', username: this.username, busy: true };
+    }
+    this.state = ScramState.ClientFinal;
+    const r = this.clientFinal(msg);
+    if (r.state === 'done') this.guard.succeeded(this.username, this.remoteAddress);
+    else if (r.state === 'failed') this.guard.failed(this.username, this.remoteAddress, `kafka ${this.mechanism}`);
+    return r;
   }
 
   private fail(reason: string): SaslStepResult {
@@ -190,49 +221,39 @@ class ScramExchange implements SaslExchange {
   }
 }
 
-/**
- * Username/password check for protocols that carry the password itself (MQTT CONNECT). Unknown users and wrong
- * passwords are indistinguishable to the caller.
- */
-export async function verifyUserPassword(store: UserStore, username: string, password: Buffer | string | null): Promise<boolean> {
-  if (password === null) return false;
-  const user = store.lookup(username);
-  if (!user) return dummyPasswordCheck(password);
-  return user.verifyPassword(password);
-}
-
 /** The mechanisms offered over a store, as a protocol adapter consumes them (Kafka's KafkaSaslOptions). */
 export function saslProvider(
-  store: UserStore,
+  guard: PasswordGuard,
   mechanisms: readonly string[],
   opts: SaslServerOptions = {},
-): { mechanisms: readonly SaslMechanism[]; start(mechanism: string): SaslExchange } {
+): { mechanisms: readonly SaslMechanism[]; start(mechanism: string, remoteAddress?: string): SaslExchange } {
   const offered = mechanisms.filter(isSaslMechanism);
   return {
     mechanisms: offered,
-    start(mechanism) {
+    start(mechanism, remoteAddress) {
       // The adapter only starts mechanisms it was told about; anything else is a bug, refused as a failed exchange.
       if (!isSaslMechanism(mechanism) || !offered.includes(mechanism)) {
         return { mechanism, step: () => ({ state: 'failed', reason: `mechanism ${mechanism} not offered` }) };
       }
-      return startSaslExchange(store, mechanism, opts);
+      return startSaslExchange(guard, mechanism, remoteAddress, opts);
     },
   };
 }
 
-export type PasswordCheck = 'ok' | 'bad-credentials' | 'not-authorized';
+export type PasswordCheck = 'ok' | 'bad-credentials' | 'not-authorized' | 'busy';
 
 /**
  * Username/password authentication for protocols that send both in the clear over their transport (MQTT
  * CONNECT): no username is anonymous (allowed or 'not-authorized'); a username with a wrong or missing password
- * is 'bad-credentials'. The result strings are MQTT's authenticate hook's.
+ * is 'bad-credentials'; 'busy' when the guard could not check it now. The result strings are MQTT's authenticate
+ * hook's.
  */
 export function passwordAuthenticator(
-  store: UserStore,
+  guard: PasswordGuard,
   allowAnonymous: boolean,
-): (clientId: string, username: string | null, password: Buffer | null) => PasswordCheck | Promise<PasswordCheck> {
-  return (_clientId, username, password) => {
+): (clientId: string, username: string | null, password: Buffer | null, remoteAddress?: string) => PasswordCheck | Promise<PasswordCheck> {
+  return (_clientId, username, password, remoteAddress) => {
     if (username === null) return allowAnonymous ? 'ok' : 'not-authorized';
-    return verifyUserPassword(store, username, password).then((ok) => (ok ? 'ok' : 'bad-credentials'));
+    return guard.check(username, password, remoteAddress, 'mqtt').then((v) => (v === 'ok' ? 'ok' : v === 'busy' ? 'busy' : 'bad-credentials'));
   };
 }

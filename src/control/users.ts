@@ -7,7 +7,7 @@
  * - one scrypt hash (RFC 7914) for mechanisms that receive the password itself (SASL PLAIN, MQTT CONNECT).
  * A separate slow hash for PLAIN keeps the SCRAM keys from doubling as a cheap password oracle.
  */
-import { createHash, createHmac, pbkdf2, randomBytes, scrypt, timingSafeEqual } from 'node:crypto';
+import { createHash, createHmac, pbkdf2, randomBytes, scrypt } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { promisify } from 'node:util';
 import { parse as parseYaml } from 'yaml';
@@ -24,6 +24,16 @@ export function scramHash(mechanism: ScramMechanism): 'sha256' | 'sha512' {
   return mechanism === 'SCRAM-SHA-256' ? 'sha256' : 'sha512';
 }
 
+/**
+ * The slow hash of a password for mechanisms that receive the password itself (scrypt, RFC 7914, with SCRYPT's
+ * cost). Checking a password against it is the PasswordGuard's job (password-guard.ts): it runs scrypt on its own
+ * worker thread, never on libuv's thread pool, which the WAL's file writes need.
+ */
+export interface PasswordHash {
+  readonly salt: Buffer;
+  readonly hash: Buffer;
+}
+
 /** What a SCRAM server stores per user and mechanism (RFC 5802 section 3). */
 export interface ScramCredential {
   readonly salt: Buffer;
@@ -36,8 +46,8 @@ export interface UserRecord {
   readonly username: string;
   /** The user's credential for a SCRAM mechanism (undefined: this user cannot use it). */
   scram(mechanism: ScramMechanism): ScramCredential | undefined;
-  /** Checks a clear-text password (SASL PLAIN, MQTT CONNECT); constant-time comparison of slow hashes. */
-  verifyPassword(password: string | Buffer): Promise<boolean>;
+  /** The slow hash a clear-text password (SASL PLAIN, MQTT CONNECT) is checked against, by the PasswordGuard. */
+  readonly passwordHash: PasswordHash;
 }
 
 /** The store adapters see; a metastore-backed one can replace the file-backed one without touching them. */
@@ -52,9 +62,13 @@ export interface UserStore {
  */
 export const DEFAULT_SCRAM_ITERATIONS = 4096;
 
-/** scrypt cost of the PLAIN hash: N=2^14, r=8, p=1 (16 MiB, ~50 ms), computed off the event loop. */
-const SCRYPT = { N: 16384, r: 8, p: 1 };
-const SCRYPT_KEYLEN = 32;
+/**
+ * scrypt cost of the PLAIN hash: N=2^14, r=8, p=1 (16 MiB, ~50 ms of one core). A check is computed on the
+ * PasswordGuard's worker thread; the hashes made at start-up (the users file, before any listener opens) still use
+ * node:crypto's async scrypt on libuv's pool, which has nothing else to do then.
+ */
+export const SCRYPT = { N: 16384, r: 8, p: 1 } as const;
+export const SCRYPT_KEYLEN = 32;
 
 /** RFC 5802 section 3: SaltedPassword = Hi(password, salt, i) is PBKDF2 with HMAC-H; then the two keys. */
 export function scramCredentialFromSalted(mechanism: ScramMechanism, salted: Buffer, salt: Buffer, iterations: number): ScramCredential {
@@ -84,31 +98,19 @@ class HashedUser implements UserRecord {
   constructor(
     readonly username: string,
     private readonly creds: ReadonlyMap<ScramMechanism, ScramCredential>,
-    private readonly plainSalt: Buffer,
-    private readonly plainHash: Buffer,
+    readonly passwordHash: PasswordHash,
   ) {}
 
   scram(mechanism: ScramMechanism): ScramCredential | undefined {
     return this.creds.get(mechanism);
   }
-
-  async verifyPassword(password: string | Buffer): Promise<boolean> {
-    const pw = typeof password === 'string' ? Buffer.from(password, 'utf8') : password;
-    const h = await scryptAsync(pw, this.plainSalt, SCRYPT_KEYLEN, SCRYPT);
-    return timingSafeEqual(h, this.plainHash);
-  }
 }
-
-const DUMMY_SALT = randomBytes(16);
 
 /**
- * Spends the time of one password check for a user that does not exist, so response times do not tell which
- * usernames do.
+ * Checked for a user that does not exist: it costs one scrypt like a real check, so response times do not tell
+ * which usernames exist, and no password matches its random hash.
  */
-export async function dummyPasswordCheck(password: string | Buffer): Promise<false> {
-  await scryptAsync(typeof password === 'string' ? Buffer.from(password, 'utf8') : password, DUMMY_SALT, SCRYPT_KEYLEN, SCRYPT);
-  return false;
-}
+export const DUMMY_PASSWORD_HASH: PasswordHash = { salt: randomBytes(16), hash: randomBytes(SCRYPT_KEYLEN) };
 
 export class MemoryUserStore implements UserStore {
   private readonly users = new Map<string, UserRecord>();
@@ -127,7 +129,7 @@ export class MemoryUserStore implements UserStore {
     for (const m of SCRAM_MECHANISMS) creds.set(m, await deriveScramCredential(m, password, randomBytes(24), iterations));
     const plainSalt = randomBytes(16);
     const plainHash = await scryptAsync(Buffer.from(password, 'utf8'), plainSalt, SCRYPT_KEYLEN, SCRYPT);
-    this.users.set(username, new HashedUser(username, creds, plainSalt, plainHash));
+    this.users.set(username, new HashedUser(username, creds, { salt: plainSalt, hash: plainHash }));
   }
 
   static async fromPasswords(entries: ReadonlyArray<{ username: string; password: string }>): Promise<MemoryUserStore> {

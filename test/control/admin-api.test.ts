@@ -13,6 +13,7 @@ import { pino, type Logger } from 'pino';
 import { Engine } from '../../src/core/index.js';
 import { hostName, parseBasicAuth, startAdminApi, type AdminApi } from '../../src/control/admin-api.js';
 import { MemoryUserStore } from '../../src/control/users.js';
+import { PasswordGuard } from '../../src/control/password-guard.js';
 import { startBroker } from '../../src/broker.js';
 import { loadConfig } from '../../src/config/index.js';
 import { MemoryStreams } from '../helpers/memory-storage.js';
@@ -61,8 +62,34 @@ async function engineWith(...streams: string[]): Promise<Engine> {
   return engine;
 }
 
+describe('admin API logins share the password guard', () => {
+  it('slows repeated wrong passwords from one address and answers 503 with Retry-After once it is booked up', async () => {
+    const engine = await engineWith('keep');
+    const users = await MemoryUserStore.fromPasswords([{ username: 'alice', password: 'wonder:land' }]);
+    const guard = new PasswordGuard(users, { throttle: { freeFailures: 1, baseDelayMs: 20, maxDelayMs: 80 } });
+    const api = await startAdminApi({ engine, logger: pino({ level: 'silent' }), host: '127.0.0.1', port: 0, guard });
+    try {
+      // Two failures in a row put the address over its free failure; a burst after that is spaced, then refused.
+      for (let i = 0; i < 2; i++) assert.equal((await call(api, 'GET', '/api/v1/streams', { auth: ['alice', 'guess'] })).status, 401);
+      const replies = await Promise.all(Array.from({ length: 10 }, () => call(api, 'GET', '/api/v1/streams', { auth: ['alice', 'guess'] })));
+      const statuses = replies.map((r) => r.status);
+      assert.ok(statuses.includes(401), statuses.join());
+      const busy = replies.find((r) => r.status === 503);
+      assert.ok(busy, `some attempts are refused without a check: ${statuses.join()}`);
+      assert.equal(busy.body.error?.code, 'BUSY');
+      assert.equal(busy.headers['retry-after'], '1');
+      assert.ok(guard.stats.bad < 12, `fewer than 12 scrypt checks ran (${guard.stats.bad})`);
+      assert.ok(engine.getStream('keep'));
+    } finally {
+      await api.close();
+      await guard.close();
+    }
+  });
+});
+
 describe('admin API with users: HTTP Basic authentication', () => {
   let engine: Engine;
+  let guard: PasswordGuard;
   let api: AdminApi;
   let lines: Array<Record<string, unknown>>;
   before(async () => {
@@ -73,9 +100,13 @@ describe('admin API with users: HTTP Basic authentication', () => {
     ]);
     const cap = logCapture();
     lines = cap.lines;
-    api = await startAdminApi({ engine, logger: cap.logger, host: '127.0.0.1', port: 0, users });
+    guard = new PasswordGuard(users);
+    api = await startAdminApi({ engine, logger: cap.logger, host: '127.0.0.1', port: 0, guard });
   });
-  after(() => api.close());
+  after(async () => {
+    await api.close();
+    await guard.close();
+  });
 
   it('refuses an anonymous DELETE with 401 and a Basic challenge, and the stream stays', async () => {
     const r = await call(api, 'DELETE', '/api/v1/streams/keep', { headers: JSON_TYPE });

@@ -3,11 +3,13 @@
  * against values computed here step by step from RFC 5802 section 3, PLAIN (RFC 4616), the failure branches,
  * and the users file.
  */
-import { describe, it } from 'node:test';
+import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash, createHmac, pbkdf2Sync } from 'node:crypto';
 import {
+  DUMMY_PASSWORD_HASH,
   MemoryUserStore,
+  PasswordGuard,
   deriveScramCredential,
   parseUsersFile,
   passwordAuthenticator,
@@ -26,7 +28,7 @@ async function fixedStore(mechanism: ScramMechanism, username: string, password:
     size: 1,
     lookup: (u) =>
       u === username
-        ? { username, scram: (m) => (m === mechanism ? cred : undefined), verifyPassword: async () => false }
+        ? { username, scram: (m) => (m === mechanism ? cred : undefined), passwordHash: DUMMY_PASSWORD_HASH }
         : undefined,
   };
 }
@@ -38,6 +40,15 @@ function challenge(r: SaslStepResult): string {
 
 const b = (s: string) => Buffer.from(s, 'utf8');
 
+/** Every password check goes through a guard; their worker threads are ended after the file's tests. */
+const guards: PasswordGuard[] = [];
+function guarded(store: UserStore): PasswordGuard {
+  const g = new PasswordGuard(store);
+  guards.push(g);
+  return g;
+}
+after(() => Promise.all(guards.map((g) => g.close())));
+
 describe('SCRAM-SHA-256 (RFC 7677 section 3)', () => {
   const salt = Buffer.from('W22ZaJ0SNY7soEsUEjb6gQ==', 'base64');
   const snonce = '%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0';
@@ -47,7 +58,7 @@ describe('SCRAM-SHA-256 (RFC 7677 section 3)', () => {
 
   it('answers the example exchange byte for byte', async () => {
     const store = await fixedStore('SCRAM-SHA-256', 'user', 'pencil', salt, 4096);
-    const ex = startSaslExchange(store, 'SCRAM-SHA-256', { nonce: () => snonce });
+    const ex = startSaslExchange(guarded(store), 'SCRAM-SHA-256', undefined, { nonce: () => snonce });
     assert.equal(challenge(await ex.step(b(first))), serverFirst);
     const done = await ex.step(b(final));
     assert.equal(done.state, 'done');
@@ -58,28 +69,28 @@ describe('SCRAM-SHA-256 (RFC 7677 section 3)', () => {
 
   it('refuses a wrong proof, a changed nonce, channel binding and a malformed first message', async () => {
     const store = await fixedStore('SCRAM-SHA-256', 'user', 'pencil', salt, 4096);
-    const wrongProof = startSaslExchange(store, 'SCRAM-SHA-256', { nonce: () => snonce });
+    const wrongProof = startSaslExchange(guarded(store), 'SCRAM-SHA-256', undefined, { nonce: () => snonce });
     challenge(await wrongProof.step(b(first)));
     const bad = await wrongProof.step(b(final.replace('p=dHzb', 'p=dHzc')));
     assert.deepEqual(bad.state === 'failed' && [bad.reason, bad.username], ['invalid username or password', 'user']);
 
-    const otherNonce = startSaslExchange(store, 'SCRAM-SHA-256', { nonce: () => snonce });
+    const otherNonce = startSaslExchange(guarded(store), 'SCRAM-SHA-256', undefined, { nonce: () => snonce });
     challenge(await otherNonce.step(b(first)));
     const n = await otherNonce.step(b(final.replace('NEkqO%', 'NEkqX%')));
     assert.equal(n.state === 'failed' && n.reason, 'SCRAM nonce mismatch');
 
-    const cb = startSaslExchange(store, 'SCRAM-SHA-256');
+    const cb = startSaslExchange(guarded(store), 'SCRAM-SHA-256');
     const r = await cb.step(b('p=tls-unique,,n=user,r=abc'));
     assert.equal(r.state === 'failed' && r.reason, 'SCRAM channel binding is not supported');
 
-    const gs2 = startSaslExchange(store, 'SCRAM-SHA-256', { nonce: () => snonce });
+    const gs2 = startSaslExchange(guarded(store), 'SCRAM-SHA-256', undefined, { nonce: () => snonce });
     challenge(await gs2.step(b(first)));
     // c= must be base64("n,,") = "biws"; another header is a downgrade attempt.
     const c = await gs2.step(b(final.replace('c=biws', 'c=eSws')));
     assert.equal(c.state === 'failed' && c.reason, 'SCRAM channel binding mismatch');
 
     for (const msg of ['n,,r=abc,n=user', 'x,,n=user,r=abc', 'n,,n=us=er,r=abc', 'n,,n=user,r=a,b']) {
-      const ex = startSaslExchange(store, 'SCRAM-SHA-256');
+      const ex = startSaslExchange(guarded(store), 'SCRAM-SHA-256');
       assert.equal((await ex.step(b(msg))).state, 'failed', msg);
     }
   });
@@ -87,14 +98,33 @@ describe('SCRAM-SHA-256 (RFC 7677 section 3)', () => {
   it('an unknown user gets a stable fake salt and fails only at the proof', async () => {
     const store = await fixedStore('SCRAM-SHA-256', 'user', 'pencil', salt, 4096);
     const secret = Buffer.alloc(32, 7);
-    const s1 = challenge(await startSaslExchange(store, 'SCRAM-SHA-256', { fakeSaltSecret: secret, nonce: () => 'x' }).step(b('n,,n=ghost,r=abc')));
-    const s2 = challenge(await startSaslExchange(store, 'SCRAM-SHA-256', { fakeSaltSecret: secret, nonce: () => 'x' }).step(b('n,,n=ghost,r=abc')));
+    const s1 = challenge(await startSaslExchange(guarded(store), 'SCRAM-SHA-256', undefined, { fakeSaltSecret: secret, nonce: () => 'x' }).step(b('n,,n=ghost,r=abc')));
+    const s2 = challenge(await startSaslExchange(guarded(store), 'SCRAM-SHA-256', undefined, { fakeSaltSecret: secret, nonce: () => 'x' }).step(b('n,,n=ghost,r=abc')));
     assert.equal(s1, s2);
     assert.match(s1, /^r=abcx,s=[A-Za-z0-9+/=]+,i=4096$/);
-    const ex = startSaslExchange(store, 'SCRAM-SHA-256', { fakeSaltSecret: secret, nonce: () => 'x' });
+    const ex = startSaslExchange(guarded(store), 'SCRAM-SHA-256', undefined, { fakeSaltSecret: secret, nonce: () => 'x' });
     challenge(await ex.step(b('n,,n=ghost,r=abc')));
     const r = await ex.step(b('c=biws,r=abcx,p=' + Buffer.alloc(32).toString('base64')));
     assert.equal(r.state === 'failed' && r.reason, 'unknown user');
+  });
+
+  it('counts a wrong proof in the guard (per address and user), for known and unknown users, with no scrypt or PBKDF2', async () => {
+    const store = await fixedStore('SCRAM-SHA-256', 'user', 'pencil', salt, 4096);
+    const g = guarded(store);
+    for (const name of ['user', 'ghost']) {
+      const ex = startSaslExchange(g, 'SCRAM-SHA-256', '10.9.9.9', { nonce: () => 'x' });
+      challenge(await ex.step(b(`n,,n=${name},r=abc`)));
+      assert.equal((await ex.step(b('c=biws,r=abcx,p=' + Buffer.alloc(32).toString('base64')))).state, 'failed');
+    }
+    assert.equal(g.throttle.failures('address', '10.9.9.9'), 2);
+    assert.equal(g.throttle.failures('user', 'user'), 1);
+    assert.equal(g.throttle.failures('user', 'ghost'), 1);
+    // The proof check is HMACs over keys derived at load: the guard's scrypt thread never started.
+    assert.equal(g.verifier.stats.workersStarted, 0);
+    const ok = startSaslExchange(g, 'SCRAM-SHA-256', '10.9.9.9', { nonce: () => snonce });
+    challenge(await ok.step(b(first)));
+    assert.equal((await ok.step(b(final))).state, 'done');
+    assert.equal(g.throttle.failures('address', '10.9.9.9'), 0, 'a success resets the address');
   });
 });
 
@@ -110,7 +140,7 @@ describe('SCRAM-SHA-512 (computed from RFC 5802 section 3)', () => {
     const serverKey = createHmac('sha512', salted).update('Server Key').digest();
     // ',' and '=' in a username travel as =2C and =3D (RFC 5802 section 5.1).
     const bare = 'n=al=3Dice=2Cx,r=clientNONCE';
-    const ex = startSaslExchange(store, 'SCRAM-SHA-512', { nonce: () => 'serverNONCE' });
+    const ex = startSaslExchange(guarded(store), 'SCRAM-SHA-512', undefined, { nonce: () => 'serverNONCE' });
     const sf = challenge(await ex.step(b(`n,,${bare}`)));
     assert.equal(sf, `r=clientNONCEserverNONCE,s=${salt.toString('base64')},i=4096`);
     const withoutProof = 'c=biws,r=clientNONCEserverNONCE';
@@ -128,20 +158,20 @@ describe('SCRAM-SHA-512 (computed from RFC 5802 section 3)', () => {
 describe('PLAIN (RFC 4616) and password checks over a MemoryUserStore', () => {
   it('accepts the right password, refuses everything else', async () => {
     const store = await MemoryUserStore.fromPasswords([{ username: 'alice', password: 'wonderland' }]);
-    const plain = async (msg: string) => startSaslExchange(store, 'PLAIN').step(b(msg));
+    const plain = async (msg: string) => startSaslExchange(guarded(store), 'PLAIN').step(b(msg));
     const ok = await plain('\0alice\0wonderland');
     assert.deepEqual(ok.state === 'done' && [ok.principal, ok.challenge.length], ['alice', 0]);
     assert.equal((await plain('alice\0alice\0wonderland')).state, 'done', 'authzid = own name is fine');
     for (const msg of ['\0alice\0wrong', '\0bob\0wonderland', 'bob\0alice\0wonderland', 'alice wonderland', '\0alice\0wonder\0land', '\0\0x']) {
       assert.equal((await plain(msg)).state, 'failed', JSON.stringify(msg));
     }
-    const check = passwordAuthenticator(store, false);
+    const check = passwordAuthenticator(guarded(store), false);
     assert.equal(await check('c', 'alice', b('wonderland')), 'ok');
     assert.equal(await check('c', 'alice', b('nope')), 'bad-credentials');
     assert.equal(await check('c', 'alice', null), 'bad-credentials');
     assert.equal(await check('c', 'mallory', b('wonderland')), 'bad-credentials');
     assert.equal(await check('c', null, null), 'not-authorized');
-    assert.equal(await passwordAuthenticator(store, true)('c', null, null), 'ok');
+    assert.equal(await passwordAuthenticator(guarded(store), true)('c', null, null), 'ok');
   });
 
   it('keeps no password: the record holds salts and derived keys only', async () => {
@@ -155,7 +185,7 @@ describe('PLAIN (RFC 4616) and password checks over a MemoryUserStore', () => {
 
   it('saslProvider offers only the configured mechanisms', async () => {
     const store = await MemoryUserStore.fromPasswords([{ username: 'a', password: 'b' }]);
-    const p = saslProvider(store, ['SCRAM-SHA-512']);
+    const p = saslProvider(guarded(store), ['SCRAM-SHA-512']);
     assert.deepEqual(p.mechanisms, ['SCRAM-SHA-512']);
     assert.equal((await p.start('PLAIN').step(b('\0a\0b'))).state, 'failed');
   });

@@ -10,6 +10,13 @@
  * SASL_AUTHENTICATION_FAILED / ILLEGAL_SASL_STATE) and the connection is then closed, as Kafka does; with raw
  * v0 tokens there is no way to answer, so the connection is just closed. Re-authentication (KIP-368) is not
  * offered: SaslAuthenticate v1+ reports a session lifetime of 0.
+ *
+ * When the control plane's password guard cannot check a token now (its queue is full, or the client's address has
+ * failed so often that its next check is booked too far ahead), the connection is closed without an answer. That
+ * is deliberate: KIP-152 made SASL_AUTHENTICATION_FAILED a non-retriable error in clients (KAFKA-5854: producers
+ * and consumers stop retrying), while a disconnection during authentication is treated as transient and retried
+ * after the reconnect backoff, which is what "server busy, try again" should cause. Failures are logged through a
+ * LogLimiter (per address and overall), so a flood of wrong passwords writes a bounded number of lines.
  */
 import {
   KafkaErrorCode,
@@ -18,12 +25,14 @@ import {
   type SaslHandshakeRequest,
   type SaslHandshakeResponse,
 } from './codec/index.js';
-import { thenClose, type HandlerResult, type RequestContext } from './route.js';
+import { LogLimiter, logKey } from '../log-limit.js';
+import { CLOSE_CONNECTION, thenClose, type HandlerResult, type RequestContext } from './route.js';
 
 export type KafkaSaslStep =
   | { state: 'continue'; challenge: Buffer }
   | { state: 'done'; challenge: Buffer; principal: string }
-  | { state: 'failed'; reason: string; username?: string };
+  /** `busy`: the token could not be checked now; the client should reconnect later. */
+  | { state: 'failed'; reason: string; username?: string; busy?: boolean };
 
 export interface KafkaSaslExchange {
   step(token: Buffer): KafkaSaslStep | Promise<KafkaSaslStep>;
@@ -33,8 +42,8 @@ export interface KafkaSaslExchange {
 export interface KafkaSaslOptions {
   /** Mechanisms offered, in the order SaslHandshake lists them. */
   mechanisms: readonly string[];
-  /** Starts one exchange for a mechanism of `mechanisms`. */
-  start(mechanism: string): KafkaSaslExchange;
+  /** Starts one exchange for a mechanism of `mechanisms`, for a client at `remoteAddress` (throttled per address). */
+  start(mechanism: string, remoteAddress?: string): KafkaSaslExchange;
 }
 
 const enum Phase {
@@ -60,7 +69,7 @@ export class SaslSession {
   }
 
   /** SaslHandshake: null on success, else the error code to answer before closing. */
-  handshake(sasl: KafkaSaslOptions | null, mechanism: string, version: number): number | null {
+  handshake(sasl: KafkaSaslOptions | null, mechanism: string, version: number, remoteAddress?: string): number | null {
     if (this.phase !== Phase.Initial) {
       this.phase = Phase.Failed;
       return KafkaErrorCode.ILLEGAL_SASL_STATE;
@@ -71,7 +80,7 @@ export class SaslSession {
     }
     this.phase = Phase.Handshaken;
     this.mechanism = mechanism;
-    this.exchange = sasl.start(mechanism);
+    this.exchange = sasl.start(mechanism, remoteAddress);
     this.raw = version === 0;
     return null;
   }
@@ -108,7 +117,7 @@ export class SaslSession {
 export function handleSaslHandshake(ctx: RequestContext, req: SaslHandshakeRequest): HandlerResult<SaslHandshakeResponse> {
   const sasl = ctx.adapter.options.sasl ?? null;
   const mechanisms = sasl ? [...sasl.mechanisms] : [];
-  const err = ctx.conn.sasl.handshake(sasl, req.mechanism, ctx.header.apiVersion);
+  const err = ctx.conn.sasl.handshake(sasl, req.mechanism, ctx.header.apiVersion, ctx.conn.remoteAddress);
   if (err === null) return { errorCode: KafkaErrorCode.NONE, mechanisms };
   ctx.conn.log.warn(
     { mechanism: req.mechanism, errorCode: err },
@@ -131,6 +140,7 @@ export async function handleSaslAuthenticate(ctx: RequestContext, req: SaslAuthe
   }
   if (r.state === 'failed') {
     logFailure(ctx, r);
+    if (r.busy) return CLOSE_CONNECTION;
     return thenClose({
       errorCode: KafkaErrorCode.SASL_AUTHENTICATION_FAILED,
       // The same words for every cause: a client must not learn whether the user exists.
@@ -147,7 +157,7 @@ export async function handleSaslAuthenticate(ctx: RequestContext, req: SaslAuthe
  * A raw token after SaslHandshake v0: the answer is a bare size-prefixed token; a failure can only close the
  * connection (null).
  */
-export async function stepRawToken(ctx: Pick<RequestContext, 'conn'>, token: Buffer): Promise<Buffer | null> {
+export async function stepRawToken(ctx: Pick<RequestContext, 'conn' | 'adapter'>, token: Buffer): Promise<Buffer | null> {
   const r = await ctx.conn.sasl.step(token);
   if (r === 'illegal') {
     ctx.conn.log.warn('raw SASL token out of sequence: closing connection');
@@ -164,6 +174,17 @@ export async function stepRawToken(ctx: Pick<RequestContext, 'conn'>, token: Buf
   return frame;
 }
 
-function logFailure(ctx: Pick<RequestContext, 'conn'>, r: { reason: string; username?: string }): void {
-  ctx.conn.log.warn({ mechanism: ctx.conn.sasl.mechanism, username: r.username, reason: r.reason }, 'SASL authentication failed: closing connection');
+/** One limiter per adapter (its listeners share it), made on the first failure. */
+const failureLogs = new WeakMap<object, LogLimiter>();
+
+function logFailure(ctx: Pick<RequestContext, 'conn' | 'adapter'>, r: { reason: string; username?: string }): void {
+  const { conn, adapter } = ctx;
+  let limiter = failureLogs.get(adapter);
+  if (!limiter) failureLogs.set(adapter, (limiter = new LogLimiter(adapter.logger)));
+  limiter.log(
+    'warn',
+    logKey('kafka sasl failed', conn.remoteAddress),
+    { conn: conn.id, remote: conn.remoteAddress, mechanism: conn.sasl.mechanism, username: r.username, reason: r.reason },
+    'SASL authentication failed: closing connection',
+  );
 }

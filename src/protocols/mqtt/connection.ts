@@ -57,17 +57,22 @@ import {
 
 // ------------------------------------------------------------------ options
 
-/** Outcome of authentication; CONNACK 0x00 / 0x04 / 0x05 in 3.1.1, 0x00 / 0x86 / 0x87 in 5.0. */
-export type AuthResult = 'ok' | 'bad-credentials' | 'not-authorized';
+/**
+ * Outcome of authentication; CONNACK 0x00 / 0x04 / 0x05 in 3.1.1, 0x00 / 0x86 / 0x87 in 5.0. 'busy' (the password
+ * could not be checked now, try later) is 0x03 Server unavailable in 3.1.1 and 0x89 Server busy in 5.0.
+ */
+export type AuthResult = 'ok' | 'bad-credentials' | 'not-authorized' | 'busy';
 
 /**
  * The single authentication hook: the control plane plugs its user store in here. May be synchronous (no
  * extra latency on connect) or asynchronous (packets after CONNECT wait until it settles [MQTT-3.1.4-5]).
+ * `remoteAddress` (without the port) lets it slow down repeated failures per client address.
  */
 export type Authenticator = (
   clientId: string,
   username: string | null,
   password: Buffer | null,
+  remoteAddress?: string,
 ) => AuthResult | Promise<AuthResult>;
 
 /** One step of MQTT 5.0 enhanced authentication (section 4.12), e.g. SCRAM. */
@@ -730,7 +735,7 @@ export class MqttConnection {
     }
     let auth: AuthResult | Promise<AuthResult>;
     try {
-      auth = this.opts.authenticate(clientId, p.username, p.password);
+      auth = this.opts.authenticate(clientId, p.username, p.password, addressOf(this.remote));
     } catch (err) {
       this.authFailed(err);
       return;
@@ -816,6 +821,11 @@ export class MqttConnection {
 
   private accept(auth: AuthResult, authProps: Properties | undefined): void {
     if (this.state === State.Closed) return;
+    if (auth === 'busy') {
+      // 3.1.1 has no "busy": 0x03 Server unavailable is its nearest (section 3.2.2.3); v5 has 0x89 (section 3.2.2.2).
+      this.refuse(this.level === 5 ? ReasonCode.SERVER_BUSY : ConnackCode.SERVER_UNAVAILABLE, 'authentication: server busy, try again later');
+      return;
+    }
     if (auth !== 'ok') {
       const v5 = this.level === 5;
       this.refuse(
@@ -1555,4 +1565,11 @@ function levels(topic: string): number {
 
 function errText(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
+}
+
+/** The address part of `host:port` (IPv6 addresses keep their colons: only the last one separates the port). */
+function addressOf(remote: string): string | undefined {
+  const i = remote.lastIndexOf(':');
+  const a = i < 0 ? remote : remote.slice(0, i);
+  return a === '' || a === '?' || a === 'unknown' ? undefined : a;
 }

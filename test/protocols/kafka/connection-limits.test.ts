@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { Engine, decodeBatch, encodeBatch } from '../../../src/core/index.js';
-import { MemoryUserStore, saslProvider } from '../../../src/control/index.js';
+import { MemoryUserStore, PasswordGuard, saslProvider } from '../../../src/control/index.js';
 import { createKafkaAdapter, startKafkaListener, type KafkaAdapter, type KafkaOptions } from '../../../src/protocols/kafka/index.js';
 import {
   FetchApi,
@@ -89,7 +89,7 @@ async function setup(opts: KafkaOptions = {}, sasl = false): Promise<Setup> {
   const log = captureLogger();
   const ctx = { engine, logger: log.logger, brokerId: 1 };
   const users = sasl ? await MemoryUserStore.fromPasswords([{ username: 'alice', password: 'wonderland' }]) : null;
-  const adapter = createKafkaAdapter(ctx, { ...opts, ...(users ? { sasl: saslProvider(users, ['PLAIN']) } : {}) });
+  const adapter = createKafkaAdapter(ctx, { ...opts, ...(users ? { sasl: saslProvider(new PasswordGuard(users), ['PLAIN']) } : {}) });
   const listener = await startKafkaListener(ctx, { host: '127.0.0.1', port: 0, sasl }, {}, {}, adapter);
   return { engine, adapter, listener, port: listener.address().port, log, close: () => listener.close() };
 }
@@ -268,7 +268,7 @@ describe('kafka connection limits', () => {
     const log = captureLogger();
     const ctx = { engine, logger: log.logger, brokerId: 1 };
     const users = await MemoryUserStore.fromPasswords([{ username: 'alice', password: 'wonderland' }]);
-    const adapter = createKafkaAdapter(ctx, { sasl: saslProvider(users, ['PLAIN']), saslMaxReceiveBytes: 1024 });
+    const adapter = createKafkaAdapter(ctx, { sasl: saslProvider(new PasswordGuard(users), ['PLAIN']), saslMaxReceiveBytes: 1024 });
     const listener = await startKafkaListener(ctx, { host: '127.0.0.1', port: 0 }, {}, {}, adapter);
     try {
       const plain = await RawClient.connect(listener.address().port);

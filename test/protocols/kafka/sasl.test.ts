@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { Engine } from '../../../src/core/index.js';
-import { MemoryUserStore, saslProvider } from '../../../src/control/index.js';
+import { MemoryUserStore, PasswordGuard, saslProvider } from '../../../src/control/index.js';
 import { createKafkaAdapter, startKafkaListener, type KafkaAdapter } from '../../../src/protocols/kafka/index.js';
 import {
   ApiKey,
@@ -37,6 +37,7 @@ describe('kafka SASL', () => {
   let adapter: KafkaAdapter;
   let secured: ProtocolListener;
   let open: ProtocolListener;
+  let guard: PasswordGuard;
 
   before(async () => {
     const m = new MemoryStreams();
@@ -44,7 +45,8 @@ describe('kafka SASL', () => {
     log = captureLogger();
     const users = await MemoryUserStore.fromPasswords([{ username: 'alice', password: 'wonderland' }]);
     const ctx = { engine, logger: log.logger, brokerId: 1 };
-    adapter = createKafkaAdapter(ctx, { sasl: saslProvider(users, ['PLAIN', 'SCRAM-SHA-256']) });
+    guard = new PasswordGuard(users);
+    adapter = createKafkaAdapter(ctx, { sasl: saslProvider(guard, ['PLAIN', 'SCRAM-SHA-256']) });
     secured = await startKafkaListener(ctx, { host: '127.0.0.1', port: 0, sasl: true }, {}, {}, adapter);
     open = await startKafkaListener(ctx, { host: '127.0.0.1', port: 0 }, {}, {}, adapter);
   });
@@ -52,6 +54,7 @@ describe('kafka SASL', () => {
   after(async () => {
     await secured.close();
     await open.close();
+    await guard.close();
   });
 
   it('advertises SaslHandshake 0-1 and SaslAuthenticate 0-2 only when SASL is configured', async () => {
@@ -111,6 +114,24 @@ describe('kafka SASL', () => {
     const line = log.entries('SASL authentication failed').at(-1);
     assert.equal(line?.username, 'alice');
     assert.ok(!log.lines.some((l) => l.includes('wonderland') || l.includes('"wrong"')), 'passwords are never logged');
+  });
+
+  it('a login the password guard cannot check now (busy) is closed without an answer, so that clients retry (KIP-152)', async () => {
+    const m = new MemoryStreams();
+    const ctx = { engine: new Engine(m, m), logger: log.logger, brokerId: 1 };
+    const busy = new PasswordGuard(await MemoryUserStore.fromPasswords([{ username: 'alice', password: 'wonderland' }]));
+    await busy.close(); // a closed guard answers every check busy
+    const l = await startKafkaListener(ctx, { host: '127.0.0.1', port: 0, sasl: true }, {}, {}, createKafkaAdapter(ctx, { sasl: saslProvider(busy, ['PLAIN']) }));
+    try {
+      const c = await RawClient.connect(l.address().port);
+      assert.equal((await c.call(SaslHandshakeApi, 1, { mechanism: 'PLAIN' })).errorCode, E.NONE);
+      c.send(c.frame(SaslAuthenticateApi, 1, { authBytes: plainToken('alice', 'wonderland') }));
+      // Not SASL_AUTHENTICATION_FAILED, which clients treat as final: the connection just closes.
+      await assert.rejects(c.next(5000), /connection closed/);
+      assert.match(String(log.entries('SASL authentication failed').at(-1)?.reason), /server busy/);
+    } finally {
+      await l.close();
+    }
   });
 
   it('an unsupported mechanism gets UNSUPPORTED_SASL_MECHANISM (33) with the offered list, then a close', async () => {

@@ -259,6 +259,23 @@ describe('mqtt adapter with MQTT.js', () => {
     }
   });
 
+  test('a busy authenticator is CONNACK 0x89 Server busy (5.0) / 0x03 Server unavailable (3.1.1); it is told the client address', async () => {
+    const seen: Array<string | undefined> = [];
+    const ab = await startBroker({
+      authenticate: (_id, _user, _pass, remoteAddress) => {
+        seen.push(remoteAddress);
+        return 'busy';
+      },
+    });
+    try {
+      await assert.rejects(client(ab, { username: 'alice', password: 'x', protocolVersion: 5 }), (e: Error & { code?: number }) => e.code === 0x89);
+      await assert.rejects(client(ab, { username: 'alice', password: 'x', protocolVersion: 4 }), (e: Error & { code?: number }) => e.code === 3);
+      assert.deepEqual(seen, ['127.0.0.1', '127.0.0.1']);
+    } finally {
+      await ab.close();
+    }
+  });
+
   test('listener close() ends every connection', async () => {
     const lb = await startBroker();
     const c1 = await client(lb);
