@@ -31,6 +31,14 @@ export function writeError(message: string, err: unknown): FlowError {
 }
 
 /**
+ * A write to a regular file that returned fewer bytes than asked: write(2) does that when the filesystem has no room
+ * for the rest (the next write would fail with ENOSPC), so it is reported as ENOSPC.
+ */
+export function shortWrite(written: number, wanted: number): Error {
+  return Object.assign(new Error(`short write: ${written} of ${wanted} bytes (no space for the rest)`), { code: 'ENOSPC' });
+}
+
+/**
  * How the WALs open the files they write: a seam where tests put a handle whose writes fail on demand (a full disk,
  * an I/O error) in place of the real one. Production uses `fsOpen` (node:fs/promises).
  */

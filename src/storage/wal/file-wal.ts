@@ -46,7 +46,7 @@ import { open, readdir, mkdir, rename, unlink, stat, type FileHandle } from 'nod
 import { join } from 'node:path';
 import { crc32 } from 'node:zlib';
 import { crc32c, FlowError } from '../../core/index.js';
-import { errnoCode, fsOpen, syncDir, writeError, type FileOpener } from '../fs-util.js';
+import { errnoCode, fsOpen, shortWrite, syncDir, writeError, type FileOpener } from '../fs-util.js';
 import { appendRefusal, frameCrc, groupCommit, isSafeOffset, KeyFences, readU64, writeGroups, writeU64, type GroupCommit } from './frame.js';
 import { DIRECT_BLOCK, alignedBuffer } from '../direct-io.js';
 import type { WalEntry, WriteAheadLog } from './types.js';
@@ -378,7 +378,7 @@ export class FileWal implements WriteAheadLog {
       } else {
         bytesWritten = (await fh.writev(bufs, a.size)).bytesWritten;
       }
-      if (bytesWritten !== bytes) throw new Error(`short write: ${bytesWritten} of ${bytes} bytes`);
+      if (bytesWritten !== bytes) throw shortWrite(bytesWritten, bytes);
       if (this.fsync) this.syncCount++;
     } catch (err) {
       // Cut the partial group off so that later groups never follow a torn frame; if even that fails, it is

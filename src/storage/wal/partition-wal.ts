@@ -55,7 +55,7 @@ import { createHash } from 'node:crypto';
 import { join } from 'node:path';
 import { crc32c, FlowError } from '../../core/index.js';
 import { DIRECT_BLOCK, alignedBuffer } from '../direct-io.js';
-import { errnoCode, fsOpen, syncDir, writeError, type FileOpener } from '../fs-util.js';
+import { errnoCode, fsOpen, shortWrite, syncDir, writeError, type FileOpener } from '../fs-util.js';
 import { appendRefusal, frameCrc, FRAME_HEADER, groupCommit, isSafeOffset, KeyFences, readU64, writeGroups, writeU64, type GroupCommit } from './frame.js';
 import type { FileLayout, SegmentFileSource, WalEntry, WriteAheadLog } from './types.js';
 
@@ -489,7 +489,7 @@ export class PartitionWal implements WriteAheadLog, SegmentFileSource {
       if (f.direct) await this.writeDirect(f, fh, bufs, bytes, slot);
       else {
         const { bytesWritten } = await fh.writev(bufs, f.size);
-        if (bytesWritten !== bytes) throw new Error(`short write: ${bytesWritten} of ${bytes} bytes`);
+        if (bytesWritten !== bytes) throw shortWrite(bytesWritten, bytes);
       }
     } catch (err) {
       try {
@@ -520,7 +520,7 @@ export class PartitionWal implements WriteAheadLog, SegmentFileSource {
     for (const b of bufs) at += b.copy(stage, at);
     stage.fill(0, at, total);
     const { bytesWritten } = await fh.write(stage, 0, total, blockStart);
-    if (bytesWritten !== total) throw new Error(`short direct write: ${bytesWritten} of ${total} bytes`);
+    if (bytesWritten !== total) throw shortWrite(bytesWritten, total);
     this.directWrites++;
     const newSize = f.size + bytes;
     const tail = newSize % DIRECT_BLOCK;
@@ -627,7 +627,7 @@ export class PartitionWal implements WriteAheadLog, SegmentFileSource {
       const fh = await open(f.path, 'r+');
       try {
         const { bytesWritten } = await fh.writev([head, filler, t], f.size);
-        if (bytesWritten !== size - f.size) throw new Error(`short write: ${bytesWritten} bytes`);
+        if (bytesWritten !== size - f.size) throw shortWrite(bytesWritten, size - f.size);
         // More zeros than that only after an alignment probe past the data: cut off, so the footer ends the file.
         if ((await fh.stat()).size > size) await fh.truncate(size);
         if (this.fsync) await fh.datasync();
