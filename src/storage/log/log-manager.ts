@@ -168,6 +168,8 @@ class Partition implements ChunkCursor {
   /** Seals: when the next may be tried after failures, the wait, and whether the last one failed. */
   sealRetryAt = 0;
   sealBackoffMs = 0;
+  /** Object key of a segment whose metastore commit failed: it may have landed all the same (see writeSegment). */
+  unsureCommit: string | null = null;
   waiters: Waiter[] = [];
   constructor(
     /** Replaced when the stream is redefined (retention changed, partitions added); never its incarnation. */
@@ -876,7 +878,17 @@ export class LogManager implements StreamStorage {
     const base = batches[0].baseOffset;
     const end = batches[batches.length - 1].endOffset;
     const objectKey = segmentKey(this.objectPrefix(p), base);
-    let written = await this.adoptWalFile(p, objectKey, base, end, batches);
+    // A commit of this segment failed last time, but may have landed (its journal sync failed, say): then the object
+    // it names must not be written again (a rebuilt one can differ in size from what the metastore says), and it is
+    // taken as it is.
+    let landed: SegmentMeta | undefined;
+    if (p.unsureCommit === objectKey) {
+      landed = (await this.meta.listSegments(p.def.name, p.partition)).find((x) => x.baseOffset === base && x.endOffset === end && x.objectKey === objectKey);
+      p.unsureCommit = null;
+    }
+    let written: { size: number; index: SegmentIndex } | null = null;
+    if (landed !== undefined) written = { size: landed.size, index: await this.readIndex(objectKey, landed.size) };
+    written ??= await this.adoptWalFile(p, objectKey, base, end, batches);
     if (written === null) {
       const built = buildSegment(
         base,
@@ -902,7 +914,14 @@ export class LogManager implements StreamStorage {
       await this.objects.delete(objectKey); // the stream was deleted meanwhile
       return;
     }
-    await this.meta.commitSegment(seg);
+    if (landed === undefined) {
+      try {
+        await this.meta.commitSegment(seg);
+      } catch (err) {
+        p.unsureCommit = objectKey;
+        throw err;
+      }
+    }
     // The producer state as of the segment's end goes with it, so a restart only replays what follows.
     const flushed = p.flushedProducers.clone();
     for (const b of batches) {

@@ -11,7 +11,16 @@ import { FsObjectStore } from '../../../src/storage/objects/index.js';
 import { FileWal, PartitionWal, type WriteAheadLog } from '../../../src/storage/wal/index.js';
 import type { FileOpener } from '../../../src/storage/fs-util.js';
 import { FaultyDisk } from '../../helpers/faulty-disk.js';
-import { isFlowError } from '../../../src/core/index.js';
+import { FlowError, isFlowError } from '../../../src/core/index.js';
+import type { SegmentMeta } from '../../../src/storage/metastore/index.js';
+
+async function until(cond: () => boolean, what: string, timeoutMs = 10_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!cond()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
 
 const logger = pino({ level: process.env.LOG_LEVEL ?? 'silent' });
 const dirs: string[] = [];
@@ -136,6 +145,64 @@ for (const layout of ['shared', 'partition'] as const) describe(`LogManager (${l
     const s2 = await openAll(dir, {}, layout);
     assert.deepEqual(await values(s2.engine, 't', 0), acked.map(value));
     assert.equal(s2.engine.offsets('t', 0).highWatermark, acked.length);
+    await s2.close();
+  });
+
+  it('retries failed seals (object store full, a metastore commit whose sync failed) with backoff, losing nothing', async () => {
+    const dir = tmp();
+    const metastore = SqliteMetastore.open(join(dir, 'meta.db'));
+    const realObjects = new FsObjectStore(join(dir, 'objects'));
+    const full = { objects: true, commitLandsThenFails: false };
+    const noSpace = () => new FlowError('STORAGE_FULL', 'cannot write object: ENOSPC');
+    const objects = new Proxy(realObjects, {
+      get(target, prop) {
+        if ((prop === 'put' || prop === 'adopt') && full.objects) return async () => Promise.reject(noSpace());
+        const v = Reflect.get(target, prop, target) as unknown;
+        return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+      },
+    });
+    const meta = new Proxy(metastore, {
+      get(target, prop) {
+        if (prop === 'commitSegment' && full.commitLandsThenFails) {
+          return async (seg: SegmentMeta) => {
+            await target.commitSegment(seg);
+            full.commitLandsThenFails = false;
+            throw new FlowError('STORAGE_FULL', 'cannot sync metastore journal: ENOSPC');
+          };
+        }
+        const v = Reflect.get(target, prop, target) as unknown;
+        return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+      },
+    });
+    const wal = await openWal(dir, layout);
+    const log = await LogManager.open({ wal, objects, metastore: meta, logger, options: { checkIntervalMs: 20, segmentBytes: 300 } });
+    const engine = new Engine(log, metastore);
+    await engine.load();
+    log.finishRecovery();
+    await engine.createStream({ name: 't', partitions: 1 });
+    const acked: string[] = [];
+    for (let i = 0; i < 20; i++) {
+      await engine.produce('t', 0, encodeBatch([rec(i)])).durable;
+      acked.push(`m${i}`);
+    }
+    await until(() => log.stats.failedSeals >= 3, 'seals tried and failed again after their backoff');
+    assert.equal(log.describe('t')[0].flushedOffset, 0, 'nothing sealed while the object store is full');
+    full.objects = false;
+    full.commitLandsThenFails = true;
+    // The complete segments are sealed by the background checks, the first of them through a commit that landed but
+    // was reported failed (and is retried); a flush then seals the rest.
+    await until(() => log.stats.sealedSegments >= 2, `segments sealed once space returned (${JSON.stringify(log.stats)})`, 20_000);
+    assert.equal(full.commitLandsThenFails, false, 'a commit landed and was reported failed');
+    await log.flushAll();
+    assert.equal(log.describe('t')[0].flushedOffset, 20);
+    const segs = await metastore.listSegments('t', 0);
+    for (let i = 1; i < segs.length; i++) assert.equal(segs[i].baseOffset, segs[i - 1].endOffset, 'segments are contiguous');
+    assert.deepEqual(await values(engine, 't', 0), acked);
+    await log.close();
+    await wal.close();
+    await metastore.close();
+    const s2 = await openAll(dir, {}, layout);
+    assert.deepEqual(await values(s2.engine, 't', 0), acked);
     await s2.close();
   });
 
