@@ -1,7 +1,8 @@
 /**
  * A disk that fills up, end to end against the real `bin/flowmq` process and real clients.
  *
- * 1. The free-space reserve: a 64 MiB ballast file on the data directory's filesystem, and the broker started with
+ * 1. The free-space reserve: a 64 MiB ballast file on the data directory's filesystem (a 256 MiB tmpfs of its own
+ *    when the test runs as root, else the temporary directory's filesystem), and the broker started with
  *    `--min-free-disk` a few MiB below what is free, so that the reserve is reached after a few MiB of produce.
  *    KafkaJS (acks=-1, retries on) is answered KAFKA_STORAGE_ERROR and keeps retrying; MQTT.js 5.0 gets PUBACK 0x97;
  *    MQTT.js 3.1.1 sees its connection closed, logged as a storage condition (not a protocol error). The ballast is
@@ -13,7 +14,7 @@
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync, statfsSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, statfsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
@@ -75,10 +76,31 @@ describe('full disk e2e', () => {
     for (const c of cleanups.reverse()) await c();
   });
 
+  /** A tmpfs of `mib` MiB mounted for the test (root only), or null with the reason it could not be. */
+  const mountTmpfs = async (mib: number): Promise<{ dir: string } | { dir: null; why: string }> => {
+    if (process.getuid?.() !== 0) return { dir: null, why: 'not root' };
+    const dir = mkdtempSync(join(tmpdir(), 'flowmq-e2e-tmpfs-'));
+    const m = await run('mount', ['-t', 'tmpfs', '-o', `size=${mib}m`, 'tmpfs', dir]);
+    if (m.code !== 0) {
+      rmSync(dir, { recursive: true, force: true });
+      return { dir: null, why: `mount -t tmpfs failed: ${m.stderr.trim()}` };
+    }
+    cleanups.push(async () => {
+      await run('umount', ['-l', dir]);
+      rmSync(dir, { recursive: true, force: true });
+    });
+    return { dir };
+  };
+
   test('the free-space reserve: producers get retriable errors, and everything resumes without a restart once space returns', { timeout: 240_000 }, async () => {
-    const dataDir = mkdtempSync(join(tmpdir(), 'flowmq-e2e-disk-'));
-    const ballast = `${dataDir}-ballast`;
+    // On a tmpfs of its own where it can (root): nothing else writes there, so the free space moves only with the
+    // test. Elsewhere on the temporary directory's filesystem, which others may write to meanwhile.
+    const fs = await mountTmpfs(256);
+    if (fs.dir === null) console.log(`# the reserve test runs on ${tmpdir()}'s filesystem (no tmpfs of its own: ${fs.why})`);
+    const dataDir = fs.dir === null ? mkdtempSync(join(tmpdir(), 'flowmq-e2e-disk-')) : join(fs.dir, 'data');
+    const ballast = fs.dir === null ? `${dataDir}-ballast` : join(fs.dir, 'ballast');
     cleanups.push(() => rmSync(ballast, { force: true }));
+    if (fs.dir !== null) mkdirSync(dataDir);
     const fa = await run('fallocate', ['-l', String(64 * MiB), ballast]);
     assert.equal(fa.code, 0, `fallocate: ${fa.stderr}`);
     const reserve = freeBytes(dataDir) - 8 * MiB;
@@ -150,17 +172,9 @@ describe('full disk e2e', () => {
       console.log(`# NOT RUN: the tmpfs ENOSPC test cannot run here: ${why}`);
       t.skip(`cannot mount a tmpfs: ${why}`);
     };
-    if (process.getuid?.() !== 0) return cannot('not root');
-    const mnt = mkdtempSync(join(tmpdir(), 'flowmq-e2e-tmpfs-'));
-    const m = await run('mount', ['-t', 'tmpfs', '-o', 'size=32m', 'tmpfs', mnt]);
-    if (m.code !== 0) {
-      rmSync(mnt, { recursive: true, force: true });
-      return cannot(`mount -t tmpfs failed: ${m.stderr.trim()}`);
-    }
-    cleanups.push(async () => {
-      await run('umount', ['-l', mnt]);
-      rmSync(mnt, { recursive: true, force: true });
-    });
+    const fs = await mountTmpfs(32);
+    if (fs.dir === null) return cannot(fs.why);
+    const mnt = fs.dir;
     // A spacer deleted later frees room; the broker has no reserve, so its writes run into ENOSPC for real.
     const spacer = join(mnt, 'spacer');
     assert.equal((await run('fallocate', ['-l', String(6 * MiB), spacer])).code, 0);
