@@ -955,6 +955,7 @@ export class MqttConnection {
     const entry: PendingAck = { type, packetId, done: durable === null, reason };
     this.acks.push(entry);
     if (durable !== null) {
+      const session = this.session;
       durable.then(
         () => {
           entry.done = true;
@@ -962,7 +963,7 @@ export class MqttConnection {
         },
         (err: unknown) => {
           if (storageRefusal(err) === null) return this.onDurableError(err);
-          this.storeRefused(type, packetId, err, entry);
+          this.storeRefused(type, packetId, err, entry, session);
         },
       );
     }
@@ -978,11 +979,12 @@ export class MqttConnection {
    * dropped. Logged as a storage condition at a bounded rate, not as the client's protocol error. `entry` is the
    * acknowledgement already queued for it (a write that failed after the publish was accepted), or null.
    */
-  private storeRefused(type: PendingAck['type'], packetId: number, err: unknown, entry: PendingAck | null): void {
+  private storeRefused(type: PendingAck['type'], packetId: number, err: unknown, entry: PendingAck | null, s = this.session): void {
+    // A QoS 2 message that was not stored must not be taken for a duplicate when it comes again (also when this
+    // connection is gone by now: the session, `s`, lives on).
+    if (type === 'pubrec' && entry !== null && s !== null && s.awaitingRel.delete(packetId) && s.persistent) this.hub.persist(s);
     if (this.state === State.Closed) return;
     const full = storageRefusal(err) === 'full';
-    // A QoS 2 message that was not stored must not be taken for a duplicate when it comes again.
-    if (type === 'pubrec' && entry !== null && this.session!.awaitingRel.delete(packetId) && this.session!.persistent) this.hub.persist(this.session!);
     const v5 = this.level === 5;
     logStorageRefusal(
       this.ctx.logger,

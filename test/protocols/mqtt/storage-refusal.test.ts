@@ -12,10 +12,17 @@ import { RawClient, connectPacket, startBroker, until, type TestBroker } from '.
 
 /** Appends that are refused at once ('refuse'), or taken and then fail to become durable ('fail'), or work. */
 class FullDisk extends MemoryStreams {
-  mode: 'ok' | 'refuse' | 'fail' = 'ok';
+  mode: 'ok' | 'refuse' | 'fail' | 'hold' = 'ok';
   code: 'STORAGE_FULL' | 'STORAGE_ERROR' = 'STORAGE_FULL';
+  /** Fails the writes held ('hold'). */
+  failHeld: Array<() => void> = [];
   override append(stream: string, partition: number, batch: Buffer): AppendResult {
     if (this.mode === 'refuse') throw new FlowError(this.code, 'below the free-space reserve');
+    if (this.mode === 'hold') {
+      const durable = new Promise<void>((_, reject) => this.failHeld.push(() => reject(new FlowError(this.code, 'WAL write failed: ENOSPC'))));
+      durable.catch(() => undefined);
+      return { baseOffset: 0, durable };
+    }
     if (this.mode === 'fail') {
       const durable = Promise.reject(new FlowError(this.code, 'WAL write failed: ENOSPC'));
       durable.catch(() => undefined);
@@ -108,10 +115,22 @@ describe('mqtt: publishes storage cannot take', () => {
       c2.send(encodePublishFrame('disk/x', Buffer.from('q2'), 2, false, true, 9));
       await c2.next('pubrec');
       assert.equal(b.engine.offsets('disk', 0).highWatermark, 1, 'stored on the second try');
+      // A QoS 2 write that fails after its connection went away: the session forgets the packet id all the same.
+      disk.mode = 'hold';
+      c2.send(encodePublishFrame('disk/x', Buffer.from('q2b'), 2, false, false, 11));
+      await until(() => disk.failHeld.length === 1, 'the held write');
+      c2.destroy();
+      await c2.closed;
+      for (const f of disk.failHeld.splice(0)) f();
+      disk.mode = 'ok';
+      const c3 = await RawClient.connect(b.port, 'v4', { cleanSession: false });
+      c3.send(encodePublishFrame('disk/x', Buffer.from('q2b'), 2, false, true, 11));
+      await c3.next('pubrec');
+      assert.equal(b.engine.offsets('disk', 0).highWatermark, 2, 'stored when sent again');
       // 3.1.1 with a refusal at once (the reserve): closed as well.
       disk.mode = 'refuse';
-      c2.send(encodePublishFrame('disk/x', Buffer.from('q1'), 1, false, false, 10));
-      await c2.waitClosed();
+      c3.send(encodePublishFrame('disk/x', Buffer.from('q1'), 1, false, false, 10));
+      await c3.waitClosed();
       noProtocolError(b);
     } finally {
       await b.close();
