@@ -17,6 +17,7 @@ import { SqliteMetastore } from './storage/metastore/index.js';
 import { FsObjectStore } from './storage/objects/index.js';
 import { FileWal, PartitionWal, type WriteAheadLog } from './storage/wal/index.js';
 import { lockDataDir } from './storage/lock.js';
+import { DiskSpace } from './storage/disk-space.js';
 
 export interface Broker {
   readonly config: Config;
@@ -86,7 +87,10 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
     await old.close();
   }
   const wal = await openWal(config.walLayout);
-  const log = await LogManager.open({ wal, objects, metastore, logger: logLogger, options: logOptions });
+  // The free-space reserve: stream appends are refused (retriable) before the disk is full (see disk-space.ts).
+  const space = await DiskSpace.open({ dir: dataDir, minFreeBytes: config.minFreeDisk, logger: logger.child({ component: 'disk' }) });
+  logger.info({ dir: dataDir, minFreeBytes: space.minFreeBytes, freeBytes: space.freeBytes }, 'free-space reserve');
+  const log = await LogManager.open({ wal, objects, metastore, logger: logLogger, options: logOptions, space });
   // Retained messages and client sessions live in the metastore, keyed so another broker could take them over.
   const engine = new Engine(log, metastore, { retained: metastore });
   await engine.load();
@@ -196,7 +200,7 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
         uptimeMs: Date.now() - started,
         listeners: Object.fromEntries([...listeners].map(([k, l]) => [k, { ...l.address(), connections: l.connections() }])),
         ...(guard ? { auth: { ...guard.stats, verifier: guard.verifier.stats, queued: guard.verifier.queued, tracked: guard.throttle.size } } : {}),
-        storage: { metastore: metastore.kind, objects: objects.kind, walBytes: wal.size(), log: log.stats, batchMemory: log.memoryStats },
+        storage: { metastore: metastore.kind, objects: objects.kind, walBytes: wal.size(), log: log.stats, batchMemory: log.memoryStats, disk: space.figures() },
         ...Object.fromEntries(Object.entries(figures).map(([k, f]) => [k, f()])),
       }),
     });
@@ -211,6 +215,7 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
     await closeAll();
     await guard?.close();
     await log.close(0);
+    space.close();
     await wal.close();
     await metastore.close();
     unlock();
@@ -235,6 +240,7 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
         await closeAll();
         await guard?.close();
         await log.close();
+        space.close();
         await wal.close();
         await objects.close();
         await metastore.close();

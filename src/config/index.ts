@@ -61,6 +61,8 @@ export interface Config {
   walFsync: boolean;
   walLayout: 'partition' | 'shared';
   walDirectIo: boolean | null;
+  /** Free bytes kept on the data directory's filesystem (stream appends refused below); null: 5%, at most 1 GiB. */
+  minFreeDisk: number | null;
   /** Users file (YAML/JSON list of {username, password}); null: no users, no authentication. */
   usersFile: string | null;
   /** Unset: true without a users file, false with one. */
@@ -140,6 +142,7 @@ export const OPTIONS: OptionSpec[] = [
   { key: 'walFsync', name: 'wal-fsync', kind: 'bool', default: true, help: 'fsync the WAL before acknowledging (turn off only for throwaway data)' },
   { key: 'walLayout', name: 'wal-layout', kind: 'wal-layout', default: 'partition', help: 'partition: WAL files per partition that become segment objects by a rename (data written once); shared: one WAL for all partitions, segments written from memory' },
   { key: 'walDirectIo', name: 'wal-direct-io', kind: 'bool', default: null, help: 'write the WAL with O_DIRECT, around the page cache, where the filesystem supports it (default: on for the partition layout, off for shared)' },
+  { key: 'minFreeDisk', name: 'min-free-disk', kind: 'capacity', default: null, help: 'free space kept on the data directory\'s filesystem: below it stream writes are refused with a retriable error until space returns (0: no reserve; default: 5% of the filesystem, at most 1GiB)' },
   { key: 'usersFile', name: 'users-file', kind: 'string', default: null, help: 'YAML/JSON list of {username, password}: Kafka SASL, MQTT username/password and the admin API check against it' },
   { key: 'allowAnonymous', name: 'allow-anonymous', kind: 'bool', default: null, help: 'let clients in without credentials (default: true without users-file, false with it)' },
   { key: 'authThreads', name: 'auth-threads', kind: 'int', default: 1, help: 'worker threads that check passwords (scrypt), each at most one core; never libuv\'s pool, which the WAL uses' },

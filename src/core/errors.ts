@@ -9,6 +9,11 @@ export type ErrorCode =
   | 'ALREADY_EXISTS'
   | 'CORRUPT_DATA'
   | 'STORAGE_ERROR'
+  /**
+   * No room to store: the disk (or a quota) is full, or free space fell below the broker's reserve
+   * (--min-free-disk). Retriable: the partition accepts writes again by itself once space returns.
+   */
+  | 'STORAGE_FULL'
   | 'CLOSED'
   | 'CONFIG_ERROR'
   | 'PROTOCOL_ERROR'

@@ -120,9 +120,22 @@ export function metastoreConformance(name: string, open: (dir: string) => Promis
       await m.commitSegment(segment('s', 0, 0, 10));
       await assert.rejects(m.commitSegment(segment('s', 0, 11, 20)), invalid, 'gap');
       await assert.rejects(m.commitSegment(segment('s', 0, 5, 20)), invalid, 'overlap');
-      await assert.rejects(m.commitSegment(segment('s', 0, 0, 10)), invalid, 'replayed commit');
+      await assert.rejects(m.commitSegment({ ...segment('s', 0, 0, 10), objectKey: 'other' }), invalid, 'another segment over the same range');
       assert.equal((await m.getPartitionState('s', 0))?.flushedOffset, 10);
       assert.deepEqual(await m.listSegments('s', 0), [segment('s', 0, 0, 10)]);
+      await m.close();
+    });
+
+    it('takes the latest segment committed again as a no-op (a retry whose first commit landed)', async () => {
+      // A commit whose journal sync failed (a full disk) is retried by the log; it must not block the partition.
+      const m = await open(freshDir());
+      await m.createStream(stream('s'));
+      await m.commitSegment(segment('s', 0, 0, 10));
+      await m.commitSegment(segment('s', 0, 10, 20));
+      await m.commitSegment(segment('s', 0, 10, 20));
+      await assert.rejects(m.commitSegment(segment('s', 0, 0, 10)), (e: unknown) => isFlowError(e, 'INVALID_ARGUMENT'), 'an older one is refused');
+      assert.equal((await m.getPartitionState('s', 0))?.flushedOffset, 20);
+      assert.deepEqual(await m.listSegments('s', 0), [segment('s', 0, 0, 10), segment('s', 0, 10, 20)]);
       await m.close();
     });
 

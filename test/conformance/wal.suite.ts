@@ -1,6 +1,7 @@
 /**
  * What every WriteAheadLog backend must do. A backend's test file calls `walConformance` with a factory that
- * opens (or reopens) the log kept in `dir`; a networked backend may map `dir` to its own namespace.
+ * opens (or reopens) the log kept in `dir`; a networked backend may map `dir` to its own namespace. Given `io`,
+ * the factory opens the files it writes through it (see test/helpers/faulty-disk.ts: writes that fail on demand).
  */
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -9,6 +10,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { isFlowError } from '../../src/core/index.js';
 import type { WalEntry, WriteAheadLog } from '../../src/storage/wal/index.js';
+import type { FileOpener } from '../../src/storage/fs-util.js';
+import { FaultyDisk } from '../helpers/faulty-disk.js';
 
 async function collect(wal: WriteAheadLog): Promise<WalEntry[]> {
   const out: WalEntry[] = [];
@@ -53,7 +56,7 @@ function assertSameEntries(actual: WalEntry[], expected: WalEntry[]): void {
   }
 }
 
-export function walConformance(name: string, open: (dir: string) => Promise<WriteAheadLog>): void {
+export function walConformance(name: string, open: (dir: string, io?: FileOpener) => Promise<WriteAheadLog>): void {
   describe(`WriteAheadLog conformance: ${name}`, () => {
     let root = '';
     let n = 0;
@@ -225,6 +228,84 @@ export function walConformance(name: string, open: (dir: string) => Promise<Writ
         assertSameEntries([last], [e]);
       }
       await again.wal.close();
+    });
+
+    describe('when writes fail (a full disk, an I/O error)', () => {
+      const full = (e: unknown) => isFlowError(e, 'STORAGE_FULL');
+      // Large enough that a failing write lands whole blocks of it first (a torn tail to cut off).
+      const big = (key: string, base: number) => entry(key, base, 1, 20_000);
+
+      it('fails the appends, refuses a key past the hole, and takes it again where it resumes once writes work', async () => {
+        const dir = freshDir();
+        const disk = new FaultyDisk();
+        const wal = await open(dir, disk);
+        await collect(wal);
+        const acked: WalEntry[] = [big('a/0', 0), big('b/0', 0)];
+        for (const e of acked) await wal.append(e);
+        disk.full = true;
+        const failing = [wal.append(big('a/0', 1)), wal.append(big('a/0', 2)), wal.append(big('b/0', 1))];
+        await Promise.all(failing.map((p) => assert.rejects(p, full)));
+        assert.ok(disk.failedWrites > 0, 'the writes were tried');
+        disk.full = false;
+        // a/0 lost offsets 1 and 2: an entry at 3 would follow a hole.
+        await assert.rejects(wal.append(big('a/0', 3)), full);
+        for (const e of [big('a/0', 1), big('a/0', 2), big('b/0', 1), big('a/0', 3)]) {
+          await wal.append(e);
+          acked.push(e);
+        }
+        await wal.close();
+        const again = await openReplayed(dir);
+        assertSameEntries(again.entries, acked);
+        await again.wal.close();
+      });
+
+      it('cuts off a failed write it could not cut at once before writing anything else, then goes on', async () => {
+        const dir = freshDir();
+        const disk = new FaultyDisk();
+        const wal = await open(dir, disk);
+        await collect(wal);
+        const acked = [big('c/0', 0)];
+        await wal.append(acked[0]);
+        disk.full = true;
+        disk.failCuts = true;
+        await assert.rejects(wal.append(big('c/0', 1)), full);
+        // The disk has room again, but the torn write still cannot be cut: nothing may be written after it.
+        disk.full = false;
+        await assert.rejects(wal.append(big('c/0', 1)), (e: unknown) => isFlowError(e, 'STORAGE_ERROR'));
+        disk.failCuts = false;
+        for (const e of [big('c/0', 1), big('c/0', 2)]) {
+          await wal.append(e);
+          acked.push(e);
+        }
+        await wal.close();
+        const again = await openReplayed(dir);
+        assertSameEntries(again.entries, acked);
+        await again.wal.close();
+      });
+
+      it('after a crash with a failed write not cut off, recovers exactly the acknowledged entries', async () => {
+        const dir = freshDir();
+        const disk = new FaultyDisk();
+        const wal = await open(dir, disk);
+        await collect(wal);
+        const acked = [big('d/0', 0), big('d/0', 1)];
+        for (const e of acked) await wal.append(e);
+        disk.full = true;
+        disk.failCuts = true;
+        await assert.rejects(wal.append(big('d/0', 2)), full);
+        // "Crash": another instance opens the same files while the torn write is still there.
+        const again = await openReplayed(dir);
+        assertSameEntries(again.entries, acked);
+        await again.wal.append(big('d/0', 2));
+        await again.wal.close();
+        const third = await openReplayed(dir);
+        assertSameEntries(third.entries, [...acked, big('d/0', 2)]);
+        await third.wal.close();
+        // The crashed instance's descriptors (it writes nothing more).
+        disk.full = false;
+        disk.failCuts = false;
+        await wal.close();
+      });
     });
   });
 }

@@ -16,7 +16,15 @@ export function kafkaErrorCode(err: unknown): number {
       return KafkaErrorCode.TOPIC_ALREADY_EXISTS;
     case 'CORRUPT_DATA':
       return KafkaErrorCode.CORRUPT_MESSAGE;
+    // A full disk (or the free-space reserve) and an I/O error: nothing was stored, try again later. Of the codes
+    // that say so, KAFKA_STORAGE_ERROR (56) names the cause, and both clients retry a Produce on it: KafkaJS 2.2.4
+    // marks it retriable (src/protocol/error.js) and its producer refreshes metadata and retries; librdkafka 2.0.2
+    // (kcat) gives it REFRESH|RETRY|MSG_NOT_PERSISTED (rd_kafka_handle_Produce_error in rdkafka_request.c), as the
+    // Java client does (KafkaStorageException is retriable). NOT_ENOUGH_REPLICAS (19) is retried as well but would
+    // send operators looking at replication; NOT_ENOUGH_REPLICAS_AFTER_APPEND (20) says the records were written,
+    // which librdkafka takes as "possibly persisted": both wrong here.
     case 'STORAGE_ERROR':
+    case 'STORAGE_FULL':
       return KafkaErrorCode.KAFKA_STORAGE_ERROR;
     // The partition's owner is going away (shutdown, lease lost): NOT_LEADER_OR_FOLLOWER is retriable and makes
     // clients refresh metadata and retry, which is what they should do.

@@ -17,6 +17,7 @@ import type { Message, QoS, Subscription } from '../../core/index.js';
 import { FlowError, isFlowError, validateFilter } from '../../core/index.js';
 import { logKey, type LogLimitOptions } from '../log-limit.js';
 import type { AdapterContext } from '../types.js';
+import { logStorageRefusal, storageRefusal } from '../storage-refusal.js';
 import {
   ConnackCode,
   INCOMPLETE,
@@ -1045,6 +1046,10 @@ export class MqttConnection {
     try {
       durable = this.ctx.engine.publish(msg);
     } catch (err) {
+      if (storageRefusal(err) !== null) {
+        this.storeRefused(p.qos === 0 ? 'none' : p.qos === 1 ? 'puback' : 'pubrec', p.packetId, err, null);
+        return;
+      }
       // The core refused the message (its own topic rules): 3.1.1 can only close [MQTT-4.8.0-1].
       if (isFlowError(err)) throw new MqttProtocolError(`publish refused: ${err.message}`, '[MQTT-4.8.0-1]', undefined, ReasonCode.TOPIC_NAME_INVALID);
       throw err;
@@ -1085,12 +1090,57 @@ export class MqttConnection {
     const entry: PendingAck = { type, packetId, done: durable === null, reason };
     this.acks.push(entry);
     if (durable !== null) {
-      durable.then(() => {
-        entry.done = true;
-        this.flushAcks();
-      }, this.onDurableError);
+      const session = this.session;
+      durable.then(
+        () => {
+          entry.done = true;
+          this.flushAcks();
+        },
+        (err: unknown) => {
+          if (storageRefusal(err) === null) return this.onDurableError(err);
+          this.storeRefused(type, packetId, err, entry, session);
+        },
+      );
     }
     if (this.acks.length - this.acksHead >= this.opts.maxPendingAcks) this.pauseReading();
+  }
+
+  /**
+   * Storage could not take an inbound publish (a full disk, the free-space reserve, a failed write): nothing was
+   * stored, so the client must send it again later. v5 refuses the message alone, the connection stays: PUBACK /
+   * PUBREC 0x97 Quota exceeded for a full disk or the reserve, 0x80 Unspecified error for an I/O error (sections
+   * 3.4.2.1, 3.5.2.1; a PUBREC >= 0x80 ends a QoS 2 exchange, 4.3.3). 3.1.1 has no negative acknowledgement: the
+   * connection is closed, and the client sends the message again when it reconnects [MQTT-4.4.0-1]. QoS 0 is
+   * dropped. Logged as a storage condition at a bounded rate, not as the client's protocol error. `entry` is the
+   * acknowledgement already queued for it (a write that failed after the publish was accepted), or null.
+   */
+  private storeRefused(type: PendingAck['type'], packetId: number, err: unknown, entry: PendingAck | null, s = this.session): void {
+    // A QoS 2 message that was not stored must not be taken for a duplicate when it comes again (also when this
+    // connection is gone by now: the session, `s`, lives on).
+    if (type === 'pubrec' && entry !== null && s !== null && s.awaitingRel.delete(packetId) && s.persistent) this.hub.persist(s);
+    if (this.state === State.Closed) return;
+    const full = storageRefusal(err) === 'full';
+    const v5 = this.level === 5;
+    logStorageRefusal(
+      this.ctx.logger,
+      this.remote,
+      { clientId: this.clientId, qos: type === 'none' ? 0 : type === 'puback' ? 1 : 2, err: err instanceof Error ? err.message : String(err) },
+      type === 'none' ? 'mqtt QoS 0 publish dropped: storage cannot take it now' : v5 ? 'mqtt publish refused: storage cannot take it now' : 'mqtt publish could not be stored: closing the connection (3.1.1 has no negative acknowledgement), the client resends it',
+    );
+    if (type !== 'none' && !v5) {
+      this.disconnectWith(ReasonCode.UNSPECIFIED_ERROR, 'message could not be stored');
+      return;
+    }
+    const reason = type === 'none' ? 0 : full ? ReasonCode.QUOTA_EXCEEDED : ReasonCode.UNSPECIFIED_ERROR;
+    if (entry === null) {
+      this.queueAck(type, packetId, null, reason);
+      return;
+    }
+    // The publish counted in the client's window (inQos1) when it was accepted; a failure PUBACK does not uncount it.
+    if (type === 'puback' && this.inQos1 > 0) this.inQos1--;
+    entry.reason = reason;
+    entry.done = true;
+    this.flushAcks();
   }
 
   private sendAck(type: PendingAck['type'], packetId: number, reason: number): void {

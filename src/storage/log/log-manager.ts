@@ -22,6 +22,15 @@
  *   recover -> on open the WAL is replayed; entries past each partition's committed segments form its tail. A
  *              segment object that continues the committed ones but was never committed (a crash between the
  *              object write or rename and the metastore commit) is committed then.
+ *   fail    -> a WAL append that fails (a full disk, EIO) fails to its producer, and so do the partition's appends
+ *              behind it (the WAL refuses them: see WriteAheadLog.append). Once they have all settled, the tail is
+ *              rewound to the high watermark (what is durable), the offsets of the failed batches are given out
+ *              again, and the next append starts a new segment (and WAL file) there. Meanwhile, and for a backoff
+ *              of 100 ms doubling to 5 s per failure in a row, appends are refused at once with the failure's code
+ *              (STORAGE_FULL or STORAGE_ERROR, retriable for producers); after it the partition takes appends again
+ *              by itself, no restart. Failed seals (object store, metastore) are retried with the same backoff; the
+ *              data stays in the WAL and in memory until they succeed. With a `space` guard (the free-space reserve),
+ *              appends are refused before the disk is full.
  */
 import type { Logger } from 'pino';
 import {
@@ -79,6 +88,20 @@ export interface LogOptions {
   recentBytes?: number;
 }
 
+/**
+ * The free-space reserve as the log sees it (see ../disk-space.ts): appends are refused while `refusal()` says why,
+ * and `written()` is told the bytes appended, so the estimate of free space follows between two looks at the disk.
+ */
+export interface SpaceGuard {
+  refusal(): FlowError | null;
+  written(bytes: number): void;
+}
+
+/** First wait after a failed WAL write or seal, doubled per failure in a row up to MAX_BACKOFF_MS. */
+const FIRST_BACKOFF_MS = 100;
+const MAX_BACKOFF_MS = 5000;
+const nextBackoff = (ms: number): number => (ms === 0 ? FIRST_BACKOFF_MS : Math.min(MAX_BACKOFF_MS, ms * 2));
+
 export const DEFAULT_LOG_OPTIONS: LogOptions = {
   segmentBytes: 16 * 1024 * 1024,
   segmentMs: 60_000,
@@ -131,7 +154,22 @@ class Partition implements ChunkCursor {
   /** Idempotent-producer state including the tail, and as of flushedOffset (what the metastore holds). */
   producers = new ProducerState();
   flushedProducers = new ProducerState();
-  failed: Error | null = null;
+  /** The latest WAL failure while appends are refused (draining, then the backoff); null when writing normally. */
+  failure: FlowError | null = null;
+  /** A WAL append failed and appends made before it are still settling: the tail is rewound once they have. */
+  draining = false;
+  /** Appends are refused until then (Date.now()) after a failure. */
+  retryAt = 0;
+  backoffMs = 0;
+  /** WAL appends not settled yet. */
+  inflight = 0;
+  /** Times the tail was rewound after a failure: a batch's offsets may have been given to another since. */
+  rewinds = 0;
+  /** Seals: when the next may be tried after failures, the wait, and whether the last one failed. */
+  sealRetryAt = 0;
+  sealBackoffMs = 0;
+  /** Object key of a segment whose metastore commit failed: it may have landed all the same (see writeSegment). */
+  unsureCommit: string | null = null;
   waiters: Waiter[] = [];
   constructor(
     /** Replaced when the stream is redefined (retention changed, partitions added); never its incarnation. */
@@ -186,6 +224,13 @@ export class LogManager implements StreamStorage {
     recoveredSegments: 0,
     /** Appends whose acknowledgement waited for seals to bring the tails under maxUnsealedBytes. */
     throttledAppends: 0,
+    /** Appends refused at once: below the free-space reserve, or while a partition backs off after a failure. */
+    refusedAppends: 0,
+    /** WAL appends that failed (a full disk, an I/O error), and tails rewound after them. */
+    failedAppends: 0,
+    rewinds: 0,
+    /** Seals (segment object or metastore commit) that failed and were retried later. */
+    failedSeals: 0,
   };
 
   /** The tails' reused batch memory (batch-memory.ts): chunk bytes in existence, batches copied in or not. */
@@ -199,6 +244,7 @@ export class LogManager implements StreamStorage {
     private readonly meta: Metastore,
     private readonly logger: Logger,
     readonly options: LogOptions,
+    private readonly space: SpaceGuard | undefined,
   ) {
     this.recentBudget = options.recentBytes ?? Math.min(64 * 1024 * 1024, Math.floor(options.maxUnsealedBytes / 4));
     this.memory = new BatchMemory(options.batchMemoryBytes ?? options.maxUnsealedBytes + this.recentBudget + 64 * 1024 * 1024);
@@ -211,11 +257,17 @@ export class LogManager implements StreamStorage {
     metastore: Metastore;
     logger: Logger;
     options?: Partial<LogOptions>;
+    /** The free-space reserve; none: appends are refused only when a write fails. */
+    space?: SpaceGuard;
   }): Promise<LogManager> {
-    const lm = new LogManager(deps.wal, deps.objects, deps.metastore, deps.logger, {
-      ...DEFAULT_LOG_OPTIONS,
-      ...deps.options,
-    });
+    const lm = new LogManager(
+      deps.wal,
+      deps.objects,
+      deps.metastore,
+      deps.logger,
+      { ...DEFAULT_LOG_OPTIONS, ...deps.options },
+      deps.space,
+    );
     await deps.wal.replay((e) => {
       let list = lm.recovered!.get(e.key);
       if (!list) lm.recovered!.set(e.key, (list = []));
@@ -407,14 +459,25 @@ export class LogManager implements StreamStorage {
   append(stream: string, partition: number, batch: Buffer): AppendResult {
     if (this.closed) throw new FlowError('CLOSED', 'log is closed');
     const p = this.part(stream, partition);
-    if (p.failed) throw new FlowError('STORAGE_ERROR', `partition ${p.key} is failed: ${p.failed.message}`);
+    const refused = this.refusal(p);
+    if (refused !== null) {
+      this.stats.refusedAppends++;
+      throw refused;
+    }
     const info = readBatchInfo(batch);
     const idempotent = ProducerState.isIdempotent(info);
     if (idempotent) {
       const dup = p.producers.check(info);
       if (dup) {
-        // A retry of a batch already appended: answer with its offset once it is durable, append nothing.
-        const durable = p.highWatermark >= dup.endOffset ? Promise.resolve() : this.waitFor(stream, partition, dup.endOffset - 1, 60_000);
+        // A retry of a batch already appended: answer with its offset once it is durable, append nothing. If the
+        // first append fails meanwhile (the waiter is woken then), so does this one.
+        if (p.highWatermark >= dup.endOffset) return { baseOffset: dup.baseOffset, durable: Promise.resolve(), duplicate: true };
+        const rewinds = p.rewinds;
+        const durable = this.waitFor(stream, partition, dup.endOffset - 1, 60_000).then(() => {
+          if (p.highWatermark < dup.endOffset || p.rewinds !== rewinds || p.draining) {
+            throw new FlowError(p.failure?.code ?? 'STORAGE_ERROR', `the first append of this batch to ${p.key} did not become durable`);
+          }
+        });
         return { baseOffset: dup.baseOffset, durable, duplicate: true };
       }
     }
@@ -433,10 +496,20 @@ export class LogManager implements StreamStorage {
     // The batch's own CRC (checked by the Kafka adapter, computed by the core's encoder) covers all but its first
     // 21 bytes: the WAL combines it into its frame checksum instead of reading the batch once more.
     const dataCrc = { from: OFF_ATTRIBUTES, crc: data.readUInt32BE(OFF_CRC) };
+    p.inflight++;
+    this.space?.written(data.length);
     const durable = this.wal.append({ key: p.key, baseOffset, endOffset, data, dataCrc, startsFile }).then(
       () => {
+        p.inflight--;
         // Group commits resolve in append order, so the watermark only moves forward.
         if (endOffset > p.highWatermark) p.highWatermark = endOffset;
+        if (p.draining) {
+          if (p.inflight === 0) this.rewind(p);
+        } else if (p.failure !== null) {
+          this.logger.info({ partition: p.key }, 'partition writes again after a storage failure');
+          p.failure = null;
+          p.backoffMs = 0;
+        }
         this.wake(p);
         if (segmentReady(p)) void this.seal(p);
         if (this.unsealed > this.options.maxUnsealedBytes && !this.closed) {
@@ -447,12 +520,77 @@ export class LogManager implements StreamStorage {
         return undefined;
       },
       (err: unknown) => {
-        p.failed = err instanceof Error ? err : new Error(String(err));
-        this.logger.error({ err, partition: p.key }, 'WAL append failed; partition refuses further writes');
-        throw new FlowError('STORAGE_ERROR', 'write-ahead log append failed', { cause: err });
+        p.inflight--;
+        const e = err instanceof FlowError && (err.code === 'STORAGE_FULL' || err.code === 'CLOSED') ? err : new FlowError('STORAGE_ERROR', 'write-ahead log append failed', { cause: err });
+        this.walFailed(p, e);
+        throw e;
       },
     );
     return { baseOffset, durable };
+  }
+
+  /** Why an append to `p` is refused right now (the free-space reserve, or a failure being backed off), or null. */
+  private refusal(p: Partition): FlowError | null {
+    if (p.failure !== null && (p.draining || Date.now() < p.retryAt)) {
+      return new FlowError(p.failure.code, `partition ${p.key} takes no writes for now after a storage failure: ${p.failure.message}`);
+    }
+    return this.space?.refusal() ?? null;
+  }
+
+  /**
+   * A WAL append of `p` failed: appends are refused from now on; once every append made before has settled, the
+   * tail is rewound (see rewind) and the backoff starts.
+   */
+  private walFailed(p: Partition, err: FlowError): void {
+    this.stats.failedAppends++;
+    if (this.byKey.get(p.key) !== p || err.code === 'CLOSED') return;
+    if (!p.draining) {
+      p.draining = true;
+      p.backoffMs = nextBackoff(p.backoffMs);
+      // One line when a partition starts failing; while it keeps failing, each retry that fails is a debug line.
+      const level = p.failure === null ? 'warn' : 'debug';
+      this.logger[level]({ err, partition: p.key, retryInMs: p.backoffMs }, 'WAL append failed; partition refuses writes until a retry succeeds');
+      p.failure = err;
+      // Readers and seals waiting for offsets that will not come now stop waiting.
+      for (const w of p.waiters.splice(0)) {
+        clearTimeout(w.timer);
+        w.resolve();
+      }
+    }
+    if (p.inflight === 0) this.rewind(p);
+  }
+
+  /**
+   * After a failure, once no append of `p` is in flight: the batches past the high watermark (they all failed) leave
+   * the tail, their offsets will be given out again, and the next append starts a new segment and WAL file at the
+   * high watermark (the WAL takes the key again from there). Appends are refused for the backoff.
+   */
+  private rewind(p: Partition): void {
+    p.draining = false;
+    p.retryAt = Date.now() + p.backoffMs;
+    p.rewinds++;
+    this.stats.rewinds++;
+    const hw = p.highWatermark;
+    while (p.tail.length > 0 && p.tail[p.tail.length - 1].endOffset > hw) {
+      const b = p.tail.pop()!;
+      p.tailBytes -= b.data.length;
+      this.unsealed -= b.data.length;
+      b.chunk?.unpin();
+    }
+    p.nextOffset = hw;
+    p.cuts = p.cuts.filter((c) => c <= hw);
+    const lastCut = p.cuts.length > 0 ? p.cuts[p.cuts.length - 1] : -1;
+    p.openBytes = 0;
+    for (const b of p.tail) if (b.baseOffset >= lastCut) p.openBytes += b.data.length;
+    this.cut(p);
+    // The idempotent-producer state forgets the failed batches: their retries are new appends, not duplicates.
+    const producers = p.flushedProducers.clone();
+    for (const b of p.tail) {
+      const info = readBatchInfo(b.data);
+      if (ProducerState.isIdempotent(info)) producers.record(info, b.baseOffset);
+    }
+    p.producers = producers;
+    this.releaseThrottled();
   }
 
   offsets(stream: string, partition: number): PartitionOffsets {
@@ -611,8 +749,10 @@ export class LogManager implements StreamStorage {
    * comes). A partition that fell behind seals again at once while a completed segment is ready. A successful seal
    * trims the WAL.
    */
-  private seal(p: Partition): Promise<void> {
+  private seal(p: Partition, force = false): Promise<void> {
     if (p.sealing) return p.sealing;
+    // After a failed seal, the next waits for its backoff (unless asked for explicitly: a flush, the shutdown).
+    if (!force && Date.now() < p.sealRetryAt) return Promise.resolve();
     let sealed = false;
     const max = this.options.segmentBytes;
     // A partition more than a segment behind its sealing point is catching up: it may take one more slot than
@@ -624,7 +764,7 @@ export class LogManager implements StreamStorage {
       if (p.cuts.length === 0) this.cut(p);
       const end = p.cuts[0];
       // A cut made just now may wait a moment for the WAL (not a failed one: nothing more becomes durable there).
-      if (p.highWatermark < end && p.failed === null) await this.waitFor(p.def.name, p.partition, end - 1, 30_000);
+      if (p.highWatermark < end && p.failure === null) await this.waitFor(p.def.name, p.partition, end - 1, 30_000);
       if (p.highWatermark < end || this.byKey.get(p.key) !== p) return;
       let n = 0;
       while (n < p.tail.length && p.tail[n].endOffset <= end) n++;
@@ -633,10 +773,24 @@ export class LogManager implements StreamStorage {
       sealed = true;
       this.requestTrim();
     })
-      .catch((err: unknown) => {
-        // The data is still in the WAL and in memory: the next check retries.
-        this.logger.warn({ err, partition: p.key }, 'segment flush failed; will retry');
-      })
+      .then(
+        () => {
+          if (sealed && p.sealBackoffMs > 0) {
+            this.logger.info({ partition: p.key }, 'segment flush works again');
+            p.sealBackoffMs = 0;
+            p.sealRetryAt = 0;
+          }
+        },
+        (err: unknown) => {
+          // The data is still in the WAL and in memory: a later check retries, after a backoff. One line when a
+          // partition's seals start failing, debug lines while they go on failing.
+          this.stats.failedSeals++;
+          const level = p.sealBackoffMs === 0 ? 'warn' : 'debug';
+          p.sealBackoffMs = nextBackoff(p.sealBackoffMs);
+          p.sealRetryAt = Date.now() + p.sealBackoffMs;
+          this.logger[level]({ err, partition: p.key, retryInMs: p.sealBackoffMs }, 'segment flush failed; will retry');
+        },
+      )
       .finally(() => {
         p.sealing = null;
         if (this.closed) return;
@@ -653,8 +807,9 @@ export class LogManager implements StreamStorage {
    */
   private relieve(): void {
     let largest: Partition | null = null;
+    const now = Date.now();
     for (const p of this.parts.values()) {
-      if (p.sealing === null && p.tailBytes > 0 && (largest === null || p.tailBytes > largest.tailBytes)) largest = p;
+      if (p.sealing === null && p.tailBytes > 0 && now >= p.sealRetryAt && (largest === null || p.tailBytes > largest.tailBytes)) largest = p;
     }
     if (largest !== null) void this.seal(largest);
   }
@@ -723,7 +878,17 @@ export class LogManager implements StreamStorage {
     const base = batches[0].baseOffset;
     const end = batches[batches.length - 1].endOffset;
     const objectKey = segmentKey(this.objectPrefix(p), base);
-    let written = await this.adoptWalFile(p, objectKey, base, end, batches);
+    // A commit of this segment failed last time, but may have landed (its journal sync failed, say): then the object
+    // it names must not be written again (a rebuilt one can differ in size from what the metastore says), and it is
+    // taken as it is.
+    let landed: SegmentMeta | undefined;
+    if (p.unsureCommit === objectKey) {
+      landed = (await this.meta.listSegments(p.def.name, p.partition)).find((x) => x.baseOffset === base && x.endOffset === end && x.objectKey === objectKey);
+      p.unsureCommit = null;
+    }
+    let written: { size: number; index: SegmentIndex } | null = null;
+    if (landed !== undefined) written = { size: landed.size, index: await this.readIndex(objectKey, landed.size) };
+    written ??= await this.adoptWalFile(p, objectKey, base, end, batches);
     if (written === null) {
       const built = buildSegment(
         base,
@@ -749,7 +914,14 @@ export class LogManager implements StreamStorage {
       await this.objects.delete(objectKey); // the stream was deleted meanwhile
       return;
     }
-    await this.meta.commitSegment(seg);
+    if (landed === undefined) {
+      try {
+        await this.meta.commitSegment(seg);
+      } catch (err) {
+        p.unsureCommit = objectKey;
+        throw err;
+      }
+    }
     // The producer state as of the segment's end goes with it, so a restart only replays what follows.
     const flushed = p.flushedProducers.clone();
     for (const b of batches) {
@@ -833,7 +1005,7 @@ export class LogManager implements StreamStorage {
         for (let before = -1; p.flushedOffset !== before && this.durableTailBytes(p) > 0; ) {
           await p.sealing;
           before = p.flushedOffset;
-          await this.seal(p);
+          await this.seal(p, true);
         }
       }),
     );
@@ -864,6 +1036,8 @@ export class LogManager implements StreamStorage {
         seals.push(this.seal(p));
       }
     }
+    // Held-back acknowledgements whose seals failed are helped again once the backoff allows.
+    if (this.unsealed > this.options.maxUnsealedBytes) this.relieve();
     const retention = this.applyRetention(now);
     void Promise.all([...seals, retention])
       .then(() => (seals.length > 0 ? this.trimWal() : undefined))

@@ -21,6 +21,7 @@ import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
 import { CoalescingTask, FlowError } from '../../core/index.js';
 import type { OffsetCommit, QueueChanges, QueuedEntry, RetainedEntry, RetainedStore, SessionRecord, SessionStore } from '../../core/index.js';
+import { isNoSpace, writeError } from '../fs-util.js';
 import { migrations, type Migration } from './migrations.js';
 import type { ConsumerOffset, Metastore, PartitionState, SegmentMeta, StreamDef } from './types.js';
 
@@ -174,7 +175,7 @@ class WalFileSync {
       await this.fh.datasync();
       this.syncs++;
     } catch (err) {
-      throw new FlowError('STORAGE_ERROR', `cannot sync metastore journal ${this.path}`, { cause: err });
+      throw writeError(`cannot sync metastore journal ${this.path}`, err);
     }
   }
 
@@ -212,6 +213,14 @@ export class SqliteMetastore implements Metastore, SessionStore, RetainedStore {
       const p = this.s.getPartition.get(seg.stream, seg.partition) as PartitionRow | undefined;
       // A partition without a row has flushed nothing yet.
       const flushed = p?.flushed_offset ?? 0;
+      if (flushed === seg.endOffset) {
+        // The same segment again: a retry whose first commit landed but whose promise failed (its journal sync
+        // did, on a full or failing disk). Committing is idempotent, or the partition could never seal again.
+        const same = (this.s.listSegments.all(seg.stream, seg.partition) as SegmentRow[]).some(
+          (r) => r.base_offset === seg.baseOffset && r.end_offset === seg.endOffset && r.object_key === seg.objectKey,
+        );
+        if (same) return;
+      }
       if (seg.baseOffset !== flushed) {
         throw new FlowError(
           'INVALID_ARGUMENT',
@@ -406,6 +415,8 @@ export class SqliteMetastore implements Metastore, SessionStore, RetainedStore {
       if (err instanceof FlowError) throw err;
       const code = sqliteCode(err);
       if (code === 'SQLITE_CONSTRAINT_FOREIGNKEY') throw new FlowError('NOT_FOUND', `${what}: stream not found`, { cause: err });
+      // A full disk (SQLITE_FULL, or an I/O error whose errno was ENOSPC) is retriable once space returns.
+      if (code === 'SQLITE_FULL' || isNoSpace(err)) throw new FlowError('STORAGE_FULL', `${what}: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
       throw new FlowError('STORAGE_ERROR', `${what}: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
     }
   }

@@ -31,7 +31,13 @@
  *
  * Recovery: only the tail of the last file can be torn, because a new file is created only after the previous
  * group was fully synced (and the previous file cut to its used length, synced), and a failed write is
- * truncated away before the next one. So an invalid frame at the end of the last file is an unacknowledged
+ * truncated away before the next one.
+ *
+ * Failed writes (a full disk, EIO): the group is refused, and so is the group queued behind it; the keys of both
+ * are fenced (frame.ts KeyFences) until the caller resumes them where their durable entries end. The partial
+ * group is cut off (truncate and fdatasync); if even that fails, the cut is retried before the next group is
+ * written, and that group fails while it cannot be made, so nothing is ever written after a torn frame. The log
+ * goes on by itself once the disk takes writes again: no restart. So an invalid frame at the end of the last file is an unacknowledged
  * write (or the unused rest of a reused file) and is cut off; an invalid frame anywhere else is corruption of
  * acknowledged data and stops the replay with CORRUPT_DATA rather than silently losing it.
  */
@@ -40,8 +46,8 @@ import { open, readdir, mkdir, rename, unlink, stat, type FileHandle } from 'nod
 import { join } from 'node:path';
 import { crc32 } from 'node:zlib';
 import { crc32c, FlowError } from '../../core/index.js';
-import { errnoCode, syncDir } from '../fs-util.js';
-import { appendRefusal, frameCrc, groupCommit, isSafeOffset, readU64, writeGroups, writeU64, type GroupCommit } from './frame.js';
+import { errnoCode, fsOpen, shortWrite, syncDir, writeError, type FileOpener } from '../fs-util.js';
+import { appendRefusal, frameCrc, groupCommit, isSafeOffset, KeyFences, readU64, writeGroups, writeU64, type GroupCommit } from './frame.js';
 import { DIRECT_BLOCK, alignedBuffer } from '../direct-io.js';
 import type { WalEntry, WriteAheadLog } from './types.js';
 
@@ -59,6 +65,8 @@ export interface FileWalOptions {
   directIo?: boolean;
   /** Told once per replay that truncated a torn tail (pino's Logger fits). */
   logger?: { warn(obj: object, msg: string): void };
+  /** Opens the files groups are written to (tests inject failing writes here). Default: node:fs/promises. */
+  io?: FileOpener;
 }
 
 const FILE_RE = /^wal-(\d{20})\.log$/;
@@ -118,11 +126,12 @@ interface Group extends GroupCommit {
   crcs: Array<{ from: number; crc: number } | undefined>;
   bytes: number;
   keys: string[];
+  bases: number[];
   ends: number[];
 }
 
 function newGroup(): Group {
-  return { ...groupCommit(), bufs: [], crcs: [], bytes: 0, keys: [], ends: [] };
+  return { ...groupCommit(), bufs: [], crcs: [], bytes: 0, keys: [], bases: [], ends: [] };
 }
 
 /** Reads arbitrary ranges of a file through a read-ahead buffer, so replaying small frames is not a syscall each. */
@@ -185,8 +194,14 @@ export class FileWal implements WriteAheadLog {
   private retiring: Promise<void> | null = null;
   private closed = false;
   private closing: Promise<void> | null = null;
-  /** Set when a failed write could not be undone: the file may hold a torn frame, so nothing may follow it. */
-  private failed: FlowError | null = null;
+  /**
+   * Set when a failed write could not be cut off (or a retired file not cut to its length): the file may hold a torn
+   * frame, so nothing may be written after it until this has succeeded. Retried before every group.
+   */
+  private repair: (() => Promise<void>) | null = null;
+  /** Keys refused after a failed write, until the caller resumes them (see KeyFences). */
+  private readonly fences = new KeyFences();
+  private readonly io: FileOpener;
   /** Encoded keys; partitions are few and appended to over and over. */
   private readonly keyCache = new Map<string, Buffer>();
 
@@ -219,6 +234,7 @@ export class FileWal implements WriteAheadLog {
     const O_DIRECT = constants.O_DIRECT;
     this.direct = this.fsync && opts.directIo === true && typeof O_DIRECT === 'number' ? O_DIRECT : 0;
     this.logger = opts.logger;
+    this.io = opts.io ?? fsOpen;
   }
 
   static async open(dir: string, opts: FileWalOptions = {}): Promise<FileWal> {
@@ -255,7 +271,7 @@ export class FileWal implements WriteAheadLog {
   }
 
   append(entry: WalEntry): Promise<void> {
-    const refused = appendRefusal(this.closed, this.failed, entry);
+    const refused = appendRefusal(this.closed, entry) ?? this.fences.check(entry);
     if (refused) return Promise.reject(refused);
     const { key, baseOffset, endOffset, data } = entry;
     let keyBytes = this.keyCache.get(key);
@@ -288,6 +304,7 @@ export class FileWal implements WriteAheadLog {
     g.crcs.push(entry.dataCrc);
     g.bytes += head.length + data.length;
     g.keys.push(key);
+    g.bases.push(baseOffset);
     g.ends.push(endOffset);
     this.flushing ??= this.flushLoop();
     return g.promise;
@@ -312,8 +329,17 @@ export class FileWal implements WriteAheadLog {
           this.pending = null;
           return g;
         },
-        () => this.failed,
         (g) => this.writeGroup(g),
+        (g, err) => {
+          // The group queued behind the failed one was appended before anyone knew: it goes too, and every key of
+          // both waits for its caller to resume it (no entry may follow a hole).
+          const behind = this.pending;
+          this.pending = null;
+          behind?.reject(err);
+          for (const x of behind === null ? [g] : [g, behind]) {
+            for (let i = 0; i < x.keys.length; i++) this.fences.refuse(x.keys[i], x.bases[i], err);
+          }
+        },
       );
       // A group that arrived as the last one finished is seen here, in the same step that declares the loop idle.
       if (this.pending !== null) continue;
@@ -326,6 +352,10 @@ export class FileWal implements WriteAheadLog {
   }
 
   private async writeGroup(g: Group): Promise<void> {
+    if (this.repair !== null) {
+      await this.repair();
+      this.repair = null;
+    }
     if (this.active && (this.rollRequested || (this.active.size > 0 && this.active.size + g.bytes > this.maxFileBytes))) {
       await this.retireActive();
     }
@@ -348,18 +378,19 @@ export class FileWal implements WriteAheadLog {
       } else {
         bytesWritten = (await fh.writev(bufs, a.size)).bytesWritten;
       }
-      if (bytesWritten !== bytes) throw new Error(`short write: ${bytesWritten} of ${bytes} bytes`);
+      if (bytesWritten !== bytes) throw shortWrite(bytesWritten, bytes);
       if (this.fsync) this.syncCount++;
     } catch (err) {
-      // Cut the partial group off so that later groups never follow a torn frame; if even that fails, the
-      // file can no longer be trusted and the WAL refuses further appends (a restart recovers it).
-      try {
+      // Cut the partial group off so that later groups never follow a torn frame; if even that fails, it is
+      // tried again before the next group is written (which fails while it cannot be done).
+      const cut = async (): Promise<void> => {
         await fh.truncate(a.size);
         if (this.fsync) await fh.datasync();
-      } catch (undoErr) {
-        this.failed = new FlowError('STORAGE_ERROR', `WAL file ${a.path} is in an unknown state`, { cause: undoErr });
-      }
-      throw new FlowError('STORAGE_ERROR', `WAL write to ${a.path} failed`, { cause: err });
+      };
+      await cut().catch(() => {
+        this.repair = cut;
+      });
+      throw writeError(`WAL write to ${a.path} failed`, err);
     }
     this.groupCount++;
     a.size += bytes;
@@ -401,7 +432,10 @@ export class FileWal implements WriteAheadLog {
   private async createActive(): Promise<[WalFile, FileHandle]> {
     // The previous file must be cut to its length before anything acknowledged can follow it.
     while (this.retiring) await this.retiring.catch(() => undefined);
-    if (this.failed) throw this.failed;
+    if (this.repair !== null) {
+      await this.repair();
+      this.repair = null;
+    }
     const seq = this.nextSeq++;
     const path = join(this.dir, fileName(seq));
     let fh: FileHandle | null = null;
@@ -420,12 +454,15 @@ export class FileWal implements WriteAheadLog {
         await unlink(renamed ? path : spare).catch(() => undefined);
       }
     }
-    fh ??= await this.openLog(path, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL);
     try {
+      fh ??= await this.openLog(path, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL);
       // The new directory entry must be durable too, or a crash could lose a file of acknowledged frames.
       if (this.fsync) await syncDir(this.dir);
     } catch (err) {
-      await fh.close().catch(() => undefined);
+      await fh?.close().catch(() => undefined);
+      // A file left here would lie between acknowledged ones with no frames of its own (a spare's stale header
+      // even looks like corruption): it goes. O_EXCL makes sure it is ours.
+      if (fh !== null || reused) await unlink(path).catch(() => undefined);
       throw err;
     }
     const f: WalFile = { seq, path, size: 0, maxEnd: new Map<string, number>(), deleting: false, seed: seedOf(seq), reused, direct: this.direct !== 0 };
@@ -439,7 +476,7 @@ export class FileWal implements WriteAheadLog {
   private async openLog(path: string, flags: number): Promise<FileHandle> {
     if (this.direct !== 0) {
       try {
-        const fh = await open(path, flags | this.dsync | this.direct);
+        const fh = await this.io.open(path, flags | this.dsync | this.direct);
         if (this.stage !== null) return fh;
         try {
           // The first staging buffer is aligned now, at the start of this empty file, where the first group goes.
@@ -449,7 +486,7 @@ export class FileWal implements WriteAheadLog {
           // No alignment found (a device with larger blocks): the page cache it is, through a plain descriptor.
           await fh.close().catch(() => undefined);
           this.direct = 0;
-          return await open(path, (flags & ~(constants.O_CREAT | constants.O_EXCL)) | this.dsync);
+          return await this.io.open(path, (flags & ~(constants.O_CREAT | constants.O_EXCL)) | this.dsync);
         }
       } catch (err) {
         if (errnoCode(err) !== 'EINVAL') throw err;
@@ -458,7 +495,7 @@ export class FileWal implements WriteAheadLog {
         if ((flags & constants.O_CREAT) !== 0) await unlink(path).catch(() => undefined);
       }
     }
-    return open(path, flags | this.dsync);
+    return this.io.open(path, flags | this.dsync);
   }
 
   /** Makes the active file an ordinary closed file; the next group starts a new one (after this finishes). */
@@ -477,19 +514,22 @@ export class FileWal implements WriteAheadLog {
     this.active = null;
     this.activeFh = null;
     if (fh === null) return;
-    try {
-      // A reused file's stale rest goes, durably, before any later file can hold acknowledged data: recovery
-      // accepts invalid bytes only at the end of the last file.
+    // A reused file's stale rest goes, durably, before any later file can hold acknowledged data: recovery
+    // accepts invalid bytes only at the end of the last file. If that fails, it is retried before the next file
+    // is started (see repair).
+    const finish = async (): Promise<void> => {
       if (a?.reused) {
         await fh.truncate(a.size);
         if (this.fsync) await fh.datasync();
         a.reused = false;
       }
+      await fh.close().catch(() => undefined);
+    };
+    try {
+      await finish();
     } catch (err) {
-      this.failed = new FlowError('STORAGE_ERROR', `WAL file ${a?.path} could not be cut to its length`, { cause: err });
-      throw this.failed;
-    } finally {
-      await fh.close();
+      this.repair = finish;
+      throw writeError(`WAL file ${a?.path} could not be cut to its length`, err);
     }
   }
 

@@ -1,6 +1,7 @@
 /** Pieces shared by the WAL backends: 64-bit integers, frame checksums, the group-commit loop. */
 import { crc32 } from 'node:zlib';
 import { crc32c, crc32cCombine, FlowError } from '../../core/index.js';
+import { writeError } from '../fs-util.js';
 import type { WalEntry } from './types.js';
 
 /** A frame starts with u32 body length | u32 crc. */
@@ -27,10 +28,47 @@ export function isSafeOffset(n: number): boolean {
   return Number.isSafeInteger(n) && n >= 0;
 }
 
-/** Why a WAL refuses an append now: it is closed or failed, or the entry is bad (see entryProblem); or null. */
-export function appendRefusal(closed: boolean, failed: FlowError | null, entry: WalEntry): FlowError | null {
+/** Why a WAL refuses an append now: it is closed, or the entry is bad (see entryProblem); or null. */
+export function appendRefusal(closed: boolean, entry: WalEntry): FlowError | null {
   if (closed) return new FlowError('CLOSED', 'WAL is closed');
-  return failed ?? entryProblem(entry);
+  return entryProblem(entry);
+}
+
+/**
+ * Keeps each key's durable entries free of holes after a failed write (see WriteAheadLog.append). When a group
+ * fails, its entries and those queued behind it (appended before anyone could know) are refused; every key among
+ * them is fenced at its lowest refused offset: an append of that key beyond the fence would leave a hole below it
+ * and is refused too, until the caller resumes with an entry starting at or below the fence (where its durable
+ * entries end), which lifts it.
+ */
+export class KeyFences {
+  private readonly fences = new Map<string, { at: number; cause: FlowError }>();
+
+  /** Records a refused entry. */
+  refuse(key: string, baseOffset: number, cause: FlowError): void {
+    const f = this.fences.get(key);
+    if (f === undefined || baseOffset < f.at) this.fences.set(key, { at: baseOffset, cause });
+  }
+
+  /** Why `entry` must be refused (it would follow a hole), or null; an entry at or below the fence lifts it. */
+  check(entry: WalEntry): FlowError | null {
+    const f = this.fences.get(entry.key);
+    if (f === undefined) return null;
+    if (entry.baseOffset <= f.at) {
+      this.fences.delete(entry.key);
+      return null;
+    }
+    return new FlowError(
+      f.cause.code,
+      `WAL: ${entry.key} resumes only at offset ${f.at} or below after a failed write (got ${entry.baseOffset})`,
+      { cause: f.cause },
+    );
+  }
+
+  /** Forgets a key (nothing will be appended to it again). */
+  forget(key: string): void {
+    this.fences.delete(key);
+  }
 }
 
 /** Why an entry cannot be appended to any WAL (an empty key, offsets that are not a range), or null. */
@@ -73,26 +111,24 @@ export function groupCommit(): GroupCommit {
 
 /**
  * Writes groups one at a time while `next()` hands one out (a group that arrives while one is written is written
- * next, as one); each group's appends are resolved or rejected together, and all are refused once `failed()`.
+ * next, as one); each group's appends are resolved or rejected together. A failed group is rejected with a
+ * STORAGE_FULL or STORAGE_ERROR FlowError and handed to `failed` (which refuses what was queued behind it).
  * Returning takes a step of its own, in which appends may start a new group: the caller must look for one in the
  * same step in which it declares itself idle.
  */
 export async function writeGroups<G extends GroupCommit>(
   next: () => G | null,
-  failed: () => FlowError | null,
   write: (g: G) => Promise<void>,
+  failed: (g: G, err: FlowError) => void,
 ): Promise<void> {
   for (let g = next(); g !== null; g = next()) {
-    const f = failed();
-    if (f) {
-      g.reject(f);
-      continue;
-    }
     try {
       await write(g);
       g.resolve();
     } catch (err) {
-      g.reject(err instanceof FlowError ? err : new FlowError('STORAGE_ERROR', 'WAL write failed', { cause: err }));
+      const e = writeError('WAL write failed', err);
+      g.reject(e);
+      failed(g, e);
     }
   }
 }

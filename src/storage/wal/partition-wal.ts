@@ -41,6 +41,13 @@
  * garbage at the end of the key's last file that holds entries: it is cut off there, and newer files without
  * entries are deleted. Garbage anywhere else is corruption of acknowledged data (CORRUPT_DATA). A trailer frame
  * ends its file's entries: the file was being handed over when the broker stopped, and will be again.
+ *
+ * Failed writes (a full disk, EIO): a group never spans two files (an entry that starts a file starts a group),
+ * so a group is durable whole or not at all. A failed group is refused with the groups queued behind it for its
+ * key, and the key is fenced (frame.ts KeyFences) until the caller resumes it where its durable entries end. The
+ * partial write is cut off (the last partial block written back from memory, the file truncated to its frames);
+ * if that fails too, the file is marked torn and the cut retried before the key writes anything else (or closes
+ * the file for a new one), so garbage can only ever be at the end of the key's last file, as recovery expects.
  */
 import { constants } from 'node:fs';
 import { mkdir, open, readdir, readFile, rmdir, unlink, type FileHandle } from 'node:fs/promises';
@@ -48,8 +55,8 @@ import { createHash } from 'node:crypto';
 import { join } from 'node:path';
 import { crc32c, FlowError } from '../../core/index.js';
 import { DIRECT_BLOCK, alignedBuffer } from '../direct-io.js';
-import { errnoCode, syncDir } from '../fs-util.js';
-import { appendRefusal, frameCrc, FRAME_HEADER, groupCommit, isSafeOffset, readU64, writeGroups, writeU64, type GroupCommit } from './frame.js';
+import { errnoCode, fsOpen, shortWrite, syncDir, writeError, type FileOpener } from '../fs-util.js';
+import { appendRefusal, frameCrc, FRAME_HEADER, groupCommit, isSafeOffset, KeyFences, readU64, writeGroups, writeU64, type GroupCommit } from './frame.js';
 import type { FileLayout, SegmentFileSource, WalEntry, WriteAheadLog } from './types.js';
 
 export interface PartitionWalOptions {
@@ -61,6 +68,8 @@ export interface PartitionWalOptions {
   writeConcurrency?: number;
   /** Told about torn writes cut off at recovery (pino's Logger fits). */
   logger?: { warn(obj: object, msg: string): void };
+  /** Opens the files entries are written to (tests inject failing writes here). Default: node:fs/promises. */
+  io?: FileOpener;
 }
 
 const MAGIC = Buffer.from('FMQPWL01', 'latin1');
@@ -125,6 +134,8 @@ interface WFile {
   taking: boolean;
   /** The file's bytes, read at recovery and kept until the replay hands them out. */
   recovered: Buffer | null;
+  /** A failed write could not be cut off: bytes beyond `size` may be garbage until the cut is made (see repair). */
+  torn?: boolean;
 }
 
 interface KeyLog {
@@ -135,6 +146,8 @@ interface KeyLog {
   dirMade: boolean;
   /** Appends waiting for the key's next write. */
   pending: Group | null;
+  /** Complete groups waiting before `pending` (a group ends where an entry starts a file). */
+  queued: Group[];
   /** The key's write loop, from its first pending append until nothing is pending or being written. */
   flushing: Promise<void> | null;
   /** Sequence number of the key's next new file. */
@@ -182,7 +195,9 @@ export class PartitionWal implements WriteAheadLog, SegmentFileSource {
   private totalBytes = 0;
   private closed = false;
   private closing: Promise<void> | null = null;
-  private failed: FlowError | null = null;
+  /** Keys refused after a failed write, until the caller resumes them (see KeyFences). */
+  private readonly fences = new KeyFences();
+  private readonly io: FileOpener;
   private readonly fsync: boolean;
   private readonly dsync: number;
   /** O_DIRECT while wanted and working; 0 once a file could not be opened or aligned with it. */
@@ -203,6 +218,7 @@ export class PartitionWal implements WriteAheadLog, SegmentFileSource {
       for (const f of kl.files) this.totalBytes += f.size;
     }
     this.recoveryTruncatedBytes = truncated;
+    this.io = opts.io ?? fsOpen;
     this.fsync = opts.fsync ?? true;
     this.dsync = this.fsync ? constants.O_DSYNC : 0;
     const O_DIRECT = constants.O_DIRECT;
@@ -245,7 +261,7 @@ export class PartitionWal implements WriteAheadLog, SegmentFileSource {
   }
 
   append(entry: WalEntry): Promise<void> {
-    const refused = appendRefusal(this.closed, this.failed, entry);
+    const refused = appendRefusal(this.closed, entry) ?? this.fences.check(entry);
     if (refused) return Promise.reject(refused);
     const { key, baseOffset, endOffset, data } = entry;
     if (1 + 16 + data.length > MAX_BODY) return Promise.reject(new FlowError('INVALID_ARGUMENT', 'WAL entry too large'));
@@ -262,6 +278,7 @@ export class PartitionWal implements WriteAheadLog, SegmentFileSource {
         files: [],
         dirMade: false,
         pending: null,
+        queued: [],
         flushing: null,
         nextSeq: 1,
         spare: null,
@@ -269,7 +286,12 @@ export class PartitionWal implements WriteAheadLog, SegmentFileSource {
       };
       this.keys.set(key, kl);
     }
-    const g = (kl.pending ??= newGroup());
+    let g = kl.pending;
+    if (g === null || (entry.startsFile === true && g.entries.length > 0)) {
+      // A group holds one file's entries: written with one write, durable whole or not at all.
+      if (g !== null) kl.queued.push(g);
+      g = kl.pending = newGroup();
+    }
     // The caller must not modify `data` until the promise settles: it is written from this very buffer.
     g.entries.push(entry);
     kl.flushing ??= this.flushLoop(kl);
@@ -278,16 +300,31 @@ export class PartitionWal implements WriteAheadLog, SegmentFileSource {
 
   private async flushLoop(kl: KeyLog): Promise<void> {
     const next = (): Group | null => {
+      const q = kl.queued.shift();
+      if (q !== undefined) return q;
       const g = kl.pending;
       kl.pending = null;
       return g;
     };
+    const failed = (g: Group, err: FlowError): void => {
+      // What was queued behind the failed group was appended before anyone knew: it goes too, and the key waits
+      // for its caller to resume it (no entry may follow a hole).
+      const behind = kl.queued.splice(0);
+      if (kl.pending !== null) behind.push(kl.pending);
+      kl.pending = null;
+      for (const b of behind) b.reject(err);
+      for (const x of [g, ...behind]) for (const e of x.entries) this.fences.refuse(kl.key, e.baseOffset, err);
+    };
     // A group that arrived as the last one finished is seen here, in the same step that declares the loop idle.
-    while (kl.pending !== null) {
-      await writeGroups(next, () => this.failed, async (g) => {
-        await this.withSlot((slot) => this.writeKey(kl, g.entries, slot));
-        this.groupCount++;
-      });
+    while (kl.pending !== null || kl.queued.length > 0) {
+      await writeGroups(
+        next,
+        async (g) => {
+          await this.withSlot((slot) => this.writeKey(kl, g.entries, slot));
+          this.groupCount++;
+        },
+        failed,
+      );
     }
     kl.flushing = null;
   }
@@ -305,6 +342,12 @@ export class PartitionWal implements WriteAheadLog, SegmentFileSource {
 
   /** Writes one key's entries of a group: one write per file, files in order. */
   private async writeKey(kl: KeyLog, entries: WalEntry[], slot: number): Promise<void> {
+    // Nothing of the key is written (nor its file closed for another) while its last file may end in garbage.
+    const last = kl.files.length > 0 ? kl.files[kl.files.length - 1] : undefined;
+    if (last?.torn === true) {
+      await this.undo(last, slot);
+      last.torn = false;
+    }
     let i = 0;
     while (i < entries.length) {
       let f = kl.files.length > 0 ? kl.files[kl.files.length - 1] : undefined;
@@ -322,7 +365,6 @@ export class PartitionWal implements WriteAheadLog, SegmentFileSource {
   }
 
   private async createFile(kl: KeyLog, base: number): Promise<WFile> {
-    if (this.failed) throw this.failed;
     const clash = kl.files.findIndex((x) => x.base === base);
     if (clash >= 0) {
       const old = kl.files[clash];
@@ -383,6 +425,9 @@ export class PartitionWal implements WriteAheadLog, SegmentFileSource {
       if (this.fsync) await syncDir(kl.dir);
     } catch (err) {
       await fh.close().catch(() => undefined);
+      // Left here, an empty file could end up between two of the key's files with entries (which recovery
+      // refuses): it goes.
+      await unlink(path).catch(() => undefined);
       throw err;
     }
     return { path, fh };
@@ -410,13 +455,13 @@ export class PartitionWal implements WriteAheadLog, SegmentFileSource {
     const flags = constants.O_WRONLY | (create ? constants.O_CREAT | constants.O_TRUNC : 0) | this.dsync;
     if (this.direct !== 0) {
       try {
-        return await open(path, flags | this.direct);
+        return await this.io.open(path, flags | this.direct);
       } catch (err) {
         if (errnoCode(err) !== 'EINVAL') throw err;
         this.direct = 0; // e.g. tmpfs: no O_DIRECT, the page cache it is
       }
     }
-    return open(path, flags);
+    return this.io.open(path, flags);
   }
 
   private async writeRun(f: WFile, entries: WalEntry[], from: number, to: number, slot: number): Promise<void> {
@@ -444,11 +489,15 @@ export class PartitionWal implements WriteAheadLog, SegmentFileSource {
       if (f.direct) await this.writeDirect(f, fh, bufs, bytes, slot);
       else {
         const { bytesWritten } = await fh.writev(bufs, f.size);
-        if (bytesWritten !== bytes) throw new Error(`short write: ${bytesWritten} of ${bytes} bytes`);
+        if (bytesWritten !== bytes) throw shortWrite(bytesWritten, bytes);
       }
     } catch (err) {
-      await this.undo(f, fh, slot);
-      throw new FlowError('STORAGE_ERROR', `WAL write to ${f.path} failed`, { cause: err });
+      try {
+        await this.undo(f, slot);
+      } catch {
+        f.torn = true; // cut before the key's next write (writeKey)
+      }
+      throw writeError(`WAL write to ${f.path} failed`, err);
     }
     f.header = null;
     f.size += bytes;
@@ -471,7 +520,7 @@ export class PartitionWal implements WriteAheadLog, SegmentFileSource {
     for (const b of bufs) at += b.copy(stage, at);
     stage.fill(0, at, total);
     const { bytesWritten } = await fh.write(stage, 0, total, blockStart);
-    if (bytesWritten !== total) throw new Error(`short direct write: ${bytesWritten} of ${total} bytes`);
+    if (bytesWritten !== total) throw shortWrite(bytesWritten, total);
     this.directWrites++;
     const newSize = f.size + bytes;
     const tail = newSize % DIRECT_BLOCK;
@@ -489,20 +538,24 @@ export class PartitionWal implements WriteAheadLog, SegmentFileSource {
     return b;
   }
 
-  /** After a failed write: the acknowledged bytes are put back and the rest cut off, or the log stops. */
-  private async undo(f: WFile, fh: FileHandle, slot: number): Promise<void> {
+  /**
+   * After a failed write: the durable bytes of the last partial block are written back from memory (a direct write
+   * rewrote that block) and the rest is cut off, durably. Throws if that fails (the caller retries it later).
+   */
+  private async undo(f: WFile, slot: number): Promise<void> {
+    const fh = f.fh ?? (await this.io.open(f.path, 'r+'));
     try {
-      if (f.direct && f.size % DIRECT_BLOCK > 0) {
+      if (f.fh !== null && f.direct && f.partial !== null && f.size % DIRECT_BLOCK > 0) {
         const partialLen = f.size % DIRECT_BLOCK;
         const stage = await this.stage(slot, fh, DIRECT_BLOCK, f.size - partialLen + DIRECT_BLOCK);
-        (f.partial as Buffer).copy(stage, 0, 0, partialLen);
+        f.partial.copy(stage, 0, 0, partialLen);
         stage.fill(0, partialLen, DIRECT_BLOCK);
         await fh.write(stage, 0, DIRECT_BLOCK, f.size - partialLen);
       }
       await fh.truncate(f.size);
       if (this.fsync) await fh.datasync();
-    } catch (undoErr) {
-      this.failed = new FlowError('STORAGE_ERROR', `WAL file ${f.path} is in an unknown state`, { cause: undoErr });
+    } finally {
+      if (fh !== f.fh) await fh.close().catch(() => undefined);
     }
   }
 
@@ -574,10 +627,11 @@ export class PartitionWal implements WriteAheadLog, SegmentFileSource {
       const fh = await open(f.path, 'r+');
       try {
         const { bytesWritten } = await fh.writev([head, filler, t], f.size);
-        if (bytesWritten !== size - f.size) throw new Error(`short write: ${bytesWritten} bytes`);
+        if (bytesWritten !== size - f.size) throw shortWrite(bytesWritten, size - f.size);
         // More zeros than that only after an alignment probe past the data: cut off, so the footer ends the file.
         if ((await fh.stat()).size > size) await fh.truncate(size);
         if (this.fsync) await fh.datasync();
+        f.torn = false; // whatever a failed write left after the entries is under the trailer, or cut off
       } finally {
         await fh.close();
       }
@@ -629,6 +683,7 @@ export class PartitionWal implements WriteAheadLog, SegmentFileSource {
       // A key nothing needs any more (a deleted stream's partition: it is never appended to again) goes entirely.
       if (upTo === Number.MAX_SAFE_INTEGER && kl.files.length === 0 && kl.flushing === null) {
         this.keys.delete(kl.key);
+        this.fences.forget(kl.key);
         await this.dropSpare(kl);
         await rmdir(kl.dir).catch(() => undefined);
       }
@@ -825,6 +880,7 @@ async function recoverKey(kdir: string, opts: PartitionWalOptions): Promise<{ lo
     files,
     dirMade: true,
     pending: null,
+    queued: [],
     flushing: null,
     nextSeq,
     spare: null,

@@ -54,7 +54,13 @@ export interface SegmentFileSource {
 }
 
 export interface WriteAheadLog {
-  /** Resolves once the entry (and every entry appended before it) is durable. */
+  /**
+   * Resolves once the entry (and every entry appended before it) is durable. A failed write (a full disk, EIO)
+   * rejects with STORAGE_FULL or STORAGE_ERROR and never leaves the log unusable: what it wrote is cut off, and
+   * later appends are written once the disk takes them again. The entries of the key appended behind the failed
+   * one fail with it, and the key then accepts only an entry starting at or below the lowest failed offset (the
+   * caller resumes where its durable entries end), so a key's durable entries never have a hole.
+   */
   append(entry: WalEntry): Promise<void>;
   /**
    * Calls `fn` for every durable entry still in the log, in append order per key (entries of different keys may

@@ -9,6 +9,18 @@ import { LogManager, type LogOptions } from '../../../src/storage/log/index.js';
 import { SqliteMetastore } from '../../../src/storage/metastore/index.js';
 import { FsObjectStore } from '../../../src/storage/objects/index.js';
 import { FileWal, PartitionWal, type WriteAheadLog } from '../../../src/storage/wal/index.js';
+import type { FileOpener } from '../../../src/storage/fs-util.js';
+import { FaultyDisk } from '../../helpers/faulty-disk.js';
+import { FlowError, isFlowError } from '../../../src/core/index.js';
+import type { SegmentMeta } from '../../../src/storage/metastore/index.js';
+
+async function until(cond: () => boolean, what: string, timeoutMs = 10_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!cond()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
 
 const logger = pino({ level: process.env.LOG_LEVEL ?? 'silent' });
 const dirs: string[] = [];
@@ -18,14 +30,14 @@ afterEach(() => {
 
 type Layout = 'shared' | 'partition';
 
-function openWal(dir: string, layout: Layout): Promise<WriteAheadLog> {
-  return layout === 'shared' ? FileWal.open(join(dir, 'wal')) : PartitionWal.open(join(dir, 'wal-partitions'));
+function openWal(dir: string, layout: Layout, io?: FileOpener): Promise<WriteAheadLog> {
+  return layout === 'shared' ? FileWal.open(join(dir, 'wal'), { io }) : PartitionWal.open(join(dir, 'wal-partitions'), { io });
 }
 
-async function openAll(dir: string, options: Partial<LogOptions> = {}, layout: Layout = 'shared') {
+async function openAll(dir: string, options: Partial<LogOptions> = {}, layout: Layout = 'shared', io?: FileOpener) {
   const metastore = SqliteMetastore.open(join(dir, 'meta.db'));
   const objects = new FsObjectStore(join(dir, 'objects'));
-  const wal = await openWal(dir, layout);
+  const wal = await openWal(dir, layout, io);
   const log = await LogManager.open({ wal, objects, metastore, logger, options: { checkIntervalMs: 20, ...options } });
   const engine = new Engine(log, metastore);
   await engine.load();
@@ -85,6 +97,113 @@ for (const layout of ['shared', 'partition'] as const) describe(`LogManager (${l
     assert.deepEqual(await values(s.engine, 't', 0), ['m0', 'm1', 'm2']);
     assert.deepEqual(await values(s.engine, 't', 0, 1), ['m1', 'm2']);
     await s.close();
+  });
+
+  it('fails appends while the WAL cannot write, backs off, and takes them again by itself once it can', async () => {
+    const dir = tmp();
+    const disk = new FaultyDisk();
+    const s = await openAll(dir, {}, layout, disk);
+    await s.engine.createStream({ name: 't', partitions: 1 });
+    const big = (i: number) => encodeBatch([{ ...rec(i), value: Buffer.alloc(20_000, i) }]);
+    const acked: number[] = [];
+    for (let i = 0; i < 3; i++) {
+      await s.engine.produce('t', 0, big(i)).durable;
+      acked.push(i);
+    }
+    disk.full = true;
+    const full = (e: unknown) => isFlowError(e, 'STORAGE_FULL');
+    const failing = [s.engine.produce('t', 0, big(3)), s.engine.produce('t', 0, big(4))];
+    assert.deepEqual(failing.map((r) => r.baseOffset), [3, 4]);
+    await Promise.all(failing.map((r) => assert.rejects(r.durable, full)));
+    // Backing off: refused at once, with the failure's (retriable) code.
+    assert.throws(() => s.engine.produce('t', 0, big(5)), full);
+    disk.full = false;
+    // By itself, with no restart: appends are taken again after the backoff, at the offsets that failed.
+    let r: ReturnType<Engine['produce']> | null = null;
+    const deadline = Date.now() + 20_000;
+    while (r === null) {
+      try {
+        r = s.engine.produce('t', 0, big(5));
+      } catch (err) {
+        assert.ok(full(err), String(err));
+        assert.ok(Date.now() < deadline, 'the partition takes appends again');
+        await new Promise((res) => setTimeout(res, 20));
+      }
+    }
+    assert.equal(r.baseOffset, 3, 'the failed offsets are given out again');
+    await r.durable;
+    acked.push(5);
+    for (const i of [6, 7]) {
+      await s.engine.produce('t', 0, big(i)).durable;
+      acked.push(i);
+    }
+    const value = (i: number) => Buffer.alloc(20_000, i).toString();
+    assert.deepEqual(await values(s.engine, 't', 0), acked.map(value));
+    assert.ok(s.log.stats.failedAppends >= 2 && s.log.stats.rewinds >= 1);
+    // Restart: exactly the acknowledged batches, in order, at contiguous offsets.
+    await s.close();
+    const s2 = await openAll(dir, {}, layout);
+    assert.deepEqual(await values(s2.engine, 't', 0), acked.map(value));
+    assert.equal(s2.engine.offsets('t', 0).highWatermark, acked.length);
+    await s2.close();
+  });
+
+  it('retries failed seals (object store full, a metastore commit whose sync failed) with backoff, losing nothing', async () => {
+    const dir = tmp();
+    const metastore = SqliteMetastore.open(join(dir, 'meta.db'));
+    const realObjects = new FsObjectStore(join(dir, 'objects'));
+    const full = { objects: true, commitLandsThenFails: false };
+    const noSpace = () => new FlowError('STORAGE_FULL', 'cannot write object: ENOSPC');
+    const objects = new Proxy(realObjects, {
+      get(target, prop) {
+        if ((prop === 'put' || prop === 'adopt') && full.objects) return async () => Promise.reject(noSpace());
+        const v = Reflect.get(target, prop, target) as unknown;
+        return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+      },
+    });
+    const meta = new Proxy(metastore, {
+      get(target, prop) {
+        if (prop === 'commitSegment' && full.commitLandsThenFails) {
+          return async (seg: SegmentMeta) => {
+            await target.commitSegment(seg);
+            full.commitLandsThenFails = false;
+            throw new FlowError('STORAGE_FULL', 'cannot sync metastore journal: ENOSPC');
+          };
+        }
+        const v = Reflect.get(target, prop, target) as unknown;
+        return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+      },
+    });
+    const wal = await openWal(dir, layout);
+    const log = await LogManager.open({ wal, objects, metastore: meta, logger, options: { checkIntervalMs: 20, segmentBytes: 300 } });
+    const engine = new Engine(log, metastore);
+    await engine.load();
+    log.finishRecovery();
+    await engine.createStream({ name: 't', partitions: 1 });
+    const acked: string[] = [];
+    for (let i = 0; i < 20; i++) {
+      await engine.produce('t', 0, encodeBatch([rec(i)])).durable;
+      acked.push(`m${i}`);
+    }
+    await until(() => log.stats.failedSeals >= 3, 'seals tried and failed again after their backoff');
+    assert.equal(log.describe('t')[0].flushedOffset, 0, 'nothing sealed while the object store is full');
+    full.objects = false;
+    full.commitLandsThenFails = true;
+    // The complete segments are sealed by the background checks, the first of them through a commit that landed but
+    // was reported failed (and is retried); a flush then seals the rest.
+    await until(() => log.stats.sealedSegments >= 2, `segments sealed once space returned (${JSON.stringify(log.stats)})`, 20_000);
+    assert.equal(full.commitLandsThenFails, false, 'a commit landed and was reported failed');
+    await log.flushAll();
+    assert.equal(log.describe('t')[0].flushedOffset, 20);
+    const segs = await metastore.listSegments('t', 0);
+    for (let i = 1; i < segs.length; i++) assert.equal(segs[i].baseOffset, segs[i - 1].endOffset, 'segments are contiguous');
+    assert.deepEqual(await values(engine, 't', 0), acked);
+    await log.close();
+    await wal.close();
+    await metastore.close();
+    const s2 = await openAll(dir, {}, layout);
+    assert.deepEqual(await values(s2.engine, 't', 0), acked);
+    await s2.close();
   });
 
   it('seals segments by size into the object store and reads across objects and memory', async () => {

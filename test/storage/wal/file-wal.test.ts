@@ -226,7 +226,7 @@ describe('FileWal', () => {
       await again.close();
     });
 
-    it('rejects a failed group with STORAGE_ERROR, cuts its partial bytes and carries on', async () => {
+    it('rejects a failed group with STORAGE_FULL, cuts its partial bytes and carries on where the key resumes', async () => {
       const dir = freshDir();
       const wal = await FileWal.open(dir);
       await collect(wal);
@@ -244,13 +244,16 @@ describe('FileWal', () => {
         throw Object.assign(new Error('ENOSPC: no space left on device'), { code: 'ENOSPC' });
       }) as FileHandle['writev'];
       const failed = [wal.append(entry('w/0', 1)), wal.append(entry('w/0', 2))];
-      for (const p of failed) await assert.rejects(p, (e: unknown) => isFlowError(e, 'STORAGE_ERROR'));
-      await wal.append(entry('w/0', 3));
+      for (const p of failed) await assert.rejects(p, (e: unknown) => isFlowError(e, 'STORAGE_FULL'));
+      // Past the hole the key is refused; it resumes where its durable entries end.
+      await assert.rejects(wal.append(entry('w/0', 3)), (e: unknown) => isFlowError(e, 'STORAGE_FULL'));
+      await wal.append(entry('w/0', 1));
+      await wal.append(entry('w/0', 2));
       await wal.close();
       const again = await FileWal.open(dir);
       assert.deepEqual(
         (await collect(again)).map((e) => e.baseOffset),
-        [0, 3],
+        [0, 1, 2],
       );
       assert.equal(again.lastReplayTruncatedBytes, 0, 'the partial write was already cut off');
       await again.close();

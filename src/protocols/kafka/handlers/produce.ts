@@ -23,6 +23,7 @@ import {
 import { kafkaErrorCode } from '../errors.js';
 import { CLOSE_CONNECTION, type HandlerResult, type RequestContext } from '../route.js';
 import { batchProblem } from '../validate.js';
+import { logStorageRefusal, storageRefusal } from '../../storage-refusal.js';
 
 interface PartitionResult {
   res: ProducePartitionResponse;
@@ -100,7 +101,10 @@ function append(ctx: RequestContext, stream: StreamEntry, p: ProducePartitionDat
       durables.push(res.durable);
     }
   } catch (err) {
-    ctx.conn.log.warn({ err, topic: name, partition: p.index }, 'produce failed');
+    if (storageRefusal(err) !== null) {
+      // A full disk or a partition backing off after a failed write: the producer retries (KAFKA_STORAGE_ERROR).
+      logStorageRefusal(ctx.adapter.logger, ctx.conn.remoteAddress, { conn: ctx.conn.id, topic: name, partition: p.index, err: (err as Error).message }, 'produce refused: storage cannot take it now');
+    } else ctx.conn.log.warn({ err, topic: name, partition: p.index }, 'produce failed');
     fail(r, kafkaErrorCode(err), err instanceof Error ? err.message : null);
   }
   if (durables.length > 0) r.durable = durables.length === 1 ? durables[0] : Promise.all(durables).then(() => undefined);
@@ -146,7 +150,15 @@ export function handleProduce(
       const pending: Promise<void>[] = [];
       for (const rs of results) {
         for (const r of rs) {
-          if (r.durable) pending.push(r.durable.catch((err: unknown) => ctx.conn.log.error({ err, topic: r.stream }, 'acks=0 append failed')));
+          if (r.durable) {
+            pending.push(
+              r.durable.catch((err: unknown) => {
+                if (storageRefusal(err) !== null) {
+                  logStorageRefusal(ctx.adapter.logger, ctx.conn.remoteAddress, { conn: ctx.conn.id, topic: r.stream, err: (err as Error).message }, 'acks=0 produce failed: storage write failed');
+                } else ctx.conn.log.error({ err, topic: r.stream }, 'acks=0 append failed');
+              }),
+            );
+          }
         }
       }
       // With acks=0 the client reads no response, so an error can only be signalled the way Kafka does it:
@@ -179,7 +191,9 @@ async function respond(ctx: RequestContext, req: ProduceRequest, results: Partit
         r.durable.then(
           () => undefined,
           (err: unknown) => {
-            ctx.conn.log.error({ err, topic: r.stream, partition: r.res.index }, 'append did not become durable');
+            if (storageRefusal(err) !== null) {
+              logStorageRefusal(ctx.adapter.logger, ctx.conn.remoteAddress, { conn: ctx.conn.id, topic: r.stream, partition: r.res.index, err: (err as Error).message }, 'produce failed: storage write failed');
+            } else ctx.conn.log.error({ err, topic: r.stream, partition: r.res.index }, 'append did not become durable');
             // An unexpected failure here happened in storage: KAFKA_STORAGE_ERROR is retriable for the client.
             const code = kafkaErrorCode(err);
             if (r.res.errorCode === KafkaErrorCode.NONE) {
