@@ -8,8 +8,9 @@ import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import type { Config } from './config/index.js';
 import { Engine, FlowError, HISTOGRAM_BOUNDS_MS } from './core/index.js';
-import { loadUsersFile, passwordAuthenticator, saslProvider, startAdminApi, type AdminApi } from './control/index.js';
+import { FloodCollector, loadUsersFile, passwordAuthenticator, processMemory, saslProvider, startAdminApi, type AdminApi } from './control/index.js';
 import type { AdapterContext, ProtocolListener } from './protocols/types.js';
+import { connectionTotals } from './protocols/listener.js';
 import { createMqttHub, startMqttListener, startMqttTlsListener, startMqttWsListener, type MqttHub } from './protocols/mqtt/index.js';
 import { createKafkaAdapter, startKafkaListener } from './protocols/kafka/index.js';
 import { LogManager } from './storage/log/index.js';
@@ -88,7 +89,10 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
   /** Data-plane figures the admin API reports (filled in as listeners start). */
   const figures: Record<string, () => unknown> = {};
   let mqttHub: MqttHub | null = null;
+  // What a flood of connections leaves behind is given back once it has gone (see src/control/memory.ts).
+  const collector = new FloodCollector({ totals: connectionTotals, logger: logger.child({ component: 'memory' }) });
   const closeAll = async () => {
+    collector.stop();
     await Promise.allSettled([...listeners.values()].map((l) => l.close()));
     // After the listeners: their connections hand unacknowledged messages back to the sessions first.
     mqttHub?.close();
@@ -169,9 +173,11 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
         listeners: Object.fromEntries([...listeners].map(([k, l]) => [k, { ...l.address(), connections: l.connections() }])),
         storage: { metastore: metastore.kind, objects: objects.kind, walBytes: wal.size(), log: log.stats, batchMemory: log.memoryStats },
         ...Object.fromEntries(Object.entries(figures).map(([k, f]) => [k, f()])),
+        process: { ...processMemory(), floodCollector: collector.stats() },
       }),
     });
     logger.info({ protocol: 'http', address: fmt(admin.address()) }, 'listening (admin API)');
+    collector.start();
   } catch (err) {
     await closeAll();
     await log.close(0);
