@@ -17,7 +17,8 @@ import { Engine } from '../../src/core/index.js';
 import { MemoryStreams } from '../helpers/memory-storage.js';
 import { captureLogger } from './kafka/helpers.js';
 import { startBroker, until } from './mqtt/helpers.js';
-import type { MqttHub } from '../../src/protocols/mqtt/index.js';
+import { createMqttHub, startMqttWsListener, type MqttHub } from '../../src/protocols/mqtt/index.js';
+import WebSocket from 'ws';
 
 // A full collection on demand, for this test process only (the broker itself gets `gc` from bin/flowmq's flags).
 setFlagsFromString('--expose-gc');
@@ -99,6 +100,11 @@ function mqttPacket(first: number, body: Buffer): Buffer {
   return Buffer.concat([Buffer.from([first, body.length]), body]);
 }
 
+/** CONNECT: MQTT 3.1.1, clean session, keep-alive 0 (the broker has no reason to close it). */
+function mqttConnect(clientId: string): Buffer {
+  return mqttPacket(0x10, Buffer.concat([mqttString('MQTT'), Buffer.from([4, 0x02, 0, 0]), mqttString(clientId)]));
+}
+
 describe('connection totals', () => {
   it('ConnectionSet counts every connection it adds and every one that closes, process-wide', async () => {
     const set = new ConnectionSet<{ closed: Promise<void> }>();
@@ -128,7 +134,7 @@ describe('after a flood of connections', () => {
         const kind = i % 4;
         // kind 3 sends nothing: the broker closes it at the connect timeout.
         if (kind === 3) continue;
-        s.write(mqttPacket(0x10, Buffer.concat([mqttString('MQTT'), Buffer.from([4, 0x02, 0, 0]), mqttString(`flood-${i}`)])));
+        s.write(mqttConnect(`flood-${i}`));
         await receive(s, 4);
         if (kind === 1) {
           // A subscription: the session is in the engine's subscription trie until the connection ends.
@@ -159,6 +165,41 @@ describe('after a flood of connections', () => {
       assert.equal(await collected(refs), 0, 'connections or sessions still referenced after they closed');
     } finally {
       await b.close();
+    }
+  });
+
+  it(`MQTT over WebSocket: ${N / 3} connections leave no session, registry entry or connection object behind`, async () => {
+    const m = new MemoryStreams();
+    const engine = new Engine(m, m);
+    await engine.load();
+    const ctx = { engine, logger: captureLogger().logger, brokerId: 1 };
+    const hub = await createMqttHub(ctx, { sysIntervalMs: 0 });
+    const l = await startMqttWsListener(ctx, { host: '127.0.0.1', port: 0 }, hub);
+    try {
+      const clients: WebSocket[] = [];
+      for (let i = 0; i < N / 3; i++) {
+        const ws = new WebSocket(`ws://127.0.0.1:${l.address().port}/mqtt`, 'mqtt');
+        clients.push(ws);
+        await new Promise<void>((resolve, reject) => {
+          ws.once('error', reject);
+          ws.once('message', () => resolve());
+          ws.once('open', () => ws.send(mqttConnect(`ws-flood-${i}`)));
+        });
+        if (i % 2 === 1) ws.send(Buffer.concat([Buffer.from([0x30, 0x80, 0x80, 0x04]), mqttString('flood/half'), Buffer.alloc(500, 1)]));
+      }
+      await until(() => hub.connected === N / 3, 'every CONNECT accepted');
+      const refs = weakRefsOf(hub);
+      await Promise.all(clients.map((ws) => new Promise((r) => {
+        ws.once('close', r);
+        ws.terminate();
+      })));
+      clients.length = 0;
+      await until(() => l.connections() === 0 && hub.connections.size === 0, 'the broker closing every connection', 15_000);
+      assert.equal(hub.sessions.size, 0);
+      assert.equal(await collected(refs), 0, 'connections or sessions still referenced after they closed');
+    } finally {
+      await l.close();
+      hub.close();
     }
   });
 
