@@ -214,10 +214,13 @@ export async function startMosquitto(bin: string): Promise<Broker> {
 }
 
 /** Creates a FlowMQ stream through the admin API. */
-export async function createStream(b: Broker, name: string, partitions: number): Promise<void> {
+/** `auth`: a user of the broker's users file (its admin API then requires one). */
+export async function createStream(b: Broker, name: string, partitions: number, auth?: { username: string; password: string }): Promise<void> {
+  const headers: Record<string, string> = { 'content-type': 'application/json' };
+  if (auth) headers.authorization = `Basic ${Buffer.from(`${auth.username}:${auth.password}`).toString('base64')}`;
   const res = await fetch(`http://${HOST}:${b.httpPort}/api/v1/streams`, {
     method: 'POST',
-    headers: { 'content-type': 'application/json' },
+    headers,
     body: JSON.stringify({ name, partitions }),
   });
   if (!res.ok) throw new Error(`create stream ${name}: ${res.status} ${await res.text()}`);

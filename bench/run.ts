@@ -36,6 +36,7 @@ import { diskFsyncBandwidth, type DiskResult } from './disk.js';
 import { kafkaLatency, kafkaProduceThroughput, type LatencyResult, type ProduceResult } from './kafka.js';
 import { AuthFlood, SaslProducer } from './auth-flood.js';
 import { openIdle, runMqttLoad, type MqttLoadOptions, type MqttLoadResult } from './mqtt.js';
+import { floodCell, heapCell, runFloods, type FloodOptions, type FloodResult, type FloodTarget, type ProcessMemory } from './flood.js';
 import { fmt, nowS, ratio, roundDeep, sleep, table } from './util.js';
 import { histogramQuantile, type HistogramSnapshot } from '../src/core/index.js';
 
@@ -67,6 +68,15 @@ const CFG = {
   fanoutSubscribers: int('BENCH_FANOUT_SUBSCRIBERS', 1000),
   sharedMembers: int('BENCH_SHARED_MEMBERS', 50),
   idleConnections: int('BENCH_IDLE_CONNECTIONS', 10_000),
+  /** Connection floods (mqtt-flood-memory, kafka-flood-memory): connections per flood, floods in a row. */
+  floodConnections: int('BENCH_FLOOD_CONNECTIONS', 7_000),
+  floods: int('BENCH_FLOODS', 3),
+  /** Share of a flood's connections that leave a request half sent. */
+  floodHalfShare: num('BENCH_FLOOD_HALF', 0.1),
+  /** What a Kafka half request's size prefix announces (16 MiB: the largest pooled frame). */
+  floodKafkaPrefixBytes: int('BENCH_FLOOD_KAFKA_PREFIX', 16 * 1024 * 1024),
+  /** Seconds after a flood has closed before "after" is sampled (FlowMQ looks for a flood's garbage every 10 s). */
+  floodSettleS: num('BENCH_FLOOD_SETTLE', 12),
   kafkaPartitions: int('BENCH_KAFKA_PARTITIONS', 4),
   kafkaConnections: int('BENCH_KAFKA_CONNECTIONS', 2),
   kafkaInflight: int('BENCH_KAFKA_INFLIGHT', 5),
@@ -215,6 +225,43 @@ async function idleRun(b: Broker, wanted: number): Promise<IdleResult> {
 const idleCell = (r: IdleResult) =>
   `${fmt(r.kibPerConnection, 1)} KiB/conn (RSS ${fmt(r.rssBeforeKiB / 1024, 0)} → ${fmt(r.rssAfterKiB / 1024, 0)} MiB${r.note ? `; ${r.note}` : ''})`;
 
+// ------------------------------------------------------------------ connection floods
+
+function floodOptions(): FloodOptions {
+  return {
+    connections: CFG.floodConnections,
+    floods: CFG.floods,
+    halfShare: Math.min(1, CFG.floodHalfShare),
+    kafkaPrefixBytes: CFG.floodKafkaPrefixBytes,
+    settleS: CFG.floodSettleS,
+    concurrency: 200,
+  };
+}
+
+/** A broker as a flood target: FlowMQ also reports its heap and its own count of open connections. */
+function floodTarget(b: Broker, protocol: 'mqtt' | 'kafka'): FloodTarget {
+  if (b.kind !== 'flowmq') return { pid: b.pid, port: b.mqttPort };
+  const info = async () => {
+    const res = await fetch(`http://127.0.0.1:${b.httpPort}/api/v1/broker`);
+    return (await res.json()) as { process: ProcessMemory; listeners: Record<string, { connections: number }> };
+  };
+  return {
+    pid: b.pid,
+    port: protocol === 'mqtt' ? b.mqttPort : b.kafkaPort,
+    memory: async () => (await info()).process,
+    connections: async () => (await info()).listeners[protocol]?.connections ?? 0,
+  };
+}
+
+/** RSS (MiB) a broker still held after its last flood, over what it had before the first. */
+const heldMiB = (r: FloodResult) => (r.rounds[r.rounds.length - 1].after.rssKiB - r.rounds[0].before.rssKiB) / 1024;
+
+const floodTitle = (protocol: string) => {
+  const o = floodOptions();
+  const half = protocol === 'MQTT' ? 'half a 64 KiB PUBLISH' : `a size prefix of ${fmt(o.kafkaPrefixBytes / 1048576, 0)} MiB and 12 bytes`;
+  return `${o.floods} floods of ${fmt(o.connections)} ${protocol} connections (${fmt(o.halfShare * 100, 0)}% then send ${half}), each opened and closed: broker VmRSS before → peak → ${o.settleS} s after closing`;
+};
+
 // ------------------------------------------------------------------ Kafka scenarios
 
 let disk: DiskResult | null = null;
@@ -315,6 +362,26 @@ const scenarios: Scenario[] = [
         peer: !m ? 'mosquitto not installed' : m.ok ? idleCell(m.value) : `error: ${m.error}`,
         ratio: f.ok && m?.ok ? ratio(f.value.kibPerConnection, m.value.kibPerConnection) : '-',
         data: { connections: CFG.idleConnections, flowmq: f, mosquitto: m },
+      });
+    },
+  },
+  {
+    name: 'mqtt-flood-memory',
+    group: 'mqtt',
+    title: floodTitle('MQTT'),
+    run: async () => {
+      const o = floodOptions();
+      const r = await pair((b) => runFloods('mqtt', floodTarget(b, 'mqtt'), o));
+      const f = r.flowmq;
+      const m = r.mosquitto;
+      rows.push({
+        group: 'mqtt',
+        scenario: 'mqtt-flood-memory',
+        title: floodTitle('MQTT'),
+        flowmq: f.ok ? `${floodCell(f.value)}; ${heapCell(f.value)}` : `error: ${f.error}`,
+        peer: !m ? 'mosquitto not installed' : m.ok ? floodCell(m.value) : `error: ${m.error}`,
+        ratio: f.ok && m?.ok ? `held after: ${fmt(heldMiB(f.value), 0)} vs ${fmt(heldMiB(m.value), 0)} MiB` : '-',
+        data: { options: o, flowmq: f, mosquitto: m },
       });
     },
   },
@@ -443,7 +510,7 @@ const scenarios: Scenario[] = [
       const title = (what: string) => `kafka-auth-flood: SASL PLAIN producer, acks=all, ${rate} produces/s one at a time, produce → ack p50 / p99, ${what}`;
       try {
         await withFlowmq(async (b) => {
-          await createStream(b, 'bench-auth', 1);
+          await createStream(b, 'bench-auth', 1, { username: 'producer', password: 'right-password' });
           const producer = await SaslProducer.open(b.kafkaPort, 'producer', 'right-password');
           try {
             await producer.run('bench-auth', rate, Math.max(5, Math.round(rate * CFG.warmupS)));
@@ -483,6 +550,20 @@ const scenarios: Scenario[] = [
         rows.push({ group: 'kafka', scenario: 'kafka-auth-flood', title: title('(failed)'), flowmq: `error: ${errText(e)}`, peer: '-', ratio: '-', data: { error: errText(e) } });
       } finally {
         removeDir(dir);
+      }
+    },
+  },
+  {
+    name: 'kafka-flood-memory',
+    group: 'kafka',
+    title: floodTitle('Kafka'),
+    run: async () => {
+      const o = floodOptions();
+      try {
+        const r = await withFlowmq((b) => runFloods('kafka', floodTarget(b, 'kafka'), o));
+        rows.push({ group: 'kafka', scenario: 'kafka-flood-memory', title: floodTitle('Kafka'), flowmq: `${floodCell(r)}; ${heapCell(r)}`, peer: '-', ratio: '-', data: { options: o, flowmq: r } });
+      } catch (e) {
+        rows.push({ group: 'kafka', scenario: 'kafka-flood-memory', title: floodTitle('Kafka'), flowmq: `error: ${errText(e)}`, peer: '-', ratio: '-', data: { options: o, error: errText(e) } });
       }
     },
   },
@@ -543,7 +624,8 @@ async function main(): Promise<void> {
   }
   const selected = select(args);
   const wantsIdle = selected.some((s) => s.name === 'mqtt-idle');
-  const needed = (wantsIdle ? CFG.idleConnections : 0) + CFG.fanoutSubscribers + 1000;
+  const wantsFlood = selected.some((s) => s.name.endsWith('-flood-memory'));
+  const needed = Math.max(wantsIdle ? CFG.idleConnections : 0, wantsFlood ? CFG.floodConnections : 0) + CFG.fanoutSubscribers + 1000;
   const child = reexecWithDescriptors(needed);
   if (child) {
     process.exitCode = await child;
@@ -553,6 +635,10 @@ async function main(): Promise<void> {
   if (wantsIdle && limit < needed) {
     CFG.idleConnections = Math.max(100, limit - CFG.fanoutSubscribers - 1000);
     console.log(`note: this process may open only ${limit} files; idle scenario reduced to ${CFG.idleConnections} connections`);
+  }
+  if (wantsFlood && limit < CFG.floodConnections + CFG.fanoutSubscribers + 1000) {
+    CFG.floodConnections = Math.max(100, limit - CFG.fanoutSubscribers - 1000);
+    console.log(`note: this process may open only ${limit} files; floods reduced to ${CFG.floodConnections} connections`);
   }
 
   let interrupted = false;

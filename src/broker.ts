@@ -8,8 +8,9 @@ import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import type { Config } from './config/index.js';
 import { Engine, FlowError, HISTOGRAM_BOUNDS_MS } from './core/index.js';
-import { PasswordGuard, loadUsersFile, passwordAuthenticator, saslProvider, startAdminApi, type AdminApi } from './control/index.js';
+import { FloodCollector, PasswordGuard, loadUsersFile, passwordAuthenticator, processMemory, saslProvider, startAdminApi, type AdminApi } from './control/index.js';
 import type { AdapterContext, ProtocolListener } from './protocols/types.js';
+import { connectionTotals } from './protocols/listener.js';
 import { createMqttHub, startMqttListener, startMqttTlsListener, startMqttWsListener, type MqttHub } from './protocols/mqtt/index.js';
 import { createKafkaAdapter, startKafkaListener } from './protocols/kafka/index.js';
 import { LogManager } from './storage/log/index.js';
@@ -107,7 +108,10 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
   /** Data-plane figures the admin API reports (filled in as listeners start). */
   const figures: Record<string, () => unknown> = {};
   let mqttHub: MqttHub | null = null;
+  // What a flood of connections leaves behind is given back once it has gone (see src/control/memory.ts).
+  const collector = new FloodCollector({ totals: connectionTotals, logger: logger.child({ component: 'memory' }) });
   const closeAll = async () => {
+    collector.stop();
     await Promise.allSettled([...listeners.values()].map((l) => l.close()));
     // After the listeners: their connections hand unacknowledged messages back to the sessions first.
     mqttHub?.close();
@@ -202,6 +206,7 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
         ...(guard ? { auth: { ...guard.stats, verifier: guard.verifier.stats, queued: guard.verifier.queued, tracked: guard.throttle.size } } : {}),
         storage: { metastore: metastore.kind, objects: objects.kind, walBytes: wal.size(), log: log.stats, batchMemory: log.memoryStats, disk: space.figures() },
         ...Object.fromEntries(Object.entries(figures).map(([k, f]) => [k, f()])),
+        process: { ...processMemory(), floodCollector: collector.stats() },
       }),
     });
     logger.info({ protocol: 'http', address: fmt(admin.address()), auth: admin.auth }, 'listening (admin API)');
@@ -211,6 +216,7 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
         'the admin API is unauthenticated and bound to a non-loopback address: anyone who can reach it can delete streams; set --users-file or --http-host 127.0.0.1',
       );
     }
+    collector.start();
   } catch (err) {
     await closeAll();
     await guard?.close();

@@ -1,4 +1,5 @@
 export { startAdminApi, streamView, type AdminApi, type AdminApiOptions, type StorageOps } from './admin-api.js';
+export { FloodCollector, processMemory, type FloodCollectorOptions, type FloodCollectorStats, type ProcessMemory } from './memory.js';
 export {
   DEFAULT_SCRAM_ITERATIONS,
   DUMMY_PASSWORD_HASH,

@@ -23,6 +23,12 @@ export function listenOn(server: Server, listen: ListenOptions, onError: (err: E
   });
 }
 
+/**
+ * Connections accepted and closed by every listener of this process since it started (the garbage a closed
+ * connection leaves is process-wide too: see FloodCollector in src/control/memory.ts).
+ */
+export const connectionTotals = { opened: 0, closed: 0 };
+
 /** The open connections of a listener; each leaves the set when its `closed` promise settles. */
 export class ConnectionSet<C extends { readonly closed: Promise<void> }> implements Iterable<C> {
   private readonly set = new Set<C>();
@@ -30,7 +36,11 @@ export class ConnectionSet<C extends { readonly closed: Promise<void> }> impleme
 
   add(conn: C): C {
     this.set.add(conn);
-    void conn.closed.then(() => this.set.delete(conn));
+    connectionTotals.opened++;
+    void conn.closed.then(() => {
+      this.set.delete(conn);
+      connectionTotals.closed++;
+    });
     return conn;
   }
 
