@@ -41,6 +41,7 @@ describe('a wrong-password flood does not starve storage', () => {
     dir = mkdtempSync(join(tmpdir(), 'flowmq-flood-'));
     writeFileSync(join(dir, 'users.yaml'), '- username: alice\n  password: right-one\n- username: bob\n  password: builder\n');
     broker = await FlowmqProcess.start({ args: ['--users-file', join(dir, 'users.yaml')] });
+    broker.credentials = { username: 'alice', password: 'right-one' };
   });
   after(async () => {
     await broker?.stop();
