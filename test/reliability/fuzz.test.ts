@@ -75,6 +75,10 @@ describe('decompression allocates from the data, not from its length fields', ()
     assert.throws(() => checkLz4Frame(frame), /does not fit/);
     assert.throws(() => lz4Decompress(frame), /does not fit/);
     assert.equal(check('batch/lz4', Compression.Lz4, frame), null);
+    // An empty uncompressed block (size 0x80000000) does not end lz4js's loop: the blocks after it are checked.
+    const after = hex('04224d18 40 70 01 00000080 ffffff7f 41 00000000');
+    assert.throws(() => checkLz4Frame(after), /does not fit/);
+    assert.equal(check('batch/lz4', Compression.Lz4, after), null);
   });
 
   test('zstd: a declared content size of 2 GiB in a 20-byte frame is refused before allocating it', () => {
