@@ -271,7 +271,9 @@ export async function runFuzz(opts: FuzzOptions): Promise<TargetResult[]> {
       let lastChange = Date.now();
       const timer = setInterval(() => {
         const beats = Atomics.load(meta, 0);
-        if (beats !== lastBeat) {
+        // Until its first input the worker is loading (seeds, modules): not a hang, and no input to blame.
+        if (beats === 0) lastChange = Date.now();
+        else if (beats !== lastBeat) {
           lastBeat = beats;
           lastChange = Date.now();
         } else if (Date.now() - lastChange > hangMs) {
