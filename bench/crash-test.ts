@@ -24,5 +24,5 @@ const summary = await runCrashTest({
   log: values.quiet ? undefined : (l) => console.log(l),
 });
 console.log(formatSummary(summary));
-if (values.keep) console.log(`data directory kept: ${summary.dataDir}`);
+if (values.keep) console.log(`data directory kept: ${summary.dataDir} (broker log: ${summary.dataDir}.broker.log)`);
 process.exit(summary.ok ? 0 : 1);

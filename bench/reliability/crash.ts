@@ -276,7 +276,9 @@ export async function runCrashTest(opts: CrashOptions): Promise<CrashSummary> {
   const startupKillShare = opts.startupKillShare ?? 0.1;
   const started = Date.now();
   const dataDir = mkdtempSync(join(tmpdir(), 'flowmq-crash-'));
-  const logFile = createWriteStream(join(dataDir, '..', `${dataDir.split('/').pop()}.broker.log`));
+  // The broker's log (all runs appended), beside the data directory and kept with it.
+  const logPath = `${dataDir}.broker.log`;
+  const logFile = createWriteStream(logPath);
   const ports: Ports = { mqtt: await freePort(), kafka: await freePort(), http: await freePort() };
   let broker = new Broker(dataDir, ports, logFile);
   await broker.ready(ports.http);
@@ -397,7 +399,10 @@ export async function runCrashTest(opts: CrashOptions): Promise<CrashSummary> {
     await kload.drain().catch(() => undefined);
     await broker.kill();
     logFile.end();
-    if (!opts.keep) rmSync(dataDir, { recursive: true, force: true });
+    if (!opts.keep) {
+      rmSync(dataDir, { recursive: true, force: true });
+      rmSync(logPath, { force: true });
+    }
   }
 }
 
