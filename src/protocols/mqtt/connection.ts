@@ -1006,8 +1006,9 @@ export class MqttConnection {
       throw new MqttProtocolError('receive maximum exceeded', '[MQTT-3.3.4-7]', undefined, ReasonCode.RECEIVE_MAXIMUM_EXCEEDED);
     }
     if (p.qos === 2 && this.session!.awaitingRel.has(p.packetId)) {
-      // Re-sent QoS 2 publish before PUBREL: acknowledge again, do not deliver twice (section 4.3.3).
-      this.queueAck('pubrec', p.packetId, null, 0);
+      // Re-sent QoS 2 publish before PUBREL: acknowledge again, do not deliver twice (section 4.3.3), once the
+      // first copy is durable.
+      this.queueAck('pubrec', p.packetId, this.session!.relNotDurable.get(p.packetId) ?? null, 0);
       return;
     }
     if (levels(topic) > this.opts.maxTopicLevels) {
@@ -1061,8 +1062,23 @@ export class MqttConnection {
       return;
     }
     if (p.qos === 2) {
-      this.session!.awaitingRel.add(p.packetId);
-      if (this.session!.persistent) this.hub.persist(this.session!);
+      const s = this.session!;
+      const id = p.packetId;
+      s.awaitingRel.add(id);
+      if (durable === null) {
+        if (s.persistent) this.hub.persist(s);
+      } else {
+        // Stored with the session only once the message is durable (see MqttSession.relNotDurable).
+        const stored = durable.then(() => {
+          if (s.relNotDurable.get(id) !== stored) return;
+          s.relNotDurable.delete(id);
+          if (s.persistent) this.hub.persist(s);
+        });
+        s.relNotDurable.set(id, stored);
+        stored.catch(() => {
+          if (s.relNotDurable.get(id) === stored) s.relNotDurable.delete(id);
+        });
+      }
     } else this.inQos1++;
     // QoS 1: PUBACK once every capturing stream has the message durably; QoS 2: PUBREC likewise.
     this.queueAck(p.qos === 1 ? 'puback' : 'pubrec', p.packetId, durable, 0);

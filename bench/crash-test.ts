@@ -1,0 +1,28 @@
+/**
+ * `npm run crash-test [-- --cycles N --seed S --up-ms MIN,MAX --keep]`: kill -9 cycles of a real bin/flowmq under
+ * idempotent Kafka acks=all and MQTT QoS 1/2 load; every acknowledged message must be found afterwards (see
+ * bench/reliability/crash.ts). Exits 1 when one is lost, or when an exactly-once message is duplicated.
+ */
+import { parseArgs } from 'node:util';
+import { formatSummary, runCrashTest } from './reliability/crash.js';
+
+const { values } = parseArgs({
+  options: {
+    cycles: { type: 'string', default: '100' },
+    seed: { type: 'string', default: '1' },
+    'up-ms': { type: 'string', default: '200,2000' },
+    keep: { type: 'boolean', default: false },
+    quiet: { type: 'boolean', default: false },
+  },
+});
+const [min, max] = values['up-ms'].split(',').map(Number);
+const summary = await runCrashTest({
+  cycles: Number(values.cycles),
+  seed: Number(values.seed),
+  upMs: [min, max],
+  keep: values.keep,
+  log: values.quiet ? undefined : (l) => console.log(l),
+});
+console.log(formatSummary(summary));
+if (values.keep) console.log(`data directory kept: ${summary.dataDir} (broker log: ${summary.dataDir}.broker.log)`);
+process.exit(summary.ok ? 0 : 1);

@@ -1,0 +1,318 @@
+/**
+ * The decoders `npm run fuzz` feeds, with their valid seed inputs, the one error type each may throw, and the
+ * largest single allocation each may legitimately make for an input of a given size.
+ *
+ * - mqtt/3.1.1 and mqtt/5.0: the MQTT packet parser (a stream of packets, as a connection feeds it).
+ * - kafka/<Api>: every Kafka request decoder the broker routes (src/protocols/kafka/routes.ts), seeded with a
+ *   request of that API at every version it supports.
+ * - record-batch: the produced `records` field as the Produce handler takes it apart (split, header, CRC,
+ *   validation) and as readers decode it; batch/<codec>: the same with a compressed body, for each codec the
+ *   broker decompresses (gzip, snappy raw and xerial, lz4, zstd).
+ *
+ * The WAL frame reader is not here: src/storage/wal/frame.ts has no decoder of its own, and the frame scan in
+ * partition-wal.ts reads files it wrote itself (CRC-checked), not client bytes.
+ */
+import './alloc-guard.js';
+import { execFileSync } from 'node:child_process';
+import snappy from 'snappyjs';
+import lz4 from 'lz4js';
+import { gzipSync } from 'node:zlib';
+import { Compression, FlowError, crc32c, decodeBatch, encodeBatch, readBatchInfo, splitBatches } from '../../src/core/index.js';
+import '../../src/protocols/kafka/compression.js';
+import { batchProblem } from '../../src/protocols/kafka/validate.js';
+import {
+  ApiVersionsApi,
+  FetchApi,
+  KafkaProtocolError,
+  ListOffsetsApi,
+  MetadataApi,
+  ProduceApi,
+  ZERO_UUID,
+  decodeRequest,
+  encodeRequest,
+  type AnyApiCodec,
+} from '../../src/protocols/kafka/codec/index.js';
+import { KAFKA_ROUTES } from '../../src/protocols/kafka/routes.js';
+import {
+  INCOMPLETE,
+  MqttProtocolError,
+  encodePacket,
+  parsePacket,
+  type MqttPacket,
+  type ProtocolLevel,
+} from '../../src/protocols/mqtt/codec/index.js';
+import { API_SAMPLES } from '../../test/protocols/kafka/samples.js';
+
+export interface FuzzTarget {
+  name: string;
+  /** Valid inputs the mutations start from. */
+  seeds: Buffer[];
+  /** Decodes one input completely; throws what the decoder throws. */
+  decode(input: Buffer): void;
+  /** The decoder's own error type: anything else thrown is a failure. */
+  isOwnError(e: unknown): boolean;
+  /** Largest single allocation allowed while decoding an input of `n` bytes. */
+  allocLimit(n: number): number;
+  /**
+   * Record-batch targets: makes a mutated batch well-formed enough to get past the header and CRC checks
+   * (a hostile client computes CRCs too), so that the record and decompression decoders behind them are reached.
+   */
+  reframe?: boolean;
+}
+
+/** What a protocol decoder may allocate besides views: small structures, never more than a few times its input. */
+const protocolLimit = (n: number): number => 4 * n + 4096;
+
+// ---------------------------------------------------------------------------------------------------------- MQTT
+
+const b = (s: string): Buffer => Buffer.from(s);
+
+function mqttPackets(level: ProtocolLevel): MqttPacket[] {
+  const v5 = level === 5;
+  const props = v5
+    ? {
+        userProperties: [['k', 'v']] as Array<[string, string]>,
+        contentType: 'text/plain',
+        correlationData: b('corr'),
+        messageExpiryInterval: 60,
+        responseTopic: 'r/t',
+      }
+    : undefined;
+  const name = level === 3 ? 'MQIsdp' : 'MQTT';
+  const packets: MqttPacket[] = [
+    {
+      type: 'connect',
+      protocolName: name,
+      protocolLevel: level,
+      cleanSession: false,
+      keepalive: 30,
+      clientId: 'fuzz-client',
+      will: { topic: 'w/t', payload: b('gone'), qos: 1, retain: true, ...(v5 ? { properties: { willDelayInterval: 5, contentType: 'x' } } : {}) },
+      username: 'user',
+      password: b('secret'),
+      ...(v5 ? { properties: { sessionExpiryInterval: 3600, receiveMaximum: 10, maximumPacketSize: 65536, topicAliasMaximum: 4, authenticationMethod: 'SCRAM', authenticationData: b('abc') } } : {}),
+    },
+    { type: 'connect', protocolName: name, protocolLevel: level, cleanSession: true, keepalive: 0, clientId: '', will: null, username: null, password: null },
+    { type: 'publish', dup: false, qos: 0, retain: false, topic: 'a/b', packetId: 0, payload: b('hello') },
+    { type: 'publish', dup: true, qos: 1, retain: true, topic: 'sensors/ü/temp', packetId: 7, payload: Buffer.alloc(40, 0x61), ...(props ? { properties: props } : {}) },
+    { type: 'publish', dup: false, qos: 2, retain: false, topic: 'x', packetId: 65535, payload: Buffer.alloc(0), ...(v5 ? { properties: { topicAlias: 3, subscriptionIdentifiers: [1, 268435455] } } : {}) },
+    { type: 'puback', packetId: 1, ...(v5 ? { reasonCode: 0x10, properties: { reasonString: 'none' } } : {}) },
+    { type: 'pubrec', packetId: 2 },
+    { type: 'pubrel', packetId: 3, ...(v5 ? { reasonCode: 0x92 } : {}) },
+    { type: 'pubcomp', packetId: 4 },
+    {
+      type: 'subscribe',
+      packetId: 10,
+      subscriptions: [
+        { filter: 'a/+/c', qos: 1, ...(v5 ? { noLocal: true, retainAsPublished: true, retainHandling: 2 as const } : {}) },
+        { filter: '#', qos: 2 },
+        { filter: '$share/g/s/#', qos: 0 },
+      ],
+      ...(v5 ? { properties: { subscriptionIdentifiers: [42], userProperties: [['a', 'b']] as Array<[string, string]> } } : {}),
+    },
+    { type: 'unsubscribe', packetId: 11, filters: ['a/+/c', '#'] },
+    { type: 'pingreq' },
+    { type: 'disconnect', ...(v5 ? { reasonCode: 0x04, properties: { sessionExpiryInterval: 0, reasonString: 'bye' } } : {}) },
+  ];
+  if (v5) packets.push({ type: 'auth', reasonCode: 0x18, properties: { authenticationMethod: 'SCRAM', authenticationData: b('client-final') } });
+  return packets;
+}
+
+function mqttTarget(name: string, levels: ProtocolLevel[]): FuzzTarget {
+  const seeds: Buffer[] = [];
+  for (const level of levels) {
+    const frames = mqttPackets(level).map((p) => encodePacket(p, level));
+    seeds.push(...frames);
+    // A connection's stream: CONNECT then several packets back to back.
+    seeds.push(Buffer.concat(frames.slice(1)));
+  }
+  return {
+    name,
+    seeds,
+    decode(input) {
+      // A stream, as a connection parses it: the first byte (of the seed or the mutation) picks the level among
+      // those of this target, and the largest packet size is the protocol's own maximum, so that the length
+      // field is never refused by configuration before the parser has to cope with it.
+      const level = levels[input.length > 0 ? input[input.length - 1] % levels.length : 0];
+      let off = 0;
+      for (let guard = 0; guard <= input.length; guard++) {
+        const r = parsePacket(input, off, undefined, level);
+        if (r === INCOMPLETE) return;
+        if (r.bytesConsumed <= 0 || off + r.bytesConsumed > input.length) {
+          throw new Error(`parser consumed ${r.bytesConsumed} bytes at ${off} of ${input.length}`);
+        }
+        off += r.bytesConsumed;
+      }
+      throw new Error('parser made no progress');
+    },
+    isOwnError: (e) => e instanceof MqttProtocolError,
+    allocLimit: protocolLimit,
+  };
+}
+
+// --------------------------------------------------------------------------------------------------------- Kafka
+
+const BATCH = encodeBatch([
+  { key: b('k'), value: b('v'), headers: [{ key: 'h', value: b('x') }], timestamp: 1700000000000 },
+  { key: null, value: b('second'), headers: [], timestamp: 1700000000001 },
+]);
+
+/** A request body for the APIs that samples.ts (the admin and group APIs) does not cover. */
+const EXTRA_REQUESTS: Array<{ codec: AnyApiCodec; body: unknown }> = [
+  { codec: ApiVersionsApi, body: { clientSoftwareName: 'flowmq-fuzz', clientSoftwareVersion: '1.0' } },
+  {
+    codec: MetadataApi,
+    body: { topics: [{ topicId: ZERO_UUID, name: 'a.b' }, { topicId: ZERO_UUID, name: 'ü' }], allowAutoTopicCreation: true, includeClusterAuthorizedOperations: true, includeTopicAuthorizedOperations: true },
+  },
+  {
+    codec: ProduceApi,
+    body: {
+      transactionalId: null,
+      acks: -1,
+      timeoutMs: 1000,
+      topics: [
+        { name: 't1', partitions: [{ index: 0, records: BATCH }, { index: 1, records: null }] },
+        { name: 't2', partitions: [{ index: 5, records: Buffer.concat([BATCH, BATCH]) }] },
+      ],
+    },
+  },
+  {
+    codec: FetchApi,
+    body: {
+      replicaId: -1,
+      maxWaitMs: 500,
+      minBytes: 1,
+      maxBytes: 1 << 20,
+      isolationLevel: 1,
+      sessionId: 0,
+      sessionEpoch: 0,
+      topics: [{ topic: 't', partitions: [{ partition: 0, currentLeaderEpoch: 3, fetchOffset: 2 ** 40, lastFetchedEpoch: 2, logStartOffset: 0, partitionMaxBytes: 1000 }] }],
+      forgottenTopics: [{ topic: 'old', partitions: [1, 2] }],
+      rackId: 'rack-a',
+      clusterId: 'c1',
+    },
+  },
+  {
+    codec: ListOffsetsApi,
+    body: { replicaId: -1, isolationLevel: 1, topics: [{ name: 't', partitions: [{ partitionIndex: 0, currentLeaderEpoch: 0, timestamp: -1 }] }] },
+  },
+];
+
+function kafkaTargets(): FuzzTarget[] {
+  const bodies = [...EXTRA_REQUESTS, ...API_SAMPLES.map((s) => ({ codec: s.codec, body: s.request }))];
+  return KAFKA_ROUTES.map((route) => {
+    const codec = route.codec;
+    const seeds: Buffer[] = [];
+    let corr = 1;
+    for (const s of bodies.filter((x) => x.codec === codec)) {
+      for (let v = codec.minVersion; v <= codec.maxVersion; v++) {
+        seeds.push(encodeRequest(codec, { apiVersion: v, correlationId: corr++, clientId: corr % 2 ? 'fuzz' : null }, s.body));
+      }
+    }
+    if (seeds.length === 0) throw new Error(`no fuzz seed for ${codec.name}: add a request to samples.ts`);
+    return {
+      name: `kafka/${codec.name}`,
+      seeds,
+      decode(input: Buffer) {
+        decodeRequest(input);
+      },
+      isOwnError: (e: unknown) => e instanceof KafkaProtocolError,
+      allocLimit: protocolLimit,
+    };
+  });
+}
+
+// -------------------------------------------------------------------------------------------------- record batches
+
+const RECORDS = [
+  { key: b('key-1'), value: b('a value that compresses a value that compresses a value'), headers: [{ key: 'flowmq.topic', value: b('a/b') }], timestamp: 1700000000000 },
+  { key: null, value: null, headers: [], timestamp: 1700000000005 },
+  { key: b(''), value: Buffer.alloc(300, 0x41), headers: [{ key: 'h1', value: null }, { key: 'h2', value: b('v2') }], timestamp: 1700000000009 },
+];
+
+/** The batch `batch` with its body replaced by `body` and its compression bits set to `codec`; length and CRC fixed. */
+export function withBody(batch: Buffer, body: Buffer, codec: number): Buffer {
+  const out = Buffer.concat([batch.subarray(0, 61), body]);
+  out.writeInt32BE(out.length - 12, 8);
+  out.writeInt16BE((out.readInt16BE(21) & ~0x07) | codec, 21);
+  out.writeUInt32BE(crc32c(out, 21, out.length), 17);
+  return out;
+}
+
+/** Sets a batch's length field to its size and recomputes its CRC (what a hostile client can always do). */
+export function reframe(batch: Buffer): Buffer {
+  if (batch.length < 61) return batch;
+  const out = Buffer.from(batch);
+  out.writeInt32BE(out.length - 12, 8);
+  out.writeUInt32BE(crc32c(out, 21, out.length), 17);
+  return out;
+}
+
+const u8 = (x: Uint8Array): Buffer => Buffer.from(x.buffer, x.byteOffset, x.byteLength);
+
+function xerialSnappy(body: Buffer): Buffer {
+  const block = u8(snappy.compress(body));
+  const head = Buffer.from([0x82, 0x53, 0x4e, 0x41, 0x50, 0x50, 0x59, 0x00, 0, 0, 0, 1, 0, 0, 0, 1]);
+  const len = Buffer.alloc(4);
+  len.writeInt32BE(block.length);
+  return Buffer.concat([head, len, block]);
+}
+
+/** zstd frames from the zstd command (fzstd only decompresses); none when it is not installed. */
+function zstdFrames(body: Buffer): Buffer[] {
+  const out: Buffer[] = [];
+  for (const args of [['-q', '-c'], ['-q', '-c', '--no-check', '-19']]) {
+    try {
+      out.push(execFileSync('zstd', args, { input: body }));
+    } catch {
+      // no zstd command: the zstd target still gets mutated headers of the other seeds and random bytes
+    }
+  }
+  return out;
+}
+
+/** What the broker does with a produced `records` field, then what readers do with each stored batch. */
+function decodeRecords(input: Buffer): void {
+  for (const batch of splitBatches(input)) {
+    const info = readBatchInfo(batch);
+    batchProblem(batch, info);
+    decodeBatch(batch);
+  }
+}
+
+const isCorruptData = (e: unknown): boolean => e instanceof FlowError && e.code === 'CORRUPT_DATA';
+
+function batchTargets(): FuzzTarget[] {
+  const plain = RECORDS.map((_, i) => encodeBatch(RECORDS.slice(0, i + 1)));
+  const bodies = plain.map((p) => p.subarray(61));
+  const compressed = (codec: number, f: (body: Buffer) => Buffer[]): Buffer[] =>
+    plain.flatMap((p, i) => f(bodies[i]).map((body) => withBody(p, body, codec)));
+  // Largest output each format can produce per input byte (what its decoder may legitimately allocate):
+  // deflate 1032:1; snappy 64 bytes from a 3-byte copy; lz4 255 bytes per match-length byte; zstd 128 KiB from
+  // a 4-byte RLE block (and fzstd allocates a window of up to twice that).
+  const ratio = (r: number, floor = 0) => (n: number) => Math.max(floor, r * n) + 64 * 1024;
+  const targets: Array<[string, Buffer[], (n: number) => number]> = [
+    // Mutated attributes reach the decompressors too: zlib's fixed 16 KiB output chunk is allowed.
+    ['record-batch', [...plain, Buffer.concat(plain)], (n) => protocolLimit(n) + 64 * 1024],
+    ['batch/gzip', compressed(Compression.Gzip, (x) => [gzipSync(x)]), ratio(1032)],
+    ['batch/snappy', compressed(Compression.Snappy, (x) => [u8(snappy.compress(x)), xerialSnappy(x)]), ratio(22)],
+    ['batch/lz4', compressed(Compression.Lz4, (x) => [u8(lz4.compress(x))]), ratio(256)],
+    ['batch/zstd', compressed(Compression.Zstd, zstdFrames), ratio(65536)],
+  ];
+  return targets.map(([name, seeds, allocLimit]) => ({
+    name,
+    seeds: seeds.length > 0 ? seeds : plain,
+    decode: decodeRecords,
+    isOwnError: isCorruptData,
+    allocLimit,
+    reframe: true,
+  }));
+}
+
+let cached: FuzzTarget[] | undefined;
+
+/** Every fuzz target, in a fixed order. */
+export function fuzzTargets(): FuzzTarget[] {
+  cached ??= [mqttTarget('mqtt/3.1.1', [4, 3]), mqttTarget('mqtt/5.0', [5]), ...kafkaTargets(), ...batchTargets()];
+  return cached;
+}

@@ -1,0 +1,48 @@
+/**
+ * An inbound QoS 2 packet id goes into the stored session only once its message is durable. Stored before, a
+ * broker killed in between came back knowing the id but not the message: the client's re-sent PUBLISH was taken
+ * for a duplicate and the message, PUBCOMPed later, was lost (found by `npm run crash-test`).
+ */
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { MemorySessionStore } from '../../../src/core/index.js';
+import { encodePublishFrame } from '../../../src/protocols/mqtt/codec/index.js';
+import { GatedStreams, RawClient, startBroker, until } from './helpers.js';
+
+test('mqtt QoS 2: the packet id is stored with the session once the message is durable, not before', async () => {
+  const gated = new GatedStreams();
+  const sessions = new MemorySessionStore();
+  const b = await startBroker({}, gated, { sessions });
+  const stored = async (): Promise<{ rel: number[]; subs: Array<{ f: string }> } | null> => {
+    const rec = await sessions.getSession('q2-durable');
+    return rec ? (JSON.parse(rec.state) as { rel: number[]; subs: Array<{ f: string }> }) : null;
+  };
+  try {
+    await b.engine.createStream({ name: 'slow', partitions: 1, bindings: ['slow/#'] });
+    const c = await RawClient.connect(b.port, 'q2-durable', { cleanSession: false });
+    gated.hold = true;
+    c.send(encodePublishFrame('slow/1', Buffer.from('a'), 2, false, false, 7));
+    await until(() => gated.held === 1, 'the held append');
+    // A marker that stores the session again while the message is not durable: a SUBSCRIBE.
+    c.send({ type: 'subscribe', packetId: 8, subscriptions: [{ filter: 'marker/#', qos: 1 }] });
+    await c.next('suback');
+    let s = await stored();
+    for (let i = 0; i < 200 && !s?.subs.some((x) => x.f === 'marker/#'); i++) {
+      await new Promise((r) => setTimeout(r, 10));
+      s = await stored();
+    }
+    assert.ok(s?.subs.some((x) => x.f === 'marker/#'), 'the session was stored after the SUBSCRIBE');
+    assert.deepEqual(s?.rel, [], 'the id of a message that is not durable yet is not stored');
+    assert.deepEqual(c.packets.filter((p) => p.type === 'pubrec'), [], 'no PUBREC before the message is durable');
+    gated.release();
+    assert.equal((await c.next('pubrec')).packetId, 7);
+    for (let i = 0; i < 200 && !(s?.rel.includes(7) ?? false); i++) {
+      await new Promise((r) => setTimeout(r, 10));
+      s = await stored();
+    }
+    assert.deepEqual(s?.rel, [7], 'stored once durable: a re-sent PUBLISH after a restart is a duplicate');
+    c.destroy();
+  } finally {
+    await b.close();
+  }
+});
