@@ -131,6 +131,8 @@ export class PasswordVerifier {
       if (!slot) return;
       const job = this.queue.shift()!;
       slot.job = job;
+      // A thread keeps the process alive only while it computes (an idle one must not hold up exit).
+      slot.worker.ref();
       slot.worker.postMessage({ id: job.id, password: job.password, salt: job.salt } satisfies WorkerRequest);
     }
   }
@@ -138,7 +140,6 @@ export class PasswordVerifier {
   private startWorker(): Slot {
     const init: WorkerInit = { nice: this.nice, ...this.cost, keylen: SCRYPT_KEYLEN };
     const worker = new Worker(new URL('./password-worker.js', import.meta.url), { workerData: init });
-    worker.unref();
     this.stats.workersStarted++;
     const slot: Slot = { worker, job: null };
     worker.on('message', (m: WorkerReply | { ready: true; niceApplied: boolean }) => {
@@ -149,6 +150,7 @@ export class PasswordVerifier {
       const job = slot.job;
       if (!job || job.id !== m.id) return;
       slot.job = null;
+      slot.worker.unref();
       this.stats.checked++;
       const hash = Buffer.from(m.hash);
       job.resolve(hash.length === job.expected.length && timingSafeEqual(hash, job.expected) ? 'ok' : 'bad');
@@ -165,6 +167,8 @@ export class PasswordVerifier {
     };
     worker.on('error', fail);
     worker.on('exit', (code) => fail(new Error(`password worker exited (${code})`)));
+    // Idle until pump() gives it a job; after the listeners, since adding a 'message' listener refs it again.
+    worker.unref();
     this.slots.push(slot);
     return slot;
   }

@@ -255,8 +255,18 @@ export function encodeBatch(records: RecordInput[], compression: Compression = C
   return out;
 }
 
+/**
+ * Largest decompressed batch body accepted, by every codec: a small compressed batch must not make the broker
+ * allocate gigabytes (a "decompression bomb"). Kafka's own bound is the segment size; 256 MiB is well above any
+ * batch a client sends (message.max.bytes defaults to 1 MiB).
+ */
+export const MAX_DECOMPRESSED_BYTES = 256 * 1024 * 1024;
+
 /** Decompressors by codec id; protocol adapters may register more (snappy, lz4, zstd). */
-const decompressors = new Map<number, (b: Buffer) => Buffer>([[Compression.Gzip, (b) => gunzipSync(b)]]);
+const decompressors = new Map<number, (b: Buffer) => Buffer>([
+  // zlib stops (RangeError) once the output would pass the bound, instead of inflating a bomb to its end.
+  [Compression.Gzip, (b) => gunzipSync(b, { maxOutputLength: MAX_DECOMPRESSED_BYTES })],
+]);
 
 export function registerDecompressor(codec: number, fn: (b: Buffer) => Buffer): void {
   decompressors.set(codec, fn);

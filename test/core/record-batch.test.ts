@@ -17,6 +17,7 @@ import {
   verifyBatchCrc,
   makeMessage,
   Compression,
+  MAX_DECOMPRESSED_BYTES,
 } from '../../src/core/index.js';
 
 describe('crc32c', () => {
@@ -88,6 +89,20 @@ describe('record batch v2', () => {
     assert.equal(readBatchInfo(b).compression, Compression.Gzip);
     assert.deepEqual(decodeBatch(b).map((r) => r.value?.toString() ?? null), ['v1', 'v2', null]);
     assert.ok(gzipSync);
+  });
+  it('refuses a gzip bomb once its output passes MAX_DECOMPRESSED_BYTES, without inflating it all', () => {
+    // 300 gzip members of 1 MiB of zeros each: ~300 KB that inflate to 300 MiB.
+    const member = gzipSync(Buffer.alloc(1024 * 1024), { level: 9 });
+    const bomb = Buffer.concat(Array.from({ length: 300 }, () => member));
+    const head = Buffer.from(encodeBatch(recs, Compression.Gzip).subarray(0, BATCH_HEADER_SIZE));
+    head.writeInt32BE(BATCH_HEADER_SIZE + bomb.length - 12, 8); // batch length: everything after itself
+    const batch = Buffer.concat([head, bomb]);
+    assert.ok(MAX_DECOMPRESSED_BYTES < 300 * 1024 * 1024);
+    assert.throws(
+      () => decodeBatch(batch),
+      (e: Error & { code?: string; cause?: { code?: string } }) =>
+        e.code === 'CORRUPT_DATA' && e.message === 'record batch does not decompress' && e.cause?.code === 'ERR_BUFFER_TOO_LARGE',
+    );
   });
   it('splits concatenated batches and rejects corruption', () => {
     const a = encodeBatch([recs[0]]);

@@ -12,14 +12,9 @@
 import snappy from 'snappyjs';
 import lz4 from 'lz4js';
 import { decompress as zstdDecompress } from 'fzstd';
-import { Compression, registerDecompressor } from '../../core/index.js';
+import { Compression, MAX_DECOMPRESSED_BYTES, registerDecompressor } from '../../core/index.js';
 
-/**
- * Largest decompressed batch body accepted: a small compressed batch must not make the broker allocate
- * gigabytes (a "decompression bomb"). Kafka's own bound is the segment size; 256 MiB is well above any
- * batch a client sends (message.max.bytes defaults to 1 MiB).
- */
-export const MAX_DECOMPRESSED_BYTES = 256 * 1024 * 1024;
+export { MAX_DECOMPRESSED_BYTES };
 
 const asBuffer = (u: Uint8Array): Buffer => Buffer.from(u.buffer, u.byteOffset, u.byteLength);
 

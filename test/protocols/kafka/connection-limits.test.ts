@@ -89,9 +89,14 @@ async function setup(opts: KafkaOptions = {}, sasl = false): Promise<Setup> {
   const log = captureLogger();
   const ctx = { engine, logger: log.logger, brokerId: 1 };
   const users = sasl ? await MemoryUserStore.fromPasswords([{ username: 'alice', password: 'wonderland' }]) : null;
-  const adapter = createKafkaAdapter(ctx, { ...opts, ...(users ? { sasl: saslProvider(new PasswordGuard(users), ['PLAIN']) } : {}) });
+  const guard = users ? new PasswordGuard(users) : null;
+  const adapter = createKafkaAdapter(ctx, { ...opts, ...(guard ? { sasl: saslProvider(guard, ['PLAIN']) } : {}) });
   const listener = await startKafkaListener(ctx, { host: '127.0.0.1', port: 0, sasl }, {}, {}, adapter);
-  return { engine, adapter, listener, port: listener.address().port, log, close: () => listener.close() };
+  const close = async () => {
+    await listener.close();
+    await guard?.close();
+  };
+  return { engine, adapter, listener, port: listener.address().port, log, close };
 }
 
 async function authenticate(c: RawClient): Promise<void> {
@@ -268,7 +273,8 @@ describe('kafka connection limits', () => {
     const log = captureLogger();
     const ctx = { engine, logger: log.logger, brokerId: 1 };
     const users = await MemoryUserStore.fromPasswords([{ username: 'alice', password: 'wonderland' }]);
-    const adapter = createKafkaAdapter(ctx, { sasl: saslProvider(new PasswordGuard(users), ['PLAIN']), saslMaxReceiveBytes: 1024 });
+    const guard = new PasswordGuard(users);
+    const adapter = createKafkaAdapter(ctx, { sasl: saslProvider(guard, ['PLAIN']), saslMaxReceiveBytes: 1024 });
     const listener = await startKafkaListener(ctx, { host: '127.0.0.1', port: 0 }, {}, {}, adapter);
     try {
       const plain = await RawClient.connect(listener.address().port);
@@ -282,6 +288,7 @@ describe('kafka connection limits', () => {
       assert.equal(log.entries('request too large before SASL authentication').length, 1);
     } finally {
       await listener.close();
+      await guard.close();
     }
   });
 
