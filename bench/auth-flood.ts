@@ -15,6 +15,7 @@ import { connect, type Socket } from 'node:net';
 import { encodeBatch } from '../src/core/record-batch.js';
 import { frame, kstr, KafkaConn, produceError, produceHead } from './kafka.js';
 import { HOST, nowS, percentiles, sleep, type Percentiles } from './util.js';
+import { mqttString, packet } from './mqtt.js';
 
 export type FloodOutcome = 'refused' | 'busy' | 'closed' | 'accepted' | 'error';
 
@@ -32,27 +33,10 @@ export interface FloodOptions {
   refusedBudget?: number;
 }
 
-function mqttString(s: string): Buffer {
-  const b = Buffer.from(s, 'utf8');
-  const out = Buffer.alloc(2 + b.length);
-  out.writeUInt16BE(b.length, 0);
-  b.copy(out, 2);
-  return out;
-}
-
 /** MQTT 3.1.1 CONNECT with clean session, username and password (section 3.1). */
 export function mqttConnectPacket(clientId: string, username: string, password: string): Buffer {
   const variable = Buffer.concat([mqttString('MQTT'), Buffer.from([4, 0xc2, 0, 60])]);
-  const body = Buffer.concat([variable, mqttString(clientId), mqttString(username), mqttString(password)]);
-  const len: number[] = [];
-  let n = body.length;
-  do {
-    let b = n % 128;
-    n = Math.floor(n / 128);
-    if (n > 0) b |= 0x80;
-    len.push(b);
-  } while (n > 0);
-  return Buffer.concat([Buffer.from([0x10, ...len]), body]);
+  return packet(0x10, Buffer.concat([variable, mqttString(clientId), mqttString(username), mqttString(password)]));
 }
 
 /** SaslHandshake v1 (KIP-152): picks the mechanism; the token follows in SaslAuthenticate. */

@@ -14,6 +14,7 @@
  */
 import { connect, type Socket } from 'node:net';
 import { rssKiB } from './brokers.js';
+import { connectFrame, mqttString, remainingLength } from './mqtt.js';
 import { HOST, mapLimit, sleep } from './util.js';
 
 export interface FloodOptions {
@@ -69,30 +70,6 @@ export interface FloodResult {
 }
 
 // ------------------------------------------------------------------ frames
-
-function mqttString(s: string): Buffer {
-  const b = Buffer.from(s);
-  const l = Buffer.alloc(2);
-  l.writeUInt16BE(b.length);
-  return Buffer.concat([l, b]);
-}
-
-function remainingLength(n: number): Buffer {
-  const out: number[] = [];
-  do {
-    let b = n % 128;
-    n = Math.floor(n / 128);
-    if (n > 0) b |= 0x80;
-    out.push(b);
-  } while (n > 0);
-  return Buffer.from(out);
-}
-
-/** MQTT 3.1.1 CONNECT, clean session, keep-alive 0 (no keep-alive timeout on the broker's side). */
-function mqttConnectFrame(clientId: string): Buffer {
-  const body = Buffer.concat([mqttString('MQTT'), Buffer.from([4, 0x02, 0, 0]), mqttString(clientId)]);
-  return Buffer.concat([Buffer.from([0x10]), remainingLength(body.length), body]);
-}
 
 /** The first KiB of a QoS 0 PUBLISH that announces a 64 KiB body. */
 const HALF_PUBLISH = (() => {
@@ -180,7 +157,7 @@ async function openFlood(protocol: 'mqtt' | 'kafka', port: number, o: FloodOptio
     await mapLimit(o.connections, o.concurrency, async (i) => {
       const s =
         protocol === 'mqtt'
-          ? await handshake(port, mqttConnectFrame(`flood-${tag}-${i}`), connackOk)
+          ? await handshake(port, connectFrame(`flood-${tag}-${i}`, 0), connackOk)
           : await handshake(port, api, kafkaAnswered);
       sockets.push(s);
       if (everyHalf > 0 && i % everyHalf === 0) {

@@ -20,7 +20,8 @@ import { HOST, mapLimit, nowS, settle, sleep } from './util.js';
 
 // ------------------------------------------------------------------ frames
 
-function remainingLength(n: number): Buffer {
+/** MQTT's variable-length Remaining Length (section 2.2.3). */
+export function remainingLength(n: number): Buffer {
   const out: number[] = [];
   do {
     let b = n % 128;
@@ -31,26 +32,27 @@ function remainingLength(n: number): Buffer {
   return Buffer.from(out);
 }
 
-function str(s: string): Buffer {
+/** A length-prefixed UTF-8 string (section 1.5.3). */
+export function mqttString(s: string): Buffer {
   const b = Buffer.from(s);
   const l = Buffer.alloc(2);
   l.writeUInt16BE(b.length);
   return Buffer.concat([l, b]);
 }
 
-function packet(first: number, body: Buffer): Buffer {
+export function packet(first: number, body: Buffer): Buffer {
   return Buffer.concat([Buffer.from([first]), remainingLength(body.length), body]);
 }
 
 /** CONNECT, protocol level 4, clean session. */
 export function connectFrame(clientId: string, keepAliveS = 60): Buffer {
-  return packet(0x10, Buffer.concat([str('MQTT'), Buffer.from([4, 0x02, keepAliveS >> 8, keepAliveS & 0xff]), str(clientId)]));
+  return packet(0x10, Buffer.concat([mqttString('MQTT'), Buffer.from([4, 0x02, keepAliveS >> 8, keepAliveS & 0xff]), mqttString(clientId)]));
 }
 
 export function subscribeFrame(filter: string, qos: number, id = 1): Buffer {
   const pid = Buffer.alloc(2);
   pid.writeUInt16BE(id);
-  return packet(0x82, Buffer.concat([pid, str(filter), Buffer.from([qos])]));
+  return packet(0x82, Buffer.concat([pid, mqttString(filter), Buffer.from([qos])]));
 }
 
 const DISCONNECT = Buffer.from([0xe0, 0x00]);
@@ -68,7 +70,7 @@ export function publishTemplate(topic: string, publisher: number, payloadBytes: 
   const payload = Buffer.alloc(Math.max(8, payloadBytes), 0x61);
   payload.writeUInt32BE(publisher, 0);
   payload.writeUInt32BE(0, 4);
-  const t = str(topic);
+  const t = mqttString(topic);
   const body = Buffer.concat([t, qos ? Buffer.from([0, 1]) : Buffer.alloc(0), payload]);
   const frame = packet(0x30 | (qos << 1), body);
   const headerLen = frame.length - body.length;
