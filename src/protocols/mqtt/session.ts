@@ -819,7 +819,8 @@ export class MqttHub {
 
   private storeFailed(op: string, err: unknown): void {
     if (this.closed) return;
-    this.ctx.logger.error({ op, err: err instanceof Error ? err.message : String(err) }, 'mqtt session store operation failed');
+    // Rate limited: a full disk fails every write of every session, and publishers (clients) drive them.
+    this.logLimit.log('error', `mqtt session store failed|${op}`, { op, err: err instanceof Error ? err.message : String(err) }, 'mqtt session store operation failed');
   }
 
   /** Stops the tick; flushes offline queues. Connections must have been closed by their listeners. */

@@ -165,7 +165,7 @@ export function handleProduce(
       // by closing the connection, which makes the producer refresh its metadata and reconnect.
       const failed = results.flat().find((r) => r.res.errorCode !== KafkaErrorCode.NONE);
       if (failed) {
-        ctx.conn.log.info({ errorCode: failed.res.errorCode, partition: failed.res.index }, 'acks=0 produce failed: closing connection');
+        ctx.conn.limitedLog('info', { errorCode: failed.res.errorCode, partition: failed.res.index }, 'acks=0 produce failed: closing connection');
         return CLOSE_CONNECTION;
       }
       // The request still counts as unanswered until its data is stored (acknowledged, as far as the log is
