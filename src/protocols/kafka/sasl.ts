@@ -119,7 +119,8 @@ export function handleSaslHandshake(ctx: RequestContext, req: SaslHandshakeReque
   const mechanisms = sasl ? [...sasl.mechanisms] : [];
   const err = ctx.conn.sasl.handshake(sasl, req.mechanism, ctx.header.apiVersion, ctx.conn.remoteAddress);
   if (err === null) return { errorCode: KafkaErrorCode.NONE, mechanisms };
-  ctx.conn.log.warn(
+  ctx.conn.limitedLog(
+    'warn',
     { mechanism: req.mechanism, errorCode: err },
     err === KafkaErrorCode.UNSUPPORTED_SASL_MECHANISM ? 'SASL mechanism not offered: closing connection' : 'SaslHandshake in the wrong state: closing connection',
   );
@@ -130,7 +131,7 @@ export async function handleSaslAuthenticate(ctx: RequestContext, req: SaslAuthe
   const { conn } = ctx;
   const r = await conn.sasl.step(req.authBytes);
   if (r === 'illegal') {
-    conn.log.warn('SaslAuthenticate without a pending SASL exchange: closing connection');
+    conn.limitedLog('warn', {}, 'SaslAuthenticate without a pending SASL exchange: closing connection');
     return thenClose({
       errorCode: KafkaErrorCode.ILLEGAL_SASL_STATE,
       errorMessage: 'unexpected SaslAuthenticate request',
@@ -160,7 +161,7 @@ export async function handleSaslAuthenticate(ctx: RequestContext, req: SaslAuthe
 export async function stepRawToken(ctx: Pick<RequestContext, 'conn' | 'adapter'>, token: Buffer): Promise<Buffer | null> {
   const r = await ctx.conn.sasl.step(token);
   if (r === 'illegal') {
-    ctx.conn.log.warn('raw SASL token out of sequence: closing connection');
+    ctx.conn.limitedLog('warn', {}, 'raw SASL token out of sequence: closing connection');
     return null;
   }
   if (r.state === 'failed') {

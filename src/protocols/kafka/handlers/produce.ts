@@ -74,7 +74,7 @@ function append(ctx: RequestContext, stream: StreamEntry, p: ProducePartitionDat
     batches = splitBatches(p.records);
   } catch (err) {
     const message = err instanceof Error ? err.message : String(err);
-    ctx.conn.log.warn({ topic: name, partition: p.index, reason: message }, 'produce refused: corrupt record batch');
+    ctx.conn.limitedLog('warn', { topic: name, partition: p.index, reason: message }, 'produce refused: corrupt record batch');
     fail(r, KafkaErrorCode.CORRUPT_MESSAGE, message);
     return;
   }
@@ -86,7 +86,7 @@ function append(ctx: RequestContext, stream: StreamEntry, p: ProducePartitionDat
     }
     const problem = batchProblem(batches[i], info);
     if (problem !== null) {
-      ctx.conn.log.warn({ topic: name, partition: p.index, reason: problem }, 'produce refused: invalid record batch');
+      ctx.conn.limitedLog('warn', { topic: name, partition: p.index, reason: problem }, 'produce refused: invalid record batch');
       // record_errors (KIP-467) name individual records; these problems concern the whole batch, so only the
       // error message carries them, as in Kafka.
       fail(r, KafkaErrorCode.CORRUPT_MESSAGE, `batch ${i}: ${problem}`);
