@@ -113,10 +113,28 @@ async function started(p: ChildProcess, ports: number[], log: string, what: stri
   }
 }
 
-/** Starts `bin/flowmq start` on free loopback ports with a fresh data directory (warn-level logs to a file). */
+/**
+ * Starts `bin/flowmq start` on free loopback ports with a fresh data directory (warn-level logs to a file). A port
+ * found free can be taken by another socket before the broker binds it (freePort closes its probe first): a start
+ * that fails with EADDRINUSE is tried again on other ports, at most twice, and says so.
+ */
 export async function startFlowmq(extraArgs: readonly string[] = []): Promise<Broker> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startFlowmqOnce(extraArgs);
+    } catch (err) {
+      if (attempt >= 3 || !/EADDRINUSE/.test((err as Error).message)) throw err;
+      console.error(`flowmq start: a port was taken meanwhile (EADDRINUSE), trying other ports (attempt ${attempt + 1})`);
+    }
+  }
+}
+
+async function startFlowmqOnce(extraArgs: readonly string[]): Promise<Broker> {
   const dir = tempDir('flowmq-bench-');
-  const [mqttPort, kafkaPort, httpPort] = [await freePort(), await freePort(), await freePort()];
+  // Three different ports: each probe closes before the next, so the kernel may hand out the same one again.
+  const ports = new Set<number>();
+  while (ports.size < 3) ports.add(await freePort());
+  const [mqttPort, kafkaPort, httpPort] = [...ports];
   const log = join(dir, 'flowmq.log');
   const fd = openSync(log, 'a');
   // The launcher itself (not `node bin/flowmq`), so the broker runs as `flowmq start` does for users.
