@@ -297,8 +297,11 @@ export interface MqttConnectionInit {
 export class MqttConnection {
   clientId = '';
   readonly remote: string;
-  /** The peer's address without its port: the key of its rate-limited log lines. */
-  private readonly address: string;
+  /**
+   * The peer's address without its port (undefined when unknown): the key of its rate-limited log lines and of
+   * the authenticator's per-address throttle.
+   */
+  private readonly address: string | undefined;
   readonly stats: MqttConnectionStats = { dropped: 0, publishesIn: 0, publishesOut: 0 };
   /** Resolves once the stream has closed and every resource is released. */
   readonly closed: Promise<void>;
@@ -388,8 +391,7 @@ export class MqttConnection {
     }
     this.hub.connections.add(this);
     this.remote = init.remote ?? 'unknown';
-    const colon = this.remote.lastIndexOf(':');
-    this.address = colon > 0 && /^(\d+|\?)$/.test(this.remote.slice(colon + 1)) ? this.remote.slice(0, colon) : this.remote;
+    this.address = addressOf(this.remote);
     this.closed = new Promise((resolve) => {
       this.resolveClosed = resolve;
     });
@@ -736,7 +738,7 @@ export class MqttConnection {
     }
     let auth: AuthResult | Promise<AuthResult>;
     try {
-      auth = this.opts.authenticate(clientId, p.username, p.password, addressOf(this.remote));
+      auth = this.opts.authenticate(clientId, p.username, p.password, this.address);
     } catch (err) {
       this.authFailed(err);
       return;
@@ -1633,9 +1635,9 @@ function errText(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
 }
 
-/** The address part of `host:port` (IPv6 addresses keep their colons: only the last one separates the port). */
+/** `remote` ("address:port", as the listeners give it) without its port; undefined when the address is unknown. */
 function addressOf(remote: string): string | undefined {
   const i = remote.lastIndexOf(':');
-  const a = i < 0 ? remote : remote.slice(0, i);
+  const a = i > 0 && /^(\d+|\?)$/.test(remote.slice(i + 1)) ? remote.slice(0, i) : remote;
   return a === '' || a === '?' || a === 'unknown' ? undefined : a;
 }
