@@ -17,7 +17,7 @@ import type { Message, QoS, Subscription } from '../../core/index.js';
 import { FlowError, isFlowError, validateFilter } from '../../core/index.js';
 import { logKey, type LogLimitOptions } from '../log-limit.js';
 import type { AdapterContext } from '../types.js';
-import { logStorageRefusal, storageRefusal } from '../storage-refusal.js';
+import { storageRefusal } from '../storage-refusal.js';
 import {
   ConnackCode,
   INCOMPLETE,
@@ -1139,10 +1139,10 @@ export class MqttConnection {
     if (this.state === State.Closed) return;
     const full = storageRefusal(err) === 'full';
     const v5 = this.level === 5;
-    logStorageRefusal(
-      this.ctx.logger,
-      this.remote,
-      { clientId: this.clientId, qos: type === 'none' ? 0 : type === 'puback' ? 1 : 2, err: err instanceof Error ? err.message : String(err) },
+    this.logLimited(
+      'warn',
+      'storage',
+      { clientId: this.clientId, remote: this.remote, qos: type === 'none' ? 0 : type === 'puback' ? 1 : 2, err: err instanceof Error ? err.message : String(err) },
       type === 'none' ? 'mqtt QoS 0 publish dropped: storage cannot take it now' : v5 ? 'mqtt publish refused: storage cannot take it now' : 'mqtt publish could not be stored: closing the connection (3.1.1 has no negative acknowledgement), the client resends it',
     );
     if (type !== 'none' && !v5) {

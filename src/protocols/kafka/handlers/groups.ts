@@ -28,7 +28,7 @@ import {
   type SyncGroupResponse,
 } from '../codec/index.js';
 import { kafkaErrorCode } from '../errors.js';
-import { logStorageRefusal, storageRefusal } from '../../storage-refusal.js';
+import { storageRefusal } from '../../storage-refusal.js';
 import type { RequestContext } from '../route.js';
 import { advertisedAddress } from './metadata.js';
 import type { OffsetCommit } from '../../../core/index.js';
@@ -165,7 +165,7 @@ export async function handleOffsetCommit(ctx: RequestContext, req: OffsetCommitR
         // The metastore could not take it (a full disk): KAFKA_STORAGE_ERROR is no OffsetCommit error; Kafka's own
         // coordinator answers a failed write of its offsets log with a coordinator error, which clients retry.
         code = KafkaErrorCode.COORDINATOR_NOT_AVAILABLE;
-        logStorageRefusal(ctx.adapter.logger, ctx.conn.remoteAddress, { conn: ctx.conn.id, group: req.groupId, err: (err as Error).message }, 'offset commit refused: storage cannot take it now');
+        ctx.conn.limitedLog('warn', { group: req.groupId, err: (err as Error).message }, 'offset commit refused: storage cannot take it now');
       } else ctx.conn.log.warn({ err, group: req.groupId }, 'offset commit failed');
       for (const r of pending) r.errorCode = code;
     }

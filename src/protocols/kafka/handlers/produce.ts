@@ -23,7 +23,7 @@ import {
 import { kafkaErrorCode } from '../errors.js';
 import { CLOSE_CONNECTION, type HandlerResult, type RequestContext } from '../route.js';
 import { batchProblem } from '../validate.js';
-import { logStorageRefusal, storageRefusal } from '../../storage-refusal.js';
+import { storageRefusal } from '../../storage-refusal.js';
 
 interface PartitionResult {
   res: ProducePartitionResponse;
@@ -103,7 +103,7 @@ function append(ctx: RequestContext, stream: StreamEntry, p: ProducePartitionDat
   } catch (err) {
     if (storageRefusal(err) !== null) {
       // A full disk or a partition backing off after a failed write: the producer retries (KAFKA_STORAGE_ERROR).
-      logStorageRefusal(ctx.adapter.logger, ctx.conn.remoteAddress, { conn: ctx.conn.id, topic: name, partition: p.index, err: (err as Error).message }, 'produce refused: storage cannot take it now');
+      ctx.conn.limitedLog('warn', { topic: name, partition: p.index, err: (err as Error).message }, 'produce refused: storage cannot take it now');
     } else ctx.conn.log.warn({ err, topic: name, partition: p.index }, 'produce failed');
     fail(r, kafkaErrorCode(err), err instanceof Error ? err.message : null);
   }
@@ -154,7 +154,7 @@ export function handleProduce(
             pending.push(
               r.durable.catch((err: unknown) => {
                 if (storageRefusal(err) !== null) {
-                  logStorageRefusal(ctx.adapter.logger, ctx.conn.remoteAddress, { conn: ctx.conn.id, topic: r.stream, err: (err as Error).message }, 'acks=0 produce failed: storage write failed');
+                  ctx.conn.limitedLog('warn', { topic: r.stream, err: (err as Error).message }, 'acks=0 produce failed: storage write failed');
                 } else ctx.conn.log.error({ err, topic: r.stream }, 'acks=0 append failed');
               }),
             );
@@ -192,7 +192,7 @@ async function respond(ctx: RequestContext, req: ProduceRequest, results: Partit
           () => undefined,
           (err: unknown) => {
             if (storageRefusal(err) !== null) {
-              logStorageRefusal(ctx.adapter.logger, ctx.conn.remoteAddress, { conn: ctx.conn.id, topic: r.stream, partition: r.res.index, err: (err as Error).message }, 'produce failed: storage write failed');
+              ctx.conn.limitedLog('warn', { topic: r.stream, partition: r.res.index, err: (err as Error).message }, 'produce failed: storage write failed');
             } else ctx.conn.log.error({ err, topic: r.stream, partition: r.res.index }, 'append did not become durable');
             // An unexpected failure here happened in storage: KAFKA_STORAGE_ERROR is retriable for the client.
             const code = kafkaErrorCode(err);
