@@ -414,7 +414,7 @@ export class KafkaConnection implements ConnectionInfo {
   private dispatchRawToken(token: Buffer): void {
     const slot: Slot = { done: false, result: null, lease: null };
     this.pending.push(slot);
-    stepRawToken({ conn: this, adapter: this.adapter }, token).then(
+    stepRawToken({ conn: this }, token).then(
       (answer) => {
         slot.done = true;
         slot.result = answer === null ? CLOSE_CONNECTION : [answer];

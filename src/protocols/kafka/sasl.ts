@@ -25,7 +25,6 @@ import {
   type SaslHandshakeRequest,
   type SaslHandshakeResponse,
 } from './codec/index.js';
-import { LogLimiter, logKey } from '../log-limit.js';
 import { CLOSE_CONNECTION, thenClose, type HandlerResult, type RequestContext } from './route.js';
 
 export type KafkaSaslStep =
@@ -158,7 +157,7 @@ export async function handleSaslAuthenticate(ctx: RequestContext, req: SaslAuthe
  * A raw token after SaslHandshake v0: the answer is a bare size-prefixed token; a failure can only close the
  * connection (null).
  */
-export async function stepRawToken(ctx: Pick<RequestContext, 'conn' | 'adapter'>, token: Buffer): Promise<Buffer | null> {
+export async function stepRawToken(ctx: Pick<RequestContext, 'conn'>, token: Buffer): Promise<Buffer | null> {
   const r = await ctx.conn.sasl.step(token);
   if (r === 'illegal') {
     ctx.conn.limitedLog('warn', {}, 'raw SASL token out of sequence: closing connection');
@@ -175,17 +174,8 @@ export async function stepRawToken(ctx: Pick<RequestContext, 'conn' | 'adapter'>
   return frame;
 }
 
-/** One limiter per adapter (its listeners share it), made on the first failure. */
-const failureLogs = new WeakMap<object, LogLimiter>();
-
-function logFailure(ctx: Pick<RequestContext, 'conn' | 'adapter'>, r: { reason: string; username?: string }): void {
-  const { conn, adapter } = ctx;
-  let limiter = failureLogs.get(adapter);
-  if (!limiter) failureLogs.set(adapter, (limiter = new LogLimiter(adapter.logger)));
-  limiter.log(
-    'warn',
-    logKey('kafka sasl failed', conn.remoteAddress),
-    { conn: conn.id, remote: conn.remoteAddress, mechanism: conn.sasl.mechanism, username: r.username, reason: r.reason },
-    'SASL authentication failed: closing connection',
-  );
+function logFailure(ctx: Pick<RequestContext, 'conn'>, r: { reason: string; username?: string }): void {
+  const { conn } = ctx;
+  // Through the adapter's limiter (its listeners share it), keyed by the client's address.
+  conn.limitedLog('warn', { mechanism: conn.sasl.mechanism, username: r.username, reason: r.reason }, 'SASL authentication failed: closing connection');
 }
