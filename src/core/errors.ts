@@ -21,7 +21,13 @@ export type ErrorCode =
   /** An idempotent producer's batch does not follow its previous one (a gap or a reordering). */
   | 'OUT_OF_ORDER_SEQUENCE'
   /** An idempotent producer's batch carries an epoch older than one already seen (a fenced producer). */
-  | 'PRODUCER_FENCED';
+  | 'PRODUCER_FENCED'
+  /**
+   * A partition mutation (WAL append, segment commit, log-start move, producer state) carries an ownership epoch
+   * older than the partition's current one: another broker (or a later opening) owns the partition now. Not
+   * retriable by the writer: it must stop writing the partition.
+   */
+  | 'FENCED';
 
 export class FlowError extends Error {
   readonly code: ErrorCode;

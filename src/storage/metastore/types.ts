@@ -1,10 +1,32 @@
 /**
- * The metastore: the source of truth for metadata (stream definitions and bindings, partition state, the
- * segment index, consumer offsets). Embedded backend: SQLite; cluster backend: PostgreSQL (later).
- * All methods are async so that a networked backend fits the same interface.
+ * The metastore: the source of truth for metadata (stream definitions and bindings, partition state and
+ * ownership epochs, the segment index, consumer offsets, producer ids, client sessions and their queues,
+ * retained messages). One object covers every role; the broker opens one and hands it around.
+ * Embedded backend: SQLite; cluster backend: PostgreSQL.
+ *
+ * Contract every backend keeps (test/conformance/*.suite.ts checks it):
+ * - All methods are async, so that a networked backend fits the same interface.
+ * - Per-key order: calls that name the same key take effect in the order they were issued, whether or not the
+ *   caller awaited the earlier ones, and a read sees every write issued before it on its key. The keys are a
+ *   client id (putSession, deleteSession and every queue call), a topic (retained messages), a partition
+ *   (openPartition and every call that carries an epoch), a group (offsets) and a stream name (definitions).
+ *   Calls on different keys may take effect in any order. (SQLite runs each call when it is made; a pooled
+ *   PostgreSQL client must chain calls per key to keep this.)
+ * - Fencing: a partition has an ownership epoch, bumped by openPartition. Every partition mutation carries
+ *   the writer's epoch, and one whose epoch is lower than the partition's current epoch is refused with
+ *   FlowError FENCED and changes nothing.
+ * - A write resolves only once it is durable (session-queue writes: see SessionStore).
  */
 
-import type { CommittedOffset, OffsetCommit, OffsetStore, ProducerIdStore, StreamDef } from '../../core/index.js';
+import type {
+  CommittedOffset,
+  OffsetStore,
+  ProducerIdStore,
+  RetainedStore,
+  SessionStore,
+  StreamCatalog,
+  StreamDef,
+} from '../../core/index.js';
 export type { StreamDef };
 
 export interface SegmentMeta {
@@ -30,46 +52,47 @@ export interface PartitionState {
   logStartOffset: number;
   /** One past the last offset committed to the object store. */
   flushedOffset: number;
+  /** The current ownership epoch (0 until the partition is first opened). */
+  epoch: number;
 }
 
 /** A consumer group's committed position: the core's CommittedOffset, stored here. */
 export type ConsumerOffset = CommittedOffset;
 
-export interface Metastore extends OffsetStore, ProducerIdStore {
+export interface Metastore extends StreamCatalog, OffsetStore, ProducerIdStore, SessionStore, RetainedStore {
   readonly kind: string;
 
   createStream(def: StreamDef): Promise<void>; // throws FlowError ALREADY_EXISTS
-  getStream(name: string): Promise<StreamDef | null>;
   listStreams(): Promise<StreamDef[]>;
   updateStream(def: StreamDef): Promise<void>; // throws NOT_FOUND
   deleteStream(name: string): Promise<void>; // removes its partitions, segments and offsets; NOT_FOUND if absent
 
+  /**
+   * Takes a partition for writing: bumps its ownership epoch and returns the new one (1 the first time). From
+   * then on the mutations below carrying an older epoch are refused with FENCED: a broker that opens a
+   * partition fences every writer that opened it before. NOT_FOUND if the stream is absent.
+   */
+  openPartition(stream: string, partition: number): Promise<number>;
   getPartitionState(stream: string, partition: number): Promise<PartitionState | null>;
-  setLogStartOffset(stream: string, partition: number, offset: number): Promise<void>;
+  /** Never moves the log start offset backwards; NOT_FOUND if the stream is absent; FENCED for a stale epoch. */
+  setLogStartOffset(stream: string, partition: number, offset: number, epoch: number): Promise<void>;
 
   /**
    * Records a segment as durable in the object store and advances the partition's flushedOffset to its
-   * endOffset, atomically. Throws INVALID_ARGUMENT if the segment does not start at the current flushedOffset.
+   * endOffset, atomically. Throws INVALID_ARGUMENT if the segment does not start at the current flushedOffset
+   * (committing the very segment that ended there again is a no-op), FENCED for a stale epoch.
    */
-  commitSegment(seg: SegmentMeta): Promise<void>;
+  commitSegment(seg: SegmentMeta, epoch: number): Promise<void>;
   /** Segments of a partition, ordered by baseOffset. */
   listSegments(stream: string, partition: number): Promise<SegmentMeta[]>;
-  deleteSegment(stream: string, partition: number, baseOffset: number): Promise<void>;
+  /** No error when absent; FENCED for a stale epoch. */
+  deleteSegment(stream: string, partition: number, baseOffset: number, epoch: number): Promise<void>;
 
-  commitOffset(o: Omit<ConsumerOffset, 'committedAt'>): Promise<void>;
-  fetchOffset(group: string, stream: string, partition: number): Promise<ConsumerOffset | null>;
-  listOffsets(group: string): Promise<ConsumerOffset[]>;
-  /** Several offsets of one group in one transaction (the core's OffsetStore); NOT_FOUND for unknown streams. */
-  commitOffsets(group: string, offsets: OffsetCommit[]): Promise<void>;
-  /** Groups with at least one committed offset, ordered. */
-  listGroups(): Promise<string[]>;
-  /** Removes a group's offsets; no error when it has none. */
-  deleteGroup(group: string): Promise<void>;
-
-  /** Reserves `count` never-used producer ids and returns the first (the core's ProducerIdStore). */
-  allocateProducerIds(count: number): Promise<number>;
-  /** Idempotent-producer state of a partition as of `endOffset` (opaque JSON of the log engine). */
-  putProducerState(stream: string, partition: number, endOffset: number, state: string): Promise<void>;
+  /**
+   * Idempotent-producer state of a partition as of `endOffset` (opaque JSON of the log engine); FENCED for a
+   * stale epoch.
+   */
+  putProducerState(stream: string, partition: number, endOffset: number, state: string, epoch: number): Promise<void>;
   getProducerState(stream: string, partition: number): Promise<{ endOffset: number; state: string } | null>;
 
   close(): Promise<void>;

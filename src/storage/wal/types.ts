@@ -9,6 +9,12 @@ export interface WalEntry {
   baseOffset: number;
   /** One past the last offset of the data. */
   endOffset: number;
+  /**
+   * The writer's ownership epoch of the partition (Metastore.openPartition). A WAL refuses, with FENCED, an entry
+   * whose epoch is lower than the highest it has been given for the key (by an append or by fence()). Replay
+   * returns it.
+   */
+  epoch: number;
   data: Buffer;
   /**
    * CRC-32C (seed 0) of `data` from byte `from` to its end, when the caller already holds it (a Kafka record
@@ -54,6 +60,12 @@ export interface SegmentFileSource {
 }
 
 export interface WriteAheadLog {
+  /**
+   * Raises the key's epoch to `epoch` (never lowers it): once this resolves, appends of the key carrying a lower
+   * epoch are refused with FENCED. A writer calls it after taking the partition (Metastore.openPartition) and
+   * before reading what the log holds for the key, so that a fenced writer cannot add to it afterwards.
+   */
+  fence(key: string, epoch: number): Promise<void>;
   /**
    * Resolves once the entry (and every entry appended before it) is durable. A failed write (a full disk, EIO)
    * rejects with STORAGE_FULL or STORAGE_ERROR and never leaves the log unusable: what it wrote is cut off, and
