@@ -14,9 +14,8 @@ import { connectionTotals } from './protocols/listener.js';
 import { createMqttHub, startMqttListener, startMqttTlsListener, startMqttWsListener, type MqttHub } from './protocols/mqtt/index.js';
 import { createKafkaAdapter, startKafkaListener } from './protocols/kafka/index.js';
 import { LogManager } from './storage/log/index.js';
-import { SqliteMetastore } from './storage/metastore/index.js';
-import { FsObjectStore } from './storage/objects/index.js';
-import { FileWal, PartitionWal, type WriteAheadLog } from './storage/wal/index.js';
+import { openStorage } from './storage/open.js';
+import type { WriteAheadLog } from './storage/wal/index.js';
 import { lockDataDir } from './storage/lock.js';
 import { DiskSpace } from './storage/disk-space.js';
 
@@ -53,13 +52,12 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
   const dataDir = resolve(config.dataDir);
   mkdirSync(dataDir, { recursive: true });
   const unlock = lockDataDir(dataDir);
-  const metastore = SqliteMetastore.open(join(dataDir, 'metastore.db'));
-  const objects = new FsObjectStore(join(dataDir, 'objects'));
-  const walLogger = logger.child({ component: 'wal' });
-  const openWal = (layout: 'partition' | 'shared'): Promise<WriteAheadLog> =>
-    layout === 'partition'
-      ? PartitionWal.open(join(dataDir, 'wal-partitions'), { fsync: config.walFsync, directIo: config.walDirectIo ?? true, logger: walLogger })
-      : FileWal.open(join(dataDir, 'wal'), { fsync: config.walFsync, directIo: config.walDirectIo ?? false, logger: walLogger });
+  // Backends as configured (embedded by default); one that cannot be reached stops the start with one line.
+  const storage = await openStorage(config, dataDir, logger).catch((err: unknown) => {
+    unlock();
+    throw err;
+  });
+  const { metastore, objects, openWal } = storage;
   const logOptions = {
     segmentBytes: config.segmentBytes,
     segmentMs: config.segmentMs,
@@ -70,7 +68,7 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
   // The layouts keep their files in different directories. Entries left in the other layout's (the broker last ran
   // with it) are sealed into segments first, so that switching layouts loses nothing.
   const other = config.walLayout === 'partition' ? 'shared' : 'partition';
-  if (existsSync(join(dataDir, other === 'shared' ? 'wal' : 'wal-partitions'))) {
+  if (config.wal === 'file' && existsSync(join(dataDir, other === 'shared' ? 'wal' : 'wal-partitions'))) {
     const old = await openWal(other);
     if (old.size() > 0) {
       const drain = await LogManager.open({ wal: old, objects, metastore, logger: logLogger, options: logOptions });
@@ -88,17 +86,19 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
     await old.close();
   }
   const wal = await openWal(config.walLayout);
+  const walWithFigures: WriteAheadLog & { figures?(): Record<string, unknown> } = wal;
   // The free-space reserve: stream appends are refused (retriable) before the disk is full (see disk-space.ts).
+  // Only where appends land on the local disk: with the WAL in PostgreSQL, a full local disk stops no write.
   const space = await DiskSpace.open({ dir: dataDir, minFreeBytes: config.minFreeDisk, logger: logger.child({ component: 'disk' }) });
-  logger.info({ dir: dataDir, minFreeBytes: space.minFreeBytes, freeBytes: space.freeBytes }, 'free-space reserve');
-  const log = await LogManager.open({ wal, objects, metastore, logger: logLogger, options: logOptions, space });
+  if (config.wal === 'file') logger.info({ dir: dataDir, minFreeBytes: space.minFreeBytes, freeBytes: space.freeBytes }, 'free-space reserve');
+  const log = await LogManager.open({ wal, objects, metastore, logger: logLogger, options: logOptions, ...(config.wal === 'file' ? { space } : {}) });
   // Retained messages and client sessions live in the metastore, keyed so another broker could take them over.
   const engine = new Engine(log, metastore, { retained: metastore });
   await engine.load();
   log.finishRecovery();
   logger.info(
     { dataDir, streams: engine.listStreams().length, recoveredBatches: log.stats.recoveredBatches },
-    'storage ready (embedded: sqlite metastore, file WAL, filesystem objects)',
+    `storage ready (${storage.description})`,
   );
 
   const ctx: AdapterContext = { engine, logger, brokerId: config.brokerId, sessions: metastore };
@@ -204,7 +204,18 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
         uptimeMs: Date.now() - started,
         listeners: Object.fromEntries([...listeners].map(([k, l]) => [k, { ...l.address(), connections: l.connections() }])),
         ...(guard ? { auth: { ...guard.stats, verifier: guard.verifier.stats, queued: guard.verifier.queued, tracked: guard.throttle.size } } : {}),
-        storage: { metastore: metastore.kind, objects: objects.kind, walBytes: wal.size(), log: log.stats, batchMemory: log.memoryStats, disk: space.figures() },
+        storage: {
+          metastore: metastore.kind,
+          objects: objects.kind,
+          wal: config.wal,
+          walBytes: wal.size(),
+          log: log.stats,
+          batchMemory: log.memoryStats,
+          disk: space.figures(),
+          // Pools, requests and bytes by operation, the object block cache (backends that keep figures).
+          ...storage.figures(),
+          ...(typeof walWithFigures.figures === 'function' ? { walFigures: walWithFigures.figures() } : {}),
+        },
         ...Object.fromEntries(Object.entries(figures).map(([k, f]) => [k, f()])),
         process: { ...processMemory(), floodCollector: collector.stats() },
       }),
@@ -223,7 +234,7 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
     await log.close(0);
     space.close();
     await wal.close();
-    await metastore.close();
+    await storage.close();
     unlock();
     throw err;
   }
@@ -248,8 +259,7 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
         await log.close();
         space.close();
         await wal.close();
-        await objects.close();
-        await metastore.close();
+        await storage.close();
         unlock();
       })();
       return closing;

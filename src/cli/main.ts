@@ -39,7 +39,8 @@ else a prompt on the terminal.`;
 
 function startHelp(): string {
   const lines = OPTIONS.map((o) => {
-    const def = Array.isArray(o.default) ? o.default.join(',') || '-' : o.default === null ? '-' : String(o.default);
+    const d = o.default;
+    const def = Array.isArray(d) ? d.join(',') || '-' : d === null ? '-' : typeof d === 'object' ? d.kind : String(d);
     return `  --${o.name.padEnd(26)} ${o.help} [default: ${def}; env ${envName(o.name)}]`;
   });
   return `Usage: flowmq start [--config flowmq.yaml] [options]\n\nOptions (flags win over environment, which wins over the config file):\n  --config FILE                YAML file of option: value pairs (same names as the flags)\n${lines.join('\n')}`;

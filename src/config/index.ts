@@ -16,8 +16,28 @@ export const IMPLEMENTED_PROTOCOLS = ['mqtt', 'kafka'] as const;
 export const KNOWN_PROTOCOLS = ['mqtt', 'kafka', 'amqp', 'nats'] as const;
 export type Protocol = (typeof KNOWN_PROTOCOLS)[number];
 
+/** Where metadata lives: the embedded SQLite file in the data directory, or a PostgreSQL database. */
+export type MetastoreSetting = { kind: 'sqlite' } | { kind: 'postgres'; url: string };
+/** Where sealed segments live: the data directory, or an S3-compatible bucket under a key prefix. */
+export type ObjectStoreSetting = { kind: 'fs' } | { kind: 's3'; bucket: string; prefix: string };
+
 export interface Config {
   dataDir: string;
+  metastore: MetastoreSetting;
+  /** The hot tier: local WAL files (--wal-layout...) or a PostgreSQL table in the metastore's database. */
+  wal: 'file' | 'postgres';
+  objectStore: ObjectStoreSetting;
+  s3Endpoint: string | null;
+  s3Region: string;
+  s3AccessKeyId: string | null;
+  s3SecretAccessKey: string | null;
+  /** Unset: path-style when an endpoint is given (MinIO, s3rver...), virtual-hosted style for AWS. */
+  s3PathStyle: boolean;
+  s3RequestTimeout: number;
+  s3MaxAttempts: number;
+  objectCacheBytes: number;
+  pgPoolSize: number;
+  pgStatementTimeout: number;
   host: string;
   mqttPort: number;
   kafkaPort: number;
@@ -88,7 +108,7 @@ export interface Config {
   kafkaGroupMaxSessionTimeout: number;
 }
 
-type Kind = 'string' | 'port' | 'int' | 'bool' | 'protocols' | 'size' | 'capacity' | 'duration' | 'delay' | 'level' | 'sasl-mechanisms' | 'wal-layout' | 'hosts' | 'slow-consumer';
+type Kind = 'string' | 'port' | 'int' | 'bool' | 'protocols' | 'size' | 'capacity' | 'duration' | 'delay' | 'level' | 'sasl-mechanisms' | 'wal-layout' | 'hosts' | 'slow-consumer' | 'metastore' | 'wal' | 'object-store' | 'url';
 
 interface OptionSpec {
   key: keyof Config;
@@ -101,6 +121,19 @@ interface OptionSpec {
 
 export const OPTIONS: OptionSpec[] = [
   { key: 'dataDir', name: 'data-dir', kind: 'string', default: './data', help: 'directory of the embedded metastore, WAL and object store' },
+  { key: 'metastore', name: 'metastore', kind: 'metastore', default: { kind: 'sqlite' }, help: 'sqlite (metastore.db in the data directory) or a PostgreSQL URL, postgres://user:password@host:port/database' },
+  { key: 'wal', name: 'wal', kind: 'wal', default: 'file', help: 'the hot tier that acknowledges writes: file (WAL files in the data directory, see --wal-layout) or postgres (a table in the --metastore database, for brokers without a durable local disk)' },
+  { key: 'objectStore', name: 'object-store', kind: 'object-store', default: { kind: 'fs' }, help: 'where sealed segments go: fs (objects/ in the data directory) or s3://bucket/prefix on any S3-compatible service' },
+  { key: 's3Endpoint', name: 's3-endpoint', kind: 'url', default: null, help: 'S3 endpoint URL, e.g. http://127.0.0.1:9000 for MinIO (default: AWS S3 of --s3-region)' },
+  { key: 's3Region', name: 's3-region', kind: 'string', default: 'us-east-1', help: 'S3 region' },
+  { key: 's3AccessKeyId', name: 's3-access-key-id', kind: 'string', default: null, help: 'S3 access key id (default: the AWS SDK\'s chain: AWS_ACCESS_KEY_ID, profiles, instance roles)' },
+  { key: 's3SecretAccessKey', name: 's3-secret-access-key', kind: 'string', default: null, help: 'S3 secret access key (prefer the environment: FLOWMQ_S3_SECRET_ACCESS_KEY or AWS_SECRET_ACCESS_KEY)' },
+  { key: 's3PathStyle', name: 's3-path-style', kind: 'bool', default: null, help: 'path-style bucket addressing (default: on when --s3-endpoint is set, off for AWS)' },
+  { key: 's3RequestTimeout', name: 's3-request-timeout', kind: 'duration', default: 30_000, help: 'an S3 request with no answer for this long is abandoned and retried' },
+  { key: 's3MaxAttempts', name: 's3-max-attempts', kind: 'int', default: 5, help: 'tries of an S3 request failing with a 5xx, throttling or a network error (exponential backoff with jitter) before the operation fails; failed seals are retried later anyway' },
+  { key: 'objectCacheBytes', name: 'object-cache-bytes', kind: 'capacity', default: 256 * 1024 * 1024, help: 'memory for blocks of segment objects read back from S3 (LRU; read-ahead for sequential consumers; 0: none). Not used with --object-store fs, whose reads the page cache serves' },
+  { key: 'pgPoolSize', name: 'pg-pool-size', kind: 'int', default: 10, help: 'PostgreSQL connections of the metastore (the PostgreSQL WAL has its own)' },
+  { key: 'pgStatementTimeout', name: 'pg-statement-timeout', kind: 'duration', default: 30_000, help: 'PostgreSQL statement_timeout of the broker\'s connections' },
   { key: 'host', name: 'host', kind: 'string', default: '0.0.0.0', help: 'address the protocol listeners bind (the admin API binds --http-host)' },
   { key: 'mqttPort', name: 'mqtt-port', kind: 'port', default: 1883, help: 'MQTT over TCP' },
   { key: 'kafkaPort', name: 'kafka-port', kind: 'port', default: 9092, help: 'Kafka wire protocol' },
@@ -193,6 +226,24 @@ function coerce(spec: OptionSpec, raw: unknown, source: string): Config[keyof Co
     case 'slow-consumer':
       if (str !== 'drop' && str !== 'disconnect') throw bad('expected drop or disconnect');
       return str;
+    case 'wal':
+      if (str !== 'file' && str !== 'postgres') throw bad('expected file or postgres');
+      return str;
+    case 'metastore':
+      return parseMetastore(str, bad);
+    case 'object-store':
+      return parseObjectStore(str, bad);
+    case 'url': {
+      if (typeof str !== 'string') throw bad('expected a URL');
+      let u: URL;
+      try {
+        u = new URL(str);
+      } catch {
+        throw bad('expected a URL such as http://127.0.0.1:9000');
+      }
+      if (u.protocol !== 'http:' && u.protocol !== 'https:') throw bad('expected an http:// or https:// URL');
+      return str;
+    }
     case 'port':
     case 'int': {
       const n = typeof str === 'number' ? str : typeof str === 'string' && /^-?\d+$/.test(str) ? Number(str) : NaN;
@@ -267,6 +318,47 @@ function coerce(spec: OptionSpec, raw: unknown, source: string): Config[keyof Co
   }
 }
 
+/** `sqlite`, or a `postgres://` / `postgresql://` URL naming at least a host (and a database: the path). */
+function parseMetastore(v: unknown, bad: (why: string) => ConfigError): MetastoreSetting {
+  if (typeof v === 'object' && v !== null && 'kind' in v) return v as MetastoreSetting; // a default or a parsed value
+  if (v === 'sqlite') return { kind: 'sqlite' };
+  if (typeof v !== 'string') throw bad('expected sqlite or postgres://user:password@host:port/database');
+  let u: URL;
+  try {
+    u = new URL(v);
+  } catch {
+    throw bad('expected sqlite or postgres://user:password@host:port/database');
+  }
+  if (u.protocol !== 'postgres:' && u.protocol !== 'postgresql:') throw bad('expected sqlite or a postgres:// URL');
+  if (u.hostname === '' && !u.searchParams.has('host')) throw bad('the PostgreSQL URL names no host');
+  return { kind: 'postgres', url: v };
+}
+
+/** `fs`, or `s3://bucket[/prefix]` with a valid bucket name (3-63 of a-z 0-9 . -). */
+function parseObjectStore(v: unknown, bad: (why: string) => ConfigError): ObjectStoreSetting {
+  if (typeof v === 'object' && v !== null && 'kind' in v) return v as ObjectStoreSetting;
+  if (v === 'fs') return { kind: 'fs' };
+  if (typeof v !== 'string') throw bad('expected fs or s3://bucket/prefix');
+  const m = /^s3:\/\/([^/]+)(?:\/(.*))?$/.exec(v);
+  if (!m) throw bad('expected fs or s3://bucket/prefix');
+  const bucket = m[1];
+  if (!/^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$/.test(bucket)) throw bad(`"${bucket}" is not a valid S3 bucket name`);
+  const prefix = (m[2] ?? '').replace(/^\/+|\/+$/g, '');
+  if (prefix.split('/').some((part) => part === '.' || part === '..')) throw bad('the S3 prefix must not hold . or .. levels');
+  return { kind: 's3', bucket, prefix };
+}
+
+/** A URL with its password masked, for logs and error messages. */
+export function redactUrl(url: string): string {
+  try {
+    const u = new URL(url);
+    if (u.password !== '') u.password = '***';
+    return u.toString();
+  } catch {
+    return '<unparsable URL>';
+  }
+}
+
 export interface ConfigSources {
   /** Parsed flags by option name (`data-dir`), strings as typed. */
   flags?: Record<string, unknown>;
@@ -314,6 +406,15 @@ export function loadConfig(src: ConfigSources = {}): Config {
   if (!users && cfg.kafkaSasl === true) throw new ConfigError('kafka-sasl true needs users-file');
   if ((cfg.authThreads as number) < 1) throw new ConfigError('auth-threads must be at least 1');
   if ((cfg.authNice as number) > 19) throw new ConfigError('auth-nice must be 0..19');
+  if (cfg.s3PathStyle === null) cfg.s3PathStyle = cfg.s3Endpoint !== null;
+  if (cfg.wal === 'postgres' && (cfg.metastore as MetastoreSetting).kind !== 'postgres') {
+    throw new ConfigError('wal postgres keeps the WAL in the metastore\'s database: it needs --metastore postgres://...');
+  }
+  if ((cfg.s3AccessKeyId === null) !== (cfg.s3SecretAccessKey === null)) {
+    throw new ConfigError('S3 credentials need both s3-access-key-id and s3-secret-access-key (or neither, for the AWS SDK\'s own chain)');
+  }
+  if ((cfg.pgPoolSize as number) < 1) throw new ConfigError('pg-pool-size must be at least 1');
+  if ((cfg.s3MaxAttempts as number) < 1) throw new ConfigError('s3-max-attempts must be at least 1');
   if ((cfg.kafkaTlsCert === null) !== (cfg.kafkaTlsKey === null)) throw new ConfigError('Kafka over TLS needs both kafka-tls-cert and kafka-tls-key');
   if ((cfg.kafkaGroupMinSessionTimeout as number) > (cfg.kafkaGroupMaxSessionTimeout as number)) {
     throw new ConfigError('kafka-group-min-session-timeout must not exceed kafka-group-max-session-timeout');

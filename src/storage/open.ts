@@ -1,0 +1,123 @@
+/**
+ * Opens the storage backends a broker is configured with: the metastore (SQLite in the data directory, or
+ * PostgreSQL), the hot tier (WAL files in the data directory, or a PostgreSQL table) and the object store (a
+ * directory, or an S3-compatible bucket behind a block cache). Embedded is the default and needs no service.
+ *
+ * A backend that cannot be reached at start fails the start with one line naming it (the CLI exits 1); a
+ * malformed setting never gets here (the config rejects it, exit 2).
+ */
+import { join } from 'node:path';
+import type { Logger } from 'pino';
+import type { Config } from '../config/index.js';
+import { redactUrl } from '../config/index.js';
+import { FlowError } from '../core/index.js';
+import { PostgresMetastore, SqliteMetastore, type Metastore } from './metastore/index.js';
+import { CachedObjectStore, FsObjectStore, S3ObjectStore, type ObjectStore } from './objects/index.js';
+import { FileWal, PartitionWal, PostgresWal, type WriteAheadLog } from './wal/index.js';
+
+export interface Storage {
+  metastore: Metastore;
+  objects: ObjectStore;
+  /** The configured WAL; `layout` picks the file layout (the broker opens the other one to drain it). */
+  openWal(layout?: 'partition' | 'shared'): Promise<WriteAheadLog>;
+  /** One phrase for the start-up line, e.g. "postgres metastore, postgres WAL, s3 objects (bucket/prefix)". */
+  readonly description: string;
+  /** Figures of the backends that keep some (`GET /api/v1/broker`, key storage.backends). */
+  figures(): Record<string, unknown>;
+  /** Closes the object store and the metastore (the broker closes the WAL it opened). */
+  close(): Promise<void>;
+}
+
+interface WithFigures {
+  figures?(): Record<string, unknown>;
+}
+
+/** Names the service in a failure to reach it at start, so the one line the CLI prints says what to fix. */
+async function reach<T>(what: string, open: () => Promise<T>): Promise<T> {
+  try {
+    return await open();
+  } catch (err) {
+    const why = err instanceof Error ? err.message : String(err);
+    throw new FlowError('STORAGE_ERROR', `cannot open the ${what}: ${why}`, { cause: err });
+  }
+}
+
+export async function openStorage(config: Config, dataDir: string, logger: Logger): Promise<Storage> {
+  const opened: Array<{ close(): Promise<void> }> = [];
+  try {
+    const pg = config.metastore.kind === 'postgres' ? config.metastore : null;
+    const pgOptions = pg
+      ? { url: pg.url, poolSize: config.pgPoolSize, statementTimeoutMs: config.pgStatementTimeout, connectTimeoutMs: 10_000 }
+      : null;
+    const metastore: Metastore = pgOptions
+      ? await reach(`PostgreSQL metastore at ${redactUrl(pgOptions.url)}`, () =>
+          PostgresMetastore.open({ ...pgOptions, logger: logger.child({ component: 'metastore' }) }),
+        )
+      : SqliteMetastore.open(join(dataDir, 'metastore.db'));
+    opened.push(metastore);
+
+    let objects: ObjectStore;
+    let objectsDescription = 'filesystem objects';
+    if (config.objectStore.kind === 's3') {
+      const { bucket, prefix } = config.objectStore;
+      const endpoint = config.s3Endpoint ?? `AWS S3 (${config.s3Region})`;
+      const s3 = await reach(`S3 object store s3://${bucket}/${prefix} at ${endpoint}`, () =>
+        S3ObjectStore.open({
+          bucket,
+          prefix,
+          ...(config.s3Endpoint !== null ? { endpoint: config.s3Endpoint } : {}),
+          region: config.s3Region,
+          ...(config.s3AccessKeyId !== null && config.s3SecretAccessKey !== null
+            ? { accessKeyId: config.s3AccessKeyId, secretAccessKey: config.s3SecretAccessKey }
+            : {}),
+          forcePathStyle: config.s3PathStyle,
+          requestTimeoutMs: config.s3RequestTimeout,
+          maxAttempts: config.s3MaxAttempts,
+          logger: logger.child({ component: 'objects' }),
+        }),
+      );
+      // Cold reads come back over the network: blocks are cached and read ahead (see cache.ts). The local store
+      // has the page cache for that.
+      objects = config.objectCacheBytes > 0 ? new CachedObjectStore(s3, { maxBytes: config.objectCacheBytes }) : s3;
+      objectsDescription = `s3 objects (s3://${bucket}/${prefix})`;
+    } else {
+      objects = new FsObjectStore(join(dataDir, 'objects'));
+    }
+    opened.push(objects);
+
+    const walLogger = logger.child({ component: 'wal' });
+    const openWal = (layout: 'partition' | 'shared' = config.walLayout): Promise<WriteAheadLog> => {
+      if (config.wal === 'postgres') {
+        if (!pgOptions) throw new FlowError('CONFIG_ERROR', 'wal postgres needs --metastore postgres://...');
+        return reach(`PostgreSQL WAL at ${redactUrl(pgOptions.url)}`, () => PostgresWal.open({ ...pgOptions, logger: walLogger }));
+      }
+      return layout === 'partition'
+        ? PartitionWal.open(join(dataDir, 'wal-partitions'), { fsync: config.walFsync, directIo: config.walDirectIo ?? true, logger: walLogger })
+        : FileWal.open(join(dataDir, 'wal'), { fsync: config.walFsync, directIo: config.walDirectIo ?? false, logger: walLogger });
+    };
+
+    const description = `${metastore.kind} metastore, ${config.wal === 'postgres' ? 'postgres WAL' : `file WAL (${config.walLayout} layout)`}, ${objectsDescription}`;
+    return {
+      metastore,
+      objects,
+      openWal,
+      description,
+      figures() {
+        const out: Record<string, unknown> = {};
+        const m = metastore as Metastore & WithFigures;
+        if (typeof m.figures === 'function') out.metastore = m.figures();
+        const o = objects as ObjectStore & WithFigures;
+        if (typeof o.figures === 'function') out.objects = o.figures();
+        return out;
+      },
+      async close() {
+        // The object store first: the metastore is what a later start needs to make sense of what is there.
+        for (const s of opened.reverse()) await s.close().catch(() => undefined);
+        opened.length = 0;
+      },
+    };
+  } catch (err) {
+    for (const s of opened.reverse()) await s.close().catch(() => undefined);
+    throw err;
+  }
+}
