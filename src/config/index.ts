@@ -211,7 +211,9 @@ export function envName(name: string): string {
 }
 
 function coerce(spec: OptionSpec, raw: unknown, source: string): Config[keyof Config] {
-  const bad = (why: string) => new ConfigError(`invalid ${source}: ${why} (got ${JSON.stringify(raw)})`);
+  // A value that may hold a secret is not echoed whole: error lines end up in logs.
+  const shown = spec.kind === 'metastore' && typeof raw === 'string' ? JSON.stringify(redactUrl(raw)) : spec.name.includes('secret') ? '"***"' : JSON.stringify(raw);
+  const bad = (why: string) => new ConfigError(`invalid ${source}: ${why} (got ${shown})`);
   const str = typeof raw === 'string' ? raw.trim() : raw;
   switch (spec.kind) {
     case 'string':
@@ -355,7 +357,8 @@ export function redactUrl(url: string): string {
     if (u.password !== '') u.password = '***';
     return u.toString();
   } catch {
-    return '<unparsable URL>';
+    // Not a URL at all: whatever follows a colon and precedes an @ may be a password.
+    return url.replace(/:[^:@/]*@/, ':***@');
   }
 }
 

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { loadConfig, parseDuration, parseSize } from '../../src/config/index.js';
+import { loadConfig, parseDuration, parseSize, redactUrl } from '../../src/config/index.js';
 
 describe('config', () => {
   it('has working defaults', () => {
@@ -156,5 +156,53 @@ describe('config: Kafka connection limits', () => {
     });
     assert.deepEqual([c.kafkaSaslMaxReceiveSize, c.kafkaFrameReserve, c.kafkaConnectionsMaxIdle, c.kafkaAuthTimeout, c.kafkaRequestReceiveTimeout], [65536, 0, 60_000, 2000, 5000]);
     assert.throws(() => loadConfig({ flags: { 'kafka-auth-timeout': '0' } }), /--kafka-auth-timeout: expected a duration/);
+  });
+});
+
+describe('config: storage backends', () => {
+  it('defaults to embedded storage that needs no service', () => {
+    const c = loadConfig();
+    assert.deepEqual(c.metastore, { kind: 'sqlite' });
+    assert.equal(c.wal, 'file');
+    assert.deepEqual(c.objectStore, { kind: 'fs' });
+  });
+  it('takes PostgreSQL and S3 from flags, environment or a file', () => {
+    const c = loadConfig({
+      flags: { metastore: 'postgres://flowmq:pw@db.internal:5433/flowmq', wal: 'postgres' },
+      env: { FLOWMQ_OBJECT_STORE: 's3://my-bucket/cluster-a/segments/', FLOWMQ_S3_ENDPOINT: 'http://127.0.0.1:9000' },
+    });
+    assert.deepEqual(c.metastore, { kind: 'postgres', url: 'postgres://flowmq:pw@db.internal:5433/flowmq' });
+    assert.equal(c.wal, 'postgres');
+    assert.deepEqual(c.objectStore, { kind: 's3', bucket: 'my-bucket', prefix: 'cluster-a/segments' });
+    // An endpoint means MinIO, s3rver, Ceph...: path-style unless told otherwise.
+    assert.equal(c.s3PathStyle, true);
+    assert.equal(loadConfig({ flags: { 'object-store': 's3://b-1' } }).s3PathStyle, false);
+    assert.deepEqual(loadConfig({ flags: { 'object-store': 's3://b-1' } }).objectStore, { kind: 's3', bucket: 'b-1', prefix: '' });
+    const dir = mkdtempSync(join(tmpdir(), 'flowmq-cfg-'));
+    const file = join(dir, 'flowmq.yaml');
+    writeFileSync(file, 'metastore: postgresql://localhost/flowmq\nobject-store: s3://bucket-x/p\ns3-path-style: false\ns3-endpoint: https://s3.example.com\n');
+    const f = loadConfig({ file });
+    assert.deepEqual(f.metastore, { kind: 'postgres', url: 'postgresql://localhost/flowmq' });
+    assert.equal(f.s3PathStyle, false);
+  });
+  it('refuses malformed values in one line, without echoing a password', () => {
+    assert.throws(() => loadConfig({ flags: { metastore: 'mysql://u:hunter2@h/db' } }), (e: Error) => {
+      assert.match(e.message, /^invalid --metastore: expected sqlite or a postgres:\/\/ URL/);
+      assert.doesNotMatch(e.message, /hunter2/);
+      return true;
+    });
+    assert.throws(() => loadConfig({ flags: { metastore: 'postgres:' } }), /invalid --metastore/);
+    assert.throws(() => loadConfig({ flags: { wal: 'redis' } }), /invalid --wal: expected file or postgres/);
+    assert.throws(() => loadConfig({ flags: { 'object-store': 'gs://bucket' } }), /invalid --object-store: expected fs or s3:\/\/bucket\/prefix/);
+    assert.throws(() => loadConfig({ flags: { 'object-store': 's3://Bad_Bucket/x' } }), /not a valid S3 bucket name/);
+    assert.throws(() => loadConfig({ flags: { 'object-store': 's3://bucket/../x' } }), /must not hold \. or \.\. levels/);
+    assert.throws(() => loadConfig({ flags: { 's3-endpoint': 'ftp://x' } }), /expected an http:\/\/ or https:\/\/ URL/);
+    assert.throws(() => loadConfig({ flags: { wal: 'postgres' } }), /wal postgres .* needs --metastore postgres/);
+    assert.throws(() => loadConfig({ flags: { 's3-access-key-id': 'AKIA' } }), /need both s3-access-key-id and s3-secret-access-key/);
+    assert.throws(() => loadConfig({ flags: { 's3-secret-access-key': '' } }), (e: Error) => !e.message.includes('secret-value'));
+  });
+  it('masks the password of a URL for logs', () => {
+    assert.equal(redactUrl('postgres://flowmq:s3cret@db:5432/flowmq'), 'postgres://flowmq:***@db:5432/flowmq');
+    assert.equal(redactUrl('postgres://db/flowmq'), 'postgres://db/flowmq');
   });
 });
