@@ -55,6 +55,9 @@ export class FlowmqProcess {
   private constructor(
     readonly proc: ChildProcess,
     readonly dataDir: string,
+    /** The options it was started with (beyond the data directory and ports); a restart keeps them. */
+    readonly args: string[] = [],
+    readonly env: NodeJS.ProcessEnv = {},
   ) {
     this.exit = new Promise((r) => proc.on('exit', (code, signal) => r({ code, signal })));
     eachLine(proc.stdout!, (line) => {
@@ -77,7 +80,7 @@ export class FlowmqProcess {
     const args = ['start', '--data-dir', dataDir, '--host', '127.0.0.1', '--mqtt-port', '0', '--mqtt-ws-port', '0', '--kafka-port', '0', '--http-port', '0', ...(opts.args ?? [])];
     // The launcher itself, as users run it (it execs Node in the same process, so signals reach the broker).
     const proc = spawn(FLOWMQ_BIN, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, FLOWMQ_NODE: process.execPath, ...opts.env } });
-    const b = new FlowmqProcess(proc, dataDir);
+    const b = new FlowmqProcess(proc, dataDir, opts.args ?? [], opts.env ?? {});
     const deadline = Date.now() + 20_000;
     while (b.ports.http === undefined) {
       if (proc.exitCode !== null || proc.signalCode !== null) {
@@ -133,10 +136,10 @@ export class FlowmqProcess {
     return this.exit;
   }
 
-  /** Restarts on the same data directory (new ports). */
+  /** Restarts on the same data directory (new ports), with the same options unless given others. */
   async restart(args?: string[]): Promise<FlowmqProcess> {
     await this.stop();
-    return FlowmqProcess.start({ dataDir: this.dataDir, args });
+    return FlowmqProcess.start({ dataDir: this.dataDir, args: args ?? this.args, env: this.env });
   }
 
   async waitForLog(pred: (l: LogLine) => boolean, timeoutMs = 5000): Promise<LogLine> {
