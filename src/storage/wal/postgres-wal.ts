@@ -207,6 +207,7 @@ export class PostgresWal implements WriteAheadLog {
     let resumedBytes: Array<{ key: string; bytes: number }> = [];
     try {
       await this.db.transaction('WAL append', async (c: pg.PoolClient) => {
+        this.db.stats.queries++;
         accepted = [];
         fenced.length = 0;
         const keys = [...maxEpoch.keys()];
@@ -227,6 +228,7 @@ export class PostgresWal implements WriteAheadLog {
         for (const key of resumed) {
           const first = accepted.find((p) => p.entry.key === key);
           if (first === undefined) continue;
+          this.db.stats.queries++;
           await c.query({
             name: 'fmwal_cut',
             text: 'DELETE FROM wal_entries WHERE key = $1 AND end_offset > $2',
@@ -237,9 +239,11 @@ export class PostgresWal implements WriteAheadLog {
           const chunk = accepted.slice(i, i + ROWS_PER_INSERT);
           const values: unknown[] = [];
           for (const { entry: e } of chunk) values.push(e.key, e.baseOffset, e.endOffset, e.epoch, e.data.length, e.data);
+          this.db.stats.queries++;
           await c.query({ text: insertText(chunk.length), values });
         }
         if (resumed.length > 0) {
+          this.db.stats.queries++;
           const r = await c.query<{ key: string; bytes: number }>(
             'SELECT key, COALESCE(sum(bytes), 0)::bigint AS bytes FROM wal_entries WHERE key = ANY($1::text[]) GROUP BY key',
             [resumed],
