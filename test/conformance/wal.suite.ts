@@ -56,7 +56,12 @@ function assertSameEntries(actual: WalEntry[], expected: WalEntry[]): void {
   }
 }
 
-export function walConformance(name: string, open: (dir: string, io?: FileOpener) => Promise<WriteAheadLog>): void {
+/** `supportsIo: false`: the backend writes no files (PostgreSQL), so the failing-disk cases do not apply to it. */
+export function walConformance(
+  name: string,
+  open: (dir: string, io?: FileOpener) => Promise<WriteAheadLog>,
+  { supportsIo = true }: { supportsIo?: boolean } = {},
+): void {
   describe(`WriteAheadLog conformance: ${name}`, () => {
     let root = '';
     let n = 0;
@@ -230,7 +235,7 @@ export function walConformance(name: string, open: (dir: string, io?: FileOpener
       await again.wal.close();
     });
 
-    describe('when writes fail (a full disk, an I/O error)', () => {
+    if (supportsIo) describe('when writes fail (a full disk, an I/O error)', () => {
       const full = (e: unknown) => isFlowError(e, 'STORAGE_FULL');
       // Large enough that a failing write lands whole blocks of it first (a torn tail to cut off).
       const big = (key: string, base: number) => entry(key, base, 1, 20_000);
