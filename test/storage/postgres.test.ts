@@ -141,13 +141,16 @@ describe('PostgreSQL backends', () => {
     assert.equal(await readB, null);
     // Queue writes and reads issued at once keep their order too.
     const q: Array<Promise<unknown>> = [];
-    for (let i = 0; i < 40; i++) q.push(m.enqueue('q', [Buffer.from(String(i))], 1000));
+    for (let i = 0; i < 40; i++) q.push(m.updateQueue('q', { append: [Buffer.from(String(i))] }, 1000));
     const ack = m.ackQueue('q', 10);
     const page = m.readQueue('q', 100);
-    const len = m.queueLength('q');
-    await Promise.all([...q, ack]);
+    const seqs = (await Promise.all(q)).map((r) => (r as { seqs: number[] }).seqs[0]);
+    await ack;
+    assert.deepEqual(seqs, [...seqs].sort((x, y) => x - y), 'seqs follow the order of the calls');
     assert.deepEqual((await page).map((e) => e.data.toString()), Array.from({ length: 30 }, (_, i) => String(i + 10)));
-    assert.equal(await len, 30);
+    // The bound applies to the kept length (no COUNT): 30 entries, a limit of 25 drops 5 plus the one appended.
+    assert.equal((await m.updateQueue('q', { append: [Buffer.from('x')] }, 25)).dropped, 6);
+    assert.equal((await m.readQueue('q', 100)).length, 25);
     // Retained: a put then a listing issued at once.
     const puts = Array.from({ length: 20 }, (_, i) => m.putRetained(`t/${i}`, Buffer.from('x')));
     const list = m.listRetained();

@@ -203,14 +203,6 @@ export class PostgresMetastore implements Metastore {
     });
   }
 
-  /** One stream's definition, or null (not part of the Metastore interface; tests and tools use it). */
-  async getStream(name: string): Promise<StreamDef | null> {
-    return this.keyed(STREAM, name, async () => {
-      const r = await this.q<StreamRow & Record<string, unknown>>('getStream', 'SELECT * FROM streams WHERE name = $1', [name]);
-      return r.rows.length > 0 ? toStream(r.rows[0]) : null;
-    });
-  }
-
   async listStreams(): Promise<StreamDef[]> {
     return this.afterAll(STREAM, async () => {
       const r = await this.q<StreamRow & Record<string, unknown>>('listStreams', 'SELECT * FROM streams ORDER BY name');
@@ -468,19 +460,6 @@ export class PostgresMetastore implements Metastore {
     });
   }
 
-  async enqueue(clientId: string, entries: Buffer[], maxLength: number): Promise<number> {
-    checkInt('maxLength', maxLength, 1);
-    if (entries.length === 0) return 0;
-    return this.keyed(CLIENT, clientId, async () => {
-      const r = await this.q<{ dropped: number }>('enqueue', 'SELECT dropped FROM flowmq_queue_append($1, $2::bytea[], $3)', [
-        clientId,
-        entries,
-        maxLength,
-      ]);
-      return r.rows[0].dropped;
-    });
-  }
-
   async readQueue(clientId: string, limit: number): Promise<QueuedEntry[]> {
     checkInt('limit', limit);
     return this.keyed(CLIENT, clientId, async () => {
@@ -518,13 +497,6 @@ export class PostgresMetastore implements Metastore {
       const { first_seq: first, dropped } = r.rows[0];
       const seqs = first === null ? [] : append.map((_, i) => first + i);
       return { seqs, dropped };
-    });
-  }
-
-  async queueLength(clientId: string): Promise<number> {
-    return this.keyed(CLIENT, clientId, async () => {
-      const r = await this.q<{ length: number }>('queueLength', 'SELECT length FROM session_queue_meta WHERE client_id = $1', [clientId]);
-      return r.rows.length > 0 ? r.rows[0].length : 0;
     });
   }
 
