@@ -25,8 +25,8 @@ export interface MqttListener extends ProtocolListener {
 }
 
 /** Creates the hub every MQTT listener of a broker shares, loads stored sessions and starts its tick. */
-export async function createMqttHub(ctx: AdapterContext, opts: MqttOptions = {}, store?: SessionStore): Promise<MqttHub> {
-  const hub = new MqttHub(ctx, resolveMqttOptions(opts), store);
+export async function createMqttHub(ctx: AdapterContext, opts: MqttOptions = {}): Promise<MqttHub> {
+  const hub = new MqttHub(ctx, resolveMqttOptions(opts));
   await hub.start();
   return hub;
 }

@@ -16,7 +16,7 @@
  */
 import { readFileSync } from 'node:fs';
 import type { Message, QoS, QueuedEntry, SessionStore, Subscriber, Subscription } from '../../core/index.js';
-import { MemorySessionStore, decodeStoredMessage, encodeStoredMessage } from '../../core/index.js';
+import { decodeStoredMessage, encodeStoredMessage } from '../../core/index.js';
 import { LogLimiter } from '../log-limit.js';
 import type { AdapterContext } from '../types.js';
 import type { Properties, ProtocolLevel, Will } from './codec/index.js';
@@ -323,9 +323,9 @@ export class MqttHub {
   constructor(
     readonly ctx: AdapterContext,
     readonly opts: ResolvedMqttOptions,
-    store?: SessionStore,
   ) {
-    this.store = store ?? ctx.sessions ?? new MemorySessionStore();
+    // Sessions live in the core's one store (the broker's metastore), keyed by client id.
+    this.store = ctx.engine.store;
     this.logLimit = new LogLimiter(ctx.logger, opts.logLimit);
   }
 

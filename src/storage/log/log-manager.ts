@@ -171,6 +171,8 @@ class Partition implements ChunkCursor {
   /** Object key of a segment whose metastore commit failed: it may have landed all the same (see writeSegment). */
   unsureCommit: string | null = null;
   waiters: Waiter[] = [];
+  /** This writer's ownership epoch of the partition (Metastore.openPartition), carried by every mutation. */
+  epoch = 0;
   constructor(
     /** Replaced when the stream is redefined (retention changed, partitions added); never its incarnation. */
     public def: StreamDef,
@@ -301,6 +303,10 @@ export class LogManager implements StreamStorage {
         continue;
       }
       const p = new Partition(def, i, partitionKey(def, i));
+      // Take the partition (fencing every writer that opened it before), and fence the WAL's key with the new
+      // epoch before anything it holds is used: a fenced writer can add nothing to it from now on.
+      p.epoch = await this.meta.openPartition(def.name, i);
+      await this.wal.fence(p.key, p.epoch);
       const state = await this.meta.getPartitionState(def.name, i);
       p.segments = await this.meta.listSegments(def.name, i);
       p.flushedOffset = state?.flushedOffset ?? 0;
@@ -391,7 +397,7 @@ export class LogManager implements StreamStorage {
         maxTimestamp: index.entries.reduce((m, e) => Math.max(m, e.maxTimestamp), -1),
         createdAt: Date.now(),
       };
-      await this.meta.commitSegment(seg);
+      await this.meta.commitSegment(seg, p.epoch);
       p.segments.push(seg);
       p.flushedOffset = seg.endOffset;
       this.cacheIndex(o.key, index);
@@ -498,7 +504,7 @@ export class LogManager implements StreamStorage {
     const dataCrc = { from: OFF_ATTRIBUTES, crc: data.readUInt32BE(OFF_CRC) };
     p.inflight++;
     this.space?.written(data.length);
-    const durable = this.wal.append({ key: p.key, baseOffset, endOffset, data, dataCrc, startsFile }).then(
+    const durable = this.wal.append({ key: p.key, baseOffset, endOffset, epoch: p.epoch, data, dataCrc, startsFile }).then(
       () => {
         p.inflight--;
         // Group commits resolve in append order, so the watermark only moves forward.
@@ -916,7 +922,7 @@ export class LogManager implements StreamStorage {
     }
     if (landed === undefined) {
       try {
-        await this.meta.commitSegment(seg);
+        await this.meta.commitSegment(seg, p.epoch);
       } catch (err) {
         p.unsureCommit = objectKey;
         throw err;
@@ -928,7 +934,7 @@ export class LogManager implements StreamStorage {
       const info = readBatchInfo(b.data);
       if (ProducerState.isIdempotent(info)) flushed.record(info, b.baseOffset);
     }
-    await this.meta.putProducerState(p.def.name, p.partition, end, flushed.toJSON());
+    await this.meta.putProducerState(p.def.name, p.partition, end, flushed.toJSON(), p.epoch);
     p.flushedProducers = flushed;
     this.cacheIndex(objectKey, index);
     p.segments.push(seg);
@@ -1055,11 +1061,11 @@ export class LogManager implements StreamStorage {
       throw new FlowError('INVALID_ARGUMENT', `offset ${offset} is outside [0, ${p.highWatermark}]`);
     }
     if (offset <= p.logStartOffset) return p.logStartOffset;
-    await this.meta.setLogStartOffset(p.def.name, p.partition, offset);
+    await this.meta.setLogStartOffset(p.def.name, p.partition, offset, p.epoch);
     p.logStartOffset = Math.max(p.logStartOffset, offset);
     while (p.segments.length > 0 && p.segments[0].endOffset <= p.logStartOffset) {
       const seg = p.segments.shift() as SegmentMeta;
-      await this.meta.deleteSegment(p.def.name, p.partition, seg.baseOffset);
+      await this.meta.deleteSegment(p.def.name, p.partition, seg.baseOffset, p.epoch);
       await this.objects.delete(seg.objectKey);
       this.indexCache.delete(seg.objectKey);
     }
@@ -1073,10 +1079,10 @@ export class LogManager implements StreamStorage {
       if (r === null || p.segments.length === 0) continue;
       while (p.segments.length > 0 && p.segments[0].maxTimestamp < now - r) {
         const seg = p.segments[0];
-        await this.meta.setLogStartOffset(p.def.name, p.partition, seg.endOffset);
+        await this.meta.setLogStartOffset(p.def.name, p.partition, seg.endOffset, p.epoch);
         p.logStartOffset = Math.max(p.logStartOffset, seg.endOffset);
         p.segments.shift();
-        await this.meta.deleteSegment(p.def.name, p.partition, seg.baseOffset);
+        await this.meta.deleteSegment(p.def.name, p.partition, seg.baseOffset, p.epoch);
         await this.objects.delete(seg.objectKey);
         this.indexCache.delete(seg.objectKey);
         this.logger.info({ partition: p.key, base: seg.baseOffset, end: seg.endOffset }, 'segment expired by retention');

@@ -1,3 +1,5 @@
 export type { ConsumerOffset, Metastore, PartitionState, SegmentMeta, StreamDef } from './types.js';
 export { SqliteMetastore } from './sqlite.js';
 export { migrations, type Migration } from './migrations.js';
+export { PostgresMetastore, type PostgresOptions } from './postgres.js';
+export { postgresMigrations } from './postgres-migrations.js';

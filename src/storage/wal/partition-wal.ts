@@ -56,7 +56,7 @@ import { join } from 'node:path';
 import { crc32c, FlowError } from '../../core/index.js';
 import { DIRECT_BLOCK, alignedBuffer } from '../direct-io.js';
 import { errnoCode, fsOpen, shortWrite, syncDir, writeError, type FileOpener } from '../fs-util.js';
-import { appendRefusal, frameCrc, FRAME_HEADER, groupCommit, isSafeOffset, KeyFences, readU64, writeGroups, writeU64, type GroupCommit } from './frame.js';
+import { appendRefusal, EpochFences, fenceProblem, frameCrc, FRAME_HEADER, groupCommit, isSafeOffset, KeyFences, readU64, writeGroups, writeU64, type GroupCommit } from './frame.js';
 import type { FileLayout, SegmentFileSource, WalEntry, WriteAheadLog } from './types.js';
 
 export interface PartitionWalOptions {
@@ -197,6 +197,8 @@ export class PartitionWal implements WriteAheadLog, SegmentFileSource {
   private closing: Promise<void> | null = null;
   /** Keys refused after a failed write, until the caller resumes them (see KeyFences). */
   private readonly fences = new KeyFences();
+  /** Each key's ownership epoch, in memory (see EpochFences). */
+  private readonly epochs = new EpochFences();
   private readonly io: FileOpener;
   private readonly fsync: boolean;
   private readonly dsync: number;
@@ -260,8 +262,16 @@ export class PartitionWal implements WriteAheadLog, SegmentFileSource {
     return n;
   }
 
+  async fence(key: string, epoch: number): Promise<void> {
+    if (this.closed) throw new FlowError('CLOSED', 'WAL is closed');
+    const bad = fenceProblem(key, epoch);
+    if (bad) throw bad;
+    this.epochs.raise(key, epoch);
+  }
+
   append(entry: WalEntry): Promise<void> {
-    const refused = appendRefusal(this.closed, entry) ?? this.fences.check(entry);
+    // The epoch first: a fenced writer's entry must not lift the key's fence after a failed write either.
+    const refused = appendRefusal(this.closed, entry) ?? this.epochs.check(entry) ?? this.fences.check(entry);
     if (refused) return Promise.reject(refused);
     const { key, baseOffset, endOffset, data } = entry;
     if (1 + 16 + data.length > MAX_BODY) return Promise.reject(new FlowError('INVALID_ARGUMENT', 'WAL entry too large'));
@@ -588,7 +598,7 @@ export class PartitionWal implements WriteAheadLog, SegmentFileSource {
           }
         }
         f.entries.forEach((e, i) =>
-          fn({ key: kl.key, baseOffset: e.base, endOffset: e.end, data: buf.subarray(e.position, e.position + e.size), startsFile: i === 0 }),
+          fn({ key: kl.key, baseOffset: e.base, endOffset: e.end, epoch: 0, data: buf.subarray(e.position, e.position + e.size), startsFile: i === 0 }),
         );
       }
     }

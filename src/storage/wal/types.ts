@@ -11,8 +11,10 @@ export interface WalEntry {
   endOffset: number;
   /**
    * The writer's ownership epoch of the partition (Metastore.openPartition). A WAL refuses, with FENCED, an entry
-   * whose epoch is lower than the highest it has been given for the key (by an append or by fence()). Replay
-   * returns it.
+   * whose epoch is lower than the highest it has been given for the key (by an append or by fence()). A WAL shared
+   * between brokers (PostgreSQL) stores it and replay returns it; a local one (the file WALs) has a single writer
+   * process, the holder of the data directory's lock, so it keeps the epochs in memory since it was opened and
+   * replay returns 0.
    */
   epoch: number;
   data: Buffer;

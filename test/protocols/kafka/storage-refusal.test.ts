@@ -35,8 +35,8 @@ class FullOffsets extends MemoryOffsetStore {
 }
 
 describe('kafka: storage that cannot take the data', () => {
-  const disk = new FullDisk();
   const offsets = new FullOffsets();
+  const disk = new FullDisk({ offsets });
   let listener: ProtocolListener;
   let log: CapturedLog;
   let c: RawClient;
@@ -44,7 +44,7 @@ describe('kafka: storage that cannot take the data', () => {
     const engine = new Engine(disk, disk);
     await engine.createStream({ name: 'full', partitions: 1 });
     log = captureLogger();
-    listener = await startKafkaListener({ engine, logger: log.logger, brokerId: 1 }, { host: '127.0.0.1', port: 0 }, {}, { offsets });
+    listener = await startKafkaListener({ engine, logger: log.logger, brokerId: 1 }, { host: '127.0.0.1', port: 0 });
     c = await RawClient.connect(listener.address().port);
   });
   after(async () => {

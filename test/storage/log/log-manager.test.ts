@@ -164,8 +164,8 @@ for (const layout of ['shared', 'partition'] as const) describe(`LogManager (${l
     const meta = new Proxy(metastore, {
       get(target, prop) {
         if (prop === 'commitSegment' && full.commitLandsThenFails) {
-          return async (seg: SegmentMeta) => {
-            await target.commitSegment(seg);
+          return async (seg: SegmentMeta, epoch: number) => {
+            await target.commitSegment(seg, epoch);
             full.commitLandsThenFails = false;
             throw new FlowError('STORAGE_FULL', 'cannot sync metastore journal: ENOSPC');
           };
@@ -593,9 +593,9 @@ describe('LogManager over the partition WAL layout', () => {
     // The metastore fails the commit once: the WAL file is already the object, and nowhere else.
     const commit = s1.metastore.commitSegment.bind(s1.metastore);
     let failed = 0;
-    s1.metastore.commitSegment = async (seg) => {
+    s1.metastore.commitSegment = async (seg, epoch) => {
       if (failed++ === 0) throw new Error('metastore unavailable');
-      return commit(seg);
+      return commit(seg, epoch);
     };
     await s1.log.flushAll();
     assert.equal(failed, 1);

@@ -1,0 +1,534 @@
+/**
+ * The cluster metastore: PostgreSQL through a node-postgres pool. Same tables and semantics as the SQLite
+ * backend (see postgres-migrations.ts), shared by every broker that points at the database.
+ *
+ * - Per-key order (the contract in types.ts): a pool runs statements on several connections, so two calls made
+ *   one after the other could otherwise commit in the other order (a deleteSession overtaking the putSession
+ *   issued before it). Calls naming the same key are chained (KeyedSerializer), calls on different keys run in
+ *   parallel; reads over every key of a kind (listRetained, listSessions, listStreams, listGroups) first wait for
+ *   the writes of that kind already issued.
+ * - Atomicity: every call is one statement (partition mutations and queue writes are PL/pgSQL functions that
+ *   check the epoch, or take the queue's counter row, and write in the same transaction), so a call either
+ *   happened or did not, even when the connection dies under it.
+ * - Durability: a call resolves after its COMMIT with synchronous_commit on (forced per connection).
+ * - Failures: the server down or restarting gives STORAGE_ERROR naming host:port, retriable: the pool opens new
+ *   connections by itself once the server is back, with no broker restart. An idle connection dropped by the
+ *   server is handled by the pool's 'error' listener (it would otherwise crash the process).
+ */
+import { FlowError } from '../../core/index.js';
+import type { OffsetCommit, QueueChanges, QueuedEntry, RetainedEntry, SessionRecord } from '../../core/index.js';
+import {
+  connectPool,
+  KeyedSerializer,
+  migratePostgres,
+  type PgPool,
+  type PostgresOptions,
+} from '../postgres-util.js';
+import { postgresMigrations } from './postgres-migrations.js';
+import type { ConsumerOffset, Metastore, PartitionState, SegmentMeta, StreamDef } from './types.js';
+
+export type { PostgresOptions };
+
+interface StreamRow {
+  name: string;
+  partitions: number;
+  bindings: string;
+  retention_ms: number | null;
+  created_at: number;
+}
+
+interface SegmentRow {
+  stream: string;
+  partition: number;
+  base_offset: number;
+  end_offset: number;
+  object_key: string;
+  size: number;
+  max_timestamp: number;
+  created_at: number;
+}
+
+interface OffsetRow {
+  group_id: string;
+  stream: string;
+  partition: number;
+  offset: number;
+  metadata: string | null;
+  committed_at: number;
+}
+
+interface SessionRow {
+  client_id: string;
+  protocol: string;
+  state: string;
+  expires_at: number | null;
+  updated_at: number;
+}
+
+const toStream = (r: StreamRow): StreamDef => ({
+  name: r.name,
+  partitions: r.partitions,
+  bindings: JSON.parse(r.bindings) as string[],
+  retentionMs: r.retention_ms,
+  createdAt: r.created_at,
+});
+
+const toSegment = (r: SegmentRow): SegmentMeta => ({
+  stream: r.stream,
+  partition: r.partition,
+  baseOffset: r.base_offset,
+  endOffset: r.end_offset,
+  objectKey: r.object_key,
+  size: r.size,
+  maxTimestamp: r.max_timestamp,
+  createdAt: r.created_at,
+});
+
+const toOffset = (r: OffsetRow): ConsumerOffset => ({
+  group: r.group_id,
+  stream: r.stream,
+  partition: r.partition,
+  offset: r.offset,
+  metadata: r.metadata,
+  committedAt: r.committed_at,
+});
+
+const toSession = (r: SessionRow): SessionRecord => ({
+  clientId: r.client_id,
+  protocol: r.protocol,
+  state: r.state,
+  expiresAt: r.expires_at,
+  updatedAt: r.updated_at,
+});
+
+function checkInt(what: string, n: number, min = 0): void {
+  if (!Number.isSafeInteger(n) || n < min) throw new FlowError('INVALID_ARGUMENT', `${what} must be an integer >= ${min}, got ${n}`);
+}
+
+/** PostgreSQL integer columns (partition numbers, stream partition counts) are 32-bit. */
+function checkInt32(what: string, n: number, min = 0): void {
+  checkInt(what, n, min);
+  if (n > 0x7fffffff) throw new FlowError('INVALID_ARGUMENT', `${what} must be below 2^31, got ${n}`);
+}
+
+function checkStreamDef(def: StreamDef): void {
+  if (typeof def.name !== 'string' || def.name.length === 0) throw new FlowError('INVALID_ARGUMENT', 'stream name is empty');
+  checkInt32('partitions', def.partitions, 1);
+  if (!Array.isArray(def.bindings) || !def.bindings.every((b) => typeof b === 'string')) {
+    throw new FlowError('INVALID_ARGUMENT', 'stream bindings must be an array of strings');
+  }
+  if (def.retentionMs !== null) checkInt('retentionMs', def.retentionMs);
+  checkInt('createdAt', def.createdAt);
+}
+
+// Key categories of the serializer (see KeyedSerializer); one per kind of key named in the contract.
+const STREAM = 's';
+const PARTITION = 'p';
+const GROUP = 'g';
+const CLIENT = 'c';
+const TOPIC = 't';
+
+const partKey = (stream: string, partition: number): string => `${partition}\u0000${stream}`;
+
+export class PostgresMetastore implements Metastore {
+  readonly kind = 'postgres' as const;
+  private closed = false;
+  private readonly chain = new KeyedSerializer();
+  /** Migrations this open applied (0 when another broker had already done them); for tests. */
+  migrationsApplied = 0;
+
+  private constructor(private readonly db: PgPool) {}
+
+  /**
+   * Connects and brings the schema up to date (once, under an advisory lock, however many brokers start
+   * together). An unreachable server fails with STORAGE_ERROR naming host:port and the cause.
+   */
+  static async open(opts: PostgresOptions): Promise<PostgresMetastore> {
+    const db = await connectPool(opts, 'metastore');
+    try {
+      const m = new PostgresMetastore(db);
+      m.migrationsApplied = await migratePostgres(db, postgresMigrations, 'flowmq_schema_migrations', 'metastore');
+      return m;
+    } catch (err) {
+      await db.end().catch(() => undefined);
+      throw err;
+    }
+  }
+
+  /** Pool size / idle / waiting, statements run, failures, reconnects. */
+  figures(): Record<string, unknown> {
+    return { ...this.db.poolFigures(), keysInFlight: this.chain.activeKeys };
+  }
+
+  private check(): void {
+    if (this.closed) throw new FlowError('CLOSED', 'metastore is closed');
+  }
+
+  /** Runs `fn` after the calls issued before it on the same key. */
+  private keyed<T>(category: string, key: string, fn: () => Promise<T>): Promise<T> {
+    this.check();
+    return this.chain.run(category, key, fn);
+  }
+
+  /** A read over every key of a category: waits for the calls of that category issued before it. */
+  private async afterAll<T>(category: string, fn: () => Promise<T>): Promise<T> {
+    this.check();
+    await this.chain.settled(category);
+    return fn();
+  }
+
+  private q<R extends Record<string, unknown>>(what: string, text: string, values?: unknown[]) {
+    // Named statements are parsed and planned once per connection.
+    return this.db.query<R>(what, { name: `fm_${what}`, text }, values);
+  }
+
+  // ---------------------------------------------------------------- streams
+
+  async createStream(def: StreamDef): Promise<void> {
+    checkStreamDef(def);
+    await this.keyed(STREAM, def.name, async () => {
+      try {
+        await this.q(
+          'createStream',
+          'INSERT INTO streams (name, partitions, bindings, retention_ms, created_at) VALUES ($1, $2, $3, $4, $5)',
+          [def.name, def.partitions, JSON.stringify(def.bindings), def.retentionMs, def.createdAt],
+        );
+      } catch (err) {
+        const cause = err instanceof FlowError ? err.cause : undefined;
+        if (cause instanceof Error && 'code' in cause && cause.code === '23505') {
+          throw new FlowError('ALREADY_EXISTS', `stream "${def.name}" already exists`, { cause });
+        }
+        throw err;
+      }
+    });
+  }
+
+  async listStreams(): Promise<StreamDef[]> {
+    return this.afterAll(STREAM, async () => {
+      const r = await this.q<StreamRow & Record<string, unknown>>('listStreams', 'SELECT * FROM streams ORDER BY name');
+      return r.rows.map(toStream);
+    });
+  }
+
+  async updateStream(def: StreamDef): Promise<void> {
+    checkStreamDef(def);
+    await this.keyed(STREAM, def.name, async () => {
+      // created_at is left alone: it names the stream's incarnation (segment object keys include it).
+      const r = await this.q('updateStream', 'UPDATE streams SET partitions = $1, bindings = $2, retention_ms = $3 WHERE name = $4', [
+        def.partitions,
+        JSON.stringify(def.bindings),
+        def.retentionMs,
+        def.name,
+      ]);
+      if (r.rowCount === 0) throw new FlowError('NOT_FOUND', `stream "${def.name}" not found`);
+    });
+  }
+
+  async deleteStream(name: string): Promise<void> {
+    // Partitions, segments, offsets and producer state go with it through ON DELETE CASCADE, in one statement.
+    await this.keyed(STREAM, name, async () => {
+      const r = await this.q('deleteStream', 'DELETE FROM streams WHERE name = $1', [name]);
+      if (r.rowCount === 0) throw new FlowError('NOT_FOUND', `stream "${name}" not found`);
+    });
+  }
+
+  // ---------------------------------------------------------------- partitions
+
+  async openPartition(stream: string, partition: number): Promise<number> {
+    checkInt32('partition', partition);
+    return this.keyed(PARTITION, partKey(stream, partition), async () => {
+      // One statement: the bump is atomic, and it waits for a mutation holding the row's lock (the epoch check).
+      const r = await this.q<{ epoch: number }>(
+        'openPartition',
+        `INSERT INTO partitions AS p (stream, partition, epoch) VALUES ($1, $2, 1)
+         ON CONFLICT (stream, partition) DO UPDATE SET epoch = p.epoch + 1 RETURNING p.epoch`,
+        [stream, partition],
+      );
+      return r.rows[0].epoch;
+    });
+  }
+
+  async getPartitionState(stream: string, partition: number): Promise<PartitionState | null> {
+    return this.keyed(PARTITION, partKey(stream, partition), async () => {
+      const r = await this.q<{ log_start_offset: number; flushed_offset: number; epoch: number }>(
+        'getPartitionState',
+        'SELECT log_start_offset, flushed_offset, epoch FROM partitions WHERE stream = $1 AND partition = $2',
+        [stream, partition],
+      );
+      if (r.rows.length === 0) return null;
+      const row = r.rows[0];
+      return { stream, partition, logStartOffset: row.log_start_offset, flushedOffset: row.flushed_offset, epoch: row.epoch };
+    });
+  }
+
+  async setLogStartOffset(stream: string, partition: number, offset: number, epoch: number): Promise<void> {
+    checkInt32('partition', partition);
+    checkInt('offset', offset);
+    checkInt('epoch', epoch);
+    await this.keyed(PARTITION, partKey(stream, partition), () =>
+      this.q('setLogStartOffset', 'SELECT flowmq_set_log_start($1, $2, $3, $4)', [stream, partition, offset, epoch]),
+    );
+  }
+
+  async commitSegment(seg: SegmentMeta, epoch: number): Promise<void> {
+    checkInt32('partition', seg.partition);
+    checkInt('baseOffset', seg.baseOffset);
+    checkInt('endOffset', seg.endOffset);
+    checkInt('size', seg.size);
+    checkInt('maxTimestamp', seg.maxTimestamp, -1);
+    checkInt('createdAt', seg.createdAt);
+    checkInt('epoch', epoch);
+    if (seg.endOffset <= seg.baseOffset) {
+      throw new FlowError('INVALID_ARGUMENT', `empty segment [${seg.baseOffset}, ${seg.endOffset})`);
+    }
+    await this.keyed(PARTITION, partKey(seg.stream, seg.partition), () =>
+      this.q('commitSegment', 'SELECT flowmq_commit_segment($1, $2, $3, $4, $5, $6, $7, $8, $9)', [
+        seg.stream,
+        seg.partition,
+        seg.baseOffset,
+        seg.endOffset,
+        seg.objectKey,
+        seg.size,
+        seg.maxTimestamp,
+        seg.createdAt,
+        epoch,
+      ]),
+    );
+  }
+
+  async listSegments(stream: string, partition: number): Promise<SegmentMeta[]> {
+    return this.keyed(PARTITION, partKey(stream, partition), async () => {
+      const r = await this.q<SegmentRow & Record<string, unknown>>(
+        'listSegments',
+        'SELECT * FROM segments WHERE stream = $1 AND partition = $2 ORDER BY base_offset',
+        [stream, partition],
+      );
+      return r.rows.map(toSegment);
+    });
+  }
+
+  async deleteSegment(stream: string, partition: number, baseOffset: number, epoch: number): Promise<void> {
+    checkInt('epoch', epoch);
+    await this.keyed(PARTITION, partKey(stream, partition), () =>
+      this.q('deleteSegment', 'SELECT flowmq_delete_segment($1, $2, $3, $4)', [stream, partition, baseOffset, epoch]),
+    );
+  }
+
+  async putProducerState(stream: string, partition: number, endOffset: number, state: string, epoch: number): Promise<void> {
+    checkInt32('partition', partition);
+    checkInt('endOffset', endOffset);
+    checkInt('epoch', epoch);
+    await this.keyed(PARTITION, partKey(stream, partition), () =>
+      this.q('putProducerState', 'SELECT flowmq_put_producer_state($1, $2, $3, $4, $5)', [stream, partition, endOffset, state, epoch]),
+    );
+  }
+
+  async getProducerState(stream: string, partition: number): Promise<{ endOffset: number; state: string } | null> {
+    return this.keyed(PARTITION, partKey(stream, partition), async () => {
+      const r = await this.q<{ end_offset: number; state: string }>(
+        'getProducerState',
+        'SELECT end_offset, state FROM producer_state WHERE stream = $1 AND partition = $2',
+        [stream, partition],
+      );
+      return r.rows.length > 0 ? { endOffset: r.rows[0].end_offset, state: r.rows[0].state } : null;
+    });
+  }
+
+  // ---------------------------------------------------------------- offsets and producer ids
+
+  async commitOffsets(group: string, offsets: OffsetCommit[]): Promise<void> {
+    for (const o of offsets) {
+      checkInt32('partition', o.partition);
+      // Kafka clients commit -1 to mean "no position"; anything lower is nonsense.
+      checkInt('offset', o.offset, -1);
+    }
+    if (offsets.length === 0) return;
+    // One statement, so all or none (a foreign-key failure on one stream fails the whole batch). A partition
+    // named twice keeps its last value, as a loop of upserts would (ON CONFLICT cannot touch a row twice).
+    const last = new Map<string, OffsetCommit>();
+    for (const o of offsets) last.set(partKey(o.stream, o.partition), o);
+    const list = [...last.values()];
+    await this.keyed(GROUP, group, () =>
+      this.q(
+        'commitOffsets',
+        `INSERT INTO consumer_offsets (group_id, stream, partition, "offset", metadata, committed_at)
+         SELECT $1, s, p, o, m, $6 FROM unnest($2::text[], $3::integer[], $4::bigint[], $5::text[]) AS t(s, p, o, m)
+         ON CONFLICT (group_id, stream, partition)
+         DO UPDATE SET "offset" = excluded."offset", metadata = excluded.metadata, committed_at = excluded.committed_at`,
+        [
+          group,
+          list.map((o) => o.stream),
+          list.map((o) => o.partition),
+          list.map((o) => o.offset),
+          list.map((o) => o.metadata),
+          Date.now(),
+        ],
+      ),
+    );
+  }
+
+  async fetchOffset(group: string, stream: string, partition: number): Promise<ConsumerOffset | null> {
+    return this.keyed(GROUP, group, async () => {
+      const r = await this.q<OffsetRow & Record<string, unknown>>(
+        'fetchOffset',
+        'SELECT * FROM consumer_offsets WHERE group_id = $1 AND stream = $2 AND partition = $3',
+        [group, stream, partition],
+      );
+      return r.rows.length > 0 ? toOffset(r.rows[0]) : null;
+    });
+  }
+
+  async listOffsets(group: string): Promise<ConsumerOffset[]> {
+    return this.keyed(GROUP, group, async () => {
+      const r = await this.q<OffsetRow & Record<string, unknown>>(
+        'listOffsets',
+        'SELECT * FROM consumer_offsets WHERE group_id = $1 ORDER BY stream, partition',
+        [group],
+      );
+      return r.rows.map(toOffset);
+    });
+  }
+
+  async listGroups(): Promise<string[]> {
+    return this.afterAll(GROUP, async () => {
+      const r = await this.q<{ group_id: string }>('listGroups', 'SELECT DISTINCT group_id FROM consumer_offsets ORDER BY group_id');
+      return r.rows.map((x) => x.group_id);
+    });
+  }
+
+  async deleteGroup(group: string): Promise<void> {
+    await this.keyed(GROUP, group, () => this.q('deleteGroup', 'DELETE FROM consumer_offsets WHERE group_id = $1', [group]));
+  }
+
+  async allocateProducerIds(count: number): Promise<number> {
+    checkInt('count', count, 1);
+    this.check();
+    // One atomic UPDATE ... RETURNING: two brokers allocating at once get disjoint blocks.
+    const r = await this.q<{ first: number }>(
+      'allocateProducerIds',
+      'UPDATE producer_ids SET next_id = next_id + $1 WHERE id = 0 RETURNING next_id - $1 AS first',
+      [count],
+    );
+    return r.rows[0].first;
+  }
+
+  // ---------------------------------------------------------------- sessions (SessionStore)
+
+  async getSession(clientId: string): Promise<SessionRecord | null> {
+    return this.keyed(CLIENT, clientId, async () => {
+      const r = await this.q<SessionRow & Record<string, unknown>>('getSession', 'SELECT * FROM client_sessions WHERE client_id = $1', [clientId]);
+      return r.rows.length > 0 ? toSession(r.rows[0]) : null;
+    });
+  }
+
+  async putSession(rec: SessionRecord): Promise<void> {
+    if (typeof rec.clientId !== 'string') throw new FlowError('INVALID_ARGUMENT', 'session client id must be a string');
+    if (rec.expiresAt !== null) checkInt('expiresAt', rec.expiresAt);
+    checkInt('updatedAt', rec.updatedAt);
+    await this.keyed(CLIENT, rec.clientId, () =>
+      this.q(
+        'putSession',
+        `INSERT INTO client_sessions (client_id, protocol, state, expires_at, updated_at) VALUES ($1, $2, $3, $4, $5)
+         ON CONFLICT (client_id) DO UPDATE SET protocol = excluded.protocol, state = excluded.state,
+           expires_at = excluded.expires_at, updated_at = excluded.updated_at`,
+        [rec.clientId, rec.protocol, rec.state, rec.expiresAt, rec.updatedAt],
+      ),
+    );
+  }
+
+  async deleteSession(clientId: string): Promise<void> {
+    // The record, its queue and its queue counter in one statement (data-modifying CTEs share one transaction).
+    await this.keyed(CLIENT, clientId, () =>
+      this.q(
+        'deleteSession',
+        `WITH q AS (DELETE FROM session_queue WHERE client_id = $1),
+              m AS (DELETE FROM session_queue_meta WHERE client_id = $1)
+         DELETE FROM client_sessions WHERE client_id = $1`,
+        [clientId],
+      ),
+    );
+  }
+
+  async listSessions(protocol: string): Promise<SessionRecord[]> {
+    return this.afterAll(CLIENT, async () => {
+      const r = await this.q<SessionRow & Record<string, unknown>>(
+        'listSessions',
+        'SELECT * FROM client_sessions WHERE protocol = $1 ORDER BY client_id',
+        [protocol],
+      );
+      return r.rows.map(toSession);
+    });
+  }
+
+  async readQueue(clientId: string, limit: number): Promise<QueuedEntry[]> {
+    checkInt('limit', limit);
+    return this.keyed(CLIENT, clientId, async () => {
+      const r = await this.q<{ seq: number; data: Buffer }>(
+        'readQueue',
+        'SELECT seq, data FROM session_queue WHERE client_id = $1 ORDER BY seq LIMIT $2',
+        [clientId, limit],
+      );
+      return r.rows.map((x) => ({ seq: x.seq, data: x.data }));
+    });
+  }
+
+  async ackQueue(clientId: string, upTo: number): Promise<void> {
+    await this.keyed(CLIENT, clientId, () =>
+      this.q(
+        'ackQueue',
+        `WITH d AS (DELETE FROM session_queue WHERE client_id = $1 AND seq <= $2 RETURNING 1)
+         UPDATE session_queue_meta SET length = length - (SELECT count(*) FROM d) WHERE client_id = $1`,
+        [clientId, upTo],
+      ),
+    );
+  }
+
+  async updateQueue(clientId: string, changes: QueueChanges, maxLength: number): Promise<{ seqs: number[]; dropped: number }> {
+    checkInt('maxLength', maxLength, 1);
+    const replace = changes.replace ?? [];
+    const remove = changes.remove ?? [];
+    const append = changes.append ?? [];
+    return this.keyed(CLIENT, clientId, async () => {
+      const r = await this.q<{ first_seq: number | null; dropped: number }>(
+        'updateQueue',
+        'SELECT first_seq, dropped FROM flowmq_queue_update($1, $2::bigint[], $3::bytea[], $4::bigint[], $5::bytea[], $6)',
+        [clientId, replace.map((e) => e.seq), replace.map((e) => e.data), remove, append, maxLength],
+      );
+      const { first_seq: first, dropped } = r.rows[0];
+      const seqs = first === null ? [] : append.map((_, i) => first + i);
+      return { seqs, dropped };
+    });
+  }
+
+  // ---------------------------------------------------------------- retained messages (RetainedStore)
+
+  async putRetained(topic: string, data: Buffer): Promise<void> {
+    await this.keyed(TOPIC, topic, () =>
+      this.q(
+        'putRetained',
+        `INSERT INTO retained_messages (topic, data, updated_at) VALUES ($1, $2, $3)
+         ON CONFLICT (topic) DO UPDATE SET data = excluded.data, updated_at = excluded.updated_at`,
+        [topic, data, Date.now()],
+      ),
+    );
+  }
+
+  async deleteRetained(topic: string): Promise<void> {
+    await this.keyed(TOPIC, topic, () => this.q('deleteRetained', 'DELETE FROM retained_messages WHERE topic = $1', [topic]));
+  }
+
+  async listRetained(): Promise<RetainedEntry[]> {
+    return this.afterAll(TOPIC, async () => {
+      const r = await this.q<{ topic: string; data: Buffer }>('listRetained', 'SELECT topic, data FROM retained_messages ORDER BY topic');
+      return r.rows.map((x) => ({ topic: x.topic, data: x.data }));
+    });
+  }
+
+  /** Finishes the calls already made, then closes the pool. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await this.chain.idle();
+    await this.db.end();
+  }
+}

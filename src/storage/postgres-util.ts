@@ -1,0 +1,355 @@
+/**
+ * What the PostgreSQL backends (metastore/postgres.ts, wal/postgres-wal.ts) share: a node-postgres pool set up
+ * the same way, the mapping of PostgreSQL failures to FlowErrors, migrations run once under an advisory lock,
+ * and a per-key serializer.
+ */
+import type { Logger } from 'pino';
+import pg from 'pg';
+import { FlowError } from '../core/index.js';
+
+export interface PostgresOptions {
+  /** postgres://user:password@host:port/database */
+  url: string;
+  /** Connections in the pool (default 10). */
+  poolSize?: number;
+  /** statement_timeout of every connection, ms (default 10 000; 0 disables it). */
+  statementTimeoutMs?: number;
+  /** How long to wait for a connection, ms (default 5000). */
+  connectTimeoutMs?: number;
+  logger?: Logger;
+}
+
+/** SQLSTATEs raised by FlowMQ's own functions (see the migrations); class "FM" is not used by PostgreSQL. */
+export const SQLSTATE_FENCED = 'FMF01';
+export const SQLSTATE_INVALID = 'FMI01';
+export const SQLSTATE_NOT_FOUND = 'FMN01';
+
+/** host:port of a connection URL, for messages (never the password). */
+export function endpointOf(url: string): string {
+  try {
+    const u = new URL(url);
+    return `${u.hostname || 'localhost'}:${u.port || '5432'}`;
+  } catch {
+    return 'the PostgreSQL server';
+  }
+}
+
+/**
+ * int8 (bigint) columns and aggregates (COUNT, SUM) come back as numbers. Every int8 FlowMQ stores is a safe
+ * integer (the backends check what they write), so a value outside that range means a foreign writer or
+ * corruption: the query fails with it rather than returning a rounded offset.
+ */
+function parseInt8(text: string): number {
+  const n = Number(text);
+  if (!Number.isSafeInteger(n)) throw new FlowError('CORRUPT_DATA', `PostgreSQL returned ${text}, beyond the safe integer range`);
+  return n;
+}
+
+const INT8_OID = 20;
+const NUMERIC_OID = 1700;
+/** Per-pool type parsers, so the process-wide defaults of node-postgres stay as they are for anyone else. */
+const typeParsers = {
+  getTypeParser(oid: number, format?: 'text' | 'binary') {
+    if (oid === INT8_OID && format !== 'binary') return parseInt8;
+    // SUM(bigint) is numeric: same rule.
+    if (oid === NUMERIC_OID && format !== 'binary') return parseInt8;
+    return pg.types.getTypeParser(oid, format as 'text');
+  },
+} as pg.CustomTypesConfig;
+
+/** A node-postgres error carries the SQLSTATE in `code`; a socket error carries an errno name there. */
+function errCode(err: unknown): string | undefined {
+  return err instanceof Error && 'code' in err && typeof err.code === 'string' ? err.code : undefined;
+}
+
+/** Whether the error means the connection (not the statement) failed: the server is down, restarting or gone. */
+export function isConnectionError(err: unknown): boolean {
+  const code = errCode(err);
+  if (code === undefined) {
+    // node-postgres reports a socket closed under a query with a plain Error.
+    const msg = err instanceof Error ? err.message : '';
+    return /Connection terminated|connection timeout|timeout exceeded when trying to connect|Client has encountered a connection error/i.test(msg);
+  }
+  return (
+    code.startsWith('08') || // connection exception
+    code === '57P01' || // admin_shutdown (the server is stopping)
+    code === '57P02' || // crash_shutdown
+    code === '57P03' || // cannot_connect_now (starting up or shutting down)
+    ['ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENOTFOUND', 'EAI_AGAIN', 'ENETUNREACH'].includes(code)
+  );
+}
+
+/**
+ * Turns a failure into a FlowError. FlowMQ's own SQLSTATEs become FENCED / INVALID_ARGUMENT / NOT_FOUND; a
+ * foreign-key violation means the stream named is absent (NOT_FOUND); a full disk is STORAGE_FULL; everything
+ * else (the server unreachable or restarting, a statement timeout) is STORAGE_ERROR, which the callers treat as
+ * retriable: the pool connects again by itself once the server is back.
+ */
+export function pgError(what: string, err: unknown, endpoint: string): FlowError {
+  if (err instanceof FlowError) return err;
+  const code = errCode(err);
+  const msg = err instanceof Error ? err.message : String(err);
+  switch (code) {
+    case SQLSTATE_FENCED:
+      return new FlowError('FENCED', msg, { cause: err });
+    case SQLSTATE_INVALID:
+      return new FlowError('INVALID_ARGUMENT', msg, { cause: err });
+    case SQLSTATE_NOT_FOUND:
+      return new FlowError('NOT_FOUND', msg, { cause: err });
+    case '23503': // foreign_key_violation: every foreign key refers to streams(name)
+      return new FlowError('NOT_FOUND', `${what}: stream not found`, { cause: err });
+    case '53100': // disk_full
+      return new FlowError('STORAGE_FULL', `${what}: PostgreSQL ${endpoint}: ${msg}`, { cause: err });
+    case '57014': // query_canceled: statement_timeout
+      return new FlowError('STORAGE_ERROR', `${what}: PostgreSQL ${endpoint}: statement timed out (${msg})`, { cause: err });
+    default:
+      if (isConnectionError(err)) {
+        return new FlowError('STORAGE_ERROR', `${what}: PostgreSQL ${endpoint} unreachable (retriable): ${msg || code}`, { cause: err });
+      }
+      return new FlowError('STORAGE_ERROR', `${what}: PostgreSQL ${endpoint}: ${msg}`, { cause: err });
+  }
+}
+
+/** Counters of a pool, for figures(). */
+export interface PoolStats {
+  queries: number;
+  errors: number;
+  /** Connections opened after a connection was lost (the server restarted or was unreachable). */
+  reconnects: number;
+  /** Idle connections that died (the pool's 'error' event). */
+  idleErrors: number;
+}
+
+export interface PgPool {
+  pool: pg.Pool;
+  stats: PoolStats;
+  endpoint: string;
+  /** Runs one statement; failures become FlowErrors (see pgError). */
+  query<R extends pg.QueryResultRow = pg.QueryResultRow>(what: string, text: string | pg.QueryConfig, values?: unknown[]): Promise<pg.QueryResult<R>>;
+  /** Runs `fn` in a transaction on one connection; a failure rolls it back (the connection is discarded). */
+  transaction<T>(what: string, fn: (c: pg.PoolClient) => Promise<T>): Promise<T>;
+  /** Marks a connection-level failure, so that the next connection counts as a reconnect. */
+  noteError(err: unknown): void;
+  poolFigures(): Record<string, number>;
+  end(): Promise<void>;
+}
+
+export function createPool(opts: PostgresOptions, role: string): PgPool {
+  const endpoint = endpointOf(opts.url);
+  const stats: PoolStats = { queries: 0, errors: 0, reconnects: 0, idleErrors: 0 };
+  const timeout = opts.statementTimeoutMs ?? 10_000;
+  const pool = new pg.Pool({
+    connectionString: opts.url,
+    max: opts.poolSize ?? 10,
+    connectionTimeoutMillis: opts.connectTimeoutMs ?? 5000,
+    idleTimeoutMillis: 30_000,
+    // Sent as startup parameters: every connection gets them, including those opened after a restart.
+    statement_timeout: timeout > 0 ? timeout : undefined,
+    // Acknowledgements wait for COMMIT; a server configured with synchronous_commit=off would make that a lie.
+    options: '-c synchronous_commit=on',
+    application_name: `flowmq-${role}`,
+    keepAlive: true,
+    types: typeParsers,
+  });
+  let lost = false;
+  // An idle connection whose server restarts emits 'error' on the pool: without a listener that is an uncaught
+  // exception that ends the broker. The pool discards the connection and opens a new one when next needed.
+  pool.on('error', (err) => {
+    stats.idleErrors++;
+    lost = true;
+    opts.logger?.warn({ err, endpoint, role }, 'PostgreSQL connection lost while idle; the pool reconnects on demand');
+  });
+  pool.on('connect', () => {
+    if (lost) {
+      lost = false;
+      stats.reconnects++;
+      opts.logger?.info({ endpoint, role }, 'PostgreSQL connection re-established');
+    }
+  });
+  const noteError = (err: unknown): void => {
+    stats.errors++;
+    if (isConnectionError(err)) lost = true;
+  };
+  return {
+    pool,
+    stats,
+    endpoint,
+    noteError,
+    async query<R extends pg.QueryResultRow>(what: string, text: string | pg.QueryConfig, values?: unknown[]) {
+      stats.queries++;
+      try {
+        return await (typeof text === 'string' ? pool.query<R>(text, values) : pool.query<R>({ ...text, values: values ?? text.values }));
+      } catch (err) {
+        noteError(err);
+        throw pgError(what, err, endpoint);
+      }
+    },
+    async transaction<T>(what: string, fn: (c: pg.PoolClient) => Promise<T>): Promise<T> {
+      let client: pg.PoolClient;
+      try {
+        client = await pool.connect();
+      } catch (err) {
+        noteError(err);
+        throw pgError(what, err, endpoint);
+      }
+      try {
+        stats.queries++;
+        await client.query('BEGIN');
+        const result = await fn(client);
+        stats.queries++;
+        await client.query('COMMIT');
+        client.release();
+        return result;
+      } catch (err) {
+        // Destroying the connection rolls the transaction back on the server; a half-done one is never reused.
+        client.release(true);
+        if (!(err instanceof FlowError)) noteError(err);
+        throw pgError(what, err, endpoint);
+      }
+    },
+    poolFigures() {
+      return {
+        poolSize: pool.totalCount,
+        poolIdle: pool.idleCount,
+        poolWaiting: pool.waitingCount,
+        queries: stats.queries,
+        errors: stats.errors,
+        reconnects: stats.reconnects,
+        idleErrors: stats.idleErrors,
+      };
+    },
+    end: () => pool.end(),
+  };
+}
+
+/**
+ * Opens a pool and checks the server answers, so a broker started against an unreachable server fails at start
+ * with one clear line naming it.
+ */
+export async function connectPool(opts: PostgresOptions, role: string): Promise<PgPool> {
+  const p = createPool(opts, role);
+  try {
+    await p.pool.query('SELECT 1');
+  } catch (err) {
+    await p.end().catch(() => undefined);
+    const cause = err instanceof Error ? err.message || errCode(err) || String(err) : String(err);
+    throw new FlowError('STORAGE_ERROR', `cannot reach PostgreSQL at ${p.endpoint}: ${cause}`, { cause: err });
+  }
+  return p;
+}
+
+export interface PgMigration {
+  version: number;
+  name: string;
+  sql: string;
+}
+
+/** Advisory-lock key shared by every FlowMQ migration list of a database ("FlowMQ" in ASCII). */
+const MIGRATION_LOCK = 0x466c6f774d51;
+
+/**
+ * Applies the pending migrations of `list`, recorded in `table`, on a connection of its own, under a
+ * session-level advisory lock: brokers starting together on one database migrate it once (the second waits for
+ * the lock, then finds nothing left to do). All pending migrations run in one transaction. Returns how many
+ * were applied.
+ */
+export async function migratePostgres(p: PgPool, list: readonly PgMigration[], table: string, what: string): Promise<number> {
+  list.forEach((m, i) => {
+    if (m.version !== i + 1) throw new Error(`${what} migration list out of order at ${m.name}`);
+  });
+  let client: pg.PoolClient;
+  try {
+    client = await p.pool.connect();
+  } catch (err) {
+    throw pgError(`${what} migration`, err, p.endpoint);
+  }
+  let ok = false;
+  try {
+    // Waiting for another broker's migration can take longer than an ordinary statement may.
+    await client.query('SET statement_timeout = 0');
+    await client.query('SELECT pg_advisory_lock($1)', [MIGRATION_LOCK]);
+    try {
+      await client.query('BEGIN');
+      await client.query(`CREATE TABLE IF NOT EXISTS ${table} (
+        version    integer PRIMARY KEY,
+        name       text    NOT NULL,
+        applied_at bigint  NOT NULL
+      )`);
+      const r = await client.query<{ v: number | null }>(`SELECT MAX(version) AS v FROM ${table}`);
+      const current = r.rows[0].v ?? 0;
+      if (current > list.length) {
+        throw new FlowError(
+          'STORAGE_ERROR',
+          `${what} schema version ${current} at ${p.endpoint} is newer than this FlowMQ knows (${list.length}); upgrade FlowMQ or use another database`,
+        );
+      }
+      const pending = list.slice(current);
+      for (const m of pending) {
+        await client.query(m.sql);
+        await client.query(`INSERT INTO ${table} (version, name, applied_at) VALUES ($1, $2, $3)`, [m.version, m.name, Date.now()]);
+      }
+      await client.query('COMMIT');
+      ok = true;
+      return pending.length;
+    } finally {
+      if (!ok) await client.query('ROLLBACK').catch(() => undefined);
+      await client.query('SELECT pg_advisory_unlock($1)', [MIGRATION_LOCK]).catch(() => undefined);
+    }
+  } catch (err) {
+    throw pgError(`${what} migration`, err, p.endpoint);
+  } finally {
+    // The session had its statement_timeout changed: never hand it to anyone else.
+    client.release(true);
+  }
+}
+
+/**
+ * Per-key order over a pool: calls on one key run one after another, in the order they were made (each starts
+ * once the previous one settled, whatever its outcome), while calls on different keys run in parallel on the
+ * pool's connections. A key's chain is dropped as soon as it is idle, so memory follows the keys in use.
+ * Keys belong to a category (a client id, a topic, ...): `settled(category)` waits for every call of that
+ * category issued so far, for the reads that span all keys (listRetained after an unawaited putRetained).
+ */
+export class KeyedSerializer {
+  private readonly tails = new Map<string, Map<string, Promise<void>>>();
+
+  run<T>(category: string, key: string, fn: () => Promise<T>): Promise<T> {
+    let cat = this.tails.get(category);
+    if (!cat) this.tails.set(category, (cat = new Map()));
+    const prev = cat.get(key);
+    const result = prev ? prev.then(fn) : fn();
+    const tail = result.then(
+      () => undefined,
+      () => undefined,
+    );
+    cat.set(key, tail);
+    void tail.then(() => {
+      const c = this.tails.get(category);
+      if (c?.get(key) === tail) {
+        c.delete(key);
+        if (c.size === 0) this.tails.delete(category);
+      }
+    });
+    return result;
+  }
+
+  /** Resolves once every call of `category` issued before this one has settled. */
+  async settled(category: string): Promise<void> {
+    const cat = this.tails.get(category);
+    if (cat) await Promise.all([...cat.values()]);
+  }
+
+  /** Resolves once every call issued before this one has settled. */
+  async idle(): Promise<void> {
+    const all: Promise<void>[] = [];
+    for (const cat of this.tails.values()) all.push(...cat.values());
+    await Promise.all(all);
+  }
+
+  /** Keys with calls in flight or queued. */
+  get activeKeys(): number {
+    let n = 0;
+    for (const cat of this.tails.values()) n += cat.size;
+    return n;
+  }
+}

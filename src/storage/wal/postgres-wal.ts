@@ -1,0 +1,344 @@
+/**
+ * The hot tier in PostgreSQL: a broker with no durable disk of its own acknowledges an append once a PostgreSQL
+ * transaction holding it has committed (synchronous_commit on, forced per connection).
+ *
+ * Group commit: one transaction is in flight at a time; the appends that arrive meanwhile form the next group,
+ * written as one multi-row INSERT (chunks of rows with their data as binary bytea parameters: an unnest of a
+ * bytea[] would ship the data hex-encoded inside an array literal, twice its size, built as one big string on
+ * the event loop) in one transaction, so a group costs one commit (one WAL flush on the server) however many
+ * entries it holds. Each append resolves after COMMIT.
+ *
+ * Fencing: each key's highest epoch is a row of wal_epochs. A group first locks its keys' rows and reads their
+ * epochs (flowmq_wal_lock), then inserts only the entries whose epoch is not lower, in the same transaction; a
+ * fence() is an upsert of the same row, so it waits for a group holding the lock, and a group after it sees the
+ * raised epoch. A fenced writer can never slip an entry in after a fence.
+ *
+ * Failures (the server down or restarting, a statement timeout): the group's entries reject with STORAGE_ERROR,
+ * and so do the entries of its keys queued behind it; each such key then accepts only an entry starting at or
+ * below its lowest failed offset (KeyFences), as the WriteAheadLog contract says. A failed COMMIT may still have
+ * committed (the reply was lost): the resumed entry then deletes, in its own transaction, what the key holds
+ * from its base offset on, so the key's entries never overlap.
+ *
+ * One WAL database (or schema) per broker: replay and trim see every key in the table.
+ */
+import { FlowError } from '../../core/index.js';
+import type pg from 'pg';
+import {
+  connectPool,
+  migratePostgres,
+  pgError,
+  type PgPool,
+  type PostgresOptions,
+} from '../postgres-util.js';
+import { appendRefusal, KeyFences } from './frame.js';
+import { walMigrations } from './postgres-migrations.js';
+import type { WalEntry, WriteAheadLog } from './types.js';
+
+export interface PostgresWalOptions extends PostgresOptions {
+  /** Largest group, in data bytes (default 8 MiB); a single larger entry still goes alone. */
+  maxGroupBytes?: number;
+}
+
+interface Pending {
+  entry: WalEntry;
+  resolve(): void;
+  reject(err: Error): void;
+}
+
+/** Rows per INSERT statement: 5 parameters a row, PostgreSQL takes at most 65 535 per statement. */
+const ROWS_PER_INSERT = 2000;
+/** Rows per replay page: bounded memory however large the log. */
+const REPLAY_PAGE = 256;
+
+/** The parameterised multi-row INSERT for `n` rows (cached per n: most groups are small). */
+const insertTexts = new Map<number, string>();
+function insertText(n: number): string {
+  let t = insertTexts.get(n);
+  if (t === undefined) {
+    const rows: string[] = [];
+    for (let i = 0; i < n; i++) {
+      const b = i * 6;
+      rows.push(`($${b + 1}, $${b + 2}::bigint, $${b + 3}::bigint, $${b + 4}::bigint, $${b + 5}::integer, $${b + 6}::bytea)`);
+    }
+    t = `INSERT INTO wal_entries (key, base_offset, end_offset, epoch, bytes, data) VALUES ${rows.join(', ')}`;
+    if (insertTexts.size < 64) insertTexts.set(n, t);
+  }
+  return t;
+}
+
+export class PostgresWal implements WriteAheadLog {
+  private closed = false;
+  private queue: Pending[] = [];
+  private flushing: Promise<void> | null = null;
+  private readonly fences = new KeyFences();
+  /** Keys whose next accepted entry follows a failed group: it replaces what the key holds from its base on. */
+  private readonly resuming = new Set<string>();
+  /** Highest epoch seen per key (appends, fences): stale appends are refused without a round trip. */
+  private readonly epochs = new Map<string, number>();
+  /** Bytes held per key, and in total. */
+  private readonly keyBytes = new Map<string, number>();
+  private totalBytes = 0;
+  private readonly maxGroupBytes: number;
+  private commits = 0;
+  private entries = 0;
+  private bytesWritten = 0;
+  private failedGroups = 0;
+
+  private constructor(
+    private readonly db: PgPool,
+    opts: PostgresWalOptions,
+  ) {
+    this.maxGroupBytes = opts.maxGroupBytes ?? 8 * 1024 * 1024;
+  }
+
+  /** Connects, migrates (once, under an advisory lock) and reads how many bytes the log holds. */
+  static async open(opts: PostgresWalOptions): Promise<PostgresWal> {
+    // Group commit keeps one transaction in flight; the rest of the pool serves fence, replay and trim.
+    const db = await connectPool({ ...opts, poolSize: opts.poolSize ?? 4 }, 'wal');
+    try {
+      await migratePostgres(db, walMigrations, 'flowmq_wal_schema_migrations', 'WAL');
+      const wal = new PostgresWal(db, opts);
+      const r = await db.query<{ key: string; bytes: number }>(
+        'WAL open',
+        'SELECT key, sum(bytes)::bigint AS bytes FROM wal_entries GROUP BY key',
+      );
+      for (const row of r.rows) wal.addBytes(row.key, row.bytes);
+      return wal;
+    } catch (err) {
+      await db.end().catch(() => undefined);
+      throw err;
+    }
+  }
+
+  /** Commits, entries, bytes and the mean group size, with the pool's figures. */
+  figures(): Record<string, unknown> {
+    return {
+      commits: this.commits,
+      entries: this.entries,
+      bytes: this.bytesWritten,
+      meanGroupSize: this.commits > 0 ? this.entries / this.commits : 0,
+      failedGroups: this.failedGroups,
+      heldBytes: this.totalBytes,
+      queued: this.queue.length,
+      ...this.db.poolFigures(),
+    };
+  }
+
+  private addBytes(key: string, n: number): void {
+    const v = (this.keyBytes.get(key) ?? 0) + n;
+    if (v === 0) this.keyBytes.delete(key);
+    else this.keyBytes.set(key, v);
+    this.totalBytes += n;
+  }
+
+  private setBytes(key: string, n: number): void {
+    this.totalBytes += n - (this.keyBytes.get(key) ?? 0);
+    if (n === 0) this.keyBytes.delete(key);
+    else this.keyBytes.set(key, n);
+  }
+
+  async fence(key: string, epoch: number): Promise<void> {
+    if (this.closed) throw new FlowError('CLOSED', 'WAL is closed');
+    if (!Number.isSafeInteger(epoch) || epoch < 0) throw new FlowError('INVALID_ARGUMENT', `bad epoch ${epoch}`);
+    // Waits for a group holding the key's lock; groups after it see the raised epoch.
+    const r = await this.db.query<{ epoch: number }>(
+      'WAL fence',
+      { name: 'fmwal_fence', text: `INSERT INTO wal_epochs AS w (key, epoch) VALUES ($1, $2)
+        ON CONFLICT (key) DO UPDATE SET epoch = GREATEST(w.epoch, excluded.epoch) RETURNING w.epoch` },
+      [key, epoch],
+    );
+    const e = r.rows[0].epoch;
+    if (e > (this.epochs.get(key) ?? -1)) this.epochs.set(key, e);
+  }
+
+  append(entry: WalEntry): Promise<void> {
+    const refused = appendRefusal(this.closed, entry) ?? this.epochRefusal(entry) ?? this.fences.check(entry);
+    if (refused) return Promise.reject(refused);
+    if (!Number.isSafeInteger(entry.epoch) || entry.epoch < 0) {
+      return Promise.reject(new FlowError('INVALID_ARGUMENT', `bad WAL entry epoch ${entry.epoch} for ${entry.key}`));
+    }
+    this.epochs.set(entry.key, entry.epoch);
+    return new Promise<void>((resolve, reject) => {
+      this.queue.push({ entry, resolve, reject });
+      this.flushing ??= this.flushLoop();
+    });
+  }
+
+  private epochRefusal(entry: WalEntry): FlowError | null {
+    const known = this.epochs.get(entry.key);
+    if (known === undefined || entry.epoch >= known) return null;
+    return new FlowError('FENCED', `WAL: ${entry.key} is owned by epoch ${known}: epoch ${entry.epoch} is fenced`);
+  }
+
+  private async flushLoop(): Promise<void> {
+    // Let the appends made in the same tick join the first group.
+    await Promise.resolve();
+    while (this.queue.length > 0) {
+      let bytes = 0;
+      let n = 0;
+      while (n < this.queue.length && (n === 0 || bytes + this.queue[n].entry.data.length <= this.maxGroupBytes)) {
+        bytes += this.queue[n].entry.data.length;
+        n++;
+      }
+      const group = this.queue.splice(0, n);
+      await this.commitGroup(group);
+    }
+    this.flushing = null;
+  }
+
+  private async commitGroup(group: Pending[]): Promise<void> {
+    // Entries of a key refused after a failure earlier in this loop (queued before anyone knew) are refused here.
+    const live: Pending[] = [];
+    for (const p of group) {
+      const refused = this.fences.check(p.entry);
+      if (refused) p.reject(refused);
+      else live.push(p);
+    }
+    if (live.length === 0) return;
+    // Highest epoch per key in the group (the in-memory check made epochs non-decreasing per key).
+    const maxEpoch = new Map<string, number>();
+    for (const p of live) {
+      const e = maxEpoch.get(p.entry.key);
+      if (e === undefined || p.entry.epoch > e) maxEpoch.set(p.entry.key, p.entry.epoch);
+    }
+    const resumed = [...maxEpoch.keys()].filter((k) => this.resuming.has(k));
+    let accepted: Pending[] = [];
+    const fenced: Array<{ p: Pending; stored: number }> = [];
+    let resumedBytes: Array<{ key: string; bytes: number }> = [];
+    try {
+      await this.db.transaction('WAL append', async (c: pg.PoolClient) => {
+        this.db.stats.queries++;
+        accepted = [];
+        fenced.length = 0;
+        const keys = [...maxEpoch.keys()];
+        const locked = await c.query<{ out_key: string; out_epoch: number }>({
+          name: 'fmwal_lock',
+          text: 'SELECT out_key, out_epoch FROM flowmq_wal_lock($1::text[], $2::bigint[])',
+          values: [keys, keys.map((k) => maxEpoch.get(k))],
+        });
+        const stored = new Map<string, number>();
+        for (const r of locked.rows) stored.set(r.out_key, r.out_epoch);
+        for (const p of live) {
+          const s = stored.get(p.entry.key) ?? 0;
+          if (p.entry.epoch < s) fenced.push({ p, stored: s });
+          else accepted.push(p);
+        }
+        // A key resuming after a failed group: a commit whose reply was lost may have stored entries from the
+        // failed offset on; the resumed entry replaces them.
+        for (const key of resumed) {
+          const first = accepted.find((p) => p.entry.key === key);
+          if (first === undefined) continue;
+          this.db.stats.queries++;
+          await c.query({
+            name: 'fmwal_cut',
+            text: 'DELETE FROM wal_entries WHERE key = $1 AND end_offset > $2',
+            values: [key, first.entry.baseOffset],
+          });
+        }
+        for (let i = 0; i < accepted.length; i += ROWS_PER_INSERT) {
+          const chunk = accepted.slice(i, i + ROWS_PER_INSERT);
+          const values: unknown[] = [];
+          for (const { entry: e } of chunk) values.push(e.key, e.baseOffset, e.endOffset, e.epoch, e.data.length, e.data);
+          this.db.stats.queries++;
+          await c.query({ text: insertText(chunk.length), values });
+        }
+        if (resumed.length > 0) {
+          this.db.stats.queries++;
+          const r = await c.query<{ key: string; bytes: number }>(
+            'SELECT key, COALESCE(sum(bytes), 0)::bigint AS bytes FROM wal_entries WHERE key = ANY($1::text[]) GROUP BY key',
+            [resumed],
+          );
+          resumedBytes = resumed.map((key) => ({ key, bytes: r.rows.find((x) => x.key === key)?.bytes ?? 0 }));
+        }
+      });
+    } catch (err) {
+      this.failedGroups++;
+      const e = err instanceof FlowError ? err : pgError('WAL append', err, this.db.endpoint);
+      // Every entry of the group fails, and so do those of its keys already queued behind it.
+      for (const p of live) {
+        this.fences.refuse(p.entry.key, p.entry.baseOffset, e);
+        this.resuming.add(p.entry.key);
+      }
+      for (const p of live) p.reject(e);
+      return;
+    }
+    this.commits++;
+    for (const key of resumed) this.resuming.delete(key);
+    const resumedSet = new Set(resumedBytes.map((r) => r.key));
+    for (const r of resumedBytes) this.setBytes(r.key, r.bytes);
+    for (const p of accepted) {
+      this.entries++;
+      this.bytesWritten += p.entry.data.length;
+      if (!resumedSet.has(p.entry.key)) this.addBytes(p.entry.key, p.entry.data.length);
+    }
+    for (const { p, stored } of fenced) {
+      if (stored > (this.epochs.get(p.entry.key) ?? -1)) this.epochs.set(p.entry.key, stored);
+      p.reject(new FlowError('FENCED', `WAL: ${p.entry.key} is owned by epoch ${stored}: epoch ${p.entry.epoch} is fenced`));
+    }
+    for (const p of accepted) p.resolve();
+  }
+
+  async replay(fn: (entry: WalEntry) => void): Promise<void> {
+    if (this.closed) throw new FlowError('CLOSED', 'WAL is closed');
+    // Paged by id (the append order), so a large log is never held in memory at once.
+    let after = 0;
+    for (;;) {
+      const r = await this.db.query<{ id: number; key: string; base_offset: number; end_offset: number; epoch: number; data: Buffer }>(
+        'WAL replay',
+        {
+          name: 'fmwal_replay',
+          text: 'SELECT id, key, base_offset, end_offset, epoch, data FROM wal_entries WHERE id > $1 ORDER BY id LIMIT $2',
+        },
+        [after, REPLAY_PAGE],
+      );
+      for (const row of r.rows) {
+        fn({ key: row.key, baseOffset: row.base_offset, endOffset: row.end_offset, epoch: row.epoch, data: row.data });
+        after = row.id;
+      }
+      if (r.rows.length < REPLAY_PAGE) return;
+    }
+  }
+
+  async trim(flushedUpTo: (key: string) => number): Promise<number> {
+    if (this.closed) throw new FlowError('CLOSED', 'WAL is closed');
+    const keys: string[] = [];
+    const upTo: number[] = [];
+    for (const key of this.keyBytes.keys()) {
+      const f = flushedUpTo(key);
+      if (f > 0) {
+        keys.push(key);
+        upTo.push(f);
+      }
+    }
+    if (keys.length === 0) return 0;
+    const r = await this.db.query<{ key: string; bytes: number }>(
+      'WAL trim',
+      {
+        name: 'fmwal_trim',
+        text: `WITH d AS (
+                 DELETE FROM wal_entries w USING unnest($1::text[], $2::bigint[]) AS f(k, o)
+                 WHERE w.key = f.k AND w.end_offset <= f.o RETURNING w.key, w.bytes)
+               SELECT key, sum(bytes)::bigint AS bytes FROM d GROUP BY key`,
+      },
+      [keys, upTo],
+    );
+    let released = 0;
+    for (const row of r.rows) {
+      this.addBytes(row.key, -row.bytes);
+      released += row.bytes;
+    }
+    return released;
+  }
+
+  size(): number {
+    return this.totalBytes;
+  }
+
+  /** Finishes the appends already accepted, then closes the pool. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    while (this.flushing) await this.flushing;
+    await this.db.end();
+  }
+}

@@ -1,0 +1,170 @@
+/**
+ * A real, throwaway PostgreSQL server for tests and benchmarks, from Debian's `postgresql` package: initdb into a
+ * fresh temporary directory, a free loopback port, the unix socket inside that directory (so it never clashes
+ * with a system cluster), trust authentication for the role `flowmq`. PostgreSQL refuses to run as root, so as
+ * root every binary runs as the `postgres` OS user (runuser) on a directory owned by it; as anyone else it runs
+ * directly. A plain module (no node:test import) so that bench/ can use it too.
+ */
+import { execFile, execFileSync } from 'node:child_process';
+import { chown, mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
+import { existsSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import pg from 'pg';
+
+const run = promisify(execFile);
+
+export interface PostgresServer {
+  port: number;
+  /** Connection URL of a database (default: `postgres`). */
+  url(db?: string): string;
+  /** Creates a database (a fresh name unless given) and returns its URL. */
+  createDatabase(name?: string): Promise<string>;
+  /** Stops the server (fast shutdown: open connections are cut) and starts it again on the same port. */
+  restart(): Promise<void>;
+  /** Stops the server; `start()` brings it back. Between the two, connections are refused. */
+  stopServer(): Promise<void>;
+  startServer(): Promise<void>;
+  /** Stops the server and removes its directory. */
+  stop(): Promise<void>;
+}
+
+export interface StartPostgresOptions {
+  /** Keep fsync and full-page writes on (a benchmark measuring real commits); default off, for speed. */
+  durable?: boolean;
+}
+
+/** The bin directory of the highest PostgreSQL version installed by Debian's packages. */
+export async function findPostgresBin(): Promise<string> {
+  const base = '/usr/lib/postgresql';
+  let versions: string[] = [];
+  try {
+    versions = (await readdir(base)).filter((v) => existsSync(join(base, v, 'bin', 'initdb')));
+  } catch {
+    // no PostgreSQL at all: reported below
+  }
+  versions.sort((a, b) => Number(b) - Number(a));
+  if (versions.length === 0) throw new Error(`no PostgreSQL under ${base}/<version>/bin (apt-get install postgresql)`);
+  return join(base, versions[0], 'bin');
+}
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const addr = srv.address();
+      const port = typeof addr === 'object' && addr ? addr.port : 0;
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+let dbCounter = 0;
+
+export async function startPostgres(opts: StartPostgresOptions = {}): Promise<PostgresServer> {
+  const bin = await findPostgresBin();
+  const asRoot = process.getuid?.() === 0;
+  const dir = await mkdtemp(join(tmpdir(), 'flowmq-pg-'));
+  if (asRoot) {
+    const uid = Number(execFileSync('id', ['-u', 'postgres']).toString().trim());
+    const gid = Number(execFileSync('id', ['-g', 'postgres']).toString().trim());
+    await chown(dir, uid, gid);
+  }
+  const data = join(dir, 'data');
+  const logFile = join(dir, 'server.log');
+  /** Runs a PostgreSQL binary as the right user, from the temp dir (postgres may not read the caller's cwd). */
+  const pgExec = async (name: string, args: string[]): Promise<void> => {
+    const file = asRoot ? 'runuser' : join(bin, name);
+    const argv = asRoot ? ['-u', 'postgres', '--', join(bin, name), ...args] : args;
+    await run(file, argv, { cwd: dir, timeout: 120_000 });
+  };
+
+  await pgExec('initdb', ['-D', data, '-U', 'flowmq', '--auth=trust', '-E', 'UTF8', '--locale=C', ...(opts.durable ? [] : ['--no-sync'])]);
+
+  const settings = [
+    'listen_addresses=127.0.0.1',
+    `unix_socket_directories=${dir}`,
+    'max_connections=200',
+    'shared_buffers=32MB',
+    ...(opts.durable ? ['fsync=on', 'full_page_writes=on'] : ['fsync=off', 'full_page_writes=off']),
+    // synchronous_commit stays at its default (on): FlowMQ acknowledges after COMMIT.
+  ];
+  let port = 0;
+  const startOn = async (p: number): Promise<void> => {
+    const o = [`-p ${p}`, ...settings.map((s) => `-c ${s}`)].join(' ');
+    await pgExec('pg_ctl', ['-D', data, '-l', logFile, '-o', o, '-w', '-t', '60', 'start']);
+  };
+  const stopFast = async (): Promise<void> => {
+    await pgExec('pg_ctl', ['-D', data, '-m', 'fast', '-w', '-t', '60', 'stop']);
+  };
+
+  // A free port can be taken by someone else before the server binds it: try a few.
+  for (let attempt = 0; ; attempt++) {
+    port = await freePort();
+    try {
+      await startOn(port);
+      break;
+    } catch (err) {
+      if (attempt >= 4) {
+        const log = await readFile(logFile, 'utf8').catch(() => '');
+        await rm(dir, { recursive: true, force: true });
+        throw new Error(`PostgreSQL did not start: ${(err as Error).message}\n${log}`);
+      }
+    }
+  }
+
+  let running = true;
+  // If the process ends without stop() (a crashed test), do not leave a server behind.
+  const onExit = (): void => {
+    if (!running) return;
+    try {
+      const file = asRoot ? 'runuser' : join(bin, 'pg_ctl');
+      const argv = ['-D', data, '-m', 'immediate', '-w', 'stop'];
+      execFileSync(file, asRoot ? ['-u', 'postgres', '--', join(bin, 'pg_ctl'), ...argv] : argv, { cwd: dir, stdio: 'ignore' });
+      execFileSync('rm', ['-rf', dir]);
+    } catch {
+      // best effort at exit
+    }
+  };
+  process.on('exit', onExit);
+
+  const url = (db = 'postgres'): string => `postgres://flowmq@127.0.0.1:${port}/${encodeURIComponent(db)}`;
+
+  return {
+    get port() {
+      return port;
+    },
+    url,
+    async createDatabase(name?: string): Promise<string> {
+      const db = name ?? `t_${process.pid}_${++dbCounter}`;
+      const c = new pg.Client({ connectionString: url() });
+      await c.connect();
+      try {
+        await c.query(`CREATE DATABASE "${db.replaceAll('"', '""')}"`);
+      } finally {
+        await c.end();
+      }
+      return url(db);
+    },
+    async restart(): Promise<void> {
+      await stopFast();
+      await startOn(port);
+    },
+    async stopServer(): Promise<void> {
+      await stopFast();
+    },
+    async startServer(): Promise<void> {
+      await startOn(port);
+    },
+    async stop(): Promise<void> {
+      if (!running) return;
+      running = false;
+      process.off('exit', onExit);
+      await pgExec('pg_ctl', ['-D', data, '-m', 'fast', '-w', '-t', '60', 'stop']).catch(() => undefined);
+      await rm(dir, { recursive: true, force: true });
+    },
+  };
+}
