@@ -1,6 +1,7 @@
 /**
  * Object storage: where sealed stream segments live. Embedded backend: a directory; cluster backend: any
- * S3-compatible service (later). Keys are `/`-separated paths without a leading slash.
+ * S3-compatible service (s3-store.ts), usually behind a block cache (cache.ts). Keys are `/`-separated paths
+ * without a leading slash.
  */
 export interface ObjectInfo {
   key: string;
@@ -37,4 +38,6 @@ export interface ObjectStore {
   /** Deletes the object; deleting an absent object is not an error. */
   delete(key: string): Promise<void>;
   close(): Promise<void>;
+  /** Optional: the store's own counters (requests, bytes, errors by operation; cache hits), for the admin API. */
+  figures?(): Record<string, unknown>;
 }

@@ -1,0 +1,333 @@
+/**
+ * A bounded block cache in front of an object store, for cold segment reads (`--object-cache-bytes`; the log's
+ * `--read-cache-bytes` keeps recently sealed batches in memory, this keeps what was read back from objects).
+ *
+ * The log reads a segment through ranged GETs: its footer and index at the end, then batches from some position
+ * on, usually onwards to the end. Against a remote store each GET costs a round trip, so:
+ * - objects are read in fixed, aligned blocks (1 MiB by default), kept in an LRU bounded by `maxBytes`; a range is
+ *   served from the blocks it covers;
+ * - concurrent reads of one block share one GET (many consumers of one partition catching up together);
+ * - a read that continues where the previous read of the same object ended (or starts at its beginning) marks a
+ *   sequential reader: the next `readAheadBlocks` blocks are fetched at once, overlapping, so the reader finds them
+ *   ready. A single stream of sequential 1 MiB GETs from s3rver runs at ~150 MB/s on the bench machine; cold
+ *   replay must reach 100 MB/s with the broker's own work on top, which only overlapping requests give.
+ * The size of an object need not be known: a block shorter than the block size (or empty) is the last.
+ *
+ * put, adopt and delete of a key drop its blocks, and blocks fetched while a key is being written are not kept, so
+ * a read never mixes blocks of two versions of an object (segment objects are written once, but the ObjectStore
+ * contract allows overwrites). Whole-object reads go straight to the inner store.
+ */
+import { FlowError } from '../../core/index.js';
+import type { ObjectInfo, ObjectStore, PutOptions } from './types.js';
+
+export interface CachedObjectStoreOptions {
+  /** Bytes of blocks kept at most. At least one block. */
+  maxBytes: number;
+  /** Default 1 MiB. */
+  blockBytes?: number;
+  /** Blocks fetched ahead of a sequential reader. Default 8 (at most half the cache). */
+  readAheadBlocks?: number;
+}
+
+interface Block {
+  key: string;
+  index: number;
+  data: Buffer;
+  /** Fetched ahead and not read yet. */
+  ahead: boolean;
+}
+
+/** What the cache knows of one object. Kept while it has blocks cached or in flight, or a write is running. */
+interface KeyState {
+  /** Bumped by every write: a fetch started under an older generation is not kept. */
+  gen: number;
+  /** Writes (put, adopt, delete) running now: nothing fetched meanwhile is kept. */
+  writing: number;
+  blocks: Set<number>;
+  inflight: Map<number, Promise<Buffer>>;
+  /** The object's size, once a short block showed where it ends. */
+  size: number | undefined;
+  /** The block after the last one read: a read starting there (or in the block before) continues a scan. */
+  nextSeq: number;
+}
+
+export class CachedObjectStore implements ObjectStore {
+  readonly kind: string;
+  /** Present when the inner store has it (the log checks for it). */
+  readonly adopt?: (key: string, path: string) => Promise<void>;
+  private readonly blockBytes: number;
+  private readonly readAhead: number;
+  private readonly maxBytes: number;
+  /** Blocks by `<index>\0<key>`, least recently used first. */
+  private readonly lru = new Map<string, Block>();
+  private readonly keys = new Map<string, KeyState>();
+  private bytes = 0;
+  private readonly stats = {
+    /** Blocks a read found cached. */
+    hits: 0,
+    /** Blocks a read had to fetch. */
+    misses: 0,
+    /** Blocks a read found being fetched (by another read or a read-ahead) and waited for. */
+    shared: 0,
+    /** Blocks fetched ahead of a sequential reader, and those of them a read then used. */
+    readAhead: 0,
+    readAheadUsed: 0,
+    evictions: 0,
+    /** Whole-object reads, passed to the inner store. */
+    bypassed: 0,
+    /** Reads that overlapped a write of their key and were served by the inner store instead. */
+    retried: 0,
+  };
+
+  constructor(
+    private readonly inner: ObjectStore,
+    opts: CachedObjectStoreOptions,
+  ) {
+    this.kind = inner.kind;
+    this.blockBytes = opts.blockBytes ?? 1024 * 1024;
+    this.maxBytes = opts.maxBytes;
+    if (!Number.isSafeInteger(this.blockBytes) || this.blockBytes < 1) {
+      throw new FlowError('CONFIG_ERROR', `object cache block size must be a positive integer, not ${this.blockBytes}`);
+    }
+    if (!Number.isSafeInteger(this.maxBytes) || this.maxBytes < this.blockBytes) {
+      throw new FlowError('CONFIG_ERROR', `object cache of ${this.maxBytes} bytes cannot hold one ${this.blockBytes}-byte block`);
+    }
+    // Blocks read ahead must not push out the ones being read: at most half the cache.
+    const blocks = Math.floor(this.maxBytes / this.blockBytes);
+    this.readAhead = Math.max(0, Math.min(opts.readAheadBlocks ?? 8, Math.floor(blocks / 2)));
+    if (inner.adopt !== undefined) {
+      const adopt = inner.adopt.bind(inner);
+      this.adopt = (key, path) => this.writing(key, () => adopt(key, path));
+    }
+  }
+
+  // ------------------------------------------------------------------ writes: pass through, invalidate
+
+  put(key: string, data: Buffer | readonly Buffer[], options?: PutOptions): Promise<void> {
+    return this.writing(key, () => this.inner.put(key, data, options));
+  }
+
+  delete(key: string): Promise<void> {
+    return this.writing(key, () => this.inner.delete(key));
+  }
+
+  private async writing(key: string, fn: () => Promise<void>): Promise<void> {
+    const st = this.state(key);
+    st.writing++;
+    this.invalidate(st, key);
+    try {
+      await fn();
+    } finally {
+      st.writing--;
+      // Blocks of the old version may have been fetched meanwhile by reads that started before: not kept (gen).
+      this.invalidate(st, key);
+      this.maybeDrop(key, st);
+    }
+  }
+
+  private invalidate(st: KeyState, key: string): void {
+    st.gen++;
+    for (const index of st.blocks) {
+      const b = this.lru.get(blockId(key, index));
+      if (b !== undefined) {
+        this.lru.delete(blockId(key, index));
+        this.bytes -= b.data.length;
+      }
+    }
+    st.blocks.clear();
+    // Fetches in flight finish for whoever waits on them, but new reads start their own.
+    st.inflight = new Map();
+    st.size = undefined;
+  }
+
+  // ------------------------------------------------------------------ reads
+
+  list(prefix: string): Promise<ObjectInfo[]> {
+    return this.inner.list(prefix);
+  }
+
+  async get(key: string, range?: { start: number; end: number }): Promise<Buffer> {
+    if (range === undefined) {
+      this.stats.bypassed++;
+      return this.inner.get(key);
+    }
+    const { start } = range;
+    let { end } = range;
+    if (!Number.isSafeInteger(start) || !Number.isSafeInteger(end) || start < 0 || end < start) {
+      throw new FlowError('INVALID_ARGUMENT', `bad range [${start}, ${end}) for object "${key}"`);
+    }
+    // An empty range still says whether the object exists: the inner store answers that.
+    if (end === start) return this.inner.get(key, range);
+    const st = this.state(key);
+    const gen = st.gen;
+    if (st.size !== undefined) {
+      end = Math.min(end, st.size);
+      if (start >= end) return Buffer.alloc(0);
+    }
+    const B = this.blockBytes;
+    const first = Math.floor(start / B);
+    const last = Math.floor((end - 1) / B);
+    const sequential = first === 0 || first === st.nextSeq || first === st.nextSeq - 1;
+    st.nextSeq = last + 1;
+    const waits: Array<Promise<Buffer>> = [];
+    for (let i = first; i <= last; i++) waits.push(this.block(key, st, i));
+    if (sequential) this.readAheadFrom(key, st, last + 1);
+    let blocks: Buffer[];
+    try {
+      blocks = await Promise.all(waits);
+    } finally {
+      this.maybeDrop(key, st);
+    }
+    if (st.gen !== gen) {
+      // A write of this key ran meanwhile: the blocks may belong to different versions. The inner store reads
+      // ranges atomically.
+      this.stats.retried++;
+      return this.inner.get(key, range);
+    }
+    return assemble(blocks, first * B, start, end, B);
+  }
+
+  /** A block: cached, being fetched, or fetched now. */
+  private block(key: string, st: KeyState, index: number): Promise<Buffer> {
+    const id = blockId(key, index);
+    const cached = this.lru.get(id);
+    if (cached !== undefined) {
+      this.stats.hits++;
+      if (cached.ahead) {
+        cached.ahead = false;
+        this.stats.readAheadUsed++;
+      }
+      // Most recently used now.
+      this.lru.delete(id);
+      this.lru.set(id, cached);
+      return Promise.resolve(cached.data);
+    }
+    const running = st.inflight.get(index);
+    if (running !== undefined) {
+      this.stats.shared++;
+      return running;
+    }
+    this.stats.misses++;
+    return this.fetch(key, st, index, false);
+  }
+
+  private readAheadFrom(key: string, st: KeyState, from: number): void {
+    for (let i = from; i < from + this.readAhead; i++) {
+      if (st.size !== undefined && i * this.blockBytes >= st.size) break;
+      if (this.lru.has(blockId(key, i)) || st.inflight.has(i)) continue;
+      this.stats.readAhead++;
+      this.fetch(key, st, i, true);
+    }
+  }
+
+  private fetch(key: string, st: KeyState, index: number, ahead: boolean): Promise<Buffer> {
+    const B = this.blockBytes;
+    const gen = st.gen;
+    const inflight = st.inflight;
+    const p = this.inner.get(key, { start: index * B, end: (index + 1) * B }).then(
+      (data) => {
+        if (inflight.get(index) === p) inflight.delete(index);
+        if (st.gen === gen && st.writing === 0 && this.keys.get(key) === st) {
+          // A short block is the object's last: it ends there (an empty one: at or before its start).
+          if (data.length < B) st.size = Math.min(st.size ?? Infinity, index * B + data.length);
+          if (data.length > 0) this.insert({ key, index, data, ahead });
+        }
+        this.maybeDrop(key, st);
+        return data;
+      },
+      (err: unknown) => {
+        if (inflight.get(index) === p) inflight.delete(index);
+        this.maybeDrop(key, st);
+        throw err;
+      },
+    );
+    inflight.set(index, p);
+    // A read-ahead nobody waits for may fail (the next read tries again): that is no unhandled rejection.
+    p.catch(() => undefined);
+    return p;
+  }
+
+  private insert(b: Block): void {
+    const id = blockId(b.key, b.index);
+    const st = this.keys.get(b.key)!;
+    const old = this.lru.get(id);
+    if (old !== undefined) {
+      this.lru.delete(id);
+      this.bytes -= old.data.length;
+    }
+    this.lru.set(id, b);
+    st.blocks.add(b.index);
+    this.bytes += b.data.length;
+    while (this.bytes > this.maxBytes) {
+      const [oldId, victim] = this.lru.entries().next().value as [string, Block];
+      this.lru.delete(oldId);
+      this.bytes -= victim.data.length;
+      this.stats.evictions++;
+      const vs = this.keys.get(victim.key);
+      if (vs !== undefined) {
+        vs.blocks.delete(victim.index);
+        if (vs !== st) this.maybeDrop(victim.key, vs);
+      }
+    }
+  }
+
+  private state(key: string): KeyState {
+    let st = this.keys.get(key);
+    if (st === undefined) {
+      st = { gen: 0, writing: 0, blocks: new Set(), inflight: new Map(), size: undefined, nextSeq: -1 };
+      this.keys.set(key, st);
+    }
+    return st;
+  }
+
+  /** Forgets an object the cache holds nothing of (its size and scan position go with it). */
+  private maybeDrop(key: string, st: KeyState): void {
+    if (st.blocks.size === 0 && st.inflight.size === 0 && st.writing === 0 && this.keys.get(key) === st) {
+      this.keys.delete(key);
+    }
+  }
+
+  async close(): Promise<void> {
+    this.lru.clear();
+    this.keys.clear();
+    this.bytes = 0;
+    await this.inner.close();
+  }
+
+  /** Hits, misses, shared and read-ahead blocks, evictions, bytes held, and the inner store's own figures. */
+  figures(): Record<string, unknown> {
+    return {
+      ...this.stats,
+      bytesHeld: this.bytes,
+      blocksHeld: this.lru.size,
+      maxBytes: this.maxBytes,
+      blockBytes: this.blockBytes,
+      readAheadBlocks: this.readAhead,
+      inner: this.inner.figures?.() ?? { kind: this.inner.kind },
+    };
+  }
+}
+
+const blockId = (key: string, index: number): string => `${index}\0${key}`;
+
+/** Bytes [start, end) out of consecutive blocks, the first starting at `base`; a short block ends the object. */
+function assemble(blocks: Buffer[], base: number, start: number, end: number, B: number): Buffer {
+  const from = start - base;
+  if (blocks.length === 1) {
+    const b = blocks[0];
+    return b.subarray(Math.min(from, b.length), Math.min(end - base, b.length));
+  }
+  const pieces: Buffer[] = [];
+  let total = 0;
+  for (let i = 0; i < blocks.length; i++) {
+    const b = blocks[i];
+    const lo = i === 0 ? Math.min(from, b.length) : 0;
+    const hi = Math.min(end - base - i * B, b.length);
+    if (hi > lo) {
+      pieces.push(b.subarray(lo, hi));
+      total += hi - lo;
+    }
+    if (b.length < B) break;
+  }
+  return pieces.length === 1 ? pieces[0] : Buffer.concat(pieces, total);
+}
