@@ -686,7 +686,7 @@ export class LogManager implements StreamStorage {
     while (p.tail.length > 0 && p.tail[p.tail.length - 1].endOffset > hw) {
       const b = p.tail.pop()!;
       p.tailBytes -= b.data.length;
-      this.unsealed -= b.data.length;
+      if (p.fenced === null) this.unsealed -= b.data.length; // a fenced tail is out of the count (see fence)
       b.chunk?.unpin();
     }
     p.nextOffset = hw;
@@ -1065,7 +1065,7 @@ export class LogManager implements StreamStorage {
     while (p.tail.length > 0 && p.tail[0].endOffset <= end) {
       const b = p.tail.shift()!;
       p.tailBytes -= b.data.length;
-      this.unsealed -= b.data.length;
+      if (p.fenced === null) this.unsealed -= b.data.length; // a fenced tail is out of the count (see fence)
       this.keepRecent(p, b);
       dropped++;
     }
