@@ -192,16 +192,23 @@ export function createPool(opts: PostgresOptions, role: string): PgPool {
         noteError(err);
         throw pgError(what, err, endpoint);
       }
+      // The pool stops listening for a connection's errors while it is checked out: one that dies between two
+      // statements of the transaction (the server restarting) would emit an unhandled 'error' and end the process.
+      const onError = (err: Error): void => noteError(err);
+      client.on('error', onError);
       try {
         stats.queries++;
         await client.query('BEGIN');
         const result = await fn(client);
         stats.queries++;
         await client.query('COMMIT');
+        client.removeListener('error', onError);
         client.release();
         return result;
       } catch (err) {
         // Destroying the connection rolls the transaction back on the server; a half-done one is never reused.
+        client.removeListener('error', onError);
+        client.on('error', () => undefined); // a late error of the discarded connection
         client.release(true);
         if (!(err instanceof FlowError)) noteError(err);
         throw pgError(what, err, endpoint);
@@ -264,6 +271,8 @@ export async function migratePostgres(p: PgPool, list: readonly PgMigration[], t
     throw pgError(`${what} migration`, err, p.endpoint);
   }
   let ok = false;
+  // Checked out, the connection's errors are ours to handle (see PgPool.transaction); it is discarded at the end.
+  client.on('error', (err) => p.noteError(err));
   try {
     // Waiting for another broker's migration can take longer than an ordinary statement may.
     await client.query('SET statement_timeout = 0');

@@ -250,6 +250,38 @@ describe('PostgreSQL backends', () => {
     await Promise.all([a.close(), b.close()]);
   });
 
+  it('WAL: a connection killed in the middle of a group fails that group only, and never crashes the process', async () => {
+    const url = await server.createDatabase();
+    const wal = await PostgresWal.open({ url });
+    await wal.fence('kill/0', 1);
+    await wal.append(entry('kill/0', 0));
+    // Hold the key's epoch row, so that the next group waits inside its transaction on a checked-out connection.
+    const other = new pg.Client({ connectionString: url });
+    await other.connect();
+    await other.query('BEGIN');
+    await other.query("SELECT * FROM wal_epochs WHERE key = 'kill/0' FOR UPDATE");
+    // Its outcome is taken at once (it may fail before the test looks at it).
+    const blocked = wal.append(entry('kill/0', 1)).then(
+      () => null,
+      (e: unknown) => e,
+    );
+    const waiting = async () =>
+      (await other.query("SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'flowmq-wal' AND wait_event_type = 'Lock'")).rows[0].n > 0;
+    const deadline = Date.now() + 20_000;
+    while (!(await waiting())) {
+      assert.ok(Date.now() < deadline, 'the group waits for the lock');
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    await other.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'flowmq-wal' AND wait_event_type = 'Lock'");
+    const failure = await blocked;
+    assert.ok(storageError(failure), String(failure));
+    await other.query('ROLLBACK');
+    await other.end();
+    await wal.append(entry('kill/0', 1));
+    assert.deepEqual((await replayAll(wal)).map((e) => e.baseOffset), [0, 1]);
+    await wal.close();
+  });
+
   it('survives a PostgreSQL restart: STORAGE_ERROR while down, working again by itself, no acknowledged entry lost', async () => {
     const url = await server.createDatabase();
     const m = await PostgresMetastore.open({ url, connectTimeoutMs: 2000 });
