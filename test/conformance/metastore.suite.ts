@@ -297,6 +297,152 @@ export function metastoreConformance(name: string, open: (dir: string) => Promis
       await m.close();
     });
 
+    describe('partition ownership epochs (fencing)', () => {
+      const fenced = (e: unknown) => isFlowError(e, 'FENCED');
+
+      it('bumps the epoch at each openPartition (1, 2, ...), per partition, across reopen; NOT_FOUND for an unknown stream', async () => {
+        const dir = freshDir();
+        const m = await open(dir);
+        await m.createStream(stream('e'));
+        assert.equal(await m.openPartition('e', 0), 1);
+        assert.equal(await m.openPartition('e', 0), 2);
+        assert.equal(await m.openPartition('e', 1), 1, 'partitions are independent');
+        assert.deepEqual(await m.getPartitionState('e', 0), { stream: 'e', partition: 0, logStartOffset: 0, flushedOffset: 0, epoch: 2 });
+        await assert.rejects(m.openPartition('ghost', 0), (e: unknown) => isFlowError(e, 'NOT_FOUND'));
+        await m.close();
+        const m2 = await open(dir);
+        assert.equal(await m2.openPartition('e', 0), 3);
+        // A stream recreated under the same name starts again from scratch.
+        await m2.deleteStream('e');
+        await m2.createStream(stream('e'));
+        assert.equal(await m2.openPartition('e', 0), 1);
+        await m2.close();
+      });
+
+      it('refuses every partition mutation carrying a stale epoch with FENCED, changing nothing', async () => {
+        const m = await open(freshDir());
+        await m.createStream(stream('f'));
+        const e1 = await m.openPartition('f', 0);
+        await m.commitSegment(segment('f', 0, 0, 10), e1);
+        await m.commitSegment(segment('f', 0, 10, 20), e1);
+        await m.setLogStartOffset('f', 0, 5, e1);
+        await m.putProducerState('f', 0, 20, '"one"', e1);
+        const e2 = await m.openPartition('f', 0);
+        assert.ok(e2 > e1);
+
+        await assert.rejects(m.commitSegment(segment('f', 0, 20, 30), e1), fenced, 'commitSegment');
+        await assert.rejects(m.setLogStartOffset('f', 0, 15, e1), fenced, 'setLogStartOffset');
+        await assert.rejects(m.deleteSegment('f', 0, 0, e1), fenced, 'deleteSegment');
+        await assert.rejects(m.putProducerState('f', 0, 30, '"stale"', e1), fenced, 'putProducerState');
+        assert.deepEqual(await m.getPartitionState('f', 0), { stream: 'f', partition: 0, logStartOffset: 5, flushedOffset: 20, epoch: e2 });
+        assert.deepEqual(await m.listSegments('f', 0), [segment('f', 0, 0, 10), segment('f', 0, 10, 20)]);
+        assert.deepEqual(await m.getProducerState('f', 0), { endOffset: 20, state: '"one"' });
+
+        // The current owner's epoch is taken; another partition's epoch is its own.
+        await m.commitSegment(segment('f', 0, 20, 30), e2);
+        await m.setLogStartOffset('f', 0, 15, e2);
+        await m.deleteSegment('f', 0, 0, e2);
+        await m.putProducerState('f', 0, 30, '"two"', e2);
+        assert.deepEqual(await m.getPartitionState('f', 0), { stream: 'f', partition: 0, logStartOffset: 15, flushedOffset: 30, epoch: e2 });
+        assert.deepEqual(await m.listSegments('f', 0), [segment('f', 0, 10, 20), segment('f', 0, 20, 30)]);
+        assert.deepEqual(await m.getProducerState('f', 0), { endOffset: 30, state: '"two"' });
+        await m.commitSegment(segment('f', 1, 0, 10), e1);
+        await m.close();
+      });
+
+      it('a second instance opened on the same store fences the first', async () => {
+        const dir = freshDir();
+        const first = await open(dir);
+        await first.createStream(stream('g'));
+        const e1 = await first.openPartition('g', 0);
+        await first.commitSegment(segment('g', 0, 0, 10), e1);
+        const second = await open(dir);
+        try {
+          const e2 = await second.openPartition('g', 0);
+          assert.ok(e2 > e1, `${e2} after ${e1}`);
+          await assert.rejects(first.commitSegment(segment('g', 0, 10, 20), e1), fenced);
+          await assert.rejects(first.setLogStartOffset('g', 0, 5, e1), fenced);
+          await assert.rejects(first.putProducerState('g', 0, 10, '[]', e1), fenced);
+          await assert.rejects(first.deleteSegment('g', 0, 0, e1), fenced);
+          await second.commitSegment(segment('g', 0, 10, 25), e2);
+          // Each sees the other's writes: one store.
+          assert.deepEqual(await first.getPartitionState('g', 0), { stream: 'g', partition: 0, logStartOffset: 0, flushedOffset: 25, epoch: e2 });
+          assert.deepEqual(await first.listSegments('g', 0), [segment('g', 0, 0, 10), segment('g', 0, 10, 25)]);
+          // The first takes the partition back: now the second is fenced.
+          const e3 = await first.openPartition('g', 0);
+          assert.ok(e3 > e2);
+          await assert.rejects(second.commitSegment(segment('g', 0, 25, 30), e2), fenced);
+        } finally {
+          await second.close();
+          await first.close();
+        }
+      });
+    });
+
+    describe('per-key order: operations issued without awaiting take effect in the order issued', () => {
+      it('setLogStartOffset and commitSegment on one partition', async () => {
+        const m = await open(freshDir());
+        await m.createStream(stream('o'));
+        const e = await m.openPartition('o', 0);
+        const ops = [
+          m.commitSegment(segment('o', 0, 0, 10), e),
+          m.setLogStartOffset('o', 0, 5, e),
+          m.commitSegment(segment('o', 0, 10, 20), e),
+          m.setLogStartOffset('o', 0, 12, e),
+          m.commitSegment(segment('o', 0, 20, 30), e),
+          m.deleteSegment('o', 0, 0, e),
+        ];
+        await Promise.all(ops);
+        assert.deepEqual(await m.getPartitionState('o', 0), { stream: 'o', partition: 0, logStartOffset: 12, flushedOffset: 30, epoch: e });
+        assert.deepEqual(await m.listSegments('o', 0), [segment('o', 0, 10, 20), segment('o', 0, 20, 30)]);
+        await m.close();
+      });
+
+      it('an openPartition issued before a mutation with the old epoch fences it', async () => {
+        const m = await open(freshDir());
+        await m.createStream(stream('o'));
+        const e1 = await m.openPartition('o', 0);
+        const reopen = m.openPartition('o', 0);
+        const stale = assert.rejects(m.commitSegment(segment('o', 0, 0, 10), e1), (err: unknown) => isFlowError(err, 'FENCED'));
+        const e2 = await reopen;
+        await stale;
+        const fresh = m.commitSegment(segment('o', 0, 0, 10), e2);
+        const moved = m.setLogStartOffset('o', 0, 3, e2);
+        await Promise.all([fresh, moved]);
+        assert.deepEqual(await m.getPartitionState('o', 0), { stream: 'o', partition: 0, logStartOffset: 3, flushedOffset: 10, epoch: e2 });
+        await m.close();
+      });
+
+      it('commitOffsets twice for the same group: the later one stays', async () => {
+        const m = await open(freshDir());
+        await m.createStream(stream('a'));
+        const ops = [];
+        for (let i = 1; i <= 20; i++) ops.push(m.commitOffsets('g', [{ stream: 'a', partition: 0, offset: i, metadata: `m${i}` }]));
+        const read = m.fetchOffset('g', 'a', 0);
+        ops.push(m.commitOffsets('g', [{ stream: 'a', partition: 0, offset: 100, metadata: 'last' }]));
+        await Promise.all(ops);
+        const seen = await read;
+        assert.equal(seen?.offset, 20, 'a read sees every write issued before it');
+        const o = await m.fetchOffset('g', 'a', 0);
+        assert.deepEqual([o?.offset, o?.metadata], [100, 'last']);
+        await m.close();
+      });
+
+      it('a stream created, updated and deleted, then created again', async () => {
+        const m = await open(freshDir());
+        const ops = [
+          m.createStream(stream('d')),
+          m.updateStream(stream('d', { partitions: 7 })),
+          m.deleteStream('d'),
+          m.createStream(stream('d', { partitions: 2 })),
+          m.updateStream(stream('d', { partitions: 5 })),
+        ];
+        await Promise.all(ops);
+        assert.equal((await getStream(m, 'd'))?.partitions, 5);
+        await m.close();
+      });
+    });
+
     it('keeps everything across reopen', async () => {
       const dir = freshDir();
       const m = await open(dir);

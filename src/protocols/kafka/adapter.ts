@@ -5,11 +5,9 @@
 import type { Logger } from 'pino';
 import {
   LatencyHistogram,
-  MemoryOffsetStore,
   isFlowError,
   isValidStreamName,
   type Engine,
-  type OffsetStore,
   type ProducerIdStore,
   type StreamEntry,
 } from '../../core/index.js';

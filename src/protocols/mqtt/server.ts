@@ -9,7 +9,6 @@ import tls from 'node:tls';
 import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { WebSocketServer, createWebSocketStream } from 'ws';
-import type { SessionStore } from '../../core/index.js';
 import { ConnectionSet, TLS_HANDSHAKE_TIMEOUT_MS, listenOn } from '../listener.js';
 import { logKey } from '../log-limit.js';
 import type { AdapterContext, ListenOptions, ProtocolListener } from '../types.js';

@@ -20,7 +20,7 @@ import { open, type FileHandle } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
 import { CoalescingTask, FlowError } from '../../core/index.js';
-import type { OffsetCommit, QueueChanges, QueuedEntry, RetainedEntry, RetainedStore, SessionRecord, SessionStore } from '../../core/index.js';
+import type { OffsetCommit, QueueChanges, QueuedEntry, RetainedEntry, SessionRecord } from '../../core/index.js';
 import { isNoSpace, writeError } from '../fs-util.js';
 import { migrations, type Migration } from './migrations.js';
 import type { ConsumerOffset, Metastore, PartitionState, SegmentMeta, StreamDef } from './types.js';

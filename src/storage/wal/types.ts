@@ -50,8 +50,10 @@ export interface SegmentFileSource {
   /**
    * If `key` has a file holding exactly the durable entries [baseOffset, endOffset), closes it to appends, ends it
    * with `trailer(layout)` and makes it durable. Returns its path and size, and `release(moved)`, to be called
-   * once the caller has moved the file away (true: the log forgets it) or failed to (false: it stays an ordinary
-   * file of the log, deleted by trim once flushed). Returns null when there is no such file.
+   * once the caller has made the file an object (a link or a copy: the file stays in place meanwhile) and committed
+   * it (true: the log deletes the file and forgets it), or failed to (false: it stays an ordinary file of the log,
+   * deleted by trim once flushed). Until then, and after a crash, the file keeps its entries (a restart replays them
+   * and leaves the file's bytes as they are: it may be an object's too). Returns null when there is no such file.
    */
   takeFile(
     key: string,

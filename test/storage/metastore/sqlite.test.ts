@@ -79,6 +79,29 @@ describe('SqliteMetastore', () => {
       db.close();
     });
 
+    it('migration 4 gives existing partitions epoch 0 and existing queues counters past their seqs', async () => {
+      const file = freshFile();
+      await SqliteMetastore.open(file).close(); // creates the directory
+      for (const f of [file, `${file}-wal`, `${file}-shm`]) await rm(f, { force: true });
+      const db = new Database(file);
+      db.pragma('journal_mode = WAL');
+      migrate(db, migrations.slice(0, 3));
+      db.prepare("INSERT INTO streams (name, partitions, bindings, retention_ms, created_at) VALUES ('s', 1, '[]', NULL, 1)").run();
+      db.prepare("INSERT INTO partitions (stream, partition, log_start_offset, flushed_offset) VALUES ('s', 0, 3, 10)").run();
+      const q = db.prepare('INSERT INTO session_queue (client_id, seq, data) VALUES (?, ?, ?)');
+      q.run('c', 5, Buffer.from('five'));
+      q.run('c', 7, Buffer.from('seven'));
+      db.close();
+      const m = SqliteMetastore.open(file);
+      assert.deepEqual(await m.getPartitionState('s', 0), { stream: 's', partition: 0, logStartOffset: 3, flushedOffset: 10, epoch: 0 });
+      assert.equal(await m.openPartition('s', 0), 1);
+      const { seqs, dropped } = await m.updateQueue('c', { append: [Buffer.from('eight')] }, 3);
+      assert.deepEqual([seqs, dropped], [[8], 0]);
+      assert.equal((await m.updateQueue('c', { append: [Buffer.from('nine')] }, 3)).dropped, 1, 'the length was counted at migration');
+      assert.deepEqual((await m.readQueue('c', 10)).map((e) => e.data.toString()), ['seven', 'eight', 'nine']);
+      await m.close();
+    });
+
     it('refuses a migration list that is out of order', () => {
       const db = new Database(':memory:');
       assert.throws(() => migrate(db, [{ version: 2, name: 'skips 1', sql: '' }]), /out of order/);
