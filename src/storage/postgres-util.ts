@@ -35,6 +35,23 @@ export function endpointOf(url: string): string {
 }
 
 /**
+ * The URL without its `options` parameter (startup options such as `-c search_path=...`), and those options.
+ * node-postgres lets the URL's parameters override the pool's config, so options left in the URL would replace
+ * the ones FlowMQ sets (synchronous_commit); they are merged instead.
+ */
+function splitOptions(url: string): { connectionString: string; options: string } {
+  try {
+    const u = new URL(url);
+    const options = u.searchParams.get('options') ?? '';
+    if (options === '') return { connectionString: url, options };
+    u.searchParams.delete('options');
+    return { connectionString: u.toString(), options };
+  } catch {
+    return { connectionString: url, options: '' };
+  }
+}
+
+/**
  * int8 (bigint) columns and aggregates (COUNT, SUM) come back as numbers. Every int8 FlowMQ stores is a safe
  * integer (the backends check what they write), so a value outside that range means a foreign writer or
  * corruption: the query fails with it rather than returning a rounded offset.
@@ -138,15 +155,17 @@ export function createPool(opts: PostgresOptions, role: string): PgPool {
   const endpoint = endpointOf(opts.url);
   const stats: PoolStats = { queries: 0, errors: 0, reconnects: 0, idleErrors: 0 };
   const timeout = opts.statementTimeoutMs ?? 10_000;
+  const { connectionString, options } = splitOptions(opts.url);
   const pool = new pg.Pool({
-    connectionString: opts.url,
+    connectionString,
     max: opts.poolSize ?? 10,
     connectionTimeoutMillis: opts.connectTimeoutMs ?? 5000,
     idleTimeoutMillis: 30_000,
     // Sent as startup parameters: every connection gets them, including those opened after a restart.
     statement_timeout: timeout > 0 ? timeout : undefined,
     // Acknowledgements wait for COMMIT; a server configured with synchronous_commit=off would make that a lie.
-    options: '-c synchronous_commit=on',
+    // Options given in the URL (`?options=-c search_path=broker1`, a schema of its own) are kept.
+    options: [options, '-c synchronous_commit=on'].filter((o) => o !== '').join(' '),
     application_name: `flowmq-${role}`,
     keepAlive: true,
     types: typeParsers,

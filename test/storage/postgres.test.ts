@@ -10,6 +10,7 @@ import pg from 'pg';
 import { isFlowError, type FlowError } from '../../src/core/index.js';
 import { PostgresMetastore, postgresMigrations } from '../../src/storage/metastore/index.js';
 import { PostgresWal, type WalEntry } from '../../src/storage/wal/index.js';
+import { createPool } from '../../src/storage/postgres-util.js';
 import { startPostgres, type PostgresServer } from '../helpers/postgres.js';
 
 let server: PostgresServer;
@@ -99,6 +100,30 @@ describe('PostgreSQL backends', () => {
     await w1.append(entry('k/0', 0));
     assert.equal((await replayAll(w2)).length, 1);
     await Promise.all([a.close(), b.close(), c.close(), w1.close(), w2.close()]);
+  });
+
+  it('keeps startup options given in the URL (a schema per broker through search_path) and synchronous_commit on', async () => {
+    const url = await server.createDatabase();
+    const admin = new pg.Client({ connectionString: url });
+    await admin.connect();
+    await admin.query('CREATE SCHEMA b1; CREATE SCHEMA b2');
+    // A database whose default would make an acknowledgement before the commit is durable: FlowMQ overrides it.
+    await admin.query(`ALTER DATABASE "${new URL(url).pathname.slice(1)}" SET synchronous_commit = off`);
+    const inSchema = (schema: string) => `${url}?options=${encodeURIComponent(`-c search_path=${schema}`)}`;
+    const [m1, m2] = await Promise.all([PostgresMetastore.open({ url: inSchema('b1') }), PostgresMetastore.open({ url: inSchema('b2') })]);
+    const [w1, w2] = await Promise.all([PostgresWal.open({ url: inSchema('b1') }), PostgresWal.open({ url: inSchema('b2') })]);
+    await m1.createStream(stream('only-in-b1'));
+    await w1.append(entry('k/0', 0));
+    assert.deepEqual((await m2.listStreams()).map((d) => d.name), []);
+    assert.deepEqual(await replayAll(w2), []);
+    const tables = await admin.query("SELECT table_schema FROM information_schema.tables WHERE table_name = 'streams' ORDER BY 1");
+    assert.deepEqual(tables.rows.map((r) => r.table_schema), ['b1', 'b2']);
+    await admin.end();
+    const p = createPool({ url: inSchema('b1') }, 'test');
+    assert.deepEqual((await p.query('test', 'SHOW synchronous_commit')).rows, [{ synchronous_commit: 'on' }]);
+    assert.deepEqual((await p.query('test', 'SHOW search_path')).rows, [{ search_path: 'b1' }]);
+    await p.end();
+    await Promise.all([m1.close(), m2.close(), w1.close(), w2.close()]);
   });
 
   it('times a statement blocked by another connection out with STORAGE_ERROR, then works again', async () => {
