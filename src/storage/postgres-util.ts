@@ -293,8 +293,8 @@ export async function migratePostgres(p: PgPool, list: readonly PgMigration[], t
   // Checked out, the connection's errors are ours to handle (see PgPool.transaction); it is discarded at the end.
   client.on('error', (err) => p.noteError(err));
   try {
-    // Waiting for another broker's migration can take longer than an ordinary statement may.
-    await client.query('SET statement_timeout = 0');
+    // Waiting for another broker's migration can take longer than an ordinary statement may, but not for ever.
+    await client.query("SET statement_timeout = '5min'");
     await client.query('SELECT pg_advisory_lock($1)', [MIGRATION_LOCK]);
     try {
       await client.query('BEGIN');
