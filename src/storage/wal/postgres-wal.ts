@@ -66,6 +66,30 @@ function insertText(n: number): string {
   return t;
 }
 
+/**
+ * A whole group as one statement: the epochs locked and read by flowmq_wal_lock (a MATERIALIZED CTE, run once),
+ * the rows as binary parameters ($3 on, 6 per row), inserted in their order when their epoch is not below the
+ * key's. Returns the keys' epochs as they were, from which the caller tells which entries were fenced.
+ */
+const groupTexts = new Map<number, string>();
+function groupText(n: number): string {
+  let t = groupTexts.get(n);
+  if (t === undefined) {
+    const rows: string[] = [];
+    for (let i = 0; i < n; i++) {
+      const b = 2 + i * 6;
+      rows.push(`($${b + 1}::text, $${b + 2}::bigint, $${b + 3}::bigint, $${b + 4}::bigint, $${b + 5}::integer, $${b + 6}::bytea, ${i})`);
+    }
+    t = `WITH lk AS MATERIALIZED (SELECT out_key, out_epoch FROM flowmq_wal_lock($1::text[], $2::bigint[])),
+      v (k, b, e, ep, n, d, ord) AS (VALUES ${rows.join(', ')}),
+      ins AS (INSERT INTO wal_entries (key, base_offset, end_offset, epoch, bytes, data)
+        SELECT v.k, v.b, v.e, v.ep, v.n, v.d FROM v JOIN lk ON lk.out_key = v.k WHERE v.ep >= lk.out_epoch ORDER BY v.ord)
+      SELECT out_key, out_epoch FROM lk`;
+    if (groupTexts.size < 64) groupTexts.set(n, t);
+  }
+  return t;
+}
+
 export class PostgresWal implements WriteAheadLog {
   private closed = false;
   private queue: Pending[] = [];
@@ -221,24 +245,33 @@ export class PostgresWal implements WriteAheadLog {
     let accepted: Pending[] = [];
     const fenced: Array<{ p: Pending; stored: number }> = [];
     let resumedBytes: Array<{ key: string; bytes: number }> = [];
+    const split = (stored: Map<string, number>): void => {
+      accepted = [];
+      fenced.length = 0;
+      for (const p of live) {
+        const s = stored.get(p.entry.key) ?? 0;
+        if (p.entry.epoch < s) fenced.push({ p, stored: s });
+        else accepted.push(p);
+      }
+    };
     try {
-      await this.db.transaction('WAL append', async (c: pg.PoolClient) => {
+      if (resumed.length === 0 && live.length <= ROWS_PER_INSERT) {
+        // The common case in one statement (one round trip, its own transaction): lock and read the epochs, insert
+        // the entries not fenced. The comparison in the statement is the one split() makes.
+        const keys = [...maxEpoch.keys()];
+        const values: unknown[] = [keys, keys.map((k) => maxEpoch.get(k))];
+        for (const { entry: e } of live) values.push(e.key, e.baseOffset, e.endOffset, e.epoch, e.data.length, e.data);
+        const r = await this.db.query<{ out_key: string; out_epoch: number }>('WAL append', { text: groupText(live.length), values });
+        split(new Map(r.rows.map((x) => [x.out_key, x.out_epoch])));
+      } else await this.db.transaction('WAL append', async (c: pg.PoolClient) => {
         this.db.stats.queries++;
-        accepted = [];
-        fenced.length = 0;
         const keys = [...maxEpoch.keys()];
         const locked = await c.query<{ out_key: string; out_epoch: number }>({
           name: 'fmwal_lock',
           text: 'SELECT out_key, out_epoch FROM flowmq_wal_lock($1::text[], $2::bigint[])',
           values: [keys, keys.map((k) => maxEpoch.get(k))],
         });
-        const stored = new Map<string, number>();
-        for (const r of locked.rows) stored.set(r.out_key, r.out_epoch);
-        for (const p of live) {
-          const s = stored.get(p.entry.key) ?? 0;
-          if (p.entry.epoch < s) fenced.push({ p, stored: s });
-          else accepted.push(p);
-        }
+        split(new Map(locked.rows.map((x) => [x.out_key, x.out_epoch])));
         // A key resuming after a failed group: a commit whose reply was lost may have stored entries from the
         // failed offset on; the resumed entry replaces them.
         for (const key of resumed) {
