@@ -99,8 +99,10 @@ export class PostgresWal implements WriteAheadLog {
   private readonly resuming = new Set<string>();
   /** Highest epoch seen per key (appends, fences): stale appends are refused without a round trip. */
   private readonly epochs = new Map<string, number>();
-  /** Settles with the last append of each key with one in flight: fence() waits for it (per-key order). */
-  private readonly lastAppend = new Map<string, Promise<void>>();
+  /** Appends accepted into the queue, and those written or failed since (fence() waits for the ones before it). */
+  private issued = 0;
+  private completed = 0;
+  private settledWaiters: Array<{ upTo: number; resolve: () => void }> = [];
   /** Bytes held per key, and in total. */
   private readonly keyBytes = new Map<string, number>();
   private totalBytes = 0;
@@ -169,7 +171,7 @@ export class PostgresWal implements WriteAheadLog {
     // Per-key order: appends of the key issued after this call are held to the new epoch at once, and those issued
     // before it are written (or fail) before the fence is.
     if (epoch > (this.epochs.get(key) ?? -1)) this.epochs.set(key, epoch);
-    await this.lastAppend.get(key);
+    await this.appendsSettled();
     // Waits for a group holding the key's lock; groups after it see the raised epoch.
     const r = await this.db.query<{ epoch: number }>(
       'WAL fence',
@@ -182,26 +184,23 @@ export class PostgresWal implements WriteAheadLog {
   }
 
   append(entry: WalEntry): Promise<void> {
-    const refused = appendRefusal(this.closed, entry) ?? this.epochRefusal(entry) ?? this.fences.check(entry);
-    if (refused) return Promise.reject(refused);
-    if (!Number.isSafeInteger(entry.epoch) || entry.epoch < 0) {
+    if (!this.closed && (!Number.isSafeInteger(entry.epoch) || entry.epoch < 0)) {
       return Promise.reject(new FlowError('INVALID_ARGUMENT', `bad WAL entry epoch ${entry.epoch} for ${entry.key}`));
     }
+    const refused = appendRefusal(this.closed, entry) ?? this.epochRefusal(entry) ?? this.fences.check(entry);
+    if (refused) return Promise.reject(refused);
     this.epochs.set(entry.key, entry.epoch);
-    const key = entry.key;
-    const done = new Promise<void>((resolve, reject) => {
+    this.issued++;
+    return new Promise<void>((resolve, reject) => {
       this.queue.push({ entry, resolve, reject });
       this.flushing ??= this.flushLoop();
     });
-    const settled = done.then(
-      () => undefined,
-      () => undefined,
-    );
-    this.lastAppend.set(key, settled);
-    void settled.then(() => {
-      if (this.lastAppend.get(key) === settled) this.lastAppend.delete(key);
-    });
-    return done;
+  }
+
+  /** Resolves once every append issued before the call has been written or has failed (groups go in order). */
+  private appendsSettled(): Promise<void> {
+    if (this.completed >= this.issued) return Promise.resolve();
+    return new Promise<void>((resolve) => this.settledWaiters.push({ upTo: this.issued, resolve }));
   }
 
   private epochRefusal(entry: WalEntry): FlowError | null {
@@ -221,7 +220,19 @@ export class PostgresWal implements WriteAheadLog {
         n++;
       }
       const group = this.queue.splice(0, n);
-      await this.commitGroup(group);
+      try {
+        await this.commitGroup(group);
+      } catch (err) {
+        // commitGroup settles its entries itself; this is for a bug in it, so the loop never stops for good.
+        const e = err instanceof FlowError ? err : new FlowError('STORAGE_ERROR', 'WAL append failed', { cause: err });
+        for (const p of group) p.reject(e);
+      }
+      this.completed += group.length;
+      if (this.settledWaiters.length > 0) {
+        const ready = this.settledWaiters.filter((w) => w.upTo <= this.completed);
+        this.settledWaiters = this.settledWaiters.filter((w) => w.upTo > this.completed);
+        for (const w of ready) w.resolve();
+      }
     }
     this.flushing = null;
   }
