@@ -3,10 +3,12 @@
  * transaction holding it has committed (synchronous_commit on, forced per connection).
  *
  * Group commit: one transaction is in flight at a time; the appends that arrive meanwhile form the next group,
- * written as one multi-row INSERT (chunks of rows with their data as binary bytea parameters: an unnest of a
- * bytea[] would ship the data hex-encoded inside an array literal, twice its size, built as one big string on
- * the event loop) in one transaction, so a group costs one commit (one WAL flush on the server) however many
- * entries it holds. Each append resolves after COMMIT.
+ * written as one multi-row INSERT with the rows' data as binary bytea parameters (an unnest of a bytea[] would
+ * ship the data hex-encoded inside an array literal, twice its size, built as one big string on the event loop),
+ * so a group costs one commit (one WAL flush on the server) however many entries it holds. Usually the whole
+ * group is a single statement (groupText: one round trip, its own transaction); a group of more rows than one
+ * statement takes, or one resuming a key after a failure, runs as an explicit transaction. Each append resolves
+ * after COMMIT. fence() is ordered after the appends issued before it.
  *
  * Fencing: each key's highest epoch is a row of wal_epochs. A group first locks its keys' rows and reads their
  * epochs (flowmq_wal_lock), then inserts only the entries whose epoch is not lower, in the same transaction; a
