@@ -235,6 +235,12 @@ describe('PostgreSQL backends', () => {
       );
     }
     assert.equal(other.size(), wal.size());
+    // A group of more rows than one statement takes (a transaction of several INSERTs) keeps the order too.
+    const many = Array.from({ length: 4500 }, (_, i) => entry('many/0', i));
+    await Promise.all(many.map((e) => wal.append(e)));
+    const replayed = (await replayAll(wal)).filter((e) => e.key === 'many/0');
+    assert.deepEqual(replayed.map((e) => e.baseOffset), many.map((e) => e.baseOffset));
+    assert.ok(replayed.every((e, i) => e.data.equals(many[i].data)));
     await Promise.all([wal.close(), other.close()]);
   });
 
