@@ -92,8 +92,9 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
   const space = await DiskSpace.open({ dir: dataDir, minFreeBytes: config.minFreeDisk, logger: logger.child({ component: 'disk' }) });
   logger.info({ dir: dataDir, minFreeBytes: space.minFreeBytes, freeBytes: space.freeBytes }, 'free-space reserve');
   const log = await LogManager.open({ wal, objects, metastore, logger: logLogger, options: logOptions, space });
-  // Retained messages and client sessions live in the metastore, keyed so another broker could take them over.
-  const engine = new Engine(log, metastore, { retained: metastore });
+  // The metastore covers every durable role (definitions, offsets, producer ids, sessions, retained messages), keyed
+  // so another broker could take them over: it is passed once, and the adapters take their part from engine.store.
+  const engine = new Engine(log, metastore);
   await engine.load();
   log.finishRecovery();
   logger.info(
@@ -101,7 +102,7 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
     'storage ready (embedded: sqlite metastore, file WAL, filesystem objects)',
   );
 
-  const ctx: AdapterContext = { engine, logger, brokerId: config.brokerId, sessions: metastore };
+  const ctx: AdapterContext = { engine, logger, brokerId: config.brokerId };
   const listeners = new Map<string, ProtocolListener>();
   const started = Date.now();
   let admin: AdminApi;
@@ -176,17 +177,15 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
           requestReceiveTimeoutMs: config.kafkaRequestReceiveTimeout,
           sasl: guard ? saslProvider(guard, config.kafkaSaslMechanisms) : undefined,
         },
-        // Committed offsets and producer ids are durable in the metastore, through the core's interfaces.
-        { offsets: metastore, producerIds: metastore },
       );
       // Produce latency (decoded request → durable response) as a histogram snapshot clients can diff.
       figures.kafka = () => ({ produceLatency: adapter.produceLatency.snapshot(), framePool: adapter.frames.stats(), histogramBoundsMs: HISTOGRAM_BOUNDS_MS });
-      const l = await startKafkaListener(kctx, { host: config.host, port: config.kafkaPort, sasl: config.kafkaSasl }, {}, {}, adapter);
+      const l = await startKafkaListener(kctx, { host: config.host, port: config.kafkaPort, sasl: config.kafkaSasl }, {}, adapter);
       listeners.set('kafka', l);
       logger.info({ protocol: 'kafka', address: fmt(l.address()), sasl: config.kafkaSasl }, 'listening');
       if (config.kafkaTlsCert !== null && config.kafkaTlsKey !== null) {
         const tlsOpts = { cert: readFileSync(config.kafkaTlsCert), key: readFileSync(config.kafkaTlsKey) };
-        const t = await startKafkaListener(kctx, { host: config.host, port: config.kafkaTlsPort, sasl: config.kafkaSasl, tls: tlsOpts }, {}, {}, adapter);
+        const t = await startKafkaListener(kctx, { host: config.host, port: config.kafkaTlsPort, sasl: config.kafkaSasl, tls: tlsOpts }, {}, adapter);
         listeners.set('kafka-tls', t);
         logger.info({ protocol: 'kafka-tls', address: fmt(t.address()), sasl: config.kafkaSasl }, 'listening');
       }

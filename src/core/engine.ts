@@ -8,9 +8,10 @@
 import { FlowError } from './errors.js';
 import type { Message, QoS } from './message.js';
 import { decodeBatch, encodeBatch, messageToRecord, recordToMessage } from './record-batch.js';
-import type { AppendResult, PartitionOffsets, ReadLease, StreamCatalog, StreamDef, StreamStorage } from './streams.js';
+import type { AppendResult, PartitionOffsets, ReadLease, StreamDef, StreamStorage } from './streams.js';
 import { RetainedIndex } from './retained.js';
-import { decodeStoredMessage, encodeStoredMessage, type RetainedStore } from './sessions.js';
+import { decodeStoredMessage, encodeStoredMessage } from './sessions.js';
+import type { CoreStore } from './store.js';
 import { isValidStreamName, kafkaToUnified, matches, validateFilter, validateTopic } from './topic.js';
 import { TopicTrie } from './trie.js';
 
@@ -65,11 +66,6 @@ export interface StreamEntry {
 
 export const MAX_PARTITIONS = 10000;
 
-export interface EngineOptions {
-  /** Durable home of retained messages; without it they live in memory only. */
-  retained?: RetainedStore;
-}
-
 /** Retained messages of these topics (broker statistics) are kept in memory only: they are rewritten often. */
 const VOLATILE_RETAINED_PREFIX = '$SYS/';
 
@@ -82,27 +78,24 @@ export class Engine {
   readonly stats = { published: 0, delivered: 0, captured: 0, dropped: 0 };
   /** Last retained message per topic, any protocol's publish with retain=true sets it. */
   readonly retained = new RetainedIndex();
-  private readonly retainedStore: RetainedStore | undefined;
-
   constructor(
     readonly storage: StreamStorage,
-    private readonly catalog: StreamCatalog,
-    options: EngineOptions = {},
-  ) {
-    this.retainedStore = options.retained;
-  }
+    /**
+     * Every durable role in one (stream definitions, retained messages here; offsets, producer ids and sessions
+     * for the adapters, which take them from here): the broker's metastore, or a MemoryStore.
+     */
+    readonly store: CoreStore,
+  ) {}
 
   // ---------------------------------------------------------------- streams
 
   /** Loads stream definitions (at start). */
   async load(): Promise<void> {
-    for (const def of await this.catalog.listStreams()) {
+    for (const def of await this.store.listStreams()) {
       await this.storage.openStream(def);
       this.index(def);
     }
-    if (this.retainedStore) {
-      for (const r of await this.retainedStore.listRetained()) this.retained.set(decodeStoredMessage(r.data));
-    }
+    for (const r of await this.store.listRetained()) this.retained.set(decodeStoredMessage(r.data));
   }
 
   async createStream(spec: StreamSpec): Promise<StreamDef> {
@@ -123,7 +116,7 @@ export class Engine {
       throw new FlowError('INVALID_ARGUMENT', 'retention must be a positive duration');
     }
     const def: StreamDef = { name: spec.name, partitions: spec.partitions, bindings, retentionMs, createdAt: Date.now() };
-    await this.catalog.createStream(def);
+    await this.store.createStream(def);
     await this.storage.openStream(def);
     this.index(def);
     return def;
@@ -133,7 +126,7 @@ export class Engine {
     const e = this.streams.get(name);
     if (!e) throw new FlowError('NOT_FOUND', `stream "${name}" does not exist`);
     this.unindex(e);
-    await this.catalog.deleteStream(name);
+    await this.store.deleteStream(name);
     await this.storage.dropStream(name);
   }
 
@@ -161,7 +154,7 @@ export class Engine {
   }
 
   private async redefine(e: StreamEntry, def: StreamDef): Promise<StreamDef> {
-    await this.catalog.updateStream(def);
+    await this.store.updateStream(def);
     await this.storage.openStream(def);
     // The entry is replaced only if the stream was not deleted or redefined meanwhile.
     if (this.streams.get(def.name) === e) {
@@ -312,12 +305,12 @@ export class Engine {
     const volatile = msg.topic.startsWith(VOLATILE_RETAINED_PREFIX);
     if (msg.payload.length === 0) {
       const had = this.retained.delete(msg.topic);
-      return had && !volatile && this.retainedStore ? this.retainedStore.deleteRetained(msg.topic) : null;
+      return had && !volatile ? this.store.deleteRetained(msg.topic) : null;
     }
     // The index keeps its own copy: the payload may be a view into a socket buffer.
     const kept: Message = { ...msg, payload: Buffer.from(msg.payload), headers: msg.headers.slice() };
     this.retained.set(kept);
-    return !volatile && this.retainedStore ? this.retainedStore.putRetained(msg.topic, encodeStoredMessage(kept)) : null;
+    return !volatile ? this.store.putRetained(msg.topic, encodeStoredMessage(kept)) : null;
   }
 
   /**

@@ -8,6 +8,7 @@ export * from './record-batch.js';
 export * from './sessions.js';
 export * from './retained.js';
 export * from './offsets.js';
+export * from './store.js';
 export { crc32c, crc32cCombine, crc32cJs, crc32cImplementation } from './crc32c.js';
 export * from './histogram.js';
 export { CoalescingTask } from './coalescing-task.js';

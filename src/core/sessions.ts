@@ -29,8 +29,11 @@ export interface QueuedEntry {
 }
 
 /**
+ * Order: calls naming the same client id take effect in the order they were issued, awaited or not, and a read
+ * sees every write issued before it (the metastore's per-key order; see src/storage/metastore/types.ts).
+ *
  * Durability: a resolved write has been committed and survives a crash of the broker process. Queue writes
- * (enqueue, ackQueue, updateQueue) may resolve before their commit is also safe from a power loss, which a
+ * (ackQueue, updateQueue) may resolve before their commit is also safe from a power loss, which a
  * backend then brings about promptly (the embedded one syncs its journal at once, without making the caller
  * wait); the other writes resolve only once durable.
  */
@@ -41,23 +44,19 @@ export interface SessionStore {
   /** Removes the record and its queue; no error when absent. */
   deleteSession(clientId: string): Promise<void>;
   listSessions(protocol: string): Promise<SessionRecord[]>;
-  /**
-   * Appends entries to the session's queue, oldest first. When the queue then holds more than `maxLength`
-   * entries the oldest are removed (drop-oldest policy); returns how many were removed.
-   */
-  enqueue(clientId: string, entries: Buffer[], maxLength: number): Promise<number>;
   /** Up to `limit` entries, oldest first. */
   readQueue(clientId: string, limit: number): Promise<QueuedEntry[]>;
   /** Removes every entry with seq <= `upTo`. */
   ackQueue(clientId: string, upTo: number): Promise<void>;
-  queueLength(clientId: string): Promise<number>;
   /**
    * Applies one batch of changes to a session's queue atomically, in this order: entries rewritten in place
-   * (`replace`, same seq), entries removed by seq (`remove`), then `append` (oldest first) with the same
-   * drop-oldest bound as `enqueue`. Seqs that are not in the queue are ignored. Returns the seqs given to the
-   * appended entries, in order, and how many entries the bound removed. Seqs increase within a queue (they may
-   * start again once it is empty), so a caller may keep them to rewrite or remove its own entries later: this
-   * is how a protocol adapter keeps the in-flight messages of a connected session in the store (write-through).
+   * (`replace`, same seq), entries removed by seq (`remove`), then `append` (oldest first); when the queue then
+   * holds more than `maxLength` entries the oldest are removed (drop-oldest policy). Seqs that are not in the queue
+   * are ignored. Returns the seqs given to the appended entries, in order, and how many entries the bound removed.
+   * Seqs only increase for a client id (a backend keeps a counter; never MAX(seq)+1, which two concurrent writers
+   * can both read) until deleteSession, after which they may start again; so a caller may keep them to rewrite or
+   * remove its own entries later: this is how a protocol adapter keeps the in-flight messages of a connected
+   * session in the store (write-through).
    */
   updateQueue(clientId: string, changes: QueueChanges, maxLength: number): Promise<{ seqs: number[]; dropped: number }>;
 }
@@ -103,15 +102,6 @@ export class MemorySessionStore implements SessionStore {
   async listSessions(protocol: string): Promise<SessionRecord[]> {
     return [...this.records.values()].filter((r) => r.protocol === protocol).map((r) => ({ ...r }));
   }
-  async enqueue(clientId: string, entries: Buffer[], maxLength: number): Promise<number> {
-    checkMax(maxLength);
-    let q = this.queues.get(clientId);
-    if (!q) this.queues.set(clientId, (q = []));
-    for (const data of entries) q.push({ seq: ++this.seq, data: Buffer.from(data) });
-    const over = q.length - maxLength;
-    if (over > 0) q.splice(0, over);
-    return over > 0 ? over : 0;
-  }
   async readQueue(clientId: string, limit: number): Promise<QueuedEntry[]> {
     return (this.queues.get(clientId) ?? []).slice(0, limit);
   }
@@ -121,9 +111,6 @@ export class MemorySessionStore implements SessionStore {
     let k = 0;
     while (k < q.length && q[k].seq <= upTo) k++;
     q.splice(0, k);
-  }
-  async queueLength(clientId: string): Promise<number> {
-    return this.queues.get(clientId)?.length ?? 0;
   }
   async updateQueue(clientId: string, changes: QueueChanges, maxLength: number): Promise<{ seqs: number[]; dropped: number }> {
     checkMax(maxLength);

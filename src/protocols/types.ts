@@ -3,18 +3,13 @@
  */
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
-import type { Engine, SessionStore } from '../core/index.js';
+import type { Engine } from '../core/index.js';
 
 export interface AdapterContext {
   engine: Engine;
   logger: Logger;
   /** Identifier of this broker instance (Kafka node id, $SYS topics...). */
   brokerId: number;
-  /**
-   * Durable client sessions (MQTT persistent sessions), keyed by client id. Optional: without it, adapters
-   * keep sessions in process memory (tests, throwaway brokers).
-   */
-  sessions?: SessionStore;
 }
 
 export interface ListenOptions {

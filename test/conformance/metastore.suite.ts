@@ -30,6 +30,11 @@ const segment = (streamName: string, partition: number, base: number, end: numbe
   createdAt: 1_700_000_100_000,
 });
 
+/** A stream's definition as listed, or null (the interface has no lookup by name: the core keeps its own index). */
+async function getStream(m: Metastore, name: string): Promise<StreamDef | null> {
+  return (await m.listStreams()).find((d) => d.name === name) ?? null;
+}
+
 export function metastoreConformance(name: string, open: (dir: string) => Promise<Metastore>): void {
   describe(`Metastore conformance: ${name}`, () => {
     let root = '';
@@ -51,23 +56,23 @@ export function metastoreConformance(name: string, open: (dir: string) => Promis
 
     it('creates, reads, lists, updates and deletes streams', async () => {
       const m = await open(freshDir());
-      assert.equal(await m.getStream('orders'), null);
+      assert.equal(await getStream(m, 'orders'), null);
       assert.deepEqual(await m.listStreams(), []);
 
       const orders = stream('orders');
       const forever = stream('audit.log', { partitions: 1, bindings: [], retentionMs: null });
       await m.createStream(orders);
       await m.createStream(forever);
-      assert.deepEqual(await m.getStream('orders'), orders);
-      assert.deepEqual(await m.getStream('audit.log'), forever);
+      assert.deepEqual(await getStream(m, 'orders'), orders);
+      assert.deepEqual(await getStream(m, 'audit.log'), forever);
       assert.deepEqual(await m.listStreams(), [forever, orders], 'listed by name');
 
       const changed = { ...orders, partitions: 6, bindings: ['orders/#'], retentionMs: 1000 };
       await m.updateStream(changed);
-      assert.deepEqual(await m.getStream('orders'), changed);
+      assert.deepEqual(await getStream(m, 'orders'), changed);
 
       await m.deleteStream('orders');
-      assert.equal(await m.getStream('orders'), null);
+      assert.equal(await getStream(m, 'orders'), null);
       assert.deepEqual(await m.listStreams(), [forever]);
       await m.close();
     });
@@ -78,7 +83,7 @@ export function metastoreConformance(name: string, open: (dir: string) => Promis
       await assert.rejects(m.createStream(stream('dup', { partitions: 9 })), (e: unknown) =>
         isFlowError(e, 'ALREADY_EXISTS'),
       );
-      assert.equal((await m.getStream('dup'))?.partitions, 3);
+      assert.equal((await getStream(m, 'dup'))?.partitions, 3);
       await m.close();
     });
 
@@ -94,16 +99,16 @@ export function metastoreConformance(name: string, open: (dir: string) => Promis
       await m.createStream(stream('s'));
       assert.equal(await m.getPartitionState('s', 0), null);
 
-      await m.commitSegment(segment('s', 0, 0, 10));
-      assert.deepEqual(await m.getPartitionState('s', 0), { stream: 's', partition: 0, logStartOffset: 0, flushedOffset: 10 });
-      await m.commitSegment(segment('s', 0, 10, 25));
-      await m.commitSegment(segment('s', 0, 25, 26));
+      await m.commitSegment(segment('s', 0, 0, 10), 0);
+      assert.deepEqual(await m.getPartitionState('s', 0), { stream: 's', partition: 0, logStartOffset: 0, flushedOffset: 10, epoch: 0 });
+      await m.commitSegment(segment('s', 0, 10, 25), 0);
+      await m.commitSegment(segment('s', 0, 25, 26), 0);
       assert.equal((await m.getPartitionState('s', 0))?.flushedOffset, 26);
       assert.deepEqual(await m.listSegments('s', 0), [segment('s', 0, 0, 10), segment('s', 0, 10, 25), segment('s', 0, 25, 26)]);
 
       // Partitions are independent.
       assert.deepEqual(await m.listSegments('s', 1), []);
-      await m.commitSegment(segment('s', 1, 0, 3));
+      await m.commitSegment(segment('s', 1, 0, 3), 0);
       assert.equal((await m.getPartitionState('s', 1))?.flushedOffset, 3);
       assert.equal((await m.getPartitionState('s', 0))?.flushedOffset, 26);
       await m.close();
@@ -114,13 +119,13 @@ export function metastoreConformance(name: string, open: (dir: string) => Promis
       await m.createStream(stream('s'));
       const invalid = (e: unknown) => isFlowError(e, 'INVALID_ARGUMENT');
       // Nothing flushed yet: a segment must start at 0.
-      await assert.rejects(m.commitSegment(segment('s', 0, 5, 10)), invalid);
+      await assert.rejects(m.commitSegment(segment('s', 0, 5, 10), 0), invalid);
       assert.equal(await m.getPartitionState('s', 0), null);
 
-      await m.commitSegment(segment('s', 0, 0, 10));
-      await assert.rejects(m.commitSegment(segment('s', 0, 11, 20)), invalid, 'gap');
-      await assert.rejects(m.commitSegment(segment('s', 0, 5, 20)), invalid, 'overlap');
-      await assert.rejects(m.commitSegment({ ...segment('s', 0, 0, 10), objectKey: 'other' }), invalid, 'another segment over the same range');
+      await m.commitSegment(segment('s', 0, 0, 10), 0);
+      await assert.rejects(m.commitSegment(segment('s', 0, 11, 20), 0), invalid, 'gap');
+      await assert.rejects(m.commitSegment(segment('s', 0, 5, 20), 0), invalid, 'overlap');
+      await assert.rejects(m.commitSegment({ ...segment('s', 0, 0, 10), objectKey: 'other' }, 0), invalid, 'another segment over the same range');
       assert.equal((await m.getPartitionState('s', 0))?.flushedOffset, 10);
       assert.deepEqual(await m.listSegments('s', 0), [segment('s', 0, 0, 10)]);
       await m.close();
@@ -130,10 +135,10 @@ export function metastoreConformance(name: string, open: (dir: string) => Promis
       // A commit whose journal sync failed (a full disk) is retried by the log; it must not block the partition.
       const m = await open(freshDir());
       await m.createStream(stream('s'));
-      await m.commitSegment(segment('s', 0, 0, 10));
-      await m.commitSegment(segment('s', 0, 10, 20));
-      await m.commitSegment(segment('s', 0, 10, 20));
-      await assert.rejects(m.commitSegment(segment('s', 0, 0, 10)), (e: unknown) => isFlowError(e, 'INVALID_ARGUMENT'), 'an older one is refused');
+      await m.commitSegment(segment('s', 0, 0, 10), 0);
+      await m.commitSegment(segment('s', 0, 10, 20), 0);
+      await m.commitSegment(segment('s', 0, 10, 20), 0);
+      await assert.rejects(m.commitSegment(segment('s', 0, 0, 10), 0), (e: unknown) => isFlowError(e, 'INVALID_ARGUMENT'), 'an older one is refused');
       assert.equal((await m.getPartitionState('s', 0))?.flushedOffset, 20);
       assert.deepEqual(await m.listSegments('s', 0), [segment('s', 0, 0, 10), segment('s', 0, 10, 20)]);
       await m.close();
@@ -142,26 +147,26 @@ export function metastoreConformance(name: string, open: (dir: string) => Promis
     it('keeps the log start offset apart from the flushed offset', async () => {
       const m = await open(freshDir());
       await m.createStream(stream('s'));
-      await m.setLogStartOffset('s', 2, 0);
-      assert.deepEqual(await m.getPartitionState('s', 2), { stream: 's', partition: 2, logStartOffset: 0, flushedOffset: 0 });
-      await m.commitSegment(segment('s', 2, 0, 10));
-      await m.commitSegment(segment('s', 2, 10, 20));
-      await m.setLogStartOffset('s', 2, 10);
-      assert.deepEqual(await m.getPartitionState('s', 2), { stream: 's', partition: 2, logStartOffset: 10, flushedOffset: 20 });
-      await m.commitSegment(segment('s', 2, 20, 30));
-      assert.deepEqual(await m.getPartitionState('s', 2), { stream: 's', partition: 2, logStartOffset: 10, flushedOffset: 30 });
+      await m.setLogStartOffset('s', 2, 0, 0);
+      assert.deepEqual(await m.getPartitionState('s', 2), { stream: 's', partition: 2, logStartOffset: 0, flushedOffset: 0, epoch: 0 });
+      await m.commitSegment(segment('s', 2, 0, 10), 0);
+      await m.commitSegment(segment('s', 2, 10, 20), 0);
+      await m.setLogStartOffset('s', 2, 10, 0);
+      assert.deepEqual(await m.getPartitionState('s', 2), { stream: 's', partition: 2, logStartOffset: 10, flushedOffset: 20, epoch: 0 });
+      await m.commitSegment(segment('s', 2, 20, 30), 0);
+      assert.deepEqual(await m.getPartitionState('s', 2), { stream: 's', partition: 2, logStartOffset: 10, flushedOffset: 30, epoch: 0 });
       await m.close();
     });
 
     it('deletes segments without touching the offsets', async () => {
       const m = await open(freshDir());
       await m.createStream(stream('s'));
-      await m.commitSegment(segment('s', 0, 0, 10));
-      await m.commitSegment(segment('s', 0, 10, 20));
-      await m.deleteSegment('s', 0, 0);
+      await m.commitSegment(segment('s', 0, 0, 10), 0);
+      await m.commitSegment(segment('s', 0, 10, 20), 0);
+      await m.deleteSegment('s', 0, 0, 0);
       assert.deepEqual(await m.listSegments('s', 0), [segment('s', 0, 10, 20)]);
       assert.equal((await m.getPartitionState('s', 0))?.flushedOffset, 20);
-      await m.deleteSegment('s', 0, 0); // already gone: no error
+      await m.deleteSegment('s', 0, 0, 0); // already gone: no error
       await m.close();
     });
 
@@ -172,17 +177,17 @@ export function metastoreConformance(name: string, open: (dir: string) => Promis
       assert.equal(await m.fetchOffset('g1', 'a', 0), null);
 
       const t0 = Date.now();
-      await m.commitOffset({ group: 'g1', stream: 'a', partition: 0, offset: 5, metadata: null });
+      await m.commitOffsets('g1', [{ stream: 'a', partition: 0, offset: 5, metadata: null }]);
       const first = await m.fetchOffset('g1', 'a', 0);
       assert.ok(first);
       assert.equal(first.offset, 5);
       assert.equal(first.metadata, null);
       assert.ok(first.committedAt >= t0 - 1000 && first.committedAt <= Date.now() + 1000, 'committedAt is now');
 
-      await m.commitOffset({ group: 'g1', stream: 'a', partition: 0, offset: 42, metadata: 'consumer-1' });
-      await m.commitOffset({ group: 'g1', stream: 'b', partition: 1, offset: 7, metadata: '' });
-      await m.commitOffset({ group: 'g1', stream: 'a', partition: 2, offset: 3, metadata: null });
-      await m.commitOffset({ group: 'g2', stream: 'a', partition: 0, offset: 1, metadata: null });
+      await m.commitOffsets('g1', [{ stream: 'a', partition: 0, offset: 42, metadata: 'consumer-1' }]);
+      await m.commitOffsets('g1', [{ stream: 'b', partition: 1, offset: 7, metadata: '' }]);
+      await m.commitOffsets('g1', [{ stream: 'a', partition: 2, offset: 3, metadata: null }]);
+      await m.commitOffsets('g2', [{ stream: 'a', partition: 0, offset: 1, metadata: null }]);
 
       const strip = (o: { group: string; stream: string; partition: number; offset: number; metadata: string | null }) => ({
         group: o.group,
@@ -251,9 +256,9 @@ export function metastoreConformance(name: string, open: (dir: string) => Promis
       const m = await open(dir);
       await m.createStream(stream('ps'));
       assert.equal(await m.getProducerState('ps', 0), null);
-      await m.putProducerState('ps', 0, 10, '[[1,{"epoch":0,"batches":[]}]]');
-      await m.putProducerState('ps', 0, 20, '[]');
-      await m.putProducerState('ps', 1, 5, '[[2,{"epoch":1,"batches":[]}]]');
+      await m.putProducerState('ps', 0, 10, '[[1,{"epoch":0,"batches":[]}]]', 0);
+      await m.putProducerState('ps', 0, 20, '[]', 0);
+      await m.putProducerState('ps', 1, 5, '[[2,{"epoch":1,"batches":[]}]]', 0);
       await m.close();
       const m2 = await open(dir);
       assert.deepEqual(await m2.getProducerState('ps', 0), { endOffset: 20, state: '[]' });
@@ -268,9 +273,9 @@ export function metastoreConformance(name: string, open: (dir: string) => Promis
       await m.createStream(stream('gone'));
       await m.createStream(stream('kept'));
       for (const s of ['gone', 'kept']) {
-        await m.commitSegment(segment(s, 0, 0, 10));
-        await m.setLogStartOffset(s, 1, 0);
-        await m.commitOffset({ group: 'g', stream: s, partition: 0, offset: 9, metadata: null });
+        await m.commitSegment(segment(s, 0, 0, 10), 0);
+        await m.setLogStartOffset(s, 1, 0, 0);
+        await m.commitOffsets('g', [{ stream: s, partition: 0, offset: 9, metadata: null }]);
       }
       await m.deleteStream('gone');
       assert.equal(await m.getPartitionState('gone', 0), null);
@@ -287,9 +292,155 @@ export function metastoreConformance(name: string, open: (dir: string) => Promis
       // A stream recreated under the same name starts from scratch.
       await m.createStream(stream('gone'));
       assert.equal(await m.getPartitionState('gone', 0), null);
-      await m.commitSegment(segment('gone', 0, 0, 4));
+      await m.commitSegment(segment('gone', 0, 0, 4), 0);
       assert.equal((await m.getPartitionState('gone', 0))?.flushedOffset, 4);
       await m.close();
+    });
+
+    describe('partition ownership epochs (fencing)', () => {
+      const fenced = (e: unknown) => isFlowError(e, 'FENCED');
+
+      it('bumps the epoch at each openPartition (1, 2, ...), per partition, across reopen; NOT_FOUND for an unknown stream', async () => {
+        const dir = freshDir();
+        const m = await open(dir);
+        await m.createStream(stream('e'));
+        assert.equal(await m.openPartition('e', 0), 1);
+        assert.equal(await m.openPartition('e', 0), 2);
+        assert.equal(await m.openPartition('e', 1), 1, 'partitions are independent');
+        assert.deepEqual(await m.getPartitionState('e', 0), { stream: 'e', partition: 0, logStartOffset: 0, flushedOffset: 0, epoch: 2 });
+        await assert.rejects(m.openPartition('ghost', 0), (e: unknown) => isFlowError(e, 'NOT_FOUND'));
+        await m.close();
+        const m2 = await open(dir);
+        assert.equal(await m2.openPartition('e', 0), 3);
+        // A stream recreated under the same name starts again from scratch.
+        await m2.deleteStream('e');
+        await m2.createStream(stream('e'));
+        assert.equal(await m2.openPartition('e', 0), 1);
+        await m2.close();
+      });
+
+      it('refuses every partition mutation carrying a stale epoch with FENCED, changing nothing', async () => {
+        const m = await open(freshDir());
+        await m.createStream(stream('f'));
+        const e1 = await m.openPartition('f', 0);
+        await m.commitSegment(segment('f', 0, 0, 10), e1);
+        await m.commitSegment(segment('f', 0, 10, 20), e1);
+        await m.setLogStartOffset('f', 0, 5, e1);
+        await m.putProducerState('f', 0, 20, '"one"', e1);
+        const e2 = await m.openPartition('f', 0);
+        assert.ok(e2 > e1);
+
+        await assert.rejects(m.commitSegment(segment('f', 0, 20, 30), e1), fenced, 'commitSegment');
+        await assert.rejects(m.setLogStartOffset('f', 0, 15, e1), fenced, 'setLogStartOffset');
+        await assert.rejects(m.deleteSegment('f', 0, 0, e1), fenced, 'deleteSegment');
+        await assert.rejects(m.putProducerState('f', 0, 30, '"stale"', e1), fenced, 'putProducerState');
+        assert.deepEqual(await m.getPartitionState('f', 0), { stream: 'f', partition: 0, logStartOffset: 5, flushedOffset: 20, epoch: e2 });
+        assert.deepEqual(await m.listSegments('f', 0), [segment('f', 0, 0, 10), segment('f', 0, 10, 20)]);
+        assert.deepEqual(await m.getProducerState('f', 0), { endOffset: 20, state: '"one"' });
+
+        // The current owner's epoch is taken; another partition's epoch is its own.
+        await m.commitSegment(segment('f', 0, 20, 30), e2);
+        await m.setLogStartOffset('f', 0, 15, e2);
+        await m.deleteSegment('f', 0, 0, e2);
+        await m.putProducerState('f', 0, 30, '"two"', e2);
+        assert.deepEqual(await m.getPartitionState('f', 0), { stream: 'f', partition: 0, logStartOffset: 15, flushedOffset: 30, epoch: e2 });
+        assert.deepEqual(await m.listSegments('f', 0), [segment('f', 0, 10, 20), segment('f', 0, 20, 30)]);
+        assert.deepEqual(await m.getProducerState('f', 0), { endOffset: 30, state: '"two"' });
+        await m.commitSegment(segment('f', 1, 0, 10), e1);
+        await m.close();
+      });
+
+      it('a second instance opened on the same store fences the first', async () => {
+        const dir = freshDir();
+        const first = await open(dir);
+        await first.createStream(stream('g'));
+        const e1 = await first.openPartition('g', 0);
+        await first.commitSegment(segment('g', 0, 0, 10), e1);
+        const second = await open(dir);
+        try {
+          const e2 = await second.openPartition('g', 0);
+          assert.ok(e2 > e1, `${e2} after ${e1}`);
+          await assert.rejects(first.commitSegment(segment('g', 0, 10, 20), e1), fenced);
+          await assert.rejects(first.setLogStartOffset('g', 0, 5, e1), fenced);
+          await assert.rejects(first.putProducerState('g', 0, 10, '[]', e1), fenced);
+          await assert.rejects(first.deleteSegment('g', 0, 0, e1), fenced);
+          await second.commitSegment(segment('g', 0, 10, 25), e2);
+          // Each sees the other's writes: one store.
+          assert.deepEqual(await first.getPartitionState('g', 0), { stream: 'g', partition: 0, logStartOffset: 0, flushedOffset: 25, epoch: e2 });
+          assert.deepEqual(await first.listSegments('g', 0), [segment('g', 0, 0, 10), segment('g', 0, 10, 25)]);
+          // The first takes the partition back: now the second is fenced.
+          const e3 = await first.openPartition('g', 0);
+          assert.ok(e3 > e2);
+          await assert.rejects(second.commitSegment(segment('g', 0, 25, 30), e2), fenced);
+        } finally {
+          await second.close();
+          await first.close();
+        }
+      });
+    });
+
+    describe('per-key order: operations issued without awaiting take effect in the order issued', () => {
+      it('setLogStartOffset and commitSegment on one partition', async () => {
+        const m = await open(freshDir());
+        await m.createStream(stream('o'));
+        const e = await m.openPartition('o', 0);
+        const ops = [
+          m.commitSegment(segment('o', 0, 0, 10), e),
+          m.setLogStartOffset('o', 0, 5, e),
+          m.commitSegment(segment('o', 0, 10, 20), e),
+          m.setLogStartOffset('o', 0, 12, e),
+          m.commitSegment(segment('o', 0, 20, 30), e),
+          m.deleteSegment('o', 0, 0, e),
+        ];
+        await Promise.all(ops);
+        assert.deepEqual(await m.getPartitionState('o', 0), { stream: 'o', partition: 0, logStartOffset: 12, flushedOffset: 30, epoch: e });
+        assert.deepEqual(await m.listSegments('o', 0), [segment('o', 0, 10, 20), segment('o', 0, 20, 30)]);
+        await m.close();
+      });
+
+      it('an openPartition issued before a mutation with the old epoch fences it', async () => {
+        const m = await open(freshDir());
+        await m.createStream(stream('o'));
+        const e1 = await m.openPartition('o', 0);
+        const reopen = m.openPartition('o', 0);
+        const stale = assert.rejects(m.commitSegment(segment('o', 0, 0, 10), e1), (err: unknown) => isFlowError(err, 'FENCED'));
+        const e2 = await reopen;
+        await stale;
+        const fresh = m.commitSegment(segment('o', 0, 0, 10), e2);
+        const moved = m.setLogStartOffset('o', 0, 3, e2);
+        await Promise.all([fresh, moved]);
+        assert.deepEqual(await m.getPartitionState('o', 0), { stream: 'o', partition: 0, logStartOffset: 3, flushedOffset: 10, epoch: e2 });
+        await m.close();
+      });
+
+      it('commitOffsets twice for the same group: the later one stays', async () => {
+        const m = await open(freshDir());
+        await m.createStream(stream('a'));
+        const ops = [];
+        for (let i = 1; i <= 20; i++) ops.push(m.commitOffsets('g', [{ stream: 'a', partition: 0, offset: i, metadata: `m${i}` }]));
+        const read = m.fetchOffset('g', 'a', 0);
+        ops.push(m.commitOffsets('g', [{ stream: 'a', partition: 0, offset: 100, metadata: 'last' }]));
+        await Promise.all(ops);
+        const seen = await read;
+        assert.equal(seen?.offset, 20, 'a read sees every write issued before it');
+        const o = await m.fetchOffset('g', 'a', 0);
+        assert.deepEqual([o?.offset, o?.metadata], [100, 'last']);
+        await m.close();
+      });
+
+      it('a stream created, updated and deleted, then created again', async () => {
+        const m = await open(freshDir());
+        const ops = [
+          m.createStream(stream('d')),
+          m.updateStream(stream('d', { partitions: 7 })),
+          m.deleteStream('d'),
+          m.createStream(stream('d', { partitions: 2 })),
+          m.updateStream(stream('d', { partitions: 5 })),
+        ];
+        await Promise.all(ops);
+        assert.equal((await getStream(m, 'd'))?.partitions, 5);
+        await m.close();
+      });
     });
 
     it('keeps everything across reopen', async () => {
@@ -297,25 +448,26 @@ export function metastoreConformance(name: string, open: (dir: string) => Promis
       const m = await open(dir);
       const def = stream('durable', { bindings: ['a/+/b', 'c/#'] });
       await m.createStream(def);
-      await m.commitSegment(segment('durable', 1, 0, 100));
-      await m.setLogStartOffset('durable', 1, 50);
-      await m.commitOffset({ group: 'g', stream: 'durable', partition: 1, offset: 77, metadata: 'm' });
+      await m.commitSegment(segment('durable', 1, 0, 100), 0);
+      await m.setLogStartOffset('durable', 1, 50, 0);
+      await m.commitOffsets('g', [{ stream: 'durable', partition: 1, offset: 77, metadata: 'm' }]);
       await m.close();
 
       const m2 = await open(dir);
-      assert.deepEqual(await m2.getStream('durable'), def);
+      assert.deepEqual(await getStream(m2, 'durable'), def);
       assert.deepEqual(await m2.getPartitionState('durable', 1), {
         stream: 'durable',
         partition: 1,
         logStartOffset: 50,
         flushedOffset: 100,
+        epoch: 0,
       });
       assert.deepEqual(await m2.listSegments('durable', 1), [segment('durable', 1, 0, 100)]);
       const o = await m2.fetchOffset('g', 'durable', 1);
       assert.equal(o?.offset, 77);
       assert.equal(o?.metadata, 'm');
       // Commits continue from where they were.
-      await m2.commitSegment(segment('durable', 1, 100, 120));
+      await m2.commitSegment(segment('durable', 1, 100, 120), 0);
       await m2.close();
     });
   });

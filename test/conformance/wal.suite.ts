@@ -1,7 +1,9 @@
 /**
  * What every WriteAheadLog backend must do. A backend's test file calls `walConformance` with a factory that
- * opens (or reopens) the log kept in `dir`; a networked backend may map `dir` to its own namespace. Given `io`,
- * the factory opens the files it writes through it (see test/helpers/faulty-disk.ts: writes that fail on demand).
+ * opens (or reopens) the log kept in `dir`; a networked backend may map `dir` to its own namespace. A factory
+ * that declares a second parameter, `io`, opens the files it writes through it (see test/helpers/faulty-disk.ts:
+ * writes that fail on demand); the cases about failing writes run only for such a factory (a file backend), the
+ * others for every backend.
  */
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -26,8 +28,8 @@ function payload(key: string, base: number, len: number): Buffer {
   return b;
 }
 
-function entry(key: string, base: number, count = 1, len = 64): WalEntry {
-  return { key, baseOffset: base, endOffset: base + count, data: payload(key, base, len) };
+function entry(key: string, base: number, count = 1, len = 64, epoch = 1): WalEntry {
+  return { key, baseOffset: base, endOffset: base + count, epoch, data: payload(key, base, len) };
 }
 
 /** Same entries, in the same order per key (the interface orders a replay per key only). */
@@ -88,10 +90,10 @@ export function walConformance(name: string, open: (dir: string, io?: FileOpener
         entry('telemetry/0', 0, 3),
         entry('telemetry/1', 0, 1),
         entry('telemetry/0', 3, 2),
-        { key: 'ünïcødé/ключ/0', baseOffset: 7, endOffset: 8, data: Buffer.from('héllo') },
-        { key: 'empty/0', baseOffset: 5, endOffset: 6, data: Buffer.alloc(0) },
+        { key: 'ünïcødé/ключ/0', baseOffset: 7, endOffset: 8, epoch: 1, data: Buffer.from('héllo') },
+        { key: 'empty/0', baseOffset: 5, endOffset: 6, epoch: 1, data: Buffer.alloc(0) },
         entry('big/0', 0, 10, 1024 * 1024 + 13),
-        { key: 'far/0', baseOffset: 2 ** 40 + 5, endOffset: Number.MAX_SAFE_INTEGER, data: Buffer.from([1, 2, 3]) },
+        { key: 'far/0', baseOffset: 2 ** 40 + 5, endOffset: Number.MAX_SAFE_INTEGER, epoch: 1, data: Buffer.from([1, 2, 3]) },
       ];
       for (const e of written) await wal.append(e);
       assert.ok(wal.size() > 1024 * 1024, 'size() counts the bytes held');
@@ -158,7 +160,7 @@ export function walConformance(name: string, open: (dir: string, io?: FileOpener
     it('rejects an entry whose endOffset is below its baseOffset', async () => {
       const { wal } = await openReplayed(freshDir());
       await assert.rejects(
-        wal.append({ key: 'x/0', baseOffset: 5, endOffset: 4, data: Buffer.alloc(1) }),
+        wal.append({ key: 'x/0', baseOffset: 5, endOffset: 4, epoch: 1, data: Buffer.alloc(1) }),
         (e: unknown) => isFlowError(e, 'INVALID_ARGUMENT'),
       );
       await wal.close();
@@ -230,7 +232,52 @@ export function walConformance(name: string, open: (dir: string, io?: FileOpener
       await again.wal.close();
     });
 
-    describe('when writes fail (a full disk, an I/O error)', () => {
+    describe('ownership epochs (fencing)', () => {
+      const fenced = (e: unknown) => isFlowError(e, 'FENCED');
+
+      it('refuses with FENCED an append whose epoch is below the highest given for its key (by fence or append), writing nothing', async () => {
+        const dir = freshDir();
+        const { wal } = await openReplayed(dir);
+        const acked: WalEntry[] = [entry('e/0', 0, 1, 64, 1)];
+        await wal.append(acked[0]);
+        await wal.fence('e/0', 3);
+        await assert.rejects(wal.append(entry('e/0', 1, 1, 64, 2)), fenced, 'below the fence');
+        await assert.rejects(wal.append(entry('e/0', 1, 1, 64, 1)), fenced, 'the old owner');
+        acked.push(entry('e/0', 1, 1, 64, 3));
+        await wal.append(acked[1]);
+        // An append with a higher epoch raises the key's epoch too.
+        acked.push(entry('e/0', 2, 1, 64, 5));
+        await wal.append(acked[2]);
+        await assert.rejects(wal.append(entry('e/0', 3, 1, 64, 4)), fenced, 'below an epoch given by an append');
+        // fence() never lowers an epoch; other keys have epochs of their own.
+        await wal.fence('e/0', 2);
+        await assert.rejects(wal.append(entry('e/0', 3, 1, 64, 4)), fenced, 'fence() did not lower it');
+        acked.push(entry('e/1', 0, 1, 64, 1));
+        await wal.append(acked[3]);
+        await wal.close();
+        const again = await openReplayed(dir);
+        assertSameEntries(again.entries, acked);
+        await again.wal.close();
+      });
+
+      it('fences appends issued without awaiting in the order they were issued', async () => {
+        const { wal } = await openReplayed(freshDir());
+        const before = wal.append(entry('o/0', 0, 1, 64, 1));
+        const fence = wal.fence('o/0', 2);
+        await Promise.all([before, fence]);
+        await assert.rejects(wal.append(entry('o/0', 1, 1, 64, 1)), fenced);
+        await wal.append(entry('o/0', 1, 1, 64, 2));
+        await wal.close();
+      });
+
+      it('refuses fence() after close with CLOSED', async () => {
+        const { wal } = await openReplayed(freshDir());
+        await wal.close();
+        await assert.rejects(wal.fence('x/0', 1), (e: unknown) => isFlowError(e, 'CLOSED'));
+      });
+    });
+
+    if (open.length >= 2) describe('when writes fail (a full disk, an I/O error)', () => {
       const full = (e: unknown) => isFlowError(e, 'STORAGE_FULL');
       // Large enough that a failing write lands whole blocks of it first (a torn tail to cut off).
       const big = (key: string, base: number) => entry(key, base, 1, 20_000);
@@ -305,6 +352,29 @@ export function walConformance(name: string, open: (dir: string, io?: FileOpener
         disk.full = false;
         disk.failCuts = false;
         await wal.close();
+      });
+
+      it('a fenced writer\'s append does not lift the key\'s fence after a failed write', async () => {
+        const dir = freshDir();
+        const disk = new FaultyDisk();
+        const wal = await open(dir, disk);
+        await collect(wal);
+        const acked = [big('h/0', 0)];
+        await wal.append(acked[0]);
+        disk.full = true;
+        await assert.rejects(wal.append(big('h/0', 1)), full);
+        disk.full = false;
+        await wal.fence('h/0', 2);
+        // The old owner (epoch 1) resumes where the durable entries end: refused, and the hole stays fenced.
+        await assert.rejects(wal.append(big('h/0', 1)), (e: unknown) => isFlowError(e, 'FENCED'));
+        await assert.rejects(wal.append({ ...big('h/0', 2), epoch: 2 }), full, 'still refused past the hole');
+        const resumed = { ...big('h/0', 1), epoch: 2 };
+        await wal.append(resumed);
+        acked.push(resumed);
+        await wal.close();
+        const again = await openReplayed(dir);
+        assertSameEntries(again.entries, acked);
+        await again.wal.close();
       });
     });
   });

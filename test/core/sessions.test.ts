@@ -68,9 +68,9 @@ describe('retained index', () => {
 
 describe('engine retained messages', () => {
   test('retain=true sets, replaces and (empty payload) clears, written through to the store and reloaded', async () => {
-    const storage = new MemoryStreams();
     const store = new MemoryRetainedStore();
-    const e = new Engine(storage, storage, { retained: store });
+    const storage = new MemoryStreams({ retained: store });
+    const e = new Engine(storage, storage);
     await e.publish(makeMessage('s/1', Buffer.from('a'), { retain: true }));
     await e.publish(makeMessage('s/1', Buffer.from('b'), { retain: true }));
     await e.publish(makeMessage('s/2', Buffer.from('c'), { retain: true }));
@@ -79,7 +79,7 @@ describe('engine retained messages', () => {
     await e.publish(makeMessage('$SYS/x', Buffer.from('volatile'), { retain: true }));
     assert.deepEqual((await store.listRetained()).map((r) => r.topic), ['s/1']);
     assert.equal(e.retained.size, 2);
-    const again = new Engine(storage, storage, { retained: store });
+    const again = new Engine(storage, storage);
     await again.load();
     assert.equal(again.retained.get('s/1')?.payload.toString(), 'b');
     assert.equal(again.retained.get('s/2'), undefined);

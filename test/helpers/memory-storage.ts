@@ -1,9 +1,10 @@
 /**
- * An in-memory StreamStorage and StreamCatalog for unit tests of the core and of protocol handlers, where the
- * storage layer is not what is under test. End-to-end tests use the real broker and its real storage.
+ * An in-memory StreamStorage and CoreStore (the core's MemoryStore: definitions, offsets, sessions, retained
+ * messages) for unit tests of the core and of protocol handlers, where the storage layer is not what is under
+ * test: `new Engine(m, m)`. End-to-end tests use the real broker and its real storage.
  */
-import type { AppendResult, PartitionOffsets, StreamCatalog, StreamDef, StreamStorage } from '../../src/core/index.js';
-import { FlowError, readBatchInfo, setBaseOffset, decodeBatch } from '../../src/core/index.js';
+import type { AppendResult, PartitionOffsets, StreamDef, StreamStorage } from '../../src/core/index.js';
+import { FlowError, MemoryStore, readBatchInfo, setBaseOffset, decodeBatch } from '../../src/core/index.js';
 
 interface Part {
   batches: Buffer[];
@@ -13,21 +14,20 @@ interface Part {
   waiters: Array<() => void>;
 }
 
-export class MemoryStreams implements StreamStorage, StreamCatalog {
-  readonly defs = new Map<string, StreamDef>();
+export class MemoryStreams extends MemoryStore implements StreamStorage {
   private readonly parts = new Map<string, Part>();
 
-  async createStream(def: StreamDef): Promise<void> {
+  override async createStream(def: StreamDef): Promise<void> {
     if (this.defs.has(def.name)) throw new FlowError('ALREADY_EXISTS', def.name);
     this.defs.set(def.name, def);
   }
-  async updateStream(def: StreamDef): Promise<void> {
+  override async updateStream(def: StreamDef): Promise<void> {
     this.defs.set(def.name, def);
   }
-  async deleteStream(name: string): Promise<void> {
+  override async deleteStream(name: string): Promise<void> {
     this.defs.delete(name);
   }
-  async listStreams(): Promise<StreamDef[]> {
+  override async listStreams(): Promise<StreamDef[]> {
     return [...this.defs.values()];
   }
   async openStream(def: StreamDef): Promise<void> {

@@ -5,11 +5,9 @@
 import type { Logger } from 'pino';
 import {
   LatencyHistogram,
-  MemoryOffsetStore,
   isFlowError,
   isValidStreamName,
   type Engine,
-  type OffsetStore,
   type ProducerIdStore,
   type StreamEntry,
 } from '../../core/index.js';
@@ -24,14 +22,6 @@ import { GroupCoordinator } from './groups/coordinator.js';
 import { ProducerIdAllocator } from './handlers/producer.js';
 // Registers the snappy, lz4 and zstd decompressors with the core.
 import './compression.js';
-
-/** Durable state the adapter keeps through the core's storage interfaces (in memory when not given). */
-export interface KafkaStores {
-  /** Committed consumer-group offsets (the metastore in a broker). */
-  offsets?: OffsetStore;
-  /** Producer id allocation for idempotent producers (the metastore in a broker). */
-  producerIds?: ProducerIdStore;
-}
 
 export type TopicResult = { entry: StreamEntry; errorCode: 0 } | { entry: null; errorCode: number };
 
@@ -58,17 +48,16 @@ export class KafkaAdapter {
     ctx: AdapterContext,
     readonly options: ResolvedKafkaOptions,
     routes: readonly Route[],
-    stores: KafkaStores = {},
   ) {
     this.engine = ctx.engine;
     this.logger = ctx.logger;
     this.brokerId = ctx.brokerId;
     this.frames = new FramePool(undefined, options.frameReserveBytes);
     this.logLimit = new LogLimiter(ctx.logger);
-    const memory = stores.offsets && stores.producerIds ? null : new MemoryOffsetStore((s) => ctx.engine.getStream(s) !== undefined);
-    this.producerIds = stores.producerIds ?? (memory as MemoryOffsetStore);
+    // Committed offsets and producer ids are kept in the core's one store (the broker's metastore).
+    this.producerIds = ctx.engine.store;
     this.producerIdAllocator = new ProducerIdAllocator(this.producerIds);
-    this.groups = new GroupCoordinator(stores.offsets ?? (memory as MemoryOffsetStore), ctx.logger.child({ component: 'groups' }), {
+    this.groups = new GroupCoordinator(ctx.engine.store, ctx.logger.child({ component: 'groups' }), {
       minSessionTimeoutMs: options.groupMinSessionTimeoutMs,
       maxSessionTimeoutMs: options.groupMaxSessionTimeoutMs,
       initialRebalanceDelayMs: options.groupInitialRebalanceDelayMs,

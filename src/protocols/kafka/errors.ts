@@ -30,6 +30,10 @@ export function kafkaErrorCode(err: unknown): number {
     // clients refresh metadata and retry, which is what they should do.
     case 'CLOSED':
       return KafkaErrorCode.NOT_LEADER_OR_FOLLOWER;
+    // The partition was taken by another broker (a later ownership epoch): this one no longer leads it. Same answer:
+    // the client refreshes its metadata and goes where the partition is now.
+    case 'FENCED':
+      return KafkaErrorCode.NOT_LEADER_OR_FOLLOWER;
     case 'OUT_OF_ORDER_SEQUENCE':
       return KafkaErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER;
     // For a non-transactional idempotent producer an old epoch is INVALID_PRODUCER_EPOCH (PRODUCER_FENCED is

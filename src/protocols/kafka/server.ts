@@ -6,7 +6,7 @@ import { createServer, type AddressInfo, type Server, type Socket } from 'node:n
 import tls from 'node:tls';
 import { ConnectionSet, TLS_HANDSHAKE_TIMEOUT_MS, listenOn } from '../listener.js';
 import type { AdapterContext, ListenOptions, ProtocolListener } from '../types.js';
-import { KafkaAdapter, type KafkaStores } from './adapter.js';
+import { KafkaAdapter } from './adapter.js';
 import { KafkaConnection } from './connection.js';
 import { readInto } from '../read-into.js';
 import { resolveKafkaOptions, type KafkaOptions } from './options.js';
@@ -23,22 +23,21 @@ export interface KafkaListenOptions extends ListenOptions {
 }
 
 /** The state every Kafka listener of a broker shares. */
-export function createKafkaAdapter(ctx: AdapterContext, opts: KafkaOptions = {}, stores: KafkaStores = {}): KafkaAdapter {
-  return new KafkaAdapter(ctx, resolveKafkaOptions(opts), KAFKA_ROUTES, stores);
+export function createKafkaAdapter(ctx: AdapterContext, opts: KafkaOptions = {}): KafkaAdapter {
+  return new KafkaAdapter(ctx, resolveKafkaOptions(opts), KAFKA_ROUTES);
 }
 
 /**
- * A Kafka listener. Without `shared` it gets its own adapter built from `opts` and `stores`; with it, `opts` and
- * `stores` are ignored and the adapter's group timers stop when its last listener closes.
+ * A Kafka listener. Without `shared` it gets its own adapter built from `opts`; with it, `opts` is ignored and the
+ * adapter's group timers stop when its last listener closes.
  */
 export async function startKafkaListener(
   ctx: AdapterContext,
   listen: KafkaListenOptions,
   opts: KafkaOptions = {},
-  stores: KafkaStores = {},
   shared?: KafkaAdapter,
 ): Promise<ProtocolListener> {
-  const adapter = shared ?? createKafkaAdapter(ctx, opts, stores);
+  const adapter = shared ?? createKafkaAdapter(ctx, opts);
   if (listen.sasl && !adapter.options.sasl) {
     throw new Error('a Kafka listener requiring SASL needs the adapter\'s sasl options');
   }

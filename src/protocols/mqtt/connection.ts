@@ -1124,9 +1124,10 @@ export class MqttConnection {
   }
 
   /**
-   * Storage could not take an inbound publish (a full disk, the free-space reserve, a failed write): nothing was
-   * stored, so the client must send it again later. v5 refuses the message alone, the connection stays: PUBACK /
-   * PUBREC 0x97 Quota exceeded for a full disk or the reserve, 0x80 Unspecified error for an I/O error (sections
+   * Storage could not take an inbound publish (a full disk, the free-space reserve, a failed write, a stream
+   * partition fenced by another broker): nothing was stored, so the client must send it again later. v5 refuses the
+   * message alone, the connection stays: PUBACK / PUBREC 0x97 Quota exceeded for a full disk or the reserve, 0x80
+   * Unspecified error for an I/O error or a fenced partition (sections
    * 3.4.2.1, 3.5.2.1; a PUBREC >= 0x80 ends a QoS 2 exchange, 4.3.3). 3.1.1 has no negative acknowledgement: the
    * connection is closed, and the client sends the message again when it reconnects [MQTT-4.4.0-1]. QoS 0 is
    * dropped. Logged as a storage condition at a bounded rate, not as the client's protocol error. `entry` is the

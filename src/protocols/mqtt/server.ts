@@ -9,7 +9,6 @@ import tls from 'node:tls';
 import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { WebSocketServer, createWebSocketStream } from 'ws';
-import type { SessionStore } from '../../core/index.js';
 import { ConnectionSet, TLS_HANDSHAKE_TIMEOUT_MS, listenOn } from '../listener.js';
 import { logKey } from '../log-limit.js';
 import type { AdapterContext, ListenOptions, ProtocolListener } from '../types.js';
@@ -25,8 +24,8 @@ export interface MqttListener extends ProtocolListener {
 }
 
 /** Creates the hub every MQTT listener of a broker shares, loads stored sessions and starts its tick. */
-export async function createMqttHub(ctx: AdapterContext, opts: MqttOptions = {}, store?: SessionStore): Promise<MqttHub> {
-  const hub = new MqttHub(ctx, resolveMqttOptions(opts), store);
+export async function createMqttHub(ctx: AdapterContext, opts: MqttOptions = {}): Promise<MqttHub> {
+  const hub = new MqttHub(ctx, resolveMqttOptions(opts));
   await hub.start();
   return hub;
 }

@@ -16,7 +16,7 @@
  */
 import { readFileSync } from 'node:fs';
 import type { Message, QoS, QueuedEntry, SessionStore, Subscriber, Subscription } from '../../core/index.js';
-import { MemorySessionStore, decodeStoredMessage, encodeStoredMessage } from '../../core/index.js';
+import { decodeStoredMessage, encodeStoredMessage } from '../../core/index.js';
 import { LogLimiter } from '../log-limit.js';
 import type { AdapterContext } from '../types.js';
 import type { Properties, ProtocolLevel, Will } from './codec/index.js';
@@ -323,9 +323,9 @@ export class MqttHub {
   constructor(
     readonly ctx: AdapterContext,
     readonly opts: ResolvedMqttOptions,
-    store?: SessionStore,
   ) {
-    this.store = store ?? ctx.sessions ?? new MemorySessionStore();
+    // Sessions live in the core's one store (the broker's metastore), keyed by client id.
+    this.store = ctx.engine.store;
     this.logLimit = new LogLimiter(ctx.logger, opts.logLimit);
   }
 
@@ -554,6 +554,9 @@ export class MqttHub {
     if (this.sessions.get(s.clientId) === s) this.sessions.delete(s.clientId);
     this.dirty.delete(s);
     this.ctx.logger.debug({ clientId: s.clientId, why }, 'mqtt session ended');
+    // Not awaited: a session taking the client id next (a clean start) writes its record with persist() at once,
+    // and that putSession must land after this delete. The store's per-key order guarantees it (calls naming one
+    // client id take effect in the order issued, awaited or not: src/storage/metastore/types.ts, SessionStore).
     void this.store.deleteSession(s.clientId).catch((err: unknown) => this.storeFailed('deleteSession', err));
   }
 
@@ -577,6 +580,8 @@ export class MqttHub {
     if (s.pendingWill) state.will = willToJson(s.pendingWill.will, s.pendingWill.at);
     else if (s.conn?.currentWill) state.will = willToJson(s.conn.currentWill);
     const expiresAt = s.conn !== null ? null : s.expiresAt === null ? null : Math.floor(s.expiresAt);
+    // Not awaited: records of one client id land in the order written (the store's per-key order, see
+    // src/storage/metastore/types.ts), so the latest persist() wins, also over an endSession() delete issued before.
     void this.store
       .putSession({ clientId: s.clientId, protocol: 'mqtt', state: JSON.stringify(state), expiresAt, updatedAt: Date.now() })
       .catch((err: unknown) => this.storeFailed('putSession', err));
@@ -697,6 +702,9 @@ export class MqttHub {
     // (window + maxQueued, plus what it resumed), so the store bound is only a backstop and never trims an
     // entry whose seq a delivery still holds.
     const max = s.conn === null ? this.opts.maxQueued : 2 * (this.opts.maxQueued + this.opts.maxInflight);
+    // Not awaited, and the next flush may be issued before this one resolves: a session's queue changes apply in the
+    // order issued (the store's per-key order on the client id, src/storage/metastore/types.ts), which is also why a
+    // remove of a seq learnt from an earlier result can follow at once.
     this.store.updateQueue(s.clientId, { replace, remove, append }, max).then(
       ({ seqs, dropped }) => {
         for (let k = 0; k < appended.length; k++) {
@@ -729,6 +737,8 @@ export class MqttHub {
    * removed at once (its record goes with it anyway).
    */
   async takeQueue(s: MqttSession): Promise<Delivery[]> {
+    // The flush's updateQueue is not awaited: the read below, issued after it on the same client id, sees it (the
+    // store's per-key order: a read sees every write issued before it on its key, src/storage/metastore/types.ts).
     this.flushSession(s);
     // Everything the store may hold for it (its bound while connected, see flushSession): a connection closed
     // by the slow-consumer policy leaves a full window, a full queue and the message that found it full.

@@ -13,15 +13,25 @@
  *              cut there) goes to the object store as one segment object with an index, is committed to the
  *              metastore and leaves the tail for the read cache (`recentBytes`), and the WAL is trimmed of files no partition needs any more.
  *              Where the WAL keeps a file per segment (PartitionWal) and the object store can take a local
- *              file (the fs store), the WAL's file itself becomes the object (a rename): no byte is written twice.
+ *              file (the fs store), the WAL's file itself becomes the object (a hard link): no byte is written twice.
  *   throttle-> while the tails together hold more than `maxUnsealedBytes`, acknowledgements wait for seals to
  *              catch up: producers that wait for acks slow down to what the object store absorbs, and memory
  *              (and the WAL) stay bounded under any sustained load.
  *   read    -> from memory (read cache, then tail) when hot, else from segment objects by ranged reads (index
  *              cached). Batches in reused chunks are pinned by the reader's lease, or copied without one.
- *   recover -> on open the WAL is replayed; entries past each partition's committed segments form its tail. A
- *              segment object that continues the committed ones but was never committed (a crash between the
- *              object write or rename and the metastore commit) is committed then.
+ *   own     -> every partition is taken with a new ownership epoch (Metastore.openPartition) when it is opened, and
+ *              the WAL is fenced with it before what the WAL holds is read; every mutation carries the epoch (WAL
+ *              appends, segment commits, log-start moves, producer state). One refused with FENCED means another
+ *              writer took the partition since (until cluster mode: another broker opened it on the same
+ *              metastore): the partition then takes no more writes here, for good (appends are refused with
+ *              FENCED, seals stop), logged once. Segment object keys carry the epoch of the writer that sealed
+ *              them (segment.ts segmentKey), so a fenced writer can neither overwrite a segment of the new owner
+ *              nor pass for one.
+ *   recover -> on open the WAL is replayed; entries past each partition's committed segments form its tail. Objects
+ *              under a partition's prefix that the metastore does not list, at or past its flushed offset, are left
+ *              over by a writer that crashed or was fenced between writing an object and committing it: the data
+ *              is still in the WAL (a WAL file becomes an object by a link or a copy, and leaves the WAL only once
+ *              the segment is committed), so they are deleted.
  *   fail    -> a WAL append that fails (a full disk, EIO) fails to its producer, and so do the partition's appends
  *              behind it (the WAL refuses them: see WriteAheadLog.append). Once they have all settled, the tail is
  *              rewound to the high watermark (what is durable), the offsets of the failed batches are given out
@@ -52,7 +62,7 @@ import type { ObjectStore } from '../objects/types.js';
 import type { SegmentFileSource, WalEntry, WriteAheadLog } from '../wal/types.js';
 import { ProducerState } from './producer-state.js';
 import { BatchMemory, type Chunk, type ChunkCursor } from './batch-memory.js';
-import { buildSegment, buildTrailer, findEntry, FOOTER_SIZE, parseFooter, parseIndex, segmentKey, type SegmentIndex } from './segment.js';
+import { buildSegment, buildTrailer, findEntry, FOOTER_SIZE, parseFooter, parseIndex, parseSegmentKey, segmentKey, type SegmentIndex } from './segment.js';
 
 export interface LogOptions {
   /** Seal the tail into a segment object once it holds this many bytes. */
@@ -110,6 +120,18 @@ export const DEFAULT_LOG_OPTIONS: LogOptions = {
   sealConcurrency: 1,
   maxUnsealedBytes: 256 * 1024 * 1024,
 };
+
+/** Partitions taken (a durable metastore write each) at the same time when streams are opened. */
+const OPEN_CONCURRENCY = 64;
+
+/** Runs `fn` over `items`, at most `limit` at a time. */
+async function forEachLimited<T>(items: readonly T[], limit: number, fn: (item: T) => Promise<void>): Promise<void> {
+  let next = 0;
+  const worker = async (): Promise<void> => {
+    while (next < items.length) await fn(items[next++]);
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
+}
 
 /** How often free batch memory that went unused is let go. */
 const MEMORY_TRIM_MS = 10_000;
@@ -171,6 +193,10 @@ class Partition implements ChunkCursor {
   /** Object key of a segment whose metastore commit failed: it may have landed all the same (see writeSegment). */
   unsureCommit: string | null = null;
   waiters: Waiter[] = [];
+  /** Why the partition takes no more writes here: a mutation was refused with FENCED (see LogManager.fence). */
+  fenced: FlowError | null = null;
+  /** This writer's ownership epoch of the partition (Metastore.openPartition), carried by every mutation. */
+  epoch = 0;
   constructor(
     /** Replaced when the stream is redefined (retention changed, partitions added); never its incarnation. */
     public def: StreamDef,
@@ -194,6 +220,8 @@ export class LogManager implements StreamStorage {
   private readonly byKey = new Map<string, Partition>();
   /** WAL entries replayed at open, waiting for their partition to be opened. */
   private recovered: Map<string, WalEntry[]> | null = new Map();
+  /** Epochs taken at open (before the WAL was read) for the partitions of the streams defined then, by WAL key. */
+  private readonly taken = new Map<string, number>();
   private readonly indexCache = new Map<string, SegmentIndex>();
   private timer: NodeJS.Timeout | null = null;
   private closed = false;
@@ -220,8 +248,15 @@ export class LogManager implements StreamStorage {
     recoveredBatches: 0,
     /** Segments that became objects by moving the WAL's file (no second write). */
     adoptedSegments: 0,
-    /** Uncommitted segment objects found and committed at open (a crash between object and metastore). */
+    /**
+     * Uncommitted segment objects in the key format before epochs found at open and committed (a crash between
+     * object and metastore of a broker that renamed WAL files into objects before committing them).
+     */
     recoveredSegments: 0,
+    /** Uncommitted segment objects deleted at open (a writer crashed or was fenced before committing them). */
+    garbageObjects: 0,
+    /** Partitions that stopped taking writes because another writer took them (a later epoch). */
+    fencedPartitions: 0,
     /** Appends whose acknowledgement waited for seals to bring the tails under maxUnsealedBytes. */
     throttledAppends: 0,
     /** Appends refused at once: below the free-space reserve, or while a partition backs off after a failure. */
@@ -268,6 +303,15 @@ export class LogManager implements StreamStorage {
       { ...DEFAULT_LOG_OPTIONS, ...deps.options },
       deps.space,
     );
+    // Every partition defined now is taken (a new epoch) and its WAL key fenced before the WAL is read: a writer
+    // that owned it before can add nothing to it afterwards that this replay would miss (a shared WAL).
+    const parts: Array<{ def: StreamDef; partition: number }> = [];
+    for (const def of await deps.metastore.listStreams()) {
+      for (let i = 0; i < def.partitions; i++) parts.push({ def, partition: i });
+    }
+    await forEachLimited(parts, OPEN_CONCURRENCY, async ({ def, partition }) => {
+      lm.taken.set(partitionKey(def, partition), await lm.takePartition(def, partition));
+    });
     await deps.wal.replay((e) => {
       let list = lm.recovered!.get(e.key);
       if (!list) lm.recovered!.set(e.key, (list = []));
@@ -284,6 +328,38 @@ export class LogManager implements StreamStorage {
       this.logger.info({ keys: [...this.recovered.keys()] }, 'WAL entries of deleted streams discarded');
     }
     this.recovered = null;
+    this.taken.clear();
+  }
+
+  /** Takes a partition for writing: a new ownership epoch, with which the WAL's key is fenced. */
+  private async takePartition(def: StreamDef, partition: number): Promise<number> {
+    const epoch = await this.meta.openPartition(def.name, partition);
+    await this.wal.fence(partitionKey(def, partition), epoch);
+    return epoch;
+  }
+
+  /**
+   * A mutation of `p` was refused with FENCED: another writer took the partition (a later epoch). From now on it
+   * takes no writes here, for good: appends are refused with FENCED and seals stop. Its tail no longer holds back
+   * other partitions' acknowledgements (it will never be sealed here).
+   */
+  private fence(p: Partition, err: FlowError): void {
+    if (p.fenced !== null) return;
+    p.fenced = err;
+    this.stats.fencedPartitions++;
+    this.logger.error({ partition: p.key, epoch: p.epoch, err }, 'partition fenced: another writer owns it now (a later epoch); it takes no more writes here');
+    if (this.byKey.get(p.key) === p) this.unsealed -= p.tailBytes;
+    for (const w of p.waiters.splice(0)) {
+      clearTimeout(w.timer);
+      w.resolve();
+    }
+    this.releaseThrottled();
+  }
+
+  /** Passes `err` on, fencing `p` first when it says another writer owns the partition now. */
+  private fencedBy(p: Partition, err: unknown): unknown {
+    if (err instanceof FlowError && err.code === 'FENCED') this.fence(p, err);
+    return err;
   }
 
   private part(stream: string, partition: number): Partition {
@@ -293,19 +369,30 @@ export class LogManager implements StreamStorage {
   }
 
   async openStream(def: StreamDef): Promise<void> {
+    // The partitions new here are taken first (those of the streams defined at open already were), together:
+    // each take is a durable metastore write, and concurrent ones share their syncs.
+    const fresh: number[] = [];
     for (let i = 0; i < def.partitions; i++) {
+      const existing = this.parts.get(`${def.name}/${i}`);
+      if (existing) existing.def = def;
+      else fresh.push(i);
+    }
+    const epochs = new Map<number, number>();
+    await forEachLimited(fresh, OPEN_CONCURRENCY, async (i) => {
+      const key = partitionKey(def, i);
+      const early = this.taken.get(key);
+      this.taken.delete(key);
+      epochs.set(i, early ?? (await this.takePartition(def, i)));
+    });
+    for (const i of fresh) {
       const id = `${def.name}/${i}`;
-      const existing = this.parts.get(id);
-      if (existing) {
-        existing.def = def;
-        continue;
-      }
       const p = new Partition(def, i, partitionKey(def, i));
+      p.epoch = epochs.get(i)!;
       const state = await this.meta.getPartitionState(def.name, i);
       p.segments = await this.meta.listSegments(def.name, i);
       p.flushedOffset = state?.flushedOffset ?? 0;
       p.logStartOffset = state?.logStartOffset ?? 0;
-      await this.commitOrphans(p);
+      await this.sweepObjects(p);
       p.nextOffset = p.flushedOffset;
       await this.loadProducerState(p);
       const entries = this.recovered?.get(p.key);
@@ -364,40 +451,57 @@ export class LogManager implements StreamStorage {
   }
 
   /**
-   * Commits segment objects that continue the partition's committed segments but are not in the metastore: the
-   * broker stopped between writing (or moving) the object and committing it. With a WAL whose files become
-   * objects, the data is then nowhere else.
+   * Objects under the partition's prefix that the metastore does not list, at or past its flushed offset: a writer
+   * crashed or was fenced between writing a segment object and committing it. Their data is still in the WAL (a WAL
+   * file leaves the WAL only once its segment is committed), so they are garbage and deleted; nothing is adopted
+   * that a fenced writer may have written. One exception, for data directories written before epochs: an object
+   * in the key format without an epoch that continues the committed segments is committed, because brokers then
+   * moved a WAL file into the object store before committing it, so its data may be nowhere else.
    */
-  private async commitOrphans(p: Partition): Promise<void> {
+  private async sweepObjects(p: Partition): Promise<void> {
     const prefix = this.objectPrefix(p);
     const known = new Set(p.segments.map((s) => s.objectKey));
     for (const o of await this.objects.list(`${prefix}/`)) {
-      if (known.has(o.key) || o.key !== segmentKey(prefix, p.flushedOffset)) continue;
-      let index: SegmentIndex;
-      try {
-        index = await this.readIndex(o.key, o.size);
-      } catch (err) {
-        this.logger.warn({ err, object: o.key }, 'uncommitted segment object unreadable; left alone');
-        continue;
-      }
-      if (index.entries.length === 0 || index.baseOffset !== p.flushedOffset) continue;
-      const seg: SegmentMeta = {
-        stream: p.def.name,
-        partition: p.partition,
-        baseOffset: index.baseOffset,
-        endOffset: index.entries[index.entries.length - 1].endOffset,
-        objectKey: o.key,
-        size: o.size,
-        maxTimestamp: index.entries.reduce((m, e) => Math.max(m, e.maxTimestamp), -1),
-        createdAt: Date.now(),
-      };
-      await this.meta.commitSegment(seg);
-      p.segments.push(seg);
-      p.flushedOffset = seg.endOffset;
-      this.cacheIndex(o.key, index);
-      this.stats.recoveredSegments++;
-      this.logger.info({ partition: p.key, base: seg.baseOffset, end: seg.endOffset }, 'uncommitted segment object committed at recovery');
+      if (known.has(o.key)) continue;
+      const k = parseSegmentKey(o.key);
+      if (k === null || k.baseOffset < p.flushedOffset) continue;
+      if (k.epoch === null && k.baseOffset === p.flushedOffset && (await this.adoptLegacy(p, o.key, o.size))) continue;
+      await this.objects.delete(o.key);
+      this.stats.garbageObjects++;
+      this.logger.warn(
+        { partition: p.key, object: o.key, epoch: k.epoch, ownEpoch: p.epoch },
+        'uncommitted segment object of a crashed or fenced writer deleted (its data is in the WAL, or was never acknowledged)',
+      );
     }
+  }
+
+  /** Commits a pre-epoch uncommitted segment object that continues the committed ones (see sweepObjects). */
+  private async adoptLegacy(p: Partition, key: string, size: number): Promise<boolean> {
+    let index: SegmentIndex;
+    try {
+      index = await this.readIndex(key, size);
+    } catch (err) {
+      this.logger.warn({ err, object: key }, 'uncommitted segment object unreadable');
+      return false;
+    }
+    if (index.entries.length === 0 || index.baseOffset !== p.flushedOffset) return false;
+    const seg: SegmentMeta = {
+      stream: p.def.name,
+      partition: p.partition,
+      baseOffset: index.baseOffset,
+      endOffset: index.entries[index.entries.length - 1].endOffset,
+      objectKey: key,
+      size,
+      maxTimestamp: index.entries.reduce((m, e) => Math.max(m, e.maxTimestamp), -1),
+      createdAt: Date.now(),
+    };
+    await this.meta.commitSegment(seg, p.epoch);
+    p.segments.push(seg);
+    p.flushedOffset = seg.endOffset;
+    this.cacheIndex(key, index);
+    this.stats.recoveredSegments++;
+    this.logger.info({ partition: p.key, base: seg.baseOffset, end: seg.endOffset }, 'uncommitted segment object committed at recovery');
+    return true;
   }
 
   private objectPrefix(p: Partition): string {
@@ -418,7 +522,7 @@ export class LogManager implements StreamStorage {
     for (const p of victims) {
       this.parts.delete(`${name}/${p.partition}`);
       this.byKey.delete(p.key);
-      this.unsealed -= p.tailBytes;
+      if (p.fenced === null) this.unsealed -= p.tailBytes; // a fenced partition's tail is out of the count already
       for (const w of p.waiters.splice(0)) {
         clearTimeout(w.timer);
         w.resolve();
@@ -459,6 +563,10 @@ export class LogManager implements StreamStorage {
   append(stream: string, partition: number, batch: Buffer): AppendResult {
     if (this.closed) throw new FlowError('CLOSED', 'log is closed');
     const p = this.part(stream, partition);
+    if (p.fenced !== null) {
+      this.stats.refusedAppends++;
+      throw new FlowError('FENCED', `partition ${p.key} is owned by another writer now (a later epoch than ${p.epoch})`, { cause: p.fenced });
+    }
     const refused = this.refusal(p);
     if (refused !== null) {
       this.stats.refusedAppends++;
@@ -498,7 +606,7 @@ export class LogManager implements StreamStorage {
     const dataCrc = { from: OFF_ATTRIBUTES, crc: data.readUInt32BE(OFF_CRC) };
     p.inflight++;
     this.space?.written(data.length);
-    const durable = this.wal.append({ key: p.key, baseOffset, endOffset, data, dataCrc, startsFile }).then(
+    const durable = this.wal.append({ key: p.key, baseOffset, endOffset, epoch: p.epoch, data, dataCrc, startsFile }).then(
       () => {
         p.inflight--;
         // Group commits resolve in append order, so the watermark only moves forward.
@@ -521,6 +629,10 @@ export class LogManager implements StreamStorage {
       },
       (err: unknown) => {
         p.inflight--;
+        if (err instanceof FlowError && err.code === 'FENCED') {
+          this.fence(p, err);
+          throw err;
+        }
         const e = err instanceof FlowError && (err.code === 'STORAGE_FULL' || err.code === 'CLOSED') ? err : new FlowError('STORAGE_ERROR', 'write-ahead log append failed', { cause: err });
         this.walFailed(p, e);
         throw e;
@@ -543,7 +655,7 @@ export class LogManager implements StreamStorage {
    */
   private walFailed(p: Partition, err: FlowError): void {
     this.stats.failedAppends++;
-    if (this.byKey.get(p.key) !== p || err.code === 'CLOSED') return;
+    if (this.byKey.get(p.key) !== p || err.code === 'CLOSED' || p.fenced !== null) return;
     if (!p.draining) {
       p.draining = true;
       p.backoffMs = nextBackoff(p.backoffMs);
@@ -574,7 +686,7 @@ export class LogManager implements StreamStorage {
     while (p.tail.length > 0 && p.tail[p.tail.length - 1].endOffset > hw) {
       const b = p.tail.pop()!;
       p.tailBytes -= b.data.length;
-      this.unsealed -= b.data.length;
+      if (p.fenced === null) this.unsealed -= b.data.length; // a fenced tail is out of the count (see fence)
       b.chunk?.unpin();
     }
     p.nextOffset = hw;
@@ -751,6 +863,7 @@ export class LogManager implements StreamStorage {
    */
   private seal(p: Partition, force = false): Promise<void> {
     if (p.sealing) return p.sealing;
+    if (p.fenced !== null) return Promise.resolve(); // another writer owns it: it seals its own segments
     // After a failed seal, the next waits for its backoff (unless asked for explicitly: a flush, the shutdown).
     if (!force && Date.now() < p.sealRetryAt) return Promise.resolve();
     let sealed = false;
@@ -782,6 +895,8 @@ export class LogManager implements StreamStorage {
           }
         },
         (err: unknown) => {
+          this.fencedBy(p, err);
+          if (p.fenced !== null) return; // never retried (logged once by fence())
           // The data is still in the WAL and in memory: a later check retries, after a backoff. One line when a
           // partition's seals start failing, debug lines while they go on failing.
           this.stats.failedSeals++;
@@ -809,7 +924,7 @@ export class LogManager implements StreamStorage {
     let largest: Partition | null = null;
     const now = Date.now();
     for (const p of this.parts.values()) {
-      if (p.sealing === null && p.tailBytes > 0 && now >= p.sealRetryAt && (largest === null || p.tailBytes > largest.tailBytes)) largest = p;
+      if (p.sealing === null && p.fenced === null && p.tailBytes > 0 && now >= p.sealRetryAt && (largest === null || p.tailBytes > largest.tailBytes)) largest = p;
     }
     if (largest !== null) void this.seal(largest);
   }
@@ -877,7 +992,7 @@ export class LogManager implements StreamStorage {
   private async writeSegment(p: Partition, batches: TailBatch[], catchingUp: boolean): Promise<void> {
     const base = batches[0].baseOffset;
     const end = batches[batches.length - 1].endOffset;
-    const objectKey = segmentKey(this.objectPrefix(p), base);
+    const objectKey = segmentKey(this.objectPrefix(p), base, p.epoch);
     // A commit of this segment failed last time, but may have landed (its journal sync failed, say): then the object
     // it names must not be written again (a rebuilt one can differ in size from what the metastore says), and it is
     // taken as it is.
@@ -886,7 +1001,7 @@ export class LogManager implements StreamStorage {
       landed = (await this.meta.listSegments(p.def.name, p.partition)).find((x) => x.baseOffset === base && x.endOffset === end && x.objectKey === objectKey);
       p.unsureCommit = null;
     }
-    let written: { size: number; index: SegmentIndex } | null = null;
+    let written: { size: number; index: SegmentIndex; release?: (moved: boolean) => void } | null = null;
     if (landed !== undefined) written = { size: landed.size, index: await this.readIndex(objectKey, landed.size) };
     written ??= await this.adoptWalFile(p, objectKey, base, end, batches);
     if (written === null) {
@@ -911,24 +1026,36 @@ export class LogManager implements StreamStorage {
       createdAt: Date.now(),
     };
     if (!this.parts.has(`${p.def.name}/${p.partition}`)) {
+      written.release?.(false);
       await this.objects.delete(objectKey); // the stream was deleted meanwhile
       return;
     }
     if (landed === undefined) {
       try {
-        await this.meta.commitSegment(seg);
+        await this.meta.commitSegment(seg, p.epoch);
       } catch (err) {
+        // An adopted WAL file stays in the WAL: until a commit lands, the object is only a copy of it.
+        written.release?.(false);
         p.unsureCommit = objectKey;
-        throw err;
+        throw this.fencedBy(p, err);
       }
     }
+    // Committed: a WAL file that became the object leaves the WAL now (a crash before this line leaves it in both,
+    // and the WAL trims it at the next open, the segment being committed).
+    written.release?.(true);
     // The producer state as of the segment's end goes with it, so a restart only replays what follows.
     const flushed = p.flushedProducers.clone();
     for (const b of batches) {
       const info = readBatchInfo(b.data);
       if (ProducerState.isIdempotent(info)) flushed.record(info, b.baseOffset);
     }
-    await this.meta.putProducerState(p.def.name, p.partition, end, flushed.toJSON());
+    try {
+      await this.meta.putProducerState(p.def.name, p.partition, end, flushed.toJSON(), p.epoch);
+    } catch (err) {
+      // The segment is committed: the retry takes it as it is (see unsureCommit) rather than writing it again.
+      p.unsureCommit = objectKey;
+      throw this.fencedBy(p, err);
+    }
     p.flushedProducers = flushed;
     this.cacheIndex(objectKey, index);
     p.segments.push(seg);
@@ -938,7 +1065,7 @@ export class LogManager implements StreamStorage {
     while (p.tail.length > 0 && p.tail[0].endOffset <= end) {
       const b = p.tail.shift()!;
       p.tailBytes -= b.data.length;
-      this.unsealed -= b.data.length;
+      if (p.fenced === null) this.unsealed -= b.data.length; // a fenced tail is out of the count (see fence)
       this.keepRecent(p, b);
       dropped++;
     }
@@ -952,8 +1079,10 @@ export class LogManager implements StreamStorage {
 
   /**
    * Makes the WAL's file holding exactly these batches the segment object, where the WAL keeps such files and the
-   * object store can take one: the WAL ends the file with the segment's index and footer, and the store moves it.
-   * Null when that is not possible (the caller writes the segment itself).
+   * object store can take one: the WAL ends the file with the segment's index and footer, and the store links (or
+   * copies) it. The file stays in the WAL until the caller calls `release`: true once the segment is committed (the
+   * WAL deletes the file), false if it is not (it stays an ordinary WAL file). Null when that is not possible (the
+   * caller writes the segment itself).
    */
   private async adoptWalFile(
     p: Partition,
@@ -961,7 +1090,7 @@ export class LogManager implements StreamStorage {
     base: number,
     end: number,
     batches: TailBatch[],
-  ): Promise<{ size: number; index: SegmentIndex } | null> {
+  ): Promise<{ size: number; index: SegmentIndex; release: (moved: boolean) => void } | null> {
     const source = this.wal as WriteAheadLog & Partial<SegmentFileSource>;
     if (typeof source.takeFile !== 'function' || typeof this.objects.adopt !== 'function') return null;
     let index: SegmentIndex | null = null;
@@ -992,9 +1121,8 @@ export class LogManager implements StreamStorage {
       this.logger.warn({ err, partition: p.key, base }, 'object store could not take the WAL file; writing the segment instead');
       return null;
     }
-    taken.release(true);
     this.stats.adoptedSegments++;
-    return { size: taken.size, index };
+    return { size: taken.size, index, release: taken.release };
   }
 
   /** Seals every tail now (used at shutdown, and by tests and the admin API to force a flush). */
@@ -1055,13 +1183,19 @@ export class LogManager implements StreamStorage {
       throw new FlowError('INVALID_ARGUMENT', `offset ${offset} is outside [0, ${p.highWatermark}]`);
     }
     if (offset <= p.logStartOffset) return p.logStartOffset;
-    await this.meta.setLogStartOffset(p.def.name, p.partition, offset);
-    p.logStartOffset = Math.max(p.logStartOffset, offset);
-    while (p.segments.length > 0 && p.segments[0].endOffset <= p.logStartOffset) {
-      const seg = p.segments.shift() as SegmentMeta;
-      await this.meta.deleteSegment(p.def.name, p.partition, seg.baseOffset);
-      await this.objects.delete(seg.objectKey);
-      this.indexCache.delete(seg.objectKey);
+    if (p.fenced !== null) throw new FlowError('FENCED', `partition ${p.key} is owned by another writer now`, { cause: p.fenced });
+    try {
+      await this.meta.setLogStartOffset(p.def.name, p.partition, offset, p.epoch);
+      p.logStartOffset = Math.max(p.logStartOffset, offset);
+      while (p.segments.length > 0 && p.segments[0].endOffset <= p.logStartOffset) {
+        const seg = p.segments[0];
+        await this.meta.deleteSegment(p.def.name, p.partition, seg.baseOffset, p.epoch);
+        p.segments.shift();
+        await this.objects.delete(seg.objectKey);
+        this.indexCache.delete(seg.objectKey);
+      }
+    } catch (err) {
+      throw this.fencedBy(p, err);
     }
     return p.logStartOffset;
   }
@@ -1070,16 +1204,21 @@ export class LogManager implements StreamStorage {
   private async applyRetention(now: number): Promise<void> {
     for (const p of this.parts.values()) {
       const r = p.def.retentionMs;
-      if (r === null || p.segments.length === 0) continue;
-      while (p.segments.length > 0 && p.segments[0].maxTimestamp < now - r) {
-        const seg = p.segments[0];
-        await this.meta.setLogStartOffset(p.def.name, p.partition, seg.endOffset);
-        p.logStartOffset = Math.max(p.logStartOffset, seg.endOffset);
-        p.segments.shift();
-        await this.meta.deleteSegment(p.def.name, p.partition, seg.baseOffset);
-        await this.objects.delete(seg.objectKey);
-        this.indexCache.delete(seg.objectKey);
-        this.logger.info({ partition: p.key, base: seg.baseOffset, end: seg.endOffset }, 'segment expired by retention');
+      if (r === null || p.segments.length === 0 || p.fenced !== null) continue;
+      try {
+        while (p.segments.length > 0 && p.segments[0].maxTimestamp < now - r) {
+          const seg = p.segments[0];
+          await this.meta.setLogStartOffset(p.def.name, p.partition, seg.endOffset, p.epoch);
+          p.logStartOffset = Math.max(p.logStartOffset, seg.endOffset);
+          p.segments.shift();
+          await this.meta.deleteSegment(p.def.name, p.partition, seg.baseOffset, p.epoch);
+          await this.objects.delete(seg.objectKey);
+          this.indexCache.delete(seg.objectKey);
+          this.logger.info({ partition: p.key, base: seg.baseOffset, end: seg.endOffset }, 'segment expired by retention');
+        }
+      } catch (err) {
+        this.fencedBy(p, err);
+        if (p.fenced === null) throw err; // other failures: retried at the next pass
       }
     }
   }

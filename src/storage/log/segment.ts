@@ -156,6 +156,23 @@ export function findEntry(entries: { baseOffset: number; endOffset: number }[], 
   return lo;
 }
 
-export function segmentKey(prefix: string, baseOffset: number): string {
-  return `${prefix}/${String(baseOffset).padStart(20, '0')}.seg`;
+/**
+ * The object key of a segment: its base offset and the epoch of the writer that sealed it. A writer fenced by a
+ * later epoch may still be writing an object when the partition's new owner seals the same offsets: with the epoch
+ * in the key they can never overwrite each other, and the new owner can tell the other's object from its own.
+ */
+export function segmentKey(prefix: string, baseOffset: number, epoch: number): string {
+  return `${prefix}/${String(baseOffset).padStart(20, '0')}-${epoch}.seg`;
+}
+
+/**
+ * The base offset and writer epoch a segment key names (the epoch is null in keys written before epochs existed,
+ * `<20-digit base>.seg`), or null for a key that is no segment's.
+ */
+export function parseSegmentKey(key: string): { baseOffset: number; epoch: number | null } | null {
+  const m = /\/(\d{20})(?:-(\d{1,16}))?\.seg$/.exec(key);
+  if (m === null) return null;
+  const baseOffset = Number(m[1]);
+  if (!Number.isSafeInteger(baseOffset)) return null;
+  return { baseOffset, epoch: m[2] === undefined ? null : Number(m[2]) };
 }

@@ -109,4 +109,24 @@ export const migrations: readonly Migration[] = [
       ) STRICT, WITHOUT ROWID;
     `,
   },
+  // Version 4: the storage contracts of issue 13 (partition ownership epochs, session-queue counters).
+  {
+    version: 4,
+    name: 'partition epochs and session-queue counters',
+    sql: `
+      -- The partition's ownership epoch, bumped by each openPartition; mutations carrying an older one are refused.
+      ALTER TABLE partitions ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0;
+
+      -- Per session queue: the next seq to hand out (seqs only increase, never MAX(seq)+1, which two concurrent
+      -- writers can both read) and the number of entries (kept, so that bounding the queue needs no COUNT(*)).
+      -- Removed with the session (deleteSession).
+      CREATE TABLE session_queues (
+        client_id TEXT    NOT NULL PRIMARY KEY,
+        next_seq  INTEGER NOT NULL,
+        length    INTEGER NOT NULL
+      ) STRICT, WITHOUT ROWID;
+      INSERT INTO session_queues (client_id, next_seq, length)
+        SELECT client_id, MAX(seq) + 1, COUNT(*) FROM session_queue GROUP BY client_id;
+    `,
+  },
 ];

@@ -20,10 +20,15 @@ import { open, type FileHandle } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
 import { CoalescingTask, FlowError } from '../../core/index.js';
-import type { OffsetCommit, QueueChanges, QueuedEntry, RetainedEntry, RetainedStore, SessionRecord, SessionStore } from '../../core/index.js';
+import type { OffsetCommit, QueueChanges, QueuedEntry, RetainedEntry, SessionRecord } from '../../core/index.js';
 import { isNoSpace, writeError } from '../fs-util.js';
 import { migrations, type Migration } from './migrations.js';
 import type { ConsumerOffset, Metastore, PartitionState, SegmentMeta, StreamDef } from './types.js';
+
+interface QueueStateRow {
+  next_seq: number;
+  length: number;
+}
 
 interface StreamRow {
   name: string;
@@ -38,6 +43,7 @@ interface PartitionRow {
   partition: number;
   log_start_offset: number;
   flushed_offset: number;
+  epoch: number;
 }
 
 interface SegmentRow {
@@ -186,14 +192,17 @@ class WalFileSync {
   }
 }
 
-export class SqliteMetastore implements Metastore, SessionStore, RetainedStore {
+export class SqliteMetastore implements Metastore {
   readonly kind = 'sqlite';
   private closed = false;
 
   private readonly s: ReturnType<SqliteMetastore['prepare']>;
-  private readonly txCommitSegment: (seg: SegmentMeta) => void;
-  private readonly txSetLogStart: (stream: string, partition: number, offset: number) => void;
-  private readonly txEnqueue: (clientId: string, entries: Buffer[], maxLength: number) => number;
+  private readonly txOpenPartition: (stream: string, partition: number) => number;
+  private readonly txCommitSegment: (seg: SegmentMeta, epoch: number) => void;
+  private readonly txSetLogStart: (stream: string, partition: number, offset: number, epoch: number) => void;
+  private readonly txDeleteSegment: (stream: string, partition: number, baseOffset: number, epoch: number) => void;
+  private readonly txPutProducerState: (stream: string, partition: number, endOffset: number, state: string, epoch: number) => void;
+  private readonly txAckQueue: (clientId: string, upTo: number) => void;
   private readonly txDeleteSession: (clientId: string) => void;
   private readonly txUpdateQueue: (clientId: string, changes: QueueChanges, maxLength: number) => { seqs: number[]; dropped: number };
 
@@ -206,11 +215,25 @@ export class SqliteMetastore implements Metastore, SessionStore, RetainedStore {
   ) {
     this.walSync = file === ':memory:' || file.startsWith('file:') ? null : new WalFileSync(`${file}-wal`);
     this.s = this.prepare();
-    this.txCommitSegment = db.transaction((seg: SegmentMeta) => {
+    // Every partition mutation checks the writer's epoch in its own transaction, before it changes anything: a
+    // writer fenced by a later openPartition (another broker, or this one reopening) changes nothing any more.
+    const checkEpoch = (stream: string, partition: number, epoch: number, p?: PartitionRow): void => {
+      const row = p ?? (this.s.getPartition.get(stream, partition) as PartitionRow | undefined);
+      const current = row?.epoch ?? 0;
+      if (epoch < current) {
+        throw new FlowError('FENCED', `partition ${stream}/${partition} is owned by epoch ${current}; a write of epoch ${epoch} is refused`);
+      }
+    };
+    this.txOpenPartition = db.transaction((stream: string, partition: number) => {
+      if (this.s.streamExists.get(stream) === undefined) throw new FlowError('NOT_FOUND', `stream "${stream}" not found`);
+      return (this.s.bumpEpoch.get(stream, partition) as { epoch: number }).epoch;
+    });
+    this.txCommitSegment = db.transaction((seg: SegmentMeta, epoch: number) => {
       if (this.s.streamExists.get(seg.stream) === undefined) {
         throw new FlowError('NOT_FOUND', `stream "${seg.stream}" not found`);
       }
       const p = this.s.getPartition.get(seg.stream, seg.partition) as PartitionRow | undefined;
+      checkEpoch(seg.stream, seg.partition, epoch, p);
       // A partition without a row has flushed nothing yet.
       const flushed = p?.flushed_offset ?? 0;
       if (flushed === seg.endOffset) {
@@ -239,39 +262,50 @@ export class SqliteMetastore implements Metastore, SessionStore, RetainedStore {
       );
       this.s.upsertFlushed.run(seg.stream, seg.partition, seg.endOffset);
     });
-    this.txSetLogStart = db.transaction((stream: string, partition: number, offset: number) => {
+    this.txSetLogStart = db.transaction((stream: string, partition: number, offset: number, epoch: number) => {
       if (this.s.streamExists.get(stream) === undefined) throw new FlowError('NOT_FOUND', `stream "${stream}" not found`);
+      checkEpoch(stream, partition, epoch);
       this.s.upsertLogStart.run(stream, partition, offset);
     });
-    // One transaction (one fsync) per batch of queued messages, trimmed to the limit in the same commit.
-    this.txEnqueue = db.transaction((clientId: string, entries: Buffer[], maxLength: number) => {
-      let seq = (this.s.queueMaxSeq.get(clientId) as { s: number }).s;
-      for (const data of entries) this.s.queueInsert.run(clientId, ++seq, data);
-      const n = (this.s.queueCount.get(clientId) as { n: number }).n;
-      if (n <= maxLength) return 0;
-      this.s.queueTrim.run(clientId, clientId, n - maxLength);
-      return n - maxLength;
+    this.txDeleteSegment = db.transaction((stream: string, partition: number, baseOffset: number, epoch: number) => {
+      checkEpoch(stream, partition, epoch);
+      this.s.deleteSegment.run(stream, partition, baseOffset);
     });
+    this.txPutProducerState = db.transaction((stream: string, partition: number, endOffset: number, state: string, epoch: number) => {
+      checkEpoch(stream, partition, epoch);
+      this.s.producerStatePut.run(stream, partition, endOffset, state);
+    });
+    // A queue's seqs come from its counter row (session_queues), which also keeps its length: a batch of changes is
+    // one transaction that neither reads MAX(seq) nor counts the queue's rows.
     this.txUpdateQueue = db.transaction((clientId: string, changes: QueueChanges, maxLength: number) => {
+      const st = this.s.queueState.get(clientId) as QueueStateRow | undefined;
+      if (st === undefined && (changes.append ?? []).length === 0) return { seqs: [], dropped: 0 }; // an empty queue
+      let nextSeq = st?.next_seq ?? 1;
+      let length = st?.length ?? 0;
       for (const r of changes.replace ?? []) this.s.queueUpdate.run(r.data, clientId, r.seq);
-      for (const seq of changes.remove ?? []) this.s.queueDeleteOne.run(clientId, seq);
+      for (const seq of changes.remove ?? []) length -= this.s.queueDeleteOne.run(clientId, seq).changes;
       const seqs: number[] = [];
-      const append = changes.append ?? [];
-      if (append.length > 0) {
-        let seq = (this.s.queueMaxSeq.get(clientId) as { s: number }).s;
-        for (const data of append) {
-          this.s.queueInsert.run(clientId, ++seq, data);
-          seqs.push(seq);
-        }
+      for (const data of changes.append ?? []) {
+        this.s.queueInsert.run(clientId, nextSeq, data);
+        seqs.push(nextSeq++);
+        length++;
       }
-      const n = (this.s.queueCount.get(clientId) as { n: number }).n;
-      if (n <= maxLength) return { seqs, dropped: 0 };
-      this.s.queueTrim.run(clientId, clientId, n - maxLength);
-      return { seqs, dropped: n - maxLength };
+      let dropped = 0;
+      if (length > maxLength) {
+        dropped = this.s.queueTrim.run(clientId, clientId, length - maxLength).changes;
+        length -= dropped;
+      }
+      this.s.queueStatePut.run(clientId, nextSeq, length);
+      return { seqs, dropped };
+    });
+    this.txAckQueue = db.transaction((clientId: string, upTo: number) => {
+      const gone = this.s.queueAck.run(clientId, upTo).changes;
+      if (gone > 0) this.s.queueShrink.run(gone, clientId);
     });
     this.txDeleteSession = db.transaction((clientId: string) => {
       this.s.sessionDelete.run(clientId);
       this.s.queueClear.run(clientId);
+      this.s.queueStateDelete.run(clientId);
     });
   }
 
@@ -314,7 +348,6 @@ export class SqliteMetastore implements Metastore, SessionStore, RetainedStore {
       insertStream: db.prepare(
         'INSERT INTO streams (name, partitions, bindings, retention_ms, created_at) VALUES (?, ?, ?, ?, ?)',
       ),
-      getStream: db.prepare('SELECT * FROM streams WHERE name = ?'),
       streamExists: db.prepare('SELECT 1 FROM streams WHERE name = ?'),
       listStreams: db.prepare('SELECT * FROM streams ORDER BY name'),
       // created_at is left alone: it names the stream's incarnation (segment object keys include it), and a
@@ -322,6 +355,10 @@ export class SqliteMetastore implements Metastore, SessionStore, RetainedStore {
       updateStream: db.prepare('UPDATE streams SET partitions = ?, bindings = ?, retention_ms = ? WHERE name = ?'),
       deleteStream: db.prepare('DELETE FROM streams WHERE name = ?'),
       getPartition: db.prepare('SELECT * FROM partitions WHERE stream = ? AND partition = ?'),
+      bumpEpoch: db.prepare(
+        `INSERT INTO partitions (stream, partition, log_start_offset, flushed_offset, epoch) VALUES (?, ?, 0, 0, 1)
+         ON CONFLICT (stream, partition) DO UPDATE SET epoch = epoch + 1 RETURNING epoch`,
+      ),
       // The log start offset only moves forward: a late or repeated retention pass must not undo a later one.
       upsertLogStart: db.prepare(
         `INSERT INTO partitions (stream, partition, log_start_offset, flushed_offset) VALUES (?, ?, ?, 0)
@@ -362,9 +399,14 @@ export class SqliteMetastore implements Metastore, SessionStore, RetainedStore {
       ),
       sessionDelete: db.prepare('DELETE FROM client_sessions WHERE client_id = ?'),
       sessionList: db.prepare('SELECT * FROM client_sessions WHERE protocol = ? ORDER BY client_id'),
-      queueMaxSeq: db.prepare('SELECT COALESCE(MAX(seq), 0) AS s FROM session_queue WHERE client_id = ?'),
+      queueState: db.prepare('SELECT next_seq, length FROM session_queues WHERE client_id = ?'),
+      queueStatePut: db.prepare(
+        `INSERT INTO session_queues (client_id, next_seq, length) VALUES (?, ?, ?)
+         ON CONFLICT (client_id) DO UPDATE SET next_seq = excluded.next_seq, length = excluded.length`,
+      ),
+      queueShrink: db.prepare('UPDATE session_queues SET length = length - ? WHERE client_id = ?'),
+      queueStateDelete: db.prepare('DELETE FROM session_queues WHERE client_id = ?'),
       queueInsert: db.prepare('INSERT INTO session_queue (client_id, seq, data) VALUES (?, ?, ?)'),
-      queueCount: db.prepare('SELECT COUNT(*) AS n FROM session_queue WHERE client_id = ?'),
       queueTrim: db.prepare(
         'DELETE FROM session_queue WHERE client_id = ? AND seq IN (SELECT seq FROM session_queue WHERE client_id = ? ORDER BY seq LIMIT ?)',
       ),
@@ -435,13 +477,6 @@ export class SqliteMetastore implements Metastore, SessionStore, RetainedStore {
     });
   }
 
-  async getStream(name: string): Promise<StreamDef | null> {
-    return this.run('getStream', () => {
-      const r = this.s.getStream.get(name) as StreamRow | undefined;
-      return r ? toStream(r) : null;
-    });
-  }
-
   async listStreams(): Promise<StreamDef[]> {
     return this.run('listStreams', () => (this.s.listStreams.all() as StreamRow[]).map(toStream));
   }
@@ -466,19 +501,26 @@ export class SqliteMetastore implements Metastore, SessionStore, RetainedStore {
     return this.run('getPartitionState', () => {
       const r = this.s.getPartition.get(stream, partition) as PartitionRow | undefined;
       return r
-        ? { stream: r.stream, partition: r.partition, logStartOffset: r.log_start_offset, flushedOffset: r.flushed_offset }
+        ? { stream: r.stream, partition: r.partition, logStartOffset: r.log_start_offset, flushedOffset: r.flushed_offset, epoch: r.epoch }
         : null;
     });
   }
 
-  /** Never moves the log start offset backwards (see upsertLogStart); NOT_FOUND if the stream is absent. */
-  async setLogStartOffset(stream: string, partition: number, offset: number): Promise<void> {
+  async openPartition(stream: string, partition: number): Promise<number> {
     checkInt('partition', partition);
-    checkInt('offset', offset);
-    await this.write('setLogStartOffset', () => this.txSetLogStart(stream, partition, offset));
+    return this.write('openPartition', () => this.txOpenPartition(stream, partition));
   }
 
-  async commitSegment(seg: SegmentMeta): Promise<void> {
+  /** Never moves the log start offset backwards (see upsertLogStart); NOT_FOUND if the stream is absent. */
+  async setLogStartOffset(stream: string, partition: number, offset: number, epoch: number): Promise<void> {
+    checkInt('partition', partition);
+    checkInt('offset', offset);
+    checkInt('epoch', epoch);
+    await this.write('setLogStartOffset', () => this.txSetLogStart(stream, partition, offset, epoch));
+  }
+
+  async commitSegment(seg: SegmentMeta, epoch: number): Promise<void> {
+    checkInt('epoch', epoch);
     checkInt('partition', seg.partition);
     checkInt('baseOffset', seg.baseOffset);
     checkInt('endOffset', seg.endOffset);
@@ -487,24 +529,16 @@ export class SqliteMetastore implements Metastore, SessionStore, RetainedStore {
     if (seg.endOffset <= seg.baseOffset) {
       throw new FlowError('INVALID_ARGUMENT', `empty segment [${seg.baseOffset}, ${seg.endOffset})`);
     }
-    await this.write('commitSegment', () => this.txCommitSegment(seg));
+    await this.write('commitSegment', () => this.txCommitSegment(seg, epoch));
   }
 
   async listSegments(stream: string, partition: number): Promise<SegmentMeta[]> {
     return this.run('listSegments', () => (this.s.listSegments.all(stream, partition) as SegmentRow[]).map(toSegment));
   }
 
-  async deleteSegment(stream: string, partition: number, baseOffset: number): Promise<void> {
-    await this.write('deleteSegment', () => this.s.deleteSegment.run(stream, partition, baseOffset));
-  }
-
-  async commitOffset(o: Omit<ConsumerOffset, 'committedAt'>): Promise<void> {
-    checkInt('partition', o.partition);
-    // Kafka clients commit -1 to mean "no position"; anything lower is nonsense.
-    checkInt('offset', o.offset, -1);
-    await this.write('commitOffset', () =>
-      this.s.upsertOffset.run(o.group, o.stream, o.partition, o.offset, o.metadata, Date.now()),
-    );
+  async deleteSegment(stream: string, partition: number, baseOffset: number, epoch: number): Promise<void> {
+    checkInt('epoch', epoch);
+    await this.write('deleteSegment', () => this.txDeleteSegment(stream, partition, baseOffset, epoch));
   }
 
   async fetchOffset(group: string, stream: string, partition: number): Promise<ConsumerOffset | null> {
@@ -517,6 +551,7 @@ export class SqliteMetastore implements Metastore, SessionStore, RetainedStore {
   async commitOffsets(group: string, offsets: OffsetCommit[]): Promise<void> {
     for (const o of offsets) {
       checkInt('partition', o.partition);
+      // Kafka clients commit -1 to mean "no position"; anything lower is nonsense.
       checkInt('offset', o.offset, -1);
     }
     const now = Date.now();
@@ -546,8 +581,9 @@ export class SqliteMetastore implements Metastore, SessionStore, RetainedStore {
     );
   }
 
-  async putProducerState(stream: string, partition: number, endOffset: number, state: string): Promise<void> {
-    await this.write('putProducerState', () => this.s.producerStatePut.run(stream, partition, endOffset, state));
+  async putProducerState(stream: string, partition: number, endOffset: number, state: string, epoch: number): Promise<void> {
+    checkInt('epoch', epoch);
+    await this.write('putProducerState', () => this.txPutProducerState(stream, partition, endOffset, state, epoch));
   }
 
   async getProducerState(stream: string, partition: number): Promise<{ endOffset: number; state: string } | null> {
@@ -584,28 +620,18 @@ export class SqliteMetastore implements Metastore, SessionStore, RetainedStore {
     return this.run('listSessions', () => (this.s.sessionList.all(protocol) as SessionRow[]).map(toSession));
   }
 
-  async enqueue(clientId: string, entries: Buffer[], maxLength: number): Promise<number> {
-    checkInt('maxLength', maxLength, 1);
-    if (entries.length === 0) return 0;
-    return this.committed('enqueue', () => this.txEnqueue(clientId, entries, maxLength));
-  }
-
   async readQueue(clientId: string, limit: number): Promise<QueuedEntry[]> {
     checkInt('limit', limit);
     return this.run('readQueue', () => this.s.queueRead.all(clientId, limit) as QueuedEntry[]);
   }
 
   async ackQueue(clientId: string, upTo: number): Promise<void> {
-    this.committed('ackQueue', () => this.s.queueAck.run(clientId, upTo));
+    this.committed('ackQueue', () => this.txAckQueue(clientId, upTo));
   }
 
   async updateQueue(clientId: string, changes: QueueChanges, maxLength: number): Promise<{ seqs: number[]; dropped: number }> {
     checkInt('maxLength', maxLength, 1);
     return this.committed('updateQueue', () => this.txUpdateQueue(clientId, changes, maxLength));
-  }
-
-  async queueLength(clientId: string): Promise<number> {
-    return this.run('queueLength', () => (this.s.queueCount.get(clientId) as { n: number }).n);
   }
 
   // ---------------------------------------------------------------- retained messages (RetainedStore)

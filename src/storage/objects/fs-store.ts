@@ -6,7 +6,7 @@
  * Objects are written around the page cache (O_DIRECT, see ../direct-io.ts) where the filesystem allows it, and
  * through it otherwise (or with `directIo: false`).
  */
-import { mkdir, open, readdir, rename, rmdir, stat, unlink } from 'node:fs/promises';
+import { link, mkdir, open, readdir, rename, rmdir, stat, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { FlowError } from '../../core/index.js';
@@ -120,14 +120,24 @@ export class FsObjectStore implements ObjectStore {
     }
   }
 
+  /**
+   * A hard link: no byte is copied, and the file stays where it is (its owner deletes it once the object is
+   * committed, so a crash before that leaves the data where its owner finds it). Linked under a temporary name
+   * and renamed over the target, so the object appears whole, as with put.
+   */
   async adopt(key: string, path: string): Promise<void> {
     this.check();
     const { dir, target } = this.placeOf(key);
-    await this.inDir(key, dir, () => rename(path, target));
+    const tmp = join(dir, `${TMP_PREFIX}${randomBytes(8).toString('hex')}`);
+    await this.inDir(key, dir, () => link(path, tmp));
     try {
-      // One journal transaction holds both directory changes; syncing the target's directory commits it.
+      await rename(tmp, target);
+      // Renaming a link over another link of the same file (the same file adopted again) changes nothing and
+      // leaves the temporary name: removed here (and absent, as it should be, in every other case).
+      await unlink(tmp).catch(() => undefined);
       await syncDir(dir);
     } catch (err) {
+      await unlink(tmp).catch(() => undefined);
       throw this.putError(key, err);
     }
   }

@@ -26,9 +26,11 @@ export interface ObjectStore {
    */
   put(key: string, data: Buffer | readonly Buffer[], options?: PutOptions): Promise<void>;
   /**
-   * Optional: makes the complete local file at `path` the object `key`, atomically, taking the file away (a local
-   * store renames it: no byte is copied). Throws when it cannot (another filesystem, say): the caller then writes
-   * the data with put. Durable when it resolves.
+   * Optional: makes the complete local file at `path` the object `key`, atomically, leaving the file where it is
+   * (a local store links it: no byte is copied; a remote one uploads it). The caller deletes the file once it no
+   * longer needs it, so that a crash in between leaves the data in the file. The file is not written to after the
+   * call. Throws when it cannot (another filesystem, say): the caller then writes the data with put. Durable when
+   * it resolves.
    */
   adopt?(key: string, path: string): Promise<void>;
   /** Reads the whole object, or bytes [start, end) of it. Throws FlowError NOT_FOUND when absent. */

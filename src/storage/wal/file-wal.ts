@@ -47,7 +47,7 @@ import { join } from 'node:path';
 import { crc32 } from 'node:zlib';
 import { crc32c, FlowError } from '../../core/index.js';
 import { errnoCode, fsOpen, shortWrite, syncDir, writeError, type FileOpener } from '../fs-util.js';
-import { appendRefusal, frameCrc, groupCommit, isSafeOffset, KeyFences, readU64, writeGroups, writeU64, type GroupCommit } from './frame.js';
+import { appendRefusal, EpochFences, fenceProblem, frameCrc, groupCommit, isSafeOffset, KeyFences, readU64, writeGroups, writeU64, type GroupCommit } from './frame.js';
 import { DIRECT_BLOCK, alignedBuffer } from '../direct-io.js';
 import type { WalEntry, WriteAheadLog } from './types.js';
 
@@ -201,6 +201,8 @@ export class FileWal implements WriteAheadLog {
   private repair: (() => Promise<void>) | null = null;
   /** Keys refused after a failed write, until the caller resumes them (see KeyFences). */
   private readonly fences = new KeyFences();
+  /** Each key's ownership epoch, in memory (see EpochFences). */
+  private readonly epochs = new EpochFences();
   private readonly io: FileOpener;
   /** Encoded keys; partitions are few and appended to over and over. */
   private readonly keyCache = new Map<string, Buffer>();
@@ -270,8 +272,16 @@ export class FileWal implements WriteAheadLog {
     return this.totalBytes;
   }
 
+  async fence(key: string, epoch: number): Promise<void> {
+    if (this.closed) throw new FlowError('CLOSED', 'WAL is closed');
+    const bad = fenceProblem(key, epoch);
+    if (bad) throw bad;
+    this.epochs.raise(key, epoch);
+  }
+
   append(entry: WalEntry): Promise<void> {
-    const refused = appendRefusal(this.closed, entry) ?? this.fences.check(entry);
+    // The epoch first: a fenced writer's entry must not lift the key's fence after a failed write either.
+    const refused = appendRefusal(this.closed, entry) ?? this.epochs.check(entry) ?? this.fences.check(entry);
     if (refused) return Promise.reject(refused);
     const { key, baseOffset, endOffset, data } = entry;
     let keyBytes = this.keyCache.get(key);
@@ -638,7 +648,7 @@ export class FileWal implements WriteAheadLog {
           const data = Buffer.from(frame.subarray(at + 16));
           const prev = maxEnd.get(key);
           if (prev === undefined || endOffset > prev) maxEnd.set(key, endOffset);
-          fn({ key, baseOffset, endOffset, data });
+          fn({ key, baseOffset, endOffset, epoch: 0, data }); // epochs are not stored (see EpochFences)
           pos += HEADER + c.length;
         }
         if (recover) {

@@ -78,6 +78,41 @@ export function entryProblem(entry: WalEntry): FlowError | null {
   if (!isSafeOffset(baseOffset) || !isSafeOffset(endOffset) || endOffset < baseOffset) {
     return new FlowError('INVALID_ARGUMENT', `bad WAL entry offsets [${baseOffset}, ${endOffset}) for ${key}`);
   }
+  if (!isSafeOffset(entry.epoch)) return new FlowError('INVALID_ARGUMENT', `bad WAL entry epoch ${entry.epoch} for ${key}`);
+  return null;
+}
+
+/**
+ * The ownership epochs of a local WAL's keys (WriteAheadLog.fence): the highest epoch given for each key since the
+ * log was opened, by an append or by fence(). Kept in memory only: a local WAL has one writer process (the data
+ * directory's lock), whose partitions all take a new epoch from the metastore when it opens them and fence the
+ * log with it before reading it, so nothing older than what memory holds can reach it. A WAL shared between
+ * brokers (PostgreSQL) stores its epochs instead.
+ */
+export class EpochFences {
+  private readonly epochs = new Map<string, number>();
+
+  /** Raises the key's epoch (never lowers it). */
+  raise(key: string, epoch: number): void {
+    const e = this.epochs.get(key);
+    if (e === undefined || epoch > e) this.epochs.set(key, epoch);
+  }
+
+  /** FENCED when `entry` carries an epoch below its key's; else raises the key's epoch to the entry's. */
+  check(entry: WalEntry): FlowError | null {
+    const e = this.epochs.get(entry.key);
+    if (e !== undefined && entry.epoch < e) {
+      return new FlowError('FENCED', `WAL: ${entry.key} is owned by epoch ${e}; an append of epoch ${entry.epoch} is refused`);
+    }
+    if (e === undefined || entry.epoch > e) this.epochs.set(entry.key, entry.epoch);
+    return null;
+  }
+}
+
+/** Checks fence() arguments the way appends are checked. */
+export function fenceProblem(key: string, epoch: number): FlowError | null {
+  if (key.length === 0) return new FlowError('INVALID_ARGUMENT', 'WAL key is empty');
+  if (!isSafeOffset(epoch)) return new FlowError('INVALID_ARGUMENT', `bad WAL epoch ${epoch} for ${key}`);
   return null;
 }
 

@@ -1,7 +1,7 @@
 /**
  * The embedded hot tier, kept per partition: every key (a stream partition) has its own sequence of files, and a
  * closed file can leave the log whole to become a segment object (SegmentFileSource). In embedded mode the object
- * store is a directory on the same disk, so a segment is then a rename: every byte produced is written to disk
+ * store is a directory on the same disk, so a segment is then a hard link: every byte produced is written to disk
  * once, where the shared-file layout (FileWal, `--wal-layout shared`) writes it to the WAL and again to a segment,
  * which capped a sustained produce at half the disk's bandwidth.
  *
@@ -40,7 +40,9 @@
  * file gets its first frame only after the previous file's last write returned), so a torn write can only leave
  * garbage at the end of the key's last file that holds entries: it is cut off there, and newer files without
  * entries are deleted. Garbage anywhere else is corruption of acknowledged data (CORRUPT_DATA). A trailer frame
- * ends its file's entries: the file was being handed over when the broker stopped, and will be again.
+ * ends its file's entries: the file was being handed over when the broker stopped, and will be again if its segment
+ * was not committed. Such a file is left byte for byte as it is: the object store may hold it (a link) as an object.
+ * A handed-over file leaves the log (is deleted) only once the caller has committed its segment (release(true)).
  *
  * Failed writes (a full disk, EIO): a group never spans two files (an entry that starts a file starts a group),
  * so a group is durable whole or not at all. A failed group is refused with the groups queued behind it for its
@@ -56,7 +58,7 @@ import { join } from 'node:path';
 import { crc32c, FlowError } from '../../core/index.js';
 import { DIRECT_BLOCK, alignedBuffer } from '../direct-io.js';
 import { errnoCode, fsOpen, shortWrite, syncDir, writeError, type FileOpener } from '../fs-util.js';
-import { appendRefusal, frameCrc, FRAME_HEADER, groupCommit, isSafeOffset, KeyFences, readU64, writeGroups, writeU64, type GroupCommit } from './frame.js';
+import { appendRefusal, EpochFences, fenceProblem, frameCrc, FRAME_HEADER, groupCommit, isSafeOffset, KeyFences, readU64, writeGroups, writeU64, type GroupCommit } from './frame.js';
 import type { FileLayout, SegmentFileSource, WalEntry, WriteAheadLog } from './types.js';
 
 export interface PartitionWalOptions {
@@ -197,6 +199,8 @@ export class PartitionWal implements WriteAheadLog, SegmentFileSource {
   private closing: Promise<void> | null = null;
   /** Keys refused after a failed write, until the caller resumes them (see KeyFences). */
   private readonly fences = new KeyFences();
+  /** Each key's ownership epoch, in memory (see EpochFences). */
+  private readonly epochs = new EpochFences();
   private readonly io: FileOpener;
   private readonly fsync: boolean;
   private readonly dsync: number;
@@ -260,8 +264,16 @@ export class PartitionWal implements WriteAheadLog, SegmentFileSource {
     return n;
   }
 
+  async fence(key: string, epoch: number): Promise<void> {
+    if (this.closed) throw new FlowError('CLOSED', 'WAL is closed');
+    const bad = fenceProblem(key, epoch);
+    if (bad) throw bad;
+    this.epochs.raise(key, epoch);
+  }
+
   append(entry: WalEntry): Promise<void> {
-    const refused = appendRefusal(this.closed, entry) ?? this.fences.check(entry);
+    // The epoch first: a fenced writer's entry must not lift the key's fence after a failed write either.
+    const refused = appendRefusal(this.closed, entry) ?? this.epochs.check(entry) ?? this.fences.check(entry);
     if (refused) return Promise.reject(refused);
     const { key, baseOffset, endOffset, data } = entry;
     if (1 + 16 + data.length > MAX_BODY) return Promise.reject(new FlowError('INVALID_ARGUMENT', 'WAL entry too large'));
@@ -588,7 +600,7 @@ export class PartitionWal implements WriteAheadLog, SegmentFileSource {
           }
         }
         f.entries.forEach((e, i) =>
-          fn({ key: kl.key, baseOffset: e.base, endOffset: e.end, data: buf.subarray(e.position, e.position + e.size), startsFile: i === 0 }),
+          fn({ key: kl.key, baseOffset: e.base, endOffset: e.end, epoch: 0, data: buf.subarray(e.position, e.position + e.size), startsFile: i === 0 }),
         );
       }
     }
@@ -648,6 +660,11 @@ export class PartitionWal implements WriteAheadLog, SegmentFileSource {
           if (i >= 0) kl.files.splice(i, 1);
           this.totalBytes -= f.size;
           this.filesHandedOver++;
+          // The object (a link or a copy of the file) is committed: the log's name for the file goes. Left behind by
+          // a failure or a crash, the file is replayed and trimmed at the next open (its entries are flushed).
+          unlink(f.path).catch((err: unknown) => {
+            if (errnoCode(err) !== 'ENOENT') this.opts.logger?.warn({ file: f.path, err: String(err) }, 'WAL: handed-over file could not be deleted');
+          });
         },
       };
     } catch (err) {
@@ -732,6 +749,8 @@ interface ScannedFile {
   keyBytes: Buffer | null;
   /** Why the bytes after `file.size` are not frames, when they are not all zeros. */
   garbage: string | null;
+  /** A complete trailer frame follows the entries (the file was being handed over). */
+  trailer: boolean;
 }
 
 /** Checks one file frame by frame (see the top of this file). */
@@ -752,7 +771,7 @@ function scanFile(path: string, buf: Buffer): ScannedFile {
     taking: false,
     recovered: buf,
   };
-  const result: ScannedFile = { file, length: buf.length, keyBytes: null, garbage: null };
+  const result: ScannedFile = { file, length: buf.length, keyBytes: null, garbage: null, trailer: false };
   if (buf.length < 18 || !buf.subarray(0, 8).equals(MAGIC) || !isSafeOffset(base) || 18 + buf.readUInt16BE(16) > buf.length) {
     result.garbage = buf.every((x) => x === 0) ? null : 'bad file header';
     return result;
@@ -782,7 +801,10 @@ function scanFile(path: string, buf: Buffer): ScannedFile {
       break;
     }
     const type = body[0];
-    if (type === TRAILER) break; // a handover under way: the entries end here
+    if (type === TRAILER) {
+      result.trailer = true; // a handover under way: the entries end here
+      break;
+    }
     if (type !== ENTRY || length < 17) throw new FlowError('CORRUPT_DATA', `WAL file ${path}: bad frame at byte ${pos}`);
     const b = readU64(body, 1);
     const e = readU64(body, 9);
@@ -846,8 +868,10 @@ async function recoverKey(kdir: string, opts: PartitionWalOptions): Promise<{ lo
     else if (s.keyBytes === null || !s.keyBytes.equals(keyBytes)) {
       throw new FlowError('CORRUPT_DATA', `WAL file ${f.path} names another key than its directory's other files`);
     }
-    if (s.length > f.size) {
-      // Zeros after the last frame (a direct write's block padding), or a torn write: cut off either way.
+    if (s.length > f.size && !s.trailer) {
+      // Zeros after the last frame (a direct write's block padding), or a torn write: cut off either way. A file
+      // ended by a trailer is left as it is: it may be a segment object's too (the object store links it), so its
+      // bytes must not change; it is never appended to again, and a new handover writes its trailer anew.
       const fh = await open(f.path, 'r+');
       try {
         await fh.truncate(f.size);

@@ -11,8 +11,10 @@ export interface WalEntry {
   endOffset: number;
   /**
    * The writer's ownership epoch of the partition (Metastore.openPartition). A WAL refuses, with FENCED, an entry
-   * whose epoch is lower than the highest it has been given for the key (by an append or by fence()). Replay
-   * returns it.
+   * whose epoch is lower than the highest it has been given for the key (by an append or by fence()). A WAL shared
+   * between brokers (PostgreSQL) stores it and replay returns it; a local one (the file WALs) has a single writer
+   * process, the holder of the data directory's lock, so it keeps the epochs in memory since it was opened and
+   * replay returns 0.
    */
   epoch: number;
   data: Buffer;
@@ -48,8 +50,10 @@ export interface SegmentFileSource {
   /**
    * If `key` has a file holding exactly the durable entries [baseOffset, endOffset), closes it to appends, ends it
    * with `trailer(layout)` and makes it durable. Returns its path and size, and `release(moved)`, to be called
-   * once the caller has moved the file away (true: the log forgets it) or failed to (false: it stays an ordinary
-   * file of the log, deleted by trim once flushed). Returns null when there is no such file.
+   * once the caller has made the file an object (a link or a copy: the file stays in place meanwhile) and committed
+   * it (true: the log deletes the file and forgets it), or failed to (false: it stays an ordinary file of the log,
+   * deleted by trim once flushed). Until then, and after a crash, the file keeps its entries (a restart replays them
+   * and leaves the file's bytes as they are: it may be an object's too). Returns null when there is no such file.
    */
   takeFile(
     key: string,

@@ -91,7 +91,7 @@ async function setup(opts: KafkaOptions = {}, sasl = false): Promise<Setup> {
   const users = sasl ? await MemoryUserStore.fromPasswords([{ username: 'alice', password: 'wonderland' }]) : null;
   const guard = users ? new PasswordGuard(users) : null;
   const adapter = createKafkaAdapter(ctx, { ...opts, ...(guard ? { sasl: saslProvider(guard, ['PLAIN']) } : {}) });
-  const listener = await startKafkaListener(ctx, { host: '127.0.0.1', port: 0, sasl }, {}, {}, adapter);
+  const listener = await startKafkaListener(ctx, { host: '127.0.0.1', port: 0, sasl }, {}, adapter);
   const close = async () => {
     await listener.close();
     await guard?.close();
@@ -275,7 +275,7 @@ describe('kafka connection limits', () => {
     const users = await MemoryUserStore.fromPasswords([{ username: 'alice', password: 'wonderland' }]);
     const guard = new PasswordGuard(users);
     const adapter = createKafkaAdapter(ctx, { sasl: saslProvider(guard, ['PLAIN']), saslMaxReceiveBytes: 1024 });
-    const listener = await startKafkaListener(ctx, { host: '127.0.0.1', port: 0 }, {}, {}, adapter);
+    const listener = await startKafkaListener(ctx, { host: '127.0.0.1', port: 0 }, {}, adapter);
     try {
       const plain = await RawClient.connect(listener.address().port);
       // No SASL on this connection: the usual limit.
@@ -322,7 +322,7 @@ describe('kafka connection limits', () => {
     const log = captureLogger();
     const ctx = { engine, logger: log.logger, brokerId: 1 };
     const adapter = createKafkaAdapter(ctx, { requestReceiveTimeoutMs: 300, maxInFlightRequests: 1 });
-    const listener = await startKafkaListener(ctx, { host: '127.0.0.1', port: 0 }, {}, {}, adapter);
+    const listener = await startKafkaListener(ctx, { host: '127.0.0.1', port: 0 }, {}, adapter);
     await engine.createStream({ name: 'held', partitions: 1 });
     const c = await RawClient.connect(listener.address().port);
     try {

@@ -145,7 +145,7 @@ async function rawSetup(m: MemoryStreams) {
   const engine = new Engine(m, m);
   const ctx = { engine, logger: captureLogger().logger, brokerId: 1 };
   const adapter = createKafkaAdapter(ctx);
-  const listener = await startKafkaListener(ctx, { host: '127.0.0.1', port: 0 }, {}, {}, adapter);
+  const listener = await startKafkaListener(ctx, { host: '127.0.0.1', port: 0 }, {}, adapter);
   const c = await RawClient.connect(listener.address().port);
   return {
     engine,

@@ -47,8 +47,8 @@ describe('kafka SASL', () => {
     const ctx = { engine, logger: log.logger, brokerId: 1 };
     guard = new PasswordGuard(users);
     adapter = createKafkaAdapter(ctx, { sasl: saslProvider(guard, ['PLAIN', 'SCRAM-SHA-256']) });
-    secured = await startKafkaListener(ctx, { host: '127.0.0.1', port: 0, sasl: true }, {}, {}, adapter);
-    open = await startKafkaListener(ctx, { host: '127.0.0.1', port: 0 }, {}, {}, adapter);
+    secured = await startKafkaListener(ctx, { host: '127.0.0.1', port: 0, sasl: true }, {}, adapter);
+    open = await startKafkaListener(ctx, { host: '127.0.0.1', port: 0 }, {}, adapter);
   });
 
   after(async () => {
@@ -121,7 +121,7 @@ describe('kafka SASL', () => {
     const ctx = { engine: new Engine(m, m), logger: log.logger, brokerId: 1 };
     const busy = new PasswordGuard(await MemoryUserStore.fromPasswords([{ username: 'alice', password: 'wonderland' }]));
     await busy.close(); // a closed guard answers every check busy
-    const l = await startKafkaListener(ctx, { host: '127.0.0.1', port: 0, sasl: true }, {}, {}, createKafkaAdapter(ctx, { sasl: saslProvider(busy, ['PLAIN']) }));
+    const l = await startKafkaListener(ctx, { host: '127.0.0.1', port: 0, sasl: true }, {}, createKafkaAdapter(ctx, { sasl: saslProvider(busy, ['PLAIN']) }));
     try {
       const c = await RawClient.connect(l.address().port);
       assert.equal((await c.call(SaslHandshakeApi, 1, { mechanism: 'PLAIN' })).errorCode, E.NONE);

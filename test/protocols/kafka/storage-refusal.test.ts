@@ -14,9 +14,15 @@ import { MemoryStreams } from '../../helpers/memory-storage.js';
 import { RawClient, captureLogger, type CapturedLog } from './helpers.js';
 
 class FullDisk extends MemoryStreams {
-  mode: 'ok' | 'refuse' | 'fail' = 'ok';
+  mode: 'ok' | 'refuse' | 'fail' | 'fenced' | 'fencedLater' = 'ok';
   override append(stream: string, partition: number, batch: Buffer): AppendResult {
     if (this.mode === 'refuse') throw new FlowError('STORAGE_FULL', 'below the free-space reserve');
+    if (this.mode === 'fenced') throw new FlowError('FENCED', 'partition owned by a later epoch');
+    if (this.mode === 'fencedLater') {
+      const durable = Promise.reject(new FlowError('FENCED', 'WAL: an append of an older epoch is refused'));
+      durable.catch(() => undefined);
+      return { baseOffset: 0, durable };
+    }
     if (this.mode === 'fail') {
       const durable = Promise.reject(new FlowError('STORAGE_ERROR', 'WAL write failed: EIO'));
       durable.catch(() => undefined);
@@ -35,8 +41,8 @@ class FullOffsets extends MemoryOffsetStore {
 }
 
 describe('kafka: storage that cannot take the data', () => {
-  const disk = new FullDisk();
   const offsets = new FullOffsets();
+  const disk = new FullDisk({ offsets });
   let listener: ProtocolListener;
   let log: CapturedLog;
   let c: RawClient;
@@ -44,7 +50,7 @@ describe('kafka: storage that cannot take the data', () => {
     const engine = new Engine(disk, disk);
     await engine.createStream({ name: 'full', partitions: 1 });
     log = captureLogger();
-    listener = await startKafkaListener({ engine, logger: log.logger, brokerId: 1 }, { host: '127.0.0.1', port: 0 }, {}, { offsets });
+    listener = await startKafkaListener({ engine, logger: log.logger, brokerId: 1 }, { host: '127.0.0.1', port: 0 });
     c = await RawClient.connect(listener.address().port);
   });
   after(async () => {
@@ -71,6 +77,15 @@ describe('kafka: storage that cannot take the data', () => {
     assert.equal(await produce(), E.NONE);
     assert.ok(log.entries('produce refused: storage cannot take it now').length > 0);
     assert.ok(log.entries('produce failed: storage write failed').length > 0);
+  });
+
+  it('answers Produce to a partition another broker took (FENCED) with NOT_LEADER_OR_FOLLOWER, so the client refreshes metadata', async () => {
+    disk.mode = 'fenced';
+    assert.equal(await produce(), E.NOT_LEADER_OR_FOLLOWER);
+    disk.mode = 'fencedLater';
+    assert.equal(await produce(), E.NOT_LEADER_OR_FOLLOWER);
+    disk.mode = 'ok';
+    assert.equal(await produce(), E.NONE);
   });
 
   it('answers an OffsetCommit the metastore could not store with COORDINATOR_NOT_AVAILABLE (retriable)', async () => {

@@ -36,14 +36,19 @@ export interface TestBroker {
 
 export async function startBroker(
   opts: MqttOptions = {},
-  storage = new MemoryStreams(),
+  given?: MemoryStreams,
+  /** Kept by the test (across brokers, or to look into); used when no `given` storage is. */
   stores: { sessions?: SessionStore; retained?: RetainedStore } = {},
 ): Promise<TestBroker> {
+  if (given !== undefined && (stores.sessions !== undefined || stores.retained !== undefined)) {
+    throw new Error('give the stores to the MemoryStreams given instead');
+  }
+  const storage = given ?? new MemoryStreams(stores);
   const logs: LogLine[] = [];
   const logger = pino({ level: 'debug' }, { write: (s: string) => void logs.push(JSON.parse(s) as LogLine) });
-  const engine = new Engine(storage, storage, { retained: stores.retained });
+  const engine = new Engine(storage, storage);
   await engine.load();
-  const listener = await startMqttListener({ engine, logger, brokerId: 1, sessions: stores.sessions }, { host: '127.0.0.1', port: 0 }, opts);
+  const listener = await startMqttListener({ engine, logger, brokerId: 1 }, { host: '127.0.0.1', port: 0 }, opts);
   const port = listener.address().port;
   return {
     engine,

@@ -10,9 +10,9 @@ import { encodePublishFrame } from '../../../src/protocols/mqtt/codec/index.js';
 import { GatedStreams, RawClient, startBroker, until } from './helpers.js';
 
 test('mqtt QoS 2: the packet id is stored with the session once the message is durable, not before', async () => {
-  const gated = new GatedStreams();
   const sessions = new MemorySessionStore();
-  const b = await startBroker({}, gated, { sessions });
+  const gated = new GatedStreams({ sessions });
+  const b = await startBroker({}, gated);
   const stored = async (): Promise<{ rel: number[]; subs: Array<{ f: string }> } | null> => {
     const rec = await sessions.getSession('q2-durable');
     return rec ? (JSON.parse(rec.state) as { rel: number[]; subs: Array<{ f: string }> }) : null;

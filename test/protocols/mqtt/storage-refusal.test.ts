@@ -13,7 +13,7 @@ import { RawClient, connectPacket, startBroker, until, type TestBroker } from '.
 /** Appends that are refused at once ('refuse'), or taken and then fail to become durable ('fail'), or work. */
 class FullDisk extends MemoryStreams {
   mode: 'ok' | 'refuse' | 'fail' | 'hold' = 'ok';
-  code: 'STORAGE_FULL' | 'STORAGE_ERROR' = 'STORAGE_FULL';
+  code: 'STORAGE_FULL' | 'STORAGE_ERROR' | 'FENCED' = 'STORAGE_FULL';
   /** Fails the writes held ('hold'). */
   failHeld: Array<() => void> = [];
   override append(stream: string, partition: number, batch: Buffer): AppendResult {
@@ -66,6 +66,9 @@ describe('mqtt: publishes storage cannot take', () => {
       await expect('fail', 'STORAGE_FULL', 3, 0x97);
       await expect('fail', 'STORAGE_ERROR', 4, 0x80);
       await expect('refuse', 'STORAGE_ERROR', 5, 0x80);
+      // A stream partition another broker took (a later epoch): refused like an I/O error, 0x80.
+      await expect('refuse', 'FENCED', 7, 0x80);
+      await expect('fail', 'FENCED', 8, 0x80);
       await expect('ok', 'STORAGE_FULL', 6, 0);
       assert.equal(b.engine.offsets('disk', 0).highWatermark, 1, 'only the accepted one is stored');
       assert.equal(c.isClosed, false);
@@ -131,6 +134,16 @@ describe('mqtt: publishes storage cannot take', () => {
       disk.mode = 'refuse';
       c3.send(encodePublishFrame('disk/x', Buffer.from('q1'), 1, false, false, 10));
       await c3.waitClosed();
+      noProtocolError(b);
+      // And for a stream partition another broker took (FENCED), refused at once or after the write.
+      disk.code = 'FENCED';
+      for (const mode of ['refuse', 'fail'] as const) {
+        disk.mode = mode;
+        const c4 = await RawClient.connect(b.port, 'v4', { cleanSession: false });
+        c4.send(encodePublishFrame('disk/x', Buffer.from('q1'), 1, false, false, 12));
+        await c4.waitClosed();
+        assert.equal(c4.packets.length, 0, `no PUBACK for a message that was not stored (${mode})`);
+      }
       noProtocolError(b);
     } finally {
       await b.close();

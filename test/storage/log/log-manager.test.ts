@@ -1,11 +1,12 @@
 import { afterEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { linkSync, mkdtempSync, readFileSync, readdirSync, renameSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pino } from 'pino';
-import { decodeBatch, encodeBatch, Engine, ReadLease, type StreamDef } from '../../../src/core/index.js';
+import { decodeBatch, encodeBatch, Engine, ReadLease, setBaseOffset, type StreamDef } from '../../../src/core/index.js';
 import { LogManager, type LogOptions } from '../../../src/storage/log/index.js';
+import { buildSegment } from '../../../src/storage/log/segment.js';
 import { SqliteMetastore } from '../../../src/storage/metastore/index.js';
 import { FsObjectStore } from '../../../src/storage/objects/index.js';
 import { FileWal, PartitionWal, type WriteAheadLog } from '../../../src/storage/wal/index.js';
@@ -164,8 +165,8 @@ for (const layout of ['shared', 'partition'] as const) describe(`LogManager (${l
     const meta = new Proxy(metastore, {
       get(target, prop) {
         if (prop === 'commitSegment' && full.commitLandsThenFails) {
-          return async (seg: SegmentMeta) => {
-            await target.commitSegment(seg);
+          return async (seg: SegmentMeta, epoch: number) => {
+            await target.commitSegment(seg, epoch);
             full.commitLandsThenFails = false;
             throw new FlowError('STORAGE_FULL', 'cannot sync metastore journal: ENOSPC');
           };
@@ -585,30 +586,217 @@ describe('LogManager over the partition WAL layout', () => {
     await again.close();
   });
 
-  it('commits at the next open a segment whose file was moved but never committed (a crash in between)', async () => {
+  it('keeps a WAL file whose segment was linked but never committed (a crash in between): its object is deleted at the next open, the data replayed', async () => {
     const dir = tmp();
     const s1 = await openAll(dir, { segmentBytes: 1 << 20 }, 'partition');
     await s1.engine.createStream({ name: 'o', partitions: 1 });
     for (let i = 0; i < 30; i++) await s1.engine.produce('o', 0, encodeBatch([rec(i)])).durable;
-    // The metastore fails the commit once: the WAL file is already the object, and nowhere else.
+    // The metastore fails the commit once: the WAL file is already linked as the object.
     const commit = s1.metastore.commitSegment.bind(s1.metastore);
     let failed = 0;
-    s1.metastore.commitSegment = async (seg) => {
+    s1.metastore.commitSegment = async (seg, epoch) => {
       if (failed++ === 0) throw new Error('metastore unavailable');
-      return commit(seg);
+      return commit(seg, epoch);
     };
     await s1.log.flushAll();
     assert.equal(failed, 1);
     assert.equal((await s1.metastore.listSegments('o', 0)).length, 0);
-    assert.equal((await s1.objects.list('streams/o/')).length, 1, 'the moved file is an object');
+    const objects = await s1.objects.list('streams/o/');
+    assert.equal(objects.length, 1, 'the linked file is an object');
+    assert.match(objects[0].key, /\/0{20}-1\.seg$/, 'named by its base offset and the writer\'s epoch');
+    assert.ok(s1.wal.size() > 0, 'and still in the WAL');
     // "Crash": a second instance opens the same files.
     const s2 = await openAll(dir, {}, 'partition');
-    assert.equal(s2.log.stats.recoveredSegments, 1);
+    assert.equal(s2.log.stats.garbageObjects, 1);
+    assert.equal(s2.log.stats.recoveredBatches, 30);
+    assert.deepEqual(await s2.objects.list('streams/o/'), [], 'the uncommitted object is gone');
     assert.deepEqual(await values(s2.engine, 'o', 0), Array.from({ length: 30 }, (_, i) => `m${i}`));
     const r = s2.engine.produce('o', 0, encodeBatch([rec(30)]));
-    assert.equal(r.baseOffset, 30, 'offsets continue after the recovered segment');
+    assert.equal(r.baseOffset, 30, 'offsets continue after the recovered entries');
     await r.durable;
+    await s2.log.flushAll();
+    const segs = await s2.metastore.listSegments('o', 0);
+    assert.deepEqual(segs.map((x) => [x.baseOffset, x.endOffset]), [[0, 30], [30, 31]]);
+    assert.ok(segs.every((x) => x.objectKey.endsWith('-2.seg')), 'sealed under the new epoch');
     await s2.close();
     await s1.close().catch(() => undefined);
+    const s3 = await openAll(dir, {}, 'partition');
+    assert.deepEqual(await values(s3.engine, 'o', 0), Array.from({ length: 31 }, (_, i) => `m${i}`));
+    await s3.close();
+  });
+
+  it('leaves a WAL file whose segment was committed before the WAL deleted it (a crash in between) byte for byte, and trims it', async () => {
+    const dir = tmp();
+    const s1 = await openAll(dir, { segmentBytes: 1 << 20 }, 'partition');
+    await s1.engine.createStream({ name: 'c', partitions: 1 });
+    for (let i = 0; i < 20; i++) await s1.engine.produce('c', 0, encodeBatch([rec(i)])).durable;
+    // The WAL's own delete of the handed-over file is what a crash prevents: keep the file by a second link.
+    const walFiles = (): string[] => {
+      const out: string[] = [];
+      const walk = (d: string): void => {
+        for (const e of readdirSync(d, { withFileTypes: true })) {
+          if (e.isDirectory()) walk(join(d, e.name));
+          else if (e.name.endsWith('.wal')) out.push(join(d, e.name));
+        }
+      };
+      walk(join(dir, 'wal-partitions'));
+      return out;
+    };
+    const kept = walFiles().filter((f) => statSync(f).size > 0);
+    assert.equal(kept.length, 1);
+    linkSync(kept[0], `${kept[0]}.keep`);
+    await s1.log.flushAll();
+    const [seg] = await s1.metastore.listSegments('c', 0);
+    assert.equal(s1.log.stats.adoptedSegments, 1);
+    const object = readFileSync(join(dir, 'objects', ...seg.objectKey.split('/')));
+    await s1.close();
+    // Put the file back where the WAL had it, as if the process had died before deleting it.
+    renameSync(`${kept[0]}.keep`, kept[0]);
+    const s2 = await openAll(dir, {}, 'partition');
+    assert.ok(readFileSync(join(dir, 'objects', ...seg.objectKey.split('/'))).equals(object), 'the committed object is unchanged');
+    assert.deepEqual(await values(s2.engine, 'c', 0), Array.from({ length: 20 }, (_, i) => `m${i}`));
+    await s2.log.trimWal();
+    assert.equal(s2.wal.size(), 0, 'the flushed file is trimmed');
+    assert.ok(readFileSync(join(dir, 'objects', ...seg.objectKey.split('/'))).equals(object), 'and the object still unchanged');
+    await s2.close();
+  });
+});
+
+describe('LogManager: uncommitted segment objects at open', () => {
+  it('deletes objects the metastore does not list at or past the flushed offset, leaves the others, and commits a pre-epoch one that continues the segments', async () => {
+    const dir = tmp();
+    const s1 = await openAll(dir, { segmentBytes: 1 << 20 });
+    const def = await s1.engine.createStream({ name: 'g', partitions: 1 });
+    for (let i = 0; i < 10; i++) await s1.engine.produce('g', 0, encodeBatch([rec(i)])).durable;
+    await s1.log.flushAll();
+    const [committed] = await s1.metastore.listSegments('g', 0);
+    assert.match(committed.objectKey, /\/0{20}-1\.seg$/);
+    await s1.close();
+    const prefix = `streams/g/${def.createdAt}/0`;
+    const batches = (from: number, n: number) =>
+      Array.from({ length: n }, (_, k) => {
+        const b = encodeBatch([rec(from + k)]);
+        setBaseOffset(b, from + k);
+        return b;
+      });
+    // A segment of a broker from before epochs, never committed: the data is nowhere else.
+    const legacy = buildSegment(10, batches(10, 5));
+    await s1.objects.put(`${prefix}/${String(10).padStart(20, '0')}.seg`, legacy.parts);
+    // Objects of crashed or fenced writers past the flushed offset; one below it (a retention delete cut short).
+    await s1.objects.put(`${prefix}/${String(15).padStart(20, '0')}-7.seg`, buildSegment(15, batches(15, 1)).parts);
+    await s1.objects.put(`${prefix}/${String(10).padStart(20, '0')}-1.seg`, Buffer.from('half written'));
+    await s1.objects.put(`${prefix}/${String(0).padStart(20, '0')}-0.seg`, Buffer.from('old'));
+    await s1.objects.put(`${prefix}/notes.txt`, Buffer.from('not a segment'));
+    const s2 = await openAll(dir);
+    assert.equal(s2.log.stats.recoveredSegments, 1);
+    assert.equal(s2.log.stats.garbageObjects, 2);
+    assert.deepEqual((await s2.objects.list(`${prefix}/`)).map((o) => o.key.slice(prefix.length + 1)), [
+      `${String(0).padStart(20, '0')}-0.seg`,
+      `${String(0).padStart(20, '0')}-1.seg`,
+      `${String(10).padStart(20, '0')}.seg`,
+      'notes.txt',
+    ]);
+    assert.deepEqual(await values(s2.engine, 'g', 0), Array.from({ length: 15 }, (_, i) => `m${i}`));
+    assert.equal(s2.engine.produce('g', 0, encodeBatch([rec(15)])).baseOffset, 15);
+    await s2.close();
+  });
+});
+
+describe('LogManager: partition ownership epochs', () => {
+  /** Two log managers over one metastore and one object store, as two brokers would be. */
+  async function twoWriters(layout: Layout, sharedWal: boolean) {
+    const dir = tmp();
+    const metastore = SqliteMetastore.open(join(dir, 'meta.db'));
+    const objects = new FsObjectStore(join(dir, 'objects'));
+    const lines: Array<{ level: number; msg: string; partition?: string }> = [];
+    const capture = pino({ level: 'info' }, { write: (x: string) => void lines.push(JSON.parse(x) as { level: number; msg: string }) });
+    const wal1 = await openWal(join(dir, 'one'), layout);
+    const log1 = await LogManager.open({ wal: wal1, objects, metastore, logger: capture, options: { checkIntervalMs: 60_000, segmentBytes: 1 << 20 } });
+    const e1 = new Engine(log1, metastore);
+    await e1.load();
+    log1.finishRecovery();
+    await e1.createStream({ name: 'f', partitions: 2 });
+    for (let i = 0; i < 10; i++) await e1.produce('f', 0, encodeBatch([rec(i)])).durable;
+    await log1.flushAll();
+    for (let i = 10; i < 20; i++) await e1.produce('f', 0, encodeBatch([rec(i)])).durable;
+    // The second opens the partitions: new epochs.
+    const wal2 = sharedWal ? wal1 : await openWal(join(dir, 'two'), layout);
+    const log2 = await LogManager.open({ wal: wal2, objects, metastore, logger, options: { checkIntervalMs: 60_000, segmentBytes: 1 << 20 } });
+    const e2 = new Engine(log2, metastore);
+    await e2.load();
+    log2.finishRecovery();
+    return {
+      dir,
+      metastore,
+      objects,
+      lines,
+      one: { wal: wal1, log: log1, engine: e1 },
+      two: { wal: wal2, log: log2, engine: e2 },
+      async close() {
+        await log2.close();
+        await log1.close();
+        await wal1.close();
+        if (wal2 !== wal1) await wal2.close();
+        await metastore.close();
+      },
+    };
+  }
+  const fenced = (e: unknown) => isFlowError(e, 'FENCED');
+
+  for (const layout of ['shared', 'partition'] as const) {
+    it(`a second writer fences the first: its seal is refused, then its appends, for good, logged once (${layout} WAL)`, async () => {
+      const t = await twoWriters(layout, false);
+      try {
+        assert.equal((await t.metastore.getPartitionState('f', 0))?.epoch, 2);
+        // The second writes and seals its own data after what was committed (its WAL holds none of the first's tail).
+        for (let i = 10; i < 15; i++) await t.two.engine.produce('f', 0, encodeBatch([{ ...rec(i), value: Buffer.from(`n${i}`) }])).durable;
+        await t.two.log.flushAll();
+        const before = await t.metastore.listSegments('f', 0);
+        assert.deepEqual(before.map((x) => [x.baseOffset, x.endOffset, x.objectKey.slice(-6)]), [[0, 10, '-1.seg'], [10, 15, '-2.seg']]);
+        const ownObject = await t.objects.get(before[1].objectKey);
+        // The first tries to seal its tail [10, 20): refused, and the partition stops.
+        await t.one.log.flushAll();
+        assert.equal(t.one.log.stats.fencedPartitions, 1);
+        assert.throws(() => t.one.engine.produce('f', 0, encodeBatch([rec(99)])), fenced);
+        await assert.rejects(t.one.log.deleteRecordsBefore('f', 0, 5), fenced);
+        await t.one.log.flushAll(); // no retry, no second line
+        const errors = t.lines.filter((l) => l.level === 50);
+        assert.equal(errors.length, 1, JSON.stringify(errors));
+        assert.match(errors[0].msg, /partition fenced/);
+        assert.equal(errors[0].partition, t.one.log.describe('f').length === 2 ? `f@${(await t.metastore.listStreams())[0].createdAt}/0` : '');
+        // Its other partition was taken too: its own WAL still takes the append, the seal finds out.
+        await t.one.engine.produce('f', 1, encodeBatch([rec(0)])).durable;
+        await t.one.log.flushAll();
+        assert.equal(t.one.log.stats.fencedPartitions, 2);
+        assert.deepEqual(await t.metastore.listSegments('f', 1), []);
+        // Nothing the second holds is damaged: its segments, objects and reads.
+        assert.deepEqual(await t.metastore.listSegments('f', 0), before);
+        assert.ok((await t.objects.get(before[1].objectKey)).equals(ownObject));
+        const want = [...Array.from({ length: 10 }, (_, i) => `m${i}`), ...Array.from({ length: 5 }, (_, i) => `n${i + 10}`)];
+        assert.deepEqual(await values(t.two.engine, 'f', 0), want);
+        assert.equal(t.two.engine.produce('f', 0, encodeBatch([rec(15)])).baseOffset, 15);
+      } finally {
+        await t.close();
+      }
+    });
+  }
+
+  it('over one shared WAL, the second writer\'s fence refuses the first one\'s appends, and it takes over the first one\'s tail', async () => {
+    const t = await twoWriters('partition', true);
+    try {
+      // The second replayed what the first had appended: it has the whole partition.
+      assert.deepEqual(await values(t.two.engine, 'f', 0), Array.from({ length: 20 }, (_, i) => `m${i}`));
+      const r = t.one.engine.produce('f', 0, encodeBatch([rec(20)]));
+      await assert.rejects(r.durable, fenced, 'the WAL refuses the old epoch');
+      assert.throws(() => t.one.engine.produce('f', 0, encodeBatch([rec(21)])), fenced, 'then the partition refuses at once');
+      assert.equal(t.one.log.stats.fencedPartitions, 1);
+      await t.one.log.flushAll();
+      await t.two.engine.produce('f', 0, encodeBatch([rec(20)])).durable;
+      await t.two.log.flushAll();
+      assert.deepEqual((await t.metastore.listSegments('f', 0)).map((x) => [x.baseOffset, x.endOffset]), [[0, 10], [10, 20], [20, 21]]);
+      assert.deepEqual(await values(t.two.engine, 'f', 0), Array.from({ length: 21 }, (_, i) => `m${i}`));
+    } finally {
+      await t.close();
+    }
   });
 });

@@ -79,6 +79,29 @@ describe('SqliteMetastore', () => {
       db.close();
     });
 
+    it('migration 4 gives existing partitions epoch 0 and existing queues counters past their seqs', async () => {
+      const file = freshFile();
+      await SqliteMetastore.open(file).close(); // creates the directory
+      for (const f of [file, `${file}-wal`, `${file}-shm`]) await rm(f, { force: true });
+      const db = new Database(file);
+      db.pragma('journal_mode = WAL');
+      migrate(db, migrations.slice(0, 3));
+      db.prepare("INSERT INTO streams (name, partitions, bindings, retention_ms, created_at) VALUES ('s', 1, '[]', NULL, 1)").run();
+      db.prepare("INSERT INTO partitions (stream, partition, log_start_offset, flushed_offset) VALUES ('s', 0, 3, 10)").run();
+      const q = db.prepare('INSERT INTO session_queue (client_id, seq, data) VALUES (?, ?, ?)');
+      q.run('c', 5, Buffer.from('five'));
+      q.run('c', 7, Buffer.from('seven'));
+      db.close();
+      const m = SqliteMetastore.open(file);
+      assert.deepEqual(await m.getPartitionState('s', 0), { stream: 's', partition: 0, logStartOffset: 3, flushedOffset: 10, epoch: 0 });
+      assert.equal(await m.openPartition('s', 0), 1);
+      const { seqs, dropped } = await m.updateQueue('c', { append: [Buffer.from('eight')] }, 3);
+      assert.deepEqual([seqs, dropped], [[8], 0]);
+      assert.equal((await m.updateQueue('c', { append: [Buffer.from('nine')] }, 3)).dropped, 1, 'the length was counted at migration');
+      assert.deepEqual((await m.readQueue('c', 10)).map((e) => e.data.toString()), ['seven', 'eight', 'nine']);
+      await m.close();
+    });
+
     it('refuses a migration list that is out of order', () => {
       const db = new Database(':memory:');
       assert.throws(() => migrate(db, [{ version: 2, name: 'skips 1', sql: '' }]), /out of order/);
@@ -90,7 +113,7 @@ describe('SqliteMetastore', () => {
     const m = SqliteMetastore.open(':memory:');
     await m.createStream({ ...def('s'), createdAt: 1000 });
     await m.updateStream({ ...def('s'), partitions: 4, createdAt: 2000 });
-    assert.deepEqual(await m.getStream('s'), { ...def('s'), partitions: 4, createdAt: 1000 });
+    assert.deepEqual(await m.listStreams(), [{ ...def('s'), partitions: 4, createdAt: 1000 }]);
     await m.close();
   });
 
@@ -111,7 +134,7 @@ describe('SqliteMetastore', () => {
     await m.createStream(def('s'));
     assert.equal(m.journalSyncs, 1, 'one write, one journal sync before it was answered');
     // 50 commits issued together: each is answered by a sync that started after it, so at most 2 syncs.
-    await Promise.all(Array.from({ length: 50 }, (_, i) => m.commitOffset({ group: 'g', stream: 's', partition: 0, offset: i, metadata: null })));
+    await Promise.all(Array.from({ length: 50 }, (_, i) => m.commitOffsets('g', [{ stream: 's', partition: 0, offset: i, metadata: null }])));
     assert.ok(m.journalSyncs >= 2 && m.journalSyncs <= 3, `50 concurrent commits took ${m.journalSyncs - 1} syncs`);
     // Reads never wait for a sync.
     const before = m.journalSyncs;
@@ -142,21 +165,22 @@ describe('SqliteMetastore', () => {
         size: 1,
         maxTimestamp: 0,
         createdAt: 0,
-      }),
+      }, 0),
       notFound,
     );
-    await assert.rejects(m.setLogStartOffset('ghost', 0, 5), notFound);
-    await assert.rejects(m.commitOffset({ group: 'g', stream: 'ghost', partition: 0, offset: 1, metadata: null }), notFound);
+    await assert.rejects(m.setLogStartOffset('ghost', 0, 5, 0), notFound);
+    await assert.rejects(m.openPartition('ghost', 0), notFound);
+    await assert.rejects(m.commitOffsets('g', [{ stream: 'ghost', partition: 0, offset: 1, metadata: null }]), notFound);
     await m.close();
   });
 
   it('never moves the log start offset backwards', async () => {
     const m = SqliteMetastore.open(':memory:');
     await m.createStream(def('s'));
-    await m.setLogStartOffset('s', 0, 50);
-    await m.setLogStartOffset('s', 0, 20); // a stale retention pass
+    await m.setLogStartOffset('s', 0, 50, 0);
+    await m.setLogStartOffset('s', 0, 20, 0); // a stale retention pass
     assert.equal((await m.getPartitionState('s', 0))?.logStartOffset, 50);
-    await m.setLogStartOffset('s', 0, 60);
+    await m.setLogStartOffset('s', 0, 60, 0);
     assert.equal((await m.getPartitionState('s', 0))?.logStartOffset, 60);
     await m.close();
   });
@@ -168,10 +192,11 @@ describe('SqliteMetastore', () => {
     await assert.rejects(m.createStream({ ...def(''), partitions: 1 }), invalid);
     await m.createStream(def('s'));
     const seg = { stream: 's', partition: 0, baseOffset: 0, endOffset: 0, objectKey: 'k', size: 0, maxTimestamp: -1, createdAt: 0 };
-    await assert.rejects(m.commitSegment(seg), invalid, 'empty segment');
-    await assert.rejects(m.commitSegment({ ...seg, endOffset: 1.5 }), invalid);
+    await assert.rejects(m.commitSegment(seg, 0), invalid, 'empty segment');
+    await assert.rejects(m.commitSegment({ ...seg, endOffset: 1.5 }, 0), invalid);
+    await assert.rejects(m.commitSegment({ ...seg, endOffset: 1 }, -1), invalid, 'a negative epoch');
     // -1 is how Kafka clients say "no offset"; accepted as is.
-    await m.commitOffset({ group: 'g', stream: 's', partition: 0, offset: -1, metadata: null });
+    await m.commitOffsets('g', [{ stream: 's', partition: 0, offset: -1, metadata: null }]);
     assert.equal((await m.fetchOffset('g', 's', 0))?.offset, -1);
     await m.close();
   });

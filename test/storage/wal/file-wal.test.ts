@@ -16,6 +16,7 @@ const entry = (key: string, base: number, len = 100): WalEntry => ({
   key,
   baseOffset: base,
   endOffset: base + 1,
+  epoch: 1,
   data: Buffer.alloc(len, base & 0xff),
 });
 
@@ -263,10 +264,10 @@ describe('FileWal', () => {
       const wal = await FileWal.open(freshDir());
       await collect(wal);
       const bad = (e: unknown) => isFlowError(e, 'INVALID_ARGUMENT');
-      await assert.rejects(wal.append({ key: 'x'.repeat(70_000), baseOffset: 0, endOffset: 1, data: Buffer.alloc(0) }), bad);
-      await assert.rejects(wal.append({ key: 'x', baseOffset: -1, endOffset: 1, data: Buffer.alloc(0) }), bad);
-      await assert.rejects(wal.append({ key: 'x', baseOffset: 1.5, endOffset: 2, data: Buffer.alloc(0) }), bad);
-      await assert.rejects(wal.append({ key: 'x', baseOffset: 0, endOffset: 2 ** 53, data: Buffer.alloc(0) }), bad);
+      await assert.rejects(wal.append({ key: 'x'.repeat(70_000), baseOffset: 0, endOffset: 1, epoch: 1, data: Buffer.alloc(0) }), bad);
+      await assert.rejects(wal.append({ key: 'x', baseOffset: -1, endOffset: 1, epoch: 1, data: Buffer.alloc(0) }), bad);
+      await assert.rejects(wal.append({ key: 'x', baseOffset: 1.5, endOffset: 2, epoch: 1, data: Buffer.alloc(0) }), bad);
+      await assert.rejects(wal.append({ key: 'x', baseOffset: 0, endOffset: 2 ** 53, epoch: 1, data: Buffer.alloc(0) }), bad);
       assert.equal(wal.size(), 0);
       await wal.close();
     });
@@ -516,7 +517,7 @@ describe('FileWal', () => {
       const data = Buffer.alloc(len);
       for (let i = 0; i < len; i += 997) data[i] = (i + base) & 0xff;
       data.writeUInt32BE(crc32c(data, 21, len), 17);
-      return { key: 'c/0', baseOffset: base, endOffset: base + 1, data, dataCrc: { from: 21, crc: data.readUInt32BE(17) } };
+      return { key: 'c/0', baseOffset: base, endOffset: base + 1, epoch: 1, data, dataCrc: { from: 21, crc: data.readUInt32BE(17) } };
     };
 
     it('writes exactly the bytes it writes without it, and replays them', async () => {

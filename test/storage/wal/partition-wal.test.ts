@@ -26,6 +26,7 @@ const entry = (key: string, base: number, len = 100, startsFile?: boolean): WalE
   key,
   baseOffset: base,
   endOffset: base + 1,
+  epoch: 1,
   data: data(base, len),
   ...(startsFile === undefined ? {} : { startsFile }),
 });

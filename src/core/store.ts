@@ -1,0 +1,108 @@
+/**
+ * The one store the core is given: every durable role the core and the protocol adapters need (stream
+ * definitions, consumer offsets and producer ids, client sessions and their queues, retained messages). The
+ * broker opens one metastore, which covers them all, and passes it once, to the Engine; adapters take what they
+ * need from `engine.store`. The core sees it only through these interfaces, never a storage backend.
+ *
+ * Order: calls naming the same key (a client id, a topic, a group, a stream name) take effect in the order they
+ * were issued, whether or not the caller awaited the earlier ones (see src/storage/metastore/types.ts). Callers
+ * may rely on that and on nothing more: calls on different keys may be reordered.
+ */
+import { FlowError } from './errors.js';
+import { MemoryOffsetStore, type CommittedOffset, type OffsetCommit, type OffsetStore, type ProducerIdStore } from './offsets.js';
+import {
+  MemoryRetainedStore,
+  MemorySessionStore,
+  type QueueChanges,
+  type QueuedEntry,
+  type RetainedEntry,
+  type RetainedStore,
+  type SessionRecord,
+  type SessionStore,
+} from './sessions.js';
+import type { StreamCatalog, StreamDef } from './streams.js';
+
+export interface CoreStore extends StreamCatalog, OffsetStore, ProducerIdStore, SessionStore, RetainedStore {}
+
+/**
+ * Every role in process memory (lost at exit): for tests, and for a broker started without a metastore. The
+ * parts may be given, so that a test can keep sessions or retained messages across engines.
+ */
+export class MemoryStore implements CoreStore {
+  readonly defs = new Map<string, StreamDef>();
+  readonly sessionStore: SessionStore;
+  readonly retainedStore: RetainedStore;
+  readonly offsetStore: OffsetStore & ProducerIdStore;
+
+  constructor(parts: { sessions?: SessionStore; retained?: RetainedStore; offsets?: OffsetStore & ProducerIdStore } = {}) {
+    this.sessionStore = parts.sessions ?? new MemorySessionStore();
+    this.retainedStore = parts.retained ?? new MemoryRetainedStore();
+    this.offsetStore = parts.offsets ?? new MemoryOffsetStore((s) => this.defs.has(s));
+  }
+
+  async createStream(def: StreamDef): Promise<void> {
+    if (this.defs.has(def.name)) throw new FlowError('ALREADY_EXISTS', `stream "${def.name}" already exists`);
+    this.defs.set(def.name, def);
+  }
+  async updateStream(def: StreamDef): Promise<void> {
+    if (!this.defs.has(def.name)) throw new FlowError('NOT_FOUND', `stream "${def.name}" not found`);
+    this.defs.set(def.name, def);
+  }
+  async deleteStream(name: string): Promise<void> {
+    if (!this.defs.delete(name)) throw new FlowError('NOT_FOUND', `stream "${name}" not found`);
+  }
+  async listStreams(): Promise<StreamDef[]> {
+    return [...this.defs.values()].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  }
+
+  commitOffsets(group: string, offsets: OffsetCommit[]): Promise<void> {
+    return this.offsetStore.commitOffsets(group, offsets);
+  }
+  fetchOffset(group: string, stream: string, partition: number): Promise<CommittedOffset | null> {
+    return this.offsetStore.fetchOffset(group, stream, partition);
+  }
+  listOffsets(group: string): Promise<CommittedOffset[]> {
+    return this.offsetStore.listOffsets(group);
+  }
+  listGroups(): Promise<string[]> {
+    return this.offsetStore.listGroups();
+  }
+  deleteGroup(group: string): Promise<void> {
+    return this.offsetStore.deleteGroup(group);
+  }
+  allocateProducerIds(count: number): Promise<number> {
+    return this.offsetStore.allocateProducerIds(count);
+  }
+
+  getSession(clientId: string): Promise<SessionRecord | null> {
+    return this.sessionStore.getSession(clientId);
+  }
+  putSession(rec: SessionRecord): Promise<void> {
+    return this.sessionStore.putSession(rec);
+  }
+  deleteSession(clientId: string): Promise<void> {
+    return this.sessionStore.deleteSession(clientId);
+  }
+  listSessions(protocol: string): Promise<SessionRecord[]> {
+    return this.sessionStore.listSessions(protocol);
+  }
+  readQueue(clientId: string, limit: number): Promise<QueuedEntry[]> {
+    return this.sessionStore.readQueue(clientId, limit);
+  }
+  ackQueue(clientId: string, upTo: number): Promise<void> {
+    return this.sessionStore.ackQueue(clientId, upTo);
+  }
+  updateQueue(clientId: string, changes: QueueChanges, maxLength: number): Promise<{ seqs: number[]; dropped: number }> {
+    return this.sessionStore.updateQueue(clientId, changes, maxLength);
+  }
+
+  putRetained(topic: string, data: Buffer): Promise<void> {
+    return this.retainedStore.putRetained(topic, data);
+  }
+  deleteRetained(topic: string): Promise<void> {
+    return this.retainedStore.deleteRetained(topic);
+  }
+  listRetained(): Promise<RetainedEntry[]> {
+    return this.retainedStore.listRetained();
+  }
+}
