@@ -192,6 +192,17 @@ describe('CachedObjectStore', () => {
     assert.deepEqual(inner.readsOf('rnd'), [5, 2, 8, 6]);
   });
 
+  it('reads nothing ahead of an object that its first read shows to end in that block', async () => {
+    const { inner, cache } = await setup({ maxBytes: 100 * B, readAheadBlocks: 8 });
+    const small = bytes(B / 2, 12);
+    await cache.put('small', small);
+    // A segment smaller than a block: its footer read (block 0) is also the start of a scan.
+    assert.ok((await cache.get('small', { start: B / 2 - 10, end: B / 2 })).equals(small.subarray(-10)));
+    assert.ok((await cache.get('small', { start: 0, end: 100 })).equals(small.subarray(0, 100)));
+    assert.deepEqual(inner.readsOf('small'), [0]);
+    assert.equal(fig(cache).readAhead, 0);
+  });
+
   it('read-ahead failures are not reported, and a later read tries the block again', async () => {
     const { inner, cache } = await setup({ maxBytes: 100 * B, readAheadBlocks: 2 });
     const data = bytes(5 * B, 5);
