@@ -484,8 +484,9 @@ export class S3ObjectStore implements ObjectStore {
           this.ops.part.bytes += bytes;
         }
       };
-      // The first failure stops the others from taking new parts (`next` jumps to the end).
-      await Promise.all(
+      // The first failure stops the others from taking new parts (`next` jumps to the end); the parts in flight
+      // are waited for, so that the abort below comes after them (S3 may keep a part that lands after an abort).
+      const settled = await Promise.allSettled(
         Array.from({ length: Math.min(PART_CONCURRENCY, pieces.length) }, () =>
           worker().catch((err: unknown) => {
             next = pieces.length;
@@ -493,6 +494,7 @@ export class S3ObjectStore implements ObjectStore {
           }),
         ),
       );
+      for (const r of settled) if (r.status === 'rejected') throw r.reason;
       await this.run('multipart', key, () =>
         this.client.send(
           new CompleteMultipartUploadCommand({

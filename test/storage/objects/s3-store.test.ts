@@ -11,7 +11,7 @@ import { isFlowError } from '../../../src/core/index.js';
 import { S3ObjectStore, parseS3Url, type S3Options } from '../../../src/storage/objects/index.js';
 import { startS3, type S3TestServer } from '../../helpers/s3.js';
 
-type Action = 'pass' | '503' | '403' | 'reset' | 'hang';
+type Action = 'pass' | 'slow' | '503' | '403' | 'reset' | 'hang';
 
 /** An HTTP proxy in front of s3rver; `plan` decides each request's fate, `seen` logs them ("METHOD /path?query"). */
 class FaultyProxy {
@@ -58,15 +58,21 @@ class FaultyProxy {
       });
       return;
     }
-    const up = request(
-      { host: '127.0.0.1', port: this.upstreamPort, method: req.method, path: req.url, headers: req.headers },
-      (upRes) => {
-        res.writeHead(upRes.statusCode ?? 502, upRes.headers);
-        upRes.pipe(res);
-      },
-    );
-    up.on('error', () => res.destroy());
-    req.pipe(up);
+    const forward = (): void => {
+      const up = request(
+        { host: '127.0.0.1', port: this.upstreamPort, method: req.method, path: req.url, headers: req.headers },
+        (upRes) => {
+          res.writeHead(upRes.statusCode ?? 502, upRes.headers);
+          upRes.pipe(res);
+          upRes.on('end', () => this.seen.push(`done ${req.method} ${req.url}`));
+        },
+      );
+      up.on('error', () => res.destroy());
+      req.pipe(up);
+    };
+    // 'slow': forwarded a while later (its body waits in the socket meanwhile).
+    if (action === 'slow') setTimeout(forward, 300);
+    else forward();
   }
 
   async close(): Promise<void> {
@@ -234,16 +240,20 @@ describe('S3ObjectStore', () => {
     assert.deepEqual(ops(s).put, { requests: 1, bytes: 0, errors: 1, retries: 0 });
   });
 
-  it('aborts a multipart upload whose part fails for good', async () => {
+  it('aborts a multipart upload whose part fails for good, after the parts in flight', async () => {
     const s = await open({ partBytes: 5 * 1024 * 1024, maxAttempts: 2 });
-    proxy.plan = (req) => ((req.url ?? '').includes('partNumber=2') ? '503' : 'pass');
+    // Part 2 fails at once, part 1 is slow: the abort must not overtake it (S3 may keep a part landing later).
+    proxy.plan = (req) => ((req.url ?? '').includes('partNumber=2') ? '503' : (req.url ?? '').includes('partNumber=1') ? 'slow' : 'pass');
     try {
       await assert.rejects(s.put('doomed', bytes(12 * 1024 * 1024)), (e: unknown) => isFlowError(e, 'STORAGE_ERROR') && /part 2/.test(e.message));
     } finally {
       proxy.plan = () => 'pass';
     }
-    const abort = proxy.seen.filter((l) => l.startsWith('DELETE ') && l.includes('/doomed?uploadId='));
-    assert.equal(abort.length, 1, 'one AbortMultipartUpload');
+    const abort = proxy.seen.findIndex((l) => l.startsWith('DELETE ') && l.includes('/doomed?uploadId='));
+    const part1 = proxy.seen.findIndex((l) => l.startsWith('done PUT ') && l.includes('/doomed?') && l.includes('partNumber=1'));
+    assert.ok(abort >= 0, 'an AbortMultipartUpload');
+    assert.equal(proxy.seen.filter((l) => l.startsWith('DELETE ') && l.includes('/doomed?uploadId=')).length, 1);
+    assert.ok(part1 >= 0 && part1 < abort, 'the abort came after part 1 was answered');
     assert.equal(ops(s).multipart.requests, 2); // create, abort: never completed
     await assert.rejects(s.get('doomed'), (e: unknown) => isFlowError(e, 'NOT_FOUND'));
   });
