@@ -188,8 +188,26 @@ describe('CachedObjectStore', () => {
     assert.equal(f.readAhead, 9); // blocks 1 to 9
     assert.equal(f.misses, 2, 'the reader itself waited for a read of blocks 10 and 0 only');
     // Jumping around: no read-ahead.
-    for (const b of [5, 2, 8, 6 /* not right after 8 */]) await cache.get('rnd', { start: b * B + 10, end: b * B + 20 });
-    assert.deepEqual(inner.readsOf('rnd'), [5, 2, 8, 6]);
+    for (const b of [5, 2, 8, 12 /* right after none of them */]) await cache.get('rnd', { start: b * B + 10, end: b * B + 20 });
+    assert.deepEqual(inner.readsOf('rnd'), [5, 2, 8, 12]);
+  });
+
+  it('keeps reading ahead for two readers scanning one object at different positions', async () => {
+    const { inner, cache } = await setup({ maxBytes: 100 * B, readAheadBlocks: 2 });
+    const data = bytes(40 * B + 1, 13);
+    await cache.put('o', data);
+    await cache.get('o', { start: data.length - 1, end: data.length }); // the footer: size known
+    // Reader A from block 0, reader B from block 20, their reads interleaved.
+    for (let k = 0; k < 6; k++) {
+      for (const base of [0, 20 * B]) {
+        const pos = base + k * B;
+        assert.ok((await cache.get('o', { start: pos, end: pos + B })).equals(data.subarray(pos, pos + B)));
+      }
+    }
+    // Both scans were recognised (B's by its second read): from then on each found its blocks read ahead. Misses:
+    // the footer's block, A's first, B's first two.
+    assert.equal(fig(cache).misses, 4, `${inner.readsOf('o')}`);
+    assert.ok(inner.readsOf('o').includes(27), 'B read ahead');
   });
 
   it('reads nothing ahead of an object that its first read shows to end in that block', async () => {
