@@ -20,6 +20,9 @@
 import { FlowError } from '../../core/index.js';
 import type { ObjectInfo, ObjectStore, PutOptions } from './types.js';
 
+/** Scan positions remembered per object (see KeyState.scans). */
+const MAX_SCANS = 4;
+
 export interface CachedObjectStoreOptions {
   /** Bytes of blocks kept at most. At least one block. */
   maxBytes: number;
@@ -47,8 +50,12 @@ interface KeyState {
   inflight: Map<number, Promise<Buffer>>;
   /** The object's size, once a short block showed where it ends. */
   size: number | undefined;
-  /** The block after the last one read: a read starting there (or in the block before) continues a scan. */
-  nextSeq: number;
+  /**
+   * Scans under way: for each, the block after the last one it read. A read starting there (or in the block
+   * before) continues that scan. A few at once: consumers of one partition at different positions (two groups
+   * replaying it) each keep their read-ahead.
+   */
+  scans: number[];
 }
 
 export class CachedObjectStore implements ObjectStore {
@@ -167,14 +174,25 @@ export class CachedObjectStore implements ObjectStore {
     const B = this.blockBytes;
     const first = Math.floor(start / B);
     const last = Math.floor((end - 1) / B);
-    const sequential = first === 0 || first === st.nextSeq || first === st.nextSeq - 1;
-    st.nextSeq = last + 1;
+    const scan = st.scans.findIndex((next) => first === next || first === next - 1);
+    const sequential = scan >= 0 || first === 0;
+    if (scan >= 0) st.scans[scan] = last + 1;
+    else {
+      // A new scan position; the least recently continued one goes.
+      st.scans.push(last + 1);
+      if (st.scans.length > MAX_SCANS) st.scans.shift();
+    }
+    if (scan > 0) st.scans.push(st.scans.splice(scan, 1)[0]);
     const waits: Array<Promise<Buffer>> = [];
     for (let i = first; i <= last; i++) waits.push(this.block(key, st, i));
-    if (sequential) this.readAheadFrom(key, st, last + 1);
+    // Where the object ends is known (the log reads a segment's footer first): read ahead at once. Otherwise the
+    // blocks read now may show that it ends here (a segment smaller than a block), so read ahead after them.
+    const knownSize = st.size !== undefined;
+    if (sequential && knownSize) this.readAheadFrom(key, st, last + 1);
     let blocks: Buffer[];
     try {
       blocks = await Promise.all(waits);
+      if (sequential && !knownSize && st.gen === gen) this.readAheadFrom(key, st, last + 1);
     } finally {
       this.maybeDrop(key, st);
     }
@@ -274,7 +292,7 @@ export class CachedObjectStore implements ObjectStore {
   private state(key: string): KeyState {
     let st = this.keys.get(key);
     if (st === undefined) {
-      st = { gen: 0, writing: 0, blocks: new Set(), inflight: new Map(), size: undefined, nextSeq: -1 };
+      st = { gen: 0, writing: 0, blocks: new Set(), inflight: new Map(), size: undefined, scans: [] };
       this.keys.set(key, st);
     }
     return st;
