@@ -19,9 +19,15 @@ interface S3rverObject {
 interface S3rverInstance {
   run(): Promise<AddressInfo>;
   httpServer?: Server;
-  store: { getObject(bucket: string, key: string, options?: unknown): Promise<S3rverObject | null> };
+  store: {
+    getObject(bucket: string, key: string, options?: unknown): Promise<S3rverObject | null>;
+    putObject(object: { bucket: string; key: string }): Promise<unknown>;
+  };
 }
 type S3rverClass = new (options: Record<string, unknown>) => S3rverInstance;
+
+// `node --test dist/test/` also runs this file, with no argument: there is nothing to serve then.
+if (process.argv[2] === undefined) process.exit(0);
 
 const require = createRequire(import.meta.url);
 const { directory, bucket, port } = JSON.parse(process.argv[2]) as { directory: string; bucket: string; port: number };
@@ -39,6 +45,27 @@ s.store.getObject = async (b, key, options) => {
     o.content = null;
   }
   return o;
+};
+
+// s3rver writes an object straight into its file, so two PUTs of one key at once interleave their bytes and a GET
+// during a PUT reads a partial object; S3 makes a PUT visible whole and atomically. PUTs of a key are run one after
+// the other here, and a GET waits for the PUTs of its key issued before it: old object or whole new one.
+const writes = new Map<string, Promise<unknown>>();
+const putObject = s.store.putObject.bind(s.store);
+s.store.putObject = (object) => {
+  const k = `${object.bucket}/${object.key}`;
+  const run = (writes.get(k) ?? Promise.resolve()).then(() => putObject(object));
+  const settled = run.catch(() => undefined);
+  writes.set(k, settled);
+  void settled.then(() => {
+    if (writes.get(k) === settled) writes.delete(k);
+  });
+  return run;
+};
+const readObject = s.store.getObject;
+s.store.getObject = async (b, key, options) => {
+  await writes.get(`${b}/${key}`);
+  return readObject(b, key, options);
 };
 
 const address = await s.run();

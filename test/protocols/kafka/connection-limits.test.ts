@@ -364,7 +364,8 @@ describe('kafka connection limits', () => {
   });
 
   it('closes a connection that does not authenticate in time on a SASL listener; an authenticated one stays', async () => {
-    const s = await setup({ authTimeoutMs: 300 }, true);
+    // Long enough for a login on a loaded machine (the first one starts the password thread), short for a test.
+    const s = await setup({ authTimeoutMs: 2000 }, true);
     const authed = await RawClient.connect(s.port);
     const stranger = await RawClient.connect(s.port);
     try {
