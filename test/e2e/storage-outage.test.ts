@@ -150,7 +150,9 @@ describe('shared storage outages during a produce run (PostgreSQL restart, S3 do
       } catch (err) {
         const state = loops.map((l, i) => `${from[i]} -> ${l.acked.size} acked, ${l.failures} failed sends (last: ${l.lastError})`);
         const warnings = broker.logs.filter((l) => l.level >= 40).slice(-10).map((l) => JSON.stringify(l));
-        throw new Error(`${(err as Error).message}: ${state.join('; ')}\n${warnings.join('\n')}`);
+        const exit = broker.proc.exitCode ?? broker.proc.signalCode;
+        const died = exit === null ? '' : `\nthe broker exited (${exit}): ${broker.errorOutput}`;
+        throw new Error(`${(err as Error).message}: ${state.join('; ')}\n${warnings.join('\n')}${died}`);
       }
     };
     let sealedBefore = 0;
