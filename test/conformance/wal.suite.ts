@@ -58,12 +58,7 @@ function assertSameEntries(actual: WalEntry[], expected: WalEntry[]): void {
   }
 }
 
-/** `supportsIo: false`: the backend writes no files (PostgreSQL), so the failing-disk cases do not apply to it. */
-export function walConformance(
-  name: string,
-  open: (dir: string, io?: FileOpener) => Promise<WriteAheadLog>,
-  { supportsIo = true }: { supportsIo?: boolean } = {},
-): void {
+export function walConformance(name: string, open: (dir: string, io?: FileOpener) => Promise<WriteAheadLog>): void {
   describe(`WriteAheadLog conformance: ${name}`, () => {
     let root = '';
     let n = 0;
@@ -282,7 +277,7 @@ export function walConformance(
       });
     });
 
-    if (supportsIo) describe('when writes fail (a full disk, an I/O error)', () => {
+    if (open.length >= 2) describe('when writes fail (a full disk, an I/O error)', () => {
       const full = (e: unknown) => isFlowError(e, 'STORAGE_FULL');
       // Large enough that a failing write lands whole blocks of it first (a torn tail to cut off).
       const big = (key: string, base: number) => entry(key, base, 1, 20_000);
