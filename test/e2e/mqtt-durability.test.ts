@@ -130,12 +130,9 @@ for (const cfg of storageConfigs()) {
     });
   });
 
-  // On PostgreSQL this fails today, and runs as a todo until fixed: the publisher's PUBACK (and the PUBLISH to the
-  // subscriber) go out before the write-through of the delivery to the subscriber's session queue has committed
-  // (SessionHub.flushSession issues updateQueue without the PUBACK waiting for it; SQLite has written it by then,
-  // synchronously). A kill -9 right after the subscriber got the last PUBLISH loses that message (seen: m1, m2
-  // come back, m3 does not; with 1.5 s between the last PUBLISH and the kill all three come back).
-  const notYet = cfg.shared ? 'PUBACK precedes the commit of the session-queue write-through on PostgreSQL (see above)' : false;
+  // On PostgreSQL this needs the publisher's PUBACK to wait for the write-through of the deliveries to the
+  // subscribers' session queues (MqttHub.queueWrites): SQLite has written them at call time, PostgreSQL commits
+  // later, and a kill -9 right after the last PUBLISH used to lose it (m1, m2 came back, m3 did not).
   describe(`mqtt e2e: in-flight QoS 1 messages of connected sessions survive kill -9 [${cfg.name}]`, () => {
     let b: FlowmqProcess;
     before(async () => {
@@ -146,7 +143,7 @@ for (const cfg of storageConfigs()) {
       b.cleanup();
     });
 
-    test('sent but unacknowledged messages come back with DUP and their packet ids (raw v5 client, mosquitto_sub -c)', { todo: notYet }, async () => {
+    test('sent but unacknowledged messages come back with DUP and their packet ids (raw v5 client, mosquitto_sub -c)', async () => {
       // A v5 client with a persistent session that receives but never sends PUBACK.
       const raw = await RawClient.open(b.ports.mqtt);
       raw.level = 5;
