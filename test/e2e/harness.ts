@@ -95,6 +95,11 @@ export class FlowmqProcess {
     return b;
   }
 
+  /** What the broker printed on stderr (an uncaught exception, a fatal start error). */
+  get errorOutput(): string {
+    return this.stderr;
+  }
+
   get http(): string {
     return `http://127.0.0.1:${this.ports.http}`;
   }

@@ -1,7 +1,8 @@
 /**
  * Kafka consumer groups end to end with KafkaJS against a real `flowmq start` process: three members share a
  * topic, one leaves and the others take over its partitions (rebalance), committed offsets survive a broker
- * restart; and a KafkaJS group reads a stream that MQTT publishes are captured into.
+ * restart; and a KafkaJS group reads a stream that MQTT publishes are captured into. On the embedded storage and
+ * on PostgreSQL + S3 (storage-configs.ts), where group offsets are kept in PostgreSQL.
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -9,6 +10,7 @@ import mqtt from 'mqtt';
 import kafkajsPkg from 'kafkajs';
 import type { Consumer, EachMessagePayload, Kafka as KafkaClient } from 'kafkajs';
 import { eventually, FlowmqProcess } from './harness.js';
+import { storageConfigs } from './storage-configs.js';
 
 const { Kafka, logLevel, AssignerProtocol } = kafkajsPkg;
 process.env.KAFKAJS_NO_PARTITIONER_WARNING = '1';
@@ -51,11 +53,11 @@ async function produce(kafka: KafkaClient, topic: string, from: number, count: n
   await producer.disconnect();
 }
 
-describe('kafka consumer groups (KafkaJS) against a real broker', () => {
+for (const cfg of storageConfigs()) describe(`kafka consumer groups (KafkaJS) against a real broker [${cfg.name}]`, () => {
   let broker: FlowmqProcess;
 
   before(async () => {
-    broker = await FlowmqProcess.start();
+    broker = await FlowmqProcess.start({ args: await cfg.brokerArgs() });
   });
   after(async () => {
     await broker?.stop();

@@ -2,7 +2,8 @@
  * Idempotent producers (KIP-98) against a real `flowmq start` process: producer ids never repeat, retried
  * batches are not stored twice, gaps answer OUT_OF_ORDER_SEQUENCE_NUMBER and old epochs INVALID_PRODUCER_EPOCH,
  * and all of it holds after a crash (kill -9) whether the batches were still in the WAL or already sealed into a
- * segment (producer-state snapshot in the metastore).
+ * segment (producer-state snapshot in the metastore). On the embedded storage and on PostgreSQL + S3
+ * (storage-configs.ts): there the WAL replayed after the crash is a PostgreSQL table and the segment is in S3.
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -11,6 +12,7 @@ import { crc32c, encodeBatch } from '../../src/core/index.js';
 import { InitProducerIdApi, KafkaErrorCode as E, ProduceApi } from '../../src/protocols/kafka/codec/index.js';
 import { RawClient } from '../protocols/kafka/helpers.js';
 import { FlowmqProcess } from './harness.js';
+import { storageConfigs } from './storage-configs.js';
 
 const { Kafka, logLevel } = kafkajsPkg;
 
@@ -36,10 +38,10 @@ async function initPid(c: RawClient, version = 4): Promise<number> {
   return r.producerId;
 }
 
-describe('kafka idempotent producer across a crash', () => {
+for (const cfg of storageConfigs()) describe(`kafka idempotent producer across a crash [${cfg.name}]`, () => {
   let broker: FlowmqProcess;
   before(async () => {
-    broker = await FlowmqProcess.start();
+    broker = await FlowmqProcess.start({ args: await cfg.brokerArgs() });
   });
   after(async () => {
     await broker?.stop();
@@ -86,7 +88,7 @@ describe('kafka idempotent producer across a crash', () => {
 
     // Crash: no final flush; partition 0 lives only in the WAL, partition 1 half in a segment.
     await broker.stop('SIGKILL');
-    broker = await FlowmqProcess.start({ dataDir: broker.dataDir });
+    broker = await FlowmqProcess.start({ dataDir: broker.dataDir, args: broker.args });
     c = await RawClient.connect(broker.ports.kafka);
     try {
       const again = await send(c, 'idem', 0, Buffer.from(b));

@@ -2,7 +2,8 @@
  * MQTT end to end against the real `bin/flowmq` process: persistent sessions and retained messages survive a
  * broker restart in the middle of a session (MQTT.js 3.1.1 and 5.0, mosquitto_sub -c), and the TLS and
  * WebSocket transports carry the same sessions. A broker killed with SIGKILL keeps the in-flight messages of
- * connected persistent sessions (written through to the session store as they are sent).
+ * connected persistent sessions (written through to the session store as they are sent). Both run on the
+ * embedded storage and on PostgreSQL + S3 (storage-configs.ts), where the sessions live in PostgreSQL.
  */
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -12,6 +13,7 @@ import { after, before, describe, test } from 'node:test';
 import mqtt, { type IClientOptions, type IPublishPacket, type MqttClient } from 'mqtt';
 import { FlowmqProcess, eventually, makeTestCert, run, sleep } from './harness.js';
 import { RawClient, connectPacket } from '../protocols/mqtt/helpers.js';
+import { storageConfigs } from './storage-configs.js';
 import type { MqttPacket } from '../../src/protocols/mqtt/codec/index.js';
 
 function collect(c: MqttClient): IPublishPacket[] {
@@ -31,14 +33,18 @@ async function connectCollect(url: string, opts: IClientOptions): Promise<{ c: M
   return { c, got, present };
 }
 
-describe('mqtt e2e: restart in the middle of persistent sessions', () => {
+const configs = storageConfigs();
+
+for (const cfg of configs) describe(`mqtt e2e: restart in the middle of persistent sessions [${cfg.name}]`, () => {
   let b: FlowmqProcess;
   let certDir = '';
+  let storageArgs: string[] = [];
   before(async () => {
     // A self-signed certificate for the TLS listener.
     certDir = makeTestCert().dir;
+    storageArgs = await cfg.brokerArgs();
     b = await FlowmqProcess.start({
-      args: ['--mqtts-port', '0', '--mqtt-tls-cert', join(certDir, 'cert.pem'), '--mqtt-tls-key', join(certDir, 'key.pem'), '--log-level', 'info'],
+      args: [...storageArgs, '--mqtts-port', '0', '--mqtt-tls-cert', join(certDir, 'cert.pem'), '--mqtt-tls-key', join(certDir, 'key.pem'), '--log-level', 'info'],
     });
   });
   after(async () => {
@@ -68,6 +74,7 @@ describe('mqtt e2e: restart in the middle of persistent sessions', () => {
     await sleep(100);
 
     b = await b.restart([
+      ...storageArgs,
       '--mqtts-port', '0', '--mqtt-tls-cert', join(certDir, 'cert.pem'), '--mqtt-tls-key', join(certDir, 'key.pem'), '--log-level', 'info',
     ]);
 
@@ -124,10 +131,13 @@ describe('mqtt e2e: restart in the middle of persistent sessions', () => {
   });
 });
 
-describe('mqtt e2e: in-flight QoS 1 messages of connected sessions survive kill -9', () => {
+// On PostgreSQL this needs the publisher's PUBACK to wait for the write-through of the deliveries to the
+// subscribers' session queues (MqttHub.queueWrites): SQLite has written them at call time, PostgreSQL commits
+// later, and a kill -9 right after the last PUBLISH used to lose it (m1, m2 came back, m3 did not).
+for (const cfg of configs) describe(`mqtt e2e: in-flight QoS 1 messages of connected sessions survive kill -9 [${cfg.name}]`, () => {
   let b: FlowmqProcess;
   before(async () => {
-    b = await FlowmqProcess.start();
+    b = await FlowmqProcess.start({ args: await cfg.brokerArgs() });
   });
   after(async () => {
     await b.stop('SIGKILL');
@@ -165,7 +175,7 @@ describe('mqtt e2e: in-flight QoS 1 messages of connected sessions survive kill 
       mos.kill('SIGKILL');
       raw.destroy();
     }
-    b = await FlowmqProcess.start({ dataDir: b.dataDir });
+    b = await FlowmqProcess.start({ dataDir: b.dataDir, args: b.args });
 
     // [MQTT-4.4.0-1] on resume (Clean Start 0) unacknowledged PUBLISH packets are re-sent with DUP 1 and their
     // original packet identifiers [MQTT-3.3.1-1], before anything newer.
@@ -198,7 +208,7 @@ describe('mqtt e2e: in-flight QoS 1 messages of connected sessions survive kill 
 
     // Acknowledged now, so gone from the store: another kill -9 and resume brings nothing back.
     await b.stop('SIGKILL');
-    b = await FlowmqProcess.start({ dataDir: b.dataDir });
+    b = await FlowmqProcess.start({ dataDir: b.dataDir, args: b.args });
     const again = await connectCollect(b.mqttUrl, { protocolVersion: 5, clientId: 'kill-v5', clean: false, properties: { sessionExpiryInterval: 3600 } });
     assert.equal(again.present, true);
     const mosAgain = await run('mosquitto_sub', ['-h', '127.0.0.1', '-p', String(b.ports.mqtt), '-i', 'kill-mos', '-c', '-q', '1', '-t', 'crash/#', '-W', '1', '-v'], { timeoutMs: 10_000 });

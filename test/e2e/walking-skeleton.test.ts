@@ -1,6 +1,7 @@
 /**
  * The walking skeleton end to end, with real clients only: the flowmq CLI, mosquitto_pub, MQTT.js, kcat and
- * KafkaJS against a real `flowmq start` process on the embedded default storage.
+ * KafkaJS against a real `flowmq start` process, once on the embedded default storage and once on PostgreSQL
+ * (metastore and WAL) + S3 (s3rver), see storage-configs.ts.
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -10,6 +11,7 @@ import { join } from 'node:path';
 import mqtt from 'mqtt';
 import kafkajsPkg from 'kafkajs';
 import { eventually, FLOWMQ_BIN, FlowmqProcess, kcatConsume, run, type KcatMessage } from './harness.js';
+import { listObjects, storageConfigs, type StorageFigures } from './storage-configs.js';
 
 const { Kafka, logLevel } = kafkajsPkg;
 
@@ -56,13 +58,13 @@ function assertComplete(msgs: KcatMessage[], perDevice: number): void {
   for (const offsets of byPartition.values()) assert.deepEqual(offsets, offsets.map((_, i) => i), 'offsets are dense from 0');
 }
 
-describe('walking skeleton: MQTT in, Kafka out, through embedded storage', () => {
+for (const cfg of storageConfigs()) describe(`walking skeleton: MQTT in, Kafka out, through ${cfg.name} storage`, () => {
   let broker: FlowmqProcess;
   let sub: mqtt.MqttClient;
   const live: Array<{ topic: string; payload: string }> = [];
 
   before(async () => {
-    broker = await FlowmqProcess.start();
+    broker = await FlowmqProcess.start({ args: await cfg.brokerArgs() });
   });
   after(async () => {
     sub?.end(true);
@@ -144,38 +146,57 @@ describe('walking skeleton: MQTT in, Kafka out, through embedded storage', () =>
     // mosquitto_pub has its PUBACKs: now crash without any chance to flush.
     const crashed = await broker.stop('SIGKILL');
     assert.equal(crashed.signal, 'SIGKILL');
-    broker = await FlowmqProcess.start({ dataDir: broker.dataDir });
+    broker = await FlowmqProcess.start({ dataDir: broker.dataDir, args: broker.args });
     msgs = await kcatConsume(broker.kafka, 'telemetry');
     assertComplete(msgs, 2 * PER_DEVICE);
     assert.ok(broker.logs.some((l) => l.msg.startsWith('storage ready') && Number(l.recoveredBatches) > 0), 'the WAL tail was replayed');
   });
 
   it('serves old offsets from the object store after segments are flushed and the WAL trimmed', async () => {
-    // The default WAL layout keeps a directory of files per partition.
+    // The default WAL layout keeps a directory of files per partition; the PostgreSQL WAL counts what it holds.
     const walDir = join(broker.dataDir, 'wal-partitions');
-    const walBytes = () =>
-      readdirSync(walDir, { recursive: true })
-        .map((f) => statSync(join(walDir, String(f))))
-        .reduce((n, st) => n + (st.isFile() ? st.size : 0), 0);
-    const before = walBytes();
+    const walBytes = async () =>
+      cfg.shared
+        ? (await broker.api<StorageFigures>('GET', '/api/v1/broker')).storage.walBytes
+        : readdirSync(walDir, { recursive: true })
+            .map((f) => statSync(join(walDir, String(f))))
+            .reduce((n, st) => n + (st.isFile() ? st.size : 0), 0);
+    const before = await walBytes();
     const d = await broker.api<{ partitionDetails: Array<{ flushedOffset: number; highWatermark: number; segments: number; tailBytes: number }> }>('POST', '/api/v1/streams/telemetry/flush');
     for (const p of d.partitionDetails) {
       assert.equal(p.flushedOffset, p.highWatermark);
       assert.equal(p.tailBytes, 0);
     }
     assert.ok(d.partitionDetails.some((p) => p.segments > 0));
-    const objects = readdirSync(join(broker.dataDir, 'objects'), { recursive: true }).filter((f) => String(f).endsWith('.seg'));
-    assert.ok(objects.length >= 3, `segment objects written: ${objects.join(', ')}`);
-    assert.ok(walBytes() < before, `WAL trimmed (${before} -> ${walBytes()} bytes)`);
-    const info0 = await broker.api<{ storage: { log: { objectReads: number; adoptedSegments: number } } }>('GET', '/api/v1/broker');
-    assert.ok(info0.storage.log.adoptedSegments > 0, 'WAL files became segment objects');
+    const objects = cfg.shared
+      ? await listObjects(await cfg.services(), broker.args)
+      : readdirSync(join(broker.dataDir, 'objects'), { recursive: true }).map(String);
+    const segs = objects.filter((f) => f.endsWith('.seg'));
+    assert.ok(segs.length >= 3, `segment objects written: ${objects.join(', ')}`);
+    const trimmed = await walBytes();
+    assert.ok(trimmed < before, `WAL trimmed (${before} -> ${trimmed} bytes)`);
+    const info0 = await broker.api<StorageFigures>('GET', '/api/v1/broker');
+    if (cfg.shared) {
+      assert.equal(info0.storage.wal, 'postgres');
+      assert.equal(trimmed, 0, 'nothing left in the PostgreSQL WAL');
+      assert.ok(info0.storage.log.sealedSegments > 0, 'the tails were uploaded as segments');
+    } else {
+      assert.ok(info0.storage.log.adoptedSegments > 0, 'WAL files became segment objects');
+    }
     const msgs = await kcatConsume(broker.kafka, 'telemetry');
     assertComplete(msgs, 2 * PER_DEVICE);
-    const info1 = await broker.api<{ storage: { log: { objectReads: number } } }>('GET', '/api/v1/broker');
+    const info1 = await broker.api<StorageFigures>('GET', '/api/v1/broker');
     assert.ok(info1.storage.log.objectReads > info0.storage.log.objectReads, 'reads went to the object store');
     // ...and still after a restart, when nothing is in memory at all.
     broker = await broker.restart();
     assertComplete(await kcatConsume(broker.kafka, 'telemetry'), 2 * PER_DEVICE);
+    if (cfg.shared) {
+      // Nothing in memory and nothing in the WAL: every record came from S3 by ranged GETs.
+      const info2 = await broker.api<StorageFigures>('GET', '/api/v1/broker');
+      const gets = info2.storage.objects?.inner?.operations.get;
+      assert.ok(gets !== undefined && gets.requests > 0 && gets.bytes > 0, `segments read back from S3: ${JSON.stringify(gets)}`);
+      assert.equal(info2.storage.walBytes, 0);
+    }
   });
 
   it('a KafkaJS consumer reads a partition from a chosen offset (served from the object store)', async () => {
@@ -232,6 +253,7 @@ describe('walking skeleton: MQTT in, Kafka out, through embedded storage', () =>
   });
 
   it('refuses a second broker on the same data directory', async () => {
+    // On shared storage too: the data directory holds the lock whatever the backends.
     const r = await run(process.execPath, [FLOWMQ_BIN, 'start', '--data-dir', broker.dataDir, '--mqtt-port', '0', '--kafka-port', '0', '--http-port', '0', '--mqtt-ws-port', '0'], { timeoutMs: 10_000 });
     assert.equal(r.code, 2, r.stderr);
     assert.match(r.stderr, new RegExp(`data directory .* is in use by another broker \\(pid ${broker.proc.pid}\\)`));

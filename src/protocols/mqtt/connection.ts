@@ -1082,6 +1082,10 @@ export class MqttConnection {
         });
       }
     } else this.inQos1++;
+    // ...and once the deliveries to persistent sessions are in their store queues (written at the next tick, so
+    // that a kill -9 after the PUBACK loses none of them whatever the store's commit latency).
+    const queued = this.hub.queueWrites();
+    if (queued !== null) durable = durable === null ? queued : Promise.all([durable, queued]).then(() => undefined);
     // QoS 1: PUBACK once every capturing stream has the message durably; QoS 2: PUBREC likewise.
     this.queueAck(p.qos === 1 ? 'puback' : 'pubrec', p.packetId, durable, 0);
   }

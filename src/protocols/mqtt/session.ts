@@ -318,6 +318,8 @@ export class MqttHub {
   private sysTimer: NodeJS.Timeout | null = null;
   private flushScheduled = false;
   private readonly dirty = new Set<MqttSession>();
+  /** Someone waits for the queue writes of the flush now scheduled (see queueWrites). */
+  private round: { done: Promise<void>; resolve: () => void; writes: Promise<unknown>[] } | null = null;
   private closed = false;
 
   constructor(
@@ -673,7 +675,27 @@ export class MqttHub {
     this.flushScheduled = false;
     for (const s of this.dirty) this.flushSession(s);
     this.dirty.clear();
+    const round = this.round;
+    this.round = null;
+    if (round !== null) void Promise.allSettled(round.writes).then(round.resolve);
   };
+
+  /**
+   * Settles once the store writes of the deliveries made so far (issued at the flush now scheduled) have settled.
+   * A publisher's PUBACK / PUBREC waits for it: the message is then in the store queue of every persistent
+   * session it reached, on a store whose writes commit after the call returns (PostgreSQL) as on SQLite, whose
+   * writes are done at call time. A failed write is logged (storeFailed) and does not hold the acknowledgement.
+   * null: no write is pending.
+   */
+  queueWrites(): Promise<void> | null {
+    if (!this.flushScheduled) return null;
+    if (this.round === null) {
+      let resolve!: () => void;
+      const done = new Promise<void>((r) => (resolve = r));
+      this.round = { done, resolve, writes: [] };
+    }
+    return this.round.done;
+  }
 
   /** Issues one store transaction with a session's pending changes (also before anything reads its queue). */
   flushSession(s: MqttSession): void {
@@ -705,7 +727,7 @@ export class MqttHub {
     // Not awaited, and the next flush may be issued before this one resolves: a session's queue changes apply in the
     // order issued (the store's per-key order on the client id, src/storage/metastore/types.ts), which is also why a
     // remove of a seq learnt from an earlier result can follow at once.
-    this.store.updateQueue(s.clientId, { replace, remove, append }, max).then(
+    const written = this.store.updateQueue(s.clientId, { replace, remove, append }, max).then(
       ({ seqs, dropped }) => {
         for (let k = 0; k < appended.length; k++) {
           const d = appended[k];
@@ -729,6 +751,8 @@ export class MqttHub {
       },
       (err: unknown) => this.storeFailed('updateQueue', err),
     );
+    // Flushed ahead of the scheduled round (a read of the queue) or in it: the round's waiters wait for it too.
+    this.round?.writes.push(written);
   }
 
   /**
