@@ -25,101 +25,10 @@ import {
   type PostgresOptions,
 } from '../postgres-util.js';
 import { postgresMigrations } from './postgres-migrations.js';
+import { checkInt, checkInt32, checkStreamDef, toOffset, toSegment, toSession, toStream, type OffsetRow, type SegmentRow, type SessionRow, type StreamRow } from './rows.js';
 import type { ConsumerOffset, Metastore, PartitionState, SegmentMeta, StreamDef } from './types.js';
 
 export type { PostgresOptions };
-
-interface StreamRow {
-  name: string;
-  partitions: number;
-  bindings: string;
-  retention_ms: number | null;
-  created_at: number;
-}
-
-interface SegmentRow {
-  stream: string;
-  partition: number;
-  base_offset: number;
-  end_offset: number;
-  object_key: string;
-  size: number;
-  max_timestamp: number;
-  created_at: number;
-}
-
-interface OffsetRow {
-  group_id: string;
-  stream: string;
-  partition: number;
-  offset: number;
-  metadata: string | null;
-  committed_at: number;
-}
-
-interface SessionRow {
-  client_id: string;
-  protocol: string;
-  state: string;
-  expires_at: number | null;
-  updated_at: number;
-}
-
-const toStream = (r: StreamRow): StreamDef => ({
-  name: r.name,
-  partitions: r.partitions,
-  bindings: JSON.parse(r.bindings) as string[],
-  retentionMs: r.retention_ms,
-  createdAt: r.created_at,
-});
-
-const toSegment = (r: SegmentRow): SegmentMeta => ({
-  stream: r.stream,
-  partition: r.partition,
-  baseOffset: r.base_offset,
-  endOffset: r.end_offset,
-  objectKey: r.object_key,
-  size: r.size,
-  maxTimestamp: r.max_timestamp,
-  createdAt: r.created_at,
-});
-
-const toOffset = (r: OffsetRow): ConsumerOffset => ({
-  group: r.group_id,
-  stream: r.stream,
-  partition: r.partition,
-  offset: r.offset,
-  metadata: r.metadata,
-  committedAt: r.committed_at,
-});
-
-const toSession = (r: SessionRow): SessionRecord => ({
-  clientId: r.client_id,
-  protocol: r.protocol,
-  state: r.state,
-  expiresAt: r.expires_at,
-  updatedAt: r.updated_at,
-});
-
-function checkInt(what: string, n: number, min = 0): void {
-  if (!Number.isSafeInteger(n) || n < min) throw new FlowError('INVALID_ARGUMENT', `${what} must be an integer >= ${min}, got ${n}`);
-}
-
-/** PostgreSQL integer columns (partition numbers, stream partition counts) are 32-bit. */
-function checkInt32(what: string, n: number, min = 0): void {
-  checkInt(what, n, min);
-  if (n > 0x7fffffff) throw new FlowError('INVALID_ARGUMENT', `${what} must be below 2^31, got ${n}`);
-}
-
-function checkStreamDef(def: StreamDef): void {
-  if (typeof def.name !== 'string' || def.name.length === 0) throw new FlowError('INVALID_ARGUMENT', 'stream name is empty');
-  checkInt32('partitions', def.partitions, 1);
-  if (!Array.isArray(def.bindings) || !def.bindings.every((b) => typeof b === 'string')) {
-    throw new FlowError('INVALID_ARGUMENT', 'stream bindings must be an array of strings');
-  }
-  if (def.retentionMs !== null) checkInt('retentionMs', def.retentionMs);
-  checkInt('createdAt', def.createdAt);
-}
 
 // Key categories of the serializer (see KeyedSerializer); one per kind of key named in the contract.
 const STREAM = 's';
