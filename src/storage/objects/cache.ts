@@ -171,10 +171,14 @@ export class CachedObjectStore implements ObjectStore {
     st.nextSeq = last + 1;
     const waits: Array<Promise<Buffer>> = [];
     for (let i = first; i <= last; i++) waits.push(this.block(key, st, i));
-    if (sequential) this.readAheadFrom(key, st, last + 1);
+    // Where the object ends is known (the log reads a segment's footer first): read ahead at once. Otherwise the
+    // blocks read now may show that it ends here (a segment smaller than a block), so read ahead after them.
+    const knownSize = st.size !== undefined;
+    if (sequential && knownSize) this.readAheadFrom(key, st, last + 1);
     let blocks: Buffer[];
     try {
       blocks = await Promise.all(waits);
+      if (sequential && !knownSize && st.gen === gen) this.readAheadFrom(key, st, last + 1);
     } finally {
       this.maybeDrop(key, st);
     }

@@ -198,6 +198,14 @@ function contentRangeStart(header: string | undefined): number {
   return m === null ? 0 : Number(m[1]);
 }
 
+/** The SDK's logger interface over pino, everything at debug level (failures are reported by this module). */
+function sdkLogger(logger: Logger | undefined): { debug(...a: unknown[]): void; info(...a: unknown[]): void; warn(...a: unknown[]): void; error(...a: unknown[]): void } {
+  const log = (...args: unknown[]): void => {
+    if (logger?.isLevelEnabled('debug')) logger.debug({ sdk: args.map((a) => (typeof a === 'string' ? a : JSON.stringify(a))).join(' ') }, 'S3 client');
+  };
+  return { debug: log, info: log, warn: log, error: log };
+}
+
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** A stream over `parts` in order, for one attempt of an upload: the buffers are handed on, not copied. */
@@ -339,6 +347,9 @@ export class S3ObjectStore implements ObjectStore {
       responseChecksumValidation: 'WHEN_REQUIRED',
       // Retries are ours (see the module comment).
       maxAttempts: 1,
+      // Without a logger of its own the SDK writes to the console (a warning for each failed streamed upload,
+      // which this module retries and counts): its messages go to the broker's log, at debug level.
+      logger: sdkLogger(opts.logger),
       requestHandler: {
         connectionTimeout: timeout,
         requestTimeout: timeout,
