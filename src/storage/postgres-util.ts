@@ -35,6 +35,23 @@ export function endpointOf(url: string): string {
 }
 
 /**
+ * The URL without its `options` parameter (startup options such as `-c search_path=...`), and those options.
+ * node-postgres lets the URL's parameters override the pool's config, so options left in the URL would replace
+ * the ones FlowMQ sets (synchronous_commit); they are merged instead.
+ */
+function splitOptions(url: string): { connectionString: string; options: string } {
+  try {
+    const u = new URL(url);
+    const options = u.searchParams.get('options') ?? '';
+    if (options === '') return { connectionString: url, options };
+    u.searchParams.delete('options');
+    return { connectionString: u.toString(), options };
+  } catch {
+    return { connectionString: url, options: '' };
+  }
+}
+
+/**
  * int8 (bigint) columns and aggregates (COUNT, SUM) come back as numbers. Every int8 FlowMQ stores is a safe
  * integer (the backends check what they write), so a value outside that range means a foreign writer or
  * corruption: the query fails with it rather than returning a rounded offset.
@@ -138,15 +155,17 @@ export function createPool(opts: PostgresOptions, role: string): PgPool {
   const endpoint = endpointOf(opts.url);
   const stats: PoolStats = { queries: 0, errors: 0, reconnects: 0, idleErrors: 0 };
   const timeout = opts.statementTimeoutMs ?? 10_000;
+  const { connectionString, options } = splitOptions(opts.url);
   const pool = new pg.Pool({
-    connectionString: opts.url,
+    connectionString,
     max: opts.poolSize ?? 10,
     connectionTimeoutMillis: opts.connectTimeoutMs ?? 5000,
     idleTimeoutMillis: 30_000,
     // Sent as startup parameters: every connection gets them, including those opened after a restart.
     statement_timeout: timeout > 0 ? timeout : undefined,
     // Acknowledgements wait for COMMIT; a server configured with synchronous_commit=off would make that a lie.
-    options: '-c synchronous_commit=on',
+    // Options given in the URL (`?options=-c search_path=broker1`, a schema of its own) are kept.
+    options: [options, '-c synchronous_commit=on'].filter((o) => o !== '').join(' '),
     application_name: `flowmq-${role}`,
     keepAlive: true,
     types: typeParsers,
@@ -192,16 +211,23 @@ export function createPool(opts: PostgresOptions, role: string): PgPool {
         noteError(err);
         throw pgError(what, err, endpoint);
       }
+      // The pool stops listening for a connection's errors while it is checked out: one that dies between two
+      // statements of the transaction (the server restarting) would emit an unhandled 'error' and end the process.
+      const onError = (err: Error): void => noteError(err);
+      client.on('error', onError);
       try {
         stats.queries++;
         await client.query('BEGIN');
         const result = await fn(client);
         stats.queries++;
         await client.query('COMMIT');
+        client.removeListener('error', onError);
         client.release();
         return result;
       } catch (err) {
         // Destroying the connection rolls the transaction back on the server; a half-done one is never reused.
+        client.removeListener('error', onError);
+        client.on('error', () => undefined); // a late error of the discarded connection
         client.release(true);
         if (!(err instanceof FlowError)) noteError(err);
         throw pgError(what, err, endpoint);
@@ -264,9 +290,11 @@ export async function migratePostgres(p: PgPool, list: readonly PgMigration[], t
     throw pgError(`${what} migration`, err, p.endpoint);
   }
   let ok = false;
+  // Checked out, the connection's errors are ours to handle (see PgPool.transaction); it is discarded at the end.
+  client.on('error', (err) => p.noteError(err));
   try {
-    // Waiting for another broker's migration can take longer than an ordinary statement may.
-    await client.query('SET statement_timeout = 0');
+    // Waiting for another broker's migration can take longer than an ordinary statement may, but not for ever.
+    await client.query("SET statement_timeout = '5min'");
     await client.query('SELECT pg_advisory_lock($1)', [MIGRATION_LOCK]);
     try {
       await client.query('BEGIN');

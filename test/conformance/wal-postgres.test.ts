@@ -1,7 +1,7 @@
 /**
  * The WriteAheadLog conformance suite against PostgresWal (a database per `dir`). The suite's failing-disk cases
- * need a file opener (`io`), which this backend has no use for (supportsIo: false); its own failure cases (the
- * server stopped under appends) are in test/storage/postgres.test.ts.
+ * need a file opener (`io`), which this backend has no use for: the factory takes only `dir`, so the suite leaves
+ * them out. Its own failure cases (the server stopped under appends) are in test/storage/postgres.test.ts.
  */
 import { after, before } from 'node:test';
 import { PostgresWal } from '../../src/storage/wal/index.js';
@@ -22,4 +22,4 @@ walConformance('PostgresWal', async (dir) => {
   let url = databases.get(dir);
   if (url === undefined) databases.set(dir, (url = await server.createDatabase()));
   return PostgresWal.open({ url });
-}, { supportsIo: false });
+});

@@ -58,12 +58,7 @@ function assertSameEntries(actual: WalEntry[], expected: WalEntry[]): void {
   }
 }
 
-/** `supportsIo: false`: the backend writes no files (PostgreSQL), so the failing-disk cases do not apply to it. */
-export function walConformance(
-  name: string,
-  open: (dir: string, io?: FileOpener) => Promise<WriteAheadLog>,
-  { supportsIo = true }: { supportsIo?: boolean } = {},
-): void {
+export function walConformance(name: string, open: (dir: string, io?: FileOpener) => Promise<WriteAheadLog>): void {
   describe(`WriteAheadLog conformance: ${name}`, () => {
     let root = '';
     let n = 0;

@@ -10,6 +10,7 @@ import pg from 'pg';
 import { isFlowError, type FlowError } from '../../src/core/index.js';
 import { PostgresMetastore, postgresMigrations } from '../../src/storage/metastore/index.js';
 import { PostgresWal, type WalEntry } from '../../src/storage/wal/index.js';
+import { createPool } from '../../src/storage/postgres-util.js';
 import { startPostgres, type PostgresServer } from '../helpers/postgres.js';
 
 let server: PostgresServer;
@@ -99,6 +100,30 @@ describe('PostgreSQL backends', () => {
     await w1.append(entry('k/0', 0));
     assert.equal((await replayAll(w2)).length, 1);
     await Promise.all([a.close(), b.close(), c.close(), w1.close(), w2.close()]);
+  });
+
+  it('keeps startup options given in the URL (a schema per broker through search_path) and synchronous_commit on', async () => {
+    const url = await server.createDatabase();
+    const admin = new pg.Client({ connectionString: url });
+    await admin.connect();
+    await admin.query('CREATE SCHEMA b1; CREATE SCHEMA b2');
+    // A database whose default would make an acknowledgement before the commit is durable: FlowMQ overrides it.
+    await admin.query(`ALTER DATABASE "${new URL(url).pathname.slice(1)}" SET synchronous_commit = off`);
+    const inSchema = (schema: string) => `${url}?options=${encodeURIComponent(`-c search_path=${schema}`)}`;
+    const [m1, m2] = await Promise.all([PostgresMetastore.open({ url: inSchema('b1') }), PostgresMetastore.open({ url: inSchema('b2') })]);
+    const [w1, w2] = await Promise.all([PostgresWal.open({ url: inSchema('b1') }), PostgresWal.open({ url: inSchema('b2') })]);
+    await m1.createStream(stream('only-in-b1'));
+    await w1.append(entry('k/0', 0));
+    assert.deepEqual((await m2.listStreams()).map((d) => d.name), []);
+    assert.deepEqual(await replayAll(w2), []);
+    const tables = await admin.query("SELECT table_schema FROM information_schema.tables WHERE table_name = 'streams' ORDER BY 1");
+    assert.deepEqual(tables.rows.map((r) => r.table_schema), ['b1', 'b2']);
+    await admin.end();
+    const p = createPool({ url: inSchema('b1') }, 'test');
+    assert.deepEqual((await p.query('test', 'SHOW synchronous_commit')).rows, [{ synchronous_commit: 'on' }]);
+    assert.deepEqual((await p.query('test', 'SHOW search_path')).rows, [{ search_path: 'b1' }]);
+    await p.end();
+    await Promise.all([m1.close(), m2.close(), w1.close(), w2.close()]);
   });
 
   it('times a statement blocked by another connection out with STORAGE_ERROR, then works again', async () => {
@@ -248,6 +273,38 @@ describe('PostgreSQL backends', () => {
     assert.equal(p1.filter((e) => e.epoch === 1).length, outcomes.filter((o) => o === 'ok').length, 'exactly the acknowledged stale appends are there');
     assert.deepEqual(p1.at(-1)?.epoch, 5);
     await Promise.all([a.close(), b.close()]);
+  });
+
+  it('WAL: a connection killed in the middle of a group fails that group only, and never crashes the process', async () => {
+    const url = await server.createDatabase();
+    const wal = await PostgresWal.open({ url });
+    await wal.fence('kill/0', 1);
+    await wal.append(entry('kill/0', 0));
+    // Hold the key's epoch row, so that the next group waits inside its transaction on a checked-out connection.
+    const other = new pg.Client({ connectionString: url });
+    await other.connect();
+    await other.query('BEGIN');
+    await other.query("SELECT * FROM wal_epochs WHERE key = 'kill/0' FOR UPDATE");
+    // Its outcome is taken at once (it may fail before the test looks at it).
+    const blocked = wal.append(entry('kill/0', 1)).then(
+      () => null,
+      (e: unknown) => e,
+    );
+    const waiting = async () =>
+      (await other.query("SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'flowmq-wal' AND wait_event_type = 'Lock'")).rows[0].n > 0;
+    const deadline = Date.now() + 20_000;
+    while (!(await waiting())) {
+      assert.ok(Date.now() < deadline, 'the group waits for the lock');
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    await other.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'flowmq-wal' AND wait_event_type = 'Lock'");
+    const failure = await blocked;
+    assert.ok(storageError(failure), String(failure));
+    await other.query('ROLLBACK');
+    await other.end();
+    await wal.append(entry('kill/0', 1));
+    assert.deepEqual((await replayAll(wal)).map((e) => e.baseOffset), [0, 1]);
+    await wal.close();
   });
 
   it('survives a PostgreSQL restart: STORAGE_ERROR while down, working again by itself, no acknowledged entry lost', async () => {

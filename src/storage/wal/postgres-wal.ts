@@ -75,6 +75,8 @@ export class PostgresWal implements WriteAheadLog {
   private readonly resuming = new Set<string>();
   /** Highest epoch seen per key (appends, fences): stale appends are refused without a round trip. */
   private readonly epochs = new Map<string, number>();
+  /** Settles with the last append of each key with one in flight: fence() waits for it (per-key order). */
+  private readonly lastAppend = new Map<string, Promise<void>>();
   /** Bytes held per key, and in total. */
   private readonly keyBytes = new Map<string, number>();
   private totalBytes = 0;
@@ -140,6 +142,10 @@ export class PostgresWal implements WriteAheadLog {
   async fence(key: string, epoch: number): Promise<void> {
     if (this.closed) throw new FlowError('CLOSED', 'WAL is closed');
     if (!Number.isSafeInteger(epoch) || epoch < 0) throw new FlowError('INVALID_ARGUMENT', `bad epoch ${epoch}`);
+    // Per-key order: appends of the key issued after this call are held to the new epoch at once, and those issued
+    // before it are written (or fail) before the fence is.
+    if (epoch > (this.epochs.get(key) ?? -1)) this.epochs.set(key, epoch);
+    await this.lastAppend.get(key);
     // Waits for a group holding the key's lock; groups after it see the raised epoch.
     const r = await this.db.query<{ epoch: number }>(
       'WAL fence',
@@ -158,10 +164,20 @@ export class PostgresWal implements WriteAheadLog {
       return Promise.reject(new FlowError('INVALID_ARGUMENT', `bad WAL entry epoch ${entry.epoch} for ${entry.key}`));
     }
     this.epochs.set(entry.key, entry.epoch);
-    return new Promise<void>((resolve, reject) => {
+    const key = entry.key;
+    const done = new Promise<void>((resolve, reject) => {
       this.queue.push({ entry, resolve, reject });
       this.flushing ??= this.flushLoop();
     });
+    const settled = done.then(
+      () => undefined,
+      () => undefined,
+    );
+    this.lastAppend.set(key, settled);
+    void settled.then(() => {
+      if (this.lastAppend.get(key) === settled) this.lastAppend.delete(key);
+    });
+    return done;
   }
 
   private epochRefusal(entry: WalEntry): FlowError | null {
