@@ -5,7 +5,10 @@
  *
  * Every broker gets a database and a bucket prefix of its own, so brokers of one run never see each other's data.
  */
-import { onCleanup } from './brokers.js';
+import pg from 'pg';
+import { copyFile, mkdir } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
+import { onCleanup, ROOT } from './brokers.js';
 import { startPostgres, type PostgresServer } from '../test/helpers/postgres.js';
 import { startS3, type S3TestServer } from '../test/helpers/s3.js';
 
@@ -21,7 +24,13 @@ let brokers = 0;
 export function sharedServices(): Promise<SharedServices> {
   services ??= (async () => {
     const postgres = await startPostgres({ durable: true });
-    onCleanup(() => postgres.stop());
+    let log: string | null = null;
+    onCleanup(async () => {
+      // The server's log goes with its directory: kept as bench/results/postgres.log when settings were given.
+      if (log !== null) await copyFile(log, join(ROOT, 'bench/results/postgres.log')).catch(() => undefined);
+      await postgres.stop();
+    });
+    log = await applySettings(postgres, process.env.BENCH_PG_SETTINGS ?? '');
     const s3 = await startS3({ bucket: 'flowmq-bench' });
     onCleanup(() => s3.close());
     return { postgres, s3 };
@@ -43,4 +52,36 @@ export async function sharedStorageArgs(): Promise<string[]> {
     '--s3-access-key-id', s3.accessKeyId,
     '--s3-secret-access-key', s3.secretAccessKey,
   ];
+}
+
+/**
+ * BENCH_PG_SETTINGS: `name=value` pairs separated by `;` (e.g. `log_min_duration_statement=100;log_checkpoints=on`),
+ * set with ALTER SYSTEM and a configuration reload (and a restart of the server for settings read only at start,
+ * such as wal_buffers), to look into or tune the server while the bench runs. Settings that the test helper sets on
+ * its command line (shared_buffers, fsync, full_page_writes, max_connections) are not changed so.
+ */
+async function applySettings(server: PostgresServer, settings: string): Promise<string | null> {
+  const pairs = settings.split(';').map((p) => p.trim()).filter((p) => p !== '');
+  if (pairs.length === 0) return null;
+  const c = new pg.Client({ connectionString: server.url() });
+  await c.connect();
+  let restart = false;
+  try {
+    for (const p of pairs) {
+      const m = /^([a-z_.]+)\s*=\s*(.*)$/.exec(p);
+      if (!m) throw new Error(`BENCH_PG_SETTINGS: "${p}" is not name=value`);
+      await c.query(`ALTER SYSTEM SET ${m[1]} = '${m[2].replaceAll("'", "''")}'`);
+    }
+    await c.query('SELECT pg_reload_conf()');
+    const r = await c.query<{ d: string }>("SELECT current_setting('data_directory') AS d");
+    // Settings read only at start (wal_buffers...): the server is restarted for them.
+    const names = pairs.map((p) => p.split('=')[0].trim());
+    const pending = await c.query("SELECT name FROM pg_settings WHERE context = 'postmaster' AND name = ANY($1::text[])", [names]);
+    if (pending.rows.length > 0) restart = true;
+    await mkdir(join(ROOT, 'bench/results'), { recursive: true });
+    return join(dirname(r.rows[0].d), 'server.log');
+  } finally {
+    await c.end();
+    if (restart) await server.restart();
+  }
 }
