@@ -434,10 +434,7 @@ export interface LatencyResult {
   endToEnd: Percentiles;
   produced: number;
   consumed: number;
-  /**
-   * Batches made in the measured interval that waited for a free in-flight slot (a waiting batch that took more
-   * records at a later tick counts again).
-   */
+  /** Batches (sent as one request each) made or grown in the measured interval that waited for a free in-flight slot. */
   queuedBatches: number;
   /** How long the warm-up lasted (s). */
   warmupS: number;
@@ -469,7 +466,7 @@ export async function kafkaLatency(port: number, o: LatencyOptions): Promise<Lat
   const ackSamples: number[] = [];
   const writeAckSamples: number[] = [];
   const inWindow = (t: number) => t >= windowStart && t < windowEnd;
-  const queues: { partition: number; batch: [Buffer, Buffer]; records: number; createdAt: number; touchedAt: number }[][] = producers.map(() => []);
+  const queues: { partition: number; batch: [Buffer, Buffer]; records: number; createdAt: number; touchedAt: number; waited: boolean }[][] = producers.map(() => []);
   // A producer's batch.size (1 MiB): a batch still waiting for an in-flight slot takes new records up to it.
   const maxBatchRecords = Math.max(1, Math.floor((1 << 20) / o.recordBytes));
 
@@ -533,7 +530,7 @@ export async function kafkaLatency(port: number, o: LatencyOptions): Promise<Lat
           waiting.batch = factory.make(waiting.records, waiting.createdAt, Date.now());
           waiting.touchedAt = now;
         } else {
-          queues[c].push({ partition, batch: factory.make(n, now, Date.now()), records: n, createdAt: now, touchedAt: now });
+          queues[c].push({ partition, batch: factory.make(n, now, Date.now()), records: n, createdAt: now, touchedAt: now, waited: false });
         }
       }
       nextPartition = (nextPartition + (due % P)) % P;
@@ -543,7 +540,8 @@ export async function kafkaLatency(port: number, o: LatencyOptions): Promise<Lat
         for (const item of queues[c]) {
           if (item.touchedAt !== now) continue;
           lastQueuedAt = now;
-          if (inWindow(now)) queuedBatches++;
+          if (inWindow(now) && !item.waited) queuedBatches++;
+          item.waited = true;
         }
       }
     }

@@ -752,7 +752,7 @@ const scenarios: Scenario[] = [
       const r = await perConfig(latencyRun);
       const show = (v: Awaited<ReturnType<typeof latencyRun>>) => {
         const q = v.r.queuedBatches > 0 ? `; ${fmt((100 * v.r.queuedBatches) / Math.max(1, v.r.produceAck.count), 0)}% waited for an in-flight slot` : '';
-        const bs = v.bs.p50 !== null && v.bs.p99 !== null ? `; broker-side ≤ ${fmt(v.bs.p50, 1)} / ≤ ${fmt(v.bs.p99, 1)} ms` : '';
+        const bs = v.bs.p50 !== null && v.bs.p99 !== null ? `; broker-side (incl. warm-up) ≤ ${fmt(v.bs.p50, 1)} / ≤ ${fmt(v.bs.p99, 1)} ms` : '';
         return `${fmt(v.r.produceAck.p50, 1)} / ${fmt(v.r.produceAck.p99, 1)} ms at ${fmt(v.r.achievedMbPerSec, 1)} MB/s (half of ${fmt(v.peakMbPerSec, 1)}${v.calibrated ? ', a 3 s calibration' : ''}${q}${bs})`;
       };
       const verdicts = STORAGE_CONFIGS.map((c) => {
