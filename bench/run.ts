@@ -444,17 +444,19 @@ async function replayRun(c: StorageConfig): Promise<ReplayRun> {
 
 /** Latency at half of a configuration's peak, producers only, on a fresh broker of that configuration. */
 async function latencyRun(c: StorageConfig): Promise<{ r: LatencyResult; bs: { p50: number | null; p99: number | null; count: number }; peakMbPerSec: number; calibrated: boolean; storage: Record<string, unknown> | null }> {
+  // BENCH_STORAGE_LATENCY_MBPS: the same fixed rate for every configuration instead of half of its peak.
+  const fixed = process.env.BENCH_STORAGE_LATENCY_MBPS ? num('BENCH_STORAGE_LATENCY_MBPS', 1) : null;
   let p = storagePeaks.get(c.id) ?? (c.id === 'embedded' ? peak : null) ?? null;
-  const calibrated = p === null;
-  if (p === null) {
+  const calibrated = p === null && fixed === null;
+  if (p === null && fixed === null) {
     console.log(`  (${c.id}: no produce run selected: measuring peak throughput for 3 s first)`);
     p = await runProduce(3, await c.args());
     storagePeaks.set(c.id, p);
   }
-  const peakMbPerSec = p.mbPerSec;
+  const peakMbPerSec = p?.mbPerSec ?? NaN;
   const o = {
     topic: 'bench-latency', partitions: CFG.kafkaPartitions, connections: CFG.kafkaConnections, inflight: CFG.kafkaInflight,
-    recordBytes: CFG.kafkaRecordBytes, bytesPerSec: (peakMbPerSec * 1e6) / 2, lingerMs: CFG.kafkaLingerMs,
+    recordBytes: CFG.kafkaRecordBytes, bytesPerSec: fixed !== null ? fixed * 1e6 : (peakMbPerSec * 1e6) / 2, lingerMs: CFG.kafkaLingerMs,
     warmupS: CFG.kafkaLatencyWarmupS, seconds: CFG.seconds, consume: false,
   };
   return withFlowmq(async (b) => {
@@ -753,7 +755,8 @@ const scenarios: Scenario[] = [
       const show = (v: Awaited<ReturnType<typeof latencyRun>>) => {
         const q = v.r.queuedBatches > 0 ? `; ${fmt((100 * v.r.queuedBatches) / Math.max(1, v.r.produceAck.count), 0)}% waited for an in-flight slot` : '';
         const bs = v.bs.p50 !== null && v.bs.p99 !== null ? `; broker-side (incl. warm-up) ≤ ${fmt(v.bs.p50, 1)} / ≤ ${fmt(v.bs.p99, 1)} ms` : '';
-        return `${fmt(v.r.produceAck.p50, 1)} / ${fmt(v.r.produceAck.p99, 1)} ms at ${fmt(v.r.achievedMbPerSec, 1)} MB/s (half of ${fmt(v.peakMbPerSec, 1)}${v.calibrated ? ', a 3 s calibration' : ''}${q}${bs})`;
+        const rate = process.env.BENCH_STORAGE_LATENCY_MBPS ? 'rate set by BENCH_STORAGE_LATENCY_MBPS' : `half of ${fmt(v.peakMbPerSec, 1)}${v.calibrated ? ', a 3 s calibration' : ''}`;
+        return `${fmt(v.r.produceAck.p50, 1)} / ${fmt(v.r.produceAck.p99, 1)} ms at ${fmt(v.r.achievedMbPerSec, 1)} MB/s (${rate}${q}${bs})`;
       };
       const verdicts = STORAGE_CONFIGS.map((c) => {
         const o = r.get(c.id);
@@ -763,7 +766,7 @@ const scenarios: Scenario[] = [
       rows.push({
         group: 'storage',
         scenario: 'storage-latency',
-        title: `produce → ack latency p50 / p99, producers only, at half of each configuration's own peak: a batch per partition every ${CFG.kafkaLingerMs} ms, ≤ ${CFG.kafkaInflight} in flight per connection`,
+        title: `produce → ack latency p50 / p99, producers only, ${process.env.BENCH_STORAGE_LATENCY_MBPS ? `at ${process.env.BENCH_STORAGE_LATENCY_MBPS} MB/s (BENCH_STORAGE_LATENCY_MBPS; the targets are set at half of each one's peak)` : "at half of each configuration's own peak"}: a batch per partition every ${CFG.kafkaLingerMs} ms, ≤ ${CFG.kafkaInflight} in flight per connection`,
         flowmq: cell(r.get('embedded'), show),
         peer: cell(r.get('shared'), show),
         ratio: verdicts.join('; '),
