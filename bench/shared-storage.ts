@@ -51,6 +51,8 @@ export async function sharedStorageArgs(): Promise<string[]> {
     '--s3-region', s3.region,
     '--s3-access-key-id', s3.accessKeyId,
     '--s3-secret-access-key', s3.secretAccessKey,
+    // BENCH_SHARED_ARGS: more broker options for this configuration only (e.g. `--segment-bytes 8MiB`).
+    ...(process.env.BENCH_SHARED_ARGS ?? '').split(/\s+/).filter((a) => a !== ''),
   ];
 }
 
