@@ -6,7 +6,8 @@
  * the next. Kafka scenarios are reported next to the machine's own fsync'd sequential write bandwidth, measured
  * in the same run on the filesystem the broker writes to.
  *
- * SELECTION: `mqtt`, `kafka`, or scenario names (`npm run bench -- --list`); default: everything.
+ * SELECTION: `mqtt`, `kafka`, `storage`, or scenario names (`npm run bench -- --list`); default: everything.
+ * Storage scenarios run each measurement with embedded storage and with PostgreSQL + S3 (shared-storage.ts).
  * Results: one markdown table per group on stdout, and bench/results/latest.json.
  *
  * Environment (all optional): BENCH_SECONDS (5) measured seconds per scenario, BENCH_WARMUP (1) seconds of
@@ -380,7 +381,7 @@ const cell = <T>(o: Outcome<T> | undefined, show: (v: T) => string): string => (
 
 /** The broker's per-partition figures of a stream (GET, or POST …/flush to seal everything first). */
 async function partitionDetails(b: Broker, stream: string, flush: boolean): Promise<Array<Record<string, number>>> {
-  const res = await fetch(`http://${'127.0.0.1'}:${b.httpPort}/api/v1/streams/${encodeURIComponent(stream)}${flush ? '/flush' : ''}`, {
+  const res = await fetch(`http://127.0.0.1:${b.httpPort}/api/v1/streams/${encodeURIComponent(stream)}${flush ? '/flush' : ''}`, {
     method: flush ? 'POST' : 'GET',
     headers: { 'content-type': 'application/json' },
   });
