@@ -23,6 +23,14 @@ export const MQTT_LIMITS = { maxInflight: 100, maxQueued: 1000 };
 
 const procs = new Set<ChildProcess>();
 const dirs = new Set<string>();
+/** Services other than brokers (PostgreSQL, s3rver) the run started: stopped by cleanupAll after the brokers. */
+const services = new Set<() => Promise<void>>();
+
+/** Registers a service's stop for cleanupAll; the returned function unregisters it (after stopping it oneself). */
+export function onCleanup(stop: () => Promise<void>): () => void {
+  services.add(stop);
+  return () => services.delete(stop);
+}
 
 /** A temporary directory removed at cleanup; under BENCH_DATA_DIR when set (pick a disk like production's). */
 export function tempDir(prefix: string): string {
@@ -59,6 +67,10 @@ export function stopProcess(p: ChildProcess, graceMs = 10_000): Promise<void> {
 
 export async function cleanupAll(): Promise<void> {
   await Promise.all([...procs].map((p) => stopProcess(p, 5000)));
+  for (const stop of [...services]) {
+    services.delete(stop);
+    await stop().catch(() => undefined);
+  }
   for (const d of [...dirs]) removeDir(d);
 }
 
@@ -94,6 +106,11 @@ export interface Broker {
   httpPort: number;
   dir: string;
   stop(): Promise<void>;
+  /**
+   * FlowMQ only: stops the broker (SIGTERM, a clean shutdown) and starts it again on the same ports and data, so
+   * that nothing read or written before is in its memory. `pid` is the new process's afterwards.
+   */
+  restart?(): Promise<void>;
 }
 
 function logTail(file: string): string {
@@ -136,7 +153,6 @@ async function startFlowmqOnce(extraArgs: readonly string[]): Promise<Broker> {
   while (ports.size < 3) ports.add(await freePort());
   const [mqttPort, kafkaPort, httpPort] = [...ports];
   const log = join(dir, 'flowmq.log');
-  const fd = openSync(log, 'a');
   // The launcher itself (not `node bin/flowmq`), so the broker runs as `flowmq start` does for users.
   const argv = [
     join(ROOT, 'bin/flowmq'),
@@ -158,10 +174,15 @@ async function startFlowmqOnce(extraArgs: readonly string[]): Promise<Broker> {
     FLOWMQ_MQTT_MAX_INFLIGHT: String(MQTT_LIMITS.maxInflight),
     FLOWMQ_MQTT_MAX_QUEUED_MESSAGES: String(MQTT_LIMITS.maxQueued),
   };
-  const p = shellWithLimit(argv, { stdio: ['ignore', fd, fd], env });
-  closeSync(fd);
-  await started(p, [mqttPort, kafkaPort, httpPort], log, 'flowmq');
-  return {
+  const launch = async (): Promise<ChildProcess> => {
+    const fd = openSync(log, 'a');
+    const p = shellWithLimit(argv, { stdio: ['ignore', fd, fd], env });
+    closeSync(fd);
+    await started(p, [mqttPort, kafkaPort, httpPort], log, 'flowmq');
+    return p;
+  };
+  let p = await launch();
+  const broker: Broker = {
     kind: 'flowmq',
     pid: p.pid!,
     mqttPort,
@@ -172,7 +193,14 @@ async function startFlowmqOnce(extraArgs: readonly string[]): Promise<Broker> {
       await stopProcess(p);
       removeDir(dir);
     },
+    restart: async () => {
+      await stopProcess(p);
+      // The ports were the broker's own a moment ago; nobody else is expected to take them in between.
+      p = await launch();
+      broker.pid = p.pid!;
+    },
   };
+  return broker;
 }
 
 export function mosquittoBinary(): string | null {

@@ -54,8 +54,17 @@ export function produceHead(topic: string, partition: number, batchBytes: number
   return frame(0, 3, correlationId, [fixed, kstr(topic), part], batchBytes);
 }
 
-/** FetchRequest v4: read-uncommitted long poll over `offsets.length` partitions of `topic`. */
-export function fetchRequest(topic: string, offsets: number[], correlationId: number, o: { maxWaitMs: number; minBytes: number; maxBytes: number; partitionMaxBytes: number }): Buffer {
+/**
+ * FetchRequest v4: read-uncommitted long poll over `offsets.length` partitions of `topic`: partitions 0, 1, ...,
+ * or those named by `partitionIds` (same length as `offsets`).
+ */
+export function fetchRequest(
+  topic: string,
+  offsets: number[],
+  correlationId: number,
+  o: { maxWaitMs: number; minBytes: number; maxBytes: number; partitionMaxBytes: number },
+  partitionIds?: number[],
+): Buffer {
   const fixed = Buffer.alloc(4 + 4 + 4 + 4 + 1 + 4);
   fixed.writeInt32BE(-1, 0); // replica id: a consumer
   fixed.writeInt32BE(o.maxWaitMs, 4);
@@ -66,7 +75,7 @@ export function fetchRequest(topic: string, offsets: number[], correlationId: nu
   const parts = Buffer.alloc(4 + 16 * offsets.length);
   parts.writeInt32BE(offsets.length, 0);
   offsets.forEach((off, p) => {
-    parts.writeInt32BE(p, 4 + 16 * p);
+    parts.writeInt32BE(partitionIds?.[p] ?? p, 4 + 16 * p);
     parts.writeBigInt64BE(BigInt(off), 8 + 16 * p);
     parts.writeInt32BE(o.partitionMaxBytes, 16 + 16 * p);
   });
@@ -425,7 +434,7 @@ export interface LatencyResult {
   endToEnd: Percentiles;
   produced: number;
   consumed: number;
-  /** Batches made in the measured interval that waited for a free in-flight slot. */
+  /** Batches (sent as one request each) made or grown in the measured interval that waited for a free in-flight slot. */
   queuedBatches: number;
   /** How long the warm-up lasted (s). */
   warmupS: number;
@@ -457,7 +466,9 @@ export async function kafkaLatency(port: number, o: LatencyOptions): Promise<Lat
   const ackSamples: number[] = [];
   const writeAckSamples: number[] = [];
   const inWindow = (t: number) => t >= windowStart && t < windowEnd;
-  const queues: { partition: number; batch: [Buffer, Buffer]; records: number; createdAt: number }[][] = producers.map(() => []);
+  const queues: { partition: number; batch: [Buffer, Buffer]; records: number; createdAt: number; touchedAt: number; waited: boolean }[][] = producers.map(() => []);
+  // A producer's batch.size (1 MiB): a batch still waiting for an in-flight slot takes new records up to it.
+  const maxBatchRecords = Math.max(1, Math.floor((1 << 20) / o.recordBytes));
 
   const drain = (c: number) => {
     const conn = producers[c];
@@ -505,22 +516,32 @@ export async function kafkaLatency(port: number, o: LatencyOptions): Promise<Lat
         const n = per + (extra > 0 ? 1 : 0);
         if (extra > 0) extra--;
         if (n === 0) continue;
-        const batch = factory.make(n, now, Date.now());
         const c = partition % producers.length;
+        // As a Kafka producer's accumulator does, records for a partition whose batch has not gone out yet (all
+        // in-flight slots taken) join that batch rather than queue up behind it as one more request. The batch
+        // keeps its creation time, so its latency counts from its oldest records.
+        const waiting = queues[c].find((q) => q.partition === partition && q.records + n <= maxBatchRecords);
         if (inWindow(now)) {
-          batchesInWindow++;
+          if (waiting === undefined) batchesInWindow++;
           recordsInWindow += n;
         }
-        queues[c].push({ partition, batch, records: n, createdAt: now });
+        if (waiting !== undefined) {
+          waiting.records += n;
+          waiting.batch = factory.make(waiting.records, waiting.createdAt, Date.now());
+          waiting.touchedAt = now;
+        } else {
+          queues[c].push({ partition, batch: factory.make(n, now, Date.now()), records: n, createdAt: now, touchedAt: now, waited: false });
+        }
       }
       nextPartition = (nextPartition + (due % P)) % P;
       for (let c = 0; c < producers.length; c++) {
         drain(c);
         // What the tick could not send waits for an in-flight slot.
         for (const item of queues[c]) {
-          if (item.createdAt !== now) continue;
+          if (item.touchedAt !== now) continue;
           lastQueuedAt = now;
-          if (inWindow(now)) queuedBatches++;
+          if (inWindow(now) && !item.waited) queuedBatches++;
+          item.waited = true;
         }
       }
     }
@@ -646,4 +667,111 @@ export async function consumeForLatency(d: ConsumerWorkerData, stopped: Promise<
     consumer.close();
   }
   return out;
+}
+
+// ------------------------------------------------------------------ cold replay
+
+/**
+ * Produces `batches` pre-encoded batches of `recordsPerBatch` 1 KiB records (acks=all) round-robin over the
+ * partitions, as fast as the broker takes them (same connections and in-flight limit as the throughput run), and
+ * resolves once all are acknowledged. Used to lay down the stream the replay reads back.
+ */
+export async function kafkaProduceBatches(
+  port: number,
+  o: { topic: string; partitions: number; connections: number; inflight: number; recordsPerBatch: number; recordBytes: number; batches: number },
+): Promise<{ seconds: number; mbPerSec: number }> {
+  const batch = encodeBatch(recordsOf(o.recordsPerBatch, o.recordBytes, Date.now()));
+  const conns = await Promise.all(Array.from({ length: o.connections }, () => KafkaConn.open(port)));
+  let sent = 0;
+  let acked = 0;
+  const t0 = nowS();
+  try {
+    await new Promise<void>((resolve, reject) => {
+      const pump = (conn: KafkaConn) => {
+        if (conn.error) return reject(conn.error);
+        while (sent < o.batches && !conn.closed && conn.outstanding < o.inflight) {
+          const partition = sent++ % o.partitions;
+          const corr = conn.nextCorrelationId();
+          conn.send(corr, [produceHead(o.topic, partition, batch.length, corr), batch], (body) => {
+            const code = produceError(body);
+            if (code !== 0) return reject(new Error(`produce to partition ${partition} failed with Kafka error ${code}`));
+            if (++acked === o.batches) resolve();
+            else pump(conn);
+          });
+        }
+      };
+      for (const c of conns) {
+        c.socket.once('close', () => acked < o.batches && reject(c.error ?? new Error('producer connection closed')));
+        pump(c);
+      }
+    });
+    const seconds = nowS() - t0;
+    return { seconds, mbPerSec: (o.batches * o.recordsPerBatch * o.recordBytes) / seconds / 1e6 };
+  } finally {
+    for (const c of conns) c.close();
+  }
+}
+
+export interface ReplayResult {
+  /** Record value bytes read back per second (1 MB = 10^6 bytes). */
+  mbPerSec: number;
+  /** Batch bytes (what the Fetch responses carried) per second. */
+  wireMbPerSec: number;
+  records: number;
+  seconds: number;
+  fetches: number;
+}
+
+/**
+ * Reads partitions 0..n-1 of `topic` from offset 0 up to `ends[p]` (exclusive), one connection per partition (as
+ * one consumer per partition of a group would), each with one Fetch v4 outstanding at a time, and measures from the
+ * first request to the last response. Every offset must come back exactly once, in order.
+ */
+export async function kafkaReplay(port: number, o: { topic: string; ends: number[]; recordBytes: number; partitionMaxBytes: number; timeoutS: number }): Promise<ReplayResult> {
+  const conns = await Promise.all(o.ends.map(() => KafkaConn.open(port)));
+  const fetchOpts = { maxWaitMs: 500, minBytes: 1, maxBytes: o.partitionMaxBytes, partitionMaxBytes: o.partitionMaxBytes };
+  let records = 0;
+  let wireBytes = 0;
+  let fetches = 0;
+  const t0 = nowS();
+  try {
+    await Promise.all(
+      conns.map(
+        (conn, p) =>
+          new Promise<void>((resolve, reject) => {
+            let offset = 0;
+            const timer = setTimeout(() => reject(new Error(`replay of partition ${p} stuck at offset ${offset} of ${o.ends[p]} after ${o.timeoutS} s`)), o.timeoutS * 1000);
+            const done = (err?: Error) => {
+              clearTimeout(timer);
+              if (err) reject(err);
+              else resolve();
+            };
+            conn.socket.once('close', () => offset < o.ends[p] && done(conn.error ?? new Error(`consumer of partition ${p} closed`)));
+            const poll = () => {
+              if (offset >= o.ends[p]) return done();
+              const corr = conn.nextCorrelationId();
+              fetches++;
+              conn.send(corr, [fetchRequest(o.topic, [offset], corr, fetchOpts, [p])], (body) => {
+                const { batches, errors } = parseFetch(body);
+                const mine = errors.find((e) => e.partition === p);
+                if (mine) return done(new Error(`fetch of partition ${p} at offset ${offset}: Kafka error ${mine.code}`));
+                for (const b of batches) {
+                  if (b.partition !== p) continue;
+                  if (b.baseOffset !== offset) return done(new Error(`partition ${p}: batch at offset ${b.baseOffset}, expected ${offset}`));
+                  offset = b.nextOffset;
+                  records += b.records;
+                }
+                wireBytes += body.length;
+                poll();
+              });
+            };
+            poll();
+          }),
+      ),
+    );
+    const seconds = nowS() - t0;
+    return { mbPerSec: (records * o.recordBytes) / seconds / 1e6, wireMbPerSec: wireBytes / seconds / 1e6, records, seconds, fetches };
+  } finally {
+    for (const c of conns) c.close();
+  }
 }

@@ -6,7 +6,8 @@
  * the next. Kafka scenarios are reported next to the machine's own fsync'd sequential write bandwidth, measured
  * in the same run on the filesystem the broker writes to.
  *
- * SELECTION: `mqtt`, `kafka`, or scenario names (`npm run bench -- --list`); default: everything.
+ * SELECTION: `mqtt`, `kafka`, `storage`, or scenario names (`npm run bench -- --list`); default: everything.
+ * Storage scenarios run each measurement with embedded storage and with PostgreSQL + S3 (shared-storage.ts).
  * Results: one markdown table per group on stdout, and bench/results/latest.json.
  *
  * Environment (all optional): BENCH_SECONDS (5) measured seconds per scenario, BENCH_WARMUP (1) seconds of
@@ -15,7 +16,7 @@
  */
 import { spawn, spawnSync } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
-import { cpus, totalmem } from 'node:os';
+import { cpus, loadavg, totalmem } from 'node:os';
 import { join } from 'node:path';
 import {
   cleanupAll,
@@ -33,7 +34,8 @@ import {
   type Broker,
 } from './brokers.js';
 import { diskFsyncBandwidth, type DiskResult } from './disk.js';
-import { kafkaLatency, kafkaProduceThroughput, type LatencyResult, type ProduceResult } from './kafka.js';
+import { kafkaLatency, kafkaProduceBatches, kafkaProduceThroughput, kafkaReplay, type LatencyResult, type ProduceResult, type ReplayResult } from './kafka.js';
+import { sharedStorageArgs } from './shared-storage.js';
 import { AuthFlood, SaslProducer } from './auth-flood.js';
 import { openIdle, runMqttLoad, type MqttLoadOptions, type MqttLoadResult } from './mqtt.js';
 import { floodCell, heapCell, runFloods, type FloodOptions, type FloodResult, type FloodTarget, type ProcessMemory } from './flood.js';
@@ -101,12 +103,21 @@ const CFG = {
   authProduceRate: int('BENCH_AUTH_PRODUCE_RATE', 50),
   authFloodSockets: int('BENCH_AUTH_FLOOD_SOCKETS', 300),
   authFloodRate: int('BENCH_AUTH_FLOOD_RATE', 80),
+  /** storage-replay: MB of 1 KiB records laid down, and the segment size they are sealed in (--segment-bytes). */
+  replayMb: int('BENCH_REPLAY_MB', 512),
+  replaySegment: process.env.BENCH_REPLAY_SEGMENT || '8MiB',
+  /** storage-replay: the consumers' partition max bytes (one Fetch outstanding per partition). */
+  replayFetchBytes: int('BENCH_REPLAY_FETCH_BYTES', 16 * 1024 * 1024),
+  /** Storage configurations the storage scenarios run (comma-separated: embedded, shared). */
+  storageConfigs: (process.env.BENCH_STORAGE_CONFIGS || 'embedded,shared').split(',').map((c) => c.trim()),
 };
 
 // ------------------------------------------------------------------ results
 
+type Group = 'mqtt' | 'kafka' | 'storage';
+
 interface Row {
-  group: 'mqtt' | 'kafka';
+  group: Group;
   scenario: string;
   title: string;
   flowmq: string;
@@ -310,19 +321,160 @@ function produceOptions(seconds: number) {
   };
 }
 
-async function runProduce(seconds: number): Promise<ProduceResult> {
+async function runProduce(seconds: number, args: readonly string[] = [], after?: (b: Broker) => Promise<void>): Promise<ProduceResult> {
   const o = produceOptions(seconds);
   return withFlowmq(async (b) => {
     await createStream(b, o.topic, o.partitions);
-    return kafkaProduceThroughput(b.kafkaPort, o);
+    const r = await kafkaProduceThroughput(b.kafkaPort, o);
+    await after?.(b);
+    return r;
+  }, args);
+}
+
+/** What the broker says of its storage backends (GET /api/v1/broker, key storage): pools, requests, cache. */
+async function storageFigures(b: Broker): Promise<Record<string, unknown> | null> {
+  try {
+    const res = await fetch(`http://127.0.0.1:${b.httpPort}/api/v1/broker`);
+    return ((await res.json()) as { storage?: Record<string, unknown> }).storage ?? null;
+  } catch {
+    return null;
+  }
+}
+
+// ------------------------------------------------------------------ storage scenarios: embedded vs shared
+
+interface StorageConfig {
+  id: 'embedded' | 'shared';
+  label: string;
+  /** Options of a broker with a fresh store of this kind. */
+  args(): Promise<string[]>;
+  /** Produce-ack p99 target at half of this configuration's own peak (ms). */
+  p99TargetMs: number;
+}
+
+const STORAGE_CONFIGS: StorageConfig[] = [
+  { id: 'embedded', label: 'embedded (SQLite, file WAL, fs objects)', args: async () => [], p99TargetMs: 10 },
+  { id: 'shared', label: 'PostgreSQL metastore + WAL, S3 objects (s3rver)', args: sharedStorageArgs, p99TargetMs: 25 },
+];
+
+/** Cold replay target of the S3 configuration (MB/s). */
+const REPLAY_TARGET_MBPS = 100;
+
+const storagePeaks = new Map<StorageConfig['id'], ProduceResult>();
+
+/** Runs `fn` for each storage configuration; a failure of one is reported in its cell, the other still runs. */
+async function perConfig<T>(fn: (c: StorageConfig) => Promise<T>): Promise<Map<StorageConfig['id'], Outcome<T>>> {
+  const out = new Map<StorageConfig['id'], Outcome<T>>();
+  for (const c of STORAGE_CONFIGS) {
+    if (!CFG.storageConfigs.includes(c.id)) continue;
+    try {
+      out.set(c.id, { ok: true, value: await fn(c) });
+    } catch (e) {
+      console.error(`  ${c.id}: ${errText(e)}`);
+      out.set(c.id, { ok: false, error: errText(e) });
+    }
+  }
+  return out;
+}
+
+const cell = <T>(o: Outcome<T> | undefined, show: (v: T) => string): string => (!o ? '-' : o.ok ? show(o.value) : `error: ${o.error}`);
+
+/** The broker's per-partition figures of a stream (GET, or POST …/flush to seal everything first). */
+async function partitionDetails(b: Broker, stream: string, flush: boolean): Promise<Array<Record<string, number>>> {
+  const res = await fetch(`http://127.0.0.1:${b.httpPort}/api/v1/streams/${encodeURIComponent(stream)}${flush ? '/flush' : ''}`, {
+    method: flush ? 'POST' : 'GET',
+    headers: { 'content-type': 'application/json' },
   });
+  if (!res.ok) throw new Error(`${flush ? 'flush' : 'describe'} ${stream}: ${res.status} ${await res.text()}`);
+  return ((await res.json()) as { partitionDetails: Array<Record<string, number>> }).partitionDetails;
+}
+
+interface ReplayRun {
+  producedMb: number;
+  produceSeconds: number;
+  produceMbPerSec: number;
+  flushSeconds: number;
+  segments: number;
+  restartSeconds: number;
+  replay: ReplayResult;
+  storage: Record<string, unknown> | null;
+}
+
+/**
+ * Lays down BENCH_REPLAY_MB of 1 KiB records in small segments, seals all of it into objects (the flush), restarts
+ * the broker so that nothing of it is in memory, then reads everything back from offset 0.
+ */
+async function replayRun(c: StorageConfig): Promise<ReplayRun> {
+  const topic = 'bench-replay';
+  const P = CFG.kafkaPartitions;
+  const batchBytes = CFG.kafkaRecordsPerBatch * CFG.kafkaRecordBytes;
+  const batches = Math.max(P, Math.ceil((CFG.replayMb * 1e6) / batchBytes));
+  return withFlowmq(async (b) => {
+    await createStream(b, topic, P);
+    const prod = await kafkaProduceBatches(b.kafkaPort, {
+      topic, partitions: P, connections: CFG.kafkaConnections, inflight: CFG.kafkaInflight,
+      recordsPerBatch: CFG.kafkaRecordsPerBatch, recordBytes: CFG.kafkaRecordBytes, batches,
+    });
+    const tf = nowS();
+    const sealed = await partitionDetails(b, topic, true);
+    const flushSeconds = nowS() - tf;
+    const open = sealed.filter((p) => p.flushedOffset !== p.highWatermark || p.tailBytes !== 0);
+    if (open.length > 0) throw new Error(`after the flush, partitions ${open.map((p) => p.partition).join(', ')} still have data outside objects`);
+    const ends = sealed.map((p) => p.highWatermark);
+    const records = ends.reduce((a, e) => a + e, 0);
+    if (records !== batches * CFG.kafkaRecordsPerBatch) throw new Error(`the stream holds ${records} records, ${batches * CFG.kafkaRecordsPerBatch} were acknowledged`);
+    const tr = nowS();
+    await b.restart!();
+    const restartSeconds = nowS() - tr;
+    const after = await partitionDetails(b, topic, false);
+    if (after.some((p, i) => p.highWatermark !== ends[i] || p.tailBytes !== 0)) throw new Error('the restarted broker does not show the sealed stream as it was');
+    const replay = await kafkaReplay(b.kafkaPort, { topic, ends, recordBytes: CFG.kafkaRecordBytes, partitionMaxBytes: CFG.replayFetchBytes, timeoutS: 300 });
+    if (replay.records !== records) throw new Error(`replay read ${replay.records} records of ${records}`);
+    return {
+      producedMb: (batches * batchBytes) / 1e6,
+      produceSeconds: prod.seconds,
+      produceMbPerSec: prod.mbPerSec,
+      flushSeconds,
+      segments: sealed.reduce((a, p) => a + p.segments, 0),
+      restartSeconds,
+      replay,
+      storage: await storageFigures(b),
+    };
+  }, [...(await c.args()), '--segment-bytes', CFG.replaySegment]);
+}
+
+/** Latency at half of a configuration's peak, producers only, on a fresh broker of that configuration. */
+async function latencyRun(c: StorageConfig): Promise<{ r: LatencyResult; bs: { p50: number | null; p99: number | null; count: number }; peakMbPerSec: number; calibrated: boolean; storage: Record<string, unknown> | null }> {
+  // BENCH_STORAGE_LATENCY_MBPS: the same fixed rate for every configuration instead of half of its peak.
+  const fixed = process.env.BENCH_STORAGE_LATENCY_MBPS ? num('BENCH_STORAGE_LATENCY_MBPS', 1) : null;
+  let p = storagePeaks.get(c.id) ?? (c.id === 'embedded' ? peak : null) ?? null;
+  const calibrated = p === null && fixed === null;
+  if (p === null && fixed === null) {
+    console.log(`  (${c.id}: no produce run selected: measuring peak throughput for 3 s first)`);
+    p = await runProduce(3, await c.args());
+    storagePeaks.set(c.id, p);
+  }
+  const peakMbPerSec = p?.mbPerSec ?? NaN;
+  const o = {
+    topic: 'bench-latency', partitions: CFG.kafkaPartitions, connections: CFG.kafkaConnections, inflight: CFG.kafkaInflight,
+    recordBytes: CFG.kafkaRecordBytes, bytesPerSec: fixed !== null ? fixed * 1e6 : (peakMbPerSec * 1e6) / 2, lingerMs: CFG.kafkaLingerMs,
+    warmupS: CFG.kafkaLatencyWarmupS, seconds: CFG.seconds, consume: false,
+  };
+  return withFlowmq(async (b) => {
+    await createStream(b, o.topic, o.partitions);
+    const before = await produceHistogram(b.httpPort);
+    const r = await kafkaLatency(b.kafkaPort, o);
+    const after = await produceHistogram(b.httpPort);
+    const bs = { p50: histogramQuantile(0.5, after, before), p99: histogramQuantile(0.99, after, before), count: after.count - before.count };
+    return { r, bs, peakMbPerSec, calibrated, storage: await storageFigures(b) };
+  }, await c.args());
 }
 
 // ------------------------------------------------------------------ registry
 
 interface Scenario {
   name: string;
-  group: 'mqtt' | 'kafka';
+  group: Group;
   title: string;
   run: () => Promise<void>;
 }
@@ -567,12 +719,88 @@ const scenarios: Scenario[] = [
       }
     },
   },
+  {
+    name: 'storage-produce',
+    group: 'storage',
+    title: 'sustained produce, embedded vs PostgreSQL + S3',
+    run: async () => {
+      const o = produceOptions(CFG.seconds);
+      const title = `sustained produce: 1 KiB records, ~1 MB batch per partition request, acks=all, ${o.partitions} partitions, ${o.connections} connections × ${o.inflight} in flight, after ${o.warmupS} s of warm-up (MB/s)`;
+      const r = await perConfig(async (c) => {
+        let storage: Record<string, unknown> | null = null;
+        const res = await runProduce(CFG.seconds, await c.args(), async (b) => void (storage = await storageFigures(b)));
+        storagePeaks.set(c.id, res);
+        if (c.id === 'embedded') peak ??= res;
+        return { ...res, storage };
+      });
+      const show = (v: ProduceResult) => `${fmt(v.mbPerSec, 1)} MB/s (${fmt(v.recordsPerSec)} records/s; ack p50 / p99 ${fmt(v.ack.p50, 1)} / ${fmt(v.ack.p99, 1)} ms${v.errors ? `; ${v.errors} errors` : ''})`;
+      const e = r.get('embedded');
+      const s = r.get('shared');
+      rows.push({
+        group: 'storage',
+        scenario: 'storage-produce',
+        title,
+        flowmq: cell(e, show),
+        peer: cell(s, show),
+        ratio: e?.ok && s?.ok ? `PostgreSQL + S3 at ${fmt((100 * s.value.mbPerSec) / e.value.mbPerSec, 0)}% of embedded` : '-',
+        data: { options: o, embedded: e, shared: s },
+      });
+    },
+  },
+  {
+    name: 'storage-latency',
+    group: 'storage',
+    title: 'produce-ack latency at half of each configuration\'s own peak',
+    run: async () => {
+      const r = await perConfig(latencyRun);
+      const show = (v: Awaited<ReturnType<typeof latencyRun>>) => {
+        const q = v.r.queuedBatches > 0 ? `; ${fmt((100 * v.r.queuedBatches) / Math.max(1, v.r.produceAck.count), 0)}% waited for an in-flight slot` : '';
+        const bs = v.bs.p50 !== null && v.bs.p99 !== null ? `; broker-side (incl. warm-up) ≤ ${fmt(v.bs.p50, 1)} / ≤ ${fmt(v.bs.p99, 1)} ms` : '';
+        const rate = process.env.BENCH_STORAGE_LATENCY_MBPS ? 'rate set by BENCH_STORAGE_LATENCY_MBPS' : `half of ${fmt(v.peakMbPerSec, 1)}${v.calibrated ? ', a 3 s calibration' : ''}`;
+        return `${fmt(v.r.produceAck.p50, 1)} / ${fmt(v.r.produceAck.p99, 1)} ms at ${fmt(v.r.achievedMbPerSec, 1)} MB/s (${rate}${q}${bs})`;
+      };
+      const verdicts = STORAGE_CONFIGS.map((c) => {
+        const o = r.get(c.id);
+        const name = c.id === 'embedded' ? 'embedded' : 'PostgreSQL';
+        return `${name} p99 < ${c.p99TargetMs} ms: ${o?.ok ? (o.value.r.produceAck.p99 < c.p99TargetMs ? 'met' : 'not met') : 'not measured'}`;
+      });
+      rows.push({
+        group: 'storage',
+        scenario: 'storage-latency',
+        title: `produce → ack latency p50 / p99, producers only, ${process.env.BENCH_STORAGE_LATENCY_MBPS ? `at ${process.env.BENCH_STORAGE_LATENCY_MBPS} MB/s (BENCH_STORAGE_LATENCY_MBPS; the targets are set at half of each one's peak)` : "at half of each configuration's own peak"}: a batch per partition every ${CFG.kafkaLingerMs} ms, ≤ ${CFG.kafkaInflight} in flight per connection`,
+        flowmq: cell(r.get('embedded'), show),
+        peer: cell(r.get('shared'), show),
+        ratio: verdicts.join('; '),
+        data: { embedded: r.get('embedded'), shared: r.get('shared') },
+      });
+    },
+  },
+  {
+    name: 'storage-replay',
+    group: 'storage',
+    title: 'cold replay from the object store',
+    run: async () => {
+      const r = await perConfig(replayRun);
+      const show = (v: ReplayRun) =>
+        `${fmt(v.replay.mbPerSec, 1)} MB/s (${fmt(v.producedMb, 0)} MB in ${fmt(v.segments)} segments read in ${fmt(v.replay.seconds, 1)} s, ${fmt(v.replay.fetches)} fetches)`;
+      const s = r.get('shared');
+      rows.push({
+        group: 'storage',
+        scenario: 'storage-replay',
+        title: `cold replay: ${fmt(CFG.replayMb)} MB of 1 KiB records in ${CFG.kafkaPartitions} partitions, sealed into ${CFG.replaySegment} segment objects (flush), broker restarted, then read from offset 0 by one Fetch v4 consumer per partition (MB/s of record values)`,
+        flowmq: cell(r.get('embedded'), show),
+        peer: cell(s, show),
+        ratio: `S3 ≥ ${REPLAY_TARGET_MBPS} MB/s: ${s?.ok ? (s.value.replay.mbPerSec >= REPLAY_TARGET_MBPS ? 'met' : 'not met') : 'not measured'}`,
+        data: { options: { mb: CFG.replayMb, segment: CFG.replaySegment, partitionMaxBytes: CFG.replayFetchBytes }, embedded: r.get('embedded'), shared: s },
+      });
+    },
+  },
 ];
 
 function usage(): string {
   return [
     'usage: npm run bench [-- SELECTION...]',
-    '  SELECTION: mqtt | kafka | a scenario name (default: everything)',
+    '  SELECTION: mqtt | kafka | storage | a scenario name (default: everything)',
     '  scenarios:',
     ...scenarios.map((s) => `    ${s.name.padEnd(16)} ${s.title}`),
   ].join('\n');
@@ -582,7 +810,7 @@ function select(args: string[]): Scenario[] {
   if (args.length === 0 || args.includes('all')) return scenarios;
   const out = new Set<Scenario>();
   for (const a of args) {
-    const hit = scenarios.filter((s) => s.group === a || s.name === a || s.name === `mqtt-${a}` || s.name === `kafka-${a}`);
+    const hit = scenarios.filter((s) => s.group === a || s.name === a || s.name === `mqtt-${a}` || s.name === `kafka-${a}` || s.name === `storage-${a}`);
     if (hit.length === 0) throw new Error(`unknown selection "${a}"\n${usage()}`);
     for (const h of hit) out.add(h);
   }
@@ -653,10 +881,12 @@ async function main(): Promise<void> {
 
   const mosqVersion = MOSQUITTO ? mosquittoVersion(MOSQUITTO) : null;
   const started = new Date();
+  const loadAtStart = loadavg();
   console.log(
     `FlowMQ benchmarks — ${selected.map((s) => s.name).join(', ')}\n` +
       `${CFG.warmupS}s warm-up + ${CFG.seconds}s measured per scenario; ${cpus().length} CPUs (${cpus()[0]?.model ?? '?'}), ` +
-      `node ${process.version}, mosquitto ${mosqVersion ?? 'not installed'}; load generator and brokers share the machine\n`,
+      `node ${process.version}, mosquitto ${mosqVersion ?? 'not installed'}; load generator and brokers share the machine; ` +
+      `load average ${loadAtStart.map((l) => l.toFixed(2)).join(' ')}\n`,
   );
 
   const t0 = nowS();
@@ -668,9 +898,10 @@ async function main(): Promise<void> {
   }
   console.log(`\nfinished in ${fmt(nowS() - t0, 0)} s\n`);
 
-  const groups: ['mqtt' | 'kafka', string[]][] = [
+  const groups: [Group, string[]][] = [
     ['mqtt', ['MQTT scenario', 'FlowMQ', `Mosquitto ${mosqVersion ?? ''}`.trim(), 'FlowMQ / Mosquitto']],
     ['kafka', ['Kafka scenario', 'FlowMQ', 'this machine', 'FlowMQ vs machine / target']],
+    ['storage', ['Storage scenario', ...STORAGE_CONFIGS.map((c) => c.label), 'target']],
   ];
   for (const [g, header] of groups) {
     const rs = rows.filter((r) => r.group === g);
@@ -683,6 +914,7 @@ async function main(): Promise<void> {
   const json = {
     date: started.toISOString(),
     durationSeconds: nowS() - t0,
+    loadAverage: { start: loadAtStart, end: loadavg() },
     machine: { cpus: cpus().length, cpuModel: cpus()[0]?.model ?? null, memoryBytes: totalmem(), platform: `${process.platform}/${process.arch}`, node: process.version, mosquitto: mosqVersion },
     settings: { ...CFG, mqttLimits: MQTT_LIMITS, selection: selected.map((s) => s.name) },
     results: rows.map((r) => ({ group: r.group, scenario: r.scenario, title: r.title, table: { flowmq: r.flowmq, peer: r.peer, ratio: r.ratio }, ...r.data })),

@@ -78,9 +78,10 @@ const fig = (c: CachedObjectStore): CacheFigures => c.figures() as unknown as Ca
 describe('CachedObjectStore', () => {
   let root = '';
   let n = 0;
-  const setup = async (opts: { maxBytes: number; readAheadBlocks?: number }) => {
+  // One block per GET unless a test says otherwise, so that reads are logged block by block.
+  const setup = async (opts: { maxBytes: number; readAheadBlocks?: number; maxBlocksPerGet?: number }) => {
     const inner = new LoggedStore(new FsObjectStore(join(root, `c-${n++}`)));
-    const cache = new CachedObjectStore(inner, { blockBytes: B, ...opts });
+    const cache = new CachedObjectStore(inner, { blockBytes: B, maxBlocksPerGet: 1, ...opts });
     return { inner, cache };
   };
 
@@ -208,6 +209,52 @@ describe('CachedObjectStore', () => {
     // the footer's block, A's first, B's first two.
     assert.equal(fig(cache).misses, 4, `${inner.readsOf('o')}`);
     assert.ok(inner.readsOf('o').includes(27), 'B read ahead');
+  });
+
+  it('fetches consecutive missing blocks with one GET each run of maxBlocksPerGet, and keeps them as blocks', async () => {
+    const { inner, cache } = await setup({ maxBytes: 100 * B, readAheadBlocks: 0, maxBlocksPerGet: 4 });
+    const data = bytes(10 * B + 500, 13);
+    await cache.put('o', data);
+    // Blocks 0-6: a run of four, then one of three.
+    assert.ok((await cache.get('o', { start: 10, end: 6 * B + 500 })).equals(data.subarray(10, 6 * B + 500)));
+    assert.deepEqual(inner.readsOf('o'), [0, 4]);
+    let f = fig(cache);
+    assert.equal(f.blocksHeld, 7);
+    assert.equal(f.bytesHeld, 7 * B);
+    assert.equal(f.misses, 7);
+    assert.equal((f as unknown as { gets: number }).gets, 2);
+    // Each block is served on its own from then on.
+    assert.ok((await cache.get('o', { start: 2 * B + 1, end: 3 * B + 2 })).equals(data.subarray(2 * B + 1, 3 * B + 2)));
+    assert.deepEqual(inner.readsOf('o'), [0, 4]);
+    // A held block splits a run: 7 alone, 8 held, then 9 and the short 10, which shows where the object ends.
+    await cache.get('o', { start: 8 * B, end: 8 * B + 1 });
+    assert.deepEqual(inner.readsOf('o'), [0, 4, 8]);
+    assert.ok((await cache.get('o', { start: 7 * B, end: data.length })).equals(data.subarray(7 * B)));
+    assert.deepEqual(inner.readsOf('o'), [0, 4, 8, 7, 9]);
+    assert.equal((await cache.get('o', { start: 11 * B, end: 12 * B })).length, 0);
+    assert.deepEqual(inner.readsOf('o'), [0, 4, 8, 7, 9], 'the end is known');
+    f = fig(cache);
+    assert.equal(f.bytesHeld, data.length);
+    assert.equal(f.blocksHeld, 11);
+  });
+
+  it('reads ahead in runs of maxBlocksPerGet blocks', async () => {
+    const { inner, cache } = await setup({ maxBytes: 100 * B, readAheadBlocks: 8, maxBlocksPerGet: 4 });
+    const data = bytes(12 * B + 300, 14);
+    await cache.put('o', data);
+    // The footer read (block 12, short: the end is known), then a scan from the start.
+    await cache.get('o', { start: data.length - 10, end: data.length });
+    assert.ok((await cache.get('o', { start: 0, end: 1000 })).equals(data.subarray(0, 1000)));
+    assert.deepEqual(inner.readsOf('o'), [12, 0, 1, 5]);
+    for (let pos = 1000; pos < data.length; pos += 1000) {
+      assert.ok((await cache.get('o', { start: pos, end: pos + 1000 })).equals(data.subarray(pos, pos + 1000)));
+    }
+    assert.deepEqual(inner.readsOf('o'), [12, 0, 1, 5, 9], 'blocks 9-11 in one GET, 12 already held');
+    const f = fig(cache);
+    assert.equal(f.readAhead, 11);
+    assert.equal(f.misses, 2, 'the reader itself waited for a read of blocks 12 and 0 only');
+    // A read-ahead block is found cached (used) or still on its way (shared).
+    assert.equal(f.readAheadUsed + f.shared, 11);
   });
 
   it('reads nothing ahead of an object that its first read shows to end in that block', async () => {
