@@ -156,7 +156,7 @@ describe('S3ObjectStore', () => {
   });
 
   it('counts requests and bytes by operation', async () => {
-    const s = await open({ partBytes: 5 * 1024 * 1024, listPageSize: 2 });
+    const s = await open({ partBytes: 5 * 1024 * 1024, multipartThresholdBytes: 5 * 1024 * 1024, listPageSize: 2 });
     await s.put('a', bytes(1000));
     await s.put('b', [bytes(6 * 1024 * 1024, 2), bytes(1, 3)]);
     await s.get('a');
@@ -177,9 +177,23 @@ describe('S3ObjectStore', () => {
     assert.equal(f.head.requests, 1);
   });
 
+  it('puts a segment-sized object (16 MiB) in one PutObject by default, and multipart only past the threshold', async () => {
+    const s = await open();
+    const seg = [bytes(8 * 1024 * 1024, 4), bytes(8 * 1024 * 1024, 5)];
+    await s.put('seg', seg);
+    assert.equal(ops(s).put.requests, 1);
+    assert.equal(ops(s).multipart.requests, 0);
+    assert.ok((await s.get('seg')).equals(Buffer.concat(seg)));
+    const small = await open({ multipartThresholdBytes: 8 * 1024 * 1024 });
+    await small.put('seg', seg);
+    assert.equal(ops(small).put.requests, 0);
+    assert.equal(ops(small).part.requests, 2);
+    await small.close();
+  });
+
   for (const action of ['503', 'reset'] as const) {
     it(`retries every operation after ${action === '503' ? '503 SlowDown answers' : 'reset connections'}, counting the retries`, async () => {
-      const s = await open({ partBytes: 5 * 1024 * 1024 });
+      const s = await open({ partBytes: 5 * 1024 * 1024, multipartThresholdBytes: 5 * 1024 * 1024 });
       const data = bytes(123_457, 5);
       proxy.failNext(2, action);
       await s.put('k', [data.subarray(0, 1000), data.subarray(1000)]);
@@ -241,7 +255,7 @@ describe('S3ObjectStore', () => {
   });
 
   it('aborts a multipart upload whose part fails for good, after the parts in flight', async () => {
-    const s = await open({ partBytes: 5 * 1024 * 1024, maxAttempts: 2 });
+    const s = await open({ partBytes: 5 * 1024 * 1024, multipartThresholdBytes: 5 * 1024 * 1024, maxAttempts: 2 });
     // Part 2 fails at once, part 1 is slow: the abort must not overtake it (S3 may keep a part landing later).
     proxy.plan = (req) => ((req.url ?? '').includes('partNumber=2') ? '503' : (req.url ?? '').includes('partNumber=1') ? 'slow' : 'pass');
     try {
@@ -293,6 +307,7 @@ describe('S3ObjectStore', () => {
   it('open() refuses bad options with CONFIG_ERROR', async () => {
     const cases: Array<Partial<S3Options>> = [
       { partBytes: 1024 * 1024 },
+      { multipartThresholdBytes: 1024 * 1024 },
       { accessKeyId: 'only-the-id', secretAccessKey: undefined },
       { endpoint: 'not a url' },
       { endpoint: 'ftp://x' },
