@@ -210,7 +210,8 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
           walBytes: wal.size(),
           log: log.stats,
           batchMemory: log.memoryStats,
-          disk: space.figures(),
+          // The free-space reserve guards local appends only (see above): no figure where the WAL is in PostgreSQL.
+          ...(config.wal === 'file' ? { disk: space.figures() } : {}),
           // Pools, requests and bytes by operation, the object block cache (backends that keep figures).
           ...storage.figures(),
           ...(typeof walWithFigures.figures === 'function' ? { walFigures: walWithFigures.figures() } : {}),
