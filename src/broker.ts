@@ -65,38 +65,52 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
     recentBytes: config.readCacheBytes ?? undefined,
   };
   const logLogger = logger.child({ component: 'log' });
-  // The layouts keep their files in different directories. Entries left in the other layout's (the broker last ran
-  // with it) are sealed into segments first, so that switching layouts loses nothing.
-  const other = config.walLayout === 'partition' ? 'shared' : 'partition';
-  if (config.wal === 'file' && existsSync(join(dataDir, other === 'shared' ? 'wal' : 'wal-partitions'))) {
-    const old = await openWal(other);
-    if (old.size() > 0) {
-      const drain = await LogManager.open({ wal: old, objects, metastore, logger: logLogger, options: logOptions });
-      for (const def of await metastore.listStreams()) await drain.openStream(def);
-      drain.finishRecovery();
-      await drain.flushAll();
-      await drain.close();
-      await drain.trimWal();
+  // What is opened from here on is closed again, newest first, if the start fails before the listeners.
+  const closers: Array<() => Promise<void> | void> = [];
+  const { wal, walWithFigures, space, log, engine } = await (async () => {
+    // The layouts keep their files in different directories. Entries left in the other layout's (the broker last ran
+    // with it) are sealed into segments first, so that switching layouts loses nothing.
+    const other = config.walLayout === 'partition' ? 'shared' : 'partition';
+    if (config.wal === 'file' && existsSync(join(dataDir, other === 'shared' ? 'wal' : 'wal-partitions'))) {
+      const old = await openWal(other);
+      closers.push(() => old.close());
       if (old.size() > 0) {
-        await old.close();
-        throw new FlowError('STORAGE_ERROR', `the ${other} WAL layout's entries could not all be sealed; start with --wal-layout ${other}`);
+        const drain = await LogManager.open({ wal: old, objects, metastore, logger: logLogger, options: logOptions });
+        for (const def of await metastore.listStreams()) await drain.openStream(def);
+        drain.finishRecovery();
+        await drain.flushAll();
+        await drain.close();
+        await drain.trimWal();
+        if (old.size() > 0) {
+          await old.close();
+          throw new FlowError('STORAGE_ERROR', `the ${other} WAL layout's entries could not all be sealed; start with --wal-layout ${other}`);
+        }
+        logger.info({ from: other, to: config.walLayout, recoveredBatches: drain.stats.recoveredBatches }, 'WAL of the other layout sealed into segments');
       }
-      logger.info({ from: other, to: config.walLayout, recoveredBatches: drain.stats.recoveredBatches }, 'WAL of the other layout sealed into segments');
+      await old.close();
     }
-    await old.close();
-  }
-  const wal = await openWal(config.walLayout);
-  const walWithFigures: WriteAheadLog & { figures?(): Record<string, unknown> } = wal;
-  // The free-space reserve: stream appends are refused (retriable) before the disk is full (see disk-space.ts).
-  // Only where appends land on the local disk: with the WAL in PostgreSQL, a full local disk stops no write.
-  const space = await DiskSpace.open({ dir: dataDir, minFreeBytes: config.minFreeDisk, logger: logger.child({ component: 'disk' }) });
-  if (config.wal === 'file') logger.info({ dir: dataDir, minFreeBytes: space.minFreeBytes, freeBytes: space.freeBytes }, 'free-space reserve');
-  const log = await LogManager.open({ wal, objects, metastore, logger: logLogger, options: logOptions, ...(config.wal === 'file' ? { space } : {}) });
-  // The metastore covers every durable role (definitions, offsets, producer ids, sessions, retained messages), keyed
-  // so another broker could take them over: it is passed once, and the adapters take their part from engine.store.
-  const engine = new Engine(log, metastore);
-  await engine.load();
-  log.finishRecovery();
+    const wal = await openWal(config.walLayout);
+    closers.push(() => wal.close());
+    const walWithFigures: WriteAheadLog & { figures?(): Record<string, unknown> } = wal;
+    // The free-space reserve: stream appends are refused (retriable) before the disk is full (see disk-space.ts).
+    // Only where appends land on the local disk: with the WAL in PostgreSQL, a full local disk stops no write.
+    const space = await DiskSpace.open({ dir: dataDir, minFreeBytes: config.minFreeDisk, logger: logger.child({ component: 'disk' }) });
+    closers.push(() => space.close());
+    if (config.wal === 'file') logger.info({ dir: dataDir, minFreeBytes: space.minFreeBytes, freeBytes: space.freeBytes }, 'free-space reserve');
+    const log = await LogManager.open({ wal, objects, metastore, logger: logLogger, options: logOptions, ...(config.wal === 'file' ? { space } : {}) });
+    closers.push(() => log.close(0));
+    // The metastore covers every durable role (definitions, offsets, producer ids, sessions, retained messages), keyed
+    // so another broker could take them over: it is passed once, and the adapters take their part from engine.store.
+    const engine = new Engine(log, metastore);
+    await engine.load();
+    log.finishRecovery();
+    return { wal, walWithFigures, space, log, engine };
+  })().catch(async (err: unknown) => {
+    for (const close of closers.reverse()) await Promise.resolve().then(close).catch(() => undefined);
+    await storage.close();
+    unlock();
+    throw err;
+  });
   logger.info(
     { dataDir, streams: engine.listStreams().length, recoveredBatches: log.stats.recoveredBatches },
     `storage ready (${storage.description})`,
