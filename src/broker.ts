@@ -15,7 +15,6 @@ import { createMqttHub, startMqttListener, startMqttTlsListener, startMqttWsList
 import { createKafkaAdapter, startKafkaListener } from './protocols/kafka/index.js';
 import { LogManager } from './storage/log/index.js';
 import { openStorage } from './storage/open.js';
-import type { WriteAheadLog } from './storage/wal/index.js';
 import { lockDataDir } from './storage/lock.js';
 import { DiskSpace } from './storage/disk-space.js';
 
@@ -67,7 +66,7 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
   const logLogger = logger.child({ component: 'log' });
   // What is opened from here on is closed again, newest first, if the start fails before the listeners.
   const closers: Array<() => Promise<void> | void> = [];
-  const { wal, walWithFigures, space, log, engine } = await (async () => {
+  const { wal, space, log, engine } = await (async () => {
     // The layouts keep their files in different directories. Entries left in the other layout's (the broker last ran
     // with it) are sealed into segments first, so that switching layouts loses nothing.
     const other = config.walLayout === 'partition' ? 'shared' : 'partition';
@@ -91,7 +90,6 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
     }
     const wal = await openWal(config.walLayout);
     closers.push(() => wal.close());
-    const walWithFigures: WriteAheadLog & { figures?(): Record<string, unknown> } = wal;
     // The free-space reserve: stream appends are refused (retriable) before the disk is full (see disk-space.ts).
     // Only where appends land on the local disk: with the WAL in PostgreSQL, a full local disk stops no write.
     const space = await DiskSpace.open({ dir: dataDir, minFreeBytes: config.minFreeDisk, logger: logger.child({ component: 'disk' }) });
@@ -104,7 +102,7 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
     const engine = new Engine(log, metastore);
     await engine.load();
     log.finishRecovery();
-    return { wal, walWithFigures, space, log, engine };
+    return { wal, space, log, engine };
   })().catch(async (err: unknown) => {
     for (const close of closers.reverse()) await Promise.resolve().then(close).catch(() => undefined);
     await storage.close();
@@ -228,7 +226,7 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
           ...(config.wal === 'file' ? { disk: space.figures() } : {}),
           // Pools, requests and bytes by operation, the object block cache (backends that keep figures).
           ...storage.figures(),
-          ...(typeof walWithFigures.figures === 'function' ? { walFigures: walWithFigures.figures() } : {}),
+          ...(wal.figures ? { walFigures: wal.figures() } : {}),
         },
         ...Object.fromEntries(Object.entries(figures).map(([k, f]) => [k, f()])),
         process: { ...processMemory(), floodCollector: collector.stats() },

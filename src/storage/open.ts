@@ -28,10 +28,6 @@ export interface Storage {
   close(): Promise<void>;
 }
 
-interface WithFigures {
-  figures?(): Record<string, unknown>;
-}
-
 /** Names the service in a failure to reach it at start, so the one line the CLI prints says what to fix. */
 async function reach<T>(what: string, open: () => Promise<T>): Promise<T> {
   try {
@@ -104,10 +100,8 @@ export async function openStorage(config: Config, dataDir: string, logger: Logge
       description,
       figures() {
         const out: Record<string, unknown> = {};
-        const m = metastore as Metastore & WithFigures;
-        if (typeof m.figures === 'function') out.metastore = m.figures();
-        const o = objects as ObjectStore & WithFigures;
-        if (typeof o.figures === 'function') out.objects = o.figures();
+        if (metastore.figures) out.metastore = metastore.figures();
+        if (objects.figures) out.objects = objects.figures();
         return out;
       },
       async close() {

@@ -12,12 +12,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { pino } from 'pino';
-import { decodeBatch, encodeBatch, Engine } from '../../src/core/index.js';
-import { LogManager, type LogOptions } from '../../src/storage/log/index.js';
+import { decodeBatch, encodeBatch } from '../../src/core/index.js';
+import type { LogOptions } from '../../src/storage/log/index.js';
 import { SqliteMetastore } from '../../src/storage/metastore/index.js';
 import { CachedObjectStore, S3ObjectStore } from '../../src/storage/objects/index.js';
 import { FileWal } from '../../src/storage/wal/index.js';
 import { startS3, type S3TestServer } from '../helpers/s3.js';
+import { openLogEngine } from '../helpers/log-engine.js';
 
 async function until(cond: () => boolean, what: string, timeoutMs = 30_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
@@ -76,10 +77,7 @@ describe('LogManager over S3 during an outage of the object store', () => {
     });
     const objects = new CachedObjectStore(s3store, { maxBytes: 4 * 1024 * 1024, blockBytes: 64 * 1024 });
     const wal = await FileWal.open(join(dir, 'wal'));
-    const log = await LogManager.open({ wal, objects, metastore, logger, options: { checkIntervalMs: 20, ...options } });
-    const engine = new Engine(log, metastore);
-    await engine.load();
-    log.finishRecovery();
+    const { log, engine } = await openLogEngine({ wal, objects, metastore }, logger, options);
     return {
       s3store,
       log,

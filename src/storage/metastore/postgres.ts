@@ -25,7 +25,7 @@ import {
   type PostgresOptions,
 } from '../postgres-util.js';
 import { postgresMigrations } from './postgres-migrations.js';
-import { checkInt, checkInt32, checkStreamDef, toOffset, toSegment, toSession, toStream, type OffsetRow, type SegmentRow, type SessionRow, type StreamRow } from './rows.js';
+import { checkInt, checkInt32, checkSegment, checkStreamDef, toOffset, toSegment, toSession, toStream, type OffsetRow, type SegmentRow, type SessionRow, type StreamRow } from './rows.js';
 import type { ConsumerOffset, Metastore, PartitionState, SegmentMeta, StreamDef } from './types.js';
 
 export type { PostgresOptions };
@@ -180,16 +180,7 @@ export class PostgresMetastore implements Metastore {
   }
 
   async commitSegment(seg: SegmentMeta, epoch: number): Promise<void> {
-    checkInt32('partition', seg.partition);
-    checkInt('baseOffset', seg.baseOffset);
-    checkInt('endOffset', seg.endOffset);
-    checkInt('size', seg.size);
-    checkInt('maxTimestamp', seg.maxTimestamp, -1);
-    checkInt('createdAt', seg.createdAt);
-    checkInt('epoch', epoch);
-    if (seg.endOffset <= seg.baseOffset) {
-      throw new FlowError('INVALID_ARGUMENT', `empty segment [${seg.baseOffset}, ${seg.endOffset})`);
-    }
+    checkSegment(seg, epoch);
     await this.keyed(PARTITION, partKey(seg.stream, seg.partition), () =>
       this.q('commitSegment', 'SELECT flowmq_commit_segment($1, $2, $3, $4, $5, $6, $7, $8, $9)', [
         seg.stream,

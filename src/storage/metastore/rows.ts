@@ -96,3 +96,17 @@ export function checkStreamDef(def: StreamDef): void {
   if (def.retentionMs !== null) checkInt('retentionMs', def.retentionMs);
   checkInt('createdAt', def.createdAt);
 }
+
+/** What commitSegment checks before it touches the store: whole numbers in range, a non-empty segment. */
+export function checkSegment(seg: SegmentMeta, epoch: number): void {
+  checkInt('epoch', epoch);
+  checkInt32('partition', seg.partition);
+  checkInt('baseOffset', seg.baseOffset);
+  checkInt('endOffset', seg.endOffset);
+  checkInt('size', seg.size);
+  checkInt('maxTimestamp', seg.maxTimestamp, -1);
+  checkInt('createdAt', seg.createdAt);
+  if (seg.endOffset <= seg.baseOffset) {
+    throw new FlowError('INVALID_ARGUMENT', `empty segment [${seg.baseOffset}, ${seg.endOffset})`);
+  }
+}

@@ -23,7 +23,7 @@ import { CoalescingTask, FlowError } from '../../core/index.js';
 import type { OffsetCommit, QueueChanges, QueuedEntry, RetainedEntry, SessionRecord } from '../../core/index.js';
 import { isNoSpace, writeError } from '../fs-util.js';
 import { migrations, type Migration } from './migrations.js';
-import { checkInt, checkStreamDef, toOffset, toSegment, toSession, toStream, type OffsetRow, type SegmentRow, type SessionRow, type StreamRow } from './rows.js';
+import { checkInt, checkSegment, checkStreamDef, toOffset, toSegment, toSession, toStream, type OffsetRow, type SegmentRow, type SessionRow, type StreamRow } from './rows.js';
 import type { ConsumerOffset, Metastore, PartitionState, SegmentMeta, StreamDef } from './types.js';
 
 interface QueueStateRow {
@@ -435,15 +435,7 @@ export class SqliteMetastore implements Metastore {
   }
 
   async commitSegment(seg: SegmentMeta, epoch: number): Promise<void> {
-    checkInt('epoch', epoch);
-    checkInt('partition', seg.partition);
-    checkInt('baseOffset', seg.baseOffset);
-    checkInt('endOffset', seg.endOffset);
-    checkInt('size', seg.size);
-    checkInt('maxTimestamp', seg.maxTimestamp, -1);
-    if (seg.endOffset <= seg.baseOffset) {
-      throw new FlowError('INVALID_ARGUMENT', `empty segment [${seg.baseOffset}, ${seg.endOffset})`);
-    }
+    checkSegment(seg, epoch);
     await this.write('commitSegment', () => this.txCommitSegment(seg, epoch));
   }
 

@@ -96,4 +96,6 @@ export interface Metastore extends StreamCatalog, OffsetStore, ProducerIdStore, 
   getProducerState(stream: string, partition: number): Promise<{ endOffset: number; state: string } | null>;
 
   close(): Promise<void>;
+  /** Optional: the backend's own counters (its connection pool, queries, errors), for the admin API. */
+  figures?(): Record<string, unknown>;
 }

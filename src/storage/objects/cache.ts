@@ -21,7 +21,7 @@
  * contract allows overwrites). Whole-object reads go straight to the inner store.
  */
 import { FlowError } from '../../core/index.js';
-import type { ObjectInfo, ObjectStore, PutOptions } from './types.js';
+import { checkRange, type ObjectInfo, type ObjectStore, type PutOptions } from './types.js';
 
 /** Scan positions remembered per object (see KeyState.scans). */
 const MAX_SCANS = 4;
@@ -178,9 +178,7 @@ export class CachedObjectStore implements ObjectStore {
     }
     const { start } = range;
     let { end } = range;
-    if (!Number.isSafeInteger(start) || !Number.isSafeInteger(end) || start < 0 || end < start) {
-      throw new FlowError('INVALID_ARGUMENT', `bad range [${start}, ${end}) for object "${key}"`);
-    }
+    checkRange(key, range);
     // An empty range still says whether the object exists: the inner store answers that.
     if (end === start) return this.inner.get(key, range);
     const st = this.state(key);

@@ -12,7 +12,7 @@ import { randomBytes } from 'node:crypto';
 import { FlowError } from '../../core/index.js';
 import { DirectWriter } from '../direct-io.js';
 import { errnoCode, syncDir } from '../fs-util.js';
-import type { ObjectInfo, ObjectStore, PutOptions } from './types.js';
+import { checkRange, type ObjectInfo, type ObjectStore, type PutOptions } from './types.js';
 
 /** Names starting with this are in-progress writes: never listed, and refused as key segments. */
 const TMP_PREFIX = '.tmp-';
@@ -206,12 +206,7 @@ export class FsObjectStore implements ObjectStore {
   async get(key: string, range?: { start: number; end: number }): Promise<Buffer> {
     this.check();
     const path = this.pathOf(key);
-    if (range !== undefined) {
-      const { start, end } = range;
-      if (!Number.isSafeInteger(start) || !Number.isSafeInteger(end) || start < 0 || end < start) {
-        throw new FlowError('INVALID_ARGUMENT', `bad range [${start}, ${end}) for object "${key}"`);
-      }
-    }
+    if (range !== undefined) checkRange(key, range);
     let fh;
     try {
       fh = await open(path, 'r');

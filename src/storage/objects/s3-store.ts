@@ -35,7 +35,7 @@ import {
 } from '@aws-sdk/client-s3';
 import type { Logger } from 'pino';
 import { FlowError, isFlowError } from '../../core/index.js';
-import type { ObjectInfo, ObjectStore, PutOptions } from './types.js';
+import { checkRange, type ObjectInfo, type ObjectStore, type PutOptions } from './types.js';
 
 export interface S3Options {
   bucket: string;
@@ -533,12 +533,7 @@ export class S3ObjectStore implements ObjectStore {
   async get(key: string, range?: { start: number; end: number }): Promise<Buffer> {
     this.check();
     const k = this.fullKey(key);
-    if (range !== undefined) {
-      const { start, end } = range;
-      if (!Number.isSafeInteger(start) || !Number.isSafeInteger(end) || start < 0 || end < start) {
-        throw new FlowError('INVALID_ARGUMENT', `bad range [${start}, ${end}) for object "${key}"`);
-      }
-    }
+    if (range !== undefined) checkRange(key, range);
     // HTTP cannot ask for zero bytes: an empty range asks for one (which also tells whether the object exists).
     const header = range === undefined ? undefined : `bytes=${range.start}-${Math.max(range.start, range.end - 1)}`;
     const empty = range !== undefined && range.end === range.start;

@@ -3,6 +3,8 @@
  * S3-compatible service (s3-store.ts), usually behind a block cache (cache.ts). Keys are `/`-separated paths
  * without a leading slash.
  */
+import { FlowError } from '../../core/index.js';
+
 export interface ObjectInfo {
   key: string;
   size: number;
@@ -42,4 +44,12 @@ export interface ObjectStore {
   close(): Promise<void>;
   /** Optional: the store's own counters (requests, bytes, errors by operation; cache hits), for the admin API. */
   figures?(): Record<string, unknown>;
+}
+
+/** The range check every backend makes in get(): whole safe integers, start <= end. */
+export function checkRange(key: string, range: { start: number; end: number }): void {
+  const { start, end } = range;
+  if (!Number.isSafeInteger(start) || !Number.isSafeInteger(end) || start < 0 || end < start) {
+    throw new FlowError('INVALID_ARGUMENT', `bad range [${start}, ${end}) for object "${key}"`);
+  }
 }

@@ -47,26 +47,38 @@ interface Pending {
   reject(err: Error): void;
 }
 
-/** Rows per INSERT statement: 5 parameters a row, PostgreSQL takes at most 65 535 per statement. */
+/** Rows per INSERT statement: 6 parameters a row, PostgreSQL takes at most 65 535 per statement. */
 const ROWS_PER_INSERT = 2000;
 /** Rows per replay page: bounded memory however large the log. */
 const REPLAY_PAGE = 256;
 
-/** The parameterised multi-row INSERT for `n` rows (cached per n: most groups are small). */
-const insertTexts = new Map<number, string>();
-function insertText(n: number): string {
-  let t = insertTexts.get(n);
+/**
+ * The VALUES rows of `n` entries, 6 parameters each (key, base, end, epoch, bytes, data) numbered after `$before`;
+ * with `ordinal`, each row ends with its position, so that an INSERT ... SELECT can keep the given order.
+ */
+function entryRows(n: number, before: number, ordinal: boolean): string {
+  const rows: string[] = [];
+  for (let i = 0; i < n; i++) {
+    const b = before + i * 6;
+    rows.push(`($${b + 1}::text, $${b + 2}::bigint, $${b + 3}::bigint, $${b + 4}::bigint, $${b + 5}::integer, $${b + 6}::bytea${ordinal ? `, ${i}` : ''})`);
+  }
+  return rows.join(', ');
+}
+
+/** A statement text per row count, built once: most groups are small, so the same few counts recur. */
+function cachedText(cache: Map<number, string>, n: number, build: (n: number) => string): string {
+  let t = cache.get(n);
   if (t === undefined) {
-    const rows: string[] = [];
-    for (let i = 0; i < n; i++) {
-      const b = i * 6;
-      rows.push(`($${b + 1}, $${b + 2}::bigint, $${b + 3}::bigint, $${b + 4}::bigint, $${b + 5}::integer, $${b + 6}::bytea)`);
-    }
-    t = `INSERT INTO wal_entries (key, base_offset, end_offset, epoch, bytes, data) VALUES ${rows.join(', ')}`;
-    if (insertTexts.size < 64) insertTexts.set(n, t);
+    t = build(n);
+    if (cache.size < 64) cache.set(n, t);
   }
   return t;
 }
+
+/** The parameterised multi-row INSERT for `n` rows. */
+const insertTexts = new Map<number, string>();
+const insertText = (n: number): string =>
+  cachedText(insertTexts, n, () => `INSERT INTO wal_entries (key, base_offset, end_offset, epoch, bytes, data) VALUES ${entryRows(n, 0, false)}`);
 
 /**
  * A whole group as one statement: the epochs locked and read by flowmq_wal_lock (a MATERIALIZED CTE, run once),
@@ -74,23 +86,16 @@ function insertText(n: number): string {
  * key's. Returns the keys' epochs as they were, from which the caller tells which entries were fenced.
  */
 const groupTexts = new Map<number, string>();
-function groupText(n: number): string {
-  let t = groupTexts.get(n);
-  if (t === undefined) {
-    const rows: string[] = [];
-    for (let i = 0; i < n; i++) {
-      const b = 2 + i * 6;
-      rows.push(`($${b + 1}::text, $${b + 2}::bigint, $${b + 3}::bigint, $${b + 4}::bigint, $${b + 5}::integer, $${b + 6}::bytea, ${i})`);
-    }
-    t = `WITH lk AS MATERIALIZED (SELECT out_key, out_epoch FROM flowmq_wal_lock($1::text[], $2::bigint[])),
-      v (k, b, e, ep, n, d, ord) AS (VALUES ${rows.join(', ')}),
+const groupText = (n: number): string =>
+  cachedText(
+    groupTexts,
+    n,
+    () => `WITH lk AS MATERIALIZED (SELECT out_key, out_epoch FROM flowmq_wal_lock($1::text[], $2::bigint[])),
+      v (k, b, e, ep, n, d, ord) AS (VALUES ${entryRows(n, 2, true)}),
       ins AS (INSERT INTO wal_entries (key, base_offset, end_offset, epoch, bytes, data)
         SELECT v.k, v.b, v.e, v.ep, v.n, v.d FROM v JOIN lk ON lk.out_key = v.k WHERE v.ep >= lk.out_epoch ORDER BY v.ord)
-      SELECT out_key, out_epoch FROM lk`;
-    if (groupTexts.size < 64) groupTexts.set(n, t);
-  }
-  return t;
-}
+      SELECT out_key, out_epoch FROM lk`,
+  );
 
 export class PostgresWal implements WriteAheadLog {
   private closed = false;

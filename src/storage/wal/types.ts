@@ -92,4 +92,6 @@ export interface WriteAheadLog {
   /** Bytes currently held. */
   size(): number;
   close(): Promise<void>;
+  /** Optional: the backend's own counters (commits, group sizes, its connection pool), for the admin API. */
+  figures?(): Record<string, unknown>;
 }

@@ -11,11 +11,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pino } from 'pino';
 import { decodeBatch, encodeBatch, Engine, isFlowError } from '../../../src/core/index.js';
-import { LogManager, type LogOptions } from '../../../src/storage/log/index.js';
+import type { LogOptions } from '../../../src/storage/log/index.js';
 import { PostgresMetastore } from '../../../src/storage/metastore/index.js';
 import { FsObjectStore } from '../../../src/storage/objects/index.js';
 import { PostgresWal } from '../../../src/storage/wal/index.js';
 import { startPostgres, type PostgresServer } from '../../helpers/postgres.js';
+import { openLogEngine } from '../../helpers/log-engine.js';
 
 const logger = pino({ level: process.env.LOG_LEVEL ?? 'silent' });
 let server: PostgresServer;
@@ -33,10 +34,7 @@ async function openBroker(url: string, objectsDir: string, options: Partial<LogO
   const metastore = await PostgresMetastore.open({ url, connectTimeoutMs: 2000 });
   const wal = await PostgresWal.open({ url, connectTimeoutMs: 2000 });
   const objects = new FsObjectStore(objectsDir);
-  const log = await LogManager.open({ wal, objects, metastore, logger, options: { checkIntervalMs: 20, ...options } });
-  const engine = new Engine(log, metastore);
-  await engine.load();
-  log.finishRecovery();
+  const { log, engine } = await openLogEngine({ wal, objects, metastore }, logger, options);
   return {
     metastore,
     wal,

@@ -14,6 +14,7 @@ import type { FileOpener } from '../../../src/storage/fs-util.js';
 import { FaultyDisk } from '../../helpers/faulty-disk.js';
 import { FlowError, isFlowError } from '../../../src/core/index.js';
 import type { SegmentMeta } from '../../../src/storage/metastore/index.js';
+import { openLogEngine } from '../../helpers/log-engine.js';
 
 async function until(cond: () => boolean, what: string, timeoutMs = 10_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
@@ -39,10 +40,7 @@ async function openAll(dir: string, options: Partial<LogOptions> = {}, layout: L
   const metastore = SqliteMetastore.open(join(dir, 'meta.db'));
   const objects = new FsObjectStore(join(dir, 'objects'));
   const wal = await openWal(dir, layout, io);
-  const log = await LogManager.open({ wal, objects, metastore, logger, options: { checkIntervalMs: 20, ...options } });
-  const engine = new Engine(log, metastore);
-  await engine.load();
-  log.finishRecovery();
+  const { log, engine } = await openLogEngine({ wal, objects, metastore }, logger, options);
   return {
     dir,
     metastore,
