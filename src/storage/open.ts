@@ -22,7 +22,10 @@ export interface Storage {
   openWal(layout?: 'partition' | 'shared'): Promise<WriteAheadLog>;
   /** One phrase for the start-up line, e.g. "postgres metastore, postgres WAL, s3 objects (bucket/prefix)". */
   readonly description: string;
-  /** Figures of the backends that keep some (`GET /api/v1/broker`, key storage.backends). */
+  /**
+   * Figures of the backends that keep some, for `GET /api/v1/broker` beside the backends' kinds (`storage.metastore`,
+   * `storage.objects`): `metastoreFigures`, `objectFigures`.
+   */
   figures(): Record<string, unknown>;
   /** Closes the object store and the metastore (the broker closes the WAL it opened). */
   close(): Promise<void>;
@@ -100,8 +103,8 @@ export async function openStorage(config: Config, dataDir: string, logger: Logge
       description,
       figures() {
         const out: Record<string, unknown> = {};
-        if (metastore.figures) out.metastore = metastore.figures();
-        if (objects.figures) out.objects = objects.figures();
+        if (metastore.figures) out.metastoreFigures = metastore.figures();
+        if (objects.figures) out.objectFigures = objects.figures();
         return out;
       },
       async close() {

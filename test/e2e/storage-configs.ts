@@ -139,6 +139,6 @@ export interface StorageFigures {
       failedAppends: number;
       failedSeals: number;
     };
-    objects?: { inner?: { operations: Record<string, { requests: number; bytes: number; errors: number; retries: number }> } };
+    objectFigures?: { inner?: { operations: Record<string, { requests: number; bytes: number; errors: number; retries: number }> } };
   };
 }

@@ -30,7 +30,7 @@ interface Details {
 
 interface Figures extends StorageFigures {
   storage: StorageFigures['storage'] & {
-    metastore: { errors: number; reconnects: number };
+    metastoreFigures: { errors: number; reconnects: number };
     walFigures: { errors: number; failedGroups: number; reconnects: number };
   };
 }
@@ -165,8 +165,8 @@ describe('shared storage outages during a produce run (PostgreSQL restart, S3 do
       await progress(5 * BATCH, 'acknowledgements after PostgreSQL came back');
       const f1 = await figures();
       assert.ok(
-        f1.storage.walFigures.errors + f1.storage.metastore.errors > 0,
-        `the restart was felt by the broker: ${JSON.stringify({ wal: f1.storage.walFigures, meta: f1.storage.metastore })}`,
+        f1.storage.walFigures.errors + f1.storage.metastoreFigures.errors > 0,
+        `the restart was felt by the broker: ${JSON.stringify({ wal: f1.storage.walFigures, meta: f1.storage.metastoreFigures })}`,
       );
 
       // (b) S3 goes away. Seals fail; the WAL keeps acknowledging until the unsealed tails reach the limit.
@@ -218,7 +218,7 @@ describe('shared storage outages during a produce run (PostgreSQL restart, S3 do
     assert.deepEqual(missing.slice(0, 20), [], `${missing.length} acknowledged records missing of ${acked()}`);
     const f4 = await figures();
     assert.ok(f4.storage.log.objectReads > f3.storage.log.objectReads, 'the records were read back from the object store');
-    const gets = f4.storage.objects?.inner?.operations.get;
+    const gets = f4.storage.objectFigures?.inner?.operations.get;
     assert.ok(gets !== undefined && gets.requests > 0, 'by GETs to S3');
     console.log(
       `outage run: ${acked()} records acknowledged (${loops.map((l) => `${l.acked.size} ${l.failures} failed sends`).join(', ')}), ` +

@@ -193,7 +193,7 @@ for (const cfg of storageConfigs()) describe(`walking skeleton: MQTT in, Kafka o
     if (cfg.shared) {
       // Nothing in memory and nothing in the WAL: every record came from S3 by ranged GETs.
       const info2 = await broker.api<StorageFigures>('GET', '/api/v1/broker');
-      const gets = info2.storage.objects?.inner?.operations.get;
+      const gets = info2.storage.objectFigures?.inner?.operations.get;
       assert.ok(gets !== undefined && gets.requests > 0 && gets.bytes > 0, `segments read back from S3: ${JSON.stringify(gets)}`);
       assert.equal(info2.storage.walBytes, 0);
     }
