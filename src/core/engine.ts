@@ -12,6 +12,7 @@ import type { AppendResult, PartitionOffsets, ReadLease, StreamDef, StreamStorag
 import { RetainedIndex } from './retained.js';
 import { decodeStoredMessage, encodeStoredMessage } from './sessions.js';
 import type { CoreStore } from './store.js';
+import type { QueueStore } from './queues.js';
 import { isValidStreamName, kafkaToUnified, matches, validateFilter, validateTopic } from './topic.js';
 import { TopicTrie } from './trie.js';
 
@@ -85,6 +86,8 @@ export class Engine {
      * for the adapters, which take them from here): the broker's metastore, or a MemoryStore.
      */
     readonly store: CoreStore,
+    /** Where durable queues keep their messages (the broker passes its backend; tests may leave the memory one). */
+    readonly queueStore?: QueueStore,
   ) {}
 
   // ---------------------------------------------------------------- streams

@@ -27,7 +27,13 @@ export type ErrorCode =
    * older than the partition's current one: another broker (or a later opening) owns the partition now. Not
    * retriable by the writer: it must stop writing the partition.
    */
-  | 'FENCED';
+  | 'FENCED'
+  /** A redeclaration differs from the existing definition, or a delete's if-unused / if-empty does not hold (AMQP 406). */
+  | 'PRECONDITION_FAILED'
+  /** An exclusive queue or consumer belongs to another connection (AMQP 405). */
+  | 'RESOURCE_LOCKED'
+  /** Not allowed (AMQP 403): publishing to an internal exchange, redeclaring a reserved `amq.` name. */
+  | 'ACCESS_REFUSED';
 
 export class FlowError extends Error {
   readonly code: ErrorCode;

@@ -12,3 +12,5 @@ export * from './store.js';
 export { crc32c, crc32cCombine, crc32cJs, crc32cImplementation } from './crc32c.js';
 export * from './histogram.js';
 export { CoalescingTask } from './coalescing-task.js';
+export * from './queues.js';
+export * from './exchanges.js';

@@ -36,6 +36,50 @@ export interface Message {
   correlationData?: Buffer;
   /** 1 when the payload is UTF-8 text (MQTT v5 Payload Format Indicator). */
   payloadFormat?: number;
+  /** Application message id (AMQP message-id; NATS Nats-Msg-Id). */
+  messageId?: string;
+  /** 0-9 (AMQP priority). */
+  priority?: number;
+  /**
+   * True: the publisher asked for the message to survive a restart (AMQP delivery-mode 2, MQTT QoS >= 1, Kafka
+   * always); false: transient (AMQP delivery-mode 1). Absent: the protocol did not say (treated as persistent
+   * by durable queues).
+   */
+  persistent?: boolean;
+  /** AMQP content-encoding, type, app-id, user-id. */
+  contentEncoding?: string;
+  type?: string;
+  appId?: string;
+  userId?: string;
+  /**
+   * The AMQP headers table exactly as published (its encoded field-table bytes), so an AMQP consumer gets every
+   * value type back; `headers` carries the same entries as bytes for the other protocols. Set only by the AMQP
+   * adapter; dropped when a message is re-published by another protocol.
+   */
+  amqpHeaders?: Buffer;
+  /**
+   * The exchange and routing key the message was published with (AMQP basic.deliver reports them; dead-letter
+   * records name them). Set by Router.publishTo; absent for publishes into the unified topic space by MQTT, Kafka
+   * or NATS, which are `amq.topic` with the topic's dotted form as routing key.
+   */
+  exchange?: string;
+  routingKey?: string;
+  /** Dead-letter history, newest first (rendered as AMQP x-death by the AMQP adapter). */
+  deaths?: DeathRecord[];
+}
+
+/** Why and where a message was dead-lettered (one entry per queue and reason, counted). */
+export interface DeathRecord {
+  queue: string;
+  reason: 'rejected' | 'expired' | 'maxlen' | 'delivery_limit';
+  /** The exchange and routing keys the message had been published with when it died. */
+  exchange: string;
+  routingKeys: string[];
+  count: number;
+  /** ms since epoch of the first death for this queue and reason. */
+  time: number;
+  /** The original per-message expiration, if any (AMQP original-expiration). */
+  originalExpiration?: string;
 }
 
 export function makeMessage(topic: string, payload: Buffer, init: Partial<Message> = {}): Message {
@@ -54,5 +98,16 @@ export function makeMessage(topic: string, payload: Buffer, init: Partial<Messag
     ...(init.responseTopic !== undefined ? { responseTopic: init.responseTopic } : {}),
     ...(init.correlationData !== undefined ? { correlationData: init.correlationData } : {}),
     ...(init.payloadFormat !== undefined ? { payloadFormat: init.payloadFormat } : {}),
+    ...(init.messageId !== undefined ? { messageId: init.messageId } : {}),
+    ...(init.priority !== undefined ? { priority: init.priority } : {}),
+    ...(init.persistent !== undefined ? { persistent: init.persistent } : {}),
+    ...(init.contentEncoding !== undefined ? { contentEncoding: init.contentEncoding } : {}),
+    ...(init.type !== undefined ? { type: init.type } : {}),
+    ...(init.appId !== undefined ? { appId: init.appId } : {}),
+    ...(init.userId !== undefined ? { userId: init.userId } : {}),
+    ...(init.amqpHeaders !== undefined ? { amqpHeaders: init.amqpHeaders } : {}),
+    ...(init.exchange !== undefined ? { exchange: init.exchange } : {}),
+    ...(init.routingKey !== undefined ? { routingKey: init.routingKey } : {}),
+    ...(init.deaths !== undefined ? { deaths: init.deaths } : {}),
   };
 }

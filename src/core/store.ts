@@ -21,8 +21,10 @@ import {
   type SessionStore,
 } from './sessions.js';
 import type { StreamCatalog, StreamDef } from './streams.js';
+import type { BindingDef, ExchangeDef, QueueCatalog } from './exchanges.js';
+import type { QueueDef } from './queues.js';
 
-export interface CoreStore extends StreamCatalog, OffsetStore, ProducerIdStore, SessionStore, RetainedStore {}
+export interface CoreStore extends StreamCatalog, OffsetStore, ProducerIdStore, SessionStore, RetainedStore, QueueCatalog {}
 
 /**
  * Every role in process memory (lost at exit): for tests, and for a broker started without a metastore. The
@@ -33,6 +35,9 @@ export class MemoryStore implements CoreStore {
   readonly sessionStore: SessionStore;
   readonly retainedStore: RetainedStore;
   readonly offsetStore: OffsetStore & ProducerIdStore;
+  readonly queueDefs = new Map<string, QueueDef>();
+  readonly exchangeDefs = new Map<string, ExchangeDef>();
+  readonly bindingDefs = new Map<string, BindingDef>();
 
   constructor(parts: { sessions?: SessionStore; retained?: RetainedStore; offsets?: OffsetStore & ProducerIdStore } = {}) {
     this.sessionStore = parts.sessions ?? new MemorySessionStore();
@@ -105,4 +110,52 @@ export class MemoryStore implements CoreStore {
   listRetained(): Promise<RetainedEntry[]> {
     return this.retainedStore.listRetained();
   }
+
+  async putQueue(def: QueueDef): Promise<void> {
+    this.queueDefs.set(def.name, def);
+  }
+  async deleteQueue(name: string): Promise<void> {
+    this.queueDefs.delete(name);
+    for (const [k, b] of this.bindingDefs) if (b.destinationKind === 'queue' && b.destination === name) this.bindingDefs.delete(k);
+  }
+  async listQueues(): Promise<QueueDef[]> {
+    return [...this.queueDefs.values()];
+  }
+  async putExchange(def: ExchangeDef): Promise<void> {
+    this.exchangeDefs.set(def.name, def);
+  }
+  async deleteExchange(name: string): Promise<void> {
+    this.exchangeDefs.delete(name);
+    for (const [k, b] of this.bindingDefs) {
+      if (b.source === name || (b.destinationKind === 'exchange' && b.destination === name)) this.bindingDefs.delete(k);
+    }
+  }
+  async listExchanges(): Promise<ExchangeDef[]> {
+    return [...this.exchangeDefs.values()];
+  }
+  async putBinding(b: BindingDef): Promise<void> {
+    this.bindingDefs.set(bindingKey(b), b);
+  }
+  async deleteBinding(b: BindingDef): Promise<void> {
+    this.bindingDefs.delete(bindingKey(b));
+  }
+  async listBindings(): Promise<BindingDef[]> {
+    return [...this.bindingDefs.values()];
+  }
+}
+
+/**
+ * A binding's identity: source, destination, key, rule and arguments (AMQP: two bindings differing only in
+ * arguments are distinct). Arguments are serialized with sorted keys, so equal tables give equal keys.
+ */
+export function bindingKey(b: BindingDef): string {
+  return JSON.stringify([b.source, b.destinationKind, b.destination, b.key, b.rule ?? 'amqp', sortedJson(b.arguments)]);
+}
+
+function sortedJson(v: unknown): unknown {
+  if (Array.isArray(v)) return v.map(sortedJson);
+  if (v !== null && typeof v === 'object' && !Buffer.isBuffer(v)) {
+    return Object.fromEntries(Object.keys(v).sort().map((k) => [k, sortedJson((v as Record<string, unknown>)[k])]));
+  }
+  return v;
 }

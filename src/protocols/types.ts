@@ -4,6 +4,8 @@
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import type { Engine } from '../core/index.js';
+import type { Config } from '../config/index.js';
+import type { PasswordGuard } from '../control/index.js';
 
 export interface AdapterContext {
   engine: Engine;
@@ -24,5 +26,32 @@ export interface ProtocolListener {
   /** Number of open client connections. */
   connections(): number;
   /** Stops accepting, closes every client connection, resolves when all are closed. */
+  close(): Promise<void>;
+}
+
+/** What the broker hands a protocol module at start. */
+export interface ProtocolModuleContext extends AdapterContext {
+  config: Config;
+  /** Clear-text password checks against the users file; null when the broker runs without one. */
+  guard: PasswordGuard | null;
+}
+
+/**
+ * One protocol, as the broker starts it: the broker keeps a list of modules and starts the enabled ones in
+ * order, so adding a protocol adds a module, not another block in startBroker.
+ */
+export interface ProtocolModule {
+  /** "mqtt", "kafka", "amqp", "nats": the name in --protocols and the key of its figures in /api/v1/broker. */
+  readonly name: string;
+  /** Starts the protocol's shared state and its listeners as configured. A failure leaves nothing open. */
+  start(ctx: ProtocolModuleContext): Promise<RunningProtocol>;
+}
+
+export interface RunningProtocol {
+  /** Listeners by name ("mqtt", "mqtts", "mqtt-ws", "kafka", "kafka-tls", "amqp", ...). */
+  readonly listeners: ReadonlyMap<string, ProtocolListener>;
+  /** The protocol's figures for GET /api/v1/broker (drops, latencies, pools), if it keeps any. */
+  figures?(): unknown;
+  /** Stops the listeners (closing their connections), then the protocol's shared state. */
   close(): Promise<void>;
 }

@@ -1,3 +1,4 @@
+import type { BindingDef, ExchangeDef, QueueDef } from '../../core/index.js';
 /**
  * The cluster metastore: PostgreSQL through a node-postgres pool. Same tables and semantics as the SQLite
  * backend (see postgres-migrations.ts), shared by every broker that points at the database.
@@ -425,6 +426,18 @@ export class PostgresMetastore implements Metastore {
   }
 
   /** Finishes the calls already made, then closes the pool. */
+
+  // QueueCatalog: placeholders until the queue-store work lands (issue 14); replaced, not shipped.
+  async putQueue(_def: QueueDef): Promise<void> { throw new FlowError('STORAGE_ERROR', 'queue catalog not implemented yet'); }
+  async deleteQueue(_name: string): Promise<void> { throw new FlowError('STORAGE_ERROR', 'queue catalog not implemented yet'); }
+  async listQueues(): Promise<QueueDef[]> { return []; }
+  async putExchange(_def: ExchangeDef): Promise<void> { throw new FlowError('STORAGE_ERROR', 'queue catalog not implemented yet'); }
+  async deleteExchange(_name: string): Promise<void> { throw new FlowError('STORAGE_ERROR', 'queue catalog not implemented yet'); }
+  async listExchanges(): Promise<ExchangeDef[]> { return []; }
+  async putBinding(_b: BindingDef): Promise<void> { throw new FlowError('STORAGE_ERROR', 'queue catalog not implemented yet'); }
+  async deleteBinding(_b: BindingDef): Promise<void> { throw new FlowError('STORAGE_ERROR', 'queue catalog not implemented yet'); }
+  async listBindings(): Promise<BindingDef[]> { return []; }
+
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;

@@ -1,3 +1,4 @@
+import type { BindingDef, ExchangeDef, QueueDef } from '../../core/index.js';
 /**
  * The embedded metastore: one SQLite file through better-sqlite3.
  *
@@ -99,6 +100,8 @@ class WalFileSync {
       throw writeError(`cannot sync metastore journal ${this.path}`, err);
     }
   }
+
+
 
   async close(): Promise<void> {
     await this.task.idle();
@@ -554,6 +557,17 @@ export class SqliteMetastore implements Metastore {
   async listRetained(): Promise<RetainedEntry[]> {
     return this.run('listRetained', () => this.s.retainedList.all() as RetainedEntry[]);
   }
+
+  // QueueCatalog: placeholders until the queue-store work lands (issue 14); replaced, not shipped.
+  async putQueue(_def: QueueDef): Promise<void> { throw new FlowError('STORAGE_ERROR', 'queue catalog not implemented yet'); }
+  async deleteQueue(_name: string): Promise<void> { throw new FlowError('STORAGE_ERROR', 'queue catalog not implemented yet'); }
+  async listQueues(): Promise<QueueDef[]> { return []; }
+  async putExchange(_def: ExchangeDef): Promise<void> { throw new FlowError('STORAGE_ERROR', 'queue catalog not implemented yet'); }
+  async deleteExchange(_name: string): Promise<void> { throw new FlowError('STORAGE_ERROR', 'queue catalog not implemented yet'); }
+  async listExchanges(): Promise<ExchangeDef[]> { return []; }
+  async putBinding(_b: BindingDef): Promise<void> { throw new FlowError('STORAGE_ERROR', 'queue catalog not implemented yet'); }
+  async deleteBinding(_b: BindingDef): Promise<void> { throw new FlowError('STORAGE_ERROR', 'queue catalog not implemented yet'); }
+  async listBindings(): Promise<BindingDef[]> { return []; }
 
   async close(): Promise<void> {
     if (this.closed) return;

@@ -16,9 +16,12 @@
  *   the writer's epoch, and one whose epoch is lower than the partition's current epoch is refused with
  *   FlowError FENCED and changes nothing.
  * - A write resolves only once it is durable (session-queue writes: see SessionStore).
+ * - Queue, exchange and binding definitions (QueueCatalog) are keyed by their name; deleting a queue or an exchange
+ *   deletes the bindings that name it. Queue messages are not here but in a QueueStore (src/storage/queues).
  */
 
 import type {
+  QueueCatalog,
   CommittedOffset,
   OffsetStore,
   ProducerIdStore,
@@ -59,7 +62,7 @@ export interface PartitionState {
 /** A consumer group's committed position: the core's CommittedOffset, stored here. */
 export type ConsumerOffset = CommittedOffset;
 
-export interface Metastore extends StreamCatalog, OffsetStore, ProducerIdStore, SessionStore, RetainedStore {
+export interface Metastore extends StreamCatalog, OffsetStore, ProducerIdStore, SessionStore, RetainedStore, QueueCatalog {
   readonly kind: string;
 
   createStream(def: StreamDef): Promise<void>; // throws FlowError ALREADY_EXISTS
