@@ -311,3 +311,254 @@ describe('MemoryQueueStore', () => {
   });
 });
 
+
+describe('queue expiry, limits and dead letters', () => {
+  it('x-message-ttl: expired messages are dead-lettered (expired) by the queue timer, without consumers', async () => {
+    const { q, hooks, store } = await open(def('ttl', { messageTtlMs: 5, deadLetterExchange: 'dlx' }));
+    await Promise.all(put(q, '1', '2'));
+    await hooks.until(() => hooks.dead.length === 2);
+    assert.deepEqual(
+      hooks.dead.map((d) => [d.msg.payload.toString(), d.reason, d.msg.deaths?.[0].reason]),
+      [
+        ['1', 'expired', 'expired'],
+        ['2', 'expired', 'expired'],
+      ],
+    );
+    assert.deepEqual(q.stats(), { ready: 0, unacked: 0, bytes: 0, consumers: 0 });
+    await new Promise((r) => setImmediate(r));
+    assert.deepEqual(await (store as QueueStore).read('ttl', 0, 10), [], 'the stored copies go once dead-lettered');
+  });
+
+  it('per-message expiry: an expired message is never delivered; it is dropped at the head with its original expiration recorded', async () => {
+    const { q, hooks } = await open(def('pm', { deadLetterExchange: 'dlx' }));
+    const now = Date.now();
+    q.enqueue(msg('old', { expiresAt: now - 1, timestamp: now - 1001 }));
+    q.enqueue(msg('live', { expiresAt: now + 3_600_000 }));
+    const a = new Consumer('a', 'ch1');
+    q.consume(a);
+    assert.deepEqual(a.texts(), ['live']);
+    assert.equal(hooks.dead.length, 1);
+    assert.equal(hooks.dead[0].reason, 'expired');
+    assert.equal(hooks.dead[0].msg.deaths?.[0].originalExpiration, '1000');
+    assert.equal(hooks.dead[0].msg.expiresAt, undefined, 'the expiration does not follow the message into the dead-letter queue');
+  });
+
+  it('x-expires asks the router to delete an unused queue; auto-delete once the last consumer went', async () => {
+    const { hooks } = await open(def('exp', { expiresMs: 5 }));
+    await hooks.until(() => hooks.expired.length === 1);
+    assert.deepEqual(hooks.expired, ['exp:expires']);
+    const ad = await open(def('ad', {}, { autoDelete: true }));
+    const a = new Consumer('a', 'ch1');
+    const b = new Consumer('b', 'ch1');
+    ad.q.consume(a);
+    ad.q.consume(b);
+    ad.q.cancel(a);
+    await new Promise((r) => setImmediate(r));
+    assert.deepEqual(ad.hooks.expired, [], 'one consumer is left');
+    ad.q.cancel(b);
+    await ad.hooks.until(() => ad.hooks.expired.length === 1);
+    assert.deepEqual(ad.hooks.expired, ['ad:auto-delete']);
+  });
+
+  it('x-max-length drop-head dead-letters the oldest (maxlen); max bytes too', async () => {
+    const { q, hooks } = await open(def('ml', { maxLength: 2, deadLetterExchange: 'dlx' }));
+    put(q, '1', '2', '3', '4');
+    assert.deepEqual(
+      hooks.dead.map((d) => [d.msg.payload.toString(), d.reason]),
+      [
+        ['1', 'maxlen'],
+        ['2', 'maxlen'],
+      ],
+    );
+    assert.equal(q.stats().ready, 2);
+    const b = await open(def('mb', { maxLengthBytes: 5 }));
+    put(b.q, 'aaa', 'bb', 'c');
+    assert.deepEqual(b.q.stats(), { ready: 2, unacked: 0, bytes: 3, consumers: 0 });
+    assert.equal((await b.q.get('ch', true))?.msg.payload.toString(), 'bb');
+  });
+
+  it('reject-publish refuses at the limit; reject-publish-dlx dead-letters the refused message', async () => {
+    const { q, hooks } = await open(def('rp', { maxLength: 1, overflow: 'reject-publish', deadLetterExchange: 'dlx' }));
+    assert.equal(q.enqueue(msg('1')).rejected, false);
+    const r = q.enqueue(msg('2'));
+    assert.equal(r.rejected, true);
+    assert.equal(r.durable, null);
+    assert.equal(hooks.dead.length, 0);
+    assert.equal(q.stats().ready, 1);
+    const d = await open(def('rpd', { maxLength: 1, overflow: 'reject-publish-dlx', deadLetterExchange: 'dlx' }));
+    d.q.enqueue(msg('1'));
+    assert.equal(d.q.enqueue(msg('2')).rejected, true);
+    assert.deepEqual(
+      d.hooks.dead.map((x) => [x.msg.payload.toString(), x.reason]),
+      [['2', 'maxlen']],
+    );
+  });
+
+  it('x-delivery-limit: a message returned more often than the limit is dead-lettered (delivery_limit)', async () => {
+    const { q, hooks } = await open(def('lim', { deliveryLimit: 1, deadLetterExchange: 'dlx' }));
+    const a = new Consumer('a', 'ch1');
+    q.consume(a);
+    put(q, 'x');
+    await q.nack(a.got[0].id, true);
+    assert.equal(a.got.length, 2);
+    await q.nack(a.got[1].id, true);
+    assert.equal(a.got.length, 2);
+    assert.deepEqual(
+      hooks.dead.map((d) => d.reason),
+      ['delivery_limit'],
+    );
+    // The same through release.
+    put(q, 'y');
+    q.release('ch1');
+    q.release('ch1');
+    assert.equal(a.got.length, 4);
+    q.release('ch1');
+    assert.deepEqual(
+      hooks.dead.map((d) => d.reason),
+      ['delivery_limit', 'delivery_limit'],
+    );
+  });
+
+  it('a message dead-lettered twice by the same queue and reason counts its death', async () => {
+    const { q, hooks } = await open(def('twice', { deadLetterExchange: 'dlx' }));
+    const a = new Consumer('a', 'ch1');
+    q.consume(a);
+    put(q, 'x');
+    await q.nack(a.got[0].id, false);
+    q.enqueue(hooks.dead[0].msg);
+    await q.nack(a.got[1].id, false);
+    assert.equal(hooks.dead[1].msg.deaths?.length, 1);
+    assert.equal(hooks.dead[1].msg.deaths?.[0].count, 2);
+  });
+});
+
+describe('queue consumers', () => {
+  it('single active consumer: only the first receives; the next takes over when it goes', async () => {
+    const { q } = await open(def('sac', { singleActiveConsumer: true }));
+    const a = new Consumer('a', 'ch1');
+    const b = new Consumer('b', 'ch2');
+    q.consume(a);
+    q.consume(b);
+    put(q, '1', '2');
+    assert.deepEqual(a.texts(), ['1', '2']);
+    assert.deepEqual(b.texts(), []);
+    q.cancel(a);
+    q.release('ch1');
+    put(q, '3');
+    assert.deepEqual(b.texts(), ['1', '2', '3']);
+  });
+
+  it('an exclusive consumer locks the queue', async () => {
+    const { q } = await open(def('ex'));
+    const a = new Consumer('a', 'ch1');
+    q.consume(a, { exclusive: true });
+    assert.throws(() => q.consume(new Consumer('b', 'ch2')), (e: unknown) => isFlowError(e, 'RESOURCE_LOCKED'));
+    q.cancel(a);
+    const b = new Consumer('b', 'ch2');
+    q.consume(b);
+    assert.throws(() => q.consume(new Consumer('c', 'ch2'), { exclusive: true }), (e: unknown) => isFlowError(e, 'RESOURCE_LOCKED'));
+    assert.throws(() => q.consume(new Consumer('b', 'ch3')), (e: unknown) => isFlowError(e, 'PRECONDITION_FAILED'), 'tags are unique per queue');
+  });
+});
+
+describe('queue memory window', () => {
+  it('keeps a bounded window of a long queue in memory and delivers everything in order', async () => {
+    const store = new MemoryQueueStore();
+    const factory = queueFactory({ maxMessages: 1000, maxBytes: 1 << 20, readBatch: 200 });
+    const { q } = await open(def('long'), store, new Hooks(), factory);
+    const n = 200_000;
+    let last: Promise<void> | null = null;
+    for (let i = 0; i < n; i++) last = q.enqueue(msg(String(i))).durable;
+    await last;
+    const w = (q as unknown as { windowStats(): { inMemory: number; inMemoryBytes: number; beyond: number } }).windowStats();
+    assert.equal(w.inMemory, 1000, 'the window is full and no larger');
+    assert.equal(w.beyond, n - 1000);
+    assert.equal(q.stats().ready, n);
+    // Consume with a prefetch of 50, checking order and the window bound throughout.
+    let next = 0;
+    let maxInMemory = 0;
+    let failed: string | null = null;
+    const pending: number[] = [];
+    const c: QueueConsumer = {
+      tag: 'c',
+      owner: 'ch',
+      noAck: false,
+      hasCredit: () => pending.length < 50,
+      deliver: (d) => {
+        if (d.msg.payload.toString() !== String(next)) failed ??= `got ${d.msg.payload.toString()} expected ${next}`;
+        next++;
+        pending.push(d.id);
+      },
+    };
+    q.consume(c);
+    const hooks = new Hooks();
+    while (next < n && failed === null) {
+      const ids = pending.splice(0, pending.length);
+      await Promise.all(ids.map((id) => q.ack(id)));
+      const ws = (q as unknown as { windowStats(): { inMemory: number } }).windowStats();
+      maxInMemory = Math.max(maxInMemory, ws.inMemory);
+      q.resume(c);
+      if (pending.length === 0) await hooks.until(() => pending.length > 0 || next >= n);
+    }
+    assert.equal(failed, null);
+    assert.equal(next, n);
+    assert.ok(maxInMemory <= 1000, `window peaked at ${maxInMemory}`);
+    await Promise.all(pending.map((id) => q.ack(id)));
+    assert.deepEqual(q.stats(), { ready: 0, unacked: 0, bytes: 0, consumers: 1 });
+    assert.equal((await store.openQueue('long')).count, 0);
+  });
+
+  it('requeued messages come back ahead of those still in the store; recovery reads past the window', async () => {
+    const store = new MemoryQueueStore();
+    const factory = queueFactory({ maxMessages: 4, maxBytes: 1 << 20, readBatch: 2 });
+    const { q } = await open(def('win'), store, new Hooks(), factory);
+    await Promise.all(put(q, ...'abcdefghij'.split('')));
+    const first = await q.get('ch', false);
+    assert.equal(first?.msg.payload.toString(), 'a');
+    const rest: string[] = [];
+    for (let i = 0; i < 4; i++) rest.push((await q.get('ch', true))?.msg.payload.toString() ?? '-');
+    await q.nack(first!.id, true);
+    for (;;) {
+      const d = await q.get('ch', true);
+      if (!d) break;
+      rest.push(d.msg.payload.toString() + (d.redelivered ? '*' : ''));
+    }
+    assert.deepEqual(rest, ['b', 'c', 'd', 'e', 'a*', 'f', 'g', 'h', 'i', 'j']);
+    // Restart with a long stored queue: open reads only a window; get reads the rest.
+    await Promise.all(put(q, ...'0123456789'.split('')));
+    q.close();
+    const again = await open(def('win'), store, new Hooks(), factory);
+    assert.equal(again.q.stats().ready, 10);
+    const got: string[] = [];
+    for (let d = await again.q.get('ch', true); d; d = await again.q.get('ch', true)) got.push(d.msg.payload.toString());
+    assert.equal(got.join(''), '0123456789');
+  });
+
+  it('purge with deliveries outstanding removes the stored ready messages beyond the window too', async () => {
+    const store = new MemoryQueueStore();
+    const factory = queueFactory({ maxMessages: 3, maxBytes: 1 << 20, readBatch: 2 });
+    const { q } = await open(def('pw'), store, new Hooks(), factory);
+    await Promise.all(put(q, ...'abcdefgh'.split('')));
+    const held = await q.get('ch', false);
+    assert.equal(await q.purge(), 7);
+    assert.deepEqual(
+      (await store.read('pw', 0, 100)).map((r) => r.id),
+      [held!.id],
+    );
+    await Promise.all(put(q, 'z'));
+    assert.equal((await q.get('ch', true))?.msg.payload.toString(), 'z');
+    await q.nack(held!.id, true);
+    assert.equal((await q.get('ch', true))?.msg.payload.toString(), 'a');
+  });
+
+  it('x-message-ttl applies to messages read back from the store', async () => {
+    const store = new MemoryQueueStore();
+    const factory = queueFactory({ maxMessages: 2, maxBytes: 1 << 20, readBatch: 2 });
+    const hooks = new Hooks();
+    const { q } = await open(def('wttl', { messageTtlMs: 5, deadLetterExchange: 'dlx' }), store, hooks, factory);
+    await Promise.all(put(q, ...'abcdef'.split('')));
+    await hooks.until(() => hooks.dead.length === 6);
+    assert.equal(hooks.dead.map((d) => d.msg.payload.toString()).join(''), 'abcdef');
+    assert.deepEqual(q.stats(), { ready: 0, unacked: 0, bytes: 0, consumers: 0 });
+  });
+});
