@@ -8,6 +8,8 @@ import {
   messageToRecord,
   type BindingDef,
   type DeathRecord,
+  MemoryQueueStore,
+  type QueueDelivery,
   type Message,
   type QueueDef,
   type QueueFactory,
@@ -493,5 +495,42 @@ describe('Router: dead-lettering', () => {
     engine.publishTo('', 'self', msg('s2'));
     q('self').kill(0, 'rejected');
     assert.deepEqual(bodies(q('self')), ['s2'], 'rejected back into itself: delivered');
+  });
+});
+
+describe('Router with the real queue runtime', () => {
+  it('MQTT publish -> durable queue on amq.topic -> consumer; rejected and expired messages dead-lettered through the DLX', async () => {
+    const m = new MemoryStreams();
+    const engine = new Engine(m, new MemoryStore(), new MemoryQueueStore());
+    await engine.declareExchange(xdef('dlx', 'fanout'));
+    const work = await engine.declareQueue(qdef('work', { arguments: { deadLetterExchange: 'dlx' } }));
+    const ttl = await engine.declareQueue(qdef('ttl', { arguments: { deadLetterExchange: 'dlx', messageTtlMs: 1 } }));
+    const dead = await engine.declareQueue(qdef('dead'));
+    await engine.bind(qb('dlx', 'dead'));
+    await engine.bind(qb('amq.topic', 'work', 'jobs.*'));
+    await engine.bind(qb('amq.topic', 'ttl', 'slow.#'));
+    const got: QueueDelivery[] = [];
+    work.consume({ tag: 'c1', owner: 'ch1', noAck: false, hasCredit: () => true, deliver: (d) => got.push(d) });
+    const d = engine.publish(makeMessage('jobs/1', Buffer.from('job'), { qos: 1 }));
+    assert.ok(d);
+    await d;
+    assert.equal(got.length, 1);
+    assert.equal(got[0].msg.routingKey, 'jobs.1');
+    assert.equal(got[0].msg.exchange, 'amq.topic');
+    await work.nack(got[0].id, false);
+    engine.publish(makeMessage('slow/x', Buffer.from('late'), { qos: 1 }));
+    const deliveries: QueueDelivery[] = [];
+    for (let i = 0; i < 500 && deliveries.length < 2; i++) {
+      const g = await dead.get('me', true);
+      if (g) deliveries.push(g);
+      else await new Promise((r) => setTimeout(r, 5));
+    }
+    assert.deepEqual(deliveries.map((x) => x.msg.payload.toString()), ['job', 'late']);
+    assert.deepEqual(deliveries.map((x) => [x.msg.deaths![0].queue, x.msg.deaths![0].reason, x.msg.exchange]), [
+      ['work', 'rejected', 'dlx'],
+      ['ttl', 'expired', 'dlx'],
+    ]);
+    assert.equal(ttl.stats().ready, 0);
+    engine.close();
   });
 });
