@@ -348,6 +348,19 @@ describe('Router: amq.topic is the unified topic space', () => {
     assert.deepEqual(s.got.map((m) => m.topic), ['a/b']);
   });
 
+  it('empty words are levels: a..b is a//b for AMQP patterns and MQTT filters alike', async () => {
+    const { engine, q } = setup();
+    const s = new Sink('mqtt');
+    engine.subscribe('a/+/b', s, { qos: 0 });
+    await engine.declareQueue(qdef('e'));
+    await engine.bind(qb('amq.topic', 'e', 'a.*.b'));
+    assert.equal(engine.publishTo('amq.topic', 'a..b', msg('ab')).routed, 2);
+    engine.publish(makeMessage('a//b', Buffer.from('m')));
+    assert.deepEqual(s.got.map((m) => m.topic), ['a//b', 'a//b']);
+    assert.deepEqual(bodies(q('e')), ['ab', 'm']);
+    assert.equal(q('e').msgs[1].routingKey, 'a..b');
+  });
+
   it('NATS-rule bindings: a.> matches a.b and a.b.c, not a', async () => {
     const { engine, q } = setup();
     await engine.declareQueue(qdef('n'));
