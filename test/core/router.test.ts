@@ -55,7 +55,10 @@ class FakeQueue implements QueueRuntime {
   async ack(): Promise<void> {}
   async nack(): Promise<void> {}
   release(): void {}
+  /** Set by a test to hold open() until it resolves. */
+  static gate: Promise<void> | null = null;
   async open(): Promise<void> {
+    if (FakeQueue.gate) await FakeQueue.gate;
     this.opened = true;
   }
   enqueue(msg: Message) {
@@ -411,6 +414,21 @@ describe('Router: queues', () => {
     await engine.dropExclusive('c1');
     assert.equal(engine.getQueue(gen.def.name), undefined);
     assert.equal(made.get(gen.def.name)!.destroyed, true);
+  });
+
+  it('makes a queue routable only once it is open; a concurrent declare waits for the first', async () => {
+    const { engine, q } = setup();
+    let release!: () => void;
+    FakeQueue.gate = new Promise((r) => (release = r));
+    const first = engine.declareQueue(qdef('slow'));
+    const second = engine.declareQueue(qdef('slow'));
+    await new Promise((r) => setImmediate(r));
+    assert.equal(engine.publishTo('', 'slow', msg('early')).routed, 0);
+    FakeQueue.gate = null;
+    release();
+    assert.equal(await first, await second);
+    assert.equal(engine.publishTo('', 'slow', msg('late')).routed, 1);
+    assert.deepEqual(bodies(q('slow')), ['late']);
   });
 
   it('gives durable queues the queue store and the others none', async () => {
