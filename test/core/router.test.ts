@@ -155,6 +155,8 @@ describe('Router: exchanges', () => {
     assert.equal(engine.getExchange('x'), undefined);
     assert.deepEqual(engine.listBindings(), []);
     await engine.deleteExchange('x'); // absent: no error, as RabbitMQ
+    await engine.unbind(qb('amq.direct', 'q', 'never bound')); // absent binding: no error, as RabbitMQ
+    await assert.rejects(engine.unbind(qb('amq.direct', 'nope', 'k')), { code: 'NOT_FOUND' });
   });
 
   it('routes by the default exchange, direct, fanout and topic exchanges, once per queue', async () => {
