@@ -587,4 +587,22 @@ describe('Router with the real queue runtime', () => {
     assert.equal(ttl.stats().ready, 0);
     engine.close();
   });
+
+  it('deletes queues the runtime expires: x-expires unused, auto-delete after the last consumer', async () => {
+    const m = new MemoryStreams();
+    const store = new MemoryStore();
+    const engine = new Engine(m, store, new MemoryQueueStore());
+    await engine.declareQueue(qdef('exp', { arguments: { expiresMs: 20 } }));
+    const auto = await engine.declareQueue(qdef('auto', { autoDelete: true }));
+    await engine.bind(qb('amq.fanout', 'exp'));
+    const c = { tag: 'c', owner: 'o', noAck: true, hasCredit: () => true, deliver: () => undefined };
+    auto.consume(c);
+    auto.cancel(c);
+    for (let i = 0; i < 500 && (engine.getQueue('exp') || engine.getQueue('auto')); i++) await new Promise((r) => setTimeout(r, 10));
+    assert.equal(engine.getQueue('exp'), undefined);
+    assert.equal(engine.getQueue('auto'), undefined);
+    assert.deepEqual(engine.listBindings(), []);
+    for (let i = 0; i < 100 && (await store.listQueues()).length > 0; i++) await new Promise((r) => setTimeout(r, 10));
+    assert.deepEqual(await store.listQueues(), []);
+  });
 });
