@@ -181,7 +181,14 @@ export class RouterCore {
     }
     for (const b of await this.store.listBindings()) {
       if (!this.exchanges.has(b.source) || !this.destinationExists(b)) continue;
-      this.index(this.entry(b));
+      let e: BindingEntry;
+      try {
+        e = this.entry(b);
+      } catch {
+        // A stored key this version's rules refuse: the binding cannot route, the broker still starts.
+        continue;
+      }
+      this.index(e);
     }
   }
 

@@ -487,6 +487,7 @@ describe('Router: queues', () => {
     await a.engine.bind(qb('tx', 'dq'));
     await a.engine.bind(qb('dx', 'xq', 'x'));
     await a.engine.bind({ source: 'dx', destinationKind: 'exchange', destination: 'amq.direct', key: 'k', arguments: {} });
+    await store.putBinding(qb('amq.topic', 'dq', 'a/#/b', { rule: 'mqtt' })); // refused by the MQTT rule
     const b = setup(store);
     await b.engine.load();
     assert.deepEqual(b.engine.listQueues().map((d) => d.name), ['dq']);
