@@ -104,7 +104,7 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
     closers.push(() => log.close(0));
     // The metastore covers every durable role (definitions, offsets, producer ids, sessions, retained messages), keyed
     // so another broker could take them over: it is passed once, and the adapters take their part from engine.store.
-    const engine = new Engine(log, metastore);
+    const engine = new Engine(log, metastore, storage.queues);
     await engine.load();
     log.finishRecovery();
     return { wal, space, log, engine };
