@@ -16,3 +16,5 @@ export * from './queues.js';
 export * from './exchanges.js';
 export * from './matcher.js';
 export { RouterCore, isDeadLetterCycle, type RouterHost } from './router.js';
+export * from './queue.js';
+export { MemoryQueueStore } from './memory-queue-store.js';
