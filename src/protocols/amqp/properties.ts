@@ -24,26 +24,14 @@
  * - dead-letter history (msg.deaths) → x-death and x-first-death-* headers as RabbitMQ writes them.
  */
 import { isUtf8 } from 'node:buffer';
-import { makeMessage, type DeathRecord, type Header, type Message } from '../../core/index.js';
+import { makeMessage, swapSeparators, type DeathRecord, type Header, type Message } from '../../core/index.js';
 import { AmqpError } from './errors.js';
 import { Typed, decodeTable, encodeTable, fieldNumber, type FieldTable, type FieldValue, type BasicProperties } from './codec/index.js';
 
 /** The unified topic space: routing keys there are unified topics with the separators swapped. */
 export const TOPIC_EXCHANGE = 'amq.topic';
 
-/**
- * AMQP dotted name ↔ unified `/` name: every `.` becomes `/` and every `/` becomes `.` (a bijection; its own
- * inverse). The one definition lives in src/core/topic.ts; this is the same rule for names that are not routed.
- */
-export function swapSeparators(s: string): string {
-  if (s.indexOf('/') < 0 && s.indexOf('.') < 0) return s;
-  let out = '';
-  for (let i = 0; i < s.length; i++) {
-    const c = s.charCodeAt(i);
-    out += c === 0x2e ? '/' : c === 0x2f ? '.' : s[i];
-  }
-  return out;
-}
+export { swapSeparators };
 
 const TRUE = Buffer.from('true');
 const FALSE = Buffer.from('false');
