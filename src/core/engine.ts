@@ -156,6 +156,7 @@ export class Engine implements Router {
     if (!e) throw new FlowError('NOT_FOUND', `stream "${name}" does not exist`);
     this.unindex(e);
     await this.store.deleteStream(name);
+    await this.router.streamDeleted(name);
     await this.storage.dropStream(name);
   }
 

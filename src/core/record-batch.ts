@@ -354,6 +354,11 @@ function readReserved(msg: Message, hs: Header[], first: number): void {
   msg.headers = plain;
 }
 
+function hasPropertyHeader(hs: Header[]): boolean {
+  for (let i = 0; i < hs.length; i++) if (isPropertyHeader(hs[i].key)) return true;
+  return false;
+}
+
 /**
  * A normalized message as a record of a stream whose own topic is `ownTopic`: its topic (when not the stream's own)
  * and its set properties become reserved headers ahead of its own headers. A header of the message that has a
@@ -363,7 +368,7 @@ function readReserved(msg: Message, hs: Header[], first: number): void {
  */
 export function messageToRecord(msg: Message, ownTopic: string): RecordInput {
   let headers = msg.headers;
-  if (msg.topic !== ownTopic || hasHeaderProperties(msg) || headers.some((h) => isPropertyHeader(h.key))) {
+  if (msg.topic !== ownTopic || hasHeaderProperties(msg) || hasPropertyHeader(headers)) {
     headers = [];
     if (msg.topic !== ownTopic) headers.push({ key: TOPIC_HEADER, value: Buffer.from(msg.topic) });
     writePropertyHeaders(msg, headers);

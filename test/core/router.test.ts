@@ -28,6 +28,7 @@ import { MemoryStreams } from '../helpers/memory-storage.js';
 class FakeQueue implements QueueRuntime {
   readonly msgs: Message[] = [];
   consumers = 0;
+  touched = 0;
   destroyed = false;
   opened = false;
   constructor(
@@ -45,6 +46,9 @@ class FakeQueue implements QueueRuntime {
     this.consumers--;
   }
   resume(): void {}
+  touch(): void {
+    this.touched++;
+  }
   async get() {
     return null;
   }
@@ -371,6 +375,22 @@ describe('Router: amq.topic is the unified topic space', () => {
   });
 });
 
+describe('Router: stream destinations', () => {
+  it('appends to a stream bound to an exchange and drops the binding (also from the catalog) with the stream', async () => {
+    const { engine, streams, store } = setup();
+    await engine.createStream({ name: 'audit', partitions: 1 });
+    await assert.rejects(engine.bind({ source: 'amq.fanout', destinationKind: 'stream', destination: 'nope', key: '', arguments: {} }), { code: 'NOT_FOUND' });
+    await engine.bind({ source: 'amq.fanout', destinationKind: 'stream', destination: 'audit', key: '', arguments: {} });
+    const r = engine.publishTo('amq.fanout', 'k', msg('s'));
+    assert.equal(r.routed, 1);
+    await r.durable;
+    assert.equal(streams.offsets('audit', 0).highWatermark, 1);
+    await engine.deleteStream('audit');
+    assert.deepEqual(engine.listBindings(), []);
+    assert.deepEqual(await store.listBindings(), []);
+  });
+});
+
 describe('Router: queues', () => {
   it('declares, redeclares equivalently, names server-side, locks exclusive queues and drops them with their owner', async () => {
     const { engine, made } = setup();
@@ -378,6 +398,7 @@ describe('Router: queues', () => {
     assert.equal(h.def.name, 'q');
     assert.equal(made.get('q')!.opened, true);
     assert.equal(await engine.declareQueue(qdef('q', { arguments: { messageTtlMs: 10 } })), h);
+    assert.equal(made.get('q')!.touched, 1, 'a re-declaration is a use (x-expires)');
     await assert.rejects(engine.declareQueue(qdef('q')), { code: 'PRECONDITION_FAILED' });
     await assert.rejects(engine.declareQueue(qdef('q', { durable: false, arguments: { messageTtlMs: 10 } })), { code: 'PRECONDITION_FAILED' });
     assert.equal(await engine.declareQueue(qdef('q'), { passive: true }), h);
