@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import mqtt, { type IClientOptions, type MqttClient } from 'mqtt';
 import type { QueueConsumer, QueueDelivery, QueueHandle } from '../../../src/core/index.js';
-import { RawClient, startBroker, until, type TestBroker } from './helpers.js';
+import { RawClient, connectPacket, startBroker, until, type TestBroker } from './helpers.js';
 
 function client(b: TestBroker, opts: IClientOptions = {}): Promise<MqttClient> {
   return mqtt.connectAsync(b.url, { protocolVersion: 4, reconnectPeriod: 0, connectTimeout: 3000, ...opts });
@@ -136,5 +136,28 @@ describe('mqtt $queue/<name> subscriptions', () => {
     await until(() => q.stats().unacked === 0 && q.stats().ready === 0, 'acked');
     raw.destroy();
     await pub.endAsync();
+  });
+
+  test('v5: an unknown queue or a queue with an exclusive consumer is refused with 0x83', async () => {
+    const q = await declare(b, 'locked', 'locked.#');
+    const holder: QueueConsumer = { tag: 'holder', owner: 'amqp-conn/1', noAck: false, hasCredit: () => false, deliver: () => undefined };
+    q.consume(holder, { exclusive: true });
+    const c = await RawClient.open(b.port);
+    c.level = 5;
+    c.send(connectPacket('v5-queue', { protocolLevel: 5, properties: {} }));
+    assert.equal((await c.next('connack')).returnCode, 0);
+    c.send({
+      type: 'subscribe',
+      packetId: 3,
+      subscriptions: [
+        { filter: '$queue/missing', qos: 1 },
+        { filter: '$queue/locked', qos: 1 },
+        { filter: '$queue/', qos: 1 },
+      ],
+      properties: {},
+    });
+    assert.deepEqual((await c.next('suback')).returnCodes, [0x83, 0x83, 0x83]);
+    q.cancel(holder);
+    c.destroy();
   });
 });
