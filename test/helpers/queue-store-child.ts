@@ -6,6 +6,8 @@
  */
 import { SqliteQueueStore } from '../../src/storage/queues/index.js';
 
+// `node --test dist/test/` also runs this file, without arguments: nothing to do then.
+if (process.argv[2] === undefined) process.exit(0);
 const store = await SqliteQueueStore.open(process.argv[2]);
 await store.openQueue('q');
 let next = 1;
