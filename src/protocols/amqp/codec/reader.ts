@@ -83,11 +83,11 @@ export class Reader {
 }
 
 /**
- * UTF-8 text of buf[start, end). Names, keys and tags are short ASCII: a JS loop over them is several times
- * faster than crossing into Buffer's native decoder (measured: a 6-byte name in about 0.4 of the time).
+ * UTF-8 text of buf[start, end). A JS loop beats the native decoder only for very short ASCII (CPU time per
+ * call on this machine, median of 5: 6 bytes 64 ns vs 99 ns native; 16 bytes 190 ns vs 98 ns), hence the cut-off.
  */
 export function utf8(buf: Buffer, start: number, end: number): string {
-  if (end - start <= 32) {
+  if (end - start <= 10) {
     let s = '';
     for (let i = start; i < end; i++) {
       const c = buf[i]!;
@@ -99,7 +99,10 @@ export function utf8(buf: Buffer, start: number, end: number): string {
   return buf.toString('utf8', start, end);
 }
 
-/** UTF-8 byte length of s, without a native call for short ASCII strings. */
+/**
+ * UTF-8 byte length of s, without a native call for short ASCII strings (with writeUtf8: 72 ns vs 159 ns native
+ * for a 16-character content type).
+ */
 export function utf8Length(s: string): number {
   const n = s.length;
   if (n <= 32) {
