@@ -4,6 +4,7 @@
  * 14 properties, body framing across frame-max, the streaming FrameReader and the reply codes of bad input.
  */
 import assert from 'node:assert/strict';
+import { createRequire } from 'node:module';
 import { describe, test } from 'node:test';
 import {
   AmqpCodecError,
@@ -20,6 +21,7 @@ import {
   decodeContentHeader,
   decodeMethod,
   decodeTable,
+  decodeTableEntries,
   encodeContent,
   encodeContentHeader,
   encodeFieldValue,
@@ -419,6 +421,16 @@ describe('AMQP codec: field tables', () => {
     codecError(() => encodeTable({ b: new Typed('b', 128) }), 502, /int8/);
     codecError(() => encodeTable({ l: 2n ** 63n }), 502, /int64/);
     codecError(() => encodeTable({ ['k'.repeat(256)]: 1 }), 502, /255/);
+  });
+
+  test("AMQPLAIN's response is a table without its length prefix: decodeTableEntries reads amqplib's", () => {
+    const credentials = createRequire(import.meta.url)('amqplib/lib/credentials') as {
+      amqplain(user: string, pass: string): { mechanism: string; response(): Buffer };
+    };
+    const c = credentials.amqplain('guest', 'pä55');
+    assert.equal(c.mechanism, 'AMQPLAIN');
+    assert.deepStrictEqual(plain(decodeTableEntries(c.response())), { LOGIN: 'guest', PASSWORD: 'pä55' });
+    codecError(() => decodeTableEntries(Buffer.from([5, 0x61])), 502, /truncated/);
   });
 
   test('field helpers read values whatever their tag', () => {
