@@ -301,12 +301,19 @@ describe('AMQP codec fuzz: hostile bytes', () => {
       }
       const valid = Buffer.concat(frames);
       const stream = i % 2 === 0 ? valid : mutate(r, valid);
-      const reader = new FrameReader({ frameMax: r() < 0.5 ? 0 : 4096 + int(r, 4096) });
+      const borrowed = r() < 0.5;
+      const shared = Buffer.alloc(300);
+      const reader = new FrameReader({ frameMax: r() < 0.5 ? 0 : 4096 + int(r, 4096), borrowed });
       const got: Array<AmqpFrame | ProtocolHeaderFrame> = [];
       onlyCodecErrors(() => {
         for (let at = 0; at < stream.length; ) {
           const n = 1 + int(r, 300);
-          reader.push(stream.subarray(at, at + n));
+          if (borrowed) {
+            shared.fill(0xee);
+            reader.push(shared.subarray(0, stream.copy(shared, 0, at, at + n)));
+          } else {
+            reader.push(stream.subarray(at, at + n));
+          }
           at += n;
           for (let f = reader.read(); f !== null; f = reader.read()) {
             got.push(f);
@@ -319,6 +326,7 @@ describe('AMQP codec fuzz: hostile bytes', () => {
         // every frame came out, and nothing is left over
         assert.equal(reader.buffered, 0);
         assert.equal(got.length >= count + 1, true);
+        assert.equal(got.filter((f) => f.type === 1).length, frames.filter((f) => f[0] === 1).length);
       }
     }
   });

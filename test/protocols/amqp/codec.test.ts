@@ -706,6 +706,41 @@ describe('AMQP codec: FrameReader', () => {
     }
   });
 
+  test('borrowed chunks (one read buffer reused for every read): the same frames, the waiting bytes copied', () => {
+    const shared = Buffer.alloc(97);
+    for (const step of [1, 5, 7, 8, 13, 96, 97]) {
+      const r = new FrameReader({ borrowed: true });
+      const frames: Array<AmqpFrame | ProtocolHeaderFrame> = [];
+      for (let at = 0; at < stream.length; at += step) {
+        const n = stream.copy(shared, 0, at, at + step);
+        r.push(shared.subarray(0, n));
+        for (let f = r.read(); f !== null; f = r.read()) {
+          // a view is valid while it is handled: keep a copy, as a connection handler would
+          frames.push(f.type === 'protocol-header' ? f : { ...f, payload: Buffer.from(f.payload) });
+        }
+        shared.fill(0xee); // the next read overwrites the buffer
+      }
+      assert.deepEqual(frames, expected, `reads of ${step} bytes`);
+      assert.equal(r.buffered, 0);
+    }
+  });
+
+  test('borrowed chunks: retain() keeps the rest when reading stops early; pushing before that is a caller bug', () => {
+    const shared = Buffer.from(stream);
+    const r = new FrameReader({ borrowed: true });
+    r.push(shared);
+    assert.equal((r.read() as ProtocolHeaderFrame).supported, true);
+    r.retain(); // stop here, e.g. the connection is paused
+    shared.fill(0);
+    const rest: Array<AmqpFrame | ProtocolHeaderFrame> = [];
+    for (let f = r.read(); f !== null; f = r.read()) rest.push(f);
+    assert.deepEqual(rest, expected.slice(1));
+
+    const bad = new FrameReader({ borrowed: true });
+    bad.push(stream.subarray(0, 20));
+    assert.throws(() => bad.push(stream.subarray(20)), /before read\(\) returned null/);
+  });
+
   test('frames of zero length and partial frames: null until complete, nothing lost', () => {
     const r = new FrameReader({ protocolHeader: false });
     const f = encodeFrame(FRAME_BODY, 2, Buffer.alloc(0));

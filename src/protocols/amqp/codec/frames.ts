@@ -58,6 +58,13 @@ export interface FrameReaderOptions {
   frameMax?: number;
   /** Expect the 8-byte protocol header first (a server: true, the default). */
   protocolHeader?: boolean;
+  /**
+   * The chunks given to `push` are borrowed: their memory is reused once the caller returns (the listener's
+   * shared read buffer, src/protocols/read-into.ts). The caller then calls `read` until it returns null before
+   * returning, and the reader copies what it keeps of the chunk (an incomplete frame) at that point. Frames
+   * returned are still views when they lay in one chunk: valid while the caller handles them.
+   */
+  borrowed?: boolean;
 }
 
 /**
@@ -75,10 +82,14 @@ export class FrameReader {
   private offset = 0;
   private size = 0;
   private readonly head = Buffer.alloc(7);
+  private readonly borrowed: boolean;
+  /** Chunks from this index on are borrowed and not yet copied (borrowed mode). */
+  private borrowedFrom = 0;
 
   constructor(options: FrameReaderOptions = {}) {
     this.frameMax = options.frameMax ?? 0;
     this.expectHeader = options.protocolHeader ?? true;
+    this.borrowed = options.borrowed ?? false;
   }
 
   /** Bytes pushed and not yet returned as frames. */
@@ -88,12 +99,40 @@ export class FrameReader {
 
   push(chunk: Buffer): void {
     if (chunk.length === 0) return;
+    if (this.borrowed && this.borrowedFrom < this.chunks.length) {
+      // The earlier chunk's memory may already hold these bytes: its rest is lost. A caller bug, not bad input.
+      throw new Error('FrameReader: push() before read() returned null, with borrowed chunks');
+    }
     this.chunks.push(chunk);
     this.size += chunk.length;
   }
 
   /** The next complete frame (or the protocol header first), or null until more bytes arrive. */
   read(): AmqpFrame | ProtocolHeaderFrame | null {
+    const f = this.next();
+    if (f === null && this.borrowed) this.retain();
+    return f;
+  }
+
+  /**
+   * Borrowed mode: copies the unread bytes of the borrowed chunks (each byte is copied once while it waits).
+   * `read` does it when it returns null; call it to stop reading frames earlier (e.g. to pause a busy connection)
+   * and still keep the rest of the chunk.
+   */
+  retain(): void {
+    for (let i = Math.max(this.first, this.borrowedFrom); i < this.chunks.length; i++) {
+      const c = this.chunks[i]!;
+      if (i === this.first) {
+        this.chunks[i] = Buffer.from(c.subarray(this.offset));
+        this.offset = 0;
+      } else {
+        this.chunks[i] = Buffer.from(c);
+      }
+    }
+    this.borrowedFrom = this.chunks.length;
+  }
+
+  private next(): AmqpFrame | ProtocolHeaderFrame | null {
     if (this.expectHeader) {
       if (this.size < 8) return null;
       const bytes = this.take(8);
@@ -183,8 +222,10 @@ export class FrameReader {
     if (this.first === this.chunks.length) {
       this.chunks.length = 0;
       this.first = 0;
+      this.borrowedFrom = 0;
     } else if (this.first > 64) {
       this.chunks = this.chunks.slice(this.first);
+      this.borrowedFrom = Math.max(0, this.borrowedFrom - this.first);
       this.first = 0;
     }
   }
