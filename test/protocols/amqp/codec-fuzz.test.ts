@@ -320,6 +320,8 @@ describe('AMQP codec fuzz: hostile bytes', () => {
             if (f.type === 1) decodeMethod(f.payload);
             if (f.type === 2) decodeContentHeader(f.payload, true);
           }
+          // memory stays bounded: what waits is less than one frame (at most frame-max), never a backlog
+          if (reader.frameMax !== 0) assert.ok(reader.buffered < reader.frameMax, `seed ${seed} #${i}: ${reader.buffered} buffered`);
         }
       }, `seed ${seed} #${i}`);
       if (stream === valid && reader.frameMax === 0) {
