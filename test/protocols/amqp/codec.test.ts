@@ -514,11 +514,11 @@ describe('AMQP codec: content', () => {
     }
   });
 
-  test('bad content headers: another class 503, weight, flag bit 1, extra flags, leftovers 502', () => {
+  test('bad content headers: another class 505, weight, flag bit 1, extra flags, leftovers 502', () => {
     const good = encodeContentHeader(60, 5, { contentType: 'x' });
     const other = Buffer.from(good);
     other.writeUInt16BE(50, 0);
-    codecError(() => decodeContentHeader(other), 503, /class 50/);
+    codecError(() => decodeContentHeader(other), 505, /class 50/);
     const weight = Buffer.from(good);
     weight.writeUInt16BE(1, 2);
     codecError(() => decodeContentHeader(weight), 502, /weight/);
