@@ -24,8 +24,8 @@
  *   With the listeners' shared read buffer (read-into.ts) use `new FrameReader({ borrowed: true })`: read until
  *   null before returning from the callback (or call `reader.retain()`), and the reader copies what must wait.
  *   Everything throws only AmqpCodecError on bad bytes: reply connection.close with e.replyCode,
- *   replyTextOf(e), e.classId, e.methodId (501 frame-error, 502 syntax-error, 503 command-invalid,
- *   540 not-implemented for an unknown class/method).
+ *   replyTextOf(e), e.classId, e.methodId (501 frame-error, 502 syntax-error, 505 unexpected-frame for a
+ *   content header of a class without content, 540 not-implemented for an unknown class/method).
  *
  * Writing:
  *
