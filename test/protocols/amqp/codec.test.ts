@@ -741,6 +741,27 @@ describe('AMQP codec: FrameReader', () => {
     assert.throws(() => bad.push(stream.subarray(20)), /before read\(\) returned null/);
   });
 
+  test('a frame trickling in is gathered into one buffer of its size: the reader keeps no pushed chunk', () => {
+    const frame = encodeFrame(FRAME_BODY, 4, Buffer.alloc(20000, 0x5a));
+    const r = new FrameReader({ frameMax: 131072, protocolHeader: false });
+    let f: AmqpFrame | null = null;
+    for (let i = 0; i < frame.length; i++) {
+      const one = Buffer.from([frame[i]!]);
+      r.push(one);
+      f = r.read() as AmqpFrame | null;
+      if (i < frame.length - 1) {
+        assert.equal(f, null);
+        assert.equal(r.buffered, i + 1);
+      }
+      // once the 7-byte frame header is in, each chunk is copied as it comes: changing it afterwards is harmless
+      if (i >= 6) one[0] = 0;
+    }
+    assert.ok(f !== null);
+    assert.equal(f.channel, 4);
+    assert.ok(f.payload.equals(Buffer.alloc(20000, 0x5a)));
+    assert.equal(r.buffered, 0);
+  });
+
   test('frames of zero length and partial frames: null until complete, nothing lost', () => {
     const r = new FrameReader({ protocolHeader: false });
     const f = encodeFrame(FRAME_BODY, 2, Buffer.alloc(0));
