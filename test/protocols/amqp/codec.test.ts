@@ -604,6 +604,13 @@ describe('AMQP codec: FrameReader', () => {
     return drain(r).map((f) => (f.type === 'protocol-header' ? f : { ...f, payload: Buffer.from(f.payload) }));
   })();
 
+  test('the protocol header and the heartbeat frame are the bytes amqplib uses (§4.2.2, §4.2.7)', () => {
+    assert.deepEqual(PROTOCOL_HEADER, Buffer.from(amqplibFrame.PROTOCOL_HEADER, 'latin1'));
+    assert.deepEqual(PROTOCOL_HEADER, hex('414d5150 00000901'));
+    assert.deepEqual(HEARTBEAT_FRAME, hex('08 0000 00000000 ce'));
+    assert.deepEqual(HEARTBEAT_FRAME, amqplibFrame.HEARTBEAT_BUF);
+  });
+
   test('reads the protocol header then every frame of a stream', () => {
     assert.deepEqual(
       expected.map((f) => f.type),
