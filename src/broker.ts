@@ -179,6 +179,7 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
     collector.start();
   } catch (err) {
     await closeAll();
+    engine.close();
     await guard?.close();
     await log.close(0);
     space.close();
@@ -204,6 +205,8 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
         // Stop taking traffic first, then let storage finish what was acknowledged.
         await admin.close();
         await closeAll();
+        // Queue timers (TTL, x-expires) stop before the stores close; nothing is deleted.
+        engine.close();
         await guard?.close();
         await log.close();
         space.close();

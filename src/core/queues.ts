@@ -173,6 +173,8 @@ export interface QueueRuntime extends QueueHandle {
   destroy(): Promise<number>;
   /** Stops timers without deleting anything (broker shutdown). */
   close(): void;
+  /** Counts as a use for x-expires (RabbitMQ: a re-declaration does); optional for runtimes without expiry. */
+  touch?(): void;
 }
 
 export type QueueFactory = (def: QueueDef, store: QueueStore | null, hooks: QueueHooks) => QueueRuntime;

@@ -257,14 +257,13 @@ export class RouterCore {
       if (pending) await pending.catch(() => undefined);
       const q = this.queues.get(req.name);
       if (q) {
+        // RabbitMQ x-expires: a re-declaration (passive too) counts as a use.
+        q.touch?.();
         // RabbitMQ: another connection's exclusive queue is 405 resource-locked, passive or not.
         if (q.def.exclusiveOwner !== null && q.def.exclusiveOwner !== opts.owner) {
           throw new FlowError('RESOURCE_LOCKED', `cannot obtain exclusive access to locked queue '${req.name}'`);
         }
         if (opts.passive) return q;
-        // RabbitMQ x-expires: a re-declaration counts as a use. The runtime's touch() is not part of QueueRuntime
-        // (the interface is shared), hence the structural check.
-        if ('touch' in q && typeof q.touch === 'function') (q as { touch(): void }).touch();
         // Spec queue.declare: a redeclaration must match (406 precondition-failed): durable, exclusive,
         // auto-delete and the arguments RabbitMQ checks, i.e. the ones the core acts on.
         const d = q.def;
