@@ -62,6 +62,9 @@ const IDS: Record<string, [number, number]> = {
   'tx.rollback': [90, 30],
 };
 
+/** Bodies up to this size are assembled in a buffer taken when their content header arrives. */
+const BODY_PREALLOC = 1024 * 1024;
+
 const EXCHANGE_TYPES: ReadonlySet<string> = new Set(['direct', 'fanout', 'topic', 'headers']);
 const OVERFLOWS: ReadonlySet<string> = new Set(['drop-head', 'reject-publish', 'reject-publish-dlx']);
 
@@ -145,6 +148,7 @@ export class AmqpChannel {
   private props: BasicProperties | null = null;
   private bodySize = 0;
   private body: Buffer | null = null;
+  private parts: Buffer[] = [];
   private bodyHave = 0;
 
   // order
@@ -244,12 +248,19 @@ export class AmqpChannel {
       this.completePublish(owned ? payload : Buffer.from(payload));
       return;
     }
-    this.body ??= Buffer.allocUnsafe(this.bodySize);
-    payload.copy(this.body, this.bodyHave);
+    // A body up to BODY_PREALLOC is gathered in one buffer of its size; a larger one in pieces as its frames
+    // arrive (a content header alone must not make the broker allocate up to amqp-max-message-size).
+    if (this.bodySize <= BODY_PREALLOC) {
+      this.body ??= Buffer.allocUnsafe(this.bodySize);
+      payload.copy(this.body, this.bodyHave);
+    } else {
+      this.parts.push(owned ? payload : Buffer.from(payload));
+    }
     this.bodyHave += n;
     if (this.bodyHave === this.bodySize) {
-      const b = this.body;
+      const b = this.body ?? Buffer.concat(this.parts, this.bodySize);
       this.body = null;
+      this.parts = [];
       this.completePublish(b);
     }
   }
@@ -338,6 +349,8 @@ export class AmqpChannel {
     this.txPublishes = [];
     this.txSettles = [];
     this.confirms = [];
+    this.body = null;
+    this.parts = [];
     for (const h of this.touched) h.release(this.owner);
     this.touched.clear();
   }
