@@ -28,6 +28,7 @@ import { randomBytes } from 'node:crypto';
 import type { ExchangeType, Message, QueueArguments, QueueConsumer, QueueDelivery, QueueHandle, RouteResult } from '../../core/index.js';
 import { isFlowError } from '../../core/index.js';
 import { logKey } from '../log-limit.js';
+import { storageRefusal } from '../storage-refusal.js';
 import type { AmqpConnection } from './connection.js';
 import { AmqpError, replyText, toAmqpError } from './errors.js';
 import { TOPIC_EXCHANGE, messageOfPublish, propertiesOf, swapSeparators, tableToJson } from './properties.js';
@@ -484,10 +485,22 @@ export class AmqpChannel implements StreamSink {
         r = { routed: 1, durable: this.engine.produce(m.routingKey, 0, encodeBatch([messageToRecord(msg, own)])).durable, rejected: false };
       } else r = this.router.publishTo(m.exchange, m.routingKey, msg);
     } catch (err) {
+      if (storageRefusal(err) !== null) {
+        // Refused at once (the free-space reserve, a partition backing off): as a failed write, a nack.
+        const failed = Promise.reject(err);
+        failed.catch(() => undefined);
+        r = { routed: 1, durable: failed, rejected: false };
+        return this.afterRoute(item, r);
+      }
       if (isFlowError(err, 'NOT_FOUND')) throw new AmqpError(404, `no exchange '${m.exchange}' in vhost '/'`, 60, 40);
       if (isFlowError(err, 'ACCESS_REFUSED')) throw new AmqpError(403, (err as Error).message, 60, 40);
       throw err;
     }
+    return this.afterRoute(item, r);
+  }
+
+  private afterRoute(item: PublishItem, r: RouteResult): RouteResult {
+    const m = item.method;
     this.conn.adapter.stats.published++;
     if (r.routed === 0 && m.mandatory) {
       this.conn.adapter.stats.returned++;
