@@ -271,18 +271,39 @@ function plainQos0Frame(msg: Message, v5: boolean): Buffer {
   return (lastFrame4 ??= encodePublishFrame(msg.topic, msg.payload, 0, false, false, 0));
 }
 
-/** The v5 PUBLISH properties a message carries to every subscriber (before subscription ids and alias). */
+/**
+ * The v5 PUBLISH properties a message carries to every subscriber (before subscription ids and alias). A message
+ * from another protocol (a Kafka record's flowmq.* headers, an AMQP publish) may hold what no MQTT publisher could
+ * send; such a property is left out rather than sent malformed, which would make the client close the connection
+ * [MQTT-1.5.4-2] [MQTT-3.3.2-4] [MQTT-3.3.2-14]: a payload format other than 0 or 1, a response topic that is not a
+ * topic name, strings with U+0000 or over 65535 bytes, binary data over 65535 bytes. The expiry is capped at the
+ * largest interval MQTT can say (about 136 years).
+ */
 function messageProps(msg: Message, now: number): Properties {
   const p: Properties = {};
-  if (msg.payloadFormat !== undefined) p.payloadFormatIndicator = msg.payloadFormat;
+  if (msg.payloadFormat === 0 || msg.payloadFormat === 1) p.payloadFormatIndicator = msg.payloadFormat;
   // [MQTT-3.3.2-6] the interval sent is the time the message has left.
-  if (msg.expiresAt !== undefined) p.messageExpiryInterval = Math.max(1, Math.ceil((msg.expiresAt - now) / 1000));
-  if (msg.contentType !== undefined) p.contentType = msg.contentType;
-  if (msg.responseTopic !== undefined) p.responseTopic = msg.responseTopic;
-  if (msg.correlationData !== undefined) p.correlationData = msg.correlationData;
+  if (msg.expiresAt !== undefined) p.messageExpiryInterval = Math.min(0xffffffff, Math.max(1, Math.ceil((msg.expiresAt - now) / 1000)));
+  if (msg.contentType !== undefined && isMqttString(msg.contentType)) p.contentType = msg.contentType;
+  if (msg.responseTopic !== undefined && isMqttString(msg.responseTopic) && msg.responseTopic !== '' && !/[+#]/.test(msg.responseTopic)) {
+    p.responseTopic = msg.responseTopic;
+  }
+  if (msg.correlationData !== undefined && msg.correlationData.length <= 0xffff) p.correlationData = msg.correlationData;
   // [MQTT-3.3.2-17] [MQTT-3.3.2-18] user properties are forwarded unaltered and in order.
-  if (msg.headers.length > 0) p.userProperties = msg.headers.map((h) => [h.key, h.value === null ? '' : h.value.toString('utf8')]);
+  if (msg.headers.length > 0) {
+    const up: Array<[string, string]> = [];
+    for (const h of msg.headers) {
+      const v = h.value === null ? '' : h.value.toString('utf8');
+      if (isMqttString(h.key) && isMqttString(v)) up.push([h.key, v]);
+    }
+    if (up.length > 0) p.userProperties = up;
+  }
   return p;
+}
+
+/** An MQTT UTF-8 string: at most 65535 bytes, no U+0000 [MQTT-1.5.4-1] [MQTT-1.5.4-2]. */
+function isMqttString(s: string): boolean {
+  return (s.length <= 0x5555 || Buffer.byteLength(s) <= 0xffff) && !s.includes('\u0000');
 }
 
 const isPlain = (msg: Message): boolean => msg.headers.length === 0 && msg.expiresAt === undefined;
