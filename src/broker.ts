@@ -106,6 +106,8 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
     // The metastore covers every durable role (definitions, offsets, producer ids, sessions, retained messages), keyed
     // so another broker could take them over: it is passed once, and the adapters take their part from engine.store.
     const engine = new Engine(log, metastore, storage.queues);
+    // Durable queues are under the free-space reserve where they are on the local disk (the embedded queue store).
+    if (config.metastore.kind === 'sqlite') engine.writeRefusal = () => space.refusal();
     await engine.load();
     log.finishRecovery();
     return { wal, space, log, engine };

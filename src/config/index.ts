@@ -13,11 +13,8 @@ import { parseDuration, parseSize } from './units.js';
 export { parseDuration, parseSize } from './units.js';
 
 export const IMPLEMENTED_PROTOCOLS = ['mqtt', 'kafka', 'amqp'] as const;
-/**
- * Listeners enabled when --protocols is not given. AMQP is implemented but not on by default yet: the lead decides
- * (enabling it makes every broker bind 5672, tests included).
- */
-export const DEFAULT_PROTOCOLS: Protocol[] = ['mqtt', 'kafka'];
+/** Listeners enabled when --protocols is not given: every implemented protocol, on its standard port. */
+export const DEFAULT_PROTOCOLS: Protocol[] = ['mqtt', 'kafka', 'amqp'];
 export const KNOWN_PROTOCOLS = ['mqtt', 'kafka', 'amqp', 'nats'] as const;
 export type Protocol = (typeof KNOWN_PROTOCOLS)[number];
 

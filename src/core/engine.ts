@@ -100,6 +100,7 @@ export class Engine implements Router {
         publishUnified: (msg) => this.publishUnified(msg),
         hasStream: (name) => this.streams.has(name),
         appendToStream: (name, msg) => this.appendToStream(name, msg),
+        writeRefusal: () => this.writeRefusal(),
       },
       store,
       queueStore ?? null,
@@ -121,6 +122,12 @@ export class Engine implements Router {
     for (const r of await this.store.listRetained()) this.retained.set(decodeStoredMessage(r.data));
     await this.router.load();
   }
+
+  /**
+   * Why durable writes are refused now (the broker sets it to its free-space reserve where queues and the WAL are on
+   * the local disk), or null. Streams learn it from their log; queues from here.
+   */
+  writeRefusal: () => FlowError | null = () => null;
 
   /** Stops queue timers (broker shutdown); deletes nothing. */
   close(): void {

@@ -38,6 +38,11 @@ export interface RouterHost {
   hasStream(name: string): boolean;
   /** Appends a message to a stream (a stream destination of an exchange binding). */
   appendToStream(name: string, msg: Message): Promise<void> | null;
+  /**
+   * Why durable queue writes are refused now (the broker's free-space reserve: STORAGE_FULL), or null. Asked once
+   * per publish that reaches a durable queue with a persistent message.
+   */
+  writeRefusal(): FlowError | null;
 }
 
 interface BindingEntry {
@@ -584,8 +589,17 @@ export class RouterCore {
     let durable: Promise<void>[] | null = r.liveDurable ? [r.liveDurable] : null;
     let rejected = false;
     let routed = r.live;
+    // The free-space reserve covers durable queues as it covers streams: a persistent message is not taken by a
+    // durable queue while writes are refused; its durability rejects with the refusal (STORAGE_FULL, retriable), so
+    // a publisher confirm is a nack and an MQTT PUBACK carries the error, and the adapters raise their alarms.
+    let refusal: FlowError | null | undefined;
     for (const q of r.queues) {
       if (deadLettered && isDeadLetterCycle(msg, q.def.name)) continue;
+      if (q.def.durable && msg.persistent !== false && (refusal ??= this.host.writeRefusal()) !== null) {
+        routed++;
+        (durable ??= []).push(Promise.reject(refusal));
+        continue;
+      }
       const res = q.enqueue(msg);
       routed++;
       if (res.rejected) rejected = true;

@@ -12,7 +12,7 @@ describe('config', () => {
     assert.equal(c.mqttPort, 1883);
     assert.equal(c.kafkaPort, 9092);
     assert.equal(c.httpPort, 8080);
-    assert.deepEqual(c.protocols, ['mqtt', 'kafka']);
+    assert.deepEqual(c.protocols, ['mqtt', 'kafka', 'amqp']);
   });
   it('layers defaults < file < environment < flags', () => {
     const dir = mkdtempSync(join(tmpdir(), 'flowmq-cfg-'));

@@ -9,9 +9,10 @@
  * (that is what frees memory and disk).
  * - memory: the process's RSS above `memoryHighWatermark`, looked at once a second (one timer for all
  *   connections, only while connections are open).
- * - disk: a publish's write refused for lack of space (STORAGE_FULL: the free-space reserve or a full disk, the
- *   way MQTT and Kafka learn of it). The adapter does not watch the disk itself, so the alarm clears after
- *   `diskBlockMs`; publishers then try again and a further refusal raises it again.
+ * - disk: the broker's free-space reserve refusing durable queue writes (engine.writeRefusal(), looked at with
+ *   memory), or a publish's write refused for lack of space (STORAGE_FULL: a stream's reserve or a full disk, the
+ *   way MQTT and Kafka learn of it). The alarm clears `diskBlockMs` after the last refusal seen; publishers then
+ *   try again and a further refusal raises it again.
  */
 import type { Logger } from 'pino';
 import { isFlowError, type Router } from '../../core/index.js';
@@ -134,7 +135,13 @@ export class AmqpAdapter {
         this.logger.info({ rss, limit }, 'amqp: memory alarm cleared');
       }
     }
-    if (this.diskAlarmUntil !== 0 && now >= this.diskAlarmUntil) this.diskAlarmUntil = 0;
+    // The free-space reserve, asked directly: the disk alarm holds while durable queue writes are refused, even when
+    // no publish has failed yet (a refused write raises it too, see writeFailed).
+    const refusal = this.ctx.engine.writeRefusal();
+    if (refusal !== null) {
+      if (this.diskAlarmUntil === 0) this.logger.warn({ err: refusal.message }, 'amqp: disk alarm, publishers blocked');
+      this.diskAlarmUntil = now + this.options.diskBlockMs;
+    } else if (this.diskAlarmUntil !== 0 && now >= this.diskAlarmUntil) this.diskAlarmUntil = 0;
     this.update();
   }
 
