@@ -2,17 +2,17 @@
  * Assembles one broker process: storage backends, the log engine, the routing core, the protocol listeners
  * and the admin API; and takes them down again in the right order.
  */
-import { existsSync, mkdirSync, readFileSync } from 'node:fs';
+import { existsSync, mkdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import type { Config } from './config/index.js';
-import { Engine, FlowError, HISTOGRAM_BOUNDS_MS } from './core/index.js';
-import { FloodCollector, PasswordGuard, loadUsersFile, passwordAuthenticator, processMemory, saslProvider, startAdminApi, type AdminApi } from './control/index.js';
-import type { AdapterContext, ProtocolListener } from './protocols/types.js';
-import { connectionTotals } from './protocols/listener.js';
-import { createMqttHub, startMqttListener, startMqttTlsListener, startMqttWsListener, type MqttHub } from './protocols/mqtt/index.js';
-import { createKafkaAdapter, startKafkaListener } from './protocols/kafka/index.js';
+import { Engine, FlowError, MemoryQueueStore, createQueue } from './core/index.js';
+import { FloodCollector, PasswordGuard, loadUsersFile, processMemory, startAdminApi, type AdminApi } from './control/index.js';
+import type { ProtocolListener, ProtocolModule, RunningProtocol } from './protocols/types.js';
+import { connectionTotals, formatAddress } from './protocols/listener.js';
+import { mqttModule } from './protocols/mqtt/module.js';
+import { kafkaModule } from './protocols/kafka/module.js';
+import { amqpModule } from './protocols/amqp/module.js';
 import { LogManager } from './storage/log/index.js';
 import { openStorage } from './storage/open.js';
 import { lockDataDir } from './storage/lock.js';
@@ -28,6 +28,12 @@ export interface Broker {
   ports(): Record<string, number>;
   close(): Promise<void>;
 }
+
+/**
+ * The protocols a broker can run, in start order (--protocols picks among them by name). A protocol is one entry
+ * here: its module owns its options, listeners, figures and close.
+ */
+export const PROTOCOL_MODULES: readonly ProtocolModule[] = [mqttModule, kafkaModule, amqpModule];
 
 export async function startBroker(config: Config, logger: Logger): Promise<Broker> {
   // Users first: a bad users file stops the broker before it opens storage. Only derived credentials are kept.
@@ -99,7 +105,8 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
     closers.push(() => log.close(0));
     // The metastore covers every durable role (definitions, offsets, producer ids, sessions, retained messages), keyed
     // so another broker could take them over: it is passed once, and the adapters take their part from engine.store.
-    const engine = new Engine(log, metastore);
+    // TEMPORARY (h-amqp, until h-qstore lands): queues in memory; qstore passes its QueueStore here.
+    const engine = new Engine(log, metastore, new MemoryQueueStore(), createQueue);
     await engine.load();
     log.finishRecovery();
     return { wal, space, log, engine };
@@ -114,93 +121,24 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
     `storage ready (${storage.description})`,
   );
 
-  const ctx: AdapterContext = { engine, logger, brokerId: config.brokerId };
   const listeners = new Map<string, ProtocolListener>();
   const started = Date.now();
   let admin: AdminApi;
-  /** Data-plane figures the admin API reports (filled in as listeners start). */
-  const figures: Record<string, () => unknown> = {};
-  let mqttHub: MqttHub | null = null;
+  /** The running protocols, in start order; their figures go under their names in GET /api/v1/broker. */
+  const running: Array<{ name: string; protocol: RunningProtocol }> = [];
   // What a flood of connections leaves behind is given back once it has gone (see src/control/memory.ts).
   const collector = new FloodCollector({ totals: connectionTotals, logger: logger.child({ component: 'memory' }) });
   const closeAll = async () => {
     collector.stop();
-    await Promise.allSettled([...listeners.values()].map((l) => l.close()));
-    // After the listeners: their connections hand unacknowledged messages back to the sessions first.
-    mqttHub?.close();
+    await Promise.allSettled(running.map((r) => r.protocol.close()));
   };
   try {
-    if (config.protocols.includes('mqtt')) {
-      const mctx = { ...ctx, logger: logger.child({ protocol: 'mqtt' }) };
-      mqttHub = await createMqttHub(mctx, {
-        maxPacketSize: config.mqttMaxPacketSize,
-        maxConnections: config.mqttMaxConnections,
-        maxInflight: config.mqttMaxInflight,
-        maxQueued: config.mqttMaxQueuedMessages,
-        slowConsumer: config.mqttSlowConsumer,
-        packetTimeoutMs: config.mqttPacketTimeout,
-        maxPartialBytes: config.mqttMaxPartialBytes,
-        queueQos0Offline: config.mqttQueueQos0,
-        maxTopicLevels: config.mqttMaxTopicLevels,
-        maxSessionExpiry: Math.floor(config.mqttSessionExpiryMax / 1000),
-        maxKeepalive: config.mqttMaxKeepalive,
-        sysIntervalMs: config.mqttSysInterval,
-        ...(guard ? { authenticate: passwordAuthenticator(guard, config.allowAnonymous) } : {}),
-      });
-      const hub = mqttHub;
-      // Drops by cause, slow-consumer disconnects, packet timeouts and the memory held by unfinished packets.
-      figures.mqtt = () => hub.figures();
-      const l = await startMqttListener(mctx, { host: config.host, port: config.mqttPort }, {}, mqttHub);
-      listeners.set('mqtt', l);
-      logger.info({ protocol: 'mqtt', address: fmt(l.address()) }, 'listening');
-      if (config.mqttTlsCert !== null && config.mqttTlsKey !== null) {
-        const t = await startMqttTlsListener(
-          mctx,
-          { host: config.host, port: config.mqttsPort, cert: readFileSync(config.mqttTlsCert), key: readFileSync(config.mqttTlsKey) },
-          mqttHub,
-        );
-        listeners.set('mqtts', t);
-        logger.info({ protocol: 'mqtts', address: fmt(t.address()) }, 'listening');
-      } else if (config.mqttTlsCert !== null || config.mqttTlsKey !== null) {
-        throw new FlowError('CONFIG_ERROR', 'MQTT over TLS needs both mqtt-tls-cert and mqtt-tls-key');
-      }
-      if (config.mqttWs) {
-        const w = await startMqttWsListener(mctx, { host: config.host, port: config.mqttWsPort, path: '/mqtt' }, mqttHub);
-        listeners.set('mqtt-ws', w);
-        logger.info({ protocol: 'mqtt-ws', address: fmt(w.address()), path: '/mqtt' }, 'listening');
-      }
-    }
-    if (config.protocols.includes('kafka')) {
-      const kctx = { ...ctx, logger: logger.child({ protocol: 'kafka' }) };
-      // One adapter for the plaintext and TLS listeners: one group coordinator, one producer-id allocator.
-      const adapter = createKafkaAdapter(
-        kctx,
-        {
-          advertisedHost: config.kafkaAdvertisedHost ?? undefined,
-          autoCreateTopics: config.kafkaAutoCreateTopics,
-          defaultPartitions: config.kafkaDefaultPartitions,
-          groupInitialRebalanceDelayMs: config.kafkaGroupInitialRebalanceDelay,
-          groupMinSessionTimeoutMs: config.kafkaGroupMinSessionTimeout,
-          groupMaxSessionTimeoutMs: config.kafkaGroupMaxSessionTimeout,
-          saslMaxReceiveBytes: config.kafkaSaslMaxReceiveSize,
-          frameReserveBytes: config.kafkaFrameReserve,
-          connectionsMaxIdleMs: config.kafkaConnectionsMaxIdle,
-          authTimeoutMs: config.kafkaAuthTimeout,
-          requestReceiveTimeoutMs: config.kafkaRequestReceiveTimeout,
-          sasl: guard ? saslProvider(guard, config.kafkaSaslMechanisms) : undefined,
-        },
-      );
-      // Produce latency (decoded request → durable response) as a histogram snapshot clients can diff.
-      figures.kafka = () => ({ produceLatency: adapter.produceLatency.snapshot(), framePool: adapter.frames.stats(), histogramBoundsMs: HISTOGRAM_BOUNDS_MS });
-      const l = await startKafkaListener(kctx, { host: config.host, port: config.kafkaPort, sasl: config.kafkaSasl }, {}, adapter);
-      listeners.set('kafka', l);
-      logger.info({ protocol: 'kafka', address: fmt(l.address()), sasl: config.kafkaSasl }, 'listening');
-      if (config.kafkaTlsCert !== null && config.kafkaTlsKey !== null) {
-        const tlsOpts = { cert: readFileSync(config.kafkaTlsCert), key: readFileSync(config.kafkaTlsKey) };
-        const t = await startKafkaListener(kctx, { host: config.host, port: config.kafkaTlsPort, sasl: config.kafkaSasl, tls: tlsOpts }, {}, adapter);
-        listeners.set('kafka-tls', t);
-        logger.info({ protocol: 'kafka-tls', address: fmt(t.address()), sasl: config.kafkaSasl }, 'listening');
-      }
+    const enabled: readonly string[] = config.protocols;
+    for (const module of PROTOCOL_MODULES) {
+      if (!enabled.includes(module.name)) continue;
+      const protocol = await module.start({ engine, logger, brokerId: config.brokerId, config, guard });
+      running.push({ name: module.name, protocol });
+      for (const [name, l] of protocol.listeners) listeners.set(name, l);
     }
     admin = await startAdminApi({
       engine,
@@ -228,14 +166,14 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
           ...storage.figures(),
           ...(wal.figures ? { walFigures: wal.figures() } : {}),
         },
-        ...Object.fromEntries(Object.entries(figures).map(([k, f]) => [k, f()])),
+        ...Object.fromEntries(running.flatMap((r) => (r.protocol.figures ? [[r.name, r.protocol.figures()]] : []))),
         process: { ...processMemory(), floodCollector: collector.stats() },
       }),
     });
-    logger.info({ protocol: 'http', address: fmt(admin.address()), auth: admin.auth }, 'listening (admin API)');
+    logger.info({ protocol: 'http', address: formatAddress(admin.address()), auth: admin.auth }, 'listening (admin API)');
     if (admin.exposed) {
       logger.warn(
-        { protocol: 'http', address: fmt(admin.address()) },
+        { protocol: 'http', address: formatAddress(admin.address()) },
         'the admin API is unauthenticated and bound to a non-loopback address: anyone who can reach it can delete streams; set --users-file or --http-host 127.0.0.1',
       );
     }
@@ -277,8 +215,4 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
       return closing;
     },
   };
-}
-
-function fmt(a: AddressInfo): string {
-  return a.family === 'IPv6' ? `[${a.address}]:${a.port}` : `${a.address}:${a.port}`;
 }

@@ -1,12 +1,13 @@
 import { afterEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pino } from 'pino';
 import { decodeBatch, encodeBatch, Engine } from '../src/core/index.js';
-import { startBroker } from '../src/broker.js';
-import { loadConfig } from '../src/config/index.js';
+import { PROTOCOL_MODULES, startBroker } from '../src/broker.js';
+import { IMPLEMENTED_PROTOCOLS, loadConfig } from '../src/config/index.js';
 import { LogManager } from '../src/storage/log/index.js';
 import { SqliteMetastore } from '../src/storage/metastore/index.js';
 import { FsObjectStore } from '../src/storage/objects/index.js';
@@ -72,4 +73,81 @@ describe('broker storage start-up', () => {
       }
     });
   }
+});
+
+function freshDir(): string {
+  const d = mkdtempSync(join(tmpdir(), 'flowmq-broker-'));
+  dirs.push(d);
+  return d;
+}
+
+function listen(port: number): Promise<Server> {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once('error', reject);
+    s.listen(port, '127.0.0.1', () => resolve(s));
+  });
+}
+
+const closeServer = (s: Server) => new Promise<void>((r) => s.close(() => r()));
+
+describe('broker protocol modules', () => {
+  it('has one module per implemented protocol, each named as in --protocols', () => {
+    assert.deepEqual(PROTOCOL_MODULES.map((m) => m.name).sort(), [...IMPLEMENTED_PROTOCOLS].sort());
+  });
+
+  it('starts the enabled modules: their listeners, and their figures under their names in GET /api/v1/broker', async () => {
+    const base = { host: '127.0.0.1', 'mqtt-port': '0', 'mqtt-ws-port': '0', 'kafka-port': '0', 'http-port': '0' };
+    const silent = pino({ level: 'silent' });
+    const both = await startBroker(loadConfig({ flags: { ...base, 'data-dir': freshDir() }, env: {} }), silent);
+    try {
+      assert.deepEqual([...both.listeners.keys()], ['mqtt', 'mqtt-ws', 'kafka']);
+      const info = (await (await fetch(`http://127.0.0.1:${both.ports().http}/api/v1/broker`)).json()) as Record<string, Record<string, unknown>>;
+      assert.deepEqual(Object.keys(info.listeners), ['mqtt', 'mqtt-ws', 'kafka']);
+      assert.deepEqual(Object.keys(info.kafka), ['produceLatency', 'framePool', 'histogramBoundsMs']);
+      assert.equal(info.mqtt.connected, 0);
+      assert.equal(info.mqtt.slowConsumerPolicy, 'drop');
+      assert.equal(typeof info.mqtt.dropped, 'object');
+    } finally {
+      await both.close();
+    }
+    const kafkaOnly = await startBroker(loadConfig({ flags: { ...base, 'data-dir': freshDir(), protocols: 'kafka' }, env: {} }), silent);
+    try {
+      assert.deepEqual([...kafkaOnly.listeners.keys()], ['kafka']);
+      const info = (await (await fetch(`http://127.0.0.1:${kafkaOnly.ports().http}/api/v1/broker`)).json()) as Record<string, unknown>;
+      assert.equal(info.mqtt, undefined);
+      assert.ok(info.kafka);
+    } finally {
+      await kafkaOnly.close();
+    }
+  });
+
+  it('a module that fails to start closes the modules started before it, and the data directory is free again', async () => {
+    // The Kafka port is taken: the MQTT module has started by then, and must be closed again.
+    const taken = await listen(0);
+    const dataDir = freshDir();
+    const lines: Array<{ msg: string; protocol?: string; address?: string }> = [];
+    const logger = pino({ level: 'info' }, { write: (s: string) => void lines.push(JSON.parse(s)) });
+    const flags = { 'data-dir': dataDir, host: '127.0.0.1', 'mqtt-port': '0', 'mqtt-ws-port': '0', 'http-port': '0' };
+    try {
+      const kafkaPort = String((taken.address() as { port: number }).port);
+      await assert.rejects(startBroker(loadConfig({ flags: { ...flags, 'kafka-port': kafkaPort }, env: {} }), logger), /EADDRINUSE/);
+    } finally {
+      await closeServer(taken);
+    }
+    const mqttLine = lines.find((l) => l.msg === 'listening' && l.protocol === 'mqtt');
+    assert.ok(mqttLine?.address, 'the MQTT module had started');
+    // Its port can be bound again, and another broker can take the data directory.
+    await closeServer(await listen(Number(mqttLine.address.split(':').pop())));
+    const again = await startBroker(loadConfig({ flags: { ...flags, 'kafka-port': '0' }, env: {} }), pino({ level: 'silent' }));
+    await again.close();
+  });
+
+  it('a half-configured MQTT TLS listener stops the start before any listener opens', async () => {
+    const lines: Array<{ msg: string }> = [];
+    const logger = pino({ level: 'info' }, { write: (s: string) => void lines.push(JSON.parse(s)) });
+    const flags = { 'data-dir': freshDir(), host: '127.0.0.1', 'mqtt-port': '0', 'mqtt-ws-port': '0', 'kafka-port': '0', 'http-port': '0', 'mqtt-tls-cert': '/nonexistent.pem' };
+    await assert.rejects(startBroker(loadConfig({ flags, env: {} }), logger), /needs both mqtt-tls-cert and mqtt-tls-key/);
+    assert.equal(lines.filter((l) => l.msg === 'listening').length, 0);
+  });
 });

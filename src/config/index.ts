@@ -12,7 +12,12 @@ import { parseDuration, parseSize } from './units.js';
 
 export { parseDuration, parseSize } from './units.js';
 
-export const IMPLEMENTED_PROTOCOLS = ['mqtt', 'kafka'] as const;
+export const IMPLEMENTED_PROTOCOLS = ['mqtt', 'kafka', 'amqp'] as const;
+/**
+ * Listeners enabled when --protocols is not given. AMQP is implemented but not on by default yet: the lead decides
+ * (enabling it makes every broker bind 5672, tests included).
+ */
+export const DEFAULT_PROTOCOLS: Protocol[] = ['mqtt', 'kafka'];
 export const KNOWN_PROTOCOLS = ['mqtt', 'kafka', 'amqp', 'nats'] as const;
 export type Protocol = (typeof KNOWN_PROTOCOLS)[number];
 
@@ -42,6 +47,20 @@ export interface Config {
   mqttPort: number;
   kafkaPort: number;
   amqpPort: number;
+  /** AMQP 0-9-1 over TLS (listens only with both cert and key). */
+  amqpsPort: number;
+  amqpTlsCert: string | null;
+  amqpTlsKey: string | null;
+  /** Largest AMQP frame offered in connection.tune (bytes). */
+  amqpFrameMax: number;
+  amqpChannelMax: number;
+  /** Heartbeat offered in connection.tune, ms (0: none unless the client asks). */
+  amqpHeartbeat: number;
+  amqpMaxConnections: number;
+  amqpHandshakeTimeout: number;
+  amqpMaxMessageSize: number;
+  /** Process memory (RSS) above which AMQP publishers are blocked; null: 40% of the machine's memory. */
+  amqpMemoryHighWatermark: number | null;
   natsPort: number;
   httpPort: number;
   /** Bind address of the admin API (the protocol listeners bind `host`). */
@@ -137,12 +156,22 @@ export const OPTIONS: OptionSpec[] = [
   { key: 'host', name: 'host', kind: 'string', default: '0.0.0.0', help: 'address the protocol listeners bind (the admin API binds --http-host)' },
   { key: 'mqttPort', name: 'mqtt-port', kind: 'port', default: 1883, help: 'MQTT over TCP' },
   { key: 'kafkaPort', name: 'kafka-port', kind: 'port', default: 9092, help: 'Kafka wire protocol' },
-  { key: 'amqpPort', name: 'amqp-port', kind: 'port', default: 5672, help: 'AMQP 0-9-1 (not implemented yet)' },
+  { key: 'amqpPort', name: 'amqp-port', kind: 'port', default: 5672, help: 'AMQP 0-9-1 (listens when amqp is in --protocols)' },
+  { key: 'amqpsPort', name: 'amqps-port', kind: 'port', default: 5671, help: 'AMQP 0-9-1 over TLS; listens only when amqp-tls-cert and amqp-tls-key are set' },
+  { key: 'amqpTlsCert', name: 'amqp-tls-cert', kind: 'string', default: null, help: 'PEM certificate (chain) file of the AMQP TLS listener' },
+  { key: 'amqpTlsKey', name: 'amqp-tls-key', kind: 'string', default: null, help: 'PEM private key file of the AMQP TLS listener' },
+  { key: 'amqpFrameMax', name: 'amqp-frame-max', kind: 'size', default: 131_072, help: 'largest AMQP frame offered in connection.tune (4096 or more; clients may ask for less); a larger frame closes the connection (501)' },
+  { key: 'amqpChannelMax', name: 'amqp-channel-max', kind: 'int', default: 2047, help: 'channels per AMQP connection offered in connection.tune (1..65535)' },
+  { key: 'amqpHeartbeat', name: 'amqp-heartbeat', kind: 'delay', default: 60_000, help: 'AMQP heartbeat interval offered in connection.tune (whole seconds; 0: none unless the client asks); a connection silent for two intervals is closed' },
+  { key: 'amqpMaxConnections', name: 'amqp-max-connections', kind: 'int', default: 100_000, help: 'AMQP client connections over all AMQP listeners; more are closed before the handshake' },
+  { key: 'amqpHandshakeTimeout', name: 'amqp-handshake-timeout', kind: 'duration', default: 10_000, help: 'an AMQP connection must finish its handshake (protocol header to connection.open) within this, or it is closed' },
+  { key: 'amqpMaxMessageSize', name: 'amqp-max-message-size', kind: 'size', default: 128 * 1024 * 1024, help: 'largest AMQP message body accepted; a larger one closes its channel (406 PRECONDITION_FAILED), as RabbitMQ\'s max_message_size' },
+  { key: 'amqpMemoryHighWatermark', name: 'amqp-memory-high-watermark', kind: 'capacity', default: null, help: 'process memory (RSS) above which AMQP publishing connections are blocked (connection.blocked) until it falls (0: never; default: 40% of the machine\'s memory)' },
   { key: 'natsPort', name: 'nats-port', kind: 'port', default: 4222, help: 'NATS client protocol (not implemented yet)' },
   { key: 'httpPort', name: 'http-port', kind: 'port', default: 8080, help: 'admin HTTP API (/api/v1) and health' },
   { key: 'httpHost', name: 'http-host', kind: 'string', default: '127.0.0.1', help: 'address the admin HTTP API binds (0.0.0.0 for every interface)' },
   { key: 'httpAllowedHosts', name: 'http-allowed-hosts', kind: 'hosts', default: [], help: 'host names the admin API answers for besides its bind address, comma-separated (Host header check against DNS rebinding)' },
-  { key: 'protocols', name: 'protocols', kind: 'protocols', default: [...IMPLEMENTED_PROTOCOLS], help: 'listeners this broker enables, comma-separated' },
+  { key: 'protocols', name: 'protocols', kind: 'protocols', default: [...DEFAULT_PROTOCOLS], help: 'listeners this broker enables, comma-separated' },
   { key: 'logLevel', name: 'log-level', kind: 'level', default: 'info', help: 'trace, debug, info, warn, error, fatal or silent' },
   { key: 'brokerId', name: 'broker-id', kind: 'int', default: 0, help: 'this broker\'s id (Kafka node id)' },
   { key: 'kafkaAdvertisedHost', name: 'kafka-advertised-host', kind: 'string', default: null, help: 'host Kafka clients are told to connect to (default: the address they reached)' },
@@ -418,6 +447,10 @@ export function loadConfig(src: ConfigSources = {}): Config {
   }
   if ((cfg.pgPoolSize as number) < 1) throw new ConfigError('pg-pool-size must be at least 1');
   if ((cfg.s3MaxAttempts as number) < 1) throw new ConfigError('s3-max-attempts must be at least 1');
+  if ((cfg.amqpTlsCert === null) !== (cfg.amqpTlsKey === null)) throw new ConfigError('AMQP over TLS needs both amqp-tls-cert and amqp-tls-key');
+  if ((cfg.amqpFrameMax as number) < 4096 || (cfg.amqpFrameMax as number) > 0x7fffffff) throw new ConfigError('amqp-frame-max must be 4096 bytes or more (AMQP 0-9-1 frame-min-size)');
+  if ((cfg.amqpChannelMax as number) < 1 || (cfg.amqpChannelMax as number) > 65535) throw new ConfigError('amqp-channel-max must be 1..65535');
+  if ((cfg.amqpHeartbeat as number) % 1000 !== 0 || (cfg.amqpHeartbeat as number) > 65535_000) throw new ConfigError('amqp-heartbeat must be whole seconds, at most 65535s');
   if ((cfg.kafkaTlsCert === null) !== (cfg.kafkaTlsKey === null)) throw new ConfigError('Kafka over TLS needs both kafka-tls-cert and kafka-tls-key');
   if ((cfg.kafkaGroupMinSessionTimeout as number) > (cfg.kafkaGroupMaxSessionTimeout as number)) {
     throw new ConfigError('kafka-group-min-session-timeout must not exceed kafka-group-max-session-timeout');

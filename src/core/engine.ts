@@ -12,7 +12,10 @@ import type { AppendResult, PartitionOffsets, ReadLease, StreamDef, StreamStorag
 import { RetainedIndex } from './retained.js';
 import { decodeStoredMessage, encodeStoredMessage } from './sessions.js';
 import type { CoreStore } from './store.js';
-import type { QueueStore } from './queues.js';
+import type { QueueDef, QueueFactory, QueueHandle, QueueStore } from './queues.js';
+import type { BindingDef, ExchangeDef, RouteResult, Router } from './exchanges.js';
+import { mqttAccepts } from './matcher.js';
+import { RouterCore } from './router.js';
 import { isValidStreamName, kafkaToUnified, matches, validateFilter, validateTopic } from './topic.js';
 import { TopicTrie } from './trie.js';
 
@@ -70,7 +73,7 @@ export const MAX_PARTITIONS = 10000;
 /** Retained messages of these topics (broker statistics) are kept in memory only: they are rewritten often. */
 const VOLATILE_RETAINED_PREFIX = '$SYS/';
 
-export class Engine {
+export class Engine implements Router {
   private readonly subs = new TopicTrie<Subscription | SharedGroup>();
   private readonly groups = new Map<string, SharedGroup>();
   private readonly bindings = new TopicTrie<StreamEntry>();
@@ -88,7 +91,23 @@ export class Engine {
     readonly store: CoreStore,
     /** Where durable queues keep their messages (the broker passes its backend; tests may leave the memory one). */
     readonly queueStore?: QueueStore,
-  ) {}
+    /** Makes queue runtimes (src/core/queue.ts's createQueue); without one, declaring a queue fails. */
+    createQueue?: QueueFactory,
+  ) {
+    this.router = new RouterCore(
+      {
+        publishUnified: (msg) => this.publishUnified(msg),
+        hasStream: (name) => this.streams.has(name),
+        appendToStream: (name, msg) => this.appendToStream(name, msg),
+      },
+      store,
+      queueStore ?? null,
+      createQueue,
+    );
+  }
+
+  /** Exchanges, bindings and queues (the Router methods below delegate to it). */
+  private readonly router: RouterCore;
 
   // ---------------------------------------------------------------- streams
 
@@ -99,6 +118,12 @@ export class Engine {
       this.index(def);
     }
     for (const r of await this.store.listRetained()) this.retained.set(decodeStoredMessage(r.data));
+    await this.router.load();
+  }
+
+  /** Stops queue timers (broker shutdown); deletes nothing. */
+  close(): void {
+    this.router.close();
   }
 
   async createStream(spec: StreamSpec): Promise<StreamDef> {
@@ -228,8 +253,8 @@ export class Engine {
     }
   }
 
-  /** Delivers a message to matching live subscriptions; each subscriber is called once. */
-  private deliverLive(msg: Message): void {
+  /** Delivers a message to matching live subscriptions; each subscriber is called once. Returns how many. */
+  private deliverLive(msg: Message): number {
     let single: Subscription | undefined;
     let many: Map<Subscriber, Subscription[]> | undefined;
     const add = (s: Subscription) => {
@@ -245,7 +270,10 @@ export class Engine {
       if (list) list.push(s);
       else many.set(s.subscriber, [s]);
     };
-    this.subs.match(msg.topic, (v) => {
+    // [MQTT-4.7.2-1]: live subscriptions are MQTT filters; their first-level wildcards do not match `$` topics.
+    const dollar = msg.topic.charCodeAt(0) === 0x24;
+    this.subs.match(msg.topic, (v, firstWild) => {
+      if (firstWild && dollar) return;
       if ('members' in v) {
         const s = pickMember(v, undefined);
         if (s !== undefined) add(s);
@@ -254,12 +282,15 @@ export class Engine {
     if (single !== undefined) {
       this.stats.delivered++;
       single.subscriber.deliver(msg, [single]);
+      return 1;
     } else if (many !== undefined) {
       for (const [subscriber, list] of many) {
         this.stats.delivered++;
         subscriber.deliver(msg, list);
       }
+      return (many as Map<Subscriber, Subscription[]>).size;
     }
+    return 0;
   }
 
   /**
@@ -278,7 +309,7 @@ export class Engine {
   }
 
   hasLiveSubscribers(topic: string): boolean {
-    return this.subs.hasMatch(topic);
+    return this.subs.hasMatch(topic, (_v, firstWild) => mqttAccepts(topic, firstWild));
   }
 
   // ---------------------------------------------------------------- publish paths
@@ -297,6 +328,29 @@ export class Engine {
       if (kept !== null) durable = durable === null ? kept : Promise.all([durable, kept]).then(() => undefined);
     }
     this.deliverLive(msg);
+    // Queues and exchanges bound on the unified topic space (amq.topic); skipped while there are none.
+    if (this.router.topicBindings > 0) {
+      const q = this.router.routeTopicSpace(msg).durable;
+      if (q !== null) durable = durable === null ? q : Promise.all([durable, q]).then(() => undefined);
+    }
+    return durable;
+  }
+
+  /** An AMQP publish on amq.topic (or one routed there): live subscribers and bound streams, no retain. */
+  private publishUnified(msg: Message): { count: number; durable: Promise<void> | null } {
+    this.stats.published++;
+    const before = this.stats.captured;
+    const durable = this.capture(msg, undefined);
+    const count = this.stats.captured - before + this.deliverLive(msg);
+    return { count, durable };
+  }
+
+  /** A message routed to a stream by an exchange binding. */
+  private appendToStream(name: string, msg: Message): Promise<void> | null {
+    const e = this.streams.get(name);
+    if (!e) return null;
+    const { durable } = this.storage.append(name, partitionFor(msg, e.def.partitions), encodeBatch([messageToRecord(msg, e.ownTopic)]));
+    this.stats.captured++;
     return durable;
   }
 
@@ -331,7 +385,8 @@ export class Engine {
     // A retried idempotent batch was routed when it was first appended.
     if (res.duplicate) return res;
     this.stats.captured++;
-    if (this.subs.size > 0 || this.bindings.size > e.def.bindings.length) {
+    const toQueues = this.router.topicBindings > 0;
+    if (this.subs.size > 0 || this.bindings.size > e.def.bindings.length || toQueues) {
       const extra: Promise<void>[] = [];
       // The batch is only borrowed (see StreamStorage.append), and decoded records point into it: the messages
       // delivered live get memory of their own.
@@ -345,6 +400,10 @@ export class Engine {
         const d = this.capture(msg, e);
         if (d) extra.push(d);
         this.deliverLive(msg);
+        if (toQueues) {
+          const q = this.router.routeTopicSpace(msg).durable;
+          if (q) extra.push(q);
+        }
       }
       if (extra.length > 0) return { baseOffset: res.baseOffset, durable: Promise.all([res.durable, ...extra]).then(() => undefined) };
     }
@@ -355,8 +414,10 @@ export class Engine {
     let first: Promise<void> | null = null;
     let all: Promise<void>[] | null = null;
     let seen: Set<StreamEntry> | null = null;
-    this.bindings.match(msg.topic, (e) => {
-      if (e === except) return;
+    // Stream bindings are MQTT filters: the `$` rule applies ([MQTT-4.7.2-1]).
+    const dollar = msg.topic.charCodeAt(0) === 0x24;
+    this.bindings.match(msg.topic, (e, firstWild) => {
+      if (e === except || (firstWild && dollar)) return;
       // A stream with several matching bindings captures the message once.
       if (seen === null) seen = new Set();
       if (seen.has(e)) return;
@@ -370,6 +431,51 @@ export class Engine {
     });
     if (all !== null) return Promise.all(all as Promise<void>[]).then(() => undefined);
     return first;
+  }
+
+  // ---------------------------------------------------------------- exchanges, queues, bindings (Router)
+
+  declareExchange(def: Omit<ExchangeDef, 'createdAt'>, opts?: { passive?: boolean }): Promise<ExchangeDef> {
+    return this.router.declareExchange(def, opts);
+  }
+  deleteExchange(name: string, opts?: { ifUnused?: boolean }): Promise<void> {
+    return this.router.deleteExchange(name, opts);
+  }
+  getExchange(name: string): ExchangeDef | undefined {
+    return this.router.getExchange(name);
+  }
+  listExchanges(): ExchangeDef[] {
+    return this.router.listExchanges();
+  }
+  declareQueue(def: Omit<QueueDef, 'createdAt'>, opts?: { passive?: boolean; owner?: string }): Promise<QueueHandle> {
+    return this.router.declareQueue(def, opts);
+  }
+  deleteQueue(name: string, opts?: { ifUnused?: boolean; ifEmpty?: boolean }): Promise<number> {
+    return this.router.deleteQueue(name, opts);
+  }
+  purgeQueue(name: string): Promise<number> {
+    return this.router.purgeQueue(name);
+  }
+  getQueue(name: string): QueueHandle | undefined {
+    return this.router.getQueue(name);
+  }
+  listQueues(): QueueDef[] {
+    return this.router.listQueues();
+  }
+  dropExclusive(owner: string): Promise<void> {
+    return this.router.dropExclusive(owner);
+  }
+  bind(b: BindingDef): Promise<void> {
+    return this.router.bind(b);
+  }
+  unbind(b: BindingDef): Promise<void> {
+    return this.router.unbind(b);
+  }
+  listBindings(): BindingDef[] {
+    return this.router.listBindings();
+  }
+  publishTo(exchange: string, routingKey: string, msg: Message): RouteResult {
+    return this.router.publishTo(exchange, routingKey, msg);
   }
 
   // ---------------------------------------------------------------- reads

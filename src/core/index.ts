@@ -14,3 +14,7 @@ export * from './histogram.js';
 export { CoalescingTask } from './coalescing-task.js';
 export * from './queues.js';
 export * from './exchanges.js';
+export * from './matcher.js';
+export { RouterCore, isDeadLetterCycle, type RouterHost } from './router.js';
+export * from './queue.js';
+export { MemoryQueueStore } from './memory-queue-store.js';

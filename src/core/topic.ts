@@ -78,3 +78,39 @@ export function unifiedToKafka(topic: string): string | null {
   const name = levels.join('.');
   return isValidStreamName(name) ? name : null;
 }
+
+/**
+ * Names across protocols: a dot-separated name (an AMQP routing key on a topic exchange, a NATS subject, a Kafka
+ * topic) is a unified topic with the two separators swapped: every `.` becomes `/` and every `/` becomes `.`
+ * (`a.b.c` is `a/b/c`; the AMQP key `x/y.z` is the unified topic `x.y/z`: a `/` inside a word is a `.` inside a
+ * level, and the reverse). The swap is its own inverse, so the mapping is a bijection and needs no escape
+ * character; it is what RabbitMQ's MQTT plugin does between MQTT topics and AMQP routing keys. Kafka names cannot
+ * hold `/`, so for them it is the same as kafkaToUnified.
+ */
+export function swapSeparators(name: string): string {
+  const dot = name.indexOf('.');
+  const slash = name.indexOf('/');
+  if (slash < 0) return dot < 0 ? name : name.replaceAll('.', '/');
+  if (dot < 0) return name.replaceAll('/', '.');
+  let out = '';
+  for (let i = 0; i < name.length; i++) {
+    const c = name[i];
+    out += c === '.' ? '/' : c === '/' ? '.' : c;
+  }
+  return out;
+}
+
+/** The unified topic of a dot-separated name (AMQP routing key, NATS subject). */
+export const dotsToUnified = swapSeparators;
+/** The dot-separated name (AMQP routing key, NATS subject) of a unified topic. */
+export const unifiedToDots = swapSeparators;
+
+/** True when `topic` can be published by MQTT (validateTopic would accept it). */
+export function isValidTopic(topic: string): boolean {
+  if (topic.length === 0 || topic.length > MAX_TOPIC_BYTES) return false;
+  for (let i = 0; i < topic.length; i++) {
+    const c = topic.charCodeAt(i);
+    if (c === 0x2b || c === 0x23 || c === 0) return false;
+  }
+  return Buffer.byteLength(topic) <= MAX_TOPIC_BYTES;
+}

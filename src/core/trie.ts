@@ -1,16 +1,56 @@
 /**
- * Subscription trie: filters are stored level by level, so matching a topic costs O(levels), not O(filters).
- * Values are opaque to the trie; the same structure indexes live subscriptions and stream bindings.
+ * Topic trie: binding patterns are stored level by level, so matching a topic costs O(levels), not O(patterns).
+ * Values are opaque to the trie; the same structure indexes live subscriptions, stream bindings and the bindings
+ * of topic exchanges.
+ *
+ * The trie knows three wildcard tokens and no grammar: a pattern is parsed into levels by its binding's rule
+ * (matcher.ts), so `#` may stand anywhere (AMQP) or only last (MQTT), and `>` exists only for NATS. The tokens are
+ * symbols, not strings, so no literal level (a `+` word in an AMQP routing key, say) can collide with them.
+ * Rule-specific exceptions such as MQTT's `$`-topic rule are applied by the callback: the trie tells it whether
+ * the topic's first level was consumed by a wildcard.
  */
+
+/** One level, any text. */
+export const ONE: unique symbol = Symbol('one');
+/** Zero or more levels, at any position. */
+export const ANY: unique symbol = Symbol('any');
+/** One or more levels; only as the last level (NATS `>`). */
+export const REST: unique symbol = Symbol('rest');
+
+export type Level = string | typeof ONE | typeof ANY | typeof REST;
+
 interface Node<V> {
   children: Map<string, Node<V>>;
   values: Set<V>;
-  /** Values at `#` below this node. */
+  one: Node<V> | undefined;
+  any: Node<V> | undefined;
+  rest: Node<V> | undefined;
 }
 
 function newNode<V>(): Node<V> {
-  return { children: new Map(), values: new Set() };
+  return { children: new Map(), values: new Set(), one: undefined, any: undefined, rest: undefined };
 }
+
+function isEmpty<V>(n: Node<V>): boolean {
+  return n.values.size === 0 && n.children.size === 0 && n.one === undefined && n.any === undefined && n.rest === undefined;
+}
+
+/** Levels of an MQTT filter (`+` one level, `#` the rest, which in MQTT includes the parent level). */
+export function mqttLevels(filter: string): Level[] {
+  const parts: Level[] = filter.split('/');
+  for (let i = 0; i < parts.length; i++) {
+    if (parts[i] === '+') parts[i] = ONE;
+    else if (parts[i] === '#') parts[i] = ANY;
+  }
+  return parts;
+}
+
+/**
+ * Called once per matching value (a value reachable along several paths, e.g. AMQP `#.#`, may be called more
+ * than once: callers that must not duplicate deduplicate). `firstWild` is true when the topic's first level was
+ * matched by a wildcard, which MQTT rule bindings refuse for `$` topics ([MQTT-4.7.2-1]).
+ */
+export type MatchFn<V> = (value: V, firstWild: boolean) => void;
 
 export class TopicTrie<V> {
   private readonly root: Node<V> = newNode();
@@ -20,13 +60,21 @@ export class TopicTrie<V> {
     return this.count;
   }
 
-  add(filter: string, value: V): void {
+  /** Adds a value under a pattern: an MQTT filter string, or levels parsed by a rule (matcher.ts). */
+  add(pattern: string | readonly Level[], value: V): void {
+    const levels = typeof pattern === 'string' ? mqttLevels(pattern) : pattern;
     let node = this.root;
-    for (const level of filter.split('/')) {
-      let next = node.children.get(level);
-      if (!next) {
-        next = newNode();
-        node.children.set(level, next);
+    for (const level of levels) {
+      let next: Node<V> | undefined;
+      if (level === ONE) next = node.one ??= newNode();
+      else if (level === ANY) next = node.any ??= newNode();
+      else if (level === REST) next = node.rest ??= newNode();
+      else {
+        next = node.children.get(level);
+        if (!next) {
+          next = newNode();
+          node.children.set(level, next);
+        }
       }
       node = next;
     }
@@ -36,12 +84,12 @@ export class TopicTrie<V> {
     }
   }
 
-  remove(filter: string, value: V): boolean {
-    const levels = filter.split('/');
+  remove(pattern: string | readonly Level[], value: V): boolean {
+    const levels = typeof pattern === 'string' ? mqttLevels(pattern) : pattern;
     const path: Node<V>[] = [this.root];
     let node = this.root;
     for (const level of levels) {
-      const next = node.children.get(level);
+      const next = level === ONE ? node.one : level === ANY ? node.any : level === REST ? node.rest : node.children.get(level);
       if (!next) return false;
       path.push(next);
       node = next;
@@ -50,45 +98,60 @@ export class TopicTrie<V> {
     this.count--;
     // Prune empty branches so churn does not leak nodes.
     for (let i = levels.length; i > 0; i--) {
-      const n = path[i];
-      if (n.values.size > 0 || n.children.size > 0) break;
-      path[i - 1].children.delete(levels[i - 1]);
+      if (!isEmpty(path[i])) break;
+      const parent = path[i - 1];
+      const level = levels[i - 1];
+      if (level === ONE) parent.one = undefined;
+      else if (level === ANY) parent.any = undefined;
+      else if (level === REST) parent.rest = undefined;
+      else parent.children.delete(level);
     }
     return true;
   }
 
-  /** Calls `fn` for every value whose filter matches `topic`. */
-  match(topic: string, fn: (value: V) => void): void {
-    const levels = topic.split('/');
-    // [MQTT-4.7.2-1] wildcards at the first level do not match `$` topics.
-    const dollar = topic.charCodeAt(0) === 0x24;
-    this.walk(this.root, levels, 0, dollar, fn);
+  /** Calls `fn` for every value whose pattern matches `topic` (`/`-separated levels). */
+  match(topic: string, fn: MatchFn<V>): void {
+    this.walk(this.root, topic.split('/'), 0, false, fn);
   }
 
-  /** True when at least one filter matches `topic`. */
-  hasMatch(topic: string): boolean {
+  /** As match, with the levels already split (topic exchanges other than the unified topic space). */
+  matchLevels(levels: readonly string[], fn: MatchFn<V>): void {
+    this.walk(this.root, levels, 0, false, fn);
+  }
+
+  /** True when at least one value matches `topic` and `accept` (when given) takes it. */
+  hasMatch(topic: string, accept?: (value: V, firstWild: boolean) => boolean): boolean {
     let found = false;
-    this.match(topic, () => {
-      found = true;
+    this.match(topic, (v, w) => {
+      if (!found && (accept === undefined || accept(v, w))) found = true;
     });
     return found;
   }
 
-  private walk(node: Node<V>, levels: string[], i: number, dollar: boolean, fn: (value: V) => void): void {
-    const wildOk = !(dollar && i === 0);
-    if (wildOk) {
-      const hash = node.children.get('#');
-      if (hash) for (const v of hash.values) fn(v);
+  private walk(node: Node<V>, levels: readonly string[], i: number, wild: boolean, fn: MatchFn<V>): void {
+    const n = levels.length;
+    const any = node.any;
+    if (any !== undefined) {
+      if (any.children.size === 0 && any.one === undefined && any.any === undefined && any.rest === undefined) {
+        // A trailing `#` (every MQTT `#`): it takes the remaining levels, zero or more, in one step.
+        if (any.values.size > 0) {
+          const w = wild || (i === 0 && n > 0);
+          for (const v of any.values) fn(v, w);
+        }
+      } else {
+        // `#` inside a pattern (AMQP): try every number of levels it could consume.
+        for (let j = i; j <= n; j++) this.walk(any, levels, j, wild || (i === 0 && j > 0), fn);
+      }
     }
-    if (i === levels.length) {
-      for (const v of node.values) fn(v);
+    if (i === n) {
+      for (const v of node.values) fn(v, wild);
       return;
     }
     const exact = node.children.get(levels[i]);
-    if (exact) this.walk(exact, levels, i + 1, dollar, fn);
-    if (wildOk) {
-      const plus = node.children.get('+');
-      if (plus) this.walk(plus, levels, i + 1, dollar, fn);
-    }
+    if (exact !== undefined) this.walk(exact, levels, i + 1, wild, fn);
+    const one = node.one;
+    if (one !== undefined) this.walk(one, levels, i + 1, wild || i === 0, fn);
+    const rest = node.rest;
+    if (rest !== undefined) for (const v of rest.values) fn(v, wild || i === 0);
   }
 }

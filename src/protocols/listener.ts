@@ -2,7 +2,7 @@
  * What every protocol listener does the same way: bind a server, keep the set of its open connections, and on
  * close stop accepting, end each connection and wait until all are gone.
  */
-import type { Server } from 'node:net';
+import type { AddressInfo, Server } from 'node:net';
 
 /**
  * A TLS handshake not finished by then closes the socket. Node's default is 120 s, which lets a stranger hold a
@@ -21,6 +21,11 @@ export function listenOn(server: Server, listen: ListenOptions, onError: (err: E
       resolve();
     });
   });
+}
+
+/** `host:port` as logs show a bound address (`[::1]:port` for IPv6). */
+export function formatAddress(a: AddressInfo): string {
+  return a.family === 'IPv6' ? `[${a.address}]:${a.port}` : `${a.address}:${a.port}`;
 }
 
 /**

@@ -34,7 +34,10 @@ describe('config', () => {
     assert.throws(() => loadConfig({ flags: { 'mqtt-port': '70000' } }), /--mqtt-port: expected a port number/);
     assert.throws(() => loadConfig({ env: { FLOWMQ_WAL_FSYNC: 'maybe' } }), /FLOWMQ_WAL_FSYNC: expected true or false/);
     assert.throws(() => loadConfig({ flags: { protocols: 'mqtt,smtp' } }), /unknown protocol "smtp"/);
-    assert.throws(() => loadConfig({ flags: { protocols: 'amqp' } }), /"amqp" is not implemented yet/);
+    assert.throws(() => loadConfig({ flags: { protocols: 'nats' } }), /"nats" is not implemented yet/);
+    assert.deepEqual(loadConfig({ flags: { protocols: 'amqp' } }).protocols, ['amqp']);
+    assert.throws(() => loadConfig({ flags: { 'amqp-frame-max': '1024' } }), /amqp-frame-max must be 4096 bytes or more/);
+    assert.throws(() => loadConfig({ flags: { 'amqp-heartbeat': '1500ms' } }), /amqp-heartbeat must be whole seconds/);
     const dir = mkdtempSync(join(tmpdir(), 'flowmq-cfg-'));
     const file = join(dir, 'bad.yaml');
     writeFileSync(file, 'mqtt-prot: 1\n');

@@ -1,11 +1,20 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { matches, TopicTrie } from '../../src/core/index.js';
+import { ANY, matches, mqttAccepts, ONE, parseBindingKey, REST, TopicTrie } from '../../src/core/index.js';
 
+/** Matches with the MQTT rule's `$` check, as the Engine applies it to MQTT filters. */
 function collect(t: TopicTrie<string>, topic: string): string[] {
   const out: string[] = [];
-  t.match(topic, (v) => out.push(v));
+  t.match(topic, (v, w) => {
+    if (mqttAccepts(topic, w)) out.push(v);
+  });
   return out.sort();
+}
+
+function raw(t: TopicTrie<string>, topic: string): Array<[string, boolean]> {
+  const out: Array<[string, boolean]> = [];
+  t.match(topic, (v, w) => out.push([v, w]));
+  return out.sort((a, b) => a[0].localeCompare(b[0]));
 }
 
 describe('TopicTrie', () => {
@@ -33,6 +42,45 @@ describe('TopicTrie', () => {
     assert.equal(t.size, 0);
     assert.ok(!t.hasMatch('a/b/c'));
     // internal: root has no children left
+    assert.equal((t as unknown as { root: { children: Map<string, unknown> } }).root.children.size, 0);
+  });
+  it('tells the callback whether the first level was matched by a wildcard (the MQTT $ rule is the caller\'s)', () => {
+    const t = new TopicTrie<string>();
+    for (const f of ['#', '+/up', '$SYS/#', '$SYS/+']) t.add(f, f);
+    assert.deepEqual(raw(t, '$SYS/up'), [['#', true], ['+/up', true], ['$SYS/#', false], ['$SYS/+', false]]);
+    assert.deepEqual(collect(t, '$SYS/up'), ['$SYS/#', '$SYS/+']);
+  });
+  it('supports # at any position (zero or more levels), + and trailing > (one or more)', () => {
+    const t = new TopicTrie<string>();
+    t.add([ANY, 'c'], '#.c');
+    t.add(['a', ANY, 'c'], 'a.#.c');
+    t.add(['a', ONE, ANY], 'a.*.#');
+    t.add(['a', REST], 'a.>');
+    t.add([ANY], '#');
+    const m = (topic: string) => [...new Set(raw(t, topic).map((x) => x[0]))].sort();
+    assert.deepEqual(m('c'), ['#', '#.c']);
+    assert.deepEqual(m('a/c'), ['#', '#.c', 'a.#.c', 'a.*.#', 'a.>']);
+    assert.deepEqual(m('a/b/x/c'), ['#', '#.c', 'a.#.c', 'a.*.#', 'a.>']);
+    assert.deepEqual(m('a'), ['#'], 'a.> needs one more level, a.*.# needs one');
+    assert.deepEqual(m('b/c/d'), ['#']);
+  });
+  it('keeps wildcard tokens apart from literal levels that look like them', () => {
+    const t = new TopicTrie<string>();
+    t.add(parseBindingKey('a.+.#', 'amqp', true), 'amqp literal +');
+    t.add(parseBindingKey('a.#', 'nats', true), 'nats literal #');
+    t.add(parseBindingKey('a.>', 'amqp', true), 'amqp literal >');
+    assert.deepEqual(raw(t, 'a/x').map((x) => x[0]), []);
+    assert.deepEqual(raw(t, 'a/+').map((x) => x[0]), ['amqp literal +']);
+    assert.deepEqual(raw(t, 'a/#').map((x) => x[0]), ['nats literal #']);
+    assert.deepEqual(raw(t, 'a/>').map((x) => x[0]), ['amqp literal >']);
+  });
+  it('removes wildcard patterns and prunes their nodes', () => {
+    const t = new TopicTrie<string>();
+    t.add(['a', ANY, 'b', ONE], 'x');
+    t.add(['a', REST], 'y');
+    assert.ok(t.remove(['a', ANY, 'b', ONE], 'x'));
+    assert.ok(!t.remove(['a', ANY, 'b'], 'x'));
+    assert.ok(t.remove(['a', REST], 'y'));
     assert.equal((t as unknown as { root: { children: Map<string, unknown> } }).root.children.size, 0);
   });
 });

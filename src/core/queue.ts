@@ -1,0 +1,795 @@
+/**
+ * The runtime of one queue: ready / unacked state, competing consumers, acks and redelivery, TTL, length limits,
+ * dead-lettering (through the router's hooks) and the bounded memory window over its QueueStore.
+ *
+ * Memory: ready messages live in a min-heap by id (the "window"); once the window is full (by count or bytes) new
+ * messages of a durable queue go to the store only and are counted as "beyond" the window. When the window runs
+ * low, the next messages are read from the store in id order (everything in the store above `nextLoadId` is
+ * ready and beyond the window). Requeued messages have ids below that point, so they go back into the heap and
+ * come out ahead of newer ones: merge by id. Every operation is O(log n) in the window (heap) or O(1).
+ *
+ * Store writes are issued in the order they happen (the QueueStore keeps per-queue order): an append at
+ * enqueue, setDeliveries at a requeue, removes (batched per tick) at ack / drop. A delivery never waits for the
+ * store: a message can be delivered before its append is durable, as RabbitMQ does; the publisher's confirm
+ * waits for `durable`.
+ *
+ * Expiry (x-message-ttl and per-message expiresAt) follows RabbitMQ: an expired message is dropped or
+ * dead-lettered when it reaches the head of the queue, so one timer per queue (for the head's expiry) suffices;
+ * an expired message behind a live one waits until it reaches the head (it is never delivered, though).
+ */
+import { FlowError } from './errors.js';
+import type { DeathRecord, Message } from './message.js';
+import type { QueueConsumer, QueueDef, QueueDelivery, QueueHooks, QueueRuntime, QueueStore } from './queues.js';
+import { decodeStoredMessage, encodeStoredMessage } from './sessions.js';
+
+/** Bounds of the in-memory window of ready messages of a durable queue. */
+export interface QueueWindowOptions {
+  /** Ready messages kept in memory at most (requeued ones may exceed it by the unacked count). */
+  maxMessages: number;
+  /** Payload bytes of ready messages kept in memory at most (one read batch may exceed it). */
+  maxBytes: number;
+  /** Messages read from the store per refill. */
+  readBatch: number;
+}
+
+export const DEFAULT_QUEUE_WINDOW: QueueWindowOptions = { maxMessages: 20_000, maxBytes: 64 * 1024 * 1024, readBatch: 1000 };
+
+/** One message the runtime holds in memory (ready in the heap, or unacked). */
+interface Entry {
+  id: number;
+  msg: Message;
+  bytes: number;
+  /** Deliveries so far. */
+  deliveries: number;
+  /** Delivered before (requeued), or recovered after a restart. */
+  redelivered: boolean;
+  /** Absolute expiry (per-message or queue TTL); Infinity when none. */
+  expiresAt: number;
+  /** In the store: must be removed from it when acked / dropped. */
+  stored: boolean;
+  /** Owner of the unacked delivery; null when ready. */
+  owner: string | null;
+}
+
+/** Binary min-heap of entries by id. */
+class IdHeap {
+  readonly a: Entry[] = [];
+  get size(): number {
+    return this.a.length;
+  }
+  peek(): Entry | undefined {
+    return this.a[0];
+  }
+  push(e: Entry): void {
+    const a = this.a;
+    let i = a.length;
+    a.push(e);
+    while (i > 0) {
+      const p = (i - 1) >> 1;
+      if (a[p].id <= e.id) break;
+      a[i] = a[p];
+      i = p;
+    }
+    a[i] = e;
+  }
+  pop(): Entry | undefined {
+    const a = this.a;
+    const top = a[0];
+    const last = a.pop();
+    if (a.length === 0 || last === undefined) return top;
+    let i = 0;
+    const n = a.length;
+    for (;;) {
+      const l = 2 * i + 1;
+      if (l >= n) break;
+      const r = l + 1;
+      const c = r < n && a[r].id < a[l].id ? r : l;
+      if (a[c].id >= last.id) break;
+      a[i] = a[c];
+      i = c;
+    }
+    a[i] = last;
+    return top;
+  }
+  clear(): Entry[] {
+    return this.a.splice(0, this.a.length);
+  }
+}
+
+/** Unified topic → AMQP routing key on amq.topic (the separator swap of topic.ts, for death records). */
+function dottedKey(topic: string): string {
+  let out = '';
+  for (const ch of topic) out += ch === '/' ? '.' : ch === '.' ? '/' : ch;
+  return out;
+}
+
+export class Queue implements QueueRuntime {
+  readonly def: QueueDef;
+  private readonly store: QueueStore | null;
+  private readonly hooks: QueueHooks;
+  private readonly win: QueueWindowOptions;
+  private readonly name: string;
+
+  private nextId = 1;
+  private readonly heap = new IdHeap();
+  private heapBytes = 0;
+  /** Ready messages in the store only (above the window), and their payload bytes. */
+  private beyond = 0;
+  private beyondBytes = 0;
+  /** Everything in the store with id >= nextLoadId is ready and beyond the window. */
+  private nextLoadId = 1;
+  private loading = false;
+  /** Bumped by purge / destroy so a read in flight does not bring back what they removed. */
+  private generation = 0;
+  /** Ids at or below it were recovered from the store at open(): redelivered when delivered. */
+  private recoveredMaxId = 0;
+  /** Enqueue times of messages appended beyond the window: [first id, ms] checkpoints, at most one per 100 ms. */
+  private readonly enqueueTimes: number[] = [];
+
+  private readonly unacked = new Map<number, Entry>();
+  private readonly byOwner = new Map<string, Set<Entry>>();
+
+  /** Consumers by priority (higher first), stable in registration order. */
+  private consumers: QueueConsumer[] = [];
+  private rr = -1;
+  private exclusiveConsumer = false;
+  private active: QueueConsumer | null = null;
+  private hadConsumer = false;
+  private dispatching = false;
+  private redispatch = false;
+
+  private pendingRemoves: number[] = [];
+  /** The promise of the pending remove batch and how to settle it. */
+  private removesDone: Promise<void> | null = null;
+  private removesSettle: ((p: Promise<void>) => void) | null = null;
+
+  private ttlTimer: NodeJS.Timeout | null = null;
+  private ttlTimerAt = Infinity;
+  private expiresTimer: NodeJS.Timeout | null = null;
+  private lastUsed = Date.now();
+  private closed = false;
+  private destroyed = false;
+
+  constructor(def: QueueDef, store: QueueStore | null, hooks: QueueHooks, win: QueueWindowOptions = DEFAULT_QUEUE_WINDOW) {
+    this.def = def;
+    this.name = def.name;
+    this.store = def.durable ? store : null;
+    this.hooks = hooks;
+    this.win = win;
+    this.onTtlTimer = this.onTtlTimer.bind(this);
+    this.onExpiresTimer = this.onExpiresTimer.bind(this);
+    this.flushRemoves = this.flushRemoves.bind(this);
+  }
+
+  // ---------------------------------------------------------------------------------------------------------
+  // lifecycle
+
+  async open(): Promise<void> {
+    if (this.store) {
+      const r = await this.store.openQueue(this.name);
+      this.nextId = r.maxId + 1;
+      this.recoveredMaxId = r.maxId;
+      this.nextLoadId = 1;
+      this.beyond = r.count;
+      // The store counts encoded bytes, the queue payload bytes: each recovered message's share is swapped for
+      // its payload size when it loads (onLoaded).
+      this.beyondBytes = r.bytes;
+      if (r.count > 0) await this.load();
+    }
+    this.armExpires();
+  }
+
+  close(): void {
+    this.closed = true;
+    this.clearTimers();
+  }
+
+  private clearTimers(): void {
+    if (this.ttlTimer) clearTimeout(this.ttlTimer);
+    this.ttlTimer = null;
+    this.ttlTimerAt = Infinity;
+    if (this.expiresTimer) clearTimeout(this.expiresTimer);
+    this.expiresTimer = null;
+  }
+
+  stats(): { ready: number; unacked: number; bytes: number; consumers: number } {
+    return { ready: this.heap.size + this.beyond, unacked: this.unacked.size, bytes: this.heapBytes + this.beyondBytes, consumers: this.consumers.length };
+  }
+
+  /** Window figures, for tests and the admin API. */
+  windowStats(): { inMemory: number; inMemoryBytes: number; beyond: number } {
+    return { inMemory: this.heap.size, inMemoryBytes: this.heapBytes, beyond: this.beyond };
+  }
+
+  async purge(): Promise<number> {
+    const n = this.heap.size + this.beyond;
+    const ready = this.heap.clear();
+    this.heapBytes = 0;
+    this.generation++;
+    const hadBeyond = this.beyond > 0;
+    this.beyond = 0;
+    this.beyondBytes = 0;
+    this.loading = false;
+    this.loadPromise = null;
+    this.enqueueTimes.length = 0;
+    if (!this.store) return n;
+    if (this.unacked.size === 0) {
+      // Nothing in the store needs keeping: one call, whatever the length.
+      const flushed = this.flushRemoves();
+      await this.store.purge(this.name);
+      await flushed;
+      this.nextLoadId = this.nextId;
+      return n;
+    }
+    // Unacked messages must survive the purge (they may still be nacked back); remove the ready ones by id.
+    for (const e of ready) if (e.stored) this.pendingRemoves.push(e.id);
+    const from = this.nextLoadId;
+    const until = this.nextId;
+    this.nextLoadId = until;
+    const done = this.flushRemoves();
+    if (hadBeyond) {
+      // Everything stored in [from, until) was ready beyond the window.
+      let cursor = from;
+      for (;;) {
+        const rows = await this.store.read(this.name, cursor, 1000);
+        const ids = rows.filter((r) => r.id < until).map((r) => r.id);
+        if (ids.length) await this.store.remove(this.name, ids);
+        if (rows.length < 1000 || rows[rows.length - 1].id >= until) break;
+        cursor = rows[rows.length - 1].id + 1;
+      }
+    }
+    await done;
+    return n;
+  }
+
+  async destroy(): Promise<number> {
+    const n = this.heap.size + this.beyond;
+    this.destroyed = true;
+    this.closed = true;
+    this.clearTimers();
+    this.generation++;
+    this.heap.clear();
+    this.heapBytes = this.beyond = this.beyondBytes = 0;
+    const cs = this.consumers;
+    this.consumers = [];
+    this.active = null;
+    for (const c of cs) {
+      try {
+        c.cancelled?.('queue deleted');
+      } catch {
+        // A consumer's notification must not stop the deletion.
+      }
+    }
+    this.unacked.clear();
+    this.byOwner.clear();
+    this.pendingRemoves = [];
+    if (this.store) await this.store.dropQueue(this.name);
+    return n;
+  }
+
+  // ---------------------------------------------------------------------------------------------------------
+  // publish side
+
+  enqueue(msg: Message): { durable: Promise<void> | null; rejected: boolean } {
+    if (this.destroyed) throw new FlowError('NOT_FOUND', `queue ${this.name} was deleted`);
+    const bytes = msg.payload.length;
+    const a = this.def.arguments;
+    const now = Date.now();
+    if (a.maxLength !== undefined || a.maxLengthBytes !== undefined) {
+      const ready = this.heap.size + this.beyond;
+      const readyBytes = this.heapBytes + this.beyondBytes;
+      const over = (a.maxLength !== undefined && ready + 1 > a.maxLength) || (a.maxLengthBytes !== undefined && readyBytes + bytes > a.maxLengthBytes);
+      if (over && (a.overflow === 'reject-publish' || a.overflow === 'reject-publish-dlx')) {
+        if (a.overflow === 'reject-publish-dlx') this.deadLetter(msg, 'maxlen');
+        return { durable: null, rejected: true };
+      }
+    }
+    const id = this.nextId++;
+    const ttlAt = a.messageTtlMs !== undefined ? now + a.messageTtlMs : Infinity;
+    const expiresAt = msg.expiresAt !== undefined && msg.expiresAt < ttlAt ? msg.expiresAt : ttlAt;
+    let durable: Promise<void> | null = null;
+    const store = this.store;
+    const persistent = msg.persistent !== false;
+    // A durable queue whose window is full (or already has messages beyond it) takes new messages into the store
+    // only, transient ones too (they are dropped at recovery: see open/onLoaded); otherwise in memory.
+    const toStoreOnly =
+      store !== null && (this.beyond > 0 || this.loading || this.heap.size >= this.win.maxMessages || this.heapBytes + bytes > this.win.maxBytes);
+    if (toStoreOnly) {
+      const p = store.append(this.name, [{ id, data: encodeStoredMessage(msg) }]);
+      durable = persistent ? p : null;
+      if (!persistent) p.catch(ignore);
+      this.beyond++;
+      this.beyondBytes += bytes;
+      if (expiresAt !== Infinity) this.noteEnqueueTime(id, now);
+    } else {
+      let stored = false;
+      if (store !== null && persistent) {
+        durable = store.append(this.name, [{ id, data: encodeStoredMessage(msg) }]);
+        stored = true;
+      }
+      this.nextLoadId = id + 1;
+      const e: Entry = { id, msg, bytes, deliveries: 0, redelivered: false, expiresAt, stored, owner: null };
+      this.heap.push(e);
+      this.heapBytes += bytes;
+      if (expiresAt !== Infinity && this.heap.peek() === e) this.armTtl(expiresAt);
+    }
+    if (a.maxLength !== undefined || a.maxLengthBytes !== undefined) this.enforceLimits();
+    if (this.consumers.length > 0) this.dispatch();
+    return { durable, rejected: false };
+  }
+
+  /** Remembers when messages beyond the window were enqueued (for x-message-ttl when they load). */
+  private noteEnqueueTime(id: number, now: number): void {
+    const t = this.enqueueTimes;
+    if (t.length === 0 || now - t[t.length - 1] >= 100) t.push(id, now);
+  }
+
+  private enqueueTimeOf(id: number): number | undefined {
+    const t = this.enqueueTimes;
+    // Drop checkpoints wholly below id (ids load in increasing order).
+    while (t.length >= 4 && t[2] <= id) t.splice(0, 2);
+    return t.length >= 2 && t[0] <= id ? t[1] : undefined;
+  }
+
+  /** drop-head: the oldest ready messages go (dead-lettered 'maxlen') until the queue is within its limits. */
+  private enforceLimits(): void {
+    const a = this.def.arguments;
+    for (;;) {
+      const ready = this.heap.size + this.beyond;
+      const readyBytes = this.heapBytes + this.beyondBytes;
+      const over = (a.maxLength !== undefined && ready > a.maxLength) || (a.maxLengthBytes !== undefined && readyBytes > a.maxLengthBytes);
+      if (!over) return;
+      const e = this.heap.pop();
+      if (!e) {
+        // The head is in the store: load it, then enforce again (onLoaded).
+        this.maybeLoad(true);
+        return;
+      }
+      this.heapBytes -= e.bytes;
+      this.drop(e, 'maxlen');
+    }
+  }
+
+  // ---------------------------------------------------------------------------------------------------------
+  // consume side
+
+  consume(c: QueueConsumer, opts?: { exclusive?: boolean }): void {
+    if (this.destroyed) throw new FlowError('NOT_FOUND', `queue ${this.name} was deleted`);
+    if (this.exclusiveConsumer || (opts?.exclusive && this.consumers.length > 0)) {
+      throw new FlowError('RESOURCE_LOCKED', `queue ${this.name} has an exclusive consumer`);
+    }
+    for (const o of this.consumers) if (o.tag === c.tag) throw new FlowError('PRECONDITION_FAILED', `consumer tag ${c.tag} is in use on queue ${this.name}`);
+    if (opts?.exclusive) this.exclusiveConsumer = true;
+    const p = c.priority ?? 0;
+    let i = this.consumers.length;
+    while (i > 0 && (this.consumers[i - 1].priority ?? 0) < p) i--;
+    this.consumers.splice(i, 0, c);
+    if (i <= this.rr) this.rr++;
+    this.hadConsumer = true;
+    this.touch();
+    if (this.def.arguments.singleActiveConsumer && this.active === null) this.active = c;
+    this.dispatch();
+  }
+
+  cancel(c: QueueConsumer): void {
+    const i = this.consumers.indexOf(c);
+    if (i < 0) return;
+    this.consumers.splice(i, 1);
+    if (i <= this.rr) this.rr--;
+    if (this.consumers.length === 0) this.exclusiveConsumer = false;
+    if (this.active === c) {
+      // Single active consumer: the next one (highest priority, then oldest) takes over.
+      this.active = this.consumers[0] ?? null;
+      this.dispatch();
+    }
+    if (this.consumers.length === 0) {
+      this.touch();
+      this.armExpires();
+      if (this.def.autoDelete && this.hadConsumer && !this.destroyed) queueMicrotask(() => this.autoDelete());
+    }
+  }
+
+  private autoDelete(): void {
+    if (this.consumers.length === 0 && !this.destroyed && !this.closed) this.hooks.expire(this.def, 'auto-delete');
+  }
+
+  resume(_c: QueueConsumer): void {
+    if (this.heap.size > 0 || this.beyond > 0) this.dispatch();
+  }
+
+  async get(owner: string, noAck: boolean): Promise<QueueDelivery | null> {
+    if (this.destroyed) throw new FlowError('NOT_FOUND', `queue ${this.name} was deleted`);
+    this.touch();
+    this.armExpires();
+    for (;;) {
+      const e = this.takeHead();
+      if (e) return this.deliverEntry(e, owner, noAck);
+      if (this.beyond === 0 || !this.store) return null;
+      await this.load();
+    }
+  }
+
+  ack(id: number): Promise<void> {
+    const e = this.unacked.get(id);
+    // After a delete the queue's deliveries are gone with it: acking them is not an error (as RabbitMQ).
+    if (!e && this.destroyed) return Promise.resolve();
+    if (!e) return Promise.reject(new FlowError('PRECONDITION_FAILED', `queue ${this.name}: no unacked delivery ${id}`));
+    this.forgetUnacked(e);
+    if (!e.stored) return Promise.resolve();
+    return this.removeStored(e.id);
+  }
+
+  async nack(id: number, requeue: boolean): Promise<void> {
+    const e = this.unacked.get(id);
+    if (!e && this.destroyed) return;
+    if (!e) throw new FlowError('PRECONDITION_FAILED', `queue ${this.name}: no unacked delivery ${id}`);
+    this.forgetUnacked(e);
+    if (requeue) {
+      this.requeue(e);
+      this.dispatch();
+      return;
+    }
+    const p = this.drop(e, 'rejected');
+    if (p) await p;
+  }
+
+  release(owner: string): void {
+    const set = this.byOwner.get(owner);
+    if (!set) return;
+    this.byOwner.delete(owner);
+    for (const e of set) {
+      this.unacked.delete(e.id);
+      e.owner = null;
+      this.requeue(e);
+    }
+    this.dispatch();
+  }
+
+  /** Marks the queue used (x-expires): a consumer, a basic.get or a re-declare. */
+  touch(): void {
+    this.lastUsed = Date.now();
+  }
+
+  private forgetUnacked(e: Entry): void {
+    this.unacked.delete(e.id);
+    const set = e.owner !== null ? this.byOwner.get(e.owner) : undefined;
+    if (set) {
+      set.delete(e);
+      if (set.size === 0) this.byOwner.delete(e.owner as string);
+    }
+    e.owner = null;
+  }
+
+  /** Back to ready, ahead of newer messages; dead-lettered instead past x-delivery-limit. */
+  private requeue(e: Entry): void {
+    const limit = this.def.arguments.deliveryLimit;
+    if (limit !== undefined && e.deliveries > limit) {
+      this.drop(e, 'delivery_limit');
+      return;
+    }
+    e.redelivered = true;
+    if (e.stored && this.store) this.store.setDeliveries(this.name, e.id, e.deliveries).catch(ignore);
+    this.heap.push(e);
+    this.heapBytes += e.bytes;
+    if (e.expiresAt !== Infinity && this.heap.peek() === e) this.armTtl(e.expiresAt);
+  }
+
+  /** The head of the ready heap, dropping / dead-lettering expired heads on the way; null when the heap is empty. */
+  private takeHead(): Entry | null {
+    for (;;) {
+      const e = this.heap.pop();
+      if (!e) {
+        this.maybeLoad(false);
+        return null;
+      }
+      this.heapBytes -= e.bytes;
+      if (e.expiresAt !== Infinity && e.expiresAt <= Date.now()) {
+        this.drop(e, 'expired');
+        continue;
+      }
+      return e;
+    }
+  }
+
+  private dispatch(): void {
+    if (this.dispatching) {
+      this.redispatch = true;
+      return;
+    }
+    if (this.closed) return;
+    this.dispatching = true;
+    try {
+      do {
+        this.redispatch = false;
+        while (this.heap.size > 0) {
+          const c = this.pick();
+          if (c === null) break;
+          const e = this.takeHead();
+          if (e === null) break;
+          c.deliver(this.deliverEntry(e, c.owner, c.noAck));
+        }
+      } while (this.redispatch);
+    } finally {
+      this.dispatching = false;
+    }
+    this.maybeLoad(false);
+    const head = this.heap.peek();
+    if (head && head.expiresAt !== Infinity) this.armTtl(head.expiresAt);
+  }
+
+  /** The next consumer with credit: highest priority first, round-robin within a priority. */
+  private pick(): QueueConsumer | null {
+    if (this.active !== null) return this.active.hasCredit() ? this.active : null;
+    const cs = this.consumers;
+    const n = cs.length;
+    let i = 0;
+    while (i < n) {
+      const p = cs[i].priority ?? 0;
+      let j = i + 1;
+      while (j < n && (cs[j].priority ?? 0) === p) j++;
+      const len = j - i;
+      const start = this.rr >= i && this.rr < j ? this.rr + 1 - i : 0;
+      for (let k = 0; k < len; k++) {
+        const idx = i + ((start + k) % len);
+        if (cs[idx].hasCredit()) {
+          this.rr = idx;
+          return cs[idx];
+        }
+      }
+      i = j;
+    }
+    return null;
+  }
+
+  private deliverEntry(e: Entry, owner: string, noAck: boolean): QueueDelivery {
+    e.deliveries++;
+    const d: QueueDelivery = {
+      queue: this.name,
+      id: e.id,
+      msg: e.msg,
+      redelivered: e.redelivered,
+      deliveryCount: e.deliveries,
+      remaining: this.heap.size + this.beyond,
+    };
+    if (noAck) {
+      if (e.stored) this.removeStored(e.id).catch(ignore);
+    } else {
+      e.owner = owner;
+      this.unacked.set(e.id, e);
+      let set = this.byOwner.get(owner);
+      if (!set) {
+        set = new Set();
+        this.byOwner.set(owner, set);
+      }
+      set.add(e);
+    }
+    return d;
+  }
+
+  // ---------------------------------------------------------------------------------------------------------
+  // drops and dead letters
+
+  /**
+   * Removes a message for good: dead-lettered when the queue has a dead-letter exchange (its stored copy goes once
+   * the dead-lettered one is durable, so a crash in between delivers it twice rather than never), else dropped.
+   */
+  private drop(e: Entry, reason: DeathRecord['reason']): Promise<void> | null {
+    const p = this.def.arguments.deadLetterExchange !== undefined ? this.deadLetter(e.msg, reason) : null;
+    if (!e.stored) return p;
+    if (p === null) return this.removeStored(e.id);
+    const id = e.id;
+    return p.then(
+      () => this.removeStored(id),
+      () => this.removeStored(id),
+    );
+  }
+
+  private deadLetter(msg: Message, reason: DeathRecord['reason']): Promise<void> | null {
+    const a = this.def.arguments;
+    if (a.deadLetterExchange === undefined) return null;
+    const exchange = msg.exchange ?? 'amq.topic';
+    const routingKey = msg.routingKey ?? dottedKey(msg.topic);
+    const now = Date.now();
+    const deaths = msg.deaths ? msg.deaths.slice() : [];
+    const i = deaths.findIndex((d) => d.queue === this.name && d.reason === reason);
+    let rec: DeathRecord;
+    if (i >= 0) {
+      rec = { ...deaths[i], count: deaths[i].count + 1 };
+      deaths.splice(i, 1);
+    } else {
+      rec = { queue: this.name, reason, exchange, routingKeys: [routingKey], count: 1, time: now };
+      if (msg.expiresAt !== undefined) rec.originalExpiration = String(Math.max(0, Math.round(msg.expiresAt - msg.timestamp)));
+    }
+    deaths.unshift(rec);
+    // As RabbitMQ: the per-message expiration does not follow the message into the dead-letter queue.
+    const out: Message = { ...msg, deaths, routingKey: a.deadLetterRoutingKey ?? routingKey };
+    delete out.expiresAt;
+    try {
+      return this.hooks.deadLetter(this.def, out, reason);
+    } catch {
+      return null;
+    }
+  }
+
+  // ---------------------------------------------------------------------------------------------------------
+  // store
+
+  /** Batches removes of one tick into one store call; resolves once durable. */
+  private removeStored(id: number): Promise<void> {
+    this.pendingRemoves.push(id);
+    if (this.removesDone === null) {
+      this.removesDone = new Promise<void>((resolve) => {
+        this.removesSettle = resolve as (p: Promise<void>) => void;
+      });
+      queueMicrotask(this.flushRemoves);
+    }
+    return this.removesDone;
+  }
+
+  /** Issues the pending removes as one store call (at the end of the tick, or before a purge). */
+  private flushRemoves(): Promise<void> {
+    const settle = this.removesSettle;
+    const ids = this.pendingRemoves;
+    this.removesDone = null;
+    this.removesSettle = null;
+    this.pendingRemoves = [];
+    const p = ids.length === 0 || !this.store || this.destroyed ? Promise.resolve() : this.store.remove(this.name, ids);
+    settle?.(p);
+    return p;
+  }
+
+  private maybeLoad(force: boolean): void {
+    if (!this.store || this.beyond === 0 || this.loading || this.closed) return;
+    if (!force && (this.heap.size >= this.win.maxMessages / 2 || this.heapBytes >= this.win.maxBytes / 2)) return;
+    this.startLoad().catch(ignore);
+  }
+
+  /** Reads the next messages into the window; one read at a time (open and get wait for it). */
+  private load(): Promise<void> {
+    if (!this.store || this.beyond === 0) return Promise.resolve();
+    return this.loadPromise ?? this.startLoad();
+  }
+
+  private loadPromise: Promise<void> | null = null;
+
+  private startLoad(): Promise<void> {
+    const store = this.store as QueueStore;
+    this.loading = true;
+    const gen = this.generation;
+    const limit = Math.max(1, Math.min(this.win.readBatch, this.win.maxMessages - this.heap.size));
+    const p = store.read(this.name, this.nextLoadId, limit).then(
+      (rows) => {
+        if (this.loadPromise === p) this.loadPromise = null;
+        this.onLoaded(rows, gen);
+      },
+      (err: unknown) => {
+        // A failing store: stop loading; the next enqueue, consume, get or ack tries again.
+        if (this.loadPromise === p) this.loadPromise = null;
+        if (gen === this.generation) this.loading = false;
+        throw err;
+      },
+    );
+    this.loadPromise = p;
+    return p;
+  }
+
+  private onLoaded(rows: Array<{ id: number; data: Buffer; deliveries: number }>, gen: number): void {
+    if (gen !== this.generation || this.destroyed) return;
+    this.loading = false;
+    if (rows.length === 0) {
+      // The store holds fewer than counted (it lost them, or counted differently): trust the store.
+      this.beyond = 0;
+      this.beyondBytes = 0;
+      return;
+    }
+    const ttl = this.def.arguments.messageTtlMs;
+    const now = Date.now();
+    for (const r of rows) {
+      this.nextLoadId = r.id + 1;
+      const recovered = r.id <= this.recoveredMaxId;
+      let msg: Message;
+      try {
+        msg = decodeStoredMessage(r.data);
+      } catch {
+        // Unreadable: not deliverable; removed so it does not come back at every load.
+        this.beyond--;
+        if (recovered) {
+          this.beyondBytes -= r.data.length;
+        }
+        this.store?.remove(this.name, [r.id]).catch(ignore);
+        continue;
+      }
+      const bytes = msg.payload.length;
+      this.beyond--;
+      if (recovered) {
+        // The store counted the encoded size; the queue counts payload bytes.
+        this.beyondBytes -= r.data.length;
+      } else this.beyondBytes -= bytes;
+      if (recovered && msg.persistent === false) {
+        // A transient message stored past the window before a restart: transient messages do not survive one.
+        this.store?.remove(this.name, [r.id]).catch(ignore);
+        continue;
+      }
+      let expiresAt = msg.expiresAt ?? Infinity;
+      if (ttl !== undefined) {
+        const at = (recovered ? msg.timestamp : (this.enqueueTimeOf(r.id) ?? now)) + ttl;
+        if (at < expiresAt) expiresAt = at;
+      }
+      this.heap.push({ id: r.id, msg, bytes, deliveries: r.deliveries, redelivered: recovered || r.deliveries > 0, expiresAt, stored: true, owner: null });
+      this.heapBytes += bytes;
+    }
+    if (this.beyond <= 0) {
+      this.beyond = 0;
+      this.beyondBytes = 0;
+    }
+    const a = this.def.arguments;
+    if (a.maxLength !== undefined || a.maxLengthBytes !== undefined) this.enforceLimits();
+    this.expireHeads();
+    this.dispatch();
+  }
+
+  // ---------------------------------------------------------------------------------------------------------
+  // timers
+
+  /** One timer per queue, for the earliest expiry at the head. */
+  private armTtl(at: number): void {
+    if (this.closed || at >= this.ttlTimerAt) return;
+    if (this.ttlTimer) clearTimeout(this.ttlTimer);
+    this.ttlTimerAt = at;
+    this.ttlTimer = setTimeout(this.onTtlTimer, Math.max(0, at - Date.now()));
+    this.ttlTimer.unref();
+  }
+
+  private onTtlTimer(): void {
+    this.ttlTimer = null;
+    this.ttlTimerAt = Infinity;
+    this.expireHeads();
+  }
+
+  private expireHeads(): void {
+    const now = Date.now();
+    for (;;) {
+      const e = this.heap.peek();
+      if (!e) {
+        this.maybeLoad(false);
+        return;
+      }
+      if (e.expiresAt > now) {
+        if (e.expiresAt !== Infinity) this.armTtl(e.expiresAt);
+        return;
+      }
+      this.heap.pop();
+      this.heapBytes -= e.bytes;
+      this.drop(e, 'expired');
+    }
+  }
+
+  private armExpires(): void {
+    const ms = this.def.arguments.expiresMs;
+    if (ms === undefined || this.closed || this.consumers.length > 0) return;
+    if (this.expiresTimer) clearTimeout(this.expiresTimer);
+    this.expiresTimer = setTimeout(this.onExpiresTimer, Math.max(0, this.lastUsed + ms - Date.now()));
+    this.expiresTimer.unref();
+  }
+
+  private onExpiresTimer(): void {
+    this.expiresTimer = null;
+    const ms = this.def.arguments.expiresMs;
+    if (ms === undefined || this.closed || this.consumers.length > 0) return;
+    if (Date.now() - this.lastUsed >= ms) this.hooks.expire(this.def, 'expires');
+    else this.armExpires();
+  }
+}
+
+function ignore(): void {
+  // Errors of writes nobody waits for: the next recovery shows the store's truth.
+}
+
+/** A QueueFactory with its own window bounds (tests use small ones). */
+export function queueFactory(win: Partial<QueueWindowOptions> = {}): (def: QueueDef, store: QueueStore | null, hooks: QueueHooks) => QueueRuntime {
+  const w = { ...DEFAULT_QUEUE_WINDOW, ...win };
+  return (def, store, hooks) => new Queue(def, store, hooks, w);
+}
+
+/** The core's QueueFactory (the Engine creates every queue through it). */
+export const createQueue = queueFactory();

@@ -1,0 +1,165 @@
+/**
+ * The state every AMQP listener of a broker shares: options, the router, authentication, the connection count
+ * against amqp-max-connections, rate-limited logs, figures, and the resource alarms behind connection.blocked.
+ *
+ * Alarms (RabbitMQ's memory and disk alarms, as clients see them): while one is raised, every connection that
+ * has published stops reading its socket before its next publish is taken (TCP back-pressure reaches the
+ * publisher), and connections whose client announced the `connection.blocked` capability are told
+ * connection.blocked with the reason; connection.unblocked when the last alarm clears. Consumers keep consuming
+ * (that is what frees memory and disk).
+ * - memory: the process's RSS above `memoryHighWatermark`, looked at once a second (one timer for all
+ *   connections, only while connections are open).
+ * - disk: a publish's write refused for lack of space (STORAGE_FULL: the free-space reserve or a full disk, the
+ *   way MQTT and Kafka learn of it). The adapter does not watch the disk itself, so the alarm clears after
+ *   `diskBlockMs`; publishers then try again and a further refusal raises it again.
+ */
+import type { Logger } from 'pino';
+import { isFlowError, type Router } from '../../core/index.js';
+import type { PasswordGuard } from '../../control/index.js';
+import { LogLimiter } from '../log-limit.js';
+import type { AdapterContext } from '../types.js';
+import type { ResolvedAmqpOptions } from './options.js';
+
+/** What a connection needs from the adapter for alarms. */
+export interface AlarmListener {
+  /** Called when the blocked state changes (reason null: unblocked). */
+  alarm(reason: string | null): void;
+}
+
+export type AuthOutcome = { ok: true; user: string | null } | { ok: false; busy: boolean; reason: string; user?: string };
+
+export class AmqpAdapter {
+  readonly logger: Logger;
+  readonly logLimit: LogLimiter;
+  readonly router: Router;
+  /** Open connections over every listener (amqp-max-connections), and those to tell of alarms. */
+  readonly connections = new Set<AlarmListener>();
+  private memoryAlarm = false;
+  private diskAlarmUntil = 0;
+  private blockedReason: string | null = null;
+  private timer: NodeJS.Timeout | null = null;
+  private refs = 0;
+  readonly stats = {
+    connectionsRefused: 0,
+    authFailures: 0,
+    published: 0,
+    delivered: 0,
+    confirmsAcked: 0,
+    confirmsNacked: 0,
+    returned: 0,
+    channelErrors: 0,
+    connectionErrors: 0,
+    blockedEvents: 0,
+  };
+
+  constructor(
+    readonly ctx: AdapterContext,
+    readonly options: ResolvedAmqpOptions,
+    /** Clear-text password checks; null: no users file (every login is let in, as MQTT and Kafka do without one). */
+    private readonly guard: PasswordGuard | null,
+    private readonly allowAnonymous: boolean,
+    private readonly rss: () => number = () => process.memoryUsage.rss(),
+  ) {
+    this.logger = ctx.logger;
+    this.logLimit = new LogLimiter(ctx.logger);
+    // The Engine implements Router (src/core/exchanges.ts).
+    this.router = ctx.engine as unknown as Router;
+  }
+
+  /** The reason publishers are blocked now, or null. */
+  get blocked(): string | null {
+    return this.blockedReason;
+  }
+
+  /**
+   * Checks a login. PLAIN and AMQPLAIN carry a clear-text password, checked through the broker's PasswordGuard;
+   * without a users file every login is let in. An empty username is anonymous: let in when allow-anonymous.
+   */
+  async authenticate(username: string, password: Buffer, remoteAddress: string | undefined): Promise<AuthOutcome> {
+    if (this.guard === null) return { ok: true, user: null };
+    if (username === '') {
+      return this.allowAnonymous ? { ok: true, user: null } : { ok: false, busy: false, reason: 'anonymous access is not allowed' };
+    }
+    const v = await this.guard.check(username, password, remoteAddress, 'amqp');
+    if (v === 'ok') return { ok: true, user: username };
+    this.stats.authFailures++;
+    return { ok: false, busy: v === 'busy', reason: v === 'busy' ? 'too many login attempts, try later' : 'bad credentials', user: username };
+  }
+
+  /** A connection opened: counted against maxConnections; false when over (the caller closes it). */
+  admit(c: AlarmListener): boolean {
+    if (this.connections.size >= this.options.maxConnections) {
+      this.stats.connectionsRefused++;
+      return false;
+    }
+    this.connections.add(c);
+    if (this.timer === null && this.options.memoryHighWatermark > 0) {
+      this.timer = setInterval(() => this.check(), 1000);
+      this.timer.unref();
+    }
+    return true;
+  }
+
+  leave(c: AlarmListener): void {
+    this.connections.delete(c);
+    if (this.connections.size === 0 && this.timer !== null && !this.memoryAlarm && this.diskAlarmUntil === 0) {
+      clearInterval(this.timer);
+      this.timer = null;
+    }
+  }
+
+  /** A write was refused: a STORAGE_FULL raises the disk alarm. */
+  writeFailed(err: unknown): void {
+    if (!isFlowError(err, 'STORAGE_FULL')) return;
+    const first = this.diskAlarmUntil === 0;
+    this.diskAlarmUntil = Date.now() + this.options.diskBlockMs;
+    if (first) this.logger.warn({ err: (err as Error).message }, 'amqp: disk alarm, publishers blocked');
+    if (this.timer === null) {
+      this.timer = setInterval(() => this.check(), 1000);
+      this.timer.unref();
+    }
+    this.update();
+  }
+
+  /** The periodic look at memory and the disk alarm's age (also called by tests). */
+  check(now = Date.now()): void {
+    const limit = this.options.memoryHighWatermark;
+    if (limit > 0) {
+      const rss = this.rss();
+      if (!this.memoryAlarm && rss > limit) {
+        this.memoryAlarm = true;
+        this.logger.warn({ rss, limit }, 'amqp: memory alarm, publishers blocked');
+      } else if (this.memoryAlarm && rss < limit * 0.95) {
+        this.memoryAlarm = false;
+        this.logger.info({ rss, limit }, 'amqp: memory alarm cleared');
+      }
+    }
+    if (this.diskAlarmUntil !== 0 && now >= this.diskAlarmUntil) this.diskAlarmUntil = 0;
+    this.update();
+  }
+
+  private update(): void {
+    const reason = this.memoryAlarm ? 'low on memory' : this.diskAlarmUntil !== 0 ? 'low on disk' : null;
+    if (reason === this.blockedReason) return;
+    const was = this.blockedReason;
+    this.blockedReason = reason;
+    if (reason !== null && was === null) this.stats.blockedEvents++;
+    // A change of reason while blocked is not news to clients; a change between blocked and not is.
+    if ((was === null) !== (reason === null)) for (const c of this.connections) c.alarm(reason);
+  }
+
+  retain(): void {
+    this.refs++;
+  }
+
+  release(): void {
+    if (--this.refs > 0) return;
+    if (this.timer !== null) clearInterval(this.timer);
+    this.timer = null;
+    this.logLimit.stop();
+  }
+
+  figures(): Record<string, unknown> {
+    return { connections: this.connections.size, blocked: this.blockedReason, ...this.stats, logLinesSuppressed: this.logLimit.suppressedTotal };
+  }
+}

@@ -1,0 +1,593 @@
+/**
+ * One AMQP 0-9-1 client connection over any Duplex (TCP socket, TLS socket, a test pair).
+ *
+ * - Handshake (§2.2.4): the 8-byte protocol header `AMQP 0 0 9 1` (anything else is answered with ours and the
+ *   socket closed, §4.2.2), connection.start / start-ok (PLAIN or AMQPLAIN, checked through the broker's
+ *   PasswordGuard; a refusal is connection.close 403 as RabbitMQ with authentication_failure_close; a guard
+ *   that is busy closes the socket without an answer so the client retries), tune / tune-ok (channel-max,
+ *   frame-max, heartbeat: the client's values where lower), open (virtual host `/` only; others 530).
+ *   The whole handshake must finish within handshakeTimeoutMs.
+ * - Framing (§4.2.3): type, channel, size, payload, frame-end 0xCE. A frame above the negotiated frame-max, a bad
+ *   frame-end or an unknown type closes the connection with 501; method payloads are decoded by the codec, whose
+ *   AmqpCodecError carries the spec's code (502, 503, 505, 540). Bytes are copied only into the frame they belong to
+ *   when it spans reads (the listener may hand them in a reused read buffer, see read-into.ts).
+ * - Heartbeats (§4.2.7): checked by the listener's sweep (one timer per listener): a heartbeat frame goes out when
+ *   nothing was sent for half the interval; a peer silent for two intervals is dropped. The hot path only counts.
+ * - Errors: a hard error (§1.5.2) sends connection.close and ignores everything but close / close-ok until the
+ *   peer answers (or a second passes); a soft error closes the channel only (see channel.ts).
+ * - Writes are corked and released on the next tick, so the frames of a burst of deliveries or confirms leave in
+ *   one writev. Consumers see the socket's unsent bytes (hasCredit false above socketHighWater) and get deliveries
+ *   again on 'drain'.
+ * - Back-pressure on input: methods waiting behind a channel's asynchronous operation (declare, bind, get...) are
+ *   bounded per connection; past MAX_BACKLOG the socket stops being read until they are done. While a resource
+ *   alarm is raised, a connection that publishes stops reading before its next publish (see adapter.ts).
+ */
+import type { Duplex } from 'node:stream';
+import type { Logger } from 'pino';
+import { logKey } from '../log-limit.js';
+import type { AmqpAdapter, AlarmListener } from './adapter.js';
+import { AmqpChannel } from './channel.js';
+import { AmqpError, replyText, toAmqpError } from './errors.js';
+import { AmqpCodecError, FRAME_MIN_SIZE, HEARTBEAT_FRAME, PROTOCOL_HEADER, decodeMethodPayload, methodFrame, type AmqpMethod } from './wire.js';
+import { decodeTableEntries, fieldString } from './codec/index.js';
+
+const VERSION = '0.1.0';
+
+/** Methods waiting behind asynchronous operations, over all channels, before the socket stops being read. */
+const MAX_BACKLOG = 1024;
+/** How long a connection.close we sent waits for close-ok. */
+const CLOSE_OK_TIMEOUT_MS = 1000;
+
+const enum St {
+  /** Waiting for the 8-byte protocol header. */
+  Header,
+  /** connection.start sent; waiting for start-ok. */
+  StartOk,
+  /** Checking the credentials. */
+  Authenticating,
+  /** connection.tune sent; waiting for tune-ok. */
+  TuneOk,
+  /** Tuned; waiting for connection.open. */
+  Open,
+  Opened,
+  /** connection.close sent; waiting for close-ok. */
+  Closing,
+  Done,
+}
+
+export interface AmqpConnectionInit {
+  id: string;
+  remoteAddress?: string;
+  remotePort?: number;
+  /** See KafkaConnectionInit.attachInput: read into a shared buffer; bytes are valid during the call only. */
+  attachInput?: (receive: (bytes: Buffer) => void) => boolean;
+}
+
+/** Capabilities the client announced in start-ok's client-properties. */
+export interface ClientCapabilities {
+  blocked: boolean;
+  cancelNotify: boolean;
+}
+
+export class AmqpConnection implements AlarmListener {
+  readonly id: string;
+  readonly log: Logger;
+  readonly remoteAddress: string | undefined;
+  readonly closed: Promise<void>;
+  private resolveClosed: () => void = () => undefined;
+  private st = St.Header;
+  /** Frame-max for frames we receive and send (negotiated at tune-ok). */
+  frameMax: number;
+  private channelMax: number;
+  private heartbeatMs = 0;
+  /** The authenticated user (null: anonymous, or no users file). */
+  user: string | null = null;
+  readonly capabilities: ClientCapabilities = { blocked: false, cancelNotify: false };
+  private readonly channels = new Map<number, AmqpChannel>();
+
+  // input assembly
+  private readonly head = Buffer.alloc(8);
+  private headHave = 0;
+  private frame: Buffer | null = null;
+  private frameHave = 0;
+
+  // flow
+  private corked = false;
+  private backlog = 0;
+  private pausedFor = 0; // bit 1: backlog, bit 2: alarm
+  /** Set once the client published: an alarm stops its reading. */
+  publisher = false;
+  private alarmReason: string | null = null;
+  /** A consumer was refused a delivery for the socket's sake: resume consumers on 'drain'. */
+  starved = false;
+
+  // sweep
+  private readonly openedAt = Date.now();
+  private inCount = 0;
+  private outCount = 0;
+  private seen = { inCount: -1, outCount: -1, inAt: 0, outAt: 0 };
+  private closeSentAt = 0;
+  private admitted = false;
+
+  constructor(
+    readonly stream: Duplex,
+    readonly adapter: AmqpAdapter,
+    init: AmqpConnectionInit,
+  ) {
+    this.id = init.id;
+    this.remoteAddress = init.remoteAddress;
+    this.log = adapter.logger.child({ conn: init.id, remote: `${init.remoteAddress ?? '?'}:${init.remotePort ?? '?'}` });
+    this.frameMax = adapter.options.frameMax;
+    this.channelMax = adapter.options.channelMax;
+    this.closed = new Promise<void>((resolve) => {
+      this.resolveClosed = resolve;
+    });
+    this.seen.inAt = this.seen.outAt = this.openedAt;
+    stream.on('error', (err: Error) => {
+      this.log.debug({ err: err.message }, 'amqp connection error');
+      this.destroy();
+    });
+    stream.on('close', () => this.teardown());
+    stream.on('end', () => this.destroy());
+    stream.on('drain', () => this.drained());
+    if (!adapter.admit(this)) {
+      this.adapter.logLimit.log('warn', logKey('amqp connection refused', this.remoteAddress), { remote: this.remoteAddress, max: adapter.options.maxConnections }, 'amqp connection refused: amqp-max-connections reached');
+      this.destroy();
+      return;
+    }
+    this.admitted = true;
+    if (!init.attachInput?.((bytes) => this.receive(bytes))) {
+      stream.on('data', (chunk: Buffer | string) => this.receive(typeof chunk === 'string' ? Buffer.from(chunk) : chunk));
+      stream.resume();
+    }
+  }
+
+  get isOpen(): boolean {
+    return this.st === St.Opened;
+  }
+
+  // ------------------------------------------------------------------ output
+
+  private readonly uncork = (): void => {
+    this.corked = false;
+    this.stream.uncork();
+  };
+
+  send(buf: Buffer | Buffer[]): void {
+    if (this.st === St.Done) return;
+    if (!this.corked) {
+      this.corked = true;
+      this.stream.cork();
+      process.nextTick(this.uncork);
+    }
+    if (Array.isArray(buf)) for (const b of buf) this.stream.write(b);
+    else this.stream.write(buf);
+    this.outCount++;
+  }
+
+  sendMethod(channel: number, m: AmqpMethod): void {
+    this.send(methodFrame(channel, m));
+  }
+
+  /** True when the socket holds more unsent bytes than consumers may add to. */
+  get congested(): boolean {
+    return this.stream.writableLength > this.adapter.options.socketHighWater;
+  }
+
+  private drained(): void {
+    if (!this.starved || this.st !== St.Opened) return;
+    this.starved = false;
+    for (const ch of this.channels.values()) ch.resumeConsumers();
+  }
+
+  // ------------------------------------------------------------------ input
+
+  private receive(chunk: Buffer): void {
+    this.inCount++;
+    let pos = 0;
+    const n = chunk.length;
+    if (this.st === St.Header) {
+      const take = Math.min(8 - this.headHave, n);
+      chunk.copy(this.head, this.headHave, 0, take);
+      this.headHave += take;
+      pos = take;
+      if (this.headHave < 8) {
+        // A client that sends something else than "AMQP" can be answered at once (§4.2.2).
+        if (this.head.subarray(0, Math.min(this.headHave, 4)).compare(PROTOCOL_HEADER, 0, Math.min(this.headHave, 4)) !== 0) this.badHeader();
+        return;
+      }
+      this.headHave = 0;
+      if (!this.head.equals(PROTOCOL_HEADER)) return this.badHeader();
+      this.start();
+    }
+    while (pos < n && this.st !== St.Done) {
+      if (this.frame !== null) {
+        const take = Math.min(this.frame.length - this.frameHave, n - pos);
+        chunk.copy(this.frame, this.frameHave, pos, pos + take);
+        this.frameHave += take;
+        pos += take;
+        if (this.frameHave < this.frame.length) return;
+        const f = this.frame;
+        this.frame = null;
+        this.frameHave = 0;
+        this.onFrame(f, 0, f.length, true);
+        continue;
+      }
+      if (this.headHave > 0 || n - pos < 7) {
+        const take = Math.min(7 - this.headHave, n - pos);
+        chunk.copy(this.head, this.headHave, pos, pos + take);
+        this.headHave += take;
+        pos += take;
+        if (this.headHave < 7) return;
+        this.headHave = 0;
+        const size = this.head.readUInt32BE(3);
+        if (!this.sizeOk(size)) return;
+        this.frame = Buffer.allocUnsafe(size + 8);
+        this.head.copy(this.frame, 0, 0, 7);
+        this.frameHave = 7;
+        continue;
+      }
+      const size = chunk.readUInt32BE(pos + 3);
+      if (!this.sizeOk(size)) return;
+      const total = size + 8;
+      if (n - pos >= total) {
+        this.onFrame(chunk, pos, pos + total, false);
+        pos += total;
+        continue;
+      }
+      this.frame = Buffer.allocUnsafe(total);
+      chunk.copy(this.frame, 0, pos, n);
+      this.frameHave = n - pos;
+      pos = n;
+    }
+  }
+
+  private sizeOk(size: number): boolean {
+    if (size + 8 <= this.frameMax) return true;
+    this.protocolError(new AmqpError(501, `frame size ${size + 8} exceeds frame-max ${this.frameMax}`));
+    return false;
+  }
+
+  private badHeader(): void {
+    // §4.2.2: answer with the protocol header we support, then close.
+    this.adapter.logLimit.log('info', logKey('amqp bad protocol header', this.remoteAddress), { remote: this.remoteAddress, header: this.head.subarray(0, 8).toString('hex') }, 'amqp: bad protocol header');
+    this.st = St.Done;
+    this.stream.end(PROTOCOL_HEADER);
+    setTimeout(() => this.destroy(), 1000).unref();
+  }
+
+  /**
+   * One whole frame in buf[start, end). `owned`: the buffer is this frame's own (else a view into a read buffer that
+   * is reused: what is kept must be copied).
+   */
+  private onFrame(buf: Buffer, start: number, end: number, owned: boolean): void {
+    if (buf[end - 1] !== 0xce) return this.protocolError(new AmqpError(501, `bad frame-end octet 0x${(buf[end - 1] ?? 0).toString(16)}`));
+    const type = buf[start]!;
+    const ch = buf.readUInt16BE(start + 1);
+    const payload = buf.subarray(start + 7, end - 1);
+    try {
+      if (this.st === St.Closing) {
+        // §2.2.4 / 4.2.2: after connection.close only close and close-ok count.
+        if (type === 1 && ch === 0) {
+          const m = decodeMethodPayload(payload);
+          if (m.name === 'connection.close-ok') this.destroy();
+          else if (m.name === 'connection.close') {
+            this.sendMethod(0, { name: 'connection.close-ok' } as AmqpMethod);
+            this.finish();
+          }
+        }
+        return;
+      }
+      switch (type) {
+        case 1: {
+          const m = decodeMethodPayload(payload);
+          if (ch === 0) this.connectionMethod(m);
+          else this.channelMethod(ch, m);
+          return;
+        }
+        case 2:
+        case 3: {
+          if (this.st !== St.Opened) throw new AmqpError(505, 'content frame before the connection is open');
+          const c = this.channels.get(ch);
+          if (ch === 0 || c === undefined) throw new AmqpError(504, `content frame on channel ${ch}, which is not open`);
+          if (type === 2) c.onHeader(payload);
+          else c.onBody(payload, owned);
+          return;
+        }
+        case 8:
+          if (ch !== 0) throw new AmqpError(501, 'heartbeat frame on a channel other than 0');
+          return;
+        default:
+          throw new AmqpError(501, `unknown frame type ${type}`);
+      }
+    } catch (err) {
+      this.protocolError(err);
+    }
+  }
+
+  /** A hard error: logged (rate limited) and the connection closed with its code. */
+  protocolError(err: unknown): void {
+    if (this.st === St.Done || this.st === St.Closing) return;
+    let e: AmqpError;
+    if (err instanceof AmqpCodecError) e = new AmqpError(err.replyCode, err.message, err.classId, err.methodId);
+    else e = toAmqpError(err);
+    this.adapter.stats.connectionErrors++;
+    if (e.code === 541) this.log.error({ err }, 'amqp: internal error');
+    else this.adapter.logLimit.log('info', logKey('amqp connection error', this.remoteAddress), { remote: this.remoteAddress, conn: this.id, code: e.code, err: e.message }, 'amqp: connection error');
+    this.closeWith(e.code, e.message, e.classId, e.methodId);
+  }
+
+  /** Sends connection.close and waits (briefly) for close-ok; before the handshake got far, just closes. */
+  closeWith(code: number, text: string, classId = 0, methodId = 0): void {
+    if (this.st === St.Done || this.st === St.Closing) return;
+    if (this.st === St.Header) return this.destroy();
+    this.sendMethod(0, { name: 'connection.close', replyCode: code, replyText: replyText(code, text), classId, methodId } as AmqpMethod);
+    this.st = St.Closing;
+    this.closeSentAt = Date.now();
+    // Channels stop now: their consumers are cancelled and unacked deliveries requeued.
+    this.teardownChannels();
+    this.resumeReading(3);
+  }
+
+  // ------------------------------------------------------------------ connection class
+
+  private start(): void {
+    this.st = St.StartOk;
+    this.sendMethod(0, {
+      name: 'connection.start',
+      versionMajor: 0,
+      versionMinor: 9,
+      serverProperties: {
+        product: 'FlowMQ',
+        version: VERSION,
+        platform: `Node.js ${process.version}`,
+        information: 'https://github.com/flowmq',
+        capabilities: {
+          publisher_confirms: true,
+          exchange_exchange_bindings: true,
+          'basic.nack': true,
+          consumer_cancel_notify: true,
+          'connection.blocked': true,
+          consumer_priorities: true,
+          authentication_failure_close: true,
+          per_consumer_qos: true,
+          direct_reply_to: false,
+        },
+      },
+      mechanisms: Buffer.from('PLAIN AMQPLAIN'),
+      locales: Buffer.from('en_US'),
+    } as AmqpMethod);
+  }
+
+  private connectionMethod(m: AmqpMethod): void {
+    switch (m.name) {
+      case 'connection.start-ok':
+        if (this.st !== St.StartOk) throw new AmqpError(503, 'connection.start-ok out of order', 10, 11);
+        this.startOk(m);
+        return;
+      case 'connection.tune-ok':
+        if (this.st !== St.TuneOk) throw new AmqpError(503, 'connection.tune-ok out of order', 10, 31);
+        this.tuneOk(m);
+        return;
+      case 'connection.open':
+        if (this.st !== St.Open) throw new AmqpError(503, 'connection.open out of order', 10, 40);
+        if (m.virtualHost !== '/' && m.virtualHost !== '') {
+          throw new AmqpError(530, `vhost '${m.virtualHost}' not found: this broker has the one virtual host '/'`, 10, 40);
+        }
+        this.st = St.Opened;
+        this.sendMethod(0, { name: 'connection.open-ok', knownHosts: '' } as AmqpMethod);
+        if (this.alarmReason !== null && this.capabilities.blocked) this.sendMethod(0, { name: 'connection.blocked', reason: this.alarmReason } as AmqpMethod);
+        return;
+      case 'connection.close':
+        this.sendMethod(0, { name: 'connection.close-ok' } as AmqpMethod);
+        if (m.replyCode !== 200) this.log.debug({ code: m.replyCode, text: m.replyText }, 'amqp: client closed the connection with an error');
+        this.finish();
+        return;
+      case 'connection.close-ok':
+        // Without a close of ours outstanding: ignore.
+        return;
+      default:
+        throw new AmqpError(this.st === St.Opened ? 503 : 503, `${m.name} is not valid on channel 0`);
+    }
+  }
+
+  private startOk(m: Extract<AmqpMethod, { name: 'connection.start-ok' }>): void {
+    const caps = (m.clientProperties as Record<string, unknown> | undefined)?.capabilities as Record<string, unknown> | undefined;
+    if (caps) {
+      this.capabilities.blocked = caps['connection.blocked'] === true;
+      this.capabilities.cancelNotify = caps.consumer_cancel_notify === true;
+    }
+    const response: Buffer = Buffer.isBuffer(m.response) ? m.response : Buffer.from(String(m.response));
+    let username: string;
+    let password: Buffer;
+    if (m.mechanism === 'PLAIN') {
+      // RFC 4616: [authzid] NUL authcid NUL passwd.
+      const a = response.indexOf(0);
+      const b = a < 0 ? -1 : response.indexOf(0, a + 1);
+      if (b < 0) throw new AmqpError(403, 'ACCESS_REFUSED - malformed PLAIN response', 10, 11);
+      username = response.toString('utf8', a + 1, b);
+      password = response.subarray(b + 1);
+    } else if (m.mechanism === 'AMQPLAIN') {
+      const t = decodeTableEntries(response);
+      username = fieldString(t.LOGIN as never) ?? '';
+      password = Buffer.from(fieldString(t.PASSWORD as never) ?? '', 'utf8');
+    } else {
+      throw new AmqpError(403, `unknown authentication mechanism '${m.mechanism}'; offered PLAIN AMQPLAIN`, 10, 11);
+    }
+    this.st = St.Authenticating;
+    const mechanism = m.mechanism;
+    this.adapter.authenticate(username, password, this.remoteAddress).then(
+      (r) => {
+        if (this.st !== St.Authenticating) return;
+        if (r.ok) {
+          this.user = r.user;
+          this.st = St.TuneOk;
+          this.sendMethod(0, { name: 'connection.tune', channelMax: this.adapter.options.channelMax, frameMax: this.adapter.options.frameMax, heartbeat: this.adapter.options.heartbeatSec } as AmqpMethod);
+          return;
+        }
+        this.adapter.logLimit.log('info', logKey('amqp login refused', this.remoteAddress), { remote: this.remoteAddress, user: r.user, reason: r.reason }, 'amqp: login refused');
+        if (r.busy) return this.destroy();
+        this.st = St.Open; // so that closeWith sends the close
+        this.closeWith(403, `Login was refused using authentication mechanism ${mechanism}`, 10, 11);
+      },
+      (err: unknown) => {
+        this.log.error({ err }, 'amqp: authentication failed');
+        this.destroy();
+      },
+    );
+  }
+
+  private tuneOk(m: Extract<AmqpMethod, { name: 'connection.tune-ok' }>): void {
+    const o = this.adapter.options;
+    const fm = m.frameMax === 0 ? o.frameMax : m.frameMax;
+    if (fm < FRAME_MIN_SIZE || fm > o.frameMax) throw new AmqpError(530, `frame_max=${m.frameMax} outside ${FRAME_MIN_SIZE}..${o.frameMax}`, 10, 31);
+    const cm = m.channelMax === 0 ? o.channelMax : m.channelMax;
+    if (cm > o.channelMax) throw new AmqpError(530, `channel_max=${m.channelMax} above the server's ${o.channelMax}`, 10, 31);
+    this.frameMax = fm;
+    this.channelMax = cm;
+    this.heartbeatMs = m.heartbeat * 1000;
+    this.st = St.Open;
+  }
+
+  // ------------------------------------------------------------------ channels
+
+  private channelMethod(ch: number, m: AmqpMethod): void {
+    if (this.st !== St.Opened) throw new AmqpError(504, `${m.name} on channel ${ch} before connection.open`);
+    const c = this.channels.get(ch);
+    if (m.name === 'channel.open') {
+      if (c !== undefined) throw new AmqpError(504, `second 'channel.open' seen on channel ${ch}`, 20, 10);
+      if (ch > this.channelMax) throw new AmqpError(530, `channel ${ch} above channel_max ${this.channelMax}`, 20, 10);
+      this.channels.set(ch, new AmqpChannel(this, ch));
+      this.sendMethod(ch, { name: 'channel.open-ok', channelId: Buffer.alloc(0) } as AmqpMethod);
+      return;
+    }
+    if (c === undefined) throw new AmqpError(504, `expected 'channel.open' on channel ${ch}, got '${m.name}'`);
+    c.onMethod(m);
+  }
+
+  /** The channel finished closing (close-ok sent or received). */
+  channelGone(ch: number): void {
+    this.channels.delete(ch);
+  }
+
+  // ------------------------------------------------------------------ flow
+
+  backlogChanged(delta: number): void {
+    this.backlog += delta;
+    if (this.backlog > MAX_BACKLOG) this.pauseReading(1);
+    else if (this.backlog === 0) this.resumeReading(1);
+  }
+
+  private pauseReading(bit: number): void {
+    if (this.pausedFor === 0) this.stream.pause();
+    this.pausedFor |= bit;
+  }
+
+  private resumeReading(bit: number): void {
+    if ((this.pausedFor & bit) === 0) return;
+    this.pausedFor &= ~bit;
+    if (this.pausedFor === 0 && this.st !== St.Done) this.stream.resume();
+  }
+
+  /** A publish arrived: under an alarm the socket is not read further until it clears. */
+  published(): void {
+    this.publisher = true;
+    if (this.alarmReason !== null) this.pauseReading(2);
+  }
+
+  alarm(reason: string | null): void {
+    this.alarmReason = reason;
+    if (this.st === St.Opened && this.capabilities.blocked) {
+      this.sendMethod(0, reason === null ? ({ name: 'connection.unblocked' } as AmqpMethod) : ({ name: 'connection.blocked', reason } as AmqpMethod));
+    }
+    if (reason === null) this.resumeReading(2);
+    else if (this.publisher) this.pauseReading(2);
+  }
+
+  // ------------------------------------------------------------------ life cycle
+
+  /**
+   * The listener's periodic check: the handshake deadline, heartbeats both ways, and a close-ok that never came.
+   */
+  sweep(now: number): void {
+    if (this.st === St.Done) return;
+    if (this.st === St.Closing) {
+      if (now - this.closeSentAt > CLOSE_OK_TIMEOUT_MS) this.destroy();
+      return;
+    }
+    if (this.st !== St.Opened) {
+      if (now - this.openedAt > this.adapter.options.handshakeTimeoutMs) {
+        this.adapter.logLimit.log('info', logKey('amqp handshake timeout', this.remoteAddress), { remote: this.remoteAddress }, 'amqp: handshake timed out');
+        this.destroy();
+      }
+      return;
+    }
+    const s = this.seen;
+    if (this.inCount !== s.inCount) {
+      s.inCount = this.inCount;
+      s.inAt = now;
+    }
+    if (this.outCount !== s.outCount) {
+      s.outCount = this.outCount;
+      s.outAt = now;
+    }
+    if (this.heartbeatMs === 0) return;
+    // Paused by us (back-pressure, alarm): the silence is ours, not the peer's.
+    if (this.pausedFor === 0 && now - s.inAt > 2 * this.heartbeatMs) {
+      this.adapter.logLimit.log('info', logKey('amqp missed heartbeats', this.remoteAddress), { remote: this.remoteAddress, heartbeatSec: this.heartbeatMs / 1000 }, 'amqp: missed heartbeats from client, closing');
+      this.destroy();
+      return;
+    }
+    if (now - s.outAt >= this.heartbeatMs / 2) {
+      this.send(HEARTBEAT_FRAME);
+      s.outCount = this.outCount;
+      s.outAt = now;
+    }
+  }
+
+  /** Broker shutdown: connection.close 320 (CONNECTION_FORCED), then the socket, within a second. */
+  close(): Promise<void> {
+    if (this.st === St.Opened) {
+      this.closeWith(320, "broker forced connection closure with reason 'shutdown'");
+    } else {
+      this.destroy();
+    }
+    return this.closed;
+  }
+
+  /** Our close-ok went out (the client closed): end the socket once it is written. */
+  private finish(): void {
+    this.st = St.Done;
+    this.teardownChannels();
+    this.stream.end();
+    setTimeout(() => this.stream.destroy(), CLOSE_OK_TIMEOUT_MS).unref();
+  }
+
+  destroy(): void {
+    this.st = St.Done;
+    this.stream.destroy();
+  }
+
+  private teardownChannels(): void {
+    for (const c of this.channels.values()) c.teardown();
+    this.channels.clear();
+  }
+
+  private tornDown = false;
+
+  private teardown(): void {
+    if (this.tornDown) return;
+    this.tornDown = true;
+    this.st = St.Done;
+    this.teardownChannels();
+    if (this.admitted) this.adapter.leave(this);
+    // Exclusive queues go with their connection.
+    this.adapter.router.dropExclusive(this.id).then(
+      () => this.resolveClosed(),
+      (err: unknown) => {
+        this.log.warn({ err }, 'amqp: dropping exclusive queues failed');
+        this.resolveClosed();
+      },
+    );
+  }
+}

@@ -1,0 +1,57 @@
+/**
+ * AMQP 0-9-1 as a protocol module: the broker starts it when `amqp` is in --protocols.
+ */
+import { readFileSync } from 'node:fs';
+import type { AddressInfo } from 'node:net';
+import { FlowError } from '../../core/index.js';
+import type { ProtocolListener, ProtocolModule, ProtocolModuleContext, RunningProtocol } from '../types.js';
+import { AmqpAdapter } from './adapter.js';
+import { resolveAmqpOptions } from './options.js';
+import { startAmqpListener } from './server.js';
+
+function fmt(a: AddressInfo): string {
+  return a.family === 'IPv6' ? `[${a.address}]:${a.port}` : `${a.address}:${a.port}`;
+}
+
+export const amqpModule: ProtocolModule = {
+  name: 'amqp',
+  async start(ctx: ProtocolModuleContext): Promise<RunningProtocol> {
+    const c = ctx.config;
+    const logger = ctx.logger.child({ protocol: 'amqp' });
+    const options = resolveAmqpOptions({
+      frameMax: c.amqpFrameMax,
+      channelMax: c.amqpChannelMax,
+      heartbeatSec: Math.floor(c.amqpHeartbeat / 1000),
+      maxConnections: c.amqpMaxConnections,
+      handshakeTimeoutMs: c.amqpHandshakeTimeout,
+      maxMessageSize: c.amqpMaxMessageSize,
+      ...(c.amqpMemoryHighWatermark !== null ? { memoryHighWatermark: c.amqpMemoryHighWatermark } : {}),
+    });
+    const adapter = new AmqpAdapter({ ...ctx, logger }, options, ctx.guard, c.allowAnonymous);
+    const listeners = new Map<string, ProtocolListener>();
+    try {
+      const l = await startAmqpListener(adapter, { host: c.host, port: c.amqpPort });
+      listeners.set('amqp', l);
+      logger.info({ protocol: 'amqp', address: fmt(l.address()) }, 'listening');
+      if (c.amqpTlsCert !== null && c.amqpTlsKey !== null) {
+        const t = await startAmqpListener(adapter, { host: c.host, port: c.amqpsPort, tls: { cert: readFileSync(c.amqpTlsCert), key: readFileSync(c.amqpTlsKey) } });
+        listeners.set('amqps', t);
+        logger.info({ protocol: 'amqps', address: fmt(t.address()) }, 'listening');
+      } else if (c.amqpTlsCert !== null || c.amqpTlsKey !== null) {
+        throw new FlowError('CONFIG_ERROR', 'AMQP over TLS needs both amqp-tls-cert and amqp-tls-key');
+      }
+    } catch (err) {
+      await Promise.allSettled([...listeners.values()].map((l) => l.close()));
+      throw err;
+    }
+    let closing: Promise<void> | null = null;
+    return {
+      listeners,
+      figures: () => adapter.figures(),
+      close() {
+        closing ??= Promise.allSettled([...listeners.values()].map((l) => l.close())).then(() => undefined);
+        return closing;
+      },
+    };
+  },
+};

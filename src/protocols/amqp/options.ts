@@ -1,0 +1,56 @@
+/**
+ * Options of the AMQP 0-9-1 adapter (the broker fills them from the amqp-* config keys).
+ */
+import { totalmem } from 'node:os';
+import { FlowError } from '../../core/index.js';
+
+export interface AmqpOptions {
+  /** frame-max offered in connection.tune; a larger frame closes the connection (501). Default 128 KiB (RabbitMQ's). */
+  frameMax?: number;
+  /** channel-max offered in connection.tune. Default 2047 (RabbitMQ's). */
+  channelMax?: number;
+  /** Heartbeat offered in connection.tune, seconds (0: none unless the client asks). Default 60 (RabbitMQ's). */
+  heartbeatSec?: number;
+  /** Connections over every AMQP listener of the broker; more are closed at once. Default 100,000. */
+  maxConnections?: number;
+  /** Protocol header to connection.open-ok within this, or the connection is closed. Default 10 s. */
+  handshakeTimeoutMs?: number;
+  /** Largest message body; a larger one closes its channel with 406 (RabbitMQ's max_message_size). Default 128 MiB. */
+  maxMessageSize?: number;
+  /** Process RSS above which publishers are blocked (connection.blocked); 0: never. Default 40% of the machine. */
+  memoryHighWatermark?: number;
+  /**
+   * Bytes a connection's socket may hold unsent before its consumers stop getting deliveries (their hasCredit is
+   * false until the socket drains): a slow reader costs this much memory, not a queue's worth. Default 1 MiB.
+   */
+  socketHighWater?: number;
+  /**
+   * After a write refused for lack of disk space, publishers stay blocked this long, then may try again (the
+   * adapter does not watch the disk itself; a refusal blocks them again). Default 5 s.
+   */
+  diskBlockMs?: number;
+}
+
+export type ResolvedAmqpOptions = Required<AmqpOptions>;
+
+export function resolveAmqpOptions(o: AmqpOptions = {}): ResolvedAmqpOptions {
+  const r: ResolvedAmqpOptions = {
+    frameMax: o.frameMax ?? 131_072,
+    channelMax: o.channelMax ?? 2047,
+    heartbeatSec: o.heartbeatSec ?? 60,
+    maxConnections: o.maxConnections ?? 100_000,
+    handshakeTimeoutMs: o.handshakeTimeoutMs ?? 10_000,
+    maxMessageSize: o.maxMessageSize ?? 128 * 1024 * 1024,
+    memoryHighWatermark: o.memoryHighWatermark ?? Math.floor(totalmem() * 0.4),
+    socketHighWater: o.socketHighWater ?? 1024 * 1024,
+    diskBlockMs: o.diskBlockMs ?? 5000,
+  };
+  const int = (v: number, min: number, max: number) => Number.isInteger(v) && v >= min && v <= max;
+  if (!int(r.frameMax, 4096, 0x7fffffff)) throw new FlowError('CONFIG_ERROR', 'amqp frameMax must be an integer of at least 4096');
+  if (!int(r.channelMax, 1, 65535)) throw new FlowError('CONFIG_ERROR', 'amqp channelMax must be 1..65535');
+  if (!int(r.heartbeatSec, 0, 65535)) throw new FlowError('CONFIG_ERROR', 'amqp heartbeat must be 0..65535 seconds');
+  if (!int(r.maxConnections, 0, Number.MAX_SAFE_INTEGER)) throw new FlowError('CONFIG_ERROR', 'amqp maxConnections must be a non-negative integer');
+  if (!int(r.handshakeTimeoutMs, 1, 0x7fffffff)) throw new FlowError('CONFIG_ERROR', 'amqp handshakeTimeoutMs must be a positive integer');
+  if (!int(r.maxMessageSize, 1, Number.MAX_SAFE_INTEGER)) throw new FlowError('CONFIG_ERROR', 'amqp maxMessageSize must be a positive integer');
+  return r;
+}

@@ -1,0 +1,57 @@
+/**
+ * Kafka as a protocol module: one adapter (one group coordinator, one producer-id allocator) shared by the
+ * plaintext and TLS listeners, started from the broker's config.
+ */
+import { readFileSync } from 'node:fs';
+import { HISTOGRAM_BOUNDS_MS } from '../../core/index.js';
+import { saslProvider } from '../../control/index.js';
+import type { AdapterContext, ProtocolListener, ProtocolModule, ProtocolModuleContext, RunningProtocol } from '../types.js';
+import { formatAddress } from '../listener.js';
+import { createKafkaAdapter, startKafkaListener } from './server.js';
+
+export const kafkaModule: ProtocolModule = {
+  name: 'kafka',
+  async start(ctx: ProtocolModuleContext): Promise<RunningProtocol> {
+    const { config, guard } = ctx;
+    const kctx: AdapterContext = { engine: ctx.engine, brokerId: ctx.brokerId, logger: ctx.logger.child({ protocol: 'kafka' }) };
+    const adapter = createKafkaAdapter(kctx, {
+      advertisedHost: config.kafkaAdvertisedHost ?? undefined,
+      autoCreateTopics: config.kafkaAutoCreateTopics,
+      defaultPartitions: config.kafkaDefaultPartitions,
+      groupInitialRebalanceDelayMs: config.kafkaGroupInitialRebalanceDelay,
+      groupMinSessionTimeoutMs: config.kafkaGroupMinSessionTimeout,
+      groupMaxSessionTimeoutMs: config.kafkaGroupMaxSessionTimeout,
+      saslMaxReceiveBytes: config.kafkaSaslMaxReceiveSize,
+      frameReserveBytes: config.kafkaFrameReserve,
+      connectionsMaxIdleMs: config.kafkaConnectionsMaxIdle,
+      authTimeoutMs: config.kafkaAuthTimeout,
+      requestReceiveTimeoutMs: config.kafkaRequestReceiveTimeout,
+      sasl: guard ? saslProvider(guard, config.kafkaSaslMechanisms) : undefined,
+    });
+    const listeners = new Map<string, ProtocolListener>();
+    // The adapter's group timers stop when its last listener closes.
+    const close = async () => {
+      await Promise.allSettled([...listeners.values()].map((l) => l.close()));
+    };
+    try {
+      const l = await startKafkaListener(kctx, { host: config.host, port: config.kafkaPort, sasl: config.kafkaSasl }, {}, adapter);
+      listeners.set('kafka', l);
+      ctx.logger.info({ protocol: 'kafka', address: formatAddress(l.address()), sasl: config.kafkaSasl }, 'listening');
+      if (config.kafkaTlsCert !== null && config.kafkaTlsKey !== null) {
+        const tlsOpts = { cert: readFileSync(config.kafkaTlsCert), key: readFileSync(config.kafkaTlsKey) };
+        const t = await startKafkaListener(kctx, { host: config.host, port: config.kafkaTlsPort, sasl: config.kafkaSasl, tls: tlsOpts }, {}, adapter);
+        listeners.set('kafka-tls', t);
+        ctx.logger.info({ protocol: 'kafka-tls', address: formatAddress(t.address()), sasl: config.kafkaSasl }, 'listening');
+      }
+    } catch (err) {
+      await close();
+      throw err;
+    }
+    return {
+      listeners,
+      // Produce latency (decoded request → durable response) as a histogram snapshot clients can diff.
+      figures: () => ({ produceLatency: adapter.produceLatency.snapshot(), framePool: adapter.frames.stats(), histogramBoundsMs: HISTOGRAM_BOUNDS_MS }),
+      close,
+    };
+  },
+};

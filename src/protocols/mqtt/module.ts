@@ -1,0 +1,68 @@
+/**
+ * MQTT as a protocol module: one hub shared by the TCP, TLS and WebSocket listeners (a client id is one session
+ * whatever transport it arrives on), started from the broker's config.
+ */
+import { readFileSync } from 'node:fs';
+import { FlowError } from '../../core/index.js';
+import { passwordAuthenticator } from '../../control/index.js';
+import type { AdapterContext, ProtocolListener, ProtocolModule, ProtocolModuleContext, RunningProtocol } from '../types.js';
+import { formatAddress } from '../listener.js';
+import { createMqttHub, startMqttListener, startMqttTlsListener, startMqttWsListener } from './server.js';
+
+export const mqttModule: ProtocolModule = {
+  name: 'mqtt',
+  async start(ctx: ProtocolModuleContext): Promise<RunningProtocol> {
+    const { config, guard } = ctx;
+    // Checked before anything opens, so that a half-configured TLS listener leaves no other listener behind.
+    if ((config.mqttTlsCert === null) !== (config.mqttTlsKey === null)) {
+      throw new FlowError('CONFIG_ERROR', 'MQTT over TLS needs both mqtt-tls-cert and mqtt-tls-key');
+    }
+    const mctx: AdapterContext = { engine: ctx.engine, brokerId: ctx.brokerId, logger: ctx.logger.child({ protocol: 'mqtt' }) };
+    const hub = await createMqttHub(mctx, {
+      maxPacketSize: config.mqttMaxPacketSize,
+      maxConnections: config.mqttMaxConnections,
+      maxInflight: config.mqttMaxInflight,
+      maxQueued: config.mqttMaxQueuedMessages,
+      slowConsumer: config.mqttSlowConsumer,
+      packetTimeoutMs: config.mqttPacketTimeout,
+      maxPartialBytes: config.mqttMaxPartialBytes,
+      queueQos0Offline: config.mqttQueueQos0,
+      maxTopicLevels: config.mqttMaxTopicLevels,
+      maxSessionExpiry: Math.floor(config.mqttSessionExpiryMax / 1000),
+      maxKeepalive: config.mqttMaxKeepalive,
+      sysIntervalMs: config.mqttSysInterval,
+      ...(guard ? { authenticate: passwordAuthenticator(guard, config.allowAnonymous) } : {}),
+    });
+    const listeners = new Map<string, ProtocolListener>();
+    const close = async () => {
+      await Promise.allSettled([...listeners.values()].map((l) => l.close()));
+      // After the listeners: their connections hand unacknowledged messages back to the sessions first.
+      hub.close();
+    };
+    try {
+      const l = await startMqttListener(mctx, { host: config.host, port: config.mqttPort }, {}, hub);
+      listeners.set('mqtt', l);
+      ctx.logger.info({ protocol: 'mqtt', address: formatAddress(l.address()) }, 'listening');
+      if (config.mqttTlsCert !== null && config.mqttTlsKey !== null) {
+        const tlsFiles = { cert: readFileSync(config.mqttTlsCert), key: readFileSync(config.mqttTlsKey) };
+        const t = await startMqttTlsListener(mctx, { host: config.host, port: config.mqttsPort, ...tlsFiles }, hub);
+        listeners.set('mqtts', t);
+        ctx.logger.info({ protocol: 'mqtts', address: formatAddress(t.address()) }, 'listening');
+      }
+      if (config.mqttWs) {
+        const w = await startMqttWsListener(mctx, { host: config.host, port: config.mqttWsPort, path: '/mqtt' }, hub);
+        listeners.set('mqtt-ws', w);
+        ctx.logger.info({ protocol: 'mqtt-ws', address: formatAddress(w.address()), path: '/mqtt' }, 'listening');
+      }
+    } catch (err) {
+      await close();
+      throw err;
+    }
+    return {
+      listeners,
+      // Drops by cause, slow-consumer disconnects, packet timeouts and the memory held by unfinished packets.
+      figures: () => hub.figures(),
+      close,
+    };
+  },
+};

@@ -1,0 +1,152 @@
+/**
+ * AMQP queues end to end (amqplib against bin/flowmq): a work queue with competing consumers and prefetch,
+ * redelivery of a closed connection's unacked messages, dead-lettering (TTL, max-length, reject), basic.get,
+ * purge, delete with basic.cancel to its consumers, and recover.
+ */
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import type { Channel, ConsumeMessage, Connection } from 'amqplib';
+import { FlowmqProcess, eventually } from './harness.js';
+import { connectAmqp, startAmqpBroker, take } from './amqp-helpers.js';
+
+describe('e2e: AMQP queues', () => {
+  let broker: FlowmqProcess;
+  let conn: Connection;
+  before(async () => {
+    broker = await startAmqpBroker();
+    conn = await connectAmqp(broker);
+  });
+  after(async () => {
+    await conn.close().catch(() => undefined);
+    await broker.stop();
+    broker.cleanup();
+  });
+
+  it('work queue: 3 competing consumers with prefetch 2 share the messages, none holds more than 2 unacked', async () => {
+    const setup = await conn.createChannel();
+    await setup.assertQueue('work', { durable: false });
+    const consumers: Array<{ ch: Channel; got: number; unacked: ConsumeMessage[]; maxUnacked: number }> = [];
+    const total = 60;
+    let received = 0;
+    let resolveAll!: () => void;
+    const allIn = new Promise<void>((r) => (resolveAll = r));
+    for (let i = 0; i < 3; i++) {
+      const c = await connectAmqp(broker);
+      const ch = await c.createChannel();
+      await ch.prefetch(2);
+      const state = { ch, got: 0, unacked: [] as ConsumeMessage[], maxUnacked: 0 };
+      consumers.push(state);
+      await ch.consume('work', (m) => {
+        if (m === null) return;
+        state.got++;
+        state.unacked.push(m);
+        state.maxUnacked = Math.max(state.maxUnacked, state.unacked.length);
+        // Ack a little later, so the prefetch window is what limits the flow.
+        setTimeout(() => {
+          ch.ack(state.unacked.shift()!);
+          if (++received === total) resolveAll();
+        }, 2);
+      });
+    }
+    for (let i = 0; i < total; i++) setup.sendToQueue('work', Buffer.from(String(i)));
+    await allIn;
+    assert.equal(consumers.reduce((n, c) => n + c.got, 0), total);
+    for (const c of consumers) {
+      assert.ok(c.got > 0, 'every consumer got work');
+      assert.ok(c.maxUnacked <= 2, `prefetch respected (max unacked ${c.maxUnacked})`);
+    }
+    for (const c of consumers) await c.ch.connection.close();
+    await setup.deleteQueue('work');
+    await setup.close();
+  });
+
+  it('unacked messages of a closed connection are redelivered to another consumer with redelivered=true', async () => {
+    const ch = await conn.createChannel();
+    await ch.assertQueue('redeliver', { durable: false });
+    for (let i = 0; i < 3; i++) ch.sendToQueue('redeliver', Buffer.from(`m${i}`));
+    const first = await connectAmqp(broker);
+    const fch = await first.createChannel();
+    const got = await take(fch, 'redeliver', 3, { ack: false });
+    assert.deepEqual(got.map((m) => m.fields.redelivered), [false, false, false]);
+    await first.close();
+    const again = await take(ch, 'redeliver', 3);
+    assert.deepEqual(again.map((m) => m.content.toString()), ['m0', 'm1', 'm2']);
+    assert.deepEqual(again.map((m) => m.fields.redelivered), [true, true, true]);
+    await ch.deleteQueue('redeliver');
+    await ch.close();
+  });
+
+  it('nack with requeue puts the message back (redelivered); recover requeues every unacked delivery', async () => {
+    const ch = await conn.createChannel();
+    await ch.assertQueue('nackq', { exclusive: true });
+    ch.sendToQueue('nackq', Buffer.from('a'));
+    const m1 = await ch.get('nackq');
+    assert.ok(m1);
+    ch.nack(m1, false, true);
+    let m2: Awaited<ReturnType<Channel['get']>> = false;
+    await eventually(async () => (m2 = await ch.get('nackq')) !== false, 10_000, 'requeued message');
+    assert.ok(m2);
+    assert.equal((m2 as ConsumeMessage).fields.redelivered, true);
+    await ch.recover();
+    let m3: Awaited<ReturnType<Channel['get']>> = false;
+    await eventually(async () => (m3 = await ch.get('nackq', { noAck: true })) !== false, 10_000, 'recovered message');
+    assert.equal((m3 as unknown as ConsumeMessage).content.toString(), 'a');
+    await ch.close();
+  });
+
+  it('dead-lettering: by per-queue TTL, by max-length (drop-head) and by reject, with x-death', async () => {
+    const ch = await conn.createChannel();
+    await ch.assertExchange('dlx', 'direct', { durable: false });
+    await ch.assertQueue('dead', { exclusive: true });
+    await ch.bindQueue('dead', 'dlx', 'dead');
+    await ch.assertQueue('ttl-q', { exclusive: true, arguments: { 'x-message-ttl': 50, 'x-dead-letter-exchange': 'dlx', 'x-dead-letter-routing-key': 'dead' } });
+    await ch.assertQueue('len-q', { exclusive: true, arguments: { 'x-max-length': 1, 'x-dead-letter-exchange': 'dlx', 'x-dead-letter-routing-key': 'dead' } });
+    await ch.assertQueue('rej-q', { exclusive: true, arguments: { 'x-dead-letter-exchange': 'dlx', 'x-dead-letter-routing-key': 'dead' } });
+    ch.sendToQueue('ttl-q', Buffer.from('expired'));
+    const [d1] = await take(ch, 'dead', 1);
+    assert.equal(d1!.content.toString(), 'expired');
+    const death1 = (d1!.properties.headers?.['x-death'] as Array<Record<string, unknown>>)[0]!;
+    assert.equal(death1.reason, 'expired');
+    assert.equal(death1.queue, 'ttl-q');
+    assert.equal(d1!.properties.headers?.['x-first-death-reason'], 'expired');
+
+    ch.sendToQueue('len-q', Buffer.from('oldest'));
+    ch.sendToQueue('len-q', Buffer.from('newest'));
+    const [d2] = await take(ch, 'dead', 1);
+    assert.equal(d2!.content.toString(), 'oldest');
+    assert.equal((d2!.properties.headers?.['x-death'] as Array<Record<string, unknown>>)[0]!.reason, 'maxlen');
+
+    ch.sendToQueue('rej-q', Buffer.from('rejected'), { headers: { keep: 'me' } });
+    const [r] = await take(ch, 'rej-q', 1, { ack: false });
+    ch.reject(r!, false);
+    const [d3] = await take(ch, 'dead', 1);
+    assert.equal(d3!.content.toString(), 'rejected');
+    assert.equal(d3!.properties.headers?.keep, 'me');
+    assert.equal((d3!.properties.headers?.['x-death'] as Array<Record<string, unknown>>)[0]!.reason, 'rejected');
+    await ch.close();
+  });
+
+  it('basic.get, purge, and delete: consumers of a deleted queue get basic.cancel', async () => {
+    const ch = await conn.createChannel();
+    await ch.assertQueue('gpd', { durable: false });
+    assert.equal(await ch.get('gpd'), false);
+    for (let i = 0; i < 5; i++) ch.sendToQueue('gpd', Buffer.from(String(i)));
+    let first: Awaited<ReturnType<Channel['get']>> = false;
+    await eventually(async () => (first = await ch.get('gpd', { noAck: true })) !== false, 10_000, 'get');
+    assert.equal((first as unknown as ConsumeMessage).content.toString(), '0');
+    assert.equal((first as unknown as { fields: { messageCount: number } }).fields.messageCount, 4);
+    const purged = await ch.purgeQueue('gpd');
+    assert.equal(purged.messageCount, 4);
+    const other = await conn.createChannel();
+    const cancelled = new Promise<void>((resolve) => {
+      void other.consume('gpd', (m) => {
+        if (m === null) resolve();
+      });
+    });
+    await eventually(async () => (await ch.checkQueue('gpd')).consumerCount === 1, 10_000, 'consumer registered');
+    await ch.deleteQueue('gpd');
+    await cancelled;
+    await assert.rejects(other.checkQueue('gpd'), /404/);
+    await ch.close();
+  });
+});
