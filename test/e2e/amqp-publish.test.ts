@@ -5,7 +5,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { createRequire } from 'node:module';
-import type { Channel, Connection } from 'amqplib';
+import type { Channel, ChannelModel } from 'amqplib';
 import { FlowmqProcess } from './harness.js';
 import { connectAmqp, startAmqpBroker, take } from './amqp-helpers.js';
 
@@ -20,7 +20,7 @@ function tx(ch: Channel, op: 'Select' | 'Commit' | 'Rollback'): Promise<unknown>
 
 describe('e2e: AMQP publishing', () => {
   let broker: FlowmqProcess;
-  let conn: Connection;
+  let conn: ChannelModel;
   before(async () => {
     broker = await startAmqpBroker();
     conn = await connectAmqp(broker);
@@ -40,7 +40,7 @@ describe('e2e: AMQP publishing', () => {
     for (let i = 0; i < n; i++) {
       all.push(
         new Promise<void>((resolve, reject) => {
-          ch.sendToQueue('confirmed', Buffer.from(String(i)), { persistent: true }, (err) => {
+          ch.sendToQueue('confirmed', Buffer.from(String(i)), { persistent: true }, (err: unknown) => {
             if (err) reject(err);
             else {
               acked.push(i);
@@ -51,7 +51,7 @@ describe('e2e: AMQP publishing', () => {
       );
     }
     // Unroutable publishes are confirmed too.
-    all.push(new Promise<void>((resolve, reject) => ch.publish('amq.direct', 'nowhere', Buffer.from('x'), {}, (err) => (err ? reject(err) : resolve()))));
+    all.push(new Promise<void>((resolve, reject) => ch.publish('amq.direct', 'nowhere', Buffer.from('x'), {}, (err: unknown) => (err ? reject(err) : resolve()))));
     await Promise.all(all);
     assert.deepEqual(acked, [...Array(n).keys()]);
     const got = await take(ch, 'confirmed', n, { noAck: true });
@@ -63,7 +63,7 @@ describe('e2e: AMQP publishing', () => {
     const ch = await conn.createConfirmChannel();
     await ch.assertQueue('bounded', { exclusive: true, arguments: { 'x-max-length': 2, 'x-overflow': 'reject-publish' } });
     const outcome = (i: number) =>
-      new Promise<string>((resolve) => ch.sendToQueue('bounded', Buffer.from(String(i)), {}, (err) => resolve(err ? 'nack' : 'ack')));
+      new Promise<string>((resolve) => ch.sendToQueue('bounded', Buffer.from(String(i)), {}, (err: unknown) => resolve(err ? 'nack' : 'ack')));
     const results = await Promise.all([outcome(0), outcome(1), outcome(2), outcome(3)]);
     assert.deepEqual(results, ['ack', 'ack', 'nack', 'nack']);
     await ch.close();

@@ -5,13 +5,13 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import type { Channel, ConsumeMessage, Connection } from 'amqplib';
+import type { Channel, ChannelModel, ConsumeMessage } from 'amqplib';
 import { FlowmqProcess, eventually } from './harness.js';
 import { connectAmqp, startAmqpBroker, take } from './amqp-helpers.js';
 
 describe('e2e: AMQP queues', () => {
   let broker: FlowmqProcess;
-  let conn: Connection;
+  let conn: ChannelModel;
   before(async () => {
     broker = await startAmqpBroker();
     conn = await connectAmqp(broker);
@@ -25,7 +25,7 @@ describe('e2e: AMQP queues', () => {
   it('work queue: 3 competing consumers with prefetch 2 share the messages, none holds more than 2 unacked', async () => {
     const setup = await conn.createChannel();
     await setup.assertQueue('work', { durable: false });
-    const consumers: Array<{ ch: Channel; got: number; unacked: ConsumeMessage[]; maxUnacked: number }> = [];
+    const consumers: Array<{ conn: ChannelModel; ch: Channel; got: number; unacked: ConsumeMessage[]; maxUnacked: number }> = [];
     const total = 60;
     let received = 0;
     let resolveAll!: () => void;
@@ -34,7 +34,7 @@ describe('e2e: AMQP queues', () => {
       const c = await connectAmqp(broker);
       const ch = await c.createChannel();
       await ch.prefetch(2);
-      const state = { ch, got: 0, unacked: [] as ConsumeMessage[], maxUnacked: 0 };
+      const state = { conn: c, ch, got: 0, unacked: [] as ConsumeMessage[], maxUnacked: 0 };
       consumers.push(state);
       await ch.consume('work', (m) => {
         if (m === null) return;
@@ -55,7 +55,7 @@ describe('e2e: AMQP queues', () => {
       assert.ok(c.got > 0, 'every consumer got work');
       assert.ok(c.maxUnacked <= 2, `prefetch respected (max unacked ${c.maxUnacked})`);
     }
-    for (const c of consumers) await c.ch.connection.close();
+    for (const c of consumers) await c.conn.close();
     await setup.deleteQueue('work');
     await setup.close();
   });
@@ -105,7 +105,7 @@ describe('e2e: AMQP queues', () => {
     ch.sendToQueue('ttl-q', Buffer.from('expired'));
     const [d1] = await take(ch, 'dead', 1);
     assert.equal(d1!.content.toString(), 'expired');
-    const death1 = (d1!.properties.headers?.['x-death'] as Array<Record<string, unknown>>)[0]!;
+    const death1 = (d1!.properties.headers?.['x-death'] as unknown as Array<Record<string, unknown>>)[0]!;
     assert.equal(death1.reason, 'expired');
     assert.equal(death1.queue, 'ttl-q');
     assert.equal(d1!.properties.headers?.['x-first-death-reason'], 'expired');
@@ -114,7 +114,7 @@ describe('e2e: AMQP queues', () => {
     ch.sendToQueue('len-q', Buffer.from('newest'));
     const [d2] = await take(ch, 'dead', 1);
     assert.equal(d2!.content.toString(), 'oldest');
-    assert.equal((d2!.properties.headers?.['x-death'] as Array<Record<string, unknown>>)[0]!.reason, 'maxlen');
+    assert.equal((d2!.properties.headers?.['x-death'] as unknown as Array<Record<string, unknown>>)[0]!.reason, 'maxlen');
 
     ch.sendToQueue('rej-q', Buffer.from('rejected'), { headers: { keep: 'me' } });
     const [r] = await take(ch, 'rej-q', 1, { ack: false });
@@ -122,7 +122,7 @@ describe('e2e: AMQP queues', () => {
     const [d3] = await take(ch, 'dead', 1);
     assert.equal(d3!.content.toString(), 'rejected');
     assert.equal(d3!.properties.headers?.keep, 'me');
-    assert.equal((d3!.properties.headers?.['x-death'] as Array<Record<string, unknown>>)[0]!.reason, 'rejected');
+    assert.equal((d3!.properties.headers?.['x-death'] as unknown as Array<Record<string, unknown>>)[0]!.reason, 'rejected');
     await ch.close();
   });
 
@@ -139,7 +139,7 @@ describe('e2e: AMQP queues', () => {
     assert.equal(purged.messageCount, 4);
     const other = await conn.createChannel();
     const cancelled = new Promise<void>((resolve) => {
-      void other.consume('gpd', (m) => {
+      void other.consume('gpd', (m: unknown) => {
         if (m === null) resolve();
       });
     });

@@ -6,13 +6,13 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import mqtt from 'mqtt';
-import type { Connection } from 'amqplib';
+import type { ChannelModel } from 'amqplib';
 import { FlowmqProcess } from './harness.js';
 import { connectAmqp, startAmqpBroker, take } from './amqp-helpers.js';
 
 describe('e2e: AMQP routing', () => {
   let broker: FlowmqProcess;
-  let conn: Connection;
+  let conn: ChannelModel;
   before(async () => {
     broker = await startAmqpBroker();
     conn = await connectAmqp(broker);

@@ -401,7 +401,7 @@ export class AmqpChannel {
       case 'confirm.select':
         if (this.tx) throw new AmqpError(406, 'cannot switch from tx to confirm mode', 85, 10);
         this.confirm = true;
-        if (!m.nowait && !(m as { noWait?: boolean }).noWait) this.conn.sendMethod(this.ch, { name: 'confirm.select-ok' } as AmqpMethod);
+        if (!m.noWait) this.conn.sendMethod(this.ch, { name: 'confirm.select-ok' } as AmqpMethod);
         return;
       case 'tx.select':
         if (this.confirm) throw new AmqpError(406, 'cannot switch from confirm to tx mode', 90, 10);
@@ -647,7 +647,7 @@ export class AmqpChannel {
     const d = await h.get(this.owner, m.noAck);
     if (this.closing) return; // its delivery is released with the channel's
     if (d === null) {
-      this.conn.sendMethod(this.ch, { name: 'basic.get-empty', clusterId: '' } as AmqpMethod);
+      this.conn.sendMethod(this.ch, { name: 'basic.get-empty' } as AmqpMethod);
       return;
     }
     const tag = ++this.deliveryTag;
@@ -746,10 +746,10 @@ export class AmqpChannel {
   }
 
   private async queueDeclare(m: MethodOf<'queue.declare'>): Promise<void> {
-    let name = m.queue;
+    // An empty name asks for a server-named queue (amq.gen-..., named by the router).
+    const name = m.queue;
     if (name === '') {
       if (m.passive) throw new AmqpError(404, "no queue '' in vhost '/'", 50, 10);
-      name = randomName('amq.gen-');
     } else if (name.startsWith('amq.') && !m.passive) {
       throw new AmqpError(403, `queue name '${name}' contains reserved prefix 'amq.*'`, 50, 10);
     }

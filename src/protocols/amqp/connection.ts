@@ -354,8 +354,8 @@ export class AmqpConnection implements AlarmListener {
           direct_reply_to: false,
         },
       },
-      mechanisms: Buffer.from('PLAIN AMQPLAIN'),
-      locales: Buffer.from('en_US'),
+      mechanisms: 'PLAIN AMQPLAIN',
+      locales: 'en_US',
     } as AmqpMethod);
   }
 
@@ -375,7 +375,7 @@ export class AmqpConnection implements AlarmListener {
           throw new AmqpError(530, `vhost '${m.virtualHost}' not found: this broker has the one virtual host '/'`, 10, 40);
         }
         this.st = St.Opened;
-        this.sendMethod(0, { name: 'connection.open-ok', knownHosts: '' } as AmqpMethod);
+        this.sendMethod(0, { name: 'connection.open-ok' } as AmqpMethod);
         if (this.alarmReason !== null && this.capabilities.blocked) this.sendMethod(0, { name: 'connection.blocked', reason: this.alarmReason } as AmqpMethod);
         return;
       case 'connection.close':
@@ -458,7 +458,7 @@ export class AmqpConnection implements AlarmListener {
       if (c !== undefined) throw new AmqpError(504, `second 'channel.open' seen on channel ${ch}`, 20, 10);
       if (ch > this.channelMax) throw new AmqpError(530, `channel ${ch} above channel_max ${this.channelMax}`, 20, 10);
       this.channels.set(ch, new AmqpChannel(this, ch));
-      this.sendMethod(ch, { name: 'channel.open-ok', channelId: Buffer.alloc(0) } as AmqpMethod);
+      this.sendMethod(ch, { name: 'channel.open-ok' } as AmqpMethod);
       return;
     }
     if (c === undefined) throw new AmqpError(504, `expected 'channel.open' on channel ${ch}, got '${m.name}'`);

@@ -4,23 +4,22 @@
 import {
   AmqpCodecError,
   FRAME_MIN_SIZE,
+  HEARTBEAT_FRAME,
   PROTOCOL_HEADER,
   decodeContentHeader,
   decodeMethod,
   encodeContent,
+  encodeMessageFrames,
   encodeMethodFrame,
   type AmqpMethod,
   type BasicProperties,
+  type Method,
 } from './codec/index.js';
 
-export { AmqpCodecError, FRAME_MIN_SIZE, PROTOCOL_HEADER, type AmqpMethod, type BasicProperties };
+export { AmqpCodecError, FRAME_MIN_SIZE, HEARTBEAT_FRAME, PROTOCOL_HEADER, type AmqpMethod, type BasicProperties };
 
-export type MethodName = AmqpMethod['name'];
 /** The method of a given name. */
-export type MethodOf<N extends MethodName> = Extract<AmqpMethod, { name: N }>;
-
-/** A heartbeat frame: type 8, channel 0, empty payload. */
-export const HEARTBEAT_FRAME = Buffer.from([8, 0, 0, 0, 0, 0, 0, 0xce]);
+export type MethodOf<N extends AmqpMethod['name']> = Method<N>;
 
 export function decodeMethodPayload(payload: Buffer): AmqpMethod {
   return decodeMethod(payload);
@@ -35,6 +34,11 @@ export function decodeHeaderPayload(payload: Buffer): { classId: number; bodySiz
 }
 
 /** Content header + body frames of one message, split at frameMax. */
-export function contentFrames(channel: number, props: BasicProperties, body: Buffer, frameMax: number): Buffer | Buffer[] {
+export function contentFrames(channel: number, props: BasicProperties, body: Buffer, frameMax: number): Buffer {
   return encodeContent(channel, 60, props, body, frameMax);
+}
+
+/** A content method (deliver, get-ok, return) with its header and body frames, in one buffer. */
+export function messageFrames(channel: number, m: AmqpMethod, props: BasicProperties, body: Buffer, frameMax: number): Buffer {
+  return encodeMessageFrames(channel, m, props, body, frameMax);
 }
