@@ -20,6 +20,8 @@
  * out of memory by FlowMQ, which then measures that instead).
  */
 import amqp from 'amqplib';
+import { spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { Worker } from 'node:worker_threads';
 import { HOST, nowS, percentiles, sleep, type Percentiles } from './util.js';
 
@@ -44,6 +46,8 @@ export interface AmqpLoadOptions {
   payloadBytes: number;
   warmupS: number;
   seconds: number;
+  /** The broker's process, whose CPU time over the window is reported (null: not reported). */
+  brokerPid: number | null;
 }
 
 export interface AmqpLoadResult {
@@ -65,8 +69,33 @@ export interface AmqpLoadResult {
   heldByAhead: number;
   /** Deliveries flagged redelivered (none are expected). */
   redelivered: number;
+  /**
+   * CPU used over the window, in cores (1 = one core busy the whole window): the broker's process (null when not
+   * known) and this generator (publishers and the consumer thread). On a shared machine these say who had the cores.
+   */
+  cpu: { broker: number | null; generator: number };
   errors: string[];
 }
+
+let clockTicks: number | null = null;
+
+/** CPU seconds (user + system) a process has used so far, from /proc/<pid>/stat; null if it cannot be read. */
+function processCpuSeconds(pid: number): number | null {
+  try {
+    clockTicks ??= Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout.trim()) || 100;
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    // Fields 14 and 15 of proc(5) (utime, stime) are the 12th and 13th after the command.
+    return (Number(f[11]) + Number(f[12])) / clockTicks;
+  } catch {
+    return null;
+  }
+}
+
+const ownCpuSeconds = () => {
+  const u = process.cpuUsage();
+  return (u.user + u.system) / 1e6;
+};
 
 /** What the consumer worker (amqp-consumer.ts) is given, told at the end, and answers. */
 export interface AmqpConsumerData {
@@ -264,12 +293,23 @@ export async function runAmqpLoad(o: AmqpLoadOptions): Promise<AmqpLoadResult> {
       if (running && !p.blocked && n >= 500) setImmediate(() => pump(p));
     }
 
+    let cpuAtStart: { broker: number | null; own: number } | null = null;
+    const cpuTimer = setTimeout(() => {
+      cpuAtStart = { broker: o.brokerPid === null ? null : processCpuSeconds(o.brokerPid), own: ownCpuSeconds() };
+    }, Math.max(0, (windowStart - nowS()) * 1000));
+    let cpu: AmqpLoadResult['cpu'] = { broker: null, generator: NaN };
     try {
       for (const p of pubs) pump(p);
       await Promise.race([sleep(Math.max(0, (windowEnd - nowS()) * 1000)), failure, workerDone]);
+      const start = cpuAtStart as { broker: number | null; own: number } | null;
+      if (start !== null) {
+        const b = o.brokerPid === null ? null : processCpuSeconds(o.brokerPid);
+        cpu = { broker: b === null || start.broker === null ? null : (b - start.broker) / o.seconds, generator: (ownCpuSeconds() - start.own) / o.seconds };
+      }
     } finally {
       running = false;
       clearInterval(aheadTimer);
+      clearTimeout(cpuTimer);
     }
     if (heldSince !== null) heldS += Math.max(0, windowEnd - Math.max(heldSince, windowStart));
     const backlogAtEnd = published - Atomics.load(delivered, 0);
@@ -293,6 +333,7 @@ export async function runAmqpLoad(o: AmqpLoadOptions): Promise<AmqpLoadResult> {
       backlogAtEnd,
       heldByAhead: heldS / o.seconds,
       redelivered: got.redelivered,
+      cpu,
       errors,
     };
   } finally {

@@ -538,7 +538,7 @@ async function amqpPair<T>(fn: (port: number, pid: number | null) => Promise<T>)
 
 type AmqpRun = AmqpLoadResult & { rssMiB: number | null };
 
-function amqpOptions(port: number, persistent: boolean): AmqpLoadOptions {
+function amqpOptions(port: number, persistent: boolean): Omit<AmqpLoadOptions, 'brokerPid'> {
   return {
     port,
     queue: persistent ? 'bench-persistent' : 'bench-transient',
@@ -558,7 +558,7 @@ function amqpOptions(port: number, persistent: boolean): AmqpLoadOptions {
 }
 
 async function amqpRun(port: number, pid: number | null, persistent: boolean): Promise<AmqpRun> {
-  const r = await runAmqpLoad(amqpOptions(port, persistent));
+  const r = await runAmqpLoad({ ...amqpOptions(port, persistent), brokerPid: pid });
   let rssMiB: number | null = null;
   try {
     if (pid !== null) rssMiB = rssKiB(pid) / 1024;
@@ -574,6 +574,7 @@ function amqpNotes(r: AmqpRun): string {
   if (r.heldByAhead >= 0.05) notes.push(`publishers held back ${fmt(100 * r.heldByAhead, 0)}% of the time`);
   if (r.redelivered > 0) notes.push(`${fmt(r.redelivered)} redelivered`);
   if (r.errors.length > 0) notes.push(`errors: ${r.errors.slice(0, 2).join('; ')}`);
+  if (r.cpu.broker !== null) notes.push(`CPU: broker ${fmt(100 * r.cpu.broker, 0)}%, generator ${fmt(100 * r.cpu.generator, 0)}%`);
   return notes.length ? ` (${notes.join(', ')})` : '';
 }
 
