@@ -65,6 +65,8 @@ export interface AmqpLoadResult {
   consumed: number;
   /** Published but not yet delivered when the window ended. */
   backlogAtEnd: number;
+  /** Published (and not nacked) but never delivered, after up to 15 s of draining once publishing stopped (expected: 0; negative: more deliveries than publishes). */
+  undelivered: number;
   /** Share of the window the publishers spent held back by `ahead` (0..1). */
   heldByAhead: number;
   /** Deliveries flagged redelivered (none are expected). */
@@ -316,6 +318,9 @@ export async function runAmqpLoad(o: AmqpLoadOptions): Promise<AmqpLoadResult> {
     // Outstanding confirms of the window's last publishes (they belong to the latency figures).
     const settleBy = Date.now() + 10_000;
     while (o.confirms && Date.now() < settleBy && pubs.some((p) => p.unconfirmed > 0)) await sleep(10);
+    // Then let the consumers drain the queue: every publish the broker took must be delivered (none lost).
+    const drainBy = Date.now() + 15_000;
+    while (Date.now() < drainBy && Atomics.load(delivered, 0) < published - nacked && errors.length === 0) await sleep(10);
     worker.postMessage('stop');
     const got = await workerDone;
     errors.push(...got.errors);
@@ -331,6 +336,7 @@ export async function runAmqpLoad(o: AmqpLoadOptions): Promise<AmqpLoadResult> {
       nacked,
       consumed: got.consumed,
       backlogAtEnd,
+      undelivered: published - nacked - got.consumed,
       heldByAhead: heldS / o.seconds,
       redelivered: got.redelivered,
       cpu,

@@ -572,6 +572,8 @@ function amqpNotes(r: AmqpRun): string {
   const notes: string[] = [];
   if (r.backlogAtEnd > CFG.amqpAhead / 2 || (CFG.amqpAhead === 0 && r.backlogAtEnd > 1000)) notes.push(`backlog ${fmt(r.backlogAtEnd)} at the end`);
   if (r.heldByAhead >= 0.05) notes.push(`publishers held back ${fmt(100 * r.heldByAhead, 0)}% of the time`);
+  if (r.undelivered > 0) notes.push(`${fmt(r.undelivered)} published, never delivered`);
+  if (r.undelivered < 0) notes.push(`${fmt(-r.undelivered)} more deliveries than publishes`);
   if (r.redelivered > 0) notes.push(`${fmt(r.redelivered)} redelivered`);
   if (r.errors.length > 0) notes.push(`errors: ${r.errors.slice(0, 2).join('; ')}`);
   if (r.cpu.broker !== null) notes.push(`CPU: broker ${fmt(100 * r.cpu.broker, 0)}%, generator ${fmt(100 * r.cpu.generator, 0)}%`);
@@ -1043,7 +1045,9 @@ async function main(): Promise<void> {
     `FlowMQ benchmarks — ${selected.map((s) => s.name).join(', ')}\n` +
       `${CFG.warmupS}s warm-up + ${CFG.seconds}s measured per scenario; ${cpus().length} CPUs (${cpus()[0]?.model ?? '?'}), ` +
       `node ${process.version}, mosquitto ${mosqVersion ?? 'not installed'}, rabbitmq-server ${RABBITMQ_VERSION ?? 'not installed'}; load generator and brokers share the machine; ` +
-      `load average ${loadAtStart.map((l) => l.toFixed(2)).join(' ')}\n`,
+      `load average ${loadAtStart.map((l) => l.toFixed(2)).join(' ')}` +
+      (selected.some((s) => s.group === 'amqp') ? `; AMQP scenarios: ${CFG.amqpWarmupS}s warm-up + ${CFG.amqpSeconds}s measured` : '') +
+      '\n',
   );
 
   const t0 = nowS();
