@@ -500,9 +500,9 @@ const FLOWMQ_AMQP_ARGS = ['--protocols', 'mqtt,kafka,amqp', ...(process.env.BENC
 
 /**
  * Runs `fn` once against a fresh FlowMQ and once against a fresh private RabbitMQ node, alternating which goes first;
- * `fn` gets the AMQP port and the broker process's pid (RabbitMQ's Erlang VM).
+ * `fn` gets the AMQP port, the broker process's pid (RabbitMQ's Erlang VM) and, for FlowMQ, a reader of its own figures.
  */
-async function amqpPair<T>(fn: (port: number, pid: number | null) => Promise<T>): Promise<{ flowmq: Outcome<T>; rabbitmq: Outcome<T> | null }> {
+async function amqpPair<T>(fn: (port: number, pid: number | null, figures: (() => Promise<BrokerFigures | null>) | null) => Promise<T>): Promise<{ flowmq: Outcome<T>; rabbitmq: Outcome<T> | null }> {
   const kinds: ('flowmq' | 'rabbitmq')[] = amqpPairIndex++ % 2 === 0 ? ['flowmq', 'rabbitmq'] : ['rabbitmq', 'flowmq'];
   const out: { flowmq?: Outcome<T>; rabbitmq?: Outcome<T> | null } = { rabbitmq: null };
   for (const kind of kinds) {
@@ -520,11 +520,11 @@ async function amqpPair<T>(fn: (port: number, pid: number | null) => Promise<T>)
             return false;
           }
         });
-        out.flowmq = { ok: true, value: await fn(b.amqpPort, b.pid) };
+        out.flowmq = { ok: true, value: await fn(b.amqpPort, b.pid, () => flowmqAmqpFigures(b)) };
       } else {
         const r = await startRabbitmq(RABBITMQ_BIN!);
         stop = () => r.stop();
-        out.rabbitmq = { ok: true, value: await fn(r.amqpPort, r.beamPid) };
+        out.rabbitmq = { ok: true, value: await fn(r.amqpPort, r.beamPid, null) };
       }
     } catch (e) {
       out[kind] = { ok: false, error: errText(e) };
@@ -536,7 +536,20 @@ async function amqpPair<T>(fn: (port: number, pid: number | null) => Promise<T>)
   return { flowmq: out.flowmq!, rabbitmq: out.rabbitmq ?? null };
 }
 
-type AmqpRun = AmqpLoadResult & { rssMiB: number | null };
+type BrokerFigures = { amqp: Record<string, number> | null; queueStore: Record<string, number> | null };
+
+/** FlowMQ's AMQP and queue-store counters (GET /api/v1/broker), to see what a run made the broker do. */
+async function flowmqAmqpFigures(b: Broker): Promise<BrokerFigures | null> {
+  try {
+    const res = await fetch(`http://127.0.0.1:${b.httpPort}/api/v1/broker`);
+    const j = (await res.json()) as { amqp?: Record<string, number>; storage?: { queueStoreFigures?: Record<string, number> } };
+    return { amqp: j.amqp ?? null, queueStore: j.storage?.queueStoreFigures ?? null };
+  } catch {
+    return null;
+  }
+}
+
+type AmqpRun = AmqpLoadResult & { rssMiB: number | null; broker: BrokerFigures | null };
 
 function amqpOptions(port: number, persistent: boolean): Omit<AmqpLoadOptions, 'brokerPid'> {
   return {
@@ -557,15 +570,16 @@ function amqpOptions(port: number, persistent: boolean): Omit<AmqpLoadOptions, '
   };
 }
 
-async function amqpRun(port: number, pid: number | null, persistent: boolean): Promise<AmqpRun> {
+async function amqpRun(port: number, pid: number | null, figures: (() => Promise<BrokerFigures | null>) | null, persistent: boolean): Promise<AmqpRun> {
   const r = await runAmqpLoad({ ...amqpOptions(port, persistent), brokerPid: pid });
+  const broker = figures ? await figures() : null;
   let rssMiB: number | null = null;
   try {
     if (pid !== null) rssMiB = rssKiB(pid) / 1024;
   } catch {
     // gone
   }
-  return { ...r, rssMiB };
+  return { ...r, rssMiB, broker };
 }
 
 function amqpNotes(r: AmqpRun): string {
@@ -576,6 +590,8 @@ function amqpNotes(r: AmqpRun): string {
   if (r.undelivered < 0) notes.push(`${fmt(-r.undelivered)} more deliveries than publishes`);
   if (r.redelivered > 0) notes.push(`${fmt(r.redelivered)} redelivered`);
   if (r.errors.length > 0) notes.push(`errors: ${r.errors.slice(0, 2).join('; ')}`);
+  const qs = r.broker?.queueStore;
+  if (qs && qs.commits > 0) notes.push(`queue store: ${fmt(qs.commits)} commits, ${fmt(qs.calls / qs.commits, 1)} calls each`);
   if (r.cpu.broker !== null) notes.push(`CPU: broker ${fmt(100 * r.cpu.broker, 0)}%, generator ${fmt(100 * r.cpu.generator, 0)}%`);
   return notes.length ? ` (${notes.join(', ')})` : '';
 }
@@ -599,7 +615,7 @@ function amqpScenario(persistent: boolean): Scenario {
     group: 'amqp',
     title,
     run: async () => {
-      const r = await amqpPair((port, pid) => amqpRun(port, pid, persistent));
+      const r = await amqpPair((port, pid, figures) => amqpRun(port, pid, figures, persistent));
       const f = r.flowmq;
       const m = r.rabbitmq;
       const show = persistent ? persistentCell : transientCell;
