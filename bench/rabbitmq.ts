@@ -207,11 +207,10 @@ export async function startRabbitmq(binDir: string, timeoutMs = 90_000): Promise
       } catch {
         // already gone
       }
-      const graceful = await Promise.race([exited.then(() => true), sleep(30_000).then(() => false)]);
-      if (!graceful) {
-        killGroup(pid, 'SIGKILL');
-        await exited;
-      }
+      // After 30 s the group is killed (a timer that is cleared, so that it keeps nothing alive after a clean stop).
+      const timer = setTimeout(() => killGroup(pid, 'SIGKILL'), 30_000);
+      await exited;
+      clearTimeout(timer);
     }
     // Whatever of the group is left (nothing after a clean stop).
     killGroup(pid, 'SIGKILL');
