@@ -13,7 +13,7 @@
  *   I    int32                        number                              number that is an int32
  *   i    uint32                       Typed('i', number)                  Typed
  *   l    int64                        Typed('l', bigint)                  bigint, a safe integer outside int32, Typed
- *   L    uint64                       Typed('L', bigint)                  Typed
+ *   L    int64 (see below)            Typed('L', bigint)                  Typed
  *   f    float32                      Typed('f', number)                  Typed
  *   d    float64                      Typed('d', number)                  a non-integer number, Typed
  *   D    scale octet + uint32         Typed('D', { scale, value })        Typed
@@ -25,6 +25,10 @@
  *   F    nested table                 FieldTable                          plain object
  *   V    nothing                      null                                null (undefined entries are skipped)
  *
+ * 'L' is read as a signed 64-bit integer like 'l', as RabbitMQ does (rabbit_binary_parser; its errata lists no
+ * unsigned 64-bit type) and pika too, so the value a consumer sees is the one RabbitMQ would show; the tag is kept
+ * all the same, so the bytes pass through unchanged.
+ *
  * Where a JS type would be ambiguous (a number could be any of nine numeric tags) the decoder returns a `Typed`
  * that remembers the tag, so decode → encode reproduces the input bytes exactly (up to key order: JS objects
  * put integer-like keys first, and a repeated key keeps its last value). `fieldNumber` & co. read a value
@@ -34,7 +38,7 @@
  */
 import { isUtf8 } from 'node:buffer';
 import { AmqpCodecError } from './errors.js';
-import { Reader } from './reader.js';
+import { Reader, utf8Length, writeUtf8 } from './reader.js';
 
 export interface Decimal {
   /** Digits after the decimal point: the value is `value / 10 ** scale`. */
@@ -151,8 +155,8 @@ function readValue(r: Reader, depth: number): FieldValue {
       r.pos += 8;
       return v;
     case 0x4c: // L
-      r.need(8, 'uint64');
-      v = new Typed('L', buf.readBigUInt64BE(r.pos));
+      r.need(8, 'int64');
+      v = new Typed('L', buf.readBigInt64BE(r.pos));
       r.pos += 8;
       return v;
     case 0x66: // f
@@ -177,7 +181,7 @@ function readValue(r: Reader, depth: number): FieldValue {
       const start = r.pos;
       r.pos += n;
       const bytes = buf.subarray(start, start + n);
-      return isUtf8(bytes) ? bytes.toString('utf8') : new Typed('S', Buffer.from(bytes));
+      return isUtf8(bytes) ? buf.toString('utf8', start, start + n) : new Typed('S', Buffer.from(bytes));
     }
     case 0x78: // x
       return r.longstr('byte array');
@@ -299,7 +303,7 @@ export function tableSize(t: FieldTable | undefined, depth = 0): number {
   for (const key in t) {
     const v = t[key];
     if (v === undefined) continue;
-    const k = Buffer.byteLength(key);
+    const k = utf8Length(key);
     if (k > 255) bad(`field name of ${k} bytes, at most 255`);
     n += 1 + k + valueSize(v, depth);
   }
@@ -315,7 +319,7 @@ function valueSize(v: FieldValue, depth: number): number {
     case 'bigint':
       return 9;
     case 'string':
-      return 5 + Buffer.byteLength(v);
+      return 5 + utf8Length(v);
     case 'object':
       if (v === null) return 1;
       if (v instanceof Typed) return typedSize(v);
@@ -370,9 +374,9 @@ export function writeTable(buf: Buffer, pos: number, t: FieldTable | undefined):
     for (const key in t) {
       const v = t[key];
       if (v === undefined) continue;
-      const k = Buffer.byteLength(key);
+      const k = utf8Length(key);
       buf[pos] = k;
-      buf.write(key, pos + 1, k, 'utf8');
+      writeUtf8(buf, pos + 1, key, k);
       pos = writeValue(buf, pos + 1 + k, v);
     }
   }
@@ -425,7 +429,8 @@ function writeValue(buf: Buffer, pos: number, v: FieldValue): number {
       return writeBig(buf, pos + 1, v, true, 'bigint field');
     case 'string': {
       buf[pos] = 0x53;
-      const n = buf.write(v, pos + 5, 'utf8');
+      const n = utf8Length(v);
+      writeUtf8(buf, pos + 5, v, n);
       buf.writeUInt32BE(n, pos + 1);
       return pos + 5 + n;
     }
@@ -489,7 +494,7 @@ function writeTyped(buf: Buffer, pos: number, t: Typed): number {
     case 'l':
       return writeBig(buf, pos, v as number | bigint, true, 'int64 field');
     case 'L':
-      return writeBig(buf, pos, v as number | bigint, false, 'uint64 field');
+      return writeBig(buf, pos, v as number | bigint, true, 'int64 (L) field');
     case 'T':
       return writeBig(buf, pos, v as number | bigint, false, 'timestamp field');
     case 'f':
