@@ -104,6 +104,8 @@ export interface Broker {
   mqttPort: number;
   kafkaPort: number;
   httpPort: number;
+  /** FlowMQ: the port given to --amqp-port (listening only when AMQP is among --protocols); 0 for Mosquitto. */
+  amqpPort: number;
   dir: string;
   stop(): Promise<void>;
   /**
@@ -148,10 +150,11 @@ export async function startFlowmq(extraArgs: readonly string[] = []): Promise<Br
 
 async function startFlowmqOnce(extraArgs: readonly string[]): Promise<Broker> {
   const dir = tempDir('flowmq-bench-');
-  // Three different ports: each probe closes before the next, so the kernel may hand out the same one again.
+  // Different ports: each probe closes before the next, so the kernel may hand out the same one again. The AMQP
+  // port is free too, so that a broker with AMQP enabled never reaches for 5672 (the AMQP bench waits for it itself).
   const ports = new Set<number>();
-  while (ports.size < 3) ports.add(await freePort());
-  const [mqttPort, kafkaPort, httpPort] = [...ports];
+  while (ports.size < 4) ports.add(await freePort());
+  const [mqttPort, kafkaPort, httpPort, amqpPort] = [...ports];
   const log = join(dir, 'flowmq.log');
   // The launcher itself (not `node bin/flowmq`), so the broker runs as `flowmq start` does for users.
   const argv = [
@@ -162,6 +165,7 @@ async function startFlowmqOnce(extraArgs: readonly string[]): Promise<Broker> {
     '--mqtt-port', String(mqttPort),
     '--kafka-port', String(kafkaPort),
     '--http-port', String(httpPort),
+    '--amqp-port', String(amqpPort),
     '--log-level', 'warn',
     ...extraArgs,
   ];
@@ -188,6 +192,7 @@ async function startFlowmqOnce(extraArgs: readonly string[]): Promise<Broker> {
     mqttPort,
     kafkaPort,
     httpPort,
+    amqpPort,
     dir,
     stop: async () => {
       await stopProcess(p);
@@ -251,6 +256,7 @@ export async function startMosquitto(bin: string): Promise<Broker> {
     mqttPort: port,
     kafkaPort: 0,
     httpPort: 0,
+    amqpPort: 0,
     dir,
     stop: async () => {
       await stopProcess(p);

@@ -6,8 +6,10 @@
  * the next. Kafka scenarios are reported next to the machine's own fsync'd sequential write bandwidth, measured
  * in the same run on the filesystem the broker writes to.
  *
- * SELECTION: `mqtt`, `kafka`, `storage`, or scenario names (`npm run bench -- --list`); default: everything.
+ * SELECTION: `mqtt`, `kafka`, `storage`, `amqp`, or scenario names (`npm run bench -- --list`); default: everything.
  * Storage scenarios run each measurement with embedded storage and with PostgreSQL + S3 (shared-storage.ts).
+ * AMQP scenarios run against FlowMQ and a private RabbitMQ node (rabbitmq.ts, Debian's rabbitmq-server) with the
+ * same amqplib load generator (amqp.ts).
  * Results: one markdown table per group on stdout, and bench/results/latest.json.
  *
  * Environment (all optional): BENCH_SECONDS (5) measured seconds per scenario, BENCH_WARMUP (1) seconds of
@@ -40,6 +42,8 @@ import { AuthFlood, SaslProducer } from './auth-flood.js';
 import { openIdle, runMqttLoad, type MqttLoadOptions, type MqttLoadResult } from './mqtt.js';
 import { floodCell, heapCell, runFloods, type FloodOptions, type FloodResult, type FloodTarget, type ProcessMemory } from './flood.js';
 import { defaultQueueStoreOptions, levelCell, queueStoreEmbedded, queueStorePostgres, type QueueStoreLevel } from './queue-store.js';
+import { runAmqpLoad, type AmqpLoadOptions, type AmqpLoadResult } from './amqp.js';
+import { rabbitmqBinDir, rabbitmqVersion, startRabbitmq, waitAmqp } from './rabbitmq.js';
 import { fmt, nowS, ratio, roundDeep, sleep, table } from './util.js';
 import { histogramQuantile, type HistogramSnapshot } from '../src/core/index.js';
 
@@ -111,11 +115,25 @@ const CFG = {
   replayFetchBytes: int('BENCH_REPLAY_FETCH_BYTES', 16 * 1024 * 1024),
   /** Storage configurations the storage scenarios run (comma-separated: embedded, shared). */
   storageConfigs: (process.env.BENCH_STORAGE_CONFIGS || 'embedded,shared').split(',').map((c) => c.trim()),
+  /** AMQP scenarios: their own measured seconds and warm-up (a queue's steady state takes longer than a topic's). */
+  amqpSeconds: num('BENCH_AMQP_SECONDS', 10),
+  amqpWarmupS: num('BENCH_AMQP_WARMUP', 3),
+  amqpPayloadBytes: int('BENCH_AMQP_PAYLOAD', 1024),
+  /** Unconfirmed publishes per publisher (persistent scenario). */
+  amqpWindow: int('BENCH_AMQP_WINDOW', 256),
+  /** basic.qos prefetch count per consumer (persistent scenario: manual acks). */
+  amqpPrefetch: int('BENCH_AMQP_PREFETCH', 200),
+  /** Messages the publishers may be ahead of the consumers (0: no bound). */
+  amqpAhead: num('BENCH_AMQP_AHEAD', 5_000),
+  amqpPublishers: int('BENCH_AMQP_PUBLISHERS', 1),
+  amqpConsumers: int('BENCH_AMQP_CONSUMERS', 1),
+  /** The transient scenario's queue: `transient` (not durable) or `durable`. */
+  amqpTransientQueue: process.env.BENCH_AMQP_TRANSIENT_QUEUE || 'transient',
 };
 
 // ------------------------------------------------------------------ results
 
-type Group = 'mqtt' | 'kafka' | 'storage';
+type Group = 'mqtt' | 'kafka' | 'storage' | 'amqp';
 
 interface Row {
   group: Group;
@@ -469,6 +487,161 @@ async function latencyRun(c: StorageConfig): Promise<{ r: LatencyResult; bs: { p
     const bs = { p50: histogramQuantile(0.5, after, before), p99: histogramQuantile(0.99, after, before), count: after.count - before.count };
     return { r, bs, peakMbPerSec, calibrated, storage: await storageFigures(b) };
   }, await c.args());
+}
+
+// ------------------------------------------------------------------ AMQP scenarios: FlowMQ vs RabbitMQ
+
+const RABBITMQ_BIN = rabbitmqBinDir();
+const RABBITMQ_VERSION = RABBITMQ_BIN ? rabbitmqVersion(RABBITMQ_BIN) : null;
+const RABBITMQ_MISSING = 'rabbitmq-server not installed (apt-get install rabbitmq-server; BENCH_RABBITMQ_BIN=dir of its rabbitmq-server script)';
+let amqpPairIndex = 0;
+
+/** FlowMQ's options for the AMQP scenarios: AMQP on (beside MQTT and Kafka, which startFlowmq waits for). */
+const FLOWMQ_AMQP_ARGS = ['--protocols', 'mqtt,kafka,amqp', ...(process.env.BENCH_AMQP_FLOWMQ_ARGS ?? '').split(/\s+/).filter((a) => a !== '')];
+
+/**
+ * Runs `fn` once against a fresh FlowMQ and once against a fresh private RabbitMQ node, alternating which goes first;
+ * `fn` gets the AMQP port, the broker process's pid (RabbitMQ's Erlang VM) and, for FlowMQ, a reader of its own figures.
+ */
+async function amqpPair<T>(fn: (port: number, pid: number | null, figures: (() => Promise<BrokerFigures | null>) | null) => Promise<T>): Promise<{ flowmq: Outcome<T>; rabbitmq: Outcome<T> | null }> {
+  const kinds: ('flowmq' | 'rabbitmq')[] = amqpPairIndex++ % 2 === 0 ? ['flowmq', 'rabbitmq'] : ['rabbitmq', 'flowmq'];
+  const out: { flowmq?: Outcome<T>; rabbitmq?: Outcome<T> | null } = { rabbitmq: null };
+  for (const kind of kinds) {
+    if (kind === 'rabbitmq' && !RABBITMQ_BIN) continue;
+    let stop: (() => Promise<void>) | null = null;
+    try {
+      if (kind === 'flowmq') {
+        const b = await startFlowmq(FLOWMQ_AMQP_ARGS);
+        stop = () => b.stop();
+        await waitAmqp(b.amqpPort, 30_000, () => {
+          try {
+            process.kill(b.pid, 0);
+            return true;
+          } catch {
+            return false;
+          }
+        });
+        out.flowmq = { ok: true, value: await fn(b.amqpPort, b.pid, () => flowmqAmqpFigures(b)) };
+      } else {
+        const r = await startRabbitmq(RABBITMQ_BIN!);
+        stop = () => r.stop();
+        out.rabbitmq = { ok: true, value: await fn(r.amqpPort, r.beamPid, null) };
+      }
+    } catch (e) {
+      out[kind] = { ok: false, error: errText(e) };
+      console.error(`  ${kind}: ${errText(e)}`);
+    } finally {
+      await stop?.();
+    }
+  }
+  return { flowmq: out.flowmq!, rabbitmq: out.rabbitmq ?? null };
+}
+
+type BrokerFigures = { amqp: Record<string, number> | null; queueStore: Record<string, number> | null };
+
+/** FlowMQ's AMQP and queue-store counters (GET /api/v1/broker), to see what a run made the broker do. */
+async function flowmqAmqpFigures(b: Broker): Promise<BrokerFigures | null> {
+  try {
+    const res = await fetch(`http://127.0.0.1:${b.httpPort}/api/v1/broker`);
+    const j = (await res.json()) as { amqp?: Record<string, number>; storage?: { queueStoreFigures?: Record<string, number> } };
+    return { amqp: j.amqp ?? null, queueStore: j.storage?.queueStoreFigures ?? null };
+  } catch {
+    return null;
+  }
+}
+
+type AmqpRun = AmqpLoadResult & { rssMiB: number | null; broker: BrokerFigures | null };
+
+function amqpOptions(port: number, persistent: boolean): Omit<AmqpLoadOptions, 'brokerPid'> {
+  return {
+    port,
+    queue: persistent ? 'bench-persistent' : 'bench-transient',
+    durableQueue: persistent || CFG.amqpTransientQueue === 'durable',
+    persistent,
+    confirms: persistent,
+    window: CFG.amqpWindow,
+    publishers: CFG.amqpPublishers,
+    consumers: CFG.amqpConsumers,
+    prefetch: CFG.amqpPrefetch,
+    autoAck: !persistent,
+    ahead: CFG.amqpAhead,
+    payloadBytes: CFG.amqpPayloadBytes,
+    warmupS: CFG.amqpWarmupS,
+    seconds: CFG.amqpSeconds,
+  };
+}
+
+async function amqpRun(port: number, pid: number | null, figures: (() => Promise<BrokerFigures | null>) | null, persistent: boolean): Promise<AmqpRun> {
+  const r = await runAmqpLoad({ ...amqpOptions(port, persistent), brokerPid: pid });
+  const broker = figures ? await figures() : null;
+  let rssMiB: number | null = null;
+  try {
+    if (pid !== null) rssMiB = rssKiB(pid) / 1024;
+  } catch {
+    // gone
+  }
+  return { ...r, rssMiB, broker };
+}
+
+function amqpNotes(r: AmqpRun): string {
+  const notes: string[] = [];
+  if (r.backlogAtEnd > CFG.amqpAhead / 2 || (CFG.amqpAhead === 0 && r.backlogAtEnd > 1000)) notes.push(`backlog ${fmt(r.backlogAtEnd)} at the end`);
+  if (r.heldByAhead >= 0.05) notes.push(`publishers held back ${fmt(100 * r.heldByAhead, 0)}% of the time`);
+  if (r.undelivered > 0) notes.push(`${fmt(r.undelivered)} published, never delivered`);
+  if (r.undelivered < 0) notes.push(`${fmt(-r.undelivered)} more deliveries than publishes`);
+  if (r.redelivered > 0) notes.push(`${fmt(r.redelivered)} redelivered`);
+  if (r.errors.length > 0) notes.push(`errors: ${r.errors.slice(0, 2).join('; ')}`);
+  const qs = r.broker?.queueStore;
+  if (qs && qs.commits > 0) notes.push(`queue store: ${fmt(qs.commits)} commits, ${fmt(qs.calls / qs.commits, 1)} calls each`);
+  if (r.cpu.broker !== null) notes.push(`CPU: broker ${fmt(100 * r.cpu.broker, 0)}%, generator ${fmt(100 * r.cpu.generator, 0)}%`);
+  return notes.length ? ` (${notes.join(', ')})` : '';
+}
+
+const persistentCell = (r: AmqpRun) =>
+  `${fmt(r.publishPerSec)} confirmed/s, ${fmt(r.consumePerSec)} acked deliveries/s; confirm p50 / p99 ${fmt(r.confirm!.p50, 1)} / ${fmt(r.confirm!.p99, 1)} ms; publish → delivery p50 / p99 ${fmt(r.endToEnd.p50, 1)} / ${fmt(r.endToEnd.p99, 1)} ms${amqpNotes(r)}`;
+const transientCell = (r: AmqpRun) =>
+  `${fmt(r.publishPerSec)} published/s, ${fmt(r.consumePerSec)} deliveries/s; publish → delivery p50 / p99 ${fmt(r.endToEnd.p50, 1)} / ${fmt(r.endToEnd.p99, 1)} ms${amqpNotes(r)}`;
+
+/** Throughput of a run: the slower of its two sides (publishes and deliveries, each per second of the window). */
+const amqpRate = (r: AmqpRun) => Math.min(r.publishPerSec, r.consumePerSec);
+
+function amqpScenario(persistent: boolean): Scenario {
+  const name = persistent ? 'amqp-persistent' : 'amqp-transient';
+  const shape = `${fmt(CFG.amqpPayloadBytes)}-byte messages, ${CFG.amqpPublishers} publisher(s) → ${persistent ? 'a durable' : `a ${CFG.amqpTransientQueue === 'durable' ? 'durable' : 'non-durable'}`} queue → ${CFG.amqpConsumers} consumer(s), publishers ≤ ${CFG.amqpAhead ? fmt(CFG.amqpAhead) : '∞'} messages ahead`;
+  const title = persistent
+    ? `persistent (delivery mode 2), publisher confirms with ≤ ${CFG.amqpWindow} unconfirmed, manual acks with prefetch ${CFG.amqpPrefetch}: ${shape} (target ≥ 1.5× RabbitMQ at a lower confirm p99)`
+    : `transient (delivery mode 1), no confirms, no-ack consumers: ${shape}`;
+  return {
+    name,
+    group: 'amqp',
+    title,
+    run: async () => {
+      const r = await amqpPair((port, pid, figures) => amqpRun(port, pid, figures, persistent));
+      const f = r.flowmq;
+      const m = r.rabbitmq;
+      const show = persistent ? persistentCell : transientCell;
+      let verdict = '-';
+      if (f.ok && m?.ok) {
+        const x = amqpRate(f.value) / amqpRate(m.value);
+        verdict = `${ratio(f.value.publishPerSec, m.value.publishPerSec)} published, ${ratio(f.value.consumePerSec, m.value.consumePerSec)} delivered`;
+        if (persistent) {
+          const fp99 = f.value.confirm!.p99;
+          const mp99 = m.value.confirm!.p99;
+          const met = x >= 1.5 && fp99 < mp99 && f.value.errors.length === 0;
+          verdict += `; confirm p99 ${fmt(fp99, 1)} vs ${fmt(mp99, 1)} ms; ≥ 1.5× at a lower p99: ${met ? 'met' : 'not met'}`;
+        }
+      } else if (persistent) verdict = '≥ 1.5× at a lower p99: not measured';
+      rows.push({
+        group: 'amqp',
+        scenario: name,
+        title,
+        flowmq: f.ok ? show(f.value) : `error: ${f.error}`,
+        peer: !m ? RABBITMQ_MISSING : m.ok ? show(m.value) : `error: ${m.error}`,
+        ratio: verdict,
+        data: { options: { ...amqpOptions(0, persistent), port: undefined }, flowmqArgs: FLOWMQ_AMQP_ARGS, flowmq: f, rabbitmq: m },
+      });
+    },
+  };
 }
 
 // ------------------------------------------------------------------ registry
@@ -825,12 +998,14 @@ const scenarios: Scenario[] = [
       });
     },
   },
+  amqpScenario(true),
+  amqpScenario(false),
 ];
 
 function usage(): string {
   return [
     'usage: npm run bench [-- SELECTION...]',
-    '  SELECTION: mqtt | kafka | storage | a scenario name (default: everything)',
+    '  SELECTION: mqtt | kafka | storage | amqp | a scenario name (default: everything)',
     '  scenarios:',
     ...scenarios.map((s) => `    ${s.name.padEnd(16)} ${s.title}`),
   ].join('\n');
@@ -840,7 +1015,7 @@ function select(args: string[]): Scenario[] {
   if (args.length === 0 || args.includes('all')) return scenarios;
   const out = new Set<Scenario>();
   for (const a of args) {
-    const hit = scenarios.filter((s) => s.group === a || s.name === a || s.name === `mqtt-${a}` || s.name === `kafka-${a}` || s.name === `storage-${a}`);
+    const hit = scenarios.filter((s) => s.group === a || s.name === a || s.name === `mqtt-${a}` || s.name === `kafka-${a}` || s.name === `storage-${a}` || s.name === `amqp-${a}`);
     if (hit.length === 0) throw new Error(`unknown selection "${a}"\n${usage()}`);
     for (const h of hit) out.add(h);
   }
@@ -915,8 +1090,10 @@ async function main(): Promise<void> {
   console.log(
     `FlowMQ benchmarks — ${selected.map((s) => s.name).join(', ')}\n` +
       `${CFG.warmupS}s warm-up + ${CFG.seconds}s measured per scenario; ${cpus().length} CPUs (${cpus()[0]?.model ?? '?'}), ` +
-      `node ${process.version}, mosquitto ${mosqVersion ?? 'not installed'}; load generator and brokers share the machine; ` +
-      `load average ${loadAtStart.map((l) => l.toFixed(2)).join(' ')}\n`,
+      `node ${process.version}, mosquitto ${mosqVersion ?? 'not installed'}, rabbitmq-server ${RABBITMQ_VERSION ?? 'not installed'}; load generator and brokers share the machine; ` +
+      `load average ${loadAtStart.map((l) => l.toFixed(2)).join(' ')}` +
+      (selected.some((s) => s.group === 'amqp') ? `; AMQP scenarios: ${CFG.amqpWarmupS}s warm-up + ${CFG.amqpSeconds}s measured` : '') +
+      '\n',
   );
 
   const t0 = nowS();
@@ -932,6 +1109,7 @@ async function main(): Promise<void> {
     ['mqtt', ['MQTT scenario', 'FlowMQ', `Mosquitto ${mosqVersion ?? ''}`.trim(), 'FlowMQ / Mosquitto']],
     ['kafka', ['Kafka scenario', 'FlowMQ', 'this machine', 'FlowMQ vs machine / target']],
     ['storage', ['Storage scenario', ...STORAGE_CONFIGS.map((c) => c.label), 'target']],
+    ['amqp', ['AMQP scenario', 'FlowMQ', `RabbitMQ ${RABBITMQ_VERSION ?? '(not installed)'}`, 'FlowMQ / RabbitMQ, target']],
   ];
   for (const [g, header] of groups) {
     const rs = rows.filter((r) => r.group === g);
@@ -945,7 +1123,7 @@ async function main(): Promise<void> {
     date: started.toISOString(),
     durationSeconds: nowS() - t0,
     loadAverage: { start: loadAtStart, end: loadavg() },
-    machine: { cpus: cpus().length, cpuModel: cpus()[0]?.model ?? null, memoryBytes: totalmem(), platform: `${process.platform}/${process.arch}`, node: process.version, mosquitto: mosqVersion },
+    machine: { cpus: cpus().length, cpuModel: cpus()[0]?.model ?? null, memoryBytes: totalmem(), platform: `${process.platform}/${process.arch}`, node: process.version, mosquitto: mosqVersion, rabbitmq: RABBITMQ_VERSION },
     settings: { ...CFG, mqttLimits: MQTT_LIMITS, selection: selected.map((s) => s.name) },
     results: rows.map((r) => ({ group: r.group, scenario: r.scenario, title: r.title, table: { flowmq: r.flowmq, peer: r.peer, ratio: r.ratio }, ...r.data })),
   };
