@@ -3,6 +3,7 @@ import assert from 'node:assert/strict';
 import {
   encodeBatch,
   Engine,
+  FlowError,
   makeMessage,
   MemoryStore,
   messageToRecord,
@@ -605,5 +606,31 @@ describe('Router with the real queue runtime', () => {
     assert.deepEqual(engine.listBindings(), []);
     for (let i = 0; i < 100 && (await store.listQueues()).length > 0; i++) await new Promise((r) => setTimeout(r, 10));
     assert.deepEqual(await store.listQueues(), []);
+  });
+});
+
+describe('Router: the free-space reserve', () => {
+  it('refuses persistent messages to durable queues while writes are refused, and takes them again after', async () => {
+    const { engine, q } = setup();
+    await engine.declareQueue(qdef('durable'));
+    await engine.declareQueue(qdef('memory', { durable: false }));
+    let full = true;
+    engine.writeRefusal = () => (full ? new FlowError('STORAGE_FULL', 'free space below the reserve') : null);
+    const r = engine.publishTo('amq.fanout', '', msg('p'));
+    assert.equal(r.routed, 0, 'amq.fanout has no bindings yet');
+    await engine.bind(qb('amq.fanout', 'durable'));
+    await engine.bind(qb('amq.fanout', 'memory'));
+    const refused = engine.publishTo('amq.fanout', '', msg('persistent'));
+    assert.equal(refused.routed, 2);
+    await assert.rejects(refused.durable!, (e: unknown) => e instanceof FlowError && e.code === 'STORAGE_FULL');
+    // A transient message is not written, so it is taken; the non-durable queue takes everything.
+    const transient = engine.publishTo('amq.fanout', '', msg('transient', { persistent: false }));
+    assert.equal(transient.durable, null);
+    assert.deepEqual(bodies(q('durable')), ['transient']);
+    assert.deepEqual(bodies(q('memory')), ['persistent', 'transient']);
+    full = false;
+    const ok = engine.publishTo('amq.fanout', '', msg('later'));
+    await ok.durable;
+    assert.deepEqual(bodies(q('durable')), ['transient', 'later']);
   });
 });
