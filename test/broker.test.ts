@@ -101,9 +101,10 @@ describe('broker protocol modules', () => {
     const silent = pino({ level: 'silent' });
     const both = await startBroker(loadConfig({ flags: { ...base, 'data-dir': freshDir() }, env: {} }), silent);
     try {
-      assert.deepEqual([...both.listeners.keys()], ['mqtt', 'mqtt-ws', 'kafka']);
+      assert.deepEqual([...both.listeners.keys()], ['mqtt', 'mqtt-ws', 'kafka', 'amqp']);
       const info = (await (await fetch(`http://127.0.0.1:${both.ports().http}/api/v1/broker`)).json()) as Record<string, Record<string, unknown>>;
-      assert.deepEqual(Object.keys(info.listeners), ['mqtt', 'mqtt-ws', 'kafka']);
+      assert.deepEqual(Object.keys(info.listeners), ['mqtt', 'mqtt-ws', 'kafka', 'amqp']);
+      assert.equal(typeof info.amqp, 'object');
       assert.deepEqual(Object.keys(info.kafka), ['produceLatency', 'framePool', 'histogramBoundsMs']);
       assert.equal(info.mqtt.connected, 0);
       assert.equal(info.mqtt.slowConsumerPolicy, 'drop');
