@@ -291,7 +291,10 @@ export class Queue implements QueueRuntime {
     const store = this.store;
     const persistent = msg.persistent !== false;
     // A durable queue whose window is full (or already has messages beyond it) takes new messages into the store
-    // only, transient ones too (they are dropped at recovery: see open/onLoaded); otherwise in memory.
+    // only, transient ones too; otherwise in memory. A transient message that went to the store survives a restart
+    // like a persistent one (AMQP lets a server keep a transient message; it only need not): dropping it at recovery
+    // would leave the store's count above the queue's real length until it was read back, and length limits would
+    // then drop confirmed persistent messages for it. Its publisher is not made to wait for the write.
     const toStoreOnly =
       store !== null && (this.beyond > 0 || this.loading || this.heap.size >= this.win.maxMessages || this.heapBytes + bytes > this.win.maxBytes);
     if (toStoreOnly) {
@@ -720,11 +723,6 @@ export class Queue implements QueueRuntime {
         // The store counted the encoded size; the queue counts payload bytes.
         this.beyondBytes -= r.data.length;
       } else this.beyondBytes -= bytes;
-      if (recovered && msg.persistent === false) {
-        // A transient message stored past the window before a restart: transient messages do not survive one.
-        this.store?.remove(this.name, [r.id]).catch(ignore);
-        continue;
-      }
       let expiresAt = msg.expiresAt ?? Infinity;
       if (ttl !== undefined) {
         const at = (recovered ? msg.timestamp : (this.enqueueTimeOf(r.id) ?? now)) + ttl;
