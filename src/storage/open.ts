@@ -10,14 +10,20 @@ import { join } from 'node:path';
 import type { Logger } from 'pino';
 import type { Config } from '../config/index.js';
 import { redactUrl } from '../config/index.js';
-import { FlowError } from '../core/index.js';
+import { FlowError, type QueueStore } from '../core/index.js';
 import { PostgresMetastore, SqliteMetastore, type Metastore } from './metastore/index.js';
 import { CachedObjectStore, FsObjectStore, S3ObjectStore, type ObjectStore } from './objects/index.js';
+import { PostgresQueueStore, SqliteQueueStore } from './queues/index.js';
 import { FileWal, PartitionWal, PostgresWal, type WriteAheadLog } from './wal/index.js';
 
 export interface Storage {
   metastore: Metastore;
   objects: ObjectStore;
+  /**
+   * Where durable queues keep their messages: SQLite (`queues.db` in the data directory, run by a worker thread)
+   * beside a SQLite metastore, PostgreSQL beside a PostgreSQL one.
+   */
+  queues: QueueStore;
   /** The configured WAL; `layout` picks the file layout (the broker opens the other one to drain it). */
   openWal(layout?: 'partition' | 'shared'): Promise<WriteAheadLog>;
   /** One phrase for the start-up line, e.g. "postgres metastore, postgres WAL, s3 objects (bucket/prefix)". */
@@ -27,7 +33,7 @@ export interface Storage {
    * `storage.objects`): `metastoreFigures`, `objectFigures`.
    */
   figures(): Record<string, unknown>;
-  /** Closes the object store and the metastore (the broker closes the WAL it opened). */
+  /** Closes the queue store, the object store and the metastore (the broker closes the WAL it opened). */
   close(): Promise<void>;
 }
 
@@ -54,6 +60,13 @@ export async function openStorage(config: Config, dataDir: string, logger: Logge
         )
       : SqliteMetastore.open(join(dataDir, 'metastore.db'));
     opened.push(metastore);
+
+    const queues: QueueStore = pgOptions
+      ? await reach(`PostgreSQL queue store at ${redactUrl(pgOptions.url)}`, () =>
+          PostgresQueueStore.open({ ...pgOptions, logger: logger.child({ component: 'queues' }) }),
+        )
+      : await reach(`queue store ${join(dataDir, 'queues.db')}`, () => SqliteQueueStore.open(join(dataDir, 'queues.db')));
+    opened.push(queues);
 
     let objects: ObjectStore;
     let objectsDescription = 'filesystem objects';
@@ -99,11 +112,13 @@ export async function openStorage(config: Config, dataDir: string, logger: Logge
     return {
       metastore,
       objects,
+      queues,
       openWal,
       description,
       figures() {
         const out: Record<string, unknown> = {};
         if (metastore.figures) out.metastoreFigures = metastore.figures();
+        if (queues.figures) out.queueStoreFigures = queues.figures();
         if (objects.figures) out.objectFigures = objects.figures();
         return out;
       },

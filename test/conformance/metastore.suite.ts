@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { isFlowError } from '../../src/core/index.js';
+import { isFlowError, type BindingDef, type ExchangeDef, type QueueDef } from '../../src/core/index.js';
 import type { Metastore, SegmentMeta, StreamDef } from '../../src/storage/metastore/index.js';
 
 const stream = (name: string, over: Partial<StreamDef> = {}): StreamDef => ({
@@ -29,6 +29,40 @@ const segment = (streamName: string, partition: number, base: number, end: numbe
   maxTimestamp: 1_700_000_000_000 + base,
   createdAt: 1_700_000_100_000,
 });
+
+const queueDef = (name: string, over: Partial<QueueDef> = {}): QueueDef => ({
+  name,
+  durable: true,
+  exclusiveOwner: null,
+  autoDelete: false,
+  arguments: { messageTtlMs: 60_000, maxLength: 1000, overflow: 'reject-publish', deadLetterExchange: 'dlx' },
+  rawArguments: { 'x-message-ttl': 60_000, 'x-max-length': 1000, 'x-overflow': 'reject-publish', 'x-dead-letter-exchange': 'dlx' },
+  createdAt: 1_700_000_000_000,
+  ...over,
+});
+
+const exchangeDef = (name: string, over: Partial<ExchangeDef> = {}): ExchangeDef => ({
+  name,
+  type: 'topic',
+  durable: true,
+  autoDelete: false,
+  internal: false,
+  rawArguments: {},
+  createdAt: 1_700_000_000_000,
+  ...over,
+});
+
+const binding = (source: string, destination: string, key: string, over: Partial<BindingDef> = {}): BindingDef => ({
+  source,
+  destinationKind: 'queue',
+  destination,
+  key,
+  arguments: {},
+  ...over,
+});
+
+const byName = <T extends { name: string }>(list: T[]): T[] => [...list].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+const sortBindings = (list: BindingDef[]): BindingDef[] => [...list].sort((a, b) => (JSON.stringify(a) < JSON.stringify(b) ? -1 : 1));
 
 /** A stream's definition as listed, or null (the interface has no lookup by name: the core keeps its own index). */
 async function getStream(m: Metastore, name: string): Promise<StreamDef | null> {
@@ -440,6 +474,116 @@ export function metastoreConformance(name: string, open: (dir: string) => Promis
         await Promise.all(ops);
         assert.equal((await getStream(m, 'd'))?.partitions, 5);
         await m.close();
+      });
+    });
+
+    describe('queue catalog (QueueCatalog)', () => {
+      it('puts, replaces, lists and deletes queue definitions, arguments intact', async () => {
+        const m = await open(freshDir());
+        assert.deepEqual(await m.listQueues(), []);
+        const orders = queueDef('orders');
+        const plain = queueDef('plain', { arguments: {}, rawArguments: {}, autoDelete: true });
+        const owned = queueDef('amq.gen-1', { exclusiveOwner: 'conn-7', durable: false });
+        const bytes = queueDef('bytes', { rawArguments: { 'x-note': Buffer.from([0, 1, 255]), nested: { a: [1, 'two', null, true] } } });
+        for (const d of [orders, plain, owned, bytes]) await m.putQueue(d);
+        assert.deepEqual(byName(await m.listQueues()), byName([orders, plain, owned, bytes]));
+        const changed = { ...orders, arguments: { maxLength: 5 }, rawArguments: { 'x-max-length': 5 } };
+        await m.putQueue(changed);
+        assert.deepEqual(byName(await m.listQueues()), byName([changed, plain, owned, bytes]), 'a put replaces');
+        await m.deleteQueue('plain');
+        await m.deleteQueue('plain');
+        await m.deleteQueue('never-there');
+        assert.deepEqual(byName(await m.listQueues()), byName([changed, owned, bytes]));
+        await m.close();
+      });
+
+      it('puts, replaces, lists and deletes exchange definitions', async () => {
+        const m = await open(freshDir());
+        assert.deepEqual(await m.listExchanges(), []);
+        const logs = exchangeDef('logs', { type: 'fanout' });
+        const alt = exchangeDef('with-alt', { type: 'direct', alternateExchange: 'logs', internal: true, autoDelete: true, rawArguments: { 'alternate-exchange': 'logs' } });
+        const hdr = exchangeDef('hdr', { type: 'headers', durable: false });
+        for (const d of [logs, alt, hdr]) await m.putExchange(d);
+        assert.deepEqual(byName(await m.listExchanges()), byName([logs, alt, hdr]));
+        const { alternateExchange: _gone, ...noAlt } = alt;
+        await m.putExchange(noAlt);
+        assert.deepEqual(byName(await m.listExchanges()), byName([logs, noAlt, hdr]), 'a put replaces, optional fields too');
+        await m.deleteExchange('hdr');
+        await m.deleteExchange('never-there');
+        assert.deepEqual(byName(await m.listExchanges()), byName([logs, noAlt]));
+        await m.close();
+      });
+
+      it('keeps bindings by everything they say: idempotent puts, deletes of absent ones are no-ops', async () => {
+        const m = await open(freshDir());
+        assert.deepEqual(await m.listBindings(), []);
+        const b1 = binding('amq.topic', 'orders', 'orders.*');
+        const b2 = binding('amq.topic', 'orders', 'orders/+', { rule: 'mqtt' });
+        const b3 = binding('hdr', 'orders', '', { arguments: { 'x-match': 'any', a: 1, b: 'x' } });
+        const b4 = binding('hdr', 'orders', '', { arguments: { b: 'x', a: 1, 'x-match': 'all' } });
+        const b5 = binding('amq.topic', 'logs', '#', { destinationKind: 'exchange' });
+        const b6 = binding('amq.topic', 'telemetry', 'factory/+/+/telemetry', { destinationKind: 'stream', rule: 'mqtt' });
+        for (const b of [b1, b2, b3, b4, b5, b6, b1, b3]) await m.putBinding(b);
+        assert.deepEqual(sortBindings(await m.listBindings()), sortBindings([b1, b2, b3, b4, b5, b6]));
+        // Arguments in another key order name the same binding.
+        await m.deleteBinding(binding('hdr', 'orders', '', { arguments: { b: 'x', 'x-match': 'any', a: 1 } }));
+        await m.deleteBinding(binding('hdr', 'orders', 'nope'));
+        // Same source, destination and key, another rule: another binding.
+        await m.deleteBinding(binding('amq.topic', 'orders', 'orders.*', { rule: 'nats' }));
+        assert.deepEqual(sortBindings(await m.listBindings()), sortBindings([b1, b2, b4, b5, b6]));
+        await m.close();
+      });
+
+      it('deleting a queue deletes the bindings to it; deleting an exchange, the bindings from and to it', async () => {
+        const m = await open(freshDir());
+        await m.putQueue(queueDef('q1'));
+        await m.putQueue(queueDef('q2'));
+        await m.putExchange(exchangeDef('x1'));
+        await m.putExchange(exchangeDef('x2'));
+        const toQ1 = binding('x1', 'q1', 'a');
+        const toQ2 = binding('x1', 'q2', 'a');
+        const x2ToQ1 = binding('x2', 'q1', 'b');
+        const x1ToX2 = binding('x1', 'x2', 'c', { destinationKind: 'exchange' });
+        const x2ToX1 = binding('x2', 'x1', 'd', { destinationKind: 'exchange' });
+        // A stream and an exchange may share a queue's name: only the queue's bindings go with it.
+        const streamNamedQ1 = binding('x2', 'q1', 'e', { destinationKind: 'stream' });
+        for (const b of [toQ1, toQ2, x2ToQ1, x1ToX2, x2ToX1, streamNamedQ1]) await m.putBinding(b);
+        await m.deleteQueue('q1');
+        assert.deepEqual(sortBindings(await m.listBindings()), sortBindings([toQ2, x1ToX2, x2ToX1, streamNamedQ1]));
+        await m.deleteExchange('x1');
+        assert.deepEqual(sortBindings(await m.listBindings()), sortBindings([streamNamedQ1]));
+        assert.deepEqual((await m.listExchanges()).map((e) => e.name), ['x2']);
+        assert.deepEqual((await m.listQueues()).map((q) => q.name), ['q2']);
+        await m.close();
+      });
+
+      it('calls made without awaiting take effect in order', async () => {
+        const m = await open(freshDir());
+        const ops = [
+          m.putQueue(queueDef('q')),
+          m.putBinding(binding('x', 'q', 'k')),
+          m.deleteQueue('q'),
+          m.putQueue(queueDef('q', { autoDelete: true })),
+          m.putBinding(binding('x', 'q', 'k2')),
+        ];
+        await Promise.all(ops);
+        assert.deepEqual(await m.listQueues(), [queueDef('q', { autoDelete: true })]);
+        assert.deepEqual(await m.listBindings(), [binding('x', 'q', 'k2')]);
+        await m.close();
+      });
+
+      it('keeps definitions across reopen', async () => {
+        const dir = freshDir();
+        const m = await open(dir);
+        await m.putQueue(queueDef('q'));
+        await m.putExchange(exchangeDef('x', { alternateExchange: 'alt' }));
+        await m.putBinding(binding('x', 'q', 'a.#', { arguments: { n: 1 } }));
+        await m.close();
+        const m2 = await open(dir);
+        assert.deepEqual(await m2.listQueues(), [queueDef('q')]);
+        assert.deepEqual(await m2.listExchanges(), [exchangeDef('x', { alternateExchange: 'alt' })]);
+        assert.deepEqual(await m2.listBindings(), [binding('x', 'q', 'a.#', { arguments: { n: 1 } })]);
+        await m2.close();
       });
     });
 

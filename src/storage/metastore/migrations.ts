@@ -129,4 +129,47 @@ export const migrations: readonly Migration[] = [
         SELECT client_id, MAX(seq) + 1, COUNT(*) FROM session_queue GROUP BY client_id;
     `,
   },
+  // Version 5: issue 14 (AMQP 0-9-1 and durable queues). Queue messages are not here: see src/storage/queues.
+  {
+    version: 5,
+    name: 'queue, exchange and binding definitions',
+    sql: `
+      -- Durable queue definitions (QueueCatalog). arguments / raw_arguments: JSON objects.
+      CREATE TABLE queue_defs (
+        name            TEXT    NOT NULL PRIMARY KEY,
+        durable         INTEGER NOT NULL,
+        exclusive_owner TEXT,
+        auto_delete     INTEGER NOT NULL,
+        arguments       TEXT    NOT NULL,
+        raw_arguments   TEXT    NOT NULL,
+        created_at      INTEGER NOT NULL
+      ) STRICT;
+
+      CREATE TABLE exchange_defs (
+        name               TEXT    NOT NULL PRIMARY KEY,
+        type               TEXT    NOT NULL,
+        durable            INTEGER NOT NULL,
+        auto_delete        INTEGER NOT NULL,
+        internal           INTEGER NOT NULL,
+        alternate_exchange TEXT,
+        raw_arguments      TEXT    NOT NULL,
+        created_at         INTEGER NOT NULL
+      ) STRICT;
+
+      -- A binding is identified by everything it says (bindingKey: source, destination, key, rule and its
+      -- arguments with sorted keys), as AMQP identifies bindings. Deleting a queue or an exchange deletes the
+      -- bindings naming it, found through the two indexes.
+      CREATE TABLE binding_defs (
+        binding_key      TEXT NOT NULL PRIMARY KEY,
+        source           TEXT NOT NULL,
+        destination_kind TEXT NOT NULL,
+        destination      TEXT NOT NULL,
+        key              TEXT NOT NULL,
+        rule             TEXT,
+        arguments        TEXT NOT NULL
+      ) STRICT;
+      CREATE INDEX binding_defs_by_source ON binding_defs (source);
+      CREATE INDEX binding_defs_by_destination ON binding_defs (destination_kind, destination);
+    `,
+  },
 ];

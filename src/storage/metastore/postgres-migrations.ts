@@ -230,4 +230,45 @@ export const postgresMigrations: readonly PgMigration[] = [
       END $fn$;
     `,
   },
+  // Version 2: issue 14 (AMQP 0-9-1 and durable queues), as SQLite's version 5. Queue messages are in the queue
+  // store's own tables (src/storage/queues/postgres-queue-store.ts).
+  {
+    version: 2,
+    name: 'queue, exchange and binding definitions',
+    sql: `
+      CREATE TABLE queue_defs (
+        name            text COLLATE "C" NOT NULL PRIMARY KEY,
+        durable         boolean NOT NULL,
+        exclusive_owner text,
+        auto_delete     boolean NOT NULL,
+        arguments       text    NOT NULL,  -- JSON (text, not jsonb: kept as written)
+        raw_arguments   text    NOT NULL,
+        created_at      bigint  NOT NULL
+      );
+
+      CREATE TABLE exchange_defs (
+        name               text COLLATE "C" NOT NULL PRIMARY KEY,
+        type               text    NOT NULL,
+        durable            boolean NOT NULL,
+        auto_delete        boolean NOT NULL,
+        internal           boolean NOT NULL,
+        alternate_exchange text,
+        raw_arguments      text    NOT NULL,
+        created_at         bigint  NOT NULL
+      );
+
+      -- Identified by everything a binding says (bindingKey); the indexes serve the deletes of a queue or exchange.
+      CREATE TABLE binding_defs (
+        binding_key      text COLLATE "C" NOT NULL PRIMARY KEY,
+        source           text COLLATE "C" NOT NULL,
+        destination_kind text NOT NULL,
+        destination      text COLLATE "C" NOT NULL,
+        key              text COLLATE "C" NOT NULL,
+        rule             text,
+        arguments        text NOT NULL
+      );
+      CREATE INDEX binding_defs_by_source ON binding_defs (source);
+      CREATE INDEX binding_defs_by_destination ON binding_defs (destination_kind, destination);
+    `,
+  },
 ];

@@ -1,4 +1,3 @@
-import type { BindingDef, ExchangeDef, QueueDef } from '../../core/index.js';
 /**
  * The cluster metastore: PostgreSQL through a node-postgres pool. Same tables and semantics as the SQLite
  * backend (see postgres-migrations.ts), shared by every broker that points at the database.
@@ -17,7 +16,7 @@ import type { BindingDef, ExchangeDef, QueueDef } from '../../core/index.js';
  *   server is handled by the pool's 'error' listener (it would otherwise crash the process).
  */
 import { FlowError } from '../../core/index.js';
-import type { OffsetCommit, QueueChanges, QueuedEntry, RetainedEntry, SessionRecord } from '../../core/index.js';
+import type { BindingDef, ExchangeDef, OffsetCommit, QueueChanges, QueueDef, QueuedEntry, RetainedEntry, SessionRecord } from '../../core/index.js';
 import {
   connectPool,
   KeyedSerializer,
@@ -26,7 +25,30 @@ import {
   type PostgresOptions,
 } from '../postgres-util.js';
 import { postgresMigrations } from './postgres-migrations.js';
-import { checkInt, checkInt32, checkSegment, checkStreamDef, toOffset, toSegment, toSession, toStream, type OffsetRow, type SegmentRow, type SessionRow, type StreamRow } from './rows.js';
+import {
+  bindingValues,
+  checkExchangeDef,
+  checkInt,
+  checkInt32,
+  checkQueueDef,
+  checkSegment,
+  checkStreamDef,
+  toBindingDef,
+  toExchangeDef,
+  toJson,
+  toOffset,
+  toQueueDef,
+  toSegment,
+  toSession,
+  toStream,
+  type BindingDefRow,
+  type ExchangeDefRow,
+  type OffsetRow,
+  type QueueDefRow,
+  type SegmentRow,
+  type SessionRow,
+  type StreamRow,
+} from './rows.js';
 import type { ConsumerOffset, Metastore, PartitionState, SegmentMeta, StreamDef } from './types.js';
 
 export type { PostgresOptions };
@@ -37,6 +59,11 @@ const PARTITION = 'p';
 const GROUP = 'g';
 const CLIENT = 'c';
 const TOPIC = 't';
+/**
+ * Queue, exchange and binding definitions: one key for all of them. Deleting a queue or an exchange deletes
+ * bindings, so the calls must keep their order across the three kinds; declarations are rare enough for that.
+ */
+const CATALOG = 'd';
 
 const partKey = (stream: string, partition: number): string => `${partition}\u0000${stream}`;
 
@@ -425,19 +452,104 @@ export class PostgresMetastore implements Metastore {
     });
   }
 
+  // ---------------------------------------------------------------- queue catalog (QueueCatalog)
+
+  async putQueue(def: QueueDef): Promise<void> {
+    checkQueueDef(def);
+    await this.keyed(CATALOG, '', () =>
+      this.q(
+        'putQueue',
+        `INSERT INTO queue_defs (name, durable, exclusive_owner, auto_delete, arguments, raw_arguments, created_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7)
+         ON CONFLICT (name) DO UPDATE SET durable = excluded.durable, exclusive_owner = excluded.exclusive_owner,
+           auto_delete = excluded.auto_delete, arguments = excluded.arguments, raw_arguments = excluded.raw_arguments,
+           created_at = excluded.created_at`,
+        [def.name, def.durable, def.exclusiveOwner, def.autoDelete, toJson(def.arguments), toJson(def.rawArguments), def.createdAt],
+      ),
+    );
+  }
+
+  async deleteQueue(name: string): Promise<void> {
+    // With the bindings to it, in one statement.
+    await this.keyed(CATALOG, '', () =>
+      this.q(
+        'deleteQueue',
+        `WITH b AS (DELETE FROM binding_defs WHERE destination_kind = 'queue' AND destination = $1)
+         DELETE FROM queue_defs WHERE name = $1`,
+        [name],
+      ),
+    );
+  }
+
+  async listQueues(): Promise<QueueDef[]> {
+    return this.keyed(CATALOG, '', async () => {
+      const r = await this.q<QueueDefRow & Record<string, unknown>>('listQueues', 'SELECT * FROM queue_defs ORDER BY name');
+      return r.rows.map(toQueueDef);
+    });
+  }
+
+  async putExchange(def: ExchangeDef): Promise<void> {
+    checkExchangeDef(def);
+    await this.keyed(CATALOG, '', () =>
+      this.q(
+        'putExchange',
+        `INSERT INTO exchange_defs (name, type, durable, auto_delete, internal, alternate_exchange, raw_arguments, created_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+         ON CONFLICT (name) DO UPDATE SET type = excluded.type, durable = excluded.durable, auto_delete = excluded.auto_delete,
+           internal = excluded.internal, alternate_exchange = excluded.alternate_exchange,
+           raw_arguments = excluded.raw_arguments, created_at = excluded.created_at`,
+        [def.name, def.type, def.durable, def.autoDelete, def.internal, def.alternateExchange ?? null, toJson(def.rawArguments), def.createdAt],
+      ),
+    );
+  }
+
+  async deleteExchange(name: string): Promise<void> {
+    await this.keyed(CATALOG, '', () =>
+      this.q(
+        'deleteExchange',
+        `WITH b AS (DELETE FROM binding_defs WHERE source = $1 OR (destination_kind = 'exchange' AND destination = $1))
+         DELETE FROM exchange_defs WHERE name = $1`,
+        [name],
+      ),
+    );
+  }
+
+  async listExchanges(): Promise<ExchangeDef[]> {
+    return this.keyed(CATALOG, '', async () => {
+      const r = await this.q<ExchangeDefRow & Record<string, unknown>>('listExchanges', 'SELECT * FROM exchange_defs ORDER BY name');
+      return r.rows.map(toExchangeDef);
+    });
+  }
+
+  async putBinding(b: BindingDef): Promise<void> {
+    const values = bindingValues(b);
+    await this.keyed(CATALOG, '', () =>
+      this.q(
+        'putBinding',
+        `INSERT INTO binding_defs (binding_key, source, destination_kind, destination, key, rule, arguments)
+         VALUES ($1, $2, $3, $4, $5, $6, $7)
+         ON CONFLICT (binding_key) DO UPDATE SET rule = excluded.rule, arguments = excluded.arguments`,
+        values,
+      ),
+    );
+  }
+
+  async deleteBinding(b: BindingDef): Promise<void> {
+    const [key] = bindingValues(b);
+    await this.keyed(CATALOG, '', () => this.q('deleteBinding', 'DELETE FROM binding_defs WHERE binding_key = $1', [key]));
+  }
+
+  async listBindings(): Promise<BindingDef[]> {
+    return this.keyed(CATALOG, '', async () => {
+      const r = await this.q<BindingDefRow & Record<string, unknown>>(
+        'listBindings',
+        'SELECT * FROM binding_defs ORDER BY source, destination_kind, destination, key, binding_key',
+      );
+      return r.rows.map(toBindingDef);
+    });
+  }
+
   /** Finishes the calls already made, then closes the pool. */
-
-  // QueueCatalog: placeholders until the queue-store work lands (issue 14); replaced, not shipped.
-  async putQueue(_def: QueueDef): Promise<void> { throw new FlowError('STORAGE_ERROR', 'queue catalog not implemented yet'); }
-  async deleteQueue(_name: string): Promise<void> { throw new FlowError('STORAGE_ERROR', 'queue catalog not implemented yet'); }
-  async listQueues(): Promise<QueueDef[]> { return []; }
-  async putExchange(_def: ExchangeDef): Promise<void> { throw new FlowError('STORAGE_ERROR', 'queue catalog not implemented yet'); }
-  async deleteExchange(_name: string): Promise<void> { throw new FlowError('STORAGE_ERROR', 'queue catalog not implemented yet'); }
-  async listExchanges(): Promise<ExchangeDef[]> { return []; }
-  async putBinding(_b: BindingDef): Promise<void> { throw new FlowError('STORAGE_ERROR', 'queue catalog not implemented yet'); }
-  async deleteBinding(_b: BindingDef): Promise<void> { throw new FlowError('STORAGE_ERROR', 'queue catalog not implemented yet'); }
-  async listBindings(): Promise<BindingDef[]> { return []; }
-
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;

@@ -2,7 +2,7 @@
  * What the SQL metastores (SQLite, PostgreSQL) have in common: their tables have the same columns, so their rows
  * map to the interface's types the same way, and arguments are checked the same way before anything is written.
  */
-import { FlowError, type SessionRecord } from '../../core/index.js';
+import { bindingKey, FlowError, type BindingDef, type ExchangeDef, type QueueDef, type SessionRecord } from '../../core/index.js';
 import type { ConsumerOffset, SegmentMeta, StreamDef } from './types.js';
 
 export interface StreamRow {
@@ -109,4 +109,106 @@ export function checkSegment(seg: SegmentMeta, epoch: number): void {
   if (seg.endOffset <= seg.baseOffset) {
     throw new FlowError('INVALID_ARGUMENT', `empty segment [${seg.baseOffset}, ${seg.endOffset})`);
   }
+}
+
+// ---------------------------------------------------------------- queue catalog (QueueCatalog)
+
+/**
+ * Arguments are kept as JSON text (not PostgreSQL's jsonb, which would reorder keys and rewrite numbers). A
+ * Buffer in them (an AMQP byte array) is written as {"type":"Buffer","data":[...]} by JSON.stringify and comes
+ * back as a Buffer.
+ */
+export const toJson = (v: unknown): string => JSON.stringify(v ?? {});
+export function fromJson<T>(text: string): T {
+  return JSON.parse(text, (_k, v: unknown) => {
+    if (v !== null && typeof v === 'object' && !Array.isArray(v)) {
+      const o = v as Record<string, unknown>;
+      const keys = Object.keys(o);
+      if (keys.length === 2 && o.type === 'Buffer' && Array.isArray(o.data)) return Buffer.from(o.data as number[]);
+    }
+    return v;
+  }) as T;
+}
+
+export interface QueueDefRow {
+  name: string;
+  durable: number | boolean;
+  exclusive_owner: string | null;
+  auto_delete: number | boolean;
+  arguments: string;
+  raw_arguments: string;
+  created_at: number;
+}
+
+export interface ExchangeDefRow {
+  name: string;
+  type: string;
+  durable: number | boolean;
+  auto_delete: number | boolean;
+  internal: number | boolean;
+  alternate_exchange: string | null;
+  raw_arguments: string;
+  created_at: number;
+}
+
+export interface BindingDefRow {
+  binding_key: string;
+  source: string;
+  destination_kind: string;
+  destination: string;
+  key: string;
+  rule: string | null;
+  arguments: string;
+}
+
+export const toQueueDef = (r: QueueDefRow): QueueDef => ({
+  name: r.name,
+  durable: Boolean(r.durable),
+  exclusiveOwner: r.exclusive_owner,
+  autoDelete: Boolean(r.auto_delete),
+  arguments: fromJson(r.arguments),
+  rawArguments: fromJson(r.raw_arguments),
+  createdAt: r.created_at,
+});
+
+export const toExchangeDef = (r: ExchangeDefRow): ExchangeDef => ({
+  name: r.name,
+  type: r.type as ExchangeDef['type'],
+  durable: Boolean(r.durable),
+  autoDelete: Boolean(r.auto_delete),
+  internal: Boolean(r.internal),
+  ...(r.alternate_exchange !== null ? { alternateExchange: r.alternate_exchange } : {}),
+  rawArguments: fromJson(r.raw_arguments),
+  createdAt: r.created_at,
+});
+
+export const toBindingDef = (r: BindingDefRow): BindingDef => ({
+  source: r.source,
+  destinationKind: r.destination_kind as BindingDef['destinationKind'],
+  destination: r.destination,
+  key: r.key,
+  ...(r.rule !== null ? { rule: r.rule as NonNullable<BindingDef['rule']> } : {}),
+  arguments: fromJson(r.arguments),
+});
+
+/** A binding's row values in column order (binding_key, source, destination_kind, destination, key, rule, arguments). */
+export const bindingValues = (b: BindingDef): [string, string, string, string, string, string | null, string] => [
+  bindingKey(b),
+  b.source,
+  b.destinationKind,
+  b.destination,
+  b.key,
+  b.rule ?? null,
+  toJson(b.arguments),
+];
+
+export function checkQueueDef(def: QueueDef): void {
+  if (typeof def.name !== 'string') throw new FlowError('INVALID_ARGUMENT', 'queue name must be a string');
+  checkInt('createdAt', def.createdAt);
+}
+
+export function checkExchangeDef(def: ExchangeDef): void {
+  if (typeof def.name !== 'string') throw new FlowError('INVALID_ARGUMENT', 'exchange name must be a string');
+  if (!['direct', 'fanout', 'topic', 'headers'].includes(def.type)) throw new FlowError('INVALID_ARGUMENT', `exchange type "${String(def.type)}" is not one of direct, fanout, topic, headers`);
+  checkInt('createdAt', def.createdAt);
 }

@@ -1,4 +1,3 @@
-import type { BindingDef, ExchangeDef, QueueDef } from '../../core/index.js';
 /**
  * The embedded metastore: one SQLite file through better-sqlite3.
  *
@@ -21,10 +20,32 @@ import { open, type FileHandle } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
 import { CoalescingTask, FlowError } from '../../core/index.js';
-import type { OffsetCommit, QueueChanges, QueuedEntry, RetainedEntry, SessionRecord } from '../../core/index.js';
+import type { BindingDef, ExchangeDef, OffsetCommit, QueueChanges, QueueDef, QueuedEntry, RetainedEntry, SessionRecord } from '../../core/index.js';
 import { isNoSpace, writeError } from '../fs-util.js';
 import { migrations, type Migration } from './migrations.js';
-import { checkInt, checkSegment, checkStreamDef, toOffset, toSegment, toSession, toStream, type OffsetRow, type SegmentRow, type SessionRow, type StreamRow } from './rows.js';
+import {
+  bindingValues,
+  checkExchangeDef,
+  checkInt,
+  checkQueueDef,
+  checkSegment,
+  checkStreamDef,
+  toBindingDef,
+  toExchangeDef,
+  toJson,
+  toOffset,
+  toQueueDef,
+  toSegment,
+  toSession,
+  toStream,
+  type BindingDefRow,
+  type ExchangeDefRow,
+  type OffsetRow,
+  type QueueDefRow,
+  type SegmentRow,
+  type SessionRow,
+  type StreamRow,
+} from './rows.js';
 import type { ConsumerOffset, Metastore, PartitionState, SegmentMeta, StreamDef } from './types.js';
 
 interface QueueStateRow {
@@ -100,8 +121,6 @@ class WalFileSync {
       throw writeError(`cannot sync metastore journal ${this.path}`, err);
     }
   }
-
-
 
   async close(): Promise<void> {
     await this.task.idle();
@@ -339,6 +358,33 @@ export class SqliteMetastore implements Metastore {
       ),
       retainedDelete: db.prepare('DELETE FROM retained_messages WHERE topic = ?'),
       retainedList: db.prepare('SELECT topic, data FROM retained_messages ORDER BY topic'),
+      queueDefPut: db.prepare(
+        `INSERT INTO queue_defs (name, durable, exclusive_owner, auto_delete, arguments, raw_arguments, created_at)
+         VALUES (?, ?, ?, ?, ?, ?, ?)
+         ON CONFLICT (name) DO UPDATE SET durable = excluded.durable, exclusive_owner = excluded.exclusive_owner,
+           auto_delete = excluded.auto_delete, arguments = excluded.arguments, raw_arguments = excluded.raw_arguments,
+           created_at = excluded.created_at`,
+      ),
+      queueDefDelete: db.prepare('DELETE FROM queue_defs WHERE name = ?'),
+      queueDefList: db.prepare('SELECT * FROM queue_defs ORDER BY name'),
+      exchangeDefPut: db.prepare(
+        `INSERT INTO exchange_defs (name, type, durable, auto_delete, internal, alternate_exchange, raw_arguments, created_at)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+         ON CONFLICT (name) DO UPDATE SET type = excluded.type, durable = excluded.durable, auto_delete = excluded.auto_delete,
+           internal = excluded.internal, alternate_exchange = excluded.alternate_exchange,
+           raw_arguments = excluded.raw_arguments, created_at = excluded.created_at`,
+      ),
+      exchangeDefDelete: db.prepare('DELETE FROM exchange_defs WHERE name = ?'),
+      exchangeDefList: db.prepare('SELECT * FROM exchange_defs ORDER BY name'),
+      bindingPut: db.prepare(
+        `INSERT INTO binding_defs (binding_key, source, destination_kind, destination, key, rule, arguments)
+         VALUES (?, ?, ?, ?, ?, ?, ?)
+         ON CONFLICT (binding_key) DO UPDATE SET rule = excluded.rule, arguments = excluded.arguments`,
+      ),
+      bindingDelete: db.prepare('DELETE FROM binding_defs WHERE binding_key = ?'),
+      bindingsDeleteTo: db.prepare('DELETE FROM binding_defs WHERE destination_kind = ? AND destination = ?'),
+      bindingsDeleteFrom: db.prepare('DELETE FROM binding_defs WHERE source = ?'),
+      bindingList: db.prepare('SELECT * FROM binding_defs ORDER BY source, destination_kind, destination, key, binding_key'),
     };
   }
 
@@ -558,16 +604,72 @@ export class SqliteMetastore implements Metastore {
     return this.run('listRetained', () => this.s.retainedList.all() as RetainedEntry[]);
   }
 
-  // QueueCatalog: placeholders until the queue-store work lands (issue 14); replaced, not shipped.
-  async putQueue(_def: QueueDef): Promise<void> { throw new FlowError('STORAGE_ERROR', 'queue catalog not implemented yet'); }
-  async deleteQueue(_name: string): Promise<void> { throw new FlowError('STORAGE_ERROR', 'queue catalog not implemented yet'); }
-  async listQueues(): Promise<QueueDef[]> { return []; }
-  async putExchange(_def: ExchangeDef): Promise<void> { throw new FlowError('STORAGE_ERROR', 'queue catalog not implemented yet'); }
-  async deleteExchange(_name: string): Promise<void> { throw new FlowError('STORAGE_ERROR', 'queue catalog not implemented yet'); }
-  async listExchanges(): Promise<ExchangeDef[]> { return []; }
-  async putBinding(_b: BindingDef): Promise<void> { throw new FlowError('STORAGE_ERROR', 'queue catalog not implemented yet'); }
-  async deleteBinding(_b: BindingDef): Promise<void> { throw new FlowError('STORAGE_ERROR', 'queue catalog not implemented yet'); }
-  async listBindings(): Promise<BindingDef[]> { return []; }
+  // ---------------------------------------------------------------- queue catalog (QueueCatalog)
+
+  async putQueue(def: QueueDef): Promise<void> {
+    checkQueueDef(def);
+    await this.write('putQueue', () =>
+      this.s.queueDefPut.run(def.name, def.durable ? 1 : 0, def.exclusiveOwner, def.autoDelete ? 1 : 0, toJson(def.arguments), toJson(def.rawArguments), def.createdAt),
+    );
+  }
+
+  async deleteQueue(name: string): Promise<void> {
+    // The bindings to it go in the same transaction: a restart never finds a binding to a queue that is gone.
+    await this.write('deleteQueue', () =>
+      this.db.transaction(() => {
+        this.s.bindingsDeleteTo.run('queue', name);
+        this.s.queueDefDelete.run(name);
+      })(),
+    );
+  }
+
+  async listQueues(): Promise<QueueDef[]> {
+    return this.run('listQueues', () => (this.s.queueDefList.all() as QueueDefRow[]).map(toQueueDef));
+  }
+
+  async putExchange(def: ExchangeDef): Promise<void> {
+    checkExchangeDef(def);
+    await this.write('putExchange', () =>
+      this.s.exchangeDefPut.run(
+        def.name,
+        def.type,
+        def.durable ? 1 : 0,
+        def.autoDelete ? 1 : 0,
+        def.internal ? 1 : 0,
+        def.alternateExchange ?? null,
+        toJson(def.rawArguments),
+        def.createdAt,
+      ),
+    );
+  }
+
+  async deleteExchange(name: string): Promise<void> {
+    await this.write('deleteExchange', () =>
+      this.db.transaction(() => {
+        this.s.bindingsDeleteFrom.run(name);
+        this.s.bindingsDeleteTo.run('exchange', name);
+        this.s.exchangeDefDelete.run(name);
+      })(),
+    );
+  }
+
+  async listExchanges(): Promise<ExchangeDef[]> {
+    return this.run('listExchanges', () => (this.s.exchangeDefList.all() as ExchangeDefRow[]).map(toExchangeDef));
+  }
+
+  async putBinding(b: BindingDef): Promise<void> {
+    const values = bindingValues(b);
+    await this.write('putBinding', () => this.s.bindingPut.run(...values));
+  }
+
+  async deleteBinding(b: BindingDef): Promise<void> {
+    const [key] = bindingValues(b);
+    await this.write('deleteBinding', () => this.s.bindingDelete.run(key));
+  }
+
+  async listBindings(): Promise<BindingDef[]> {
+    return this.run('listBindings', () => (this.s.bindingList.all() as BindingDefRow[]).map(toBindingDef));
+  }
 
   async close(): Promise<void> {
     if (this.closed) return;

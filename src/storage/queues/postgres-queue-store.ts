@@ -1,0 +1,350 @@
+/**
+ * The cluster QueueStore: queue messages in PostgreSQL (the metastore's database, tables of their own, migrated
+ * under the same advisory lock), for brokers that keep nothing on their own disk.
+ *
+ * Group commit: one group in flight at a time; the calls made meanwhile (and those of the tick that starts a
+ * group) form the next one, run as ONE transaction, so a group costs one commit (one WAL flush on the server)
+ * however many calls it holds. Within a group, consecutive appends, delivery counts and removals are each one
+ * statement (appends as a multi-row INSERT with binary bytea parameters: an unnest of a bytea[] would ship the
+ * bodies hex-encoded), in the order insert → update → delete, which gives the same result as the calls' own
+ * order; a removal followed by an append of the same queue, and every open / read / purge / drop, start a new
+ * run, so reads see exactly the calls made before them. A group of a single statement needs no BEGIN/COMMIT.
+ *
+ * Counters: each queue's count, bytes and highest id are a row of queue_counters, updated by the same statement
+ * that inserts or deletes its messages (from what the statement itself inserted / deleted, RETURNING), so no
+ * call counts a queue's rows and every call is O(log n) in the queue's length (primary key (queue, id)).
+ *
+ * Order and durability: with one group in flight, calls take effect in the order they were made; a call resolves
+ * after its group's COMMIT (synchronous_commit on, forced per connection). Failures (the server down or
+ * restarting, a statement timeout) reject the whole group's calls with STORAGE_ERROR (retriable; a failed COMMIT
+ * may still have committed: an append retried with the same ids leaves the stored ones alone); the next group
+ * runs on a new connection.
+ */
+import type pg from 'pg';
+import { FlowError } from '../../core/index.js';
+import type { QueueStore, StoredQueueMessage } from '../../core/index.js';
+import { connectPool, migratePostgres, type PgMigration, type PgPool, type PostgresOptions } from '../postgres-util.js';
+
+export const queueStoreMigrations: readonly PgMigration[] = [
+  {
+    version: 1,
+    name: 'queue messages and counters',
+    sql: `
+      -- Per queue: the counters kept in step with its messages (no COUNT(*) to open or bound a queue).
+      CREATE TABLE queue_counters (
+        queue  text COLLATE "C" NOT NULL PRIMARY KEY,
+        count  bigint NOT NULL,
+        bytes  bigint NOT NULL,
+        max_id bigint NOT NULL
+      );
+
+      CREATE TABLE queue_messages (
+        queue      text COLLATE "C" NOT NULL,
+        id         bigint  NOT NULL,
+        deliveries integer NOT NULL,
+        size       integer NOT NULL,
+        data       bytea   NOT NULL,
+        PRIMARY KEY (queue, id)
+      );
+    `,
+  },
+];
+
+type Op =
+  | { k: 'open'; q: string }
+  | { k: 'append'; q: string; ids: number[]; bodies: Buffer[] }
+  | { k: 'remove'; q: string; ids: number[] }
+  | { k: 'deliveries'; q: string; id: number; n: number }
+  | { k: 'read'; q: string; from: number; limit: number }
+  | { k: 'purge'; q: string }
+  | { k: 'drop'; q: string };
+
+interface Call {
+  op: Op;
+  result: unknown;
+  resolve(v: unknown): void;
+  reject(e: Error): void;
+}
+
+interface Step {
+  text: string;
+  values: unknown[];
+  /** Takes the statement's rows (barrier ops set their call's result). */
+  done?(rows: pg.QueryResultRow[]): void;
+}
+
+/** Rows per INSERT: 4 parameters a row, at most 65 535 parameters a statement. */
+const ROWS_PER_INSERT = 4000;
+/** Bodies per group (a single larger append still goes alone). */
+const MAX_GROUP_BYTES = 8 * 1024 * 1024;
+
+const insertTexts = new Map<number, string>();
+function insertText(n: number): string {
+  let t = insertTexts.get(n);
+  if (t !== undefined) return t;
+  const rows: string[] = [];
+  for (let i = 0; i < n; i++) rows.push(`($${4 * i + 1}::text, $${4 * i + 2}::bigint, $${4 * i + 3}::integer, $${4 * i + 4}::bytea)`);
+  t = `WITH v (q, id, sz, d) AS (VALUES ${rows.join(', ')}),
+    ins AS (INSERT INTO queue_messages (queue, id, deliveries, size, data) SELECT q, id, 0, sz, d FROM v
+      ON CONFLICT (queue, id) DO NOTHING RETURNING queue, size),
+    added AS (SELECT queue, count(*) AS n, sum(size) AS b FROM ins GROUP BY queue),
+    mx AS (SELECT q, max(id) AS m FROM v GROUP BY q)
+    INSERT INTO queue_counters AS c (queue, count, bytes, max_id)
+      SELECT mx.q, COALESCE(added.n, 0), COALESCE(added.b, 0), mx.m FROM mx LEFT JOIN added ON added.queue = mx.q
+    ON CONFLICT (queue) DO UPDATE SET count = c.count + excluded.count, bytes = c.bytes + excluded.bytes,
+      max_id = GREATEST(c.max_id, excluded.max_id)`;
+  if (insertTexts.size < 64) insertTexts.set(n, t);
+  return t;
+}
+
+const REMOVE = `WITH d AS (DELETE FROM queue_messages m USING unnest($1::text[], $2::bigint[]) AS r(q, id)
+    WHERE m.queue = r.q AND m.id = r.id RETURNING m.queue, m.size)
+  UPDATE queue_counters c SET count = c.count - x.n, bytes = c.bytes - x.b
+    FROM (SELECT queue, count(*) AS n, sum(size) AS b FROM d GROUP BY queue) x WHERE c.queue = x.queue`;
+const DELIVERIES = `UPDATE queue_messages m SET deliveries = r.n FROM unnest($1::text[], $2::bigint[], $3::integer[]) AS r(q, id, n)
+  WHERE m.queue = r.q AND m.id = r.id`;
+const OPEN = `INSERT INTO queue_counters AS c (queue, count, bytes, max_id) VALUES ($1, 0, 0, 0)
+  ON CONFLICT (queue) DO UPDATE SET queue = c.queue RETURNING count, bytes, max_id`;
+const READ = 'SELECT id, deliveries, data FROM queue_messages WHERE queue = $1 AND id >= $2 ORDER BY id LIMIT $3';
+const PURGE = `WITH d AS (DELETE FROM queue_messages WHERE queue = $1)
+  UPDATE queue_counters c SET count = 0, bytes = 0 FROM (SELECT count AS old FROM queue_counters WHERE queue = $1) o
+  WHERE c.queue = $1 RETURNING o.old`;
+const DROP = 'WITH d AS (DELETE FROM queue_messages WHERE queue = $1) DELETE FROM queue_counters WHERE queue = $1';
+
+/** A run of appends, delivery counts and removals that can be applied as (at most) three statements. */
+class Run {
+  appends: Array<{ q: string; id: number; body: Buffer }> = [];
+  deliveries = new Map<string, { q: string; id: number; n: number }>();
+  removes: Array<{ q: string; id: number }> = [];
+  removedFrom = new Set<string>();
+
+  steps(out: Step[]): void {
+    for (let i = 0; i < this.appends.length; i += ROWS_PER_INSERT) {
+      const part = this.appends.slice(i, i + ROWS_PER_INSERT);
+      const values: unknown[] = [];
+      for (const a of part) values.push(a.q, a.id, a.body.length, a.body);
+      out.push({ text: insertText(part.length), values });
+    }
+    if (this.deliveries.size > 0) {
+      const d = [...this.deliveries.values()];
+      out.push({ text: DELIVERIES, values: [d.map((x) => x.q), d.map((x) => x.id), d.map((x) => x.n)] });
+    }
+    if (this.removes.length > 0) out.push({ text: REMOVE, values: [this.removes.map((x) => x.q), this.removes.map((x) => x.id)] });
+  }
+}
+
+function checkId(what: string, n: number): void {
+  if (!Number.isSafeInteger(n) || n < 0) throw new FlowError('INVALID_ARGUMENT', `${what} must be a non-negative integer, not ${n}`);
+}
+
+export class PostgresQueueStore implements QueueStore {
+  readonly kind = 'postgres';
+  private closed = false;
+  private queue: Call[] = [];
+  private running: Promise<void> | null = null;
+  private scheduled = false;
+  private stats = { calls: 0, commits: 0, statements: 0, failedGroups: 0 };
+  private idleWaiters: Array<() => void> = [];
+
+  private constructor(private readonly db: PgPool) {}
+
+  /** Connects and brings the queue tables up to date (once, under the advisory lock shared with the metastore). */
+  static async open(opts: PostgresOptions): Promise<PostgresQueueStore> {
+    // One group in flight at a time: a second connection only for the moment a lost one is being replaced.
+    const db = await connectPool({ ...opts, poolSize: opts.poolSize === undefined ? 2 : Math.min(opts.poolSize, 2) }, 'queues');
+    try {
+      await migratePostgres(db, queueStoreMigrations, 'flowmq_queue_schema_migrations', 'queue store');
+      return new PostgresQueueStore(db);
+    } catch (err) {
+      await db.end().catch(() => undefined);
+      throw err;
+    }
+  }
+
+  figures(): Record<string, unknown> {
+    return {
+      ...this.stats,
+      meanGroupCalls: this.stats.commits > 0 ? this.stats.calls / this.stats.commits : 0,
+      queued: this.queue.length,
+      ...this.db.poolFigures(),
+    };
+  }
+
+  private call<T>(op: Op): Promise<T> {
+    if (this.closed) return Promise.reject(new FlowError('CLOSED', 'queue store is closed'));
+    return new Promise<T>((resolve, reject) => {
+      this.queue.push({ op, result: null, resolve: resolve as (v: unknown) => void, reject });
+      this.stats.calls++;
+      // The first call of a tick waits for the rest of the tick, so they share a group.
+      if (!this.running && !this.scheduled) {
+        this.scheduled = true;
+        setImmediate(() => {
+          this.scheduled = false;
+          this.kick();
+        });
+      }
+    });
+  }
+
+  private kick(): void {
+    if (this.running || this.queue.length === 0) return;
+    this.running = this.runGroups().finally(() => {
+      this.running = null;
+      if (this.queue.length > 0) this.kick();
+      else {
+        const w = this.idleWaiters;
+        this.idleWaiters = [];
+        for (const f of w) f();
+      }
+    });
+  }
+
+  private async runGroups(): Promise<void> {
+    while (this.queue.length > 0) {
+      // Take calls up to the byte bound (at least one).
+      let bytes = 0;
+      let n = 0;
+      while (n < this.queue.length) {
+        const op = this.queue[n].op;
+        const b = op.k === 'append' ? op.bodies.reduce((s, x) => s + x.length, 0) : 0;
+        if (n > 0 && bytes + b > MAX_GROUP_BYTES) break;
+        bytes += b;
+        n++;
+      }
+      const group = this.queue.splice(0, n);
+      await this.runGroup(group);
+    }
+  }
+
+  private async runGroup(group: Call[]): Promise<void> {
+    const steps: Step[] = [];
+    let run = new Run();
+    const barrier = (): void => {
+      run.steps(steps);
+      run = new Run();
+    };
+    for (const c of group) {
+      const op = c.op;
+      switch (op.k) {
+        case 'append':
+          if (run.removedFrom.has(op.q)) barrier();
+          for (let i = 0; i < op.ids.length; i++) run.appends.push({ q: op.q, id: op.ids[i], body: op.bodies[i] });
+          break;
+        case 'deliveries':
+          run.deliveries.set(`${op.id}\u0000${op.q}`, { q: op.q, id: op.id, n: op.n });
+          break;
+        case 'remove':
+          for (const id of op.ids) run.removes.push({ q: op.q, id });
+          run.removedFrom.add(op.q);
+          break;
+        case 'open':
+          barrier();
+          steps.push({ text: OPEN, values: [op.q], done: (rows) => void (c.result = { count: rows[0].count, bytes: rows[0].bytes, maxId: rows[0].max_id }) });
+          break;
+        case 'read':
+          barrier();
+          steps.push({
+            text: READ,
+            values: [op.q, op.from, op.limit],
+            done: (rows) => void (c.result = rows.map((r): StoredQueueMessage => ({ id: r.id as number, deliveries: r.deliveries as number, data: r.data as Buffer }))),
+          });
+          break;
+        case 'purge':
+          barrier();
+          steps.push({ text: PURGE, values: [op.q], done: (rows) => void (c.result = rows.length > 0 ? (rows[0].old as number) : 0) });
+          break;
+        case 'drop':
+          barrier();
+          steps.push({ text: DROP, values: [op.q] });
+          break;
+      }
+    }
+    barrier();
+    try {
+      if (steps.length === 1) {
+        // One statement is its own transaction: no BEGIN / COMMIT round trips.
+        const r = await this.db.query('queue store', steps[0].text, steps[0].values);
+        steps[0].done?.(r.rows);
+      } else if (steps.length > 1) {
+        await this.db.transaction('queue store', async (client) => {
+          for (const s of steps) {
+            const r = await client.query(s.text, s.values);
+            s.done?.(r.rows);
+          }
+        });
+      }
+      this.stats.commits++;
+      this.stats.statements += steps.length;
+      for (const c of group) c.resolve(c.result);
+    } catch (err) {
+      this.stats.failedGroups++;
+      const e = err instanceof FlowError ? err : new FlowError('STORAGE_ERROR', `queue store: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
+      for (const c of group) c.reject(e);
+    }
+  }
+
+  openQueue(queue: string): Promise<{ count: number; bytes: number; maxId: number }> {
+    return this.call({ k: 'open', q: queue });
+  }
+
+  append(queue: string, messages: Array<{ id: number; data: Buffer }>): Promise<void> {
+    if (messages.length === 0) return this.closed ? Promise.reject(new FlowError('CLOSED', 'queue store is closed')) : Promise.resolve();
+    const ids: number[] = [];
+    const bodies: Buffer[] = [];
+    try {
+      for (const m of messages) {
+        checkId('message id', m.id);
+        ids.push(m.id);
+        bodies.push(m.data);
+      }
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    return this.call({ k: 'append', q: queue, ids, bodies });
+  }
+
+  remove(queue: string, ids: number[]): Promise<void> {
+    if (ids.length === 0) return this.closed ? Promise.reject(new FlowError('CLOSED', 'queue store is closed')) : Promise.resolve();
+    return this.call({ k: 'remove', q: queue, ids: ids.slice() });
+  }
+
+  setDeliveries(queue: string, id: number, deliveries: number): Promise<void> {
+    try {
+      checkId('message id', id);
+      checkId('deliveries', deliveries);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    return this.call({ k: 'deliveries', q: queue, id, n: deliveries });
+  }
+
+  read(queue: string, fromId: number, limit: number): Promise<StoredQueueMessage[]> {
+    try {
+      checkId('fromId', fromId);
+      checkId('limit', limit);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    return this.call({ k: 'read', q: queue, from: fromId, limit });
+  }
+
+  purge(queue: string): Promise<number> {
+    return this.call({ k: 'purge', q: queue });
+  }
+
+  dropQueue(queue: string): Promise<void> {
+    return this.call({ k: 'drop', q: queue });
+  }
+
+  /** Finishes the calls already made, then closes the pool. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    if (this.queue.length > 0 || this.running) {
+      const idle = new Promise<void>((resolve) => this.idleWaiters.push(resolve));
+      this.kick();
+      await idle;
+    }
+    await this.db.end();
+  }
+}

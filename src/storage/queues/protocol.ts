@@ -1,0 +1,57 @@
+/**
+ * The messages between SqliteQueueStore (main thread) and its worker (sqlite-worker.ts). Kept small and flat:
+ * the structured clone of a batch is paid on the event loop, so a batch is a few arrays of numbers and strings
+ * plus one ArrayBuffer holding every message body of the batch (transferred, not cloned).
+ */
+
+/** One call, as the worker runs it. Message bodies are [offset, length] ranges of the batch's buffer. */
+export type WorkerOp =
+  | { k: 'open'; q: string }
+  | { k: 'append'; q: string; ids: number[]; ranges: number[] }
+  | { k: 'remove'; q: string; ids: number[] }
+  | { k: 'deliveries'; q: string; id: number; n: number }
+  | { k: 'read'; q: string; from: number; limit: number }
+  | { k: 'purge'; q: string }
+  | { k: 'drop'; q: string }
+  /** Tests only: the worker dies as a crashed one would (process.exit inside a worker ends the thread). */
+  | { k: 'crash' };
+
+export interface WorkerBatch {
+  seq: number;
+  ops: WorkerOp[];
+  buf: ArrayBuffer | null;
+}
+
+/** A read's rows: ids, delivery counts and body ranges of the reply's buffer, in id order. */
+export interface ReadResult {
+  ids: number[];
+  deliveries: number[];
+  ranges: number[];
+}
+
+export type OpResult =
+  | null
+  | number
+  | { count: number; bytes: number; maxId: number }
+  | ReadResult;
+
+export type WorkerReply =
+  /** Per op, in order: a result, or an error of that op alone (which changed nothing). */
+  | { seq: number; ok: true; results: Array<OpResult | OpError>; buf: ArrayBuffer | null; commits: number }
+  /** The batch's transaction failed as a whole: nothing of it happened. */
+  | { seq: number; ok: false; code: 'STORAGE_ERROR' | 'STORAGE_FULL'; message: string }
+  /** The database is open (seq -1, ok) or could not be opened (seq -1, not ok). */
+  | { seq: -1; ok: true }
+  | { seq: -1; ok: false; code: 'STORAGE_ERROR' | 'STORAGE_FULL'; message: string };
+
+export interface OpError {
+  error: 'INVALID_ARGUMENT';
+  message: string;
+}
+
+/** Main → worker: a batch, or the request to close the database and end the thread. */
+export type WorkerRequest = WorkerBatch | { close: true };
+
+export interface WorkerInit {
+  file: string;
+}

@@ -1,0 +1,128 @@
+/**
+ * The embedded QueueStore beyond the conformance suite: its worker thread (a crash of it, its end on close) and
+ * durability against kill -9 of the process.
+ */
+import { describe, it, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { isFlowError } from '../../../src/core/index.js';
+import { SqliteQueueStore } from '../../../src/storage/queues/index.js';
+
+const msgs = (from: number, to: number) => {
+  const out: Array<{ id: number; data: Buffer }> = [];
+  for (let id = from; id <= to; id++) out.push({ id, data: Buffer.from(`m${id}`) });
+  return out;
+};
+const storageError = (e: unknown) => isFlowError(e) && e.code === 'STORAGE_ERROR';
+
+describe('SqliteQueueStore', () => {
+  let root = '';
+  let n = 0;
+  const fresh = (): string => join(root, `case-${n++}`, 'queues.db');
+  before(async () => {
+    root = await mkdtemp(join(tmpdir(), 'flowmq-sqlite-queues-'));
+  });
+  after(async () => {
+    await rm(root, { recursive: true, force: true });
+  });
+
+  it('a crash of the worker fails the calls it had (STORAGE_ERROR); the next calls run on a new worker, nothing resolved is lost', async () => {
+    const s = await SqliteQueueStore.open(fresh());
+    await s.openQueue('q');
+    await s.append('q', msgs(1, 10));
+    const a = s.append('q', msgs(11, 20));
+    const crash = s.crashWorkerForTest();
+    const b = s.remove('q', [1, 2]);
+    await assert.rejects(a, storageError);
+    await assert.rejects(crash, storageError);
+    await assert.rejects(b, storageError);
+    // The batch died inside its transaction: none of it happened.
+    assert.deepEqual(await s.openQueue('q'), { count: 10, bytes: 21, maxId: 10 });
+    await s.append('q', msgs(11, 20));
+    assert.equal((await s.read('q', 0, 100)).length, 20);
+    const f = s.figures();
+    assert.equal(f.workerFailures, 1);
+    assert.equal(f.workerRestarts, 1);
+    await s.close();
+  });
+
+  it('close ends the worker after closing the database (its journal checkpointed and removed)', async () => {
+    const file = fresh();
+    const s = await SqliteQueueStore.open(file);
+    await s.openQueue('q');
+    await s.append('q', msgs(1, 100));
+    assert.ok(existsSync(`${file}-wal`), 'WAL mode keeps a -wal file while open');
+    await s.close();
+    assert.equal(s.figures().workerRunning, false);
+    assert.ok(!existsSync(`${file}-wal`), 'the last connection closed cleanly');
+  });
+
+  it('an unreadable database fails open with STORAGE_ERROR', async () => {
+    const dir = join(root, 'not-a-db');
+    const file = join(dir, 'queues.db');
+    await import('node:fs/promises').then((fs) => fs.mkdir(file, { recursive: true })); // a directory where the file should be
+    await assert.rejects(SqliteQueueStore.open(file), storageError);
+  });
+
+  it('keeps every append and removal that resolved across kill -9 of the process', async () => {
+    const file = fresh();
+    const child = spawn(process.execPath, [fileURLToPath(new URL('../../helpers/queue-store-child.js', import.meta.url)), file], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    const appended = new Set<number>();
+    const removed = new Set<number>();
+    let tail = '';
+    await new Promise<void>((resolve, reject) => {
+      const safety = setTimeout(() => reject(new Error('the child did not get 3000 appends done in 60 s')), 60_000);
+      child.on('exit', (code) => reject(new Error(`the child exited early (${code})`)));
+      child.stdout!.on('data', (chunk: Buffer) => {
+        const lines = (tail + chunk.toString()).split('\n');
+        tail = lines.pop()!;
+        for (const l of lines) {
+          const id = Number(l.slice(2));
+          if (l[0] === 'a') appended.add(id);
+          else removed.add(id);
+        }
+        if (appended.size >= 3000 && removed.size >= 500) {
+          clearTimeout(safety);
+          child.removeAllListeners('exit');
+          child.kill('SIGKILL');
+          resolve();
+        }
+      });
+    });
+    // Lines written before the kill and not yet read are also resolved changes: read them all ('close' comes after
+    // the end of the child's stdout).
+    await new Promise<void>((resolve) => (child.stdout!.readableEnded ? resolve() : child.once('close', () => resolve())));
+    const s = await SqliteQueueStore.open(file);
+    const stored = new Map<number, Buffer>();
+    let from = 0;
+    for (;;) {
+      const page = await s.read('q', from, 1000);
+      if (page.length === 0) break;
+      for (const r of page) stored.set(r.id, r.data);
+      from = page[page.length - 1].id + 1;
+    }
+    for (const id of appended) {
+      if (removed.has(id)) assert.ok(!stored.has(id), `removal of ${id} resolved but it is back`);
+      else if (id % 3 === 0 && !stored.has(id)) continue; // its removal was made and may have committed unreported
+      else {
+        const data = stored.get(id);
+        assert.ok(data, `append of ${id} resolved but it is missing`);
+        assert.equal(data.length, 200 + (id % 700));
+        assert.equal(data.readUInt32BE(0), id);
+      }
+    }
+    const counters = await s.openQueue('q');
+    assert.equal(counters.count, stored.size, 'the kept count matches the rows');
+    let bytes = 0;
+    for (const d of stored.values()) bytes += d.length;
+    assert.equal(counters.bytes, bytes, 'the kept bytes match the rows');
+    await s.close();
+  });
+});
