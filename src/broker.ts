@@ -6,7 +6,7 @@ import { existsSync, mkdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import type { Logger } from 'pino';
 import type { Config } from './config/index.js';
-import { Engine, FlowError, createQueue } from './core/index.js';
+import { Engine, FlowError } from './core/index.js';
 import { FloodCollector, PasswordGuard, loadUsersFile, processMemory, startAdminApi, type AdminApi } from './control/index.js';
 import type { ProtocolListener, ProtocolModule, RunningProtocol } from './protocols/types.js';
 import { connectionTotals, formatAddress } from './protocols/listener.js';
@@ -105,7 +105,7 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
     closers.push(() => log.close(0));
     // The metastore covers every durable role (definitions, offsets, producer ids, sessions, retained messages), keyed
     // so another broker could take them over: it is passed once, and the adapters take their part from engine.store.
-    const engine = new Engine(log, metastore, storage.queues, createQueue);
+    const engine = new Engine(log, metastore, storage.queues);
     await engine.load();
     log.finishRecovery();
     return { wal, space, log, engine };

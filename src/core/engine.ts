@@ -16,6 +16,7 @@ import type { QueueDef, QueueFactory, QueueHandle, QueueStore } from './queues.j
 import type { BindingDef, ExchangeDef, RouteResult, Router } from './exchanges.js';
 import { mqttAccepts } from './matcher.js';
 import { RouterCore } from './router.js';
+import { createQueue as defaultCreateQueue } from './queue.js';
 import { isValidStreamName, kafkaToUnified, matches, validateFilter, validateTopic } from './topic.js';
 import { TopicTrie } from './trie.js';
 
@@ -91,8 +92,8 @@ export class Engine implements Router {
     readonly store: CoreStore,
     /** Where durable queues keep their messages (the broker passes its backend; tests may leave the memory one). */
     readonly queueStore?: QueueStore,
-    /** Makes queue runtimes (src/core/queue.ts's createQueue); without one, declaring a queue fails. */
-    createQueue?: QueueFactory,
+    /** Makes queue runtimes; src/core/queue.ts's createQueue unless a test brings its own. */
+    createQueue: QueueFactory = defaultCreateQueue,
   ) {
     this.router = new RouterCore(
       {
@@ -155,6 +156,7 @@ export class Engine implements Router {
     if (!e) throw new FlowError('NOT_FOUND', `stream "${name}" does not exist`);
     this.unindex(e);
     await this.store.deleteStream(name);
+    await this.router.streamDeleted(name);
     await this.storage.dropStream(name);
   }
 

@@ -487,6 +487,8 @@ export class Queue implements QueueRuntime {
         this.drop(e, 'expired');
         continue;
       }
+      const head = this.heap.peek();
+      if (head !== undefined && head.expiresAt < this.ttlTimerAt) this.armTtl(head.expiresAt);
       return e;
     }
   }
@@ -552,7 +554,7 @@ export class Queue implements QueueRuntime {
       remaining: this.heap.size + this.beyond,
     };
     if (noAck) {
-      if (e.stored) this.removeStored(e.id).catch(ignore);
+      if (e.stored) this.removeStored(e.id);
     } else {
       e.owner = owner;
       this.unacked.set(e.id, e);
@@ -571,17 +573,20 @@ export class Queue implements QueueRuntime {
 
   /**
    * Removes a message for good: dead-lettered when the queue has a dead-letter exchange (its stored copy goes once
-   * the dead-lettered one is durable, so a crash in between delivers it twice rather than never), else dropped.
+   * the dead-lettered one is durable, so a crash in between delivers it twice rather than never; when the dead-letter
+   * publish fails the message is dropped, as RabbitMQ's at-most-once dead-lettering does), else dropped.
    */
   private drop(e: Entry, reason: DeathRecord['reason']): Promise<void> | null {
     const p = this.def.arguments.deadLetterExchange !== undefined ? this.deadLetter(e.msg, reason) : null;
     if (!e.stored) return p;
     if (p === null) return this.removeStored(e.id);
     const id = e.id;
-    return p.then(
+    const done = p.then(
       () => this.removeStored(id),
       () => this.removeStored(id),
     );
+    done.catch(ignore);
+    return done;
   }
 
   private deadLetter(msg: Message, reason: DeathRecord['reason']): Promise<void> | null {
@@ -604,11 +609,15 @@ export class Queue implements QueueRuntime {
     // As RabbitMQ: the per-message expiration does not follow the message into the dead-letter queue.
     const out: Message = { ...msg, deaths, routingKey: a.deadLetterRoutingKey ?? routingKey };
     delete out.expiresAt;
+    let p: Promise<void> | null;
     try {
-      return this.hooks.deadLetter(this.def, out, reason);
+      p = this.hooks.deadLetter(this.def, out, reason);
     } catch {
       return null;
     }
+    // Most callers (expiry, drop-head) do not wait; nack does and still sees a failure.
+    p?.catch(ignore);
+    return p;
   }
 
   // ---------------------------------------------------------------------------------------------------------
@@ -621,6 +630,9 @@ export class Queue implements QueueRuntime {
       this.removesDone = new Promise<void>((resolve) => {
         this.removesSettle = resolve as (p: Promise<void>) => void;
       });
+      // Deliveries of no-ack consumers and drops do not wait for the remove: one handler per batch keeps a failing
+      // store from raising unhandled rejections; ack() callers still see the failure.
+      this.removesDone.catch(ignore);
       queueMicrotask(this.flushRemoves);
     }
     return this.removesDone;

@@ -1,7 +1,8 @@
 /**
  * Kafka RecordBatch v2 — FlowMQ's storage format for every stream (see DESIGN.md, "Write path"). Batches are
  * stored exactly as a Kafka Fetch serves them, so Kafka reads need no re-encoding; messages that arrive through
- * other protocols are encoded into batches here, carrying their unified topic as a header.
+ * other protocols are encoded into batches here, carrying their unified topic and properties as reserved `flowmq.*`
+ * headers (properties.ts).
  *
  * Layout (big-endian): baseOffset i64 | batchLength i32 | partitionLeaderEpoch i32 | magic i8 | crc u32 |
  * attributes i16 | lastOffsetDelta i32 | baseTimestamp i64 | maxTimestamp i64 | producerId i64 |
@@ -12,12 +13,13 @@ import { gunzipSync, gzipSync } from 'node:zlib';
 import { crc32c } from './crc32c.js';
 import { FlowError } from './errors.js';
 import type { Header, Message } from './message.js';
+import { PROPERTY_HEADERS, RESERVED_HEADER_PREFIX, hasHeaderProperties, isPropertyHeader, readPropertyHeader, writePropertyHeaders } from './properties.js';
 
 export const BATCH_HEADER_SIZE = 61;
 /** Bytes of baseOffset + batchLength: the batch's total size is batchLength + this. */
 export const BATCH_LOG_OVERHEAD = 12;
 /** Header carrying the unified topic of a record whose topic differs from its stream's own topic. */
-export const TOPIC_HEADER = 'flowmq.topic';
+export const TOPIC_HEADER = PROPERTY_HEADERS.topic;
 
 export const enum Compression {
   None = 0,
@@ -315,29 +317,62 @@ export function decodeBatch(batch: Buffer, pos = 0): Record[] {
   return out;
 }
 
-/** A record of a stream as a normalized message; `ownTopic` is the stream's own unified topic. */
+/**
+ * A record of a stream as a normalized message; `ownTopic` is the stream's own unified topic. Reserved
+ * `flowmq.*` headers become the message's properties (properties.ts says which, and why `flowmq.user-id` does
+ * not); the other headers stay headers. A record without reserved headers costs one prefix test per header.
+ */
 export function recordToMessage(rec: Record, ownTopic: string): Message {
-  let topic = ownTopic;
-  let headers = rec.headers;
-  const i = headers.findIndex((h) => h.key === TOPIC_HEADER);
-  if (i >= 0) {
-    topic = headers[i].value?.toString('utf8') ?? ownTopic;
-    headers = headers.filter((_, j) => j !== i);
-  }
-  return {
-    topic,
+  const msg: Message = {
+    topic: ownTopic,
     payload: rec.value ?? Buffer.alloc(0),
     key: rec.key,
-    headers,
+    headers: rec.headers,
     timestamp: rec.timestamp,
     qos: 1,
     retain: false,
   };
+  const hs = rec.headers;
+  for (let i = 0; i < hs.length; i++) {
+    if (hs[i].key.startsWith(RESERVED_HEADER_PREFIX)) {
+      readReserved(msg, hs, i);
+      break;
+    }
+  }
+  return msg;
 }
 
-/** A normalized message as a record of a stream whose own topic is `ownTopic`. */
+function readReserved(msg: Message, hs: Header[], first: number): void {
+  const plain = hs.slice(0, first);
+  let topicSeen = false;
+  for (let i = first; i < hs.length; i++) {
+    const h = hs[i];
+    if (h.key.startsWith(RESERVED_HEADER_PREFIX) && readPropertyHeader(msg, h, topicSeen)) {
+      if (h.key === TOPIC_HEADER) topicSeen = true;
+    } else plain.push(h);
+  }
+  msg.headers = plain;
+}
+
+function hasPropertyHeader(hs: Header[]): boolean {
+  for (let i = 0; i < hs.length; i++) if (isPropertyHeader(hs[i].key)) return true;
+  return false;
+}
+
+/**
+ * A normalized message as a record of a stream whose own topic is `ownTopic`: its topic (when not the stream's own)
+ * and its set properties become reserved headers ahead of its own headers. A header of the message that has a
+ * reserved name the broker interprets is not copied: it would be read back as a property it is not (an MQTT user
+ * property named `flowmq.topic` must not redirect the record). A message without properties keeps its headers
+ * array as it is.
+ */
 export function messageToRecord(msg: Message, ownTopic: string): RecordInput {
-  const headers =
-    msg.topic === ownTopic ? msg.headers : [{ key: TOPIC_HEADER, value: Buffer.from(msg.topic) }, ...msg.headers];
+  let headers = msg.headers;
+  if (msg.topic !== ownTopic || hasHeaderProperties(msg) || hasPropertyHeader(headers)) {
+    headers = [];
+    if (msg.topic !== ownTopic) headers.push({ key: TOPIC_HEADER, value: Buffer.from(msg.topic) });
+    writePropertyHeaders(msg, headers);
+    for (const h of msg.headers) if (!isPropertyHeader(h.key)) headers.push(h);
+  }
   return { key: msg.key, value: msg.payload, headers, timestamp: msg.timestamp };
 }

@@ -254,6 +254,9 @@ export class RouterCore {
           throw new FlowError('RESOURCE_LOCKED', `cannot obtain exclusive access to locked queue '${req.name}'`);
         }
         if (opts.passive) return q;
+        // RabbitMQ x-expires: a re-declaration counts as a use. The runtime's touch() is not part of QueueRuntime
+        // (the interface is shared), hence the structural check.
+        if ('touch' in q && typeof q.touch === 'function') (q as { touch(): void }).touch();
         // Spec queue.declare: a redeclaration must match (406 precondition-failed): durable, exclusive,
         // auto-delete and the arguments RabbitMQ checks, i.e. the ones the core acts on.
         const d = q.def;
@@ -328,6 +331,15 @@ export class RouterCore {
   async dropExclusive(owner: string): Promise<void> {
     const names = [...this.queues.values()].filter((q) => q.def.exclusiveOwner === owner).map((q) => q.def.name);
     for (const n of names) await this.deleteQueue(n);
+  }
+
+  /** A stream was deleted: the exchange bindings to it go too (in the catalog as well). */
+  async streamDeleted(name: string): Promise<void> {
+    const set = this.byDest.get(destId('stream', name));
+    const durable = set ? [...set].filter((e) => this.exchanges.get(e.def.source)?.def.durable).map((e) => e.def) : [];
+    const sources = this.dropBindingsTo('stream', name);
+    for (const b of durable) await this.store.deleteBinding(b);
+    await this.autoDeleteSources(sources);
   }
 
   // ---------------------------------------------------------------- bindings

@@ -10,6 +10,7 @@
  */
 import { FlowError } from './errors.js';
 import type { Header, Message, QoS } from './message.js';
+import { encodeDeaths, parseDeaths } from './properties.js';
 
 export interface SessionRecord {
   clientId: string;
@@ -157,16 +158,21 @@ function checkMax(maxLength: number): void {
 // ------------------------------------------------------------------ stored message form
 
 /**
- * Version 1 layout, big-endian:
- *   u8 version=1 | u8 flags (qos:2, retain:1, key:1, expires:1, contentType:1, responseTopic:1, correlation:1)
- *   | u8 flags2 (payloadFormat:1, origin:1) | f64 timestamp | [f64 expiresAt] | str topic | bytes payload
- *   | [bytes key] | [str contentType] | [str responseTopic] | [bytes correlationData] | [u8 payloadFormat]
- *   | [str origin] | varint headerCount | (str key, i32 len (-1 = null), value)*
- * where str = u32 length + UTF-8 and bytes = u32 length + bytes. Self-describing enough to evolve by version.
+ * Version 2 layout, big-endian (version 1 is the same without flags3 and the fields it flags):
+ *   u8 version | u8 flags (qos:2, retain:1, key:1, expires:1, contentType:1, responseTopic:1, correlation:1)
+ *   | u8 flags2 (payloadFormat:1, origin:1, messageId:1, priority:1, persistent:1, persistentValue:1,
+ *   contentEncoding:1, type:1) | [v2: u8 flags3 (appId:1, userId:1, amqpHeaders:1, exchange:1, routingKey:1,
+ *   deaths:1)] | f64 timestamp | [f64 expiresAt] | str topic | bytes payload | [bytes key] | [str contentType]
+ *   | [str responseTopic] | [bytes correlationData] | [u8 payloadFormat] | [str origin] | [v2: str messageId]
+ *   | [u8 priority] | [str contentEncoding] | [str type] | [str appId] | [str userId] | [bytes amqpHeaders]
+ *   | [str exchange] | [str routingKey] | [str deaths (JSON, properties.ts)]] | u32 headerCount
+ *   | (str key, i32 len (-1 = null), value)*
+ * where str = u32 length + UTF-8 and bytes = u32 length + bytes; payloadFormat and priority keep their low 8 bits.
+ * A message with none of the version-2 fields is written as version 1, byte for byte as before: the plain path
+ * costs nothing more, and what it stored stays readable by the release before version 2.
  */
 export function encodeStoredMessage(m: Message): Buffer {
   const parts: Buffer[] = [];
-  const head = Buffer.allocUnsafe(11);
   let flags = m.qos & 3;
   if (m.retain) flags |= 4;
   if (m.key !== null) flags |= 8;
@@ -177,10 +183,25 @@ export function encodeStoredMessage(m: Message): Buffer {
   let flags2 = 0;
   if (m.payloadFormat !== undefined) flags2 |= 1;
   if (m.origin !== undefined) flags2 |= 2;
-  head[0] = 1;
+  if (m.messageId !== undefined) flags2 |= 4;
+  if (m.priority !== undefined) flags2 |= 8;
+  if (m.persistent !== undefined) flags2 |= m.persistent ? 16 | 32 : 16;
+  if (m.contentEncoding !== undefined) flags2 |= 64;
+  if (m.type !== undefined) flags2 |= 128;
+  let flags3 = 0;
+  if (m.appId !== undefined) flags3 |= 1;
+  if (m.userId !== undefined) flags3 |= 2;
+  if (m.amqpHeaders !== undefined) flags3 |= 4;
+  if (m.exchange !== undefined) flags3 |= 8;
+  if (m.routingKey !== undefined) flags3 |= 16;
+  if (m.deaths !== undefined) flags3 |= 32;
+  const v2 = flags3 !== 0 || (flags2 & ~3) !== 0;
+  const head = Buffer.allocUnsafe(v2 ? 12 : 11);
+  head[0] = v2 ? 2 : 1;
   head[1] = flags;
   head[2] = flags2;
-  head.writeDoubleBE(m.timestamp, 3);
+  if (v2) head[3] = flags3;
+  head.writeDoubleBE(m.timestamp, v2 ? 4 : 3);
   parts.push(head);
   if (m.expiresAt !== undefined) {
     const b = Buffer.allocUnsafe(8);
@@ -201,6 +222,18 @@ export function encodeStoredMessage(m: Message): Buffer {
   if (m.correlationData !== undefined) bytes(m.correlationData);
   if (m.payloadFormat !== undefined) parts.push(Buffer.from([m.payloadFormat & 0xff]));
   if (m.origin !== undefined) str(m.origin);
+  if (v2) {
+    if (m.messageId !== undefined) str(m.messageId);
+    if (m.priority !== undefined) parts.push(Buffer.from([m.priority & 0xff]));
+    if (m.contentEncoding !== undefined) str(m.contentEncoding);
+    if (m.type !== undefined) str(m.type);
+    if (m.appId !== undefined) str(m.appId);
+    if (m.userId !== undefined) str(m.userId);
+    if (m.amqpHeaders !== undefined) bytes(m.amqpHeaders);
+    if (m.exchange !== undefined) str(m.exchange);
+    if (m.routingKey !== undefined) str(m.routingKey);
+    if (m.deaths !== undefined) str(encodeDeaths(m.deaths));
+  }
   const hc = Buffer.allocUnsafe(4);
   hc.writeUInt32BE(m.headers.length, 0);
   parts.push(hc);
@@ -214,7 +247,7 @@ export function encodeStoredMessage(m: Message): Buffer {
   return Buffer.concat(parts);
 }
 
-/** Inverse of `encodeStoredMessage`; throws FlowError('CORRUPT_DATA') on anything it did not write. */
+/** Inverse of `encodeStoredMessage` (versions 1 and 2); throws FlowError('CORRUPT_DATA') on anything it did not write. */
 export function decodeStoredMessage(buf: Buffer): Message {
   let pos = 0;
   const need = (n: number) => {
@@ -226,6 +259,10 @@ export function decodeStoredMessage(buf: Buffer): Message {
     pos += 4;
     return v;
   };
+  const u8 = () => {
+    need(1);
+    return buf[pos++];
+  };
   const bytes = () => {
     const n = u32();
     need(n);
@@ -235,11 +272,17 @@ export function decodeStoredMessage(buf: Buffer): Message {
   };
   const str = () => bytes().toString('utf8');
   need(11);
-  if (buf[0] !== 1) throw new FlowError('CORRUPT_DATA', `stored message version ${buf[0]} is unknown`);
+  const version = buf[0];
+  if (version !== 1 && version !== 2) throw new FlowError('CORRUPT_DATA', `stored message version ${version} is unknown`);
   const flags = buf[1];
   const flags2 = buf[2];
-  const timestamp = buf.readDoubleBE(3);
-  pos = 11;
+  // Version 1 has no flags3: bits it did not define must be clear in what claims to be version 1.
+  if (version === 1 && (flags2 & ~3) !== 0) throw new FlowError('CORRUPT_DATA', 'stored message version 1 has unknown flags');
+  pos = 3;
+  const flags3 = version === 2 ? u8() : 0;
+  need(8);
+  const timestamp = buf.readDoubleBE(pos);
+  pos += 8;
   let expiresAt: number | undefined;
   if (flags & 16) {
     need(8);
@@ -255,11 +298,24 @@ export function decodeStoredMessage(buf: Buffer): Message {
   if (flags & 32) m.contentType = str();
   if (flags & 64) m.responseTopic = str();
   if (flags & 128) m.correlationData = bytes();
-  if (flags2 & 1) {
-    need(1);
-    m.payloadFormat = buf[pos++];
-  }
+  if (flags2 & 1) m.payloadFormat = u8();
   if (flags2 & 2) m.origin = str();
+  if (flags2 & 4) m.messageId = str();
+  if (flags2 & 8) m.priority = u8();
+  if (flags2 & 16) m.persistent = (flags2 & 32) !== 0;
+  if (flags2 & 64) m.contentEncoding = str();
+  if (flags2 & 128) m.type = str();
+  if (flags3 & ~63) throw new FlowError('CORRUPT_DATA', 'stored message has unknown flags');
+  if (flags3 & 1) m.appId = str();
+  if (flags3 & 2) m.userId = str();
+  if (flags3 & 4) m.amqpHeaders = bytes();
+  if (flags3 & 8) m.exchange = str();
+  if (flags3 & 16) m.routingKey = str();
+  if (flags3 & 32) {
+    const deaths = parseDeaths(str());
+    if (deaths === null) throw new FlowError('CORRUPT_DATA', 'stored message has a malformed dead-letter history');
+    m.deaths = deaths;
+  }
   const hc = u32();
   const headers: Header[] = [];
   for (let i = 0; i < hc; i++) {

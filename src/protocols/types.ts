@@ -31,6 +31,8 @@ export interface ProtocolListener {
 
 /** What the broker hands a protocol module at start. */
 export interface ProtocolModuleContext extends AdapterContext {
+  /** The broker's own logger: a module logs its 'listening' lines here and gives its adapter a child of it. */
+  logger: Logger;
   config: Config;
   /** Clear-text password checks against the users file; null when the broker runs without one. */
   guard: PasswordGuard | null;

@@ -18,6 +18,9 @@ import {
   makeMessage,
   Compression,
   MAX_DECOMPRESSED_BYTES,
+  PROPERTY_HEADERS,
+  type Header,
+  type Message,
 } from '../../src/core/index.js';
 
 describe('crc32c', () => {
@@ -139,5 +142,159 @@ describe('record batch v2', () => {
     assert.deepEqual(back.headers, []);
     const own = messageToRecord(makeMessage('telemetry', Buffer.from('x')), 'telemetry');
     assert.deepEqual(own.headers, []);
+  });
+});
+
+describe('message properties as flowmq.* record headers', () => {
+  const through = (msg: Message, own: string): Message => recordToMessage(decodeBatch(encodeBatch([messageToRecord(msg, own)]))[0], own);
+  const text = (h: Header[], key: string) => h.find((x) => x.key === key)?.value?.toString('utf8');
+  const full = makeMessage('rpc/req/7', Buffer.from('{"q":1}'), {
+    timestamp: 1_700_000_000_000,
+    key: Buffer.from('k'),
+    headers: [
+      { key: 'tenant', value: Buffer.from('acme') },
+      { key: 'empty', value: null },
+    ],
+    expiresAt: 1_700_000_060_000,
+    contentType: 'application/json',
+    responseTopic: 'rpc/resp/7',
+    correlationData: Buffer.from([0, 0xff, 7]),
+    payloadFormat: 1,
+    messageId: 'm-1',
+    priority: 9,
+    persistent: false,
+    contentEncoding: 'identity',
+    type: 'query',
+    appId: 'app',
+    amqpHeaders: Buffer.from([0, 0, 0, 0]),
+    exchange: 'amq.topic',
+    routingKey: 'rpc.req.7',
+    deaths: [{ queue: 'q', reason: 'maxlen', exchange: 'amq.topic', routingKeys: ['rpc.req.7'], count: 3, time: 1_699_999_999_000 }],
+  });
+
+  it('writes each property under its documented name and encoding, ahead of the message headers', () => {
+    const rec = messageToRecord({ ...full, userId: 'alice' }, 'rpcs');
+    assert.deepEqual(
+      rec.headers.map((h) => h.key),
+      [
+        'flowmq.topic',
+        'flowmq.content-type',
+        'flowmq.content-encoding',
+        'flowmq.correlation-id',
+        'flowmq.reply-to',
+        'flowmq.expires-at',
+        'flowmq.message-id',
+        'flowmq.priority',
+        'flowmq.delivery-mode',
+        'flowmq.payload-format',
+        'flowmq.type',
+        'flowmq.app-id',
+        'flowmq.user-id',
+        'flowmq.amqp-headers',
+        'flowmq.exchange',
+        'flowmq.routing-key',
+        'flowmq.deaths',
+        'tenant',
+        'empty',
+      ],
+    );
+    assert.equal(text(rec.headers, 'flowmq.topic'), 'rpc/req/7');
+    assert.equal(text(rec.headers, 'flowmq.reply-to'), 'rpc/resp/7');
+    assert.equal(text(rec.headers, 'flowmq.expires-at'), '1700000060000');
+    assert.equal(text(rec.headers, 'flowmq.priority'), '9');
+    assert.equal(text(rec.headers, 'flowmq.delivery-mode'), '1');
+    assert.equal(text(rec.headers, 'flowmq.payload-format'), '1');
+    assert.equal(text(rec.headers, 'flowmq.user-id'), 'alice');
+    assert.deepEqual(rec.headers.find((h) => h.key === 'flowmq.correlation-id')?.value, Buffer.from([0, 0xff, 7]));
+    assert.deepEqual(JSON.parse(text(rec.headers, 'flowmq.deaths')!), full.deaths);
+    assert.equal(messageToRecord({ ...full, persistent: true }, 'rpcs').headers.find((h) => h.key === 'flowmq.delivery-mode')?.value?.toString(), '2');
+    assert.equal(PROPERTY_HEADERS.topic, 'flowmq.topic');
+  });
+
+  it('reads every property back, through a stored batch, and keeps the other headers as they were', () => {
+    const back = through(full, 'rpcs');
+    const { origin: _origin, qos: _qos, ...expected } = full;
+    const { origin: _o, qos, ...got } = back;
+    assert.equal(qos, 1);
+    assert.deepEqual(got, expected);
+    // The same message in a stream whose own topic it is: no topic header, everything else the same.
+    assert.deepEqual(through(full, 'rpc/req/7').contentType, 'application/json');
+    assert.equal(messageToRecord(full, 'rpc/req/7').headers[0].key, 'flowmq.content-type');
+  });
+
+  it('a message without properties is written exactly as before: its own headers, no extra header', () => {
+    const headers = [{ key: 'h', value: Buffer.from('v') }];
+    const plain = makeMessage('telemetry', Buffer.from('x'), { headers, timestamp: 9 });
+    const rec = messageToRecord(plain, 'telemetry');
+    assert.equal(rec.headers, headers, 'the same array, not a copy');
+    assert.deepEqual(encodeBatch([rec]), encodeBatch([{ key: null, value: Buffer.from('x'), headers, timestamp: 9 }]));
+    const foreign = messageToRecord(makeMessage('a/b', Buffer.from('x'), { headers }), 'telemetry');
+    assert.deepEqual(foreign.headers.map((h) => h.key), ['flowmq.topic', 'h']);
+    // And a record without reserved headers becomes a message with the record's own headers array.
+    const [r] = decodeBatch(encodeBatch([rec]));
+    assert.equal(recordToMessage(r, 'telemetry').headers, r.headers);
+  });
+
+  it('never reads flowmq.user-id back: a record carries whatever its producer wrote', () => {
+    const back = through({ ...full, userId: 'alice' }, 'rpcs');
+    assert.equal(back.userId, undefined);
+    assert.equal(back.headers.some((h) => h.key === 'flowmq.user-id'), false);
+    // A Kafka producer's own record claiming a user id.
+    const [r] = decodeBatch(encodeBatch([{ key: null, value: Buffer.from('x'), headers: [{ key: 'flowmq.user-id', value: Buffer.from('admin') }], timestamp: 1 }]));
+    const m = recordToMessage(r, 'orders');
+    assert.equal(m.userId, undefined);
+    assert.deepEqual(m.headers, []);
+  });
+
+  it('reads the properties a Kafka producer wrote as headers; values that do not parse set nothing; the first of a name wins', () => {
+    const h = (key: string, value: string | null): Header => ({ key, value: value === null ? null : Buffer.from(value) });
+    const [r] = decodeBatch(
+      encodeBatch([
+        {
+          key: null,
+          value: Buffer.from('x'),
+          timestamp: 1,
+          headers: [
+            h('app', '1'),
+            h('flowmq.content-type', 'text/plain'),
+            h('flowmq.content-type', 'application/octet-stream'),
+            h('flowmq.priority', 'high'),
+            h('flowmq.expires-at', 'soon'),
+            h('flowmq.delivery-mode', '3'),
+            h('flowmq.payload-format', '256'),
+            h('flowmq.deaths', '{"queue":"q"}'),
+            h('flowmq.reply-to', null),
+            h('flowmq.message-id', 'id-1'),
+            h('flowmq.future-thing', 'kept'),
+            h('other', '2'),
+          ],
+        },
+      ]),
+    );
+    const m = recordToMessage(r, 'in');
+    assert.equal(m.contentType, 'text/plain');
+    assert.equal(m.messageId, 'id-1');
+    for (const f of ['priority', 'expiresAt', 'persistent', 'payloadFormat', 'deaths', 'responseTopic'] as const) assert.equal(m[f], undefined, f);
+    // Reserved names are never passed on as plain headers; names this broker does not know are.
+    assert.deepEqual(m.headers.map((x) => x.key), ['app', 'flowmq.future-thing', 'other']);
+    const [ok] = decodeBatch(encodeBatch([{ key: null, value: null, timestamp: 1, headers: [h('flowmq.priority', '0'), h('flowmq.expires-at', '1700000000000.5'), h('flowmq.delivery-mode', '2')] }]));
+    const m2 = recordToMessage(ok, 'in');
+    assert.equal(m2.priority, 0);
+    assert.equal(m2.expiresAt, 1700000000000.5);
+    assert.equal(m2.persistent, true);
+  });
+
+  it('does not copy a message header that has a reserved name: an MQTT user property cannot redirect or mislabel the record', () => {
+    const msg = makeMessage('sensors', Buffer.from('x'), {
+      headers: [
+        { key: 'flowmq.topic', value: Buffer.from('admin/secret') },
+        { key: 'flowmq.content-type', value: Buffer.from('forged') },
+        { key: 'flowmq.future-thing', value: Buffer.from('kept') },
+      ],
+    });
+    const back = through(msg, 'sensors');
+    assert.equal(back.topic, 'sensors');
+    assert.equal(back.contentType, undefined);
+    assert.deepEqual(back.headers.map((x) => x.key), ['flowmq.future-thing']);
   });
 });

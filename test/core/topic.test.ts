@@ -1,6 +1,6 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { isValidStreamName, kafkaToUnified, matches, unifiedToKafka, validateFilter, validateTopic } from '../../src/core/index.js';
+import { dotsToUnified, isValidTopic, swapSeparators, unifiedToDots, isValidStreamName, kafkaToUnified, matches, unifiedToKafka, validateFilter, validateTopic } from '../../src/core/index.js';
 
 describe('topics and filters', () => {
   it('matches MQTT wildcards', () => {
@@ -34,5 +34,24 @@ describe('topics and filters', () => {
     assert.ok(!isValidStreamName('a/b'));
     assert.ok(!isValidStreamName('..'));
     assert.ok(!isValidStreamName('x'.repeat(250)));
+  });
+  it('maps dot-separated names and unified topics by swapping the separators, a bijection', () => {
+    assert.equal(dotsToUnified('a.b.c'), 'a/b/c');
+    assert.equal(unifiedToDots('a/b/c'), 'a.b.c');
+    assert.equal(dotsToUnified('x/y.z'), 'x.y/z', 'a / inside an AMQP word is a . inside a level');
+    assert.equal(unifiedToDots('x.y/z'), 'x/y.z');
+    assert.equal(dotsToUnified('plain'), 'plain');
+    assert.equal(dotsToUnified('a..b'), 'a//b');
+    assert.equal(dotsToUnified('.a.'), '/a/');
+    assert.equal(dotsToUnified('$SYS.broker'), '$SYS/broker');
+    for (const s of ['', 'a', 'a.b/c', '/./', 'x//y..z', 'ü.ß/€', 'a.+.#', '*.>']) {
+      assert.equal(swapSeparators(swapSeparators(s)), s, `round trip of "${s}"`);
+    }
+    // Kafka names cannot hold '/', so for them the swap is kafkaToUnified.
+    assert.equal(dotsToUnified('factory.line1'), kafkaToUnified('factory.line1'));
+  });
+  it('tells which unified topics MQTT can carry', () => {
+    assert.ok(isValidTopic('a/*/>'));
+    for (const t of ['', 'a/+', 'a/#', 'a\u0000']) assert.ok(!isValidTopic(t), t);
   });
 });

@@ -36,7 +36,9 @@ export function connectAmqp(b: FlowmqProcess, opts: { user?: string; pass?: stri
 export function take(ch: Channel, queue: string, n: number, opts: { noAck?: boolean; ack?: boolean } = {}): Promise<ConsumeMessage[]> {
   return new Promise((resolve, reject) => {
     const got: ConsumeMessage[] = [];
-    let tag = '';
+    // Deliveries can arrive in the same read as consume-ok, before amqplib resolves consume(): cancel once known.
+    let tagKnown!: (t: string) => void;
+    const tag = new Promise<string>((r) => (tagKnown = r));
     const timer = setTimeout(() => reject(new Error(`timed out: ${got.length} of ${n} messages from ${queue}`)), 15_000);
     ch.consume(
       queue,
@@ -46,13 +48,11 @@ export function take(ch: Channel, queue: string, n: number, opts: { noAck?: bool
         if (!opts.noAck && opts.ack !== false) ch.ack(m);
         if (got.length === n) {
           clearTimeout(timer);
-          void ch.cancel(tag).then(() => resolve(got), reject);
+          void tag.then((t) => ch.cancel(t)).then(() => resolve(got), reject);
         }
       },
       { noAck: opts.noAck ?? false },
-    ).then((ok) => {
-      tag = ok.consumerTag;
-    }, reject);
+    ).then((ok) => tagKnown(ok.consumerTag), reject);
   });
 }
 

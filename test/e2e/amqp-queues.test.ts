@@ -138,6 +138,7 @@ describe('e2e: AMQP queues', () => {
     const purged = await ch.purgeQueue('gpd');
     assert.equal(purged.messageCount, 4);
     const other = await conn.createChannel();
+    other.on('error', () => undefined);
     const cancelled = new Promise<void>((resolve) => {
       void other.consume('gpd', (m: unknown) => {
         if (m === null) resolve();

@@ -17,7 +17,7 @@
 import { AmqpCodecError } from './errors.js';
 import { CLASS_BASIC, FRAME_BODY, FRAME_END, FRAME_HEADER, FRAME_OVERHEAD } from './constants.js';
 import { Reader, checkUint, shortstrBytes, writeShortstr, writeU64 } from './reader.js';
-import { decodeTable, tableSize, writeTable, type FieldTable } from './table.js';
+import { decodeTable, skipTable, tableSize, writeTable, type FieldTable } from './table.js';
 import { methodPayloadSize, writeMethodFrame, type AmqpMethod } from './methods.js';
 
 export interface BasicProperties {
@@ -94,14 +94,12 @@ export function decodeContentHeader(payload: Buffer, decodeHeaders = false): Con
   if (flags & F_CONTENT_ENCODING) p.contentEncoding = r.shortstr('content-encoding');
   if (flags & F_HEADERS) {
     const start = r.pos;
-    const n = r.u32('headers length');
-    r.need(n, 'headers');
-    r.pos += n;
+    // A bad table is a syntax error whether or not it is decoded now: check it in place (no objects) first.
+    skipHeaders(r);
     const raw = Buffer.from(payload.subarray(start, r.pos));
     p.rawHeaders = raw;
-    // Decoding the copy keeps the decoded values (Buffers of 'x', Typed 'S') off the socket chunk too; a bad
-    // table is a syntax error whether or not it is decoded now, so it is checked here either way.
-    if (decodeHeaders) p.headers = decodeTableChecked(raw, classId);
+    // Decoding the copy keeps decoded values (Buffers of 'x', Typed 'S') off the socket chunk too.
+    if (decodeHeaders) p.headers = decodeTable(raw);
   }
   if (flags & F_DELIVERY_MODE) p.deliveryMode = r.u8('delivery-mode');
   if (flags & F_PRIORITY) p.priority = r.u8('priority');
@@ -118,11 +116,11 @@ export function decodeContentHeader(payload: Buffer, decodeHeaders = false): Con
   return { classId, bodySize, properties: p };
 }
 
-function decodeTableChecked(raw: Buffer, classId: number): FieldTable {
+function skipHeaders(r: Reader): void {
   try {
-    return decodeTable(raw);
+    skipTable(r);
   } catch (e) {
-    if (e instanceof AmqpCodecError) throw new AmqpCodecError(e.replyCode, `headers: ${e.message}`, classId, 0);
+    if (e instanceof AmqpCodecError) throw new AmqpCodecError(e.replyCode, `headers: ${e.message}`, CLASS_BASIC, 0);
     throw e;
   }
 }

@@ -197,6 +197,63 @@ function readValue(r: Reader, depth: number): FieldValue {
   }
 }
 
+/** Fixed sizes of the scalar tags, 0 for the variable ones; -1 unknown. */
+const FIXED_SIZE = new Int8Array(256).fill(-1);
+for (const [tag, n] of [
+  ['t', 1], ['b', 1], ['B', 1], ['s', 2], ['u', 2], ['I', 4], ['i', 4], ['l', 8], ['L', 8], ['f', 4], ['d', 8],
+  ['D', 5], ['T', 8], ['V', 0], ['S', 0], ['x', 0], ['A', 0], ['F', 0],
+] as const) {
+  FIXED_SIZE[tag.charCodeAt(0)] = n;
+}
+
+/**
+ * Checks that the field table at the reader's position is well formed (every tag known, every length within
+ * bounds, nesting within MAX_FIELD_DEPTH) without building it: the publish path forwards header bytes it does
+ * not decode, and must not forward a table a consumer could not read.
+ */
+export function skipTable(r: Reader, depth = 0): void {
+  const size = r.u32('field table length');
+  r.need(size, 'field table');
+  if (depth >= MAX_FIELD_DEPTH) r.fail(`field tables nested deeper than ${MAX_FIELD_DEPTH}`);
+  const end = r.pos + size;
+  const outer = r.end;
+  r.end = end;
+  while (r.pos < end) {
+    const k = r.u8('field name');
+    r.need(k, 'field name');
+    r.pos += k;
+    skipValue(r, depth);
+  }
+  r.end = outer;
+}
+
+function skipValue(r: Reader, depth: number): void {
+  const tag = r.u8('field type');
+  const n = FIXED_SIZE[tag]!;
+  if (n > 0) {
+    r.need(n, 'field value');
+    r.pos += n;
+  } else if (n < 0) {
+    r.fail(`unknown field type 0x${tag.toString(16).padStart(2, '0')}`);
+  } else if (tag === 0x46) {
+    skipTable(r, depth + 1);
+  } else if (tag === 0x41) {
+    const size = r.u32('field array length');
+    r.need(size, 'field array');
+    if (depth + 1 >= MAX_FIELD_DEPTH) r.fail(`field arrays nested deeper than ${MAX_FIELD_DEPTH}`);
+    const end = r.pos + size;
+    const outer = r.end;
+    r.end = end;
+    while (r.pos < end) skipValue(r, depth + 1);
+    r.end = outer;
+  } else if (tag !== 0x56) {
+    // S, x
+    const len = r.u32('long string length');
+    r.need(len, 'long string');
+    r.pos += len;
+  }
+}
+
 /**
  * Decodes an encoded field table: the long length prefix and exactly that many bytes after it (the form of
  * Message.amqpHeaders and of BasicProperties.rawHeaders).
