@@ -39,6 +39,7 @@ import { sharedStorageArgs } from './shared-storage.js';
 import { AuthFlood, SaslProducer } from './auth-flood.js';
 import { openIdle, runMqttLoad, type MqttLoadOptions, type MqttLoadResult } from './mqtt.js';
 import { floodCell, heapCell, runFloods, type FloodOptions, type FloodResult, type FloodTarget, type ProcessMemory } from './flood.js';
+import { defaultQueueStoreOptions, levelCell, queueStoreEmbedded, queueStorePostgres, type QueueStoreLevel } from './queue-store.js';
 import { fmt, nowS, ratio, roundDeep, sleep, table } from './util.js';
 import { histogramQuantile, type HistogramSnapshot } from '../src/core/index.js';
 
@@ -792,6 +793,35 @@ const scenarios: Scenario[] = [
         peer: cell(s, show),
         ratio: `S3 ≥ ${REPLAY_TARGET_MBPS} MB/s: ${s?.ok ? (s.value.replay.mbPerSec >= REPLAY_TARGET_MBPS ? 'met' : 'not met') : 'not measured'}`,
         data: { options: { mb: CFG.replayMb, segment: CFG.replaySegment, partitionMaxBytes: CFG.replayFetchBytes }, embedded: r.get('embedded'), shared: s },
+      });
+    },
+  },
+  {
+    name: 'queue-store',
+    group: 'storage',
+    title: 'queue store alone: persistent 1 KiB appends to one queue, embedded vs PostgreSQL',
+    run: async () => {
+      const o = defaultQueueStoreOptions(CFG.seconds);
+      const title = `queue store alone (no broker): 1 KiB appends to one queue by N publishers each awaiting its append (as a confirm), N = ${o.levels.join(', ')}, then ${o.ackLevel} publishers that also remove (ack) each message; appends/s and append → resolved p50 / p99`;
+      const outcome = async (run: () => Promise<QueueStoreLevel[]>): Promise<Outcome<QueueStoreLevel[]>> => {
+        try {
+          return { ok: true, value: await run() };
+        } catch (e) {
+          return { ok: false, error: errText(e) };
+        }
+      };
+      const e = await outcome(() => queueStoreEmbedded(o));
+      const p = await outcome(() => queueStorePostgres(o));
+      const show = (o: Outcome<QueueStoreLevel[]>) => (o.ok ? o.value.map(levelCell).join('; ') : `error: ${o.error}`);
+      const top = (o: Outcome<QueueStoreLevel[]>) => (o.ok ? Math.max(...o.value.map((l) => l.appendsPerSec)) : 0);
+      rows.push({
+        group: 'storage',
+        scenario: 'queue-store',
+        title,
+        flowmq: `SQLite worker, synchronous=FULL: ${show(e)}`,
+        peer: `PostgreSQL, fsync on: ${show(p)}`,
+        ratio: e.ok && p.ok ? `PostgreSQL peak at ${fmt((100 * top(p)) / top(e), 0)}% of embedded` : '-',
+        data: { options: o, embedded: e, postgres: p },
       });
     },
   },

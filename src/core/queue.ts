@@ -314,7 +314,9 @@ export class Queue implements QueueRuntime {
       if (expiresAt !== Infinity && this.heap.peek() === e) this.armTtl(expiresAt);
     }
     if (a.maxLength !== undefined || a.maxLengthBytes !== undefined) this.enforceLimits();
-    if (this.consumers.length > 0) this.dispatch();
+    // With the enqueue's own clock, so that a message with x-message-ttl 0 reaches a consumer ready for it (as in
+    // RabbitMQ: TTL 0 expires a message unless it can be delivered at once).
+    if (this.consumers.length > 0) this.dispatch(now);
     return { durable, rejected: false };
   }
 
@@ -475,7 +477,7 @@ export class Queue implements QueueRuntime {
   }
 
   /** The head of the ready heap, dropping / dead-lettering expired heads on the way; null when the heap is empty. */
-  private takeHead(): Entry | null {
+  private takeHead(now: number = Date.now()): Entry | null {
     for (;;) {
       const e = this.heap.pop();
       if (!e) {
@@ -483,7 +485,8 @@ export class Queue implements QueueRuntime {
         return null;
       }
       this.heapBytes -= e.bytes;
-      if (e.expiresAt !== Infinity && e.expiresAt <= Date.now()) {
+      // Expired once its time has passed: a message expiring this very millisecond is still delivered.
+      if (e.expiresAt < now) {
         this.drop(e, 'expired');
         continue;
       }
@@ -493,7 +496,7 @@ export class Queue implements QueueRuntime {
     }
   }
 
-  private dispatch(): void {
+  private dispatch(now: number = Date.now()): void {
     if (this.dispatching) {
       this.redispatch = true;
       return;
@@ -506,7 +509,7 @@ export class Queue implements QueueRuntime {
         while (this.heap.size > 0) {
           const c = this.pick();
           if (c === null) break;
-          const e = this.takeHead();
+          const e = this.takeHead(now);
           if (e === null) break;
           c.deliver(this.deliverEntry(e, c.owner, c.noAck));
         }

@@ -9,6 +9,7 @@
  * producerEpoch i16 | baseSequence i32 | recordCount i32 | records...
  * The CRC-32C covers attributes..end, so baseOffset and the leader epoch may be rewritten without re-hashing.
  */
+import { isUtf8 } from 'node:buffer';
 import { gunzipSync, gzipSync } from 'node:zlib';
 import { crc32c } from './crc32c.js';
 import { FlowError } from './errors.js';
@@ -352,6 +353,9 @@ function readReserved(msg: Message, hs: Header[], first: number): void {
     } else plain.push(h);
   }
   msg.headers = plain;
+  // A payload that claims to be UTF-8 text must be (an MQTT v5 receiver may refuse it otherwise [MQTT-3.3.2-4]); an
+  // MQTT publisher's claim was checked when it published, a Kafka producer's is checked here.
+  if (msg.payloadFormat === 1 && !isUtf8(msg.payload)) delete msg.payloadFormat;
 }
 
 function hasPropertyHeader(hs: Header[]): boolean {

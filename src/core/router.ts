@@ -177,10 +177,18 @@ export class RouterCore {
       // Exclusive queues are never persisted; a definition that says otherwise is treated as not exclusive.
       const q = this.makeQueue({ ...def, exclusiveOwner: null });
       await q.open();
+      this.queues.set(q.def.name, q);
     }
     for (const b of await this.store.listBindings()) {
       if (!this.exchanges.has(b.source) || !this.destinationExists(b)) continue;
-      this.index(this.entry(b));
+      let e: BindingEntry;
+      try {
+        e = this.entry(b);
+      } catch {
+        // A stored key this version's rules refuse: the binding cannot route, the broker still starts.
+        continue;
+      }
+      this.index(e);
     }
   }
 
@@ -276,12 +284,15 @@ export class RouterCore {
       // Exclusive queues are never persisted: they do not outlive their connection.
       if (persisted(def)) await this.store.putQueue(def);
       const q = this.makeQueue(def);
+      // Routable only once open: recovery assigns ids after what the store holds, a publish must not come first.
       try {
         await q.open();
       } catch (e) {
-        this.queues.delete(name);
+        q.close();
+        if (persisted(def)) await this.store.deleteQueue(name).catch(() => undefined);
         throw e;
       }
+      this.queues.set(name, q);
       return q;
     })();
     this.creating.set(name, create);
@@ -294,9 +305,7 @@ export class RouterCore {
 
   private makeQueue(def: QueueDef): QueueRuntime {
     if (!this.factory) throw new FlowError('INVALID_ARGUMENT', 'this engine has no queue runtime');
-    const q = this.factory(def, persisted(def) ? this.queueStore : null, this.hooks);
-    this.queues.set(def.name, q);
-    return q;
+    return this.factory(def, persisted(def) ? this.queueStore : null, this.hooks);
   }
 
   async deleteQueue(name: string, opts: { ifUnused?: boolean; ifEmpty?: boolean } = {}): Promise<number> {

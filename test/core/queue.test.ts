@@ -343,6 +343,22 @@ describe('queue expiry, limits and dead letters', () => {
     assert.equal(hooks.dead[0].msg.expiresAt, undefined, 'the expiration does not follow the message into the dead-letter queue');
   });
 
+  it('x-message-ttl 0: delivered to a consumer ready for it, else expired at once', async () => {
+    const { q, hooks } = await open(def('ttl0', { messageTtlMs: 0, deadLetterExchange: 'dlx' }));
+    const a = new Consumer('a', 'ch1', { credit: 1 });
+    q.consume(a);
+    put(q, 'now', 'later');
+    assert.deepEqual(a.texts(), ['now']);
+    await hooks.until(() => hooks.dead.length === 1);
+    assert.deepEqual(
+      hooks.dead.map((d) => [d.msg.payload.toString(), d.reason]),
+      [['later', 'expired']],
+    );
+    a.credit = 1;
+    q.resume(a);
+    assert.deepEqual(a.texts(), ['now']);
+  });
+
   it('x-expires asks the router to delete an unused queue; auto-delete once the last consumer went', async () => {
     const { hooks } = await open(def('exp', { expiresMs: 5 }));
     await hooks.until(() => hooks.expired.length === 1);

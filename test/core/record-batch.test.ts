@@ -279,6 +279,10 @@ describe('message properties as flowmq.* record headers', () => {
     assert.deepEqual(m.headers.map((x) => x.key), ['app', 'flowmq.future-thing', 'other']);
     const [ok] = decodeBatch(encodeBatch([{ key: null, value: null, timestamp: 1, headers: [h('flowmq.priority', '0'), h('flowmq.expires-at', '1700000000000.5'), h('flowmq.delivery-mode', '2')] }]));
     const m2 = recordToMessage(ok, 'in');
+    // A payload said to be UTF-8 text must be.
+    const utf8 = (value: Buffer) => recordToMessage(decodeBatch(encodeBatch([{ key: null, value, timestamp: 1, headers: [h('flowmq.payload-format', '1')] }]))[0], 'in').payloadFormat;
+    assert.equal(utf8(Buffer.from('héllo')), 1);
+    assert.equal(utf8(Buffer.from([0xc3, 0x28])), undefined);
     assert.equal(m2.priority, 0);
     assert.equal(m2.expiresAt, 1700000000000.5);
     assert.equal(m2.persistent, true);

@@ -55,7 +55,10 @@ class FakeQueue implements QueueRuntime {
   async ack(): Promise<void> {}
   async nack(): Promise<void> {}
   release(): void {}
+  /** Set by a test to hold open() until it resolves. */
+  static gate: Promise<void> | null = null;
   async open(): Promise<void> {
+    if (FakeQueue.gate) await FakeQueue.gate;
     this.opened = true;
   }
   enqueue(msg: Message) {
@@ -152,6 +155,8 @@ describe('Router: exchanges', () => {
     assert.equal(engine.getExchange('x'), undefined);
     assert.deepEqual(engine.listBindings(), []);
     await engine.deleteExchange('x'); // absent: no error, as RabbitMQ
+    await engine.unbind(qb('amq.direct', 'q', 'never bound')); // absent binding: no error, as RabbitMQ
+    await assert.rejects(engine.unbind(qb('amq.direct', 'nope', 'k')), { code: 'NOT_FOUND' });
   });
 
   it('routes by the default exchange, direct, fanout and topic exchanges, once per queue', async () => {
@@ -413,6 +418,21 @@ describe('Router: queues', () => {
     assert.equal(made.get(gen.def.name)!.destroyed, true);
   });
 
+  it('makes a queue routable only once it is open; a concurrent declare waits for the first', async () => {
+    const { engine, q } = setup();
+    let release!: () => void;
+    FakeQueue.gate = new Promise((r) => (release = r));
+    const first = engine.declareQueue(qdef('slow'));
+    const second = engine.declareQueue(qdef('slow'));
+    await new Promise((r) => setImmediate(r));
+    assert.equal(engine.publishTo('', 'slow', msg('early')).routed, 0);
+    FakeQueue.gate = null;
+    release();
+    assert.equal(await first, await second);
+    assert.equal(engine.publishTo('', 'slow', msg('late')).routed, 1);
+    assert.deepEqual(bodies(q('slow')), ['late']);
+  });
+
   it('gives durable queues the queue store and the others none', async () => {
     const store = { kind: 'fake' } as unknown as QueueStore;
     const made = new Map<string, FakeQueue>();
@@ -467,6 +487,7 @@ describe('Router: queues', () => {
     await a.engine.bind(qb('tx', 'dq'));
     await a.engine.bind(qb('dx', 'xq', 'x'));
     await a.engine.bind({ source: 'dx', destinationKind: 'exchange', destination: 'amq.direct', key: 'k', arguments: {} });
+    await store.putBinding(qb('amq.topic', 'dq', 'a/#/b', { rule: 'mqtt' })); // refused by the MQTT rule
     const b = setup(store);
     await b.engine.load();
     assert.deepEqual(b.engine.listQueues().map((d) => d.name), ['dq']);
@@ -566,5 +587,23 @@ describe('Router with the real queue runtime', () => {
     ]);
     assert.equal(ttl.stats().ready, 0);
     engine.close();
+  });
+
+  it('deletes queues the runtime expires: x-expires unused, auto-delete after the last consumer', async () => {
+    const m = new MemoryStreams();
+    const store = new MemoryStore();
+    const engine = new Engine(m, store, new MemoryQueueStore());
+    await engine.declareQueue(qdef('exp', { arguments: { expiresMs: 20 } }));
+    const auto = await engine.declareQueue(qdef('auto', { autoDelete: true }));
+    await engine.bind(qb('amq.fanout', 'exp'));
+    const c = { tag: 'c', owner: 'o', noAck: true, hasCredit: () => true, deliver: () => undefined };
+    auto.consume(c);
+    auto.cancel(c);
+    for (let i = 0; i < 500 && (engine.getQueue('exp') || engine.getQueue('auto')); i++) await new Promise((r) => setTimeout(r, 10));
+    assert.equal(engine.getQueue('exp'), undefined);
+    assert.equal(engine.getQueue('auto'), undefined);
+    assert.deepEqual(engine.listBindings(), []);
+    for (let i = 0; i < 100 && (await store.listQueues()).length > 0; i++) await new Promise((r) => setTimeout(r, 10));
+    assert.deepEqual(await store.listQueues(), []);
   });
 });

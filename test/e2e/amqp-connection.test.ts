@@ -116,6 +116,15 @@ describe('e2e: AMQP connections', () => {
     raw.close();
   });
 
+  it('before tune-ok a frame above frame-min-size (4096) closes the connection with 501', async () => {
+    const raw = await RawAmqp.open(broker.ports.amqp!);
+    raw.write(Buffer.from('AMQP\x00\x00\x09\x01', 'latin1'));
+    assert.equal((await raw.method())?.method, 'ConnectionStart');
+    raw.write(frame(1, 0, Buffer.alloc(5000)));
+    await expectConnectionClose(raw, 501);
+    raw.close();
+  });
+
   it('an unknown class or method closes the connection with 540 (not implemented)', async () => {
     const raw = await RawAmqp.open(broker.ports.amqp!);
     await raw.handshake();

@@ -28,11 +28,14 @@ import { randomBytes } from 'node:crypto';
 import type { ExchangeType, Message, QueueArguments, QueueConsumer, QueueDelivery, QueueHandle, RouteResult } from '../../core/index.js';
 import { isFlowError } from '../../core/index.js';
 import { logKey } from '../log-limit.js';
+import { storageRefusal } from '../storage-refusal.js';
 import type { AmqpConnection } from './connection.js';
 import { AmqpError, replyText, toAmqpError } from './errors.js';
 import { TOPIC_EXCHANGE, messageOfPublish, propertiesOf, swapSeparators, tableToJson } from './properties.js';
-import { AmqpCodecError, contentFrames, decodeHeaderPayload, type AmqpMethod, type BasicProperties, type MethodOf } from './wire.js';
-import { fieldBoolean, fieldInteger, fieldString, type FieldTable } from './codec/index.js';
+import { AmqpCodecError, contentFrames, decodeHeaderPayload, messageFrames, type AmqpMethod, type BasicProperties, type MethodOf } from './wire.js';
+import { Typed, decodeTable, fieldBoolean, fieldInteger, fieldString, type FieldTable } from './codec/index.js';
+import { StreamConsumer, type StreamSink } from './stream.js';
+import { encodeBatch, messageToRecord } from '../../core/index.js';
 
 /** Class and method ids (amqp0-9-1.xml) of the methods a channel can fail on, for channel.close. */
 const IDS: Record<string, [number, number]> = {
@@ -62,6 +65,9 @@ const IDS: Record<string, [number, number]> = {
   'tx.rollback': [90, 30],
 };
 
+/** Bodies up to this size are assembled in a buffer taken when their content header arrives. */
+const BODY_PREALLOC = 1024 * 1024;
+
 const EXCHANGE_TYPES: ReadonlySet<string> = new Set(['direct', 'fanout', 'topic', 'headers']);
 const OVERFLOWS: ReadonlySet<string> = new Set(['drop-head', 'reject-publish', 'reject-publish-dlx']);
 
@@ -77,11 +83,23 @@ interface PublishItem {
 
 type Item = AmqpMethod | PublishItem;
 
+/** What an unacked delivery is settled with: its queue, or (stream deliveries) nothing to do. */
+interface Settler {
+  ack(id: number): Promise<void>;
+  nack(id: number, requeue: boolean): Promise<void>;
+}
+
+/** Stream deliveries: an ack only opens the consumer's window (reading a stream does not consume it). */
+const STREAM_SETTLER: Settler = {
+  ack: () => Promise.resolve(),
+  nack: () => Promise.resolve(),
+};
+
 interface Unacked {
-  handle: QueueHandle;
+  handle: Settler;
   id: number;
   /** null: a basic.get delivery. */
-  consumer: AmqpConsumer | null;
+  consumer: AmqpConsumer | StreamConsumer | null;
 }
 
 /** One outstanding publisher confirm. state: 0 pending, 1 ack, 2 nack. */
@@ -134,7 +152,7 @@ function randomName(prefix: string): string {
   return prefix + randomBytes(16).toString('base64url');
 }
 
-export class AmqpChannel {
+export class AmqpChannel implements StreamSink {
   /** Who holds this channel's unacked deliveries in the queues. */
   readonly owner: string;
   private closing = false;
@@ -145,6 +163,7 @@ export class AmqpChannel {
   private props: BasicProperties | null = null;
   private bodySize = 0;
   private body: Buffer | null = null;
+  private parts: Buffer[] = [];
   private bodyHave = 0;
 
   // order
@@ -153,6 +172,7 @@ export class AmqpChannel {
 
   // consumers
   readonly consumers = new Map<string, AmqpConsumer>();
+  private readonly streamConsumers = new Map<string, StreamConsumer>();
   private consumerPrefetch = 0;
   private channelPrefetch = 0;
   private deliveryTag = 0;
@@ -244,12 +264,19 @@ export class AmqpChannel {
       this.completePublish(owned ? payload : Buffer.from(payload));
       return;
     }
-    this.body ??= Buffer.allocUnsafe(this.bodySize);
-    payload.copy(this.body, this.bodyHave);
+    // A body up to BODY_PREALLOC is gathered in one buffer of its size; a larger one in pieces as its frames
+    // arrive (a content header alone must not make the broker allocate up to amqp-max-message-size).
+    if (this.bodySize <= BODY_PREALLOC) {
+      this.body ??= Buffer.allocUnsafe(this.bodySize);
+      payload.copy(this.body, this.bodyHave);
+    } else {
+      this.parts.push(owned ? payload : Buffer.from(payload));
+    }
     this.bodyHave += n;
     if (this.bodyHave === this.bodySize) {
-      const b = this.body;
+      const b = this.body ?? Buffer.concat(this.parts, this.bodySize);
       this.body = null;
+      this.parts = [];
       this.completePublish(b);
     }
   }
@@ -334,10 +361,14 @@ export class AmqpChannel {
     }
     for (const c of this.consumers.values()) c.queue.cancel(c);
     this.consumers.clear();
+    for (const c of this.streamConsumers.values()) c.close();
+    this.streamConsumers.clear();
     this.unacked.clear();
     this.txPublishes = [];
     this.txSettles = [];
     this.confirms = [];
+    this.body = null;
+    this.parts = [];
     for (const h of this.touched) h.release(this.owner);
     this.touched.clear();
   }
@@ -378,6 +409,11 @@ export class AmqpChannel {
         if (c !== undefined) {
           this.consumers.delete(m.consumerTag);
           c.queue.cancel(c);
+        }
+        const sc = this.streamConsumers.get(m.consumerTag);
+        if (sc !== undefined) {
+          this.streamConsumers.delete(m.consumerTag);
+          sc.close();
         }
         if (!m.noWait) this.conn.sendMethod(this.ch, { name: 'basic.cancel-ok', consumerTag: m.consumerTag } as AmqpMethod);
         return;
@@ -441,12 +477,30 @@ export class AmqpChannel {
     const msg = messageOfPublish({ exchange: m.exchange, routingKey: m.routingKey, props: item.props, body: item.body, origin: this.conn.id, user: this.conn.user }, Date.now());
     let r: RouteResult;
     try {
-      r = this.router.publishTo(m.exchange, m.routingKey, msg);
+      if (m.exchange === '' && this.router.getQueue(m.routingKey) === undefined && this.engine.getStream(m.routingKey) !== undefined) {
+        // The default exchange reaches a stream queue by its name too.
+        msg.exchange = '';
+        msg.routingKey = m.routingKey;
+        const own = this.engine.getStream(m.routingKey)!.ownTopic;
+        r = { routed: 1, durable: this.engine.produce(m.routingKey, 0, encodeBatch([messageToRecord(msg, own)])).durable, rejected: false };
+      } else r = this.router.publishTo(m.exchange, m.routingKey, msg);
     } catch (err) {
+      if (storageRefusal(err) !== null) {
+        // Refused at once (the free-space reserve, a partition backing off): as a failed write, a nack.
+        const failed = Promise.reject(err);
+        failed.catch(() => undefined);
+        r = { routed: 1, durable: failed, rejected: false };
+        return this.afterRoute(item, r);
+      }
       if (isFlowError(err, 'NOT_FOUND')) throw new AmqpError(404, `no exchange '${m.exchange}' in vhost '/'`, 60, 40);
       if (isFlowError(err, 'ACCESS_REFUSED')) throw new AmqpError(403, (err as Error).message, 60, 40);
       throw err;
     }
+    return this.afterRoute(item, r);
+  }
+
+  private afterRoute(item: PublishItem, r: RouteResult): RouteResult {
+    const m = item.method;
     this.conn.adapter.stats.published++;
     if (r.routed === 0 && m.mandatory) {
       this.conn.adapter.stats.returned++;
@@ -580,6 +634,7 @@ export class AmqpChannel {
       c.waiting = false;
       c.queue.resume(c);
     }
+    for (const c of this.streamConsumers.values()) c.pump();
   }
 
   deliver(c: AmqpConsumer, d: QueueDelivery): void {
@@ -618,10 +673,64 @@ export class AmqpChannel {
     return h;
   }
 
-  private consume(m: MethodOf<'basic.consume'>): void {
+  private get engine() {
+    return this.conn.adapter.ctx.engine;
+  }
+
+  /** The stream behind a queue name, when it names no queue but a stream (x-queue-type stream). */
+  private streamOf(name: string): string | null {
+    const q = name === '' ? this.lastQueue : name;
+    if (q === null || this.router.getQueue(q) !== undefined) return null;
+    return this.engine.getStream(q) !== undefined ? q : null;
+  }
+
+  private async consumeStream(m: MethodOf<'basic.consume'>, stream: string): Promise<void> {
+    const tag = m.consumerTag === '' ? randomName('amq.ctag-') : m.consumerTag;
+    if (this.consumers.has(tag) || this.streamConsumers.has(tag)) throw new AmqpError(530, `attempt to reuse consumer tag '${tag}'`, 60, 20);
+    const args = (m.arguments ?? {}) as FieldTable;
+    const c = new StreamConsumer(this.engine, this, tag, stream, m.noAck, this.consumerPrefetch, args['x-stream-offset']);
+    await c.begin();
+    if (this.closing) return;
+    this.streamConsumers.set(tag, c);
+    if (!m.noWait) this.conn.sendMethod(this.ch, { name: 'basic.consume-ok', consumerTag: tag } as AmqpMethod);
+    c.pump();
+  }
+
+  deliverStream(c: StreamConsumer, msg: Message, offset: number): void {
+    if (this.closing || this.streamConsumers.get(c.tag) !== c) return;
+    const tag = ++this.deliveryTag;
+    if (!c.noAck) {
+      this.unacked.set(tag, { handle: STREAM_SETTLER, id: offset, consumer: c });
+      c.unacked++;
+    }
+    this.conn.adapter.stats.delivered++;
+    // RabbitMQ tells stream consumers each message's offset in the x-stream-offset header.
+    const props = propertiesOf(msg, Date.now());
+    const headers = props.headers ?? (props.rawHeaders !== undefined ? decodeTable(props.rawHeaders) : {});
+    headers['x-stream-offset'] = new Typed('l', BigInt(offset));
+    props.headers = headers;
+    delete props.rawHeaders;
+    const exchange = msg.exchange ?? '';
+    const routingKey = msg.routingKey ?? c.stream;
+    this.conn.send(messageFrames(this.ch, { name: 'basic.deliver', consumerTag: c.tag, deliveryTag: tag, redelivered: false, exchange, routingKey } as AmqpMethod, props, msg.payload, this.conn.frameMax));
+  }
+
+  streamFailed(c: StreamConsumer, err: unknown): void {
+    if (this.streamConsumers.get(c.tag) !== c) return;
+    this.streamConsumers.delete(c.tag);
+    c.close();
+    this.conn.log.debug({ err, stream: c.stream }, 'amqp: stream consumer stopped');
+    if (!this.closing && this.conn.capabilities.cancelNotify) {
+      this.conn.sendMethod(this.ch, { name: 'basic.cancel', consumerTag: c.tag, noWait: true } as AmqpMethod);
+    }
+  }
+
+  private consume(m: MethodOf<'basic.consume'>): void | Promise<void> {
+    const stream = this.streamOf(m.queue);
+    if (stream !== null) return this.consumeStream(m, stream);
     const h = this.queueOf(m.queue, 'basic.consume');
     const tag = m.consumerTag === '' ? randomName('amq.ctag-') : m.consumerTag;
-    if (this.consumers.has(tag)) throw new AmqpError(530, `attempt to reuse consumer tag '${tag}'`, 60, 20);
+    if (this.consumers.has(tag) || this.streamConsumers.has(tag)) throw new AmqpError(530, `attempt to reuse consumer tag '${tag}'`, 60, 20);
     const args = (m.arguments ?? {}) as FieldTable;
     const pv = args['x-priority'];
     const priority = pv === undefined ? 0 : fieldInteger(pv);
@@ -754,6 +863,11 @@ export class AmqpChannel {
       throw new AmqpError(403, `queue name '${name}' contains reserved prefix 'amq.*'`, 50, 10);
     }
     const args = (m.arguments ?? {}) as FieldTable;
+    if (m.passive || fieldString(args['x-queue-type'] as never) === 'stream') {
+      const stream = name === '' ? null : this.engine.getStream(name);
+      if (stream !== undefined && stream !== null && this.router.getQueue(name) === undefined) return this.streamDeclared(m, name);
+      if (!m.passive) return this.declareStream(m, name);
+    }
     const def = {
       name,
       durable: m.durable,
@@ -774,13 +888,36 @@ export class AmqpChannel {
     }
   }
 
+  /** queue.declare of a stream queue: RabbitMQ's constraints, then the stream (one partition). */
+  private async declareStream(m: MethodOf<'queue.declare'>, name: string): Promise<void> {
+    if (name === '' || !m.durable || m.exclusive || m.autoDelete) {
+      throw new AmqpError(406, `invalid property for stream queue '${name}': a stream is named, durable, not exclusive, not auto-delete`, 50, 10);
+    }
+    if (this.router.getQueue(name) !== undefined) throw new AmqpError(406, `inequivalent arg 'x-queue-type' for queue '${name}' in vhost '/'`, 50, 10);
+    try {
+      await this.engine.createStream({ name, partitions: 1 });
+    } catch (err) {
+      if (isFlowError(err, 'INVALID_ARGUMENT')) throw new AmqpError(406, `stream queue name '${name}': ${(err as Error).message}`, 50, 10);
+      if (!isFlowError(err, 'ALREADY_EXISTS')) throw err;
+    }
+    return this.streamDeclared(m, name);
+  }
+
+  private streamDeclared(m: MethodOf<'queue.declare'>, name: string): void {
+    this.lastQueue = name;
+    if (m.noWait || this.closing) return;
+    const o = this.engine.offsets(name, 0);
+    this.conn.sendMethod(this.ch, { name: 'queue.declare-ok', queue: name, messageCount: o.highWatermark - o.logStartOffset, consumerCount: 0 } as AmqpMethod);
+  }
+
   private async queueBind(m: MethodOf<'queue.bind'> | MethodOf<'queue.unbind'>): Promise<void> {
     const bind = m.name === 'queue.bind';
     if (m.exchange === '') throw new AmqpError(403, 'operation not permitted on the default exchange', 50, bind ? 20 : 50);
-    const h = this.queueOf(m.queue, m.name);
+    const stream = this.streamOf(m.queue);
+    const dest = stream ?? this.queueOf(m.queue, m.name).def.name;
     // §queue.bind: an empty queue name and routing key mean the last declared queue for both.
-    const key = m.queue === '' && m.routingKey === '' ? h.def.name : m.routingKey;
-    const b = { source: m.exchange, destinationKind: 'queue' as const, destination: h.def.name, key, rule: 'amqp' as const, arguments: tableToJson((m.arguments ?? {}) as FieldTable) };
+    const key = m.queue === '' && m.routingKey === '' ? dest : m.routingKey;
+    const b = { source: m.exchange, destinationKind: stream !== null ? ('stream' as const) : ('queue' as const), destination: dest, key, rule: 'amqp' as const, arguments: tableToJson((m.arguments ?? {}) as FieldTable) };
     if (bind) await this.router.bind(b);
     else await this.router.unbind(b);
     if (this.closing) return;
@@ -802,7 +939,11 @@ export class AmqpChannel {
     if (name === null) throw new AmqpError(404, 'no previously declared queue (queue.delete names none)', 50, 40);
     const h = this.router.getQueue(name);
     let n = 0;
-    if (h !== undefined) {
+    if (h === undefined && this.engine.getStream(name) !== undefined) {
+      const o = this.engine.offsets(name, 0);
+      n = o.highWatermark - o.logStartOffset;
+      await this.engine.deleteStream(name);
+    } else if (h !== undefined) {
       const owner = h.def.exclusiveOwner;
       if (owner !== null && owner !== this.conn.id) throw new AmqpError(405, `cannot obtain exclusive access to locked queue '${name}' in vhost '/'`, 50, 40);
       n = await this.router.deleteQueue(name, { ifUnused: m.ifUnused, ifEmpty: m.ifEmpty }).catch((err: unknown) => {
@@ -868,9 +1009,7 @@ export function queueArguments(t: FieldTable, name: string, durable: boolean, ex
     if (s === 'quorum') {
       // Accepted as a durable queue, with the constraints RabbitMQ puts on quorum queues.
       if (!durable || exclusive) bad('x-queue-type', 'a quorum queue is durable and not exclusive');
-    } else if (s === 'stream') {
-      throw new AmqpError(406, `invalid arg 'x-queue-type' for queue '${name}' in vhost '/': stream queues are not supported yet`, 50, 10);
-    } else if (s !== 'classic') {
+    } else if (s !== 'classic' && s !== 'stream') {
       bad('x-queue-type', 'expected classic, quorum or stream');
     }
   }

@@ -117,7 +117,8 @@ export class AmqpConnection implements AlarmListener {
     this.id = init.id;
     this.remoteAddress = init.remoteAddress;
     this.log = adapter.logger.child({ conn: init.id, remote: `${init.remoteAddress ?? '?'}:${init.remotePort ?? '?'}` });
-    this.frameMax = adapter.options.frameMax;
+    // §4.2.3: until tune-ok, frames up to frame-min-size (a stranger cannot make us buffer more before logging in).
+    this.frameMax = FRAME_MIN_SIZE;
     this.channelMax = adapter.options.channelMax;
     this.closed = new Promise<void>((resolve) => {
       this.resolveClosed = resolve;

@@ -32,11 +32,11 @@ export const amqpModule: ProtocolModule = {
     try {
       const l = await startAmqpListener(adapter, { host: c.host, port: c.amqpPort });
       listeners.set('amqp', l);
-      logger.info({ protocol: 'amqp', address: fmt(l.address()) }, 'listening');
+      ctx.logger.info({ protocol: 'amqp', address: fmt(l.address()) }, 'listening');
       if (c.amqpTlsCert !== null && c.amqpTlsKey !== null) {
         const t = await startAmqpListener(adapter, { host: c.host, port: c.amqpsPort, tls: { cert: readFileSync(c.amqpTlsCert), key: readFileSync(c.amqpTlsKey) } });
         listeners.set('amqps', t);
-        logger.info({ protocol: 'amqps', address: fmt(t.address()) }, 'listening');
+        ctx.logger.info({ protocol: 'amqps', address: fmt(t.address()) }, 'listening');
       } else if (c.amqpTlsCert !== null || c.amqpTlsKey !== null) {
         throw new FlowError('CONFIG_ERROR', 'AMQP over TLS needs both amqp-tls-cert and amqp-tls-key');
       }

@@ -13,7 +13,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import type { Duplex } from 'node:stream';
-import type { Message, QoS, Subscription } from '../../core/index.js';
+import type { Message, QoS, QueueDelivery, Subscription } from '../../core/index.js';
 import { FlowError, isFlowError, validateFilter } from '../../core/index.js';
 import { logKey, type LogLimitOptions } from '../log-limit.js';
 import type { AdapterContext } from '../types.js';
@@ -55,6 +55,7 @@ import {
   type MqttSession,
   type SubData,
 } from './session.js';
+import { MqttQueueConsumer, QUEUE_PREFIX, isQueueBound, type QueueBoundDelivery, type QueueConsumerHost } from './queue-consumer.js';
 
 // ------------------------------------------------------------------ options
 
@@ -270,18 +271,39 @@ function plainQos0Frame(msg: Message, v5: boolean): Buffer {
   return (lastFrame4 ??= encodePublishFrame(msg.topic, msg.payload, 0, false, false, 0));
 }
 
-/** The v5 PUBLISH properties a message carries to every subscriber (before subscription ids and alias). */
+/**
+ * The v5 PUBLISH properties a message carries to every subscriber (before subscription ids and alias). A message
+ * from another protocol (a Kafka record's flowmq.* headers, an AMQP publish) may hold what no MQTT publisher could
+ * send; such a property is left out rather than sent malformed, which would make the client close the connection
+ * [MQTT-1.5.4-2] [MQTT-3.3.2-4] [MQTT-3.3.2-14]: a payload format other than 0 or 1, a response topic that is not a
+ * topic name, strings with U+0000 or over 65535 bytes, binary data over 65535 bytes. The expiry is capped at the
+ * largest interval MQTT can say (about 136 years).
+ */
 function messageProps(msg: Message, now: number): Properties {
   const p: Properties = {};
-  if (msg.payloadFormat !== undefined) p.payloadFormatIndicator = msg.payloadFormat;
+  if (msg.payloadFormat === 0 || msg.payloadFormat === 1) p.payloadFormatIndicator = msg.payloadFormat;
   // [MQTT-3.3.2-6] the interval sent is the time the message has left.
-  if (msg.expiresAt !== undefined) p.messageExpiryInterval = Math.max(1, Math.ceil((msg.expiresAt - now) / 1000));
-  if (msg.contentType !== undefined) p.contentType = msg.contentType;
-  if (msg.responseTopic !== undefined) p.responseTopic = msg.responseTopic;
-  if (msg.correlationData !== undefined) p.correlationData = msg.correlationData;
+  if (msg.expiresAt !== undefined) p.messageExpiryInterval = Math.min(0xffffffff, Math.max(1, Math.ceil((msg.expiresAt - now) / 1000)));
+  if (msg.contentType !== undefined && isMqttString(msg.contentType)) p.contentType = msg.contentType;
+  if (msg.responseTopic !== undefined && isMqttString(msg.responseTopic) && msg.responseTopic !== '' && !/[+#]/.test(msg.responseTopic)) {
+    p.responseTopic = msg.responseTopic;
+  }
+  if (msg.correlationData !== undefined && msg.correlationData.length <= 0xffff) p.correlationData = msg.correlationData;
   // [MQTT-3.3.2-17] [MQTT-3.3.2-18] user properties are forwarded unaltered and in order.
-  if (msg.headers.length > 0) p.userProperties = msg.headers.map((h) => [h.key, h.value === null ? '' : h.value.toString('utf8')]);
+  if (msg.headers.length > 0) {
+    const up: Array<[string, string]> = [];
+    for (const h of msg.headers) {
+      const v = h.value === null ? '' : h.value.toString('utf8');
+      if (isMqttString(h.key) && isMqttString(v)) up.push([h.key, v]);
+    }
+    if (up.length > 0) p.userProperties = up;
+  }
   return p;
+}
+
+/** An MQTT UTF-8 string: at most 65535 bytes, no U+0000 [MQTT-1.5.4-1] [MQTT-1.5.4-2]. */
+function isMqttString(s: string): boolean {
+  return (s.length <= 0x5555 || Buffer.byteLength(s) <= 0xffff) && !s.includes('\u0000');
 }
 
 const isPlain = (msg: Message): boolean => msg.headers.length === 0 && msg.expiresAt === undefined;
@@ -294,7 +316,7 @@ export interface MqttConnectionInit {
   remote?: string;
 }
 
-export class MqttConnection {
+export class MqttConnection implements QueueConsumerHost {
   clientId = '';
   readonly remote: string;
   /**
@@ -361,6 +383,16 @@ export class MqttConnection {
    */
   private early: Array<{ msg: Message; subs: Subscription[] }> | null = null;
   private corked = false;
+  /** `$queue/<name>` subscriptions by filter (queue-consumer.ts); they last as long as the connection. */
+  private queueSubs: Map<string, MqttQueueConsumer> | null = null;
+  /** Queue consumers subscribed by the SUBSCRIBE being handled, started once its SUBACK is out. */
+  private queueStarts: MqttQueueConsumer[] | null = null;
+  /** A 'drain' listener is waiting to resume the queue consumers. */
+  private drainArmed = false;
+  private readonly onDrain = () => {
+    this.drainArmed = false;
+    this.resumeQueues();
+  };
 
   private readonly onData = (chunk: Buffer) => this.receive(chunk);
   private readonly uncork = () => {
@@ -1202,11 +1234,20 @@ export class MqttConnection {
     this.send(encodeSuback({ type: 'suback', packetId: p.packetId, returnCodes: codes, properties: this.level === 5 ? {} : undefined }, this.level));
     if (this.session!.persistent) this.hub.persist(this.session!);
     for (const r of retained) this.sendRetained(r.sub, r.isNew);
+    const starts = this.queueStarts;
+    if (starts !== null) {
+      this.queueStarts = null;
+      for (const c of starts) {
+        c.started = true;
+        c.handle.resume(c);
+      }
+    }
   }
 
   private subscribeOne(req: SubscriptionRequest, subId: number | undefined, retained: Array<{ sub: Subscription; isNew: boolean }>): number {
     const v5 = this.level === 5;
     const invalidFilter = v5 ? ReasonCode.TOPIC_FILTER_INVALID : SUBACK_FAILURE;
+    if (req.filter.startsWith(QUEUE_PREFIX)) return this.subscribeQueue(req);
     const { group, filter } = splitShared(req.filter);
     if (group !== undefined) {
       // Shared subscription `$share/<group>/<filter>` (standard in MQTT 5, accepted from 3.1.1 clients too).
@@ -1247,6 +1288,95 @@ export class MqttConnection {
     return granted;
   }
 
+  /**
+   * `$queue/<name>`: consume the queue `<name>` (everything after the prefix, verbatim). Granted QoS 1 (the PUBACK
+   * is the queue ack) or 0 (no-ack); refused when the queue does not exist, is another connection's exclusive
+   * queue, or has an exclusive consumer. Not kept with a persistent session: the client subscribes again on
+   * reconnect (the queue keeps the messages meanwhile).
+   */
+  private subscribeQueue(req: SubscriptionRequest): number {
+    const refused = this.level === 5 ? ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR : SUBACK_FAILURE;
+    const name = req.filter.slice(QUEUE_PREFIX.length);
+    const handle = name.length > 0 ? this.ctx.engine.getQueue(name) : undefined;
+    if (handle === undefined || handle.def.exclusiveOwner !== null) {
+      this.logLimited('debug', 'queue subscription refused', { clientId: this.clientId, remote: this.remote, filter: req.filter }, 'mqtt queue subscription refused: no such queue');
+      return refused;
+    }
+    const max = this.opts.maxQos < 1 ? this.opts.maxQos : 1;
+    const granted = (req.qos < max ? req.qos : max) as QoS;
+    const c = new MqttQueueConsumer(handle, req.filter, this.clientId, granted === 0, this);
+    const subs = (this.queueSubs ??= new Map());
+    // [MQTT-3.8.4-3] the same filter again replaces the subscription (deliveries in flight stay acknowledgeable).
+    const old = subs.get(req.filter);
+    if (old) {
+      subs.delete(req.filter);
+      old.handle.cancel(old);
+    }
+    try {
+      handle.consume(c);
+    } catch (err) {
+      if (!isFlowError(err)) throw err;
+      this.logLimited('debug', 'queue subscription refused', { clientId: this.clientId, remote: this.remote, filter: req.filter, err: err.message }, 'mqtt queue subscription refused');
+      return refused;
+    }
+    subs.set(req.filter, c);
+    // Deliveries start after the SUBACK (onSubscribe), as retained messages do.
+    (this.queueStarts ??= []).push(c);
+    return granted;
+  }
+
+  /** QueueConsumerHost: room for one more queue delivery (connected, nothing waiting, window and socket open). */
+  queueCredit(c: MqttQueueConsumer): boolean {
+    if (!c.started || this.state !== State.Connected || this.restoring || this.queueHead < this.queue.length || this.queueSubs?.get(c.filter) !== c) return false;
+    if (this.stream.writableLength > this.opts.writeHighWaterMark) {
+      if (!this.drainArmed && this.stream.writableNeedDrain) {
+        this.drainArmed = true;
+        this.stream.once('drain', this.onDrain);
+      }
+      return false;
+    }
+    return c.noAck || this.inflight.size < this.window();
+  }
+
+  /** QueueConsumerHost: sends a queue delivery (the queue asked queueCredit just before). */
+  deliverFromQueue(c: MqttQueueConsumer, qd: QueueDelivery): void {
+    try {
+      // A message without a topic (AMQP default exchange) is published under the subscription's filter.
+      const msg = qd.msg.topic.length > 0 ? qd.msg : { ...qd.msg, topic: c.filter };
+      const d = newDelivery(msg, c.noAck ? 0 : 1, false, null, null, false) as QueueBoundDelivery;
+      d.queueConsumer = c;
+      d.queueId = qd.id;
+      if (c.noAck) {
+        this.writePublish(d, 0, false, Date.now());
+        return;
+      }
+      let id = this.nextPacketId;
+      while (this.inflight.has(id)) id = id === 0xffff ? 1 : id + 1;
+      this.nextPacketId = id === 0xffff ? 1 : id + 1;
+      if (!this.writePublish(d, id, false, Date.now())) {
+        // Too large for this client: rejected (dead-lettered if the queue says so) rather than retried forever.
+        c.handle.nack(qd.id, false).catch(() => undefined);
+        return;
+      }
+      d.packetId = id;
+      this.inflight.set(id, d);
+    } catch (err) {
+      this.fail(err);
+    }
+  }
+
+  /** QueueConsumerHost: the queue was deleted; the subscription ends (MQTT cannot tell the client). */
+  queueCancelled(c: MqttQueueConsumer, reason: string): void {
+    if (this.queueSubs?.get(c.filter) === c) this.queueSubs.delete(c.filter);
+    this.logLimited('debug', 'queue subscription ended', { clientId: this.clientId, remote: this.remote, filter: c.filter, reason }, 'mqtt queue subscription ended');
+  }
+
+  /** Window room again (PUBACK, drained socket or queue): queue consumers may take more. */
+  private resumeQueues(): void {
+    if (this.queueSubs === null || this.state !== State.Connected) return;
+    for (const c of this.queueSubs.values()) c.handle.resume(c);
+  }
+
   /** [MQTT-3.3.1-6] retained messages matching a new subscription, with RETAIN 1 [MQTT-3.3.1-8]. */
   private sendRetained(sub: Subscription, isNew: boolean): void {
     const d = sub.options.data as SubData;
@@ -1265,6 +1395,14 @@ export class MqttConnection {
     const codes: number[] = [];
     for (const f of p.filters) {
       // [MQTT-3.10.4-1] filters compare character by character.
+      const qc = this.queueSubs?.get(f);
+      if (qc) {
+        // Deliveries in flight stay acknowledgeable (their PUBACK still acks them) until the connection ends.
+        this.queueSubs!.delete(f);
+        qc.handle.cancel(qc);
+        codes.push(ReasonCode.SUCCESS);
+        continue;
+      }
       const sub = s.subs.get(f);
       if (sub) {
         this.ctx.engine.unsubscribe(sub);
@@ -1519,6 +1657,7 @@ export class MqttConnection {
       q.splice(0, this.queueHead);
       this.queueHead = 0;
     }
+    if (this.queueSubs !== null) this.resumeQueues();
   }
 
   private onPuback(id: number): void {
@@ -1526,7 +1665,12 @@ export class MqttConnection {
     // An unknown id (or a QoS 2 id) is ignored: nothing in 3.1.1 lets us report it.
     if (e === undefined || e.qos !== 1) return;
     this.inflight.delete(id);
-    if (e.stored !== 'none') this.hub.untrack(this.session!, e);
+    if (isQueueBound(e)) {
+      // The queue ack: the message leaves its queue.
+      e.queueConsumer.handle.ack(e.queueId).catch((err: unknown) => {
+        this.logLimited('warn', 'queue ack failed', { clientId: this.clientId, remote: this.remote, filter: e.queueConsumer.filter, err: errText(err) }, 'mqtt queue ack failed');
+      });
+    } else if (e.stored !== 'none') this.hub.untrack(this.session!, e);
     this.drainQueue();
   }
 
@@ -1585,12 +1729,26 @@ export class MqttConnection {
     const s = this.session;
     if (s !== null) {
       // Unacknowledged deliveries, oldest first: what was in flight, then what waited.
-      const unacked: Delivery[] = [...this.inflight.values()];
+      // Queue deliveries are not the session's: they go back to their queues below.
+      const unacked: Delivery[] = [];
+      for (const d of this.inflight.values()) if (!isQueueBound(d)) unacked.push(d);
       for (let k = this.queueHead; k < this.queue.length; k++) unacked.push(this.queue[k]);
       // DISCONNECT cleared the will unless it asked for it (v5 0x04); a broker shutdown is not the client's failure.
       const publishWill = will !== null && wasConnected && kind !== 'shutdown';
       this.hub.detach(s, this, unacked, publishWill ? will : null);
       this.session = null;
+    }
+    if (this.queueSubs !== null) {
+      // Unacknowledged queue deliveries go back to their queues, redelivered, for other consumers.
+      for (const c of this.queueSubs.values()) c.handle.cancel(c);
+      const owners = new Set<MqttQueueConsumer>(this.queueSubs.values());
+      for (const d of this.inflight.values()) if (isQueueBound(d)) owners.add(d.queueConsumer);
+      for (const c of owners) c.handle.release(c.owner);
+      this.queueSubs = null;
+    }
+    if (this.drainArmed) {
+      this.stream.off('drain', this.onDrain);
+      this.drainArmed = false;
     }
     this.inflight.clear();
     this.queue = [];

@@ -2,7 +2,8 @@
  * Golden byte fixtures for every AMQP 0-9-1 method the codec knows: one realistic argument set each and the
  * whole method frame in hex. The bytes were produced by amqplib's encoder (an independent implementation,
  * `amqplib/lib/defs`), and codec.test.ts re-checks them against it on every run, so they are not just our own
- * output frozen; a few are also spelled out byte by byte against the spec in codec.test.ts.
+ * output frozen; codec-pika.test.ts checks them with a second client's codec (pika), and a few are also spelled
+ * out byte by byte against the spec in codec.test.ts.
  */
 import type { AmqpMethod } from '../../../src/protocols/amqp/codec/index.js';
 

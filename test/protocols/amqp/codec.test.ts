@@ -4,6 +4,7 @@
  * 14 properties, body framing across frame-max, the streaming FrameReader and the reply codes of bad input.
  */
 import assert from 'node:assert/strict';
+import { createRequire } from 'node:module';
 import { describe, test } from 'node:test';
 import {
   AmqpCodecError,
@@ -20,6 +21,7 @@ import {
   decodeContentHeader,
   decodeMethod,
   decodeTable,
+  decodeTableEntries,
   encodeContent,
   encodeContentHeader,
   encodeFieldValue,
@@ -421,6 +423,16 @@ describe('AMQP codec: field tables', () => {
     codecError(() => encodeTable({ ['k'.repeat(256)]: 1 }), 502, /255/);
   });
 
+  test("AMQPLAIN's response is a table without its length prefix: decodeTableEntries reads amqplib's", () => {
+    const credentials = createRequire(import.meta.url)('amqplib/lib/credentials') as {
+      amqplain(user: string, pass: string): { mechanism: string; response(): Buffer };
+    };
+    const c = credentials.amqplain('guest', 'pä55');
+    assert.equal(c.mechanism, 'AMQPLAIN');
+    assert.deepStrictEqual(plain(decodeTableEntries(c.response())), { LOGIN: 'guest', PASSWORD: 'pä55' });
+    codecError(() => decodeTableEntries(Buffer.from([5, 0x61])), 502, /truncated/);
+  });
+
   test('field helpers read values whatever their tag', () => {
     assert.equal(fieldNumber(new Typed('D', { scale: 2, value: 150 })), 1.5);
     assert.equal(fieldNumber(new Typed('L', 2n ** 60n)), undefined);
@@ -502,11 +514,11 @@ describe('AMQP codec: content', () => {
     }
   });
 
-  test('bad content headers: another class 503, weight, flag bit 1, extra flags, leftovers 502', () => {
+  test('bad content headers: another class 505, weight, flag bit 1, extra flags, leftovers 502', () => {
     const good = encodeContentHeader(60, 5, { contentType: 'x' });
     const other = Buffer.from(good);
     other.writeUInt16BE(50, 0);
-    codecError(() => decodeContentHeader(other), 503, /class 50/);
+    codecError(() => decodeContentHeader(other), 505, /class 50/);
     const weight = Buffer.from(good);
     weight.writeUInt16BE(1, 2);
     codecError(() => decodeContentHeader(weight), 502, /weight/);
@@ -591,6 +603,13 @@ describe('AMQP codec: FrameReader', () => {
     r.push(stream);
     return drain(r).map((f) => (f.type === 'protocol-header' ? f : { ...f, payload: Buffer.from(f.payload) }));
   })();
+
+  test('the protocol header and the heartbeat frame are the bytes amqplib uses (§4.2.2, §4.2.7)', () => {
+    assert.deepEqual(PROTOCOL_HEADER, Buffer.from(amqplibFrame.PROTOCOL_HEADER, 'latin1'));
+    assert.deepEqual(PROTOCOL_HEADER, hex('414d5150 00000901'));
+    assert.deepEqual(HEARTBEAT_FRAME, hex('08 0000 00000000 ce'));
+    assert.deepEqual(HEARTBEAT_FRAME, amqplibFrame.HEARTBEAT_BUF);
+  });
 
   test('reads the protocol header then every frame of a stream', () => {
     assert.deepEqual(
@@ -692,6 +711,62 @@ describe('AMQP codec: FrameReader', () => {
       x.push(hex(bytes));
       codecError(() => x.read(), 501, pattern);
     }
+  });
+
+  test('borrowed chunks (one read buffer reused for every read): the same frames, the waiting bytes copied', () => {
+    const shared = Buffer.alloc(97);
+    for (const step of [1, 5, 7, 8, 13, 96, 97]) {
+      const r = new FrameReader({ borrowed: true });
+      const frames: Array<AmqpFrame | ProtocolHeaderFrame> = [];
+      for (let at = 0; at < stream.length; at += step) {
+        const n = stream.copy(shared, 0, at, at + step);
+        r.push(shared.subarray(0, n));
+        for (let f = r.read(); f !== null; f = r.read()) {
+          // a view is valid while it is handled: keep a copy, as a connection handler would
+          frames.push(f.type === 'protocol-header' ? f : { ...f, payload: Buffer.from(f.payload) });
+        }
+        shared.fill(0xee); // the next read overwrites the buffer
+      }
+      assert.deepEqual(frames, expected, `reads of ${step} bytes`);
+      assert.equal(r.buffered, 0);
+    }
+  });
+
+  test('borrowed chunks: retain() keeps the rest when reading stops early; pushing before that is a caller bug', () => {
+    const shared = Buffer.from(stream);
+    const r = new FrameReader({ borrowed: true });
+    r.push(shared);
+    assert.equal((r.read() as ProtocolHeaderFrame).supported, true);
+    r.retain(); // stop here, e.g. the connection is paused
+    shared.fill(0);
+    const rest: Array<AmqpFrame | ProtocolHeaderFrame> = [];
+    for (let f = r.read(); f !== null; f = r.read()) rest.push(f);
+    assert.deepEqual(rest, expected.slice(1));
+
+    const bad = new FrameReader({ borrowed: true });
+    bad.push(stream.subarray(0, 20));
+    assert.throws(() => bad.push(stream.subarray(20)), /before read\(\) returned null/);
+  });
+
+  test('a frame trickling in is gathered into one buffer of its size: the reader keeps no pushed chunk', () => {
+    const frame = encodeFrame(FRAME_BODY, 4, Buffer.alloc(20000, 0x5a));
+    const r = new FrameReader({ frameMax: 131072, protocolHeader: false });
+    let f: AmqpFrame | null = null;
+    for (let i = 0; i < frame.length; i++) {
+      const one = Buffer.from([frame[i]!]);
+      r.push(one);
+      f = r.read() as AmqpFrame | null;
+      if (i < frame.length - 1) {
+        assert.equal(f, null);
+        assert.equal(r.buffered, i + 1);
+      }
+      // once the 7-byte frame header is in, each chunk is copied as it comes: changing it afterwards is harmless
+      if (i >= 6) one[0] = 0;
+    }
+    assert.ok(f !== null);
+    assert.equal(f.channel, 4);
+    assert.ok(f.payload.equals(Buffer.alloc(20000, 0x5a)));
+    assert.equal(r.buffered, 0);
   });
 
   test('frames of zero length and partial frames: null until complete, nothing lost', () => {

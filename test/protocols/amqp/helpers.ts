@@ -21,6 +21,8 @@ export interface AmqplibCodec {
   decodeFields(slice: Buffer): Record<string, unknown>;
 }
 export interface AmqplibFrame {
+  PROTOCOL_HEADER: string;
+  HEARTBEAT_BUF: Buffer;
   parseFrame(bin: Buffer): { type: number; channel: number; size: number; payload: Buffer; rest: Buffer } | false;
   decodeFrame(frame: { type: number; channel: number; payload: Buffer }): Record<string, unknown>;
 }

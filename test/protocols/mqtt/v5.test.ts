@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import mqtt, { type IClientOptions, type IPublishPacket, type MqttClient } from 'mqtt';
-import { MemoryRetainedStore, MemorySessionStore } from '../../../src/core/index.js';
+import { MemoryRetainedStore, MemorySessionStore, makeMessage } from '../../../src/core/index.js';
 import { encodePacket, type MqttPacket } from '../../../src/protocols/mqtt/codec/index.js';
 import { RawClient, sleep, startBroker, until, type TestBroker } from './helpers.js';
 
@@ -90,6 +90,52 @@ describe('mqtt 5: connect, properties and reason codes', () => {
       assert.ok(p.messageExpiryInterval! <= 100 && p.messageExpiryInterval! >= 99, `remaining expiry ${p.messageExpiryInterval}`);
     } finally {
       await Promise.all([sub.endAsync(), pub.endAsync()]);
+    }
+  });
+
+  test('properties from other protocols that MQTT cannot carry are left out, not sent malformed', async () => {
+    // A message from a Kafka record or an AMQP publish may hold what no MQTT publisher could send: a payload format
+    // above 1, a response topic with wildcards, strings with U+0000 or over 65535 bytes, an expiry beyond 2^32-1 s.
+    const { c } = await raw5(b, 'props-foreign');
+    try {
+      c.send(encodePacket({ type: 'subscribe', packetId: 1, subscriptions: [{ filter: 'foreign/#', qos: 1 }], properties: {} }, 5));
+      await c.next('suback');
+      const big = 'x'.repeat(70_000);
+      await b.engine.publish(
+        makeMessage('foreign/1', Buffer.from([0xff]), {
+          qos: 1,
+          payloadFormat: 2,
+          contentType: 'text/\u0000plain',
+          responseTopic: 'reply/#',
+          correlationData: Buffer.alloc(70_000),
+          expiresAt: Date.now() + 1e15,
+          headers: [
+            { key: 'ok', value: Buffer.from('1') },
+            { key: 'nul', value: Buffer.from('a\u0000b') },
+            { key: big, value: null },
+            { key: 'long', value: Buffer.from(big) },
+            { key: 'ok2', value: null },
+          ],
+        }),
+      );
+      await b.engine.publish(makeMessage('foreign/2', Buffer.from('fine'), { qos: 1, payloadFormat: 1, contentType: 'text/plain', responseTopic: 'reply/2', correlationData: Buffer.from('c') }));
+      // The client's own decoder checks what the MQTT spec requires of a server's PUBLISH.
+      const first = await c.next('publish');
+      assert.equal(first.topic, 'foreign/1');
+      assert.equal(first.properties?.payloadFormatIndicator, undefined);
+      assert.equal(first.properties?.contentType, undefined);
+      assert.equal(first.properties?.responseTopic, undefined);
+      assert.equal(first.properties?.correlationData, undefined);
+      assert.equal(first.properties?.messageExpiryInterval, 0xffffffff);
+      assert.deepEqual(first.properties?.userProperties, [['ok', '1'], ['ok2', '']]);
+      const second = await c.next('publish');
+      assert.equal(second.topic, 'foreign/2');
+      assert.equal(second.properties?.payloadFormatIndicator, 1);
+      assert.equal(second.properties?.contentType, 'text/plain');
+      assert.equal(second.properties?.responseTopic, 'reply/2');
+      assert.deepEqual(second.properties?.correlationData, Buffer.from('c'));
+    } finally {
+      c.destroy();
     }
   });
 

@@ -66,15 +66,15 @@ const F_APP_ID = 0x0008;
 const F_CLUSTER_ID = 0x0004;
 
 /**
- * Decodes a content header frame's payload. Only class 60 (basic) has content in 0-9-1: any other class is 503
- * (the connection handler checks that it matches the method before, which answers 505 first). A non-zero weight,
- * a flags bit 1, flags beyond basic's 14, truncation or leftover bytes: 502.
+ * Decodes a content header frame's payload. Only class 60 (basic) has content in 0-9-1, so a header of any other
+ * class cannot follow any content method: 505 unexpected-frame, as RabbitMQ answers a header whose class differs
+ * from its method's. A non-zero weight, a flags bit 1, flags beyond basic's 14, truncation or leftover bytes: 502.
  */
 export function decodeContentHeader(payload: Buffer, decodeHeaders = false): ContentHeader {
   const r = new Reader(payload, 0, payload.length);
   const classId = r.u16('content class-id');
   r.classId = classId;
-  if (classId !== CLASS_BASIC) r.fail(`content header for class ${classId}: only basic (60) has content`, 503);
+  if (classId !== CLASS_BASIC) r.fail(`content header for class ${classId}: only basic (60) has content`, 505);
   const weight = r.u16('content weight');
   if (weight !== 0) r.fail(`content weight ${weight}, must be 0`);
   const bodySize = r.u64('body size');

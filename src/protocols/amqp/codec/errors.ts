@@ -32,7 +32,7 @@ export const ReplyCode = {
 export type CodecReplyCode = 501 | 502 | 503 | 505 | 540;
 
 export class AmqpCodecError extends FlowError {
-  /** The spec's reply code for connection.close: 501 frame-error, 502 syntax-error, 503, 505, 540. */
+  /** The spec's reply code for connection.close: 501 frame-error, 502 syntax-error, 505 unexpected-frame, 540 not-implemented (503 is in the type for callers that map their own errors through it). */
   readonly replyCode: CodecReplyCode;
   /**
    * Class and method of the method being decoded when the error was found (0 when none, e.g. a framing

@@ -58,6 +58,13 @@ export interface FrameReaderOptions {
   frameMax?: number;
   /** Expect the 8-byte protocol header first (a server: true, the default). */
   protocolHeader?: boolean;
+  /**
+   * The chunks given to `push` are borrowed: their memory is reused once the caller returns (the listener's
+   * shared read buffer, src/protocols/read-into.ts). The caller then calls `read` until it returns null before
+   * returning, and the reader copies what it keeps of the chunk (an incomplete frame) at that point. Frames
+   * returned are still views when they lay in one chunk: valid while the caller handles them.
+   */
+  borrowed?: boolean;
 }
 
 /**
@@ -75,30 +82,81 @@ export class FrameReader {
   private offset = 0;
   private size = 0;
   private readonly head = Buffer.alloc(7);
+  private readonly borrowed: boolean;
+  /** Chunks from this index on are borrowed and not yet copied (borrowed mode). */
+  private borrowedFrom = 0;
+  /**
+   * The frame being received, once its header is in and it is incomplete (frame-max set): one buffer of its
+   * exact size that the following chunks are copied into. So a frame trickling in as many small reads holds one
+   * buffer of at most frame-max bytes, not a list of chunks (each of which may pin a whole read buffer).
+   */
+  private pending: Buffer | null = null;
+  private pendingFill = 0;
 
   constructor(options: FrameReaderOptions = {}) {
     this.frameMax = options.frameMax ?? 0;
     this.expectHeader = options.protocolHeader ?? true;
+    this.borrowed = options.borrowed ?? false;
   }
 
   /** Bytes pushed and not yet returned as frames. */
   get buffered(): number {
-    return this.size;
+    return this.size + this.pendingFill;
   }
 
   push(chunk: Buffer): void {
     if (chunk.length === 0) return;
+    if (this.borrowed && this.borrowedFrom < this.chunks.length) {
+      // The earlier chunk's memory may already hold these bytes: its rest is lost. A caller bug, not bad input.
+      throw new Error('FrameReader: push() before read() returned null, with borrowed chunks');
+    }
     this.chunks.push(chunk);
     this.size += chunk.length;
   }
 
   /** The next complete frame (or the protocol header first), or null until more bytes arrive. */
   read(): AmqpFrame | ProtocolHeaderFrame | null {
+    const f = this.next();
+    if (f === null && this.borrowed) this.retain();
+    return f;
+  }
+
+  /**
+   * Borrowed mode: copies the unread bytes of the borrowed chunks (each byte is copied once while it waits).
+   * `read` does it when it returns null; call it to stop reading frames earlier (e.g. to pause a busy connection)
+   * and still keep the rest of the chunk.
+   */
+  retain(): void {
+    for (let i = Math.max(this.first, this.borrowedFrom); i < this.chunks.length; i++) {
+      const c = this.chunks[i]!;
+      if (i === this.first) {
+        this.chunks[i] = Buffer.from(c.subarray(this.offset));
+        this.offset = 0;
+      } else {
+        this.chunks[i] = Buffer.from(c);
+      }
+    }
+    this.borrowedFrom = this.chunks.length;
+  }
+
+  private next(): AmqpFrame | ProtocolHeaderFrame | null {
     if (this.expectHeader) {
       if (this.size < 8) return null;
       const bytes = this.take(8);
       this.expectHeader = false;
       return { type: 'protocol-header', bytes, supported: bytes.equals(PROTOCOL_HEADER) };
+    }
+    if (this.pending !== null) {
+      const frame = this.pending;
+      const n = Math.min(frame.length - this.pendingFill, this.size);
+      this.copyOut(frame, this.pendingFill, n);
+      this.skip(n);
+      this.pendingFill += n;
+      if (this.pendingFill < frame.length) return null;
+      this.pending = null;
+      this.pendingFill = 0;
+      // its header was checked when it started
+      return frameOf(frame[0] as FrameType, frame.readUInt16BE(1), frame, 7, frame.length - 1);
     }
     if (this.size < 7) return null;
     const chunk = this.chunks[this.first]!;
@@ -126,22 +184,23 @@ export class FrameReader {
       throw new AmqpCodecError(501, `heartbeat frame on channel ${channel} with ${length} payload bytes`);
     }
     const total = length + FRAME_OVERHEAD;
-    if (this.size < total) return null;
-    let payload: Buffer;
-    let end: number;
+    if (this.size < total) {
+      if (this.frameMax !== 0) {
+        // bounded by frame-max (checked above): start the frame's own buffer. Without a frame-max a hostile
+        // size could be anything, so the chunks stay as they are until the frame is complete.
+        this.pending = Buffer.allocUnsafe(total);
+        this.pendingFill = this.size;
+        this.copyOut(this.pending, 0, this.size);
+        this.skip(this.size);
+      }
+      return null;
+    }
     if (chunk.length - this.offset >= total) {
-      payload = chunk.subarray(this.offset + 7, this.offset + 7 + length);
-      end = chunk[this.offset + 7 + length]!;
+      const at = this.offset;
       this.skip(total);
-    } else {
-      const all = this.take(total);
-      payload = all.subarray(7, 7 + length);
-      end = all[7 + length]!;
+      return frameOf(type as FrameType, channel, chunk, at + 7, at + 7 + length);
     }
-    if (end !== FRAME_END) {
-      throw new AmqpCodecError(501, `frame-end octet 0x${end.toString(16).padStart(2, '0')}, expected 0xce`);
-    }
-    return { type: type as FrameType, channel, payload };
+    return frameOf(type as FrameType, channel, this.take(total), 7, 7 + length);
   }
 
   /** Copies `n` buffered bytes starting at the read position into dst (does not consume). */
@@ -183,9 +242,20 @@ export class FrameReader {
     if (this.first === this.chunks.length) {
       this.chunks.length = 0;
       this.first = 0;
+      this.borrowedFrom = 0;
     } else if (this.first > 64) {
       this.chunks = this.chunks.slice(this.first);
+      this.borrowedFrom = Math.max(0, this.borrowedFrom - this.first);
       this.first = 0;
     }
   }
+}
+
+/** The frame whose payload is buf[start, end), after checking the frame-end octet at buf[end]. */
+function frameOf(type: FrameType, channel: number, buf: Buffer, start: number, end: number): AmqpFrame {
+  const octet = buf[end]!;
+  if (octet !== FRAME_END) {
+    throw new AmqpCodecError(501, `frame-end octet 0x${octet.toString(16).padStart(2, '0')}, expected 0xce`);
+  }
+  return { type, channel, payload: buf.subarray(start, end) };
 }

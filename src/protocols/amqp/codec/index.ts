@@ -21,9 +21,11 @@
  *       }
  *     }
  *   });
+ *   With the listeners' shared read buffer (read-into.ts) use `new FrameReader({ borrowed: true })`: read until
+ *   null before returning from the callback (or call `reader.retain()`), and the reader copies what must wait.
  *   Everything throws only AmqpCodecError on bad bytes: reply connection.close with e.replyCode,
- *   replyTextOf(e), e.classId, e.methodId (501 frame-error, 502 syntax-error, 503 command-invalid,
- *   540 not-implemented for an unknown class/method).
+ *   replyTextOf(e), e.classId, e.methodId (501 frame-error, 502 syntax-error, 505 unexpected-frame for a
+ *   content header of a class without content, 540 not-implemented for an unknown class/method).
  *
  * Writing:
  *
@@ -44,8 +46,11 @@
  * `decodeContentHeader(payload, true)`, the decoded `headers`.
  *
  * Allocation: decoding basic.publish builds one small object; a content header one properties object plus a
- * copy of the headers bytes; encoding a delivery is one buffer. Frame payloads are views (no copy) unless a
- * frame spans socket chunks.
+ * copy of the headers bytes (checked in place, decoded only on request); encoding a delivery is one buffer.
+ * Frame payloads are views (no copy) unless a frame spans socket chunks. CPU time per call, measured on the
+ * shared 2-core build machine under load (so upper bounds): decodeMethod(basic.publish) ~0.2-0.3 µs,
+ * decodeContentHeader (3 properties + headers) ~0.4-0.7 µs, encodeMessageFrames(basic.deliver, 1 KiB body)
+ * ~1.2-1.7 µs of which ~0.5 µs is the allocation and the body copy.
  */
 export * from './constants.js';
 export { AmqpCodecError, ReplyCode, isAmqpCodecError, replyTextOf, type CodecReplyCode } from './errors.js';

@@ -61,7 +61,7 @@ export class Reader {
     this.need(n, what);
     const start = this.pos;
     this.pos += n;
-    return n === 0 ? '' : this.buf.toString('utf8', start, start + n);
+    return n === 0 ? '' : utf8(this.buf, start, start + n);
   }
 
   /** longstr: long length + bytes, as a copy (a payload is a view into socket chunks that must not be pinned). */
@@ -82,16 +82,55 @@ export class Reader {
   }
 }
 
+/**
+ * UTF-8 text of buf[start, end). A JS loop beats the native decoder only for very short ASCII (CPU time per
+ * call on this machine, median of 5: 6 bytes 64 ns vs 99 ns native; 16 bytes 190 ns vs 98 ns), hence the cut-off.
+ */
+export function utf8(buf: Buffer, start: number, end: number): string {
+  if (end - start <= 10) {
+    let s = '';
+    for (let i = start; i < end; i++) {
+      const c = buf[i]!;
+      if (c >= 0x80) return buf.toString('utf8', start, end);
+      s += String.fromCharCode(c);
+    }
+    return s;
+  }
+  return buf.toString('utf8', start, end);
+}
+
+/**
+ * UTF-8 byte length of s, without a native call for short ASCII strings (with writeUtf8: 72 ns vs 159 ns native
+ * for a 16-character content type).
+ */
+export function utf8Length(s: string): number {
+  const n = s.length;
+  if (n <= 32) {
+    for (let i = 0; i < n; i++) if (s.charCodeAt(i) >= 0x80) return Buffer.byteLength(s);
+    return n;
+  }
+  return Buffer.byteLength(s);
+}
+
+/** Writes s (whose UTF-8 length is n) at pos. */
+export function writeUtf8(buf: Buffer, pos: number, s: string, n: number): void {
+  if (n === s.length && n <= 32) {
+    for (let i = 0; i < n; i++) buf[pos + i] = s.charCodeAt(i);
+  } else {
+    buf.write(s, pos, n, 'utf8');
+  }
+}
+
 /** Bytes of a shortstr's text, checked against its 255-byte limit (an encoder error is still an AmqpCodecError). */
 export function shortstrBytes(s: string, what: string): number {
-  const n = s.length === 0 ? 0 : Buffer.byteLength(s);
+  const n = utf8Length(s);
   if (n > 255) throw new AmqpCodecError(502, `${what} is ${n} bytes, a shortstr holds at most 255`);
   return n;
 }
 
 export function writeShortstr(buf: Buffer, pos: number, s: string, n: number): number {
   buf[pos] = n;
-  if (n > 0) buf.write(s, pos + 1, n, 'utf8');
+  if (n > 0) writeUtf8(buf, pos + 1, s, n);
   return pos + 1 + n;
 }
 

@@ -34,7 +34,7 @@
  */
 import { isUtf8 } from 'node:buffer';
 import { AmqpCodecError } from './errors.js';
-import { Reader } from './reader.js';
+import { Reader, utf8Length, writeUtf8 } from './reader.js';
 
 export interface Decimal {
   /** Digits after the decimal point: the value is `value / 10 ** scale`. */
@@ -177,7 +177,7 @@ function readValue(r: Reader, depth: number): FieldValue {
       const start = r.pos;
       r.pos += n;
       const bytes = buf.subarray(start, start + n);
-      return isUtf8(bytes) ? bytes.toString('utf8') : new Typed('S', Buffer.from(bytes));
+      return isUtf8(bytes) ? buf.toString('utf8', start, start + n) : new Typed('S', Buffer.from(bytes));
     }
     case 0x78: // x
       return r.longstr('byte array');
@@ -299,7 +299,7 @@ export function tableSize(t: FieldTable | undefined, depth = 0): number {
   for (const key in t) {
     const v = t[key];
     if (v === undefined) continue;
-    const k = Buffer.byteLength(key);
+    const k = utf8Length(key);
     if (k > 255) bad(`field name of ${k} bytes, at most 255`);
     n += 1 + k + valueSize(v, depth);
   }
@@ -315,7 +315,7 @@ function valueSize(v: FieldValue, depth: number): number {
     case 'bigint':
       return 9;
     case 'string':
-      return 5 + Buffer.byteLength(v);
+      return 5 + utf8Length(v);
     case 'object':
       if (v === null) return 1;
       if (v instanceof Typed) return typedSize(v);
@@ -370,9 +370,9 @@ export function writeTable(buf: Buffer, pos: number, t: FieldTable | undefined):
     for (const key in t) {
       const v = t[key];
       if (v === undefined) continue;
-      const k = Buffer.byteLength(key);
+      const k = utf8Length(key);
       buf[pos] = k;
-      buf.write(key, pos + 1, k, 'utf8');
+      writeUtf8(buf, pos + 1, key, k);
       pos = writeValue(buf, pos + 1 + k, v);
     }
   }
@@ -425,7 +425,8 @@ function writeValue(buf: Buffer, pos: number, v: FieldValue): number {
       return writeBig(buf, pos + 1, v, true, 'bigint field');
     case 'string': {
       buf[pos] = 0x53;
-      const n = buf.write(v, pos + 5, 'utf8');
+      const n = utf8Length(v);
+      writeUtf8(buf, pos + 5, v, n);
       buf.writeUInt32BE(n, pos + 1);
       return pos + 5 + n;
     }

@@ -1,0 +1,112 @@
+/**
+ * `x-queue-type: stream`: a FlowMQ stream (one partition) seen as a RabbitMQ stream queue. Publishes through the
+ * default exchange (routing key = the stream's name) or through bindings append to it; a consumer reads it from
+ * the offset its `x-stream-offset` argument names (`first`, `last`, `next` (default), an offset, or a timestamp),
+ * and every delivery carries its offset in the `x-stream-offset` header, as RabbitMQ's do. Reading a stream does not
+ * consume it: acks only open the consumer's prefetch window again (RabbitMQ requires one; without basic.qos the
+ * window is 1000 messages here), and a channel may read the same stream from any offset again. The stream is also
+ * a Kafka topic of the same name and captures MQTT publishes on its name as a topic.
+ */
+import { decodeBatch, recordToMessage, type Engine, type Message } from '../../core/index.js';
+import { AmqpError } from './errors.js';
+import { Typed, fieldInteger, fieldString, type FieldValue } from './codec/index.js';
+
+/** Prefetch of a stream consumer whose channel set none. */
+const DEFAULT_WINDOW = 1000;
+/** Bytes read from the stream per step. */
+const READ_BYTES = 1024 * 1024;
+/** Longest wait for new records before looking again (the consumer may have been cancelled meanwhile). */
+const WAIT_MS = 1000;
+
+/** What a stream consumer needs from its channel. */
+export interface StreamSink {
+  /** Sends one delivery. */
+  deliverStream(c: StreamConsumer, msg: Message, offset: number): void;
+  /** The read failed (the stream was deleted...): the consumer is cancelled. */
+  streamFailed(c: StreamConsumer, err: unknown): void;
+}
+
+export class StreamConsumer {
+  /** Deliveries not acked yet (the window). */
+  unacked = 0;
+  private next = -1;
+  private running = false;
+  closed = false;
+
+  constructor(
+    private readonly engine: Engine,
+    private readonly sink: StreamSink,
+    readonly tag: string,
+    readonly stream: string,
+    readonly noAck: boolean,
+    private readonly window: number,
+    private readonly start: FieldValue | undefined,
+  ) {
+    this.ownTopic = engine.getStream(stream)?.ownTopic ?? stream;
+  }
+
+  private readonly ownTopic: string;
+
+  /** Resolves the start offset, then delivers as long as the window allows and records arrive. */
+  async begin(): Promise<void> {
+    const o = this.engine.offsets(this.stream, 0);
+    const s = this.start;
+    if (s === undefined || s === 'next') this.next = o.highWatermark;
+    else if (s === 'first') this.next = o.logStartOffset;
+    else if (s === 'last') this.next = Math.max(o.logStartOffset, o.highWatermark - 1);
+    else if (s instanceof Typed && s.type === 'T') this.next = await this.engine.offsetForTimestamp(this.stream, 0, Number(s.value as bigint) * 1000);
+    else if (s instanceof Date) this.next = await this.engine.offsetForTimestamp(this.stream, 0, s.getTime());
+    else {
+      const n = fieldInteger(s);
+      if (n === undefined || n < 0) throw new AmqpError(406, `invalid x-stream-offset ${JSON.stringify(fieldString(s) ?? String(s))}`, 60, 20);
+      this.next = n;
+    }
+  }
+
+  get hasCredit(): boolean {
+    return !this.closed && (this.noAck || this.unacked < (this.window === 0 ? DEFAULT_WINDOW : this.window));
+  }
+
+  /** Runs the read loop unless it runs already; it stops when the window is full and is called again on acks. */
+  pump(): void {
+    if (this.running || this.closed || this.next < 0) return;
+    this.running = true;
+    this.loop().then(
+      () => {
+        this.running = false;
+      },
+      (err: unknown) => {
+        this.running = false;
+        if (!this.closed) this.sink.streamFailed(this, err);
+      },
+    );
+  }
+
+  private async loop(): Promise<void> {
+    while (!this.closed && this.hasCredit) {
+      const o = this.engine.offsets(this.stream, 0);
+      if (this.next < o.logStartOffset) this.next = o.logStartOffset;
+      if (this.next >= o.highWatermark) {
+        await this.engine.waitFor(this.stream, 0, this.next, WAIT_MS);
+        continue;
+      }
+      const batches = await this.engine.read(this.stream, 0, this.next, READ_BYTES);
+      if (this.closed) return;
+      let progressed = false;
+      for (const batch of batches) {
+        for (const rec of decodeBatch(batch)) {
+          if (rec.offset < this.next) continue;
+          if (!this.hasCredit) return;
+          this.next = rec.offset + 1;
+          progressed = true;
+          this.sink.deliverStream(this, recordToMessage(rec, this.ownTopic), rec.offset);
+        }
+      }
+      if (!progressed) await this.engine.waitFor(this.stream, 0, this.next + 1, WAIT_MS);
+    }
+  }
+
+  close(): void {
+    this.closed = true;
+  }
+}
