@@ -5,7 +5,8 @@
  * responder of either protocol answers a requester of the other, as RabbitMQ's MQTT plugin does: an AMQP responder
  * to an MQTT requester publishes its answer on amq.topic with the reply-to as routing key, and an AMQP requester
  * waiting for an MQTT responder binds its reply queue on amq.topic with its reply-to key. Each side checks that the
- * correlation survives, for several requests in flight at once (answered out of order).
+ * correlation survives, for several requests in flight at once (answered out of order), and binary correlation data
+ * (no valid AMQP shortstr) travels in the header x-correlation-id, as RabbitMQ maps it.
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -154,6 +155,39 @@ describe('e2e: RPC between AMQP and MQTT v5', () => {
     } finally {
       await responder.endAsync();
       await ch.close();
+    }
+  });
+
+  it('binary MQTT correlation data survives a round trip through an AMQP responder', async () => {
+    // MQTT v5 correlation data is binary [MQTT-3.3.2.3.6]; requesters often send random bytes, not text.
+    const server = await conn.createChannel();
+    await server.assertQueue('rpc-echo', { durable: false, autoDelete: true });
+    await server.bindQueue('rpc-echo', 'amq.topic', 'svc.echo');
+    const seen: ConsumeMessage[] = [];
+    await server.consume('rpc-echo', (m) => {
+      if (m === null) return;
+      seen.push(m);
+      // An echo server that copies correlation-id and headers, as RabbitMQ's docs advise for MQTT requesters.
+      server.publish('amq.topic', m.properties.replyTo as string, m.content, { correlationId: m.properties.correlationId as string, headers: m.properties.headers });
+      server.ack(m);
+    });
+    const client = await mqtt.connectAsync(broker.mqttUrl, { protocolVersion: 5, clientId: 'rpc-bin', reconnectPeriod: 0 });
+    try {
+      const reply = new Promise<IPublishPacket>((resolve) => client.on('message', (_t, _p, packet) => resolve(packet)));
+      await client.subscribeAsync('clients/rpc-bin', { qos: 1 });
+      const corr = Buffer.from([0x00, 0xff, 0x80, 0x7f, 0xc3, 0x28, 0x10]);
+      await client.publishAsync('svc/echo', 'ping', { qos: 1, properties: { responseTopic: 'clients/rpc-bin', correlationData: corr } });
+      const got = await timeout(reply, 15_000, 'the echo');
+      assert.equal(got.payload.toString(), 'ping');
+      // The AMQP server saw no correlation-id (the bytes are no shortstr) but the header x-correlation-id.
+      assert.equal(seen[0]!.properties.correlationId, undefined);
+      assert.deepEqual(seen[0]!.properties.headers?.['x-correlation-id'], corr);
+      // The requester gets its bytes back as correlation data, not as a user property.
+      assert.deepEqual(Buffer.from(got.properties?.correlationData ?? []), corr);
+      assert.equal(got.properties?.userProperties?.['x-correlation-id'], undefined);
+    } finally {
+      await client.endAsync();
+      await server.close();
     }
   });
 });
