@@ -1,10 +1,11 @@
 /**
  * Durable queues across broker restarts and crashes, with amqplib against the real `bin/flowmq` process, on the
  * embedded storage and on PostgreSQL + S3 (storage-configs.ts; the queue store is SQLite or PostgreSQL):
- * - persistent messages confirmed into a durable queue are all there after SIGTERM + restart, in order; transient
- *   ones are not (as RabbitMQ);
+ * - persistent messages confirmed into a durable queue are all there after SIGTERM + restart, in order, with every
+ *   property and header; transient ones are not (as RabbitMQ);
  * - the same after `kill -9` in the middle of a stream of confirmed publishes: every confirmed message is consumed
  *   after the restart, none twice, nothing that was not published;
+ * - MQTT QoS 1 publishes and Kafka acks=all records routed into a durable queue are there after kill -9 once acked;
  * - unacked deliveries of a connection that dies (socket gone, no close) go to another consumer with
  *   redelivered=true; unacked deliveries of a broker killed with `kill -9` come back after its restart, redelivered;
  * - durable exchanges, queues (with their arguments) and bindings survive a restart and a kill -9; non-durable
@@ -15,10 +16,13 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Socket } from 'node:net';
 import mqtt from 'mqtt';
+import kafkajsPkg from 'kafkajs';
 import type { Channel, ChannelModel, ConfirmChannel, ConsumeMessage, GetMessage } from 'amqplib';
 import { FlowmqProcess, eventually, kcatConsume } from './harness.js';
 import { connectAmqp } from './amqp-helpers.js';
 import { storageConfigs } from './storage-configs.js';
+
+const { Kafka, logLevel } = kafkajsPkg;
 
 const AMQP_ARGS = ['--protocols', 'mqtt,kafka,amqp', '--amqp-port', '0', '--amqp-heartbeat', '0'];
 
@@ -102,15 +106,29 @@ for (const cfg of storageConfigs()) describe(`e2e: durable queues across restart
       await publishConfirmed(ch, 'dur-restart', persistent.slice(i, i + 50));
       await publishConfirmed(ch, 'dur-restart', [`t${i}`], false);
     }
-    assert.equal((await ch.checkQueue('dur-restart')).messageCount, 204);
+    // One more with every property, a header table and a body above frame-max (several body frames).
+    const big = Buffer.alloc(300_000, 7);
+    const headers = { s: 'text', n: 42, big: 2 ** 40, b: true, nested: { a: [1, 'x'] }, bin: Buffer.from([0, 255]) };
+    const props = { persistent: true, contentType: 'application/octet-stream', contentEncoding: 'identity', headers, priority: 3, correlationId: 'corr-d', replyTo: 'replies.d', messageId: 'id-d', type: 'blob', appId: 'dur-test' };
+    ch.sendToQueue('dur-restart', big, props);
+    await ch.waitForConfirms();
+    assert.equal((await ch.checkQueue('dur-restart')).messageCount, 205);
 
     await restart();
     const ch2 = await (await connect()).createChannel();
     const q = await ch2.checkQueue('dur-restart');
-    assert.equal(q.messageCount, 200);
+    assert.equal(q.messageCount, 201);
     const got = await drain(ch2, 'dur-restart');
+    const last = got.pop()!;
     assert.deepEqual(got.map((m) => m.content.toString()), persistent);
     for (const m of got) assert.equal(m.properties.deliveryMode, 2);
+    assert.ok(last.content.equals(big), 'the large body');
+    const lp = last.properties;
+    assert.deepEqual(
+      [lp.deliveryMode, lp.contentType, lp.contentEncoding, lp.priority, lp.correlationId, lp.replyTo, lp.messageId, lp.type, lp.appId],
+      [2, props.contentType, props.contentEncoding, props.priority, props.correlationId, props.replyTo, props.messageId, props.type, props.appId],
+    );
+    assert.deepEqual(lp.headers, headers);
     await ch2.deleteQueue('dur-restart');
   });
 
@@ -176,6 +194,33 @@ for (const cfg of storageConfigs()) describe(`e2e: durable queues across restart
     }
     await ch2.deleteQueue('dur-kill-a');
     await ch2.deleteQueue('dur-kill-b');
+  });
+
+  it('MQTT QoS 1 publishes and Kafka acks=all records routed into a durable queue on amq.topic survive kill -9 once acknowledged', async () => {
+    await broker.api('POST', '/api/v1/streams', { name: 'xk.events', partitions: 2 });
+    const ch = await (await connect()).createChannel();
+    await ch.assertQueue('dur-xproto', { durable: true });
+    await ch.bindQueue('dur-xproto', 'amq.topic', 'xm.#');
+    await ch.bindQueue('dur-xproto', 'amq.topic', 'xk.events');
+    // Every PUBACK / produce response received before the kill means: stored in the queue.
+    const m = await mqtt.connectAsync(broker.mqttUrl, { reconnectPeriod: 0, clientId: 'dur-xproto-pub' });
+    for (let i = 0; i < 50; i++) await m.publishAsync(`xm/${i % 5}`, `mqtt-${i}`, { qos: 1 });
+    await m.endAsync();
+    const kafka = new Kafka({ brokers: [broker.kafka], clientId: 'dur-xproto', logLevel: logLevel.NOTHING, retry: { retries: 2 } });
+    const producer = kafka.producer();
+    await producer.connect();
+    for (let i = 0; i < 5; i++) {
+      await producer.send({ topic: 'xk.events', acks: -1, messages: Array.from({ length: 10 }, (_, j) => ({ key: `k${j % 3}`, value: `kafka-${i * 10 + j}` })) });
+    }
+    await producer.disconnect();
+    await kill9();
+
+    const ch2 = await (await connect()).createChannel();
+    const got = (await drain(ch2, 'dur-xproto')).map((x) => x.content.toString());
+    assert.deepEqual(got.filter((b) => b.startsWith('mqtt-')), Array.from({ length: 50 }, (_, i) => `mqtt-${i}`), 'MQTT messages, in order');
+    assert.deepEqual(got.filter((b) => b.startsWith('kafka-')).sort(), Array.from({ length: 50 }, (_, i) => `kafka-${i}`).sort(), 'Kafka records');
+    assert.equal(got.length, 100);
+    await ch2.deleteQueue('dur-xproto');
   });
 
   it('unacked deliveries of a connection that dies go to another consumer with redelivered=true', async () => {
