@@ -32,7 +32,7 @@ import { storageRefusal } from '../storage-refusal.js';
 import type { AmqpConnection } from './connection.js';
 import { AmqpError, replyText, toAmqpError } from './errors.js';
 import { TOPIC_EXCHANGE, messageOfPublish, propertiesOf, swapSeparators, tableToJson } from './properties.js';
-import { AmqpCodecError, contentFrames, decodeHeaderPayload, messageFrames, type AmqpMethod, type BasicProperties, type MethodOf } from './wire.js';
+import { AmqpCodecError, decodeHeaderPayload, messageFrames, type AmqpMethod, type BasicProperties, type MethodOf } from './wire.js';
 import { Typed, decodeTable, fieldBoolean, fieldInteger, fieldString, type FieldTable } from './codec/index.js';
 import { StreamConsumer, type StreamSink } from './stream.js';
 import { encodeBatch, messageToRecord } from '../../core/index.js';
@@ -111,10 +111,12 @@ class Confirm {
   ) {}
   readonly ok = (): void => {
     this.state = 1;
+    this.channel.conn.writeSettled();
     this.channel.confirmSettled();
   };
   readonly fail = (err: unknown): void => {
     this.state = 2;
+    this.channel.conn.writeSettled();
     this.channel.writeFailed(err);
     this.channel.confirmSettled();
   };
@@ -504,18 +506,21 @@ export class AmqpChannel implements StreamSink {
     this.conn.adapter.stats.published++;
     if (r.routed === 0 && m.mandatory) {
       this.conn.adapter.stats.returned++;
-      this.conn.sendMethod(this.ch, { name: 'basic.return', replyCode: 312, replyText: 'NO_ROUTE', exchange: m.exchange, routingKey: m.routingKey } as AmqpMethod);
-      this.conn.send(contentFrames(this.ch, item.props, item.body, this.conn.frameMax));
+      this.conn.send(messageFrames(this.ch, { name: 'basic.return', replyCode: 312, replyText: 'NO_ROUTE', exchange: m.exchange, routingKey: m.routingKey } as AmqpMethod, item.props, item.body, this.conn.frameMax));
     }
     if (this.confirm) {
       const c = new Confirm(++this.publishSeq, this);
       this.confirms.push(c);
       if (r.rejected) c.state = 2;
       else if (r.durable === null) c.state = 1;
-      else r.durable.then(c.ok, c.fail);
+      else {
+        this.conn.writeStarted();
+        r.durable.then(c.ok, c.fail);
+      }
       if (c.state !== 0) this.confirmSettled();
     } else if (r.durable !== null) {
-      r.durable.catch(this.writeFailedBound);
+      this.conn.writeStarted();
+      r.durable.then(this.conn.writeSettled, this.conn.writeFailedSettled);
     }
     return r;
   }
@@ -650,8 +655,8 @@ export class AmqpChannel implements StreamSink {
   private sendContent(name: 'basic.deliver' | 'basic.get-ok', fields: Record<string, unknown>, msg: Message): void {
     const exchange = msg.exchange ?? TOPIC_EXCHANGE;
     const routingKey = msg.routingKey ?? swapSeparators(msg.topic);
-    this.conn.sendMethod(this.ch, { name, ...fields, exchange, routingKey } as unknown as AmqpMethod);
-    this.conn.send(contentFrames(this.ch, propertiesOf(msg, Date.now()), msg.payload, this.conn.frameMax));
+    // Method, content header and body frames in one buffer: one allocation and one write per delivery.
+    this.conn.send(messageFrames(this.ch, { name, ...fields, exchange, routingKey } as unknown as AmqpMethod, propertiesOf(msg, Date.now()), msg.payload, this.conn.frameMax));
   }
 
   /** The queue went away: basic.cancel to clients that understand it (consumer_cancel_notify). */

@@ -25,6 +25,7 @@
 import type { Duplex } from 'node:stream';
 import type { Logger } from 'pino';
 import { logKey } from '../log-limit.js';
+import { storageRefusal } from '../storage-refusal.js';
 import type { AmqpAdapter, AlarmListener } from './adapter.js';
 import { AmqpChannel } from './channel.js';
 import { AmqpError, replyText, toAmqpError } from './errors.js';
@@ -94,7 +95,7 @@ export class AmqpConnection implements AlarmListener {
   // flow
   private corked = false;
   private backlog = 0;
-  private pausedFor = 0; // bit 1: backlog, bit 2: alarm
+  private pausedFor = 0; // bit 1: backlog, bit 2: alarm, bit 4: pending writes
   /** Set once the client published: an alarm stops its reading. */
   publisher = false;
   private alarmReason: string | null = null;
@@ -489,6 +490,28 @@ export class AmqpConnection implements AlarmListener {
     this.pausedFor &= ~bit;
     if (this.pausedFor === 0 && this.st !== St.Done) this.stream.resume();
   }
+
+  /** Publishes routed whose writes have not settled yet (see writeStarted). */
+  private pendingWrites = 0;
+
+  /**
+   * A publish's write started: past maxPendingWrites unsettled writes the socket is not read until half of them
+   * settled, so a publisher without confirms cannot queue writes faster than storage takes them (RabbitMQ's credit
+   * flow does the same between its processes).
+   */
+  writeStarted(): void {
+    if (++this.pendingWrites >= this.adapter.options.maxPendingWrites) this.pauseReading(4);
+  }
+
+  readonly writeSettled = (): void => {
+    if (--this.pendingWrites <= this.adapter.options.maxPendingWrites >> 1) this.resumeReading(4);
+  };
+
+  readonly writeFailedSettled = (err: unknown): void => {
+    this.writeSettled();
+    this.adapter.writeFailed(err);
+    if (storageRefusal(err) === null) this.adapter.logLimit.log('warn', 'amqp publish write failed', { err: err instanceof Error ? err.message : String(err) }, 'amqp: a publish could not be stored');
+  };
 
   /** A publish arrived: under an alarm the socket is not read further until it clears. */
   published(): void {

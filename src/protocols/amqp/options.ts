@@ -29,6 +29,11 @@ export interface AmqpOptions {
    * adapter does not watch the disk itself; a refusal blocks them again). Default 5 s.
    */
   diskBlockMs?: number;
+  /**
+   * Publishes of one connection whose writes (queue or stream appends) have not settled, past which the
+   * connection's socket is not read until half of them settled. Default 10,000.
+   */
+  maxPendingWrites?: number;
 }
 
 export type ResolvedAmqpOptions = Required<AmqpOptions>;
@@ -44,6 +49,7 @@ export function resolveAmqpOptions(o: AmqpOptions = {}): ResolvedAmqpOptions {
     memoryHighWatermark: o.memoryHighWatermark ?? Math.floor(totalmem() * 0.4),
     socketHighWater: o.socketHighWater ?? 1024 * 1024,
     diskBlockMs: o.diskBlockMs ?? 5000,
+    maxPendingWrites: o.maxPendingWrites ?? 10_000,
   };
   const int = (v: number, min: number, max: number) => Number.isInteger(v) && v >= min && v <= max;
   if (!int(r.frameMax, 4096, 0x7fffffff)) throw new FlowError('CONFIG_ERROR', 'amqp frameMax must be an integer of at least 4096');
@@ -51,6 +57,7 @@ export function resolveAmqpOptions(o: AmqpOptions = {}): ResolvedAmqpOptions {
   if (!int(r.heartbeatSec, 0, 65535)) throw new FlowError('CONFIG_ERROR', 'amqp heartbeat must be 0..65535 seconds');
   if (!int(r.maxConnections, 0, Number.MAX_SAFE_INTEGER)) throw new FlowError('CONFIG_ERROR', 'amqp maxConnections must be a non-negative integer');
   if (!int(r.handshakeTimeoutMs, 1, 0x7fffffff)) throw new FlowError('CONFIG_ERROR', 'amqp handshakeTimeoutMs must be a positive integer');
+  if (!int(r.maxPendingWrites, 2, 0x7fffffff)) throw new FlowError('CONFIG_ERROR', 'amqp maxPendingWrites must be an integer of at least 2');
   if (!int(r.maxMessageSize, 1, Number.MAX_SAFE_INTEGER)) throw new FlowError('CONFIG_ERROR', 'amqp maxMessageSize must be a positive integer');
   return r;
 }
