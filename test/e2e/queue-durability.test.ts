@@ -6,6 +6,7 @@
  * - the same after `kill -9` in the middle of a stream of confirmed publishes: every confirmed message is consumed
  *   after the restart, none twice, nothing that was not published;
  * - MQTT QoS 1 publishes and Kafka acks=all records routed into a durable queue are there after kill -9 once acked;
+ * - acks, rejects, purges, dead letters and deleted queues stay so after a restart;
  * - unacked deliveries of a connection that dies (socket gone, no close) go to another consumer with
  *   redelivered=true; unacked deliveries of a broker killed with `kill -9` come back after its restart, redelivered;
  * - durable exchanges, queues (with their arguments) and bindings survive a restart and a kill -9; non-durable
@@ -221,6 +222,53 @@ for (const cfg of storageConfigs()) describe(`e2e: durable queues across restart
     assert.deepEqual(got.filter((b) => b.startsWith('kafka-')).sort(), Array.from({ length: 50 }, (_, i) => `kafka-${i}`).sort(), 'Kafka records');
     assert.equal(got.length, 100);
     await ch2.deleteQueue('dur-xproto');
+  });
+
+  it('acks, rejects, purges, dead-lettering and queue deletion are as durable as the messages (SIGTERM + restart)', async () => {
+    const conn = await connect();
+    const ch = await conn.createConfirmChannel();
+    await ch.assertQueue('dur-acked', { durable: true });
+    await ch.assertQueue('dur-purged', { durable: true });
+    await ch.assertQueue('dur-deleted', { durable: true });
+    await ch.assertQueue('dur-dlq', { durable: true });
+    await ch.assertQueue('dur-dl-src', { durable: true, arguments: { 'x-dead-letter-exchange': '', 'x-dead-letter-routing-key': 'dur-dlq' } });
+    await ch.assertQueue('dur-dropped', { durable: true });
+    await publishConfirmed(ch, 'dur-acked', Array.from({ length: 50 }, (_, i) => `a${i}`));
+    await publishConfirmed(ch, 'dur-purged', ['x', 'y']);
+    await publishConfirmed(ch, 'dur-deleted', ['gone']);
+    await publishConfirmed(ch, 'dur-dl-src', ['dl0', 'dl1', 'dl2']);
+    await publishConfirmed(ch, 'dur-dropped', ['dr0', 'dr1']);
+
+    const c = await conn.createChannel();
+    await c.prefetch(50);
+    // 30 acked (one multiple ack for 0..19, single acks after), 5 left unacked, 15 never delivered.
+    const got = await deliveries(c, 'dur-acked', 35);
+    c.ack(got[19]!, true);
+    for (const m of got.slice(20, 30)) c.ack(m);
+    const dl = await deliveries(c, 'dur-dl-src', 3);
+    c.nack(dl[1]!, false, false); // dead-lettered into dur-dlq
+    const dr = await deliveries(c, 'dur-dropped', 2);
+    c.reject(dr[0]!, false); // no dead-letter exchange: dropped
+    await c.purgeQueue('dur-purged');
+    await c.deleteQueue('dur-deleted');
+    await eventually(async () => (await c.checkQueue('dur-dlq')).messageCount === 1, 10_000, 'the dead letter in dur-dlq');
+    // A clean close (the unacked go back to their queues) and a clean stop.
+    await restart();
+
+    const ch2 = await (await connect()).createChannel();
+    ch2.on('error', () => undefined);
+    assert.deepEqual((await drain(ch2, 'dur-acked')).map((m) => m.content.toString()), Array.from({ length: 20 }, (_, i) => `a${i + 30}`), 'acked messages stay acked');
+    assert.deepEqual(await drain(ch2, 'dur-purged'), [], 'purged messages stay purged');
+    assert.deepEqual((await drain(ch2, 'dur-dl-src')).map((m) => m.content.toString()), ['dl0', 'dl2']);
+    const dead = await drain(ch2, 'dur-dlq');
+    assert.deepEqual(dead.map((m) => m.content.toString()), ['dl1']);
+    assert.equal((dead[0]!.properties.headers?.['x-death'] as Array<{ reason: string; queue: string }>)[0]!.queue, 'dur-dl-src');
+    assert.deepEqual((await drain(ch2, 'dur-dropped')).map((m) => m.content.toString()), ['dr1']);
+    await assert.rejects(ch2.checkQueue('dur-deleted'), /404/, 'the deleted queue is not back');
+    const ch3 = await (await connect()).createChannel();
+    await ch3.assertQueue('dur-deleted', { durable: true });
+    assert.deepEqual(await drain(ch3, 'dur-deleted'), [], 'a new queue of the same name starts empty');
+    for (const q of ['dur-acked', 'dur-purged', 'dur-deleted', 'dur-dlq', 'dur-dl-src', 'dur-dropped']) await ch3.deleteQueue(q);
   });
 
   it('unacked deliveries of a connection that dies go to another consumer with redelivered=true', async () => {
