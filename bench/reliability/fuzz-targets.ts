@@ -9,6 +9,9 @@
  *   validation) and as readers decode it; batch/<codec>: the same with a compressed body, for each codec the
  *   broker decompresses (gzip, snappy raw and xerial, lz4, zstd).
  *
+ * - amqp/0-9-1: the AMQP codec's FrameReader (protocol header, then frames) with every method frame and content
+ *   header it returns decoded, seeded with the golden fixtures of every method and a message split at frame-max.
+ *
  * The WAL frame reader is not here: src/storage/wal/frame.ts has no decoder of its own, and the frame scan in
  * partition-wal.ts reads files it wrote itself (CRC-checked), not client bytes.
  */
@@ -42,6 +45,17 @@ import {
   type ProtocolLevel,
 } from '../../src/protocols/mqtt/codec/index.js';
 import { API_SAMPLES } from '../../test/protocols/kafka/samples.js';
+import {
+  AmqpCodecError,
+  FRAME_HEADER,
+  FRAME_METHOD,
+  FrameReader,
+  PROTOCOL_HEADER,
+  decodeContentHeader,
+  decodeMethod,
+  encodeMessageFrames,
+} from '../../src/protocols/amqp/codec/index.js';
+import { FULL_PROPERTIES_FIXTURE, METHOD_FIXTURES } from '../../test/protocols/amqp/codec-fixtures.js';
 
 export interface FuzzTarget {
   name: string;
@@ -309,10 +323,43 @@ function batchTargets(): FuzzTarget[] {
   }));
 }
 
+// ---------------------------------------------------------------------------------------------------------- AMQP
+
+function amqpTarget(): FuzzTarget {
+  const frames = METHOD_FIXTURES.map((f) => Buffer.from(f.hex, 'hex'));
+  const message = encodeMessageFrames(
+    1,
+    { name: 'basic.publish', exchange: 'amq.topic', routingKey: 'a.b', mandatory: true, immediate: false },
+    FULL_PROPERTIES_FIXTURE.properties,
+    Buffer.alloc(300, 7),
+    128,
+  );
+  const seeds = [
+    ...frames.map((f) => Buffer.concat([PROTOCOL_HEADER, f])),
+    Buffer.concat([PROTOCOL_HEADER, ...frames.slice(0, 8), message]),
+    Buffer.concat([PROTOCOL_HEADER, message, message]),
+  ];
+  return {
+    name: 'amqp/0-9-1',
+    seeds,
+    decode(input) {
+      // A connection's stream with the usual frame-max: the reader, then the decoders of what it returns.
+      const reader = new FrameReader({ frameMax: 131072 });
+      reader.push(input);
+      for (let f = reader.read(); f !== null; f = reader.read()) {
+        if (f.type === FRAME_METHOD) decodeMethod(f.payload);
+        else if (f.type === FRAME_HEADER) decodeContentHeader(f.payload, true);
+      }
+    },
+    isOwnError: (e) => e instanceof AmqpCodecError,
+    allocLimit: protocolLimit,
+  };
+}
+
 let cached: FuzzTarget[] | undefined;
 
 /** Every fuzz target, in a fixed order. */
 export function fuzzTargets(): FuzzTarget[] {
-  cached ??= [mqttTarget('mqtt/3.1.1', [4, 3]), mqttTarget('mqtt/5.0', [5]), ...kafkaTargets(), ...batchTargets()];
+  cached ??= [mqttTarget('mqtt/3.1.1', [4, 3]), mqttTarget('mqtt/5.0', [5]), ...kafkaTargets(), ...batchTargets(), amqpTarget()];
   return cached;
 }

@@ -592,6 +592,48 @@ describe('queue memory window', () => {
     assert.equal((await store.openQueue('tr')).count, 0, 'the transient ones are gone from the store too');
   });
 
+  it('keeps id order when publishing and consuming interleave while messages wait in the store', async () => {
+    const store = new MemoryQueueStore();
+    const factory = queueFactory({ maxMessages: 4, maxBytes: 1 << 20, readBatch: 3 });
+    const { q } = await open(def('mix'), store, new Hooks(), factory);
+    let n = 0;
+    const publish = (k: number) => Promise.all(Array.from({ length: k }, () => q.enqueue(msg(String(n++))).durable));
+    const got: number[] = [];
+    const take = async (k: number) => {
+      for (let i = 0; i < k; i++) {
+        const d = await q.get('ch', true);
+        if (d) got.push(Number(d.msg.payload.toString()));
+      }
+    };
+    await publish(10);
+    await take(3);
+    await publish(5);
+    await take(4);
+    await publish(7);
+    await take(100);
+    assert.deepEqual(
+      got,
+      Array.from({ length: 22 }, (_, i) => i),
+    );
+  });
+
+  it('a dead-lettered message leaves the store only once its dead-lettered copy is durable', async () => {
+    const store = new MemoryQueueStore();
+    let release!: () => void;
+    const routed = new Promise<void>((r) => (release = r));
+    const hooks: QueueHooks = { deadLetter: () => routed, expire: () => undefined };
+    const q = createQueue(def('dlx-order', { deadLetterExchange: 'dlx' }), store, hooks);
+    await q.open();
+    await q.enqueue(msg('x')).durable;
+    const d = await q.get('ch', false);
+    const nacked = q.nack(d!.id, false);
+    await new Promise((r) => setImmediate(r));
+    assert.equal((await store.openQueue('dlx-order')).count, 1, 'still stored while the dead letter is not durable');
+    release();
+    await nacked;
+    assert.equal((await store.openQueue('dlx-order')).count, 0);
+  });
+
   it('x-message-ttl applies to messages read back from the store', async () => {
     const store = new MemoryQueueStore();
     const factory = queueFactory({ maxMessages: 2, maxBytes: 1 << 20, readBatch: 2 });

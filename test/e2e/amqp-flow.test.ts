@@ -69,12 +69,6 @@ describe('e2e: AMQP flow control', () => {
         if (next === null) break;
       }
       assert.equal(raw.closed, true);
-      // amqplib, which answers heartbeats, stays connected across several intervals.
-      const conn = await connectAmqp(hb, { heartbeat: 1 });
-      const ch = await conn.createChannel();
-      await new Promise((r) => setTimeout(r, 3500));
-      await ch.checkExchange('amq.direct');
-      await conn.close();
     } finally {
       await hb.stop();
       hb.cleanup();

@@ -150,4 +150,64 @@ describe('e2e: AMQP queues', () => {
     await assert.rejects(other.checkQueue('gpd'), /404/);
     await ch.close();
   });
+
+  it('prefetch with global=true bounds the channel: two consumers share a window of 3', async () => {
+    const other = await connectAmqp(broker);
+    const ch = await other.createChannel();
+    await ch.prefetch(3, true);
+    const held: ConsumeMessage[] = [];
+    let third!: () => void;
+    const full = new Promise<void>((r) => (third = r));
+    const onMsg = (m: ConsumeMessage | null) => {
+      if (m === null) return;
+      held.push(m);
+      if (held.length === 3) third();
+    };
+    await ch.assertQueue('shared-window-2', { exclusive: true });
+    for (let i = 0; i < 10; i++) ch.sendToQueue('shared-window-2', Buffer.from(String(i)));
+    await ch.consume('shared-window-2', onMsg);
+    await ch.consume('shared-window-2', onMsg);
+    await full;
+    // Marker: an ack opens exactly one slot, so exactly one more delivery arrives (the 4th), after which the
+    // window is full again; the queue then reports the rest ready.
+    const fourth = new Promise<void>((r) => {
+      const before = held.length;
+      const t = setInterval(() => {
+        if (held.length > before) {
+          clearInterval(t);
+          r();
+        }
+      }, 5);
+    });
+    ch.ack(held[0]!);
+    await fourth;
+    assert.equal(held.length, 4);
+    const q = await ch.checkQueue('shared-window-2');
+    assert.equal(q.messageCount, 6, 'three unacked in the window, six ready');
+    await other.close();
+  });
+
+  it('acking an unknown delivery tag closes the channel with 406; an exclusive queue goes with its connection', async () => {
+    const other = await connectAmqp(broker);
+    const ch = await other.createChannel();
+    await ch.assertQueue('mine-only', { exclusive: true });
+    ch.sendToQueue('mine-only', Buffer.from('x'));
+    const [m] = await take(ch, 'mine-only', 1, { ack: false });
+    ch.ack(m!);
+    const closed = new Promise<Error>((resolve) => ch.on('error', resolve));
+    ch.ack(m!); // twice
+    assert.match((await closed).message, /406 .*unknown delivery tag 1/);
+    await other.close();
+    await eventually(async () => {
+      const probe = await conn.createChannel();
+      probe.on('error', () => undefined);
+      try {
+        await probe.checkQueue('mine-only');
+        await probe.close();
+        return false;
+      } catch {
+        return true;
+      }
+    }, 10_000, 'exclusive queue deleted');
+  });
 });

@@ -234,4 +234,43 @@ describe('e2e: AMQP routing', () => {
       await ch.close();
     }
   });
+
+  it('RPC between AMQP and MQTT v5 through amq.topic: reply-to ↔ Response Topic, correlation-id ↔ Correlation Data', async () => {
+    const ch = await conn.createChannel();
+    const client = await mqtt.connectAsync(broker.mqttUrl, { protocolVersion: 5 });
+    try {
+      // MQTT v5 requester, AMQP server.
+      await ch.assertQueue('rpc-server', { exclusive: true });
+      await ch.bindQueue('rpc-server', 'amq.topic', 'rpc.add');
+      await ch.consume('rpc-server', (m) => {
+        if (m === null) return;
+        ch.ack(m);
+        ch.publish('amq.topic', m.properties.replyTo as string, Buffer.from(`sum:${m.content.toString()}`), { correlationId: m.properties.correlationId });
+      });
+      await client.subscribeAsync('replies/r1', { qos: 1 });
+      const reply = new Promise<mqtt.IPublishPacket>((resolve) => client.once('message', (_t, _p, packet) => resolve(packet)));
+      await client.publishAsync('rpc/add', '1+2', { qos: 1, properties: { responseTopic: 'replies/r1', correlationData: Buffer.from('req-1') } });
+      const r = await reply;
+      assert.equal(r.topic, 'replies/r1');
+      assert.equal(r.payload.toString(), 'sum:1+2');
+      assert.deepEqual(r.properties?.correlationData, Buffer.from('req-1'));
+
+      // AMQP requester, MQTT v5 server.
+      await client.subscribeAsync('svc/echo', { qos: 1 });
+      client.on('message', (topic, payload, packet) => {
+        if (topic !== 'svc/echo') return;
+        void client.publishAsync(packet.properties!.responseTopic!, Buffer.concat([Buffer.from('echo:'), payload]), { qos: 1, properties: { correlationData: packet.properties!.correlationData } });
+      });
+      await ch.assertQueue('answers', { exclusive: true });
+      await ch.bindQueue('answers', 'amq.topic', 'answers.a1');
+      ch.publish('amq.topic', 'svc.echo', Buffer.from('hi'), { replyTo: 'answers.a1', correlationId: 'c-9' });
+      const [a] = await take(ch, 'answers', 1);
+      assert.equal(a!.content.toString(), 'echo:hi');
+      assert.equal(a!.properties.correlationId, 'c-9');
+      assert.equal(a!.fields.routingKey, 'answers.a1');
+    } finally {
+      await client.endAsync();
+      await ch.close();
+    }
+  });
 });

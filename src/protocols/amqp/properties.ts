@@ -121,7 +121,7 @@ export function messageOfPublish(p: PublishInput, now: number): Message {
   } else {
     timestamp = now % 1000 === 0 ? now + 1 : now;
   }
-  const msg = makeMessage(p.exchange === TOPIC_EXCHANGE ? swapSeparators(p.routingKey) : p.routingKey, p.body, { timestamp, origin: p.origin });
+  const msg = makeMessage(p.exchange === TOPIC_EXCHANGE ? swapSeparators(p.routingKey) : p.routingKey, p.body, { timestamp, origin: AMQP_ORIGIN + p.origin });
   if (props.deliveryMode !== undefined) {
     msg.persistent = props.deliveryMode === 2;
     if (msg.persistent) msg.qos = 1;
@@ -201,9 +201,15 @@ function headersTableOf(msg: Message): { raw?: Buffer; table?: FieldTable } {
   return { table: t };
 }
 
-/** True when the message was published over AMQP (Router.publishTo records the exchange). */
+/**
+ * Origin of AMQP publishes: `amqp:` and the connection id (no other protocol's origin has this form: MQTT's is a
+ * client id used for no-local, which AMQP does not implement, as RabbitMQ does not).
+ */
+export const AMQP_ORIGIN = 'amqp:';
+
+/** True when the message was published over AMQP (its timestamp and expiration follow the rules above). */
 function fromAmqp(msg: Message): boolean {
-  return msg.exchange !== undefined;
+  return msg.origin !== undefined && msg.origin.startsWith(AMQP_ORIGIN);
 }
 
 /** The basic properties a consumer receives for `msg`. */

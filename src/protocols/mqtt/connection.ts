@@ -389,6 +389,9 @@ export class MqttConnection implements QueueConsumerHost {
   private queueStarts: MqttQueueConsumer[] | null = null;
   /** A 'drain' listener is waiting to resume the queue consumers. */
   private drainArmed = false;
+  private readonly onQueueAckError = (err: unknown) => {
+    this.logLimited('warn', 'queue ack failed', { clientId: this.clientId, remote: this.remote, err: errText(err) }, 'mqtt queue ack failed');
+  };
   private readonly onDrain = () => {
     this.drainArmed = false;
     this.resumeQueues();
@@ -1667,9 +1670,7 @@ export class MqttConnection implements QueueConsumerHost {
     this.inflight.delete(id);
     if (isQueueBound(e)) {
       // The queue ack: the message leaves its queue.
-      e.queueConsumer.handle.ack(e.queueId).catch((err: unknown) => {
-        this.logLimited('warn', 'queue ack failed', { clientId: this.clientId, remote: this.remote, filter: e.queueConsumer.filter, err: errText(err) }, 'mqtt queue ack failed');
-      });
+      e.queueConsumer.handle.ack(e.queueId).catch(this.onQueueAckError);
     } else if (e.stored !== 'none') this.hub.untrack(this.session!, e);
     this.drainQueue();
   }

@@ -89,7 +89,7 @@ function randomValue(r: Rand, depth: number): FieldValue {
     case 7:
       return new Typed('l', bytes(r, 8).readBigInt64BE(0));
     case 8:
-      return new Typed('L', bytes(r, 8).readBigUInt64BE(0));
+      return new Typed('L', bytes(r, 8).readBigInt64BE(0));
     case 9:
       return new Typed('f', bytes(r, 4).readFloatBE(0));
     case 10:

@@ -285,7 +285,7 @@ const ALL_TYPES_TABLE: FieldTable = {
   i32: -70000,
   u32: new Typed('i', 3000000000),
   i64: new Typed('l', -(2n ** 40n)),
-  u64: new Typed('L', 2n ** 63n + 1n),
+  u64: new Typed('L', -(2n ** 63n) + 1n), // 'L' is signed, as RabbitMQ reads it
   f32: new Typed('f', 1.5),
   f64: new Typed('d', 0.25),
   dec: new Typed('D', { scale: 2, value: 12345 }),
@@ -420,6 +420,7 @@ describe('AMQP codec: field tables', () => {
     codecError(() => encodeTable({ m: new Map() as unknown as FieldTable }), 502, /Map/);
     codecError(() => encodeTable({ b: new Typed('b', 128) }), 502, /int8/);
     codecError(() => encodeTable({ l: 2n ** 63n }), 502, /int64/);
+    codecError(() => encodeTable({ L: new Typed('L', 2n ** 63n) }), 502, /int64/);
     codecError(() => encodeTable({ ['k'.repeat(256)]: 1 }), 502, /255/);
   });
 

@@ -39,6 +39,14 @@ describe('amqp properties', () => {
     assert.equal(propertiesOf({ ...without, exchange: 'x' }, 0).timestamp, undefined);
   });
 
+  it('a message from another protocol carries its timestamp (seconds) and the expiry left', () => {
+    const msg = makeMessage('a/b', Buffer.from('p'), { timestamp: 1_800_000_000_123, origin: 'mqtt-client', expiresAt: 1_800_000_010_123 });
+    msg.exchange = 'amq.topic';
+    const p = propertiesOf(msg, 1_800_000_005_123);
+    assert.equal(p.timestamp, 1_800_000_000);
+    assert.equal(p.expiration, '5000');
+  });
+
   it('expiration: counted from receipt, delivered back as published; invalid values are 406', () => {
     const m = messageOfPublish({ ...base, props: { expiration: '60000' } }, 5_000_500);
     assert.equal(m.expiresAt, 5_000_500 + 60_000);

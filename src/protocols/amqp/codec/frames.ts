@@ -86,11 +86,13 @@ export class FrameReader {
   /** Chunks from this index on are borrowed and not yet copied (borrowed mode). */
   private borrowedFrom = 0;
   /**
-   * The frame being received, once its header is in and it is incomplete (frame-max set): one buffer of its
-   * exact size that the following chunks are copied into. So a frame trickling in as many small reads holds one
-   * buffer of at most frame-max bytes, not a list of chunks (each of which may pin a whole read buffer).
+   * The frame being received, once its header is in and it is incomplete (frame-max set): one buffer that the
+   * following chunks are copied into, so a frame trickling in as many small reads holds one buffer of at most
+   * frame-max bytes, not a list of chunks (each of which may pin a whole read buffer). It grows by doubling up to
+   * the frame's size as bytes arrive, so 7 bytes announcing a large frame cost 4 KiB, not frame-max.
    */
   private pending: Buffer | null = null;
+  private pendingTotal = 0;
   private pendingFill = 0;
 
   constructor(options: FrameReaderOptions = {}) {
@@ -147,15 +149,15 @@ export class FrameReader {
       return { type: 'protocol-header', bytes, supported: bytes.equals(PROTOCOL_HEADER) };
     }
     if (this.pending !== null) {
-      const frame = this.pending;
-      const n = Math.min(frame.length - this.pendingFill, this.size);
+      const n = Math.min(this.pendingTotal - this.pendingFill, this.size);
+      const frame = this.room(this.pendingFill + n);
       this.copyOut(frame, this.pendingFill, n);
       this.skip(n);
       this.pendingFill += n;
-      if (this.pendingFill < frame.length) return null;
+      if (this.pendingFill < this.pendingTotal) return null;
       this.pending = null;
       this.pendingFill = 0;
-      // its header was checked when it started
+      // its header was checked when it started; `room` never grows it past the frame's size
       return frameOf(frame[0] as FrameType, frame.readUInt16BE(1), frame, 7, frame.length - 1);
     }
     if (this.size < 7) return null;
@@ -188,7 +190,8 @@ export class FrameReader {
       if (this.frameMax !== 0) {
         // bounded by frame-max (checked above): start the frame's own buffer. Without a frame-max a hostile
         // size could be anything, so the chunks stay as they are until the frame is complete.
-        this.pending = Buffer.allocUnsafe(total);
+        this.pending = Buffer.allocUnsafe(Math.min(total, Math.max(4096, 2 * this.size)));
+        this.pendingTotal = total;
         this.pendingFill = this.size;
         this.copyOut(this.pending, 0, this.size);
         this.skip(this.size);
@@ -201,6 +204,16 @@ export class FrameReader {
       return frameOf(type as FrameType, channel, chunk, at + 7, at + 7 + length);
     }
     return frameOf(type as FrameType, channel, this.take(total), 7, 7 + length);
+  }
+
+  /** The pending frame's buffer with room for `need` bytes: doubled (capped at the frame's size) when short. */
+  private room(need: number): Buffer {
+    const cur = this.pending!;
+    if (cur.length >= need) return cur;
+    const grown = Buffer.allocUnsafe(Math.min(this.pendingTotal, Math.max(need, 2 * cur.length)));
+    cur.copy(grown, 0, 0, this.pendingFill);
+    this.pending = grown;
+    return grown;
   }
 
   /** Copies `n` buffered bytes starting at the read position into dst (does not consume). */

@@ -13,7 +13,7 @@
  *   I    int32                        number                              number that is an int32
  *   i    uint32                       Typed('i', number)                  Typed
  *   l    int64                        Typed('l', bigint)                  bigint, a safe integer outside int32, Typed
- *   L    uint64                       Typed('L', bigint)                  Typed
+ *   L    int64 (see below)            Typed('L', bigint)                  Typed
  *   f    float32                      Typed('f', number)                  Typed
  *   d    float64                      Typed('d', number)                  a non-integer number, Typed
  *   D    scale octet + uint32         Typed('D', { scale, value })        Typed
@@ -24,6 +24,10 @@
  *   T    uint64 seconds               Typed('T', bigint)                  Date (whole seconds), Typed
  *   F    nested table                 FieldTable                          plain object
  *   V    nothing                      null                                null (undefined entries are skipped)
+ *
+ * 'L' is read as a signed 64-bit integer like 'l', as RabbitMQ does (rabbit_binary_parser; its errata lists no
+ * unsigned 64-bit type) and pika too, so the value a consumer sees is the one RabbitMQ would show; the tag is kept
+ * all the same, so the bytes pass through unchanged.
  *
  * Where a JS type would be ambiguous (a number could be any of nine numeric tags) the decoder returns a `Typed`
  * that remembers the tag, so decode → encode reproduces the input bytes exactly (up to key order: JS objects
@@ -151,8 +155,8 @@ function readValue(r: Reader, depth: number): FieldValue {
       r.pos += 8;
       return v;
     case 0x4c: // L
-      r.need(8, 'uint64');
-      v = new Typed('L', buf.readBigUInt64BE(r.pos));
+      r.need(8, 'int64');
+      v = new Typed('L', buf.readBigInt64BE(r.pos));
       r.pos += 8;
       return v;
     case 0x66: // f
@@ -490,7 +494,7 @@ function writeTyped(buf: Buffer, pos: number, t: Typed): number {
     case 'l':
       return writeBig(buf, pos, v as number | bigint, true, 'int64 field');
     case 'L':
-      return writeBig(buf, pos, v as number | bigint, false, 'uint64 field');
+      return writeBig(buf, pos, v as number | bigint, true, 'int64 (L) field');
     case 'T':
       return writeBig(buf, pos, v as number | bigint, false, 'timestamp field');
     case 'f':
