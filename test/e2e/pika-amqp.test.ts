@@ -3,14 +3,15 @@
  * with its own field-table encoder and its own idea of confirms and channel errors) against a real `flowmq start`
  * process: a work queue with three competing consumers and prefetch, fanout/topic/headers routing, every content
  * property and header type pika writes, publisher confirms (acks, returns, nacks), basic.get, and channel errors
- * that leave the connection usable. The client side is test/e2e/pika-client.py; it prints what it saw, this file
+ * that leave the connection usable; and publisher confirms across a `kill -9` of the broker. The client side is test/e2e/pika-client.py; it prints what it saw, this file
  * decides whether that is right.
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { FlowmqProcess, ROOT, run } from './harness.js';
+import { spawn } from 'node:child_process';
+import { FlowmqProcess, ROOT, eachLine, eventually, run } from './harness.js';
 import { startAmqpBroker } from './amqp-helpers.js';
 
 const CLIENT = join(ROOT, 'test/e2e/pika-client.py');
@@ -166,5 +167,56 @@ describe('pika against a real broker', () => {
     assert.ok(s.get('closed')!.ok, 'a clean connection.close at the end');
     // The broker logged no connection error for it.
     assert.ok(!broker.logs.some((l) => l.level >= 50), JSON.stringify(broker.logs.filter((l) => l.level >= 50)));
+  });
+});
+
+describe('pika publisher confirms across kill -9', () => {
+  let broker: FlowmqProcess;
+  before(async () => {
+    broker = await startAmqpBroker();
+  });
+  after(async () => {
+    await broker?.stop();
+    broker?.cleanup();
+  });
+
+  it('every message pika saw confirmed before the broker was killed is there after the restart, once, in order', async () => {
+    const n = 5000;
+    const proc = spawn(PYTHON, [CLIENT, 'publish', String(broker.ports.amqp), 'pk.durable', String(n)], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const confirmed: number[] = [];
+    let broken: string | null = null;
+    let stderr = '';
+    proc.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
+    const exited = new Promise<number | null>((resolve) => proc.on('exit', (code) => resolve(code)));
+    let killed = false;
+    eachLine(proc.stdout!, (line) => {
+      if (!line.startsWith('{')) return;
+      const s = JSON.parse(line) as Step;
+      if (s.step === 'confirmed') confirmed.push(s.i as number);
+      if (s.step === 'broken') broken = String(s.error);
+      // Killed as soon as pika has seen 300 confirms: it is publishing the next one.
+      if (!killed && confirmed.length >= 300) {
+        killed = true;
+        broker.proc.kill('SIGKILL');
+      }
+    });
+    await eventually(() => killed, 30_000, `300 confirms (${confirmed.length}) ${stderr}`);
+    assert.equal((await broker.stop('SIGKILL')).signal, 'SIGKILL');
+    assert.equal(await exited, 0, stderr);
+    assert.ok(broken !== null, 'pika saw the connection go');
+    const atKill = confirmed.length;
+    assert.ok(atKill < n, 'killed before the end');
+
+    broker = await FlowmqProcess.start({ dataDir: broker.dataDir, args: broker.args });
+    const r = await run(PYTHON, [CLIENT, 'drain', String(broker.ports.amqp), 'pk.durable'], { timeoutMs: 60_000 });
+    assert.equal(r.code, 0, r.stderr);
+    const drained = (JSON.parse(r.stdout.trim().split('\n').pop()!) as Step).messages as Array<{ body: string; message_id: string; delivery_mode: number }>;
+    const ids = drained.map((m) => Number(m.body.slice(1)));
+    assert.equal(new Set(ids).size, ids.length, 'none twice');
+    assert.deepEqual(ids, [...ids].sort((a, b) => a - b), 'in order');
+    const have = new Set(ids);
+    assert.deepEqual(confirmed.filter((i) => !have.has(i)), [], `confirmed but lost (${atKill} confirmed, ${ids.length} recovered)`);
+    assert.ok(ids.every((i) => i >= 0 && i < n));
+    for (const m of drained) assert.deepEqual([m.message_id, m.delivery_mode], [`id-${m.body.slice(1)}`, 2]);
   });
 });

@@ -10,6 +10,9 @@ client does the protocol work, the test decides what is right.
                              from a queue at its limit (x-overflow reject-publish)
   get PORT                   basic.get on an empty and a full queue, nack with requeue, reject without
   channel-error PORT         a 404 closes the channel only; the connection goes on with new channels
+  publish PORT QUEUE N       declares a durable queue and publishes N persistent messages with confirms,
+                             printing each confirmed one (the test kills the broker while this runs)
+  drain PORT QUEUE           basic.get until get-empty: every body, with its redelivered flag
 """
 import datetime
 import decimal
@@ -289,6 +292,35 @@ def channel_error(port):
     out(step='closed', ok=True)
 
 
+def publish(port, queue, n):
+    c = connect(port)
+    ch = c.channel()
+    ch.confirm_delivery()
+    ch.queue_declare(queue, durable=True)
+    out(step='declared')
+    try:
+        for i in range(int(n)):
+            # Returns once the broker confirmed this message (raises on a nack).
+            ch.basic_publish('', queue, b'm%d' % i, pika.BasicProperties(delivery_mode=2, message_id='id-%d' % i))
+            out(step='confirmed', i=i)
+    except (pika.exceptions.AMQPError, OSError) as e:
+        out(step='broken', error=type(e).__name__)
+
+
+def drain(port, queue):
+    c = connect(port)
+    ch = c.channel()
+    got = []
+    while True:
+        method, props, body = ch.basic_get(queue, auto_ack=True)
+        if method is None:
+            break
+        got.append({'body': body.decode(), 'message_id': props.message_id, 'delivery_mode': props.delivery_mode})
+    out(step='drained', messages=got)
+    c.close()
+
+
 if __name__ == '__main__':
     cmd, args = sys.argv[1], sys.argv[2:]
-    {'workqueue': workqueue, 'routing': routing, 'confirms': confirms, 'get': get, 'channel-error': channel_error}[cmd](*args)
+    {'workqueue': workqueue, 'routing': routing, 'confirms': confirms, 'get': get, 'channel-error': channel_error,
+     'publish': publish, 'drain': drain}[cmd](*args)
