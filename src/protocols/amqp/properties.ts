@@ -19,7 +19,11 @@
  *   mapping of routing keys on `amq.topic`, so an MQTT v5 responder publishing to the Response Topic reaches an AMQP
  *   queue bound on amq.topic with the reply-to key, and an AMQP server replying on amq.topic with the routing key
  *   reply-to reaches the MQTT requester. A plain queue name survives the round trip unchanged (a bijection).
- * - correlation-id (shortstr) ↔ correlationData (UTF-8 bytes); content-type, content-encoding, message-id, type,
+ * - correlation-id (shortstr) ↔ correlationData (UTF-8 bytes). MQTT v5 correlation data is binary: data that is no
+ *   valid shortstr (not UTF-8, or above 255 bytes) travels in the header `x-correlation-id` (a byte array) instead,
+ *   and that header (byte array or long string) of a publish without correlation-id becomes the correlation data
+ *   again, as RabbitMQ's MQTT plugin maps it: an AMQP responder that copies the header answers an MQTT requester
+ *   with its bytes intact. content-type, content-encoding, message-id, type,
  *   app-id, user-id, priority one to one; cluster-id (deprecated in 0-9-1) is dropped.
  * - dead-letter history (msg.deaths) → x-death and x-first-death-* headers as RabbitMQ writes them.
  */
@@ -32,6 +36,9 @@ import { Typed, decodeTable, encodeTable, fieldNumber, type FieldTable, type Fie
 export const TOPIC_EXCHANGE = 'amq.topic';
 
 export { swapSeparators };
+
+/** Where correlation data that is no valid shortstr travels (RabbitMQ's MQTT plugin uses the same header). */
+const CORRELATION_HEADER = 'x-correlation-id';
 
 const TRUE = Buffer.from('true');
 const FALSE = Buffer.from('false');
@@ -146,6 +153,15 @@ export function messageOfPublish(p: PublishInput, now: number): Message {
     msg.amqpHeaders = encodeTable(props.headers);
     msg.headers = headersOf(props.headers);
   }
+  if (props.correlationId === undefined && msg.headers.length > 0) {
+    // Binary correlation data (see the top of this file): the correlation again, not a user property.
+    const i = msg.headers.findIndex((h) => h.key === CORRELATION_HEADER);
+    const v = i >= 0 ? msg.headers[i]!.value : null;
+    if (v !== null) {
+      msg.correlationData = v;
+      msg.headers.splice(i, 1);
+    }
+  }
   return msg;
 }
 
@@ -201,12 +217,21 @@ export function propertiesOf(msg: Message, now: number): BasicProperties {
   const p: BasicProperties = {};
   if (msg.contentType !== undefined) p.contentType = msg.contentType;
   if (msg.contentEncoding !== undefined) p.contentEncoding = msg.contentEncoding;
-  const h = headersTableOf(msg);
+  let h = headersTableOf(msg);
+  const corr = msg.correlationData;
+  if (corr !== undefined) {
+    if (corr.length <= 255 && isUtf8(corr)) p.correlationId = corr.toString('utf8');
+    else {
+      // No shortstr: the bytes go in x-correlation-id (unless the publisher's own headers carry it already).
+      const t = h.table ?? (h.raw !== undefined ? decodeTable(h.raw) : {});
+      if (t[CORRELATION_HEADER] === undefined) t[CORRELATION_HEADER] = Buffer.from(corr);
+      h = { table: t };
+    }
+  }
   if (h.raw !== undefined) p.rawHeaders = h.raw;
   else if (h.table !== undefined) p.headers = h.table;
   if (msg.persistent !== undefined) p.deliveryMode = msg.persistent ? 2 : 1;
   if (msg.priority !== undefined) p.priority = msg.priority;
-  if (msg.correlationData !== undefined && msg.correlationData.length <= 255) p.correlationId = msg.correlationData.toString('utf8');
   if (msg.responseTopic !== undefined) {
     const r = swapSeparators(msg.responseTopic);
     if (Buffer.byteLength(r) <= 255) p.replyTo = r;
