@@ -230,7 +230,10 @@ export function propertiesOf(msg: Message, now: number): BasicProperties {
   }
   if (h.raw !== undefined) p.rawHeaders = h.raw;
   else if (h.table !== undefined) p.headers = h.table;
+  // A message whose publisher did not say (MQTT, Kafka) is persistent when it was published with a delivery guarantee
+  // (MQTT QoS >= 1), as RabbitMQ's MQTT plugin marks it; QoS 0 stays unsaid.
   if (msg.persistent !== undefined) p.deliveryMode = msg.persistent ? 2 : 1;
+  else if (msg.qos > 0) p.deliveryMode = 2;
   if (msg.priority !== undefined) p.priority = msg.priority;
   if (msg.responseTopic !== undefined) {
     const r = swapSeparators(msg.responseTopic);

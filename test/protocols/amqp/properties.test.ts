@@ -110,3 +110,11 @@ describe('amqp queue arguments', () => {
     for (const t of bad) assert.throws(() => queueArguments(t, 'q', false, false), (e: unknown) => e instanceof AmqpError && e.code === 406, JSON.stringify(t));
   });
 });
+
+describe('AMQP delivery mode of messages from other protocols', () => {
+  it('is 2 for an MQTT QoS 1 publish, unsaid for QoS 0, and as published for AMQP messages', () => {
+    assert.equal(propertiesOf(makeMessage('a/b', Buffer.from('x'), { qos: 1 }), Date.now()).deliveryMode, 2);
+    assert.equal(propertiesOf(makeMessage('a/b', Buffer.from('x'), { qos: 0 }), Date.now()).deliveryMode, undefined);
+    assert.equal(propertiesOf(makeMessage('a/b', Buffer.from('x'), { qos: 1, persistent: false }), Date.now()).deliveryMode, 1);
+  });
+});
