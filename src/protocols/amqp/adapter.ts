@@ -94,7 +94,9 @@ export class AmqpAdapter {
       return false;
     }
     this.connections.add(c);
-    if (this.timer === null && this.options.memoryHighWatermark > 0) {
+    // One timer for every connection, while there are any: memory and the free-space reserve are looked at once a
+    // second.
+    if (this.timer === null) {
       this.timer = setInterval(() => this.check(), 1000);
       this.timer.unref();
     }
