@@ -22,7 +22,8 @@
  */
 import type pg from 'pg';
 import { FlowError } from '../../core/index.js';
-import type { QueueStore, StoredQueueMessage } from '../../core/index.js';
+import type { StoredQueueMessage } from '../../core/index.js';
+import { BatchedQueueStore } from './batched-store.js';
 import { connectPool, migratePostgres, type PgMigration, type PgPool, type PostgresOptions } from '../postgres-util.js';
 
 export const queueStoreMigrations: readonly PgMigration[] = [
@@ -133,20 +134,17 @@ class Run {
   }
 }
 
-function checkId(what: string, n: number): void {
-  if (!Number.isSafeInteger(n) || n < 0) throw new FlowError('INVALID_ARGUMENT', `${what} must be a non-negative integer, not ${n}`);
-}
-
-export class PostgresQueueStore implements QueueStore {
+export class PostgresQueueStore extends BatchedQueueStore {
   readonly kind = 'postgres';
-  private closed = false;
   private queue: Call[] = [];
   private running: Promise<void> | null = null;
   private scheduled = false;
   private stats = { calls: 0, commits: 0, statements: 0, failedGroups: 0 };
   private idleWaiters: Array<() => void> = [];
 
-  private constructor(private readonly db: PgPool) {}
+  private constructor(private readonly db: PgPool) {
+    super();
+  }
 
   /** Connects and brings the queue tables up to date (once, under the advisory lock shared with the metastore). */
   static async open(opts: PostgresOptions): Promise<PostgresQueueStore> {
@@ -170,7 +168,7 @@ export class PostgresQueueStore implements QueueStore {
     };
   }
 
-  private call<T>(op: Op): Promise<T> {
+  protected call<T>(op: Op): Promise<T> {
     if (this.closed) return Promise.reject(new FlowError('CLOSED', 'queue store is closed'));
     return new Promise<T>((resolve, reject) => {
       this.queue.push({ op, result: null, resolve: resolve as (v: unknown) => void, reject });
@@ -283,57 +281,8 @@ export class PostgresQueueStore implements QueueStore {
     }
   }
 
-  openQueue(queue: string): Promise<{ count: number; bytes: number; maxId: number }> {
-    return this.call({ k: 'open', q: queue });
-  }
-
-  append(queue: string, messages: Array<{ id: number; data: Buffer }>): Promise<void> {
-    if (messages.length === 0) return this.closed ? Promise.reject(new FlowError('CLOSED', 'queue store is closed')) : Promise.resolve();
-    const ids: number[] = [];
-    const bodies: Buffer[] = [];
-    try {
-      for (const m of messages) {
-        checkId('message id', m.id);
-        ids.push(m.id);
-        bodies.push(m.data);
-      }
-    } catch (err) {
-      return Promise.reject(err);
-    }
+  protected callAppend(queue: string, ids: number[], bodies: Buffer[]): Promise<void> {
     return this.call({ k: 'append', q: queue, ids, bodies });
-  }
-
-  remove(queue: string, ids: number[]): Promise<void> {
-    if (ids.length === 0) return this.closed ? Promise.reject(new FlowError('CLOSED', 'queue store is closed')) : Promise.resolve();
-    return this.call({ k: 'remove', q: queue, ids: ids.slice() });
-  }
-
-  setDeliveries(queue: string, id: number, deliveries: number): Promise<void> {
-    try {
-      checkId('message id', id);
-      checkId('deliveries', deliveries);
-    } catch (err) {
-      return Promise.reject(err);
-    }
-    return this.call({ k: 'deliveries', q: queue, id, n: deliveries });
-  }
-
-  read(queue: string, fromId: number, limit: number): Promise<StoredQueueMessage[]> {
-    try {
-      checkId('fromId', fromId);
-      checkId('limit', limit);
-    } catch (err) {
-      return Promise.reject(err);
-    }
-    return this.call({ k: 'read', q: queue, from: fromId, limit });
-  }
-
-  purge(queue: string): Promise<number> {
-    return this.call({ k: 'purge', q: queue });
-  }
-
-  dropQueue(queue: string): Promise<void> {
-    return this.call({ k: 'drop', q: queue });
   }
 
   /** Finishes the calls already made, then closes the pool. */

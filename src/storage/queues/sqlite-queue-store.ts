@@ -20,7 +20,8 @@ import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { Worker } from 'node:worker_threads';
 import { FlowError } from '../../core/index.js';
-import type { QueueStore, StoredQueueMessage } from '../../core/index.js';
+import type { StoredQueueMessage } from '../../core/index.js';
+import { BatchedQueueStore } from './batched-store.js';
 import type { OpError, OpResult, ReadResult, WorkerBatch, WorkerOp, WorkerReply, WorkerRequest } from './protocol.js';
 
 interface Call {
@@ -35,14 +36,9 @@ interface Sent {
 
 const WORKER_URL = new URL('./sqlite-worker.js', import.meta.url);
 
-function checkId(what: string, n: number): void {
-  if (!Number.isSafeInteger(n) || n < 0) throw new FlowError('INVALID_ARGUMENT', `${what} must be a non-negative integer, not ${n}`);
-}
-
-export class SqliteQueueStore implements QueueStore {
+export class SqliteQueueStore extends BatchedQueueStore {
   readonly kind = 'sqlite';
   private worker: Worker | null = null;
-  private closed = false;
   /** The current tick's calls, not yet sent. */
   private ops: WorkerOp[] = [];
   private calls: Call[] = [];
@@ -54,7 +50,9 @@ export class SqliteQueueStore implements QueueStore {
   private idleWaiters: Array<() => void> = [];
   private stats = { calls: 0, batches: 0, commits: 0, workerRestarts: 0, workerFailures: 0, bytesAppended: 0 };
 
-  private constructor(private readonly file: string) {}
+  private constructor(private readonly file: string) {
+    super();
+  }
 
   /** Opens (creating if needed) the queue database in a worker thread; fails if the file cannot be opened. */
   static async open(file: string): Promise<SqliteQueueStore> {
@@ -128,7 +126,7 @@ export class SqliteQueueStore implements QueueStore {
     }
   }
 
-  private call<T>(op: WorkerOp, body?: Buffer[]): Promise<T> {
+  protected call<T>(op: WorkerOp, body?: Buffer[]): Promise<T> {
     if (this.closed) return Promise.reject(new FlowError('CLOSED', 'queue store is closed'));
     return new Promise<T>((resolve, reject) => {
       if (body) {
@@ -184,57 +182,8 @@ export class SqliteQueueStore implements QueueStore {
     this.worker!.postMessage(batch satisfies WorkerRequest, buf ? [buf] : []);
   }
 
-  openQueue(queue: string): Promise<{ count: number; bytes: number; maxId: number }> {
-    return this.call({ k: 'open', q: queue });
-  }
-
-  append(queue: string, messages: Array<{ id: number; data: Buffer }>): Promise<void> {
-    if (messages.length === 0) return this.closed ? Promise.reject(new FlowError('CLOSED', 'queue store is closed')) : Promise.resolve();
-    const ids: number[] = [];
-    const bodies: Buffer[] = [];
-    try {
-      for (const m of messages) {
-        checkId('message id', m.id);
-        ids.push(m.id);
-        bodies.push(m.data);
-      }
-    } catch (err) {
-      return Promise.reject(err);
-    }
+  protected callAppend(queue: string, ids: number[], bodies: Buffer[]): Promise<void> {
     return this.call({ k: 'append', q: queue, ids, ranges: [] }, bodies);
-  }
-
-  remove(queue: string, ids: number[]): Promise<void> {
-    if (ids.length === 0) return this.closed ? Promise.reject(new FlowError('CLOSED', 'queue store is closed')) : Promise.resolve();
-    return this.call({ k: 'remove', q: queue, ids: ids.slice() });
-  }
-
-  setDeliveries(queue: string, id: number, deliveries: number): Promise<void> {
-    try {
-      checkId('message id', id);
-      checkId('deliveries', deliveries);
-    } catch (err) {
-      return Promise.reject(err);
-    }
-    return this.call({ k: 'deliveries', q: queue, id, n: deliveries });
-  }
-
-  read(queue: string, fromId: number, limit: number): Promise<StoredQueueMessage[]> {
-    try {
-      checkId('fromId', fromId);
-      checkId('limit', limit);
-    } catch (err) {
-      return Promise.reject(err);
-    }
-    return this.call({ k: 'read', q: queue, from: fromId, limit });
-  }
-
-  purge(queue: string): Promise<number> {
-    return this.call({ k: 'purge', q: queue });
-  }
-
-  dropQueue(queue: string): Promise<void> {
-    return this.call({ k: 'drop', q: queue });
   }
 
   /** Tests only: makes the worker die as a crash would, with the calls made before this one sent to it. */
