@@ -2,21 +2,21 @@
  * AMQP 0-9-1 as a protocol module: the broker starts it when `amqp` is in --protocols.
  */
 import { readFileSync } from 'node:fs';
-import type { AddressInfo } from 'node:net';
 import { FlowError } from '../../core/index.js';
+import { formatAddress as fmt } from '../listener.js';
 import type { ProtocolListener, ProtocolModule, ProtocolModuleContext, RunningProtocol } from '../types.js';
 import { AmqpAdapter } from './adapter.js';
 import { resolveAmqpOptions } from './options.js';
 import { startAmqpListener } from './server.js';
 
-function fmt(a: AddressInfo): string {
-  return a.family === 'IPv6' ? `[${a.address}]:${a.port}` : `${a.address}:${a.port}`;
-}
-
 export const amqpModule: ProtocolModule = {
   name: 'amqp',
   async start(ctx: ProtocolModuleContext): Promise<RunningProtocol> {
     const c = ctx.config;
+    // A half-configured TLS listener is refused before any listener opens.
+    if ((c.amqpTlsCert === null) !== (c.amqpTlsKey === null)) {
+      throw new FlowError('CONFIG_ERROR', 'AMQP over TLS needs both amqp-tls-cert and amqp-tls-key');
+    }
     const logger = ctx.logger.child({ protocol: 'amqp' });
     const options = resolveAmqpOptions({
       frameMax: c.amqpFrameMax,
@@ -37,8 +37,6 @@ export const amqpModule: ProtocolModule = {
         const t = await startAmqpListener(adapter, { host: c.host, port: c.amqpsPort, tls: { cert: readFileSync(c.amqpTlsCert), key: readFileSync(c.amqpTlsKey) } });
         listeners.set('amqps', t);
         ctx.logger.info({ protocol: 'amqps', address: fmt(t.address()) }, 'listening');
-      } else if (c.amqpTlsCert !== null || c.amqpTlsKey !== null) {
-        throw new FlowError('CONFIG_ERROR', 'AMQP over TLS needs both amqp-tls-cert and amqp-tls-key');
       }
     } catch (err) {
       await Promise.allSettled([...listeners.values()].map((l) => l.close()));
