@@ -23,7 +23,7 @@
 import type pg from 'pg';
 import { FlowError } from '../../core/index.js';
 import type { StoredQueueMessage } from '../../core/index.js';
-import { BatchedQueueStore } from './batched-store.js';
+import { BatchedQueueStore, type CommonOp } from './batched-store.js';
 import { connectPool, migratePostgres, type PgMigration, type PgPool, type PostgresOptions } from '../postgres-util.js';
 
 export const queueStoreMigrations: readonly PgMigration[] = [
@@ -51,14 +51,7 @@ export const queueStoreMigrations: readonly PgMigration[] = [
   },
 ];
 
-type Op =
-  | { k: 'open'; q: string }
-  | { k: 'append'; q: string; ids: number[]; bodies: Buffer[] }
-  | { k: 'remove'; q: string; ids: number[] }
-  | { k: 'deliveries'; q: string; id: number; n: number }
-  | { k: 'read'; q: string; from: number; limit: number }
-  | { k: 'purge'; q: string }
-  | { k: 'drop'; q: string };
+type Op = CommonOp | { k: 'append'; q: string; ids: number[]; bodies: Buffer[] };
 
 interface Call {
   op: Op;

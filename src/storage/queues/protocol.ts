@@ -4,15 +4,12 @@
  * plus one ArrayBuffer holding every message body of the batch (transferred, not cloned).
  */
 
+import type { CommonOp } from './batched-store.js';
+
 /** One call, as the worker runs it. Message bodies are [offset, length] ranges of the batch's buffer. */
 export type WorkerOp =
-  | { k: 'open'; q: string }
+  | CommonOp
   | { k: 'append'; q: string; ids: number[]; ranges: number[] }
-  | { k: 'remove'; q: string; ids: number[] }
-  | { k: 'deliveries'; q: string; id: number; n: number }
-  | { k: 'read'; q: string; from: number; limit: number }
-  | { k: 'purge'; q: string }
-  | { k: 'drop'; q: string }
   /** Tests only: the worker dies as a crashed one would (process.exit inside a worker ends the thread). */
   | { k: 'crash' };
 
