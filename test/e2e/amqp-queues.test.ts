@@ -55,7 +55,12 @@ describe('e2e: AMQP queues', () => {
       assert.ok(c.got > 0, 'every consumer got work');
       assert.ok(c.maxUnacked <= 2, `prefetch respected (max unacked ${c.maxUnacked})`);
     }
-    for (const c of consumers) await c.conn.close();
+    // amqplib buffers each channel's frames separately and may send connection.close ahead of acks still queued on
+    // a channel; closing the channel first (its close goes behind its acks) makes every ack reach the broker.
+    for (const c of consumers) {
+      await c.ch.close();
+      await c.conn.close();
+    }
     await setup.deleteQueue('work');
     await setup.close();
   });
