@@ -516,7 +516,7 @@ export class PostgresMetastore implements Metastore {
     // One statement for the batch (all rows or none); ON CONFLICT touches each row once: names are distinct.
     await this.q(
       'putConsumers',
-      `INSERT INTO jetstream_consumers AS c (stream, name, config, created_at, delivered_seq, delivered_consumer_seq, ack_floor, acked)
+      `INSERT INTO jetstream_consumers (stream, name, config, created_at, delivered_seq, delivered_consumer_seq, ack_floor, acked)
        SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::text[])
        ON CONFLICT (stream, name) DO UPDATE SET config = excluded.config, created_at = excluded.created_at,
          delivered_seq = excluded.delivered_seq, delivered_consumer_seq = excluded.delivered_consumer_seq,
