@@ -147,17 +147,10 @@ function decode(buf: Buffer, s: number, e: number): string {
   return buf.toString('latin1', s, e);
 }
 
-/**
- * A copy of `chunk[s, e)` in memory of its own (small ones from Node's pool, as Buffer.allocUnsafe gives): a loop
- * for the few bytes of a small payload, cheaper than the native copy call.
- */
-function copyOut(chunk: Buffer, s: number, e: number): Buffer {
-  const n = e - s;
-  const out = Buffer.allocUnsafe(n);
-  if (n < 64) for (let k = 0; k < n; k++) out[k] = chunk[s + k]!;
-  else chunk.copy(out, 0, s, e);
-  return out;
-}
+/** Borrowed mode: payloads up to this size are copied into the parser's slab, larger ones get their own buffer. */
+const SLAB_COPY_MAX = 4096;
+/** Borrowed mode's copy slab (the size of one socket read, so it pins no more than a view of a read would). */
+const COPY_SLAB = 64 * 1024;
 
 /** A size: 1 to 9 ASCII digits (nats-server's parseSize), else -1. */
 function parseSize(buf: Buffer, s: number, e: number): number {
@@ -364,7 +357,34 @@ abstract class NatsParserBase<H> {
   /** `chunk[s, e)` as the handler gets it: a view, or an owned copy when chunks are borrowed. */
   protected payloadOf(chunk: Buffer, s: number, e: number): Buffer {
     this.ownedPayload = this.borrowed;
-    return this.borrowed ? copyOut(chunk, s, e) : chunk.subarray(s, e);
+    return this.borrowed ? this.copyOut(chunk, s, e) : chunk.subarray(s, e);
+  }
+
+  // Borrowed mode: copies go into a slab (one allocation per 64 KiB, not per payload: Buffer.allocUnsafe's 8 KiB
+  // pool made a 1 KiB copy cost 3x a slab copy). A kept payload keeps its slab alive, as a view keeps its chunk.
+  private slab: Buffer | null = null;
+  private slabPos = 0;
+
+  /** A copy of `chunk[s, e)` the handler owns. */
+  private copyOut(chunk: Buffer, s: number, e: number): Buffer {
+    const n = e - s;
+    if (n > SLAB_COPY_MAX) {
+      const own = Buffer.allocUnsafeSlow(n);
+      chunk.copy(own, 0, s, e);
+      return own;
+    }
+    let slab = this.slab;
+    if (slab === null || this.slabPos + n > slab.length) {
+      slab = this.slab = Buffer.allocUnsafeSlow(COPY_SLAB);
+      this.slabPos = 0;
+    }
+    const at = this.slabPos;
+    // A loop for the few bytes of a small payload: cheaper than the native copy call.
+    if (n < 64) for (let k = 0; k < n; k++) slab[at + k] = chunk[s + k]!;
+    else chunk.copy(slab, at, s, e);
+    // Keep copies 8-byte aligned, as Node's pool does.
+    this.slabPos = (at + n + 7) & ~7;
+    return slab.subarray(at, at + n);
   }
 
   /** First letter (lower case) of the hot op besides its `h` form: `p` (PUB) for the server parser, `m` (MSG). */

@@ -124,6 +124,25 @@ describe('borrowed chunks (a shared read buffer overwritten after every push)', 
     }
   });
 
+  test('copies kept across many slabs and large payloads stay intact', () => {
+    const parts: string[] = [];
+    const expected: Array<[string, string, null]> = [];
+    for (let i = 0; i < 1500; i++) {
+      const body = String(i).padStart(4, '0').repeat(i % 50 === 0 ? 1500 : 25);
+      parts.push(`PUB s.${i} ${body.length}\r\n${body}\r\n`);
+      expected.push([`s.${i}`, body, null]);
+    }
+    const stream = b(parts.join(''));
+    const points: number[] = [];
+    for (let at = 4093; at < stream.length; at += 4093) points.push(at);
+    const k = run(stream, points);
+    assert.equal(k.kept.length, expected.length);
+    assert.deepEqual(
+      k.kept.map(([s, pl]) => [s, pl.toString('latin1'), null]),
+      expected,
+    );
+  });
+
   test('borrowed mode reads every fixture as the default mode does', () => {
     for (const c of SERVER_CASES) {
       const out = serverParse([b(c.input)], { ...LIMITS, borrowed: true });
