@@ -1,0 +1,939 @@
+/**
+ * NATS client-protocol parsers: `NatsServerParser` reads what a client sends (CONNECT, PUB, HPUB, SUB, UNSUB,
+ * PING, PONG, and +OK / -ERR / INFO which clients rarely send), `NatsClientParser` reads what a server sends
+ * (INFO, MSG, HMSG, +OK, -ERR, PING, PONG) for the benchmark's load generator and raw-socket tests.
+ *
+ * Both follow nats-server 2.9.10's parser (server/parser.go), checked against the Debian binary with raw sockets:
+ * - operation names are case-insensitive (`pub`); arguments are separated by runs of spaces or tabs, trailing
+ *   blanks are ignored; a line ends with `\r\n` or a bare `\n`; a payload must be followed by exactly `\r\n`.
+ * - PING / PONG / +OK are recognised by their first letters, the rest of the line ignored (`PINGX` is a PING);
+ *   INFO from a client is ignored, as nats-server ignores it from a client connection.
+ * - sizes are 1 to 9 decimal digits (no sign); `UNSUB <sid> <max>` with a non-numeric max is a plain UNSUB.
+ * - errors (a NatsProtocolError; the parser is dead afterwards: nats-server closes the connection):
+ *   `Unknown Protocol Operation`, `maximum control line exceeded` (a line, op included and line end excluded,
+ *   longer than maxControlLine: raised as soon as that many bytes arrived without a line end, so a client cannot
+ *   make the parser buffer more), `Maximum Payload Violation` (raised at the control line, before any payload
+ *   byte is buffered), and bad arguments of PUB/HPUB/SUB/UNSUB/CONNECT, which nats-server answers by closing
+ *   without an -ERR (`errText` null). Subject validity (`Invalid Subject`) is the connection's business: nats-server
+ *   keeps the connection open for it (see subject.ts).
+ *
+ * Payload memory (`payload`, `headers` in onPub/onHpub/onMsg/onHmsg); `parser.ownedPayload` tells, during the
+ * call, which case holds:
+ * - a payload that spanned chunks is a fresh buffer the parser allocated (after checking the size against
+ *   maxPayload) and filled: owned by the handler (ownedPayload true), keep it without copying.
+ * - a payload whole inside the pushed chunk (with its `\r\n`), chunks not borrowed (the default: Node's
+ *   'data' chunks, fresh per read): a view into the chunk (ownedPayload false). The parser never writes into a
+ *   chunk and keeps no reference to it, so the view stays valid as long as the caller does not reuse the chunk;
+ *   keeping it keeps the whole chunk (64 KiB per socket read) alive, which a handler retaining messages for
+ *   long may prefer to avoid by copying.
+ * - the same with `borrowed: true` (chunks from the listeners' shared read buffer, src/protocols/read-into.ts,
+ *   reused after push returns): a copy the parser made in memory of its own (Node's pool for small payloads),
+ *   owned by the handler (ownedPayload true). One allocation a message either way: a view, or the copy.
+ * - for HPUB/HMSG, `headers` (the NATS/1.0 block, parse it with parseHeaders) and `payload` follow the same
+ *   rule (both views, or both owned; a spanning payload's two are views of one owned buffer).
+ * The parser keeps nothing of a chunk after push returns: a partial control line is copied into its own line
+ * buffer (at most maxControlLine + 1 bytes), a partial payload into the fresh payload buffer.
+ *
+ * Handlers are plain objects (class instances) with one method per operation, called synchronously from push:
+ * no closures per message, and a connection class implementing the interface keeps the call sites monomorphic.
+ * A handler that closes the connection from inside a call calls `parser.stop()`: push returns after that call.
+ */
+import { NatsErrText, NatsProtocolError } from './errors.js';
+
+export interface NatsLimits {
+  /** Longest control line accepted (op and arguments, line end excluded); nats-server's max_control_line (4096). */
+  maxControlLine: number;
+  /** Largest payload (HPUB/HMSG: headers + payload) accepted; nats-server's max_payload (1 MiB). */
+  maxPayload: number;
+}
+
+export interface NatsParserOptions extends NatsLimits {
+  /**
+   * The pushed chunks are borrowed: their memory is reused once push returns (the listeners' shared read buffer,
+   * src/protocols/read-into.ts). Every payload is then handed over as a copy the handler owns
+   * (`ownedPayload` always true), made once by the parser, instead of a view the handler would have to copy.
+   */
+  borrowed?: boolean;
+}
+
+/**
+ * CONNECT's JSON, typed. Fields absent from the JSON (or null) are absent here: the connection applies
+ * nats-server's defaults (verbose/pedantic false as nats.js sends them, echo true, headers false, ...).
+ * A field of the wrong type refuses the CONNECT (nats-server's JSON decoding fails the same way); unknown fields
+ * are ignored.
+ */
+export interface ConnectOptions {
+  verbose?: boolean;
+  pedantic?: boolean;
+  tls_required?: boolean;
+  auth_token?: string;
+  user?: string;
+  pass?: string;
+  name?: string;
+  lang?: string;
+  version?: string;
+  protocol?: number;
+  echo?: boolean;
+  headers?: boolean;
+  no_responders?: boolean;
+  sig?: string;
+  jwt?: string;
+  nkey?: string;
+}
+
+/** What a server reads. `reply` and `queue` are null when absent. */
+export interface NatsServerHandler {
+  onConnect(opts: ConnectOptions): void;
+  onPub(subject: string, reply: string | null, payload: Buffer): void;
+  onHpub(subject: string, reply: string | null, headers: Buffer, payload: Buffer): void;
+  onSub(subject: string, queue: string | null, sid: string): void;
+  /** `max` null: no max given (or not a number, as nats-server reads it); 0 is passed through. */
+  onUnsub(sid: string, max: number | null): void;
+  onPing(): void;
+  onPong(): void;
+  /** A client's `+OK` (nats-server ignores it). */
+  onOk(): void;
+  /** A client's `-ERR '<text>'`, quotes removed (nats-server closes the connection on it). */
+  onErr(text: string): void;
+}
+
+/** What a client reads. */
+export interface NatsClientHandler {
+  onInfo(info: Record<string, unknown>): void;
+  onMsg(subject: string, sid: string, reply: string | null, payload: Buffer): void;
+  onHmsg(subject: string, sid: string, reply: string | null, headers: Buffer, payload: Buffer): void;
+  onOk(): void;
+  onErr(text: string): void;
+  onPing(): void;
+  onPong(): void;
+}
+
+// Parser states.
+const LINE = 0;
+const PAYLOAD = 1;
+const END_CR = 2;
+const END_LF = 3;
+
+// Pending operations (a payload spanning chunks).
+const OP_PUB = 0;
+const OP_HPUB = 1;
+const OP_MSG = 2;
+const OP_HMSG = 3;
+
+const CR = 13;
+const LF = 10;
+
+/** The longest subject whose bytes the one-entry subject cache keeps. */
+const SUBJECT_CACHE_BYTES = 256;
+/** Arguments any operation takes at most (HMSG: subject sid reply hdr total); one more means "too many". */
+const MAX_ARGS = 5;
+
+const isBlank = (c: number): boolean => c === 0x20 || c === 0x09 || c === CR || c === LF;
+
+/** Lower-cases an ASCII letter (other bytes never collide with the lower-case letters compared against). */
+const lc = (c: number): number => c | 0x20;
+
+function unknownOp(): NatsProtocolError {
+  return new NatsProtocolError('unknown protocol operation', NatsErrText.UNKNOWN_OP);
+}
+
+function badArgs(op: string, usage: string): NatsProtocolError {
+  return new NatsProtocolError(`${op}: bad arguments, expected ${usage}`, null);
+}
+
+/** Decodes bytes as a string: latin1 (one byte a char, cheapest) when all are ASCII, else UTF-8. */
+function decode(buf: Buffer, s: number, e: number): string {
+  for (let k = s; k < e; k++) if (buf[k]! > 0x7f) return buf.toString('utf8', s, e);
+  return buf.toString('latin1', s, e);
+}
+
+/** Borrowed mode: payloads up to this size are copied into the parser's slab, larger ones get their own buffer. */
+const SLAB_COPY_MAX = 4096;
+/** Borrowed mode's copy slab (the size of one socket read, so it pins no more than a view of a read would). */
+const COPY_SLAB = 64 * 1024;
+
+/** A size: 1 to 9 ASCII digits (nats-server's parseSize), else -1. */
+function parseSize(buf: Buffer, s: number, e: number): number {
+  const n = e - s;
+  if (n < 1 || n > 9) return -1;
+  let v = 0;
+  for (let k = s; k < e; k++) {
+    const d = buf[k]! - 0x30;
+    if (d < 0 || d > 9) return -1;
+    v = v * 10 + d;
+  }
+  return v;
+}
+
+abstract class NatsParserBase<H> {
+  readonly maxControlLine: number;
+  readonly maxPayload: number;
+  /**
+   * During an onPub/onHpub/onMsg/onHmsg call: true when payload (and headers) is a fresh buffer the handler
+   * owns, false when it is a view into the pushed chunk (copy before keeping it).
+   */
+  ownedPayload = false;
+
+  private state = LINE;
+  private dead: NatsProtocolError | null = null;
+  private stopped = false;
+
+  // A control line split across chunks: its first bytes.
+  private lineBuf: Buffer;
+  private lineLen = 0;
+
+  // A payload split across chunks.
+  private payBuf: Buffer | null = null;
+  private payFill = 0;
+  protected pOp = OP_PUB;
+  protected pSubject = '';
+  protected pReply: string | null = null;
+  protected pSid = '';
+  protected pHdr = 0;
+
+  /** Argument boundaries of the current line: [start0, end0, start1, end1, ...]. */
+  protected readonly args = new Int32Array(2 * (MAX_ARGS + 1));
+
+  // One-entry subject cache: a publisher usually repeats its subject; equal bytes give the same string, with no
+  // decoding and no new string.
+  private readonly lastSubjectBytes = Buffer.allocUnsafe(SUBJECT_CACHE_BYTES);
+  private lastSubjectLen = -1;
+  private lastSubject = '';
+
+  /** Chunks are borrowed: payloads are copied before the handler sees them. */
+  readonly borrowed: boolean;
+
+  constructor(limits: NatsParserOptions) {
+    this.borrowed = limits.borrowed ?? false;
+    if (!(limits.maxControlLine >= 16) || !(limits.maxPayload >= 0)) {
+      throw new RangeError(`NATS parser limits out of range: ${JSON.stringify(limits)}`);
+    }
+    this.maxControlLine = limits.maxControlLine;
+    this.maxPayload = limits.maxPayload;
+    this.lineBuf = Buffer.allocUnsafe(Math.min(256, limits.maxControlLine + 1));
+  }
+
+  /** Makes the current push return after the handler call in progress, and later pushes do nothing. */
+  stop(): void {
+    this.stopped = true;
+  }
+
+  /** Whether a control line or payload is partly read (bytes are buffered). */
+  get midOperation(): boolean {
+    return this.state !== LINE || this.lineLen > 0;
+  }
+
+  /**
+   * Parses `chunk`, calling `h` for each complete operation. Throws NatsProtocolError on bad bytes (and anything
+   * a handler throws); after a throw the parser is dead and every later push throws the same error.
+   */
+  push(chunk: Buffer, h: H): void {
+    if (this.dead !== null) throw this.dead;
+    if (this.stopped) return;
+    try {
+      this.run(chunk, h);
+    } catch (e) {
+      this.dead =
+        e instanceof NatsProtocolError ? e : new NatsProtocolError('NATS parser used after a handler failed', null);
+      throw e;
+    }
+  }
+
+  private run(chunk: Buffer, h: H): void {
+    const n = chunk.length;
+    let i = 0;
+    if (this.state !== LINE || this.lineLen > 0) {
+      i = this.resume(chunk, 0, h);
+      if (i < 0) return;
+    }
+    const max = this.maxControlLine;
+    while (i < n) {
+      if (this.stopped) return;
+      const f = lc(chunk[i]!);
+      if (f === this.fastA || f === 0x68 /* h */) {
+        const r = this.opInChunk(chunk, i, h);
+        if (r === -1) return;
+        if (r >= 0) {
+          i = r;
+          continue;
+        }
+        // -2: not a plain PUB / HPUB / MSG / HMSG whose line is whole in the chunk: the general path decides.
+      }
+      // Find the line end, looking no further than a line may be long: content max bytes, a '\r', the '\n'.
+      let lim = i + max + 2;
+      if (lim > n) lim = n;
+      let nl = i;
+      while (nl < lim && chunk[nl] !== LF) nl++;
+      if (nl === lim) {
+        if (lim < n) throw this.controlLineExceeded();
+        this.saveLine(chunk, i, n);
+        return;
+      }
+      let e = nl;
+      if (e > i && chunk[e - 1] === CR) e--;
+      if (e - i > max) throw this.controlLineExceeded();
+      i = this.line(chunk, i, e, chunk, nl + 1, h);
+      if (i < 0) return;
+    }
+  }
+
+  /** Continues a payload or control line left partial by the previous chunk; -1 when `chunk` is used up. */
+  private resume(chunk: Buffer, i: number, h: H): number {
+    const n = chunk.length;
+    if (this.state === PAYLOAD) {
+      const buf = this.payBuf!;
+      let take = buf.length - this.payFill;
+      if (take > n - i) take = n - i;
+      chunk.copy(buf, this.payFill, i, i + take);
+      this.payFill += take;
+      i += take;
+      if (this.payFill < buf.length) return -1;
+      this.state = END_CR;
+    }
+    if (this.state === END_CR) {
+      if (i >= n) return -1;
+      if (chunk[i] !== CR) throw unknownOp();
+      i++;
+      this.state = END_LF;
+    }
+    if (this.state === END_LF) {
+      if (i >= n) return -1;
+      if (chunk[i] !== LF) throw unknownOp();
+      i++;
+      this.state = LINE;
+      const buf = this.payBuf!;
+      this.payBuf = null;
+      this.ownedPayload = true;
+      this.deliverPending(buf, h);
+      return this.stopped ? -1 : i;
+    }
+    if (this.lineLen > 0) {
+      // The rest of a split control line: at most max + 1 bytes before the '\n' in all (content and a '\r').
+      let lim = i + (this.maxControlLine + 2 - this.lineLen);
+      if (lim > n) lim = n;
+      let nl = i;
+      while (nl < lim && chunk[nl] !== LF) nl++;
+      if (nl === lim) {
+        if (lim < n) throw this.controlLineExceeded();
+        this.saveLine(chunk, i, n);
+        return -1;
+      }
+      this.saveLine(chunk, i, nl);
+      let e = this.lineLen;
+      this.lineLen = 0;
+      if (this.lineBuf[e - 1] === CR) e--;
+      if (e > this.maxControlLine) throw this.controlLineExceeded();
+      return this.line(this.lineBuf, 0, e, chunk, nl + 1, h);
+    }
+    return i;
+  }
+
+  private saveLine(chunk: Buffer, s: number, e: number): void {
+    const need = this.lineLen + (e - s);
+    if (need > this.maxControlLine + 1) throw this.controlLineExceeded();
+    if (need > this.lineBuf.length) {
+      const bigger = Buffer.allocUnsafe(Math.min(this.maxControlLine + 1, Math.max(need, this.lineBuf.length * 2)));
+      this.lineBuf.copy(bigger, 0, 0, this.lineLen);
+      this.lineBuf = bigger;
+    }
+    chunk.copy(this.lineBuf, this.lineLen, s, e);
+    this.lineLen = need;
+  }
+
+  private controlLineExceeded(): NatsProtocolError {
+    return new NatsProtocolError(
+      `control line longer than max_control_line (${this.maxControlLine} bytes)`,
+      NatsErrText.MAX_CONTROL_LINE,
+    );
+  }
+
+  protected payloadTooLarge(size: number): NatsProtocolError {
+    return new NatsProtocolError(
+      `payload of ${size} bytes exceeds max_payload (${this.maxPayload} bytes)`,
+      NatsErrText.MAX_PAYLOAD,
+    );
+  }
+
+  /** `chunk[s, e)` as the handler gets it: a view, or an owned copy when chunks are borrowed. */
+  protected payloadOf(chunk: Buffer, s: number, e: number): Buffer {
+    this.ownedPayload = this.borrowed;
+    return this.borrowed ? this.copyOut(chunk, s, e) : chunk.subarray(s, e);
+  }
+
+  // Borrowed mode: copies go into a slab (one allocation per 64 KiB, not per payload: Buffer.allocUnsafe's 8 KiB
+  // pool made a 1 KiB copy cost 3x a slab copy). A kept payload keeps its slab alive, as a view keeps its chunk.
+  private slab: Buffer | null = null;
+  private slabPos = 0;
+
+  /** A copy of `chunk[s, e)` the handler owns. */
+  private copyOut(chunk: Buffer, s: number, e: number): Buffer {
+    const n = e - s;
+    if (n > SLAB_COPY_MAX) {
+      const own = Buffer.allocUnsafeSlow(n);
+      chunk.copy(own, 0, s, e);
+      return own;
+    }
+    let slab = this.slab;
+    if (slab === null || this.slabPos + n > slab.length) {
+      slab = this.slab = Buffer.allocUnsafeSlow(COPY_SLAB);
+      this.slabPos = 0;
+    }
+    const at = this.slabPos;
+    // A loop for the few bytes of a small payload: cheaper than the native copy call.
+    if (n < 64) for (let k = 0; k < n; k++) slab[at + k] = chunk[s + k]!;
+    else chunk.copy(slab, at, s, e);
+    // Keep copies 8-byte aligned, as Node's pool does.
+    this.slabPos = (at + n + 7) & ~7;
+    return slab.subarray(at, at + n);
+  }
+
+  /** First letter (lower case) of the hot op besides its `h` form: `p` (PUB) for the server parser, `m` (MSG). */
+  protected fastA = -1;
+
+  /**
+   * The fast path of the hot ops (PUB/HPUB, MSG/HMSG) at `chunk[i]` when the control line is whole in the chunk:
+   * scanned once (the general path finds the line end, then splits the arguments). Returns as resume does, or -2
+   * when it is another op, the line is not whole in the chunk, or anything about it is unusual (wrong argument
+   * count, a bad size, too long): the general path then parses it and raises the same errors as for any line.
+   */
+  protected opInChunk(chunk: Buffer, i: number, h: H): number {
+    void chunk;
+    void i;
+    void h;
+    return -2;
+  }
+
+  /** Arguments found by scanArgs, and the OR of their bytes (below 0x80: all ASCII). */
+  protected argCount = 0;
+  protected argHigh = 0;
+
+  /**
+   * Splits the arguments of the line starting at `chunk[i]`, from `chunk[k]` to its `\n`, into this.args in one
+   * pass. Returns the index of the `\n`, or -2 when there is none within the control-line limit in this chunk, or
+   * more than MAX_ARGS arguments, or the line is too long.
+   */
+  protected scanArgs(chunk: Buffer, i: number, k: number): number {
+    const n = chunk.length;
+    let lim = i + this.maxControlLine + 2;
+    if (lim > n) lim = n;
+    const args = this.args;
+    let count = 0;
+    let high = 0;
+    for (;;) {
+      while (k < lim) {
+        const c = chunk[k]!;
+        if (c === 0x20 || c === 0x09 || c === CR) k++;
+        else break;
+      }
+      if (k >= lim) return -2;
+      if (chunk[k] === LF) break;
+      if (count === MAX_ARGS) return -2;
+      args[2 * count] = k;
+      while (k < lim) {
+        const c = chunk[k]!;
+        // Most bytes are printable: one comparison lets them through.
+        if (c > 0x20 || (c !== 0x20 && c !== 0x09 && c !== CR && c !== LF)) {
+          high |= c;
+          k++;
+        } else break;
+      }
+      if (k >= lim) return -2;
+      args[2 * count + 1] = k;
+      count++;
+    }
+    if ((chunk[k - 1] === CR ? k - 1 : k) - i > this.maxControlLine) return -2;
+    this.argCount = count;
+    this.argHigh = high;
+    return k;
+  }
+
+  /** Argument `idx` of the last scanArgs, decoded as latin1 when the line was ASCII. */
+  protected scannedArg(chunk: Buffer, idx: number): string {
+    return chunk.toString(this.argHigh < 0x80 ? 'latin1' : 'utf8', this.args[2 * idx]!, this.args[2 * idx + 1]!);
+  }
+
+  /**
+   * Handles one control line `lb[s, e)` (the op and its arguments, line end excluded) whose payload, if any,
+   * starts at `chunk[next]`. Returns the index in `chunk` after the operation, or -1 when the chunk is used up.
+   */
+  protected abstract line(lb: Buffer, s: number, e: number, chunk: Buffer, next: number, h: H): number;
+
+  /** Delivers the operation whose payload spanned chunks, now whole in `buf`; the pending fields describe it. */
+  protected abstract deliverPending(buf: Buffer, h: H): void;
+
+  /**
+   * Starts a payload of `size` bytes at `chunk[at]` that is not whole in the chunk (with its `\r\n`): the
+   * operation's fields must be in the pending fields. Returns as resume does.
+   */
+  protected startPayload(chunk: Buffer, at: number, size: number, h: H): number {
+    this.payBuf = Buffer.allocUnsafe(size);
+    this.payFill = 0;
+    this.state = PAYLOAD;
+    return this.resume(chunk, at, h);
+  }
+
+  /**
+   * Splits `lb[s, e)` at runs of blanks into this.args; returns the count (MAX_ARGS + 1 means more than any
+   * operation takes).
+   */
+  protected splitArgs(lb: Buffer, s: number, e: number): number {
+    const args = this.args;
+    let count = 0;
+    let k = s;
+    while (k < e) {
+      while (k < e && isBlank(lb[k]!)) k++;
+      if (k >= e) break;
+      if (count > MAX_ARGS) return count;
+      const start = k;
+      while (k < e && !isBlank(lb[k]!)) k++;
+      args[2 * count] = start;
+      args[2 * count + 1] = k;
+      count++;
+    }
+    return count;
+  }
+
+  protected arg(lb: Buffer, idx: number): string {
+    return decode(lb, this.args[2 * idx]!, this.args[2 * idx + 1]!);
+  }
+
+  protected sizeArg(lb: Buffer, idx: number): number {
+    return parseSize(lb, this.args[2 * idx]!, this.args[2 * idx + 1]!);
+  }
+
+  /** The subject argument, from the one-entry cache when its bytes repeat the previous subject's. */
+  protected subjectArg(lb: Buffer, idx: number): string {
+    return this.subjectAt(lb, this.args[2 * idx]!, this.args[2 * idx + 1]!);
+  }
+
+  protected subjectAt(lb: Buffer, s: number, e: number): string {
+    const len = e - s;
+    if (len === this.lastSubjectLen) {
+      const c = this.lastSubjectBytes;
+      let k = 0;
+      while (k < len && c[k] === lb[s + k]) k++;
+      if (k === len) return this.lastSubject;
+    }
+    const subject = decode(lb, s, e);
+    if (len <= SUBJECT_CACHE_BYTES) {
+      lb.copy(this.lastSubjectBytes, 0, s, e);
+      this.lastSubjectLen = len;
+      this.lastSubject = subject;
+    }
+    return subject;
+  }
+
+  /** The text of a `-ERR` line (from `lb[s]`, after the op), single quotes removed. */
+  protected errText(lb: Buffer, s: number, e: number): string {
+    while (s < e && (lb[s] === 0x20 || lb[s] === 0x09)) s++;
+    while (e > s && (lb[e - 1] === 0x20 || lb[e - 1] === 0x09)) e--;
+    if (e - s >= 2 && lb[s] === 0x27 && lb[e - 1] === 0x27) {
+      s++;
+      e--;
+    }
+    return lb.toString('utf8', s, e);
+  }
+
+  /** The JSON object after an INFO / CONNECT op, or null when it is not one. */
+  protected jsonObject(lb: Buffer, s: number, e: number): Record<string, unknown> | null {
+    let v: unknown;
+    try {
+      v = JSON.parse(lb.toString('utf8', s, e));
+    } catch {
+      return null;
+    }
+    return typeof v === 'object' && v !== null && !Array.isArray(v) ? (v as Record<string, unknown>) : null;
+  }
+}
+
+const CONNECT_BOOLS = ['verbose', 'pedantic', 'tls_required', 'echo', 'headers', 'no_responders'] as const;
+const CONNECT_STRINGS = ['auth_token', 'user', 'pass', 'name', 'lang', 'version', 'sig', 'jwt', 'nkey'] as const;
+
+/** CONNECT's JSON as typed options, or null when a known field has the wrong type. */
+export function connectOptionsOf(o: Record<string, unknown>): ConnectOptions | null {
+  const out: ConnectOptions = {};
+  for (const k of CONNECT_BOOLS) {
+    const v = o[k];
+    if (v === undefined || v === null) continue;
+    if (typeof v !== 'boolean') return null;
+    out[k] = v;
+  }
+  for (const k of CONNECT_STRINGS) {
+    const v = o[k];
+    if (v === undefined || v === null) continue;
+    if (typeof v !== 'string') return null;
+    out[k] = v;
+  }
+  const p = o['protocol'];
+  if (p !== undefined && p !== null) {
+    if (typeof p !== 'number' || !Number.isInteger(p)) return null;
+    out.protocol = p;
+  }
+  return out;
+}
+
+/** Reads what a NATS client sends (the broker's side of a connection). */
+export class NatsServerParser extends NatsParserBase<NatsServerHandler> {
+  constructor(options: NatsParserOptions) {
+    super(options);
+    this.fastA = 0x70; // p (PUB; HPUB's h is always tried)
+  }
+
+  protected override opInChunk(chunk: Buffer, i: number, h: NatsServerHandler): number {
+    let k: number;
+    let withHeaders: boolean;
+    if (lc(chunk[i]!) === 0x70) {
+      if (lc(chunk[i + 1]!) !== 0x75 || lc(chunk[i + 2]!) !== 0x62) return -2;
+      k = i + 3;
+      withHeaders = false;
+    } else {
+      if (lc(chunk[i + 1]!) !== 0x70 || lc(chunk[i + 2]!) !== 0x75 || lc(chunk[i + 3]!) !== 0x62) return -2;
+      k = i + 4;
+      withHeaders = true;
+    }
+    const sep = chunk[k];
+    if (sep !== 0x20 && sep !== 0x09) return -2;
+    const nl = this.scanArgs(chunk, i, k + 1);
+    if (nl < 0) return -2;
+    const count = this.argCount;
+    const args = this.args;
+    // PUB <subject> [reply] <size>, HPUB <subject> [reply] <header size> <total size>
+    const base = withHeaders ? 3 : 2;
+    if (count !== base && count !== base + 1) return -2;
+    const size = parseSize(chunk, args[2 * count - 2]!, args[2 * count - 1]!);
+    const hdr = withHeaders ? parseSize(chunk, args[2 * count - 4]!, args[2 * count - 3]!) : 0;
+    if (size < 0 || hdr < 0 || hdr > size || size > this.maxPayload) return -2;
+    const subject = this.subjectAt(chunk, args[0]!, args[1]!);
+    const reply = count === base + 1 ? this.scannedArg(chunk, 1) : null;
+    const next = nl + 1;
+    const end = next + size;
+    if (end + 2 <= chunk.length) {
+      if (chunk[end] !== CR || chunk[end + 1] !== LF) throw unknownOp();
+      if (withHeaders) {
+        h.onHpub(subject, reply, this.payloadOf(chunk, next, next + hdr), this.payloadOf(chunk, next + hdr, end));
+      } else h.onPub(subject, reply, this.payloadOf(chunk, next, end));
+      return end + 2;
+    }
+    this.pOp = withHeaders ? OP_HPUB : OP_PUB;
+    this.pSubject = subject;
+    this.pReply = reply;
+    this.pHdr = hdr;
+    return this.startPayload(chunk, next, size, h);
+  }
+
+  protected line(lb: Buffer, s: number, e: number, chunk: Buffer, next: number, h: NatsServerHandler): number {
+    const len = e - s;
+    if (len === 0) throw unknownOp();
+    const c0 = lc(lb[s]!);
+    if (c0 === 0x70 /* p */ && len >= 3) {
+      const c1 = lc(lb[s + 1]!);
+      if (c1 === 0x75 /* u */ && lc(lb[s + 2]!) === 0x62 /* b */) {
+        if (len === 3 || !isBlank(lb[s + 3]!)) throw unknownOp();
+        return this.pub(lb, s + 4, e, chunk, next, h);
+      }
+      if (len >= 4) {
+        const c2 = lc(lb[s + 2]!);
+        const c3 = lc(lb[s + 3]!);
+        if (c1 === 0x69 /* i */ && c2 === 0x6e /* n */ && c3 === 0x67 /* g */) {
+          h.onPing();
+          return next;
+        }
+        if (c1 === 0x6f /* o */ && c2 === 0x6e /* n */ && c3 === 0x67 /* g */) {
+          h.onPong();
+          return next;
+        }
+      }
+      throw unknownOp();
+    }
+    switch (c0) {
+      case 0x68 /* h */:
+        if (len >= 4 && lc(lb[s + 1]!) === 0x70 && lc(lb[s + 2]!) === 0x75 && lc(lb[s + 3]!) === 0x62) {
+          if (len === 4 || !isBlank(lb[s + 4]!)) throw unknownOp();
+          return this.hpub(lb, s + 5, e, chunk, next, h);
+        }
+        throw unknownOp();
+      case 0x73 /* s */:
+        if (len >= 3 && lc(lb[s + 1]!) === 0x75 && lc(lb[s + 2]!) === 0x62) {
+          if (len === 3 || !isBlank(lb[s + 3]!)) throw unknownOp();
+          const n = this.splitArgs(lb, s + 4, e);
+          if (n === 2) h.onSub(this.arg(lb, 0), null, this.arg(lb, 1));
+          else if (n === 3) h.onSub(this.arg(lb, 0), this.arg(lb, 1), this.arg(lb, 2));
+          else throw badArgs('SUB', '<subject> [queue] <sid>');
+          return next;
+        }
+        throw unknownOp();
+      case 0x75 /* u */:
+        if (len >= 5 && lc(lb[s + 1]!) === 0x6e && lc(lb[s + 2]!) === 0x73 && lc(lb[s + 3]!) === 0x75 && lc(lb[s + 4]!) === 0x62) {
+          if (len === 5 || !isBlank(lb[s + 5]!)) throw unknownOp();
+          const n = this.splitArgs(lb, s + 6, e);
+          if (n === 1) h.onUnsub(this.arg(lb, 0), null);
+          else if (n === 2) {
+            const max = this.sizeArg(lb, 1);
+            h.onUnsub(this.arg(lb, 0), max < 0 ? null : max);
+          } else throw badArgs('UNSUB', '<sid> [max]');
+          return next;
+        }
+        throw unknownOp();
+      case 0x63 /* c */:
+        if (len >= 7 && matchLower(lb, s + 1, 'onnect')) {
+          // nats-server closes silently on a bare CONNECT (no JSON), and calls any other letter an unknown op.
+          if (len === 7) throw badArgs('CONNECT', '<json>');
+          if (!isBlank(lb[s + 7]!)) throw unknownOp();
+          const o = this.jsonObject(lb, s + 8, e);
+          const opts = o === null ? null : connectOptionsOf(o);
+          if (opts === null) throw badArgs('CONNECT', 'a JSON object with typed fields');
+          h.onConnect(opts);
+          return next;
+        }
+        throw unknownOp();
+      case 0x2b /* + */:
+        if (len >= 3 && lc(lb[s + 1]!) === 0x6f && lc(lb[s + 2]!) === 0x6b) {
+          h.onOk();
+          return next;
+        }
+        throw unknownOp();
+      case 0x2d /* - */:
+        if (len >= 4 && lc(lb[s + 1]!) === 0x65 && lc(lb[s + 2]!) === 0x72 && lc(lb[s + 3]!) === 0x72) {
+          h.onErr(this.errText(lb, s + 4, e));
+          return next;
+        }
+        throw unknownOp();
+      case 0x69 /* i */:
+        // A client's INFO: nats-server reads it only from routes, gateways and leaf nodes.
+        if (len >= 4 && lc(lb[s + 1]!) === 0x6e && lc(lb[s + 2]!) === 0x66 && lc(lb[s + 3]!) === 0x6f) return next;
+        throw unknownOp();
+      default:
+        throw unknownOp();
+    }
+  }
+
+  private pub(lb: Buffer, s: number, e: number, chunk: Buffer, next: number, h: NatsServerHandler): number {
+    const n = this.splitArgs(lb, s, e);
+    let reply: string | null = null;
+    let size: number;
+    if (n === 2) size = this.sizeArg(lb, 1);
+    else if (n === 3) size = this.sizeArg(lb, 2);
+    else throw badArgs('PUB', '<subject> [reply] <size>');
+    if (size < 0) throw badArgs('PUB', '<subject> [reply] <size>');
+    if (size > this.maxPayload) throw this.payloadTooLarge(size);
+    const subject = this.subjectArg(lb, 0);
+    if (n === 3) reply = this.arg(lb, 1);
+    const end = next + size;
+    if (end + 2 <= chunk.length) {
+      if (chunk[end] !== CR || chunk[end + 1] !== LF) throw unknownOp();
+      h.onPub(subject, reply, this.payloadOf(chunk, next, end));
+      return end + 2;
+    }
+    this.pOp = OP_PUB;
+    this.pSubject = subject;
+    this.pReply = reply;
+    return this.startPayload(chunk, next, size, h);
+  }
+
+  private hpub(lb: Buffer, s: number, e: number, chunk: Buffer, next: number, h: NatsServerHandler): number {
+    const n = this.splitArgs(lb, s, e);
+    if (n !== 3 && n !== 4) throw badArgs('HPUB', '<subject> [reply] <header size> <total size>');
+    const hdr = this.sizeArg(lb, n - 2);
+    const size = this.sizeArg(lb, n - 1);
+    if (hdr < 0 || size < 0 || hdr > size) throw badArgs('HPUB', '<subject> [reply] <header size> <total size>');
+    if (size > this.maxPayload) throw this.payloadTooLarge(size);
+    const subject = this.subjectArg(lb, 0);
+    const reply = n === 4 ? this.arg(lb, 1) : null;
+    const end = next + size;
+    if (end + 2 <= chunk.length) {
+      if (chunk[end] !== CR || chunk[end + 1] !== LF) throw unknownOp();
+      h.onHpub(subject, reply, this.payloadOf(chunk, next, next + hdr), this.payloadOf(chunk, next + hdr, end));
+      return end + 2;
+    }
+    this.pOp = OP_HPUB;
+    this.pSubject = subject;
+    this.pReply = reply;
+    this.pHdr = hdr;
+    return this.startPayload(chunk, next, size, h);
+  }
+
+  protected deliverPending(buf: Buffer, h: NatsServerHandler): void {
+    if (this.pOp === OP_PUB) h.onPub(this.pSubject, this.pReply, buf);
+    else h.onHpub(this.pSubject, this.pReply, buf.subarray(0, this.pHdr), buf.subarray(this.pHdr));
+  }
+}
+
+/** Reads what a NATS server sends (a client's side: the benchmark's load generator, raw-socket tests). */
+export class NatsClientParser extends NatsParserBase<NatsClientHandler> {
+  // One-entry sid cache: a subscriber's messages mostly carry the same sid.
+  private lastSidBytes = Buffer.allocUnsafe(32);
+  private lastSidLen = -1;
+  private lastSid = '';
+
+  constructor(options: NatsParserOptions) {
+    super(options);
+    this.fastA = 0x6d; // m (MSG; HMSG's h is always tried)
+  }
+
+  private sidAt(b: Buffer, s: number, e: number): string {
+    const len = e - s;
+    if (len === this.lastSidLen) {
+      const c = this.lastSidBytes;
+      let k = 0;
+      while (k < len && c[k] === b[s + k]) k++;
+      if (k === len) return this.lastSid;
+    }
+    const sid = decode(b, s, e);
+    if (len <= this.lastSidBytes.length) {
+      b.copy(this.lastSidBytes, 0, s, e);
+      this.lastSidLen = len;
+      this.lastSid = sid;
+    }
+    return sid;
+  }
+
+  /** MSG/HMSG's fast path (see opInChunk). */
+  protected override opInChunk(chunk: Buffer, i: number, h: NatsClientHandler): number {
+    let k: number;
+    let withHeaders: boolean;
+    if (lc(chunk[i]!) === 0x6d) {
+      if (lc(chunk[i + 1]!) !== 0x73 || lc(chunk[i + 2]!) !== 0x67) return -2;
+      k = i + 3;
+      withHeaders = false;
+    } else {
+      if (lc(chunk[i + 1]!) !== 0x6d || lc(chunk[i + 2]!) !== 0x73 || lc(chunk[i + 3]!) !== 0x67) return -2;
+      k = i + 4;
+      withHeaders = true;
+    }
+    const sep = chunk[k];
+    if (sep !== 0x20 && sep !== 0x09) return -2;
+    const nl = this.scanArgs(chunk, i, k + 1);
+    if (nl < 0) return -2;
+    const count = this.argCount;
+    const args = this.args;
+    // MSG <subject> <sid> [reply] <size>, HMSG <subject> <sid> [reply] <header size> <total size>
+    const base = withHeaders ? 4 : 3;
+    if (count !== base && count !== base + 1) return -2;
+    const size = parseSize(chunk, args[2 * count - 2]!, args[2 * count - 1]!);
+    const hdr = withHeaders ? parseSize(chunk, args[2 * count - 4]!, args[2 * count - 3]!) : 0;
+    if (size < 0 || hdr < 0 || hdr > size || size > this.maxPayload) return -2;
+    const subject = this.subjectAt(chunk, args[0]!, args[1]!);
+    const sid = this.sidAt(chunk, args[2]!, args[3]!);
+    const reply = count === base + 1 ? this.scannedArg(chunk, 2) : null;
+    const next = nl + 1;
+    const end = next + size;
+    if (end + 2 <= chunk.length) {
+      if (chunk[end] !== CR || chunk[end + 1] !== LF) throw unknownOp();
+      if (withHeaders) {
+        h.onHmsg(subject, sid, reply, this.payloadOf(chunk, next, next + hdr), this.payloadOf(chunk, next + hdr, end));
+      } else h.onMsg(subject, sid, reply, this.payloadOf(chunk, next, end));
+      return end + 2;
+    }
+    this.pOp = withHeaders ? OP_HMSG : OP_MSG;
+    this.pSubject = subject;
+    this.pSid = sid;
+    this.pReply = reply;
+    this.pHdr = hdr;
+    return this.startPayload(chunk, next, size, h);
+  }
+
+  protected line(lb: Buffer, s: number, e: number, chunk: Buffer, next: number, h: NatsClientHandler): number {
+    const len = e - s;
+    if (len === 0) throw unknownOp();
+    const c0 = lc(lb[s]!);
+    switch (c0) {
+      case 0x6d /* m */:
+        if (len >= 3 && lc(lb[s + 1]!) === 0x73 && lc(lb[s + 2]!) === 0x67) {
+          if (len === 3 || !isBlank(lb[s + 3]!)) throw unknownOp();
+          return this.msg(lb, s + 4, e, chunk, next, h, false);
+        }
+        throw unknownOp();
+      case 0x68 /* h */:
+        if (len >= 4 && lc(lb[s + 1]!) === 0x6d && lc(lb[s + 2]!) === 0x73 && lc(lb[s + 3]!) === 0x67) {
+          if (len === 4 || !isBlank(lb[s + 4]!)) throw unknownOp();
+          return this.msg(lb, s + 5, e, chunk, next, h, true);
+        }
+        throw unknownOp();
+      case 0x70 /* p */:
+        if (len >= 4 && lc(lb[s + 2]!) === 0x6e && lc(lb[s + 3]!) === 0x67) {
+          const c1 = lc(lb[s + 1]!);
+          if (c1 === 0x69) {
+            h.onPing();
+            return next;
+          }
+          if (c1 === 0x6f) {
+            h.onPong();
+            return next;
+          }
+        }
+        throw unknownOp();
+      case 0x69 /* i */:
+        if (len >= 4 && matchLower(lb, s + 1, 'nfo')) {
+          if (len === 4 || !isBlank(lb[s + 4]!)) throw unknownOp();
+          const o = this.jsonObject(lb, s + 5, e);
+          if (o === null) throw badArgs('INFO', '<json object>');
+          h.onInfo(o);
+          return next;
+        }
+        throw unknownOp();
+      case 0x2b /* + */:
+        if (len >= 3 && lc(lb[s + 1]!) === 0x6f && lc(lb[s + 2]!) === 0x6b) {
+          h.onOk();
+          return next;
+        }
+        throw unknownOp();
+      case 0x2d /* - */:
+        if (len >= 4 && lc(lb[s + 1]!) === 0x65 && lc(lb[s + 2]!) === 0x72 && lc(lb[s + 3]!) === 0x72) {
+          h.onErr(this.errText(lb, s + 4, e));
+          return next;
+        }
+        throw unknownOp();
+      default:
+        throw unknownOp();
+    }
+  }
+
+  private msg(
+    lb: Buffer,
+    s: number,
+    e: number,
+    chunk: Buffer,
+    next: number,
+    h: NatsClientHandler,
+    withHeaders: boolean,
+  ): number {
+    const n = this.splitArgs(lb, s, e);
+    const base = withHeaders ? 4 : 3;
+    const usage = withHeaders ? '<subject> <sid> [reply] <header size> <total size>' : '<subject> <sid> [reply] <size>';
+    const op = withHeaders ? 'HMSG' : 'MSG';
+    if (n !== base && n !== base + 1) throw badArgs(op, usage);
+    const size = this.sizeArg(lb, n - 1);
+    const hdr = withHeaders ? this.sizeArg(lb, n - 2) : 0;
+    if (size < 0 || hdr < 0 || hdr > size) throw badArgs(op, usage);
+    if (size > this.maxPayload) throw this.payloadTooLarge(size);
+    const subject = this.subjectArg(lb, 0);
+    const sid = this.arg(lb, 1);
+    const reply = n === base + 1 ? this.arg(lb, 2) : null;
+    const end = next + size;
+    if (end + 2 <= chunk.length) {
+      if (chunk[end] !== CR || chunk[end + 1] !== LF) throw unknownOp();
+      if (withHeaders) {
+        h.onHmsg(subject, sid, reply, this.payloadOf(chunk, next, next + hdr), this.payloadOf(chunk, next + hdr, end));
+      } else h.onMsg(subject, sid, reply, this.payloadOf(chunk, next, end));
+      return end + 2;
+    }
+    this.pOp = withHeaders ? OP_HMSG : OP_MSG;
+    this.pSubject = subject;
+    this.pSid = sid;
+    this.pReply = reply;
+    this.pHdr = hdr;
+    return this.startPayload(chunk, next, size, h);
+  }
+
+  protected deliverPending(buf: Buffer, h: NatsClientHandler): void {
+    if (this.pOp === OP_MSG) h.onMsg(this.pSubject, this.pSid, this.pReply, buf);
+    else h.onHmsg(this.pSubject, this.pSid, this.pReply, buf.subarray(0, this.pHdr), buf.subarray(this.pHdr));
+  }
+}
+
+/** Whether `lb[s...]` holds the lower-case ASCII `word`, case-insensitively. */
+function matchLower(lb: Buffer, s: number, word: string): boolean {
+  if (s + word.length > lb.length) return false;
+  for (let k = 0; k < word.length; k++) if (lc(lb[s + k]!) !== word.charCodeAt(k)) return false;
+  return true;
+}
