@@ -12,7 +12,9 @@ describe('config', () => {
     assert.equal(c.mqttPort, 1883);
     assert.equal(c.kafkaPort, 9092);
     assert.equal(c.httpPort, 8080);
-    assert.deepEqual(c.protocols, ['mqtt', 'kafka', 'amqp']);
+    assert.deepEqual(c.protocols, ['mqtt', 'kafka', 'amqp', 'nats']);
+    assert.equal(c.natsPort, 4222);
+    assert.equal(c.natsWsPort, null, 'no NATS WebSocket listener unless asked');
   });
   it('layers defaults < file < environment < flags', () => {
     const dir = mkdtempSync(join(tmpdir(), 'flowmq-cfg-'));
@@ -34,7 +36,7 @@ describe('config', () => {
     assert.throws(() => loadConfig({ flags: { 'mqtt-port': '70000' } }), /--mqtt-port: expected a port number/);
     assert.throws(() => loadConfig({ env: { FLOWMQ_WAL_FSYNC: 'maybe' } }), /FLOWMQ_WAL_FSYNC: expected true or false/);
     assert.throws(() => loadConfig({ flags: { protocols: 'mqtt,smtp' } }), /unknown protocol "smtp"/);
-    assert.throws(() => loadConfig({ flags: { protocols: 'nats' } }), /"nats" is not implemented yet/);
+    assert.deepEqual(loadConfig({ flags: { protocols: 'nats' } }).protocols, ['nats']);
     assert.deepEqual(loadConfig({ flags: { protocols: 'amqp' } }).protocols, ['amqp']);
     assert.throws(() => loadConfig({ flags: { 'amqp-frame-max': '1024' } }), /amqp-frame-max must be 4096 bytes or more/);
     assert.throws(() => loadConfig({ flags: { 'amqp-heartbeat': '1500ms' } }), /amqp-heartbeat must be whole seconds/);
