@@ -56,7 +56,7 @@ describe('e2e: NATS JetStream over FlowMQ streams', () => {
     assert.equal(m.subject, 'orders.2');
     assert.equal(sc.decode(m.data), 'o2');
     assert.equal((await jsm.streams.purge('ORDERS')).purged, 3);
-    await assert.rejects(jsm.streams.add({ name: 'MIRROR', mirror: { name: 'ORDERS' } }), /not supported by FlowMQ/);
+    await assert.rejects(jsm.streams.add({ name: 'MIRROR', mirror: { name: 'ORDERS' } }), /not supported by FlowMQ/i);
     assert.equal(await jsm.streams.delete('ORDERS'), true);
     await assert.rejects(jsm.streams.info('ORDERS'), /stream not found/);
   });
@@ -112,7 +112,8 @@ describe('e2e: NATS JetStream over FlowMQ streams', () => {
     await js.publish('live.4', sc.encode('l4'));
     await js.publish('live.5', sc.encode('l5'));
     assert.deepEqual((await got).map((m) => m.subject), ['live.4', 'live.5']);
-    await msgs.close();
+    // Not awaited: after a break out of the iterator nats.js's close() never settles (with nats-server too).
+    void msgs.close();
   });
 
   it('an ephemeral ordered-free pull consumer reads a stream from the start', async () => {
