@@ -236,11 +236,13 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
   publish(msg: Message, reply: string): PublishInfo {
     const info = newPublishInfo();
     const replyTopic = msg.responseTopic ?? dotsToUnified(reply);
-    const msgId = msg.messageId ?? headerValue(msg, 'Nats-Msg-Id');
-    const expStream = headerValue(msg, 'Nats-Expected-Stream');
-    const expLastSeq = headerValue(msg, 'Nats-Expected-Last-Sequence');
-    const expLastId = headerValue(msg, 'Nats-Expected-Last-Msg-Id');
-    const expLastSubj = headerValue(msg, 'Nats-Expected-Last-Subject-Sequence');
+    // Plain requests (no headers: request/reply traffic, acks, API calls) skip the header look-ups.
+    const plain = msg.headers.length === 0;
+    const msgId = msg.messageId ?? (plain ? undefined : headerValue(msg, 'Nats-Msg-Id'));
+    const expStream = plain ? undefined : headerValue(msg, 'Nats-Expected-Stream');
+    const expLastSeq = plain ? undefined : headerValue(msg, 'Nats-Expected-Last-Sequence');
+    const expLastId = plain ? undefined : headerValue(msg, 'Nats-Expected-Last-Msg-Id');
+    const expLastSubj = plain ? undefined : headerValue(msg, 'Nats-Expected-Last-Subject-Sequence');
     if (msgId !== undefined || expStream !== undefined || expLastSeq !== undefined || expLastId !== undefined || expLastSubj !== undefined) {
       const targets = this.capturing(msg.topic);
       if (targets.length > 0) {
