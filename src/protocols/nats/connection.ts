@@ -126,6 +126,8 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
 
   // output
   private flushScheduled = false;
+  /** Writer bytes past which a delivery flushes at once: a quarter of maxPending, at most 1 MiB. */
+  private readonly flushAt: number;
   /** Messages written since the last flush, and per flush not yet taken by the socket (maxPendingMsgs). */
   private batchMsgs = 0;
   private pendingMsgs = 0;
@@ -156,6 +158,7 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
     this.id = `nats:${this.clientId}`;
     this.remoteAddress = meta.remoteAddress;
     this.parser = new NatsServerParser({ maxControlLine: adapter.options.maxControlLine, maxPayload: adapter.options.maxPayload });
+    this.flushAt = Math.max(1, Math.min(1024 * 1024, adapter.options.maxPending >> 2));
     this.gate = adapter.guard !== null || adapter.token !== null;
     this.authed = !this.gate;
     this.lastPingAt = this.openedAt;
@@ -543,6 +546,10 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
       this.flushScheduled = true;
       setImmediate(this.flush);
     }
+    // A burst (a publisher's reads of one loop turn) is handed to the socket in pieces of flushAt bytes; what the
+    // socket could not pass on to the kernel at once stays in its buffer (writableLength): that, not the size of
+    // a burst, is what makes a consumer slow.
+    if (w.length >= this.flushAt) this.flushNow();
     const o = this.adapter.options;
     if (w.length + this.stream.writableLength > o.maxPending || (o.maxPendingMsgs > 0 && this.pendingMsgs + this.batchMsgs > o.maxPendingMsgs)) {
       this.slowConsumer();
@@ -599,6 +606,11 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
 
   private readonly flush = (): void => {
     this.flushScheduled = false;
+    this.flushNow();
+  };
+
+  /** Hands what the writer holds to the socket (the scheduled flush, or a delivery past flushAt bytes). */
+  private flushNow(): void {
     if (this.st === St.Done || this.w === null) return;
     const b = this.w.take();
     if (b === null) return;
@@ -611,7 +623,7 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
       this.batchMsgs = 0;
       this.stream.write(b);
     }
-  };
+  }
 
   /** A flushed batch left the socket's buffer (writes complete in order). */
   private readonly written = (): void => {
