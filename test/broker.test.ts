@@ -152,4 +152,15 @@ describe('broker protocol modules', () => {
     await assert.rejects(startBroker(loadConfig({ flags, env: {} }), logger), /needs both mqtt-tls-cert and mqtt-tls-key/);
     assert.equal(lines.filter((l) => l.msg === 'listening').length, 0);
   });
+
+  it('a half-configured NATS TLS setting stops the start before any listener opens, even in a Config built by hand', async () => {
+    const lines: Array<{ msg: string }> = [];
+    const logger = pino({ level: 'info' }, { write: (s: string) => void lines.push(JSON.parse(s)) });
+    const flags = { 'data-dir': freshDir(), host: '127.0.0.1', 'mqtt-port': '0', 'mqtt-ws-port': '0', 'kafka-port': '0', 'amqp-port': '0', 'nats-port': '0', 'http-port': '0' };
+    const config = { ...loadConfig({ flags, env: {} }), protocols: ['nats' as const], natsTlsKey: '/nonexistent.pem' };
+    await assert.rejects(startBroker(config, logger), /needs both nats-tls-cert and nats-tls-key/);
+    const required = { ...loadConfig({ flags: { ...flags, 'data-dir': freshDir() }, env: {} }), protocols: ['nats' as const], natsTlsRequired: true };
+    await assert.rejects(startBroker(required, logger), /need nats-tls-cert and nats-tls-key/);
+    assert.equal(lines.filter((l) => l.msg === 'listening').length, 0);
+  });
 });

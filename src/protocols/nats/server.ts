@@ -194,11 +194,14 @@ export async function startNatsListener(shared: NatsListenerShared, listen: Nats
       socket.destroy();
     };
     secure.once('error', fail);
+    if (!settings!.handshakeFirst) meta.infoSent = true;
     secure.once('secure', () => {
       secure.off('error', fail);
       release();
       if (socket.destroyed) return;
-      handOver(shared, conns, secure, { ...meta, tls: true }, listenerTls);
+      // The same meta object INFO was built from: the adapter keeps what info() put in it (the client id).
+      meta.tls = true;
+      handOver(shared, conns, secure, meta, listenerTls);
     });
   };
 
@@ -219,7 +222,8 @@ export async function startNatsListener(shared: NatsListenerShared, listen: Nats
       startTls(socket, meta, release);
       return;
     }
-    // INFO first, in the clear (it tells the client whether to upgrade), then the client's first byte decides.
+    // INFO first, in the clear (it tells the client whether to upgrade), then the client's first byte decides. The
+    // TLS path hands over with infoSent too: the client read INFO before upgrading and gets no second one.
     let info: string;
     try {
       info = infoLine(adapter, meta, listenerTls);
@@ -244,7 +248,8 @@ export async function startNatsListener(shared: NatsListenerShared, listen: Nats
         refuse(socket, `-ERR '${ERR_TLS_REQUIRED}'\r\n`);
         return;
       }
-      handOver(shared, conns, socket, { ...meta, infoSent: true }, listenerTls);
+      meta.infoSent = true;
+      handOver(shared, conns, socket, meta, listenerTls);
     });
     socket.resume();
   };
