@@ -51,7 +51,10 @@ export interface JetStreamOptions {
   flushDelayMs?: number;
 }
 
-/** What the NATS connection calls for a publish with a reply subject (issue 15: part B declares it too). */
+/**
+ * What the NATS connection calls for a publish with a reply subject (adapter.ts's NatsPublisher): `reply` is the
+ * reply's unified topic (also in msg.responseTopic).
+ */
 export interface JetStreamPublisher {
   publish(msg: Message, reply: string): PublishInfo;
 }
@@ -235,7 +238,7 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
 
   publish(msg: Message, reply: string): PublishInfo {
     const info = newPublishInfo();
-    const replyTopic = msg.responseTopic ?? dotsToUnified(reply);
+    const replyTopic = msg.responseTopic ?? reply;
     // Plain requests (no headers: request/reply traffic, acks, API calls) skip the header look-ups.
     const plain = msg.headers.length === 0;
     const msgId = msg.messageId ?? (plain ? undefined : headerValue(msg, 'Nats-Msg-Id'));
