@@ -116,7 +116,7 @@ describe('e2e: NATS JetStream over FlowMQ streams', () => {
     void msgs.close();
   });
 
-  it('an ephemeral ordered-free pull consumer reads a stream from the start', async () => {
+  it('an ephemeral pull consumer reads a stream from the start', async () => {
     const jsm = await nc.jetstreamManager();
     await jsm.streams.add({ name: 'EPH', subjects: ['eph.>'] });
     const js = nc.jetstream();
