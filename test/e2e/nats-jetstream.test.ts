@@ -128,6 +128,24 @@ describe('e2e: NATS JetStream over FlowMQ streams', () => {
     assert.deepEqual(got.map((m) => sc.decode(m.data)), ['e1', 'e2', 'e3']);
   });
 
+  it('an ordered consumer reads the stream in order', async () => {
+    const jsm = await nc.jetstreamManager();
+    await jsm.streams.add({ name: 'ORDERED', subjects: ['ordered.>'] });
+    const js = nc.jetstream();
+    for (let i = 1; i <= 5; i++) await js.publish(`ordered.${i}`, sc.encode(`o${i}`));
+    const oc = await js.consumers.get('ORDERED');
+    const more = await oc.consume({ max_messages: 10, expires: 2000 });
+    const got: string[] = [];
+    for await (const m of more) {
+      got.push(sc.decode(m.data));
+      // Once the stream is read, one more published now must follow in order.
+      if (got.length === 5) await js.publish('ordered.6', sc.encode('o6'));
+      if (got.length === 6) break;
+    }
+    assert.deepEqual(got, ['o1', 'o2', 'o3', 'o4', 'o5', 'o6']);
+    void more.close();
+  });
+
   it('a durable consumer survives a broker restart: acked messages stay acked, the rest comes again', async () => {
     let jsm = await nc.jetstreamManager();
     await jsm.streams.add({ name: 'DURABLE', subjects: ['durable.>'] });

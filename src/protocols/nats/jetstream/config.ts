@@ -33,6 +33,10 @@ export interface ConsumerConfig {
   /** ns */
   inactive_threshold?: number;
   num_replicas: number;
+  /** Deliveries carry the headers and a Nats-Msg-Size header, no payload. */
+  headers_only?: boolean;
+  /** Accepted (ordered consumers ask for it); FlowMQ keeps every consumer's state the same way. */
+  mem_storage?: boolean;
 }
 
 const DEFAULT_ACK_WAIT_NS = 30e9;
@@ -48,8 +52,6 @@ const UNSUPPORTED: Array<[string, (v: unknown) => boolean]> = [
   ['idle_heartbeat', (v) => v === undefined || v === 0],
   ['rate_limit_bps', (v) => v === undefined || v === 0],
   ['sample_freq', (v) => v === undefined || v === ''],
-  ['headers_only', (v) => v === undefined || v === false],
-  ['mem_storage', (v) => v === undefined || v === false],
   ['filter_subjects', (v) => v === undefined || (Array.isArray(v) && v.length === 0)],
   ['metadata', (v) => v === undefined || (typeof v === 'object' && v !== null && Object.keys(v).length === 0)],
 ];
@@ -167,7 +169,11 @@ export function normalizeConsumerConfig(raw: unknown, ephemeral: boolean, stream
     ...(maxBytes ? { max_bytes: maxBytes as number } : {}),
     ...((inactive as number | undefined) || ephemeral ? { inactive_threshold: (inactive as number | undefined) || DEFAULT_EPHEMERAL_INACTIVE_NS } : {}),
     num_replicas: 0,
+    ...(r.headers_only === true ? { headers_only: true } : {}),
+    ...(r.mem_storage === true ? { mem_storage: true } : {}),
   };
+  if (r.headers_only !== undefined && typeof r.headers_only !== 'boolean') return JsErr.invalidJson();
+  if (r.mem_storage !== undefined && typeof r.mem_storage !== 'boolean') return JsErr.invalidJson();
   return cfg;
 }
 

@@ -430,6 +430,10 @@ export class Consumer {
     const ack = `$JS/ACK/${this.stream}/${this.name}/${deliveries}/${seq}/${this.cseq}/${stored.timestamp}000000/${pendingAfter}`;
     const { topic: _t, retain: _r, deliverTopic: _d, status: _s, origin: _o, ...rest } = stored;
     const out: Message = { ...rest, topic: req.reply, deliverTopic: stored.topic, responseTopic: ack, retain: false, qos: 0 };
+    if (this.config.headers_only === true) {
+      out.payload = Buffer.alloc(0);
+      out.headers = [...stored.headers, { key: 'Nats-Msg-Size', value: Buffer.from(String(stored.payload.length)) }];
+    }
     req.delivered++;
     if (req.maxBytes > 0) req.bytesLeft = Math.max(0, req.bytesLeft - stored.payload.length);
     if (req.heartbeatMs > 0) req.nextHeartbeat = now + req.heartbeatMs;

@@ -371,6 +371,15 @@ describe('JetStream API: pull consumers', () => {
     assert.equal(info.ack_floor.stream_seq, 2);
   });
 
+  it('headers_only: deliveries carry the headers and Nats-Msg-Size, no payload', async () => {
+    const { c } = await withMessages(1);
+    const r = await c.api('$JS.API.CONSUMER.CREATE.A.h', { stream_name: 'A', config: { durable_name: 'h', ack_policy: 'explicit', headers_only: true, mem_storage: true } });
+    assert.equal(r.config.headers_only, true);
+    const [m] = await c.fetch('A', 'h', { batch: 1, no_wait: true }, 1);
+    assert.equal(m.payload.length, 0);
+    assert.equal(hdr(m, 'Nats-Msg-Size'), '2');
+  });
+
   it('+NXT acks and asks for the next message on the same reply', async () => {
     const { c, engine } = await withMessages(2);
     await c.api('$JS.API.CONSUMER.CREATE.A.k', { stream_name: 'A', config: { durable_name: 'k', ack_policy: 'explicit' } });
