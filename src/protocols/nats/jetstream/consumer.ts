@@ -14,6 +14,7 @@
  */
 import {
   decodeBatch,
+  dotsToUnified,
   makeMessage,
   recordToMessage,
   type ConsumerRecord,
@@ -58,6 +59,8 @@ export interface PullRequest {
   heartbeatMs: number;
   nextHeartbeat: number;
   delivered: number;
+  /** A push consumer's standing request (deliver_subject): never satisfied, never expires. */
+  push?: boolean;
 }
 
 /** Bytes read from the stream per step. */
@@ -99,6 +102,42 @@ export class Consumer {
     this.cseq = state.deliveredConsumerSeq;
     this.replayUpTo = state.deliveredSeq;
     for (const s of state.acked) if (s > state.ackFloor) this.acked.add(s);
+    this.setConfig(config);
+  }
+
+  /**
+   * (Re)applies the configuration: a push consumer (deliver_subject) has one standing request to its deliver
+   * subject, served while someone listens there.
+   */
+  setConfig(config: ConsumerConfig): void {
+    this.config = config;
+    const i = this.waiting.findIndex((r) => r.push === true);
+    if (i >= 0) this.waiting.splice(i, 1);
+    const subject = config.deliver_subject;
+    if (subject === undefined) return;
+    const hb = (config.idle_heartbeat ?? 0) / 1e6;
+    this.waiting.unshift({
+      reply: dotsToUnified(subject),
+      batch: Infinity,
+      bytesLeft: 0,
+      maxBytes: 0,
+      expiresAt: 0,
+      noWait: false,
+      heartbeatMs: hb,
+      nextHeartbeat: Date.now() + hb,
+      delivered: 0,
+      push: true,
+    });
+  }
+
+  get isPush(): boolean {
+    return this.config.deliver_subject !== undefined;
+  }
+
+  /** A push consumer has someone listening on its deliver subject. */
+  get pushBound(): boolean {
+    const r = this.waiting[0];
+    return r?.push === true && this.host.engine.hasLiveSubscribers(r.reply);
   }
 
   get ackFloor(): number {
@@ -166,6 +205,12 @@ export class Consumer {
   /** Timers: request expiry, idle heartbeats, ack deadlines. Called by the service's ticker. */
   tick(now: number): void {
     for (const req of this.waiting.slice()) {
+      if (req.push === true) {
+        // Deliveries wait for interest on the deliver subject; look again now and then.
+        if (!this.host.engine.hasLiveSubscribers(req.reply)) continue;
+        this.lastActive = now;
+        this.pump();
+      }
       if (req.expiresAt > 0 && now >= req.expiresAt) {
         this.finish(req, '408 Request Timeout', true);
       } else if (req.heartbeatMs > 0 && now >= req.nextHeartbeat) {
@@ -181,7 +226,7 @@ export class Consumer {
         );
       }
     }
-    if (this.waiting.length > 0) this.lastActive = now;
+    if (this.waiting.length > 0 && !this.isPush) this.lastActive = now;
     let due = false;
     for (const [seq, p] of this.pending) {
       if (p.deadline > now) continue;
@@ -296,14 +341,19 @@ export class Consumer {
   }
 
   private async loop(): Promise<void> {
+    let burst = 0;
     do {
       this.again = false;
       while (this.waiting.length > 0 && !this.closed) {
+        // A push consumer without acks has no window: let sockets write between bursts.
+        if (++burst % 256 === 0) await new Promise<void>((r) => setImmediate(r));
         const next = await this.peek();
         if (this.closed) return;
         if (next === null) break;
         const req = this.waiting[0];
         if (req === undefined) break;
+        // A push consumer nobody listens to keeps its messages (the ticker looks for interest again).
+        if (req.push === true && !this.host.engine.hasLiveSubscribers(req.reply)) break;
         this.deliver(req, next.seq, next.msg, next.redelivery);
       }
       if (this.closed) return;
@@ -314,7 +364,7 @@ export class Consumer {
         if (req.delivered === 0) this.finish(req, '404 No Messages', false);
         else this.finish(req, '408 Request Timeout', true);
       }
-      if (this.waiting.length > 0 && !this.again) this.waitForData();
+      if (this.waiting.length > 0 && !this.again && !(this.waiting[0].push === true && !this.pushBound)) this.waitForData();
     } while (this.again && !this.closed);
   }
 
@@ -455,7 +505,7 @@ export class Consumer {
   close(notify: boolean): void {
     if (this.closed) return;
     this.closed = true;
-    if (notify) for (const req of this.waiting.slice()) this.finish(req, '409 Consumer Deleted', false);
+    if (notify) for (const req of this.waiting.slice()) if (req.push !== true) this.finish(req, '409 Consumer Deleted', false);
     this.waiting.length = 0;
   }
 }
