@@ -454,6 +454,8 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
       }
     }
     if (reply !== null) return this.request(msg, subject, reply);
+    // nats-server acknowledges a verbose PUB before delivering it (a subscriber on the same connection sees +OK first).
+    if (this.verbose) this.send(OK);
     let durable: Promise<void> | null;
     try {
       durable = this.adapter.engine.publish(msg);
@@ -464,13 +466,13 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
       if (++this.pendingWrites >= MAX_PENDING_WRITES) this.pauseReading(2);
       durable.then(this.writeSettled, this.writeFailed);
     }
-    if (this.verbose) this.send(OK);
   }
 
   private request(msg: Message, subject: string, reply: string): void {
     const rt = subjectToTopic(reply);
     if (rt === null) return this.invalid(NatsErr.INVALID_PUBLISH_SUBJECT, reply);
     msg.responseTopic = rt;
+    if (this.verbose) this.send(OK);
     let reached: number;
     try {
       const info = this.adapter.publisher.publish(msg, rt);
@@ -478,7 +480,6 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
     } catch (err) {
       return this.publishFailed(err, subject);
     }
-    if (this.verbose) this.send(OK);
     if (reached === 0 && this.noResponders && this.st === St.Live) this.sendNoResponders(reply);
   }
 
