@@ -75,6 +75,7 @@ export interface Config {
   natsMaxPayload: number;
   natsMaxControlLine: number;
   natsMaxPending: number;
+  natsMaxPendingMsgs: number;
   natsPingInterval: number;
   natsMaxPingsOut: number;
   natsAuthTimeout: number;
@@ -196,6 +197,7 @@ export const OPTIONS: OptionSpec[] = [
   { key: 'natsMaxPayload', name: 'nats-max-payload', kind: 'size', default: 1024 * 1024, help: 'largest NATS message (payload and headers), announced in INFO max_payload; larger: -ERR \'Maximum Payload Violation\' and close (at most 64MiB, and not over nats-max-pending)' },
   { key: 'natsMaxControlLine', name: 'nats-max-control-line', kind: 'size', default: 4096, help: 'longest NATS protocol line (operation and arguments); longer: -ERR \'Maximum Control Line Exceeded\' and close' },
   { key: 'natsMaxPending', name: 'nats-max-pending', kind: 'size', default: 64 * 1024 * 1024, help: 'bytes waiting to be written to one NATS connection; past it the client is a slow consumer and closed (as nats-server\'s max_pending)' },
+  { key: 'natsMaxPendingMsgs', name: 'nats-max-pending-msgs', kind: 'int', default: 0, help: 'messages waiting to be written to one NATS connection past which it is a slow consumer and closed (0: nats-max-pending alone bounds it)' },
   { key: 'natsPingInterval', name: 'nats-ping-interval', kind: 'duration', default: 120_000, help: 'the broker PINGs each NATS client this often' },
   { key: 'natsMaxPingsOut', name: 'nats-max-pings-out', kind: 'int', default: 2, help: 'unanswered PINGs after which a NATS connection is stale (-ERR \'Stale Connection\') and closed' },
   { key: 'natsAuthTimeout', name: 'nats-auth-timeout', kind: 'duration', default: 2000, help: 'a NATS client must send CONNECT within this after INFO, or it is closed (-ERR \'Authentication Timeout\')' },

@@ -33,6 +33,7 @@ export const natsModule: ProtocolModule = {
       maxPayload: c.natsMaxPayload,
       maxControlLine: c.natsMaxControlLine,
       maxPending: c.natsMaxPending,
+      maxPendingMsgs: c.natsMaxPendingMsgs,
       pingIntervalMs: c.natsPingInterval,
       maxPingsOut: c.natsMaxPingsOut,
       authTimeoutMs: c.natsAuthTimeout,
