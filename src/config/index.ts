@@ -195,7 +195,7 @@ export const OPTIONS: OptionSpec[] = [
   { key: 'natsWsTls', name: 'nats-ws-tls', kind: 'bool', default: false, help: 'the NATS WebSocket listener serves wss:// (TLS) with nats-tls-cert and nats-tls-key' },
   { key: 'natsToken', name: 'nats-token', kind: 'string', default: null, help: 'token a NATS client may present in CONNECT auth_token instead of a user and password (prefer the environment: FLOWMQ_NATS_TOKEN)' },
   { key: 'natsMaxPayload', name: 'nats-max-payload', kind: 'size', default: 1024 * 1024, help: 'largest NATS message (payload and headers), announced in INFO max_payload; larger: -ERR \'Maximum Payload Violation\' and close (at most 64MiB, and not over nats-max-pending)' },
-  { key: 'natsMaxControlLine', name: 'nats-max-control-line', kind: 'size', default: 4096, help: 'longest NATS protocol line (operation and arguments); longer: -ERR \'Maximum Control Line Exceeded\' and close' },
+  { key: 'natsMaxControlLine', name: 'nats-max-control-line', kind: 'size', default: 4096, help: 'longest NATS protocol line (operation and arguments); longer: -ERR \'maximum control line exceeded\' and close' },
   { key: 'natsMaxPending', name: 'nats-max-pending', kind: 'size', default: 64 * 1024 * 1024, help: 'bytes waiting to be written to one NATS connection; past it the client is a slow consumer and closed (as nats-server\'s max_pending)' },
   { key: 'natsMaxPendingMsgs', name: 'nats-max-pending-msgs', kind: 'int', default: 0, help: 'messages waiting to be written to one NATS connection past which it is a slow consumer and closed (0: nats-max-pending alone bounds it)' },
   { key: 'natsPingInterval', name: 'nats-ping-interval', kind: 'duration', default: 120_000, help: 'the broker PINGs each NATS client this often' },
