@@ -601,13 +601,13 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
     const subjectName = legacyDurable ? t[4] : t[3];
     const subjectFilter = !legacyDurable && t.length > 4 ? t.slice(4).join('.') : undefined;
     const raw = parseJson(body);
-    if (raw === BAD_JSON || raw === null || typeof raw !== 'object') return typed(T_, { error: JsErr.invalidJson() });
+    if (raw === BAD_JSON || raw === null || typeof raw !== 'object' || Array.isArray(raw)) return typed(T_, { error: JsErr.invalidJson() });
     const req = raw as Json;
     if (req.stream_name !== undefined && req.stream_name !== stream) return typed(T_, { error: JsErr.streamMismatch() });
     const e = this.engine.getStream(stream);
     if (!e) return typed(T_, { error: JsErr.streamNotFound() });
     const rc = (req.config ?? {}) as Json;
-    if (rc === null || typeof rc !== 'object') return typed(T_, { error: JsErr.invalidJson() });
+    if (typeof rc !== 'object' || Array.isArray(rc)) return typed(T_, { error: JsErr.invalidJson() });
     if (subjectName === undefined && typeof rc.durable_name === 'string' && rc.durable_name !== '') {
       return typed(T_, { error: JsErr.ephemeralWithDurable() });
     }

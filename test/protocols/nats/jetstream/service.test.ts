@@ -81,6 +81,37 @@ describe('JetStream API: account and streams', () => {
     assert.equal((await c.api('$JS.API.STREAM.MSG.DELETE.S', { seq: 1 })).error.err_code, 10057);
   });
 
+  it('answers every API subject with JSON whatever the body (hostile or malformed requests)', async () => {
+    const { c } = await env();
+    await c.api('$JS.API.STREAM.CREATE.H', { name: 'H' });
+    await c.api('$JS.API.CONSUMER.CREATE.H.k', { stream_name: 'H', config: { durable_name: 'k', ack_policy: 'explicit' } });
+    const subjects = [
+      '$JS.API.INFO',
+      '$JS.API.STREAM.CREATE.H2',
+      '$JS.API.STREAM.UPDATE.H',
+      '$JS.API.STREAM.NAMES',
+      '$JS.API.STREAM.LIST',
+      '$JS.API.STREAM.INFO.H',
+      '$JS.API.STREAM.PURGE.H',
+      '$JS.API.STREAM.MSG.GET.H',
+      '$JS.API.CONSUMER.CREATE.H',
+      '$JS.API.CONSUMER.CREATE.H.x',
+      '$JS.API.CONSUMER.DURABLE.CREATE.H.x',
+      '$JS.API.CONSUMER.NAMES.H',
+      '$JS.API.CONSUMER.LIST.H',
+      '$JS.API.CONSUMER.INFO.H.k',
+    ];
+    const bodies = ['', 'null', '[]', '7', '"s"', '{', '{"config":null}', '{"config":[]}', '{"name":5,"subjects":"x","offset":-1,"seq":"a"}', '{"stream_name":"H","config":{"ack_wait":"x"}}'];
+    for (const s of subjects) {
+      for (const b of bodies) {
+        const r = await c.api(s, b);
+        assert.equal(typeof r, 'object', `${s} ${b}`);
+        assert.ok(r.error === undefined || (typeof r.error.code === 'number' && typeof r.error.description === 'string'), `${s} ${b}`);
+      }
+    }
+    assert.deepEqual((await c.api('$JS.API.CONSUMER.CREATE.H', '[]')).error, { code: 400, err_code: 10025, description: 'invalid JSON' });
+  });
+
   it('maps subjects to bindings and back: `*`/`>` are `+`/`#`, a `/` in a token is a `.` in a level', async () => {
     const { c, engine } = await env();
     const r = await c.api('$JS.API.STREAM.CREATE.M', { name: 'M', subjects: ['a.*.c', 'x/y.>'] });
