@@ -81,6 +81,8 @@ export class Consumer {
   /** Deliveries up to this stream sequence are redeliveries of a previous run (after a restart). */
   private replayUpTo: number;
   lastActive = Date.now();
+  /** No pending delivery's deadline is before this (the ticker skips the scan until then). */
+  private earliest = Infinity;
   lastDelivered = 0;
   lastAcked = 0;
   closed = false;
@@ -227,9 +229,14 @@ export class Consumer {
       }
     }
     if (this.waiting.length > 0 && !this.isPush) this.lastActive = now;
+    if (now < this.earliest) return;
     let due = false;
+    let earliest = Infinity;
     for (const [seq, p] of this.pending) {
-      if (p.deadline > now) continue;
+      if (p.deadline > now) {
+        if (p.deadline < earliest) earliest = p.deadline;
+        continue;
+      }
       const max = this.config.max_deliver;
       if (max > 0 && p.deliveries >= max) {
         // Delivered as often as allowed: it leaves the pending set (nats-server drops it the same way).
@@ -242,6 +249,7 @@ export class Consumer {
       insertSorted(this.redeliver, seq);
       due = true;
     }
+    this.earliest = earliest;
     if (due) this.pump();
   }
 
@@ -272,7 +280,7 @@ export class Consumer {
             // nats-server ignores a malformed delay and redelivers at once.
           }
         }
-        if (delayMs > 0) p.deadline = Date.now() + delayMs;
+        if (delayMs > 0) this.setDeadline(p, Date.now() + delayMs);
         else {
           p.deadline = Infinity;
           insertSorted(this.redeliver, seq);
@@ -283,7 +291,7 @@ export class Consumer {
     }
     if (kind === '+WPI') {
       const p = this.pending.get(seq);
-      if (p !== undefined && p.deadline !== Infinity) p.deadline = Date.now() + this.ackWaitMs;
+      if (p !== undefined && p.deadline !== Infinity) this.setDeadline(p, Date.now() + this.ackWaitMs);
       return { ok: true };
     }
     if (kind === '+TER') {
@@ -291,6 +299,11 @@ export class Consumer {
       return { ok: true };
     }
     return { ok: false };
+  }
+
+  private setDeadline(p: Pending, at: number): void {
+    p.deadline = at;
+    if (at < this.earliest) this.earliest = at;
   }
 
   private acknowledge(seq: number): void {
@@ -474,7 +487,7 @@ export class Consumer {
     if (deliveries > 1) this.rdc.set(seq, deliveries);
     const backoff = this.config.backoff;
     const waitMs = backoff !== undefined ? backoff[Math.min(deliveries - 1, backoff.length - 1)] / 1e6 : this.ackWaitMs;
-    p.deadline = now + waitMs;
+    this.setDeadline(p, now + waitMs);
     this.lastDelivered = seq;
     const pendingAfter = redelivery ? 0 : this.numPendingAfter();
     const ack = `$JS/ACK/${this.stream}/${this.name}/${deliveries}/${seq}/${this.cseq}/${stored.timestamp}000000/${pendingAfter}`;
