@@ -44,5 +44,6 @@ export const JsErr = {
   consumerNameInvalid: () => e(400, 10127, 'Consumer name can not contain path separators'),
   durableAndNameMismatch: () => e(400, 10132, 'Consumer Durable and Name have to be equal if both are provided'),
   invalidDeliverSubject: () => e(400, 10112, 'invalid push consumer deliver subject'),
+  maximumConsumers: () => e(400, 10026, 'maximum consumers limit reached'),
   msgDeleteFailed: (d: string) => e(500, 10057, d),
 } as const;

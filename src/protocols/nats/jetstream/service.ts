@@ -14,6 +14,7 @@
  * durably.
  */
 import type { Logger } from 'pino';
+import { LogLimiter } from '../../log-limit.js';
 import {
   decodeBatch,
   dotsToUnified,
@@ -49,6 +50,8 @@ export interface JetStreamOptions {
   tickMs?: number;
   /** Consumer state writes are coalesced for this long. Default 20 ms. */
   flushDelayMs?: number;
+  /** Consumers over all streams; more are refused (10026). Default MAX_CONSUMERS. */
+  maxConsumers?: number;
 }
 
 /**
@@ -60,6 +63,11 @@ export interface JetStreamPublisher {
 }
 
 const T = 'io.nats.jetstream.api.v1.';
+/**
+ * Consumers over all streams. nats-server's account default is unlimited, but every consumer holds memory here and
+ * ephemeral ones can be created by any client in a loop: past this, creation answers nats-server's 10026.
+ */
+export const MAX_CONSUMERS = 10_000;
 const NAMES_LIMIT = 1024;
 const LIST_LIMIT = 256;
 
@@ -79,15 +87,20 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
   private ticker: NodeJS.Timeout | null = null;
   private readonly tickMs: number;
   private readonly flushDelayMs: number;
+  private readonly maxConsumers: number;
   private storeWarned = false;
   private closed = false;
+  /** Failures a client can trigger are logged rate limited. */
+  private readonly logLimit: LogLimiter;
 
   constructor(
     readonly engine: Engine,
     private readonly logger: Logger,
     options: JetStreamOptions = {},
   ) {
+    this.logLimit = new LogLimiter(logger);
     this.tickMs = options.tickMs ?? 100;
+    this.maxConsumers = options.maxConsumers ?? MAX_CONSUMERS;
     this.flushDelayMs = options.flushDelayMs ?? 20;
   }
 
@@ -124,6 +137,7 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
     for (const s of this.subs) this.engine.unsubscribe(s);
     this.subs.length = 0;
     if (this.ticker) clearInterval(this.ticker);
+    this.logLimit.stop();
     for (const m of this.consumers.values()) for (const c of m.values()) c.close(false);
     this.flush();
     await Promise.all([...this.writes]);
@@ -159,7 +173,7 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
       this.removeConsumersOf(c.stream);
       return;
     }
-    this.logger.warn({ err, stream: c.stream, consumer: c.name }, 'JetStream consumer read failed');
+    this.logLimit.log('warn', `jetstream-read|${c.stream}`, { err, stream: c.stream, consumer: c.name }, 'JetStream consumer read failed');
   }
 
   private flush(): void {
@@ -357,7 +371,7 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
     try {
       out = await this.route(t, body, reply);
     } catch (err) {
-      this.logger.warn({ err, request: t.join('.') }, 'JetStream API request failed');
+      this.logLimit.log('warn', `jetstream-api|${t[0]}.${t[1] ?? ''}`, { err, request: t.join('.') }, 'JetStream API request failed');
       out = { error: JsErr.streamGeneral(errText(err)) };
     }
     if (out === NO_ANSWER) return;
@@ -636,6 +650,7 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
       this.changed(existing);
       return typed(T_, this.consumerInfoJson(existing));
     }
+    if (this.consumerCount() >= this.maxConsumers) return typed(T_, { error: JsErr.maximumConsumers() });
     const floor = await this.startFloor(stream, cfg);
     const c = new Consumer(this, stream, name, cfg, Date.now(), !ephemeral, {
       deliveredSeq: floor,

@@ -383,6 +383,13 @@ describe('JetStream API: pull consumers', () => {
     assert.match(r.error.description, /stream has 3 partitions: JetStream consumers need a single-partition stream/);
   });
 
+  it('refuses consumers past the limit with nats-server\'s 10026', async () => {
+    const { c } = await env({ maxConsumers: 2 });
+    await c.api('$JS.API.STREAM.CREATE.A', { name: 'A' });
+    for (let i = 0; i < 2; i++) assert.equal((await c.api('$JS.API.CONSUMER.CREATE.A', { stream_name: 'A', config: {} })).error, undefined);
+    assert.deepEqual((await c.api('$JS.API.CONSUMER.CREATE.A', { stream_name: 'A', config: {} })).error, { code: 400, err_code: 10026, description: 'maximum consumers limit reached' });
+  });
+
   it('ack_policy none: nothing waits for an ack', async () => {
     const { c } = await withMessages(2);
     await c.api('$JS.API.CONSUMER.CREATE.A.n', { stream_name: 'A', config: { durable_name: 'n' } });
