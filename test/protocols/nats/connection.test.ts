@@ -297,6 +297,20 @@ describe('NATS connection: deliveries and mapping', () => {
     await s.close();
   });
 
+  it('an HPUB with a zero-length header block is a message without headers (nats.js sends one for js.publish)', async () => {
+    const s = await startNats();
+    const c = await RawClient.connect(s.port);
+    c.send(`${CONNECT}SUB z 1\r\nHPUB z 0 2\r\nhi\r\n`);
+    await c.flush();
+    assert.deepEqual(c.errors(), []);
+    const m = c.msgs();
+    assert.equal(m.length, 1);
+    assert.equal(m[0]!.headers, null);
+    assert.equal(m[0]!.payload.toString(), 'hi');
+    c.close();
+    await s.close();
+  });
+
   it('a core message is delivered with its properties as headers (HMSG) to a headers client, as MSG to others', async () => {
     const s = await startNats();
     const h = await RawClient.connect(s.port);
