@@ -12,9 +12,9 @@
  * - out to NATS: every header entry (a null value is empty); `contentType`, `correlationData` (UTF-8, or base64
  *   when it is not valid UTF-8) and `messageId` become `Content-Type`, `Correlation-Id` and `Nats-Msg-Id` unless
  *   a header of that name is there already (names compared without case); `status` is the status of the `NATS/1.0`
- *   line. Keys and values are made valid header lines by the codec's encodeHeaders. A message with none of these
- *   is sent as MSG, else as HMSG to a client that announced headers (MSG without them to one that did not; a bare
- *   status message is not sent to such a client).
+ *   line. A key NATS cannot carry (not printable ASCII, or holding ':') is left out; CR/LF in a value become
+ *   spaces. A message with none of these is sent as MSG, else as HMSG to a client that announced headers (MSG
+ *   without them to one that did not; a bare status message is not sent to such a client).
  */
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
@@ -381,6 +381,8 @@ function renderHeaderBlock(msg: Message): Buffer {
   const entries: Array<[string, string]> = [];
   let present: Set<string> | null = null;
   for (const h of msg.headers) {
+    // A key NATS cannot carry is left out rather than rewritten (a rewritten key could collide with a real one).
+    if (!validKey(h.key)) continue;
     entries.push([h.key, h.value === null ? '' : h.value.toString('utf8')]);
     (present ??= new Set()).add(h.key.toLowerCase());
   }
@@ -400,9 +402,19 @@ function renderHeaderBlock(msg: Message): Buffer {
       description = m[2] ?? '';
     }
   }
-  // encodeHeaders makes every key and value a valid header line (CR/LF in a value become spaces; blanks, control
-  // characters and ':' in a key become '_'): an MQTT user property or an AMQP header may hold anything.
+  // encodeHeaders puts a value holding CR or LF on one line (they become spaces): an MQTT user property, an AMQP
+  // header or a Kafka record header may hold anything, and must not split the block or inject a header.
   return encodeHeaders({ status, description, entries });
+}
+
+/** A header key NATS can carry: printable ASCII without ':' (nats.js and nats-server read up to the first ':'). */
+function validKey(k: string): boolean {
+  if (k.length === 0) return false;
+  for (let i = 0; i < k.length; i++) {
+    const c = k.charCodeAt(i);
+    if (c <= 0x20 || c >= 0x7f || c === 0x3a) return false;
+  }
+  return true;
 }
 
 /** Correlation data as text: UTF-8 when it is valid UTF-8, else base64. */
