@@ -14,8 +14,8 @@
  * them on that stream's consumers.
  *
  * Every backend refuses a record it could not give back as written with INVALID_ARGUMENT (checkConsumerRecord),
- * writing nothing: names and config not strings, counters not safe integers >= 0, `acked` not strictly ascending
- * or not above `ackFloor`.
+ * writing nothing: names and config not strings (or holding NUL), counters not safe integers >= 0, `acked` not
+ * strictly ascending or not above `ackFloor`.
  */
 import { FlowError } from './errors.js';
 
@@ -61,6 +61,8 @@ export function checkConsumerRecord(rec: ConsumerRecord): void {
   if (typeof rec.stream !== 'string' || rec.stream.length === 0) bad('stream must be a non-empty string');
   if (typeof rec.name !== 'string' || rec.name.length === 0) bad('name must be a non-empty string');
   if (typeof rec.config !== 'string') bad('config must be a string (JSON text)');
+  // PostgreSQL's text cannot hold NUL (and the memory store's keys join stream and name with it).
+  if (rec.stream.includes('\u0000') || rec.name.includes('\u0000') || rec.config.includes('\u0000')) bad('NUL in stream, name or config');
   for (const k of ['createdAt', 'deliveredSeq', 'deliveredConsumerSeq', 'ackFloor'] as const) {
     const n = rec[k];
     if (!Number.isSafeInteger(n) || n < 0) bad(`${k} must be an integer >= 0, got ${String(n)}`);

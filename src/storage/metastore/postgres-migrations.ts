@@ -271,4 +271,26 @@ export const postgresMigrations: readonly PgMigration[] = [
       CREATE INDEX binding_defs_by_destination ON binding_defs (destination_kind, destination);
     `,
   },
+  // Version 3: issue 15 (NATS JetStream over FlowMQ streams), as SQLite's version 6.
+  {
+    version: 3,
+    name: 'JetStream consumer state',
+    sql: `
+      -- One row per JetStream consumer (ConsumerStateStore). An ack rewrites this one row and nothing else: a new
+      -- tuple version that, no indexed column changing, can be a HOT update (no index write) when its page has
+      -- room, which the fillfactor leaves for rows rewritten this often. No foreign key to streams, as in SQLite:
+      -- Engine.deleteStream deletes a stream's consumers itself, served by the primary key's (stream, ...) prefix.
+      CREATE TABLE jetstream_consumers (
+        stream                 text COLLATE "C" NOT NULL,
+        name                   text COLLATE "C" NOT NULL,
+        config                 text   NOT NULL,  -- JetStream ConsumerConfig, JSON (text: kept as written)
+        created_at             bigint NOT NULL,
+        delivered_seq          bigint NOT NULL,
+        delivered_consumer_seq bigint NOT NULL,
+        ack_floor              bigint NOT NULL,
+        acked                  text   NOT NULL,  -- JSON array of sequences above ack_floor, ascending
+        PRIMARY KEY (stream, name)
+      ) WITH (fillfactor = 70);
+    `,
+  },
 ];

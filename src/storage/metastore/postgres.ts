@@ -15,7 +15,7 @@
  *   connections by itself once the server is back, with no broker restart. An idle connection dropped by the
  *   server is handled by the pool's 'error' listener (it would otherwise crash the process).
  */
-import { FlowError } from '../../core/index.js';
+import { checkConsumerRecord, FlowError } from '../../core/index.js';
 import type { BindingDef, ConsumerRecord, ExchangeDef, OffsetCommit, QueueChanges, QueueDef, QueuedEntry, RetainedEntry, SessionRecord } from '../../core/index.js';
 import {
   connectPool,
@@ -33,7 +33,9 @@ import {
   checkQueueDef,
   checkSegment,
   checkStreamDef,
+  consumerValues,
   toBindingDef,
+  toConsumer,
   toExchangeDef,
   toJson,
   toOffset,
@@ -42,6 +44,7 @@ import {
   toSession,
   toStream,
   type BindingDefRow,
+  type ConsumerRow,
   type ExchangeDefRow,
   type OffsetRow,
   type QueueDefRow,
@@ -64,6 +67,19 @@ const TOPIC = 't';
  * bindings, so the calls must keep their order across the three kinds; declarations are rare enough for that.
  */
 const CATALOG = 'd';
+/**
+ * JetStream consumer state: keyed by the stream, not by (stream, consumer), so that deleteConsumers and
+ * listConsumers of a stream are ordered with the writes of all its consumers. The puts queued behind a stream's
+ * running call are one batch (see putConsumer), so the key costs no round trips.
+ */
+const CONSUMERS = 'j';
+
+/** The puts of one stream's consumers waiting behind that stream's running call: written as one statement. */
+interface ConsumerBatch {
+  /** Latest record per consumer name. */
+  readonly recs: Map<string, ConsumerRecord>;
+  done: Promise<void>;
+}
 
 const partKey = (stream: string, partition: number): string => `${partition}\u0000${stream}`;
 
@@ -71,6 +87,10 @@ export class PostgresMetastore implements Metastore {
   readonly kind = 'postgres' as const;
   private closed = false;
   private readonly chain = new KeyedSerializer();
+  /** Per stream: the consumer batch queued and not started yet, which later puts join (see putConsumer). */
+  private readonly consumerBatches = new Map<string, ConsumerBatch>();
+  /** putConsumer calls, and the statements that wrote them (fewer when puts were coalesced); for figures. */
+  private readonly consumerStats = { puts: 0, writes: 0 };
   /** Migrations this open applied (0 when another broker had already done them); for tests. */
   migrationsApplied = 0;
 
@@ -94,7 +114,12 @@ export class PostgresMetastore implements Metastore {
 
   /** Pool size / idle / waiting, statements run, failures, reconnects. */
   figures(): Record<string, unknown> {
-    return { ...this.db.poolFigures(), keysInFlight: this.chain.activeKeys };
+    return {
+      ...this.db.poolFigures(),
+      keysInFlight: this.chain.activeKeys,
+      consumerPuts: this.consumerStats.puts,
+      consumerWrites: this.consumerStats.writes,
+    };
   }
 
   private check(): void {
@@ -453,22 +478,95 @@ export class PostgresMetastore implements Metastore {
   }
 
   // ---------------------------------------------------------------- JetStream consumer state (ConsumerStateStore)
-  // Placeholders until the backend lands (issue 15, part D1).
 
-  putConsumer(_rec: ConsumerRecord): Promise<void> {
-    return Promise.reject(new FlowError('STORAGE_ERROR', 'consumer state is not implemented by this metastore yet'));
+  /**
+   * Write coalescing: JetStream acks move a consumer's position often, and every write of a record replaces it
+   * whole. A put made while a call on the same stream is running joins the batch queued behind it, if there is
+   * one, replacing the record it holds for the same consumer; the batch is then one upsert of one row per
+   * consumer. So a stream's consumer writes cost one round trip at a time however many are made, and a put
+   * superseded before it started is never sent. Joining is safe because the batch is the last call queued on the
+   * stream's key: any other call on the key closes it (later puts start a new one), so the order seen by reads
+   * and deletes is the order the calls were made. Every put of a batch resolves when the batch commits.
+   */
+  async putConsumer(rec: ConsumerRecord): Promise<void> {
+    checkConsumerRecord(rec);
+    this.check();
+    this.consumerStats.puts++;
+    const copy = { ...rec, acked: rec.acked.slice() };
+    const open = this.consumerBatches.get(rec.stream);
+    if (open) {
+      open.recs.set(rec.name, copy);
+      return open.done;
+    }
+    const batch: ConsumerBatch = { recs: new Map([[rec.name, copy]]), done: Promise.resolve() };
+    this.consumerBatches.set(rec.stream, batch);
+    batch.done = this.keyed(CONSUMERS, rec.stream, () => {
+      // Started: later puts form the next batch. (With nothing running on the key this runs at once, within
+      // keyed(), so a lone put goes out without waiting.)
+      if (this.consumerBatches.get(rec.stream) === batch) this.consumerBatches.delete(rec.stream);
+      return this.writeConsumers([...batch.recs.values()]);
+    });
+    return batch.done;
   }
-  getConsumer(_stream: string, _name: string): Promise<ConsumerRecord | null> {
-    return Promise.reject(new FlowError('STORAGE_ERROR', 'consumer state is not implemented by this metastore yet'));
+
+  private async writeConsumers(recs: ConsumerRecord[]): Promise<void> {
+    this.consumerStats.writes++;
+    const cols: unknown[][] = [[], [], [], [], [], [], [], []];
+    for (const r of recs) consumerValues(r).forEach((v, i) => cols[i].push(v));
+    // One statement for the batch (all rows or none); ON CONFLICT touches each row once: names are distinct.
+    await this.q(
+      'putConsumers',
+      `INSERT INTO jetstream_consumers (stream, name, config, created_at, delivered_seq, delivered_consumer_seq, ack_floor, acked)
+       SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::text[])
+       ON CONFLICT (stream, name) DO UPDATE SET config = excluded.config, created_at = excluded.created_at,
+         delivered_seq = excluded.delivered_seq, delivered_consumer_seq = excluded.delivered_consumer_seq,
+         ack_floor = excluded.ack_floor, acked = excluded.acked`,
+      cols,
+    );
   }
-  listConsumers(_stream?: string): Promise<ConsumerRecord[]> {
-    return Promise.reject(new FlowError('STORAGE_ERROR', 'consumer state is not implemented by this metastore yet'));
+
+  /** Runs a call on a stream's consumer key, after the puts issued before it; later puts queue after it. */
+  private consumerCall<T>(stream: string, fn: () => Promise<T>): Promise<T> {
+    this.consumerBatches.delete(stream);
+    return this.keyed(CONSUMERS, stream, fn);
   }
-  deleteConsumer(_stream: string, _name: string): Promise<void> {
-    return Promise.resolve();
+
+  async getConsumer(stream: string, name: string): Promise<ConsumerRecord | null> {
+    return this.consumerCall(stream, async () => {
+      const r = await this.q<ConsumerRow & Record<string, unknown>>(
+        'getConsumer',
+        'SELECT * FROM jetstream_consumers WHERE stream = $1 AND name = $2',
+        [stream, name],
+      );
+      return r.rows.length > 0 ? toConsumer(r.rows[0]) : null;
+    });
   }
-  deleteConsumers(_stream: string): Promise<void> {
-    return Promise.resolve();
+
+  async listConsumers(stream?: string): Promise<ConsumerRecord[]> {
+    if (stream === undefined) {
+      // Puts made after this call must not join a batch the listing waits for.
+      this.consumerBatches.clear();
+      return this.afterAll(CONSUMERS, async () => {
+        const r = await this.q<ConsumerRow & Record<string, unknown>>('listAllConsumers', 'SELECT * FROM jetstream_consumers ORDER BY stream, name');
+        return r.rows.map(toConsumer);
+      });
+    }
+    return this.consumerCall(stream, async () => {
+      const r = await this.q<ConsumerRow & Record<string, unknown>>(
+        'listConsumers',
+        'SELECT * FROM jetstream_consumers WHERE stream = $1 ORDER BY name',
+        [stream],
+      );
+      return r.rows.map(toConsumer);
+    });
+  }
+
+  async deleteConsumer(stream: string, name: string): Promise<void> {
+    await this.consumerCall(stream, () => this.q('deleteConsumer', 'DELETE FROM jetstream_consumers WHERE stream = $1 AND name = $2', [stream, name]));
+  }
+
+  async deleteConsumers(stream: string): Promise<void> {
+    await this.consumerCall(stream, () => this.q('deleteConsumers', 'DELETE FROM jetstream_consumers WHERE stream = $1', [stream]));
   }
 
   // ---------------------------------------------------------------- queue catalog (QueueCatalog)

@@ -145,6 +145,17 @@ export class SqliteMetastore implements Metastore {
   private readonly txAckQueue: (clientId: string, upTo: number) => void;
   private readonly txDeleteSession: (clientId: string) => void;
   private readonly txUpdateQueue: (clientId: string, changes: QueueChanges, maxLength: number) => { seqs: number[]; dropped: number };
+  private readonly txPutConsumers: (rows: ReturnType<typeof consumerValues>[]) => void;
+  /** The consumer puts made in this turn of the event loop, not written yet (see putConsumer). */
+  private consumerBatch: {
+    /** Row values by (stream, name): the latest put of each consumer. */
+    recs: Map<string, ReturnType<typeof consumerValues>>;
+    done: Promise<void>;
+    resolve(): void;
+    reject(err: unknown): void;
+  } | null = null;
+  /** putConsumer calls, and the transactions that wrote them (fewer when puts were coalesced); for tests. */
+  readonly consumerStats = { puts: 0, writes: 0 };
 
   /** null for an in-memory database, which has nothing to make durable. */
   private readonly walSync: WalFileSync | null;
@@ -241,6 +252,9 @@ export class SqliteMetastore implements Metastore {
     this.txAckQueue = db.transaction((clientId: string, upTo: number) => {
       const gone = this.s.queueAck.run(clientId, upTo).changes;
       if (gone > 0) this.s.queueShrink.run(gone, clientId);
+    });
+    this.txPutConsumers = db.transaction((rows: ReturnType<typeof consumerValues>[]) => {
+      for (const r of rows) this.s.consumerPut.run(...r);
     });
     this.txDeleteSession = db.transaction((clientId: string) => {
       this.s.sessionDelete.run(clientId);
@@ -620,17 +634,49 @@ export class SqliteMetastore implements Metastore {
   }
 
   // ---------------------------------------------------------------- JetStream consumer state (ConsumerStateStore)
-  // Each call is one statement on one row (or one stream's rows), run when it is made: per-key order comes free.
-  // A put resolves once durable, its fdatasync shared with every commit made meanwhile (WalFileSync), so the
-  // frequent writes of a consumer's position cost one upsert each and a share of one sync.
+  // Write coalescing: JetStream acks move consumers' positions often. The puts made within one turn of the event
+  // loop are written at its end (setImmediate) in one transaction, the latest record per consumer: on this VM an
+  // upsert committed on its own cost ~63 us (each commit appends to the -wal file), ~8 us inside a transaction.
+  // Every other consumer call first writes the pending puts, synchronously, so calls still take effect in the
+  // order they were made (per-key order) and reads see every put made before them. Puts resolve once durable.
 
   async putConsumer(rec: ConsumerRecord): Promise<void> {
     checkConsumerRecord(rec);
-    const values = consumerValues(rec);
-    await this.write('putConsumer', () => this.s.consumerPut.run(...values));
+    this.check();
+    this.consumerStats.puts++;
+    let batch = this.consumerBatch;
+    if (batch === null) {
+      let resolve!: () => void;
+      let reject!: (err: unknown) => void;
+      const done = new Promise<void>((res, rej) => {
+        resolve = res;
+        reject = rej;
+      });
+      batch = this.consumerBatch = { recs: new Map(), done, resolve, reject };
+      setImmediate(() => this.flushConsumers());
+    }
+    batch.recs.set(`${rec.stream}\u0000${rec.name}`, consumerValues(rec));
+    return batch.done;
+  }
+
+  /** Writes the pending puts (if any) in one transaction; their promise settles once the commit is durable. */
+  private flushConsumers(): void {
+    const batch = this.consumerBatch;
+    if (batch === null) return;
+    this.consumerBatch = null;
+    this.consumerStats.writes++;
+    try {
+      this.run('putConsumer', () => this.txPutConsumers([...batch.recs.values()]));
+    } catch (err) {
+      batch.reject(err);
+      return;
+    }
+    if (this.walSync) this.walSync.sync().then(batch.resolve, batch.reject);
+    else batch.resolve();
   }
 
   async getConsumer(stream: string, name: string): Promise<ConsumerRecord | null> {
+    this.flushConsumers();
     return this.run('getConsumer', () => {
       const r = this.s.consumerGet.get(stream, name) as ConsumerRow | undefined;
       return r ? toConsumer(r) : null;
@@ -638,16 +684,19 @@ export class SqliteMetastore implements Metastore {
   }
 
   async listConsumers(stream?: string): Promise<ConsumerRecord[]> {
+    this.flushConsumers();
     return this.run('listConsumers', () =>
       ((stream === undefined ? this.s.consumerListAll.all() : this.s.consumerListStream.all(stream)) as ConsumerRow[]).map(toConsumer),
     );
   }
 
   async deleteConsumer(stream: string, name: string): Promise<void> {
+    this.flushConsumers();
     await this.write('deleteConsumer', () => this.s.consumerDelete.run(stream, name));
   }
 
   async deleteConsumers(stream: string): Promise<void> {
+    this.flushConsumers();
     await this.write('deleteConsumers', () => this.s.consumerDeleteStream.run(stream));
   }
 
@@ -720,6 +769,7 @@ export class SqliteMetastore implements Metastore {
 
   async close(): Promise<void> {
     if (this.closed) return;
+    this.flushConsumers();
     this.closed = true;
     await this.walSync?.close();
     this.db.close();

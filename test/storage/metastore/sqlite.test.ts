@@ -22,6 +22,27 @@ describe('SqliteMetastore', () => {
     await rm(root, { recursive: true, force: true });
   });
 
+  it('writes the consumer puts of one event-loop turn in one transaction, the latest record of each consumer', async () => {
+    const m = SqliteMetastore.open(freshFile());
+    const rec = (name: string, seq: number) => ({ stream: 's', name, config: '{}', createdAt: 1, deliveredSeq: seq, deliveredConsumerSeq: seq, ackFloor: 0, acked: [] });
+    const puts: Array<Promise<void>> = [];
+    for (let i = 1; i <= 100; i++) for (const name of ['a', 'b', 'c']) puts.push(m.putConsumer(rec(name, i)));
+    await Promise.all(puts);
+    assert.deepEqual(m.consumerStats, { puts: 300, writes: 1 });
+    assert.deepEqual((await m.listConsumers('s')).map((r) => r.deliveredSeq), [100, 100, 100]);
+    // Any other consumer call writes the pending puts first: a read sees them, a later put is a new batch.
+    const p1 = m.putConsumer(rec('a', 101));
+    const read = m.getConsumer('s', 'a');
+    const p2 = m.putConsumer(rec('a', 102));
+    const del = m.deleteConsumer('s', 'b');
+    const p3 = m.putConsumer(rec('b', 103));
+    await Promise.all([p1, p2, del, p3]);
+    assert.equal((await read)?.deliveredSeq, 101);
+    assert.deepEqual((await m.listConsumers('s')).map((r) => [r.name, r.deliveredSeq]), [['a', 102], ['b', 103], ['c', 100]]);
+    assert.deepEqual(m.consumerStats, { puts: 303, writes: 4 });
+    await m.close();
+  });
+
   describe('schema migrations', () => {
     it('records every migration once, in order, and does not re-apply them on reopen', async () => {
       const file = freshFile();
