@@ -36,6 +36,7 @@ import { JsErr, type ApiError } from './errors.js';
 import {
   DEFAULT_DUPLICATE_WINDOW_NS,
   isoTime,
+  lastMatching,
   parseStreamConfig,
   sameBindings,
   streamConfigJson,
@@ -43,7 +44,7 @@ import {
   streamSubjects,
   ZERO_TIME,
 } from './stream-info.js';
-import { isValidApiName, levelsToTokens, subjectsCollide } from './subjects.js';
+import { isValidApiName, levelsToTokens, subjectMatches, subjectsCollide } from './subjects.js';
 
 export interface JetStreamOptions {
   /** How often ack deadlines, pull request expiry, heartbeats and inactive consumers are looked at. Default 100 ms. */
@@ -579,11 +580,20 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
     const raw = parseJson(body);
     if (raw === BAD_JSON || raw === null || typeof raw !== 'object') return typed(T_, { error: JsErr.invalidJson() });
     const r = raw as Json;
-    if (r.last_by_subj !== undefined || r.next_by_subj !== undefined) {
-      return typed(T_, { error: JsErr.badRequest('message get by subject is not supported by FlowMQ streams') });
+    if (r.next_by_subj !== undefined) {
+      return typed(T_, { error: JsErr.badRequest('next_by_subj is not supported by FlowMQ streams') });
     }
-    if (!isCount(r.seq) || r.seq === 0) return typed(T_, { error: JsErr.badRequest() });
-    const seq = r.seq;
+    let seq: number;
+    if (r.last_by_subj !== undefined) {
+      const subj = r.last_by_subj;
+      if (typeof subj !== 'string' || subj === '') return typed(T_, { error: JsErr.badRequest() });
+      const last = await lastMatching(this.engine, name, (m) => subjectMatches(subj, m.topic));
+      if (last < 0) return typed(T_, { error: JsErr.noMessageFound() });
+      seq = last + 1;
+    } else {
+      if (!isCount(r.seq) || r.seq === 0) return typed(T_, { error: JsErr.badRequest() });
+      seq = r.seq;
+    }
     const { logStartOffset, highWatermark } = this.engine.offsets(name, 0);
     if (seq - 1 < logStartOffset || seq - 1 >= highWatermark) return typed(T_, { error: JsErr.noMessageFound() });
     const batches = await this.engine.read(name, 0, seq - 1, 1);
@@ -689,21 +699,8 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
       case 'last': {
         if (highWatermark <= logStartOffset) return highWatermark;
         if (cfg.filter_subject === undefined) return highWatermark - 1;
-        // The last message matching the filter: scanned from the start (FlowMQ keeps no per-subject index).
-        const probe = new Consumer(this, stream, '', cfg, 0, false, { deliveredSeq: 0, deliveredConsumerSeq: 0, ackFloor: 0, acked: [] });
-        let last = -1;
-        let offset = logStartOffset;
-        while (offset < highWatermark) {
-          const batches = await this.engine.read(stream, 0, offset, 1024 * 1024);
-          if (batches.length === 0) break;
-          for (const b of batches) {
-            for (const rec of decodeBatch(b)) {
-              if (rec.offset < offset || rec.offset >= highWatermark) continue;
-              if (probe.accepts(recordToMessage(rec, stream.split('.').join('/')))) last = rec.offset;
-              offset = rec.offset + 1;
-            }
-          }
-        }
+        const filter = cfg.filter_subject;
+        const last = await lastMatching(this.engine, stream, (m) => subjectMatches(filter, m.topic));
         return last < 0 ? highWatermark : last;
       }
       default:

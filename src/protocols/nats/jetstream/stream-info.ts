@@ -2,7 +2,7 @@
  * FlowMQ streams rendered as JetStream streams (nats-server 2.9's StreamConfig / StreamInfo JSON), and the checks
  * that turn a JetStream stream configuration into a FlowMQ stream definition.
  */
-import { decodeBatch, isValidStreamName, recordToMessage, type Engine, type StreamDef } from '../../../core/index.js';
+import { decodeBatch, isValidStreamName, recordToMessage, type Engine, type Message, type StreamDef } from '../../../core/index.js';
 import { JsErr, type ApiError } from './errors.js';
 import { filterToSubject, isValidApiName, subjectToFilter } from './subjects.js';
 
@@ -154,4 +154,36 @@ export function sameBindings(a: string[], b: string[]): boolean {
   const x = [...new Set(a)].sort();
   const y = [...new Set(b)].sort();
   return x.length === y.length && x.every((v, i) => v === y[i]);
+}
+
+/**
+ * The highest offset of partition 0 whose message satisfies `pred`, or -1: read backwards in windows of offsets
+ * from the end (FlowMQ keeps no per-subject index, so "last by subject" costs a scan of what follows the match).
+ */
+export async function lastMatching(engine: Engine, stream: string, pred: (m: Message) => boolean): Promise<number> {
+  const { logStartOffset, highWatermark } = engine.offsets(stream, 0);
+  const ownTopic = stream.split('.').join('/');
+  const WINDOW = 1024;
+  let hi = highWatermark;
+  while (hi > logStartOffset) {
+    const lo = Math.max(logStartOffset, hi - WINDOW);
+    let best = -1;
+    let offset = lo;
+    while (offset < hi) {
+      const batches = await engine.read(stream, 0, offset, 1024 * 1024);
+      if (batches.length === 0) break;
+      const before = offset;
+      for (const b of batches) {
+        for (const rec of decodeBatch(b)) {
+          if (rec.offset < offset || rec.offset >= hi) continue;
+          if (pred(recordToMessage(rec, ownTopic))) best = rec.offset;
+          offset = rec.offset + 1;
+        }
+      }
+      if (offset === before) break;
+    }
+    if (best >= 0) return best;
+    hi = lo;
+  }
+  return -1;
 }

@@ -149,6 +149,10 @@ describe('JetStream API: account and streams', () => {
     assert.equal(Buffer.from(got.message.data, 'base64').toString(), 'two');
     assert.equal(Buffer.from(got.message.hdrs, 'base64').toString(), 'NATS/1.0\r\nNats-Msg-Id: x1\r\n\r\n');
     assert.deepEqual((await c.api('$JS.API.STREAM.MSG.GET.S1', { seq: 99 })).error, { code: 404, err_code: 10037, description: 'no message found' });
+    const lastA = await c.api('$JS.API.STREAM.MSG.GET.S1', { last_by_subj: 's1.a' });
+    assert.deepEqual([lastA.message.subject, lastA.message.seq], ['s1.a', 1]);
+    assert.equal((await c.api('$JS.API.STREAM.MSG.GET.S1', { last_by_subj: 's1.*' })).message.seq, 4);
+    assert.equal((await c.api('$JS.API.STREAM.MSG.GET.S1', { last_by_subj: 's1.zz' })).error.err_code, 10037);
 
     assert.deepEqual(await c.api('$JS.API.STREAM.PURGE.S1', { keep: 1 }), { type: 'io.nats.jetstream.api.v1.stream_purge_response', success: true, purged: 3 });
     assert.deepEqual(await c.api('$JS.API.STREAM.PURGE.S1'), { type: 'io.nats.jetstream.api.v1.stream_purge_response', success: true, purged: 1 });
