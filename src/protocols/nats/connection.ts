@@ -241,6 +241,7 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
       }
       // Anonymous clients are let in: serve everything from here as nats-server does.
       this.gate = false;
+      this.authed = true;
       return this.feed(line);
     }
     const rest = line.subarray(lf + 1);

@@ -6,6 +6,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { makeMessage, type Message, type Subscriber, type Subscription } from '../../../src/core/index.js';
+import { MemoryUserStore, PasswordGuard } from '../../../src/control/index.js';
 import { RawClient, startNats, until } from './helpers.js';
 
 const CONNECT = 'CONNECT {"verbose":false,"pedantic":false,"headers":true,"no_responders":true}\r\n';
@@ -271,6 +272,47 @@ describe('NATS connection: authentication', () => {
     assert.deepEqual(ok.errors(), []);
     ok.close();
     await s.close();
+  });
+});
+
+describe('NATS connection: users file (PasswordGuard)', () => {
+  const guard = async () => new PasswordGuard(await MemoryUserStore.fromPasswords([{ username: 'alice', password: 'wonder' }]));
+
+  it('user/pass checked by the guard; operations pipelined behind CONNECT wait for the check; a wrong password is refused', async () => {
+    const g = await guard();
+    const s = await startNats({}, { guard: g, allowAnonymous: false });
+    const ok = await RawClient.connect(s.port);
+    ok.send('CONNECT {"user":"alice","pass":"wonder"}\r\nSUB a 1\r\nPUB a 1\r\nx\r\nPING\r\n');
+    await ok.waitFor((o) => o.op === 'pong');
+    assert.equal(ok.msgs().length, 1);
+    const bad = await RawClient.connect(s.port);
+    bad.send('CONNECT {"user":"alice","pass":"nope"}\r\nPING\r\n');
+    await bad.closed;
+    assert.deepEqual(bad.errors(), ['Authorization Violation']);
+    assert.equal(bad.ops.some((o) => o.op === 'pong'), false, 'nothing after the refused CONNECT was served');
+    const anon = await RawClient.connect(s.port);
+    anon.send('CONNECT {}\r\n');
+    await anon.closed;
+    assert.deepEqual(anon.errors(), ['Authorization Violation']);
+    assert.equal(g.stats.bad, 1);
+    ok.close();
+    await s.close();
+    await g.close();
+  });
+
+  it('with anonymous access allowed, a client without CONNECT is served as nats-server serves it', async () => {
+    const g = await guard();
+    const s = await startNats({}, { guard: g, allowAnonymous: true });
+    const c = await RawClient.connect(s.port);
+    const info = (await c.waitFor((o) => o.op === 'info')) as { op: 'info'; info: Record<string, unknown> };
+    assert.equal(info.info.auth_required, undefined);
+    c.send('SUB a 1\r\nPUB a 1\r\nx\r\n');
+    await c.flush();
+    assert.equal(c.msgs().length, 1);
+    assert.deepEqual(c.errors(), []);
+    c.close();
+    await s.close();
+    await g.close();
   });
 });
 
