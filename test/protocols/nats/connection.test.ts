@@ -7,7 +7,8 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { makeMessage, type Message, type Subscriber, type Subscription } from '../../../src/core/index.js';
 import { MemoryUserStore, PasswordGuard } from '../../../src/control/index.js';
-import { RawClient, startNats, until } from './helpers.js';
+import { GatedStreams } from '../../helpers/memory-storage.js';
+import { RawClient, serverSockets, startNats, until } from './helpers.js';
 
 const CONNECT = 'CONNECT {"verbose":false,"pedantic":false,"headers":true,"no_responders":true}\r\n';
 
@@ -523,6 +524,59 @@ describe('NATS connection: slow consumers', () => {
     assert.equal(s.adapter.connections(), 1);
     slow.close();
     p.close();
+    await s.close();
+  });
+});
+
+describe('NATS connection: durable writes and shutdown', () => {
+  it('publishes captured by a stream are not awaited, but past 10,000 unsettled writes the publisher is not read until they settle', async () => {
+    const storage = new GatedStreams();
+    storage.hold = true;
+    const s = await startNats({}, {}, undefined, storage);
+    await s.engine.createStream({ name: 'held', partitions: 1, bindings: ['held/#'] });
+    const c = await RawClient.connect(s.port);
+    c.send(CONNECT);
+    await c.flush();
+    c.send('PUB held.x 1\r\nx\r\n'.repeat(10_000) + 'PING\r\n');
+    await until(() => storage.held >= 10_000, 10_000, 'held writes');
+    const server = [...serverSockets][0]!;
+    await until(() => server.isPaused(), 10_000, 'the publisher socket paused');
+    storage.release();
+    await c.waitFor((o) => o.op === 'pong');
+    assert.equal(server.isPaused(), false);
+    c.close();
+    await s.close();
+  });
+
+  it('a failed durable write is counted and logged; the connection stays', async () => {
+    const storage = new GatedStreams();
+    storage.fail = true;
+    const s = await startNats({}, {}, undefined, storage);
+    await s.engine.createStream({ name: 'failing', partitions: 1, bindings: ['failing/#'] });
+    const c = await RawClient.connect(s.port);
+    c.send(`${CONNECT}PUB failing.x 1\r\nx\r\n`);
+    await c.flush();
+    await until(() => s.adapter.stats.writeFailures === 1, 5000, 'the failure counted');
+    assert.ok(s.logs.some((l) => l.msg === 'nats: a publish could not be stored'));
+    await c.flush();
+    c.close();
+    await s.close();
+  });
+
+  it('closeAll (broker shutdown) flushes what is queued and closes every connection', async () => {
+    const s = await startNats();
+    const a = await RawClient.connect(s.port);
+    const b = await RawClient.connect(s.port);
+    a.send(`${CONNECT}SUB bye 1\r\n`);
+    b.send(CONNECT);
+    await a.flush();
+    await b.flush();
+    s.engine.publish(makeMessage('bye', Buffer.from('last')));
+    await s.adapter.closeAll();
+    await a.closed;
+    await b.closed;
+    assert.deepEqual(a.msgs().map((m) => m.payload.toString()), ['last']);
+    assert.equal(s.adapter.connections(), 0);
     await s.close();
   });
 });
