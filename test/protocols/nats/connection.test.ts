@@ -563,6 +563,21 @@ describe('NATS connection: durable writes and shutdown', () => {
     await s.close();
   });
 
+  it('a stream that closed before the adapter got it is let go at once (closeAll does not wait for it)', async () => {
+    const s = await startNats();
+    const { PassThrough } = await import('node:stream');
+    const gone = new PassThrough();
+    gone.destroy();
+    await new Promise((r) => setImmediate(r));
+    s.adapter.handle(gone, { remoteAddress: '127.0.0.9', remotePort: 1, tls: false }, { available: false, required: false });
+    await Promise.race([
+      s.adapter.closeAll(),
+      new Promise((_, reject) => setTimeout(() => reject(new Error('closeAll waits for a stream that is gone')), 5000).unref()),
+    ]);
+    assert.equal(s.adapter.connections(), 0);
+    await s.close();
+  });
+
   it('closeAll (broker shutdown) flushes what is queued and closes every connection', async () => {
     const s = await startNats();
     const a = await RawClient.connect(s.port);
