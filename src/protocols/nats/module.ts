@@ -41,7 +41,7 @@ export const natsModule: ProtocolModule = {
       maxConnections: c.natsMaxConnections,
       maxSubscriptions: c.natsMaxSubscriptions,
     });
-    // The JetStream API over FlowMQ streams (issue 15 part D2; wired here on its branch, the lead wires it at merge).
+    // The JetStream API over FlowMQ streams: the adapter hands it every publish with a reply subject (PubAcks).
     const jetstream = new JetStream(ctx.engine, logger.child({ component: 'jetstream' }));
     await jetstream.start();
     const adapter = new NatsAdapter({ ...ctx, logger }, options, ctx.guard, c.allowAnonymous, c.natsToken, jetstream);
