@@ -13,6 +13,7 @@ import { connectionTotals, formatAddress } from './protocols/listener.js';
 import { mqttModule } from './protocols/mqtt/module.js';
 import { kafkaModule } from './protocols/kafka/module.js';
 import { amqpModule } from './protocols/amqp/module.js';
+import { natsModule } from './protocols/nats/module.js';
 import { LogManager } from './storage/log/index.js';
 import { openStorage } from './storage/open.js';
 import { lockDataDir } from './storage/lock.js';
@@ -33,7 +34,7 @@ export interface Broker {
  * The protocols a broker can run, in start order (--protocols picks among them by name). A protocol is one entry
  * here: its module owns its options, listeners, figures and close.
  */
-export const PROTOCOL_MODULES: readonly ProtocolModule[] = [mqttModule, kafkaModule, amqpModule];
+export const PROTOCOL_MODULES: readonly ProtocolModule[] = [mqttModule, kafkaModule, amqpModule, natsModule];
 
 export async function startBroker(config: Config, logger: Logger): Promise<Broker> {
   // Users first: a bad users file stops the broker before it opens storage. Only derived credentials are kept.

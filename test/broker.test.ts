@@ -58,7 +58,7 @@ describe('broker storage start-up', () => {
       await leaveInWal(dataDir, from, 40);
       const lines: Array<{ msg: string; from?: string }> = [];
       const logger = pino({ level: 'info' }, { write: (s: string) => void lines.push(JSON.parse(s)) });
-      const flags = { 'data-dir': dataDir, host: '127.0.0.1', 'mqtt-port': '0', 'mqtt-ws-port': '0', 'kafka-port': '0', 'amqp-port': '0', 'http-port': '0', 'wal-layout': to };
+      const flags = { 'data-dir': dataDir, host: '127.0.0.1', 'mqtt-port': '0', 'mqtt-ws-port': '0', 'kafka-port': '0', 'amqp-port': '0', 'nats-port': '0', 'http-port': '0', 'wal-layout': to };
       const broker = await startBroker(loadConfig({ flags, env: {} }), logger);
       try {
         assert.ok(lines.some((l) => l.msg === 'WAL of the other layout sealed into segments' && l.from === from));
@@ -97,14 +97,15 @@ describe('broker protocol modules', () => {
   });
 
   it('starts the enabled modules: their listeners, and their figures under their names in GET /api/v1/broker', async () => {
-    const base = { host: '127.0.0.1', 'mqtt-port': '0', 'mqtt-ws-port': '0', 'kafka-port': '0', 'amqp-port': '0', 'http-port': '0' };
+    const base = { host: '127.0.0.1', 'mqtt-port': '0', 'mqtt-ws-port': '0', 'kafka-port': '0', 'amqp-port': '0', 'nats-port': '0', 'http-port': '0' };
     const silent = pino({ level: 'silent' });
     const both = await startBroker(loadConfig({ flags: { ...base, 'data-dir': freshDir() }, env: {} }), silent);
     try {
-      assert.deepEqual([...both.listeners.keys()], ['mqtt', 'mqtt-ws', 'kafka', 'amqp']);
+      assert.deepEqual([...both.listeners.keys()], ['mqtt', 'mqtt-ws', 'kafka', 'amqp', 'nats']);
       const info = (await (await fetch(`http://127.0.0.1:${both.ports().http}/api/v1/broker`)).json()) as Record<string, Record<string, unknown>>;
-      assert.deepEqual(Object.keys(info.listeners), ['mqtt', 'mqtt-ws', 'kafka', 'amqp']);
+      assert.deepEqual(Object.keys(info.listeners), ['mqtt', 'mqtt-ws', 'kafka', 'amqp', 'nats']);
       assert.equal(typeof info.amqp, 'object');
+      assert.equal(typeof info.nats, 'object');
       assert.deepEqual(Object.keys(info.kafka), ['produceLatency', 'framePool', 'histogramBoundsMs']);
       assert.equal(info.mqtt.connected, 0);
       assert.equal(info.mqtt.slowConsumerPolicy, 'drop');
@@ -129,7 +130,7 @@ describe('broker protocol modules', () => {
     const dataDir = freshDir();
     const lines: Array<{ msg: string; protocol?: string; address?: string }> = [];
     const logger = pino({ level: 'info' }, { write: (s: string) => void lines.push(JSON.parse(s)) });
-    const flags = { 'data-dir': dataDir, host: '127.0.0.1', 'mqtt-port': '0', 'mqtt-ws-port': '0', 'amqp-port': '0', 'http-port': '0' };
+    const flags = { 'data-dir': dataDir, host: '127.0.0.1', 'mqtt-port': '0', 'mqtt-ws-port': '0', 'amqp-port': '0', 'nats-port': '0', 'http-port': '0' };
     try {
       const kafkaPort = String((taken.address() as { port: number }).port);
       await assert.rejects(startBroker(loadConfig({ flags: { ...flags, 'kafka-port': kafkaPort }, env: {} }), logger), /EADDRINUSE/);
@@ -147,8 +148,19 @@ describe('broker protocol modules', () => {
   it('a half-configured MQTT TLS listener stops the start before any listener opens', async () => {
     const lines: Array<{ msg: string }> = [];
     const logger = pino({ level: 'info' }, { write: (s: string) => void lines.push(JSON.parse(s)) });
-    const flags = { 'data-dir': freshDir(), host: '127.0.0.1', 'mqtt-port': '0', 'mqtt-ws-port': '0', 'kafka-port': '0', 'amqp-port': '0', 'http-port': '0', 'mqtt-tls-cert': '/nonexistent.pem' };
+    const flags = { 'data-dir': freshDir(), host: '127.0.0.1', 'mqtt-port': '0', 'mqtt-ws-port': '0', 'kafka-port': '0', 'amqp-port': '0', 'nats-port': '0', 'http-port': '0', 'mqtt-tls-cert': '/nonexistent.pem' };
     await assert.rejects(startBroker(loadConfig({ flags, env: {} }), logger), /needs both mqtt-tls-cert and mqtt-tls-key/);
+    assert.equal(lines.filter((l) => l.msg === 'listening').length, 0);
+  });
+
+  it('a half-configured NATS TLS setting stops the start before any listener opens, even in a Config built by hand', async () => {
+    const lines: Array<{ msg: string }> = [];
+    const logger = pino({ level: 'info' }, { write: (s: string) => void lines.push(JSON.parse(s)) });
+    const flags = { 'data-dir': freshDir(), host: '127.0.0.1', 'mqtt-port': '0', 'mqtt-ws-port': '0', 'kafka-port': '0', 'amqp-port': '0', 'nats-port': '0', 'http-port': '0' };
+    const config = { ...loadConfig({ flags, env: {} }), protocols: ['nats' as const], natsTlsKey: '/nonexistent.pem' };
+    await assert.rejects(startBroker(config, logger), /needs both nats-tls-cert and nats-tls-key/);
+    const required = { ...loadConfig({ flags: { ...flags, 'data-dir': freshDir() }, env: {} }), protocols: ['nats' as const], natsTlsRequired: true };
+    await assert.rejects(startBroker(required, logger), /need nats-tls-cert and nats-tls-key/);
     assert.equal(lines.filter((l) => l.msg === 'listening').length, 0);
   });
 });

@@ -12,9 +12,9 @@ import { parseDuration, parseSize } from './units.js';
 
 export { parseDuration, parseSize } from './units.js';
 
-export const IMPLEMENTED_PROTOCOLS = ['mqtt', 'kafka', 'amqp'] as const;
+export const IMPLEMENTED_PROTOCOLS = ['mqtt', 'kafka', 'amqp', 'nats'] as const;
 /** Listeners enabled when --protocols is not given: every implemented protocol, on its standard port. */
-export const DEFAULT_PROTOCOLS: Protocol[] = ['mqtt', 'kafka', 'amqp'];
+export const DEFAULT_PROTOCOLS: Protocol[] = ['mqtt', 'kafka', 'amqp', 'nats'];
 export const KNOWN_PROTOCOLS = ['mqtt', 'kafka', 'amqp', 'nats'] as const;
 export type Protocol = (typeof KNOWN_PROTOCOLS)[number];
 
@@ -59,6 +59,25 @@ export interface Config {
   /** Process memory (RSS) above which AMQP publishers are blocked; null: 40% of the machine's memory. */
   amqpMemoryHighWatermark: number | null;
   natsPort: number;
+  /** NATS over TLS on the NATS port itself (upgrade after INFO, as nats-server): both or neither. */
+  natsTlsCert: string | null;
+  natsTlsKey: string | null;
+  /** INFO says tls_required and plain clients are refused; else tls_available and both are served. */
+  natsTlsRequired: boolean;
+  /** TLS before INFO (nats-server 2.10's handshake_first): every client must start with its ClientHello. */
+  natsTlsHandshakeFirst: boolean;
+  /** NATS over WebSocket; null: no WebSocket listener. */
+  natsWsPort: number | null;
+  /** The token a NATS CONNECT may carry in auth_token (instead of a user and password). */
+  natsToken: string | null;
+  natsMaxPayload: number;
+  natsMaxControlLine: number;
+  natsMaxPending: number;
+  natsPingInterval: number;
+  natsMaxPingsOut: number;
+  natsAuthTimeout: number;
+  natsMaxConnections: number;
+  natsMaxSubscriptions: number;
   httpPort: number;
   /** Bind address of the admin API (the protocol listeners bind `host`). */
   httpHost: string;
@@ -164,7 +183,21 @@ export const OPTIONS: OptionSpec[] = [
   { key: 'amqpHandshakeTimeout', name: 'amqp-handshake-timeout', kind: 'duration', default: 10_000, help: 'an AMQP connection must finish its handshake (protocol header to connection.open) within this, or it is closed' },
   { key: 'amqpMaxMessageSize', name: 'amqp-max-message-size', kind: 'size', default: 128 * 1024 * 1024, help: 'largest AMQP message body accepted; a larger one closes its channel (406 PRECONDITION_FAILED), as RabbitMQ\'s max_message_size' },
   { key: 'amqpMemoryHighWatermark', name: 'amqp-memory-high-watermark', kind: 'capacity', default: null, help: 'process memory (RSS) above which AMQP publishing connections are blocked (connection.blocked) until it falls (0: never; default: 40% of the machine\'s memory)' },
-  { key: 'natsPort', name: 'nats-port', kind: 'port', default: 4222, help: 'NATS client protocol (not implemented yet)' },
+  { key: 'natsPort', name: 'nats-port', kind: 'port', default: 4222, help: 'NATS client protocol (TLS on the same port when nats-tls-cert and nats-tls-key are set)' },
+  { key: 'natsTlsCert', name: 'nats-tls-cert', kind: 'string', default: null, help: 'PEM certificate (chain) file for NATS over TLS: clients upgrade on the NATS port after INFO, as with nats-server' },
+  { key: 'natsTlsKey', name: 'nats-tls-key', kind: 'string', default: null, help: 'PEM private key file for NATS over TLS' },
+  { key: 'natsTlsRequired', name: 'nats-tls-required', kind: 'bool', default: false, help: 'NATS clients must use TLS (INFO tls_required; a plain CONNECT gets -ERR \'Secure Connection - TLS Required\'); else TLS is offered (tls_available) and plain clients are served too' },
+  { key: 'natsTlsHandshakeFirst', name: 'nats-tls-handshake-first', kind: 'bool', default: false, help: 'NATS clients start with the TLS handshake, INFO comes after it (nats-server 2.10 handshake_first; the nats client\'s tls.handshakeFirst); implies TLS required' },
+  { key: 'natsWsPort', name: 'nats-ws-port', kind: 'port', default: null, help: 'NATS over WebSocket (binary frames, any path) for browser clients; unset: no WebSocket listener' },
+  { key: 'natsToken', name: 'nats-token', kind: 'string', default: null, help: 'token a NATS client may present in CONNECT auth_token instead of a user and password (prefer the environment: FLOWMQ_NATS_TOKEN)' },
+  { key: 'natsMaxPayload', name: 'nats-max-payload', kind: 'size', default: 1024 * 1024, help: 'largest NATS message (payload and headers), announced in INFO max_payload; larger: -ERR \'Maximum Payload Violation\' and close (at most 64MiB, and not over nats-max-pending)' },
+  { key: 'natsMaxControlLine', name: 'nats-max-control-line', kind: 'size', default: 4096, help: 'longest NATS protocol line (operation and arguments); longer: -ERR \'Maximum Control Line Exceeded\' and close' },
+  { key: 'natsMaxPending', name: 'nats-max-pending', kind: 'size', default: 64 * 1024 * 1024, help: 'bytes waiting to be written to one NATS connection; past it the client is a slow consumer and closed (as nats-server\'s max_pending)' },
+  { key: 'natsPingInterval', name: 'nats-ping-interval', kind: 'duration', default: 120_000, help: 'the broker PINGs each NATS client this often' },
+  { key: 'natsMaxPingsOut', name: 'nats-max-pings-out', kind: 'int', default: 2, help: 'unanswered PINGs after which a NATS connection is stale (-ERR \'Stale Connection\') and closed' },
+  { key: 'natsAuthTimeout', name: 'nats-auth-timeout', kind: 'duration', default: 2000, help: 'a NATS client must send CONNECT within this after INFO, or it is closed (-ERR \'Authentication Timeout\')' },
+  { key: 'natsMaxConnections', name: 'nats-max-connections', kind: 'int', default: 100_000, help: 'NATS client connections over all NATS listeners (TLS handshakes in progress included); more get -ERR \'maximum connections exceeded\' and are closed' },
+  { key: 'natsMaxSubscriptions', name: 'nats-max-subscriptions', kind: 'int', default: 100_000, help: 'subscriptions per NATS connection (0: no limit); more: -ERR \'Maximum Subscriptions Exceeded\'' },
   { key: 'httpPort', name: 'http-port', kind: 'port', default: 8080, help: 'admin HTTP API (/api/v1) and health' },
   { key: 'httpHost', name: 'http-host', kind: 'string', default: '127.0.0.1', help: 'address the admin HTTP API binds (0.0.0.0 for every interface)' },
   { key: 'httpAllowedHosts', name: 'http-allowed-hosts', kind: 'hosts', default: [], help: 'host names the admin API answers for besides its bind address, comma-separated (Host header check against DNS rebinding)' },
@@ -238,7 +271,7 @@ export function envName(name: string): string {
 
 function coerce(spec: OptionSpec, raw: unknown, source: string): Config[keyof Config] {
   // A value that may hold a secret is not echoed whole: error lines end up in logs.
-  const shown = spec.kind === 'metastore' && typeof raw === 'string' ? JSON.stringify(redactUrl(raw)) : spec.name.includes('secret') ? '"***"' : JSON.stringify(raw);
+  const shown = spec.kind === 'metastore' && typeof raw === 'string' ? JSON.stringify(redactUrl(raw)) : spec.name.includes('secret') || spec.name.endsWith('-token') ? '"***"' : JSON.stringify(raw);
   const bad = (why: string) => new ConfigError(`invalid ${source}: ${why} (got ${shown})`);
   const str = typeof raw === 'string' ? raw.trim() : raw;
   switch (spec.kind) {
@@ -448,6 +481,15 @@ export function loadConfig(src: ConfigSources = {}): Config {
   if ((cfg.amqpFrameMax as number) < 4096 || (cfg.amqpFrameMax as number) > 0x7fffffff) throw new ConfigError('amqp-frame-max must be 4096 bytes or more (AMQP 0-9-1 frame-min-size)');
   if ((cfg.amqpChannelMax as number) < 1 || (cfg.amqpChannelMax as number) > 65535) throw new ConfigError('amqp-channel-max must be 1..65535');
   if ((cfg.amqpHeartbeat as number) % 1000 !== 0 || (cfg.amqpHeartbeat as number) > 65535_000) throw new ConfigError('amqp-heartbeat must be whole seconds, at most 65535s');
+  if ((cfg.natsTlsCert === null) !== (cfg.natsTlsKey === null)) throw new ConfigError('NATS over TLS needs both nats-tls-cert and nats-tls-key');
+  if ((cfg.natsTlsRequired === true || cfg.natsTlsHandshakeFirst === true) && cfg.natsTlsCert === null) {
+    throw new ConfigError(`${cfg.natsTlsRequired === true ? 'nats-tls-required' : 'nats-tls-handshake-first'} needs nats-tls-cert and nats-tls-key`);
+  }
+  // nats-server's own bounds: max_payload at most 64MB, and never more than max_pending (one message must fit).
+  if ((cfg.natsMaxPayload as number) > 64 * 1024 * 1024) throw new ConfigError('nats-max-payload must be at most 64MiB');
+  if ((cfg.natsMaxPayload as number) > (cfg.natsMaxPending as number)) throw new ConfigError('nats-max-payload must not exceed nats-max-pending');
+  if ((cfg.natsMaxControlLine as number) < 256) throw new ConfigError('nats-max-control-line must be at least 256 bytes');
+  if ((cfg.natsMaxPingsOut as number) < 1) throw new ConfigError('nats-max-pings-out must be at least 1');
   if ((cfg.kafkaTlsCert === null) !== (cfg.kafkaTlsKey === null)) throw new ConfigError('Kafka over TLS needs both kafka-tls-cert and kafka-tls-key');
   if ((cfg.kafkaGroupMinSessionTimeout as number) > (cfg.kafkaGroupMaxSessionTimeout as number)) {
     throw new ConfigError('kafka-group-min-session-timeout must not exceed kafka-group-max-session-timeout');

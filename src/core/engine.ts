@@ -14,7 +14,7 @@ import { decodeStoredMessage, encodeStoredMessage } from './sessions.js';
 import type { CoreStore } from './store.js';
 import type { QueueDef, QueueFactory, QueueHandle, QueueStore } from './queues.js';
 import type { BindingDef, ExchangeDef, RouteResult, Router } from './exchanges.js';
-import { mqttAccepts } from './matcher.js';
+import { mqttAccepts, parseBindingKey } from './matcher.js';
 import { RouterCore } from './router.js';
 import { createQueue as defaultCreateQueue } from './queue.js';
 import { isValidStreamName, kafkaToUnified, matches, validateFilter, validateTopic } from './topic.js';
@@ -42,9 +42,16 @@ export interface SubscribeOptions {
   group?: string;
   /** Protocol-specific options (e.g. MQTT v5 no-local, subscription identifier); opaque to the core. */
   data?: unknown;
+  /**
+   * How the filter is written and matched (matcher.ts). 'mqtt' (default): an MQTT filter on unified topics, with
+   * the `$` rule. 'nats': a NATS subject (`a.*.>`; `>` one or more tokens, so `a.>` does not match `a`), matched
+   * against unified topics through the separator swap, without the `$` rule (NATS `>` matches `$JS.API.INFO`).
+   */
+  rule?: 'mqtt' | 'nats';
 }
 
 export interface Subscription {
+  /** The filter as given (an MQTT filter, or a NATS subject with rule 'nats'). */
   readonly filter: string;
   readonly subscriber: Subscriber;
   readonly options: SubscribeOptions;
@@ -54,6 +61,25 @@ interface SharedGroup {
   key: string;
   members: Subscription[];
   next: number;
+  /** The members' rule is 'nats': no MQTT `$` rule. */
+  nats: boolean;
+}
+
+/**
+ * What one publish reached, filled by Engine.publish when asked: NATS answers a request nobody receives with a
+ * no-responders status, and a JetStream publish is acknowledged with the stream sequence its message got.
+ */
+export interface PublishInfo {
+  /** Live subscribers that received it. */
+  delivered: number;
+  /** Stream appends, with the offset each was given (assigned synchronously, before the write is durable). */
+  captured: Array<{ stream: string; partition: number; offset: number }>;
+  /** Queues and exchange destinations reached through the unified topic space (amq.topic bindings). */
+  queued: number;
+}
+
+export function newPublishInfo(): PublishInfo {
+  return { delivered: 0, captured: [], queued: 0 };
 }
 
 export interface StreamSpec {
@@ -229,36 +255,39 @@ export class Engine implements Router {
   // ---------------------------------------------------------------- live subscriptions
 
   subscribe(filter: string, subscriber: Subscriber, options: SubscribeOptions): Subscription {
-    validateFilter(filter);
+    const nats = options.rule === 'nats';
+    // A NATS subject is parsed into unified levels once here (and again at unsubscribe): `>` is the trie's REST.
+    const pattern = nats ? parseBindingKey(filter, 'nats', true) : (validateFilter(filter), filter);
     const sub: Subscription = { filter, subscriber, options };
     if (options.group === undefined) {
-      this.subs.add(filter, sub);
+      this.subs.add(pattern, sub);
       return sub;
     }
-    const key = `${options.group}\u0000${filter}`;
+    const key = groupKey(sub);
     let g = this.groups.get(key);
     if (!g) {
-      g = { key, members: [], next: 0 };
+      g = { key, members: [], next: 0, nats };
       this.groups.set(key, g);
-      this.subs.add(filter, g);
+      this.subs.add(pattern, g);
     }
     g.members.push(sub);
     return sub;
   }
 
   unsubscribe(sub: Subscription): void {
+    const pattern = sub.options.rule === 'nats' ? parseBindingKey(sub.filter, 'nats', true) : sub.filter;
     if (sub.options.group === undefined) {
-      this.subs.remove(sub.filter, sub);
+      this.subs.remove(pattern, sub);
       return;
     }
-    const key = `${sub.options.group}\u0000${sub.filter}`;
+    const key = groupKey(sub);
     const g = this.groups.get(key);
     if (!g) return;
     const i = g.members.indexOf(sub);
     if (i >= 0) g.members.splice(i, 1);
     if (g.members.length === 0) {
       this.groups.delete(key);
-      this.subs.remove(sub.filter, g);
+      this.subs.remove(pattern, g);
     }
   }
 
@@ -282,7 +311,7 @@ export class Engine implements Router {
     // [MQTT-4.7.2-1]: live subscriptions are MQTT filters; their first-level wildcards do not match `$` topics.
     const dollar = msg.topic.charCodeAt(0) === 0x24;
     this.subs.match(msg.topic, (v, firstWild) => {
-      if (firstWild && dollar) return;
+      if (firstWild && dollar && !('members' in v ? v.nats : v.options.rule === 'nats')) return;
       if ('members' in v) {
         const s = pickMember(v, undefined);
         if (s !== undefined) add(s);
@@ -308,7 +337,7 @@ export class Engine implements Router {
    */
   redeliverShared(sub: Subscription, msg: Message): boolean {
     if (sub.options.group === undefined) return false;
-    const g = this.groups.get(`${sub.options.group}\u0000${sub.filter}`);
+    const g = this.groups.get(groupKey(sub));
     if (!g) return false;
     const other = pickMember(g, sub.subscriber);
     if (other === undefined || other.subscriber.isAvailable?.() === false) return false;
@@ -318,7 +347,7 @@ export class Engine implements Router {
   }
 
   hasLiveSubscribers(topic: string): boolean {
-    return this.subs.hasMatch(topic, (_v, firstWild) => mqttAccepts(topic, firstWild));
+    return this.subs.hasMatch(topic, (v, firstWild) => ('members' in v ? v.nats : v.options.rule === 'nats') || mqttAccepts(topic, firstWild));
   }
 
   // ---------------------------------------------------------------- publish paths
@@ -328,18 +357,21 @@ export class Engine implements Router {
    * Returns a promise that resolves when every capturing stream has it durably, or null when no stream
    * captured it (nothing to wait for).
    */
-  publish(msg: Message): Promise<void> | null {
+  publish(msg: Message, info?: PublishInfo): Promise<void> | null {
     validateTopic(msg.topic);
     this.stats.published++;
-    let durable = this.capture(msg, undefined);
+    let durable = this.capture(msg, undefined, info);
     if (msg.retain) {
       const kept = this.retain(msg);
       if (kept !== null) durable = durable === null ? kept : Promise.all([durable, kept]).then(() => undefined);
     }
-    this.deliverLive(msg);
+    const delivered = this.deliverLive(msg);
+    if (info !== undefined) info.delivered += delivered;
     // Queues and exchanges bound on the unified topic space (amq.topic); skipped while there are none.
     if (this.router.topicBindings > 0) {
-      const q = this.router.routeTopicSpace(msg).durable;
+      const r = this.router.routeTopicSpace(msg);
+      if (info !== undefined) info.queued += r.routed;
+      const q = r.durable;
       if (q !== null) durable = durable === null ? q : Promise.all([durable, q]).then(() => undefined);
     }
     return durable;
@@ -419,7 +451,7 @@ export class Engine implements Router {
     return res;
   }
 
-  private capture(msg: Message, except: StreamEntry | undefined): Promise<void> | null {
+  private capture(msg: Message, except: StreamEntry | undefined, info?: PublishInfo): Promise<void> | null {
     let first: Promise<void> | null = null;
     let all: Promise<void>[] | null = null;
     let seen: Set<StreamEntry> | null = null;
@@ -433,8 +465,9 @@ export class Engine implements Router {
       seen.add(e);
       const p = partitionFor(msg, e.def.partitions);
       const batch = encodeBatch([messageToRecord(msg, e.ownTopic)]);
-      const { durable } = this.storage.append(e.def.name, p, batch);
+      const { baseOffset, durable } = this.storage.append(e.def.name, p, batch);
       this.stats.captured++;
+      if (info !== undefined) info.captured.push({ stream: e.def.name, partition: p, offset: baseOffset });
       if (first === null) first = durable;
       else (all ??= [first]).push(durable);
     });
@@ -532,6 +565,11 @@ function canCapture(e: StreamEntry, topic: string): boolean {
 /**
  * Next member of a shared group in round-robin order, preferring members that are available; skips `except`.
  */
+/** A shared group's identity: its name, rule and filter (a NATS queue group and an MQTT $share group differ). */
+function groupKey(sub: Subscription): string {
+  return `${sub.options.rule === 'nats' ? 'n' : 'm'}\u0000${sub.options.group}\u0000${sub.filter}`;
+}
+
 function pickMember(g: SharedGroup, except: Subscriber | undefined): Subscription | undefined {
   const n = g.members.length;
   let fallback: Subscription | undefined;

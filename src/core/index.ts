@@ -19,3 +19,4 @@ export * from './matcher.js';
 export { RouterCore, isDeadLetterCycle, type RouterHost } from './router.js';
 export * from './queue.js';
 export { MemoryQueueStore } from './memory-queue-store.js';
+export * from './consumers.js';

@@ -66,6 +66,17 @@ export interface Message {
   routingKey?: string;
   /** Dead-letter history, newest first (rendered as AMQP x-death by the AMQP adapter). */
   deaths?: DeathRecord[];
+  /**
+   * The unified topic a delivery names when it is not the topic it was routed on: a JetStream delivery is routed
+   * to the pull request's inbox but names the stream message's own subject (the NATS adapter renders it as the
+   * MSG subject). Absent: `topic`.
+   */
+  deliverTopic?: string;
+  /**
+   * A NATS status ("503", "404 No Messages", "408 Request Timeout"): the NATS adapter renders it as the status of
+   * the `NATS/1.0` header line (no-responders, JetStream pull statuses); other adapters ignore it.
+   */
+  status?: string;
 }
 
 /** Why and where a message was dead-lettered (one entry per queue and reason, counted). */
@@ -109,5 +120,7 @@ export function makeMessage(topic: string, payload: Buffer, init: Partial<Messag
     ...(init.exchange !== undefined ? { exchange: init.exchange } : {}),
     ...(init.routingKey !== undefined ? { routingKey: init.routingKey } : {}),
     ...(init.deaths !== undefined ? { deaths: init.deaths } : {}),
+    ...(init.deliverTopic !== undefined ? { deliverTopic: init.deliverTopic } : {}),
+    ...(init.status !== undefined ? { status: init.status } : {}),
   };
 }

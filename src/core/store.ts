@@ -23,8 +23,9 @@ import {
 import type { StreamCatalog, StreamDef } from './streams.js';
 import type { BindingDef, ExchangeDef, QueueCatalog } from './exchanges.js';
 import type { QueueDef } from './queues.js';
+import { MemoryConsumerStore, type ConsumerRecord, type ConsumerStateStore } from './consumers.js';
 
-export interface CoreStore extends StreamCatalog, OffsetStore, ProducerIdStore, SessionStore, RetainedStore, QueueCatalog {}
+export interface CoreStore extends StreamCatalog, OffsetStore, ProducerIdStore, SessionStore, RetainedStore, QueueCatalog, ConsumerStateStore {}
 
 /**
  * Every role in process memory (lost at exit): for tests, and for a broker started without a metastore. The
@@ -38,6 +39,7 @@ export class MemoryStore implements CoreStore {
   readonly queueDefs = new Map<string, QueueDef>();
   readonly exchangeDefs = new Map<string, ExchangeDef>();
   readonly bindingDefs = new Map<string, BindingDef>();
+  readonly consumerStore = new MemoryConsumerStore();
 
   constructor(parts: { sessions?: SessionStore; retained?: RetainedStore; offsets?: OffsetStore & ProducerIdStore } = {}) {
     this.sessionStore = parts.sessions ?? new MemorySessionStore();
@@ -109,6 +111,22 @@ export class MemoryStore implements CoreStore {
   }
   listRetained(): Promise<RetainedEntry[]> {
     return this.retainedStore.listRetained();
+  }
+
+  putConsumer(rec: ConsumerRecord): Promise<void> {
+    return this.consumerStore.putConsumer(rec);
+  }
+  getConsumer(stream: string, name: string): Promise<ConsumerRecord | null> {
+    return this.consumerStore.getConsumer(stream, name);
+  }
+  listConsumers(stream?: string): Promise<ConsumerRecord[]> {
+    return this.consumerStore.listConsumers(stream);
+  }
+  deleteConsumer(stream: string, name: string): Promise<void> {
+    return this.consumerStore.deleteConsumer(stream, name);
+  }
+  deleteConsumers(stream: string): Promise<void> {
+    return this.consumerStore.deleteConsumers(stream);
   }
 
   async putQueue(def: QueueDef): Promise<void> {

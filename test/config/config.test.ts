@@ -12,7 +12,9 @@ describe('config', () => {
     assert.equal(c.mqttPort, 1883);
     assert.equal(c.kafkaPort, 9092);
     assert.equal(c.httpPort, 8080);
-    assert.deepEqual(c.protocols, ['mqtt', 'kafka', 'amqp']);
+    assert.deepEqual(c.protocols, ['mqtt', 'kafka', 'amqp', 'nats']);
+    assert.equal(c.natsPort, 4222);
+    assert.equal(c.natsWsPort, null, 'no NATS WebSocket listener unless asked');
   });
   it('layers defaults < file < environment < flags', () => {
     const dir = mkdtempSync(join(tmpdir(), 'flowmq-cfg-'));
@@ -34,7 +36,7 @@ describe('config', () => {
     assert.throws(() => loadConfig({ flags: { 'mqtt-port': '70000' } }), /--mqtt-port: expected a port number/);
     assert.throws(() => loadConfig({ env: { FLOWMQ_WAL_FSYNC: 'maybe' } }), /FLOWMQ_WAL_FSYNC: expected true or false/);
     assert.throws(() => loadConfig({ flags: { protocols: 'mqtt,smtp' } }), /unknown protocol "smtp"/);
-    assert.throws(() => loadConfig({ flags: { protocols: 'nats' } }), /"nats" is not implemented yet/);
+    assert.deepEqual(loadConfig({ flags: { protocols: 'nats' } }).protocols, ['nats']);
     assert.deepEqual(loadConfig({ flags: { protocols: 'amqp' } }).protocols, ['amqp']);
     assert.throws(() => loadConfig({ flags: { 'amqp-frame-max': '1024' } }), /amqp-frame-max must be 4096 bytes or more/);
     assert.throws(() => loadConfig({ flags: { 'amqp-heartbeat': '1500ms' } }), /amqp-heartbeat must be whole seconds/);
@@ -43,6 +45,23 @@ describe('config', () => {
     writeFileSync(file, 'mqtt-prot: 1\n');
     assert.throws(() => loadConfig({ file }), /unknown key "mqtt-prot"/);
     assert.throws(() => loadConfig({ file: join(dir, 'missing.yaml') }), /config file .*missing.yaml/);
+  });
+  it('takes the NATS options, refusing a half-configured TLS listener and nats-server\'s impossible limits', () => {
+    const c = loadConfig({ flags: { 'nats-ws-port': '0', 'nats-max-payload': '2MiB', 'nats-ping-interval': '30s' }, env: { FLOWMQ_NATS_TOKEN: 's3cret' } });
+    assert.equal(c.natsWsPort, 0);
+    assert.equal(c.natsMaxPayload, 2 * 1024 * 1024);
+    assert.equal(c.natsPingInterval, 30_000);
+    assert.equal(c.natsToken, 's3cret');
+    assert.equal(c.natsTlsRequired, false);
+    assert.throws(() => loadConfig({ flags: { 'nats-tls-cert': '/c.pem' } }), /NATS over TLS needs both nats-tls-cert and nats-tls-key/);
+    assert.throws(() => loadConfig({ flags: { 'nats-tls-required': 'true' } }), /nats-tls-required needs nats-tls-cert and nats-tls-key/);
+    assert.throws(() => loadConfig({ flags: { 'nats-tls-handshake-first': 'true' } }), /nats-tls-handshake-first needs nats-tls-cert/);
+    assert.throws(() => loadConfig({ flags: { 'nats-max-payload': '65MiB', 'nats-max-pending': '1GiB' } }), /nats-max-payload must be at most 64MiB/);
+    assert.throws(() => loadConfig({ flags: { 'nats-max-payload': '8MiB', 'nats-max-pending': '4MiB' } }), /nats-max-payload must not exceed nats-max-pending/);
+    assert.throws(() => loadConfig({ flags: { 'nats-max-control-line': '100' } }), /nats-max-control-line must be at least 256/);
+    assert.throws(() => loadConfig({ flags: { 'nats-max-pings-out': '0' } }), /nats-max-pings-out must be at least 1/);
+    // A token given badly is not echoed back into a log line.
+    assert.throws(() => loadConfig({ flags: { 'nats-token': '' } }), /--nats-token: expected a non-empty string \(got "\*\*\*"\)/);
   });
   it('parses durations and sizes', () => {
     assert.equal(parseDuration('7d'), 7 * 86_400_000);

@@ -77,7 +77,7 @@ export class FlowmqProcess {
   /** Starts a broker on free loopback ports and waits until its MQTT, Kafka and HTTP listeners are up. */
   static async start(opts: { dataDir?: string; args?: string[]; env?: NodeJS.ProcessEnv } = {}): Promise<FlowmqProcess> {
     const dataDir = opts.dataDir ?? mkdtempSync(join(tmpdir(), 'flowmq-e2e-'));
-    const args = ['start', '--data-dir', dataDir, '--host', '127.0.0.1', '--mqtt-port', '0', '--mqtt-ws-port', '0', '--kafka-port', '0', '--amqp-port', '0', '--http-port', '0', ...(opts.args ?? [])];
+    const args = ['start', '--data-dir', dataDir, '--host', '127.0.0.1', '--mqtt-port', '0', '--mqtt-ws-port', '0', '--kafka-port', '0', '--amqp-port', '0', '--nats-port', '0', '--http-port', '0', ...(opts.args ?? [])];
     // The launcher itself, as users run it (it execs Node in the same process, so signals reach the broker).
     const proc = spawn(FLOWMQ_BIN, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, FLOWMQ_NODE: process.execPath, ...opts.env } });
     const b = new FlowmqProcess(proc, dataDir, opts.args ?? [], opts.env ?? {});
@@ -108,6 +108,14 @@ export class FlowmqProcess {
   }
   get mqttUrl(): string {
     return `mqtt://127.0.0.1:${this.ports.mqtt}`;
+  }
+  /** The NATS listener's port (from its 'listening' line, as the other protocols'). */
+  get natsPort(): number {
+    return this.ports.nats;
+  }
+  /** `127.0.0.1:<port>` for the nats client's `servers`. */
+  get natsServer(): string {
+    return `127.0.0.1:${this.ports.nats}`;
   }
 
   /** Credentials `api()` sends (HTTP Basic), for a broker started with a users file. */

@@ -16,7 +16,7 @@
  *   server is handled by the pool's 'error' listener (it would otherwise crash the process).
  */
 import { FlowError } from '../../core/index.js';
-import type { BindingDef, ExchangeDef, OffsetCommit, QueueChanges, QueueDef, QueuedEntry, RetainedEntry, SessionRecord } from '../../core/index.js';
+import type { BindingDef, ConsumerRecord, ExchangeDef, OffsetCommit, QueueChanges, QueueDef, QueuedEntry, RetainedEntry, SessionRecord } from '../../core/index.js';
 import {
   connectPool,
   KeyedSerializer,
@@ -450,6 +450,25 @@ export class PostgresMetastore implements Metastore {
       const r = await this.q<{ topic: string; data: Buffer }>('listRetained', 'SELECT topic, data FROM retained_messages ORDER BY topic');
       return r.rows.map((x) => ({ topic: x.topic, data: x.data }));
     });
+  }
+
+  // ---------------------------------------------------------------- JetStream consumer state (ConsumerStateStore)
+  // Placeholders until the backend lands (issue 15, part D1).
+
+  putConsumer(_rec: ConsumerRecord): Promise<void> {
+    return Promise.reject(new FlowError('STORAGE_ERROR', 'consumer state is not implemented by this metastore yet'));
+  }
+  getConsumer(_stream: string, _name: string): Promise<ConsumerRecord | null> {
+    return Promise.reject(new FlowError('STORAGE_ERROR', 'consumer state is not implemented by this metastore yet'));
+  }
+  listConsumers(_stream?: string): Promise<ConsumerRecord[]> {
+    return Promise.reject(new FlowError('STORAGE_ERROR', 'consumer state is not implemented by this metastore yet'));
+  }
+  deleteConsumer(_stream: string, _name: string): Promise<void> {
+    return Promise.resolve();
+  }
+  deleteConsumers(_stream: string): Promise<void> {
+    return Promise.resolve();
   }
 
   // ---------------------------------------------------------------- queue catalog (QueueCatalog)

@@ -20,7 +20,7 @@ import { open, type FileHandle } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
 import { CoalescingTask, FlowError } from '../../core/index.js';
-import type { BindingDef, ExchangeDef, OffsetCommit, QueueChanges, QueueDef, QueuedEntry, RetainedEntry, SessionRecord } from '../../core/index.js';
+import type { BindingDef, ConsumerRecord, ExchangeDef, OffsetCommit, QueueChanges, QueueDef, QueuedEntry, RetainedEntry, SessionRecord } from '../../core/index.js';
 import { isNoSpace, writeError } from '../fs-util.js';
 import { migrations, type Migration } from './migrations.js';
 import {
@@ -602,6 +602,25 @@ export class SqliteMetastore implements Metastore {
 
   async listRetained(): Promise<RetainedEntry[]> {
     return this.run('listRetained', () => this.s.retainedList.all() as RetainedEntry[]);
+  }
+
+  // ---------------------------------------------------------------- JetStream consumer state (ConsumerStateStore)
+  // Placeholders until the backend lands (issue 15, part D1).
+
+  putConsumer(_rec: ConsumerRecord): Promise<void> {
+    return Promise.reject(new FlowError('STORAGE_ERROR', 'consumer state is not implemented by this metastore yet'));
+  }
+  getConsumer(_stream: string, _name: string): Promise<ConsumerRecord | null> {
+    return Promise.reject(new FlowError('STORAGE_ERROR', 'consumer state is not implemented by this metastore yet'));
+  }
+  listConsumers(_stream?: string): Promise<ConsumerRecord[]> {
+    return Promise.reject(new FlowError('STORAGE_ERROR', 'consumer state is not implemented by this metastore yet'));
+  }
+  deleteConsumer(_stream: string, _name: string): Promise<void> {
+    return Promise.resolve();
+  }
+  deleteConsumers(_stream: string): Promise<void> {
+    return Promise.resolve();
   }
 
   // ---------------------------------------------------------------- queue catalog (QueueCatalog)

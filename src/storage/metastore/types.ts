@@ -21,6 +21,7 @@
  */
 
 import type {
+  ConsumerStateStore,
   QueueCatalog,
   CommittedOffset,
   OffsetStore,
@@ -62,7 +63,7 @@ export interface PartitionState {
 /** A consumer group's committed position: the core's CommittedOffset, stored here. */
 export type ConsumerOffset = CommittedOffset;
 
-export interface Metastore extends StreamCatalog, OffsetStore, ProducerIdStore, SessionStore, RetainedStore, QueueCatalog {
+export interface Metastore extends StreamCatalog, OffsetStore, ProducerIdStore, SessionStore, RetainedStore, QueueCatalog, ConsumerStateStore {
   readonly kind: string;
 
   createStream(def: StreamDef): Promise<void>; // throws FlowError ALREADY_EXISTS

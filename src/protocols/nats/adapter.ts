@@ -1,0 +1,419 @@
+/**
+ * The NATS adapter: the state every NATS connection of the broker shares (options, authentication, the
+ * connection count, the one timer that drives auth timeouts and PINGs, rate-limited logs, figures) and the mapping
+ * between NATS messages and the core's.
+ *
+ * Mapping (issue 15, design "Message mapping"):
+ * - subject ↔ unified topic by the separator swap of src/core/topic.ts (`a.b.c` ↔ `a/b/c`; a `/` inside a token
+ *   is a `.` inside a level and back). A publish subject holding `+`, `#` or NUL cannot be a unified topic: refused
+ *   with `-ERR 'Invalid Publish Subject'`.
+ * - reply subject ↔ `responseTopic` (swapped). Headers ↔ `headers` (one entry per value, key as sent, values
+ *   UTF-8); `Nats-Msg-Id` also sets `messageId`. A status line of an HPUB is kept in `status`.
+ * - out to NATS: every header entry (a null value is empty); `contentType`, `correlationData` (UTF-8, or base64
+ *   when it is not valid UTF-8) and `messageId` become `Content-Type`, `Correlation-Id` and `Nats-Msg-Id` unless
+ *   a header of that name is there already; `status` is the status of the `NATS/1.0` line. A message with none of
+ *   these is sent as MSG, else as HMSG to a client that announced headers (MSG without them to one that did not).
+ */
+import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import type { Duplex } from 'node:stream';
+import type { Logger } from 'pino';
+import { newPublishInfo, type Engine, type Header, type Message, type PublishInfo } from '../../core/index.js';
+import { AuthThrottle, type PasswordGuard } from '../../control/index.js';
+import { LogLimiter, logKey } from '../log-limit.js';
+import type { AdapterContext } from '../types.js';
+import type { ConnectOptions, NatsHeaders } from './codec/index.js';
+import { NatsConnection } from './connection.js';
+import { NatsErr } from './errors.js';
+import type { ResolvedNatsOptions } from './options.js';
+
+/** The nats-server release whose client protocol (and JetStream API subset) FlowMQ implements: clients switch
+ * features on by it (headers from 2.2, the 2.9 consumer-create subjects). */
+export const NATS_SERVER_VERSION = '2.9.10';
+
+const FLOWMQ_VERSION = ((): string => {
+  try {
+    const pkg = JSON.parse(readFileSync(new URL('../../../../package.json', import.meta.url), 'utf8')) as { version?: string };
+    return pkg.version ?? '0.0.0';
+  } catch {
+    return '0.0.0';
+  }
+})();
+
+/** Where a connection comes from, as the listener knows it. */
+export interface NatsConnectionMeta {
+  remoteAddress: string;
+  remotePort: number;
+  /** The stream is TLS (upgraded after INFO, or TLS first). */
+  tls: boolean;
+  /** The listener already sent INFO on this stream (the TLS upgrade path): the connection must not send it again. */
+  infoSent?: boolean;
+  /** A WebSocket connection (INFO and figures say so). */
+  websocket?: boolean;
+  /**
+   * The client_id INFO announced: `info()` assigns it when absent, and `handle()` keeps it, so a listener that
+   * sends INFO itself passes the same meta object to both.
+   */
+  clientId?: number;
+}
+
+/** What INFO says about TLS on the listener the client came in on. */
+export interface NatsListenerTls {
+  /** TLS is offered (tls_available) */
+  available: boolean;
+  /** TLS is required (tls_required): a client must upgrade before CONNECT. */
+  required: boolean;
+}
+
+/**
+ * Where a NATS publish with a reply subject goes: JetStream (part D) answers PubAcks for the streams that captured
+ * it and dedups by Nats-Msg-Id; the default publishes to the engine. Returns what the publish reached, so the
+ * connection can answer no-responders. `reply` is the reply as a unified topic (the message's responseTopic).
+ */
+export interface NatsPublisher {
+  publish(msg: Message, reply: string): PublishInfo;
+}
+
+/** The default NatsPublisher: a plain engine.publish; a failed durable write is logged (rate limited). */
+export class EnginePublisher implements NatsPublisher {
+  constructor(
+    private readonly engine: Engine,
+    private readonly onWriteFailed: (err: unknown) => void,
+  ) {}
+
+  publish(msg: Message, _reply: string): PublishInfo {
+    const info = newPublishInfo();
+    const durable = this.engine.publish(msg, info);
+    if (durable !== null) durable.catch(this.onWriteFailed);
+    return info;
+  }
+}
+
+/** The outcome of a CONNECT's credentials. */
+export type NatsAuthOutcome = { ok: true; user: string | null } | { ok: false; busy: boolean };
+
+/** Base32 (RFC 4648) letters: a server id looks like nats-server's (an nkey: 'N' and 55 of these). */
+const B32 = 'ABCDEFGHIJKLMNOPQRSTUVWXYZ234567';
+
+function serverId(): string {
+  const r = randomBytes(55);
+  let s = 'N';
+  for (let i = 0; i < 55; i++) s += B32[r[i]! & 31];
+  return s;
+}
+
+export class NatsAdapter {
+  readonly logger: Logger;
+  readonly logLimit: LogLimiter;
+  readonly engine: Engine;
+  readonly publisher: NatsPublisher;
+  /** Generated per start, as nats-server does. */
+  readonly serverId = serverId();
+  readonly serverName: string;
+  private readonly conns = new Set<NatsConnection>();
+  private nextClientId = 0;
+  private timer: NodeJS.Timeout | null = null;
+  /** Token checks when there is no PasswordGuard to share its throttle with. */
+  private readonly tokenThrottle: AuthThrottle;
+  private readonly tokenBytes: Buffer | null;
+  private readonly jetstream: boolean;
+  readonly stats = {
+    connectionsTotal: 0,
+    connectionsRefused: 0,
+    authFailures: 0,
+    authTimeouts: 0,
+    /** Messages and payload bytes received from clients (PUB/HPUB). */
+    msgsIn: 0,
+    bytesIn: 0,
+    /** Messages and payload bytes sent to clients (MSG/HMSG). */
+    msgsOut: 0,
+    bytesOut: 0,
+    slowConsumers: 0,
+    staleConnections: 0,
+    protocolErrors: 0,
+    invalidSubjects: 0,
+    noResponders: 0,
+    writeFailures: 0,
+  };
+
+  constructor(
+    readonly ctx: AdapterContext,
+    readonly options: ResolvedNatsOptions,
+    /** Clear-text password checks; null: no users file (every user/pass is let in, as MQTT and AMQP do). */
+    readonly guard: PasswordGuard | null,
+    readonly allowAnonymous: boolean,
+    /** `--nats-token`: a CONNECT with this auth_token is let in without a user. */
+    readonly token: string | null,
+    publisher?: NatsPublisher,
+  ) {
+    this.logger = ctx.logger;
+    this.engine = ctx.engine;
+    this.logLimit = new LogLimiter(ctx.logger);
+    this.serverName = `flowmq-${ctx.brokerId}`;
+    this.tokenThrottle = new AuthThrottle();
+    this.tokenBytes = token === null ? null : Buffer.from(token, 'utf8');
+    this.jetstream = publisher !== undefined;
+    this.publisher = publisher ?? new EnginePublisher(ctx.engine, (err) => this.writeFailed(err));
+  }
+
+  /** Whether a CONNECT must carry credentials: a token is configured, or a users file without anonymous access. */
+  get authRequired(): boolean {
+    return this.token !== null || (this.guard !== null && !this.allowAnonymous);
+  }
+
+  /** The INFO object for a new connection (the listener sends it itself on the TLS upgrade path). */
+  info(meta: NatsConnectionMeta, tls: NatsListenerTls): Record<string, unknown> {
+    meta.clientId ??= ++this.nextClientId;
+    const o: Record<string, unknown> = {
+      server_id: this.serverId,
+      server_name: this.serverName,
+      version: NATS_SERVER_VERSION,
+      proto: 1,
+      headers: true,
+      max_payload: this.options.maxPayload,
+      client_id: meta.clientId,
+      client_ip: meta.remoteAddress,
+      flowmq_version: FLOWMQ_VERSION,
+    };
+    if (this.authRequired) o.auth_required = true;
+    if (tls.required) o.tls_required = true;
+    else if (tls.available) o.tls_available = true;
+    if (this.jetstream) o.jetstream = true;
+    return o;
+  }
+
+  /** Starts one client connection on the stream; the adapter owns it from here (closes it, logs, counts it). */
+  handle(stream: Duplex, meta: NatsConnectionMeta, tls: NatsListenerTls): void {
+    meta.clientId ??= ++this.nextClientId;
+    this.stats.connectionsTotal++;
+    const c = new NatsConnection(stream, this, meta, tls);
+    if (this.conns.size >= this.options.maxConnections) {
+      this.stats.connectionsRefused++;
+      this.logLimit.log('warn', logKey('nats connection refused', meta.remoteAddress), { remote: meta.remoteAddress, max: this.options.maxConnections }, 'nats connection refused: nats-max-connections reached');
+      c.refuse(NatsErr.MAX_CONNECTIONS);
+      return;
+    }
+    this.conns.add(c);
+    void c.closed.then(() => this.leave(c));
+    if (this.timer === null) {
+      this.timer = setInterval(() => this.sweep(), this.sweepMs());
+      this.timer.unref();
+    }
+    c.start();
+  }
+
+  /** The sweep period: a fraction of the shortest deadline it watches, within 10 ms .. 1 s. */
+  private sweepMs(): number {
+    const o = this.options;
+    const shortest = Math.min(o.authTimeoutMs || 1000, o.pingIntervalMs || 1000);
+    return Math.max(10, Math.min(1000, Math.floor(shortest / 4)));
+  }
+
+  private sweep(): void {
+    const now = Date.now();
+    for (const c of this.conns) c.sweep(now);
+  }
+
+  private leave(c: NatsConnection): void {
+    this.conns.delete(c);
+    if (this.conns.size === 0 && this.timer !== null) {
+      clearInterval(this.timer);
+      this.timer = null;
+    }
+  }
+
+  /** Open client connections. */
+  connections(): number {
+    return this.conns.size;
+  }
+
+  /** True while another connection may be accepted (maxConnections). */
+  accepting(): boolean {
+    return this.conns.size < this.options.maxConnections;
+  }
+
+  /**
+   * Checks a CONNECT's credentials. An auth_token is compared with --nats-token; user/pass go to the
+   * PasswordGuard (which slows repeated failures per address and user); without credentials the client is let in
+   * unless a token is configured or the users file does not allow anonymous clients. A token check shares the
+   * guard's throttle when there is one, else the adapter's own, so guessing tokens is slowed the same way.
+   * Returns synchronously when no password has to be hashed.
+   */
+  authenticate(o: ConnectOptions, remoteAddress: string): NatsAuthOutcome | Promise<NatsAuthOutcome> {
+    if (o.auth_token !== undefined && this.tokenBytes !== null) return this.checkToken(o.auth_token, remoteAddress);
+    if (o.user !== undefined && o.user !== '') {
+      if (this.guard === null) return this.token === null ? { ok: true, user: o.user } : this.refused();
+      return this.guard.check(o.user, o.pass ?? null, remoteAddress, 'nats').then((v): NatsAuthOutcome => {
+        if (v === 'ok') return { ok: true, user: o.user! };
+        if (v === 'bad') this.stats.authFailures++;
+        return { ok: false, busy: v === 'busy' };
+      });
+    }
+    if (this.authRequired) return this.refused();
+    return { ok: true, user: null };
+  }
+
+  private refused(): NatsAuthOutcome {
+    this.stats.authFailures++;
+    return { ok: false, busy: false };
+  }
+
+  private async checkToken(given: string, remoteAddress: string): Promise<NatsAuthOutcome> {
+    const user = '$nats-token';
+    let go: boolean;
+    if (this.guard !== null) go = await this.guard.admit(user, remoteAddress, 'nats');
+    else {
+      const a = this.tokenThrottle.admit(user, remoteAddress);
+      if (a === 'busy') go = false;
+      else {
+        if (a.wait > 0) await new Promise((r) => setTimeout(r, a.wait).unref());
+        go = true;
+      }
+    }
+    if (!go) return { ok: false, busy: true };
+    const g = Buffer.from(given, 'utf8');
+    const want = this.tokenBytes!;
+    // Constant time over the configured token's length (timingSafeEqual needs equal lengths).
+    let diff = g.length ^ want.length;
+    for (let i = 0; i < want.length; i++) diff |= want[i]! ^ (g[i] ?? 0);
+    if (diff === 0) {
+      if (this.guard !== null) this.guard.succeeded(user, remoteAddress);
+      else this.tokenThrottle.success(user, remoteAddress);
+      return { ok: true, user: null };
+    }
+    this.stats.authFailures++;
+    if (this.guard !== null) this.guard.failed(user, remoteAddress, 'nats');
+    else this.tokenThrottle.failure(user, remoteAddress);
+    return { ok: false, busy: false };
+  }
+
+  /** A durable write of a publish failed (storage full, outage): logged, rate limited, and counted. */
+  writeFailed(err: unknown): void {
+    this.stats.writeFailures++;
+    this.logLimit.log('warn', 'nats publish write failed', { err: err instanceof Error ? err.message : String(err) }, 'nats: a publish could not be stored');
+  }
+
+  /** The protocol's figures for /api/v1/broker. */
+  figures(): Record<string, unknown> {
+    let subscriptions = 0;
+    for (const c of this.conns) subscriptions += c.subscriptionCount;
+    return { connections: this.conns.size, subscriptions, ...this.stats, logLinesSuppressed: this.logLimit.suppressedTotal };
+  }
+
+  /** Broker shutdown: closes every connection; resolves when all are gone. */
+  async closeAll(): Promise<void> {
+    const all = [...this.conns];
+    await Promise.all(all.map((c) => c.close()));
+    if (this.timer !== null) clearInterval(this.timer);
+    this.timer = null;
+    this.logLimit.stop();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------- message mapping
+
+/** The unified topic of a NATS subject, or null when the topic space cannot hold it (`+`, `#`, NUL). */
+export function subjectToTopic(subject: string): string | null {
+  for (let i = 0; i < subject.length; i++) {
+    const c = subject.charCodeAt(i);
+    if (c === 0x2b || c === 0x23 || c === 0) return null;
+  }
+  return swap(subject);
+}
+
+/** The NATS subject of a unified topic. */
+export function topicToSubject(topic: string): string {
+  return swap(topic);
+}
+
+/** The separator swap (topic.ts swapSeparators), with the common no-`/` case first. */
+function swap(s: string): string {
+  if (s.indexOf('/') < 0) return s.indexOf('.') < 0 ? s : s.replaceAll('.', '/');
+  let out = '';
+  for (let i = 0; i < s.length; i++) {
+    const c = s[i];
+    out += c === '.' ? '/' : c === '/' ? '.' : c;
+  }
+  return out;
+}
+
+const MSG_ID = 'nats-msg-id';
+
+/** A parsed HPUB header block onto a message being built. */
+export function applyNatsHeaders(msg: Message, h: NatsHeaders): void {
+  const out: Header[] = [];
+  for (const [k, v] of h.entries) {
+    out.push({ key: k, value: Buffer.from(v, 'utf8') });
+    if (msg.messageId === undefined && k.length === MSG_ID.length && k.toLowerCase() === MSG_ID) msg.messageId = v;
+  }
+  msg.headers = out;
+  if (h.status !== null) msg.status = h.description === '' ? String(h.status) : `${h.status} ${h.description}`;
+}
+
+// One entry: a message fanned out to several NATS connections (or several times to one) is rendered once.
+let lastMsg: Message | null = null;
+let lastBlock: Buffer | null = null;
+
+/**
+ * The NATS/1.0 header block a message is delivered with, or null when it has nothing to put in one (MSG).
+ */
+export function natsHeaderBlock(msg: Message): Buffer | null {
+  if (msg === lastMsg) return lastBlock;
+  let block: Buffer | null = null;
+  if (
+    msg.headers.length > 0 ||
+    msg.status !== undefined ||
+    msg.contentType !== undefined ||
+    msg.correlationData !== undefined ||
+    msg.messageId !== undefined
+  ) {
+    block = renderHeaderBlock(msg);
+  }
+  lastMsg = msg;
+  lastBlock = block;
+  return block;
+}
+
+/** A header key NATS can carry: printable ASCII without `:` or blanks (an MQTT user property may be anything). */
+function validKey(k: string): boolean {
+  if (k.length === 0) return false;
+  for (let i = 0; i < k.length; i++) {
+    const c = k.charCodeAt(i);
+    if (c <= 0x20 || c >= 0x7f || c === 0x3a) return false;
+  }
+  return true;
+}
+
+/** A value on one line: CR and LF (which would end the header) become spaces. */
+function oneLine(v: string): string {
+  return v.indexOf('\r') < 0 && v.indexOf('\n') < 0 ? v : v.replace(/[\r\n]/g, ' ');
+}
+
+function renderHeaderBlock(msg: Message): Buffer {
+  let s = 'NATS/1.0';
+  if (msg.status !== undefined) s += ` ${oneLine(msg.status)}`;
+  s += '\r\n';
+  let present: Set<string> | null = null;
+  for (const h of msg.headers) {
+    if (!validKey(h.key)) continue;
+    s += `${h.key}: ${h.value === null ? '' : oneLine(h.value.toString('utf8'))}\r\n`;
+    (present ??= new Set()).add(h.key.toLowerCase());
+  }
+  const add = (k: string, v: string) => {
+    if (present === null || !present.has(k.toLowerCase())) s += `${k}: ${oneLine(v)}\r\n`;
+  };
+  if (msg.contentType !== undefined) add('Content-Type', msg.contentType);
+  if (msg.correlationData !== undefined) add('Correlation-Id', utf8OrBase64(msg.correlationData));
+  if (msg.messageId !== undefined) add('Nats-Msg-Id', msg.messageId);
+  s += '\r\n';
+  return Buffer.from(s, 'utf8');
+}
+
+/** Correlation data as text: UTF-8 when it is valid UTF-8, else base64. */
+function utf8OrBase64(b: Buffer): string {
+  const s = b.toString('utf8');
+  return Buffer.byteLength(s) === b.length && !s.includes('\uFFFD') ? s : b.toString('base64');
+}
+
+/** A requester's NATS subject of a unified response topic. */
+export const replyToSubject = topicToSubject;

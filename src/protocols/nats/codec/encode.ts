@@ -1,0 +1,292 @@
+/**
+ * NATS encoders. Server side: INFO, +OK, PING, PONG, -ERR, and MSG / HMSG deliveries written into a NatsWriter,
+ * so a connection batches many deliveries into one socket write. Client side (benchmark, raw-socket tests):
+ * CONNECT, PUB, HPUB, SUB, UNSUB, also as writer methods for a load generator.
+ *
+ * Strings (subjects, sids, replies) are written by a per-character loop while they are ASCII, which for the
+ * short strings of a delivery is cheaper than Buffer.write's native call; a non-ASCII remainder goes through
+ * Buffer.write (UTF-8). Room is reserved for the worst case (3 bytes per UTF-16 unit), so there is one capacity
+ * check per message.
+ */
+import type { ConnectOptions } from './parser.js';
+
+export const OK = Buffer.from('+OK\r\n', 'latin1');
+export const PING = Buffer.from('PING\r\n', 'latin1');
+export const PONG = Buffer.from('PONG\r\n', 'latin1');
+
+/** `INFO <json>\r\n`. */
+export function encodeInfo(info: object): Buffer {
+  return Buffer.from(`INFO ${JSON.stringify(info)}\r\n`, 'utf8');
+}
+
+/** `-ERR '<text>'\r\n`, worded as nats-server does (see NatsErrText). */
+export function encodeErr(text: string): Buffer {
+  return Buffer.from(`-ERR '${text.replace(/[\r\n]/g, ' ')}'\r\n`, 'utf8');
+}
+
+/** Below this many bytes a payload is copied by a loop; above, by TypedArray.set (memmove). */
+const SMALL_COPY = 64;
+
+/** Writes `s` at `pos` (room for 3 bytes per char reserved); returns the position after it. */
+function putStr(buf: Buffer, pos: number, s: string): number {
+  const n = s.length;
+  for (let k = 0; k < n; k++) {
+    const c = s.charCodeAt(k);
+    if (c > 0x7f) return pos + buf.write(k === 0 ? s : s.slice(k), pos, 'utf8');
+    buf[pos++] = c;
+  }
+  return pos;
+}
+
+/** Writes a non-negative integer in decimal. */
+function putInt(buf: Buffer, pos: number, v: number): number {
+  if (v < 10) {
+    buf[pos] = 0x30 + v;
+    return pos + 1;
+  }
+  let digits = 1;
+  for (let t = v; t >= 10; t = Math.floor(t / 10)) digits++;
+  let p = pos + digits;
+  for (let t = v; p > pos; t = Math.floor(t / 10)) buf[--p] = 0x30 + (t % 10);
+  return pos + digits;
+}
+
+function putBytes(buf: Buffer, pos: number, b: Uint8Array): number {
+  const n = b.length;
+  if (n < SMALL_COPY) {
+    for (let k = 0; k < n; k++) buf[pos + k] = b[k]!;
+  } else {
+    buf.set(b, pos);
+  }
+  return pos + n;
+}
+
+/** Bytes reserved for a decimal size and the separators around it. */
+const INT_ROOM = 12;
+
+/**
+ * A growable output buffer for one connection. Writes append; `take()` returns everything written since the
+ * last take as one Buffer (a view of the writer's slab, which the writer never writes again: hand it to
+ * socket.write as is) and the next writes go after it. When a slab is full a new one is allocated (the taken
+ * views keep the old one alive until written), doubling while a single batch outgrows it.
+ */
+export class NatsWriter {
+  private buf: Buffer;
+  private start = 0;
+  private pos = 0;
+  private readonly slab: number;
+
+  constructor(slabBytes = 64 * 1024) {
+    this.slab = slabBytes;
+    this.buf = Buffer.allocUnsafe(slabBytes);
+  }
+
+  /** Bytes written and not yet taken. */
+  get length(): number {
+    return this.pos - this.start;
+  }
+
+  /** Makes room for `n` more bytes. */
+  reserve(n: number): void {
+    if (this.pos + n > this.buf.length) this.grow(n);
+  }
+
+  private grow(n: number): void {
+    const pending = this.pos - this.start;
+    const size = Math.max(this.slab, pending + n, pending > 0 ? 2 * pending : 0);
+    const next = Buffer.allocUnsafe(size);
+    if (pending > 0) this.buf.copy(next, 0, this.start, this.pos);
+    this.buf = next;
+    this.start = 0;
+    this.pos = pending;
+  }
+
+  /** Everything written since the last take, or null when nothing was. */
+  take(): Buffer | null {
+    if (this.pos === this.start) return null;
+    const out = this.buf.subarray(this.start, this.pos);
+    this.start = this.pos;
+    return out;
+  }
+
+  /** Drops what was written and not taken (a connection closing). */
+  clear(): void {
+    this.pos = this.start;
+  }
+
+  writeBytes(b: Uint8Array): void {
+    this.reserve(b.length);
+    this.pos = putBytes(this.buf, this.pos, b);
+  }
+
+  /** `MSG <subject> <sid> [reply] <size>\r\n<payload>\r\n` */
+  writeMsg(subject: string, sid: string, reply: string | null, payload: Uint8Array): void {
+    const strs = subject.length + sid.length + (reply === null ? 0 : reply.length + 1);
+    this.reserve(4 + 3 * strs + INT_ROOM + payload.length + 4);
+    const buf = this.buf;
+    let p = this.pos;
+    buf[p] = 0x4d; // M
+    buf[p + 1] = 0x53; // S
+    buf[p + 2] = 0x47; // G
+    buf[p + 3] = 0x20;
+    p = putStr(buf, p + 4, subject);
+    buf[p++] = 0x20;
+    p = putStr(buf, p, sid);
+    buf[p++] = 0x20;
+    if (reply !== null) {
+      p = putStr(buf, p, reply);
+      buf[p++] = 0x20;
+    }
+    p = putInt(buf, p, payload.length);
+    buf[p] = 0x0d;
+    buf[p + 1] = 0x0a;
+    p = putBytes(buf, p + 2, payload);
+    buf[p] = 0x0d;
+    buf[p + 1] = 0x0a;
+    this.pos = p + 2;
+  }
+
+  /** `HMSG <subject> <sid> [reply] <header size> <total size>\r\n<headers><payload>\r\n` */
+  writeHmsg(subject: string, sid: string, reply: string | null, headers: Uint8Array, payload: Uint8Array): void {
+    const strs = subject.length + sid.length + (reply === null ? 0 : reply.length + 1);
+    this.reserve(5 + 3 * strs + 2 * INT_ROOM + headers.length + payload.length + 4);
+    const buf = this.buf;
+    let p = this.pos;
+    buf[p] = 0x48; // H
+    buf[p + 1] = 0x4d; // M
+    buf[p + 2] = 0x53; // S
+    buf[p + 3] = 0x47; // G
+    buf[p + 4] = 0x20;
+    p = putStr(buf, p + 5, subject);
+    buf[p++] = 0x20;
+    p = putStr(buf, p, sid);
+    buf[p++] = 0x20;
+    if (reply !== null) {
+      p = putStr(buf, p, reply);
+      buf[p++] = 0x20;
+    }
+    p = putInt(buf, p, headers.length);
+    buf[p++] = 0x20;
+    p = putInt(buf, p, headers.length + payload.length);
+    buf[p] = 0x0d;
+    buf[p + 1] = 0x0a;
+    p = putBytes(buf, p + 2, headers);
+    p = putBytes(buf, p, payload);
+    buf[p] = 0x0d;
+    buf[p + 1] = 0x0a;
+    this.pos = p + 2;
+  }
+
+  /** Client side: `PUB <subject> [reply] <size>\r\n<payload>\r\n` */
+  writePub(subject: string, reply: string | null, payload: Uint8Array): void {
+    const strs = subject.length + (reply === null ? 0 : reply.length + 1);
+    this.reserve(4 + 3 * strs + INT_ROOM + payload.length + 4);
+    const buf = this.buf;
+    let p = this.pos;
+    buf[p] = 0x50; // P
+    buf[p + 1] = 0x55; // U
+    buf[p + 2] = 0x42; // B
+    buf[p + 3] = 0x20;
+    p = putStr(buf, p + 4, subject);
+    buf[p++] = 0x20;
+    if (reply !== null) {
+      p = putStr(buf, p, reply);
+      buf[p++] = 0x20;
+    }
+    p = putInt(buf, p, payload.length);
+    buf[p] = 0x0d;
+    buf[p + 1] = 0x0a;
+    p = putBytes(buf, p + 2, payload);
+    buf[p] = 0x0d;
+    buf[p + 1] = 0x0a;
+    this.pos = p + 2;
+  }
+
+  /** Client side: `HPUB <subject> [reply] <header size> <total size>\r\n<headers><payload>\r\n` */
+  writeHpub(subject: string, reply: string | null, headers: Uint8Array, payload: Uint8Array): void {
+    const strs = subject.length + (reply === null ? 0 : reply.length + 1);
+    this.reserve(5 + 3 * strs + 2 * INT_ROOM + headers.length + payload.length + 4);
+    const buf = this.buf;
+    let p = this.pos;
+    buf[p] = 0x48; // H
+    buf[p + 1] = 0x50; // P
+    buf[p + 2] = 0x55; // U
+    buf[p + 3] = 0x42; // B
+    buf[p + 4] = 0x20;
+    p = putStr(buf, p + 5, subject);
+    buf[p++] = 0x20;
+    if (reply !== null) {
+      p = putStr(buf, p, reply);
+      buf[p++] = 0x20;
+    }
+    p = putInt(buf, p, headers.length);
+    buf[p++] = 0x20;
+    p = putInt(buf, p, headers.length + payload.length);
+    buf[p] = 0x0d;
+    buf[p + 1] = 0x0a;
+    p = putBytes(buf, p + 2, headers);
+    p = putBytes(buf, p, payload);
+    buf[p] = 0x0d;
+    buf[p + 1] = 0x0a;
+    this.pos = p + 2;
+  }
+}
+
+/** Free-function forms of the writer's delivery methods. */
+export function writeMsg(w: NatsWriter, subject: string, sid: string, reply: string | null, payload: Uint8Array): void {
+  w.writeMsg(subject, sid, reply, payload);
+}
+
+export function writeHmsg(
+  w: NatsWriter,
+  subject: string,
+  sid: string,
+  reply: string | null,
+  headers: Uint8Array,
+  payload: Uint8Array,
+): void {
+  w.writeHmsg(subject, sid, reply, headers, payload);
+}
+
+/** One MSG as its own Buffer (tests, rare paths). */
+export function encodeMsg(subject: string, sid: string, reply: string | null, payload: Uint8Array): Buffer {
+  const w = new NatsWriter(64 + payload.length);
+  w.writeMsg(subject, sid, reply, payload);
+  return w.take()!;
+}
+
+/** One HMSG as its own Buffer. */
+export function encodeHmsg(subject: string, sid: string, reply: string | null, headers: Uint8Array, payload: Uint8Array): Buffer {
+  const w = new NatsWriter(64 + headers.length + payload.length);
+  w.writeHmsg(subject, sid, reply, headers, payload);
+  return w.take()!;
+}
+
+// ------------------------------------------------------------------------------------------------ client side
+
+/** `CONNECT <json>\r\n` */
+export function encodeConnect(opts: ConnectOptions & Record<string, unknown>): Buffer {
+  return Buffer.from(`CONNECT ${JSON.stringify(opts)}\r\n`, 'utf8');
+}
+
+export function encodePub(subject: string, reply: string | null, payload: Uint8Array): Buffer {
+  const w = new NatsWriter(64 + payload.length);
+  w.writePub(subject, reply, payload);
+  return w.take()!;
+}
+
+export function encodeHpub(subject: string, reply: string | null, headers: Uint8Array, payload: Uint8Array): Buffer {
+  const w = new NatsWriter(64 + headers.length + payload.length);
+  w.writeHpub(subject, reply, headers, payload);
+  return w.take()!;
+}
+
+/** `SUB <subject> [queue] <sid>\r\n` */
+export function encodeSub(subject: string, sid: string, queue: string | null = null): Buffer {
+  return Buffer.from(queue === null ? `SUB ${subject} ${sid}\r\n` : `SUB ${subject} ${queue} ${sid}\r\n`, 'utf8');
+}
+
+/** `UNSUB <sid> [max]\r\n` */
+export function encodeUnsub(sid: string, max: number | null = null): Buffer {
+  return Buffer.from(max === null ? `UNSUB ${sid}\r\n` : `UNSUB ${sid} ${max}\r\n`, 'utf8');
+}

@@ -1,0 +1,689 @@
+/**
+ * NATS client-protocol parsers: `NatsServerParser` reads what a client sends (CONNECT, PUB, HPUB, SUB, UNSUB,
+ * PING, PONG, and +OK / -ERR / INFO which clients rarely send), `NatsClientParser` reads what a server sends
+ * (INFO, MSG, HMSG, +OK, -ERR, PING, PONG) for the benchmark's load generator and raw-socket tests.
+ *
+ * Both follow nats-server 2.9.10's parser (server/parser.go), checked against the Debian binary with raw sockets:
+ * - operation names are case-insensitive (`pub`); arguments are separated by runs of spaces or tabs, trailing
+ *   blanks are ignored; a line ends with `\r\n` or a bare `\n`; a payload must be followed by exactly `\r\n`.
+ * - PING / PONG / +OK are recognised by their first letters, the rest of the line ignored (`PINGX` is a PING);
+ *   INFO from a client is ignored, as nats-server ignores it from a client connection.
+ * - sizes are 1 to 9 decimal digits (no sign); `UNSUB <sid> <max>` with a non-numeric max is a plain UNSUB.
+ * - errors (a NatsProtocolError; the parser is dead afterwards: nats-server closes the connection):
+ *   `Unknown Protocol Operation`, `maximum control line exceeded` (a line, op included and line end excluded,
+ *   longer than maxControlLine: raised as soon as that many bytes arrived without a line end, so a client cannot
+ *   make the parser buffer more), `Maximum Payload Violation` (raised at the control line, before any payload
+ *   byte is buffered), and bad arguments of PUB/HPUB/SUB/UNSUB/CONNECT, which nats-server answers by closing
+ *   without an -ERR (`errText` null). Subject validity (`Invalid Subject`) is the connection's business: nats-server
+ *   keeps the connection open for it (see subject.ts).
+ *
+ * Payload memory (`payload`, `headers` in onPub/onHpub/onMsg/onHmsg):
+ * - when the payload and its `\r\n` are whole inside the pushed chunk, it is a view into that chunk
+ *   (`parser.ownedPayload === false` during the call). The parser never writes into a chunk, but the caller may
+ *   reuse the chunk after push returns (a shared read buffer, src/protocols/read-into.ts): a handler that keeps
+ *   the bytes beyond the call copies them (Buffer.from / set into its own buffer) when ownedPayload is false.
+ * - otherwise it is a fresh buffer the parser allocated (after checking the size against maxPayload) and filled
+ *   from several chunks (`parser.ownedPayload === true`): the handler owns it and may keep it without copying.
+ * - for HPUB/HMSG, `headers` (the NATS/1.0 block, parse it with parseHeaders) and `payload` are adjacent views of
+ *   the same memory.
+ * The parser keeps nothing of a chunk after push returns: a partial control line is copied into its own line
+ * buffer (at most maxControlLine + 1 bytes), a partial payload into the fresh payload buffer.
+ *
+ * Handlers are plain objects (class instances) with one method per operation, called synchronously from push:
+ * no closures per message, and a connection class implementing the interface keeps the call sites monomorphic.
+ * A handler that closes the connection from inside a call calls `parser.stop()`: push returns after that call.
+ */
+import { NatsErrText, NatsProtocolError } from './errors.js';
+
+export interface NatsLimits {
+  /** Longest control line accepted (op and arguments, line end excluded); nats-server's max_control_line (4096). */
+  maxControlLine: number;
+  /** Largest payload (HPUB/HMSG: headers + payload) accepted; nats-server's max_payload (1 MiB). */
+  maxPayload: number;
+}
+
+/**
+ * CONNECT's JSON, typed. Fields absent from the JSON (or null) are absent here: the connection applies
+ * nats-server's defaults (verbose/pedantic false as nats.js sends them, echo true, headers false, ...).
+ * A field of the wrong type refuses the CONNECT (nats-server's JSON decoding fails the same way); unknown fields
+ * are ignored.
+ */
+export interface ConnectOptions {
+  verbose?: boolean;
+  pedantic?: boolean;
+  tls_required?: boolean;
+  auth_token?: string;
+  user?: string;
+  pass?: string;
+  name?: string;
+  lang?: string;
+  version?: string;
+  protocol?: number;
+  echo?: boolean;
+  headers?: boolean;
+  no_responders?: boolean;
+  sig?: string;
+  jwt?: string;
+  nkey?: string;
+}
+
+/** What a server reads. `reply` and `queue` are null when absent. */
+export interface NatsServerHandler {
+  onConnect(opts: ConnectOptions): void;
+  onPub(subject: string, reply: string | null, payload: Buffer): void;
+  onHpub(subject: string, reply: string | null, headers: Buffer, payload: Buffer): void;
+  onSub(subject: string, queue: string | null, sid: string): void;
+  /** `max` null: no max given (or not a number, as nats-server reads it); 0 is passed through. */
+  onUnsub(sid: string, max: number | null): void;
+  onPing(): void;
+  onPong(): void;
+  /** A client's `+OK` (nats-server ignores it). */
+  onOk(): void;
+  /** A client's `-ERR '<text>'`, quotes removed (nats-server closes the connection on it). */
+  onErr(text: string): void;
+}
+
+/** What a client reads. */
+export interface NatsClientHandler {
+  onInfo(info: Record<string, unknown>): void;
+  onMsg(subject: string, sid: string, reply: string | null, payload: Buffer): void;
+  onHmsg(subject: string, sid: string, reply: string | null, headers: Buffer, payload: Buffer): void;
+  onOk(): void;
+  onErr(text: string): void;
+  onPing(): void;
+  onPong(): void;
+}
+
+// Parser states.
+const LINE = 0;
+const PAYLOAD = 1;
+const END_CR = 2;
+const END_LF = 3;
+
+// Pending operations (a payload spanning chunks).
+const OP_PUB = 0;
+const OP_HPUB = 1;
+const OP_MSG = 2;
+const OP_HMSG = 3;
+
+const CR = 13;
+const LF = 10;
+
+/** The longest subject whose bytes the one-entry subject cache keeps. */
+const SUBJECT_CACHE_BYTES = 256;
+/** Arguments any operation takes at most (HMSG: subject sid reply hdr total); one more means "too many". */
+const MAX_ARGS = 5;
+
+const isBlank = (c: number): boolean => c === 0x20 || c === 0x09 || c === CR || c === LF;
+
+/** Lower-cases an ASCII letter (other bytes never collide with the lower-case letters compared against). */
+const lc = (c: number): number => c | 0x20;
+
+function unknownOp(): NatsProtocolError {
+  return new NatsProtocolError('unknown protocol operation', NatsErrText.UNKNOWN_OP);
+}
+
+function badArgs(op: string, usage: string): NatsProtocolError {
+  return new NatsProtocolError(`${op}: bad arguments, expected ${usage}`, null);
+}
+
+/** Decodes bytes as a string: latin1 (one byte a char, cheapest) when all are ASCII, else UTF-8. */
+function decode(buf: Buffer, s: number, e: number): string {
+  for (let k = s; k < e; k++) if (buf[k]! > 0x7f) return buf.toString('utf8', s, e);
+  return buf.toString('latin1', s, e);
+}
+
+/** A size: 1 to 9 ASCII digits (nats-server's parseSize), else -1. */
+function parseSize(buf: Buffer, s: number, e: number): number {
+  const n = e - s;
+  if (n < 1 || n > 9) return -1;
+  let v = 0;
+  for (let k = s; k < e; k++) {
+    const d = buf[k]! - 0x30;
+    if (d < 0 || d > 9) return -1;
+    v = v * 10 + d;
+  }
+  return v;
+}
+
+abstract class NatsParserBase<H> {
+  readonly maxControlLine: number;
+  readonly maxPayload: number;
+  /**
+   * During an onPub/onHpub/onMsg/onHmsg call: true when payload (and headers) is a fresh buffer the handler
+   * owns, false when it is a view into the pushed chunk (copy before keeping it).
+   */
+  ownedPayload = false;
+
+  private state = LINE;
+  private dead: NatsProtocolError | null = null;
+  private stopped = false;
+
+  // A control line split across chunks: its first bytes.
+  private lineBuf: Buffer;
+  private lineLen = 0;
+
+  // A payload split across chunks.
+  private payBuf: Buffer | null = null;
+  private payFill = 0;
+  protected pOp = OP_PUB;
+  protected pSubject = '';
+  protected pReply: string | null = null;
+  protected pSid = '';
+  protected pHdr = 0;
+
+  /** Argument boundaries of the current line: [start0, end0, start1, end1, ...]. */
+  protected readonly args = new Int32Array(2 * (MAX_ARGS + 1));
+
+  // One-entry subject cache: a publisher usually repeats its subject; equal bytes give the same string, with no
+  // decoding and no new string.
+  private readonly lastSubjectBytes = Buffer.allocUnsafe(SUBJECT_CACHE_BYTES);
+  private lastSubjectLen = -1;
+  private lastSubject = '';
+
+  constructor(limits: NatsLimits) {
+    if (!(limits.maxControlLine >= 16) || !(limits.maxPayload >= 0)) {
+      throw new RangeError(`NATS parser limits out of range: ${JSON.stringify(limits)}`);
+    }
+    this.maxControlLine = limits.maxControlLine;
+    this.maxPayload = limits.maxPayload;
+    this.lineBuf = Buffer.allocUnsafe(Math.min(256, limits.maxControlLine + 1));
+  }
+
+  /** Makes the current push return after the handler call in progress, and later pushes do nothing. */
+  stop(): void {
+    this.stopped = true;
+  }
+
+  /** Whether a control line or payload is partly read (bytes are buffered). */
+  get midOperation(): boolean {
+    return this.state !== LINE || this.lineLen > 0;
+  }
+
+  /**
+   * Parses `chunk`, calling `h` for each complete operation. Throws NatsProtocolError on bad bytes (and anything
+   * a handler throws); after a throw the parser is dead and every later push throws the same error.
+   */
+  push(chunk: Buffer, h: H): void {
+    if (this.dead !== null) throw this.dead;
+    if (this.stopped) return;
+    try {
+      this.run(chunk, h);
+    } catch (e) {
+      this.dead =
+        e instanceof NatsProtocolError ? e : new NatsProtocolError('NATS parser used after a handler failed', null);
+      throw e;
+    }
+  }
+
+  private run(chunk: Buffer, h: H): void {
+    const n = chunk.length;
+    let i = 0;
+    if (this.state !== LINE || this.lineLen > 0) {
+      i = this.resume(chunk, 0, h);
+      if (i < 0) return;
+    }
+    const max = this.maxControlLine;
+    while (i < n) {
+      if (this.stopped) return;
+      // Find the line end, looking no further than a line may be long: content max bytes, a '\r', the '\n'.
+      let lim = i + max + 2;
+      if (lim > n) lim = n;
+      let nl = i;
+      while (nl < lim && chunk[nl] !== LF) nl++;
+      if (nl === lim) {
+        if (lim < n) throw this.controlLineExceeded();
+        this.saveLine(chunk, i, n);
+        return;
+      }
+      let e = nl;
+      if (e > i && chunk[e - 1] === CR) e--;
+      if (e - i > max) throw this.controlLineExceeded();
+      i = this.line(chunk, i, e, chunk, nl + 1, h);
+      if (i < 0) return;
+    }
+  }
+
+  /** Continues a payload or control line left partial by the previous chunk; -1 when `chunk` is used up. */
+  private resume(chunk: Buffer, i: number, h: H): number {
+    const n = chunk.length;
+    if (this.state === PAYLOAD) {
+      const buf = this.payBuf!;
+      let take = buf.length - this.payFill;
+      if (take > n - i) take = n - i;
+      chunk.copy(buf, this.payFill, i, i + take);
+      this.payFill += take;
+      i += take;
+      if (this.payFill < buf.length) return -1;
+      this.state = END_CR;
+    }
+    if (this.state === END_CR) {
+      if (i >= n) return -1;
+      if (chunk[i] !== CR) throw unknownOp();
+      i++;
+      this.state = END_LF;
+    }
+    if (this.state === END_LF) {
+      if (i >= n) return -1;
+      if (chunk[i] !== LF) throw unknownOp();
+      i++;
+      this.state = LINE;
+      const buf = this.payBuf!;
+      this.payBuf = null;
+      this.ownedPayload = true;
+      this.deliverPending(buf, h);
+      return this.stopped ? -1 : i;
+    }
+    if (this.lineLen > 0) {
+      // The rest of a split control line: at most max + 1 bytes before the '\n' in all (content and a '\r').
+      let lim = i + (this.maxControlLine + 2 - this.lineLen);
+      if (lim > n) lim = n;
+      let nl = i;
+      while (nl < lim && chunk[nl] !== LF) nl++;
+      if (nl === lim) {
+        if (lim < n) throw this.controlLineExceeded();
+        this.saveLine(chunk, i, n);
+        return -1;
+      }
+      this.saveLine(chunk, i, nl);
+      let e = this.lineLen;
+      this.lineLen = 0;
+      if (this.lineBuf[e - 1] === CR) e--;
+      if (e > this.maxControlLine) throw this.controlLineExceeded();
+      return this.line(this.lineBuf, 0, e, chunk, nl + 1, h);
+    }
+    return i;
+  }
+
+  private saveLine(chunk: Buffer, s: number, e: number): void {
+    const need = this.lineLen + (e - s);
+    if (need > this.maxControlLine + 1) throw this.controlLineExceeded();
+    if (need > this.lineBuf.length) {
+      const bigger = Buffer.allocUnsafe(Math.min(this.maxControlLine + 1, Math.max(need, this.lineBuf.length * 2)));
+      this.lineBuf.copy(bigger, 0, 0, this.lineLen);
+      this.lineBuf = bigger;
+    }
+    chunk.copy(this.lineBuf, this.lineLen, s, e);
+    this.lineLen = need;
+  }
+
+  private controlLineExceeded(): NatsProtocolError {
+    return new NatsProtocolError(
+      `control line longer than max_control_line (${this.maxControlLine} bytes)`,
+      NatsErrText.MAX_CONTROL_LINE,
+    );
+  }
+
+  protected payloadTooLarge(size: number): NatsProtocolError {
+    return new NatsProtocolError(
+      `payload of ${size} bytes exceeds max_payload (${this.maxPayload} bytes)`,
+      NatsErrText.MAX_PAYLOAD,
+    );
+  }
+
+  /**
+   * Handles one control line `lb[s, e)` (the op and its arguments, line end excluded) whose payload, if any,
+   * starts at `chunk[next]`. Returns the index in `chunk` after the operation, or -1 when the chunk is used up.
+   */
+  protected abstract line(lb: Buffer, s: number, e: number, chunk: Buffer, next: number, h: H): number;
+
+  /** Delivers the operation whose payload spanned chunks, now whole in `buf`; the pending fields describe it. */
+  protected abstract deliverPending(buf: Buffer, h: H): void;
+
+  /**
+   * Starts a payload of `size` bytes at `chunk[at]` that is not whole in the chunk (with its `\r\n`): the
+   * operation's fields must be in the pending fields. Returns as resume does.
+   */
+  protected startPayload(chunk: Buffer, at: number, size: number, h: H): number {
+    this.payBuf = Buffer.allocUnsafe(size);
+    this.payFill = 0;
+    this.state = PAYLOAD;
+    return this.resume(chunk, at, h);
+  }
+
+  /**
+   * Splits `lb[s, e)` at runs of blanks into this.args; returns the count (MAX_ARGS + 1 means more than any
+   * operation takes).
+   */
+  protected splitArgs(lb: Buffer, s: number, e: number): number {
+    const args = this.args;
+    let count = 0;
+    let k = s;
+    while (k < e) {
+      while (k < e && isBlank(lb[k]!)) k++;
+      if (k >= e) break;
+      if (count > MAX_ARGS) return count;
+      const start = k;
+      while (k < e && !isBlank(lb[k]!)) k++;
+      args[2 * count] = start;
+      args[2 * count + 1] = k;
+      count++;
+    }
+    return count;
+  }
+
+  protected arg(lb: Buffer, idx: number): string {
+    return decode(lb, this.args[2 * idx]!, this.args[2 * idx + 1]!);
+  }
+
+  protected sizeArg(lb: Buffer, idx: number): number {
+    return parseSize(lb, this.args[2 * idx]!, this.args[2 * idx + 1]!);
+  }
+
+  /** The subject argument, from the one-entry cache when its bytes repeat the previous subject's. */
+  protected subjectArg(lb: Buffer, idx: number): string {
+    const s = this.args[2 * idx]!;
+    const e = this.args[2 * idx + 1]!;
+    const len = e - s;
+    if (len === this.lastSubjectLen) {
+      const c = this.lastSubjectBytes;
+      let k = 0;
+      while (k < len && c[k] === lb[s + k]) k++;
+      if (k === len) return this.lastSubject;
+    }
+    const subject = decode(lb, s, e);
+    if (len <= SUBJECT_CACHE_BYTES) {
+      lb.copy(this.lastSubjectBytes, 0, s, e);
+      this.lastSubjectLen = len;
+      this.lastSubject = subject;
+    }
+    return subject;
+  }
+
+  /** The text of a `-ERR` line (from `lb[s]`, after the op), single quotes removed. */
+  protected errText(lb: Buffer, s: number, e: number): string {
+    while (s < e && (lb[s] === 0x20 || lb[s] === 0x09)) s++;
+    while (e > s && (lb[e - 1] === 0x20 || lb[e - 1] === 0x09)) e--;
+    if (e - s >= 2 && lb[s] === 0x27 && lb[e - 1] === 0x27) {
+      s++;
+      e--;
+    }
+    return lb.toString('utf8', s, e);
+  }
+
+  /** The JSON object after an INFO / CONNECT op, or null when it is not one. */
+  protected jsonObject(lb: Buffer, s: number, e: number): Record<string, unknown> | null {
+    let v: unknown;
+    try {
+      v = JSON.parse(lb.toString('utf8', s, e));
+    } catch {
+      return null;
+    }
+    return typeof v === 'object' && v !== null && !Array.isArray(v) ? (v as Record<string, unknown>) : null;
+  }
+}
+
+const CONNECT_BOOLS = ['verbose', 'pedantic', 'tls_required', 'echo', 'headers', 'no_responders'] as const;
+const CONNECT_STRINGS = ['auth_token', 'user', 'pass', 'name', 'lang', 'version', 'sig', 'jwt', 'nkey'] as const;
+
+/** CONNECT's JSON as typed options, or null when a known field has the wrong type. */
+export function connectOptionsOf(o: Record<string, unknown>): ConnectOptions | null {
+  const out: ConnectOptions = {};
+  for (const k of CONNECT_BOOLS) {
+    const v = o[k];
+    if (v === undefined || v === null) continue;
+    if (typeof v !== 'boolean') return null;
+    out[k] = v;
+  }
+  for (const k of CONNECT_STRINGS) {
+    const v = o[k];
+    if (v === undefined || v === null) continue;
+    if (typeof v !== 'string') return null;
+    out[k] = v;
+  }
+  const p = o['protocol'];
+  if (p !== undefined && p !== null) {
+    if (typeof p !== 'number' || !Number.isInteger(p)) return null;
+    out.protocol = p;
+  }
+  return out;
+}
+
+/** Reads what a NATS client sends (the broker's side of a connection). */
+export class NatsServerParser extends NatsParserBase<NatsServerHandler> {
+  protected line(lb: Buffer, s: number, e: number, chunk: Buffer, next: number, h: NatsServerHandler): number {
+    const len = e - s;
+    if (len === 0) throw unknownOp();
+    const c0 = lc(lb[s]!);
+    if (c0 === 0x70 /* p */ && len >= 3) {
+      const c1 = lc(lb[s + 1]!);
+      if (c1 === 0x75 /* u */ && lc(lb[s + 2]!) === 0x62 /* b */) {
+        if (len === 3 || !isBlank(lb[s + 3]!)) throw unknownOp();
+        return this.pub(lb, s + 4, e, chunk, next, h);
+      }
+      if (len >= 4) {
+        const c2 = lc(lb[s + 2]!);
+        const c3 = lc(lb[s + 3]!);
+        if (c1 === 0x69 /* i */ && c2 === 0x6e /* n */ && c3 === 0x67 /* g */) {
+          h.onPing();
+          return next;
+        }
+        if (c1 === 0x6f /* o */ && c2 === 0x6e /* n */ && c3 === 0x67 /* g */) {
+          h.onPong();
+          return next;
+        }
+      }
+      throw unknownOp();
+    }
+    switch (c0) {
+      case 0x68 /* h */:
+        if (len >= 4 && lc(lb[s + 1]!) === 0x70 && lc(lb[s + 2]!) === 0x75 && lc(lb[s + 3]!) === 0x62) {
+          if (len === 4 || !isBlank(lb[s + 4]!)) throw unknownOp();
+          return this.hpub(lb, s + 5, e, chunk, next, h);
+        }
+        throw unknownOp();
+      case 0x73 /* s */:
+        if (len >= 3 && lc(lb[s + 1]!) === 0x75 && lc(lb[s + 2]!) === 0x62) {
+          if (len === 3 || !isBlank(lb[s + 3]!)) throw unknownOp();
+          const n = this.splitArgs(lb, s + 4, e);
+          if (n === 2) h.onSub(this.arg(lb, 0), null, this.arg(lb, 1));
+          else if (n === 3) h.onSub(this.arg(lb, 0), this.arg(lb, 1), this.arg(lb, 2));
+          else throw badArgs('SUB', '<subject> [queue] <sid>');
+          return next;
+        }
+        throw unknownOp();
+      case 0x75 /* u */:
+        if (len >= 5 && lc(lb[s + 1]!) === 0x6e && lc(lb[s + 2]!) === 0x73 && lc(lb[s + 3]!) === 0x75 && lc(lb[s + 4]!) === 0x62) {
+          if (len === 5 || !isBlank(lb[s + 5]!)) throw unknownOp();
+          const n = this.splitArgs(lb, s + 6, e);
+          if (n === 1) h.onUnsub(this.arg(lb, 0), null);
+          else if (n === 2) {
+            const max = this.sizeArg(lb, 1);
+            h.onUnsub(this.arg(lb, 0), max < 0 ? null : max);
+          } else throw badArgs('UNSUB', '<sid> [max]');
+          return next;
+        }
+        throw unknownOp();
+      case 0x63 /* c */:
+        if (len >= 7 && matchLower(lb, s + 1, 'onnect')) {
+          // nats-server closes silently on a bare CONNECT (no JSON), and calls any other letter an unknown op.
+          if (len === 7) throw badArgs('CONNECT', '<json>');
+          if (!isBlank(lb[s + 7]!)) throw unknownOp();
+          const o = this.jsonObject(lb, s + 8, e);
+          const opts = o === null ? null : connectOptionsOf(o);
+          if (opts === null) throw badArgs('CONNECT', 'a JSON object with typed fields');
+          h.onConnect(opts);
+          return next;
+        }
+        throw unknownOp();
+      case 0x2b /* + */:
+        if (len >= 3 && lc(lb[s + 1]!) === 0x6f && lc(lb[s + 2]!) === 0x6b) {
+          h.onOk();
+          return next;
+        }
+        throw unknownOp();
+      case 0x2d /* - */:
+        if (len >= 4 && lc(lb[s + 1]!) === 0x65 && lc(lb[s + 2]!) === 0x72 && lc(lb[s + 3]!) === 0x72) {
+          h.onErr(this.errText(lb, s + 4, e));
+          return next;
+        }
+        throw unknownOp();
+      case 0x69 /* i */:
+        // A client's INFO: nats-server reads it only from routes, gateways and leaf nodes.
+        if (len >= 4 && lc(lb[s + 1]!) === 0x6e && lc(lb[s + 2]!) === 0x66 && lc(lb[s + 3]!) === 0x6f) return next;
+        throw unknownOp();
+      default:
+        throw unknownOp();
+    }
+  }
+
+  private pub(lb: Buffer, s: number, e: number, chunk: Buffer, next: number, h: NatsServerHandler): number {
+    const n = this.splitArgs(lb, s, e);
+    let reply: string | null = null;
+    let size: number;
+    if (n === 2) size = this.sizeArg(lb, 1);
+    else if (n === 3) size = this.sizeArg(lb, 2);
+    else throw badArgs('PUB', '<subject> [reply] <size>');
+    if (size < 0) throw badArgs('PUB', '<subject> [reply] <size>');
+    if (size > this.maxPayload) throw this.payloadTooLarge(size);
+    const subject = this.subjectArg(lb, 0);
+    if (n === 3) reply = this.arg(lb, 1);
+    const end = next + size;
+    if (end + 2 <= chunk.length) {
+      if (chunk[end] !== CR || chunk[end + 1] !== LF) throw unknownOp();
+      this.ownedPayload = false;
+      h.onPub(subject, reply, chunk.subarray(next, end));
+      return end + 2;
+    }
+    this.pOp = OP_PUB;
+    this.pSubject = subject;
+    this.pReply = reply;
+    return this.startPayload(chunk, next, size, h);
+  }
+
+  private hpub(lb: Buffer, s: number, e: number, chunk: Buffer, next: number, h: NatsServerHandler): number {
+    const n = this.splitArgs(lb, s, e);
+    if (n !== 3 && n !== 4) throw badArgs('HPUB', '<subject> [reply] <header size> <total size>');
+    const hdr = this.sizeArg(lb, n - 2);
+    const size = this.sizeArg(lb, n - 1);
+    if (hdr < 0 || size < 0 || hdr > size) throw badArgs('HPUB', '<subject> [reply] <header size> <total size>');
+    if (size > this.maxPayload) throw this.payloadTooLarge(size);
+    const subject = this.subjectArg(lb, 0);
+    const reply = n === 4 ? this.arg(lb, 1) : null;
+    const end = next + size;
+    if (end + 2 <= chunk.length) {
+      if (chunk[end] !== CR || chunk[end + 1] !== LF) throw unknownOp();
+      this.ownedPayload = false;
+      h.onHpub(subject, reply, chunk.subarray(next, next + hdr), chunk.subarray(next + hdr, end));
+      return end + 2;
+    }
+    this.pOp = OP_HPUB;
+    this.pSubject = subject;
+    this.pReply = reply;
+    this.pHdr = hdr;
+    return this.startPayload(chunk, next, size, h);
+  }
+
+  protected deliverPending(buf: Buffer, h: NatsServerHandler): void {
+    if (this.pOp === OP_PUB) h.onPub(this.pSubject, this.pReply, buf);
+    else h.onHpub(this.pSubject, this.pReply, buf.subarray(0, this.pHdr), buf.subarray(this.pHdr));
+  }
+}
+
+/** Reads what a NATS server sends (a client's side: the benchmark's load generator, raw-socket tests). */
+export class NatsClientParser extends NatsParserBase<NatsClientHandler> {
+  protected line(lb: Buffer, s: number, e: number, chunk: Buffer, next: number, h: NatsClientHandler): number {
+    const len = e - s;
+    if (len === 0) throw unknownOp();
+    const c0 = lc(lb[s]!);
+    switch (c0) {
+      case 0x6d /* m */:
+        if (len >= 3 && lc(lb[s + 1]!) === 0x73 && lc(lb[s + 2]!) === 0x67) {
+          if (len === 3 || !isBlank(lb[s + 3]!)) throw unknownOp();
+          return this.msg(lb, s + 4, e, chunk, next, h, false);
+        }
+        throw unknownOp();
+      case 0x68 /* h */:
+        if (len >= 4 && lc(lb[s + 1]!) === 0x6d && lc(lb[s + 2]!) === 0x73 && lc(lb[s + 3]!) === 0x67) {
+          if (len === 4 || !isBlank(lb[s + 4]!)) throw unknownOp();
+          return this.msg(lb, s + 5, e, chunk, next, h, true);
+        }
+        throw unknownOp();
+      case 0x70 /* p */:
+        if (len >= 4 && lc(lb[s + 2]!) === 0x6e && lc(lb[s + 3]!) === 0x67) {
+          const c1 = lc(lb[s + 1]!);
+          if (c1 === 0x69) {
+            h.onPing();
+            return next;
+          }
+          if (c1 === 0x6f) {
+            h.onPong();
+            return next;
+          }
+        }
+        throw unknownOp();
+      case 0x69 /* i */:
+        if (len >= 4 && matchLower(lb, s + 1, 'nfo')) {
+          if (len === 4 || !isBlank(lb[s + 4]!)) throw unknownOp();
+          const o = this.jsonObject(lb, s + 5, e);
+          if (o === null) throw badArgs('INFO', '<json object>');
+          h.onInfo(o);
+          return next;
+        }
+        throw unknownOp();
+      case 0x2b /* + */:
+        if (len >= 3 && lc(lb[s + 1]!) === 0x6f && lc(lb[s + 2]!) === 0x6b) {
+          h.onOk();
+          return next;
+        }
+        throw unknownOp();
+      case 0x2d /* - */:
+        if (len >= 4 && lc(lb[s + 1]!) === 0x65 && lc(lb[s + 2]!) === 0x72 && lc(lb[s + 3]!) === 0x72) {
+          h.onErr(this.errText(lb, s + 4, e));
+          return next;
+        }
+        throw unknownOp();
+      default:
+        throw unknownOp();
+    }
+  }
+
+  private msg(
+    lb: Buffer,
+    s: number,
+    e: number,
+    chunk: Buffer,
+    next: number,
+    h: NatsClientHandler,
+    withHeaders: boolean,
+  ): number {
+    const n = this.splitArgs(lb, s, e);
+    const base = withHeaders ? 4 : 3;
+    const usage = withHeaders ? '<subject> <sid> [reply] <header size> <total size>' : '<subject> <sid> [reply] <size>';
+    const op = withHeaders ? 'HMSG' : 'MSG';
+    if (n !== base && n !== base + 1) throw badArgs(op, usage);
+    const size = this.sizeArg(lb, n - 1);
+    const hdr = withHeaders ? this.sizeArg(lb, n - 2) : 0;
+    if (size < 0 || hdr < 0 || hdr > size) throw badArgs(op, usage);
+    if (size > this.maxPayload) throw this.payloadTooLarge(size);
+    const subject = this.subjectArg(lb, 0);
+    const sid = this.arg(lb, 1);
+    const reply = n === base + 1 ? this.arg(lb, 2) : null;
+    const end = next + size;
+    if (end + 2 <= chunk.length) {
+      if (chunk[end] !== CR || chunk[end + 1] !== LF) throw unknownOp();
+      this.ownedPayload = false;
+      if (withHeaders) h.onHmsg(subject, sid, reply, chunk.subarray(next, next + hdr), chunk.subarray(next + hdr, end));
+      else h.onMsg(subject, sid, reply, chunk.subarray(next, end));
+      return end + 2;
+    }
+    this.pOp = withHeaders ? OP_HMSG : OP_MSG;
+    this.pSubject = subject;
+    this.pSid = sid;
+    this.pReply = reply;
+    this.pHdr = hdr;
+    return this.startPayload(chunk, next, size, h);
+  }
+
+  protected deliverPending(buf: Buffer, h: NatsClientHandler): void {
+    if (this.pOp === OP_MSG) h.onMsg(this.pSubject, this.pSid, this.pReply, buf);
+    else h.onHmsg(this.pSubject, this.pSid, this.pReply, buf.subarray(0, this.pHdr), buf.subarray(this.pHdr));
+  }
+}
+
+/** Whether `lb[s...]` holds the lower-case ASCII `word`, case-insensitively. */
+function matchLower(lb: Buffer, s: number, word: string): boolean {
+  if (s + word.length > lb.length) return false;
+  for (let k = 0; k < word.length; k++) if (lc(lb[s + k]!) !== word.charCodeAt(k)) return false;
+  return true;
+}

@@ -1,0 +1,758 @@
+/**
+ * One NATS client connection over any Duplex (TCP, TLS, a WebSocket stream, a test pair), as nats-server 2.9.10
+ * serves a client:
+ *
+ * - INFO first (unless the listener sent it on the TLS upgrade path), then CONNECT: verbose (+OK after CONNECT, PUB,
+ *   HPUB, SUB, UNSUB), pedantic (publish subjects checked with NATS's rules), echo (off: the connection's own
+ *   publishes are not delivered to it), headers, no_responders (needs headers), user/pass (PasswordGuard) or
+ *   auth_token (--nats-token). Bad credentials: `-ERR 'Authorization Violation'` and close; a client that sends
+ *   no CONNECT within authTimeoutMs: `-ERR 'Authentication Timeout'` and close.
+ * - Nothing large before CONNECT: when the broker has credentials to check (a users file or a token), only the
+ *   first line is parsed (at most maxControlLine bytes) until its CONNECT is accepted, and it must be CONNECT when
+ *   authentication is required (nats-server: any other operation first is an Authorization Violation). While a
+ *   password is checked (scrypt on the guard's worker) the socket is not read; the bytes after the CONNECT line
+ *   wait unparsed. Without any credentials configured, operations before CONNECT are served as nats-server does.
+ * - PUB/HPUB → engine.publish, not awaited; a publish a stream captured counts as a pending write, and past
+ *   MAX_PENDING_WRITES unsettled writes the socket is not read until half settled (storage sets the pace, memory
+ *   stays bounded). A PUB with a reply subject goes through the adapter's NatsPublisher (JetStream PubAcks), and
+ *   when it reached nobody (no subscriber, stream or queue) a client that asked for no_responders gets the
+ *   `NATS/1.0 503` status on its own subscription for the reply subject.
+ * - SUB (queue groups are the core's shared groups, rule 'nats'), UNSUB with max. Deliveries are MSG, or HMSG for
+ *   a message with headers (adapter.ts maps them) to a client that announced headers.
+ * - Output: every delivery and reply is appended to one NatsWriter and the writer is handed to the socket once per
+ *   turn of the event loop (setImmediate), so a burst of deliveries leaves in one write. No closure or promise per
+ *   message on the PUB → MSG path.
+ * - Slow consumers: bytes waiting for the socket (the writer's and the socket's own buffer) above maxPending, or
+ *   messages written and not yet taken by the socket above maxPendingMsgs: "Slow Consumer Detected" is logged
+ *   (rate limited), counted, and the connection closed without a word, as nats-server does; what it had not sent
+ *   is dropped (core NATS is at most once). Memory per connection stays bounded by maxPending.
+ * - PING every pingIntervalMs unless the client sent something since the last one; maxPingsOut unanswered PINGs:
+ *   `-ERR 'Stale Connection'` and close. The adapter's one sweep timer drives these and the auth timeout.
+ * - Protocol errors (the parser's, with nats-server's -ERR texts) close the connection; invalid subjects do not.
+ *   Every client-triggered log line is rate limited by the adapter's LogLimiter.
+ */
+import type { Duplex } from 'node:stream';
+import type { Message, Subscriber, Subscription } from '../../core/index.js';
+import { logKey } from '../log-limit.js';
+import {
+  NatsProtocolError,
+  NatsServerParser,
+  NatsWriter,
+  OK,
+  PING,
+  PONG,
+  encodeErr,
+  encodeInfo,
+  isValidLiteralSubject,
+  isValidQueueName,
+  isValidSubject,
+  parseHeaders,
+  type ConnectOptions,
+  type NatsServerHandler,
+} from './codec/index.js';
+import {
+  applyNatsHeaders,
+  natsHeaderBlock,
+  subjectToTopic,
+  topicToSubject,
+  type NatsAdapter,
+  type NatsAuthOutcome,
+  type NatsConnectionMeta,
+  type NatsListenerTls,
+} from './adapter.js';
+import { NatsErr, natsErrTextOf } from './errors.js';
+
+/** Publishes whose durable writes have not settled, per connection, before its socket stops being read. */
+const MAX_PENDING_WRITES = 10_000;
+/** Bytes after a CONNECT line kept unparsed while its credentials are checked (the socket is paused meanwhile). */
+const MAX_HELD_BYTES = 1024 * 1024;
+/** How long an ended socket may take to close before it is destroyed. */
+const CLOSE_GRACE_MS = 1000;
+/** The writer's slab: one socket write's worth of small deliveries. */
+const WRITER_SLAB = 64 * 1024;
+
+const NO_RESPONDERS_BLOCK = Buffer.from('NATS/1.0 503\r\n\r\n', 'latin1');
+const EMPTY = Buffer.alloc(0);
+
+const enum St {
+  Live,
+  /** Ending: nothing more is read or delivered. */
+  Closing,
+  Done,
+}
+
+/** One SUB of the connection; it is the engine Subscription's `options.data`. */
+interface NatsSub {
+  readonly sid: string;
+  readonly subject: string;
+  readonly queue: string | null;
+  /** No wildcard token: every delivery names the subject itself. */
+  readonly literal: boolean;
+  /** UNSUB max (0: none) and deliveries so far. */
+  max: number;
+  delivered: number;
+  sub: Subscription | null;
+  /** The last topic a wildcard subscription delivered and its subject (publishers repeat their topics). */
+  lastTopic: string;
+  lastSubject: string;
+}
+
+export class NatsConnection implements Subscriber, NatsServerHandler {
+  readonly id: string;
+  readonly clientId: number;
+  readonly remoteAddress: string;
+  readonly closed: Promise<void>;
+  private resolveClosed: () => void = () => undefined;
+  private st = St.Live;
+  private readonly parser: NatsServerParser;
+  private w: NatsWriter | null = null;
+  private readonly subs = new Map<string, NatsSub>();
+
+  // CONNECT
+  private connectSeen = false;
+  /** Credentials accepted (or none needed): operations other than CONNECT are served. */
+  private authed: boolean;
+  /** Only the first line is parsed (credentials to check): see the file comment. */
+  private gate: boolean;
+  private gateLine: Buffer | null = null;
+  private held: Buffer | null = null;
+  private verbose = false;
+  private pedantic = false;
+  private echo = true;
+  private headers = false;
+  private noResponders = false;
+  private name: string | undefined;
+  user: string | null = null;
+
+  // output
+  private flushScheduled = false;
+  /** Messages written since the last flush, and per flush not yet taken by the socket (maxPendingMsgs). */
+  private batchMsgs = 0;
+  private pendingMsgs = 0;
+  private readonly inFlight: number[] = [];
+
+  // input
+  private pausedFor = 0; // bit 1: authenticating, bit 2: pending writes
+  private pendingWrites = 0;
+  /** The last publish subject and its topic (publishers repeat subjects; the parser hands the same string). */
+  private lastPubSubject = '';
+  private lastPubTopic = '';
+
+  // sweep
+  private readonly openedAt = Date.now();
+  private inCount = 0;
+  private seenIn = 0;
+  private lastPingAt: number;
+  private pingsOut = 0;
+  private destroyTimer: NodeJS.Timeout | null = null;
+
+  constructor(
+    readonly stream: Duplex,
+    readonly adapter: NatsAdapter,
+    readonly meta: NatsConnectionMeta,
+    readonly tls: NatsListenerTls,
+  ) {
+    this.clientId = meta.clientId ?? 0;
+    this.id = `nats:${this.clientId}`;
+    this.remoteAddress = meta.remoteAddress;
+    this.parser = new NatsServerParser({ maxControlLine: adapter.options.maxControlLine, maxPayload: adapter.options.maxPayload });
+    this.gate = adapter.guard !== null || adapter.token !== null;
+    this.authed = !this.gate;
+    this.lastPingAt = this.openedAt;
+    this.closed = new Promise<void>((resolve) => {
+      this.resolveClosed = resolve;
+    });
+  }
+
+  /** Subscriptions open on this connection. */
+  get subscriptionCount(): number {
+    return this.subs.size;
+  }
+
+  /** Sends INFO (unless the listener did) and starts reading. */
+  start(): void {
+    const s = this.stream;
+    s.on('error', (err: Error) => {
+      this.adapter.logger.debug({ client: this.clientId, err: err.message }, 'nats connection error');
+      this.destroy();
+    });
+    s.on('close', () => this.teardown());
+    s.on('end', () => this.destroy());
+    if (this.meta.infoSent !== true) this.sendRaw(encodeInfo(this.adapter.info(this.meta, this.tls)));
+    s.on('data', (chunk: Buffer | string) => this.receive(typeof chunk === 'string' ? Buffer.from(chunk) : chunk));
+    s.resume();
+  }
+
+  /** Over the connection limit: the -ERR, then close. */
+  refuse(text: string): void {
+    this.stream.on('error', () => undefined);
+    this.stream.on('close', () => this.teardown());
+    this.st = St.Closing;
+    this.stream.end(encodeErr(text));
+    this.destroyLater();
+  }
+
+  // ---------------------------------------------------------------------------------------------- input
+
+  private receive(chunk: Buffer): void {
+    if (this.st !== St.Live) return;
+    this.inCount++;
+    if (this.gate) return this.gateReceive(chunk);
+    this.feed(chunk);
+  }
+
+  private feed(chunk: Buffer): void {
+    try {
+      this.parser.push(chunk, this);
+    } catch (err) {
+      this.parseError(err);
+    }
+  }
+
+  /**
+   * Before the CONNECT is accepted, when there are credentials to check: the first line only (bounded by
+   * maxControlLine), which must be CONNECT when authentication is required; the rest is held until the check ends.
+   */
+  private gateReceive(chunk: Buffer): void {
+    if (this.connectSeen) {
+      // The CONNECT is being checked: keep the bytes (the socket is paused; this is what was in flight).
+      this.hold(chunk);
+      return;
+    }
+    const line = this.gateLine === null ? chunk : Buffer.concat([this.gateLine, chunk]);
+    const lf = line.indexOf(0x0a);
+    if (lf < 0) {
+      if (line.length > this.adapter.options.maxControlLine + 2) return this.fatal('maximum control line exceeded', 'nats protocol error');
+      this.gateLine = Buffer.from(line);
+      return;
+    }
+    this.gateLine = null;
+    if (!startsWithConnect(line)) {
+      if (this.adapter.authRequired) {
+        this.adapter.stats.authFailures++;
+        return this.fatal(NatsErr.AUTH_VIOLATION, 'nats operation before CONNECT');
+      }
+      // Anonymous clients are let in: serve everything from here as nats-server does.
+      this.gate = false;
+      return this.feed(line);
+    }
+    const rest = line.subarray(lf + 1);
+    if (rest.length > 0) this.held = Buffer.from(rest);
+    this.feed(line.subarray(0, lf + 1));
+  }
+
+  private hold(chunk: Buffer): void {
+    this.held = this.held === null ? Buffer.from(chunk) : Buffer.concat([this.held, chunk]);
+    if (this.held.length > MAX_HELD_BYTES) this.fatal(NatsErr.AUTH_VIOLATION, 'nats too much data before CONNECT was accepted');
+  }
+
+  /** The CONNECT was accepted: parse what waited behind it. */
+  private openGate(): void {
+    this.gate = false;
+    const h = this.held;
+    this.held = null;
+    if (h !== null) this.feed(h);
+  }
+
+  private parseError(err: unknown): void {
+    if (this.st !== St.Live) return;
+    if (err instanceof NatsProtocolError) {
+      this.adapter.stats.protocolErrors++;
+      this.adapter.logLimit.log('info', logKey('nats protocol error', this.remoteAddress), { remote: this.remoteAddress, client: this.clientId, err: err.message }, 'nats: protocol error');
+      if (err.errText !== null) this.fatal(err.errText, null);
+      else this.shutdown(true);
+      return;
+    }
+    this.adapter.logger.error({ err, client: this.clientId }, 'nats: internal error');
+    this.shutdown(true);
+  }
+
+  // ---------------------------------------------------------------------------------------------- operations
+
+  onConnect(o: ConnectOptions): void {
+    if (this.st !== St.Live) return;
+    if (this.tls.required && !this.meta.tls) return this.fatal(NatsErr.TLS_REQUIRED, 'nats plain connection where TLS is required');
+    if (o.no_responders === true && o.headers !== true) return this.fatal(NatsErr.NO_RESPONDERS_NEEDS_HEADERS, 'nats no_responders without headers');
+    this.verbose = o.verbose === true;
+    this.pedantic = o.pedantic === true;
+    this.echo = o.echo !== false;
+    this.headers = o.headers === true;
+    this.noResponders = o.no_responders === true;
+    this.name = o.name;
+    this.lastPubSubject = '';
+    if (this.connectSeen) {
+      // A second CONNECT changes options only; the credentials were checked once.
+      if (this.verbose) this.send(OK);
+      return;
+    }
+    this.connectSeen = true;
+    if (!this.gate) {
+      // No credentials configured: nothing to check.
+      if (this.verbose) this.send(OK);
+      return;
+    }
+    const r = this.adapter.authenticate(o, this.remoteAddress);
+    if (r instanceof Promise) {
+      this.pauseReading(1);
+      r.then(
+        (v) => this.authenticated(v, o),
+        (err: unknown) => {
+          this.adapter.logger.error({ err, client: this.clientId }, 'nats: authentication failed');
+          this.shutdown(true);
+        },
+      );
+    } else this.authenticated(r, o);
+  }
+
+  private authenticated(r: NatsAuthOutcome, o: ConnectOptions): void {
+    if (this.st !== St.Live) return;
+    if (!r.ok) {
+      this.adapter.logLimit.log('info', logKey('nats login refused', this.remoteAddress), { remote: this.remoteAddress, user: o.user, token: o.auth_token !== undefined, busy: r.busy }, 'nats: login refused');
+      // A busy guard (too many attempts) is not a wrong password: close without the violation so clients retry.
+      if (r.busy) return this.shutdown(true);
+      return this.fatal(NatsErr.AUTH_VIOLATION, null);
+    }
+    this.user = r.user;
+    this.authed = true;
+    if (this.verbose) this.send(OK);
+    this.resumeReading(1);
+    this.openGate();
+  }
+
+  onPub(subject: string, reply: string | null, payload: Buffer): void {
+    if (!this.ready()) return;
+    this.publish(subject, reply, null, payload);
+  }
+
+  onHpub(subject: string, reply: string | null, headers: Buffer, payload: Buffer): void {
+    if (!this.ready()) return;
+    if (!this.headers) return this.fatal(NatsErr.HEADERS_NOT_SUPPORTED, 'nats HPUB without headers in CONNECT');
+    this.publish(subject, reply, headers, payload);
+  }
+
+  onSub(subject: string, queue: string | null, sid: string): void {
+    if (!this.ready()) return;
+    if (!isValidSubject(subject, { wildcards: true }) || (queue !== null && !isValidQueueName(queue))) {
+      return this.invalid(NatsErr.INVALID_SUBJECT, subject);
+    }
+    // nats-server keeps the first subscription of a repeated sid.
+    if (this.subs.has(sid)) return this.ok();
+    const max = this.adapter.options.maxSubscriptions;
+    if (max > 0 && this.subs.size >= max) {
+      this.adapter.logLimit.log('info', logKey('nats max subscriptions', this.remoteAddress), { remote: this.remoteAddress, client: this.clientId, max }, 'nats: maximum subscriptions exceeded');
+      this.send(encodeErr(NatsErr.MAX_SUBS));
+      return;
+    }
+    const ns: NatsSub = {
+      sid,
+      subject,
+      queue,
+      literal: !hasWildcardToken(subject),
+      max: 0,
+      delivered: 0,
+      sub: null,
+      lastTopic: '',
+      lastSubject: '',
+    };
+    try {
+      ns.sub = this.adapter.engine.subscribe(subject, this, queue === null ? { qos: 0, rule: 'nats', data: ns } : { qos: 0, rule: 'nats', group: queue, data: ns });
+    } catch (err) {
+      const text = natsErrTextOf(err);
+      if (text !== null) return this.invalid(text, subject);
+      this.adapter.logger.error({ err, client: this.clientId, subject }, 'nats: subscribe failed');
+      return this.shutdown(true);
+    }
+    this.subs.set(sid, ns);
+    this.ok();
+  }
+
+  onUnsub(sid: string, max: number | null): void {
+    if (!this.ready()) return;
+    const ns = this.subs.get(sid);
+    if (ns !== undefined) {
+      if (max !== null && max > 0 && ns.delivered < max) ns.max = max;
+      else this.removeSub(ns);
+    }
+    this.ok();
+  }
+
+  onPing(): void {
+    if (this.st !== St.Live) return;
+    if (!this.authed) return this.beforeConnect();
+    this.send(PONG);
+  }
+
+  onPong(): void {
+    this.pingsOut = 0;
+  }
+
+  onOk(): void {
+    // nats-server ignores a client's +OK.
+  }
+
+  onErr(text: string): void {
+    // nats-server closes a client connection that sends -ERR.
+    this.adapter.logLimit.log('info', logKey('nats client error', this.remoteAddress), { remote: this.remoteAddress, client: this.clientId, err: text }, 'nats: client sent -ERR, closing');
+    this.shutdown(true);
+  }
+
+  /** An operation other than CONNECT may be served. */
+  private ready(): boolean {
+    if (this.st !== St.Live) return false;
+    if (!this.authed) {
+      this.beforeConnect();
+      return false;
+    }
+    return true;
+  }
+
+  private beforeConnect(): void {
+    this.adapter.stats.authFailures++;
+    this.fatal(NatsErr.AUTH_VIOLATION, 'nats operation before CONNECT');
+  }
+
+  private ok(): void {
+    if (this.verbose) this.send(OK);
+  }
+
+  /** A subject refused: -ERR, the connection stays open (nats-server's behaviour for subjects). */
+  private invalid(text: string, subject: string): void {
+    this.adapter.stats.invalidSubjects++;
+    this.adapter.logLimit.log('info', logKey('nats invalid subject', this.remoteAddress), { remote: this.remoteAddress, client: this.clientId, subject: subject.slice(0, 256), err: text }, 'nats: invalid subject');
+    this.send(encodeErr(text));
+  }
+
+  // ---------------------------------------------------------------------------------------------- publish
+
+  private publish(subject: string, reply: string | null, hdr: Buffer | null, payload: Buffer): void {
+    let topic: string;
+    if (subject === this.lastPubSubject) topic = this.lastPubTopic;
+    else {
+      const t = this.pedantic && !isValidLiteralSubject(subject) ? null : subjectToTopic(subject);
+      if (t === null) return this.invalid(NatsErr.INVALID_PUBLISH_SUBJECT, subject);
+      topic = t;
+      this.lastPubSubject = subject;
+      this.lastPubTopic = t;
+    }
+    const stats = this.adapter.stats;
+    stats.msgsIn++;
+    stats.bytesIn += payload.length;
+    // The payload is a view into the chunk the stream emitted, which no one reuses (a 'data' chunk is the
+    // stream's own): it may be kept as is. Whatever keeps a message beyond delivery copies it (retained messages,
+    // stream records) as it must for every protocol.
+    const msg: Message = { topic, payload, key: null, headers: [], timestamp: Date.now(), qos: 0, retain: false, origin: this.id };
+    if (hdr !== null) {
+      try {
+        applyNatsHeaders(msg, parseHeaders(hdr));
+      } catch (err) {
+        // nats-server does not look inside headers; FlowMQ maps them, and a block it cannot read closes the
+        // connection as any other malformed operation does (the parser's errText is null: no -ERR).
+        return this.parseError(err);
+      }
+    }
+    if (reply !== null) return this.request(msg, subject, reply);
+    let durable: Promise<void> | null;
+    try {
+      durable = this.adapter.engine.publish(msg);
+    } catch (err) {
+      return this.publishFailed(err, subject);
+    }
+    if (durable !== null) {
+      if (++this.pendingWrites >= MAX_PENDING_WRITES) this.pauseReading(2);
+      durable.then(this.writeSettled, this.writeFailed);
+    }
+    if (this.verbose) this.send(OK);
+  }
+
+  private request(msg: Message, subject: string, reply: string): void {
+    const rt = subjectToTopic(reply);
+    if (rt === null) return this.invalid(NatsErr.INVALID_PUBLISH_SUBJECT, reply);
+    msg.responseTopic = rt;
+    let reached: number;
+    try {
+      const info = this.adapter.publisher.publish(msg, rt);
+      reached = info.delivered + info.captured.length + info.queued;
+    } catch (err) {
+      return this.publishFailed(err, subject);
+    }
+    if (this.verbose) this.send(OK);
+    if (reached === 0 && this.noResponders && this.st === St.Live) this.sendNoResponders(reply);
+  }
+
+  /** The 503 status to this connection's own subscriptions matching the reply subject. */
+  private sendNoResponders(reply: string): void {
+    this.adapter.stats.noResponders++;
+    for (const ns of this.subs.values()) {
+      if (!natsMatch(ns.subject, reply)) continue;
+      this.writer().writeHmsg(reply, ns.sid, null, NO_RESPONDERS_BLOCK, EMPTY);
+      this.batchMsgs++;
+      this.countDelivery(ns);
+    }
+    this.scheduleFlush();
+  }
+
+  private publishFailed(err: unknown, subject: string): void {
+    const text = natsErrTextOf(err);
+    if (text !== null) return this.invalid(text, subject);
+    this.adapter.writeFailed(err);
+  }
+
+  private readonly writeSettled = (): void => {
+    if (--this.pendingWrites <= MAX_PENDING_WRITES >> 1) this.resumeReading(2);
+  };
+
+  private readonly writeFailed = (err: unknown): void => {
+    this.writeSettled();
+    this.adapter.writeFailed(err);
+  };
+
+  // ---------------------------------------------------------------------------------------------- deliveries
+
+  /** The engine's delivery: one MSG/HMSG per matching subscription of this connection. Never throws. */
+  deliver(msg: Message, subs: Subscription[]): void {
+    if (this.st !== St.Live) return;
+    if (!this.echo && msg.origin === this.id) return;
+    let hdr: Buffer | null = null;
+    if (this.headers) hdr = natsHeaderBlock(msg);
+    else if (msg.status !== undefined) return; // a bare status means nothing to a client without headers
+    const dt = msg.deliverTopic;
+    const topic = dt ?? msg.topic;
+    const reply = msg.responseTopic === undefined ? null : topicToSubject(msg.responseTopic);
+    const payload = msg.payload;
+    const w = this.writer();
+    const stats = this.adapter.stats;
+    for (let i = 0; i < subs.length; i++) {
+      const ns = subs[i]!.options.data as NatsSub;
+      if (ns.sub === null) continue;
+      let subject: string;
+      if (ns.literal && dt === undefined) subject = ns.subject;
+      else if (ns.lastTopic === topic) subject = ns.lastSubject;
+      else {
+        subject = topicToSubject(topic);
+        ns.lastTopic = topic;
+        ns.lastSubject = subject;
+      }
+      if (hdr === null) w.writeMsg(subject, ns.sid, reply, payload);
+      else w.writeHmsg(subject, ns.sid, reply, hdr, payload);
+      this.batchMsgs++;
+      stats.msgsOut++;
+      stats.bytesOut += payload.length;
+      this.countDelivery(ns);
+    }
+    if (!this.flushScheduled) {
+      this.flushScheduled = true;
+      setImmediate(this.flush);
+    }
+    const o = this.adapter.options;
+    if (w.length + this.stream.writableLength > o.maxPending || (o.maxPendingMsgs > 0 && this.pendingMsgs + this.batchMsgs > o.maxPendingMsgs)) {
+      this.slowConsumer();
+    }
+  }
+
+  private countDelivery(ns: NatsSub): void {
+    ns.delivered++;
+    if (ns.max > 0 && ns.delivered >= ns.max) this.removeSub(ns);
+  }
+
+  private removeSub(ns: NatsSub): void {
+    if (ns.sub !== null) this.adapter.engine.unsubscribe(ns.sub);
+    ns.sub = null;
+    this.subs.delete(ns.sid);
+  }
+
+  private slowConsumer(): void {
+    const o = this.adapter.options;
+    this.adapter.stats.slowConsumers++;
+    this.adapter.logLimit.log(
+      'warn',
+      logKey('nats slow consumer', this.remoteAddress),
+      { remote: this.remoteAddress, client: this.clientId, name: this.name, pendingBytes: (this.w?.length ?? 0) + this.stream.writableLength, maxPending: o.maxPending, pendingMsgs: this.pendingMsgs + this.batchMsgs, maxPendingMsgs: o.maxPendingMsgs },
+      'Slow Consumer Detected',
+    );
+    // nats-server closes a slow consumer without a word; what was not sent is dropped.
+    this.w?.clear();
+    this.destroy();
+  }
+
+  // ---------------------------------------------------------------------------------------------- output
+
+  private writer(): NatsWriter {
+    return (this.w ??= new NatsWriter(WRITER_SLAB));
+  }
+
+  /** A control reply (PONG, +OK, -ERR), in order with the deliveries. */
+  private send(b: Buffer): void {
+    if (this.st !== St.Live) return;
+    this.writer().writeBytes(b);
+    this.scheduleFlush();
+  }
+
+  private sendRaw(b: Buffer): void {
+    this.stream.write(b);
+  }
+
+  private scheduleFlush(): void {
+    if (this.flushScheduled) return;
+    this.flushScheduled = true;
+    setImmediate(this.flush);
+  }
+
+  private readonly flush = (): void => {
+    this.flushScheduled = false;
+    if (this.st === St.Done || this.w === null) return;
+    const b = this.w.take();
+    if (b === null) return;
+    if (this.adapter.options.maxPendingMsgs > 0) {
+      this.inFlight.push(this.batchMsgs);
+      this.pendingMsgs += this.batchMsgs;
+      this.batchMsgs = 0;
+      this.stream.write(b, this.written);
+    } else {
+      this.batchMsgs = 0;
+      this.stream.write(b);
+    }
+  };
+
+  /** A flushed batch left the socket's buffer (writes complete in order). */
+  private readonly written = (): void => {
+    this.pendingMsgs -= this.inFlight.shift() ?? 0;
+  };
+
+  // ---------------------------------------------------------------------------------------------- flow
+
+  private pauseReading(bit: number): void {
+    if (this.pausedFor === 0) this.stream.pause();
+    this.pausedFor |= bit;
+  }
+
+  private resumeReading(bit: number): void {
+    if ((this.pausedFor & bit) === 0) return;
+    this.pausedFor &= ~bit;
+    if (this.pausedFor === 0 && this.st === St.Live) this.stream.resume();
+  }
+
+  // ---------------------------------------------------------------------------------------------- life cycle
+
+  /** The adapter's periodic check: the CONNECT deadline and the server's PINGs. */
+  sweep(now: number): void {
+    if (this.st !== St.Live) return;
+    const o = this.adapter.options;
+    if (!this.authed || !this.connectSeen) {
+      if (o.authTimeoutMs > 0 && now - this.openedAt > o.authTimeoutMs) {
+        this.adapter.stats.authTimeouts++;
+        this.fatal(NatsErr.AUTH_TIMEOUT, 'nats: no CONNECT in time');
+      }
+      if (!this.authed) return;
+    }
+    if (o.pingIntervalMs <= 0 || now - this.lastPingAt < o.pingIntervalMs) return;
+    this.lastPingAt = now;
+    // nats-server skips the PING when the client was heard from in the interval (and a silent client is pinged).
+    if (this.inCount !== this.seenIn && this.pingsOut === 0) {
+      this.seenIn = this.inCount;
+      return;
+    }
+    this.seenIn = this.inCount;
+    if (this.pingsOut >= o.maxPingsOut) {
+      this.adapter.stats.staleConnections++;
+      return this.fatal(NatsErr.STALE, 'nats: stale connection');
+    }
+    this.pingsOut++;
+    this.send(PING);
+  }
+
+  /**
+   * Sends `-ERR '<text>'` after what is already queued and closes (logged rate limited under `event` when given).
+   */
+  private fatal(text: string, event: string | null): void {
+    if (this.st !== St.Live) return;
+    if (event !== null) this.adapter.logLimit.log('info', logKey(event, this.remoteAddress), { remote: this.remoteAddress, client: this.clientId, err: text }, event);
+    this.writer().writeBytes(encodeErr(text));
+    this.shutdown(false);
+  }
+
+  /**
+   * Stops reading and delivering and ends the socket after what is queued (`now`: without it). The socket is
+   * destroyed if the peer does not close within a second.
+   */
+  private shutdown(now: boolean): void {
+    if (this.st !== St.Live) return;
+    this.st = St.Closing;
+    this.parser.stop();
+    this.dropSubs();
+    if (now) {
+      this.destroy();
+      return;
+    }
+    const b = this.w?.take() ?? null;
+    if (b !== null) this.stream.end(b);
+    else this.stream.end();
+    this.destroyLater();
+  }
+
+  private destroyLater(): void {
+    if (this.destroyTimer !== null) return;
+    this.destroyTimer = setTimeout(() => this.destroy(), CLOSE_GRACE_MS);
+    this.destroyTimer.unref();
+  }
+
+  /** Broker shutdown: what is queued is flushed, then the socket closed. */
+  close(): Promise<void> {
+    if (this.st === St.Live) this.shutdown(false);
+    return this.closed;
+  }
+
+  destroy(): void {
+    if (this.st === St.Done) return;
+    this.st = St.Done;
+    this.parser.stop();
+    this.dropSubs();
+    this.stream.destroy();
+  }
+
+  private dropSubs(): void {
+    for (const ns of this.subs.values()) {
+      if (ns.sub !== null) this.adapter.engine.unsubscribe(ns.sub);
+      ns.sub = null;
+    }
+    this.subs.clear();
+  }
+
+  private tornDown = false;
+
+  private teardown(): void {
+    if (this.tornDown) return;
+    this.tornDown = true;
+    this.st = St.Done;
+    this.parser.stop();
+    this.dropSubs();
+    if (this.destroyTimer !== null) clearTimeout(this.destroyTimer);
+    this.resolveClosed();
+  }
+}
+
+/** The first line starts with CONNECT (any case) and a blank. */
+function startsWithConnect(b: Buffer): boolean {
+  if (b.length < 8) return false;
+  const w = 'connect';
+  for (let i = 0; i < 7; i++) if ((b[i]! | 0x20) !== w.charCodeAt(i)) return false;
+  return b[7] === 0x20 || b[7] === 0x09;
+}
+
+function hasWildcardToken(subject: string): boolean {
+  const t = subject.split('.');
+  for (const x of t) if (x === '*' || x === '>') return true;
+  return false;
+}
+
+/** NATS subject matching (`*` one token, `>` one or more trailing), for a connection's own subscriptions. */
+export function natsMatch(filter: string, subject: string): boolean {
+  const f = filter.split('.');
+  const s = subject.split('.');
+  for (let i = 0; i < f.length; i++) {
+    const t = f[i];
+    if (t === '>') return s.length > i;
+    if (i >= s.length) return false;
+    if (t !== '*' && t !== s[i]) return false;
+  }
+  return f.length === s.length;
+}

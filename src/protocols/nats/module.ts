@@ -1,0 +1,82 @@
+/**
+ * NATS as a protocol module: one NatsAdapter shared by the TCP listener (TLS on the same port when configured) and
+ * the WebSocket listener, started from the broker's nats-* config.
+ */
+import { readFileSync } from 'node:fs';
+import { FlowError } from '../../core/index.js';
+import { formatAddress as fmt } from '../listener.js';
+import { LogLimiter } from '../log-limit.js';
+import type { ProtocolListener, ProtocolModule, ProtocolModuleContext, RunningProtocol } from '../types.js';
+import { NatsAdapter } from './adapter.js';
+import { resolveNatsOptions } from './options.js';
+import { newListenerCounts, startNatsListener, startNatsWsListener, type NatsListenerShared, type NatsTlsSettings } from './server.js';
+
+export const natsModule: ProtocolModule = {
+  name: 'nats',
+  async start(ctx: ProtocolModuleContext): Promise<RunningProtocol> {
+    const c = ctx.config;
+    // A half-configured TLS listener is refused before any listener opens (loadConfig checks it too; a Config built
+    // by hand does not go through it).
+    if ((c.natsTlsCert === null) !== (c.natsTlsKey === null)) {
+      throw new FlowError('CONFIG_ERROR', 'NATS over TLS needs both nats-tls-cert and nats-tls-key');
+    }
+    if ((c.natsTlsRequired || c.natsTlsHandshakeFirst) && c.natsTlsCert === null) {
+      throw new FlowError('CONFIG_ERROR', 'nats-tls-required and nats-tls-handshake-first need nats-tls-cert and nats-tls-key');
+    }
+    // Read before anything listens: a missing file stops the start with nothing left open.
+    const tlsSettings: NatsTlsSettings | undefined =
+      c.natsTlsCert !== null && c.natsTlsKey !== null
+        ? { cert: readFileSync(c.natsTlsCert), key: readFileSync(c.natsTlsKey), required: c.natsTlsRequired || c.natsTlsHandshakeFirst, handshakeFirst: c.natsTlsHandshakeFirst }
+        : undefined;
+    const logger = ctx.logger.child({ protocol: 'nats' });
+    const options = resolveNatsOptions({
+      maxPayload: c.natsMaxPayload,
+      maxControlLine: c.natsMaxControlLine,
+      maxPending: c.natsMaxPending,
+      pingIntervalMs: c.natsPingInterval,
+      maxPingsOut: c.natsMaxPingsOut,
+      authTimeoutMs: c.natsAuthTimeout,
+      maxConnections: c.natsMaxConnections,
+      maxSubscriptions: c.natsMaxSubscriptions,
+    });
+    const adapter = new NatsAdapter({ ...ctx, logger }, options, ctx.guard, c.allowAnonymous, c.natsToken);
+    const logLimit = new LogLimiter(logger);
+    let ending: Promise<void> | null = null;
+    const shared: NatsListenerShared = {
+      adapter,
+      logLimit,
+      endConnections: () => (ending ??= adapter.closeAll()),
+      counts: newListenerCounts(),
+    };
+    const listeners = new Map<string, ProtocolListener>();
+    let closing: Promise<void> | null = null;
+    const close = () => {
+      closing ??= Promise.allSettled([...listeners.values()].map((l) => l.close()))
+        .then(() => shared.endConnections())
+        .then(() => logLimit.stop());
+      return closing;
+    };
+    try {
+      const l = await startNatsListener(shared, { host: c.host, port: c.natsPort, tls: tlsSettings });
+      listeners.set('nats', l);
+      const tlsMode = tlsSettings === undefined ? undefined : c.natsTlsHandshakeFirst ? 'handshake-first' : tlsSettings.required ? 'required' : 'available';
+      ctx.logger.info({ protocol: 'nats', address: fmt(l.address()), ...(tlsMode ? { tls: tlsMode } : {}) }, 'listening');
+      if (c.natsWsPort !== null) {
+        const w = await startNatsWsListener(shared, { host: c.host, port: c.natsWsPort });
+        listeners.set('nats-ws', w);
+        ctx.logger.info({ protocol: 'nats-ws', address: fmt(w.address()) }, 'listening');
+      }
+    } catch (err) {
+      await close();
+      throw err;
+    }
+    return {
+      listeners,
+      figures: () => {
+        const { pending, ...refusals } = shared.counts;
+        return { ...adapter.figures(), listener: { ...refusals, handshaking: pending, logLinesSuppressed: logLimit.suppressedTotal } };
+      },
+      close,
+    };
+  },
+};

@@ -1,0 +1,77 @@
+/**
+ * NATS parsers fed in pieces: every fixture byte at a time (each byte a fresh buffer), and the stream of all valid
+ * fixtures cut at every single point and at every pair of points of a shorter stream: the same operations, the
+ * same error, wherever the chunk boundaries fall.
+ */
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { CLIENT_CASES, SERVER_CASES } from './fixtures.js';
+import { bytewise, clientParse, cut, serverParse } from './recorder.js';
+
+const b = (s: string): Buffer => Buffer.from(s, 'latin1');
+
+describe('byte at a time', () => {
+  for (const c of SERVER_CASES) {
+    test(`server: ${c.name}`, () => {
+      const out = serverParse(bytewise(b(c.input)));
+      assert.deepEqual(out.ops, c.ops);
+      assert.equal(out.error, c.error);
+    });
+  }
+  for (const c of CLIENT_CASES) {
+    test(`client: ${c.name}`, () => {
+      const out = clientParse(bytewise(b(c.input)));
+      assert.deepEqual(out.ops, c.ops);
+      assert.equal(out.error, c.error);
+    });
+  }
+});
+
+describe('every split point', () => {
+  test('server: all valid fixtures in one stream, cut at every point', () => {
+    const ok = SERVER_CASES.filter((c) => c.error === undefined);
+    const stream = b(ok.map((c) => c.input).join(''));
+    const expected = ok.flatMap((c) => c.ops);
+    assert.deepEqual(serverParse([stream]).ops, expected);
+    for (let i = 0; i <= stream.length; i++) {
+      const out = serverParse(cut(stream, [i]));
+      assert.equal(out.error, undefined, `cut at ${i}`);
+      assert.deepEqual(out.ops, expected, `cut at ${i}`);
+    }
+  });
+
+  test('server: a short stream cut at every pair of points', () => {
+    const stream = b('PUB a.b r 3\r\nabc\r\nHPUB h 12 14\r\nNATS/1.0\r\n\r\nxy\r\nSUB a.* q 1\r\nPING\r\n');
+    const expected = serverParse([stream]).ops;
+    assert.equal(expected.length, 4);
+    for (let i = 0; i <= stream.length; i++) {
+      for (let j = i; j <= stream.length; j++) {
+        const out = serverParse(cut(stream, [i, j]));
+        assert.equal(out.error, undefined, `cuts ${i}, ${j}`);
+        assert.deepEqual(out.ops, expected, `cuts ${i}, ${j}`);
+      }
+    }
+  });
+
+  test('server: every error fixture cut at every point gives the same error', () => {
+    for (const c of SERVER_CASES.filter((x) => x.error !== undefined)) {
+      const input = b(c.input);
+      for (let i = 0; i <= input.length; i++) {
+        const out = serverParse(cut(input, [i]));
+        assert.equal(out.error, c.error, `${c.name}, cut at ${i}`);
+        assert.deepEqual(out.ops, c.ops, `${c.name}, cut at ${i}`);
+      }
+    }
+  });
+
+  test('client: all valid fixtures in one stream, cut at every point', () => {
+    const ok = CLIENT_CASES.filter((c) => c.error === undefined);
+    const stream = b(ok.map((c) => c.input).join(''));
+    const expected = ok.flatMap((c) => c.ops);
+    for (let i = 0; i <= stream.length; i++) {
+      const out = clientParse(cut(stream, [i]));
+      assert.equal(out.error, undefined, `cut at ${i}`);
+      assert.deepEqual(out.ops, expected, `cut at ${i}`);
+    }
+  });
+});
