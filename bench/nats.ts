@@ -32,8 +32,9 @@ import { HOST, nowS, percentiles, sleep, type Percentiles } from './util.js';
 
 // ------------------------------------------------------------------ frames
 
+/** CONNECT as the official clients send it (nats.js: headers and no_responders on), so a broker takes the same paths. */
 export function connectFrame(name: string): Buffer {
-  const opts = { verbose: false, pedantic: false, tls_required: false, name, lang: 'flowmq-bench', version: '1', protocol: 1, echo: true, headers: false, no_responders: false };
+  const opts = { verbose: false, pedantic: false, tls_required: false, name, lang: 'flowmq-bench', version: '1', protocol: 1, echo: true, headers: true, no_responders: true };
   return Buffer.from(`CONNECT ${JSON.stringify(opts)}\r\n`);
 }
 

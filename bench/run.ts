@@ -750,24 +750,38 @@ async function natsPair<T extends object>(fn: (port: number, pid: number) => Pro
   return { flowmq: out.flowmq!, natsServer: out.natsServer ?? null };
 }
 
-const cpuNote = (cpu: { broker: number | null; generator: number }) =>
-  `CPU: broker ${cpu.broker === null ? '?' : `${fmt(100 * cpu.broker, 0)}%`}, generator ${fmt(100 * cpu.generator, 0)}%`;
+/**
+ * CPU over the measured phase, and the broker's rate per CPU-second it used: on a machine shared with other work a
+ * broker gets what the scheduler gives it (nats-server's many threads get more of a loaded machine than FlowMQ's one
+ * event loop), and this says how much each broker did with what it had.
+ */
+const cpuNote = (cpu: { broker: number | null; generator: number }, rate: number) =>
+  `CPU: broker ${cpu.broker === null ? '?' : `${fmt(100 * cpu.broker, 0)}% (${fmt(rate / cpu.broker)} per CPU-second)`}, generator ${fmt(100 * cpu.generator, 0)}%`;
 
-function pubSubCell(r: NatsPubSubResult): string {
-  const notes: string[] = [];
+/** What FlowMQ's own NATS counters say went wrong in a run (slow consumers closed, failed writes), if anything. */
+function brokerNotes(b: Record<string, unknown> | null): string[] {
+  const n = (k: string) => (b && typeof b[k] === 'number' ? (b[k] as number) : 0);
+  const out: string[] = [];
+  if (n('slowConsumers') > 0) out.push(`broker closed ${n('slowConsumers')} slow consumer(s)`);
+  if (n('writeFailures') > 0) out.push(`${n('writeFailures')} failed writes`);
+  return out;
+}
+
+function pubSubCell(r: NatsRun<NatsPubSubResult>): string {
+  const notes: string[] = brokerNotes(r.broker);
   if (r.lost > 0) notes.push(`${fmt(r.lost)} of ${fmt(r.expected)} deliveries lost`);
   if (r.perSubscriberMin !== r.perSubscriberMax) notes.push(`per member ${fmt(r.perSubscriberMin)}–${fmt(r.perSubscriberMax)}`);
   if (r.heldByAhead >= 0.05) notes.push(`publisher held back ${fmt(100 * r.heldByAhead, 0)}% of the time`);
   if (r.errors.length > 0) notes.push(`errors: ${r.errors.slice(0, 2).join('; ')}`);
-  notes.push(cpuNote(r.cpu));
+  notes.push(cpuNote(r.cpu, r.deliveriesPerSec));
   return `${fmt(r.deliveriesPerSec)} deliveries/s (${fmt(r.payloadMBPerSec, 1)} MB/s of payload; ${notes.join(', ')})`;
 }
 
-function requestCell(r: NatsRequestResult): string {
-  const notes: string[] = [];
+function requestCell(r: NatsRun<NatsRequestResult>): string {
+  const notes: string[] = brokerNotes(r.broker);
   if (r.unanswered > 0) notes.push(`${fmt(r.unanswered)} unanswered`);
   if (r.errors.length > 0) notes.push(`errors: ${r.errors.slice(0, 2).join('; ')}`);
-  notes.push(cpuNote(r.cpu));
+  notes.push(cpuNote(r.cpu, r.roundTripsPerSec));
   return `${fmt(r.roundTripsPerSec)} round trips/s; p50 / p99 ${fmt(r.rtt.p50, 3)} / ${fmt(r.rtt.p99, 3)} ms (${notes.join(', ')})`;
 }
 

@@ -1,7 +1,10 @@
 import assert from 'node:assert/strict';
 import { createServer, type Server, type Socket } from 'node:net';
 import { after, before, describe, it } from 'node:test';
+import { startFlowmq } from '../../bench/brokers.js';
 import { NatsReader, runNatsPubSub, runNatsRequest } from '../../bench/nats.js';
+import { waitNatsInfo } from '../../bench/nats-server.js';
+import { freePort } from '../../bench/util.js';
 
 // ------------------------------------------------------------------ the reader
 
@@ -247,5 +250,36 @@ describe('bench: the NATS load generator against a stand-in broker', () => {
     const port = (s.address() as { port: number }).port;
     await new Promise<void>((r) => s.close(() => r()));
     await assert.rejects(runNatsPubSub({ ...base, port, subscribers: 1, queueGroup: false }), /ECONNREFUSED/);
+  });
+});
+
+describe('bench: the NATS load generator against FlowMQ', () => {
+  it('counts what the broker counts: every publish taken, every delivery sent and received; request/reply answered', async () => {
+    const port = await freePort();
+    const b = await startFlowmq(['--protocols', 'mqtt,kafka,nats', '--nats-port', String(port)]);
+    const figures = async () => {
+      const res = await fetch(`http://127.0.0.1:${b.httpPort}/api/v1/broker`);
+      return ((await res.json()) as { nats: Record<string, number> }).nats;
+    };
+    try {
+      await waitNatsInfo(port, 20_000, () => true);
+      // No warm-up: the broker's counters then cover exactly the measured phase.
+      const r = await runNatsPubSub({ port, payloadBytes: 16, subscribers: 2, queueGroup: false, aheadBytes: 1024 * 1024, warmupS: 0, seconds: 0.5, brokerPid: b.pid });
+      assert.deepEqual(r.errors, []);
+      assert.equal(r.lost, 0);
+      assert.equal(r.delivered, r.published * 2);
+      const f = await figures();
+      assert.equal(f.msgsIn, r.published, 'the broker took exactly the publishes the generator counted');
+      assert.equal(f.msgsOut, r.delivered, 'and sent exactly the deliveries the subscribers counted');
+      assert.equal(f.slowConsumers, 0);
+      assert.ok(r.cpu.broker !== null && r.cpu.broker > 0, 'the broker process was found and used CPU');
+
+      const q = await runNatsRequest({ port, payloadBytes: 16, inflight: 8, warmupS: 0.2, seconds: 0.5, brokerPid: b.pid });
+      assert.deepEqual(q.errors, []);
+      assert.ok(q.completed > 0);
+      assert.equal(q.unanswered, 0);
+    } finally {
+      await b.stop();
+    }
   });
 });
