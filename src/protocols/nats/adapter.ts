@@ -187,7 +187,7 @@ export class NatsAdapter {
     meta.clientId ??= ++this.nextClientId;
     this.stats.connectionsTotal++;
     const c = new NatsConnection(stream, this, meta, tls);
-    if (this.conns.size >= this.options.maxConnections) {
+    if (!this.accepting()) {
       this.stats.connectionsRefused++;
       this.logLimit.log('warn', logKey('nats connection refused', meta.remoteAddress), { remote: meta.remoteAddress, max: this.options.maxConnections }, 'nats connection refused: nats-max-connections reached');
       c.refuse(NatsErr.MAX_CONNECTIONS);
@@ -227,9 +227,10 @@ export class NatsAdapter {
     return this.conns.size;
   }
 
-  /** True while another connection may be accepted (maxConnections). */
+  /** True while another connection may be accepted (maxConnections; 0: no limit). */
   accepting(): boolean {
-    return this.conns.size < this.options.maxConnections;
+    const max = this.options.maxConnections;
+    return max === 0 || this.conns.size < max;
   }
 
   /**

@@ -126,6 +126,8 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
 
   // output
   private flushScheduled = false;
+  /** Writer bytes past which a delivery flushes at once: a quarter of maxPending, at most 1 MiB. */
+  private readonly flushAt: number;
   /** Messages written since the last flush, and per flush not yet taken by the socket (maxPendingMsgs). */
   private batchMsgs = 0;
   private pendingMsgs = 0;
@@ -156,6 +158,7 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
     this.id = `nats:${this.clientId}`;
     this.remoteAddress = meta.remoteAddress;
     this.parser = new NatsServerParser({ maxControlLine: adapter.options.maxControlLine, maxPayload: adapter.options.maxPayload });
+    this.flushAt = Math.max(1, Math.min(1024 * 1024, adapter.options.maxPending >> 2));
     this.gate = adapter.guard !== null || adapter.token !== null;
     this.authed = !this.gate;
     this.lastPingAt = this.openedAt;
@@ -451,6 +454,8 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
       }
     }
     if (reply !== null) return this.request(msg, subject, reply);
+    // nats-server acknowledges a verbose PUB before delivering it (a subscriber on the same connection sees +OK first).
+    if (this.verbose) this.send(OK);
     let durable: Promise<void> | null;
     try {
       durable = this.adapter.engine.publish(msg);
@@ -461,13 +466,13 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
       if (++this.pendingWrites >= MAX_PENDING_WRITES) this.pauseReading(2);
       durable.then(this.writeSettled, this.writeFailed);
     }
-    if (this.verbose) this.send(OK);
   }
 
   private request(msg: Message, subject: string, reply: string): void {
     const rt = subjectToTopic(reply);
     if (rt === null) return this.invalid(NatsErr.INVALID_PUBLISH_SUBJECT, reply);
     msg.responseTopic = rt;
+    if (this.verbose) this.send(OK);
     let reached: number;
     try {
       const info = this.adapter.publisher.publish(msg, rt);
@@ -475,7 +480,6 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
     } catch (err) {
       return this.publishFailed(err, subject);
     }
-    if (this.verbose) this.send(OK);
     if (reached === 0 && this.noResponders && this.st === St.Live) this.sendNoResponders(reply);
   }
 
@@ -543,6 +547,10 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
       this.flushScheduled = true;
       setImmediate(this.flush);
     }
+    // A burst (a publisher's reads of one loop turn) is handed to the socket in pieces of flushAt bytes; what the
+    // socket could not pass on to the kernel at once stays in its buffer (writableLength): that, not the size of
+    // a burst, is what makes a consumer slow.
+    if (w.length >= this.flushAt) this.flushNow();
     const o = this.adapter.options;
     if (w.length + this.stream.writableLength > o.maxPending || (o.maxPendingMsgs > 0 && this.pendingMsgs + this.batchMsgs > o.maxPendingMsgs)) {
       this.slowConsumer();
@@ -599,6 +607,11 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
 
   private readonly flush = (): void => {
     this.flushScheduled = false;
+    this.flushNow();
+  };
+
+  /** Hands what the writer holds to the socket (the scheduled flush, or a delivery past flushAt bytes). */
+  private flushNow(): void {
     if (this.st === St.Done || this.w === null) return;
     const b = this.w.take();
     if (b === null) return;
@@ -611,7 +624,7 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
       this.batchMsgs = 0;
       this.stream.write(b);
     }
-  };
+  }
 
   /** A flushed batch left the socket's buffer (writes complete in order). */
   private readonly written = (): void => {
