@@ -26,7 +26,7 @@
  */
 import { connect, type Socket } from 'node:net';
 import { spawnSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { Worker } from 'node:worker_threads';
 import { HOST, nowS, percentiles, sleep, type Percentiles } from './util.js';
 
@@ -269,6 +269,27 @@ export function processCpuSeconds(pid: number): number | null {
   }
 }
 
+/**
+ * Seconds the process's threads have spent runnable but waiting for a CPU (the second field of each thread's
+ * /proc/<pid>/task/<tid>/schedstat, summed); null if it cannot be read. On a machine busy with other work this says
+ * how much a broker was held back by the scheduler rather than by its own work.
+ */
+export function processRunDelaySeconds(pid: number): number | null {
+  try {
+    let ns = 0;
+    for (const t of readdirSync(`/proc/${pid}/task`)) {
+      try {
+        ns += Number(readFileSync(`/proc/${pid}/task/${t}/schedstat`, 'utf8').split(' ')[1]);
+      } catch {
+        // the thread ended meanwhile
+      }
+    }
+    return ns / 1e9;
+  } catch {
+    return null;
+  }
+}
+
 const ownCpuSeconds = () => {
   const u = process.cpuUsage();
   return (u.user + u.system) / 1e6;
@@ -277,13 +298,29 @@ const ownCpuSeconds = () => {
 interface CpuMark {
   t: number;
   broker: number | null;
+  brokerWait: number | null;
   own: number;
 }
-const cpuMark = (pid: number | null): CpuMark => ({ t: nowS(), broker: pid === null ? null : processCpuSeconds(pid), own: ownCpuSeconds() });
-function cpuSince(m: CpuMark, pid: number | null): { broker: number | null; generator: number } {
+const cpuMark = (pid: number | null): CpuMark => ({
+  t: nowS(),
+  broker: pid === null ? null : processCpuSeconds(pid),
+  brokerWait: pid === null ? null : processRunDelaySeconds(pid),
+  own: ownCpuSeconds(),
+});
+
+/** CPU over a phase, in cores (1 = one core busy the whole phase). */
+export interface CpuUse {
+  broker: number | null;
+  /** The broker's threads runnable but waiting for a CPU, in cores (summed over threads). */
+  brokerWaiting: number | null;
+  generator: number;
+}
+
+function cpuSince(m: CpuMark, pid: number | null): CpuUse {
   const now = cpuMark(pid);
   const s = now.t - m.t;
-  return { broker: now.broker === null || m.broker === null ? null : (now.broker - m.broker) / s, generator: (now.own - m.own) / s };
+  const d = (a: number | null, b: number | null) => (a === null || b === null ? null : (a - b) / s);
+  return { broker: d(now.broker, m.broker), brokerWaiting: d(now.brokerWait, m.brokerWait), generator: (now.own - m.own) / s };
 }
 
 // ------------------------------------------------------------------ worker
@@ -441,7 +478,7 @@ export interface NatsPubSubResult {
   /** Share of the measured publishing the publisher spent held back by `aheadBytes` (0..1). */
   heldByAhead: number;
   /** CPU in cores over the measured phase: broker process (null: unknown) and this generator (all threads). */
-  cpu: { broker: number | null; generator: number };
+  cpu: CpuUse;
   errors: string[];
 }
 
@@ -598,7 +635,7 @@ export interface NatsRequestResult {
   completed: number;
   /** Requests still without a reply 5 s after the window (expected: none). */
   unanswered: number;
-  cpu: { broker: number | null; generator: number };
+  cpu: CpuUse;
   errors: string[];
 }
 
@@ -659,7 +696,7 @@ export async function runNatsRequest(o: NatsRequestOptions): Promise<NatsRequest
     running = false;
     clearTimeout(cpuTimer);
     const m = mark as CpuMark | null;
-    const cpu = m ? cpuSince(m, o.brokerPid) : { broker: null, generator: NaN };
+    const cpu: CpuUse = m ? cpuSince(m, o.brokerPid) : { broker: null, brokerWaiting: null, generator: NaN };
     const settleBy = Date.now() + 5000;
     while (outstanding > 0 && Date.now() < settleBy && !r.closedEarly) await sleep(5);
     if (r.closedEarly) errors.push(`the requester's connection was closed by the broker${r.reader.errors.length ? ` (${r.reader.errors.join('; ')})` : ''}`);

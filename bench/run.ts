@@ -46,7 +46,7 @@ import { floodCell, heapCell, runFloods, type FloodOptions, type FloodResult, ty
 import { defaultQueueStoreOptions, levelCell, queueStoreEmbedded, queueStorePostgres, type QueueStoreLevel } from './queue-store.js';
 import { runAmqpLoad, type AmqpLoadOptions, type AmqpLoadResult } from './amqp.js';
 import { rabbitmqBinDir, rabbitmqVersion, startRabbitmq, waitAmqp } from './rabbitmq.js';
-import { runNatsPubSub, runNatsRequest, type NatsPubSubResult, type NatsRequestResult } from './nats.js';
+import { runNatsPubSub, runNatsRequest, type CpuUse, type NatsPubSubResult, type NatsRequestResult } from './nats.js';
 import { NATS_LIMITS, natsServerBinary, natsServerVersion, startNatsServer, waitNatsInfo } from './nats-server.js';
 import { fmt, freePort, nowS, ratio, roundDeep, sleep, table } from './util.js';
 import { histogramQuantile, type HistogramSnapshot } from '../src/core/index.js';
@@ -755,8 +755,8 @@ async function natsPair<T extends object>(fn: (port: number, pid: number) => Pro
  * broker gets what the scheduler gives it (nats-server's many threads get more of a loaded machine than FlowMQ's one
  * event loop), and this says how much each broker did with what it had.
  */
-const cpuNote = (cpu: { broker: number | null; generator: number }, rate: number) =>
-  `CPU: broker ${cpu.broker === null ? '?' : `${fmt(100 * cpu.broker, 0)}% (${fmt(rate / cpu.broker)} per CPU-second)`}, generator ${fmt(100 * cpu.generator, 0)}%`;
+const cpuNote = (cpu: CpuUse, rate: number) =>
+  `CPU: broker ${cpu.broker === null ? '?' : `${fmt(100 * cpu.broker, 0)}% (${fmt(rate / cpu.broker)} per CPU-second)`}${cpu.brokerWaiting !== null && cpu.brokerWaiting >= 0.05 ? `, broker waiting for a CPU ${fmt(100 * cpu.brokerWaiting, 0)}%` : ''}, generator ${fmt(100 * cpu.generator, 0)}%`;
 
 /** What FlowMQ's own NATS counters say went wrong in a run (slow consumers closed, failed writes), if anything. */
 function brokerNotes(b: Record<string, unknown> | null): string[] {
