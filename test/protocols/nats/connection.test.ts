@@ -297,6 +297,20 @@ describe('NATS connection: deliveries and mapping', () => {
     await s.close();
   });
 
+  it('an HPUB with a zero-length header block is a message without headers (nats.js sends one for js.publish)', async () => {
+    const s = await startNats();
+    const c = await RawClient.connect(s.port);
+    c.send(`${CONNECT}SUB z 1\r\nHPUB z 0 2\r\nhi\r\n`);
+    await c.flush();
+    assert.deepEqual(c.errors(), []);
+    const m = c.msgs();
+    assert.equal(m.length, 1);
+    assert.equal(m[0]!.headers, null);
+    assert.equal(m[0]!.payload.toString(), 'hi');
+    c.close();
+    await s.close();
+  });
+
   it('a core message is delivered with its properties as headers (HMSG) to a headers client, as MSG to others', async () => {
     const s = await startNats();
     const h = await RawClient.connect(s.port);
@@ -311,6 +325,8 @@ describe('NATS connection: deliveries and mapping', () => {
           { key: 'k', value: Buffer.from('v') },
           { key: 'empty', value: null },
           { key: 'bad key', value: Buffer.from('dropped') },
+          { key: 'größe', value: Buffer.from('dropped') },
+          { key: 'nl', value: Buffer.from('two\r\nlines') },
         ],
         contentType: 'text/plain',
         correlationData: Buffer.from([0xff, 0x00]),
@@ -325,7 +341,7 @@ describe('NATS connection: deliveries and mapping', () => {
     assert.equal(hm.reply, 'reply.to/me');
     assert.equal(
       hm.headers!.toString(),
-      'NATS/1.0\r\nk: v\r\nempty: \r\nContent-Type: text/plain\r\nCorrelation-Id: /wA=\r\nNats-Msg-Id: id-7\r\n\r\n',
+      'NATS/1.0\r\nk: v\r\nempty: \r\nnl: two  lines\r\nContent-Type: text/plain\r\nCorrelation-Id: /wA=\r\nNats-Msg-Id: id-7\r\n\r\n',
     );
     const pm = plain.msgs()[0]!;
     assert.equal(pm.headers, null);

@@ -256,16 +256,16 @@ abstract class NatsParserBase<H> {
     const max = this.maxControlLine;
     while (i < n) {
       if (this.stopped) return;
-      if (this.fastPub && lc(chunk[i]!) === 0x70 && lc(chunk[i + 1]!) === 0x75 && lc(chunk[i + 2]!) === 0x62) {
+      if (lc(chunk[i]!) === this.fast0 && lc(chunk[i + 1]!) === this.fast1 && lc(chunk[i + 2]!) === this.fast2) {
         const c3 = chunk[i + 3];
         if (c3 === 0x20 || c3 === 0x09) {
-          const r = this.pubInChunk(chunk, i, h);
+          const r = this.opInChunk(chunk, i, h);
           if (r === -1) return;
           if (r >= 0) {
             i = r;
             continue;
           }
-          // -2: not a plain PUB whose line is whole in the chunk: the general path below decides.
+          // -2: not a plain PUB / MSG whose line is whole in the chunk: the general path below decides.
         }
       }
       // Find the line end, looking no further than a line may be long: content max bytes, a '\r', the '\n'.
@@ -369,16 +369,18 @@ abstract class NatsParserBase<H> {
     return this.borrowed ? copyOut(chunk, s, e) : chunk.subarray(s, e);
   }
 
-  /** Whether pubInChunk applies (the server parser's PUB). */
-  protected fastPub = false;
+  /** The lower-case three-letter op opInChunk handles (PUB for the server parser, MSG for the client's). */
+  protected fast0 = -1;
+  protected fast1 = -1;
+  protected fast2 = -1;
 
   /**
-   * The PUB fast path: a `PUB` at `chunk[i]` whose control line is whole in the chunk, scanned once (the general
-   * path finds the line end, then splits the arguments). Returns as resume does, or -2 when the line is not
-   * whole in the chunk or anything about it is unusual (wrong argument count, a bad size, too long): the general
-   * path then parses it and raises the same errors as for any other line.
+   * The fast path of the hot op (PUB, MSG) at `chunk[i]` when its control line is whole in the chunk: scanned
+   * once (the general path finds the line end, then splits the arguments). Returns as resume does, or -2 when the
+   * line is not whole in the chunk or anything about it is unusual (wrong argument count, a bad size, too long):
+   * the general path then parses it and raises the same errors as for any other line.
    */
-  protected pubInChunk(chunk: Buffer, i: number, h: H): number {
+  protected opInChunk(chunk: Buffer, i: number, h: H): number {
     void chunk;
     void i;
     void h;
@@ -509,10 +511,12 @@ export function connectOptionsOf(o: Record<string, unknown>): ConnectOptions | n
 export class NatsServerParser extends NatsParserBase<NatsServerHandler> {
   constructor(options: NatsParserOptions) {
     super(options);
-    this.fastPub = true;
+    this.fast0 = 0x70; // p
+    this.fast1 = 0x75; // u
+    this.fast2 = 0x62; // b
   }
 
-  protected override pubInChunk(chunk: Buffer, i: number, h: NatsServerHandler): number {
+  protected override opInChunk(chunk: Buffer, i: number, h: NatsServerHandler): number {
     const n = chunk.length;
     let lim = i + this.maxControlLine + 2;
     if (lim > n) lim = n;
@@ -721,6 +725,83 @@ export class NatsServerParser extends NatsParserBase<NatsServerHandler> {
 
 /** Reads what a NATS server sends (a client's side: the benchmark's load generator, raw-socket tests). */
 export class NatsClientParser extends NatsParserBase<NatsClientHandler> {
+  // One-entry sid cache: a subscriber's messages mostly carry the same sid.
+  private lastSidBytes = Buffer.allocUnsafe(32);
+  private lastSidLen = -1;
+  private lastSid = '';
+
+  constructor(options: NatsParserOptions) {
+    super(options);
+    this.fast0 = 0x6d; // m
+    this.fast1 = 0x73; // s
+    this.fast2 = 0x67; // g
+  }
+
+  private sidAt(b: Buffer, s: number, e: number): string {
+    const len = e - s;
+    if (len === this.lastSidLen) {
+      const c = this.lastSidBytes;
+      let k = 0;
+      while (k < len && c[k] === b[s + k]) k++;
+      if (k === len) return this.lastSid;
+    }
+    const sid = decode(b, s, e);
+    if (len <= this.lastSidBytes.length) {
+      b.copy(this.lastSidBytes, 0, s, e);
+      this.lastSidLen = len;
+      this.lastSid = sid;
+    }
+    return sid;
+  }
+
+  /** MSG's fast path (see opInChunk): `MSG <subject> <sid> [reply] <size>` whole in the chunk. */
+  protected override opInChunk(chunk: Buffer, i: number, h: NatsClientHandler): number {
+    const n = chunk.length;
+    let lim = i + this.maxControlLine + 2;
+    if (lim > n) lim = n;
+    const args = this.args;
+    let k = i + 4;
+    let count = 0;
+    for (;;) {
+      while (k < lim) {
+        const c = chunk[k]!;
+        if (c === 0x20 || c === 0x09 || c === CR) k++;
+        else break;
+      }
+      if (k >= lim) return -2;
+      if (chunk[k] === LF) break;
+      if (count === 4) return -2;
+      args[2 * count] = k;
+      while (k < lim) {
+        const c = chunk[k]!;
+        if (c > 0x20 || (c !== 0x20 && c !== 0x09 && c !== CR && c !== LF)) k++;
+        else break;
+      }
+      if (k >= lim) return -2;
+      args[2 * count + 1] = k;
+      count++;
+    }
+    const next = k + 1;
+    if ((chunk[k - 1] === CR ? k - 1 : k) - i > this.maxControlLine) return -2;
+    if (count !== 3 && count !== 4) return -2;
+    const size = parseSize(chunk, args[2 * count - 2]!, args[2 * count - 1]!);
+    if (size < 0 || size > this.maxPayload) return -2;
+    const subject = this.subjectAt(chunk, args[0]!, args[1]!);
+    const sid = this.sidAt(chunk, args[2]!, args[3]!);
+    const reply = count === 4 ? decode(chunk, args[4]!, args[5]!) : null;
+    const end = next + size;
+    if (end + 2 <= n) {
+      if (chunk[end] !== CR || chunk[end + 1] !== LF) throw unknownOp();
+      h.onMsg(subject, sid, reply, this.payloadOf(chunk, next, end));
+      return end + 2;
+    }
+    this.pOp = OP_MSG;
+    this.pSubject = subject;
+    this.pSid = sid;
+    this.pReply = reply;
+    return this.startPayload(chunk, next, size, h);
+  }
+
   protected line(lb: Buffer, s: number, e: number, chunk: Buffer, next: number, h: NatsClientHandler): number {
     const len = e - s;
     if (len === 0) throw unknownOp();
