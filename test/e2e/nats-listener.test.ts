@@ -115,4 +115,47 @@ describe('e2e: NATS connection limit', () => {
       rmSync(cert.dir, { recursive: true, force: true });
     }
   });
+
+  it('the nats-* options reach every connection: max payload in INFO, control line, subscriptions, auth timeout, pings', async () => {
+    const broker = await FlowmqProcess.start({
+      args: ['--nats-max-payload', '2KiB', '--nats-max-control-line', '300', '--nats-max-subscriptions', '1', '--nats-auth-timeout', '300ms', '--nats-ping-interval', '200ms', '--nats-max-pings-out', '1'],
+    });
+    try {
+      const a = await RawNats.connect(broker.natsPort);
+      try {
+        assert.equal((await a.info()).max_payload, 2048);
+        a.send('CONNECT {"verbose":false}\r\nSUB one 1\r\nSUB two 2\r\n');
+        assert.equal(await a.line(), "-ERR 'Maximum Subscriptions Exceeded'");
+        // The broker PINGs at the interval; unanswered past max pings out, the connection is stale.
+        assert.equal(await a.line(), 'PING');
+        assert.equal(await a.line(), "-ERR 'Stale Connection'");
+        await a.ended();
+      } finally {
+        a.destroy();
+      }
+      const b = await RawNats.connect(broker.natsPort);
+      try {
+        await b.info();
+        b.send(`CONNECT {}\r\nSUB ${'x'.repeat(300)} 1\r\n`);
+        assert.equal(await b.line(), "-ERR 'maximum control line exceeded'");
+        await b.ended();
+      } finally {
+        b.destroy();
+      }
+      const silent = await RawNats.connect(broker.natsPort);
+      try {
+        await silent.info();
+        // The broker may PING before CONNECT (the interval is shorter than the auth timeout here).
+        let l = await silent.line();
+        while (l === 'PING') l = await silent.line();
+        assert.equal(l, "-ERR 'Authentication Timeout'");
+        await silent.ended();
+      } finally {
+        silent.destroy();
+      }
+    } finally {
+      await broker.stop();
+      broker.cleanup();
+    }
+  });
 });
