@@ -709,10 +709,19 @@ async function natsPair<T extends object>(fn: (port: number, pid: number) => Pro
     let stop: (() => Promise<void>) | null = null;
     try {
       if (kind === 'flowmq') {
-        const port = await freePort();
+        let port = await freePort();
         let b: Broker;
         try {
-          b = await startFlowmq(flowmqNatsArgs(port));
+          // startFlowmq retries its own ports on EADDRINUSE; the NATS port is ours to pick again.
+          for (let attempt = 1; ; attempt++) {
+            try {
+              b = await startFlowmq(flowmqNatsArgs(port));
+              break;
+            } catch (e) {
+              if (attempt >= 3 || !/EADDRINUSE/.test(e instanceof Error ? e.message : String(e))) throw e;
+              port = await freePort();
+            }
+          }
           stop = () => b.stop();
           await waitNatsInfo(port, 30_000, () => {
             try {
