@@ -496,6 +496,7 @@ export function loadConfig(src: ConfigSources = {}): Config {
   if ((cfg.natsMaxPayload as number) > (cfg.natsMaxPending as number)) throw new ConfigError('nats-max-payload must not exceed nats-max-pending');
   if ((cfg.natsMaxControlLine as number) < 256) throw new ConfigError('nats-max-control-line must be at least 256 bytes');
   if ((cfg.natsMaxPingsOut as number) < 1) throw new ConfigError('nats-max-pings-out must be at least 1');
+  if ((cfg.natsMaxConnections as number) < 1) throw new ConfigError('nats-max-connections must be at least 1');
   if ((cfg.kafkaTlsCert === null) !== (cfg.kafkaTlsKey === null)) throw new ConfigError('Kafka over TLS needs both kafka-tls-cert and kafka-tls-key');
   if ((cfg.kafkaGroupMinSessionTimeout as number) > (cfg.kafkaGroupMaxSessionTimeout as number)) {
     throw new ConfigError('kafka-group-min-session-timeout must not exceed kafka-group-max-session-timeout');

@@ -63,6 +63,7 @@ describe('config', () => {
     assert.throws(() => loadConfig({ flags: { 'nats-max-payload': '8MiB', 'nats-max-pending': '4MiB' } }), /nats-max-payload must not exceed nats-max-pending/);
     assert.throws(() => loadConfig({ flags: { 'nats-max-control-line': '100' } }), /nats-max-control-line must be at least 256/);
     assert.throws(() => loadConfig({ flags: { 'nats-max-pings-out': '0' } }), /nats-max-pings-out must be at least 1/);
+    assert.throws(() => loadConfig({ flags: { 'nats-max-connections': '0' } }), /nats-max-connections must be at least 1/);
     // A token given badly is not echoed back into a log line.
     assert.throws(() => loadConfig({ flags: { 'nats-token': '' } }), /--nats-token: expected a non-empty string \(got "\*\*\*"\)/);
   });

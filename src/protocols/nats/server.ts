@@ -108,13 +108,15 @@ function refuse(stream: Duplex, text: string): void {
   timer.unref();
   stream.once('close', () => clearTimeout(timer));
   stream.on('error', () => stream.destroy());
+  // Read (and drop) what the client sends, so that its hang-up is seen at once (sockets are accepted paused).
+  stream.resume();
   stream.end(text);
 }
 
 /** True when one more client may be accepted: the adapter's own check and the count with the listeners' pending sockets. */
 function underLimit(shared: NatsListenerShared): boolean {
   const max = shared.adapter.options.maxConnections;
-  return shared.adapter.accepting() && (max === 0 || shared.adapter.connections() + shared.counts.pending < max);
+  return shared.adapter.accepting() && shared.adapter.connections() + shared.counts.pending < max;
 }
 
 /**
