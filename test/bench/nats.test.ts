@@ -1,10 +1,13 @@
 import assert from 'node:assert/strict';
+import { chmodSync, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server, type Socket } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { startFlowmq } from '../../bench/brokers.js';
 import { NatsReader, runNatsPubSub, runNatsRequest } from '../../bench/nats.js';
-import { waitNatsInfo } from '../../bench/nats-server.js';
-import { freePort } from '../../bench/util.js';
+import { startNatsServer, waitNatsInfo } from '../../bench/nats-server.js';
+import { freePort, sleep } from '../../bench/util.js';
 
 // ------------------------------------------------------------------ the reader
 
@@ -280,6 +283,50 @@ describe('bench: the NATS load generator against FlowMQ', () => {
       assert.equal(q.unanswered, 0);
     } finally {
       await b.stop();
+    }
+  });
+});
+
+describe('bench: startNatsServer when the server does not come up', () => {
+  // Stand-ins for nats-server (CI has none): the failure paths must leave no process and no directory behind.
+  const fake = (body: string) => {
+    const dir = mkdtempSync(join(tmpdir(), 'fake-nats-server-'));
+    const bin = join(dir, 'nats-server');
+    writeFileSync(bin, `#!/bin/sh\n${body}\n`);
+    chmodSync(bin, 0o755);
+    return { dir, bin };
+  };
+  const ourTempDirs = () => readdirSync(tmpdir()).filter((d) => d.startsWith('nats-server-bench-'));
+
+  it('a server that exits: rejects with its output, its temporary directory removed', async () => {
+    // The config file it was given is the second argument: its listen line names the port.
+    const f = fake('echo "cannot start: $(grep listen "$2")"; exit 1');
+    const before = ourTempDirs();
+    try {
+      await assert.rejects(startNatsServer(f.bin, 10_000), /nats-server did not start: the process exited before port \d+ served INFO[\s\S]*cannot start: listen: "127\.0\.0\.1:\d+"/);
+      assert.deepEqual(ourTempDirs(), before);
+    } finally {
+      rmSync(f.dir, { recursive: true, force: true });
+    }
+  });
+
+  it('a server that never serves INFO: rejects after the timeout and the process is stopped', async () => {
+    const pidFile = join(tmpdir(), `fake-nats-server-pid-${process.pid}`);
+    const f = fake(`echo $$ > ${pidFile}\nexec sleep 300`);
+    const before = ourTempDirs();
+    try {
+      await assert.rejects(startNatsServer(f.bin, 1500), /nats-server did not start: no NATS INFO on port \d+ within 1500 ms/);
+      const pid = Number(readFileSync(pidFile, 'utf8'));
+      let gone = false;
+      for (let i = 0; i < 100 && !gone; i++) {
+        gone = !existsSync(`/proc/${pid}`) || /^\S+ \S+ Z/.test(readFileSync(`/proc/${pid}/stat`, 'utf8'));
+        if (!gone) await sleep(50);
+      }
+      assert.ok(gone, `the server process ${pid} is gone`);
+      assert.deepEqual(ourTempDirs(), before);
+    } finally {
+      rmSync(f.dir, { recursive: true, force: true });
+      rmSync(pidFile, { force: true });
     }
   });
 });
