@@ -177,6 +177,11 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
   /** Sends INFO (unless the listener did) and starts reading. */
   start(): void {
     const s = this.stream;
+    // The client may have gone while the listener was busy with it (a TLS upgrade): no 'close' will come again.
+    if (s.destroyed) {
+      this.teardown();
+      return;
+    }
     s.on('error', (err: Error) => {
       this.adapter.logger.debug({ client: this.clientId, err: err.message }, 'nats connection error');
       this.destroy();
@@ -190,6 +195,7 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
 
   /** Over the connection limit: the -ERR, then close. */
   refuse(text: string): void {
+    if (this.stream.destroyed) return this.teardown();
     this.stream.on('error', () => undefined);
     this.stream.on('close', () => this.teardown());
     this.st = St.Closing;
@@ -241,6 +247,7 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
       }
       // Anonymous clients are let in: serve everything from here as nats-server does.
       this.gate = false;
+      this.authed = true;
       return this.feed(line);
     }
     const rest = line.subarray(lf + 1);
