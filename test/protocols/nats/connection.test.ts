@@ -447,6 +447,23 @@ describe('NATS connection: deliveries and mapping', () => {
     await s.close();
   });
 
+  it('echo off: a queue group member on the publishing connection passes its share to the other members', async () => {
+    const s = await startNats();
+    const self = await RawClient.connect(s.port);
+    const other = await RawClient.connect(s.port);
+    self.send('CONNECT {"echo":false}\r\nSUB e.q grp 1\r\n');
+    other.send(`${CONNECT}SUB e.q grp 1\r\n`);
+    await self.flush();
+    await other.flush();
+    for (let i = 0; i < 10; i++) self.send(`PUB e.q 1\r\n${i}\r\n`);
+    await self.flush();
+    await until(() => other.msgs().length === 10, 5000, 'every message at the other member');
+    assert.equal(self.msgs().length, 0);
+    self.close();
+    other.close();
+    await s.close();
+  });
+
   it('queue subscriptions of the same group share, plain ones all get it; UNSUB max counts per subscription', async () => {
     const s = await startNats();
     const a = await RawClient.connect(s.port);
