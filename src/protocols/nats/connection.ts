@@ -35,6 +35,7 @@ import type { Duplex } from 'node:stream';
 import type { Message, Subscriber, Subscription } from '../../core/index.js';
 import { logKey } from '../log-limit.js';
 import {
+  NatsErrText,
   NatsProtocolError,
   NatsServerParser,
   NatsWriter,
@@ -235,7 +236,7 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
     const line = this.gateLine === null ? chunk : Buffer.concat([this.gateLine, chunk]);
     const lf = line.indexOf(0x0a);
     if (lf < 0) {
-      if (line.length > this.adapter.options.maxControlLine + 2) return this.fatal('maximum control line exceeded', 'nats protocol error');
+      if (line.length > this.adapter.options.maxControlLine + 2) return this.fatal(NatsErrText.MAX_CONTROL_LINE, 'nats protocol error');
       this.gateLine = Buffer.from(line);
       return;
     }

@@ -230,6 +230,15 @@ describe('NATS connection: authentication', () => {
     await s.close();
   });
 
+  it('before CONNECT only one control line is buffered: a longer first line is refused as nats-server refuses it', async () => {
+    const s = await startNats({ maxControlLine: 128 }, { token: 'tok' });
+    const c = await RawClient.connect(s.port);
+    c.send(`CONNECT {"auth_token":"${'x'.repeat(200)}"`);
+    await c.closed;
+    assert.deepEqual(c.errors(), ['maximum control line exceeded']);
+    await s.close();
+  });
+
   it('operations pipelined behind CONNECT wait for its check, then run in order', async () => {
     const s = await startNats({}, { token: 'tok' });
     const c = await RawClient.connect(s.port);
