@@ -6,10 +6,12 @@
  * the next. Kafka scenarios are reported next to the machine's own fsync'd sequential write bandwidth, measured
  * in the same run on the filesystem the broker writes to.
  *
- * SELECTION: `mqtt`, `kafka`, `storage`, `amqp`, or scenario names (`npm run bench -- --list`); default: everything.
+ * SELECTION: `mqtt`, `kafka`, `storage`, `amqp`, `nats`, or scenario names (`npm run bench -- --list`); default: everything.
  * Storage scenarios run each measurement with embedded storage and with PostgreSQL + S3 (shared-storage.ts).
  * AMQP scenarios run against FlowMQ and a private RabbitMQ node (rabbitmq.ts, Debian's rabbitmq-server) with the
  * same amqplib load generator (amqp.ts).
+ * NATS scenarios run against FlowMQ and a private nats-server (nats-server.ts, Debian's nats-server) with the same
+ * raw-socket load generator (nats.ts).
  * Results: one markdown table per group on stdout, and bench/results/latest.json.
  *
  * Environment (all optional): BENCH_SECONDS (5) measured seconds per scenario, BENCH_WARMUP (1) seconds of
@@ -44,7 +46,9 @@ import { floodCell, heapCell, runFloods, type FloodOptions, type FloodResult, ty
 import { defaultQueueStoreOptions, levelCell, queueStoreEmbedded, queueStorePostgres, type QueueStoreLevel } from './queue-store.js';
 import { runAmqpLoad, type AmqpLoadOptions, type AmqpLoadResult } from './amqp.js';
 import { rabbitmqBinDir, rabbitmqVersion, startRabbitmq, waitAmqp } from './rabbitmq.js';
-import { fmt, nowS, ratio, roundDeep, sleep, table } from './util.js';
+import { runNatsPubSub, runNatsRequest, type CpuUse, type NatsPubSubResult, type NatsRequestResult } from './nats.js';
+import { NATS_LIMITS, natsServerBinary, natsServerVersion, startNatsServer, waitNatsInfo } from './nats-server.js';
+import { fmt, freePort, nowS, ratio, roundDeep, sleep, table } from './util.js';
 import { histogramQuantile, type HistogramSnapshot } from '../src/core/index.js';
 
 const num = (name: string, dflt: number, integer = false): number => {
@@ -129,11 +133,22 @@ const CFG = {
   amqpConsumers: int('BENCH_AMQP_CONSUMERS', 1),
   /** The transient scenario's queue: `transient` (not durable) or `durable`. */
   amqpTransientQueue: process.env.BENCH_AMQP_TRANSIENT_QUEUE || 'transient',
+  /** NATS scenarios: short on purpose (nats-server moves millions of messages a second). */
+  natsSeconds: num('BENCH_NATS_SECONDS', 3),
+  natsWarmupS: num('BENCH_NATS_WARMUP', 1),
+  /** Frame bytes the publisher may be ahead of its slowest subscriber (both brokers close a subscriber at 64 MiB pending). */
+  natsAheadBytes: int('BENCH_NATS_AHEAD_BYTES', 8 * 1024 * 1024),
+  natsFanout: int('BENCH_NATS_FANOUT', 4),
+  natsQueueMembers: int('BENCH_NATS_QUEUE_MEMBERS', 3),
+  natsQueuePayloadBytes: int('BENCH_NATS_QUEUE_PAYLOAD', 16),
+  natsRequestPayloadBytes: int('BENCH_NATS_REQUEST_PAYLOAD', 16),
+  /** Requests outstanding at once in nats-request-pipelined (nats-request keeps one). */
+  natsRequestInflight: int('BENCH_NATS_REQUEST_INFLIGHT', 32),
 };
 
 // ------------------------------------------------------------------ results
 
-type Group = 'mqtt' | 'kafka' | 'storage' | 'amqp';
+type Group = 'mqtt' | 'kafka' | 'storage' | 'amqp' | 'nats';
 
 interface Row {
   group: Group;
@@ -644,6 +659,205 @@ function amqpScenario(persistent: boolean): Scenario {
   };
 }
 
+// ------------------------------------------------------------------ NATS scenarios: FlowMQ vs nats-server
+
+const NATS_SERVER = natsServerBinary();
+const NATS_SERVER_VERSION = NATS_SERVER ? natsServerVersion(NATS_SERVER) : null;
+const NATS_SERVER_MISSING = 'nats-server not installed (apt-get install nats-server; BENCH_NATS_SERVER=path of another binary)';
+const FLOWMQ_NO_NATS = 'FlowMQ has no NATS listener yet';
+let natsPairIndex = 0;
+/** Set once a FlowMQ start has shown that this build has no NATS listener: the other scenarios do not try again. */
+let flowmqNatsMissing: string | null = null;
+
+/** FlowMQ's options for the NATS scenarios: NATS beside MQTT and Kafka (which startFlowmq waits for), no AMQP. */
+const flowmqNatsArgs = (port: number) => ['--protocols', 'mqtt,kafka,nats', '--nats-port', String(port), ...(process.env.BENCH_NATS_FLOWMQ_ARGS ?? '').split(/\s+/).filter((a) => a !== '')];
+
+/** FlowMQ's NATS counters (GET /api/v1/broker), to see what a run made the broker do (slow consumers, drops). */
+async function flowmqNatsFigures(b: Broker): Promise<Record<string, unknown> | null> {
+  try {
+    const res = await fetch(`http://127.0.0.1:${b.httpPort}/api/v1/broker`);
+    const j = (await res.json()) as { nats?: Record<string, unknown> };
+    return j.nats ?? null;
+  } catch {
+    return null;
+  }
+}
+
+type NatsRun<T> = T & { rssMiB: number | null; broker: Record<string, unknown> | null };
+
+/**
+ * Runs `fn` once against a fresh FlowMQ and once against a fresh private nats-server, alternating which goes first;
+ * `fn` gets the NATS port and the broker's pid. A FlowMQ build without a NATS listener (`--protocols` refuses
+ * `nats`, or the port never serves INFO) is reported as such, and nats-server is still measured.
+ */
+async function natsPair<T extends object>(fn: (port: number, pid: number) => Promise<T>): Promise<{ flowmq: Outcome<NatsRun<T>>; natsServer: Outcome<NatsRun<T>> | null }> {
+  const kinds: ('flowmq' | 'nats-server')[] = natsPairIndex++ % 2 === 0 ? ['flowmq', 'nats-server'] : ['nats-server', 'flowmq'];
+  const out: { flowmq?: Outcome<NatsRun<T>>; natsServer?: Outcome<NatsRun<T>> | null } = { natsServer: null };
+  const rss = (pid: number) => {
+    try {
+      return rssKiB(pid) / 1024;
+    } catch {
+      return null;
+    }
+  };
+  for (const kind of kinds) {
+    if (kind === 'nats-server' && !NATS_SERVER) continue;
+    if (kind === 'flowmq' && flowmqNatsMissing !== null) {
+      out.flowmq = { ok: false, error: flowmqNatsMissing };
+      continue;
+    }
+    let stop: (() => Promise<void>) | null = null;
+    try {
+      if (kind === 'flowmq') {
+        let port = await freePort();
+        let b: Broker;
+        try {
+          // startFlowmq retries its own ports on EADDRINUSE; the NATS port is ours to pick again.
+          for (let attempt = 1; ; attempt++) {
+            try {
+              b = await startFlowmq(flowmqNatsArgs(port));
+              break;
+            } catch (e) {
+              if (attempt >= 3 || !/EADDRINUSE/.test(e instanceof Error ? e.message : String(e))) throw e;
+              port = await freePort();
+            }
+          }
+          stop = () => b.stop();
+          await waitNatsInfo(port, 30_000, () => {
+            try {
+              process.kill(b.pid, 0);
+              return true;
+            } catch {
+              return false;
+            }
+          });
+        } catch (e) {
+          // This build refuses `nats` in --protocols (or has no such option), or nothing answers on its NATS port.
+          const text = e instanceof Error ? e.message : String(e);
+          if (/nats/i.test(text) && /not implemented|unknown|invalid/i.test(text)) {
+            const line = text.split('\n').find((l) => /nats/i.test(l) && /not implemented|unknown|invalid/i.test(l)) ?? text.split('\n')[0];
+            flowmqNatsMissing = `${FLOWMQ_NO_NATS} (${line.replace(/^flowmq: /, '').replace(/ \(got .*\)$/, '').trim()})`;
+          } else if (/NATS INFO/.test(text)) flowmqNatsMissing = `${FLOWMQ_NO_NATS} (${errText(e)})`;
+          else throw e;
+          throw new Error(flowmqNatsMissing);
+        }
+        const value = await fn(port, b.pid);
+        out.flowmq = { ok: true, value: { ...value, rssMiB: rss(b.pid), broker: await flowmqNatsFigures(b) } };
+      } else {
+        const n = await startNatsServer(NATS_SERVER!);
+        stop = () => n.stop();
+        const value = await fn(n.port, n.pid);
+        out.natsServer = { ok: true, value: { ...value, rssMiB: rss(n.pid), broker: null } };
+      }
+    } catch (e) {
+      out[kind === 'flowmq' ? 'flowmq' : 'natsServer'] = { ok: false, error: errText(e) };
+      console.error(`  ${kind}: ${errText(e)}`);
+    } finally {
+      await stop?.();
+    }
+  }
+  return { flowmq: out.flowmq!, natsServer: out.natsServer ?? null };
+}
+
+/**
+ * CPU over the measured phase, and the broker's rate per CPU-second it used: on a machine shared with other work a
+ * broker gets what the scheduler gives it (nats-server's many threads get more of a loaded machine than FlowMQ's one
+ * event loop), and this says how much each broker did with what it had.
+ */
+const cpuNote = (cpu: CpuUse, rate: number) =>
+  `CPU: broker ${cpu.broker === null ? '?' : `${fmt(100 * cpu.broker, 0)}% (${fmt(rate / cpu.broker)} per CPU-second)`}${cpu.brokerWaiting !== null && cpu.brokerWaiting >= 0.05 ? `, broker waiting for a CPU ${fmt(100 * cpu.brokerWaiting, 0)}%` : ''}, generator ${fmt(100 * cpu.generator, 0)}%`;
+
+/** What FlowMQ's own NATS counters say went wrong in a run (slow consumers closed, failed writes), if anything. */
+function brokerNotes(b: Record<string, unknown> | null): string[] {
+  const n = (k: string) => (b && typeof b[k] === 'number' ? (b[k] as number) : 0);
+  const out: string[] = [];
+  if (n('slowConsumers') > 0) out.push(`broker closed ${n('slowConsumers')} slow consumer(s)`);
+  if (n('writeFailures') > 0) out.push(`${n('writeFailures')} failed writes`);
+  return out;
+}
+
+function pubSubCell(r: NatsRun<NatsPubSubResult>): string {
+  const notes: string[] = brokerNotes(r.broker);
+  if (r.lost > 0) notes.push(`${fmt(r.lost)} of ${fmt(r.expected)} deliveries lost`);
+  if (r.perSubscriberMin !== r.perSubscriberMax) notes.push(`per member ${fmt(r.perSubscriberMin)}–${fmt(r.perSubscriberMax)}`);
+  if (r.heldByAhead >= 0.05) notes.push(`publisher held back ${fmt(100 * r.heldByAhead, 0)}% of the time`);
+  if (r.errors.length > 0) notes.push(`errors: ${r.errors.slice(0, 2).join('; ')}`);
+  notes.push(cpuNote(r.cpu, r.deliveriesPerSec));
+  return `${fmt(r.deliveriesPerSec)} deliveries/s (${fmt(r.payloadMBPerSec, 1)} MB/s of payload; ${notes.join(', ')})`;
+}
+
+function requestCell(r: NatsRun<NatsRequestResult>): string {
+  const notes: string[] = brokerNotes(r.broker);
+  if (r.unanswered > 0) notes.push(`${fmt(r.unanswered)} unanswered`);
+  if (r.errors.length > 0) notes.push(`errors: ${r.errors.slice(0, 2).join('; ')}`);
+  notes.push(cpuNote(r.cpu, r.roundTripsPerSec));
+  return `${fmt(r.roundTripsPerSec)} round trips/s; p50 / p99 ${fmt(r.rtt.p50, 3)} / ${fmt(r.rtt.p99, 3)} ms (${notes.join(', ')})`;
+}
+
+/** The issue's targets against nats-server: ≥ 0.5× at 1 KiB, ≥ 0.25× at 16 bytes (larger payloads: the 1 KiB one). */
+const natsTarget = (payloadBytes: number) => (payloadBytes >= 1024 ? 0.5 : 0.25);
+
+function natsVerdict<T extends object>(r: { flowmq: Outcome<T>; natsServer: Outcome<T> | null }, rate: (v: T) => number, payloadBytes: number, ok: (v: T) => boolean): string {
+  const target = natsTarget(payloadBytes);
+  const f = r.flowmq;
+  const n = r.natsServer;
+  if (!f.ok || !n?.ok) return `≥ ${target}×: not measured`;
+  const x = rate(f.value) / rate(n.value);
+  return `${ratio(rate(f.value), rate(n.value))}; ≥ ${target}×: ${x >= target && ok(f.value) ? 'met' : 'not met'}`;
+}
+
+function natsPubSubScenario(name: string, payloadBytes: number, subscribers: number, queueGroup: boolean): Scenario {
+  const shape = queueGroup ? `1 publisher → a queue group of ${subscribers}` : subscribers === 1 ? '1 publisher → 1 subscriber' : `fan-out, 1 publisher → ${subscribers} subscribers`;
+  const title = `${fmt(payloadBytes)}-byte messages, ${shape} (deliveries/s)`;
+  return {
+    name,
+    group: 'nats',
+    title,
+    run: async () => {
+      const opts = { payloadBytes, subscribers, queueGroup, aheadBytes: CFG.natsAheadBytes, warmupS: CFG.natsWarmupS, seconds: CFG.natsSeconds };
+      const r = await natsPair((port, pid) => runNatsPubSub({ ...opts, port, brokerPid: pid }));
+      const f = r.flowmq;
+      const n = r.natsServer;
+      rows.push({
+        group: 'nats',
+        scenario: name,
+        title,
+        flowmq: f.ok ? pubSubCell(f.value) : `error: ${f.error}`,
+        peer: !n ? NATS_SERVER_MISSING : n.ok ? pubSubCell(n.value) : `error: ${n.error}`,
+        ratio: natsVerdict(r, (v) => v.deliveriesPerSec, payloadBytes, (v) => v.lost === 0 && v.errors.length === 0),
+        data: { options: opts, flowmqArgs: flowmqNatsArgs(0), flowmq: f, natsServer: n },
+      });
+    },
+  };
+}
+
+function natsRequestScenario(name: string, inflight: number): Scenario {
+  const payloadBytes = CFG.natsRequestPayloadBytes;
+  const title = `request/reply, ${fmt(payloadBytes)}-byte requests and replies, ${inflight === 1 ? 'one request at a time' : `${inflight} requests in flight`} (round trips/s, round-trip p50 / p99)`;
+  return {
+    name,
+    group: 'nats',
+    title,
+    run: async () => {
+      const opts = { payloadBytes, inflight, warmupS: CFG.natsWarmupS, seconds: CFG.natsSeconds };
+      const r = await natsPair((port, pid) => runNatsRequest({ ...opts, port, brokerPid: pid }));
+      const f = r.flowmq;
+      const n = r.natsServer;
+      let verdict = natsVerdict(r, (v) => v.roundTripsPerSec, payloadBytes, (v) => v.unanswered === 0 && v.errors.length === 0);
+      if (f.ok && n?.ok) verdict += `; p99 ${fmt(f.value.rtt.p99, 3)} vs ${fmt(n.value.rtt.p99, 3)} ms`;
+      rows.push({
+        group: 'nats',
+        scenario: name,
+        title,
+        flowmq: f.ok ? requestCell(f.value) : `error: ${f.error}`,
+        peer: !n ? NATS_SERVER_MISSING : n.ok ? requestCell(n.value) : `error: ${n.error}`,
+        ratio: verdict,
+        data: { options: opts, flowmqArgs: flowmqNatsArgs(0), flowmq: f, natsServer: n },
+      });
+    },
+  };
+}
+
 // ------------------------------------------------------------------ registry
 
 interface Scenario {
@@ -1000,12 +1214,19 @@ const scenarios: Scenario[] = [
   },
   amqpScenario(true),
   amqpScenario(false),
+  natsPubSubScenario('nats-pubsub-16', 16, 1, false),
+  natsPubSubScenario('nats-pubsub-1k', 1024, 1, false),
+  natsPubSubScenario('nats-fanout-16', 16, CFG.natsFanout, false),
+  natsPubSubScenario('nats-fanout-1k', 1024, CFG.natsFanout, false),
+  natsPubSubScenario('nats-queue', CFG.natsQueuePayloadBytes, CFG.natsQueueMembers, true),
+  natsRequestScenario('nats-request', 1),
+  natsRequestScenario('nats-request-pipelined', CFG.natsRequestInflight),
 ];
 
 function usage(): string {
   return [
     'usage: npm run bench [-- SELECTION...]',
-    '  SELECTION: mqtt | kafka | storage | amqp | a scenario name (default: everything)',
+    '  SELECTION: mqtt | kafka | storage | amqp | nats | a scenario name (default: everything)',
     '  scenarios:',
     ...scenarios.map((s) => `    ${s.name.padEnd(16)} ${s.title}`),
   ].join('\n');
@@ -1015,7 +1236,7 @@ function select(args: string[]): Scenario[] {
   if (args.length === 0 || args.includes('all')) return scenarios;
   const out = new Set<Scenario>();
   for (const a of args) {
-    const hit = scenarios.filter((s) => s.group === a || s.name === a || s.name === `mqtt-${a}` || s.name === `kafka-${a}` || s.name === `storage-${a}` || s.name === `amqp-${a}`);
+    const hit = scenarios.filter((s) => s.group === a || s.name === a || s.name === `mqtt-${a}` || s.name === `kafka-${a}` || s.name === `storage-${a}` || s.name === `amqp-${a}` || s.name === `nats-${a}`);
     if (hit.length === 0) throw new Error(`unknown selection "${a}"\n${usage()}`);
     for (const h of hit) out.add(h);
   }
@@ -1090,9 +1311,10 @@ async function main(): Promise<void> {
   console.log(
     `FlowMQ benchmarks — ${selected.map((s) => s.name).join(', ')}\n` +
       `${CFG.warmupS}s warm-up + ${CFG.seconds}s measured per scenario; ${cpus().length} CPUs (${cpus()[0]?.model ?? '?'}), ` +
-      `node ${process.version}, mosquitto ${mosqVersion ?? 'not installed'}, rabbitmq-server ${RABBITMQ_VERSION ?? 'not installed'}; load generator and brokers share the machine; ` +
+      `node ${process.version}, mosquitto ${mosqVersion ?? 'not installed'}, rabbitmq-server ${RABBITMQ_VERSION ?? 'not installed'}, nats-server ${NATS_SERVER_VERSION ?? 'not installed'}; load generator and brokers share the machine; ` +
       `load average ${loadAtStart.map((l) => l.toFixed(2)).join(' ')}` +
       (selected.some((s) => s.group === 'amqp') ? `; AMQP scenarios: ${CFG.amqpWarmupS}s warm-up + ${CFG.amqpSeconds}s measured` : '') +
+      (selected.some((s) => s.group === 'nats') ? `; NATS scenarios: ${CFG.natsWarmupS}s warm-up + ${CFG.natsSeconds}s measured` : '') +
       '\n',
   );
 
@@ -1110,6 +1332,7 @@ async function main(): Promise<void> {
     ['kafka', ['Kafka scenario', 'FlowMQ', 'this machine', 'FlowMQ vs machine / target']],
     ['storage', ['Storage scenario', ...STORAGE_CONFIGS.map((c) => c.label), 'target']],
     ['amqp', ['AMQP scenario', 'FlowMQ', `RabbitMQ ${RABBITMQ_VERSION ?? '(not installed)'}`, 'FlowMQ / RabbitMQ, target']],
+    ['nats', ['NATS scenario', 'FlowMQ', `nats-server ${NATS_SERVER_VERSION ?? '(not installed)'}`, 'FlowMQ / nats-server, target']],
   ];
   for (const [g, header] of groups) {
     const rs = rows.filter((r) => r.group === g);
@@ -1123,8 +1346,8 @@ async function main(): Promise<void> {
     date: started.toISOString(),
     durationSeconds: nowS() - t0,
     loadAverage: { start: loadAtStart, end: loadavg() },
-    machine: { cpus: cpus().length, cpuModel: cpus()[0]?.model ?? null, memoryBytes: totalmem(), platform: `${process.platform}/${process.arch}`, node: process.version, mosquitto: mosqVersion, rabbitmq: RABBITMQ_VERSION },
-    settings: { ...CFG, mqttLimits: MQTT_LIMITS, selection: selected.map((s) => s.name) },
+    machine: { cpus: cpus().length, cpuModel: cpus()[0]?.model ?? null, memoryBytes: totalmem(), platform: `${process.platform}/${process.arch}`, node: process.version, mosquitto: mosqVersion, rabbitmq: RABBITMQ_VERSION, natsServer: NATS_SERVER_VERSION },
+    settings: { ...CFG, mqttLimits: MQTT_LIMITS, natsLimits: NATS_LIMITS, selection: selected.map((s) => s.name) },
     results: rows.map((r) => ({ group: r.group, scenario: r.scenario, title: r.title, table: { flowmq: r.flowmq, peer: r.peer, ratio: r.ratio }, ...r.data })),
   };
   writeFileSync(join(out, 'latest.json'), JSON.stringify(roundDeep(json), null, 2) + '\n');

@@ -35,6 +35,7 @@ import type { Duplex } from 'node:stream';
 import type { Message, Subscriber, Subscription } from '../../core/index.js';
 import { logKey } from '../log-limit.js';
 import {
+  NatsErrText,
   NatsProtocolError,
   NatsServerParser,
   NatsWriter,
@@ -235,7 +236,7 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
     const line = this.gateLine === null ? chunk : Buffer.concat([this.gateLine, chunk]);
     const lf = line.indexOf(0x0a);
     if (lf < 0) {
-      if (line.length > this.adapter.options.maxControlLine + 2) return this.fatal('maximum control line exceeded', 'nats protocol error');
+      if (line.length > this.adapter.options.maxControlLine + 2) return this.fatal(NatsErrText.MAX_CONTROL_LINE, 'nats protocol error');
       this.gateLine = Buffer.from(line);
       return;
     }
@@ -528,7 +529,7 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
   /** The engine's delivery: one MSG/HMSG per matching subscription of this connection. Never throws. */
   deliver(msg: Message, subs: Subscription[]): void {
     if (this.st !== St.Live) return;
-    if (!this.echo && msg.origin === this.id) return;
+    if (!this.echo && msg.origin === this.id) return this.notEchoed(msg, subs);
     let hdr: Buffer | null = null;
     if (this.headers) hdr = natsHeaderBlock(msg);
     else if (msg.status !== undefined) return; // a bare status means nothing to a client without headers
@@ -568,6 +569,15 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
     if (w.length + this.stream.writableLength > o.maxPending || (o.maxPendingMsgs > 0 && this.pendingMsgs + this.batchMsgs > o.maxPendingMsgs)) {
       this.slowConsumer();
     }
+  }
+
+  /**
+   * A publish of this connection, which asked not to get its own messages: a queue group picked one of its
+   * members here, so the message goes to another member (nats-server leaves a no-echo client's subscriptions out
+   * of the match, and another member gets it).
+   */
+  private notEchoed(msg: Message, subs: Subscription[]): void {
+    for (const s of subs) if (s.options.group !== undefined) this.adapter.engine.redeliverShared(s, msg);
   }
 
   private countDelivery(ns: NatsSub): void {

@@ -230,6 +230,15 @@ describe('NATS connection: authentication', () => {
     await s.close();
   });
 
+  it('before CONNECT only one control line is buffered: a longer first line is refused as nats-server refuses it', async () => {
+    const s = await startNats({ maxControlLine: 128 }, { token: 'tok' });
+    const c = await RawClient.connect(s.port);
+    c.send(`CONNECT {"auth_token":"${'x'.repeat(200)}"`);
+    await c.closed;
+    assert.deepEqual(c.errors(), ['maximum control line exceeded']);
+    await s.close();
+  });
+
   it('operations pipelined behind CONNECT wait for its check, then run in order', async () => {
     const s = await startNats({}, { token: 'tok' });
     const c = await RawClient.connect(s.port);
@@ -444,6 +453,23 @@ describe('NATS connection: deliveries and mapping', () => {
     await c.flush();
     assert.deepEqual(seen, ['js/a _INBOX/q']);
     c.close();
+    await s.close();
+  });
+
+  it('echo off: a queue group member on the publishing connection passes its share to the other members', async () => {
+    const s = await startNats();
+    const self = await RawClient.connect(s.port);
+    const other = await RawClient.connect(s.port);
+    self.send('CONNECT {"echo":false}\r\nSUB e.q grp 1\r\n');
+    other.send(`${CONNECT}SUB e.q grp 1\r\n`);
+    await self.flush();
+    await other.flush();
+    for (let i = 0; i < 10; i++) self.send(`PUB e.q 1\r\n${i}\r\n`);
+    await self.flush();
+    await until(() => other.msgs().length === 10, 5000, 'every message at the other member');
+    assert.equal(self.msgs().length, 0);
+    self.close();
+    other.close();
     await s.close();
   });
 
