@@ -1,6 +1,6 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { ANY, matches, mqttAccepts, ONE, parseBindingKey, REST, TopicTrie } from '../../src/core/index.js';
+import { ANY, matches, mqttAccepts, ONE, parseBindingKey, REST, topicLevels, TopicTrie } from '../../src/core/index.js';
 
 /** Matches with the MQTT rule's `$` check, as the Engine applies it to MQTT filters. */
 function collect(t: TopicTrie<string>, topic: string): string[] {
@@ -82,5 +82,17 @@ describe('TopicTrie', () => {
     assert.ok(!t.remove(['a', ANY, 'b'], 'x'));
     assert.ok(t.remove(['a', REST], 'y'));
     assert.equal((t as unknown as { root: { children: Map<string, unknown> } }).root.children.size, 0);
+  });
+});
+
+describe('topicLevels', () => {
+  it('splits a topic once and hands the same levels back, but never for long topics, and starts over when full', () => {
+    const a = topicLevels('x/y/z');
+    assert.deepEqual(a, ['x', 'y', 'z']);
+    assert.equal(topicLevels('x/y/z'), a, 'cached');
+    const long = 'l/'.repeat(200);
+    assert.notEqual(topicLevels(long), topicLevels(long), 'long topics are not kept');
+    for (let i = 0; i < 5000; i++) topicLevels(`t/${i}`);
+    assert.deepEqual(topicLevels('x/y/z'), ['x', 'y', 'z'], 'right after the cache started over');
   });
 });
