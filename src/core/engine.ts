@@ -220,6 +220,18 @@ export class Engine implements Router {
     return this.redefine(e, { ...e.def, retentionMs });
   }
 
+  /**
+   * Replaces the topic filters a stream captures (live: the next publish is matched against the new ones). Records
+   * already stored stay; an empty list binds the stream's own name, as at creation.
+   */
+  async setBindings(name: string, bindings: string[]): Promise<StreamDef> {
+    const e = this.streams.get(name);
+    if (!e) throw new FlowError('NOT_FOUND', `stream "${name}" does not exist`);
+    const list = bindings.length > 0 ? [...new Set(bindings)] : [kafkaToUnified(name)];
+    for (const b of list) validateFilter(b);
+    return this.redefine(e, { ...e.def, bindings: list });
+  }
+
   private async redefine(e: StreamEntry, def: StreamDef): Promise<StreamDef> {
     await this.store.updateStream(def);
     await this.storage.openStream(def);

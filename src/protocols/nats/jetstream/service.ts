@@ -478,11 +478,10 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
     if (isApiError(spec)) return typed(T_, { error: spec });
     const e = this.engine.getStream(name);
     if (!e) return typed(T_, { error: JsErr.streamNotFound() });
-    if (!sameBindings(e.def.bindings, spec.bindings)) {
-      return typed(T_, { error: JsErr.streamUpdate("changing a stream's subjects is not supported by FlowMQ yet (its bindings are fixed at creation)") });
-    }
     let def = e.def;
     try {
+      // New subjects are new bindings: the stream captures what they match from the next publish on.
+      if (!sameBindings(def.bindings, spec.bindings)) def = await this.engine.setBindings(name, spec.bindings);
       if (def.retentionMs !== spec.retentionMs) def = await this.engine.setRetention(name, spec.retentionMs);
     } catch (err) {
       return typed(T_, { error: JsErr.streamUpdate(errText(err)) });

@@ -162,14 +162,25 @@ describe('JetStream API: account and streams', () => {
     assert.equal(purged.state.last_seq, 4);
   });
 
-  it('updates max_age, refuses a change of subjects', async () => {
+  it('updates max_age and subjects (the stream captures the new subjects from then on)', async () => {
     const { c, engine } = await env();
     await c.api('$JS.API.STREAM.CREATE.U', { name: 'U', subjects: ['u.>'] });
     const r = await c.api('$JS.API.STREAM.UPDATE.U', { name: 'U', subjects: ['u.>'], max_age: ns(3_600_000) });
     assert.equal(r.type, 'io.nats.jetstream.api.v1.stream_update_response');
     assert.equal(r.config.max_age, ns(3_600_000));
     assert.equal(engine.getStream('U')!.def.retentionMs, 3_600_000);
-    assert.equal((await c.api('$JS.API.STREAM.UPDATE.U', { name: 'U', subjects: ['v.>'] })).error.err_code, 10069);
+    await c.publish('u.1', 'before');
+    const moved = await c.api('$JS.API.STREAM.UPDATE.U', { name: 'U', subjects: ['v.*'], max_age: ns(3_600_000) });
+    assert.deepEqual(moved.config.subjects, ['v.*']);
+    assert.deepEqual(engine.getStream('U')!.def.bindings, ['v/+']);
+    // u.2 is no stream's any more: a plain publish (no PubAck to wait for), then v.1 as the marker after it.
+    await engine.publish(makeMessage('u/2', Buffer.from('not captured any more')));
+    await c.publish('v.1', 'captured');
+    const info = await c.api('$JS.API.STREAM.INFO.U', {});
+    assert.equal(info.state.messages, 2, 'u.1 from before the update and v.1');
+    assert.equal(info.state.last_seq, 2);
+    assert.ok((await c.api('$JS.API.STREAM.UPDATE.U', { name: 'U', subjects: ['v.>.x'] })).error, 'an invalid subject is refused');
+    assert.deepEqual(engine.getStream('U')!.def.bindings, ['v/+'], 'and changes nothing');
   });
 });
 
