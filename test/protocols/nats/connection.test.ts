@@ -84,7 +84,9 @@ describe('NATS connection: handshake and options', () => {
   });
 
   it('a client that answers PINGs stays connected', async () => {
-    const s = await startNats({ pingIntervalMs: 30, maxPingsOut: 1, authTimeoutMs: 5000 });
+    // Three intervals of slack for each answer (a loaded machine must not make the test's client look stale), and
+    // more PINGs answered than may be outstanding: only the PONGs keep it connected.
+    const s = await startNats({ pingIntervalMs: 150, maxPingsOut: 3, authTimeoutMs: 5000 });
     const c = await RawClient.connect(s.port);
     c.send(CONNECT);
     let answered = 0;
