@@ -10,8 +10,15 @@
  *
  * Order: calls naming the same (stream, name) take effect in the order they were issued, awaited or not (as every
  * metastore role, src/storage/metastore/types.ts): the JetStream service writes a consumer's record without
- * waiting for the previous write.
+ * waiting for the previous write. deleteConsumers and listConsumers of a stream come after every call issued before
+ * them on that stream's consumers.
+ *
+ * Every backend refuses a record it could not give back as written with INVALID_ARGUMENT (checkConsumerRecord),
+ * writing nothing: names and config not strings, counters not safe integers >= 0, `acked` not strictly ascending
+ * or not above `ackFloor`.
  */
+import { FlowError } from './errors.js';
+
 export interface ConsumerRecord {
   /** The stream's name. */
   stream: string;
@@ -43,11 +50,35 @@ export interface ConsumerStateStore {
   deleteConsumers(stream: string): Promise<void>;
 }
 
+/**
+ * What every backend checks before it writes a record (see the top of this file). The same check everywhere, so a
+ * record the JetStream service gets wrong fails the same way on the memory store of a unit test as on SQLite.
+ */
+export function checkConsumerRecord(rec: ConsumerRecord): void {
+  const bad = (why: string): never => {
+    throw new FlowError('INVALID_ARGUMENT', `consumer record ${String(rec?.stream)}/${String(rec?.name)}: ${why}`);
+  };
+  if (typeof rec.stream !== 'string' || rec.stream.length === 0) bad('stream must be a non-empty string');
+  if (typeof rec.name !== 'string' || rec.name.length === 0) bad('name must be a non-empty string');
+  if (typeof rec.config !== 'string') bad('config must be a string (JSON text)');
+  for (const k of ['createdAt', 'deliveredSeq', 'deliveredConsumerSeq', 'ackFloor'] as const) {
+    const n = rec[k];
+    if (!Number.isSafeInteger(n) || n < 0) bad(`${k} must be an integer >= 0, got ${String(n)}`);
+  }
+  if (!Array.isArray(rec.acked)) bad('acked must be an array');
+  let prev = rec.ackFloor;
+  for (const n of rec.acked) {
+    if (!Number.isSafeInteger(n) || n <= prev) bad(`acked must be strictly ascending integers above ackFloor ${rec.ackFloor}, got ${String(n)} after ${prev}`);
+    prev = n;
+  }
+}
+
 /** In process memory: MemoryStore's part, and the reference behaviour of the conformance suite. */
 export class MemoryConsumerStore implements ConsumerStateStore {
   private readonly recs = new Map<string, ConsumerRecord>();
 
   async putConsumer(rec: ConsumerRecord): Promise<void> {
+    checkConsumerRecord(rec);
     this.recs.set(key(rec.stream, rec.name), { ...rec, acked: rec.acked.slice() });
   }
   async getConsumer(stream: string, name: string): Promise<ConsumerRecord | null> {

@@ -189,6 +189,10 @@ export class Engine implements Router {
     if (!e) throw new FlowError('NOT_FOUND', `stream "${name}" does not exist`);
     this.unindex(e);
     await this.store.deleteStream(name);
+    // Its JetStream consumers go with it: a stream created later under the same name starts without them. After
+    // the definition (not before): a failed delete leaves the stream with its consumers, and the store keeps no
+    // tie between the two (no foreign key) that would do it for us.
+    await this.store.deleteConsumers(name);
     await this.router.streamDeleted(name);
     await this.storage.dropStream(name);
   }

@@ -444,7 +444,9 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
     // stream's own): it may be kept as is. Whatever keeps a message beyond delivery copies it (retained messages,
     // stream records) as it must for every protocol.
     const msg: Message = { topic, payload, key: null, headers: [], timestamp: Date.now(), qos: 0, retain: false, origin: this.id };
-    if (hdr !== null) {
+    // An HPUB with a zero-length header block is a message without headers (nats.js sends `HPUB <subj> 0 <n>` for
+    // an empty headers object: every js.publish without options); nats-server accepts it.
+    if (hdr !== null && hdr.length > 0) {
       try {
         applyNatsHeaders(msg, parseHeaders(hdr));
       } catch (err) {

@@ -8,6 +8,7 @@ import { formatAddress as fmt } from '../listener.js';
 import { LogLimiter } from '../log-limit.js';
 import type { ProtocolListener, ProtocolModule, ProtocolModuleContext, RunningProtocol } from '../types.js';
 import { NatsAdapter } from './adapter.js';
+import { JetStream } from './jetstream/index.js';
 import { resolveNatsOptions } from './options.js';
 import { newListenerCounts, startNatsListener, startNatsWsListener, type NatsListenerShared, type NatsTlsSettings } from './server.js';
 
@@ -39,7 +40,10 @@ export const natsModule: ProtocolModule = {
       maxConnections: c.natsMaxConnections,
       maxSubscriptions: c.natsMaxSubscriptions,
     });
-    const adapter = new NatsAdapter({ ...ctx, logger }, options, ctx.guard, c.allowAnonymous, c.natsToken);
+    // The JetStream API over FlowMQ streams (issue 15 part D2; wired here on its branch, the lead wires it at merge).
+    const jetstream = new JetStream(ctx.engine, logger.child({ component: 'jetstream' }));
+    await jetstream.start();
+    const adapter = new NatsAdapter({ ...ctx, logger }, options, ctx.guard, c.allowAnonymous, c.natsToken, jetstream);
     const logLimit = new LogLimiter(logger);
     let ending: Promise<void> | null = null;
     const shared: NatsListenerShared = {
@@ -53,6 +57,7 @@ export const natsModule: ProtocolModule = {
     const close = () => {
       closing ??= Promise.allSettled([...listeners.values()].map((l) => l.close()))
         .then(() => shared.endConnections())
+        .then(() => jetstream.close())
         .then(() => logLimit.stop());
       return closing;
     };
@@ -74,7 +79,7 @@ export const natsModule: ProtocolModule = {
       listeners,
       figures: () => {
         const { pending, ...refusals } = shared.counts;
-        return { ...adapter.figures(), listener: { ...refusals, handshaking: pending, logLinesSuppressed: logLimit.suppressedTotal } };
+        return { ...adapter.figures(), jetstream: jetstream.figures(), listener: { ...refusals, handshaking: pending, logLinesSuppressed: logLimit.suppressedTotal } };
       },
       close,
     };

@@ -172,4 +172,27 @@ export const migrations: readonly Migration[] = [
       CREATE INDEX binding_defs_by_destination ON binding_defs (destination_kind, destination);
     `,
   },
+  // Version 6: issue 15 (NATS JetStream over FlowMQ streams).
+  {
+    version: 6,
+    name: 'JetStream consumer state',
+    sql: `
+      -- One row per JetStream consumer (ConsumerStateStore): its configuration and its position. An ack rewrites
+      -- this one row and nothing else. A rowid table, not WITHOUT ROWID: rows hold the consumer's JSON config and
+      -- its acks above the floor (up to kilobytes), too large for the primary-key b-tree's cells. No foreign key to
+      -- streams: the store keeps no opinion on which streams exist (as MemoryStore), and Engine.deleteStream
+      -- deletes a stream's consumers itself (deleteConsumers, served by the primary key's (stream, ...) prefix).
+      CREATE TABLE jetstream_consumers (
+        stream                 TEXT    NOT NULL,
+        name                   TEXT    NOT NULL,
+        config                 TEXT    NOT NULL,  -- JetStream ConsumerConfig, JSON
+        created_at             INTEGER NOT NULL,
+        delivered_seq          INTEGER NOT NULL,
+        delivered_consumer_seq INTEGER NOT NULL,
+        ack_floor              INTEGER NOT NULL,
+        acked                  TEXT    NOT NULL,  -- JSON array of sequences above ack_floor, ascending
+        PRIMARY KEY (stream, name)
+      ) STRICT;
+    `,
+  },
 ];

@@ -2,7 +2,7 @@
  * What the SQL metastores (SQLite, PostgreSQL) have in common: their tables have the same columns, so their rows
  * map to the interface's types the same way, and arguments are checked the same way before anything is written.
  */
-import { bindingKey, FlowError, type BindingDef, type ExchangeDef, type QueueDef, type SessionRecord } from '../../core/index.js';
+import { bindingKey, FlowError, type BindingDef, type ConsumerRecord, type ExchangeDef, type QueueDef, type SessionRecord } from '../../core/index.js';
 import type { ConsumerOffset, SegmentMeta, StreamDef } from './types.js';
 
 export interface StreamRow {
@@ -212,3 +212,45 @@ export function checkExchangeDef(def: ExchangeDef): void {
   if (!['direct', 'fanout', 'topic', 'headers'].includes(def.type)) throw new FlowError('INVALID_ARGUMENT', `exchange type "${String(def.type)}" is not one of direct, fanout, topic, headers`);
   checkInt('createdAt', def.createdAt);
 }
+
+// ---------------------------------------------------------------- JetStream consumer state (ConsumerStateStore)
+
+/**
+ * One row per consumer. `acked` (the sequences acknowledged above the floor) is a JSON array in a text column:
+ * both backends read it the same way, and node-postgres would hand a bigint[] back as strings. It stays short:
+ * the JetStream service moves the floor up as acks close the gaps, and a consumer's acks pending are bounded
+ * (max_ack_pending).
+ */
+export interface ConsumerRow {
+  stream: string;
+  name: string;
+  config: string;
+  created_at: number;
+  delivered_seq: number;
+  delivered_consumer_seq: number;
+  ack_floor: number;
+  acked: string;
+}
+
+export const toConsumer = (r: ConsumerRow): ConsumerRecord => ({
+  stream: r.stream,
+  name: r.name,
+  config: r.config,
+  createdAt: r.created_at,
+  deliveredSeq: r.delivered_seq,
+  deliveredConsumerSeq: r.delivered_consumer_seq,
+  ackFloor: r.ack_floor,
+  acked: JSON.parse(r.acked) as number[],
+});
+
+/** A record's row values in column order (stream, name, config, created_at, delivered_seq, delivered_consumer_seq, ack_floor, acked). */
+export const consumerValues = (r: ConsumerRecord): [string, string, string, number, number, number, number, string] => [
+  r.stream,
+  r.name,
+  r.config,
+  r.createdAt,
+  r.deliveredSeq,
+  r.deliveredConsumerSeq,
+  r.ackFloor,
+  JSON.stringify(r.acked),
+];

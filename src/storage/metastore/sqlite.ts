@@ -19,7 +19,7 @@ import { mkdirSync } from 'node:fs';
 import { open, type FileHandle } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
-import { CoalescingTask, FlowError } from '../../core/index.js';
+import { checkConsumerRecord, CoalescingTask, FlowError } from '../../core/index.js';
 import type { BindingDef, ConsumerRecord, ExchangeDef, OffsetCommit, QueueChanges, QueueDef, QueuedEntry, RetainedEntry, SessionRecord } from '../../core/index.js';
 import { isNoSpace, writeError } from '../fs-util.js';
 import { migrations, type Migration } from './migrations.js';
@@ -30,7 +30,9 @@ import {
   checkQueueDef,
   checkSegment,
   checkStreamDef,
+  consumerValues,
   toBindingDef,
+  toConsumer,
   toExchangeDef,
   toJson,
   toOffset,
@@ -39,6 +41,7 @@ import {
   toSession,
   toStream,
   type BindingDefRow,
+  type ConsumerRow,
   type ExchangeDefRow,
   type OffsetRow,
   type QueueDefRow,
@@ -385,6 +388,18 @@ export class SqliteMetastore implements Metastore {
       bindingsDeleteTo: db.prepare('DELETE FROM binding_defs WHERE destination_kind = ? AND destination = ?'),
       bindingsDeleteFrom: db.prepare('DELETE FROM binding_defs WHERE source = ?'),
       bindingList: db.prepare('SELECT * FROM binding_defs ORDER BY source, destination_kind, destination, key, binding_key'),
+      consumerPut: db.prepare(
+        `INSERT INTO jetstream_consumers (stream, name, config, created_at, delivered_seq, delivered_consumer_seq, ack_floor, acked)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+         ON CONFLICT (stream, name) DO UPDATE SET config = excluded.config, created_at = excluded.created_at,
+           delivered_seq = excluded.delivered_seq, delivered_consumer_seq = excluded.delivered_consumer_seq,
+           ack_floor = excluded.ack_floor, acked = excluded.acked`,
+      ),
+      consumerGet: db.prepare('SELECT * FROM jetstream_consumers WHERE stream = ? AND name = ?'),
+      consumerListStream: db.prepare('SELECT * FROM jetstream_consumers WHERE stream = ? ORDER BY name'),
+      consumerListAll: db.prepare('SELECT * FROM jetstream_consumers ORDER BY stream, name'),
+      consumerDelete: db.prepare('DELETE FROM jetstream_consumers WHERE stream = ? AND name = ?'),
+      consumerDeleteStream: db.prepare('DELETE FROM jetstream_consumers WHERE stream = ?'),
     };
   }
 
@@ -605,22 +620,35 @@ export class SqliteMetastore implements Metastore {
   }
 
   // ---------------------------------------------------------------- JetStream consumer state (ConsumerStateStore)
-  // Placeholders until the backend lands (issue 15, part D1).
+  // Each call is one statement on one row (or one stream's rows), run when it is made: per-key order comes free.
+  // A put resolves once durable, its fdatasync shared with every commit made meanwhile (WalFileSync), so the
+  // frequent writes of a consumer's position cost one upsert each and a share of one sync.
 
-  putConsumer(_rec: ConsumerRecord): Promise<void> {
-    return Promise.reject(new FlowError('STORAGE_ERROR', 'consumer state is not implemented by this metastore yet'));
+  async putConsumer(rec: ConsumerRecord): Promise<void> {
+    checkConsumerRecord(rec);
+    const values = consumerValues(rec);
+    await this.write('putConsumer', () => this.s.consumerPut.run(...values));
   }
-  getConsumer(_stream: string, _name: string): Promise<ConsumerRecord | null> {
-    return Promise.reject(new FlowError('STORAGE_ERROR', 'consumer state is not implemented by this metastore yet'));
+
+  async getConsumer(stream: string, name: string): Promise<ConsumerRecord | null> {
+    return this.run('getConsumer', () => {
+      const r = this.s.consumerGet.get(stream, name) as ConsumerRow | undefined;
+      return r ? toConsumer(r) : null;
+    });
   }
-  listConsumers(_stream?: string): Promise<ConsumerRecord[]> {
-    return Promise.reject(new FlowError('STORAGE_ERROR', 'consumer state is not implemented by this metastore yet'));
+
+  async listConsumers(stream?: string): Promise<ConsumerRecord[]> {
+    return this.run('listConsumers', () =>
+      ((stream === undefined ? this.s.consumerListAll.all() : this.s.consumerListStream.all(stream)) as ConsumerRow[]).map(toConsumer),
+    );
   }
-  deleteConsumer(_stream: string, _name: string): Promise<void> {
-    return Promise.resolve();
+
+  async deleteConsumer(stream: string, name: string): Promise<void> {
+    await this.write('deleteConsumer', () => this.s.consumerDelete.run(stream, name));
   }
-  deleteConsumers(_stream: string): Promise<void> {
-    return Promise.resolve();
+
+  async deleteConsumers(stream: string): Promise<void> {
+    await this.write('deleteConsumers', () => this.s.consumerDeleteStream.run(stream));
   }
 
   // ---------------------------------------------------------------- queue catalog (QueueCatalog)

@@ -1,7 +1,7 @@
 /**
  * The metastore: the source of truth for metadata (stream definitions and bindings, partition state and
  * ownership epochs, the segment index, consumer offsets, producer ids, client sessions and their queues,
- * retained messages). One object covers every role; the broker opens one and hands it around.
+ * retained messages, queue/exchange/binding definitions, JetStream consumer state). One object covers every role; the broker opens one and hands it around.
  * Embedded backend: SQLite; cluster backend: PostgreSQL.
  *
  * Contract every backend keeps (test/conformance/*.suite.ts checks it):
@@ -9,8 +9,10 @@
  * - Per-key order: calls that name the same key take effect in the order they were issued, whether or not the
  *   caller awaited the earlier ones, and a read sees every write issued before it on its key. The keys are a
  *   client id (putSession, deleteSession and every queue call), a topic (retained messages), a partition
- *   (openPartition and every call that carries an epoch), a group (offsets) and a stream name (definitions).
- *   Calls on different keys may take effect in any order. (SQLite runs each call when it is made; a pooled
+ *   (openPartition and every call that carries an epoch), a group (offsets), a stream name (definitions) and a
+ *   JetStream consumer (stream, name) (ConsumerStateStore; deleteConsumers and listConsumers of a stream come
+ *   after every call issued before them on that stream's consumers). Calls on different keys may take effect in
+ *   any order. (SQLite runs each call when it is made; a pooled
  *   PostgreSQL client must chain calls per key to keep this.)
  * - Fencing: a partition has an ownership epoch, bumped by openPartition. Every partition mutation carries
  *   the writer's epoch, and one whose epoch is lower than the partition's current epoch is refused with

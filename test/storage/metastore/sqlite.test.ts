@@ -102,6 +102,25 @@ describe('SqliteMetastore', () => {
       await m.close();
     });
 
+    it('migration 6 brings a version-5 database to JetStream consumer state, keeping what it held', async () => {
+      const file = freshFile();
+      await SqliteMetastore.open(file).close(); // creates the directory
+      for (const f of [file, `${file}-wal`, `${file}-shm`]) await rm(f, { force: true });
+      const db = new Database(file);
+      db.pragma('journal_mode = WAL');
+      migrate(db, migrations.slice(0, 5));
+      db.prepare("INSERT INTO streams (name, partitions, bindings, retention_ms, created_at) VALUES ('s', 1, '[]', NULL, 1)").run();
+      db.close();
+      const m = SqliteMetastore.open(file);
+      assert.equal(m.schemaVersion(), 6);
+      assert.deepEqual((await m.listStreams()).map((s) => s.name), ['s']);
+      assert.deepEqual(await m.listConsumers(), []);
+      const rec = { stream: 's', name: 'c', config: '{}', createdAt: 2, deliveredSeq: 3, deliveredConsumerSeq: 4, ackFloor: 1, acked: [3] };
+      await m.putConsumer(rec);
+      assert.deepEqual(await m.getConsumer('s', 'c'), rec);
+      await m.close();
+    });
+
     it('refuses a migration list that is out of order', () => {
       const db = new Database(':memory:');
       assert.throws(() => migrate(db, [{ version: 2, name: 'skips 1', sql: '' }]), /out of order/);

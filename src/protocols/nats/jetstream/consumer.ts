@@ -1,0 +1,471 @@
+/**
+ * One JetStream pull consumer over a single-partition FlowMQ stream: its position, the deliveries waiting for an
+ * ack, and the pull requests waiting for messages.
+ *
+ * Position (JetStream's model, stream sequence = offset + 1): `cursor` is the next stream sequence to look at;
+ * every sequence below it was delivered, skipped by the filter, or acked before a restart. `pending` holds the
+ * deliveries not acked yet (in first-delivery order, so its first key is the lowest), `acked` the sequences above
+ * the ack floor acked out of order. The ack floor is derived: one below the lowest pending sequence, or one below
+ * the cursor. What survives a restart is the ack floor, the out-of-order acks and the highest delivered sequence
+ * (ConsumerStateStore): at start the cursor goes back to the floor, and everything delivered but not acked is
+ * delivered again (at least once; the delivery count starts over, as the store keeps no per-message counts).
+ *
+ * Messages are not kept in memory while they wait for an ack: a redelivery reads the stream again.
+ */
+import {
+  decodeBatch,
+  makeMessage,
+  recordToMessage,
+  type ConsumerRecord,
+  type Engine,
+  type Header,
+  type Message,
+} from '../../../core/index.js';
+import type { ConsumerConfig } from './config.js';
+import { subjectMatches } from './subjects.js';
+
+/** What a consumer needs from the JetStream service. */
+export interface ConsumerHost {
+  readonly engine: Engine;
+  /** Publishes a delivery or a status to a pull request's inbox (the NATS adapter renders it). */
+  send(msg: Message): void;
+  /** The consumer's durable state changed: write it (coalesced). */
+  changed(c: Consumer): void;
+  /** A read failed or the stream vanished. */
+  failed(c: Consumer, err: unknown): void;
+}
+
+interface Pending {
+  cseq: number;
+  deliveries: number;
+  /** ms; Infinity while queued for redelivery. */
+  deadline: number;
+  /** Record timestamp, ms. */
+  ts: number;
+}
+
+export interface PullRequest {
+  /** Unified topic of the request's reply inbox. */
+  reply: string;
+  batch: number;
+  /** Bytes left (0: no limit). */
+  bytesLeft: number;
+  maxBytes: number;
+  /** ms since epoch; 0: no expiry. */
+  expiresAt: number;
+  noWait: boolean;
+  /** Idle heartbeat interval, ms (0: none). */
+  heartbeatMs: number;
+  nextHeartbeat: number;
+  delivered: number;
+}
+
+/** Bytes read from the stream per step. */
+const READ_BYTES = 256 * 1024;
+/** Longest wait for new records before looking again. */
+const WAIT_MS = 5000;
+
+export class Consumer {
+  cursor: number;
+  cseq: number;
+  readonly acked = new Set<number>();
+  readonly pending = new Map<number, Pending>();
+  /** Sequences due for redelivery, ascending. */
+  readonly redeliver: number[] = [];
+  /** Delivery counts above 1 of messages not acked yet (num_redelivered). */
+  readonly rdc = new Map<number, number>();
+  readonly waiting: PullRequest[] = [];
+  /** Deliveries up to this stream sequence are redeliveries of a previous run (after a restart). */
+  private replayUpTo: number;
+  lastActive = Date.now();
+  lastDelivered = 0;
+  lastAcked = 0;
+  closed = false;
+  private buffer: Array<{ seq: number; msg: Message }> = [];
+  private pumping = false;
+  private again = false;
+  private waitingForData = false;
+
+  constructor(
+    private readonly host: ConsumerHost,
+    readonly stream: string,
+    readonly name: string,
+    public config: ConsumerConfig,
+    readonly created: number,
+    readonly durable: boolean,
+    state: { deliveredSeq: number; deliveredConsumerSeq: number; ackFloor: number; acked: number[] },
+  ) {
+    this.cursor = state.ackFloor + 1;
+    this.cseq = state.deliveredConsumerSeq;
+    this.replayUpTo = state.deliveredSeq;
+    for (const s of state.acked) if (s > state.ackFloor) this.acked.add(s);
+  }
+
+  get ackFloor(): number {
+    for (const k of this.pending.keys()) return k - 1;
+    return this.cursor - 1;
+  }
+
+  /** Consumer sequence at the ack floor (derived: the store keeps no per-delivery consumer sequences). */
+  get floorCseq(): number {
+    for (const p of this.pending.values()) return Math.max(0, p.cseq - 1);
+    return this.cseq;
+  }
+
+  /** Highest stream sequence handed out (survives restarts). */
+  get deliveredSeq(): number {
+    return Math.max(this.cursor - 1, this.replayUpTo);
+  }
+
+  record(): ConsumerRecord {
+    const floor = this.ackFloor;
+    const acked = [...this.acked].filter((s) => s > floor).sort((a, b) => a - b);
+    return {
+      stream: this.stream,
+      name: this.name,
+      config: JSON.stringify(this.config),
+      createdAt: this.created,
+      deliveredSeq: this.deliveredSeq,
+      deliveredConsumerSeq: this.cseq,
+      ackFloor: floor,
+      acked,
+    };
+  }
+
+  private get ackWaitMs(): number {
+    return (this.config.ack_wait ?? 30e9) / 1e6;
+  }
+
+  /** Messages not delivered yet (an upper bound for a filtered consumer: the filter is applied when read). */
+  numPending(): number {
+    const { highWatermark } = this.host.engine.offsets(this.stream, 0);
+    return Math.max(0, highWatermark - (this.cursor - 1));
+  }
+
+  // ------------------------------------------------------------ pull requests
+
+  addRequest(req: PullRequest): void {
+    this.lastActive = Date.now();
+    this.waiting.push(req);
+    this.pump();
+  }
+
+  /** Ends a request with a status (the client's fetch completes on it). */
+  private finish(req: PullRequest, status: string, withPending: boolean): void {
+    const i = this.waiting.indexOf(req);
+    if (i >= 0) this.waiting.splice(i, 1);
+    const headers: Header[] = withPending
+      ? [
+          { key: 'Nats-Pending-Messages', value: Buffer.from(String(req.batch - req.delivered)) },
+          { key: 'Nats-Pending-Bytes', value: Buffer.from(String(req.maxBytes > 0 ? req.bytesLeft : 0)) },
+        ]
+      : [];
+    this.host.send(makeMessage(req.reply, Buffer.alloc(0), { headers, status }));
+  }
+
+  /** Timers: request expiry, idle heartbeats, ack deadlines. Called by the service's ticker. */
+  tick(now: number): void {
+    for (const req of this.waiting.slice()) {
+      if (req.expiresAt > 0 && now >= req.expiresAt) {
+        this.finish(req, '408 Request Timeout', true);
+      } else if (req.heartbeatMs > 0 && now >= req.nextHeartbeat) {
+        req.nextHeartbeat = now + req.heartbeatMs;
+        this.host.send(
+          makeMessage(req.reply, Buffer.alloc(0), {
+            status: '100 Idle Heartbeat',
+            headers: [
+              { key: 'Nats-Last-Consumer', value: Buffer.from(String(this.cseq)) },
+              { key: 'Nats-Last-Stream', value: Buffer.from(String(this.lastDelivered)) },
+            ],
+          }),
+        );
+      }
+    }
+    if (this.waiting.length > 0) this.lastActive = now;
+    let due = false;
+    for (const [seq, p] of this.pending) {
+      if (p.deadline > now) continue;
+      const max = this.config.max_deliver;
+      if (max > 0 && p.deliveries >= max) {
+        // Delivered as often as allowed: it leaves the pending set (nats-server drops it the same way).
+        this.pending.delete(seq);
+        this.acked.add(seq);
+        this.host.changed(this);
+        continue;
+      }
+      p.deadline = Infinity;
+      insertSorted(this.redeliver, seq);
+      due = true;
+    }
+    if (due) this.pump();
+  }
+
+  // ------------------------------------------------------------ acks
+
+  /** An ack on `$JS.ACK...` naming stream sequence `seq`. Returns false for an unknown kind. */
+  ack(seq: number, body: string): { ok: boolean; next?: string } {
+    this.lastActive = Date.now();
+    const kind = body.length >= 4 ? body.slice(0, 4) : body;
+    if (body.length === 0 || kind === '+ACK') {
+      this.acknowledge(seq);
+      return { ok: true };
+    }
+    if (kind === '+NXT') {
+      this.acknowledge(seq);
+      return { ok: true, next: body.slice(4).trim() };
+    }
+    if (kind === '-NAK') {
+      const p = this.pending.get(seq);
+      if (p !== undefined && p.deadline !== Infinity) {
+        let delayMs = 0;
+        const rest = body.slice(4).trim();
+        if (rest.length > 0) {
+          try {
+            const d = (JSON.parse(rest) as { delay?: unknown }).delay;
+            if (typeof d === 'number' && d > 0) delayMs = d / 1e6;
+          } catch {
+            // nats-server ignores a malformed delay and redelivers at once.
+          }
+        }
+        if (delayMs > 0) p.deadline = Date.now() + delayMs;
+        else {
+          p.deadline = Infinity;
+          insertSorted(this.redeliver, seq);
+          this.pump();
+        }
+      }
+      return { ok: true };
+    }
+    if (kind === '+WPI') {
+      const p = this.pending.get(seq);
+      if (p !== undefined && p.deadline !== Infinity) p.deadline = Date.now() + this.ackWaitMs;
+      return { ok: true };
+    }
+    if (kind === '+TER') {
+      this.acknowledge(seq);
+      return { ok: true };
+    }
+    return { ok: false };
+  }
+
+  private acknowledge(seq: number): void {
+    if (this.config.ack_policy === 'none') return;
+    const before = this.ackFloor;
+    let any = false;
+    if (this.config.ack_policy === 'all') {
+      for (const s of [...this.pending.keys()]) if (s <= seq) any = this.drop(s) || any;
+    } else any = this.drop(seq);
+    if (!any) return;
+    this.lastAcked = Date.now();
+    const floor = this.ackFloor;
+    if (floor !== before) for (const s of this.acked) if (s <= floor) this.acked.delete(s);
+    this.host.changed(this);
+    // max_ack_pending may have held deliveries back.
+    if (this.waiting.length > 0) this.pump();
+  }
+
+  private drop(seq: number): boolean {
+    const p = this.pending.get(seq);
+    if (p === undefined) return false;
+    this.pending.delete(seq);
+    this.rdc.delete(seq);
+    if (p.deadline === Infinity) {
+      const i = this.redeliver.indexOf(seq);
+      if (i >= 0) this.redeliver.splice(i, 1);
+    }
+    this.acked.add(seq);
+    return true;
+  }
+
+  // ------------------------------------------------------------ delivery
+
+  /** Delivers to waiting requests while there are messages (one loop at a time per consumer). */
+  pump(): void {
+    if (this.pumping) {
+      this.again = true;
+      return;
+    }
+    this.pumping = true;
+    void this.loop()
+      .catch((err: unknown) => this.host.failed(this, err))
+      .finally(() => {
+        this.pumping = false;
+        // A wake-up that came after the loop's last look but before it ended.
+        if (this.again && !this.closed) this.pump();
+      });
+  }
+
+  private async loop(): Promise<void> {
+    do {
+      this.again = false;
+      while (this.waiting.length > 0 && !this.closed) {
+        const next = await this.peek();
+        if (this.closed) return;
+        if (next === null) break;
+        const req = this.waiting[0];
+        if (req === undefined) break;
+        this.deliver(req, next.seq, next.msg, next.redelivery);
+      }
+      if (this.closed) return;
+      // Nothing more to deliver now: no_wait requests end here (nats-server 2.9: 404 when nothing was delivered,
+      // else 408 with what is left).
+      for (const req of this.waiting.slice()) {
+        if (!req.noWait) continue;
+        if (req.delivered === 0) this.finish(req, '404 No Messages', false);
+        else this.finish(req, '408 Request Timeout', true);
+      }
+      if (this.waiting.length > 0 && !this.again) this.waitForData();
+    } while (this.again && !this.closed);
+  }
+
+  private waitForData(): void {
+    if (this.waitingForData) return;
+    if (this.redeliver.length > 0) return;
+    if (this.config.ack_policy !== 'none' && this.pending.size >= (this.config.max_ack_pending ?? Infinity)) return;
+    this.waitingForData = true;
+    this.host.engine
+      .waitFor(this.stream, 0, this.cursor - 1, WAIT_MS)
+      .catch(() => undefined)
+      .then(() => {
+        this.waitingForData = false;
+        if (!this.closed && this.waiting.length > 0) this.pump();
+      });
+  }
+
+  /** The next message to hand out (a redelivery first), without taking it. */
+  private async peek(): Promise<{ seq: number; msg: Message; redelivery: boolean } | null> {
+    for (;;) {
+      if (this.redeliver.length > 0) {
+        const seq = this.redeliver[0];
+        const msg = await this.readOne(seq);
+        if (this.closed) return null;
+        if (this.redeliver[0] !== seq) continue;
+        if (msg === null) {
+          // Gone from the stream (retention, purge): nothing to redeliver.
+          this.redeliver.shift();
+          this.drop(seq);
+          this.host.changed(this);
+          continue;
+        }
+        return { seq, msg, redelivery: true };
+      }
+      if (this.config.ack_policy !== 'none' && this.pending.size >= (this.config.max_ack_pending ?? Infinity)) return null;
+      while (this.buffer.length > 0 && this.buffer[0].seq < this.cursor) this.buffer.shift();
+      if (this.buffer.length === 0) {
+        const { logStartOffset, highWatermark } = this.host.engine.offsets(this.stream, 0);
+        if (this.cursor - 1 < logStartOffset) this.cursor = logStartOffset + 1;
+        if (this.cursor - 1 >= highWatermark) return null;
+        const from = this.cursor;
+        const batches = await this.host.engine.read(this.stream, 0, from - 1, READ_BYTES);
+        if (this.closed) return null;
+        if (this.cursor !== from) continue;
+        for (const b of batches) {
+          for (const rec of decodeBatch(b)) {
+            if (rec.offset + 1 >= from) this.buffer.push({ seq: rec.offset + 1, msg: recordToMessage(rec, ownTopic(this.stream)) });
+          }
+        }
+        if (this.buffer.length === 0) {
+          // A gap (compacted or deleted records): move on to what the log has.
+          const o = this.host.engine.offsets(this.stream, 0);
+          if (this.cursor - 1 < o.highWatermark) this.cursor++;
+          else return null;
+          continue;
+        }
+      }
+      const head = this.buffer[0];
+      if (head.seq > this.cursor) this.cursor = head.seq;
+      if (this.acked.has(head.seq) || !this.accepts(head.msg)) {
+        this.cursor = head.seq + 1;
+        this.buffer.shift();
+        this.host.changed(this);
+        continue;
+      }
+      return { seq: head.seq, msg: head.msg, redelivery: false };
+    }
+  }
+
+  accepts(msg: Message): boolean {
+    const f = this.config.filter_subject;
+    return f === undefined || subjectMatches(f, msg.topic);
+  }
+
+  private async readOne(seq: number): Promise<Message | null> {
+    const { logStartOffset, highWatermark } = this.host.engine.offsets(this.stream, 0);
+    if (seq - 1 < logStartOffset || seq - 1 >= highWatermark) return null;
+    const batches = await this.host.engine.read(this.stream, 0, seq - 1, 1);
+    for (const b of batches) for (const rec of decodeBatch(b)) if (rec.offset === seq - 1) return recordToMessage(rec, ownTopic(this.stream));
+    return null;
+  }
+
+  private deliver(req: PullRequest, seq: number, stored: Message, redelivery: boolean): void {
+    const now = Date.now();
+    let p = this.pending.get(seq);
+    // Acks may have run between the read and now: what was taken meanwhile is not delivered.
+    if (redelivery) {
+      const i = this.redeliver.indexOf(seq);
+      if (p === undefined || i < 0) return;
+      this.redeliver.splice(i, 1);
+    } else {
+      if (seq < this.cursor || p !== undefined) return;
+      this.cursor = seq + 1;
+      if (this.buffer[0]?.seq === seq) this.buffer.shift();
+    }
+    this.cseq++;
+    let deliveries: number;
+    if (p !== undefined) {
+      p.deliveries++;
+      p.cseq = this.cseq;
+      deliveries = p.deliveries;
+    } else {
+      deliveries = seq <= this.replayUpTo ? 2 : 1;
+      p = { cseq: this.cseq, deliveries, deadline: 0, ts: stored.timestamp };
+      if (this.config.ack_policy !== 'none') this.pending.set(seq, p);
+    }
+    if (deliveries > 1) this.rdc.set(seq, deliveries);
+    const backoff = this.config.backoff;
+    const waitMs = backoff !== undefined ? backoff[Math.min(deliveries - 1, backoff.length - 1)] / 1e6 : this.ackWaitMs;
+    p.deadline = now + waitMs;
+    this.lastDelivered = seq;
+    const pendingAfter = redelivery ? 0 : this.numPendingAfter();
+    const ack = `$JS/ACK/${this.stream}/${this.name}/${deliveries}/${seq}/${this.cseq}/${stored.timestamp}000000/${pendingAfter}`;
+    const { topic: _t, retain: _r, deliverTopic: _d, status: _s, origin: _o, ...rest } = stored;
+    const out: Message = { ...rest, topic: req.reply, deliverTopic: stored.topic, responseTopic: ack, retain: false, qos: 0 };
+    if (this.config.headers_only === true) {
+      out.payload = Buffer.alloc(0);
+      out.headers = [...stored.headers, { key: 'Nats-Msg-Size', value: Buffer.from(String(stored.payload.length)) }];
+    }
+    req.delivered++;
+    if (req.maxBytes > 0) req.bytesLeft = Math.max(0, req.bytesLeft - stored.payload.length);
+    if (req.heartbeatMs > 0) req.nextHeartbeat = now + req.heartbeatMs;
+    if (req.delivered >= req.batch || (req.maxBytes > 0 && req.bytesLeft === 0)) {
+      const i = this.waiting.indexOf(req);
+      if (i >= 0) this.waiting.splice(i, 1);
+    }
+    this.lastActive = now;
+    this.host.send(out);
+    this.host.changed(this);
+  }
+
+  private numPendingAfter(): number {
+    const { highWatermark } = this.host.engine.offsets(this.stream, 0);
+    return Math.max(0, highWatermark - (this.cursor - 1));
+  }
+
+  /** The consumer is deleted (or its stream): waiting requests are told, as nats-server does. */
+  close(notify: boolean): void {
+    if (this.closed) return;
+    this.closed = true;
+    if (notify) for (const req of this.waiting.slice()) this.finish(req, '409 Consumer Deleted', false);
+    this.waiting.length = 0;
+  }
+}
+
+function ownTopic(stream: string): string {
+  return stream.split('.').join('/');
+}
+
+function insertSorted(a: number[], v: number): void {
+  let i = a.length;
+  while (i > 0 && a[i - 1] > v) i--;
+  if (a[i - 1] !== v) a.splice(i, 0, v);
+}

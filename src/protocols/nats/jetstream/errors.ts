@@ -1,0 +1,47 @@
+/**
+ * JetStream API errors as nats-server 2.9 words them (server/jetstream_errors_generated.go): `code` is the
+ * HTTP-like status, `err_code` the stable JetStream error number clients switch on, `description` the text. The
+ * texts and numbers below were checked against nats-server 2.9.10's answers; FlowMQ-specific refusals (features
+ * FlowMQ streams do not have) reuse the error nats-server gives for an unusable configuration, with a description
+ * naming the reason.
+ */
+export interface ApiError {
+  code: number;
+  err_code: number;
+  description: string;
+}
+
+const e = (code: number, err_code: number, description: string): ApiError => ({ code, err_code, description });
+
+export const JsErr = {
+  badRequest: (d = 'bad request') => e(400, 10003, d),
+  invalidJson: () => e(400, 10025, 'invalid JSON'),
+  streamNotFound: () => e(404, 10059, 'stream not found'),
+  consumerNotFound: () => e(404, 10014, 'consumer not found'),
+  noMessageFound: () => e(404, 10037, 'no message found'),
+  streamNameExist: () => e(400, 10058, 'stream name already in use with a different configuration'),
+  streamMismatch: () => e(400, 10056, 'stream name in subject does not match request'),
+  /** JSStreamInvalidConfigF: a configuration the stream cannot have (here also: features FlowMQ lacks). */
+  streamInvalidConfig: (d: string) => e(500, 10052, d),
+  streamCreate: (d: string) => e(500, 10049, d),
+  streamUpdate: (d: string) => e(500, 10069, d),
+  streamDelete: (d: string) => e(500, 10050, d),
+  streamPurge: (d: string) => e(500, 10110, d),
+  streamNameInvalid: () => e(400, 10128, 'Stream name can not contain path separators'),
+  streamGeneral: (d: string) => e(500, 10051, d),
+  streamStoreFailed: (d: string) => e(503, 10077, d),
+  expectedStreamMismatch: () => e(400, 10060, 'expected stream does not match'),
+  wrongLastSequence: (seq: number) => e(400, 10071, `wrong last sequence: ${seq}`),
+  wrongLastMsgId: (id: string) => e(400, 10070, `wrong last msg ID: ${id}`),
+  durableNameMismatch: () => e(400, 10017, 'consumer name in subject does not match durable name in request'),
+  filterMismatch: () => e(400, 10131, 'Consumer create request did not match filtered subject from create subject'),
+  ephemeralWithDurable: () => e(400, 10020, 'consumer expected to be ephemeral but a durable name was set in request'),
+  filterNotSubset: () => e(400, 10093, 'consumer filter subject is not a valid subset of the interest subjects'),
+  consumerInvalidPolicy: (d: string) => e(400, 10094, d),
+  backoffMaxDeliver: () => e(400, 10116, 'max deliver is required to be > length of backoff values'),
+  /** JSConsumerCreateErrF: also what nats-server answers for a change an existing consumer cannot take. */
+  consumerCreate: (d: string) => e(500, 10012, d),
+  consumerNameInvalid: () => e(400, 10127, 'Consumer name can not contain path separators'),
+  durableAndNameMismatch: () => e(400, 10132, 'Consumer Durable and Name have to be equal if both are provided'),
+  msgDeleteFailed: (d: string) => e(500, 10057, d),
+} as const;

@@ -1,0 +1,1 @@
+export { JetStream, type JetStreamOptions, type JetStreamPublisher } from './service.js';

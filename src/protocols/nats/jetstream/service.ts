@@ -1,0 +1,902 @@
+/**
+ * The JetStream API over FlowMQ streams: a subscriber on the core that answers `$JS.API.>` requests and
+ * `$JS.ACK.>` acknowledgements the way nats-server 2.9 does, so the `nats` client's JetStream API (jsm.streams,
+ * js.publish, consumers.get/fetch/consume) works on FlowMQ streams.
+ *
+ * Requests and acks travel through the core like any message: the service subscribes with the NATS rule and
+ * answers with engine.publish to the request's response topic, so they work the same whichever listener or broker
+ * the client is on. A JetStream stream is a FlowMQ stream (its subjects are its bindings); consumers are pull
+ * consumers on single-partition streams, their state in the metastore's ConsumerStateStore (engine.store).
+ *
+ * JetStream publishes (a NATS publish with a reply subject) come through `publish`, called by the NATS connection:
+ * duplicate detection by Nats-Msg-Id within the stream's duplicate window (kept in memory: empty again after a
+ * restart), then the core's publish, then a PubAck to the reply subject once every capturing stream has the message
+ * durably.
+ */
+import type { Logger } from 'pino';
+import {
+  decodeBatch,
+  dotsToUnified,
+  FlowError,
+  makeMessage,
+  matches,
+  newPublishInfo,
+  recordToMessage,
+  type Engine,
+  type Message,
+  type PublishInfo,
+  type StreamDef,
+  type Subscriber,
+  type Subscription,
+} from '../../../core/index.js';
+import { checkConsumerUpdate, normalizeConsumerConfig, type ConsumerConfig } from './config.js';
+import { Consumer, type ConsumerHost, type PullRequest } from './consumer.js';
+import { JsErr, type ApiError } from './errors.js';
+import {
+  DEFAULT_DUPLICATE_WINDOW_NS,
+  isoTime,
+  parseStreamConfig,
+  sameBindings,
+  streamConfigJson,
+  streamState,
+  streamSubjects,
+  ZERO_TIME,
+} from './stream-info.js';
+import { isValidApiName, levelsToTokens, subjectsCollide } from './subjects.js';
+
+export interface JetStreamOptions {
+  /** How often ack deadlines, pull request expiry, heartbeats and inactive consumers are looked at. Default 100 ms. */
+  tickMs?: number;
+  /** Consumer state writes are coalesced for this long. Default 20 ms. */
+  flushDelayMs?: number;
+}
+
+/**
+ * What the NATS connection calls for a publish with a reply subject (adapter.ts's NatsPublisher): `reply` is the
+ * reply's unified topic (also in msg.responseTopic).
+ */
+export interface JetStreamPublisher {
+  publish(msg: Message, reply: string): PublishInfo;
+}
+
+const T = 'io.nats.jetstream.api.v1.';
+const NAMES_LIMIT = 1024;
+const LIST_LIMIT = 256;
+
+type Json = Record<string, unknown>;
+
+export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
+  readonly id = 'nats:jetstream';
+  private readonly consumers = new Map<string, Map<string, Consumer>>();
+  private readonly subs: Subscription[] = [];
+  /** Per stream: Nats-Msg-Id → stream sequence and when it was stored, oldest first. */
+  private readonly dedup = new Map<string, Map<string, { seq: number; at: number }>>();
+  private readonly duplicateWindowNs = new Map<string, number>();
+  private readonly api = { total: 0, errors: 0 };
+  private readonly dirty = new Set<Consumer>();
+  private flushTimer: NodeJS.Timeout | null = null;
+  private readonly writes = new Set<Promise<void>>();
+  private ticker: NodeJS.Timeout | null = null;
+  private readonly tickMs: number;
+  private readonly flushDelayMs: number;
+  private storeWarned = false;
+  private closed = false;
+
+  constructor(
+    readonly engine: Engine,
+    private readonly logger: Logger,
+    options: JetStreamOptions = {},
+  ) {
+    this.tickMs = options.tickMs ?? 100;
+    this.flushDelayMs = options.flushDelayMs ?? 20;
+  }
+
+  /** Loads durable consumers from the store, then starts answering the API. */
+  async start(): Promise<void> {
+    let recs: Awaited<ReturnType<Engine['store']['listConsumers']>> = [];
+    try {
+      recs = await this.engine.store.listConsumers();
+    } catch (err) {
+      this.warnStore(err);
+    }
+    for (const r of recs) {
+      const def = this.engine.getStream(r.stream);
+      if (!def || def.def.partitions !== 1) continue;
+      let config: ConsumerConfig;
+      try {
+        config = JSON.parse(r.config) as ConsumerConfig;
+      } catch {
+        this.logger.warn({ stream: r.stream, consumer: r.name }, 'JetStream consumer with unreadable config skipped');
+        continue;
+      }
+      this.add(new Consumer(this, r.stream, r.name, config, r.createdAt, true, r));
+    }
+    this.subs.push(this.engine.subscribe('$JS.API.>', this, { qos: 0, rule: 'nats' }));
+    this.subs.push(this.engine.subscribe('$JS.ACK.>', this, { qos: 0, rule: 'nats' }));
+    this.ticker = setInterval(() => this.tick(), this.tickMs);
+    this.ticker.unref();
+  }
+
+  /** Stops answering and writes every consumer's state. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    for (const s of this.subs) this.engine.unsubscribe(s);
+    this.subs.length = 0;
+    if (this.ticker) clearInterval(this.ticker);
+    for (const m of this.consumers.values()) for (const c of m.values()) c.close(false);
+    this.flush();
+    await Promise.all([...this.writes]);
+  }
+
+  /** Figures for /api/v1/broker. */
+  figures(): Json {
+    let consumers = 0;
+    for (const m of this.consumers.values()) consumers += m.size;
+    return { apiRequests: this.api.total, apiErrors: this.api.errors, consumers };
+  }
+
+  // ------------------------------------------------------------ ConsumerHost
+
+  send(msg: Message): void {
+    try {
+      this.engine.publish(msg);
+    } catch (err) {
+      this.logger.debug({ err, topic: msg.topic }, 'JetStream delivery not published');
+    }
+  }
+
+  changed(c: Consumer): void {
+    if (!c.durable || c.closed) return;
+    this.dirty.add(c);
+    if (this.flushTimer === null) {
+      this.flushTimer = setTimeout(() => this.flush(), this.flushDelayMs);
+    }
+  }
+
+  failed(c: Consumer, err: unknown): void {
+    if (!this.engine.getStream(c.stream)) {
+      this.removeConsumersOf(c.stream);
+      return;
+    }
+    this.logger.warn({ err, stream: c.stream, consumer: c.name }, 'JetStream consumer read failed');
+  }
+
+  private flush(): void {
+    if (this.flushTimer !== null) clearTimeout(this.flushTimer);
+    this.flushTimer = null;
+    for (const c of this.dirty) {
+      const w = this.engine.store.putConsumer(c.record()).catch((err: unknown) => this.warnStore(err));
+      this.writes.add(w);
+      void w.finally(() => this.writes.delete(w));
+    }
+    this.dirty.clear();
+  }
+
+  private warnStore(err: unknown): void {
+    if (this.storeWarned) return;
+    this.storeWarned = true;
+    this.logger.warn({ err }, 'JetStream consumer state could not be read or written (further failures are not logged)');
+  }
+
+  private tick(): void {
+    const now = Date.now();
+    for (const [stream, m] of this.consumers) {
+      if (!this.engine.getStream(stream)) {
+        this.removeConsumersOf(stream);
+        continue;
+      }
+      for (const c of m.values()) {
+        c.tick(now);
+        const thr = c.config.inactive_threshold;
+        if (thr !== undefined && thr > 0 && c.waiting.length === 0 && now - c.lastActive > thr / 1e6) {
+          this.deleteConsumer(c, false);
+        }
+      }
+    }
+  }
+
+  private add(c: Consumer): void {
+    let m = this.consumers.get(c.stream);
+    if (!m) this.consumers.set(c.stream, (m = new Map()));
+    m.set(c.name, c);
+  }
+
+  private getConsumer(stream: string, name: string): Consumer | undefined {
+    return this.consumers.get(stream)?.get(name);
+  }
+
+  private deleteConsumer(c: Consumer, notify: boolean): Promise<void> {
+    c.close(notify);
+    this.dirty.delete(c);
+    const m = this.consumers.get(c.stream);
+    if (m?.get(c.name) === c) m.delete(c.name);
+    if (m?.size === 0) this.consumers.delete(c.stream);
+    if (!c.durable) return Promise.resolve();
+    return this.engine.store.deleteConsumer(c.stream, c.name);
+  }
+
+  private removeConsumersOf(stream: string): void {
+    const m = this.consumers.get(stream);
+    if (!m) return;
+    for (const c of m.values()) {
+      c.close(true);
+      this.dirty.delete(c);
+    }
+    this.consumers.delete(stream);
+    this.dedup.delete(stream);
+  }
+
+  private consumerCount(stream?: string): number {
+    if (stream !== undefined) return this.consumers.get(stream)?.size ?? 0;
+    let n = 0;
+    for (const m of this.consumers.values()) n += m.size;
+    return n;
+  }
+
+  // ------------------------------------------------------------ publish (PubAck, dedup)
+
+  publish(msg: Message, reply: string): PublishInfo {
+    const info = newPublishInfo();
+    const replyTopic = msg.responseTopic ?? reply;
+    // Plain requests (no headers: request/reply traffic, acks, API calls) skip the header look-ups.
+    const plain = msg.headers.length === 0;
+    const msgId = msg.messageId ?? (plain ? undefined : headerValue(msg, 'Nats-Msg-Id'));
+    const expStream = plain ? undefined : headerValue(msg, 'Nats-Expected-Stream');
+    const expLastSeq = plain ? undefined : headerValue(msg, 'Nats-Expected-Last-Sequence');
+    const expLastId = plain ? undefined : headerValue(msg, 'Nats-Expected-Last-Msg-Id');
+    const expLastSubj = plain ? undefined : headerValue(msg, 'Nats-Expected-Last-Subject-Sequence');
+    if (msgId !== undefined || expStream !== undefined || expLastSeq !== undefined || expLastId !== undefined || expLastSubj !== undefined) {
+      const targets = this.capturing(msg.topic);
+      if (targets.length > 0) {
+        const t = targets[0];
+        let refusal: ApiError | null = null;
+        if (expStream !== undefined && expStream !== t.name) refusal = JsErr.expectedStreamMismatch();
+        else if (expLastSeq !== undefined) {
+          const last = this.engine.offsets(t.name, 0).highWatermark;
+          if (String(last) !== expLastSeq.trim()) refusal = JsErr.wrongLastSequence(last);
+        } else if (expLastId !== undefined) {
+          const ids = this.dedup.get(t.name);
+          let last = '';
+          if (ids) for (const k of ids.keys()) last = k;
+          if (last !== expLastId) refusal = JsErr.wrongLastMsgId(last);
+        } else if (expLastSubj !== undefined) {
+          refusal = JsErr.badRequest('Nats-Expected-Last-Subject-Sequence is not supported by FlowMQ');
+        }
+        if (refusal !== null) {
+          this.reply(replyTopic, { error: refusal, stream: t.name, seq: 0 });
+          // Answered: not a request nobody heard.
+          info.delivered++;
+          return info;
+        }
+        if (msgId !== undefined) {
+          const now = Date.now();
+          const seen = targets.map((d) => this.seen(d.name, msgId, now));
+          if (seen.every((s) => s !== undefined)) {
+            for (let i = 0; i < targets.length; i++) info.captured.push({ stream: targets[i].name, partition: 0, offset: seen[i]! - 1 });
+            this.reply(replyTopic, { stream: t.name, seq: seen[0], duplicate: true });
+            return info;
+          }
+        }
+      }
+    }
+    const durable = this.engine.publish(msg, info);
+    if (info.captured.length === 0) return info;
+    const first = info.captured[0];
+    if (msgId !== undefined) {
+      const now = Date.now();
+      for (const c of info.captured) this.remember(c.stream, msgId, c.offset + 1, now);
+    }
+    const ack = { stream: first.stream, seq: first.offset + 1 };
+    if (durable === null) this.reply(replyTopic, ack);
+    else {
+      durable.then(
+        () => this.reply(replyTopic, ack),
+        (err: unknown) => this.reply(replyTopic, { error: JsErr.streamStoreFailed(errText(err)), stream: first.stream, seq: 0 }),
+      );
+    }
+    return info;
+  }
+
+  private capturing(topic: string): StreamDef[] {
+    return this.engine.listStreams().filter((d) => d.bindings.some((b) => matches(b, topic)));
+  }
+
+  private windowMs(stream: string): number {
+    return (this.duplicateWindowNs.get(stream) ?? DEFAULT_DUPLICATE_WINDOW_NS) / 1e6;
+  }
+
+  private seen(stream: string, id: string, now: number): number | undefined {
+    const ids = this.dedup.get(stream);
+    if (!ids) return undefined;
+    this.prune(stream, ids, now);
+    return ids.get(id)?.seq;
+  }
+
+  private remember(stream: string, id: string, seq: number, now: number): void {
+    let ids = this.dedup.get(stream);
+    if (!ids) this.dedup.set(stream, (ids = new Map()));
+    ids.delete(id);
+    ids.set(id, { seq, at: now });
+    this.prune(stream, ids, now);
+  }
+
+  private prune(stream: string, ids: Map<string, { seq: number; at: number }>, now: number): void {
+    const horizon = now - this.windowMs(stream);
+    for (const [k, v] of ids) {
+      if (v.at >= horizon) break;
+      ids.delete(k);
+    }
+  }
+
+  // ------------------------------------------------------------ requests
+
+  deliver(msg: Message, _subs: Subscription[]): void {
+    if (this.closed) return;
+    // The payload may be a view into a socket buffer: read it now.
+    const body = msg.payload.toString('utf8');
+    const levels = msg.topic.split('/');
+    if (levels[1] === 'ACK') {
+      this.onAck(levels, body, msg.responseTopic);
+      return;
+    }
+    const reply = msg.responseTopic;
+    if (reply === undefined) return;
+    const tokens = levelsToTokens(levels.slice(2));
+    void this.onApi(tokens, body, reply);
+  }
+
+  private reply(topic: string, body: unknown): void {
+    this.send(makeMessage(topic, Buffer.from(JSON.stringify(body))));
+  }
+
+  private async onApi(t: string[], body: string, reply: string): Promise<void> {
+    this.api.total++;
+    let out: Json;
+    try {
+      out = await this.route(t, body, reply);
+    } catch (err) {
+      this.logger.warn({ err, request: t.join('.') }, 'JetStream API request failed');
+      out = { error: JsErr.streamGeneral(errText(err)) };
+    }
+    if (out === NO_ANSWER) return;
+    if (out.error !== undefined) this.api.errors++;
+    this.reply(reply, out);
+  }
+
+  private async route(t: string[], body: string, reply: string): Promise<Json> {
+    const [a, b, c] = t;
+    if (a === 'INFO' && t.length === 1) return this.accountInfo();
+    if (a === 'STREAM') {
+      if (b === 'NAMES' && t.length === 2) return this.streamNames(body);
+      if (b === 'LIST' && t.length === 2) return this.streamList(body);
+      if (t.length === 3) {
+        if (b === 'CREATE') return this.streamCreate(c, body);
+        if (b === 'UPDATE') return this.streamUpdate(c, body);
+        if (b === 'INFO') return this.streamInfo(c);
+        if (b === 'DELETE') return this.streamDelete(c);
+        if (b === 'PURGE') return this.streamPurge(c, body);
+      }
+      if (b === 'MSG' && t.length === 4) {
+        if (c === 'GET') return this.msgGet(t[3], body);
+        if (c === 'DELETE') {
+          return typed('stream_msg_delete_response', { error: JsErr.msgDeleteFailed('deleting single messages is not supported by FlowMQ streams') });
+        }
+      }
+    }
+    if (a === 'CONSUMER') {
+      if ((b === 'CREATE' && t.length >= 3) || (b === 'DURABLE' && c === 'CREATE' && t.length === 5)) {
+        return this.consumerCreate(t, body);
+      }
+      if (b === 'NAMES' && t.length === 3) return this.consumerNames(c, body);
+      if (b === 'LIST' && t.length === 3) return this.consumerList(c, body);
+      if (t.length === 4) {
+        if (b === 'INFO') return this.consumerInfoReq(c, t[3]);
+        if (b === 'DELETE') return this.consumerDelete(c, t[3]);
+      }
+      if (b === 'MSG' && c === 'NEXT' && t.length === 5) {
+        this.pullRequest(t[3], t[4], body, reply);
+        return NO_ANSWER;
+      }
+    }
+    return { error: JsErr.badRequest(`JetStream API $JS.API.${t.join('.')} is not supported by FlowMQ`) };
+  }
+
+  private accountInfo(): Json {
+    return typed('account_info_response', {
+      memory: 0,
+      storage: 0,
+      streams: this.engine.listStreams().length,
+      consumers: this.consumerCount(),
+      limits: {
+        max_memory: -1,
+        max_storage: -1,
+        max_streams: -1,
+        max_consumers: -1,
+        max_ack_pending: -1,
+        memory_max_stream_bytes: -1,
+        storage_max_stream_bytes: -1,
+        max_bytes_required: false,
+      },
+      api: { total: this.api.total, errors: this.api.errors },
+    });
+  }
+
+  private async streamInfoJson(def: StreamDef): Promise<Json> {
+    return {
+      config: streamConfigJson(def, this.duplicateWindowNs.get(def.name) ?? DEFAULT_DUPLICATE_WINDOW_NS),
+      created: isoTime(def.createdAt),
+      state: await streamState(this.engine, def, this.consumerCount(def.name)),
+    };
+  }
+
+  private async streamCreate(name: string, body: string): Promise<Json> {
+    const T_ = 'stream_create_response';
+    const raw = parseJson(body);
+    if (raw === BAD_JSON) return typed(T_, { error: JsErr.invalidJson() });
+    const spec = parseStreamConfig(raw, name);
+    if (isApiError(spec)) return typed(T_, { error: spec });
+    const existing = this.engine.getStream(name);
+    if (existing) {
+      if (!sameBindings(existing.def.bindings, spec.bindings) || existing.def.retentionMs !== spec.retentionMs) {
+        return typed(T_, { error: JsErr.streamNameExist() });
+      }
+      return typed(T_, { ...(await this.streamInfoJson(existing.def)), did_create: true });
+    }
+    let def: StreamDef;
+    try {
+      def = await this.engine.createStream({ name, partitions: 1, bindings: spec.bindings, retentionMs: spec.retentionMs });
+    } catch (err) {
+      if (err instanceof FlowError && err.code === 'ALREADY_EXISTS') return typed(T_, { error: JsErr.streamNameExist() });
+      return typed(T_, { error: JsErr.streamCreate(errText(err)) });
+    }
+    this.duplicateWindowNs.set(name, spec.duplicateWindowNs);
+    return typed(T_, { ...(await this.streamInfoJson(def)), did_create: true });
+  }
+
+  private async streamUpdate(name: string, body: string): Promise<Json> {
+    const T_ = 'stream_update_response';
+    const raw = parseJson(body);
+    if (raw === BAD_JSON) return typed(T_, { error: JsErr.invalidJson() });
+    const spec = parseStreamConfig(raw, name);
+    if (isApiError(spec)) return typed(T_, { error: spec });
+    const e = this.engine.getStream(name);
+    if (!e) return typed(T_, { error: JsErr.streamNotFound() });
+    if (!sameBindings(e.def.bindings, spec.bindings)) {
+      return typed(T_, { error: JsErr.streamUpdate("changing a stream's subjects is not supported by FlowMQ yet (its bindings are fixed at creation)") });
+    }
+    let def = e.def;
+    try {
+      if (def.retentionMs !== spec.retentionMs) def = await this.engine.setRetention(name, spec.retentionMs);
+    } catch (err) {
+      return typed(T_, { error: JsErr.streamUpdate(errText(err)) });
+    }
+    this.duplicateWindowNs.set(name, spec.duplicateWindowNs);
+    return typed(T_, await this.streamInfoJson(def));
+  }
+
+  private matchingStreams(body: string): StreamDef[] | ApiError {
+    const raw = body.trim() === '' ? {} : parseJson(body);
+    if (raw === BAD_JSON || raw === null || typeof raw !== 'object') return JsErr.invalidJson();
+    const subject = (raw as Json).subject;
+    const defs = this.engine.listStreams();
+    if (typeof subject !== 'string' || subject === '') return defs;
+    return defs.filter((d) => streamSubjects(d).some((s) => subjectsCollide(s, subject)));
+  }
+
+  private streamNames(body: string): Json {
+    const defs = this.matchingStreams(body);
+    if (isApiError(defs)) return typed('stream_names_response', { error: defs });
+    const offset = pageOffset(body);
+    return typed('stream_names_response', {
+      total: defs.length,
+      offset,
+      limit: NAMES_LIMIT,
+      streams: defs.slice(offset, offset + NAMES_LIMIT).map((d) => d.name),
+    });
+  }
+
+  private async streamList(body: string): Promise<Json> {
+    const defs = this.matchingStreams(body);
+    if (isApiError(defs)) return typed('stream_list_response', { error: defs });
+    const offset = pageOffset(body);
+    const streams: Json[] = [];
+    for (const d of defs.slice(offset, offset + LIST_LIMIT)) streams.push(await this.streamInfoJson(d));
+    return typed('stream_list_response', { total: defs.length, offset, limit: LIST_LIMIT, streams });
+  }
+
+  private async streamInfo(name: string): Promise<Json> {
+    const e = this.engine.getStream(name);
+    if (!e) return typed('stream_info_response', { error: JsErr.streamNotFound(), total: 0, offset: 0, limit: 0 });
+    return typed('stream_info_response', { total: 0, offset: 0, limit: 0, ...(await this.streamInfoJson(e.def)) });
+  }
+
+  private async streamDelete(name: string): Promise<Json> {
+    const T_ = 'stream_delete_response';
+    if (!this.engine.getStream(name)) return typed(T_, { error: JsErr.streamNotFound() });
+    this.removeConsumersOf(name);
+    this.duplicateWindowNs.delete(name);
+    try {
+      await this.engine.deleteStream(name);
+    } catch (err) {
+      if (err instanceof FlowError && err.code === 'NOT_FOUND') return typed(T_, { error: JsErr.streamNotFound() });
+      return typed(T_, { error: JsErr.streamDelete(errText(err)) });
+    }
+    await this.engine.store.deleteConsumers(name).catch((err: unknown) => this.warnStore(err));
+    return typed(T_, { success: true });
+  }
+
+  private async streamPurge(name: string, body: string): Promise<Json> {
+    const T_ = 'stream_purge_response';
+    const e = this.engine.getStream(name);
+    if (!e) return typed(T_, { error: JsErr.streamNotFound() });
+    const raw = body.trim() === '' ? {} : parseJson(body);
+    if (raw === BAD_JSON || raw === null || typeof raw !== 'object') return typed(T_, { error: JsErr.invalidJson() });
+    const r = raw as Json;
+    if (r.filter !== undefined && r.filter !== '' && r.filter !== '>') {
+      return typed(T_, { error: JsErr.streamPurge('purging by subject is not supported by FlowMQ streams') });
+    }
+    if ((r.seq !== undefined && r.seq !== 0 && r.keep !== undefined && r.keep !== 0) || (r.seq !== undefined && !isCount(r.seq)) || (r.keep !== undefined && !isCount(r.keep))) {
+      return typed(T_, { error: JsErr.badRequest() });
+    }
+    let purged = 0;
+    try {
+      for (let p = 0; p < e.def.partitions; p++) {
+        const { logStartOffset, highWatermark } = this.engine.offsets(name, p);
+        let to = highWatermark;
+        // seq: everything below that sequence (partition 0's numbering); keep: all but the last n.
+        if (typeof r.seq === 'number' && r.seq > 0) to = Math.min(highWatermark, r.seq - 1);
+        else if (typeof r.keep === 'number' && r.keep > 0) to = Math.max(0, highWatermark - r.keep);
+        if (to <= logStartOffset) continue;
+        await this.engine.deleteRecords(name, p, to);
+        purged += to - logStartOffset;
+      }
+    } catch (err) {
+      return typed(T_, { error: JsErr.streamPurge(errText(err)) });
+    }
+    return typed(T_, { success: true, purged });
+  }
+
+  private async msgGet(name: string, body: string): Promise<Json> {
+    const T_ = 'stream_msg_get_response';
+    const e = this.engine.getStream(name);
+    if (!e) return typed(T_, { error: JsErr.streamNotFound() });
+    const raw = parseJson(body);
+    if (raw === BAD_JSON || raw === null || typeof raw !== 'object') return typed(T_, { error: JsErr.invalidJson() });
+    const r = raw as Json;
+    if (r.last_by_subj !== undefined || r.next_by_subj !== undefined) {
+      return typed(T_, { error: JsErr.badRequest('message get by subject is not supported by FlowMQ streams') });
+    }
+    if (!isCount(r.seq) || r.seq === 0) return typed(T_, { error: JsErr.badRequest() });
+    const seq = r.seq;
+    const { logStartOffset, highWatermark } = this.engine.offsets(name, 0);
+    if (seq - 1 < logStartOffset || seq - 1 >= highWatermark) return typed(T_, { error: JsErr.noMessageFound() });
+    const batches = await this.engine.read(name, 0, seq - 1, 1);
+    for (const b of batches) {
+      for (const rec of decodeBatch(b)) {
+        if (rec.offset !== seq - 1) continue;
+        const m = recordToMessage(rec, name.split('.').join('/'));
+        const hdrs = encodeHeaderBlock(m);
+        return typed(T_, {
+          message: {
+            subject: dotsSubject(m.topic),
+            seq,
+            ...(hdrs !== null ? { hdrs: hdrs.toString('base64') } : {}),
+            data: m.payload.toString('base64'),
+            time: isoTime(m.timestamp),
+          },
+        });
+      }
+    }
+    return typed(T_, { error: JsErr.noMessageFound() });
+  }
+
+  // ------------------------------------------------------------ consumers
+
+  private async consumerCreate(t: string[], body: string): Promise<Json> {
+    const T_ = 'consumer_create_response';
+    const legacyDurable = t[1] === 'DURABLE';
+    const stream = legacyDurable ? t[3] : t[2];
+    const subjectName = legacyDurable ? t[4] : t[3];
+    const subjectFilter = !legacyDurable && t.length > 4 ? t.slice(4).join('.') : undefined;
+    const raw = parseJson(body);
+    if (raw === BAD_JSON || raw === null || typeof raw !== 'object') return typed(T_, { error: JsErr.invalidJson() });
+    const req = raw as Json;
+    if (req.stream_name !== undefined && req.stream_name !== stream) return typed(T_, { error: JsErr.streamMismatch() });
+    const e = this.engine.getStream(stream);
+    if (!e) return typed(T_, { error: JsErr.streamNotFound() });
+    const rc = (req.config ?? {}) as Json;
+    if (rc === null || typeof rc !== 'object') return typed(T_, { error: JsErr.invalidJson() });
+    if (subjectName === undefined && typeof rc.durable_name === 'string' && rc.durable_name !== '') {
+      return typed(T_, { error: JsErr.ephemeralWithDurable() });
+    }
+    if (subjectName !== undefined) {
+      if (!isValidApiName(subjectName)) return typed(T_, { error: JsErr.consumerNameInvalid() });
+      const given = legacyDurable ? rc.durable_name : (rc.name || rc.durable_name);
+      if (given !== subjectName) return typed(T_, { error: JsErr.durableNameMismatch() });
+      if (subjectFilter !== undefined && rc.filter_subject !== subjectFilter) return typed(T_, { error: JsErr.filterMismatch() });
+    }
+    const ephemeral = typeof rc.durable_name !== 'string' || rc.durable_name === '';
+    const cfg = normalizeConsumerConfig(rc, ephemeral, streamSubjects(e.def));
+    if (isApiError(cfg)) return typed(T_, { error: cfg });
+    if (e.def.partitions !== 1) {
+      return typed(T_, {
+        error: JsErr.badRequest(`stream has ${e.def.partitions} partitions: JetStream consumers need a single-partition stream`),
+      });
+    }
+    const name = cfg.name ?? randomName();
+    if (cfg.name === undefined) cfg.name = name;
+    const existing = this.getConsumer(stream, name);
+    if (existing) {
+      const refusal = checkConsumerUpdate(existing.config, cfg);
+      if (refusal) return typed(T_, { error: refusal });
+      existing.config = cfg;
+      this.changed(existing);
+      return typed(T_, this.consumerInfoJson(existing));
+    }
+    const floor = await this.startFloor(stream, cfg);
+    const c = new Consumer(this, stream, name, cfg, Date.now(), !ephemeral, {
+      deliveredSeq: floor,
+      deliveredConsumerSeq: 0,
+      ackFloor: floor,
+      acked: [],
+    });
+    // A name may have been taken while the start position was looked up.
+    const raced = this.getConsumer(stream, name);
+    if (raced) return typed(T_, this.consumerInfoJson(raced));
+    if (!this.engine.getStream(stream)) return typed(T_, { error: JsErr.streamNotFound() });
+    this.add(c);
+    if (c.durable) {
+      try {
+        await this.engine.store.putConsumer(c.record());
+      } catch (err) {
+        this.warnStore(err);
+        await this.deleteConsumer(c, false).catch(() => undefined);
+        return typed(T_, { error: JsErr.consumerCreate(`consumer state could not be stored: ${errText(err)}`) });
+      }
+    }
+    return typed(T_, this.consumerInfoJson(c));
+  }
+
+  /** The ack floor a new consumer starts from (its deliver policy). */
+  private async startFloor(stream: string, cfg: ConsumerConfig): Promise<number> {
+    const { logStartOffset, highWatermark } = this.engine.offsets(stream, 0);
+    switch (cfg.deliver_policy) {
+      case 'new':
+        return highWatermark;
+      case 'by_start_sequence':
+        return Math.max(0, (cfg.opt_start_seq ?? 1) - 1);
+      case 'by_start_time':
+        return this.engine.offsetForTimestamp(stream, 0, Date.parse(cfg.opt_start_time ?? ''));
+      case 'last': {
+        if (highWatermark <= logStartOffset) return highWatermark;
+        if (cfg.filter_subject === undefined) return highWatermark - 1;
+        // The last message matching the filter: scanned from the start (FlowMQ keeps no per-subject index).
+        const probe = new Consumer(this, stream, '', cfg, 0, false, { deliveredSeq: 0, deliveredConsumerSeq: 0, ackFloor: 0, acked: [] });
+        let last = -1;
+        let offset = logStartOffset;
+        while (offset < highWatermark) {
+          const batches = await this.engine.read(stream, 0, offset, 1024 * 1024);
+          if (batches.length === 0) break;
+          for (const b of batches) {
+            for (const rec of decodeBatch(b)) {
+              if (rec.offset < offset || rec.offset >= highWatermark) continue;
+              if (probe.accepts(recordToMessage(rec, stream.split('.').join('/')))) last = rec.offset;
+              offset = rec.offset + 1;
+            }
+          }
+        }
+        return last < 0 ? highWatermark : last;
+      }
+      default:
+        return 0;
+    }
+  }
+
+  private consumerInfoJson(c: Consumer): Json {
+    const delivered: Json = { consumer_seq: c.cseq, stream_seq: c.deliveredSeq };
+    if (c.lastDelivered > 0) delivered.last_active = isoTime(c.lastActive);
+    const ackFloor: Json = { consumer_seq: c.floorCseq, stream_seq: c.ackFloor };
+    if (c.lastAcked > 0) ackFloor.last_active = isoTime(c.lastAcked);
+    let numPending = 0;
+    try {
+      numPending = c.numPending();
+    } catch {
+      // stream gone
+    }
+    return {
+      stream_name: c.stream,
+      name: c.name,
+      created: isoTime(c.created),
+      config: c.config,
+      delivered,
+      ack_floor: ackFloor,
+      num_ack_pending: c.pending.size,
+      num_redelivered: c.rdc.size,
+      num_waiting: c.waiting.length,
+      num_pending: numPending,
+    };
+  }
+
+  private consumerInfoReq(stream: string, name: string): Json {
+    const T_ = 'consumer_info_response';
+    if (!this.engine.getStream(stream)) return typed(T_, { error: JsErr.streamNotFound() });
+    const c = this.getConsumer(stream, name);
+    if (!c) return typed(T_, { error: JsErr.consumerNotFound() });
+    return typed(T_, this.consumerInfoJson(c));
+  }
+
+  private sortedConsumers(stream: string): Consumer[] {
+    return [...(this.consumers.get(stream)?.values() ?? [])].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  }
+
+  private consumerNames(stream: string, body: string): Json {
+    const T_ = 'consumer_names_response';
+    if (!this.engine.getStream(stream)) return typed(T_, { error: JsErr.streamNotFound() });
+    const all = this.sortedConsumers(stream);
+    const offset = pageOffset(body);
+    return typed(T_, { total: all.length, offset, limit: NAMES_LIMIT, consumers: all.slice(offset, offset + NAMES_LIMIT).map((c) => c.name) });
+  }
+
+  private consumerList(stream: string, body: string): Json {
+    const T_ = 'consumer_list_response';
+    if (!this.engine.getStream(stream)) return typed(T_, { error: JsErr.streamNotFound() });
+    const all = this.sortedConsumers(stream);
+    const offset = pageOffset(body);
+    return typed(T_, {
+      total: all.length,
+      offset,
+      limit: LIST_LIMIT,
+      consumers: all.slice(offset, offset + LIST_LIMIT).map((c) => this.consumerInfoJson(c)),
+    });
+  }
+
+  private async consumerDelete(stream: string, name: string): Promise<Json> {
+    const T_ = 'consumer_delete_response';
+    if (!this.engine.getStream(stream)) return typed(T_, { error: JsErr.streamNotFound() });
+    const c = this.getConsumer(stream, name);
+    if (!c) return typed(T_, { error: JsErr.consumerNotFound() });
+    await this.deleteConsumer(c, true);
+    return typed(T_, { success: true });
+  }
+
+  /** CONSUMER.MSG.NEXT: a pull request; answered with messages and statuses on the reply inbox, never with JSON. */
+  private pullRequest(stream: string, name: string, body: string, reply: string): void {
+    const status = (s: string) => this.send(makeMessage(reply, Buffer.alloc(0), { status: s }));
+    const c = this.getConsumer(stream, name);
+    // No such consumer: what a NATS client sees when nobody serves a request (nats.js stops a fetch on it).
+    if (!c) return status('503');
+    const req = parsePullRequest(body, reply);
+    if (typeof req === 'string') return status(req);
+    if (c.config.max_batch !== undefined && req.batch > c.config.max_batch) return status(`409 Exceeded MaxRequestBatch of ${c.config.max_batch}`);
+    if (c.config.max_expires !== undefined && req.expiresAt > 0 && req.expiresAt - Date.now() > c.config.max_expires / 1e6) {
+      return status(`409 Exceeded MaxRequestExpires of ${c.config.max_expires / 1e6}ms`);
+    }
+    if (c.config.max_bytes !== undefined && req.maxBytes > c.config.max_bytes) return status(`409 Exceeded MaxRequestMaxBytes of ${c.config.max_bytes}`);
+    if (c.waiting.length >= (c.config.max_waiting ?? 512)) return status('409 Exceeded MaxWaiting');
+    c.addRequest(req);
+  }
+
+  private onAck(levels: string[], body: string, reply: string | undefined): void {
+    // $JS/ACK/<stream>/<consumer>/<delivered>/<sseq>/<cseq>/<ts>/<pending>
+    if (levels.length < 9) return;
+    const tokens = levelsToTokens(levels);
+    const c = this.getConsumer(tokens[2], tokens[3]);
+    const seq = Number(tokens[5]);
+    if (!c || !Number.isSafeInteger(seq) || seq < 1) return;
+    const r = c.ack(seq, body.trim());
+    if (!r.ok) {
+      this.logger.debug({ stream: c.stream, consumer: c.name, body: body.slice(0, 64) }, 'unknown JetStream ack ignored');
+      return;
+    }
+    if (r.next !== undefined) {
+      if (reply === undefined) return;
+      const req = parsePullRequest(r.next, reply);
+      if (typeof req === 'string') this.send(makeMessage(reply, Buffer.alloc(0), { status: req }));
+      else c.addRequest(req);
+      return;
+    }
+    // An ack with a reply subject (nats.js ackAck) is confirmed with an empty message, a repeated one too.
+    if (reply !== undefined) this.send(makeMessage(reply, Buffer.alloc(0)));
+  }
+}
+
+const NO_ANSWER: Json = {};
+const BAD_JSON = Symbol('bad json');
+
+function parseJson(body: string): unknown {
+  try {
+    return JSON.parse(body);
+  } catch {
+    return BAD_JSON;
+  }
+}
+
+function typed(type: string, body: Json): Json {
+  return { type: T + type, ...body };
+}
+
+function isApiError(v: unknown): v is ApiError {
+  return typeof v === 'object' && v !== null && 'err_code' in v && 'code' in v;
+}
+
+function isCount(v: unknown): v is number {
+  return typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;
+}
+
+function pageOffset(body: string): number {
+  if (body.trim() === '') return 0;
+  const raw = parseJson(body);
+  const o = raw !== null && typeof raw === 'object' ? (raw as Json).offset : undefined;
+  return isCount(o) ? o : 0;
+}
+
+function errText(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
+
+function headerValue(msg: Message, key: string): string | undefined {
+  for (const h of msg.headers) if (h.key === key) return h.value === null ? '' : h.value.toString('utf8');
+  return undefined;
+}
+
+function dotsSubject(topic: string): string {
+  return dotsToUnified(topic);
+}
+
+/** NATS/1.0 header block of a stored message's headers (STREAM.MSG.GET `hdrs`), or null when it has none. */
+function encodeHeaderBlock(m: Message): Buffer | null {
+  const entries: Array<[string, string]> = m.headers.map((h) => [h.key, h.value === null ? '' : h.value.toString('utf8')]);
+  if (m.messageId !== undefined && !entries.some(([k]) => k === 'Nats-Msg-Id')) entries.push(['Nats-Msg-Id', m.messageId]);
+  if (entries.length === 0) return null;
+  let s = 'NATS/1.0\r\n';
+  for (const [k, v] of entries) s += `${k}: ${v.replace(/[\r\n]/g, ' ')}\r\n`;
+  return Buffer.from(s + '\r\n');
+}
+
+/**
+ * A pull request body: empty (one message, no expiry), a number (a batch), or nats-server's JSON
+ * {batch, expires (ns), no_wait, max_bytes, idle_heartbeat (ns)}. Returns the request or a 400 status.
+ */
+function parsePullRequest(body: string, reply: string): PullRequest | string {
+  const now = Date.now();
+  const req: PullRequest = { reply, batch: 1, bytesLeft: 0, maxBytes: 0, expiresAt: 0, noWait: false, heartbeatMs: 0, nextHeartbeat: 0, delivered: 0 };
+  const text = body.trim();
+  if (text === '') return req;
+  if (/^\d+$/.test(text)) {
+    req.batch = Math.max(1, Number(text));
+    return req;
+  }
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch (err) {
+    return `400 Bad Request - ${errText(err)}`;
+  }
+  if (raw === null || typeof raw !== 'object') return '400 Bad Request';
+  const r = raw as Json;
+  const int = (v: unknown) => (v === undefined || v === null ? 0 : typeof v === 'number' && Number.isSafeInteger(v) && v >= 0 ? v : NaN);
+  const batch = int(r.batch);
+  const expires = int(r.expires);
+  const maxBytes = int(r.max_bytes);
+  const hb = int(r.idle_heartbeat);
+  if ([batch, expires, maxBytes, hb].some(Number.isNaN)) return '400 Bad Request';
+  req.batch = batch > 0 ? batch : 1;
+  req.noWait = r.no_wait === true;
+  if (expires > 0) req.expiresAt = now + expires / 1e6;
+  if (maxBytes > 0) req.maxBytes = req.bytesLeft = maxBytes;
+  if (hb > 0) {
+    if (expires > 0 && hb > expires) return '400 Bad Request - heartbeat value too large';
+    req.heartbeatMs = hb / 1e6;
+    req.nextHeartbeat = now + req.heartbeatMs;
+  }
+  return req;
+}
+
+function randomName(): string {
+  const a = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789';
+  let s = '';
+  for (let i = 0; i < 8; i++) s += a[Math.floor(Math.random() * a.length)];
+  return s;
+}
+
