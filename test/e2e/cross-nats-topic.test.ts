@@ -129,6 +129,24 @@ describe('e2e: NATS subjects across MQTT, AMQP and Kafka', () => {
     }
   });
 
+  it('a NATS subscription gets no retained MQTT messages (NATS has none); a retained publish made while it is there arrives live', async () => {
+    const pub = await mqtt.connectAsync(broker.mqttUrl, { protocolVersion: 5, reconnectPeriod: 0 });
+    try {
+      await pub.publishAsync('ret/x', 'old retained', { qos: 1, retain: true });
+      const ns = natsCollector(nc, 'ret.>');
+      await nc.flush();
+      await pub.publishAsync('ret/y', 'live retained', { qos: 1, retain: true });
+      await pub.publishAsync('ret/end', 'end', { qos: 1 });
+      assert.deepEqual((await ns.until('end')).map((s) => [s.subject, s.data]), [['ret.y', 'live retained']]);
+      ns.sub.unsubscribe();
+    } finally {
+      // Clear the retained messages (an empty retained payload).
+      await pub.publishAsync('ret/x', '', { qos: 1, retain: true });
+      await pub.publishAsync('ret/y', '', { qos: 1, retain: true });
+      await pub.endAsync();
+    }
+  });
+
   it('NATS > matches $ subjects (no MQTT $ rule for NATS subscriptions) while MQTT # does not', async () => {
     const ns = natsCollector(nc, '>');
     const sub = await mqttCollector(broker.mqttUrl, ['#', '$app/#']);
