@@ -161,6 +161,8 @@ describe('broker protocol modules', () => {
     await assert.rejects(startBroker(config, logger), /needs both nats-tls-cert and nats-tls-key/);
     const required = { ...loadConfig({ flags: { ...flags, 'data-dir': freshDir() }, env: {} }), protocols: ['nats' as const], natsTlsRequired: true };
     await assert.rejects(startBroker(required, logger), /need nats-tls-cert and nats-tls-key/);
+    const wss = { ...loadConfig({ flags: { ...flags, 'data-dir': freshDir() }, env: {} }), protocols: ['nats' as const], natsWsPort: 0, natsWsTls: true };
+    await assert.rejects(startBroker(wss, logger), /need nats-tls-cert and nats-tls-key/);
     assert.equal(lines.filter((l) => l.msg === 'listening').length, 0);
   });
 });

@@ -12,6 +12,11 @@
  * - amqp/0-9-1: the AMQP codec's FrameReader (protocol header, then frames) with every method frame and content
  *   header it returns decoded, seeded with the golden fixtures of every method and a message split at frame-max.
  *
+ * - nats/server and nats/client: the NATS parsers (what a broker reads, what a client reads), seeded with the golden
+ *   fixtures; each input is parsed whole and cut in two, and the two runs must agree (operations and error), and
+ *   every HPUB/HMSG header block is parsed. A payload buffer up to max_payload may be allocated once its control
+ *   line is read: that is the allowance.
+ *
  * The WAL frame reader is not here: src/storage/wal/frame.ts has no decoder of its own, and the frame scan in
  * partition-wal.ts reads files it wrote itself (CRC-checked), not client bytes.
  */
@@ -56,6 +61,15 @@ import {
   encodeMessageFrames,
 } from '../../src/protocols/amqp/codec/index.js';
 import { FULL_PROPERTIES_FIXTURE, METHOD_FIXTURES } from '../../test/protocols/amqp/codec-fixtures.js';
+import {
+  NatsClientParser,
+  NatsProtocolError,
+  NatsServerParser,
+  parseHeaders,
+  type NatsClientHandler,
+  type NatsServerHandler,
+} from '../../src/protocols/nats/codec/index.js';
+import { CLIENT_CASES, SERVER_CASES } from '../../test/protocols/nats/codec/fixtures.js';
 
 export interface FuzzTarget {
   name: string;
@@ -356,10 +370,89 @@ function amqpTarget(): FuzzTarget {
   };
 }
 
+// ---------------------------------------------------------------------------------------------------------- NATS
+
+const NATS_LIMITS = { maxControlLine: 4096, maxPayload: 64 * 1024 };
+
+/** Records a parser's operations as one string (to compare two runs), parsing every header block it is given. */
+class NatsTrace implements NatsServerHandler, NatsClientHandler {
+  out = '';
+  onConnect(o: object): void {
+    this.out += `C${JSON.stringify(o)}|`;
+  }
+  onPub(s: string, r: string | null, p: Buffer): void {
+    this.out += `P${s} ${r} ${p.toString('hex')}|`;
+  }
+  onHpub(s: string, r: string | null, h: Buffer, p: Buffer): void {
+    parseHeaders(h);
+    this.out += `H${s} ${r} ${h.toString('hex')} ${p.toString('hex')}|`;
+  }
+  onSub(s: string, q: string | null, sid: string): void {
+    this.out += `S${s} ${q} ${sid}|`;
+  }
+  onUnsub(sid: string, max: number | null): void {
+    this.out += `U${sid} ${max}|`;
+  }
+  onInfo(o: object): void {
+    this.out += `I${JSON.stringify(o)}|`;
+  }
+  onMsg(s: string, sid: string, r: string | null, p: Buffer): void {
+    this.out += `M${s} ${sid} ${r} ${p.toString('hex')}|`;
+  }
+  onHmsg(s: string, sid: string, r: string | null, h: Buffer, p: Buffer): void {
+    parseHeaders(h);
+    this.out += `HM${s} ${sid} ${r} ${h.toString('hex')} ${p.toString('hex')}|`;
+  }
+  onOk(): void {
+    this.out += '+|';
+  }
+  onErr(t: string): void {
+    this.out += `-${t}|`;
+  }
+  onPing(): void {
+    this.out += 'pi|';
+  }
+  onPong(): void {
+    this.out += 'po|';
+  }
+}
+
+function natsTarget(side: 'server' | 'client'): FuzzTarget {
+  const cases = side === 'server' ? SERVER_CASES : CLIENT_CASES;
+  const seeds = cases.map((c) => Buffer.from(c.input, 'latin1'));
+  seeds.push(Buffer.concat(seeds.filter((_, i) => cases[i]!.error === undefined)));
+  const run = (chunks: Buffer[]): { trace: string; error: unknown } => {
+    const p = side === 'server' ? new NatsServerParser(NATS_LIMITS) : new NatsClientParser(NATS_LIMITS);
+    const h = new NatsTrace();
+    try {
+      for (const c of chunks) (p as NatsServerParser).push(c, h as NatsServerHandler);
+      return { trace: h.out, error: null };
+    } catch (e) {
+      return { trace: h.out, error: e };
+    }
+  };
+  return {
+    name: `nats/${side}`,
+    seeds,
+    decode(input) {
+      const whole = run([input]);
+      const cutAt = input.length >> 1;
+      const halves = run([input.subarray(0, cutAt), input.subarray(cutAt)]);
+      const errText = (e: unknown): string => (e instanceof NatsProtocolError ? `${e.errText}` : String(e));
+      if (whole.trace !== halves.trace || (whole.error === null) !== (halves.error === null) || errText(whole.error) !== errText(halves.error)) {
+        throw new Error(`NATS parser differs when the input is cut at ${cutAt}: ${whole.trace} ${errText(whole.error)} / ${halves.trace} ${errText(halves.error)}`);
+      }
+      if (whole.error !== null) throw whole.error;
+    },
+    isOwnError: (e) => e instanceof NatsProtocolError,
+    allocLimit: (n) => Math.max(protocolLimit(n), NATS_LIMITS.maxPayload),
+  };
+}
+
 let cached: FuzzTarget[] | undefined;
 
 /** Every fuzz target, in a fixed order. */
 export function fuzzTargets(): FuzzTarget[] {
-  cached ??= [mqttTarget('mqtt/3.1.1', [4, 3]), mqttTarget('mqtt/5.0', [5]), ...kafkaTargets(), ...batchTargets(), amqpTarget()];
+  cached ??= [mqttTarget('mqtt/3.1.1', [4, 3]), mqttTarget('mqtt/5.0', [5]), ...kafkaTargets(), ...batchTargets(), amqpTarget(), natsTarget('server'), natsTarget('client')];
   return cached;
 }

@@ -68,11 +68,14 @@ export interface Config {
   natsTlsHandshakeFirst: boolean;
   /** NATS over WebSocket; null: no WebSocket listener. */
   natsWsPort: number | null;
+  /** The NATS WebSocket listener serves wss:// with the nats-tls-cert/key. */
+  natsWsTls: boolean;
   /** The token a NATS CONNECT may carry in auth_token (instead of a user and password). */
   natsToken: string | null;
   natsMaxPayload: number;
   natsMaxControlLine: number;
   natsMaxPending: number;
+  natsMaxPendingMsgs: number;
   natsPingInterval: number;
   natsMaxPingsOut: number;
   natsAuthTimeout: number;
@@ -189,10 +192,12 @@ export const OPTIONS: OptionSpec[] = [
   { key: 'natsTlsRequired', name: 'nats-tls-required', kind: 'bool', default: false, help: 'NATS clients must use TLS (INFO tls_required; a plain CONNECT gets -ERR \'Secure Connection - TLS Required\'); else TLS is offered (tls_available) and plain clients are served too' },
   { key: 'natsTlsHandshakeFirst', name: 'nats-tls-handshake-first', kind: 'bool', default: false, help: 'NATS clients start with the TLS handshake, INFO comes after it (nats-server 2.10 handshake_first; the nats client\'s tls.handshakeFirst); implies TLS required' },
   { key: 'natsWsPort', name: 'nats-ws-port', kind: 'port', default: null, help: 'NATS over WebSocket (binary frames, any path) for browser clients; unset: no WebSocket listener' },
+  { key: 'natsWsTls', name: 'nats-ws-tls', kind: 'bool', default: false, help: 'the NATS WebSocket listener serves wss:// (TLS) with nats-tls-cert and nats-tls-key' },
   { key: 'natsToken', name: 'nats-token', kind: 'string', default: null, help: 'token a NATS client may present in CONNECT auth_token instead of a user and password (prefer the environment: FLOWMQ_NATS_TOKEN)' },
   { key: 'natsMaxPayload', name: 'nats-max-payload', kind: 'size', default: 1024 * 1024, help: 'largest NATS message (payload and headers), announced in INFO max_payload; larger: -ERR \'Maximum Payload Violation\' and close (at most 64MiB, and not over nats-max-pending)' },
-  { key: 'natsMaxControlLine', name: 'nats-max-control-line', kind: 'size', default: 4096, help: 'longest NATS protocol line (operation and arguments); longer: -ERR \'Maximum Control Line Exceeded\' and close' },
+  { key: 'natsMaxControlLine', name: 'nats-max-control-line', kind: 'size', default: 4096, help: 'longest NATS protocol line (operation and arguments); longer: -ERR \'maximum control line exceeded\' and close' },
   { key: 'natsMaxPending', name: 'nats-max-pending', kind: 'size', default: 64 * 1024 * 1024, help: 'bytes waiting to be written to one NATS connection; past it the client is a slow consumer and closed (as nats-server\'s max_pending)' },
+  { key: 'natsMaxPendingMsgs', name: 'nats-max-pending-msgs', kind: 'int', default: 0, help: 'messages waiting to be written to one NATS connection past which it is a slow consumer and closed (0: nats-max-pending alone bounds it)' },
   { key: 'natsPingInterval', name: 'nats-ping-interval', kind: 'duration', default: 120_000, help: 'the broker PINGs each NATS client this often' },
   { key: 'natsMaxPingsOut', name: 'nats-max-pings-out', kind: 'int', default: 2, help: 'unanswered PINGs after which a NATS connection is stale (-ERR \'Stale Connection\') and closed' },
   { key: 'natsAuthTimeout', name: 'nats-auth-timeout', kind: 'duration', default: 2000, help: 'a NATS client must send CONNECT within this after INFO, or it is closed (-ERR \'Authentication Timeout\')' },
@@ -482,14 +487,16 @@ export function loadConfig(src: ConfigSources = {}): Config {
   if ((cfg.amqpChannelMax as number) < 1 || (cfg.amqpChannelMax as number) > 65535) throw new ConfigError('amqp-channel-max must be 1..65535');
   if ((cfg.amqpHeartbeat as number) % 1000 !== 0 || (cfg.amqpHeartbeat as number) > 65535_000) throw new ConfigError('amqp-heartbeat must be whole seconds, at most 65535s');
   if ((cfg.natsTlsCert === null) !== (cfg.natsTlsKey === null)) throw new ConfigError('NATS over TLS needs both nats-tls-cert and nats-tls-key');
-  if ((cfg.natsTlsRequired === true || cfg.natsTlsHandshakeFirst === true) && cfg.natsTlsCert === null) {
-    throw new ConfigError(`${cfg.natsTlsRequired === true ? 'nats-tls-required' : 'nats-tls-handshake-first'} needs nats-tls-cert and nats-tls-key`);
+  if ((cfg.natsTlsRequired === true || cfg.natsTlsHandshakeFirst === true || cfg.natsWsTls === true) && cfg.natsTlsCert === null) {
+    const which = cfg.natsTlsRequired === true ? 'nats-tls-required' : cfg.natsTlsHandshakeFirst === true ? 'nats-tls-handshake-first' : 'nats-ws-tls';
+    throw new ConfigError(`${which} needs nats-tls-cert and nats-tls-key`);
   }
   // nats-server's own bounds: max_payload at most 64MB, and never more than max_pending (one message must fit).
   if ((cfg.natsMaxPayload as number) > 64 * 1024 * 1024) throw new ConfigError('nats-max-payload must be at most 64MiB');
   if ((cfg.natsMaxPayload as number) > (cfg.natsMaxPending as number)) throw new ConfigError('nats-max-payload must not exceed nats-max-pending');
   if ((cfg.natsMaxControlLine as number) < 256) throw new ConfigError('nats-max-control-line must be at least 256 bytes');
   if ((cfg.natsMaxPingsOut as number) < 1) throw new ConfigError('nats-max-pings-out must be at least 1');
+  if ((cfg.natsMaxConnections as number) < 1) throw new ConfigError('nats-max-connections must be at least 1');
   if ((cfg.kafkaTlsCert === null) !== (cfg.kafkaTlsKey === null)) throw new ConfigError('Kafka over TLS needs both kafka-tls-cert and kafka-tls-key');
   if ((cfg.kafkaGroupMinSessionTimeout as number) > (cfg.kafkaGroupMaxSessionTimeout as number)) {
     throw new ConfigError('kafka-group-min-session-timeout must not exceed kafka-group-max-session-timeout');

@@ -53,13 +53,17 @@ describe('config', () => {
     assert.equal(c.natsPingInterval, 30_000);
     assert.equal(c.natsToken, 's3cret');
     assert.equal(c.natsTlsRequired, false);
+    assert.equal(c.natsMaxPendingMsgs, 0);
+    assert.equal(loadConfig({ flags: { 'nats-max-pending-msgs': '5000' } }).natsMaxPendingMsgs, 5000);
     assert.throws(() => loadConfig({ flags: { 'nats-tls-cert': '/c.pem' } }), /NATS over TLS needs both nats-tls-cert and nats-tls-key/);
     assert.throws(() => loadConfig({ flags: { 'nats-tls-required': 'true' } }), /nats-tls-required needs nats-tls-cert and nats-tls-key/);
     assert.throws(() => loadConfig({ flags: { 'nats-tls-handshake-first': 'true' } }), /nats-tls-handshake-first needs nats-tls-cert/);
+    assert.throws(() => loadConfig({ flags: { 'nats-ws-tls': 'true' } }), /nats-ws-tls needs nats-tls-cert/);
     assert.throws(() => loadConfig({ flags: { 'nats-max-payload': '65MiB', 'nats-max-pending': '1GiB' } }), /nats-max-payload must be at most 64MiB/);
     assert.throws(() => loadConfig({ flags: { 'nats-max-payload': '8MiB', 'nats-max-pending': '4MiB' } }), /nats-max-payload must not exceed nats-max-pending/);
     assert.throws(() => loadConfig({ flags: { 'nats-max-control-line': '100' } }), /nats-max-control-line must be at least 256/);
     assert.throws(() => loadConfig({ flags: { 'nats-max-pings-out': '0' } }), /nats-max-pings-out must be at least 1/);
+    assert.throws(() => loadConfig({ flags: { 'nats-max-connections': '0' } }), /nats-max-connections must be at least 1/);
     // A token given badly is not echoed back into a log line.
     assert.throws(() => loadConfig({ flags: { 'nats-token': '' } }), /--nats-token: expected a non-empty string \(got "\*\*\*"\)/);
   });

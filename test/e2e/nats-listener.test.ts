@@ -6,7 +6,9 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { rmSync } from 'node:fs';
+import { wsconnect } from '@nats-io/nats-core';
 import { connect } from 'nats';
+import WebSocket from 'ws';
 import { FlowmqProcess, eventually, makeTestCert, type TestCert } from './harness.js';
 import { RawNats } from './nats-wire.js';
 
@@ -85,5 +87,75 @@ describe('e2e: NATS connection limit', () => {
         waiting.destroy();
       }
     });
+  });
+
+  it('a broker with plain, TLS and WebSocket clients connected, and a socket still choosing, stops cleanly and closes them all', async () => {
+    const cert = makeTestCert('flowmq-nats-stop-');
+    const broker = await FlowmqProcess.start({ args: ['--nats-tls-cert', cert.certPath, '--nats-tls-key', cert.keyPath, '--nats-ws-port', '0'] });
+    try {
+      const plain = await connect({ servers: broker.natsServer, tls: null, reconnect: false });
+      const secure = await connect({ servers: broker.natsServer, tls: { ca: cert.cert }, reconnect: false });
+      const ws = await wsconnect({
+        servers: `ws://127.0.0.1:${broker.ports['nats-ws']}`,
+        reconnect: false,
+        wsFactory: (url: string) => Promise.resolve({ socket: new WebSocket(url) as unknown as globalThis.WebSocket, encrypted: false }),
+      });
+      for (const nc of [plain, secure, ws]) nc.subscribe('x.>');
+      await Promise.all([plain.flush(), secure.flush(), ws.flush()]);
+      const choosing = await RawNats.connect(broker.natsPort);
+      await choosing.info();
+      const exit = await broker.stop();
+      assert.equal(exit.code, 0, broker.errorOutput);
+      // Each client learns the broker is gone (closed() resolves once the client has given up).
+      await Promise.all([plain.closed(), secure.closed(), ws.closed(), choosing.ended()]);
+      assert.ok(broker.logs.some((l) => l.msg === 'stopped'));
+    } finally {
+      await broker.stop();
+      broker.cleanup();
+      rmSync(cert.dir, { recursive: true, force: true });
+    }
+  });
+
+  it('the nats-* options reach every connection: max payload in INFO, control line, subscriptions, auth timeout, pings', async () => {
+    const broker = await FlowmqProcess.start({
+      args: ['--nats-max-payload', '2KiB', '--nats-max-control-line', '300', '--nats-max-subscriptions', '1', '--nats-auth-timeout', '300ms', '--nats-ping-interval', '200ms', '--nats-max-pings-out', '1'],
+    });
+    try {
+      const a = await RawNats.connect(broker.natsPort);
+      try {
+        assert.equal((await a.info()).max_payload, 2048);
+        a.send('CONNECT {"verbose":false}\r\nSUB one 1\r\nSUB two 2\r\n');
+        assert.equal(await a.line(), "-ERR 'Maximum Subscriptions Exceeded'");
+        // The broker PINGs at the interval; unanswered past max pings out, the connection is stale.
+        assert.equal(await a.line(), 'PING');
+        assert.equal(await a.line(), "-ERR 'Stale Connection'");
+        await a.ended();
+      } finally {
+        a.destroy();
+      }
+      const b = await RawNats.connect(broker.natsPort);
+      try {
+        await b.info();
+        b.send(`CONNECT {}\r\nSUB ${'x'.repeat(300)} 1\r\n`);
+        assert.equal(await b.line(), "-ERR 'maximum control line exceeded'");
+        await b.ended();
+      } finally {
+        b.destroy();
+      }
+      const silent = await RawNats.connect(broker.natsPort);
+      try {
+        await silent.info();
+        // The broker may PING before CONNECT (the interval is shorter than the auth timeout here).
+        let l = await silent.line();
+        while (l === 'PING') l = await silent.line();
+        assert.equal(l, "-ERR 'Authentication Timeout'");
+        await silent.ended();
+      } finally {
+        silent.destroy();
+      }
+    } finally {
+      await broker.stop();
+      broker.cleanup();
+    }
   });
 });

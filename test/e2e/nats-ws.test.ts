@@ -6,10 +6,11 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { rmSync } from 'node:fs';
 import { wsconnect, headers as wsHeaders, type NatsConnection as WsNatsConnection } from '@nats-io/nats-core';
 import { connect, headers, StringCodec } from 'nats';
 import WebSocket from 'ws';
-import { FlowmqProcess } from './harness.js';
+import { FlowmqProcess, makeTestCert } from './harness.js';
 
 const sc = StringCodec();
 const enc = new TextEncoder();
@@ -139,6 +140,45 @@ describe('e2e: NATS connection limit over TCP and WebSocket', () => {
       await assert.rejects(wsClient(broker.ports['nats-ws']), /maximum connections exceeded/i);
     } finally {
       await tcp.close();
+    }
+  });
+});
+
+describe('e2e: NATS over secure WebSocket (--nats-ws-tls)', () => {
+  it('a wss:// client verifying the broker certificate talks to a TCP client; INFO says tls_required', async () => {
+    const cert = makeTestCert('flowmq-nats-wss-');
+    const broker = await FlowmqProcess.start({ args: ['--nats-ws-port', '0', '--nats-ws-tls', 'true', '--nats-tls-cert', cert.certPath, '--nats-tls-key', cert.keyPath] });
+    try {
+      const l = await broker.waitForLog((x) => x.msg === 'listening' && x.protocol === 'nats-ws');
+      assert.equal(l.tls, 'wss');
+      const ws = await wsconnect({
+        servers: `wss://127.0.0.1:${broker.ports['nats-ws']}`,
+        reconnect: false,
+        wsFactory: (url: string) => Promise.resolve({ socket: new WebSocket(url, { ca: cert.cert }) as unknown as globalThis.WebSocket, encrypted: true }),
+      });
+      const tcp = await connect({ servers: broker.natsServer, tls: null });
+      try {
+        assert.equal(ws.info?.tls_required, true);
+        const sub = tcp.subscribe('secure.web', { max: 1 });
+        await tcp.flush();
+        ws.publish('secure.web', enc.encode('over wss'));
+        for await (const m of sub) assert.equal(sc.decode(m.data), 'over wss');
+      } finally {
+        await ws.close();
+        await tcp.close();
+      }
+      // A client that does not trust the certificate never gets to speak NATS.
+      await assert.rejects(
+        wsconnect({
+          servers: `wss://127.0.0.1:${broker.ports['nats-ws']}`,
+          reconnect: false,
+          wsFactory: (url: string) => Promise.resolve({ socket: new WebSocket(url) as unknown as globalThis.WebSocket, encrypted: true }),
+        }),
+      );
+    } finally {
+      await broker.stop();
+      broker.cleanup();
+      rmSync(cert.dir, { recursive: true, force: true });
     }
   });
 });

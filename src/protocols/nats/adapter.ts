@@ -11,8 +11,10 @@
  *   UTF-8); `Nats-Msg-Id` also sets `messageId`. A status line of an HPUB is kept in `status`.
  * - out to NATS: every header entry (a null value is empty); `contentType`, `correlationData` (UTF-8, or base64
  *   when it is not valid UTF-8) and `messageId` become `Content-Type`, `Correlation-Id` and `Nats-Msg-Id` unless
- *   a header of that name is there already; `status` is the status of the `NATS/1.0` line. A message with none of
- *   these is sent as MSG, else as HMSG to a client that announced headers (MSG without them to one that did not).
+ *   a header of that name is there already (names compared without case); `status` is the status of the `NATS/1.0`
+ *   line. A key NATS cannot carry (not printable ASCII, or holding ':') is left out; CR/LF in a value become
+ *   spaces. A message with none of these is sent as MSG, else as HMSG to a client that announced headers (MSG
+ *   without them to one that did not; a bare status message is not sent to such a client).
  */
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
@@ -22,7 +24,7 @@ import { newPublishInfo, type Engine, type Header, type Message, type PublishInf
 import { AuthThrottle, type PasswordGuard } from '../../control/index.js';
 import { LogLimiter, logKey } from '../log-limit.js';
 import type { AdapterContext } from '../types.js';
-import type { ConnectOptions, NatsHeaders } from './codec/index.js';
+import { encodeHeaders, type ConnectOptions, type NatsHeaders } from './codec/index.js';
 import { NatsConnection } from './connection.js';
 import { NatsErr } from './errors.js';
 import type { ResolvedNatsOptions } from './options.js';
@@ -375,7 +377,37 @@ export function natsHeaderBlock(msg: Message): Buffer | null {
   return block;
 }
 
-/** A header key NATS can carry: printable ASCII without `:` or blanks (an MQTT user property may be anything). */
+function renderHeaderBlock(msg: Message): Buffer {
+  const entries: Array<[string, string]> = [];
+  let present: Set<string> | null = null;
+  for (const h of msg.headers) {
+    // A key NATS cannot carry is left out rather than rewritten (a rewritten key could collide with a real one).
+    if (!validKey(h.key)) continue;
+    entries.push([h.key, h.value === null ? '' : h.value.toString('utf8')]);
+    (present ??= new Set()).add(h.key.toLowerCase());
+  }
+  const add = (k: string, v: string) => {
+    if (present === null || !present.has(k.toLowerCase())) entries.push([k, v]);
+  };
+  if (msg.contentType !== undefined) add('Content-Type', msg.contentType);
+  if (msg.correlationData !== undefined) add('Correlation-Id', utf8OrBase64(msg.correlationData));
+  if (msg.messageId !== undefined) add('Nats-Msg-Id', msg.messageId);
+  // A status is three digits and an optional description ("404 No Messages"); anything else is not rendered.
+  let status: number | null = null;
+  let description = '';
+  if (msg.status !== undefined) {
+    const m = /^(\d{3})(?:\s+(.*))?$/.exec(msg.status.trim());
+    if (m !== null) {
+      status = Number(m[1]);
+      description = m[2] ?? '';
+    }
+  }
+  // encodeHeaders puts a value holding CR or LF on one line (they become spaces): an MQTT user property, an AMQP
+  // header or a Kafka record header may hold anything, and must not split the block or inject a header.
+  return encodeHeaders({ status, description, entries });
+}
+
+/** A header key NATS can carry: printable ASCII without ':' (nats.js and nats-server read up to the first ':'). */
 function validKey(k: string): boolean {
   if (k.length === 0) return false;
   for (let i = 0; i < k.length; i++) {
@@ -383,31 +415,6 @@ function validKey(k: string): boolean {
     if (c <= 0x20 || c >= 0x7f || c === 0x3a) return false;
   }
   return true;
-}
-
-/** A value on one line: CR and LF (which would end the header) become spaces. */
-function oneLine(v: string): string {
-  return v.indexOf('\r') < 0 && v.indexOf('\n') < 0 ? v : v.replace(/[\r\n]/g, ' ');
-}
-
-function renderHeaderBlock(msg: Message): Buffer {
-  let s = 'NATS/1.0';
-  if (msg.status !== undefined) s += ` ${oneLine(msg.status)}`;
-  s += '\r\n';
-  let present: Set<string> | null = null;
-  for (const h of msg.headers) {
-    if (!validKey(h.key)) continue;
-    s += `${h.key}: ${h.value === null ? '' : oneLine(h.value.toString('utf8'))}\r\n`;
-    (present ??= new Set()).add(h.key.toLowerCase());
-  }
-  const add = (k: string, v: string) => {
-    if (present === null || !present.has(k.toLowerCase())) s += `${k}: ${oneLine(v)}\r\n`;
-  };
-  if (msg.contentType !== undefined) add('Content-Type', msg.contentType);
-  if (msg.correlationData !== undefined) add('Correlation-Id', utf8OrBase64(msg.correlationData));
-  if (msg.messageId !== undefined) add('Nats-Msg-Id', msg.messageId);
-  s += '\r\n';
-  return Buffer.from(s, 'utf8');
 }
 
 /** Correlation data as text: UTF-8 when it is valid UTF-8, else base64. */

@@ -139,6 +139,8 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
   /** The last publish subject and its topic (publishers repeat subjects; the parser hands the same string). */
   private lastPubSubject = '';
   private lastPubTopic = '';
+  /** When the chunk being parsed was read: the timestamp of the messages in it. */
+  private now = 0;
 
   // sweep
   private readonly openedAt = Date.now();
@@ -200,6 +202,8 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
   private receive(chunk: Buffer): void {
     if (this.st !== St.Live) return;
     this.inCount++;
+    // The messages of one read arrived together: one clock read for all of them.
+    this.now = Date.now();
     if (this.gate) return this.gateReceive(chunk);
     this.feed(chunk);
   }
@@ -443,7 +447,7 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
     // The payload is a view into the chunk the stream emitted, which no one reuses (a 'data' chunk is the
     // stream's own): it may be kept as is. Whatever keeps a message beyond delivery copies it (retained messages,
     // stream records) as it must for every protocol.
-    const msg: Message = { topic, payload, key: null, headers: [], timestamp: Date.now(), qos: 0, retain: false, origin: this.id };
+    const msg: Message = { topic, payload, key: null, headers: [], timestamp: this.now, qos: 0, retain: false, origin: this.id };
     // An HPUB with a zero-length header block is a message without headers (nats.js sends `HPUB <subj> 0 <n>` for
     // an empty headers object: every js.publish without options); nats-server accepts it.
     if (hdr !== null && hdr.length > 0) {
@@ -456,6 +460,8 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
       }
     }
     if (reply !== null) return this.request(msg, subject, reply);
+    // nats-server acknowledges a verbose PUB before delivering it (a subscriber on the same connection sees +OK first).
+    if (this.verbose) this.send(OK);
     let durable: Promise<void> | null;
     try {
       durable = this.adapter.engine.publish(msg);
@@ -466,13 +472,13 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
       if (++this.pendingWrites >= MAX_PENDING_WRITES) this.pauseReading(2);
       durable.then(this.writeSettled, this.writeFailed);
     }
-    if (this.verbose) this.send(OK);
   }
 
   private request(msg: Message, subject: string, reply: string): void {
     const rt = subjectToTopic(reply);
     if (rt === null) return this.invalid(NatsErr.INVALID_PUBLISH_SUBJECT, reply);
     msg.responseTopic = rt;
+    if (this.verbose) this.send(OK);
     let reached: number;
     try {
       const info = this.adapter.publisher.publish(msg, rt);
@@ -480,7 +486,6 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
     } catch (err) {
       return this.publishFailed(err, subject);
     }
-    if (this.verbose) this.send(OK);
     if (reached === 0 && this.noResponders && this.st === St.Live) this.sendNoResponders(reply);
   }
 

@@ -21,8 +21,8 @@ export const natsModule: ProtocolModule = {
     if ((c.natsTlsCert === null) !== (c.natsTlsKey === null)) {
       throw new FlowError('CONFIG_ERROR', 'NATS over TLS needs both nats-tls-cert and nats-tls-key');
     }
-    if ((c.natsTlsRequired || c.natsTlsHandshakeFirst) && c.natsTlsCert === null) {
-      throw new FlowError('CONFIG_ERROR', 'nats-tls-required and nats-tls-handshake-first need nats-tls-cert and nats-tls-key');
+    if ((c.natsTlsRequired || c.natsTlsHandshakeFirst || c.natsWsTls) && c.natsTlsCert === null) {
+      throw new FlowError('CONFIG_ERROR', 'nats-tls-required, nats-tls-handshake-first and nats-ws-tls need nats-tls-cert and nats-tls-key');
     }
     // Read before anything listens: a missing file stops the start with nothing left open.
     const tlsSettings: NatsTlsSettings | undefined =
@@ -34,6 +34,7 @@ export const natsModule: ProtocolModule = {
       maxPayload: c.natsMaxPayload,
       maxControlLine: c.natsMaxControlLine,
       maxPending: c.natsMaxPending,
+      maxPendingMsgs: c.natsMaxPendingMsgs,
       pingIntervalMs: c.natsPingInterval,
       maxPingsOut: c.natsMaxPingsOut,
       authTimeoutMs: c.natsAuthTimeout,
@@ -67,9 +68,10 @@ export const natsModule: ProtocolModule = {
       const tlsMode = tlsSettings === undefined ? undefined : c.natsTlsHandshakeFirst ? 'handshake-first' : tlsSettings.required ? 'required' : 'available';
       ctx.logger.info({ protocol: 'nats', address: fmt(l.address()), ...(tlsMode ? { tls: tlsMode } : {}) }, 'listening');
       if (c.natsWsPort !== null) {
-        const w = await startNatsWsListener(shared, { host: c.host, port: c.natsWsPort });
+        const wsTls = c.natsWsTls && tlsSettings ? { cert: tlsSettings.cert, key: tlsSettings.key } : undefined;
+        const w = await startNatsWsListener(shared, { host: c.host, port: c.natsWsPort, tls: wsTls });
         listeners.set('nats-ws', w);
-        ctx.logger.info({ protocol: 'nats-ws', address: fmt(w.address()) }, 'listening');
+        ctx.logger.info({ protocol: 'nats-ws', address: fmt(w.address()), ...(wsTls ? { tls: 'wss' } : {}) }, 'listening');
       }
     } catch (err) {
       await close();

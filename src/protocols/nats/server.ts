@@ -23,6 +23,7 @@
  * and is closed, as nats-server does (the nats client reports that error instead of retrying blindly).
  */
 import http from 'node:http';
+import https from 'node:https';
 import { createServer, type AddressInfo, type Server, type Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import tls from 'node:tls';
@@ -107,13 +108,15 @@ function refuse(stream: Duplex, text: string): void {
   timer.unref();
   stream.once('close', () => clearTimeout(timer));
   stream.on('error', () => stream.destroy());
+  // Read (and drop) what the client sends, so that its hang-up is seen at once (sockets are accepted paused).
+  stream.resume();
   stream.end(text);
 }
 
 /** True when one more client may be accepted: the adapter's own check and the count with the listeners' pending sockets. */
 function underLimit(shared: NatsListenerShared): boolean {
   const max = shared.adapter.options.maxConnections;
-  return shared.adapter.accepting() && (max === 0 || shared.adapter.connections() + shared.counts.pending < max);
+  return shared.adapter.accepting() && shared.adapter.connections() + shared.counts.pending < max;
 }
 
 /**
@@ -153,6 +156,7 @@ export async function startNatsListener(shared: NatsListenerShared, listen: Nats
   const conns = new ConnectionSet<Handed>();
   /** Sockets accepted but not handed over yet (waiting for a first byte, or in the TLS handshake). */
   const pending = new Set<Socket>();
+  const timedOut = new WeakSet<Socket>();
   const settings = listen.tls;
   const listenerTls: NatsListenerTls = settings ? { available: true, required: settings.required || settings.handshakeFirst } : { available: false, required: false };
   const secureContext = settings ? tls.createSecureContext({ cert: settings.cert, key: settings.key, ca: settings.ca }) : null;
@@ -165,6 +169,7 @@ export async function startNatsListener(shared: NatsListenerShared, listen: Nats
     const onError = () => socket.destroy();
     socket.on('error', onError);
     const timer = setTimeout(() => {
+      timedOut.add(socket);
       counts.tlsHandshakeFailures++;
       shared.logLimit.log('debug', logKey('nats tls handshake timeout', meta.remoteAddress), { remote: meta.remoteAddress, timeoutMs: handshakeMs }, 'nats tls handshake timed out');
       socket.destroy();
@@ -187,13 +192,19 @@ export async function startNatsListener(shared: NatsListenerShared, listen: Nats
     // A TLSSocket wrapping a net.Socket first consumes what the socket has buffered (the unshifted ClientHello
     // bytes), then reads its handle.
     const secure = new tls.TLSSocket(socket, { isServer: true, secureContext: secureContext!, requestCert: false, rejectUnauthorized: false });
+    let failed = false;
     const fail = (err: Error) => {
+      if (failed) return;
+      failed = true;
+      // A timeout destroys the socket and the TLSSocket then fails too: counted once, by the timer.
+      if (timedOut.has(socket)) return void secure.destroy();
       counts.tlsHandshakeFailures++;
       shared.logLimit.log('debug', logKey('nats tls handshake failed', meta.remoteAddress), { remote: meta.remoteAddress, err: err.message }, 'nats tls handshake failed');
       secure.destroy();
       socket.destroy();
     };
-    secure.once('error', fail);
+    // Kept until the adapter has the stream: a TLSSocket may emit more than one error while it fails.
+    secure.on('error', fail);
     if (!settings!.handshakeFirst) meta.infoSent = true;
     secure.once('secure', () => {
       secure.off('error', fail);
@@ -262,28 +273,42 @@ export async function startNatsListener(shared: NatsListenerShared, listen: Nats
 export interface NatsWsListenOptions extends ListenOptions {
   /** Largest WebSocket message accepted. Default: max payload + max control line + 1 MiB (a client batches writes). */
   maxFrameBytes?: number;
+  /** Serve wss:// with this PEM certificate (chain) and key (INFO then says tls_required). */
+  tls?: { cert: string | Buffer; key: string | Buffer; ca?: string | Buffer; handshakeTimeoutMs?: number };
 }
 
 /**
  * NATS over WebSocket, as nats-server's websocket block serves it to nats.ws and the other browser clients: any
- * path, no subprotocol, binary frames carrying the NATS byte stream; INFO is the first frame. Plain WebSocket only
- * (TLS is for a proxy in front, or a later --nats-ws-tls).
+ * path, no subprotocol, binary frames carrying the NATS byte stream; INFO is the first frame. ws:// or, with
+ * `listen.tls`, wss:// (TLS from the first byte, as HTTPS).
  */
 export async function startNatsWsListener(shared: NatsListenerShared, listen: NatsWsListenOptions): Promise<ProtocolListener> {
-  const { adapter } = shared;
+  const { adapter, counts } = shared;
   const conns = new ConnectionSet<Handed>();
-  const server = http.createServer((_req, res) => {
+  const upgradeRequired = (_req: http.IncomingMessage, res: http.ServerResponse) => {
     res.writeHead(426, { 'content-type': 'text/plain' }).end('NATS over WebSocket: upgrade required\n');
-  });
+  };
+  const server: http.Server | https.Server = listen.tls
+    ? https.createServer({ cert: listen.tls.cert, key: listen.tls.key, ca: listen.tls.ca, handshakeTimeout: listen.tls.handshakeTimeoutMs ?? TLS_HANDSHAKE_TIMEOUT_MS }, upgradeRequired)
+    : http.createServer(upgradeRequired);
+  if (listen.tls) {
+    server.on('tlsClientError', (err: Error, socket: tls.TLSSocket) => {
+      counts.tlsHandshakeFailures++;
+      shared.logLimit.log('debug', logKey('nats-ws tls handshake failed', socket.remoteAddress), { remote: socket.remoteAddress, err: err.message }, 'nats websocket tls handshake failed');
+      // With a listener for this event, closing the socket is ours to do (a handshake timeout leaves it open).
+      socket.destroy();
+    });
+  }
   // One message may hold many operations (clients flush their outbound buffer as one frame), but never more than
   // one whole message beyond the client's own flush threshold: a bound per connection on what ws buffers.
   const maxPayload = listen.maxFrameBytes ?? adapter.options.maxPayload + adapter.options.maxControlLine + 1024 * 1024;
   const wss = new WebSocketServer({ server, maxPayload, perMessageDeflate: false });
-  const listenerTls: NatsListenerTls = { available: false, required: false };
+  // Over wss:// the stream is TLS already: INFO says tls_required (nats-server's websocket INFO with TLS does).
+  const listenerTls: NatsListenerTls = { available: false, required: listen.tls !== undefined };
   wss.on('connection', (ws, req) => {
     req.socket.setNoDelay(true);
     const stream = createWebSocketStream(ws);
-    const meta: NatsConnectionMeta = { remoteAddress: req.socket.remoteAddress ?? '?', remotePort: req.socket.remotePort ?? 0, tls: false, websocket: true };
+    const meta: NatsConnectionMeta = { remoteAddress: req.socket.remoteAddress ?? '?', remotePort: req.socket.remotePort ?? 0, tls: listen.tls !== undefined, websocket: true };
     if (!underLimit(shared)) {
       refuseMaxConnections(shared, stream, meta, listenerTls);
       return;

@@ -14,6 +14,7 @@ export {
   type ConnectOptions,
   type NatsClientHandler,
   type NatsLimits,
+  type NatsParserOptions,
   type NatsServerHandler,
 } from './parser.js';
 export { encodeHeaders, parseHeaders, type NatsHeaders } from './headers.js';

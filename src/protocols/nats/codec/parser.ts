@@ -17,13 +17,18 @@
  *   without an -ERR (`errText` null). Subject validity (`Invalid Subject`) is the connection's business: nats-server
  *   keeps the connection open for it (see subject.ts).
  *
- * Payload memory (`payload`, `headers` in onPub/onHpub/onMsg/onHmsg):
- * - when the payload and its `\r\n` are whole inside the pushed chunk, it is a view into that chunk
- *   (`parser.ownedPayload === false` during the call). The parser never writes into a chunk, but the caller may
- *   reuse the chunk after push returns (a shared read buffer, src/protocols/read-into.ts): a handler that keeps
- *   the bytes beyond the call copies them (Buffer.from / set into its own buffer) when ownedPayload is false.
- * - otherwise it is a fresh buffer the parser allocated (after checking the size against maxPayload) and filled
- *   from several chunks (`parser.ownedPayload === true`): the handler owns it and may keep it without copying.
+ * Payload memory (`payload`, `headers` in onPub/onHpub/onMsg/onHmsg); `parser.ownedPayload` tells, during the
+ * call, which case holds:
+ * - a payload that spanned chunks is a fresh buffer the parser allocated (after checking the size against
+ *   maxPayload) and filled: owned by the handler (ownedPayload true), keep it without copying.
+ * - a payload whole inside the pushed chunk (with its `\r\n`), chunks not borrowed (the default: Node's
+ *   'data' chunks, fresh per read): a view into the chunk (ownedPayload false). The parser never writes into a
+ *   chunk and keeps no reference to it, so the view stays valid as long as the caller does not reuse the chunk;
+ *   keeping it keeps the whole chunk (64 KiB per socket read) alive, which a handler retaining messages for
+ *   long may prefer to avoid by copying.
+ * - the same with `borrowed: true` (chunks from the listeners' shared read buffer, src/protocols/read-into.ts,
+ *   reused after push returns): a copy the parser made in memory of its own (Node's pool for small payloads),
+ *   owned by the handler (ownedPayload true). One allocation a message either way: a view, or the copy.
  * - for HPUB/HMSG, `headers` (the NATS/1.0 block, parse it with parseHeaders) and `payload` are adjacent views of
  *   the same memory.
  * The parser keeps nothing of a chunk after push returns: a partial control line is copied into its own line
@@ -40,6 +45,15 @@ export interface NatsLimits {
   maxControlLine: number;
   /** Largest payload (HPUB/HMSG: headers + payload) accepted; nats-server's max_payload (1 MiB). */
   maxPayload: number;
+}
+
+export interface NatsParserOptions extends NatsLimits {
+  /**
+   * The pushed chunks are borrowed: their memory is reused once push returns (the listeners' shared read buffer,
+   * src/protocols/read-into.ts). Every payload is then handed over as a copy the handler owns
+   * (`ownedPayload` always true), made once by the parser, instead of a view the handler would have to copy.
+   */
+  borrowed?: boolean;
 }
 
 /**
@@ -133,6 +147,18 @@ function decode(buf: Buffer, s: number, e: number): string {
   return buf.toString('latin1', s, e);
 }
 
+/**
+ * A copy of `chunk[s, e)` in memory of its own (small ones from Node's pool, as Buffer.allocUnsafe gives): a loop
+ * for the few bytes of a small payload, cheaper than the native copy call.
+ */
+function copyOut(chunk: Buffer, s: number, e: number): Buffer {
+  const n = e - s;
+  const out = Buffer.allocUnsafe(n);
+  if (n < 64) for (let k = 0; k < n; k++) out[k] = chunk[s + k]!;
+  else chunk.copy(out, 0, s, e);
+  return out;
+}
+
 /** A size: 1 to 9 ASCII digits (nats-server's parseSize), else -1. */
 function parseSize(buf: Buffer, s: number, e: number): number {
   const n = e - s;
@@ -181,7 +207,11 @@ abstract class NatsParserBase<H> {
   private lastSubjectLen = -1;
   private lastSubject = '';
 
-  constructor(limits: NatsLimits) {
+  /** Chunks are borrowed: payloads are copied before the handler sees them. */
+  readonly borrowed: boolean;
+
+  constructor(limits: NatsParserOptions) {
+    this.borrowed = limits.borrowed ?? false;
     if (!(limits.maxControlLine >= 16) || !(limits.maxPayload >= 0)) {
       throw new RangeError(`NATS parser limits out of range: ${JSON.stringify(limits)}`);
     }
@@ -226,6 +256,18 @@ abstract class NatsParserBase<H> {
     const max = this.maxControlLine;
     while (i < n) {
       if (this.stopped) return;
+      if (lc(chunk[i]!) === this.fast0 && lc(chunk[i + 1]!) === this.fast1 && lc(chunk[i + 2]!) === this.fast2) {
+        const c3 = chunk[i + 3];
+        if (c3 === 0x20 || c3 === 0x09) {
+          const r = this.opInChunk(chunk, i, h);
+          if (r === -1) return;
+          if (r >= 0) {
+            i = r;
+            continue;
+          }
+          // -2: not a plain PUB / MSG whose line is whole in the chunk: the general path below decides.
+        }
+      }
       // Find the line end, looking no further than a line may be long: content max bytes, a '\r', the '\n'.
       let lim = i + max + 2;
       if (lim > n) lim = n;
@@ -321,6 +363,30 @@ abstract class NatsParserBase<H> {
     );
   }
 
+  /** `chunk[s, e)` as the handler gets it: a view, or an owned copy when chunks are borrowed. */
+  protected payloadOf(chunk: Buffer, s: number, e: number): Buffer {
+    this.ownedPayload = this.borrowed;
+    return this.borrowed ? copyOut(chunk, s, e) : chunk.subarray(s, e);
+  }
+
+  /** The lower-case three-letter op opInChunk handles (PUB for the server parser, MSG for the client's). */
+  protected fast0 = -1;
+  protected fast1 = -1;
+  protected fast2 = -1;
+
+  /**
+   * The fast path of the hot op (PUB, MSG) at `chunk[i]` when its control line is whole in the chunk: scanned
+   * once (the general path finds the line end, then splits the arguments). Returns as resume does, or -2 when the
+   * line is not whole in the chunk or anything about it is unusual (wrong argument count, a bad size, too long):
+   * the general path then parses it and raises the same errors as for any other line.
+   */
+  protected opInChunk(chunk: Buffer, i: number, h: H): number {
+    void chunk;
+    void i;
+    void h;
+    return -2;
+  }
+
   /**
    * Handles one control line `lb[s, e)` (the op and its arguments, line end excluded) whose payload, if any,
    * starts at `chunk[next]`. Returns the index in `chunk` after the operation, or -1 when the chunk is used up.
@@ -372,8 +438,10 @@ abstract class NatsParserBase<H> {
 
   /** The subject argument, from the one-entry cache when its bytes repeat the previous subject's. */
   protected subjectArg(lb: Buffer, idx: number): string {
-    const s = this.args[2 * idx]!;
-    const e = this.args[2 * idx + 1]!;
+    return this.subjectAt(lb, this.args[2 * idx]!, this.args[2 * idx + 1]!);
+  }
+
+  protected subjectAt(lb: Buffer, s: number, e: number): string {
     const len = e - s;
     if (len === this.lastSubjectLen) {
       const c = this.lastSubjectBytes;
@@ -441,6 +509,82 @@ export function connectOptionsOf(o: Record<string, unknown>): ConnectOptions | n
 
 /** Reads what a NATS client sends (the broker's side of a connection). */
 export class NatsServerParser extends NatsParserBase<NatsServerHandler> {
+  constructor(options: NatsParserOptions) {
+    super(options);
+    this.fast0 = 0x70; // p
+    this.fast1 = 0x75; // u
+    this.fast2 = 0x62; // b
+  }
+
+  protected override opInChunk(chunk: Buffer, i: number, h: NatsServerHandler): number {
+    const n = chunk.length;
+    let lim = i + this.maxControlLine + 2;
+    if (lim > n) lim = n;
+    let k = i + 4;
+    let s0 = 0;
+    let e0 = 0;
+    let s1 = 0;
+    let e1 = 0;
+    let s2 = 0;
+    let e2 = 0;
+    let count = 0;
+    // OR of every argument byte: below 0x80 means all ASCII, decoded as latin1 without another look.
+    let high = 0;
+    for (;;) {
+      while (k < lim) {
+        const c = chunk[k]!;
+        if (c === 0x20 || c === 0x09 || c === CR) k++;
+        else break;
+      }
+      if (k >= lim) return -2;
+      if (chunk[k] === LF) break;
+      const st = k;
+      while (k < lim) {
+        const c = chunk[k]!;
+        // Most bytes are printable: one comparison lets them through.
+        if (c > 0x20 || (c !== 0x20 && c !== 0x09 && c !== CR && c !== LF)) {
+          high |= c;
+          k++;
+        } else break;
+      }
+      if (k >= lim) return -2;
+      if (count === 0) {
+        s0 = st;
+        e0 = k;
+      } else if (count === 1) {
+        s1 = st;
+        e1 = k;
+      } else if (count === 2) {
+        s2 = st;
+        e2 = k;
+      } else return -2;
+      count++;
+    }
+    const next = k + 1;
+    if ((chunk[k - 1] === CR ? k - 1 : k) - i > this.maxControlLine) return -2;
+    let size: number;
+    let reply: string | null = null;
+    if (count === 2) size = parseSize(chunk, s1, e1);
+    else if (count === 3) {
+      size = parseSize(chunk, s2, e2);
+      if (size >= 0 && size <= this.maxPayload) {
+        reply = chunk.toString(high < 0x80 ? 'latin1' : 'utf8', s1, e1);
+      }
+    } else return -2;
+    if (size < 0 || size > this.maxPayload) return -2;
+    const subject = this.subjectAt(chunk, s0, e0);
+    const end = next + size;
+    if (end + 2 <= n) {
+      if (chunk[end] !== CR || chunk[end + 1] !== LF) throw unknownOp();
+      h.onPub(subject, reply, this.payloadOf(chunk, next, end));
+      return end + 2;
+    }
+    this.pOp = OP_PUB;
+    this.pSubject = subject;
+    this.pReply = reply;
+    return this.startPayload(chunk, next, size, h);
+  }
+
   protected line(lb: Buffer, s: number, e: number, chunk: Buffer, next: number, h: NatsServerHandler): number {
     const len = e - s;
     if (len === 0) throw unknownOp();
@@ -541,8 +685,7 @@ export class NatsServerParser extends NatsParserBase<NatsServerHandler> {
     const end = next + size;
     if (end + 2 <= chunk.length) {
       if (chunk[end] !== CR || chunk[end + 1] !== LF) throw unknownOp();
-      this.ownedPayload = false;
-      h.onPub(subject, reply, chunk.subarray(next, end));
+      h.onPub(subject, reply, this.payloadOf(chunk, next, end));
       return end + 2;
     }
     this.pOp = OP_PUB;
@@ -563,8 +706,8 @@ export class NatsServerParser extends NatsParserBase<NatsServerHandler> {
     const end = next + size;
     if (end + 2 <= chunk.length) {
       if (chunk[end] !== CR || chunk[end + 1] !== LF) throw unknownOp();
-      this.ownedPayload = false;
-      h.onHpub(subject, reply, chunk.subarray(next, next + hdr), chunk.subarray(next + hdr, end));
+      const all = this.payloadOf(chunk, next, end);
+      h.onHpub(subject, reply, all.subarray(0, hdr), all.subarray(hdr));
       return end + 2;
     }
     this.pOp = OP_HPUB;
@@ -582,6 +725,83 @@ export class NatsServerParser extends NatsParserBase<NatsServerHandler> {
 
 /** Reads what a NATS server sends (a client's side: the benchmark's load generator, raw-socket tests). */
 export class NatsClientParser extends NatsParserBase<NatsClientHandler> {
+  // One-entry sid cache: a subscriber's messages mostly carry the same sid.
+  private lastSidBytes = Buffer.allocUnsafe(32);
+  private lastSidLen = -1;
+  private lastSid = '';
+
+  constructor(options: NatsParserOptions) {
+    super(options);
+    this.fast0 = 0x6d; // m
+    this.fast1 = 0x73; // s
+    this.fast2 = 0x67; // g
+  }
+
+  private sidAt(b: Buffer, s: number, e: number): string {
+    const len = e - s;
+    if (len === this.lastSidLen) {
+      const c = this.lastSidBytes;
+      let k = 0;
+      while (k < len && c[k] === b[s + k]) k++;
+      if (k === len) return this.lastSid;
+    }
+    const sid = decode(b, s, e);
+    if (len <= this.lastSidBytes.length) {
+      b.copy(this.lastSidBytes, 0, s, e);
+      this.lastSidLen = len;
+      this.lastSid = sid;
+    }
+    return sid;
+  }
+
+  /** MSG's fast path (see opInChunk): `MSG <subject> <sid> [reply] <size>` whole in the chunk. */
+  protected override opInChunk(chunk: Buffer, i: number, h: NatsClientHandler): number {
+    const n = chunk.length;
+    let lim = i + this.maxControlLine + 2;
+    if (lim > n) lim = n;
+    const args = this.args;
+    let k = i + 4;
+    let count = 0;
+    for (;;) {
+      while (k < lim) {
+        const c = chunk[k]!;
+        if (c === 0x20 || c === 0x09 || c === CR) k++;
+        else break;
+      }
+      if (k >= lim) return -2;
+      if (chunk[k] === LF) break;
+      if (count === 4) return -2;
+      args[2 * count] = k;
+      while (k < lim) {
+        const c = chunk[k]!;
+        if (c > 0x20 || (c !== 0x20 && c !== 0x09 && c !== CR && c !== LF)) k++;
+        else break;
+      }
+      if (k >= lim) return -2;
+      args[2 * count + 1] = k;
+      count++;
+    }
+    const next = k + 1;
+    if ((chunk[k - 1] === CR ? k - 1 : k) - i > this.maxControlLine) return -2;
+    if (count !== 3 && count !== 4) return -2;
+    const size = parseSize(chunk, args[2 * count - 2]!, args[2 * count - 1]!);
+    if (size < 0 || size > this.maxPayload) return -2;
+    const subject = this.subjectAt(chunk, args[0]!, args[1]!);
+    const sid = this.sidAt(chunk, args[2]!, args[3]!);
+    const reply = count === 4 ? decode(chunk, args[4]!, args[5]!) : null;
+    const end = next + size;
+    if (end + 2 <= n) {
+      if (chunk[end] !== CR || chunk[end + 1] !== LF) throw unknownOp();
+      h.onMsg(subject, sid, reply, this.payloadOf(chunk, next, end));
+      return end + 2;
+    }
+    this.pOp = OP_MSG;
+    this.pSubject = subject;
+    this.pSid = sid;
+    this.pReply = reply;
+    return this.startPayload(chunk, next, size, h);
+  }
+
   protected line(lb: Buffer, s: number, e: number, chunk: Buffer, next: number, h: NatsClientHandler): number {
     const len = e - s;
     if (len === 0) throw unknownOp();
@@ -662,9 +882,10 @@ export class NatsClientParser extends NatsParserBase<NatsClientHandler> {
     const end = next + size;
     if (end + 2 <= chunk.length) {
       if (chunk[end] !== CR || chunk[end + 1] !== LF) throw unknownOp();
-      this.ownedPayload = false;
-      if (withHeaders) h.onHmsg(subject, sid, reply, chunk.subarray(next, next + hdr), chunk.subarray(next + hdr, end));
-      else h.onMsg(subject, sid, reply, chunk.subarray(next, end));
+      if (withHeaders) {
+        const all = this.payloadOf(chunk, next, end);
+        h.onHmsg(subject, sid, reply, all.subarray(0, hdr), all.subarray(hdr));
+      } else h.onMsg(subject, sid, reply, this.payloadOf(chunk, next, end));
       return end + 2;
     }
     this.pOp = withHeaders ? OP_HMSG : OP_MSG;

@@ -9,6 +9,7 @@ import {
   type ConnectOptions,
   type NatsClientHandler,
   type NatsLimits,
+  type NatsParserOptions,
   type NatsServerHandler,
 } from '../../../../src/protocols/nats/codec/index.js';
 
@@ -86,7 +87,7 @@ export interface Outcome {
 }
 
 /** Feeds `chunks` to a fresh server parser; the ops seen and the error, if any. */
-export function serverParse(chunks: Buffer[], limits: NatsLimits = LIMITS): Outcome & { owned: boolean[] } {
+export function serverParse(chunks: Buffer[], limits: NatsParserOptions = LIMITS): Outcome & { owned: boolean[] } {
   const p = new NatsServerParser(limits);
   const r = new ServerRecorder(p);
   let error: string | null | undefined;
@@ -99,7 +100,7 @@ export function serverParse(chunks: Buffer[], limits: NatsLimits = LIMITS): Outc
   return { ops: r.ops, error, owned: r.owned };
 }
 
-export function clientParse(chunks: Buffer[], limits: NatsLimits = LIMITS): Outcome {
+export function clientParse(chunks: Buffer[], limits: NatsParserOptions = LIMITS): Outcome {
   const p = new NatsClientParser(limits);
   const r = new ClientRecorder();
   let error: string | null | undefined;

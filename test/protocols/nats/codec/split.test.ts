@@ -6,7 +6,8 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { CLIENT_CASES, SERVER_CASES } from './fixtures.js';
-import { bytewise, clientParse, cut, serverParse } from './recorder.js';
+import { NatsServerParser } from '../../../../src/protocols/nats/codec/index.js';
+import { LIMITS, ServerRecorder, bytewise, clientParse, cut, serverParse } from './recorder.js';
 
 const b = (s: string): Buffer => Buffer.from(s, 'latin1');
 
@@ -72,6 +73,67 @@ describe('every split point', () => {
       const out = clientParse(cut(stream, [i]));
       assert.equal(out.error, undefined, `cut at ${i}`);
       assert.deepEqual(out.ops, expected, `cut at ${i}`);
+    }
+  });
+});
+
+describe('borrowed chunks (a shared read buffer overwritten after every push)', () => {
+  /** Keeps the payload Buffers themselves, reading them only at the end. */
+  class Keeper extends ServerRecorder {
+    readonly kept: Array<[string, Buffer, Buffer | null]> = [];
+    constructor(private readonly p: NatsServerParser) {
+      super();
+    }
+    override onPub(subject: string, _r: string | null, payload: Buffer): void {
+      this.owned.push(this.p.ownedPayload);
+      this.kept.push([subject, payload, null]);
+    }
+    override onHpub(subject: string, _r: string | null, headers: Buffer, payload: Buffer): void {
+      this.owned.push(this.p.ownedPayload);
+      this.kept.push([subject, payload, headers]);
+    }
+  }
+
+  function run(stream: Buffer, points: number[]): Keeper {
+    const p = new NatsServerParser({ ...LIMITS, borrowed: true });
+    const k = new Keeper(p);
+    const shared = Buffer.alloc(stream.length + 1);
+    for (const piece of cut(stream, points)) {
+      piece.copy(shared);
+      p.push(shared.subarray(0, piece.length), k);
+      shared.fill(0x5a);
+    }
+    return k;
+  }
+
+  test('every payload survives the reuse of its chunk, wherever the cuts fall', () => {
+    const stream = b('PUB a 5\r\nhello\r\nHPUB h 12 14\r\nNATS/1.0\r\n\r\nxy\r\nPUB a.b r 0\r\n\r\nPUB c 70\r\n' + 'q'.repeat(70) + '\r\n');
+    for (let i = 0; i <= stream.length; i++) {
+      const k = run(stream, [i]);
+      assert.deepEqual(
+        k.kept.map(([s, pl, h]) => [s, pl.toString('latin1'), h === null ? null : h.toString('latin1')]),
+        [
+          ['a', 'hello', null],
+          ['h', 'xy', 'NATS/1.0\r\n\r\n'],
+          ['a.b', '', null],
+          ['c', 'q'.repeat(70), null],
+        ],
+        `cut at ${i}`,
+      );
+      assert.deepEqual(k.owned, [true, true, true, true]);
+    }
+  });
+
+  test('borrowed mode reads every fixture as the default mode does', () => {
+    for (const c of SERVER_CASES) {
+      const out = serverParse([b(c.input)], { ...LIMITS, borrowed: true });
+      assert.deepEqual(out.ops, c.ops, c.name);
+      assert.equal(out.error, c.error, c.name);
+      assert.ok(out.owned.every((o) => o));
+    }
+    for (const c of CLIENT_CASES) {
+      const out = clientParse([b(c.input)], { ...LIMITS, borrowed: true });
+      assert.deepEqual(out.ops, c.ops, c.name);
     }
   });
 });
