@@ -5,7 +5,7 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { AckPolicy, connect, DeliverPolicy, nanos, StringCodec, type JsMsg, type NatsConnection } from 'nats';
+import { AckPolicy, connect, consumerOpts, createInbox, DeliverPolicy, nanos, StringCodec, type JsMsg, type NatsConnection } from 'nats';
 import mqtt from 'mqtt';
 import kafkajsPkg from 'kafkajs';
 import { FlowmqProcess } from './harness.js';
@@ -144,6 +144,32 @@ describe('e2e: NATS JetStream over FlowMQ streams', () => {
     }
     assert.deepEqual(got, ['o1', 'o2', 'o3', 'o4', 'o5', 'o6']);
     void more.close();
+  });
+
+  it('push subscriptions (js.subscribe): durable with explicit acks, ordered, and a queue group', async () => {
+    const jsm = await nc.jetstreamManager();
+    await jsm.streams.add({ name: 'PUSH', subjects: ['push.>'] });
+    const js = nc.jetstream();
+    for (let i = 1; i <= 3; i++) await js.publish(`push.${i}`, sc.encode(`p${i}`));
+    const read = async (sub: AsyncIterable<JsMsg>, n: number) => (await collect(sub, n)).map((m) => sc.decode(m.data));
+    const durable = consumerOpts();
+    durable.durable('pd');
+    durable.deliverTo(createInbox());
+    durable.ackExplicit();
+    durable.deliverAll();
+    assert.deepEqual(await read(await js.subscribe('push.>', durable), 3), ['p1', 'p2', 'p3']);
+    const ordered = consumerOpts();
+    ordered.orderedConsumer();
+    assert.deepEqual(await read(await js.subscribe('push.>', ordered), 3), ['p1', 'p2', 'p3']);
+    const queued = consumerOpts();
+    queued.durable('qd');
+    queued.deliverTo(createInbox());
+    queued.ackExplicit();
+    queued.queue('workers');
+    queued.deliverAll();
+    assert.deepEqual(await read(await js.subscribe('push.>', queued), 3), ['p1', 'p2', 'p3']);
+    const pd = await jsm.consumers.info('PUSH', 'pd');
+    assert.equal(pd.num_ack_pending, 0);
   });
 
   it('a durable consumer survives a broker restart: acked messages stay acked, the rest comes again', async () => {

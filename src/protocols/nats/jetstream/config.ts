@@ -1,7 +1,8 @@
 /**
  * JetStream consumer configuration (nats-server 2.9's ConsumerConfig, JSON field names) as FlowMQ accepts it:
  * validation with nats-server's errors, defaults as nats-server fills them, and the JSON rendering in nats-server's
- * field order. Pull consumers only: push consumers (deliver_subject) are refused with an error naming the reason.
+ * field order. Pull consumers, and push consumers (deliver_subject) without flow control requests (flow_control is
+ * accepted: FlowMQ bounds a push consumer by max_ack_pending and the connection's own slow-consumer limit).
  */
 import { JsErr, type ApiError } from './errors.js';
 import { isValidApiName, subjectsCollide } from './subjects.js';
@@ -37,6 +38,13 @@ export interface ConsumerConfig {
   headers_only?: boolean;
   /** Accepted (ordered consumers ask for it); FlowMQ keeps every consumer's state the same way. */
   mem_storage?: boolean;
+  /** Push consumer: deliveries are published to this subject while someone listens on it. */
+  deliver_subject?: string;
+  deliver_group?: string;
+  /** Accepted; FlowMQ sends no flow control requests. */
+  flow_control?: boolean;
+  /** ns; push consumers send `100 Idle Heartbeat` when idle this long. */
+  idle_heartbeat?: number;
 }
 
 const DEFAULT_ACK_WAIT_NS = 30e9;
@@ -46,10 +54,6 @@ const DEFAULT_EPHEMERAL_INACTIVE_NS = 5e9;
 
 /** Fields FlowMQ does not implement: a request setting them to anything but their neutral value is refused. */
 const UNSUPPORTED: Array<[string, (v: unknown) => boolean]> = [
-  ['deliver_subject', (v) => v === undefined || v === ''],
-  ['deliver_group', (v) => v === undefined || v === ''],
-  ['flow_control', (v) => v === undefined || v === false],
-  ['idle_heartbeat', (v) => v === undefined || v === 0],
   ['rate_limit_bps', (v) => v === undefined || v === 0],
   ['sample_freq', (v) => v === undefined || v === ''],
   ['filter_subjects', (v) => v === undefined || (Array.isArray(v) && v.length === 0)],
@@ -68,9 +72,7 @@ export function normalizeConsumerConfig(raw: unknown, ephemeral: boolean, stream
   for (const [k, neutral] of UNSUPPORTED) {
     if (!neutral(r[k])) {
       return JsErr.consumerCreate(
-        k === 'deliver_subject' || k === 'deliver_group' || k === 'flow_control' || k === 'idle_heartbeat'
-          ? `push consumers (${k}) are not supported by FlowMQ: use a pull consumer`
-          : `consumer ${k} is not supported by FlowMQ`,
+        `consumer ${k} is not supported by FlowMQ`,
       );
     }
   }
@@ -90,6 +92,17 @@ export function normalizeConsumerConfig(raw: unknown, ephemeral: boolean, stream
   const filter = str('filter_subject');
   const startTime = str('opt_start_time');
   for (const v of [durable, name, description, filter, startTime]) if (typeof v === 'object') return v;
+  const deliverSubject = str('deliver_subject');
+  const deliverGroup = str('deliver_group');
+  if (typeof deliverSubject === 'object') return deliverSubject;
+  if (typeof deliverGroup === 'object') return deliverGroup;
+  const heartbeat = num('idle_heartbeat');
+  if (typeof heartbeat === 'object') return heartbeat;
+  if (r.flow_control !== undefined && typeof r.flow_control !== 'boolean') return JsErr.invalidJson();
+  if (deliverSubject !== undefined && !/^[^\s*>]+$/.test(deliverSubject as string)) return JsErr.invalidDeliverSubject();
+  if (deliverSubject === undefined && (r.flow_control === true || (heartbeat ?? 0) > 0)) {
+    return JsErr.consumerCreate('consumer idle heartbeat and flow control require a push based consumer');
+  }
   const startSeq = num('opt_start_seq');
   const ackWait = num('ack_wait');
   const maxDeliverRaw = num('max_deliver');
@@ -162,12 +175,16 @@ export function normalizeConsumerConfig(raw: unknown, ephemeral: boolean, stream
     ...(backoff !== undefined ? { backoff } : {}),
     ...(filter !== undefined && filter !== '>' ? { filter_subject: filter as string } : {}),
     replay_policy: 'instant',
-    max_waiting: (maxWaiting as number | undefined) || DEFAULT_MAX_WAITING,
+    ...(deliverSubject === undefined ? { max_waiting: (maxWaiting as number | undefined) || DEFAULT_MAX_WAITING } : {}),
     ...(ack !== 'none' ? { max_ack_pending: (maxAckPending as number | undefined) || DEFAULT_MAX_ACK_PENDING } : {}),
     ...(maxBatch ? { max_batch: maxBatch as number } : {}),
     ...(maxExpires ? { max_expires: maxExpires as number } : {}),
     ...(maxBytes ? { max_bytes: maxBytes as number } : {}),
     ...((inactive as number | undefined) || ephemeral ? { inactive_threshold: (inactive as number | undefined) || DEFAULT_EPHEMERAL_INACTIVE_NS } : {}),
+    ...(deliverSubject !== undefined ? { deliver_subject: deliverSubject as string } : {}),
+    ...(deliverGroup !== undefined ? { deliver_group: deliverGroup as string } : {}),
+    ...(r.flow_control === true ? { flow_control: true } : {}),
+    ...(heartbeat ? { idle_heartbeat: heartbeat as number } : {}),
     num_replicas: 0,
     ...(r.headers_only === true ? { headers_only: true } : {}),
     ...(r.mem_storage === true ? { mem_storage: true } : {}),
@@ -187,6 +204,10 @@ export function checkConsumerUpdate(old: ConsumerConfig, next: ConsumerConfig): 
     ['filter_subject', 'filter subject'],
     ['replay_policy', 'replay policy'],
   ];
+  // A pull consumer cannot become a push consumer or the reverse (a push consumer may move to another subject).
+  if ((old.deliver_subject === undefined) !== (next.deliver_subject === undefined)) {
+    return JsErr.consumerCreate(old.deliver_subject === undefined ? 'can not update pull consumer to push based' : 'can not update push consumer to pull based');
+  }
   for (const [k, what] of fixed) if (old[k] !== next[k]) return JsErr.consumerCreate(`${what} can not be updated`);
   return null;
 }

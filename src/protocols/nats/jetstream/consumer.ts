@@ -14,6 +14,7 @@
  */
 import {
   decodeBatch,
+  dotsToUnified,
   makeMessage,
   recordToMessage,
   type ConsumerRecord,
@@ -58,6 +59,8 @@ export interface PullRequest {
   heartbeatMs: number;
   nextHeartbeat: number;
   delivered: number;
+  /** A push consumer's standing request (deliver_subject): never satisfied, never expires. */
+  push?: boolean;
 }
 
 /** Bytes read from the stream per step. */
@@ -78,10 +81,14 @@ export class Consumer {
   /** Deliveries up to this stream sequence are redeliveries of a previous run (after a restart). */
   private replayUpTo: number;
   lastActive = Date.now();
+  /** No pending delivery's deadline is before this (the ticker skips the scan until then). */
+  private earliest = Infinity;
   lastDelivered = 0;
   lastAcked = 0;
   closed = false;
+  /** Records read ahead, from `bufAt` on (an index rather than shift(): a read holds a thousand records or more). */
   private buffer: Array<{ seq: number; msg: Message }> = [];
+  private bufAt = 0;
   private pumping = false;
   private again = false;
   private waitingForData = false;
@@ -99,6 +106,42 @@ export class Consumer {
     this.cseq = state.deliveredConsumerSeq;
     this.replayUpTo = state.deliveredSeq;
     for (const s of state.acked) if (s > state.ackFloor) this.acked.add(s);
+    this.setConfig(config);
+  }
+
+  /**
+   * (Re)applies the configuration: a push consumer (deliver_subject) has one standing request to its deliver
+   * subject, served while someone listens there.
+   */
+  setConfig(config: ConsumerConfig): void {
+    this.config = config;
+    const i = this.waiting.findIndex((r) => r.push === true);
+    if (i >= 0) this.waiting.splice(i, 1);
+    const subject = config.deliver_subject;
+    if (subject === undefined) return;
+    const hb = (config.idle_heartbeat ?? 0) / 1e6;
+    this.waiting.unshift({
+      reply: dotsToUnified(subject),
+      batch: Infinity,
+      bytesLeft: 0,
+      maxBytes: 0,
+      expiresAt: 0,
+      noWait: false,
+      heartbeatMs: hb,
+      nextHeartbeat: Date.now() + hb,
+      delivered: 0,
+      push: true,
+    });
+  }
+
+  get isPush(): boolean {
+    return this.config.deliver_subject !== undefined;
+  }
+
+  /** A push consumer has someone listening on its deliver subject. */
+  get pushBound(): boolean {
+    const r = this.waiting[0];
+    return r?.push === true && this.host.engine.hasLiveSubscribers(r.reply);
   }
 
   get ackFloor(): number {
@@ -166,6 +209,12 @@ export class Consumer {
   /** Timers: request expiry, idle heartbeats, ack deadlines. Called by the service's ticker. */
   tick(now: number): void {
     for (const req of this.waiting.slice()) {
+      if (req.push === true) {
+        // Deliveries wait for interest on the deliver subject; look again now and then.
+        if (!this.host.engine.hasLiveSubscribers(req.reply)) continue;
+        this.lastActive = now;
+        this.pump();
+      }
       if (req.expiresAt > 0 && now >= req.expiresAt) {
         this.finish(req, '408 Request Timeout', true);
       } else if (req.heartbeatMs > 0 && now >= req.nextHeartbeat) {
@@ -181,10 +230,15 @@ export class Consumer {
         );
       }
     }
-    if (this.waiting.length > 0) this.lastActive = now;
+    if (this.waiting.length > 0 && !this.isPush) this.lastActive = now;
+    if (now < this.earliest) return;
     let due = false;
+    let earliest = Infinity;
     for (const [seq, p] of this.pending) {
-      if (p.deadline > now) continue;
+      if (p.deadline > now) {
+        if (p.deadline < earliest) earliest = p.deadline;
+        continue;
+      }
       const max = this.config.max_deliver;
       if (max > 0 && p.deliveries >= max) {
         // Delivered as often as allowed: it leaves the pending set (nats-server drops it the same way).
@@ -197,6 +251,7 @@ export class Consumer {
       insertSorted(this.redeliver, seq);
       due = true;
     }
+    this.earliest = earliest;
     if (due) this.pump();
   }
 
@@ -227,7 +282,7 @@ export class Consumer {
             // nats-server ignores a malformed delay and redelivers at once.
           }
         }
-        if (delayMs > 0) p.deadline = Date.now() + delayMs;
+        if (delayMs > 0) this.setDeadline(p, Date.now() + delayMs);
         else {
           p.deadline = Infinity;
           insertSorted(this.redeliver, seq);
@@ -238,7 +293,7 @@ export class Consumer {
     }
     if (kind === '+WPI') {
       const p = this.pending.get(seq);
-      if (p !== undefined && p.deadline !== Infinity) p.deadline = Date.now() + this.ackWaitMs;
+      if (p !== undefined && p.deadline !== Infinity) this.setDeadline(p, Date.now() + this.ackWaitMs);
       return { ok: true };
     }
     if (kind === '+TER') {
@@ -246,6 +301,11 @@ export class Consumer {
       return { ok: true };
     }
     return { ok: false };
+  }
+
+  private setDeadline(p: Pending, at: number): void {
+    p.deadline = at;
+    if (at < this.earliest) this.earliest = at;
   }
 
   private acknowledge(seq: number): void {
@@ -296,14 +356,19 @@ export class Consumer {
   }
 
   private async loop(): Promise<void> {
+    let burst = 0;
     do {
       this.again = false;
       while (this.waiting.length > 0 && !this.closed) {
+        // A push consumer without acks has no window: let sockets write between bursts.
+        if (++burst % 256 === 0) await new Promise<void>((r) => setImmediate(r));
         const next = await this.peek();
         if (this.closed) return;
         if (next === null) break;
         const req = this.waiting[0];
         if (req === undefined) break;
+        // A push consumer nobody listens to keeps its messages (the ticker looks for interest again).
+        if (req.push === true && !this.host.engine.hasLiveSubscribers(req.reply)) break;
         this.deliver(req, next.seq, next.msg, next.redelivery);
       }
       if (this.closed) return;
@@ -314,7 +379,7 @@ export class Consumer {
         if (req.delivered === 0) this.finish(req, '404 No Messages', false);
         else this.finish(req, '408 Request Timeout', true);
       }
-      if (this.waiting.length > 0 && !this.again) this.waitForData();
+      if (this.waiting.length > 0 && !this.again && !(this.waiting[0].push === true && !this.pushBound)) this.waitForData();
     } while (this.again && !this.closed);
   }
 
@@ -350,8 +415,10 @@ export class Consumer {
         return { seq, msg, redelivery: true };
       }
       if (this.config.ack_policy !== 'none' && this.pending.size >= (this.config.max_ack_pending ?? Infinity)) return null;
-      while (this.buffer.length > 0 && this.buffer[0].seq < this.cursor) this.buffer.shift();
-      if (this.buffer.length === 0) {
+      while (this.bufAt < this.buffer.length && this.buffer[this.bufAt].seq < this.cursor) this.bufAt++;
+      if (this.bufAt >= this.buffer.length) {
+        this.buffer = [];
+        this.bufAt = 0;
         const { logStartOffset, highWatermark } = this.host.engine.offsets(this.stream, 0);
         if (this.cursor - 1 < logStartOffset) this.cursor = logStartOffset + 1;
         if (this.cursor - 1 >= highWatermark) return null;
@@ -372,11 +439,11 @@ export class Consumer {
           continue;
         }
       }
-      const head = this.buffer[0];
+      const head = this.buffer[this.bufAt];
       if (head.seq > this.cursor) this.cursor = head.seq;
       if (this.acked.has(head.seq) || !this.accepts(head.msg)) {
         this.cursor = head.seq + 1;
-        this.buffer.shift();
+        this.bufAt++;
         this.host.changed(this);
         continue;
       }
@@ -408,7 +475,7 @@ export class Consumer {
     } else {
       if (seq < this.cursor || p !== undefined) return;
       this.cursor = seq + 1;
-      if (this.buffer[0]?.seq === seq) this.buffer.shift();
+      if (this.buffer[this.bufAt]?.seq === seq) this.bufAt++;
     }
     this.cseq++;
     let deliveries: number;
@@ -424,7 +491,7 @@ export class Consumer {
     if (deliveries > 1) this.rdc.set(seq, deliveries);
     const backoff = this.config.backoff;
     const waitMs = backoff !== undefined ? backoff[Math.min(deliveries - 1, backoff.length - 1)] / 1e6 : this.ackWaitMs;
-    p.deadline = now + waitMs;
+    this.setDeadline(p, now + waitMs);
     this.lastDelivered = seq;
     const pendingAfter = redelivery ? 0 : this.numPendingAfter();
     const ack = `$JS/ACK/${this.stream}/${this.name}/${deliveries}/${seq}/${this.cseq}/${stored.timestamp}000000/${pendingAfter}`;
@@ -455,7 +522,7 @@ export class Consumer {
   close(notify: boolean): void {
     if (this.closed) return;
     this.closed = true;
-    if (notify) for (const req of this.waiting.slice()) this.finish(req, '409 Consumer Deleted', false);
+    if (notify) for (const req of this.waiting.slice()) if (req.push !== true) this.finish(req, '409 Consumer Deleted', false);
     this.waiting.length = 0;
   }
 }

@@ -43,5 +43,6 @@ export const JsErr = {
   consumerCreate: (d: string) => e(500, 10012, d),
   consumerNameInvalid: () => e(400, 10127, 'Consumer name can not contain path separators'),
   durableAndNameMismatch: () => e(400, 10132, 'Consumer Durable and Name have to be equal if both are provided'),
+  invalidDeliverSubject: () => e(400, 10112, 'invalid push consumer deliver subject'),
   msgDeleteFailed: (d: string) => e(500, 10057, d),
 } as const;

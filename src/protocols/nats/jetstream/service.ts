@@ -189,7 +189,8 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
       for (const c of m.values()) {
         c.tick(now);
         const thr = c.config.inactive_threshold;
-        if (thr !== undefined && thr > 0 && c.waiting.length === 0 && now - c.lastActive > thr / 1e6) {
+        const idle = c.isPush ? !c.pushBound : c.waiting.length === 0;
+        if (thr !== undefined && thr > 0 && idle && now - c.lastActive > thr / 1e6) {
           this.deleteConsumer(c, false);
         }
       }
@@ -600,13 +601,13 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
     const subjectName = legacyDurable ? t[4] : t[3];
     const subjectFilter = !legacyDurable && t.length > 4 ? t.slice(4).join('.') : undefined;
     const raw = parseJson(body);
-    if (raw === BAD_JSON || raw === null || typeof raw !== 'object') return typed(T_, { error: JsErr.invalidJson() });
+    if (raw === BAD_JSON || raw === null || typeof raw !== 'object' || Array.isArray(raw)) return typed(T_, { error: JsErr.invalidJson() });
     const req = raw as Json;
     if (req.stream_name !== undefined && req.stream_name !== stream) return typed(T_, { error: JsErr.streamMismatch() });
     const e = this.engine.getStream(stream);
     if (!e) return typed(T_, { error: JsErr.streamNotFound() });
     const rc = (req.config ?? {}) as Json;
-    if (rc === null || typeof rc !== 'object') return typed(T_, { error: JsErr.invalidJson() });
+    if (typeof rc !== 'object' || Array.isArray(rc)) return typed(T_, { error: JsErr.invalidJson() });
     if (subjectName === undefined && typeof rc.durable_name === 'string' && rc.durable_name !== '') {
       return typed(T_, { error: JsErr.ephemeralWithDurable() });
     }
@@ -630,7 +631,8 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
     if (existing) {
       const refusal = checkConsumerUpdate(existing.config, cfg);
       if (refusal) return typed(T_, { error: refusal });
-      existing.config = cfg;
+      existing.setConfig(cfg);
+      existing.pump();
       this.changed(existing);
       return typed(T_, this.consumerInfoJson(existing));
     }
@@ -646,6 +648,7 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
     if (raced) return typed(T_, this.consumerInfoJson(raced));
     if (!this.engine.getStream(stream)) return typed(T_, { error: JsErr.streamNotFound() });
     this.add(c);
+    if (c.isPush) c.pump();
     if (c.durable) {
       try {
         await this.engine.store.putConsumer(c.record());
@@ -713,8 +716,9 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
       ack_floor: ackFloor,
       num_ack_pending: c.pending.size,
       num_redelivered: c.rdc.size,
-      num_waiting: c.waiting.length,
+      num_waiting: c.isPush ? 0 : c.waiting.length,
       num_pending: numPending,
+      ...(c.isPush && c.pushBound ? { push_bound: true } : {}),
     };
   }
 
@@ -766,6 +770,7 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
     const c = this.getConsumer(stream, name);
     // No such consumer: what a NATS client sees when nobody serves a request (nats.js stops a fetch on it).
     if (!c) return status('503');
+    if (c.isPush) return status('409 Consumer is push based');
     const req = parsePullRequest(body, reply);
     if (typeof req === 'string') return status(req);
     if (c.config.max_batch !== undefined && req.batch > c.config.max_batch) return status(`409 Exceeded MaxRequestBatch of ${c.config.max_batch}`);

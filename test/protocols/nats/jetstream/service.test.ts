@@ -5,7 +5,7 @@
 import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { makeMessage } from '../../../../src/core/index.js';
-import { ackSubject, hdr, json, natsSubject, ns, setup } from './harness.js';
+import { ackSubject, hdr, Inbox, json, natsSubject, ns, setup } from './harness.js';
 
 const h = (key: string, value: string) => ({ key, value: Buffer.from(value) });
 const closers: Array<() => Promise<void>> = [];
@@ -79,6 +79,37 @@ describe('JetStream API: account and streams', () => {
     assert.equal((await c.api('$JS.API.FOO')).error.code, 400);
     await c.api('$JS.API.STREAM.CREATE.S', { name: 'S' });
     assert.equal((await c.api('$JS.API.STREAM.MSG.DELETE.S', { seq: 1 })).error.err_code, 10057);
+  });
+
+  it('answers every API subject with JSON whatever the body (hostile or malformed requests)', async () => {
+    const { c } = await env();
+    await c.api('$JS.API.STREAM.CREATE.H', { name: 'H' });
+    await c.api('$JS.API.CONSUMER.CREATE.H.k', { stream_name: 'H', config: { durable_name: 'k', ack_policy: 'explicit' } });
+    const subjects = [
+      '$JS.API.INFO',
+      '$JS.API.STREAM.CREATE.H2',
+      '$JS.API.STREAM.UPDATE.H',
+      '$JS.API.STREAM.NAMES',
+      '$JS.API.STREAM.LIST',
+      '$JS.API.STREAM.INFO.H',
+      '$JS.API.STREAM.PURGE.H',
+      '$JS.API.STREAM.MSG.GET.H',
+      '$JS.API.CONSUMER.CREATE.H',
+      '$JS.API.CONSUMER.CREATE.H.x',
+      '$JS.API.CONSUMER.DURABLE.CREATE.H.x',
+      '$JS.API.CONSUMER.NAMES.H',
+      '$JS.API.CONSUMER.LIST.H',
+      '$JS.API.CONSUMER.INFO.H.k',
+    ];
+    const bodies = ['', 'null', '[]', '7', '"s"', '{', '{"config":null}', '{"config":[]}', '{"name":5,"subjects":"x","offset":-1,"seq":"a"}', '{"stream_name":"H","config":{"ack_wait":"x"}}'];
+    for (const s of subjects) {
+      for (const b of bodies) {
+        const r = await c.api(s, b);
+        assert.equal(typeof r, 'object', `${s} ${b}`);
+        assert.ok(r.error === undefined || (typeof r.error.code === 'number' && typeof r.error.description === 'string'), `${s} ${b}`);
+      }
+    }
+    assert.deepEqual((await c.api('$JS.API.CONSUMER.CREATE.H', '[]')).error, { code: 400, err_code: 10025, description: 'invalid JSON' });
   });
 
   it('maps subjects to bindings and back: `*`/`>` are `+`/`#`, a `/` in a token is a `.` in a level', async () => {
@@ -306,7 +337,8 @@ describe('JetStream API: pull consumers', () => {
 
     assert.equal((await make('bad', { deliver_policy: 'by_start_sequence' })).error.err_code, 10094);
     assert.equal((await make('bad2', { filter_subject: 'zz.a' })).error.err_code, 10093);
-    assert.equal((await make('push', { deliver_subject: 'p.x' })).error.err_code, 10012);
+    assert.equal((await make('push', { deliver_subject: 'p.*' })).error.err_code, 10112);
+    assert.equal((await make('hb', { idle_heartbeat: ns(1000) })).error.err_code, 10012);
   });
 
   it('checks names and filters of the create subjects like nats-server', async () => {
@@ -378,6 +410,34 @@ describe('JetStream API: pull consumers', () => {
     const [m] = await c.fetch('A', 'h', { batch: 1, no_wait: true }, 1);
     assert.equal(m.payload.length, 0);
     assert.equal(hdr(m, 'Nats-Msg-Size'), '2');
+  });
+
+  it('push consumers deliver to their subject while someone listens there, with idle heartbeats', async () => {
+    const { c, engine } = await withMessages(2);
+    const r = await c.api('$JS.API.CONSUMER.CREATE.A.p', {
+      stream_name: 'A',
+      config: { durable_name: 'p', ack_policy: 'explicit', deliver_subject: 'push.in', idle_heartbeat: ns(100), flow_control: true },
+    });
+    assert.equal(r.config.deliver_subject, 'push.in');
+    assert.equal(r.config.max_waiting, undefined);
+    assert.equal(r.push_bound, undefined, 'nobody listens yet');
+    const inbox = new Inbox(engine, 'push');
+    const got = await inbox.waitFor(2);
+    const msgs = got.filter((m) => m.status === undefined);
+    assert.deepEqual(msgs.slice(0, 2).map(natsSubject), ['a.1', 'a.2']);
+    for (const m of msgs) c.ack(m);
+    await c.publish('a.3', 'm3');
+    await inbox.waitFor(3);
+    const info = await c.api('$JS.API.CONSUMER.INFO.A.p');
+    assert.equal(info.push_bound, true);
+    const deadline = Date.now() + 10_000;
+    while (!inbox.got.some((m) => m.status === '100 Idle Heartbeat')) {
+      assert.ok(Date.now() < deadline, 'an idle heartbeat should come');
+      await inbox.waitFor(inbox.got.length + 1);
+    }
+    assert.equal((await c.fetch('A', 'p', { batch: 1 }, 1))[0].status, '409 Consumer is push based');
+    assert.equal((await c.api('$JS.API.CONSUMER.CREATE.A.p', { stream_name: 'A', config: { durable_name: 'p', ack_policy: 'explicit' } })).error.err_code, 10012);
+    engine.unsubscribe(inbox.sub);
   });
 
   it('+NXT acks and asks for the next message on the same reply', async () => {
