@@ -29,8 +29,8 @@
  * - the same with `borrowed: true` (chunks from the listeners' shared read buffer, src/protocols/read-into.ts,
  *   reused after push returns): a copy the parser made in memory of its own (Node's pool for small payloads),
  *   owned by the handler (ownedPayload true). One allocation a message either way: a view, or the copy.
- * - for HPUB/HMSG, `headers` (the NATS/1.0 block, parse it with parseHeaders) and `payload` are adjacent views of
- *   the same memory.
+ * - for HPUB/HMSG, `headers` (the NATS/1.0 block, parse it with parseHeaders) and `payload` follow the same
+ *   rule (both views, or both owned; a spanning payload's two are views of one owned buffer).
  * The parser keeps nothing of a chunk after push returns: a partial control line is copied into its own line
  * buffer (at most maxControlLine + 1 bytes), a partial payload into the fresh payload buffer.
  *
@@ -256,17 +256,15 @@ abstract class NatsParserBase<H> {
     const max = this.maxControlLine;
     while (i < n) {
       if (this.stopped) return;
-      if (lc(chunk[i]!) === this.fast0 && lc(chunk[i + 1]!) === this.fast1 && lc(chunk[i + 2]!) === this.fast2) {
-        const c3 = chunk[i + 3];
-        if (c3 === 0x20 || c3 === 0x09) {
-          const r = this.opInChunk(chunk, i, h);
-          if (r === -1) return;
-          if (r >= 0) {
-            i = r;
-            continue;
-          }
-          // -2: not a plain PUB / MSG whose line is whole in the chunk: the general path below decides.
+      const f = lc(chunk[i]!);
+      if (f === this.fastA || f === 0x68 /* h */) {
+        const r = this.opInChunk(chunk, i, h);
+        if (r === -1) return;
+        if (r >= 0) {
+          i = r;
+          continue;
         }
+        // -2: not a plain PUB / HPUB / MSG / HMSG whose line is whole in the chunk: the general path decides.
       }
       // Find the line end, looking no further than a line may be long: content max bytes, a '\r', the '\n'.
       let lim = i + max + 2;
@@ -369,22 +367,69 @@ abstract class NatsParserBase<H> {
     return this.borrowed ? copyOut(chunk, s, e) : chunk.subarray(s, e);
   }
 
-  /** The lower-case three-letter op opInChunk handles (PUB for the server parser, MSG for the client's). */
-  protected fast0 = -1;
-  protected fast1 = -1;
-  protected fast2 = -1;
+  /** First letter (lower case) of the hot op besides its `h` form: `p` (PUB) for the server parser, `m` (MSG). */
+  protected fastA = -1;
 
   /**
-   * The fast path of the hot op (PUB, MSG) at `chunk[i]` when its control line is whole in the chunk: scanned
-   * once (the general path finds the line end, then splits the arguments). Returns as resume does, or -2 when the
-   * line is not whole in the chunk or anything about it is unusual (wrong argument count, a bad size, too long):
-   * the general path then parses it and raises the same errors as for any other line.
+   * The fast path of the hot ops (PUB/HPUB, MSG/HMSG) at `chunk[i]` when the control line is whole in the chunk:
+   * scanned once (the general path finds the line end, then splits the arguments). Returns as resume does, or -2
+   * when it is another op, the line is not whole in the chunk, or anything about it is unusual (wrong argument
+   * count, a bad size, too long): the general path then parses it and raises the same errors as for any line.
    */
   protected opInChunk(chunk: Buffer, i: number, h: H): number {
     void chunk;
     void i;
     void h;
     return -2;
+  }
+
+  /** Arguments found by scanArgs, and the OR of their bytes (below 0x80: all ASCII). */
+  protected argCount = 0;
+  protected argHigh = 0;
+
+  /**
+   * Splits the arguments of the line starting at `chunk[i]`, from `chunk[k]` to its `\n`, into this.args in one
+   * pass. Returns the index of the `\n`, or -2 when there is none within the control-line limit in this chunk, or
+   * more than MAX_ARGS arguments, or the line is too long.
+   */
+  protected scanArgs(chunk: Buffer, i: number, k: number): number {
+    const n = chunk.length;
+    let lim = i + this.maxControlLine + 2;
+    if (lim > n) lim = n;
+    const args = this.args;
+    let count = 0;
+    let high = 0;
+    for (;;) {
+      while (k < lim) {
+        const c = chunk[k]!;
+        if (c === 0x20 || c === 0x09 || c === CR) k++;
+        else break;
+      }
+      if (k >= lim) return -2;
+      if (chunk[k] === LF) break;
+      if (count === MAX_ARGS) return -2;
+      args[2 * count] = k;
+      while (k < lim) {
+        const c = chunk[k]!;
+        // Most bytes are printable: one comparison lets them through.
+        if (c > 0x20 || (c !== 0x20 && c !== 0x09 && c !== CR && c !== LF)) {
+          high |= c;
+          k++;
+        } else break;
+      }
+      if (k >= lim) return -2;
+      args[2 * count + 1] = k;
+      count++;
+    }
+    if ((chunk[k - 1] === CR ? k - 1 : k) - i > this.maxControlLine) return -2;
+    this.argCount = count;
+    this.argHigh = high;
+    return k;
+  }
+
+  /** Argument `idx` of the last scanArgs, decoded as latin1 when the line was ASCII. */
+  protected scannedArg(chunk: Buffer, idx: number): string {
+    return chunk.toString(this.argHigh < 0x80 ? 'latin1' : 'utf8', this.args[2 * idx]!, this.args[2 * idx + 1]!);
   }
 
   /**
@@ -511,77 +556,48 @@ export function connectOptionsOf(o: Record<string, unknown>): ConnectOptions | n
 export class NatsServerParser extends NatsParserBase<NatsServerHandler> {
   constructor(options: NatsParserOptions) {
     super(options);
-    this.fast0 = 0x70; // p
-    this.fast1 = 0x75; // u
-    this.fast2 = 0x62; // b
+    this.fastA = 0x70; // p (PUB; HPUB's h is always tried)
   }
 
   protected override opInChunk(chunk: Buffer, i: number, h: NatsServerHandler): number {
-    const n = chunk.length;
-    let lim = i + this.maxControlLine + 2;
-    if (lim > n) lim = n;
-    let k = i + 4;
-    let s0 = 0;
-    let e0 = 0;
-    let s1 = 0;
-    let e1 = 0;
-    let s2 = 0;
-    let e2 = 0;
-    let count = 0;
-    // OR of every argument byte: below 0x80 means all ASCII, decoded as latin1 without another look.
-    let high = 0;
-    for (;;) {
-      while (k < lim) {
-        const c = chunk[k]!;
-        if (c === 0x20 || c === 0x09 || c === CR) k++;
-        else break;
-      }
-      if (k >= lim) return -2;
-      if (chunk[k] === LF) break;
-      const st = k;
-      while (k < lim) {
-        const c = chunk[k]!;
-        // Most bytes are printable: one comparison lets them through.
-        if (c > 0x20 || (c !== 0x20 && c !== 0x09 && c !== CR && c !== LF)) {
-          high |= c;
-          k++;
-        } else break;
-      }
-      if (k >= lim) return -2;
-      if (count === 0) {
-        s0 = st;
-        e0 = k;
-      } else if (count === 1) {
-        s1 = st;
-        e1 = k;
-      } else if (count === 2) {
-        s2 = st;
-        e2 = k;
-      } else return -2;
-      count++;
+    let k: number;
+    let withHeaders: boolean;
+    if (lc(chunk[i]!) === 0x70) {
+      if (lc(chunk[i + 1]!) !== 0x75 || lc(chunk[i + 2]!) !== 0x62) return -2;
+      k = i + 3;
+      withHeaders = false;
+    } else {
+      if (lc(chunk[i + 1]!) !== 0x70 || lc(chunk[i + 2]!) !== 0x75 || lc(chunk[i + 3]!) !== 0x62) return -2;
+      k = i + 4;
+      withHeaders = true;
     }
-    const next = k + 1;
-    if ((chunk[k - 1] === CR ? k - 1 : k) - i > this.maxControlLine) return -2;
-    let size: number;
-    let reply: string | null = null;
-    if (count === 2) size = parseSize(chunk, s1, e1);
-    else if (count === 3) {
-      size = parseSize(chunk, s2, e2);
-      if (size >= 0 && size <= this.maxPayload) {
-        reply = chunk.toString(high < 0x80 ? 'latin1' : 'utf8', s1, e1);
-      }
-    } else return -2;
-    if (size < 0 || size > this.maxPayload) return -2;
-    const subject = this.subjectAt(chunk, s0, e0);
+    const sep = chunk[k];
+    if (sep !== 0x20 && sep !== 0x09) return -2;
+    const nl = this.scanArgs(chunk, i, k + 1);
+    if (nl < 0) return -2;
+    const count = this.argCount;
+    const args = this.args;
+    // PUB <subject> [reply] <size>, HPUB <subject> [reply] <header size> <total size>
+    const base = withHeaders ? 3 : 2;
+    if (count !== base && count !== base + 1) return -2;
+    const size = parseSize(chunk, args[2 * count - 2]!, args[2 * count - 1]!);
+    const hdr = withHeaders ? parseSize(chunk, args[2 * count - 4]!, args[2 * count - 3]!) : 0;
+    if (size < 0 || hdr < 0 || hdr > size || size > this.maxPayload) return -2;
+    const subject = this.subjectAt(chunk, args[0]!, args[1]!);
+    const reply = count === base + 1 ? this.scannedArg(chunk, 1) : null;
+    const next = nl + 1;
     const end = next + size;
-    if (end + 2 <= n) {
+    if (end + 2 <= chunk.length) {
       if (chunk[end] !== CR || chunk[end + 1] !== LF) throw unknownOp();
-      h.onPub(subject, reply, this.payloadOf(chunk, next, end));
+      if (withHeaders) {
+        h.onHpub(subject, reply, this.payloadOf(chunk, next, next + hdr), this.payloadOf(chunk, next + hdr, end));
+      } else h.onPub(subject, reply, this.payloadOf(chunk, next, end));
       return end + 2;
     }
-    this.pOp = OP_PUB;
+    this.pOp = withHeaders ? OP_HPUB : OP_PUB;
     this.pSubject = subject;
     this.pReply = reply;
+    this.pHdr = hdr;
     return this.startPayload(chunk, next, size, h);
   }
 
@@ -706,8 +722,7 @@ export class NatsServerParser extends NatsParserBase<NatsServerHandler> {
     const end = next + size;
     if (end + 2 <= chunk.length) {
       if (chunk[end] !== CR || chunk[end + 1] !== LF) throw unknownOp();
-      const all = this.payloadOf(chunk, next, end);
-      h.onHpub(subject, reply, all.subarray(0, hdr), all.subarray(hdr));
+      h.onHpub(subject, reply, this.payloadOf(chunk, next, next + hdr), this.payloadOf(chunk, next + hdr, end));
       return end + 2;
     }
     this.pOp = OP_HPUB;
@@ -732,9 +747,7 @@ export class NatsClientParser extends NatsParserBase<NatsClientHandler> {
 
   constructor(options: NatsParserOptions) {
     super(options);
-    this.fast0 = 0x6d; // m
-    this.fast1 = 0x73; // s
-    this.fast2 = 0x67; // g
+    this.fastA = 0x6d; // m (MSG; HMSG's h is always tried)
   }
 
   private sidAt(b: Buffer, s: number, e: number): string {
@@ -754,51 +767,48 @@ export class NatsClientParser extends NatsParserBase<NatsClientHandler> {
     return sid;
   }
 
-  /** MSG's fast path (see opInChunk): `MSG <subject> <sid> [reply] <size>` whole in the chunk. */
+  /** MSG/HMSG's fast path (see opInChunk). */
   protected override opInChunk(chunk: Buffer, i: number, h: NatsClientHandler): number {
-    const n = chunk.length;
-    let lim = i + this.maxControlLine + 2;
-    if (lim > n) lim = n;
-    const args = this.args;
-    let k = i + 4;
-    let count = 0;
-    for (;;) {
-      while (k < lim) {
-        const c = chunk[k]!;
-        if (c === 0x20 || c === 0x09 || c === CR) k++;
-        else break;
-      }
-      if (k >= lim) return -2;
-      if (chunk[k] === LF) break;
-      if (count === 4) return -2;
-      args[2 * count] = k;
-      while (k < lim) {
-        const c = chunk[k]!;
-        if (c > 0x20 || (c !== 0x20 && c !== 0x09 && c !== CR && c !== LF)) k++;
-        else break;
-      }
-      if (k >= lim) return -2;
-      args[2 * count + 1] = k;
-      count++;
+    let k: number;
+    let withHeaders: boolean;
+    if (lc(chunk[i]!) === 0x6d) {
+      if (lc(chunk[i + 1]!) !== 0x73 || lc(chunk[i + 2]!) !== 0x67) return -2;
+      k = i + 3;
+      withHeaders = false;
+    } else {
+      if (lc(chunk[i + 1]!) !== 0x6d || lc(chunk[i + 2]!) !== 0x73 || lc(chunk[i + 3]!) !== 0x67) return -2;
+      k = i + 4;
+      withHeaders = true;
     }
-    const next = k + 1;
-    if ((chunk[k - 1] === CR ? k - 1 : k) - i > this.maxControlLine) return -2;
-    if (count !== 3 && count !== 4) return -2;
+    const sep = chunk[k];
+    if (sep !== 0x20 && sep !== 0x09) return -2;
+    const nl = this.scanArgs(chunk, i, k + 1);
+    if (nl < 0) return -2;
+    const count = this.argCount;
+    const args = this.args;
+    // MSG <subject> <sid> [reply] <size>, HMSG <subject> <sid> [reply] <header size> <total size>
+    const base = withHeaders ? 4 : 3;
+    if (count !== base && count !== base + 1) return -2;
     const size = parseSize(chunk, args[2 * count - 2]!, args[2 * count - 1]!);
-    if (size < 0 || size > this.maxPayload) return -2;
+    const hdr = withHeaders ? parseSize(chunk, args[2 * count - 4]!, args[2 * count - 3]!) : 0;
+    if (size < 0 || hdr < 0 || hdr > size || size > this.maxPayload) return -2;
     const subject = this.subjectAt(chunk, args[0]!, args[1]!);
     const sid = this.sidAt(chunk, args[2]!, args[3]!);
-    const reply = count === 4 ? decode(chunk, args[4]!, args[5]!) : null;
+    const reply = count === base + 1 ? this.scannedArg(chunk, 2) : null;
+    const next = nl + 1;
     const end = next + size;
-    if (end + 2 <= n) {
+    if (end + 2 <= chunk.length) {
       if (chunk[end] !== CR || chunk[end + 1] !== LF) throw unknownOp();
-      h.onMsg(subject, sid, reply, this.payloadOf(chunk, next, end));
+      if (withHeaders) {
+        h.onHmsg(subject, sid, reply, this.payloadOf(chunk, next, next + hdr), this.payloadOf(chunk, next + hdr, end));
+      } else h.onMsg(subject, sid, reply, this.payloadOf(chunk, next, end));
       return end + 2;
     }
-    this.pOp = OP_MSG;
+    this.pOp = withHeaders ? OP_HMSG : OP_MSG;
     this.pSubject = subject;
     this.pSid = sid;
     this.pReply = reply;
+    this.pHdr = hdr;
     return this.startPayload(chunk, next, size, h);
   }
 
@@ -883,8 +893,7 @@ export class NatsClientParser extends NatsParserBase<NatsClientHandler> {
     if (end + 2 <= chunk.length) {
       if (chunk[end] !== CR || chunk[end + 1] !== LF) throw unknownOp();
       if (withHeaders) {
-        const all = this.payloadOf(chunk, next, end);
-        h.onHmsg(subject, sid, reply, all.subarray(0, hdr), all.subarray(hdr));
+        h.onHmsg(subject, sid, reply, this.payloadOf(chunk, next, next + hdr), this.payloadOf(chunk, next + hdr, end));
       } else h.onMsg(subject, sid, reply, this.payloadOf(chunk, next, end));
       return end + 2;
     }

@@ -41,6 +41,17 @@ describe('NatsServerParser limits', () => {
     assert.equal(serverParse([b(line(65) + '\n')], limits).error, NatsErrText.MAX_CONTROL_LINE);
   });
 
+  test('the PUB/HPUB fast path keeps the same limit', () => {
+    const pub = (len: number): string => 'PUB ' + 'a'.repeat(len - 6) + ' 1';
+    assert.equal(pub(64).length, 64);
+    assert.deepEqual(serverParse([b(pub(64) + '\r\nx\r\n')], limits).ops, [['PUB', 'a'.repeat(58), null, 'x']]);
+    assert.equal(serverParse([b(pub(65) + '\r\nx\r\n')], limits).error, NatsErrText.MAX_CONTROL_LINE);
+    assert.equal(serverParse([b(pub(65) + '\nx\r\n')], limits).error, NatsErrText.MAX_CONTROL_LINE);
+    const hpub = (len: number): string => 'HPUB ' + 'a'.repeat(len - 9) + ' 0 1';
+    assert.equal(serverParse([b(hpub(64) + '\r\nx\r\n')], limits).ops.length, 1);
+    assert.equal(serverParse([b(hpub(65) + '\r\nx\r\n')], limits).error, NatsErrText.MAX_CONTROL_LINE);
+  });
+
   test('a long line with no end fails as soon as it is too long, whole or split', () => {
     assert.equal(serverParse([b('PUB ' + 'a'.repeat(100))], limits).error, NatsErrText.MAX_CONTROL_LINE);
     const chunks = Array.from({ length: 20 }, () => b('aaaaaaaa'));
