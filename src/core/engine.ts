@@ -364,7 +364,9 @@ export class Engine implements Router {
   publish(msg: Message, info?: PublishInfo): Promise<void> | null {
     validateTopic(msg.topic);
     this.stats.published++;
-    let durable = this.capture(msg, undefined, info);
+    // No stream bound anywhere: skip the bindings trie (its split and closure were ~half of a publish's ~550 ns with
+    // one subscriber, measured for NATS's 16-byte benchmark).
+    let durable = this.bindings.size === 0 ? null : this.capture(msg, undefined, info);
     if (msg.retain) {
       const kept = this.retain(msg);
       if (kept !== null) durable = durable === null ? kept : Promise.all([durable, kept]).then(() => undefined);

@@ -35,6 +35,7 @@ import type { Duplex } from 'node:stream';
 import type { Message, Subscriber, Subscription } from '../../core/index.js';
 import { logKey } from '../log-limit.js';
 import {
+  NatsErrText,
   NatsProtocolError,
   NatsServerParser,
   NatsWriter,
@@ -177,6 +178,11 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
   /** Sends INFO (unless the listener did) and starts reading. */
   start(): void {
     const s = this.stream;
+    // The client may have gone while the listener was busy with it (a TLS upgrade): no 'close' will come again.
+    if (s.destroyed) {
+      this.teardown();
+      return;
+    }
     s.on('error', (err: Error) => {
       this.adapter.logger.debug({ client: this.clientId, err: err.message }, 'nats connection error');
       this.destroy();
@@ -190,6 +196,7 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
 
   /** Over the connection limit: the -ERR, then close. */
   refuse(text: string): void {
+    if (this.stream.destroyed) return this.teardown();
     this.stream.on('error', () => undefined);
     this.stream.on('close', () => this.teardown());
     this.st = St.Closing;
@@ -229,7 +236,7 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
     const line = this.gateLine === null ? chunk : Buffer.concat([this.gateLine, chunk]);
     const lf = line.indexOf(0x0a);
     if (lf < 0) {
-      if (line.length > this.adapter.options.maxControlLine + 2) return this.fatal('maximum control line exceeded', 'nats protocol error');
+      if (line.length > this.adapter.options.maxControlLine + 2) return this.fatal(NatsErrText.MAX_CONTROL_LINE, 'nats protocol error');
       this.gateLine = Buffer.from(line);
       return;
     }
@@ -241,6 +248,7 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
       }
       // Anonymous clients are let in: serve everything from here as nats-server does.
       this.gate = false;
+      this.authed = true;
       return this.feed(line);
     }
     const rest = line.subarray(lf + 1);
@@ -521,7 +529,7 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
   /** The engine's delivery: one MSG/HMSG per matching subscription of this connection. Never throws. */
   deliver(msg: Message, subs: Subscription[]): void {
     if (this.st !== St.Live) return;
-    if (!this.echo && msg.origin === this.id) return;
+    if (!this.echo && msg.origin === this.id) return this.notEchoed(msg, subs);
     let hdr: Buffer | null = null;
     if (this.headers) hdr = natsHeaderBlock(msg);
     else if (msg.status !== undefined) return; // a bare status means nothing to a client without headers
@@ -561,6 +569,15 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
     if (w.length + this.stream.writableLength > o.maxPending || (o.maxPendingMsgs > 0 && this.pendingMsgs + this.batchMsgs > o.maxPendingMsgs)) {
       this.slowConsumer();
     }
+  }
+
+  /**
+   * A publish of this connection, which asked not to get its own messages: a queue group picked one of its
+   * members here, so the message goes to another member (nats-server leaves a no-echo client's subscriptions out
+   * of the match, and another member gets it).
+   */
+  private notEchoed(msg: Message, subs: Subscription[]): void {
+    for (const s of subs) if (s.options.group !== undefined) this.adapter.engine.redeliverShared(s, msg);
   }
 
   private countDelivery(ns: NatsSub): void {

@@ -6,7 +6,9 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { makeMessage, type Message, type Subscriber, type Subscription } from '../../../src/core/index.js';
-import { RawClient, startNats, until } from './helpers.js';
+import { MemoryUserStore, PasswordGuard } from '../../../src/control/index.js';
+import { GatedStreams } from '../../helpers/memory-storage.js';
+import { RawClient, serverSockets, startNats, until } from './helpers.js';
 
 const CONNECT = 'CONNECT {"verbose":false,"pedantic":false,"headers":true,"no_responders":true}\r\n';
 
@@ -228,6 +230,15 @@ describe('NATS connection: authentication', () => {
     await s.close();
   });
 
+  it('before CONNECT only one control line is buffered: a longer first line is refused as nats-server refuses it', async () => {
+    const s = await startNats({ maxControlLine: 128 }, { token: 'tok' });
+    const c = await RawClient.connect(s.port);
+    c.send(`CONNECT {"auth_token":"${'x'.repeat(200)}"`);
+    await c.closed;
+    assert.deepEqual(c.errors(), ['maximum control line exceeded']);
+    await s.close();
+  });
+
   it('operations pipelined behind CONNECT wait for its check, then run in order', async () => {
     const s = await startNats({}, { token: 'tok' });
     const c = await RawClient.connect(s.port);
@@ -271,6 +282,47 @@ describe('NATS connection: authentication', () => {
     assert.deepEqual(ok.errors(), []);
     ok.close();
     await s.close();
+  });
+});
+
+describe('NATS connection: users file (PasswordGuard)', () => {
+  const guard = async () => new PasswordGuard(await MemoryUserStore.fromPasswords([{ username: 'alice', password: 'wonder' }]));
+
+  it('user/pass checked by the guard; operations pipelined behind CONNECT wait for the check; a wrong password is refused', async () => {
+    const g = await guard();
+    const s = await startNats({}, { guard: g, allowAnonymous: false });
+    const ok = await RawClient.connect(s.port);
+    ok.send('CONNECT {"user":"alice","pass":"wonder"}\r\nSUB a 1\r\nPUB a 1\r\nx\r\nPING\r\n');
+    await ok.waitFor((o) => o.op === 'pong');
+    assert.equal(ok.msgs().length, 1);
+    const bad = await RawClient.connect(s.port);
+    bad.send('CONNECT {"user":"alice","pass":"nope"}\r\nPING\r\n');
+    await bad.closed;
+    assert.deepEqual(bad.errors(), ['Authorization Violation']);
+    assert.equal(bad.ops.some((o) => o.op === 'pong'), false, 'nothing after the refused CONNECT was served');
+    const anon = await RawClient.connect(s.port);
+    anon.send('CONNECT {}\r\n');
+    await anon.closed;
+    assert.deepEqual(anon.errors(), ['Authorization Violation']);
+    assert.equal(g.stats.bad, 1);
+    ok.close();
+    await s.close();
+    await g.close();
+  });
+
+  it('with anonymous access allowed, a client without CONNECT is served as nats-server serves it', async () => {
+    const g = await guard();
+    const s = await startNats({}, { guard: g, allowAnonymous: true });
+    const c = await RawClient.connect(s.port);
+    const info = (await c.waitFor((o) => o.op === 'info')) as { op: 'info'; info: Record<string, unknown> };
+    assert.equal(info.info.auth_required, undefined);
+    c.send('SUB a 1\r\nPUB a 1\r\nx\r\n');
+    await c.flush();
+    assert.equal(c.msgs().length, 1);
+    assert.deepEqual(c.errors(), []);
+    c.close();
+    await s.close();
+    await g.close();
   });
 });
 
@@ -404,6 +456,23 @@ describe('NATS connection: deliveries and mapping', () => {
     await s.close();
   });
 
+  it('echo off: a queue group member on the publishing connection passes its share to the other members', async () => {
+    const s = await startNats();
+    const self = await RawClient.connect(s.port);
+    const other = await RawClient.connect(s.port);
+    self.send('CONNECT {"echo":false}\r\nSUB e.q grp 1\r\n');
+    other.send(`${CONNECT}SUB e.q grp 1\r\n`);
+    await self.flush();
+    await other.flush();
+    for (let i = 0; i < 10; i++) self.send(`PUB e.q 1\r\n${i}\r\n`);
+    await self.flush();
+    await until(() => other.msgs().length === 10, 5000, 'every message at the other member');
+    assert.equal(self.msgs().length, 0);
+    self.close();
+    other.close();
+    await s.close();
+  });
+
   it('queue subscriptions of the same group share, plain ones all get it; UNSUB max counts per subscription', async () => {
     const s = await startNats();
     const a = await RawClient.connect(s.port);
@@ -481,6 +550,74 @@ describe('NATS connection: slow consumers', () => {
     assert.equal(s.adapter.connections(), 1);
     slow.close();
     p.close();
+    await s.close();
+  });
+});
+
+describe('NATS connection: durable writes and shutdown', () => {
+  it('publishes captured by a stream are not awaited, but past 10,000 unsettled writes the publisher is not read until they settle', async () => {
+    const storage = new GatedStreams();
+    storage.hold = true;
+    const s = await startNats({}, {}, undefined, storage);
+    await s.engine.createStream({ name: 'held', partitions: 1, bindings: ['held/#'] });
+    const c = await RawClient.connect(s.port);
+    c.send(CONNECT);
+    await c.flush();
+    c.send('PUB held.x 1\r\nx\r\n'.repeat(10_000) + 'PING\r\n');
+    await until(() => storage.held >= 10_000, 10_000, 'held writes');
+    const server = [...serverSockets][0]!;
+    await until(() => server.isPaused(), 10_000, 'the publisher socket paused');
+    storage.release();
+    await c.waitFor((o) => o.op === 'pong');
+    assert.equal(server.isPaused(), false);
+    c.close();
+    await s.close();
+  });
+
+  it('a failed durable write is counted and logged; the connection stays', async () => {
+    const storage = new GatedStreams();
+    storage.fail = true;
+    const s = await startNats({}, {}, undefined, storage);
+    await s.engine.createStream({ name: 'failing', partitions: 1, bindings: ['failing/#'] });
+    const c = await RawClient.connect(s.port);
+    c.send(`${CONNECT}PUB failing.x 1\r\nx\r\n`);
+    await c.flush();
+    await until(() => s.adapter.stats.writeFailures === 1, 5000, 'the failure counted');
+    assert.ok(s.logs.some((l) => l.msg === 'nats: a publish could not be stored'));
+    await c.flush();
+    c.close();
+    await s.close();
+  });
+
+  it('a stream that closed before the adapter got it is let go at once (closeAll does not wait for it)', async () => {
+    const s = await startNats();
+    const { PassThrough } = await import('node:stream');
+    const gone = new PassThrough();
+    gone.destroy();
+    await new Promise((r) => setImmediate(r));
+    s.adapter.handle(gone, { remoteAddress: '127.0.0.9', remotePort: 1, tls: false }, { available: false, required: false });
+    await Promise.race([
+      s.adapter.closeAll(),
+      new Promise((_, reject) => setTimeout(() => reject(new Error('closeAll waits for a stream that is gone')), 5000).unref()),
+    ]);
+    assert.equal(s.adapter.connections(), 0);
+    await s.close();
+  });
+
+  it('closeAll (broker shutdown) flushes what is queued and closes every connection', async () => {
+    const s = await startNats();
+    const a = await RawClient.connect(s.port);
+    const b = await RawClient.connect(s.port);
+    a.send(`${CONNECT}SUB bye 1\r\n`);
+    b.send(CONNECT);
+    await a.flush();
+    await b.flush();
+    s.engine.publish(makeMessage('bye', Buffer.from('last')));
+    await s.adapter.closeAll();
+    await a.closed;
+    await b.closed;
+    assert.deepEqual(a.msgs().map((m) => m.payload.toString()), ['last']);
+    assert.equal(s.adapter.connections(), 0);
     await s.close();
   });
 });

@@ -31,8 +31,8 @@ export async function startNats(
   opts: NatsOptions = {},
   auth: { guard?: PasswordGuard | null; allowAnonymous?: boolean; token?: string | null; tls?: { available: boolean; required: boolean } } = {},
   publisher?: (engine: Engine) => NatsPublisher,
+  storage: MemoryStreams = new MemoryStreams(),
 ): Promise<NatsTestServer> {
-  const storage = new MemoryStreams();
   const engine = new Engine(storage, storage);
   const logs: LogRecord[] = [];
   const logger = pino({ level: 'debug' }, { write: (s: string) => void logs.push(JSON.parse(s) as LogRecord) });
@@ -46,6 +46,7 @@ export async function startNats(
   );
   const tls = auth.tls ?? { available: false, required: false };
   const sockets = new Set<Socket>();
+  serverSockets = sockets;
   const server: Server = createServer((socket) => {
     socket.setNoDelay(true);
     sockets.add(socket);
@@ -68,6 +69,9 @@ export async function startNats(
     },
   };
 }
+
+/** The server-side sockets of the last started test server (to look at flow control from the broker's side). */
+export let serverSockets = new Set<Socket>();
 
 export type ServerOp =
   | { op: 'info'; info: Record<string, unknown> }
