@@ -1,0 +1,114 @@
+/**
+ * Helpers of the cross-protocol NATS tests (test/e2e/cross-nats-*.test.ts): a broker running all four protocols,
+ * `nats` npm client connections, and collectors for NATS, MQTT.js and amqplib that prove absence the way the other
+ * cross-protocol tests do: by a marker message sent after what must not arrive.
+ */
+import { connect, type ConnectionOptions, type Msg, type NatsConnection, type Subscription, type SubscriptionOptions } from 'nats';
+import mqtt, { type IPublishPacket, type MqttClient } from 'mqtt';
+import type { Channel, ConsumeMessage } from 'amqplib';
+import { eventually, FlowmqProcess } from './harness.js';
+
+/** A broker with its MQTT, Kafka, AMQP and NATS listeners on free ports (AMQP heartbeats off, as the AMQP tests do). */
+export async function startNatsBroker(args: string[] = []): Promise<FlowmqProcess> {
+  const b = await FlowmqProcess.start({ args: ['--amqp-heartbeat', '0', ...args] });
+  await eventually(() => b.ports.nats !== undefined, 10_000, 'the NATS listener');
+  return b;
+}
+
+/** A `nats` client connection that never reconnects (a test must see a dropped connection, not hide it). */
+export function connectNats(b: FlowmqProcess, opts: ConnectionOptions = {}): Promise<NatsConnection> {
+  return connect({ servers: b.natsServer, reconnect: false, timeout: 10_000, ...opts });
+}
+
+/** What a NATS subscriber saw of one message, decoded while the message is at hand. */
+export interface NatsSeen {
+  subject: string;
+  reply: string;
+  data: string;
+  /** Every header with all its values in order; null when the message came as MSG (no header block). */
+  headers: Record<string, string[]> | null;
+  /** The header block's status line (code and description), '' without one. */
+  status: string;
+  /** The error accessing the headers threw, if any (an undecodable header block). */
+  headerError?: string;
+}
+
+export function seen(m: Msg): NatsSeen {
+  const out: NatsSeen = { subject: m.subject, reply: m.reply ?? '', data: Buffer.from(m.data).toString(), headers: null, status: '' };
+  try {
+    const h = m.headers;
+    if (h !== undefined) {
+      out.headers = {};
+      for (const k of h.keys()) out.headers[k] = h.values(k);
+      out.status = h.code > 0 ? h.status : '';
+    }
+  } catch (e) {
+    out.headerError = (e as Error).message;
+  }
+  return out;
+}
+
+/** A NATS subscription that records what arrives; `until(marker)` resolves with what came before the marker. */
+export function natsCollector(nc: NatsConnection, subject: string, opts: SubscriptionOptions = {}): { sub: Subscription; got: NatsSeen[]; until(payload: string, timeoutMs?: number): Promise<NatsSeen[]> } {
+  const got: NatsSeen[] = [];
+  const sub = nc.subscribe(subject, { ...opts, callback: (err, m) => {
+    if (err === null) got.push(seen(m));
+  } });
+  return {
+    sub,
+    got,
+    async until(payload: string, timeoutMs = 10_000) {
+      await eventually(() => got.some((s) => s.data === payload), timeoutMs, `NATS marker ${payload} on ${subject} (have ${got.map((g) => g.data).join(', ')})`);
+      const i = got.findIndex((s) => s.data === payload);
+      return got.splice(0, i + 1).slice(0, i);
+    },
+  };
+}
+
+/** An MQTT v5 client that records what arrives; `until(marker)` resolves with what came before the marker. */
+export async function mqttCollector(url: string, filters: string[], opts: mqtt.IClientOptions = {}): Promise<{ c: MqttClient; got: IPublishPacket[]; until(payload: string): Promise<IPublishPacket[]> }> {
+  const c = await mqtt.connectAsync(url, { protocolVersion: 5, reconnectPeriod: 0, ...opts });
+  const got: IPublishPacket[] = [];
+  c.on('message', (_t, _p, packet) => got.push(packet));
+  for (const f of filters) await c.subscribeAsync(f, { qos: 1 });
+  return {
+    c,
+    got,
+    async until(payload: string) {
+      await eventually(() => got.some((p) => p.payload.toString() === payload), 10_000, `MQTT marker ${payload}`);
+      const i = got.findIndex((p) => p.payload.toString() === payload);
+      return got.splice(0, i + 1).slice(0, i);
+    },
+  };
+}
+
+/** Consumes `queue` (acking) until a message with body `marker`; returns the messages before it. */
+export function takeUntil(ch: Channel, queue: string, marker: string, timeoutMs = 15_000): Promise<ConsumeMessage[]> {
+  return new Promise((resolve, reject) => {
+    const out: ConsumeMessage[] = [];
+    let done = false;
+    const timer = setTimeout(() => reject(new Error(`no marker ${marker} in ${queue} after ${out.map((m) => m.content.toString()).join(', ')}`)), timeoutMs);
+    ch.consume(queue, (m) => {
+      if (m === null || done) return;
+      ch.ack(m);
+      if (m.content.toString() !== marker) {
+        out.push(m);
+        return;
+      }
+      done = true;
+      clearTimeout(timer);
+      void ch.cancel(m.fields.consumerTag).then(() => resolve(out), reject);
+    }).catch(reject);
+  });
+}
+
+/** MQTT.js user properties as arrays of values (it gives a string for one value, an array for several). */
+export function userProps(p: IPublishPacket): Record<string, string[]> {
+  const out: Record<string, string[]> = {};
+  for (const [k, v] of Object.entries(p.properties?.userProperties ?? {})) out[k] = Array.isArray(v) ? v.map(String) : [String(v)];
+  return out;
+}
+
+export function timeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
+  return Promise.race([p, new Promise<T>((_, reject) => setTimeout(() => reject(new Error(`timed out: ${what}`)), ms).unref())]);
+}
