@@ -111,7 +111,7 @@ describe('e2e: NATS headers across MQTT v5, AMQP and Kafka', () => {
       ]);
       for (const s of got) assert.equal(s.headerError, undefined, `headers of ${s.subject} decode`);
       assert.deepEqual(got[0]!.headers, { tenant: ['acme'], multi: ['one', 'two'], empty: [''], 'Content-Type': ['application/json'], 'Correlation-Id': ['req-7'] });
-      assert.deepEqual(got[1]!.headers, { 'Correlation-Id': [binary.toString('base64')] });
+      assert.deepEqual(got[1]!.headers, { 'Correlation-Id': ['base64:' + binary.toString('base64')] });
       assert.deepEqual(got[2]!.headers, { 'Content-Type': ['text/csv'] });
     } finally {
       await pub.endAsync();

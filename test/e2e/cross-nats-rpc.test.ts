@@ -138,11 +138,37 @@ describe('e2e: request/reply between NATS, AMQP and MQTT v5', () => {
       await eventually(() => replies.length === 3, 15_000, 'three MQTT replies');
       // What the NATS responder saw.
       assert.deepEqual(responderSaw.map((s) => [s.subject, s.reply, s.data, s.headers]), [1, 2, 3].map((i) => [`svc.echo.${i}`, 'clients.nrpc-req.replies', `ping ${i}`, { 'Correlation-Id': [`req-${i}`] }]));
-      // What the MQTT requester got: the answers on its response topic, out of order.
+      // What the MQTT requester got: its correlation data back, answered out of order.
       assert.deepEqual(
-        replies.map((p) => [p.topic, p.payload.toString()]),
-        [3, 2, 1].map((i) => ['clients/nrpc-req/replies', `ping ${i}`]),
+        replies.map((p) => [p.topic, p.payload.toString(), p.properties?.correlationData === undefined ? undefined : Buffer.from(p.properties.correlationData).toString()]),
+        [3, 2, 1].map((i) => ['clients/nrpc-req/replies', `ping ${i}`, `req-${i}`]),
       );
+    } finally {
+      await client.endAsync();
+      sub.unsubscribe();
+    }
+  });
+
+  it('binary MQTT correlation data survives a round trip through a NATS responder that copies Correlation-Id', async () => {
+    const sub = nc.subscribe('svc.bin', {
+      callback: (err, m) => {
+        if (err !== null) return;
+        const h = natsHeaders();
+        const corr = m.headers?.get('Correlation-Id');
+        if (corr !== undefined && corr !== '') h.append('Correlation-Id', corr);
+        m.respond(m.data, { headers: h });
+      },
+    });
+    await nc.flush();
+    const client = await mqtt.connectAsync(broker.mqttUrl, { protocolVersion: 5, clientId: 'nrpc-bin', reconnectPeriod: 0 });
+    try {
+      const reply = new Promise<IPublishPacket>((resolve) => client.on('message', (_t, _p, packet) => resolve(packet)));
+      await client.subscribeAsync('clients/nrpc-bin', { qos: 1 });
+      const corr = Buffer.from([0x00, 0xff, 0x80, 0x7f, 0xc3, 0x28, 0x10]);
+      await client.publishAsync('svc/bin', 'ping', { qos: 1, properties: { responseTopic: 'clients/nrpc-bin', correlationData: corr } });
+      const got = await timeout(reply, 15_000, 'the echo');
+      assert.equal(got.payload.toString(), 'ping');
+      assert.deepEqual(Buffer.from(got.properties?.correlationData ?? []), corr);
     } finally {
       await client.endAsync();
       sub.unsubscribe();
@@ -179,10 +205,10 @@ describe('e2e: request/reply between NATS, AMQP and MQTT v5', () => {
         ['svc.lower.v1', 'replies.nrpc-amqp', { 'Correlation-Id': ['c-b'] }],
       ]);
       assert.deepEqual(
-        replies.map((m) => [m.fields.routingKey, m.content.toString(), m.properties.headers?.answeredBy]),
+        replies.map((m) => [m.fields.routingKey, m.content.toString(), m.properties.correlationId, m.properties.headers?.answeredBy]),
         [
-          ['replies.nrpc-amqp', 'word 0', 'nats'],
-          ['replies.nrpc-amqp', 'word 1', 'nats'],
+          ['replies.nrpc-amqp', 'word 0', 'c-a', 'nats'],
+          ['replies.nrpc-amqp', 'word 1', 'c-b', 'nats'],
         ],
       );
     } finally {

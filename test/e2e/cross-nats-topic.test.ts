@@ -129,6 +129,31 @@ describe('e2e: NATS subjects across MQTT, AMQP and Kafka', () => {
     }
   });
 
+  it('MQTT topics that are no NATS subject (a space, a tab) do not break a NATS subscriber of ws.>', async () => {
+    // A NATS subject cannot hold a space or a tab, and MSG is a space-separated control line: such a delivery
+    // would corrupt the client's protocol stream. The NATS subscriber must stay usable whatever the adapter does.
+    // Its own connection, so that a broken one fails this test only.
+    const own = await connectNats(broker, { name: 'whitespace' });
+    const ns = natsCollector(own, 'ws.>');
+    await own.flush();
+    const pub = await mqtt.connectAsync(broker.mqttUrl, { protocolVersion: 5, reconnectPeriod: 0 });
+    try {
+      await pub.publishAsync('ws/has space', 'space', { qos: 1 });
+      await pub.publishAsync('ws/has\ttab', 'tab', { qos: 1 });
+      await pub.publishAsync('ws/ok', 'ok', { qos: 1 });
+      // A response topic with a space is no reply subject either (a reply subject is an argument of MSG).
+      await pub.publishAsync('ws/reply', 'bad reply', { qos: 1, properties: { responseTopic: 'r/has space' } });
+      await pub.publishAsync('ws/end', 'end', { qos: 1 });
+      const got = await ns.until('end');
+      assert.deepEqual(got.filter((s) => s.subject !== 'ws.reply').map((s) => [s.subject, s.data]), [['ws.ok', 'ok']]);
+      for (const s of got) assert.ok(!/\s/.test(s.subject) && !/\s/.test(s.reply), `no whitespace in ${JSON.stringify(s)}`);
+      assert.equal(own.isClosed(), false);
+    } finally {
+      await pub.endAsync();
+      await own.close().catch(() => undefined);
+    }
+  });
+
   it('a NATS subscription gets no retained MQTT messages (NATS has none); a retained publish made while it is there arrives live', async () => {
     const pub = await mqtt.connectAsync(broker.mqttUrl, { protocolVersion: 5, reconnectPeriod: 0 });
     try {

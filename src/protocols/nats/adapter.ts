@@ -348,6 +348,8 @@ export function applyNatsHeaders(msg: Message, h: NatsHeaders): void {
   for (const [k, v] of h.entries) {
     out.push({ key: k, value: Buffer.from(v, 'utf8') });
     if (msg.messageId === undefined && k.length === MSG_ID.length && k.toLowerCase() === MSG_ID) msg.messageId = v;
+    // The correlation of a reply to an MQTT v5 or AMQP requester (kept as a header too, as Nats-Msg-Id is).
+    else if (msg.correlationData === undefined && k.length === CORRELATION_ID.length && k.toLowerCase() === CORRELATION_ID) msg.correlationData = correlationOf(v);
   }
   msg.headers = out;
   if (h.status !== null) msg.status = h.description === '' ? String(h.status) : `${h.status} ${h.description}`;
@@ -417,10 +419,27 @@ function validKey(k: string): boolean {
   return true;
 }
 
-/** Correlation data as text: UTF-8 when it is valid UTF-8, else base64. */
+const CORRELATION_ID = 'correlation-id';
+const B64 = 'base64:';
+
+/**
+ * Correlation data as a header value: the text when it is UTF-8 that survives a header line (no control
+ * character, no blank at either end: clients trim values) and does not start with `base64:`; else `base64:` and
+ * the bytes in base64. correlationOf reads it back, so the bytes survive a NATS responder that copies the header.
+ */
 function utf8OrBase64(b: Buffer): string {
   const s = b.toString('utf8');
-  return Buffer.byteLength(s) === b.length && !s.includes('\uFFFD') ? s : b.toString('base64');
+  const text = Buffer.byteLength(s) === b.length && !s.includes('\uFFFD') && !/[\x00-\x1f\x7f]/.test(s) && s.trim() === s && !s.startsWith(B64);
+  return text ? s : B64 + b.toString('base64');
+}
+
+/** The correlation data of a `Correlation-Id` header value (see utf8OrBase64). */
+function correlationOf(v: string): Buffer {
+  if (v.startsWith(B64)) {
+    const b = Buffer.from(v.slice(B64.length), 'base64');
+    if (b.toString('base64') === v.slice(B64.length)) return b;
+  }
+  return Buffer.from(v, 'utf8');
 }
 
 /** A requester's NATS subject of a unified response topic. */

@@ -535,7 +535,9 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
     else if (msg.status !== undefined) return; // a bare status means nothing to a client without headers
     const dt = msg.deliverTopic;
     const topic = dt ?? msg.topic;
-    const reply = msg.responseTopic === undefined ? null : topicToSubject(msg.responseTopic);
+    // A response topic that is no NATS subject (whitespace: MSG's arguments are space-separated) is left out.
+    let reply = msg.responseTopic === undefined ? null : topicToSubject(msg.responseTopic);
+    if (reply !== null && !deliverableSubject(reply)) reply = null;
     const payload = msg.payload;
     const w = this.writer();
     const stats = this.adapter.stats;
@@ -547,9 +549,13 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
       else if (ns.lastTopic === topic) subject = ns.lastSubject;
       else {
         subject = topicToSubject(topic);
+        // An MQTT topic may hold a space or a tab; as a MSG subject it would split the control line and corrupt
+        // the client's protocol stream. nats-server never has such a subject: not delivered ('' = skip).
+        if (!deliverableSubject(subject)) subject = '';
         ns.lastTopic = topic;
         ns.lastSubject = subject;
       }
+      if (subject === '') continue;
       if (hdr === null) w.writeMsg(subject, ns.sid, reply, payload);
       else w.writeHmsg(subject, ns.sid, reply, hdr, payload);
       this.batchMsgs++;
@@ -791,4 +797,10 @@ export function natsMatch(filter: string, subject: string): boolean {
     if (t !== '*' && t !== s[i]) return false;
   }
   return f.length === s.length;
+}
+
+/** A subject that can stand in a MSG/HMSG control line: no whitespace or control character. */
+function deliverableSubject(s: string): boolean {
+  for (let i = 0; i < s.length; i++) if (s.charCodeAt(i) <= 0x20 || s.charCodeAt(i) === 0x7f) return false;
+  return true;
 }

@@ -395,7 +395,7 @@ describe('NATS connection: deliveries and mapping', () => {
     assert.equal(hm.reply, 'reply.to/me');
     assert.equal(
       hm.headers!.toString(),
-      'NATS/1.0\r\nk: v\r\nempty: \r\nnl: two  lines\r\nContent-Type: text/plain\r\nCorrelation-Id: /wA=\r\nNats-Msg-Id: id-7\r\n\r\n',
+      'NATS/1.0\r\nk: v\r\nempty: \r\nnl: two  lines\r\nContent-Type: text/plain\r\nCorrelation-Id: base64:/wA=\r\nNats-Msg-Id: id-7\r\n\r\n',
     );
     const pm = plain.msgs()[0]!;
     assert.equal(pm.headers, null);
