@@ -162,3 +162,23 @@ export function frame(type: number, channel: number, payload: Buffer, end = 0xce
   b[7 + payload.length] = end;
   return b;
 }
+
+/** Consumes `queue` (acking) until a message with body `marker`; returns the messages before it. */
+export function takeUntil(ch: Channel, queue: string, marker: string, timeoutMs = 15_000): Promise<ConsumeMessage[]> {
+  return new Promise((resolve, reject) => {
+    const out: ConsumeMessage[] = [];
+    let done = false;
+    const timer = setTimeout(() => reject(new Error(`no marker ${marker} in ${queue} after ${out.map((m) => m.content.toString()).join(', ')}`)), timeoutMs);
+    ch.consume(queue, (m) => {
+      if (m === null || done) return;
+      ch.ack(m);
+      if (m.content.toString() !== marker) {
+        out.push(m);
+        return;
+      }
+      done = true;
+      clearTimeout(timer);
+      void ch.cancel(m.fields.consumerTag).then(() => resolve(out), reject);
+    }).catch(reject);
+  });
+}

@@ -8,9 +8,9 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import mqtt, { type IPublishPacket, type MqttClient } from 'mqtt';
 import kafkajsPkg from 'kafkajs';
-import type { Channel, ChannelModel, ConsumeMessage } from 'amqplib';
+import type { Channel, ChannelModel } from 'amqplib';
 import { FlowmqProcess, eventually } from './harness.js';
-import { connectAmqp, startAmqpBroker } from './amqp-helpers.js';
+import { connectAmqp, startAmqpBroker, takeUntil } from './amqp-helpers.js';
 
 const { Kafka, logLevel } = kafkajsPkg;
 
@@ -29,26 +29,6 @@ async function mqttCollector(url: string, filters: string[]): Promise<{ c: MqttC
       return got.splice(0, i + 1).slice(0, i);
     },
   };
-}
-
-/** Consumes `queue` (acking) until a message with body `marker`; returns the messages before it. */
-function takeUntil(ch: Channel, queue: string, marker: string, timeoutMs = 15_000): Promise<ConsumeMessage[]> {
-  return new Promise((resolve, reject) => {
-    const out: ConsumeMessage[] = [];
-    let done = false;
-    const timer = setTimeout(() => reject(new Error(`no marker ${marker} in ${queue} after ${out.map((m) => m.content.toString()).join(', ')}`)), timeoutMs);
-    ch.consume(queue, (m) => {
-      if (m === null || done) return;
-      ch.ack(m);
-      if (m.content.toString() !== marker) {
-        out.push(m);
-        return;
-      }
-      done = true;
-      clearTimeout(timer);
-      void ch.cancel(m.fields.consumerTag).then(() => resolve(out), reject);
-    }).catch(reject);
-  });
 }
 
 describe('e2e: AMQP, MQTT and Kafka through amq.topic', () => {

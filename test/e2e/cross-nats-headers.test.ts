@@ -7,15 +7,14 @@
  * reserved headers `Content-Type`, `Correlation-Id` (UTF-8, or base64 when the bytes are not UTF-8) and
  * `Nats-Msg-Id`, unless the message carries a header of that name already.
  */
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import mqtt from 'mqtt';
 import kafkajsPkg, { type KafkaMessage } from 'kafkajs';
-import type { Channel, ChannelModel } from 'amqplib';
-import { headers as natsHeaders, type NatsConnection } from 'nats';
-import { eventually, FlowmqProcess } from './harness.js';
-import { connectAmqp } from './amqp-helpers.js';
-import { connectNats, mqttCollector, natsCollector, startNatsBroker, takeUntil, userProps } from './cross-nats-helpers.js';
+import { headers as natsHeaders } from 'nats';
+import { eventually } from './harness.js';
+import { crossFixture, mqttCollector, natsCollector, userProps } from './cross-nats-helpers.js';
+import { takeUntil } from './amqp-helpers.js';
 
 const { Kafka, logLevel } = kafkajsPkg;
 
@@ -29,25 +28,10 @@ function recordHeaders(m: KafkaMessage): Record<string, string[]> {
 }
 
 describe('e2e: NATS headers across MQTT v5, AMQP and Kafka', () => {
-  let broker: FlowmqProcess;
-  let nc: NatsConnection;
-  let conn: ChannelModel;
-  let ch: Channel;
-  before(async () => {
-    broker = await startNatsBroker();
-    nc = await connectNats(broker, { name: 'cross-headers' });
-    conn = await connectAmqp(broker);
-    ch = await conn.createChannel();
-  });
-  after(async () => {
-    await nc?.close().catch(() => undefined);
-    await conn?.close().catch(() => undefined);
-    await broker?.stop();
-    broker?.cleanup();
-  });
+  const f = crossFixture('cross-headers');
 
   it('NATS headers become MQTT v5 user properties (repeated keys, case as sent); the reply subject the response topic', async () => {
-    const sub = await mqttCollector(broker.mqttUrl, ['h2m/#']);
+    const sub = await mqttCollector(f.broker.mqttUrl, ['h2m/#']);
     try {
       const h = natsHeaders();
       h.append('Tenant', 'acme');
@@ -59,8 +43,8 @@ describe('e2e: NATS headers across MQTT v5, AMQP and Kafka', () => {
       h.append('Nats-Msg-Id', 'msg-42');
       h.append('Content-Type', 'application/json'); // a header only: NATS has no content type of its own
       h.append('utf8', 'größe ✓');
-      nc.publish('h2m.with.headers', '{"n":1}', { headers: h, reply: 'replies.h2m/x.1' });
-      nc.publish('h2m.end', 'end');
+      f.nc.publish('h2m.with.headers', '{"n":1}', { headers: h, reply: 'replies.h2m/x.1' });
+      f.nc.publish('h2m.end', 'end');
       const [p] = await sub.until('end');
       assert.ok(p !== undefined, 'the message with headers arrived');
       assert.equal(p.topic, 'h2m/with/headers');
@@ -85,9 +69,9 @@ describe('e2e: NATS headers across MQTT v5, AMQP and Kafka', () => {
   });
 
   it('MQTT v5 user properties become NATS headers; content type, correlation data and response topic the reserved headers and the reply', async () => {
-    const ns = natsCollector(nc, 'm2h.>');
-    await nc.flush();
-    const pub = await mqtt.connectAsync(broker.mqttUrl, { protocolVersion: 5, reconnectPeriod: 0 });
+    const ns = natsCollector(f.nc, 'm2h.>');
+    await f.nc.flush();
+    const pub = await mqtt.connectAsync(f.broker.mqttUrl, { protocolVersion: 5, reconnectPeriod: 0 });
     try {
       await pub.publishAsync('m2h/text', 'a', {
         qos: 1,
@@ -120,15 +104,15 @@ describe('e2e: NATS headers across MQTT v5, AMQP and Kafka', () => {
   });
 
   it('headers between NATS clients come through exactly as sent: nothing added, Nats-Msg-Id once', async () => {
-    const ns = natsCollector(nc, 'n2n.*');
-    await nc.flush();
+    const ns = natsCollector(f.nc, 'n2n.*');
+    await f.nc.flush();
     const h = natsHeaders();
     h.append('Nats-Msg-Id', 'id-1');
     h.append('A', '1');
     h.append('A', '2');
-    nc.publish('n2n.h', 'with', { headers: h, reply: 'n2n-replies.x' });
-    nc.publish('n2n.plain', 'without');
-    nc.publish('n2n.end', 'end');
+    f.nc.publish('n2n.h', 'with', { headers: h, reply: 'n2n-replies.x' });
+    f.nc.publish('n2n.plain', 'without');
+    f.nc.publish('n2n.end', 'end');
     const got = await ns.until('end');
     assert.deepEqual(got, [
       { subject: 'n2n.h', reply: 'n2n-replies.x', data: 'with', headers: { 'Nats-Msg-Id': ['id-1'], A: ['1', '2'] }, status: '' },
@@ -138,15 +122,15 @@ describe('e2e: NATS headers across MQTT v5, AMQP and Kafka', () => {
   });
 
   it('NATS headers reach an AMQP consumer as its headers table; Nats-Msg-Id is the message-id, the reply subject the reply-to', async () => {
-    await ch.assertQueue('xh-amqp', { exclusive: true });
-    await ch.bindQueue('xh-amqp', 'amq.topic', 'h2a.#');
+    await f.ch.assertQueue('xh-amqp', { exclusive: true });
+    await f.ch.bindQueue('xh-amqp', 'amq.topic', 'h2a.#');
     const h = natsHeaders();
     h.append('tenant', 'acme');
     h.append('Nats-Msg-Id', 'msg-7');
     h.append('utf8', 'größe ✓');
-    nc.publish('h2a.x', 'payload', { headers: h, reply: 'replies.h2a' });
-    nc.publish('h2a.end', 'end');
-    const [m] = await takeUntil(ch, 'xh-amqp', 'end');
+    f.nc.publish('h2a.x', 'payload', { headers: h, reply: 'replies.h2a' });
+    f.nc.publish('h2a.end', 'end');
+    const [m] = await takeUntil(f.ch, 'xh-amqp', 'end');
     assert.ok(m !== undefined);
     assert.equal(m.fields.routingKey, 'h2a.x');
     assert.deepEqual({ ...m.properties.headers }, { tenant: 'acme', 'Nats-Msg-Id': 'msg-7', utf8: 'größe ✓' });
@@ -157,9 +141,9 @@ describe('e2e: NATS headers across MQTT v5, AMQP and Kafka', () => {
   });
 
   it('AMQP properties and headers reach a NATS subscriber as headers (numbers and booleans as text)', async () => {
-    const ns = natsCollector(nc, 'a2h.*');
-    await nc.flush();
-    ch.publish('amq.topic', 'a2h.props', Buffer.from('p'), {
+    const ns = natsCollector(f.nc, 'a2h.*');
+    await f.nc.flush();
+    f.ch.publish('amq.topic', 'a2h.props', Buffer.from('p'), {
       headers: { tenant: 'acme', count: 3, ok: true },
       messageId: 'm-1',
       correlationId: 'c-1',
@@ -167,8 +151,8 @@ describe('e2e: NATS headers across MQTT v5, AMQP and Kafka', () => {
       replyTo: 'replies.a2h/v2',
     });
     // The publisher's Nats-Msg-Id header and its message-id property: one header, the publisher's.
-    ch.publish('amq.topic', 'a2h.own', Buffer.from('o'), { headers: { 'Nats-Msg-Id': 'from-header' }, messageId: 'from-property' });
-    ch.publish('amq.topic', 'a2h.end', Buffer.from('end'));
+    f.ch.publish('amq.topic', 'a2h.own', Buffer.from('o'), { headers: { 'Nats-Msg-Id': 'from-header' }, messageId: 'from-property' });
+    f.ch.publish('amq.topic', 'a2h.end', Buffer.from('end'));
     const got = await ns.until('end');
     assert.deepEqual(got.map((s) => [s.subject, s.data, s.reply]), [
       ['a2h.props', 'p', 'replies.a2h/v2'],
@@ -180,17 +164,17 @@ describe('e2e: NATS headers across MQTT v5, AMQP and Kafka', () => {
   });
 
   it('NATS headers become Kafka record headers through a stream; Kafka record headers become NATS headers', async () => {
-    await broker.api('POST', '/api/v1/streams', { name: 'hdr-stream', partitions: 1, bindings: ['h2k/#'] });
+    await f.broker.api('POST', '/api/v1/streams', { name: 'hdr-stream', partitions: 1, bindings: ['h2k/#'] });
     const h = natsHeaders();
     h.append('tenant', 'acme');
     h.append('multi', 'one');
     h.append('multi', 'two');
     h.append('Nats-Msg-Id', 'k-1');
-    nc.publish('h2k.x', 'to kafka', { headers: h });
-    nc.publish('h2k.end', 'end');
-    await nc.flush();
+    f.nc.publish('h2k.x', 'to kafka', { headers: h });
+    f.nc.publish('h2k.end', 'end');
+    await f.nc.flush();
 
-    const kafka = new Kafka({ brokers: [broker.kafka], clientId: 'xh', logLevel: logLevel.NOTHING, retry: { retries: 8, initialRetryTime: 100 } });
+    const kafka = new Kafka({ brokers: [f.broker.kafka], clientId: 'xh', logLevel: logLevel.NOTHING, retry: { retries: 8, initialRetryTime: 100 } });
     const consumer = kafka.consumer({ groupId: 'xh-readers', maxWaitTimeInMs: 200 });
     const records: KafkaMessage[] = [];
     await consumer.connect();
@@ -210,8 +194,8 @@ describe('e2e: NATS headers across MQTT v5, AMQP and Kafka', () => {
     assert.deepEqual(Object.fromEntries(Object.entries(rh).filter(([k]) => !k.startsWith('flowmq.'))), { tenant: ['acme'], multi: ['one', 'two'], 'Nats-Msg-Id': ['k-1'] });
 
     // Kafka → NATS: plain record headers are headers; reserved ones are the properties they carry.
-    const ns = natsCollector(nc, 'hdr-stream');
-    await nc.flush();
+    const ns = natsCollector(f.nc, 'hdr-stream');
+    await f.nc.flush();
     const producer = kafka.producer();
     await producer.connect();
     try {
@@ -235,10 +219,10 @@ describe('e2e: NATS headers across MQTT v5, AMQP and Kafka', () => {
   it('headers NATS cannot carry (keys with spaces, colons or non-ASCII; values with CR or LF) are left out, the rest arrives', async () => {
     // A NATS header key is printable ASCII without ':' and a value has no CR/LF; anything else in an HMSG header
     // block would break the client's parser or inject headers. MQTT user properties and Kafka headers may hold it.
-    const ns = natsCollector(nc, 'bad.*');
-    await nc.flush();
-    const pub = await mqtt.connectAsync(broker.mqttUrl, { protocolVersion: 5, reconnectPeriod: 0 });
-    const kafka = new Kafka({ brokers: [broker.kafka], clientId: 'xh-bad', logLevel: logLevel.NOTHING, retry: { retries: 8, initialRetryTime: 100 } });
+    const ns = natsCollector(f.nc, 'bad.*');
+    await f.nc.flush();
+    const pub = await mqtt.connectAsync(f.broker.mqttUrl, { protocolVersion: 5, reconnectPeriod: 0 });
+    const kafka = new Kafka({ brokers: [f.broker.kafka], clientId: 'xh-bad', logLevel: logLevel.NOTHING, retry: { retries: 8, initialRetryTime: 100 } });
     const admin = kafka.admin();
     await admin.connect();
     await admin.createTopics({ topics: [{ topic: 'bad.kafka' }], waitForLeaders: true });
@@ -273,7 +257,7 @@ describe('e2e: NATS headers across MQTT v5, AMQP and Kafka', () => {
         assert.deepEqual(Object.keys(h).filter((k) => !['good', 'inject', 'lf', 'crlf'].includes(k)), [], `keys of ${s.subject}: ${JSON.stringify(h)}`);
         for (const [k, vs] of Object.entries(h)) for (const v of vs) assert.ok(!/[\r\n]/.test(v), `${k}: ${JSON.stringify(v)} on one line`);
       }
-      assert.equal(nc.isClosed(), false);
+      assert.equal(f.nc.isClosed(), false);
     } finally {
       await pub.endAsync();
       await producer.disconnect();

@@ -5,14 +5,42 @@
  */
 import { connect, type ConnectionOptions, type Msg, type NatsConnection, type Subscription, type SubscriptionOptions } from 'nats';
 import mqtt, { type IPublishPacket, type MqttClient } from 'mqtt';
-import type { Channel, ConsumeMessage } from 'amqplib';
+import { after, before } from 'node:test';
+import type { Channel, ChannelModel } from 'amqplib';
 import { eventually, FlowmqProcess } from './harness.js';
+import { connectAmqp } from './amqp-helpers.js';
 
 /** A broker with its MQTT, Kafka, AMQP and NATS listeners on free ports (AMQP heartbeats off, as the AMQP tests do). */
 export async function startNatsBroker(args: string[] = []): Promise<FlowmqProcess> {
   const b = await FlowmqProcess.start({ args: ['--amqp-heartbeat', '0', ...args] });
   await eventually(() => b.ports.nats !== undefined, 10_000, 'the NATS listener');
   return b;
+}
+
+/** What a cross-protocol describe block shares: one broker, a NATS connection, an amqplib connection and channel. */
+export interface CrossFixture {
+  broker: FlowmqProcess;
+  nc: NatsConnection;
+  conn: ChannelModel;
+  ch: Channel;
+}
+
+/** Starts the fixture before the block's tests (the NATS connection named `name`) and closes it after them. */
+export function crossFixture(name: string): CrossFixture {
+  const f = {} as CrossFixture;
+  before(async () => {
+    f.broker = await startNatsBroker();
+    f.nc = await connectNats(f.broker, { name });
+    f.conn = await connectAmqp(f.broker);
+    f.ch = await f.conn.createChannel();
+  });
+  after(async () => {
+    await f.nc?.close().catch(() => undefined);
+    await f.conn?.close().catch(() => undefined);
+    await f.broker?.stop();
+    f.broker?.cleanup();
+  });
+  return f;
 }
 
 /** A `nats` client connection that never reconnects (a test must see a dropped connection, not hide it). */
@@ -80,26 +108,6 @@ export async function mqttCollector(url: string, filters: string[], opts: mqtt.I
       return got.splice(0, i + 1).slice(0, i);
     },
   };
-}
-
-/** Consumes `queue` (acking) until a message with body `marker`; returns the messages before it. */
-export function takeUntil(ch: Channel, queue: string, marker: string, timeoutMs = 15_000): Promise<ConsumeMessage[]> {
-  return new Promise((resolve, reject) => {
-    const out: ConsumeMessage[] = [];
-    let done = false;
-    const timer = setTimeout(() => reject(new Error(`no marker ${marker} in ${queue} after ${out.map((m) => m.content.toString()).join(', ')}`)), timeoutMs);
-    ch.consume(queue, (m) => {
-      if (m === null || done) return;
-      ch.ack(m);
-      if (m.content.toString() !== marker) {
-        out.push(m);
-        return;
-      }
-      done = true;
-      clearTimeout(timer);
-      void ch.cancel(m.fields.consumerTag).then(() => resolve(out), reject);
-    }).catch(reject);
-  });
 }
 
 /** MQTT.js user properties as arrays of values (it gives a string for one value, an array for several). */

@@ -7,33 +7,19 @@
  * reaches it as the `Correlation-Id` header. A request that nothing in any protocol receives gets the no-responders
  * status at once; one that a subscriber of another protocol receives does not.
  */
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import mqtt, { type IPublishPacket } from 'mqtt';
-import type { Channel, ChannelModel, ConsumeMessage } from 'amqplib';
-import { ErrorCode, headers as natsHeaders, type Msg, type NatsConnection, type NatsError } from 'nats';
-import { eventually, FlowmqProcess } from './harness.js';
-import { connectAmqp } from './amqp-helpers.js';
-import { connectNats, seen, startNatsBroker, timeout, userProps } from './cross-nats-helpers.js';
+import type { Channel, ConsumeMessage } from 'amqplib';
+import { ErrorCode, headers as natsHeaders, type Msg, type NatsError } from 'nats';
+import { eventually } from './harness.js';
+import { crossFixture, seen, timeout, userProps } from './cross-nats-helpers.js';
 
 describe('e2e: request/reply between NATS, AMQP and MQTT v5', () => {
-  let broker: FlowmqProcess;
-  let nc: NatsConnection;
-  let conn: ChannelModel;
-  before(async () => {
-    broker = await startNatsBroker();
-    nc = await connectNats(broker, { name: 'cross-rpc' });
-    conn = await connectAmqp(broker);
-  });
-  after(async () => {
-    await nc?.close().catch(() => undefined);
-    await conn?.close().catch(() => undefined);
-    await broker?.stop();
-    broker?.cleanup();
-  });
+  const f = crossFixture('cross-rpc');
 
   it('NATS requests are answered by an amqplib RPC server (reply-to = the inbox; the answer on amq.topic)', async () => {
-    const server: Channel = await conn.createChannel();
+    const server: Channel = await f.conn.createChannel();
     await server.assertQueue('nrpc-square', { durable: false, autoDelete: true });
     await server.bindQueue('nrpc-square', 'amq.topic', 'svc.square');
     const seenByServer: ConsumeMessage[] = [];
@@ -53,7 +39,7 @@ describe('e2e: request/reply between NATS, AMQP and MQTT v5', () => {
     try {
       const h = natsHeaders();
       h.append('tenant', 'acme');
-      const replies = await timeout(Promise.all([3, 4, 5].map((n) => nc.request('svc.square', String(n), { timeout: 15_000, headers: h }))), 20_000, 'three replies');
+      const replies = await timeout(Promise.all([3, 4, 5].map((n) => f.nc.request('svc.square', String(n), { timeout: 15_000, headers: h }))), 20_000, 'three replies');
       assert.deepEqual(replies.map((r) => Buffer.from(r.data).toString()), ['9', '16', '25']);
       for (const r of replies) assert.deepEqual(seen(r).headers, { answeredBy: ['amqp'] });
       // What the AMQP server saw: the NATS inbox as reply-to (an inbox subject is a routing key as it is).
@@ -72,7 +58,7 @@ describe('e2e: request/reply between NATS, AMQP and MQTT v5', () => {
   });
 
   it('NATS requests are answered by an MQTT v5 responder (response topic = the inbox with / separators)', async () => {
-    const responder = await mqtt.connectAsync(broker.mqttUrl, { protocolVersion: 5, clientId: 'nrpc-mqtt', reconnectPeriod: 0 });
+    const responder = await mqtt.connectAsync(f.broker.mqttUrl, { protocolVersion: 5, clientId: 'nrpc-mqtt', reconnectPeriod: 0 });
     const got: IPublishPacket[] = [];
     const held: IPublishPacket[] = [];
     responder.on('message', (_t, _p, packet) => {
@@ -88,7 +74,7 @@ describe('e2e: request/reply between NATS, AMQP and MQTT v5', () => {
       const h = natsHeaders();
       h.append('trace', 't-1');
       const replies = await timeout(
-        Promise.all(['a', 'b', 'c'].map((w) => nc.request(`svc.upper.${w}`, `word ${w}`, { timeout: 15_000, headers: h }))),
+        Promise.all(['a', 'b', 'c'].map((w) => f.nc.request(`svc.upper.${w}`, `word ${w}`, { timeout: 15_000, headers: h }))),
         20_000,
         'three replies',
       );
@@ -111,7 +97,7 @@ describe('e2e: request/reply between NATS, AMQP and MQTT v5', () => {
   it('a NATS responder answers MQTT v5 requests: the response topic is its reply subject, the correlation data its Correlation-Id header', async () => {
     const responderSaw: Array<ReturnType<typeof seen>> = [];
     const held: Msg[] = [];
-    const sub = nc.subscribe('svc.echo.*', {
+    const sub = f.nc.subscribe('svc.echo.*', {
       callback: (err, m) => {
         if (err !== null) return;
         responderSaw.push(seen(m));
@@ -126,8 +112,8 @@ describe('e2e: request/reply between NATS, AMQP and MQTT v5', () => {
         }
       },
     });
-    await nc.flush();
-    const client = await mqtt.connectAsync(broker.mqttUrl, { protocolVersion: 5, clientId: 'nrpc-req', reconnectPeriod: 0 });
+    await f.nc.flush();
+    const client = await mqtt.connectAsync(f.broker.mqttUrl, { protocolVersion: 5, clientId: 'nrpc-req', reconnectPeriod: 0 });
     try {
       const replies: IPublishPacket[] = [];
       client.on('message', (_t, _p, packet) => replies.push(packet));
@@ -150,7 +136,7 @@ describe('e2e: request/reply between NATS, AMQP and MQTT v5', () => {
   });
 
   it('binary MQTT correlation data survives a round trip through a NATS responder that copies Correlation-Id', async () => {
-    const sub = nc.subscribe('svc.bin', {
+    const sub = f.nc.subscribe('svc.bin', {
       callback: (err, m) => {
         if (err !== null) return;
         const h = natsHeaders();
@@ -159,8 +145,8 @@ describe('e2e: request/reply between NATS, AMQP and MQTT v5', () => {
         m.respond(m.data, { headers: h });
       },
     });
-    await nc.flush();
-    const client = await mqtt.connectAsync(broker.mqttUrl, { protocolVersion: 5, clientId: 'nrpc-bin', reconnectPeriod: 0 });
+    await f.nc.flush();
+    const client = await mqtt.connectAsync(f.broker.mqttUrl, { protocolVersion: 5, clientId: 'nrpc-bin', reconnectPeriod: 0 });
     try {
       const reply = new Promise<IPublishPacket>((resolve) => client.on('message', (_t, _p, packet) => resolve(packet)));
       await client.subscribeAsync('clients/nrpc-bin', { qos: 1 });
@@ -177,7 +163,7 @@ describe('e2e: request/reply between NATS, AMQP and MQTT v5', () => {
 
   it('a NATS responder answers an amqplib requester: reply-to is its reply subject, correlation-id its Correlation-Id header', async () => {
     const responderSaw: unknown[] = [];
-    const sub = nc.subscribe('svc.lower.*', {
+    const sub = f.nc.subscribe('svc.lower.*', {
       callback: (err, m) => {
         if (err !== null) return;
         const s = seen(m);
@@ -189,8 +175,8 @@ describe('e2e: request/reply between NATS, AMQP and MQTT v5', () => {
         m.respond(Buffer.from(m.data).toString().toLowerCase(), { headers: h });
       },
     });
-    await nc.flush();
-    const ch = await conn.createChannel();
+    await f.nc.flush();
+    const ch = await f.conn.createChannel();
     try {
       const { queue } = await ch.assertQueue('', { exclusive: true });
       await ch.bindQueue(queue, 'amq.topic', 'replies.nrpc-amqp');
@@ -218,13 +204,13 @@ describe('e2e: request/reply between NATS, AMQP and MQTT v5', () => {
   });
 
   it('no responders: a request nothing in any protocol receives fails with 503; one only an MQTT subscriber receives does not', async () => {
-    await assert.rejects(nc.request('nobody.home', 'x', { timeout: 10_000 }), (e: NatsError) => e.code === ErrorCode.NoResponders);
+    await assert.rejects(f.nc.request('nobody.home', 'x', { timeout: 10_000 }), (e: NatsError) => e.code === ErrorCode.NoResponders);
     // An MQTT subscriber is a responder: the request waits for its answer instead of failing at once.
-    const responder = await mqtt.connectAsync(broker.mqttUrl, { protocolVersion: 5, reconnectPeriod: 0 });
+    const responder = await mqtt.connectAsync(f.broker.mqttUrl, { protocolVersion: 5, reconnectPeriod: 0 });
     responder.on('message', (_t, payload, packet) => void responder.publishAsync(packet.properties!.responseTopic!, `re: ${payload.toString()}`, { qos: 0 }));
     await responder.subscribeAsync('somebody/#', { qos: 0 });
     try {
-      const r = await nc.request('somebody.home', 'x', { timeout: 10_000 });
+      const r = await f.nc.request('somebody.home', 'x', { timeout: 10_000 });
       assert.equal(Buffer.from(r.data).toString(), 're: x');
     } finally {
       await responder.endAsync();

@@ -4,14 +4,12 @@
  * and Kafka publishers is replayed by a JetStream pull consumer that sees each message under its own subject with
  * the headers a live NATS subscriber would get, and its sequence = Kafka offset + 1.
  */
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import kafkajsPkg, { type KafkaMessage } from 'kafkajs';
-import type { ChannelModel } from 'amqplib';
-import { AckPolicy, headers as natsHeaders, type JsMsg, type NatsConnection } from 'nats';
-import { eventually, FlowmqProcess } from './harness.js';
-import { connectAmqp } from './amqp-helpers.js';
-import { connectNats, startNatsBroker } from './cross-nats-helpers.js';
+import { AckPolicy, headers as natsHeaders, type JsMsg } from 'nats';
+import { eventually } from './harness.js';
+import { crossFixture } from './cross-nats-helpers.js';
 
 const { Kafka, logLevel } = kafkajsPkg;
 
@@ -23,24 +21,11 @@ function hdrs(m: JsMsg): Record<string, string[]> | null {
 }
 
 describe('e2e: JetStream over FlowMQ streams with Kafka and AMQP', () => {
-  let broker: FlowmqProcess;
-  let nc: NatsConnection;
-  let conn: ChannelModel;
-  before(async () => {
-    broker = await startNatsBroker();
-    nc = await connectNats(broker, { name: 'cross-stream' });
-    conn = await connectAmqp(broker);
-  });
-  after(async () => {
-    await nc?.close().catch(() => undefined);
-    await conn?.close().catch(() => undefined);
-    await broker?.stop();
-    broker?.cleanup();
-  });
+  const f = crossFixture('cross-stream');
 
   it('a JetStream publish (PubAck seq, Nats-Msg-Id dedup) is the Kafka record at offset seq - 1 with the NATS headers', async () => {
-    await broker.api('POST', '/api/v1/streams', { name: 'js-kafka', partitions: 1, bindings: ['jsk/#'] });
-    const js = nc.jetstream();
+    await f.broker.api('POST', '/api/v1/streams', { name: 'js-kafka', partitions: 1, bindings: ['jsk/#'] });
+    const js = f.nc.jetstream();
     const h = natsHeaders();
     h.append('tenant', 'acme');
     const first = await js.publish('jsk.a', 'one', { msgID: 'dedup-1', headers: h });
@@ -50,7 +35,7 @@ describe('e2e: JetStream over FlowMQ streams with Kafka and AMQP', () => {
     assert.deepEqual([again.stream, again.seq, again.duplicate], ['js-kafka', 1, true]);
     assert.deepEqual([second.stream, second.seq, second.duplicate], ['js-kafka', 2, false]);
 
-    const kafka = new Kafka({ brokers: [broker.kafka], clientId: 'xs', logLevel: logLevel.NOTHING, retry: { retries: 8, initialRetryTime: 100 } });
+    const kafka = new Kafka({ brokers: [f.broker.kafka], clientId: 'xs', logLevel: logLevel.NOTHING, retry: { retries: 8, initialRetryTime: 100 } });
     const consumer = kafka.consumer({ groupId: 'xs-readers', maxWaitTimeInMs: 200 });
     const records: KafkaMessage[] = [];
     await consumer.connect();
@@ -71,12 +56,12 @@ describe('e2e: JetStream over FlowMQ streams with Kafka and AMQP', () => {
   });
 
   it('a stream fed by AMQP and Kafka is replayed by a JetStream pull consumer: subjects, headers, seq = offset + 1', async () => {
-    await broker.api('POST', '/api/v1/streams', { name: 'js-mixed', partitions: 1, bindings: ['mixed/#'] });
-    const ch = await conn.createConfirmChannel();
+    await f.broker.api('POST', '/api/v1/streams', { name: 'js-mixed', partitions: 1, bindings: ['mixed/#'] });
+    const ch = await f.conn.createConfirmChannel();
     ch.publish('amq.topic', 'mixed.amqp.v1/2', Buffer.from('from amqp'), { headers: { tenant: 'acme' }, messageId: 'am-1', correlationId: 'ac-1', contentType: 'text/plain' });
     await ch.waitForConfirms();
     await ch.close();
-    const kafka = new Kafka({ brokers: [broker.kafka], clientId: 'xs-mixed', logLevel: logLevel.NOTHING, retry: { retries: 8, initialRetryTime: 100 } });
+    const kafka = new Kafka({ brokers: [f.broker.kafka], clientId: 'xs-mixed', logLevel: logLevel.NOTHING, retry: { retries: 8, initialRetryTime: 100 } });
     const producer = kafka.producer();
     await producer.connect();
     try {
@@ -84,9 +69,9 @@ describe('e2e: JetStream over FlowMQ streams with Kafka and AMQP', () => {
     } finally {
       await producer.disconnect();
     }
-    const jsm = await nc.jetstreamManager();
+    const jsm = await f.nc.jetstreamManager();
     await jsm.consumers.add('js-mixed', { durable_name: 'replay', ack_policy: AckPolicy.Explicit });
-    const c = await nc.jetstream().consumers.get('js-mixed', 'replay');
+    const c = await f.nc.jetstream().consumers.get('js-mixed', 'replay');
     const got: JsMsg[] = [];
     const iter = await c.fetch({ max_messages: 2, expires: 10_000 });
     for await (const m of iter) {

@@ -6,44 +6,27 @@
  * (NATS `a.>` does not match `a`, MQTT `a/#` does). Absence is proven with a marker message sent after what must
  * not arrive.
  */
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import mqtt from 'mqtt';
 import kafkajsPkg from 'kafkajs';
-import type { Channel, ChannelModel } from 'amqplib';
-import type { NatsConnection } from 'nats';
-import { eventually, FlowmqProcess } from './harness.js';
-import { connectAmqp } from './amqp-helpers.js';
-import { connectNats, mqttCollector, natsCollector, startNatsBroker, takeUntil } from './cross-nats-helpers.js';
+import { eventually } from './harness.js';
+import { crossFixture, connectNats, mqttCollector, natsCollector } from './cross-nats-helpers.js';
+import { takeUntil } from './amqp-helpers.js';
 
 const { Kafka, logLevel } = kafkajsPkg;
 
 describe('e2e: NATS subjects across MQTT, AMQP and Kafka', () => {
-  let broker: FlowmqProcess;
-  let nc: NatsConnection;
-  let conn: ChannelModel;
-  let ch: Channel;
-  before(async () => {
-    broker = await startNatsBroker();
-    nc = await connectNats(broker, { name: 'cross-topic' });
-    conn = await connectAmqp(broker);
-    ch = await conn.createChannel();
-  });
-  after(async () => {
-    await nc?.close().catch(() => undefined);
-    await conn?.close().catch(() => undefined);
-    await broker?.stop();
-    broker?.cleanup();
-  });
+  const f = crossFixture('cross-topic');
 
   it('NATS publishes reach MQTT subscribers: subject a.b.c is topic a/b/c, with MQTT wildcards on the MQTT side', async () => {
-    const sub = await mqttCollector(broker.mqttUrl, ['n2m/+/c', 'n2m/deep/#']);
+    const sub = await mqttCollector(f.broker.mqttUrl, ['n2m/+/c', 'n2m/deep/#']);
     try {
-      nc.publish('n2m.b.c', 'abc');
-      for (const s of ['n2m.b.d', 'n2m.b.c.d', 'x.b.c', 'n2m.c']) nc.publish(s, s);
-      nc.publish('n2m.deep', 'deep itself'); // MQTT a/# matches a
-      nc.publish('n2m.deep.x.y', 'deep below');
-      nc.publish('n2m.z.c', 'end');
+      f.nc.publish('n2m.b.c', 'abc');
+      for (const s of ['n2m.b.d', 'n2m.b.c.d', 'x.b.c', 'n2m.c']) f.nc.publish(s, s);
+      f.nc.publish('n2m.deep', 'deep itself'); // MQTT a/# matches a
+      f.nc.publish('n2m.deep.x.y', 'deep below');
+      f.nc.publish('n2m.z.c', 'end');
       const got = await sub.until('end');
       assert.deepEqual(got.map((p) => [p.topic, p.payload.toString()]), [
         ['n2m/b/c', 'abc'],
@@ -58,11 +41,11 @@ describe('e2e: NATS subjects across MQTT, AMQP and Kafka', () => {
   });
 
   it('MQTT publishes reach NATS subscribers with NATS wildcards: * one token, > one or more (a.> does not match a)', async () => {
-    const star = natsCollector(nc, 'm2n.*.c');
-    const tail = natsCollector(nc, 'm2n.deep.>');
-    const both = natsCollector(nc, 'm2n.>');
-    await nc.flush();
-    const pub = await mqtt.connectAsync(broker.mqttUrl, { protocolVersion: 5, reconnectPeriod: 0 });
+    const star = natsCollector(f.nc, 'm2n.*.c');
+    const tail = natsCollector(f.nc, 'm2n.deep.>');
+    const both = natsCollector(f.nc, 'm2n.>');
+    await f.nc.flush();
+    const pub = await mqtt.connectAsync(f.broker.mqttUrl, { protocolVersion: 5, reconnectPeriod: 0 });
     try {
       await pub.publishAsync('m2n/b/c', 'abc', { qos: 1 });
       await pub.publishAsync('m2n/b/c/d', 'too deep for *', { qos: 1 });
@@ -89,9 +72,9 @@ describe('e2e: NATS subjects across MQTT, AMQP and Kafka', () => {
   });
 
   it('an MQTT message without properties arrives as a plain MSG: no headers, no reply', async () => {
-    const s = natsCollector(nc, 'plain.>');
-    await nc.flush();
-    const pub = await mqtt.connectAsync(broker.mqttUrl, { protocolVersion: 5, reconnectPeriod: 0 });
+    const s = natsCollector(f.nc, 'plain.>');
+    await f.nc.flush();
+    const pub = await mqtt.connectAsync(f.broker.mqttUrl, { protocolVersion: 5, reconnectPeriod: 0 });
     try {
       await pub.publishAsync('plain/x', 'bare', { qos: 1 });
       await pub.publishAsync('plain/end', 'end', { qos: 1 });
@@ -104,16 +87,16 @@ describe('e2e: NATS subjects across MQTT, AMQP and Kafka', () => {
   });
 
   it('a / inside a NATS token is a . inside an MQTT level, and back', async () => {
-    const sub = await mqttCollector(broker.mqttUrl, ['sep/x.y/+', 'sep/end']);
-    const ns = natsCollector(nc, 'sep.v1/2.*');
-    await nc.flush();
-    const pub = await mqtt.connectAsync(broker.mqttUrl, { protocolVersion: 5, reconnectPeriod: 0 });
+    const sub = await mqttCollector(f.broker.mqttUrl, ['sep/x.y/+', 'sep/end']);
+    const ns = natsCollector(f.nc, 'sep.v1/2.*');
+    await f.nc.flush();
+    const pub = await mqtt.connectAsync(f.broker.mqttUrl, { protocolVersion: 5, reconnectPeriod: 0 });
     try {
       // NATS → MQTT.
-      nc.publish('sep.x/y.z', 'slash in a token');
-      nc.publish('sep.x.y.z', 'four tokens'); // sep/x/y/z: not sep/x.y/+
-      nc.publish('sep.x/y', 'no third token');
-      nc.publish('sep.end', 'end');
+      f.nc.publish('sep.x/y.z', 'slash in a token');
+      f.nc.publish('sep.x.y.z', 'four tokens'); // sep/x/y/z: not sep/x.y/+
+      f.nc.publish('sep.x/y', 'no third token');
+      f.nc.publish('sep.end', 'end');
       assert.deepEqual((await sub.until('end')).map((p) => [p.topic, p.payload.toString()]), [['sep/x.y/z', 'slash in a token']]);
 
       // MQTT → NATS.
@@ -133,10 +116,10 @@ describe('e2e: NATS subjects across MQTT, AMQP and Kafka', () => {
     // A NATS subject cannot hold a space or a tab, and MSG is a space-separated control line: such a delivery
     // would corrupt the client's protocol stream. The NATS subscriber must stay usable whatever the adapter does.
     // Its own connection, so that a broken one fails this test only.
-    const own = await connectNats(broker, { name: 'whitespace' });
+    const own = await connectNats(f.broker, { name: 'whitespace' });
     const ns = natsCollector(own, 'ws.>');
     await own.flush();
-    const pub = await mqtt.connectAsync(broker.mqttUrl, { protocolVersion: 5, reconnectPeriod: 0 });
+    const pub = await mqtt.connectAsync(f.broker.mqttUrl, { protocolVersion: 5, reconnectPeriod: 0 });
     try {
       await pub.publishAsync('ws/has space', 'space', { qos: 1 });
       await pub.publishAsync('ws/has\ttab', 'tab', { qos: 1 });
@@ -155,11 +138,11 @@ describe('e2e: NATS subjects across MQTT, AMQP and Kafka', () => {
   });
 
   it('a NATS subscription gets no retained MQTT messages (NATS has none); a retained publish made while it is there arrives live', async () => {
-    const pub = await mqtt.connectAsync(broker.mqttUrl, { protocolVersion: 5, reconnectPeriod: 0 });
+    const pub = await mqtt.connectAsync(f.broker.mqttUrl, { protocolVersion: 5, reconnectPeriod: 0 });
     try {
       await pub.publishAsync('ret/x', 'old retained', { qos: 1, retain: true });
-      const ns = natsCollector(nc, 'ret.>');
-      await nc.flush();
+      const ns = natsCollector(f.nc, 'ret.>');
+      await f.nc.flush();
       await pub.publishAsync('ret/y', 'live retained', { qos: 1, retain: true });
       await pub.publishAsync('ret/end', 'end', { qos: 1 });
       assert.deepEqual((await ns.until('end')).map((s) => [s.subject, s.data]), [['ret.y', 'live retained']]);
@@ -173,15 +156,15 @@ describe('e2e: NATS subjects across MQTT, AMQP and Kafka', () => {
   });
 
   it('NATS > matches $ subjects (no MQTT $ rule for NATS subscriptions) while MQTT # does not', async () => {
-    const ns = natsCollector(nc, '>');
-    const sub = await mqttCollector(broker.mqttUrl, ['#', '$app/#']);
-    await nc.flush();
-    const pub = await mqtt.connectAsync(broker.mqttUrl, { protocolVersion: 5, reconnectPeriod: 0 });
+    const ns = natsCollector(f.nc, '>');
+    const sub = await mqttCollector(f.broker.mqttUrl, ['#', '$app/#']);
+    await f.nc.flush();
+    const pub = await mqtt.connectAsync(f.broker.mqttUrl, { protocolVersion: 5, reconnectPeriod: 0 });
     try {
-      nc.publish('$app.x', 'dollar from NATS');
-      await nc.flush(); // ahead of the MQTT publish
+      f.nc.publish('$app.x', 'dollar from NATS');
+      await f.nc.flush(); // ahead of the MQTT publish
       await pub.publishAsync('$app/y', 'dollar from MQTT', { qos: 1 });
-      nc.publish('dollar.end', 'end');
+      f.nc.publish('dollar.end', 'end');
       const n = await ns.until('end');
       assert.deepEqual(n.filter((s) => s.subject.startsWith('$app')).map((s) => [s.subject, s.data]), [['$app.x', 'dollar from NATS'], ['$app.y', 'dollar from MQTT']]);
       const m = await sub.until('end');
@@ -195,20 +178,20 @@ describe('e2e: NATS subjects across MQTT, AMQP and Kafka', () => {
   });
 
   it('an AMQP queue bound on amq.topic receives NATS publishes (routing key = subject; AMQP # matches zero words)', async () => {
-    await ch.assertQueue('xn-hash', { exclusive: true });
-    await ch.bindQueue('xn-hash', 'amq.topic', 'orders.#');
-    await ch.assertQueue('xn-star', { exclusive: true });
-    await ch.bindQueue('xn-star', 'amq.topic', '*.v1/2.*');
-    nc.publish('orders.eu.1', 'o1');
-    nc.publish('orders', 'orders itself');
-    nc.publish('ordersx.eu', 'no');
-    nc.publish('other.orders', 'no');
-    nc.publish('dev.v1/2.temp', 'slash in a word');
-    nc.publish('dev.v1.2.temp', 'no');
-    nc.publish('orders.end', 'end');
-    nc.publish('dev.v1/2.end', 'end');
-    await nc.flush();
-    const hash = await takeUntil(ch, 'xn-hash', 'end');
+    await f.ch.assertQueue('xn-hash', { exclusive: true });
+    await f.ch.bindQueue('xn-hash', 'amq.topic', 'orders.#');
+    await f.ch.assertQueue('xn-star', { exclusive: true });
+    await f.ch.bindQueue('xn-star', 'amq.topic', '*.v1/2.*');
+    f.nc.publish('orders.eu.1', 'o1');
+    f.nc.publish('orders', 'orders itself');
+    f.nc.publish('ordersx.eu', 'no');
+    f.nc.publish('other.orders', 'no');
+    f.nc.publish('dev.v1/2.temp', 'slash in a word');
+    f.nc.publish('dev.v1.2.temp', 'no');
+    f.nc.publish('orders.end', 'end');
+    f.nc.publish('dev.v1/2.end', 'end');
+    await f.nc.flush();
+    const hash = await takeUntil(f.ch, 'xn-hash', 'end');
     assert.deepEqual(hash.map((m) => [m.fields.exchange, m.fields.routingKey, m.content.toString()]), [
       ['amq.topic', 'orders.eu.1', 'o1'],
       ['amq.topic', 'orders', 'orders itself'],
@@ -216,35 +199,35 @@ describe('e2e: NATS subjects across MQTT, AMQP and Kafka', () => {
     // A NATS publish says nothing about persistence: no delivery-mode; and it has no headers.
     assert.equal(hash[0]!.properties.deliveryMode, undefined);
     assert.equal(hash[0]!.properties.headers, undefined);
-    const star = await takeUntil(ch, 'xn-star', 'end');
+    const star = await takeUntil(f.ch, 'xn-star', 'end');
     assert.deepEqual(star.map((m) => [m.fields.routingKey, m.content.toString()]), [['dev.v1/2.temp', 'slash in a word']]);
   });
 
   it('AMQP publishes on amq.topic reach NATS subscribers (other exchanges do not)', async () => {
-    const ns = natsCollector(nc, 'a2n.*');
-    await nc.flush();
-    ch.publish('amq.topic', 'a2n.one', Buffer.from('one'));
-    ch.publish('amq.topic', 'a2n.one.two', Buffer.from('no'));
-    await ch.assertExchange('xn.other', 'topic', { durable: false, autoDelete: true });
-    ch.publish('xn.other', 'a2n.two', Buffer.from('other exchange'));
-    ch.publish('amq.topic', 'a2n.end', Buffer.from('end'));
+    const ns = natsCollector(f.nc, 'a2n.*');
+    await f.nc.flush();
+    f.ch.publish('amq.topic', 'a2n.one', Buffer.from('one'));
+    f.ch.publish('amq.topic', 'a2n.one.two', Buffer.from('no'));
+    await f.ch.assertExchange('xn.other', 'topic', { durable: false, autoDelete: true });
+    f.ch.publish('xn.other', 'a2n.two', Buffer.from('other exchange'));
+    f.ch.publish('amq.topic', 'a2n.end', Buffer.from('end'));
     const got = await ns.until('end');
     assert.deepEqual(got.map((s) => [s.subject, s.data, s.headers]), [['a2n.one', 'one', null]]);
     ns.sub.unsubscribe();
   });
 
   it('a NATS publish is captured by a stream and read by a KafkaJS consumer; a Kafka produce reaches NATS subscribers', async () => {
-    await broker.api('POST', '/api/v1/streams', { name: 'nats-orders', partitions: 1, bindings: ['norders/#'] });
-    const kafka = new Kafka({ brokers: [broker.kafka], clientId: 'xn', logLevel: logLevel.NOTHING, retry: { retries: 8, initialRetryTime: 100 } });
-    const live = natsCollector(nc, 'nats-orders');
-    await nc.flush();
+    await f.broker.api('POST', '/api/v1/streams', { name: 'nats-orders', partitions: 1, bindings: ['norders/#'] });
+    const kafka = new Kafka({ brokers: [f.broker.kafka], clientId: 'xn', logLevel: logLevel.NOTHING, retry: { retries: 8, initialRetryTime: 100 } });
+    const live = natsCollector(f.nc, 'nats-orders');
+    await f.nc.flush();
 
-    nc.publish('norders.eu.1', 'o-1');
-    nc.publish('norders', 'the parent'); // MQTT # binding: captured too
-    nc.publish('nordersx.eu', 'not captured');
-    nc.publish('norders.v1/2', 'slash in a token');
-    nc.publish('norders.end', 'end');
-    await nc.flush();
+    f.nc.publish('norders.eu.1', 'o-1');
+    f.nc.publish('norders', 'the parent'); // MQTT # binding: captured too
+    f.nc.publish('nordersx.eu', 'not captured');
+    f.nc.publish('norders.v1/2', 'slash in a token');
+    f.nc.publish('norders.end', 'end');
+    await f.nc.flush();
 
     const consumer = kafka.consumer({ groupId: 'xn-readers', maxWaitTimeInMs: 200 });
     await consumer.connect();
@@ -282,24 +265,24 @@ describe('e2e: NATS subjects across MQTT, AMQP and Kafka', () => {
   });
 
   it('a NATS queue group holds only NATS members: each message once among them; an MQTT $share group of the same name is a group of its own', async () => {
-    const nc2 = await connectNats(broker, { name: 'worker-2' });
-    const nc3 = await connectNats(broker, { name: 'worker-3' });
-    const members = [natsCollector(nc, 'jobs.*', { queue: 'workers' }), natsCollector(nc2, 'jobs.*', { queue: 'workers' }), natsCollector(nc3, 'jobs.*', { queue: 'workers' })];
+    const nc2 = await connectNats(f.broker, { name: 'worker-2' });
+    const nc3 = await connectNats(f.broker, { name: 'worker-3' });
+    const members = [natsCollector(f.nc, 'jobs.*', { queue: 'workers' }), natsCollector(nc2, 'jobs.*', { queue: 'workers' }), natsCollector(nc3, 'jobs.*', { queue: 'workers' })];
     const plain = natsCollector(nc2, 'jobs.*');
     // Same group name and an equivalent filter, but MQTT: a separate group that gets every message too.
-    const shared = await mqttCollector(broker.mqttUrl, ['$share/workers/jobs/+']);
-    await Promise.all([nc.flush(), nc2.flush(), nc3.flush()]);
-    const pub = await mqtt.connectAsync(broker.mqttUrl, { protocolVersion: 5, reconnectPeriod: 0 });
+    const shared = await mqttCollector(f.broker.mqttUrl, ['$share/workers/jobs/+']);
+    await Promise.all([f.nc.flush(), nc2.flush(), nc3.flush()]);
+    const pub = await mqtt.connectAsync(f.broker.mqttUrl, { protocolVersion: 5, reconnectPeriod: 0 });
     try {
       const sent: string[] = [];
       // Publishers of three protocols feed the group.
       for (let i = 0; i < 10; i++) {
         sent.push(`m${i}`, `n${i}`, `a${i}`);
         await pub.publishAsync(`jobs/m${i}`, `m${i}`, { qos: 1 });
-        nc.publish(`jobs.n${i}`, `n${i}`);
-        ch.publish('amq.topic', `jobs.a${i}`, Buffer.from(`a${i}`));
+        f.nc.publish(`jobs.n${i}`, `n${i}`);
+        f.ch.publish('amq.topic', `jobs.a${i}`, Buffer.from(`a${i}`));
       }
-      await nc.flush();
+      await f.nc.flush();
       await eventually(() => members.reduce((n, m) => n + m.got.length, 0) >= sent.length, 15_000, 'every job delivered to the queue group');
       await eventually(() => plain.got.length >= sent.length && shared.got.length >= sent.length, 15_000, 'every job to the plain and the MQTT shared subscriber');
       const all = members.flatMap((m) => m.got.map((s) => s.data));

@@ -130,116 +130,65 @@ export class NatsWriter {
 
   /** `MSG <subject> <sid> [reply] <size>\r\n<payload>\r\n` */
   writeMsg(subject: string, sid: string, reply: string | null, payload: Uint8Array): void {
-    const strs = subject.length + sid.length + (reply === null ? 0 : reply.length + 1);
-    this.reserve(4 + 3 * strs + INT_ROOM + payload.length + 4);
-    const buf = this.buf;
-    let p = this.pos;
-    buf[p] = 0x4d; // M
-    buf[p + 1] = 0x53; // S
-    buf[p + 2] = 0x47; // G
-    buf[p + 3] = 0x20;
-    p = putStr(buf, p + 4, subject);
-    buf[p++] = 0x20;
-    p = putStr(buf, p, sid);
-    buf[p++] = 0x20;
-    if (reply !== null) {
-      p = putStr(buf, p, reply);
-      buf[p++] = 0x20;
-    }
-    p = putInt(buf, p, payload.length);
-    buf[p] = 0x0d;
-    buf[p + 1] = 0x0a;
-    p = putBytes(buf, p + 2, payload);
-    buf[p] = 0x0d;
-    buf[p + 1] = 0x0a;
-    this.pos = p + 2;
+    this.frame(OP_MSG, subject, sid, reply, null, payload);
   }
 
   /** `HMSG <subject> <sid> [reply] <header size> <total size>\r\n<headers><payload>\r\n` */
   writeHmsg(subject: string, sid: string, reply: string | null, headers: Uint8Array, payload: Uint8Array): void {
-    const strs = subject.length + sid.length + (reply === null ? 0 : reply.length + 1);
-    this.reserve(5 + 3 * strs + 2 * INT_ROOM + headers.length + payload.length + 4);
-    const buf = this.buf;
-    let p = this.pos;
-    buf[p] = 0x48; // H
-    buf[p + 1] = 0x4d; // M
-    buf[p + 2] = 0x53; // S
-    buf[p + 3] = 0x47; // G
-    buf[p + 4] = 0x20;
-    p = putStr(buf, p + 5, subject);
-    buf[p++] = 0x20;
-    p = putStr(buf, p, sid);
-    buf[p++] = 0x20;
-    if (reply !== null) {
-      p = putStr(buf, p, reply);
-      buf[p++] = 0x20;
-    }
-    p = putInt(buf, p, headers.length);
-    buf[p++] = 0x20;
-    p = putInt(buf, p, headers.length + payload.length);
-    buf[p] = 0x0d;
-    buf[p + 1] = 0x0a;
-    p = putBytes(buf, p + 2, headers);
-    p = putBytes(buf, p, payload);
-    buf[p] = 0x0d;
-    buf[p + 1] = 0x0a;
-    this.pos = p + 2;
+    this.frame(OP_HMSG, subject, sid, reply, headers, payload);
   }
 
   /** Client side: `PUB <subject> [reply] <size>\r\n<payload>\r\n` */
   writePub(subject: string, reply: string | null, payload: Uint8Array): void {
-    const strs = subject.length + (reply === null ? 0 : reply.length + 1);
-    this.reserve(4 + 3 * strs + INT_ROOM + payload.length + 4);
-    const buf = this.buf;
-    let p = this.pos;
-    buf[p] = 0x50; // P
-    buf[p + 1] = 0x55; // U
-    buf[p + 2] = 0x42; // B
-    buf[p + 3] = 0x20;
-    p = putStr(buf, p + 4, subject);
-    buf[p++] = 0x20;
-    if (reply !== null) {
-      p = putStr(buf, p, reply);
-      buf[p++] = 0x20;
-    }
-    p = putInt(buf, p, payload.length);
-    buf[p] = 0x0d;
-    buf[p + 1] = 0x0a;
-    p = putBytes(buf, p + 2, payload);
-    buf[p] = 0x0d;
-    buf[p + 1] = 0x0a;
-    this.pos = p + 2;
+    this.frame(OP_PUB, subject, null, reply, null, payload);
   }
 
   /** Client side: `HPUB <subject> [reply] <header size> <total size>\r\n<headers><payload>\r\n` */
   writeHpub(subject: string, reply: string | null, headers: Uint8Array, payload: Uint8Array): void {
-    const strs = subject.length + (reply === null ? 0 : reply.length + 1);
-    this.reserve(5 + 3 * strs + 2 * INT_ROOM + headers.length + payload.length + 4);
+    this.frame(OP_HPUB, subject, null, reply, headers, payload);
+  }
+
+  /**
+   * One frame of the four kinds: `<op> <subject> [sid] [reply] [<header size>] <size>\r\n[headers]<payload>\r\n`.
+   * The op bytes include their trailing space. Strings are reserved at 3 bytes per UTF-16 unit (their UTF-8 worst
+   * case), so one reserve covers the whole frame.
+   */
+  private frame(op: Uint8Array, subject: string, sid: string | null, reply: string | null, headers: Uint8Array | null, payload: Uint8Array): void {
+    const strs = subject.length + (sid === null ? 0 : sid.length + 1) + (reply === null ? 0 : reply.length + 1);
+    const hlen = headers === null ? 0 : headers.length;
+    this.reserve(op.length + 3 * strs + 2 * INT_ROOM + hlen + payload.length + 4);
     const buf = this.buf;
-    let p = this.pos;
-    buf[p] = 0x48; // H
-    buf[p + 1] = 0x50; // P
-    buf[p + 2] = 0x55; // U
-    buf[p + 3] = 0x42; // B
-    buf[p + 4] = 0x20;
-    p = putStr(buf, p + 5, subject);
+    let p = putBytes(buf, this.pos, op);
+    p = putStr(buf, p, subject);
     buf[p++] = 0x20;
+    if (sid !== null) {
+      p = putStr(buf, p, sid);
+      buf[p++] = 0x20;
+    }
     if (reply !== null) {
       p = putStr(buf, p, reply);
       buf[p++] = 0x20;
     }
-    p = putInt(buf, p, headers.length);
-    buf[p++] = 0x20;
-    p = putInt(buf, p, headers.length + payload.length);
+    if (headers !== null) {
+      p = putInt(buf, p, hlen);
+      buf[p++] = 0x20;
+    }
+    p = putInt(buf, p, hlen + payload.length);
     buf[p] = 0x0d;
     buf[p + 1] = 0x0a;
-    p = putBytes(buf, p + 2, headers);
+    p += 2;
+    if (headers !== null) p = putBytes(buf, p, headers);
     p = putBytes(buf, p, payload);
     buf[p] = 0x0d;
     buf[p + 1] = 0x0a;
     this.pos = p + 2;
   }
 }
+
+const OP_MSG = Buffer.from('MSG ');
+const OP_HMSG = Buffer.from('HMSG ');
+const OP_PUB = Buffer.from('PUB ');
+const OP_HPUB = Buffer.from('HPUB ');
 
 /** Free-function forms of the writer's delivery methods. */
 export function writeMsg(w: NatsWriter, subject: string, sid: string, reply: string | null, payload: Uint8Array): void {
