@@ -53,6 +53,8 @@ export interface JetStreamOptions {
   flushDelayMs?: number;
   /** Consumers over all streams; more are refused (10026). Default MAX_CONSUMERS. */
   maxConsumers?: number;
+  /** Nats-Msg-Ids remembered per stream within its duplicate window; past it the oldest go early. Default 200,000. */
+  maxDedupIds?: number;
 }
 
 /**
@@ -89,6 +91,7 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
   private readonly tickMs: number;
   private readonly flushDelayMs: number;
   private readonly maxConsumers: number;
+  private readonly maxDedupIds: number;
   private storeWarned = false;
   private closed = false;
   /** Failures a client can trigger are logged rate limited. */
@@ -102,6 +105,7 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
     this.logLimit = new LogLimiter(logger);
     this.tickMs = options.tickMs ?? 100;
     this.maxConsumers = options.maxConsumers ?? MAX_CONSUMERS;
+    this.maxDedupIds = options.maxDedupIds ?? 200_000;
     this.flushDelayMs = options.flushDelayMs ?? 20;
   }
 
@@ -335,6 +339,14 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
     ids.delete(id);
     ids.set(id, { seq, at: now });
     this.prune(stream, ids, now);
+    // A publisher sending unique ids fast would grow the window without bound (12 million ids in 2 minutes at
+    // 100k/s): past the cap the oldest ids are forgotten early, so dedup is best effort for them.
+    if (ids.size > this.maxDedupIds) {
+      for (const k of ids.keys()) {
+        ids.delete(k);
+        if (ids.size <= this.maxDedupIds) break;
+      }
+    }
   }
 
   private prune(stream: string, ids: Map<string, { seq: number; at: number }>, now: number): void {

@@ -162,6 +162,16 @@ describe('JetStream API: account and streams', () => {
     assert.equal(purged.state.last_seq, 4);
   });
 
+  it('remembers at most maxDedupIds ids per stream: past it the oldest are forgotten first', async () => {
+    const { c, engine } = await env({ maxDedupIds: 2 });
+    await c.api('$JS.API.STREAM.CREATE.D', { name: 'D', subjects: ['d.>'] });
+    for (const id of ['i1', 'i2', 'i3']) await c.publish('d.x', id, [h('Nats-Msg-Id', id)]);
+    assert.deepEqual(await c.publish('d.x', 'again', [h('Nats-Msg-Id', 'i3')]), { stream: 'D', seq: 3, duplicate: true });
+    assert.deepEqual(await c.publish('d.x', 'again', [h('Nats-Msg-Id', 'i2')]), { stream: 'D', seq: 2, duplicate: true });
+    assert.deepEqual(await c.publish('d.x', 'again', [h('Nats-Msg-Id', 'i1')]), { stream: 'D', seq: 4 }, 'i1 was forgotten');
+    assert.equal(engine.offsets('D', 0).highWatermark, 4);
+  });
+
   it('updates max_age and subjects (the stream captures the new subjects from then on)', async () => {
     const { c, engine } = await env();
     await c.api('$JS.API.STREAM.CREATE.U', { name: 'U', subjects: ['u.>'] });
