@@ -11,20 +11,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import amqp from 'amqplib';
 import { FlowmqProcess } from './harness.js';
-import { RawAmqp, amqpUrl, connectAmqp, defs, frame, startAmqpBroker } from './amqp-helpers.js';
+import { amqpFixture, RawAmqp, amqpUrl, connectAmqp, defs, frame, startAmqpBroker } from './amqp-helpers.js';
 
 describe('e2e: AMQP connections', () => {
-  let broker: FlowmqProcess;
-  before(async () => {
-    broker = await startAmqpBroker();
-  });
-  after(async () => {
-    await broker.stop();
-    broker.cleanup();
-  });
+  const f = amqpFixture();
 
   it('amqplib connects; the server announces its capabilities; a channel round-trips a message', async () => {
-    const conn = await connectAmqp(broker);
+    const conn = await connectAmqp(f.broker);
     const props = (conn.connection as unknown as { serverProperties: Record<string, unknown> }).serverProperties;
     assert.equal(props.product, 'FlowMQ');
     const caps = props.capabilities as Record<string, boolean>;
@@ -50,8 +43,8 @@ describe('e2e: AMQP connections', () => {
 
   it('a virtual host other than / is refused with 530', async () => {
     // amqplib reports the refusal without its code: the raw client checks the code.
-    await assert.rejects(amqp.connect(amqpUrl(broker, 'guest', 'guest', 'other')), /ConnectionClose/);
-    const raw = await RawAmqp.open(broker.ports.amqp!);
+    await assert.rejects(amqp.connect(amqpUrl(f.broker, 'guest', 'guest', 'other')), /ConnectionClose/);
+    const raw = await RawAmqp.open(f.broker.ports.amqp!);
     raw.write(Buffer.from('AMQP\x00\x00\x09\x01', 'latin1'));
     await raw.method();
     raw.send('ConnectionStartOk', 0, { clientProperties: {}, mechanism: 'PLAIN', response: Buffer.from('\0guest\0guest'), locale: 'en_US' });
@@ -65,7 +58,7 @@ describe('e2e: AMQP connections', () => {
   });
 
   it('a wrong protocol header is answered with AMQP 0-9-1 and the socket closed', async () => {
-    const raw = await RawAmqp.open(broker.ports.amqp!);
+    const raw = await RawAmqp.open(f.broker.ports.amqp!);
     raw.write(Buffer.from('AMQP\x00\x00\x08\x00', 'latin1'));
     const reply = await raw.bytes(8);
     assert.deepEqual([...reply], [0x41, 0x4d, 0x51, 0x50, 0, 0, 9, 1]);
@@ -74,7 +67,7 @@ describe('e2e: AMQP connections', () => {
   });
 
   it('an HTTP request on the AMQP port gets the protocol header too', async () => {
-    const raw = await RawAmqp.open(broker.ports.amqp!);
+    const raw = await RawAmqp.open(f.broker.ports.amqp!);
     raw.write(Buffer.from('GET / HTTP/1.1\r\n\r\n'));
     const reply = await raw.bytes(8);
     assert.equal(reply.toString('latin1'), 'AMQP\x00\x00\x09\x01');
@@ -94,9 +87,9 @@ describe('e2e: AMQP connections', () => {
   }
 
   it('a bad frame-end octet closes the connection with 501 (frame error); others carry on', async () => {
-    const other = await connectAmqp(broker);
+    const other = await connectAmqp(f.broker);
     const och = await other.createChannel();
-    const raw = await RawAmqp.open(broker.ports.amqp!);
+    const raw = await RawAmqp.open(f.broker.ports.amqp!);
     await raw.handshake();
     const qos = defs.encodeMethod(defs.BasicQos as number, 1, { prefetchSize: 0, prefetchCount: 1, global: false });
     qos[qos.length - 1] = 0x00;
@@ -109,7 +102,7 @@ describe('e2e: AMQP connections', () => {
   });
 
   it('a frame above the negotiated frame-max closes the connection with 501', async () => {
-    const raw = await RawAmqp.open(broker.ports.amqp!);
+    const raw = await RawAmqp.open(f.broker.ports.amqp!);
     await raw.handshake({ frameMax: 4096 });
     raw.write(frame(3, 1, Buffer.alloc(5000)));
     await expectConnectionClose(raw, 501);
@@ -117,7 +110,7 @@ describe('e2e: AMQP connections', () => {
   });
 
   it('before tune-ok a frame above frame-min-size (4096) closes the connection with 501', async () => {
-    const raw = await RawAmqp.open(broker.ports.amqp!);
+    const raw = await RawAmqp.open(f.broker.ports.amqp!);
     raw.write(Buffer.from('AMQP\x00\x00\x09\x01', 'latin1'));
     assert.equal((await raw.method())?.method, 'ConnectionStart');
     raw.write(frame(1, 0, Buffer.alloc(5000)));
@@ -126,7 +119,7 @@ describe('e2e: AMQP connections', () => {
   });
 
   it('an unknown class or method closes the connection with 540 (not implemented)', async () => {
-    const raw = await RawAmqp.open(broker.ports.amqp!);
+    const raw = await RawAmqp.open(f.broker.ports.amqp!);
     await raw.handshake();
     const p = Buffer.alloc(4);
     p.writeUInt16BE(77, 0);
@@ -137,7 +130,7 @@ describe('e2e: AMQP connections', () => {
   });
 
   it('content before basic.publish closes the connection with 505 (unexpected frame)', async () => {
-    const raw = await RawAmqp.open(broker.ports.amqp!);
+    const raw = await RawAmqp.open(f.broker.ports.amqp!);
     await raw.handshake();
     raw.write(frame(3, 1, Buffer.from('body without a header')));
     await expectConnectionClose(raw, 505);
@@ -145,7 +138,7 @@ describe('e2e: AMQP connections', () => {
   });
 
   it('a method on a channel that is not open closes the connection with 504 (channel error)', async () => {
-    const raw = await RawAmqp.open(broker.ports.amqp!);
+    const raw = await RawAmqp.open(f.broker.ports.amqp!);
     await raw.handshake();
     raw.send('BasicQos', 7, { prefetchSize: 0, prefetchCount: 1, global: false });
     await expectConnectionClose(raw, 504);

@@ -3,26 +3,18 @@
  * stay ready in the queue instead of piling up in the broker's socket buffer) and gets the rest once it reads
  * again; a memory alarm tells clients connection.blocked; heartbeats are sent, and a silent peer is dropped.
  */
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { FlowmqProcess } from './harness.js';
-import { RawAmqp, connectAmqp, startAmqpBroker } from './amqp-helpers.js';
+import { amqpFixture, RawAmqp, connectAmqp, startAmqpBroker } from './amqp-helpers.js';
 
 describe('e2e: AMQP flow control', () => {
-  let broker: FlowmqProcess;
-  before(async () => {
-    broker = await startAmqpBroker();
-  });
-  after(async () => {
-    await broker.stop();
-    broker.cleanup();
-  });
+  const f = amqpFixture();
 
   it('a consumer that does not read its socket stops getting deliveries; the rest wait in the queue', async () => {
-    const pub = await connectAmqp(broker);
+    const pub = await connectAmqp(f.broker);
     const ch = await pub.createConfirmChannel();
     await ch.assertQueue('slow', { durable: false });
-    const raw = await RawAmqp.open(broker.ports.amqp!);
+    const raw = await RawAmqp.open(f.broker.ports.amqp!);
     await raw.handshake();
     raw.send('BasicConsume', 1, { queue: 'slow', consumerTag: 'slow-1', noLocal: false, noAck: true, exclusive: false, nowait: false, arguments: {} });
     assert.equal((await raw.method())?.method, 'BasicConsumeOk');

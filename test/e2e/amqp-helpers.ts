@@ -4,7 +4,8 @@
  * sends.
  */
 import { connect as netConnect, type Socket } from 'node:net';
-import amqp, { type Channel, type ConsumeMessage } from 'amqplib';
+import { after, before } from 'node:test';
+import amqp, { type Channel, type ChannelModel, type ConsumeMessage } from 'amqplib';
 import { createRequire } from 'node:module';
 import { FlowmqProcess } from './harness.js';
 
@@ -22,6 +23,32 @@ export { defs };
 
 export async function startAmqpBroker(args: string[] = []): Promise<FlowmqProcess> {
   return FlowmqProcess.start({ args: ['--protocols', 'mqtt,kafka,amqp', '--amqp-port', '0', '--amqp-heartbeat', '0', ...args] });
+}
+
+/** What a describe block of AMQP tests shares: one broker and, when asked, one amqplib connection and channel. */
+export interface AmqpFixture {
+  broker: FlowmqProcess;
+  conn: ChannelModel;
+  ch: Channel;
+}
+
+/**
+ * Starts the fixture before the block's tests (startAmqpBroker with `args`; a connection with `connect`, also a
+ * channel with `channel`) and closes it after them.
+ */
+export function amqpFixture(opts: { args?: string[]; connect?: boolean; channel?: boolean } = {}): AmqpFixture {
+  const f = {} as AmqpFixture;
+  before(async () => {
+    f.broker = await startAmqpBroker(opts.args);
+    if (opts.connect === true || opts.channel === true) f.conn = await connectAmqp(f.broker);
+    if (opts.channel === true) f.ch = await f.conn.createChannel();
+  });
+  after(async () => {
+    await f.conn?.close().catch(() => undefined);
+    await f.broker?.stop();
+    f.broker?.cleanup();
+  });
+  return f;
 }
 
 export function amqpUrl(b: FlowmqProcess, user = 'guest', pass = 'guest', vhost = ''): string {

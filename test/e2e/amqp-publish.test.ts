@@ -2,12 +2,11 @@
  * AMQP publishing end to end (amqplib against bin/flowmq): publisher confirms (acks in order, nacks for a queue
  * refusing at its length limit), transactions (commit, rollback) and bodies larger than frame-max.
  */
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { createRequire } from 'node:module';
-import type { Channel, ChannelModel } from 'amqplib';
-import { FlowmqProcess } from './harness.js';
-import { connectAmqp, startAmqpBroker, take } from './amqp-helpers.js';
+import type { Channel } from 'amqplib';
+import { amqpFixture, take } from './amqp-helpers.js';
 
 const require = createRequire(import.meta.url);
 // eslint-disable-next-line @typescript-eslint/no-require-imports
@@ -19,20 +18,10 @@ function tx(ch: Channel, op: 'Select' | 'Commit' | 'Rollback'): Promise<unknown>
 }
 
 describe('e2e: AMQP publishing', () => {
-  let broker: FlowmqProcess;
-  let conn: ChannelModel;
-  before(async () => {
-    broker = await startAmqpBroker();
-    conn = await connectAmqp(broker);
-  });
-  after(async () => {
-    await conn.close().catch(() => undefined);
-    await broker.stop();
-    broker.cleanup();
-  });
+  const f = amqpFixture({ connect: true });
 
   it('publisher confirms: every publish is acked, in order', async () => {
-    const ch = await conn.createConfirmChannel();
+    const ch = await f.conn.createConfirmChannel();
     await ch.assertQueue('confirmed', { exclusive: true });
     const acked: number[] = [];
     const n = 500;
@@ -60,7 +49,7 @@ describe('e2e: AMQP publishing', () => {
   });
 
   it('a queue refusing at its limit (x-overflow reject-publish) gets the publish nacked', async () => {
-    const ch = await conn.createConfirmChannel();
+    const ch = await f.conn.createConfirmChannel();
     await ch.assertQueue('bounded', { exclusive: true, arguments: { 'x-max-length': 2, 'x-overflow': 'reject-publish' } });
     const outcome = (i: number) =>
       new Promise<string>((resolve) => ch.sendToQueue('bounded', Buffer.from(String(i)), {}, (err: unknown) => resolve(err ? 'nack' : 'ack')));
@@ -70,7 +59,7 @@ describe('e2e: AMQP publishing', () => {
   });
 
   it('tx: published messages appear at commit, not before; rollback drops them', async () => {
-    const ch = await conn.createChannel();
+    const ch = await f.conn.createChannel();
     await ch.assertQueue('txq', { exclusive: true });
     await tx(ch, 'Select');
     ch.sendToQueue('txq', Buffer.from('t1'));
@@ -95,7 +84,7 @@ describe('e2e: AMQP publishing', () => {
   });
 
   it('a body larger than frame-max travels in several frames both ways', async () => {
-    const ch = await conn.createChannel();
+    const ch = await f.conn.createChannel();
     await ch.assertQueue('big', { exclusive: true });
     // Below and above the size the broker assembles in one buffer taken at the content header (1 MiB).
     for (const size of [600_000, 1_600_000]) {

@@ -3,27 +3,17 @@
  * redelivery of a closed connection's unacked messages, dead-lettering (TTL, max-length, reject), basic.get,
  * purge, delete with basic.cancel to its consumers, and recover.
  */
-import { after, before, describe, it } from 'node:test';
+import { before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Channel, ChannelModel, ConsumeMessage } from 'amqplib';
-import { FlowmqProcess, eventually } from './harness.js';
-import { connectAmqp, startAmqpBroker, take } from './amqp-helpers.js';
+import { eventually } from './harness.js';
+import { amqpFixture, connectAmqp, take } from './amqp-helpers.js';
 
 describe('e2e: AMQP queues', () => {
-  let broker: FlowmqProcess;
-  let conn: ChannelModel;
-  before(async () => {
-    broker = await startAmqpBroker();
-    conn = await connectAmqp(broker);
-  });
-  after(async () => {
-    await conn.close().catch(() => undefined);
-    await broker.stop();
-    broker.cleanup();
-  });
+  const f = amqpFixture({ connect: true });
 
   it('work queue: 3 competing consumers with prefetch 2 share the messages, none holds more than 2 unacked', async () => {
-    const setup = await conn.createChannel();
+    const setup = await f.conn.createChannel();
     await setup.assertQueue('work', { durable: false });
     const consumers: Array<{ conn: ChannelModel; ch: Channel; got: number; unacked: ConsumeMessage[]; maxUnacked: number }> = [];
     const total = 60;
@@ -31,7 +21,7 @@ describe('e2e: AMQP queues', () => {
     let resolveAll!: () => void;
     const allIn = new Promise<void>((r) => (resolveAll = r));
     for (let i = 0; i < 3; i++) {
-      const c = await connectAmqp(broker);
+      const c = await connectAmqp(f.broker);
       const ch = await c.createChannel();
       await ch.prefetch(2);
       const state = { conn: c, ch, got: 0, unacked: [] as ConsumeMessage[], maxUnacked: 0 };
@@ -66,10 +56,10 @@ describe('e2e: AMQP queues', () => {
   });
 
   it('unacked messages of a closed connection are redelivered to another consumer with redelivered=true', async () => {
-    const ch = await conn.createChannel();
+    const ch = await f.conn.createChannel();
     await ch.assertQueue('redeliver', { durable: false });
     for (let i = 0; i < 3; i++) ch.sendToQueue('redeliver', Buffer.from(`m${i}`));
-    const first = await connectAmqp(broker);
+    const first = await connectAmqp(f.broker);
     const fch = await first.createChannel();
     const got = await take(fch, 'redeliver', 3, { ack: false });
     assert.deepEqual(got.map((m) => m.fields.redelivered), [false, false, false]);
@@ -82,7 +72,7 @@ describe('e2e: AMQP queues', () => {
   });
 
   it('nack with requeue puts the message back (redelivered); recover requeues every unacked delivery', async () => {
-    const ch = await conn.createChannel();
+    const ch = await f.conn.createChannel();
     await ch.assertQueue('nackq', { exclusive: true });
     ch.sendToQueue('nackq', Buffer.from('a'));
     const m1 = await ch.get('nackq');
@@ -100,7 +90,7 @@ describe('e2e: AMQP queues', () => {
   });
 
   it('dead-lettering: by per-queue TTL, by max-length (drop-head) and by reject, with x-death', async () => {
-    const ch = await conn.createChannel();
+    const ch = await f.conn.createChannel();
     await ch.assertExchange('dlx', 'direct', { durable: false });
     await ch.assertQueue('dead', { exclusive: true });
     await ch.bindQueue('dead', 'dlx', 'dead');
@@ -132,7 +122,7 @@ describe('e2e: AMQP queues', () => {
   });
 
   it('basic.get, purge, and delete: consumers of a deleted queue get basic.cancel', async () => {
-    const ch = await conn.createChannel();
+    const ch = await f.conn.createChannel();
     await ch.assertQueue('gpd', { durable: false });
     assert.equal(await ch.get('gpd'), false);
     for (let i = 0; i < 5; i++) ch.sendToQueue('gpd', Buffer.from(String(i)));
@@ -142,7 +132,7 @@ describe('e2e: AMQP queues', () => {
     assert.equal((first as unknown as { fields: { messageCount: number } }).fields.messageCount, 4);
     const purged = await ch.purgeQueue('gpd');
     assert.equal(purged.messageCount, 4);
-    const other = await conn.createChannel();
+    const other = await f.conn.createChannel();
     other.on('error', () => undefined);
     const cancelled = new Promise<void>((resolve) => {
       void other.consume('gpd', (m: unknown) => {
@@ -157,7 +147,7 @@ describe('e2e: AMQP queues', () => {
   });
 
   it('prefetch with global=true bounds the channel: two consumers share a window of 3', async () => {
-    const other = await connectAmqp(broker);
+    const other = await connectAmqp(f.broker);
     const ch = await other.createChannel();
     await ch.prefetch(3, true);
     const held: ConsumeMessage[] = [];
@@ -193,7 +183,7 @@ describe('e2e: AMQP queues', () => {
   });
 
   it('acking an unknown delivery tag closes the channel with 406; an exclusive queue goes with its connection', async () => {
-    const other = await connectAmqp(broker);
+    const other = await connectAmqp(f.broker);
     const ch = await other.createChannel();
     await ch.assertQueue('mine-only', { exclusive: true });
     ch.sendToQueue('mine-only', Buffer.from('x'));
@@ -204,7 +194,7 @@ describe('e2e: AMQP queues', () => {
     assert.match((await closed).message, /406 .*unknown delivery tag 1/);
     await other.close();
     await eventually(async () => {
-      const probe = await conn.createChannel();
+      const probe = await f.conn.createChannel();
       probe.on('error', () => undefined);
       try {
         await probe.checkQueue('mine-only');

@@ -3,28 +3,16 @@
  * exchanges, the default exchange, exchange-to-exchange bindings, mandatory returns, channel errors that close
  * only their channel, every content property and header type preserved, and the bridge to MQTT through amq.topic.
  */
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import mqtt from 'mqtt';
-import type { ChannelModel } from 'amqplib';
-import { FlowmqProcess } from './harness.js';
-import { connectAmqp, startAmqpBroker, take } from './amqp-helpers.js';
+import { amqpFixture, connectAmqp, take } from './amqp-helpers.js';
 
 describe('e2e: AMQP routing', () => {
-  let broker: FlowmqProcess;
-  let conn: ChannelModel;
-  before(async () => {
-    broker = await startAmqpBroker();
-    conn = await connectAmqp(broker);
-  });
-  after(async () => {
-    await conn.close().catch(() => undefined);
-    await broker.stop();
-    broker.cleanup();
-  });
+  const f = amqpFixture({ connect: true });
 
   it('fanout reaches every bound queue; direct only the matching key', async () => {
-    const ch = await conn.createChannel();
+    const ch = await f.conn.createChannel();
     await ch.assertExchange('fan', 'fanout', { durable: false });
     await ch.assertExchange('dir', 'direct', { durable: false });
     const qs = ['f1', 'f2', 'f3'];
@@ -52,7 +40,7 @@ describe('e2e: AMQP routing', () => {
   });
 
   it('topic: * is one word, # zero or more words anywhere', async () => {
-    const ch = await conn.createChannel();
+    const ch = await f.conn.createChannel();
     await ch.assertExchange('logs', 'topic', { durable: false });
     await ch.assertQueue('t-kern', { exclusive: true });
     await ch.assertQueue('t-crit', { exclusive: true });
@@ -74,7 +62,7 @@ describe('e2e: AMQP routing', () => {
   });
 
   it('headers: x-match all and any', async () => {
-    const ch = await conn.createChannel();
+    const ch = await f.conn.createChannel();
     await ch.assertQueue('h-all', { exclusive: true });
     await ch.assertQueue('h-any', { exclusive: true });
     await ch.bindQueue('h-all', 'amq.headers', '', { 'x-match': 'all', format: 'pdf', type: 'report' });
@@ -93,7 +81,7 @@ describe('e2e: AMQP routing', () => {
   });
 
   it('exchange-to-exchange bindings and the default exchange', async () => {
-    const ch = await conn.createChannel();
+    const ch = await f.conn.createChannel();
     await ch.assertExchange('src-x', 'direct', { durable: false });
     await ch.assertExchange('dst-x', 'fanout', { durable: false });
     await ch.bindExchange('dst-x', 'src-x', 'k');
@@ -108,7 +96,7 @@ describe('e2e: AMQP routing', () => {
   });
 
   it('mandatory: an unroutable message comes back with basic.return 312 NO_ROUTE', async () => {
-    const ch = await conn.createChannel();
+    const ch = await f.conn.createChannel();
     const returned = new Promise<{ fields: Record<string, unknown>; content: Buffer; properties: Record<string, unknown> }>((resolve) => ch.on('return', resolve));
     ch.publish('amq.direct', 'nobody-here', Buffer.from('lost'), { mandatory: true, messageId: 'm-1' });
     const r = await returned;
@@ -122,8 +110,8 @@ describe('e2e: AMQP routing', () => {
   });
 
   it('a publish to an unknown exchange closes that channel with 404; the connection and its other channels go on', async () => {
-    const a = await conn.createChannel();
-    const b = await conn.createChannel();
+    const a = await f.conn.createChannel();
+    const b = await f.conn.createChannel();
     b.on('error', () => undefined);
     const closed = new Promise<Error>((resolve) => a.on('error', resolve));
     a.publish('no-such-exchange', 'k', Buffer.from('x'));
@@ -132,20 +120,20 @@ describe('e2e: AMQP routing', () => {
     assert.match(err.message, /NOT_FOUND - no exchange 'no-such-exchange'/);
     await b.assertQueue('still-here', { exclusive: true });
     // Redeclaring with other properties: 406 on that channel only.
-    const c = await conn.createChannel();
+    const c = await f.conn.createChannel();
     c.on('error', () => undefined);
     await assert.rejects(c.assertQueue('still-here', { exclusive: true, durable: false }), /406|PRECONDITION_FAILED/);
     await assert.rejects(b.checkQueue('no-such-queue'), /404/);
-    const d = await conn.createChannel();
+    const d = await f.conn.createChannel();
     await d.checkQueue('still-here');
     await d.close();
   });
 
   it('another connection\'s exclusive queue is locked (405)', async () => {
-    const other = await connectAmqp(broker);
+    const other = await connectAmqp(f.broker);
     const ch = await other.createChannel();
     ch.on('error', () => undefined);
-    const mine = await conn.createChannel();
+    const mine = await f.conn.createChannel();
     await mine.assertQueue('locked-q', { exclusive: true });
     await assert.rejects(ch.consume('locked-q', () => undefined), /405|RESOURCE_LOCKED/);
     await other.close();
@@ -153,7 +141,7 @@ describe('e2e: AMQP routing', () => {
   });
 
   it('every content property and header type survives the trip', async () => {
-    const ch = await conn.createChannel();
+    const ch = await f.conn.createChannel();
     await ch.assertQueue('props-q', { exclusive: true });
     const headers = {
       str: 'text',
@@ -209,10 +197,10 @@ describe('e2e: AMQP routing', () => {
   });
 
   it('amq.topic bridges to MQTT both ways: routing key a.b.c is topic a/b/c', async () => {
-    const ch = await conn.createChannel();
+    const ch = await f.conn.createChannel();
     await ch.assertQueue('from-mqtt', { exclusive: true });
     await ch.bindQueue('from-mqtt', 'amq.topic', 'sensors.*.temp');
-    const client = await mqtt.connectAsync(broker.mqttUrl, { protocolVersion: 5 });
+    const client = await mqtt.connectAsync(f.broker.mqttUrl, { protocolVersion: 5 });
     try {
       await client.subscribeAsync('alerts/#', { qos: 1 });
       const fromAmqp = new Promise<{ topic: string; payload: Buffer; packet: mqtt.IPublishPacket }>((resolve) => client.on('message', (topic, payload, packet) => resolve({ topic, payload, packet })));
@@ -236,8 +224,8 @@ describe('e2e: AMQP routing', () => {
   });
 
   it('RPC between AMQP and MQTT v5 through amq.topic: reply-to ↔ Response Topic, correlation-id ↔ Correlation Data', async () => {
-    const ch = await conn.createChannel();
-    const client = await mqtt.connectAsync(broker.mqttUrl, { protocolVersion: 5 });
+    const ch = await f.conn.createChannel();
+    const client = await mqtt.connectAsync(f.broker.mqttUrl, { protocolVersion: 5 });
     try {
       // MQTT v5 requester, AMQP server.
       await ch.assertQueue('rpc-server', { exclusive: true });

@@ -2,28 +2,16 @@
  * x-queue-type=stream end to end: a stream queue is a FlowMQ stream; AMQP consumers read it from an offset
  * (x-stream-offset) any number of times, MQTT publishes on its name land in it too.
  */
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import mqtt from 'mqtt';
-import type { ChannelModel } from 'amqplib';
-import { FlowmqProcess } from './harness.js';
-import { connectAmqp, startAmqpBroker, take } from './amqp-helpers.js';
+import { amqpFixture, take } from './amqp-helpers.js';
 
 describe('e2e: AMQP stream queues', () => {
-  let broker: FlowmqProcess;
-  let conn: ChannelModel;
-  before(async () => {
-    broker = await startAmqpBroker();
-    conn = await connectAmqp(broker);
-  });
-  after(async () => {
-    await conn.close().catch(() => undefined);
-    await broker.stop();
-    broker.cleanup();
-  });
+  const f = amqpFixture({ connect: true });
 
   it('declare, publish, and read from first / an offset / next, with x-stream-offset on every delivery', async () => {
-    const ch = await conn.createConfirmChannel();
+    const ch = await f.conn.createConfirmChannel();
     const ok = await ch.assertQueue('events', { durable: true, arguments: { 'x-queue-type': 'stream' } });
     assert.equal(ok.messageCount, 0);
     for (let i = 0; i < 10; i++) ch.sendToQueue('events', Buffer.from(`e${i}`), { messageId: `m${i}` });
@@ -60,7 +48,7 @@ describe('e2e: AMQP stream queues', () => {
     // 'next': only what is published after the consumer started; an MQTT publish on the stream's name counts.
     const next = reader('next', 2);
     await next.started;
-    const client = await mqtt.connectAsync(broker.mqttUrl);
+    const client = await mqtt.connectAsync(f.broker.mqttUrl);
     await client.publishAsync('events', 'from mqtt', { qos: 1 });
     await client.endAsync();
     ch.sendToQueue('events', Buffer.from('e10'));
@@ -70,10 +58,10 @@ describe('e2e: AMQP stream queues', () => {
   });
 
   it('a stream queue must be durable; deleting it deletes the stream', async () => {
-    const ch = await conn.createChannel();
+    const ch = await f.conn.createChannel();
     ch.on('error', () => undefined);
     await assert.rejects(ch.assertQueue('bad-stream', { durable: false, arguments: { 'x-queue-type': 'stream' } }), /406/);
-    const ch2 = await conn.createChannel();
+    const ch2 = await f.conn.createChannel();
     await ch2.assertQueue('short', { durable: true, arguments: { 'x-queue-type': 'stream' } });
     ch2.sendToQueue('short', Buffer.from('x'));
     const del = await ch2.deleteQueue('short');
@@ -83,7 +71,7 @@ describe('e2e: AMQP stream queues', () => {
   });
 
   it('take() still works on classic queues next to streams', async () => {
-    const ch = await conn.createChannel();
+    const ch = await f.conn.createChannel();
     await ch.assertQueue('classic-beside', { exclusive: true });
     ch.sendToQueue('classic-beside', Buffer.from('c'));
     assert.equal((await take(ch, 'classic-beside', 1))[0]!.content.toString(), 'c');

@@ -8,33 +8,22 @@
  * correlation survives, for several requests in flight at once (answered out of order), and binary correlation data
  * (no valid AMQP shortstr) travels in the header x-correlation-id, as RabbitMQ maps it.
  */
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import mqtt, { type IPublishPacket } from 'mqtt';
-import type { Channel, ChannelModel, ConsumeMessage } from 'amqplib';
-import { FlowmqProcess } from './harness.js';
-import { connectAmqp, startAmqpBroker } from './amqp-helpers.js';
+import type { Channel, ConsumeMessage } from 'amqplib';
+import { amqpFixture } from './amqp-helpers.js';
 
 function timeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
   return Promise.race([p, new Promise<T>((_, reject) => setTimeout(() => reject(new Error(`timed out: ${what}`)), ms).unref())]);
 }
 
 describe('e2e: RPC between AMQP and MQTT v5', () => {
-  let broker: FlowmqProcess;
-  let conn: ChannelModel;
-  before(async () => {
-    broker = await startAmqpBroker();
-    conn = await connectAmqp(broker);
-  });
-  after(async () => {
-    await conn?.close().catch(() => undefined);
-    await broker?.stop();
-    broker?.cleanup();
-  });
+  const f = amqpFixture({ connect: true });
 
   it('an MQTT v5 requester (response topic + correlation data) is answered by an amqplib RPC server (reply-to + correlation-id)', async () => {
     // The amqplib server: a durable work queue bound on amq.topic, one request at a time.
-    const server: Channel = await conn.createChannel();
+    const server: Channel = await f.conn.createChannel();
     await server.assertQueue('rpc-square', { durable: false, autoDelete: true });
     await server.bindQueue('rpc-square', 'amq.topic', 'svc.square');
     await server.prefetch(1);
@@ -59,7 +48,7 @@ describe('e2e: RPC between AMQP and MQTT v5', () => {
       server.ack(m);
     });
 
-    const client = await mqtt.connectAsync(broker.mqttUrl, { protocolVersion: 5, clientId: 'rpc-req', reconnectPeriod: 0 });
+    const client = await mqtt.connectAsync(f.broker.mqttUrl, { protocolVersion: 5, clientId: 'rpc-req', reconnectPeriod: 0 });
     try {
       const replies: IPublishPacket[] = [];
       const three = new Promise<void>((resolve) =>
@@ -102,7 +91,7 @@ describe('e2e: RPC between AMQP and MQTT v5', () => {
   });
 
   it('an amqplib requester (reply-to + correlation-id) is answered by an MQTT v5 responder (response topic + correlation data)', async () => {
-    const responder = await mqtt.connectAsync(broker.mqttUrl, { protocolVersion: 5, clientId: 'rpc-resp', reconnectPeriod: 0 });
+    const responder = await mqtt.connectAsync(f.broker.mqttUrl, { protocolVersion: 5, clientId: 'rpc-resp', reconnectPeriod: 0 });
     const seen: IPublishPacket[] = [];
     const held: IPublishPacket[] = [];
     responder.on('message', (_t, _payload, packet) => {
@@ -119,7 +108,7 @@ describe('e2e: RPC between AMQP and MQTT v5', () => {
     });
     await responder.subscribeAsync('svc/upper/+', { qos: 1 });
 
-    const ch = await conn.createChannel();
+    const ch = await f.conn.createChannel();
     try {
       // The requester's reply queue is server-named and exclusive, bound on amq.topic with its reply-to key.
       const { queue } = await ch.assertQueue('', { exclusive: true });
@@ -160,7 +149,7 @@ describe('e2e: RPC between AMQP and MQTT v5', () => {
 
   it('binary MQTT correlation data survives a round trip through an AMQP responder', async () => {
     // MQTT v5 correlation data is binary [MQTT-3.3.2.3.6]; requesters often send random bytes, not text.
-    const server = await conn.createChannel();
+    const server = await f.conn.createChannel();
     await server.assertQueue('rpc-echo', { durable: false, autoDelete: true });
     await server.bindQueue('rpc-echo', 'amq.topic', 'svc.echo');
     const seen: ConsumeMessage[] = [];
@@ -171,7 +160,7 @@ describe('e2e: RPC between AMQP and MQTT v5', () => {
       server.publish('amq.topic', m.properties.replyTo as string, m.content, { correlationId: m.properties.correlationId as string, headers: m.properties.headers });
       server.ack(m);
     });
-    const client = await mqtt.connectAsync(broker.mqttUrl, { protocolVersion: 5, clientId: 'rpc-bin', reconnectPeriod: 0 });
+    const client = await mqtt.connectAsync(f.broker.mqttUrl, { protocolVersion: 5, clientId: 'rpc-bin', reconnectPeriod: 0 });
     try {
       const reply = new Promise<IPublishPacket>((resolve) => client.on('message', (_t, _p, packet) => resolve(packet)));
       await client.subscribeAsync('clients/rpc-bin', { qos: 1 });

@@ -4,57 +4,28 @@
  * stream `a.b.c`; names holding the other separator swap it (README "Names across protocols": AMQP key `x/y.z` is
  * MQTT topic `x.y/z`). Absence is proven with a marker message sent after what must not arrive.
  */
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import mqtt, { type IPublishPacket, type MqttClient } from 'mqtt';
+import mqtt from 'mqtt';
 import kafkajsPkg from 'kafkajs';
-import type { Channel, ChannelModel } from 'amqplib';
-import { FlowmqProcess, eventually } from './harness.js';
-import { connectAmqp, startAmqpBroker, takeUntil } from './amqp-helpers.js';
+import { eventually } from './harness.js';
+import { amqpFixture, takeUntil } from './amqp-helpers.js';
+import { mqttCollector } from './mqtt-helpers.js';
 
 const { Kafka, logLevel } = kafkajsPkg;
 
-/** An MQTT v5 client that records what arrives; `until(marker)` resolves with the topics/payloads before it. */
-async function mqttCollector(url: string, filters: string[]): Promise<{ c: MqttClient; got: IPublishPacket[]; until(payload: string): Promise<IPublishPacket[]> }> {
-  const c = await mqtt.connectAsync(url, { protocolVersion: 5, reconnectPeriod: 0 });
-  const got: IPublishPacket[] = [];
-  c.on('message', (_t, _p, packet) => got.push(packet));
-  for (const f of filters) await c.subscribeAsync(f, { qos: 1 });
-  return {
-    c,
-    got,
-    async until(payload: string) {
-      await eventually(() => got.some((p) => p.payload.toString() === payload), 10_000, `MQTT marker ${payload}`);
-      const i = got.findIndex((p) => p.payload.toString() === payload);
-      return got.splice(0, i + 1).slice(0, i);
-    },
-  };
-}
-
 describe('e2e: AMQP, MQTT and Kafka through amq.topic', () => {
-  let broker: FlowmqProcess;
-  let conn: ChannelModel;
-  let ch: Channel;
-  before(async () => {
-    broker = await startAmqpBroker();
-    conn = await connectAmqp(broker);
-    ch = await conn.createChannel();
-  });
-  after(async () => {
-    await conn?.close().catch(() => undefined);
-    await broker?.stop();
-    broker?.cleanup();
-  });
+  const f = amqpFixture({ channel: true });
 
   it('an AMQP publish with routing key a.b.c reaches an MQTT.js subscriber of a/+/c (and only matching keys do)', async () => {
-    const sub = await mqttCollector(broker.mqttUrl, ['a/+/c']);
+    const sub = await mqttCollector(f.broker.mqttUrl, ['a/+/c']);
     try {
-      ch.publish('amq.topic', 'a.b.c', Buffer.from('abc'), { contentType: 'text/plain', deliveryMode: 2, headers: { from: 'amqp' } });
-      for (const k of ['a.b.d', 'a.b.c.d', 'x.b.c', 'a.c']) ch.publish('amq.topic', k, Buffer.from(k));
+      f.ch.publish('amq.topic', 'a.b.c', Buffer.from('abc'), { contentType: 'text/plain', deliveryMode: 2, headers: { from: 'amqp' } });
+      for (const k of ['a.b.d', 'a.b.c.d', 'x.b.c', 'a.c']) f.ch.publish('amq.topic', k, Buffer.from(k));
       // Routing keys on other exchanges are not unified topics, even an exchange of type topic.
-      await ch.assertExchange('xp.other', 'topic', { durable: false, autoDelete: true });
-      ch.publish('xp.other', 'a.b.c', Buffer.from('other exchange'));
-      ch.publish('amq.topic', 'a.z.c', Buffer.from('end'));
+      await f.ch.assertExchange('xp.other', 'topic', { durable: false, autoDelete: true });
+      f.ch.publish('xp.other', 'a.b.c', Buffer.from('other exchange'));
+      f.ch.publish('amq.topic', 'a.z.c', Buffer.from('end'));
       const got = await sub.until('end');
       assert.deepEqual(got.map((p) => [p.topic, p.payload.toString()]), [['a/b/c', 'abc']]);
       const p = got[0]!;
@@ -67,16 +38,16 @@ describe('e2e: AMQP, MQTT and Kafka through amq.topic', () => {
   });
 
   it('an MQTT publish reaches an AMQP queue bound on amq.topic with a.# (a.# matches a; other topics do not)', async () => {
-    await ch.assertQueue('xp-hash', { exclusive: true });
-    await ch.bindQueue('xp-hash', 'amq.topic', 'a.#');
-    const pub = await mqtt.connectAsync(broker.mqttUrl, { protocolVersion: 5, reconnectPeriod: 0 });
+    await f.ch.assertQueue('xp-hash', { exclusive: true });
+    await f.ch.bindQueue('xp-hash', 'amq.topic', 'a.#');
+    const pub = await mqtt.connectAsync(f.broker.mqttUrl, { protocolVersion: 5, reconnectPeriod: 0 });
     try {
       await pub.publishAsync('a/b/c', 'deep', { qos: 1, properties: { contentType: 'application/json', userProperties: { k: 'v' }, messageExpiryInterval: 600 } });
       await pub.publishAsync('a', 'top', { qos: 0 });
       await pub.publishAsync('b/a', 'no', { qos: 1 });
       await pub.publishAsync('ab/c', 'no', { qos: 1 });
       await pub.publishAsync('a/end', 'end', { qos: 1 });
-      const got = await takeUntil(ch, 'xp-hash', 'end');
+      const got = await takeUntil(f.ch, 'xp-hash', 'end');
       assert.deepEqual(got.map((m) => [m.fields.routingKey, m.content.toString()]), [['a.b.c', 'deep'], ['a', 'top']]);
       const [deep, top] = got;
       assert.equal(deep!.fields.exchange, 'amq.topic');
@@ -87,16 +58,16 @@ describe('e2e: AMQP, MQTT and Kafka through amq.topic', () => {
       assert.equal(top!.fields.redelivered, false);
     } finally {
       await pub.endAsync();
-      await ch.unbindQueue('xp-hash', 'amq.topic', 'a.#');
+      await f.ch.unbindQueue('xp-hash', 'amq.topic', 'a.#');
     }
   });
 
   it("a KafkaJS producer's records to stream x.y reach an AMQP queue bound on amq.topic with x.y (and x.*)", async () => {
-    await ch.assertQueue('xp-kafka-exact', { exclusive: true });
-    await ch.assertQueue('xp-kafka-star', { exclusive: true });
-    await ch.bindQueue('xp-kafka-exact', 'amq.topic', 'x.y');
-    await ch.bindQueue('xp-kafka-star', 'amq.topic', 'x.*');
-    const kafka = new Kafka({ brokers: [broker.kafka], clientId: 'xp', logLevel: logLevel.NOTHING, retry: { retries: 3 } });
+    await f.ch.assertQueue('xp-kafka-exact', { exclusive: true });
+    await f.ch.assertQueue('xp-kafka-star', { exclusive: true });
+    await f.ch.bindQueue('xp-kafka-exact', 'amq.topic', 'x.y');
+    await f.ch.bindQueue('xp-kafka-star', 'amq.topic', 'x.*');
+    const kafka = new Kafka({ brokers: [f.broker.kafka], clientId: 'xp', logLevel: logLevel.NOTHING, retry: { retries: 3 } });
     const admin = kafka.admin();
     await admin.connect();
     await admin.createTopics({ topics: [{ topic: 'x.y', numPartitions: 2 }, { topic: 'x.z' }, { topic: 'x.y.deeper' }], waitForLeaders: true });
@@ -111,7 +82,7 @@ describe('e2e: AMQP, MQTT and Kafka through amq.topic', () => {
       await producer.send({ topic: 'x.y.deeper', acks: -1, messages: [{ value: 'deeper' }] });
       await producer.send({ topic: 'x.y', acks: -1, messages: [{ key: 'k0', value: 'end' }] });
 
-      const exact = await takeUntil(ch, 'xp-kafka-exact', 'end');
+      const exact = await takeUntil(f.ch, 'xp-kafka-exact', 'end');
       // Order is kept per partition (per key), not across partitions.
       assert.deepEqual(exact.map((m) => m.content.toString()).sort(), sent.map((s) => s.value).sort());
       for (const k of ['k0', 'k1', 'k2']) {
@@ -125,7 +96,7 @@ describe('e2e: AMQP, MQTT and Kafka through amq.topic', () => {
         assert.equal(m.properties.headers?.src, 'kafka');
         assert.equal(m.properties.headers?.seq, m.content.toString().slice(1));
       }
-      const star = await takeUntil(ch, 'xp-kafka-star', 'end');
+      const star = await takeUntil(f.ch, 'xp-kafka-star', 'end');
       assert.deepEqual(star.map((m) => [m.fields.routingKey, m.content.toString()]).sort(), [...sent.map((s) => ['x.y', s.value]), ['x.z', 'z1']].sort());
     } finally {
       await producer.disconnect();
@@ -133,17 +104,17 @@ describe('e2e: AMQP, MQTT and Kafka through amq.topic', () => {
   });
 
   it('an AMQP publish on amq.topic is captured by the stream of the same name and read by a KafkaJS consumer with its properties', async () => {
-    const kafka = new Kafka({ brokers: [broker.kafka], clientId: 'xp-read', logLevel: logLevel.NOTHING, retry: { retries: 3 } });
+    const kafka = new Kafka({ brokers: [f.broker.kafka], clientId: 'xp-read', logLevel: logLevel.NOTHING, retry: { retries: 3 } });
     const admin = kafka.admin();
     await admin.connect();
     await admin.createTopics({ topics: [{ topic: 'orders.eu' }], waitForLeaders: true });
     await admin.disconnect();
     await new Promise<void>((resolve, reject) => {
-      ch.publish('amq.topic', 'orders.eu', Buffer.from('o-1'), { correlationId: 'c-1', messageId: 'm-1', headers: { region: 'eu' } });
-      ch.publish('amq.topic', 'orders.us', Buffer.from('not captured'));
-      ch.publish('amq.topic', 'orders.eu', Buffer.from('end'));
+      f.ch.publish('amq.topic', 'orders.eu', Buffer.from('o-1'), { correlationId: 'c-1', messageId: 'm-1', headers: { region: 'eu' } });
+      f.ch.publish('amq.topic', 'orders.us', Buffer.from('not captured'));
+      f.ch.publish('amq.topic', 'orders.eu', Buffer.from('end'));
       // A channel round trip: both publishes were routed before it returns.
-      ch.checkExchange('amq.topic').then(() => resolve(), reject);
+      f.ch.checkExchange('amq.topic').then(() => resolve(), reject);
     });
     const consumer = kafka.consumer({ groupId: 'xp-readers' });
     await consumer.connect();
@@ -170,16 +141,16 @@ describe('e2e: AMQP, MQTT and Kafka through amq.topic', () => {
   });
 
   it('names holding the other separator: AMQP key x/y.z is MQTT topic x.y/z, and MQTT level v1.2 is AMQP word v1/2', async () => {
-    const sub = await mqttCollector(broker.mqttUrl, ['x.y/+', 'plain/#']);
-    await ch.assertQueue('xp-sep', { exclusive: true });
-    await ch.bindQueue('xp-sep', 'amq.topic', 'v1/2.*');
-    const pub = await mqtt.connectAsync(broker.mqttUrl, { protocolVersion: 5, reconnectPeriod: 0 });
+    const sub = await mqttCollector(f.broker.mqttUrl, ['x.y/+', 'plain/#']);
+    await f.ch.assertQueue('xp-sep', { exclusive: true });
+    await f.ch.bindQueue('xp-sep', 'amq.topic', 'v1/2.*');
+    const pub = await mqtt.connectAsync(f.broker.mqttUrl, { protocolVersion: 5, reconnectPeriod: 0 });
     try {
       // AMQP → MQTT: a `/` inside a word is a `.` inside a level.
-      ch.publish('amq.topic', 'x/y.z', Buffer.from('slash in a word'));
-      ch.publish('amq.topic', 'x.y.z', Buffer.from('three words')); // x/y/z: not matched by x.y/+
-      ch.publish('amq.topic', 'x/y', Buffer.from('one word')); // x.y: not matched by x.y/+ (one level)
-      ch.publish('amq.topic', 'plain.end', Buffer.from('end'));
+      f.ch.publish('amq.topic', 'x/y.z', Buffer.from('slash in a word'));
+      f.ch.publish('amq.topic', 'x.y.z', Buffer.from('three words')); // x/y/z: not matched by x.y/+
+      f.ch.publish('amq.topic', 'x/y', Buffer.from('one word')); // x.y: not matched by x.y/+ (one level)
+      f.ch.publish('amq.topic', 'plain.end', Buffer.from('end'));
       const got = await sub.until('end');
       assert.deepEqual(got.map((p) => [p.topic, p.payload.toString()]), [['x.y/z', 'slash in a word']]);
 
@@ -188,7 +159,7 @@ describe('e2e: AMQP, MQTT and Kafka through amq.topic', () => {
       await pub.publishAsync('v1/2/temp', 'three levels', { qos: 1 }); // v1.2.temp: not v1/2.*
       await pub.publishAsync('v1.2/temp/x', 'too deep', { qos: 1 });
       await pub.publishAsync('v1.2/end', 'end', { qos: 1 });
-      const q = await takeUntil(ch, 'xp-sep', 'end');
+      const q = await takeUntil(f.ch, 'xp-sep', 'end');
       assert.deepEqual(q.map((m) => [m.fields.routingKey, m.content.toString()]), [['v1/2.temp', 'dot in a level']]);
     } finally {
       await sub.c.endAsync();

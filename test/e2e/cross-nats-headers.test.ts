@@ -13,7 +13,8 @@ import mqtt from 'mqtt';
 import kafkajsPkg, { type KafkaMessage } from 'kafkajs';
 import { headers as natsHeaders } from 'nats';
 import { eventually } from './harness.js';
-import { crossFixture, mqttCollector, natsCollector, userProps } from './cross-nats-helpers.js';
+import { crossFixture, natsCollector, userProps } from './cross-nats-helpers.js';
+import { mqttCollector } from './mqtt-helpers.js';
 import { takeUntil } from './amqp-helpers.js';
 
 const { Kafka, logLevel } = kafkajsPkg;

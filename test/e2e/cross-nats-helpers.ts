@@ -4,7 +4,7 @@
  * cross-protocol tests do: by a marker message sent after what must not arrive.
  */
 import { connect, type ConnectionOptions, type Msg, type NatsConnection, type Subscription, type SubscriptionOptions } from 'nats';
-import mqtt, { type IPublishPacket, type MqttClient } from 'mqtt';
+import type { IPublishPacket } from 'mqtt';
 import { after, before } from 'node:test';
 import type { Channel, ChannelModel } from 'amqplib';
 import { eventually, FlowmqProcess } from './harness.js';
@@ -88,23 +88,6 @@ export function natsCollector(nc: NatsConnection, subject: string, opts: Subscri
     async until(payload: string, timeoutMs = 10_000) {
       await eventually(() => got.some((s) => s.data === payload), timeoutMs, `NATS marker ${payload} on ${subject} (have ${got.map((g) => g.data).join(', ')})`);
       const i = got.findIndex((s) => s.data === payload);
-      return got.splice(0, i + 1).slice(0, i);
-    },
-  };
-}
-
-/** An MQTT v5 client that records what arrives; `until(marker)` resolves with what came before the marker. */
-export async function mqttCollector(url: string, filters: string[], opts: mqtt.IClientOptions = {}): Promise<{ c: MqttClient; got: IPublishPacket[]; until(payload: string): Promise<IPublishPacket[]> }> {
-  const c = await mqtt.connectAsync(url, { protocolVersion: 5, reconnectPeriod: 0, ...opts });
-  const got: IPublishPacket[] = [];
-  c.on('message', (_t, _p, packet) => got.push(packet));
-  for (const f of filters) await c.subscribeAsync(f, { qos: 1 });
-  return {
-    c,
-    got,
-    async until(payload: string) {
-      await eventually(() => got.some((p) => p.payload.toString() === payload), 10_000, `MQTT marker ${payload}`);
-      const i = got.findIndex((p) => p.payload.toString() === payload);
       return got.splice(0, i + 1).slice(0, i);
     },
   };

@@ -11,7 +11,8 @@ import assert from 'node:assert/strict';
 import mqtt from 'mqtt';
 import kafkajsPkg from 'kafkajs';
 import { eventually } from './harness.js';
-import { crossFixture, connectNats, mqttCollector, natsCollector } from './cross-nats-helpers.js';
+import { crossFixture, connectNats, natsCollector } from './cross-nats-helpers.js';
+import { mqttCollector } from './mqtt-helpers.js';
 import { takeUntil } from './amqp-helpers.js';
 
 const { Kafka, logLevel } = kafkajsPkg;

@@ -12,7 +12,7 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { spawn } from 'node:child_process';
 import { FlowmqProcess, ROOT, eachLine, eventually, run } from './harness.js';
-import { startAmqpBroker } from './amqp-helpers.js';
+import { amqpFixture, startAmqpBroker } from './amqp-helpers.js';
 
 const CLIENT = join(ROOT, 'test/e2e/pika-client.py');
 // Debian's interpreter, where python3-pika is installed (a python3 earlier in PATH may be another one).
@@ -33,22 +33,15 @@ async function pika(broker: FlowmqProcess, ...args: string[]): Promise<Map<strin
 }
 
 describe('pika against a real broker', () => {
-  let broker: FlowmqProcess;
-  before(async () => {
-    // Heartbeats on (pika takes the server's proposal), unlike the amqplib tests.
-    broker = await startAmqpBroker(['--amqp-heartbeat', '30s']);
-  });
-  after(async () => {
-    await broker?.stop();
-    broker?.cleanup();
-  });
+  // Heartbeats on (pika takes the server's proposal), unlike the amqplib tests.
+  const f = amqpFixture({ args: ['--amqp-heartbeat', '30s'] });
   // One run of the routing script serves the two tests that read it.
   let routing: Promise<Map<string, Step>> | null = null;
-  const routed = () => (routing ??= pika(broker, 'routing'));
+  const routed = () => (routing ??= pika(f.broker, 'routing'));
 
   it('work queue: 3 competing consumers with prefetch 2 each get messages, all acked, none twice', async () => {
     const n = 30;
-    const s = await pika(broker, 'workqueue', 'pk.work', String(n));
+    const s = await pika(f.broker, 'workqueue', 'pk.work', String(n));
     assert.equal(s.get('published')!.ready, n, 'every confirmed publish is in the queue');
     // Holding without acks: two each, the rest stays ready in the broker (prefetch respected by every consumer).
     const held = s.get('held')!;
@@ -121,7 +114,7 @@ describe('pika against a real broker', () => {
   });
 
   it('publisher confirms: acks for routed publishes, basic.return before the ack of a mandatory unroutable one, a nack at a reject-publish limit', async () => {
-    const s = await pika(broker, 'confirms');
+    const s = await pika(f.broker, 'confirms');
     assert.deepEqual(s.get('acked'), { step: 'acked', acked: 50, ready: 50 });
     assert.deepEqual(s.get('unroutable'), {
       step: 'unroutable',
@@ -139,7 +132,7 @@ describe('pika against a real broker', () => {
   });
 
   it('basic.get: get-empty, message counts, nack with requeue (redelivered), reject without requeue', async () => {
-    const s = await pika(broker, 'get');
+    const s = await pika(f.broker, 'get');
     assert.equal(s.get('empty')!.method, null);
     assert.deepEqual(s.get('first'), { step: 'first', body: 'g0', redelivered: false, message_count: 3, tag: 1 });
     assert.deepEqual(s.get('again'), { step: 'again', body: 'g0', redelivered: true, message_count: 3, tag: 2 });
@@ -147,7 +140,7 @@ describe('pika against a real broker', () => {
   });
 
   it('a 404 closes only its channel; 406 on an inequivalent redeclare; the connection and its other channels go on', async () => {
-    const s = await pika(broker, 'channel-error');
+    const s = await pika(f.broker, 'channel-error');
     assert.deepEqual(s.get('passive'), {
       step: 'passive',
       raised: 'ChannelClosedByBroker',
@@ -166,7 +159,7 @@ describe('pika against a real broker', () => {
     assert.deepEqual([...(afterStep.bodies as string[])].sort(), ['old channel', 'still here']);
     assert.ok(s.get('closed')!.ok, 'a clean connection.close at the end');
     // The broker logged no connection error for it.
-    assert.ok(!broker.logs.some((l) => l.level >= 50), JSON.stringify(broker.logs.filter((l) => l.level >= 50)));
+    assert.ok(!f.broker.logs.some((l) => l.level >= 50), JSON.stringify(f.broker.logs.filter((l) => l.level >= 50)));
   });
 });
 
