@@ -7,7 +7,20 @@ import { join, resolve } from 'node:path';
 import type { Logger } from 'pino';
 import type { Config } from './config/index.js';
 import { Engine, FlowError } from './core/index.js';
-import { FloodCollector, PasswordGuard, loadUsersFile, processMemory, startAdminApi, type AdminApi } from './control/index.js';
+import {
+  AccessControl,
+  Directory,
+  FloodCollector,
+  MemoryControlStore,
+  PasswordGuard,
+  isControlStore,
+  parseUsersFile,
+  processMemory,
+  readUsersFile,
+  startAdminApi,
+  type AdminApi,
+  type ControlStore,
+} from './control/index.js';
 import type { ProtocolListener, ProtocolModule, RunningProtocol } from './protocols/types.js';
 import { connectionTotals, formatAddress } from './protocols/listener.js';
 import { mqttModule } from './protocols/mqtt/module.js';
@@ -25,6 +38,7 @@ export interface Broker {
   readonly log: LogManager;
   readonly listeners: Map<string, ProtocolListener>;
   readonly admin: AdminApi;
+  readonly access: AccessControl;
   /** Port actually bound per listener ("mqtt", "kafka", "http"). */
   ports(): Record<string, number>;
   close(): Promise<void>;
@@ -37,24 +51,8 @@ export interface Broker {
 export const PROTOCOL_MODULES: readonly ProtocolModule[] = [mqttModule, kafkaModule, amqpModule, natsModule];
 
 export async function startBroker(config: Config, logger: Logger): Promise<Broker> {
-  // Users first: a bad users file stops the broker before it opens storage. Only derived credentials are kept.
-  const users = config.usersFile === null ? null : await loadUsersFile(config.usersFile);
-  if (users) logger.info({ usersFile: config.usersFile, users: users.size, allowAnonymous: config.allowAnonymous }, 'users loaded');
-  // Every clear-text password check (MQTT CONNECT, Kafka PLAIN; SCRAM failures are counted) goes through one guard:
-  // throttled per address and username, scrypt on its own worker thread (started by the first check) with a
-  // bounded queue, never on libuv's pool, which the WAL's writes use.
-  const guard = users
-    ? new PasswordGuard(users, {
-        verifier: { threads: config.authThreads, maxQueue: config.authQueue, nice: config.authNice },
-        throttle: {
-          freeFailures: config.authFreeFailures,
-          windowMs: config.authFailureWindow,
-          maxDelayMs: config.authMaxDelay,
-          userMaxDelayMs: config.authUserMaxDelay,
-        },
-        logger: logger.child({ component: 'auth' }),
-      })
-    : null;
+  // The users file first: a bad one stops the broker before it opens storage. It seeds the directory below.
+  const seedUsers = config.usersFile === null ? null : parseUsersFile(await readUsersFile(config.usersFile), config.usersFile);
   const dataDir = resolve(config.dataDir);
   mkdirSync(dataDir, { recursive: true });
   const unlock = lockDataDir(dataDir);
@@ -123,6 +121,14 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
     `storage ready (${storage.description})`,
   );
 
+  const { directory, guard, access, protocolGuard } = await openControlPlane(config, logger, metastore, seedUsers).catch(async (err: unknown) => {
+    await log.close(0);
+    space.close();
+    await wal.close();
+    await storage.close();
+    unlock();
+    throw err;
+  });
   const listeners = new Map<string, ProtocolListener>();
   const started = Date.now();
   let admin: AdminApi;
@@ -138,7 +144,7 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
     const enabled: readonly string[] = config.protocols;
     for (const module of PROTOCOL_MODULES) {
       if (!enabled.includes(module.name)) continue;
-      const protocol = await module.start({ engine, logger, brokerId: config.brokerId, config, guard });
+      const protocol = await module.start({ engine, logger, brokerId: config.brokerId, config, guard: protocolGuard, access });
       running.push({ name: module.name, protocol });
       for (const [name, l] of protocol.listeners) listeners.set(name, l);
     }
@@ -148,13 +154,13 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
       storage: log,
       host: config.httpHost,
       port: config.httpPort,
-      guard,
+      guard: protocolGuard,
       allowedHosts: config.httpAllowedHosts,
       info: () => ({
         brokerId: config.brokerId,
         uptimeMs: Date.now() - started,
         listeners: Object.fromEntries([...listeners].map(([k, l]) => [k, { ...l.address(), connections: l.connections() }])),
-        ...(guard ? { auth: { ...guard.stats, verifier: guard.verifier.stats, queued: guard.verifier.queued, tracked: guard.throttle.size } } : {}),
+        ...(protocolGuard ? { auth: { ...guard.stats, verifier: guard.verifier.stats, queued: guard.verifier.queued, tracked: guard.throttle.size } } : {}),
         storage: {
           metastore: metastore.kind,
           objects: objects.kind,
@@ -183,7 +189,9 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
   } catch (err) {
     await closeAll();
     engine.close();
-    await guard?.close();
+    access.close();
+    directory.close();
+    await guard.close();
     await log.close(0);
     space.close();
     await wal.close();
@@ -199,6 +207,7 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
     log,
     listeners,
     admin,
+    access,
     ports: () => ({
       ...Object.fromEntries([...listeners].map(([k, l]) => [k, l.address().port])),
       http: admin.address().port,
@@ -210,7 +219,9 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
         await closeAll();
         // Queue timers (TTL, x-expires) stop before the stores close; nothing is deleted.
         engine.close();
-        await guard?.close();
+        access.close();
+        directory.close();
+        await guard.close();
         await log.close();
         space.close();
         await wal.close();
@@ -220,4 +231,62 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
       return closing;
     },
   };
+}
+
+/** Opens the control plane over the metastore: the directory, the password guard, the users file's seed, access. */
+async function openControlPlane(
+  config: Config,
+  logger: Logger,
+  metastore: object & { kind: string },
+  seedUsers: Array<{ username: string; password: string }> | null,
+): Promise<{ directory: Directory; guard: PasswordGuard; access: AccessControl; protocolGuard: PasswordGuard | null }> {
+  // The control plane: the directory (users, groups, tokens, policies, namespaces) lives in the metastore, so every
+  // broker sharing it sees the same identities; this process keeps a copy in memory for the data path.
+  const controlStore: ControlStore = isControlStore(metastore) ? metastore : new MemoryControlStore();
+  if (!isControlStore(metastore)) logger.warn({ metastore: metastore.kind }, 'this metastore has no control-plane role: users and policies are kept in memory only');
+  // Every clear-text password check (MQTT CONNECT, Kafka PLAIN, AMQP, NATS, HTTP; SCRAM failures are counted) goes
+  // through one guard: throttled per address and username, scrypt on its own worker thread (started by the first
+  // check) with a bounded queue, never on libuv's pool, which the WAL's writes use. New passwords are hashed there too.
+  let guard!: PasswordGuard;
+  const directory = await Directory.open({
+    store: controlStore,
+    defaultPolicy: config.defaultPolicy,
+    hasher: (password) => guard.verifier.hash(password),
+    logger: logger.child({ component: 'control' }),
+  });
+  guard = new PasswordGuard(directory, {
+    verifier: { threads: config.authThreads, maxQueue: config.authQueue, nice: config.authNice },
+    throttle: {
+      freeFailures: config.authFreeFailures,
+      windowMs: config.authFailureWindow,
+      maxDelayMs: config.authMaxDelay,
+      userMaxDelayMs: config.authUserMaxDelay,
+    },
+    logger: logger.child({ component: 'auth' }),
+  });
+  if (seedUsers) {
+    let added = 0;
+    try {
+      for (const u of seedUsers) if (await directory.seedUser(u)) added++;
+    } catch (err) {
+      await guard.close();
+      throw err;
+    }
+    logger.info({ usersFile: config.usersFile, users: seedUsers.length, added }, 'users file seeded into the directory');
+  }
+  if (config.metastore.kind !== 'sqlite') directory.startPolling(config.controlRefresh);
+  // Anonymous access: as configured, else allowed exactly while nobody could log in (zero setup).
+  const usersExist = directory.size > 0 || config.authWebhook !== null;
+  const anonymousAll = config.allowAnonymous ?? !usersExist;
+  const anonymous = new Set<string>(config.anonymousProtocols ?? (anonymousAll ? [...config.protocols, 'http'] : []));
+  if (!usersExist && !anonymousAll) logger.warn('anonymous access is off and there are no users yet: add one with `flowmq user add` (the admin API is open from loopback until then)');
+  const access = new AccessControl({ directory, guard, anonymous, logger: logger.child({ component: 'access' }) });
+  logger.info(
+    { users: directory.size, policies: directory.policies.size, defaultPolicy: config.defaultPolicy, anonymous: [...anonymous] },
+    'control plane ready',
+  );
+  // Adapters written before the directory check passwords only when there is a guard: keep it null while nobody
+  // could log in, so that the zero-setup broker lets everyone in as before.
+  const protocolGuard = usersExist ? guard : null;
+  return { directory, guard, access, protocolGuard };
 }

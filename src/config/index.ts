@@ -121,10 +121,23 @@ export interface Config {
   walDirectIo: boolean | null;
   /** Free bytes kept on the data directory's filesystem (stream appends refused below); null: 5%, at most 1 GiB. */
   minFreeDisk: number | null;
-  /** Users file (YAML/JSON list of {username, password}); null: no users, no authentication. */
+  /** Users file (YAML/JSON list of {username, password, groups?}): seeds the directory's users at start. */
   usersFile: string | null;
-  /** Unset: true without a users file, false with one. */
-  allowAnonymous: boolean;
+  /**
+   * null (unset): derived at start by the broker: true while the directory has no users (zero setup), false once it
+   * has some. `anonymousProtocols` narrows it per protocol.
+   */
+  allowAnonymous: boolean | null;
+  /** Protocols that let clients in without credentials; null: all of them or none, as allowAnonymous says. */
+  anonymousProtocols: Protocol[] | null;
+  /** What no policy decides: auto (allow while no policy exists, deny once one does), allow, deny. */
+  defaultPolicy: 'auto' | 'allow' | 'deny';
+  /** Webhook authenticator: URL POSTed {username, password, protocol, remoteAddress}; null: none. */
+  authWebhook: string | null;
+  authWebhookTimeout: number;
+  authWebhookCacheTtl: number;
+  /** How often a broker re-reads the control plane's version from a shared metastore (cluster changes). */
+  controlRefresh: number;
   /** Password checks: worker threads, queue, their nice value, and the per-address/username slowdown. */
   authThreads: number;
   authQueue: number;
@@ -133,8 +146,8 @@ export interface Config {
   authFailureWindow: number;
   authMaxDelay: number;
   authUserMaxDelay: number;
-  /** Kafka listeners require SASL. Unset: when users are configured and anonymous access is not allowed. */
-  kafkaSasl: boolean;
+  /** Kafka listeners require SASL. null (unset): derived at start, when Kafka clients may not be anonymous. */
+  kafkaSasl: boolean | null;
   kafkaSaslMechanisms: string[];
   kafkaSaslMaxReceiveSize: number;
   kafkaAuthTimeout: number;
@@ -146,7 +159,7 @@ export interface Config {
   kafkaGroupMaxSessionTimeout: number;
 }
 
-type Kind = 'string' | 'port' | 'int' | 'bool' | 'protocols' | 'size' | 'capacity' | 'duration' | 'delay' | 'level' | 'sasl-mechanisms' | 'wal-layout' | 'hosts' | 'slow-consumer' | 'metastore' | 'wal' | 'object-store' | 'url';
+type Kind = 'string' | 'port' | 'int' | 'bool' | 'protocols' | 'size' | 'capacity' | 'duration' | 'delay' | 'level' | 'sasl-mechanisms' | 'wal-layout' | 'default-policy' | 'hosts' | 'slow-consumer' | 'metastore' | 'wal' | 'object-store' | 'url';
 
 interface OptionSpec {
   key: keyof Config;
@@ -241,7 +254,13 @@ export const OPTIONS: OptionSpec[] = [
   { key: 'walDirectIo', name: 'wal-direct-io', kind: 'bool', default: null, help: 'write the WAL with O_DIRECT, around the page cache, where the filesystem supports it (default: on for the partition layout, off for shared)' },
   { key: 'minFreeDisk', name: 'min-free-disk', kind: 'capacity', default: null, help: 'free space kept on the data directory\'s filesystem: below it stream writes are refused with a retriable error until space returns (0: no reserve; default: 5% of the filesystem, at most 1GiB)' },
   { key: 'usersFile', name: 'users-file', kind: 'string', default: null, help: 'YAML/JSON list of {username, password}: Kafka SASL, MQTT username/password and the admin API check against it' },
-  { key: 'allowAnonymous', name: 'allow-anonymous', kind: 'bool', default: null, help: 'let clients in without credentials (default: true without users-file, false with it)' },
+  { key: 'allowAnonymous', name: 'allow-anonymous', kind: 'bool', default: null, help: 'let clients in without credentials (default: true while no users exist at start, false once they do)' },
+  { key: 'anonymousProtocols', name: 'anonymous-protocols', kind: 'protocols', default: null, help: 'protocols (mqtt, kafka, amqp, nats) that let clients in without credentials, comma-separated; overrides allow-anonymous per protocol' },
+  { key: 'defaultPolicy', name: 'default-policy', kind: 'default-policy', default: 'auto', help: 'what no authorization policy decides: auto (allow while no policy exists, deny once one does), allow or deny; members of the admins group are always allowed' },
+  { key: 'authWebhook', name: 'auth-webhook', kind: 'string', default: null, help: 'URL of an HTTP authenticator for users the directory does not know: POST {username, password, protocol, remoteAddress}, 200 {"result":"allow","groups":[...]} lets in' },
+  { key: 'authWebhookTimeout', name: 'auth-webhook-timeout', kind: 'duration', default: 2000, help: 'a webhook answer slower than this is a busy server (the client retries), never a yes' },
+  { key: 'authWebhookCacheTtl', name: 'auth-webhook-cache-ttl', kind: 'duration', default: 60_000, help: 'how long a webhook yes is reused for the same username and password (0: ask every time)' },
+  { key: 'controlRefresh', name: 'control-refresh', kind: 'duration', default: 2000, help: 'how often to look for control-plane changes (users, policies) made through another broker sharing the metastore' },
   { key: 'authThreads', name: 'auth-threads', kind: 'int', default: 1, help: 'worker threads that check passwords (scrypt), each at most one core; never libuv\'s pool, which the WAL uses' },
   { key: 'authQueue', name: 'auth-queue', kind: 'int', default: 32, help: 'password checks waiting for a thread; beyond it a login is answered busy (MQTT CONNACK 0x89 / 0x03, Kafka: closed, the client retries)' },
   { key: 'authNice', name: 'auth-nice', kind: 'int', default: 10, help: 'Linux nice value of the password threads (0-19), so the event loop and storage get the CPU first' },
@@ -285,6 +304,9 @@ function coerce(spec: OptionSpec, raw: unknown, source: string): Config[keyof Co
       return str;
     case 'level':
       if (typeof str !== 'string' || !LEVELS.includes(str)) throw bad(`expected one of ${LEVELS.join(', ')}`);
+      return str;
+    case 'default-policy':
+      if (str !== 'auto' && str !== 'allow' && str !== 'deny') throw bad('expected auto, allow or deny');
       return str;
     case 'wal-layout':
       if (str !== 'partition' && str !== 'shared') throw bad('expected partition or shared');
@@ -466,11 +488,8 @@ export function loadConfig(src: ConfigSources = {}): Config {
     cfg[spec.key] = coerce(spec, v, `--${k}`);
   }
   // Options whose default depends on others (their table default is null: "derived").
-  const users = cfg.usersFile !== null;
-  if (cfg.allowAnonymous === null) cfg.allowAnonymous = !users;
-  if (cfg.kafkaSasl === null) cfg.kafkaSasl = users && cfg.allowAnonymous === false;
-  if (!users && cfg.allowAnonymous === false) throw new ConfigError('allow-anonymous false needs users-file (there would be no one to let in)');
-  if (!users && cfg.kafkaSasl === true) throw new ConfigError('kafka-sasl true needs users-file');
+  // allow-anonymous and kafka-sasl stay null when unset: the broker derives them from the directory at start (users
+  // may live in the metastore, added by `flowmq user add`, with no users file at all).
   if ((cfg.authThreads as number) < 1) throw new ConfigError('auth-threads must be at least 1');
   if ((cfg.authNice as number) > 19) throw new ConfigError('auth-nice must be 0..19');
   if (cfg.s3PathStyle === null) cfg.s3PathStyle = cfg.s3Endpoint !== null;

@@ -7,6 +7,7 @@ export {
   SCRAM_MECHANISMS,
   deriveScramCredential,
   loadUsersFile,
+  readUsersFile,
   parseUsersFile,
   scramCredentialFromSalted,
   type ScramCredential,
@@ -30,3 +31,39 @@ export {
 export { PasswordGuard, type PasswordGuardOptions, type PasswordVerdict } from './password-guard.js';
 export { PasswordVerifier, type PasswordVerifierOptions, type VerifyResult } from './password-verifier.js';
 export { AuthThrottle, type Admission, type AuthThrottleOptions } from './auth-throttle.js';
+export { AccessControl, Access, type AccessControlOptions, type AuthOutcome, type ExternalAuthenticator } from './access.js';
+export {
+  ACTIONS,
+  ADMIN_GROUP,
+  ANONYMOUS,
+  PolicySet,
+  RESOURCE_KINDS,
+  filterCovers,
+  filtersIntersect,
+  validatePolicy,
+  type Action,
+  type DefaultPolicy,
+  type PolicyDef,
+  type Principal,
+  type ResourceKind,
+  type SubscriptionVerdict,
+} from './policy.js';
+export {
+  DEFAULT_NAMESPACE,
+  Directory,
+  TOKEN_PREFIX,
+  validateName,
+  validatePassword,
+  validateQuotas,
+  validateUsername,
+  type DirectoryOptions,
+  type GroupDef,
+  type NamespaceDef,
+  type PasswordHasher,
+  type Quotas,
+  type TokenInfo,
+  type UserInfo,
+} from './directory.js';
+export { CONTROL_KINDS, MemoryControlStore, isControlStore, type ControlKind, type ControlRecord, type ControlStore } from './store.js';
+export { QuotaManager, type QuotaLease } from './quotas.js';
+export { ClientEntry, ClientRegistry, type ClientRegistration, type ProtocolTotals } from './clients.js';

@@ -15,7 +15,7 @@
  * The threads start with the first check (a broker without password traffic starts none), are unref'ed (they
  * never keep the process alive) and end with close().
  */
-import { timingSafeEqual } from 'node:crypto';
+import { randomBytes, timingSafeEqual } from 'node:crypto';
 import { Worker } from 'node:worker_threads';
 import { SCRYPT, SCRYPT_KEYLEN, type PasswordHash } from './users.js';
 import type { WorkerInit, WorkerReply, WorkerRequest } from './password-worker.js';
@@ -41,6 +41,8 @@ interface Job {
   salt: Buffer;
   resolve(r: VerifyResult): void;
   reject(e: Error): void;
+  /** A hash job (a new password): gets the computed hash instead of a verdict. */
+  hashed?: (h: Buffer) => void;
 }
 
 interface Slot {
@@ -104,6 +106,30 @@ export class PasswordVerifier {
     });
   }
 
+  /**
+   * The scrypt hash of a new password (a user added or a password changed through the admin API), computed on the
+   * same threads as the checks, so that a burst of user changes cannot take libuv's pool from the WAL either.
+   * Queued behind the checks waiting, never refused; rejected once the verifier is closed.
+   */
+  hash(password: string): Promise<PasswordHash> {
+    if (this.closed) return Promise.reject(new Error('password verifier closed'));
+    const salt = randomBytes(16);
+    return new Promise<PasswordHash>((resolve, reject) => {
+      const job: Job = {
+        id: this.nextId++,
+        priority: false,
+        password: Buffer.from(password, 'utf8'),
+        expected: Buffer.alloc(0),
+        salt,
+        resolve: (r) => r === 'busy' && reject(new Error('password verifier closed')),
+        reject,
+        hashed: (hash) => resolve({ salt, hash }),
+      };
+      this.queue.push(job);
+      this.pump();
+    });
+  }
+
   private busy(): Promise<VerifyResult> {
     this.stats.busy++;
     return Promise.resolve('busy');
@@ -153,6 +179,11 @@ export class PasswordVerifier {
       slot.worker.unref();
       this.stats.checked++;
       const hash = Buffer.from(m.hash);
+      if (job.hashed) {
+        job.hashed(hash);
+        this.pump();
+        return;
+      }
       job.resolve(hash.length === job.expected.length && timingSafeEqual(hash, job.expected) ? 'ok' : 'bad');
       this.pump();
     });

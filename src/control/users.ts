@@ -169,12 +169,14 @@ export function parseUsersFile(text: string, source: string): Array<{ username: 
   });
 }
 
-export async function loadUsersFile(path: string): Promise<MemoryUserStore> {
-  let text: string;
+export async function readUsersFile(path: string): Promise<string> {
   try {
-    text = await readFile(path, 'utf8');
+    return await readFile(path, 'utf8');
   } catch (e) {
     throw new FlowError('CONFIG_ERROR', `users file ${path}: ${(e as Error).message}`);
   }
-  return MemoryUserStore.fromPasswords(parseUsersFile(text, path));
+}
+
+export async function loadUsersFile(path: string): Promise<MemoryUserStore> {
+  return MemoryUserStore.fromPasswords(parseUsersFile(await readUsersFile(path), path));
 }

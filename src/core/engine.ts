@@ -48,6 +48,12 @@ export interface SubscribeOptions {
    * against unified topics through the separator swap, without the `$` rule (NATS `>` matches `$JS.API.INFO`).
    */
   rule?: 'mqtt' | 'nats';
+  /**
+   * Set when authorization lets the subscriber receive only some of the topics its filter matches (a wildcard
+   * reaching into a denied topic): a delivery on a topic it refuses is skipped for this subscription (a shared
+   * group whose picked member refuses it skips that message). Unset: every match is delivered, at no cost.
+   */
+  admit?: (topic: string) => boolean;
 }
 
 export interface Subscription {
@@ -330,8 +336,8 @@ export class Engine implements Router {
       if (firstWild && dollar && !('members' in v ? v.nats : v.options.rule === 'nats')) return;
       if ('members' in v) {
         const s = pickMember(v, undefined);
-        if (s !== undefined) add(s);
-      } else add(v);
+        if (s !== undefined && (s.options.admit === undefined || s.options.admit(msg.topic))) add(s);
+      } else if (v.options.admit === undefined || v.options.admit(msg.topic)) add(v);
     });
     if (single !== undefined) {
       this.stats.delivered++;
@@ -357,6 +363,7 @@ export class Engine implements Router {
     if (!g) return false;
     const other = pickMember(g, sub.subscriber);
     if (other === undefined || other.subscriber.isAvailable?.() === false) return false;
+    if (other.options.admit !== undefined && !other.options.admit(msg.topic)) return false;
     this.stats.delivered++;
     other.subscriber.deliver(msg, [other]);
     return true;

@@ -5,7 +5,7 @@ import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import type { Engine } from '../core/index.js';
 import type { Config } from '../config/index.js';
-import type { PasswordGuard } from '../control/index.js';
+import type { AccessControl, PasswordGuard } from '../control/index.js';
 
 export interface AdapterContext {
   engine: Engine;
@@ -34,8 +34,14 @@ export interface ProtocolModuleContext extends AdapterContext {
   /** The broker's own logger: a module logs its 'listening' lines here and gives its adapter a child of it. */
   logger: Logger;
   config: Config;
-  /** Clear-text password checks against the users file; null when the broker runs without one. */
+  /**
+   * Clear-text password checks against the directory's users; null while the broker started with no users and no
+   * webhook (the zero-setup default: everyone is let in). Prefer `access.password(...)`, which also consults the
+   * webhook authenticator and answers the principal.
+   */
   guard: PasswordGuard | null;
+  /** The control plane: authentication, policies, quotas, the client registry (see src/control/access.ts). */
+  access: AccessControl;
 }
 
 /**

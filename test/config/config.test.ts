@@ -128,22 +128,22 @@ describe('config: MQTT options', () => {
 });
 
 describe('config: users, SASL and Kafka TLS options', () => {
-  it('derives allow-anonymous and kafka-sasl from users-file', () => {
+  it('leaves allow-anonymous and kafka-sasl to the broker unless set (users may live in the metastore)', () => {
     const none = loadConfig();
-    assert.deepEqual([none.usersFile, none.allowAnonymous, none.kafkaSasl], [null, true, false]);
+    assert.deepEqual([none.usersFile, none.allowAnonymous, none.kafkaSasl, none.anonymousProtocols, none.defaultPolicy], [null, null, null, null, 'auto']);
     assert.deepEqual(none.kafkaSaslMechanisms, ['PLAIN', 'SCRAM-SHA-256', 'SCRAM-SHA-512']);
     assert.deepEqual([none.kafkaTlsPort, none.kafkaTlsCert, none.kafkaGroupInitialRebalanceDelay], [9093, null, 3000]);
     const users = loadConfig({ flags: { 'users-file': '/u.yaml' } });
-    assert.deepEqual([users.allowAnonymous, users.kafkaSasl], [false, true]);
-    const open = loadConfig({ flags: { 'users-file': '/u.yaml', 'allow-anonymous': 'true' } });
-    assert.deepEqual([open.allowAnonymous, open.kafkaSasl], [true, false]);
+    assert.deepEqual([users.allowAnonymous, users.kafkaSasl], [null, null]);
+    const open = loadConfig({ flags: { 'users-file': '/u.yaml', 'allow-anonymous': 'true', 'anonymous-protocols': 'mqtt,NATS', 'default-policy': 'deny' } });
+    assert.deepEqual([open.allowAnonymous, open.kafkaSasl, open.anonymousProtocols, open.defaultPolicy], [true, null, ['mqtt', 'nats'], 'deny']);
     const c = loadConfig({ flags: { 'kafka-sasl-mechanisms': 'scram-sha-512,PLAIN', 'kafka-group-initial-rebalance-delay': '0', 'kafka-group-min-session-timeout': '1s' } });
     assert.deepEqual(c.kafkaSaslMechanisms, ['SCRAM-SHA-512', 'PLAIN']);
     assert.deepEqual([c.kafkaGroupInitialRebalanceDelay, c.kafkaGroupMinSessionTimeout], [0, 1000]);
   });
   it('refuses combinations that cannot work', () => {
-    assert.throws(() => loadConfig({ flags: { 'kafka-sasl': 'true' } }), /kafka-sasl true needs users-file/);
-    assert.throws(() => loadConfig({ flags: { 'allow-anonymous': 'false' } }), /allow-anonymous false needs users-file/);
+    assert.throws(() => loadConfig({ flags: { 'default-policy': 'maybe' } }), /expected auto, allow or deny/);
+    assert.throws(() => loadConfig({ flags: { 'anonymous-protocols': 'mqtt,stomp' } }), /unknown protocol "stomp"/);
     assert.throws(() => loadConfig({ flags: { 'kafka-sasl-mechanisms': 'PLAIN,GSSAPI' } }), /unknown SASL mechanism "GSSAPI"/);
     assert.throws(() => loadConfig({ flags: { 'kafka-tls-cert': '/c.pem' } }), /needs both kafka-tls-cert and kafka-tls-key/);
     assert.throws(() => loadConfig({ flags: { 'kafka-group-min-session-timeout': '1h', 'kafka-group-max-session-timeout': '1m' } }), /must not exceed/);

@@ -13,6 +13,8 @@ export const kafkaModule: ProtocolModule = {
   name: 'kafka',
   async start(ctx: ProtocolModuleContext): Promise<RunningProtocol> {
     const { config, guard } = ctx;
+    // Unset: SASL is required when Kafka clients may not be anonymous and there is someone to log in as.
+    const requireSasl = config.kafkaSasl ?? (guard !== null && !ctx.access.anonymousAllowed('kafka'));
     const kctx: AdapterContext = { engine: ctx.engine, brokerId: ctx.brokerId, logger: ctx.logger.child({ protocol: 'kafka' }) };
     const adapter = createKafkaAdapter(kctx, {
       advertisedHost: config.kafkaAdvertisedHost ?? undefined,
@@ -34,14 +36,14 @@ export const kafkaModule: ProtocolModule = {
       await Promise.allSettled([...listeners.values()].map((l) => l.close()));
     };
     try {
-      const l = await startKafkaListener(kctx, { host: config.host, port: config.kafkaPort, sasl: config.kafkaSasl }, {}, adapter);
+      const l = await startKafkaListener(kctx, { host: config.host, port: config.kafkaPort, sasl: requireSasl }, {}, adapter);
       listeners.set('kafka', l);
-      ctx.logger.info({ protocol: 'kafka', address: formatAddress(l.address()), sasl: config.kafkaSasl }, 'listening');
+      ctx.logger.info({ protocol: 'kafka', address: formatAddress(l.address()), sasl: requireSasl }, 'listening');
       if (config.kafkaTlsCert !== null && config.kafkaTlsKey !== null) {
         const tlsOpts = { cert: readFileSync(config.kafkaTlsCert), key: readFileSync(config.kafkaTlsKey) };
-        const t = await startKafkaListener(kctx, { host: config.host, port: config.kafkaTlsPort, sasl: config.kafkaSasl, tls: tlsOpts }, {}, adapter);
+        const t = await startKafkaListener(kctx, { host: config.host, port: config.kafkaTlsPort, sasl: requireSasl, tls: tlsOpts }, {}, adapter);
         listeners.set('kafka-tls', t);
-        ctx.logger.info({ protocol: 'kafka-tls', address: formatAddress(t.address()), sasl: config.kafkaSasl }, 'listening');
+        ctx.logger.info({ protocol: 'kafka-tls', address: formatAddress(t.address()), sasl: requireSasl }, 'listening');
       }
     } catch (err) {
       await close();

@@ -31,7 +31,7 @@ export const mqttModule: ProtocolModule = {
       maxSessionExpiry: Math.floor(config.mqttSessionExpiryMax / 1000),
       maxKeepalive: config.mqttMaxKeepalive,
       sysIntervalMs: config.mqttSysInterval,
-      ...(guard ? { authenticate: passwordAuthenticator(guard, config.allowAnonymous) } : {}),
+      ...(guard ? { authenticate: passwordAuthenticator(guard, ctx.access.anonymousAllowed('mqtt')) } : {}),
     });
     const listeners = new Map<string, ProtocolListener>();
     const close = async () => {

@@ -44,7 +44,7 @@ export const natsModule: ProtocolModule = {
     // The JetStream API over FlowMQ streams: the adapter hands it every publish with a reply subject (PubAcks).
     const jetstream = new JetStream(ctx.engine, logger.child({ component: 'jetstream' }));
     await jetstream.start();
-    const adapter = new NatsAdapter({ ...ctx, logger }, options, ctx.guard, c.allowAnonymous, c.natsToken, jetstream);
+    const adapter = new NatsAdapter({ ...ctx, logger }, options, ctx.guard, ctx.access.anonymousAllowed('nats'), c.natsToken, jetstream);
     const logLimit = new LogLimiter(logger);
     let ending: Promise<void> | null = null;
     const shared: NatsListenerShared = {

@@ -1,0 +1,214 @@
+/**
+ * What a protocol adapter asks the control plane: who is this (authentication), may they do this (authorization),
+ * how fast may they go (quotas), and who is connected (the client registry). One object, `AccessControl`, is handed
+ * to every protocol module, so every protocol applies the same identities and the same policies.
+ *
+ * Per connection an adapter holds an `Access` (from `accessFor`): its `can(...)` answers from a small cache that
+ * is dropped whenever the directory changes (a policy or a user's groups changed, here or on another broker), so a
+ * policy changed live applies to open connections at their next request, and a steady stream of publishes costs a
+ * Map lookup per message (nothing at all while no policy exists and the default allows: `open`).
+ */
+import type { Logger } from 'pino';
+import { LogLimiter, logKey } from '../protocols/log-limit.js';
+import type { Directory } from './directory.js';
+import type { PasswordGuard } from './password-guard.js';
+import { ANONYMOUS, type Action, type Principal, type ResourceKind, type SubscriptionVerdict } from './policy.js';
+import { QuotaManager } from './quotas.js';
+import { ClientRegistry } from './clients.js';
+
+export type AuthOutcome = { verdict: 'ok'; principal: Principal } | { verdict: 'bad' | 'busy' };
+
+/** An external check of a clear-text password (the webhook authenticator): answers groups/namespace on success. */
+export interface ExternalAuthenticator {
+  check(
+    username: string,
+    password: Buffer | string,
+    ctx: { remoteAddress?: string; protocol: string },
+  ): Promise<{ verdict: 'ok'; groups?: string[]; namespace?: string } | { verdict: 'bad' | 'busy' }>;
+  close?(): void;
+}
+
+export interface AccessControlOptions {
+  directory: Directory;
+  guard: PasswordGuard;
+  /** Protocols ("mqtt", "kafka", "amqp", "nats", "http") that let clients in without credentials. */
+  anonymous: ReadonlySet<string>;
+  external?: ExternalAuthenticator | null;
+  logger?: Logger;
+}
+
+const CACHE_LIMIT = 4096;
+
+export class AccessControl {
+  readonly directory: Directory;
+  readonly guard: PasswordGuard;
+  readonly quotas: QuotaManager;
+  readonly clients = new ClientRegistry();
+  private readonly anonymous: ReadonlySet<string>;
+  private readonly external: ExternalAuthenticator | null;
+  private readonly denials: LogLimiter | null;
+  /** Principals of users the webhook let in (not in the directory), by username. */
+  private readonly externalPrincipals = new Map<string, Principal>();
+  /** Figures for /metrics and the admin API. */
+  readonly stats = { allowed: 0, denied: 0 };
+
+  constructor(opts: AccessControlOptions) {
+    this.directory = opts.directory;
+    this.guard = opts.guard;
+    this.anonymous = opts.anonymous;
+    this.external = opts.external ?? null;
+    this.quotas = new QuotaManager(opts.directory);
+    this.denials = opts.logger ? new LogLimiter(opts.logger) : null;
+  }
+
+  /** Whether `protocol` lets clients in without credentials. */
+  anonymousAllowed(protocol: string): boolean {
+    return this.anonymous.has(protocol);
+  }
+
+  /** True when some protocol needs credentials, or users exist: adapters then offer/require authentication. */
+  get hasUsers(): boolean {
+    return this.directory.size > 0 || this.external !== null;
+  }
+
+  /**
+   * Checks a clear-text password (MQTT CONNECT, SASL PLAIN, AMQP PLAIN, NATS user/pass, HTTP Basic): the guard
+   * first (throttled, scrypt on its worker); a username the directory does not know goes to the external
+   * authenticator when one is configured.
+   */
+  async password(username: string, password: Buffer | string | null, remoteAddress: string | undefined, protocol: string): Promise<AuthOutcome> {
+    if (this.external !== null && this.directory.lookup(username) === undefined && password !== null && password.length > 0) {
+      if (!(await this.guard.admit(username, remoteAddress, protocol))) return { verdict: 'busy' };
+      const r = await this.external.check(username, password, { remoteAddress, protocol });
+      if (r.verdict === 'ok') {
+        this.guard.succeeded(username, remoteAddress);
+        const p: Principal = { user: username, groups: r.groups ?? [], namespace: r.namespace ?? 'default' };
+        this.externalPrincipals.set(username, p);
+        return { verdict: 'ok', principal: p };
+      }
+      if (r.verdict === 'bad') this.guard.failed(username, remoteAddress, protocol);
+      return { verdict: r.verdict };
+    }
+    const v = await this.guard.check(username, password, remoteAddress, protocol);
+    return v === 'ok' ? { verdict: 'ok', principal: this.principal(username) } : { verdict: v };
+  }
+
+  /** Checks an API token (HTTP Bearer, NATS auth_token); failures are throttled like passwords. */
+  async token(token: string, remoteAddress: string | undefined, protocol: string): Promise<AuthOutcome> {
+    if (!(await this.guard.admit('(token)', remoteAddress, protocol))) return { verdict: 'busy' };
+    const t = this.directory.verifyToken(token);
+    if (t === null) {
+      this.guard.failed('(token)', remoteAddress, protocol);
+      return { verdict: 'bad' };
+    }
+    this.guard.succeeded('(token)', remoteAddress);
+    return { verdict: 'ok', principal: this.principal(t.user) };
+  }
+
+  /** The principal of a user authenticated by other means (SCRAM, a client certificate). */
+  principal(username: string | null): Principal {
+    if (username === null) return ANONYMOUS;
+    if (this.directory.lookup(username) === undefined) {
+      const ext = this.externalPrincipals.get(username);
+      if (ext) return ext;
+    }
+    return this.directory.principal(username);
+  }
+
+  /** A connection's authorization handle. */
+  accessFor(principal: Principal, protocol: string, remoteAddress?: string): Access {
+    return new Access(this, principal, protocol, remoteAddress);
+  }
+
+  /** Logs a denial, rate-limited per address (a client can trigger it at will). */
+  logDenial(a: Access, action: Action, kind: ResourceKind, name: string): void {
+    this.stats.denied++;
+    this.denials?.log(
+      'info',
+      logKey('access denied', a.remoteAddress),
+      { protocol: a.protocol, user: a.principal.user, remote: a.remoteAddress, action, resource: `${kind}:${name}` },
+      'access denied',
+    );
+  }
+
+  close(): void {
+    this.denials?.stop();
+    this.external?.close?.();
+  }
+}
+
+/** One connection's view of the policies: cached verdicts, dropped when the directory changes. */
+export class Access {
+  private readonly cache = new Map<string, boolean>();
+  private version = -1;
+  private current: Principal;
+
+  constructor(
+    private readonly ac: AccessControl,
+    principal: Principal,
+    readonly protocol: string,
+    readonly remoteAddress?: string,
+  ) {
+    this.current = principal;
+  }
+
+  /** The identity, re-read from the directory after a change (groups may have changed). */
+  get principal(): Principal {
+    this.sync();
+    return this.current;
+  }
+
+  /** Nothing is ever denied right now (no policies, default allow): callers may skip per-message checks. */
+  get open(): boolean {
+    return this.ac.directory.policies.open;
+  }
+
+  /** May this connection do `action` on the resource? Denials are logged (rate-limited) and counted. */
+  can(action: Action, kind: ResourceKind, name: string): boolean {
+    const set = this.ac.directory.policies;
+    if (set.open) return true;
+    this.sync();
+    const key = `${action}\u0000${kind}\u0000${name}`;
+    let v = this.cache.get(key);
+    if (v === undefined) {
+      v = set.allows(this.current, action, kind, name);
+      if (this.cache.size >= CACHE_LIMIT) this.cache.clear();
+      this.cache.set(key, v);
+    }
+    if (!v) this.ac.logDenial(this, action, kind, name);
+    return v;
+  }
+
+  /** May a delivery on `topic` reach this connection (a filtered subscription)? Not logged: it is not a request. */
+  admits(topic: string): boolean {
+    const set = this.ac.directory.policies;
+    if (set.open) return true;
+    this.sync();
+    const key = `subscribe\u0000topic\u0000${topic}`;
+    let v = this.cache.get(key);
+    if (v === undefined) {
+      v = set.allows(this.current, 'subscribe', 'topic', topic);
+      if (this.cache.size >= CACHE_LIMIT) this.cache.clear();
+      this.cache.set(key, v);
+    }
+    return v;
+  }
+
+  /** The verdict for a live subscription to a unified MQTT-syntax filter (see PolicySet.subscription). */
+  subscription(filter: string): SubscriptionVerdict {
+    const set = this.ac.directory.policies;
+    if (set.open) return 'allow';
+    this.sync();
+    const v = set.subscription(this.current, filter);
+    if (v === 'deny') this.ac.logDenial(this, 'subscribe', 'topic', filter);
+    return v;
+  }
+
+  private sync(): void {
+    const d = this.ac.directory;
+    if (this.version === d.version) return;
+    this.version = d.version;
+    this.cache.clear();
+    if (this.current.user !== null) this.current = this.ac.principal(this.current.user);
+  }
+}

@@ -1,0 +1,502 @@
+/**
+ * The directory: users, groups, API tokens, policies and namespaces, as every broker sees them.
+ *
+ * The source of truth is the ControlStore (the metastore); this class holds a copy in memory so that the data path
+ * never waits on the metastore: a login looks its user up synchronously, a policy check reads the compiled
+ * PolicySet. Changes made here are written through to the store first and applied to the copy once durable; changes
+ * made by another broker sharing the store are picked up by `refresh()` (polled; see startPolling). Each applied
+ * change bumps `version`, which connections' Access objects compare to drop cached verdicts, so a policy changed
+ * live takes effect on open connections at their next request.
+ *
+ * Credentials are derived here and only derived credentials are stored (users.ts): SCRAM keys per mechanism and a
+ * scrypt hash; never a password. API tokens are stored as their SHA-256 (a token is 32 random bytes: a fast hash
+ * suffices, there is nothing to brute-force).
+ */
+import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
+import type { Logger } from 'pino';
+import { FlowError } from '../core/index.js';
+import { PolicySet, validatePolicy, type DefaultPolicy, type PolicyDef, type Principal } from './policy.js';
+import type { ControlRecord, ControlStore } from './store.js';
+import {
+  DEFAULT_SCRAM_ITERATIONS,
+  SCRAM_MECHANISMS,
+  deriveScramCredential,
+  type PasswordHash,
+  type ScramCredential,
+  type ScramMechanism,
+  type UserRecord,
+  type UserStore,
+} from './users.js';
+
+export const DEFAULT_NAMESPACE = 'default';
+
+/** Computes the scrypt hash of a clear-text password (the PasswordVerifier's worker, off libuv's pool). */
+export type PasswordHasher = (password: string) => Promise<PasswordHash>;
+
+export interface Quotas {
+  /** Open connections of the namespace, all protocols together. */
+  maxConnections?: number;
+  /** Messages published per second (produce: records). */
+  publishRate?: number;
+  /** Bytes received per second (publish/produce payloads). */
+  bytesInRate?: number;
+  /** Bytes sent per second (deliveries, fetches). */
+  bytesOutRate?: number;
+  /** Bytes stored in the namespace's streams. */
+  maxStorageBytes?: number;
+}
+
+export interface NamespaceDef {
+  readonly name: string;
+  readonly description?: string;
+  readonly quotas: Quotas;
+  readonly createdAt: number;
+}
+
+export interface GroupDef {
+  readonly name: string;
+  readonly description?: string;
+  readonly createdAt: number;
+}
+
+export interface TokenInfo {
+  /** The token's id (shown in lists, used to delete it); the secret is shown once, at creation. */
+  readonly id: string;
+  readonly user: string;
+  readonly description?: string;
+  readonly createdAt: number;
+  /** ms since the epoch; null: does not expire. */
+  readonly expiresAt: number | null;
+}
+
+/** What the directory keeps of a user (no secrets leave through it). */
+export interface UserInfo {
+  readonly username: string;
+  readonly groups: readonly string[];
+  readonly namespace: string;
+  readonly mechanisms: readonly string[];
+  readonly createdAt: number;
+  /** Where the user came from: `api`, `file` (the users file seeded it), `webhook`. */
+  readonly source: string;
+}
+
+class DirectoryUser implements UserRecord {
+  constructor(
+    readonly info: UserInfo,
+    private readonly creds: ReadonlyMap<ScramMechanism, ScramCredential>,
+    readonly passwordHash: PasswordHash,
+  ) {}
+  get username(): string {
+    return this.info.username;
+  }
+  scram(mechanism: ScramMechanism): ScramCredential | undefined {
+    return this.creds.get(mechanism);
+  }
+}
+
+interface StoredToken extends TokenInfo {
+  readonly hash: Buffer;
+}
+
+/** The token format: a recognisable prefix, the id, and the secret (RFC 6750 bearer token characters). */
+export const TOKEN_PREFIX = 'fmq_';
+
+const NAME = /^[A-Za-z0-9._@-]{1,128}$/;
+
+export function validateName(what: string, name: unknown): string {
+  if (typeof name !== 'string' || !NAME.test(name)) {
+    throw new FlowError('INVALID_ARGUMENT', `${what} name must be 1-128 characters of letters, digits and . _ @ -`);
+  }
+  return name;
+}
+
+/** Usernames may hold more (e-mail addresses, spaces), but no control characters and no ':' (HTTP Basic). */
+export function validateUsername(name: unknown): string {
+  // eslint-disable-next-line no-control-regex
+  if (typeof name !== 'string' || name === '' || name.length > 256 || /[\u0000-\u001f\u007f:]/.test(name)) {
+    throw new FlowError('INVALID_ARGUMENT', 'username must be 1-256 characters without control characters or ":"');
+  }
+  return name;
+}
+
+export function validatePassword(password: unknown): string {
+  if (typeof password !== 'string' || password.length < 1 || password.length > 1024) {
+    throw new FlowError('INVALID_ARGUMENT', 'password must be 1-1024 characters');
+  }
+  return password;
+}
+
+const b64 = (b: Buffer) => b.toString('base64');
+const unb64 = (s: unknown) => Buffer.from(String(s ?? ''), 'base64');
+
+export interface DirectoryOptions {
+  store: ControlStore;
+  defaultPolicy?: DefaultPolicy;
+  hasher: PasswordHasher;
+  logger?: Logger;
+  scramIterations?: number;
+}
+
+export class Directory implements UserStore {
+  private users = new Map<string, DirectoryUser>();
+  private groupDefs = new Map<string, GroupDef>();
+  private namespaceDefs = new Map<string, NamespaceDef>();
+  private tokens = new Map<string, StoredToken>();
+  private policySet: PolicySet;
+  private storeVersion = -1;
+  private readonly listeners = new Set<() => void>();
+  private poller: NodeJS.Timeout | null = null;
+  private refreshing: Promise<void> | null = null;
+  /** Bumped on every change applied to this copy (local or picked up from the store). */
+  version = 0;
+
+  private constructor(private readonly opts: DirectoryOptions) {
+    this.policySet = new PolicySet([], opts.defaultPolicy ?? 'auto');
+  }
+
+  static async open(opts: DirectoryOptions): Promise<Directory> {
+    const d = new Directory(opts);
+    await d.reload();
+    return d;
+  }
+
+  get store(): ControlStore {
+    return this.opts.store;
+  }
+
+  // -------------------------------------------------------------------------------------------- reading
+
+  lookup(username: string): UserRecord | undefined {
+    return this.users.get(username);
+  }
+
+  get size(): number {
+    return this.users.size;
+  }
+
+  user(username: string): UserInfo | undefined {
+    return this.users.get(username)?.info;
+  }
+
+  listUsers(): UserInfo[] {
+    return [...this.users.values()].map((u) => u.info).sort((a, b) => cmp(a.username, b.username));
+  }
+
+  listGroups(): Array<GroupDef & { members: string[] }> {
+    const members = new Map<string, string[]>();
+    for (const u of this.users.values()) for (const g of u.info.groups) (members.get(g) ?? members.set(g, []).get(g)!).push(u.info.username);
+    const names = new Set([...this.groupDefs.keys(), ...members.keys()]);
+    return [...names].sort(cmp).map((name) => ({ ...(this.groupDefs.get(name) ?? { name, createdAt: 0 }), members: (members.get(name) ?? []).sort(cmp) }));
+  }
+
+  listNamespaces(): NamespaceDef[] {
+    const all = new Map(this.namespaceDefs);
+    if (!all.has(DEFAULT_NAMESPACE)) all.set(DEFAULT_NAMESPACE, { name: DEFAULT_NAMESPACE, quotas: {}, createdAt: 0 });
+    return [...all.values()].sort((a, b) => cmp(a.name, b.name));
+  }
+
+  namespace(name: string): NamespaceDef | undefined {
+    return this.namespaceDefs.get(name) ?? (name === DEFAULT_NAMESPACE ? { name, quotas: {}, createdAt: 0 } : undefined);
+  }
+
+  listTokens(user?: string): TokenInfo[] {
+    return [...this.tokens.values()].filter((t) => user === undefined || t.user === user).map(tokenInfo).sort((a, b) => cmp(a.id, b.id));
+  }
+
+  get policies(): PolicySet {
+    return this.policySet;
+  }
+
+  /** The identity a connection authenticated as `username` acts as (anonymous-like if the user is gone). */
+  principal(username: string | null): Principal {
+    if (username === null) return { user: null, groups: [], namespace: DEFAULT_NAMESPACE };
+    const u = this.users.get(username)?.info;
+    return { user: username, groups: u?.groups ?? [], namespace: u?.namespace ?? DEFAULT_NAMESPACE };
+  }
+
+  /** The user a bearer token belongs to, or null (unknown, expired, or its user deleted). Constant-time compare. */
+  verifyToken(token: string): { user: string; id: string } | null {
+    if (!token.startsWith(TOKEN_PREFIX)) return null;
+    const dot = token.indexOf('.', TOKEN_PREFIX.length);
+    if (dot < 0) return null;
+    const id = token.slice(TOKEN_PREFIX.length, dot);
+    const t = this.tokens.get(id);
+    const hash = createHash('sha256').update(token).digest();
+    if (!t || !timingSafeEqual(hash, t.hash)) return null;
+    if (t.expiresAt !== null && t.expiresAt <= Date.now()) return null;
+    if (!this.users.has(t.user)) return null;
+    return { user: t.user, id };
+  }
+
+  /** Called after every applied change (local or from another broker). */
+  onChange(listener: () => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  // -------------------------------------------------------------------------------------------- writing
+
+  async addUser(u: { username: string; password: string; groups?: string[]; namespace?: string; source?: string }): Promise<UserInfo> {
+    const username = validateUsername(u.username);
+    const password = validatePassword(u.password);
+    const groups = (u.groups ?? []).map((g) => validateName('group', g));
+    const namespace = u.namespace === undefined ? DEFAULT_NAMESPACE : validateName('namespace', u.namespace);
+    if (!this.namespace(namespace)) throw new FlowError('NOT_FOUND', `namespace "${namespace}" does not exist`);
+    const data = await this.credentialDoc(password);
+    const doc = { ...data, groups, namespace, createdAt: Date.now(), source: u.source ?? 'api' };
+    if (!(await this.opts.store.putControlIfAbsent('user', username, doc))) throw new FlowError('ALREADY_EXISTS', `user "${username}" already exists`);
+    await this.reload();
+    return this.user(username)!;
+  }
+
+  /** Seeds a user unless one of that name exists (the users file): answers whether it was added. */
+  async seedUser(u: { username: string; password: string; groups?: string[]; namespace?: string }): Promise<boolean> {
+    if (this.users.has(u.username)) return false;
+    try {
+      await this.addUser({ ...u, source: 'file' });
+      return true;
+    } catch (e) {
+      if ((e as FlowError).code === 'ALREADY_EXISTS') return false;
+      throw e;
+    }
+  }
+
+  async setPassword(username: string, password: string): Promise<void> {
+    const rec = await this.mustGet('user', username, 'user');
+    const data = await this.credentialDoc(validatePassword(password));
+    await this.opts.store.putControl('user', username, { ...rec.data, ...data });
+    await this.reload();
+  }
+
+  async updateUser(username: string, changes: { groups?: string[]; namespace?: string }): Promise<UserInfo> {
+    const rec = await this.mustGet('user', username, 'user');
+    const next = { ...rec.data };
+    if (changes.groups !== undefined) next.groups = changes.groups.map((g) => validateName('group', g));
+    if (changes.namespace !== undefined) {
+      validateName('namespace', changes.namespace);
+      if (!this.namespace(changes.namespace)) throw new FlowError('NOT_FOUND', `namespace "${changes.namespace}" does not exist`);
+      next.namespace = changes.namespace;
+    }
+    await this.opts.store.putControl('user', username, next);
+    await this.reload();
+    return this.user(username)!;
+  }
+
+  async deleteUser(username: string): Promise<void> {
+    if (!(await this.opts.store.deleteControl('user', username))) throw new FlowError('NOT_FOUND', `user "${username}" does not exist`);
+    for (const t of this.tokens.values()) if (t.user === username) await this.opts.store.deleteControl('token', t.id);
+    await this.reload();
+  }
+
+  async putGroup(g: { name: string; description?: string }): Promise<GroupDef> {
+    const name = validateName('group', g.name);
+    const prev = this.groupDefs.get(name);
+    await this.opts.store.putControl('group', name, { description: g.description ?? prev?.description ?? null, createdAt: prev?.createdAt ?? Date.now() });
+    await this.reload();
+    return this.groupDefs.get(name)!;
+  }
+
+  async deleteGroup(name: string): Promise<void> {
+    const used = [...this.users.values()].filter((u) => u.info.groups.includes(name)).length;
+    if (used > 0) throw new FlowError('INVALID_ARGUMENT', `group "${name}" still has ${used} member(s)`);
+    if (!(await this.opts.store.deleteControl('group', name))) throw new FlowError('NOT_FOUND', `group "${name}" does not exist`);
+    await this.reload();
+  }
+
+  async putPolicy(def: Omit<PolicyDef, 'createdAt'> & { createdAt?: number }): Promise<PolicyDef> {
+    const p = validatePolicy({ ...def, createdAt: def.createdAt ?? Date.now() });
+    await this.opts.store.putControl('policy', p.name, { ...p });
+    await this.reload();
+    return p;
+  }
+
+  async deletePolicy(name: string): Promise<void> {
+    if (!(await this.opts.store.deleteControl('policy', name))) throw new FlowError('NOT_FOUND', `policy "${name}" does not exist`);
+    await this.reload();
+  }
+
+  async putNamespace(n: { name: string; description?: string; quotas?: Quotas }): Promise<NamespaceDef> {
+    const name = validateName('namespace', n.name);
+    const quotas = validateQuotas(n.quotas ?? {});
+    const prev = this.namespaceDefs.get(name);
+    await this.opts.store.putControl('namespace', name, { description: n.description ?? prev?.description ?? null, quotas, createdAt: prev?.createdAt ?? Date.now() });
+    await this.reload();
+    return this.namespace(name)!;
+  }
+
+  async deleteNamespace(name: string): Promise<void> {
+    if (name === DEFAULT_NAMESPACE) throw new FlowError('INVALID_ARGUMENT', 'the default namespace cannot be deleted');
+    const used = [...this.users.values()].filter((u) => u.info.namespace === name).length;
+    if (used > 0) throw new FlowError('INVALID_ARGUMENT', `namespace "${name}" still has ${used} user(s)`);
+    if (!(await this.opts.store.deleteControl('namespace', name))) throw new FlowError('NOT_FOUND', `namespace "${name}" does not exist`);
+    await this.reload();
+  }
+
+  /** Creates an API token for a user; the secret is in the answer only. */
+  async createToken(t: { user: string; description?: string; ttlMs?: number }): Promise<{ token: string; info: TokenInfo }> {
+    if (!this.users.has(t.user)) throw new FlowError('NOT_FOUND', `user "${t.user}" does not exist`);
+    const id = randomBytes(6).toString('hex');
+    const token = `${TOKEN_PREFIX}${id}.${randomBytes(32).toString('base64url')}`;
+    const doc = {
+      user: t.user,
+      description: t.description ?? null,
+      createdAt: Date.now(),
+      expiresAt: t.ttlMs === undefined ? null : Date.now() + t.ttlMs,
+      hash: b64(createHash('sha256').update(token).digest()),
+    };
+    await this.opts.store.putControl('token', id, doc);
+    await this.reload();
+    return { token, info: tokenInfo(this.tokens.get(id)!) };
+  }
+
+  async deleteToken(id: string): Promise<void> {
+    if (!(await this.opts.store.deleteControl('token', id))) throw new FlowError('NOT_FOUND', `token "${id}" does not exist`);
+    await this.reload();
+  }
+
+  // -------------------------------------------------------------------------------------------- sync
+
+  /** Re-reads everything from the store when its version moved (another broker changed something). */
+  refresh(): Promise<void> {
+    this.refreshing ??= (async () => {
+      try {
+        const v = await this.opts.store.controlVersion();
+        if (v !== this.storeVersion) await this.reload();
+      } finally {
+        this.refreshing = null;
+      }
+    })();
+    return this.refreshing;
+  }
+
+  /** Polls the store's version every `intervalMs` (cluster mode: changes made through another broker). */
+  startPolling(intervalMs: number): void {
+    if (this.poller !== null) return;
+    this.poller = setInterval(() => {
+      this.refresh().catch((err: unknown) => this.opts.logger?.warn({ err }, 'control-plane refresh failed; keeping the last directory'));
+    }, intervalMs);
+    this.poller.unref();
+  }
+
+  close(): void {
+    if (this.poller !== null) clearInterval(this.poller);
+    this.poller = null;
+  }
+
+  private async reload(): Promise<void> {
+    const s = this.opts.store;
+    const version = await s.controlVersion();
+    const [users, groups, namespaces, tokens, policies] = await Promise.all([
+      s.listControl('user'),
+      s.listControl('group'),
+      s.listControl('namespace'),
+      s.listControl('token'),
+      s.listControl('policy'),
+    ]);
+    const nextUsers = new Map<string, DirectoryUser>();
+    for (const r of users) {
+      const u = parseUser(r);
+      if (u) nextUsers.set(r.name, u);
+      else this.opts.logger?.warn({ user: r.name }, 'control store: user document unreadable; left out');
+    }
+    const nextPolicies: PolicyDef[] = [];
+    for (const r of policies) {
+      try {
+        nextPolicies.push(validatePolicy({ ...(r.data as unknown as PolicyDef), name: r.name }));
+      } catch (err) {
+        this.opts.logger?.warn({ policy: r.name, err }, 'control store: policy document invalid; left out');
+      }
+    }
+    this.users = nextUsers;
+    this.groupDefs = new Map(groups.map((r) => [r.name, { name: r.name, description: (r.data.description as string | null) ?? undefined, createdAt: Number(r.data.createdAt ?? 0) }]));
+    this.namespaceDefs = new Map(
+      namespaces.map((r) => [
+        r.name,
+        { name: r.name, description: (r.data.description as string | null) ?? undefined, quotas: (r.data.quotas ?? {}) as Quotas, createdAt: Number(r.data.createdAt ?? 0) },
+      ]),
+    );
+    this.tokens = new Map(
+      tokens.map((r) => [
+        r.name,
+        {
+          id: r.name,
+          user: String(r.data.user),
+          description: (r.data.description as string | null) ?? undefined,
+          createdAt: Number(r.data.createdAt ?? 0),
+          expiresAt: r.data.expiresAt === null || r.data.expiresAt === undefined ? null : Number(r.data.expiresAt),
+          hash: unb64(r.data.hash),
+        },
+      ]),
+    );
+    this.policySet = new PolicySet(nextPolicies, this.opts.defaultPolicy ?? 'auto');
+    this.storeVersion = version;
+    this.version++;
+    for (const l of this.listeners) {
+      try {
+        l();
+      } catch (err) {
+        this.opts.logger?.error({ err }, 'directory change listener failed');
+      }
+    }
+  }
+
+  private async mustGet(kind: 'user', name: string, what: string): Promise<ControlRecord> {
+    const rec = await this.opts.store.getControl(kind, name);
+    if (!rec) throw new FlowError('NOT_FOUND', `${what} "${name}" does not exist`);
+    return rec;
+  }
+
+  private async credentialDoc(password: string): Promise<Record<string, unknown>> {
+    const iterations = this.opts.scramIterations ?? DEFAULT_SCRAM_ITERATIONS;
+    const scram: Record<string, unknown> = {};
+    for (const m of SCRAM_MECHANISMS) {
+      const c = await deriveScramCredential(m, password, randomBytes(24), iterations);
+      scram[m] = { salt: b64(c.salt), iterations: c.iterations, storedKey: b64(c.storedKey), serverKey: b64(c.serverKey) };
+    }
+    const h = await this.opts.hasher(password);
+    return { scram, scrypt: { salt: b64(h.salt), hash: b64(h.hash) } };
+  }
+}
+
+function parseUser(r: ControlRecord): DirectoryUser | null {
+  const d = r.data;
+  const scryptDoc = d.scrypt as { salt?: string; hash?: string } | undefined;
+  if (!scryptDoc?.salt || !scryptDoc.hash) return null;
+  const creds = new Map<ScramMechanism, ScramCredential>();
+  const scram = (d.scram ?? {}) as Record<string, { salt: string; iterations: number; storedKey: string; serverKey: string }>;
+  for (const m of SCRAM_MECHANISMS) {
+    const c = scram[m];
+    if (c) creds.set(m, { salt: unb64(c.salt), iterations: Number(c.iterations), storedKey: unb64(c.storedKey), serverKey: unb64(c.serverKey) });
+  }
+  const info: UserInfo = {
+    username: r.name,
+    groups: Array.isArray(d.groups) ? (d.groups as string[]) : [],
+    namespace: typeof d.namespace === 'string' ? d.namespace : DEFAULT_NAMESPACE,
+    mechanisms: ['PLAIN', ...creds.keys()],
+    createdAt: Number(d.createdAt ?? r.updatedAt),
+    source: typeof d.source === 'string' ? d.source : 'api',
+  };
+  return new DirectoryUser(info, creds, { salt: unb64(scryptDoc.salt), hash: unb64(scryptDoc.hash) });
+}
+
+function tokenInfo(t: StoredToken): TokenInfo {
+  return { id: t.id, user: t.user, description: t.description, createdAt: t.createdAt, expiresAt: t.expiresAt };
+}
+
+export function validateQuotas(q: unknown): Quotas {
+  if (typeof q !== 'object' || q === null || Array.isArray(q)) throw new FlowError('INVALID_ARGUMENT', 'quotas must be an object');
+  const out: Record<string, number> = {};
+  for (const [k, v] of Object.entries(q)) {
+    if (!['maxConnections', 'publishRate', 'bytesInRate', 'bytesOutRate', 'maxStorageBytes'].includes(k)) {
+      throw new FlowError('INVALID_ARGUMENT', `unknown quota "${k}" (maxConnections, publishRate, bytesInRate, bytesOutRate, maxStorageBytes)`);
+    }
+    if (v === null || v === undefined) continue;
+    if (typeof v !== 'number' || !Number.isFinite(v) || v < 0) throw new FlowError('INVALID_ARGUMENT', `quota ${k} must be a number >= 0`);
+    out[k] = v;
+  }
+  return out as Quotas;
+}
+
+function cmp(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0;
+}

@@ -1,0 +1,313 @@
+/**
+ * Authorization policies: who may do what to which resource, the same for every protocol.
+ *
+ * A policy has an effect (allow or deny), actions, resources and principals. A request is allowed when at least
+ * one allow policy matches it and no deny policy does (deny wins). Members of the `admins` group are allowed
+ * everything (Kafka's super users, RabbitMQ's administrator tag): they are how the first operator manages the rest.
+ *
+ * What no policy decides falls to the default: in mode `auto` (the default) everything is allowed while no policy
+ * exists at all (zero setup, and the behaviour before policies existed) and denied once one does; `allow` and
+ * `deny` fix it. This module is pure: no I/O, no protocol. The protocols map their requests onto it:
+ *
+ *   resource kind  names                                      actions checked
+ *   topic          unified topic names (`a/b/c`); patterns    publish (MQTT, NATS, AMQP amq.topic publish),
+ *                  are MQTT filters (`a/+/#`)                 subscribe (a live subscription's filter)
+ *   stream         stream names (a Kafka topic, a JetStream   publish (produce), subscribe (fetch, consume), create,
+ *                  stream)                                    delete, describe, alter
+ *   queue          durable queue names                        publish (send to it), subscribe (consume), create, delete, ...
+ *   exchange       AMQP exchange names                        publish, create, delete, describe, alter
+ *   group          consumer group names (Kafka, JetStream     subscribe (join, commit), describe, delete, alter
+ *                  durable consumers)
+ *   cluster        `*` (the broker itself)                    create (Kafka CreateTopics' cluster check), describe,
+ *                                                             alter, admin (users, policies, namespaces, tokens)
+ *
+ * Resource patterns are `kind:pattern`. For topics the pattern is an MQTT filter (exact topic, `+`, `#`). For the
+ * other kinds it is an exact name, a prefix ending in `*` (`orders-*`), or `*` (every name). `*:*` is everything.
+ * Principals are `user:NAME`, `group:NAME` or `everyone` (every client, anonymous ones included).
+ */
+import { FlowError } from '../core/index.js';
+
+export const ACTIONS = ['publish', 'subscribe', 'create', 'delete', 'describe', 'alter', 'admin'] as const;
+export type Action = (typeof ACTIONS)[number];
+
+export const RESOURCE_KINDS = ['topic', 'stream', 'queue', 'exchange', 'group', 'cluster'] as const;
+export type ResourceKind = (typeof RESOURCE_KINDS)[number];
+
+/** The group whose members every policy check allows. */
+export const ADMIN_GROUP = 'admins';
+
+export type DefaultPolicy = 'auto' | 'allow' | 'deny';
+
+export interface PolicyDef {
+  readonly name: string;
+  readonly effect: 'allow' | 'deny';
+  /** Actions, or `*` for all of them. */
+  readonly actions: readonly string[];
+  /** `kind:pattern` strings (see the module comment). */
+  readonly resources: readonly string[];
+  /** `user:NAME`, `group:NAME`, `everyone`. */
+  readonly principals: readonly string[];
+  readonly description?: string;
+  /** Where it came from: `api` (admin API / CLI), `kafka-acl` (CreateAcls), `file` (seed file). */
+  readonly source?: string;
+  readonly createdAt: number;
+}
+
+/** Who is asking: the identity a connection authenticated as. */
+export interface Principal {
+  /** null: anonymous. */
+  readonly user: string | null;
+  readonly groups: readonly string[];
+  /** The namespace the identity belongs to ("default" unless said otherwise). */
+  readonly namespace: string;
+}
+
+export const ANONYMOUS: Principal = Object.freeze({ user: null, groups: Object.freeze([]) as readonly string[], namespace: 'default' });
+
+/** A subscription request's verdict: allowed, refused, or allowed with each delivered topic checked. */
+export type SubscriptionVerdict = 'allow' | 'deny' | 'filter';
+
+// ------------------------------------------------------------------------------------------------ parsing
+
+interface ResourcePattern {
+  kind: ResourceKind | '*';
+  /** Topics: the filter's levels. */
+  levels?: string[];
+  /** Other kinds: exact name, or prefix (when `prefix`), or any (`any`). */
+  name: string;
+  prefix: boolean;
+  any: boolean;
+}
+
+interface CompiledPolicy {
+  def: PolicyDef;
+  allow: boolean;
+  actions: Set<string> | null; // null: all
+  resources: ResourcePattern[];
+  everyone: boolean;
+  users: Set<string>;
+  groups: Set<string>;
+}
+
+/** Validates a policy definition, throwing INVALID_ARGUMENT naming the bad part; returns it normalised. */
+export function validatePolicy(def: PolicyDef): PolicyDef {
+  if (typeof def.name !== 'string' || !/^[A-Za-z0-9._:@-]{1,128}$/.test(def.name)) {
+    throw new FlowError('INVALID_ARGUMENT', 'policy name must be 1-128 characters of letters, digits and . _ : @ -');
+  }
+  if (def.effect !== 'allow' && def.effect !== 'deny') throw new FlowError('INVALID_ARGUMENT', 'policy effect must be "allow" or "deny"');
+  for (const [field, list] of [
+    ['actions', def.actions],
+    ['resources', def.resources],
+    ['principals', def.principals],
+  ] as const) {
+    if (!Array.isArray(list) || list.length === 0 || !list.every((x) => typeof x === 'string')) {
+      throw new FlowError('INVALID_ARGUMENT', `policy ${field} must be a non-empty list of strings`);
+    }
+  }
+  for (const a of def.actions) {
+    if (a !== '*' && !(ACTIONS as readonly string[]).includes(a)) {
+      throw new FlowError('INVALID_ARGUMENT', `unknown action "${a}" (one of ${ACTIONS.join(', ')} or *)`);
+    }
+  }
+  for (const r of def.resources) parseResource(r);
+  for (const p of def.principals) parsePrincipal(p);
+  return def;
+}
+
+function parseResource(text: string): ResourcePattern {
+  const colon = text.indexOf(':');
+  if (colon <= 0) throw new FlowError('INVALID_ARGUMENT', `resource "${text}" must be kind:pattern (kinds: ${RESOURCE_KINDS.join(', ')}, or *)`);
+  const kind = text.slice(0, colon);
+  const pattern = text.slice(colon + 1);
+  if (kind !== '*' && !(RESOURCE_KINDS as readonly string[]).includes(kind)) {
+    throw new FlowError('INVALID_ARGUMENT', `resource "${text}": unknown kind "${kind}" (one of ${RESOURCE_KINDS.join(', ')}, or *)`);
+  }
+  if (pattern === '') throw new FlowError('INVALID_ARGUMENT', `resource "${text}": empty pattern`);
+  if (kind === '*' && pattern !== '*') throw new FlowError('INVALID_ARGUMENT', `resource "${text}": kind * takes only the pattern * (everything)`);
+  if (kind === 'topic') {
+    const levels = pattern.split('/');
+    levels.forEach((l, i) => {
+      if ((l.includes('#') && (l !== '#' || i !== levels.length - 1)) || (l.includes('+') && l !== '+')) {
+        throw new FlowError('INVALID_ARGUMENT', `resource "${text}": a topic pattern is an MQTT filter ("+" a whole level, "#" the last)`);
+      }
+    });
+    return { kind, levels, name: pattern, prefix: false, any: pattern === '#' };
+  }
+  const star = pattern.indexOf('*');
+  if (star >= 0 && star !== pattern.length - 1) throw new FlowError('INVALID_ARGUMENT', `resource "${text}": "*" may only end a pattern (a prefix)`);
+  return {
+    kind: kind as ResourceKind | '*',
+    name: star >= 0 ? pattern.slice(0, -1) : pattern,
+    prefix: star >= 0 && pattern !== '*',
+    any: pattern === '*',
+  };
+}
+
+function parsePrincipal(text: string): { everyone: true } | { user: string } | { group: string } {
+  if (text === 'everyone' || text === '*') return { everyone: true };
+  const m = /^(user|group):(.+)$/.exec(text);
+  if (!m) throw new FlowError('INVALID_ARGUMENT', `principal "${text}" must be user:NAME, group:NAME or everyone`);
+  return m[1] === 'user' ? { user: m[2] } : { group: m[2] };
+}
+
+function compile(def: PolicyDef): CompiledPolicy {
+  const c: CompiledPolicy = {
+    def,
+    allow: def.effect === 'allow',
+    actions: def.actions.includes('*') ? null : new Set(def.actions),
+    resources: def.resources.map(parseResource),
+    everyone: false,
+    users: new Set(),
+    groups: new Set(),
+  };
+  for (const p of def.principals) {
+    const x = parsePrincipal(p);
+    if ('everyone' in x) c.everyone = true;
+    else if ('user' in x) c.users.add(x.user);
+    else c.groups.add(x.group);
+  }
+  return c;
+}
+
+// ------------------------------------------------------------------------------------------------ topic filters
+
+/** Does the filter (levels) match the topic (levels)? MQTT rules, with `$` topics outside first-level wildcards. */
+function filterMatches(f: readonly string[], t: readonly string[]): boolean {
+  if (t.length > 0 && t[0].startsWith('$') && (f[0] === '+' || f[0] === '#')) return false;
+  for (let i = 0; i < f.length; i++) {
+    if (f[i] === '#') return true;
+    if (i >= t.length) return false;
+    if (f[i] !== '+' && f[i] !== t[i]) return false;
+  }
+  return f.length === t.length;
+}
+
+/** Does every topic the filter `s` matches also match the pattern `p`? */
+export function filterCovers(p: readonly string[], s: readonly string[]): boolean {
+  // A pattern whose first level is a wildcard does not cover `$` topics; a subscription starting with `$` or a
+  // literal covers only what its first level says.
+  if ((p[0] === '+' || p[0] === '#') && s[0] !== undefined && s[0].startsWith('$')) return false;
+  for (let i = 0; i < p.length; i++) {
+    if (p[i] === '#') return true;
+    if (i >= s.length) return false;
+    if (s[i] === '#') return false; // s reaches deeper than p allows
+    if (p[i] === '+') continue;
+    if (s[i] === '+' || s[i] !== p[i]) return false;
+  }
+  return p.length === s.length;
+}
+
+/** Is there a topic both filters match? */
+export function filtersIntersect(a: readonly string[], b: readonly string[]): boolean {
+  const dollarA = a[0] !== undefined && a[0].startsWith('$');
+  const dollarB = b[0] !== undefined && b[0].startsWith('$');
+  if ((dollarA && (b[0] === '+' || b[0] === '#')) || (dollarB && (a[0] === '+' || a[0] === '#'))) return false;
+  for (let i = 0; ; i++) {
+    const x = a[i];
+    const y = b[i];
+    if (x === '#' || y === '#') return true;
+    if (x === undefined || y === undefined) return x === y;
+    if (x !== '+' && y !== '+' && x !== y) return false;
+  }
+}
+
+// ------------------------------------------------------------------------------------------------ evaluation
+
+function nameMatches(r: ResourcePattern, name: string): boolean {
+  if (r.any) return true;
+  return r.prefix ? name.startsWith(r.name) : name === r.name;
+}
+
+/**
+ * An immutable, compiled set of policies. A new set replaces the old one on every change (the directory bumps its
+ * version); connections hold an Access (access.ts) that caches verdicts per version.
+ */
+export class PolicySet {
+  private readonly compiled: CompiledPolicy[];
+  readonly defaultAllow: boolean;
+
+  constructor(
+    defs: readonly PolicyDef[],
+    readonly mode: DefaultPolicy = 'auto',
+  ) {
+    this.compiled = defs.map(compile);
+    this.defaultAllow = mode === 'allow' || (mode === 'auto' && defs.length === 0);
+  }
+
+  get size(): number {
+    return this.compiled.length;
+  }
+
+  /** True when every request of every principal is allowed (no policies, default allow): checks can be skipped. */
+  get open(): boolean {
+    return this.compiled.length === 0 && this.defaultAllow;
+  }
+
+  private applies(c: CompiledPolicy, p: Principal, action: Action): boolean {
+    if (c.actions !== null && !c.actions.has(action)) return false;
+    if (c.everyone) return true;
+    if (p.user !== null && c.users.has(p.user)) return true;
+    for (const g of p.groups) if (c.groups.has(g)) return true;
+    return false;
+  }
+
+  /** The decision for one request on one named resource (a topic name for kind topic). */
+  allows(p: Principal, action: Action, kind: ResourceKind, name: string): boolean {
+    if (p.groups.includes(ADMIN_GROUP)) return true;
+    let allowed = false;
+    let levels: string[] | undefined;
+    for (const c of this.compiled) {
+      if (!this.applies(c, p, action)) continue;
+      if (allowed && c.allow) continue;
+      for (const r of c.resources) {
+        if (r.kind !== '*' && r.kind !== kind) continue;
+        let hit: boolean;
+        if (r.kind === '*') hit = true;
+        else if (kind === 'topic') hit = filterMatches(r.levels!, (levels ??= name.split('/')));
+        else hit = nameMatches(r, name);
+        if (!hit) continue;
+        if (!c.allow) return false; // deny wins
+        allowed = true;
+        break;
+      }
+    }
+    // A matching deny returned above, so what is left is the allows or the default.
+    return allowed || this.defaultAllow;
+  }
+
+  /**
+   * The verdict for a live subscription to a topic filter (unified, MQTT syntax). `allow`: every topic the filter
+   * matches may be received. `deny`: none may. `filter`: some may: the subscription is granted and each delivered
+   * topic is checked with `allows(p, 'subscribe', 'topic', topic)`, so a wildcard never reaches a denied topic.
+   */
+  subscription(p: Principal, filter: string): SubscriptionVerdict {
+    if (p.groups.includes(ADMIN_GROUP)) return 'allow';
+    const s = filter.split('/');
+    let covered = this.defaultAllow;
+    let partial = false;
+    let denyPartial = false;
+    for (const c of this.compiled) {
+      if (!this.applies(c, p, 'subscribe')) continue;
+      for (const r of c.resources) {
+        if (r.kind !== '*' && r.kind !== 'topic') continue;
+        const levels = r.kind === '*' ? ['#'] : r.levels!;
+        // `*:*` covers `$` topics too: it is "everything".
+        const covers = r.kind === '*' || filterCovers(levels, s);
+        const meets = covers || filtersIntersect(levels, s);
+        if (!meets) continue;
+        if (!c.allow) {
+          if (covers) return 'deny';
+          denyPartial = true;
+        } else if (covers) covered = true;
+        else partial = true;
+      }
+    }
+    if (covered) return denyPartial ? 'filter' : 'allow';
+    return partial ? 'filter' : 'deny';
+  }
+
+  /** The policies, as defined. */
+  defs(): PolicyDef[] {
+    return this.compiled.map((c) => c.def);
+  }
+}
