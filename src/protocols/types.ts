@@ -55,9 +55,45 @@ export interface ProtocolModule {
   start(ctx: ProtocolModuleContext): Promise<RunningProtocol>;
 }
 
+/** A consumer group as the admin API lists it (Kafka groups; JetStream durable consumers). */
+export interface GroupSummary {
+  readonly name: string;
+  /** "kafka", "jetstream". */
+  readonly protocol: string;
+  /** Kafka: Empty, PreparingRebalance, CompletingRebalance, Stable, Dead; JetStream: "active" / "idle". */
+  readonly state: string;
+  readonly members: number;
+  /** Messages not yet consumed over every partition it has offsets for (null: unknown). */
+  readonly lag: number | null;
+}
+
+export interface GroupDetail extends GroupSummary {
+  readonly memberDetails: ReadonlyArray<{ id: string; clientId: string; host: string; assignments: ReadonlyArray<{ stream: string; partition: number }> }>;
+  readonly offsets: ReadonlyArray<{ stream: string; partition: number; committed: number | null; end: number; lag: number | null }>;
+}
+
+/** Where a group's committed offsets move to: the log's start or end, an offset, or the first offset at a time. */
+export type OffsetResetTarget = { to: 'earliest' } | { to: 'latest' } | { to: 'offset'; offset: number } | { to: 'timestamp'; timestamp: number };
+
+/** What a protocol offers the admin API about its consumer groups. */
+export interface ConsumerGroupAdmin {
+  list(): Promise<GroupSummary[]>;
+  describe(name: string): Promise<GroupDetail | null>;
+  /**
+   * Moves the group's committed offsets on `stream` (every partition). Refused with FlowError
+   * INVALID_ARGUMENT ("group has active members") unless the group is empty, as kafka-consumer-groups does.
+   * `progress(done, total)` is called per partition (the CLI's progress bar).
+   */
+  resetOffsets(name: string, stream: string, target: OffsetResetTarget, progress?: (done: number, total: number) => void): Promise<GroupDetail>;
+  /** Deletes an empty group (its offsets). NOT_FOUND / INVALID_ARGUMENT (active members) otherwise. */
+  delete(name: string): Promise<void>;
+}
+
 export interface RunningProtocol {
   /** Listeners by name ("mqtt", "mqtts", "mqtt-ws", "kafka", "kafka-tls", "amqp", ...). */
   readonly listeners: ReadonlyMap<string, ProtocolListener>;
+  /** Consumer groups of this protocol, for the admin API (Kafka; NATS: JetStream durable consumers). */
+  readonly groups?: ConsumerGroupAdmin;
   /** The protocol's figures for GET /api/v1/broker (drops, latencies, pools), if it keeps any. */
   figures?(): unknown;
   /** Stops the listeners (closing their connections), then the protocol's shared state. */
