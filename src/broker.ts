@@ -17,9 +17,11 @@ import {
   parseUsersFile,
   processMemory,
   readUsersFile,
+  seedDirectory,
   startAdminApi,
   type AdminApi,
   type ControlStore,
+  type UsersFile,
 } from './control/index.js';
 import type { ProtocolListener, ProtocolModule, RunningProtocol } from './protocols/types.js';
 import { connectionTotals, formatAddress } from './protocols/listener.js';
@@ -238,7 +240,7 @@ async function openControlPlane(
   config: Config,
   logger: Logger,
   metastore: object & { kind: string },
-  seedUsers: Array<{ username: string; password: string }> | null,
+  seedUsers: UsersFile | null,
 ): Promise<{ directory: Directory; guard: PasswordGuard; access: AccessControl; protocolGuard: PasswordGuard | null }> {
   // The control plane: the directory (users, groups, tokens, policies, namespaces) lives in the metastore, so every
   // broker sharing it sees the same identities; this process keeps a copy in memory for the data path.
@@ -265,14 +267,14 @@ async function openControlPlane(
     logger: logger.child({ component: 'auth' }),
   });
   if (seedUsers) {
-    let added = 0;
     try {
-      for (const u of seedUsers) if (await directory.seedUser(u)) added++;
+      // Only what is absent is created; passwords of users the file made are set again where the file changed them.
+      const added = await seedDirectory(directory, seedUsers, config.usersFile ?? '', (password, stored) => guard.verifier.verify(password, stored));
+      logger.info({ usersFile: config.usersFile, users: seedUsers.users.length, added }, 'users file seeded into the directory');
     } catch (err) {
       await guard.close();
       throw err;
     }
-    logger.info({ usersFile: config.usersFile, users: seedUsers.length, added }, 'users file seeded into the directory');
   }
   if (config.metastore.kind !== 'sqlite') directory.startPolling(config.controlRefresh);
   // Anonymous access: as configured, else allowed exactly while nobody could log in (zero setup).

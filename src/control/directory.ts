@@ -280,6 +280,32 @@ export class Directory implements UserStore {
    * Replaces a user's password. `source` records who set it (`api` by default, `file` for the users file's
    * refresh): a password set through the API or the CLI is not overwritten by the users file at the next start.
    */
+  /** Seeds a namespace unless one of that name exists (the users file): answers whether it was added. */
+  async seedNamespace(n: { name: string; description?: string; quotas?: Quotas }): Promise<boolean> {
+    const name = validateName('namespace', n.name);
+    const doc = { description: n.description ?? null, quotas: validateQuotas(n.quotas ?? {}), createdAt: this.now(), source: 'file' };
+    return this.seed('namespace', name, doc);
+  }
+
+  /** Seeds a group unless one of that name exists (the users file). */
+  async seedGroup(g: { name: string; description?: string }): Promise<boolean> {
+    const name = validateName('group', g.name);
+    return this.seed('group', name, { description: g.description ?? null, createdAt: this.now(), source: 'file' });
+  }
+
+  /** Seeds a policy unless one of that name exists (the users file). */
+  async seedPolicy(def: Omit<PolicyDef, 'createdAt'>): Promise<boolean> {
+    const p = validatePolicy({ ...def, source: def.source ?? 'file', createdAt: this.now() });
+    return this.seed('policy', p.name, { ...p });
+  }
+
+  private async seed(kind: 'namespace' | 'group' | 'policy', name: string, doc: Record<string, unknown>): Promise<boolean> {
+    // Atomic in the store: two brokers starting with the same file create it once.
+    if (!(await this.opts.store.putControlIfAbsent(kind, name, doc))) return false;
+    await this.reload();
+    return true;
+  }
+
   async setPassword(username: string, password: string, opts: { source?: string } = {}): Promise<void> {
     const rec = await this.mustGet('user', username, 'user');
     const data = await this.credentialDoc(validatePassword(password));
