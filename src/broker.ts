@@ -19,6 +19,7 @@ import {
   readUsersFile,
   seedDirectory,
   startAdminApi,
+  WebhookAuthenticator,
   type AdminApi,
   type ControlStore,
   type UsersFile,
@@ -282,7 +283,17 @@ async function openControlPlane(
   const anonymousAll = config.allowAnonymous ?? !usersExist;
   const anonymous = new Set<string>(config.anonymousProtocols ?? (anonymousAll ? [...config.protocols, 'http'] : []));
   if (!usersExist && !anonymousAll) logger.warn('anonymous access is off and there are no users yet: add one with `flowmq user add` (the admin API is open from loopback until then)');
-  const access = new AccessControl({ directory, guard, anonymous, logger: logger.child({ component: 'access' }) });
+  // Users the directory does not know go to the webhook, when one is configured (see src/control/webhook.ts).
+  const external =
+    config.authWebhook === null
+      ? null
+      : new WebhookAuthenticator({
+          url: config.authWebhook,
+          timeoutMs: config.authWebhookTimeout,
+          cacheTtlMs: config.authWebhookCacheTtl,
+          logger: logger.child({ component: 'auth-webhook' }),
+        });
+  const access = new AccessControl({ directory, guard, anonymous, external, logger: logger.child({ component: 'access' }) });
   logger.info(
     { users: directory.size, policies: directory.policies.size, defaultPolicy: config.defaultPolicy, anonymous: [...anonymous] },
     'control plane ready',

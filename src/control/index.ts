@@ -66,3 +66,4 @@ export { CONTROL_KINDS, MemoryControlStore, isControlStore, type ControlKind, ty
 export { QuotaManager, type QuotaLease } from './quotas.js';
 export { ClientEntry, ClientRegistry, type ClientRegistration, type ProtocolTotals } from './clients.js';
 export { loadUsersFile, parseUsersFile, seedDirectory, type SeedFigures, type SeedUser, type UsersFile } from './seed.js';
+export { WebhookAuthenticator, type WebhookOptions, type WebhookVerdict } from './webhook.js';
