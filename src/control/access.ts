@@ -26,6 +26,8 @@ export interface ExternalAuthenticator {
     ctx: { remoteAddress?: string; protocol: string },
   ): Promise<{ verdict: 'ok'; groups?: string[]; namespace?: string } | { verdict: 'bad' | 'busy' }>;
   close?(): void;
+  /** Its figures (requests, answers, cache hits), for the admin API and /metrics. */
+  readonly stats?: Readonly<Record<string, number>>;
 }
 
 export interface AccessControlOptions {
@@ -49,7 +51,7 @@ export class AccessControl {
   private readonly denials: LogLimiter | null;
   /** Principals of users the webhook let in (not in the directory), by username. */
   private readonly externalPrincipals = new Map<string, Principal>();
-  /** Figures for /metrics and the admin API. */
+  /** Figures for /metrics and the admin API: checks decided by policies (not those skipped while `open`). */
   readonly stats = { allowed: 0, denied: 0 };
 
   constructor(opts: AccessControlOptions) {
@@ -59,6 +61,11 @@ export class AccessControl {
     this.external = opts.external ?? null;
     this.quotas = new QuotaManager(opts.directory);
     this.denials = opts.logger ? new LogLimiter(opts.logger) : null;
+  }
+
+  /** The external authenticator's figures (the webhook's requests, answers, cache hits); null without one. */
+  get externalStats(): Readonly<Record<string, number>> | null {
+    return this.external?.stats ?? null;
   }
 
   /** Whether `protocol` lets clients in without credentials. */
@@ -175,7 +182,8 @@ export class Access {
       if (this.cache.size >= CACHE_LIMIT) this.cache.clear();
       this.cache.set(key, v);
     }
-    if (!v) this.ac.logDenial(this, action, kind, name);
+    if (v) this.ac.stats.allowed++;
+    else this.ac.logDenial(this, action, kind, name);
     return v;
   }
 
