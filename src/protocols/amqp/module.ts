@@ -27,7 +27,7 @@ export const amqpModule: ProtocolModule = {
       maxMessageSize: c.amqpMaxMessageSize,
       ...(c.amqpMemoryHighWatermark !== null ? { memoryHighWatermark: c.amqpMemoryHighWatermark } : {}),
     });
-    const adapter = new AmqpAdapter({ ...ctx, logger }, options, ctx.guard, ctx.access.anonymousAllowed('amqp'));
+    const adapter = new AmqpAdapter({ ...ctx, logger }, options, ctx.access);
     const listeners = new Map<string, ProtocolListener>();
     try {
       const l = await startAmqpListener(adapter, { host: c.host, port: c.amqpPort });

@@ -32,6 +32,7 @@ export async function startAmqpListener(adapter: AmqpAdapter, listen: AmqpListen
         id: `${prefix}${++seq}`,
         remoteAddress: socket.remoteAddress,
         remotePort: socket.remotePort,
+        listener: name,
         attachInput: isTls ? undefined : (receive) => readInto(socket, receive),
       }),
     );
