@@ -189,6 +189,30 @@ describe('admin API resources', () => {
     assert.equal(await engine.store.getSession('dev-1'), null);
     assert.equal((await call(api, 'DELETE', '/api/v1/mqtt/sessions/dev-1', { auth: ADMIN, headers: JSON_TYPE })).status, 404);
 
+    // A connected client owns its live session: it is kicked, and the delete waits for its connection to end.
+    await engine.store.putSession({ clientId: 'live-1', protocol: 'mqtt', state: '{}', expiresAt: null, updatedAt: Date.now() });
+    const order: string[] = [];
+    const live = plane.access.clients.register({
+      protocol: 'mqtt',
+      listener: 'mqtt',
+      kick: (reason) => {
+        order.push(`kicked: ${reason}`);
+        // The adapter's last write of the session lands as the connection closes, before the registry entry goes.
+        setTimeout(() => {
+          void engine.store.putSession({ clientId: 'live-1', protocol: 'mqtt', state: '{}', expiresAt: Date.now() + 60_000, updatedAt: Date.now() }).then(() => {
+            order.push('closed');
+            live.close();
+          });
+        }, 20);
+      },
+    });
+    live.clientId = 'live-1';
+    const listed = await call(api, 'GET', '/api/v1/mqtt/sessions', { auth: ADMIN });
+    assert.equal((listed.body.items as Array<{ clientId: string; connected: boolean }>).find((s) => s.clientId === 'live-1')?.connected, true);
+    assert.equal((await call(api, 'DELETE', '/api/v1/mqtt/sessions/live-1', { auth: ADMIN, headers: JSON_TYPE })).status, 204);
+    assert.deepEqual(order, ['kicked: session deleted by an administrator', 'closed']);
+    assert.equal(await engine.store.getSession('live-1'), null, 'the delete came after the closing write');
+
     await engine.publish(makeMessage('plant/1/temp', Buffer.from('21.5'), { retain: true }));
     await engine.publish(makeMessage('other/x', Buffer.from('y'), { retain: true }));
     const retained = await call(api, 'GET', '/api/v1/mqtt/retained?filter=plant/%2B/temp', { auth: ADMIN });
