@@ -240,7 +240,6 @@ export async function startAdminApi(opts: AdminApiOptions): Promise<AdminApi> {
   await app.listen({ host: opts.host, port: opts.port });
   const address = app.server.address() as AddressInfo;
   hosts.setBound(address.address);
-  logger.debug({ routes: app.printRoutes({ commonPrefix: false }) }, 'admin API routes');
   return {
     app,
     routes,
