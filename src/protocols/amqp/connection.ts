@@ -32,9 +32,11 @@ import type { Duplex } from 'node:stream';
 import type { Logger } from 'pino';
 import type { Access, ClientEntry, Principal, QuotaLease } from '../../control/index.js';
 import { ANONYMOUS } from '../../control/index.js';
+import { certificateLogin, certificateUser } from '../../control/certs.js';
+import { TLSSocket } from 'node:tls';
 import { logKey } from '../log-limit.js';
 import { storageRefusal } from '../storage-refusal.js';
-import type { AmqpAdapter, AlarmListener } from './adapter.js';
+import type { AmqpAdapter, AlarmListener, AuthOutcome } from './adapter.js';
 import { AmqpChannel } from './channel.js';
 import { AmqpError, replyText, toAmqpError } from './errors.js';
 import { AmqpCodecError, FRAME_MIN_SIZE, HEARTBEAT_FRAME, PROTOCOL_HEADER, decodeMethodPayload, methodFrame, type AmqpMethod } from './wire.js';
@@ -391,7 +393,9 @@ export class AmqpConnection implements AlarmListener {
           direct_reply_to: false,
         },
       },
-      mechanisms: 'PLAIN AMQPLAIN',
+      // EXTERNAL (RabbitMQ's rabbitmq_auth_mechanism_ssl) only when the TLS handshake verified a client
+      // certificate that names a user: then the certificate is the credential.
+      mechanisms: this.certificateName() !== null ? 'EXTERNAL PLAIN AMQPLAIN' : 'PLAIN AMQPLAIN',
       locales: 'en_US',
     } as AmqpMethod);
   }
@@ -450,6 +454,7 @@ export class AmqpConnection implements AlarmListener {
       this.capabilities.cancelNotify = caps.consumer_cancel_notify === true;
     }
     const response: Buffer = Buffer.isBuffer(m.response) ? m.response : Buffer.from(String(m.response));
+    if (m.mechanism === 'EXTERNAL') return this.external();
     let username: string;
     let password: Buffer;
     if (m.mechanism === 'PLAIN') {
@@ -464,36 +469,55 @@ export class AmqpConnection implements AlarmListener {
       username = fieldString(t.LOGIN as never) ?? '';
       password = Buffer.from(fieldString(t.PASSWORD as never) ?? '', 'utf8');
     } else {
-      throw new AmqpError(403, `unknown authentication mechanism '${m.mechanism}'; offered PLAIN AMQPLAIN`, 10, 11);
+      throw new AmqpError(403, `unknown authentication mechanism '${m.mechanism}'; offered ${this.certificateName() !== null ? 'EXTERNAL ' : ''}PLAIN AMQPLAIN`, 10, 11);
     }
     this.st = St.Authenticating;
     const mechanism = m.mechanism;
     this.adapter.authenticate(username, password, this.remoteAddress).then(
-      (r) => {
-        if (this.st !== St.Authenticating) return;
-        if (r.ok) {
-          this.principal = r.principal;
-          this.user = r.principal.user;
-          if (r.principal.user !== null) this.loginName = r.principal.user;
-          this.access = this.adapter.access.accessFor(r.principal, 'amqp', this.remoteAddress);
-          if (this.entry !== null) {
-            this.entry.user = r.principal.user;
-            this.entry.namespace = r.principal.namespace;
-          }
-          this.st = St.TuneOk;
-          this.sendMethod(0, { name: 'connection.tune', channelMax: this.adapter.options.channelMax, frameMax: this.adapter.options.frameMax, heartbeat: this.adapter.options.heartbeatSec } as AmqpMethod);
-          return;
-        }
-        this.adapter.logLimit.log('info', logKey('amqp login refused', this.remoteAddress), { remote: this.remoteAddress, user: r.user, reason: r.reason }, 'amqp: login refused');
-        if (r.busy) return this.destroy();
-        this.st = St.Open; // so that closeWith sends the close
-        this.closeWith(403, `Login was refused using authentication mechanism ${mechanism}`, 10, 11);
-      },
+      (r) => this.loggedIn(r, mechanism),
       (err: unknown) => {
         this.log.error({ err }, 'amqp: authentication failed');
         this.destroy();
       },
     );
+  }
+
+  /** The user a verified client certificate names (amqps with --tls-client-ca), or null. */
+  private certificateName(): string | null {
+    return this.stream instanceof TLSSocket ? certificateUser(this.stream, this.adapter.options.certUser) : null;
+  }
+
+  /** SASL EXTERNAL: the verified client certificate names the user, who must exist in the directory. */
+  private external(): void {
+    const login = this.stream instanceof TLSSocket ? certificateLogin(this.adapter.access, this.stream, this.adapter.options.certUser) : null;
+    if (login === null) throw new AmqpError(403, 'EXTERNAL needs a verified client certificate', 10, 11);
+    this.st = St.Authenticating;
+    if (login.verdict === 'ok') this.loggedIn({ ok: true, principal: login.principal }, 'EXTERNAL');
+    else {
+      this.adapter.stats.authFailures++;
+      this.loggedIn({ ok: false, busy: false, reason: 'the client certificate names no user of the directory', user: login.user }, 'EXTERNAL');
+    }
+  }
+
+  private loggedIn(r: AuthOutcome, mechanism: string): void {
+    if (this.st !== St.Authenticating) return;
+    if (r.ok) {
+      this.principal = r.principal;
+      this.user = r.principal.user;
+      if (r.principal.user !== null) this.loginName = r.principal.user;
+      this.access = this.adapter.access.accessFor(r.principal, 'amqp', this.remoteAddress);
+      if (this.entry !== null) {
+        this.entry.user = r.principal.user;
+        this.entry.namespace = r.principal.namespace;
+      }
+      this.st = St.TuneOk;
+      this.sendMethod(0, { name: 'connection.tune', channelMax: this.adapter.options.channelMax, frameMax: this.adapter.options.frameMax, heartbeat: this.adapter.options.heartbeatSec } as AmqpMethod);
+      return;
+    }
+    this.adapter.logLimit.log('info', logKey('amqp login refused', this.remoteAddress), { remote: this.remoteAddress, user: r.user, reason: r.reason }, 'amqp: login refused');
+    if (r.busy) return this.destroy();
+    this.st = St.Open; // so that closeWith sends the close
+    this.closeWith(403, `Login was refused using authentication mechanism ${mechanism}`, 10, 11);
   }
 
   private tuneOk(m: Extract<AmqpMethod, { name: 'connection.tune-ok' }>): void {
