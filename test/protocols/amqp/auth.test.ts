@@ -30,11 +30,13 @@ before(async () => {
   await d.putNamespace({ name: 'tenant-a' });
   await d.putNamespace({ name: 'tiny', quotas: { maxConnections: 1 } });
   await d.putNamespace({ name: 'slow', quotas: { publishRate: 5 } });
+  await d.putNamespace({ name: 'thin', quotas: { bytesOutRate: 1000 } });
   await d.addUser({ username: 'alice', password: 'alice-pw' });
   await d.addUser({ username: 'root', password: 'root-pw', groups: ['admins'] });
   await d.addUser({ username: 'ten', password: 'ten-pw', namespace: 'tenant-a' });
   await d.addUser({ username: 'tiny', password: 'tiny-pw', namespace: 'tiny' });
   await d.addUser({ username: 'slow', password: 'slow-pw', namespace: 'slow' });
+  await d.addUser({ username: 'thin', password: 'thin-pw', namespace: 'thin' });
   // Once a policy exists, what none allows is denied (default mode auto); admins may do everything.
   await d.putPolicy({
     name: 'alice-own',
@@ -43,7 +45,7 @@ before(async () => {
     resources: ['queue:alice-*', 'exchange:amq.topic', 'topic:alice/#'],
     principals: ['user:alice'],
   });
-  await d.putPolicy({ name: 'everyone-open', effect: 'allow', actions: ['*'], resources: ['queue:open-*'], principals: ['user:ten', 'user:tiny', 'user:slow'] });
+  await d.putPolicy({ name: 'everyone-open', effect: 'allow', actions: ['*'], resources: ['queue:open-*'], principals: ['user:ten', 'user:tiny', 'user:slow', 'user:thin'] });
   const storage = new MemoryStreams();
   engine = new Engine(storage, storage);
   await engine.load();
@@ -288,6 +290,22 @@ describe('AMQP namespace quotas', { timeout: 30_000 }, () => {
     assert.ok(f.throttled > 0, `publishes were held back (${JSON.stringify(f)})`);
     const e = control.access.clients.list().find((x) => x.user === 'slow')!;
     assert.equal(e.messagesIn, 15);
+    await c.close();
+  });
+});
+
+describe('AMQP bytes-out quota', { timeout: 30_000 }, () => {
+  it("holds deliveries back over the namespace's bytes-out rate, and every message arrives", async () => {
+    const c = await connect('thin', 'thin-pw');
+    const ch = await c.createChannel();
+    await ch.assertQueue('open-thin');
+    const body = Buffer.alloc(600, 'x');
+    for (let i = 0; i < 4; i++) ch.sendToQueue('open-thin', body);
+    let n = 0;
+    await new Promise<void>((resolve) => void ch.consume('open-thin', (m) => m && ++n === 4 && resolve(), { noAck: true }));
+    const f = control.access.quotas.figures().thin!;
+    assert.ok(f.throttled > 0, `deliveries were held back (${JSON.stringify(f)})`);
+    assert.equal(control.access.clients.list().find((x) => x.user === 'thin')!.messagesOut, 4);
     await c.close();
   });
 });
