@@ -8,6 +8,7 @@ import { accessSaslProvider } from './auth.js';
 import type { AdapterContext, ProtocolListener, ProtocolModule, ProtocolModuleContext, RunningProtocol } from '../types.js';
 import { formatAddress } from '../listener.js';
 import { createKafkaAdapter, startKafkaListener } from './server.js';
+import { KafkaGroupAdmin } from './group-admin.js';
 
 export const kafkaModule: ProtocolModule = {
   name: 'kafka',
@@ -56,6 +57,8 @@ export const kafkaModule: ProtocolModule = {
     }
     return {
       listeners,
+      // Consumer groups for the admin API and the CLI: list with lag, describe, reset offsets, delete.
+      groups: new KafkaGroupAdmin(adapter.engine, adapter.groups),
       // Produce latency (decoded request → durable response) as a histogram snapshot clients can diff.
       figures: () => ({ produceLatency: adapter.produceLatency.snapshot(), framePool: adapter.frames.stats(), histogramBoundsMs: HISTOGRAM_BOUNDS_MS }),
       close,
