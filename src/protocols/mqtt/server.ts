@@ -83,7 +83,7 @@ export async function startMqttWsListener(ctx: AdapterContext, listen: WsListenO
   const l = await serve('mqtt-ws', server, null, hub, false, ctx, listen);
   wss.on('connection', (ws, req) => {
     const stream = createWebSocketStream(ws);
-    l.accept(stream, `${req.socket.remoteAddress ?? '?'}:${req.socket.remotePort ?? '?'}`);
+    l.accept(stream, `${req.socket.remoteAddress ?? '?'}:${req.socket.remotePort ?? '?'}`, req.socket);
   });
   const close = l.close;
   return {
@@ -104,15 +104,15 @@ async function serve(
   ownHub: boolean,
   ctx: AdapterContext,
   listen: ListenOptions,
-): Promise<MqttListener & { accept(stream: Duplex, remote: string): void }> {
+): Promise<MqttListener & { accept(stream: Duplex, remote: string, socket?: net.Socket): void }> {
   const conns = new ConnectionSet<MqttConnection>();
-  const accept = (stream: Duplex, remote: string) => {
-    conns.add(new MqttConnection(stream, ctx, { hub, remote }));
+  const accept = (stream: Duplex, remote: string, socket?: net.Socket) => {
+    conns.add(new MqttConnection(stream, ctx, { hub, remote, listener: protocol, socket }));
   };
   if (event !== null) {
     server.on(event, (socket: net.Socket) => {
       socket.setNoDelay(true);
-      accept(socket, `${socket.remoteAddress ?? '?'}:${socket.remotePort ?? '?'}`);
+      accept(socket, `${socket.remoteAddress ?? '?'}:${socket.remotePort ?? '?'}`, socket);
     });
   }
   await listenOn(server, listen, (err) => ctx.logger.error({ err, protocol }, 'mqtt listener error'));
