@@ -1074,7 +1074,7 @@ export class MqttConnection implements QueueConsumerHost {
     // Session lifetime: 3.1.1 Clean Session 0 keeps it (up to the configured maximum); v5 says how long.
     const requested = this.level === 5 ? (props.sessionExpiryInterval ?? 0) : p.cleanSession ? 0 : EXPIRY_NEVER;
     const expiry = Math.min(requested, this.opts.maxSessionExpiry);
-    this.hub.attach(this, this.clientId, p.cleanSession, expiry, this.level).then(
+    this.hub.attach(this, this.clientId, p.cleanSession, expiry, this.level, this.access).then(
       ({ session, present }) => this.connected(session, present, requested, expiry, authProps),
       (err: unknown) => {
         this.ctx.logger.error({ clientId: this.clientId, err: errText(err) }, 'mqtt session could not be loaded');
@@ -1133,8 +1133,6 @@ export class MqttConnection implements QueueConsumerHost {
    */
   private authorizeSession(s: MqttSession, present: boolean): void {
     const access = this.access!;
-    s.access = access;
-    s.user = access.principal.user;
     if (!present || s.subs.size === 0) return;
     let removed = false;
     for (const [f, sub] of s.subs) {
@@ -1171,6 +1169,12 @@ export class MqttConnection implements QueueConsumerHost {
           if (d.msg.expiresAt !== undefined && d.msg.expiresAt <= now && !d.released) {
             this.hub.untrack(session, d);
             this.drop('expired', d.counted);
+            continue;
+          }
+          // Queued while offline under another identity or other policies: this one must be allowed it now.
+          if (!d.released && !session.admit(d.msg.topic)) {
+            this.hub.untrack(session, d);
+            this.drop('notAuthorized', d.counted);
             continue;
           }
           if (d.packetId !== 0 && !this.inflight.has(d.packetId)) {

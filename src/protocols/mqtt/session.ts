@@ -288,6 +288,11 @@ export interface MqttDropCounts {
   offline: number;
   /** Waiting behind the window when its connection ended and the session did not keep it (clean session, QoS 0). */
   closed: number;
+  /**
+   * Stored for the session while its identity could receive it, no longer allowed when it was to be sent (a policy
+   * changed meanwhile, or another user resumed the session).
+   */
+  notAuthorized: number;
 }
 
 export interface MqttHubStats {
@@ -316,7 +321,7 @@ export class MqttHub {
   readonly stats: MqttHubStats = {
     messagesReceived: 0,
     messagesSent: 0,
-    dropped: { queueFull: 0, writeBuffer: 0, tooLarge: 0, expired: 0, offline: 0, closed: 0 },
+    dropped: { queueFull: 0, writeBuffer: 0, tooLarge: 0, expired: 0, offline: 0, closed: 0, notAuthorized: 0 },
     connectionsRefused: 0,
     slowConsumerDisconnects: 0,
     packetTimeouts: 0,
@@ -489,6 +494,8 @@ export class MqttHub {
     cleanStart: boolean,
     expiry: number,
     level: ProtocolLevel,
+    /** The connection's authorization (control plane), which the session follows from now on; null: none. */
+    access: Access | null = null,
   ): Promise<{ session: MqttSession; present: boolean }> {
     let s = this.sessions.get(clientId);
     if (s === undefined && !cleanStart) {
@@ -523,6 +530,11 @@ export class MqttHub {
       this.sessions.set(clientId, s);
     }
     s.conn = conn;
+    if (access !== null) {
+      // Before anything is delivered through the session: what matches from now on is admitted for this identity.
+      s.access = access;
+      s.user = access.principal.user;
+    }
     s.level = level;
     s.expiry = expiry;
     s.expiresAt = null;

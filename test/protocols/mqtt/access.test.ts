@@ -345,6 +345,34 @@ describe('mqtt under the control plane', () => {
     });
   });
 
+  describe('stored messages of a persistent session', () => {
+    test('messages queued while offline are checked again when sent: a policy added meanwhile withholds them', async () => {
+      const opts = { username: 'alice', password: 'alice-pw', clientId: 'offline-1', clean: false, properties: { sessionExpiryInterval: 300 } };
+      const first = await connect(b, 5, opts);
+      await first.subscribeAsync('off/#', { qos: 1 });
+      await first.endAsync();
+      const root = await connect(b, 5, { username: 'root', password: 'root-pw' });
+      await root.publishAsync('off/secret', 'queued-secret', { qos: 1 });
+      await root.publishAsync('off/open', 'queued-open', { qos: 1 });
+      await root.endAsync();
+      // From no policy at all (everything allowed) to: alice may read off/# but off/secret.
+      await ctl.directory.putPolicy({ name: 'allow-off', effect: 'allow', actions: ['subscribe'], resources: ['topic:off/#'], principals: ['user:alice'] });
+      await ctl.directory.putPolicy({ name: 'deny-off-secret', effect: 'deny', actions: ['subscribe'], resources: ['topic:off/secret'], principals: ['user:alice'] });
+      const before = b.listener.hub.stats.dropped.notAuthorized;
+      try {
+        const again = mqtt.connect(b.url, { protocolVersion: 5, reconnectPeriod: 0, ...opts, properties: { sessionExpiryInterval: 0 } });
+        const got = collect(again);
+        await until(() => payloads(got).includes('queued-open'), 'queued-open');
+        assert.deepEqual(payloads(got), ['queued-open']);
+        assert.equal(b.listener.hub.stats.dropped.notAuthorized, before + 1);
+        await again.endAsync();
+      } finally {
+        await ctl.directory.deletePolicy('deny-off-secret');
+        await ctl.directory.deletePolicy('allow-off');
+      }
+    });
+  });
+
   describe('quotas, registry and kick', () => {
     test('the namespace connection quota: v5 CONNACK 0x97, 3.1.1 0x03', async () => {
       await ctl.directory.putNamespace({ name: 'small', quotas: { maxConnections: 1 } });
