@@ -2,10 +2,10 @@
  * MQTT authentication and authorization end to end, with real clients: mosquitto_pub/mosquitto_sub (libmosquitto,
  * MQTT 3.1.1 and 5) and MQTT.js.
  *
- * The first part runs `bin/flowmq` with a users file (the wrong password, anonymous refused). The policy parts run
- * the whole broker in this process (src/broker.ts startBroker with the config table, as bin/flowmq does) so that
- * policies, namespaces and kicks can be applied through `broker.access` while clients are connected: nothing else
- * changes policies of a running bin/flowmq yet (the admin API's routes for them come with part F).
+ * The first part runs `bin/flowmq` with a users file that seeds users, a namespace with a connection quota and
+ * policies (the wrong password, anonymous refused, unauthorized publish and subscribe, the quota). The live parts
+ * run the whole broker in this process (src/broker.ts startBroker with the config table, as bin/flowmq does) so
+ * that policies, namespaces and kicks can be changed through `broker.access` while clients are connected.
  */
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -32,7 +32,21 @@ describe('e2e: MQTT authentication against bin/flowmq with a users file', () => 
   before(async () => {
     dir = mkdtempSync(join(tmpdir(), 'flowmq-mqtt-auth-'));
     const users = join(dir, 'users.yaml');
-    writeFileSync(users, 'users:\n  - username: alice\n    password: alice-pw\n');
+    writeFileSync(
+      users,
+      [
+        'users:',
+        '  - {username: alice, password: alice-pw}',
+        '  - {username: root, password: root-pw, groups: [admins]}',
+        '  - {username: solo, password: solo-pw, namespace: one}',
+        'namespaces:',
+        '  - {name: one, quotas: {maxConnections: 1}}',
+        'policies:',
+        '  - {name: alice-a, effect: allow, actions: [publish, subscribe], resources: ["topic:a/#"], principals: ["user:alice"]}',
+        '  - {name: solo-s, effect: allow, actions: [publish, subscribe], resources: ["topic:s/#"], principals: ["user:solo"]}',
+        '',
+      ].join('\n'),
+    );
     broker = await FlowmqProcess.start({ args: ['--users-file', users, '--protocols', 'mqtt'] });
   });
   after(async () => {
@@ -62,6 +76,39 @@ describe('e2e: MQTT authentication against bin/flowmq with a users file', () => 
     const c = await mqtt.connectAsync(broker.mqttUrl, { protocolVersion: 5, reconnectPeriod: 0, username: 'alice', password: 'alice-pw' });
     await c.publishAsync('a/x', 'ok', { qos: 1 });
     await c.endAsync();
+  });
+
+  test('policies from the users file: mosquitto_pub refused (v5) or dropped (3.1.1), mosquitto_sub refused', async () => {
+    const port = String(broker.ports.mqtt);
+    const watcher = await mqtt.connectAsync(broker.mqttUrl, { protocolVersion: 5, reconnectPeriod: 0, username: 'root', password: 'root-pw' });
+    const got = collect(watcher);
+    await watcher.subscribeAsync('#', { qos: 1 });
+    try {
+      const v5 = await run('mosquitto_pub', ['-V', 'mqttv5', '-p', port, '-u', 'alice', '-P', 'alice-pw', '-t', 'b/x', '-m', 'v5-denied', '-q', '1']);
+      assert.match(v5.stderr, /Publish 1 failed: Not authorized/);
+      const v4 = await run('mosquitto_pub', ['-V', 'mqttv311', '-p', port, '-u', 'alice', '-P', 'alice-pw', '-t', 'b/x', '-m', 'v4-denied', '-q', '2']);
+      assert.equal(v4.code, 0, v4.stderr);
+      for (const v of ['mqttv5', 'mqttv311']) {
+        const r = await run('mosquitto_sub', ['-V', v, '-p', port, '-u', 'alice', '-P', 'alice-pw', '-t', 'b/#', '-C', '1', '-W', '5'], { timeoutMs: 15_000 });
+        assert.match(r.stderr, /All subscription requests were denied/, `${v}: ${r.stderr}`);
+      }
+      const ok = await run('mosquitto_pub', ['-V', 'mqttv311', '-p', port, '-u', 'alice', '-P', 'alice-pw', '-t', 'a/x', '-m', 'marker', '-q', '1']);
+      assert.equal(ok.code, 0, ok.stderr);
+      await eventually(() => payloads(got).includes('marker'), 10_000, 'marker');
+      assert.deepEqual(payloads(got), ['marker']);
+    } finally {
+      await watcher.endAsync();
+    }
+  });
+
+  test('the namespace connection quota from the users file: CONNACK 0x97', async () => {
+    const first = await mqtt.connectAsync(broker.mqttUrl, { protocolVersion: 5, reconnectPeriod: 0, username: 'solo', password: 'solo-pw' });
+    try {
+      const v5 = await run('mosquitto_pub', ['-V', 'mqttv5', '-p', String(broker.ports.mqtt), '-u', 'solo', '-P', 'solo-pw', '-t', 's/x', '-m', 'hi', '-q', '1']);
+      assert.equal(v5.code, 0x97, v5.stderr);
+    } finally {
+      await first.endAsync();
+    }
   });
 });
 
