@@ -327,7 +327,14 @@ export interface MqttConnectionInit {
   listener?: string;
   /** The transport's byte counters for the client registry (the TCP socket, also under a WebSocket). */
   socket?: { readonly bytesRead: number; readonly bytesWritten: number };
+  /**
+   * The login a verified client certificate gives (mTLS on the TLS listener, src/control/certs.ts): null when it
+   * gives none, the user it names, or 'bad' when the directory has no such user. Credentials in CONNECT win.
+   */
+  certificate?: () => CertificateLogin;
 }
+
+export type CertificateLogin = { verdict: 'ok'; user: string; principal: Principal } | { verdict: 'bad'; user: string } | null;
 
 /** The SASL mechanisms MQTT 5.0 enhanced authentication offers (Authentication Method names as the SASL ones). */
 const SCRAM_METHODS: ReadonlySet<string> = new Set(['SCRAM-SHA-256', 'SCRAM-SHA-512']);
@@ -398,6 +405,7 @@ export class MqttConnection implements QueueConsumerHost {
   private scramAuth = false;
   /** Reading is held back by a quota until this timer fires. */
   private throttleTimer: NodeJS.Timeout | null = null;
+  private readonly certificate: (() => CertificateLogin) | null;
 
   // outbound
   private readonly inflight = new Map<number, Delivery>();
@@ -457,6 +465,7 @@ export class MqttConnection implements QueueConsumerHost {
     this.hub.connections.add(this);
     this.remote = init.remote ?? 'unknown';
     this.address = addressOf(this.remote);
+    this.certificate = init.certificate ?? null;
     const ac = this.opts.access;
     if (ac !== null) {
       const port = Number(this.remote.slice(this.remote.lastIndexOf(':') + 1));
@@ -879,6 +888,16 @@ export class MqttConnection implements QueueConsumerHost {
    */
   private login(ac: AccessControl, p: ConnectPacket): void {
     const anonymous = ac.anonymousAllowed('mqtt');
+    // A verified client certificate logs in as the user it names, unless the client sent a username: credentials win.
+    const cert = p.username === null && this.certificate !== null ? this.certificate() : null;
+    if (cert !== null) {
+      if (cert.verdict === 'ok') this.loggedIn(cert.principal, undefined);
+      else {
+        this.logLimited('info', 'certificate refused', { clientId: this.clientId, remote: this.remote, user: cert.user }, 'mqtt client certificate names no user');
+        this.accept('bad-credentials', undefined);
+      }
+      return;
+    }
     if (p.username === null || (!ac.hasUsers && anonymous)) {
       if (!anonymous) {
         this.accept('not-authorized', undefined);
