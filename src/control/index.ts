@@ -67,3 +67,4 @@ export { QuotaManager, type QuotaLease } from './quotas.js';
 export { ClientEntry, ClientRegistry, type ClientRegistration, type ProtocolTotals } from './clients.js';
 export { loadUsersFile, parseUsersFile, seedDirectory, type SeedFigures, type SeedUser, type UsersFile } from './seed.js';
 export { WebhookAuthenticator, type WebhookOptions, type WebhookVerdict } from './webhook.js';
+export { certificateLogin, certificateUser, subjectAltNames, tlsClientOptions, type CertUserField, type ClientCertSettings } from './certs.js';
