@@ -69,12 +69,15 @@ describe('admin API with users: HTTP Basic authentication', () => {
     assert.ok(engine.getStream('keep'), 'the stream must still exist');
   });
 
-  it("sends no Basic challenge to a page script's fetch (Sec-Fetch-Mode), so the browser opens no dialog over the dashboard", async () => {
-    const script = await call(api, 'GET', '/api/v1/streams', { headers: { 'sec-fetch-mode': 'cors' } });
+  it("sends no Basic challenge to a page script's fetch (Sec-Fetch-Dest: empty), so the browser opens no dialog over the dashboard", async () => {
+    const script = await call(api, 'GET', '/api/v1/streams', { headers: { 'sec-fetch-mode': 'same-origin', 'sec-fetch-dest': 'empty', 'sec-fetch-site': 'same-origin' } });
     assert.equal(script.status, 401);
     assert.equal(script.headers['www-authenticate'], undefined);
-    const navigation = await call(api, 'GET', '/api/v1/streams', { headers: { 'sec-fetch-mode': 'navigate' } });
+    const navigation = await call(api, 'GET', '/api/v1/streams', { headers: { 'sec-fetch-mode': 'navigate', 'sec-fetch-dest': 'document' } });
     assert.equal(navigation.headers['www-authenticate'], 'Basic realm="flowmq"');
+    // Node's fetch sends Sec-Fetch-Mode: cors but no Sec-Fetch-Dest: a program, which can answer the challenge.
+    const program = await call(api, 'GET', '/api/v1/streams', { headers: { 'sec-fetch-mode': 'cors' } });
+    assert.equal(program.headers['www-authenticate'], 'Basic realm="flowmq"');
   });
 
   it('refuses every /api/v1 call without credentials, reads included (but the OpenAPI document)', async () => {

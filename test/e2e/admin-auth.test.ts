@@ -82,4 +82,20 @@ describe('e2e: admin API with a users file', () => {
     assert.deepEqual(statuses.slice(-1), [429]);
     assert.ok(statuses.slice(0, 9).every((s) => s === 401 || s === 503), statuses.join());
   });
+
+  it('keeps sessions and API tokens across a restart (they live in the metastore), users created through the API too', async () => {
+    const admin = { ...JSON_TYPE, ...basic('alice', 'wonder:land') };
+    assert.equal((await fetch(`${broker.http}/api/v1/users`, { method: 'POST', headers: admin, body: JSON.stringify({ username: 'carol', password: 'carol-pw' }) })).status, 201);
+    const made = (await (await fetch(`${broker.http}/api/v1/tokens`, { method: 'POST', headers: { ...JSON_TYPE, ...basic('carol', 'carol-pw') }, body: '{}' })).json()) as { token: string };
+    // The login rate limit's window (the test above used it up) is in memory: the restart clears it.
+    broker = await broker.restart();
+    const login = await fetch(`${broker.http}/api/v1/login`, { method: 'POST', headers: JSON_TYPE, body: JSON.stringify({ username: 'carol', password: 'carol-pw' }) });
+    assert.equal(login.status, 200);
+    const cookie = String(login.headers.get('set-cookie')).split(';')[0];
+    broker = await broker.restart();
+    const viaCookie = (await (await fetch(`${broker.http}/api/v1/session`, { headers: { cookie } })).json()) as { user: string; via: string };
+    assert.deepEqual([viaCookie.user, viaCookie.via], ['carol', 'session']);
+    const viaToken = (await (await fetch(`${broker.http}/api/v1/session`, { headers: { authorization: `Bearer ${made.token}` } })).json()) as { user: string };
+    assert.equal(viaToken.user, 'carol');
+  });
 });

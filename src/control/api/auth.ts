@@ -227,13 +227,12 @@ export interface Authenticator {
 const BASIC_CHALLENGE = { 'www-authenticate': 'Basic realm="flowmq"' };
 
 /**
- * The Basic challenge, for clients that can answer it (curl, the CLI, a browser's address bar). A script's fetch
- * (Fetch metadata: Sec-Fetch-Mode other than navigate) gets none: the browser would open its own login dialog
- * over the dashboard's form.
+ * The Basic challenge, for clients that can answer it (curl, the CLI, a browser's address bar). A page script's
+ * fetch (Fetch metadata: a browser sends `Sec-Fetch-Dest: empty` for fetch and XHR) gets none: the browser would
+ * open its own login dialog over the dashboard's form.
  */
 function challenge(req: FastifyRequest): Record<string, string> {
-  const mode = req.headers['sec-fetch-mode'];
-  return mode !== undefined && mode !== 'navigate' ? {} : BASIC_CHALLENGE;
+  return req.headers['sec-fetch-dest'] === 'empty' ? {} : BASIC_CHALLENGE;
 }
 
 /** Step 2 of the module comment: who is calling. Throws the refusal. */

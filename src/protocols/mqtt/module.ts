@@ -3,8 +3,9 @@
  * whatever transport it arrives on), started from the broker's config.
  */
 import { readFileSync } from 'node:fs';
+import type { TLSSocket } from 'node:tls';
+import { certificateLogin, tlsClientOptions } from '../../control/certs.js';
 import { FlowError } from '../../core/index.js';
-import { passwordAuthenticator } from '../../control/index.js';
 import type { AdapterContext, ProtocolListener, ProtocolModule, ProtocolModuleContext, RunningProtocol } from '../types.js';
 import { formatAddress } from '../listener.js';
 import { createMqttHub, startMqttListener, startMqttTlsListener, startMqttWsListener } from './server.js';
@@ -12,7 +13,7 @@ import { createMqttHub, startMqttListener, startMqttTlsListener, startMqttWsList
 export const mqttModule: ProtocolModule = {
   name: 'mqtt',
   async start(ctx: ProtocolModuleContext): Promise<RunningProtocol> {
-    const { config, guard } = ctx;
+    const { config } = ctx;
     // Checked before anything opens, so that a half-configured TLS listener leaves no other listener behind.
     if ((config.mqttTlsCert === null) !== (config.mqttTlsKey === null)) {
       throw new FlowError('CONFIG_ERROR', 'MQTT over TLS needs both mqtt-tls-cert and mqtt-tls-key');
@@ -31,7 +32,8 @@ export const mqttModule: ProtocolModule = {
       maxSessionExpiry: Math.floor(config.mqttSessionExpiryMax / 1000),
       maxKeepalive: config.mqttMaxKeepalive,
       sysIntervalMs: config.mqttSysInterval,
-      ...(guard ? { authenticate: passwordAuthenticator(guard, ctx.access.anonymousAllowed('mqtt')) } : {}),
+      // Authentication, authorization, quotas and the client registry: the control plane (src/control/access.ts).
+      access: ctx.access,
     });
     const listeners = new Map<string, ProtocolListener>();
     const close = async () => {
@@ -45,7 +47,10 @@ export const mqttModule: ProtocolModule = {
       ctx.logger.info({ protocol: 'mqtt', address: formatAddress(l.address()) }, 'listening');
       if (config.mqttTlsCert !== null && config.mqttTlsKey !== null) {
         const tlsFiles = { cert: readFileSync(config.mqttTlsCert), key: readFileSync(config.mqttTlsKey) };
-        const t = await startMqttTlsListener(mctx, { host: config.host, port: config.mqttsPort, ...tlsFiles }, hub);
+        // mTLS (--tls-client-ca): a verified client certificate logs in as the directory user it names.
+        const clientCerts = tlsClientOptions(config);
+        const certificate = clientCerts.requestCert === true ? (s: TLSSocket) => certificateLogin(ctx.access, s, config.tlsCertUser) : undefined;
+        const t = await startMqttTlsListener(mctx, { host: config.host, port: config.mqttsPort, ...tlsFiles, ...clientCerts, certificate }, hub);
         listeners.set('mqtts', t);
         ctx.logger.info({ protocol: 'mqtts', address: formatAddress(t.address()) }, 'listening');
       }
