@@ -44,7 +44,9 @@ export const natsModule: ProtocolModule = {
     // The JetStream API over FlowMQ streams: the adapter hands it every publish with a reply subject (PubAcks).
     const jetstream = new JetStream(ctx.engine, logger.child({ component: 'jetstream' }));
     await jetstream.start();
-    const adapter = new NatsAdapter({ ...ctx, logger }, options, ctx.guard, ctx.access.anonymousAllowed('nats'), c.natsToken, jetstream);
+    const adapter = new NatsAdapter({ ...ctx, logger }, options, { access: ctx.access, token: c.natsToken }, jetstream);
+    // JetStream API requests are authorized by who sent them: the adapter knows its connections' Access.
+    jetstream.authorizer = { control: ctx.access, accessOf: (origin) => adapter.accessOf(origin) };
     const logLimit = new LogLimiter(logger);
     let ending: Promise<void> | null = null;
     const shared: NatsListenerShared = {
