@@ -41,6 +41,7 @@ export async function makeAccess(o: { users?: Array<{ username: string; password
   // Few SCRAM iterations: the tests create users, they do not measure the cost.
   const directory = await Directory.open({ store: new MemoryControlStore(), hasher: (p) => guard.verifier.hash(p), scramIterations: 4096 });
   guard = new PasswordGuard(directory);
+  for (const ns of new Set((o.users ?? []).map((u) => u.namespace ?? 'default'))) if (ns !== 'default') await directory.putNamespace({ name: ns });
   for (const u of o.users ?? []) await directory.addUser(u);
   const access = new AccessControl({ directory, guard, anonymous: new Set(o.anonymous === false ? [] : ['nats']) });
   return {
