@@ -81,6 +81,7 @@ export const natsModule: ProtocolModule = {
     }
     return {
       listeners,
+      groups: jetstream.groupAdmin(),
       figures: () => {
         const { pending, ...refusals } = shared.counts;
         return { ...adapter.figures(), jetstream: jetstream.figures(), listener: { ...refusals, handshaking: pending, logLinesSuppressed: logLimit.suppressedTotal } };

@@ -15,6 +15,7 @@
  */
 import type { Logger } from 'pino';
 import type { Access, AccessControl, Action, ResourceKind } from '../../../control/index.js';
+import type { ConsumerGroupAdmin, GroupDetail, GroupSummary } from '../../types.js';
 import { LogLimiter } from '../../log-limit.js';
 import {
   decodeBatch,
@@ -173,6 +174,80 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
     let consumers = 0;
     for (const m of this.consumers.values()) consumers += m.size;
     return { apiRequests: this.api.total, apiErrors: this.api.errors, apiDenied: this.api.denied, consumers };
+  }
+
+  // ------------------------------------------------------------ consumer groups (admin API)
+
+  /**
+   * Durable consumers as consumer groups for the admin API: a group is a durable name, over every stream that has
+   * a durable consumer of that name (as a Kafka group spans topics). Its committed offset on a stream is the ack
+   * floor; its lag is what the consumer has not delivered yet (its filter applied) plus what waits for an ack. A
+   * pull consumer with waiting requests, or a bound push consumer, is a member. Offsets are not reset here: a
+   * JetStream consumer's position is its config (deliver policy) and its acks.
+   */
+  groupAdmin(): ConsumerGroupAdmin {
+    const byName = (): Map<string, Consumer[]> => {
+      const out = new Map<string, Consumer[]>();
+      for (const m of this.consumers.values()) {
+        for (const c of m.values()) {
+          if (!c.durable || c.closed) continue;
+          const l = out.get(c.name);
+          if (l) l.push(c);
+          else out.set(c.name, [c]);
+        }
+      }
+      return out;
+    };
+    const members = (c: Consumer) => (c.isPush ? (c.pushBound ? 1 : 0) : c.waiting.length > 0 ? 1 : 0);
+    const lagOf = (c: Consumer): number | null => {
+      try {
+        return c.numPending() + c.pending.size;
+      } catch {
+        return null;
+      }
+    };
+    const summary = (name: string, cs: Consumer[]): GroupSummary => {
+      let n = 0;
+      let lag: number | null = 0;
+      for (const c of cs) {
+        n += members(c);
+        const l = lagOf(c);
+        lag = lag === null || l === null ? null : lag + l;
+      }
+      return { name, protocol: 'jetstream', state: n > 0 ? 'active' : 'idle', members: n, lag };
+    };
+    const detail = (name: string, cs: Consumer[]): GroupDetail => ({
+      ...summary(name, cs),
+      memberDetails: cs
+        .filter((c) => members(c) > 0)
+        .map((c) => ({ id: `${c.stream}/${c.name}`, clientId: c.isPush ? (c.config.deliver_subject ?? '') : 'pull', host: '', assignments: [{ stream: c.stream, partition: 0 }] })),
+      offsets: cs.map((c) => {
+        let end = 0;
+        try {
+          end = this.engine.offsets(c.stream, 0).highWatermark;
+        } catch {
+          // stream gone
+        }
+        return { stream: c.stream, partition: 0, committed: c.ackFloor, end, lag: lagOf(c) };
+      }),
+    });
+    const unsupported = () => new FlowError('INVALID_ARGUMENT', 'resetting offsets is not supported for JetStream consumers: delete the consumer and create it with a deliver policy');
+    return {
+      list: async () => [...byName()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([n, cs]) => summary(n, cs)),
+      describe: async (name) => {
+        const cs = byName().get(name);
+        return cs === undefined ? null : detail(name, cs);
+      },
+      resetOffsets: async () => {
+        throw unsupported();
+      },
+      delete: async (name) => {
+        const cs = byName().get(name);
+        if (cs === undefined) throw new FlowError('NOT_FOUND', `JetStream consumer "${name}" not found`);
+        if (cs.some((c) => members(c) > 0)) throw new FlowError('INVALID_ARGUMENT', 'group has active members');
+        for (const c of cs) await this.deleteConsumer(c, true);
+      },
+    };
   }
 
   // ------------------------------------------------------------ ConsumerHost
