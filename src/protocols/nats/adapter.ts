@@ -19,8 +19,10 @@
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import type { Duplex } from 'node:stream';
+import type { TLSSocket } from 'node:tls';
 import type { Logger } from 'pino';
 import { newPublishInfo, type Engine, type Header, type Message, type PublishInfo } from '../../core/index.js';
+import { certificateLogin, type CertUserField } from '../../control/certs.js';
 import { ANONYMOUS, TOKEN_PREFIX, type Access, type AccessControl, type AuthOutcome, type Principal } from '../../control/index.js';
 import { LogLimiter, logKey } from '../log-limit.js';
 import type { AdapterContext } from '../types.js';
@@ -52,6 +54,8 @@ export interface NatsConnectionMeta {
   infoSent?: boolean;
   /** A WebSocket connection (INFO and figures say so). */
   websocket?: boolean;
+  /** The TLS socket underneath (TLS or wss), for its client certificate (mTLS). */
+  tlsSocket?: TLSSocket;
   /**
    * The client_id INFO announced: `info()` assigns it when absent, and `handle()` keeps it, so a listener that
    * sends INFO itself passes the same meta object to both.
@@ -99,6 +103,8 @@ export interface NatsAuth {
   access: AccessControl;
   /** `--nats-token`: a CONNECT with this auth_token is let in as the anonymous principal (policies for `everyone`). */
   token: string | null;
+  /** mTLS: which field of a verified client certificate names the user (null: certificates are not looked at). */
+  certUser?: CertUserField | null;
 }
 
 /** Base32 (RFC 4648) letters: a server id looks like nats-server's (an nkey: 'N' and 55 of these). */
@@ -127,6 +133,7 @@ export class NatsAdapter {
   readonly access: AccessControl;
   /** `--nats-token`, or null. */
   readonly token: string | null;
+  readonly certUser: CertUserField | null;
   /** Open connections by client id (JetStream finds the Access of a request's origin here). */
   private readonly byClientId = new Map<number, NatsConnection>();
   readonly stats = {
@@ -162,6 +169,7 @@ export class NatsAdapter {
   ) {
     this.access = auth.access;
     this.token = auth.token;
+    this.certUser = auth.certUser ?? null;
     this.logger = ctx.logger;
     this.engine = ctx.engine;
     this.logLimit = new LogLimiter(ctx.logger);
@@ -283,8 +291,14 @@ export class NatsAdapter {
    * without credentials the client is anonymous, if anonymous NATS clients are allowed. While no user exists at all
    * (and no webhook), a user/pass is let in under that name, as MQTT and AMQP do on a zero-setup broker.
    */
-  authenticate(o: ConnectOptions, remoteAddress: string): NatsAuthOutcome | Promise<NatsAuthOutcome> {
+  authenticate(o: ConnectOptions, remoteAddress: string, tlsSocket?: TLSSocket): NatsAuthOutcome | Promise<NatsAuthOutcome> {
     const a = this.access;
+    // A verified client certificate logs in as the user it names, unless the client sent credentials (they win).
+    const credentials = (o.auth_token !== undefined && o.auth_token !== '') || (o.user !== undefined && o.user !== '');
+    if (!credentials && tlsSocket !== undefined && this.certUser !== null) {
+      const c = certificateLogin(a, tlsSocket, this.certUser);
+      if (c !== null) return c.verdict === 'ok' ? { ok: true, principal: c.principal } : this.refused();
+    }
     if (o.auth_token !== undefined && o.auth_token !== '') {
       if (o.auth_token.startsWith(TOKEN_PREFIX)) return this.outcome(a.token(o.auth_token, remoteAddress, 'nats'));
       if (this.tokenBytes !== null) return this.checkToken(o.auth_token, remoteAddress);

@@ -325,7 +325,7 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
       if (this.verbose) this.send(OK);
       return;
     }
-    const r = this.adapter.authenticate(o, this.remoteAddress);
+    const r = this.adapter.authenticate(o, this.remoteAddress, this.meta.tlsSocket);
     if (r instanceof Promise) {
       this.pauseReading(1);
       r.then(
