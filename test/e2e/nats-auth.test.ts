@@ -164,6 +164,9 @@ describe('NATS authentication and authorization with the nats client', () => {
     const m = await c.next({ expires: 5000 });
     assert.equal(m === null ? null : sc.decode(m.data), 'one');
     m?.ack();
+    // The durable consumer is a consumer group of the admin API.
+    const groups = await broker.api<{ items: Array<{ name: string; protocol: string }> }>('GET', '/api/v1/consumer-groups');
+    assert.ok(groups.items.some((g) => g.name === 'worker' && g.protocol === 'jetstream'));
     // Stream listing shows only what alice may describe.
     await broker.api('POST', '/api/v1/streams', { name: 'hidden', bindings: ['hidden/#'] });
     const names: string[] = [];
