@@ -110,6 +110,14 @@ describe('NATS authorization', () => {
     );
     assert.equal(s.adapter.stats.permissionViolations, 4);
     sock.destroy();
+    // Verbose: a refused PUB or SUB gets the -ERR and no +OK (recorded from nats-server 2.9.10 as well).
+    const v = connect(s.port, '127.0.0.1');
+    let vgot = '';
+    v.on('data', (b: Buffer) => (vgot += b.toString('latin1')));
+    v.write('CONNECT {"user":"alice","pass":"wonder","verbose":true}\r\nPUB bad.x 2\r\nhi\r\nSUB bad.> 1\r\nPUB ok.a 1\r\nx\r\nPING\r\n');
+    await until(() => vgot.includes('PONG\r\n'), 10_000, 'PONG');
+    assert.equal(vgot.slice(vgot.indexOf('\r\n') + 2), `+OK\r\n-ERR 'Permissions Violation for Publish to "bad.x"'\r\n-ERR 'Permissions Violation for Subscription to "bad.>"'\r\n+OK\r\nPONG\r\n`);
+    v.destroy();
     await s.close();
     await a.close();
   });
