@@ -54,6 +54,8 @@ export interface NatsConnectionMeta {
   infoSent?: boolean;
   /** A WebSocket connection (INFO and figures say so). */
   websocket?: boolean;
+  /** The socket under a WebSocket stream: its byte counters are the connection's (client registry). */
+  byteCounter?: { readonly bytesRead: number; readonly bytesWritten: number };
   /** The TLS socket underneath (TLS or wss), for its client certificate (mTLS). */
   tlsSocket?: TLSSocket;
   /**

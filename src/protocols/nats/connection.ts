@@ -470,7 +470,7 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
 
   /** Registers the connection with the client registry (the admin API lists and kicks it there). */
   private register(): void {
-    const s = this.stream as Duplex & { bytesRead?: number; bytesWritten?: number };
+    const s = (this.meta.byteCounter ?? this.stream) as { bytesRead?: number; bytesWritten?: number };
     this.entry = this.adapter.access.clients.register({
       protocol: 'nats',
       listener: this.meta.websocket === true ? 'nats-ws' : 'nats',

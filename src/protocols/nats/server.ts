@@ -351,6 +351,7 @@ export async function startNatsWsListener(shared: NatsListenerShared, listen: Na
     const stream = createWebSocketStream(ws);
     const meta: NatsConnectionMeta = { remoteAddress: req.socket.remoteAddress ?? '?', remotePort: req.socket.remotePort ?? 0, tls: listen.tls !== undefined, websocket: true };
     if (listen.tls !== undefined) meta.tlsSocket = req.socket as tls.TLSSocket;
+    meta.byteCounter = req.socket;
     if (!underLimit(shared)) {
       refuseMaxConnections(shared, stream, meta, listenerTls);
       return;
