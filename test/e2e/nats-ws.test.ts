@@ -74,6 +74,12 @@ describe('e2e: NATS over WebSocket', () => {
         assert.equal(sc.decode(m.data), 'from the browser');
         assert.equal(m.headers?.get('X-From'), 'browser');
       }
+      // The client registry lists the WebSocket client on its listener, with the socket's byte counts.
+      const clients = await broker.api<{ items: Array<{ listener: string; clientId: string; bytesIn: number; bytesOut: number; messagesIn: number }> }>('GET', '/api/v1/clients?protocol=nats');
+      const me = clients.items.find((c) => c.listener === 'nats-ws' && c.clientId === 'ws');
+      assert.ok(me, JSON.stringify(clients.items));
+      assert.ok(me.bytesIn > 0 && me.bytesOut > 0);
+      assert.equal(me.messagesIn, 1);
     } finally {
       await ws.close();
       await tcp.close();

@@ -19,9 +19,11 @@
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import type { Duplex } from 'node:stream';
+import type { TLSSocket } from 'node:tls';
 import type { Logger } from 'pino';
 import { newPublishInfo, type Engine, type Header, type Message, type PublishInfo } from '../../core/index.js';
-import { AuthThrottle, type PasswordGuard } from '../../control/index.js';
+import { certificateLogin, type CertUserField } from '../../control/certs.js';
+import { ANONYMOUS, TOKEN_PREFIX, type Access, type AccessControl, type AuthOutcome, type Principal } from '../../control/index.js';
 import { LogLimiter, logKey } from '../log-limit.js';
 import type { AdapterContext } from '../types.js';
 import { encodeHeaders, type ConnectOptions, type NatsHeaders } from './codec/index.js';
@@ -52,6 +54,10 @@ export interface NatsConnectionMeta {
   infoSent?: boolean;
   /** A WebSocket connection (INFO and figures say so). */
   websocket?: boolean;
+  /** The socket under a WebSocket stream: its byte counters are the connection's (client registry). */
+  byteCounter?: { readonly bytesRead: number; readonly bytesWritten: number };
+  /** The TLS socket underneath (TLS or wss), for its client certificate (mTLS). */
+  tlsSocket?: TLSSocket;
   /**
    * The client_id INFO announced: `info()` assigns it when absent, and `handle()` keeps it, so a listener that
    * sends INFO itself passes the same meta object to both.
@@ -92,7 +98,16 @@ export class EnginePublisher implements NatsPublisher {
 }
 
 /** The outcome of a CONNECT's credentials. */
-export type NatsAuthOutcome = { ok: true; user: string | null } | { ok: false; busy: boolean };
+export type NatsAuthOutcome = { ok: true; principal: Principal } | { ok: false; busy: boolean };
+
+/** How NATS clients authenticate: the broker's control plane, and the optional shared `--nats-token`. */
+export interface NatsAuth {
+  access: AccessControl;
+  /** `--nats-token`: a CONNECT with this auth_token is let in as the anonymous principal (policies for `everyone`). */
+  token: string | null;
+  /** mTLS: which field of a verified client certificate names the user (null: certificates are not looked at). */
+  certUser?: CertUserField | null;
+}
 
 /** Base32 (RFC 4648) letters: a server id looks like nats-server's (an nkey: 'N' and 55 of these). */
 const B32 = 'ABCDEFGHIJKLMNOPQRSTUVWXYZ234567';
@@ -115,10 +130,14 @@ export class NatsAdapter {
   private readonly conns = new Set<NatsConnection>();
   private nextClientId = 0;
   private timer: NodeJS.Timeout | null = null;
-  /** Token checks when there is no PasswordGuard to share its throttle with. */
-  private readonly tokenThrottle: AuthThrottle;
   private readonly tokenBytes: Buffer | null;
   private readonly jetstream: boolean;
+  readonly access: AccessControl;
+  /** `--nats-token`, or null. */
+  readonly token: string | null;
+  readonly certUser: CertUserField | null;
+  /** Open connections by client id (JetStream finds the Access of a request's origin here). */
+  private readonly byClientId = new Map<number, NatsConnection>();
   readonly stats = {
     connectionsTotal: 0,
     connectionsRefused: 0,
@@ -131,6 +150,12 @@ export class NatsAdapter {
     msgsOut: 0,
     bytesOut: 0,
     slowConsumers: 0,
+    /** PUB/HPUB and SUB refused by a policy (-ERR 'Permissions Violation ...'). */
+    permissionViolations: 0,
+    /** Connections refused by their namespace's connection quota. */
+    quotaRefusals: 0,
+    /** Times a connection's reading was paused by its namespace's rate quotas. */
+    quotaPauses: 0,
     staleConnections: 0,
     protocolErrors: 0,
     invalidSubjects: 0,
@@ -141,26 +166,50 @@ export class NatsAdapter {
   constructor(
     readonly ctx: AdapterContext,
     readonly options: ResolvedNatsOptions,
-    /** Clear-text password checks; null: no users file (every user/pass is let in, as MQTT and AMQP do). */
-    readonly guard: PasswordGuard | null,
-    readonly allowAnonymous: boolean,
-    /** `--nats-token`: a CONNECT with this auth_token is let in without a user. */
-    readonly token: string | null,
+    auth: NatsAuth,
     publisher?: NatsPublisher,
   ) {
+    this.access = auth.access;
+    this.token = auth.token;
+    this.certUser = auth.certUser ?? null;
     this.logger = ctx.logger;
     this.engine = ctx.engine;
     this.logLimit = new LogLimiter(ctx.logger);
     this.serverName = `flowmq-${ctx.brokerId}`;
-    this.tokenThrottle = new AuthThrottle();
-    this.tokenBytes = token === null ? null : Buffer.from(token, 'utf8');
+    this.tokenBytes = auth.token === null ? null : Buffer.from(auth.token, 'utf8');
     this.jetstream = publisher !== undefined;
     this.publisher = publisher ?? new EnginePublisher(ctx.engine, (err) => this.writeFailed(err));
   }
 
-  /** Whether a CONNECT must carry credentials: a token is configured, or a users file without anonymous access. */
+  /** The JetStream API answers on this broker (it checks its own requests: see NatsConnection.mayPublish). */
+  get hasJetStream(): boolean {
+    return this.jetstream;
+  }
+
+  /** Whether a CONNECT must carry credentials: a token is configured, or anonymous NATS clients are not allowed. */
   get authRequired(): boolean {
-    return this.token !== null || (this.guard !== null && !this.allowAnonymous);
+    return this.token !== null || !this.access.anonymousAllowed('nats');
+  }
+
+  /**
+   * Whether a new connection has credentials to check before it is served (users exist, a webhook, a token, or
+   * anonymous clients are refused): read per connection, so users added live are checked from the next client on.
+   */
+  get credentialsChecked(): boolean {
+    return this.authRequired || this.access.hasUsers;
+  }
+
+  /**
+   * The Access of a message's origin, for JetStream API requests: a NATS connection of this broker (`nats:<id>`)
+   * answers its Access, or `'gone'` when it has closed (its requests are refused: nobody can be asked); any other
+   * origin (another protocol, which checked the publish on its topic, or the broker itself) answers null.
+   */
+  accessOf(origin: string | undefined): Access | 'gone' | null {
+    if (origin === undefined || !origin.startsWith('nats:')) return null;
+    const id = Number(origin.slice(5));
+    if (!Number.isSafeInteger(id)) return null;
+    const c = this.byClientId.get(id);
+    return c?.access ?? 'gone';
   }
 
   /** The INFO object for a new connection (the listener sends it itself on the TLS upgrade path). */
@@ -196,6 +245,7 @@ export class NatsAdapter {
       return;
     }
     this.conns.add(c);
+    this.byClientId.set(c.clientId, c);
     void c.closed.then(() => this.leave(c));
     if (this.timer === null) {
       this.timer = setInterval(() => this.sweep(), this.sweepMs());
@@ -218,6 +268,7 @@ export class NatsAdapter {
 
   private leave(c: NatsConnection): void {
     this.conns.delete(c);
+    if (this.byClientId.get(c.clientId) === c) this.byClientId.delete(c.clientId);
     if (this.conns.size === 0 && this.timer !== null) {
       clearInterval(this.timer);
       this.timer = null;
@@ -236,24 +287,37 @@ export class NatsAdapter {
   }
 
   /**
-   * Checks a CONNECT's credentials. An auth_token is compared with --nats-token; user/pass go to the
-   * PasswordGuard (which slows repeated failures per address and user); without credentials the client is let in
-   * unless a token is configured or the users file does not allow anonymous clients. A token check shares the
-   * guard's throttle when there is one, else the adapter's own, so guessing tokens is slowed the same way.
-   * Returns synchronously when no password has to be hashed.
+   * Checks a CONNECT's credentials through the control plane. An auth_token is an API token (`fmq_...`: the token's
+   * user) or the configured --nats-token (the anonymous principal); user/pass go to `access.password` (the guard,
+   * which slows repeated failures per address and user, then the webhook for users the directory does not know);
+   * without credentials the client is anonymous, if anonymous NATS clients are allowed. While no user exists at all
+   * (and no webhook), a user/pass is let in under that name, as MQTT and AMQP do on a zero-setup broker.
    */
-  authenticate(o: ConnectOptions, remoteAddress: string): NatsAuthOutcome | Promise<NatsAuthOutcome> {
-    if (o.auth_token !== undefined && this.tokenBytes !== null) return this.checkToken(o.auth_token, remoteAddress);
+  authenticate(o: ConnectOptions, remoteAddress: string, tlsSocket?: TLSSocket): NatsAuthOutcome | Promise<NatsAuthOutcome> {
+    const a = this.access;
+    // A verified client certificate logs in as the user it names, unless the client sent credentials (they win).
+    const credentials = (o.auth_token !== undefined && o.auth_token !== '') || (o.user !== undefined && o.user !== '');
+    if (!credentials && tlsSocket !== undefined && this.certUser !== null) {
+      const c = certificateLogin(a, tlsSocket, this.certUser);
+      if (c !== null) return c.verdict === 'ok' ? { ok: true, principal: c.principal } : this.refused();
+    }
+    if (o.auth_token !== undefined && o.auth_token !== '') {
+      if (o.auth_token.startsWith(TOKEN_PREFIX)) return this.outcome(a.token(o.auth_token, remoteAddress, 'nats'));
+      if (this.tokenBytes !== null) return this.checkToken(o.auth_token, remoteAddress);
+    }
     if (o.user !== undefined && o.user !== '') {
-      if (this.guard === null) return this.token === null ? { ok: true, user: o.user } : this.refused();
-      return this.guard.check(o.user, o.pass ?? null, remoteAddress, 'nats').then((v): NatsAuthOutcome => {
-        if (v === 'ok') return { ok: true, user: o.user! };
-        if (v === 'bad') this.stats.authFailures++;
-        return { ok: false, busy: v === 'busy' };
-      });
+      if (!a.hasUsers) return this.authRequired ? this.refused() : { ok: true, principal: a.principal(o.user) };
+      return this.outcome(a.password(o.user, o.pass ?? null, remoteAddress, 'nats'));
     }
     if (this.authRequired) return this.refused();
-    return { ok: true, user: null };
+    return { ok: true, principal: ANONYMOUS };
+  }
+
+  private async outcome(p: Promise<AuthOutcome>): Promise<NatsAuthOutcome> {
+    const v = await p;
+    if (v.verdict === 'ok') return { ok: true, principal: v.principal };
+    if (v.verdict === 'bad') this.stats.authFailures++;
+    return { ok: false, busy: v.verdict === 'busy' };
   }
 
   private refused(): NatsAuthOutcome {
@@ -261,32 +325,22 @@ export class NatsAdapter {
     return { ok: false, busy: false };
   }
 
+  /** The shared --nats-token, compared in constant time, failures throttled by the guard like passwords. */
   private async checkToken(given: string, remoteAddress: string): Promise<NatsAuthOutcome> {
     const user = '$nats-token';
-    let go: boolean;
-    if (this.guard !== null) go = await this.guard.admit(user, remoteAddress, 'nats');
-    else {
-      const a = this.tokenThrottle.admit(user, remoteAddress);
-      if (a === 'busy') go = false;
-      else {
-        if (a.wait > 0) await new Promise((r) => setTimeout(r, a.wait).unref());
-        go = true;
-      }
-    }
-    if (!go) return { ok: false, busy: true };
+    const guard = this.access.guard;
+    if (!(await guard.admit(user, remoteAddress, 'nats'))) return { ok: false, busy: true };
     const g = Buffer.from(given, 'utf8');
     const want = this.tokenBytes!;
     // Constant time over the configured token's length (timingSafeEqual needs equal lengths).
     let diff = g.length ^ want.length;
     for (let i = 0; i < want.length; i++) diff |= want[i]! ^ (g[i] ?? 0);
     if (diff === 0) {
-      if (this.guard !== null) this.guard.succeeded(user, remoteAddress);
-      else this.tokenThrottle.success(user, remoteAddress);
-      return { ok: true, user: null };
+      guard.succeeded(user, remoteAddress);
+      return { ok: true, principal: ANONYMOUS };
     }
     this.stats.authFailures++;
-    if (this.guard !== null) this.guard.failed(user, remoteAddress, 'nats');
-    else this.tokenThrottle.failure(user, remoteAddress);
+    guard.failed(user, remoteAddress, 'nats');
     return { ok: false, busy: false };
   }
 

@@ -33,6 +33,7 @@
  */
 import type { Duplex } from 'node:stream';
 import type { Message, Subscriber, Subscription } from '../../core/index.js';
+import { ANONYMOUS, type Access, type ClientEntry, type Principal, type QuotaLease } from '../../control/index.js';
 import { logKey } from '../log-limit.js';
 import {
   NatsErrText,
@@ -125,6 +126,19 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
   private name: string | undefined;
   user: string | null = null;
 
+  // control plane
+  /** What this connection may do (policies, re-read live); the anonymous principal until CONNECT says otherwise. */
+  access: Access;
+  /** The namespace's quotas, held from login to close (null before login, or when refused). */
+  private lease: QuotaLease | null = null;
+  /** The client registry's entry (admin API list and kick, /metrics). */
+  private entry: ClientEntry | null = null;
+  /** Reading paused by a rate quota until then (ms since the epoch), and its timer. */
+  private quotaUntil = 0;
+  private quotaTimer: NodeJS.Timeout | null = null;
+  /** Per-delivery policy check of every subscription of this connection (cheap while nothing can be denied). */
+  private readonly admit = (topic: string): boolean => this.access.admits(topic);
+
   // output
   private flushScheduled = false;
   /** Writer bytes past which a delivery flushes at once: a quarter of maxPending, at most 1 MiB. */
@@ -135,7 +149,7 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
   private readonly inFlight: number[] = [];
 
   // input
-  private pausedFor = 0; // bit 1: authenticating, bit 2: pending writes
+  private pausedFor = 0; // bit 1: authenticating, bit 2: pending writes, bit 4: a rate quota
   private pendingWrites = 0;
   /** The last publish subject and its topic (publishers repeat subjects; the parser hands the same string). */
   private lastPubSubject = '';
@@ -162,8 +176,9 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
     this.remoteAddress = meta.remoteAddress;
     this.parser = new NatsServerParser({ maxControlLine: adapter.options.maxControlLine, maxPayload: adapter.options.maxPayload });
     this.flushAt = Math.max(1, Math.min(1024 * 1024, adapter.options.maxPending >> 2));
-    this.gate = adapter.guard !== null || adapter.token !== null;
+    this.gate = adapter.credentialsChecked;
     this.authed = !this.gate;
+    this.access = adapter.access.accessFor(ANONYMOUS, 'nats', meta.remoteAddress);
     this.lastPingAt = this.openedAt;
     this.closed = new Promise<void>((resolve) => {
       this.resolveClosed = resolve;
@@ -189,7 +204,10 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
     });
     s.on('close', () => this.teardown());
     s.on('end', () => this.destroy());
+    this.register();
     if (this.meta.infoSent !== true) this.sendRaw(encodeInfo(this.adapter.info(this.meta, this.tls)));
+    // Nothing to check: the client is anonymous from the start, and takes its namespace's lease now.
+    if (!this.gate && !this.login(ANONYMOUS)) return;
     s.on('data', (chunk: Buffer | string) => this.receive(typeof chunk === 'string' ? Buffer.from(chunk) : chunk));
     s.resume();
   }
@@ -294,6 +312,7 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
     this.headers = o.headers === true;
     this.noResponders = o.no_responders === true;
     this.name = o.name;
+    if (this.entry !== null && o.name !== undefined && o.name !== '') this.entry.clientId = o.name;
     this.lastPubSubject = '';
     if (this.connectSeen) {
       // A second CONNECT changes options only; the credentials were checked once.
@@ -306,7 +325,7 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
       if (this.verbose) this.send(OK);
       return;
     }
-    const r = this.adapter.authenticate(o, this.remoteAddress);
+    const r = this.adapter.authenticate(o, this.remoteAddress, this.meta.tlsSocket);
     if (r instanceof Promise) {
       this.pauseReading(1);
       r.then(
@@ -327,7 +346,7 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
       if (r.busy) return this.shutdown(true);
       return this.fatal(NatsErr.AUTH_VIOLATION, null);
     }
-    this.user = r.user;
+    if (!this.login(r.principal)) return;
     this.authed = true;
     if (this.verbose) this.send(OK);
     this.resumeReading(1);
@@ -358,6 +377,10 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
       this.send(encodeErr(NatsErr.MAX_SUBS));
       return;
     }
+    if (!this.access.open && this.access.subscription(natsFilterToUnified(subject)) === 'deny') {
+      const what = queue === null ? `Subscription to ${quote(subject)}` : `Subscription to ${quote(subject)} using queue ${quote(queue)}`;
+      return this.permissionViolation(what, 'subscribe', subject);
+    }
     const ns: NatsSub = {
       sid,
       subject,
@@ -370,7 +393,13 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
       lastSubject: '',
     };
     try {
-      ns.sub = this.adapter.engine.subscribe(subject, this, queue === null ? { qos: 0, rule: 'nats', data: ns } : { qos: 0, rule: 'nats', group: queue, data: ns });
+      // Every subscription carries the admit check: a policy changed live stops deliveries it no longer allows, and a
+      // wildcard that reaches into denied topics (or `>` into `$` topics) gets only what the policies let through.
+      ns.sub = this.adapter.engine.subscribe(
+        subject,
+        this,
+        queue === null ? { qos: 0, rule: 'nats', data: ns, admit: this.admit } : { qos: 0, rule: 'nats', group: queue, data: ns, admit: this.admit },
+      );
     } catch (err) {
       const text = natsErrTextOf(err);
       if (text !== null) return this.invalid(text, subject);
@@ -437,6 +466,85 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
     this.send(encodeErr(text));
   }
 
+  // ---------------------------------------------------------------------------------------------- control plane
+
+  /** Registers the connection with the client registry (the admin API lists and kicks it there). */
+  private register(): void {
+    const s = (this.meta.byteCounter ?? this.stream) as { bytesRead?: number; bytesWritten?: number };
+    this.entry = this.adapter.access.clients.register({
+      protocol: 'nats',
+      listener: this.meta.websocket === true ? 'nats-ws' : 'nats',
+      remoteAddress: this.remoteAddress,
+      remotePort: this.meta.remotePort,
+      ...(typeof s.bytesRead === 'number' ? { socket: s as { bytesRead: number; bytesWritten: number } } : {}),
+      kick: (reason) => this.kick(reason),
+    });
+  }
+
+  /**
+   * The client is who it said it is: its Access and its namespace's quota lease. Over the namespace's connection
+   * quota the client gets nats-server's account-limit error and is closed (false).
+   */
+  private login(principal: Principal): boolean {
+    const ac = this.adapter.access;
+    const lease = ac.quotas.connect(principal);
+    if ('refused' in lease) {
+      this.adapter.stats.quotaRefusals++;
+      this.adapter.logLimit.log('info', logKey('nats quota refused', this.remoteAddress), { remote: this.remoteAddress, user: principal.user, namespace: principal.namespace, reason: lease.refused }, 'nats: connection refused by its namespace quota');
+      this.fatal(NatsErr.MAX_ACCOUNT_CONNECTIONS, null);
+      return false;
+    }
+    this.lease = lease;
+    this.user = principal.user;
+    this.access = ac.accessFor(principal, 'nats', this.remoteAddress);
+    if (this.entry !== null) {
+      this.entry.user = principal.user;
+      this.entry.namespace = principal.namespace;
+    }
+    return true;
+  }
+
+  /** An administrator kicked the client (admin API): closed at once; NATS has no word for it (clients reconnect). */
+  private kick(reason: string): void {
+    this.adapter.logger.info({ client: this.clientId, remote: this.remoteAddress, user: this.user, reason }, 'nats: client kicked');
+    this.shutdown(true);
+  }
+
+  /**
+   * May this connection publish on `topic`? JetStream API and ack subjects are not topics a policy names: with
+   * JetStream on, the service checks each request against the stream and consumer it acts on (`subscribe
+   * stream:`, `create stream:`, ...), so they pass here.
+   */
+  private mayPublish(topic: string): boolean {
+    if (this.adapter.hasJetStream && topic.charCodeAt(0) === 0x24 && (topic.startsWith('$JS/API/') || topic.startsWith('$JS/ACK/'))) return true;
+    return this.access.can('publish', 'topic', topic);
+  }
+
+  /** A PUB or SUB a policy refuses: nats-server's -ERR, the connection stays (as nats-server keeps it). */
+  private permissionViolation(what: string, op: 'publish' | 'subscribe', subject: string): void {
+    this.adapter.stats.permissionViolations++;
+    this.adapter.logLimit.log('info', logKey('nats permissions violation', this.remoteAddress), { remote: this.remoteAddress, client: this.clientId, user: this.user, op, subject: subject.slice(0, 256) }, 'nats: permissions violation');
+    this.send(encodeErr(`Permissions Violation for ${what}`));
+  }
+
+  /** A rate quota asks to hold the client back `ms`: its socket is not read until then (TCP pushes back). */
+  private quotaWait(ms: number): void {
+    const until = Date.now() + ms;
+    if (until <= this.quotaUntil) return;
+    this.quotaUntil = until;
+    if (this.quotaTimer !== null) clearTimeout(this.quotaTimer);
+    else {
+      this.adapter.stats.quotaPauses++;
+      this.pauseReading(4);
+    }
+    this.quotaTimer = setTimeout(() => {
+      this.quotaTimer = null;
+      this.quotaUntil = 0;
+      this.resumeReading(4);
+    }, ms);
+    this.quotaTimer.unref();
+  }
+
   // ---------------------------------------------------------------------------------------------- publish
 
   private publish(subject: string, reply: string | null, hdr: Buffer | null, payload: Buffer): void {
@@ -449,9 +557,15 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
       this.lastPubSubject = subject;
       this.lastPubTopic = t;
     }
+    if (!this.access.open && !this.mayPublish(topic)) return this.permissionViolation(`Publish to ${quote(subject)}`, 'publish', subject);
     const stats = this.adapter.stats;
     stats.msgsIn++;
     stats.bytesIn += payload.length;
+    if (this.entry !== null) this.entry.messagesIn++;
+    if (this.lease !== null) {
+      const wait = this.lease.chargeIn(1, payload.length + (hdr === null ? 0 : hdr.length));
+      if (wait > 0) this.quotaWait(wait);
+    }
     // The payload is a view into the chunk the stream emitted, which no one reuses (a 'data' chunk is the
     // stream's own): it may be kept as is. Whatever keeps a message beyond delivery copies it (retained messages,
     // stream records) as it must for every protocol.
@@ -541,6 +655,7 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
     const payload = msg.payload;
     const w = this.writer();
     const stats = this.adapter.stats;
+    const before = stats.msgsOut;
     for (let i = 0; i < subs.length; i++) {
       const ns = subs[i]!.options.data as NatsSub;
       if (ns.sub === null) continue;
@@ -562,6 +677,14 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
       stats.msgsOut++;
       stats.bytesOut += payload.length;
       this.countDelivery(ns);
+    }
+    const sent = stats.msgsOut - before;
+    if (sent > 0) {
+      if (this.entry !== null) this.entry.messagesOut += sent;
+      if (this.lease !== null) {
+        const wait = this.lease.chargeOut(sent * payload.length);
+        if (wait > 0) this.quotaWait(wait);
+      }
     }
     if (!this.flushScheduled) {
       this.flushScheduled = true;
@@ -768,8 +891,34 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
     this.parser.stop();
     this.dropSubs();
     if (this.destroyTimer !== null) clearTimeout(this.destroyTimer);
+    if (this.quotaTimer !== null) clearTimeout(this.quotaTimer);
+    this.lease?.release();
+    this.lease = null;
+    this.entry?.close();
     this.resolveClosed();
   }
+}
+
+/** A subject or queue name as nats-server quotes it in its errors (Go's %q: JSON's escapes for what NATS allows). */
+function quote(s: string): string {
+  return JSON.stringify(s);
+}
+
+/**
+ * A NATS subscription subject as the unified MQTT-syntax filter policies are written in: `.` ↔ `/` swapped, `*` →
+ * `+`, `>` → `#` (`#` also matches the parent, so the verdict can only be stricter than the subject needs). A token
+ * holding `+` or `#` among other characters cannot be an MQTT filter level: it can match no unified topic, so `+`
+ * stands for it (the verdict covers at least what it could match).
+ */
+export function natsFilterToUnified(subject: string): string {
+  const tokens = subject.split('.');
+  for (let i = 0; i < tokens.length; i++) {
+    const t = tokens[i]!;
+    if (t === '*' || t.includes('+') || t.includes('#')) tokens[i] = '+';
+    else if (t === '>') tokens[i] = '#';
+    else if (t.includes('/')) tokens[i] = t.replaceAll('/', '.');
+  }
+  return tokens.join('/');
 }
 
 /** The first line starts with CONNECT (any case) and a blank. */

@@ -16,6 +16,11 @@ export const NatsErr = {
   MAX_SUBS: 'Maximum Subscriptions Exceeded',
   /** A connection over the listener's limit. Fatal. */
   MAX_CONNECTIONS: 'maximum connections exceeded',
+  /**
+   * A connection over its namespace's connection quota (a namespace is what nats-server calls an account: this is
+   * its ErrTooManyAccountConnections, sent after CONNECT). Fatal.
+   */
+  MAX_ACCOUNT_CONNECTIONS: 'maximum account active connections exceeded',
   /** A plain CONNECT where TLS is required. Fatal. */
   TLS_REQUIRED: 'Secure Connection - TLS Required',
   /** A publish subject (or reply subject) the unified topic space cannot hold, or invalid with pedantic. */

@@ -4,6 +4,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { FlowError } from '../../core/index.js';
+import { tlsClientOptions } from '../../control/certs.js';
 import { formatAddress as fmt } from '../listener.js';
 import { LogLimiter } from '../log-limit.js';
 import type { ProtocolListener, ProtocolModule, ProtocolModuleContext, RunningProtocol } from '../types.js';
@@ -27,7 +28,13 @@ export const natsModule: ProtocolModule = {
     // Read before anything listens: a missing file stops the start with nothing left open.
     const tlsSettings: NatsTlsSettings | undefined =
       c.natsTlsCert !== null && c.natsTlsKey !== null
-        ? { cert: readFileSync(c.natsTlsCert), key: readFileSync(c.natsTlsKey), required: c.natsTlsRequired || c.natsTlsHandshakeFirst, handshakeFirst: c.natsTlsHandshakeFirst }
+        ? {
+            cert: readFileSync(c.natsTlsCert),
+            key: readFileSync(c.natsTlsKey),
+            required: c.natsTlsRequired || c.natsTlsHandshakeFirst,
+            handshakeFirst: c.natsTlsHandshakeFirst,
+            clientAuth: tlsClientOptions(c),
+          }
         : undefined;
     const logger = ctx.logger.child({ protocol: 'nats' });
     const options = resolveNatsOptions({
@@ -44,7 +51,9 @@ export const natsModule: ProtocolModule = {
     // The JetStream API over FlowMQ streams: the adapter hands it every publish with a reply subject (PubAcks).
     const jetstream = new JetStream(ctx.engine, logger.child({ component: 'jetstream' }));
     await jetstream.start();
-    const adapter = new NatsAdapter({ ...ctx, logger }, options, ctx.guard, ctx.access.anonymousAllowed('nats'), c.natsToken, jetstream);
+    const adapter = new NatsAdapter({ ...ctx, logger }, options, { access: ctx.access, token: c.natsToken, certUser: c.tlsClientCa === null ? null : c.tlsCertUser }, jetstream);
+    // JetStream API requests are authorized by who sent them: the adapter knows its connections' Access.
+    jetstream.authorizer = { control: ctx.access, accessOf: (origin) => adapter.accessOf(origin) };
     const logLimit = new LogLimiter(logger);
     let ending: Promise<void> | null = null;
     const shared: NatsListenerShared = {
@@ -68,7 +77,7 @@ export const natsModule: ProtocolModule = {
       const tlsMode = tlsSettings === undefined ? undefined : c.natsTlsHandshakeFirst ? 'handshake-first' : tlsSettings.required ? 'required' : 'available';
       ctx.logger.info({ protocol: 'nats', address: fmt(l.address()), ...(tlsMode ? { tls: tlsMode } : {}) }, 'listening');
       if (c.natsWsPort !== null) {
-        const wsTls = c.natsWsTls && tlsSettings ? { cert: tlsSettings.cert, key: tlsSettings.key } : undefined;
+        const wsTls = c.natsWsTls && tlsSettings ? { cert: tlsSettings.cert, key: tlsSettings.key, clientAuth: tlsSettings.clientAuth } : undefined;
         const w = await startNatsWsListener(shared, { host: c.host, port: c.natsWsPort, tls: wsTls });
         listeners.set('nats-ws', w);
         ctx.logger.info({ protocol: 'nats-ws', address: fmt(w.address()), ...(wsTls ? { tls: 'wss' } : {}) }, 'listening');
@@ -79,6 +88,7 @@ export const natsModule: ProtocolModule = {
     }
     return {
       listeners,
+      groups: jetstream.groupAdmin(),
       figures: () => {
         const { pending, ...refusals } = shared.counts;
         return { ...adapter.figures(), jetstream: jetstream.figures(), listener: { ...refusals, handshaking: pending, logLinesSuppressed: logLimit.suppressedTotal } };

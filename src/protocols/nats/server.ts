@@ -52,6 +52,11 @@ export interface NatsTlsSettings {
   handshakeFirst: boolean;
   /** INFO-to-first-byte plus the TLS handshake must finish within this. Default TLS_HANDSHAKE_TIMEOUT_MS. */
   handshakeTimeoutMs?: number;
+  /**
+   * Client certificates (mTLS, src/control/certs.ts tlsClientOptions): the CA they must chain to, whether one is
+   * asked for, and whether the handshake fails without a valid one. `ca` above is the server's chain.
+   */
+  clientAuth?: { ca?: Buffer; requestCert?: boolean; rejectUnauthorized?: boolean };
 }
 
 export interface NatsListenOptions extends ListenOptions {
@@ -159,7 +164,7 @@ export async function startNatsListener(shared: NatsListenerShared, listen: Nats
   const timedOut = new WeakSet<Socket>();
   const settings = listen.tls;
   const listenerTls: NatsListenerTls = settings ? { available: true, required: settings.required || settings.handshakeFirst } : { available: false, required: false };
-  const secureContext = settings ? tls.createSecureContext({ cert: settings.cert, key: settings.key, ca: settings.ca }) : null;
+  const clientAuth = settings?.clientAuth ?? {};
   const handshakeMs = settings?.handshakeTimeoutMs ?? TLS_HANDSHAKE_TIMEOUT_MS;
 
   /** Keeps `socket` in the listener's hands until `release` is called, with a deadline. */
@@ -188,32 +193,58 @@ export async function startNatsListener(shared: NatsListenerShared, listen: Nats
   };
 
   /** TLS on `socket` (its first bytes, if already read, put back); the adapter gets the TLS stream once secure. */
-  const startTls = (socket: Socket, meta: NatsConnectionMeta, release: () => void) => {
-    // A TLSSocket wrapping a net.Socket first consumes what the socket has buffered (the unshifted ClientHello
-    // bytes), then reads its handle.
-    const secure = new tls.TLSSocket(socket, { isServer: true, secureContext: secureContext!, requestCert: false, rejectUnauthorized: false });
-    let failed = false;
-    const fail = (err: Error) => {
-      if (failed) return;
-      failed = true;
-      // A timeout destroys the socket and the TLSSocket then fails too: counted once, by the timer.
-      if (timedOut.has(socket)) return void secure.destroy();
-      counts.tlsHandshakeFailures++;
-      shared.logLimit.log('debug', logKey('nats tls handshake failed', meta.remoteAddress), { remote: meta.remoteAddress, err: err.message }, 'nats tls handshake failed');
+  /**
+   * The TLS side is a tls.Server that never listens: each socket that starts a handshake is handed to it
+   * (`emit('connection')`, its ClientHello bytes put back), so Node does the server handshake and checks a client
+   * certificate as for any TLS listener (`authorized`, which a hand-made server TLSSocket does not get). Its secure
+   * sockets come back by their peer's address and port.
+   */
+  const handshaking = new Map<string, { socket: Socket; meta: NatsConnectionMeta; release: () => void }>();
+  const peerKey = (s: { remoteAddress?: string; remotePort?: number }) => `${s.remoteAddress ?? '?'}|${s.remotePort ?? 0}`;
+  const tlsServer = settings
+    ? tls.createServer({
+        cert: settings.cert,
+        key: settings.key,
+        ca: clientAuth.ca ?? settings.ca,
+        requestCert: clientAuth.requestCert === true,
+        rejectUnauthorized: clientAuth.rejectUnauthorized === true,
+        // The listener's own timer (hold) bounds the handshake.
+        handshakeTimeout: 0,
+      })
+    : null;
+  tlsServer?.on('secureConnection', (secure: tls.TLSSocket) => {
+    const key = peerKey(secure);
+    const h = handshaking.get(key);
+    handshaking.delete(key);
+    if (h === undefined || h.socket.destroyed) {
       secure.destroy();
-      socket.destroy();
-    };
-    // Kept until the adapter has the stream: a TLSSocket may emit more than one error while it fails.
-    secure.on('error', fail);
-    if (!settings!.handshakeFirst) meta.infoSent = true;
-    secure.once('secure', () => {
-      secure.off('error', fail);
-      release();
-      if (socket.destroyed) return;
-      // The same meta object INFO was built from: the adapter keeps what info() put in it (the client id).
-      meta.tls = true;
-      handOver(shared, conns, secure, meta, listenerTls);
+      return;
+    }
+    h.release();
+    // The same meta object INFO was built from: the adapter keeps what info() put in it (the client id).
+    h.meta.tls = true;
+    h.meta.tlsSocket = secure;
+    handOver(shared, conns, secure, h.meta, listenerTls);
+  });
+  tlsServer?.on('tlsClientError', (err: Error, secure: tls.TLSSocket) => {
+    const h = handshaking.get(peerKey(secure));
+    secure.destroy();
+    // A timeout destroys the socket and the TLS side then fails too: counted once, by the timer.
+    if (h !== undefined && timedOut.has(h.socket)) return;
+    counts.tlsHandshakeFailures++;
+    shared.logLimit.log('debug', logKey('nats tls handshake failed', h?.meta.remoteAddress), { remote: h?.meta.remoteAddress, err: err.message }, 'nats tls handshake failed');
+    h?.socket.destroy();
+  });
+
+  /** TLS on `socket` (its first bytes, if already read, put back); the adapter gets the TLS stream once secure. */
+  const startTls = (socket: Socket, meta: NatsConnectionMeta, release: () => void) => {
+    const key = peerKey(socket);
+    handshaking.set(key, { socket, meta, release });
+    socket.once('close', () => {
+      if (handshaking.get(key)?.socket === socket) handshaking.delete(key);
     });
+    if (!settings!.handshakeFirst) meta.infoSent = true;
+    tlsServer!.emit('connection', socket);
   };
 
   const accept = (socket: Socket) => {
@@ -274,7 +305,7 @@ export interface NatsWsListenOptions extends ListenOptions {
   /** Largest WebSocket message accepted. Default: max payload + max control line + 1 MiB (a client batches writes). */
   maxFrameBytes?: number;
   /** Serve wss:// with this PEM certificate (chain) and key (INFO then says tls_required). */
-  tls?: { cert: string | Buffer; key: string | Buffer; ca?: string | Buffer; handshakeTimeoutMs?: number };
+  tls?: { cert: string | Buffer; key: string | Buffer; ca?: string | Buffer; handshakeTimeoutMs?: number; clientAuth?: { ca?: Buffer; requestCert?: boolean; rejectUnauthorized?: boolean } };
 }
 
 /**
@@ -289,7 +320,17 @@ export async function startNatsWsListener(shared: NatsListenerShared, listen: Na
     res.writeHead(426, { 'content-type': 'text/plain' }).end('NATS over WebSocket: upgrade required\n');
   };
   const server: http.Server | https.Server = listen.tls
-    ? https.createServer({ cert: listen.tls.cert, key: listen.tls.key, ca: listen.tls.ca, handshakeTimeout: listen.tls.handshakeTimeoutMs ?? TLS_HANDSHAKE_TIMEOUT_MS }, upgradeRequired)
+    ? https.createServer(
+        {
+          cert: listen.tls.cert,
+          key: listen.tls.key,
+          ca: listen.tls.clientAuth?.ca ?? listen.tls.ca,
+          requestCert: listen.tls.clientAuth?.requestCert === true,
+          rejectUnauthorized: listen.tls.clientAuth?.rejectUnauthorized === true,
+          handshakeTimeout: listen.tls.handshakeTimeoutMs ?? TLS_HANDSHAKE_TIMEOUT_MS,
+        },
+        upgradeRequired,
+      )
     : http.createServer(upgradeRequired);
   if (listen.tls) {
     server.on('tlsClientError', (err: Error, socket: tls.TLSSocket) => {
@@ -309,6 +350,8 @@ export async function startNatsWsListener(shared: NatsListenerShared, listen: Na
     req.socket.setNoDelay(true);
     const stream = createWebSocketStream(ws);
     const meta: NatsConnectionMeta = { remoteAddress: req.socket.remoteAddress ?? '?', remotePort: req.socket.remotePort ?? 0, tls: listen.tls !== undefined, websocket: true };
+    if (listen.tls !== undefined) meta.tlsSocket = req.socket as tls.TLSSocket;
+    meta.byteCounter = req.socket;
     if (!underLimit(shared)) {
       refuseMaxConnections(shared, stream, meta, listenerTls);
       return;

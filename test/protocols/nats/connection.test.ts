@@ -6,7 +6,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { makeMessage, type Message, type Subscriber, type Subscription } from '../../../src/core/index.js';
-import { MemoryUserStore, PasswordGuard } from '../../../src/control/index.js';
+import { makeAccess } from './helpers.js';
 import { GatedStreams } from '../../helpers/memory-storage.js';
 import { RawClient, serverSockets, startNats, until } from './helpers.js';
 
@@ -276,8 +276,7 @@ describe('NATS connection: authentication', () => {
       c.send('CONNECT {"auth_token":"bad"}\r\n');
       await c.closed;
     }
-    const a = (s.adapter as unknown as { tokenThrottle: { failures(kind: string, key: string): number } }).tokenThrottle;
-    assert.ok(a.failures('address', '127.0.0.1') >= 5);
+    assert.ok(s.access.guard.throttle.failures('address', '127.0.0.1') >= 5);
     const ok = await RawClient.connect(s.port);
     ok.send('CONNECT {"auth_token":"tok"}\r\n');
     await ok.flush();
@@ -287,12 +286,12 @@ describe('NATS connection: authentication', () => {
   });
 });
 
-describe('NATS connection: users file (PasswordGuard)', () => {
-  const guard = async () => new PasswordGuard(await MemoryUserStore.fromPasswords([{ username: 'alice', password: 'wonder' }]));
+describe('NATS connection: users of the directory (access.password)', () => {
+  const guard = async (anonymous: boolean) => makeAccess({ users: [{ username: 'alice', password: 'wonder' }], anonymous });
 
   it('user/pass checked by the guard; operations pipelined behind CONNECT wait for the check; a wrong password is refused', async () => {
-    const g = await guard();
-    const s = await startNats({}, { guard: g, allowAnonymous: false });
+    const g = await guard(false);
+    const s = await startNats({}, { access: g });
     const ok = await RawClient.connect(s.port);
     ok.send('CONNECT {"user":"alice","pass":"wonder"}\r\nSUB a 1\r\nPUB a 1\r\nx\r\nPING\r\n');
     await ok.waitFor((o) => o.op === 'pong');
@@ -306,15 +305,15 @@ describe('NATS connection: users file (PasswordGuard)', () => {
     anon.send('CONNECT {}\r\n');
     await anon.closed;
     assert.deepEqual(anon.errors(), ['Authorization Violation']);
-    assert.equal(g.stats.bad, 1);
+    assert.equal(g.guard.stats.bad, 1);
     ok.close();
     await s.close();
     await g.close();
   });
 
   it('with anonymous access allowed, a client without CONNECT is served as nats-server serves it', async () => {
-    const g = await guard();
-    const s = await startNats({}, { guard: g, allowAnonymous: true });
+    const g = await guard(true);
+    const s = await startNats({}, { access: g });
     const c = await RawClient.connect(s.port);
     const info = (await c.waitFor((o) => o.op === 'info')) as { op: 'info'; info: Record<string, unknown> };
     assert.equal(info.info.auth_required, undefined);

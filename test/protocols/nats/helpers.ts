@@ -6,7 +6,7 @@
 import { createServer, connect, type Server, type Socket } from 'node:net';
 import { pino } from 'pino';
 import { Engine } from '../../../src/core/index.js';
-import type { PasswordGuard } from '../../../src/control/index.js';
+import { AccessControl, Directory, MemoryControlStore, PasswordGuard } from '../../../src/control/index.js';
 import { NatsAdapter, type NatsPublisher } from '../../../src/protocols/nats/adapter.js';
 import { resolveNatsOptions, type NatsOptions } from '../../../src/protocols/nats/options.js';
 import { NatsClientParser, type NatsClientHandler } from '../../../src/protocols/nats/codec/index.js';
@@ -20,6 +20,7 @@ export interface LogRecord {
 
 export interface NatsTestServer {
   port: number;
+  access: TestAccess;
   adapter: NatsAdapter;
   engine: Engine;
   storage: MemoryStreams;
@@ -27,23 +28,46 @@ export interface NatsTestServer {
   close(): Promise<void>;
 }
 
+/** A control plane as the broker opens it (directory over a memory store, guard, AccessControl), for unit tests. */
+export interface TestAccess {
+  access: AccessControl;
+  directory: Directory;
+  guard: PasswordGuard;
+  close(): Promise<void>;
+}
+
+export async function makeAccess(o: { users?: Array<{ username: string; password: string; groups?: string[]; namespace?: string }>; anonymous?: boolean } = {}): Promise<TestAccess> {
+  let guard!: PasswordGuard;
+  // Few SCRAM iterations: the tests create users, they do not measure the cost.
+  const directory = await Directory.open({ store: new MemoryControlStore(), hasher: (p) => guard.verifier.hash(p), scramIterations: 4096 });
+  guard = new PasswordGuard(directory);
+  for (const ns of new Set((o.users ?? []).map((u) => u.namespace ?? 'default'))) if (ns !== 'default') await directory.putNamespace({ name: ns });
+  for (const u of o.users ?? []) await directory.addUser(u);
+  const access = new AccessControl({ directory, guard, anonymous: new Set(o.anonymous === false ? [] : ['nats']) });
+  return {
+    access,
+    directory,
+    guard,
+    async close() {
+      access.close();
+      directory.close();
+      await guard.close();
+    },
+  };
+}
+
 export async function startNats(
   opts: NatsOptions = {},
-  auth: { guard?: PasswordGuard | null; allowAnonymous?: boolean; token?: string | null; tls?: { available: boolean; required: boolean } } = {},
+  auth: { access?: TestAccess; allowAnonymous?: boolean; token?: string | null; tls?: { available: boolean; required: boolean } } = {},
   publisher?: (engine: Engine) => NatsPublisher,
   storage: MemoryStreams = new MemoryStreams(),
 ): Promise<NatsTestServer> {
   const engine = new Engine(storage, storage);
   const logs: LogRecord[] = [];
   const logger = pino({ level: 'debug' }, { write: (s: string) => void logs.push(JSON.parse(s) as LogRecord) });
-  const adapter = new NatsAdapter(
-    { engine, logger, brokerId: 1 },
-    resolveNatsOptions(opts),
-    auth.guard ?? null,
-    auth.allowAnonymous ?? true,
-    auth.token ?? null,
-    publisher?.(engine),
-  );
+  const ownAccess = auth.access === undefined ? await makeAccess({ anonymous: auth.allowAnonymous ?? true }) : null;
+  const testAccess = auth.access ?? ownAccess!;
+  const adapter = new NatsAdapter({ engine, logger, brokerId: 1 }, resolveNatsOptions(opts), { access: testAccess.access, token: auth.token ?? null }, publisher?.(engine));
   const tls = auth.tls ?? { available: false, required: false };
   const sockets = new Set<Socket>();
   serverSockets = sockets;
@@ -57,6 +81,7 @@ export async function startNats(
   const port = (server.address() as { port: number }).port;
   return {
     port,
+    access: testAccess,
     adapter,
     engine,
     storage,
@@ -66,6 +91,7 @@ export async function startNats(
       await adapter.closeAll();
       for (const s of sockets) s.destroy();
       await stopped;
+      await ownAccess?.close();
     },
   };
 }

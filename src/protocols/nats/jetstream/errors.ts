@@ -46,4 +46,11 @@ export const JsErr = {
   invalidDeliverSubject: () => e(400, 10112, 'invalid push consumer deliver subject'),
   maximumConsumers: () => e(400, 10026, 'maximum consumers limit reached'),
   msgDeleteFailed: (d: string) => e(500, 10057, d),
+  /**
+   * A request the policies refuse. nats-server expresses JetStream permissions as publish permissions on the API
+   * subjects (the client sees a Permissions Violation and its request times out); FlowMQ maps the request onto its
+   * stream and consumer and answers at once: code 403 with the bad-request error number (no JetStream error
+   * number means "forbidden"), the description saying what was refused.
+   */
+  accessDenied: (d: string) => e(403, 10003, d),
 } as const;

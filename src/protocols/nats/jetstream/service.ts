@@ -14,6 +14,8 @@
  * durably.
  */
 import type { Logger } from 'pino';
+import type { Access, AccessControl, Action, ResourceKind } from '../../../control/index.js';
+import type { ConsumerGroupAdmin, GroupDetail, GroupSummary } from '../../types.js';
 import { LogLimiter } from '../../log-limit.js';
 import {
   decodeBatch,
@@ -76,6 +78,23 @@ const LIST_LIMIT = 256;
 
 type Json = Record<string, unknown>;
 
+/**
+ * How the service authorizes a request (set by the NATS module once its adapter exists): the Access of the
+ * request's origin (a NATS connection of this broker), `'gone'` when that connection has closed, null for origins
+ * that are not NATS clients (another protocol's publish, checked on its topic by that protocol, or the broker).
+ */
+export interface JetStreamAuthorizer {
+  control: AccessControl;
+  accessOf(origin: string | undefined): Access | 'gone' | null;
+}
+
+/** One condition of a JetStream API request: one of `actions` on the resource. */
+interface ApiCheck {
+  actions: readonly Action[];
+  kind: ResourceKind;
+  name: string;
+}
+
 export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
   readonly id = 'nats:jetstream';
   private readonly consumers = new Map<string, Map<string, Consumer>>();
@@ -83,7 +102,7 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
   /** Per stream: Nats-Msg-Id → stream sequence and when it was stored, oldest first. */
   private readonly dedup = new Map<string, Map<string, { seq: number; at: number }>>();
   private readonly duplicateWindowNs = new Map<string, number>();
-  private readonly api = { total: 0, errors: 0 };
+  private readonly api = { total: 0, errors: 0, denied: 0 };
   private readonly dirty = new Set<Consumer>();
   private flushTimer: NodeJS.Timeout | null = null;
   private readonly writes = new Set<Promise<void>>();
@@ -96,6 +115,8 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
   private closed = false;
   /** Failures a client can trigger are logged rate limited. */
   private readonly logLimit: LogLimiter;
+  /** Policies on the API (null: every request is served, as before the control plane). */
+  authorizer: JetStreamAuthorizer | null = null;
 
   constructor(
     readonly engine: Engine,
@@ -152,7 +173,81 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
   figures(): Json {
     let consumers = 0;
     for (const m of this.consumers.values()) consumers += m.size;
-    return { apiRequests: this.api.total, apiErrors: this.api.errors, consumers };
+    return { apiRequests: this.api.total, apiErrors: this.api.errors, apiDenied: this.api.denied, consumers };
+  }
+
+  // ------------------------------------------------------------ consumer groups (admin API)
+
+  /**
+   * Durable consumers as consumer groups for the admin API: a group is a durable name, over every stream that has
+   * a durable consumer of that name (as a Kafka group spans topics). Its committed offset on a stream is the ack
+   * floor; its lag is what the consumer has not delivered yet (its filter applied) plus what waits for an ack. A
+   * pull consumer with waiting requests, or a bound push consumer, is a member. Offsets are not reset here: a
+   * JetStream consumer's position is its config (deliver policy) and its acks.
+   */
+  groupAdmin(): ConsumerGroupAdmin {
+    const byName = (): Map<string, Consumer[]> => {
+      const out = new Map<string, Consumer[]>();
+      for (const m of this.consumers.values()) {
+        for (const c of m.values()) {
+          if (!c.durable || c.closed) continue;
+          const l = out.get(c.name);
+          if (l) l.push(c);
+          else out.set(c.name, [c]);
+        }
+      }
+      return out;
+    };
+    const members = (c: Consumer) => (c.isPush ? (c.pushBound ? 1 : 0) : c.waiting.length > 0 ? 1 : 0);
+    const lagOf = (c: Consumer): number | null => {
+      try {
+        return c.numPending() + c.pending.size;
+      } catch {
+        return null;
+      }
+    };
+    const summary = (name: string, cs: Consumer[]): GroupSummary => {
+      let n = 0;
+      let lag: number | null = 0;
+      for (const c of cs) {
+        n += members(c);
+        const l = lagOf(c);
+        lag = lag === null || l === null ? null : lag + l;
+      }
+      return { name, protocol: 'jetstream', state: n > 0 ? 'active' : 'idle', members: n, lag };
+    };
+    const detail = (name: string, cs: Consumer[]): GroupDetail => ({
+      ...summary(name, cs),
+      memberDetails: cs
+        .filter((c) => members(c) > 0)
+        .map((c) => ({ id: `${c.stream}/${c.name}`, clientId: c.isPush ? (c.config.deliver_subject ?? '') : 'pull', host: '', assignments: [{ stream: c.stream, partition: 0 }] })),
+      offsets: cs.map((c) => {
+        let end = 0;
+        try {
+          end = this.engine.offsets(c.stream, 0).highWatermark;
+        } catch {
+          // stream gone
+        }
+        return { stream: c.stream, partition: 0, committed: c.ackFloor, end, lag: lagOf(c) };
+      }),
+    });
+    const unsupported = () => new FlowError('INVALID_ARGUMENT', 'resetting offsets is not supported for JetStream consumers: delete the consumer and create it with a deliver policy');
+    return {
+      list: async () => [...byName()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([n, cs]) => summary(n, cs)),
+      describe: async (name) => {
+        const cs = byName().get(name);
+        return cs === undefined ? null : detail(name, cs);
+      },
+      resetOffsets: async () => {
+        throw unsupported();
+      },
+      delete: async (name) => {
+        const cs = byName().get(name);
+        if (cs === undefined) throw new FlowError('NOT_FOUND', `JetStream consumer "${name}" not found`);
+        if (cs.some((c) => members(c) > 0)) throw new FlowError('INVALID_ARGUMENT', 'group has active members');
+        for (const c of cs) await this.deleteConsumer(c, true);
+      },
+    };
   }
 
   // ------------------------------------------------------------ ConsumerHost
@@ -364,25 +459,107 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
     // The payload may be a view into a socket buffer: read it now.
     const body = msg.payload.toString('utf8');
     const levels = msg.topic.split('/');
+    // Who asks, looked up now: the connection may close while the request is served.
+    let access: Access | null = null;
+    if (this.authorizer !== null) {
+      const a = this.authorizer.accessOf(msg.origin);
+      if (a === 'gone') return;
+      if (a !== null && !a.open) access = a;
+    }
     if (levels[1] === 'ACK') {
+      // $JS/ACK/<stream>/<consumer>/...: acknowledging moves the consumer, as consuming does.
+      if (access !== null && levels.length >= 4) {
+        const t = levelsToTokens(levels.slice(2, 4));
+        if (this.denied(access, [{ actions: ['subscribe'], kind: 'group', name: t[1] }]) !== null) return;
+      }
       this.onAck(levels, body, msg.responseTopic);
       return;
     }
     const reply = msg.responseTopic;
     if (reply === undefined) return;
     const tokens = levelsToTokens(levels.slice(2));
-    void this.onApi(tokens, body, reply);
+    void this.onApi(tokens, body, reply, access);
+  }
+
+  /**
+   * What a request needs, by the design's mapping: streams are created, altered (UPDATE), described (INFO, and
+   * listed), deleted (DELETE, PURGE, MSG.DELETE) and read (MSG.GET: subscribe); a consumer is created and pulled
+   * from with `subscribe` on its stream and on its name as a group, described with `describe` or `subscribe`, and
+   * deleted with `delete group:`. STREAM.NAMES/LIST are filtered instead (see listable).
+   */
+  private checksFor(t: string[], body: string): ApiCheck[] {
+    const [a, b, c] = t;
+    const stream = (actions: readonly Action[], name: string | undefined): ApiCheck[] => (name === undefined ? [] : [{ actions, kind: 'stream', name }]);
+    const group = (actions: readonly Action[], name: string | undefined): ApiCheck[] => (name === undefined || name === '' ? [] : [{ actions, kind: 'group', name }]);
+    const read: readonly Action[] = ['subscribe', 'describe'];
+    if (a === 'STREAM') {
+      if (b === 'CREATE') return stream(['create'], c);
+      if (b === 'UPDATE') return stream(['alter'], c);
+      if (b === 'INFO') return stream(['describe'], c);
+      if (b === 'DELETE' || b === 'PURGE') return stream(['delete'], c);
+      if (b === 'MSG' && c === 'GET') return stream(['subscribe'], t[3]);
+      if (b === 'MSG' && c === 'DELETE') return stream(['delete'], t[3]);
+      return [];
+    }
+    if (a === 'CONSUMER') {
+      if (b === 'DURABLE' && c === 'CREATE') return [...stream(['subscribe'], t[3]), ...group(['subscribe'], t[4])];
+      if (b === 'CREATE') {
+        // The name is in the subject (2.9 clients) or only in the body (an ephemeral consumer may carry one).
+        let name: string | undefined = t[3];
+        if (name === undefined) {
+          const raw = parseJson(body);
+          const cfg = raw !== BAD_JSON && raw !== null && typeof raw === 'object' ? ((raw as Json).config as Json | undefined) : undefined;
+          const n = cfg && typeof cfg === 'object' ? (cfg.durable_name ?? cfg.name) : undefined;
+          if (typeof n === 'string') name = n;
+        }
+        return [...stream(['subscribe'], c), ...group(['subscribe'], name)];
+      }
+      if (b === 'NAMES' || b === 'LIST') return stream(read, c);
+      if (b === 'INFO') return [...stream(read, c), ...group(read, t[3])];
+      if (b === 'DELETE') return group(['delete'], t[3]);
+      if (b === 'MSG' && c === 'NEXT') return [...stream(['subscribe'], t[3]), ...group(['subscribe'], t[4])];
+    }
+    return [];
+  }
+
+  /** The first check `access` fails (its denial logged), or null when all pass. */
+  private denied(access: Access, checks: ApiCheck[]): ApiCheck | null {
+    const policies = this.authorizer!.control.directory.policies;
+    const p = access.principal;
+    for (const ch of checks) {
+      if (ch.actions.some((act) => policies.allows(p, act, ch.kind, ch.name))) continue;
+      this.authorizer!.control.logDenial(access, ch.actions[0]!, ch.kind, ch.name);
+      this.api.denied++;
+      return ch;
+    }
+    return null;
+  }
+
+  /** Whether a stream appears in STREAM.NAMES/LIST for `access` (describe; not logged: a list is not a request for it). */
+  private listable(access: Access | null, name: string): boolean {
+    if (access === null) return true;
+    return this.authorizer!.control.directory.policies.allows(access.principal, 'describe', 'stream', name);
   }
 
   private reply(topic: string, body: unknown): void {
     this.send(makeMessage(topic, Buffer.from(JSON.stringify(body))));
   }
 
-  private async onApi(t: string[], body: string, reply: string): Promise<void> {
+  private async onApi(t: string[], body: string, reply: string, access: Access | null): Promise<void> {
     this.api.total++;
     let out: Json;
     try {
-      out = await this.route(t, body, reply);
+      const refused = access === null ? null : this.denied(access, this.checksFor(t, body));
+      if (refused !== null) {
+        const user = access!.principal.user;
+        const text = `Permissions Violation for ${refused.actions[0]} on ${refused.kind} ${JSON.stringify(refused.name)}${user === null ? '' : ` for user ${JSON.stringify(user)}`}`;
+        // A pull request is answered with a status on its inbox, never JSON (400: nats.js ends the fetch with it).
+        if (t[0] === 'CONSUMER' && t[1] === 'MSG') {
+          this.send(makeMessage(reply, Buffer.alloc(0), { status: `400 ${text}` }));
+          return;
+        }
+        out = { error: JsErr.accessDenied(text) };
+      } else out = await this.route(t, body, reply, access);
     } catch (err) {
       this.logLimit.log('warn', `jetstream-api|${t[0]}.${t[1] ?? ''}`, { err, request: t.join('.') }, 'JetStream API request failed');
       out = { error: JsErr.streamGeneral(errText(err)) };
@@ -392,12 +569,12 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
     this.reply(reply, out);
   }
 
-  private async route(t: string[], body: string, reply: string): Promise<Json> {
+  private async route(t: string[], body: string, reply: string, access: Access | null): Promise<Json> {
     const [a, b, c] = t;
     if (a === 'INFO' && t.length === 1) return this.accountInfo();
     if (a === 'STREAM') {
-      if (b === 'NAMES' && t.length === 2) return this.streamNames(body);
-      if (b === 'LIST' && t.length === 2) return this.streamList(body);
+      if (b === 'NAMES' && t.length === 2) return this.streamNames(body, access);
+      if (b === 'LIST' && t.length === 2) return this.streamList(body, access);
       if (t.length === 3) {
         if (b === 'CREATE') return this.streamCreate(c, body);
         if (b === 'UPDATE') return this.streamUpdate(c, body);
@@ -502,17 +679,17 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
     return typed(T_, await this.streamInfoJson(def));
   }
 
-  private matchingStreams(body: string): StreamDef[] | ApiError {
+  private matchingStreams(body: string, access: Access | null): StreamDef[] | ApiError {
     const raw = body.trim() === '' ? {} : parseJson(body);
     if (raw === BAD_JSON || raw === null || typeof raw !== 'object') return JsErr.invalidJson();
     const subject = (raw as Json).subject;
-    const defs = this.engine.listStreams();
+    const defs = this.engine.listStreams().filter((d) => this.listable(access, d.name));
     if (typeof subject !== 'string' || subject === '') return defs;
     return defs.filter((d) => streamSubjects(d).some((s) => subjectsCollide(s, subject)));
   }
 
-  private streamNames(body: string): Json {
-    const defs = this.matchingStreams(body);
+  private streamNames(body: string, access: Access | null): Json {
+    const defs = this.matchingStreams(body, access);
     if (isApiError(defs)) return typed('stream_names_response', { error: defs });
     const offset = pageOffset(body);
     return typed('stream_names_response', {
@@ -523,8 +700,8 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
     });
   }
 
-  private async streamList(body: string): Promise<Json> {
-    const defs = this.matchingStreams(body);
+  private async streamList(body: string, access: Access | null): Promise<Json> {
+    const defs = this.matchingStreams(body, access);
     if (isApiError(defs)) return typed('stream_list_response', { error: defs });
     const offset = pageOffset(body);
     const streams: Json[] = [];
