@@ -49,9 +49,10 @@ export async function render(view) {
   form.addEventListener('submit', async (ev) => {
     ev.preventDefault();
     const actions = all.checked ? ['*'] : boxes.filter((b) => b.checked).map((b) => b.value);
-    const doc = { name: editing ?? name.value.trim(), effect: effect.value, actions, resources: splitList(resources.value), principals: splitList(principals.value) };
+    const doc = { effect: effect.value, actions, resources: splitList(resources.value), principals: splitList(principals.value) };
     if (description.value.trim()) doc.description = description.value.trim();
-    const ok = await act(() => (editing ? api('PUT', `policies/${enc(editing)}`, doc) : api('POST', 'policies', doc)), editing ? 'Policy saved.' : 'Policy added.');
+    // PUT names the policy in the path; POST in the body.
+    const ok = await act(() => (editing ? api('PUT', `policies/${enc(editing)}`, doc) : api('POST', 'policies', { name: name.value.trim(), ...doc })), editing ? 'Policy saved.' : 'Policy added.');
     if (ok) {
       reset();
       await act(load);

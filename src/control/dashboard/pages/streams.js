@@ -59,6 +59,7 @@ export async function render(view, params) {
 
 async function detail(view, name) {
   const s = await api('GET', `streams/${enc(name)}`);
+  const stops = [];
   const parts = s.partitionDetails ?? [];
   const partsTable = h('div');
   const showParts = (p) =>
@@ -115,10 +116,11 @@ async function detail(view, name) {
       }, 'danger'),
     ),
     section('Partitions', partsTable),
-    section('Messages', browser(name, s)),
+    section('Messages', browser(name, s, stops)),
     h('div.two', section('Consumer groups', groupsBox), section('Settings', settings)),
   );
   loadGroups(name, groupsBox).catch((e) => groupsBox.replaceChildren(h('p.muted', `Consumer groups unavailable: ${e.message}`)));
+  return () => stops.forEach((f) => f());
 }
 
 /** The consumer groups with committed offsets on this stream, and their lag per partition. */
@@ -145,7 +147,7 @@ async function loadGroups(stream, box) {
 }
 
 /** The message browser: a page of messages of one partition from an offset, with older/newer paging. */
-function browser(name, s) {
+function browser(name, s, stops) {
   const parts = s.partitionDetails ?? [];
   const partition = h('select#browse-partition', Array.from({ length: s.partitions }, (_, p) => h('option', { value: String(p) }, String(p))));
   const offset = h('input#browse-offset', { type: 'number', min: 0, size: 8 });
@@ -153,13 +155,24 @@ function browser(name, s) {
   const out = h('div#browse-results');
   let next = null;
 
-  const bounds = () => parts.find((p) => p.partition === Number(partition.value)) ?? { logStartOffset: 0, highWatermark: 0 };
+  const known = new Map(parts.map((p) => [p.partition, { ...p }]));
+  const bounds = () => {
+    const p = Number(partition.value);
+    if (!known.has(p)) known.set(p, { partition: p, logStartOffset: 0, highWatermark: 0 });
+    return known.get(p);
+  };
   const load = async (from) => {
     const n = Number(limit.value);
     const start = Math.max(0, Math.floor(from));
     offset.value = String(start);
     const page = await api('GET', `streams/${enc(name)}/messages?partition=${Number(partition.value)}&offset=${start}&limit=${n}`);
     const items = page.items ?? [];
+    // The answer carries the partition's current bounds: "Latest" and "Earliest" follow new messages.
+    if (typeof page.highWatermark === 'number') {
+      const b = bounds();
+      b.highWatermark = page.highWatermark;
+      if (typeof page.logStartOffset === 'number') b.logStartOffset = page.logStartOffset;
+    }
     next = typeof page.next === 'number' ? page.next : items.length ? items[items.length - 1].offset + 1 : null;
     out.replaceChildren(
       table(
@@ -180,6 +193,19 @@ function browser(name, s) {
     return Math.max(b.logStartOffset ?? 0, (b.highWatermark ?? 0) - Number(limit.value));
   };
   const go = (from) => act(() => load(from));
+  // Follow: show the newest messages every 2 s (what a tail -f would show).
+  const follow = h('input#browse-follow', { type: 'checkbox' });
+  const timer = setInterval(async () => {
+    if (!follow.checked || !box.isConnected) return;
+    try {
+      const head = await api('GET', `streams/${enc(name)}/messages?partition=${Number(partition.value)}&offset=${bounds().highWatermark}&limit=1`);
+      if (typeof head.highWatermark === 'number') bounds().highWatermark = head.highWatermark;
+      await load(latest());
+    } catch {
+      // shown on the next manual load
+    }
+  }, 2000);
+  stops.push(() => clearInterval(timer));
   partition.addEventListener('change', () => go(latest()));
   const box = h(
     'div',
@@ -193,6 +219,7 @@ function browser(name, s) {
       button('Older', () => go(Number(offset.value) - Number(limit.value))),
       button('Newer', () => go(next ?? Number(offset.value))),
       button('Latest', () => go(latest())),
+      h('label.check', follow, ' follow'),
     ),
     out,
   );

@@ -6,12 +6,13 @@ export async function render(view) {
   const usersBox = h('div');
   const groupsBox = h('div');
   const tokensBox = h('div');
+  const nameOf = (u) => u.username ?? u.name;
   const load = async () => {
     const [users, groups, tokens] = await Promise.all([list('users'), list('groups'), list('tokens').catch(() => ({ items: [] }))]);
     usersBox.replaceChildren(
       table(
         [
-          { title: 'Name', get: (u) => u.name },
+          { title: 'Name', get: (u) => nameOf(u) },
           { title: 'Groups', get: (u) => chips(u.groups) },
           { title: 'Namespace', get: (u) => u.namespace ?? 'default' },
           { title: 'Source', get: (u) => u.source ?? '–' },
@@ -22,26 +23,26 @@ export async function render(view) {
               h(
                 'span.actions',
                 button('Password', async () => {
-                  const password = prompt(`New password for ${u.name}:`);
-                  if (password) await act(() => api('PATCH', `users/${enc(u.name)}`, { password }), 'Password changed.');
+                  const password = prompt(`New password for ${nameOf(u)}:`);
+                  if (password) await act(() => api('PATCH', `users/${enc(nameOf(u))}`, { password }), 'Password changed.');
                 }, 'small'),
                 button('Groups', async () => {
-                  const g = prompt(`Groups of ${u.name} (comma separated):`, (u.groups ?? []).join(', '));
-                  if (g !== null && (await act(() => api('PATCH', `users/${enc(u.name)}`, { groups: splitList(g) }), 'Groups changed.'))) await act(load);
+                  const g = prompt(`Groups of ${nameOf(u)} (comma separated):`, (u.groups ?? []).join(', '));
+                  if (g !== null && (await act(() => api('PATCH', `users/${enc(nameOf(u))}`, { groups: splitList(g) }), 'Groups changed.'))) await act(load);
                 }, 'small'),
                 button('Namespace', async () => {
-                  const n = prompt(`Namespace of ${u.name}:`, u.namespace ?? 'default');
-                  if (n && (await act(() => api('PATCH', `users/${enc(u.name)}`, { namespace: n.trim() }), 'Namespace changed.'))) await act(load);
+                  const n = prompt(`Namespace of ${nameOf(u)}:`, u.namespace ?? 'default');
+                  if (n && (await act(() => api('PATCH', `users/${enc(nameOf(u))}`, { namespace: n.trim() }), 'Namespace changed.'))) await act(load);
                 }, 'small'),
                 button('Delete', async () => {
-                  if (!confirm(`Delete user ${u.name} (and their API tokens)?`)) return;
-                  if (await act(() => api('DELETE', `users/${enc(u.name)}`), 'User deleted.')) await act(load);
+                  if (!confirm(`Delete user ${nameOf(u)} (and their API tokens)?`)) return;
+                  if (await act(() => api('DELETE', `users/${enc(nameOf(u))}`), 'User deleted.')) await act(load);
                 }, 'danger small'),
               ),
           },
         ],
         users.items,
-        { empty: 'No user: anyone on this machine may administer the broker until the first one is created.', rowAttrs: (u) => ({ 'data-user': u.name }) },
+        { empty: 'No user: anyone on this machine may administer the broker until the first one is created.', rowAttrs: (u) => ({ 'data-user': nameOf(u) }) },
       ),
     );
     groupsBox.replaceChildren(
@@ -91,9 +92,9 @@ export async function render(view) {
   const userForm = h('form.create#user-create', field('Name', uname), field('Password', upass), field('Groups', ugroups), field('Namespace', uns), h('button', { type: 'submit' }, 'Add user'));
   userForm.addEventListener('submit', async (ev) => {
     ev.preventDefault();
-    const req = { name: uname.value.trim(), password: upass.value, groups: splitList(ugroups.value) };
+    const req = { username: uname.value.trim(), password: upass.value, groups: splitList(ugroups.value) };
     if (uns.value.trim()) req.namespace = uns.value.trim();
-    if (await act(() => api('POST', 'users', req), `User ${req.name} added.`)) {
+    if (await act(() => api('POST', 'users', req), `User ${req.username} added.`)) {
       userForm.reset();
       await act(load);
     }

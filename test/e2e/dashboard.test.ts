@@ -1,0 +1,193 @@
+/**
+ * The web dashboard in a real browser: Debian's chromium (/usr/bin/chromium, headless; `--no-sandbox` as root,
+ * as in CI) driven by playwright-core against the real bin/flowmq. It logs in through the page, creates a stream
+ * bound to `dash/#`, publishes with MQTT.js and sees the message in the stream's message browser; a page without a
+ * session shows the login form and the API refuses calls without the session.
+ *
+ * FLOWMQ_SCREENSHOTS=<dir> also saves screenshots of the main pages there (README's are made so:
+ * `FLOWMQ_SCREENSHOTS=docs/screenshots node --test dist/test/e2e/dashboard.test.js`).
+ */
+import assert from 'node:assert/strict';
+import { existsSync, mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import mqtt from 'mqtt';
+import { chromium, type Browser, type Page } from 'playwright-core';
+import { eventually, FlowmqProcess } from './harness.js';
+
+const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
+const ADMIN = { username: 'admin', password: 'dash-board-pass' };
+
+describe('e2e: dashboard in chromium', () => {
+  let broker: FlowmqProcess;
+  let browser: Browser;
+  /** Console errors and uncaught exceptions of every page (a CSP refusal shows up here). */
+  const problems: string[] = [];
+
+  const newPage = async (): Promise<Page> => {
+    const context = await browser.newContext({ viewport: { width: 1360, height: 860 } });
+    const page = await context.newPage();
+    page.on('pageerror', (err) => problems.push(`page error: ${err.message}`));
+    page.on('console', (m) => {
+      // Refusals this test provokes on purpose (no session: 401; no CSRF token: 403) are logged by the browser.
+      if (m.type() === 'error' && !/Failed to load resource: the server responded with a status of 40[13]/.test(m.text())) problems.push(`console: ${m.text()}`);
+    });
+    return page;
+  };
+
+  const login = async (page: Page) => {
+    await page.goto(`${broker.http}/`);
+    await page.locator('#login').waitFor();
+    await page.fill('#login-username', ADMIN.username);
+    await page.fill('#login-password', ADMIN.password);
+    await page.click('#login-submit');
+    await page.locator('#nav').waitFor({ state: 'visible' });
+  };
+
+  before(async () => {
+    assert.ok(existsSync(CHROMIUM), `${CHROMIUM} missing (apt-get install chromium)`);
+    broker = await FlowmqProcess.start();
+    // Bootstrap: while the directory has no user, loopback callers may create the first one.
+    await broker.api('POST', '/api/v1/users', { ...ADMIN, groups: ['admins'] });
+    broker.credentials = ADMIN;
+    browser = await chromium.launch({
+      executablePath: CHROMIUM,
+      headless: true,
+      // Chromium's sandbox cannot start as root (CI containers run as root).
+      args: process.getuid?.() === 0 ? ['--no-sandbox'] : [],
+    });
+  });
+
+  after(async () => {
+    await browser?.close();
+    await broker?.stop();
+    broker?.cleanup();
+  });
+
+  it('without a session: the page shows the login form and the API refuses calls', async () => {
+    const page = await newPage();
+    await page.goto(`${broker.http}/`);
+    await page.locator('#login').waitFor();
+    assert.equal(await page.locator('#nav').isVisible(), false);
+    const statuses = await page.evaluate(async () => {
+      const get = await fetch('/api/v1/streams');
+      const post = await fetch('/api/v1/streams', { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"name":"sneaky"}' });
+      return [get.status, post.status];
+    });
+    assert.deepEqual(statuses, [401, 401]);
+    // A wrong password is refused on the form, and nothing is let in.
+    await page.fill('#login-username', ADMIN.username);
+    await page.fill('#login-password', 'wrong');
+    await page.click('#login-submit');
+    await page.locator('#login-error').waitFor({ state: 'visible' });
+    assert.equal(await page.textContent('#login-error'), 'Invalid username or password.');
+    assert.equal(await page.locator('#nav').isVisible(), false);
+    await page.context().close();
+  });
+
+  it('logs in, creates a stream bound to dash/#, and shows a message published with MQTT.js', async () => {
+    const page = await newPage();
+    await login(page);
+    assert.equal(await page.textContent('#who-name'), ADMIN.username);
+
+    await page.click('#nav a[data-page="streams"]');
+    await page.locator('#stream-create').waitFor();
+    await page.fill('#stream-name', 'dash-stream');
+    await page.fill('#stream-bindings', 'dash/#');
+    await page.click('#stream-create button[type="submit"]');
+    await page.locator('tr[data-stream="dash-stream"]').waitFor();
+    const created = await broker.api<{ bindings: string[]; partitions: number }>('GET', '/api/v1/streams/dash-stream');
+    assert.deepEqual(created.bindings, ['dash/#']);
+
+    await page.click('tr[data-stream="dash-stream"] a');
+    await page.locator('#browse-results').waitFor();
+    await page.locator('#browse-results p.empty').waitFor();
+
+    const client = await mqtt.connectAsync(broker.mqttUrl, { ...ADMIN, clientId: 'dash-publisher', reconnectPeriod: 0 });
+    try {
+      await client.publishAsync('dash/x', 'hello from MQTT.js', { qos: 1 });
+    } finally {
+      await client.endAsync();
+    }
+    await page.click('button:text-is("Latest")');
+    const row = page.locator('#browse-results tr[data-offset="0"]');
+    await row.waitFor();
+    assert.match(await row.innerText(), /hello from MQTT\.js/);
+
+    // With the session cookie, a state-changing call without the session's CSRF token is refused.
+    const csrf = await page.evaluate(async () => (await fetch('/api/v1/streams/dash-stream', { method: 'DELETE', headers: { 'content-type': 'application/json' } })).status);
+    assert.equal(csrf, 403);
+    await page.context().close();
+  });
+
+  it('draws live rates on the overview and logs out', async () => {
+    const page = await newPage();
+    await login(page);
+    await page.goto(`${broker.http}/#/overview`);
+    await page.locator('#chart-messages').waitFor();
+    await eventually(async () => (await page.textContent('#stat-streams')) === '1', 10_000, 'the stream count');
+    // A rate needs two samples: the chart's label names the latest rate once the second one arrived.
+    await eventually(async () => /^messages per second: in \d/.test((await page.getAttribute('#chart-messages', 'aria-label')) ?? ''), 15_000, 'a rate sample');
+    assert.match((await page.textContent('#stat-connections')) ?? '', /^\d+$/);
+
+    await page.click('#logout');
+    await page.locator('#login').waitFor();
+    const after = await page.evaluate(async () => (await fetch('/api/v1/session')).status);
+    assert.equal(after, 401);
+    await page.context().close();
+  });
+
+  it('showed no script error and no CSP refusal', async () => {
+    const dir = process.env.FLOWMQ_SCREENSHOTS;
+    if (dir) await screenshots(dir);
+    assert.deepEqual(problems, []);
+  });
+
+  /** The README's screenshots: some traffic and definitions, then each main page. */
+  async function screenshots(dir: string): Promise<void> {
+    mkdirSync(dir, { recursive: true });
+    await broker.api('POST', '/api/v1/streams', { name: 'factory-telemetry', partitions: 3, bindings: ['factory/+/telemetry'], retention: '7d' });
+    await broker.api('POST', '/api/v1/queues', { name: 'jobs', durable: true });
+    await broker.api('POST', '/api/v1/users', { username: 'sensor-gw', password: 'gateway-pass', groups: ['devices'] });
+    await broker.api('POST', '/api/v1/groups', { name: 'devices', description: 'field gateways' });
+    await broker.api('POST', '/api/v1/policies', { name: 'devices-publish', effect: 'allow', actions: ['publish'], resources: ['topic:factory/+/telemetry'], principals: ['group:devices'], description: 'gateways publish telemetry' });
+    await broker.api('POST', '/api/v1/policies', { name: 'no-admin-topics', effect: 'deny', actions: ['*'], resources: ['topic:$admin/#'], principals: ['everyone'] });
+    await broker.api('POST', '/api/v1/namespaces', { name: 'tenant-a', description: 'first tenant', quotas: { maxConnections: 100, publishRate: 500 } });
+    const clients = await Promise.all(['line-1', 'line-2', 'line-3'].map((id) => mqtt.connectAsync(broker.mqttUrl, { ...ADMIN, clientId: id, reconnectPeriod: 0 })));
+    let n = 0;
+    const traffic = setInterval(() => {
+      clients.forEach((c, i) => {
+        for (let k = 0; k < 5 + ((n * (i + 1)) % 7); k++) c.publish(`factory/line-${i + 1}/telemetry`, JSON.stringify({ seq: n, temp: 20 + ((n * 7 + i) % 9) }));
+      });
+      n++;
+    }, 200);
+    try {
+      const page = await newPage();
+      await login(page);
+      const shot = async (hash: string, file: string, ready: string) => {
+        await page.goto(`${broker.http}/${hash}`);
+        await page.locator(ready).first().waitFor();
+        await page.waitForTimeout(300);
+        await page.screenshot({ path: join(dir, file), fullPage: true });
+      };
+      await page.goto(`${broker.http}/#/overview`);
+      await page.waitForTimeout(25_000); // a dozen samples for the charts
+      await page.screenshot({ path: join(dir, 'overview.png'), fullPage: true });
+      await shot('#/connections', 'connections.png', 'tr[data-client]');
+      await shot('#/streams', 'streams.png', 'tr[data-stream]');
+      await shot('#/streams/factory-telemetry', 'stream-detail.png', '#browse-results tr[data-offset]');
+      await shot('#/queues', 'queues.png', 'tr[data-queue]');
+      await shot('#/policies', 'policies.png', 'tr[data-policy]');
+      await shot('#/users', 'users.png', 'tr[data-user]');
+      await shot('#/health', 'health.png', 'pre.json');
+      await page.goto(`${broker.http}/`);
+      await page.click('#logout');
+      await page.locator('#login').waitFor();
+      await page.screenshot({ path: join(dir, 'login.png') });
+      await page.context().close();
+    } finally {
+      clearInterval(traffic);
+      await Promise.all(clients.map((c) => c.endAsync()));
+    }
+  }
+});
