@@ -69,9 +69,11 @@ describe('e2e: dashboard in chromium', () => {
     await page.goto(`${broker.http}/`);
     await page.locator('#login').waitFor();
     assert.equal(await page.locator('#nav').isVisible(), false);
+    // credentials 'omit': the browser has no session here anyway, and the 401's Basic challenge would otherwise
+    // make it wait for its own password dialog.
     const statuses = await page.evaluate(async () => {
-      const get = await fetch('/api/v1/streams');
-      const post = await fetch('/api/v1/streams', { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"name":"sneaky"}' });
+      const get = await fetch('/api/v1/streams', { credentials: 'omit' });
+      const post = await fetch('/api/v1/streams', { method: 'POST', credentials: 'omit', headers: { 'content-type': 'application/json' }, body: '{"name":"sneaky"}' });
       return [get.status, post.status];
     });
     assert.deepEqual(statuses, [401, 401]);
@@ -130,10 +132,16 @@ describe('e2e: dashboard in chromium', () => {
     await eventually(async () => /^messages per second: in \d/.test((await page.getAttribute('#chart-messages', 'aria-label')) ?? ''), 15_000, 'a rate sample');
     assert.match((await page.textContent('#stat-connections')) ?? '', /^\d+$/);
 
+    // The session ends on the server, not only in this browser: its cookie no longer opens the API.
+    const cookie = (await page.context().cookies()).find((c) => c.name === 'flowmq_session');
+    assert.ok(cookie, 'the login set the session cookie');
+    assert.equal(cookie.httpOnly, true);
+    assert.equal(cookie.sameSite, 'Strict');
+    const withCookie = () => fetch(`${broker.http}/api/v1/session`, { headers: { cookie: `flowmq_session=${cookie.value}` } }).then((r) => r.status);
+    assert.equal(await withCookie(), 200);
     await page.click('#logout');
     await page.locator('#login').waitFor();
-    const after = await page.evaluate(async () => (await fetch('/api/v1/session')).status);
-    assert.equal(after, 401);
+    assert.equal(await withCookie(), 401);
     await page.context().close();
   });
 

@@ -25,7 +25,9 @@ export class ApiError extends Error {
 /** `path` is under /api/v1 unless it starts with '/' (e.g. '/readyz'). */
 export async function api(method, path, body) {
   const url = path.startsWith('/') ? path : `/api/v1/${path}`;
-  const headers = { accept: 'application/json' };
+  // X-Requested-With: a script's call, not a navigation. The API should not answer it with a Basic challenge
+  // (WWW-Authenticate), which makes the browser open its own password dialog over the page's login form.
+  const headers = { accept: 'application/json', 'x-requested-with': 'XMLHttpRequest' };
   if (method !== 'GET' && method !== 'HEAD') {
     // The API refuses state-changing requests that are not JSON (a form post cannot be), body or not.
     headers['content-type'] = 'application/json';

@@ -16,12 +16,34 @@ import * as health from './pages/health.js';
 const PAGES = { overview, connections, streams, queues, groups, users, policies, namespaces, health };
 
 const view = document.getElementById('view');
+/**
+ * Whether this browser logged in (not a secret: the session itself is an HttpOnly cookie the page cannot read).
+ * Without it the page shows the login form without asking the API, whose 401 may carry a Basic challenge that
+ * makes the browser open its own password dialog.
+ */
+const MARK = 'flowmq.dashboard.session';
+const marked = () => {
+  try {
+    return localStorage.getItem(MARK) === '1';
+  } catch {
+    return true; // storage disabled: ask the API
+  }
+};
+const mark = (on) => {
+  try {
+    if (on) localStorage.setItem(MARK, '1');
+    else localStorage.removeItem(MARK);
+  } catch {
+    // storage disabled: nothing to remember
+  }
+};
 let session = null;
 let leave = null;
 let renderId = 0;
 
 function showLogin(message) {
   session = null;
+  mark(false);
   setCsrfToken(null);
   stopPage();
   document.getElementById('nav').hidden = true;
@@ -41,6 +63,7 @@ function showLogin(message) {
     button.disabled = true;
     try {
       const s = await api('POST', 'login', { username: form.username.value, password: form.password.value });
+      mark(true);
       startSession(s);
     } catch (e) {
       err.textContent = e instanceof ApiError && e.status === 401 ? 'Invalid username or password.' : e.message;
@@ -113,6 +136,8 @@ document.getElementById('logout').addEventListener('click', async () => {
 window.addEventListener('hashchange', route);
 
 async function boot() {
+  // Bootstrap (no user exists yet) also needs the API's answer: loopback callers are let in without a login.
+  if (!marked() && !(await bootstrapping())) return showLogin();
   try {
     startSession(await api('GET', 'session'));
   } catch (err) {
@@ -121,6 +146,16 @@ async function boot() {
       showLogin();
       flash(`The broker's API did not answer as expected: ${err.message}`);
     }
+  }
+}
+
+/** True while the broker has no user at all (the API lets loopback callers in as an administrator). */
+async function bootstrapping() {
+  try {
+    const r = await fetch('/api/v1/session', { credentials: 'omit', headers: { accept: 'application/json', 'x-requested-with': 'XMLHttpRequest' } });
+    return r.ok;
+  } catch {
+    return false;
   }
 }
 
