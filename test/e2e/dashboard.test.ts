@@ -162,6 +162,8 @@ describe('e2e: dashboard in chromium', () => {
     await broker.api('POST', '/api/v1/policies', { name: 'no-admin-topics', effect: 'deny', actions: ['*'], resources: ['topic:$admin/#'], principals: ['everyone'] });
     await broker.api('POST', '/api/v1/namespaces', { name: 'tenant-a', description: 'first tenant', quotas: { maxConnections: 100, publishRate: 500 } });
     const clients = await Promise.all(['line-1', 'line-2', 'line-3'].map((id) => mqtt.connectAsync(broker.mqttUrl, { ...ADMIN, clientId: id, reconnectPeriod: 0 })));
+    const monitor = await mqtt.connectAsync(broker.mqttUrl, { ...ADMIN, clientId: 'monitor', reconnectPeriod: 0 });
+    await monitor.subscribeAsync('factory/line-1/#');
     let n = 0;
     const traffic = setInterval(() => {
       clients.forEach((c, i) => {
@@ -187,7 +189,7 @@ describe('e2e: dashboard in chromium', () => {
       await shot('#/queues', 'queues.png', 'tr[data-queue]');
       await shot('#/policies', 'policies.png', 'tr[data-policy]');
       await shot('#/users', 'users.png', 'tr[data-user]');
-      await shot('#/health', 'health.png', 'pre.json');
+      await shot('#/health', 'health.png', 'dl.kv');
       await page.goto(`${broker.http}/`);
       await page.click('#logout');
       await page.locator('#login').waitFor();
@@ -195,7 +197,7 @@ describe('e2e: dashboard in chromium', () => {
       await page.context().close();
     } finally {
       clearInterval(traffic);
-      await Promise.all(clients.map((c) => c.endAsync()));
+      await Promise.all([...clients, monitor].map((c) => c.endAsync()));
     }
   }
 });

@@ -6,7 +6,8 @@ const COLORS = ['#1f77b4', '#e8590c', '#2f9e44', '#9c36b5', '#c92a2a', '#1098ad'
 function niceMax(v) {
   if (!(v > 0)) return 1;
   const p = 10 ** Math.floor(Math.log10(v));
-  for (const m of [1, 2, 2.5, 5, 10]) if (v <= m * p) return m * p;
+  // Maxima whose quarter is round too (the grid has four steps): 4 → 0 1 2 3 4, 200 → 0 50 100 150 200.
+  for (const m of [1, 2, 4, 8, 10]) if (v <= m * p) return m * p;
   return 10 * p;
 }
 
@@ -101,8 +102,8 @@ export class LineChart {
       g.textAlign = 'right';
       g.fillText(new Date(this.times[n - 1]).toLocaleTimeString('en-GB'), left + pw, hgt - 5);
     }
-    // Lines: x by sample index over the whole window, so the chart fills from the left as samples arrive.
-    const xAt = (i) => left + (this.window <= 1 ? 0 : (pw * (i + this.window - n)) / (this.window - 1));
+    // Lines: x by sample index over the samples there are (at most `window`), first at the left edge.
+    const xAt = (i) => left + (n <= 1 ? pw : (pw * i) / (n - 1));
     for (const s of this.series.values()) {
       g.strokeStyle = s.color;
       g.lineWidth = 2;

@@ -81,8 +81,20 @@ export function duration(ms) {
       s %= size;
     }
   }
-  if (parts.length < 2) parts.push(`${s}s`);
+  if (parts.length === 0 || (parts.length === 1 && s > 0)) parts.push(`${s}s`);
   return parts.slice(0, 3).join(' ');
+}
+
+/** 604800000 → "7d", 5400000 → "90m": the shortest exact spelling the API's duration parser reads back. */
+export function durationSpec(ms) {
+  if (ms === null || ms === undefined) return '';
+  for (const [unit, size] of [['d', 86400000], ['h', 3600000], ['m', 60000], ['s', 1000]]) if (ms % size === 0) return `${ms / size}${unit}`;
+  return String(ms);
+}
+
+/** "tailBytes" → "tail bytes". */
+export function words(key) {
+  return String(key).replace(/([a-z0-9])([A-Z])/g, '$1 $2').toLowerCase();
 }
 
 export function time(v) {

@@ -110,13 +110,15 @@ export async function render(view) {
     ]);
     const rows = [h('div', h('span', { class: `dot ${ready ? 'ok' : 'bad'}` }), ready ? 'Ready' : 'Not ready')];
     if (broker) {
-      if (broker.id) rows.push(h('div', h('span.muted', 'Broker '), String(broker.id)));
+      const id = broker.id ?? broker.brokerId;
+      if (id !== undefined && id !== null) rows.push(h('div', h('span.muted', 'Broker id '), String(id)));
       if (broker.version) rows.push(h('div', h('span.muted', 'Version '), String(broker.version)));
       const up = broker.uptimeMs ?? (typeof broker.uptime === 'number' ? broker.uptime * (broker.uptime < 1e7 ? 1000 : 1) : null);
       if (up !== null) rows.push(h('div', h('span.muted', 'Up '), duration(up)));
       const listeners = broker.listeners;
       if (listeners && typeof listeners === 'object') {
-        const list = Array.isArray(listeners) ? listeners.map((l) => `${l.name ?? l.protocol ?? ''} ${l.address ?? ''}`.trim()) : Object.entries(listeners).map(([k, v]) => `${k} ${typeof v === 'object' && v ? v.address ?? JSON.stringify(v) : v}`);
+        const where = (v) => (v && typeof v === 'object' ? `${v.address ?? ''}${v.port !== undefined ? `:${v.port}` : ''}${typeof v.connections === 'number' ? ` (${v.connections})` : ''}` : String(v));
+        const list = Array.isArray(listeners) ? listeners.map((l) => `${l.name ?? l.protocol ?? ''} ${where(l)}`.trim()) : Object.entries(listeners).map(([k, v]) => `${k} ${where(v)}`);
         rows.push(h('div', h('span.muted', 'Listeners '), h('span.chips', list.map((l) => h('span.chip', l)))));
       }
     }

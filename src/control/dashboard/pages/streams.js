@@ -2,7 +2,7 @@
 // offsets, its bindings and retention (changed live), the consumer groups reading it with their lag, and a
 // message browser.
 import { api, enc, list } from '../api.js';
-import { act, button, chips, duration, field, h, num, section, splitList, table, time } from '../dom.js';
+import { act, button, bytes, chips, duration, durationSpec, field, h, num, section, splitList, table, time, words } from '../dom.js';
 
 function retentionText(s) {
   const ms = s.retentionMs ?? s.retention ?? null;
@@ -72,7 +72,7 @@ async function detail(view, name) {
           { title: 'Messages', cls: 'n', get: (r) => (r.highWatermark !== undefined && r.logStartOffset !== undefined ? num(r.highWatermark - r.logStartOffset) : '–') },
           ...Object.keys(p[0] ?? {})
             .filter((k) => !['partition', 'logStartOffset', 'highWatermark'].includes(k))
-            .map((k) => ({ title: k, cls: 'n', get: (r) => (typeof r[k] === 'number' ? num(r[k]) : String(r[k] ?? '–')) })),
+            .map((k) => ({ title: words(k), cls: 'n', get: (r) => (typeof r[k] !== 'number' ? String(r[k] ?? '–') : /bytes$/i.test(k) ? bytes(r[k]) : num(r[k])) })),
         ],
         p,
       ),
@@ -81,7 +81,7 @@ async function detail(view, name) {
 
   // Bindings and retention, changed live.
   const bindings = h('textarea#edit-bindings', { rows: 2, value: (s.bindings ?? []).join('\n') });
-  const retention = h('input#edit-retention', { value: s.retentionMs ? String(s.retentionMs) : '', placeholder: 'ms or 7d; empty: unchanged' });
+  const retention = h('input#edit-retention', { value: durationSpec(s.retentionMs), placeholder: '7d, 12h or ms; empty: unchanged' });
   const addParts = h('input#edit-partitions', { type: 'number', min: s.partitions, value: String(s.partitions) });
   const settings = h(
     'form.create#stream-settings',
