@@ -3,8 +3,13 @@
 
 const COLORS = ['#1f77b4', '#e8590c', '#2f9e44', '#9c36b5', '#c92a2a', '#1098ad', '#5c940d', '#862e9c'];
 
-function niceMax(v) {
+function niceMax(v, base = 10) {
   if (!(v > 0)) return 1;
+  if (base !== 10) {
+    // Bytes: round in the unit the value is shown in (KiB, MiB...), so the ticks read 0 2 4 6 8 KiB.
+    const unit = base ** Math.max(0, Math.floor(Math.log(v) / Math.log(base)));
+    return niceMax(v / unit) * unit;
+  }
   const p = 10 ** Math.floor(Math.log10(v));
   // Maxima whose quarter is round too (the grid has four steps): 4 → 0 1 2 3 4, 200 → 0 50 100 150 200.
   for (const m of [1, 2, 4, 8, 10]) if (v <= m * p) return m * p;
@@ -14,13 +19,15 @@ function niceMax(v) {
 export class LineChart {
   /**
    * @param {HTMLCanvasElement} canvas
-   * @param {{ series?: string[], window?: number, format?: (v:number)=>string, title?: string }} opts
+   * @param {{ series?: string[], window?: number, format?: (v:number)=>string, tick?: (v:number, max:number)=>string, base?: number, title?: string }} opts
    */
   constructor(canvas, opts = {}) {
     this.canvas = canvas;
     this.window = opts.window ?? 60;
     this.format = opts.format ?? ((v) => (v >= 100 ? Math.round(v).toLocaleString('en-US') : v.toFixed(v < 10 ? 2 : 1)));
     this.title = opts.title ?? '';
+    this.base = opts.base ?? 10;
+    this.tick = opts.tick ?? ((v, max) => (max >= 4 ? Math.round(v).toLocaleString('en-US') : v.toFixed(2)));
     this.series = new Map();
     for (const name of opts.series ?? []) this.addSeries(name);
     this.times = [];
@@ -77,7 +84,7 @@ export class LineChart {
     const ph = hgt - top - bottom;
     let max = 0;
     for (const s of this.series.values()) for (const v of s.values) if (v !== null && v > max) max = v;
-    const ymax = niceMax(max);
+    const ymax = niceMax(max, this.base);
     g.font = '11px system-ui, sans-serif';
     g.textBaseline = 'middle';
     // Grid and y labels.
@@ -91,7 +98,7 @@ export class LineChart {
       g.lineTo(left + pw, Math.round(y) + 0.5);
       g.stroke();
       g.textAlign = 'right';
-      g.fillText(this.format((ymax * i) / 4), left - 6, y);
+      g.fillText(this.tick((ymax * i) / 4, ymax), left - 6, y);
     }
     // Time labels: first and last sample.
     const n = this.times.length;

@@ -62,7 +62,7 @@ export function bytes(n) {
     v /= 1024;
     i++;
   }
-  return `${i === 0 ? v : v.toFixed(v < 10 ? 2 : 1)} ${units[i]}`;
+  return `${i === 0 || Number.isInteger(v) ? Math.round(v) : v.toFixed(v < 10 ? 2 : 1)} ${units[i]}`;
 }
 
 export function num(n) {

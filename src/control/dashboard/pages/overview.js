@@ -59,7 +59,7 @@ export async function render(view) {
     h('div.two', section('Broker', healthBox), section('By protocol and namespace', protoBox)),
   );
   const msgChart = new LineChart(msgCanvas, { series: ['in', 'out'], title: 'messages per second' });
-  const bytesChart = new LineChart(bytesCanvas, { series: ['in', 'out'], title: 'bytes per second', format: (v) => bytes(v) });
+  const bytesChart = new LineChart(bytesCanvas, { series: ['in', 'out'], title: 'bytes per second', format: (v) => bytes(v), tick: (v) => bytes(v), base: 1024 });
   const connChart = new LineChart(connCanvas, { series: ['total'], title: 'connections', format: (v) => num(Math.round(v)) });
 
   let prev = null;
@@ -92,7 +92,7 @@ export async function render(view) {
         ? h('p.empty', 'No traffic yet.')
         : h(
             'table.grid',
-            h('thead', h('tr', ['Protocol', 'Namespace', 'Connections', 'Messages in', 'Messages out', 'Bytes in', 'Bytes out'].map((t) => h('th', t)))),
+            h('thead', h('tr', ['Protocol', 'Namespace', 'Conns', 'Msgs in', 'Msgs out', 'Bytes in', 'Bytes out'].map((t) => h('th', t)))),
             h(
               'tbody',
               o.byProtocol.map((p) =>

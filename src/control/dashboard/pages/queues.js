@@ -1,7 +1,7 @@
 // Queues with their depth (ready and unacknowledged messages, consumers), purge and delete; exchanges and
 // bindings as the AMQP side sees them.
 import { api, enc, list } from '../api.js';
-import { act, button, chips, field, h, num, section, table } from '../dom.js';
+import { act, button, bytes, chips, field, h, num, section, table } from '../dom.js';
 
 export async function render(view) {
   const queuesBox = h('div');
@@ -17,7 +17,8 @@ export async function render(view) {
           { title: 'Unacked', cls: 'n', get: (q) => num(q.unacked) },
           { title: 'Consumers', cls: 'n', get: (q) => num(q.consumers) },
           { title: 'Depth', get: (q) => bar(q.messages ?? 0, q.unacked ?? 0) },
-          { title: 'Bindings', get: (q) => chips(q.bindings?.map((b) => (typeof b === 'string' ? b : b.filter ?? b.routingKey ?? JSON.stringify(b)))) },
+          { title: 'Bytes', cls: 'n', get: (q) => bytes(q.bytes) },
+          { title: 'Flags', get: (q) => chips([q.exclusive ? 'exclusive' : null, q.autoDelete ? 'auto-delete' : null, ...Object.keys(q.arguments ?? {})].filter(Boolean)) },
           {
             title: '',
             get: (q) =>
