@@ -45,6 +45,12 @@ describe('e2e: dashboard in chromium', () => {
     await page.locator('#nav').waitFor({ state: 'visible' });
   };
 
+  /** No page shows a value it failed to format ("null", "undefined", "NaN", "[object Object]"). */
+  const assertClean = async (page: Page) => {
+    const text = await page.innerText('#view');
+    assert.doesNotMatch(text, /\bnull\b|\bundefined\b|\bNaN\b|\[object Object\]/, text);
+  };
+
   before(async () => {
     assert.ok(existsSync(CHROMIUM), `${CHROMIUM} missing (apt-get install chromium)`);
     broker = await FlowmqProcess.start();
@@ -101,6 +107,7 @@ describe('e2e: dashboard in chromium', () => {
     await page.locator('tr[data-stream="dash-stream"]').waitFor();
     const created = await broker.api<{ bindings: string[]; partitions: number }>('GET', '/api/v1/streams/dash-stream');
     assert.deepEqual(created.bindings, ['dash/#']);
+    await assertClean(page);
 
     await page.click('tr[data-stream="dash-stream"] a');
     await page.locator('#browse-results').waitFor();
@@ -116,6 +123,8 @@ describe('e2e: dashboard in chromium', () => {
     const row = page.locator('#browse-results tr[data-offset="0"]');
     await row.waitFor();
     assert.match(await row.innerText(), /hello from MQTT\.js/);
+    // The browser shows a null key as a muted "null": that one is meant.
+    assert.equal(await row.locator('td').nth(2).innerText(), 'null');
 
     // With the session cookie, a state-changing call without the session's CSRF token is refused.
     const csrf = await page.evaluate(async () => (await fetch('/api/v1/streams/dash-stream', { method: 'DELETE', headers: { 'content-type': 'application/json' } })).status);
@@ -132,6 +141,15 @@ describe('e2e: dashboard in chromium', () => {
     // A rate needs two samples: the chart's label names the latest rate once the second one arrived.
     await eventually(async () => /^messages per second: in \d/.test((await page.getAttribute('#chart-messages', 'aria-label')) ?? ''), 15_000, 'a rate sample');
     assert.match((await page.textContent('#stat-connections')) ?? '', /^\d+$/);
+    await assertClean(page);
+    for (const name of ['connections', 'queues', 'groups', 'users', 'policies', 'namespaces', 'health']) {
+      await page.click(`#nav a[data-page="${name}"]`);
+      await page.locator(`#view .page[data-page="${name}"] h1`).waitFor();
+      await page.locator('#view table, #view p.empty').first().waitFor();
+      const text = await page.innerText('#view');
+      assert.doesNotMatch(text, /Could not load this page/, `${name}: ${text}`);
+      assert.doesNotMatch(text, /\bundefined\b|\bNaN\b|\[object Object\]/, `${name}: ${text}`);
+    }
 
     // The session ends on the server, not only in this browser: its cookie no longer opens the API.
     const cookie = (await page.context().cookies()).find((c) => c.name === 'flowmq_session');

@@ -26,7 +26,8 @@ export async function render(view, params) {
         items,
         { empty: 'No stream yet: create one below.', rowAttrs: (s) => ({ 'data-stream': s.name }) },
       ),
-      truncated ? h('p.muted', 'Showing the first 1000 streams.') : null,
+      // replaceChildren would show a null as the text "null".
+      ...(truncated ? [h('p.muted', 'Showing the first 1000 streams.')] : []),
     );
   };
 
