@@ -6,9 +6,7 @@ export {
   MemoryUserStore,
   SCRAM_MECHANISMS,
   deriveScramCredential,
-  loadUsersFile,
   readUsersFile,
-  parseUsersFile,
   scramCredentialFromSalted,
   type ScramCredential,
   type PasswordHash,
@@ -67,3 +65,6 @@ export {
 export { CONTROL_KINDS, MemoryControlStore, isControlStore, type ControlKind, type ControlRecord, type ControlStore } from './store.js';
 export { QuotaManager, type QuotaLease } from './quotas.js';
 export { ClientEntry, ClientRegistry, type ClientRegistration, type ProtocolTotals } from './clients.js';
+export { loadUsersFile, parseUsersFile, seedDirectory, type SeedFigures, type SeedUser, type UsersFile } from './seed.js';
+export { WebhookAuthenticator, type WebhookOptions, type WebhookVerdict } from './webhook.js';
+export { certificateLogin, certificateUser, subjectAltNames, tlsClientOptions, type CertUserField, type ClientCertSettings } from './certs.js';
