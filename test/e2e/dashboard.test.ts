@@ -12,10 +12,12 @@ import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import amqp from 'amqplib';
+import kafkajsPkg from 'kafkajs';
 import mqtt from 'mqtt';
 import { chromium, type Browser, type Page } from 'playwright-core';
 import { eventually, FlowmqProcess } from './harness.js';
 
+const { Kafka, logLevel } = kafkajsPkg;
 const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 const ADMIN = { username: 'admin', password: 'dash-board-pass' };
 
@@ -132,6 +134,46 @@ describe('e2e: dashboard in chromium', () => {
     await page.context().close();
   });
 
+  it('adds a user, and adds, edits and deletes a policy through the forms', async () => {
+    const page = await newPage();
+    page.on('dialog', (d) => void d.accept());
+    await login(page);
+    await page.goto(`${broker.http}/#/users`);
+    await page.locator('#user-create').waitFor();
+    await page.fill('#user-name', 'viewer');
+    await page.fill('#user-password', 'viewer-pass');
+    await page.fill('#user-groups', 'readers');
+    await page.click('#user-create button[type="submit"]');
+    await page.locator('tr[data-user="viewer"]').waitFor();
+    const viewer = await broker.api<{ username: string; groups: string[] }>('GET', '/api/v1/users/viewer');
+    assert.deepEqual(viewer.groups, ['readers']);
+
+    await page.goto(`${broker.http}/#/policies`);
+    await page.locator('#policy-form').waitFor();
+    await page.fill('#policy-name', 'readers-dash');
+    await page.check('#policy-form input[data-action="subscribe"]');
+    await page.fill('#policy-resources', 'topic:dash/#\nstream:dash-*');
+    await page.fill('#policy-principals', 'group:readers');
+    await page.click('#policy-form button[type="submit"]');
+    await page.locator('tr[data-policy="readers-dash"]').waitFor();
+    type Policy = { effect: string; actions: string[]; resources: string[]; principals: string[] };
+    const added = await broker.api<Policy>('GET', '/api/v1/policies/readers-dash');
+    assert.deepEqual(added, { ...added, effect: 'allow', actions: ['subscribe'], resources: ['topic:dash/#', 'stream:dash-*'], principals: ['group:readers'] });
+
+    await page.click('tr[data-policy="readers-dash"] button:text-is("Edit")');
+    assert.equal(await page.inputValue('#policy-name'), 'readers-dash');
+    await page.check('#policy-form input[data-action="describe"]');
+    await page.click('#policy-form button[type="submit"]');
+    await eventually(async () => (await broker.api<Policy>('GET', '/api/v1/policies/readers-dash')).actions.length === 2, 10_000, 'the edited policy');
+    assert.deepEqual((await broker.api<Policy>('GET', '/api/v1/policies/readers-dash')).actions, ['subscribe', 'describe']);
+
+    await page.click('tr[data-policy="readers-dash"] button:text-is("Delete")');
+    await page.locator('tr[data-policy="readers-dash"]').waitFor({ state: 'detached' });
+    const gone = await fetch(`${broker.http}/api/v1/policies/readers-dash`, { headers: { authorization: `Basic ${Buffer.from(`${ADMIN.username}:${ADMIN.password}`).toString('base64')}` } });
+    assert.equal(gone.status, 404);
+    await page.context().close();
+  });
+
   it('draws live rates on the overview and logs out', async () => {
     const page = await newPage();
     await login(page);
@@ -195,6 +237,18 @@ describe('e2e: dashboard in chromium', () => {
       });
       n++;
     }, 200);
+    // Two Kafka consumer groups on the telemetry stream: one reading along, one that read a while and left (lag).
+    const kafka = new Kafka({ brokers: [broker.kafka], clientId: 'dashboards', logLevel: logLevel.NOTHING, sasl: { mechanism: 'plain', ...ADMIN }, retry: { retries: 8, initialRetryTime: 100 } });
+    const live = kafka.consumer({ groupId: 'alerting' });
+    const batch = kafka.consumer({ groupId: 'nightly-export' });
+    for (const c of [live, batch]) {
+      await c.connect();
+      await c.subscribe({ topics: ['factory-telemetry'], fromBeginning: true });
+      await c.run({ autoCommitInterval: 100, eachMessage: async () => undefined });
+    }
+    await eventually(async () => ((await broker.api<{ items: Array<{ name: string; lag: number | null }> }>('GET', '/api/v1/consumer-groups')).items.length === 2), 20_000, 'two groups');
+    await new Promise((r) => setTimeout(r, 3000));
+    await batch.disconnect();
     try {
       const page = await newPage();
       await login(page);
@@ -211,6 +265,8 @@ describe('e2e: dashboard in chromium', () => {
       await shot('#/streams', 'streams.png', 'tr[data-stream]');
       await shot('#/streams/factory-telemetry', 'stream-detail.png', '#browse-results tr[data-offset]');
       await shot('#/queues', 'queues.png', 'tr[data-queue]');
+      await shot('#/groups', 'consumer-groups.png', 'tr[data-group]');
+      await shot('#/groups/alerting', 'consumer-group.png', 'h1');
       await shot('#/policies', 'policies.png', 'tr[data-policy]');
       await shot('#/users', 'users.png', 'tr[data-user]');
       await shot('#/health', 'health.png', 'dl.kv');
@@ -221,6 +277,7 @@ describe('e2e: dashboard in chromium', () => {
       await page.context().close();
     } finally {
       clearInterval(traffic);
+      await live.disconnect();
       await Promise.all([...clients, monitor].map((c) => c.endAsync()));
     }
   }
