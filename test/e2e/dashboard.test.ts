@@ -56,9 +56,6 @@ describe('e2e: dashboard in chromium', () => {
   before(async () => {
     assert.ok(existsSync(CHROMIUM), `${CHROMIUM} missing (apt-get install chromium)`);
     broker = await FlowmqProcess.start();
-    // Bootstrap: while the directory has no user, loopback callers may create the first one.
-    await broker.api('POST', '/api/v1/users', { ...ADMIN, groups: ['admins'] });
-    broker.credentials = ADMIN;
     browser = await chromium.launch({
       executablePath: CHROMIUM,
       headless: true,
@@ -71,6 +68,27 @@ describe('e2e: dashboard in chromium', () => {
     await browser?.close();
     await broker?.stop();
     broker?.cleanup();
+  });
+
+  it('bootstrap: with no user yet, the page on the broker machine creates the first one, then asks to sign in', async () => {
+    const page = await newPage();
+    await page.goto(`${broker.http}/`);
+    await page.locator('#nav').waitFor({ state: 'visible' });
+    assert.equal(await page.textContent('#who-name'), 'bootstrap admin (no users yet)');
+    await page.click('#nav a[data-page="users"]');
+    await page.locator('#user-create').waitFor();
+    await page.fill('#user-name', ADMIN.username);
+    await page.fill('#user-password', ADMIN.password);
+    await page.fill('#user-groups', 'admins');
+    await page.click('#user-create button[type="submit"]');
+    // The list reloads after the creation, and that call is no longer let in: the page asks for a login.
+    await page.locator('#login').waitFor();
+    broker.credentials = ADMIN;
+    assert.equal(await page.textContent('#login-error'), 'The first user exists now: sign in as an administrator.');
+    assert.equal(await page.locator('#flash.error').isVisible(), false);
+    const admin = await broker.api<{ groups: string[] }>('GET', `/api/v1/users/${ADMIN.username}`);
+    assert.deepEqual(admin.groups, ['admins']);
+    await page.context().close();
   });
 
   it('without a session: the page shows the login form and the API refuses calls', async () => {

@@ -121,7 +121,9 @@ async function route() {
 }
 
 whenUnauthenticated(() => {
-  if (session) showLogin('Your session has ended; sign in again.');
+  if (!session) return;
+  // Bootstrap ends when the first user is created: from then on everyone signs in, this page too.
+  showLogin(session.via === 'bootstrap' ? 'The first user exists now: sign in as an administrator.' : 'Your session has ended; sign in again.');
 });
 
 document.getElementById('logout').addEventListener('click', async () => {

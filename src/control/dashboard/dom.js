@@ -132,7 +132,8 @@ export async function act(fn, done) {
     if (done) flash(done, 'notice');
     return true;
   } catch (err) {
-    flash(err.message || String(err));
+    // A 401 has already put the login form up, which says why.
+    if (err.status !== 401) flash(err.message || String(err));
     return false;
   }
 }
