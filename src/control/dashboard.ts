@@ -29,12 +29,8 @@ export async function registerDashboard(app: FastifyInstance, opts: DashboardOpt
   const root = opts.root ?? DASHBOARD_ROOT;
   // Read once: a missing build copy step fails at start, not at the first page load.
   const index = readFileSync(`${root.replace(/\/$/, '')}/index.html`);
-  // A context of its own: the hook below concerns the dashboard's responses only, whatever `app` is.
+  // A context of its own: the static plugin's decorations concern the dashboard only, whatever `app` is.
   await app.register(async (d) => {
-    d.addHook('onSend', async (_req, reply, payload) => {
-      withoutUpgradeInsecureRequests(reply);
-      return payload;
-    });
     await d.register(fastifyStatic, {
       root,
       prefix: '/dashboard/',
@@ -54,24 +50,3 @@ export async function registerDashboard(app: FastifyInstance, opts: DashboardOpt
   });
 }
 
-/**
- * Drops `upgrade-insecure-requests` from the page's Content-Security-Policy (helmet's defaults include it). The
- * admin API is plain HTTP unless a TLS proxy fronts it; a browser that loads the page over http:// from any address
- * but loopback (which it trusts as secure) would otherwise fetch the page's own scripts and styles over https://
- * from a port that does not speak TLS, and the dashboard would stay blank. Behind an HTTPS proxy every request is
- * https:// already, so the directive adds nothing there.
- */
-function withoutUpgradeInsecureRequests(reply: FastifyReply): void {
-  const strip = (v: unknown) =>
-    typeof v === 'string' && /upgrade-insecure-requests/i.test(v)
-      ? v
-          .split(';')
-          .filter((d) => d.trim().toLowerCase() !== 'upgrade-insecure-requests')
-          .join(';')
-      : null;
-  // helmet sets its headers on the raw response; a server may also have set it through fastify's reply.
-  const raw = strip(reply.raw.getHeader('content-security-policy'));
-  if (raw !== null) reply.raw.setHeader('content-security-policy', raw);
-  const own = strip(reply.getHeader('content-security-policy'));
-  if (own !== null) void reply.header('content-security-policy', own);
-}

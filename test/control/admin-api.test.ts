@@ -554,6 +554,8 @@ describe('admin API: health, readiness, metrics, security headers, log level', (
       const csp = String(r.headers['content-security-policy']);
       assert.match(csp, /script-src 'self'(;|$)/);
       assert.match(csp, /default-src 'self'/);
+      // Plain HTTP from a LAN address: the page's own scripts must not be upgraded to https:// (a blank dashboard).
+      assert.doesNotMatch(csp, /upgrade-insecure-requests/);
       assert.match(csp, /frame-ancestors 'none'|frame-ancestors 'self'/);
       assert.equal(r.headers['x-content-type-options'], 'nosniff');
       assert.ok(r.headers['x-frame-options']);

@@ -2,7 +2,6 @@ import assert from 'node:assert/strict';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { describe, it, before, after } from 'node:test';
-import fastifyHelmet from '@fastify/helmet';
 import Fastify, { type FastifyInstance } from 'fastify';
 import { DASHBOARD_ROOT, registerDashboard } from '../../src/control/dashboard.js';
 
@@ -84,30 +83,6 @@ describe('dashboard: static files', () => {
         assert.doesNotMatch(text, /\sstyle=/i, `${f} has an inline style`);
       }
       if (f.endsWith('.js')) assert.doesNotMatch(text, /\.innerHTML\s*=|insertAdjacentHTML|\beval\(|new Function\(/, `${f} builds markup from strings`);
-    }
-  });
-});
-
-describe('dashboard: behind helmet', () => {
-  it("drops upgrade-insecure-requests from the page's CSP (plain HTTP from a LAN address) and keeps the rest", async () => {
-    const app = Fastify();
-    // As the admin API's server: helmet's defaults (which include upgrade-insecure-requests) plus script-src self.
-    await app.register(fastifyHelmet, { contentSecurityPolicy: { useDefaults: true, directives: { 'script-src': ["'self'"], 'style-src': ["'self'"] } } });
-    app.get('/api/v1/x', async () => ({ ok: true }));
-    await registerDashboard(app);
-    await app.ready();
-    try {
-      for (const url of ['/', '/dashboard/', '/dashboard/app.js']) {
-        const csp = String((await app.inject({ url })).headers['content-security-policy']);
-        assert.doesNotMatch(csp, /upgrade-insecure-requests/, url);
-        assert.match(csp, /script-src 'self'/, url);
-        assert.match(csp, /default-src 'self'/, url);
-      }
-      // Only the dashboard's own responses: the API's stay as the server set them.
-      const api = await app.inject({ url: '/api/v1/x' });
-      assert.match(String(api.headers['content-security-policy']), /upgrade-insecure-requests/);
-    } finally {
-      await app.close();
     }
   });
 });

@@ -158,7 +158,17 @@ export async function startAdminApi(opts: AdminApiOptions): Promise<AdminApi> {
     // are allowed, they cannot run code.
     contentSecurityPolicy: {
       useDefaults: true,
-      directives: { 'script-src': ["'self'"], 'style-src': ["'self'", "'unsafe-inline'"], 'img-src': ["'self'", 'data:'], 'connect-src': ["'self'"] },
+      // No upgrade-insecure-requests (one of helmet's defaults): the API is plain HTTP unless a TLS proxy fronts it,
+      // and a browser loading the dashboard over http:// from any address but loopback would fetch the page's own
+      // scripts over https:// from a port that does not speak TLS (a blank page). Behind an HTTPS proxy every
+      // request is https:// already, so the directive would add nothing there.
+      directives: {
+        'script-src': ["'self'"],
+        'style-src': ["'self'", "'unsafe-inline'"],
+        'img-src': ["'self'", 'data:'],
+        'connect-src': ["'self'"],
+        'upgrade-insecure-requests': null,
+      },
     },
     // Plain HTTP: a TLS-terminating proxy in front sets its own Strict-Transport-Security.
     hsts: false,
