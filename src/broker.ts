@@ -9,6 +9,7 @@ import type { Config } from './config/index.js';
 import { Engine, FlowError } from './core/index.js';
 import {
   AccessControl,
+  createMetrics,
   Directory,
   FloodCollector,
   MemoryControlStore,
@@ -20,6 +21,7 @@ import {
   startAdminApi,
   type AdminApi,
   type ControlStore,
+  type Metrics,
 } from './control/index.js';
 import type { ProtocolListener, ProtocolModule, RunningProtocol } from './protocols/types.js';
 import { connectionTotals, formatAddress } from './protocols/listener.js';
@@ -39,6 +41,8 @@ export interface Broker {
   readonly listeners: Map<string, ProtocolListener>;
   readonly admin: AdminApi;
   readonly access: AccessControl;
+  /** Prometheus metrics, read from the broker's own counters at each scrape (GET /metrics). */
+  readonly metrics: Metrics;
   /** Port actually bound per listener ("mqtt", "kafka", "http"). */
   ports(): Record<string, number>;
   close(): Promise<void>;
@@ -136,6 +140,21 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
   const running: Array<{ name: string; protocol: RunningProtocol }> = [];
   // What a flood of connections leaves behind is given back once it has gone (see src/control/memory.ts).
   const collector = new FloodCollector({ totals: connectionTotals, logger: logger.child({ component: 'memory' }) });
+  // Read at scrape only; `running` and `listeners` fill in below.
+  let ready = false;
+  const metrics = createMetrics({
+    clients: access.clients,
+    engine,
+    log,
+    wal,
+    storage,
+    listeners,
+    protocols: () => running,
+    auth: { stats: guard.stats, verifier: guard.verifier },
+    access,
+    quotas: access.quotas,
+    ready: () => ready,
+  });
   const closeAll = async () => {
     collector.stop();
     await Promise.allSettled(running.map((r) => r.protocol.close()));
@@ -186,6 +205,7 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
       );
     }
     collector.start();
+    ready = true;
   } catch (err) {
     await closeAll();
     engine.close();
@@ -208,6 +228,7 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
     listeners,
     admin,
     access,
+    metrics,
     ports: () => ({
       ...Object.fromEntries([...listeners].map(([k, l]) => [k, l.address().port])),
       http: admin.address().port,
