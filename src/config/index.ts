@@ -7,7 +7,7 @@ import { readFileSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
 import { FlowError } from '../core/index.js';
 import { SASL_MECHANISMS } from '../control/sasl.js';
-import { hostName } from '../control/admin-api.js';
+import { addressFilter, hostName } from '../control/api/auth.js';
 import { parseDuration, parseSize } from './units.js';
 
 export { parseDuration, parseSize } from './units.js';
@@ -86,6 +86,10 @@ export interface Config {
   httpHost: string;
   /** Host names the admin API answers for besides its bind address (DNS rebinding defence). */
   httpAllowedHosts: string[];
+  /** Addresses / CIDR blocks that may read /metrics, /healthz and /readyz; empty: anyone who can connect. */
+  httpMetricsAllow: string[];
+  /** How long a dashboard login session lasts, ms. */
+  httpSessionTtl: number;
   protocols: Protocol[];
   logLevel: string;
   brokerId: number;
@@ -159,7 +163,7 @@ export interface Config {
   kafkaGroupMaxSessionTimeout: number;
 }
 
-type Kind = 'string' | 'port' | 'int' | 'bool' | 'protocols' | 'size' | 'capacity' | 'duration' | 'delay' | 'level' | 'sasl-mechanisms' | 'wal-layout' | 'default-policy' | 'hosts' | 'slow-consumer' | 'metastore' | 'wal' | 'object-store' | 'url';
+type Kind = 'string' | 'port' | 'int' | 'bool' | 'protocols' | 'size' | 'capacity' | 'duration' | 'delay' | 'level' | 'sasl-mechanisms' | 'wal-layout' | 'default-policy' | 'hosts' | 'cidrs' | 'slow-consumer' | 'metastore' | 'wal' | 'object-store' | 'url';
 
 interface OptionSpec {
   key: keyof Config;
@@ -219,6 +223,8 @@ export const OPTIONS: OptionSpec[] = [
   { key: 'httpPort', name: 'http-port', kind: 'port', default: 8080, help: 'admin HTTP API (/api/v1) and health' },
   { key: 'httpHost', name: 'http-host', kind: 'string', default: '127.0.0.1', help: 'address the admin HTTP API binds (0.0.0.0 for every interface)' },
   { key: 'httpAllowedHosts', name: 'http-allowed-hosts', kind: 'hosts', default: [], help: 'host names the admin API answers for besides its bind address, comma-separated (Host header check against DNS rebinding)' },
+  { key: 'httpMetricsAllow', name: 'http-metrics-allow', kind: 'cidrs', default: [], help: 'addresses or CIDR blocks (10.0.0.0/8, ::1) that may read /metrics, /healthz and /readyz, comma-separated (default: anyone who can connect; they need no login)' },
+  { key: 'httpSessionTtl', name: 'http-session-ttl', kind: 'duration', default: 12 * 3_600_000, help: 'how long a dashboard login session lasts' },
   { key: 'protocols', name: 'protocols', kind: 'protocols', default: [...DEFAULT_PROTOCOLS], help: 'listeners this broker enables, comma-separated' },
   { key: 'logLevel', name: 'log-level', kind: 'level', default: 'info', help: 'trace, debug, info, warn, error, fatal or silent' },
   { key: 'brokerId', name: 'broker-id', kind: 'int', default: 0, help: 'this broker\'s id (Kafka node id)' },
@@ -387,6 +393,17 @@ function coerce(spec: OptionSpec, raw: unknown, source: string): Config[keyof Co
         // A name, an IPv4 address or a bracketed or bare IPv6 address, optionally with a port (ignored).
         if (hostName(h) === null) throw bad(`"${h}" is not a host name or IP address`);
         if (!out.includes(h)) out.push(h);
+      }
+      return out;
+    }
+    case 'cidrs': {
+      const list = Array.isArray(str) ? str : typeof str === 'string' ? str.split(',') : null;
+      if (!list) throw bad('expected a comma-separated list of addresses or CIDR blocks');
+      const out = list.map((x) => String(x).trim()).filter((x) => x !== '');
+      try {
+        addressFilter(out);
+      } catch (err) {
+        throw bad((err as Error).message.replace(/^http-metrics-allow: /, ''));
       }
       return out;
     }
