@@ -153,7 +153,6 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
   // What a flood of connections leaves behind is given back once it has gone (see src/control/memory.ts).
   const collector = new FloodCollector({ totals: connectionTotals, logger: logger.child({ component: 'memory' }) });
   // Read at scrape only; `running` and `listeners` fill in below.
-  let ready = false;
   const metrics = createMetrics({
     clients: access.clients,
     engine,
@@ -189,6 +188,7 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
       port: config.httpPort,
       allowedHosts: config.httpAllowedHosts,
       metricsAllow: config.httpMetricsAllow,
+      metrics,
       sessionTtlMs: config.httpSessionTtl,
       version: BROKER_VERSION,
       groups: () => running.flatMap((r) => (r.protocol.groups ? [{ protocol: r.name, admin: r.protocol.groups }] : [])),
