@@ -6,7 +6,7 @@ import { ttlFlag } from './token.js';
 
 type Row = Record<string, unknown>;
 
-const LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
+const LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'];
 
 export const statusCommand: SubCommand = {
   usage: '',
@@ -14,15 +14,8 @@ export const statusCommand: SubCommand = {
   async run(ctx) {
     const api = await ctx.api();
     const b = await api.request<Row>('GET', '/api/v1/broker');
-    // Readiness is its own route (no login); a broker without it is reported as unknown.
-    let ready: boolean | null = null;
-    try {
-      const r = await fetch(new URL('/readyz', api.server));
-      ready = r.status === 200 ? true : r.status === 503 ? false : null;
-    } catch {
-      ready = null;
-    }
-    ctx.print({ ...b, ready }, () => {
+    const ready = typeof b.ready === 'boolean' ? b.ready : null;
+    ctx.print(b, () => {
       const uptime = typeof b.uptimeMs === 'number' ? fmtAge(b.uptimeMs) : null;
       const storage = (b.storage ?? {}) as Row;
       const head = keyValues([

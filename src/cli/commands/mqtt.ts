@@ -21,10 +21,9 @@ export const sessionCommand: CommandGroup = {
             [
               ['CLIENT-ID', (s) => s.clientId],
               ['CONNECTED', (s) => (s.connected === undefined ? '-' : s.connected ? 'yes' : 'no')],
-              ['SUBSCRIPTIONS', (s) => (Array.isArray(s.subscriptions) ? s.subscriptions.length : s.subscriptions)],
-              ['QUEUED', (s) => s.queued ?? s.pending],
-              ['EXPIRY', (s) => s.expiryInterval ?? s.sessionExpiryInterval],
-              ['UPDATED', (s) => fmtTime(s.updatedAt ?? s.savedAt)],
+              ['SUBSCRIPTIONS', (s) => (Array.isArray(s.subscriptions) ? (s.subscriptions as Array<{ filter: string; qos: number }>).map((x) => `${x.filter}(${x.qos})`).join(' ') : null)],
+              ['EXPIRES', (s) => (s.expiresAt === null ? 'never' : fmtTime(s.expiresAt))],
+              ['UPDATED', (s) => fmtTime(s.updatedAt)],
             ],
             'no MQTT sessions',
           ),
@@ -60,7 +59,8 @@ export const retainedCommand: CommandGroup = {
             [
               ['TOPIC', (r) => r.topic],
               ['QOS', (r) => r.qos],
-              ['SIZE', (r) => (typeof r.size === 'number' ? fmtBytes(r.size) : typeof r.payload === 'string' ? fmtBytes(Buffer.byteLength(r.payload)) : null)],
+              ['SIZE', (r) => (typeof r.bytes === 'number' ? fmtBytes(r.bytes) : null)],
+              ['TIME', (r) => fmtTime(r.timestamp)],
               ['PAYLOAD', (r) => (typeof r.payload === 'string' ? (r.encoding === 'base64' ? `base64:${clip(r.payload, 40)}` : clip(r.payload, 50)) : null)],
             ],
             'no retained messages',

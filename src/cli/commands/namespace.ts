@@ -121,12 +121,8 @@ export const namespaceCommand: CommandGroup = {
         const name = ctx.positionals[0];
         const change = quotaFlags(ctx);
         if (Object.keys(change).length === 0) throw new UsageError('nothing to change: give a quota flag (--max-connections, --publish-rate, ...)');
-        const api = await ctx.api();
-        // The namespace's quotas as a whole: the current ones with these changed (a lifted one left out).
-        const current = await api.request<NamespaceView>('GET', `/api/v1/namespaces/${seg(name)}`);
-        const quotas: Record<string, number> = {};
-        for (const [k, v] of Object.entries({ ...(current.quotas ?? {}), ...change })) if (v !== null && v !== undefined) quotas[k] = v;
-        const ns = await api.request<NamespaceView>('PATCH', `/api/v1/namespaces/${seg(name)}`, { quotas });
+        // Quotas given are set, `none` (null) lifts one, the others stay as they are (the API merges).
+        const ns = await (await ctx.api()).request<NamespaceView>('PATCH', `/api/v1/namespaces/${seg(name)}`, { quotas: change });
         ctx.print(ns, () => `namespace ${ns.name} quotas: ${quotaText(ns.quotas ?? {})}`);
       },
     },

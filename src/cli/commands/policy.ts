@@ -34,10 +34,11 @@ function fromFlags(ctx: Ctx, name: string | undefined): Record<string, unknown> 
       throw new UsageError(`cannot read the policy in ${file === '-' ? 'stdin' : file}: ${(e as Error).message}`);
     }
     if (typeof doc !== 'object' || doc === null || Array.isArray(doc)) throw new UsageError(`${file} must hold one JSON object (a policy)`);
-    const p = { ...(doc as Record<string, unknown>) };
-    if (name !== undefined) p.name = name;
+    const d = doc as Record<string, unknown>;
+    const p: Record<string, unknown> = { name: name ?? d.name };
     if (typeof p.name !== 'string') throw new UsageError('the policy needs a name: give NAME or "name" in the file');
-    delete p.createdAt;
+    // What `policy show --json` prints may come back: the fields the broker keeps itself (source, createdAt) go.
+    for (const k of ['effect', 'actions', 'resources', 'principals', 'description']) if (d[k] !== undefined && d[k] !== null) p[k] = d[k];
     return p;
   }
   if (name === undefined) throw new UsageError('a policy needs a NAME');
@@ -88,8 +89,9 @@ export const policyCommand: CommandGroup = {
       async run(ctx) {
         const p = fromFlags(ctx, ctx.positionals[0]);
         const api = await ctx.api();
+        const { name, ...body } = p;
         const saved = ctx.values.replace
-          ? await api.request<PolicyView>('PUT', `/api/v1/policies/${seg(String(p.name))}`, p)
+          ? await api.request<PolicyView>('PUT', `/api/v1/policies/${seg(String(name))}`, body)
           : await api.request<PolicyView>('POST', '/api/v1/policies', p);
         ctx.print(saved, () => `${ctx.values.replace ? 'saved' : 'added'} policy ${saved.name}: ${saved.effect} ${saved.actions.join(',')} on ${saved.resources.join(', ')} to ${saved.principals.join(', ')}`);
       },
