@@ -143,7 +143,11 @@ describe('broker metrics', () => {
       client = await mqtt.connectAsync(`mqtt://127.0.0.1:${broker.ports().mqtt}`, { reconnectPeriod: 0 });
       for (let i = 0; i < 5; i++) await client.publishAsync('meter/x', `m${i}`, { qos: 1 });
 
-      const { samples, types } = parse(await broker.metrics.text());
+      // As a scraper reads it: GET /metrics on the admin port, no login.
+      const res = await fetch(`http://127.0.0.1:${broker.ports().http}/metrics`);
+      assert.equal(res.status, 200);
+      assert.match(res.headers.get('content-type') ?? '', /^text\/plain; version=0\.0\.4/);
+      const { samples, types } = parse(await res.text());
       assert.equal(value(samples, 'flowmq_routed_messages_total', { event: 'published' }), published0 + 5);
       assert.equal(value(samples, 'flowmq_routed_messages_total', { event: 'captured' }), captured0 + 5);
       // QoS 1 to a stream is acknowledged once durable: the WAL committed at least one group.
