@@ -18,10 +18,13 @@ import {
   parseUsersFile,
   processMemory,
   readUsersFile,
+  seedDirectory,
   startAdminApi,
+  WebhookAuthenticator,
   type AdminApi,
   type ControlStore,
   type Metrics,
+  type UsersFile,
 } from './control/index.js';
 import type { ProtocolListener, ProtocolModule, RunningProtocol } from './protocols/types.js';
 import { connectionTotals, formatAddress } from './protocols/listener.js';
@@ -279,7 +282,7 @@ async function openControlPlane(
   config: Config,
   logger: Logger,
   metastore: object & { kind: string },
-  seedUsers: Array<{ username: string; password: string }> | null,
+  seedUsers: UsersFile | null,
 ): Promise<{ directory: Directory; guard: PasswordGuard; access: AccessControl; protocolGuard: PasswordGuard | null }> {
   // The control plane: the directory (users, groups, tokens, policies, namespaces) lives in the metastore, so every
   // broker sharing it sees the same identities; this process keeps a copy in memory for the data path.
@@ -306,14 +309,14 @@ async function openControlPlane(
     logger: logger.child({ component: 'auth' }),
   });
   if (seedUsers) {
-    let added = 0;
     try {
-      for (const u of seedUsers) if (await directory.seedUser(u)) added++;
+      // Only what is absent is created; passwords of users the file made are set again where the file changed them.
+      const added = await seedDirectory(directory, seedUsers, config.usersFile ?? '', (password, stored) => guard.verifier.verify(password, stored));
+      logger.info({ usersFile: config.usersFile, users: seedUsers.users.length, added }, 'users file seeded into the directory');
     } catch (err) {
       await guard.close();
       throw err;
     }
-    logger.info({ usersFile: config.usersFile, users: seedUsers.length, added }, 'users file seeded into the directory');
   }
   if (config.metastore.kind !== 'sqlite') directory.startPolling(config.controlRefresh);
   // Anonymous access: as configured, else allowed exactly while nobody could log in (zero setup).
@@ -321,7 +324,17 @@ async function openControlPlane(
   const anonymousAll = config.allowAnonymous ?? !usersExist;
   const anonymous = new Set<string>(config.anonymousProtocols ?? (anonymousAll ? [...config.protocols, 'http'] : []));
   if (!usersExist && !anonymousAll) logger.warn('anonymous access is off and there are no users yet: add one with `flowmq user add` (the admin API is open from loopback until then)');
-  const access = new AccessControl({ directory, guard, anonymous, logger: logger.child({ component: 'access' }) });
+  // Users the directory does not know go to the webhook, when one is configured (see src/control/webhook.ts).
+  const external =
+    config.authWebhook === null
+      ? null
+      : new WebhookAuthenticator({
+          url: config.authWebhook,
+          timeoutMs: config.authWebhookTimeout,
+          cacheTtlMs: config.authWebhookCacheTtl,
+          logger: logger.child({ component: 'auth-webhook' }),
+        });
+  const access = new AccessControl({ directory, guard, anonymous, external, logger: logger.child({ component: 'access' }) });
   logger.info(
     { users: directory.size, policies: directory.policies.size, defaultPolicy: config.defaultPolicy, anonymous: [...anonymous] },
     'control plane ready',

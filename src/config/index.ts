@@ -142,6 +142,12 @@ export interface Config {
   authWebhookCacheTtl: number;
   /** How often a broker re-reads the control plane's version from a shared metastore (cluster changes). */
   controlRefresh: number;
+  /** mTLS on every TLS listener: PEM file of the CAs client certificates must chain to; null: no client certificates. */
+  tlsClientCa: string | null;
+  /** request: a certificate is asked for and used when valid; require: the TLS handshake fails without a valid one. */
+  tlsClientAuth: 'request' | 'require';
+  /** Which field of a verified client certificate names the directory user. */
+  tlsCertUser: 'cn' | 'san-email' | 'san-dns';
   /** Password checks: worker threads, queue, their nice value, and the per-address/username slowdown. */
   authThreads: number;
   authQueue: number;
@@ -163,7 +169,7 @@ export interface Config {
   kafkaGroupMaxSessionTimeout: number;
 }
 
-type Kind = 'string' | 'port' | 'int' | 'bool' | 'protocols' | 'size' | 'capacity' | 'duration' | 'delay' | 'level' | 'sasl-mechanisms' | 'wal-layout' | 'default-policy' | 'hosts' | 'cidrs' | 'slow-consumer' | 'metastore' | 'wal' | 'object-store' | 'url';
+type Kind = 'string' | 'port' | 'int' | 'bool' | 'protocols' | 'size' | 'capacity' | 'duration' | 'delay' | 'level' | 'sasl-mechanisms' | 'wal-layout' | 'default-policy' | 'hosts' | 'cidrs' | 'slow-consumer' | 'metastore' | 'wal' | 'object-store' | 'url' | 'tls-client-auth' | 'tls-cert-user';
 
 interface OptionSpec {
   key: keyof Config;
@@ -259,13 +265,16 @@ export const OPTIONS: OptionSpec[] = [
   { key: 'walLayout', name: 'wal-layout', kind: 'wal-layout', default: 'partition', help: 'partition: WAL files per partition that become segment objects by a rename (data written once); shared: one WAL for all partitions, segments written from memory' },
   { key: 'walDirectIo', name: 'wal-direct-io', kind: 'bool', default: null, help: 'write the WAL with O_DIRECT, around the page cache, where the filesystem supports it (default: on for the partition layout, off for shared)' },
   { key: 'minFreeDisk', name: 'min-free-disk', kind: 'capacity', default: null, help: 'free space kept on the data directory\'s filesystem: below it stream writes are refused with a retriable error until space returns (0: no reserve; default: 5% of the filesystem, at most 1GiB)' },
-  { key: 'usersFile', name: 'users-file', kind: 'string', default: null, help: 'YAML/JSON list of {username, password}: Kafka SASL, MQTT username/password and the admin API check against it' },
+  { key: 'usersFile', name: 'users-file', kind: 'string', default: null, help: 'YAML/JSON users file seeding the directory at start: a list of {username, password, groups?, namespace?}, or {users, groups, namespaces, policies}; only what is absent is created (see README)' },
   { key: 'allowAnonymous', name: 'allow-anonymous', kind: 'bool', default: null, help: 'let clients in without credentials (default: true while no users exist at start, false once they do)' },
   { key: 'anonymousProtocols', name: 'anonymous-protocols', kind: 'protocols', default: null, help: 'protocols (mqtt, kafka, amqp, nats) that let clients in without credentials, comma-separated; overrides allow-anonymous per protocol' },
   { key: 'defaultPolicy', name: 'default-policy', kind: 'default-policy', default: 'auto', help: 'what no authorization policy decides: auto (allow while no policy exists, deny once one does), allow or deny; members of the admins group are always allowed' },
-  { key: 'authWebhook', name: 'auth-webhook', kind: 'string', default: null, help: 'URL of an HTTP authenticator for users the directory does not know: POST {username, password, protocol, remoteAddress}, 200 {"result":"allow","groups":[...]} lets in' },
+  { key: 'authWebhook', name: 'auth-webhook', kind: 'url', default: null, help: 'URL of an HTTP authenticator for users the directory does not know: POST {username, password, protocol, remoteAddress}, 200 {"result":"allow","groups":[...]} lets in' },
   { key: 'authWebhookTimeout', name: 'auth-webhook-timeout', kind: 'duration', default: 2000, help: 'a webhook answer slower than this is a busy server (the client retries), never a yes' },
   { key: 'authWebhookCacheTtl', name: 'auth-webhook-cache-ttl', kind: 'duration', default: 60_000, help: 'how long a webhook yes is reused for the same username and password (0: ask every time)' },
+  { key: 'tlsClientCa', name: 'tls-client-ca', kind: 'string', default: null, help: 'PEM file of the CA(s) that sign client certificates: every TLS listener then asks clients for one and maps a verified certificate to the directory user it names (mTLS); credentials sent too win' },
+  { key: 'tlsClientAuth', name: 'tls-client-auth', kind: 'tls-client-auth', default: 'request', help: 'with tls-client-ca: request (a valid certificate logs the client in, others go on to credentials) or require (the TLS handshake fails without a certificate signed by the CA)' },
+  { key: 'tlsCertUser', name: 'tls-cert-user', kind: 'tls-cert-user', default: 'cn', help: 'which field of a verified client certificate is the username: cn (subject common name), san-email or san-dns (first subjectAltName of that type)' },
   { key: 'controlRefresh', name: 'control-refresh', kind: 'duration', default: 2000, help: 'how often to look for control-plane changes (users, policies) made through another broker sharing the metastore' },
   { key: 'authThreads', name: 'auth-threads', kind: 'int', default: 1, help: 'worker threads that check passwords (scrypt), each at most one core; never libuv\'s pool, which the WAL uses' },
   { key: 'authQueue', name: 'auth-queue', kind: 'int', default: 32, help: 'password checks waiting for a thread; beyond it a login is answered busy (MQTT CONNACK 0x89 / 0x03, Kafka: closed, the client retries)' },
@@ -313,6 +322,12 @@ function coerce(spec: OptionSpec, raw: unknown, source: string): Config[keyof Co
       return str;
     case 'default-policy':
       if (str !== 'auto' && str !== 'allow' && str !== 'deny') throw bad('expected auto, allow or deny');
+      return str;
+    case 'tls-client-auth':
+      if (str !== 'request' && str !== 'require') throw bad('expected request or require');
+      return str;
+    case 'tls-cert-user':
+      if (str !== 'cn' && str !== 'san-email' && str !== 'san-dns') throw bad('expected cn, san-email or san-dns');
       return str;
     case 'wal-layout':
       if (str !== 'partition' && str !== 'shared') throw bad('expected partition or shared');
@@ -533,6 +548,7 @@ export function loadConfig(src: ConfigSources = {}): Config {
   if ((cfg.natsMaxControlLine as number) < 256) throw new ConfigError('nats-max-control-line must be at least 256 bytes');
   if ((cfg.natsMaxPingsOut as number) < 1) throw new ConfigError('nats-max-pings-out must be at least 1');
   if ((cfg.natsMaxConnections as number) < 1) throw new ConfigError('nats-max-connections must be at least 1');
+  if (cfg.tlsClientAuth === 'require' && cfg.tlsClientCa === null) throw new ConfigError('tls-client-auth require needs tls-client-ca (the CA client certificates are checked against)');
   if ((cfg.kafkaTlsCert === null) !== (cfg.kafkaTlsKey === null)) throw new ConfigError('Kafka over TLS needs both kafka-tls-cert and kafka-tls-key');
   if ((cfg.kafkaGroupMinSessionTimeout as number) > (cfg.kafkaGroupMaxSessionTimeout as number)) {
     throw new ConfigError('kafka-group-min-session-timeout must not exceed kafka-group-max-session-timeout');

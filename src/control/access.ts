@@ -49,7 +49,7 @@ export class AccessControl {
   private readonly denials: LogLimiter | null;
   /** Principals of users the webhook let in (not in the directory), by username. */
   private readonly externalPrincipals = new Map<string, Principal>();
-  /** Figures for /metrics and the admin API. */
+  /** Figures for /metrics and the admin API: checks decided by policies (not those skipped while `open`). */
   readonly stats = { allowed: 0, denied: 0 };
 
   constructor(opts: AccessControlOptions) {
@@ -175,7 +175,8 @@ export class Access {
       if (this.cache.size >= CACHE_LIMIT) this.cache.clear();
       this.cache.set(key, v);
     }
-    if (!v) this.ac.logDenial(this, action, kind, name);
+    if (v) this.ac.stats.allowed++;
+    else this.ac.logDenial(this, action, kind, name);
     return v;
   }
 

@@ -85,6 +85,7 @@ class DirectoryUser implements UserRecord {
     readonly info: UserInfo,
     private readonly creds: ReadonlyMap<ScramMechanism, ScramCredential>,
     readonly passwordHash: PasswordHash,
+    readonly passwordSource: string,
   ) {}
   get username(): string {
     return this.info.username;
@@ -135,6 +136,8 @@ export interface DirectoryOptions {
   hasher: PasswordHasher;
   logger?: Logger;
   scramIterations?: number;
+  /** Clock (token expiry); tests pass their own. */
+  now?: () => number;
 }
 
 export class Directory implements UserStore {
@@ -147,6 +150,11 @@ export class Directory implements UserStore {
   private readonly listeners = new Set<() => void>();
   private poller: NodeJS.Timeout | null = null;
   private refreshing: Promise<void> | null = null;
+  /**
+   * The reload under way: reloads run one after the other, so that a slow one that read the store before a change
+   * cannot apply its older copy after the reload of that change (a refresh racing a local write).
+   */
+  private reloading: Promise<void> = Promise.resolve();
   /** Bumped on every change applied to this copy (local or picked up from the store). */
   version = 0;
 
@@ -162,6 +170,10 @@ export class Directory implements UserStore {
 
   get store(): ControlStore {
     return this.opts.store;
+  }
+
+  private now(): number {
+    return (this.opts.now ?? Date.now)();
   }
 
   // -------------------------------------------------------------------------------------------- reading
@@ -222,8 +234,9 @@ export class Directory implements UserStore {
     const id = token.slice(TOKEN_PREFIX.length, dot);
     const t = this.tokens.get(id);
     const hash = createHash('sha256').update(token).digest();
-    if (!t || !timingSafeEqual(hash, t.hash)) return null;
-    if (t.expiresAt !== null && t.expiresAt <= Date.now()) return null;
+    // A stored hash of another length (a damaged document) would make timingSafeEqual throw.
+    if (!t || t.hash.length !== hash.length || !timingSafeEqual(hash, t.hash)) return null;
+    if (t.expiresAt !== null && t.expiresAt <= this.now()) return null;
     if (!this.users.has(t.user)) return null;
     return { user: t.user, id };
   }
@@ -243,7 +256,9 @@ export class Directory implements UserStore {
     const namespace = u.namespace === undefined ? DEFAULT_NAMESPACE : validateName('namespace', u.namespace);
     if (!this.namespace(namespace)) throw new FlowError('NOT_FOUND', `namespace "${namespace}" does not exist`);
     const data = await this.credentialDoc(password);
-    const doc = { ...data, groups, namespace, createdAt: Date.now(), source: u.source ?? 'api' };
+    const source = u.source ?? 'api';
+    // passwordSource: who set the password last (see setPassword and the users file's refresh in seed.ts).
+    const doc = { ...data, groups, namespace, createdAt: this.now(), source, passwordSource: source };
     if (!(await this.opts.store.putControlIfAbsent('user', username, doc))) throw new FlowError('ALREADY_EXISTS', `user "${username}" already exists`);
     await this.reload();
     return this.user(username)!;
@@ -261,11 +276,46 @@ export class Directory implements UserStore {
     }
   }
 
-  async setPassword(username: string, password: string): Promise<void> {
+  /**
+   * Replaces a user's password. `source` records who set it (`api` by default, `file` for the users file's
+   * refresh): a password set through the API or the CLI is not overwritten by the users file at the next start.
+   */
+  /** Seeds a namespace unless one of that name exists (the users file): answers whether it was added. */
+  async seedNamespace(n: { name: string; description?: string; quotas?: Quotas }): Promise<boolean> {
+    const name = validateName('namespace', n.name);
+    const doc = { description: n.description ?? null, quotas: validateQuotas(n.quotas ?? {}), createdAt: this.now(), source: 'file' };
+    return this.seed('namespace', name, doc);
+  }
+
+  /** Seeds a group unless one of that name exists (the users file). */
+  async seedGroup(g: { name: string; description?: string }): Promise<boolean> {
+    const name = validateName('group', g.name);
+    return this.seed('group', name, { description: g.description ?? null, createdAt: this.now(), source: 'file' });
+  }
+
+  /** Seeds a policy unless one of that name exists (the users file). */
+  async seedPolicy(def: Omit<PolicyDef, 'createdAt'>): Promise<boolean> {
+    const p = validatePolicy({ ...def, source: def.source ?? 'file', createdAt: this.now() });
+    return this.seed('policy', p.name, { ...p });
+  }
+
+  private async seed(kind: 'namespace' | 'group' | 'policy', name: string, doc: Record<string, unknown>): Promise<boolean> {
+    // Atomic in the store: two brokers starting with the same file create it once.
+    if (!(await this.opts.store.putControlIfAbsent(kind, name, doc))) return false;
+    await this.reload();
+    return true;
+  }
+
+  async setPassword(username: string, password: string, opts: { source?: string } = {}): Promise<void> {
     const rec = await this.mustGet('user', username, 'user');
     const data = await this.credentialDoc(validatePassword(password));
-    await this.opts.store.putControl('user', username, { ...rec.data, ...data });
+    await this.opts.store.putControl('user', username, { ...rec.data, ...data, passwordSource: opts.source ?? 'api' });
     await this.reload();
+  }
+
+  /** Who set a user's password last (`api`, `file`), for the users file's refresh. */
+  passwordSource(username: string): string | undefined {
+    return this.users.get(username)?.passwordSource;
   }
 
   async updateUser(username: string, changes: { groups?: string[]; namespace?: string }): Promise<UserInfo> {
@@ -284,7 +334,9 @@ export class Directory implements UserStore {
 
   async deleteUser(username: string): Promise<void> {
     if (!(await this.opts.store.deleteControl('user', username))) throw new FlowError('NOT_FOUND', `user "${username}" does not exist`);
-    for (const t of this.tokens.values()) if (t.user === username) await this.opts.store.deleteControl('token', t.id);
+    // The user's tokens as the store has them, not this copy: one made through another broker since the last
+    // refresh would otherwise survive and be valid again for a new user of the same name.
+    for (const t of await this.opts.store.listControl('token')) if (t.data.user === username) await this.opts.store.deleteControl('token', t.name);
     await this.reload();
   }
 
@@ -335,13 +387,17 @@ export class Directory implements UserStore {
   /** Creates an API token for a user; the secret is in the answer only. */
   async createToken(t: { user: string; description?: string; ttlMs?: number }): Promise<{ token: string; info: TokenInfo }> {
     if (!this.users.has(t.user)) throw new FlowError('NOT_FOUND', `user "${t.user}" does not exist`);
+    if (t.ttlMs !== undefined && (typeof t.ttlMs !== 'number' || !Number.isSafeInteger(t.ttlMs) || t.ttlMs <= 0)) {
+      throw new FlowError('INVALID_ARGUMENT', 'token ttl must be a positive whole number of milliseconds');
+    }
     const id = randomBytes(6).toString('hex');
+    const now = this.now();
     const token = `${TOKEN_PREFIX}${id}.${randomBytes(32).toString('base64url')}`;
     const doc = {
       user: t.user,
       description: t.description ?? null,
-      createdAt: Date.now(),
-      expiresAt: t.ttlMs === undefined ? null : Date.now() + t.ttlMs,
+      createdAt: now,
+      expiresAt: t.ttlMs === undefined ? null : now + t.ttlMs,
       hash: b64(createHash('sha256').update(token).digest()),
     };
     await this.opts.store.putControl('token', id, doc);
@@ -383,7 +439,14 @@ export class Directory implements UserStore {
     this.poller = null;
   }
 
-  private async reload(): Promise<void> {
+  private reload(): Promise<void> {
+    const next = this.reloading.then(() => this.load());
+    // A failed reload fails its caller; the next one runs regardless.
+    this.reloading = next.catch(() => undefined);
+    return next;
+  }
+
+  private async load(): Promise<void> {
     const s = this.opts.store;
     const version = await s.controlVersion();
     const [users, groups, namespaces, tokens, policies] = await Promise.all([
@@ -410,10 +473,15 @@ export class Directory implements UserStore {
     this.users = nextUsers;
     this.groupDefs = new Map(groups.map((r) => [r.name, { name: r.name, description: (r.data.description as string | null) ?? undefined, createdAt: Number(r.data.createdAt ?? 0) }]));
     this.namespaceDefs = new Map(
-      namespaces.map((r) => [
-        r.name,
-        { name: r.name, description: (r.data.description as string | null) ?? undefined, quotas: (r.data.quotas ?? {}) as Quotas, createdAt: Number(r.data.createdAt ?? 0) },
-      ]),
+      namespaces.map((r) => {
+        let quotas: Quotas = {};
+        try {
+          quotas = validateQuotas(r.data.quotas ?? {});
+        } catch (err) {
+          this.opts.logger?.warn({ namespace: r.name, err }, 'control store: namespace quotas invalid; none applied');
+        }
+        return [r.name, { name: r.name, description: (r.data.description as string | null) ?? undefined, quotas, createdAt: Number(r.data.createdAt ?? 0) }];
+      }),
     );
     this.tokens = new Map(
       tokens.map((r) => [
@@ -476,7 +544,8 @@ function parseUser(r: ControlRecord): DirectoryUser | null {
     createdAt: Number(d.createdAt ?? r.updatedAt),
     source: typeof d.source === 'string' ? d.source : 'api',
   };
-  return new DirectoryUser(info, creds, { salt: unb64(scryptDoc.salt), hash: unb64(scryptDoc.hash) });
+  const passwordSource = typeof d.passwordSource === 'string' ? d.passwordSource : info.source;
+  return new DirectoryUser(info, creds, { salt: unb64(scryptDoc.salt), hash: unb64(scryptDoc.hash) }, passwordSource);
 }
 
 function tokenInfo(t: StoredToken): TokenInfo {

@@ -6,9 +6,7 @@ export {
   MemoryUserStore,
   SCRAM_MECHANISMS,
   deriveScramCredential,
-  loadUsersFile,
   readUsersFile,
-  parseUsersFile,
   scramCredentialFromSalted,
   type ScramCredential,
   type PasswordHash,
@@ -68,3 +66,6 @@ export { CONTROL_KINDS, MemoryControlStore, isControlStore, type ControlKind, ty
 export { QuotaManager, type QuotaLease } from './quotas.js';
 export { createMetrics, type Metrics, type MetricsSources } from './metrics.js';
 export { ClientEntry, ClientRegistry, type ClientRegistration, type ProtocolTotals } from './clients.js';
+export { loadUsersFile, parseUsersFile, seedDirectory, type SeedFigures, type SeedUser, type UsersFile } from './seed.js';
+export { WebhookAuthenticator, type WebhookOptions, type WebhookVerdict } from './webhook.js';
+export { certificateLogin, certificateUser, subjectAltNames, tlsClientOptions, type CertUserField, type ClientCertSettings } from './certs.js';

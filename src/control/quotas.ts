@@ -85,7 +85,12 @@ export class QuotaManager {
     let released = false;
     const charge = (bucket: 'publish' | 'bytesIn' | 'bytesOut', rate: number | undefined, n: number): number => {
       if (rate === undefined || n <= 0) return 0;
-      if (rate <= 0) return 1000; // a zero rate stops the flow: hold back a second at a time
+      if (rate <= 0) {
+        // A zero rate stops the flow: hold back a second at a time (and count it, as any other hold).
+        u.throttled++;
+        u.throttledMs += 1000;
+        return 1000;
+      }
       const now = this.now();
       const b = (u[bucket] ??= new Bucket(rate, now));
       const wait = b.take(n, rate, now);

@@ -9,13 +9,35 @@
  * Contract (test/conformance/control.suite.ts runs it on every backend):
  * - putControl replaces the document of (kind, name), or creates it; deleteControl answers whether it existed.
  * - Every change bumps a store-wide version (controlVersion), also across processes sharing the store: a broker
- *   polls it to learn that another broker changed something, and reloads.
+ *   polls it to learn that another broker changed something, and reloads. Except the `session` kind (dashboard
+ *   login sessions): they are not part of the directory, and a login or logout must not make every broker reload
+ *   its users and policies and drop every connection's cached verdicts.
+ * - Documents are JSON: what comes back is what JSON.stringify/parse makes of what was put (undefined fields gone),
+ *   a copy the caller may change freely. An unknown kind, an empty name (or one holding NUL) or a non-object document is refused with
+ *   INVALID_ARGUMENT.
  * - Calls on the same (kind, name) take effect in the order they were issued; a write resolves once durable.
  * - putControlIfAbsent creates only when absent (answers false when present), atomically across processes (the
  *   first user, a seed from a file).
  */
+import { FlowError } from '../core/index.js';
+
 export const CONTROL_KINDS = ['user', 'group', 'token', 'policy', 'namespace', 'session'] as const;
 export type ControlKind = (typeof CONTROL_KINDS)[number];
+
+/** Kinds whose changes bump controlVersion (all but login sessions; see the contract above). */
+export function bumpsVersion(kind: ControlKind): boolean {
+  return kind !== 'session';
+}
+
+/** Checks a call's arguments (every backend); answers the document as JSON text. */
+export function checkControl(kind: ControlKind, name: string, data?: Record<string, unknown>): string {
+  if (!(CONTROL_KINDS as readonly string[]).includes(kind)) throw new FlowError('INVALID_ARGUMENT', `unknown control kind "${String(kind)}"`);
+  // NUL: PostgreSQL's text cannot hold it; no name the directory accepts has one.
+  if (typeof name !== 'string' || name === '' || name.includes('\u0000')) throw new FlowError('INVALID_ARGUMENT', `a ${kind} document needs a non-empty name without NUL`);
+  if (data === undefined) return '';
+  if (typeof data !== 'object' || data === null || Array.isArray(data)) throw new FlowError('INVALID_ARGUMENT', `a ${kind} document must be a JSON object`);
+  return JSON.stringify(data);
+}
 
 export interface ControlRecord {
   readonly kind: ControlKind;
@@ -38,27 +60,41 @@ export interface ControlStore {
 
 /** In process memory (tests, and a broker whose metastore has no control role). */
 export class MemoryControlStore implements ControlStore {
-  private readonly docs = new Map<string, ControlRecord>();
+  /** JSON text per key, as the SQL backends keep it: what is read back is a fresh copy, like theirs. */
+  private readonly docs = new Map<string, { kind: ControlKind; name: string; json: string; updatedAt: number }>();
   private version = 0;
 
+  private static read(d: { kind: ControlKind; name: string; json: string; updatedAt: number }): ControlRecord {
+    return { kind: d.kind, name: d.name, data: JSON.parse(d.json) as Record<string, unknown>, updatedAt: d.updatedAt };
+  }
+
   async listControl(kind: ControlKind): Promise<ControlRecord[]> {
-    return [...this.docs.values()].filter((r) => r.kind === kind).sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+    checkControl(kind, '-');
+    return [...this.docs.values()]
+      .filter((r) => r.kind === kind)
+      .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))
+      .map(MemoryControlStore.read);
   }
   async getControl(kind: ControlKind, name: string): Promise<ControlRecord | null> {
-    return this.docs.get(`${kind}\u0000${name}`) ?? null;
+    checkControl(kind, name);
+    const d = this.docs.get(`${kind}\u0000${name}`);
+    return d ? MemoryControlStore.read(d) : null;
   }
   async putControl(kind: ControlKind, name: string, data: Record<string, unknown>): Promise<void> {
-    this.docs.set(`${kind}\u0000${name}`, { kind, name, data: structuredClone(data), updatedAt: Date.now() });
-    this.version++;
+    const json = checkControl(kind, name, data);
+    this.docs.set(`${kind}\u0000${name}`, { kind, name, json, updatedAt: Date.now() });
+    if (bumpsVersion(kind)) this.version++;
   }
   async putControlIfAbsent(kind: ControlKind, name: string, data: Record<string, unknown>): Promise<boolean> {
+    checkControl(kind, name, data);
     if (this.docs.has(`${kind}\u0000${name}`)) return false;
     await this.putControl(kind, name, data);
     return true;
   }
   async deleteControl(kind: ControlKind, name: string): Promise<boolean> {
+    checkControl(kind, name);
     const had = this.docs.delete(`${kind}\u0000${name}`);
-    if (had) this.version++;
+    if (had && bumpsVersion(kind)) this.version++;
     return had;
   }
   async controlVersion(): Promise<number> {

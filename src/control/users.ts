@@ -10,7 +10,6 @@
 import { createHash, createHmac, pbkdf2, randomBytes, scrypt } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { promisify } from 'node:util';
-import { parse as parseYaml } from 'yaml';
 import { FlowError } from '../core/index.js';
 
 const pbkdf2Async = promisify(pbkdf2);
@@ -139,44 +138,10 @@ export class MemoryUserStore implements UserStore {
   }
 }
 
-/**
- * Parses a users file: YAML or JSON, either a list of `{username, password}` or `{users: [...]}` holding one.
- * Errors name the file and the entry, never a password.
- */
-export function parseUsersFile(text: string, source: string): Array<{ username: string; password: string }> {
-  let doc: unknown;
-  try {
-    doc = parseYaml(text);
-  } catch (e) {
-    throw new FlowError('CONFIG_ERROR', `users file ${source}: ${(e as Error).message.split('\n')[0]}`);
-  }
-  if (doc !== null && typeof doc === 'object' && !Array.isArray(doc) && 'users' in doc) doc = (doc as { users: unknown }).users;
-  if (!Array.isArray(doc)) throw new FlowError('CONFIG_ERROR', `users file ${source}: expected a list of {username, password}`);
-  const seen = new Set<string>();
-  return doc.map((e: unknown, i) => {
-    const where = `users file ${source}: entry ${i + 1}`;
-    if (e === null || typeof e !== 'object' || Array.isArray(e)) throw new FlowError('CONFIG_ERROR', `${where}: expected {username, password}`);
-    const { username, password } = e as Record<string, unknown>;
-    // A username travels in SASL PLAIN (NUL-separated) and SCRAM (',' and '=' escaped): refuse control characters.
-    // eslint-disable-next-line no-control-regex
-    if (typeof username !== 'string' || username === '' || /[\u0000-\u001f\u007f]/.test(username)) {
-      throw new FlowError('CONFIG_ERROR', `${where}: username must be a non-empty string without control characters`);
-    }
-    if (typeof password !== 'string' || password === '') throw new FlowError('CONFIG_ERROR', `${where} (${username}): password must be a non-empty string`);
-    if (seen.has(username)) throw new FlowError('CONFIG_ERROR', `${where}: duplicate username ${username}`);
-    seen.add(username);
-    return { username, password };
-  });
-}
-
 export async function readUsersFile(path: string): Promise<string> {
   try {
     return await readFile(path, 'utf8');
   } catch (e) {
     throw new FlowError('CONFIG_ERROR', `users file ${path}: ${(e as Error).message}`);
   }
-}
-
-export async function loadUsersFile(path: string): Promise<MemoryUserStore> {
-  return MemoryUserStore.fromPasswords(parseUsersFile(await readUsersFile(path), path));
 }

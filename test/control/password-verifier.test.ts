@@ -69,6 +69,26 @@ describe('PasswordVerifier', () => {
     assert.equal(v.running + v.queued, 0);
     assert.equal(await v.verify('pw', h), 'busy');
   });
+
+  it('hash() makes a salted scrypt hash on its threads that verify() accepts, the same as node:crypto computes', async () => {
+    const v = verifier();
+    const a = await v.hash('pässword ✓');
+    const b = await v.hash('pässword ✓');
+    assert.equal(a.salt.length, 16);
+    assert.equal(a.hash.length, 32);
+    assert.notDeepEqual(a.salt, b.salt, 'a fresh salt each time');
+    assert.notDeepEqual(a.hash, b.hash);
+    assert.deepEqual(a.hash, scryptSync('pässword ✓', a.salt, 32, CHEAP), 'scrypt of the UTF-8 password with the verifier\'s cost');
+    assert.equal(await v.verify('pässword ✓', a), 'ok');
+    assert.equal(await v.verify('password ✓', a), 'bad');
+    assert.equal(v.stats.workersStarted, 1, 'hashed on the verifier\'s own thread');
+    // Hashes queue behind checks and are never refused for a full queue.
+    const tight = verifier({ threads: 1, maxQueue: 0 });
+    const many = await Promise.all(Array.from({ length: 5 }, (_, i) => tight.hash(`p${i}`)));
+    assert.equal(await tight.verify('p4', many[4]), 'ok');
+    await v.close();
+    await assert.rejects(v.hash('x'), /closed/);
+  });
 });
 
 describe('PasswordGuard', () => {

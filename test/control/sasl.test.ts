@@ -11,7 +11,6 @@ import {
   MemoryUserStore,
   PasswordGuard,
   deriveScramCredential,
-  parseUsersFile,
   passwordAuthenticator,
   saslProvider,
   startSaslExchange,
@@ -188,33 +187,5 @@ describe('PLAIN (RFC 4616) and password checks over a MemoryUserStore', () => {
     const p = saslProvider(guarded(store), ['SCRAM-SHA-512']);
     assert.deepEqual(p.mechanisms, ['SCRAM-SHA-512']);
     assert.equal((await p.start('PLAIN').step(b('\0a\0b'))).state, 'failed');
-  });
-});
-
-describe('users file', () => {
-  it('parses a YAML list, a JSON document and a {users: [...]} mapping', () => {
-    assert.deepEqual(parseUsersFile('- username: a\n  password: x\n- {username: b, password: "y:z"}\n', 'u.yaml'), [
-      { username: 'a', password: 'x' },
-      { username: 'b', password: 'y:z' },
-    ]);
-    assert.deepEqual(parseUsersFile('{"users":[{"username":"c","password":"p"}]}', 'u.json'), [{ username: 'c', password: 'p' }]);
-  });
-
-  it('names the entry and the problem, never the password', () => {
-    const cases: Array<[string, RegExp]> = [
-      ['username: a', /expected a list/],
-      ['- {username: "", password: x}', /entry 1: username must be a non-empty string/],
-      ['- {username: a, password: x}\n- {username: a, password: hunter2}', /entry 2: duplicate username a/],
-      ['- {username: a}', /entry 1 \(a\): password must be a non-empty string/],
-      ['- [a, b]', /entry 1: expected \{username, password\}/],
-      ['- {username: "a\\u0000", password: hunter2}', /control characters/],
-    ];
-    for (const [text, re] of cases) {
-      assert.throws(
-        () => parseUsersFile(text, 'u.yaml'),
-        (e: Error) => re.test(e.message) && e.message.startsWith('users file u.yaml') && !e.message.includes('hunter2'),
-        text,
-      );
-    }
   });
 });

@@ -3,7 +3,7 @@
  * ports the OS picks, and runs real client programs (mosquitto_pub/sub, kcat) with time limits.
  */
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -240,4 +240,31 @@ export function makeTestCert(prefix = 'flowmq-tls-'): TestCert {
     '-keyout', keyPath, '-out', certPath,
   ], { stdio: 'ignore' });
   return { dir, certPath, keyPath, cert: readFileSync(certPath, 'utf8') };
+}
+
+/** A throwaway certificate authority: clients' certificates signed by it are what mTLS listeners trust. */
+export interface TestCa extends TestCert {
+  /** Signs a client certificate (subject CN, optional subjectAltName e-mail and DNS names). */
+  issue(opts: { cn: string; email?: string; dns?: string }): TestCert;
+}
+
+/** A fresh CA (EC P-256, one day) in a new temporary directory, with `issue` for client certificates. */
+export function makeTestCa(prefix = 'flowmq-ca-'): TestCa {
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  const certPath = join(dir, 'ca.pem');
+  const keyPath = join(dir, 'ca-key.pem');
+  const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes'];
+  execFileSync('openssl', ['req', '-x509', ...ec, '-days', '1', '-subj', '/CN=FlowMQ test CA', '-keyout', keyPath, '-out', certPath], { stdio: 'ignore' });
+  let n = 0;
+  const issue = (o: { cn: string; email?: string; dns?: string }): TestCert => {
+    const base = join(dir, `client-${n++}`);
+    const san = [o.email ? `email:${o.email}` : '', o.dns ? `DNS:${o.dns}` : ''].filter(Boolean).join(',');
+    writeFileSync(`${base}.ext`, `basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n${san ? `subjectAltName=${san}\n` : ''}`);
+    execFileSync('openssl', ['req', '-new', ...ec, '-subj', `/CN=${o.cn}`, '-keyout', `${base}-key.pem`, '-out', `${base}.csr`], { stdio: 'ignore' });
+    execFileSync('openssl', ['x509', '-req', '-in', `${base}.csr`, '-CA', certPath, '-CAkey', keyPath, '-CAcreateserial', '-days', '1', '-extfile', `${base}.ext`, '-out', `${base}.pem`], {
+      stdio: 'ignore',
+    });
+    return { dir, certPath: `${base}.pem`, keyPath: `${base}-key.pem`, cert: readFileSync(`${base}.pem`, 'utf8') };
+  };
+  return { dir, certPath, keyPath, cert: readFileSync(certPath, 'utf8'), issue };
 }

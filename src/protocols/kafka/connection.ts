@@ -51,6 +51,7 @@ import { SaslSession, stepRawToken } from './sasl.js';
 import { ReadLease } from '../../core/index.js';
 import { MAX_FRAME_BYTES } from './frame-pool.js';
 import { logKey } from '../log-limit.js';
+import { ANONYMOUS, type Access, type ClientEntry, type Principal, type QuotaLease } from '../../control/index.js';
 
 /** Pieces of a gathered frame smaller than this are joined as they arrive (a trickle must not cost an object per byte). */
 const SMALL_PIECE_BYTES = 4096;
@@ -74,6 +75,8 @@ export interface KafkaConnectionInit {
   remotePort?: number;
   /** The listener the connection arrived on; default a plaintext listener without SASL. */
   listener?: KafkaListenerInfo;
+  /** Byte counters of the transport (a net.Socket), for the client registry. */
+  socket?: { readonly bytesRead: number; readonly bytesWritten: number };
 }
 
 interface Slot {
@@ -128,6 +131,13 @@ export class KafkaConnection implements ConnectionInfo {
   private ended = false;
   private released = false;
   private readonly closeListeners = new Set<() => void>();
+  /** Control plane (see ConnectionInfo): set by `openSession` before the first API that needs a principal. */
+  access: Access | null = null;
+  quota: QuotaLease | null = null;
+  readonly client: ClientEntry | null = null;
+  /** KIP-219 muting: reading stops until this timer fires. */
+  private muted: NodeJS.Timeout | null = null;
+  private mutedUntil = 0;
 
   constructor(
     private readonly stream: Duplex,
@@ -160,6 +170,20 @@ export class KafkaConnection implements ConnectionInfo {
       this.destroy();
     });
     stream.on('close', () => this.handleStreamClose());
+    const ac = adapter.options.access;
+    if (ac) {
+      this.client = ac.clients.register({
+        protocol: 'kafka',
+        listener: this.listener.name,
+        remoteAddress: init.remoteAddress,
+        remotePort: init.remotePort,
+        socket: init.socket,
+        kick: (reason) => {
+          this.log.info({ reason }, 'client kicked: closing connection');
+          this.destroy();
+        },
+      });
+    }
     this.log.debug('connection opened');
   }
 
@@ -350,6 +374,7 @@ export class KafkaConnection implements ConnectionInfo {
       this.destroy();
       return;
     }
+    if (this.access === null && this.adapter.options.access && !PRE_AUTH_APIS.has(prefix.apiKey) && !this.openSession()) return;
     const route = this.adapter.route(prefix.apiKey);
     if (!route) {
       this.limitedLog(
@@ -452,6 +477,63 @@ export class KafkaConnection implements ConnectionInfo {
     this.destroy();
   }
 
+  // ---------------------------------------------------------------- control plane
+
+  /**
+   * Takes the connection's principal (SASL's, else anonymous when allowed), its Access and a quota lease. False
+   * (and the connection closed) when anonymous clients are not allowed or the namespace's connection quota is
+   * reached: Kafka has no reply for either outside SASL, so the connection is closed with a log line.
+   */
+  private openSession(): boolean {
+    const ac = this.adapter.options.access;
+    if (!ac) return true;
+    let principal: Principal;
+    if (this.sasl.authenticated && this.sasl.principal !== null) principal = ac.principal(this.sasl.principal);
+    else if (this.adapter.options.anonymous) principal = ANONYMOUS;
+    else {
+      this.limitedLog('warn', { listener: this.listener.name }, 'anonymous Kafka clients are not allowed: closing connection');
+      this.destroy();
+      return false;
+    }
+    const lease = ac.quotas.connect(principal);
+    if ('refused' in lease) {
+      this.limitedLog('warn', { user: principal.user, namespace: principal.namespace, reason: lease.refused }, 'connection quota reached: closing connection');
+      this.destroy();
+      return false;
+    }
+    this.quota?.release();
+    this.quota = lease;
+    this.access = ac.accessFor(principal, 'kafka', this.remoteAddress);
+    if (this.client) {
+      this.client.user = principal.user;
+      this.client.namespace = principal.namespace;
+    }
+    return true;
+  }
+
+  authenticated(): boolean {
+    if (!this.adapter.options.access) return true;
+    // An anonymous session (requests before SaslHandshake) gives way to the authenticated one.
+    this.quota?.release();
+    this.quota = null;
+    this.access = null;
+    return this.openSession();
+  }
+
+  throttle(ms: number): void {
+    if (ms <= 0 || this.isDone) return;
+    const until = Date.now() + ms;
+    if (until <= this.mutedUntil) return;
+    this.mutedUntil = until;
+    if (this.muted) clearTimeout(this.muted);
+    this.muted = setTimeout(() => {
+      this.muted = null;
+      this.mutedUntil = 0;
+      this.updateFlow();
+    }, ms);
+    this.updateFlow();
+  }
+
   // ---------------------------------------------------------------- output
 
   private flush(): void {
@@ -500,7 +582,7 @@ export class KafkaConnection implements ConnectionInfo {
 
   private updateFlow(): void {
     if (this.isDone) return;
-    const stop = this.pending.length >= this.adapter.options.maxInFlightRequests || this.stream.writableNeedDrain;
+    const stop = this.muted !== null || this.pending.length >= this.adapter.options.maxInFlightRequests || this.stream.writableNeedDrain;
     if (stop && !this.paused) {
       this.paused = true;
       this.stream.pause();
@@ -550,6 +632,10 @@ export class KafkaConnection implements ConnectionInfo {
     this.largeParts = [];
     for (const slot of this.pending) slot.lease?.release();
     this.pending.length = 0;
+    if (this.muted) clearTimeout(this.muted);
+    this.muted = null;
+    this.quota?.release();
+    this.client?.close();
     this.log.debug('connection closed');
     this.resolveClosed();
     const listeners = [...this.closeListeners];

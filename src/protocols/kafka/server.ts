@@ -63,6 +63,7 @@ export async function startKafkaListener(
         remoteAddress: socket.remoteAddress,
         remotePort: socket.remotePort,
         listener: info,
+        socket,
         // Plain TCP sockets are accepted paused and read into one reused buffer (read-into.ts); TLS sockets
         // deliver decrypted 'data' events.
         attachInput: isTls ? undefined : (receive) => readInto(socket, receive),

@@ -195,4 +195,27 @@ export const migrations: readonly Migration[] = [
       ) STRICT;
     `,
   },
+  // Version 7: issue 16 (the control plane).
+  {
+    version: 7,
+    name: 'control plane documents',
+    sql: `
+      -- Users, groups, API tokens, policies, namespaces and login sessions (ControlStore, src/control/store.ts): one
+      -- JSON document per (kind, name). Few rows, read whole at start and after each change.
+      CREATE TABLE control_docs (
+        kind       TEXT    NOT NULL,
+        name       TEXT    NOT NULL,
+        data       TEXT    NOT NULL,  -- JSON object
+        updated_at INTEGER NOT NULL,
+        PRIMARY KEY (kind, name)
+      ) STRICT;
+      -- One row: bumped in the transaction of every change, so that another process sharing the file (or the
+      -- database, for PostgreSQL) learns that something changed by reading one number.
+      CREATE TABLE control_version (
+        id      INTEGER NOT NULL PRIMARY KEY CHECK (id = 0),
+        version INTEGER NOT NULL
+      ) STRICT;
+      INSERT INTO control_version (id, version) VALUES (0, 0);
+    `,
+  },
 ];

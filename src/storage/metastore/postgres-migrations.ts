@@ -293,4 +293,26 @@ export const postgresMigrations: readonly PgMigration[] = [
       ) WITH (fillfactor = 70);
     `,
   },
+  // Version 4: issue 16 (the control plane), as SQLite's version 7.
+  {
+    version: 4,
+    name: 'control plane documents',
+    sql: `
+      -- One JSON document per (kind, name) (ControlStore, src/control/store.ts). text, not jsonb: kept as written.
+      CREATE TABLE control_docs (
+        kind       text COLLATE "C" NOT NULL,
+        name       text COLLATE "C" NOT NULL,
+        data       text   NOT NULL,
+        updated_at bigint NOT NULL,
+        PRIMARY KEY (kind, name)
+      );
+      -- Bumped by the statement of every change (a data-modifying CTE, same transaction): brokers poll this one
+      -- number to learn that another broker changed users or policies.
+      CREATE TABLE control_version (
+        id      integer NOT NULL PRIMARY KEY CHECK (id = 0),
+        version bigint  NOT NULL
+      );
+      INSERT INTO control_version (id, version) VALUES (0, 0);
+    `,
+  },
 ];

@@ -53,6 +53,18 @@ import {
   type StreamRow,
 } from './rows.js';
 import type { ConsumerOffset, Metastore, PartitionState, SegmentMeta, StreamDef } from './types.js';
+import { bumpsVersion, checkControl, type ControlKind, type ControlRecord } from '../../control/store.js';
+
+interface ControlRow extends Record<string, unknown> {
+  kind: ControlKind;
+  name: string;
+  data: string;
+  updated_at: number;
+}
+
+function toControl(r: ControlRow): ControlRecord {
+  return { kind: r.kind, name: r.name, data: JSON.parse(r.data) as Record<string, unknown>, updatedAt: Number(r.updated_at) };
+}
 
 export type { PostgresOptions };
 
@@ -80,6 +92,12 @@ interface ConsumerBatch {
   readonly recs: Map<string, ConsumerRecord>;
   done: Promise<void>;
 }
+
+/**
+ * Control plane documents, keyed by (kind, name); listControl and controlVersion wait for every control write
+ * issued before them (a broker that just wrote reads its own write back).
+ */
+const CONTROL = 'k';
 
 const partKey = (stream: string, partition: number): string => `${partition}\u0000${stream}`;
 
@@ -663,6 +681,84 @@ export class PostgresMetastore implements Metastore {
         'SELECT * FROM binding_defs ORDER BY source, destination_kind, destination, key, binding_key',
       );
       return r.rows.map(toBindingDef);
+    });
+  }
+
+  // ---------------------------------------------------------------- control plane documents (ControlStore)
+
+  async listControl(kind: ControlKind): Promise<ControlRecord[]> {
+    checkControl(kind, '-');
+    return this.afterAll(CONTROL, async () => {
+      const r = await this.q<ControlRow>('listControl', 'SELECT kind, name, data, updated_at FROM control_docs WHERE kind = $1 ORDER BY name', [kind]);
+      return r.rows.map(toControl);
+    });
+  }
+
+  async getControl(kind: ControlKind, name: string): Promise<ControlRecord | null> {
+    checkControl(kind, name);
+    return this.keyed(CONTROL, `${kind}\u0000${name}`, async () => {
+      const r = await this.q<ControlRow>('getControl', 'SELECT kind, name, data, updated_at FROM control_docs WHERE kind = $1 AND name = $2', [kind, name]);
+      return r.rows.length > 0 ? toControl(r.rows[0]) : null;
+    });
+  }
+
+  // Each change is one statement: the document's change and, in a data-modifying CTE of the same statement (so the
+  // same transaction), the version bump that other brokers poll. The bump happens only when a row changed.
+
+  async putControl(kind: ControlKind, name: string, data: Record<string, unknown>): Promise<void> {
+    const json = checkControl(kind, name, data);
+    await this.keyed(CONTROL, `${kind}\u0000${name}`, () =>
+      bumpsVersion(kind)
+        ? this.q(
+            'putControl',
+            `WITH d AS (INSERT INTO control_docs (kind, name, data, updated_at) VALUES ($1, $2, $3, $4)
+                        ON CONFLICT (kind, name) DO UPDATE SET data = excluded.data, updated_at = excluded.updated_at)
+             UPDATE control_version SET version = version + 1 WHERE id = 0`,
+            [kind, name, json, Date.now()],
+          )
+        : this.q(
+            'putControlQuiet',
+            `INSERT INTO control_docs (kind, name, data, updated_at) VALUES ($1, $2, $3, $4)
+             ON CONFLICT (kind, name) DO UPDATE SET data = excluded.data, updated_at = excluded.updated_at`,
+            [kind, name, json, Date.now()],
+          ),
+    );
+  }
+
+  async putControlIfAbsent(kind: ControlKind, name: string, data: Record<string, unknown>): Promise<boolean> {
+    const json = checkControl(kind, name, data);
+    // ON CONFLICT DO NOTHING decides atomically, also against another broker inserting the same name at once.
+    return this.keyed(CONTROL, `${kind}\u0000${name}`, async () => {
+      const r = await this.q<{ n: number }>(
+        'putControlIfAbsent',
+        `WITH d AS (INSERT INTO control_docs (kind, name, data, updated_at) VALUES ($1, $2, $3, $4)
+                    ON CONFLICT (kind, name) DO NOTHING RETURNING 1),
+              v AS (UPDATE control_version SET version = version + 1 WHERE id = 0 AND $5::boolean AND EXISTS (SELECT 1 FROM d))
+         SELECT count(*)::int AS n FROM d`,
+        [kind, name, json, Date.now(), bumpsVersion(kind)],
+      );
+      return r.rows[0].n > 0;
+    });
+  }
+
+  async deleteControl(kind: ControlKind, name: string): Promise<boolean> {
+    checkControl(kind, name);
+    return this.keyed(CONTROL, `${kind}\u0000${name}`, async () => {
+      const r = await this.q<{ n: number }>(
+        'deleteControl',
+        `WITH d AS (DELETE FROM control_docs WHERE kind = $1 AND name = $2 RETURNING 1),
+              v AS (UPDATE control_version SET version = version + 1 WHERE id = 0 AND $3::boolean AND EXISTS (SELECT 1 FROM d))
+         SELECT count(*)::int AS n FROM d`,
+        [kind, name, bumpsVersion(kind)],
+      );
+      return r.rows[0].n > 0;
+    });
+  }
+
+  async controlVersion(): Promise<number> {
+    return this.afterAll(CONTROL, async () => {
+      const r = await this.q<{ version: number }>('controlVersion', 'SELECT version FROM control_version WHERE id = 0');
+      return Number(r.rows[0].version);
     });
   }
 

@@ -50,6 +50,7 @@ import {
   type StreamRow,
 } from './rows.js';
 import type { ConsumerOffset, Metastore, PartitionState, SegmentMeta, StreamDef } from './types.js';
+import { bumpsVersion, checkControl, type ControlKind, type ControlRecord } from '../../control/store.js';
 
 interface QueueStateRow {
   next_seq: number;
@@ -132,6 +133,17 @@ class WalFileSync {
   }
 }
 
+interface ControlRow {
+  kind: ControlKind;
+  name: string;
+  data: string;
+  updated_at: number;
+}
+
+function toControl(r: ControlRow): ControlRecord {
+  return { kind: r.kind, name: r.name, data: JSON.parse(r.data) as Record<string, unknown>, updatedAt: r.updated_at };
+}
+
 export class SqliteMetastore implements Metastore {
   readonly kind = 'sqlite';
   private closed = false;
@@ -146,6 +158,8 @@ export class SqliteMetastore implements Metastore {
   private readonly txDeleteSession: (clientId: string) => void;
   private readonly txUpdateQueue: (clientId: string, changes: QueueChanges, maxLength: number) => { seqs: number[]; dropped: number };
   private readonly txPutConsumers: (rows: ReturnType<typeof consumerValues>[]) => void;
+  /** A control document change and the version bump, in one transaction (see ControlStore). */
+  private readonly txControl: (op: 'put' | 'insert' | 'delete', kind: ControlKind, name: string, json: string) => boolean;
   /** The consumer puts made in this turn of the event loop, not written yet (see putConsumer). */
   private consumerBatch: {
     /** Row values by (stream, name): the latest put of each consumer. */
@@ -255,6 +269,14 @@ export class SqliteMetastore implements Metastore {
     });
     this.txPutConsumers = db.transaction((rows: ReturnType<typeof consumerValues>[]) => {
       for (const r of rows) this.s.consumerPut.run(...r);
+    });
+    this.txControl = db.transaction((op: 'put' | 'insert' | 'delete', kind: ControlKind, name: string, json: string) => {
+      const changes =
+        op === 'delete'
+          ? this.s.controlDelete.run(kind, name).changes
+          : (op === 'put' ? this.s.controlPut : this.s.controlInsert).run(kind, name, json, Date.now()).changes;
+      if (changes > 0 && bumpsVersion(kind)) this.s.controlBump.run();
+      return changes > 0;
     });
     this.txDeleteSession = db.transaction((clientId: string) => {
       this.s.sessionDelete.run(clientId);
@@ -414,6 +436,16 @@ export class SqliteMetastore implements Metastore {
       consumerListAll: db.prepare('SELECT * FROM jetstream_consumers ORDER BY stream, name'),
       consumerDelete: db.prepare('DELETE FROM jetstream_consumers WHERE stream = ? AND name = ?'),
       consumerDeleteStream: db.prepare('DELETE FROM jetstream_consumers WHERE stream = ?'),
+      controlList: db.prepare('SELECT kind, name, data, updated_at FROM control_docs WHERE kind = ? ORDER BY name'),
+      controlGet: db.prepare('SELECT kind, name, data, updated_at FROM control_docs WHERE kind = ? AND name = ?'),
+      controlPut: db.prepare(
+        `INSERT INTO control_docs (kind, name, data, updated_at) VALUES (?, ?, ?, ?)
+         ON CONFLICT (kind, name) DO UPDATE SET data = excluded.data, updated_at = excluded.updated_at`,
+      ),
+      controlInsert: db.prepare('INSERT INTO control_docs (kind, name, data, updated_at) VALUES (?, ?, ?, ?) ON CONFLICT (kind, name) DO NOTHING'),
+      controlDelete: db.prepare('DELETE FROM control_docs WHERE kind = ? AND name = ?'),
+      controlBump: db.prepare('UPDATE control_version SET version = version + 1 WHERE id = 0'),
+      controlVersion: db.prepare('SELECT version FROM control_version WHERE id = 0'),
     };
   }
 
@@ -765,6 +797,40 @@ export class SqliteMetastore implements Metastore {
 
   async listBindings(): Promise<BindingDef[]> {
     return this.run('listBindings', () => (this.s.bindingList.all() as BindingDefRow[]).map(toBindingDef));
+  }
+
+  // ---------------------------------------------------------------- control plane documents (ControlStore)
+
+  async listControl(kind: ControlKind): Promise<ControlRecord[]> {
+    checkControl(kind, '-');
+    return this.run('listControl', () => (this.s.controlList.all(kind) as ControlRow[]).map(toControl));
+  }
+
+  async getControl(kind: ControlKind, name: string): Promise<ControlRecord | null> {
+    checkControl(kind, name);
+    const row = this.run('getControl', () => this.s.controlGet.get(kind, name) as ControlRow | undefined);
+    return row ? toControl(row) : null;
+  }
+
+  async putControl(kind: ControlKind, name: string, data: Record<string, unknown>): Promise<void> {
+    const json = checkControl(kind, name, data);
+    await this.write('putControl', () => this.txControl('put', kind, name, json));
+  }
+
+  async putControlIfAbsent(kind: ControlKind, name: string, data: Record<string, unknown>): Promise<boolean> {
+    const json = checkControl(kind, name, data);
+    // INSERT ... ON CONFLICT DO NOTHING decides under SQLite's write lock: two processes seeding one name cannot
+    // both create it.
+    return this.write('putControlIfAbsent', () => this.txControl('insert', kind, name, json));
+  }
+
+  async deleteControl(kind: ControlKind, name: string): Promise<boolean> {
+    checkControl(kind, name);
+    return this.write('deleteControl', () => this.txControl('delete', kind, name, ''));
+  }
+
+  async controlVersion(): Promise<number> {
+    return this.run('controlVersion', () => (this.s.controlVersion.get() as { version: number }).version);
   }
 
   async close(): Promise<void> {

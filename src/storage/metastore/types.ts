@@ -1,7 +1,8 @@
 /**
  * The metastore: the source of truth for metadata (stream definitions and bindings, partition state and
  * ownership epochs, the segment index, consumer offsets, producer ids, client sessions and their queues,
- * retained messages, queue/exchange/binding definitions, JetStream consumer state). One object covers every role; the broker opens one and hands it around.
+ * retained messages, queue/exchange/binding definitions, JetStream consumer state, the control plane's documents:
+ * users, groups, tokens, policies, namespaces, login sessions). One object covers every role; the broker opens one and hands it around.
  * Embedded backend: SQLite; cluster backend: PostgreSQL.
  *
  * Contract every backend keeps (test/conformance/*.suite.ts checks it):
@@ -33,6 +34,7 @@ import type {
   StreamCatalog,
   StreamDef,
 } from '../../core/index.js';
+import type { ControlStore } from '../../control/store.js';
 export type { StreamDef };
 
 export interface SegmentMeta {
@@ -65,7 +67,15 @@ export interface PartitionState {
 /** A consumer group's committed position: the core's CommittedOffset, stored here. */
 export type ConsumerOffset = CommittedOffset;
 
-export interface Metastore extends StreamCatalog, OffsetStore, ProducerIdStore, SessionStore, RetainedStore, QueueCatalog, ConsumerStateStore {
+export interface Metastore
+  extends StreamCatalog,
+    OffsetStore,
+    ProducerIdStore,
+    SessionStore,
+    RetainedStore,
+    QueueCatalog,
+    ConsumerStateStore,
+    ControlStore {
   readonly kind: string;
 
   createStream(def: StreamDef): Promise<void>; // throws FlowError ALREADY_EXISTS

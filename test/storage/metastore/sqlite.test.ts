@@ -133,7 +133,7 @@ describe('SqliteMetastore', () => {
       db.prepare("INSERT INTO streams (name, partitions, bindings, retention_ms, created_at) VALUES ('s', 1, '[]', NULL, 1)").run();
       db.close();
       const m = SqliteMetastore.open(file);
-      assert.equal(m.schemaVersion(), 6);
+      assert.equal(m.schemaVersion(), migrations.length);
       assert.deepEqual((await m.listStreams()).map((s) => s.name), ['s']);
       assert.deepEqual(await m.listConsumers(), []);
       const rec = { stream: 's', name: 'c', config: '{}', createdAt: 2, deliveredSeq: 3, deliveredConsumerSeq: 4, ackFloor: 1, acked: [3] };

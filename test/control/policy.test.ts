@@ -1,0 +1,262 @@
+/**
+ * PolicySet (src/control/policy.ts): validation, matching per resource kind, deny wins, the admins group, the
+ * default modes, `$` topics, and the subscription verdicts (allow / deny / filter) built on filterCovers and
+ * filtersIntersect.
+ */
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { isFlowError } from '../../src/core/index.js';
+import { ANONYMOUS, PolicySet, filterCovers, filtersIntersect, validatePolicy, type PolicyDef, type Principal } from '../../src/control/policy.js';
+
+const pol = (over: Partial<PolicyDef> & Pick<PolicyDef, 'name'>): PolicyDef => ({
+  effect: 'allow',
+  actions: ['*'],
+  resources: ['*:*'],
+  principals: ['everyone'],
+  createdAt: 1,
+  ...over,
+});
+const user = (name: string, ...groups: string[]): Principal => ({ user: name, groups, namespace: 'default' });
+const alice = user('alice');
+const bob = user('bob', 'ops');
+const lv = (f: string) => f.split('/');
+const invalid = (e: unknown) => isFlowError(e, 'INVALID_ARGUMENT');
+
+describe('validatePolicy', () => {
+  it('accepts the documented forms', () => {
+    const def = pol({
+      name: 'team-a:read@v1',
+      actions: ['publish', 'subscribe', 'create', 'delete', 'describe', 'alter', 'admin'],
+      resources: ['topic:a/+/#', 'topic:#', 'topic:$SYS/x', 'stream:orders-*', 'stream:*', 'queue:q1', 'exchange:amq.topic', 'group:g*', 'cluster:*', '*:*'],
+      principals: ['user:alice', 'group:ops', 'everyone', '*', 'user:a:b@c'],
+    });
+    assert.equal(validatePolicy(def), def);
+  });
+
+  for (const [what, over] of [
+    ['an empty name', { name: '' }],
+    ['a name with a space', { name: 'a b' }],
+    ['a name of 129 characters', { name: 'x'.repeat(129) }],
+    ['an unknown effect', { effect: 'maybe' }],
+    ['no actions', { actions: [] }],
+    ['an unknown action', { actions: ['consume'] }],
+    ['actions not a list', { actions: 'publish' }],
+    ['no resources', { resources: [] }],
+    ['a resource without a kind', { resources: ['a/b'] }],
+    ['an unknown kind', { resources: ['table:x'] }],
+    ['an empty pattern', { resources: ['topic:'] }],
+    ['kind * with a pattern', { resources: ['*:a'] }],
+    ['# inside a topic level', { resources: ['topic:a/b#'] }],
+    ['# not last', { resources: ['topic:#/a'] }],
+    ['+ inside a level', { resources: ['topic:a+/b'] }],
+    ['* inside a name pattern', { resources: ['stream:a*b'] }],
+    ['no principals', { principals: [] }],
+    ['a bare principal name', { principals: ['alice'] }],
+    ['an empty user', { principals: ['user:'] }],
+    ['a principal that is not a string', { principals: [1] }],
+  ] as Array<[string, Record<string, unknown>]>) {
+    it(`refuses ${what} with INVALID_ARGUMENT`, () => {
+      assert.throws(() => validatePolicy({ ...pol({ name: 'p' }), ...over } as PolicyDef), invalid);
+    });
+  }
+});
+
+describe('filterCovers and filtersIntersect', () => {
+  const covers: Array<[string, string, boolean]> = [
+    ['#', 'a/b', true],
+    ['#', '#', true],
+    ['#', '+/#', true],
+    ['a/#', 'a', true], // `a/#` matches its parent level
+    ['a/#', 'a/b/+/#', true],
+    ['a/#', '#', false],
+    ['a/+', 'a/b', true],
+    ['a/+', 'a/+', true],
+    ['a/+', 'a/#', false],
+    ['a/+', 'a', false],
+    ['a/+', 'a/b/c', false],
+    ['a/b', 'a/+', false],
+    ['a/b', 'a/b', true],
+    ['a/b', 'a/b/c', false],
+    ['a', 'a/#', false],
+    ['+/b', 'x/b', true],
+    ['#', '$SYS/x', false], // wildcards at the first level never reach `$` topics
+    ['+/x', '$SYS/x', false],
+    ['$SYS/#', '$SYS/a/b', true],
+    ['$SYS/#', '#', false],
+  ];
+  for (const [p, s, want] of covers) {
+    it(`${p} ${want ? 'covers' : 'does not cover'} ${s}`, () => assert.equal(filterCovers(lv(p), lv(s)), want));
+  }
+
+  const meets: Array<[string, string, boolean]> = [
+    ['a/+', 'a/b', true],
+    ['a/+', '+/b', true],
+    ['a/b', 'a/c', false],
+    ['a/#', 'a', true],
+    ['a/+/c', 'a/b', false],
+    ['a/+', 'a/b/c', false],
+    ['#', 'x/y/z', true],
+    ['#', '$SYS/#', false],
+    ['+/#', '$SYS/x', false],
+    ['$SYS/+', '$SYS/#', true],
+    ['a/b/c', 'a/b/c', true],
+    ['a/b', 'a/b/c', false],
+  ];
+  for (const [a, b, want] of meets) {
+    it(`${a} and ${b} ${want ? 'intersect' : 'do not intersect'} (both ways)`, () => {
+      assert.equal(filtersIntersect(lv(a), lv(b)), want);
+      assert.equal(filtersIntersect(lv(b), lv(a)), want);
+    });
+  }
+});
+
+describe('PolicySet.allows', () => {
+  it('default modes: auto allows while no policy exists and denies once one does; allow and deny are fixed', () => {
+    assert.equal(new PolicySet([]).allows(ANONYMOUS, 'publish', 'topic', 'a'), true);
+    assert.equal(new PolicySet([]).open, true);
+    const one = [pol({ name: 'x', resources: ['topic:x'], principals: ['user:alice'] })];
+    const auto = new PolicySet(one);
+    assert.equal(auto.open, false);
+    assert.equal(auto.allows(alice, 'publish', 'topic', 'x'), true);
+    assert.equal(auto.allows(alice, 'publish', 'topic', 'y'), false, 'what no policy decides is denied once one exists');
+    assert.equal(auto.allows(bob, 'publish', 'topic', 'x'), false);
+    const allow = new PolicySet(one, 'allow');
+    assert.equal(allow.allows(bob, 'publish', 'topic', 'y'), true);
+    assert.equal(allow.open, false, 'policies exist: checks cannot be skipped');
+    assert.equal(new PolicySet([], 'allow').open, true);
+    const deny = new PolicySet([], 'deny');
+    assert.equal(deny.open, false);
+    assert.equal(deny.allows(alice, 'publish', 'topic', 'a'), false);
+    assert.equal(deny.subscription(alice, 'a/#'), 'deny');
+  });
+
+  it('deny wins over allow, whatever the order', () => {
+    const allowAll = pol({ name: 'all' });
+    const denyX = pol({ name: 'nox', effect: 'deny', actions: ['publish'], resources: ['topic:secret/#'], principals: ['user:alice'] });
+    for (const set of [new PolicySet([allowAll, denyX]), new PolicySet([denyX, allowAll])]) {
+      assert.equal(set.allows(alice, 'publish', 'topic', 'secret/a'), false);
+      assert.equal(set.allows(alice, 'publish', 'topic', 'secret'), false, 'secret/# covers its parent');
+      assert.equal(set.allows(alice, 'subscribe', 'topic', 'secret/a'), true, 'another action');
+      assert.equal(set.allows(bob, 'publish', 'topic', 'secret/a'), true, 'another principal');
+      assert.equal(set.allows(alice, 'publish', 'topic', 'public/a'), true);
+    }
+  });
+
+  it('members of admins are allowed everything, even what a deny names', () => {
+    const set = new PolicySet([pol({ name: 'd', effect: 'deny', principals: ['everyone'] })], 'deny');
+    const admin = user('root', 'admins');
+    assert.equal(set.allows(admin, 'admin', 'cluster', '*'), true);
+    assert.equal(set.allows(admin, 'publish', 'topic', '$SYS/x'), true);
+    assert.equal(set.subscription(admin, '#'), 'allow');
+    assert.equal(set.allows(alice, 'publish', 'topic', 'a'), false);
+  });
+
+  it('principals: user, group, everyone (anonymous included); anonymous matches only everyone', () => {
+    const set = new PolicySet([
+      pol({ name: 'u', resources: ['queue:u'], principals: ['user:alice'] }),
+      pol({ name: 'g', resources: ['queue:g'], principals: ['group:ops'] }),
+      pol({ name: 'e', resources: ['queue:e'], principals: ['everyone'] }),
+    ]);
+    assert.deepEqual(
+      ['u', 'g', 'e'].map((q) => [set.allows(alice, 'subscribe', 'queue', q), set.allows(bob, 'subscribe', 'queue', q), set.allows(ANONYMOUS, 'subscribe', 'queue', q)]),
+      [
+        [true, false, false],
+        [false, true, false],
+        [true, true, true],
+      ],
+    );
+    // A user named like a group, and a user with a null name, never match a group or user principal by accident.
+    assert.equal(set.allows(user('ops'), 'subscribe', 'queue', 'g'), false);
+  });
+
+  it('name patterns of non-topic kinds: exact, prefix, any; kinds are separate', () => {
+    const set = new PolicySet([
+      pol({ name: 'exact', actions: ['publish'], resources: ['stream:orders'] }),
+      pol({ name: 'prefix', actions: ['subscribe'], resources: ['stream:logs-*'] }),
+      pol({ name: 'any', actions: ['describe'], resources: ['group:*'] }),
+    ]);
+    assert.equal(set.allows(alice, 'publish', 'stream', 'orders'), true);
+    assert.equal(set.allows(alice, 'publish', 'stream', 'orders2'), false);
+    assert.equal(set.allows(alice, 'publish', 'queue', 'orders'), false, 'same name, other kind');
+    assert.equal(set.allows(alice, 'subscribe', 'stream', 'logs-'), true);
+    assert.equal(set.allows(alice, 'subscribe', 'stream', 'logs-app'), true);
+    assert.equal(set.allows(alice, 'subscribe', 'stream', 'logs'), false);
+    assert.equal(set.allows(alice, 'describe', 'group', 'anything'), true);
+    assert.equal(set.allows(alice, 'delete', 'group', 'anything'), false, 'action not granted');
+  });
+
+  it('topic patterns are MQTT filters on unified names, with `$` topics outside first-level wildcards', () => {
+    const set = new PolicySet([
+      pol({ name: 'wild', actions: ['publish'], resources: ['topic:#'] }),
+      pol({ name: 'plus', actions: ['subscribe'], resources: ['topic:+/status'] }),
+      pol({ name: 'sys', actions: ['subscribe'], resources: ['topic:$SYS/broker/#'] }),
+    ]);
+    assert.equal(set.allows(alice, 'publish', 'topic', 'a/b/c'), true);
+    assert.equal(set.allows(alice, 'publish', 'topic', '$SYS/x'), false, '# does not match $ topics');
+    assert.equal(set.allows(alice, 'subscribe', 'topic', 'dev1/status'), true);
+    assert.equal(set.allows(alice, 'subscribe', 'topic', 'dev1/x/status'), false);
+    assert.equal(set.allows(alice, 'subscribe', 'topic', '$SYS/broker/load'), true);
+    // `*:*` is everything, `$` topics included.
+    assert.equal(new PolicySet([pol({ name: 'all' })]).allows(alice, 'publish', 'topic', '$SYS/x'), true);
+  });
+
+  it('action * covers every action, and a list only its own', () => {
+    const set = new PolicySet([pol({ name: 'a', actions: ['publish', 'create'], resources: ['exchange:x'] })]);
+    assert.equal(set.allows(alice, 'publish', 'exchange', 'x'), true);
+    assert.equal(set.allows(alice, 'create', 'exchange', 'x'), true);
+    assert.equal(set.allows(alice, 'delete', 'exchange', 'x'), false);
+    assert.deepEqual(set.defs().map((d) => d.name), ['a']);
+    assert.equal(set.size, 1);
+  });
+});
+
+describe('PolicySet.subscription', () => {
+  const set = new PolicySet([
+    pol({ name: 'read-sensors', actions: ['subscribe'], resources: ['topic:sensors/#'], principals: ['user:alice'] }),
+    pol({ name: 'no-secret', effect: 'deny', actions: ['subscribe'], resources: ['topic:sensors/secret/#'], principals: ['user:alice'] }),
+    pol({ name: 'one-plant', actions: ['subscribe'], resources: ['topic:plant/1/#'], principals: ['user:alice'] }),
+    pol({ name: 'pub', actions: ['publish'], resources: ['topic:#'], principals: ['everyone'] }),
+  ]);
+
+  const cases: Array<[string, string]> = [
+    ['sensors/temp', 'allow'],
+    ['sensors/+/temp', 'filter'], // may meet sensors/secret/temp: granted, each delivery checked
+    ['sensors/#', 'filter'],
+    ['sensors/secret/#', 'deny'],
+    ['sensors/secret/x', 'deny'],
+    ['sensors/public/#', 'allow'],
+    ['plant/+/temp', 'filter'], // only plant/1/temp of it is allowed
+    ['#', 'filter'],
+    ['other/#', 'deny'], // nothing of it is allowed
+    ['$SYS/#', 'deny'],
+  ];
+  for (const [filter, want] of cases) {
+    it(`${filter} → ${want}`, () => assert.equal(set.subscription(alice, filter), want));
+  }
+
+  it('a filtered subscription admits exactly the allowed topics', () => {
+    assert.equal(set.subscription(alice, 'sensors/+/temp'), 'filter');
+    assert.equal(set.allows(alice, 'subscribe', 'topic', 'sensors/kitchen/temp'), true);
+    assert.equal(set.allows(alice, 'subscribe', 'topic', 'sensors/secret/temp'), false);
+  });
+
+  it('publish policies do not grant subscriptions; another principal gets nothing', () => {
+    assert.equal(set.subscription(bob, 'a/b'), 'deny');
+    assert.equal(set.subscription(ANONYMOUS, '#'), 'deny');
+  });
+
+  it('default allow: a partial deny filters, a covering deny refuses, the rest is allowed', () => {
+    const s = new PolicySet([pol({ name: 'd', effect: 'deny', actions: ['subscribe'], resources: ['topic:private/#'] })], 'allow');
+    assert.equal(s.subscription(alice, 'public/#'), 'allow');
+    assert.equal(s.subscription(alice, '#'), 'filter');
+    assert.equal(s.subscription(alice, 'private/x'), 'deny');
+    assert.equal(s.subscription(alice, '$SYS/#'), 'allow', 'the deny on private/# cannot meet $SYS topics');
+  });
+
+  it('a deny of *:* refuses everything, $ topics too', () => {
+    const s = new PolicySet([pol({ name: 'a' }), pol({ name: 'd', effect: 'deny', principals: ['user:alice'] })]);
+    assert.equal(s.subscription(alice, '$SYS/#'), 'deny');
+    assert.equal(s.subscription(alice, 'a'), 'deny');
+    assert.equal(s.subscription(bob, 'a'), 'allow');
+  });
+});
