@@ -13,6 +13,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import type { Duplex } from 'node:stream';
+import { startSaslExchange, type Access, type AccessControl, type ClientEntry, type Principal, type QuotaLease, type SaslExchange } from '../../control/index.js';
 import type { Message, QoS, QueueDelivery, Subscription } from '../../core/index.js';
 import { FlowError, isFlowError, validateFilter } from '../../core/index.js';
 import { logKey, type LogLimitOptions } from '../log-limit.js';
@@ -137,6 +138,13 @@ export interface MqttOptions {
   slowConsumer?: SlowConsumerPolicy;
   /** Rate limits of the lines a client can trigger (protocol errors, timeouts, refused connects), per address. */
   logLimit?: LogLimitOptions;
+  /**
+   * The control plane (the broker's `ctx.access`): when set, it authenticates (passwords, the webhook, anonymous
+   * per protocol, SCRAM-SHA-256/512 as v5 enhanced authentication) instead of `authenticate`, authorizes every
+   * publish, subscription and will, applies the namespace quotas and lists the connection in the client registry.
+   * null: everyone may do everything (stand-alone listeners, tests).
+   */
+  access?: AccessControl | null;
 }
 
 export type SlowConsumerPolicy = 'drop' | 'disconnect';
@@ -172,6 +180,7 @@ export const MQTT_DEFAULTS: ResolvedMqttOptions = {
   maxPartialBytes: 64 * 1024 * 1024,
   slowConsumer: 'drop',
   logLimit: {},
+  access: null,
 };
 
 class MqttConfigError extends FlowError {
@@ -314,7 +323,21 @@ export interface MqttConnectionInit {
   hub?: MqttHub;
   /** Peer address for logs. */
   remote?: string;
+  /** Listener name for the client registry ("mqtt", "mqtts", "mqtt-ws"). */
+  listener?: string;
+  /** The transport's byte counters for the client registry (the TCP socket, also under a WebSocket). */
+  socket?: { readonly bytesRead: number; readonly bytesWritten: number };
+  /**
+   * The login a verified client certificate gives (mTLS on the TLS listener, src/control/certs.ts): null when it
+   * gives none, the user it names, or 'bad' when the directory has no such user. Credentials in CONNECT win.
+   */
+  certificate?: () => CertificateLogin;
 }
+
+export type CertificateLogin = { verdict: 'ok'; user: string; principal: Principal } | { verdict: 'bad'; user: string } | null;
+
+/** The SASL mechanisms MQTT 5.0 enhanced authentication offers (Authentication Method names as the SASL ones). */
+const SCRAM_METHODS: ReadonlySet<string> = new Set(['SCRAM-SHA-256', 'SCRAM-SHA-512']);
 
 export class MqttConnection implements QueueConsumerHost {
   clientId = '';
@@ -368,6 +391,21 @@ export class MqttConnection implements QueueConsumerHost {
   private authMethod: string | null = null;
   private authStep = 0;
   private pendingConnect: ConnectPacket | null = null;
+
+  // control plane (null without opts.access)
+  /** What this connection's identity may do; set at login. */
+  private access: Access | null = null;
+  /** Its namespace's quotas, held from login to close. */
+  private lease: QuotaLease | null = null;
+  /** Its entry in the client registry, from accept to close. */
+  private readonly client: ClientEntry | null = null;
+  /** A SCRAM exchange under way (CONNECT, or a re-authentication). */
+  private scram: SaslExchange | null = null;
+  /** Enhanced authentication is the control plane's SCRAM (not the `enhancedAuth` hook). */
+  private scramAuth = false;
+  /** Reading is held back by a quota until this timer fires. */
+  private throttleTimer: NodeJS.Timeout | null = null;
+  private readonly certificate: (() => CertificateLogin) | null;
 
   // outbound
   private readonly inflight = new Map<number, Delivery>();
@@ -427,6 +465,20 @@ export class MqttConnection implements QueueConsumerHost {
     this.hub.connections.add(this);
     this.remote = init.remote ?? 'unknown';
     this.address = addressOf(this.remote);
+    this.certificate = init.certificate ?? null;
+    const ac = this.opts.access;
+    if (ac !== null) {
+      const port = Number(this.remote.slice(this.remote.lastIndexOf(':') + 1));
+      const sock = init.socket ?? (isByteCounter(stream) ? stream : undefined);
+      this.client = ac.clients.register({
+        protocol: 'mqtt',
+        listener: init.listener ?? 'mqtt',
+        remoteAddress: this.address,
+        remotePort: Number.isInteger(port) && port > 0 ? port : undefined,
+        socket: sock,
+        kick: (reason) => this.kick(reason),
+      });
+    }
     this.closed = new Promise((resolve) => {
       this.resolveClosed = resolve;
     });
@@ -476,6 +528,20 @@ export class MqttConnection implements QueueConsumerHost {
     }
     this.close('shutdown');
     return this.closed;
+  }
+
+  /**
+   * An administrator kicked the client (client registry): v5 DISCONNECT 0x98 Administrative action, 3.1.1 a plain
+   * close (it has no way to say why). The will is published, as for any close the client did not ask for.
+   */
+  kick(reason: string): void {
+    if (this.state === State.Closed) return;
+    this.ctx.logger.info({ clientId: this.clientId || undefined, remote: this.remote, reason }, 'mqtt client kicked');
+    if (this.state !== State.Connected) {
+      this.close('abnormal');
+      return;
+    }
+    this.disconnectWith(ReasonCode.ADMINISTRATIVE_ACTION, reason);
   }
 
   /** Another connection took this client id over [MQTT-3.1.4-3]: v5 DISCONNECT 0x8E, will published. */
@@ -613,7 +679,8 @@ export class MqttConnection implements QueueConsumerHost {
   }
 
   private resumeReading(): void {
-    if (!this.readPaused || this.state === State.Closed) return;
+    // A quota's hold-back ends on its own timer (throttle()), not with the other reasons to pause.
+    if (!this.readPaused || this.state === State.Closed || this.throttleTimer !== null) return;
     this.readPaused = false;
     if (this.pendingBytes > 0 && this.pendingBytes >= this.needBytes) this.parse();
     // The rest of a packet may have waited in the socket while we did not read: its clock starts again.
@@ -759,8 +826,19 @@ export class MqttConnection implements QueueConsumerHost {
       this.refuse(this.level === 5 ? ReasonCode.QUOTA_EXCEEDED : ConnackCode.SERVER_UNAVAILABLE, 'connection limit reached');
       return;
     }
+    if (props.authenticationMethod !== undefined && this.opts.access !== null && SCRAM_METHODS.has(props.authenticationMethod)) {
+      // [MQTT-4.12] enhanced authentication with SCRAM: the client-first message comes in the CONNECT.
+      this.authMethod = props.authenticationMethod;
+      this.scramAuth = true;
+      this.pendingConnect = p;
+      this.state = State.Authenticating;
+      this.scram = startSaslExchange(this.opts.access.guard, this.authMethod as 'SCRAM-SHA-256' | 'SCRAM-SHA-512', this.address);
+      this.scramStep(props.authenticationData ?? Buffer.alloc(0), false);
+      return;
+    }
     if (props.authenticationMethod !== undefined) {
-      const hook = this.opts.enhancedAuth;
+      // Under the control plane only its SCRAM methods are offered: a hook's 'ok' would carry no identity.
+      const hook = this.opts.access !== null ? null : this.opts.enhancedAuth;
       if (hook === null) {
         this.refuse(ReasonCode.BAD_AUTHENTICATION_METHOD, `authentication method ${props.authenticationMethod} is not supported`);
         return;
@@ -769,6 +847,14 @@ export class MqttConnection implements QueueConsumerHost {
       this.pendingConnect = p;
       this.state = State.Authenticating;
       this.runEnhancedAuth(props.authenticationData ?? null, false);
+      return;
+    }
+    if (this.opts.access !== null) {
+      this.pendingConnect = p;
+      // [MQTT-3.1.4-5] nothing after CONNECT is processed before the CONNECT is accepted.
+      this.state = State.Authenticating;
+      this.pauseReading();
+      this.login(this.opts.access, p);
       return;
     }
     let auth: AuthResult | Promise<AuthResult>;
@@ -793,6 +879,111 @@ export class MqttConnection implements QueueConsumerHost {
   }
 
   private assignedId: string | null = null;
+
+  /**
+   * Username/password through the control plane (the directory's users, then the webhook for unknown ones). No
+   * username: anonymous, if the broker lets MQTT clients in without credentials. While nobody could log in (no
+   * users, no webhook) and anonymous access is allowed, credentials are not checked at all: the zero-setup broker
+   * lets everyone in, as it did before users existed (and as Mosquitto does without a password file).
+   */
+  private login(ac: AccessControl, p: ConnectPacket): void {
+    const anonymous = ac.anonymousAllowed('mqtt');
+    // A verified client certificate logs in as the user it names, unless the client sent a username: credentials win.
+    const cert = p.username === null && this.certificate !== null ? this.certificate() : null;
+    if (cert !== null) {
+      if (cert.verdict === 'ok') this.loggedIn(cert.principal, undefined);
+      else {
+        this.logLimited('info', 'certificate refused', { clientId: this.clientId, remote: this.remote, user: cert.user }, 'mqtt client certificate names no user');
+        this.accept('bad-credentials', undefined);
+      }
+      return;
+    }
+    if (p.username === null || (!ac.hasUsers && anonymous)) {
+      if (!anonymous) {
+        this.accept('not-authorized', undefined);
+        return;
+      }
+      this.loggedIn(ac.principal(null), undefined);
+      return;
+    }
+    ac.password(p.username, p.password, this.address, 'mqtt').then(
+      (r) => {
+        if (r.verdict === 'ok') this.loggedIn(r.principal, undefined);
+        else this.accept(r.verdict === 'busy' ? 'busy' : 'bad-credentials', undefined);
+      },
+      (err: unknown) => this.authFailed(err),
+    );
+  }
+
+  /**
+   * The client proved who it is: its authorization, the will's topic (refused: v5 0x87 Not authorized, 3.1.1 0x05,
+   * the decision's mapping), its namespace's connection quota (v5 0x97 Quota exceeded, 3.1.1 0x03 Server
+   * unavailable), then the session.
+   */
+  private loggedIn(principal: Principal, authProps: Properties | undefined): void {
+    if (this.state === State.Closed) return;
+    const ac = this.opts.access!;
+    const access = ac.accessFor(principal, 'mqtt', this.address);
+    const v5 = this.level === 5;
+    const will = this.pendingConnect?.will ?? null;
+    if (will !== null && !access.can('publish', 'topic', will.topic)) {
+      this.refuse(v5 ? ReasonCode.NOT_AUTHORIZED : ConnackCode.NOT_AUTHORIZED, `not authorized to publish the will to ${will.topic}`);
+      return;
+    }
+    const lease = ac.quotas.connect(principal);
+    if ('refused' in lease) {
+      this.refuse(v5 ? ReasonCode.QUOTA_EXCEEDED : ConnackCode.SERVER_UNAVAILABLE, lease.refused);
+      return;
+    }
+    this.access = access;
+    this.lease = lease;
+    if (this.client !== null) {
+      this.client.user = principal.user;
+      this.client.namespace = principal.namespace;
+      this.client.clientId = this.clientId;
+    }
+    this.accept('ok', authProps);
+  }
+
+  /** One step of a SCRAM exchange carried in CONNECT / AUTH (section 4.12); `reauth`: on a connected client (0x19). */
+  private scramStep(data: Buffer, reauth: boolean): void {
+    const ex = this.scram!;
+    const method = this.authMethod!;
+    this.pauseReading();
+    Promise.resolve(ex.step(data)).then(
+      (r) => {
+        if (this.state === State.Closed) return;
+        if (r.state === 'continue') {
+          // [MQTT-4.12.0-2] AUTH 0x18 Continue authentication, with the same method.
+          this.send(encodeAuth(ReasonCode.CONTINUE_AUTHENTICATION, { authenticationMethod: method, authenticationData: r.challenge }));
+          this.resumeReading();
+          return;
+        }
+        this.scram = null;
+        if (r.state === 'failed') {
+          this.logLimited('info', 'scram failed', { clientId: this.clientId, remote: this.remote, user: r.username, reason: r.reason }, 'mqtt SCRAM authentication failed');
+          const code = r.busy === true ? ReasonCode.SERVER_BUSY : ReasonCode.NOT_AUTHORIZED;
+          if (reauth) this.disconnectWith(code, 're-authentication failed');
+          else this.refuse(code, r.busy === true ? 'authentication: server busy, try again later' : 'authentication failed');
+          return;
+        }
+        const principal = this.opts.access!.principal(r.principal);
+        if (reauth) {
+          // Re-authentication renews the same identity; becoming someone else on an open connection is not offered.
+          if (this.access === null || this.access.principal.user !== r.principal) {
+            this.disconnectWith(ReasonCode.NOT_AUTHORIZED, 're-authentication as another user');
+            return;
+          }
+          this.send(encodeAuth(ReasonCode.SUCCESS, { authenticationMethod: method, authenticationData: r.challenge }));
+          this.resumeReading();
+          return;
+        }
+        // The server-final message (v=...) goes in the CONNACK's Authentication Data.
+        this.loggedIn(principal, { authenticationMethod: method, authenticationData: r.challenge });
+      },
+      (err: unknown) => this.authFailed(err),
+    );
+  }
 
   private runEnhancedAuth(data: Buffer | null, reauth: boolean): void {
     const hook = this.opts.enhancedAuth!;
@@ -839,6 +1030,24 @@ export class MqttConnection implements QueueConsumerHost {
     if (this.authMethod === null || method !== this.authMethod) {
       throw new MqttProtocolError('AUTH with another (or no) authentication method', '[MQTT-4.12.0-5]', undefined, ReasonCode.PROTOCOL_ERROR);
     }
+    if (this.scramAuth) {
+      const data = p.properties?.authenticationData ?? Buffer.alloc(0);
+      if (this.state === State.Connected) {
+        if (p.reasonCode === ReasonCode.RE_AUTHENTICATE) {
+          if (this.scram !== null) throw new MqttProtocolError('re-authentication while one is under way', '[MQTT-4.12.1-1]', undefined, ReasonCode.PROTOCOL_ERROR);
+          this.scram = startSaslExchange(this.opts.access!.guard, method as 'SCRAM-SHA-256' | 'SCRAM-SHA-512', this.address);
+        } else if (p.reasonCode !== ReasonCode.CONTINUE_AUTHENTICATION || this.scram === null) {
+          throw new MqttProtocolError('AUTH without re-authentication', '[MQTT-4.12.1-1]', undefined, ReasonCode.PROTOCOL_ERROR);
+        }
+        this.scramStep(data, true);
+        return;
+      }
+      if (p.reasonCode !== ReasonCode.CONTINUE_AUTHENTICATION || this.scram === null) {
+        throw new MqttProtocolError('AUTH during connect must continue authentication', '[MQTT-4.12.0-1]', undefined, ReasonCode.PROTOCOL_ERROR);
+      }
+      this.scramStep(data, false);
+      return;
+    }
     if (this.state === State.Connected) {
       if (p.reasonCode !== ReasonCode.RE_AUTHENTICATE && this.authStep === 0) {
         throw new MqttProtocolError('AUTH without re-authentication', '[MQTT-4.12.1-1]', undefined, ReasonCode.PROTOCOL_ERROR);
@@ -884,7 +1093,7 @@ export class MqttConnection implements QueueConsumerHost {
     // Session lifetime: 3.1.1 Clean Session 0 keeps it (up to the configured maximum); v5 says how long.
     const requested = this.level === 5 ? (props.sessionExpiryInterval ?? 0) : p.cleanSession ? 0 : EXPIRY_NEVER;
     const expiry = Math.min(requested, this.opts.maxSessionExpiry);
-    this.hub.attach(this, this.clientId, p.cleanSession, expiry, this.level).then(
+    this.hub.attach(this, this.clientId, p.cleanSession, expiry, this.level, this.access).then(
       ({ session, present }) => this.connected(session, present, requested, expiry, authProps),
       (err: unknown) => {
         this.ctx.logger.error({ clientId: this.clientId, err: errText(err) }, 'mqtt session could not be loaded');
@@ -906,6 +1115,7 @@ export class MqttConnection implements QueueConsumerHost {
     }
     this.session = session;
     this.state = State.Connected;
+    if (this.access !== null) this.authorizeSession(session, present);
     let connackProps: Properties | undefined;
     if (this.level === 5) {
       connackProps = { ...authProps };
@@ -934,6 +1144,26 @@ export class MqttConnection implements QueueConsumerHost {
     if (!present) this.resumeReading();
   }
 
+  /**
+   * The session now acts for this connection's identity (also while offline, until another connection resumes it).
+   * A resumed session's subscriptions were granted to whoever had it before, maybe another user, maybe under other
+   * policies: each is checked again, and one the identity may not have is removed (its filter is told to nobody:
+   * MQTT has no way to say so outside a SUBACK; the client sees no more messages on it, and a log line says why).
+   */
+  private authorizeSession(s: MqttSession, present: boolean): void {
+    const access = this.access!;
+    if (!present || s.subs.size === 0) return;
+    let removed = false;
+    for (const [f, sub] of s.subs) {
+      if (access.subscription(splitShared(f).filter) !== 'deny') continue;
+      this.ctx.engine.unsubscribe(sub);
+      s.subs.delete(f);
+      removed = true;
+      this.logLimited('info', 'subscription dropped', { clientId: this.clientId, remote: this.remote, filter: f }, 'mqtt stored subscription not authorized for this client, removed');
+    }
+    if (removed && s.persistent) this.hub.persist(s);
+  }
+
   private get pendingRequestResponse(): number | undefined {
     return this.requestResponse;
   }
@@ -958,6 +1188,12 @@ export class MqttConnection implements QueueConsumerHost {
           if (d.msg.expiresAt !== undefined && d.msg.expiresAt <= now && !d.released) {
             this.hub.untrack(session, d);
             this.drop('expired', d.counted);
+            continue;
+          }
+          // Queued while offline under another identity or other policies: this one must be allowed it now.
+          if (!d.released && !session.admit(d.msg.topic)) {
+            this.hub.untrack(session, d);
+            this.drop('notAuthorized', d.counted);
             continue;
           }
           if (d.packetId !== 0 && !this.inflight.has(d.packetId)) {
@@ -1056,6 +1292,28 @@ export class MqttConnection implements QueueConsumerHost {
       this.queueAck(p.qos === 1 ? 'puback' : 'pubrec', p.packetId, null, ReasonCode.TOPIC_NAME_INVALID);
       return;
     }
+    const access = this.access;
+    if (access !== null && !access.open && !access.can('publish', 'topic', topic)) {
+      this.hub.stats.publishesDenied++;
+      // v5 refuses the message alone: PUBACK / PUBREC 0x87 Not authorized (a PUBREC >= 0x80 ends a QoS 2 exchange,
+      // section 4.3.3). 3.1.1 has no refusal for a PUBLISH: the message is acknowledged and dropped, as Mosquitto
+      // does (closing would make the client resend it forever). QoS 0: dropped.
+      if (p.qos === 0) return;
+      if (v5) {
+        this.queueAck(p.qos === 1 ? 'puback' : 'pubrec', p.packetId, null, ReasonCode.NOT_AUTHORIZED);
+        return;
+      }
+      // The plain PUBACK below gives back a receive-window slot: take it first. A 3.1.1 QoS 2 refusal is not
+      // remembered: its PUBREL is answered with PUBCOMP all the same (onPubrel).
+      if (p.qos === 1) this.inQos1++;
+      this.queueAck(p.qos === 1 ? 'puback' : 'pubrec', p.packetId, null, 0);
+      return;
+    }
+    if (this.client !== null) this.client.messagesIn++;
+    if (this.lease !== null) {
+      const wait = this.lease.chargeIn(1, p.payload.length);
+      if (wait > 0) this.throttle(wait);
+    }
     const msg: Message = {
       topic,
       payload: p.payload,
@@ -1123,6 +1381,20 @@ export class MqttConnection implements QueueConsumerHost {
     if (queued !== null) durable = durable === null ? queued : Promise.all([durable, queued]).then(() => undefined);
     // QoS 1: PUBACK once every capturing stream has the message durably; QoS 2: PUBREC likewise.
     this.queueAck(p.qos === 1 ? 'puback' : 'pubrec', p.packetId, durable, 0);
+  }
+
+  /**
+   * A namespace quota says to hold the client back for `ms`: reading stops (TCP pushes back on the client) and
+   * resumes when the time has passed, unless another reason to hold it (acks waiting for storage) still stands.
+   */
+  private throttle(ms: number): void {
+    if (this.throttleTimer !== null || this.state === State.Closed) return;
+    this.hub.stats.throttled++;
+    this.pauseReading();
+    this.throttleTimer = setTimeout(() => {
+      this.throttleTimer = null;
+      if (this.state === State.Connected && this.acks.length - this.acksHead < this.opts.maxPendingAcks) this.resumeReading();
+    }, ms);
   }
 
   private sessionAwaitingRel(): number {
@@ -1264,6 +1536,9 @@ export class MqttConnection implements QueueConsumerHost {
       return invalidFilter;
     }
     if (levels(filter) > this.opts.maxTopicLevels) return invalidFilter;
+    // A shared subscription is authorized by its filter (the group name is not a resource). 'filter': granted, and
+    // each delivery is checked by the admit predicate every subscription of the session carries.
+    if (this.access !== null && this.access.subscription(filter) === 'deny') return v5 ? ReasonCode.NOT_AUTHORIZED : SUBACK_FAILURE;
     const granted = (req.qos < this.opts.maxQos ? req.qos : this.opts.maxQos) as QoS;
     const data: SubData = {
       filter: req.filter,
@@ -1275,7 +1550,7 @@ export class MqttConnection implements QueueConsumerHost {
     const s = this.session!;
     let sub: Subscription;
     try {
-      sub = this.ctx.engine.subscribe(filter, s, { qos: granted, group, data });
+      sub = this.ctx.engine.subscribe(filter, s, this.access !== null ? { qos: granted, group, data, admit: s.admit } : { qos: granted, group, data });
     } catch (err) {
       if (!isFlowError(err)) throw err;
       this.logLimited('debug', 'subscription refused', { clientId: this.clientId, remote: this.remote, filter: req.filter, err: err.message }, 'mqtt subscription refused');
@@ -1300,6 +1575,7 @@ export class MqttConnection implements QueueConsumerHost {
   private subscribeQueue(req: SubscriptionRequest): number {
     const refused = this.level === 5 ? ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR : SUBACK_FAILURE;
     const name = req.filter.slice(QUEUE_PREFIX.length);
+    if (this.access !== null && !this.access.can('subscribe', 'queue', name)) return this.level === 5 ? ReasonCode.NOT_AUTHORIZED : SUBACK_FAILURE;
     const handle = name.length > 0 ? this.ctx.engine.getQueue(name) : undefined;
     if (handle === undefined || handle.def.exclusiveOwner !== null) {
       this.logLimited('debug', 'queue subscription refused', { clientId: this.clientId, remote: this.remote, filter: req.filter }, 'mqtt queue subscription refused: no such queue');
@@ -1344,6 +1620,17 @@ export class MqttConnection implements QueueConsumerHost {
   /** QueueConsumerHost: sends a queue delivery (the queue asked queueCredit just before). */
   deliverFromQueue(c: MqttQueueConsumer, qd: QueueDelivery): void {
     try {
+      const access = this.access;
+      if (access !== null && !access.open && !access.can('subscribe', 'queue', c.handle.def.name)) {
+        // The policy changed since the SUBSCRIBE: the message goes back to its queue and the subscription ends.
+        c.handle.nack(qd.id, true).catch(() => undefined);
+        if (this.queueSubs?.get(c.filter) === c) {
+          this.queueSubs.delete(c.filter);
+          c.handle.cancel(c);
+        }
+        this.queueCancelled(c, 'not authorized any more');
+        return;
+      }
       // A message without a topic (AMQP default exchange) is published under the subscription's filter.
       const msg = qd.msg.topic.length > 0 ? qd.msg : { ...qd.msg, topic: c.filter };
       const d = newDelivery(msg, c.noAck ? 0 : 1, false, null, null, false) as QueueBoundDelivery;
@@ -1386,8 +1673,11 @@ export class MqttConnection implements QueueConsumerHost {
     // [MQTT-3.3.1-10] Retain Handling 1: only when the subscription did not exist.
     if (d.retainHandling === 1 && !isNew) return;
     const now = Date.now();
+    const admit = this.session!.admit;
     this.ctx.engine.retained.match(sub.filter, (msg) => {
       if (msg.expiresAt !== undefined && msg.expiresAt <= now) return;
+      // Retained messages follow the subscription's policy as live ones do.
+      if (!admit(msg.topic)) return;
       const qos = (msg.qos < sub.options.qos ? msg.qos : sub.options.qos) as QoS;
       this.route(newDelivery(msg, qos, true, d.subscriptionId !== undefined ? [d.subscriptionId] : null, null, false));
     });
@@ -1509,6 +1799,16 @@ export class MqttConnection implements QueueConsumerHost {
     this.stats.publishesOut++;
     this.hub.stats.messagesSent++;
     this.send(frame);
+    this.sent(frame.length);
+  }
+
+  /** A PUBLISH went out: the registry counts it, the namespace's outbound byte quota is charged. */
+  private sent(bytes: number): void {
+    if (this.client !== null) this.client.messagesOut++;
+    if (this.lease !== null) {
+      const wait = this.lease.chargeOut(bytes);
+      if (wait > 0) this.throttle(wait);
+    }
   }
 
   /** `queued`: `d` is the head of the queue (drainQueue), else it has not been queued. */
@@ -1571,6 +1871,7 @@ export class MqttConnection implements QueueConsumerHost {
     this.stats.publishesOut++;
     this.hub.stats.messagesSent++;
     this.send(frame);
+    this.sent(frame.length);
     return true;
   }
 
@@ -1761,6 +2062,14 @@ export class MqttConnection implements QueueConsumerHost {
     this.release();
     this.inAliases = null;
     this.outAliases = null;
+    if (this.throttleTimer !== null) {
+      clearTimeout(this.throttleTimer);
+      this.throttleTimer = null;
+    }
+    this.lease?.release();
+    this.lease = null;
+    this.client?.close();
+    this.scram = null;
     if (this.ownHub) this.hub.close();
 
     const st = this.stream;
@@ -1797,6 +2106,11 @@ function levels(topic: string): number {
 
 function errText(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
+}
+
+function isByteCounter(x: unknown): x is { readonly bytesRead: number; readonly bytesWritten: number } {
+  const o = x as { bytesRead?: unknown; bytesWritten?: unknown };
+  return typeof o.bytesRead === 'number' && typeof o.bytesWritten === 'number';
 }
 
 /** `remote` ("address:port", as the listeners give it) without its port; undefined when the address is unknown. */

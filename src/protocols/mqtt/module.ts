@@ -4,7 +4,6 @@
  */
 import { readFileSync } from 'node:fs';
 import { FlowError } from '../../core/index.js';
-import { passwordAuthenticator } from '../../control/index.js';
 import type { AdapterContext, ProtocolListener, ProtocolModule, ProtocolModuleContext, RunningProtocol } from '../types.js';
 import { formatAddress } from '../listener.js';
 import { createMqttHub, startMqttListener, startMqttTlsListener, startMqttWsListener } from './server.js';
@@ -12,7 +11,7 @@ import { createMqttHub, startMqttListener, startMqttTlsListener, startMqttWsList
 export const mqttModule: ProtocolModule = {
   name: 'mqtt',
   async start(ctx: ProtocolModuleContext): Promise<RunningProtocol> {
-    const { config, guard } = ctx;
+    const { config } = ctx;
     // Checked before anything opens, so that a half-configured TLS listener leaves no other listener behind.
     if ((config.mqttTlsCert === null) !== (config.mqttTlsKey === null)) {
       throw new FlowError('CONFIG_ERROR', 'MQTT over TLS needs both mqtt-tls-cert and mqtt-tls-key');
@@ -31,7 +30,8 @@ export const mqttModule: ProtocolModule = {
       maxSessionExpiry: Math.floor(config.mqttSessionExpiryMax / 1000),
       maxKeepalive: config.mqttMaxKeepalive,
       sysIntervalMs: config.mqttSysInterval,
-      ...(guard ? { authenticate: passwordAuthenticator(guard, ctx.access.anonymousAllowed('mqtt')) } : {}),
+      // Authentication, authorization, quotas and the client registry: the control plane (src/control/access.ts).
+      access: ctx.access,
     });
     const listeners = new Map<string, ProtocolListener>();
     const close = async () => {

@@ -12,7 +12,7 @@ import { WebSocketServer, createWebSocketStream } from 'ws';
 import { ConnectionSet, TLS_HANDSHAKE_TIMEOUT_MS, listenOn } from '../listener.js';
 import { logKey } from '../log-limit.js';
 import type { AdapterContext, ListenOptions, ProtocolListener } from '../types.js';
-import { MqttConnection, resolveMqttOptions, type MqttOptions } from './connection.js';
+import { MqttConnection, resolveMqttOptions, type CertificateLogin, type MqttOptions } from './connection.js';
 import { MqttHub } from './session.js';
 
 export interface MqttListener extends ProtocolListener {
@@ -36,6 +36,14 @@ export interface TlsListenOptions extends ListenOptions {
   ca?: string | Buffer;
   /** Default TLS_HANDSHAKE_TIMEOUT_MS. */
   handshakeTimeoutMs?: number;
+  /**
+   * Client certificates (mTLS): ask for one (`requestCert`), refuse the handshake without a valid one
+   * (`rejectUnauthorized`); `ca` then verifies them (src/control/certs.ts tlsClientOptions).
+   */
+  requestCert?: boolean;
+  rejectUnauthorized?: boolean;
+  /** The login a connection's verified certificate gives (src/control/certs.ts certificateLogin). */
+  certificate?: (socket: tls.TLSSocket) => CertificateLogin;
 }
 
 export interface WsListenOptions extends ListenOptions {
@@ -58,13 +66,20 @@ export async function startMqttListener(
 
 /** MQTT over TLS (cert and key in PEM). */
 export async function startMqttTlsListener(ctx: AdapterContext, listen: TlsListenOptions, hub: MqttHub): Promise<MqttListener> {
-  const server = tls.createServer({ cert: listen.cert, key: listen.key, ca: listen.ca, handshakeTimeout: listen.handshakeTimeoutMs ?? TLS_HANDSHAKE_TIMEOUT_MS });
+  const server = tls.createServer({
+    cert: listen.cert,
+    key: listen.key,
+    ca: listen.ca,
+    handshakeTimeout: listen.handshakeTimeoutMs ?? TLS_HANDSHAKE_TIMEOUT_MS,
+    ...(listen.requestCert !== undefined ? { requestCert: listen.requestCert } : {}),
+    ...(listen.rejectUnauthorized !== undefined ? { rejectUnauthorized: listen.rejectUnauthorized } : {}),
+  });
   server.on('tlsClientError', (err, socket) => {
     hub.logLimit.log('debug', logKey('mqtt tls handshake failed', socket.remoteAddress), { remote: socket.remoteAddress, err: err.message }, 'mqtt tls handshake failed');
     // With a listener for this event, closing the socket is ours to do (a handshake timeout leaves it open).
     socket.destroy();
   });
-  return serve('mqtts', server, 'secureConnection', hub, false, ctx, listen);
+  return serve('mqtts', server, 'secureConnection', hub, false, ctx, listen, listen.certificate);
 }
 
 /** MQTT over WebSocket: binary frames carry the MQTT byte stream [MQTT-6.0.0-1] [MQTT-6.0.0-2]. */
@@ -83,7 +98,7 @@ export async function startMqttWsListener(ctx: AdapterContext, listen: WsListenO
   const l = await serve('mqtt-ws', server, null, hub, false, ctx, listen);
   wss.on('connection', (ws, req) => {
     const stream = createWebSocketStream(ws);
-    l.accept(stream, `${req.socket.remoteAddress ?? '?'}:${req.socket.remotePort ?? '?'}`);
+    l.accept(stream, `${req.socket.remoteAddress ?? '?'}:${req.socket.remotePort ?? '?'}`, req.socket);
   });
   const close = l.close;
   return {
@@ -104,15 +119,17 @@ async function serve(
   ownHub: boolean,
   ctx: AdapterContext,
   listen: ListenOptions,
-): Promise<MqttListener & { accept(stream: Duplex, remote: string): void }> {
+  certificate?: (socket: tls.TLSSocket) => CertificateLogin,
+): Promise<MqttListener & { accept(stream: Duplex, remote: string, socket?: net.Socket): void }> {
   const conns = new ConnectionSet<MqttConnection>();
-  const accept = (stream: Duplex, remote: string) => {
-    conns.add(new MqttConnection(stream, ctx, { hub, remote }));
+  const accept = (stream: Duplex, remote: string, socket?: net.Socket) => {
+    const cert = certificate !== undefined && socket instanceof tls.TLSSocket ? () => certificate(socket) : undefined;
+    conns.add(new MqttConnection(stream, ctx, { hub, remote, listener: protocol, socket, certificate: cert }));
   };
   if (event !== null) {
     server.on(event, (socket: net.Socket) => {
       socket.setNoDelay(true);
-      accept(socket, `${socket.remoteAddress ?? '?'}:${socket.remotePort ?? '?'}`);
+      accept(socket, `${socket.remoteAddress ?? '?'}:${socket.remotePort ?? '?'}`, socket);
     });
   }
   await listenOn(server, listen, (err) => ctx.logger.error({ err, protocol }, 'mqtt listener error'));

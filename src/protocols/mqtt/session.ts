@@ -15,6 +15,7 @@
  * messages) is written to the store keyed by client id; the in-memory table is a cache of it.
  */
 import { readFileSync } from 'node:fs';
+import type { Access } from '../../control/index.js';
 import type { Message, QoS, QueuedEntry, SessionStore, Subscriber, Subscription } from '../../core/index.js';
 import { decodeStoredMessage, encodeStoredMessage } from '../../core/index.js';
 import { LogLimiter } from '../log-limit.js';
@@ -104,6 +105,8 @@ interface PersistedState {
   subs: PersistedSub[];
   /** Inbound QoS 2 packet ids awaiting PUBREL. */
   rel: number[];
+  /** The user the session's last connection authenticated as (null: anonymous): whose policies its subscriptions follow. */
+  u?: string | null;
   /** The will of the attached connection (published if the broker finds it attached at restart), or a pending delayed will. */
   will?: PersistedWill;
 }
@@ -135,6 +138,18 @@ export class MqttSession implements Subscriber {
   toRewrite: Delivery[] = [];
   toRemove: number[] = [];
   ended = false;
+  /**
+   * The authorization of the identity this session acts for (its connection's, kept while offline so that what is
+   * queued for it follows the policies too); null: no access control (stand-alone listeners, tests).
+   */
+  access: Access | null = null;
+  /** The user `access` is for (persisted with the session). */
+  user: string | null = null;
+  /**
+   * The admit predicate of every subscription of this session (engine SubscribeOptions.admit): a delivery on a
+   * topic the identity may not subscribe to is skipped, so a policy changed live stops deliveries at once.
+   */
+  readonly admit = (topic: string): boolean => this.access === null || this.access.admits(topic);
 
   constructor(
     readonly clientId: string,
@@ -273,6 +288,11 @@ export interface MqttDropCounts {
   offline: number;
   /** Waiting behind the window when its connection ended and the session did not keep it (clean session, QoS 0). */
   closed: number;
+  /**
+   * Stored for the session while its identity could receive it, no longer allowed when it was to be sent (a policy
+   * changed meanwhile, or another user resumed the session).
+   */
+  notAuthorized: number;
 }
 
 export interface MqttHubStats {
@@ -287,6 +307,10 @@ export interface MqttHubStats {
   packetTimeouts: number;
   /** Connections closed because their unfinished packet would have taken `partialBytes` over `maxPartialBytes`. */
   partialBytesRefused: number;
+  /** PUBLISH packets refused by authorization (v5 0x87; 3.1.1 acknowledged and dropped). */
+  publishesDenied: number;
+  /** Times a connection was held back by a namespace quota (reading paused). */
+  throttled: number;
 }
 
 export class MqttHub {
@@ -297,11 +321,13 @@ export class MqttHub {
   readonly stats: MqttHubStats = {
     messagesReceived: 0,
     messagesSent: 0,
-    dropped: { queueFull: 0, writeBuffer: 0, tooLarge: 0, expired: 0, offline: 0, closed: 0 },
+    dropped: { queueFull: 0, writeBuffer: 0, tooLarge: 0, expired: 0, offline: 0, closed: 0, notAuthorized: 0 },
     connectionsRefused: 0,
     slowConsumerDisconnects: 0,
     packetTimeouts: 0,
     partialBytesRefused: 0,
+    publishesDenied: 0,
+    throttled: 0,
   };
   /**
    * Bytes every connection holds for packets it has not received completely (bounded by `maxPartialBytes`:
@@ -364,6 +390,8 @@ export class MqttHub {
       partialBytes: this.partialBytes,
       partialBytesPeak: this.partialBytesPeak,
       partialBytesRefused: this.stats.partialBytesRefused,
+      publishesDenied: this.stats.publishesDenied,
+      throttled: this.stats.throttled,
       logLinesSuppressed: this.logLimit.suppressedTotal,
     };
   }
@@ -412,6 +440,12 @@ export class MqttHub {
     s.level = st.level;
     s.expiry = st.expiry;
     for (const id of st.rel ?? []) s.awaitingRel.add(id);
+    const ac = this.opts.access;
+    if (ac !== null) {
+      // Until a connection resumes it, the session follows the policies of the user it was last connected as.
+      s.user = st.u ?? null;
+      s.access = ac.accessFor(ac.principal(s.user), 'mqtt');
+    }
     for (const p of st.subs) {
       const data: SubData = {
         filter: p.f,
@@ -422,7 +456,7 @@ export class MqttHub {
       };
       const { group, filter } = splitShared(p.f);
       try {
-        s.subs.set(p.f, this.ctx.engine.subscribe(filter, s, { qos: p.q, group, data }));
+        s.subs.set(p.f, this.ctx.engine.subscribe(filter, s, this.opts.access !== null ? { qos: p.q, group, data, admit: s.admit } : { qos: p.q, group, data }));
       } catch (err) {
         this.ctx.logger.warn({ clientId, filter: p.f, err: String(err) }, 'mqtt stored subscription refused, dropping it');
       }
@@ -460,6 +494,8 @@ export class MqttHub {
     cleanStart: boolean,
     expiry: number,
     level: ProtocolLevel,
+    /** The connection's authorization (control plane), which the session follows from now on; null: none. */
+    access: Access | null = null,
   ): Promise<{ session: MqttSession; present: boolean }> {
     let s = this.sessions.get(clientId);
     if (s === undefined && !cleanStart) {
@@ -494,6 +530,11 @@ export class MqttHub {
       this.sessions.set(clientId, s);
     }
     s.conn = conn;
+    if (access !== null) {
+      // Before anything is delivered through the session: what matches from now on is admitted for this identity.
+      s.access = access;
+      s.user = access.principal.user;
+    }
     s.level = level;
     s.expiry = expiry;
     s.expiresAt = null;
@@ -579,6 +620,7 @@ export class MqttHub {
       }),
       rel: [...s.awaitingRel].filter((id) => !s.relNotDurable.has(id)),
     };
+    if (s.user !== null) state.u = s.user;
     if (s.pendingWill) state.will = willToJson(s.pendingWill.will, s.pendingWill.at);
     else if (s.conn?.currentWill) state.will = willToJson(s.conn.currentWill);
     const expiresAt = s.conn !== null ? null : s.expiresAt === null ? null : Math.floor(s.expiresAt);
@@ -793,6 +835,11 @@ export class MqttHub {
   // ---------------------------------------------------------------- wills, tick, $SYS
 
   publishWill(s: MqttSession, will: Will): void {
+    // Checked at CONNECT, and again now: a policy changed since (or a delayed will) must not get around a deny.
+    if (s.access !== null && !s.access.can('publish', 'topic', will.topic)) {
+      this.ctx.logger.info({ clientId: s.clientId, topic: will.topic }, 'mqtt will not published: publishing to its topic is no longer allowed');
+      return;
+    }
     try {
       const durable = this.ctx.engine.publish(willMessage(will, s.id));
       if (durable !== null) {

@@ -16,6 +16,7 @@ import {
   type MqttPacket,
 } from '../../../src/protocols/mqtt/codec/index.js';
 import { MemoryStreams } from '../../helpers/memory-storage.js';
+import { AccessControl, Directory, MemoryControlStore, PasswordGuard } from '../../../src/control/index.js';
 
 export interface LogLine {
   level: number;
@@ -189,4 +190,26 @@ export function run(cmd: string, args: string[], input?: string, timeoutMs = 15_
     });
     p.stdin.end(input ?? '');
   });
+}
+
+/**
+ * A control plane as the broker builds it (src/broker.ts openControlPlane), over an in-memory control store: the
+ * directory, the password guard (scrypt on its worker) and AccessControl. `anonymous`: MQTT clients without
+ * credentials are let in.
+ */
+export async function makeAccess(opts: { anonymous?: boolean; logger?: Logger } = {}): Promise<{ access: AccessControl; directory: Directory; close(): Promise<void> }> {
+  let guard!: PasswordGuard;
+  const directory = await Directory.open({ store: new MemoryControlStore(), defaultPolicy: 'auto', hasher: (pw) => guard.verifier.hash(pw) });
+  // Failures stay free of throttling delays: the tests send wrong passwords on purpose.
+  guard = new PasswordGuard(directory, { verifier: { threads: 1 }, throttle: { freeFailures: 1000 } });
+  const access = new AccessControl({ directory, guard, anonymous: new Set(opts.anonymous ? ['mqtt'] : []), logger: opts.logger });
+  return {
+    access,
+    directory,
+    async close() {
+      access.close();
+      directory.close();
+      await guard.close();
+    },
+  };
 }
