@@ -11,7 +11,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import mqtt from 'mqtt';
 import amqp from 'amqplib';
-import { FLOWMQ_BIN, FlowmqProcess, run } from './harness.js';
+import kafkajsPkg from 'kafkajs';
+import { eventually, FLOWMQ_BIN, FlowmqProcess, run } from './harness.js';
+
+const { Kafka, logLevel } = kafkajsPkg;
+process.env.KAFKAJS_NO_PARTITIONER_WARNING = '1';
 
 describe('e2e: flowmq CLI', () => {
   let broker: FlowmqProcess;
@@ -228,6 +232,73 @@ describe('e2e: flowmq CLI', () => {
     assert.match(retained.stdout, /^sensors\/t1\s+1\s+4B\s+\S+\s+21\.5$/m);
     assert.equal((await broker.cli(['retained', 'delete', 'sensors/t1'], alice)).code, 0);
     assert.match((await broker.cli(['retained', 'list'], alice)).stdout, /no retained messages/);
+  });
+
+  it('lists, describes, resets (with a progress line) and deletes a Kafka consumer group', async () => {
+    assert.equal((await broker.cli(['stream', 'create', 'events', '--partitions', '2'], alice)).code, 0);
+    const kafka = new Kafka({
+      brokers: [broker.kafka],
+      clientId: 'cli-e2e',
+      logLevel: logLevel.NOTHING,
+      sasl: { mechanism: 'plain', username: 'alice', password: alice.FLOWMQ_PASSWORD },
+      retry: { retries: 8, initialRetryTime: 100 },
+    });
+    const producer = kafka.producer();
+    await producer.connect();
+    await producer.send({ topic: 'events', messages: Array.from({ length: 10 }, (_, i) => ({ key: `k${i}`, value: `e${i}` })) });
+    await producer.disconnect();
+    const consumer = kafka.consumer({ groupId: 'readers', sessionTimeout: 10_000, heartbeatInterval: 300, maxWaitTimeInMs: 200 });
+    let read = 0;
+    await consumer.connect();
+    await consumer.subscribe({ topics: ['events'], fromBeginning: true });
+    await consumer.run({ autoCommitInterval: 50, eachMessage: async () => void read++ });
+    try {
+      await eventually(() => read === 10, 20_000, 'the group read every message');
+      // A member is connected: the group shows it, and a reset is refused (the group must be empty).
+      await eventually(async () => /^readers\s+kafka\s+Stable\s+1\s+0$/m.test((await broker.cli(['consumer-group', 'list'], alice)).stdout), 20_000, 'a stable group with lag 0');
+      const busy = await broker.cli(['consumer-group', 'reset', 'readers', '--to', 'earliest'], alice);
+      assert.equal(busy.code, 1);
+      assert.match(busy.stderr, /\(INVALID_ARGUMENT\)/);
+    } finally {
+      await consumer.disconnect();
+    }
+    const reset = await broker.cli(['consumer-group', 'reset', 'readers', '--to', 'earliest'], alice);
+    assert.equal(reset.code, 0, reset.stderr);
+    // Not a terminal: no redrawn bar, only the final line.
+    assert.equal(reset.stderr, 'resetting readers [##############################] 1/1 stream(s)\n');
+    assert.match(reset.stdout, /^events\s+0\s+0\s+\d+\s+\d+$/m);
+    const described = json<{ lag: number; offsets: Array<{ stream: string; committed: number }> }>((await broker.cli(['consumer-group', 'describe', 'readers', '--json'], alice)).stdout);
+    assert.equal(described.lag, 10);
+    assert.deepEqual(described.offsets.map((o) => [o.stream, o.committed]), [['events', 0], ['events', 0]]);
+    const toOffset = await broker.cli(['consumer-group', 'reset', 'readers', '--stream', 'events', '--offset', '2', '--json'], alice);
+    assert.equal(toOffset.code, 0, toOffset.stderr);
+    assert.equal(toOffset.stderr, '', 'no progress line with --json');
+    assert.ok(json<{ offsets: Array<{ committed: number }> }>(toOffset.stdout).offsets.every((o) => o.committed === 2));
+    assert.equal((await broker.cli(['consumer-group', 'delete', 'readers'], alice)).code, 0);
+    assert.match((await broker.cli(['consumer-group', 'list'], alice)).stdout, /no consumer groups/);
+  });
+
+  it('lists connected clients with filters and kicks one', async () => {
+    const c = await mqtt.connectAsync(broker.mqttUrl, { clientId: 'kick-me', protocolVersion: 5, username: 'alice', password: alice.FLOWMQ_PASSWORD, reconnectPeriod: 0 });
+    const closed = new Promise<number | undefined>((resolve) => c.on('disconnect', (p) => resolve(p.reasonCode)));
+    try {
+      const list = await broker.cli(['client', 'list', '--protocol', 'mqtt', '--for-user', 'alice'], alice);
+      assert.equal(list.code, 0, list.stderr);
+      const row = list.stdout.split('\n').find((l) => /\skick-me\s/.test(l));
+      assert.ok(row, list.stdout);
+      assert.match(row, /^(\S+)\s+mqtt\s+alice\s+default\s+kick-me\s+127\.0\.0\.1:\d+\s/);
+      const none = await broker.cli(['client', 'list', '--protocol', 'kafka'], alice);
+      assert.match(none.stdout, /no clients connected/);
+      const id = row.split(/\s+/)[0];
+      const kick = await broker.cli(['client', 'kick', id], alice);
+      assert.equal(kick.code, 0, kick.stderr);
+      assert.equal(await closed, 0x98, 'MQTT v5 DISCONNECT with Administrative action');
+      const again = await broker.cli(['client', 'kick', id], alice);
+      assert.equal(again.code, 1);
+      assert.match(again.stderr, /\(NOT_FOUND\)/);
+    } finally {
+      c.end(true);
+    }
   });
 
   it('shows status, and reads and sets the log level at run time', async () => {
