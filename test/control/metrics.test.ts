@@ -154,6 +154,10 @@ describe('broker metrics', () => {
       assert.ok(value(samples, 'flowmq_wal_commit_seconds_count')! > commits0);
       assert.ok(value(samples, 'flowmq_wal_bytes')! > 0);
       assert.equal(value(samples, 'flowmq_listener_connections', { listener: 'mqtt' }), 1);
+      // The MQTT adapter's entry in the client registry: by protocol and namespace.
+      assert.equal(value(samples, 'flowmq_connections', { protocol: 'mqtt', namespace: 'default' }), 1);
+      assert.equal(value(samples, 'flowmq_messages_in_total', { protocol: 'mqtt', namespace: 'default' }), 5);
+      assert.ok(value(samples, 'flowmq_bytes_in_total', { protocol: 'mqtt', namespace: 'default' })! > 0);
       assert.equal(value(samples, 'flowmq_streams'), 1);
       const elu = value(samples, 'flowmq_event_loop_utilization')!;
       assert.ok(elu >= 0 && elu <= 1, String(elu));
