@@ -69,6 +69,17 @@ describe('admin API with users: HTTP Basic authentication', () => {
     assert.ok(engine.getStream('keep'), 'the stream must still exist');
   });
 
+  it("sends no Basic challenge to a page script's fetch (Sec-Fetch-Dest: empty), so the browser opens no dialog over the dashboard", async () => {
+    const script = await call(api, 'GET', '/api/v1/streams', { headers: { 'sec-fetch-mode': 'same-origin', 'sec-fetch-dest': 'empty', 'sec-fetch-site': 'same-origin' } });
+    assert.equal(script.status, 401);
+    assert.equal(script.headers['www-authenticate'], undefined);
+    const navigation = await call(api, 'GET', '/api/v1/streams', { headers: { 'sec-fetch-mode': 'navigate', 'sec-fetch-dest': 'document' } });
+    assert.equal(navigation.headers['www-authenticate'], 'Basic realm="flowmq"');
+    // Node's fetch sends Sec-Fetch-Mode: cors but no Sec-Fetch-Dest: a program, which can answer the challenge.
+    const program = await call(api, 'GET', '/api/v1/streams', { headers: { 'sec-fetch-mode': 'cors' } });
+    assert.equal(program.headers['www-authenticate'], 'Basic realm="flowmq"');
+  });
+
   it('refuses every /api/v1 call without credentials, reads included (but the OpenAPI document)', async () => {
     for (const path of ['/api/v1/streams', '/api/v1/broker', '/api/v1/streams/keep', '/api/v1/users', '/api/v1/session', '/api/v1/clients', '/api/v1/nothing-here']) {
       const r = await call(api, 'GET', path);
@@ -512,6 +523,23 @@ describe('admin API: health, readiness, metrics, security headers, log level', (
         assert.equal(JSON.parse(far.body).error.code, 'FORBIDDEN');
         assert.equal((await api.app.inject({ method: 'GET', url, remoteAddress: '10.1.200.3' })).statusCode, 200, url);
       }
+    } finally {
+      await api.close();
+      await plane.close();
+    }
+  });
+
+  it('serves a prom-client registry as /metrics', async () => {
+    const { Registry, Counter } = await import('prom-client');
+    const registry = new Registry();
+    new Counter({ name: 'flowmq_test_total', help: 'a test counter', registers: [registry] }).inc(3);
+    const plane = await controlPlane();
+    const api = await startApi({ engine: await engineWith(), access: plane.access, metrics: registry });
+    try {
+      const m = await call(api, 'GET', '/metrics');
+      assert.equal(m.status, 200);
+      assert.match(m.text, /^flowmq_test_total 3$/m);
+      assert.equal(m.headers['content-type'], registry.contentType);
     } finally {
       await api.close();
       await plane.close();

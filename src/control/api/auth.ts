@@ -224,7 +224,16 @@ export interface Authenticator {
   refusals: LogLimiter;
 }
 
-const CHALLENGE = { 'www-authenticate': 'Basic realm="flowmq"' };
+const BASIC_CHALLENGE = { 'www-authenticate': 'Basic realm="flowmq"' };
+
+/**
+ * The Basic challenge, for clients that can answer it (curl, the CLI, a browser's address bar). A page script's
+ * fetch (Fetch metadata: a browser sends `Sec-Fetch-Dest: empty` for fetch and XHR) gets none: the browser would
+ * open its own login dialog over the dashboard's form.
+ */
+function challenge(req: FastifyRequest): Record<string, string> {
+  return req.headers['sec-fetch-dest'] === 'empty' ? {} : BASIC_CHALLENGE;
+}
 
 /** Step 2 of the module comment: who is calling. Throws the refusal. */
 export async function authenticate(a: Authenticator, req: FastifyRequest): Promise<AuthState> {
@@ -245,7 +254,7 @@ export async function authenticate(a: Authenticator, req: FastifyRequest): Promi
     if (outcome.verdict !== 'ok') {
       const username = basic?.username ?? (bearer !== null ? '(token)' : null);
       a.refusals.log('warn', logKey('admin login refused', remote), { remote, username }, 'admin API login refused: invalid username or password');
-      throw new HttpError(401, 'UNAUTHENTICATED', bearer !== null ? 'invalid or expired API token' : 'invalid username or password', CHALLENGE);
+      throw new HttpError(401, 'UNAUTHENTICATED', bearer !== null ? 'invalid or expired API token' : 'invalid username or password', challenge(req));
     }
     return bearer !== null
       ? { principal: outcome.principal, via: 'token', tokenId: bearer.slice(4, bearer.indexOf('.')) }
@@ -267,8 +276,8 @@ export async function authenticate(a: Authenticator, req: FastifyRequest): Promi
   }
   if (!a.access.hasUsers) {
     if (isLoopback(remote)) return { principal: BOOTSTRAP, via: 'bootstrap' };
-    throw new HttpError(401, 'UNAUTHENTICATED', 'no user exists yet: create the first one from the broker machine (loopback), e.g. `flowmq user add`', CHALLENGE);
+    throw new HttpError(401, 'UNAUTHENTICATED', 'no user exists yet: create the first one from the broker machine (loopback), e.g. `flowmq user add`', challenge(req));
   }
   if (a.anonymous) return { principal: ANONYMOUS, via: 'anonymous' };
-  throw new HttpError(401, 'UNAUTHENTICATED', 'credentials required: an API token (Bearer), HTTP Basic as a user, or a dashboard session', CHALLENGE);
+  throw new HttpError(401, 'UNAUTHENTICATED', 'credentials required: an API token (Bearer), HTTP Basic as a user, or a dashboard session', challenge(req));
 }

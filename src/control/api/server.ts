@@ -152,10 +152,11 @@ export async function startAdminApi(opts: AdminApiOptions): Promise<AdminApi> {
 
   await app.register(fastifyCookie);
   await app.register(fastifyHelmet, {
-    // The dashboard's own scripts and styles only; no inline script, no CDN.
+    // The dashboard's own scripts only (no inline script, no CDN: an injected <script> cannot run); inline styles
+    // are allowed, they cannot run code.
     contentSecurityPolicy: {
       useDefaults: true,
-      directives: { 'script-src': ["'self'"], 'style-src': ["'self'"], 'img-src': ["'self'", 'data:'], 'connect-src': ["'self'"] },
+      directives: { 'script-src': ["'self'"], 'style-src': ["'self'", "'unsafe-inline'"], 'img-src': ["'self'", 'data:'], 'connect-src': ["'self'"] },
     },
     // Plain HTTP: a TLS-terminating proxy in front sets its own Strict-Transport-Security.
     hsts: false,
@@ -239,7 +240,6 @@ export async function startAdminApi(opts: AdminApiOptions): Promise<AdminApi> {
   await app.listen({ host: opts.host, port: opts.port });
   const address = app.server.address() as AddressInfo;
   hosts.setBound(address.address);
-  logger.debug({ routes: app.printRoutes({ commonPrefix: false }) }, 'admin API routes');
   return {
     app,
     routes,

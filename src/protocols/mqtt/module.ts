@@ -3,6 +3,8 @@
  * whatever transport it arrives on), started from the broker's config.
  */
 import { readFileSync } from 'node:fs';
+import type { TLSSocket } from 'node:tls';
+import { certificateLogin, tlsClientOptions } from '../../control/certs.js';
 import { FlowError } from '../../core/index.js';
 import type { AdapterContext, ProtocolListener, ProtocolModule, ProtocolModuleContext, RunningProtocol } from '../types.js';
 import { formatAddress } from '../listener.js';
@@ -45,7 +47,10 @@ export const mqttModule: ProtocolModule = {
       ctx.logger.info({ protocol: 'mqtt', address: formatAddress(l.address()) }, 'listening');
       if (config.mqttTlsCert !== null && config.mqttTlsKey !== null) {
         const tlsFiles = { cert: readFileSync(config.mqttTlsCert), key: readFileSync(config.mqttTlsKey) };
-        const t = await startMqttTlsListener(mctx, { host: config.host, port: config.mqttsPort, ...tlsFiles }, hub);
+        // mTLS (--tls-client-ca): a verified client certificate logs in as the directory user it names.
+        const clientCerts = tlsClientOptions(config);
+        const certificate = clientCerts.requestCert === true ? (s: TLSSocket) => certificateLogin(ctx.access, s, config.tlsCertUser) : undefined;
+        const t = await startMqttTlsListener(mctx, { host: config.host, port: config.mqttsPort, ...tlsFiles, ...clientCerts, certificate }, hub);
         listeners.set('mqtts', t);
         ctx.logger.info({ protocol: 'mqtts', address: formatAddress(t.address()) }, 'listening');
       }
