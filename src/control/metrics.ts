@@ -79,6 +79,8 @@ type Labels = Record<string, string>;
 
 export function createMetrics(sources: MetricsSources): Metrics {
   const registry = new Registry();
+  /** Scrapes through text() so far: figures shared by several metrics are read once per scrape. */
+  let scrapes = 0;
   // Process and runtime: CPU, memory, heap spaces, event-loop lag, GC durations, handles (prom-client's set).
   collectDefaultMetrics({ register: registry, prefix: PREFIX });
 
@@ -125,11 +127,15 @@ export function createMetrics(sources: MetricsSources): Metrics {
 
   if (sources.clients) {
     const clients = sources.clients;
-    // One walk over the registry per scrape, shared by the five metrics below (they are collected together).
-    let cached: { at: number; rows: ReturnType<ClientRegistry['totals']> } | null = null;
+    // One walk over the registry per scrape, shared by the five metrics below: prom-client calls every metric's
+    // collect in one synchronous pass. The walk is kept for that scrape only (text() starts a new one; for a
+    // caller of registry.metrics() directly, it is dropped at the next turn of the event loop).
+    let cached: { scrape: number; rows: ReturnType<ClientRegistry['totals']> } | null = null;
     const rows = () => {
-      const now = Date.now();
-      if (cached === null || now - cached.at > 100) cached = { at: now, rows: clients.totals() };
+      if (cached === null || cached.scrape !== scrapes) {
+        cached = { scrape: scrapes, rows: clients.totals() };
+        setImmediate(() => (cached = null));
+      }
       return cached.rows;
     };
     const by = (pick: (r: ReturnType<ClientRegistry['totals']>[number]) => number) => () =>
@@ -277,7 +283,10 @@ export function createMetrics(sources: MetricsSources): Metrics {
   return {
     registry,
     contentType: registry.contentType,
-    text: () => registry.metrics(),
+    text: () => {
+      scrapes++;
+      return registry.metrics();
+    },
   };
 }
 

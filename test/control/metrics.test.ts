@@ -67,7 +67,6 @@ describe('createMetrics', () => {
     a.messagesIn = 5;
     a.messagesOut = 2;
     sock.bytesWritten = 40;
-    await new Promise((r) => setTimeout(r, 150)); // past the registry walk shared by one scrape's metrics
     a.close();
     ({ samples } = parse(await metrics.text()));
     assert.equal(value(samples, 'flowmq_connections', { protocol: 'mqtt', namespace: 'default' }), 0);
@@ -166,6 +165,13 @@ describe('broker metrics', () => {
         assert.ok(types.has(name), `${name} missing`);
       }
       assert.equal(types.get('flowmq_nodejs_gc_duration_seconds'), 'histogram');
+
+      // Sealing the stream writes a segment object (a put, or an adopted WAL file) and commits it.
+      await broker.log.flushAll();
+      const sealed = parse(await broker.metrics.text()).samples;
+      const writes = (value(sealed, 'flowmq_object_store_requests_total', { operation: 'put' }) ?? 0) + (value(sealed, 'flowmq_object_store_requests_total', { operation: 'adopt' }) ?? 0);
+      assert.ok(writes >= 1, `object writes: ${writes}`);
+      assert.ok(value(sealed, 'flowmq_log_sealed_segments_total')! >= 1);
       assert.ok(types.has('flowmq_log_sealed_segments_total'));
     } finally {
       await client?.endAsync();
