@@ -195,6 +195,7 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
       sessionTtlMs: config.httpSessionTtl,
       version: BROKER_VERSION,
       groups: () => running.flatMap((r) => (r.protocol.groups ? [{ protocol: r.name, admin: r.protocol.groups }] : [])),
+      mqttSessions: () => running.find((r) => r.name === 'mqtt')?.protocol.sessions,
       // Storage has recovered before the API starts; ready once the listeners are up too, and no longer once closing.
       ready: () => ready,
       info: () => ({

@@ -8,7 +8,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Engine, makeMessage } from '../../src/core/index.js';
 import type { AdminApi } from '../../src/control/admin-api.js';
-import type { ConsumerGroupAdmin, GroupDetail, OffsetResetTarget } from '../../src/protocols/types.js';
+import type { ConsumerGroupAdmin, GroupDetail, OffsetResetTarget, SessionAdmin } from '../../src/protocols/types.js';
 import { MemoryStreams } from '../helpers/memory-storage.js';
 import { JSON_TYPE, call, controlPlane, startApi, type Plane } from './admin-api-helpers.js';
 
@@ -35,6 +35,10 @@ describe('admin API resources', () => {
     delete: async () => undefined,
   };
 
+  // The MQTT module's offline sessions held in memory (what SessionAdmin ends), by client id.
+  const inMemory = new Set<string>(['mem-only']);
+  const mqttSessions: SessionAdmin = { delete: async (clientId) => inMemory.delete(clientId) };
+
   before(async () => {
     const m = new MemoryStreams();
     engine = new Engine(m, m);
@@ -43,7 +47,7 @@ describe('admin API resources', () => {
       { username: 'root', password: 'root-pw', groups: ['admins'] },
       { username: 'dev', password: 'dev-pw', groups: ['developers'] },
     ]);
-    api = await startApi({ engine, access: plane.access, groups: () => [{ protocol: 'kafka', admin: groups }] });
+    api = await startApi({ engine, access: plane.access, groups: () => [{ protocol: 'kafka', admin: groups }], mqttSessions: () => mqttSessions });
   });
   after(async () => {
     await api.close();
@@ -188,6 +192,9 @@ describe('admin API resources', () => {
     assert.equal((await call(api, 'DELETE', '/api/v1/mqtt/sessions/dev-1', { auth: ADMIN, headers: JSON_TYPE })).status, 204);
     assert.equal(await engine.store.getSession('dev-1'), null);
     assert.equal((await call(api, 'DELETE', '/api/v1/mqtt/sessions/dev-1', { auth: ADMIN, headers: JSON_TYPE })).status, 404);
+    // A session the MQTT module holds in memory only (not written yet) is ended there.
+    assert.equal((await call(api, 'DELETE', '/api/v1/mqtt/sessions/mem-only', { auth: ADMIN, headers: JSON_TYPE })).status, 204);
+    assert.equal(inMemory.has('mem-only'), false);
 
     // A connected client owns its live session: it is kicked, and the delete waits for its connection to end.
     await engine.store.putSession({ clientId: 'live-1', protocol: 'mqtt', state: '{}', expiresAt: null, updatedAt: Date.now() });

@@ -88,6 +88,36 @@ describe('e2e: admin API resources on a real broker', () => {
     assert.equal(gone.status, 404);
   });
 
+  it('lists connected MQTT clients and their sessions, kicks a client, and deletes a connected session (client kicked first)', async () => {
+    type Client = { id: string; protocol: string; clientId: string | null };
+    const opts = { protocolVersion: 5 as const, reconnectPeriod: 0, clean: false, properties: { sessionExpiryInterval: 3600 } };
+    const keeper = await mqtt.connectAsync(broker.mqttUrl, { ...opts, clientId: 'keeper' });
+    const other = await mqtt.connectAsync(broker.mqttUrl, { protocolVersion: 5, reconnectPeriod: 0, clientId: 'other' });
+    try {
+      await keeper.subscribeAsync('k/#', { qos: 1 });
+      const clients = await broker.api<{ items: Client[] }>('GET', '/api/v1/clients?protocol=mqtt');
+      assert.deepEqual(clients.items.map((c) => c.clientId).sort(), ['keeper', 'other']);
+      const sessions = await broker.api<{ items: Array<{ clientId: string; connected: boolean; subscriptions: Array<{ filter: string }> }> }>('GET', '/api/v1/mqtt/sessions');
+      const k = sessions.items.find((x) => x.clientId === 'keeper')!;
+      assert.equal(k.connected, true);
+      assert.deepEqual(k.subscriptions.map((x) => x.filter), ['k/#']);
+
+      const kicked = new Promise<number | undefined>((resolve) => other.on('disconnect', (p) => resolve(p.reasonCode)));
+      const id = clients.items.find((c) => c.clientId === 'other')!.id;
+      await broker.api('DELETE', `/api/v1/clients/${id}`);
+      assert.equal(await kicked, 0x98, 'MQTT v5 DISCONNECT Administrative action');
+
+      const closed = new Promise<void>((resolve) => keeper.once('close', () => resolve()));
+      await broker.api('DELETE', '/api/v1/mqtt/sessions/keeper');
+      await closed;
+      const after = await broker.api<{ items: Array<{ clientId: string }> }>('GET', '/api/v1/mqtt/sessions');
+      assert.ok(!after.items.some((x) => x.clientId === 'keeper'), 'the session is gone from the store');
+    } finally {
+      await keeper.endAsync(true).catch(() => undefined);
+      await other.endAsync(true).catch(() => undefined);
+    }
+  });
+
   it('closes the loopback bootstrap once the first user exists', async () => {
     await broker.api('POST', '/api/v1/users', { username: 'first', password: 'first-pw', groups: ['admins'] });
     const anon = await fetch(`${broker.http}/api/v1/streams`);

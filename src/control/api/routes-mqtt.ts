@@ -59,7 +59,6 @@ export function mqttRoutes(app: FastifyInstance, ctx: ApiContext): void {
       const { clientId } = req.params;
       const stored = await engine.store.getSession(clientId);
       const clients = access.clients.list().filter((c) => c.reg.protocol === 'mqtt' && c.clientId === clientId);
-      if (!stored && clients.length === 0) throw notFound('MQTT session', clientId);
       for (const c of clients) access.clients.kick(c.id, 'session deleted by an administrator');
       // Wait (bounded) for the kicked connections to end: their last session write must come before the delete.
       const deadline = Date.now() + 5000;
@@ -67,6 +66,10 @@ export function mqttRoutes(app: FastifyInstance, ctx: ApiContext): void {
         if (Date.now() > deadline) throw new FlowError('CLOSED', `the client "${clientId}" did not disconnect in time; try again`);
         await new Promise((r) => setTimeout(r, 10));
       }
+      // The MQTT module keeps offline sessions in memory too: it ends its copy (subscriptions, queue, record); the
+      // store delete below covers a session only the store holds (another broker's, or no MQTT module here).
+      const inMemory = (await ctx.mqttSessions?.()?.delete(clientId)) ?? false;
+      if (!stored && !inMemory && clients.length === 0) throw notFound('MQTT session', clientId);
       await engine.store.deleteSession(clientId);
       ctx.logger.info({ clientId, kicked: clients.length, by: req.auth?.principal.user ?? null }, 'MQTT session deleted');
       return reply.code(204).send();

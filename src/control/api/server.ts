@@ -20,7 +20,7 @@ import fastifyRateLimit from '@fastify/rate-limit';
 import fastifySwagger from '@fastify/swagger';
 import type { Logger } from 'pino';
 import type { Engine } from '../../core/index.js';
-import type { ConsumerGroupAdmin } from '../../protocols/types.js';
+import type { ConsumerGroupAdmin, SessionAdmin } from '../../protocols/types.js';
 import { LogLimiter, logKey } from '../../protocols/log-limit.js';
 import type { AccessControl } from '../access.js';
 import { HostCheck, Sessions, addressFilter, authenticate } from './auth.js';
@@ -63,6 +63,8 @@ export interface AdminApiOptions {
   allowedHosts?: readonly string[];
   /** Consumer groups of the running protocols (Kafka groups, JetStream durables). */
   groups?: () => ReadonlyArray<{ protocol: string; admin: ConsumerGroupAdmin }>;
+  /** The MQTT module's session admin (ends a session held in its memory), when MQTT runs and offers one. */
+  mqttSessions?: () => SessionAdmin | null | undefined;
   /** /readyz: true once storage is recovered and the listeners are up. Default: always. */
   ready?: () => boolean;
   /** /metrics (part G's registry); absent: 404. */

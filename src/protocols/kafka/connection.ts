@@ -77,6 +77,8 @@ export interface KafkaConnectionInit {
   listener?: KafkaListenerInfo;
   /** Byte counters of the transport (a net.Socket), for the client registry. */
   socket?: { readonly bytesRead: number; readonly bytesWritten: number };
+  /** The user a verified client certificate logged in (mTLS); SASL, when the client uses it, wins. */
+  certUser?: string | null;
 }
 
 interface Slot {
@@ -135,6 +137,8 @@ export class KafkaConnection implements ConnectionInfo {
   access: Access | null = null;
   quota: QuotaLease | null = null;
   readonly client: ClientEntry | null = null;
+  /** The user of a verified client certificate (mTLS): authenticated without SASL, as Kafka's SSL principal. */
+  readonly certUser: string | null;
   /** KIP-219 muting: reading stops until this timer fires. */
   private muted: NodeJS.Timeout | null = null;
   private mutedUntil = 0;
@@ -149,6 +153,7 @@ export class KafkaConnection implements ConnectionInfo {
     this.localPort = init.localPort;
     this.remoteAddress = init.remoteAddress;
     this.listener = init.listener ?? PLAINTEXT_LISTENER;
+    this.certUser = init.certUser ?? null;
     this.remote = `${init.remoteAddress ?? '?'}:${init.remotePort ?? '?'}`;
     this.log = adapter.logger.child({ conn: init.id, remote: this.remote });
     this.openedAt = Date.now();
@@ -185,6 +190,11 @@ export class KafkaConnection implements ConnectionInfo {
       });
     }
     this.log.debug('connection opened');
+  }
+
+  /** SASL completed, or a verified client certificate named a user (mTLS). */
+  private get isAuthenticated(): boolean {
+    return this.sasl.authenticated || this.certUser !== null;
   }
 
   isClosed(): boolean {
@@ -227,7 +237,7 @@ export class KafkaConnection implements ConnectionInfo {
     if (partial && now - sw.partialSince >= o.requestReceiveTimeoutMs) {
       this.limitedLog('warn', { size: this.frameSize, received: this.frameHave, limitMs: o.requestReceiveTimeoutMs }, 'request not received whole in time: closing connection');
       this.destroy();
-    } else if (this.listener.saslRequired && !this.sasl.authenticated && now - this.openedAt >= o.authTimeoutMs) {
+    } else if (this.listener.saslRequired && !this.isAuthenticated && now - this.openedAt >= o.authTimeoutMs) {
       this.limitedLog('info', { listener: this.listener.name, limitMs: o.authTimeoutMs }, 'no SASL authentication in time: closing connection');
       this.destroy();
     } else if (!partial && this.pending.length === 0 && now - sw.activeAt >= o.connectionsMaxIdleMs) {
@@ -281,7 +291,7 @@ export class KafkaConnection implements ConnectionInfo {
         const o = this.adapter.options;
         // KIP-43 / sasl.server.max.receive.size: until SASL completes (on a listener requiring it), or while an
         // exchange is under way, only small requests are read.
-        const saslLimited = !this.sasl.authenticated && (this.listener.saslRequired || this.sasl.mechanism !== null);
+        const saslLimited = !this.isAuthenticated && (this.listener.saslRequired || this.sasl.mechanism !== null);
         const max = saslLimited ? o.saslMaxReceiveBytes : o.maxRequestBytes;
         if (size < 0 || size > max) {
           if (saslLimited && size >= 0 && size <= o.maxRequestBytes) {
@@ -365,7 +375,7 @@ export class KafkaConnection implements ConnectionInfo {
     if (this.log.isLevelEnabled('trace')) {
       this.log.trace({ api: apiName(prefix.apiKey), version: prefix.apiVersion, correlationId: prefix.correlationId }, 'request');
     }
-    if (this.listener.saslRequired && !this.sasl.authenticated && !PRE_AUTH_APIS.has(prefix.apiKey)) {
+    if (this.listener.saslRequired && !this.isAuthenticated && !PRE_AUTH_APIS.has(prefix.apiKey)) {
       this.limitedLog(
         'warn',
         { api: apiName(prefix.apiKey), version: prefix.apiVersion, listener: this.listener.name },
@@ -489,6 +499,7 @@ export class KafkaConnection implements ConnectionInfo {
     if (!ac) return true;
     let principal: Principal;
     if (this.sasl.authenticated && this.sasl.principal !== null) principal = ac.principal(this.sasl.principal);
+    else if (this.certUser !== null) principal = ac.principal(this.certUser);
     else if (this.adapter.options.anonymous) principal = ANONYMOUS;
     else {
       this.limitedLog('warn', { listener: this.listener.name }, 'anonymous Kafka clients are not allowed: closing connection');

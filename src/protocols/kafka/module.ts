@@ -5,6 +5,7 @@
 import { readFileSync } from 'node:fs';
 import { HISTOGRAM_BOUNDS_MS } from '../../core/index.js';
 import { accessSaslProvider } from './auth.js';
+import { tlsClientOptions } from '../../control/index.js';
 import type { AdapterContext, ProtocolListener, ProtocolModule, ProtocolModuleContext, RunningProtocol } from '../types.js';
 import { formatAddress } from '../listener.js';
 import { createKafkaAdapter, startKafkaListener } from './server.js';
@@ -46,7 +47,9 @@ export const kafkaModule: ProtocolModule = {
       listeners.set('kafka', l);
       ctx.logger.info({ protocol: 'kafka', address: formatAddress(l.address()), sasl: requireSasl }, 'listening');
       if (config.kafkaTlsCert !== null && config.kafkaTlsKey !== null) {
-        const tlsOpts = { cert: readFileSync(config.kafkaTlsCert), key: readFileSync(config.kafkaTlsKey) };
+        // Client certificates (mTLS) when --tls-client-ca is set: a verified one logs the client in as its user.
+        const client = tlsClientOptions(config);
+        const tlsOpts = { cert: readFileSync(config.kafkaTlsCert), key: readFileSync(config.kafkaTlsKey), ...client, ...(client.requestCert ? { certUser: config.tlsCertUser } : {}) };
         const t = await startKafkaListener(kctx, { host: config.host, port: config.kafkaTlsPort, sasl: requireSasl, tls: tlsOpts }, {}, adapter);
         listeners.set('kafka-tls', t);
         ctx.logger.info({ protocol: 'kafka-tls', address: formatAddress(t.address()), sasl: requireSasl }, 'listening');
