@@ -9,6 +9,7 @@ import type { Config } from './config/index.js';
 import { Engine, FlowError } from './core/index.js';
 import {
   AccessControl,
+  createMetrics,
   Directory,
   FloodCollector,
   MemoryControlStore,
@@ -22,6 +23,7 @@ import {
   WebhookAuthenticator,
   type AdminApi,
   type ControlStore,
+  type Metrics,
   type UsersFile,
 } from './control/index.js';
 import type { ProtocolListener, ProtocolModule, RunningProtocol } from './protocols/types.js';
@@ -42,6 +44,8 @@ export interface Broker {
   readonly listeners: Map<string, ProtocolListener>;
   readonly admin: AdminApi;
   readonly access: AccessControl;
+  /** Prometheus metrics, read from the broker's own counters at each scrape (GET /metrics). */
+  readonly metrics: Metrics;
   /** Port actually bound per listener ("mqtt", "kafka", "http"). */
   ports(): Record<string, number>;
   close(): Promise<void>;
@@ -151,6 +155,20 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
   const running: Array<{ name: string; protocol: RunningProtocol }> = [];
   // What a flood of connections leaves behind is given back once it has gone (see src/control/memory.ts).
   const collector = new FloodCollector({ totals: connectionTotals, logger: logger.child({ component: 'memory' }) });
+  // Read at scrape only; `running` and `listeners` fill in below.
+  const metrics = createMetrics({
+    clients: access.clients,
+    engine,
+    log,
+    wal,
+    storage,
+    listeners,
+    protocols: () => running,
+    auth: { stats: guard.stats, verifier: guard.verifier },
+    access,
+    quotas: access.quotas,
+    ready: () => ready,
+  });
   const closeAll = async () => {
     collector.stop();
     await Promise.allSettled(running.map((r) => r.protocol.close()));
@@ -173,6 +191,7 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
       port: config.httpPort,
       allowedHosts: config.httpAllowedHosts,
       metricsAllow: config.httpMetricsAllow,
+      metrics,
       sessionTtlMs: config.httpSessionTtl,
       version: BROKER_VERSION,
       groups: () => running.flatMap((r) => (r.protocol.groups ? [{ protocol: r.name, admin: r.protocol.groups }] : [])),
@@ -232,6 +251,7 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
     listeners,
     admin,
     access,
+    metrics,
     ports: () => ({
       ...Object.fromEntries([...listeners].map(([k, l]) => [k, l.address().port])),
       http: admin.address().port,

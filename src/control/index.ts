@@ -64,6 +64,7 @@ export {
 } from './directory.js';
 export { CONTROL_KINDS, MemoryControlStore, isControlStore, type ControlKind, type ControlRecord, type ControlStore } from './store.js';
 export { QuotaManager, type QuotaLease } from './quotas.js';
+export { createMetrics, type Metrics, type MetricsSources } from './metrics.js';
 export { ClientEntry, ClientRegistry, type ClientRegistration, type ProtocolTotals } from './clients.js';
 export { loadUsersFile, parseUsersFile, seedDirectory, type SeedFigures, type SeedUser, type UsersFile } from './seed.js';
 export { WebhookAuthenticator, type WebhookOptions, type WebhookVerdict } from './webhook.js';

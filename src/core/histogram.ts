@@ -13,6 +13,8 @@ export const HISTOGRAM_BOUNDS_MS: readonly number[] = Array.from({ length: BUCKE
 
 export interface HistogramSnapshot {
   count: number;
+  /** Sum of every recorded value (ms): what Prometheus's `_sum` needs for a mean. */
+  sumMs: number;
   /** Count per bucket of HISTOGRAM_BOUNDS_MS. */
   buckets: number[];
 }
@@ -20,15 +22,17 @@ export interface HistogramSnapshot {
 export class LatencyHistogram {
   private readonly counts = new Array<number>(BUCKETS).fill(0);
   private total = 0;
+  private sum = 0;
 
   record(ms: number): void {
+    this.sum += ms;
     const i = ms <= MIN_MS ? 0 : Math.min(BUCKETS - 1, Math.floor(Math.log(ms / MIN_MS) / LOG_STEP));
     this.counts[i]++;
     this.total++;
   }
 
   snapshot(): HistogramSnapshot {
-    return { count: this.total, buckets: this.counts.slice() };
+    return { count: this.total, sumMs: this.sum, buckets: this.counts.slice() };
   }
 }
 

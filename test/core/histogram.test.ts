@@ -32,3 +32,13 @@ describe('LatencyHistogram', () => {
     assert.equal(histogramQuantile(1, s), HISTOGRAM_BOUNDS_MS[HISTOGRAM_BOUNDS_MS.length - 1]);
   });
 });
+
+describe('LatencyHistogram sum', () => {
+  it('keeps the sum of what it recorded (Prometheus _sum)', () => {
+    const h = new LatencyHistogram();
+    h.record(1.5);
+    h.record(2.25);
+    assert.equal(h.snapshot().sumMs, 3.75);
+    assert.equal(h.snapshot().count, 2);
+  });
+});

@@ -54,6 +54,14 @@ export class FsObjectStore implements ObjectStore {
   readonly kind = 'fs';
   private closed = false;
   private direct: Promise<DirectWriter | null> | null = null;
+  /** Operations, bytes and failures by operation, for figures() (/metrics), in the S3 store's shape. */
+  private readonly ops: Record<'put' | 'adopt' | 'get' | 'list' | 'delete', { requests: number; bytes: number; errors: number; retries: number }> = {
+    put: { requests: 0, bytes: 0, errors: 0, retries: 0 },
+    adopt: { requests: 0, bytes: 0, errors: 0, retries: 0 },
+    get: { requests: 0, bytes: 0, errors: 0, retries: 0 },
+    list: { requests: 0, bytes: 0, errors: 0, retries: 0 },
+    delete: { requests: 0, bytes: 0, errors: 0, retries: 0 },
+  };
 
   constructor(
     readonly rootDir: string,
@@ -105,7 +113,12 @@ export class FsObjectStore implements ObjectStore {
     }
   }
 
-  async put(key: string, data: Buffer | readonly Buffer[], options: PutOptions = {}): Promise<void> {
+  put(key: string, data: Buffer | readonly Buffer[], options: PutOptions = {}): Promise<void> {
+    const bytes = Buffer.isBuffer(data) ? data.length : data.reduce((n, b) => n + b.length, 0);
+    return this.counted('put', () => this.putObject(key, data, options), () => bytes);
+  }
+
+  private async putObject(key: string, data: Buffer | readonly Buffer[], options: PutOptions): Promise<void> {
     this.check();
     const { dir, target } = this.placeOf(key);
     const tmp = join(dir, `${TMP_PREFIX}${randomBytes(8).toString('hex')}`);
@@ -125,7 +138,11 @@ export class FsObjectStore implements ObjectStore {
    * committed, so a crash before that leaves the data where its owner finds it). Linked under a temporary name
    * and renamed over the target, so the object appears whole, as with put.
    */
-  async adopt(key: string, path: string): Promise<void> {
+  adopt(key: string, path: string): Promise<void> {
+    return this.counted('adopt', () => this.adoptFile(key, path));
+  }
+
+  private async adoptFile(key: string, path: string): Promise<void> {
     this.check();
     const { dir, target } = this.placeOf(key);
     const tmp = join(dir, `${TMP_PREFIX}${randomBytes(8).toString('hex')}`);
@@ -203,7 +220,11 @@ export class FsObjectStore implements ObjectStore {
   }
 
 
-  async get(key: string, range?: { start: number; end: number }): Promise<Buffer> {
+  get(key: string, range?: { start: number; end: number }): Promise<Buffer> {
+    return this.counted('get', () => this.getObject(key, range), (b) => b.length);
+  }
+
+  private async getObject(key: string, range?: { start: number; end: number }): Promise<Buffer> {
     this.check();
     const path = this.pathOf(key);
     if (range !== undefined) checkRange(key, range);
@@ -236,7 +257,11 @@ export class FsObjectStore implements ObjectStore {
     }
   }
 
-  async list(prefix: string): Promise<ObjectInfo[]> {
+  list(prefix: string): Promise<ObjectInfo[]> {
+    return this.counted('list', () => this.listObjects(prefix));
+  }
+
+  private async listObjects(prefix: string): Promise<ObjectInfo[]> {
     this.check();
     if (prefix.startsWith('/') || prefix.includes('\\') || prefix.split('/').some((s) => s === '..' || s === '.')) {
       throw new FlowError('INVALID_ARGUMENT', `bad object key prefix "${prefix}"`);
@@ -277,7 +302,11 @@ export class FsObjectStore implements ObjectStore {
     }
   }
 
-  async delete(key: string): Promise<void> {
+  delete(key: string): Promise<void> {
+    return this.counted('delete', () => this.deleteObject(key));
+  }
+
+  private async deleteObject(key: string): Promise<void> {
     this.check();
     const segs = keySegments(key);
     try {
@@ -302,6 +331,26 @@ export class FsObjectStore implements ObjectStore {
 
   async close(): Promise<void> {
     this.closed = true;
+  }
+
+  /** Operations, bytes and failures by operation (an absent object's NOT_FOUND is no failure). */
+  figures(): Record<string, unknown> {
+    const operations: Record<string, { requests: number; bytes: number; errors: number; retries: number }> = {};
+    for (const [op, f] of Object.entries(this.ops)) operations[op] = { ...f };
+    return { kind: this.kind, operations };
+  }
+
+  private async counted<T>(op: keyof FsObjectStore['ops'], fn: () => Promise<T>, bytes?: (r: T) => number): Promise<T> {
+    const f = this.ops[op];
+    f.requests++;
+    try {
+      const r = await fn();
+      if (bytes) f.bytes += bytes(r);
+      return r;
+    } catch (err) {
+      if (!(err instanceof FlowError && err.code === 'NOT_FOUND')) f.errors++;
+      throw err;
+    }
   }
 
   private putError(key: string, err: unknown): FlowError {

@@ -45,7 +45,7 @@ import { constants } from 'node:fs';
 import { open, readdir, mkdir, rename, unlink, stat, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import { crc32 } from 'node:zlib';
-import { crc32c, FlowError } from '../../core/index.js';
+import { crc32c, FlowError, LatencyHistogram } from '../../core/index.js';
 import { errnoCode, fsOpen, shortWrite, syncDir, writeError, type FileOpener } from '../fs-util.js';
 import { appendRefusal, EpochFences, fenceProblem, frameCrc, groupCommit, isSafeOffset, KeyFences, readU64, writeGroups, writeU64, type GroupCommit } from './frame.js';
 import { DIRECT_BLOCK, alignedBuffer } from '../direct-io.js';
@@ -174,6 +174,8 @@ export class FileWal implements WriteAheadLog {
   syncCount = 0;
   /** Groups written (one writev each). */
   groupCount = 0;
+  /** Duration of each group's durable write (ms), for /metrics. */
+  readonly commitLatency = new LatencyHistogram();
 
   private readonly files: WalFile[] = [];
   /** Paths of flushed files kept for reuse. */
@@ -380,6 +382,7 @@ export class FileWal implements WriteAheadLog {
     try {
       // With fsync on, the file is open with O_DSYNC: the write returns once the data is durable.
       let bytesWritten: number;
+      const t0 = performance.now();
       if (a.direct) {
         const aligned = await this.stageGroup(fh, a, seed, bufs, bytes);
         bytes = aligned.length;
@@ -389,6 +392,7 @@ export class FileWal implements WriteAheadLog {
         bytesWritten = (await fh.writev(bufs, a.size)).bytesWritten;
       }
       if (bytesWritten !== bytes) throw shortWrite(bytesWritten, bytes);
+      this.commitLatency.record(performance.now() - t0);
       if (this.fsync) this.syncCount++;
     } catch (err) {
       // Cut the partial group off so that later groups never follow a torn frame; if even that fails, it is

@@ -55,7 +55,7 @@ import { constants } from 'node:fs';
 import { mkdir, open, readdir, readFile, rmdir, unlink, type FileHandle } from 'node:fs/promises';
 import { createHash } from 'node:crypto';
 import { join } from 'node:path';
-import { crc32c, FlowError } from '../../core/index.js';
+import { crc32c, FlowError, LatencyHistogram } from '../../core/index.js';
 import { DIRECT_BLOCK, alignedBuffer } from '../direct-io.js';
 import { errnoCode, fsOpen, shortWrite, syncDir, writeError, type FileOpener } from '../fs-util.js';
 import { appendRefusal, EpochFences, fenceProblem, frameCrc, FRAME_HEADER, groupCommit, isSafeOffset, KeyFences, readU64, writeGroups, writeU64, type GroupCommit } from './frame.js';
@@ -186,6 +186,8 @@ const roundUp = (n: number): number => Math.ceil(n / DIRECT_BLOCK) * DIRECT_BLOC
 export class PartitionWal implements WriteAheadLog, SegmentFileSource {
   /** Group writes made, one key's each (for tests). */
   groupCount = 0;
+  /** Duration of each durable write of a key's run of entries (ms), for /metrics. */
+  readonly commitLatency = new LatencyHistogram();
   /** Writes made with O_DIRECT (for tests). */
   directWrites = 0;
   /** Files handed over whole (for tests and the admin API). */
@@ -498,11 +500,13 @@ export class PartitionWal implements WriteAheadLog, SegmentFileSource {
     }
     const fh = f.fh as FileHandle;
     try {
+      const t0 = performance.now();
       if (f.direct) await this.writeDirect(f, fh, bufs, bytes, slot);
       else {
         const { bytesWritten } = await fh.writev(bufs, f.size);
         if (bytesWritten !== bytes) throw shortWrite(bytesWritten, bytes);
       }
+      this.commitLatency.record(performance.now() - t0);
     } catch (err) {
       try {
         await this.undo(f, slot);

@@ -23,7 +23,7 @@
  *
  * One WAL database (or schema) per broker: replay and trim see every key in the table.
  */
-import { FlowError } from '../../core/index.js';
+import { FlowError, LatencyHistogram } from '../../core/index.js';
 import type pg from 'pg';
 import {
   connectPool,
@@ -115,6 +115,8 @@ export class PostgresWal implements WriteAheadLog {
   private totalBytes = 0;
   private readonly maxGroupBytes: number;
   private commits = 0;
+  /** Duration of each group's transaction (ms), for /metrics. */
+  readonly commitLatency = new LatencyHistogram();
   private entries = 0;
   private bytesWritten = 0;
   private failedGroups = 0;
@@ -272,6 +274,7 @@ export class PostgresWal implements WriteAheadLog {
         else accepted.push(p);
       }
     };
+    const t0 = performance.now();
     try {
       if (resumed.length === 0 && live.length <= ROWS_PER_INSERT) {
         // The common case in one statement (one round trip, its own transaction): lock and read the epochs, insert
@@ -330,6 +333,7 @@ export class PostgresWal implements WriteAheadLog {
       return;
     }
     this.commits++;
+    this.commitLatency.record(performance.now() - t0);
     for (const key of resumed) this.resuming.delete(key);
     const resumedSet = new Set(resumedBytes.map((r) => r.key));
     for (const r of resumedBytes) this.setBytes(r.key, r.bytes);

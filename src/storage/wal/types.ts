@@ -2,6 +2,8 @@
  * The hot tier: a write-ahead log that acknowledges an append only once it is durable.
  * Embedded backend: local CRC-framed files with group-commit fsync; cluster backend: PostgreSQL (later).
  */
+import type { LatencyHistogram } from '../../core/index.js';
+
 export interface WalEntry {
   /** The partition the data belongs to, e.g. "telemetry/0". */
   key: string;
@@ -94,4 +96,9 @@ export interface WriteAheadLog {
   close(): Promise<void>;
   /** Optional: the backend's own counters (commits, group sizes, its connection pool), for the admin API. */
   figures?(): Record<string, unknown>;
+  /**
+   * Optional: how long each group commit's durable write took (an O_DSYNC write, or the PostgreSQL transaction),
+   * one record per group, not per entry; /metrics exposes it as a histogram.
+   */
+  readonly commitLatency?: LatencyHistogram;
 }

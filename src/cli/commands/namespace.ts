@@ -1,0 +1,140 @@
+/** `flowmq namespace ...`: namespaces (the unit of isolation: AMQP vhosts, NATS accounts) and their quotas. */
+import { parseSize } from '../../config/units.js';
+import { seg } from '../client.js';
+import { UsageError, type CommandGroup, type Ctx } from '../command.js';
+import { cell, fmtBytes, fmtTime, itemsTable, keyValues } from '../table.js';
+
+interface Quotas {
+  maxConnections?: number;
+  publishRate?: number;
+  bytesInRate?: number;
+  bytesOutRate?: number;
+  maxStorageBytes?: number;
+}
+
+interface NamespaceView {
+  name: string;
+  description?: string;
+  quotas: Quotas;
+  createdAt?: number | string;
+  usage?: Record<string, unknown>;
+}
+
+/** Quota flags → quotas; `none` lifts one (sent as null). Sizes take units (10MiB, 1GB). */
+const QUOTA_FLAGS: ReadonlyArray<[flag: string, key: keyof Quotas, size: boolean]> = [
+  ['max-connections', 'maxConnections', false],
+  ['publish-rate', 'publishRate', false],
+  ['bytes-in-rate', 'bytesInRate', true],
+  ['bytes-out-rate', 'bytesOutRate', true],
+  ['max-storage', 'maxStorageBytes', true],
+];
+
+const QUOTA_OPTIONS = Object.fromEntries(QUOTA_FLAGS.map(([f]) => [f, { type: 'string' as const }]));
+
+function quotaFlags(ctx: Ctx): Record<string, number | null> {
+  const out: Record<string, number | null> = {};
+  for (const [flag, key, size] of QUOTA_FLAGS) {
+    const s = ctx.str(flag);
+    if (s === undefined) continue;
+    if (s === 'none' || s === 'unlimited') {
+      out[key] = null;
+      continue;
+    }
+    const n = size ? parseSize(s) : Number(s);
+    if (n === null || !Number.isFinite(n) || n < 0 || !Number.isInteger(n)) {
+      throw new UsageError(`--${flag} must be a whole number${size ? ' of bytes (units: 64KiB, 10MiB, 1GB)' : ''} or "none" (got "${s}")`);
+    }
+    out[key] = n;
+  }
+  return out;
+}
+
+const quotaText = (q: Quotas) => {
+  const parts: string[] = [];
+  if (q.maxConnections !== undefined && q.maxConnections !== null) parts.push(`${q.maxConnections} conn`);
+  if (q.publishRate !== undefined && q.publishRate !== null) parts.push(`${q.publishRate} msg/s`);
+  if (q.bytesInRate !== undefined && q.bytesInRate !== null) parts.push(`in ${fmtBytes(q.bytesInRate)}/s`);
+  if (q.bytesOutRate !== undefined && q.bytesOutRate !== null) parts.push(`out ${fmtBytes(q.bytesOutRate)}/s`);
+  if (q.maxStorageBytes !== undefined && q.maxStorageBytes !== null) parts.push(`storage ${fmtBytes(q.maxStorageBytes)}`);
+  return parts.length > 0 ? parts.join(', ') : 'none';
+};
+
+export const namespaceCommand: CommandGroup = {
+  name: 'namespace',
+  aliases: ['namespaces', 'ns'],
+  summary: "Namespaces with quotas; users belong to one ('default' unless said otherwise).",
+  subs: {
+    add: {
+      usage: 'NAME [--description TEXT] [--max-connections N] [--publish-rate N] [--bytes-in-rate SIZE] [--bytes-out-rate SIZE] [--max-storage SIZE]',
+      summary: 'add a namespace, optionally with quotas',
+      args: [1, 1],
+      options: { description: { type: 'string', short: 'd' }, ...QUOTA_OPTIONS },
+      async run(ctx) {
+        const quotas = Object.fromEntries(Object.entries(quotaFlags(ctx)).filter(([, v]) => v !== null));
+        const description = ctx.str('description');
+        const ns = await (await ctx.api()).request<NamespaceView>('POST', '/api/v1/namespaces', { name: ctx.positionals[0], ...(description ? { description } : {}), quotas });
+        ctx.print(ns, () => `added namespace ${ns.name} (quotas: ${quotaText(ns.quotas ?? {})})`);
+      },
+    },
+    list: {
+      usage: '',
+      summary: 'list namespaces with their quotas',
+      async run(ctx) {
+        const nss = await (await ctx.api()).list<NamespaceView>('/api/v1/namespaces');
+        ctx.print(nss, () =>
+          itemsTable(
+            nss,
+            [
+              ['NAME', (n) => n.name],
+              ['QUOTAS', (n) => quotaText(n.quotas ?? {})],
+              ['CONNECTIONS', (n) => n.usage?.connections],
+              ['DESCRIPTION', (n) => n.description],
+            ],
+            'no namespaces',
+          ),
+        );
+      },
+    },
+    describe: {
+      usage: 'NAME',
+      summary: 'a namespace: quotas and usage',
+      args: [1, 1],
+      async run(ctx) {
+        const ns = await (await ctx.api()).request<NamespaceView>('GET', `/api/v1/namespaces/${seg(ctx.positionals[0])}`);
+        ctx.print(ns, () =>
+          keyValues([
+            ['namespace', ns.name],
+            ['description', ns.description],
+            ['quotas', quotaText(ns.quotas ?? {})],
+            ['created', fmtTime(ns.createdAt)],
+            ...Object.entries(ns.usage ?? {}).map(([k, v]): [string, unknown] => [k, cell(v)]),
+          ]),
+        );
+      },
+    },
+    'set-quota': {
+      usage: 'NAME [--max-connections N] [--publish-rate N] [--bytes-in-rate SIZE] [--bytes-out-rate SIZE] [--max-storage SIZE]   (none: lift one)',
+      summary: 'change quotas live (the others stay as they are)',
+      args: [1, 1],
+      options: QUOTA_OPTIONS,
+      async run(ctx) {
+        const name = ctx.positionals[0];
+        const change = quotaFlags(ctx);
+        if (Object.keys(change).length === 0) throw new UsageError('nothing to change: give a quota flag (--max-connections, --publish-rate, ...)');
+        // Quotas given are set, `none` (null) lifts one, the others stay as they are (the API merges).
+        const ns = await (await ctx.api()).request<NamespaceView>('PATCH', `/api/v1/namespaces/${seg(name)}`, { quotas: change });
+        ctx.print(ns, () => `namespace ${ns.name} quotas: ${quotaText(ns.quotas ?? {})}`);
+      },
+    },
+    delete: {
+      usage: 'NAME',
+      summary: 'delete a namespace (no user may belong to it)',
+      args: [1, 1],
+      async run(ctx) {
+        const name = ctx.positionals[0];
+        await (await ctx.api()).request('DELETE', `/api/v1/namespaces/${seg(name)}`);
+        ctx.print({ deleted: name }, () => `deleted namespace ${name}`);
+      },
+    },
+  },
+};

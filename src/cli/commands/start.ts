@@ -1,0 +1,54 @@
+/** `flowmq start`: runs a broker in this process until SIGINT/SIGTERM. */
+import { parseArgs, type ParseArgsConfig } from 'node:util';
+import { pino } from 'pino';
+import { envName, loadConfig, OPTIONS } from '../../config/index.js';
+import { startBroker } from '../../broker.js';
+import { UsageError } from '../command.js';
+
+function startHelp(): string {
+  const lines = OPTIONS.map((o) => {
+    const d = o.default;
+    const def = Array.isArray(d) ? d.join(',') || '-' : d === null ? '-' : typeof d === 'object' ? d.kind : String(d);
+    return `  --${o.name.padEnd(26)} ${o.help} [default: ${def}; env ${envName(o.name)}]`;
+  });
+  return `Usage: flowmq start [--config flowmq.yaml] [options]\n\nOptions (flags win over environment, which wins over the config file):\n  --config FILE                YAML file of option: value pairs (same names as the flags)\n${lines.join('\n')}`;
+}
+
+export async function cmdStart(args: string[]): Promise<number> {
+  const options: ParseArgsConfig['options'] = { config: { type: 'string' }, help: { type: 'boolean', short: 'h' } };
+  for (const o of OPTIONS) options[o.name] = { type: 'string' };
+  let parsed;
+  try {
+    parsed = parseArgs({ args, options, allowPositionals: false, strict: true });
+  } catch (e) {
+    throw new UsageError((e as Error).message);
+  }
+  if (parsed.values.help) {
+    console.log(startHelp());
+    return 0;
+  }
+  const { config: file, help: _help, ...flags } = parsed.values;
+  const config = loadConfig({ flags, env: process.env, file: (file as string | undefined) ?? process.env.FLOWMQ_CONFIG });
+  const logger = pino({ level: config.logLevel, base: { broker: config.brokerId } });
+  const broker = await startBroker(config, logger);
+  return new Promise<number>((resolve) => {
+    let stopping = false;
+    const stop = (signal: string) => {
+      if (stopping) return;
+      stopping = true;
+      logger.info({ signal }, 'shutting down');
+      broker.close().then(
+        () => {
+          logger.info('stopped');
+          resolve(0);
+        },
+        (err: unknown) => {
+          logger.error({ err }, 'shutdown failed');
+          resolve(1);
+        },
+      );
+    };
+    process.once('SIGINT', () => stop('SIGINT'));
+    process.once('SIGTERM', () => stop('SIGTERM'));
+  });
+}
