@@ -412,6 +412,26 @@ describe('mqtt under the control plane', () => {
       }
     });
 
+    test('the bytes-out quota charges deliveries: the subscriber is held back, and still gets everything', async () => {
+      await ctl.directory.putNamespace({ name: 'narrow', quotas: { bytesOutRate: 2000 } });
+      await ctl.directory.addUser({ username: 'nora', password: 'nora-pw', namespace: 'narrow' });
+      const sub = await connect(b, 5, { username: 'nora', password: 'nora-pw' });
+      const got = collect(sub);
+      await sub.subscribeAsync('wide/#', { qos: 1 });
+      const pub = await connect(b, 5, { username: 'root', password: 'root-pw' });
+      try {
+        const before = ctl.access.quotas.figures().narrow?.throttled ?? 0;
+        // 10 x 500 bytes: over two seconds' worth of the subscriber's namespace rate.
+        for (let i = 0; i < 10; i++) await pub.publishAsync('wide/x', Buffer.alloc(500, i), { qos: 1 });
+        await until(() => got.length === 10, 'all 10 delivered', 15_000);
+        assert.ok(ctl.access.quotas.figures().narrow.throttled > before, 'the subscriber was held back');
+        const e = ctl.access.clients.list().find((x) => x.user === 'nora');
+        assert.equal(e?.messagesOut, 10);
+      } finally {
+        await Promise.all([sub.endAsync(), pub.endAsync()]);
+      }
+    });
+
     test('kick: v5 DISCONNECT 0x98 Administrative action; 3.1.1 closed', async () => {
       const c5 = await connect(b, 5, { username: 'alice', password: 'alice-pw', clientId: 'kick5' });
       const c4 = await connect(b, 4, { username: 'alice', password: 'alice-pw', clientId: 'kick4' });
