@@ -6,7 +6,10 @@
  */
 import assert from 'node:assert/strict';
 import { createHash, createHmac, pbkdf2Sync, randomBytes } from 'node:crypto';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { after, before, describe, test } from 'node:test';
+import { WebhookAuthenticator } from '../../../src/control/webhook.js';
 import mqtt, { type IClientOptions, type IPublishPacket, type MqttClient } from 'mqtt';
 import { encodePacket, type MqttPacket } from '../../../src/protocols/mqtt/codec/index.js';
 import { RawClient, makeAccess, sleep, startBroker, until, type TestBroker } from './helpers.js';
@@ -488,5 +491,49 @@ describe('mqtt under the control plane, anonymous access on', () => {
       await ctl.directory.deletePolicy('all-x').catch(() => undefined);
     }
     await sleep(0);
+  });
+});
+
+describe('mqtt under the control plane, users from the auth webhook', () => {
+  let ctl: Ctl;
+  let b: TestBroker;
+  let hook: http.Server;
+  let asked = 0;
+  before(async () => {
+    // A real HTTP endpoint answering as an external identity system would.
+    hook = http.createServer((req, res) => {
+      let body = '';
+      req.on('data', (d: Buffer) => (body += d.toString()));
+      req.on('end', () => {
+        asked++;
+        const q = JSON.parse(body) as { username: string; password: string; protocol: string };
+        const yes = q.username === 'hook-user' && q.password === 'hook-pw' && q.protocol === 'mqtt';
+        res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(yes ? { result: 'allow', groups: ['hooked'] } : { result: 'deny' }));
+      });
+    });
+    await new Promise<void>((r) => hook.listen(0, '127.0.0.1', () => r()));
+    const url = `http://127.0.0.1:${(hook.address() as AddressInfo).port}/auth`;
+    ctl = await makeAccess({ external: new WebhookAuthenticator({ url, timeoutMs: 5000, cacheTtlMs: 0 }) });
+    b = await startBroker({ access: ctl.access, sysIntervalMs: 0 });
+    await ctl.directory.putPolicy({ name: 'hooked-h', effect: 'allow', actions: ['publish'], resources: ['topic:h/#'], principals: ['group:hooked'] });
+  });
+  after(async () => {
+    await b.close();
+    await ctl.close();
+    hook.close();
+  });
+
+  test('a user the directory does not know logs in through the webhook, with the groups it answers', async () => {
+    const c = await connect(b, 5, { username: 'hook-user', password: 'hook-pw' });
+    try {
+      await c.publishAsync('h/x', 'via group hooked', { qos: 1 });
+      await assert.rejects(c.publishAsync('elsewhere', 'x', { qos: 1 }), (err: { code?: number }) => err.code === 0x87);
+    } finally {
+      await c.endAsync();
+    }
+    const before = asked;
+    const bad = await rawConnect(b, 5, 'hook-bad', { username: 'hook-user', password: Buffer.from('wrong') });
+    assert.equal(bad.connack.returnCode, 0x86);
+    assert.equal(asked, before + 1, 'the webhook was asked');
   });
 });
