@@ -12,6 +12,7 @@ import { after, before, describe, test } from 'node:test';
 import { WebhookAuthenticator } from '../../../src/control/webhook.js';
 import mqtt, { type IClientOptions, type IPublishPacket, type MqttClient } from 'mqtt';
 import { encodePacket, type MqttPacket } from '../../../src/protocols/mqtt/codec/index.js';
+import { startMqttWsListener } from '../../../src/protocols/mqtt/index.js';
 import { RawClient, makeAccess, sleep, startBroker, until, type TestBroker } from './helpers.js';
 
 type Ctl = Awaited<ReturnType<typeof makeAccess>>;
@@ -432,6 +433,26 @@ describe('mqtt under the control plane', () => {
         assert.equal(e?.messagesOut, 10);
       } finally {
         await Promise.all([sub.endAsync(), pub.endAsync()]);
+      }
+    });
+
+    test('a WebSocket client is registered under the mqtt-ws listener with its socket byte counts, and logs in the same way', async () => {
+      const ws = await startMqttWsListener({ engine: b.engine, logger: b.logger, brokerId: 1 }, { host: '127.0.0.1', port: 0 }, b.listener.hub);
+      try {
+        const wsUrl = `ws://127.0.0.1:${ws.address().port}/mqtt`;
+        await assert.rejects(mqtt.connectAsync(wsUrl, { protocolVersion: 5, reconnectPeriod: 0, username: 'alice', password: 'nope' }), (err: { code?: number }) => err.code === 0x86);
+        const c = await mqtt.connectAsync(wsUrl, { protocolVersion: 5, reconnectPeriod: 0, username: 'alice', password: 'alice-pw', clientId: 'over-ws' });
+        try {
+          await c.publishAsync('ws/x', 'hello', { qos: 1 });
+          const e = ctl.access.clients.list().find((x) => x.clientId === 'over-ws');
+          assert.equal(e?.reg.listener, 'mqtt-ws');
+          assert.equal(e?.user, 'alice');
+          assert.ok(e.bytesIn > 0 && e.bytesOut > 0);
+        } finally {
+          await c.endAsync();
+        }
+      } finally {
+        await ws.close();
       }
     });
 
