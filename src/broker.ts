@@ -2,7 +2,7 @@
  * Assembles one broker process: storage backends, the log engine, the routing core, the protocol listeners
  * and the admin API; and takes them down again in the right order.
  */
-import { existsSync, mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import type { Logger } from 'pino';
 import type { Config } from './config/index.js';
@@ -51,6 +51,16 @@ export interface Broker {
  * The protocols a broker can run, in start order (--protocols picks among them by name). A protocol is one entry
  * here: its module owns its options, listeners, figures and close.
  */
+/** The broker's version (package.json), for GET /api/v1/broker and the OpenAPI document. */
+const BROKER_VERSION = ((): string => {
+  try {
+    const url = new URL('../../package.json', import.meta.url);
+    return String((JSON.parse(readFileSync(url, 'utf8')) as { version?: string }).version ?? '0.0.0');
+  } catch {
+    return '0.0.0';
+  }
+})();
+
 export const PROTOCOL_MODULES: readonly ProtocolModule[] = [mqttModule, kafkaModule, amqpModule, natsModule];
 
 export async function startBroker(config: Config, logger: Logger): Promise<Broker> {
@@ -135,6 +145,8 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
   const listeners = new Map<string, ProtocolListener>();
   const started = Date.now();
   let admin: AdminApi;
+  /** GET /readyz: true from the end of the start until close begins. */
+  let ready = false;
   /** The running protocols, in start order; their figures go under their names in GET /api/v1/broker. */
   const running: Array<{ name: string; protocol: RunningProtocol }> = [];
   // What a flood of connections leaves behind is given back once it has gone (see src/control/memory.ts).
@@ -154,11 +166,19 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
     admin = await startAdminApi({
       engine,
       logger: logger.child({ component: 'admin' }),
+      rootLogger: logger,
+      access,
       storage: log,
       host: config.httpHost,
       port: config.httpPort,
-      guard: protocolGuard,
       allowedHosts: config.httpAllowedHosts,
+      metricsAllow: config.httpMetricsAllow,
+      sessionTtlMs: config.httpSessionTtl,
+      version: BROKER_VERSION,
+      groups: () => running.flatMap((r) => (r.protocol.groups ? [{ protocol: r.name, admin: r.protocol.groups }] : [])),
+      mqttSessions: () => running.find((r) => r.name === 'mqtt')?.protocol.sessions,
+      // Storage has recovered before the API starts; ready once the listeners are up too, and no longer once closing.
+      ready: () => ready,
       info: () => ({
         brokerId: config.brokerId,
         uptimeMs: Date.now() - started,
@@ -182,13 +202,14 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
       }),
     });
     logger.info({ protocol: 'http', address: formatAddress(admin.address()), auth: admin.auth }, 'listening (admin API)');
-    if (admin.exposed) {
+    if (directory.size === 0 && !access.hasUsers && config.httpHost !== '127.0.0.1' && config.httpHost !== 'localhost' && config.httpHost !== '::1') {
       logger.warn(
         { protocol: 'http', address: formatAddress(admin.address()) },
-        'the admin API is unauthenticated and bound to a non-loopback address: anyone who can reach it can delete streams; set --users-file or --http-host 127.0.0.1',
+        'no user exists yet: the admin API answers loopback callers only (as an administrator) until the first user is added with `flowmq user add`',
       );
     }
     collector.start();
+    ready = true;
   } catch (err) {
     await closeAll();
     engine.close();
@@ -217,6 +238,7 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
     }),
     close() {
       closing ??= (async () => {
+        ready = false;
         // Stop taking traffic first, then let storage finish what was acknowledged.
         await admin.close();
         await closeAll();

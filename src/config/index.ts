@@ -7,7 +7,7 @@ import { readFileSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
 import { FlowError } from '../core/index.js';
 import { SASL_MECHANISMS } from '../control/sasl.js';
-import { hostName } from '../control/admin-api.js';
+import { addressFilter, hostName } from '../control/api/auth.js';
 import { parseDuration, parseSize } from './units.js';
 
 export { parseDuration, parseSize } from './units.js';
@@ -86,6 +86,10 @@ export interface Config {
   httpHost: string;
   /** Host names the admin API answers for besides its bind address (DNS rebinding defence). */
   httpAllowedHosts: string[];
+  /** Addresses / CIDR blocks that may read /metrics, /healthz and /readyz; empty: anyone who can connect. */
+  httpMetricsAllow: string[];
+  /** How long a dashboard login session lasts, ms. */
+  httpSessionTtl: number;
   protocols: Protocol[];
   logLevel: string;
   brokerId: number;
@@ -165,7 +169,7 @@ export interface Config {
   kafkaGroupMaxSessionTimeout: number;
 }
 
-type Kind = 'string' | 'port' | 'int' | 'bool' | 'protocols' | 'size' | 'capacity' | 'duration' | 'delay' | 'level' | 'sasl-mechanisms' | 'wal-layout' | 'default-policy' | 'hosts' | 'slow-consumer' | 'metastore' | 'wal' | 'object-store' | 'url' | 'tls-client-auth' | 'tls-cert-user';
+type Kind = 'string' | 'port' | 'int' | 'bool' | 'protocols' | 'size' | 'capacity' | 'duration' | 'delay' | 'level' | 'sasl-mechanisms' | 'wal-layout' | 'default-policy' | 'hosts' | 'cidrs' | 'slow-consumer' | 'metastore' | 'wal' | 'object-store' | 'url' | 'tls-client-auth' | 'tls-cert-user';
 
 interface OptionSpec {
   key: keyof Config;
@@ -225,6 +229,8 @@ export const OPTIONS: OptionSpec[] = [
   { key: 'httpPort', name: 'http-port', kind: 'port', default: 8080, help: 'admin HTTP API (/api/v1) and health' },
   { key: 'httpHost', name: 'http-host', kind: 'string', default: '127.0.0.1', help: 'address the admin HTTP API binds (0.0.0.0 for every interface)' },
   { key: 'httpAllowedHosts', name: 'http-allowed-hosts', kind: 'hosts', default: [], help: 'host names the admin API answers for besides its bind address, comma-separated (Host header check against DNS rebinding)' },
+  { key: 'httpMetricsAllow', name: 'http-metrics-allow', kind: 'cidrs', default: [], help: 'addresses or CIDR blocks (10.0.0.0/8, ::1) that may read /metrics, /healthz and /readyz, comma-separated (default: anyone who can connect; they need no login)' },
+  { key: 'httpSessionTtl', name: 'http-session-ttl', kind: 'duration', default: 12 * 3_600_000, help: 'how long a dashboard login session lasts' },
   { key: 'protocols', name: 'protocols', kind: 'protocols', default: [...DEFAULT_PROTOCOLS], help: 'listeners this broker enables, comma-separated' },
   { key: 'logLevel', name: 'log-level', kind: 'level', default: 'info', help: 'trace, debug, info, warn, error, fatal or silent' },
   { key: 'brokerId', name: 'broker-id', kind: 'int', default: 0, help: 'this broker\'s id (Kafka node id)' },
@@ -278,7 +284,7 @@ export const OPTIONS: OptionSpec[] = [
   { key: 'authMaxDelay', name: 'auth-max-delay', kind: 'delay', default: 4000, help: 'cap of the doubling spacing of checks from an address that keeps failing; attempts booked further ahead are answered busy (0: no slowdown)' },
   { key: 'authUserMaxDelay', name: 'auth-user-max-delay', kind: 'delay', default: 2000, help: 'cap of the doubling delay before checks for a username that keeps failing (a delay, never a lock-out; 0: none)' },
   { key: 'kafkaSasl', name: 'kafka-sasl', kind: 'bool', default: null, help: 'Kafka listeners require SASL authentication (default: true when users-file is set and allow-anonymous is not)' },
-  { key: 'kafkaSaslMechanisms', name: 'kafka-sasl-mechanisms', kind: 'sasl-mechanisms', default: [...SASL_MECHANISMS], help: 'SASL mechanisms offered to Kafka clients when users are configured, comma-separated' },
+  { key: 'kafkaSaslMechanisms', name: 'kafka-sasl-mechanisms', kind: 'sasl-mechanisms', default: [...SASL_MECHANISMS], help: 'SASL mechanisms offered to Kafka clients, comma-separated (offered even before users exist, so users added live can log in)' },
   { key: 'kafkaSaslMaxReceiveSize', name: 'kafka-sasl-max-receive-size', kind: 'size', default: 512 * 1024, help: 'largest Kafka request read before SASL authentication completes, and during an exchange (sasl.server.max.receive.size); larger ones close the connection' },
   { key: 'kafkaAuthTimeout', name: 'kafka-auth-timeout', kind: 'duration', default: 10_000, help: 'close a connection to a Kafka listener requiring SASL that has not authenticated this long after connecting' },
   { key: 'kafkaTlsPort', name: 'kafka-tls-port', kind: 'port', default: 9093, help: 'Kafka over TLS (SSL, SASL_SSL); listens only when kafka-tls-cert and kafka-tls-key are set' },
@@ -402,6 +408,17 @@ function coerce(spec: OptionSpec, raw: unknown, source: string): Config[keyof Co
         // A name, an IPv4 address or a bracketed or bare IPv6 address, optionally with a port (ignored).
         if (hostName(h) === null) throw bad(`"${h}" is not a host name or IP address`);
         if (!out.includes(h)) out.push(h);
+      }
+      return out;
+    }
+    case 'cidrs': {
+      const list = Array.isArray(str) ? str : typeof str === 'string' ? str.split(',') : null;
+      if (!list) throw bad('expected a comma-separated list of addresses or CIDR blocks');
+      const out = list.map((x) => String(x).trim()).filter((x) => x !== '');
+      try {
+        addressFilter(out);
+      } catch (err) {
+        throw bad((err as Error).message.replace(/^http-metrics-allow: /, ''));
       }
       return out;
     }

@@ -26,6 +26,8 @@ export interface ExternalAuthenticator {
     ctx: { remoteAddress?: string; protocol: string },
   ): Promise<{ verdict: 'ok'; groups?: string[]; namespace?: string } | { verdict: 'bad' | 'busy' }>;
   close?(): void;
+  /** Its figures (requests, answers, cache hits), for the admin API and /metrics. */
+  readonly stats?: Readonly<Record<string, number>>;
 }
 
 export interface AccessControlOptions {
@@ -59,6 +61,11 @@ export class AccessControl {
     this.external = opts.external ?? null;
     this.quotas = new QuotaManager(opts.directory);
     this.denials = opts.logger ? new LogLimiter(opts.logger) : null;
+  }
+
+  /** The external authenticator's figures (the webhook's requests, answers, cache hits); null without one. */
+  get externalStats(): Readonly<Record<string, number>> | null {
+    return this.external?.stats ?? null;
   }
 
   /** Whether `protocol` lets clients in without credentials. */

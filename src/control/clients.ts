@@ -20,7 +20,9 @@ export interface ClientRegistration {
 
 export class ClientEntry {
   user: string | null = null;
-  namespace = 'default';
+  private ns = 'default';
+  /** What was counted under an earlier namespace (see the namespace setter). */
+  private carried: ProtocolTotals = { messagesIn: 0, messagesOut: 0, bytesIn: 0, bytesOut: 0 };
   /** The protocol's own client name (MQTT client id, Kafka client.id, AMQP connection_name, NATS name). */
   clientId: string | null = null;
   messagesIn = 0;
@@ -38,6 +40,38 @@ export class ClientEntry {
   }
   get bytesOut(): number {
     return this.reg.socket?.bytesWritten ?? 0;
+  }
+
+  /** The namespace the connection counts under ("default" until login says otherwise). */
+  get namespace(): string {
+    return this.ns;
+  }
+
+  /**
+   * Moves the connection to another namespace (set after login). What it counted so far (its CONNECT's bytes,
+   * say) stays with the old namespace's totals: /metrics counters never go down.
+   */
+  set namespace(next: string) {
+    if (next === this.ns) return;
+    const now = this.counted();
+    this.registry.carry(this.reg.protocol, this.ns, now);
+    this.carried = {
+      messagesIn: this.carried.messagesIn + now.messagesIn,
+      messagesOut: this.carried.messagesOut + now.messagesOut,
+      bytesIn: this.carried.bytesIn + now.bytesIn,
+      bytesOut: this.carried.bytesOut + now.bytesOut,
+    };
+    this.ns = next;
+  }
+
+  /** What the connection counted under its current namespace. */
+  counted(): ProtocolTotals {
+    return {
+      messagesIn: this.messagesIn - this.carried.messagesIn,
+      messagesOut: this.messagesOut - this.carried.messagesOut,
+      bytesIn: this.bytesIn - this.carried.bytesIn,
+      bytesOut: this.bytesOut - this.carried.bytesOut,
+    };
   }
 
   /** Removes the entry (the connection closed); its counters go to the registry's totals. */
@@ -85,12 +119,17 @@ export class ClientRegistry {
 
   remove(e: ClientEntry): void {
     if (!this.entries.delete(e.id)) return;
-    const key = `${e.reg.protocol}\u0000${e.namespace}`;
+    this.carry(e.reg.protocol, e.namespace, e.counted());
+  }
+
+  /** Adds counts to the totals kept for connections no longer counted under (protocol, namespace). */
+  carry(protocol: string, namespace: string, c: ProtocolTotals): void {
+    const key = `${protocol}\u0000${namespace}`;
     const t = this.closedTotals.get(key) ?? { messagesIn: 0, messagesOut: 0, bytesIn: 0, bytesOut: 0 };
-    t.messagesIn += e.messagesIn;
-    t.messagesOut += e.messagesOut;
-    t.bytesIn += e.bytesIn;
-    t.bytesOut += e.bytesOut;
+    t.messagesIn += c.messagesIn;
+    t.messagesOut += c.messagesOut;
+    t.bytesIn += c.bytesIn;
+    t.bytesOut += c.bytesOut;
     this.closedTotals.set(key, t);
   }
 
@@ -133,11 +172,12 @@ export class ClientRegistry {
     }
     for (const e of this.entries.values()) {
       const t = get(e.reg.protocol, e.namespace);
+      const c = e.counted();
       t.connections++;
-      t.messagesIn += e.messagesIn;
-      t.messagesOut += e.messagesOut;
-      t.bytesIn += e.bytesIn;
-      t.bytesOut += e.bytesOut;
+      t.messagesIn += c.messagesIn;
+      t.messagesOut += c.messagesOut;
+      t.bytesIn += c.bytesIn;
+      t.bytesOut += c.bytesOut;
     }
     return [...out.values()];
   }

@@ -219,11 +219,12 @@ export class Directory implements UserStore {
     return this.policySet;
   }
 
-  /** The identity a connection authenticated as `username` acts as (anonymous-like if the user is gone). */
+  /** The identity a connection authenticated as `username` acts as (`removed`, allowed nothing, if the user is gone). */
   principal(username: string | null): Principal {
     if (username === null) return { user: null, groups: [], namespace: DEFAULT_NAMESPACE };
     const u = this.users.get(username)?.info;
-    return { user: username, groups: u?.groups ?? [], namespace: u?.namespace ?? DEFAULT_NAMESPACE };
+    if (u === undefined) return { user: username, groups: [], namespace: DEFAULT_NAMESPACE, removed: true };
+    return { user: username, groups: u.groups, namespace: u.namespace };
   }
 
   /** The user a bearer token belongs to, or null (unknown, expired, or its user deleted). Constant-time compare. */

@@ -1,4 +1,4 @@
-export { startAdminApi, streamView, type AdminApi, type AdminApiOptions, type StorageOps } from './admin-api.js';
+export { startAdminApi, streamView, type AdminApi, type AdminApiOptions, type MetricsSource, type StorageOps } from './admin-api.js';
 export { FloodCollector, processMemory, type FloodCollectorOptions, type FloodCollectorStats, type ProcessMemory } from './memory.js';
 export {
   DEFAULT_SCRAM_ITERATIONS,

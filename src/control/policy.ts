@@ -60,6 +60,11 @@ export interface Principal {
   readonly groups: readonly string[];
   /** The namespace the identity belongs to ("default" unless said otherwise). */
   readonly namespace: string;
+  /**
+   * The user was deleted while connected: nothing is allowed any more (not even what `user:NAME` policies still
+   * name), so an open connection of a deleted user loses its rights at its next request, before anyone kicks it.
+   */
+  readonly removed?: boolean;
 }
 
 export const ANONYMOUS: Principal = Object.freeze({ user: null, groups: Object.freeze([]) as readonly string[], namespace: 'default' });
@@ -253,6 +258,7 @@ export class PolicySet {
 
   /** The decision for one request on one named resource (a topic name for kind topic). */
   allows(p: Principal, action: Action, kind: ResourceKind, name: string): boolean {
+    if (p.removed === true) return false;
     if (p.groups.includes(ADMIN_GROUP)) return true;
     let allowed = false;
     let levels: string[] | undefined;
@@ -281,6 +287,7 @@ export class PolicySet {
    * topic is checked with `allows(p, 'subscribe', 'topic', topic)`, so a wildcard never reaches a denied topic.
    */
   subscription(p: Principal, filter: string): SubscriptionVerdict {
+    if (p.removed === true) return 'deny';
     if (p.groups.includes(ADMIN_GROUP)) return 'allow';
     const s = filter.split('/');
     let covered = this.defaultAllow;

@@ -89,11 +89,23 @@ export interface ConsumerGroupAdmin {
   delete(name: string): Promise<void>;
 }
 
+/** What a protocol offers the admin API about its stored client sessions (MQTT persistent sessions). */
+export interface SessionAdmin {
+  /**
+   * Ends the session of a client id that is not connected (the admin API kicks a connected client first and waits
+   * for its connection to end): its subscriptions, queued messages and stored record go, as when it expires.
+   * Answers whether there was one in memory.
+   */
+  delete(clientId: string): Promise<boolean>;
+}
+
 export interface RunningProtocol {
   /** Listeners by name ("mqtt", "mqtts", "mqtt-ws", "kafka", "kafka-tls", "amqp", ...). */
   readonly listeners: ReadonlyMap<string, ProtocolListener>;
   /** Consumer groups of this protocol, for the admin API (Kafka; NATS: JetStream durable consumers). */
   readonly groups?: ConsumerGroupAdmin;
+  /** Stored client sessions of this protocol, for the admin API (MQTT). */
+  readonly sessions?: SessionAdmin;
   /** The protocol's figures for GET /api/v1/broker (drops, latencies, pools), if it keeps any. */
   figures?(): unknown;
   /** Stops the listeners (closing their connections), then the protocol's shared state. */

@@ -108,6 +108,20 @@ describe('Access: per-connection verdicts', () => {
     assert.equal(a.can('admin', 'cluster', '*'), false, 'and back');
   });
 
+  it('an open connection of a user deleted since loses every right at its next request', async () => {
+    const { directory, ac } = await setup();
+    await directory.addUser({ username: 'dora', password: 'pw' });
+    await directory.putPolicy({ name: 'dora', effect: 'allow', actions: ['*'], resources: ['*:*'], principals: ['user:dora'] });
+    await directory.putPolicy({ name: 'all-read', effect: 'allow', actions: ['subscribe'], resources: ['topic:#'], principals: ['everyone'] });
+    const a = ac.accessFor(ac.principal('dora'), 'nats');
+    assert.equal(a.can('publish', 'topic', 'x'), true);
+    await directory.deleteUser('dora');
+    assert.equal(a.can('publish', 'topic', 'x'), false, 'user:dora still names her, but she is gone');
+    assert.equal(a.subscription('x/#'), 'deny', 'not even what everyone may');
+    assert.equal(a.admits('x/1'), false);
+    assert.equal(a.principal.removed, true);
+  });
+
   it('anonymous connections are matched by everyone policies only; admits is not counted as a denial', async () => {
     const { directory, ac } = await setup();
     await directory.putPolicy({ name: 'pub', effect: 'allow', actions: ['subscribe'], resources: ['topic:public/#'], principals: ['everyone'] });

@@ -70,8 +70,8 @@ describe('Directory: users', () => {
     await d.deleteUser('carol');
     assert.equal(d.lookup('carol'), undefined);
     await assert.rejects(d.deleteUser('carol'), code('NOT_FOUND'));
-    // A deleted user's principal: no groups, default namespace (its user-named policies still apply until kicked).
-    assert.deepEqual(d.principal('carol'), { user: 'carol', groups: [], namespace: 'default' });
+    // A deleted user's principal is marked removed: allowed nothing, even what user:carol policies name.
+    assert.deepEqual(d.principal('carol'), { user: 'carol', groups: [], namespace: 'default', removed: true });
   });
 
   it('seedUser adds once and leaves an existing user alone', async () => {

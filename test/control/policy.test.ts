@@ -151,6 +151,14 @@ describe('PolicySet.allows', () => {
     assert.equal(set.allows(alice, 'publish', 'topic', 'a'), false);
   });
 
+  it('a removed principal (its user deleted) is allowed nothing, admins group or not', () => {
+    const set = new PolicySet([pol({ name: 'all' })], 'allow');
+    const gone = { user: 'alice', groups: ['admins'], namespace: 'default', removed: true };
+    assert.equal(set.allows(gone, 'publish', 'topic', 'a'), false);
+    assert.equal(set.subscription(gone, 'a'), 'deny');
+    assert.equal(set.allows(alice, 'publish', 'topic', 'a'), true);
+  });
+
   it('principals: user, group, everyone (anonymous included); anonymous matches only everyone', () => {
     const set = new PolicySet([
       pol({ name: 'u', resources: ['queue:u'], principals: ['user:alice'] }),

@@ -1,6 +1,7 @@
 /**
- * The admin API behind a users file, end to end: the real bin/flowmq and the real `flowmq stream` CLI with
- * `--user` / FLOWMQ_USER and the password in FLOWMQ_PASSWORD; anonymous callers and wrong passwords refused.
+ * The admin API behind users, end to end against the real bin/flowmq started with a users file: HTTP Basic, an API
+ * token, a dashboard session with its CSRF token; anonymous callers and wrong passwords refused; the login rate
+ * limit. (The `flowmq` CLI's own handling of credentials is tested with the CLI.)
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -9,10 +10,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { FlowmqProcess } from './harness.js';
 
+const basic = (u: string, p: string) => ({ authorization: `Basic ${Buffer.from(`${u}:${p}`).toString('base64')}` });
+const JSON_TYPE = { 'content-type': 'application/json' };
+
 describe('e2e: admin API with a users file', () => {
   let broker: FlowmqProcess;
   let dir: string;
-  const alice = { FLOWMQ_PASSWORD: 'wonder:land' };
   before(async () => {
     dir = mkdtempSync(join(tmpdir(), 'flowmq-admin-e2e-'));
     writeFileSync(join(dir, 'users.yaml'), '- username: alice\n  password: "wonder:land"\n- username: bob\n  password: builder\n');
@@ -26,53 +29,73 @@ describe('e2e: admin API with a users file', () => {
 
   it('logs who may use the admin API', async () => {
     const line = await broker.waitForLog((l) => l.msg === 'listening (admin API)');
-    assert.equal(line.auth, 'basic (2 users from users file)');
+    assert.match(String(line.auth), /^users \(2 in the directory\)/);
     assert.match(String(line.address), /^127\.0\.0\.1:\d+$/);
   });
 
-  it('creates, lists and deletes streams with --user and FLOWMQ_PASSWORD', async () => {
-    const created = await broker.cli(['stream', 'create', 'orders', '--partitions', '2', '--user', 'alice'], alice);
-    assert.equal(created.code, 0, created.stderr);
-    assert.match(created.stdout, /created stream orders: 2 partition\(s\)/);
-    // FLOWMQ_USER instead of the flag.
-    const list = await broker.cli(['stream', 'list'], { FLOWMQ_USER: 'bob', FLOWMQ_PASSWORD: 'builder' });
-    assert.equal(list.code, 0, list.stderr);
-    assert.match(list.stdout, /^orders\s+2\s/m);
-    const described = await broker.cli(['stream', 'describe', 'orders', '--user', 'alice'], alice);
-    assert.equal(described.code, 0, described.stderr);
-    const deleted = await broker.cli(['stream', 'delete', 'orders', '--user', 'alice'], alice);
-    assert.equal(deleted.code, 0, deleted.stderr);
-    assert.match(deleted.stdout, /deleted stream orders/);
-    const after = await broker.cli(['stream', 'list', '--user', 'alice'], alice);
-    assert.match(after.stdout, /no streams/);
+  it('creates, lists and deletes streams with HTTP Basic; refuses anonymous callers and wrong passwords', async () => {
+    const made = await fetch(`${broker.http}/api/v1/streams`, { method: 'POST', headers: { ...JSON_TYPE, ...basic('alice', 'wonder:land') }, body: JSON.stringify({ name: 'precious', partitions: 2 }) });
+    assert.equal(made.status, 201);
+    const anon = await fetch(`${broker.http}/api/v1/streams/precious`, { method: 'DELETE', headers: JSON_TYPE });
+    assert.equal(anon.status, 401);
+    assert.equal(anon.headers.get('www-authenticate'), 'Basic realm="flowmq"');
+    const wrong = await fetch(`${broker.http}/api/v1/streams/precious`, { method: 'DELETE', headers: { ...JSON_TYPE, ...basic('alice', 'wonder') } });
+    assert.equal(wrong.status, 401);
+    assert.deepEqual(await wrong.json(), { error: { code: 'UNAUTHENTICATED', message: 'invalid username or password' } });
+    assert.equal((await fetch(`${broker.http}/healthz`)).status, 200);
+    assert.equal((await fetch(`${broker.http}/readyz`)).status, 200);
+    const list = (await (await fetch(`${broker.http}/api/v1/streams`, { headers: basic('bob', 'builder') })).json()) as { items: Array<{ name: string; partitions: number }>; next: null };
+    assert.deepEqual(list, { items: [list.items[0]], next: null });
+    assert.equal(list.items[0].name, 'precious');
+    assert.equal(list.items[0].partitions, 2);
+    await broker.waitForLog((l) => l.msg === 'admin API login refused: invalid username or password' && l.username === 'alice');
   });
 
-  it('fails clearly without credentials, with a wrong password, and with --user but no password', async () => {
-    broker.credentials = { username: 'alice', password: 'wonder:land' };
-    await broker.api('POST', '/api/v1/streams', { name: 'precious', partitions: 1 });
+  it('issues an API token that works as a Bearer credential until revoked', async () => {
+    const made = (await (await fetch(`${broker.http}/api/v1/tokens`, { method: 'POST', headers: { ...JSON_TYPE, ...basic('bob', 'builder') }, body: JSON.stringify({ description: 'e2e' }) })).json()) as {
+      id: string;
+      token: string;
+    };
+    const bearer = { authorization: `Bearer ${made.token}` };
+    const me = (await (await fetch(`${broker.http}/api/v1/session`, { headers: bearer })).json()) as { user: string; via: string };
+    assert.deepEqual([me.user, me.via], ['bob', 'token']);
+    assert.equal((await fetch(`${broker.http}/api/v1/tokens/${made.id}`, { method: 'DELETE', headers: { ...JSON_TYPE, ...bearer } })).status, 204);
+    assert.equal((await fetch(`${broker.http}/api/v1/session`, { headers: bearer })).status, 401);
+  });
 
-    const anon = await broker.cli(['stream', 'delete', 'precious']);
-    assert.equal(anon.code, 1);
-    assert.match(anon.stderr, /^flowmq: the broker at http:\/\/127\.0\.0\.1:\d+ requires a user: pass --user NAME .*FLOWMQ_PASSWORD/);
+  it('logs in a dashboard session: reads with the cookie, changes need the CSRF token; the 11th login in a minute is refused', async () => {
+    const login = await fetch(`${broker.http}/api/v1/login`, { method: 'POST', headers: JSON_TYPE, body: JSON.stringify({ username: 'alice', password: 'wonder:land' }) });
+    assert.equal(login.status, 200);
+    const { csrfToken } = (await login.json()) as { csrfToken: string };
+    const cookie = String(login.headers.get('set-cookie')).split(';')[0];
+    assert.equal((await fetch(`${broker.http}/api/v1/streams/precious`, { headers: { cookie } })).status, 200);
+    const forged = await fetch(`${broker.http}/api/v1/streams/precious`, { method: 'DELETE', headers: { cookie, ...JSON_TYPE } });
+    assert.equal(forged.status, 403);
+    const del = await fetch(`${broker.http}/api/v1/streams/precious`, { method: 'DELETE', headers: { cookie, 'x-csrf-token': csrfToken, ...JSON_TYPE } });
+    assert.equal(del.status, 204);
+    // One login above; nine more pass, the eleventh is rate-limited.
+    const statuses: number[] = [];
+    for (let i = 0; i < 10; i++) {
+      const r = await fetch(`${broker.http}/api/v1/login`, { method: 'POST', headers: JSON_TYPE, body: JSON.stringify({ username: 'alice', password: 'nope' }) });
+      statuses.push(r.status);
+    }
+    assert.deepEqual(statuses.slice(-1), [429]);
+    assert.ok(statuses.slice(0, 9).every((s) => s === 401 || s === 503), statuses.join());
+  });
 
-    const wrong = await broker.cli(['stream', 'delete', 'precious', '--user', 'alice'], { FLOWMQ_PASSWORD: 'wonder' });
-    assert.equal(wrong.code, 1);
-    assert.match(wrong.stderr, /refused user "alice": invalid username or password/);
-
-    // No FLOWMQ_PASSWORD and stdin is not a terminal: a usage error, nothing sent.
-    const noPassword = await broker.cli(['stream', 'list', '--user', 'alice'], { FLOWMQ_PASSWORD: undefined });
-    assert.equal(noPassword.code, 2);
-    assert.match(noPassword.stderr, /--user alice needs a password: set FLOWMQ_PASSWORD/);
-
-    // Anonymous HTTP (what a stranger on the network or a web page would send) is refused too.
-    const res = await fetch(`${broker.http}/api/v1/streams/precious`, { method: 'DELETE', headers: { 'content-type': 'application/json' } });
-    assert.equal(res.status, 401);
-    assert.equal(res.headers.get('www-authenticate'), 'Basic realm="flowmq"');
-    const health = await fetch(`${broker.http}/healthz`);
-    assert.equal(health.status, 200);
-
-    const list = await broker.cli(['stream', 'list', '--user', 'alice'], alice);
-    assert.match(list.stdout, /^precious\s/m, 'the stream survived every refused attempt');
-    await broker.waitForLog((l) => l.msg === 'admin API login refused: invalid username or password' && l.username === 'alice');
+  it('keeps sessions and API tokens across a restart (they live in the metastore), users created through the API too', async () => {
+    const admin = { ...JSON_TYPE, ...basic('alice', 'wonder:land') };
+    assert.equal((await fetch(`${broker.http}/api/v1/users`, { method: 'POST', headers: admin, body: JSON.stringify({ username: 'carol', password: 'carol-pw' }) })).status, 201);
+    const made = (await (await fetch(`${broker.http}/api/v1/tokens`, { method: 'POST', headers: { ...JSON_TYPE, ...basic('carol', 'carol-pw') }, body: '{}' })).json()) as { token: string };
+    // The login rate limit's window (the test above used it up) is in memory: the restart clears it.
+    broker = await broker.restart();
+    const login = await fetch(`${broker.http}/api/v1/login`, { method: 'POST', headers: JSON_TYPE, body: JSON.stringify({ username: 'carol', password: 'carol-pw' }) });
+    assert.equal(login.status, 200);
+    const cookie = String(login.headers.get('set-cookie')).split(';')[0];
+    broker = await broker.restart();
+    const viaCookie = (await (await fetch(`${broker.http}/api/v1/session`, { headers: { cookie } })).json()) as { user: string; via: string };
+    assert.deepEqual([viaCookie.user, viaCookie.via], ['carol', 'session']);
+    const viaToken = (await (await fetch(`${broker.http}/api/v1/session`, { headers: { authorization: `Bearer ${made.token}` } })).json()) as { user: string };
+    assert.equal(viaToken.user, 'carol');
   });
 });

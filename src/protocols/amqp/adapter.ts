@@ -16,7 +16,7 @@
  */
 import type { Logger } from 'pino';
 import { isFlowError, type Router } from '../../core/index.js';
-import type { PasswordGuard } from '../../control/index.js';
+import { ANONYMOUS, type AccessControl, type Principal } from '../../control/index.js';
 import { LogLimiter } from '../log-limit.js';
 import type { AdapterContext } from '../types.js';
 import type { ResolvedAmqpOptions } from './options.js';
@@ -27,7 +27,7 @@ export interface AlarmListener {
   alarm(reason: string | null): void;
 }
 
-export type AuthOutcome = { ok: true; user: string | null } | { ok: false; busy: boolean; reason: string; user?: string };
+export type AuthOutcome = { ok: true; principal: Principal } | { ok: false; busy: boolean; reason: string; user?: string };
 
 export class AmqpAdapter {
   readonly logger: Logger;
@@ -56,9 +56,8 @@ export class AmqpAdapter {
   constructor(
     readonly ctx: AdapterContext,
     readonly options: ResolvedAmqpOptions,
-    /** Clear-text password checks; null: no users file (every login is let in, as MQTT and Kafka do without one). */
-    private readonly guard: PasswordGuard | null,
-    private readonly allowAnonymous: boolean,
+    /** The control plane: logins, policies, quotas and the client registry. */
+    readonly access: AccessControl,
     private readonly rss: () => number = () => process.memoryUsage.rss(),
   ) {
     this.logger = ctx.logger;
@@ -73,18 +72,23 @@ export class AmqpAdapter {
   }
 
   /**
-   * Checks a login. PLAIN and AMQPLAIN carry a clear-text password, checked through the broker's PasswordGuard;
-   * without a users file every login is let in. An empty username is anonymous: let in when allow-anonymous.
+   * Checks a login. PLAIN and AMQPLAIN carry a clear-text password, checked through the control plane (the
+   * directory's users through the guard, then the webhook for users it does not know). An empty username is
+   * anonymous. While nobody could log in at all (no users, no webhook), a username is not checked either: clients
+   * send guest/guest by default, and a zero-setup broker lets them in anonymously when anonymous AMQP is allowed.
+   * Once a user exists (added live too), every username is checked.
    */
   async authenticate(username: string, password: Buffer, remoteAddress: string | undefined): Promise<AuthOutcome> {
-    if (this.guard === null) return { ok: true, user: null };
-    if (username === '') {
-      return this.allowAnonymous ? { ok: true, user: null } : { ok: false, busy: false, reason: 'anonymous access is not allowed' };
+    const a = this.access;
+    if (username === '' || !a.hasUsers) {
+      if (a.anonymousAllowed('amqp')) return { ok: true, principal: ANONYMOUS };
+      this.stats.authFailures++;
+      return { ok: false, busy: false, reason: a.hasUsers ? 'anonymous access is not allowed' : 'anonymous access is not allowed and no user exists', user: username };
     }
-    const v = await this.guard.check(username, password, remoteAddress, 'amqp');
-    if (v === 'ok') return { ok: true, user: username };
+    const v = await a.password(username, password, remoteAddress, 'amqp');
+    if (v.verdict === 'ok') return { ok: true, principal: v.principal };
     this.stats.authFailures++;
-    return { ok: false, busy: v === 'busy', reason: v === 'busy' ? 'too many login attempts, try later' : 'bad credentials', user: username };
+    return { ok: false, busy: v.verdict === 'busy', reason: v.verdict === 'busy' ? 'too many login attempts, try later' : 'bad credentials', user: username };
   }
 
   /** A connection opened: counted against maxConnections; false when over (the caller closes it). */

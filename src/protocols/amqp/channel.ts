@@ -23,10 +23,23 @@
  *
  * Transactions (tx.select): publishes, acks and rejects are held until tx.commit, which routes / settles them in
  * order and answers commit-ok once all are durable; tx.rollback drops the publishes and puts the acks back.
+ *
+ * Authorization: every method is checked against the connection's policies before it acts (see `authorize`):
+ * exchange.declare → create exchange (passive: describe), exchange.delete → delete exchange, exchange.bind /
+ * unbind → subscribe on the source and alter on the destination exchange; queue.declare → create queue (passive:
+ * describe; server-named exclusive queues need nothing: nobody else can reach them), queue.delete and queue.purge →
+ * delete queue, queue.bind / unbind → alter queue + subscribe exchange; basic.publish → publish exchange (the
+ * default exchange: publish queue:<routing key>; amq.topic also publish topic:<the key as a unified topic>);
+ * basic.consume / basic.get → subscribe queue. Stream queues are `stream:` resources. A binding on amq.topic is a
+ * subscription to the unified topic space: its key, as a filter, must not reach a denied topic (refused, not
+ * filtered: a queue is shared by its consumers). A refusal is channel.close 403 ACCESS_REFUSED with RabbitMQ's
+ * text; the connection stays. A policy changed live applies to the next method, and to open consumers at their
+ * next delivery: a consumer no longer allowed on its queue closes its channel with 403 instead of taking it.
  */
 import { randomBytes } from 'node:crypto';
 import type { ExchangeType, Message, QueueArguments, QueueConsumer, QueueDelivery, QueueHandle, RouteResult } from '../../core/index.js';
-import { isFlowError } from '../../core/index.js';
+import { dotsToUnified, isFlowError } from '../../core/index.js';
+import type { Action, ResourceKind } from '../../control/index.js';
 import { logKey } from '../log-limit.js';
 import { storageRefusal } from '../storage-refusal.js';
 import type { AmqpConnection } from './connection.js';
@@ -127,6 +140,8 @@ export class AmqpConsumer implements QueueConsumer {
   unacked = 0;
   /** Set once consume-ok went out: no delivery may overtake it. */
   ready = false;
+  /** Directory version its `subscribe queue:` was last allowed at (-2: refused, its channel is closing). */
+  authVersion = -1;
   /** Refused a delivery for want of credit: resume it when credit returns. */
   waiting = false;
   constructor(
@@ -375,6 +390,56 @@ export class AmqpChannel implements StreamSink {
     this.touched.clear();
   }
 
+  // ------------------------------------------------------------------ authorization
+
+  /**
+   * Throws channel.close 403 ACCESS_REFUSED with RabbitMQ's text unless the connection's policies allow `action` on
+   * the resource (free while nothing can be denied: `access.can` answers at once when the policies are open).
+   */
+  private authorize(action: Action, kind: ResourceKind, name: string, method: string): void {
+    if (this.conn.access.can(action, kind, name)) return;
+    const [classId, methodId] = IDS[method] ?? [0, 0];
+    throw new AmqpError(403, `access to ${kind} '${name}' in vhost '${this.conn.vhost}' refused for user '${this.conn.loginName}'`, classId, methodId);
+  }
+
+  /** basic.publish to amq.topic: the routing key is a topic of the unified space (RabbitMQ's topic permissions). */
+  private authorizeTopicPublish(routingKey: string): void {
+    if (this.conn.access.can('publish', 'topic', dotsToUnified(routingKey))) return;
+    throw new AmqpError(403, `access to topic '${routingKey}' in exchange '${TOPIC_EXCHANGE}' in vhost '${this.conn.vhost}' refused for user '${this.conn.loginName}'`, 60, 40);
+  }
+
+  /**
+   * A binding on amq.topic subscribes its destination to the unified topic space: the key, read as a filter, must
+   * not reach a denied topic. 'filter' (some topics under it denied) is refused too: the queue is shared, so there
+   * is nobody to filter deliveries for.
+   */
+  private authorizeTopicBinding(key: string, method: string): void {
+    const a = this.conn.access;
+    if (a.open) return;
+    if (a.subscription(bindingFilter(key)) === 'allow') return;
+    const [classId, methodId] = IDS[method] ?? [0, 0];
+    throw new AmqpError(403, `access to topic '${key}' in exchange '${TOPIC_EXCHANGE}' in vhost '${this.conn.vhost}' refused for user '${this.conn.loginName}'`, classId, methodId);
+  }
+
+  /**
+   * Whether a consumer may still take deliveries from its queue or stream: checked again after every change of the
+   * directory (a policy changed live). A refused consumer closes its channel with 403 (on the next turn: this runs
+   * inside the queue's dispatch) and gets nothing more.
+   */
+  private stillAllowed(c: { authVersion: number }, kind: ResourceKind, name: string): boolean {
+    const d = this.conn.adapter.access.directory;
+    if (c.authVersion === d.version) return true;
+    if (c.authVersion === -2) return false;
+    if (this.conn.access.can('subscribe', kind, name)) {
+      c.authVersion = d.version;
+      return true;
+    }
+    c.authVersion = -2;
+    const text = `access to ${kind} '${name}' in vhost '${this.conn.vhost}' refused for user '${this.conn.loginName}'`;
+    setImmediate(() => this.closeWith(403, text, 60, 20));
+    return false;
+  }
+
   // ------------------------------------------------------------------ methods
 
   private exec(m: AmqpMethod): Promise<void> | void {
@@ -465,9 +530,19 @@ export class AmqpChannel implements StreamSink {
     this.conn.published();
     const m = item.method;
     if (m.immediate) throw new AmqpError(540, 'immediate=true', 60, 40);
+    if (!this.conn.access.open) {
+      if (m.exchange === '') {
+        const stream = this.router.getQueue(m.routingKey) === undefined && this.engine.getStream(m.routingKey) !== undefined;
+        this.authorize('publish', stream ? 'stream' : 'queue', m.routingKey, 'basic.publish');
+      } else {
+        this.authorize('publish', 'exchange', m.exchange, 'basic.publish');
+        if (m.exchange === TOPIC_EXCHANGE) this.authorizeTopicPublish(m.routingKey);
+      }
+    }
+    this.conn.chargeIn(item.body.length);
     if (this.tx) {
       // Checked now (a missing exchange fails the publish, not the commit), routed at commit.
-      if (this.router.getExchange(m.exchange) === undefined) throw new AmqpError(404, `no exchange '${m.exchange}' in vhost '/'`, 60, 40);
+      if (this.router.getExchange(m.exchange) === undefined) throw new AmqpError(404, `no exchange '${m.exchange}' in vhost '${this.conn.vhost}'`, 60, 40);
       this.txPublishes.push(item);
       return;
     }
@@ -494,7 +569,7 @@ export class AmqpChannel implements StreamSink {
         r = { routed: 1, durable: failed, rejected: false };
         return this.afterRoute(item, r);
       }
-      if (isFlowError(err, 'NOT_FOUND')) throw new AmqpError(404, `no exchange '${m.exchange}' in vhost '/'`, 60, 40);
+      if (isFlowError(err, 'NOT_FOUND')) throw new AmqpError(404, `no exchange '${m.exchange}' in vhost '${this.conn.vhost}'`, 60, 40);
       if (isFlowError(err, 'ACCESS_REFUSED')) throw new AmqpError(403, (err as Error).message, 60, 40);
       throw err;
     }
@@ -618,6 +693,11 @@ export class AmqpChannel implements StreamSink {
   /** QueueConsumer.hasCredit of `c`. */
   credit(c: AmqpConsumer): boolean {
     if (!c.ready || this.closing || !this.flowActive) return false;
+    if (!this.stillAllowed(c, 'queue', c.queue.def.name)) return false;
+    if (this.conn.sendsHeld) {
+      c.waiting = true;
+      return false;
+    }
     if (this.conn.congested) {
       this.conn.starved = true;
       c.waiting = true;
@@ -649,6 +729,7 @@ export class AmqpChannel implements StreamSink {
       c.unacked++;
     }
     this.conn.adapter.stats.delivered++;
+    this.conn.chargeOut(d.msg.payload.length);
     this.sendContent('basic.deliver', { consumerTag: c.tag, deliveryTag: tag, redelivered: d.redelivered }, d.msg);
   }
 
@@ -668,13 +749,18 @@ export class AmqpChannel implements StreamSink {
     }
   }
 
+  /** The queue a method names ('' : the channel's last declared queue), for authorization. */
+  private queueName(name: string): string {
+    return name === '' ? (this.lastQueue ?? '') : name;
+  }
+
   private queueOf(name: string, what: string): QueueHandle {
     const q = name === '' ? this.lastQueue : name;
     if (q === null) throw new AmqpError(404, `no previously declared queue (${what} names none)`);
     const h = this.router.getQueue(q);
-    if (h === undefined) throw new AmqpError(404, `no queue '${q}' in vhost '/'`);
+    if (h === undefined) throw new AmqpError(404, `no queue '${q}' in vhost '${this.conn.vhost}'`);
     const owner = h.def.exclusiveOwner;
-    if (owner !== null && owner !== this.conn.id) throw new AmqpError(405, `cannot obtain exclusive access to locked queue '${q}' in vhost '/'`);
+    if (owner !== null && owner !== this.conn.id) throw new AmqpError(405, `cannot obtain exclusive access to locked queue '${q}' in vhost '${this.conn.vhost}'`);
     return h;
   }
 
@@ -701,8 +787,15 @@ export class AmqpChannel implements StreamSink {
     c.pump();
   }
 
+  /** StreamSink.allows: a stream consumer reads on while its channel may deliver (quota, policies). */
+  allows(c: StreamConsumer): boolean {
+    if (this.closing || this.conn.sendsHeld) return false;
+    return this.stillAllowed(c, 'stream', c.stream);
+  }
+
   deliverStream(c: StreamConsumer, msg: Message, offset: number): void {
     if (this.closing || this.streamConsumers.get(c.tag) !== c) return;
+    this.conn.chargeOut(msg.payload.length);
     const tag = ++this.deliveryTag;
     if (!c.noAck) {
       this.unacked.set(tag, { handle: STREAM_SETTLER, id: offset, consumer: c });
@@ -732,7 +825,11 @@ export class AmqpChannel implements StreamSink {
 
   private consume(m: MethodOf<'basic.consume'>): void | Promise<void> {
     const stream = this.streamOf(m.queue);
-    if (stream !== null) return this.consumeStream(m, stream);
+    if (stream !== null) {
+      this.authorize('subscribe', 'stream', stream, 'basic.consume');
+      return this.consumeStream(m, stream);
+    }
+    this.authorize('subscribe', 'queue', this.queueName(m.queue), 'basic.consume');
     const h = this.queueOf(m.queue, 'basic.consume');
     const tag = m.consumerTag === '' ? randomName('amq.ctag-') : m.consumerTag;
     if (this.consumers.has(tag) || this.streamConsumers.has(tag)) throw new AmqpError(530, `attempt to reuse consumer tag '${tag}'`, 60, 20);
@@ -741,10 +838,11 @@ export class AmqpChannel implements StreamSink {
     const priority = pv === undefined ? 0 : fieldInteger(pv);
     if (priority === undefined) throw new AmqpError(406, "invalid arg 'x-priority': expected an integer", 60, 20);
     const c = new AmqpConsumer(this, tag, this.owner, m.noAck, priority, h, this.consumerPrefetch);
+    c.authVersion = this.conn.adapter.access.directory.version;
     try {
       h.consume(c, { exclusive: m.exclusive });
     } catch (err) {
-      if (isFlowError(err, 'RESOURCE_LOCKED')) throw new AmqpError(403, `queue '${h.def.name}' in vhost '/' in exclusive use`, 60, 20);
+      if (isFlowError(err, 'RESOURCE_LOCKED')) throw new AmqpError(403, `queue '${h.def.name}' in vhost '${this.conn.vhost}' in exclusive use`, 60, 20);
       throw err;
     }
     this.consumers.set(tag, c);
@@ -756,6 +854,7 @@ export class AmqpChannel implements StreamSink {
   }
 
   private async get(m: MethodOf<'basic.get'>): Promise<void> {
+    this.authorize('subscribe', 'queue', this.queueName(m.queue), 'basic.get');
     const h = this.queueOf(m.queue, 'basic.get');
     this.touched.add(h);
     const d = await h.get(this.owner, m.noAck);
@@ -764,6 +863,7 @@ export class AmqpChannel implements StreamSink {
       this.conn.sendMethod(this.ch, { name: 'basic.get-empty' } as AmqpMethod);
       return;
     }
+    this.conn.chargeOut(d.msg.payload.length);
     const tag = ++this.deliveryTag;
     if (!m.noAck) this.unacked.set(tag, { handle: h, id: d.id, consumer: null });
     this.sendContent('basic.get-ok', { deliveryTag: tag, redelivered: d.redelivered, messageCount: d.remaining }, d.msg);
@@ -819,6 +919,7 @@ export class AmqpChannel implements StreamSink {
     if (m.exchange === '') {
       if (!m.passive) throw new AmqpError(403, "operation not permitted on the default exchange", 40, 10);
     } else {
+      this.authorize(m.passive ? 'describe' : 'create', 'exchange', m.exchange, 'exchange.declare');
       if (!m.passive && !EXCHANGE_TYPES.has(m.type)) throw new AmqpError(503, `invalid exchange type '${m.type}'`, 40, 10);
       const args = (m.arguments ?? {}) as FieldTable;
       const ae = args['alternate-exchange'];
@@ -835,7 +936,7 @@ export class AmqpChannel implements StreamSink {
         },
         { passive: m.passive },
       ).catch((err: unknown) => {
-        if (m.passive && isFlowError(err, 'NOT_FOUND')) throw new AmqpError(404, `no exchange '${m.exchange}' in vhost '/'`, 40, 10);
+        if (m.passive && isFlowError(err, 'NOT_FOUND')) throw new AmqpError(404, `no exchange '${m.exchange}' in vhost '${this.conn.vhost}'`, 40, 10);
         throw err;
       });
     }
@@ -844,6 +945,7 @@ export class AmqpChannel implements StreamSink {
 
   private async exchangeDelete(m: MethodOf<'exchange.delete'>): Promise<void> {
     if (m.exchange === '') throw new AmqpError(403, 'operation not permitted on the default exchange', 40, 20);
+    this.authorize('delete', 'exchange', m.exchange, 'exchange.delete');
     await this.router.deleteExchange(m.exchange, { ifUnused: m.ifUnused }).catch((err: unknown) => {
       // Deleting what is not there succeeds (RabbitMQ 3.x).
       if (!isFlowError(err, 'NOT_FOUND')) throw err;
@@ -853,6 +955,9 @@ export class AmqpChannel implements StreamSink {
 
   private async exchangeBind(m: MethodOf<'exchange.bind'> | MethodOf<'exchange.unbind'>): Promise<void> {
     if (m.source === '' || m.destination === '') throw new AmqpError(403, 'operation not permitted on the default exchange', 40, m.name === 'exchange.bind' ? 30 : 40);
+    this.authorize('subscribe', 'exchange', m.source, m.name);
+    this.authorize('alter', 'exchange', m.destination, m.name);
+    if (m.source === TOPIC_EXCHANGE && m.name === 'exchange.bind') this.authorizeTopicBinding(m.routingKey, m.name);
     const b = { source: m.source, destinationKind: 'exchange' as const, destination: m.destination, key: m.routingKey, rule: 'amqp' as const, arguments: tableToJson((m.arguments ?? {}) as FieldTable) };
     if (m.name === 'exchange.bind') await this.router.bind(b);
     else await this.router.unbind(b);
@@ -863,16 +968,27 @@ export class AmqpChannel implements StreamSink {
     // An empty name asks for a server-named queue (amq.gen-..., named by the router).
     const name = m.queue;
     if (name === '') {
-      if (m.passive) throw new AmqpError(404, "no queue '' in vhost '/'", 50, 10);
+      if (m.passive) throw new AmqpError(404, `no queue '' in vhost '${this.conn.vhost}'`, 50, 10);
     } else if (name.startsWith('amq.') && !m.passive) {
       throw new AmqpError(403, `queue name '${name}' contains reserved prefix 'amq.*'`, 50, 10);
     }
     const args = (m.arguments ?? {}) as FieldTable;
+    const action = m.passive ? 'describe' : 'create';
     if (m.passive || fieldString(args['x-queue-type'] as never) === 'stream') {
       const stream = name === '' ? null : this.engine.getStream(name);
-      if (stream !== undefined && stream !== null && this.router.getQueue(name) === undefined) return this.streamDeclared(m, name);
-      if (!m.passive) return this.declareStream(m, name);
+      if (stream !== undefined && stream !== null && this.router.getQueue(name) === undefined) {
+        this.authorize(action, 'stream', name, 'queue.declare');
+        return this.streamDeclared(m, name);
+      }
+      if (!m.passive) {
+        if (name !== '') this.authorize('create', 'stream', name, 'queue.declare');
+        return this.declareStream(m, name);
+      }
     }
+    // A server-named exclusive queue is reachable by this connection only: nothing to check. A server-named shared
+    // one is checked as `amq.gen-*` (its name is not known before it exists).
+    if (name !== '') this.authorize(action, 'queue', name, 'queue.declare');
+    else if (!m.exclusive && !m.passive) this.authorize('create', 'queue', 'amq.gen-*', 'queue.declare');
     const def = {
       name,
       durable: m.durable,
@@ -882,8 +998,8 @@ export class AmqpChannel implements StreamSink {
       rawArguments: tableToJson(args),
     };
     const h = await this.router.declareQueue(def, { passive: m.passive, owner: this.conn.id }).catch((err: unknown) => {
-      if (isFlowError(err, 'NOT_FOUND')) throw new AmqpError(404, `no queue '${name}' in vhost '/'`, 50, 10);
-      if (isFlowError(err, 'RESOURCE_LOCKED')) throw new AmqpError(405, `cannot obtain exclusive access to locked queue '${name}' in vhost '/'`, 50, 10);
+      if (isFlowError(err, 'NOT_FOUND')) throw new AmqpError(404, `no queue '${name}' in vhost '${this.conn.vhost}'`, 50, 10);
+      if (isFlowError(err, 'RESOURCE_LOCKED')) throw new AmqpError(405, `cannot obtain exclusive access to locked queue '${name}' in vhost '${this.conn.vhost}'`, 50, 10);
       throw err;
     });
     this.lastQueue = h.def.name;
@@ -898,7 +1014,7 @@ export class AmqpChannel implements StreamSink {
     if (name === '' || !m.durable || m.exclusive || m.autoDelete) {
       throw new AmqpError(406, `invalid property for stream queue '${name}': a stream is named, durable, not exclusive, not auto-delete`, 50, 10);
     }
-    if (this.router.getQueue(name) !== undefined) throw new AmqpError(406, `inequivalent arg 'x-queue-type' for queue '${name}' in vhost '/'`, 50, 10);
+    if (this.router.getQueue(name) !== undefined) throw new AmqpError(406, `inequivalent arg 'x-queue-type' for queue '${name}' in vhost '${this.conn.vhost}'`, 50, 10);
     try {
       await this.engine.createStream({ name, partitions: 1 });
     } catch (err) {
@@ -919,9 +1035,12 @@ export class AmqpChannel implements StreamSink {
     const bind = m.name === 'queue.bind';
     if (m.exchange === '') throw new AmqpError(403, 'operation not permitted on the default exchange', 50, bind ? 20 : 50);
     const stream = this.streamOf(m.queue);
+    this.authorize('alter', stream !== null ? 'stream' : 'queue', stream ?? this.queueName(m.queue), m.name);
+    this.authorize('subscribe', 'exchange', m.exchange, m.name);
     const dest = stream ?? this.queueOf(m.queue, m.name).def.name;
     // §queue.bind: an empty queue name and routing key mean the last declared queue for both.
     const key = m.queue === '' && m.routingKey === '' ? dest : m.routingKey;
+    if (bind && m.exchange === TOPIC_EXCHANGE) this.authorizeTopicBinding(key, m.name);
     const b = { source: m.exchange, destinationKind: stream !== null ? ('stream' as const) : ('queue' as const), destination: dest, key, rule: 'amqp' as const, arguments: tableToJson((m.arguments ?? {}) as FieldTable) };
     if (bind) await this.router.bind(b);
     else await this.router.unbind(b);
@@ -934,6 +1053,7 @@ export class AmqpChannel implements StreamSink {
   }
 
   private async queuePurge(m: MethodOf<'queue.purge'>): Promise<void> {
+    this.authorize('delete', 'queue', this.queueName(m.queue), 'queue.purge');
     const h = this.queueOf(m.queue, 'queue.purge');
     const n = await this.router.purgeQueue(h.def.name);
     if (!m.noWait && !this.closing) this.conn.sendMethod(this.ch, { name: 'queue.purge-ok', messageCount: n } as AmqpMethod);
@@ -943,6 +1063,7 @@ export class AmqpChannel implements StreamSink {
     const name = m.queue === '' ? this.lastQueue : m.queue;
     if (name === null) throw new AmqpError(404, 'no previously declared queue (queue.delete names none)', 50, 40);
     const h = this.router.getQueue(name);
+    this.authorize('delete', h === undefined && this.engine.getStream(name) !== undefined ? 'stream' : 'queue', name, 'queue.delete');
     let n = 0;
     if (h === undefined && this.engine.getStream(name) !== undefined) {
       const o = this.engine.offsets(name, 0);
@@ -950,7 +1071,7 @@ export class AmqpChannel implements StreamSink {
       await this.engine.deleteStream(name);
     } else if (h !== undefined) {
       const owner = h.def.exclusiveOwner;
-      if (owner !== null && owner !== this.conn.id) throw new AmqpError(405, `cannot obtain exclusive access to locked queue '${name}' in vhost '/'`, 50, 40);
+      if (owner !== null && owner !== this.conn.id) throw new AmqpError(405, `cannot obtain exclusive access to locked queue '${name}' in vhost '${this.conn.vhost}'`, 50, 40);
       n = await this.router.deleteQueue(name, { ifUnused: m.ifUnused, ifEmpty: m.ifEmpty }).catch((err: unknown) => {
         if (isFlowError(err, 'NOT_FOUND')) return 0;
         throw err;
@@ -1019,4 +1140,20 @@ export function queueArguments(t: FieldTable, name: string, durable: boolean, ex
     }
   }
   return a;
+}
+
+/**
+ * An amq.topic binding key as an MQTT filter of the unified topic space, for the policy check: levels split on `.`,
+ * `*` → `+`, and a `#` ends the filter (AMQP allows `a.#.b`; `a/#` covers more, so the check is never weaker).
+ */
+export function bindingFilter(key: string): string {
+  const out: string[] = [];
+  for (const level of dotsToUnified(key).split('/')) {
+    if (level === '#') {
+      out.push('#');
+      break;
+    }
+    out.push(level === '*' ? '+' : level);
+  }
+  return out.join('/');
 }

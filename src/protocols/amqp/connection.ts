@@ -2,11 +2,17 @@
  * One AMQP 0-9-1 client connection over any Duplex (TCP socket, TLS socket, a test pair).
  *
  * - Handshake (§2.2.4): the 8-byte protocol header `AMQP 0 0 9 1` (anything else is answered with ours and the
- *   socket closed, §4.2.2), connection.start / start-ok (PLAIN or AMQPLAIN, checked through the broker's
- *   PasswordGuard; a refusal is connection.close 403 as RabbitMQ with authentication_failure_close; a guard
+ *   socket closed, §4.2.2), connection.start / start-ok (PLAIN or AMQPLAIN, checked through the control plane's
+ *   access.password; a refusal is connection.close 403 as RabbitMQ with authentication_failure_close; a guard
  *   that is busy closes the socket without an answer so the client retries), tune / tune-ok (channel-max,
- *   frame-max, heartbeat: the client's values where lower), open (virtual host `/` only; others 530).
- *   The whole handshake must finish within handshakeTimeoutMs.
+ *   frame-max, heartbeat: the client's values where lower), open: the virtual host is the user's namespace (`/`
+ *   or empty names it, as does its own name; any other is 530 NOT_ALLOWED with RabbitMQ's text), and the
+ *   namespace's connection quota is taken there (over it: 530). The whole handshake must finish within
+ *   handshakeTimeoutMs.
+ * - Control plane: every connection is in the client registry from accept to close (user, namespace and
+ *   connection_name once known; messages in and out); a kick is connection.close 320 CONNECTION_FORCED. Policies
+ *   are checked per method by the channels (channel.close 403 ACCESS_REFUSED); the namespace's publish and
+ *   bytes-in rates stop reading the socket for the time the quota asks, its bytes-out rate holds deliveries back.
  * - Framing (§4.2.3): type, channel, size, payload, frame-end 0xCE. A frame above the negotiated frame-max, a bad
  *   frame-end or an unknown type closes the connection with 501; method payloads are decoded by the codec, whose
  *   AmqpCodecError carries the spec's code (502, 503, 505, 540). Bytes are copied only into the frame they belong to
@@ -24,9 +30,13 @@
  */
 import type { Duplex } from 'node:stream';
 import type { Logger } from 'pino';
+import type { Access, ClientEntry, Principal, QuotaLease } from '../../control/index.js';
+import { ANONYMOUS } from '../../control/index.js';
+import { certificateLogin, certificateUser } from '../../control/certs.js';
+import { TLSSocket } from 'node:tls';
 import { logKey } from '../log-limit.js';
 import { storageRefusal } from '../storage-refusal.js';
-import type { AmqpAdapter, AlarmListener } from './adapter.js';
+import type { AmqpAdapter, AlarmListener, AuthOutcome } from './adapter.js';
 import { AmqpChannel } from './channel.js';
 import { AmqpError, replyText, toAmqpError } from './errors.js';
 import { AmqpCodecError, FRAME_MIN_SIZE, HEARTBEAT_FRAME, PROTOCOL_HEADER, decodeMethodPayload, methodFrame, type AmqpMethod } from './wire.js';
@@ -60,6 +70,8 @@ export interface AmqpConnectionInit {
   id: string;
   remoteAddress?: string;
   remotePort?: number;
+  /** The listener's name in the client registry ("amqp", "amqps"). */
+  listener?: string;
   /** See KafkaConnectionInit.attachInput: read into a shared buffer; bytes are valid during the call only. */
   attachInput?: (receive: (bytes: Buffer) => void) => boolean;
 }
@@ -81,8 +93,24 @@ export class AmqpConnection implements AlarmListener {
   frameMax: number;
   private channelMax: number;
   private heartbeatMs = 0;
-  /** The authenticated user (null: anonymous, or no users file). */
+  /** The authenticated user (null: anonymous). */
   user: string | null = null;
+  /** Who the connection acts as, and its view of the policies (set at login). */
+  principal: Principal = ANONYMOUS;
+  access!: Access;
+  /** The name the client logged in with, for refusal texts ("guest" for anonymous, as RabbitMQ's default user). */
+  loginName = 'guest';
+  /** The virtual host the client opened, as it named it (refusal texts say "in vhost '<this>'"). */
+  vhost = '/';
+  /** The namespace's quota lease, from connection.open to close. */
+  private lease: QuotaLease | null = null;
+  /** This connection in the client registry. */
+  private entry: ClientEntry | null = null;
+  /** Deliveries are held back (bytes-out quota) until this time. */
+  private sendHoldUntil = 0;
+  private sendHoldTimer: NodeJS.Timeout | null = null;
+  private readTimer: NodeJS.Timeout | null = null;
+  private readUntil = 0;
   readonly capabilities: ClientCapabilities = { blocked: false, cancelNotify: false };
   private readonly channels = new Map<number, AmqpChannel>();
 
@@ -138,6 +166,15 @@ export class AmqpConnection implements AlarmListener {
       return;
     }
     this.admitted = true;
+    this.access = adapter.access.accessFor(ANONYMOUS, 'amqp', init.remoteAddress);
+    this.entry = adapter.access.clients.register({
+      protocol: 'amqp',
+      listener: init.listener ?? 'amqp',
+      remoteAddress: init.remoteAddress,
+      remotePort: init.remotePort,
+      socket: 'bytesRead' in stream ? (stream as unknown as { bytesRead: number; bytesWritten: number }) : undefined,
+      kick: (reason) => this.kick(reason),
+    });
     if (!init.attachInput?.((bytes) => this.receive(bytes))) {
       stream.on('data', (chunk: Buffer | string) => this.receive(typeof chunk === 'string' ? Buffer.from(chunk) : chunk));
       stream.resume();
@@ -328,7 +365,7 @@ export class AmqpConnection implements AlarmListener {
     this.closeSentAt = Date.now();
     // Channels stop now: their consumers are cancelled and unacked deliveries requeued.
     this.teardownChannels();
-    this.resumeReading(3);
+    this.resumeReading(11);
   }
 
   // ------------------------------------------------------------------ connection class
@@ -356,7 +393,9 @@ export class AmqpConnection implements AlarmListener {
           direct_reply_to: false,
         },
       },
-      mechanisms: 'PLAIN AMQPLAIN',
+      // EXTERNAL (RabbitMQ's rabbitmq_auth_mechanism_ssl) only when the TLS handshake verified a client
+      // certificate that names a user: then the certificate is the credential.
+      mechanisms: this.certificateName() !== null ? 'EXTERNAL PLAIN AMQPLAIN' : 'PLAIN AMQPLAIN',
       locales: 'en_US',
     } as AmqpMethod);
   }
@@ -371,15 +410,27 @@ export class AmqpConnection implements AlarmListener {
         if (this.st !== St.TuneOk) throw new AmqpError(503, 'connection.tune-ok out of order', 10, 31);
         this.tuneOk(m);
         return;
-      case 'connection.open':
+      case 'connection.open': {
         if (this.st !== St.Open) throw new AmqpError(503, 'connection.open out of order', 10, 40);
-        if (m.virtualHost !== '/' && m.virtualHost !== '') {
-          throw new AmqpError(530, `vhost '${m.virtualHost}' not found: this broker has the one virtual host '/'`, 10, 40);
+        // The virtual host is the user's namespace: `/` (or empty) names it, and so does its own name.
+        const vh = m.virtualHost;
+        const ns = this.principal.namespace;
+        if (vh !== '/' && vh !== '' && vh !== ns) {
+          throw new AmqpError(530, `access to vhost '${vh}' refused for user '${this.loginName}'`, 10, 40);
         }
+        this.vhost = vh === '' ? '/' : vh;
+        const lease = this.adapter.access.quotas.connect(this.principal);
+        if ('refused' in lease) {
+          this.adapter.stats.connectionsRefused++;
+          this.adapter.logLimit.log('info', logKey('amqp connection quota', this.remoteAddress), { remote: this.remoteAddress, user: this.principal.user, namespace: ns, reason: lease.refused }, 'amqp: connection refused by the namespace quota');
+          throw new AmqpError(530, `connection limit of namespace '${ns}' reached`, 10, 40);
+        }
+        this.lease = lease;
         this.st = St.Opened;
         this.sendMethod(0, { name: 'connection.open-ok' } as AmqpMethod);
         if (this.alarmReason !== null && this.capabilities.blocked) this.sendMethod(0, { name: 'connection.blocked', reason: this.alarmReason } as AmqpMethod);
         return;
+      }
       case 'connection.close':
         this.sendMethod(0, { name: 'connection.close-ok' } as AmqpMethod);
         if (m.replyCode !== 200) this.log.debug({ code: m.replyCode, text: m.replyText }, 'amqp: client closed the connection with an error');
@@ -394,12 +445,16 @@ export class AmqpConnection implements AlarmListener {
   }
 
   private startOk(m: Extract<AmqpMethod, { name: 'connection.start-ok' }>): void {
-    const caps = (m.clientProperties as Record<string, unknown> | undefined)?.capabilities as Record<string, unknown> | undefined;
+    const props = m.clientProperties as Record<string, unknown> | undefined;
+    const caps = props?.capabilities as Record<string, unknown> | undefined;
+    const connectionName = props?.connection_name === undefined ? undefined : fieldString(props.connection_name as never);
+    if (connectionName !== undefined && this.entry !== null) this.entry.clientId = connectionName;
     if (caps) {
       this.capabilities.blocked = caps['connection.blocked'] === true;
       this.capabilities.cancelNotify = caps.consumer_cancel_notify === true;
     }
     const response: Buffer = Buffer.isBuffer(m.response) ? m.response : Buffer.from(String(m.response));
+    if (m.mechanism === 'EXTERNAL') return this.external();
     let username: string;
     let password: Buffer;
     if (m.mechanism === 'PLAIN') {
@@ -414,29 +469,55 @@ export class AmqpConnection implements AlarmListener {
       username = fieldString(t.LOGIN as never) ?? '';
       password = Buffer.from(fieldString(t.PASSWORD as never) ?? '', 'utf8');
     } else {
-      throw new AmqpError(403, `unknown authentication mechanism '${m.mechanism}'; offered PLAIN AMQPLAIN`, 10, 11);
+      throw new AmqpError(403, `unknown authentication mechanism '${m.mechanism}'; offered ${this.certificateName() !== null ? 'EXTERNAL ' : ''}PLAIN AMQPLAIN`, 10, 11);
     }
     this.st = St.Authenticating;
     const mechanism = m.mechanism;
     this.adapter.authenticate(username, password, this.remoteAddress).then(
-      (r) => {
-        if (this.st !== St.Authenticating) return;
-        if (r.ok) {
-          this.user = r.user;
-          this.st = St.TuneOk;
-          this.sendMethod(0, { name: 'connection.tune', channelMax: this.adapter.options.channelMax, frameMax: this.adapter.options.frameMax, heartbeat: this.adapter.options.heartbeatSec } as AmqpMethod);
-          return;
-        }
-        this.adapter.logLimit.log('info', logKey('amqp login refused', this.remoteAddress), { remote: this.remoteAddress, user: r.user, reason: r.reason }, 'amqp: login refused');
-        if (r.busy) return this.destroy();
-        this.st = St.Open; // so that closeWith sends the close
-        this.closeWith(403, `Login was refused using authentication mechanism ${mechanism}`, 10, 11);
-      },
+      (r) => this.loggedIn(r, mechanism),
       (err: unknown) => {
         this.log.error({ err }, 'amqp: authentication failed');
         this.destroy();
       },
     );
+  }
+
+  /** The user a verified client certificate names (amqps with --tls-client-ca), or null. */
+  private certificateName(): string | null {
+    return this.stream instanceof TLSSocket ? certificateUser(this.stream, this.adapter.options.certUser) : null;
+  }
+
+  /** SASL EXTERNAL: the verified client certificate names the user, who must exist in the directory. */
+  private external(): void {
+    const login = this.stream instanceof TLSSocket ? certificateLogin(this.adapter.access, this.stream, this.adapter.options.certUser) : null;
+    if (login === null) throw new AmqpError(403, 'EXTERNAL needs a verified client certificate', 10, 11);
+    this.st = St.Authenticating;
+    if (login.verdict === 'ok') this.loggedIn({ ok: true, principal: login.principal }, 'EXTERNAL');
+    else {
+      this.adapter.stats.authFailures++;
+      this.loggedIn({ ok: false, busy: false, reason: 'the client certificate names no user of the directory', user: login.user }, 'EXTERNAL');
+    }
+  }
+
+  private loggedIn(r: AuthOutcome, mechanism: string): void {
+    if (this.st !== St.Authenticating) return;
+    if (r.ok) {
+      this.principal = r.principal;
+      this.user = r.principal.user;
+      if (r.principal.user !== null) this.loginName = r.principal.user;
+      this.access = this.adapter.access.accessFor(r.principal, 'amqp', this.remoteAddress);
+      if (this.entry !== null) {
+        this.entry.user = r.principal.user;
+        this.entry.namespace = r.principal.namespace;
+      }
+      this.st = St.TuneOk;
+      this.sendMethod(0, { name: 'connection.tune', channelMax: this.adapter.options.channelMax, frameMax: this.adapter.options.frameMax, heartbeat: this.adapter.options.heartbeatSec } as AmqpMethod);
+      return;
+    }
+    this.adapter.logLimit.log('info', logKey('amqp login refused', this.remoteAddress), { remote: this.remoteAddress, user: r.user, reason: r.reason }, 'amqp: login refused');
+    if (r.busy) return this.destroy();
+    this.st = St.Open; // so that closeWith sends the close
+    this.closeWith(403, `Login was refused using authentication mechanism ${mechanism}`, 10, 11);
   }
 
   private tuneOk(m: Extract<AmqpMethod, { name: 'connection.tune-ok' }>): void {
@@ -517,6 +598,61 @@ export class AmqpConnection implements AlarmListener {
   published(): void {
     this.publisher = true;
     if (this.alarmReason !== null) this.pauseReading(2);
+  }
+
+  /**
+   * A publish of `bytes` body bytes was taken: counted in the client registry and charged to the namespace's
+   * publish and bytes-in quotas; over them the socket is not read for the time the quota asks (TCP pushes back on
+   * the publisher, as RabbitMQ's flow control does).
+   */
+  chargeIn(bytes: number): void {
+    if (this.entry !== null) this.entry.messagesIn++;
+    if (this.lease === null) return;
+    const wait = this.lease.chargeIn(1, bytes);
+    if (wait > 0) this.holdReading(wait);
+  }
+
+  private holdReading(ms: number): void {
+    const until = Date.now() + ms;
+    if (until <= this.readUntil) return;
+    this.readUntil = until;
+    this.pauseReading(8);
+    if (this.readTimer !== null) clearTimeout(this.readTimer);
+    this.readTimer = setTimeout(() => {
+      this.readTimer = null;
+      this.readUntil = 0;
+      this.resumeReading(8);
+    }, ms);
+  }
+
+  /** A delivery of `bytes` body bytes went out: counted, and charged to the namespace's bytes-out quota. */
+  chargeOut(bytes: number): void {
+    if (this.entry !== null) this.entry.messagesOut++;
+    if (this.lease === null) return;
+    const wait = this.lease.chargeOut(bytes);
+    if (wait <= 0) return;
+    const until = Date.now() + wait;
+    if (until <= this.sendHoldUntil) return;
+    this.sendHoldUntil = until;
+    if (this.sendHoldTimer !== null) clearTimeout(this.sendHoldTimer);
+    this.sendHoldTimer = setTimeout(() => {
+      this.sendHoldTimer = null;
+      this.sendHoldUntil = 0;
+      if (this.st !== St.Opened) return;
+      for (const ch of this.channels.values()) ch.resumeConsumers();
+    }, wait);
+  }
+
+  /** Consumers get no deliveries while the bytes-out quota holds them back. */
+  get sendsHeld(): boolean {
+    return this.sendHoldUntil !== 0;
+  }
+
+  /** An administrator kicked the client: connection.close 320 CONNECTION_FORCED (before open: the socket). */
+  kick(reason: string): void {
+    this.log.info({ user: this.principal.user, reason }, 'amqp: connection kicked');
+    if (this.st === St.Opened || this.st === St.Open || this.st === St.TuneOk) this.closeWith(320, reason);
+    else this.destroy();
   }
 
   alarm(reason: string | null): void {
@@ -605,6 +741,11 @@ export class AmqpConnection implements AlarmListener {
     this.st = St.Done;
     this.teardownChannels();
     if (this.admitted) this.adapter.leave(this);
+    this.lease?.release();
+    this.lease = null;
+    this.entry?.close();
+    if (this.readTimer !== null) clearTimeout(this.readTimer);
+    if (this.sendHoldTimer !== null) clearTimeout(this.sendHoldTimer);
     // Exclusive queues go with their connection.
     this.adapter.router.dropExclusive(this.id).then(
       () => this.resolveClosed(),

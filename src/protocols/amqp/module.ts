@@ -7,6 +7,7 @@ import { formatAddress as fmt } from '../listener.js';
 import type { ProtocolListener, ProtocolModule, ProtocolModuleContext, RunningProtocol } from '../types.js';
 import { AmqpAdapter } from './adapter.js';
 import { resolveAmqpOptions } from './options.js';
+import { tlsClientOptions } from '../../control/certs.js';
 import { startAmqpListener } from './server.js';
 
 export const amqpModule: ProtocolModule = {
@@ -25,16 +26,18 @@ export const amqpModule: ProtocolModule = {
       maxConnections: c.amqpMaxConnections,
       handshakeTimeoutMs: c.amqpHandshakeTimeout,
       maxMessageSize: c.amqpMaxMessageSize,
+      certUser: c.tlsCertUser,
       ...(c.amqpMemoryHighWatermark !== null ? { memoryHighWatermark: c.amqpMemoryHighWatermark } : {}),
     });
-    const adapter = new AmqpAdapter({ ...ctx, logger }, options, ctx.guard, ctx.access.anonymousAllowed('amqp'));
+    const adapter = new AmqpAdapter({ ...ctx, logger }, options, ctx.access);
     const listeners = new Map<string, ProtocolListener>();
     try {
       const l = await startAmqpListener(adapter, { host: c.host, port: c.amqpPort });
       listeners.set('amqp', l);
       ctx.logger.info({ protocol: 'amqp', address: fmt(l.address()) }, 'listening');
       if (c.amqpTlsCert !== null && c.amqpTlsKey !== null) {
-        const t = await startAmqpListener(adapter, { host: c.host, port: c.amqpsPort, tls: { cert: readFileSync(c.amqpTlsCert), key: readFileSync(c.amqpTlsKey) } });
+        // Client certificates (--tls-client-ca): a verified one lets the client log in with EXTERNAL.
+        const t = await startAmqpListener(adapter, { host: c.host, port: c.amqpsPort, tls: { cert: readFileSync(c.amqpTlsCert), key: readFileSync(c.amqpTlsKey), ...tlsClientOptions(c) } });
         listeners.set('amqps', t);
         ctx.logger.info({ protocol: 'amqps', address: fmt(t.address()) }, 'listening');
       }

@@ -3,6 +3,7 @@
  */
 import { totalmem } from 'node:os';
 import { FlowError } from '../../core/index.js';
+import type { CertUserField } from '../../control/certs.js';
 
 export interface AmqpOptions {
   /** frame-max offered in connection.tune; a larger frame closes the connection (501). Default 128 KiB (RabbitMQ's). */
@@ -34,6 +35,8 @@ export interface AmqpOptions {
    * connection's socket is not read until half of them settled. Default 10,000.
    */
   maxPendingWrites?: number;
+  /** Which field of a verified client certificate names the user of an EXTERNAL login (tls-cert-user). */
+  certUser?: CertUserField;
 }
 
 export type ResolvedAmqpOptions = Required<AmqpOptions>;
@@ -50,6 +53,7 @@ export function resolveAmqpOptions(o: AmqpOptions = {}): ResolvedAmqpOptions {
     socketHighWater: o.socketHighWater ?? 1024 * 1024,
     diskBlockMs: o.diskBlockMs ?? 5000,
     maxPendingWrites: o.maxPendingWrites ?? 10_000,
+    certUser: o.certUser ?? 'cn',
   };
   const int = (v: number, min: number, max: number) => Number.isInteger(v) && v >= min && v <= max;
   if (!int(r.frameMax, 4096, 0x7fffffff)) throw new FlowError('CONFIG_ERROR', 'amqp frameMax must be an integer of at least 4096');

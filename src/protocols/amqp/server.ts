@@ -13,7 +13,15 @@ import { AmqpConnection } from './connection.js';
 
 export interface AmqpListenOptions extends ListenOptions {
   /** Serve TLS (amqps) with this PEM certificate (chain) and key. */
-  tls?: { cert: string | Buffer; key: string | Buffer; ca?: string | Buffer; handshakeTimeoutMs?: number };
+  tls?: {
+    cert: string | Buffer;
+    key: string | Buffer;
+    ca?: string | Buffer;
+    handshakeTimeoutMs?: number;
+    /** Client certificates (mTLS, see src/control/certs.ts tlsClientOptions): ask for one; refuse the handshake without. */
+    requestCert?: boolean;
+    rejectUnauthorized?: boolean;
+  };
 }
 
 export async function startAmqpListener(adapter: AmqpAdapter, listen: AmqpListenOptions): Promise<ProtocolListener> {
@@ -32,6 +40,7 @@ export async function startAmqpListener(adapter: AmqpAdapter, listen: AmqpListen
         id: `${prefix}${++seq}`,
         remoteAddress: socket.remoteAddress,
         remotePort: socket.remotePort,
+        listener: name,
         attachInput: isTls ? undefined : (receive) => readInto(socket, receive),
       }),
     );
@@ -39,7 +48,13 @@ export async function startAmqpListener(adapter: AmqpAdapter, listen: AmqpListen
 
   let server: Server;
   if (listen.tls) {
-    const t = tls.createServer({ cert: listen.tls.cert, key: listen.tls.key, ca: listen.tls.ca, handshakeTimeout: listen.tls.handshakeTimeoutMs ?? TLS_HANDSHAKE_TIMEOUT_MS });
+    const t = tls.createServer({
+      cert: listen.tls.cert,
+      key: listen.tls.key,
+      ca: listen.tls.ca,
+      handshakeTimeout: listen.tls.handshakeTimeoutMs ?? TLS_HANDSHAKE_TIMEOUT_MS,
+      ...(listen.tls.requestCert !== undefined ? { requestCert: listen.tls.requestCert, rejectUnauthorized: listen.tls.rejectUnauthorized ?? false } : {}),
+    });
     t.on('secureConnection', accept);
     t.on('tlsClientError', (err, socket) => {
       adapter.logLimit.log('debug', logKey('amqp tls handshake failed', socket.remoteAddress), { remote: socket.remoteAddress, err: err.message }, 'amqp tls handshake failed');

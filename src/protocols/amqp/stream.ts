@@ -24,11 +24,15 @@ export interface StreamSink {
   deliverStream(c: StreamConsumer, msg: Message, offset: number): void;
   /** The read failed (the stream was deleted...): the consumer is cancelled. */
   streamFailed(c: StreamConsumer, err: unknown): void;
+  /** Whether the channel may deliver to it now (the bytes-out quota, the policies); false stops the read loop. */
+  allows(c: StreamConsumer): boolean;
 }
 
 export class StreamConsumer {
   /** Deliveries not acked yet (the window). */
   unacked = 0;
+  /** Directory version its `subscribe stream:` was last allowed at (see AmqpChannel.stillAllowed). */
+  authVersion = -1;
   private next = -1;
   private running = false;
   closed = false;
@@ -64,7 +68,7 @@ export class StreamConsumer {
   }
 
   get hasCredit(): boolean {
-    return !this.closed && (this.noAck || this.unacked < (this.window === 0 ? DEFAULT_WINDOW : this.window));
+    return !this.closed && (this.noAck || this.unacked < (this.window === 0 ? DEFAULT_WINDOW : this.window)) && this.sink.allows(this);
   }
 
   /** Runs the read loop unless it runs already; it stops when the window is full and is called again on acks. */

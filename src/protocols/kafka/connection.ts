@@ -51,6 +51,7 @@ import { SaslSession, stepRawToken } from './sasl.js';
 import { ReadLease } from '../../core/index.js';
 import { MAX_FRAME_BYTES } from './frame-pool.js';
 import { logKey } from '../log-limit.js';
+import { ANONYMOUS, type Access, type ClientEntry, type Principal, type QuotaLease } from '../../control/index.js';
 
 /** Pieces of a gathered frame smaller than this are joined as they arrive (a trickle must not cost an object per byte). */
 const SMALL_PIECE_BYTES = 4096;
@@ -74,6 +75,10 @@ export interface KafkaConnectionInit {
   remotePort?: number;
   /** The listener the connection arrived on; default a plaintext listener without SASL. */
   listener?: KafkaListenerInfo;
+  /** Byte counters of the transport (a net.Socket), for the client registry. */
+  socket?: { readonly bytesRead: number; readonly bytesWritten: number };
+  /** The user a verified client certificate logged in (mTLS); SASL, when the client uses it, wins. */
+  certUser?: string | null;
 }
 
 interface Slot {
@@ -128,6 +133,15 @@ export class KafkaConnection implements ConnectionInfo {
   private ended = false;
   private released = false;
   private readonly closeListeners = new Set<() => void>();
+  /** Control plane (see ConnectionInfo): set by `openSession` before the first API that needs a principal. */
+  access: Access | null = null;
+  quota: QuotaLease | null = null;
+  readonly client: ClientEntry | null = null;
+  /** The user of a verified client certificate (mTLS): authenticated without SASL, as Kafka's SSL principal. */
+  readonly certUser: string | null;
+  /** KIP-219 muting: reading stops until this timer fires. */
+  private muted: NodeJS.Timeout | null = null;
+  private mutedUntil = 0;
 
   constructor(
     private readonly stream: Duplex,
@@ -139,6 +153,7 @@ export class KafkaConnection implements ConnectionInfo {
     this.localPort = init.localPort;
     this.remoteAddress = init.remoteAddress;
     this.listener = init.listener ?? PLAINTEXT_LISTENER;
+    this.certUser = init.certUser ?? null;
     this.remote = `${init.remoteAddress ?? '?'}:${init.remotePort ?? '?'}`;
     this.log = adapter.logger.child({ conn: init.id, remote: this.remote });
     this.openedAt = Date.now();
@@ -160,7 +175,26 @@ export class KafkaConnection implements ConnectionInfo {
       this.destroy();
     });
     stream.on('close', () => this.handleStreamClose());
+    const ac = adapter.options.access;
+    if (ac) {
+      this.client = ac.clients.register({
+        protocol: 'kafka',
+        listener: this.listener.name,
+        remoteAddress: init.remoteAddress,
+        remotePort: init.remotePort,
+        socket: init.socket,
+        kick: (reason) => {
+          this.log.info({ reason }, 'client kicked: closing connection');
+          this.destroy();
+        },
+      });
+    }
     this.log.debug('connection opened');
+  }
+
+  /** SASL completed, or a verified client certificate named a user (mTLS). */
+  private get isAuthenticated(): boolean {
+    return this.sasl.authenticated || this.certUser !== null;
   }
 
   isClosed(): boolean {
@@ -203,7 +237,7 @@ export class KafkaConnection implements ConnectionInfo {
     if (partial && now - sw.partialSince >= o.requestReceiveTimeoutMs) {
       this.limitedLog('warn', { size: this.frameSize, received: this.frameHave, limitMs: o.requestReceiveTimeoutMs }, 'request not received whole in time: closing connection');
       this.destroy();
-    } else if (this.listener.saslRequired && !this.sasl.authenticated && now - this.openedAt >= o.authTimeoutMs) {
+    } else if (this.listener.saslRequired && !this.isAuthenticated && now - this.openedAt >= o.authTimeoutMs) {
       this.limitedLog('info', { listener: this.listener.name, limitMs: o.authTimeoutMs }, 'no SASL authentication in time: closing connection');
       this.destroy();
     } else if (!partial && this.pending.length === 0 && now - sw.activeAt >= o.connectionsMaxIdleMs) {
@@ -257,7 +291,7 @@ export class KafkaConnection implements ConnectionInfo {
         const o = this.adapter.options;
         // KIP-43 / sasl.server.max.receive.size: until SASL completes (on a listener requiring it), or while an
         // exchange is under way, only small requests are read.
-        const saslLimited = !this.sasl.authenticated && (this.listener.saslRequired || this.sasl.mechanism !== null);
+        const saslLimited = !this.isAuthenticated && (this.listener.saslRequired || this.sasl.mechanism !== null);
         const max = saslLimited ? o.saslMaxReceiveBytes : o.maxRequestBytes;
         if (size < 0 || size > max) {
           if (saslLimited && size >= 0 && size <= o.maxRequestBytes) {
@@ -341,7 +375,7 @@ export class KafkaConnection implements ConnectionInfo {
     if (this.log.isLevelEnabled('trace')) {
       this.log.trace({ api: apiName(prefix.apiKey), version: prefix.apiVersion, correlationId: prefix.correlationId }, 'request');
     }
-    if (this.listener.saslRequired && !this.sasl.authenticated && !PRE_AUTH_APIS.has(prefix.apiKey)) {
+    if (this.listener.saslRequired && !this.isAuthenticated && !PRE_AUTH_APIS.has(prefix.apiKey)) {
       this.limitedLog(
         'warn',
         { api: apiName(prefix.apiKey), version: prefix.apiVersion, listener: this.listener.name },
@@ -350,6 +384,7 @@ export class KafkaConnection implements ConnectionInfo {
       this.destroy();
       return;
     }
+    if (this.access === null && this.adapter.options.access && !PRE_AUTH_APIS.has(prefix.apiKey) && !this.openSession()) return;
     const route = this.adapter.route(prefix.apiKey);
     if (!route) {
       this.limitedLog(
@@ -452,6 +487,64 @@ export class KafkaConnection implements ConnectionInfo {
     this.destroy();
   }
 
+  // ---------------------------------------------------------------- control plane
+
+  /**
+   * Takes the connection's principal (SASL's, else anonymous when allowed), its Access and a quota lease. False
+   * (and the connection closed) when anonymous clients are not allowed or the namespace's connection quota is
+   * reached: Kafka has no reply for either outside SASL, so the connection is closed with a log line.
+   */
+  private openSession(): boolean {
+    const ac = this.adapter.options.access;
+    if (!ac) return true;
+    let principal: Principal;
+    if (this.sasl.authenticated && this.sasl.principal !== null) principal = ac.principal(this.sasl.principal);
+    else if (this.certUser !== null) principal = ac.principal(this.certUser);
+    else if (this.adapter.options.anonymous) principal = ANONYMOUS;
+    else {
+      this.limitedLog('warn', { listener: this.listener.name }, 'anonymous Kafka clients are not allowed: closing connection');
+      this.destroy();
+      return false;
+    }
+    const lease = ac.quotas.connect(principal);
+    if ('refused' in lease) {
+      this.limitedLog('warn', { user: principal.user, namespace: principal.namespace, reason: lease.refused }, 'connection quota reached: closing connection');
+      this.destroy();
+      return false;
+    }
+    this.quota?.release();
+    this.quota = lease;
+    this.access = ac.accessFor(principal, 'kafka', this.remoteAddress);
+    if (this.client) {
+      this.client.user = principal.user;
+      this.client.namespace = principal.namespace;
+    }
+    return true;
+  }
+
+  authenticated(): boolean {
+    if (!this.adapter.options.access) return true;
+    // An anonymous session (requests before SaslHandshake) gives way to the authenticated one.
+    this.quota?.release();
+    this.quota = null;
+    this.access = null;
+    return this.openSession();
+  }
+
+  throttle(ms: number): void {
+    if (ms <= 0 || this.isDone) return;
+    const until = Date.now() + ms;
+    if (until <= this.mutedUntil) return;
+    this.mutedUntil = until;
+    if (this.muted) clearTimeout(this.muted);
+    this.muted = setTimeout(() => {
+      this.muted = null;
+      this.mutedUntil = 0;
+      this.updateFlow();
+    }, ms);
+    this.updateFlow();
+  }
+
   // ---------------------------------------------------------------- output
 
   private flush(): void {
@@ -500,7 +593,7 @@ export class KafkaConnection implements ConnectionInfo {
 
   private updateFlow(): void {
     if (this.isDone) return;
-    const stop = this.pending.length >= this.adapter.options.maxInFlightRequests || this.stream.writableNeedDrain;
+    const stop = this.muted !== null || this.pending.length >= this.adapter.options.maxInFlightRequests || this.stream.writableNeedDrain;
     if (stop && !this.paused) {
       this.paused = true;
       this.stream.pause();
@@ -550,6 +643,10 @@ export class KafkaConnection implements ConnectionInfo {
     this.largeParts = [];
     for (const slot of this.pending) slot.lease?.release();
     this.pending.length = 0;
+    if (this.muted) clearTimeout(this.muted);
+    this.muted = null;
+    this.quota?.release();
+    this.client?.close();
     this.log.debug('connection closed');
     this.resolveClosed();
     const listeners = [...this.closeListeners];

@@ -11,3 +11,4 @@ export { KAFKA_ROUTES } from './routes.js';
 export { resolveKafkaOptions, DEFAULT_MAX_REQUEST_BYTES, type KafkaOptions, type ResolvedKafkaOptions } from './options.js';
 export { kafkaErrorCode } from './errors.js';
 export * as codec from './codec/index.js';
+export { KafkaGroupAdmin, decodeAssignment } from './group-admin.js';

@@ -4,17 +4,21 @@
  */
 import { readFileSync } from 'node:fs';
 import { HISTOGRAM_BOUNDS_MS } from '../../core/index.js';
-import { saslProvider } from '../../control/index.js';
+import { accessSaslProvider } from './auth.js';
+import { tlsClientOptions } from '../../control/index.js';
 import type { AdapterContext, ProtocolListener, ProtocolModule, ProtocolModuleContext, RunningProtocol } from '../types.js';
 import { formatAddress } from '../listener.js';
 import { createKafkaAdapter, startKafkaListener } from './server.js';
+import { KafkaGroupAdmin } from './group-admin.js';
 
 export const kafkaModule: ProtocolModule = {
   name: 'kafka',
   async start(ctx: ProtocolModuleContext): Promise<RunningProtocol> {
-    const { config, guard } = ctx;
+    const { config, guard, access } = ctx;
     // Unset: SASL is required when Kafka clients may not be anonymous and there is someone to log in as.
-    const requireSasl = config.kafkaSasl ?? (guard !== null && !ctx.access.anonymousAllowed('kafka'));
+    const requireSasl = config.kafkaSasl ?? (guard !== null && !access.anonymousAllowed('kafka'));
+    // `--kafka-sasl false` says Kafka clients need not authenticate: they are anonymous then.
+    const anonymous = config.kafkaSasl === false || access.anonymousAllowed('kafka');
     const kctx: AdapterContext = { engine: ctx.engine, brokerId: ctx.brokerId, logger: ctx.logger.child({ protocol: 'kafka' }) };
     const adapter = createKafkaAdapter(kctx, {
       advertisedHost: config.kafkaAdvertisedHost ?? undefined,
@@ -28,7 +32,10 @@ export const kafkaModule: ProtocolModule = {
       connectionsMaxIdleMs: config.kafkaConnectionsMaxIdle,
       authTimeoutMs: config.kafkaAuthTimeout,
       requestReceiveTimeoutMs: config.kafkaRequestReceiveTimeout,
-      sasl: guard ? saslProvider(guard, config.kafkaSaslMechanisms) : undefined,
+      // SASL is offered even while no user exists: users added live (admin API, CLI) can log in at once.
+      sasl: accessSaslProvider(access, config.kafkaSaslMechanisms),
+      access,
+      anonymous,
     });
     const listeners = new Map<string, ProtocolListener>();
     // The adapter's group timers stop when its last listener closes.
@@ -40,7 +47,9 @@ export const kafkaModule: ProtocolModule = {
       listeners.set('kafka', l);
       ctx.logger.info({ protocol: 'kafka', address: formatAddress(l.address()), sasl: requireSasl }, 'listening');
       if (config.kafkaTlsCert !== null && config.kafkaTlsKey !== null) {
-        const tlsOpts = { cert: readFileSync(config.kafkaTlsCert), key: readFileSync(config.kafkaTlsKey) };
+        // Client certificates (mTLS) when --tls-client-ca is set: a verified one logs the client in as its user.
+        const client = tlsClientOptions(config);
+        const tlsOpts = { cert: readFileSync(config.kafkaTlsCert), key: readFileSync(config.kafkaTlsKey), ...client, ...(client.requestCert ? { certUser: config.tlsCertUser } : {}) };
         const t = await startKafkaListener(kctx, { host: config.host, port: config.kafkaTlsPort, sasl: requireSasl, tls: tlsOpts }, {}, adapter);
         listeners.set('kafka-tls', t);
         ctx.logger.info({ protocol: 'kafka-tls', address: formatAddress(t.address()), sasl: requireSasl }, 'listening');
@@ -51,6 +60,8 @@ export const kafkaModule: ProtocolModule = {
     }
     return {
       listeners,
+      // Consumer groups for the admin API and the CLI: list with lag, describe, reset offsets, delete.
+      groups: new KafkaGroupAdmin(adapter.engine, adapter.groups),
       // Produce latency (decoded request → durable response) as a histogram snapshot clients can diff.
       figures: () => ({ produceLatency: adapter.produceLatency.snapshot(), framePool: adapter.frames.stats(), histogramBoundsMs: HISTOGRAM_BOUNDS_MS }),
       close,

@@ -3,6 +3,7 @@
  */
 import { FlowError, MAX_PARTITIONS } from '../../core/index.js';
 import type { KafkaSaslOptions } from './sasl.js';
+import type { AccessControl } from '../../control/index.js';
 import { DEFAULT_AHEAD_BYTES } from './frame-pool.js';
 
 export interface KafkaOptions {
@@ -64,10 +65,21 @@ export interface KafkaOptions {
    * authentication is the listener's choice (`saslRequired`).
    */
   sasl?: KafkaSaslOptions;
+  /**
+   * The control plane: each connection's principal (from SASL, else anonymous), authorization of every API
+   * against the policies, namespace quotas (throttle_time_ms and muting) and the client registry. Without it
+   * (embedded use, tests) every client may do everything and nothing is registered.
+   */
+  access?: AccessControl;
+  /**
+   * With `access`: whether a client that did not authenticate is served as the anonymous principal (else it is
+   * closed at its first request that needs a principal). Default true.
+   */
+  anonymous?: boolean;
 }
 
-export type ResolvedKafkaOptions = Required<Omit<KafkaOptions, 'advertisedHost' | 'advertisedPort' | 'sasl'>> &
-  Pick<KafkaOptions, 'advertisedHost' | 'advertisedPort' | 'sasl'>;
+export type ResolvedKafkaOptions = Required<Omit<KafkaOptions, 'advertisedHost' | 'advertisedPort' | 'sasl' | 'access'>> &
+  Pick<KafkaOptions, 'advertisedHost' | 'advertisedPort' | 'sasl' | 'access'>;
 
 export const DEFAULT_MAX_REQUEST_BYTES = 100 * 1024 * 1024;
 /** Kafka's sasl.server.max.receive.size default. */
@@ -78,6 +90,8 @@ export function resolveKafkaOptions(opts: KafkaOptions = {}): ResolvedKafkaOptio
     advertisedHost: opts.advertisedHost,
     advertisedPort: opts.advertisedPort,
     sasl: opts.sasl,
+    access: opts.access,
+    anonymous: opts.anonymous ?? true,
     autoCreateTopics: opts.autoCreateTopics ?? true,
     defaultPartitions: opts.defaultPartitions ?? 1,
     maxRequestBytes: opts.maxRequestBytes ?? DEFAULT_MAX_REQUEST_BYTES,

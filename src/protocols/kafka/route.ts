@@ -6,6 +6,7 @@ import type { Logger } from 'pino';
 import type { KafkaAdapter } from './adapter.js';
 import type { SaslSession } from './sasl.js';
 import type { ReadLease } from '../../core/index.js';
+import type { Access, ClientEntry, QuotaLease } from '../../control/index.js';
 import { decodeRequestWith, encodeResponse, type AnyApiCodec, type ApiCodec, type RequestHeader } from './codec/index.js';
 
 /** The listener a connection arrived on. */
@@ -45,6 +46,25 @@ export interface ConnectionInfo {
    * message and the client's address, so that no client can flood the log.
    */
   limitedLog(level: 'debug' | 'info' | 'warn' | 'error', fields: Record<string, unknown>, msg: string): void;
+  /**
+   * The connection's authorization handle, set before any API but ApiVersions/SaslHandshake/SaslAuthenticate
+   * runs (the SASL principal, else anonymous); null when the adapter has no access control (everything allowed).
+   */
+  readonly access: Access | null;
+  /** The namespace quota lease taken with `access` (null: no access control). */
+  readonly quota: QuotaLease | null;
+  /** The connection's entry in the client registry (null: no access control). */
+  readonly client: ClientEntry | null;
+  /**
+   * Holds the connection's next request back for `ms` (KIP-219: the response carries throttle_time_ms and the
+   * broker mutes the channel for that long).
+   */
+  throttle(ms: number): void;
+  /**
+   * SASL succeeded: the connection takes its principal (replacing an anonymous one) and a quota lease. False when
+   * the namespace's connection quota refused it: the caller closes the connection.
+   */
+  authenticated(): boolean;
 }
 
 export interface RequestContext {
@@ -99,6 +119,8 @@ export function route<Req, Res>(codec: ApiCodec<Req, Res>, handler: Handler<Req,
     codec,
     run(adapter, conn, frame, lease) {
       const { header, body } = decodeRequestWith(codec, frame);
+      // The client registry shows Kafka's client.id (the first one a request names).
+      if (conn.client !== null && conn.client.clientId === null && header.clientId) conn.client.clientId = header.clientId;
       let out: HandlerResult<Res> | Promise<HandlerResult<Res>>;
       try {
         out = handler({ adapter, conn, header, lease }, body);

@@ -5,6 +5,9 @@
 import {
   AlterConfigsApi,
   ApiVersionsApi,
+  CreateAclsApi,
+  DeleteAclsApi,
+  DescribeAclsApi,
   CreatePartitionsApi,
   CreateTopicsApi,
   DeleteRecordsApi,
@@ -43,6 +46,7 @@ import {
   handleOffsetForLeaderEpoch,
 } from './handlers/admin.js';
 import { handleApiVersions } from './handlers/api-versions.js';
+import { handleCreateAcls, handleDeleteAcls, handleDescribeAcls } from './handlers/acls.js';
 import { handleInitProducerId } from './handlers/producer.js';
 import { handleFetch } from './handlers/fetch.js';
 import {
@@ -89,6 +93,9 @@ export const KAFKA_ROUTES: readonly Route[] = [
   route(CreatePartitionsApi, handleCreatePartitions),
   route(IncrementalAlterConfigsApi, handleIncrementalAlterConfigs),
   route(DescribeClusterApi, handleDescribeCluster),
+  route(DescribeAclsApi, handleDescribeAcls),
+  route(CreateAclsApi, handleCreateAcls),
+  route(DeleteAclsApi, handleDeleteAcls),
   // Advertised only when the adapter has SASL options (see KafkaAdapter).
   route(SaslHandshakeApi, handleSaslHandshake),
   route(SaslAuthenticateApi, handleSaslAuthenticate),

@@ -149,7 +149,11 @@ export async function handleSaslAuthenticate(ctx: RequestContext, req: SaslAuthe
       sessionLifetimeMs: 0,
     });
   }
-  if (r.state === 'done') conn.log.info({ principal: r.principal, mechanism: conn.sasl.mechanism }, 'SASL authentication succeeded');
+  if (r.state === 'done') {
+    conn.log.info({ principal: r.principal, mechanism: conn.sasl.mechanism }, 'SASL authentication succeeded');
+    // The principal's session (access, quota lease); a full namespace closes the connection after the SASL step.
+    if (!conn.authenticated()) return CLOSE_CONNECTION;
+  }
   return { errorCode: KafkaErrorCode.NONE, errorMessage: null, authBytes: r.challenge, sessionLifetimeMs: 0 };
 }
 
@@ -167,7 +171,10 @@ export async function stepRawToken(ctx: Pick<RequestContext, 'conn'>, token: Buf
     logFailure(ctx, r);
     return null;
   }
-  if (r.state === 'done') ctx.conn.log.info({ principal: r.principal, mechanism: ctx.conn.sasl.mechanism, handshake: 0 }, 'SASL authentication succeeded');
+  if (r.state === 'done') {
+    ctx.conn.log.info({ principal: r.principal, mechanism: ctx.conn.sasl.mechanism, handshake: 0 }, 'SASL authentication succeeded');
+    if (!ctx.conn.authenticated()) return null;
+  }
   const frame = Buffer.allocUnsafe(4 + r.challenge.length);
   frame.writeInt32BE(r.challenge.length, 0);
   r.challenge.copy(frame, 4);

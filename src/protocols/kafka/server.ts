@@ -3,19 +3,35 @@
  * group has one coordinator whichever listener its members use.
  */
 import { createServer, type AddressInfo, type Server, type Socket } from 'node:net';
-import tls from 'node:tls';
+import tls, { type TLSSocket } from 'node:tls';
+import { certificateLogin, type CertUserField } from '../../control/index.js';
 import { ConnectionSet, TLS_HANDSHAKE_TIMEOUT_MS, listenOn } from '../listener.js';
 import type { AdapterContext, ListenOptions, ProtocolListener } from '../types.js';
 import { KafkaAdapter } from './adapter.js';
 import { KafkaConnection } from './connection.js';
 import { readInto } from '../read-into.js';
+import { logKey } from '../log-limit.js';
 import { resolveKafkaOptions, type KafkaOptions } from './options.js';
 import type { KafkaListenerInfo } from './route.js';
 import { KAFKA_ROUTES } from './routes.js';
 
 export interface KafkaListenOptions extends ListenOptions {
   /** Serve TLS with this PEM certificate (chain) and key (security.protocol SSL, or SASL_SSL with `sasl`). */
-  tls?: { cert: string | Buffer; key: string | Buffer; ca?: string | Buffer; handshakeTimeoutMs?: number };
+  tls?: {
+    cert: string | Buffer;
+    key: string | Buffer;
+    ca?: string | Buffer;
+    handshakeTimeoutMs?: number;
+    /** Client certificates (mTLS, see src/control/certs.ts): ask for one, and whether one is required. */
+    requestCert?: boolean;
+    rejectUnauthorized?: boolean;
+    /**
+     * With the adapter's access control: a verified client certificate logs the client in as the user this field
+     * names (Kafka's SSL principal), unless it authenticates with SASL, which wins; a certificate naming no known
+     * user closes the connection.
+     */
+    certUser?: CertUserField;
+  };
   /** Require SASL authentication before any API but ApiVersions/SaslHandshake/SaslAuthenticate. Default false. */
   sasl?: boolean;
   /** Port advertised to this listener's clients; default the local port they reached (plaintext: `opts.advertisedPort`). */
@@ -55,6 +71,18 @@ export async function startKafkaListener(
   const accept = (socket: Socket) => {
     // Responses are already batched by corking; Nagle would only add latency to each of them.
     socket.setNoDelay(true);
+    let certUser: string | null = null;
+    const ac = adapter.options.access;
+    if (isTls && listen.tls?.certUser && ac) {
+      const login = certificateLogin(ac, socket as TLSSocket, listen.tls.certUser);
+      if (login?.verdict === 'bad') {
+        // Refused like a wrong password: a certificate is a credential for a user that exists.
+        adapter.logLimit.log('warn', logKey('client certificate refused', socket.remoteAddress), { listener: info.name, remote: socket.remoteAddress, user: login.user }, 'client certificate names no known user: closing connection');
+        socket.destroy();
+        return;
+      }
+      if (login) certUser = login.user;
+    }
     conns.add(
       new KafkaConnection(socket, adapter, {
         id: `${prefix}${++seq}`,
@@ -63,6 +91,8 @@ export async function startKafkaListener(
         remoteAddress: socket.remoteAddress,
         remotePort: socket.remotePort,
         listener: info,
+        socket,
+        certUser,
         // Plain TCP sockets are accepted paused and read into one reused buffer (read-into.ts); TLS sockets
         // deliver decrypted 'data' events.
         attachInput: isTls ? undefined : (receive) => readInto(socket, receive),
@@ -74,7 +104,15 @@ export async function startKafkaListener(
   // connection ends its side once they are written.
   let server: Server;
   if (listen.tls) {
-    const t = tls.createServer({ cert: listen.tls.cert, key: listen.tls.key, ca: listen.tls.ca, allowHalfOpen: true, handshakeTimeout: listen.tls.handshakeTimeoutMs ?? TLS_HANDSHAKE_TIMEOUT_MS });
+    const t = tls.createServer({
+      cert: listen.tls.cert,
+      key: listen.tls.key,
+      ca: listen.tls.ca,
+      requestCert: listen.tls.requestCert ?? false,
+      rejectUnauthorized: listen.tls.rejectUnauthorized ?? false,
+      allowHalfOpen: true,
+      handshakeTimeout: listen.tls.handshakeTimeoutMs ?? TLS_HANDSHAKE_TIMEOUT_MS,
+    });
     t.on('secureConnection', accept);
     // A failed handshake (wrong CA, plaintext client on the TLS port) concerns that client only.
     t.on('tlsClientError', (err, socket) => {

@@ -12,7 +12,8 @@
  *   client id (putSession, deleteSession and every queue call), a topic (retained messages), a partition
  *   (openPartition and every call that carries an epoch), a group (offsets), a stream name (definitions) and a
  *   JetStream consumer (stream, name) (ConsumerStateStore; deleteConsumers and listConsumers of a stream come
- *   after every call issued before them on that stream's consumers). Calls on different keys may take effect in
+ *   after every call issued before them on that stream's consumers), and a control document (kind, name)
+ *   (ControlStore; listControl and controlVersion come after every control write issued before them). Calls on different keys may take effect in
  *   any order. (SQLite runs each call when it is made; a pooled
  *   PostgreSQL client must chain calls per key to keep this.)
  * - Fencing: a partition has an ownership epoch, bumped by openPartition. Every partition mutation carries

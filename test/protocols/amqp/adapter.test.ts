@@ -2,17 +2,24 @@
  * The AMQP adapter's resource alarms (connection.blocked / unblocked): the disk alarm follows the broker's
  * free-space reserve (engine.writeRefusal) and a refused write, and clears once neither has been seen for a while.
  */
-import { describe, it } from 'node:test';
+import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import pino from 'pino';
 import { FlowError } from '../../../src/core/index.js';
 import { AmqpAdapter } from '../../../src/protocols/amqp/adapter.js';
 import { resolveAmqpOptions } from '../../../src/protocols/amqp/options.js';
 import type { AdapterContext } from '../../../src/protocols/types.js';
+import { testControl, type TestControl } from './access-helpers.js';
+
+let control: TestControl;
+before(async () => {
+  control = await testControl();
+});
+after(() => control.close());
 
 function adapter(refusal: () => FlowError | null) {
   const ctx = { engine: { writeRefusal: refusal }, logger: pino({ level: 'silent' }), brokerId: 1 } as unknown as AdapterContext;
-  const a = new AmqpAdapter(ctx, resolveAmqpOptions({ memoryHighWatermark: 0, diskBlockMs: 1000 }), null, true, () => 0);
+  const a = new AmqpAdapter(ctx, resolveAmqpOptions({ memoryHighWatermark: 0, diskBlockMs: 1000 }), control.access, () => 0);
   const seen: Array<string | null> = [];
   a.admit({ alarm: (reason: string | null) => void seen.push(reason) } as Parameters<AmqpAdapter['admit']>[0]);
   return { a, seen };

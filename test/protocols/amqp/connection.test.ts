@@ -12,6 +12,7 @@ import { AmqpAdapter } from '../../../src/protocols/amqp/adapter.js';
 import { AmqpConnection } from '../../../src/protocols/amqp/connection.js';
 import { resolveAmqpOptions } from '../../../src/protocols/amqp/options.js';
 import type { Engine, Message, RouteResult } from '../../../src/core/index.js';
+import { testControl } from './access-helpers.js';
 
 const require = createRequire(import.meta.url);
 // eslint-disable-next-line @typescript-eslint/no-require-imports
@@ -46,7 +47,8 @@ describe('AmqpConnection', () => {
       },
     };
     const ctx = { engine: router as unknown as Engine, logger: pino({ level: 'silent' }), brokerId: 0 };
-    const adapter = new AmqpAdapter(ctx, resolveAmqpOptions({ maxPendingWrites: 8, memoryHighWatermark: 0 }), null, true);
+    const control = await testControl();
+    const adapter = new AmqpAdapter(ctx, resolveAmqpOptions({ maxPendingWrites: 8, memoryHighWatermark: 0 }), control.access);
     const sent: Buffer[] = [];
     const stream = new Duplex({
       read() {},
@@ -89,5 +91,6 @@ describe('AmqpConnection', () => {
     assert.equal(published, 20);
     stream.destroy();
     await conn.closed;
+    await control.close();
   });
 });

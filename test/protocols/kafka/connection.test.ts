@@ -371,6 +371,10 @@ describe('kafka listener with real clients', () => {
           [21, 0, 2],
           [22, 0, 4],
           [23, 0, 4],
+          // DescribeAcls, CreateAcls, DeleteAcls: advertised always (SECURITY_DISABLED without access control).
+          [29, 0, 3],
+          [30, 0, 3],
+          [31, 0, 3],
           [32, 0, 4],
           [33, 0, 2],
           [37, 0, 3],

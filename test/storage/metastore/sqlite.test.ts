@@ -142,6 +142,25 @@ describe('SqliteMetastore', () => {
       await m.close();
     });
 
+    it('migration 7 brings a version-6 database to control documents, keeping what it held', async () => {
+      const file = freshFile();
+      await SqliteMetastore.open(file).close();
+      for (const f of [file, `${file}-wal`, `${file}-shm`]) await rm(f, { force: true });
+      const db = new Database(file);
+      db.pragma('journal_mode = WAL');
+      migrate(db, migrations.slice(0, 6));
+      db.prepare("INSERT INTO streams (name, partitions, bindings, retention_ms, created_at) VALUES ('s', 1, '[]', NULL, 1)").run();
+      db.close();
+      const m = SqliteMetastore.open(file);
+      assert.equal(m.schemaVersion(), 7);
+      assert.deepEqual((await m.listStreams()).map((x) => x.name), ['s']);
+      assert.equal(await m.controlVersion(), 0);
+      assert.deepEqual(await m.listControl('user'), []);
+      await m.putControl('user', 'u', { a: 1 });
+      assert.equal(await m.controlVersion(), 1);
+      await m.close();
+    });
+
     it('refuses a migration list that is out of order', () => {
       const db = new Database(':memory:');
       assert.throws(() => migrate(db, [{ version: 2, name: 'skips 1', sql: '' }]), /out of order/);

@@ -10,4 +10,5 @@ export * from './list-offsets.js';
 export * from './schema.js';
 export * from './groups.js';
 export * from './admin.js';
+export * from './acls.js';
 export * from './frames.js';

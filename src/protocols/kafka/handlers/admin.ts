@@ -38,6 +38,10 @@ import {
 import { kafkaErrorCode } from '../errors.js';
 import type { RequestContext } from '../route.js';
 import { LEADER_EPOCH, advertisedAddress } from './metadata.js';
+import { allowed, mayCreateTopic } from '../authz.js';
+
+const TOPIC_DENIED = KafkaErrorCode.TOPIC_AUTHORIZATION_FAILED;
+const CLUSTER_DENIED = KafkaErrorCode.CLUSTER_AUTHORIZATION_FAILED;
 
 const OPS_OMITTED = -2147483648;
 
@@ -191,6 +195,7 @@ export async function handleCreateTopics(ctx: RequestContext, req: CreateTopicsR
     topics.push(res);
     try {
       if ((counts.get(t.name) ?? 0) > 1) throw new ConfigProblem(KafkaErrorCode.INVALID_REQUEST, `topic "${t.name}" appears more than once`);
+      if (!mayCreateTopic(ctx, t.name)) throw new ConfigProblem(TOPIC_DENIED, `not authorized to create topic "${t.name}"`);
       if (!isValidStreamName(t.name)) {
         throw new ConfigProblem(KafkaErrorCode.INVALID_TOPIC_EXCEPTION, `invalid topic name "${t.name}": use 1-249 of [a-zA-Z0-9._-]`);
       }
@@ -249,6 +254,11 @@ export async function handleDeleteTopics(ctx: RequestContext, req: DeleteTopicsR
       res.errorCode = KafkaErrorCode.UNKNOWN_TOPIC_ID;
       continue;
     }
+    if (!allowed(ctx, 'delete', 'stream', t.name)) {
+      res.errorCode = TOPIC_DENIED;
+      res.errorMessage = `not authorized to delete topic "${t.name}"`;
+      continue;
+    }
     try {
       if (!ctx.adapter.engine.getStream(t.name)) {
         res.errorCode = KafkaErrorCode.UNKNOWN_TOPIC_OR_PARTITION;
@@ -275,6 +285,7 @@ export async function handleCreatePartitions(ctx: RequestContext, req: CreatePar
     results.push(res);
     try {
       if ((counts.get(t.name) ?? 0) > 1) throw new ConfigProblem(KafkaErrorCode.INVALID_REQUEST, `topic "${t.name}" appears more than once`);
+      if (!allowed(ctx, 'alter', 'stream', t.name)) throw new ConfigProblem(TOPIC_DENIED, `not authorized to alter topic "${t.name}"`);
       const entry = engine.getStream(t.name);
       if (!entry) throw new ConfigProblem(KafkaErrorCode.UNKNOWN_TOPIC_OR_PARTITION, `topic "${t.name}" does not exist`);
       const current = entry.def.partitions;
@@ -310,9 +321,14 @@ export async function handleDeleteRecords(ctx: RequestContext, req: DeleteRecord
   for (const t of req.topics) {
     const entry = engine.getStream(t.name);
     const partitions = [];
+    const authorized = allowed(ctx, 'delete', 'stream', t.name);
     for (const p of t.partitions) {
       const res = { partitionIndex: p.partitionIndex, lowWatermark: -1, errorCode: KafkaErrorCode.NONE as number };
       partitions.push(res);
+      if (!authorized) {
+        res.errorCode = TOPIC_DENIED;
+        continue;
+      }
       if (!entry || p.partitionIndex < 0 || p.partitionIndex >= entry.def.partitions) {
         res.errorCode = KafkaErrorCode.UNKNOWN_TOPIC_OR_PARTITION;
         continue;
@@ -343,12 +359,14 @@ export function handleDescribeConfigs(ctx: RequestContext, req: DescribeConfigsR
     const base = { errorCode: KafkaErrorCode.NONE, errorMessage: null as string | null, resourceType: r.resourceType, resourceName: r.resourceName, configs: [] as DescribedConfig[] };
     const wanted = (name: string): boolean => r.configurationKeys === null || r.configurationKeys.includes(name);
     if (r.resourceType === ConfigResourceType.TOPIC) {
+      if (!allowed(ctx, 'describe', 'stream', r.resourceName)) return { ...base, errorCode: TOPIC_DENIED, errorMessage: `not authorized to describe topic "${r.resourceName}"` };
       const entry = ctx.adapter.engine.getStream(r.resourceName);
       if (!entry) return { ...base, errorCode: KafkaErrorCode.UNKNOWN_TOPIC_OR_PARTITION, errorMessage: `topic "${r.resourceName}" does not exist` };
       base.configs = TOPIC_CONFIGS.filter((s) => wanted(s.name)).map((s) => describeTopicConfig(s, entry.def, ctx, req.includeSynonyms, req.includeDocumentation));
       return base;
     }
     if (r.resourceType === ConfigResourceType.BROKER) {
+      if (!allowed(ctx, 'describe', 'cluster', '*')) return { ...base, errorCode: CLUSTER_DENIED, errorMessage: 'not authorized to describe the cluster' };
       // "" is the cluster-wide default resource; otherwise it must name this broker.
       if (r.resourceName !== '' && r.resourceName !== String(ctx.adapter.brokerId)) {
         return { ...base, errorCode: KafkaErrorCode.INVALID_REQUEST, errorMessage: `broker ${r.resourceName} is not this broker` };
@@ -379,9 +397,11 @@ async function alterTopic(ctx: RequestContext, r: { resourceType: number; resour
   const res: AlterResult = { errorCode: KafkaErrorCode.NONE, errorMessage: null, resourceType: r.resourceType, resourceName: r.resourceName };
   try {
     if (r.resourceType === ConfigResourceType.BROKER) {
+      if (!allowed(ctx, 'alter', 'cluster', '*')) throw new ConfigProblem(CLUSTER_DENIED, 'not authorized to alter the cluster');
       throw new ConfigProblem(KafkaErrorCode.INVALID_REQUEST, 'broker configs are static: set them in flowmq.yaml or with flags');
     }
     if (r.resourceType !== ConfigResourceType.TOPIC) throw new ConfigProblem(KafkaErrorCode.INVALID_REQUEST, `config resource type ${r.resourceType} is not supported`);
+    if (!allowed(ctx, 'alter', 'stream', r.resourceName)) throw new ConfigProblem(TOPIC_DENIED, `not authorized to alter topic "${r.resourceName}"`);
     const entry = ctx.adapter.engine.getStream(r.resourceName);
     if (!entry) throw new ConfigProblem(KafkaErrorCode.UNKNOWN_TOPIC_OR_PARTITION, `topic "${r.resourceName}" does not exist`);
     const retentionMs = compute(entry.def);
@@ -439,6 +459,18 @@ export async function handleIncrementalAlterConfigs(ctx: RequestContext, req: In
 export function handleDescribeCluster(ctx: RequestContext, req: DescribeClusterRequest): DescribeClusterResponse {
   const { host, port } = advertisedAddress(ctx);
   const id = ctx.adapter.brokerId;
+  if (!allowed(ctx, 'describe', 'cluster', '*')) {
+    return {
+      throttleTimeMs: 0,
+      errorCode: CLUSTER_DENIED,
+      errorMessage: 'not authorized to describe the cluster',
+      endpointType: req.endpointType,
+      clusterId: '',
+      controllerId: -1,
+      brokers: [],
+      clusterAuthorizedOperations: OPS_OMITTED,
+    };
+  }
   return {
     throttleTimeMs: 0,
     errorCode: KafkaErrorCode.NONE,
@@ -462,11 +494,13 @@ export function handleOffsetForLeaderEpoch(ctx: RequestContext, req: OffsetForLe
     throttleTimeMs: 0,
     topics: req.topics.map((t) => {
       const entry = engine.getStream(t.topic);
+      const authorized = allowed(ctx, 'subscribe', 'stream', t.topic);
       return {
         topic: t.topic,
         partitions: t.partitions.map((p) => {
           const res = { errorCode: KafkaErrorCode.NONE as number, partition: p.partition, leaderEpoch: -1, endOffset: -1 };
-          if (!entry || p.partition < 0 || p.partition >= entry.def.partitions) res.errorCode = KafkaErrorCode.UNKNOWN_TOPIC_OR_PARTITION;
+          if (!authorized) res.errorCode = TOPIC_DENIED;
+          else if (!entry || p.partition < 0 || p.partition >= entry.def.partitions) res.errorCode = KafkaErrorCode.UNKNOWN_TOPIC_OR_PARTITION;
           else if (p.currentLeaderEpoch > LEADER_EPOCH) res.errorCode = KafkaErrorCode.UNKNOWN_LEADER_EPOCH;
           else if (p.leaderEpoch >= LEADER_EPOCH) {
             res.leaderEpoch = LEADER_EPOCH;

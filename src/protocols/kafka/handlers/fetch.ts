@@ -21,6 +21,8 @@ import {
 } from '../codec/index.js';
 import { kafkaErrorCode } from '../errors.js';
 import type { RequestContext } from '../route.js';
+import { readBatchInfo } from '../../../core/index.js';
+import { allowed } from '../authz.js';
 
 const READ_COMMITTED = 1;
 
@@ -64,9 +66,14 @@ async function readAll(ctx: RequestContext, req: FetchRequest): Promise<ReadResu
     const entry = engine.getStream(t.topic);
     const partitions: FetchPartitionResponse[] = [];
     responses.push({ topic: t.topic, partitions });
+    const authorized = allowed(ctx, 'subscribe', 'stream', t.topic);
     for (const p of t.partitions) {
       const res = partitionResponse(p.partition, KafkaErrorCode.NONE, readCommitted);
       partitions.push(res);
+      if (!authorized) {
+        res.errorCode = KafkaErrorCode.TOPIC_AUTHORIZATION_FAILED;
+        continue;
+      }
       if (!entry || p.partition < 0 || p.partition >= entry.def.partitions) {
         res.errorCode = KafkaErrorCode.UNKNOWN_TOPIC_OR_PARTITION;
         continue;
@@ -137,5 +144,30 @@ export async function handleFetch(ctx: RequestContext, req: FetchRequest): Promi
     if (ctx.conn.isClosed()) break;
     result = await readAll(ctx, req);
   }
-  return { throttleTimeMs: 0, errorCode: KafkaErrorCode.NONE, sessionId: 0, responses: result.responses };
+  // The namespace's bytes-out rate: the response says how long the client is throttled, and the connection is muted
+  // for that long (KIP-219).
+  let throttleTimeMs = 0;
+  if (result.bytes > 0) {
+    if (ctx.conn.client) ctx.conn.client.messagesOut += countRecords(result.responses);
+    throttleTimeMs = ctx.conn.quota?.chargeOut(result.bytes) ?? 0;
+    ctx.conn.throttle(throttleTimeMs);
+  }
+  return { throttleTimeMs, errorCode: KafkaErrorCode.NONE, sessionId: 0, responses: result.responses };
+}
+
+/** Records in a response's batches (the client registry's messagesOut): batch headers only. */
+function countRecords(responses: FetchResponse['responses']): number {
+  let n = 0;
+  for (const t of responses) {
+    for (const p of t.partitions) {
+      for (const b of p.records ?? []) {
+        try {
+          n += readBatchInfo(b).recordCount;
+        } catch {
+          // Not a whole batch header: not counted.
+        }
+      }
+    }
+  }
+  return n;
 }

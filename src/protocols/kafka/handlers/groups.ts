@@ -32,6 +32,15 @@ import { storageRefusal } from '../../storage-refusal.js';
 import type { RequestContext } from '../route.js';
 import { advertisedAddress } from './metadata.js';
 import type { OffsetCommit } from '../../../core/index.js';
+import { allowed, visible } from '../authz.js';
+
+const GROUP_DENIED = KafkaErrorCode.GROUP_AUTHORIZATION_FAILED;
+const TOPIC_DENIED = KafkaErrorCode.TOPIC_AUTHORIZATION_FAILED;
+
+/** Joining, syncing, heartbeats, leaving, committing and fetching offsets: `subscribe group:<id>`. */
+function mayUseGroup(ctx: RequestContext, groupId: string): boolean {
+  return allowed(ctx, 'subscribe', 'group', groupId);
+}
 
 /** offset.metadata.max.bytes: larger commit metadata is refused with OFFSET_METADATA_TOO_LARGE. */
 export const MAX_OFFSET_METADATA_BYTES = 4096;
@@ -49,7 +58,15 @@ export function handleFindCoordinator(ctx: RequestContext, req: FindCoordinatorR
   const coordinators = keys.map((key) => {
     // Any other key type is not one the protocol defines.
     const valid = req.keyType === KEY_TYPE_GROUP || req.keyType === KEY_TYPE_TRANSACTION;
-    const errorCode = !valid ? KafkaErrorCode.INVALID_REQUEST : ctx.adapter.groups.isClosed() ? KafkaErrorCode.COORDINATOR_NOT_AVAILABLE : KafkaErrorCode.NONE;
+    // A group's coordinator is found by those who may use the group, or describe it (admin tools).
+    const denied = valid && req.keyType === KEY_TYPE_GROUP && !visible(ctx, 'describe', 'group', key) && !mayUseGroup(ctx, key);
+    const errorCode = !valid
+      ? KafkaErrorCode.INVALID_REQUEST
+      : denied
+        ? GROUP_DENIED
+        : ctx.adapter.groups.isClosed()
+          ? KafkaErrorCode.COORDINATOR_NOT_AVAILABLE
+          : KafkaErrorCode.NONE;
     const ok = errorCode === KafkaErrorCode.NONE;
     return { key, nodeId: ok ? ctx.adapter.brokerId : -1, host: ok ? host : '', port: ok ? port : -1, errorCode, errorMessage: null };
   });
@@ -70,6 +87,19 @@ function clientHost(ctx: RequestContext): string {
 }
 
 export async function handleJoinGroup(ctx: RequestContext, req: JoinGroupRequest): Promise<JoinGroupResponse> {
+  if (!mayUseGroup(ctx, req.groupId)) {
+    return {
+      throttleTimeMs: 0,
+      errorCode: GROUP_DENIED,
+      generationId: -1,
+      protocolType: null,
+      protocolName: null,
+      leader: '',
+      skipAssignment: false,
+      memberId: req.memberId,
+      members: [],
+    };
+  }
   const r = await ctx.adapter.groups.join({
     groupId: req.groupId,
     memberId: req.memberId,
@@ -96,6 +126,7 @@ export async function handleJoinGroup(ctx: RequestContext, req: JoinGroupRequest
 }
 
 export async function handleSyncGroup(ctx: RequestContext, req: SyncGroupRequest): Promise<SyncGroupResponse> {
+  if (!mayUseGroup(ctx, req.groupId)) return { throttleTimeMs: 0, errorCode: GROUP_DENIED, protocolType: null, protocolName: null, assignment: Buffer.alloc(0) };
   const r = await ctx.adapter.groups.sync({
     groupId: req.groupId,
     generationId: req.generationId,
@@ -109,6 +140,7 @@ export async function handleSyncGroup(ctx: RequestContext, req: SyncGroupRequest
 }
 
 export function handleHeartbeat(ctx: RequestContext, req: HeartbeatRequest): HeartbeatResponse {
+  if (!mayUseGroup(ctx, req.groupId)) return { throttleTimeMs: 0, errorCode: GROUP_DENIED };
   return {
     throttleTimeMs: 0,
     errorCode: ctx.adapter.groups.heartbeat(req.groupId, req.generationId, req.memberId, req.groupInstanceId),
@@ -117,6 +149,7 @@ export function handleHeartbeat(ctx: RequestContext, req: HeartbeatRequest): Hea
 
 export function handleLeaveGroup(ctx: RequestContext, req: LeaveGroupRequest): LeaveGroupResponse {
   const batched = ctx.header.apiVersion >= 3;
+  if (!mayUseGroup(ctx, req.groupId)) return { throttleTimeMs: 0, errorCode: GROUP_DENIED, members: [] };
   const members = batched
     ? req.members.map((m) => ({ memberId: m.memberId, groupInstanceId: m.groupInstanceId }))
     : [{ memberId: req.memberId, groupInstanceId: null }];
@@ -132,7 +165,7 @@ export function handleLeaveGroup(ctx: RequestContext, req: LeaveGroupRequest): L
 
 export async function handleOffsetCommit(ctx: RequestContext, req: OffsetCommitRequest): Promise<OffsetCommitResponse> {
   const { groups, engine } = ctx.adapter;
-  const groupError = groups.checkCommit(req.groupId, req.generationId, req.memberId, req.groupInstanceId);
+  const groupError = mayUseGroup(ctx, req.groupId) ? groups.checkCommit(req.groupId, req.generationId, req.memberId, req.groupInstanceId) : GROUP_DENIED;
   const valid: OffsetCommit[] = [];
   const pending: Array<{ errorCode: number }> = [];
   const topics = req.topics.map((t) => {
@@ -142,7 +175,8 @@ export async function handleOffsetCommit(ctx: RequestContext, req: OffsetCommitR
       partitions: t.partitions.map((p) => {
         const res = { partitionIndex: p.partitionIndex, errorCode: groupError };
         if (groupError !== KafkaErrorCode.NONE) return res;
-        if (!entry || p.partitionIndex < 0 || p.partitionIndex >= entry.def.partitions) {
+        if (!allowed(ctx, 'subscribe', 'stream', t.name)) res.errorCode = TOPIC_DENIED;
+        else if (!entry || p.partitionIndex < 0 || p.partitionIndex >= entry.def.partitions) {
           res.errorCode = KafkaErrorCode.UNKNOWN_TOPIC_OR_PARTITION;
         } else if (p.committedMetadata !== null && Buffer.byteLength(p.committedMetadata) > MAX_OFFSET_METADATA_BYTES) {
           res.errorCode = KafkaErrorCode.OFFSET_METADATA_TOO_LARGE;
@@ -188,11 +222,18 @@ async function fetchGroupOffsets(
   topics: Array<{ name: string; partitionIndexes: number[] }> | null,
 ): Promise<{ topics: Array<{ name: string; partitions: OffsetFetchPartitionResponse[] }>; errorCode: number }> {
   const store = ctx.adapter.groups.store;
+  if (!mayUseGroup(ctx, groupId)) {
+    return {
+      topics: (topics ?? []).map((t) => ({ name: t.name, partitions: t.partitionIndexes.map((p) => ({ ...noOffset(p), errorCode: GROUP_DENIED })) })),
+      errorCode: GROUP_DENIED,
+    };
+  }
   try {
     if (topics === null) {
-      // All committed offsets of the group (v2+).
+      // All committed offsets of the group (v2+), of the topics the client may read (as Kafka filters them).
       const byTopic = new Map<string, OffsetFetchPartitionResponse[]>();
       for (const o of await store.listOffsets(groupId)) {
+        if (!visible(ctx, 'subscribe', 'stream', o.stream)) continue;
         let list = byTopic.get(o.stream);
         if (!list) byTopic.set(o.stream, (list = []));
         list.push({ ...noOffset(o.partition), committedOffset: o.offset, metadata: o.metadata });
@@ -202,6 +243,10 @@ async function fetchGroupOffsets(
     const out = [];
     for (const t of topics) {
       const partitions: OffsetFetchPartitionResponse[] = [];
+      if (!allowed(ctx, 'subscribe', 'stream', t.name)) {
+        out.push({ name: t.name, partitions: t.partitionIndexes.map((p) => ({ ...noOffset(p), errorCode: TOPIC_DENIED })) });
+        continue;
+      }
       for (const p of t.partitionIndexes) {
         const o = await store.fetchOffset(groupId, t.name, p);
         partitions.push(o ? { ...noOffset(p), committedOffset: o.offset, metadata: o.metadata } : noOffset(p));
@@ -253,6 +298,10 @@ export async function handleDescribeGroups(ctx: RequestContext, req: DescribeGro
       out.push({ ...base, errorCode: KafkaErrorCode.INVALID_GROUP_ID });
       continue;
     }
+    if (!allowed(ctx, 'describe', 'group', groupId)) {
+      out.push({ ...base, errorCode: GROUP_DENIED });
+      continue;
+    }
     const d = groups.describe(groupId);
     if (d) {
       out.push({
@@ -288,6 +337,8 @@ export async function handleListGroups(ctx: RequestContext, req: ListGroupsReque
       errorCode: KafkaErrorCode.NONE,
       groups: all
         .filter((g) => filter.size === 0 || filter.has(g.state.toLowerCase()))
+        // Groups the client may not describe are left out, as Kafka does.
+        .filter((g) => visible(ctx, 'describe', 'group', g.groupId))
         .map((g) => ({ groupId: g.groupId, protocolType: g.protocolType, groupState: g.state })),
     };
   } catch (err) {
@@ -300,6 +351,10 @@ export async function handleDeleteGroups(ctx: RequestContext, req: DeleteGroupsR
   const results = [];
   for (const groupId of req.groupsNames) {
     let errorCode: number;
+    if (!allowed(ctx, 'delete', 'group', groupId)) {
+      results.push({ groupId, errorCode: GROUP_DENIED });
+      continue;
+    }
     try {
       errorCode = await ctx.adapter.groups.delete(groupId);
     } catch (err) {

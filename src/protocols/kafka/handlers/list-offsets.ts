@@ -18,6 +18,7 @@ import {
 import { kafkaErrorCode } from '../errors.js';
 import type { RequestContext } from '../route.js';
 import { LEADER_EPOCH } from './metadata.js';
+import { allowed } from '../authz.js';
 
 /** Timestamp of the record at `offset`, -1 when it cannot be read. */
 async function timestampAt(engine: Engine, stream: string, partition: number, offset: number): Promise<number> {
@@ -111,10 +112,18 @@ async function listPartition(
 export async function handleListOffsets(ctx: RequestContext, req: ListOffsetsRequest): Promise<ListOffsetsResponse> {
   const version = ctx.header.apiVersion;
   const topics = await Promise.all(
-    req.topics.map(async (t) => ({
-      name: t.name,
-      partitions: await Promise.all(t.partitions.map((p) => listPartition(ctx, t.name, p.partitionIndex, p.timestamp, version))),
-    })),
+    req.topics.map(async (t) => {
+      if (!allowed(ctx, 'subscribe', 'stream', t.name)) {
+        return {
+          name: t.name,
+          partitions: t.partitions.map((p) => ({ partitionIndex: p.partitionIndex, errorCode: KafkaErrorCode.TOPIC_AUTHORIZATION_FAILED, timestamp: -1, offset: -1, leaderEpoch: -1 })),
+        };
+      }
+      return {
+        name: t.name,
+        partitions: await Promise.all(t.partitions.map((p) => listPartition(ctx, t.name, p.partitionIndex, p.timestamp, version))),
+      };
+    }),
   );
   return { throttleTimeMs: 0, topics };
 }

@@ -14,6 +14,7 @@ import {
   type MetadataTopic,
 } from '../codec/index.js';
 import type { RequestContext } from '../route.js';
+import { allowed, mayCreateTopic, visible } from '../authz.js';
 
 /**
  * Leader epoch reported for every partition. Ownership never moves in the single-broker skeleton, so the epoch
@@ -76,12 +77,20 @@ export async function handleMetadata(ctx: RequestContext, req: MetadataRequest):
   const { host, port } = advertisedAddress(ctx);
   let topics: MetadataTopic[];
   if (req.topics === null) {
-    topics = adapter.engine.listStreams().map((def) => topicMetadata(brokerId, def));
+    // Topics the client may not describe are left out, as Kafka does.
+    topics = adapter.engine
+      .listStreams()
+      .filter((def) => visible(ctx, 'describe', 'stream', def.name))
+      .map((def) => topicMetadata(brokerId, def));
   } else {
     topics = await Promise.all(
       req.topics.map(async (t): Promise<MetadataTopic> => {
         // v10+ lookup by topic id: FlowMQ streams have no topic ids (ZERO_UUID) yet.
         if (t.name === null) return errorTopic(null, KafkaErrorCode.UNKNOWN_TOPIC_ID);
+        if (!allowed(ctx, 'describe', 'stream', t.name)) return errorTopic(t.name, KafkaErrorCode.TOPIC_AUTHORIZATION_FAILED);
+        const create = req.allowAutoTopicCreation && adapter.wouldCreate(t.name);
+        // A topic Kafka would auto-create for a client not allowed to create it answers TOPIC_AUTHORIZATION_FAILED.
+        if (create && !mayCreateTopic(ctx, t.name)) return errorTopic(t.name, KafkaErrorCode.TOPIC_AUTHORIZATION_FAILED);
         const r = await adapter.resolve(t.name, req.allowAutoTopicCreation);
         return r.entry ? topicMetadata(brokerId, r.entry.def) : errorTopic(t.name, r.errorCode);
       }),

@@ -24,6 +24,13 @@ import { kafkaErrorCode } from '../errors.js';
 import { CLOSE_CONNECTION, type HandlerResult, type RequestContext } from '../route.js';
 import { batchProblem } from '../validate.js';
 import { storageRefusal } from '../../storage-refusal.js';
+import { allowed, mayCreateTopic } from '../authz.js';
+
+/** Records and bytes appended by one request: charged to the namespace's quota, counted in the client registry. */
+interface Tally {
+  records: number;
+  bytes: number;
+}
 
 interface PartitionResult {
   res: ProducePartitionResponse;
@@ -52,7 +59,7 @@ function fail(r: PartitionResult, errorCode: number, message: string | null = nu
   r.res.errorMessage = message;
 }
 
-function append(ctx: RequestContext, stream: StreamEntry, p: ProducePartitionData, r: PartitionResult): void {
+function append(ctx: RequestContext, stream: StreamEntry, p: ProducePartitionData, r: PartitionResult, tally: Tally): void {
   const name = stream.def.name;
   r.stream = name;
   if (p.index < 0 || p.index >= stream.def.partitions) {
@@ -78,8 +85,10 @@ function append(ctx: RequestContext, stream: StreamEntry, p: ProducePartitionDat
     fail(r, KafkaErrorCode.CORRUPT_MESSAGE, message);
     return;
   }
+  let records = 0;
   for (let i = 0; i < batches.length; i++) {
     const info = readBatchInfo(batches[i]);
+    records += info.recordCount;
     if (!isCompressionSupported(info.compression)) {
       fail(r, KafkaErrorCode.UNSUPPORTED_COMPRESSION_TYPE, `compression codec ${info.compression} is not supported`);
       return;
@@ -107,6 +116,10 @@ function append(ctx: RequestContext, stream: StreamEntry, p: ProducePartitionDat
     } else ctx.conn.log.warn({ err, topic: name, partition: p.index }, 'produce failed');
     fail(r, kafkaErrorCode(err), err instanceof Error ? err.message : null);
   }
+  if (r.res.errorCode === KafkaErrorCode.NONE) {
+    tally.records += records;
+    tally.bytes += p.records.length;
+  }
   if (durables.length > 0) r.durable = durables.length === 1 ? durables[0] : Promise.all(durables).then(() => undefined);
 }
 
@@ -119,6 +132,7 @@ export function handleProduce(
   const validAcks = req.acks === 0 || req.acks === 1 || req.acks === -1;
   const results: PartitionResult[][] = [];
   const deferred: Promise<void>[] = [];
+  const tally: Tally = { records: 0, bytes: 0 };
   for (const t of req.topics) {
     const rs = t.partitions.map((p) => result(p.index));
     results.push(rs);
@@ -126,17 +140,24 @@ export function handleProduce(
       for (const r of rs) fail(r, KafkaErrorCode.INVALID_REQUIRED_ACKS, `acks must be 0, 1 or -1, not ${req.acks}`);
       continue;
     }
+    if (!allowed(ctx, 'publish', 'stream', t.name)) {
+      for (const r of rs) fail(r, KafkaErrorCode.TOPIC_AUTHORIZATION_FAILED, `not authorized to produce to topic "${t.name}"`);
+      continue;
+    }
     const found = adapter.lookup(t.name);
     if (found.entry) {
       // Existing topic: append now, synchronously, so pipelined produces keep their order.
       const entry = found.entry;
-      t.partitions.forEach((p, i) => append(ctx, entry, p, rs[i]));
+      t.partitions.forEach((p, i) => append(ctx, entry, p, rs[i], tally));
+    } else if (adapter.wouldCreate(t.name) && !mayCreateTopic(ctx, t.name)) {
+      // As Kafka answers a topic it would auto-create for a client not allowed to create it.
+      for (const r of rs) fail(r, KafkaErrorCode.TOPIC_AUTHORIZATION_FAILED, `not authorized to create topic "${t.name}"`);
     } else if (adapter.wouldCreate(t.name)) {
       deferred.push(
         adapter.resolve(t.name, true).then((res) => {
           if (res.entry) {
             const entry = res.entry;
-            t.partitions.forEach((p, i) => append(ctx, entry, p, rs[i]));
+            t.partitions.forEach((p, i) => append(ctx, entry, p, rs[i], tally));
           } else for (const r of rs) fail(r, res.errorCode);
         }),
       );
@@ -145,7 +166,14 @@ export function handleProduce(
     }
   }
   const finish = (): HandlerResult<ProduceResponse> | Promise<HandlerResult<ProduceResponse>> => {
+    // The namespace's publish and bytes-in rates: how long this client is held back (KIP-219).
+    let throttleMs = 0;
+    if (tally.records > 0) {
+      if (ctx.conn.client) ctx.conn.client.messagesIn += tally.records;
+      throttleMs = ctx.conn.quota?.chargeIn(tally.records, tally.bytes) ?? 0;
+    }
     if (req.acks === 0) {
+      ctx.conn.throttle(throttleMs);
       // Nobody waits for these; a failure must still be observed (and logged), never left unhandled.
       const pending: Promise<void>[] = [];
       for (const rs of results) {
@@ -176,6 +204,9 @@ export function handleProduce(
     return respond(ctx, req, results).then((res) => {
       // The broker's own share of produce latency: request decoded → response ready (durable).
       adapter.produceLatency.record(performance.now() - started);
+      // The response tells the client how long it is throttled, and the connection is muted for that long.
+      res.throttleTimeMs = throttleMs;
+      ctx.conn.throttle(throttleMs);
       return res;
     });
   };

@@ -1,0 +1,283 @@
+/**
+ * Who may use the admin API, checked on every request in this order:
+ *
+ * 1. Host (DNS rebinding). A web page whose name an attacker re-points at this machine makes the victim's browser
+ *    send `Host: <attacker's name>`; the page cannot change that header. So the Host header's host name (its port
+ *    is not compared: a port forwarder or proxy may change it) must be the bind address, an `--http-allowed-hosts`
+ *    entry, a loopback name when bound to loopback, or (bound to a wildcard address) `localhost` or an address of
+ *    the machine's interfaces (read at each request). Else 421 MISDIRECTED_REQUEST. Exempt: /healthz, /readyz and
+ *    /metrics, which load balancers and scrapers call by any name (`--http-metrics-allow` restricts them by
+ *    address instead).
+ * 2. Credentials, under /api/v1 (but `POST /api/v1/login` and `GET /api/v1/openapi.json`):
+ *    - `Authorization: Bearer fmq_<id>.<secret>`: an API token of the directory;
+ *    - `Authorization: Basic` (RFC 7617): a user of the directory, checked through the PasswordGuard like every
+ *      protocol's passwords (scrypt on its own thread, failures slowed; 503 BUSY with Retry-After when it cannot
+ *      take the check now);
+ *    - the dashboard's session cookie `flowmq_session` (HttpOnly, SameSite=Strict): a session document of the
+ *      control store (so it works on every broker sharing the metastore and survives a restart); with it, every
+ *      request but GET/HEAD must carry `X-CSRF-Token` equal to the session's token (403 otherwise);
+ *    - nothing: while the directory has no user at all, a request from a loopback address acts as an administrator
+ *      (bootstrap: it can create the first user); with `--anonymous-protocols http` (or `--allow-anonymous true`)
+ *      the anonymous principal, which only `everyone` policies match; otherwise 401 with a Basic challenge.
+ * 3. Content type (CSRF, belt and braces with SameSite). A request with any method but GET or HEAD must say
+ *    `Content-Type: application/json`, body or not, else 415. An HTML form or any other "simple" cross-site request
+ *    cannot carry it; a cross-site fetch that sets it needs a CORS preflight, which this API never grants.
+ */
+import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
+import { BlockList, isIP } from 'node:net';
+import { networkInterfaces } from 'node:os';
+import type { FastifyRequest } from 'fastify';
+import { FlowError } from '../../core/index.js';
+import type { AccessControl } from '../access.js';
+import type { ControlStore } from '../store.js';
+import { BOOTSTRAP, HttpError, type AuthState } from './common.js';
+import { ANONYMOUS } from '../policy.js';
+import type { LogLimiter } from '../../protocols/log-limit.js';
+import { logKey } from '../../protocols/log-limit.js';
+
+export const SESSION_COOKIE = 'flowmq_session';
+export const CSRF_HEADER = 'x-csrf-token';
+
+/** Credentials of an `Authorization: Basic` header (RFC 7617: base64 of user-id ":" password); null if none or malformed. */
+export function parseBasicAuth(header: string | undefined): { username: string; password: string } | null {
+  if (header === undefined) return null;
+  const m = /^basic[ ]+([A-Za-z0-9+/]+={0,2})[ ]*$/i.exec(header);
+  if (!m) return null;
+  const text = Buffer.from(m[1], 'base64').toString('utf8');
+  const colon = text.indexOf(':');
+  if (colon <= 0) return null;
+  return { username: text.slice(0, colon), password: text.slice(colon + 1) };
+}
+
+/** The token of an `Authorization: Bearer` header (RFC 6750); null if none. */
+export function parseBearer(header: string | undefined): string | null {
+  if (header === undefined) return null;
+  const m = /^bearer[ ]+([A-Za-z0-9\-._~+/]+=*)[ ]*$/i.exec(header);
+  return m ? m[1] : null;
+}
+
+/**
+ * The canonical host name of a Host header value or an allowed-hosts entry (`name`, `name:port`, `1.2.3.4:80`,
+ * `[::1]:80`), without its port; null if it is not one. IP literals come back canonical (IPv6 without brackets),
+ * names lower case without a trailing dot.
+ */
+export function hostName(value: string): string | null {
+  const v = value.trim().toLowerCase();
+  let host: string;
+  const bracket = /^\[([0-9a-f:.]+)\](?::\d{1,5})?$/.exec(v);
+  if (bracket) {
+    host = bracket[1];
+    if (isIP(host) !== 6) return null;
+  } else if (isIP(v) === 6) {
+    host = v; // a bare IPv6 address (allowed-hosts entries; never a valid Host header, which brackets it)
+  } else {
+    const m = /^([a-z0-9_.-]+)(?::\d{1,5})?$/.exec(v);
+    if (!m) return null;
+    host = m[1].replace(/\.$/, '');
+    if (host === '' || host.startsWith('.') || host.includes('..')) return null;
+  }
+  // The WHATWG URL parser gives IP literals one spelling ([0:0::1] and ::1, 127.1 and 127.0.0.1).
+  try {
+    const h = new URL(`http://${isIP(host) === 6 ? `[${host}]` : host}/`).hostname;
+    return h.startsWith('[') ? h.slice(1, -1) : h;
+  } catch {
+    return null;
+  }
+}
+
+export function isLoopback(address: string | undefined): boolean {
+  if (address === undefined) return false;
+  const a = address.startsWith('::ffff:') ? address.slice(7) : address;
+  return a === '::1' || (isIP(a) === 4 && a.startsWith('127.'));
+}
+
+export function isWildcard(address: string): boolean {
+  return address === '0.0.0.0' || address === '::';
+}
+
+const LOOPBACK_NAMES = ['localhost', '127.0.0.1', '::1'];
+
+/** The Host check of step 1; `bound()` is the address the server bound (known after listen). */
+export class HostCheck {
+  private readonly allowed = new Set<string>();
+  bound = '';
+  loopback = false;
+  wildcard = false;
+
+  constructor(host: string, allowedHosts: readonly string[]) {
+    for (const entry of allowedHosts) {
+      const h = hostName(entry);
+      if (h === null) throw new FlowError('CONFIG_ERROR', `http-allowed-hosts: "${entry}" is not a host name or IP address`);
+      this.allowed.add(h);
+    }
+    const configured = hostName(host);
+    if (configured !== null) this.allowed.add(configured);
+  }
+
+  setBound(address: string): void {
+    this.bound = hostName(address) ?? '';
+    this.loopback = isLoopback(address);
+    this.wildcard = isWildcard(address);
+  }
+
+  allows(header: string | undefined): boolean {
+    if (header === undefined) return false;
+    const h = hostName(header);
+    if (h === null) return false;
+    if (this.allowed.has(h) || h === this.bound) return true;
+    if ((this.loopback || this.wildcard) && LOOPBACK_NAMES.includes(h)) return true;
+    if (this.wildcard) {
+      for (const list of Object.values(networkInterfaces())) {
+        for (const i of list ?? []) if (hostName(i.address) === h) return true;
+      }
+    }
+    return false;
+  }
+}
+
+/** `--http-metrics-allow`: CIDR blocks (or single addresses) that may read /metrics, /healthz and /readyz. */
+export function addressFilter(entries: readonly string[]): ((address: string | undefined) => boolean) | null {
+  if (entries.length === 0) return null;
+  const list = new BlockList();
+  for (const e of entries) {
+    const [addr, bits] = e.split('/');
+    const family = isIP(addr);
+    if (family === 0) throw new FlowError('CONFIG_ERROR', `http-metrics-allow: "${e}" is not an address or CIDR block`);
+    const type = family === 6 ? 'ipv6' : 'ipv4';
+    if (bits === undefined) list.addAddress(addr, type);
+    else {
+      const n = Number(bits);
+      if (!/^\d+$/.test(bits) || n > (family === 6 ? 128 : 32)) throw new FlowError('CONFIG_ERROR', `http-metrics-allow: "${e}" has a bad prefix length`);
+      list.addSubnet(addr, n, type);
+    }
+  }
+  return (address) => {
+    if (address === undefined) return false;
+    const a = address.startsWith('::ffff:') ? address.slice(7) : address;
+    return list.check(a, isIP(a) === 6 ? 'ipv6' : 'ipv4');
+  };
+}
+
+const sha256 = (s: string) => createHash('sha256').update(s).digest('hex');
+
+/**
+ * Dashboard login sessions, kept in the control store as kind `session` under the SHA-256 of the cookie value (the
+ * store never holds a usable cookie). A session names its user: deleting the user ends it.
+ */
+export class Sessions {
+  constructor(
+    private readonly store: ControlStore,
+    readonly ttlMs: number,
+    private readonly now: () => number = Date.now,
+  ) {}
+
+  async create(user: string): Promise<{ cookie: string; key: string; csrfToken: string; expiresAt: number }> {
+    const cookie = randomBytes(32).toString('base64url');
+    const csrfToken = randomBytes(24).toString('base64url');
+    const key = sha256(cookie);
+    const at = this.now();
+    const expiresAt = at + this.ttlMs;
+    await this.store.putControl('session', key, { user, csrfToken, createdAt: at, expiresAt });
+    this.sweep().catch(() => undefined);
+    return { cookie, key, csrfToken, expiresAt };
+  }
+
+  async get(cookie: string): Promise<{ key: string; user: string; csrfToken: string; expiresAt: number } | null> {
+    if (!/^[A-Za-z0-9_-]{20,100}$/.test(cookie)) return null;
+    const key = sha256(cookie);
+    const rec = await this.store.getControl('session', key);
+    if (!rec) return null;
+    const expiresAt = Number(rec.data.expiresAt);
+    if (!(expiresAt > this.now())) {
+      await this.store.deleteControl('session', key);
+      return null;
+    }
+    return { key, user: String(rec.data.user), csrfToken: String(rec.data.csrfToken), expiresAt };
+  }
+
+  async delete(key: string): Promise<void> {
+    await this.store.deleteControl('session', key);
+  }
+
+  /** Deletes expired sessions (at each login: sessions are few, one list per login is cheap). */
+  async sweep(): Promise<number> {
+    let n = 0;
+    const at = this.now();
+    for (const r of await this.store.listControl('session')) {
+      if (!(Number(r.data.expiresAt) > at) && (await this.store.deleteControl('session', r.name))) n++;
+    }
+    return n;
+  }
+}
+
+function sameSecret(a: string, b: string): boolean {
+  const x = Buffer.from(a);
+  const y = Buffer.from(b);
+  return x.length === y.length && timingSafeEqual(x, y);
+}
+
+export interface Authenticator {
+  access: AccessControl;
+  sessions: Sessions;
+  /** Anonymous callers (no credentials) get the anonymous principal instead of 401. */
+  anonymous: boolean;
+  refusals: LogLimiter;
+}
+
+const BASIC_CHALLENGE = { 'www-authenticate': 'Basic realm="flowmq"' };
+
+/**
+ * The Basic challenge, for clients that can answer it (curl, the CLI, a browser's address bar). A page script's
+ * fetch (Fetch metadata: a browser sends `Sec-Fetch-Dest: empty` for fetch and XHR) gets none: the browser would
+ * open its own login dialog over the dashboard's form.
+ */
+function challenge(req: FastifyRequest): Record<string, string> {
+  return req.headers['sec-fetch-dest'] === 'empty' ? {} : BASIC_CHALLENGE;
+}
+
+/** Step 2 of the module comment: who is calling. Throws the refusal. */
+export async function authenticate(a: Authenticator, req: FastifyRequest): Promise<AuthState> {
+  const remote = req.socket.remoteAddress;
+  const header = req.headers.authorization;
+  if (header !== undefined) {
+    const bearer = parseBearer(header);
+    const basic = bearer === null ? parseBasicAuth(header) : null;
+    const outcome =
+      bearer !== null
+        ? await a.access.token(bearer, remote, 'http')
+        : basic !== null
+          ? await a.access.password(basic.username, basic.password, remote, 'http')
+          : ({ verdict: 'bad' } as const);
+    if (outcome.verdict === 'busy') {
+      throw new HttpError(503, 'BUSY', 'too many password checks under way or failed from this address: retry later', { 'retry-after': '1' });
+    }
+    if (outcome.verdict !== 'ok') {
+      const username = basic?.username ?? (bearer !== null ? '(token)' : null);
+      a.refusals.log('warn', logKey('admin login refused', remote), { remote, username }, 'admin API login refused: invalid username or password');
+      throw new HttpError(401, 'UNAUTHENTICATED', bearer !== null ? 'invalid or expired API token' : 'invalid username or password', challenge(req));
+    }
+    return bearer !== null
+      ? { principal: outcome.principal, via: 'token', tokenId: bearer.slice(4, bearer.indexOf('.')) }
+      : { principal: outcome.principal, via: 'basic' };
+  }
+  const cookie = req.cookies?.[SESSION_COOKIE];
+  if (cookie !== undefined && cookie !== '') {
+    const s = await a.sessions.get(cookie);
+    if (s === null || a.access.directory.lookup(s.user) === undefined) {
+      throw new HttpError(401, 'UNAUTHENTICATED', 'the session has expired or ended: log in again');
+    }
+    if (req.method !== 'GET' && req.method !== 'HEAD') {
+      const sent = req.headers[CSRF_HEADER];
+      if (typeof sent !== 'string' || !sameSecret(sent, s.csrfToken)) {
+        throw new HttpError(403, 'CSRF_TOKEN_MISMATCH', `a request with the session cookie must carry the session's ${CSRF_HEADER} header`);
+      }
+    }
+    return { principal: a.access.principal(s.user), via: 'session', session: { key: s.key, csrfToken: s.csrfToken, expiresAt: s.expiresAt } };
+  }
+  if (!a.access.hasUsers) {
+    if (isLoopback(remote)) return { principal: BOOTSTRAP, via: 'bootstrap' };
+    throw new HttpError(401, 'UNAUTHENTICATED', 'no user exists yet: create the first one from the broker machine (loopback), e.g. `flowmq user add`', challenge(req));
+  }
+  if (a.anonymous) return { principal: ANONYMOUS, via: 'anonymous' };
+  throw new HttpError(401, 'UNAUTHENTICATED', 'credentials required: an API token (Bearer), HTTP Basic as a user, or a dashboard session', challenge(req));
+}

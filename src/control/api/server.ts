@@ -1,0 +1,271 @@
+/**
+ * The admin HTTP API (control plane) on fastify: JSON under /api/v1/ (the `flowmq` CLI and the dashboard are its
+ * clients), /healthz, /readyz, /metrics, and the dashboard's static files when part of the build.
+ *
+ * Who may call what: auth.ts (Host check, credentials, the JSON content-type rule) and common.ts (`authorize`:
+ * GET → describe, POST → create, PATCH/PUT → alter, DELETE → delete on the resource; users, groups, policies,
+ * namespaces, other users' tokens, kicks and the log level → `admin cluster:*`; broker status and clients →
+ * `describe cluster:*`). Errors are `{ "error": { "code": "...", "message": "..." } }` with a matching status;
+ * lists are `{ "items": [...], "next": cursor|null }` (`?limit=`, `?cursor=`).
+ *
+ * Every route carries JSON schemas (fastify validates body, params and query with them) from which
+ * @fastify/swagger builds the OpenAPI 3 document at /api/v1/openapi.json; a test checks that every route is in
+ * the document and every documented route exists.
+ */
+import type { AddressInfo } from 'node:net';
+import Fastify, { type FastifyInstance, type FastifyReply } from 'fastify';
+import fastifyCookie from '@fastify/cookie';
+import fastifyHelmet from '@fastify/helmet';
+import fastifyRateLimit from '@fastify/rate-limit';
+import fastifySwagger from '@fastify/swagger';
+import type { Logger } from 'pino';
+import type { Engine } from '../../core/index.js';
+import type { ConsumerGroupAdmin, SessionAdmin } from '../../protocols/types.js';
+import { LogLimiter, logKey } from '../../protocols/log-limit.js';
+import type { AccessControl } from '../access.js';
+import { HostCheck, Sessions, addressFilter, authenticate } from './auth.js';
+import { HttpError, sendError } from './common.js';
+import { brokerRoutes } from './routes-broker.js';
+import { identityRoutes } from './routes-identity.js';
+import { streamRoutes } from './routes-streams.js';
+import { queueRoutes } from './routes-queues.js';
+import { groupRoutes } from './routes-groups.js';
+import { mqttRoutes } from './routes-mqtt.js';
+
+/** Storage operations the control plane may ask for; implemented by the log engine. */
+export interface StorageOps {
+  flushAll(): Promise<void>;
+  describe(stream: string): Array<Record<string, number>>;
+}
+
+/** What /metrics serves: a prom-client Registry (`metrics()`) or anything with `text()`. */
+export interface MetricsSource {
+  readonly contentType: string;
+  text?(): Promise<string>;
+  metrics?(): Promise<string>;
+}
+
+export interface AdminApiOptions {
+  engine: Engine;
+  /** The admin API's logger (a child of the broker's). */
+  logger: Logger;
+  /** The broker's root logger: PUT /api/v1/log-level sets its level (children follow). Default: `logger`. */
+  rootLogger?: Logger;
+  /** The control plane: directory, guard, policies, client registry, quotas. */
+  access: AccessControl;
+  storage?: StorageOps;
+  /** Extra broker information for GET /api/v1/broker. */
+  info?: () => Record<string, unknown>;
+  /** Bind address (`--http-host`). */
+  host: string;
+  port: number;
+  /** Extra host names the Host header may carry (`--http-allowed-hosts`). */
+  allowedHosts?: readonly string[];
+  /** Consumer groups of the running protocols (Kafka groups, JetStream durables). */
+  groups?: () => ReadonlyArray<{ protocol: string; admin: ConsumerGroupAdmin }>;
+  /** The MQTT module's session admin (ends a session held in its memory), when MQTT runs and offers one. */
+  mqttSessions?: () => SessionAdmin | null | undefined;
+  /** /readyz: true once storage is recovered and the listeners are up. Default: always. */
+  ready?: () => boolean;
+  /** /metrics (part G's registry); absent: 404. */
+  metrics?: MetricsSource | null;
+  /** `--http-metrics-allow`: addresses / CIDR blocks that may read /metrics, /healthz, /readyz (empty: anyone). */
+  metricsAllow?: readonly string[];
+  /** Dashboard session lifetime (`--http-session-ttl`), ms. Default 12 h. */
+  sessionTtlMs?: number;
+  /** Requests without credentials act as the anonymous principal (`--anonymous-protocols http`). Default false. */
+  anonymous?: boolean;
+  /** Logins per address per minute before 429 (POST /api/v1/login). Default 10. */
+  loginRateLimit?: number;
+  /** The broker's version, for /api/v1/broker and the OpenAPI document. */
+  version?: string;
+  /** Registers extra routes (the dashboard's static files); default: src/control/dashboard.ts when it exists. */
+  dashboard?: ((app: FastifyInstance) => Promise<void> | void) | null;
+}
+
+export interface AdminApi {
+  address(): AddressInfo;
+  /** Who may use the API, for the start-up log line. */
+  readonly auth: string;
+  /** True when anyone who can connect may use it and the address is reachable from other machines. */
+  readonly exposed: boolean;
+  /** The fastify instance (tests inject requests). */
+  readonly app: FastifyInstance;
+  /** Every route registered, as fastify saw it (the OpenAPI test walks them). */
+  readonly routes: ReadonlyArray<{ method: string; url: string; hidden: boolean }>;
+  close(): Promise<void>;
+}
+
+const MAX_BODY = 1024 * 1024;
+const OPEN_PATHS = new Set(['/healthz', '/readyz', '/metrics']);
+/** Under /api/v1 but callable without credentials. */
+const PUBLIC_API = new Set(['POST /api/v1/login', 'GET /api/v1/openapi.json', 'HEAD /api/v1/openapi.json']);
+
+/** The dashboard module (part H) when the build has it; null otherwise. */
+async function defaultDashboard(): Promise<((app: FastifyInstance) => Promise<void> | void) | null> {
+  // A computed specifier: the dashboard is another part of the build and may be absent from it.
+  const spec = new URL('../dashboard.js', import.meta.url).href;
+  try {
+    const mod = (await import(spec)) as { registerDashboard?: (app: FastifyInstance) => Promise<void> | void };
+    return mod.registerDashboard ?? null;
+  } catch (err) {
+    if ((err as { code?: string }).code === 'ERR_MODULE_NOT_FOUND') return null;
+    throw err;
+  }
+}
+
+export async function startAdminApi(opts: AdminApiOptions): Promise<AdminApi> {
+  const { logger, access } = opts;
+  const refusals = new LogLimiter(logger);
+  const hosts = new HostCheck(opts.host, opts.allowedHosts ?? []);
+  const openAllowed = addressFilter(opts.metricsAllow ?? []);
+  const sessions = new Sessions(access.directory.store, opts.sessionTtlMs ?? 12 * 3_600_000);
+  const anonymous = opts.anonymous ?? false;
+
+  const app = Fastify({
+    logger: false,
+    bodyLimit: MAX_BODY,
+    // Unknown fields are refused, not silently dropped: a typo in a policy must not widen or narrow it unnoticed.
+    ajv: { customOptions: { removeAdditional: false, coerceTypes: 'array', allErrors: false, allowUnionTypes: true } },
+    // A malformed %-escape or URL is the client's error (400), in the same envelope as every other error.
+    frameworkErrors: (err, _req, reply) => {
+      void (reply as unknown as FastifyReply).code(400).send({ error: { code: 'INVALID_ARGUMENT', message: err.message } });
+    },
+    exposeHeadRoutes: true,
+    return503OnClosing: true,
+  });
+  app.decorateRequest('auth', null);
+  const routes: Array<{ method: string; url: string; hidden: boolean }> = [];
+  app.addHook('onRoute', (r) => {
+    for (const method of [r.method].flat()) routes.push({ method, url: r.url, hidden: (r.schema as { hide?: boolean } | undefined)?.hide === true });
+  });
+
+  // An empty body with the JSON content type is no body (DELETE and POST .../flush carry the type but nothing else).
+  app.removeContentTypeParser('application/json');
+  app.addContentTypeParser('application/json', { parseAs: 'string', bodyLimit: MAX_BODY }, (_req, body, done) => {
+    const text = String(body);
+    if (text.trim() === '') return done(null, undefined);
+    try {
+      done(null, JSON.parse(text));
+    } catch {
+      done(new HttpError(400, 'INVALID_ARGUMENT', 'request body is not valid JSON'), undefined);
+    }
+  });
+
+  await app.register(fastifyCookie);
+  await app.register(fastifyHelmet, {
+    // The dashboard's own scripts only (no inline script, no CDN: an injected <script> cannot run); inline styles
+    // are allowed, they cannot run code.
+    contentSecurityPolicy: {
+      useDefaults: true,
+      directives: { 'script-src': ["'self'"], 'style-src': ["'self'", "'unsafe-inline'"], 'img-src': ["'self'", 'data:'], 'connect-src': ["'self'"] },
+    },
+    // Plain HTTP: a TLS-terminating proxy in front sets its own Strict-Transport-Security.
+    hsts: false,
+  });
+  await app.register(fastifyRateLimit, {
+    global: false,
+    errorResponseBuilder: (_req, ctx) =>
+      new HttpError(429, 'RATE_LIMITED', `too many login attempts from this address: retry in ${Math.ceil(ctx.ttl / 1000)} s`, { 'retry-after': String(Math.ceil(ctx.ttl / 1000)) }),
+  });
+  await app.register(fastifySwagger, {
+    openapi: {
+      openapi: '3.0.3',
+      info: { title: 'FlowMQ admin API', version: opts.version ?? '0.0.0', description: 'Control plane of a FlowMQ broker.' },
+      components: {
+        securitySchemes: {
+          bearer: { type: 'http', scheme: 'bearer', description: 'an API token fmq_<id>.<secret>' },
+          basic: { type: 'http', scheme: 'basic' },
+          session: { type: 'apiKey', in: 'cookie', name: 'flowmq_session', description: 'dashboard session; non-GET requests need X-CSRF-Token' },
+        },
+      },
+      security: [{ bearer: [] }, { basic: [] }, { session: [] }],
+    },
+  });
+
+  app.setErrorHandler((err, req, reply) => {
+    const status = (err as { statusCode?: number }).statusCode;
+    if (!(err instanceof HttpError) && (status === undefined || status >= 500) && (err as { code?: string }).code === undefined) {
+      logger.error({ err, method: req.method, url: req.url }, 'admin API request failed');
+    }
+    return sendError(reply, err);
+  });
+  app.setNotFoundHandler((req, reply) => sendError(reply, new HttpError(404, 'NOT_FOUND', `no such endpoint ${req.method} ${req.url.split('?')[0]}`)));
+
+  app.addHook('onRequest', async (req) => {
+    const path = req.url.split('?')[0];
+    const remote = req.socket.remoteAddress;
+    if (OPEN_PATHS.has(path)) {
+      if (openAllowed !== null && !openAllowed(remote)) throw new HttpError(403, 'FORBIDDEN', `${path} is not open to ${remote}: see --http-metrics-allow`);
+      return;
+    }
+    if (!hosts.allows(req.headers.host)) {
+      const host = req.headers.host;
+      refusals.log('warn', logKey('admin host refused', remote), { remote, host: host ?? null }, 'admin API request for a host name it does not serve refused');
+      throw new HttpError(
+        421,
+        'MISDIRECTED_REQUEST',
+        host === undefined ? 'a Host header is required' : `this server does not answer for host "${host}"; use its address or add the name to --http-allowed-hosts`,
+      );
+    }
+    if (path.startsWith('/api/') && !PUBLIC_API.has(`${req.method} ${path}`)) {
+      req.auth = await authenticate({ access, sessions, anonymous, refusals }, req);
+    }
+    if (req.method !== 'GET' && req.method !== 'HEAD') {
+      const type = (req.headers['content-type'] ?? '').split(';')[0].trim().toLowerCase();
+      if (type !== 'application/json') {
+        throw new HttpError(415, 'UNSUPPORTED_MEDIA_TYPE', `${req.method} requests must have Content-Type: application/json (body or not)`);
+      }
+    }
+  });
+
+  const ctx = {
+    ...opts,
+    access,
+    sessions,
+    rootLogger: opts.rootLogger ?? logger,
+    groups: opts.groups ?? (() => []),
+    loginRateLimit: opts.loginRateLimit ?? 10,
+  };
+  await app.register(async (api) => {
+    brokerRoutes(api, ctx);
+    identityRoutes(api, ctx);
+    streamRoutes(api, ctx);
+    queueRoutes(api, ctx);
+    groupRoutes(api, ctx);
+    mqttRoutes(api, ctx);
+    api.get('/api/v1/openapi.json', { schema: { tags: ['meta'], summary: 'This document (OpenAPI 3)' } }, async () => app.swagger());
+  });
+  const dashboard = opts.dashboard === undefined ? await defaultDashboard() : opts.dashboard;
+  if (dashboard) await app.register(async (d) => dashboard(d));
+
+  await app.listen({ host: opts.host, port: opts.port });
+  const address = app.server.address() as AddressInfo;
+  hosts.setBound(address.address);
+  return {
+    app,
+    routes,
+    address: () => app.server.address() as AddressInfo,
+    get auth(): string {
+      const n = access.directory.size;
+      if (n === 0 && !access.hasUsers) return 'bootstrap: loopback callers act as an administrator until the first user exists';
+      return `users (${n} in the directory), API tokens, dashboard sessions${anonymous ? '; anonymous callers as the anonymous principal' : ''}`;
+    },
+    get exposed(): boolean {
+      return anonymous && !hosts.loopback;
+    },
+    close: async () => {
+      refusals.stop();
+      app.server.closeAllConnections();
+      await app.close();
+    },
+  };
+}
+
+export type ApiContext = AdminApiOptions & {
+  access: AccessControl;
+  sessions: Sessions;
+  rootLogger: Logger;
+  groups: () => ReadonlyArray<{ protocol: string; admin: ConsumerGroupAdmin }>;
+  loginRateLimit: number;
+};

@@ -1,0 +1,39 @@
+/**
+ * Authorization of Kafka requests against the control plane's policies (the mapping is in README.md's table):
+ * Produce → `publish stream:`, Fetch/ListOffsets/OffsetForLeaderEpoch → `subscribe stream:`, Metadata and
+ * DescribeConfigs → `describe stream:`, topic creation → `create stream:` (or `create cluster:*`, Kafka's cluster
+ * CREATE), DeleteTopics/DeleteRecords → `delete stream:`, CreatePartitions/AlterConfigs → `alter stream:`, the
+ * group APIs → `subscribe group:` (DescribeGroups/ListGroups `describe group:`, DeleteGroups `delete group:`),
+ * DescribeCluster/DescribeAcls → `describe cluster:*`, CreateAcls/DeleteAcls and broker configs → `alter
+ * cluster:*`. A refusal is the protocol's own error code: TOPIC_/GROUP_/CLUSTER_AUTHORIZATION_FAILED.
+ *
+ * Checks go through the connection's Access, whose verdicts are cached per directory version: a policy changed
+ * live applies to the next request of an open connection. Without access control everything is allowed.
+ */
+import type { Action, ResourceKind } from '../../control/index.js';
+import type { RequestContext } from './route.js';
+
+/** May this connection do `action` on the resource? A denial is logged (rate-limited) by the control plane. */
+export function allowed(ctx: RequestContext, action: Action, kind: ResourceKind, name: string): boolean {
+  const a = ctx.conn.access;
+  return a === null || a.can(action, kind, name);
+}
+
+/**
+ * The same question for filtering a list (Metadata of all topics, ListGroups, OffsetFetch of all topics): what is
+ * left out is not a request the client made, so it is not logged as a denial.
+ */
+export function visible(ctx: RequestContext, action: Action, kind: ResourceKind, name: string): boolean {
+  const a = ctx.conn.access;
+  if (a === null || a.open) return true;
+  const ac = ctx.adapter.options.access;
+  return ac === undefined || ac.directory.policies.allows(a.principal, action, kind, name);
+}
+
+/** Creating a topic: `create stream:<name>`, or `create cluster:*` (Kafka's CREATE on the cluster). */
+export function mayCreateTopic(ctx: RequestContext, name: string): boolean {
+  return visible(ctx, 'create', 'cluster', '*') || allowed(ctx, 'create', 'stream', name);
+}
+
+/** Kafka's cluster resource name (ACLs, DescribeConfigs of the cluster). */
+export const CLUSTER_NAME = 'kafka-cluster';
