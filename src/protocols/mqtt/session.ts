@@ -607,6 +607,19 @@ export class MqttHub {
     this.persist(s);
   }
 
+  /**
+   * An administrator deletes the session of `clientId` (admin API): a connection still attached is kicked first
+   * (v5 DISCONNECT 0x98), then the session ends as when it expires (a pending will goes out; subscriptions, queued
+   * messages and the stored record go). Answers whether this broker held it in memory.
+   */
+  deleteSession(clientId: string): boolean {
+    const s = this.sessions.get(clientId);
+    if (s === undefined) return false;
+    s.conn?.kick('session deleted by an administrator');
+    this.endSession(s, 'deleted by an administrator');
+    return true;
+  }
+
   /** Ends a session: its will (if one is pending) goes out, subscriptions and stored state are removed. */
   endSession(s: MqttSession, why: string): void {
     if (s.ended) return;
