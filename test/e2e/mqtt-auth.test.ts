@@ -225,6 +225,29 @@ describe('e2e: MQTT authorization, live policy changes, quotas and kick (the who
     }
   });
 
+  test('DELETE /api/v1/mqtt/sessions/{clientId} ends an offline session held in memory: nothing queued survives', async () => {
+    const opts = { clientId: 'doomed', clean: false, properties: { sessionExpiryInterval: 600 } };
+    const first = await as('alice', 5, opts);
+    await first.subscribeAsync('a/doomed', { qos: 1 });
+    await first.endAsync();
+    const root = await as('root');
+    await root.publishAsync('a/doomed', 'queued', { qos: 1 });
+    await root.endAsync();
+    const auth = `Basic ${Buffer.from('root:root-pw').toString('base64')}`;
+    const res = await fetch(`http://127.0.0.1:${broker.ports().http}/api/v1/mqtt/sessions/doomed`, { method: 'DELETE', headers: { authorization: auth, 'content-type': 'application/json' } });
+    assert.equal(res.status, 204, await res.text());
+    const again = mqtt.connect(url, { protocolVersion: 5, reconnectPeriod: 0, username: 'alice', password: 'alice-pw', ...opts });
+    const got = collect(again);
+    const connack = await new Promise<{ sessionPresent: boolean }>((resolve) => again.once('connect', resolve));
+    assert.equal(connack.sessionPresent, false);
+    await again.publishAsync('a/doomed', 'marker', { qos: 1 });
+    await again.subscribeAsync('a/doomed', { qos: 1 });
+    await again.publishAsync('a/doomed', 'after', { qos: 1 });
+    await eventually(() => payloads(got).includes('after'), 10_000, 'after');
+    assert.deepEqual(payloads(got), ['after'], 'neither the queued message nor the old subscription survived');
+    await again.endAsync();
+  });
+
   test('kick through the client registry: DISCONNECT 0x98 to an MQTT.js client, mosquitto_sub ends', async () => {
     const c = await as('alice', 5, { clientId: 'to-kick' });
     const reason = new Promise<number | undefined>((resolve) => c.once('disconnect', (p) => resolve(p.reasonCode)));

@@ -67,6 +67,8 @@ export const mqttModule: ProtocolModule = {
       listeners,
       // Drops by cause, slow-consumer disconnects, packet timeouts and the memory held by unfinished packets.
       figures: () => hub.figures(),
+      // The admin API's DELETE /api/v1/mqtt/sessions/{clientId} (it kicks a connected client first).
+      sessions: { delete: async (clientId) => hub.deleteSession(clientId) },
       close,
     };
   },

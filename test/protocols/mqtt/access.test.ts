@@ -6,9 +6,13 @@
  */
 import assert from 'node:assert/strict';
 import { createHash, createHmac, pbkdf2Sync, randomBytes } from 'node:crypto';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { after, before, describe, test } from 'node:test';
+import { WebhookAuthenticator } from '../../../src/control/webhook.js';
 import mqtt, { type IClientOptions, type IPublishPacket, type MqttClient } from 'mqtt';
 import { encodePacket, type MqttPacket } from '../../../src/protocols/mqtt/codec/index.js';
+import { startMqttWsListener } from '../../../src/protocols/mqtt/index.js';
 import { RawClient, makeAccess, sleep, startBroker, until, type TestBroker } from './helpers.js';
 
 type Ctl = Awaited<ReturnType<typeof makeAccess>>;
@@ -412,6 +416,46 @@ describe('mqtt under the control plane', () => {
       }
     });
 
+    test('the bytes-out quota charges deliveries: the subscriber is held back, and still gets everything', async () => {
+      await ctl.directory.putNamespace({ name: 'narrow', quotas: { bytesOutRate: 2000 } });
+      await ctl.directory.addUser({ username: 'nora', password: 'nora-pw', namespace: 'narrow' });
+      const sub = await connect(b, 5, { username: 'nora', password: 'nora-pw' });
+      const got = collect(sub);
+      await sub.subscribeAsync('wide/#', { qos: 1 });
+      const pub = await connect(b, 5, { username: 'root', password: 'root-pw' });
+      try {
+        const before = ctl.access.quotas.figures().narrow?.throttled ?? 0;
+        // 10 x 500 bytes: over two seconds' worth of the subscriber's namespace rate.
+        for (let i = 0; i < 10; i++) await pub.publishAsync('wide/x', Buffer.alloc(500, i), { qos: 1 });
+        await until(() => got.length === 10, 'all 10 delivered', 15_000);
+        assert.ok(ctl.access.quotas.figures().narrow.throttled > before, 'the subscriber was held back');
+        const e = ctl.access.clients.list().find((x) => x.user === 'nora');
+        assert.equal(e?.messagesOut, 10);
+      } finally {
+        await Promise.all([sub.endAsync(), pub.endAsync()]);
+      }
+    });
+
+    test('a WebSocket client is registered under the mqtt-ws listener with its socket byte counts, and logs in the same way', async () => {
+      const ws = await startMqttWsListener({ engine: b.engine, logger: b.logger, brokerId: 1 }, { host: '127.0.0.1', port: 0 }, b.listener.hub);
+      try {
+        const wsUrl = `ws://127.0.0.1:${ws.address().port}/mqtt`;
+        await assert.rejects(mqtt.connectAsync(wsUrl, { protocolVersion: 5, reconnectPeriod: 0, username: 'alice', password: 'nope' }), (err: { code?: number }) => err.code === 0x86);
+        const c = await mqtt.connectAsync(wsUrl, { protocolVersion: 5, reconnectPeriod: 0, username: 'alice', password: 'alice-pw', clientId: 'over-ws' });
+        try {
+          await c.publishAsync('ws/x', 'hello', { qos: 1 });
+          const e = ctl.access.clients.list().find((x) => x.clientId === 'over-ws');
+          assert.equal(e?.reg.listener, 'mqtt-ws');
+          assert.equal(e?.user, 'alice');
+          assert.ok(e.bytesIn > 0 && e.bytesOut > 0);
+        } finally {
+          await c.endAsync();
+        }
+      } finally {
+        await ws.close();
+      }
+    });
+
     test('kick: v5 DISCONNECT 0x98 Administrative action; 3.1.1 closed', async () => {
       const c5 = await connect(b, 5, { username: 'alice', password: 'alice-pw', clientId: 'kick5' });
       const c4 = await connect(b, 4, { username: 'alice', password: 'alice-pw', clientId: 'kick4' });
@@ -468,5 +512,49 @@ describe('mqtt under the control plane, anonymous access on', () => {
       await ctl.directory.deletePolicy('all-x').catch(() => undefined);
     }
     await sleep(0);
+  });
+});
+
+describe('mqtt under the control plane, users from the auth webhook', () => {
+  let ctl: Ctl;
+  let b: TestBroker;
+  let hook: http.Server;
+  let asked = 0;
+  before(async () => {
+    // A real HTTP endpoint answering as an external identity system would.
+    hook = http.createServer((req, res) => {
+      let body = '';
+      req.on('data', (d: Buffer) => (body += d.toString()));
+      req.on('end', () => {
+        asked++;
+        const q = JSON.parse(body) as { username: string; password: string; protocol: string };
+        const yes = q.username === 'hook-user' && q.password === 'hook-pw' && q.protocol === 'mqtt';
+        res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(yes ? { result: 'allow', groups: ['hooked'] } : { result: 'deny' }));
+      });
+    });
+    await new Promise<void>((r) => hook.listen(0, '127.0.0.1', () => r()));
+    const url = `http://127.0.0.1:${(hook.address() as AddressInfo).port}/auth`;
+    ctl = await makeAccess({ external: new WebhookAuthenticator({ url, timeoutMs: 5000, cacheTtlMs: 0 }) });
+    b = await startBroker({ access: ctl.access, sysIntervalMs: 0 });
+    await ctl.directory.putPolicy({ name: 'hooked-h', effect: 'allow', actions: ['publish'], resources: ['topic:h/#'], principals: ['group:hooked'] });
+  });
+  after(async () => {
+    await b.close();
+    await ctl.close();
+    hook.close();
+  });
+
+  test('a user the directory does not know logs in through the webhook, with the groups it answers', async () => {
+    const c = await connect(b, 5, { username: 'hook-user', password: 'hook-pw' });
+    try {
+      await c.publishAsync('h/x', 'via group hooked', { qos: 1 });
+      await assert.rejects(c.publishAsync('elsewhere', 'x', { qos: 1 }), (err: { code?: number }) => err.code === 0x87);
+    } finally {
+      await c.endAsync();
+    }
+    const before = asked;
+    const bad = await rawConnect(b, 5, 'hook-bad', { username: 'hook-user', password: Buffer.from('wrong') });
+    assert.equal(bad.connack.returnCode, 0x86);
+    assert.equal(asked, before + 1, 'the webhook was asked');
   });
 });

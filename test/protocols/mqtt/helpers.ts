@@ -16,7 +16,7 @@ import {
   type MqttPacket,
 } from '../../../src/protocols/mqtt/codec/index.js';
 import { MemoryStreams } from '../../helpers/memory-storage.js';
-import { AccessControl, Directory, MemoryControlStore, PasswordGuard } from '../../../src/control/index.js';
+import { AccessControl, Directory, MemoryControlStore, PasswordGuard, type ExternalAuthenticator } from '../../../src/control/index.js';
 
 export interface LogLine {
   level: number;
@@ -197,12 +197,12 @@ export function run(cmd: string, args: string[], input?: string, timeoutMs = 15_
  * directory, the password guard (scrypt on its worker) and AccessControl. `anonymous`: MQTT clients without
  * credentials are let in.
  */
-export async function makeAccess(opts: { anonymous?: boolean; logger?: Logger } = {}): Promise<{ access: AccessControl; directory: Directory; close(): Promise<void> }> {
+export async function makeAccess(opts: { anonymous?: boolean; logger?: Logger; external?: ExternalAuthenticator } = {}): Promise<{ access: AccessControl; directory: Directory; close(): Promise<void> }> {
   let guard!: PasswordGuard;
   const directory = await Directory.open({ store: new MemoryControlStore(), defaultPolicy: 'auto', hasher: (pw) => guard.verifier.hash(pw) });
   // Failures stay free of throttling delays: the tests send wrong passwords on purpose.
   guard = new PasswordGuard(directory, { verifier: { threads: 1 }, throttle: { freeFailures: 1000 } });
-  const access = new AccessControl({ directory, guard, anonymous: new Set(opts.anonymous ? ['mqtt'] : []), logger: opts.logger });
+  const access = new AccessControl({ directory, guard, anonymous: new Set(opts.anonymous ? ['mqtt'] : []), logger: opts.logger, external: opts.external });
   return {
     access,
     directory,
