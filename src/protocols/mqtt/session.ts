@@ -23,9 +23,6 @@ import type { AdapterContext } from '../types.js';
 import type { Properties, ProtocolLevel, Will } from './codec/index.js';
 import type { MqttConnection, ResolvedMqttOptions } from './connection.js';
 
-/** Topics whose admit verdict a session remembers (beyond it the cache starts over). */
-const ADMIT_CACHE_LIMIT = 1024;
-
 /** Session Expiry Interval meaning "never expires" (v5 section 3.1.2.11.2). */
 export const EXPIRY_NEVER = 0xffffffff;
 
@@ -152,30 +149,7 @@ export class MqttSession implements Subscriber {
    * The admit predicate of every subscription of this session (engine SubscribeOptions.admit): a delivery on a
    * topic the identity may not subscribe to is skipped, so a policy changed live stops deliveries at once.
    */
-  readonly admit = (topic: string): boolean => {
-    const a = this.access;
-    if (a === null || a.open) return true;
-    // Verdicts by topic, valid while the directory (policies, the user's groups) and the identity stay the same.
-    // Keyed by the message's own topic string (its hash is computed once for every session it fans out to), which
-    // is several times cheaper per delivery than Access's own cache, whose key is built for each check.
-    const version = this.hub.opts.access?.directory.version ?? 0;
-    let cache = this.admitted;
-    if (cache === null || a !== this.admitAccess || version !== this.admitVersion) {
-      cache = this.admitted = new Map();
-      this.admitAccess = a;
-      this.admitVersion = version;
-    }
-    let v = cache.get(topic);
-    if (v === undefined) {
-      v = a.admits(topic);
-      if (cache.size >= ADMIT_CACHE_LIMIT) cache.clear();
-      cache.set(topic, v);
-    }
-    return v;
-  };
-  private admitted: Map<string, boolean> | null = null;
-  private admitAccess: Access | null = null;
-  private admitVersion = -1;
+  readonly admit = (topic: string): boolean => this.access === null || this.access.admits(topic);
 
   constructor(
     readonly clientId: string,
