@@ -4,7 +4,7 @@
  * adapter carries them in SaslAuthenticate (KIP-152) or raw frames, and MQTT 5.0 AUTH could carry them too.
  */
 import { createHash, createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
-import type { PasswordGuard } from './password-guard.js';
+import type { PasswordGuard, PasswordVerdict } from './password-guard.js';
 import { SCRAM_MECHANISMS, scramHash, type ScramCredential, type ScramMechanism, type UserStore } from './users.js';
 
 export const SASL_MECHANISMS = ['PLAIN', ...SCRAM_MECHANISMS] as const;
@@ -33,6 +33,13 @@ export interface SaslServerOptions {
   nonce?: () => string;
   /** Secret for fake salts of unknown users; default random per process. */
   fakeSaltSecret?: Buffer;
+  /** The protocol carrying the exchange, for the guard's log lines ("kafka", "mqtt"). Default "kafka". */
+  protocol?: string;
+  /**
+   * How PLAIN checks the password it receives; default the guard's own check. The protocols pass the control
+   * plane's `access.password`, which also asks the webhook about users the directory does not know.
+   */
+  checkPassword?: (username: string, password: Buffer, remoteAddress: string | undefined) => Promise<PasswordVerdict>;
 }
 
 /**
@@ -40,7 +47,10 @@ export interface SaslServerOptions {
  * through `guard` (throttled per `remoteAddress` and username; PLAIN's scrypt on the guard's worker thread).
  */
 export function startSaslExchange(guard: PasswordGuard, mechanism: SaslMechanism, remoteAddress?: string, opts: SaslServerOptions = {}): SaslExchange {
-  return mechanism === 'PLAIN' ? new PlainExchange(guard, remoteAddress) : new ScramExchange(guard, mechanism, remoteAddress, opts);
+  const protocol = opts.protocol ?? 'kafka';
+  if (mechanism !== 'PLAIN') return new ScramExchange(guard, mechanism, remoteAddress, opts, protocol);
+  const check = opts.checkPassword ?? ((u, p, r) => guard.check(u, p, r, `${protocol} PLAIN`));
+  return new PlainExchange(check, remoteAddress);
 }
 
 // ------------------------------------------------------------------------------------------------ PLAIN
@@ -51,7 +61,7 @@ class PlainExchange implements SaslExchange {
   private used = false;
 
   constructor(
-    private readonly guard: PasswordGuard,
+    private readonly check: (username: string, password: Buffer, remoteAddress: string | undefined) => Promise<PasswordVerdict>,
     private readonly remoteAddress: string | undefined,
   ) {}
 
@@ -67,7 +77,7 @@ class PlainExchange implements SaslExchange {
     if (username === '' || password.length === 0) return { state: 'failed', reason: 'empty PLAIN username or password', username };
     // Acting as another identity is not offered: the authorization id must be empty or the user's own (as Kafka).
     if (authzid !== '' && authzid !== username) return { state: 'failed', reason: 'authorization id differs from the username', username };
-    const verdict = await this.guard.check(username, password, this.remoteAddress, 'kafka PLAIN');
+    const verdict = await this.check(username, password, this.remoteAddress);
     if (verdict === 'busy') return { state: 'failed', reason: 'server busy: password not checked', username, busy: true };
     if (verdict !== 'ok') return { state: 'failed', reason: 'invalid username or password', username };
     return { state: 'done', challenge: Buffer.alloc(0), principal: username };
@@ -127,6 +137,7 @@ class ScramExchange implements SaslExchange {
     readonly mechanism: ScramMechanism,
     private readonly remoteAddress: string | undefined,
     private readonly opts: SaslServerOptions,
+    private readonly protocol: string,
   ) {
     this.store = guard.store;
   }
@@ -145,13 +156,13 @@ class ScramExchange implements SaslExchange {
    */
   private async throttledClientFinal(msg: string): Promise<SaslStepResult> {
     this.state = ScramState.Done; // one client-final per exchange, even while this one waits
-    if (!(await this.guard.admit(this.username, this.remoteAddress, `kafka ${this.mechanism}`))) {
+    if (!(await this.guard.admit(this.username, this.remoteAddress, `${this.protocol} ${this.mechanism}`))) {
       return { state: 'failed', reason: 'server busy: proof not checked', username: this.username, busy: true };
     }
     this.state = ScramState.ClientFinal;
     const r = this.clientFinal(msg);
     if (r.state === 'done') this.guard.succeeded(this.username, this.remoteAddress);
-    else if (r.state === 'failed') this.guard.failed(this.username, this.remoteAddress, `kafka ${this.mechanism}`);
+    else if (r.state === 'failed') this.guard.failed(this.username, this.remoteAddress, `${this.protocol} ${this.mechanism}`);
     return r;
   }
 

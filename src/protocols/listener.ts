@@ -9,6 +9,20 @@ import type { AddressInfo, Server } from 'node:net';
  * socket (and the TLS state behind it) for two minutes with a few bytes; a real handshake takes a few round trips.
  */
 export const TLS_HANDSHAKE_TIMEOUT_MS = 10_000;
+
+/** What a TLS listener is given: its PEM certificate (chain) and key, and client certificates (mTLS) if wanted. */
+export interface TlsServerFiles {
+  cert: string | Buffer;
+  key: string | Buffer;
+  /** The CA client certificates must chain to (src/control/certs.ts tlsClientOptions). */
+  ca?: string | Buffer;
+  /** Default TLS_HANDSHAKE_TIMEOUT_MS. */
+  handshakeTimeoutMs?: number;
+  /** Ask the client for a certificate (mTLS). */
+  requestCert?: boolean;
+  /** Fail the handshake without a valid client certificate. */
+  rejectUnauthorized?: boolean;
+}
 import type { ListenOptions } from './types.js';
 
 /** Binds `server`; a bind error (port in use...) rejects, later server errors go to `onError`. */

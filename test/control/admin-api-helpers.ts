@@ -6,10 +6,9 @@ import { request } from 'node:http';
 import { pino, type Logger } from 'pino';
 import { Engine } from '../../src/core/index.js';
 import { startAdminApi, type AdminApi, type AdminApiOptions } from '../../src/control/admin-api.js';
-import { AccessControl } from '../../src/control/access.js';
-import { Directory } from '../../src/control/directory.js';
-import { PasswordGuard, type PasswordGuardOptions } from '../../src/control/password-guard.js';
-import { MemoryControlStore, type ControlStore } from '../../src/control/store.js';
+import type { PasswordGuardOptions } from '../../src/control/password-guard.js';
+import type { ControlStore } from '../../src/control/store.js';
+import { testControl, type TestControl } from '../helpers/control.js';
 import { MemoryStreams } from '../helpers/memory-storage.js';
 
 export interface Reply {
@@ -19,36 +18,14 @@ export interface Reply {
   text: string;
 }
 
-export interface Plane {
-  store: ControlStore;
-  directory: Directory;
-  guard: PasswordGuard;
-  access: AccessControl;
-  close(): Promise<void>;
-}
+export type Plane = TestControl;
 
-/** The real control plane over a memory store, with users (SCRAM iterations kept low: tests, not security). */
+/** The real control plane over a memory store, with users; the guard as the broker's (failures slowed). */
 export async function controlPlane(
   users: Array<{ username: string; password: string; groups?: string[] }> = [],
   opts: { store?: ControlStore; guard?: PasswordGuardOptions } = {},
 ): Promise<Plane> {
-  const store = opts.store ?? new MemoryControlStore();
-  let guard!: PasswordGuard;
-  const directory = await Directory.open({ store, hasher: (p) => guard.verifier.hash(p), scramIterations: 4096 });
-  guard = new PasswordGuard(directory, opts.guard);
-  for (const u of users) if (!directory.lookup(u.username)) await directory.addUser(u);
-  const access = new AccessControl({ directory, guard, anonymous: new Set() });
-  return {
-    store,
-    directory,
-    guard,
-    access,
-    close: async () => {
-      access.close();
-      directory.close();
-      await guard.close();
-    },
-  };
+  return testControl({ users, store: opts.store, guard: opts.guard ?? {} });
 }
 
 export async function engineWith(...streams: string[]): Promise<Engine> {

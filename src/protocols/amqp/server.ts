@@ -4,7 +4,7 @@
  */
 import { createServer, type AddressInfo, type Server, type Socket } from 'node:net';
 import tls from 'node:tls';
-import { ConnectionSet, TLS_HANDSHAKE_TIMEOUT_MS, listenOn } from '../listener.js';
+import { ConnectionSet, TLS_HANDSHAKE_TIMEOUT_MS, listenOn, type TlsServerFiles } from '../listener.js';
 import { logKey } from '../log-limit.js';
 import { readInto } from '../read-into.js';
 import type { ListenOptions, ProtocolListener } from '../types.js';
@@ -13,15 +13,7 @@ import { AmqpConnection } from './connection.js';
 
 export interface AmqpListenOptions extends ListenOptions {
   /** Serve TLS (amqps) with this PEM certificate (chain) and key. */
-  tls?: {
-    cert: string | Buffer;
-    key: string | Buffer;
-    ca?: string | Buffer;
-    handshakeTimeoutMs?: number;
-    /** Client certificates (mTLS, see src/control/certs.ts tlsClientOptions): ask for one; refuse the handshake without. */
-    requestCert?: boolean;
-    rejectUnauthorized?: boolean;
-  };
+  tls?: TlsServerFiles;
 }
 
 export async function startAmqpListener(adapter: AmqpAdapter, listen: AmqpListenOptions): Promise<ProtocolListener> {

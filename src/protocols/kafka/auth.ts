@@ -8,35 +8,7 @@
  * namespace) with `access.principal`, which also knows the principals the webhook let in.
  */
 import { isSaslMechanism, startSaslExchange, type AccessControl, type SaslMechanism } from '../../control/index.js';
-import type { KafkaSaslExchange, KafkaSaslOptions, KafkaSaslStep } from './sasl.js';
-
-/** RFC 4616: one message `[authzid] NUL authcid NUL passwd` checked through `access.password`. */
-class AccessPlainExchange implements KafkaSaslExchange {
-  private used = false;
-
-  constructor(
-    private readonly access: AccessControl,
-    private readonly remoteAddress: string | undefined,
-  ) {}
-
-  async step(token: Buffer): Promise<KafkaSaslStep> {
-    if (this.used) return { state: 'failed', reason: 'PLAIN takes a single message' };
-    this.used = true;
-    const first = token.indexOf(0);
-    const second = first < 0 ? -1 : token.indexOf(0, first + 1);
-    if (second < 0 || token.indexOf(0, second + 1) >= 0) return { state: 'failed', reason: 'malformed PLAIN message' };
-    const authzid = token.subarray(0, first).toString('utf8');
-    const username = token.subarray(first + 1, second).toString('utf8');
-    const password = token.subarray(second + 1);
-    if (username === '' || password.length === 0) return { state: 'failed', reason: 'empty PLAIN username or password', username };
-    // Acting as another identity is not offered: the authorization id must be empty or the user's own (as Kafka).
-    if (authzid !== '' && authzid !== username) return { state: 'failed', reason: 'authorization id differs from the username', username };
-    const r = await this.access.password(username, password, this.remoteAddress, 'kafka');
-    if (r.verdict === 'busy') return { state: 'failed', reason: 'server busy: password not checked', username, busy: true };
-    if (r.verdict !== 'ok') return { state: 'failed', reason: 'invalid username or password', username };
-    return { state: 'done', challenge: Buffer.alloc(0), principal: username };
-  }
-}
+import type { KafkaSaslOptions } from './sasl.js';
 
 /** The mechanisms of `mechanisms` that FlowMQ implements, served over the control plane. */
 export function accessSaslProvider(access: AccessControl, mechanisms: readonly string[]): KafkaSaslOptions {
@@ -47,8 +19,11 @@ export function accessSaslProvider(access: AccessControl, mechanisms: readonly s
       if (!isSaslMechanism(mechanism) || !offered.includes(mechanism)) {
         return { step: () => ({ state: 'failed', reason: `mechanism ${mechanism} not offered` }) };
       }
-      if (mechanism === 'PLAIN') return new AccessPlainExchange(access, remoteAddress);
-      return startSaslExchange(access.guard, mechanism as SaslMechanism, remoteAddress);
+      // PLAIN's password goes through access.password, so users only the webhook knows can log in too.
+      return startSaslExchange(access.guard, mechanism as SaslMechanism, remoteAddress, {
+        protocol: 'kafka',
+        checkPassword: (u, p, r) => access.password(u, p, r, 'kafka').then((x) => x.verdict),
+      });
     },
   };
 }

@@ -5,7 +5,7 @@
 import { createServer, type AddressInfo, type Server, type Socket } from 'node:net';
 import tls, { type TLSSocket } from 'node:tls';
 import { certificateLogin, type CertUserField } from '../../control/index.js';
-import { ConnectionSet, TLS_HANDSHAKE_TIMEOUT_MS, listenOn } from '../listener.js';
+import { ConnectionSet, TLS_HANDSHAKE_TIMEOUT_MS, listenOn, type TlsServerFiles } from '../listener.js';
 import type { AdapterContext, ListenOptions, ProtocolListener } from '../types.js';
 import { KafkaAdapter } from './adapter.js';
 import { KafkaConnection } from './connection.js';
@@ -17,14 +17,7 @@ import { KAFKA_ROUTES } from './routes.js';
 
 export interface KafkaListenOptions extends ListenOptions {
   /** Serve TLS with this PEM certificate (chain) and key (security.protocol SSL, or SASL_SSL with `sasl`). */
-  tls?: {
-    cert: string | Buffer;
-    key: string | Buffer;
-    ca?: string | Buffer;
-    handshakeTimeoutMs?: number;
-    /** Client certificates (mTLS, see src/control/certs.ts): ask for one, and whether one is required. */
-    requestCert?: boolean;
-    rejectUnauthorized?: boolean;
+  tls?: TlsServerFiles & {
     /**
      * With the adapter's access control: a verified client certificate logs the client in as the user this field
      * names (Kafka's SSL principal), unless it authenticates with SASL, which wins; a certificate naming no known

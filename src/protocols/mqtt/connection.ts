@@ -832,7 +832,7 @@ export class MqttConnection implements QueueConsumerHost {
       this.scramAuth = true;
       this.pendingConnect = p;
       this.state = State.Authenticating;
-      this.scram = startSaslExchange(this.opts.access.guard, this.authMethod as 'SCRAM-SHA-256' | 'SCRAM-SHA-512', this.address);
+      this.scram = startSaslExchange(this.opts.access.guard, this.authMethod as 'SCRAM-SHA-256' | 'SCRAM-SHA-512', this.address, { protocol: 'mqtt' });
       this.scramStep(props.authenticationData ?? Buffer.alloc(0), false);
       return;
     }
@@ -1035,7 +1035,7 @@ export class MqttConnection implements QueueConsumerHost {
       if (this.state === State.Connected) {
         if (p.reasonCode === ReasonCode.RE_AUTHENTICATE) {
           if (this.scram !== null) throw new MqttProtocolError('re-authentication while one is under way', '[MQTT-4.12.1-1]', undefined, ReasonCode.PROTOCOL_ERROR);
-          this.scram = startSaslExchange(this.opts.access!.guard, method as 'SCRAM-SHA-256' | 'SCRAM-SHA-512', this.address);
+          this.scram = startSaslExchange(this.opts.access!.guard, method as 'SCRAM-SHA-256' | 'SCRAM-SHA-512', this.address, { protocol: 'mqtt' });
         } else if (p.reasonCode !== ReasonCode.CONTINUE_AUTHENTICATION || this.scram === null) {
           throw new MqttProtocolError('AUTH without re-authentication', '[MQTT-4.12.1-1]', undefined, ReasonCode.PROTOCOL_ERROR);
         }

@@ -9,7 +9,7 @@ import tls from 'node:tls';
 import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { WebSocketServer, createWebSocketStream } from 'ws';
-import { ConnectionSet, TLS_HANDSHAKE_TIMEOUT_MS, listenOn } from '../listener.js';
+import { ConnectionSet, TLS_HANDSHAKE_TIMEOUT_MS, listenOn, type TlsServerFiles } from '../listener.js';
 import { logKey } from '../log-limit.js';
 import type { AdapterContext, ListenOptions, ProtocolListener } from '../types.js';
 import { MqttConnection, resolveMqttOptions, type CertificateLogin, type MqttOptions } from './connection.js';
@@ -30,18 +30,7 @@ export async function createMqttHub(ctx: AdapterContext, opts: MqttOptions = {})
   return hub;
 }
 
-export interface TlsListenOptions extends ListenOptions {
-  cert: string | Buffer;
-  key: string | Buffer;
-  ca?: string | Buffer;
-  /** Default TLS_HANDSHAKE_TIMEOUT_MS. */
-  handshakeTimeoutMs?: number;
-  /**
-   * Client certificates (mTLS): ask for one (`requestCert`), refuse the handshake without a valid one
-   * (`rejectUnauthorized`); `ca` then verifies them (src/control/certs.ts tlsClientOptions).
-   */
-  requestCert?: boolean;
-  rejectUnauthorized?: boolean;
+export interface TlsListenOptions extends ListenOptions, TlsServerFiles {
   /** The login a connection's verified certificate gives (src/control/certs.ts certificateLogin). */
   certificate?: (socket: tls.TLSSocket) => CertificateLogin;
 }

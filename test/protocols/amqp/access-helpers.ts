@@ -1,31 +1,12 @@
 /**
- * A real control plane for AMQP adapter tests: a Directory over the in-memory ControlStore, the PasswordGuard
- * (scrypt on its worker) and AccessControl, as the broker builds them (src/broker.ts openControlPlane).
+ * A real control plane for AMQP adapter tests (test/helpers/control.ts), AMQP anonymous unless told otherwise.
  */
 import type { Logger } from 'pino';
-import { AccessControl, Directory, MemoryControlStore, PasswordGuard, type DefaultPolicy } from '../../../src/control/index.js';
+import type { DefaultPolicy } from '../../../src/control/index.js';
+import { testControl as control, type TestControl } from '../../helpers/control.js';
 
-export interface TestControl {
-  access: AccessControl;
-  directory: Directory;
-  guard: PasswordGuard;
-  close(): Promise<void>;
-}
+export type { TestControl };
 
-export async function testControl(opts: { anonymous?: boolean; defaultPolicy?: DefaultPolicy; logger?: Logger } = {}): Promise<TestControl> {
-  let guard!: PasswordGuard;
-  const directory = await Directory.open({ store: new MemoryControlStore(), defaultPolicy: opts.defaultPolicy ?? 'auto', hasher: (p) => guard.verifier.hash(p) });
-  // Generous throttle: the tests log in with wrong passwords on purpose and must not be slowed.
-  guard = new PasswordGuard(directory, { throttle: { freeFailures: 1000 } });
-  const access = new AccessControl({ directory, guard, anonymous: new Set(opts.anonymous === false ? [] : ['amqp']), logger: opts.logger });
-  return {
-    access,
-    directory,
-    guard,
-    async close() {
-      access.close();
-      directory.close();
-      await guard.close();
-    },
-  };
+export function testControl(opts: { anonymous?: boolean; defaultPolicy?: DefaultPolicy; logger?: Logger } = {}): Promise<TestControl> {
+  return control({ anonymous: opts.anonymous === false ? [] : ['amqp'], defaultPolicy: opts.defaultPolicy, logger: opts.logger });
 }

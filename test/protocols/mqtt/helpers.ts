@@ -16,7 +16,8 @@ import {
   type MqttPacket,
 } from '../../../src/protocols/mqtt/codec/index.js';
 import { MemoryStreams } from '../../helpers/memory-storage.js';
-import { AccessControl, Directory, MemoryControlStore, PasswordGuard, type ExternalAuthenticator } from '../../../src/control/index.js';
+import type { AccessControl, Directory, ExternalAuthenticator } from '../../../src/control/index.js';
+import { testControl } from '../../helpers/control.js';
 
 export interface LogLine {
   level: number;
@@ -198,18 +199,5 @@ export function run(cmd: string, args: string[], input?: string, timeoutMs = 15_
  * credentials are let in.
  */
 export async function makeAccess(opts: { anonymous?: boolean; logger?: Logger; external?: ExternalAuthenticator } = {}): Promise<{ access: AccessControl; directory: Directory; close(): Promise<void> }> {
-  let guard!: PasswordGuard;
-  const directory = await Directory.open({ store: new MemoryControlStore(), defaultPolicy: 'auto', hasher: (pw) => guard.verifier.hash(pw) });
-  // Failures stay free of throttling delays: the tests send wrong passwords on purpose.
-  guard = new PasswordGuard(directory, { verifier: { threads: 1 }, throttle: { freeFailures: 1000 } });
-  const access = new AccessControl({ directory, guard, anonymous: new Set(opts.anonymous ? ['mqtt'] : []), logger: opts.logger, external: opts.external });
-  return {
-    access,
-    directory,
-    async close() {
-      access.close();
-      directory.close();
-      await guard.close();
-    },
-  };
+  return testControl({ anonymous: opts.anonymous ? ['mqtt'] : [], logger: opts.logger, external: opts.external, guard: { verifier: { threads: 1 }, throttle: { freeFailures: 1000 } } });
 }

@@ -6,7 +6,7 @@
 import { createServer, connect, type Server, type Socket } from 'node:net';
 import { pino } from 'pino';
 import { Engine } from '../../../src/core/index.js';
-import { AccessControl, Directory, MemoryControlStore, PasswordGuard } from '../../../src/control/index.js';
+import { testControl, type TestControl } from '../../helpers/control.js';
 import { NatsAdapter, type NatsPublisher } from '../../../src/protocols/nats/adapter.js';
 import { resolveNatsOptions, type NatsOptions } from '../../../src/protocols/nats/options.js';
 import { NatsClientParser, type NatsClientHandler } from '../../../src/protocols/nats/codec/index.js';
@@ -28,32 +28,12 @@ export interface NatsTestServer {
   close(): Promise<void>;
 }
 
-/** A control plane as the broker opens it (directory over a memory store, guard, AccessControl), for unit tests. */
-export interface TestAccess {
-  access: AccessControl;
-  directory: Directory;
-  guard: PasswordGuard;
-  close(): Promise<void>;
-}
+/** A control plane as the broker opens it (test/helpers/control.ts), NATS anonymous unless told otherwise. */
+export type TestAccess = TestControl;
 
-export async function makeAccess(o: { users?: Array<{ username: string; password: string; groups?: string[]; namespace?: string }>; anonymous?: boolean } = {}): Promise<TestAccess> {
-  let guard!: PasswordGuard;
-  // Few SCRAM iterations: the tests create users, they do not measure the cost.
-  const directory = await Directory.open({ store: new MemoryControlStore(), hasher: (p) => guard.verifier.hash(p), scramIterations: 4096 });
-  guard = new PasswordGuard(directory);
-  for (const ns of new Set((o.users ?? []).map((u) => u.namespace ?? 'default'))) if (ns !== 'default') await directory.putNamespace({ name: ns });
-  for (const u of o.users ?? []) await directory.addUser(u);
-  const access = new AccessControl({ directory, guard, anonymous: new Set(o.anonymous === false ? [] : ['nats']) });
-  return {
-    access,
-    directory,
-    guard,
-    async close() {
-      access.close();
-      directory.close();
-      await guard.close();
-    },
-  };
+export function makeAccess(o: { users?: Array<{ username: string; password: string; groups?: string[]; namespace?: string }>; anonymous?: boolean } = {}): Promise<TestAccess> {
+  // The guard as the broker has it (failures slowed): the tests check the throttle too.
+  return testControl({ users: o.users, anonymous: o.anonymous === false ? [] : ['nats'], guard: {} });
 }
 
 export async function startNats(
