@@ -2,7 +2,6 @@
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { pino } from 'pino';
 import { envName, loadConfig, OPTIONS } from '../../config/index.js';
-import { startBroker } from '../../broker.js';
 import { UsageError } from '../command.js';
 
 function startHelp(): string {
@@ -30,6 +29,9 @@ export async function cmdStart(args: string[]): Promise<number> {
   const { config: file, help: _help, ...flags } = parsed.values;
   const config = loadConfig({ flags, env: process.env, file: (file as string | undefined) ?? process.env.FLOWMQ_CONFIG });
   const logger = pino({ level: config.logLevel, base: { broker: config.brokerId } });
+  // Loaded here, not at the top: every other command only talks HTTP, and the broker's modules (storage backends,
+  // the AWS SDK, fastify, four protocols) take ~0.5 s to load, which each CLI call would pay.
+  const { startBroker } = await import('../../broker.js');
   const broker = await startBroker(config, logger);
   return new Promise<number>((resolve) => {
     let stopping = false;

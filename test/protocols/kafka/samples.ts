@@ -69,6 +69,15 @@ import {
   type SaslHandshakeResponse,
   type SyncGroupRequest,
   type SyncGroupResponse,
+  CreateAclsApi,
+  DeleteAclsApi,
+  DescribeAclsApi,
+  type CreateAclsRequest,
+  type CreateAclsResponse,
+  type DeleteAclsRequest,
+  type DeleteAclsResponse,
+  type DescribeAclsRequest,
+  type DescribeAclsResponse,
 } from '../../../src/protocols/kafka/codec/index.js';
 
 const b = (s: string): Buffer => Buffer.from(s);
@@ -347,5 +356,51 @@ export const API_SAMPLES: ApiSample[] = [
       throttleTimeMs: 1,
       topics: [{ topic: 't', partitions: [{ errorCode: 0, partition: 0, leaderEpoch: 0, endOffset: 99 }] }],
     } satisfies OffsetForLeaderEpochResponse,
+  },
+  {
+    codec: DescribeAclsApi,
+    request: {
+      resourceTypeFilter: 2,
+      resourceNameFilter: 'orders',
+      patternTypeFilter: 4,
+      principalFilter: 'User:alice',
+      hostFilter: null,
+      operation: 1,
+      permissionType: 1,
+    } satisfies DescribeAclsRequest,
+    response: {
+      throttleTimeMs: 3,
+      errorCode: 0,
+      errorMessage: null,
+      resources: [{ resourceType: 2, resourceName: 'orders-', patternType: 4, acls: [{ principal: 'User:alice', host: '*', operation: 3, permissionType: 3 }] }],
+    } satisfies DescribeAclsResponse,
+  },
+  {
+    codec: CreateAclsApi,
+    request: {
+      creations: [
+        { resourceType: 2, resourceName: 'orders', resourcePatternType: 3, principal: 'User:alice', host: '*', operation: 4, permissionType: 3 },
+        { resourceType: 3, resourceName: 'app-', resourcePatternType: 4, principal: 'User:*', host: '*', operation: 3, permissionType: 2 },
+      ],
+    } satisfies CreateAclsRequest,
+    response: { throttleTimeMs: 0, results: [{ errorCode: 0, errorMessage: null }, { errorCode: 42, errorMessage: 'host-based ACLs are not supported' }] } satisfies CreateAclsResponse,
+  },
+  {
+    codec: DeleteAclsApi,
+    request: {
+      filters: [{ resourceTypeFilter: 1, resourceNameFilter: null, patternTypeFilter: 1, principalFilter: 'User:bob', hostFilter: '*', operation: 1, permissionType: 1 }],
+    } satisfies DeleteAclsRequest,
+    response: {
+      throttleTimeMs: 0,
+      filterResults: [
+        {
+          errorCode: 0,
+          errorMessage: null,
+          matchingAcls: [
+            { errorCode: 0, errorMessage: null, resourceType: 2, resourceName: 'orders', patternType: 3, principal: 'User:bob', host: '*', operation: 2, permissionType: 3 },
+          ],
+        },
+      ],
+    } satisfies DeleteAclsResponse,
   },
 ];

@@ -17,6 +17,7 @@ import {
   type ApiCodec,
   type RequestHeader,
 } from './api.js';
+import { CreateAclsApi, DeleteAclsApi, DescribeAclsApi } from './acls.js';
 import { ApiVersionsApi } from './api-versions.js';
 import { KafkaProtocolError } from './errors.js';
 import { FetchApi } from './fetch.js';
@@ -80,6 +81,9 @@ export const API_CODECS: readonly AnyApiCodec[] = [
   DeleteGroupsApi,
   IncrementalAlterConfigsApi,
   DescribeClusterApi,
+  DescribeAclsApi,
+  CreateAclsApi,
+  DeleteAclsApi,
 ];
 
 const BY_KEY = new Map<number, AnyApiCodec>(API_CODECS.map((c) => [c.apiKey, c]));
