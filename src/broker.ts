@@ -323,7 +323,8 @@ async function openControlPlane(
   // Anonymous access: as configured, else allowed exactly while nobody could log in (zero setup).
   const usersExist = directory.size > 0 || config.authWebhook !== null;
   const anonymousAll = config.allowAnonymous ?? !usersExist;
-  const anonymous = new Set<string>(config.anonymousProtocols ?? (anonymousAll ? [...config.protocols, 'http'] : []));
+  // The admin API is not among them: once users exist it always wants credentials (--allow-anonymous does not open it).
+  const anonymous = new Set<string>(config.anonymousProtocols ?? (anonymousAll ? config.protocols : []));
   if (!usersExist && !anonymousAll) logger.warn('anonymous access is off and there are no users yet: add one with `flowmq user add` (the admin API is open from loopback until then)');
   // Users the directory does not know go to the webhook, when one is configured (see src/control/webhook.ts).
   const external =

@@ -17,8 +17,9 @@
  *      control store (so it works on every broker sharing the metastore and survives a restart); with it, every
  *      request but GET/HEAD must carry `X-CSRF-Token` equal to the session's token (403 otherwise);
  *    - nothing: while the directory has no user at all, a request from a loopback address acts as an administrator
- *      (bootstrap: it can create the first user); with `--anonymous-protocols http` (or `--allow-anonymous true`)
- *      the anonymous principal, which only `everyone` policies match; otherwise 401 with a Basic challenge.
+ *      (bootstrap: it can create the first user); with the `anonymous` option (an embedding's choice, no flag sets it:
+ *      `--allow-anonymous` does not open the admin API) the anonymous principal, which only `everyone` policies
+ *      match; otherwise 401 with a Basic challenge.
  * 3. Content type (CSRF, belt and braces with SameSite). A request with any method but GET or HEAD must say
  *    `Content-Type: application/json`, body or not, else 415. An HTML form or any other "simple" cross-site request
  *    cannot carry it; a cross-site fetch that sets it needs a CORS preflight, which this API never grants.

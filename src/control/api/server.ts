@@ -74,7 +74,7 @@ export interface AdminApiOptions {
   metricsAllow?: readonly string[];
   /** Dashboard session lifetime (`--http-session-ttl`), ms. Default 12 h. */
   sessionTtlMs?: number;
-  /** Requests without credentials act as the anonymous principal (`--anonymous-protocols http`). Default false. */
+  /** Requests without credentials act as the anonymous principal (no flag sets it; the broker leaves it off). Default false. */
   anonymous?: boolean;
   /** Logins per address per minute before 429 (POST /api/v1/login). Default 10. */
   loginRateLimit?: number;
