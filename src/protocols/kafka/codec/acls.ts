@@ -33,17 +33,20 @@ export const AclPermissionType = { UNKNOWN: 0, ANY: 1, DENY: 2, ALLOW: 3 } as co
 /** Before v1 every resource pattern is LITERAL. */
 const patternType = () => int8().v(1, Infinity, AclPatternType.LITERAL);
 
+/** An ACL filter: DescribeAcls' request, and each of DeleteAcls' filters. */
+const aclFilter = () => ({
+  resourceTypeFilter: int8(),
+  resourceNameFilter: nullableString(),
+  patternTypeFilter: patternType(),
+  principalFilter: nullableString(),
+  hostFilter: nullableString(),
+  operation: int8(),
+  permissionType: int8(),
+});
+
 export const DescribeAclsApi = messageApi(
   { apiKey: ApiKey.DescribeAcls, name: 'DescribeAcls', minVersion: 0, maxVersion: 3, firstFlexibleVersion: 2 },
-  {
-    resourceTypeFilter: int8(),
-    resourceNameFilter: nullableString(),
-    patternTypeFilter: patternType(),
-    principalFilter: nullableString(),
-    hostFilter: nullableString(),
-    operation: int8(),
-    permissionType: int8(),
-  },
+  aclFilter(),
   {
     throttleTimeMs: int32(),
     errorCode: int16(),
@@ -85,15 +88,7 @@ export const DeleteAclsApi = messageApi(
   { apiKey: ApiKey.DeleteAcls, name: 'DeleteAcls', minVersion: 0, maxVersion: 3, firstFlexibleVersion: 2 },
   {
     filters: array(
-      struct({
-        resourceTypeFilter: int8(),
-        resourceNameFilter: nullableString(),
-        patternTypeFilter: patternType(),
-        principalFilter: nullableString(),
-        hostFilter: nullableString(),
-        operation: int8(),
-        permissionType: int8(),
-      }),
+      struct(aclFilter()),
     ),
   },
   {
