@@ -138,14 +138,23 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
     `storage ready (${storage.description})`,
   );
 
-  const { directory, guard, access, protocolGuard } = await openControlPlane(config, logger, metastore, seedUsers).catch(async (err: unknown) => {
-    await log.close(0);
+  /** Storage, newest first; `graceMs` as LogManager.close (0 when the start failed: nothing was acknowledged). */
+  const closeStorage = async (graceMs?: number) => {
+    await log.close(graceMs);
     space.close();
     await wal.close();
     await storage.close();
     unlock();
+  };
+  const { directory, guard, access, protocolGuard } = await openControlPlane(config, logger, metastore, seedUsers).catch(async (err: unknown) => {
+    await closeStorage(0);
     throw err;
   });
+  const closeControl = async () => {
+    access.close();
+    directory.close();
+    await guard.close();
+  };
   const listeners = new Map<string, ProtocolListener>();
   const started = Date.now();
   let admin: AdminApi;
@@ -232,14 +241,8 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
   } catch (err) {
     await closeAll();
     engine.close();
-    access.close();
-    directory.close();
-    await guard.close();
-    await log.close(0);
-    space.close();
-    await wal.close();
-    await storage.close();
-    unlock();
+    await closeControl();
+    await closeStorage(0);
     throw err;
   }
 
@@ -264,14 +267,8 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
         await closeAll();
         // Queue timers (TTL, x-expires) stop before the stores close; nothing is deleted.
         engine.close();
-        access.close();
-        directory.close();
-        await guard.close();
-        await log.close();
-        space.close();
-        await wal.close();
-        await storage.close();
-        unlock();
+        await closeControl();
+        await closeStorage();
       })();
       return closing;
     },

@@ -29,21 +29,13 @@ import {
   ProduceApi,
   SaslAuthenticateApi,
   SaslHandshakeApi,
-  ZERO_UUID,
   type FetchRequest,
-  type MetadataRequest,
   type ProduceRequest,
 } from '../../../src/protocols/kafka/codec/index.js';
 import type { ProtocolListener } from '../../../src/protocols/types.js';
 import { MemoryStreams } from '../../helpers/memory-storage.js';
-import { RawClient, captureLogger } from './helpers.js';
+import { RawClient, captureLogger, metadataRequest as md } from './helpers.js';
 
-const md = (names: string[] | null): MetadataRequest => ({
-  topics: names === null ? null : names.map((name) => ({ topicId: ZERO_UUID, name })),
-  allowAutoTopicCreation: true,
-  includeClusterAuthorizedOperations: false,
-  includeTopicAuthorizedOperations: false,
-});
 const produce = (topic: string, records: Buffer): ProduceRequest => ({ transactionalId: null, acks: -1, timeoutMs: 5000, topics: [{ name: topic, partitions: [{ index: 0, records }] }] });
 const fetchReq = (topic: string): FetchRequest => ({
   replicaId: -1,

@@ -15,22 +15,14 @@ import {
   ProduceApi,
   SaslAuthenticateApi,
   SaslHandshakeApi,
-  ZERO_UUID,
   decodeResponse,
   type FetchRequest,
-  type MetadataRequest,
   type ProduceRequest,
 } from '../../../src/protocols/kafka/codec/index.js';
 import type { ProtocolListener } from '../../../src/protocols/types.js';
 import { GatedStreams, MemoryStreams } from '../../helpers/memory-storage.js';
-import { RawClient, captureLogger, type CapturedLog } from './helpers.js';
+import { RawClient, captureLogger, metadataRequest as md, type CapturedLog } from './helpers.js';
 
-const md = (names: string[] | null): MetadataRequest => ({
-  topics: names === null ? null : names.map((name) => ({ topicId: ZERO_UUID, name })),
-  allowAutoTopicCreation: true,
-  includeClusterAuthorizedOperations: false,
-  includeTopicAuthorizedOperations: false,
-});
 
 const produce = (topic: string, records: Buffer): ProduceRequest => ({
   transactionalId: null,

@@ -35,32 +35,21 @@ import {
   ListOffsetsApi,
   MetadataApi,
   ProduceApi,
-  ZERO_UUID,
   decodeResponse,
   encodeRequest,
   readRequestPrefix,
   type ApiCodec,
   type FetchRequest,
-  type MetadataRequest,
   type ProduceRequest,
 } from '../../../src/protocols/kafka/codec/index.js';
 import { GatedStreams, MemoryStreams } from '../../helpers/memory-storage.js';
-import { RawClient, captureLogger, duplexPair, kcat, type CapturedLog } from './helpers.js';
+import { RawClient, captureLogger, duplexPair, kcat, metadataRequest, type CapturedLog } from './helpers.js';
 
 const { Kafka, logLevel } = kafkajs;
 process.env.KAFKAJS_NO_PARTITIONER_WARNING = '1';
 
 /** librdkafka options that keep kcat runs short: quick EOF detection, no long retries against a test broker. */
 const FAST = ['-X', 'fetch.wait.max.ms=50', '-m', '10'];
-
-function metadataRequest(names: string[] | null, allowAutoTopicCreation = true): MetadataRequest {
-  return {
-    topics: names === null ? null : names.map((name) => ({ topicId: ZERO_UUID, name })),
-    allowAutoTopicCreation,
-    includeClusterAuthorizedOperations: false,
-    includeTopicAuthorizedOperations: false,
-  };
-}
 
 function produceRequest(topic: string, partition: number, records: Buffer | null, acks = -1): ProduceRequest {
   return { transactionalId: null, acks, timeoutMs: 5000, topics: [{ name: topic, partitions: [{ index: partition, records }] }] };

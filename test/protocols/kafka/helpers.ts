@@ -8,7 +8,7 @@ import { Duplex } from 'node:stream';
 import { pino, type Logger } from 'pino';
 import { Engine } from '../../../src/core/index.js';
 import { startKafkaListener, type KafkaOptions } from '../../../src/protocols/kafka/index.js';
-import { decodeResponse, encodeRequest, type ApiCodec } from '../../../src/protocols/kafka/codec/index.js';
+import { ZERO_UUID, decodeResponse, encodeRequest, type ApiCodec, type MetadataRequest } from '../../../src/protocols/kafka/codec/index.js';
 import type { ProtocolListener } from '../../../src/protocols/types.js';
 import { MemoryStreams } from '../../helpers/memory-storage.js';
 
@@ -183,4 +183,14 @@ export function duplexPair(): [Duplex, Duplex] {
   a = make(() => b);
   b = make(() => a);
   return [a, b];
+}
+
+/** A Metadata request for these topics (null: every topic), as a client sends it. */
+export function metadataRequest(names: string[] | null, allowAutoTopicCreation = true): MetadataRequest {
+  return {
+    topics: names === null ? null : names.map((name) => ({ topicId: ZERO_UUID, name })),
+    allowAutoTopicCreation,
+    includeClusterAuthorizedOperations: false,
+    includeTopicAuthorizedOperations: false,
+  };
 }

@@ -15,20 +15,12 @@ import {
   MetadataApi,
   SaslAuthenticateApi,
   SaslHandshakeApi,
-  ZERO_UUID,
   decodeResponse,
-  type MetadataRequest,
 } from '../../../src/protocols/kafka/codec/index.js';
 import type { ProtocolListener } from '../../../src/protocols/types.js';
 import { MemoryStreams } from '../../helpers/memory-storage.js';
-import { RawClient, captureLogger, type CapturedLog } from './helpers.js';
+import { RawClient, captureLogger, metadataRequest as md, type CapturedLog } from './helpers.js';
 
-const md = (names: string[]): MetadataRequest => ({
-  topics: names.map((name) => ({ topicId: ZERO_UUID, name })),
-  allowAutoTopicCreation: true,
-  includeClusterAuthorizedOperations: false,
-  includeTopicAuthorizedOperations: false,
-});
 
 const plainToken = (user: string, pw: string) => Buffer.from(`\0${user}\0${pw}`, 'utf8');
 
