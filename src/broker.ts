@@ -36,6 +36,7 @@ import { LogManager } from './storage/log/index.js';
 import { openStorage } from './storage/open.js';
 import { lockDataDir } from './storage/lock.js';
 import { DiskSpace } from './storage/disk-space.js';
+import { Cluster, PostgresClusterStore, startChannel, type Endpoint, type TcpChannel } from './cluster/index.js';
 
 export interface Broker {
   readonly config: Config;
@@ -46,6 +47,8 @@ export interface Broker {
   readonly access: AccessControl;
   /** Prometheus metrics, read from the broker's own counters at each scrape (GET /metrics). */
   readonly metrics: Metrics;
+  /** Cluster mode: this broker's membership, ownership and channel; null on a single broker. */
+  readonly cluster: Cluster | null;
   /** Port actually bound per listener ("mqtt", "kafka", "http"). */
   ports(): Record<string, number>;
   close(): Promise<void>;
@@ -79,6 +82,14 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
     throw err;
   });
   const { metastore, objects, openWal } = storage;
+  // Cluster mode: register with the others (a heartbeat lease) and open the internal channel before the log engine,
+  // which then takes only the partitions this broker is given (see src/cluster/cluster.ts).
+  const clustered = config.cluster ? await openCluster(config, logger).catch(async (err: unknown) => {
+    await storage.close();
+    unlock();
+    throw err;
+  }) : null;
+  const cluster = clustered?.cluster ?? null;
   const logOptions = {
     segmentBytes: config.segmentBytes,
     segmentMs: config.segmentMs,
@@ -129,6 +140,7 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
     return { wal, space, log, engine };
   })().catch(async (err: unknown) => {
     for (const close of closers.reverse()) await Promise.resolve().then(close).catch(() => undefined);
+    await clustered?.close();
     await storage.close();
     unlock();
     throw err;
@@ -140,6 +152,8 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
 
   /** Storage, newest first; `graceMs` as LogManager.close (0 when the start failed: nothing was acknowledged). */
   const closeStorage = async (graceMs?: number) => {
+    // Cluster: hand everything over first (the log is still open to make it durable), then leave.
+    await clustered?.close();
     await log.close(graceMs);
     space.close();
     await wal.close();
@@ -186,7 +200,7 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
     const enabled: readonly string[] = config.protocols;
     for (const module of PROTOCOL_MODULES) {
       if (!enabled.includes(module.name)) continue;
-      const protocol = await module.start({ engine, logger, brokerId: config.brokerId, config, guard: protocolGuard, access });
+      const protocol = await module.start({ engine, logger, brokerId: config.brokerId, config, guard: protocolGuard, access, cluster });
       running.push({ name: module.name, protocol });
       for (const [name, l] of protocol.listeners) listeners.set(name, l);
     }
@@ -237,6 +251,11 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
       );
     }
     collector.start();
+    if (clustered) {
+      // Clients and the other brokers learn the bound listeners' advertised addresses; then this broker takes its share.
+      await clustered.cluster.advertise(advertisedEndpoints(config, listeners, admin.address().port, clustered.channel.address().port));
+      clustered.cluster.begin();
+    }
     ready = true;
   } catch (err) {
     await closeAll();
@@ -255,6 +274,7 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
     admin,
     access,
     metrics,
+    cluster,
     ports: () => ({
       ...Object.fromEntries([...listeners].map(([k, l]) => [k, l.address().port])),
       http: admin.address().port,
@@ -273,6 +293,67 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
       return closing;
     },
   };
+}
+
+/**
+ * Cluster mode: the membership store (in the metastore's database), this broker's registration with its lease, and
+ * the internal channel. Listeners' advertised addresses are added once they are bound (advertise()).
+ */
+async function openCluster(config: Config, logger: Logger): Promise<{ cluster: Cluster; channel: TcpChannel; close(): Promise<void> }> {
+  if (config.metastore.kind !== 'postgres') throw new FlowError('CONFIG_ERROR', '--cluster needs --metastore postgres://...');
+  const clusterLogger = logger.child({ component: 'cluster' });
+  const store = await PostgresClusterStore.open({ url: config.metastore.url, statementTimeoutMs: config.pgStatementTimeout, logger: clusterLogger });
+  const host = advertisedHost(config);
+  const port = config.advertisedListeners.cluster?.port ?? config.clusterPort;
+  let cluster: Cluster;
+  try {
+    cluster = await Cluster.start({
+      store,
+      info: { id: config.brokerId, version: BROKER_VERSION, endpoints: { cluster: config.advertisedListeners.cluster ?? { host, port } } },
+      leaseMs: config.clusterLease,
+      logger: clusterLogger,
+    });
+  } catch (err) {
+    await store.close();
+    throw err;
+  }
+  let channel: TcpChannel;
+  try {
+    channel = await startChannel({ cluster, host: config.clusterHost ?? config.host, port: config.clusterPort, secret: config.clusterSecret ?? '', logger: clusterLogger });
+  } catch (err) {
+    await cluster.close();
+    await store.close();
+    throw err;
+  }
+  cluster.channel = channel;
+  let closing: Promise<void> | null = null;
+  return {
+    cluster,
+    channel,
+    close: () =>
+      (closing ??= (async () => {
+        await cluster.close();
+        await channel.close();
+        await store.close();
+      })()),
+  };
+}
+
+/** The host clients and brokers are told to connect to: --advertised-host, else the bind address (loopback for a wildcard). */
+function advertisedHost(config: Config): string {
+  if (config.advertisedHost !== null) return config.advertisedHost;
+  return config.host === '0.0.0.0' || config.host === '::' ? '127.0.0.1' : config.host;
+}
+
+/** Advertised address of every bound listener (--advertised-listeners overrides one by name). */
+function advertisedEndpoints(config: Config, listeners: Map<string, ProtocolListener>, httpPort: number, clusterPort: number): Record<string, Endpoint> {
+  const host = advertisedHost(config);
+  const out: Record<string, Endpoint> = {};
+  for (const [name, l] of listeners) out[name] = { host, port: l.address().port };
+  out.http = { host: config.httpHost === '0.0.0.0' || config.httpHost === '::' ? host : config.httpHost, port: httpPort };
+  out.cluster = { host, port: clusterPort };
+  if (config.kafkaAdvertisedHost !== null && out.kafka) out.kafka = { ...out.kafka, host: config.kafkaAdvertisedHost };
+  return { ...out, ...config.advertisedListeners };
 }
 
 /** Opens the control plane over the metastore: the directory, the password guard, the users file's seed, access. */

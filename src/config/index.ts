@@ -93,6 +93,19 @@ export interface Config {
   protocols: Protocol[];
   logLevel: string;
   brokerId: number;
+  /** Run as one broker of a cluster (src/cluster): shared PostgreSQL metastore and WAL, S3 objects, a peer channel. */
+  cluster: boolean;
+  /** Address the cluster's internal channel binds (null: --host). */
+  clusterHost: string | null;
+  clusterPort: number;
+  /** Shared secret the brokers' internal channel authenticates with (HMAC challenge); required with --cluster. */
+  clusterSecret: string | null;
+  /** How long a broker's membership lease lasts without a heartbeat, ms: its work moves once it expires. */
+  clusterLease: number;
+  /** Host clients and other brokers are told to connect to (null: --host, or 127.0.0.1 when --host is a wildcard). */
+  advertisedHost: string | null;
+  /** Advertised address per listener ("kafka", "mqtt", "cluster", ...), overriding advertisedHost and the bound port. */
+  advertisedListeners: Record<string, { host: string; port: number }>;
   kafkaAdvertisedHost: string | null;
   kafkaAutoCreateTopics: boolean;
   kafkaDefaultPartitions: number;
@@ -169,7 +182,7 @@ export interface Config {
   kafkaGroupMaxSessionTimeout: number;
 }
 
-type Kind = 'string' | 'port' | 'int' | 'bool' | 'protocols' | 'size' | 'capacity' | 'duration' | 'delay' | 'level' | 'sasl-mechanisms' | 'wal-layout' | 'default-policy' | 'hosts' | 'cidrs' | 'slow-consumer' | 'metastore' | 'wal' | 'object-store' | 'url' | 'tls-client-auth' | 'tls-cert-user';
+type Kind = 'endpoints' | 'string' | 'port' | 'int' | 'bool' | 'protocols' | 'size' | 'capacity' | 'duration' | 'delay' | 'level' | 'sasl-mechanisms' | 'wal-layout' | 'default-policy' | 'hosts' | 'cidrs' | 'slow-consumer' | 'metastore' | 'wal' | 'object-store' | 'url' | 'tls-client-auth' | 'tls-cert-user';
 
 interface OptionSpec {
   key: keyof Config;
@@ -233,7 +246,14 @@ export const OPTIONS: OptionSpec[] = [
   { key: 'httpSessionTtl', name: 'http-session-ttl', kind: 'duration', default: 12 * 3_600_000, help: 'how long a dashboard login session lasts' },
   { key: 'protocols', name: 'protocols', kind: 'protocols', default: [...DEFAULT_PROTOCOLS], help: 'listeners this broker enables, comma-separated' },
   { key: 'logLevel', name: 'log-level', kind: 'level', default: 'info', help: 'trace, debug, info, warn, error, fatal or silent' },
-  { key: 'brokerId', name: 'broker-id', kind: 'int', default: 0, help: 'this broker\'s id (Kafka node id)' },
+  { key: 'brokerId', name: 'broker-id', kind: 'int', default: 0, help: 'this broker\'s id (Kafka node id); every broker of a cluster needs its own' },
+  { key: 'cluster', name: 'cluster', kind: 'bool', default: false, help: 'run as one broker of a cluster of stateless brokers: needs --metastore postgres://..., --wal postgres, an s3:// --object-store and --cluster-secret' },
+  { key: 'clusterHost', name: 'cluster-host', kind: 'string', default: null, help: 'address the brokers\' internal channel binds (default: --host)' },
+  { key: 'clusterPort', name: 'cluster-port', kind: 'port', default: 9450, help: 'port of the brokers\' internal channel (forwarded writes, live messages, handovers)' },
+  { key: 'clusterSecret', name: 'cluster-secret', kind: 'string', default: null, help: 'shared secret of the brokers\' internal channel, at least 16 characters (every broker of the cluster needs the same)' },
+  { key: 'clusterLease', name: 'cluster-lease', kind: 'duration', default: 5000, help: 'a broker that has not renewed its membership lease for this long is dead: its partitions, queues, groups and sessions move to the others' },
+  { key: 'advertisedHost', name: 'advertised-host', kind: 'string', default: null, help: 'host clients and other brokers are told to connect to (default: --host, or 127.0.0.1 when --host is 0.0.0.0)' },
+  { key: 'advertisedListeners', name: 'advertised-listeners', kind: 'endpoints', default: {}, help: 'advertised address per listener, overriding --advertised-host and the bound port: kafka=host:port,mqtt=host:port,cluster=host:port,...' },
   { key: 'kafkaAdvertisedHost', name: 'kafka-advertised-host', kind: 'string', default: null, help: 'host Kafka clients are told to connect to (default: the address they reached)' },
   { key: 'kafkaAutoCreateTopics', name: 'kafka-auto-create-topics', kind: 'bool', default: true, help: 'create a stream when a Kafka client produces to or asks for an unknown topic' },
   { key: 'kafkaDefaultPartitions', name: 'kafka-default-partitions', kind: 'int', default: 1, help: 'partitions of auto-created topics' },
@@ -317,6 +337,8 @@ function coerce(spec: OptionSpec, raw: unknown, source: string): Config[keyof Co
     case 'string':
       if (typeof str !== 'string' || str === '') throw bad('expected a non-empty string');
       return str;
+    case 'endpoints':
+      return parseEndpoints(str, bad);
     case 'level':
       if (typeof str !== 'string' || !LEVELS.includes(str)) throw bad(`expected one of ${LEVELS.join(', ')}`);
       return str;
@@ -438,6 +460,30 @@ function coerce(spec: OptionSpec, raw: unknown, source: string): Config[keyof Co
   }
 }
 
+/** `name=host:port,...` (a YAML mapping in a config file): advertised listener addresses. */
+function parseEndpoints(v: unknown, bad: (why: string) => ConfigError): Record<string, { host: string; port: number }> {
+  const pairs: Array<[string, unknown]> =
+    typeof v === 'string'
+      ? v.split(',').filter((x) => x.trim() !== '').map((x) => {
+          const i = x.indexOf('=');
+          if (i <= 0) throw bad('expected name=host:port,...');
+          return [x.slice(0, i).trim(), x.slice(i + 1).trim()];
+        })
+      : v !== null && typeof v === 'object' && !Array.isArray(v)
+        ? Object.entries(v as Record<string, unknown>)
+        : (() => {
+            throw bad('expected name=host:port,...');
+          })();
+  const out: Record<string, { host: string; port: number }> = {};
+  for (const [name, addr] of pairs) {
+    const m = typeof addr === 'string' ? /^(\[[^\]]+\]|[^:]+):(\d{1,5})$/.exec(addr) : null;
+    const port = m ? Number(m[2]) : NaN;
+    if (!/^[a-z][a-z0-9-]*$/.test(name) || !m || port < 1 || port > 65535) throw bad(`"${name}=${String(addr)}" is not name=host:port`);
+    out[name] = { host: m[1].replace(/^\[|\]$/g, ''), port };
+  }
+  return out;
+}
+
 /** `sqlite`, or a `postgres://` / `postgresql://` URL naming at least a host (and a database: the path). */
 function parseMetastore(v: unknown, bad: (why: string) => ConfigError): MetastoreSetting {
   if (typeof v === 'object' && v !== null && 'kind' in v) return v as MetastoreSetting; // a default or a parsed value
@@ -550,6 +596,18 @@ export function loadConfig(src: ConfigSources = {}): Config {
   if ((cfg.natsMaxConnections as number) < 1) throw new ConfigError('nats-max-connections must be at least 1');
   if (cfg.tlsClientAuth === 'require' && cfg.tlsClientCa === null) throw new ConfigError('tls-client-auth require needs tls-client-ca (the CA client certificates are checked against)');
   if ((cfg.kafkaTlsCert === null) !== (cfg.kafkaTlsKey === null)) throw new ConfigError('Kafka over TLS needs both kafka-tls-cert and kafka-tls-key');
+  if (cfg.cluster === true) {
+    // Cluster brokers keep no durable state of their own: everything they acknowledge must be where the others can
+    // take it over. Refused here, before anything is opened, with what to change.
+    const missing: string[] = [];
+    if ((cfg.metastore as MetastoreSetting).kind !== 'postgres') missing.push('--metastore postgres://... (not the embedded SQLite file)');
+    if (cfg.wal !== 'postgres') missing.push('--wal postgres (not WAL files on this broker\'s disk)');
+    if ((cfg.objectStore as ObjectStoreSetting).kind !== 's3') missing.push('an s3://bucket/prefix --object-store (not the data directory)');
+    if (cfg.clusterSecret === null) missing.push('--cluster-secret (the brokers\' shared channel secret)');
+    if (missing.length > 0) throw new ConfigError(`--cluster needs shared backends every broker reaches: ${missing.join('; ')}`);
+    if ((cfg.clusterSecret as string).length < 16) throw new ConfigError('cluster-secret must be at least 16 characters');
+    if ((cfg.clusterLease as number) < 1000) throw new ConfigError('cluster-lease must be at least 1s');
+  }
   if ((cfg.kafkaGroupMinSessionTimeout as number) > (cfg.kafkaGroupMaxSessionTimeout as number)) {
     throw new ConfigError('kafka-group-min-session-timeout must not exceed kafka-group-max-session-timeout');
   }

@@ -28,6 +28,17 @@ export type ErrorCode =
    * retriable by the writer: it must stop writing the partition.
    */
   | 'FENCED'
+  /**
+   * Cluster mode: this broker does not own the partition, queue, consumer group, JetStream consumer or session the
+   * call names (another broker does, or ownership is moving). The caller finds the owner (Kafka: Metadata,
+   * FindCoordinator) and retries there; forwarding code refreshes its view of the owners and retries. Retriable.
+   */
+  | 'NOT_OWNER'
+  /**
+   * Cluster mode: the owner of what the call needs cannot be reached now (a broker died and its work has not moved
+   * yet, or the internal channel is down). Retriable: ownership moves within the membership lease.
+   */
+  | 'UNAVAILABLE'
   /** A redeclaration differs from the existing definition, or a delete's if-unused / if-empty does not hold (AMQP 406). */
   | 'PRECONDITION_FAILED'
   /** An exclusive queue or consumer belongs to another connection (AMQP 405). */

@@ -6,6 +6,7 @@ import type { Logger } from 'pino';
 import type { Engine } from '../core/index.js';
 import type { Config } from '../config/index.js';
 import type { AccessControl, PasswordGuard } from '../control/index.js';
+import type { Cluster } from '../cluster/index.js';
 
 export interface AdapterContext {
   engine: Engine;
@@ -42,6 +43,11 @@ export interface ProtocolModuleContext extends AdapterContext {
   guard: PasswordGuard | null;
   /** The control plane: authentication, policies, quotas, the client registry (see src/control/access.ts). */
   access: AccessControl;
+  /**
+   * Cluster mode (--cluster): membership, ownership and the internal channel (src/cluster); null on a single broker.
+   * A module registers its ownership handlers (Cluster.register) during start; the broker calls begin() after.
+   */
+  cluster: Cluster | null;
 }
 
 /**

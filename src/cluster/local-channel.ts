@@ -1,0 +1,71 @@
+/**
+ * PeerChannel between several brokers of one process (unit tests of cluster subsystems without sockets): the same
+ * contract as the TCP channel (types.ts), delivered through the event loop. `LocalHub.channel(id)` makes broker
+ * `id`'s end; `disconnect(id)` makes it unreachable (requests to it reject with UNAVAILABLE, sends are dropped).
+ */
+import { FlowError } from '../core/index.js';
+import type { PeerChannel } from './types.js';
+
+interface Ends {
+  handlers: Map<string, (from: number, body: Buffer) => Promise<Buffer> | Buffer>;
+  listeners: Map<string, (from: number, body: Buffer) => void>;
+  up: boolean;
+}
+
+export class LocalHub {
+  private readonly ends = new Map<number, Ends>();
+
+  channel(id: number): PeerChannel {
+    const me: Ends = { handlers: new Map(), listeners: new Map(), up: true };
+    this.ends.set(id, me);
+    const hub = this;
+    let dropped = 0;
+    return {
+      handle(method, fn) {
+        me.handlers.set(method, fn);
+      },
+      on(method, fn) {
+        me.listeners.set(method, fn);
+      },
+      async request(to, method, body) {
+        const peer = hub.ends.get(to);
+        if (!peer || !peer.up || !me.up) throw new FlowError('UNAVAILABLE', `broker ${to} cannot be reached`);
+        const fn = peer.handlers.get(method);
+        if (!fn) throw new FlowError('INVALID_ARGUMENT', `broker ${to} has no handler for ${method}`);
+        await new Promise((r) => setImmediate(r));
+        const copy = Buffer.from(body);
+        return Buffer.from(await fn(id, copy));
+      },
+      send(to, method, body) {
+        const peer = hub.ends.get(to);
+        if (!peer || !peer.up || !me.up) {
+          dropped++;
+          return;
+        }
+        const copy = Buffer.from(body);
+        setImmediate(() => peer.listeners.get(method)?.(id, copy));
+      },
+      async ready() {},
+      connected() {
+        return me.up ? [...hub.ends].filter(([k, e]) => k !== id && e.up).map(([k]) => k) : [];
+      },
+      figures() {
+        return { dropped };
+      },
+      async close() {
+        me.up = false;
+        hub.ends.delete(id);
+      },
+    };
+  }
+
+  disconnect(id: number): void {
+    const e = this.ends.get(id);
+    if (e) e.up = false;
+  }
+
+  reconnect(id: number): void {
+    const e = this.ends.get(id);
+    if (e) e.up = true;
+  }
+}
