@@ -5,3 +5,4 @@ export { PostgresClusterStore } from './pg-store.js';
 export { MemoryClusterStore } from './memory-store.js';
 export { LocalHub } from './local-channel.js';
 export { startChannel, type ChannelOptions, type TcpChannel } from './channel.js';
+export { encodeBody, decodeBody, packBuffers, unpackBuffers, encodeMessage, decodeMessage } from './wire.js';
