@@ -232,3 +232,37 @@ describe('config: storage backends', () => {
     assert.equal(redactUrl('postgres://db/flowmq'), 'postgres://db/flowmq');
   });
 });
+
+describe('config: cluster mode', () => {
+  const shared = { cluster: 'true', metastore: 'postgres://flowmq@db:5432/flowmq', wal: 'postgres', 'object-store': 's3://bucket/flowmq', 'cluster-secret': 'a-long-shared-secret' };
+
+  it('is off by default; on, it takes the shared backends, a secret, advertised addresses and a lease', () => {
+    const d = loadConfig({});
+    assert.equal(d.cluster, false);
+    assert.equal(d.clusterLease, 5000);
+    assert.deepEqual(d.advertisedListeners, {});
+    const c = loadConfig({ flags: { ...shared, 'cluster-lease': '3s', 'advertised-listeners': 'kafka=kafka-1.example:9093,cluster=[::1]:9451', 'broker-id': '2' } });
+    assert.equal(c.cluster, true);
+    assert.equal(c.clusterLease, 3000);
+    assert.equal(c.brokerId, 2);
+    assert.deepEqual(c.advertisedListeners, { kafka: { host: 'kafka-1.example', port: 9093 }, cluster: { host: '::1', port: 9451 } });
+    const env = loadConfig({ env: { FLOWMQ_CLUSTER: '1', FLOWMQ_METASTORE: shared.metastore, FLOWMQ_WAL: 'postgres', FLOWMQ_OBJECT_STORE: 's3://bucket/p', FLOWMQ_CLUSTER_SECRET: shared['cluster-secret'] } });
+    assert.equal(env.cluster, true);
+  });
+
+  it('refuses --cluster on embedded backends or without a secret, naming every missing piece, and never echoes the secret', () => {
+    assert.throws(() => loadConfig({ flags: { cluster: 'true' } }), (e: Error) => {
+      assert.match(e.message, /^--cluster needs shared backends every broker reaches: --metastore postgres:\/\/\.\.\. \(not the embedded SQLite file\); --wal postgres/);
+      assert.match(e.message, /s3:\/\/bucket\/prefix --object-store/);
+      assert.match(e.message, /--cluster-secret/);
+      return true;
+    });
+    assert.throws(() => loadConfig({ flags: { ...shared, wal: 'file' } }), /--cluster needs shared backends every broker reaches: --wal postgres/);
+    assert.throws(() => loadConfig({ flags: { ...shared, 'cluster-secret': 'short-secret' } }), (e: Error) => {
+      assert.match(e.message, /cluster-secret must be at least 16 characters/);
+      assert.doesNotMatch(e.message, /short-secret/);
+      return true;
+    });
+    assert.throws(() => loadConfig({ flags: { ...shared, 'advertised-listeners': 'kafka=nohost' } }), /invalid --advertised-listeners: "kafka=nohost" is not name=host:port/);
+  });
+});
