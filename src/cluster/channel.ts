@@ -384,6 +384,8 @@ class Channel implements TcpChannel {
     server.on('connection', (s) => this.accept(s));
     this.ticker = setInterval(() => this.tick(), Math.max(50, Math.min(this.pingMs, 1000)));
     this.ticker.unref();
+    // A built-in request every broker answers (id, incarnation, clock): health checks and tests of a live cluster.
+    this.handlers.set('channel.ping', () => Buffer.from(JSON.stringify({ id: this.cluster.id, incarnation: this.cluster.incarnation, at: Date.now() })));
     this.onMembership = () => this.checkMembership();
     this.cluster.on('membership', this.onMembership);
   }
