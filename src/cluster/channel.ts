@@ -412,33 +412,30 @@ class Channel implements TcpChannel {
     const ms = timeoutMs ?? this.requestTimeoutMs;
     return new Promise<Buffer>((resolve, reject) => {
       const timer = setTimeout(() => {
-        if (peer.pending.delete(id)) {
-          peer.figures.timeouts++;
-          reject(new FlowError('UNAVAILABLE', `broker ${to} did not answer ${method} within ${ms} ms`));
-        }
+        if (!peer.pending.delete(id)) return;
+        peer.figures.timeouts++;
+        // Still waiting to be written (a peer that does not read): its body goes now, not when the peer drains.
+        const i = peer.backlog.findIndex((f) => f.type === T.REQUEST && f.id === id);
+        if (i >= 0) peer.backlogBytes -= HEADER + peer.backlog.splice(i, 1)[0].body.length;
+        reject(new FlowError('UNAVAILABLE', `broker ${to} did not answer ${method} within ${ms} ms`));
       }, ms);
       peer.pending.set(id, { resolve, reject, timer });
-      void this.dispatchRequest(peer, id, method, body);
-    });
-  }
-
-  private async dispatchRequest(peer: Peer, id: number, method: string, body: Buffer): Promise<void> {
-    try {
-      let conn = await this.connect(peer);
-      // Requests wait below the high-water mark: a peer that does not read slows its callers, not our memory.
-      while (conn.queued >= this.highWater && peer.pending.has(id)) {
-        await this.ready(peer.id);
-        conn = await this.connect(peer);
+      const c = peer.conn;
+      // The common case, written at once: connected, nothing waiting before it, under the high-water mark.
+      if (c && peer.backlog.length === 0 && c.queued < this.highWater) {
+        c.write(T.REQUEST, id, method, body);
+        return;
       }
-      if (!peer.pending.has(id)) return; // timed out meanwhile
-      conn.write(T.REQUEST, id, method, body);
-    } catch (err) {
-      const p = peer.pending.get(id);
-      if (!p) return;
-      peer.pending.delete(id);
-      clearTimeout(p.timer);
-      p.reject(err instanceof FlowError ? err : new FlowError('UNAVAILABLE', `broker ${peer.id} cannot be reached: ${(err as Error).message}`, { cause: err }));
-    }
+      if (!c && !peer.connecting && Date.now() < peer.retryAt) {
+        peer.pending.delete(id);
+        clearTimeout(timer);
+        reject(new FlowError('UNAVAILABLE', `broker ${to} cannot be reached (${peer.lastError}); retrying`));
+        return;
+      }
+      peer.backlog.push({ type: T.REQUEST, id, method, body });
+      peer.backlogBytes += HEADER + body.length;
+      if (!c) void this.connect(peer).catch(() => undefined);
+    });
   }
 
   send(to: number, method: string, body: Buffer): void {
@@ -458,18 +455,36 @@ class Channel implements TcpChannel {
       peer.figures.dropped++;
       return;
     }
-    if (peer.conn) {
-      peer.conn.write(T.ONEWAY, 0, method, body);
+    const c = peer.conn;
+    if (c && peer.backlog.length === 0) {
+      c.write(T.ONEWAY, 0, method, body);
       return;
     }
-    if (!peer.connecting && Date.now() < peer.retryAt) {
+    if (!c && !peer.connecting && Date.now() < peer.retryAt) {
       // Unreachable for now: live traffic is dropped rather than kept for a peer that may never come back.
       peer.figures.dropped++;
       return;
     }
+    // Behind requests waiting for the high-water mark, or for the connection: call order is kept per peer.
     peer.backlog.push({ type: T.ONEWAY, id: 0, method, body });
     peer.backlogBytes += HEADER + body.length;
-    void this.connect(peer).catch(() => undefined);
+    if (!c) void this.connect(peer).catch(() => undefined);
+  }
+
+  /**
+   * Writes the backlog in call order: one-way messages at once, requests while the connection is under the
+   * high-water mark (a request stops the queue behind it, so that the order of calls is the order on the wire).
+   */
+  private pump(peer: Peer): void {
+    const c = peer.conn;
+    if (!c) return;
+    while (peer.backlog.length > 0) {
+      const f = peer.backlog[0];
+      if (f.type === T.REQUEST && peer.pending.has(f.id) && c.queued >= this.highWater) break;
+      peer.backlog.shift();
+      peer.backlogBytes -= HEADER + f.body.length;
+      if (f.type !== T.REQUEST || peer.pending.has(f.id)) c.write(f.type, f.id, f.method, f.body);
+    }
   }
 
   ready(to: number): Promise<void> {
@@ -594,9 +609,7 @@ class Channel implements TcpChannel {
         peer.retryAt = 0;
         peer.lastError = '';
         peer.figures.connects++;
-        for (const f of peer.backlog) conn.write(f.type, f.id, f.method, f.body);
-        peer.backlog = [];
-        peer.backlogBytes = 0;
+        this.pump(peer);
         this.logger.debug({ peer: peer.id, incarnation: conn.peerInc }, 'cluster channel: connected');
         return conn;
       },
@@ -735,6 +748,9 @@ class Channel implements TcpChannel {
     peer.retryAt = Date.now() + peer.backoffMs;
     const n = this.rejectAll(peer, new FlowError('UNAVAILABLE', `the connection to broker ${peer.id} was lost (${why})`));
     peer.figures.rejectedOnLoss += n;
+    peer.figures.dropped += peer.backlog.filter((f) => f.type === T.ONEWAY).length;
+    peer.backlog = [];
+    peer.backlogBytes = 0;
     for (const w of peer.readyWaiters.splice(0)) w();
     if (!this.closed) {
       this.limiter.log('info', `lost|${peer.id}`, { peer: peer.id, why, rejected: n }, 'cluster channel: connection to a peer lost');
@@ -752,7 +768,9 @@ class Channel implements TcpChannel {
     return n;
   }
 
+  /** The connection wrote or drained: move the backlog on, wake ready() waiters once under the high-water mark. */
   private drained(peer: Peer): void {
+    if (peer.backlog.length > 0) this.pump(peer);
     if (peer.readyWaiters.length === 0 || peer.queued >= this.highWater) return;
     for (const w of peer.readyWaiters.splice(0)) w();
   }
