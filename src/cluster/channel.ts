@@ -93,6 +93,9 @@ const BACKOFF_MIN_MS = 50;
 const BACKOFF_MAX_MS = 1000;
 /** Small frames are concatenated into one buffer per write; bodies at least this big are written as they are. */
 const COPY_BELOW = 16 * 1024;
+/** Size of a connection's staging buffer for small frames. */
+const STAGE_BYTES = 64 * 1024;
+const EMPTY = Buffer.alloc(0);
 
 const enum T {
   REQUEST = 1,
@@ -171,9 +174,20 @@ class Conn {
   closed = false;
   lastRx = Date.now();
   private chunks: Buffer[] = [];
+  /** Read position in chunks[0]. */
+  private off = 0;
+  /** Unread bytes in chunks. */
   private have = 0;
+  /** Pieces ready for the socket, in order. */
   private out: Buffer[] = [];
   outBytes = 0;
+  /**
+   * The staging buffer small frames are written into. Bytes handed to the socket are never overwritten: writing
+   * only moves forward, and a full buffer is replaced, not reused.
+   */
+  private stage: Buffer = EMPTY;
+  private stagePos = 0;
+  private stageStart = 0;
   private flushing = false;
   private readonly methodsOut = new Map<string, number>();
   readonly methodsIn = new Map<number, string>();
@@ -200,14 +214,16 @@ class Conn {
     this.lastRx = Date.now();
     this.chunks.push(chunk);
     this.have += chunk.length;
-    // A frame spanning chunks costs one concat when it is complete, never one per chunk.
+    // Frames are read in place (`off` into the first chunk); a frame spanning chunks costs one concat when it is
+    // complete, never one per chunk.
     while (!this.closed && this.have >= 4) {
       let head = this.chunks[0];
-      if (head.length < 4) {
-        head = Buffer.concat(this.chunks, this.have);
-        this.chunks = [head];
+      let off = this.off;
+      if (head.length - off < 4) {
+        head = this.merge();
+        off = 0;
       }
-      const len = head.readUInt32BE(0);
+      const len = head.readUInt32BE(off);
       const limit = this.authed ? this.maxFrame + HEADER - 4 : PRE_AUTH_MAX_FRAME;
       if (len < HEADER - 4 || len > limit) {
         this.onError(this, len < HEADER - 4 ? `malformed frame (length ${len})` : `frame of ${len} bytes over the limit of ${limit}`);
@@ -215,20 +231,34 @@ class Conn {
       }
       const total = 4 + len;
       if (this.have < total) return;
-      if (head.length < total) {
-        head = Buffer.concat(this.chunks, this.have);
-        this.chunks = [head];
+      if (head.length - off < total) {
+        head = this.merge();
+        off = 0;
       }
-      const frame = head.subarray(0, total);
-      if (head.length === total) this.chunks.shift();
-      else this.chunks[0] = head.subarray(total);
+      const type = head[off + 4];
+      const id = head.readUInt32BE(off + 5);
+      const code = head.readUInt16BE(off + 9);
+      const body = head.subarray(off + HEADER, off + total);
+      if (head.length - off === total) {
+        this.chunks.shift();
+        this.off = 0;
+      } else this.off = off + total;
       this.have -= total;
       if (this.figures) {
         this.figures.receivedFrames++;
         this.figures.receivedBytes += total;
       }
-      this.onFrame(this, frame[4], frame.readUInt32BE(5), frame.readUInt16BE(9), frame.subarray(HEADER));
+      this.onFrame(this, type, id, code, body);
     }
+  }
+
+  /** The unread bytes as one buffer. */
+  private merge(): Buffer {
+    this.chunks[0] = this.chunks[0].subarray(this.off);
+    this.off = 0;
+    const all = Buffer.concat(this.chunks, this.have);
+    this.chunks = [all];
+    return all;
   }
 
   /** Queues a frame; written with the others of this event-loop turn. */
@@ -244,13 +274,28 @@ class Conn {
         this.write(T.DEFINE, code, null, Buffer.from(method));
       } else code = known;
     }
-    const h = Buffer.allocUnsafe(HEADER);
-    h.writeUInt32BE(HEADER - 4 + body.length, 0);
-    h[4] = type;
-    h.writeUInt32BE(id, 5);
-    h.writeUInt16BE(code, 9);
-    this.out.push(h);
-    if (body.length > 0) this.out.push(body);
+    // Header and small body are copied into the staging buffer (no allocation per frame; the bytes of a turn end
+    // up contiguous); a large body is referenced as it is, after the staged bytes before it.
+    const small = body.length < COPY_BELOW;
+    const need = HEADER + (small ? body.length : 0);
+    let st = this.stage;
+    if (st.length - this.stagePos < need) {
+      this.cut();
+      st = this.stage = Buffer.allocUnsafe(Math.max(STAGE_BYTES, need));
+      this.stagePos = this.stageStart = 0;
+    }
+    let pos = this.stagePos;
+    st.writeUInt32BE(HEADER - 4 + body.length, pos);
+    st[pos + 4] = type;
+    st.writeUInt32BE(id, pos + 5);
+    st.writeUInt16BE(code, pos + 9);
+    pos += HEADER;
+    if (small) pos += body.copy(st, pos);
+    this.stagePos = pos;
+    if (!small) {
+      this.cut();
+      this.out.push(body);
+    }
     this.outBytes += HEADER + body.length;
     if (this.figures) {
       this.figures.sentFrames++;
@@ -267,29 +312,29 @@ class Conn {
     return this.outBytes + this.socket.writableLength;
   }
 
+  /** The staged bytes not yet handed out become one piece of the output. */
+  private cut(): void {
+    if (this.stagePos > this.stageStart) {
+      this.out.push(this.stage.subarray(this.stageStart, this.stagePos));
+      this.stageStart = this.stagePos;
+    }
+  }
+
   flush(): void {
     this.flushing = false;
-    if (this.closed || this.out.length === 0) return;
+    if (this.closed) return;
+    this.cut();
+    if (this.out.length === 0) return;
     const out = this.out;
     this.out = [];
     this.outBytes = 0;
     const s = this.socket;
-    s.cork();
-    let run: Buffer[] = [];
-    let runBytes = 0;
-    for (const b of out) {
-      if (b.length >= COPY_BELOW) {
-        if (run.length > 0) s.write(run.length === 1 ? run[0] : Buffer.concat(run, runBytes));
-        run = [];
-        runBytes = 0;
-        s.write(b);
-      } else {
-        run.push(b);
-        runBytes += b.length;
-      }
+    if (out.length === 1) s.write(out[0]);
+    else {
+      s.cork();
+      for (const b of out) s.write(b);
+      s.uncork();
     }
-    if (run.length > 0) s.write(run.length === 1 ? run[0] : Buffer.concat(run, runBytes));
-    s.uncork();
     this.afterFlush?.();
   }
 
