@@ -269,6 +269,25 @@ describe('cluster channel: order', () => {
   });
 });
 
+describe('cluster channel: memory', () => {
+  it('a small request body kept by its handler does not pin the socket chunk it arrived in', async () => {
+    const store = new MemoryClusterStore();
+    const [a, b] = [await node(store, 1), await node(store, 2)];
+    try {
+      const kept: Buffer[] = [];
+      b.channel.handle('test.keep', (_f, body) => (kept.push(body), Buffer.alloc(0)));
+      await a.channel.request(2, 'test.keep', Buffer.alloc(100, 1));
+      // Many small requests in one turn arrive in large chunks.
+      await Promise.all(Array.from({ length: 400 }, () => a.channel.request(2, 'test.keep', Buffer.alloc(100, 2))));
+      const largest = Math.max(...kept.map((k) => k.buffer.byteLength));
+      assert.ok(largest <= Buffer.poolSize, `each kept body holds at most a pool slab, not a socket chunk (${largest} bytes)`);
+      assert.ok(kept.every((k) => k.length === 100));
+    } finally {
+      await Promise.all([a.close(), b.close()]);
+    }
+  });
+});
+
 describe('cluster channel: authentication and refusals', () => {
   it('a broker with another secret is refused, whichever side dials; neither serves the other', async () => {
     const store = new MemoryClusterStore();
