@@ -416,7 +416,8 @@ class Channel implements TcpChannel {
   private readonly ticker: NodeJS.Timeout;
   private readonly onMembership: () => void;
   private readonly refusals: Record<string, number> = {};
-  private localDropped = 0;
+  /** Connections being dialed (closed at once by close()). */
+  private readonly dialing = new Set<Conn>();
 
   constructor(opts: ChannelOptions, server: Server) {
     this.server = server;
@@ -568,7 +569,7 @@ class Channel implements TcpChannel {
         ...(p?.lastError ? { lastError: p.lastError } : {}),
       };
     }
-    return { port: this.closed ? null : this.address().port, peers, refused: { ...this.refusals }, localDropped: this.localDropped, handshaking: this.handshaking.size };
+    return { port: this.closed ? null : this.address().port, peers, refused: { ...this.refusals }, handshaking: this.handshaking.size };
   }
 
   async close(): Promise<void> {
@@ -588,6 +589,7 @@ class Channel implements TcpChannel {
     }
     for (const set of this.accepted.values()) conns.push(...set);
     for (const c of this.handshaking) c.close();
+    for (const c of this.dialing) c.close();
     // What was queued (live messages, replies) still goes out; a peer that does not read is cut after a second.
     await Promise.all(
       conns.map(
@@ -645,12 +647,16 @@ class Channel implements TcpChannel {
       peer.backlogBytes = 0;
       this.rejectAll(peer, new FlowError('UNAVAILABLE', `broker ${peer.id} cannot be reached: ${peer.lastError}`));
       for (const w of peer.readyWaiters.splice(0)) w();
-      this.limiter.log('warn', `dial|${peer.id}`, { peer: peer.id, err: peer.lastError, retryInMs: peer.backoffMs }, 'cluster channel: cannot connect to a peer');
+      if (!this.closed) this.limiter.log('warn', `dial|${peer.id}`, { peer: peer.id, err: peer.lastError, retryInMs: peer.backoffMs }, 'cluster channel: cannot connect to a peer');
       this.scheduleRetry(peer);
       throw err instanceof FlowError ? err : new FlowError('UNAVAILABLE', `broker ${peer.id} cannot be reached: ${peer.lastError}`, { cause: err });
     };
     peer.connecting = this.dial(peer).then(
       (conn) => {
+        if (this.closed) {
+          conn.close();
+          return failed(new FlowError('CLOSED', 'the cluster channel is closed'));
+        }
         if (conn.closed) return failed(new FlowError('UNAVAILABLE', `broker ${peer.id} closed the connection`));
         peer.connecting = null;
         peer.stale = false;
@@ -704,6 +710,7 @@ class Channel implements TcpChannel {
         if (settled) return;
         settled = true;
         clearTimeout(timer);
+        this.dialing.delete(conn);
         conn.close();
         reject(new FlowError('UNAVAILABLE', why));
       };
@@ -733,6 +740,7 @@ class Channel implements TcpChannel {
               }
               settled = true;
               clearTimeout(timer);
+              this.dialing.delete(c);
               c.authed = true;
               c.peer = peer.id;
               c.peerInc = hello.inc;
@@ -759,6 +767,7 @@ class Channel implements TcpChannel {
           this.lose(peer, c, reason);
         },
       );
+      this.dialing.add(conn);
       socket.on('error', (err) => {
         if (!settled) fail(`cannot connect to broker ${peer.id} at ${ep.host}:${ep.port}: ${err.message}`);
       });

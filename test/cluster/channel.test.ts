@@ -401,6 +401,30 @@ describe('cluster channel: authentication and refusals', () => {
     }
   });
 
+  it('close() aborts a connection still in its handshake and fails what waits on it', { timeout: 20_000 }, async () => {
+    const store = new MemoryClusterStore();
+    const a = await node(store, 1, { handshakeTimeoutMs: 120_000 });
+    const sockets = new Set<Socket>();
+    const mute = createServer((s) => {
+      sockets.add(s);
+      s.on('error', () => undefined);
+    });
+    await new Promise<void>((r) => mute.listen(0, '127.0.0.1', () => r()));
+    try {
+      await store.register({ id: 2, incarnation: 'mute', version: 'x', startedAt: Date.now(), endpoints: { cluster: { host: '127.0.0.1', port: (mute.address() as AddressInfo).port } } }, 60_000);
+      const p = a.channel.request(2, 'test.echo', Buffer.alloc(0), 120_000).then(() => null, (e: unknown) => e);
+      await until(() => sockets.size === 1, 'the dial');
+      await a.close();
+      const e = await p;
+      assert.ok(e instanceof FlowError && (e.code === 'CLOSED' || e.code === 'UNAVAILABLE'), String(e));
+      await until(() => [...sockets].every((s) => s.destroyed || s.readableEnded), 'the dialed socket to be closed');
+    } finally {
+      await a.close();
+      for (const s of sockets) s.destroy();
+      await new Promise<void>((r) => mute.close(() => r()));
+    }
+  });
+
   it('a dialer gives up on a peer that never says hello', async () => {
     const store = new MemoryClusterStore();
     const a = await node(store, 1, { handshakeTimeoutMs: 200 });
