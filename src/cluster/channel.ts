@@ -38,6 +38,14 @@
  * On the accepting side a connection stops being read while its replies are not drained or too many of its
  * requests are in flight: TCP pushes back on the dialer.
  *
+ * Order: requests and one-way messages to a peer go on the wire in call order (one backlog for both while the
+ * connection is being made or a request waits for the high-water mark), so a forwarder may pipeline appends.
+ *
+ * Bodies: a received one-way body is a view of the socket's read buffer (valid as long as it is referenced; a
+ * listener keeping a small one beyond the call copies it); a small request or reply body is copied out of a large
+ * chunk (see Conn.data). A body handed to request() or send() must not be modified afterwards: large ones are
+ * written by reference.
+ *
  * Failures. A request not answered within its timeout (default 2 × the membership lease) rejects with UNAVAILABLE;
  * a lost connection rejects every request pending on it at once with UNAVAILABLE (the callers re-resolve the owner
  * and retry); a FlowError thrown by a handler arrives with its code and message. Idle connections: TCP keepalive,
