@@ -6,3 +6,4 @@ export { MemoryClusterStore } from './memory-store.js';
 export { LocalHub } from './local-channel.js';
 export { startChannel, type ChannelOptions, type TcpChannel } from './channel.js';
 export { encodeBody, decodeBody, packBuffers, unpackBuffers, encodeMessage, decodeMessage } from './wire.js';
+export { ClusterStreams, partitionName, type ClusterStreamsOptions } from './streams.js';
