@@ -62,8 +62,8 @@ export class MemoryStore implements CoreStore {
     return [...this.defs.values()].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
   }
 
-  commitOffsets(group: string, offsets: OffsetCommit[]): Promise<void> {
-    return this.offsetStore.commitOffsets(group, offsets);
+  commitOffsets(group: string, offsets: OffsetCommit[], fence?: number): Promise<void> {
+    return this.offsetStore.commitOffsets(group, offsets, fence);
   }
   fetchOffset(group: string, stream: string, partition: number): Promise<CommittedOffset | null> {
     return this.offsetStore.fetchOffset(group, stream, partition);

@@ -307,33 +307,45 @@ export class PostgresMetastore implements Metastore {
 
   // ---------------------------------------------------------------- offsets and producer ids
 
-  async commitOffsets(group: string, offsets: OffsetCommit[]): Promise<void> {
+  async commitOffsets(group: string, offsets: OffsetCommit[], fence?: number): Promise<void> {
     for (const o of offsets) {
       checkInt32('partition', o.partition);
       // Kafka clients commit -1 to mean "no position"; anything lower is nonsense.
       checkInt('offset', o.offset, -1);
     }
+    if (fence !== undefined) checkInt('fence', fence);
     if (offsets.length === 0) return;
     // One statement, so all or none (a foreign-key failure on one stream fails the whole batch). A partition
     // named twice keeps its last value, as a loop of upserts would (ON CONFLICT cannot touch a row twice).
     const last = new Map<string, OffsetCommit>();
     for (const o of offsets) last.set(partKey(o.stream, o.partition), o);
     const list = [...last.values()];
+    const params: unknown[] = [
+      group,
+      list.map((o) => o.stream),
+      list.map((o) => o.partition),
+      list.map((o) => o.offset),
+      list.map((o) => o.metadata),
+      Date.now(),
+    ];
+    // Cluster mode: the group's owner row must still hold the coordinator's epoch, checked in the same statement
+    // (flowmq_owner_check, src/cluster/pg-store.ts: it raises FMF01 = FENCED, and its row lock makes a claim wait
+    // for this commit), so a coordinator whose group moved can never overwrite what the new one committed.
+    let fenced = '';
+    if (fence !== undefined) {
+      params.push(fence);
+      fenced = `WITH fence AS (SELECT flowmq_owner_check('group', $1, $7))`;
+    }
     await this.keyed(GROUP, group, () =>
       this.q(
-        'commitOffsets',
-        `INSERT INTO consumer_offsets (group_id, stream, partition, "offset", metadata, committed_at)
-         SELECT $1, s, p, o, m, $6 FROM unnest($2::text[], $3::integer[], $4::bigint[], $5::text[]) AS t(s, p, o, m)
+        // Named statements: one name per text.
+        fence !== undefined ? 'commitOffsetsFenced' : 'commitOffsets',
+        `${fenced}
+         INSERT INTO consumer_offsets (group_id, stream, partition, "offset", metadata, committed_at)
+         SELECT $1, s, p, o, m, $6 FROM ${fence !== undefined ? 'fence, ' : ''}unnest($2::text[], $3::integer[], $4::bigint[], $5::text[]) AS t(s, p, o, m)
          ON CONFLICT (group_id, stream, partition)
          DO UPDATE SET "offset" = excluded."offset", metadata = excluded.metadata, committed_at = excluded.committed_at`,
-        [
-          group,
-          list.map((o) => o.stream),
-          list.map((o) => o.partition),
-          list.map((o) => o.offset),
-          list.map((o) => o.metadata),
-          Date.now(),
-        ],
+        params,
       ),
     );
   }
