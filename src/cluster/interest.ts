@@ -48,7 +48,8 @@ export class LocalInterest {
   /** Sequence number of the last delta taken. */
   seq = 0;
 
-  constructor(readonly incarnation: string) {}
+  /** The broker's incarnation: a broker registered again after losing its lease is a new one (Live keeps it current). */
+  constructor(public incarnation: string) {}
 
   get size(): number {
     return this.entries.size;

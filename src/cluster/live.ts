@@ -43,13 +43,19 @@ interface Outgoing {
   msgs: Buffer[];
   /** [index in msgs, group keys] for messages this peer serves shared groups for. */
   groups: Array<[number, string[]]>;
+  extras: Array<[number, string | null, string | null]>;
   bytes: number;
 }
 
 /** Head of `live.publish`. */
 interface PublishHead {
-  /** [index, liveKeys of the shared groups the receiver serves for that message]. */
+  /** [index, liveKeys of the shared groups the receiver serves for that message], ascending. */
   g: Array<[number, string[]]>;
+  /**
+   * [index, deliverTopic, status] of messages carrying these two delivery-only properties, which the stored-message
+   * encoding leaves out (a JetStream delivery to an inbox names its stream subject; a NATS status such as 503).
+   */
+  x?: Array<[number, string | null, string | null]>;
 }
 
 const NO_GROUPS: ReadonlySet<string> = new Set();
@@ -115,6 +121,7 @@ export class Live implements LiveHook {
     ch.on('live.sync', (from, body) => live.onSync(from, body));
     ch.handle('live.snapshot', () => {
       live.stats.snapshotsServed++;
+      live.local.incarnation = live.cluster.incarnation;
       return encodeBody(live.local.snapshot());
     });
     ch.handle('live.retained', (_from, body) => {
@@ -147,27 +154,37 @@ export class Live implements LiveHook {
     return this.remoteInterest.wants(topic);
   }
 
+  // The match of one forward, in fields reused from message to message (no closure or array per publish).
+  private mDollar = false;
+  private readonly mPlain: number[] = [];
+  private mGroups: Map<string, number[]> | null = null;
+  private readonly onMatch = (e: RemoteEntry, firstWild: boolean): void => {
+    // [MQTT-4.7.2-1] as the engine applies it: MQTT filters' first-level wildcards do not match `$` topics.
+    if (firstWild && this.mDollar && !e.nats) return;
+    if (e.group === null) {
+      if (!this.mPlain.includes(e.broker)) this.mPlain.push(e.broker);
+      return;
+    }
+    const groups = (this.mGroups ??= new Map());
+    const list = groups.get(e.key);
+    if (list === undefined) groups.set(e.key, [e.broker]);
+    else if (!list.includes(e.broker)) list.push(e.broker);
+  };
+
   forward(msg: Message): number {
     this.skip = null;
-    // Brokers with plain interest, and shared groups with their remote candidates; allocated only on a match.
-    let plain: number[] | null = null;
-    let groups: Map<string, number[]> | null = null;
-    this.remoteInterest.match(msg.topic, (e: RemoteEntry) => {
-      if (e.group === null) {
-        if (plain === null) plain = [e.broker];
-        else if (!plain.includes(e.broker)) plain.push(e.broker);
-        return;
-      }
-      groups ??= new Map();
-      const list = groups.get(e.key);
-      if (list === undefined) groups.set(e.key, [e.broker]);
-      else if (!list.includes(e.broker)) list.push(e.broker);
-    });
-    if (plain === null && groups === null) return 0;
+    // Brokers with plain interest, and shared groups with their remote candidates.
+    this.mDollar = msg.topic.charCodeAt(0) === 0x24;
+    this.mPlain.length = 0;
+    this.mGroups = null;
+    this.remoteInterest.trie.match(msg.topic, this.onMatch);
+    const groups = this.mGroups as Map<string, number[]> | null;
+    const targets = this.mPlain.length > 0 ? this.mPlain : null;
+    if (targets === null && groups === null) return 0;
     let served: Map<number, string[]> | null = null;
     if (groups !== null) {
       let skip: Set<string> | null = null;
-      for (const [key, brokers] of groups as Map<string, number[]>) {
+      for (const [key, brokers] of groups) {
         // Candidates in a stable order (every broker of the group, this one included when it has members).
         if (this.local.has(key)) brokers.push(this.cluster.id);
         brokers.sort((a, b) => a - b);
@@ -185,11 +202,10 @@ export class Live implements LiveHook {
     }
     let encoded: Buffer | null = null;
     let count = 0;
-    const targets = plain as number[] | null;
     if (targets !== null) {
       for (const b of targets) {
         encoded ??= encodeMessage(msg);
-        this.enqueue(b, encoded, (served as Map<number, string[]> | null)?.get(b) ?? null);
+        this.enqueue(b, encoded, (served as Map<number, string[]> | null)?.get(b) ?? null, msg);
         count++;
       }
     }
@@ -197,7 +213,7 @@ export class Live implements LiveHook {
       for (const [b, keys] of served as Map<number, string[]>) {
         if (targets !== null && targets.includes(b)) continue;
         encoded ??= encodeMessage(msg);
-        this.enqueue(b, encoded, keys);
+        this.enqueue(b, encoded, keys, msg);
         count++;
       }
     }
@@ -220,13 +236,14 @@ export class Live implements LiveHook {
 
   // ---------------------------------------------------------------- outgoing
 
-  private enqueue(to: number, encoded: Buffer, groups: string[] | null): void {
+  private enqueue(to: number, encoded: Buffer, groups: string[] | null, msg: Message): void {
     let o = this.out.get(to);
     if (o === undefined) {
-      o = { msgs: [], groups: [], bytes: 0 };
+      o = { msgs: [], groups: [], extras: [], bytes: 0 };
       this.out.set(to, o);
     }
     if (groups !== null) o.groups.push([o.msgs.length, groups]);
+    if (msg.deliverTopic !== undefined || msg.status !== undefined) o.extras.push([o.msgs.length, msg.deliverTopic ?? null, msg.status ?? null]);
     o.msgs.push(encoded);
     o.bytes += encoded.length + 4;
     this.stats.forwardedMessages++;
@@ -260,7 +277,7 @@ export class Live implements LiveHook {
   }
 
   private sendBatch(to: number, o: Outgoing): void {
-    const head: PublishHead = { g: o.groups };
+    const head: PublishHead = o.extras.length > 0 ? { g: o.groups, x: o.extras } : { g: o.groups };
     this.channel.send(to, 'live.publish', encodeBody(head, packBuffers(o.msgs)));
     this.stats.forwardedBatches++;
   }
@@ -268,6 +285,7 @@ export class Live implements LiveHook {
   private flushInterest(): void {
     if (!this.interestDirty) return;
     this.interestDirty = false;
+    this.local.incarnation = this.cluster.incarnation;
     const delta = this.local.takeDelta();
     if (delta === null) return;
     const body = encodeBody(delta);
@@ -299,7 +317,9 @@ export class Live implements LiveHook {
     }
     this.stats.receivedBatches++;
     let gi = 0;
+    let xi = 0;
     const g = head.g ?? [];
+    const x = head.x ?? [];
     for (let i = 0; i < msgs.length; i++) {
       let groups = NO_GROUPS;
       if (gi < g.length && g[gi][0] === i) groups = new Set(g[gi++][1]);
@@ -309,6 +329,11 @@ export class Live implements LiveHook {
       } catch (err) {
         this.logger.warn({ err, from }, 'live: a forwarded message cannot be decoded; dropped');
         continue;
+      }
+      if (xi < x.length && x[xi][0] === i) {
+        const [, deliverTopic, status] = x[xi++];
+        if (deliverTopic !== null) msg.deliverTopic = deliverTopic;
+        if (status !== null) msg.status = status;
       }
       this.stats.receivedMessages++;
       this.engine.deliverForwarded(msg, groups);
@@ -382,6 +407,8 @@ export class Live implements LiveHook {
     const peers = this.peers();
     for (const id of peers) if (this.remoteInterest.peer(id) === undefined) this.fetchSnapshot(id);
     this.flushInterest();
+    // Registered again after a lost lease: a new incarnation, whose table the others fetch when they see it.
+    this.local.incarnation = this.cluster.incarnation;
     const beat = encodeBody({ i: this.local.incarnation, s: this.local.seq } satisfies InterestMessage);
     for (const id of peers) this.channel.send(id, 'live.sync', beat);
   }

@@ -21,8 +21,8 @@ interface Node {
 
 const open: Node[] = [];
 
-async function broker(store: MemoryClusterStore, hub: LocalHub, id: number): Promise<Node> {
-  const cluster = await Cluster.start({ store, info: { id, version: 'test', endpoints: {} }, leaseMs: 60_000, logger });
+async function broker(store: MemoryClusterStore, hub: LocalHub, id: number, leaseMs = 60_000): Promise<Node> {
+  const cluster = await Cluster.start({ store, info: { id, version: 'test', endpoints: {} }, leaseMs, logger });
   cluster.channel = hub.channel(id);
   const m = new MemoryStreams();
   const engine = new Engine(m, m);
@@ -32,11 +32,11 @@ async function broker(store: MemoryClusterStore, hub: LocalHub, id: number): Pro
   return n;
 }
 
-async function cluster(count: number): Promise<{ store: MemoryClusterStore; hub: LocalHub; nodes: Node[] }> {
+async function cluster(count: number, leaseMs?: number): Promise<{ store: MemoryClusterStore; hub: LocalHub; nodes: Node[] }> {
   const store = new MemoryClusterStore();
   const hub = new LocalHub();
   const nodes: Node[] = [];
-  for (let i = 1; i <= count; i++) nodes.push(await broker(store, hub, i));
+  for (let i = 1; i <= count; i++) nodes.push(await broker(store, hub, i, leaseMs));
   // Every broker sees the others (the heartbeat's view refresh, done at once here).
   for (const n of nodes) n.cluster.begin();
   await until(() => nodes.every((n) => n.cluster.brokers().filter((b) => b.alive).length === count), 'every broker sees every other');
@@ -101,6 +101,36 @@ describe('interest table', () => {
     b.cluster.kick();
     await until(() => tableOf(c, a) === 1 && tableOf(a, c) === 0 && tableOf(b, c) === 0, 'the new broker and the others exchanged tables');
     assert.ok(c.live.stats.snapshotsRequested >= 2);
+  });
+
+  it('drops the table of a broker that left, and follows a broker registered again as a new incarnation', async () => {
+    const { store, nodes } = await cluster(3, 400);
+    const [a, b, c] = nodes;
+    a.engine.subscribe('a/#', new Collector('a'), qos0);
+    b.engine.subscribe('b/#', new Collector('b'), qos0);
+    await until(() => tableOf(c, a) === 1 && tableOf(c, b) === 1 && tableOf(a, b) === 1, 'tables');
+    // Every lease expires at once (the store's clock jumps): each broker registers again as a new incarnation.
+    const before = [a, b, c].map((n) => n.cluster.incarnation);
+    store.now = () => Date.now() + 1000;
+    await until(() => [a, b, c].every((n, i) => n.cluster.incarnation !== before[i]), 'new incarnations');
+    await until(
+      () => c.live.remoteInterest.peer(a.id)?.incarnation === a.cluster.incarnation && c.live.remoteInterest.peer(b.id)?.incarnation === b.cluster.incarnation && tableOf(c, a) === 1 && tableOf(c, b) === 1,
+      'c follows the new incarnations',
+    );
+    c.engine.publish(msg('a/after'));
+    const got = new Collector('late');
+    a.engine.subscribe('a/after-marker', got, qos0);
+    await until(() => tableOf(c, a) === 2, 'the new incarnation\'s deltas apply');
+    c.engine.publish(msg('a/after-marker'));
+    await until(() => got.got.length === 1, 'forwarding works again');
+    // b leaves: the others drop its table at once (membership), nothing is sent to it any more.
+    await b.cluster.leave();
+    a.cluster.kick();
+    c.cluster.kick();
+    await until(() => c.live.remoteInterest.peer(b.id) === undefined && a.live.remoteInterest.peer(b.id) === undefined, 'b\'s table dropped');
+    const sent = c.live.stats.forwardedMessages;
+    c.engine.publish(msg('b/1'));
+    assert.equal(c.live.stats.forwardedMessages, sent, 'nothing forwarded for a filter only the departed broker had');
   });
 
   it('a missed delta is noticed by the next beat and repaired with a snapshot', () => {
@@ -175,6 +205,10 @@ describe('live forwarding', () => {
     b.engine.subscribe('props/#', got, { qos: 1 });
     await until(() => tableOf(a, b) === 1, 'table');
     const m = msg('props/1', 'hello', {
+      deliverTopic: 'orders/7',
+      status: '503',
+      responseTopic: 'replies/1',
+      correlationData: Buffer.from('c'),
       key: Buffer.from('k'),
       headers: [{ key: 'h', value: Buffer.from('v') }, { key: 'n', value: null }],
       qos: 1,
@@ -188,6 +222,10 @@ describe('live forwarding', () => {
     assert.deepEqual(r.headers.map((h) => [h.key, h.value?.toString() ?? null]), [['h', 'v'], ['n', null]]);
     assert.equal(r.qos, 1);
     assert.equal(r.expiresAt, m.expiresAt);
+    assert.equal(r.deliverTopic, 'orders/7', 'delivery-only properties travel beside the stored encoding');
+    assert.equal(r.status, '503');
+    assert.equal(r.responseTopic, 'replies/1');
+    assert.equal(r.correlationData?.toString(), 'c');
   });
 
   it('delivers each message of a shared group spanning brokers to exactly one member', async () => {
