@@ -113,8 +113,8 @@ export class MemoryStore implements CoreStore {
     return this.retainedStore.listRetained();
   }
 
-  putConsumer(rec: ConsumerRecord): Promise<void> {
-    return this.consumerStore.putConsumer(rec);
+  putConsumer(rec: ConsumerRecord, epoch?: number): Promise<void> {
+    return this.consumerStore.putConsumer(rec, epoch);
   }
   getConsumer(stream: string, name: string): Promise<ConsumerRecord | null> {
     return this.consumerStore.getConsumer(stream, name);
@@ -122,8 +122,8 @@ export class MemoryStore implements CoreStore {
   listConsumers(stream?: string): Promise<ConsumerRecord[]> {
     return this.consumerStore.listConsumers(stream);
   }
-  deleteConsumer(stream: string, name: string): Promise<void> {
-    return this.consumerStore.deleteConsumer(stream, name);
+  deleteConsumer(stream: string, name: string, epoch?: number): Promise<void> {
+    return this.consumerStore.deleteConsumer(stream, name, epoch);
   }
   deleteConsumers(stream: string): Promise<void> {
     return this.consumerStore.deleteConsumers(stream);
