@@ -540,6 +540,17 @@ export class Engine implements Router {
   }
 
   /**
+   * Clears the retained message of a topic (the admin API); false when there is none. In cluster mode the other
+   * brokers drop it too.
+   */
+  async clearRetained(topic: string): Promise<boolean> {
+    if (!this.retained.delete(topic)) return false;
+    const del = this.store.deleteRetained(topic);
+    await (this.live === null ? del : this.announceRetained(del, topic, null));
+    return true;
+  }
+
+  /**
    * Cluster mode: applies a retained message another broker wrote to the store (or, null, deleted), in memory only.
    */
   applyRetained(topic: string, msg: Message | null): void {

@@ -344,6 +344,9 @@ describe('retained messages across brokers', () => {
     const big = Buffer.alloc(20_000, 7);
     await b.engine.publish({ ...msg('state/big'), payload: big, retain: true });
     await until(() => a.engine.retained.get('state/big')?.payload.equals(big) === true && c.engine.retained.get('state/big') !== undefined, 'big retained everywhere');
+    // Cleared through the admin API's path on one broker: gone everywhere.
+    assert.equal(await a.engine.clearRetained('state/big'), true);
+    await until(() => b.engine.retained.get('state/big') === undefined && c.engine.retained.get('state/big') === undefined, 'cleared by the admin path everywhere');
     // Cleared on a broker that may not have had it in memory.
     c.engine.applyRetained('state/door', null);
     await c.engine.publish(msg('state/door', '', { retain: true }));
