@@ -84,11 +84,11 @@ export class MemoryStore implements CoreStore {
   getSession(clientId: string): Promise<SessionRecord | null> {
     return this.sessionStore.getSession(clientId);
   }
-  putSession(rec: SessionRecord): Promise<void> {
-    return this.sessionStore.putSession(rec);
+  putSession(rec: SessionRecord, fence?: number): Promise<void> {
+    return this.sessionStore.putSession(rec, fence);
   }
-  deleteSession(clientId: string): Promise<void> {
-    return this.sessionStore.deleteSession(clientId);
+  deleteSession(clientId: string, fence?: number): Promise<void> {
+    return this.sessionStore.deleteSession(clientId, fence);
   }
   listSessions(protocol: string): Promise<SessionRecord[]> {
     return this.sessionStore.listSessions(protocol);
@@ -96,11 +96,11 @@ export class MemoryStore implements CoreStore {
   readQueue(clientId: string, limit: number): Promise<QueuedEntry[]> {
     return this.sessionStore.readQueue(clientId, limit);
   }
-  ackQueue(clientId: string, upTo: number): Promise<void> {
-    return this.sessionStore.ackQueue(clientId, upTo);
+  ackQueue(clientId: string, upTo: number, fence?: number): Promise<void> {
+    return this.sessionStore.ackQueue(clientId, upTo, fence);
   }
-  updateQueue(clientId: string, changes: QueueChanges, maxLength: number): Promise<{ seqs: number[]; dropped: number }> {
-    return this.sessionStore.updateQueue(clientId, changes, maxLength);
+  updateQueue(clientId: string, changes: QueueChanges, maxLength: number, fence?: number): Promise<{ seqs: number[]; dropped: number }> {
+    return this.sessionStore.updateQueue(clientId, changes, maxLength, fence);
   }
 
   putRetained(topic: string, data: Buffer): Promise<void> {
