@@ -222,6 +222,8 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
       version: BROKER_VERSION,
       groups: () => running.flatMap((r) => (r.protocol.groups ? [{ protocol: r.name, admin: r.protocol.groups }] : [])),
       mqttSessions: () => running.find((r) => r.name === 'mqtt')?.protocol.sessions,
+      // Cluster mode: GET /api/v1/cluster (brokers, owners).
+      cluster,
       // Storage has recovered before the API starts; ready once the listeners are up too, and no longer once closing.
       ready: () => ready,
       info: () => ({
