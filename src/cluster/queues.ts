@@ -980,7 +980,12 @@ export class ClusterQueues {
       }
     };
     this.channel.request(to, 'queue.deliver', encodeBody(box.items, packBuffers(box.bufs))).then(
-      (reply) => requeue(decodeBody<{ refuse: number[] }>(reply).head.refuse),
+      (reply) => {
+        const refused = decodeBody<{ refuse: number[] }>(reply).head.refuse;
+        // Refused: that consumer is gone there (its cancel did not arrive): drop it, or it would take them again.
+        for (const i of refused) this.dropServed(box.refs[i].s);
+        requeue(refused);
+      },
       () => {
         // Not delivered: requeue them, and drop those consumers (their broker reopens them if it is alive).
         for (const { s } of box.refs) this.dropServed(s);
