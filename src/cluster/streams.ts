@@ -206,7 +206,8 @@ export class ClusterStreams implements StreamStorage {
 
   /** Tells the other brokers the offsets of the partitions held here that moved (all of them now and then). */
   private pushOffsets(): void {
-    const peers = this.channel.connected();
+    // Every live broker, connected or not yet (a send connects): one that never talked to this one still needs them.
+    const peers = this.cluster.brokers().filter((b) => b.alive && b.id !== this.cluster.id).map((b) => b.id);
     const full = this.pushes++ % FULL_PUSH_EVERY === 0;
     const list: Array<[string, number, number, number]> = [];
     const held = new Set<string>();
