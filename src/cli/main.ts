@@ -19,6 +19,7 @@ import { userCommand, groupCommand } from './commands/user.js';
 import { tokenCommand } from './commands/token.js';
 import { policyCommand } from './commands/policy.js';
 import { namespaceCommand } from './commands/namespace.js';
+import { clusterCommand } from './commands/cluster.js';
 import { logLevelCommand, loginCommand, statusCommand } from './commands/broker.js';
 
 const VERSION = '0.1.0';
@@ -36,6 +37,7 @@ const GROUPS: readonly CommandGroup[] = [
   tokenCommand,
   policyCommand,
   namespaceCommand,
+  clusterCommand,
 ];
 
 const SINGLES: Readonly<Record<string, SubCommand>> = { status: statusCommand, 'log-level': logLevelCommand, login: loginCommand };

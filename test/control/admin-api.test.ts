@@ -611,7 +611,7 @@ describe('admin API: the OpenAPI document matches the routes', () => {
       assert.ok(registered.size > 50, `routes found: ${registered.size}`);
       for (const r of registered) assert.ok(documented.has(r), `route ${r} is not in the OpenAPI document`);
       for (const d of documented) assert.ok(registered.has(d), `documented ${d} is not a route`);
-      for (const must of ['POST /api/v1/login', 'GET /api/v1/streams/{name}/messages', 'DELETE /api/v1/mqtt/retained/{topic}', 'PUT /api/v1/policies/{name}', 'GET /metrics']) {
+      for (const must of ['POST /api/v1/login', 'GET /api/v1/cluster', 'GET /api/v1/streams/{name}/messages', 'DELETE /api/v1/mqtt/retained/{topic}', 'PUT /api/v1/policies/{name}', 'GET /metrics']) {
         assert.ok(documented.has(must), must);
       }
     } finally {

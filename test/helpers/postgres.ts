@@ -34,6 +34,8 @@ export interface PostgresServer {
 export interface StartPostgresOptions {
   /** Keep fsync and full-page writes on (a benchmark measuring real commits); default off, for speed. */
   durable?: boolean;
+  /** max_connections (default 200); a cluster of brokers, each with several pools, needs more. */
+  maxConnections?: number;
 }
 
 /** The bin directory of the highest PostgreSQL version installed by Debian's packages. */
@@ -87,7 +89,7 @@ export async function startPostgres(opts: StartPostgresOptions = {}): Promise<Po
   const settings = [
     'listen_addresses=127.0.0.1',
     `unix_socket_directories=${dir}`,
-    'max_connections=200',
+    `max_connections=${opts.maxConnections ?? 200}`,
     'shared_buffers=32MB',
     ...(opts.durable ? ['fsync=on', 'full_page_writes=on'] : ['fsync=off', 'full_page_writes=off']),
     // synchronous_commit stays at its default (on): FlowMQ acknowledges after COMMIT.

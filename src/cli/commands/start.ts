@@ -13,7 +13,23 @@ function startHelp(): string {
   return `Usage: flowmq start [--config flowmq.yaml] [options]\n\nOptions (flags win over environment, which wins over the config file):\n  --config FILE                YAML file of option: value pairs (same names as the flags)\n${lines.join('\n')}`;
 }
 
-export async function cmdStart(args: string[]): Promise<number> {
+/**
+ * Every option is parsed as a string (a boolean is `--mqtt-ws false` as well as `--mqtt-ws=false`), so a boolean
+ * flag given bare (`flowmq start --cluster --broker-id 1`, as the README writes it) is read as `true`: it gets the
+ * value inserted when the next argument is another option or there is none.
+ */
+export function bareBooleans(args: readonly string[]): string[] {
+  const bools = new Set(OPTIONS.filter((o) => o.kind === 'bool').map((o) => `--${o.name}`));
+  const out: string[] = [];
+  for (let i = 0; i < args.length; i++) {
+    out.push(args[i]);
+    if (bools.has(args[i]) && (i + 1 >= args.length || args[i + 1].startsWith('--'))) out.push('true');
+  }
+  return out;
+}
+
+export async function cmdStart(argv: string[]): Promise<number> {
+  const args = bareBooleans(argv);
   const options: ParseArgsConfig['options'] = { config: { type: 'string' }, help: { type: 'boolean', short: 'h' } };
   for (const o of OPTIONS) options[o.name] = { type: 'string' };
   let parsed;

@@ -32,6 +32,8 @@ import { streamRoutes } from './routes-streams.js';
 import { queueRoutes } from './routes-queues.js';
 import { groupRoutes } from './routes-groups.js';
 import { mqttRoutes } from './routes-mqtt.js';
+import { clusterRoutes } from './routes-cluster.js';
+import type { Cluster } from '../../cluster/index.js';
 
 /** Storage operations the control plane may ask for; implemented by the log engine. */
 export interface StorageOps {
@@ -66,6 +68,8 @@ export interface AdminApiOptions {
   groups?: () => ReadonlyArray<{ protocol: string; admin: ConsumerGroupAdmin }>;
   /** The MQTT module's session admin (ends a session held in its memory), when MQTT runs and offers one. */
   mqttSessions?: () => SessionAdmin | null | undefined;
+  /** Cluster mode: membership and ownership for GET /api/v1/cluster; null or absent on a single broker. */
+  cluster?: Cluster | null;
   /** /readyz: true once storage is recovered and the listeners are up. Default: always. */
   ready?: () => boolean;
   /** /metrics (part G's registry); absent: 404. */
@@ -267,6 +271,7 @@ export async function startAdminApi(opts: AdminApiOptions): Promise<AdminApi> {
     queueRoutes(api, ctx);
     groupRoutes(api, ctx);
     mqttRoutes(api, ctx);
+    clusterRoutes(api, ctx);
     api.get('/api/v1/openapi.json', { schema: { tags: ['meta'], summary: 'This document (OpenAPI 3)' } }, async () => app.swagger());
   });
   const dashboard = opts.dashboard === undefined ? await defaultDashboard() : opts.dashboard;
