@@ -17,8 +17,10 @@
  *   UNAVAILABLE (retriable for clients). A forwarded append whose reply was lost (the owner died or the channel
  *   broke mid-request) is retried too: at least once, like a producer's own retry; idempotent producers stay exactly
  *   once (their duplicate is detected by the owner, from the producer state that moved with the partition).
- * - offsets() is synchronous: for a remote partition it answers the last figures the owner sent (with every reply)
- *   and asks for fresh ones in the background when they are older than OFFSETS_STALE_MS; fetchOffsets() waits for them.
+ * - offsets() is synchronous: for a remote partition it answers the last figures its owner sent: every owner tells
+ *   the other brokers the offsets of its partitions that moved, every OFFSETS_PUSH_MS (`stream.hw`, one-way, all
+ *   of them now and then for a broker that missed some), and every reply carries them too; figures older than
+ *   OFFSETS_STALE_MS are asked for in the background. fetchOffsets() asks the owner and waits.
  * - The catalog: a stream created, redefined or deleted on one broker is announced (`streams` notify); every broker
  *   reads the catalog again, applies it to its engine (Engine.syncStreams) and reconciles ownership, so new
  *   partitions are placed and a deleted stream's partitions are dropped and forgotten.
@@ -42,7 +44,10 @@ import type { OwnershipHandler, PeerChannel } from './types.js';
 import { decodeBody, encodeBody, packBuffers, unpackBuffers } from './wire.js';
 
 /** Remote offsets older than this are refreshed (in the background) when asked for. */
-const OFFSETS_STALE_MS = 200;
+const OFFSETS_STALE_MS = 1000;
+/** How often an owner tells the other brokers the offsets of its partitions that moved (all of them every FULL_PUSH_EVERY). */
+const OFFSETS_PUSH_MS = 100;
+const FULL_PUSH_EVERY = 20;
 /** Largest forwarded append request, in batch bytes (a single larger batch still goes alone). */
 const MAX_FORWARD_BYTES = 4 * 1024 * 1024;
 /** Request timeout of the forwarding calls (a wait adds its own timeout). */
@@ -119,6 +124,10 @@ export class ClusterStreams implements StreamStorage {
   private flushScheduled = false;
   private readonly reload = new CoalescingTask(() => this.reloadCatalog());
   private onCatalog: ((defs: StreamDef[]) => Promise<void>) | null = null;
+  /** Offsets of the partitions held here as last pushed to the other brokers. */
+  private readonly pushed = new Map<string, string>();
+  private pushTimer: NodeJS.Timeout | null = null;
+  private pushes = 0;
   private closed = false;
   readonly stats = {
     forwardedAppends: 0,
@@ -153,6 +162,8 @@ export class ClusterStreams implements StreamStorage {
     cs.log.onFenced = (stream, partition) => cs.cluster.fenced('partition', partitionName(stream, partition));
     cs.cluster.register('partition', cs.ownership());
     cs.serve();
+    cs.pushTimer = setInterval(() => cs.pushOffsets(), OFFSETS_PUSH_MS);
+    cs.pushTimer.unref();
     await cs.cluster.store.listen('streams', () => {
       if (!cs.closed) cs.reload.run().catch((err: unknown) => cs.logger.warn({ err }, 'cluster streams: catalog reload failed; retried at the next change'));
     });
@@ -175,6 +186,29 @@ export class ClusterStreams implements StreamStorage {
 
   close(): void {
     this.closed = true;
+    if (this.pushTimer) clearInterval(this.pushTimer);
+  }
+
+  /** Tells the other brokers the offsets of the partitions held here that moved (all of them now and then). */
+  private pushOffsets(): void {
+    const peers = this.channel.connected();
+    const full = this.pushes++ % FULL_PUSH_EVERY === 0;
+    const list: Array<[string, number, number, number]> = [];
+    const held = new Set<string>();
+    for (const name of this.log.held()) {
+      held.add(name);
+      const { stream, partition } = parseName(name);
+      if (!this.log.holds(stream, partition)) continue;
+      const o = this.log.offsets(stream, partition);
+      const sig = `${o.logStartOffset}/${o.highWatermark}`;
+      if (!full && this.pushed.get(name) === sig) continue;
+      this.pushed.set(name, sig);
+      list.push([stream, partition, o.logStartOffset, o.highWatermark]);
+    }
+    for (const name of this.pushed.keys()) if (!held.has(name)) this.pushed.delete(name);
+    if (list.length === 0 || peers.length === 0) return;
+    const body = encodeBody(list);
+    for (const peer of peers) this.channel.send(peer, 'stream.hw', body);
   }
 
   // ---------------------------------------------------------------- ownership
@@ -407,6 +441,15 @@ export class ClusterStreams implements StreamStorage {
   // ---------------------------------------------------------------- the owner's side
 
   private serve(): void {
+    this.channel.on('stream.hw', (_from, body) => {
+      try {
+        for (const [s, p, l, h] of decodeBody<Array<[string, number, number, number]>>(body).head) {
+          if (!this.log.holds(s, p)) this.noteOffsets(partitionName(s, p), { logStartOffset: l, highWatermark: h });
+        }
+      } catch (err) {
+        this.logger.debug({ err }, 'cluster streams: bad stream.hw message');
+      }
+    });
     this.channel.handle('stream.append', (_from, body) => this.serveAppends(body));
     this.channel.handle('stream.read', async (_from, body) => {
       const { head } = decodeBody<{ s: string; p: number; o: number; m: number }>(body);
