@@ -75,6 +75,8 @@ export interface ChannelOptions {
   pingIntervalMs?: number;
   /** A connection that heard nothing for this long is closed (default 10 s). */
   silentAfterMs?: number;
+  /** Requests of one accepted connection handled at once before it stops being read (default 4096). */
+  maxInflight?: number;
 }
 
 export interface TcpChannel extends PeerChannel {
@@ -84,8 +86,6 @@ export interface TcpChannel extends PeerChannel {
 const PROTOCOL_VERSION = 1;
 const HEADER = 11;
 const PRE_AUTH_MAX_FRAME = 4096;
-/** Requests of one accepted connection being handled at once before it stops being read. */
-const MAX_INFLIGHT = 4096;
 /** Connections still in their handshake at once (more are closed at accept). */
 const MAX_HANDSHAKES = 256;
 /** Reconnect backoff: first retry, cap. Well under the lease, so a blip costs less than a failover. */
@@ -178,6 +178,8 @@ class Conn {
   private readonly methodsOut = new Map<string, number>();
   readonly methodsIn = new Map<number, string>();
   figures: PeerFigures | null = null;
+  /** Called after each write to the socket (the dialer's ready() waiters). */
+  afterFlush: (() => void) | null = null;
   /** Accepted side: requests being handled. */
   inflight = 0;
   paused = false;
@@ -288,6 +290,7 @@ class Conn {
     }
     if (run.length > 0) s.write(run.length === 1 ? run[0] : Buffer.concat(run, runBytes));
     s.uncork();
+    this.afterFlush?.();
   }
 
   close(): void {
@@ -324,6 +327,10 @@ class Peer {
   lastError = '';
   /** The last attempt failed: read the peer's address from the store, not the view (it may have moved). */
   stale = false;
+  /** The view listed this connection's peer alive (so its later absence means it left). */
+  seenAlive = false;
+  /** The store or view says the peer is dead or gone: no background reconnection (on use only). */
+  gone = false;
   incarnation = '';
   readonly figures = newFigures();
   constructor(readonly id: number) {}
@@ -352,6 +359,7 @@ class Channel implements TcpChannel {
   private readonly handshakeMs: number;
   private readonly pingMs: number;
   private readonly silentMs: number;
+  private readonly maxInflight: number;
   private nextId = 1;
   private closed = false;
   private readonly ticker: NodeJS.Timeout;
@@ -372,15 +380,13 @@ class Channel implements TcpChannel {
     this.handshakeMs = opts.handshakeTimeoutMs ?? 5000;
     this.pingMs = opts.pingIntervalMs ?? 2000;
     this.silentMs = opts.silentAfterMs ?? 10_000;
+    this.maxInflight = opts.maxInflight ?? 4096;
     server.on('connection', (s) => this.accept(s));
     this.ticker = setInterval(() => this.tick(), Math.max(50, Math.min(this.pingMs, 1000)));
     this.ticker.unref();
-    // A peer the view declares dead: fail what waits on it now, so callers look for the new owner.
-    this.onMembership = () => {
-      for (const p of this.peers.values()) {
-        if (p.conn && !this.cluster.isAlive(p.id)) this.lose(p, p.conn, `broker ${p.id} is dead (its membership lease expired)`);
-      }
-    };
+    // A built-in request every broker answers (id, incarnation, clock): health checks and tests of a live cluster.
+    this.handlers.set('channel.ping', () => Buffer.from(JSON.stringify({ id: this.cluster.id, incarnation: this.cluster.incarnation, at: Date.now() })));
+    this.onMembership = () => this.checkMembership();
     this.cluster.on('membership', this.onMembership);
   }
 
@@ -582,6 +588,7 @@ class Channel implements TcpChannel {
         if (conn.closed) return failed(new FlowError('UNAVAILABLE', `broker ${peer.id} closed the connection`));
         peer.connecting = null;
         peer.stale = false;
+        peer.seenAlive = false;
         peer.conn = conn;
         peer.backoffMs = 0;
         peer.retryAt = 0;
@@ -598,12 +605,15 @@ class Channel implements TcpChannel {
     return peer.connecting;
   }
 
-  /** Reconnects in the background while the peer is alive in the view (its next messages need no dial). */
+  /**
+   * Reconnects in the background after a lost connection while the peer is alive in the view, so that its next
+   * messages need no dial. A peer never reached (or refusing us) is only tried again on use, after the backoff.
+   */
   private scheduleRetry(peer: Peer): void {
-    if (this.closed || peer.retryTimer || !this.cluster.isAlive(peer.id)) return;
+    if (this.closed || peer.retryTimer || peer.figures.connects === 0 || peer.gone) return;
     peer.retryTimer = setTimeout(() => {
       peer.retryTimer = null;
-      if (!this.closed && !peer.conn && !peer.connecting && this.cluster.isAlive(peer.id)) void this.connect(peer).catch(() => undefined);
+      if (!this.closed && !peer.conn && !peer.connecting && !peer.gone) void this.connect(peer).catch(() => undefined);
     }, Math.max(0, peer.retryAt - Date.now()));
     peer.retryTimer.unref();
   }
@@ -618,6 +628,7 @@ class Channel implements TcpChannel {
 
   private async dial(peer: Peer): Promise<Conn> {
     const b = await this.resolve(peer.id, peer.stale);
+    peer.gone = !b || !b.alive;
     if (!b) throw new FlowError('UNAVAILABLE', `broker ${peer.id} is not registered`);
     if (!b.alive) throw new FlowError('UNAVAILABLE', `broker ${peer.id} is dead (its membership lease expired)`);
     const ep = b.endpoints.cluster;
@@ -664,6 +675,7 @@ class Channel implements TcpChannel {
               c.figures = peer.figures;
               peer.incarnation = hello.inc;
               socket.on('drain', () => this.drained(peer));
+              c.afterFlush = () => this.drained(peer);
               resolve(c);
               return;
             }
@@ -852,7 +864,7 @@ class Channel implements TcpChannel {
           return;
         }
         c.inflight++;
-        if (c.inflight >= MAX_INFLIGHT) this.pause(c);
+        if (c.inflight >= this.maxInflight) this.pause(c);
         let result: Promise<Buffer> | Buffer;
         try {
           result = fn(c.peer, body);
@@ -906,7 +918,7 @@ class Channel implements TcpChannel {
   }
 
   private resumeIfIdle(c: Conn): void {
-    if (!c.paused || c.inflight >= MAX_INFLIGHT || c.queued >= this.highWater) return;
+    if (!c.paused || c.inflight >= this.maxInflight || c.queued >= this.highWater) return;
     c.paused = false;
     c.socket.resume();
   }
@@ -931,8 +943,26 @@ class Channel implements TcpChannel {
     this.limiter.log('warn', logKey(`refuse-${kind}`, address), { ...fields, remote: address, kind }, msg);
   }
 
+  /**
+   * A peer the view declares dead (its lease expired) or no longer lists (deregistered) after having listed it
+   * alive: fail what waits on it now, so that callers look for the new owner instead of waiting for a timeout. A
+   * peer the view has not listed yet (it joined after the last refresh) is left alone.
+   */
+  private checkMembership(): void {
+    for (const p of this.peers.values()) {
+      if (!p.conn) continue;
+      const b = this.cluster.broker(p.id);
+      if (b && b.alive && b.incarnation === p.conn.peerInc) p.seenAlive = true;
+      else if (p.seenAlive && (!b || !b.alive)) {
+        p.gone = true;
+        this.lose(p, p.conn, `broker ${p.id} is dead (its membership lease expired or it left)`);
+      }
+    }
+  }
+
   /** Pings idle connections, closes silent ones. */
   private tick(): void {
+    this.checkMembership();
     const now = Date.now();
     for (const p of this.peers.values()) {
       const c = p.conn;
