@@ -32,9 +32,6 @@ export async function cmdStart(argv: string[]): Promise<number> {
   const args = bareBooleans(argv);
   const options: ParseArgsConfig['options'] = { config: { type: 'string' }, help: { type: 'boolean', short: 'h' } };
   for (const o of OPTIONS) options[o.name] = { type: 'string' };
-  // A bool option given bare (`--cluster --broker-id 1`) means true; `--cluster false` still reads its value.
-  const bools = new Set(OPTIONS.filter((o) => o.kind === 'bool').map((o) => `--${o.name}`));
-  args = args.flatMap((a, i) => (bools.has(a) && (i + 1 === args.length || args[i + 1].startsWith('--')) ? [a, 'true'] : [a]));
   let parsed;
   try {
     parsed = parseArgs({ args, options, allowPositionals: false, strict: true });
