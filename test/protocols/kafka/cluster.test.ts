@@ -17,6 +17,8 @@ import {
   DeleteRecordsApi,
   DescribeClusterApi,
   DescribeGroupsApi,
+  DeleteGroupsApi,
+  LeaveGroupApi,
   FetchApi,
   FindCoordinatorApi,
   HeartbeatApi,
@@ -278,8 +280,12 @@ describe('kafka in a cluster of three brokers (one process)', () => {
       const of = await c.call(OffsetFetchApi, 7, { groupId: group, topics: [{ name: 'ct', partitionIndexes: [0] }], requireStable: false, groups: [] });
       assert.equal(of.errorCode, E.NOT_COORDINATOR);
     }
-    assert.equal(coordinator.cluster.owns('group', group), null, 'nothing taken before first use');
     const c = await connect(coordinator);
+    // Describing a group that does not exist takes nothing.
+    const dead = (await c.call(DescribeGroupsApi, 5, { groups: [group], includeAuthorizedOperations: false })).groups[0];
+    assert.deepEqual([dead.errorCode, dead.groupState], [E.NONE, 'Dead']);
+    assert.equal(coordinator.cluster.owns('group', group), null, 'nothing taken before first use');
+    assert.equal(await store.owner('group', group), null);
     const m = await joinAlone(c, group);
     assert.ok(coordinator.cluster.owns('group', group)! >= 1, 'the coordinator owns the group once used');
     const oc = await c.call(OffsetCommitApi, 8, commit(group, m.generationId, m.memberId, 'ct', 2));
@@ -289,6 +295,11 @@ describe('kafka in a cluster of three brokers (one process)', () => {
       const lg = await (await connect(b)).call(ListGroupsApi, 4, { statesFilter: [] });
       assert.equal(lg.groups.some((g) => g.groupId === group), b === coordinator, `broker ${b.id} lists ${group} iff it coordinates it`);
     }
+    // Deleted (once empty): its owner row goes too.
+    assert.equal((await c.call(LeaveGroupApi, 4, { groupId: group, memberId: '', members: [{ memberId: m.memberId, groupInstanceId: null, reason: null }] })).errorCode, E.NONE);
+    assert.deepEqual((await c.call(DeleteGroupsApi, 2, { groupsNames: [group] })).results, [{ groupId: group, errorCode: E.NONE }]);
+    assert.equal(await store.owner('group', group), null);
+    assert.equal(coordinator.cluster.owns('group', group), null);
   });
 
   it('CreateTopics accepts an assignment naming live brokers, refuses one naming an unknown broker', async () => {
