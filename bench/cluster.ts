@@ -28,6 +28,8 @@ export interface CpuPerBroker {
   cpuMs: number;
   /** µs of that broker's CPU per message acknowledged by the cluster. */
   usPerMessage: number;
+  /** The same without what the broker burns idle (heartbeats, reconciles, timers), measured before the load. */
+  netUsPerMessage: number;
 }
 
 export interface ScalingResult {
@@ -41,6 +43,11 @@ export interface ScalingResult {
   usPerMessageTotal: number;
   /** Largest single broker, µs per message (what one machine per broker would have to carry). */
   usPerMessageMax: number;
+  /** The same two without idle CPU. */
+  netUsPerMessageTotal: number;
+  netUsPerMessageMax: number;
+  /** CPU ms per second per broker before the load. */
+  idleMsPerSec: Record<number, number>;
 }
 
 export interface ScalingOptions {
@@ -53,11 +60,21 @@ export interface ScalingOptions {
   recordBytes: number;
 }
 
-function cpuDeltas(c: TestCluster, before: Map<number, number>, messages: number): CpuPerBroker[] {
+function cpuDeltas(c: TestCluster, before: Map<number, number>, messages: number, idle: Map<number, number>, seconds: number): CpuPerBroker[] {
   return c.running.map((b) => {
     const cpuMs = c.cpuMs(b.id) - (before.get(b.id) ?? 0);
-    return { broker: b.id, cpuMs, usPerMessage: messages > 0 ? (cpuMs * 1000) / messages : NaN };
+    const net = Math.max(0, cpuMs - (idle.get(b.id) ?? 0) * seconds);
+    return { broker: b.id, cpuMs, usPerMessage: messages > 0 ? (cpuMs * 1000) / messages : NaN, netUsPerMessage: messages > 0 ? (net * 1000) / messages : NaN };
   });
+}
+
+/** CPU ms per second each broker uses with no load (over 2 s). */
+async function idleCpu(c: TestCluster): Promise<Map<number, number>> {
+  const t0 = performance.now();
+  const before = cpuNow(c);
+  await sleep(2000);
+  const s = (performance.now() - t0) / 1000;
+  return new Map(c.running.map((b) => [b.id, (c.cpuMs(b.id) - before.get(b.id)!) / s]));
 }
 
 function cpuNow(c: TestCluster): Map<number, number> {
@@ -81,6 +98,7 @@ export async function clusterScaling(brokers: number, o: ScalingOptions): Promis
   try {
     const topic = 'bench.scale';
     await createTopic(c, topic, o.partitions);
+    const idle = await idleCpu(c);
     const producer = new Kafka({ brokers: c.bootstrap, clientId: 'bench-scale', logLevel: logLevel.NOTHING, retry: { retries: 5 } }).producer();
     await producer.connect();
     const value = Buffer.alloc(o.recordBytes, 120);
@@ -114,7 +132,7 @@ export async function clusterScaling(brokers: number, o: ScalingOptions): Promis
     measuring = false;
     const elapsed = (performance.now() - t0) / 1000;
     const messages = acked;
-    const cpu = cpuDeltas(c, cpu0, messages);
+    const cpu = cpuDeltas(c, cpu0, messages, idle, elapsed);
     stop = true;
     await Promise.all(running);
     await producer.disconnect();
@@ -127,6 +145,9 @@ export async function clusterScaling(brokers: number, o: ScalingOptions): Promis
       cpu,
       usPerMessageTotal: cpu.reduce((n, x) => n + x.usPerMessage, 0),
       usPerMessageMax: Math.max(...cpu.map((x) => x.usPerMessage)),
+      netUsPerMessageTotal: cpu.reduce((n, x) => n + x.netUsPerMessage, 0),
+      netUsPerMessageMax: Math.max(...cpu.map((x) => x.netUsPerMessage)),
+      idleMsPerSec: Object.fromEntries(idle),
     };
   } finally {
     await c.close();
@@ -157,6 +178,7 @@ export async function clusterForwarding(o: { seconds: number; warmupS: number; w
     const owner = (await c.ownerOf('partition', `${topic}/0`))!;
     const other = c.running.find((b) => b.id !== owner)!.id;
     const payload = Buffer.alloc(o.payloadBytes, 120);
+    const idle = await idleCpu(c);
     const sides: ForwardingSide[] = [];
     // Owner, non-owner, owner again: the repeat shows how much of a difference is the machine's noise.
     for (const [client, broker] of [['owner', owner], ['non-owner', other], ['owner', owner]] as const) {
@@ -184,7 +206,7 @@ export async function clusterForwarding(o: { seconds: number; warmupS: number; w
       await sleep(o.seconds * 1000);
       measuring = false;
       const elapsed = (performance.now() - t0) / 1000;
-      const cpu = cpuDeltas(c, cpu0, acked);
+      const cpu = cpuDeltas(c, cpu0, acked, idle, elapsed);
       stop = true;
       await Promise.all(running);
       await m.endAsync();

@@ -1233,7 +1233,7 @@ function clusterScenarios(): Scenario[] {
   const scaleTitle = 'cluster produce: 1 KiB records, batches of 50, acks=all, 6 partitions, 12 senders to the leaders; 1, 2, 3 brokers on this machine';
   const fwdTitle = 'cluster forwarding: MQTT QoS 1 publishes (256 B, 50 in flight) into a 1-partition stream, client on the owner vs on another broker';
   const foTitle = `cluster failover: kill -9 of a partition owner under an idempotent producer (6 partitions, lease ${CFG.clusterLeaseMs} ms)`;
-  const cpuCell = (r: ScalingResult) => r.cpu.map((c) => `b${c.broker} ${fmt(c.usPerMessage, 0)}`).join(', ');
+  const cpuCell = (r: ScalingResult) => r.cpu.map((c) => `b${c.broker} ${fmt(c.usPerMessage, 0)} (${fmt(c.netUsPerMessage, 0)} above idle)`).join(', ');
   return [
     {
       name: 'cluster-scaling',
@@ -1250,7 +1250,7 @@ function clusterScenarios(): Scenario[] {
         }
         const show = (o: Outcome<ScalingResult>, n: number) =>
           o.ok
-            ? `${n} broker${n > 1 ? 's' : ''}: ${fmt(o.value.recordsPerSec)} records/s, send p50 / p99 ${fmt(o.value.sendLatencyMs.p50, 1)} / ${fmt(o.value.sendLatencyMs.p99, 1)} ms${o.value.errors ? `, ${o.value.errors} errors` : ''}; CPU µs/message per broker: ${cpuCell(o.value)} (sum ${fmt(o.value.usPerMessageTotal, 0)})`
+            ? `${n} broker${n > 1 ? 's' : ''}: ${fmt(o.value.recordsPerSec)} records/s, send p50 / p99 ${fmt(o.value.sendLatencyMs.p50, 1)} / ${fmt(o.value.sendLatencyMs.p99, 1)} ms${o.value.errors ? `, ${o.value.errors} errors` : ''}; CPU µs/message per broker: ${cpuCell(o.value)} (sum ${fmt(o.value.usPerMessageTotal, 0)}, ${fmt(o.value.netUsPerMessageTotal, 0)} above idle)`
             : `${n}: error: ${o.error}`;
         const one = results[0];
         const three = results[2];
@@ -1260,7 +1260,10 @@ function clusterScenarios(): Scenario[] {
           title: scaleTitle,
           flowmq: results.map((r, i) => show(r, i + 1)).join('; '),
           peer: '-',
-          ratio: one?.ok && three?.ok ? `busiest broker's CPU per message, 3 brokers vs 1: ${fmt((100 * three.value.usPerMessageMax) / one.value.usPerMessageMax, 0)}%` : '-',
+          ratio:
+            one?.ok && three?.ok
+              ? `busiest broker's CPU per message, 3 brokers vs 1: ${fmt((100 * three.value.usPerMessageMax) / one.value.usPerMessageMax, 0)}% (above idle: ${fmt((100 * three.value.netUsPerMessageMax) / one.value.netUsPerMessageMax, 0)}%)`
+              : '-',
           data: { results },
         });
       },
@@ -1277,7 +1280,7 @@ function clusterScenarios(): Scenario[] {
           r = { ok: false, error: errText(e) };
         }
         const side = (s: ForwardingResult['sides'][number]) =>
-          `client on ${s.client} (b${s.broker}): ${fmt(s.publishesPerSec)} publishes/s, ack p50 / p99 ${fmt(s.ackMs.p50, 1)} / ${fmt(s.ackMs.p99, 1)} ms, CPU µs/message ${s.cpu.map((c) => `b${c.broker} ${fmt(c.usPerMessage, 0)}`).join(', ')}`;
+          `client on ${s.client} (b${s.broker}): ${fmt(s.publishesPerSec)} publishes/s, ack p50 / p99 ${fmt(s.ackMs.p50, 1)} / ${fmt(s.ackMs.p99, 1)} ms, CPU µs/message ${s.cpu.map((c) => `b${c.broker} ${fmt(c.usPerMessage, 0)} (${fmt(c.netUsPerMessage, 0)} above idle)`).join(', ')}`;
         const owner = r.ok ? r.value.sides.filter((s) => s.client === 'owner') : [];
         const fwd = r.ok ? r.value.sides.find((s) => s.client === 'non-owner') : undefined;
         const ownerRate = owner.length > 0 ? owner.reduce((n, s) => n + s.publishesPerSec, 0) / owner.length : 0;
