@@ -55,10 +55,9 @@ export interface SubscribeOptions {
    */
   admit?: (topic: string) => boolean;
   /**
-   * Cluster mode: a subscription every broker has for itself, serving what is published through this broker only
-   * (JetStream's `$JS.API.>` and `$JS.ACK.>` handlers): not advertised to the other brokers, and messages forwarded
-   * from them never reach it, so a request is handled once, by the broker it was published on. Not for shared groups.
-   * No effect on a single broker.
+   * Cluster mode: a service of this broker's own (the JetStream API), serving the clients of this broker only: not
+   * announced to the other brokers, and messages forwarded from another broker are not delivered to it (the broker
+   * they were published on serves them). Without effect on a single broker.
    */
   local?: boolean;
 }
@@ -402,7 +401,7 @@ export class Engine implements Router {
         if (forwarded !== undefined ? !forwarded.has(v.key) : skip !== null && skip.has(v.key)) return;
         const s = pickMember(v, undefined);
         if (s !== undefined && (s.options.admit === undefined || s.options.admit(msg.topic))) add(s);
-      } else if ((forwarded === undefined || v.options.local !== true) && (v.options.admit === undefined || v.options.admit(msg.topic))) add(v);
+      } else if ((v.options.admit === undefined || v.options.admit(msg.topic)) && (forwarded === undefined || v.options.local !== true)) add(v);
     });
     if (single !== undefined) {
       this.stats.delivered++;
