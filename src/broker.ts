@@ -36,8 +36,7 @@ import { LogManager } from './storage/log/index.js';
 import { openStorage } from './storage/open.js';
 import { lockDataDir } from './storage/lock.js';
 import { DiskSpace } from './storage/disk-space.js';
-import { followControl, Live } from './cluster/live.js';
-import { Cluster, PostgresClusterStore, startChannel, type Endpoint, type TcpChannel } from './cluster/index.js';
+import { Cluster, followControl, Live, PostgresClusterStore, startChannel, type Endpoint, type TcpChannel } from './cluster/index.js';
 
 export interface Broker {
   readonly config: Config;
