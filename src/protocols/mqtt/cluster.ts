@@ -106,6 +106,8 @@ export class MqttClusterSessions {
           return await this.cluster.claim('session', clientId, { force: answered && round >= 2 });
         } catch (err) {
           if (!isFlowError(err, 'NOT_OWNER')) throw err;
+          // A holder that did not answer (paused, cut off) is not asked again and again: the client retries.
+          if (holder !== null && !answered) break;
         }
       }
       this.stats.unavailable++;

@@ -253,6 +253,43 @@ describe('MQTT sessions across brokers (in process)', () => {
     first.c.destroy();
   });
 
+  it('a CONNECT for a session held by a broker that does not answer is refused as unavailable, never forced, until its lease expires', async () => {
+    const w = world();
+    const lease = 600;
+    const a = await node(w, 1, lease);
+    const b = await node(w, 2, lease);
+    const first = await connect5(a.port, 'dev-6');
+    await subscribe(first.c, 'u/#');
+    // A is cut off from the channel but its lease is live: it cannot be asked, so B must not take the session.
+    w.links.disconnect(1);
+    const refused = await RawClient.open(b.port);
+    refused.level = 5;
+    refused.send({ type: 'connect', protocolName: 'MQTT', keepalive: 0, clientId: 'dev-6', will: null, username: null, password: null, ...v5('dev-6') });
+    const ack = await refused.next('connack');
+    assert.equal(ack.returnCode, ReasonCode.SERVER_UNAVAILABLE);
+    assert.equal((await w.store.owner('session', 'dev-6'))?.owner, 1, 'still owned by A');
+    refused.destroy();
+    // A dies (its heartbeats stop): once its lease has expired the claim succeeds, and the session is resumed.
+    a.kill();
+    let resumed: { c: RawClient; present: boolean } | null = null;
+    for (let i = 0; i < 100 && resumed === null; i++) {
+      const c = await RawClient.open(b.port);
+      c.level = 5;
+      c.send({ type: 'connect', protocolName: 'MQTT', keepalive: 0, clientId: 'dev-6', will: null, username: null, password: null, ...v5('dev-6') });
+      const r = await c.next('connack');
+      if (r.returnCode === 0) resumed = { c, present: r.sessionPresent };
+      else {
+        c.destroy();
+        await sleep(50);
+      }
+    }
+    assert.ok(resumed !== null, 'resumed on B after A died');
+    assert.equal(resumed.present, true);
+    assert.equal((await w.store.owner('session', 'dev-6'))?.owner, 2);
+    resumed.c.destroy();
+    first.c.destroy();
+  });
+
   it('a single broker (no cluster) loads stored sessions at start, as before', async () => {
     const sessions = new MemorySessionStore();
     const storage = new MemoryStreams({ sessions });
