@@ -181,8 +181,8 @@ export class Engine implements Router {
     );
   }
 
-  /** Exchanges, bindings and queues (the Router methods below delegate to it). */
-  private readonly router: RouterCore;
+  /** Exchanges, bindings and queues (the Router methods below delegate to it; cluster mode attaches to it). */
+  readonly router: RouterCore;
 
   // ---------------------------------------------------------------- streams
 
@@ -288,6 +288,30 @@ export class Engine implements Router {
       this.index(def);
     }
     return def;
+  }
+
+  /**
+   * Cluster mode: applies the stream catalog as another broker changed it (the `streams` notify, see
+   * src/cluster/streams.ts): streams deleted there are unindexed and dropped here, new or redefined ones opened
+   * and indexed. Nothing is written to the store (the other broker did that).
+   */
+  async syncStreams(defs: readonly StreamDef[]): Promise<void> {
+    const next = new Map(defs.map((d) => [d.name, d]));
+    for (const [name, e] of [...this.streams]) {
+      const d = next.get(name);
+      if (d !== undefined && d.createdAt === e.def.createdAt) continue;
+      // Deleted (or deleted and created again: a new incarnation with data of its own).
+      this.unindex(e);
+      await this.storage.dropStream(name);
+    }
+    for (const def of defs) {
+      const e = this.streams.get(def.name);
+      if (e !== undefined && sameStreamDef(e.def, def)) continue;
+      await this.storage.openStream(def);
+      const now = this.streams.get(def.name);
+      if (now !== undefined) this.unindex(now);
+      this.index(def);
+    }
   }
 
   /** Makes offsets below `offset` of a partition unreadable; returns the new log start offset. */
@@ -569,7 +593,10 @@ export class Engine implements Router {
           if (q) extra.push(q);
         }
       }
-      if (extra.length > 0) return { baseOffset: res.baseOffset, durable: Promise.all([res.durable, ...extra]).then(() => undefined) };
+      if (extra.length > 0) {
+        const durable = Promise.all([res.durable, ...extra]).then(() => undefined);
+        return res.offset !== undefined ? { baseOffset: res.baseOffset, offset: res.offset, durable } : { baseOffset: res.baseOffset, durable };
+      }
     }
     return res;
   }
@@ -673,6 +700,18 @@ export class Engine implements Router {
     this.partitionOf(stream, partition);
     return this.storage.waitFor(stream, partition, offset, timeoutMs);
   }
+}
+
+/** Same definition (as the catalog holds it). */
+function sameStreamDef(a: StreamDef, b: StreamDef): boolean {
+  return (
+    a.name === b.name &&
+    a.partitions === b.partitions &&
+    a.retentionMs === b.retentionMs &&
+    a.createdAt === b.createdAt &&
+    a.bindings.length === b.bindings.length &&
+    a.bindings.every((x, i) => x === b.bindings[i])
+  );
 }
 
 /** True when `topic` is a valid topic that one of the stream's bindings matches. */

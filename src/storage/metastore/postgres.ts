@@ -88,9 +88,10 @@ const CONSUMERS = 'j';
 
 /** The puts of one stream's consumers waiting behind that stream's running call: written as one statement. */
 interface ConsumerBatch {
-  /** Latest record per consumer name. */
-  readonly recs: Map<string, ConsumerRecord>;
-  done: Promise<void>;
+  /** Latest record per consumer name, with the owner epoch its put was fenced by (cluster mode), if any. */
+  readonly recs: Map<string, { rec: ConsumerRecord; epoch: number | undefined }>;
+  /** Settles when the batch is written: the puts refused as fenced, by name (the others were written). */
+  done: Promise<Map<string, unknown>>;
 }
 
 /**
@@ -319,33 +320,45 @@ export class PostgresMetastore implements Metastore {
 
   // ---------------------------------------------------------------- offsets and producer ids
 
-  async commitOffsets(group: string, offsets: OffsetCommit[]): Promise<void> {
+  async commitOffsets(group: string, offsets: OffsetCommit[], fence?: number): Promise<void> {
     for (const o of offsets) {
       checkInt32('partition', o.partition);
       // Kafka clients commit -1 to mean "no position"; anything lower is nonsense.
       checkInt('offset', o.offset, -1);
     }
+    if (fence !== undefined) checkInt('fence', fence);
     if (offsets.length === 0) return;
     // One statement, so all or none (a foreign-key failure on one stream fails the whole batch). A partition
     // named twice keeps its last value, as a loop of upserts would (ON CONFLICT cannot touch a row twice).
     const last = new Map<string, OffsetCommit>();
     for (const o of offsets) last.set(partKey(o.stream, o.partition), o);
     const list = [...last.values()];
+    const params: unknown[] = [
+      group,
+      list.map((o) => o.stream),
+      list.map((o) => o.partition),
+      list.map((o) => o.offset),
+      list.map((o) => o.metadata),
+      Date.now(),
+    ];
+    // Cluster mode: the group's owner row must still hold the coordinator's epoch, checked in the same statement
+    // (flowmq_owner_check, src/cluster/pg-store.ts: it raises FMF01 = FENCED, and its row lock makes a claim wait
+    // for this commit), so a coordinator whose group moved can never overwrite what the new one committed.
+    let fenced = '';
+    if (fence !== undefined) {
+      params.push(fence);
+      fenced = `WITH fence AS (SELECT flowmq_owner_check('group', $1, $7))`;
+    }
     await this.keyed(GROUP, group, () =>
       this.q(
-        'commitOffsets',
-        `INSERT INTO consumer_offsets (group_id, stream, partition, "offset", metadata, committed_at)
-         SELECT $1, s, p, o, m, $6 FROM unnest($2::text[], $3::integer[], $4::bigint[], $5::text[]) AS t(s, p, o, m)
+        // Named statements: one name per text.
+        fence !== undefined ? 'commitOffsetsFenced' : 'commitOffsets',
+        `${fenced}
+         INSERT INTO consumer_offsets (group_id, stream, partition, "offset", metadata, committed_at)
+         SELECT $1, s, p, o, m, $6 FROM ${fence !== undefined ? 'fence, ' : ''}unnest($2::text[], $3::integer[], $4::bigint[], $5::text[]) AS t(s, p, o, m)
          ON CONFLICT (group_id, stream, partition)
          DO UPDATE SET "offset" = excluded."offset", metadata = excluded.metadata, committed_at = excluded.committed_at`,
-        [
-          group,
-          list.map((o) => o.stream),
-          list.map((o) => o.partition),
-          list.map((o) => o.offset),
-          list.map((o) => o.metadata),
-          Date.now(),
-        ],
+        params,
       ),
     );
   }
@@ -522,17 +535,21 @@ export class PostgresMetastore implements Metastore {
    * stream's key: any other call on the key closes it (later puts start a new one), so the order seen by reads
    * and deletes is the order the calls were made. Every put of a batch resolves when the batch commits.
    */
-  async putConsumer(rec: ConsumerRecord): Promise<void> {
+  async putConsumer(rec: ConsumerRecord, epoch?: number): Promise<void> {
     checkConsumerRecord(rec);
     this.check();
     this.consumerStats.puts++;
-    const copy = { ...rec, acked: rec.acked.slice() };
+    const copy = { rec: { ...rec, acked: rec.acked.slice() }, epoch };
+    const refusedOf = (refused: Map<string, unknown>): void => {
+      const err = refused.get(rec.name);
+      if (err !== undefined) throw err;
+    };
     const open = this.consumerBatches.get(rec.stream);
     if (open) {
       open.recs.set(rec.name, copy);
-      return open.done;
+      return open.done.then(refusedOf);
     }
-    const batch: ConsumerBatch = { recs: new Map([[rec.name, copy]]), done: Promise.resolve() };
+    const batch: ConsumerBatch = { recs: new Map([[rec.name, copy]]), done: Promise.resolve(new Map()) };
     this.consumerBatches.set(rec.stream, batch);
     batch.done = this.keyed(CONSUMERS, rec.stream, () => {
       // Started: later puts form the next batch. (With nothing running on the key this runs at once, within
@@ -540,22 +557,73 @@ export class PostgresMetastore implements Metastore {
       if (this.consumerBatches.get(rec.stream) === batch) this.consumerBatches.delete(rec.stream);
       return this.writeConsumers([...batch.recs.values()]);
     });
-    return batch.done;
+    return batch.done.then(refusedOf);
   }
 
-  private async writeConsumers(recs: ConsumerRecord[]): Promise<void> {
+  /**
+   * Writes a batch; resolves with the puts refused as FENCED (cluster mode: the broker no longer owns that consumer).
+   * A fenced batch of several consumers is written again one by one, so that one consumer that moved away does not
+   * fail the writes of the others (rare: it happens once per change of hands).
+   */
+  private async writeConsumers(entries: Array<{ rec: ConsumerRecord; epoch: number | undefined }>): Promise<Map<string, unknown>> {
+    const refused = new Map<string, unknown>();
+    try {
+      await this.writeConsumerRows(entries);
+    } catch (err) {
+      if (!(err instanceof FlowError && err.code === 'FENCED')) throw err;
+      if (entries.length === 1) refused.set(entries[0].rec.name, err);
+      else {
+        for (const e of entries) {
+          try {
+            await this.writeConsumerRows([e]);
+          } catch (one) {
+            if (!(one instanceof FlowError && one.code === 'FENCED')) throw one;
+            refused.set(e.rec.name, one);
+          }
+        }
+      }
+    }
+    return refused;
+  }
+
+  private async writeConsumerRows(entries: Array<{ rec: ConsumerRecord; epoch: number | undefined }>): Promise<void> {
     this.consumerStats.writes++;
     const cols: unknown[][] = [[], [], [], [], [], [], [], []];
-    for (const r of recs) consumerValues(r).forEach((v, i) => cols[i].push(v));
-    // One statement for the batch (all rows or none); ON CONFLICT touches each row once: names are distinct.
-    await this.q(
-      'putConsumers',
-      `INSERT INTO jetstream_consumers (stream, name, config, created_at, delivered_seq, delivered_consumer_seq, ack_floor, acked)
-       SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::text[])
-       ON CONFLICT (stream, name) DO UPDATE SET config = excluded.config, created_at = excluded.created_at,
+    const epochs: Array<number | null> = [];
+    for (const e of entries) {
+      consumerValues(e.rec).forEach((v, i) => cols[i].push(v));
+      epochs.push(e.epoch ?? null);
+    }
+    const upsert = `INSERT INTO jetstream_consumers (stream, name, config, created_at, delivered_seq, delivered_consumer_seq, ack_floor, acked)`;
+    const conflict = `ON CONFLICT (stream, name) DO UPDATE SET config = excluded.config, created_at = excluded.created_at,
          delivered_seq = excluded.delivered_seq, delivered_consumer_seq = excluded.delivered_consumer_seq,
-         ack_floor = excluded.ack_floor, acked = excluded.acked`,
-      cols,
+         ack_floor = excluded.ack_floor, acked = excluded.acked`;
+    if (epochs.every((e) => e === null)) {
+      // One statement for the batch (all rows or none); ON CONFLICT touches each row once: names are distinct.
+      await this.q(
+        'putConsumers',
+        `${upsert}
+         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::text[])
+         ${conflict}`,
+        cols,
+      );
+      return;
+    }
+    // Cluster mode: every fenced row's owner check (flowmq_owner_check, which raises FENCED and holds the owner row
+    // FOR SHARE until the commit) runs in the same statement, before any row is written (the cross join with the
+    // one-row \`checked\` makes the planner evaluate it first; a volatile call is never pruned from a subquery).
+    await this.q(
+      'putConsumersFenced',
+      `WITH input AS (
+         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::text[], $9::bigint[])
+           AS x(stream, name, config, created_at, delivered_seq, delivered_consumer_seq, ack_floor, acked, epoch)
+       ), checked AS (
+         SELECT count(*) AS n FROM (SELECT flowmq_owner_check('consumer', i.stream || '/' || i.name, i.epoch) FROM input i WHERE i.epoch IS NOT NULL) c
+       )
+       ${upsert}
+       SELECT i.stream, i.name, i.config, i.created_at, i.delivered_seq, i.delivered_consumer_seq, i.ack_floor, i.acked FROM input i, checked
+       ${conflict}`,
+      [...cols, epochs],
     );
   }
 
@@ -595,8 +663,20 @@ export class PostgresMetastore implements Metastore {
     });
   }
 
-  async deleteConsumer(stream: string, name: string): Promise<void> {
-    await this.consumerCall(stream, () => this.q('deleteConsumer', 'DELETE FROM jetstream_consumers WHERE stream = $1 AND name = $2', [stream, name]));
+  async deleteConsumer(stream: string, name: string, epoch?: number): Promise<void> {
+    if (epoch === undefined) {
+      await this.consumerCall(stream, () => this.q('deleteConsumer', 'DELETE FROM jetstream_consumers WHERE stream = $1 AND name = $2', [stream, name]));
+      return;
+    }
+    // Cluster mode: fenced by the consumer's owner row in the same statement (see writeConsumerRows).
+    await this.consumerCall(stream, () =>
+      this.q(
+        'deleteConsumerFenced',
+        `WITH checked AS (SELECT count(*) AS n FROM (SELECT flowmq_owner_check('consumer', $1 || '/' || $2, $3::bigint)) c)
+         DELETE FROM jetstream_consumers WHERE stream = $1 AND name = $2 AND (SELECT n FROM checked) > 0`,
+        [stream, name, epoch],
+      ),
+    );
   }
 
   async deleteConsumers(stream: string): Promise<void> {

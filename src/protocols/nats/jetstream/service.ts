@@ -14,6 +14,8 @@
  * durably.
  */
 import type { Logger } from 'pino';
+import type { Cluster } from '../../../cluster/index.js';
+import { decodeBody, encodeBody } from '../../../cluster/index.js';
 import type { Access, AccessControl, Action, ResourceKind } from '../../../control/index.js';
 import type { ConsumerGroupAdmin, GroupDetail, GroupSummary } from '../../types.js';
 import { LogLimiter } from '../../log-limit.js';
@@ -29,9 +31,24 @@ import {
   type Message,
   type PublishInfo,
   type StreamDef,
+  type StreamEntry,
   type Subscriber,
   type Subscription,
 } from '../../../core/index.js';
+import {
+  consumerKey,
+  decodeDelivery,
+  encodeDelivery,
+  M_ACK,
+  M_DELIVER,
+  M_LIST,
+  M_REQUEST,
+  pause,
+  retriable,
+  retryWindowMs,
+  splitConsumerKey,
+  targetOf,
+} from './cluster.js';
 import { checkConsumerUpdate, normalizeConsumerConfig, type ConsumerConfig } from './config.js';
 import { Consumer, type ConsumerHost, type PullRequest } from './consumer.js';
 import { JsErr, type ApiError } from './errors.js';
@@ -57,6 +74,11 @@ export interface JetStreamOptions {
   maxConsumers?: number;
   /** Nats-Msg-Ids remembered per stream within its duplicate window; past it the oldest go early. Default 200,000. */
   maxDedupIds?: number;
+  /**
+   * Cluster mode (see cluster.ts): consumers are owned by one broker each, loaded when acquired (never all at
+   * start), requests for them forwarded to their owner, their state writes fenced by the owner epoch.
+   */
+  cluster?: Cluster | null;
 }
 
 /**
@@ -117,6 +139,10 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
   private readonly logLimit: LogLimiter;
   /** Policies on the API (null: every request is served, as before the control plane). */
   authorizer: JetStreamAuthorizer | null = null;
+  private readonly cluster: Cluster | null;
+  /** Cluster mode: consumers ("<stream>/<name>") being created here (claimed before they exist in the store). */
+  private readonly creating = new Set<string>();
+  private readonly clusterStats = { forwarded: 0, served: 0, acksForwarded: 0, deliveriesSent: 0, deliveriesReceived: 0, fenced: 0, forwardFailures: 0 };
 
   constructor(
     readonly engine: Engine,
@@ -128,13 +154,16 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
     this.maxConsumers = options.maxConsumers ?? MAX_CONSUMERS;
     this.maxDedupIds = options.maxDedupIds ?? 200_000;
     this.flushDelayMs = options.flushDelayMs ?? 20;
+    this.cluster = options.cluster ?? null;
   }
 
   /** Loads durable consumers from the store, then starts answering the API. */
   async start(): Promise<void> {
+    if (this.cluster !== null) this.joinCluster(this.cluster);
     let recs: Awaited<ReturnType<Engine['store']['listConsumers']>> = [];
     try {
-      recs = await this.engine.store.listConsumers();
+      // Cluster mode: no broker loads every consumer; each is loaded by the broker that acquires it.
+      if (this.cluster === null) recs = await this.engine.store.listConsumers();
     } catch (err) {
       this.warnStore(err);
     }
@@ -173,7 +202,213 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
   figures(): Json {
     let consumers = 0;
     for (const m of this.consumers.values()) consumers += m.size;
-    return { apiRequests: this.api.total, apiErrors: this.api.errors, apiDenied: this.api.denied, consumers };
+    return {
+      apiRequests: this.api.total,
+      apiErrors: this.api.errors,
+      apiDenied: this.api.denied,
+      consumers,
+      ...(this.cluster !== null ? { cluster: { ...this.clusterStats } } : {}),
+    };
+  }
+
+  // ------------------------------------------------------------ cluster mode (see cluster.ts)
+
+  private joinCluster(cl: Cluster): void {
+    cl.register('consumer', {
+      acquire: (key, epoch) => this.acquireConsumer(key, epoch),
+      release: (key, lost) => this.releaseConsumer(key, lost),
+    });
+    // Claimed but nothing to serve (an ephemeral consumer of a dead broker, a consumer deleted meanwhile, a request
+    // naming a consumer that never existed): its owner row goes.
+    cl.on('owned', (kind: string, key: string) => {
+      if (kind !== 'consumer' || this.creating.has(key)) return;
+      const [stream, name] = splitConsumerKey(key);
+      if (this.getConsumer(stream, name) === undefined) void cl.forget('consumer', key).catch(() => undefined);
+    });
+    const ch = cl.channel;
+    if (ch === null) throw new FlowError('CONFIG_ERROR', 'JetStream in cluster mode needs the internal channel');
+    ch.handle(M_REQUEST, async (from, body) => {
+      const { head } = decodeBody<{ t: string[]; body: string; reply: string }>(body);
+      this.clusterStats.served++;
+      const out = await this.serveConsumer(from, head.t, head.body, head.reply);
+      return encodeBody(out === NO_ANSWER ? { none: true } : { out });
+    });
+    ch.on(M_ACK, (from, body) => {
+      const { head } = decodeBody<{ l: string[]; b: string; r: string | null }>(body);
+      this.onAck(head.l, head.b, head.r ?? undefined, from);
+    });
+    ch.on(M_DELIVER, (_from, body) => {
+      this.clusterStats.deliveriesReceived++;
+      // A delivery or status for a client of this broker, from the consumer's owner.
+      this.sendLocal(decodeDelivery(body));
+    });
+    ch.handle(M_LIST, (_from, body) => {
+      const { head } = decodeBody<{ stream: string }>(body);
+      return encodeBody({ infos: this.sortedConsumers(head.stream).map((c) => this.consumerInfoJson(c)) });
+    });
+  }
+
+  /** This broker owns the consumer now: load it from the metastore (nothing yet when it is being created here). */
+  private async acquireConsumer(key: string, epoch: number): Promise<void> {
+    const [stream, name] = splitConsumerKey(key);
+    const here = this.getConsumer(stream, name);
+    if (here !== undefined) {
+      here.epoch = epoch;
+      return;
+    }
+    const e = await this.streamKnown(stream);
+    if (!e || e.def.partitions !== 1) return;
+    const r = await this.engine.store.getConsumer(stream, name);
+    if (r === null || this.getConsumer(stream, name) !== undefined) return;
+    let config: ConsumerConfig;
+    try {
+      config = JSON.parse(r.config) as ConsumerConfig;
+    } catch {
+      this.logger.warn({ stream, consumer: name }, 'JetStream consumer with unreadable config skipped');
+      return;
+    }
+    const c = new Consumer(this, stream, name, config, r.createdAt, true, r);
+    c.epoch = epoch;
+    this.add(c);
+    if (c.isPush) c.pump();
+  }
+
+  /**
+   * This broker lets the consumer go: stop serving it (pull requests waiting here end without an answer: their
+   * clients' next requests reach the new owner), and unless ownership is already lost, write its state last.
+   */
+  private async releaseConsumer(key: string, lost: boolean): Promise<void> {
+    const [stream, name] = splitConsumerKey(key);
+    const c = this.getConsumer(stream, name);
+    if (c === undefined) return;
+    c.close(false);
+    this.dirty.delete(c);
+    const m = this.consumers.get(stream);
+    if (m?.get(name) === c) m.delete(name);
+    if (m?.size === 0) this.consumers.delete(stream);
+    if (!lost && c.durable) await this.engine.store.putConsumer(c.record(), c.epoch);
+  }
+
+  /**
+   * The stream's definition, waiting a little for it when this broker has not heard of it yet: a stream created
+   * on another broker reaches this one's catalog by notification, maybe after a request that names it.
+   */
+  private async streamKnown(stream: string): Promise<StreamEntry | undefined> {
+    for (let i = 0; i < 20; i++) {
+      const e = this.engine.getStream(stream);
+      if (e !== undefined || this.closed) return e;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    return this.engine.getStream(stream);
+  }
+
+  /** The consumer a CONSUMER request names ("<stream>/<name>"), or null (NAMES, LIST, malformed). */
+  private consumerKeyOf(t: string[], body: string): { key: string; body: string } | null {
+    const [, b, c] = t;
+    if (b === 'DURABLE' && c === 'CREATE' && t.length === 5) return { key: consumerKey(t[3], t[4]), body };
+    if (b === 'CREATE' && t.length >= 3) {
+      if (t.length >= 4) return { key: consumerKey(t[2], t[3]), body };
+      // An ephemeral consumer named only in the body, or not at all: the name is chosen here, so that every
+      // broker agrees where the consumer lives.
+      const raw = parseJson(body);
+      if (raw === BAD_JSON || raw === null || typeof raw !== 'object' || Array.isArray(raw)) return null;
+      const req = raw as Json;
+      const cfg = (req.config ?? {}) as Json;
+      if (typeof cfg !== 'object' || cfg === null || Array.isArray(cfg)) return null;
+      const given = typeof cfg.name === 'string' && cfg.name !== '' ? cfg.name : typeof cfg.durable_name === 'string' && cfg.durable_name !== '' ? cfg.durable_name : undefined;
+      if (given !== undefined) return isValidApiName(given) ? { key: consumerKey(t[2], given), body } : null;
+      const name = randomName();
+      return { key: consumerKey(t[2], name), body: JSON.stringify({ ...req, config: { ...cfg, name } }) };
+    }
+    if ((b === 'INFO' || b === 'DELETE') && t.length === 4) return { key: consumerKey(c, t[3]), body };
+    if (b === 'MSG' && c === 'NEXT' && t.length === 5) return { key: consumerKey(t[3], t[4]), body };
+    return null;
+  }
+
+  /** A consumer request at the broker its client is on: served here if this broker owns it, else forwarded. */
+  private async routeConsumer(cl: Cluster, t: string[], body: string, reply: string): Promise<Json> {
+    const target0 = this.consumerKeyOf(t, body);
+    // Malformed: answered here, the way a single broker answers it (nothing is created).
+    if (target0 === null) return this.routeLocal(t, body, reply, undefined);
+    const { key } = target0;
+    body = target0.body;
+    const deadline = Date.now() + retryWindowMs(cl);
+    let fresh = false;
+    for (let attempt = 0; ; attempt++) {
+      try {
+        const to = await targetOf(cl, key, fresh);
+        if (to === cl.id) return await this.serveConsumer(cl.id, t, body, reply);
+        this.clusterStats.forwarded++;
+        const answer = await cl.channel!.request(to, M_REQUEST, encodeBody({ t, body, reply }));
+        const { head } = decodeBody<{ none?: boolean; out?: Json }>(answer);
+        return head.none === true || head.out === undefined ? NO_ANSWER : head.out;
+      } catch (err) {
+        if (!retriable(err) || Date.now() >= deadline || this.closed) {
+          this.clusterStats.forwardFailures++;
+          throw err;
+        }
+        fresh = true;
+        await pause(attempt);
+      }
+    }
+  }
+
+  /**
+   * Serves a consumer request here (from this broker's client, or forwarded by broker `from`): claims the consumer
+   * first when this broker does not own it yet (NOT_OWNER when another broker should: the requester retries).
+   */
+  private async serveConsumer(from: number, t: string[], body: string, reply: string): Promise<Json> {
+    const cl = this.cluster!;
+    const target = this.consumerKeyOf(t, body);
+    if (target === null) return this.routeLocal(t, body, reply, from);
+    const { key } = target;
+    const create = t[1] === 'CREATE' || t[1] === 'DURABLE';
+    if (create) this.creating.add(key);
+    try {
+      if (cl.owns('consumer', key) === null) {
+        const [stream] = splitConsumerKey(key);
+        // The stream must be known here before its consumer can be loaded or made.
+        if ((await this.streamKnown(stream)) === undefined) return this.routeLocal(t, target.body, reply, from);
+        await cl.ensure('consumer', key);
+      }
+      return await this.routeLocal(t, target.body, reply, from);
+    } finally {
+      if (create) {
+        this.creating.delete(key);
+        const [stream, name] = splitConsumerKey(key);
+        // A create that made nothing (refused) leaves no owner row behind.
+        if (cl.owns('consumer', key) !== null && this.getConsumer(stream, name) === undefined) void cl.forget('consumer', key).catch(() => undefined);
+      }
+    }
+  }
+
+  /** CONSUMER.NAMES / LIST over the cluster: every broker's consumers of the stream, and stored ones served nowhere. */
+  private async clusterConsumers(cl: Cluster, stream: string): Promise<Json[]> {
+    const byName = new Map<string, Json>();
+    const asked = cl
+      .brokers()
+      .filter((b) => b.alive && b.id !== cl.id)
+      .map(async (b) => {
+        try {
+          const { head } = decodeBody<{ infos: Json[] }>(await cl.channel!.request(b.id, M_LIST, encodeBody({ stream })));
+          for (const i of head.infos) byName.set(String(i.name), i);
+        } catch {
+          // A broker that cannot answer now: its consumers are listed from their stored state below.
+        }
+      });
+    await Promise.all(asked);
+    for (const c of this.sortedConsumers(stream)) byName.set(c.name, this.consumerInfoJson(c));
+    for (const r of await this.engine.store.listConsumers(stream)) {
+      if (byName.has(r.name)) continue;
+      try {
+        const c = new Consumer(this, stream, r.name, JSON.parse(r.config) as ConsumerConfig, r.createdAt, true, r);
+        c.closed = true;
+        byName.set(r.name, this.consumerInfoJson(c));
+      } catch {
+        // unreadable config: skipped, as at load
+      }
+    }
+    return [...byName.values()].sort((a, b) => (String(a.name) < String(b.name) ? -1 : String(a.name) > String(b.name) ? 1 : 0));
   }
 
   // ------------------------------------------------------------ consumer groups (admin API)
@@ -252,7 +487,18 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
 
   // ------------------------------------------------------------ ConsumerHost
 
-  send(msg: Message): void {
+  send(msg: Message, to?: number): void {
+    if (to !== undefined && this.cluster !== null && to !== this.cluster.id) {
+      // A request forwarded by another broker: its client's inbox is there.
+      this.clusterStats.deliveriesSent++;
+      this.cluster.channel?.send(to, M_DELIVER, encodeDelivery(msg));
+      return;
+    }
+    this.sendLocal(msg);
+  }
+
+  /** Publishes to this broker's engine (the client is here, or the topic is for anyone listening). */
+  private sendLocal(msg: Message): void {
     try {
       this.engine.publish(msg);
     } catch (err) {
@@ -280,11 +526,21 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
     if (this.flushTimer !== null) clearTimeout(this.flushTimer);
     this.flushTimer = null;
     for (const c of this.dirty) {
-      const w = this.engine.store.putConsumer(c.record()).catch((err: unknown) => this.warnStore(err));
+      const w = this.engine.store.putConsumer(c.record(), c.epoch).catch((err: unknown) => this.writeFailed(c, err));
       this.writes.add(w);
       void w.finally(() => this.writes.delete(w));
     }
     this.dirty.clear();
+  }
+
+  /** A state write failed: FENCED means another broker owns the consumer now (stop serving it), else warn. */
+  private writeFailed(c: Consumer, err: unknown): void {
+    if (this.cluster !== null && err instanceof FlowError && err.code === 'FENCED') {
+      this.clusterStats.fenced++;
+      this.cluster.fenced('consumer', consumerKey(c.stream, c.name));
+      return;
+    }
+    this.warnStore(err);
   }
 
   private warnStore(err: unknown): void {
@@ -327,6 +583,13 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
     const m = this.consumers.get(c.stream);
     if (m?.get(c.name) === c) m.delete(c.name);
     if (m?.size === 0) this.consumers.delete(c.stream);
+    if (this.cluster !== null) {
+      // The record first (fenced by the owner row), then the owner row itself.
+      const cl = this.cluster;
+      const key = consumerKey(c.stream, c.name);
+      const gone = c.durable ? this.engine.store.deleteConsumer(c.stream, c.name, c.epoch) : Promise.resolve();
+      return gone.then(() => cl.forget('consumer', key));
+    }
     if (!c.durable) return Promise.resolve();
     return this.engine.store.deleteConsumer(c.stream, c.name);
   }
@@ -337,6 +600,8 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
     for (const c of m.values()) {
       c.close(true);
       this.dirty.delete(c);
+      // Its stream is gone: so is its owner row (the deleting broker removed the records).
+      if (this.cluster !== null) void this.cluster.forget('consumer', consumerKey(c.stream, c.name)).catch(() => undefined);
     }
     this.consumers.delete(stream);
     this.dedup.delete(stream);
@@ -570,6 +835,26 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
   }
 
   private async route(t: string[], body: string, reply: string, access: Access | null): Promise<Json> {
+    const cl = this.cluster;
+    if (cl !== null && t[0] === 'CONSUMER') {
+      if ((t[1] === 'NAMES' || t[1] === 'LIST') && t.length === 3) return this.routeLocal(t, body, reply, undefined, access);
+      if (t[1] === 'MSG') {
+        try {
+          return await this.routeConsumer(cl, t, body, reply);
+        } catch (err) {
+          // A pull request is answered with a status, never JSON: nobody could serve it now.
+          this.logLimit.log('warn', `jetstream-forward|${t.join('.')}`, { err, request: t.join('.') }, 'JetStream pull request could not reach the consumer\'s owner');
+          this.sendLocal(makeMessage(reply, Buffer.alloc(0), { status: '503' }));
+          return NO_ANSWER;
+        }
+      }
+      return this.routeConsumer(cl, t, body, reply);
+    }
+    return this.routeLocal(t, body, reply, undefined, access);
+  }
+
+  /** Serves a request here. `origin`: the broker a consumer request came from (cluster mode). */
+  private async routeLocal(t: string[], body: string, reply: string, origin: number | undefined, access: Access | null = null): Promise<Json> {
     const [a, b, c] = t;
     if (a === 'INFO' && t.length === 1) return this.accountInfo();
     if (a === 'STREAM') {
@@ -600,7 +885,7 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
         if (b === 'DELETE') return this.consumerDelete(c, t[3]);
       }
       if (b === 'MSG' && c === 'NEXT' && t.length === 5) {
-        this.pullRequest(t[3], t[4], body, reply);
+        this.pullRequest(t[3], t[4], body, reply, origin);
         return NO_ANSWER;
       }
     }
@@ -860,11 +1145,17 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
     const raced = this.getConsumer(stream, name);
     if (raced) return typed(T_, this.consumerInfoJson(raced));
     if (!this.engine.getStream(stream)) return typed(T_, { error: JsErr.streamNotFound() });
+    if (this.cluster !== null) {
+      // Claimed by serveConsumer before this create; a create that lost it meanwhile makes nothing.
+      const epoch = this.cluster.owns('consumer', consumerKey(stream, name));
+      if (epoch === null) throw new FlowError('NOT_OWNER', `the consumer ${stream}/${name} is not served by this broker`);
+      c.epoch = epoch;
+    }
     this.add(c);
     if (c.isPush) c.pump();
     if (c.durable) {
       try {
-        await this.engine.store.putConsumer(c.record());
+        await this.engine.store.putConsumer(c.record(), c.epoch);
       } catch (err) {
         this.warnStore(err);
         await this.deleteConsumer(c, false).catch(() => undefined);
@@ -934,24 +1225,24 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
     return [...(this.consumers.get(stream)?.values() ?? [])].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
   }
 
-  private consumerNames(stream: string, body: string): Json {
+  private async consumerNames(stream: string, body: string): Promise<Json> {
     const T_ = 'consumer_names_response';
     if (!this.engine.getStream(stream)) return typed(T_, { error: JsErr.streamNotFound() });
-    const all = this.sortedConsumers(stream);
+    const all = this.cluster !== null ? (await this.clusterConsumers(this.cluster, stream)).map((i) => String(i.name)) : this.sortedConsumers(stream).map((c) => c.name);
     const offset = pageOffset(body);
-    return typed(T_, { total: all.length, offset, limit: NAMES_LIMIT, consumers: all.slice(offset, offset + NAMES_LIMIT).map((c) => c.name) });
+    return typed(T_, { total: all.length, offset, limit: NAMES_LIMIT, consumers: all.slice(offset, offset + NAMES_LIMIT) });
   }
 
-  private consumerList(stream: string, body: string): Json {
+  private async consumerList(stream: string, body: string): Promise<Json> {
     const T_ = 'consumer_list_response';
     if (!this.engine.getStream(stream)) return typed(T_, { error: JsErr.streamNotFound() });
-    const all = this.sortedConsumers(stream);
+    const all = this.cluster !== null ? await this.clusterConsumers(this.cluster, stream) : this.sortedConsumers(stream).map((c) => this.consumerInfoJson(c));
     const offset = pageOffset(body);
     return typed(T_, {
       total: all.length,
       offset,
       limit: LIST_LIMIT,
-      consumers: all.slice(offset, offset + LIST_LIMIT).map((c) => this.consumerInfoJson(c)),
+      consumers: all.slice(offset, offset + LIST_LIMIT),
     });
   }
 
@@ -965,8 +1256,8 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
   }
 
   /** CONSUMER.MSG.NEXT: a pull request; answered with messages and statuses on the reply inbox, never with JSON. */
-  private pullRequest(stream: string, name: string, body: string, reply: string): void {
-    const status = (s: string) => this.send(makeMessage(reply, Buffer.alloc(0), { status: s }));
+  private pullRequest(stream: string, name: string, body: string, reply: string, origin: number | undefined): void {
+    const status = (s: string) => this.send(makeMessage(reply, Buffer.alloc(0), { status: s }), origin);
     const c = this.getConsumer(stream, name);
     // No such consumer: what a NATS client sees when nobody serves a request (nats.js stops a fetch on it).
     if (!c) return status('503');
@@ -979,15 +1270,21 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
     }
     if (c.config.max_bytes !== undefined && req.maxBytes > c.config.max_bytes) return status(`409 Exceeded MaxRequestMaxBytes of ${c.config.max_bytes}`);
     if (c.waiting.length >= (c.config.max_waiting ?? 512)) return status('409 Exceeded MaxWaiting');
+    if (origin !== undefined && origin !== this.cluster?.id) req.origin = origin;
     c.addRequest(req);
   }
 
-  private onAck(levels: string[], body: string, reply: string | undefined): void {
+  private onAck(levels: string[], body: string, reply: string | undefined, origin?: number): void {
     // $JS/ACK/<stream>/<consumer>/<delivered>/<sseq>/<cseq>/<ts>/<pending>
     if (levels.length < 9) return;
     const tokens = levelsToTokens(levels);
     const c = this.getConsumer(tokens[2], tokens[3]);
     const seq = Number(tokens[5]);
+    if (c === undefined && this.cluster !== null && origin === undefined && Number.isSafeInteger(seq) && seq >= 1) {
+      // Served by another broker: the ack goes there (one-way; a lost ack means a redelivery).
+      this.forwardAck(this.cluster, consumerKey(tokens[2], tokens[3]), levels, body, reply);
+      return;
+    }
     if (!c || !Number.isSafeInteger(seq) || seq < 1) return;
     const r = c.ack(seq, body.trim());
     if (!r.ok) {
@@ -997,12 +1294,33 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
     if (r.next !== undefined) {
       if (reply === undefined) return;
       const req = parsePullRequest(r.next, reply);
-      if (typeof req === 'string') this.send(makeMessage(reply, Buffer.alloc(0), { status: req }));
-      else c.addRequest(req);
+      if (typeof req === 'string') this.send(makeMessage(reply, Buffer.alloc(0), { status: req }), origin);
+      else {
+        if (origin !== undefined && origin !== this.cluster?.id) req.origin = origin;
+        c.addRequest(req);
+      }
       return;
     }
     // An ack with a reply subject (nats.js ackAck) is confirmed with an empty message, a repeated one too.
-    if (reply !== undefined) this.send(makeMessage(reply, Buffer.alloc(0)));
+    if (reply !== undefined) this.send(makeMessage(reply, Buffer.alloc(0)), origin);
+  }
+
+  private forwardAck(cl: Cluster, key: string, levels: string[], body: string, reply: string | undefined): void {
+    const body2 = encodeBody({ l: levels, b: body, r: reply ?? null });
+    const to = cl.owner('consumer', key);
+    if (to !== null) {
+      if (to.broker === cl.id) return;
+      this.clusterStats.acksForwarded++;
+      cl.channel?.send(to.broker, M_ACK, body2);
+      return;
+    }
+    void targetOf(cl, key, true)
+      .then((b) => {
+        if (b === cl.id) return;
+        this.clusterStats.acksForwarded++;
+        cl.channel?.send(b, M_ACK, body2);
+      })
+      .catch(() => undefined);
   }
 }
 
