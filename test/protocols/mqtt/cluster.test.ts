@@ -290,6 +290,41 @@ describe('MQTT sessions across brokers (in process)', () => {
     first.c.destroy();
   });
 
+  it('a broker leaving hands its sessions over at once: its clients get 0x8B, the sessions are owned and queue elsewhere', async () => {
+    const w = world();
+    const a = await node(w, 1);
+    const b = await node(w, 2);
+    const online = await connect5(a.port, 'dev-7');
+    await subscribe(online.c, 'l/#');
+    const offline = await connect5(a.port, 'dev-8');
+    await subscribe(offline.c, 'l/#');
+    offline.c.send({ type: 'disconnect', reasonCode: 0 });
+    await offline.c.waitClosed();
+    await until(() => a.listener.hub.sessions.get('dev-8')?.conn === null, 'dev-8 offline on A');
+    publish(a.engine, 'l/0', 'queued-on-a');
+    await until(() => a.listener.hub.queueWrites() === null, 'queued on A');
+
+    await a.cluster.leave();
+    assert.equal((await online.c.next('disconnect')).reasonCode, ReasonCode.SERVER_SHUTTING_DOWN);
+    assert.equal(a.listener.hub.sessions.size, 0, 'A holds no session any more');
+    // B is the only broker left: it takes both (released rows) at its next reconcile, and loads them offline.
+    b.cluster.kick();
+    await until(() => b.cluster.owns('session', 'dev-7') !== null && b.cluster.owns('session', 'dev-8') !== null, 'B owns both sessions', 10_000);
+    assert.ok(b.listener.hub.sessions.has('dev-7') && b.listener.hub.sessions.has('dev-8'));
+    publish(b.engine, 'l/1', 'queued-on-b');
+    await until(() => b.listener.hub.queueWrites() === null, 'queued on B');
+    const back7 = await connect5(b.port, 'dev-7');
+    const back8 = await connect5(b.port, 'dev-8');
+    assert.equal(back7.present, true);
+    assert.equal(back8.present, true);
+    // dev-7 was online when l/0 went out: sent, never acknowledged, so it is re-sent on resume, before the rest.
+    assert.deepEqual(await receive(back7.c, 2), ['queued-on-a', 'queued-on-b']);
+    assert.deepEqual(await receive(back8.c, 2), ['queued-on-a', 'queued-on-b']);
+    back7.c.destroy();
+    back8.c.destroy();
+    online.c.destroy();
+  });
+
   it('a single broker (no cluster) loads stored sessions at start, as before', async () => {
     const sessions = new MemorySessionStore();
     const storage = new MemoryStreams({ sessions });
