@@ -210,6 +210,8 @@ export class MqttClusterSessions {
       return;
     }
     if (this.hub.load(rec, Date.now(), epoch) !== null) this.stats.loaded++;
+    // Expired (or unreadable): ended while still being acquired, so its row goes once it is owned.
+    else if (!this.claiming.has(clientId)) this.ended(clientId, new Promise((r) => setImmediate(r)));
   }
 
   /**

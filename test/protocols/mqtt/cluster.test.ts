@@ -325,6 +325,18 @@ describe('MQTT sessions across brokers (in process)', () => {
     online.c.destroy();
   });
 
+  it('a broker in cluster mode loads no stored session at start, only those it comes to own', async () => {
+    const w = world();
+    const state = JSON.stringify({ level: 5, expiry: 3600, subs: [{ f: 'x/#', q: 1 }], rel: [] });
+    for (let i = 0; i < 5; i++) await w.sessions.putSession({ clientId: `stored-${i}`, protocol: 'mqtt', state, expiresAt: Date.now() + 3_600_000, updatedAt: Date.now() });
+    const a = await node(w, 1);
+    assert.equal(a.listener.hub.sessions.size, 0, 'nothing loaded at start');
+    const { c, present } = await connect5(a.port, 'stored-3');
+    assert.equal(present, true, 'a stored session is loaded when its client connects');
+    assert.deepEqual([...a.listener.hub.sessions.keys()], ['stored-3']);
+    c.destroy();
+  });
+
   it('a single broker (no cluster) loads stored sessions at start, as before', async () => {
     const sessions = new MemorySessionStore();
     const storage = new MemoryStreams({ sessions });
