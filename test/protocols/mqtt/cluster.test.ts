@@ -337,6 +337,21 @@ describe('MQTT sessions across brokers (in process)', () => {
     c.destroy();
   });
 
+  it("deleting a session on a broker that does not hold it ends it at its holder (admin API's delete)", async () => {
+    const w = world();
+    const a = await node(w, 1);
+    const b = await node(w, 2);
+    const { c } = await connect5(a.port, 'dev-9');
+    await subscribe(c, 'd/#');
+    assert.equal(await b.listener.hub.cluster!.delete('dev-9'), true);
+    assert.equal((await c.next('disconnect')).reasonCode, ReasonCode.ADMINISTRATIVE_ACTION);
+    assert.equal(a.listener.hub.sessions.has('dev-9'), false, 'ended at its holder');
+    for (let i = 0; i < 100 && (await w.store.owner('session', 'dev-9')) !== null; i++) await sleep(10);
+    assert.equal(await w.store.owner('session', 'dev-9'), null, 'its owner row went with it');
+    assert.equal(await w.sessions.getSession('dev-9'), null);
+    assert.equal(await b.listener.hub.cluster!.delete('dev-9'), false, 'nothing left to delete');
+  });
+
   it('a single broker (no cluster) loads stored sessions at start, as before', async () => {
     const sessions = new MemorySessionStore();
     const storage = new MemoryStreams({ sessions });
