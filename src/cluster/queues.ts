@@ -379,7 +379,8 @@ export class ClusterQueue implements QueueRuntime {
     if (this.local) return;
     const owner = this.cluster.owner('queue', this.def.name) ?? (await this.cluster.lookup('queue', this.def.name));
     if (!owner || owner.broker === this.cluster.id) return;
-    const reply = await this.cq.channel.request(owner.broker, 'queue.stats', encodeBody({ q: this.def.name }));
+    // Counts for a declare-ok: not worth holding the client up while the owner moves.
+    const reply = await this.cq.channel.request(owner.broker, 'queue.stats', encodeBody({ q: this.def.name }), 1000);
     this.cached = decodeBody<{ s: Stats }>(reply).head.s;
   }
 

@@ -294,3 +294,25 @@ describe('cluster queues', () => {
     assert.ok(b.cluster.owns('queue', name));
   });
 });
+
+describe('cluster queues: what stays local', () => {
+  it('exclusive and non-durable queues stay on the broker that declared them, unowned', async () => {
+    const e = (current = env());
+    const a = await broker(e, 1);
+    const b = await broker(e, 2);
+    await a.engine.declareQueue(qdef('excl', { exclusiveOwner: 'conn-1' }));
+    await a.engine.declareQueue(qdef('transient', { durable: false }));
+    const durable = placed(2, [1, 2], 'lq');
+    await a.engine.declareQueue(qdef(durable));
+    await until('the durable one known on broker 2', () => b.engine.getQueue(durable) !== undefined);
+    assert.equal(b.engine.getQueue('excl'), undefined);
+    assert.equal(b.engine.getQueue('transient'), undefined);
+    assert.equal(await e.cs.owner('queue', 'excl'), null);
+    assert.equal(await e.cs.owner('queue', 'transient'), null);
+    // Served by broker 1 itself, as on a single broker.
+    const s = new Sink('c', 'ch');
+    a.engine.getQueue('excl')!.consume(s);
+    await publish(a, 'excl', 'x').durable;
+    assert.deepEqual(s.bodies(), ['x']);
+  });
+});
