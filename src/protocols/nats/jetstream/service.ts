@@ -179,8 +179,10 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
       }
       this.add(new Consumer(this, r.stream, r.name, config, r.createdAt, true, r));
     }
-    this.subs.push(this.engine.subscribe('$JS.API.>', this, { qos: 0, rule: 'nats' }));
-    this.subs.push(this.engine.subscribe('$JS.ACK.>', this, { qos: 0, rule: 'nats' }));
+    // This broker's clients only (`local`): in cluster mode every broker answers its own clients' requests and
+    // forwards what another broker serves (see cluster.ts), so requests are never answered twice.
+    this.subs.push(this.engine.subscribe('$JS.API.>', this, { qos: 0, rule: 'nats', local: true }));
+    this.subs.push(this.engine.subscribe('$JS.ACK.>', this, { qos: 0, rule: 'nats', local: true }));
     this.ticker = setInterval(() => this.tick(), this.tickMs);
     this.ticker.unref();
   }
@@ -665,7 +667,19 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
     const first = info.captured[0];
     if (msgId !== undefined) {
       const now = Date.now();
-      for (const c of info.captured) this.remember(c.stream, msgId, c.offset + 1, now);
+      for (const c of info.captured) {
+        if (c.later === undefined) this.remember(c.stream, msgId, c.offset + 1, now);
+        else c.later.then((o) => this.remember(c.stream, msgId, o + 1, now), () => undefined);
+      }
+    }
+    if (first.later !== undefined) {
+      // Cluster mode: the partition's owner assigned the sequence; it is known once the owner made it durable.
+      const later = first.later;
+      Promise.all([durable, later]).then(
+        ([, o]) => this.reply(replyTopic, { stream: first.stream, seq: o + 1 }),
+        (err: unknown) => this.reply(replyTopic, { error: JsErr.streamStoreFailed(errText(err)), stream: first.stream, seq: 0 }),
+      );
+      return info;
     }
     const ack = { stream: first.stream, seq: first.offset + 1 };
     if (durable === null) this.reply(replyTopic, ack);
