@@ -93,6 +93,12 @@ describe('e2e cluster: NATS and JetStream across three brokers', { timeout: 180_
     const names: string[] = [];
     for await (const ci of jsm1.consumers.list('ORDERS')) names.push(ci.name);
     assert.deepEqual(names, ['ship']);
+    // A Nats-Msg-Id is checked where the partition is written: a publish retried through another broker is a
+    // duplicate, whichever broker it goes through.
+    const acks = [];
+    for (const id of [1, 2, 3, 2]) acks.push(await (await nats(id)).jetstream().publish('orders.once', sc.encode('once'), { msgID: 'order-10' }));
+    assert.deepEqual(acks.map((a) => [a.seq, a.duplicate]), [[10, false], [10, true], [10, true], [10, true]]);
+    assert.equal((await jsm1.streams.info('ORDERS')).state.last_seq, 10);
   });
 
   it('core NATS: a queue group with members on two brokers gets each message published on a third once', async () => {
