@@ -84,8 +84,11 @@ interface SharedGroup {
 export interface PublishInfo {
   /** Live subscribers that received it. */
   delivered: number;
-  /** Stream appends, with the offset each was given (assigned synchronously, before the write is durable). */
-  captured: Array<{ stream: string; partition: number; offset: number }>;
+  /**
+   * Stream appends, with the offset each was given (assigned synchronously, before the write is durable). Cluster
+   * mode, an append forwarded to the partition's owner: `offset` is -1 and `later` resolves with it once durable.
+   */
+  captured: Array<{ stream: string; partition: number; offset: number; later?: Promise<number> }>;
   /** Queues and exchange destinations reached through the unified topic space (amq.topic bindings). */
   queued: number;
 }
@@ -621,9 +624,9 @@ export class Engine implements Router {
       seen.add(e);
       const p = partitionFor(msg, e.def.partitions);
       const batch = encodeBatch([messageToRecord(msg, e.ownTopic)]);
-      const { baseOffset, durable } = this.storage.append(e.def.name, p, batch);
+      const { baseOffset, durable, offset } = this.storage.append(e.def.name, p, batch);
       this.stats.captured++;
-      if (info !== undefined) info.captured.push({ stream: e.def.name, partition: p, offset: baseOffset });
+      if (info !== undefined) info.captured.push(offset === undefined ? { stream: e.def.name, partition: p, offset: baseOffset } : { stream: e.def.name, partition: p, offset: baseOffset, later: offset });
       if (first === null) first = durable;
       else (all ??= [first]).push(durable);
     });
