@@ -237,6 +237,57 @@ function capture(): { logger: pino.Logger; lines: Array<Record<string, unknown>>
   return { logger: pino({ level: 'info' }, stream), lines };
 }
 
+describe('cluster channel: order', () => {
+  it('requests and one-way messages to a peer arrive in call order, while connecting and once connected', async () => {
+    const store = new MemoryClusterStore();
+    const [a, b] = [await node(store, 1), await node(store, 2)];
+    try {
+      const log: string[] = [];
+      b.channel.on('test.note', (_f, body) => log.push(`n${body}`));
+      b.channel.handle('test.req', (_f, body) => (log.push(`r${body}`), body));
+      const calls: Array<Promise<Buffer>> = [];
+      const expected: string[] = [];
+      for (let round = 0; round < 2; round++) {
+        // Round 0 starts while the connection is being made; round 1 on the open connection.
+        for (let i = 0; i < 50; i++) {
+          const k = `${round}.${i}`;
+          if (i % 3 === 0) {
+            calls.push(a.channel.request(2, 'test.req', Buffer.from(k)));
+            expected.push(`r${k}`);
+          } else {
+            a.channel.send(2, 'test.note', Buffer.from(k));
+            expected.push(`n${k}`);
+          }
+        }
+        await Promise.all(calls);
+        await until(() => log.length === expected.length, 'every call');
+      }
+      assert.deepEqual(log, expected);
+    } finally {
+      await Promise.all([a.close(), b.close()]);
+    }
+  });
+});
+
+describe('cluster channel: memory', () => {
+  it('a small request body kept by its handler does not pin the socket chunk it arrived in', async () => {
+    const store = new MemoryClusterStore();
+    const [a, b] = [await node(store, 1), await node(store, 2)];
+    try {
+      const kept: Buffer[] = [];
+      b.channel.handle('test.keep', (_f, body) => (kept.push(body), Buffer.alloc(0)));
+      await a.channel.request(2, 'test.keep', Buffer.alloc(100, 1));
+      // Many small requests in one turn arrive in large chunks.
+      await Promise.all(Array.from({ length: 400 }, () => a.channel.request(2, 'test.keep', Buffer.alloc(100, 2))));
+      const largest = Math.max(...kept.map((k) => k.buffer.byteLength));
+      assert.ok(largest <= Buffer.poolSize, `each kept body holds at most a pool slab, not a socket chunk (${largest} bytes)`);
+      assert.ok(kept.every((k) => k.length === 100));
+    } finally {
+      await Promise.all([a.close(), b.close()]);
+    }
+  });
+});
+
 describe('cluster channel: authentication and refusals', () => {
   it('a broker with another secret is refused, whichever side dials; neither serves the other', async () => {
     const store = new MemoryClusterStore();
