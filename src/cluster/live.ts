@@ -59,6 +59,7 @@ interface PublishHead {
 }
 
 const NO_GROUPS: ReadonlySet<string> = new Set();
+const SYS_PREFIX = '$SYS/';
 
 export interface LiveOptions {
   cluster: Cluster;
@@ -173,6 +174,9 @@ export class Live implements LiveHook {
 
   forward(msg: Message): number {
     this.skip = null;
+    // Each broker publishes its own statistics under $SYS/broker/ (the same names everywhere): a subscriber sees its
+    // broker's, not a mix of all of them.
+    if (msg.topic.startsWith(SYS_PREFIX)) return 0;
     // Brokers with plain interest, and shared groups with their remote candidates.
     this.mDollar = msg.topic.charCodeAt(0) === 0x24;
     this.mPlain.length = 0;

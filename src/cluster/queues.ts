@@ -42,8 +42,17 @@ import type { Cluster } from './cluster.js';
 import type { PeerChannel } from './types.js';
 import { decodeBody, decodeMessage, encodeBody, encodeMessage, packBuffers, unpackBuffers } from './wire.js';
 
-/** Deliveries a remote consumer may receive ahead of its broker handing them to the client. */
-const WINDOW = 32;
+/**
+ * Deliveries a remote consumer may receive ahead of its broker handing them to the client: the consumer's own
+ * prefetch when it has one (an AMQP consumer's basic.qos; at most MAX_WINDOW), else DEFAULT_WINDOW.
+ */
+const DEFAULT_WINDOW = 64;
+const MAX_WINDOW = 1000;
+
+function windowOf(c: QueueConsumer): number {
+  const p = (c as { prefetch?: unknown }).prefetch;
+  return typeof p === 'number' && p > 0 ? Math.min(p, MAX_WINDOW) : DEFAULT_WINDOW;
+}
 /** Pause between attempts while a queue has no reachable owner. */
 const RETRY_MS = 100;
 /** Messages per forwarded publish batch. */
@@ -117,12 +126,15 @@ class Link {
   outstanding = 0;
   granting = false;
   readonly buffer: Array<{ d: QueueDelivery; epoch: number }> = [];
+  private readonly window: number;
   constructor(
     readonly cq: ClusterQueues,
     readonly q: ClusterQueue,
     readonly h: Held,
     readonly key: string,
-  ) {}
+  ) {
+    this.window = windowOf(h.c);
+  }
 
   async open(): Promise<void> {
     const cl = this.cq.cluster;
@@ -136,7 +148,7 @@ class Link {
         continue;
       }
       const c = this.h.c;
-      const credit = c.hasCredit() ? WINDOW : 0;
+      const credit = c.hasCredit() ? this.window : 0;
       this.outstanding = credit;
       this.broker = owner.broker;
       try {
@@ -199,8 +211,8 @@ class Link {
   }
 
   private maybeGrant(): void {
-    if (this.state !== 'open' || this.granting || this.buffer.length > 0 || this.outstanding > WINDOW / 2 || !this.h.c.hasCredit()) return;
-    const n = WINDOW - this.outstanding;
+    if (this.state !== 'open' || this.granting || this.buffer.length > 0 || this.outstanding > this.window / 2 || !this.h.c.hasCredit()) return;
+    const n = this.window - this.outstanding;
     this.outstanding += n;
     this.granting = true;
     const broker = this.broker;
@@ -379,7 +391,8 @@ export class ClusterQueue implements QueueRuntime {
     if (this.local) return;
     const owner = this.cluster.owner('queue', this.def.name) ?? (await this.cluster.lookup('queue', this.def.name));
     if (!owner || owner.broker === this.cluster.id) return;
-    const reply = await this.cq.channel.request(owner.broker, 'queue.stats', encodeBody({ q: this.def.name }));
+    // Counts for a declare-ok: not worth holding the client up while the owner moves.
+    const reply = await this.cq.channel.request(owner.broker, 'queue.stats', encodeBody({ q: this.def.name }), 1000);
     this.cached = decodeBody<{ s: Stats }>(reply).head.s;
   }
 

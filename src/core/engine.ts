@@ -54,6 +54,12 @@ export interface SubscribeOptions {
    * group whose picked member refuses it skips that message). Unset: every match is delivered, at no cost.
    */
   admit?: (topic: string) => boolean;
+  /**
+   * Cluster mode: a service of this broker's own (the JetStream API), serving the clients of this broker only: not
+   * announced to the other brokers, and messages forwarded from another broker are not delivered to it (the broker
+   * they were published on serves them). Without effect on a single broker.
+   */
+  local?: boolean;
 }
 
 export interface Subscription {
@@ -78,8 +84,11 @@ interface SharedGroup {
 export interface PublishInfo {
   /** Live subscribers that received it. */
   delivered: number;
-  /** Stream appends, with the offset each was given (assigned synchronously, before the write is durable). */
-  captured: Array<{ stream: string; partition: number; offset: number }>;
+  /**
+   * Stream appends, with the offset each was given (assigned synchronously, before the write is durable). Cluster
+   * mode, an append forwarded to the partition's owner: `offset` is -1 and `later` resolves with it once durable.
+   */
+  captured: Array<{ stream: string; partition: number; offset: number; later?: Promise<number> }>;
   /** Queues and exchange destinations reached through the unified topic space (amq.topic bindings). */
   queued: number;
 }
@@ -346,7 +355,7 @@ export class Engine implements Router {
     // A NATS subject is parsed into unified levels once here (and again at unsubscribe): `>` is the trie's REST.
     const pattern = nats ? parseBindingKey(filter, 'nats', true) : (validateFilter(filter), filter);
     const sub: Subscription = { filter, subscriber, options };
-    if (this.live !== null) this.live.subscribed(liveKey(options.rule, options.group, filter), filter, nats ? 'nats' : 'mqtt', options.group);
+    if (this.live !== null && options.local !== true) this.live.subscribed(liveKey(options.rule, options.group, filter), filter, nats ? 'nats' : 'mqtt', options.group);
     if (options.group === undefined) {
       this.subs.add(pattern, sub);
       return sub;
@@ -365,7 +374,7 @@ export class Engine implements Router {
   unsubscribe(sub: Subscription): void {
     const pattern = sub.options.rule === 'nats' ? parseBindingKey(sub.filter, 'nats', true) : sub.filter;
     if (sub.options.group === undefined) {
-      if (this.subs.remove(pattern, sub) && this.live !== null) this.live.unsubscribed(liveKey(sub.options.rule, undefined, sub.filter), sub.filter, sub.options.rule === 'nats' ? 'nats' : 'mqtt', undefined);
+      if (this.subs.remove(pattern, sub) && this.live !== null && sub.options.local !== true) this.live.unsubscribed(liveKey(sub.options.rule, undefined, sub.filter), sub.filter, sub.options.rule === 'nats' ? 'nats' : 'mqtt', undefined);
       return;
     }
     const key = groupKey(sub);
@@ -374,7 +383,7 @@ export class Engine implements Router {
     const i = g.members.indexOf(sub);
     if (i < 0) return;
     g.members.splice(i, 1);
-    if (this.live !== null) this.live.unsubscribed(key, sub.filter, sub.options.rule === 'nats' ? 'nats' : 'mqtt', sub.options.group);
+    if (this.live !== null && sub.options.local !== true) this.live.unsubscribed(key, sub.filter, sub.options.rule === 'nats' ? 'nats' : 'mqtt', sub.options.group);
     if (g.members.length === 0) {
       this.groups.delete(key);
       this.subs.remove(pattern, g);
@@ -419,7 +428,7 @@ export class Engine implements Router {
         if (forwarded !== undefined ? !forwarded.has(v.key) : skip !== null && skip.has(v.key)) return;
         const s = pickMember(v, undefined);
         if (s !== undefined && (s.options.admit === undefined || s.options.admit(msg.topic))) add(s);
-      } else if (v.options.admit === undefined || v.options.admit(msg.topic)) add(v);
+      } else if ((v.options.admit === undefined || v.options.admit(msg.topic)) && (forwarded === undefined || v.options.local !== true)) add(v);
     });
     if (single !== undefined) {
       this.stats.delivered++;
@@ -615,9 +624,9 @@ export class Engine implements Router {
       seen.add(e);
       const p = partitionFor(msg, e.def.partitions);
       const batch = encodeBatch([messageToRecord(msg, e.ownTopic)]);
-      const { baseOffset, durable } = this.storage.append(e.def.name, p, batch);
+      const { baseOffset, durable, offset } = this.storage.append(e.def.name, p, batch);
       this.stats.captured++;
-      if (info !== undefined) info.captured.push({ stream: e.def.name, partition: p, offset: baseOffset });
+      if (info !== undefined) info.captured.push(offset === undefined ? { stream: e.def.name, partition: p, offset: baseOffset } : { stream: e.def.name, partition: p, offset: baseOffset, later: offset });
       if (first === null) first = durable;
       else (all ??= [first]).push(durable);
     });

@@ -198,6 +198,29 @@ describe('live forwarding', () => {
     assert.equal(onB.topics().at(-1), 'y/from-a');
   });
 
+  it('local subscriptions (JetStream\'s API) are neither advertised nor reached by forwarded messages; $SYS stays home', async () => {
+    const { nodes } = await cluster(2);
+    const [a, b] = nodes;
+    const jsA = new Collector('jsA');
+    const jsB = new Collector('jsB');
+    a.engine.subscribe('$JS.API.>', jsA, { qos: 0, rule: 'nats', local: true });
+    const localB = b.engine.subscribe('$JS.API.>', jsB, { qos: 0, rule: 'nats', local: true });
+    const everything = new Collector('all');
+    b.engine.subscribe('>', everything, { qos: 0, rule: 'nats' });
+    const sys = new Collector('sys');
+    b.engine.subscribe('$SYS/#', sys, qos0);
+    await until(() => tableOf(a, b) === 2, 'a knows b\'s two advertised filters');
+    assert.equal(b.live.local.size, 2, 'the local subscription is not in the interest table');
+    a.engine.publish(msg('$SYS/broker/uptime', '1'));
+    a.engine.publish(msg('$JS/API/INFO', 'req'));
+    await until(() => everything.got.length === 1, 'the plain subscriber on b got the request');
+    assert.deepEqual(jsA.topics(), ['$JS/API/INFO'], 'handled once, where it was published');
+    assert.deepEqual(jsB.got, [], 'not by b\'s JetStream too');
+    assert.deepEqual(sys.got, [], '$SYS of another broker is not forwarded');
+    b.engine.unsubscribe(localB);
+    assert.equal(b.live.local.size, 2);
+  });
+
   it('keeps every property of a forwarded message', async () => {
     const { nodes } = await cluster(2);
     const [a, b] = nodes;

@@ -63,8 +63,14 @@ describe('cluster queues over PostgreSQL', () => {
       await next.append('q', [{ id: 2, data: Buffer.from('two') }]);
       await next.remove('q', [1]);
       assert.deepEqual((await old.read('q', 0, 10)).map((m) => m.id), [2]);
-      // An unfenced queue (a single broker, or another queue) is not checked.
+      // An unfenced queue (a single broker, or another queue) is not checked, even in the group of a fenced write.
       await old.append('other', [{ id: 1, data: Buffer.from('x') }]);
+      const stale = old.append('q', [{ id: 3, data: Buffer.from('late') }]);
+      const fine = old.append('other', [{ id: 2, data: Buffer.from('y') }]);
+      await assert.rejects(stale, fenced);
+      await fine;
+      assert.deepEqual((await old.read('other', 0, 10)).map((m) => m.id), [1, 2]);
+      assert.deepEqual((await old.read('q', 0, 10)).map((m) => m.id), [2]);
       assert.ok(Number(old.figures().fenced) >= 1);
     } finally {
       await old.close();

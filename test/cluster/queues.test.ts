@@ -201,6 +201,25 @@ describe('cluster queues', () => {
     assert.deepEqual(s.bodies(), Array.from({ length: 8 }, (_, i) => `m${i + 2}`));
   });
 
+  it("a remote consumer's window is its prefetch: a stalled prefetch-1 consumer holds one message, the others get the rest", async () => {
+    const e = (current = env());
+    const a = await broker(e, 1);
+    const b = await broker(e, 2);
+    const name = placed(1, [1, 2], 'wq');
+    await a.engine.declareQueue(qdef(name));
+    await ownedBy(e, name, 1);
+    await until('broker 2 knows it', () => b.engine.getQueue(name) !== undefined);
+    const stalled = Object.assign(new Sink('slow', 'ch-2'), { prefetch: 1 });
+    stalled.credit = 1; // never acks
+    b.engine.getQueue(name)!.consume(stalled);
+    await until('remote consumer open', () => a.engine.getQueue(name)!.stats().consumers === 1);
+    const fast = new Sink('fast', 'ch-1');
+    a.engine.getQueue(name)!.consume(fast);
+    for (let i = 0; i < 10; i++) await publish(a, name, `m${i}`).durable;
+    await until('nine on the local consumer, one on the stalled one', () => fast.got.length === 9 && stalled.got.length === 1);
+    assert.equal(a.engine.getQueue(name)!.stats().unacked, 10);
+  });
+
   it('basic.get and nack with requeue from a non-owner', async () => {
     const e = (current = env());
     const a = await broker(e, 1);
@@ -292,5 +311,27 @@ describe('cluster queues', () => {
     await until('all 20 through the new owner', () => s.got.length === 20);
     assert.deepEqual(s.bodies(), Array.from({ length: 20 }, (_, i) => `m${i}`));
     assert.ok(b.cluster.owns('queue', name));
+  });
+});
+
+describe('cluster queues: what stays local', () => {
+  it('exclusive and non-durable queues stay on the broker that declared them, unowned', async () => {
+    const e = (current = env());
+    const a = await broker(e, 1);
+    const b = await broker(e, 2);
+    await a.engine.declareQueue(qdef('excl', { exclusiveOwner: 'conn-1' }));
+    await a.engine.declareQueue(qdef('transient', { durable: false }));
+    const durable = placed(2, [1, 2], 'lq');
+    await a.engine.declareQueue(qdef(durable));
+    await until('the durable one known on broker 2', () => b.engine.getQueue(durable) !== undefined);
+    assert.equal(b.engine.getQueue('excl'), undefined);
+    assert.equal(b.engine.getQueue('transient'), undefined);
+    assert.equal(await e.cs.owner('queue', 'excl'), null);
+    assert.equal(await e.cs.owner('queue', 'transient'), null);
+    // Served by broker 1 itself, as on a single broker.
+    const s = new Sink('c', 'ch');
+    a.engine.getQueue('excl')!.consume(s);
+    await publish(a, 'excl', 'x').durable;
+    assert.deepEqual(s.bodies(), ['x']);
   });
 });

@@ -172,4 +172,31 @@ describe('cluster queues: amqplib and MQTT across brokers', { timeout: 240_000 }
     await until('every confirmed message consumed', () => confirmed.every((b) => got.has(b)), 60_000);
     assert.ok(confirmed.length >= 150);
   });
+
+  it('a joining broker takes the queues placed at it and a graceful stop hands them back, consumers following, nothing lost', async () => {
+    // Broker 2 is alone; broker 4 joins. The queue is placed at 4 once it is there.
+    const name = placed(4, [2, 4], 'moving');
+    const pub = await (await open(2)).createConfirmChannel();
+    await pub.assertQueue(name, { durable: true });
+    await owned(name, 2);
+    for (let i = 0; i < 30; i++) pub.sendToQueue(name, Buffer.from(`j${i}`), { persistent: true });
+    await pub.waitForConfirms();
+    const ch = await (await open(2)).createChannel();
+    await ch.prefetch(5);
+    const got = new Set<string>();
+    await ch.consume(name, (m) => {
+      if (!m) return;
+      got.add(m.content.toString());
+      setTimeout(() => ch.ack(m), 20);
+    });
+    await c.startBroker({ id: 4 });
+    await owned(name, 4);
+    for (let i = 30; i < 60; i++) pub.sendToQueue(name, Buffer.from(`j${i}`), { persistent: true });
+    await pub.waitForConfirms();
+    await c.stop(4);
+    await owned(name, 2);
+    for (let i = 60; i < 90; i++) pub.sendToQueue(name, Buffer.from(`j${i}`), { persistent: true });
+    await pub.waitForConfirms();
+    await until('all 90 consumed on broker 2 across both moves', () => got.size === 90, 60_000);
+  });
 });

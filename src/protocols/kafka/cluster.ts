@@ -155,6 +155,21 @@ export class KafkaCluster {
     );
   }
 
+  /**
+   * For requests that only read (DescribeGroups, OffsetFetch): served here when this broker coordinates the group or
+   * placement gives it here, without taking it (describing a group that does not exist must not create an owner
+   * row); NOT_COORDINATOR elsewhere.
+   */
+  reads(groupId: string): number {
+    if (this.cluster.owns('group', groupId) !== null || this.cluster.placement('group', groupId) === this.cluster.id) return KafkaErrorCode.NONE;
+    return KafkaErrorCode.NOT_COORDINATOR;
+  }
+
+  /** The group was deleted: its owner row goes too (a group of that name later starts again at epoch 1). */
+  async deleted(groupId: string): Promise<void> {
+    await this.cluster.forget('group', groupId).catch((err: unknown) => this.logger.warn({ err, group: groupId }, 'cannot forget the deleted group\'s owner row'));
+  }
+
   /** Runs an offset commit of the group, so that a handover of the group waits for it. */
   track<T>(groupId: string, p: Promise<T>): Promise<T> {
     let set = this.commits.get(groupId);

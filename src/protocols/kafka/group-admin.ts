@@ -136,7 +136,10 @@ export class KafkaGroupAdmin implements ConsumerGroupAdmin {
   async delete(name: string): Promise<void> {
     await this.serve(name);
     const code = await this.groups.delete(name);
-    if (code === KafkaErrorCode.NONE) return;
+    if (code === KafkaErrorCode.NONE) {
+      await this.cluster?.deleted(name);
+      return;
+    }
     if (code === KafkaErrorCode.GROUP_ID_NOT_FOUND) throw new FlowError('NOT_FOUND', `consumer group "${name}" does not exist`);
     if (code === KafkaErrorCode.NON_EMPTY_GROUP) throw new FlowError('INVALID_ARGUMENT', `group "${name}" has active members: stop its consumers before deleting it`);
     if (code === KafkaErrorCode.INVALID_GROUP_ID) throw new FlowError('INVALID_ARGUMENT', 'invalid group name');

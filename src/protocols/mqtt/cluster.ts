@@ -29,6 +29,8 @@ import type { MqttHub } from './session.js';
 
 /** The channel method: the holder of a session closes its client's connection and hands the session over. */
 export const TAKEOVER = 'session.takeover';
+/** The channel method: the holder of a session ends it (the admin API's delete, on whichever broker it arrives). */
+export const DELETE = 'session.delete';
 
 /** Rounds of "ask the holder, then claim" before a CONNECT is refused as unavailable (the client retries). */
 const CLAIM_ROUNDS = 4;
@@ -74,6 +76,24 @@ export class MqttClusterSessions {
     };
     this.cluster.register('session', handler);
     channel.handle(TAKEOVER, (from, body) => this.onTakeover(from, body));
+    channel.handle(DELETE, async (_from, body) => {
+      const clientId = clientIdOf(body, DELETE);
+      await this.settled(clientId);
+      return encodeBody({ deleted: this.hub.deleteSession(clientId) });
+    });
+  }
+
+  /**
+   * The admin API deletes a session: ended by the broker that holds it (its client kicked there, its record and
+   * owner row removed), here or over the channel. Answers whether a broker held it in memory.
+   */
+  async delete(clientId: string): Promise<boolean> {
+    await this.settled(clientId);
+    if (this.hub.sessions.has(clientId)) return this.hub.deleteSession(clientId);
+    const holder = await this.cluster.lookup('session', clientId);
+    if (holder === null || holder.broker === this.cluster.id || this.cluster.channel === null) return false;
+    const reply = await this.cluster.channel.request(holder.broker, DELETE, encodeBody({ clientId }));
+    return decodeBody<{ deleted?: unknown }>(reply).head?.deleted === true;
   }
 
   /** The epoch under which the session of `clientId` is owned and served here now, else undefined. */
@@ -106,6 +126,8 @@ export class MqttClusterSessions {
           return await this.cluster.claim('session', clientId, { force: answered && round >= 2 });
         } catch (err) {
           if (!isFlowError(err, 'NOT_OWNER')) throw err;
+          // A holder that did not answer (paused, cut off) is not asked again and again: the client retries.
+          if (holder !== null && !answered) break;
         }
       }
       this.stats.unavailable++;
@@ -176,9 +198,7 @@ export class MqttClusterSessions {
 
   /** Another broker's CONNECT for a client id held here: close our connection of it and hand the session over. */
   private async onTakeover(from: number, body: Buffer): Promise<Buffer> {
-    const { head } = decodeBody<{ clientId?: unknown }>(body);
-    if (typeof head?.clientId !== 'string') throw new FlowError('INVALID_ARGUMENT', 'session.takeover needs a clientId');
-    const clientId = head.clientId;
+    const clientId = clientIdOf(body, TAKEOVER);
     await this.settled(clientId);
     const s = this.hub.sessions.get(clientId);
     if (s?.conn) {
@@ -208,6 +228,8 @@ export class MqttClusterSessions {
       return;
     }
     if (this.hub.load(rec, Date.now(), epoch) !== null) this.stats.loaded++;
+    // Expired (or unreadable): ended while still being acquired, so its row goes once it is owned.
+    else if (!this.claiming.has(clientId)) this.ended(clientId, new Promise((r) => setImmediate(r)));
   }
 
   /**
@@ -231,3 +253,9 @@ export class MqttClusterSessions {
   }
 }
 
+
+function clientIdOf(body: Buffer, method: string): string {
+  const { head } = decodeBody<{ clientId?: unknown }>(body);
+  if (typeof head?.clientId !== 'string') throw new FlowError('INVALID_ARGUMENT', `${method} needs a clientId`);
+  return head.clientId;
+}

@@ -70,7 +70,8 @@ export const mqttModule: ProtocolModule = {
       // Drops by cause, slow-consumer disconnects, packet timeouts and the memory held by unfinished packets.
       figures: () => hub.figures(),
       // The admin API's DELETE /api/v1/mqtt/sessions/{clientId} (it kicks a connected client first).
-      sessions: { delete: async (clientId) => hub.deleteSession(clientId) },
+      // In cluster mode the broker holding the session ends it (src/protocols/mqtt/cluster.ts).
+      sessions: { delete: async (clientId) => (hub.cluster !== null ? hub.cluster.delete(clientId) : hub.deleteSession(clientId)) },
       close,
     };
   },

@@ -286,8 +286,21 @@ export class PostgresQueueStore extends BatchedQueueStore {
       for (const c of group) c.resolve(c.result);
     } catch (err) {
       this.stats.failedGroups++;
-      if (err instanceof FlowError && err.code === 'FENCED') this.stats.fenced++;
       const e = err instanceof FlowError ? err : new FlowError('STORAGE_ERROR', `queue store: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
+      if (e.code === 'FENCED') {
+        this.stats.fenced++;
+        // Only the fenced queue's calls fail: the transaction changed nothing, the others' run again without them.
+        const q = [...fenced.keys()].find((name) => e.message.includes(`queue ${name} `));
+        if (q !== undefined) {
+          const rest: Call[] = [];
+          for (const c of group) {
+            if (c.op.q === q) c.reject(e);
+            else rest.push(c);
+          }
+          if (rest.length > 0) await this.runGroup(rest);
+          return;
+        }
+      }
       for (const c of group) c.reject(e);
     }
   }

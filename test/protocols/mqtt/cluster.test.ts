@@ -253,6 +253,105 @@ describe('MQTT sessions across brokers (in process)', () => {
     first.c.destroy();
   });
 
+  it('a CONNECT for a session held by a broker that does not answer is refused as unavailable, never forced, until its lease expires', async () => {
+    const w = world();
+    const lease = 600;
+    const a = await node(w, 1, lease);
+    const b = await node(w, 2, lease);
+    const first = await connect5(a.port, 'dev-6');
+    await subscribe(first.c, 'u/#');
+    // A is cut off from the channel but its lease is live: it cannot be asked, so B must not take the session.
+    w.links.disconnect(1);
+    const refused = await RawClient.open(b.port);
+    refused.level = 5;
+    refused.send({ type: 'connect', protocolName: 'MQTT', keepalive: 0, clientId: 'dev-6', will: null, username: null, password: null, ...v5('dev-6') });
+    const ack = await refused.next('connack');
+    assert.equal(ack.returnCode, ReasonCode.SERVER_UNAVAILABLE);
+    assert.equal((await w.store.owner('session', 'dev-6'))?.owner, 1, 'still owned by A');
+    refused.destroy();
+    // A dies (its heartbeats stop): once its lease has expired the claim succeeds, and the session is resumed.
+    a.kill();
+    let resumed: { c: RawClient; present: boolean } | null = null;
+    for (let i = 0; i < 100 && resumed === null; i++) {
+      const c = await RawClient.open(b.port);
+      c.level = 5;
+      c.send({ type: 'connect', protocolName: 'MQTT', keepalive: 0, clientId: 'dev-6', will: null, username: null, password: null, ...v5('dev-6') });
+      const r = await c.next('connack');
+      if (r.returnCode === 0) resumed = { c, present: r.sessionPresent };
+      else {
+        c.destroy();
+        await sleep(50);
+      }
+    }
+    assert.ok(resumed !== null, 'resumed on B after A died');
+    assert.equal(resumed.present, true);
+    assert.equal((await w.store.owner('session', 'dev-6'))?.owner, 2);
+    resumed.c.destroy();
+    first.c.destroy();
+  });
+
+  it('a broker leaving hands its sessions over at once: its clients get 0x8B, the sessions are owned and queue elsewhere', async () => {
+    const w = world();
+    const a = await node(w, 1);
+    const b = await node(w, 2);
+    const online = await connect5(a.port, 'dev-7');
+    await subscribe(online.c, 'l/#');
+    const offline = await connect5(a.port, 'dev-8');
+    await subscribe(offline.c, 'l/#');
+    offline.c.send({ type: 'disconnect', reasonCode: 0 });
+    await offline.c.waitClosed();
+    await until(() => a.listener.hub.sessions.get('dev-8')?.conn === null, 'dev-8 offline on A');
+    publish(a.engine, 'l/0', 'queued-on-a');
+    await until(() => a.listener.hub.queueWrites() === null, 'queued on A');
+
+    await a.cluster.leave();
+    assert.equal((await online.c.next('disconnect')).reasonCode, ReasonCode.SERVER_SHUTTING_DOWN);
+    assert.equal(a.listener.hub.sessions.size, 0, 'A holds no session any more');
+    // B is the only broker left: it takes both (released rows) at its next reconcile, and loads them offline.
+    b.cluster.kick();
+    await until(() => b.cluster.owns('session', 'dev-7') !== null && b.cluster.owns('session', 'dev-8') !== null, 'B owns both sessions', 10_000);
+    assert.ok(b.listener.hub.sessions.has('dev-7') && b.listener.hub.sessions.has('dev-8'));
+    publish(b.engine, 'l/1', 'queued-on-b');
+    await until(() => b.listener.hub.queueWrites() === null, 'queued on B');
+    const back7 = await connect5(b.port, 'dev-7');
+    const back8 = await connect5(b.port, 'dev-8');
+    assert.equal(back7.present, true);
+    assert.equal(back8.present, true);
+    // dev-7 was online when l/0 went out: sent, never acknowledged, so it is re-sent on resume, before the rest.
+    assert.deepEqual(await receive(back7.c, 2), ['queued-on-a', 'queued-on-b']);
+    assert.deepEqual(await receive(back8.c, 2), ['queued-on-a', 'queued-on-b']);
+    back7.c.destroy();
+    back8.c.destroy();
+    online.c.destroy();
+  });
+
+  it('a broker in cluster mode loads no stored session at start, only those it comes to own', async () => {
+    const w = world();
+    const state = JSON.stringify({ level: 5, expiry: 3600, subs: [{ f: 'x/#', q: 1 }], rel: [] });
+    for (let i = 0; i < 5; i++) await w.sessions.putSession({ clientId: `stored-${i}`, protocol: 'mqtt', state, expiresAt: Date.now() + 3_600_000, updatedAt: Date.now() });
+    const a = await node(w, 1);
+    assert.equal(a.listener.hub.sessions.size, 0, 'nothing loaded at start');
+    const { c, present } = await connect5(a.port, 'stored-3');
+    assert.equal(present, true, 'a stored session is loaded when its client connects');
+    assert.deepEqual([...a.listener.hub.sessions.keys()], ['stored-3']);
+    c.destroy();
+  });
+
+  it("deleting a session on a broker that does not hold it ends it at its holder (admin API's delete)", async () => {
+    const w = world();
+    const a = await node(w, 1);
+    const b = await node(w, 2);
+    const { c } = await connect5(a.port, 'dev-9');
+    await subscribe(c, 'd/#');
+    assert.equal(await b.listener.hub.cluster!.delete('dev-9'), true);
+    assert.equal((await c.next('disconnect')).reasonCode, ReasonCode.ADMINISTRATIVE_ACTION);
+    assert.equal(a.listener.hub.sessions.has('dev-9'), false, 'ended at its holder');
+    for (let i = 0; i < 100 && (await w.store.owner('session', 'dev-9')) !== null; i++) await sleep(10);
+    assert.equal(await w.store.owner('session', 'dev-9'), null, 'its owner row went with it');
+    assert.equal(await w.sessions.getSession('dev-9'), null);
+    assert.equal(await b.listener.hub.cluster!.delete('dev-9'), false, 'nothing left to delete');
+  });
+
   it('a single broker (no cluster) loads stored sessions at start, as before', async () => {
     const sessions = new MemorySessionStore();
     const storage = new MemoryStreams({ sessions });

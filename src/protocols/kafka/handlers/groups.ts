@@ -285,9 +285,9 @@ async function fetchGroupOffsets(
     errorCode,
   });
   if (!mayUseGroup(ctx, groupId)) return refuse(GROUP_DENIED);
-  // Cluster mode: the group's coordinator answers (it reads what the group committed, wherever).
-  const gate = await gated(ctx, groupId, (errorCode) => errorCode, () => KafkaErrorCode.NONE as number);
-  if (gate !== KafkaErrorCode.NONE) return refuse(gate);
+  // Cluster mode: the group's coordinator answers (the offsets are in the shared metastore).
+  const served = ctx.adapter.cluster?.reads(groupId) ?? KafkaErrorCode.NONE;
+  if (served !== KafkaErrorCode.NONE) return refuse(served);
   try {
     if (topics === null) {
       // All committed offsets of the group (v2+), of the topics the client may read (as Kafka filters them).
@@ -362,9 +362,9 @@ export async function handleDescribeGroups(ctx: RequestContext, req: DescribeGro
       out.push({ ...base, errorCode: GROUP_DENIED });
       continue;
     }
-    const gate = await gated(ctx, groupId, (errorCode) => errorCode, () => KafkaErrorCode.NONE as number);
-    if (gate !== KafkaErrorCode.NONE) {
-      out.push({ ...base, errorCode: gate });
+    const served = ctx.adapter.cluster?.reads(groupId) ?? KafkaErrorCode.NONE;
+    if (served !== KafkaErrorCode.NONE) {
+      out.push({ ...base, errorCode: served });
       continue;
     }
     const d = groups.describe(groupId);
@@ -429,6 +429,7 @@ export async function handleDeleteGroups(ctx: RequestContext, req: DeleteGroupsR
     }
     try {
       errorCode = await ctx.adapter.groups.delete(groupId);
+      if (errorCode === KafkaErrorCode.NONE) await ctx.adapter.cluster?.deleted(groupId);
     } catch (err) {
       ctx.conn.log.warn({ err, group: groupId }, 'delete group failed');
       errorCode = kafkaErrorCode(err);

@@ -24,6 +24,7 @@ export const M_REQUEST = 'js.request';
 export const M_ACK = 'js.ack';
 export const M_DELIVER = 'js.deliver';
 export const M_LIST = 'js.consumers';
+export const M_PUBLISH = 'js.publish';
 
 export function consumerKey(stream: string, name: string): string {
   return `${stream}/${name}`;

@@ -15,7 +15,7 @@
  */
 import type { Logger } from 'pino';
 import type { Cluster } from '../../../cluster/index.js';
-import { decodeBody, encodeBody } from '../../../cluster/index.js';
+import { decodeBody, decodeMessage, encodeBody, encodeMessage } from '../../../cluster/index.js';
 import type { Access, AccessControl, Action, ResourceKind } from '../../../control/index.js';
 import type { ConsumerGroupAdmin, GroupDetail, GroupSummary } from '../../types.js';
 import { LogLimiter } from '../../log-limit.js';
@@ -42,6 +42,7 @@ import {
   M_ACK,
   M_DELIVER,
   M_LIST,
+  M_PUBLISH,
   M_REQUEST,
   pause,
   retriable,
@@ -142,7 +143,7 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
   private readonly cluster: Cluster | null;
   /** Cluster mode: consumers ("<stream>/<name>") being created here (claimed before they exist in the store). */
   private readonly creating = new Set<string>();
-  private readonly clusterStats = { forwarded: 0, served: 0, acksForwarded: 0, deliveriesSent: 0, deliveriesReceived: 0, fenced: 0, forwardFailures: 0 };
+  private readonly clusterStats = { forwarded: 0, served: 0, acksForwarded: 0, deliveriesSent: 0, deliveriesReceived: 0, fenced: 0, forwardFailures: 0, publishesForwarded: 0 };
 
   constructor(
     readonly engine: Engine,
@@ -179,8 +180,10 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
       }
       this.add(new Consumer(this, r.stream, r.name, config, r.createdAt, true, r));
     }
-    this.subs.push(this.engine.subscribe('$JS.API.>', this, { qos: 0, rule: 'nats' }));
-    this.subs.push(this.engine.subscribe('$JS.ACK.>', this, { qos: 0, rule: 'nats' }));
+    // This broker's clients only (`local`): in cluster mode every broker answers its own clients' requests and
+    // forwards what another broker serves (see cluster.ts), so requests are never answered twice.
+    this.subs.push(this.engine.subscribe('$JS.API.>', this, { qos: 0, rule: 'nats', local: true }));
+    this.subs.push(this.engine.subscribe('$JS.ACK.>', this, { qos: 0, rule: 'nats', local: true }));
     this.ticker = setInterval(() => this.tick(), this.tickMs);
     this.ticker.unref();
   }
@@ -241,6 +244,14 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
       this.clusterStats.deliveriesReceived++;
       // A delivery or status for a client of this broker, from the consumer's owner.
       this.sendLocal(decodeDelivery(body));
+    });
+    ch.handle(M_PUBLISH, (_from, body) => {
+      const msg = decodeMessage(decodeBody<null>(body).tail);
+      return new Promise<Buffer>((resolve) => {
+        const info = this.publishWith(msg, (ack) => resolve(encodeBody(ack)), false);
+        // No stream here captured it (deleted meanwhile): no PubAck, as on a single broker.
+        if (info.captured.length === 0 && info.delivered === 0) resolve(encodeBody(null));
+      });
     });
     ch.handle(M_LIST, (_from, body) => {
       const { head } = decodeBody<{ stream: string }>(body);
@@ -617,8 +628,12 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
   // ------------------------------------------------------------ publish (PubAck, dedup)
 
   publish(msg: Message, reply: string): PublishInfo {
+    return this.publishWith(msg, msg.responseTopic ?? reply);
+  }
+
+  /** A JetStream publish whose PubAck (or error) goes to `to`: a reply topic, or (cluster mode) a callback. */
+  private publishWith(msg: Message, to: string | ((body: Json) => void), forward = true): PublishInfo {
     const info = newPublishInfo();
-    const replyTopic = msg.responseTopic ?? reply;
     // Plain requests (no headers: request/reply traffic, acks, API calls) skip the header look-ups.
     const plain = msg.headers.length === 0;
     const msgId = msg.messageId ?? (plain ? undefined : headerValue(msg, 'Nats-Msg-Id'));
@@ -630,6 +645,16 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
       const targets = this.capturing(msg.topic);
       if (targets.length > 0) {
         const t = targets[0];
+        // Cluster mode: ids and expectations are checked where the stream's partition is written, so that a
+        // publish retried through another broker is still found a duplicate.
+        if (forward && this.cluster !== null && t.partitions === 1) {
+          const where = this.engine.storage.locate?.(t.name, 0);
+          if (where !== undefined && !where.local && where.broker !== null) {
+            this.forwardPublish(this.cluster, where.broker, msg, to);
+            info.delivered++;
+            return info;
+          }
+        }
         let refusal: ApiError | null = null;
         if (expStream !== undefined && expStream !== t.name) refusal = JsErr.expectedStreamMismatch();
         else if (expLastSeq !== undefined) {
@@ -644,7 +669,7 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
           refusal = JsErr.badRequest('Nats-Expected-Last-Subject-Sequence is not supported by FlowMQ');
         }
         if (refusal !== null) {
-          this.reply(replyTopic, { error: refusal, stream: t.name, seq: 0 });
+          this.answer(to, { error: refusal, stream: t.name, seq: 0 });
           // Answered: not a request nobody heard.
           info.delivered++;
           return info;
@@ -654,7 +679,7 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
           const seen = targets.map((d) => this.seen(d.name, msgId, now));
           if (seen.every((s) => s !== undefined)) {
             for (let i = 0; i < targets.length; i++) info.captured.push({ stream: targets[i].name, partition: 0, offset: seen[i]! - 1 });
-            this.reply(replyTopic, { stream: t.name, seq: seen[0], duplicate: true });
+            this.answer(to, { stream: t.name, seq: seen[0], duplicate: true });
             return info;
           }
         }
@@ -665,17 +690,56 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
     const first = info.captured[0];
     if (msgId !== undefined) {
       const now = Date.now();
-      for (const c of info.captured) this.remember(c.stream, msgId, c.offset + 1, now);
+      for (const c of info.captured) {
+        if (c.later === undefined) this.remember(c.stream, msgId, c.offset + 1, now);
+        else c.later.then((o) => this.remember(c.stream, msgId, o + 1, now), () => undefined);
+      }
+    }
+    if (first.later !== undefined) {
+      // Cluster mode: the partition's owner assigned the sequence; it is known once the owner made it durable.
+      const later = first.later;
+      Promise.all([durable, later]).then(
+        ([, o]) => this.answer(to, { stream: first.stream, seq: o + 1 }),
+        (err: unknown) => this.answer(to, { error: JsErr.streamStoreFailed(errText(err)), stream: first.stream, seq: 0 }),
+      );
+      return info;
     }
     const ack = { stream: first.stream, seq: first.offset + 1 };
-    if (durable === null) this.reply(replyTopic, ack);
+    if (durable === null) this.answer(to, ack);
     else {
       durable.then(
-        () => this.reply(replyTopic, ack),
-        (err: unknown) => this.reply(replyTopic, { error: JsErr.streamStoreFailed(errText(err)), stream: first.stream, seq: 0 }),
+        () => this.answer(to, ack),
+        (err: unknown) => this.answer(to, { error: JsErr.streamStoreFailed(errText(err)), stream: first.stream, seq: 0 }),
       );
     }
     return info;
+  }
+
+  /**
+   * Cluster mode: a publish carrying a Nats-Msg-Id or an expectation, sent to the broker writing the stream's
+   * partition (`js.publish`), which checks and publishes it there and answers the PubAck. If that broker cannot be
+   * reached, the publish is made here (its id checked against this broker's window only).
+   */
+  private forwardPublish(cl: Cluster, broker: number, msg: Message, to: string | ((body: Json) => void)): void {
+    // The origin names a connection of this broker: meaningless (or someone else's) at the other one.
+    const { origin: _o, ...rest } = msg;
+    const body = encodeBody(null, encodeMessage({ ...rest, payload: Buffer.from(msg.payload) }));
+    this.clusterStats.publishesForwarded++;
+    cl.channel!.request(broker, M_PUBLISH, body).then(
+      (r) => {
+        const ack = decodeBody<Json | null>(r).head;
+        if (ack !== null) this.answer(to, ack);
+      },
+      (err: unknown) => {
+        if (!retriable(err)) return this.answer(to, { error: JsErr.streamStoreFailed(errText(err)), stream: '', seq: 0 });
+        this.publishWith(msg, to, false);
+      },
+    );
+  }
+
+  private answer(to: string | ((body: Json) => void), body: Json): void {
+    if (typeof to === 'string') this.reply(to, body);
+    else to(body);
   }
 
   private capturing(topic: string): StreamDef[] {
@@ -881,7 +945,10 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
       if (b === 'NAMES' && t.length === 3) return this.consumerNames(c, body);
       if (b === 'LIST' && t.length === 3) return this.consumerList(c, body);
       if (t.length === 4) {
-        if (b === 'INFO') return this.consumerInfoReq(c, t[3]);
+        if (b === 'INFO') {
+          await this.freshen(c);
+          return this.consumerInfoReq(c, t[3]);
+        }
         if (b === 'DELETE') return this.consumerDelete(c, t[3]);
       }
       if (b === 'MSG' && c === 'NEXT' && t.length === 5) {
@@ -912,7 +979,23 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
     });
   }
 
+  /**
+   * Cluster mode: the offsets of the stream's partitions written elsewhere as their owners have them now (offsets()
+   * answers those from a cache a few hundred ms old), before an answer that shows or uses them. Nothing on a single
+   * broker.
+   */
+  private async freshen(stream: string): Promise<void> {
+    if (this.cluster === null) return;
+    const storage = this.engine.storage as { fetchOffsets?(stream: string, partition: number): Promise<unknown> };
+    const e = this.engine.getStream(stream);
+    if (storage.fetchOffsets === undefined || e === undefined) return;
+    const parts: Array<Promise<unknown>> = [];
+    for (let p = 0; p < e.def.partitions; p++) parts.push(storage.fetchOffsets(stream, p).catch(() => undefined));
+    await Promise.all(parts);
+  }
+
   private async streamInfoJson(def: StreamDef): Promise<Json> {
+    await this.freshen(def.name);
     return {
       config: streamConfigJson(def, this.duplicateWindowNs.get(def.name) ?? DEFAULT_DUPLICATE_WINDOW_NS),
       created: isoTime(def.createdAt),
@@ -1016,6 +1099,7 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
   }
 
   private async streamPurge(name: string, body: string): Promise<Json> {
+    await this.freshen(name);
     const T_ = 'stream_purge_response';
     const e = this.engine.getStream(name);
     if (!e) return typed(T_, { error: JsErr.streamNotFound() });
@@ -1047,6 +1131,7 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
   }
 
   private async msgGet(name: string, body: string): Promise<Json> {
+    await this.freshen(name);
     const T_ = 'stream_msg_get_response';
     const e = this.engine.getStream(name);
     if (!e) return typed(T_, { error: JsErr.streamNotFound() });
@@ -1167,6 +1252,7 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
 
   /** The ack floor a new consumer starts from (its deliver policy). */
   private async startFloor(stream: string, cfg: ConsumerConfig): Promise<number> {
+    await this.freshen(stream);
     const { logStartOffset, highWatermark } = this.engine.offsets(stream, 0);
     switch (cfg.deliver_policy) {
       case 'new':

@@ -6,17 +6,18 @@
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { Cluster, LocalHub, MemoryClusterStore } from '../../../../src/cluster/index.js';
-import { Engine } from '../../../../src/core/index.js';
+import { Cluster, Live, LocalHub, MemoryClusterStore } from '../../../../src/cluster/index.js';
+import { dotsToUnified, Engine, makeMessage } from '../../../../src/core/index.js';
 import { JetStream } from '../../../../src/protocols/nats/jetstream/index.js';
 import { MemoryStreams } from '../../../helpers/memory-storage.js';
-import { ackSubject, Client, natsSubject, silent } from './harness.js';
+import { ackSubject, Client, Inbox, json, natsSubject, silent } from './harness.js';
 
 const LEASE = 60_000;
 
 interface Node {
   id: number;
   cluster: Cluster;
+  live: Live;
   engine: Engine;
   js: JetStream;
   c: Client;
@@ -48,11 +49,13 @@ async function world(ids: number[], flushDelayMs = 5) {
     const cluster = await Cluster.start({ store, info: { id, version: 't', endpoints: {} }, leaseMs: LEASE, logger: silent });
     cluster.channel = hub.channel(id);
     const engine = new Engine(m, m);
+    // Live forwarding between the brokers, as in a broker (src/broker.ts starts it before any subscription).
+    const live = await Live.start({ cluster, channel: cluster.channel, engine, logger: silent, syncMs: 50 });
     await engine.load();
     const js = new JetStream(engine, silent, { tickMs: 20, flushDelayMs, cluster });
     await js.start();
     cluster.begin();
-    nodes.push({ id, cluster, engine, js, c: new Client(engine, js) });
+    nodes.push({ id, cluster, live, engine, js, c: new Client(engine, js) });
   }
   await settle(...nodes);
   return {
@@ -76,6 +79,7 @@ async function world(ids: number[], flushDelayMs = 5) {
     async close() {
       for (const n of nodes) {
         await n.js.close();
+        n.live.close();
         await n.cluster.close().catch(() => undefined);
         n.engine.close();
       }
@@ -207,6 +211,37 @@ describe('JetStream consumers in cluster mode', () => {
       const next = await other.c.fetch('H', 'd', { batch: 2, no_wait: true }, 2);
       assert.deepEqual(next.map(natsSubject), ['h.3', 'h.4']);
       assert.equal(other.cluster.owns('consumer', 'H/d'), 2);
+    } finally {
+      await w.close();
+    }
+  });
+});
+
+describe('JetStream API across brokers with live forwarding', () => {
+  it('a request is answered once, by the broker it was published on, even when other brokers subscribe to everything', async () => {
+    const w = await world([1, 2]);
+    try {
+      await w.stream('L', ['l.>']);
+      const [a, b] = w.nodes;
+      // A NATS wildcard subscriber on broker 1: every subject published on broker 2 is forwarded to broker 1,
+      // $JS.API requests included; broker 1's JetStream must not answer them as well.
+      const spy = new Inbox(a.engine, 'x');
+      a.engine.unsubscribe(spy.sub);
+      const all = a.engine.subscribe('>', spy, { qos: 0, rule: 'nats' });
+      // (Broker 2's own JetStream subscription is not announced: broker 1's wildcard is the only remote interest.)
+      await until('broker 2 sees broker 1\'s interest', () => b.live.remote > 0 && b.live.wants(dotsToUnified('$JS.API.STREAM.INFO.L')));
+      const inbox = new Inbox(b.engine, '_INBOX.once');
+      b.engine.publish(makeMessage(dotsToUnified('$JS.API.STREAM.INFO.L'), Buffer.alloc(0), { responseTopic: dotsToUnified('_INBOX.once.1') }));
+      await inbox.waitFor(1);
+      // A marker through the same path: once it arrived, a second answer would have too.
+      await until('the request reached broker 1 by live forwarding', () => spy.got.some((m) => m.topic === dotsToUnified('$JS.API.STREAM.INFO.L')));
+      b.engine.publish(makeMessage(dotsToUnified('$JS.API.STREAM.INFO.L'), Buffer.alloc(0), { responseTopic: dotsToUnified('_INBOX.once.2') }));
+      await inbox.waitFor(2);
+      await until('the marker request reached broker 1', () => spy.got.filter((m) => m.topic === dotsToUnified('$JS.API.STREAM.INFO.L')).length === 2);
+      assert.deepEqual(inbox.got.map((m) => m.topic), [dotsToUnified('_INBOX.once.1'), dotsToUnified('_INBOX.once.2')]);
+      assert.equal(json(inbox.got[0]).config.name, 'L');
+      assert.equal(a.js.figures().apiRequests, 1, 'broker 1 served only the stream create made through it');
+      a.engine.unsubscribe(all);
     } finally {
       await w.close();
     }
