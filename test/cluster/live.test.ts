@@ -221,6 +221,28 @@ describe('live forwarding', () => {
     assert.equal(b.live.local.size, 2);
   });
 
+  it('batches: a tick\'s messages travel as one channel message per peer, a tick\'s interest changes as one delta', async () => {
+    const { nodes } = await cluster(3);
+    const [a, b, c] = nodes;
+    const deltas = a.live.stats.deltasSent;
+    const subs: Subscription[] = [];
+    const got = new Collector('many');
+    for (let i = 0; i < 500; i++) subs.push(a.engine.subscribe(`dev/${i}/#`, got, qos0));
+    await until(() => tableOf(b, a) === 500 && tableOf(c, a) === 500, 'the peers know the 500 filters');
+    assert.equal(a.live.stats.deltasSent - deltas, 1, 'one delta for 500 subscriptions made in one tick');
+    const batches = [b, c].map((n) => n.live.stats.forwardedBatches);
+    const sent = [b, c].map((n) => n.live.stats.forwardedMessages);
+    for (let i = 0; i < 500; i++) b.engine.publish(msg(`dev/${i}/t`, String(i)));
+    for (let i = 0; i < 500; i++) c.engine.publish(msg(`dev/${i}/t`, String(i)));
+    await until(() => got.got.length === 1000, 'every message arrived');
+    assert.deepEqual([b, c].map((n, k) => n.live.stats.forwardedMessages - sent[k]), [500, 500]);
+    assert.deepEqual([b, c].map((n, k) => n.live.stats.forwardedBatches - batches[k]), [1, 1], 'one batch per peer for a tick\'s 500 messages');
+    const run = Array.from({ length: 500 }, (_, i) => String(i));
+    assert.deepEqual(got.got.map((m) => m.payload.toString()), [...run, ...run], 'each broker\'s batch whole and in publish order');
+    for (const s of subs) a.engine.unsubscribe(s);
+    await until(() => tableOf(b, a) === 0 && tableOf(c, a) === 0, 'all removed');
+  });
+
   it('keeps every property of a forwarded message', async () => {
     const { nodes } = await cluster(2);
     const [a, b] = nodes;
