@@ -82,6 +82,7 @@ export class Live implements LiveHook {
     deltasSent: 0,
     snapshotsRequested: 0,
     snapshotsServed: 0,
+    snapshotFailures: 0,
     retainedNotified: 0,
     retainedApplied: 0,
   };
@@ -392,7 +393,9 @@ export class Live implements LiveHook {
         for (const d of this.syncing.get(id) ?? []) if (!this.remoteInterest.apply(id, d)) break;
       })
       .catch((err: unknown) => {
-        if (!(err instanceof FlowError && err.code === 'UNAVAILABLE')) this.logger.warn({ err, broker: id }, 'live: cannot fetch a broker\'s interest; retried');
+        // A broker starting (its live side not up yet) or going away: the next beat asks again.
+        this.stats.snapshotFailures++;
+        this.logger.debug({ err, broker: id, code: err instanceof FlowError ? err.code : undefined }, 'live: cannot fetch a broker\'s interest yet; retried at the next beat');
       })
       .finally(() => this.syncing.delete(id));
   }
