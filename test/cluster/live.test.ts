@@ -320,6 +320,31 @@ describe('live forwarding', () => {
     for (const n of perBroker) assert.ok(n > N / 6, `a broker's share ${perBroker}`);
   });
 
+  it('a shared group skips a broker the channel cannot reach (killed, lease not expired yet): nothing is lost', async () => {
+    const { hub, nodes } = await cluster(3);
+    const [a, b, c] = nodes;
+    const ma = new Collector('ma');
+    const mb = new Collector('mb');
+    const mc = new Collector('mc');
+    a.engine.subscribe('work/#', ma, { qos: 0, group: 'w' });
+    b.engine.subscribe('work/#', mb, { qos: 0, group: 'w' });
+    c.engine.subscribe('work/#', mc, { qos: 0, group: 'w' });
+    await until(() => tableOf(a, b) === 1 && tableOf(a, c) === 1, 'tables');
+    // c cannot be reached any more (its lease still runs): a notices at its next beat.
+    hub.disconnect(c.id);
+    await until(() => (a.live as unknown as { reachable: Set<number> | null }).reachable?.has(c.id) === false, 'a\'s beat saw c unreachable');
+    const N = 60;
+    for (let i = 0; i < N; i++) a.engine.publish(msg(`work/${i}`));
+    const mark = new Collector('mark');
+    b.engine.subscribe('mark/#', mark, qos0);
+    await until(() => tableOf(a, b) === 2, 'mark table');
+    a.engine.publish(msg('mark/1'));
+    await until(() => mark.got.length === 1, 'marker');
+    assert.equal(ma.got.length + mb.got.length, N, `every message reached a reachable member (${ma.got.length} + ${mb.got.length}, ${mc.got.length} on c)`);
+    assert.ok(ma.got.length > 0 && mb.got.length > 0);
+    hub.reconnect(c.id);
+  });
+
   it('costs nothing while no other broker has interest', async () => {
     const m = new MemoryStreams();
     const engine = new Engine(m, m);
