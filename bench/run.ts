@@ -6,7 +6,7 @@
  * the next. Kafka scenarios are reported next to the machine's own fsync'd sequential write bandwidth, measured
  * in the same run on the filesystem the broker writes to.
  *
- * SELECTION: `mqtt`, `kafka`, `storage`, `amqp`, `nats`, or scenario names (`npm run bench -- --list`); default: everything.
+ * SELECTION: `mqtt`, `kafka`, `storage`, `amqp`, `nats`, `cluster`, or scenario names (`npm run bench -- --list`); default: everything.
  * Storage scenarios run each measurement with embedded storage and with PostgreSQL + S3 (shared-storage.ts).
  * AMQP scenarios run against FlowMQ and a private RabbitMQ node (rabbitmq.ts, Debian's rabbitmq-server) with the
  * same amqplib load generator (amqp.ts).
@@ -49,6 +49,7 @@ import { rabbitmqBinDir, rabbitmqVersion, startRabbitmq, waitAmqp } from './rabb
 import { runNatsPubSub, runNatsRequest, type CpuUse, type NatsPubSubResult, type NatsRequestResult } from './nats.js';
 import { NATS_LIMITS, natsServerBinary, natsServerVersion, startNatsServer, waitNatsInfo } from './nats-server.js';
 import { fmt, freePort, nowS, ratio, roundDeep, sleep, table } from './util.js';
+import { clusterFailover, clusterForwarding, clusterScaling, type ForwardingResult, type FailoverResult, type ScalingResult } from './cluster.js';
 import { histogramQuantile, type HistogramSnapshot } from '../src/core/index.js';
 
 const num = (name: string, dflt: number, integer = false): number => {
@@ -144,11 +145,13 @@ const CFG = {
   natsRequestPayloadBytes: int('BENCH_NATS_REQUEST_PAYLOAD', 16),
   /** Requests outstanding at once in nats-request-pipelined (nats-request keeps one). */
   natsRequestInflight: int('BENCH_NATS_REQUEST_INFLIGHT', 32),
+  /** Cluster failover scenario: the membership lease (the broker's default, 5 s: the issue's target is for defaults). */
+  clusterLeaseMs: int('BENCH_CLUSTER_LEASE', 5000),
 };
 
 // ------------------------------------------------------------------ results
 
-type Group = 'mqtt' | 'kafka' | 'storage' | 'amqp' | 'nats';
+type Group = 'mqtt' | 'kafka' | 'storage' | 'amqp' | 'nats' | 'cluster';
 
 interface Row {
   group: Group;
@@ -1221,12 +1224,109 @@ const scenarios: Scenario[] = [
   natsPubSubScenario('nats-queue', CFG.natsQueuePayloadBytes, CFG.natsQueueMembers, true),
   natsRequestScenario('nats-request', 1),
   natsRequestScenario('nats-request-pipelined', CFG.natsRequestInflight),
+  ...clusterScenarios(),
 ];
+
+// ------------------------------------------------------------------ cluster scenarios (bench/cluster.ts)
+
+function clusterScenarios(): Scenario[] {
+  const scaleTitle = 'cluster produce: 1 KiB records, batches of 50, acks=all, 6 partitions, 12 senders to the leaders; 1, 2, 3 brokers on this machine';
+  const fwdTitle = 'cluster forwarding: MQTT QoS 1 publishes (256 B, 50 in flight) into a 1-partition stream, client on the owner vs on another broker';
+  const foTitle = `cluster failover: kill -9 of a partition owner under an idempotent producer (6 partitions, lease ${CFG.clusterLeaseMs} ms)`;
+  const cpuCell = (r: ScalingResult) => r.cpu.map((c) => `b${c.broker} ${fmt(c.usPerMessage, 0)} (${fmt(c.netUsPerMessage, 0)} above idle)`).join(', ');
+  return [
+    {
+      name: 'cluster-scaling',
+      group: 'cluster',
+      title: scaleTitle,
+      run: async () => {
+        const results: Outcome<ScalingResult>[] = [];
+        for (const n of [1, 2, 3]) {
+          try {
+            results.push({ ok: true, value: await clusterScaling(n, { seconds: CFG.seconds, warmupS: CFG.warmupS, partitions: 6, senders: 12, batch: 50, recordBytes: 1024 }) });
+          } catch (e) {
+            results.push({ ok: false, error: errText(e) });
+          }
+        }
+        const show = (o: Outcome<ScalingResult>, n: number) =>
+          o.ok
+            ? `${n} broker${n > 1 ? 's' : ''}: ${fmt(o.value.recordsPerSec)} records/s, send p50 / p99 ${fmt(o.value.sendLatencyMs.p50, 1)} / ${fmt(o.value.sendLatencyMs.p99, 1)} ms${o.value.errors ? `, ${o.value.errors} errors` : ''}; CPU µs/message per broker: ${cpuCell(o.value)} (sum ${fmt(o.value.usPerMessageTotal, 0)}, ${fmt(o.value.netUsPerMessageTotal, 0)} above idle)`
+            : `${n}: error: ${o.error}`;
+        const one = results[0];
+        const three = results[2];
+        rows.push({
+          group: 'cluster',
+          scenario: 'cluster-scaling',
+          title: scaleTitle,
+          flowmq: results.map((r, i) => show(r, i + 1)).join('; '),
+          peer: '-',
+          ratio:
+            one?.ok && three?.ok
+              ? `busiest broker's CPU per message, 3 brokers vs 1: ${fmt((100 * three.value.usPerMessageMax) / one.value.usPerMessageMax, 0)}% (above idle: ${fmt((100 * three.value.netUsPerMessageMax) / one.value.netUsPerMessageMax, 0)}%)`
+              : '-',
+          data: { results },
+        });
+      },
+    },
+    {
+      name: 'cluster-forwarding',
+      group: 'cluster',
+      title: fwdTitle,
+      run: async () => {
+        let r: Outcome<ForwardingResult>;
+        try {
+          r = { ok: true, value: await clusterForwarding({ seconds: CFG.seconds, warmupS: CFG.warmupS, window: 50, payloadBytes: 256 }) };
+        } catch (e) {
+          r = { ok: false, error: errText(e) };
+        }
+        const side = (s: ForwardingResult['sides'][number]) =>
+          `client on ${s.client} (b${s.broker}): ${fmt(s.publishesPerSec)} publishes/s, ack p50 / p99 ${fmt(s.ackMs.p50, 1)} / ${fmt(s.ackMs.p99, 1)} ms, CPU µs/message ${s.cpu.map((c) => `b${c.broker} ${fmt(c.usPerMessage, 0)} (${fmt(c.netUsPerMessage, 0)} above idle)`).join(', ')}`;
+        const owner = r.ok ? r.value.sides.filter((s) => s.client === 'owner') : [];
+        const fwd = r.ok ? r.value.sides.find((s) => s.client === 'non-owner') : undefined;
+        const ownerRate = owner.length > 0 ? owner.reduce((n, s) => n + s.publishesPerSec, 0) / owner.length : 0;
+        rows.push({
+          group: 'cluster',
+          scenario: 'cluster-forwarding',
+          title: fwdTitle,
+          flowmq: r.ok ? r.value.sides.map(side).join('; ') : `error: ${r.error}`,
+          peer: '-',
+          ratio: fwd && ownerRate > 0 ? `forwarded at ${fmt((100 * fwd.publishesPerSec) / ownerRate, 0)}% of the owner's rate (mean of the two owner runs)` : '-',
+          data: { result: r },
+        });
+      },
+    },
+    {
+      name: 'cluster-failover',
+      group: 'cluster',
+      title: foTitle,
+      run: async () => {
+        let r: Outcome<FailoverResult>;
+        try {
+          r = { ok: true, value: await clusterFailover({ leaseMs: CFG.clusterLeaseMs, partitions: 6, afterS: 2 }) };
+        } catch (e) {
+          r = { ok: false, error: errText(e) };
+        }
+        const v = r.ok ? r.value : null;
+        rows.push({
+          group: 'cluster',
+          scenario: 'cluster-failover',
+          title: foTitle,
+          flowmq: v
+            ? `broker ${v.victim} (partitions ${v.victimPartitions.join(',')}) killed: all served again after ${v.failoverMs === null ? 'never (timed out)' : `${fmt(v.failoverMs / 1000, 1)} s`}; ${fmt(v.acked)} records acknowledged, ${v.lost} lost, ${v.duplicates} duplicated, ${v.outOfOrder} out of order; ${v.failedSends} failed sends`
+            : `error: ${r.ok ? '' : r.error}`,
+          peer: '-',
+          ratio: v ? `target < 10 s and nothing lost: ${v.failoverMs !== null && v.failoverMs < 10_000 && v.lost === 0 && v.duplicates === 0 ? 'met' : 'NOT met'}` : '-',
+          data: { result: r },
+        });
+      },
+    },
+  ];
+}
 
 function usage(): string {
   return [
     'usage: npm run bench [-- SELECTION...]',
-    '  SELECTION: mqtt | kafka | storage | amqp | nats | a scenario name (default: everything)',
+    '  SELECTION: mqtt | kafka | storage | amqp | nats | cluster | a scenario name (default: everything)',
     '  scenarios:',
     ...scenarios.map((s) => `    ${s.name.padEnd(16)} ${s.title}`),
   ].join('\n');
@@ -1236,7 +1336,7 @@ function select(args: string[]): Scenario[] {
   if (args.length === 0 || args.includes('all')) return scenarios;
   const out = new Set<Scenario>();
   for (const a of args) {
-    const hit = scenarios.filter((s) => s.group === a || s.name === a || s.name === `mqtt-${a}` || s.name === `kafka-${a}` || s.name === `storage-${a}` || s.name === `amqp-${a}` || s.name === `nats-${a}`);
+    const hit = scenarios.filter((s) => s.group === a || s.name === a || s.name === `mqtt-${a}` || s.name === `kafka-${a}` || s.name === `storage-${a}` || s.name === `amqp-${a}` || s.name === `nats-${a}` || s.name === `cluster-${a}`);
     if (hit.length === 0) throw new Error(`unknown selection "${a}"\n${usage()}`);
     for (const h of hit) out.add(h);
   }
@@ -1333,6 +1433,7 @@ async function main(): Promise<void> {
     ['storage', ['Storage scenario', ...STORAGE_CONFIGS.map((c) => c.label), 'target']],
     ['amqp', ['AMQP scenario', 'FlowMQ', `RabbitMQ ${RABBITMQ_VERSION ?? '(not installed)'}`, 'FlowMQ / RabbitMQ, target']],
     ['nats', ['NATS scenario', 'FlowMQ', `nats-server ${NATS_SERVER_VERSION ?? '(not installed)'}`, 'FlowMQ / nats-server, target']],
+    ['cluster', ['Cluster scenario', 'FlowMQ', '-', 'scaling / target']],
   ];
   for (const [g, header] of groups) {
     const rs = rows.filter((r) => r.group === g);

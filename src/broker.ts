@@ -36,7 +36,7 @@ import { LogManager } from './storage/log/index.js';
 import { openStorage } from './storage/open.js';
 import { lockDataDir } from './storage/lock.js';
 import { DiskSpace } from './storage/disk-space.js';
-import { Cluster, PostgresClusterStore, startChannel, type Endpoint, type TcpChannel } from './cluster/index.js';
+import { Cluster, ClusterStreams, followControl, Live, PostgresClusterStore, startChannel, type Endpoint, type TcpChannel } from './cluster/index.js';
 import { ClusterQueues } from './cluster/queues.js';
 
 export interface Broker {
@@ -100,7 +100,7 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
   const logLogger = logger.child({ component: 'log' });
   // What is opened from here on is closed again, newest first, if the start fails before the listeners.
   const closers: Array<() => Promise<void> | void> = [];
-  const { wal, space, log, engine } = await (async () => {
+  const { wal, space, log, engine, live, clusterStreams } = await (async () => {
     // The layouts keep their files in different directories. Entries left in the other layout's (the broker last ran
     // with it) are sealed into segments first, so that switching layouts loses nothing.
     const other = config.walLayout === 'partition' ? 'shared' : 'partition';
@@ -129,18 +129,26 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
     const space = await DiskSpace.open({ dir: dataDir, minFreeBytes: config.minFreeDisk, logger: logger.child({ component: 'disk' }) });
     closers.push(() => space.close());
     if (config.wal === 'file') logger.info({ dir: dataDir, minFreeBytes: space.minFreeBytes, freeBytes: space.freeBytes }, 'free-space reserve');
-    const log = await LogManager.open({ wal, objects, metastore, logger: logLogger, options: logOptions, ...(config.wal === 'file' ? { space } : {}) });
+    const log = await LogManager.open({ wal, objects, metastore, logger: logLogger, options: logOptions, ...(config.wal === 'file' ? { space } : {}), ...(cluster ? { owned: true } : {}) });
     closers.push(() => log.close(0));
+    // Cluster streams: partitions owned here go to the log, the others are forwarded to their owners; the stream
+    // catalog follows the other brokers' changes (src/cluster/streams.ts).
+    const clusterStreams = cluster ? await ClusterStreams.start({ log, cluster, catalog: metastore, logger: logger.child({ component: 'cluster-streams' }) }) : null;
+    if (clusterStreams) closers.push(() => clusterStreams.close());
     // The metastore covers every durable role (definitions, offsets, producer ids, sessions, retained messages), keyed
     // so another broker could take them over: it is passed once, and the adapters take their part from engine.store.
-    const engine = new Engine(log, metastore, storage.queues);
+    const engine = new Engine(clusterStreams ?? log, metastore, storage.queues);
+    clusterStreams?.attach((defs) => engine.syncStreams(defs));
     // Durable queues are under the free-space reserve where they are on the local disk (the embedded queue store).
     if (config.metastore.kind === 'sqlite') engine.writeRefusal = () => space.refusal();
     // Cluster queues: persisted queues owned across brokers (src/cluster/queues.ts), attached before load.
     if (cluster) closers.push(await ClusterQueues.open(engine, cluster, logger.child({ component: 'cluster-queues' })));
     await engine.load();
     log.finishRecovery();
-    return { wal, space, log, engine };
+    // Cluster mode, live side: interest and forwarding across brokers, retained messages (before any subscription).
+    const live = clustered ? await Live.start({ cluster: clustered.cluster, channel: clustered.channel, engine, logger: logger.child({ component: 'live' }) }) : null;
+    if (live) closers.push(() => live.close());
+    return { wal, space, log, engine, live, clusterStreams };
   })().catch(async (err: unknown) => {
     for (const close of closers.reverse()) await Promise.resolve().then(close).catch(() => undefined);
     await clustered?.close();
@@ -156,7 +164,9 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
   /** Storage, newest first; `graceMs` as LogManager.close (0 when the start failed: nothing was acknowledged). */
   const closeStorage = async (graceMs?: number) => {
     // Cluster: hand everything over first (the log is still open to make it durable), then leave.
+    live?.close();
     await clustered?.close();
+    clusterStreams?.close();
     await log.close(graceMs);
     space.close();
     await wal.close();
@@ -167,6 +177,16 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
     await closeStorage(0);
     throw err;
   });
+  // Cluster mode: users and policies changed through any broker apply here at once (the `control` notify).
+  if (cluster) {
+    await followControl(cluster, directory, config.controlRefresh, logger.child({ component: 'control' })).catch(async (err: unknown) => {
+      access.close();
+      directory.close();
+      await guard.close();
+      await closeStorage(0);
+      throw err;
+    });
+  }
   const closeControl = async () => {
     access.close();
     directory.close();
@@ -243,8 +263,12 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
           // Pools, requests and bytes by operation, the object block cache (backends that keep figures).
           ...storage.figures(),
           ...(wal.figures ? { walFigures: wal.figures() } : {}),
+          // Cluster streams: forwarded and served appends and reads, partitions owned here.
+          ...(clusterStreams ? { clusterStreams: clusterStreams.figures() } : {}),
         },
         ...Object.fromEntries(running.flatMap((r) => (r.protocol.figures ? [[r.name, r.protocol.figures()]] : []))),
+        // Cluster mode: live interest and forwarding figures (src/cluster/live.ts).
+        ...(live ? { live: live.figures() } : {}),
         process: { ...processMemory(), floodCollector: collector.stats() },
       }),
     });
@@ -402,7 +426,8 @@ async function openControlPlane(
       throw err;
     }
   }
-  if (config.metastore.kind !== 'sqlite') directory.startPolling(config.controlRefresh);
+  // Cluster mode polls slowly as a safety net behind the `control` notify (followControl in startBroker).
+  if (config.metastore.kind !== 'sqlite' && !config.cluster) directory.startPolling(config.controlRefresh);
   // Anonymous access: as configured, else allowed exactly while nobody could log in (zero setup).
   const usersExist = directory.size > 0 || config.authWebhook !== null;
   const anonymousAll = config.allowAnonymous ?? !usersExist;

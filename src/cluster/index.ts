@@ -6,3 +6,6 @@ export { MemoryClusterStore } from './memory-store.js';
 export { LocalHub } from './local-channel.js';
 export { startChannel, type ChannelOptions, type TcpChannel } from './channel.js';
 export { encodeBody, decodeBody, packBuffers, unpackBuffers, encodeMessage, decodeMessage } from './wire.js';
+export { Live, followControl, CONTROL_SAFETY_POLL_MS, type LiveOptions, type FollowedDirectory } from './live.js';
+export { LocalInterest, RemoteInterest, type InterestMessage, type RemoteEntry } from './interest.js';
+export { ClusterStreams, partitionName, type ClusterStreamsOptions } from './streams.js';

@@ -4,7 +4,8 @@
  * The source of truth is the ControlStore (the metastore); this class holds a copy in memory so that the data path
  * never waits on the metastore: a login looks its user up synchronously, a policy check reads the compiled
  * PolicySet. Changes made here are written through to the store first and applied to the copy once durable; changes
- * made by another broker sharing the store are picked up by `refresh()` (polled; see startPolling). Each applied
+ * made by another broker sharing the store are picked up by `refresh()` (polled, see startPolling; in cluster mode at
+ * once on the other broker's `control` notify, see refreshNow and announce, with a slow poll as a safety net). Each applied
  * change bumps `version`, which connections' Access objects compare to drop cached verdicts, so a policy changed
  * live takes effect on open connections at their next request.
  *
@@ -261,7 +262,7 @@ export class Directory implements UserStore {
     // passwordSource: who set the password last (see setPassword and the users file's refresh in seed.ts).
     const doc = { ...data, groups, namespace, createdAt: this.now(), source, passwordSource: source };
     if (!(await this.opts.store.putControlIfAbsent('user', username, doc))) throw new FlowError('ALREADY_EXISTS', `user "${username}" already exists`);
-    await this.reload();
+    await this.changed();
     return this.user(username)!;
   }
 
@@ -303,7 +304,7 @@ export class Directory implements UserStore {
   private async seed(kind: 'namespace' | 'group' | 'policy', name: string, doc: Record<string, unknown>): Promise<boolean> {
     // Atomic in the store: two brokers starting with the same file create it once.
     if (!(await this.opts.store.putControlIfAbsent(kind, name, doc))) return false;
-    await this.reload();
+    await this.changed();
     return true;
   }
 
@@ -311,7 +312,7 @@ export class Directory implements UserStore {
     const rec = await this.mustGet('user', username, 'user');
     const data = await this.credentialDoc(validatePassword(password));
     await this.opts.store.putControl('user', username, { ...rec.data, ...data, passwordSource: opts.source ?? 'api' });
-    await this.reload();
+    await this.changed();
   }
 
   /** Who set a user's password last (`api`, `file`), for the users file's refresh. */
@@ -329,7 +330,7 @@ export class Directory implements UserStore {
       next.namespace = changes.namespace;
     }
     await this.opts.store.putControl('user', username, next);
-    await this.reload();
+    await this.changed();
     return this.user(username)!;
   }
 
@@ -338,14 +339,14 @@ export class Directory implements UserStore {
     // The user's tokens as the store has them, not this copy: one made through another broker since the last
     // refresh would otherwise survive and be valid again for a new user of the same name.
     for (const t of await this.opts.store.listControl('token')) if (t.data.user === username) await this.opts.store.deleteControl('token', t.name);
-    await this.reload();
+    await this.changed();
   }
 
   async putGroup(g: { name: string; description?: string }): Promise<GroupDef> {
     const name = validateName('group', g.name);
     const prev = this.groupDefs.get(name);
     await this.opts.store.putControl('group', name, { description: g.description ?? prev?.description ?? null, createdAt: prev?.createdAt ?? Date.now() });
-    await this.reload();
+    await this.changed();
     return this.groupDefs.get(name)!;
   }
 
@@ -353,19 +354,19 @@ export class Directory implements UserStore {
     const used = [...this.users.values()].filter((u) => u.info.groups.includes(name)).length;
     if (used > 0) throw new FlowError('INVALID_ARGUMENT', `group "${name}" still has ${used} member(s)`);
     if (!(await this.opts.store.deleteControl('group', name))) throw new FlowError('NOT_FOUND', `group "${name}" does not exist`);
-    await this.reload();
+    await this.changed();
   }
 
   async putPolicy(def: Omit<PolicyDef, 'createdAt'> & { createdAt?: number }): Promise<PolicyDef> {
     const p = validatePolicy({ ...def, createdAt: def.createdAt ?? Date.now() });
     await this.opts.store.putControl('policy', p.name, { ...p });
-    await this.reload();
+    await this.changed();
     return p;
   }
 
   async deletePolicy(name: string): Promise<void> {
     if (!(await this.opts.store.deleteControl('policy', name))) throw new FlowError('NOT_FOUND', `policy "${name}" does not exist`);
-    await this.reload();
+    await this.changed();
   }
 
   async putNamespace(n: { name: string; description?: string; quotas?: Quotas }): Promise<NamespaceDef> {
@@ -373,7 +374,7 @@ export class Directory implements UserStore {
     const quotas = validateQuotas(n.quotas ?? {});
     const prev = this.namespaceDefs.get(name);
     await this.opts.store.putControl('namespace', name, { description: n.description ?? prev?.description ?? null, quotas, createdAt: prev?.createdAt ?? Date.now() });
-    await this.reload();
+    await this.changed();
     return this.namespace(name)!;
   }
 
@@ -382,7 +383,7 @@ export class Directory implements UserStore {
     const used = [...this.users.values()].filter((u) => u.info.namespace === name).length;
     if (used > 0) throw new FlowError('INVALID_ARGUMENT', `namespace "${name}" still has ${used} user(s)`);
     if (!(await this.opts.store.deleteControl('namespace', name))) throw new FlowError('NOT_FOUND', `namespace "${name}" does not exist`);
-    await this.reload();
+    await this.changed();
   }
 
   /** Creates an API token for a user; the secret is in the answer only. */
@@ -402,16 +403,44 @@ export class Directory implements UserStore {
       hash: b64(createHash('sha256').update(token).digest()),
     };
     await this.opts.store.putControl('token', id, doc);
-    await this.reload();
+    await this.changed();
     return { token, info: tokenInfo(this.tokens.get(id)!) };
   }
 
   async deleteToken(id: string): Promise<void> {
     if (!(await this.opts.store.deleteControl('token', id))) throw new FlowError('NOT_FOUND', `token "${id}" does not exist`);
-    await this.reload();
+    await this.changed();
   }
 
   // -------------------------------------------------------------------------------------------- sync
+
+  /**
+   * Cluster mode: called once a change made through this broker is durable and applied here, so that the other
+   * brokers refresh at once (the broker wires it to the `control` notify; see src/cluster/live.ts). Null elsewhere.
+   */
+  announce: (() => void) | null = null;
+  private refreshAgain: Promise<void> | null = null;
+
+  /** A local write: reload, then tell the other brokers (cluster mode). */
+  private async changed(): Promise<void> {
+    await this.reload();
+    this.announce?.();
+  }
+
+  /**
+   * Another broker announced a change: refresh now, and once more after a refresh already under way (it may have read
+   * the store's version before the change was committed).
+   */
+  refreshNow(): Promise<void> {
+    if (this.refreshing === null) return this.refresh();
+    this.refreshAgain ??= this.refreshing
+      .catch(() => undefined)
+      .then(() => {
+        this.refreshAgain = null;
+        return this.refresh();
+      });
+    return this.refreshAgain;
+  }
 
   /** Re-reads everything from the store when its version moved (another broker changed something). */
   refresh(): Promise<void> {

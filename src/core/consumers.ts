@@ -39,13 +39,18 @@ export interface ConsumerRecord {
 }
 
 export interface ConsumerStateStore {
-  /** Creates or replaces the consumer's whole record. */
-  putConsumer(rec: ConsumerRecord): Promise<void>;
+  /**
+   * Creates or replaces the consumer's whole record. `epoch` (cluster mode only): the epoch under which this broker
+   * owns the consumer (owner row 'consumer' "<stream>/<name>"); the write is refused with FENCED, writing nothing,
+   * unless the owner row still holds it, so a broker that lost the consumer can never move it back. Backends that
+   * cannot run in a cluster (SQLite, memory) ignore it: nothing passes one outside cluster mode.
+   */
+  putConsumer(rec: ConsumerRecord, epoch?: number): Promise<void>;
   getConsumer(stream: string, name: string): Promise<ConsumerRecord | null>;
   /** Every consumer of the stream, by name; every consumer of every stream when `stream` is omitted. */
   listConsumers(stream?: string): Promise<ConsumerRecord[]>;
-  /** Deleting a consumer that does not exist is not an error. */
-  deleteConsumer(stream: string, name: string): Promise<void>;
+  /** Deleting a consumer that does not exist is not an error. `epoch`: fenced as putConsumer's. */
+  deleteConsumer(stream: string, name: string, epoch?: number): Promise<void>;
   /** Deletes every consumer of the stream (the stream was deleted). */
   deleteConsumers(stream: string): Promise<void>;
 }
@@ -78,9 +83,15 @@ export function checkConsumerRecord(rec: ConsumerRecord): void {
 /** In process memory: MemoryStore's part, and the reference behaviour of the conformance suite. */
 export class MemoryConsumerStore implements ConsumerStateStore {
   private readonly recs = new Map<string, ConsumerRecord>();
+  /**
+   * The owner check a fenced write makes (PostgreSQL does it in SQL): in-process cluster tests point it at a
+   * MemoryClusterStore's check('consumer', "<stream>/<name>", epoch). Null: epochs are ignored.
+   */
+  fence: ((name: string, epoch: number) => void) | null = null;
 
-  async putConsumer(rec: ConsumerRecord): Promise<void> {
+  async putConsumer(rec: ConsumerRecord, epoch?: number): Promise<void> {
     checkConsumerRecord(rec);
+    if (epoch !== undefined) this.fence?.(`${rec.stream}/${rec.name}`, epoch);
     this.recs.set(key(rec.stream, rec.name), { ...rec, acked: rec.acked.slice() });
   }
   async getConsumer(stream: string, name: string): Promise<ConsumerRecord | null> {
@@ -92,7 +103,8 @@ export class MemoryConsumerStore implements ConsumerStateStore {
     for (const r of this.recs.values()) if (stream === undefined || r.stream === stream) out.push({ ...r, acked: r.acked.slice() });
     return out.sort((a, b) => (a.stream < b.stream ? -1 : a.stream > b.stream ? 1 : a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
   }
-  async deleteConsumer(stream: string, name: string): Promise<void> {
+  async deleteConsumer(stream: string, name: string, epoch?: number): Promise<void> {
+    if (epoch !== undefined) this.fence?.(`${stream}/${name}`, epoch);
     this.recs.delete(key(stream, name));
   }
   async deleteConsumers(stream: string): Promise<void> {

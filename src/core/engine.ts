@@ -54,6 +54,12 @@ export interface SubscribeOptions {
    * group whose picked member refuses it skips that message). Unset: every match is delivered, at no cost.
    */
   admit?: (topic: string) => boolean;
+  /**
+   * Cluster mode: a service of this broker's own (the JetStream API), serving the clients of this broker only: not
+   * announced to the other brokers, and messages forwarded from another broker are not delivered to it (the broker
+   * they were published on serves them). Without effect on a single broker.
+   */
+  local?: boolean;
 }
 
 export interface Subscription {
@@ -78,14 +84,53 @@ interface SharedGroup {
 export interface PublishInfo {
   /** Live subscribers that received it. */
   delivered: number;
-  /** Stream appends, with the offset each was given (assigned synchronously, before the write is durable). */
-  captured: Array<{ stream: string; partition: number; offset: number }>;
+  /**
+   * Stream appends, with the offset each was given (assigned synchronously, before the write is durable). Cluster
+   * mode, an append forwarded to the partition's owner: `offset` is -1 and `later` resolves with it once durable.
+   */
+  captured: Array<{ stream: string; partition: number; offset: number; later?: Promise<number> }>;
   /** Queues and exchange destinations reached through the unified topic space (amq.topic bindings). */
   queued: number;
 }
 
 export function newPublishInfo(): PublishInfo {
   return { delivered: 0, captured: [], queued: 0 };
+}
+
+/**
+ * Cluster mode's live side (implemented in src/cluster/live.ts; null on a single broker, where nothing below costs
+ * anything). The core stays free of I/O: it tells the hook which live interest exists here and hands it each message
+ * published through this broker; the hook forwards (batched, over the brokers' channel) to the brokers that want it.
+ * A message forwarded from another broker comes back in through Engine.deliverForwarded and never reaches the hook.
+ */
+export interface LiveHook {
+  /**
+   * A live subscription appeared here (called once per subscription, the hook counts): its filter as given, its rule
+   * and its shared group. `key` identifies the interest (liveKey): equal for subscriptions that match alike.
+   */
+  subscribed(key: string, filter: string, rule: 'mqtt' | 'nats', group: string | undefined): void;
+  unsubscribed(key: string, filter: string, rule: 'mqtt' | 'nats', group: string | undefined): void;
+  /** How many interest entries other brokers hold: 0 means no forwarding at all (checked before every forward). */
+  readonly remote: number;
+  /**
+   * A message published through this broker (once, before local delivery): queues it for every broker that wants it
+   * and returns how many. Shared groups with members on several brokers are served by one broker per message; the
+   * groups given to another broker are left in `skip` (their liveKey) until the next call, for local delivery to pass.
+   */
+  forward(msg: Message): number;
+  readonly skip: ReadonlySet<string> | null;
+  /** True when another broker has live interest matching `topic` (NATS no-responders, JetStream push consumers). */
+  wants(topic: string): boolean;
+  /** The retained message of `topic` was written to (or, null, deleted from) the store. */
+  retainedChanged(topic: string, msg: Message | null): void;
+}
+
+/**
+ * The identity of live interest: rule, shared group (empty: none) and filter. A shared group's members on every
+ * broker share it, so it names the group cluster-wide.
+ */
+export function liveKey(rule: 'mqtt' | 'nats' | undefined, group: string | undefined, filter: string): string {
+  return `${rule === 'nats' ? 'n' : 'm'}${group === undefined ? '-' : `g${group}`}\u0000${filter}`;
 }
 
 export interface StreamSpec {
@@ -115,6 +160,11 @@ export class Engine implements Router {
   readonly stats = { published: 0, delivered: 0, captured: 0, dropped: 0 };
   /** Last retained message per topic, any protocol's publish with retain=true sets it. */
   readonly retained = new RetainedIndex();
+  /**
+   * Cluster mode: live interest and forwarding across brokers (src/cluster/live.ts). Set before the first
+   * subscription (the broker does it right after creating the engine); null on a single broker.
+   */
+  live: LiveHook | null = null;
   constructor(
     readonly storage: StreamStorage,
     /**
@@ -249,6 +299,30 @@ export class Engine implements Router {
     return def;
   }
 
+  /**
+   * Cluster mode: applies the stream catalog as another broker changed it (the `streams` notify, see
+   * src/cluster/streams.ts): streams deleted there are unindexed and dropped here, new or redefined ones opened
+   * and indexed. Nothing is written to the store (the other broker did that).
+   */
+  async syncStreams(defs: readonly StreamDef[]): Promise<void> {
+    const next = new Map(defs.map((d) => [d.name, d]));
+    for (const [name, e] of [...this.streams]) {
+      const d = next.get(name);
+      if (d !== undefined && d.createdAt === e.def.createdAt) continue;
+      // Deleted (or deleted and created again: a new incarnation with data of its own).
+      this.unindex(e);
+      await this.storage.dropStream(name);
+    }
+    for (const def of defs) {
+      const e = this.streams.get(def.name);
+      if (e !== undefined && sameStreamDef(e.def, def)) continue;
+      await this.storage.openStream(def);
+      const now = this.streams.get(def.name);
+      if (now !== undefined) this.unindex(now);
+      this.index(def);
+    }
+  }
+
   /** Makes offsets below `offset` of a partition unreadable; returns the new log start offset. */
   deleteRecords(stream: string, partition: number, offset: number): Promise<number> {
     this.partitionOf(stream, partition);
@@ -281,6 +355,7 @@ export class Engine implements Router {
     // A NATS subject is parsed into unified levels once here (and again at unsubscribe): `>` is the trie's REST.
     const pattern = nats ? parseBindingKey(filter, 'nats', true) : (validateFilter(filter), filter);
     const sub: Subscription = { filter, subscriber, options };
+    if (this.live !== null && options.local !== true) this.live.subscribed(liveKey(options.rule, options.group, filter), filter, nats ? 'nats' : 'mqtt', options.group);
     if (options.group === undefined) {
       this.subs.add(pattern, sub);
       return sub;
@@ -299,22 +374,37 @@ export class Engine implements Router {
   unsubscribe(sub: Subscription): void {
     const pattern = sub.options.rule === 'nats' ? parseBindingKey(sub.filter, 'nats', true) : sub.filter;
     if (sub.options.group === undefined) {
-      this.subs.remove(pattern, sub);
+      if (this.subs.remove(pattern, sub) && this.live !== null && sub.options.local !== true) this.live.unsubscribed(liveKey(sub.options.rule, undefined, sub.filter), sub.filter, sub.options.rule === 'nats' ? 'nats' : 'mqtt', undefined);
       return;
     }
     const key = groupKey(sub);
     const g = this.groups.get(key);
     if (!g) return;
     const i = g.members.indexOf(sub);
-    if (i >= 0) g.members.splice(i, 1);
+    if (i < 0) return;
+    g.members.splice(i, 1);
+    if (this.live !== null && sub.options.local !== true) this.live.unsubscribed(key, sub.filter, sub.options.rule === 'nats' ? 'nats' : 'mqtt', sub.options.group);
     if (g.members.length === 0) {
       this.groups.delete(key);
       this.subs.remove(pattern, g);
     }
   }
 
-  /** Delivers a message to matching live subscriptions; each subscriber is called once. Returns how many. */
-  private deliverLive(msg: Message): number {
+  /**
+   * Delivers a message to matching live subscriptions; each subscriber is called once. Returns how many, plus the
+   * brokers it was forwarded to (cluster mode). `forwarded`: the message was published on another broker, which
+   * forwarded it here with the shared groups this broker serves for it (their liveKey); it goes no further.
+   */
+  private deliverLive(msg: Message, forwarded?: ReadonlySet<string>): number {
+    // Cluster mode, a message published here: the brokers that want it get it (batched by the hook); shared groups
+    // spanning brokers are served by the one broker the hook picked. Nothing at all while no other broker has interest.
+    let skip: ReadonlySet<string> | null = null;
+    let remote = 0;
+    const hook = this.live;
+    if (forwarded === undefined && hook !== null && hook.remote > 0) {
+      remote = hook.forward(msg);
+      skip = hook.skip;
+    }
     let single: Subscription | undefined;
     let many: Map<Subscriber, Subscription[]> | undefined;
     const add = (s: Subscription) => {
@@ -335,22 +425,32 @@ export class Engine implements Router {
     this.subs.match(msg.topic, (v, firstWild) => {
       if (firstWild && dollar && !('members' in v ? v.nats : v.options.rule === 'nats')) return;
       if ('members' in v) {
+        if (forwarded !== undefined ? !forwarded.has(v.key) : skip !== null && skip.has(v.key)) return;
         const s = pickMember(v, undefined);
         if (s !== undefined && (s.options.admit === undefined || s.options.admit(msg.topic))) add(s);
-      } else if (v.options.admit === undefined || v.options.admit(msg.topic)) add(v);
+      } else if ((v.options.admit === undefined || v.options.admit(msg.topic)) && (forwarded === undefined || v.options.local !== true)) add(v);
     });
     if (single !== undefined) {
       this.stats.delivered++;
       single.subscriber.deliver(msg, [single]);
-      return 1;
+      return 1 + remote;
     } else if (many !== undefined) {
       for (const [subscriber, list] of many) {
         this.stats.delivered++;
         subscriber.deliver(msg, list);
       }
-      return (many as Map<Subscriber, Subscription[]>).size;
+      return (many as Map<Subscriber, Subscription[]>).size + remote;
     }
-    return 0;
+    return remote;
+  }
+
+  /**
+   * Cluster mode: a message published on another broker and forwarded here (src/cluster/live.ts) goes to the live
+   * subscribers only: no capture by streams or queues, no retain, no forwarding (the publishing broker did all that).
+   * `groups`: the shared groups (liveKey) this broker serves for this message; other groups' members skip it.
+   */
+  deliverForwarded(msg: Message, groups: ReadonlySet<string>): number {
+    return this.deliverLive(msg, groups);
   }
 
   /**
@@ -370,7 +470,8 @@ export class Engine implements Router {
   }
 
   hasLiveSubscribers(topic: string): boolean {
-    return this.subs.hasMatch(topic, (v, firstWild) => ('members' in v ? v.nats : v.options.rule === 'nats') || mqttAccepts(topic, firstWild));
+    if (this.subs.hasMatch(topic, (v, firstWild) => ('members' in v ? v.nats : v.options.rule === 'nats') || mqttAccepts(topic, firstWild))) return true;
+    return this.live !== null && this.live.remote > 0 && this.live.wants(topic);
   }
 
   // ---------------------------------------------------------------- publish paths
@@ -428,12 +529,42 @@ export class Engine implements Router {
     const volatile = msg.topic.startsWith(VOLATILE_RETAINED_PREFIX);
     if (msg.payload.length === 0) {
       const had = this.retained.delete(msg.topic);
-      return had && !volatile ? this.store.deleteRetained(msg.topic) : null;
+      // Cluster mode: the other brokers drop it too (deleted here only: another broker's copy may be the one to clear).
+      if (volatile) return null;
+      if (!had && this.live === null) return null;
+      const del = this.store.deleteRetained(msg.topic);
+      return this.live === null ? del : this.announceRetained(del, msg.topic, null);
     }
     // The index keeps its own copy: the payload may be a view into a socket buffer.
     const kept: Message = { ...msg, payload: Buffer.from(msg.payload), headers: msg.headers.slice() };
     this.retained.set(kept);
-    return !volatile ? this.store.putRetained(msg.topic, encodeStoredMessage(kept)) : null;
+    if (volatile) return null;
+    const put = this.store.putRetained(msg.topic, encodeStoredMessage(kept));
+    return this.live === null ? put : this.announceRetained(put, msg.topic, kept);
+  }
+
+  /** Cluster mode: once the store has the change, every other broker's index follows (the `retained` notify). */
+  private announceRetained(write: Promise<void>, topic: string, msg: Message | null): Promise<void> {
+    return write.then(() => this.live?.retainedChanged(topic, msg));
+  }
+
+  /**
+   * Clears the retained message of a topic (the admin API); false when there is none. In cluster mode the other
+   * brokers drop it too.
+   */
+  async clearRetained(topic: string): Promise<boolean> {
+    if (!this.retained.delete(topic)) return false;
+    const del = this.store.deleteRetained(topic);
+    await (this.live === null ? del : this.announceRetained(del, topic, null));
+    return true;
+  }
+
+  /**
+   * Cluster mode: applies a retained message another broker wrote to the store (or, null, deleted), in memory only.
+   */
+  applyRetained(topic: string, msg: Message | null): void {
+    if (msg === null) this.retained.delete(topic);
+    else this.retained.set(msg);
   }
 
   /**
@@ -452,7 +583,7 @@ export class Engine implements Router {
     if (res.duplicate) return res;
     this.stats.captured++;
     const toQueues = this.router.topicBindings > 0;
-    if (this.subs.size > 0 || this.bindings.size > e.def.bindings.length || toQueues) {
+    if (this.subs.size > 0 || this.bindings.size > e.def.bindings.length || toQueues || (this.live !== null && this.live.remote > 0)) {
       const extra: Promise<void>[] = [];
       // The batch is only borrowed (see StreamStorage.append), and decoded records point into it: the messages
       // delivered live get memory of their own.
@@ -471,7 +602,10 @@ export class Engine implements Router {
           if (q) extra.push(q);
         }
       }
-      if (extra.length > 0) return { baseOffset: res.baseOffset, durable: Promise.all([res.durable, ...extra]).then(() => undefined) };
+      if (extra.length > 0) {
+        const durable = Promise.all([res.durable, ...extra]).then(() => undefined);
+        return res.offset !== undefined ? { baseOffset: res.baseOffset, offset: res.offset, durable } : { baseOffset: res.baseOffset, durable };
+      }
     }
     return res;
   }
@@ -490,9 +624,9 @@ export class Engine implements Router {
       seen.add(e);
       const p = partitionFor(msg, e.def.partitions);
       const batch = encodeBatch([messageToRecord(msg, e.ownTopic)]);
-      const { baseOffset, durable } = this.storage.append(e.def.name, p, batch);
+      const { baseOffset, durable, offset } = this.storage.append(e.def.name, p, batch);
       this.stats.captured++;
-      if (info !== undefined) info.captured.push({ stream: e.def.name, partition: p, offset: baseOffset });
+      if (info !== undefined) info.captured.push(offset === undefined ? { stream: e.def.name, partition: p, offset: baseOffset } : { stream: e.def.name, partition: p, offset: baseOffset, later: offset });
       if (first === null) first = durable;
       else (all ??= [first]).push(durable);
     });
@@ -577,6 +711,18 @@ export class Engine implements Router {
   }
 }
 
+/** Same definition (as the catalog holds it). */
+function sameStreamDef(a: StreamDef, b: StreamDef): boolean {
+  return (
+    a.name === b.name &&
+    a.partitions === b.partitions &&
+    a.retentionMs === b.retentionMs &&
+    a.createdAt === b.createdAt &&
+    a.bindings.length === b.bindings.length &&
+    a.bindings.every((x, i) => x === b.bindings[i])
+  );
+}
+
 /** True when `topic` is a valid topic that one of the stream's bindings matches. */
 function canCapture(e: StreamEntry, topic: string): boolean {
   try {
@@ -592,7 +738,7 @@ function canCapture(e: StreamEntry, topic: string): boolean {
  */
 /** A shared group's identity: its name, rule and filter (a NATS queue group and an MQTT $share group differ). */
 function groupKey(sub: Subscription): string {
-  return `${sub.options.rule === 'nats' ? 'n' : 'm'}\u0000${sub.options.group}\u0000${sub.filter}`;
+  return liveKey(sub.options.rule, sub.options.group, sub.filter);
 }
 
 function pickMember(g: SharedGroup, except: Subscriber | undefined): Subscription | undefined {

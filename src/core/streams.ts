@@ -22,7 +22,18 @@ export interface PartitionOffsets {
 }
 
 export interface AppendResult {
+  /**
+   * The batch's first offset, known synchronously for a partition written here. -1 for an append forwarded to the
+   * partition's owner in cluster mode: the offset is then known only once the owner has made the batch durable
+   * (`offset`).
+   */
   baseOffset: number;
+  /**
+   * Cluster mode, an append forwarded to the partition's owner (see ClusterStreams): resolves with the batch's
+   * first offset once it is durable at the owner (rejects as `durable` does). Absent for a local append, where
+   * `baseOffset` is final.
+   */
+  offset?: Promise<number>;
   /**
    * True when the batch repeats one an idempotent producer already appended (same producer id, epoch and
    * sequence range): nothing was appended and `baseOffset` is the original one.
@@ -66,6 +77,20 @@ export interface StreamStorage {
    * durably, never backward; `offset` must be <= the high watermark. Returns the new log start offset.
    */
   deleteRecordsBefore(stream: string, partition: number, offset: number): Promise<number>;
+  /**
+   * Cluster mode only (absent on a single broker): who serves the partition as far as this broker knows now.
+   * `local`: this broker owns it and writes it; `broker`: the owner's id (this broker's when local; null while
+   * nobody live owns it: ownership is moving); `epoch`: the owner row's epoch (0 when unknown), the Kafka leader
+   * epoch.
+   */
+  locate?(stream: string, partition: number): PartitionLocation;
+}
+
+/** Where a partition is served (StreamStorage.locate). */
+export interface PartitionLocation {
+  local: boolean;
+  broker: number | null;
+  epoch: number;
 }
 
 export interface StreamCatalog {

@@ -34,6 +34,8 @@ export const mqttModule: ProtocolModule = {
       sysIntervalMs: config.mqttSysInterval,
       // Authentication, authorization, quotas and the client registry: the control plane (src/control/access.ts).
       access: ctx.access,
+      // Cluster mode: sessions owned per broker and taken over across brokers (src/protocols/mqtt/cluster.ts).
+      cluster: ctx.cluster,
     });
     const listeners = new Map<string, ProtocolListener>();
     const close = async () => {
@@ -68,7 +70,8 @@ export const mqttModule: ProtocolModule = {
       // Drops by cause, slow-consumer disconnects, packet timeouts and the memory held by unfinished packets.
       figures: () => hub.figures(),
       // The admin API's DELETE /api/v1/mqtt/sessions/{clientId} (it kicks a connected client first).
-      sessions: { delete: async (clientId) => hub.deleteSession(clientId) },
+      // In cluster mode the broker holding the session ends it (src/protocols/mqtt/cluster.ts).
+      sessions: { delete: async (clientId) => (hub.cluster !== null ? hub.cluster.delete(clientId) : hub.deleteSession(clientId)) },
       close,
     };
   },

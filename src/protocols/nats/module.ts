@@ -49,7 +49,8 @@ export const natsModule: ProtocolModule = {
       maxSubscriptions: c.natsMaxSubscriptions,
     });
     // The JetStream API over FlowMQ streams: the adapter hands it every publish with a reply subject (PubAcks).
-    const jetstream = new JetStream(ctx.engine, logger.child({ component: 'jetstream' }));
+    // Cluster mode: consumers owned by one broker each, requests for them forwarded there (jetstream/cluster.ts).
+    const jetstream = new JetStream(ctx.engine, logger.child({ component: 'jetstream' }), { cluster: ctx.cluster });
     await jetstream.start();
     const adapter = new NatsAdapter({ ...ctx, logger }, options, { access: ctx.access, token: c.natsToken, certUser: c.tlsClientCa === null ? null : c.tlsCertUser }, jetstream);
     // JetStream API requests are authorized by who sent them: the adapter knows its connections' Access.

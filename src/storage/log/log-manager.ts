@@ -32,6 +32,13 @@
  *              over by a writer that crashed or was fenced between writing an object and committing it: the data
  *              is still in the WAL (a WAL file becomes an object by a link or a copy, and leaves the WAL only once
  *              the segment is committed), so they are deleted.
+ *   cluster -> (`owned: true`, cluster mode) the log takes no partition at open and replays nothing: openStream only
+ *              learns definitions, and the cluster's ownership hands partitions in and out one at a time.
+ *              acquirePartition takes a new epoch, fences the WAL's key, reads back only that key's entries (what
+ *              the previous owner left unsealed, whether it handed over or died) and the producer state;
+ *              releasePartition stops appends (NOT_OWNER), waits until those in flight are durable (a handover)
+ *              and lets go of the memory, leaving the rest in the WAL for the next owner. The WAL is shared by every
+ *              broker: trim only ever names keys this log holds (or streams it deleted), never another broker's.
  *   fail    -> a WAL append that fails (a full disk, EIO) fails to its producer, and so do the partition's appends
  *              behind it (the WAL refuses them: see WriteAheadLog.append). Once they have all settled, the tail is
  *              rewound to the high watermark (what is durable), the offsets of the failed batches are given out
@@ -197,6 +204,10 @@ class Partition implements ChunkCursor {
   fenced: FlowError | null = null;
   /** This writer's ownership epoch of the partition (Metastore.openPartition), carried by every mutation. */
   epoch = 0;
+  /** Cluster mode: the partition is being handed over (appends are refused with NOT_OWNER). */
+  releasing = false;
+  /** The latest WAL append (they settle in order): a handover waits for it. */
+  lastWrite: Promise<unknown> | null = null;
   constructor(
     /** Replaced when the stream is redefined (retention changed, partitions added); never its incarnation. */
     public def: StreamDef,
@@ -223,6 +234,15 @@ export class LogManager implements StreamStorage {
   /** Epochs taken at open (before the WAL was read) for the partitions of the streams defined then, by WAL key. */
   private readonly taken = new Map<string, number>();
   private readonly indexCache = new Map<string, SegmentIndex>();
+  /**
+   * Cluster mode: definitions of every stream (openStream), whose partitions are taken one by one by
+   * acquirePartition; null on a single broker, where openStream takes them all.
+   */
+  private readonly defs: Map<string, StreamDef> | null;
+  /** Cluster mode: WAL keys of streams deleted here, which trim may clear (every other unknown key is another broker's). */
+  private readonly droppedKeys = new Set<string>();
+  /** Cluster mode: told when a partition is fenced (another broker took it), so that its ownership is let go. */
+  onFenced: ((stream: string, partition: number) => void) | null = null;
   private timer: NodeJS.Timeout | null = null;
   private closed = false;
   /** WAL trims, one at a time; a trim asked for during one runs again after it. */
@@ -280,7 +300,9 @@ export class LogManager implements StreamStorage {
     private readonly logger: Logger,
     readonly options: LogOptions,
     private readonly space: SpaceGuard | undefined,
+    owned: boolean,
   ) {
+    this.defs = owned ? new Map() : null;
     this.recentBudget = options.recentBytes ?? Math.min(64 * 1024 * 1024, Math.floor(options.maxUnsealedBytes / 4));
     this.memory = new BatchMemory(options.batchMemoryBytes ?? options.maxUnsealedBytes + this.recentBudget + 64 * 1024 * 1024);
   }
@@ -294,6 +316,11 @@ export class LogManager implements StreamStorage {
     options?: Partial<LogOptions>;
     /** The free-space reserve; none: appends are refused only when a write fails. */
     space?: SpaceGuard;
+    /**
+     * Cluster mode: partitions are taken one at a time by acquirePartition (the cluster's ownership), none at open;
+     * the WAL must be shared (replayKey).
+     */
+    owned?: boolean;
   }): Promise<LogManager> {
     const lm = new LogManager(
       deps.wal,
@@ -302,7 +329,15 @@ export class LogManager implements StreamStorage {
       deps.logger,
       { ...DEFAULT_LOG_OPTIONS, ...deps.options },
       deps.space,
+      deps.owned === true,
     );
+    if (deps.owned === true) {
+      if (typeof deps.wal.replayKey !== 'function') throw new FlowError('CONFIG_ERROR', 'cluster mode needs a WAL shared by the brokers (--wal postgres)');
+      lm.recovered = null;
+      lm.timer = setInterval(() => lm.background(), lm.options.checkIntervalMs);
+      lm.timer.unref();
+      return lm;
+    }
     // Every partition defined now is taken (a new epoch) and its WAL key fenced before the WAL is read: a writer
     // that owned it before can add nothing to it afterwards that this replay would miss (a shared WAL).
     const parts: Array<{ def: StreamDef; partition: number }> = [];
@@ -348,6 +383,7 @@ export class LogManager implements StreamStorage {
     p.fenced = err;
     this.stats.fencedPartitions++;
     this.logger.error({ partition: p.key, epoch: p.epoch, err }, 'partition fenced: another writer owns it now (a later epoch); it takes no more writes here');
+    this.onFenced?.(p.def.name, p.partition);
     if (this.byKey.get(p.key) === p) this.unsealed -= p.tailBytes;
     for (const w of p.waiters.splice(0)) {
       clearTimeout(w.timer);
@@ -364,11 +400,24 @@ export class LogManager implements StreamStorage {
 
   private part(stream: string, partition: number): Partition {
     const p = this.parts.get(`${stream}/${partition}`);
-    if (!p) throw new FlowError('NOT_FOUND', `stream "${stream}" has no partition ${partition}`);
+    if (!p) {
+      const def = this.defs?.get(stream);
+      if (def !== undefined && partition >= 0 && partition < def.partitions) {
+        throw new FlowError('NOT_OWNER', `partition ${stream}/${partition} is not served by this broker`);
+      }
+      throw new FlowError('NOT_FOUND', `stream "${stream}" has no partition ${partition}`);
+    }
     return p;
   }
 
   async openStream(def: StreamDef): Promise<void> {
+    if (this.defs !== null) {
+      // Cluster mode: the definition only; partitions come with acquirePartition. A redefinition (retention,
+      // bindings, partitions added) reaches the partitions held here.
+      this.defs.set(def.name, def);
+      for (const p of this.parts.values()) if (p.def.name === def.name && p.def.createdAt === def.createdAt) p.def = def;
+      return;
+    }
     // The partitions new here are taken first (those of the streams defined at open already were), together:
     // each take is a durable metastore write, and concurrent ones share their syncs.
     const fresh: number[] = [];
@@ -385,45 +434,111 @@ export class LogManager implements StreamStorage {
       epochs.set(i, early ?? (await this.takePartition(def, i)));
     });
     for (const i of fresh) {
-      const id = `${def.name}/${i}`;
-      const p = new Partition(def, i, partitionKey(def, i));
-      p.epoch = epochs.get(i)!;
-      const state = await this.meta.getPartitionState(def.name, i);
-      p.segments = await this.meta.listSegments(def.name, i);
-      p.flushedOffset = state?.flushedOffset ?? 0;
-      p.logStartOffset = state?.logStartOffset ?? 0;
-      await this.sweepObjects(p);
-      p.nextOffset = p.flushedOffset;
-      await this.loadProducerState(p);
-      const entries = this.recovered?.get(p.key);
-      if (entries) {
-        this.recovered!.delete(p.key);
-        for (const e of entries) {
-          if (e.endOffset <= p.flushedOffset) continue; // already in a committed segment
-          if (e.baseOffset !== p.nextOffset) {
-            // Offsets are assigned contiguously and the WAL keeps append order, so this means lost data.
-            throw new FlowError(
-              'CORRUPT_DATA',
-              `WAL gap in ${p.key}: expected offset ${p.nextOffset}, found ${e.baseOffset}`,
-            );
-          }
-          // Segment boundaries as they were: where the WAL started files, else by size as append does.
-          const len = e.data.length;
-          const starts = e.startsFile ?? (p.openBytes > 0 && p.openBytes + len > this.options.segmentBytes);
-          if (starts) this.cut(p);
-          p.openBytes += len;
-          const info = readBatchInfo(e.data);
-          this.pushTail(p, { baseOffset: e.baseOffset, endOffset: e.endOffset, maxTimestamp: info.maxTimestamp, data: e.data, chunk: null });
-          if (ProducerState.isIdempotent(info)) p.producers.record(info, e.baseOffset);
-          this.stats.recoveredBatches++;
-        }
-      }
-      // The WAL appends to none of its recovered files: what was recovered ends a segment.
-      this.cut(p);
-      p.highWatermark = p.nextOffset;
-      this.parts.set(id, p);
-      this.byKey.set(p.key, p);
+      const key = partitionKey(def, i);
+      const entries = this.recovered?.get(key);
+      if (entries) this.recovered!.delete(key);
+      await this.loadPartition(def, i, epochs.get(i)!, entries);
     }
+  }
+
+  /**
+   * Opens a partition taken with `epoch`: its committed segments and state from the metastore, the objects a
+   * crashed or fenced writer left swept, the producer state, and the WAL's entries past the committed segments as
+   * its tail.
+   */
+  private async loadPartition(def: StreamDef, i: number, epoch: number, entries: readonly WalEntry[] | undefined): Promise<Partition> {
+    const p = new Partition(def, i, partitionKey(def, i));
+    p.epoch = epoch;
+    const state = await this.meta.getPartitionState(def.name, i);
+    p.segments = await this.meta.listSegments(def.name, i);
+    p.flushedOffset = state?.flushedOffset ?? 0;
+    p.logStartOffset = state?.logStartOffset ?? 0;
+    await this.sweepObjects(p);
+    p.nextOffset = p.flushedOffset;
+    await this.loadProducerState(p);
+    if (entries) {
+      for (const e of entries) {
+        if (e.endOffset <= p.flushedOffset) continue; // already in a committed segment
+        if (e.baseOffset !== p.nextOffset) {
+          // Offsets are assigned contiguously and the WAL keeps append order, so this means lost data.
+          throw new FlowError(
+            'CORRUPT_DATA',
+            `WAL gap in ${p.key}: expected offset ${p.nextOffset}, found ${e.baseOffset}`,
+          );
+        }
+        // Segment boundaries as they were: where the WAL started files, else by size as append does.
+        const len = e.data.length;
+        const starts = e.startsFile ?? (p.openBytes > 0 && p.openBytes + len > this.options.segmentBytes);
+        if (starts) this.cut(p);
+        p.openBytes += len;
+        const info = readBatchInfo(e.data);
+        this.pushTail(p, { baseOffset: e.baseOffset, endOffset: e.endOffset, maxTimestamp: info.maxTimestamp, data: e.data, chunk: null });
+        if (ProducerState.isIdempotent(info)) p.producers.record(info, e.baseOffset);
+        this.stats.recoveredBatches++;
+      }
+    }
+    // The WAL appends to none of its recovered files: what was recovered ends a segment.
+    this.cut(p);
+    p.highWatermark = p.nextOffset;
+    this.parts.set(`${def.name}/${i}`, p);
+    this.byKey.set(p.key, p);
+    return p;
+  }
+
+  // ------------------------------------------------------------------ cluster mode: partitions handed in and out
+
+  /**
+   * Cluster mode: takes a partition this broker was given (Cluster ownership): a new epoch (which fences the
+   * previous owner's metastore writes), the WAL's key fenced with it (its late appends are refused from now on),
+   * then the key's entries read back (what the previous owner acknowledged and had not sealed, whether it handed
+   * the partition over or died) and the idempotent-producer state. Returns the epoch.
+   */
+  async acquirePartition(def: StreamDef, partition: number): Promise<number> {
+    if (this.defs === null) throw new FlowError('INVALID_ARGUMENT', 'acquirePartition is for cluster mode');
+    if (this.closed) throw new FlowError('CLOSED', 'log is closed');
+    this.defs.set(def.name, def);
+    const existing = this.parts.get(`${def.name}/${partition}`);
+    if (existing && !existing.releasing && existing.fenced === null && existing.def.createdAt === def.createdAt) return existing.epoch;
+    if (existing) await this.releasePartition(def.name, partition, true);
+    const epoch = await this.takePartition(def, partition);
+    const key = partitionKey(def, partition);
+    const state = await this.meta.getPartitionState(def.name, partition);
+    const entries: WalEntry[] = [];
+    await this.wal.replayKey!(key, (e) => entries.push(e), state?.flushedOffset ?? 0);
+    this.droppedKeys.delete(key);
+    await this.loadPartition(def, partition, epoch, entries);
+    return epoch;
+  }
+
+  /**
+   * Cluster mode: stops serving a partition. Appends are refused at once (NOT_OWNER: the caller finds the new
+   * owner); for a handover (`lost` false) the appends in flight are waited for, so that everything acknowledged is
+   * in the WAL for the next owner, which reads it back (nothing is sealed here: the handover stays quick). Then
+   * the partition's memory goes; its WAL entries and objects stay.
+   */
+  async releasePartition(stream: string, partition: number, lost: boolean): Promise<void> {
+    const id = `${stream}/${partition}`;
+    const p = this.parts.get(id);
+    if (!p) return;
+    p.releasing = true;
+    if (!lost) {
+      await p.lastWrite?.catch(() => undefined);
+      // A seal in progress finishes (or fails) before the memory it reads goes.
+      await p.sealing?.catch(() => undefined);
+    }
+    if (this.parts.get(id) !== p) return;
+    this.forgetPartitions([p]);
+  }
+
+  /** Cluster mode: true when this log holds the partition and takes appends for it. */
+  holds(stream: string, partition: number): boolean {
+    const p = this.parts.get(`${stream}/${partition}`);
+    return p !== undefined && !p.releasing && p.fenced === null;
+  }
+
+  /** Cluster mode: the partitions held here, as `stream/partition`. */
+  held(): string[] {
+    return [...this.parts.keys()];
   }
 
   /**
@@ -519,8 +634,26 @@ export class LogManager implements StreamStorage {
 
   async dropStream(name: string): Promise<void> {
     const victims = [...this.parts.values()].filter((p) => p.def.name === name);
+    if (this.defs !== null) {
+      this.defs.delete(name);
+      // Their WAL entries are nobody's now: trim may clear them.
+      for (const p of victims) this.droppedKeys.add(p.key);
+    }
+    this.forgetPartitions(victims);
+    // Sealing may still be running; wait so no object is written after the delete below.
+    await Promise.allSettled(victims.map((p) => p.sealing));
     for (const p of victims) {
-      this.parts.delete(`${name}/${p.partition}`);
+      for (const s of p.segments) {
+        await this.objects.delete(s.objectKey);
+        this.indexCache.delete(s.objectKey);
+      }
+    }
+  }
+
+  /** Takes partitions out of the log and lets go of their memory (a dropped stream, a handover). */
+  private forgetPartitions(victims: Partition[]): void {
+    for (const p of victims) {
+      this.parts.delete(`${p.def.name}/${p.partition}`);
       this.byKey.delete(p.key);
       if (p.fenced === null) this.unsealed -= p.tailBytes; // a fenced partition's tail is out of the count already
       for (const w of p.waiters.splice(0)) {
@@ -540,15 +673,9 @@ export class LogManager implements StreamStorage {
       p.chunk?.abandon();
       p.chunk = null;
     }
-    this.recentQueue = this.recentQueue.slice(this.recentHead).filter((e) => !victims.includes(e.p));
-    this.recentHead = 0;
-    // Sealing may still be running; wait so no object is written after the delete below.
-    await Promise.allSettled(victims.map((p) => p.sealing));
-    for (const p of victims) {
-      for (const s of p.segments) {
-        await this.objects.delete(s.objectKey);
-        this.indexCache.delete(s.objectKey);
-      }
+    if (victims.length > 0) {
+      this.recentQueue = this.recentQueue.slice(this.recentHead).filter((e) => !victims.includes(e.p));
+      this.recentHead = 0;
     }
   }
 
@@ -567,6 +694,7 @@ export class LogManager implements StreamStorage {
       this.stats.refusedAppends++;
       throw new FlowError('FENCED', `partition ${p.key} is owned by another writer now (a later epoch than ${p.epoch})`, { cause: p.fenced });
     }
+    if (p.releasing) throw new FlowError('NOT_OWNER', `partition ${p.key} is being handed over to another broker`);
     const refused = this.refusal(p);
     if (refused !== null) {
       this.stats.refusedAppends++;
@@ -606,7 +734,9 @@ export class LogManager implements StreamStorage {
     const dataCrc = { from: OFF_ATTRIBUTES, crc: data.readUInt32BE(OFF_CRC) };
     p.inflight++;
     this.space?.written(data.length);
-    const durable = this.wal.append({ key: p.key, baseOffset, endOffset, epoch: p.epoch, data, dataCrc, startsFile }).then(
+    const written = this.wal.append({ key: p.key, baseOffset, endOffset, epoch: p.epoch, data, dataCrc, startsFile });
+    if (this.defs !== null) p.lastWrite = written;
+    const durable = written.then(
       () => {
         p.inflight--;
         // Group commits resolve in append order, so the watermark only moves forward.
@@ -864,6 +994,7 @@ export class LogManager implements StreamStorage {
   private seal(p: Partition, force = false): Promise<void> {
     if (p.sealing) return p.sealing;
     if (p.fenced !== null) return Promise.resolve(); // another writer owns it: it seals its own segments
+    if (p.releasing) return Promise.resolve(); // handed over: the next owner seals what the WAL holds
     // After a failed seal, the next waits for its backoff (unless asked for explicitly: a flush, the shutdown).
     if (!force && Date.now() < p.sealRetryAt) return Promise.resolve();
     let sealed = false;
@@ -1146,8 +1277,16 @@ export class LogManager implements StreamStorage {
   }
 
   private async trimOnce(): Promise<void> {
-    // A key unknown here belongs to a deleted stream: nothing needs its entries.
-    const released = await this.wal.trim((key) => this.byKey.get(key)?.flushedOffset ?? Number.MAX_SAFE_INTEGER);
+    // A key unknown here belongs to a deleted stream: nothing needs its entries. In cluster mode the WAL is shared:
+    // an unknown key is most likely a partition of another broker (or one handed over), never trimmed from here.
+    const dropped = this.defs === null ? null : this.droppedKeys;
+    const clearing = dropped === null ? [] : [...dropped];
+    const released = await this.wal.trim((key) => {
+      const p = this.byKey.get(key);
+      if (p !== undefined) return p.flushedOffset;
+      return dropped === null || dropped.has(key) ? Number.MAX_SAFE_INTEGER : 0;
+    });
+    for (const k of clearing) dropped!.delete(k);
     this.stats.walTrimmedBytes += released;
   }
 

@@ -88,9 +88,10 @@ const CONSUMERS = 'j';
 
 /** The puts of one stream's consumers waiting behind that stream's running call: written as one statement. */
 interface ConsumerBatch {
-  /** Latest record per consumer name. */
-  readonly recs: Map<string, ConsumerRecord>;
-  done: Promise<void>;
+  /** Latest record per consumer name, with the owner epoch its put was fenced by (cluster mode), if any. */
+  readonly recs: Map<string, { rec: ConsumerRecord; epoch: number | undefined }>;
+  /** Settles when the batch is written: the puts refused as fenced, by name (the others were written). */
+  done: Promise<Map<string, unknown>>;
 }
 
 /**
@@ -100,6 +101,18 @@ interface ConsumerBatch {
 const CONTROL = 'k';
 
 const partKey = (stream: string, partition: number): string => `${partition}\u0000${stream}`;
+
+/**
+ * A session write fenced by the session's owner epoch (cluster mode): the writes as data-modifying CTEs (`ctes`,
+ * "name AS (...)" each) and the owner check (`flowmq_owner_check`, src/cluster/pg-store.ts: FENCED unless the
+ * 'session' row of $1 holds the epoch in `$<epochParam>`) as the statement's own result, so all run in one statement,
+ * one transaction: a refused check rolls the writes back. Whichever runs first, the check's FOR SHARE lock either
+ * makes a concurrent claim wait for these writes to commit (the new owner then loads them) or, the claim committed,
+ * sees the new epoch and refuses.
+ */
+function sessionFenced(ctes: string[], epochParam: number): string {
+  return `WITH ${ctes.join(',\n     ')}\n SELECT flowmq_owner_check('session', $1, $${epochParam})`;
+}
 
 export class PostgresMetastore implements Metastore {
   readonly kind = 'postgres' as const;
@@ -307,33 +320,45 @@ export class PostgresMetastore implements Metastore {
 
   // ---------------------------------------------------------------- offsets and producer ids
 
-  async commitOffsets(group: string, offsets: OffsetCommit[]): Promise<void> {
+  async commitOffsets(group: string, offsets: OffsetCommit[], fence?: number): Promise<void> {
     for (const o of offsets) {
       checkInt32('partition', o.partition);
       // Kafka clients commit -1 to mean "no position"; anything lower is nonsense.
       checkInt('offset', o.offset, -1);
     }
+    if (fence !== undefined) checkInt('fence', fence);
     if (offsets.length === 0) return;
     // One statement, so all or none (a foreign-key failure on one stream fails the whole batch). A partition
     // named twice keeps its last value, as a loop of upserts would (ON CONFLICT cannot touch a row twice).
     const last = new Map<string, OffsetCommit>();
     for (const o of offsets) last.set(partKey(o.stream, o.partition), o);
     const list = [...last.values()];
+    const params: unknown[] = [
+      group,
+      list.map((o) => o.stream),
+      list.map((o) => o.partition),
+      list.map((o) => o.offset),
+      list.map((o) => o.metadata),
+      Date.now(),
+    ];
+    // Cluster mode: the group's owner row must still hold the coordinator's epoch, checked in the same statement
+    // (flowmq_owner_check, src/cluster/pg-store.ts: it raises FMF01 = FENCED, and its row lock makes a claim wait
+    // for this commit), so a coordinator whose group moved can never overwrite what the new one committed.
+    let fenced = '';
+    if (fence !== undefined) {
+      params.push(fence);
+      fenced = `WITH fence AS (SELECT flowmq_owner_check('group', $1, $7))`;
+    }
     await this.keyed(GROUP, group, () =>
       this.q(
-        'commitOffsets',
-        `INSERT INTO consumer_offsets (group_id, stream, partition, "offset", metadata, committed_at)
-         SELECT $1, s, p, o, m, $6 FROM unnest($2::text[], $3::integer[], $4::bigint[], $5::text[]) AS t(s, p, o, m)
+        // Named statements: one name per text.
+        fence !== undefined ? 'commitOffsetsFenced' : 'commitOffsets',
+        `${fenced}
+         INSERT INTO consumer_offsets (group_id, stream, partition, "offset", metadata, committed_at)
+         SELECT $1, s, p, o, m, $6 FROM ${fence !== undefined ? 'fence, ' : ''}unnest($2::text[], $3::integer[], $4::bigint[], $5::text[]) AS t(s, p, o, m)
          ON CONFLICT (group_id, stream, partition)
          DO UPDATE SET "offset" = excluded."offset", metadata = excluded.metadata, committed_at = excluded.committed_at`,
-        [
-          group,
-          list.map((o) => o.stream),
-          list.map((o) => o.partition),
-          list.map((o) => o.offset),
-          list.map((o) => o.metadata),
-          Date.now(),
-        ],
+        params,
       ),
     );
   }
@@ -392,31 +417,30 @@ export class PostgresMetastore implements Metastore {
     });
   }
 
-  async putSession(rec: SessionRecord): Promise<void> {
+  async putSession(rec: SessionRecord, fence?: number): Promise<void> {
     if (typeof rec.clientId !== 'string') throw new FlowError('INVALID_ARGUMENT', 'session client id must be a string');
     if (rec.expiresAt !== null) checkInt('expiresAt', rec.expiresAt);
     checkInt('updatedAt', rec.updatedAt);
-    await this.keyed(CLIENT, rec.clientId, () =>
-      this.q(
-        'putSession',
-        `INSERT INTO client_sessions (client_id, protocol, state, expires_at, updated_at) VALUES ($1, $2, $3, $4, $5)
+    if (fence !== undefined) checkInt('fence', fence, 1);
+    const upsert = `INSERT INTO client_sessions (client_id, protocol, state, expires_at, updated_at) VALUES ($1, $2, $3, $4, $5)
          ON CONFLICT (client_id) DO UPDATE SET protocol = excluded.protocol, state = excluded.state,
-           expires_at = excluded.expires_at, updated_at = excluded.updated_at`,
-        [rec.clientId, rec.protocol, rec.state, rec.expiresAt, rec.updatedAt],
-      ),
+           expires_at = excluded.expires_at, updated_at = excluded.updated_at`;
+    const values: unknown[] = [rec.clientId, rec.protocol, rec.state, rec.expiresAt, rec.updatedAt];
+    await this.keyed(CLIENT, rec.clientId, () =>
+      fence === undefined ? this.q('putSession', upsert, values) : this.q('putSession', sessionFenced([`w AS (${upsert})`], 6), [...values, fence]),
     );
   }
 
-  async deleteSession(clientId: string): Promise<void> {
+  async deleteSession(clientId: string, fence?: number): Promise<void> {
+    if (fence !== undefined) checkInt('fence', fence, 1);
     // The record, its queue and its queue counter in one statement (data-modifying CTEs share one transaction).
+    const q = 'q AS (DELETE FROM session_queue WHERE client_id = $1)';
+    const m = 'm AS (DELETE FROM session_queue_meta WHERE client_id = $1)';
+    const c = 'DELETE FROM client_sessions WHERE client_id = $1';
     await this.keyed(CLIENT, clientId, () =>
-      this.q(
-        'deleteSession',
-        `WITH q AS (DELETE FROM session_queue WHERE client_id = $1),
-              m AS (DELETE FROM session_queue_meta WHERE client_id = $1)
-         DELETE FROM client_sessions WHERE client_id = $1`,
-        [clientId],
-      ),
+      fence === undefined
+        ? this.q('deleteSession', `WITH ${q}, ${m} ${c}`, [clientId])
+        : this.q('deleteSession', sessionFenced([q, m, `c AS (${c})`], 2), [clientId, fence]),
     );
   }
 
@@ -443,27 +467,32 @@ export class PostgresMetastore implements Metastore {
     });
   }
 
-  async ackQueue(clientId: string, upTo: number): Promise<void> {
+  async ackQueue(clientId: string, upTo: number, fence?: number): Promise<void> {
+    if (fence !== undefined) checkInt('fence', fence, 1);
+    const d = 'd AS (DELETE FROM session_queue WHERE client_id = $1 AND seq <= $2 RETURNING 1)';
+    const u = 'UPDATE session_queue_meta SET length = length - (SELECT count(*) FROM d) WHERE client_id = $1';
     await this.keyed(CLIENT, clientId, () =>
-      this.q(
-        'ackQueue',
-        `WITH d AS (DELETE FROM session_queue WHERE client_id = $1 AND seq <= $2 RETURNING 1)
-         UPDATE session_queue_meta SET length = length - (SELECT count(*) FROM d) WHERE client_id = $1`,
-        [clientId, upTo],
-      ),
+      fence === undefined
+        ? this.q('ackQueue', `WITH ${d} ${u}`, [clientId, upTo])
+        : this.q('ackQueue', sessionFenced([d, `u AS (${u})`], 3), [clientId, upTo, fence]),
     );
   }
 
-  async updateQueue(clientId: string, changes: QueueChanges, maxLength: number): Promise<{ seqs: number[]; dropped: number }> {
+  async updateQueue(clientId: string, changes: QueueChanges, maxLength: number, fence?: number): Promise<{ seqs: number[]; dropped: number }> {
     checkInt('maxLength', maxLength, 1);
+    if (fence !== undefined) checkInt('fence', fence, 1);
     const replace = changes.replace ?? [];
     const remove = changes.remove ?? [];
     const append = changes.append ?? [];
+    const values: unknown[] = [clientId, replace.map((e) => e.seq), replace.map((e) => e.data), remove, append, maxLength];
     return this.keyed(CLIENT, clientId, async () => {
       const r = await this.q<{ first_seq: number | null; dropped: number }>(
         'updateQueue',
-        'SELECT first_seq, dropped FROM flowmq_queue_update($1, $2::bigint[], $3::bytea[], $4::bigint[], $5::bytea[], $6)',
-        [clientId, replace.map((e) => e.seq), replace.map((e) => e.data), remove, append, maxLength],
+        fence === undefined
+          ? 'SELECT first_seq, dropped FROM flowmq_queue_update($1, $2::bigint[], $3::bytea[], $4::bigint[], $5::bytea[], $6)'
+          : // The function yields one row, so the check in the select list runs exactly once, in the same statement.
+            `SELECT first_seq, dropped, flowmq_owner_check('session', $1, $7) FROM flowmq_queue_update($1, $2::bigint[], $3::bytea[], $4::bigint[], $5::bytea[], $6)`,
+        fence === undefined ? values : [...values, fence],
       );
       const { first_seq: first, dropped } = r.rows[0];
       const seqs = first === null ? [] : append.map((_, i) => first + i);
@@ -506,17 +535,21 @@ export class PostgresMetastore implements Metastore {
    * stream's key: any other call on the key closes it (later puts start a new one), so the order seen by reads
    * and deletes is the order the calls were made. Every put of a batch resolves when the batch commits.
    */
-  async putConsumer(rec: ConsumerRecord): Promise<void> {
+  async putConsumer(rec: ConsumerRecord, epoch?: number): Promise<void> {
     checkConsumerRecord(rec);
     this.check();
     this.consumerStats.puts++;
-    const copy = { ...rec, acked: rec.acked.slice() };
+    const copy = { rec: { ...rec, acked: rec.acked.slice() }, epoch };
+    const refusedOf = (refused: Map<string, unknown>): void => {
+      const err = refused.get(rec.name);
+      if (err !== undefined) throw err;
+    };
     const open = this.consumerBatches.get(rec.stream);
     if (open) {
       open.recs.set(rec.name, copy);
-      return open.done;
+      return open.done.then(refusedOf);
     }
-    const batch: ConsumerBatch = { recs: new Map([[rec.name, copy]]), done: Promise.resolve() };
+    const batch: ConsumerBatch = { recs: new Map([[rec.name, copy]]), done: Promise.resolve(new Map()) };
     this.consumerBatches.set(rec.stream, batch);
     batch.done = this.keyed(CONSUMERS, rec.stream, () => {
       // Started: later puts form the next batch. (With nothing running on the key this runs at once, within
@@ -524,22 +557,73 @@ export class PostgresMetastore implements Metastore {
       if (this.consumerBatches.get(rec.stream) === batch) this.consumerBatches.delete(rec.stream);
       return this.writeConsumers([...batch.recs.values()]);
     });
-    return batch.done;
+    return batch.done.then(refusedOf);
   }
 
-  private async writeConsumers(recs: ConsumerRecord[]): Promise<void> {
+  /**
+   * Writes a batch; resolves with the puts refused as FENCED (cluster mode: the broker no longer owns that consumer).
+   * A fenced batch of several consumers is written again one by one, so that one consumer that moved away does not
+   * fail the writes of the others (rare: it happens once per change of hands).
+   */
+  private async writeConsumers(entries: Array<{ rec: ConsumerRecord; epoch: number | undefined }>): Promise<Map<string, unknown>> {
+    const refused = new Map<string, unknown>();
+    try {
+      await this.writeConsumerRows(entries);
+    } catch (err) {
+      if (!(err instanceof FlowError && err.code === 'FENCED')) throw err;
+      if (entries.length === 1) refused.set(entries[0].rec.name, err);
+      else {
+        for (const e of entries) {
+          try {
+            await this.writeConsumerRows([e]);
+          } catch (one) {
+            if (!(one instanceof FlowError && one.code === 'FENCED')) throw one;
+            refused.set(e.rec.name, one);
+          }
+        }
+      }
+    }
+    return refused;
+  }
+
+  private async writeConsumerRows(entries: Array<{ rec: ConsumerRecord; epoch: number | undefined }>): Promise<void> {
     this.consumerStats.writes++;
     const cols: unknown[][] = [[], [], [], [], [], [], [], []];
-    for (const r of recs) consumerValues(r).forEach((v, i) => cols[i].push(v));
-    // One statement for the batch (all rows or none); ON CONFLICT touches each row once: names are distinct.
-    await this.q(
-      'putConsumers',
-      `INSERT INTO jetstream_consumers (stream, name, config, created_at, delivered_seq, delivered_consumer_seq, ack_floor, acked)
-       SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::text[])
-       ON CONFLICT (stream, name) DO UPDATE SET config = excluded.config, created_at = excluded.created_at,
+    const epochs: Array<number | null> = [];
+    for (const e of entries) {
+      consumerValues(e.rec).forEach((v, i) => cols[i].push(v));
+      epochs.push(e.epoch ?? null);
+    }
+    const upsert = `INSERT INTO jetstream_consumers (stream, name, config, created_at, delivered_seq, delivered_consumer_seq, ack_floor, acked)`;
+    const conflict = `ON CONFLICT (stream, name) DO UPDATE SET config = excluded.config, created_at = excluded.created_at,
          delivered_seq = excluded.delivered_seq, delivered_consumer_seq = excluded.delivered_consumer_seq,
-         ack_floor = excluded.ack_floor, acked = excluded.acked`,
-      cols,
+         ack_floor = excluded.ack_floor, acked = excluded.acked`;
+    if (epochs.every((e) => e === null)) {
+      // One statement for the batch (all rows or none); ON CONFLICT touches each row once: names are distinct.
+      await this.q(
+        'putConsumers',
+        `${upsert}
+         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::text[])
+         ${conflict}`,
+        cols,
+      );
+      return;
+    }
+    // Cluster mode: every fenced row's owner check (flowmq_owner_check, which raises FENCED and holds the owner row
+    // FOR SHARE until the commit) runs in the same statement, before any row is written (the cross join with the
+    // one-row \`checked\` makes the planner evaluate it first; a volatile call is never pruned from a subquery).
+    await this.q(
+      'putConsumersFenced',
+      `WITH input AS (
+         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::text[], $9::bigint[])
+           AS x(stream, name, config, created_at, delivered_seq, delivered_consumer_seq, ack_floor, acked, epoch)
+       ), checked AS (
+         SELECT count(*) AS n FROM (SELECT flowmq_owner_check('consumer', i.stream || '/' || i.name, i.epoch) FROM input i WHERE i.epoch IS NOT NULL) c
+       )
+       ${upsert}
+       SELECT i.stream, i.name, i.config, i.created_at, i.delivered_seq, i.delivered_consumer_seq, i.ack_floor, i.acked FROM input i, checked
+       ${conflict}`,
+      [...cols, epochs],
     );
   }
 
@@ -579,8 +663,20 @@ export class PostgresMetastore implements Metastore {
     });
   }
 
-  async deleteConsumer(stream: string, name: string): Promise<void> {
-    await this.consumerCall(stream, () => this.q('deleteConsumer', 'DELETE FROM jetstream_consumers WHERE stream = $1 AND name = $2', [stream, name]));
+  async deleteConsumer(stream: string, name: string, epoch?: number): Promise<void> {
+    if (epoch === undefined) {
+      await this.consumerCall(stream, () => this.q('deleteConsumer', 'DELETE FROM jetstream_consumers WHERE stream = $1 AND name = $2', [stream, name]));
+      return;
+    }
+    // Cluster mode: fenced by the consumer's owner row in the same statement (see writeConsumerRows).
+    await this.consumerCall(stream, () =>
+      this.q(
+        'deleteConsumerFenced',
+        `WITH checked AS (SELECT count(*) AS n FROM (SELECT flowmq_owner_check('consumer', $1 || '/' || $2, $3::bigint)) c)
+         DELETE FROM jetstream_consumers WHERE stream = $1 AND name = $2 AND (SELECT n FROM checked) > 0`,
+        [stream, name, epoch],
+      ),
+    );
   }
 
   async deleteConsumers(stream: string): Promise<void> {

@@ -21,7 +21,9 @@
  * committed (the reply was lost): the resumed entry then deletes, in its own transaction, what the key holds
  * from its base offset on, so the key's entries never overlap.
  *
- * One WAL database (or schema) per broker: replay and trim see every key in the table.
+ * A single broker replays and trims every key in the table. In cluster mode every broker writes the same table: a
+ * broker reads back only the keys of the partitions it takes (replayKey), and trims only the keys its log names
+ * (trim's `flushedUpTo` returns 0 for any other, see LogManager), so no broker ever deletes another's entries.
  */
 import { FlowError, LatencyHistogram } from '../../core/index.js';
 import type pg from 'pg';
@@ -368,6 +370,42 @@ export class PostgresWal implements WriteAheadLog {
       }
       if (r.rows.length < REPLAY_PAGE) return;
     }
+  }
+
+  async replayKey(key: string, fn: (entry: WalEntry) => void, after = 0): Promise<void> {
+    if (this.closed) throw new FlowError('CLOSED', 'WAL is closed');
+    // The caller fenced the key first (which waited for this WAL's appends of it to settle): what the table holds is
+    // the whole truth, and the key resumes where it ends. A failure while this broker wrote the key before (it may
+    // have changed hands since) no longer constrains where its next entry starts.
+    this.fences.forget(key);
+    this.resuming.delete(key);
+    // Paged by end offset along the (key, end_offset) index: a key's entries are contiguous and never overlap (a
+    // resumed key replaces what it held from the failed offset on; a fenced writer adds nothing), so this is the
+    // append order.
+    let from = after;
+    for (;;) {
+      const r = await this.db.query<{ base_offset: number; end_offset: number; epoch: number; data: Buffer }>(
+        'WAL replay key',
+        {
+          name: 'fmwal_replay_key',
+          text: 'SELECT base_offset, end_offset, epoch, data FROM wal_entries WHERE key = $1 AND end_offset > $2 ORDER BY end_offset LIMIT $3',
+        },
+        [key, from, REPLAY_PAGE],
+      );
+      for (const row of r.rows) {
+        fn({ key, baseOffset: row.base_offset, endOffset: row.end_offset, epoch: row.epoch, data: row.data });
+        from = row.end_offset;
+      }
+      if (r.rows.length < REPLAY_PAGE) break;
+    }
+    // The key is this broker's now: its bytes (those below `after` too: trim clears them) count in size(), and trim
+    // names it.
+    const r = await this.db.query<{ bytes: number }>(
+      'WAL key size',
+      { name: 'fmwal_key_bytes', text: 'SELECT COALESCE(sum(bytes), 0)::bigint AS bytes FROM wal_entries WHERE key = $1' },
+      [key],
+    );
+    this.setBytes(key, r.rows[0].bytes);
   }
 
   async trim(flushedUpTo: (key: string) => number): Promise<number> {

@@ -1,6 +1,7 @@
 /**
  * The hot tier: a write-ahead log that acknowledges an append only once it is durable.
- * Embedded backend: local CRC-framed files with group-commit fsync; cluster backend: PostgreSQL (later).
+ * Embedded backend: local CRC-framed files with group-commit fsync; shared backend: PostgreSQL (one table for every
+ * broker of a cluster: each reads and trims only the keys of the partitions it owns).
  */
 import type { LatencyHistogram } from '../../core/index.js';
 
@@ -86,6 +87,12 @@ export interface WriteAheadLog {
    * (a crash mid-write) is dropped and truncated away; corruption before the tail is an error.
    */
   replay(fn: (entry: WalEntry) => void): Promise<void>;
+  /**
+   * Optional, required in cluster mode (a WAL shared by the brokers: PostgreSQL): calls `fn` for the durable
+   * entries of one key ending past `after`, in append order. A broker taking a partition over (after fence())
+   * reads back what the previous owner left, without reading the other brokers' keys.
+   */
+  replayKey?(key: string, fn: (entry: WalEntry) => void, after?: number): Promise<void>;
   /**
    * Drops whole log files whose every entry is flushed elsewhere: `flushedUpTo(key)` returns the offset below
    * which the partition no longer needs the WAL. Returns the number of bytes released.

@@ -6,7 +6,8 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import pg from 'pg';
-import type { ConsumerRecord } from '../../../src/core/index.js';
+import { PostgresClusterStore } from '../../../src/cluster/index.js';
+import { isFlowError, type ConsumerRecord } from '../../../src/core/index.js';
 import { PostgresMetastore } from '../../../src/storage/metastore/index.js';
 import { startPostgres, type PostgresServer } from '../../helpers/postgres.js';
 
@@ -75,5 +76,52 @@ describe('PostgresMetastore: JetStream consumer state', () => {
     assert.deepEqual({ ...now, 's/a': was['s/a'] }, was, 'the other consumers, of the same stream or not, were not rewritten');
     await client.end();
     await m.close();
+  });
+});
+
+describe('PostgresMetastore: JetStream consumer state fenced by the owner epoch (cluster mode)', () => {
+  const info = (id: number) => ({ id, incarnation: `inc-${id}`, version: 't', startedAt: Date.now(), endpoints: {} });
+  const fenced = (e: unknown) => isFlowError(e, 'FENCED');
+
+  it('refuses puts and deletes of a consumer under an epoch its owner row no longer holds; other consumers of a batch are written', async () => {
+    const url = await server.createDatabase();
+    const cs = await PostgresClusterStore.open({ url });
+    const m = await PostgresMetastore.open({ url });
+    await cs.register(info(1), 60_000);
+    await cs.register(info(2), 60_000);
+    const a1 = await cs.claim('consumer', 's/a', 1, 'inc-1');
+    const b1 = await cs.claim('consumer', 's/b', 1, 'inc-1');
+    assert.equal(a1.epoch, 1);
+    await m.putConsumer(rec('s', 'a', 1), a1.epoch);
+    await m.putConsumer(rec('s', 'b', 1), b1.epoch);
+    // Broker 2 takes s/a over (a handover the holder agreed to): broker 1's epoch for it is stale from now on.
+    const a2 = await cs.claim('consumer', 's/a', 2, 'inc-2', { force: true });
+    assert.equal(a2.epoch, 2);
+    await assert.rejects(m.putConsumer(rec('s', 'a', 5), a1.epoch), fenced);
+    assert.equal((await m.getConsumer('s', 'a'))?.deliveredSeq, 1, 'the refused put wrote nothing');
+    // A batch (puts made while another write of the stream runs) holding a fenced put and a valid one: the valid
+    // one is written, the fenced one refused.
+    const running = m.putConsumer(rec('s', 'b', 2), b1.epoch);
+    const stale = m.putConsumer(rec('s', 'a', 6), a1.epoch);
+    const fine = m.putConsumer(rec('s', 'b', 3), b1.epoch);
+    await running;
+    await assert.rejects(stale, fenced);
+    await fine;
+    assert.equal((await m.getConsumer('s', 'b'))?.deliveredSeq, 3);
+    assert.equal((await m.getConsumer('s', 'a'))?.deliveredSeq, 1);
+    // The new owner writes; the old one cannot delete.
+    await m.putConsumer(rec('s', 'a', 7), a2.epoch);
+    await assert.rejects(m.deleteConsumer('s', 'a', a1.epoch), fenced);
+    assert.equal((await m.getConsumer('s', 'a'))?.deliveredSeq, 7);
+    await m.deleteConsumer('s', 'a', a2.epoch);
+    assert.equal(await m.getConsumer('s', 'a'), null);
+    // A consumer without an owner row at all (forgotten: deleted elsewhere) is fenced too.
+    await assert.rejects(m.putConsumer(rec('s', 'z', 1), 1), fenced);
+    assert.equal(await m.getConsumer('s', 'z'), null);
+    // Unfenced writes (a single broker) are unchanged.
+    await m.putConsumer(rec('s', 'z', 1));
+    assert.equal((await m.getConsumer('s', 'z'))?.deliveredSeq, 1);
+    await m.close();
+    await cs.close();
   });
 });

@@ -28,8 +28,11 @@ import { subjectMatches } from './subjects.js';
 /** What a consumer needs from the JetStream service. */
 export interface ConsumerHost {
   readonly engine: Engine;
-  /** Publishes a delivery or a status to a pull request's inbox (the NATS adapter renders it). */
-  send(msg: Message): void;
+  /**
+   * Publishes a delivery or a status to a pull request's inbox (the NATS adapter renders it). `to`: the broker the
+   * request came from (cluster mode: a request forwarded by another broker), which publishes it to its client.
+   */
+  send(msg: Message, to?: number): void;
   /** The consumer's durable state changed: write it (coalesced). */
   changed(c: Consumer): void;
   /** A read failed or the stream vanished. */
@@ -61,6 +64,8 @@ export interface PullRequest {
   delivered: number;
   /** A push consumer's standing request (deliver_subject): never satisfied, never expires. */
   push?: boolean;
+  /** Cluster mode: the broker that forwarded the request (its client's inbox is there); absent: this broker. */
+  origin?: number;
 }
 
 /** Bytes read from the stream per step. */
@@ -86,6 +91,8 @@ export class Consumer {
   lastDelivered = 0;
   lastAcked = 0;
   closed = false;
+  /** Cluster mode: the epoch under which this broker owns the consumer; its state writes are fenced by it. */
+  epoch: number | undefined = undefined;
   /** Records read ahead, from `bufAt` on (an index rather than shift(): a read holds a thousand records or more). */
   private buffer: Array<{ seq: number; msg: Message }> = [];
   private bufAt = 0;
@@ -203,7 +210,7 @@ export class Consumer {
           { key: 'Nats-Pending-Bytes', value: Buffer.from(String(req.maxBytes > 0 ? req.bytesLeft : 0)) },
         ]
       : [];
-    this.host.send(makeMessage(req.reply, Buffer.alloc(0), { headers, status }));
+    this.host.send(makeMessage(req.reply, Buffer.alloc(0), { headers, status }), req.origin);
   }
 
   /** Timers: request expiry, idle heartbeats, ack deadlines. Called by the service's ticker. */
@@ -227,6 +234,7 @@ export class Consumer {
               { key: 'Nats-Last-Stream', value: Buffer.from(String(this.lastDelivered)) },
             ],
           }),
+          req.origin,
         );
       }
     }
@@ -509,7 +517,7 @@ export class Consumer {
       if (i >= 0) this.waiting.splice(i, 1);
     }
     this.lastActive = now;
-    this.host.send(out);
+    this.host.send(out, req.origin);
     this.host.changed(this);
   }
 

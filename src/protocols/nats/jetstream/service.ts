@@ -14,6 +14,8 @@
  * durably.
  */
 import type { Logger } from 'pino';
+import type { Cluster } from '../../../cluster/index.js';
+import { decodeBody, decodeMessage, encodeBody, encodeMessage } from '../../../cluster/index.js';
 import type { Access, AccessControl, Action, ResourceKind } from '../../../control/index.js';
 import type { ConsumerGroupAdmin, GroupDetail, GroupSummary } from '../../types.js';
 import { LogLimiter } from '../../log-limit.js';
@@ -29,9 +31,25 @@ import {
   type Message,
   type PublishInfo,
   type StreamDef,
+  type StreamEntry,
   type Subscriber,
   type Subscription,
 } from '../../../core/index.js';
+import {
+  consumerKey,
+  decodeDelivery,
+  encodeDelivery,
+  M_ACK,
+  M_DELIVER,
+  M_LIST,
+  M_PUBLISH,
+  M_REQUEST,
+  pause,
+  retriable,
+  retryWindowMs,
+  splitConsumerKey,
+  targetOf,
+} from './cluster.js';
 import { checkConsumerUpdate, normalizeConsumerConfig, type ConsumerConfig } from './config.js';
 import { Consumer, type ConsumerHost, type PullRequest } from './consumer.js';
 import { JsErr, type ApiError } from './errors.js';
@@ -57,6 +75,11 @@ export interface JetStreamOptions {
   maxConsumers?: number;
   /** Nats-Msg-Ids remembered per stream within its duplicate window; past it the oldest go early. Default 200,000. */
   maxDedupIds?: number;
+  /**
+   * Cluster mode (see cluster.ts): consumers are owned by one broker each, loaded when acquired (never all at
+   * start), requests for them forwarded to their owner, their state writes fenced by the owner epoch.
+   */
+  cluster?: Cluster | null;
 }
 
 /**
@@ -117,6 +140,10 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
   private readonly logLimit: LogLimiter;
   /** Policies on the API (null: every request is served, as before the control plane). */
   authorizer: JetStreamAuthorizer | null = null;
+  private readonly cluster: Cluster | null;
+  /** Cluster mode: consumers ("<stream>/<name>") being created here (claimed before they exist in the store). */
+  private readonly creating = new Set<string>();
+  private readonly clusterStats = { forwarded: 0, served: 0, acksForwarded: 0, deliveriesSent: 0, deliveriesReceived: 0, fenced: 0, forwardFailures: 0, publishesForwarded: 0 };
 
   constructor(
     readonly engine: Engine,
@@ -128,13 +155,16 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
     this.maxConsumers = options.maxConsumers ?? MAX_CONSUMERS;
     this.maxDedupIds = options.maxDedupIds ?? 200_000;
     this.flushDelayMs = options.flushDelayMs ?? 20;
+    this.cluster = options.cluster ?? null;
   }
 
   /** Loads durable consumers from the store, then starts answering the API. */
   async start(): Promise<void> {
+    if (this.cluster !== null) this.joinCluster(this.cluster);
     let recs: Awaited<ReturnType<Engine['store']['listConsumers']>> = [];
     try {
-      recs = await this.engine.store.listConsumers();
+      // Cluster mode: no broker loads every consumer; each is loaded by the broker that acquires it.
+      if (this.cluster === null) recs = await this.engine.store.listConsumers();
     } catch (err) {
       this.warnStore(err);
     }
@@ -150,8 +180,10 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
       }
       this.add(new Consumer(this, r.stream, r.name, config, r.createdAt, true, r));
     }
-    this.subs.push(this.engine.subscribe('$JS.API.>', this, { qos: 0, rule: 'nats' }));
-    this.subs.push(this.engine.subscribe('$JS.ACK.>', this, { qos: 0, rule: 'nats' }));
+    // This broker's clients only (`local`): in cluster mode every broker answers its own clients' requests and
+    // forwards what another broker serves (see cluster.ts), so requests are never answered twice.
+    this.subs.push(this.engine.subscribe('$JS.API.>', this, { qos: 0, rule: 'nats', local: true }));
+    this.subs.push(this.engine.subscribe('$JS.ACK.>', this, { qos: 0, rule: 'nats', local: true }));
     this.ticker = setInterval(() => this.tick(), this.tickMs);
     this.ticker.unref();
   }
@@ -173,7 +205,221 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
   figures(): Json {
     let consumers = 0;
     for (const m of this.consumers.values()) consumers += m.size;
-    return { apiRequests: this.api.total, apiErrors: this.api.errors, apiDenied: this.api.denied, consumers };
+    return {
+      apiRequests: this.api.total,
+      apiErrors: this.api.errors,
+      apiDenied: this.api.denied,
+      consumers,
+      ...(this.cluster !== null ? { cluster: { ...this.clusterStats } } : {}),
+    };
+  }
+
+  // ------------------------------------------------------------ cluster mode (see cluster.ts)
+
+  private joinCluster(cl: Cluster): void {
+    cl.register('consumer', {
+      acquire: (key, epoch) => this.acquireConsumer(key, epoch),
+      release: (key, lost) => this.releaseConsumer(key, lost),
+    });
+    // Claimed but nothing to serve (an ephemeral consumer of a dead broker, a consumer deleted meanwhile, a request
+    // naming a consumer that never existed): its owner row goes.
+    cl.on('owned', (kind: string, key: string) => {
+      if (kind !== 'consumer' || this.creating.has(key)) return;
+      const [stream, name] = splitConsumerKey(key);
+      if (this.getConsumer(stream, name) === undefined) void cl.forget('consumer', key).catch(() => undefined);
+    });
+    const ch = cl.channel;
+    if (ch === null) throw new FlowError('CONFIG_ERROR', 'JetStream in cluster mode needs the internal channel');
+    ch.handle(M_REQUEST, async (from, body) => {
+      const { head } = decodeBody<{ t: string[]; body: string; reply: string }>(body);
+      this.clusterStats.served++;
+      const out = await this.serveConsumer(from, head.t, head.body, head.reply);
+      return encodeBody(out === NO_ANSWER ? { none: true } : { out });
+    });
+    ch.on(M_ACK, (from, body) => {
+      const { head } = decodeBody<{ l: string[]; b: string; r: string | null }>(body);
+      this.onAck(head.l, head.b, head.r ?? undefined, from);
+    });
+    ch.on(M_DELIVER, (_from, body) => {
+      this.clusterStats.deliveriesReceived++;
+      // A delivery or status for a client of this broker, from the consumer's owner.
+      this.sendLocal(decodeDelivery(body));
+    });
+    ch.handle(M_PUBLISH, (_from, body) => {
+      const msg = decodeMessage(decodeBody<null>(body).tail);
+      return new Promise<Buffer>((resolve) => {
+        const info = this.publishWith(msg, (ack) => resolve(encodeBody(ack)), false);
+        // No stream here captured it (deleted meanwhile): no PubAck, as on a single broker.
+        if (info.captured.length === 0 && info.delivered === 0) resolve(encodeBody(null));
+      });
+    });
+    ch.handle(M_LIST, (_from, body) => {
+      const { head } = decodeBody<{ stream: string }>(body);
+      return encodeBody({ infos: this.sortedConsumers(head.stream).map((c) => this.consumerInfoJson(c)) });
+    });
+  }
+
+  /** This broker owns the consumer now: load it from the metastore (nothing yet when it is being created here). */
+  private async acquireConsumer(key: string, epoch: number): Promise<void> {
+    const [stream, name] = splitConsumerKey(key);
+    const here = this.getConsumer(stream, name);
+    if (here !== undefined) {
+      here.epoch = epoch;
+      return;
+    }
+    const e = await this.streamKnown(stream);
+    if (!e || e.def.partitions !== 1) return;
+    const r = await this.engine.store.getConsumer(stream, name);
+    if (r === null || this.getConsumer(stream, name) !== undefined) return;
+    let config: ConsumerConfig;
+    try {
+      config = JSON.parse(r.config) as ConsumerConfig;
+    } catch {
+      this.logger.warn({ stream, consumer: name }, 'JetStream consumer with unreadable config skipped');
+      return;
+    }
+    const c = new Consumer(this, stream, name, config, r.createdAt, true, r);
+    c.epoch = epoch;
+    this.add(c);
+    if (c.isPush) c.pump();
+  }
+
+  /**
+   * This broker lets the consumer go: stop serving it (pull requests waiting here end without an answer: their
+   * clients' next requests reach the new owner), and unless ownership is already lost, write its state last.
+   */
+  private async releaseConsumer(key: string, lost: boolean): Promise<void> {
+    const [stream, name] = splitConsumerKey(key);
+    const c = this.getConsumer(stream, name);
+    if (c === undefined) return;
+    c.close(false);
+    this.dirty.delete(c);
+    const m = this.consumers.get(stream);
+    if (m?.get(name) === c) m.delete(name);
+    if (m?.size === 0) this.consumers.delete(stream);
+    if (!lost && c.durable) await this.engine.store.putConsumer(c.record(), c.epoch);
+  }
+
+  /**
+   * The stream's definition, waiting a little for it when this broker has not heard of it yet: a stream created
+   * on another broker reaches this one's catalog by notification, maybe after a request that names it.
+   */
+  private async streamKnown(stream: string): Promise<StreamEntry | undefined> {
+    for (let i = 0; i < 20; i++) {
+      const e = this.engine.getStream(stream);
+      if (e !== undefined || this.closed) return e;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    return this.engine.getStream(stream);
+  }
+
+  /** The consumer a CONSUMER request names ("<stream>/<name>"), or null (NAMES, LIST, malformed). */
+  private consumerKeyOf(t: string[], body: string): { key: string; body: string } | null {
+    const [, b, c] = t;
+    if (b === 'DURABLE' && c === 'CREATE' && t.length === 5) return { key: consumerKey(t[3], t[4]), body };
+    if (b === 'CREATE' && t.length >= 3) {
+      if (t.length >= 4) return { key: consumerKey(t[2], t[3]), body };
+      // An ephemeral consumer named only in the body, or not at all: the name is chosen here, so that every
+      // broker agrees where the consumer lives.
+      const raw = parseJson(body);
+      if (raw === BAD_JSON || raw === null || typeof raw !== 'object' || Array.isArray(raw)) return null;
+      const req = raw as Json;
+      const cfg = (req.config ?? {}) as Json;
+      if (typeof cfg !== 'object' || cfg === null || Array.isArray(cfg)) return null;
+      const given = typeof cfg.name === 'string' && cfg.name !== '' ? cfg.name : typeof cfg.durable_name === 'string' && cfg.durable_name !== '' ? cfg.durable_name : undefined;
+      if (given !== undefined) return isValidApiName(given) ? { key: consumerKey(t[2], given), body } : null;
+      const name = randomName();
+      return { key: consumerKey(t[2], name), body: JSON.stringify({ ...req, config: { ...cfg, name } }) };
+    }
+    if ((b === 'INFO' || b === 'DELETE') && t.length === 4) return { key: consumerKey(c, t[3]), body };
+    if (b === 'MSG' && c === 'NEXT' && t.length === 5) return { key: consumerKey(t[3], t[4]), body };
+    return null;
+  }
+
+  /** A consumer request at the broker its client is on: served here if this broker owns it, else forwarded. */
+  private async routeConsumer(cl: Cluster, t: string[], body: string, reply: string): Promise<Json> {
+    const target0 = this.consumerKeyOf(t, body);
+    // Malformed: answered here, the way a single broker answers it (nothing is created).
+    if (target0 === null) return this.routeLocal(t, body, reply, undefined);
+    const { key } = target0;
+    body = target0.body;
+    const deadline = Date.now() + retryWindowMs(cl);
+    let fresh = false;
+    for (let attempt = 0; ; attempt++) {
+      try {
+        const to = await targetOf(cl, key, fresh);
+        if (to === cl.id) return await this.serveConsumer(cl.id, t, body, reply);
+        this.clusterStats.forwarded++;
+        const answer = await cl.channel!.request(to, M_REQUEST, encodeBody({ t, body, reply }));
+        const { head } = decodeBody<{ none?: boolean; out?: Json }>(answer);
+        return head.none === true || head.out === undefined ? NO_ANSWER : head.out;
+      } catch (err) {
+        if (!retriable(err) || Date.now() >= deadline || this.closed) {
+          this.clusterStats.forwardFailures++;
+          throw err;
+        }
+        fresh = true;
+        await pause(attempt);
+      }
+    }
+  }
+
+  /**
+   * Serves a consumer request here (from this broker's client, or forwarded by broker `from`): claims the consumer
+   * first when this broker does not own it yet (NOT_OWNER when another broker should: the requester retries).
+   */
+  private async serveConsumer(from: number, t: string[], body: string, reply: string): Promise<Json> {
+    const cl = this.cluster!;
+    const target = this.consumerKeyOf(t, body);
+    if (target === null) return this.routeLocal(t, body, reply, from);
+    const { key } = target;
+    const create = t[1] === 'CREATE' || t[1] === 'DURABLE';
+    if (create) this.creating.add(key);
+    try {
+      if (cl.owns('consumer', key) === null) {
+        const [stream] = splitConsumerKey(key);
+        // The stream must be known here before its consumer can be loaded or made.
+        if ((await this.streamKnown(stream)) === undefined) return this.routeLocal(t, target.body, reply, from);
+        await cl.ensure('consumer', key);
+      }
+      return await this.routeLocal(t, target.body, reply, from);
+    } finally {
+      if (create) {
+        this.creating.delete(key);
+        const [stream, name] = splitConsumerKey(key);
+        // A create that made nothing (refused) leaves no owner row behind.
+        if (cl.owns('consumer', key) !== null && this.getConsumer(stream, name) === undefined) void cl.forget('consumer', key).catch(() => undefined);
+      }
+    }
+  }
+
+  /** CONSUMER.NAMES / LIST over the cluster: every broker's consumers of the stream, and stored ones served nowhere. */
+  private async clusterConsumers(cl: Cluster, stream: string): Promise<Json[]> {
+    const byName = new Map<string, Json>();
+    const asked = cl
+      .brokers()
+      .filter((b) => b.alive && b.id !== cl.id)
+      .map(async (b) => {
+        try {
+          const { head } = decodeBody<{ infos: Json[] }>(await cl.channel!.request(b.id, M_LIST, encodeBody({ stream })));
+          for (const i of head.infos) byName.set(String(i.name), i);
+        } catch {
+          // A broker that cannot answer now: its consumers are listed from their stored state below.
+        }
+      });
+    await Promise.all(asked);
+    for (const c of this.sortedConsumers(stream)) byName.set(c.name, this.consumerInfoJson(c));
+    for (const r of await this.engine.store.listConsumers(stream)) {
+      if (byName.has(r.name)) continue;
+      try {
+        const c = new Consumer(this, stream, r.name, JSON.parse(r.config) as ConsumerConfig, r.createdAt, true, r);
+        c.closed = true;
+        byName.set(r.name, this.consumerInfoJson(c));
+      } catch {
+        // unreadable config: skipped, as at load
+      }
+    }
+    return [...byName.values()].sort((a, b) => (String(a.name) < String(b.name) ? -1 : String(a.name) > String(b.name) ? 1 : 0));
   }
 
   // ------------------------------------------------------------ consumer groups (admin API)
@@ -252,7 +498,18 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
 
   // ------------------------------------------------------------ ConsumerHost
 
-  send(msg: Message): void {
+  send(msg: Message, to?: number): void {
+    if (to !== undefined && this.cluster !== null && to !== this.cluster.id) {
+      // A request forwarded by another broker: its client's inbox is there.
+      this.clusterStats.deliveriesSent++;
+      this.cluster.channel?.send(to, M_DELIVER, encodeDelivery(msg));
+      return;
+    }
+    this.sendLocal(msg);
+  }
+
+  /** Publishes to this broker's engine (the client is here, or the topic is for anyone listening). */
+  private sendLocal(msg: Message): void {
     try {
       this.engine.publish(msg);
     } catch (err) {
@@ -280,11 +537,21 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
     if (this.flushTimer !== null) clearTimeout(this.flushTimer);
     this.flushTimer = null;
     for (const c of this.dirty) {
-      const w = this.engine.store.putConsumer(c.record()).catch((err: unknown) => this.warnStore(err));
+      const w = this.engine.store.putConsumer(c.record(), c.epoch).catch((err: unknown) => this.writeFailed(c, err));
       this.writes.add(w);
       void w.finally(() => this.writes.delete(w));
     }
     this.dirty.clear();
+  }
+
+  /** A state write failed: FENCED means another broker owns the consumer now (stop serving it), else warn. */
+  private writeFailed(c: Consumer, err: unknown): void {
+    if (this.cluster !== null && err instanceof FlowError && err.code === 'FENCED') {
+      this.clusterStats.fenced++;
+      this.cluster.fenced('consumer', consumerKey(c.stream, c.name));
+      return;
+    }
+    this.warnStore(err);
   }
 
   private warnStore(err: unknown): void {
@@ -327,6 +594,13 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
     const m = this.consumers.get(c.stream);
     if (m?.get(c.name) === c) m.delete(c.name);
     if (m?.size === 0) this.consumers.delete(c.stream);
+    if (this.cluster !== null) {
+      // The record first (fenced by the owner row), then the owner row itself.
+      const cl = this.cluster;
+      const key = consumerKey(c.stream, c.name);
+      const gone = c.durable ? this.engine.store.deleteConsumer(c.stream, c.name, c.epoch) : Promise.resolve();
+      return gone.then(() => cl.forget('consumer', key));
+    }
     if (!c.durable) return Promise.resolve();
     return this.engine.store.deleteConsumer(c.stream, c.name);
   }
@@ -337,6 +611,8 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
     for (const c of m.values()) {
       c.close(true);
       this.dirty.delete(c);
+      // Its stream is gone: so is its owner row (the deleting broker removed the records).
+      if (this.cluster !== null) void this.cluster.forget('consumer', consumerKey(c.stream, c.name)).catch(() => undefined);
     }
     this.consumers.delete(stream);
     this.dedup.delete(stream);
@@ -352,8 +628,12 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
   // ------------------------------------------------------------ publish (PubAck, dedup)
 
   publish(msg: Message, reply: string): PublishInfo {
+    return this.publishWith(msg, msg.responseTopic ?? reply);
+  }
+
+  /** A JetStream publish whose PubAck (or error) goes to `to`: a reply topic, or (cluster mode) a callback. */
+  private publishWith(msg: Message, to: string | ((body: Json) => void), forward = true): PublishInfo {
     const info = newPublishInfo();
-    const replyTopic = msg.responseTopic ?? reply;
     // Plain requests (no headers: request/reply traffic, acks, API calls) skip the header look-ups.
     const plain = msg.headers.length === 0;
     const msgId = msg.messageId ?? (plain ? undefined : headerValue(msg, 'Nats-Msg-Id'));
@@ -365,6 +645,16 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
       const targets = this.capturing(msg.topic);
       if (targets.length > 0) {
         const t = targets[0];
+        // Cluster mode: ids and expectations are checked where the stream's partition is written, so that a
+        // publish retried through another broker is still found a duplicate.
+        if (forward && this.cluster !== null && t.partitions === 1) {
+          const where = this.engine.storage.locate?.(t.name, 0);
+          if (where !== undefined && !where.local && where.broker !== null) {
+            this.forwardPublish(this.cluster, where.broker, msg, to);
+            info.delivered++;
+            return info;
+          }
+        }
         let refusal: ApiError | null = null;
         if (expStream !== undefined && expStream !== t.name) refusal = JsErr.expectedStreamMismatch();
         else if (expLastSeq !== undefined) {
@@ -379,7 +669,7 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
           refusal = JsErr.badRequest('Nats-Expected-Last-Subject-Sequence is not supported by FlowMQ');
         }
         if (refusal !== null) {
-          this.reply(replyTopic, { error: refusal, stream: t.name, seq: 0 });
+          this.answer(to, { error: refusal, stream: t.name, seq: 0 });
           // Answered: not a request nobody heard.
           info.delivered++;
           return info;
@@ -389,7 +679,7 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
           const seen = targets.map((d) => this.seen(d.name, msgId, now));
           if (seen.every((s) => s !== undefined)) {
             for (let i = 0; i < targets.length; i++) info.captured.push({ stream: targets[i].name, partition: 0, offset: seen[i]! - 1 });
-            this.reply(replyTopic, { stream: t.name, seq: seen[0], duplicate: true });
+            this.answer(to, { stream: t.name, seq: seen[0], duplicate: true });
             return info;
           }
         }
@@ -400,17 +690,56 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
     const first = info.captured[0];
     if (msgId !== undefined) {
       const now = Date.now();
-      for (const c of info.captured) this.remember(c.stream, msgId, c.offset + 1, now);
+      for (const c of info.captured) {
+        if (c.later === undefined) this.remember(c.stream, msgId, c.offset + 1, now);
+        else c.later.then((o) => this.remember(c.stream, msgId, o + 1, now), () => undefined);
+      }
+    }
+    if (first.later !== undefined) {
+      // Cluster mode: the partition's owner assigned the sequence; it is known once the owner made it durable.
+      const later = first.later;
+      Promise.all([durable, later]).then(
+        ([, o]) => this.answer(to, { stream: first.stream, seq: o + 1 }),
+        (err: unknown) => this.answer(to, { error: JsErr.streamStoreFailed(errText(err)), stream: first.stream, seq: 0 }),
+      );
+      return info;
     }
     const ack = { stream: first.stream, seq: first.offset + 1 };
-    if (durable === null) this.reply(replyTopic, ack);
+    if (durable === null) this.answer(to, ack);
     else {
       durable.then(
-        () => this.reply(replyTopic, ack),
-        (err: unknown) => this.reply(replyTopic, { error: JsErr.streamStoreFailed(errText(err)), stream: first.stream, seq: 0 }),
+        () => this.answer(to, ack),
+        (err: unknown) => this.answer(to, { error: JsErr.streamStoreFailed(errText(err)), stream: first.stream, seq: 0 }),
       );
     }
     return info;
+  }
+
+  /**
+   * Cluster mode: a publish carrying a Nats-Msg-Id or an expectation, sent to the broker writing the stream's
+   * partition (`js.publish`), which checks and publishes it there and answers the PubAck. If that broker cannot be
+   * reached, the publish is made here (its id checked against this broker's window only).
+   */
+  private forwardPublish(cl: Cluster, broker: number, msg: Message, to: string | ((body: Json) => void)): void {
+    // The origin names a connection of this broker: meaningless (or someone else's) at the other one.
+    const { origin: _o, ...rest } = msg;
+    const body = encodeBody(null, encodeMessage({ ...rest, payload: Buffer.from(msg.payload) }));
+    this.clusterStats.publishesForwarded++;
+    cl.channel!.request(broker, M_PUBLISH, body).then(
+      (r) => {
+        const ack = decodeBody<Json | null>(r).head;
+        if (ack !== null) this.answer(to, ack);
+      },
+      (err: unknown) => {
+        if (!retriable(err)) return this.answer(to, { error: JsErr.streamStoreFailed(errText(err)), stream: '', seq: 0 });
+        this.publishWith(msg, to, false);
+      },
+    );
+  }
+
+  private answer(to: string | ((body: Json) => void), body: Json): void {
+    if (typeof to === 'string') this.reply(to, body);
+    else to(body);
   }
 
   private capturing(topic: string): StreamDef[] {
@@ -570,6 +899,26 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
   }
 
   private async route(t: string[], body: string, reply: string, access: Access | null): Promise<Json> {
+    const cl = this.cluster;
+    if (cl !== null && t[0] === 'CONSUMER') {
+      if ((t[1] === 'NAMES' || t[1] === 'LIST') && t.length === 3) return this.routeLocal(t, body, reply, undefined, access);
+      if (t[1] === 'MSG') {
+        try {
+          return await this.routeConsumer(cl, t, body, reply);
+        } catch (err) {
+          // A pull request is answered with a status, never JSON: nobody could serve it now.
+          this.logLimit.log('warn', `jetstream-forward|${t.join('.')}`, { err, request: t.join('.') }, 'JetStream pull request could not reach the consumer\'s owner');
+          this.sendLocal(makeMessage(reply, Buffer.alloc(0), { status: '503' }));
+          return NO_ANSWER;
+        }
+      }
+      return this.routeConsumer(cl, t, body, reply);
+    }
+    return this.routeLocal(t, body, reply, undefined, access);
+  }
+
+  /** Serves a request here. `origin`: the broker a consumer request came from (cluster mode). */
+  private async routeLocal(t: string[], body: string, reply: string, origin: number | undefined, access: Access | null = null): Promise<Json> {
     const [a, b, c] = t;
     if (a === 'INFO' && t.length === 1) return this.accountInfo();
     if (a === 'STREAM') {
@@ -596,11 +945,14 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
       if (b === 'NAMES' && t.length === 3) return this.consumerNames(c, body);
       if (b === 'LIST' && t.length === 3) return this.consumerList(c, body);
       if (t.length === 4) {
-        if (b === 'INFO') return this.consumerInfoReq(c, t[3]);
+        if (b === 'INFO') {
+          await this.freshen(c);
+          return this.consumerInfoReq(c, t[3]);
+        }
         if (b === 'DELETE') return this.consumerDelete(c, t[3]);
       }
       if (b === 'MSG' && c === 'NEXT' && t.length === 5) {
-        this.pullRequest(t[3], t[4], body, reply);
+        this.pullRequest(t[3], t[4], body, reply, origin);
         return NO_ANSWER;
       }
     }
@@ -627,7 +979,23 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
     });
   }
 
+  /**
+   * Cluster mode: the offsets of the stream's partitions written elsewhere as their owners have them now (offsets()
+   * answers those from a cache a few hundred ms old), before an answer that shows or uses them. Nothing on a single
+   * broker.
+   */
+  private async freshen(stream: string): Promise<void> {
+    if (this.cluster === null) return;
+    const storage = this.engine.storage as { fetchOffsets?(stream: string, partition: number): Promise<unknown> };
+    const e = this.engine.getStream(stream);
+    if (storage.fetchOffsets === undefined || e === undefined) return;
+    const parts: Array<Promise<unknown>> = [];
+    for (let p = 0; p < e.def.partitions; p++) parts.push(storage.fetchOffsets(stream, p).catch(() => undefined));
+    await Promise.all(parts);
+  }
+
   private async streamInfoJson(def: StreamDef): Promise<Json> {
+    await this.freshen(def.name);
     return {
       config: streamConfigJson(def, this.duplicateWindowNs.get(def.name) ?? DEFAULT_DUPLICATE_WINDOW_NS),
       created: isoTime(def.createdAt),
@@ -731,6 +1099,7 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
   }
 
   private async streamPurge(name: string, body: string): Promise<Json> {
+    await this.freshen(name);
     const T_ = 'stream_purge_response';
     const e = this.engine.getStream(name);
     if (!e) return typed(T_, { error: JsErr.streamNotFound() });
@@ -762,6 +1131,7 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
   }
 
   private async msgGet(name: string, body: string): Promise<Json> {
+    await this.freshen(name);
     const T_ = 'stream_msg_get_response';
     const e = this.engine.getStream(name);
     if (!e) return typed(T_, { error: JsErr.streamNotFound() });
@@ -860,11 +1230,17 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
     const raced = this.getConsumer(stream, name);
     if (raced) return typed(T_, this.consumerInfoJson(raced));
     if (!this.engine.getStream(stream)) return typed(T_, { error: JsErr.streamNotFound() });
+    if (this.cluster !== null) {
+      // Claimed by serveConsumer before this create; a create that lost it meanwhile makes nothing.
+      const epoch = this.cluster.owns('consumer', consumerKey(stream, name));
+      if (epoch === null) throw new FlowError('NOT_OWNER', `the consumer ${stream}/${name} is not served by this broker`);
+      c.epoch = epoch;
+    }
     this.add(c);
     if (c.isPush) c.pump();
     if (c.durable) {
       try {
-        await this.engine.store.putConsumer(c.record());
+        await this.engine.store.putConsumer(c.record(), c.epoch);
       } catch (err) {
         this.warnStore(err);
         await this.deleteConsumer(c, false).catch(() => undefined);
@@ -876,6 +1252,7 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
 
   /** The ack floor a new consumer starts from (its deliver policy). */
   private async startFloor(stream: string, cfg: ConsumerConfig): Promise<number> {
+    await this.freshen(stream);
     const { logStartOffset, highWatermark } = this.engine.offsets(stream, 0);
     switch (cfg.deliver_policy) {
       case 'new':
@@ -934,24 +1311,24 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
     return [...(this.consumers.get(stream)?.values() ?? [])].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
   }
 
-  private consumerNames(stream: string, body: string): Json {
+  private async consumerNames(stream: string, body: string): Promise<Json> {
     const T_ = 'consumer_names_response';
     if (!this.engine.getStream(stream)) return typed(T_, { error: JsErr.streamNotFound() });
-    const all = this.sortedConsumers(stream);
+    const all = this.cluster !== null ? (await this.clusterConsumers(this.cluster, stream)).map((i) => String(i.name)) : this.sortedConsumers(stream).map((c) => c.name);
     const offset = pageOffset(body);
-    return typed(T_, { total: all.length, offset, limit: NAMES_LIMIT, consumers: all.slice(offset, offset + NAMES_LIMIT).map((c) => c.name) });
+    return typed(T_, { total: all.length, offset, limit: NAMES_LIMIT, consumers: all.slice(offset, offset + NAMES_LIMIT) });
   }
 
-  private consumerList(stream: string, body: string): Json {
+  private async consumerList(stream: string, body: string): Promise<Json> {
     const T_ = 'consumer_list_response';
     if (!this.engine.getStream(stream)) return typed(T_, { error: JsErr.streamNotFound() });
-    const all = this.sortedConsumers(stream);
+    const all = this.cluster !== null ? await this.clusterConsumers(this.cluster, stream) : this.sortedConsumers(stream).map((c) => this.consumerInfoJson(c));
     const offset = pageOffset(body);
     return typed(T_, {
       total: all.length,
       offset,
       limit: LIST_LIMIT,
-      consumers: all.slice(offset, offset + LIST_LIMIT).map((c) => this.consumerInfoJson(c)),
+      consumers: all.slice(offset, offset + LIST_LIMIT),
     });
   }
 
@@ -965,8 +1342,8 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
   }
 
   /** CONSUMER.MSG.NEXT: a pull request; answered with messages and statuses on the reply inbox, never with JSON. */
-  private pullRequest(stream: string, name: string, body: string, reply: string): void {
-    const status = (s: string) => this.send(makeMessage(reply, Buffer.alloc(0), { status: s }));
+  private pullRequest(stream: string, name: string, body: string, reply: string, origin: number | undefined): void {
+    const status = (s: string) => this.send(makeMessage(reply, Buffer.alloc(0), { status: s }), origin);
     const c = this.getConsumer(stream, name);
     // No such consumer: what a NATS client sees when nobody serves a request (nats.js stops a fetch on it).
     if (!c) return status('503');
@@ -979,15 +1356,21 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
     }
     if (c.config.max_bytes !== undefined && req.maxBytes > c.config.max_bytes) return status(`409 Exceeded MaxRequestMaxBytes of ${c.config.max_bytes}`);
     if (c.waiting.length >= (c.config.max_waiting ?? 512)) return status('409 Exceeded MaxWaiting');
+    if (origin !== undefined && origin !== this.cluster?.id) req.origin = origin;
     c.addRequest(req);
   }
 
-  private onAck(levels: string[], body: string, reply: string | undefined): void {
+  private onAck(levels: string[], body: string, reply: string | undefined, origin?: number): void {
     // $JS/ACK/<stream>/<consumer>/<delivered>/<sseq>/<cseq>/<ts>/<pending>
     if (levels.length < 9) return;
     const tokens = levelsToTokens(levels);
     const c = this.getConsumer(tokens[2], tokens[3]);
     const seq = Number(tokens[5]);
+    if (c === undefined && this.cluster !== null && origin === undefined && Number.isSafeInteger(seq) && seq >= 1) {
+      // Served by another broker: the ack goes there (one-way; a lost ack means a redelivery).
+      this.forwardAck(this.cluster, consumerKey(tokens[2], tokens[3]), levels, body, reply);
+      return;
+    }
     if (!c || !Number.isSafeInteger(seq) || seq < 1) return;
     const r = c.ack(seq, body.trim());
     if (!r.ok) {
@@ -997,12 +1380,33 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
     if (r.next !== undefined) {
       if (reply === undefined) return;
       const req = parsePullRequest(r.next, reply);
-      if (typeof req === 'string') this.send(makeMessage(reply, Buffer.alloc(0), { status: req }));
-      else c.addRequest(req);
+      if (typeof req === 'string') this.send(makeMessage(reply, Buffer.alloc(0), { status: req }), origin);
+      else {
+        if (origin !== undefined && origin !== this.cluster?.id) req.origin = origin;
+        c.addRequest(req);
+      }
       return;
     }
     // An ack with a reply subject (nats.js ackAck) is confirmed with an empty message, a repeated one too.
-    if (reply !== undefined) this.send(makeMessage(reply, Buffer.alloc(0)));
+    if (reply !== undefined) this.send(makeMessage(reply, Buffer.alloc(0)), origin);
+  }
+
+  private forwardAck(cl: Cluster, key: string, levels: string[], body: string, reply: string | undefined): void {
+    const body2 = encodeBody({ l: levels, b: body, r: reply ?? null });
+    const to = cl.owner('consumer', key);
+    if (to !== null) {
+      if (to.broker === cl.id) return;
+      this.clusterStats.acksForwarded++;
+      cl.channel?.send(to.broker, M_ACK, body2);
+      return;
+    }
+    void targetOf(cl, key, true)
+      .then((b) => {
+        if (b === cl.id) return;
+        this.clusterStats.acksForwarded++;
+        cl.channel?.send(b, M_ACK, body2);
+      })
+      .catch(() => undefined);
   }
 }
 

@@ -1,0 +1,513 @@
+/**
+ * Live pub/sub across brokers: the engine's LiveHook in cluster mode.
+ *
+ * - Interest: every broker tells every other which filters it has live subscribers for (interest.ts): numbered
+ *   deltas (`live.interest`, one-way, at most one per tick), a snapshot on request (`live.snapshot`) when a peer is
+ *   new, restarted or a delta went missing, and a small `live.sync` beat ({incarnation, seq}) every second by which a
+ *   peer notices what it missed. A dead broker's table is dropped as soon as the membership view says so.
+ * - Forwarding: a message published through this broker is delivered here by the engine and, when some other broker
+ *   wants its topic, queued once per such broker: encoded once, sent as one `live.publish` per peer per tick holding
+ *   every message of that tick (split past BATCH_BYTES). The receiving broker delivers it to its live subscribers
+ *   only (Engine.deliverForwarded): no capture by streams or queues, no retain, no forwarding again, so no loop.
+ *   While no other broker has interest the engine does not call in at all (`remote === 0`).
+ * - Shared groups (MQTT `$share/g/f`, NATS queue groups) spanning brokers: the publishing broker picks, per message
+ *   and group, one broker among those with members (itself included), round robin over the brokers; the message
+ *   carries the groups the receiving broker serves, and the other brokers' members skip it. Each message reaches
+ *   one member cluster-wide.
+ * - Ordering: interest deltas and messages to a peer leave in one flush, deltas first, on one ordered channel: a
+ *   NATS requester's inbox subscription reaches the responder's broker before its request does.
+ * - Retained messages: once a retained publish is in the store, the `retained` notify carries it (or its deletion)
+ *   to every broker's index; one too big for a notify payload is fetched from the publishing broker (`live.retained`).
+ * - Users and policies: the `control` notify after a change made here; the others refresh their directory at once
+ *   (wired in src/broker.ts; see Directory.announce / refreshNow).
+ *
+ * One-way messages are best effort (types.ts: dropped while a peer cannot be reached), as live delivery is on a
+ * single broker to a subscriber whose connection drops.
+ */
+import type { Logger } from 'pino';
+import { FlowError, type Engine, type LiveHook, type Message } from '../core/index.js';
+import type { Cluster } from './cluster.js';
+import { LocalInterest, RemoteInterest, type InterestMessage, type RemoteEntry, type Rule } from './interest.js';
+import type { PeerChannel } from './types.js';
+import { decodeBody, decodeMessage, encodeBody, encodeMessage, packBuffers, unpackBuffers } from './wire.js';
+
+/** Messages for one peer are sent at the latest once their encoded size passes this (then again next tick). */
+const BATCH_BYTES = 1 << 20;
+/** How often each broker tells the others its interest sequence number (and checks the membership view). */
+const SYNC_MS = 1000;
+/** NOTIFY payloads must stay under ~8000 bytes; a retained message bigger than this is fetched instead. */
+const NOTIFY_MAX = 7000;
+
+/** One peer's outgoing messages of this tick. */
+interface Outgoing {
+  msgs: Buffer[];
+  /** [index in msgs, group keys] for messages this peer serves shared groups for. */
+  groups: Array<[number, string[]]>;
+  extras: Array<[number, string | null, string | null]>;
+  bytes: number;
+}
+
+/** Head of `live.publish`. */
+interface PublishHead {
+  /** [index, liveKeys of the shared groups the receiver serves for that message], ascending. */
+  g: Array<[number, string[]]>;
+  /**
+   * [index, deliverTopic, status] of messages carrying these two delivery-only properties, which the stored-message
+   * encoding leaves out (a JetStream delivery to an inbox names its stream subject; a NATS status such as 503).
+   */
+  x?: Array<[number, string | null, string | null]>;
+}
+
+const NO_GROUPS: ReadonlySet<string> = new Set();
+const SYS_PREFIX = '$SYS/';
+
+export interface LiveOptions {
+  cluster: Cluster;
+  channel: PeerChannel;
+  engine: Engine;
+  logger: Logger;
+  /** Interval of the `live.sync` beat (tests shorten it). */
+  syncMs?: number;
+}
+
+export class Live implements LiveHook {
+  readonly local: LocalInterest;
+  readonly remoteInterest = new RemoteInterest();
+  skip: ReadonlySet<string> | null = null;
+  readonly stats = {
+    forwardedMessages: 0,
+    forwardedBatches: 0,
+    receivedMessages: 0,
+    receivedBatches: 0,
+    deltasSent: 0,
+    snapshotsRequested: 0,
+    snapshotsServed: 0,
+    retainedNotified: 0,
+    retainedApplied: 0,
+  };
+  private readonly cluster: Cluster;
+  private readonly channel: PeerChannel;
+  private readonly engine: Engine;
+  private readonly logger: Logger;
+  private readonly out = new Map<number, Outgoing>();
+  private flushScheduled = false;
+  private interestDirty = false;
+  /** Peers whose snapshot is being fetched, with the deltas that arrived meanwhile. */
+  private readonly syncing = new Map<number, InterestMessage[]>();
+  /** Round-robin position per shared group (liveKey). */
+  private readonly rr = new Map<string, number>();
+  private readonly timer: NodeJS.Timeout;
+  private closed = false;
+
+  private constructor(opts: LiveOptions) {
+    this.cluster = opts.cluster;
+    this.channel = opts.channel;
+    this.engine = opts.engine;
+    this.logger = opts.logger;
+    this.local = new LocalInterest(opts.cluster.incarnation);
+    this.timer = setInterval(() => this.sync(), opts.syncMs ?? SYNC_MS);
+    this.timer.unref();
+  }
+
+  /**
+   * Installs the hook on the engine (before its first subscription) and registers the channel methods and notify
+   * topics. Another part reaches it through `engine.live`.
+   */
+  static async start(opts: LiveOptions): Promise<Live> {
+    if (opts.engine.live !== null) throw new Error('live: the engine already has a live hook');
+    const live = new Live(opts);
+    const ch = opts.channel;
+    ch.on('live.publish', (from, body) => live.onPublish(from, body));
+    ch.on('live.interest', (from, body) => live.onInterest(from, body));
+    ch.on('live.sync', (from, body) => live.onSync(from, body));
+    ch.handle('live.snapshot', () => {
+      live.stats.snapshotsServed++;
+      live.local.incarnation = live.cluster.incarnation;
+      return encodeBody(live.local.snapshot());
+    });
+    ch.handle('live.retained', (_from, body) => {
+      const topic = body.toString('utf8');
+      const m = live.engine.retained.get(topic);
+      return m === undefined ? Buffer.alloc(0) : encodeMessage(m);
+    });
+    await opts.cluster.store.listen('retained', (payload) => live.onRetainedNotify(payload));
+    opts.cluster.on('membership', () => live.sync());
+    opts.engine.live = live;
+    live.sync();
+    return live;
+  }
+
+  // ---------------------------------------------------------------- LiveHook
+
+  get remote(): number {
+    return this.remoteInterest.size;
+  }
+
+  subscribed(key: string, filter: string, rule: Rule, group: string | undefined): void {
+    if (this.local.add(key, filter, rule, group)) this.interestChanged();
+  }
+
+  unsubscribed(key: string, _filter: string, _rule: Rule, _group: string | undefined): void {
+    if (this.local.remove(key)) this.interestChanged();
+  }
+
+  wants(topic: string): boolean {
+    return this.remoteInterest.wants(topic);
+  }
+
+  // The match of one forward, in fields reused from message to message (no closure or array per publish).
+  private mDollar = false;
+  private readonly mPlain: number[] = [];
+  private mGroups: Map<string, number[]> | null = null;
+  private readonly onMatch = (e: RemoteEntry, firstWild: boolean): void => {
+    // [MQTT-4.7.2-1] as the engine applies it: MQTT filters' first-level wildcards do not match `$` topics.
+    if (firstWild && this.mDollar && !e.nats) return;
+    if (e.group === null) {
+      if (!this.mPlain.includes(e.broker)) this.mPlain.push(e.broker);
+      return;
+    }
+    const groups = (this.mGroups ??= new Map());
+    const list = groups.get(e.key);
+    if (list === undefined) groups.set(e.key, [e.broker]);
+    else if (!list.includes(e.broker)) list.push(e.broker);
+  };
+
+  forward(msg: Message): number {
+    this.skip = null;
+    // Each broker publishes its own statistics under $SYS/broker/ (the same names everywhere): a subscriber sees its
+    // broker's, not a mix of all of them.
+    if (msg.topic.startsWith(SYS_PREFIX)) return 0;
+    // Brokers with plain interest, and shared groups with their remote candidates.
+    this.mDollar = msg.topic.charCodeAt(0) === 0x24;
+    this.mPlain.length = 0;
+    this.mGroups = null;
+    this.remoteInterest.trie.match(msg.topic, this.onMatch);
+    const groups = this.mGroups as Map<string, number[]> | null;
+    const targets = this.mPlain.length > 0 ? this.mPlain : null;
+    if (targets === null && groups === null) return 0;
+    let served: Map<number, string[]> | null = null;
+    if (groups !== null) {
+      let skip: Set<string> | null = null;
+      for (const [key, brokers] of groups) {
+        // Candidates in a stable order (every broker of the group, this one included when it has members).
+        if (this.local.has(key)) brokers.push(this.cluster.id);
+        brokers.sort((a, b) => a - b);
+        const n = this.rr.get(key) ?? 0;
+        this.rr.set(key, n + 1);
+        const pick = brokers[n % brokers.length];
+        if (pick === this.cluster.id) continue;
+        (skip ??= new Set()).add(key);
+        served ??= new Map();
+        const s = served.get(pick);
+        if (s === undefined) served.set(pick, [key]);
+        else s.push(key);
+      }
+      this.skip = skip;
+    }
+    let encoded: Buffer | null = null;
+    let count = 0;
+    if (targets !== null) {
+      for (const b of targets) {
+        encoded ??= encodeMessage(msg);
+        this.enqueue(b, encoded, (served as Map<number, string[]> | null)?.get(b) ?? null, msg);
+        count++;
+      }
+    }
+    if (served !== null) {
+      for (const [b, keys] of served as Map<number, string[]>) {
+        if (targets !== null && targets.includes(b)) continue;
+        encoded ??= encodeMessage(msg);
+        this.enqueue(b, encoded, keys, msg);
+        count++;
+      }
+    }
+    return count;
+  }
+
+  retainedChanged(topic: string, msg: Message | null): void {
+    let payload: string;
+    if (msg === null) payload = JSON.stringify({ i: this.cluster.incarnation, t: topic, m: null });
+    else {
+      const data = encodeMessage(msg).toString('base64');
+      payload = JSON.stringify({ i: this.cluster.incarnation, t: topic, m: data });
+      // Too big for a notification: the others fetch it from this broker's index.
+      if (payload.length > NOTIFY_MAX) payload = JSON.stringify({ i: this.cluster.incarnation, b: this.cluster.id, t: topic, big: true });
+      if (payload.length > NOTIFY_MAX) payload = '*';
+    }
+    this.stats.retainedNotified++;
+    this.cluster.store.notify('retained', payload).catch((err: unknown) => this.logger.warn({ err, topic }, 'live: cannot announce a retained message to the other brokers'));
+  }
+
+  // ---------------------------------------------------------------- outgoing
+
+  private enqueue(to: number, encoded: Buffer, groups: string[] | null, msg: Message): void {
+    let o = this.out.get(to);
+    if (o === undefined) {
+      o = { msgs: [], groups: [], extras: [], bytes: 0 };
+      this.out.set(to, o);
+    }
+    if (groups !== null) o.groups.push([o.msgs.length, groups]);
+    if (msg.deliverTopic !== undefined || msg.status !== undefined) o.extras.push([o.msgs.length, msg.deliverTopic ?? null, msg.status ?? null]);
+    o.msgs.push(encoded);
+    o.bytes += encoded.length + 4;
+    this.stats.forwardedMessages++;
+    if (o.bytes >= BATCH_BYTES) {
+      // Interest first (the peer must know what this broker wants before answers come back).
+      this.flushInterest();
+      this.sendBatch(to, o);
+      this.out.delete(to);
+      return;
+    }
+    this.schedule();
+  }
+
+  private interestChanged(): void {
+    this.interestDirty = true;
+    this.schedule();
+  }
+
+  private schedule(): void {
+    if (this.flushScheduled || this.closed) return;
+    this.flushScheduled = true;
+    setImmediate(() => this.flush());
+  }
+
+  private flush(): void {
+    this.flushScheduled = false;
+    this.flushInterest();
+    if (this.out.size === 0) return;
+    for (const [to, o] of this.out) this.sendBatch(to, o);
+    this.out.clear();
+  }
+
+  private sendBatch(to: number, o: Outgoing): void {
+    const head: PublishHead = o.extras.length > 0 ? { g: o.groups, x: o.extras } : { g: o.groups };
+    this.channel.send(to, 'live.publish', encodeBody(head, packBuffers(o.msgs)));
+    this.stats.forwardedBatches++;
+  }
+
+  private flushInterest(): void {
+    if (!this.interestDirty) return;
+    this.interestDirty = false;
+    this.local.incarnation = this.cluster.incarnation;
+    const delta = this.local.takeDelta();
+    if (delta === null) return;
+    const body = encodeBody(delta);
+    for (const id of this.peers()) this.channel.send(id, 'live.interest', body);
+    this.stats.deltasSent++;
+  }
+
+  /** Live brokers other than this one. */
+  private peers(): number[] {
+    const me = this.cluster.id;
+    return this.cluster
+      .brokers()
+      .filter((b) => b.alive && b.id !== me)
+      .map((b) => b.id);
+  }
+
+  // ---------------------------------------------------------------- incoming
+
+  private onPublish(from: number, body: Buffer): void {
+    let head: PublishHead;
+    let msgs: Buffer[];
+    try {
+      const d = decodeBody<PublishHead>(body);
+      head = d.head;
+      msgs = unpackBuffers(d.tail);
+    } catch (err) {
+      this.logger.warn({ err, from }, 'live: a forwarded batch cannot be decoded; dropped');
+      return;
+    }
+    this.stats.receivedBatches++;
+    let gi = 0;
+    let xi = 0;
+    const g = head.g ?? [];
+    const x = head.x ?? [];
+    for (let i = 0; i < msgs.length; i++) {
+      let groups = NO_GROUPS;
+      if (gi < g.length && g[gi][0] === i) groups = new Set(g[gi++][1]);
+      let msg: Message;
+      try {
+        msg = decodeMessage(msgs[i]);
+      } catch (err) {
+        this.logger.warn({ err, from }, 'live: a forwarded message cannot be decoded; dropped');
+        continue;
+      }
+      if (xi < x.length && x[xi][0] === i) {
+        const [, deliverTopic, status] = x[xi++];
+        if (deliverTopic !== null) msg.deliverTopic = deliverTopic;
+        if (status !== null) msg.status = status;
+      }
+      this.stats.receivedMessages++;
+      this.engine.deliverForwarded(msg, groups);
+    }
+  }
+
+  private onInterest(from: number, body: Buffer): void {
+    let msg: InterestMessage;
+    try {
+      msg = decodeBody<InterestMessage>(body).head;
+    } catch (err) {
+      this.logger.warn({ err, from }, 'live: an interest delta cannot be decoded; asking for a snapshot');
+      this.fetchSnapshot(from);
+      return;
+    }
+    const waiting = this.syncing.get(from);
+    if (waiting !== undefined) {
+      waiting.push(msg);
+      return;
+    }
+    if (!this.remoteInterest.apply(from, msg)) this.fetchSnapshot(from);
+  }
+
+  private onSync(from: number, body: Buffer): void {
+    let msg: InterestMessage;
+    try {
+      msg = decodeBody<InterestMessage>(body).head;
+    } catch {
+      return;
+    }
+    if (this.syncing.has(from)) return;
+    const p = this.remoteInterest.peer(from);
+    if (p === undefined || p.incarnation !== msg.i || p.seq !== msg.s) this.fetchSnapshot(from);
+  }
+
+  /** Replaces a peer's table with its snapshot, then applies the deltas that arrived meanwhile. */
+  private fetchSnapshot(id: number): void {
+    if (this.syncing.has(id) || this.closed) return;
+    this.syncing.set(id, []);
+    this.stats.snapshotsRequested++;
+    this.channel
+      .request(id, 'live.snapshot', Buffer.alloc(0))
+      .then((reply) => {
+        const snap = decodeBody<InterestMessage>(reply).head;
+        const b = this.cluster.broker(id);
+        // A snapshot of an incarnation the view knows to be gone is void.
+        if (b !== undefined && (!b.alive || b.incarnation !== snap.i)) {
+          this.remoteInterest.drop(id);
+          return;
+        }
+        this.remoteInterest.replace(id, snap);
+        for (const d of this.syncing.get(id) ?? []) if (!this.remoteInterest.apply(id, d)) break;
+      })
+      .catch((err: unknown) => {
+        if (!(err instanceof FlowError && err.code === 'UNAVAILABLE')) this.logger.warn({ err, broker: id }, 'live: cannot fetch a broker\'s interest; retried');
+      })
+      .finally(() => this.syncing.delete(id));
+  }
+
+  /**
+   * The beat: drops the tables of brokers that died or restarted, fetches those of brokers not known yet, and tells
+   * every live broker this broker's sequence number.
+   */
+  private sync(): void {
+    if (this.closed) return;
+    for (const id of this.remoteInterest.peerIds()) {
+      const b = this.cluster.broker(id);
+      const p = this.remoteInterest.peer(id)!;
+      if (b === undefined || !b.alive || b.incarnation !== p.incarnation) this.remoteInterest.drop(id);
+    }
+    const peers = this.peers();
+    for (const id of peers) if (this.remoteInterest.peer(id) === undefined) this.fetchSnapshot(id);
+    this.flushInterest();
+    // Registered again after a lost lease: a new incarnation, whose table the others fetch when they see it.
+    this.local.incarnation = this.cluster.incarnation;
+    const beat = encodeBody({ i: this.local.incarnation, s: this.local.seq } satisfies InterestMessage);
+    for (const id of peers) this.channel.send(id, 'live.sync', beat);
+  }
+
+  // ---------------------------------------------------------------- retained
+
+  private onRetainedNotify(payload: string): void {
+    if (payload === '*') {
+      void this.reloadRetained();
+      return;
+    }
+    let n: { i: string; t: string; m?: string | null; b?: number; big?: boolean };
+    try {
+      n = JSON.parse(payload) as typeof n;
+    } catch {
+      return;
+    }
+    if (n.i === this.cluster.incarnation) return;
+    if (n.big === true && typeof n.b === 'number') {
+      this.channel
+        .request(n.b, 'live.retained', Buffer.from(n.t))
+        .then((reply) => {
+          this.engine.applyRetained(n.t, reply.length === 0 ? null : decodeMessage(reply));
+          this.stats.retainedApplied++;
+        })
+        .catch((err: unknown) => this.logger.warn({ err, topic: n.t }, 'live: cannot fetch a retained message; reloading them all'))
+        .catch(() => this.reloadRetained());
+      return;
+    }
+    try {
+      this.engine.applyRetained(n.t, n.m === null || n.m === undefined ? null : decodeMessage(Buffer.from(n.m, 'base64')));
+      this.stats.retainedApplied++;
+    } catch (err) {
+      this.logger.warn({ err }, 'live: a retained notification cannot be decoded');
+    }
+  }
+
+  /** Notifications may have been missed: the index becomes what the store holds. */
+  private async reloadRetained(): Promise<void> {
+    try {
+      const rows = await this.engine.store.listRetained();
+      const inStore = new Set(rows.map((r) => r.topic));
+      const gone: string[] = [];
+      this.engine.retained.match('#', (m) => {
+        if (!inStore.has(m.topic)) gone.push(m.topic);
+      });
+      for (const t of gone) this.engine.applyRetained(t, null);
+      for (const r of rows) this.engine.applyRetained(r.topic, decodeMessage(r.data));
+    } catch (err) {
+      this.logger.warn({ err }, 'live: cannot reload the retained messages');
+    }
+  }
+
+  // ---------------------------------------------------------------- figures, close
+
+  figures(): Record<string, unknown> {
+    return {
+      ...this.stats,
+      localInterest: this.local.size,
+      remoteInterest: this.remoteInterest.size,
+      peers: Object.fromEntries(this.remoteInterest.peerIds().map((id) => [id, this.remoteInterest.peer(id)!.size])),
+    };
+  }
+
+  close(): void {
+    if (this.closed) return;
+    this.flush();
+    this.closed = true;
+    clearInterval(this.timer);
+    if (this.engine.live === this) this.engine.live = null;
+  }
+}
+
+/** The directory's side of the `control` notify (src/control/directory.ts), kept structural: cluster imports no control. */
+export interface FollowedDirectory {
+  announce: (() => void) | null;
+  refreshNow(): Promise<void>;
+  startPolling(intervalMs: number): void;
+}
+
+/** In cluster mode the directory is refreshed on notification; the poll stays as a safety net at least this slow. */
+export const CONTROL_SAFETY_POLL_MS = 30_000;
+
+/**
+ * Users, groups, tokens and policies changed through any broker apply on every broker within a notification's delay:
+ * a change made here is announced on the `control` topic once durable, and every broker refreshes its directory on
+ * it ("*": notifications may have been missed, refresh too). The poll remains, slow, as a safety net.
+ */
+export async function followControl(cluster: Cluster, directory: FollowedDirectory, pollMs: number, logger: Logger): Promise<void> {
+  await cluster.store.listen('control', (payload) => {
+    if (payload === cluster.incarnation) return;
+    directory.refreshNow().catch((err: unknown) => logger.warn({ err }, 'control-plane refresh failed; keeping the last directory'));
+  });
+  directory.announce = () => {
+    cluster.store.notify('control', cluster.incarnation).catch((err: unknown) => logger.warn({ err }, 'cannot announce a control-plane change to the other brokers; they pick it up at their next poll'));
+  };
+  directory.startPolling(Math.max(pollMs, CONTROL_SAFETY_POLL_MS));
+}

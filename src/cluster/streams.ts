@@ -1,0 +1,715 @@
+/**
+ * Stream partitions in cluster mode: the core's StreamStorage over every broker's LogManager.
+ *
+ * - Ownership: partitions are a placed kind ('partition', names `<stream>/<partition>` of every stream in the
+ *   catalog). The broker placement gives a partition acquires it in its LogManager (a new epoch fencing the previous
+ *   owner, the WAL entries it left read back, the producer state loaded) and releases it on a handover (appends
+ *   stop, those in flight become durable, the memory goes; the data stays in PostgreSQL and S3). Nothing is copied.
+ * - Local partitions go straight to the LogManager: the single-broker path, no added cost.
+ * - Remote partitions: appends are forwarded to the owner (`stream.append`), gathered per owner into one request per
+ *   tick, and settle only once the owner's WAL made them durable: the caller acknowledges its client after that.
+ *   The owner checks idempotent producers' sequences as it does for its own clients, so a retried idempotent batch
+ *   is a duplicate there. A forwarded append has no synchronous offset: `AppendResult.baseOffset` is -1 and
+ *   `AppendResult.offset` resolves with the owner's. Reads, offsets, waits, timestamps and DeleteRecords are asked
+ *   of the owner (`stream.read`, `stream.offsets`, `stream.wait`, `stream.time`, `stream.trim`). An answer
+ *   NOT_OWNER, FENCED (the owner lost it: nothing was written) or UNAVAILABLE makes the broker look the owner up
+ *   again and retry (in order per partition), for up to three membership leases (ownership moves within about one), then
+ *   UNAVAILABLE (retriable for clients). A forwarded append whose reply was lost (the owner died or the channel
+ *   broke mid-request) is retried too: at least once, like a producer's own retry; idempotent producers stay exactly
+ *   once (their duplicate is detected by the owner, from the producer state that moved with the partition).
+ * - offsets() is synchronous: for a remote partition it answers the last figures its owner sent: every owner tells
+ *   the other brokers the offsets of its partitions that moved, every OFFSETS_PUSH_MS (`stream.hw`, one-way, all
+ *   of them now and then for a broker that missed some), and every reply carries them too; figures older than
+ *   OFFSETS_STALE_MS are asked for in the background. fetchOffsets() asks the owner and waits.
+ * - The catalog: a stream created, redefined or deleted on one broker is announced (`streams` notify); every broker
+ *   reads the catalog again, applies it to its engine (Engine.syncStreams) and reconciles ownership, so new
+ *   partitions are placed and a deleted stream's partitions are dropped and forgotten.
+ */
+import type { Logger } from 'pino';
+import {
+  CoalescingTask,
+  FlowError,
+  isFlowError,
+  type AppendResult,
+  type PartitionLocation,
+  type PartitionOffsets,
+  type ReadLease,
+  type StreamCatalog,
+  type StreamDef,
+  type StreamStorage,
+} from '../core/index.js';
+import type { LogManager } from '../storage/log/index.js';
+import type { Cluster } from './cluster.js';
+import type { OwnershipHandler, PeerChannel } from './types.js';
+import { decodeBody, encodeBody, packBuffers, unpackBuffers } from './wire.js';
+
+/** Remote offsets older than this are refreshed (in the background) when asked for. */
+const OFFSETS_STALE_MS = 1000;
+/** How often an owner tells the other brokers the offsets of its partitions that moved (all of them every FULL_PUSH_EVERY). */
+const OFFSETS_PUSH_MS = 100;
+const FULL_PUSH_EVERY = 20;
+/** Largest forwarded append request, in batch bytes (a single larger batch still goes alone). */
+const MAX_FORWARD_BYTES = 4 * 1024 * 1024;
+/** Request timeout of the forwarding calls (a wait adds its own timeout). */
+const REQUEST_TIMEOUT_MS = 15_000;
+/** First pause before looking an owner up again, doubled up to MAX_RETRY_PAUSE_MS. */
+const FIRST_RETRY_PAUSE_MS = 25;
+const MAX_RETRY_PAUSE_MS = 500;
+
+/** Codes after which a forwarded call is retried at the (new) owner. */
+const MOVING = new Set(['NOT_OWNER', 'FENCED', 'UNAVAILABLE']);
+
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms).unref());
+
+export function partitionName(stream: string, partition: number): string {
+  return `${stream}/${partition}`;
+}
+
+function parseName(name: string): { stream: string; partition: number } {
+  const i = name.lastIndexOf('/');
+  const partition = Number(name.slice(i + 1));
+  if (i <= 0 || !Number.isInteger(partition) || partition < 0) throw new FlowError('INVALID_ARGUMENT', `bad partition name "${name}"`);
+  return { stream: name.slice(0, i), partition };
+}
+
+function sameDef(a: StreamDef | undefined, b: StreamDef): boolean {
+  return (
+    a !== undefined &&
+    a.name === b.name &&
+    a.partitions === b.partitions &&
+    a.retentionMs === b.retentionMs &&
+    a.createdAt === b.createdAt &&
+    a.bindings.length === b.bindings.length &&
+    a.bindings.every((x, i) => x === b.bindings[i])
+  );
+}
+
+/** One forwarded append waiting for its owner's answer. */
+interface Forward {
+  stream: string;
+  partition: number;
+  /** The log's own copy (the caller's buffer is only borrowed). */
+  batch: Buffer;
+  deadline: number;
+  tries: number;
+  /** Order of the appends made here (kept when they wait for their owner, see retry). */
+  seq: number;
+  /** Why the last attempt failed (the cause of a final UNAVAILABLE). */
+  why?: unknown;
+  resolve(offset: number): void;
+  reject(err: unknown): void;
+}
+
+/** An item's answer in a `stream.append` reply: the offset (and duplicate flag), or an error. */
+type AppendReply = { o: number; d?: 1; h: number; l: number } | { e: string; m: string };
+
+export interface ClusterStreamsOptions {
+  log: LogManager;
+  cluster: Cluster;
+  /** The stream definitions every broker shares (the metastore). */
+  catalog: StreamCatalog;
+  logger: Logger;
+}
+
+export class ClusterStreams implements StreamStorage {
+  private readonly log: LogManager;
+  private readonly cluster: Cluster;
+  private readonly catalog: StreamCatalog;
+  private readonly logger: Logger;
+  private readonly channel: PeerChannel;
+  /** Every stream of the catalog as this broker knows it. */
+  private readonly defs = new Map<string, StreamDef>();
+  /** Streams deleted by another broker, being dropped here (dropStream must not announce them again). */
+  private readonly remoteDrops = new Set<string>();
+  /** Remote partitions' offsets as last heard from their owner, with when. */
+  private readonly remoteOffsets = new Map<string, { offsets: PartitionOffsets; at: number; refreshing: boolean }>();
+  /** Forwarded appends gathered per owner until the end of the tick. */
+  private readonly outbox = new Map<number, Forward[]>();
+  private flushScheduled = false;
+  /** Forwarded appends waiting for their partition's owner to be found, per partition. */
+  private readonly parked = new Map<string, { items: Forward[]; tries: number }>();
+  private seq = 0;
+  private readonly reload = new CoalescingTask(() => this.reloadCatalog());
+  private onCatalog: ((defs: StreamDef[]) => Promise<void>) | null = null;
+  /** Offsets of the partitions held here as last pushed to the other brokers. */
+  private readonly pushed = new Map<string, string>();
+  private pushTimer: NodeJS.Timeout | null = null;
+  private pushes = 0;
+  private closed = false;
+  readonly stats = {
+    forwardedAppends: 0,
+    forwardRequests: 0,
+    forwardRetries: 0,
+    forwardFailures: 0,
+    servedAppends: 0,
+    remoteReads: 0,
+    servedReads: 0,
+    catalogReloads: 0,
+  };
+
+  private constructor(opts: ClusterStreamsOptions) {
+    this.log = opts.log;
+    this.cluster = opts.cluster;
+    this.catalog = opts.catalog;
+    this.logger = opts.logger;
+    if (opts.cluster.channel === null) throw new FlowError('CONFIG_ERROR', 'cluster streams need the internal channel');
+    this.channel = opts.cluster.channel;
+  }
+
+  /**
+   * Loads the catalog, registers partition ownership and the channel's handlers, and listens for catalog changes.
+   * Before Cluster.begin() (the broker calls it once every module registered).
+   */
+  static async start(opts: ClusterStreamsOptions): Promise<ClusterStreams> {
+    const cs = new ClusterStreams(opts);
+    for (const def of await cs.catalog.listStreams()) {
+      cs.defs.set(def.name, def);
+      await cs.log.openStream(def);
+    }
+    cs.log.onFenced = (stream, partition) => cs.cluster.fenced('partition', partitionName(stream, partition));
+    cs.cluster.register('partition', cs.ownership());
+    cs.serve();
+    cs.pushTimer = setInterval(() => cs.pushOffsets(), OFFSETS_PUSH_MS);
+    cs.pushTimer.unref();
+    await cs.cluster.store.listen('streams', () => {
+      if (!cs.closed) cs.reload.run().catch((err: unknown) => cs.logger.warn({ err }, 'cluster streams: catalog reload failed; retried at the next change'));
+    });
+    return cs;
+  }
+
+  /**
+   * How long a forwarded call keeps looking for its partition's owner: a dead owner's partitions move once its
+   * lease has run out and the next heartbeat of their new owner reconciled, so three leases (at least 5 s).
+   */
+  private get patienceMs(): number {
+    return Math.max(3 * this.cluster.leaseMs, 5000);
+  }
+
+  /** Where catalog changes made by other brokers are applied (the broker passes Engine.syncStreams). */
+  attach(onCatalog: (defs: StreamDef[]) => Promise<void>): void {
+    this.onCatalog = onCatalog;
+  }
+
+  /** Reads the catalog again now (a change may have been missed); resolves once applied. */
+  refresh(): Promise<void> {
+    return this.reload.run();
+  }
+
+  figures(): Record<string, unknown> {
+    return { ...this.stats, ownedPartitions: this.log.held().length, streams: this.defs.size };
+  }
+
+  close(): void {
+    this.closed = true;
+    if (this.pushTimer) clearInterval(this.pushTimer);
+  }
+
+  /** Tells the other brokers the offsets of the partitions held here that moved (all of them now and then). */
+  private pushOffsets(): void {
+    // Every live broker, connected or not yet (a send connects): one that never talked to this one still needs them.
+    const peers = this.cluster.brokers().filter((b) => b.alive && b.id !== this.cluster.id).map((b) => b.id);
+    const full = this.pushes++ % FULL_PUSH_EVERY === 0;
+    const list: Array<[string, number, number, number]> = [];
+    const held = new Set<string>();
+    for (const name of this.log.held()) {
+      held.add(name);
+      const { stream, partition } = parseName(name);
+      if (!this.log.holds(stream, partition)) continue;
+      const o = this.log.offsets(stream, partition);
+      const sig = `${o.logStartOffset}/${o.highWatermark}`;
+      if (!full && this.pushed.get(name) === sig) continue;
+      this.pushed.set(name, sig);
+      list.push([stream, partition, o.logStartOffset, o.highWatermark]);
+    }
+    for (const name of this.pushed.keys()) if (!held.has(name)) this.pushed.delete(name);
+    if (list.length === 0 || peers.length === 0) return;
+    const body = encodeBody(list);
+    for (const peer of peers) this.channel.send(peer, 'stream.hw', body);
+  }
+
+  // ---------------------------------------------------------------- ownership
+
+  private ownership(): OwnershipHandler {
+    return {
+      names: () => {
+        const out: string[] = [];
+        for (const def of this.defs.values()) for (let i = 0; i < def.partitions; i++) out.push(partitionName(def.name, i));
+        return out;
+      },
+      acquire: async (name) => {
+        const { stream, partition } = parseName(name);
+        const def = this.defs.get(stream);
+        if (def === undefined || partition >= def.partitions) throw new FlowError('NOT_FOUND', `stream "${stream}" has no partition ${partition}`);
+        await this.log.acquirePartition(def, partition);
+        this.remoteOffsets.delete(name);
+      },
+      release: async (name, lost) => {
+        const { stream, partition } = parseName(name);
+        await this.log.releasePartition(stream, partition, lost);
+      },
+    };
+  }
+
+  locate(stream: string, partition: number): PartitionLocation {
+    const name = partitionName(stream, partition);
+    const local = this.log.holds(stream, partition);
+    const owner = this.cluster.owner('partition', name);
+    if (owner !== null) return { local: local && owner.broker === this.cluster.id, broker: owner.broker, epoch: owner.epoch };
+    return { local: false, broker: null, epoch: 0 };
+  }
+
+  // ---------------------------------------------------------------- catalog
+
+  async openStream(def: StreamDef): Promise<void> {
+    const known = this.defs.get(def.name);
+    this.defs.set(def.name, def);
+    await this.log.openStream(def);
+    if (sameDef(known, def)) return;
+    // Created or redefined here: every broker reads the catalog again, and ownership places new partitions.
+    await this.cluster.store.notify('streams', def.name).catch((err: unknown) => this.logger.warn({ err, stream: def.name }, 'cluster streams: cannot announce a stream change'));
+    this.cluster.kick();
+  }
+
+  async dropStream(name: string): Promise<void> {
+    const def = this.defs.get(name);
+    const remote = this.remoteDrops.delete(name);
+    if (remote) return; // dropped by reloadCatalog already
+    this.defs.delete(name);
+    await this.dropLocal(name);
+    if (def === undefined) return;
+    // Deleted here: the owner rows go (a stream created later under this name starts at epoch 1), and every broker
+    // drops what it holds of it.
+    for (let i = 0; i < def.partitions; i++) await this.cluster.forget('partition', partitionName(name, i)).catch(() => undefined);
+    await this.cluster.store.notify('streams', name).catch((err: unknown) => this.logger.warn({ err, stream: name }, 'cluster streams: cannot announce a stream deletion'));
+  }
+
+  /** Lets go of what this broker holds of a deleted stream: its partitions' memory and segment objects. */
+  private async dropLocal(name: string): Promise<void> {
+    const prefix = `${name}/`;
+    for (const held of this.log.held()) {
+      if (held.startsWith(prefix) && !held.slice(prefix.length).includes('/')) await this.cluster.forget('partition', held).catch(() => undefined);
+    }
+    for (const key of [...this.remoteOffsets.keys()]) if (key.startsWith(prefix)) this.remoteOffsets.delete(key);
+    await this.log.dropStream(name);
+  }
+
+  private async reloadCatalog(): Promise<void> {
+    this.stats.catalogReloads++;
+    const list = await this.catalog.listStreams();
+    const next = new Map(list.map((d) => [d.name, d]));
+    let changed = false;
+    for (const [name, old] of [...this.defs]) {
+      const d = next.get(name);
+      if (d !== undefined && d.createdAt === old.createdAt) continue;
+      changed = true;
+      this.defs.delete(name);
+      this.remoteDrops.add(name);
+      await this.dropLocal(name);
+    }
+    for (const def of list) {
+      if (sameDef(this.defs.get(def.name), def)) continue;
+      changed = true;
+      this.defs.set(def.name, def);
+      await this.log.openStream(def);
+    }
+    if (!changed) return;
+    this.logger.info({ streams: list.length }, 'cluster streams: catalog changed on another broker');
+    // The engine drops (dropStream: already done, see remoteDrops) and opens (openStream: same definitions, nothing
+    // announced) what changed.
+    if (this.onCatalog) await this.onCatalog(list);
+    for (const name of this.remoteDrops) if (!next.has(name) || this.defs.has(name)) this.remoteDrops.delete(name);
+    this.cluster.kick();
+  }
+
+  // ---------------------------------------------------------------- appends
+
+  append(stream: string, partition: number, batch: Buffer): AppendResult {
+    if (this.log.holds(stream, partition)) return this.log.append(stream, partition, batch);
+    const def = this.defs.get(stream);
+    if (def === undefined) throw new FlowError('NOT_FOUND', `stream "${stream}" does not exist`);
+    if (!Number.isInteger(partition) || partition < 0 || partition >= def.partitions) throw new FlowError('NOT_FOUND', `stream "${stream}" has no partition ${partition}`);
+    let resolve!: (o: number) => void;
+    let reject!: (e: unknown) => void;
+    const offset = new Promise<number>((res, rej) => {
+      resolve = res;
+      reject = rej;
+    });
+    // Whoever waits only for `durable` must not leave `offset`'s rejection unhandled (and the other way round).
+    offset.catch(() => undefined);
+    const durable = offset.then(() => undefined);
+    this.stats.forwardedAppends++;
+    const f: Forward = { stream, partition, batch: Buffer.from(batch), deadline: Date.now() + this.patienceMs, tries: 0, seq: this.seq++, resolve, reject };
+    this.route(f);
+    return { baseOffset: -1, offset, durable };
+  }
+
+  /** Sends a forwarded append to the owner known now, or looks it up first. */
+  private route(f: Forward): void {
+    if (this.log.holds(f.stream, f.partition)) {
+      this.appendHere(f);
+      return;
+    }
+    const name = partitionName(f.stream, f.partition);
+    const parked = this.parked.get(name);
+    if (parked !== undefined) {
+      // Appends of a partition whose owner is being looked up wait behind the earlier ones: their order holds.
+      parked.items.push(f);
+      return;
+    }
+    const owner = this.cluster.owner('partition', name);
+    if (owner !== null && owner.broker !== this.cluster.id) this.enqueue(owner.broker, f);
+    else this.retry(f, null);
+  }
+
+  /** The partition became this broker's while the append was on its way. */
+  private appendHere(f: Forward): void {
+    try {
+      const r = this.log.append(f.stream, f.partition, f.batch);
+      r.durable.then(
+        () => f.resolve(r.baseOffset),
+        (err: unknown) => (isFlowError(err) && MOVING.has(err.code) ? this.retry(f, err) : f.reject(err)),
+      );
+    } catch (err) {
+      if (isFlowError(err) && MOVING.has(err.code)) this.retry(f, err);
+      else f.reject(err);
+    }
+  }
+
+  /**
+   * The append's owner is unknown, moving or unreachable: it waits with the partition's other such appends (in
+   * the order they were made) while the owner is looked up in the store, again and again with a growing pause,
+   * each append failing with UNAVAILABLE once past its deadline.
+   */
+  private retry(f: Forward, why: unknown): void {
+    if (f.tries++ > 0) this.stats.forwardRetries++;
+    if (why !== null) f.why = why;
+    const name = partitionName(f.stream, f.partition);
+    const parked = this.parked.get(name);
+    if (parked !== undefined) {
+      parked.items.push(f);
+      return;
+    }
+    const p = { items: [f], tries: 0 };
+    this.parked.set(name, p);
+    void this.resolveOwner(name, p);
+  }
+
+  private async resolveOwner(name: string, parked: { items: Forward[]; tries: number }): Promise<void> {
+    const { stream, partition } = parseName(name);
+    for (;;) {
+      if (parked.tries > 0) await sleep(Math.min(MAX_RETRY_PAUSE_MS, FIRST_RETRY_PAUSE_MS * 2 ** (parked.tries - 1)));
+      parked.tries++;
+      const now = Date.now();
+      parked.items = parked.items.filter((f) => {
+        if (f.deadline > now && !this.closed) return true;
+        this.stats.forwardFailures++;
+        f.reject(new FlowError('UNAVAILABLE', `partition ${name} has no reachable owner now; retry`, { cause: f.why }));
+        return false;
+      });
+      if (parked.items.length === 0) break;
+      let owner: { broker: number; epoch: number } | null = null;
+      try {
+        owner = await this.cluster.lookup('partition', name);
+      } catch (err) {
+        for (const f of parked.items) f.why = err;
+      }
+      if (this.log.holds(stream, partition) || (owner !== null && owner.broker !== this.cluster.id)) {
+        this.parked.delete(name);
+        // In the order the appends were made (a failed request's come back after later ones were parked).
+        parked.items.sort((a, b) => a.seq - b.seq);
+        for (const f of parked.items) {
+          if (this.log.holds(stream, partition)) this.appendHere(f);
+          else this.enqueue(owner!.broker, f);
+        }
+        return;
+      }
+      // Nobody live owns it (its owner died, or it is being handed over, or it is new): reconcile, wait, look again.
+      this.cluster.kick();
+    }
+    this.parked.delete(name);
+  }
+
+  private enqueue(broker: number, f: Forward): void {
+    let list = this.outbox.get(broker);
+    if (!list) this.outbox.set(broker, (list = []));
+    list.push(f);
+    if (!this.flushScheduled) {
+      this.flushScheduled = true;
+      setImmediate(() => this.flush());
+    }
+  }
+
+  /** One request per owner for the appends gathered this tick (split past MAX_FORWARD_BYTES), in order. */
+  private flush(): void {
+    this.flushScheduled = false;
+    for (const [broker, list] of this.outbox) {
+      this.outbox.delete(broker);
+      let start = 0;
+      while (start < list.length) {
+        let bytes = 0;
+        let end = start;
+        while (end < list.length && (end === start || bytes + list[end].batch.length <= MAX_FORWARD_BYTES)) bytes += list[end++].batch.length;
+        void this.sendAppends(broker, list.slice(start, end));
+        start = end;
+      }
+    }
+  }
+
+  private async sendAppends(broker: number, items: Forward[]): Promise<void> {
+    this.stats.forwardRequests++;
+    const head = items.map((f) => [f.stream, f.partition]);
+    const body = encodeBody(head, packBuffers(items.map((f) => f.batch)));
+    let answers: AppendReply[];
+    try {
+      const reply = await this.channel.request(broker, 'stream.append', body, REQUEST_TIMEOUT_MS);
+      answers = decodeBody<AppendReply[]>(reply).head;
+      if (!Array.isArray(answers) || answers.length !== items.length) throw new FlowError('PROTOCOL_ERROR', 'stream.append reply does not match its request');
+    } catch (err) {
+      // The whole request failed (the owner is unreachable, or did not answer): each append looks for its owner again.
+      for (const f of items) {
+        if (isFlowError(err) && (MOVING.has(err.code) || err.code === 'CLOSED')) this.retry(f, err);
+        else f.reject(err);
+      }
+      return;
+    }
+    items.forEach((f, i) => {
+      const a = answers[i];
+      if ('o' in a) {
+        this.noteOffsets(partitionName(f.stream, f.partition), { logStartOffset: a.l, highWatermark: a.h });
+        f.resolve(a.o);
+      } else if (MOVING.has(a.e)) this.retry(f, new FlowError(a.e as 'NOT_OWNER', a.m));
+      else f.reject(new FlowError(a.e as 'STORAGE_ERROR', a.m));
+    });
+  }
+
+  // ---------------------------------------------------------------- the owner's side
+
+  private serve(): void {
+    this.channel.on('stream.hw', (_from, body) => {
+      try {
+        for (const [s, p, l, h] of decodeBody<Array<[string, number, number, number]>>(body).head) {
+          if (!this.log.holds(s, p)) this.noteOffsets(partitionName(s, p), { logStartOffset: l, highWatermark: h });
+        }
+      } catch (err) {
+        this.logger.debug({ err }, 'cluster streams: bad stream.hw message');
+      }
+    });
+    this.channel.handle('stream.append', (_from, body) => this.serveAppends(body));
+    this.channel.handle('stream.read', async (_from, body) => {
+      const { head } = decodeBody<{ s: string; p: number; o: number; m: number }>(body);
+      this.check(head.s, head.p);
+      this.stats.servedReads++;
+      const batches = await this.log.read(head.s, head.p, head.o, head.m);
+      return encodeBody(this.log.offsets(head.s, head.p), packBuffers(batches));
+    });
+    this.channel.handle('stream.offsets', (_from, body) => {
+      const { head } = decodeBody<{ s: string; p: number }>(body);
+      this.check(head.s, head.p);
+      return encodeBody(this.log.offsets(head.s, head.p));
+    });
+    this.channel.handle('stream.wait', async (_from, body) => {
+      const { head } = decodeBody<{ s: string; p: number; o: number; t: number }>(body);
+      this.check(head.s, head.p);
+      await this.log.waitFor(head.s, head.p, head.o, Math.min(Math.max(0, head.t), REQUEST_TIMEOUT_MS));
+      return encodeBody(this.log.holds(head.s, head.p) ? this.log.offsets(head.s, head.p) : null);
+    });
+    this.channel.handle('stream.time', async (_from, body) => {
+      const { head } = decodeBody<{ s: string; p: number; t: number }>(body);
+      this.check(head.s, head.p);
+      return encodeBody(await this.log.offsetForTimestamp(head.s, head.p, head.t));
+    });
+    this.channel.handle('stream.trim', async (_from, body) => {
+      const { head } = decodeBody<{ s: string; p: number; o: number }>(body);
+      this.check(head.s, head.p);
+      return encodeBody(await this.log.deleteRecordsBefore(head.s, head.p, head.o));
+    });
+  }
+
+  /** NOT_OWNER unless this broker serves the partition (the caller looks the owner up again). */
+  private check(stream: string, partition: number): void {
+    if (!this.log.holds(stream, partition)) throw new FlowError('NOT_OWNER', `partition ${stream}/${partition} is not served by broker ${this.cluster.id}`);
+  }
+
+  /** Appends forwarded by another broker, answered once every one of them is durable here (or failed). */
+  private async serveAppends(body: Buffer): Promise<Buffer> {
+    const { head, tail } = decodeBody<Array<[string, number]>>(body);
+    const batches = unpackBuffers(tail);
+    if (!Array.isArray(head) || head.length !== batches.length) throw new FlowError('PROTOCOL_ERROR', 'stream.append: heads and batches differ in number');
+    const answers: Array<AppendReply | Promise<AppendReply>> = head.map(([s, p], i) => {
+      if (!this.log.holds(s, p)) return { e: 'NOT_OWNER', m: `partition ${s}/${p} is not served by broker ${this.cluster.id}` };
+      try {
+        // In order, synchronously: the batches of a partition get their offsets in the order they were sent.
+        const r = this.log.append(s, p, batches[i]);
+        this.stats.servedAppends++;
+        return r.durable.then(
+          (): AppendReply => {
+            const off = this.log.holds(s, p) ? this.log.offsets(s, p) : { logStartOffset: 0, highWatermark: 0 };
+            return { o: r.baseOffset, ...(r.duplicate ? { d: 1 as const } : {}), h: off.highWatermark, l: off.logStartOffset };
+          },
+          (err: unknown): AppendReply => failure(err),
+        );
+      } catch (err) {
+        return failure(err);
+      }
+    });
+    return encodeBody(await Promise.all(answers));
+  }
+
+  // ---------------------------------------------------------------- reads and the rest, at the owner
+
+  /**
+   * Runs `local` when the partition is served here, else `remote` at its owner; NOT_OWNER, FENCED and UNAVAILABLE
+   * look the owner up again and retry, for up to three leases.
+   */
+  private async atOwner<T>(stream: string, partition: number, local: () => Promise<T>, remote: (broker: number) => Promise<T>): Promise<T> {
+    const name = partitionName(stream, partition);
+    const deadline = Date.now() + this.patienceMs;
+    let last: unknown = null;
+    for (let tries = 0; ; tries++) {
+      if (tries > 0) {
+        const pause = Math.min(MAX_RETRY_PAUSE_MS, FIRST_RETRY_PAUSE_MS * 2 ** (tries - 1));
+        if (Date.now() + pause > deadline || this.closed) throw new FlowError('UNAVAILABLE', `partition ${name} has no reachable owner now; retry`, { cause: last });
+        await sleep(pause);
+      }
+      if (this.log.holds(stream, partition)) {
+        try {
+          return await local();
+        } catch (err) {
+          if (!(isFlowError(err) && MOVING.has(err.code))) throw err;
+          last = err;
+          continue;
+        }
+      }
+      const owner = tries === 0 ? (this.cluster.owner('partition', name) ?? (await this.cluster.lookup('partition', name))) : await this.cluster.lookup('partition', name);
+      if (owner === null || owner.broker === this.cluster.id) {
+        this.cluster.kick();
+        last = new FlowError('UNAVAILABLE', `partition ${name} has no live owner`);
+        continue;
+      }
+      try {
+        return await remote(owner.broker);
+      } catch (err) {
+        if (!(isFlowError(err) && MOVING.has(err.code))) throw err;
+        last = err;
+      }
+    }
+  }
+
+  /** The partition must exist (NOT_FOUND otherwise, as on a single broker). */
+  private known(stream: string, partition: number): void {
+    const def = this.defs.get(stream);
+    if (def === undefined || !Number.isInteger(partition) || partition < 0 || partition >= def.partitions) {
+      throw new FlowError('NOT_FOUND', `stream "${stream}" has no partition ${partition}`);
+    }
+  }
+
+  async read(stream: string, partition: number, offset: number, maxBytes: number, lease?: ReadLease): Promise<Buffer[]> {
+    if (this.log.holds(stream, partition)) return this.log.read(stream, partition, offset, maxBytes, lease);
+    this.known(stream, partition);
+    return this.atOwner(
+      stream,
+      partition,
+      () => this.log.read(stream, partition, offset, maxBytes, lease),
+      async (broker) => {
+        this.stats.remoteReads++;
+        const reply = await this.channel.request(broker, 'stream.read', encodeBody({ s: stream, p: partition, o: offset, m: maxBytes }), REQUEST_TIMEOUT_MS);
+        const { head, tail } = decodeBody<PartitionOffsets>(reply);
+        this.noteOffsets(partitionName(stream, partition), head);
+        return unpackBuffers(tail);
+      },
+    );
+  }
+
+  offsets(stream: string, partition: number): PartitionOffsets {
+    if (this.log.holds(stream, partition)) return this.log.offsets(stream, partition);
+    this.known(stream, partition);
+    const name = partitionName(stream, partition);
+    const cached = this.remoteOffsets.get(name);
+    if (cached === undefined || (Date.now() - cached.at > OFFSETS_STALE_MS && !cached.refreshing)) {
+      if (cached) cached.refreshing = true;
+      this.fetchOffsets(stream, partition)
+        .catch(() => undefined)
+        .finally(() => {
+          const c = this.remoteOffsets.get(name);
+          if (c) c.refreshing = false;
+        });
+    }
+    return cached?.offsets ?? { logStartOffset: 0, highWatermark: 0 };
+  }
+
+  /** The partition's offsets as its owner has them now (offsets() answers from a cache for remote partitions). */
+  async fetchOffsets(stream: string, partition: number): Promise<PartitionOffsets> {
+    if (this.log.holds(stream, partition)) return this.log.offsets(stream, partition);
+    this.known(stream, partition);
+    return this.atOwner(
+      stream,
+      partition,
+      async () => this.log.offsets(stream, partition),
+      async (broker) => {
+        const reply = await this.channel.request(broker, 'stream.offsets', encodeBody({ s: stream, p: partition }), REQUEST_TIMEOUT_MS);
+        const off = decodeBody<PartitionOffsets>(reply).head;
+        this.noteOffsets(partitionName(stream, partition), off);
+        return off;
+      },
+    );
+  }
+
+  private noteOffsets(name: string, offsets: PartitionOffsets): void {
+    const c = this.remoteOffsets.get(name);
+    // Offsets only move forward; a stale reply must not move the cache back.
+    if (c !== undefined && c.offsets.highWatermark > offsets.highWatermark) return;
+    this.remoteOffsets.set(name, { offsets, at: Date.now(), refreshing: c?.refreshing ?? false });
+  }
+
+  async offsetForTimestamp(stream: string, partition: number, ts: number): Promise<number> {
+    if (this.log.holds(stream, partition)) return this.log.offsetForTimestamp(stream, partition, ts);
+    this.known(stream, partition);
+    return this.atOwner(
+      stream,
+      partition,
+      () => this.log.offsetForTimestamp(stream, partition, ts),
+      async (broker) => decodeBody<number>(await this.channel.request(broker, 'stream.time', encodeBody({ s: stream, p: partition, t: ts }), REQUEST_TIMEOUT_MS)).head,
+    );
+  }
+
+  async waitFor(stream: string, partition: number, offset: number, timeoutMs: number): Promise<void> {
+    if (this.log.holds(stream, partition)) return this.log.waitFor(stream, partition, offset, timeoutMs);
+    this.known(stream, partition);
+    const name = partitionName(stream, partition);
+    const cached = this.remoteOffsets.get(name);
+    if (timeoutMs <= 0 || (cached !== undefined && cached.offsets.highWatermark > offset)) return;
+    const until = Date.now() + timeoutMs;
+    try {
+      await this.atOwner(
+        stream,
+        partition,
+        () => this.log.waitFor(stream, partition, offset, Math.max(0, until - Date.now())),
+        async (broker) => {
+          const left = Math.max(0, until - Date.now());
+          const reply = await this.channel.request(broker, 'stream.wait', encodeBody({ s: stream, p: partition, o: offset, t: left }), left + REQUEST_TIMEOUT_MS);
+          const off = decodeBody<PartitionOffsets | null>(reply).head;
+          if (off !== null) this.noteOffsets(name, off);
+        },
+      );
+    } catch {
+      // A wait ends without the offset when the owner cannot be reached: the caller looks at the offsets again.
+      await sleep(Math.max(0, Math.min(until - Date.now(), MAX_RETRY_PAUSE_MS)));
+    }
+  }
+
+  async deleteRecordsBefore(stream: string, partition: number, offset: number): Promise<number> {
+    if (this.log.holds(stream, partition)) return this.log.deleteRecordsBefore(stream, partition, offset);
+    this.known(stream, partition);
+    return this.atOwner(
+      stream,
+      partition,
+      () => this.log.deleteRecordsBefore(stream, partition, offset),
+      async (broker) => decodeBody<number>(await this.channel.request(broker, 'stream.trim', encodeBody({ s: stream, p: partition, o: offset }), REQUEST_TIMEOUT_MS)).head,
+    );
+  }
+}
+
+function failure(err: unknown): AppendReply {
+  if (isFlowError(err)) return { e: err.code, m: err.message };
+  return { e: 'STORAGE_ERROR', m: err instanceof Error ? err.message : String(err) };
+}

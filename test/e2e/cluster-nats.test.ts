@@ -1,0 +1,208 @@
+/**
+ * NATS across a cluster of three `bin/flowmq --cluster` processes (PostgreSQL, s3rver; test/helpers/cluster.ts),
+ * driven by the `nats` npm client: JetStream published through one broker and consumed through another by a
+ * durable pull consumer, the consumer's owner killed (kill -9) and the consumer continuing on another broker from
+ * its acknowledged position, a core NATS queue group with members on two brokers getting each message once, and
+ * request/reply across brokers.
+ */
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import pg from 'pg';
+import { AckPolicy, connect, nanos, StringCodec, type JsMsg, type NatsConnection, type Subscription } from 'nats';
+import { startCluster, type TestCluster } from '../helpers/cluster.js';
+import { sleep } from './harness.js';
+
+const sc = StringCodec();
+
+async function collect(iter: AsyncIterable<JsMsg>, n: number, onMsg: (m: JsMsg) => Promise<void> | void = (m) => m.ack()): Promise<JsMsg[]> {
+  const out: JsMsg[] = [];
+  for await (const m of iter) {
+    out.push(m);
+    await onMsg(m);
+    if (out.length >= n) break;
+  }
+  return out;
+}
+
+async function until(what: string, fn: () => boolean | Promise<boolean>, ms = 20_000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!(await fn())) {
+    if (Date.now() > end) throw new Error(`timed out: ${what}`);
+    await sleep(50);
+  }
+}
+
+/** Receives into a list (and wakes waiters), as a test subscriber does. */
+function drain(sub: Subscription, into: string[]): void {
+  void (async () => {
+    for await (const m of sub) into.push(sc.decode(m.data));
+  })();
+}
+
+describe('e2e cluster: NATS and JetStream across three brokers', { timeout: 180_000 }, () => {
+  let c: TestCluster;
+  const conns = new Map<number, NatsConnection>();
+  const nats = async (id: number): Promise<NatsConnection> => {
+    let nc = conns.get(id);
+    if (nc === undefined || nc.isClosed()) {
+      nc = await connect({ servers: c.broker(id).natsServer, reconnect: false });
+      conns.set(id, nc);
+    }
+    return nc;
+  };
+  before(async () => {
+    c = await startCluster({ brokers: 3, leaseMs: 1500, haproxy: false });
+  });
+  after(async () => {
+    for (const nc of conns.values()) await nc.close().catch(() => undefined);
+    await c?.close();
+  });
+
+  it('JetStream: published through broker 1, sequences from the partition owner, consumed by a durable pull consumer through broker 2', async () => {
+    const jsm1 = await (await nats(1)).jetstreamManager();
+    await jsm1.streams.add({ name: 'ORDERS', subjects: ['orders.>'] });
+    await c.waitSettled({ min: { partition: 1 } });
+    // Published through every broker in turn: whichever owns the stream's partition assigns the sequences.
+    const seqs: number[] = [];
+    for (let i = 1; i <= 9; i++) {
+      const js = (await nats(((i - 1) % 3) + 1)).jetstream();
+      seqs.push((await js.publish(`orders.${i}`, sc.encode(`o${i}`))).seq);
+    }
+    assert.deepEqual(seqs, [1, 2, 3, 4, 5, 6, 7, 8, 9]);
+    // The stream API answers on any broker.
+    const info3 = await (await (await nats(3)).jetstreamManager()).streams.info('ORDERS');
+    assert.equal(info3.state.last_seq, 9);
+
+    const jsm2 = await (await nats(2)).jetstreamManager();
+    await jsm2.consumers.add('ORDERS', { durable_name: 'ship', ack_policy: AckPolicy.Explicit, ack_wait: nanos(30_000) });
+    const owner = await c.ownerOf('consumer', 'ORDERS/ship');
+    assert.ok(owner !== null, 'the consumer has an owner');
+    // Fetched through each broker, the owner and the others alike.
+    const got: string[] = [];
+    for (const id of [2, 1, 3]) {
+      const cons = await (await nats(id)).jetstream().consumers.get('ORDERS', 'ship');
+      const msgs = await collect(await cons.fetch({ max_messages: 3, expires: 5000 }), 3, (m) => m.ackAck().then(() => undefined));
+      got.push(...msgs.map((m) => sc.decode(m.data)));
+    }
+    assert.deepEqual(got, ['o1', 'o2', 'o3', 'o4', 'o5', 'o6', 'o7', 'o8', 'o9']);
+    for (const id of [1, 2, 3]) {
+      const ci = await (await (await nats(id)).jetstreamManager()).consumers.info('ORDERS', 'ship');
+      assert.equal(ci.ack_floor.stream_seq, 9, `consumer info through broker ${id}`);
+      assert.equal(ci.num_pending, 0);
+    }
+    const names: string[] = [];
+    for await (const ci of jsm1.consumers.list('ORDERS')) names.push(ci.name);
+    assert.deepEqual(names, ['ship']);
+    // A Nats-Msg-Id is checked where the partition is written: a publish retried through another broker is a
+    // duplicate, whichever broker it goes through.
+    const acks = [];
+    for (const id of [1, 2, 3, 2]) acks.push(await (await nats(id)).jetstream().publish('orders.once', sc.encode('once'), { msgID: 'order-10' }));
+    assert.deepEqual(acks.map((a) => [a.seq, a.duplicate]), [[10, false], [10, true], [10, true], [10, true]]);
+    assert.equal((await jsm1.streams.info('ORDERS')).state.last_seq, 10);
+  });
+
+  it('core NATS: a queue group with members on two brokers gets each message published on a third once', async () => {
+    const [n1, n2, n3] = [await nats(1), await nats(2), await nats(3)];
+    const on2: string[] = [];
+    const on3: string[] = [];
+    drain(n2.subscribe('work.>', { queue: 'workers' }), on2);
+    drain(n3.subscribe('work.>', { queue: 'workers' }), on3);
+    const mark2: string[] = [];
+    const mark3: string[] = [];
+    drain(n2.subscribe('mark.2'), mark2);
+    drain(n3.subscribe('mark.3'), mark3);
+    await n2.flush();
+    await n3.flush();
+    // Probes until broker 1 knows both brokers' members (it picks a broker per message, round robin).
+    let p = 0;
+    await until('both members are known to broker 1', async () => {
+      n1.publish('work.probe', sc.encode(`probe-${p++}`));
+      await n1.flush();
+      await sleep(20);
+      return on2.some((x) => x.startsWith('probe')) && on3.some((x) => x.startsWith('probe'));
+    });
+    const before2 = on2.length;
+    const before3 = on3.length;
+    for (let i = 0; i < 200; i++) n1.publish(`work.${i % 4}`, sc.encode(`job-${i}`));
+    // Markers after the jobs, on each member's broker: once they arrived, every job sent there has too.
+    n1.publish('mark.2', sc.encode('end'));
+    n1.publish('mark.3', sc.encode('end'));
+    await n1.flush();
+    await until('markers', () => mark2.length === 1 && mark3.length === 1);
+    const jobs2 = on2.slice(before2).filter((x) => x.startsWith('job'));
+    const jobs3 = on3.slice(before3).filter((x) => x.startsWith('job'));
+    assert.equal(jobs2.length + jobs3.length, 200, `each job once: ${jobs2.length} + ${jobs3.length}`);
+    assert.equal(new Set([...jobs2, ...jobs3]).size, 200, 'no job twice');
+    assert.ok(jobs2.length > 0 && jobs3.length > 0, `both brokers' members got work (${jobs2.length}, ${jobs3.length})`);
+  });
+
+  it('core NATS: request/reply across brokers, and no-responders when nobody serves the subject', async () => {
+    const [n1, n2, n3] = [await nats(1), await nats(2), await nats(3)];
+    const sub = n3.subscribe('svc.echo');
+    void (async () => {
+      for await (const m of sub) m.respond(sc.encode(`echo:${sc.decode(m.data)}`));
+    })();
+    await n3.flush();
+    for (const nc of [n1, n2]) {
+      let reply = '';
+      await until('a reply through another broker', async () => {
+        try {
+          reply = sc.decode((await nc.request('svc.echo', sc.encode('hi'), { timeout: 1000 })).data);
+          return true;
+        } catch {
+          return false; // the responder's interest has not reached this broker yet
+        }
+      });
+      assert.equal(reply, 'echo:hi');
+    }
+    sub.unsubscribe();
+    await assert.rejects(n1.request('svc.none', sc.encode('x'), { timeout: 3000 }), /no responders|503/i);
+  });
+
+  it('JetStream: the consumer\'s owner is killed; the consumer continues on another broker from its acked position', async () => {
+    const jsm = await (await nats(1)).jetstreamManager();
+    await jsm.streams.add({ name: 'TASKS', subjects: ['tasks.>'] });
+    const js = (await nats(1)).jetstream();
+    for (let i = 1; i <= 6; i++) await js.publish(`tasks.${i}`, sc.encode(`t${i}`));
+    await jsm.consumers.add('TASKS', { durable_name: 'run', ack_policy: AckPolicy.Explicit, ack_wait: nanos(60_000) });
+    const owner = await c.ownerOf('consumer', 'TASKS/run');
+    assert.ok(owner !== null);
+    const via = [1, 2, 3].find((id) => id !== owner)!;
+    const other = [1, 2, 3].find((id) => id !== owner && id !== via)!;
+    const cons = await (await nats(via)).jetstream().consumers.get('TASKS', 'run');
+    const first = await collect(await cons.fetch({ max_messages: 3, expires: 5000 }), 3, () => undefined);
+    await first[0].ackAck();
+    await first[1].ackAck();
+    // t3 is delivered, not acked. The acks are in the metastore once the owner wrote them.
+    const db = new pg.Client({ connectionString: c.dbUrl });
+    await db.connect();
+    try {
+      await until('the ack floor is stored', async () => {
+        const r = await db.query<{ ack_floor: string }>("SELECT ack_floor FROM jetstream_consumers WHERE stream = 'TASKS' AND name = 'run'");
+        return Number(r.rows[0]?.ack_floor) === 2;
+      });
+    } finally {
+      await db.end();
+    }
+    const nco = conns.get(owner);
+    conns.delete(owner);
+    await c.kill(owner);
+    await nco?.close().catch(() => undefined);
+    // Through a surviving broker: the requests wait for the dead owner's lease to expire and the consumer to move.
+    const again: JsMsg[] = [];
+    await until('the consumer serves again', async () => {
+      try {
+        const c2 = await (await nats(other)).jetstream().consumers.get('TASKS', 'run');
+        again.push(...(await collect(await c2.fetch({ max_messages: 4, expires: 3000 }), 4)));
+        return again.length >= 4;
+      } catch {
+        return false;
+      }
+    }, 30_000);
+    assert.deepEqual(again.map((m) => sc.decode(m.data)), ['t3', 't4', 't5', 't6'], 'from the acked position, the unacked t3 first');
+    assert.equal(again[0].info.deliveryCount, 2, 't3 is a redelivery');
+    const newOwner = await c.ownerOf('consumer', 'TASKS/run', other);
+    assert.ok(newOwner !== null && newOwner !== owner, `moved to a live broker (${newOwner})`);
+    await until('acks reach the new owner', async () => (await (await (await nats(via)).jetstreamManager()).consumers.info('TASKS', 'run')).ack_floor.stream_seq === 6);
+  });
+});

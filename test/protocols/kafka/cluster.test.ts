@@ -1,0 +1,484 @@
+/**
+ * The Kafka protocol's views of a cluster, in one process: three brokers (Cluster over one MemoryClusterStore, each
+ * with its own Engine and Kafka listener), a 'partition' ownership handler standing in for the streams part (each
+ * engine keeps every partition locally; only the owner is asked for data, which is what is under test), raw
+ * protocol clients for the exact error codes, KafkaJS for what real clients make of them. The fenced offset
+ * commit runs against a real PostgreSQL (the fence is a SQL check).
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import kafkajs from 'kafkajs';
+import { pino } from 'pino';
+import { Cluster, MemoryClusterStore, PostgresClusterStore, type ClusterStore } from '../../../src/cluster/index.js';
+import { Engine, MemoryOffsetStore, encodeBatch, type CoreStore, type StreamStorage } from '../../../src/core/index.js';
+import { startKafkaListener } from '../../../src/protocols/kafka/index.js';
+import {
+  CreateTopicsApi,
+  DeleteRecordsApi,
+  DescribeClusterApi,
+  DescribeGroupsApi,
+  DeleteGroupsApi,
+  LeaveGroupApi,
+  FetchApi,
+  FindCoordinatorApi,
+  HeartbeatApi,
+  JoinGroupApi,
+  KafkaErrorCode as E,
+  ListGroupsApi,
+  ListOffsetsApi,
+  MetadataApi,
+  OffsetCommitApi,
+  OffsetFetchApi,
+  OffsetForLeaderEpochApi,
+  ProduceApi,
+  SyncGroupApi,
+  type FetchRequest,
+  type JoinGroupRequest,
+  type OffsetCommitRequest,
+  type ProduceRequest,
+} from '../../../src/protocols/kafka/codec/index.js';
+import type { ProtocolListener } from '../../../src/protocols/types.js';
+import { PostgresMetastore } from '../../../src/storage/metastore/index.js';
+import { MemoryStreams } from '../../helpers/memory-storage.js';
+import { startPostgres, type PostgresServer } from '../../helpers/postgres.js';
+import { RawClient, captureLogger, metadataRequest as md } from './helpers.js';
+
+const { Kafka, logLevel } = kafkajs;
+const logger = pino({ level: 'silent' });
+
+interface Broker {
+  id: number;
+  cluster: Cluster;
+  engine: Engine;
+  listener: ProtocolListener;
+  port: number;
+  /** Partitions this broker owns, with their epochs (what the streams part would serve). */
+  held: Map<string, number>;
+}
+
+/** Starts broker `id`: its Cluster (lease 60 s: nothing expires by itself), engine and Kafka listener. */
+async function startBroker(store: ClusterStore, id: number, streams: StreamStorage, catalog: CoreStore, topics: Array<[string, number]>): Promise<Broker> {
+  const engine = new Engine(streams, catalog);
+  await engine.load();
+  for (const [name, partitions] of topics) if (!engine.getStream(name)) await engine.createStream({ name, partitions });
+  const cluster = await Cluster.start({ store, info: { id, version: 'test', endpoints: {} }, leaseMs: 60_000, logger });
+  const held = new Map<string, number>();
+  cluster.register('partition', {
+    names: () => engine.listStreams().flatMap((d) => Array.from({ length: d.partitions }, (_, p) => `${d.name}/${p}`)),
+    async acquire(name, epoch) {
+      held.set(name, epoch);
+    },
+    async release(name) {
+      held.delete(name);
+    },
+  });
+  const listener = await startKafkaListener(
+    { engine, logger: captureLogger('warn').logger, brokerId: id },
+    { host: '127.0.0.1', port: 0 },
+    { cluster, groupInitialRebalanceDelayMs: 0, groupMinSessionTimeoutMs: 100 },
+  );
+  const port = listener.address().port;
+  await cluster.advertise({ kafka: { host: '127.0.0.1', port } });
+  cluster.begin();
+  return { id, cluster, engine, listener, port, held };
+}
+
+/** Reconciles every broker until every partition of `topics` has one owner. */
+async function settle(brokers: Broker[], partitions: number): Promise<void> {
+  const deadline = Date.now() + 10_000;
+  for (;;) {
+    for (const b of brokers) b.cluster.kick();
+    await new Promise((r) => setTimeout(r, 20));
+    const owned = brokers.reduce((n, b) => n + b.held.size, 0);
+    if (owned === partitions) {
+      // And every broker's view of the owners is fresh (rows read at its last reconcile).
+      for (const b of brokers) b.cluster.kick();
+      await new Promise((r) => setTimeout(r, 20));
+      return;
+    }
+    if (Date.now() > deadline) throw new Error(`ownership did not settle (${owned}/${partitions})`);
+  }
+}
+
+async function stopAll(brokers: Broker[]): Promise<void> {
+  for (const b of brokers) {
+    await b.cluster.close();
+    await b.listener.close();
+  }
+}
+
+const ownerOf = (brokers: Broker[], key: string): Broker => {
+  const b = brokers.find((x) => x.held.has(key));
+  assert.ok(b, `${key} has an owner`);
+  return b;
+};
+
+const records = (n: number, tag = 'v') =>
+  encodeBatch(Array.from({ length: n }, (_, i) => ({ key: null, value: Buffer.from(`${tag}${i}`), headers: [], timestamp: Date.now() })));
+const produce = (topic: string, partition: number, n: number): ProduceRequest => ({
+  transactionalId: null,
+  acks: -1,
+  timeoutMs: 5000,
+  topics: [{ name: topic, partitions: [{ index: partition, records: records(n) }] }],
+});
+const fetchReq = (topic: string, partition: number, currentLeaderEpoch: number): FetchRequest => ({
+  replicaId: -1,
+  maxWaitMs: 0,
+  minBytes: 1,
+  maxBytes: 1 << 20,
+  isolationLevel: 0,
+  sessionId: 0,
+  sessionEpoch: -1,
+  topics: [{ topic, partitions: [{ partition, currentLeaderEpoch, fetchOffset: 0, lastFetchedEpoch: -1, logStartOffset: -1, partitionMaxBytes: 1 << 20 }] }],
+  forgottenTopics: [],
+  rackId: '',
+  clusterId: null,
+});
+const join = (groupId: string, memberId: string): JoinGroupRequest => ({
+  groupId,
+  sessionTimeoutMs: 10_000,
+  rebalanceTimeoutMs: 2000,
+  memberId,
+  groupInstanceId: null,
+  protocolType: 'consumer',
+  protocols: [{ name: 'range', metadata: Buffer.from('m') }],
+  reason: null,
+});
+const commit = (groupId: string, generationId: number, memberId: string, topic: string, offset: number): OffsetCommitRequest => ({
+  groupId,
+  generationId,
+  memberId,
+  groupInstanceId: null,
+  retentionTimeMs: -1,
+  topics: [{ name: topic, partitions: [{ partitionIndex: 0, committedOffset: offset, committedLeaderEpoch: -1, commitTimestamp: -1, committedMetadata: null }] }],
+});
+
+/** Joins a one-member group at `c` (KIP-394 handshake, then SyncGroup): its member id and generation. */
+async function joinAlone(c: RawClient, groupId: string): Promise<{ memberId: string; generationId: number }> {
+  const first = await c.call(JoinGroupApi, 7, join(groupId, ''));
+  assert.equal(first.errorCode, E.MEMBER_ID_REQUIRED);
+  const j = await c.call(JoinGroupApi, 7, join(groupId, first.memberId));
+  assert.equal(j.errorCode, E.NONE);
+  const s = await c.call(SyncGroupApi, 5, {
+    groupId,
+    generationId: j.generationId,
+    memberId: j.memberId,
+    groupInstanceId: null,
+    protocolType: 'consumer',
+    protocolName: j.protocolName,
+    assignments: [{ memberId: j.memberId, assignment: Buffer.alloc(0) }],
+  });
+  assert.equal(s.errorCode, E.NONE);
+  return { memberId: j.memberId, generationId: j.generationId };
+}
+
+describe('kafka in a cluster of three brokers (one process)', () => {
+  const store = new MemoryClusterStore();
+  // One offset store for every broker, as the shared metastore is in a cluster.
+  const offsets = new MemoryOffsetStore();
+  let brokers: Broker[] = [];
+  const clients: RawClient[] = [];
+  const connect = async (b: Broker): Promise<RawClient> => {
+    const c = await RawClient.connect(b.port);
+    clients.push(c);
+    return c;
+  };
+
+  before(async () => {
+    for (const id of [1, 2, 3]) {
+      const m = new MemoryStreams({ offsets });
+      brokers.push(await startBroker(store, id, m, m, [['ct', 6], ['kjs', 6]]));
+    }
+    await settle(brokers, 12);
+  });
+  after(async () => {
+    for (const c of clients) c.close();
+    await stopAll(brokers);
+  });
+
+  it('Metadata names every broker and each partition\'s owner as its leader, with the ownership epoch, from any broker', async () => {
+    const leaders = new Set<number>();
+    for (const b of brokers) {
+      const c = await connect(b);
+      const m = await c.call(MetadataApi, 9, md(['ct']));
+      assert.deepEqual(
+        m.brokers.map((x) => [x.nodeId, x.host, x.port]),
+        brokers.map((x) => [x.id, '127.0.0.1', x.port]),
+      );
+      assert.equal(m.controllerId, 1, 'the lowest live id');
+      assert.equal(m.topics[0].errorCode, E.NONE);
+      for (const p of m.topics[0].partitions) {
+        const owner = ownerOf(brokers, `ct/${p.partitionIndex}`);
+        assert.equal(p.errorCode, E.NONE);
+        assert.equal(p.leaderId, owner.id, `broker ${b.id} names the owner of ct/${p.partitionIndex}`);
+        assert.equal(p.leaderEpoch, owner.held.get(`ct/${p.partitionIndex}`));
+        assert.deepEqual([p.replicaNodes, p.isrNodes], [[owner.id], [owner.id]]);
+        leaders.add(p.leaderId);
+      }
+      const dc = await c.call(DescribeClusterApi, 0, { includeClusterAuthorizedOperations: false, endpointType: 1 });
+      assert.deepEqual(
+        [dc.controllerId, dc.brokers.map((x) => [x.brokerId, x.port])],
+        [1, brokers.map((x) => [x.id, x.port])],
+      );
+    }
+    assert.ok(leaders.size >= 2, `the partitions are led by several brokers (${[...leaders]})`);
+  });
+
+  it('Produce, Fetch, ListOffsets, OffsetForLeaderEpoch and DeleteRecords are served by the leader only, under its epoch', async () => {
+    const leader = ownerOf(brokers, 'ct/0');
+    const other = brokers.find((b) => b !== leader)!;
+    const epoch = leader.held.get('ct/0')!;
+    const atLeader = await connect(leader);
+    const elsewhere = await connect(other);
+
+    const refused = await elsewhere.call(ProduceApi, 9, produce('ct', 0, 2));
+    assert.equal(refused.topics[0].partitions[0].errorCode, E.NOT_LEADER_OR_FOLLOWER);
+    assert.deepEqual(other.engine.offsets('ct', 0), { logStartOffset: 0, highWatermark: 0 }, 'nothing appended at a non-leader');
+    const ok = await atLeader.call(ProduceApi, 9, produce('ct', 0, 3));
+    assert.deepEqual([ok.topics[0].partitions[0].errorCode, ok.topics[0].partitions[0].baseOffset], [E.NONE, 0]);
+
+    assert.equal((await elsewhere.call(FetchApi, 12, fetchReq('ct', 0, -1))).responses[0].partitions[0].errorCode, E.NOT_LEADER_OR_FOLLOWER);
+    const f = (await atLeader.call(FetchApi, 12, fetchReq('ct', 0, epoch))).responses[0].partitions[0];
+    assert.deepEqual([f.errorCode, f.highWatermark, f.records?.length], [E.NONE, 3, 1]);
+    // A client whose metadata is older than the leader's epoch is fenced; one ahead of it is told to wait.
+    assert.equal((await atLeader.call(FetchApi, 12, fetchReq('ct', 0, epoch - 1))).responses[0].partitions[0].errorCode, E.FENCED_LEADER_EPOCH);
+    assert.equal((await atLeader.call(FetchApi, 12, fetchReq('ct', 0, epoch + 1))).responses[0].partitions[0].errorCode, E.UNKNOWN_LEADER_EPOCH);
+
+    const lo = (c: RawClient, currentLeaderEpoch: number) =>
+      c.call(ListOffsetsApi, 7, { replicaId: -1, isolationLevel: 0, topics: [{ name: 'ct', partitions: [{ partitionIndex: 0, currentLeaderEpoch, timestamp: -1 }] }] });
+    assert.equal((await lo(elsewhere, -1)).topics[0].partitions[0].errorCode, E.NOT_LEADER_OR_FOLLOWER);
+    const latest = (await lo(atLeader, epoch)).topics[0].partitions[0];
+    assert.deepEqual([latest.errorCode, latest.offset, latest.leaderEpoch], [E.NONE, 3, epoch]);
+    assert.equal((await lo(atLeader, epoch - 1)).topics[0].partitions[0].errorCode, E.FENCED_LEADER_EPOCH);
+
+    const ofle = (c: RawClient, leaderEpoch: number) =>
+      c.call(OffsetForLeaderEpochApi, 4, { replicaId: -1, topics: [{ topic: 'ct', partitions: [{ partition: 0, currentLeaderEpoch: -1, leaderEpoch }] }] });
+    assert.equal((await ofle(elsewhere, epoch)).topics[0].partitions[0].errorCode, E.NOT_LEADER_OR_FOLLOWER);
+    // Nothing is ever truncated by a change of leader: an earlier epoch ends at the high watermark too.
+    for (const asked of [epoch, Math.max(0, epoch - 1)]) {
+      const r = (await ofle(atLeader, asked)).topics[0].partitions[0];
+      assert.deepEqual([r.errorCode, r.leaderEpoch, r.endOffset], [E.NONE, asked, 3]);
+    }
+
+    const dr = (c: RawClient) => c.call(DeleteRecordsApi, 2, { topics: [{ name: 'ct', partitions: [{ partitionIndex: 0, offset: 1 }] }], timeoutMs: 1000 });
+    assert.equal((await dr(elsewhere)).topics[0].partitions[0].errorCode, E.NOT_LEADER_OR_FOLLOWER);
+    assert.deepEqual((await dr(atLeader)).topics[0].partitions[0], { partitionIndex: 0, lowWatermark: 1, errorCode: E.NONE });
+  });
+
+  it('FindCoordinator names the group\'s placement broker from every broker; the others answer NOT_COORDINATOR', async () => {
+    const group = 'cg-1';
+    const coordinator = brokers.find((b) => b.id === b.cluster.placement('group', group))!;
+    for (const b of brokers) {
+      const c = await connect(b);
+      const fc = await c.call(FindCoordinatorApi, 3, { key: group, keyType: 0, coordinatorKeys: [] });
+      assert.deepEqual([fc.errorCode, fc.nodeId, fc.port], [E.NONE, coordinator.id, coordinator.port]);
+      if (b === coordinator) continue;
+      assert.equal((await c.call(JoinGroupApi, 7, join(group, ''))).errorCode, E.NOT_COORDINATOR);
+      assert.equal((await c.call(HeartbeatApi, 4, { groupId: group, generationId: 1, memberId: 'm', groupInstanceId: null })).errorCode, E.NOT_COORDINATOR);
+      const oc = await c.call(OffsetCommitApi, 8, commit(group, -1, '', 'ct', 1));
+      assert.equal(oc.topics[0].partitions[0].errorCode, E.NOT_COORDINATOR);
+      const of = await c.call(OffsetFetchApi, 7, { groupId: group, topics: [{ name: 'ct', partitionIndexes: [0] }], requireStable: false, groups: [] });
+      assert.equal(of.errorCode, E.NOT_COORDINATOR);
+    }
+    const c = await connect(coordinator);
+    // Describing a group that does not exist takes nothing.
+    const dead = (await c.call(DescribeGroupsApi, 5, { groups: [group], includeAuthorizedOperations: false })).groups[0];
+    assert.deepEqual([dead.errorCode, dead.groupState], [E.NONE, 'Dead']);
+    assert.equal(coordinator.cluster.owns('group', group), null, 'nothing taken before first use');
+    assert.equal(await store.owner('group', group), null);
+    const m = await joinAlone(c, group);
+    assert.ok(coordinator.cluster.owns('group', group)! >= 1, 'the coordinator owns the group once used');
+    const oc = await c.call(OffsetCommitApi, 8, commit(group, m.generationId, m.memberId, 'ct', 2));
+    assert.equal(oc.topics[0].partitions[0].errorCode, E.NONE);
+    // Each broker lists the groups it coordinates.
+    for (const b of brokers) {
+      const lg = await (await connect(b)).call(ListGroupsApi, 4, { statesFilter: [] });
+      assert.equal(lg.groups.some((g) => g.groupId === group), b === coordinator, `broker ${b.id} lists ${group} iff it coordinates it`);
+    }
+    // Deleted (once empty): its owner row goes too.
+    assert.equal((await c.call(LeaveGroupApi, 4, { groupId: group, memberId: '', members: [{ memberId: m.memberId, groupInstanceId: null, reason: null }] })).errorCode, E.NONE);
+    assert.deepEqual((await c.call(DeleteGroupsApi, 2, { groupsNames: [group] })).results, [{ groupId: group, errorCode: E.NONE }]);
+    assert.equal(await store.owner('group', group), null);
+    assert.equal(coordinator.cluster.owns('group', group), null);
+  });
+
+  it('CreateTopics accepts an assignment naming live brokers, refuses one naming an unknown broker', async () => {
+    const c = await connect(brokers[1]);
+    const topic = (name: string, brokerIds: number[][]) => ({
+      name,
+      numPartitions: -1,
+      replicationFactor: -1,
+      assignments: brokerIds.map((ids, partitionIndex) => ({ partitionIndex, brokerIds: ids })),
+      configs: [],
+    });
+    const r = await c.call(CreateTopicsApi, 5, { topics: [topic('asg.ok', [[1], [3]]), topic('asg.bad', [[9]]), topic('asg.two', [[1, 2]])], timeoutMs: 1000, validateOnly: true });
+    assert.deepEqual(r.topics.map((t) => [t.name, t.errorCode]), [
+      ['asg.ok', E.NONE],
+      ['asg.bad', E.INVALID_REPLICA_ASSIGNMENT],
+      ['asg.two', E.INVALID_REPLICA_ASSIGNMENT],
+    ]);
+  });
+
+  it('KafkaJS: a group of consumers bootstrapped at three different brokers, an idempotent producer, each record once', async () => {
+    const kafka = (b: Broker, clientId: string) => new Kafka({ clientId, brokers: [`127.0.0.1:${b.port}`], logLevel: logLevel.NOTHING, retry: { retries: 8, initialRetryTime: 50 } });
+    const group = 'kjs-group';
+    const coordinator = brokers.find((b) => b.id === b.cluster.placement('group', group))!;
+    const got = new Map<string, string>();
+    const consumers = brokers.map((b) =>
+      kafka(b, `c${b.id}`).consumer({ groupId: group, sessionTimeout: 6000, heartbeatInterval: 200, rebalanceTimeout: 3000, maxWaitTimeInMs: 100 }),
+    );
+    let done!: () => void;
+    const all = new Promise<void>((r) => (done = r));
+    const total = 60;
+    try {
+      for (const [i, c] of consumers.entries()) {
+        await c.connect();
+        await c.subscribe({ topic: 'kjs', fromBeginning: true });
+        void c.run({
+          eachMessage: async ({ message }) => {
+            const v = message.value!.toString();
+            assert.equal(got.has(v), false, `${v} consumed once`);
+            got.set(v, `c${i}`);
+            if (got.size === total) done();
+          },
+        });
+      }
+      // The group settles at its coordinator with the three members, whichever broker each was bootstrapped at.
+      const dg = await RawClient.connect(coordinator.port);
+      clients.push(dg);
+      const deadline = Date.now() + 20_000;
+      for (;;) {
+        const d = (await dg.call(DescribeGroupsApi, 5, { groups: [group], includeAuthorizedOperations: false })).groups[0];
+        if (d.groupState === 'Stable' && d.members.length === 3) break;
+        assert.ok(Date.now() < deadline, `the group did not settle (${d.groupState}, ${d.members.length} members)`);
+        await new Promise((r) => setTimeout(r, 50));
+      }
+
+      const producer = kafka(brokers[0], 'p').producer({ idempotent: true, maxInFlightRequests: 1 });
+      await producer.connect();
+      for (let i = 0; i < total; i += 12) {
+        await producer.send({ topic: 'kjs', acks: -1, messages: Array.from({ length: 12 }, (_, j) => ({ value: `m${i + j}`, partition: j % 6 })) });
+      }
+      await producer.disconnect();
+      // Every record is at its partition's leader, whichever broker the producer was bootstrapped at.
+      let stored = 0;
+      for (let p = 0; p < 6; p++) stored += ownerOf(brokers, `kjs/${p}`).engine.offsets('kjs', p).highWatermark;
+      assert.equal(stored, total);
+
+      const timer = setTimeout(done, 20_000);
+      await all;
+      clearTimeout(timer);
+    } finally {
+      for (const c of consumers) await c.disconnect();
+    }
+    assert.deepEqual([...got.keys()].sort(), Array.from({ length: total }, (_, i) => `m${i}`).sort());
+    assert.equal(new Set(got.values()).size, 3, 'every member consumed its share');
+    assert.ok(coordinator.cluster.owns('group', group) !== null, 'the group lives at its placement broker');
+  });
+});
+
+describe('kafka in a cluster: a coordinator change', () => {
+  it('moves the group when its coordinator leaves: members find the new one, committed offsets are kept', async () => {
+    const store = new MemoryClusterStore();
+    const offsets = new MemoryOffsetStore();
+    const brokers: Broker[] = [];
+    for (const id of [1, 2, 3]) {
+      const m = new MemoryStreams({ offsets });
+      brokers.push(await startBroker(store, id, m, m, [['mv', 3]]));
+    }
+    const clients: RawClient[] = [];
+    try {
+      await settle(brokers, 3);
+      const group = 'moving';
+      const first = brokers.find((b) => b.id === b.cluster.placement('group', group))!;
+      const a = await RawClient.connect(first.port);
+      clients.push(a);
+      const m = await joinAlone(a, group);
+      assert.equal((await a.call(OffsetCommitApi, 8, commit(group, m.generationId, m.memberId, 'mv', 7))).topics[0].partitions[0].errorCode, E.NONE);
+      const oldEpoch = first.cluster.owns('group', group)!;
+
+      // The coordinator leaves (graceful: hands everything over).
+      await first.cluster.leave();
+      const rest = brokers.filter((b) => b !== first);
+      await settle(rest, 3);
+      // The leaver serves the group no more. Its own view (no heartbeat once leaving) still places the group
+      // here, so it answers "loading" and the client retries, until the broker closes and the client asks another.
+      assert.equal(first.cluster.owns('group', group), null);
+      assert.equal((await a.call(HeartbeatApi, 4, { groupId: group, generationId: m.generationId, memberId: m.memberId, groupInstanceId: null })).errorCode, E.COORDINATOR_LOAD_IN_PROGRESS);
+      // Metadata elsewhere no longer names the leaver; FindCoordinator names the new placement.
+      const b = await RawClient.connect(rest[0].port);
+      clients.push(b);
+      const meta = await b.call(MetadataApi, 9, md(['mv']));
+      assert.deepEqual(meta.brokers.map((x) => x.nodeId), rest.map((x) => x.id));
+      for (const p of meta.topics[0].partitions) assert.notEqual(p.leaderId, first.id);
+      const fc = await b.call(FindCoordinatorApi, 3, { key: group, keyType: 0, coordinatorKeys: [] });
+      const next = rest.find((x) => x.id === fc.nodeId);
+      assert.ok(next, `a remaining broker coordinates (${fc.nodeId})`);
+      const c = await RawClient.connect(next.port);
+      clients.push(c);
+      // The old member is unknown there: it rejoins, and finds its committed offset.
+      assert.equal((await c.call(HeartbeatApi, 4, { groupId: group, generationId: m.generationId, memberId: m.memberId, groupInstanceId: null })).errorCode, E.UNKNOWN_MEMBER_ID);
+      await joinAlone(c, group);
+      assert.ok(next.cluster.owns('group', group)! > oldEpoch, 'a later epoch');
+      const of = await c.call(OffsetFetchApi, 7, { groupId: group, topics: [{ name: 'mv', partitionIndexes: [0] }], requireStable: false, groups: [] });
+      assert.deepEqual([of.errorCode, of.topics[0].partitions[0].committedOffset], [E.NONE, 7]);
+    } finally {
+      for (const c of clients) c.close();
+      await stopAll(brokers);
+    }
+  });
+});
+
+describe('kafka in a cluster: offset commits fenced by the group epoch (PostgreSQL)', () => {
+  let server: PostgresServer;
+  before(async () => {
+    server = await startPostgres();
+  });
+  after(async () => {
+    await server.stop();
+  });
+
+  it('a coordinator whose group was taken over cannot commit any more, and stops serving the group', async () => {
+    const url = await server.createDatabase();
+    const clusterStore = await PostgresClusterStore.open({ url, poolSize: 2, logger });
+    const metas: PostgresMetastore[] = [];
+    const brokers: Broker[] = [];
+    const clients: RawClient[] = [];
+    try {
+      for (const id of [1, 2]) {
+        const meta = await PostgresMetastore.open({ url, poolSize: 2 });
+        metas.push(meta);
+        // Records in memory, the catalog and offsets in PostgreSQL (shared by both brokers).
+        brokers.push(await startBroker(clusterStore, id, new MemoryStreams(), meta, [['fx', 1]]));
+      }
+      await settle(brokers, 1);
+      const group = 'fenced-group';
+      const coord = brokers.find((b) => b.id === b.cluster.placement('group', group))!;
+      const other = brokers.find((b) => b !== coord)!;
+      const c = await RawClient.connect(coord.port);
+      clients.push(c);
+      const m = await joinAlone(c, group);
+      assert.equal((await c.call(OffsetCommitApi, 8, commit(group, m.generationId, m.memberId, 'fx', 5))).topics[0].partitions[0].errorCode, E.NONE);
+      const epoch = coord.cluster.owns('group', group)!;
+
+      // Another broker takes the group while the coordinator still believes it owns it (a paused process, a
+      // partition from the database): its owner row moves to a later epoch.
+      const row = await clusterStore.claim('group', group, other.id, other.cluster.incarnation, { force: true });
+      assert.ok(row.epoch > epoch);
+      assert.equal(coord.cluster.owns('group', group), epoch, 'the old coordinator has not noticed');
+
+      const late = await c.call(OffsetCommitApi, 8, commit(group, m.generationId, m.memberId, 'fx', 9));
+      assert.equal(late.topics[0].partitions[0].errorCode, E.NOT_COORDINATOR, 'the late commit is refused');
+      assert.equal((await metas[0].fetchOffset(group, 'fx', 0))?.offset, 5, 'the committed offset is the last one the owner could commit');
+      // The fenced broker stops serving the group at once.
+      assert.equal(coord.cluster.owns('group', group), null);
+      // Placement still gives it this broker, but another live one holds it: "loading" until that one hands it back.
+      assert.equal((await c.call(HeartbeatApi, 4, { groupId: group, generationId: m.generationId, memberId: m.memberId, groupInstanceId: null })).errorCode, E.COORDINATOR_LOAD_IN_PROGRESS);
+    } finally {
+      for (const c of clients) c.close();
+      await stopAll(brokers);
+      for (const meta of metas) await meta.close();
+      await clusterStore.close();
+    }
+  });
+});
