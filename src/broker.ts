@@ -264,6 +264,8 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
           ...(clusterStreams ? { clusterStreams: clusterStreams.figures() } : {}),
         },
         ...Object.fromEntries(running.flatMap((r) => (r.protocol.figures ? [[r.name, r.protocol.figures()]] : []))),
+        // Cluster mode: live interest and forwarding figures (src/cluster/live.ts).
+        ...(live ? { live: live.figures() } : {}),
         process: { ...processMemory(), floodCollector: collector.stats() },
       }),
     });

@@ -59,6 +59,7 @@ interface PublishHead {
 }
 
 const NO_GROUPS: ReadonlySet<string> = new Set();
+const SYS_PREFIX = '$SYS/';
 
 export interface LiveOptions {
   cluster: Cluster;
@@ -81,6 +82,7 @@ export class Live implements LiveHook {
     deltasSent: 0,
     snapshotsRequested: 0,
     snapshotsServed: 0,
+    snapshotFailures: 0,
     retainedNotified: 0,
     retainedApplied: 0,
   };
@@ -173,6 +175,9 @@ export class Live implements LiveHook {
 
   forward(msg: Message): number {
     this.skip = null;
+    // Each broker publishes its own statistics under $SYS/broker/ (the same names everywhere): a subscriber sees its
+    // broker's, not a mix of all of them.
+    if (msg.topic.startsWith(SYS_PREFIX)) return 0;
     // Brokers with plain interest, and shared groups with their remote candidates.
     this.mDollar = msg.topic.charCodeAt(0) === 0x24;
     this.mPlain.length = 0;
@@ -388,7 +393,9 @@ export class Live implements LiveHook {
         for (const d of this.syncing.get(id) ?? []) if (!this.remoteInterest.apply(id, d)) break;
       })
       .catch((err: unknown) => {
-        if (!(err instanceof FlowError && err.code === 'UNAVAILABLE')) this.logger.warn({ err, broker: id }, 'live: cannot fetch a broker\'s interest; retried');
+        // A broker starting (its live side not up yet) or going away: the next beat asks again.
+        this.stats.snapshotFailures++;
+        this.logger.debug({ err, broker: id, code: err instanceof FlowError ? err.code : undefined }, 'live: cannot fetch a broker\'s interest yet; retried at the next beat');
       })
       .finally(() => this.syncing.delete(id));
   }

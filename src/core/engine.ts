@@ -383,7 +383,7 @@ export class Engine implements Router {
     const i = g.members.indexOf(sub);
     if (i < 0) return;
     g.members.splice(i, 1);
-    if (this.live !== null) this.live.unsubscribed(key, sub.filter, sub.options.rule === 'nats' ? 'nats' : 'mqtt', sub.options.group);
+    if (this.live !== null && sub.options.local !== true) this.live.unsubscribed(key, sub.filter, sub.options.rule === 'nats' ? 'nats' : 'mqtt', sub.options.group);
     if (g.members.length === 0) {
       this.groups.delete(key);
       this.subs.remove(pattern, g);
@@ -546,6 +546,17 @@ export class Engine implements Router {
   /** Cluster mode: once the store has the change, every other broker's index follows (the `retained` notify). */
   private announceRetained(write: Promise<void>, topic: string, msg: Message | null): Promise<void> {
     return write.then(() => this.live?.retainedChanged(topic, msg));
+  }
+
+  /**
+   * Clears the retained message of a topic (the admin API); false when there is none. In cluster mode the other
+   * brokers drop it too.
+   */
+  async clearRetained(topic: string): Promise<boolean> {
+    if (!this.retained.delete(topic)) return false;
+    const del = this.store.deleteRetained(topic);
+    await (this.live === null ? del : this.announceRetained(del, topic, null));
+    return true;
   }
 
   /**

@@ -198,6 +198,51 @@ describe('live forwarding', () => {
     assert.equal(onB.topics().at(-1), 'y/from-a');
   });
 
+  it('local subscriptions (JetStream\'s API) are neither advertised nor reached by forwarded messages; $SYS stays home', async () => {
+    const { nodes } = await cluster(2);
+    const [a, b] = nodes;
+    const jsA = new Collector('jsA');
+    const jsB = new Collector('jsB');
+    a.engine.subscribe('$JS.API.>', jsA, { qos: 0, rule: 'nats', local: true });
+    const localB = b.engine.subscribe('$JS.API.>', jsB, { qos: 0, rule: 'nats', local: true });
+    const everything = new Collector('all');
+    b.engine.subscribe('>', everything, { qos: 0, rule: 'nats' });
+    const sys = new Collector('sys');
+    b.engine.subscribe('$SYS/#', sys, qos0);
+    await until(() => tableOf(a, b) === 2, 'a knows b\'s two advertised filters');
+    assert.equal(b.live.local.size, 2, 'the local subscription is not in the interest table');
+    a.engine.publish(msg('$SYS/broker/uptime', '1'));
+    a.engine.publish(msg('$JS/API/INFO', 'req'));
+    await until(() => everything.got.length === 1, 'the plain subscriber on b got the request');
+    assert.deepEqual(jsA.topics(), ['$JS/API/INFO'], 'handled once, where it was published');
+    assert.deepEqual(jsB.got, [], 'not by b\'s JetStream too');
+    assert.deepEqual(sys.got, [], '$SYS of another broker is not forwarded');
+    b.engine.unsubscribe(localB);
+    assert.equal(b.live.local.size, 2);
+  });
+
+  it('batches: a tick\'s messages travel as one channel message per peer, a tick\'s interest changes as one delta', async () => {
+    const { nodes } = await cluster(3);
+    const [a, b, c] = nodes;
+    const deltas = a.live.stats.deltasSent;
+    const subs: Subscription[] = [];
+    const got = new Collector('many');
+    for (let i = 0; i < 500; i++) subs.push(a.engine.subscribe(`dev/${i}/#`, got, qos0));
+    await until(() => tableOf(b, a) === 500 && tableOf(c, a) === 500, 'the peers know the 500 filters');
+    assert.equal(a.live.stats.deltasSent - deltas, 1, 'one delta for 500 subscriptions made in one tick');
+    const batches = [b, c].map((n) => n.live.stats.forwardedBatches);
+    const sent = [b, c].map((n) => n.live.stats.forwardedMessages);
+    for (let i = 0; i < 500; i++) b.engine.publish(msg(`dev/${i}/t`, String(i)));
+    for (let i = 0; i < 500; i++) c.engine.publish(msg(`dev/${i}/t`, String(i)));
+    await until(() => got.got.length === 1000, 'every message arrived');
+    assert.deepEqual([b, c].map((n, k) => n.live.stats.forwardedMessages - sent[k]), [500, 500]);
+    assert.deepEqual([b, c].map((n, k) => n.live.stats.forwardedBatches - batches[k]), [1, 1], 'one batch per peer for a tick\'s 500 messages');
+    const run = Array.from({ length: 500 }, (_, i) => String(i));
+    assert.deepEqual(got.got.map((m) => m.payload.toString()), [...run, ...run], 'each broker\'s batch whole and in publish order');
+    for (const s of subs) a.engine.unsubscribe(s);
+    await until(() => tableOf(b, a) === 0 && tableOf(c, a) === 0, 'all removed');
+  });
+
   it('keeps every property of a forwarded message', async () => {
     const { nodes } = await cluster(2);
     const [a, b] = nodes;
@@ -344,6 +389,9 @@ describe('retained messages across brokers', () => {
     const big = Buffer.alloc(20_000, 7);
     await b.engine.publish({ ...msg('state/big'), payload: big, retain: true });
     await until(() => a.engine.retained.get('state/big')?.payload.equals(big) === true && c.engine.retained.get('state/big') !== undefined, 'big retained everywhere');
+    // Cleared through the admin API's path on one broker: gone everywhere.
+    assert.equal(await a.engine.clearRetained('state/big'), true);
+    await until(() => b.engine.retained.get('state/big') === undefined && c.engine.retained.get('state/big') === undefined, 'cleared by the admin path everywhere');
     // Cleared on a broker that may not have had it in memory.
     c.engine.applyRetained('state/door', null);
     await c.engine.publish(msg('state/door', '', { retain: true }));

@@ -121,8 +121,8 @@ export function mqttRoutes(app: FastifyInstance, ctx: ApiContext): void {
     async (req, reply) => {
       const { topic } = req.params;
       authorize(access, req, 'publish', 'topic', topic);
-      if (!engine.retained.delete(topic)) throw notFound('retained message of topic', topic);
-      await engine.store.deleteRetained(topic);
+      // Through the engine: in cluster mode the other brokers drop it too.
+      if (!(await engine.clearRetained(topic))) throw notFound('retained message of topic', topic);
       ctx.logger.info({ topic, by: req.auth?.principal.user ?? null }, 'retained message cleared');
       return reply.code(204).send();
     },
