@@ -37,6 +37,7 @@ import { openStorage } from './storage/open.js';
 import { lockDataDir } from './storage/lock.js';
 import { DiskSpace } from './storage/disk-space.js';
 import { Cluster, ClusterStreams, followControl, Live, PostgresClusterStore, startChannel, type Endpoint, type TcpChannel } from './cluster/index.js';
+import { ClusterQueues } from './cluster/queues.js';
 
 export interface Broker {
   readonly config: Config;
@@ -140,6 +141,8 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
     clusterStreams?.attach((defs) => engine.syncStreams(defs));
     // Durable queues are under the free-space reserve where they are on the local disk (the embedded queue store).
     if (config.metastore.kind === 'sqlite') engine.writeRefusal = () => space.refusal();
+    // Cluster queues: persisted queues owned across brokers (src/cluster/queues.ts), attached before load.
+    if (cluster) closers.push(await ClusterQueues.open(engine, cluster, logger.child({ component: 'cluster-queues' })));
     await engine.load();
     log.finishRecovery();
     // Cluster mode, live side: interest and forwarding across brokers, retained messages (before any subscription).

@@ -13,12 +13,14 @@
  *   `AppendResult.offset` resolves with the owner's. Reads, offsets, waits, timestamps and DeleteRecords are asked
  *   of the owner (`stream.read`, `stream.offsets`, `stream.wait`, `stream.time`, `stream.trim`). An answer
  *   NOT_OWNER, FENCED (the owner lost it: nothing was written) or UNAVAILABLE makes the broker look the owner up
- *   again and retry, for up to two membership leases (ownership moves within one), after which the call fails with
+ *   again and retry (in order per partition), for up to three membership leases (ownership moves within about one), then
  *   UNAVAILABLE (retriable for clients). A forwarded append whose reply was lost (the owner died or the channel
  *   broke mid-request) is retried too: at least once, like a producer's own retry; idempotent producers stay exactly
  *   once (their duplicate is detected by the owner, from the producer state that moved with the partition).
- * - offsets() is synchronous: for a remote partition it answers the last figures the owner sent (with every reply)
- *   and asks for fresh ones in the background when they are older than OFFSETS_STALE_MS; fetchOffsets() waits for them.
+ * - offsets() is synchronous: for a remote partition it answers the last figures its owner sent: every owner tells
+ *   the other brokers the offsets of its partitions that moved, every OFFSETS_PUSH_MS (`stream.hw`, one-way, all
+ *   of them now and then for a broker that missed some), and every reply carries them too; figures older than
+ *   OFFSETS_STALE_MS are asked for in the background. fetchOffsets() asks the owner and waits.
  * - The catalog: a stream created, redefined or deleted on one broker is announced (`streams` notify); every broker
  *   reads the catalog again, applies it to its engine (Engine.syncStreams) and reconciles ownership, so new
  *   partitions are placed and a deleted stream's partitions are dropped and forgotten.
@@ -42,7 +44,10 @@ import type { OwnershipHandler, PeerChannel } from './types.js';
 import { decodeBody, encodeBody, packBuffers, unpackBuffers } from './wire.js';
 
 /** Remote offsets older than this are refreshed (in the background) when asked for. */
-const OFFSETS_STALE_MS = 200;
+const OFFSETS_STALE_MS = 1000;
+/** How often an owner tells the other brokers the offsets of its partitions that moved (all of them every FULL_PUSH_EVERY). */
+const OFFSETS_PUSH_MS = 100;
+const FULL_PUSH_EVERY = 20;
 /** Largest forwarded append request, in batch bytes (a single larger batch still goes alone). */
 const MAX_FORWARD_BYTES = 4 * 1024 * 1024;
 /** Request timeout of the forwarding calls (a wait adds its own timeout). */
@@ -87,6 +92,10 @@ interface Forward {
   batch: Buffer;
   deadline: number;
   tries: number;
+  /** Order of the appends made here (kept when they wait for their owner, see retry). */
+  seq: number;
+  /** Why the last attempt failed (the cause of a final UNAVAILABLE). */
+  why?: unknown;
   resolve(offset: number): void;
   reject(err: unknown): void;
 }
@@ -117,8 +126,15 @@ export class ClusterStreams implements StreamStorage {
   /** Forwarded appends gathered per owner until the end of the tick. */
   private readonly outbox = new Map<number, Forward[]>();
   private flushScheduled = false;
+  /** Forwarded appends waiting for their partition's owner to be found, per partition. */
+  private readonly parked = new Map<string, { items: Forward[]; tries: number }>();
+  private seq = 0;
   private readonly reload = new CoalescingTask(() => this.reloadCatalog());
   private onCatalog: ((defs: StreamDef[]) => Promise<void>) | null = null;
+  /** Offsets of the partitions held here as last pushed to the other brokers. */
+  private readonly pushed = new Map<string, string>();
+  private pushTimer: NodeJS.Timeout | null = null;
+  private pushes = 0;
   private closed = false;
   readonly stats = {
     forwardedAppends: 0,
@@ -153,10 +169,20 @@ export class ClusterStreams implements StreamStorage {
     cs.log.onFenced = (stream, partition) => cs.cluster.fenced('partition', partitionName(stream, partition));
     cs.cluster.register('partition', cs.ownership());
     cs.serve();
+    cs.pushTimer = setInterval(() => cs.pushOffsets(), OFFSETS_PUSH_MS);
+    cs.pushTimer.unref();
     await cs.cluster.store.listen('streams', () => {
       if (!cs.closed) cs.reload.run().catch((err: unknown) => cs.logger.warn({ err }, 'cluster streams: catalog reload failed; retried at the next change'));
     });
     return cs;
+  }
+
+  /**
+   * How long a forwarded call keeps looking for its partition's owner: a dead owner's partitions move once its
+   * lease has run out and the next heartbeat of their new owner reconciled, so three leases (at least 5 s).
+   */
+  private get patienceMs(): number {
+    return Math.max(3 * this.cluster.leaseMs, 5000);
   }
 
   /** Where catalog changes made by other brokers are applied (the broker passes Engine.syncStreams). */
@@ -175,6 +201,30 @@ export class ClusterStreams implements StreamStorage {
 
   close(): void {
     this.closed = true;
+    if (this.pushTimer) clearInterval(this.pushTimer);
+  }
+
+  /** Tells the other brokers the offsets of the partitions held here that moved (all of them now and then). */
+  private pushOffsets(): void {
+    // Every live broker, connected or not yet (a send connects): one that never talked to this one still needs them.
+    const peers = this.cluster.brokers().filter((b) => b.alive && b.id !== this.cluster.id).map((b) => b.id);
+    const full = this.pushes++ % FULL_PUSH_EVERY === 0;
+    const list: Array<[string, number, number, number]> = [];
+    const held = new Set<string>();
+    for (const name of this.log.held()) {
+      held.add(name);
+      const { stream, partition } = parseName(name);
+      if (!this.log.holds(stream, partition)) continue;
+      const o = this.log.offsets(stream, partition);
+      const sig = `${o.logStartOffset}/${o.highWatermark}`;
+      if (!full && this.pushed.get(name) === sig) continue;
+      this.pushed.set(name, sig);
+      list.push([stream, partition, o.logStartOffset, o.highWatermark]);
+    }
+    for (const name of this.pushed.keys()) if (!held.has(name)) this.pushed.delete(name);
+    if (list.length === 0 || peers.length === 0) return;
+    const body = encodeBody(list);
+    for (const peer of peers) this.channel.send(peer, 'stream.hw', body);
   }
 
   // ---------------------------------------------------------------- ownership
@@ -288,7 +338,7 @@ export class ClusterStreams implements StreamStorage {
     offset.catch(() => undefined);
     const durable = offset.then(() => undefined);
     this.stats.forwardedAppends++;
-    const f: Forward = { stream, partition, batch: Buffer.from(batch), deadline: Date.now() + 2 * this.cluster.leaseMs, tries: 0, resolve, reject };
+    const f: Forward = { stream, partition, batch: Buffer.from(batch), deadline: Date.now() + this.patienceMs, tries: 0, seq: this.seq++, resolve, reject };
     this.route(f);
     return { baseOffset: -1, offset, durable };
   }
@@ -299,12 +349,16 @@ export class ClusterStreams implements StreamStorage {
       this.appendHere(f);
       return;
     }
-    const owner = this.cluster.owner('partition', partitionName(f.stream, f.partition));
-    if (owner !== null && owner.broker !== this.cluster.id) {
-      this.enqueue(owner.broker, f);
+    const name = partitionName(f.stream, f.partition);
+    const parked = this.parked.get(name);
+    if (parked !== undefined) {
+      // Appends of a partition whose owner is being looked up wait behind the earlier ones: their order holds.
+      parked.items.push(f);
       return;
     }
-    void this.retry(f, null);
+    const owner = this.cluster.owner('partition', name);
+    if (owner !== null && owner.broker !== this.cluster.id) this.enqueue(owner.broker, f);
+    else this.retry(f, null);
   }
 
   /** The partition became this broker's while the append was on its way. */
@@ -313,42 +367,66 @@ export class ClusterStreams implements StreamStorage {
       const r = this.log.append(f.stream, f.partition, f.batch);
       r.durable.then(
         () => f.resolve(r.baseOffset),
-        (err: unknown) => (isFlowError(err) && MOVING.has(err.code) ? void this.retry(f, err) : f.reject(err)),
+        (err: unknown) => (isFlowError(err) && MOVING.has(err.code) ? this.retry(f, err) : f.reject(err)),
       );
     } catch (err) {
-      if (isFlowError(err) && MOVING.has(err.code)) void this.retry(f, err);
+      if (isFlowError(err) && MOVING.has(err.code)) this.retry(f, err);
       else f.reject(err);
     }
   }
 
-  /** After a pause, looks the owner up in the store and routes the append again; fails past its deadline. */
-  private async retry(f: Forward, why: unknown): Promise<void> {
-    if (f.tries > 0) this.stats.forwardRetries++;
-    const pause = Math.min(MAX_RETRY_PAUSE_MS, FIRST_RETRY_PAUSE_MS * 2 ** f.tries);
-    f.tries++;
-    if (Date.now() + pause > f.deadline || this.closed) {
-      this.stats.forwardFailures++;
-      f.reject(new FlowError('UNAVAILABLE', `partition ${f.stream}/${f.partition} has no reachable owner now; retry`, { cause: why }));
+  /**
+   * The append's owner is unknown, moving or unreachable: it waits with the partition's other such appends (in
+   * the order they were made) while the owner is looked up in the store, again and again with a growing pause,
+   * each append failing with UNAVAILABLE once past its deadline.
+   */
+  private retry(f: Forward, why: unknown): void {
+    if (f.tries++ > 0) this.stats.forwardRetries++;
+    if (why !== null) f.why = why;
+    const name = partitionName(f.stream, f.partition);
+    const parked = this.parked.get(name);
+    if (parked !== undefined) {
+      parked.items.push(f);
       return;
     }
-    if (f.tries > 1) await sleep(pause);
-    const name = partitionName(f.stream, f.partition);
-    let owner: { broker: number; epoch: number } | null = null;
-    try {
-      owner = await this.cluster.lookup('partition', name);
-    } catch (err) {
-      why = err;
-    }
-    if (this.log.holds(f.stream, f.partition)) {
-      this.appendHere(f);
-    } else if (owner !== null && owner.broker !== this.cluster.id) {
-      this.enqueue(owner.broker, f);
-    } else {
+    const p = { items: [f], tries: 0 };
+    this.parked.set(name, p);
+    void this.resolveOwner(name, p);
+  }
+
+  private async resolveOwner(name: string, parked: { items: Forward[]; tries: number }): Promise<void> {
+    const { stream, partition } = parseName(name);
+    for (;;) {
+      if (parked.tries > 0) await sleep(Math.min(MAX_RETRY_PAUSE_MS, FIRST_RETRY_PAUSE_MS * 2 ** (parked.tries - 1)));
+      parked.tries++;
+      const now = Date.now();
+      parked.items = parked.items.filter((f) => {
+        if (f.deadline > now && !this.closed) return true;
+        this.stats.forwardFailures++;
+        f.reject(new FlowError('UNAVAILABLE', `partition ${name} has no reachable owner now; retry`, { cause: f.why }));
+        return false;
+      });
+      if (parked.items.length === 0) break;
+      let owner: { broker: number; epoch: number } | null = null;
+      try {
+        owner = await this.cluster.lookup('partition', name);
+      } catch (err) {
+        for (const f of parked.items) f.why = err;
+      }
+      if (this.log.holds(stream, partition) || (owner !== null && owner.broker !== this.cluster.id)) {
+        this.parked.delete(name);
+        // In the order the appends were made (a failed request's come back after later ones were parked).
+        parked.items.sort((a, b) => a.seq - b.seq);
+        for (const f of parked.items) {
+          if (this.log.holds(stream, partition)) this.appendHere(f);
+          else this.enqueue(owner!.broker, f);
+        }
+        return;
+      }
       // Nobody live owns it (its owner died, or it is being handed over, or it is new): reconcile, wait, look again.
       this.cluster.kick();
-      await sleep(pause);
-      void this.retry(f, why);
     }
+    this.parked.delete(name);
   }
 
   private enqueue(broker: number, f: Forward): void {
@@ -389,7 +467,7 @@ export class ClusterStreams implements StreamStorage {
     } catch (err) {
       // The whole request failed (the owner is unreachable, or did not answer): each append looks for its owner again.
       for (const f of items) {
-        if (isFlowError(err) && (MOVING.has(err.code) || err.code === 'CLOSED')) void this.retry(f, err);
+        if (isFlowError(err) && (MOVING.has(err.code) || err.code === 'CLOSED')) this.retry(f, err);
         else f.reject(err);
       }
       return;
@@ -399,7 +477,7 @@ export class ClusterStreams implements StreamStorage {
       if ('o' in a) {
         this.noteOffsets(partitionName(f.stream, f.partition), { logStartOffset: a.l, highWatermark: a.h });
         f.resolve(a.o);
-      } else if (MOVING.has(a.e)) void this.retry(f, new FlowError(a.e as 'NOT_OWNER', a.m));
+      } else if (MOVING.has(a.e)) this.retry(f, new FlowError(a.e as 'NOT_OWNER', a.m));
       else f.reject(new FlowError(a.e as 'STORAGE_ERROR', a.m));
     });
   }
@@ -407,6 +485,15 @@ export class ClusterStreams implements StreamStorage {
   // ---------------------------------------------------------------- the owner's side
 
   private serve(): void {
+    this.channel.on('stream.hw', (_from, body) => {
+      try {
+        for (const [s, p, l, h] of decodeBody<Array<[string, number, number, number]>>(body).head) {
+          if (!this.log.holds(s, p)) this.noteOffsets(partitionName(s, p), { logStartOffset: l, highWatermark: h });
+        }
+      } catch (err) {
+        this.logger.debug({ err }, 'cluster streams: bad stream.hw message');
+      }
+    });
     this.channel.handle('stream.append', (_from, body) => this.serveAppends(body));
     this.channel.handle('stream.read', async (_from, body) => {
       const { head } = decodeBody<{ s: string; p: number; o: number; m: number }>(body);
@@ -472,11 +559,11 @@ export class ClusterStreams implements StreamStorage {
 
   /**
    * Runs `local` when the partition is served here, else `remote` at its owner; NOT_OWNER, FENCED and UNAVAILABLE
-   * look the owner up again and retry, for up to two leases.
+   * look the owner up again and retry, for up to three leases.
    */
   private async atOwner<T>(stream: string, partition: number, local: () => Promise<T>, remote: (broker: number) => Promise<T>): Promise<T> {
     const name = partitionName(stream, partition);
-    const deadline = Date.now() + 2 * this.cluster.leaseMs;
+    const deadline = Date.now() + this.patienceMs;
     let last: unknown = null;
     for (let tries = 0; ; tries++) {
       if (tries > 0) {

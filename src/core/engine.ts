@@ -190,8 +190,8 @@ export class Engine implements Router {
     );
   }
 
-  /** Exchanges, bindings and queues (the Router methods below delegate to it). */
-  private readonly router: RouterCore;
+  /** Exchanges, bindings and queues (the Router methods below delegate to it; cluster mode attaches to it). */
+  readonly router: RouterCore;
 
   // ---------------------------------------------------------------- streams
 

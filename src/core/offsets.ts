@@ -18,8 +18,12 @@ export interface CommittedOffset {
 export type OffsetCommit = Omit<CommittedOffset, 'group' | 'committedAt'>;
 
 export interface OffsetStore {
-  /** Stores several offsets of one group atomically (all or none); NOT_FOUND if a stream does not exist. */
-  commitOffsets(group: string, offsets: OffsetCommit[]): Promise<void>;
+  /**
+   * Stores several offsets of one group atomically (all or none); NOT_FOUND if a stream does not exist.
+   * `fence` (cluster mode): the group's ownership epoch; the write is refused with FENCED unless the group's owner
+   * row still holds it (a coordinator whose group moved can no longer commit). Stores outside a cluster ignore it.
+   */
+  commitOffsets(group: string, offsets: OffsetCommit[], fence?: number): Promise<void>;
   fetchOffset(group: string, stream: string, partition: number): Promise<CommittedOffset | null>;
   /** Every committed offset of a group, ordered by stream and partition. */
   listOffsets(group: string): Promise<CommittedOffset[]>;
@@ -45,7 +49,7 @@ export class MemoryOffsetStore implements OffsetStore, ProducerIdStore {
   /** Streams a commit may name; unset: any. */
   constructor(private readonly streamExists?: (stream: string) => boolean) {}
 
-  async commitOffsets(group: string, offsets: OffsetCommit[]): Promise<void> {
+  async commitOffsets(group: string, offsets: OffsetCommit[], _fence?: number): Promise<void> {
     for (const o of offsets) {
       if (this.streamExists && !this.streamExists(o.stream)) throw new FlowError('NOT_FOUND', `stream "${o.stream}" not found`);
     }

@@ -88,6 +88,12 @@ export interface QueueStore {
   dropQueue(queue: string): Promise<void>;
   close(): Promise<void>;
   figures?(): Record<string, unknown>;
+  /**
+   * Cluster mode: fences the queue's writes (appends, removes, delivery counts, purge, drop) by the queue's owner
+   * epoch (`flowmq_owner_check('queue', name, epoch)` in the same transaction), so that a broker that lost the queue
+   * can never write it again; null stops fencing (the queue was handed over). Backends without owner rows omit it.
+   */
+  fence?(queue: string, epoch: number | null): void;
 }
 
 /** A delivery handed to a consumer (or returned by get). */
@@ -175,6 +181,13 @@ export interface QueueRuntime extends QueueHandle {
   close(): void;
   /** Counts as a use for x-expires (RabbitMQ: a re-declaration does); optional for runtimes without expiry. */
   touch?(): void;
+  /**
+   * Cluster mode: the queue was deleted by another broker: cancel the consumers here (cancelled()) and stop, without
+   * touching its storage (its owner drops it).
+   */
+  detach?(): void;
+  /** Cluster mode: brings stats() up to date from the queue's owner (before a declare-ok or a delete's checks). */
+  refresh?(): Promise<void>;
 }
 
 export type QueueFactory = (def: QueueDef, store: QueueStore | null, hooks: QueueHooks) => QueueRuntime;

@@ -45,6 +45,20 @@ export interface RouterHost {
   writeRefusal(): FlowError | null;
 }
 
+/**
+ * Cluster mode (src/cluster/queues.ts): persisted queues are owned by one broker each; every broker keeps every
+ * durable definition (the catalog is shared) and routes locally, to a runtime that serves the queue here or forwards
+ * to its owner.
+ */
+export interface RouterCluster {
+  /** Makes the runtime of a persisted queue (durable, not exclusive). */
+  factory: QueueFactory;
+  /** A durable exchange, queue or binding changed in the catalog: the other brokers reload it. */
+  changed(): void;
+  /** A persisted queue was declared here: claims it at once when placement picks this broker. */
+  declared(name: string): Promise<void>;
+}
+
 interface BindingEntry {
   readonly def: BindingDef;
   readonly id: string;
@@ -134,6 +148,8 @@ export class RouterCore {
   /** The unified topic space's exchange state (its trie holds the queue/exchange bindings on amq.topic). */
   readonly topicSpace: XState;
   private readonly hooks: QueueHooks;
+  /** Cluster mode (null on a single broker: nothing below changes). */
+  private cluster: RouterCluster | null = null;
 
   constructor(
     private readonly host: RouterHost,
@@ -153,6 +169,56 @@ export class RouterCore {
         if (this.queues.get(def.name)?.def === def) this.deleteQueue(def.name).catch(() => undefined);
       },
     };
+  }
+
+  /** Cluster mode: before load(). */
+  setCluster(c: RouterCluster): void {
+    this.cluster = c;
+  }
+
+  /**
+   * Cluster mode: brings the durable definitions up to date with the shared catalog (another broker declared or
+   * deleted an exchange, queue or binding). Only persisted things are compared: non-durable exchanges and exclusive
+   * or non-durable queues are local to the broker that declared them.
+   */
+  async sync(): Promise<void> {
+    const [xs, qs, bs] = await Promise.all([this.store.listExchanges(), this.store.listQueues(), this.store.listBindings()]);
+    const xNames = new Set(xs.map((d) => d.name));
+    for (const def of xs) if (!this.exchanges.has(def.name)) this.exchanges.set(def.name, this.newState(def, false));
+    for (const [name, x] of [...this.exchanges]) {
+      if (x.builtin || !x.def.durable || xNames.has(name)) continue;
+      this.exchanges.delete(name);
+      for (const b of [...x.bindings.values()]) this.unindex(b);
+      this.dropBindingsTo('exchange', name);
+    }
+    const qNames = new Set(qs.map((d) => d.name));
+    for (const def of qs) {
+      if (this.queues.has(def.name) || this.creating.has(def.name)) continue;
+      const q = this.makeQueue({ ...def, exclusiveOwner: null });
+      await q.open();
+      if (!this.queues.has(def.name)) this.queues.set(def.name, q);
+      else q.close();
+    }
+    for (const [name, q] of [...this.queues]) {
+      if (!persisted(q.def) || qNames.has(name) || this.creating.has(name)) continue;
+      this.queues.delete(name);
+      this.dropBindingsTo('queue', name);
+      if (q.detach) q.detach();
+      else q.close();
+    }
+    const want = new Set<string>();
+    for (const b of bs) {
+      want.add(bindingKey(b));
+      if (!this.exchanges.has(b.source) || !this.destinationExists(b)) continue;
+      try {
+        this.index(this.entry(b));
+      } catch {
+        // A stored key this version refuses: not routable, as at load.
+      }
+    }
+    for (const x of this.exchanges.values()) {
+      for (const e of [...x.bindings.values()]) if (!want.has(e.id) && this.isDurable(e.def)) this.unindex(e);
+    }
   }
 
   /** Queue and exchange bindings on the unified topic space: MQTT and Kafka publishes consult them when > 0. */
@@ -230,6 +296,7 @@ export class RouterCore {
     const now = this.exchanges.get(def.name);
     if (now) return now.def;
     this.exchanges.set(def.name, this.newState(def, false));
+    if (def.durable) this.cluster?.changed();
     return def;
   }
 
@@ -243,6 +310,7 @@ export class RouterCore {
     for (const b of [...x.bindings.values()]) this.unindex(b);
     const sources = this.dropBindingsTo('exchange', name);
     if (x.def.durable) await this.store.deleteExchange(name);
+    if (x.def.durable) this.cluster?.changed();
     await this.autoDeleteSources(sources);
   }
 
@@ -260,8 +328,11 @@ export class RouterCore {
     if (req.name !== '') {
       const pending = this.creating.get(req.name);
       if (pending) await pending.catch(() => undefined);
+      // Cluster mode: another broker may have declared it a moment ago (its notification still on its way).
+      if (this.cluster !== null && !this.queues.has(req.name)) await this.sync();
       const q = this.queues.get(req.name);
       if (q) {
+        if (q.refresh) await q.refresh().catch(() => undefined);
         // RabbitMQ x-expires: a re-declaration (passive too) counts as a use.
         q.touch?.();
         // RabbitMQ: another connection's exclusive queue is 405 resource-locked, passive or not.
@@ -300,15 +371,22 @@ export class RouterCore {
       return q;
     })();
     this.creating.set(name, create);
+    let q: QueueRuntime;
     try {
-      return await create;
+      q = await create;
     } finally {
       if (this.creating.get(name) === create) this.creating.delete(name);
     }
+    if (this.cluster !== null && persisted(def)) {
+      this.cluster.changed();
+      await this.cluster.declared(name);
+    }
+    return q;
   }
 
   private makeQueue(def: QueueDef): QueueRuntime {
     if (!this.factory) throw new FlowError('INVALID_ARGUMENT', 'this engine has no queue runtime');
+    if (this.cluster !== null && persisted(def)) return this.cluster.factory(def, this.queueStore, this.hooks);
     return this.factory(def, persisted(def) ? this.queueStore : null, this.hooks);
   }
 
@@ -316,12 +394,14 @@ export class RouterCore {
     const q = this.queues.get(name);
     // RabbitMQ: queue.delete of a queue that does not exist succeeds with message-count 0.
     if (!q) return 0;
+    if (q.refresh && (opts.ifUnused || opts.ifEmpty)) await q.refresh().catch(() => undefined);
     const s = q.stats();
     if (opts.ifUnused && s.consumers > 0) throw new FlowError('PRECONDITION_FAILED', `queue '${name}' in use`);
     if (opts.ifEmpty && s.ready > 0) throw new FlowError('PRECONDITION_FAILED', `queue '${name}' not empty`);
     this.queues.delete(name);
     const sources = this.dropBindingsTo('queue', name);
     if (persisted(q.def)) await this.store.deleteQueue(name);
+    if (persisted(q.def)) this.cluster?.changed();
     const n = await q.destroy();
     await this.autoDeleteSources(sources);
     return n;
@@ -352,6 +432,7 @@ export class RouterCore {
     const durable = set ? [...set].filter((e) => this.exchanges.get(e.def.source)?.def.durable).map((e) => e.def) : [];
     const sources = this.dropBindingsTo('stream', name);
     for (const b of durable) await this.store.deleteBinding(b);
+    if (durable.length > 0) this.cluster?.changed();
     await this.autoDeleteSources(sources);
   }
 
@@ -458,10 +539,12 @@ export class RouterCore {
     const e = this.entry(b);
     if (this.exchanges.get(b.source)!.bindings.has(e.id)) return;
     // A binding is durable when both ends are (RabbitMQ); exclusive queues are never persisted.
-    if (this.isDurable(b)) await this.store.putBinding(e.def);
+    const durable = this.isDurable(b);
+    if (durable) await this.store.putBinding(e.def);
     // The ends may have gone while we awaited.
     if (!this.exchanges.has(b.source) || !this.destinationExists(b)) return;
     this.index(e);
+    if (durable) this.cluster?.changed();
   }
 
   async unbind(b: BindingDef): Promise<void> {
@@ -472,7 +555,10 @@ export class RouterCore {
     // RabbitMQ: unbinding a binding that does not exist succeeds.
     if (!e) return;
     this.unindex(e);
-    if (this.isDurable(b)) await this.store.deleteBinding(e.def);
+    if (this.isDurable(b)) {
+      await this.store.deleteBinding(e.def);
+      this.cluster?.changed();
+    }
     await this.autoDeleteSources([x]);
   }
 

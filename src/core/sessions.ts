@@ -30,6 +30,12 @@ export interface QueuedEntry {
 }
 
 /**
+ * Fencing (cluster mode): a write given `fence`, the epoch under which the writing broker owns the session (its
+ * 'session' owner row, src/cluster), is refused with FlowError FENCED, with nothing written, unless the owner row
+ * still holds that epoch: a broker that lost the session (another took it over, or its lease expired) can never
+ * write to it again. Only a store shared by brokers checks it (PostgreSQL, in the same statement as the write;
+ * MemorySessionStore when given a `fence` check for tests); the embedded SQLite store, never clustered, ignores it.
+ *
  * Order: calls naming the same client id take effect in the order they were issued, awaited or not, and a read
  * sees every write issued before it (the metastore's per-key order; see src/storage/metastore/types.ts).
  *
@@ -41,14 +47,14 @@ export interface QueuedEntry {
 export interface SessionStore {
   getSession(clientId: string): Promise<SessionRecord | null>;
   /** Creates or replaces the record; the queue is left as it is. */
-  putSession(rec: SessionRecord): Promise<void>;
+  putSession(rec: SessionRecord, fence?: number): Promise<void>;
   /** Removes the record and its queue; no error when absent. */
-  deleteSession(clientId: string): Promise<void>;
+  deleteSession(clientId: string, fence?: number): Promise<void>;
   listSessions(protocol: string): Promise<SessionRecord[]>;
   /** Up to `limit` entries, oldest first. */
   readQueue(clientId: string, limit: number): Promise<QueuedEntry[]>;
   /** Removes every entry with seq <= `upTo`. */
-  ackQueue(clientId: string, upTo: number): Promise<void>;
+  ackQueue(clientId: string, upTo: number, fence?: number): Promise<void>;
   /**
    * Applies one batch of changes to a session's queue atomically, in this order: entries rewritten in place
    * (`replace`, same seq), entries removed by seq (`remove`), then `append` (oldest first); when the queue then
@@ -59,7 +65,7 @@ export interface SessionStore {
    * remove its own entries later: this is how a protocol adapter keeps the in-flight messages of a connected
    * session in the store (write-through).
    */
-  updateQueue(clientId: string, changes: QueueChanges, maxLength: number): Promise<{ seqs: number[]; dropped: number }>;
+  updateQueue(clientId: string, changes: QueueChanges, maxLength: number, fence?: number): Promise<{ seqs: number[]; dropped: number }>;
 }
 
 export interface QueueChanges {
@@ -89,14 +95,26 @@ export class MemorySessionStore implements SessionStore {
   private readonly queues = new Map<string, QueuedEntry[]>();
   private seq = 0;
 
+  /**
+   * `fence`: how a write given an epoch is checked (throws FENCED), e.g. MemoryClusterStore.check for the
+   * 'session' kind; without it epochs are ignored.
+   */
+  constructor(private readonly opts: { fence?: (clientId: string, epoch: number) => void } = {}) {}
+
+  private fenced(clientId: string, epoch: number | undefined): void {
+    if (epoch !== undefined && this.opts.fence) this.opts.fence(clientId, epoch);
+  }
+
   async getSession(clientId: string): Promise<SessionRecord | null> {
     const r = this.records.get(clientId);
     return r ? { ...r } : null;
   }
-  async putSession(rec: SessionRecord): Promise<void> {
+  async putSession(rec: SessionRecord, fence?: number): Promise<void> {
+    this.fenced(rec.clientId, fence);
     this.records.set(rec.clientId, { ...rec });
   }
-  async deleteSession(clientId: string): Promise<void> {
+  async deleteSession(clientId: string, fence?: number): Promise<void> {
+    this.fenced(clientId, fence);
     this.records.delete(clientId);
     this.queues.delete(clientId);
   }
@@ -106,15 +124,17 @@ export class MemorySessionStore implements SessionStore {
   async readQueue(clientId: string, limit: number): Promise<QueuedEntry[]> {
     return (this.queues.get(clientId) ?? []).slice(0, limit);
   }
-  async ackQueue(clientId: string, upTo: number): Promise<void> {
+  async ackQueue(clientId: string, upTo: number, fence?: number): Promise<void> {
+    this.fenced(clientId, fence);
     const q = this.queues.get(clientId);
     if (!q) return;
     let k = 0;
     while (k < q.length && q[k].seq <= upTo) k++;
     q.splice(0, k);
   }
-  async updateQueue(clientId: string, changes: QueueChanges, maxLength: number): Promise<{ seqs: number[]; dropped: number }> {
+  async updateQueue(clientId: string, changes: QueueChanges, maxLength: number, fence?: number): Promise<{ seqs: number[]; dropped: number }> {
     checkMax(maxLength);
+    this.fenced(clientId, fence);
     let q = this.queues.get(clientId);
     if (!q) this.queues.set(clientId, (q = []));
     for (const r of changes.replace ?? []) {

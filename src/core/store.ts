@@ -62,8 +62,8 @@ export class MemoryStore implements CoreStore {
     return [...this.defs.values()].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
   }
 
-  commitOffsets(group: string, offsets: OffsetCommit[]): Promise<void> {
-    return this.offsetStore.commitOffsets(group, offsets);
+  commitOffsets(group: string, offsets: OffsetCommit[], fence?: number): Promise<void> {
+    return this.offsetStore.commitOffsets(group, offsets, fence);
   }
   fetchOffset(group: string, stream: string, partition: number): Promise<CommittedOffset | null> {
     return this.offsetStore.fetchOffset(group, stream, partition);
@@ -84,11 +84,11 @@ export class MemoryStore implements CoreStore {
   getSession(clientId: string): Promise<SessionRecord | null> {
     return this.sessionStore.getSession(clientId);
   }
-  putSession(rec: SessionRecord): Promise<void> {
-    return this.sessionStore.putSession(rec);
+  putSession(rec: SessionRecord, fence?: number): Promise<void> {
+    return this.sessionStore.putSession(rec, fence);
   }
-  deleteSession(clientId: string): Promise<void> {
-    return this.sessionStore.deleteSession(clientId);
+  deleteSession(clientId: string, fence?: number): Promise<void> {
+    return this.sessionStore.deleteSession(clientId, fence);
   }
   listSessions(protocol: string): Promise<SessionRecord[]> {
     return this.sessionStore.listSessions(protocol);
@@ -96,11 +96,11 @@ export class MemoryStore implements CoreStore {
   readQueue(clientId: string, limit: number): Promise<QueuedEntry[]> {
     return this.sessionStore.readQueue(clientId, limit);
   }
-  ackQueue(clientId: string, upTo: number): Promise<void> {
-    return this.sessionStore.ackQueue(clientId, upTo);
+  ackQueue(clientId: string, upTo: number, fence?: number): Promise<void> {
+    return this.sessionStore.ackQueue(clientId, upTo, fence);
   }
-  updateQueue(clientId: string, changes: QueueChanges, maxLength: number): Promise<{ seqs: number[]; dropped: number }> {
-    return this.sessionStore.updateQueue(clientId, changes, maxLength);
+  updateQueue(clientId: string, changes: QueueChanges, maxLength: number, fence?: number): Promise<{ seqs: number[]; dropped: number }> {
+    return this.sessionStore.updateQueue(clientId, changes, maxLength, fence);
   }
 
   putRetained(topic: string, data: Buffer): Promise<void> {

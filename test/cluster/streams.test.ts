@@ -220,6 +220,10 @@ describe('cluster streams: partitions owned across brokers', () => {
         );
         assert.deepEqual(await readAll(a.engine, 'handover', p), want, `partition ${p} read on broker 1`);
         assert.deepEqual(await readAll(b.engine, 'handover', p), want, `partition ${p} read on broker 2`);
+        // offsets() is synchronous: a remote partition's come from what its owner pushes.
+        for (const n of [a, b]) {
+          await until(() => n.engine.offsets('handover', p).highWatermark === want.length, `broker ${n.id} to see partition ${p}'s offsets`, 5000);
+        }
       }
     } finally {
       await b?.close();

@@ -8,4 +8,4 @@ import { walConformance } from './wal.suite.js';
 import { databasePerDir } from './postgres-fixture.js';
 
 const database = databasePerDir();
-walConformance('PostgresWal', async (dir) => PostgresWal.open({ url: await database(dir) }));
+walConformance('PostgresWal', async (dir) => PostgresWal.open({ url: await database(dir) }), { shared: true });

@@ -58,7 +58,12 @@ function assertSameEntries(actual: WalEntry[], expected: WalEntry[]): void {
   }
 }
 
-export function walConformance(name: string, open: (dir: string, io?: FileOpener) => Promise<WriteAheadLog>): void {
+export function walConformance(
+  name: string,
+  open: (dir: string, io?: FileOpener) => Promise<WriteAheadLog>,
+  /** `shared`: several writers (brokers of a cluster) may open the same log at once; it has replayKey. */
+  opts: { shared?: boolean } = {},
+): void {
   describe(`WriteAheadLog conformance: ${name}`, () => {
     let root = '';
     let n = 0;
@@ -230,6 +235,38 @@ export function walConformance(name: string, open: (dir: string, io?: FileOpener
         assertSameEntries([last], [e]);
       }
       await again.wal.close();
+    });
+
+    if (opts.shared) it('replayKey (a WAL shared by brokers): one key\'s entries past an offset, in order, whoever wrote them', async () => {
+      const dir = freshDir();
+      const { wal: a } = await openReplayed(dir);
+      assert.equal(typeof a.replayKey, 'function', 'a shared WAL has replayKey');
+      // Two writers of one log (two brokers): the first writes k/0 and k/1, hands k/0 over; the second fences k/0
+      // with a later epoch, reads it back and goes on.
+      const b = await open(dir);
+      const first = [entry('k/0', 0, 2, 64, 1), entry('k/1', 0, 1, 64, 1), entry('k/0', 2, 3, 64, 1)];
+      for (const e of first) await a.append(e);
+      await b.fence('k/0', 2);
+      const got: WalEntry[] = [];
+      await b.replayKey!('k/0', (e) => got.push(e));
+      assertSameEntries(got, [first[0], first[2]]);
+      assert.ok(got.every((e) => e.key === 'k/0' && e.epoch === 1));
+      await assert.rejects(a.append(entry('k/0', 5, 1, 64, 1)), (e: unknown) => isFlowError(e, 'FENCED'), 'the old writer is fenced');
+      const next = entry('k/0', 5, 2, 64, 2);
+      await b.append(next);
+      const after2: WalEntry[] = [];
+      await b.replayKey!('k/0', (e) => after2.push(e), 2);
+      assertSameEntries(after2, [first[2], next]);
+      // Trimming k/0 on the second writer leaves the first writer's k/1 alone.
+      await b.trim((key) => (key === 'k/0' ? 7 : 0));
+      const rest: WalEntry[] = [];
+      await a.replayKey!('k/1', (e) => rest.push(e));
+      assertSameEntries(rest, [first[1]]);
+      const none: WalEntry[] = [];
+      await a.replayKey!('k/0', (e) => none.push(e));
+      assert.deepEqual(none, []);
+      await a.close();
+      await b.close();
     });
 
     describe('ownership epochs (fencing)', () => {

@@ -7,15 +7,22 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
 import mqtt from 'mqtt';
+import { chromium, type Browser, type Page } from 'playwright-core';
 import { startCluster, startRefused, type TestCluster } from '../helpers/cluster.js';
+
+const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 
 describe('cluster harness: three brokers, membership, kill -9', { timeout: 90_000 }, () => {
   let c: TestCluster;
+  let browser: Browser | null = null;
+  let page: Page | null = null;
   before(async () => {
     c = await startCluster({ brokers: 3, leaseMs: 1500 });
   });
   after(async () => {
+    await browser?.close();
     await c?.close();
   });
 
@@ -56,6 +63,21 @@ describe('cluster harness: three brokers, membership, kill -9', { timeout: 90_00
     assert.deepEqual(parsed.brokers.map((b) => b.id), [1, 2, 3]);
   });
 
+  it("the dashboard's Cluster page shows the three brokers (chromium)", async () => {
+    assert.ok(existsSync(CHROMIUM), `${CHROMIUM} missing (apt-get install chromium)`);
+    browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: process.getuid?.() === 0 ? ['--no-sandbox'] : [] });
+    page = await (await browser.newContext()).newPage();
+    // No user exists: the page on the broker's machine acts as the bootstrap administrator.
+    await page.goto(`${c.broker(1).http}/#/cluster`);
+    await page.locator('tr[data-broker]').nth(2).waitFor({ timeout: 15_000 });
+    const states = await page.$$eval('tr[data-broker]', (rows) => rows.map((r) => [r.getAttribute('data-broker'), r.getAttribute('data-state')]));
+    assert.deepEqual(states, [['1', 'alive'], ['2', 'alive'], ['3', 'alive']]);
+    const text = await page.innerText('#view');
+    assert.match(text, /3 alive of 3 registered/);
+    assert.match(text, /this one/);
+    assert.doesNotMatch(text, /\bnull\b|\bundefined\b|\bNaN\b|\[object Object\]/, text);
+  });
+
   it('HAProxy in front reaches a broker (MQTT round trip through the proxy)', async () => {
     assert.ok(c.haproxy);
     const client = await mqtt.connectAsync(c.haproxy.mqttUrl, { clientId: 'via-proxy', protocolVersion: 5, reconnectPeriod: 0 });
@@ -81,6 +103,8 @@ describe('cluster harness: three brokers, membership, kill -9', { timeout: 90_00
     // The two survivors agree.
     const s2 = await c.status({ via: 2 });
     assert.deepEqual(s2.brokers.filter((b) => b.alive).map((b) => b.id), [1, 2]);
+    // The dashboard's page follows by itself (it refreshes every 2 s).
+    await page!.locator('tr[data-broker="3"][data-state="dead"]').waitFor({ timeout: 10_000 });
   });
 
   it('a new broker joins the running cluster', async () => {

@@ -381,6 +381,57 @@ export class TestCluster {
     }
   }
 
+  /** Every item of a paged admin API list (`{items, next}`) of one broker. */
+  async list<T = Record<string, unknown>>(path: string, via?: number): Promise<T[]> {
+    const out: T[] = [];
+    let cursor: string | null = null;
+    do {
+      const sep = path.includes('?') ? '&' : '?';
+      const page: { items: T[]; next: string | null } = await this.api(`${path}${sep}limit=1000${cursor ? `&cursor=${cursor}` : ''}`, via);
+      out.push(...page.items);
+      cursor = page.next;
+    } while (cursor !== null);
+    return out;
+  }
+
+  /**
+   * Until every running broker knows the definitions (streams, queues, bindings of a queue to a key): they travel
+   * between brokers by NOTIFY, so a broker routes a publish into a stream or queue declared on another only once
+   * it heard of it.
+   */
+  async waitCatalog(o: { streams?: string[]; queues?: string[]; bindings?: Array<{ queue: string; key: string }> }, timeoutMs = 15_000): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    let why = '';
+    for (;;) {
+      why = '';
+      try {
+        for (const b of this.running) {
+          if (o.streams) {
+            const have = new Set((await this.list<{ name: string }>('/api/v1/streams', b.id)).map((x) => x.name));
+            const missing = o.streams.filter((n) => !have.has(n));
+            if (missing.length > 0) why = `broker ${b.id} does not know the streams ${missing.join(', ')}`;
+          }
+          if (!why && o.queues) {
+            const have = new Set((await this.list<{ name: string }>('/api/v1/queues', b.id)).map((x) => x.name));
+            const missing = o.queues.filter((n) => !have.has(n));
+            if (missing.length > 0) why = `broker ${b.id} does not know the queues ${missing.join(', ')}`;
+          }
+          if (!why && o.bindings) {
+            const have = await this.list<{ destination: string; key: string }>('/api/v1/bindings', b.id);
+            const missing = o.bindings.filter((w) => !have.some((x) => x.destination === w.queue && x.key === w.key));
+            if (missing.length > 0) why = `broker ${b.id} does not know the bindings ${JSON.stringify(missing)}`;
+          }
+          if (why) break;
+        }
+      } catch (err) {
+        why = (err as Error).message;
+      }
+      if (why === '') return;
+      if (Date.now() > deadline) throw new Error(`definitions did not reach every broker: ${why}`);
+      await sleep(100);
+    }
+  }
+
   /** Runs the `flowmq` CLI against a running broker. */
   cli(args: string[], via?: number): Promise<RunResult> {
     const b = via !== undefined ? this.broker(via) : this.running[0];

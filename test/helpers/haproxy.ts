@@ -58,7 +58,7 @@ export function haproxyAvailable(): boolean {
 export function haproxyConfig(frontends: Record<ProxiedProtocol, number>, backends: readonly ProxyBackend[], host = '127.0.0.1'): string {
   const lines = [
     'global',
-    '  maxconn 20000',
+    '  maxconn 4000',
     '',
     'defaults',
     '  mode tcp',

@@ -12,8 +12,9 @@ import * as users from './pages/users.js';
 import * as policies from './pages/policies.js';
 import * as namespaces from './pages/namespaces.js';
 import * as health from './pages/health.js';
+import * as cluster from './pages/cluster.js';
 
-const PAGES = { overview, connections, streams, queues, groups, users, policies, namespaces, health };
+const PAGES = { overview, connections, streams, queues, groups, users, policies, namespaces, health, cluster };
 
 const view = document.getElementById('view');
 /**

@@ -20,6 +20,7 @@ import { LogLimiter } from '../log-limit.js';
 import type { Route } from './route.js';
 import { GroupCoordinator } from './groups/coordinator.js';
 import { ProducerIdAllocator } from './handlers/producer.js';
+import { KafkaCluster } from './cluster.js';
 // Registers the snappy, lz4 and zstd decompressors with the core.
 import './compression.js';
 
@@ -33,7 +34,7 @@ export class KafkaAdapter {
   /** Ranges advertised by ApiVersions: exactly the APIs with a route. */
   readonly apiVersions: ApiVersionRange[];
   private readonly creating = new Map<string, Promise<void>>();
-  /** Coordinator of every consumer group (this broker coordinates them all in embedded mode). */
+  /** Coordinator of the consumer groups: all of them on a single broker, those placed here in a cluster. */
   readonly groups: GroupCoordinator;
   readonly producerIds: ProducerIdStore;
   readonly producerIdAllocator: ProducerIdAllocator;
@@ -43,6 +44,8 @@ export class KafkaAdapter {
   readonly frames: FramePool;
   /** Client-triggered log lines (protocol errors, refused requests, timeouts) at a bounded rate per address. */
   readonly logLimit: LogLimiter;
+  /** Cluster mode: brokers, partition leaders and group coordinators (cluster.ts); null on a single broker. */
+  readonly cluster: KafkaCluster | null;
 
   constructor(
     ctx: AdapterContext,
@@ -62,6 +65,7 @@ export class KafkaAdapter {
       maxSessionTimeoutMs: options.groupMaxSessionTimeoutMs,
       initialRebalanceDelayMs: options.groupInitialRebalanceDelayMs,
     });
+    this.cluster = options.cluster ? new KafkaCluster(options.cluster, this.groups, ctx.logger.child({ component: 'kafka-cluster' })) : null;
     // The SASL APIs are offered only when there is something to authenticate against.
     const offered = options.sasl ? routes : routes.filter((r) => r.codec.apiKey !== ApiKey.SaslHandshake && r.codec.apiKey !== ApiKey.SaslAuthenticate);
     this.routeByKey = new Map(offered.map((r) => [r.codec.apiKey, r]));

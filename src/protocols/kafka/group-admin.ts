@@ -10,6 +10,7 @@ import { FlowError, type Engine } from '../../core/index.js';
 import type { ConsumerGroupAdmin, GroupDetail, GroupSummary, OffsetResetTarget } from '../types.js';
 import { KafkaErrorCode } from './codec/index.js';
 import type { GroupCoordinator } from './groups/coordinator.js';
+import type { KafkaCluster } from './cluster.js';
 
 type OffsetRow = GroupDetail['offsets'][number];
 
@@ -43,7 +44,22 @@ export class KafkaGroupAdmin implements ConsumerGroupAdmin {
   constructor(
     private readonly engine: Engine,
     private readonly groups: GroupCoordinator,
+    /** Cluster mode: members are known to the group's coordinator only, so changes are made there (see `serve`). */
+    private readonly cluster: KafkaCluster | null = null,
   ) {}
+
+  /**
+   * Cluster mode: the group's ownership epoch if this broker coordinates the group (taking it if placement gives it
+   * here), so that a reset sees the group's members and its commits are fenced like the coordinator's; a group
+   * coordinated by another broker is changed through that broker's admin API. Undefined on a single broker.
+   */
+  private async serve(name: string): Promise<number | undefined> {
+    if (this.cluster === null) return undefined;
+    const g = await this.cluster.gate(name);
+    if (g.errorCode === KafkaErrorCode.NONE) return g.epoch;
+    const at = this.cluster.coordinator(name);
+    throw new FlowError('NOT_OWNER', `consumer group "${name}" is coordinated by broker ${at ?? '(none)'}: use that broker's admin API`);
+  }
 
   private async offsets(name: string): Promise<OffsetRow[]> {
     const rows: OffsetRow[] = [];
@@ -90,6 +106,7 @@ export class KafkaGroupAdmin implements ConsumerGroupAdmin {
   }
 
   async resetOffsets(name: string, stream: string, target: OffsetResetTarget, progress?: (done: number, total: number) => void): Promise<GroupDetail> {
+    const fence = await this.serve(name);
     const d = this.groups.describe(name);
     if (d && d.members.length > 0) {
       throw new FlowError('INVALID_ARGUMENT', `group "${name}" has active members: stop its consumers before resetting offsets`);
@@ -110,13 +127,14 @@ export class KafkaGroupAdmin implements ConsumerGroupAdmin {
         if (!Number.isFinite(target.timestamp)) throw new FlowError('INVALID_ARGUMENT', 'timestamp must be a number (ms since the epoch)');
         offset = Math.min(Math.max(await this.engine.offsetForTimestamp(stream, partition, target.timestamp), logStartOffset), highWatermark);
       }
-      await this.groups.store.commitOffsets(name, [{ stream, partition, offset, metadata: null }]);
+      await this.groups.store.commitOffsets(name, [{ stream, partition, offset, metadata: null }], fence);
       progress?.(partition + 1, total);
     }
     return (await this.describe(name))!;
   }
 
   async delete(name: string): Promise<void> {
+    await this.serve(name);
     const code = await this.groups.delete(name);
     if (code === KafkaErrorCode.NONE) return;
     if (code === KafkaErrorCode.GROUP_ID_NOT_FOUND) throw new FlowError('NOT_FOUND', `consumer group "${name}" does not exist`);

@@ -36,6 +36,8 @@ export const kafkaModule: ProtocolModule = {
       sasl: accessSaslProvider(access, config.kafkaSaslMechanisms),
       access,
       anonymous,
+      // Cluster mode: brokers, leaders and coordinators from the cluster's ownership (registers the 'group' kind).
+      ...(ctx.cluster ? { cluster: ctx.cluster } : {}),
     });
     const listeners = new Map<string, ProtocolListener>();
     // The adapter's group timers stop when its last listener closes.
@@ -61,7 +63,7 @@ export const kafkaModule: ProtocolModule = {
     return {
       listeners,
       // Consumer groups for the admin API and the CLI: list with lag, describe, reset offsets, delete.
-      groups: new KafkaGroupAdmin(adapter.engine, adapter.groups),
+      groups: new KafkaGroupAdmin(adapter.engine, adapter.groups, adapter.cluster),
       // Produce latency (decoded request → durable response) as a histogram snapshot clients can diff.
       figures: () => ({ produceLatency: adapter.produceLatency.snapshot(), framePool: adapter.frames.stats(), histogramBoundsMs: HISTOGRAM_BOUNDS_MS }),
       close,

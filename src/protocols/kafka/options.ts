@@ -4,6 +4,7 @@
 import { FlowError, MAX_PARTITIONS } from '../../core/index.js';
 import type { KafkaSaslOptions } from './sasl.js';
 import type { AccessControl } from '../../control/index.js';
+import type { Cluster } from '../../cluster/index.js';
 import { DEFAULT_AHEAD_BYTES } from './frame-pool.js';
 
 export interface KafkaOptions {
@@ -76,10 +77,16 @@ export interface KafkaOptions {
    * closed at its first request that needs a principal). Default true.
    */
   anonymous?: boolean;
+  /**
+   * Cluster mode: Metadata names every broker and the partitions' owners as leaders, partitions and groups owned
+   * elsewhere are refused (NOT_LEADER_OR_FOLLOWER, NOT_COORDINATOR), see cluster.ts. The adapter registers the
+   * 'group' ownership handler, so it must be created before `cluster.begin()`.
+   */
+  cluster?: Cluster;
 }
 
-export type ResolvedKafkaOptions = Required<Omit<KafkaOptions, 'advertisedHost' | 'advertisedPort' | 'sasl' | 'access'>> &
-  Pick<KafkaOptions, 'advertisedHost' | 'advertisedPort' | 'sasl' | 'access'>;
+export type ResolvedKafkaOptions = Required<Omit<KafkaOptions, 'advertisedHost' | 'advertisedPort' | 'sasl' | 'access' | 'cluster'>> &
+  Pick<KafkaOptions, 'advertisedHost' | 'advertisedPort' | 'sasl' | 'access' | 'cluster'>;
 
 export const DEFAULT_MAX_REQUEST_BYTES = 100 * 1024 * 1024;
 /** Kafka's sasl.server.max.receive.size default. */
@@ -91,6 +98,7 @@ export function resolveKafkaOptions(opts: KafkaOptions = {}): ResolvedKafkaOptio
     advertisedPort: opts.advertisedPort,
     sasl: opts.sasl,
     access: opts.access,
+    cluster: opts.cluster,
     anonymous: opts.anonymous ?? true,
     autoCreateTopics: opts.autoCreateTopics ?? true,
     defaultPartitions: opts.defaultPartitions ?? 1,

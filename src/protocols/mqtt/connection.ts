@@ -18,6 +18,7 @@ import type { Message, QoS, QueueDelivery, Subscription } from '../../core/index
 import { FlowError, isFlowError, validateFilter } from '../../core/index.js';
 import { logKey, type LogLimitOptions } from '../log-limit.js';
 import type { AdapterContext } from '../types.js';
+import type { Cluster } from '../../cluster/index.js';
 import { storageRefusal } from '../storage-refusal.js';
 import {
   ConnackCode,
@@ -145,6 +146,11 @@ export interface MqttOptions {
    * null: everyone may do everything (stand-alone listeners, tests).
    */
   access?: AccessControl | null;
+  /**
+   * Cluster mode (the broker's `ctx.cluster`): sessions are owned ('session' kind) and taken over across brokers
+   * (src/protocols/mqtt/cluster.ts); null: a single broker.
+   */
+  cluster?: Cluster | null;
 }
 
 export type SlowConsumerPolicy = 'drop' | 'disconnect';
@@ -181,6 +187,7 @@ export const MQTT_DEFAULTS: ResolvedMqttOptions = {
   slowConsumer: 'drop',
   logLimit: {},
   access: null,
+  cluster: null,
 };
 
 class MqttConfigError extends FlowError {
@@ -549,6 +556,17 @@ export class MqttConnection implements QueueConsumerHost {
     if (this.state === State.Closed) return;
     if (this.level === 5 && this.state === State.Connected) this.send(encodeDisconnect(5, ReasonCode.SESSION_TAKEN_OVER));
     this.close('takeover');
+  }
+
+  /**
+   * Cluster mode: the session leaves this broker without its client having been taken over here: this broker hands
+   * it over as it leaves (v5 DISCONNECT 0x8B Server shutting down) or lost it (another broker owns it now: 0x8E).
+   * No will from here: the session's stored state has it for its next owner, as for a broker shutdown.
+   */
+  sessionMoved(reason: typeof ReasonCode.SERVER_SHUTTING_DOWN | typeof ReasonCode.SESSION_TAKEN_OVER): void {
+    if (this.state === State.Closed) return;
+    if (this.state === State.Connected && this.level === 5) this.send(encodeDisconnect(5, reason));
+    this.close('shutdown');
   }
 
   /** Called by the hub's shared tick: connect timeout, packet timeout, keep-alive. */
@@ -1096,7 +1114,9 @@ export class MqttConnection implements QueueConsumerHost {
     this.hub.attach(this, this.clientId, p.cleanSession, expiry, this.level, this.access).then(
       ({ session, present }) => this.connected(session, present, requested, expiry, authProps),
       (err: unknown) => {
-        this.ctx.logger.error({ clientId: this.clientId, err: errText(err) }, 'mqtt session could not be loaded');
+        // Cluster mode: UNAVAILABLE is another broker holding the session and not handing it over yet (retriable).
+        if (isFlowError(err, 'UNAVAILABLE')) this.logLimited('info', 'session unavailable', { clientId: this.clientId, remote: this.remote, err: errText(err) }, 'mqtt session not available here yet');
+        else this.ctx.logger.error({ clientId: this.clientId, err: errText(err) }, 'mqtt session could not be loaded');
         this.refuse(this.level === 5 ? ReasonCode.SERVER_UNAVAILABLE : ConnackCode.SERVER_UNAVAILABLE, 'session store failed');
       },
     );

@@ -34,6 +34,8 @@ export const mqttModule: ProtocolModule = {
       sysIntervalMs: config.mqttSysInterval,
       // Authentication, authorization, quotas and the client registry: the control plane (src/control/access.ts).
       access: ctx.access,
+      // Cluster mode: sessions owned per broker and taken over across brokers (src/protocols/mqtt/cluster.ts).
+      cluster: ctx.cluster,
     });
     const listeners = new Map<string, ProtocolListener>();
     const close = async () => {

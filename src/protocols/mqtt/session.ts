@@ -16,12 +16,13 @@
  */
 import { readFileSync } from 'node:fs';
 import type { Access } from '../../control/index.js';
-import type { Message, QoS, QueuedEntry, SessionStore, Subscriber, Subscription } from '../../core/index.js';
-import { decodeStoredMessage, encodeStoredMessage } from '../../core/index.js';
+import type { Message, QoS, QueuedEntry, SessionRecord, SessionStore, Subscriber, Subscription } from '../../core/index.js';
+import { decodeStoredMessage, encodeStoredMessage, FlowError, isFlowError } from '../../core/index.js';
 import { LogLimiter } from '../log-limit.js';
 import type { AdapterContext } from '../types.js';
-import type { Properties, ProtocolLevel, Will } from './codec/index.js';
+import { ReasonCode, type Properties, type ProtocolLevel, type Will } from './codec/index.js';
 import type { MqttConnection, ResolvedMqttOptions } from './connection.js';
+import { MqttClusterSessions } from './cluster.js';
 
 /** Session Expiry Interval meaning "never expires" (v5 section 3.1.2.11.2). */
 export const EXPIRY_NEVER = 0xffffffff;
@@ -138,6 +139,11 @@ export class MqttSession implements Subscriber {
   toRewrite: Delivery[] = [];
   toRemove: number[] = [];
   ended = false;
+  /**
+   * Cluster mode: the epoch under which this broker owns the session ('session' owner row), given with every store
+   * write so that a write after another broker took the session over is refused (FENCED). undefined: a single broker.
+   */
+  epoch: number | undefined = undefined;
   /**
    * The authorization of the identity this session acts for (its connection's, kept while offline so that what is
    * queued for it follows the policies too); null: no access control (stand-alone listeners, tests).
@@ -347,6 +353,8 @@ export class MqttHub {
   /** Someone waits for the queue writes of the flush now scheduled (see queueWrites). */
   private round: { done: Promise<void>; resolve: () => void; writes: Promise<unknown>[] } | null = null;
   private closed = false;
+  /** Cluster mode: session ownership and takeover across brokers; null on a single broker. */
+  readonly cluster: MqttClusterSessions | null;
 
   constructor(
     readonly ctx: AdapterContext,
@@ -355,6 +363,7 @@ export class MqttHub {
     // Sessions live in the core's one store (the broker's metastore), keyed by client id.
     this.store = ctx.engine.store;
     this.logLimit = new LogLimiter(ctx.logger, opts.logLimit);
+    this.cluster = opts.cluster !== null ? new MqttClusterSessions(this, opts.cluster) : null;
   }
 
   /**
@@ -393,39 +402,20 @@ export class MqttHub {
       publishesDenied: this.stats.publishesDenied,
       throttled: this.stats.throttled,
       logLinesSuppressed: this.logLimit.suppressedTotal,
+      ...(this.cluster !== null ? { cluster: this.cluster.figures() } : {}),
     };
   }
 
-  /** Loads persistent sessions from the store and starts the shared tick and the $SYS publisher. */
+  /**
+   * Loads persistent sessions from the store and starts the shared tick and the $SYS publisher. In cluster mode
+   * nothing is loaded here: a broker loads only the sessions it comes to own (a client connecting, or a dead
+   * broker's sessions placed here: MqttClusterSessions).
+   */
   async start(): Promise<void> {
-    const now = Date.now();
-    for (const rec of await this.store.listSessions('mqtt')) {
-      let state: PersistedState;
-      try {
-        state = JSON.parse(rec.state) as PersistedState;
-      } catch {
-        this.ctx.logger.warn({ clientId: rec.clientId }, 'mqtt session record is unreadable, dropping it');
-        await this.store.deleteSession(rec.clientId);
-        continue;
-      }
-      const s = this.restoreSession(rec.clientId, state);
-      // A session found attached was cut by a crash: its connection ended abnormally now, will included.
-      if (rec.expiresAt === null) {
-        s.expiresAt = state.expiry === EXPIRY_NEVER ? null : now + state.expiry * 1000;
-        if (state.will && state.will.at === undefined) {
-          const w = willFromJson(state.will);
-          const delay = w.properties?.willDelayInterval ?? 0;
-          s.pendingWill = { will: w, at: now + delay * 1000 };
-        }
-      } else {
-        s.expiresAt = rec.expiresAt;
-      }
-      if (s.expiresAt !== null && s.expiresAt <= now) {
-        this.endSession(s, 'expired');
-        continue;
-      }
-      this.persist(s);
-    }
+    if (this.cluster === null) {
+      const now = Date.now();
+      for (const rec of await this.store.listSessions('mqtt')) this.load(rec, now, undefined);
+    } else this.cluster.start();
     this.tickTimer = setInterval(() => this.tick(), this.opts.tickMs);
     this.tickTimer.unref();
     if (this.opts.sysIntervalMs > 0) {
@@ -435,6 +425,41 @@ export class MqttHub {
     }
   }
 
+  /**
+   * A stored session, offline: re-subscribed so that it queues from now on. One found attached was cut by a crash
+   * (of this broker, or in cluster mode of its previous owner): its connection ended abnormally now, will included.
+   * null when unreadable (dropped) or expired (ended).
+   */
+  load(rec: SessionRecord, now: number, epoch: number | undefined): MqttSession | null {
+    let state: PersistedState;
+    try {
+      state = JSON.parse(rec.state) as PersistedState;
+    } catch {
+      this.ctx.logger.warn({ clientId: rec.clientId }, 'mqtt session record is unreadable, dropping it');
+      void this.store.deleteSession(rec.clientId, epoch).catch((err: unknown) => this.storeFailed('deleteSession', err, rec.clientId));
+      return null;
+    }
+    const s = this.restoreSession(rec.clientId, state);
+    s.epoch = epoch;
+    if (rec.expiresAt === null) {
+      s.expiresAt = state.expiry === EXPIRY_NEVER ? null : now + state.expiry * 1000;
+      if (state.will && state.will.at === undefined) {
+        const w = willFromJson(state.will);
+        const delay = w.properties?.willDelayInterval ?? 0;
+        s.pendingWill = { will: w, at: now + delay * 1000 };
+      }
+    } else {
+      s.expiresAt = rec.expiresAt;
+    }
+    if (s.expiresAt !== null && s.expiresAt <= now) {
+      this.endSession(s, 'expired');
+      return null;
+    }
+    this.persist(s);
+    return s;
+  }
+
+  /** A session from its stored state, subscribed and in the table (offline). */
   private restoreSession(clientId: string, st: PersistedState): MqttSession {
     const s = new MqttSession(clientId, this);
     s.level = st.level;
@@ -497,8 +522,11 @@ export class MqttHub {
     /** The connection's authorization (control plane), which the session follows from now on; null: none. */
     access: Access | null = null,
   ): Promise<{ session: MqttSession; present: boolean }> {
+    // Cluster mode: own the session first (taking it over from the broker that holds it, which closes its
+    // connection of this client and hands the session over); owning it loaded it here if it is stored.
+    const epoch = this.cluster !== null ? await this.cluster.own(clientId) : undefined;
     let s = this.sessions.get(clientId);
-    if (s === undefined && !cleanStart) {
+    if (s === undefined && !cleanStart && this.cluster === null) {
       // Not in this broker's table: another broker may have left it in the store.
       const rec = await this.store.getSession(clientId);
       if (rec !== null && !this.sessions.has(clientId)) {
@@ -528,6 +556,12 @@ export class MqttHub {
     } else {
       s = new MqttSession(clientId, this);
       this.sessions.set(clientId, s);
+    }
+    if (this.cluster !== null) {
+      // Taken from us again while we were attaching (a CONNECT for the same client id on another broker): the
+      // client is refused as unavailable and tries again.
+      if (this.cluster.epochOf(clientId) !== epoch) throw new FlowError('UNAVAILABLE', `the session of ${clientId} moved to another broker while connecting`);
+      s.epoch = epoch;
     }
     s.conn = conn;
     if (access !== null) {
@@ -613,7 +647,36 @@ export class MqttHub {
     // Not awaited: a session taking the client id next (a clean start) writes its record with persist() at once,
     // and that putSession must land after this delete. The store's per-key order guarantees it (calls naming one
     // client id take effect in the order issued, awaited or not: src/storage/metastore/types.ts, SessionStore).
-    void this.store.deleteSession(s.clientId).catch((err: unknown) => this.storeFailed('deleteSession', err));
+    const deleted = this.store.deleteSession(s.clientId, s.epoch).catch((err: unknown) => this.storeFailed('deleteSession', err, s.clientId));
+    // Cluster mode: the ended session's owner row goes too, once the delete is done (unless a session of the same
+    // client id replaced it here: a clean start).
+    this.cluster?.ended(s.clientId, deleted);
+  }
+
+  /**
+   * Cluster mode: the session leaves this broker without ending (handed over, or lost to another broker): out of the
+   * engine and the table, and nothing more written (its stored state is its next owner's). An attached connection
+   * is closed with `reason` (v5; default 0x8B), without a will from here.
+   */
+  dropSession(s: MqttSession, reason: typeof ReasonCode.SERVER_SHUTTING_DOWN | typeof ReasonCode.SESSION_TAKEN_OVER | null): void {
+    if (s.ended) return;
+    s.ended = true;
+    s.conn?.sessionMoved(reason ?? ReasonCode.SERVER_SHUTTING_DOWN);
+    s.pendingWill = null;
+    for (const sub of s.subs.values()) this.ctx.engine.unsubscribe(sub);
+    s.subs.clear();
+    s.toAppend = [];
+    s.toRewrite = [];
+    s.toRemove = [];
+    if (this.sessions.get(s.clientId) === s) this.sessions.delete(s.clientId);
+    this.dirty.delete(s);
+  }
+
+  /** Issues the session's pending store writes and resolves once every write issued for it so far has settled. */
+  async drainSession(s: MqttSession): Promise<void> {
+    this.flushSession(s);
+    // A read sees every write issued before it on its key (the store's per-key order), so it waits for them.
+    await this.store.getSession(s.clientId);
   }
 
   /** Writes the session record (subscriptions, expiry, pending will) through to the store. */
@@ -640,8 +703,8 @@ export class MqttHub {
     // Not awaited: records of one client id land in the order written (the store's per-key order, see
     // src/storage/metastore/types.ts), so the latest persist() wins, also over an endSession() delete issued before.
     void this.store
-      .putSession({ clientId: s.clientId, protocol: 'mqtt', state: JSON.stringify(state), expiresAt, updatedAt: Date.now() })
-      .catch((err: unknown) => this.storeFailed('putSession', err));
+      .putSession({ clientId: s.clientId, protocol: 'mqtt', state: JSON.stringify(state), expiresAt, updatedAt: Date.now() }, s.epoch)
+      .catch((err: unknown) => this.storeFailed('putSession', err, s.clientId));
   }
 
   // ---------------------------------------------------------------- offline queue
@@ -782,7 +845,7 @@ export class MqttHub {
     // Not awaited, and the next flush may be issued before this one resolves: a session's queue changes apply in the
     // order issued (the store's per-key order on the client id, src/storage/metastore/types.ts), which is also why a
     // remove of a seq learnt from an earlier result can follow at once.
-    const written = this.store.updateQueue(s.clientId, { replace, remove, append }, max).then(
+    const written = this.store.updateQueue(s.clientId, { replace, remove, append }, max, s.epoch).then(
       ({ seqs, dropped }) => {
         for (let k = 0; k < appended.length; k++) {
           const d = appended[k];
@@ -804,7 +867,7 @@ export class MqttHub {
           this.ctx.logger.debug({ clientId: s.clientId, dropped }, 'mqtt offline queue full, oldest messages dropped');
         }
       },
-      (err: unknown) => this.storeFailed('updateQueue', err),
+      (err: unknown) => this.storeFailed('updateQueue', err, s.clientId),
     );
     // Flushed ahead of the scheduled round (a read of the queue) or in it: the round's waiters wait for it too.
     this.round?.writes.push(written);
@@ -824,7 +887,7 @@ export class MqttHub {
     const entries = await this.store.readQueue(s.clientId, 2 * (this.opts.maxQueued + this.opts.maxInflight));
     if (entries.length === 0) return [];
     const keep = s.persistent && !s.ended;
-    if (!keep) await this.store.ackQueue(s.clientId, entries[entries.length - 1].seq);
+    if (!keep) await this.store.ackQueue(s.clientId, entries[entries.length - 1].seq, s.epoch);
     const out: Delivery[] = [];
     for (const e of entries) {
       try {
@@ -911,14 +974,20 @@ export class MqttHub {
     }
   }
 
-  private storeFailed(op: string, err: unknown): void {
+  private storeFailed(op: string, err: unknown, clientId?: string): void {
     if (this.closed) return;
+    // Cluster mode: another broker owns the session now (our epoch is fenced): stop serving it here.
+    if (clientId !== undefined && this.cluster !== null && isFlowError(err, 'FENCED')) {
+      this.cluster.fenced(clientId);
+      return;
+    }
     // Rate limited: a full disk fails every write of every session, and publishers (clients) drive them.
     this.logLimit.log('error', `mqtt session store failed|${op}`, { op, err: err instanceof Error ? err.message : String(err) }, 'mqtt session store operation failed');
   }
 
   /** Stops the tick; flushes offline queues. Connections must have been closed by their listeners. */
   close(): void {
+    this.cluster?.close();
     if (this.tickTimer) clearInterval(this.tickTimer);
     if (this.sysTimer) clearInterval(this.sysTimer);
     this.logLimit.stop();

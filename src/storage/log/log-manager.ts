@@ -994,6 +994,7 @@ export class LogManager implements StreamStorage {
   private seal(p: Partition, force = false): Promise<void> {
     if (p.sealing) return p.sealing;
     if (p.fenced !== null) return Promise.resolve(); // another writer owns it: it seals its own segments
+    if (p.releasing) return Promise.resolve(); // handed over: the next owner seals what the WAL holds
     // After a failed seal, the next waits for its backoff (unless asked for explicitly: a flush, the shutdown).
     if (!force && Date.now() < p.sealRetryAt) return Promise.resolve();
     let sealed = false;

@@ -102,6 +102,18 @@ const CONTROL = 'k';
 
 const partKey = (stream: string, partition: number): string => `${partition}\u0000${stream}`;
 
+/**
+ * A session write fenced by the session's owner epoch (cluster mode): the writes as data-modifying CTEs (`ctes`,
+ * "name AS (...)" each) and the owner check (`flowmq_owner_check`, src/cluster/pg-store.ts: FENCED unless the
+ * 'session' row of $1 holds the epoch in `$<epochParam>`) as the statement's own result, so all run in one statement,
+ * one transaction: a refused check rolls the writes back. Whichever runs first, the check's FOR SHARE lock either
+ * makes a concurrent claim wait for these writes to commit (the new owner then loads them) or, the claim committed,
+ * sees the new epoch and refuses.
+ */
+function sessionFenced(ctes: string[], epochParam: number): string {
+  return `WITH ${ctes.join(',\n     ')}\n SELECT flowmq_owner_check('session', $1, $${epochParam})`;
+}
+
 export class PostgresMetastore implements Metastore {
   readonly kind = 'postgres' as const;
   private closed = false;
@@ -308,33 +320,45 @@ export class PostgresMetastore implements Metastore {
 
   // ---------------------------------------------------------------- offsets and producer ids
 
-  async commitOffsets(group: string, offsets: OffsetCommit[]): Promise<void> {
+  async commitOffsets(group: string, offsets: OffsetCommit[], fence?: number): Promise<void> {
     for (const o of offsets) {
       checkInt32('partition', o.partition);
       // Kafka clients commit -1 to mean "no position"; anything lower is nonsense.
       checkInt('offset', o.offset, -1);
     }
+    if (fence !== undefined) checkInt('fence', fence);
     if (offsets.length === 0) return;
     // One statement, so all or none (a foreign-key failure on one stream fails the whole batch). A partition
     // named twice keeps its last value, as a loop of upserts would (ON CONFLICT cannot touch a row twice).
     const last = new Map<string, OffsetCommit>();
     for (const o of offsets) last.set(partKey(o.stream, o.partition), o);
     const list = [...last.values()];
+    const params: unknown[] = [
+      group,
+      list.map((o) => o.stream),
+      list.map((o) => o.partition),
+      list.map((o) => o.offset),
+      list.map((o) => o.metadata),
+      Date.now(),
+    ];
+    // Cluster mode: the group's owner row must still hold the coordinator's epoch, checked in the same statement
+    // (flowmq_owner_check, src/cluster/pg-store.ts: it raises FMF01 = FENCED, and its row lock makes a claim wait
+    // for this commit), so a coordinator whose group moved can never overwrite what the new one committed.
+    let fenced = '';
+    if (fence !== undefined) {
+      params.push(fence);
+      fenced = `WITH fence AS (SELECT flowmq_owner_check('group', $1, $7))`;
+    }
     await this.keyed(GROUP, group, () =>
       this.q(
-        'commitOffsets',
-        `INSERT INTO consumer_offsets (group_id, stream, partition, "offset", metadata, committed_at)
-         SELECT $1, s, p, o, m, $6 FROM unnest($2::text[], $3::integer[], $4::bigint[], $5::text[]) AS t(s, p, o, m)
+        // Named statements: one name per text.
+        fence !== undefined ? 'commitOffsetsFenced' : 'commitOffsets',
+        `${fenced}
+         INSERT INTO consumer_offsets (group_id, stream, partition, "offset", metadata, committed_at)
+         SELECT $1, s, p, o, m, $6 FROM ${fence !== undefined ? 'fence, ' : ''}unnest($2::text[], $3::integer[], $4::bigint[], $5::text[]) AS t(s, p, o, m)
          ON CONFLICT (group_id, stream, partition)
          DO UPDATE SET "offset" = excluded."offset", metadata = excluded.metadata, committed_at = excluded.committed_at`,
-        [
-          group,
-          list.map((o) => o.stream),
-          list.map((o) => o.partition),
-          list.map((o) => o.offset),
-          list.map((o) => o.metadata),
-          Date.now(),
-        ],
+        params,
       ),
     );
   }
@@ -393,31 +417,30 @@ export class PostgresMetastore implements Metastore {
     });
   }
 
-  async putSession(rec: SessionRecord): Promise<void> {
+  async putSession(rec: SessionRecord, fence?: number): Promise<void> {
     if (typeof rec.clientId !== 'string') throw new FlowError('INVALID_ARGUMENT', 'session client id must be a string');
     if (rec.expiresAt !== null) checkInt('expiresAt', rec.expiresAt);
     checkInt('updatedAt', rec.updatedAt);
-    await this.keyed(CLIENT, rec.clientId, () =>
-      this.q(
-        'putSession',
-        `INSERT INTO client_sessions (client_id, protocol, state, expires_at, updated_at) VALUES ($1, $2, $3, $4, $5)
+    if (fence !== undefined) checkInt('fence', fence, 1);
+    const upsert = `INSERT INTO client_sessions (client_id, protocol, state, expires_at, updated_at) VALUES ($1, $2, $3, $4, $5)
          ON CONFLICT (client_id) DO UPDATE SET protocol = excluded.protocol, state = excluded.state,
-           expires_at = excluded.expires_at, updated_at = excluded.updated_at`,
-        [rec.clientId, rec.protocol, rec.state, rec.expiresAt, rec.updatedAt],
-      ),
+           expires_at = excluded.expires_at, updated_at = excluded.updated_at`;
+    const values: unknown[] = [rec.clientId, rec.protocol, rec.state, rec.expiresAt, rec.updatedAt];
+    await this.keyed(CLIENT, rec.clientId, () =>
+      fence === undefined ? this.q('putSession', upsert, values) : this.q('putSession', sessionFenced([`w AS (${upsert})`], 6), [...values, fence]),
     );
   }
 
-  async deleteSession(clientId: string): Promise<void> {
+  async deleteSession(clientId: string, fence?: number): Promise<void> {
+    if (fence !== undefined) checkInt('fence', fence, 1);
     // The record, its queue and its queue counter in one statement (data-modifying CTEs share one transaction).
+    const q = 'q AS (DELETE FROM session_queue WHERE client_id = $1)';
+    const m = 'm AS (DELETE FROM session_queue_meta WHERE client_id = $1)';
+    const c = 'DELETE FROM client_sessions WHERE client_id = $1';
     await this.keyed(CLIENT, clientId, () =>
-      this.q(
-        'deleteSession',
-        `WITH q AS (DELETE FROM session_queue WHERE client_id = $1),
-              m AS (DELETE FROM session_queue_meta WHERE client_id = $1)
-         DELETE FROM client_sessions WHERE client_id = $1`,
-        [clientId],
-      ),
+      fence === undefined
+        ? this.q('deleteSession', `WITH ${q}, ${m} ${c}`, [clientId])
+        : this.q('deleteSession', sessionFenced([q, m, `c AS (${c})`], 2), [clientId, fence]),
     );
   }
 
@@ -444,27 +467,32 @@ export class PostgresMetastore implements Metastore {
     });
   }
 
-  async ackQueue(clientId: string, upTo: number): Promise<void> {
+  async ackQueue(clientId: string, upTo: number, fence?: number): Promise<void> {
+    if (fence !== undefined) checkInt('fence', fence, 1);
+    const d = 'd AS (DELETE FROM session_queue WHERE client_id = $1 AND seq <= $2 RETURNING 1)';
+    const u = 'UPDATE session_queue_meta SET length = length - (SELECT count(*) FROM d) WHERE client_id = $1';
     await this.keyed(CLIENT, clientId, () =>
-      this.q(
-        'ackQueue',
-        `WITH d AS (DELETE FROM session_queue WHERE client_id = $1 AND seq <= $2 RETURNING 1)
-         UPDATE session_queue_meta SET length = length - (SELECT count(*) FROM d) WHERE client_id = $1`,
-        [clientId, upTo],
-      ),
+      fence === undefined
+        ? this.q('ackQueue', `WITH ${d} ${u}`, [clientId, upTo])
+        : this.q('ackQueue', sessionFenced([d, `u AS (${u})`], 3), [clientId, upTo, fence]),
     );
   }
 
-  async updateQueue(clientId: string, changes: QueueChanges, maxLength: number): Promise<{ seqs: number[]; dropped: number }> {
+  async updateQueue(clientId: string, changes: QueueChanges, maxLength: number, fence?: number): Promise<{ seqs: number[]; dropped: number }> {
     checkInt('maxLength', maxLength, 1);
+    if (fence !== undefined) checkInt('fence', fence, 1);
     const replace = changes.replace ?? [];
     const remove = changes.remove ?? [];
     const append = changes.append ?? [];
+    const values: unknown[] = [clientId, replace.map((e) => e.seq), replace.map((e) => e.data), remove, append, maxLength];
     return this.keyed(CLIENT, clientId, async () => {
       const r = await this.q<{ first_seq: number | null; dropped: number }>(
         'updateQueue',
-        'SELECT first_seq, dropped FROM flowmq_queue_update($1, $2::bigint[], $3::bytea[], $4::bigint[], $5::bytea[], $6)',
-        [clientId, replace.map((e) => e.seq), replace.map((e) => e.data), remove, append, maxLength],
+        fence === undefined
+          ? 'SELECT first_seq, dropped FROM flowmq_queue_update($1, $2::bigint[], $3::bytea[], $4::bigint[], $5::bytea[], $6)'
+          : // The function yields one row, so the check in the select list runs exactly once, in the same statement.
+            `SELECT first_seq, dropped, flowmq_owner_check('session', $1, $7) FROM flowmq_queue_update($1, $2::bigint[], $3::bytea[], $4::bigint[], $5::bytea[], $6)`,
+        fence === undefined ? values : [...values, fence],
       );
       const { first_seq: first, dropped } = r.rows[0];
       const seqs = first === null ? [] : append.map((_, i) => first + i);

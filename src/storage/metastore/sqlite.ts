@@ -565,7 +565,8 @@ export class SqliteMetastore implements Metastore {
     });
   }
 
-  async commitOffsets(group: string, offsets: OffsetCommit[]): Promise<void> {
+  /** `_fence` is for cluster mode, which needs PostgreSQL: an embedded metastore has a single writer. */
+  async commitOffsets(group: string, offsets: OffsetCommit[], _fence?: number): Promise<void> {
     for (const o of offsets) {
       checkInt('partition', o.partition);
       // Kafka clients commit -1 to mean "no position"; anything lower is nonsense.

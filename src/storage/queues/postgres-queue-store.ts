@@ -55,6 +55,8 @@ type Op = CommonOp | { k: 'append'; q: string; ids: number[]; bodies: Buffer[] }
 
 interface Call {
   op: Op;
+  /** Cluster mode: the queue's owner epoch when the call was made (a write to fence), else undefined. */
+  epoch?: number;
   result: unknown;
   resolve(v: unknown): void;
   reject(e: Error): void;
@@ -104,6 +106,8 @@ const PURGE = `WITH d AS (DELETE FROM queue_messages WHERE queue = $1)
   UPDATE queue_counters c SET count = 0, bytes = 0 FROM (SELECT count AS old FROM queue_counters WHERE queue = $1) o
   WHERE c.queue = $1 RETURNING o.old`;
 const DROP = 'WITH d AS (DELETE FROM queue_messages WHERE queue = $1) DELETE FROM queue_counters WHERE queue = $1';
+/** Cluster mode: every fenced queue a group writes, checked (and its owner row locked FOR SHARE) before its writes. */
+const FENCE = "SELECT flowmq_owner_check('queue', f.q, f.e) FROM unnest($1::text[], $2::bigint[]) AS f(q, e)";
 
 /** A run of appends, delivery counts and removals that can be applied as (at most) three statements. */
 class Run {
@@ -132,7 +136,9 @@ export class PostgresQueueStore extends BatchedQueueStore {
   private queue: Call[] = [];
   private running: Promise<void> | null = null;
   private scheduled = false;
-  private stats = { calls: 0, commits: 0, statements: 0, failedGroups: 0 };
+  private stats = { calls: 0, commits: 0, statements: 0, failedGroups: 0, fenced: 0 };
+  /** Cluster mode: queues whose writes are fenced by their owner epoch (see QueueStore.fence). */
+  private readonly fences = new Map<string, number>();
   private idleWaiters: Array<() => void> = [];
 
   private constructor(private readonly db: PgPool) {
@@ -161,10 +167,17 @@ export class PostgresQueueStore extends BatchedQueueStore {
     };
   }
 
+  fence(queue: string, epoch: number | null): void {
+    if (epoch === null) this.fences.delete(queue);
+    else this.fences.set(queue, epoch);
+  }
+
   protected call<T>(op: Op): Promise<T> {
     if (this.closed) return Promise.reject(new FlowError('CLOSED', 'queue store is closed'));
+    // The epoch in force when the call is made: a write issued before a handover is checked against its own epoch.
+    const epoch = this.fences.size > 0 && op.k !== 'open' && op.k !== 'read' ? this.fences.get(op.q) : undefined;
     return new Promise<T>((resolve, reject) => {
-      this.queue.push({ op, result: null, resolve: resolve as (v: unknown) => void, reject });
+      this.queue.push({ op, epoch, result: null, resolve: resolve as (v: unknown) => void, reject });
       this.stats.calls++;
       // The first call of a tick waits for the rest of the tick, so they share a group.
       if (!this.running && !this.scheduled) {
@@ -209,6 +222,9 @@ export class PostgresQueueStore extends BatchedQueueStore {
 
   private async runGroup(group: Call[]): Promise<void> {
     const steps: Step[] = [];
+    const fenced = new Map<string, number>();
+    for (const c of group) if (c.epoch !== undefined && !fenced.has(c.op.q)) fenced.set(c.op.q, c.epoch);
+    if (fenced.size > 0) steps.push({ text: FENCE, values: [[...fenced.keys()], [...fenced.values()]] });
     let run = new Run();
     const barrier = (): void => {
       run.steps(steps);
@@ -252,6 +268,7 @@ export class PostgresQueueStore extends BatchedQueueStore {
     }
     barrier();
     try {
+      // A fence check runs in the transaction of the writes it guards (at least two statements then).
       if (steps.length === 1) {
         // One statement is its own transaction: no BEGIN / COMMIT round trips.
         const r = await this.db.query('queue store', steps[0].text, steps[0].values);
@@ -269,6 +286,7 @@ export class PostgresQueueStore extends BatchedQueueStore {
       for (const c of group) c.resolve(c.result);
     } catch (err) {
       this.stats.failedGroups++;
+      if (err instanceof FlowError && err.code === 'FENCED') this.stats.fenced++;
       const e = err instanceof FlowError ? err : new FlowError('STORAGE_ERROR', `queue store: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
       for (const c of group) c.reject(e);
     }

@@ -374,6 +374,11 @@ export class PostgresWal implements WriteAheadLog {
 
   async replayKey(key: string, fn: (entry: WalEntry) => void, after = 0): Promise<void> {
     if (this.closed) throw new FlowError('CLOSED', 'WAL is closed');
+    // The caller fenced the key first (which waited for this WAL's appends of it to settle): what the table holds is
+    // the whole truth, and the key resumes where it ends. A failure while this broker wrote the key before (it may
+    // have changed hands since) no longer constrains where its next entry starts.
+    this.fences.forget(key);
+    this.resuming.delete(key);
     // Paged by end offset along the (key, end_offset) index: a key's entries are contiguous and never overlap (a
     // resumed key replaces what it held from the failed offset on; a fenced writer adds nothing), so this is the
     // append order.

@@ -551,10 +551,15 @@ export class GroupCoordinator {
     };
   }
 
-  /** Groups with members in memory, plus groups known only by their committed offsets (state Empty). */
-  async list(): Promise<Array<{ groupId: string; protocolType: string; state: GroupState }>> {
+  /**
+   * Groups with members in memory, plus groups known only by their committed offsets (state Empty); of the latter
+   * only those `stored` accepts (cluster mode: the groups this broker coordinates).
+   */
+  async list(stored?: (groupId: string) => boolean): Promise<Array<{ groupId: string; protocolType: string; state: GroupState }>> {
     const out = new Map<string, { groupId: string; protocolType: string; state: GroupState }>();
-    for (const g of await this.offsets.listGroups()) out.set(g, { groupId: g, protocolType: 'consumer', state: 'Empty' });
+    for (const g of await this.offsets.listGroups()) {
+      if (!stored || stored(g)) out.set(g, { groupId: g, protocolType: 'consumer', state: 'Empty' });
+    }
     for (const g of this.groups.values()) {
       out.set(g.groupId, { groupId: g.groupId, protocolType: g.protocolType ?? out.get(g.groupId)?.protocolType ?? '', state: g.state });
     }
@@ -584,17 +589,35 @@ export class GroupCoordinator {
   close(): void {
     if (this.closed) return;
     this.closed = true;
-    for (const g of this.groups.values()) {
-      if (g.rebalanceTimer) clearTimeout(g.rebalanceTimer);
-      for (const t of g.pending.values()) clearTimeout(t);
-      for (const m of g.members.values()) {
-        if (m.sessionTimer) clearTimeout(m.sessionTimer);
-        m.joinWaiter?.(joinError(KafkaErrorCode.NOT_COORDINATOR, m.memberId));
-        m.syncWaiter?.(syncError(KafkaErrorCode.NOT_COORDINATOR));
-        m.joinWaiter = null;
-        m.syncWaiter = null;
-      }
-    }
+    for (const g of this.groups.values()) this.abandon(g);
     this.groups.clear();
+  }
+
+  /**
+   * Forgets a group whose coordination moved to another broker (cluster mode): members waiting in a rebalance are
+   * told NOT_COORDINATOR now, the others at their next request, and they all rejoin at the new coordinator, as
+   * after a coordinator change in Kafka. Committed offsets are in the shared metastore: nothing to hand over.
+   */
+  drop(groupId: string): void {
+    const g = this.groups.get(groupId);
+    if (!g) return;
+    this.abandon(g);
+    this.groups.delete(groupId);
+  }
+
+  private abandon(g: Group): void {
+    if (g.rebalanceTimer) clearTimeout(g.rebalanceTimer);
+    g.rebalanceTimer = null;
+    for (const t of g.pending.values()) clearTimeout(t);
+    g.pending.clear();
+    for (const m of g.members.values()) {
+      if (m.sessionTimer) clearTimeout(m.sessionTimer);
+      m.sessionTimer = null;
+      m.joinWaiter?.(joinError(KafkaErrorCode.NOT_COORDINATOR, m.memberId));
+      m.syncWaiter?.(syncError(KafkaErrorCode.NOT_COORDINATOR));
+      m.joinWaiter = null;
+      m.syncWaiter = null;
+    }
+    g.state = 'Dead';
   }
 }

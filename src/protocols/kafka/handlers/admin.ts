@@ -4,8 +4,9 @@
  *
  * A topic is a stream (CreateTopics = engine.createStream, binding its own name), so topics created here are
  * seen by every protocol, and streams created elsewhere (CLI, admin API, other protocols) are topics here.
- * There is one broker, the leader and only replica of every partition: a replication factor other than 1 (or
- * -1, "the default", KIP-464) or an assignment naming another broker is refused.
+ * Every partition has one replica, its leader (durability comes from the write-ahead log): a replication factor
+ * other than 1 (or -1, "the default", KIP-464) is refused, and so is an assignment naming a broker that is not one
+ * of the cluster's (on a single broker: not this one). In a cluster, DescribeCluster names every live broker.
  */
 import { isValidStreamName, type StreamDef } from '../../../core/index.js';
 import {
@@ -37,8 +38,9 @@ import {
 } from '../codec/index.js';
 import { kafkaErrorCode } from '../errors.js';
 import type { RequestContext } from '../route.js';
-import { LEADER_EPOCH, advertisedAddress } from './metadata.js';
+import { LEADER_EPOCH, brokerList } from './metadata.js';
 import { allowed, mayCreateTopic } from '../authz.js';
+import type { KafkaCluster } from '../cluster.js';
 
 const TOPIC_DENIED = KafkaErrorCode.TOPIC_AUTHORIZATION_FAILED;
 const CLUSTER_DENIED = KafkaErrorCode.CLUSTER_AUTHORIZATION_FAILED;
@@ -178,7 +180,7 @@ function topicConfigList(def: StreamDef, ctx: RequestContext): Array<{ name: str
 // ------------------------------------------------------------------------------------------------ CreateTopics
 
 export async function handleCreateTopics(ctx: RequestContext, req: CreateTopicsRequest): Promise<CreateTopicsResponse> {
-  const { engine, brokerId, options } = ctx.adapter;
+  const { engine, options } = ctx.adapter;
   const counts = new Map<string, number>();
   for (const t of req.topics) counts.set(t.name, (counts.get(t.name) ?? 0) + 1);
   const topics = [];
@@ -208,9 +210,7 @@ export async function handleCreateTopics(ctx: RequestContext, req: CreateTopicsR
         }
         const indexes = t.assignments.map((a) => a.partitionIndex).sort((a, b) => a - b);
         if (indexes.some((p, i) => p !== i)) throw new ConfigProblem(KafkaErrorCode.INVALID_REPLICA_ASSIGNMENT, 'partitions must be numbered 0..n-1');
-        if (t.assignments.some((a) => a.brokerIds.length !== 1 || a.brokerIds[0] !== brokerId)) {
-          throw new ConfigProblem(KafkaErrorCode.INVALID_REPLICA_ASSIGNMENT, `this cluster has one broker (${brokerId}), the only replica of every partition`);
-        }
+        checkAssignments(ctx, t.assignments);
         partitions = t.assignments.length;
       } else {
         partitions = t.numPartitions === -1 ? options.defaultPartitions : t.numPartitions;
@@ -276,7 +276,7 @@ export async function handleDeleteTopics(ctx: RequestContext, req: DeleteTopicsR
 // ------------------------------------------------------------------------------------------------ CreatePartitions
 
 export async function handleCreatePartitions(ctx: RequestContext, req: CreatePartitionsRequest): Promise<CreatePartitionsResponse> {
-  const { engine, brokerId } = ctx.adapter;
+  const { engine } = ctx.adapter;
   const counts = new Map<string, number>();
   for (const t of req.topics) counts.set(t.name, (counts.get(t.name) ?? 0) + 1);
   const results = [];
@@ -296,9 +296,7 @@ export async function handleCreatePartitions(ctx: RequestContext, req: CreatePar
         if (t.assignments.length !== t.count - current) {
           throw new ConfigProblem(KafkaErrorCode.INVALID_REPLICA_ASSIGNMENT, `give an assignment for each of the ${t.count - current} new partitions`);
         }
-        if (t.assignments.some((a) => a.brokerIds.length !== 1 || a.brokerIds[0] !== brokerId)) {
-          throw new ConfigProblem(KafkaErrorCode.INVALID_REPLICA_ASSIGNMENT, `this cluster has one broker (${brokerId})`);
-        }
+        checkAssignments(ctx, t.assignments);
       }
       if (!req.validateOnly) {
         await engine.addPartitions(t.name, t.count);
@@ -331,6 +329,11 @@ export async function handleDeleteRecords(ctx: RequestContext, req: DeleteRecord
       }
       if (!entry || p.partitionIndex < 0 || p.partitionIndex >= entry.def.partitions) {
         res.errorCode = KafkaErrorCode.UNKNOWN_TOPIC_OR_PARTITION;
+        continue;
+      }
+      // Cluster mode: sent to the partition's leader, as in Kafka.
+      if (ctx.adapter.cluster !== null && ctx.adapter.cluster.leads(t.name, p.partitionIndex) === null) {
+        res.errorCode = KafkaErrorCode.NOT_LEADER_OR_FOLLOWER;
         continue;
       }
       try {
@@ -456,9 +459,37 @@ export async function handleIncrementalAlterConfigs(ctx: RequestContext, req: In
 
 // ------------------------------------------------------------------------------------------------ cluster
 
+function describedBrokers(ctx: RequestContext): Pick<DescribeClusterResponse, 'controllerId' | 'brokers'> {
+  const { brokers, controllerId } = brokerList(ctx);
+  return { controllerId, brokers: brokers.map((b) => ({ brokerId: b.nodeId, host: b.host, port: b.port, rack: b.rack })) };
+}
+
+/**
+ * A manual replica assignment (CreateTopics, CreatePartitions): one replica per partition (durability comes from
+ * the write-ahead log), on a broker of the cluster. On a single broker that is this one. In a cluster any live
+ * broker is accepted, but the assignment does not bind: placement (rendezvous hashing over the live brokers)
+ * decides each partition's leader, and moves it when brokers join or die.
+ */
+function checkAssignments(ctx: RequestContext, assignments: Array<{ brokerIds: number[] }>): void {
+  const { brokerId, cluster } = ctx.adapter;
+  if (cluster === null) {
+    if (assignments.some((a) => a.brokerIds.length !== 1 || a.brokerIds[0] !== brokerId)) {
+      throw new ConfigProblem(KafkaErrorCode.INVALID_REPLICA_ASSIGNMENT, `this cluster has one broker (${brokerId}), the only replica of every partition`);
+    }
+    return;
+  }
+  const live = new Set(brokerList(ctx).brokers.map((b) => b.nodeId));
+  for (const a of assignments) {
+    if (a.brokerIds.length !== 1) {
+      throw new ConfigProblem(KafkaErrorCode.INVALID_REPLICA_ASSIGNMENT, 'one replica per partition: durability comes from the write-ahead log in shared storage');
+    }
+    if (!live.has(a.brokerIds[0])) {
+      throw new ConfigProblem(KafkaErrorCode.INVALID_REPLICA_ASSIGNMENT, `broker ${a.brokerIds[0]} is not a live broker of this cluster (${[...live].join(', ')})`);
+    }
+  }
+}
+
 export function handleDescribeCluster(ctx: RequestContext, req: DescribeClusterRequest): DescribeClusterResponse {
-  const { host, port } = advertisedAddress(ctx);
-  const id = ctx.adapter.brokerId;
   if (!allowed(ctx, 'describe', 'cluster', '*')) {
     return {
       throttleTimeMs: 0,
@@ -477,8 +508,8 @@ export function handleDescribeCluster(ctx: RequestContext, req: DescribeClusterR
     errorMessage: null,
     endpointType: req.endpointType,
     clusterId: ctx.adapter.options.clusterId,
-    controllerId: id,
-    brokers: [{ brokerId: id, host, port, rack: null }],
+    // Every live broker in a cluster (the same list as Metadata).
+    ...describedBrokers(ctx),
     clusterAuthorizedOperations: OPS_OMITTED,
   };
 }
@@ -487,9 +518,12 @@ export function handleDescribeCluster(ctx: RequestContext, req: DescribeClusterR
  * OffsetForLeaderEpoch (KIP-101, KIP-320): the leader epoch never changes on a single broker (LEADER_EPOCH), so
  * the end offset of that epoch is the high watermark; a client that knows a newer epoch is ahead of us
  * (UNKNOWN_LEADER_EPOCH), and an epoch before ours has no offsets (-1, -1, as Kafka's UNDEFINED_EPOCH_OFFSET).
+ *
+ * In a cluster the leader epoch is the partition's ownership epoch, and the leader answers (see clusterEpochEnd).
  */
 export function handleOffsetForLeaderEpoch(ctx: RequestContext, req: OffsetForLeaderEpochRequest): OffsetForLeaderEpochResponse {
   const { engine } = ctx.adapter;
+  if (ctx.adapter.cluster !== null) return clusterEpochEnd(ctx, ctx.adapter.cluster, req);
   return {
     throttleTimeMs: 0,
     topics: req.topics.map((t) => {
@@ -505,6 +539,45 @@ export function handleOffsetForLeaderEpoch(ctx: RequestContext, req: OffsetForLe
           else if (p.leaderEpoch >= LEADER_EPOCH) {
             res.leaderEpoch = LEADER_EPOCH;
             res.endOffset = engine.offsets(t.topic, p.partition).highWatermark;
+          }
+          return res;
+        }),
+      };
+    }),
+  };
+}
+
+/**
+ * OffsetForLeaderEpoch in a cluster. A change of leader moves the partition without copying or truncating
+ * anything (the log is in shared storage and only acknowledged records were ever readable), so every epoch's
+ * records are a prefix of the current log: the end offset of any epoch up to ours is answered with the high
+ * watermark (an epoch past ours: ours, the last one), and a client validating its position after a leader change
+ * (KIP-320) never sees a truncation. A stale or future currentLeaderEpoch is refused as in Fetch.
+ */
+function clusterEpochEnd(ctx: RequestContext, kc: KafkaCluster, req: OffsetForLeaderEpochRequest): OffsetForLeaderEpochResponse {
+  const { engine } = ctx.adapter;
+  return {
+    throttleTimeMs: 0,
+    topics: req.topics.map((t) => {
+      const entry = engine.getStream(t.topic);
+      const authorized = allowed(ctx, 'subscribe', 'stream', t.topic);
+      return {
+        topic: t.topic,
+        partitions: t.partitions.map((p) => {
+          const res = { errorCode: KafkaErrorCode.NONE as number, partition: p.partition, leaderEpoch: -1, endOffset: -1 };
+          if (!authorized) res.errorCode = TOPIC_DENIED;
+          else if (!entry || p.partition < 0 || p.partition >= entry.def.partitions) res.errorCode = KafkaErrorCode.UNKNOWN_TOPIC_OR_PARTITION;
+          else {
+            const served = kc.serve(t.topic, p.partition, p.currentLeaderEpoch);
+            if (served.errorCode !== KafkaErrorCode.NONE) res.errorCode = served.errorCode;
+            else if (p.leaderEpoch >= 0) {
+              try {
+                res.endOffset = engine.offsets(t.topic, p.partition).highWatermark;
+                res.leaderEpoch = Math.min(p.leaderEpoch, served.epoch);
+              } catch (err) {
+                res.errorCode = kafkaErrorCode(err);
+              }
+            }
           }
           return res;
         }),

@@ -56,7 +56,7 @@ function partitionResponse(partitionIndex: number, errorCode: number, readCommit
 }
 
 async function readAll(ctx: RequestContext, req: FetchRequest): Promise<ReadResult> {
-  const { engine } = ctx.adapter;
+  const { engine, cluster: kc } = ctx.adapter;
   const readCommitted = req.isolationLevel === READ_COMMITTED;
   const maxBytes = req.maxBytes > 0 ? req.maxBytes : 1;
   let bytes = 0;
@@ -77,6 +77,14 @@ async function readAll(ctx: RequestContext, req: FetchRequest): Promise<ReadResu
       if (!entry || p.partition < 0 || p.partition >= entry.def.partitions) {
         res.errorCode = KafkaErrorCode.UNKNOWN_TOPIC_OR_PARTITION;
         continue;
+      }
+      // Cluster mode: only the leader serves a partition, under the leader epoch the client knows.
+      if (kc !== null) {
+        const served = kc.serve(t.topic, p.partition, p.currentLeaderEpoch);
+        if (served.errorCode !== KafkaErrorCode.NONE) {
+          res.errorCode = served.errorCode;
+          continue;
+        }
       }
       try {
         const { logStartOffset, highWatermark } = engine.offsets(t.topic, p.partition);

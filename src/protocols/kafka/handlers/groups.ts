@@ -1,6 +1,8 @@
 /**
- * Consumer-group APIs: translation between the wire messages and the group coordinator. This broker is the
- * coordinator of every group (embedded mode), so FindCoordinator always names it.
+ * Consumer-group APIs: translation between the wire messages and the group coordinator. On a single broker this
+ * broker coordinates every group, so FindCoordinator always names it. In a cluster a group's coordinator is its
+ * placement broker (../cluster.ts): FindCoordinator names it, the others answer the group APIs NOT_COORDINATOR, and
+ * offset commits carry the group's ownership epoch, refused by the metastore once the group has moved.
  */
 import {
   KafkaErrorCode,
@@ -31,7 +33,8 @@ import { kafkaErrorCode } from '../errors.js';
 import { storageRefusal } from '../../storage-refusal.js';
 import type { RequestContext } from '../route.js';
 import { advertisedAddress } from './metadata.js';
-import type { OffsetCommit } from '../../../core/index.js';
+import type { GroupGate } from '../cluster.js';
+import { isFlowError, type OffsetCommit } from '../../../core/index.js';
 import { allowed, visible } from '../authz.js';
 
 const GROUP_DENIED = KafkaErrorCode.GROUP_AUTHORIZATION_FAILED;
@@ -52,7 +55,10 @@ const KEY_TYPE_GROUP = 0;
 const KEY_TYPE_TRANSACTION = 1;
 
 export function handleFindCoordinator(ctx: RequestContext, req: FindCoordinatorRequest): FindCoordinatorResponse {
-  const { host, port } = advertisedAddress(ctx);
+  const self = advertisedAddress(ctx);
+  const { host, port } = self;
+  const kc = ctx.adapter.cluster;
+  const nodes = kc === null ? null : kc.nodes(ctx.conn.listener.name, self);
   const v = ctx.header.apiVersion;
   const keys = v >= 4 ? req.coordinatorKeys : [req.key];
   const coordinators = keys.map((key) => {
@@ -68,6 +74,13 @@ export function handleFindCoordinator(ctx: RequestContext, req: FindCoordinatorR
           ? KafkaErrorCode.COORDINATOR_NOT_AVAILABLE
           : KafkaErrorCode.NONE;
     const ok = errorCode === KafkaErrorCode.NONE;
+    if (ok && kc !== null && nodes !== null && req.keyType === KEY_TYPE_GROUP) {
+      // A group's coordinator is its placement broker (transactions are refused by any broker: this one answers).
+      const id = kc.coordinator(key);
+      const node = nodes.find((n) => n.nodeId === id);
+      if (!node) return { key, nodeId: -1, host: '', port: -1, errorCode: KafkaErrorCode.COORDINATOR_NOT_AVAILABLE, errorMessage: null };
+      return { key, nodeId: node.nodeId, host: node.host, port: node.port, errorCode, errorMessage: null };
+    }
     return { key, nodeId: ok ? ctx.adapter.brokerId : -1, host: ok ? host : '', port: ok ? port : -1, errorCode, errorMessage: null };
   });
   const first = coordinators[0] ?? { nodeId: -1, host: '', port: -1, errorCode: KafkaErrorCode.INVALID_REQUEST };
@@ -80,6 +93,20 @@ export function handleFindCoordinator(ctx: RequestContext, req: FindCoordinatorR
     port: first.port,
     coordinators,
   };
+}
+
+/**
+ * Runs `fn` if this broker coordinates the group (cluster mode: with the group's ownership epoch, which fences its
+ * offset commits), else answers `refuse(errorCode)` (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS). Synchronous
+ * when the group is served here already, and always on a single broker.
+ */
+function gated<T>(ctx: RequestContext, groupId: string, refuse: (errorCode: number) => T, fn: (epoch: number | undefined) => T | Promise<T>): T | Promise<T> {
+  const kc = ctx.adapter.cluster;
+  // A single broker coordinates every group: no epoch, nothing to fence.
+  if (kc === null) return fn(undefined);
+  const decide = (g: GroupGate): T | Promise<T> => (g.errorCode !== KafkaErrorCode.NONE ? refuse(g.errorCode) : fn(g.epoch));
+  const g = kc.gate(groupId);
+  return g instanceof Promise ? g.then(decide) : decide(g);
 }
 
 function clientHost(ctx: RequestContext): string {
@@ -99,6 +126,10 @@ export async function handleJoinGroup(ctx: RequestContext, req: JoinGroupRequest
       memberId: req.memberId,
       members: [],
     };
+  }
+  const gate = await gated(ctx, req.groupId, (errorCode) => errorCode, () => KafkaErrorCode.NONE as number);
+  if (gate !== KafkaErrorCode.NONE) {
+    return { throttleTimeMs: 0, errorCode: gate, generationId: -1, protocolType: null, protocolName: null, leader: '', skipAssignment: false, memberId: req.memberId, members: [] };
   }
   const r = await ctx.adapter.groups.join({
     groupId: req.groupId,
@@ -127,6 +158,8 @@ export async function handleJoinGroup(ctx: RequestContext, req: JoinGroupRequest
 
 export async function handleSyncGroup(ctx: RequestContext, req: SyncGroupRequest): Promise<SyncGroupResponse> {
   if (!mayUseGroup(ctx, req.groupId)) return { throttleTimeMs: 0, errorCode: GROUP_DENIED, protocolType: null, protocolName: null, assignment: Buffer.alloc(0) };
+  const gate = await gated(ctx, req.groupId, (errorCode) => errorCode, () => KafkaErrorCode.NONE as number);
+  if (gate !== KafkaErrorCode.NONE) return { throttleTimeMs: 0, errorCode: gate, protocolType: null, protocolName: null, assignment: Buffer.alloc(0) };
   const r = await ctx.adapter.groups.sync({
     groupId: req.groupId,
     generationId: req.generationId,
@@ -139,17 +172,23 @@ export async function handleSyncGroup(ctx: RequestContext, req: SyncGroupRequest
   return { throttleTimeMs: 0, ...r };
 }
 
-export function handleHeartbeat(ctx: RequestContext, req: HeartbeatRequest): HeartbeatResponse {
+export function handleHeartbeat(ctx: RequestContext, req: HeartbeatRequest): HeartbeatResponse | Promise<HeartbeatResponse> {
   if (!mayUseGroup(ctx, req.groupId)) return { throttleTimeMs: 0, errorCode: GROUP_DENIED };
-  return {
-    throttleTimeMs: 0,
-    errorCode: ctx.adapter.groups.heartbeat(req.groupId, req.generationId, req.memberId, req.groupInstanceId),
-  };
+  return gated(
+    ctx,
+    req.groupId,
+    (errorCode) => ({ throttleTimeMs: 0, errorCode }),
+    () => ({ throttleTimeMs: 0, errorCode: ctx.adapter.groups.heartbeat(req.groupId, req.generationId, req.memberId, req.groupInstanceId) }),
+  );
 }
 
-export function handleLeaveGroup(ctx: RequestContext, req: LeaveGroupRequest): LeaveGroupResponse {
-  const batched = ctx.header.apiVersion >= 3;
+export function handleLeaveGroup(ctx: RequestContext, req: LeaveGroupRequest): LeaveGroupResponse | Promise<LeaveGroupResponse> {
   if (!mayUseGroup(ctx, req.groupId)) return { throttleTimeMs: 0, errorCode: GROUP_DENIED, members: [] };
+  return gated(ctx, req.groupId, (errorCode) => ({ throttleTimeMs: 0, errorCode, members: [] }), () => leaveGroup(ctx, req));
+}
+
+function leaveGroup(ctx: RequestContext, req: LeaveGroupRequest): LeaveGroupResponse {
+  const batched = ctx.header.apiVersion >= 3;
   const members = batched
     ? req.members.map((m) => ({ memberId: m.memberId, groupInstanceId: m.groupInstanceId }))
     : [{ memberId: req.memberId, groupInstanceId: null }];
@@ -164,8 +203,20 @@ export function handleLeaveGroup(ctx: RequestContext, req: LeaveGroupRequest): L
 }
 
 export async function handleOffsetCommit(ctx: RequestContext, req: OffsetCommitRequest): Promise<OffsetCommitResponse> {
-  const { groups, engine } = ctx.adapter;
-  const groupError = mayUseGroup(ctx, req.groupId) ? groups.checkCommit(req.groupId, req.generationId, req.memberId, req.groupInstanceId) : GROUP_DENIED;
+  const { groups, engine, cluster: kc } = ctx.adapter;
+  let fence: number | undefined;
+  let groupError: number = GROUP_DENIED;
+  if (mayUseGroup(ctx, req.groupId)) {
+    groupError = await gated(
+      ctx,
+      req.groupId,
+      (errorCode) => errorCode,
+      (epoch) => {
+        fence = epoch;
+        return groups.checkCommit(req.groupId, req.generationId, req.memberId, req.groupInstanceId);
+      },
+    );
+  }
   const valid: OffsetCommit[] = [];
   const pending: Array<{ errorCode: number }> = [];
   const topics = req.topics.map((t) => {
@@ -192,10 +243,17 @@ export async function handleOffsetCommit(ctx: RequestContext, req: OffsetCommitR
   });
   if (valid.length > 0) {
     try {
-      await groups.store.commitOffsets(req.groupId, valid);
+      const commit = groups.store.commitOffsets(req.groupId, valid, fence);
+      // A handover of the group waits for the commits in flight (cluster.ts).
+      await (kc === null ? commit : kc.track(req.groupId, commit));
     } catch (err) {
       let code = kafkaErrorCode(err);
-      if (storageRefusal(err) !== null) {
+      if (kc !== null && isFlowError(err, 'FENCED')) {
+        // The group moved to another coordinator meanwhile: this broker stops serving it, the member finds the new one.
+        code = KafkaErrorCode.NOT_COORDINATOR;
+        kc.fenced(req.groupId);
+        ctx.conn.limitedLog('info', { group: req.groupId }, 'offset commit fenced: the group has another coordinator now');
+      } else if (storageRefusal(err) !== null) {
         // The metastore could not take it (a full disk): KAFKA_STORAGE_ERROR is no OffsetCommit error; Kafka's own
         // coordinator answers a failed write of its offsets log with a coordinator error, which clients retry.
         code = KafkaErrorCode.COORDINATOR_NOT_AVAILABLE;
@@ -222,12 +280,14 @@ async function fetchGroupOffsets(
   topics: Array<{ name: string; partitionIndexes: number[] }> | null,
 ): Promise<{ topics: Array<{ name: string; partitions: OffsetFetchPartitionResponse[] }>; errorCode: number }> {
   const store = ctx.adapter.groups.store;
-  if (!mayUseGroup(ctx, groupId)) {
-    return {
-      topics: (topics ?? []).map((t) => ({ name: t.name, partitions: t.partitionIndexes.map((p) => ({ ...noOffset(p), errorCode: GROUP_DENIED })) })),
-      errorCode: GROUP_DENIED,
-    };
-  }
+  const refuse = (errorCode: number) => ({
+    topics: (topics ?? []).map((t) => ({ name: t.name, partitions: t.partitionIndexes.map((p) => ({ ...noOffset(p), errorCode })) })),
+    errorCode,
+  });
+  if (!mayUseGroup(ctx, groupId)) return refuse(GROUP_DENIED);
+  // Cluster mode: the group's coordinator answers (it reads what the group committed, wherever).
+  const gate = await gated(ctx, groupId, (errorCode) => errorCode, () => KafkaErrorCode.NONE as number);
+  if (gate !== KafkaErrorCode.NONE) return refuse(gate);
   try {
     if (topics === null) {
       // All committed offsets of the group (v2+), of the topics the client may read (as Kafka filters them).
@@ -302,6 +362,11 @@ export async function handleDescribeGroups(ctx: RequestContext, req: DescribeGro
       out.push({ ...base, errorCode: GROUP_DENIED });
       continue;
     }
+    const gate = await gated(ctx, groupId, (errorCode) => errorCode, () => KafkaErrorCode.NONE as number);
+    if (gate !== KafkaErrorCode.NONE) {
+      out.push({ ...base, errorCode: gate });
+      continue;
+    }
     const d = groups.describe(groupId);
     if (d) {
       out.push({
@@ -331,7 +396,9 @@ export async function handleDescribeGroups(ctx: RequestContext, req: DescribeGro
 export async function handleListGroups(ctx: RequestContext, req: ListGroupsRequest): Promise<ListGroupsResponse> {
   try {
     const filter = new Set(req.statesFilter.map((s) => s.toLowerCase()));
-    const all = await ctx.adapter.groups.list();
+    // Cluster mode: each broker lists the groups it coordinates, as Kafka's brokers do (admin clients ask them all).
+    const kc = ctx.adapter.cluster;
+    const all = await ctx.adapter.groups.list(kc === null ? undefined : (g) => kc.coordinator(g) === kc.id);
     return {
       throttleTimeMs: 0,
       errorCode: KafkaErrorCode.NONE,
@@ -353,6 +420,11 @@ export async function handleDeleteGroups(ctx: RequestContext, req: DeleteGroupsR
     let errorCode: number;
     if (!allowed(ctx, 'delete', 'group', groupId)) {
       results.push({ groupId, errorCode: GROUP_DENIED });
+      continue;
+    }
+    const gate = await gated(ctx, groupId, (code) => code, () => KafkaErrorCode.NONE as number);
+    if (gate !== KafkaErrorCode.NONE) {
+      results.push({ groupId, errorCode: gate });
       continue;
     }
     try {

@@ -72,6 +72,7 @@ async function listPartition(
   partitionIndex: number,
   timestamp: number,
   version: number,
+  currentLeaderEpoch: number,
 ): Promise<ListOffsetsPartitionResponse> {
   const res: ListOffsetsPartitionResponse = {
     partitionIndex,
@@ -86,9 +87,20 @@ async function listPartition(
     res.errorCode = KafkaErrorCode.UNKNOWN_TOPIC_OR_PARTITION;
     return res;
   }
+  let leaderEpoch = LEADER_EPOCH;
+  // Cluster mode: the partition's leader answers, under the leader epoch the client knows.
+  const kc = ctx.adapter.cluster;
+  if (kc !== null) {
+    const served = kc.serve(topic, partitionIndex, currentLeaderEpoch);
+    if (served.errorCode !== KafkaErrorCode.NONE) {
+      res.errorCode = served.errorCode;
+      return res;
+    }
+    leaderEpoch = served.epoch;
+  }
   try {
     const { logStartOffset, highWatermark } = engine.offsets(topic, partitionIndex);
-    res.leaderEpoch = LEADER_EPOCH;
+    res.leaderEpoch = leaderEpoch;
     if (timestamp === LATEST_TIMESTAMP) res.offset = highWatermark;
     else if (timestamp === EARLIEST_TIMESTAMP) res.offset = logStartOffset;
     else if (timestamp === MAX_TIMESTAMP && version >= 7) Object.assign(res, await maxTimestamp(engine, topic, partitionIndex));
@@ -121,7 +133,7 @@ export async function handleListOffsets(ctx: RequestContext, req: ListOffsetsReq
       }
       return {
         name: t.name,
-        partitions: await Promise.all(t.partitions.map((p) => listPartition(ctx, t.name, p.partitionIndex, p.timestamp, version))),
+        partitions: await Promise.all(t.partitions.map((p) => listPartition(ctx, t.name, p.partitionIndex, p.timestamp, version, p.currentLeaderEpoch))),
       };
     }),
   );

@@ -1,7 +1,9 @@
 /**
- * Metadata: one broker (this one), every stream a topic, this broker leader and only replica of every
- * partition. Unknown topics are auto-created when both the listener and the client allow it (the client's
- * allow_auto_topic_creation flag exists from v4; earlier versions always allow it).
+ * Metadata: every stream a topic. On a single broker: one broker (this one), leader and only replica of every
+ * partition. In a cluster: every live broker with an endpoint for the client's listener, and each partition's owner
+ * as its leader and only replica, with the ownership epoch as leader epoch (see ../cluster.ts). Unknown topics are
+ * auto-created when both the listener and the client allow it (the client's allow_auto_topic_creation flag exists
+ * from v4; earlier versions always allow it).
  */
 import type { StreamDef } from '../../../core/index.js';
 import {
@@ -15,6 +17,7 @@ import {
 } from '../codec/index.js';
 import type { RequestContext } from '../route.js';
 import { allowed, mayCreateTopic, visible } from '../authz.js';
+import type { KafkaCluster, KafkaNode } from '../cluster.js';
 
 /**
  * Leader epoch reported for every partition. Ownership never moves in the single-broker skeleton, so the epoch
@@ -60,6 +63,44 @@ export function topicMetadata(brokerId: number, def: StreamDef): MetadataTopic {
   };
 }
 
+/** A topic in a cluster: each partition led by its owner (`nodes`: the brokers this response names). */
+export function clusterTopicMetadata(kc: KafkaCluster, nodes: ReadonlySet<number>, def: StreamDef): MetadataTopic {
+  const partitions: MetadataPartition[] = new Array<MetadataPartition>(def.partitions);
+  for (let i = 0; i < def.partitions; i++) {
+    const leader = kc.leader(def.name, i);
+    // A leader the client cannot reach through its listener (no endpoint registered) is no leader for it.
+    const known = leader !== null && nodes.has(leader.id);
+    partitions[i] = {
+      errorCode: known ? KafkaErrorCode.NONE : KafkaErrorCode.LEADER_NOT_AVAILABLE,
+      partitionIndex: i,
+      leaderId: known ? leader.id : -1,
+      leaderEpoch: known ? leader.epoch : -1,
+      replicaNodes: known ? [leader.id] : [],
+      isrNodes: known ? [leader.id] : [],
+      offlineReplicas: [],
+    };
+  }
+  return {
+    errorCode: KafkaErrorCode.NONE,
+    name: def.name,
+    topicId: ZERO_UUID,
+    isInternal: false,
+    partitions,
+    topicAuthorizedOperations: AUTHORIZED_OPERATIONS_OMITTED,
+  };
+}
+
+/** The brokers a Metadata or DescribeCluster response names, and the controller id it reports. */
+export function brokerList(ctx: RequestContext): { brokers: KafkaNode[]; controllerId: number } {
+  const self = advertisedAddress(ctx);
+  const kc = ctx.adapter.cluster;
+  if (kc === null) return { brokers: [{ nodeId: ctx.adapter.brokerId, host: self.host, port: self.port, rack: null }], controllerId: ctx.adapter.brokerId };
+  const brokers = kc.nodes(ctx.conn.listener.name, self);
+  // FlowMQ has no controller; admin clients send their requests to it, any broker serves them: the lowest id, so
+  // every broker names the same one.
+  return { brokers, controllerId: brokers[0]?.nodeId ?? ctx.adapter.brokerId };
+}
+
 function errorTopic(name: string | null, errorCode: number): MetadataTopic {
   return {
     errorCode,
@@ -74,14 +115,17 @@ function errorTopic(name: string | null, errorCode: number): MetadataTopic {
 export async function handleMetadata(ctx: RequestContext, req: MetadataRequest): Promise<MetadataResponse> {
   const { adapter } = ctx;
   const brokerId = adapter.brokerId;
-  const { host, port } = advertisedAddress(ctx);
+  const { brokers, controllerId } = brokerList(ctx);
+  const kc = adapter.cluster;
+  const nodes = kc === null ? null : new Set(brokers.map((b) => b.nodeId));
+  const describe = (def: StreamDef): MetadataTopic => (kc === null ? topicMetadata(brokerId, def) : clusterTopicMetadata(kc, nodes!, def));
   let topics: MetadataTopic[];
   if (req.topics === null) {
     // Topics the client may not describe are left out, as Kafka does.
     topics = adapter.engine
       .listStreams()
       .filter((def) => visible(ctx, 'describe', 'stream', def.name))
-      .map((def) => topicMetadata(brokerId, def));
+      .map(describe);
   } else {
     topics = await Promise.all(
       req.topics.map(async (t): Promise<MetadataTopic> => {
@@ -92,15 +136,15 @@ export async function handleMetadata(ctx: RequestContext, req: MetadataRequest):
         // A topic Kafka would auto-create for a client not allowed to create it answers TOPIC_AUTHORIZATION_FAILED.
         if (create && !mayCreateTopic(ctx, t.name)) return errorTopic(t.name, KafkaErrorCode.TOPIC_AUTHORIZATION_FAILED);
         const r = await adapter.resolve(t.name, req.allowAutoTopicCreation);
-        return r.entry ? topicMetadata(brokerId, r.entry.def) : errorTopic(t.name, r.errorCode);
+        return r.entry ? describe(r.entry.def) : errorTopic(t.name, r.errorCode);
       }),
     );
   }
   return {
     throttleTimeMs: 0,
-    brokers: [{ nodeId: brokerId, host, port, rack: null }],
+    brokers,
     clusterId: adapter.options.clusterId,
-    controllerId: brokerId,
+    controllerId,
     topics,
     clusterAuthorizedOperations: AUTHORIZED_OPERATIONS_OMITTED,
   };

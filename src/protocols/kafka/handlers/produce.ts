@@ -66,6 +66,12 @@ function append(ctx: RequestContext, stream: StreamEntry, p: ProducePartitionDat
     fail(r, KafkaErrorCode.UNKNOWN_TOPIC_OR_PARTITION, `topic ${name} has no partition ${p.index}`);
     return;
   }
+  // Cluster mode: only the partition's leader (its owner) appends; the client refreshes its metadata and goes there.
+  const kc = ctx.adapter.cluster;
+  if (kc !== null && kc.leads(name, p.index) === null) {
+    fail(r, KafkaErrorCode.NOT_LEADER_OR_FOLLOWER, `broker ${kc.id} does not lead ${name}/${p.index}`);
+    return;
+  }
   if (p.records === null || p.records.length === 0) {
     fail(r, KafkaErrorCode.CORRUPT_MESSAGE, 'no record batch');
     return;

@@ -1,0 +1,176 @@
+/**
+ * The Kafka protocol's view of a cluster (--cluster; src/cluster): which brokers exist, who leads a partition and
+ * who coordinates a group. On a single broker the adapter has none (KafkaAdapter.cluster is null) and every handler
+ * answers as before, with no cost.
+ *
+ * - Brokers: every live broker that registered an endpoint for the listener the client came through ("kafka" or
+ *   "kafka-tls"), by its --broker-id (the Kafka node id). The controller is the lowest live id (FlowMQ has no
+ *   controller; clients only use it to send admin requests somewhere).
+ * - Partition leaders: the partition's owner ('partition' kind, "<stream>/<p>", taken by the streams part) with the
+ *   owner row's epoch as leader epoch, so a change of owner is a change of leader epoch (KIP-320). A partition
+ *   with no live owner (its owner just died, or it was just created) names the broker placement gives it, which
+ *   takes it within a reconcile: a client sent there meanwhile gets NOT_LEADER_OR_FOLLOWER and asks again. Naming
+ *   leader -1 (LEADER_NOT_AVAILABLE) would be Kafka's answer, but KafkaJS 2.2.4 maps partitions to leaders without
+ *   looking at the partition's error and then retries "broker -1 not found" without refreshing its metadata.
+ * - Requests for a partition's data (Produce, Fetch, ListOffsets, OffsetForLeaderEpoch, DeleteRecords) are served
+ *   by its leader only, as in Kafka: elsewhere they answer NOT_LEADER_OR_FOLLOWER and clients refresh their
+ *   metadata. Nothing is forwarded: Kafka clients route by leader themselves.
+ * - Groups: a group's coordinator is its placement broker ('group' kind, rendezvous over the live brokers), which
+ *   takes the group on first use (Cluster.ensure). Group state is membership in memory plus committed offsets in
+ *   the shared metastore, so acquiring loads nothing and releasing drops the membership (members rejoin at the new
+ *   coordinator, as after a coordinator change in Kafka) once the commits in flight are done. Every offset commit
+ *   carries the group's epoch and is refused by the metastore (FENCED) once the group has moved.
+ */
+import type { Logger } from 'pino';
+import type { Cluster, Endpoint } from '../../cluster/index.js';
+import { isFlowError } from '../../core/index.js';
+import { KafkaErrorCode } from './codec/index.js';
+import type { GroupCoordinator } from './groups/coordinator.js';
+
+export interface KafkaNode {
+  nodeId: number;
+  host: string;
+  port: number;
+  rack: string | null;
+}
+
+/** Name of a partition's owner row (the streams part's 'partition' kind). */
+export function partitionKey(stream: string, partition: number): string {
+  return `${stream}/${partition}`;
+}
+
+/** A partition's leader as Metadata names it. */
+export interface PartitionLeader {
+  id: number;
+  /** The owner row's epoch; -1 when no live broker owns it yet (the leader named is its placement). */
+  epoch: number;
+}
+
+/** Whether a group request may be served here, and under which ownership epoch. */
+export type GroupGate = { errorCode: 0; epoch: number } | { errorCode: number; epoch: -1 };
+
+export class KafkaCluster {
+  /** Offset commits in flight per group: a handover waits for them. */
+  private readonly commits = new Map<string, Set<Promise<unknown>>>();
+
+  constructor(
+    readonly cluster: Cluster,
+    private readonly groups: GroupCoordinator,
+    private readonly logger: Logger,
+  ) {
+    cluster.register('group', {
+      // Nothing to load: committed offsets are read from the metastore when asked for, and membership starts empty
+      // (members rejoin). What an earlier ownership of this broker left in memory is stale.
+      acquire: async (groupId) => {
+        this.groups.drop(groupId);
+      },
+      release: async (groupId, lost) => {
+        this.groups.drop(groupId);
+        // A handover: what was acknowledged must be in the metastore before the next coordinator reads it. Lost:
+        // these commits are refused (FENCED) anyway.
+        const inFlight = this.commits.get(groupId);
+        if (!lost && inFlight) await Promise.allSettled([...inFlight]);
+        this.logger.debug({ group: groupId, lost }, 'group coordination moved away');
+      },
+    });
+  }
+
+  get id(): number {
+    return this.cluster.id;
+  }
+
+  /** Live brokers with an endpoint for `listener`, by id; this broker with `self` if it registered none yet. */
+  nodes(listener: string, self: Endpoint): KafkaNode[] {
+    const out: KafkaNode[] = [];
+    let sawSelf = false;
+    for (const b of this.cluster.brokers()) {
+      if (b.id === this.cluster.id) {
+        // Our own row may be a heartbeat old: our endpoints are the ones we advertise now.
+        sawSelf = true;
+        const ep = this.cluster.self.endpoints[listener] ?? self;
+        out.push({ nodeId: b.id, host: ep.host, port: ep.port, rack: null });
+        continue;
+      }
+      if (!b.alive) continue;
+      const ep = b.endpoints[listener];
+      if (ep) out.push({ nodeId: b.id, host: ep.host, port: ep.port, rack: null });
+    }
+    if (!sawSelf) {
+      const ep = this.cluster.self.endpoints[listener] ?? self;
+      out.push({ nodeId: this.cluster.id, host: ep.host, port: ep.port, rack: null });
+    }
+    return out.sort((a, b) => a.nodeId - b.nodeId);
+  }
+
+  /** The epoch under which this broker leads the partition now (owns it and serves it), or null. */
+  leads(stream: string, partition: number): number | null {
+    return this.cluster.owns('partition', partitionKey(stream, partition));
+  }
+
+  /**
+   * Whether this broker serves the partition's data now, for a client that believes the leader epoch is
+   * `currentLeaderEpoch` (-1: it does not say): NOT_LEADER_OR_FOLLOWER when another broker leads it (or nobody
+   * yet); FENCED_LEADER_EPOCH when the client's epoch is older than ours (its metadata is stale),
+   * UNKNOWN_LEADER_EPOCH when it is newer (ours is: we are about to lose it), as Kafka answers (KIP-320).
+   */
+  serve(stream: string, partition: number, currentLeaderEpoch = -1): { errorCode: number; epoch: number } {
+    const epoch = this.leads(stream, partition);
+    if (epoch === null) return { errorCode: KafkaErrorCode.NOT_LEADER_OR_FOLLOWER, epoch: -1 };
+    if (currentLeaderEpoch >= 0 && currentLeaderEpoch !== epoch) {
+      return { errorCode: currentLeaderEpoch < epoch ? KafkaErrorCode.FENCED_LEADER_EPOCH : KafkaErrorCode.UNKNOWN_LEADER_EPOCH, epoch };
+    }
+    return { errorCode: KafkaErrorCode.NONE, epoch };
+  }
+
+  /** The partition's leader for Metadata: its live owner, else the broker placement gives it. */
+  leader(stream: string, partition: number): PartitionLeader | null {
+    const key = partitionKey(stream, partition);
+    const o = this.cluster.owner('partition', key);
+    if (o) return { id: o.broker, epoch: o.epoch };
+    const p = this.cluster.placement('partition', key);
+    return p === null ? null : { id: p, epoch: -1 };
+  }
+
+  /** The broker that coordinates the group: its placement. */
+  coordinator(groupId: string): number | null {
+    return this.cluster.placement('group', groupId);
+  }
+
+  /**
+   * Serves a group request here? NOT_COORDINATOR when placement gives the group to another broker (the client
+   * asks FindCoordinator again); COORDINATOR_LOAD_IN_PROGRESS while the previous coordinator still holds it (it
+   * hands it over at its next reconcile; the client retries here). Synchronous when the group is owned already.
+   */
+  gate(groupId: string): GroupGate | Promise<GroupGate> {
+    const epoch = this.cluster.owns('group', groupId);
+    if (epoch !== null) return { errorCode: 0, epoch };
+    if (this.cluster.placement('group', groupId) !== this.cluster.id) return { errorCode: KafkaErrorCode.NOT_COORDINATOR, epoch: -1 };
+    return this.cluster.ensure('group', groupId).then(
+      (e): GroupGate => ({ errorCode: 0, epoch: e }),
+      (err: unknown): GroupGate => {
+        if (isFlowError(err, 'NOT_OWNER')) return { errorCode: KafkaErrorCode.COORDINATOR_LOAD_IN_PROGRESS, epoch: -1 };
+        this.logger.warn({ err, group: groupId }, 'cannot take the group\'s coordination');
+        return { errorCode: KafkaErrorCode.COORDINATOR_NOT_AVAILABLE, epoch: -1 };
+      },
+    );
+  }
+
+  /** Runs an offset commit of the group, so that a handover of the group waits for it. */
+  track<T>(groupId: string, p: Promise<T>): Promise<T> {
+    let set = this.commits.get(groupId);
+    if (!set) this.commits.set(groupId, (set = new Set()));
+    const s = set;
+    s.add(p);
+    const done = () => {
+      s.delete(p);
+      if (s.size === 0 && this.commits.get(groupId) === s) this.commits.delete(groupId);
+    };
+    p.then(done, done);
+    return p;
+  }
+
+  /** A commit of the group was refused FENCED: another broker coordinates it now; stop serving it here. */
+  fenced(groupId: string): void {
+    this.cluster.fenced('group', groupId);
+  }
+}

@@ -1,0 +1,175 @@
+/**
+ * Durable queues across `bin/flowmq --cluster` processes (PostgreSQL + s3rver, three brokers): publish with
+ * confirms on one broker and consume with acks on another, competing consumers on two brokers, the consumer's
+ * broker killed (its unacked messages redelivered elsewhere), the queue's owner killed (the queue continues on
+ * another broker with everything confirmed), MQTT `$queue/<name>` on a broker that does not own the queue.
+ */
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import amqp from 'amqplib';
+import mqtt from 'mqtt';
+import { rendezvous } from '../../src/cluster/index.js';
+import { startCluster, type TestCluster } from '../helpers/cluster.js';
+
+type Conn = Awaited<ReturnType<typeof amqp.connect>>;
+
+async function until(what: string, cond: () => boolean | Promise<boolean>, ms = 30_000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!(await cond())) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+describe('cluster queues: amqplib and MQTT across brokers', { timeout: 240_000 }, () => {
+  let c: TestCluster;
+  const conns: Conn[] = [];
+  const open = async (id: number): Promise<Conn> => {
+    const conn = await amqp.connect(c.broker(id).amqpUrl);
+    conn.on('error', () => undefined);
+    conns.push(conn);
+    return conn;
+  };
+  /** A queue name placed at `owner` among the live brokers `ids`. */
+  const placed = (owner: number, ids: number[], prefix: string): string => {
+    for (let i = 0; ; i++) if (rendezvous('queue', `${prefix}-${i}`, ids) === owner) return `${prefix}-${i}`;
+  };
+  const owned = (name: string, id: number) => until(`${name} owned by ${id}`, async () => (await c.ownerOf('queue', name)) === id);
+
+  before(async () => {
+    c = await startCluster({ brokers: 3, leaseMs: 1500, haproxy: false });
+  });
+  after(async () => {
+    for (const conn of conns) await conn.close().catch(() => undefined);
+    await c?.close();
+  });
+
+  it('publish with confirms on broker 2, consume with acks on broker 3, the queue owned by broker 1', async () => {
+    const name = placed(1, [1, 2, 3], 'orders');
+    const pub = await (await open(2)).createConfirmChannel();
+    await pub.assertQueue(name, { durable: true });
+    await owned(name, 1);
+    for (let i = 0; i < 50; i++) pub.sendToQueue(name, Buffer.from(`m${i}`), { persistent: true });
+    await pub.waitForConfirms();
+    const ch = await (await open(3)).createChannel();
+    const q = await ch.checkQueue(name);
+    assert.equal(q.messageCount, 50, 'declare-ok counts the messages at the owner');
+    await ch.prefetch(10);
+    const got: string[] = [];
+    await ch.consume(name, (m) => {
+      if (!m) return;
+      got.push(m.content.toString());
+      ch.ack(m);
+    });
+    await until('50 consumed', () => got.length === 50);
+    assert.deepEqual(got, Array.from({ length: 50 }, (_, i) => `m${i}`), 'in order, each once');
+    await until('acked at the owner', async () => (await (await open(1)).createChannel().then((x) => x.checkQueue(name))).messageCount === 0);
+  });
+
+  it('competing consumers on two brokers get each message once', async () => {
+    const name = placed(1, [1, 2, 3], 'work');
+    const pub = await (await open(1)).createConfirmChannel();
+    await pub.assertQueue(name, { durable: true });
+    const seen: Record<string, number> = {};
+    const per = { b2: 0, b3: 0 };
+    for (const [id, k] of [[2, 'b2'], [3, 'b3']] as const) {
+      const ch = await (await open(id)).createChannel();
+      await ch.prefetch(1);
+      await ch.consume(name, (m) => {
+        if (!m) return;
+        const body = m.content.toString();
+        seen[body] = (seen[body] ?? 0) + 1;
+        per[k]++;
+        setTimeout(() => ch.ack(m), 2);
+      });
+    }
+    await owned(name, 1);
+    const n = 200;
+    for (let i = 0; i < n; i++) pub.sendToQueue(name, Buffer.from(`w${i}`), { persistent: true });
+    await pub.waitForConfirms();
+    await until('every message consumed', () => Object.keys(seen).length === n);
+    assert.ok(Object.values(seen).every((x) => x === 1), 'each message once');
+    assert.ok(per.b2 > 0 && per.b3 > 0, `both brokers' consumers got some (${per.b2}/${per.b3})`);
+  });
+
+  it("MQTT $queue/<name> on a broker that does not own the queue", async () => {
+    const name = placed(3, [1, 2, 3], 'mq');
+    const ch = await (await open(2)).createConfirmChannel();
+    await ch.assertQueue(name, { durable: true });
+    await owned(name, 3);
+    // Broker 1 knows the queue (a passive declare there loads the catalog if its notification is still on its way).
+    await (await (await open(1)).createChannel()).checkQueue(name);
+    const client = await mqtt.connectAsync(c.broker(1).mqttUrl, { clientId: 'qsub', protocolVersion: 5 });
+    try {
+      const got: string[] = [];
+      client.on('message', (_t, payload) => got.push(payload.toString()));
+      const g = await client.subscribeAsync(`$queue/${name}`, { qos: 1 });
+      assert.equal(g[0].qos, 1);
+      for (let i = 0; i < 5; i++) ch.sendToQueue(name, Buffer.from(`q${i}`), { persistent: true });
+      await ch.waitForConfirms();
+      await until('5 over MQTT', () => got.length === 5);
+      assert.deepEqual(got, ['q0', 'q1', 'q2', 'q3', 'q4']);
+    } finally {
+      await client.endAsync();
+    }
+  });
+
+  it("the consumer's broker killed: its unacked messages are redelivered to a consumer on another broker", async () => {
+    const name = placed(1, [1, 2, 3], 'redeliver');
+    const pub = await (await open(1)).createConfirmChannel();
+    await pub.assertQueue(name, { durable: true });
+    await owned(name, 1);
+    const doomed = await (await open(3)).createChannel();
+    const held: string[] = [];
+    await doomed.consume(name, (m) => {
+      if (m) held.push(m.content.toString()); // never acked
+    });
+    for (let i = 0; i < 20; i++) pub.sendToQueue(name, Buffer.from(`r${i}`), { persistent: true });
+    await pub.waitForConfirms();
+    await until('20 held unacked on broker 3', () => held.length === 20);
+    await c.kill(3);
+    const ch = await (await open(2)).createChannel();
+    const got: Array<{ body: string; redelivered: boolean }> = [];
+    await ch.consume(name, (m) => {
+      if (!m) return;
+      got.push({ body: m.content.toString(), redelivered: m.fields.redelivered });
+      ch.ack(m);
+    });
+    await until('20 redelivered on broker 2', () => got.length === 20);
+    assert.deepEqual(got.map((g) => g.body).sort(), held.slice().sort());
+    assert.ok(got.every((g) => g.redelivered), 'flagged redelivered');
+  });
+
+  it("the queue's owner killed: the queue continues on another broker with every confirmed message", async () => {
+    // Brokers 1 and 2 are left; the queue is placed at 1, clients on 2.
+    const name = placed(1, [1, 2], 'failover');
+    const pub = await (await open(2)).createConfirmChannel();
+    await pub.assertQueue(name, { durable: true });
+    await owned(name, 1);
+    const confirmed: string[] = [];
+    let i = 0;
+    let stop = false;
+    const publishing = (async () => {
+      while (!stop) {
+        const body = `f${i++}`;
+        const ok = await new Promise<boolean>((resolve) => pub.sendToQueue(name, Buffer.from(body), { persistent: true }, (err) => resolve(!err)));
+        if (ok) confirmed.push(body);
+      }
+    })();
+    await until('some confirmed', () => confirmed.length >= 50);
+    await c.kill(1);
+    await until('confirms again after the failover', () => confirmed.length >= 150, 60_000);
+    stop = true;
+    await publishing;
+    await owned(name, 2);
+    const ch = await (await open(2)).createChannel();
+    const got = new Set<string>();
+    await ch.consume(name, (m) => {
+      if (!m) return;
+      got.add(m.content.toString());
+      ch.ack(m);
+    });
+    await until('every confirmed message consumed', () => confirmed.every((b) => got.has(b)), 60_000);
+    assert.ok(confirmed.length >= 150);
+  });
+});
