@@ -75,6 +75,8 @@ export interface ChannelOptions {
   pingIntervalMs?: number;
   /** A connection that heard nothing for this long is closed (default 10 s). */
   silentAfterMs?: number;
+  /** Requests of one accepted connection handled at once before it stops being read (default 4096). */
+  maxInflight?: number;
 }
 
 export interface TcpChannel extends PeerChannel {
@@ -84,8 +86,6 @@ export interface TcpChannel extends PeerChannel {
 const PROTOCOL_VERSION = 1;
 const HEADER = 11;
 const PRE_AUTH_MAX_FRAME = 4096;
-/** Requests of one accepted connection being handled at once before it stops being read. */
-const MAX_INFLIGHT = 4096;
 /** Connections still in their handshake at once (more are closed at accept). */
 const MAX_HANDSHAKES = 256;
 /** Reconnect backoff: first retry, cap. Well under the lease, so a blip costs less than a failover. */
@@ -93,6 +93,9 @@ const BACKOFF_MIN_MS = 50;
 const BACKOFF_MAX_MS = 1000;
 /** Small frames are concatenated into one buffer per write; bodies at least this big are written as they are. */
 const COPY_BELOW = 16 * 1024;
+/** Size of a connection's staging buffer for small frames. */
+const STAGE_BYTES = 64 * 1024;
+const EMPTY = Buffer.alloc(0);
 
 const enum T {
   REQUEST = 1,
@@ -171,13 +174,26 @@ class Conn {
   closed = false;
   lastRx = Date.now();
   private chunks: Buffer[] = [];
+  /** Read position in chunks[0]. */
+  private off = 0;
+  /** Unread bytes in chunks. */
   private have = 0;
+  /** Pieces ready for the socket, in order. */
   private out: Buffer[] = [];
   outBytes = 0;
+  /**
+   * The staging buffer small frames are written into. Bytes handed to the socket are never overwritten: writing
+   * only moves forward, and a full buffer is replaced, not reused.
+   */
+  private stage: Buffer = EMPTY;
+  private stagePos = 0;
+  private stageStart = 0;
   private flushing = false;
   private readonly methodsOut = new Map<string, number>();
   readonly methodsIn = new Map<number, string>();
   figures: PeerFigures | null = null;
+  /** Called after each write to the socket (the dialer's ready() waiters). */
+  afterFlush: (() => void) | null = null;
   /** Accepted side: requests being handled. */
   inflight = 0;
   paused = false;
@@ -198,14 +214,16 @@ class Conn {
     this.lastRx = Date.now();
     this.chunks.push(chunk);
     this.have += chunk.length;
-    // A frame spanning chunks costs one concat when it is complete, never one per chunk.
+    // Frames are read in place (`off` into the first chunk); a frame spanning chunks costs one concat when it is
+    // complete, never one per chunk.
     while (!this.closed && this.have >= 4) {
       let head = this.chunks[0];
-      if (head.length < 4) {
-        head = Buffer.concat(this.chunks, this.have);
-        this.chunks = [head];
+      let off = this.off;
+      if (head.length - off < 4) {
+        head = this.merge();
+        off = 0;
       }
-      const len = head.readUInt32BE(0);
+      const len = head.readUInt32BE(off);
       const limit = this.authed ? this.maxFrame + HEADER - 4 : PRE_AUTH_MAX_FRAME;
       if (len < HEADER - 4 || len > limit) {
         this.onError(this, len < HEADER - 4 ? `malformed frame (length ${len})` : `frame of ${len} bytes over the limit of ${limit}`);
@@ -213,20 +231,40 @@ class Conn {
       }
       const total = 4 + len;
       if (this.have < total) return;
-      if (head.length < total) {
-        head = Buffer.concat(this.chunks, this.have);
-        this.chunks = [head];
+      if (head.length - off < total) {
+        head = this.merge();
+        off = 0;
       }
-      const frame = head.subarray(0, total);
-      if (head.length === total) this.chunks.shift();
-      else this.chunks[0] = head.subarray(total);
+      const type = head[off + 4];
+      const id = head.readUInt32BE(off + 5);
+      const code = head.readUInt16BE(off + 9);
+      // Bodies are views of the socket's chunk, except a request's or reply's that is a small part of a large chunk:
+      // it is copied, so that a handler keeping it (a forwarded batch in a partition's in-memory tail) does not pin
+      // the whole chunk (64 KiB for a 1 KiB batch). One-way bodies (live messages, at the highest rates) are not
+      // copied: measured, the copy costs 20-30% of the channel's CPU per small message, and their listeners decode
+      // them into fresh buffers anyway (decodeStoredMessage copies). A listener that keeps a one-way body copies it.
+      let body = head.subarray(off + HEADER, off + total);
+      if (type !== T.ONEWAY && total * 4 < head.length) body = Buffer.from(body);
+      if (head.length - off === total) {
+        this.chunks.shift();
+        this.off = 0;
+      } else this.off = off + total;
       this.have -= total;
       if (this.figures) {
         this.figures.receivedFrames++;
         this.figures.receivedBytes += total;
       }
-      this.onFrame(this, frame[4], frame.readUInt32BE(5), frame.readUInt16BE(9), frame.subarray(HEADER));
+      this.onFrame(this, type, id, code, body);
     }
+  }
+
+  /** The unread bytes as one buffer. */
+  private merge(): Buffer {
+    this.chunks[0] = this.chunks[0].subarray(this.off);
+    this.off = 0;
+    const all = Buffer.concat(this.chunks, this.have);
+    this.chunks = [all];
+    return all;
   }
 
   /** Queues a frame; written with the others of this event-loop turn. */
@@ -242,13 +280,28 @@ class Conn {
         this.write(T.DEFINE, code, null, Buffer.from(method));
       } else code = known;
     }
-    const h = Buffer.allocUnsafe(HEADER);
-    h.writeUInt32BE(HEADER - 4 + body.length, 0);
-    h[4] = type;
-    h.writeUInt32BE(id, 5);
-    h.writeUInt16BE(code, 9);
-    this.out.push(h);
-    if (body.length > 0) this.out.push(body);
+    // Header and small body are copied into the staging buffer (no allocation per frame; the bytes of a turn end
+    // up contiguous); a large body is referenced as it is, after the staged bytes before it.
+    const small = body.length < COPY_BELOW;
+    const need = HEADER + (small ? body.length : 0);
+    let st = this.stage;
+    if (st.length - this.stagePos < need) {
+      this.cut();
+      st = this.stage = Buffer.allocUnsafe(Math.max(STAGE_BYTES, need));
+      this.stagePos = this.stageStart = 0;
+    }
+    let pos = this.stagePos;
+    st.writeUInt32BE(HEADER - 4 + body.length, pos);
+    st[pos + 4] = type;
+    st.writeUInt32BE(id, pos + 5);
+    st.writeUInt16BE(code, pos + 9);
+    pos += HEADER;
+    if (small) pos += body.copy(st, pos);
+    this.stagePos = pos;
+    if (!small) {
+      this.cut();
+      this.out.push(body);
+    }
     this.outBytes += HEADER + body.length;
     if (this.figures) {
       this.figures.sentFrames++;
@@ -265,29 +318,30 @@ class Conn {
     return this.outBytes + this.socket.writableLength;
   }
 
+  /** The staged bytes not yet handed out become one piece of the output. */
+  private cut(): void {
+    if (this.stagePos > this.stageStart) {
+      this.out.push(this.stage.subarray(this.stageStart, this.stagePos));
+      this.stageStart = this.stagePos;
+    }
+  }
+
   flush(): void {
     this.flushing = false;
-    if (this.closed || this.out.length === 0) return;
+    if (this.closed) return;
+    this.cut();
+    if (this.out.length === 0) return;
     const out = this.out;
     this.out = [];
     this.outBytes = 0;
     const s = this.socket;
-    s.cork();
-    let run: Buffer[] = [];
-    let runBytes = 0;
-    for (const b of out) {
-      if (b.length >= COPY_BELOW) {
-        if (run.length > 0) s.write(run.length === 1 ? run[0] : Buffer.concat(run, runBytes));
-        run = [];
-        runBytes = 0;
-        s.write(b);
-      } else {
-        run.push(b);
-        runBytes += b.length;
-      }
+    if (out.length === 1) s.write(out[0]);
+    else {
+      s.cork();
+      for (const b of out) s.write(b);
+      s.uncork();
     }
-    if (run.length > 0) s.write(run.length === 1 ? run[0] : Buffer.concat(run, runBytes));
-    s.uncork();
+    this.afterFlush?.();
   }
 
   close(): void {
@@ -324,6 +378,10 @@ class Peer {
   lastError = '';
   /** The last attempt failed: read the peer's address from the store, not the view (it may have moved). */
   stale = false;
+  /** The view listed this connection's peer alive (so its later absence means it left). */
+  seenAlive = false;
+  /** The store or view says the peer is dead or gone: no background reconnection (on use only). */
+  gone = false;
   incarnation = '';
   readonly figures = newFigures();
   constructor(readonly id: number) {}
@@ -352,6 +410,7 @@ class Channel implements TcpChannel {
   private readonly handshakeMs: number;
   private readonly pingMs: number;
   private readonly silentMs: number;
+  private readonly maxInflight: number;
   private nextId = 1;
   private closed = false;
   private readonly ticker: NodeJS.Timeout;
@@ -372,15 +431,13 @@ class Channel implements TcpChannel {
     this.handshakeMs = opts.handshakeTimeoutMs ?? 5000;
     this.pingMs = opts.pingIntervalMs ?? 2000;
     this.silentMs = opts.silentAfterMs ?? 10_000;
+    this.maxInflight = opts.maxInflight ?? 4096;
     server.on('connection', (s) => this.accept(s));
     this.ticker = setInterval(() => this.tick(), Math.max(50, Math.min(this.pingMs, 1000)));
     this.ticker.unref();
-    // A peer the view declares dead: fail what waits on it now, so callers look for the new owner.
-    this.onMembership = () => {
-      for (const p of this.peers.values()) {
-        if (p.conn && !this.cluster.isAlive(p.id)) this.lose(p, p.conn, `broker ${p.id} is dead (its membership lease expired)`);
-      }
-    };
+    // A built-in request every broker answers (id, incarnation, clock): health checks and tests of a live cluster.
+    this.handlers.set('channel.ping', () => Buffer.from(JSON.stringify({ id: this.cluster.id, incarnation: this.cluster.incarnation, at: Date.now() })));
+    this.onMembership = () => this.checkMembership();
     this.cluster.on('membership', this.onMembership);
   }
 
@@ -406,33 +463,30 @@ class Channel implements TcpChannel {
     const ms = timeoutMs ?? this.requestTimeoutMs;
     return new Promise<Buffer>((resolve, reject) => {
       const timer = setTimeout(() => {
-        if (peer.pending.delete(id)) {
-          peer.figures.timeouts++;
-          reject(new FlowError('UNAVAILABLE', `broker ${to} did not answer ${method} within ${ms} ms`));
-        }
+        if (!peer.pending.delete(id)) return;
+        peer.figures.timeouts++;
+        // Still waiting to be written (a peer that does not read): its body goes now, not when the peer drains.
+        const i = peer.backlog.findIndex((f) => f.type === T.REQUEST && f.id === id);
+        if (i >= 0) peer.backlogBytes -= HEADER + peer.backlog.splice(i, 1)[0].body.length;
+        reject(new FlowError('UNAVAILABLE', `broker ${to} did not answer ${method} within ${ms} ms`));
       }, ms);
       peer.pending.set(id, { resolve, reject, timer });
-      void this.dispatchRequest(peer, id, method, body);
-    });
-  }
-
-  private async dispatchRequest(peer: Peer, id: number, method: string, body: Buffer): Promise<void> {
-    try {
-      let conn = await this.connect(peer);
-      // Requests wait below the high-water mark: a peer that does not read slows its callers, not our memory.
-      while (conn.queued >= this.highWater && peer.pending.has(id)) {
-        await this.ready(peer.id);
-        conn = await this.connect(peer);
+      const c = peer.conn;
+      // The common case, written at once: connected, nothing waiting before it, under the high-water mark.
+      if (c && peer.backlog.length === 0 && c.queued < this.highWater) {
+        c.write(T.REQUEST, id, method, body);
+        return;
       }
-      if (!peer.pending.has(id)) return; // timed out meanwhile
-      conn.write(T.REQUEST, id, method, body);
-    } catch (err) {
-      const p = peer.pending.get(id);
-      if (!p) return;
-      peer.pending.delete(id);
-      clearTimeout(p.timer);
-      p.reject(err instanceof FlowError ? err : new FlowError('UNAVAILABLE', `broker ${peer.id} cannot be reached: ${(err as Error).message}`, { cause: err }));
-    }
+      if (!c && !peer.connecting && Date.now() < peer.retryAt) {
+        peer.pending.delete(id);
+        clearTimeout(timer);
+        reject(new FlowError('UNAVAILABLE', `broker ${to} cannot be reached (${peer.lastError}); retrying`));
+        return;
+      }
+      peer.backlog.push({ type: T.REQUEST, id, method, body });
+      peer.backlogBytes += HEADER + body.length;
+      if (!c) void this.connect(peer).catch(() => undefined);
+    });
   }
 
   send(to: number, method: string, body: Buffer): void {
@@ -452,18 +506,36 @@ class Channel implements TcpChannel {
       peer.figures.dropped++;
       return;
     }
-    if (peer.conn) {
-      peer.conn.write(T.ONEWAY, 0, method, body);
+    const c = peer.conn;
+    if (c && peer.backlog.length === 0) {
+      c.write(T.ONEWAY, 0, method, body);
       return;
     }
-    if (!peer.connecting && Date.now() < peer.retryAt) {
+    if (!c && !peer.connecting && Date.now() < peer.retryAt) {
       // Unreachable for now: live traffic is dropped rather than kept for a peer that may never come back.
       peer.figures.dropped++;
       return;
     }
+    // Behind requests waiting for the high-water mark, or for the connection: call order is kept per peer.
     peer.backlog.push({ type: T.ONEWAY, id: 0, method, body });
     peer.backlogBytes += HEADER + body.length;
-    void this.connect(peer).catch(() => undefined);
+    if (!c) void this.connect(peer).catch(() => undefined);
+  }
+
+  /**
+   * Writes the backlog in call order: one-way messages at once, requests while the connection is under the
+   * high-water mark (a request stops the queue behind it, so that the order of calls is the order on the wire).
+   */
+  private pump(peer: Peer): void {
+    const c = peer.conn;
+    if (!c) return;
+    while (peer.backlog.length > 0) {
+      const f = peer.backlog[0];
+      if (f.type === T.REQUEST && peer.pending.has(f.id) && c.queued >= this.highWater) break;
+      peer.backlog.shift();
+      peer.backlogBytes -= HEADER + f.body.length;
+      if (f.type !== T.REQUEST || peer.pending.has(f.id)) c.write(f.type, f.id, f.method, f.body);
+    }
   }
 
   ready(to: number): Promise<void> {
@@ -582,14 +654,13 @@ class Channel implements TcpChannel {
         if (conn.closed) return failed(new FlowError('UNAVAILABLE', `broker ${peer.id} closed the connection`));
         peer.connecting = null;
         peer.stale = false;
+        peer.seenAlive = false;
         peer.conn = conn;
         peer.backoffMs = 0;
         peer.retryAt = 0;
         peer.lastError = '';
         peer.figures.connects++;
-        for (const f of peer.backlog) conn.write(f.type, f.id, f.method, f.body);
-        peer.backlog = [];
-        peer.backlogBytes = 0;
+        this.pump(peer);
         this.logger.debug({ peer: peer.id, incarnation: conn.peerInc }, 'cluster channel: connected');
         return conn;
       },
@@ -598,12 +669,15 @@ class Channel implements TcpChannel {
     return peer.connecting;
   }
 
-  /** Reconnects in the background while the peer is alive in the view (its next messages need no dial). */
+  /**
+   * Reconnects in the background after a lost connection while the peer is alive in the view, so that its next
+   * messages need no dial. A peer never reached (or refusing us) is only tried again on use, after the backoff.
+   */
   private scheduleRetry(peer: Peer): void {
-    if (this.closed || peer.retryTimer || !this.cluster.isAlive(peer.id)) return;
+    if (this.closed || peer.retryTimer || peer.figures.connects === 0 || peer.gone) return;
     peer.retryTimer = setTimeout(() => {
       peer.retryTimer = null;
-      if (!this.closed && !peer.conn && !peer.connecting && this.cluster.isAlive(peer.id)) void this.connect(peer).catch(() => undefined);
+      if (!this.closed && !peer.conn && !peer.connecting && !peer.gone) void this.connect(peer).catch(() => undefined);
     }, Math.max(0, peer.retryAt - Date.now()));
     peer.retryTimer.unref();
   }
@@ -618,6 +692,7 @@ class Channel implements TcpChannel {
 
   private async dial(peer: Peer): Promise<Conn> {
     const b = await this.resolve(peer.id, peer.stale);
+    peer.gone = !b || !b.alive;
     if (!b) throw new FlowError('UNAVAILABLE', `broker ${peer.id} is not registered`);
     if (!b.alive) throw new FlowError('UNAVAILABLE', `broker ${peer.id} is dead (its membership lease expired)`);
     const ep = b.endpoints.cluster;
@@ -664,6 +739,7 @@ class Channel implements TcpChannel {
               c.figures = peer.figures;
               peer.incarnation = hello.inc;
               socket.on('drain', () => this.drained(peer));
+              c.afterFlush = () => this.drained(peer);
               resolve(c);
               return;
             }
@@ -723,6 +799,9 @@ class Channel implements TcpChannel {
     peer.retryAt = Date.now() + peer.backoffMs;
     const n = this.rejectAll(peer, new FlowError('UNAVAILABLE', `the connection to broker ${peer.id} was lost (${why})`));
     peer.figures.rejectedOnLoss += n;
+    peer.figures.dropped += peer.backlog.filter((f) => f.type === T.ONEWAY).length;
+    peer.backlog = [];
+    peer.backlogBytes = 0;
     for (const w of peer.readyWaiters.splice(0)) w();
     if (!this.closed) {
       this.limiter.log('info', `lost|${peer.id}`, { peer: peer.id, why, rejected: n }, 'cluster channel: connection to a peer lost');
@@ -740,7 +819,9 @@ class Channel implements TcpChannel {
     return n;
   }
 
+  /** The connection wrote or drained: move the backlog on, wake ready() waiters once under the high-water mark. */
   private drained(peer: Peer): void {
+    if (peer.backlog.length > 0) this.pump(peer);
     if (peer.readyWaiters.length === 0 || peer.queued >= this.highWater) return;
     for (const w of peer.readyWaiters.splice(0)) w();
   }
@@ -852,7 +933,7 @@ class Channel implements TcpChannel {
           return;
         }
         c.inflight++;
-        if (c.inflight >= MAX_INFLIGHT) this.pause(c);
+        if (c.inflight >= this.maxInflight) this.pause(c);
         let result: Promise<Buffer> | Buffer;
         try {
           result = fn(c.peer, body);
@@ -906,7 +987,7 @@ class Channel implements TcpChannel {
   }
 
   private resumeIfIdle(c: Conn): void {
-    if (!c.paused || c.inflight >= MAX_INFLIGHT || c.queued >= this.highWater) return;
+    if (!c.paused || c.inflight >= this.maxInflight || c.queued >= this.highWater) return;
     c.paused = false;
     c.socket.resume();
   }
@@ -931,8 +1012,26 @@ class Channel implements TcpChannel {
     this.limiter.log('warn', logKey(`refuse-${kind}`, address), { ...fields, remote: address, kind }, msg);
   }
 
+  /**
+   * A peer the view declares dead (its lease expired) or no longer lists (deregistered) after having listed it
+   * alive: fail what waits on it now, so that callers look for the new owner instead of waiting for a timeout. A
+   * peer the view has not listed yet (it joined after the last refresh) is left alone.
+   */
+  private checkMembership(): void {
+    for (const p of this.peers.values()) {
+      if (!p.conn) continue;
+      const b = this.cluster.broker(p.id);
+      if (b && b.alive && b.incarnation === p.conn.peerInc) p.seenAlive = true;
+      else if (p.seenAlive && (!b || !b.alive)) {
+        p.gone = true;
+        this.lose(p, p.conn, `broker ${p.id} is dead (its membership lease expired or it left)`);
+      }
+    }
+  }
+
   /** Pings idle connections, closes silent ones. */
   private tick(): void {
+    this.checkMembership();
     const now = Date.now();
     for (const p of this.peers.values()) {
       const c = p.conn;
