@@ -38,6 +38,14 @@
  * On the accepting side a connection stops being read while its replies are not drained or too many of its
  * requests are in flight: TCP pushes back on the dialer.
  *
+ * Order: requests and one-way messages to a peer go on the wire in call order (one backlog for both while the
+ * connection is being made or a request waits for the high-water mark), so a forwarder may pipeline appends.
+ *
+ * Bodies: a received one-way body is a view of the socket's read buffer (valid as long as it is referenced; a
+ * listener keeping a small one beyond the call copies it); a small request or reply body is copied out of a large
+ * chunk (see Conn.data). A body handed to request() or send() must not be modified afterwards: large ones are
+ * written by reference.
+ *
  * Failures. A request not answered within its timeout (default 2 × the membership lease) rejects with UNAVAILABLE;
  * a lost connection rejects every request pending on it at once with UNAVAILABLE (the callers re-resolve the owner
  * and retry); a FlowError thrown by a handler arrives with its code and message. Idle connections: TCP keepalive,
@@ -416,7 +424,8 @@ class Channel implements TcpChannel {
   private readonly ticker: NodeJS.Timeout;
   private readonly onMembership: () => void;
   private readonly refusals: Record<string, number> = {};
-  private localDropped = 0;
+  /** Connections being dialed (closed at once by close()). */
+  private readonly dialing = new Set<Conn>();
 
   constructor(opts: ChannelOptions, server: Server) {
     this.server = server;
@@ -568,7 +577,7 @@ class Channel implements TcpChannel {
         ...(p?.lastError ? { lastError: p.lastError } : {}),
       };
     }
-    return { port: this.closed ? null : this.address().port, peers, refused: { ...this.refusals }, localDropped: this.localDropped, handshaking: this.handshaking.size };
+    return { port: this.closed ? null : this.address().port, peers, refused: { ...this.refusals }, handshaking: this.handshaking.size };
   }
 
   async close(): Promise<void> {
@@ -588,6 +597,7 @@ class Channel implements TcpChannel {
     }
     for (const set of this.accepted.values()) conns.push(...set);
     for (const c of this.handshaking) c.close();
+    for (const c of this.dialing) c.close();
     // What was queued (live messages, replies) still goes out; a peer that does not read is cut after a second.
     await Promise.all(
       conns.map(
@@ -645,12 +655,16 @@ class Channel implements TcpChannel {
       peer.backlogBytes = 0;
       this.rejectAll(peer, new FlowError('UNAVAILABLE', `broker ${peer.id} cannot be reached: ${peer.lastError}`));
       for (const w of peer.readyWaiters.splice(0)) w();
-      this.limiter.log('warn', `dial|${peer.id}`, { peer: peer.id, err: peer.lastError, retryInMs: peer.backoffMs }, 'cluster channel: cannot connect to a peer');
+      if (!this.closed) this.limiter.log('warn', `dial|${peer.id}`, { peer: peer.id, err: peer.lastError, retryInMs: peer.backoffMs }, 'cluster channel: cannot connect to a peer');
       this.scheduleRetry(peer);
       throw err instanceof FlowError ? err : new FlowError('UNAVAILABLE', `broker ${peer.id} cannot be reached: ${peer.lastError}`, { cause: err });
     };
     peer.connecting = this.dial(peer).then(
       (conn) => {
+        if (this.closed) {
+          conn.close();
+          return failed(new FlowError('CLOSED', 'the cluster channel is closed'));
+        }
         if (conn.closed) return failed(new FlowError('UNAVAILABLE', `broker ${peer.id} closed the connection`));
         peer.connecting = null;
         peer.stale = false;
@@ -704,6 +718,7 @@ class Channel implements TcpChannel {
         if (settled) return;
         settled = true;
         clearTimeout(timer);
+        this.dialing.delete(conn);
         conn.close();
         reject(new FlowError('UNAVAILABLE', why));
       };
@@ -733,6 +748,7 @@ class Channel implements TcpChannel {
               }
               settled = true;
               clearTimeout(timer);
+              this.dialing.delete(c);
               c.authed = true;
               c.peer = peer.id;
               c.peerInc = hello.inc;
@@ -759,6 +775,7 @@ class Channel implements TcpChannel {
           this.lose(peer, c, reason);
         },
       );
+      this.dialing.add(conn);
       socket.on('error', (err) => {
         if (!settled) fail(`cannot connect to broker ${peer.id} at ${ep.host}:${ep.port}: ${err.message}`);
       });

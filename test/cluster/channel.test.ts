@@ -5,6 +5,7 @@ import { Writable } from 'node:stream';
 import pino from 'pino';
 import { Cluster, MemoryClusterStore, startChannel, type ChannelOptions, type TcpChannel } from '../../src/cluster/index.js';
 import { FlowError } from '../../src/core/index.js';
+import { prng } from '../helpers/prng.js';
 
 const logger = pino({ level: 'silent' });
 const SECRET = 'test-secret-0123456789';
@@ -237,6 +238,38 @@ function capture(): { logger: pino.Logger; lines: Array<Record<string, unknown>>
   return { logger: pino({ level: 'info' }, stream), lines };
 }
 
+describe('cluster channel: framing', () => {
+  it('frames of random sizes (empty to 300 KiB, split anywhere across socket reads) arrive intact', async () => {
+    const store = new MemoryClusterStore();
+    const [a, b] = [await node(store, 1), await node(store, 2)];
+    try {
+      const rnd = prng(17);
+      const bodies: Buffer[] = [];
+      for (let i = 0; i < 400; i++) {
+        const r = rnd();
+        const size = r < 0.05 ? 0 : r < 0.7 ? Math.floor(rnd() * 200) : r < 0.95 ? Math.floor(rnd() * 20_000) : Math.floor(rnd() * 300_000);
+        const body = Buffer.allocUnsafe(size);
+        for (let j = 0; j < size; j++) body[j] = (i * 31 + j) & 0xff;
+        bodies.push(body);
+      }
+      const got: Buffer[] = [];
+      b.channel.on('test.frame', (_f, body) => got.push(Buffer.from(body)));
+      b.channel.handle('test.sum', (_f, body) => Buffer.from(String(body.reduce((x, y) => x + y, 0))));
+      const sums: Array<Promise<Buffer>> = [];
+      bodies.forEach((body, i) => {
+        a.channel.send(2, 'test.frame', body);
+        if (i % 7 === 0) sums.push(a.channel.request(2, 'test.sum', body));
+      });
+      const answers = await Promise.all(sums);
+      answers.forEach((r, k) => assert.equal(r.toString(), String(bodies[k * 7].reduce((x, y) => x + y, 0))));
+      await until(() => got.length === bodies.length, 'every frame');
+      got.forEach((g, i) => assert.ok(g.equals(bodies[i]), `frame ${i} (${bodies[i].length} bytes) intact`));
+    } finally {
+      await Promise.all([a.close(), b.close()]);
+    }
+  });
+});
+
 describe('cluster channel: order', () => {
   it('requests and one-way messages to a peer arrive in call order, while connecting and once connected', async () => {
     const store = new MemoryClusterStore();
@@ -398,6 +431,30 @@ describe('cluster channel: authentication and refusals', () => {
       assert.ok(!JSON.stringify(lines).includes(SECRET), 'the secret is never logged');
     } finally {
       await a.close();
+    }
+  });
+
+  it('close() aborts a connection still in its handshake and fails what waits on it', { timeout: 20_000 }, async () => {
+    const store = new MemoryClusterStore();
+    const a = await node(store, 1, { handshakeTimeoutMs: 120_000 });
+    const sockets = new Set<Socket>();
+    const mute = createServer((s) => {
+      sockets.add(s);
+      s.on('error', () => undefined);
+    });
+    await new Promise<void>((r) => mute.listen(0, '127.0.0.1', () => r()));
+    try {
+      await store.register({ id: 2, incarnation: 'mute', version: 'x', startedAt: Date.now(), endpoints: { cluster: { host: '127.0.0.1', port: (mute.address() as AddressInfo).port } } }, 60_000);
+      const p = a.channel.request(2, 'test.echo', Buffer.alloc(0), 120_000).then(() => null, (e: unknown) => e);
+      await until(() => sockets.size === 1, 'the dial');
+      await a.close();
+      const e = await p;
+      assert.ok(e instanceof FlowError && (e.code === 'CLOSED' || e.code === 'UNAVAILABLE'), String(e));
+      await until(() => [...sockets].every((s) => s.destroyed || s.readableEnded), 'the dialed socket to be closed');
+    } finally {
+      await a.close();
+      for (const s of sockets) s.destroy();
+      await new Promise<void>((r) => mute.close(() => r()));
     }
   });
 
