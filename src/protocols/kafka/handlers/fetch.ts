@@ -12,6 +12,8 @@
  *   the client no session was created, so it keeps sending full fetches. An incremental fetch naming a session
  *   (which this broker never handed out) gets FETCH_SESSION_ID_NOT_FOUND.
  * - Transactions are not supported, so the last stable offset is the high watermark and nothing is aborted.
+ * - In a cluster only the partition's leader (its owner) serves it: NOT_LEADER_OR_FOLLOWER elsewhere, and a
+ *   current_leader_epoch other than the leader's is FENCED_LEADER_EPOCH (older) or UNKNOWN_LEADER_EPOCH (newer).
  */
 import {
   KafkaErrorCode,

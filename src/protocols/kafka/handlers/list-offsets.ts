@@ -3,7 +3,7 @@
  * without transactions the last stable offset is the high watermark), MAX_TIMESTAMP (-3, v7, KIP-734) the record
  * with the largest timestamp, and any other timestamp the first record whose timestamp is at least that. As in
  * Kafka, a timestamp past every record answers offset -1 and timestamp -1, and the special queries answer
- * timestamp -1.
+ * timestamp -1. In a cluster the partition's leader answers, with its leader epoch (see fetch.ts for the errors).
  */
 import { decodeBatch, readBatchInfo, type Engine } from '../../../core/index.js';
 import {

@@ -6,6 +6,9 @@
  * A partition is all-or-nothing: if any of its batches is refused, none is stored. With acks=0 no response is
  * sent at all (the client does not read one); with acks=1/-1 the response waits until every appended batch is
  * durable, which is FlowMQ's equivalent of "replicated to the in-sync replicas".
+ *
+ * In a cluster only the partition's leader (its owner) appends: elsewhere NOT_LEADER_OR_FOLLOWER, and the client
+ * refreshes its metadata and goes to the leader (nothing is forwarded; see ../cluster.ts).
  */
 import {
   isCompressionSupported,
