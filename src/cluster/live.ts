@@ -82,6 +82,7 @@ export class Live implements LiveHook {
     deltasSent: 0,
     snapshotsRequested: 0,
     snapshotsServed: 0,
+    snapshotFailures: 0,
     retainedNotified: 0,
     retainedApplied: 0,
   };
@@ -98,6 +99,11 @@ export class Live implements LiveHook {
   private readonly rr = new Map<string, number>();
   private readonly timer: NodeJS.Timeout;
   private closed = false;
+  /**
+   * Peers the channel is connected to, as of the last beat (null before the first): shared-group picks skip the
+   * others. A killed broker is dropped here within a beat, long before its lease expires.
+   */
+  private reachable: Set<number> | null = null;
 
   private constructor(opts: LiveOptions) {
     this.cluster = opts.cluster;
@@ -188,9 +194,18 @@ export class Live implements LiveHook {
     let served: Map<number, string[]> | null = null;
     if (groups !== null) {
       let skip: Set<string> | null = null;
-      for (const [key, brokers] of groups) {
-        // Candidates in a stable order (every broker of the group, this one included when it has members).
-        if (this.local.has(key)) brokers.push(this.cluster.id);
+      for (const [key, found] of groups) {
+        // Candidates in a stable order (every broker of the group, this one included when it has members), without
+        // the brokers the channel cannot reach now (killed: their lease has not run out yet), whose share would be lost.
+        // When none is left, the message still goes to one of them (it may be reachable by now).
+        let brokers = found;
+        const here = this.local.has(key);
+        const reachable = this.reachable;
+        if (reachable !== null && brokers.some((b) => !reachable.has(b))) {
+          const ok = brokers.filter((b) => reachable.has(b));
+          if (ok.length > 0 || here) brokers = ok;
+        }
+        if (here) brokers.push(this.cluster.id);
         brokers.sort((a, b) => a - b);
         const n = this.rr.get(key) ?? 0;
         this.rr.set(key, n + 1);
@@ -392,7 +407,9 @@ export class Live implements LiveHook {
         for (const d of this.syncing.get(id) ?? []) if (!this.remoteInterest.apply(id, d)) break;
       })
       .catch((err: unknown) => {
-        if (!(err instanceof FlowError && err.code === 'UNAVAILABLE')) this.logger.warn({ err, broker: id }, 'live: cannot fetch a broker\'s interest; retried');
+        // A broker starting (its live side not up yet) or going away: the next beat asks again.
+        this.stats.snapshotFailures++;
+        this.logger.debug({ err, broker: id, code: err instanceof FlowError ? err.code : undefined }, 'live: cannot fetch a broker\'s interest yet; retried at the next beat');
       })
       .finally(() => this.syncing.delete(id));
   }
@@ -409,6 +426,7 @@ export class Live implements LiveHook {
       if (b === undefined || !b.alive || b.incarnation !== p.incarnation) this.remoteInterest.drop(id);
     }
     const peers = this.peers();
+    this.reachable = new Set(this.channel.connected());
     for (const id of peers) if (this.remoteInterest.peer(id) === undefined) this.fetchSnapshot(id);
     this.flushInterest();
     // Registered again after a lost lease: a new incarnation, whose table the others fetch when they see it.

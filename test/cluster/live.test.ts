@@ -221,6 +221,28 @@ describe('live forwarding', () => {
     assert.equal(b.live.local.size, 2);
   });
 
+  it('batches: a tick\'s messages travel as one channel message per peer, a tick\'s interest changes as one delta', async () => {
+    const { nodes } = await cluster(3);
+    const [a, b, c] = nodes;
+    const deltas = a.live.stats.deltasSent;
+    const subs: Subscription[] = [];
+    const got = new Collector('many');
+    for (let i = 0; i < 500; i++) subs.push(a.engine.subscribe(`dev/${i}/#`, got, qos0));
+    await until(() => tableOf(b, a) === 500 && tableOf(c, a) === 500, 'the peers know the 500 filters');
+    assert.equal(a.live.stats.deltasSent - deltas, 1, 'one delta for 500 subscriptions made in one tick');
+    const batches = [b, c].map((n) => n.live.stats.forwardedBatches);
+    const sent = [b, c].map((n) => n.live.stats.forwardedMessages);
+    for (let i = 0; i < 500; i++) b.engine.publish(msg(`dev/${i}/t`, String(i)));
+    for (let i = 0; i < 500; i++) c.engine.publish(msg(`dev/${i}/t`, String(i)));
+    await until(() => got.got.length === 1000, 'every message arrived');
+    assert.deepEqual([b, c].map((n, k) => n.live.stats.forwardedMessages - sent[k]), [500, 500]);
+    assert.deepEqual([b, c].map((n, k) => n.live.stats.forwardedBatches - batches[k]), [1, 1], 'one batch per peer for a tick\'s 500 messages');
+    const run = Array.from({ length: 500 }, (_, i) => String(i));
+    assert.deepEqual(got.got.map((m) => m.payload.toString()), [...run, ...run], 'each broker\'s batch whole and in publish order');
+    for (const s of subs) a.engine.unsubscribe(s);
+    await until(() => tableOf(b, a) === 0 && tableOf(c, a) === 0, 'all removed');
+  });
+
   it('keeps every property of a forwarded message', async () => {
     const { nodes } = await cluster(2);
     const [a, b] = nodes;
@@ -296,6 +318,31 @@ describe('live forwarding', () => {
     // Brokers are picked round robin: each broker's members together got about a third.
     const perBroker = [a1.got.length + a2.got.length, b1.got.length + b2.got.length, c1.got.length];
     for (const n of perBroker) assert.ok(n > N / 6, `a broker's share ${perBroker}`);
+  });
+
+  it('a shared group skips a broker the channel cannot reach (killed, lease not expired yet): nothing is lost', async () => {
+    const { hub, nodes } = await cluster(3);
+    const [a, b, c] = nodes;
+    const ma = new Collector('ma');
+    const mb = new Collector('mb');
+    const mc = new Collector('mc');
+    a.engine.subscribe('work/#', ma, { qos: 0, group: 'w' });
+    b.engine.subscribe('work/#', mb, { qos: 0, group: 'w' });
+    c.engine.subscribe('work/#', mc, { qos: 0, group: 'w' });
+    await until(() => tableOf(a, b) === 1 && tableOf(a, c) === 1, 'tables');
+    // c cannot be reached any more (its lease still runs): a notices at its next beat.
+    hub.disconnect(c.id);
+    await until(() => (a.live as unknown as { reachable: Set<number> | null }).reachable?.has(c.id) === false, 'a\'s beat saw c unreachable');
+    const N = 60;
+    for (let i = 0; i < N; i++) a.engine.publish(msg(`work/${i}`));
+    const mark = new Collector('mark');
+    b.engine.subscribe('mark/#', mark, qos0);
+    await until(() => tableOf(a, b) === 2, 'mark table');
+    a.engine.publish(msg('mark/1'));
+    await until(() => mark.got.length === 1, 'marker');
+    assert.equal(ma.got.length + mb.got.length, N, `every message reached a reachable member (${ma.got.length} + ${mb.got.length}, ${mc.got.length} on c)`);
+    assert.ok(ma.got.length > 0 && mb.got.length > 0);
+    hub.reconnect(c.id);
   });
 
   it('costs nothing while no other broker has interest', async () => {
