@@ -336,27 +336,14 @@ export class ClusterQueue implements QueueRuntime {
     }
   }
 
+  /** Owned here now: the consumer attaches to the local queue (refused: cancelled, as a deleted queue's). */
   private attach(h: Held): void {
-    const c = h.c;
-    const shim: QueueConsumer = {
-      tag: c.tag,
-      owner: c.owner,
-      noAck: c.noAck,
-      priority: c.priority,
-      hasCredit: () => c.hasCredit(),
-      deliver: (d) => c.deliver(this.translate(d, c.owner, c.noAck, this.cluster.id, this.epoch)),
-      cancelled: (reason) => {
-        if (this.consumers.get(c) === h) this.consumers.delete(c);
-        c.cancelled?.(reason);
-      },
-    };
-    h.shim = shim;
     try {
-      this.local!.consume(shim, { exclusive: h.exclusive });
+      this.attachOrThrow(h, this.local!);
     } catch (err) {
       h.shim = null;
-      this.consumers.delete(c);
-      c.cancelled?.(err instanceof Error ? err.message : String(err));
+      this.consumers.delete(h.c);
+      h.c.cancelled?.(err instanceof Error ? err.message : String(err));
     }
   }
 
@@ -403,10 +390,9 @@ export class ClusterQueue implements QueueRuntime {
     }
     const h: Held = { c, exclusive: opts?.exclusive === true, shim: null, link: null };
     if (this.local) {
-      const shim = this.local;
       this.consumers.set(c, h);
       try {
-        this.attachOrThrow(h, shim);
+        this.attachOrThrow(h, this.local);
       } catch (err) {
         this.consumers.delete(c);
         throw err;

@@ -220,6 +220,28 @@ describe('cluster queues', () => {
     assert.equal(a.engine.getQueue(name)!.stats().unacked, 10);
   });
 
+  it('a channel outage between live brokers: deliveries that did not arrive are requeued, the consumer is reopened and gets everything', async () => {
+    const e = (current = env());
+    const a = await broker(e, 1);
+    const b = await broker(e, 2);
+    const name = placed(1, [1, 2], 'nq');
+    await a.engine.declareQueue(qdef(name));
+    await ownedBy(e, name, 1);
+    await until('broker 2 knows it', () => b.engine.getQueue(name) !== undefined);
+    const s = new Sink('c', 'ch');
+    const h = b.engine.getQueue(name)!;
+    h.consume(s);
+    await until('remote consumer open', () => a.engine.getQueue(name)!.stats().consumers === 1);
+    e.hub.disconnect(2);
+    for (let i = 0; i < 5; i++) await publish(a, name, `m${i}`).durable;
+    await until('the failed deliveries requeued', () => a.engine.getQueue(name)!.stats().ready === 5);
+    e.hub.reconnect(2);
+    await until('all five delivered after the outage', () => s.got.length === 5);
+    assert.deepEqual(s.bodies(), ['m0', 'm1', 'm2', 'm3', 'm4']);
+    for (const d of s.got) await h.ack(d.id);
+    await until('acked at the owner', () => a.engine.getQueue(name)!.stats().unacked === 0);
+  });
+
   it('basic.get and nack with requeue from a non-owner', async () => {
     const e = (current = env());
     const a = await broker(e, 1);
