@@ -8,7 +8,8 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import pg from 'pg';
-import { AckPolicy, connect, nanos, StringCodec, type JsMsg, type NatsConnection, type Subscription } from 'nats';
+import { AckPolicy, connect, consumerOpts, createInbox, nanos, StringCodec, type JsMsg, type NatsConnection, type Subscription } from 'nats';
+import { rendezvous } from '../../src/cluster/index.js';
 import { startCluster, type TestCluster } from '../helpers/cluster.js';
 import { sleep } from './harness.js';
 
@@ -157,6 +158,29 @@ describe('e2e cluster: NATS and JetStream across three brokers', { timeout: 180_
     }
     sub.unsubscribe();
     await assert.rejects(n1.request('svc.none', sc.encode('x'), { timeout: 3000 }), /no responders|503/i);
+  });
+
+  it('JetStream: push consumers whose owner is another broker deliver to a subscriber on this one', async () => {
+    const jsm = await (await nats(1)).jetstreamManager();
+    await jsm.streams.add({ name: 'PUSHC', subjects: ['pushc.>'] });
+    const js1 = (await nats(1)).jetstream();
+    for (let i = 1; i <= 3; i++) await js1.publish(`pushc.${i}`, sc.encode(`p${i}`));
+    // Durable push consumers, each subscribed through a broker other than the one placement gives it.
+    for (const i of [1, 2, 3]) {
+      const name = `push${i}`;
+      const home = rendezvous('consumer', `PUSHC/${name}`, [1, 2, 3])!;
+      const id = (home % 3) + 1;
+      const opts = consumerOpts();
+      opts.durable(name);
+      opts.deliverTo(createInbox());
+      opts.ackExplicit();
+      opts.deliverAll();
+      const sub = await (await nats(id)).jetstream().subscribe('pushc.>', opts);
+      const got = (await collect(sub, 3)).map((m) => sc.decode(m.data));
+      assert.deepEqual(got, ['p1', 'p2', 'p3'], `push consumer ${name} through broker ${id}`);
+      assert.equal(await c.ownerOf('consumer', `PUSHC/${name}`), home, `owned by broker ${home}, not the subscriber's`);
+      sub.unsubscribe();
+    }
   });
 
   it('JetStream: the consumer\'s owner is killed; the consumer continues on another broker from its acked position', async () => {
