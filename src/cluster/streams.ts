@@ -30,6 +30,7 @@ import {
   CoalescingTask,
   FlowError,
   isFlowError,
+  sameStreamDef,
   type AppendResult,
   type PartitionLocation,
   type PartitionOffsets,
@@ -73,15 +74,7 @@ function parseName(name: string): { stream: string; partition: number } {
 }
 
 function sameDef(a: StreamDef | undefined, b: StreamDef): boolean {
-  return (
-    a !== undefined &&
-    a.name === b.name &&
-    a.partitions === b.partitions &&
-    a.retentionMs === b.retentionMs &&
-    a.createdAt === b.createdAt &&
-    a.bindings.length === b.bindings.length &&
-    a.bindings.every((x, i) => x === b.bindings[i])
-  );
+  return a !== undefined && sameStreamDef(a, b);
 }
 
 /** One forwarded append waiting for its owner's answer. */

@@ -8,7 +8,7 @@
 import { FlowError } from './errors.js';
 import type { Message, QoS } from './message.js';
 import { decodeBatch, encodeBatch, messageToRecord, recordToMessage } from './record-batch.js';
-import type { AppendResult, PartitionOffsets, ReadLease, StreamDef, StreamStorage } from './streams.js';
+import { sameStreamDef, type AppendResult, type PartitionOffsets, type ReadLease, type StreamDef, type StreamStorage } from './streams.js';
 import { RetainedIndex } from './retained.js';
 import { decodeStoredMessage, encodeStoredMessage } from './sessions.js';
 import type { CoreStore } from './store.js';
@@ -711,17 +711,6 @@ export class Engine implements Router {
   }
 }
 
-/** Same definition (as the catalog holds it). */
-function sameStreamDef(a: StreamDef, b: StreamDef): boolean {
-  return (
-    a.name === b.name &&
-    a.partitions === b.partitions &&
-    a.retentionMs === b.retentionMs &&
-    a.createdAt === b.createdAt &&
-    a.bindings.length === b.bindings.length &&
-    a.bindings.every((x, i) => x === b.bindings[i])
-  );
-}
 
 /** True when `topic` is a valid topic that one of the stream's bindings matches. */
 function canCapture(e: StreamEntry, topic: string): boolean {

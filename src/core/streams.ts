@@ -14,6 +14,18 @@ export interface StreamDef {
   createdAt: number;
 }
 
+/** Same definition (as the catalog holds it): a broker that hears of a change applies only real ones. */
+export function sameStreamDef(a: StreamDef, b: StreamDef): boolean {
+  return (
+    a.name === b.name &&
+    a.partitions === b.partitions &&
+    a.retentionMs === b.retentionMs &&
+    a.createdAt === b.createdAt &&
+    a.bindings.length === b.bindings.length &&
+    a.bindings.every((x, i) => x === b.bindings[i])
+  );
+}
+
 export interface PartitionOffsets {
   /** First readable offset. */
   logStartOffset: number;

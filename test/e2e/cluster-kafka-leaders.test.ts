@@ -8,10 +8,8 @@
  *   (acks=all) that keeps producing while a fourth broker joins and takes over part of the partitions (and maybe
  *   the group): the producer's stale leaders answer NOT_LEADER_OR_FOLLOWER and it follows; every record is in the
  *   log exactly once and in order per partition, and the group consumed every one;
- * - kill -9 of a partition's leader while an idempotent producer (acks=all) keeps sending: it follows the new leader
- *   once the dead broker's lease expired, and every acknowledged record is in the log exactly once, in order (a
- *   batch the dead leader made durable but could not acknowledge is retried, and recognised as a duplicate by the
- *   new leader from the producer state that moved with the partition).
+ *
+ * kill -9 of a leader during an idempotent acks=all run is test/e2e/cluster-failover.test.ts.
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -185,45 +183,6 @@ describe('cluster: Kafka clients across broker processes', { timeout: 240_000 },
         sent.filter((m) => m.partition === p).map((m) => m.value),
         `partition ${p} in the order sent`,
       );
-    }
-  });
-
-  it('kill -9 of a leader during an idempotent acks=all run: every acknowledged record once, in order', async (t) => {
-    const owners = await leaders();
-    const victim = owners.get(0)!;
-    const bootstrap = c.running.filter((b) => b.id !== victim).map((b) => b.kafka);
-    const producer = kafka(bootstrap, 'kx-kill').producer({ idempotent: true, maxInFlightRequests: 1 });
-    await producer.connect();
-    const acked: Array<{ partition: number; value: string }> = [];
-    const failed: string[] = [];
-    try {
-      for (let i = 0; i < 120; i++) {
-        if (i === 40) await c.kill(victim);
-        const messages = Array.from({ length: PARTITIONS }, (_, p) => ({ partition: p, value: `k${i}.${p}` }));
-        try {
-          await producer.send({ topic: TOPIC, acks: -1, messages });
-          acked.push(...messages);
-        } catch {
-          // Not acknowledged (retries exhausted): it may or may not be in the log, never twice.
-          failed.push(...messages.map((m) => m.value));
-        }
-      }
-    } finally {
-      await producer.disconnect();
-    }
-    await c.waitSettled({ min: { partition: PARTITIONS } });
-    t.diagnostic(`killed broker ${victim} after 40 of 120 batches: ${acked.length / PARTITIONS} acknowledged, ${failed.length / PARTITIONS} failed`);
-    assert.ok(acked.length >= 100 * PARTITIONS, `most batches were acknowledged (${acked.length / PARTITIONS} of 120)`);
-    const log = (await kcatConsume(c.running[0].kafka, TOPIC)).filter((m) => m.payload?.startsWith('k'));
-    const values = log.map((m) => m.payload!);
-    assert.equal(new Set(values).size, values.length, 'no record twice in the log');
-    const inLog = new Set(values);
-    for (const m of acked) assert.ok(inLog.has(m.value), `acknowledged ${m.value} is in the log`);
-    for (const v of values) assert.ok(acked.some((m) => m.value === v) || failed.includes(v), `${v} was sent`);
-    for (let p = 0; p < PARTITIONS; p++) {
-      const order = log.filter((m) => m.partition === p).map((m) => m.payload!);
-      const sentOrder = order.map((v) => Number(v.slice(1).split('.')[0]));
-      assert.deepEqual(sentOrder, [...sentOrder].sort((a, b) => a - b), `partition ${p} in the order sent`);
     }
   });
 });

@@ -22,43 +22,15 @@ import { startPostgres, type PostgresServer } from './postgres.js';
 import { startS3, type S3TestServer } from './s3.js';
 import { startHAProxy, type HAProxy, type ProxyBackend } from './haproxy.js';
 
-export type ResourceKind = 'partition' | 'queue' | 'group' | 'consumer' | 'session';
+import type { ClusterBrokerView, ClusterOwnerView, ClusterStatusView } from '../../src/control/api/routes-cluster.js';
+import type { ResourceKind } from '../../src/cluster/index.js';
+export type { ResourceKind };
 
-/** One broker as GET /api/v1/cluster describes it. */
-export interface ClusterBrokerView {
-  id: number;
-  incarnation: string;
-  version: string;
-  startedAt: number;
-  alive: boolean;
-  leaving: boolean;
-  leaseRemainingMs: number;
-  endpoints: Record<string, { host: string; port: number }>;
-  /** Owner rows held by this broker (its current incarnation), per kind. */
-  owned: Record<ResourceKind, number>;
-  /** The broker that answered is this one. */
-  self: boolean;
-}
+export type { ClusterBrokerView, ClusterOwnerView };
 
-/** One owner row as GET /api/v1/cluster describes it. */
-export interface ClusterOwnerView {
-  kind: ResourceKind;
-  name: string;
-  owner: number | null;
-  epoch: number;
-  since: number;
-  /** The owner is a live broker of the incarnation that claimed the row. */
-  alive: boolean;
-  /** Where placement (rendezvous over live brokers not leaving) puts it, as the answering broker sees it. */
-  placement: number | null;
-}
-
-export interface ClusterStatus {
-  enabled: boolean;
+/** GET /api/v1/cluster as a cluster broker answers it (broker set). */
+export interface ClusterStatus extends ClusterStatusView {
   broker: number;
-  leaseMs: number | null;
-  brokers: ClusterBrokerView[];
-  owners: { items: ClusterOwnerView[]; next: string | null };
 }
 
 export interface StartClusterOptions {

@@ -1,40 +1,14 @@
 /** `flowmq cluster status|owners`: the brokers of a cluster and who owns what (GET /api/v1/cluster). */
 import { UsageError, type CommandGroup } from '../command.js';
 import { fmtAge, itemsTable, keyValues } from '../table.js';
+import type { ClusterBrokerView, ClusterOwnerView, ClusterStatusView } from '../../control/api/routes-cluster.js';
 
 const KINDS = ['partition', 'queue', 'group', 'consumer', 'session'] as const;
 type Kind = (typeof KINDS)[number];
 
-interface BrokerView {
-  id: number;
-  incarnation: string;
-  version: string;
-  startedAt: number;
-  alive: boolean;
-  leaving: boolean;
-  leaseRemainingMs: number;
-  endpoints: Record<string, { host: string; port: number }>;
-  owned?: Record<Kind, number>;
-  self: boolean;
-}
-
-interface OwnerView {
-  kind: Kind;
-  name: string;
-  owner: number | null;
-  epoch: number;
-  since: number;
-  alive: boolean;
-  placement: number | null;
-}
-
-interface ClusterView {
-  enabled: boolean;
-  broker: number | null;
-  leaseMs: number | null;
-  brokers: BrokerView[];
-  owners: { items: OwnerView[]; next: string | null };
-}
+type BrokerView = ClusterBrokerView;
+type OwnerView = ClusterOwnerView;
+type ClusterView = ClusterStatusView;
 
 const NOT_CLUSTERED = 'this broker does not run in cluster mode (start it with --cluster)';
 

@@ -12,6 +12,44 @@ import { RESOURCE_KINDS } from '../../cluster/index.js';
 import { PAGE_QUERY, authorize, paginate } from './common.js';
 import type { ApiContext } from './server.js';
 
+/** One broker as GET /api/v1/cluster describes it (the CLI and the test harness read this shape). */
+export interface ClusterBrokerView {
+  id: number;
+  incarnation: string;
+  version: string;
+  startedAt: number;
+  alive: boolean;
+  leaving: boolean;
+  leaseRemainingMs: number;
+  endpoints: Record<string, { host: string; port: number }>;
+  /** Owner rows held by this broker (its current incarnation), per kind. */
+  owned: Record<ResourceKind, number>;
+  /** The broker that answered is this one. */
+  self: boolean;
+}
+
+/** One owner row as GET /api/v1/cluster describes it. */
+export interface ClusterOwnerView {
+  kind: ResourceKind;
+  name: string;
+  owner: number | null;
+  epoch: number;
+  since: number;
+  /** The owner is a live broker of the incarnation that claimed the row. */
+  alive: boolean;
+  /** Where placement (rendezvous over live brokers not leaving) puts it, as the answering broker sees it. */
+  placement: number | null;
+}
+
+/** GET /api/v1/cluster. */
+export interface ClusterStatusView {
+  enabled: boolean;
+  broker: number | null;
+  leaseMs: number | null;
+  brokers: ClusterBrokerView[];
+  owners: { items: ClusterOwnerView[]; next: string | null };
+}
+
 interface ClusterQuery {
   kind?: ResourceKind;
   broker?: number;

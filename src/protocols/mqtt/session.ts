@@ -636,13 +636,7 @@ export class MqttHub {
       this.publishWill(s, s.pendingWill.will);
       s.pendingWill = null;
     }
-    for (const sub of s.subs.values()) this.ctx.engine.unsubscribe(sub);
-    s.subs.clear();
-    s.toAppend = [];
-    s.toRewrite = [];
-    s.toRemove = [];
-    if (this.sessions.get(s.clientId) === s) this.sessions.delete(s.clientId);
-    this.dirty.delete(s);
+    this.forgetSession(s);
     this.ctx.logger.debug({ clientId: s.clientId, why }, 'mqtt session ended');
     // Not awaited: a session taking the client id next (a clean start) writes its record with persist() at once,
     // and that putSession must land after this delete. The store's per-key order guarantees it (calls naming one
@@ -663,6 +657,11 @@ export class MqttHub {
     s.ended = true;
     s.conn?.sessionMoved(reason ?? ReasonCode.SERVER_SHUTTING_DOWN);
     s.pendingWill = null;
+    this.forgetSession(s);
+  }
+
+  /** Takes an ended or departing session out of the engine and this hub, with no write left pending for it. */
+  private forgetSession(s: MqttSession): void {
     for (const sub of s.subs.values()) this.ctx.engine.unsubscribe(sub);
     s.subs.clear();
     s.toAppend = [];

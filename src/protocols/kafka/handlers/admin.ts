@@ -523,7 +523,7 @@ export function handleDescribeCluster(ctx: RequestContext, req: DescribeClusterR
  */
 export function handleOffsetForLeaderEpoch(ctx: RequestContext, req: OffsetForLeaderEpochRequest): OffsetForLeaderEpochResponse {
   const { engine } = ctx.adapter;
-  if (ctx.adapter.cluster !== null) return clusterEpochEnd(ctx, ctx.adapter.cluster, req);
+  const kc = ctx.adapter.cluster;
   return {
     throttleTimeMs: 0,
     topics: req.topics.map((t) => {
@@ -535,6 +535,7 @@ export function handleOffsetForLeaderEpoch(ctx: RequestContext, req: OffsetForLe
           const res = { errorCode: KafkaErrorCode.NONE as number, partition: p.partition, leaderEpoch: -1, endOffset: -1 };
           if (!authorized) res.errorCode = TOPIC_DENIED;
           else if (!entry || p.partition < 0 || p.partition >= entry.def.partitions) res.errorCode = KafkaErrorCode.UNKNOWN_TOPIC_OR_PARTITION;
+          else if (kc !== null) clusterEpochEnd(ctx, kc, t.topic, p, res);
           else if (p.currentLeaderEpoch > LEADER_EPOCH) res.errorCode = KafkaErrorCode.UNKNOWN_LEADER_EPOCH;
           else if (p.leaderEpoch >= LEADER_EPOCH) {
             res.leaderEpoch = LEADER_EPOCH;
@@ -554,34 +555,21 @@ export function handleOffsetForLeaderEpoch(ctx: RequestContext, req: OffsetForLe
  * watermark (an epoch past ours: ours, the last one), and a client validating its position after a leader change
  * (KIP-320) never sees a truncation. A stale or future currentLeaderEpoch is refused as in Fetch.
  */
-function clusterEpochEnd(ctx: RequestContext, kc: KafkaCluster, req: OffsetForLeaderEpochRequest): OffsetForLeaderEpochResponse {
-  const { engine } = ctx.adapter;
-  return {
-    throttleTimeMs: 0,
-    topics: req.topics.map((t) => {
-      const entry = engine.getStream(t.topic);
-      const authorized = allowed(ctx, 'subscribe', 'stream', t.topic);
-      return {
-        topic: t.topic,
-        partitions: t.partitions.map((p) => {
-          const res = { errorCode: KafkaErrorCode.NONE as number, partition: p.partition, leaderEpoch: -1, endOffset: -1 };
-          if (!authorized) res.errorCode = TOPIC_DENIED;
-          else if (!entry || p.partition < 0 || p.partition >= entry.def.partitions) res.errorCode = KafkaErrorCode.UNKNOWN_TOPIC_OR_PARTITION;
-          else {
-            const served = kc.serve(t.topic, p.partition, p.currentLeaderEpoch);
-            if (served.errorCode !== KafkaErrorCode.NONE) res.errorCode = served.errorCode;
-            else if (p.leaderEpoch >= 0) {
-              try {
-                res.endOffset = engine.offsets(t.topic, p.partition).highWatermark;
-                res.leaderEpoch = Math.min(p.leaderEpoch, served.epoch);
-              } catch (err) {
-                res.errorCode = kafkaErrorCode(err);
-              }
-            }
-          }
-          return res;
-        }),
-      };
-    }),
-  };
+function clusterEpochEnd(
+  ctx: RequestContext,
+  kc: KafkaCluster,
+  topic: string,
+  p: { partition: number; currentLeaderEpoch: number; leaderEpoch: number },
+  res: { errorCode: number; leaderEpoch: number; endOffset: number },
+): void {
+  const served = kc.serve(topic, p.partition, p.currentLeaderEpoch);
+  if (served.errorCode !== KafkaErrorCode.NONE) res.errorCode = served.errorCode;
+  else if (p.leaderEpoch >= 0) {
+    try {
+      res.endOffset = ctx.adapter.engine.offsets(topic, p.partition).highWatermark;
+      res.leaderEpoch = Math.min(p.leaderEpoch, served.epoch);
+    } catch (err) {
+      res.errorCode = kafkaErrorCode(err);
+    }
+  }
 }

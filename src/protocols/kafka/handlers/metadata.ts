@@ -41,42 +41,31 @@ export function advertisedAddress(ctx: RequestContext): { host: string; port: nu
 }
 
 export function topicMetadata(brokerId: number, def: StreamDef): MetadataTopic {
-  const partitions: MetadataPartition[] = new Array<MetadataPartition>(def.partitions);
-  for (let i = 0; i < def.partitions; i++) {
-    partitions[i] = {
-      errorCode: KafkaErrorCode.NONE,
-      partitionIndex: i,
-      leaderId: brokerId,
-      leaderEpoch: LEADER_EPOCH,
-      replicaNodes: [brokerId],
-      isrNodes: [brokerId],
-      offlineReplicas: [],
-    };
-  }
-  return {
-    errorCode: KafkaErrorCode.NONE,
-    name: def.name,
-    topicId: ZERO_UUID,
-    isInternal: false,
-    partitions,
-    topicAuthorizedOperations: AUTHORIZED_OPERATIONS_OMITTED,
-  };
+  const self = { id: brokerId, epoch: LEADER_EPOCH };
+  return topicWith(def, () => self);
 }
 
 /** A topic in a cluster: each partition led by its owner (`nodes`: the brokers this response names). */
 export function clusterTopicMetadata(kc: KafkaCluster, nodes: ReadonlySet<number>, def: StreamDef): MetadataTopic {
-  const partitions: MetadataPartition[] = new Array<MetadataPartition>(def.partitions);
-  for (let i = 0; i < def.partitions; i++) {
+  return topicWith(def, (i) => {
     const leader = kc.leader(def.name, i);
     // A leader the client cannot reach through its listener (no endpoint registered) is no leader for it.
-    const known = leader !== null && nodes.has(leader.id);
+    return leader !== null && nodes.has(leader.id) ? leader : null;
+  });
+}
+
+/** A topic's metadata with each partition's one replica, its leader (null: LEADER_NOT_AVAILABLE). */
+function topicWith(def: StreamDef, leaderOf: (partition: number) => { id: number; epoch: number } | null): MetadataTopic {
+  const partitions: MetadataPartition[] = new Array<MetadataPartition>(def.partitions);
+  for (let i = 0; i < def.partitions; i++) {
+    const leader = leaderOf(i);
     partitions[i] = {
-      errorCode: known ? KafkaErrorCode.NONE : KafkaErrorCode.LEADER_NOT_AVAILABLE,
+      errorCode: leader !== null ? KafkaErrorCode.NONE : KafkaErrorCode.LEADER_NOT_AVAILABLE,
       partitionIndex: i,
-      leaderId: known ? leader.id : -1,
-      leaderEpoch: known ? leader.epoch : -1,
-      replicaNodes: known ? [leader.id] : [],
-      isrNodes: known ? [leader.id] : [],
+      leaderId: leader !== null ? leader.id : -1,
+      leaderEpoch: leader !== null ? leader.epoch : -1,
+      replicaNodes: leader !== null ? [leader.id] : [],
+      isrNodes: leader !== null ? [leader.id] : [],
       offlineReplicas: [],
     };
   }
