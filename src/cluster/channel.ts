@@ -560,6 +560,14 @@ class Channel implements TcpChannel {
     return [...ids].sort((a, b) => a - b);
   }
 
+  unreachable(): number[] {
+    const ids: number[] = [];
+    for (const p of this.peers.values()) {
+      if (p.conn === null && p.lastError !== '' && (this.accepted.get(p.id)?.size ?? 0) === 0) ids.push(p.id);
+    }
+    return ids.sort((a, b) => a - b);
+  }
+
   figures(): Record<string, unknown> {
     const peers: Record<string, unknown> = {};
     const ids = new Set<number>([...this.peers.keys(), ...this.accepted.keys()]);

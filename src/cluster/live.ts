@@ -103,7 +103,8 @@ export class Live implements LiveHook {
    * Peers the channel is connected to, as of the last beat (null before the first): shared-group picks skip the
    * others. A killed broker is dropped here within a beat, long before its lease expires.
    */
-  private reachable: Set<number> | null = null;
+  /** Peers the channel failed to reach at the last beat (see PeerChannel.unreachable). */
+  private unreachable: Set<number> | null = null;
 
   private constructor(opts: LiveOptions) {
     this.cluster = opts.cluster;
@@ -200,9 +201,10 @@ export class Live implements LiveHook {
         // When none is left, the message still goes to one of them (it may be reachable by now).
         let brokers = found;
         const here = this.local.has(key);
-        const reachable = this.reachable;
-        if (reachable !== null && brokers.some((b) => !reachable.has(b))) {
-          const ok = brokers.filter((b) => reachable.has(b));
+        // A broker merely not connected yet (just started, or never talked to) is not skipped: only failures count.
+        const down = this.unreachable;
+        if (down !== null && down.size > 0 && brokers.some((b) => down.has(b))) {
+          const ok = brokers.filter((b) => !down.has(b));
           if (ok.length > 0 || here) brokers = ok;
         }
         if (here) brokers.push(this.cluster.id);
@@ -426,7 +428,7 @@ export class Live implements LiveHook {
       if (b === undefined || !b.alive || b.incarnation !== p.incarnation) this.remoteInterest.drop(id);
     }
     const peers = this.peers();
-    this.reachable = new Set(this.channel.connected());
+    this.unreachable = new Set(this.channel.unreachable());
     for (const id of peers) if (this.remoteInterest.peer(id) === undefined) this.fetchSnapshot(id);
     this.flushInterest();
     // Registered again after a lost lease: a new incarnation, whose table the others fetch when they see it.

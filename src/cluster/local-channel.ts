@@ -49,6 +49,9 @@ export class LocalHub {
       connected() {
         return me.up ? [...hub.ends].filter(([k, e]) => k !== id && e.up).map(([k]) => k) : [];
       },
+      unreachable() {
+        return [...hub.ends].filter(([k, e]) => k !== id && !e.up).map(([k]) => k);
+      },
       figures() {
         return { dropped };
       },

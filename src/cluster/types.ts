@@ -131,6 +131,11 @@ export interface PeerChannel {
   ready(to: number): Promise<void>;
   /** Ids of the peers currently connected and authenticated. */
   connected(): number[];
+  /**
+   * Ids of the peers this broker tried and failed to reach, or lost and has not reached again (a killed broker whose
+   * lease has not expired yet). A peer never dialed is not in it: not being connected yet is no failure.
+   */
+  unreachable(): number[];
   figures(): Record<string, unknown>;
   close(): Promise<void>;
 }

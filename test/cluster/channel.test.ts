@@ -64,6 +64,7 @@ describe('cluster channel over TCP', () => {
     const store = new MemoryClusterStore();
     const [a, b, c] = [await node(store, 1), await node(store, 2), await node(store, 3)];
     try {
+      assert.deepEqual(a.channel.unreachable(), [], 'a peer never dialed is not unreachable');
       for (const n of [a, b, c]) {
         n.channel.handle('test.echo', (from, body) => Buffer.concat([Buffer.from(`${n.cluster.id}<-${from}:`), body]));
         n.channel.handle('test.fail', () => {
@@ -90,6 +91,7 @@ describe('cluster channel over TCP', () => {
       assert.equal(back.length, big.length + '3<-2:'.length);
       assert.ok(back.subarray(5).equals(big));
       assert.deepEqual(a.channel.connected(), [2, 3]);
+      assert.deepEqual(a.channel.unreachable(), []);
       const f = a.channel.figures() as { peers: Record<string, { sentFrames: number; receivedFrames: number; pending: number; state: string }> };
       assert.equal(f.peers['3'].state, 'connected');
       assert.ok(f.peers['3'].sentFrames >= 501 && f.peers['3'].receivedFrames >= 501, JSON.stringify(f.peers['3']));
@@ -335,6 +337,9 @@ describe('cluster channel: authentication and refusals', () => {
       assert.equal(served, 0);
       assert.deepEqual(a.channel.connected(), []);
       assert.deepEqual(b.channel.connected(), []);
+      // Tried and failed: unreachable, on both sides.
+      assert.deepEqual(a.channel.unreachable(), [2]);
+      assert.deepEqual(b.channel.unreachable(), [1]);
       assert.equal((a.channel.figures() as { refused: Record<string, number> }).refused.secret, 1);
       assert.equal((b.channel.figures() as { refused: Record<string, number> }).refused.secret, 1);
     } finally {

@@ -332,7 +332,7 @@ describe('live forwarding', () => {
     await until(() => tableOf(a, b) === 1 && tableOf(a, c) === 1, 'tables');
     // c cannot be reached any more (its lease still runs): a notices at its next beat.
     hub.disconnect(c.id);
-    await until(() => (a.live as unknown as { reachable: Set<number> | null }).reachable?.has(c.id) === false, 'a\'s beat saw c unreachable');
+    await until(() => (a.live as unknown as { unreachable: Set<number> | null }).unreachable?.has(c.id) === true, 'a\'s beat saw c unreachable');
     const N = 60;
     for (let i = 0; i < N; i++) a.engine.publish(msg(`work/${i}`));
     const mark = new Collector('mark');
