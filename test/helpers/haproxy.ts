@@ -14,9 +14,10 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { createServer, connect } from 'node:net';
+import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { freePort } from '../../bench/util.js';
 
 export const HAPROXY_BIN = process.env.FLOWMQ_HAPROXY ?? '/usr/sbin/haproxy';
 
@@ -165,17 +166,5 @@ function canConnect(port: number): Promise<boolean> {
       resolve(true);
     });
     s.on('error', () => resolve(false));
-  });
-}
-
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.once('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const addr = srv.address();
-      const port = typeof addr === 'object' && addr ? addr.port : 0;
-      srv.close(() => resolve(port));
-    });
   });
 }
