@@ -253,7 +253,6 @@ export class Cluster extends EventEmitter {
     if (h.busy) await h.busy;
     if (h.state !== 'owned') return;
     await this.letGo(kind, name, h, false);
-    await this.store.notify('cluster', this.incarnation).catch(() => undefined);
   }
 
   /** A resource was deleted (a stream, a queue): forget it here and its owner row, without a release. */
