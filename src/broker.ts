@@ -177,6 +177,8 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
     await closeStorage(0);
     throw err;
   });
+  // Reading a stream or queue is judged by the topics that feed it (authorization follows the data).
+  access.sources = engine;
   // Cluster mode: users and policies changed through any broker apply here at once (the `control` notify).
   if (cluster) {
     await followControl(cluster, directory, config.controlRefresh, logger.child({ component: 'control' })).catch(async (err: unknown) => {

@@ -43,7 +43,7 @@ interface Outgoing {
   msgs: Buffer[];
   /** [index in msgs, group keys] for messages this peer serves shared groups for. */
   groups: Array<[number, string[]]>;
-  extras: Array<[number, string | null, string | null]>;
+  extras: Array<[number, string | null, string | null, string | null]>;
   bytes: number;
 }
 
@@ -52,10 +52,11 @@ interface PublishHead {
   /** [index, liveKeys of the shared groups the receiver serves for that message], ascending. */
   g: Array<[number, string[]]>;
   /**
-   * [index, deliverTopic, status] of messages carrying these two delivery-only properties, which the stored-message
-   * encoding leaves out (a JetStream delivery to an inbox names its stream subject; a NATS status such as 503).
+   * [index, deliverTopic, status, guardTopic] of messages carrying these delivery-only properties, which the
+   * stored-message encoding leaves out (a JetStream delivery to an inbox names its stream subject and is guarded by
+   * it; a NATS status such as 503). A broker of the version before guard topics sends three elements.
    */
-  x?: Array<[number, string | null, string | null]>;
+  x?: Array<[number, string | null, string | null, (string | null)?]>;
 }
 
 const NO_GROUPS: ReadonlySet<string> = new Set();
@@ -264,7 +265,9 @@ export class Live implements LiveHook {
       this.out.set(to, o);
     }
     if (groups !== null) o.groups.push([o.msgs.length, groups]);
-    if (msg.deliverTopic !== undefined || msg.status !== undefined) o.extras.push([o.msgs.length, msg.deliverTopic ?? null, msg.status ?? null]);
+    if (msg.deliverTopic !== undefined || msg.status !== undefined || msg.guardTopic !== undefined) {
+      o.extras.push([o.msgs.length, msg.deliverTopic ?? null, msg.status ?? null, msg.guardTopic ?? null]);
+    }
     o.msgs.push(encoded);
     o.bytes += encoded.length + 4;
     this.stats.forwardedMessages++;
@@ -352,9 +355,10 @@ export class Live implements LiveHook {
         continue;
       }
       if (xi < x.length && x[xi][0] === i) {
-        const [, deliverTopic, status] = x[xi++];
+        const [, deliverTopic, status, guardTopic] = x[xi++];
         if (deliverTopic !== null) msg.deliverTopic = deliverTopic;
         if (status !== null) msg.status = status;
+        if (typeof guardTopic === 'string') msg.guardTopic = guardTopic;
       }
       this.stats.receivedMessages++;
       this.engine.deliverForwarded(msg, groups);

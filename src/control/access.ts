@@ -16,6 +16,16 @@ import { ANONYMOUS, type Action, type Principal, type ResourceKind, type Subscri
 import { QuotaManager } from './quotas.js';
 import { ClientRegistry } from './clients.js';
 
+/**
+ * What feeds streams and queues (the routing engine, set by the broker): reading one is judged by the topic filters
+ * whose messages it holds, so a stream or queue bound to a denied topic does not launder it.
+ */
+export interface TopicSources {
+  /** Moves whenever bindings change (verdicts that depend on them are taken again). */
+  readonly sourcesVersion: number;
+  topicFiltersFeeding(kind: 'stream' | 'queue', name: string): readonly string[];
+}
+
 export type AuthOutcome = { verdict: 'ok'; principal: Principal } | { verdict: 'bad' | 'busy' };
 
 /** An external check of a clear-text password (the webhook authenticator): answers groups/namespace on success. */
@@ -53,6 +63,8 @@ export class AccessControl {
   private readonly externalPrincipals = new Map<string, Principal>();
   /** Figures for /metrics and the admin API: checks decided by policies (not those skipped while `open`). */
   readonly stats = { allowed: 0, denied: 0 };
+  /** What feeds streams and queues; null until the broker sets it (then only the policies decide). */
+  sources: TopicSources | null = null;
 
   constructor(opts: AccessControlOptions) {
     this.directory = opts.directory;
@@ -122,6 +134,36 @@ export class AccessControl {
     return this.directory.principal(username);
   }
 
+  /**
+   * The decision for one request, unlogged and uncached (Access.can is the cached, logged form). Reading a stream
+   * or queue (`subscribe`) also needs that no deny policy of the principal reaches a topic filter feeding it
+   * (TopicSources): "deny bob topic:secret/#" then holds for a stream or queue bound to `secret/#`, or to `#`, on
+   * every protocol, while the data path stays free of per-message checks (the verdict is taken when a consumer,
+   * fetch or subscription is set up, and again when policies or bindings change).
+   */
+  allows(p: Principal, action: Action, kind: ResourceKind, name: string): boolean {
+    const set = this.directory.policies;
+    if (!set.allows(p, action, kind, name)) return false;
+    if (action !== 'subscribe' || (kind !== 'stream' && kind !== 'queue') || this.sources === null || set.size === 0) return true;
+    for (const f of this.sources.topicFiltersFeeding(kind, name)) if (set.deniesWithin(p, 'subscribe', f)) return false;
+    return true;
+  }
+
+  /** Moves when a verdict of `allows` may change: policies, users, groups, or what feeds streams and queues. */
+  get version(): number {
+    const d = this.directory.version;
+    const s = this.sources?.sourcesVersion ?? 0;
+    if (d !== this.seenDirectory || s !== this.seenSources) {
+      this.seenDirectory = d;
+      this.seenSources = s;
+      this.epoch++;
+    }
+    return this.epoch;
+  }
+  private seenDirectory = -1;
+  private seenSources = -1;
+  private epoch = 0;
+
   /** A connection's authorization handle. */
   accessFor(principal: Principal, protocol: string, remoteAddress?: string): Access {
     return new Access(this, principal, protocol, remoteAddress);
@@ -150,6 +192,7 @@ export class Access {
   /** admits() verdicts by topic. */
   private readonly admitted = new Map<string, boolean>();
   private version = -1;
+  private directoryVersion = -1;
   private current: Principal;
 
   constructor(
@@ -180,7 +223,7 @@ export class Access {
     const key = `${action}\u0000${kind}\u0000${name}`;
     let v = this.cache.get(key);
     if (v === undefined) {
-      v = set.allows(this.current, action, kind, name);
+      v = this.ac.allows(this.current, action, kind, name);
       if (this.cache.size >= CACHE_LIMIT) this.cache.clear();
       this.cache.set(key, v);
     }
@@ -208,6 +251,21 @@ export class Access {
     return v;
   }
 
+  /**
+   * May this connection bind the topic filter to a stream or queue (a stream's bindings, a JetStream stream's
+   * subjects, an amq.topic binding)? Only when it may subscribe to every topic the filter matches: a binding is a
+   * standing subscription whose readers nobody filters. Denials are logged.
+   */
+  mayBind(filter: string): boolean {
+    const set = this.ac.directory.policies;
+    if (set.open) return true;
+    this.sync();
+    const v = set.subscription(this.current, filter);
+    if (v === 'allow') return true;
+    this.ac.logDenial(this, 'subscribe', 'topic', filter);
+    return false;
+  }
+
   /** The verdict for a live subscription to a unified MQTT-syntax filter (see PolicySet.subscription). */
   subscription(filter: string): SubscriptionVerdict {
     const set = this.ac.directory.policies;
@@ -219,10 +277,14 @@ export class Access {
   }
 
   private sync(): void {
-    const d = this.ac.directory;
-    if (this.version === d.version) return;
-    this.version = d.version;
+    const v = this.ac.version;
+    if (this.version === v) return;
+    this.version = v;
     this.cache.clear();
+    // Topic verdicts depend on the directory only, not on bindings (which move with every exclusive queue declared).
+    const d = this.ac.directory.version;
+    if (this.directoryVersion === d) return;
+    this.directoryVersion = d;
     this.admitted.clear();
     if (this.current.user !== null) this.current = this.ac.principal(this.current.user);
   }

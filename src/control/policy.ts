@@ -313,6 +313,26 @@ export class PolicySet {
     return partial ? 'filter' : 'deny';
   }
 
+  /**
+   * Whether a deny policy for `action` that applies to `p` reaches into the topic filter: it names a topic some topic
+   * of the filter matches (or everything, `*:*`). What feeds a stream or queue is judged by this: data captured from
+   * a denied topic is not readable through the stream or queue either (a prefix pattern of another kind never
+   * denies a topic). What no policy allows is not "denied" here: the default decides the stream or queue itself.
+   */
+  deniesWithin(p: Principal, action: Action, filter: string): boolean {
+    if (p.removed === true) return true;
+    if (p.groups.includes(ADMIN_GROUP)) return false;
+    const s = filter.split('/');
+    for (const c of this.compiled) {
+      if (c.allow || !this.applies(c, p, action)) continue;
+      for (const r of c.resources) {
+        if (r.kind === '*') return true;
+        if (r.kind === 'topic' && filtersIntersect(r.levels!, s)) return true;
+      }
+    }
+    return false;
+  }
+
   /** The policies, as defined. */
   defs(): PolicyDef[] {
     return this.compiled.map((c) => c.def);

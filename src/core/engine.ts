@@ -337,13 +337,37 @@ export class Engine implements Router {
     return [...this.streams.values()].map((e) => e.def).sort((a, b) => a.name.localeCompare(b.name));
   }
 
+  /**
+   * Changes of what feeds streams and queues (stream bindings here, exchange bindings in the router): authorization
+   * verdicts that depend on topicFiltersFeeding are taken again when it moves.
+   */
+  get sourcesVersion(): number {
+    return this.streamsVersion + this.router.version;
+  }
+  private streamsVersion = 0;
+
+  /**
+   * The unified topic filters whose messages a stream or queue can hold: a stream's own topic and bindings and, for
+   * both, the exchange bindings that route into it (RouterCore.topicFiltersFeeding). Reading it is judged by these.
+   */
+  topicFiltersFeeding(kind: 'stream' | 'queue', name: string): string[] {
+    const viaExchanges = this.router.topicFiltersFeeding(kind, name);
+    if (kind === 'queue') return viaExchanges;
+    const e = this.streams.get(name);
+    if (e === undefined) return viaExchanges;
+    // Its own topic too: a Kafka produce into the stream is published on it (to live subscribers and other streams).
+    return [...new Set([e.ownTopic, ...e.def.bindings, ...viaExchanges])];
+  }
+
   private index(def: StreamDef): void {
+    this.streamsVersion++;
     const entry: StreamEntry = { def, ownTopic: kafkaToUnified(def.name) };
     this.streams.set(def.name, entry);
     for (const b of def.bindings) this.bindings.add(b, entry);
   }
 
   private unindex(e: StreamEntry): void {
+    this.streamsVersion++;
     this.streams.delete(e.def.name);
     for (const b of e.def.bindings) this.bindings.remove(b, e);
   }
@@ -427,8 +451,8 @@ export class Engine implements Router {
       if ('members' in v) {
         if (forwarded !== undefined ? !forwarded.has(v.key) : skip !== null && skip.has(v.key)) return;
         const s = pickMember(v, undefined);
-        if (s !== undefined && (s.options.admit === undefined || s.options.admit(msg.topic))) add(s);
-      } else if ((v.options.admit === undefined || v.options.admit(msg.topic)) && (forwarded === undefined || v.options.local !== true)) add(v);
+        if (s !== undefined && admitted(s.options, msg)) add(s);
+      } else if (admitted(v.options, msg) && (forwarded === undefined || v.options.local !== true)) add(v);
     });
     if (single !== undefined) {
       this.stats.delivered++;
@@ -463,7 +487,7 @@ export class Engine implements Router {
     if (!g) return false;
     const other = pickMember(g, sub.subscriber);
     if (other === undefined || other.subscriber.isAvailable?.() === false) return false;
-    if (other.options.admit !== undefined && !other.options.admit(msg.topic)) return false;
+    if (!admitted(other.options, msg)) return false;
     this.stats.delivered++;
     other.subscriber.deliver(msg, [other]);
     return true;
@@ -616,8 +640,11 @@ export class Engine implements Router {
     let seen: Set<StreamEntry> | null = null;
     // Stream bindings are MQTT filters: the `$` rule applies ([MQTT-4.7.2-1]).
     const dollar = msg.topic.charCodeAt(0) === 0x24;
+    // Stored data re-published to an inbox is captured only by a stream whose bindings reach its own topic too: a
+    // stream bound to `_INBOX/#` must not become a copy of a denied topic's data (see Message.guardTopic).
+    const guard = msg.guardTopic === undefined ? null : this.bindingsOf(msg.guardTopic);
     this.bindings.match(msg.topic, (e, firstWild) => {
-      if (e === except || (firstWild && dollar)) return;
+      if (e === except || (firstWild && dollar) || (guard !== null && !guard.has(e))) return;
       // A stream with several matching bindings captures the message once.
       if (seen === null) seen = new Set();
       if (seen.has(e)) return;
@@ -632,6 +659,16 @@ export class Engine implements Router {
     });
     if (all !== null) return Promise.all(all as Promise<void>[]).then(() => undefined);
     return first;
+  }
+
+  /** The streams whose bindings match `topic` (with the `$` rule). */
+  private bindingsOf(topic: string): Set<StreamEntry> {
+    const out = new Set<StreamEntry>();
+    const dollar = topic.charCodeAt(0) === 0x24;
+    this.bindings.match(topic, (e, firstWild) => {
+      if (!(firstWild && dollar)) out.add(e);
+    });
+    return out;
   }
 
   // ---------------------------------------------------------------- exchanges, queues, bindings (Router)
@@ -713,6 +750,16 @@ export class Engine implements Router {
 
 
 /** True when `topic` is a valid topic that one of the stream's bindings matches. */
+/**
+ * Whether a live subscription takes a message: its admit predicate (set when authorization filters its deliveries)
+ * accepts the message's topic and, for stored data re-published to an inbox, the topic the data was stored under.
+ */
+function admitted(o: SubscribeOptions, msg: Message): boolean {
+  const admit = o.admit;
+  if (admit === undefined) return true;
+  return admit(msg.topic) && (msg.guardTopic === undefined || admit(msg.guardTopic));
+}
+
 function canCapture(e: StreamEntry, topic: string): boolean {
   try {
     validateTopic(topic);

@@ -73,6 +73,14 @@ export interface Message {
    */
   deliverTopic?: string;
   /**
+   * Stored data re-published to a reply subject (a JetStream pull or push delivery, a STREAM.MSG.GET answer): the
+   * topic the data was stored under. Authorization follows the data: a live subscriber receives the message only when
+   * it may subscribe to this topic as well as to `topic`, and a topic-space binding (stream, queue, exchange) takes
+   * it only when its filter matches this topic too, so an inbox anyone can subscribe to never carries a denied
+   * topic's payload. Cluster forwarding carries it. Absent: the message is its own topic's data.
+   */
+  guardTopic?: string;
+  /**
    * A NATS status ("503", "404 No Messages", "408 Request Timeout"): the NATS adapter renders it as the status of
    * the `NATS/1.0` header line (no-responders, JetStream pull statuses); other adapters ignore it.
    */
@@ -121,6 +129,7 @@ export function makeMessage(topic: string, payload: Buffer, init: Partial<Messag
     ...(init.routingKey !== undefined ? { routingKey: init.routingKey } : {}),
     ...(init.deaths !== undefined ? { deaths: init.deaths } : {}),
     ...(init.deliverTopic !== undefined ? { deliverTopic: init.deliverTopic } : {}),
+    ...(init.guardTopic !== undefined ? { guardTopic: init.guardTopic } : {}),
     ...(init.status !== undefined ? { status: init.status } : {}),
   };
 }

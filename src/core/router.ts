@@ -25,7 +25,7 @@ import {
 } from './matcher.js';
 import type { QueueDef, QueueFactory, QueueHandle, QueueHooks, QueueRuntime, QueueStore } from './queues.js';
 import { bindingKey, type CoreStore } from './store.js';
-import { dotsToUnified, isValidTopic, unifiedToDots } from './topic.js';
+import { dotsToUnified, isValidTopic, swapSeparators, unifiedToDots } from './topic.js';
 import { type Level, TopicTrie } from './trie.js';
 
 /** What the Router needs of the Engine: the live and stream side of the unified topic space. */
@@ -160,6 +160,7 @@ export class RouterCore {
     for (const [name, type] of BUILTIN) {
       const def: ExchangeDef = { name, type, durable: true, autoDelete: false, internal: false, rawArguments: {}, createdAt: 0 };
       this.exchanges.set(name, this.newState(def, true));
+      this.version++;
     }
     this.topicSpace = this.exchanges.get(TOPIC_SPACE)!;
     this.hooks = {
@@ -185,9 +186,11 @@ export class RouterCore {
     const [xs, qs, bs] = await Promise.all([this.store.listExchanges(), this.store.listQueues(), this.store.listBindings()]);
     const xNames = new Set(xs.map((d) => d.name));
     for (const def of xs) if (!this.exchanges.has(def.name)) this.exchanges.set(def.name, this.newState(def, false));
+    this.version++;
     for (const [name, x] of [...this.exchanges]) {
       if (x.builtin || !x.def.durable || xNames.has(name)) continue;
       this.exchanges.delete(name);
+      this.version++;
       for (const b of [...x.bindings.values()]) this.unindex(b);
       this.dropBindingsTo('exchange', name);
     }
@@ -196,12 +199,15 @@ export class RouterCore {
       if (this.queues.has(def.name) || this.creating.has(def.name)) continue;
       const q = this.makeQueue({ ...def, exclusiveOwner: null });
       await q.open();
-      if (!this.queues.has(def.name)) this.queues.set(def.name, q);
-      else q.close();
+      if (!this.queues.has(def.name)) {
+        this.queues.set(def.name, q);
+        this.version++;
+      } else q.close();
     }
     for (const [name, q] of [...this.queues]) {
       if (!persisted(q.def) || qNames.has(name) || this.creating.has(name)) continue;
       this.queues.delete(name);
+      this.version++;
       this.dropBindingsTo('queue', name);
       if (q.detach) q.detach();
       else q.close();
@@ -219,6 +225,54 @@ export class RouterCore {
     for (const x of this.exchanges.values()) {
       for (const e of [...x.bindings.values()]) if (!want.has(e.id) && this.isDurable(e.def)) this.unindex(e);
     }
+  }
+
+  /**
+   * Changes to bindings, queues and exchanges (their dead-letter and alternate exchanges): what feeds a destination
+   * may have changed (topicFiltersFeeding), so authorization verdicts that depend on it are taken again.
+   */
+  version = 0;
+
+  /**
+   * The unified topic filters whose messages can reach a queue or stream through the exchanges: its bindings on the
+   * unified topic space, and, followed backwards, those of every exchange bound to it, of exchanges whose alternate
+   * exchange routes to it, and of queues that dead-letter into one. A superset (an AMQP key with `#` inside the key
+   * counts as its prefix and `#`): what reading the destination is judged by (authorization follows the data).
+   */
+  topicFiltersFeeding(kind: 'queue' | 'stream', name: string): string[] {
+    const out = new Set<string>();
+    const seenX = new Set<string>();
+    const seenQ = new Set<string>();
+    const intoExchange = (x: string): void => {
+      if (seenX.has(x)) return;
+      seenX.add(x);
+      if (x === TOPIC_SPACE) {
+        // Bound to amq.topic itself (an exchange-to-exchange binding): everything published there.
+        out.add('#');
+        return;
+      }
+      into('exchange', x);
+      for (const [n, xs] of this.exchanges) if (xs.def.alternateExchange === x) intoExchange(n);
+      for (const q of this.queues.values()) if (q.def.arguments.deadLetterExchange === x) intoQueue(q.def.name);
+    };
+    const intoQueue = (q: string): void => {
+      if (seenQ.has(q)) return;
+      seenQ.add(q);
+      into('queue', q);
+    };
+    const into = (destKind: string, dest: string): void => {
+      const set = this.byDest.get(destId(destKind, dest));
+      if (set === undefined) return;
+      for (const e of set) {
+        if (e.def.source === TOPIC_SPACE) {
+          const f = keyFilter(e.def.key, e.rule);
+          if (f !== null) out.add(f);
+        } else intoExchange(e.def.source);
+      }
+    };
+    if (kind === 'queue') intoQueue(name);
+    else into('stream', name);
+    return [...out];
   }
 
   /** Queue and exchange bindings on the unified topic space: MQTT and Kafka publishes consult them when > 0. */
@@ -243,12 +297,14 @@ export class RouterCore {
     for (const def of await this.store.listExchanges()) {
       if (this.exchanges.get(def.name)?.builtin) continue;
       this.exchanges.set(def.name, this.newState(def, false));
+      this.version++;
     }
     for (const def of await this.store.listQueues()) {
       // Exclusive queues are never persisted; a definition that says otherwise is treated as not exclusive.
       const q = this.makeQueue({ ...def, exclusiveOwner: null });
       await q.open();
       this.queues.set(q.def.name, q);
+      this.version++;
     }
     for (const b of await this.store.listBindings()) {
       if (!this.exchanges.has(b.source) || !this.destinationExists(b)) continue;
@@ -296,6 +352,7 @@ export class RouterCore {
     const now = this.exchanges.get(def.name);
     if (now) return now.def;
     this.exchanges.set(def.name, this.newState(def, false));
+    this.version++;
     if (def.durable) this.cluster?.changed();
     return def;
   }
@@ -307,6 +364,7 @@ export class RouterCore {
     if (x.builtin) throw new FlowError('ACCESS_REFUSED', `exchange '${name}' is predeclared and cannot be deleted`);
     if (opts.ifUnused && x.bindings.size > 0) throw new FlowError('PRECONDITION_FAILED', `exchange '${name}' in use`);
     this.exchanges.delete(name);
+    this.version++;
     for (const b of [...x.bindings.values()]) this.unindex(b);
     const sources = this.dropBindingsTo('exchange', name);
     if (x.def.durable) await this.store.deleteExchange(name);
@@ -368,6 +426,7 @@ export class RouterCore {
         throw e;
       }
       this.queues.set(name, q);
+      this.version++;
       return q;
     })();
     this.creating.set(name, create);
@@ -399,6 +458,7 @@ export class RouterCore {
     if (opts.ifUnused && s.consumers > 0) throw new FlowError('PRECONDITION_FAILED', `queue '${name}' in use`);
     if (opts.ifEmpty && s.ready > 0) throw new FlowError('PRECONDITION_FAILED', `queue '${name}' not empty`);
     this.queues.delete(name);
+    this.version++;
     const sources = this.dropBindingsTo('queue', name);
     if (persisted(q.def)) await this.store.deleteQueue(name);
     if (persisted(q.def)) this.cluster?.changed();
@@ -460,6 +520,7 @@ export class RouterCore {
   private index(e: BindingEntry): void {
     const x = this.exchanges.get(e.def.source)!;
     if (x.bindings.has(e.id)) return;
+    this.version++;
     x.bindings.set(e.id, e);
     if (x.direct) {
       let set = x.direct.get(e.def.key);
@@ -474,6 +535,7 @@ export class RouterCore {
   }
 
   private unindex(e: BindingEntry): void {
+    this.version++;
     const x = this.exchanges.get(e.def.source);
     if (x && x.bindings.get(e.id) === e) {
       x.bindings.delete(e.id);
@@ -594,8 +656,19 @@ export class RouterCore {
     const rk = unifiedToDots(msg.topic);
     const topic = msg.topic;
     const follow: BindingEntry[] = [];
+    // Stored data re-published to an inbox (Message.guardTopic) follows only the bindings that reach its own topic
+    // too: a queue bound to `_INBOX.#` must not collect a denied topic's data for whoever may read that queue.
+    const guard = msg.guardTopic;
+    let reach: Set<BindingEntry> | null = null;
+    if (guard !== undefined) {
+      const g = (reach = new Set());
+      this.topicSpace.trie!.match(guard, (e, w) => {
+        if (e.rule !== 'mqtt' || mqttAccepts(guard, w)) g.add(e);
+      });
+    }
     this.topicSpace.trie!.match(topic, (e, w) => {
       if (e.rule === 'mqtt' && !mqttAccepts(topic, w)) return;
+      if (reach !== null && !reach.has(e)) return;
       follow.push(e);
     });
     if (follow.length === 0) return { routed: 0, durable: null, rejected: false };
@@ -717,6 +790,24 @@ export class RouterCore {
     const res = this.deliver(r, m, true);
     return res.durable;
   }
+}
+
+/**
+ * A topic-space binding key as a unified MQTT filter covering at least what it matches (null: it matches no topic
+ * MQTT can carry, e.g. the empty AMQP key). AMQP `#` in mid-key becomes the end (`a.#.b` → `a/#`), NATS `>` is `#`.
+ */
+function keyFilter(key: string, rule: MatchRule): string | null {
+  if (rule === 'mqtt') return key;
+  if (key.length === 0) return null;
+  const out: string[] = [];
+  for (const w of key.split('.')) {
+    if (w === '#' || w === '>') {
+      out.push('#');
+      break;
+    }
+    out.push(w === '*' ? '+' : swapSeparators(w));
+  }
+  return out.join('/');
 }
 
 function persisted(def: QueueDef): boolean {

@@ -134,3 +134,80 @@ describe('Access: per-connection verdicts', () => {
     assert.equal(ac.stats.denied, before, 'a filtered delivery is not a request');
   });
 });
+
+describe('AccessControl: streams and queues do not launder a denied topic', () => {
+  /** What feeds streams and queues, as the engine would answer it. */
+  class Sources {
+    sourcesVersion = 0;
+    readonly feeds = new Map<string, string[]>();
+    set(kind: 'stream' | 'queue', name: string, filters: string[]): void {
+      this.feeds.set(`${kind}:${name}`, filters);
+      this.sourcesVersion++;
+    }
+    topicFiltersFeeding(kind: 'stream' | 'queue', name: string): string[] {
+      return this.feeds.get(`${kind}:${name}`) ?? [];
+    }
+  }
+
+  async function policies() {
+    const s = await setup();
+    await s.directory.addUser({ username: 'alice', password: 'pw' });
+    await s.directory.addUser({ username: 'bob', password: 'pw' });
+    await s.directory.addUser({ username: 'root', password: 'pw', groups: ['admins'] });
+    await s.directory.putPolicy({ name: 'all', effect: 'allow', actions: ['*'], resources: ['*:*'], principals: ['everyone'] });
+    await s.directory.putPolicy({ name: 'no-secret-for-bob', effect: 'deny', actions: ['*'], resources: ['topic:secret/#'], principals: ['user:bob'] });
+    const sources = new Sources();
+    s.ac.sources = sources;
+    return { ...s, sources };
+  }
+
+  it('reading a stream or queue needs that no deny of the reader reaches a filter feeding it', async () => {
+    const { ac, sources } = await policies();
+    sources.set('stream', 'vault', ['vault', 'secret/#']);
+    sources.set('stream', 'everything', ['#']);
+    sources.set('stream', 'orders', ['orders', 'shop/+/orders']);
+    sources.set('queue', 'vq', ['secret/plans']);
+    sources.set('queue', 'wild', ['+/plans']);
+    const bob = ac.accessFor(ac.principal('bob'), 'kafka');
+    const alice = ac.accessFor(ac.principal('alice'), 'kafka');
+    const root = ac.accessFor(ac.principal('root'), 'kafka');
+    for (const [kind, name] of [['stream', 'vault'], ['stream', 'everything'], ['queue', 'vq'], ['queue', 'wild']] as const) {
+      assert.equal(bob.can('subscribe', kind, name), false, `bob reads ${kind} ${name}`);
+      assert.equal(ac.allows(bob.principal, 'subscribe', kind, name), false);
+      assert.equal(alice.can('subscribe', kind, name), true, `alice reads ${kind} ${name}`);
+      assert.equal(root.can('subscribe', kind, name), true, 'admins are allowed everything');
+    }
+    assert.equal(bob.can('subscribe', 'stream', 'orders'), true, 'a stream fed by allowed topics only');
+    assert.equal(bob.can('publish', 'stream', 'vault'), true, 'writing is not reading: only subscribe is judged by the feeds');
+    assert.equal(bob.can('describe', 'queue', 'vq'), true);
+  });
+
+  it('takes the verdict again when what feeds a stream changes', async () => {
+    const { ac, sources } = await policies();
+    sources.set('stream', 'logs', ['logs/#']);
+    const bob = ac.accessFor(ac.principal('bob'), 'nats');
+    assert.equal(bob.can('subscribe', 'stream', 'logs'), true);
+    const v = ac.version;
+    sources.set('stream', 'logs', ['logs/#', 'secret/audit']);
+    assert.notEqual(ac.version, v);
+    assert.equal(bob.can('subscribe', 'stream', 'logs'), false, 'the cached yes was dropped when the bindings changed');
+    sources.set('stream', 'logs', ['logs/#']);
+    assert.equal(bob.can('subscribe', 'stream', 'logs'), true);
+  });
+
+  it('binding a filter needs subscribe on every topic it matches; not being allowed is not being denied for reading', async () => {
+    const { ac, directory, sources } = await policies();
+    const bob = ac.accessFor(ac.principal('bob'), 'http');
+    assert.equal(bob.mayBind('secret/#'), false);
+    assert.equal(bob.mayBind('#'), false, '# reaches secret/#');
+    assert.equal(bob.mayBind('+/plans'), false);
+    assert.equal(bob.mayBind('news/#'), true);
+    // Only streams allowed, no topic policy at all: reading a stream is not refused for lack of a topic allow.
+    await directory.deletePolicy('all');
+    await directory.putPolicy({ name: 'streams', effect: 'allow', actions: ['*'], resources: ['stream:*'], principals: ['everyone'] });
+    sources.set('stream', 'news', ['news/#']);
+    const alice = ac.accessFor(ac.principal('alice'), 'kafka');
+    assert.equal(alice.can('subscribe', 'stream', 'news'), true);
+    assert.equal(alice.mayBind('news/#'), false, 'but binding needs the topic allowed');
+  });
+});

@@ -634,3 +634,69 @@ describe('Router: the free-space reserve', () => {
     assert.deepEqual(bodies(q('durable')), ['transient', 'later']);
   });
 });
+
+describe('Router: authorization follows the data', () => {
+  it('names the topic filters feeding a queue: amq.topic bindings, exchanges bound in between, alternate exchanges, dead letters', async () => {
+    const { engine } = setup();
+    await engine.declareQueue(qdef('direct'));
+    await engine.bind(qb('amq.topic', 'direct', 'secret.#'));
+    await engine.bind(qb('amq.topic', 'direct', 'a.*.c'));
+    await engine.bind(qb('amq.topic', 'direct', 'x.#.y'));
+    assert.deepEqual(engine.topicFiltersFeeding('queue', 'direct').sort(), ['a/+/c', 'secret/#', 'x/#']);
+    // amq.topic → fanout exchange → queue; an exchange whose alternate exchange is that fanout; a queue dead-lettering into it.
+    await engine.declareExchange(xdef('fan', 'fanout'));
+    await engine.declareQueue(qdef('behind'));
+    await engine.bind(qb('fan', 'behind'));
+    assert.deepEqual(engine.topicFiltersFeeding('queue', 'behind'), []);
+    await engine.bind({ source: 'amq.topic', destinationKind: 'exchange', destination: 'fan', key: 'via.exchange', arguments: {} });
+    assert.deepEqual(engine.topicFiltersFeeding('queue', 'behind'), ['via/exchange']);
+    await engine.declareExchange(xdef('alt-src', 'direct', { alternateExchange: 'fan' }));
+    await engine.bind({ source: 'amq.topic', destinationKind: 'exchange', destination: 'alt-src', key: 'alt.#', arguments: {} });
+    await engine.declareQueue(qdef('dying', { arguments: { deadLetterExchange: 'fan' } }));
+    await engine.bind(qb('amq.topic', 'dying', 'dead.*'));
+    assert.deepEqual(engine.topicFiltersFeeding('queue', 'behind').sort(), ['alt/#', 'dead/+', 'via/exchange']);
+    // A stream: its own topic, its bindings, and exchange bindings into it.
+    await engine.createStream({ name: 'orders.eu', partitions: 1, bindings: ['shop/+/orders'] });
+    await engine.bind({ source: 'amq.topic', destinationKind: 'stream', destination: 'orders.eu', key: 'legacy.orders', arguments: {} });
+    assert.deepEqual(engine.topicFiltersFeeding('stream', 'orders.eu').sort(), ['legacy/orders', 'orders/eu', 'shop/+/orders']);
+  });
+
+  it('moves its version when what feeds a destination changes', async () => {
+    const { engine } = setup();
+    const v0 = engine.sourcesVersion;
+    await engine.declareQueue(qdef('q'));
+    const v1 = engine.sourcesVersion;
+    assert.notEqual(v1, v0);
+    await engine.bind(qb('amq.topic', 'q', 'a.b'));
+    assert.notEqual(engine.sourcesVersion, v1);
+    const v2 = engine.sourcesVersion;
+    await engine.createStream({ name: 's', partitions: 1, bindings: ['x/#'] });
+    assert.notEqual(engine.sourcesVersion, v2);
+    const v3 = engine.sourcesVersion;
+    await engine.setBindings('s', ['x/#', 'y']);
+    assert.notEqual(engine.sourcesVersion, v3);
+  });
+
+  it('routes stored data re-published to an inbox only where the bindings reach its own topic too (Message.guardTopic)', async () => {
+    const { engine, q, streams } = setup();
+    await engine.declareQueue(qdef('inboxes'));
+    await engine.bind(qb('amq.topic', 'inboxes', '_INBOX.#'));
+    await engine.declareQueue(qdef('everything'));
+    await engine.bind(qb('amq.topic', 'everything', '#'));
+    await engine.createStream({ name: 'inbox-log', partitions: 1, bindings: ['_INBOX/#'] });
+    await engine.createStream({ name: 'all-log', partitions: 1, bindings: ['#'] });
+    const open = new Sink('open');
+    const filtered = new Sink('filtered');
+    engine.subscribe('_INBOX/#', open, { qos: 0 });
+    engine.subscribe('_INBOX/#', filtered, { qos: 0, admit: (t) => !t.startsWith('secret/') });
+    engine.publish(makeMessage('_INBOX/alice/1', Buffer.from('secret data'), { guardTopic: 'secret/plans' }));
+    engine.publish(makeMessage('_INBOX/alice/2', Buffer.from('public data'), { guardTopic: 'news/today' }));
+    engine.publish(makeMessage('_INBOX/alice/3', Buffer.from('plain reply')));
+    assert.deepEqual(open.got.map((m) => m.payload.toString()), ['secret data', 'public data', 'plain reply'], 'no admit predicate: no policy applies');
+    assert.deepEqual(filtered.got.map((m) => m.payload.toString()), ['public data', 'plain reply'], 'the guard topic is admitted like the topic');
+    assert.deepEqual(bodies(q('inboxes')), ['plain reply'], 'a queue bound to _INBOX.# never collects stored data of another topic');
+    assert.deepEqual(bodies(q('everything')), ['secret data', 'public data', 'plain reply'], '# reaches the guard topics too');
+    assert.equal(streams.offsets('inbox-log', 0).highWatermark, 1, 'a stream bound to _INBOX/# captured only the plain reply');
+    assert.equal(streams.offsets('all-log', 0).highWatermark, 3);
+  });
+});

@@ -64,7 +64,7 @@ export function authOf(req: FastifyRequest): AuthState {
 export function may(access: AccessControl, req: FastifyRequest, action: Action, kind: ResourceKind, name: string): boolean {
   const a = authOf(req);
   if (a.via === 'bootstrap') return true;
-  return access.directory.policies.allows(access.principal(a.principal.user), action, kind, name);
+  return access.allows(access.principal(a.principal.user), action, kind, name);
 }
 
 /** Throws 403 FORBIDDEN unless the request's principal may do `action` on `kind:name` (denials are logged). */
@@ -74,6 +74,21 @@ export function authorize(access: AccessControl, req: FastifyRequest, action: Ac
   if (access.accessFor(a.principal, 'http', req.ip).can(action, kind, name)) return;
   const who = a.principal.user === null ? 'anonymous callers' : `user "${a.principal.user}"`;
   throw new HttpError(403, 'FORBIDDEN', `${who} may not ${action} ${kind}:${name}`);
+}
+
+/**
+ * Throws 403 FORBIDDEN unless the request's principal may bind each topic filter to a stream or queue (Access.mayBind:
+ * subscribe on every topic it matches; a binding is a standing subscription nobody filters).
+ */
+export function authorizeBindings(access: AccessControl, req: FastifyRequest, filters: readonly string[]): void {
+  const a = authOf(req);
+  if (a.via === 'bootstrap' || filters.length === 0) return;
+  const acc = access.accessFor(a.principal, 'http', req.ip);
+  for (const f of filters) {
+    if (acc.mayBind(f)) continue;
+    const who = a.principal.user === null ? 'anonymous callers' : `user "${a.principal.user}"`;
+    throw new HttpError(403, 'FORBIDDEN', `${who} may not bind topic:${f} (binding needs subscribe on every topic the filter matches)`);
+  }
 }
 
 /** `admin cluster:*`: users, groups, policies, namespaces, other users' tokens, kicks, the log level. */

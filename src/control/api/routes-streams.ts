@@ -7,7 +7,7 @@ import { isUtf8 } from 'node:buffer';
 import type { FastifyInstance } from 'fastify';
 import { FlowError, decodeBatch, recordToMessage, splitBatches, type StreamDef } from '../../core/index.js';
 import { parseDuration } from '../../config/units.js';
-import { NAME_PARAM, PAGE_QUERY, authorize, may, notFound, paginate } from './common.js';
+import { NAME_PARAM, PAGE_QUERY, authorize, authorizeBindings, may, notFound, paginate } from './common.js';
 import type { ApiContext } from './server.js';
 
 export function streamView(def: StreamDef): Record<string, unknown> {
@@ -71,6 +71,7 @@ export function streamRoutes(app: FastifyInstance, ctx: ApiContext): void {
     async (req, reply) => {
       const b = req.body;
       authorize(access, req, 'create', 'stream', b.name);
+      authorizeBindings(access, req, b.bindings ?? []);
       const def = await engine.createStream({ name: b.name, partitions: b.partitions ?? 1, bindings: b.bindings, retentionMs: retentionMs(b.retention) ?? null });
       ctx.logger.info({ stream: def.name, partitions: def.partitions, bindings: def.bindings, by: req.auth?.principal.user ?? null }, 'stream created');
       return reply.code(201).send(streamView(def));
@@ -103,6 +104,7 @@ export function streamRoutes(app: FastifyInstance, ctx: ApiContext): void {
       if (b.partitions !== undefined && b.partitions < e.def.partitions) {
         throw new FlowError('INVALID_ARGUMENT', `a stream cannot shrink: it has ${e.def.partitions} partitions, asked ${b.partitions}`);
       }
+      if (b.bindings !== undefined) authorizeBindings(access, req, b.bindings.filter((f) => !e.def.bindings.includes(f)));
       if (b.bindings !== undefined) await engine.setBindings(name, b.bindings);
       if (retention !== undefined) await engine.setRetention(name, retention);
       if (b.partitions !== undefined && b.partitions > e.def.partitions) await engine.addPartitions(name, b.partitions);

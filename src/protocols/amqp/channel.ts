@@ -423,15 +423,16 @@ export class AmqpChannel implements StreamSink {
 
   /**
    * Whether a consumer may still take deliveries from its queue or stream: checked again after every change of the
-   * directory (a policy changed live). A refused consumer closes its channel with 403 (on the next turn: this runs
-   * inside the queue's dispatch) and gets nothing more.
+   * directory (a policy changed live) or of what feeds streams and queues (a binding to a denied topic added). A
+   * refused consumer closes its channel with 403 (on the next turn: this runs inside the queue's dispatch) and gets
+   * nothing more.
    */
   private stillAllowed(c: { authVersion: number }, kind: ResourceKind, name: string): boolean {
-    const d = this.conn.adapter.access.directory;
-    if (c.authVersion === d.version) return true;
+    const version = this.conn.adapter.access.version;
+    if (c.authVersion === version) return true;
     if (c.authVersion === -2) return false;
     if (this.conn.access.can('subscribe', kind, name)) {
-      c.authVersion = d.version;
+      c.authVersion = version;
       return true;
     }
     c.authVersion = -2;
@@ -838,7 +839,7 @@ export class AmqpChannel implements StreamSink {
     const priority = pv === undefined ? 0 : fieldInteger(pv);
     if (priority === undefined) throw new AmqpError(406, "invalid arg 'x-priority': expected an integer", 60, 20);
     const c = new AmqpConsumer(this, tag, this.owner, m.noAck, priority, h, this.consumerPrefetch);
-    c.authVersion = this.conn.adapter.access.directory.version;
+    c.authVersion = this.conn.adapter.access.version;
     try {
       h.consume(c, { exclusive: m.exclusive });
     } catch (err) {

@@ -27,7 +27,7 @@ export function visible(ctx: RequestContext, action: Action, kind: ResourceKind,
   const a = ctx.conn.access;
   if (a === null || a.open) return true;
   const ac = ctx.adapter.options.access;
-  return ac === undefined || ac.directory.policies.allows(a.principal, action, kind, name);
+  return ac === undefined || ac.allows(a.principal, action, kind, name);
 }
 
 /** Creating a topic: `create stream:<name>`, or `create cluster:*` (Kafka's CREATE on the cluster). */

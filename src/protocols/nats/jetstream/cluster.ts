@@ -37,14 +37,16 @@ export function splitConsumerKey(key: string): [string, string] {
 
 /** A delivery or status sent back to the requesting broker: the properties the stored-message encoding leaves out. */
 export function encodeDelivery(msg: Message): Buffer {
-  return encodeBody({ s: msg.status ?? null, d: msg.deliverTopic ?? null }, encodeMessage(msg));
+  return encodeBody({ s: msg.status ?? null, d: msg.deliverTopic ?? null, g: msg.guardTopic ?? null }, encodeMessage(msg));
 }
 
 export function decodeDelivery(body: Buffer): Message {
-  const { head, tail } = decodeBody<{ s: string | null; d: string | null }>(body);
+  // `g` is absent from a broker of the version before guard topics.
+  const { head, tail } = decodeBody<{ s: string | null; d: string | null; g?: string | null }>(body);
   const msg = decodeMessage(tail);
   if (head.s !== null) msg.status = head.s;
   if (head.d !== null) msg.deliverTopic = head.d;
+  if (typeof head.g === 'string') msg.guardTopic = head.g;
   return msg;
 }
 

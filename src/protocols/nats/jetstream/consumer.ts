@@ -503,8 +503,9 @@ export class Consumer {
     this.lastDelivered = seq;
     const pendingAfter = redelivery ? 0 : this.numPendingAfter();
     const ack = `$JS/ACK/${this.stream}/${this.name}/${deliveries}/${seq}/${this.cseq}/${stored.timestamp}000000/${pendingAfter}`;
-    const { topic: _t, retain: _r, deliverTopic: _d, status: _s, origin: _o, ...rest } = stored;
-    const out: Message = { ...rest, topic: req.reply, deliverTopic: stored.topic, responseTopic: ack, retain: false, qos: 0 };
+    const { topic: _t, retain: _r, deliverTopic: _d, guardTopic: _g, status: _s, origin: _o, ...rest } = stored;
+    // The inbox is a topic like any other: only receivers allowed to read the stored message's own topic get it.
+    const out: Message = { ...rest, topic: req.reply, deliverTopic: stored.topic, guardTopic: stored.topic, responseTopic: ack, retain: false, qos: 0 };
     if (this.config.headers_only === true) {
       out.payload = Buffer.alloc(0);
       out.headers = [...stored.headers, { key: 'Nats-Msg-Size', value: Buffer.from(String(stored.payload.length)) }];

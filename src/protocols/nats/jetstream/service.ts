@@ -64,7 +64,7 @@ import {
   streamSubjects,
   ZERO_TIME,
 } from './stream-info.js';
-import { isValidApiName, levelsToTokens, subjectMatches, subjectsCollide } from './subjects.js';
+import { filterToSubject, isValidApiName, levelsToTokens, subjectMatches, subjectsCollide } from './subjects.js';
 
 export interface JetStreamOptions {
   /** How often ack deadlines, pull request expiry, heartbeats and inactive consumers are looked at. Default 100 ms. */
@@ -853,10 +853,10 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
 
   /** The first check `access` fails (its denial logged), or null when all pass. */
   private denied(access: Access, checks: ApiCheck[]): ApiCheck | null {
-    const policies = this.authorizer!.control.directory.policies;
+    const control = this.authorizer!.control;
     const p = access.principal;
     for (const ch of checks) {
-      if (ch.actions.some((act) => policies.allows(p, act, ch.kind, ch.name))) continue;
+      if (ch.actions.some((act) => control.allows(p, act, ch.kind, ch.name))) continue;
       this.authorizer!.control.logDenial(access, ch.actions[0]!, ch.kind, ch.name);
       this.api.denied++;
       return ch;
@@ -870,8 +870,9 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
     return this.authorizer!.control.directory.policies.allows(access.principal, 'describe', 'stream', name);
   }
 
-  private reply(topic: string, body: unknown): void {
-    this.send(makeMessage(topic, Buffer.from(JSON.stringify(body))));
+  /** `guard`: the answer carries a stored message of this topic (see Message.guardTopic). */
+  private reply(topic: string, body: unknown, guard?: string): void {
+    this.send(makeMessage(topic, Buffer.from(JSON.stringify(body)), guard === undefined ? {} : { guardTopic: guard }));
   }
 
   private async onApi(t: string[], body: string, reply: string, access: Access | null): Promise<void> {
@@ -895,7 +896,7 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
     }
     if (out === NO_ANSWER) return;
     if (out.error !== undefined) this.api.errors++;
-    this.reply(reply, out);
+    this.reply(reply, out, t[0] === 'STREAM' && t[1] === 'MSG' && t[2] === 'GET' ? storedTopic(out) : undefined);
   }
 
   private async route(t: string[], body: string, reply: string, access: Access | null): Promise<Json> {
@@ -925,8 +926,8 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
       if (b === 'NAMES' && t.length === 2) return this.streamNames(body, access);
       if (b === 'LIST' && t.length === 2) return this.streamList(body, access);
       if (t.length === 3) {
-        if (b === 'CREATE') return this.streamCreate(c, body);
-        if (b === 'UPDATE') return this.streamUpdate(c, body);
+        if (b === 'CREATE') return this.streamCreate(c, body, access);
+        if (b === 'UPDATE') return this.streamUpdate(c, body, access);
         if (b === 'INFO') return this.streamInfo(c);
         if (b === 'DELETE') return this.streamDelete(c);
         if (b === 'PURGE') return this.streamPurge(c, body);
@@ -1003,12 +1004,14 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
     };
   }
 
-  private async streamCreate(name: string, body: string): Promise<Json> {
+  private async streamCreate(name: string, body: string, access: Access | null): Promise<Json> {
     const T_ = 'stream_create_response';
     const raw = parseJson(body);
     if (raw === BAD_JSON) return typed(T_, { error: JsErr.invalidJson() });
     const spec = parseStreamConfig(raw, name);
     if (isApiError(spec)) return typed(T_, { error: spec });
+    const unbindable = this.unbindable(access, spec.bindings);
+    if (unbindable !== null) return typed(T_, { error: unbindable });
     const existing = this.engine.getStream(name);
     if (existing) {
       if (!sameBindings(existing.def.bindings, spec.bindings) || existing.def.retentionMs !== spec.retentionMs) {
@@ -1027,7 +1030,7 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
     return typed(T_, { ...(await this.streamInfoJson(def)), did_create: true });
   }
 
-  private async streamUpdate(name: string, body: string): Promise<Json> {
+  private async streamUpdate(name: string, body: string, access: Access | null): Promise<Json> {
     const T_ = 'stream_update_response';
     const raw = parseJson(body);
     if (raw === BAD_JSON) return typed(T_, { error: JsErr.invalidJson() });
@@ -1035,6 +1038,11 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
     if (isApiError(spec)) return typed(T_, { error: spec });
     const e = this.engine.getStream(name);
     if (!e) return typed(T_, { error: JsErr.streamNotFound() });
+    const unbindable = this.unbindable(
+      access,
+      spec.bindings.filter((f) => !e.def.bindings.includes(f)),
+    );
+    if (unbindable !== null) return typed(T_, { error: unbindable });
     let def = e.def;
     try {
       // New subjects are new bindings: the stream captures what they match from the next publish on.
@@ -1045,6 +1053,22 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
     }
     this.duplicateWindowNs.set(name, spec.duplicateWindowNs);
     return typed(T_, await this.streamInfoJson(def));
+  }
+
+  /**
+   * A stream's subjects are bindings: each needs subscribe on every topic it matches (Access.mayBind), or the stream
+   * would collect a denied topic for whoever reads it. The refusal names the subject, as nats-server's permission
+   * errors do.
+   */
+  private unbindable(access: Access | null, filters: readonly string[]): ApiError | null {
+    if (access === null) return null;
+    for (const f of filters) {
+      if (access.mayBind(f)) continue;
+      const user = access.principal.user;
+      this.api.denied++;
+      return JsErr.accessDenied(`Permissions Violation for subscribe on subject ${JSON.stringify(filterToSubject(f))}${user === null ? '' : ` for user ${JSON.stringify(user)}`}`);
+    }
+    return null;
   }
 
   private matchingStreams(body: string, access: Access | null): StreamDef[] | ApiError {
@@ -1451,6 +1475,14 @@ function headerValue(msg: Message, key: string): string | undefined {
 
 function dotsSubject(topic: string): string {
   return dotsToUnified(topic);
+}
+
+/** The unified topic of the stored message a STREAM.MSG.GET answer carries (the separator swap is its own inverse). */
+function storedTopic(out: Json): string | undefined {
+  const m = out.message;
+  if (m === null || typeof m !== 'object' || Array.isArray(m)) return undefined;
+  const subject = (m as Json).subject;
+  return typeof subject === 'string' ? dotsToUnified(subject) : undefined;
 }
 
 /** NATS/1.0 header block of a stored message's headers (STREAM.MSG.GET `hdrs`), or null when it has none. */
