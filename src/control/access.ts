@@ -144,7 +144,9 @@ export class AccessControl {
   allows(p: Principal, action: Action, kind: ResourceKind, name: string): boolean {
     const set = this.directory.policies;
     if (!set.allows(p, action, kind, name)) return false;
-    if (action !== 'subscribe' || (kind !== 'stream' && kind !== 'queue') || this.sources === null || set.size === 0) return true;
+    if (action !== 'subscribe' || (kind !== 'stream' && kind !== 'queue') || this.sources === null) return true;
+    // No deny of this principal names a topic (the usual case): nothing that feeds the destination can matter.
+    if (!set.deniesTopics(p, 'subscribe')) return true;
     for (const f of this.sources.topicFiltersFeeding(kind, name)) if (set.deniesWithin(p, 'subscribe', f)) return false;
     return true;
   }

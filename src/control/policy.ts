@@ -319,6 +319,17 @@ export class PolicySet {
    * a denied topic is not readable through the stream or queue either (a prefix pattern of another kind never
    * denies a topic). What no policy allows is not "denied" here: the default decides the stream or queue itself.
    */
+  /** Whether any deny policy for `action` that applies to `p` names topics (or everything): deniesWithin can be true. */
+  deniesTopics(p: Principal, action: Action): boolean {
+    if (p.removed === true) return true;
+    if (p.groups.includes(ADMIN_GROUP)) return false;
+    for (const c of this.compiled) {
+      if (c.allow || !this.applies(c, p, action)) continue;
+      if (c.resources.some((r) => r.kind === '*' || r.kind === 'topic')) return true;
+    }
+    return false;
+  }
+
   deniesWithin(p: Principal, action: Action, filter: string): boolean {
     if (p.removed === true) return true;
     if (p.groups.includes(ADMIN_GROUP)) return false;
