@@ -139,15 +139,20 @@ export class AccessControl {
    * or queue (`subscribe`) also needs that no deny policy of the principal reaches a topic filter feeding it
    * (TopicSources): "deny bob topic:secret/#" then holds for a stream or queue bound to `secret/#`, or to `#`, on
    * every protocol, while the data path stays free of per-message checks (the verdict is taken when a consumer,
-   * fetch or subscription is set up, and again when policies or bindings change).
+   * fetch or subscription is set up, and again when policies or bindings change). Writing a stream (`publish`) is
+   * judged the same way by the publish denies: a Kafka produce is delivered live on the stream's topic.
    */
   allows(p: Principal, action: Action, kind: ResourceKind, name: string): boolean {
     const set = this.directory.policies;
     if (!set.allows(p, action, kind, name)) return false;
-    if (action !== 'subscribe' || (kind !== 'stream' && kind !== 'queue') || this.sources === null) return true;
+    if (this.sources === null) return true;
+    // Reading a stream or queue reads what its topics carried; writing a stream (a Kafka produce) publishes on its
+    // topic and on the topics its bindings let a record claim: a deny on those topics holds for the stream as well.
+    const judged = (action === 'subscribe' && (kind === 'stream' || kind === 'queue')) || (action === 'publish' && kind === 'stream');
+    if (!judged) return true;
     // No deny of this principal names a topic (the usual case): nothing that feeds the destination can matter.
-    if (!set.deniesTopics(p, 'subscribe')) return true;
-    for (const f of this.sources.topicFiltersFeeding(kind, name)) if (set.deniesWithin(p, 'subscribe', f)) return false;
+    if (!set.deniesTopics(p, action)) return true;
+    for (const f of this.sources.topicFiltersFeeding(kind as 'stream' | 'queue', name)) if (set.deniesWithin(p, action, f)) return false;
     return true;
   }
 

@@ -178,7 +178,8 @@ describe('AccessControl: streams and queues do not launder a denied topic', () =
       assert.equal(root.can('subscribe', kind, name), true, 'admins are allowed everything');
     }
     assert.equal(bob.can('subscribe', 'stream', 'orders'), true, 'a stream fed by allowed topics only');
-    assert.equal(bob.can('publish', 'stream', 'vault'), true, 'writing is not reading: only subscribe is judged by the feeds');
+    assert.equal(bob.can('publish', 'stream', 'vault'), false, 'his deny covers publish too: no writing into secret/# through the stream');
+    assert.equal(bob.can('publish', 'stream', 'orders'), true);
     assert.equal(bob.can('describe', 'queue', 'vq'), true);
   });
 
@@ -209,5 +210,23 @@ describe('AccessControl: streams and queues do not launder a denied topic', () =
     const alice = ac.accessFor(ac.principal('alice'), 'kafka');
     assert.equal(alice.can('subscribe', 'stream', 'news'), true);
     assert.equal(alice.mayBind('news/#'), false, 'but binding needs the topic allowed');
+  });
+});
+
+describe('AccessControl: a stream does not launder a publish deny', () => {
+  it('producing to a stream needs that no publish deny of the writer reaches its topics', async () => {
+    const s = await setup();
+    await s.directory.addUser({ username: 'bob', password: 'pw' });
+    await s.directory.putPolicy({ name: 'all', effect: 'allow', actions: ['*'], resources: ['*:*'], principals: ['everyone'] });
+    await s.directory.putPolicy({ name: 'bob-no-secret-writes', effect: 'deny', actions: ['publish'], resources: ['topic:secret/#'], principals: ['user:bob'] });
+    const feeds = new Map<string, string[]>([
+      ['secret.k', ['secret/k']],
+      ['orders', ['orders']],
+    ]);
+    s.ac.sources = { sourcesVersion: 1, topicFiltersFeeding: (_kind, name) => feeds.get(name) ?? [] };
+    const bob = s.ac.accessFor(s.ac.principal('bob'), 'kafka');
+    assert.equal(bob.can('publish', 'stream', 'secret.k'), false);
+    assert.equal(bob.can('publish', 'stream', 'orders'), true);
+    assert.equal(bob.can('subscribe', 'stream', 'secret.k'), true, 'only publish is denied');
   });
 });

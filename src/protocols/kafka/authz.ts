@@ -11,6 +11,7 @@
  * live applies to the next request of an open connection. Without access control everything is allowed.
  */
 import type { Action, ResourceKind } from '../../control/index.js';
+import { kafkaToUnified } from '../../core/index.js';
 import type { RequestContext } from './route.js';
 
 /** May this connection do `action` on the resource? A denial is logged (rate-limited) by the control plane. */
@@ -30,9 +31,15 @@ export function visible(ctx: RequestContext, action: Action, kind: ResourceKind,
   return ac === undefined || ac.allows(a.principal, action, kind, name);
 }
 
-/** Creating a topic: `create stream:<name>`, or `create cluster:*` (Kafka's CREATE on the cluster). */
+/**
+ * Creating a topic: `create stream:<name>`, or `create cluster:*` (Kafka's CREATE on the cluster); and, since the
+ * stream binds its own topic (it captures what MQTT, AMQP and NATS publish there), subscribe on that topic, as any
+ * binding needs (Access.mayBind): a principal denied `topic:secret/#` cannot make a stream `secret.x` collect it.
+ */
 export function mayCreateTopic(ctx: RequestContext, name: string): boolean {
-  return visible(ctx, 'create', 'cluster', '*') || allowed(ctx, 'create', 'stream', name);
+  if (!(visible(ctx, 'create', 'cluster', '*') || allowed(ctx, 'create', 'stream', name))) return false;
+  const a = ctx.conn.access;
+  return a === null || a.mayBind(kafkaToUnified(name));
 }
 
 /** Kafka's cluster resource name (ACLs, DescribeConfigs of the cluster). */
