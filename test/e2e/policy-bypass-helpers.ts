@@ -22,14 +22,18 @@ export const sc = StringCodec();
  * alice, bob and carol; everyone is allowed everything, and bob is denied every action on `topic:secret/#`
  * (the natural policy an operator writes, which must hold on every path).
  */
+export const POLICIES = [
+  { name: 'everyone-all', effect: 'allow', actions: ['*'], resources: ['*:*'], principals: ['everyone'] },
+  { name: 'bob-no-secret', effect: 'deny', actions: ['*'], resources: ['topic:secret/#'], principals: ['user:bob'] },
+] as const;
+export const USERS = ['alice', 'bob', 'carol'] as const;
+
+/** The same as a users file (--users-file). */
 export const USERS_YAML = [
   'users:',
-  '  - {username: alice, password: alice-pw}',
-  '  - {username: bob, password: bob-pw}',
-  '  - {username: carol, password: carol-pw}',
+  ...USERS.map((u) => `  - {username: ${u}, password: ${u}-pw}`),
   'policies:',
-  '  - {name: everyone-all, effect: allow, actions: ["*"], resources: ["*:*"], principals: [everyone]}',
-  '  - {name: bob-no-secret, effect: deny, actions: ["*"], resources: ["topic:secret/#"], principals: ["user:bob"]}',
+  ...POLICIES.map((p) => `  - ${JSON.stringify(p)}`),
   '',
 ].join('\n');
 
