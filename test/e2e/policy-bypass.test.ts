@@ -11,6 +11,15 @@
  *
  * The cluster forwarding path (the same inbox leak with alice and bob on different brokers) is in
  * policy-bypass-cluster.test.ts.
+ *
+ * Written against main at f853741, where these failed (the leaks of issue 24): every bob case of the
+ * request/reply scenarios (JetStream pull, STREAM.MSG.GET and push replies re-published as ordinary messages on
+ * the inbox or deliver subject), every bob case of streams and queues (read through Kafka, JetStream, the admin
+ * API, AMQP and MQTT `$queue`, since `stream:`/`queue:` are checked apart from `topic:`), and binding secret/
+ * filters to streams (admin API, JetStream, Kafka CreateTopics). Already held on main, kept as regressions: live
+ * wildcard filtering, the offline MQTT session, retained messages, AMQP topic bindings, publishes of bob through
+ * MQTT, NATS and AMQP. Marked todo (outside that brief, fails today): a Kafka produce of bob to a topic under
+ * secret/ is accepted and reaches alice's MQTT and NATS subscribers of secret/#.
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -172,7 +181,7 @@ describe('policy bypass: a deny on topic:secret/# holds on every path (issue 24)
   };
 
   // ------------------------------------------------------------------------------------------------ live
-  describe('live: wildcard subscriptions (regression, already filtered on main)', () => {
+  describe('live: wildcard subscriptions', () => {
     const bob: Tap[] = [];
     const allowed: Tap[] = [];
     const live = [secretOf('live-mqtt'), secretOf('live-nats'), secretOf('live-amqp'), secretOf('live-kafka')];
@@ -217,7 +226,7 @@ describe('policy bypass: a deny on topic:secret/# holds on every path (issue 24)
     });
   });
 
-  describe('live: an offline MQTT session of bob (stored session queue; regression)', () => {
+  describe('live: an offline MQTT session of bob (stored session queue)', () => {
     it('bob\'s persistent # subscription gets none of the secrets published while he was away; carol\'s gets them', async () => {
       const clientId = uniq('bob-session-');
       const opts = { clientId, clean: false, properties: { sessionExpiryInterval: 600 } };
@@ -299,7 +308,7 @@ describe('policy bypass: a deny on topic:secret/# holds on every path (issue 24)
     });
   };
 
-  describe('request/reply: stored messages re-delivered to a reply inbox or deliver subject (FAILS on main: the leak)', () => {
+  describe('request/reply: stored messages re-delivered to a reply inbox or deliver subject', () => {
     replyScenario(
       'JetStream pull (CONSUMER.MSG.NEXT) of alice\'s durable consumer on vault (bound to secret/#)',
       '_INBOX',
@@ -350,7 +359,8 @@ describe('policy bypass: a deny on topic:secret/# holds on every path (issue 24)
       const jsm = await nc.jetstreamManager();
       const name = uniq('alice-push-');
       await jsm.consumers.add('vault', { durable_name: name, deliver_subject: subject, ack_policy: AckPolicy.None, deliver_policy: DeliverPolicy.All });
-      await Promise.race([done, new Promise((_r, reject) => setTimeout(() => reject(new Error(`push: ${got.length} of ${SEEDS.length}`)), 15_000))]);
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([done, new Promise((_r, reject) => (timer = setTimeout(() => reject(new Error(`push: ${got.length} of ${SEEDS.length}`)), 15_000)))]).finally(() => clearTimeout(timer));
       sub.unsubscribe();
       await jsm.consumers.delete('vault', name);
       return got;
@@ -360,7 +370,7 @@ describe('policy bypass: a deny on topic:secret/# holds on every path (issue 24)
   });
 
   // ------------------------------------------------------------------------------------ streams and queues
-  describe('streams do not launder topic:secret/# (FAILS on main)', () => {
+  describe('streams do not launder topic:secret/#', () => {
     it('Kafka: bob fetching vault (bound to secret/#) is refused with TOPIC_AUTHORIZATION_FAILED', async () => {
       const r = await kafkaRead(broker.kafka, 'bob', 'vault', SEEDS.length);
       noLeak(r.values, 'bob read secrets from vault');
@@ -479,7 +489,7 @@ describe('policy bypass: a deny on topic:secret/# holds on every path (issue 24)
     });
   });
 
-  describe('queues do not launder topic:secret/# (FAILS on main)', () => {
+  describe('queues do not launder topic:secret/#', () => {
     /** alice puts a fresh batch into vq (bound to amq.topic with secret.#) and a closing marker, also secret-topic. */
     const fill = async (tag: string, n = 3): Promise<{ secrets: string[]; mark: string }> => {
       const ch = await (await amqpAs('alice')).createConfirmChannel();
@@ -564,14 +574,14 @@ describe('policy bypass: a deny on topic:secret/# holds on every path (issue 24)
       await apiAs(broker.http, 'alice', 'DELETE', `/api/v1/streams/${encodeURIComponent(name)}`);
     };
     for (const bindings of [['secret/#'], ['#'], ['+/x'], ['open/#', 'secret/y']]) {
-      it(`admin API: bob creating a stream bound to ${bindings.join(', ')} gets 403 (FAILS on main)`, async () => {
+      it(`admin API: bob creating a stream bound to ${bindings.join(', ')} gets 403`, async () => {
         const name = uniq('bob-bind-');
         const r = await apiAs(broker.http, 'bob', 'POST', '/api/v1/streams', { name, partitions: 1, bindings });
         if (r.status < 300) await cleanup(name);
         assert.equal(r.status, 403, JSON.stringify(r.body));
       });
     }
-    it('admin API: bob changing his own stream\'s bindings to secret/# (PATCH) gets 403 and the stream keeps its bindings (FAILS on main)', async () => {
+    it('admin API: bob changing his own stream\'s bindings to secret/# (PATCH) gets 403 and the stream keeps its bindings', async () => {
       const name = uniq('bob-own-');
       assert.equal((await apiAs(broker.http, 'bob', 'POST', '/api/v1/streams', { name, partitions: 1, bindings: ['open/#'] })).status, 201, 'bob may bind open/#');
       const r = await apiAs(broker.http, 'bob', 'PATCH', `/api/v1/streams/${encodeURIComponent(name)}`, { bindings: ['open/#', 'secret/#'] });
@@ -580,7 +590,7 @@ describe('policy bypass: a deny on topic:secret/# holds on every path (issue 24)
       assert.equal(r.status, 403, JSON.stringify(r.body));
       assert.deepEqual(now.body.bindings, ['open/#']);
     });
-    it('JetStream: bob creating a stream with subjects secret.> is refused (403) (FAILS on main)', async () => {
+    it('JetStream: bob creating a stream with subjects secret.> is refused (403)', async () => {
       const jsm = await (await nats('bob')).jetstreamManager();
       const name = uniq('BOBJS').toUpperCase();
       let created = false;
@@ -592,7 +602,7 @@ describe('policy bypass: a deny on topic:secret/# holds on every path (issue 24)
       );
       if (created) await cleanup(name);
     });
-    it('JetStream: bob updating his own stream to add subjects > (reaches secret) is refused (403) (FAILS on main)', async () => {
+    it('JetStream: bob updating his own stream to add subjects > (reaches secret) is refused (403)', async () => {
       const jsm = await (await nats('bob')).jetstreamManager();
       const name = uniq('BOBUP').toUpperCase();
       await jsm.streams.add({ name, subjects: ['open.bob.>'] });
@@ -602,7 +612,7 @@ describe('policy bypass: a deny on topic:secret/# holds on every path (issue 24)
         await cleanup(name);
       }
     });
-    it('Kafka: bob creating the topic secret.bob (a Kafka topic binds its own name) is refused with TOPIC_AUTHORIZATION_FAILED (FAILS on main)', async () => {
+    it('Kafka: bob creating the topic secret.bob (a Kafka topic binds its own name) is refused with TOPIC_AUTHORIZATION_FAILED', async () => {
       const admin = kafkaAs(broker.kafka, 'bob').admin();
       await admin.connect();
       try {
@@ -612,7 +622,7 @@ describe('policy bypass: a deny on topic:secret/# holds on every path (issue 24)
         await cleanup('secret.bob');
       }
     });
-    it('AMQP: bob binding his queue to amq.topic with secret.# or # is refused with 403 (regression)', async () => {
+    it('AMQP: bob binding his queue to amq.topic with secret.# or # is refused with 403', async () => {
       const conn = await amqpAs('bob');
       for (const key of ['secret.#', '#', 'secret.x']) {
         const ch = await amqpChannel(conn);
@@ -620,7 +630,7 @@ describe('policy bypass: a deny on topic:secret/# holds on every path (issue 24)
         await assert.rejects(ch.bindQueue(q.queue, 'amq.topic', key), /403|ACCESS_REFUSED/, key);
       }
     });
-    it('bob may still bind what he may read: a stream on open/# (admin API), a JetStream stream on open.>, a queue on open.# (sanity)', async () => {
+    it('bob may still bind what he may read: a stream on open/# (admin API), a JetStream stream on open.>, a queue on open.#', async () => {
       const name = uniq('bob-open-');
       assert.equal((await apiAs(broker.http, 'bob', 'POST', '/api/v1/streams', { name, partitions: 1, bindings: ['open/#'] })).status, 201);
       await cleanup(name);
@@ -651,7 +661,7 @@ describe('policy bypass: a deny on topic:secret/# holds on every path (issue 24)
         for (const t of taps) await t.close();
       }
     };
-    it('MQTT 5 (PUBACK 0x87), NATS (Permissions Violation) and AMQP (403) publishes of bob on secret/w reach nobody (regression)', async () => {
+    it('MQTT 5 (PUBACK 0x87), NATS (Permissions Violation) and AMQP (403) publishes of bob on secret/w reach nobody', async () => {
       await watchSecret(async () => {
         const c = await mq('bob', 5);
         await assert.rejects(c.publishAsync('secret/w', 'FROM-BOB-mqtt', { qos: 1 }), (e: { code?: number }) => e.code === 0x87);
@@ -683,7 +693,7 @@ describe('policy bypass: a deny on topic:secret/# holds on every path (issue 24)
   });
 
   // ------------------------------------------------------------------------------------------ retained
-  describe('retained messages (regression, already filtered on main)', () => {
+  describe('retained messages', () => {
     after(async () => {
       const c = await mq('alice', 5);
       await c.publishAsync('secret/ret', '', { qos: 1, retain: true });
