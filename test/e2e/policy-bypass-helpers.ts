@@ -110,6 +110,9 @@ export async function subackCode(c: MqttClient, filter: string, qos: 0 | 1 = 1):
   } catch (err) {
     const code = (err as { code?: unknown }).code;
     if (typeof code === 'number') return code;
+    // mqtt.js rejects a refused subscription with the SUBACK packet attached (its return codes in `granted`).
+    const granted = (err as { packet?: { granted?: unknown[] } }).packet?.granted;
+    if (Array.isArray(granted) && typeof granted[0] === 'number') return granted[0];
     throw err;
   }
 }
@@ -233,14 +236,19 @@ export function kafkaAs(broker: string, user: User) {
 
 /** KafkaJS wraps protocol errors: the type named anywhere in the chain (as kafka-auth.test.ts reads them). */
 export function kafkaErrorType(err: unknown): string {
+  type E = { type?: string; message?: string; originalError?: unknown; cause?: unknown; name?: string; errors?: unknown[] };
   const seen: string[] = [];
-  let e = err as { type?: string; message?: string; originalError?: unknown; cause?: unknown; name?: string } | undefined;
-  for (let i = 0; e && i < 5; i++) {
+  // KafkaJS wraps per-topic errors (CreateTopics) in a KafkaJSAggregateError's `errors`.
+  const walk = (x: unknown, depth: number): void => {
+    const e = x as E | undefined;
+    if (!e || depth > 5) return;
     if (e.type) seen.push(e.type);
     if (e.name) seen.push(e.name);
     seen.push(e.message ?? '');
-    e = (e.originalError ?? e.cause) as typeof e;
-  }
+    if (Array.isArray(e.errors)) for (const sub of e.errors) walk(sub, depth + 1);
+    walk(e.originalError ?? e.cause, depth + 1);
+  };
+  walk(err, 0);
   return seen.join(' | ');
 }
 
