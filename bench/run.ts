@@ -47,6 +47,7 @@ import { defaultQueueStoreOptions, levelCell, queueStoreEmbedded, queueStorePost
 import { runAmqpLoad, type AmqpLoadOptions, type AmqpLoadResult } from './amqp.js';
 import { rabbitmqBinDir, rabbitmqVersion, startRabbitmq, waitAmqp } from './rabbitmq.js';
 import { runNatsPubSub, runNatsRequest, type CpuUse, type NatsPubSubResult, type NatsRequestResult } from './nats.js';
+import { natsIdleCell, runNatsIdle } from './nats-idle.js';
 import { NATS_LIMITS, natsServerBinary, natsServerVersion, startNatsServer, waitNatsInfo } from './nats-server.js';
 import { fmt, freePort, nowS, ratio, roundDeep, sleep, table } from './util.js';
 import { clusterFailover, clusterForwarding, clusterScaling, type ForwardingResult, type FailoverResult, type ScalingResult } from './cluster.js';
@@ -145,6 +146,8 @@ const CFG = {
   natsRequestPayloadBytes: int('BENCH_NATS_REQUEST_PAYLOAD', 16),
   /** Requests outstanding at once in nats-request-pipelined (nats-request keeps one). */
   natsRequestInflight: int('BENCH_NATS_REQUEST_INFLIGHT', 32),
+  /** Connections of nats-idle (each CONNECT, PING/PONG, one SUB). */
+  natsIdleConnections: int('BENCH_NATS_IDLE_CONNECTIONS', 2000),
   /** Cluster failover scenario: the membership lease (the broker's default, 5 s: the issue's target is for defaults). */
   clusterLeaseMs: int('BENCH_CLUSTER_LEASE', 5000),
 };
@@ -861,6 +864,30 @@ function natsRequestScenario(name: string, inflight: number): Scenario {
   };
 }
 
+function natsIdleScenario(): Scenario {
+  const n = CFG.natsIdleConnections;
+  const title = `${fmt(n)} idle NATS connections (CONNECT, PING/PONG, one SUB): broker RSS growth per connection (lower is better)`;
+  return {
+    name: 'nats-idle',
+    group: 'nats',
+    title,
+    run: async () => {
+      const r = await natsPair((port, pid) => runNatsIdle(port, pid, n));
+      const f = r.flowmq;
+      const p = r.natsServer;
+      rows.push({
+        group: 'nats',
+        scenario: 'nats-idle',
+        title,
+        flowmq: f.ok ? natsIdleCell(f.value) : `error: ${f.error}`,
+        peer: !p ? NATS_SERVER_MISSING : p.ok ? natsIdleCell(p.value) : `error: ${p.error}`,
+        ratio: f.ok && p?.ok ? ratio(f.value.kibPerConnection, p.value.kibPerConnection) : '-',
+        data: { connections: n, flowmq: f, natsServer: p },
+      });
+    },
+  };
+}
+
 // ------------------------------------------------------------------ registry
 
 interface Scenario {
@@ -1224,6 +1251,7 @@ const scenarios: Scenario[] = [
   natsPubSubScenario('nats-queue', CFG.natsQueuePayloadBytes, CFG.natsQueueMembers, true),
   natsRequestScenario('nats-request', 1),
   natsRequestScenario('nats-request-pipelined', CFG.natsRequestInflight),
+  natsIdleScenario(),
   ...clusterScenarios(),
 ];
 

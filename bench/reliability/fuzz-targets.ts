@@ -16,6 +16,9 @@
  *   fixtures; each input is parsed whole and cut in two, and the two runs must agree (operations and error), and
  *   every HPUB/HMSG header block is parsed. A payload buffer up to max_payload may be allocated once its control
  *   line is read: that is the allowance.
+ * - nats/server-gather: the server parser as the broker runs it (a payload budget, here of nothing): parsed whole,
+ *   in small pieces and in small borrowed pieces, which must agree, with the budget given back after each run and
+ *   no allowance for announced sizes: a payload's memory must follow the bytes that arrived.
  *
  * The WAL frame reader is not here: src/storage/wal/frame.ts has no decoder of its own, and the frame scan in
  * partition-wal.ts reads files it wrote itself (CRC-checked), not client bytes.
@@ -65,6 +68,7 @@ import {
   NatsClientParser,
   NatsProtocolError,
   NatsServerParser,
+  PayloadBudget,
   parseHeaders,
   type NatsClientHandler,
   type NatsServerHandler,
@@ -449,10 +453,63 @@ function natsTarget(side: 'server' | 'client'): FuzzTarget {
   };
 }
 
+/**
+ * The server parser as a broker runs it, with a payload budget (none at all here, so every payload cut by a chunk
+ * boundary is gathered as its bytes arrive), fed the input whole, in small pieces, and in small borrowed pieces
+ * (copied): the same operations and error each time, the budget back to nothing once the parser stops, and no
+ * allocation beyond a few times the input, whatever size a control line announces (a `PUB x 65536` with a few bytes
+ * behind it must not allocate 1 MiB).
+ */
+/** nats/server-gather's limits: payloads far larger than its allocation allowance may be announced. */
+const GATHER_LIMITS = { maxControlLine: 4096, maxPayload: 1024 * 1024 };
+
+function natsGatherTarget(): FuzzTarget {
+  const seeds = SERVER_CASES.map((c) => Buffer.from(c.input, 'latin1'));
+  seeds.push(Buffer.concat(seeds.filter((_, i) => SERVER_CASES[i]!.error === undefined)));
+  seeds.push(Buffer.from(`PUB big 1048576\r\n${'x'.repeat(700)}`), Buffer.from(`HPUB big r 12 600000\r\nNATS/1.0\r\n\r\n${'y'.repeat(600)}`));
+  const run = (chunks: Buffer[], borrowed: boolean): { trace: string; error: unknown } => {
+    const budget = new PayloadBudget(0);
+    const p = new NatsServerParser({ ...GATHER_LIMITS, budget, borrowed });
+    const h = new NatsTrace();
+    let error: unknown = null;
+    try {
+      for (const c of chunks) p.push(c, h);
+    } catch (e) {
+      error = e;
+    }
+    p.stop();
+    if (budget.aheadBytes !== 0 || budget.gathering !== 0) throw new Error(`payload budget not given back: ${JSON.stringify(budget.figures())}`);
+    return { trace: h.out, error };
+  };
+  return {
+    name: 'nats/server-gather',
+    seeds,
+    decode(input) {
+      const whole = run([input], false);
+      // Pieces of 1 to 700 bytes (a view of a chunk from 512 on, copies below), in a pattern set by the input.
+      const pieces: Buffer[] = [];
+      const step = [1, 3, 511, 512, 700][input.length % 5]!;
+      for (let k = 0; k < input.length; k += step) pieces.push(Buffer.from(input.subarray(k, k + step)));
+      const errText = (e: unknown): string => (e instanceof NatsProtocolError ? `${e.errText}` : String(e));
+      for (const borrowed of [false, true]) {
+        const cut = run(pieces, borrowed);
+        if (whole.trace !== cut.trace || errText(whole.error) !== errText(cut.error)) {
+          throw new Error(`NATS parser with a budget differs in pieces of ${step} (borrowed ${borrowed}): ${whole.trace} ${errText(whole.error)} / ${cut.trace} ${errText(cut.error)}`);
+        }
+      }
+      if (whole.error !== null) throw whole.error;
+    },
+    isOwnError: (e) => e instanceof NatsProtocolError,
+    // Borrowed mode copies small payloads into a 64 KiB slab of its own (one per parser): that is the allowance,
+    // well under the sizes the seeds announce.
+    allocLimit: (n) => Math.max(protocolLimit(n), 64 * 1024),
+  };
+}
+
 let cached: FuzzTarget[] | undefined;
 
 /** Every fuzz target, in a fixed order. */
 export function fuzzTargets(): FuzzTarget[] {
-  cached ??= [mqttTarget('mqtt/3.1.1', [4, 3]), mqttTarget('mqtt/5.0', [5]), ...kafkaTargets(), ...batchTargets(), amqpTarget(), natsTarget('server'), natsTarget('client')];
+  cached ??= [mqttTarget('mqtt/3.1.1', [4, 3]), mqttTarget('mqtt/5.0', [5]), ...kafkaTargets(), ...batchTargets(), amqpTarget(), natsTarget('server'), natsTarget('client'), natsGatherTarget()];
   return cached;
 }

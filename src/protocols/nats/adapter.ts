@@ -26,7 +26,7 @@ import { certificateLogin, type CertUserField } from '../../control/certs.js';
 import { ANONYMOUS, TOKEN_PREFIX, type Access, type AccessControl, type AuthOutcome, type Principal } from '../../control/index.js';
 import { LogLimiter, logKey } from '../log-limit.js';
 import type { AdapterContext } from '../types.js';
-import { encodeHeaders, type ConnectOptions, type NatsHeaders } from './codec/index.js';
+import { PayloadBudget, encodeHeaders, type ConnectOptions, type NatsHeaders } from './codec/index.js';
 import { NatsConnection } from './connection.js';
 import { NatsErr } from './errors.js';
 import type { ResolvedNatsOptions } from './options.js';
@@ -138,6 +138,8 @@ export class NatsAdapter {
   readonly certUser: CertUserField | null;
   /** Open connections by client id (JetStream finds the Access of a request's origin here). */
   private readonly byClientId = new Map<number, NatsConnection>();
+  /** Payload memory all connections together may take ahead of its bytes (see codec/parser.ts, "Payload memory"). */
+  readonly payloads: PayloadBudget;
   readonly stats = {
     connectionsTotal: 0,
     connectionsRefused: 0,
@@ -157,6 +159,8 @@ export class NatsAdapter {
     /** Times a connection's reading was paused by its namespace's rate quotas. */
     quotaPauses: 0,
     staleConnections: 0,
+    /** Connections closed because an operation they had started was not received whole within opTimeoutMs. */
+    opTimeouts: 0,
     protocolErrors: 0,
     invalidSubjects: 0,
     noResponders: 0,
@@ -178,6 +182,7 @@ export class NatsAdapter {
     this.serverName = `flowmq-${ctx.brokerId}`;
     this.tokenBytes = auth.token === null ? null : Buffer.from(auth.token, 'utf8');
     this.jetstream = publisher !== undefined;
+    this.payloads = new PayloadBudget(options.payloadReserveBytes);
     this.publisher = publisher ?? new EnginePublisher(ctx.engine, (err) => this.writeFailed(err));
   }
 
@@ -246,7 +251,6 @@ export class NatsAdapter {
     }
     this.conns.add(c);
     this.byClientId.set(c.clientId, c);
-    void c.closed.then(() => this.leave(c));
     if (this.timer === null) {
       this.timer = setInterval(() => this.sweep(), this.sweepMs());
       this.timer.unref();
@@ -257,7 +261,7 @@ export class NatsAdapter {
   /** The sweep period: a fraction of the shortest deadline it watches, within 10 ms .. 1 s. */
   private sweepMs(): number {
     const o = this.options;
-    const shortest = Math.min(o.authTimeoutMs || 1000, o.pingIntervalMs || 1000);
+    const shortest = Math.min(o.authTimeoutMs || 1000, o.pingIntervalMs || 1000, o.opTimeoutMs || 1000, o.writeDeadlineMs || 1000);
     return Math.max(10, Math.min(1000, Math.floor(shortest / 4)));
   }
 
@@ -266,7 +270,8 @@ export class NatsAdapter {
     for (const c of this.conns) c.sweep(now);
   }
 
-  private leave(c: NatsConnection): void {
+  /** A connection is gone (its teardown says so). */
+  left(c: NatsConnection): void {
     this.conns.delete(c);
     if (this.byClientId.get(c.clientId) === c) this.byClientId.delete(c.clientId);
     if (this.conns.size === 0 && this.timer !== null) {
@@ -354,7 +359,7 @@ export class NatsAdapter {
   figures(): Record<string, unknown> {
     let subscriptions = 0;
     for (const c of this.conns) subscriptions += c.subscriptionCount;
-    return { connections: this.conns.size, subscriptions, ...this.stats, logLinesSuppressed: this.logLimit.suppressedTotal };
+    return { connections: this.conns.size, subscriptions, ...this.stats, payloads: this.payloads.figures(), logLinesSuppressed: this.logLimit.suppressedTotal };
   }
 
   /** Broker shutdown: closes every connection; resolves when all are gone. */

@@ -26,6 +26,15 @@
  *   messages written and not yet taken by the socket above maxPendingMsgs: "Slow Consumer Detected" is logged
  *   (rate limited), counted, and the connection closed without a word, as nats-server does; what it had not sent
  *   is dropped (core NATS is at most once). Memory per connection stays bounded by maxPending.
+ * - Replies count too: every byte written to the client (+OK, PONG, -ERR as well as deliveries) is in those
+ *   figures. A client that sends requests and does not read their replies (a verbose publisher that never reads
+ *   its +OKs, a PING flood whose PONGs nobody reads) had its replies buffered without limit (+260 MiB in 15 s,
+ *   never closed). Now, once its unsent bytes pass flushAt after a reply, its socket is not read (it cannot send
+ *   more requests; TCP holds it back) until they fall to half that; and if the socket takes none of them for
+ *   writeDeadlineMs meanwhile (nats-server's write_deadline), it is a slow consumer and closed as above.
+ * - A control line or payload whose first bytes arrived must arrive whole within opTimeoutMs (while the socket is
+ *   read), or the connection is closed with -ERR 'Stale Connection': a half-sent operation must not hold its
+ *   memory forever, and a client trickling a payload byte by byte is never silent long enough for the PINGs.
  * - PING every pingIntervalMs unless the client sent something since the last one; maxPingsOut unanswered PINGs:
  *   `-ERR 'Stale Connection'` and close. The adapter's one sweep timer drives these and the auth timeout.
  * - Protocol errors (the parser's, with nats-server's -ERR texts) close the connection; invalid subjects do not.
@@ -70,8 +79,17 @@ const MAX_PENDING_WRITES = 10_000;
 const MAX_HELD_BYTES = 1024 * 1024;
 /** How long an ended socket may take to close before it is destroyed. */
 const CLOSE_GRACE_MS = 1000;
-/** The writer's slab: one socket write's worth of small deliveries. */
-const WRITER_SLAB = 64 * 1024;
+/**
+ * The writer's first slab. Small, so that an idle connection or one that answers a PING now and then holds next to
+ * nothing; a busy one's slab doubles each time a batch straddles two, up to 1 MiB (NatsWriter), within its first
+ * turns. A writer that wrote nothing for a whole sweep period is dropped (see sweep).
+ */
+const WRITER_SLAB = 1024;
+/** Reading paused for these reasons (pausedFor bits). */
+const PAUSE_AUTH = 1;
+const PAUSE_WRITES = 2;
+const PAUSE_QUOTA = 4;
+const PAUSE_OUTPUT = 8;
 
 const NO_RESPONDERS_BLOCK = Buffer.from('NATS/1.0 503\r\n\r\n', 'latin1');
 const EMPTY = Buffer.alloc(0);
@@ -103,8 +121,8 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
   readonly id: string;
   readonly clientId: number;
   readonly remoteAddress: string;
-  readonly closed: Promise<void>;
-  private resolveClosed: () => void = () => undefined;
+  private closedP: Promise<void> | null = null;
+  private resolveClosed: (() => void) | null = null;
   private st = St.Live;
   private readonly parser: NatsServerParser;
   private w: NatsWriter | null = null;
@@ -136,8 +154,8 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
   /** Reading paused by a rate quota until then (ms since the epoch), and its timer. */
   private quotaUntil = 0;
   private quotaTimer: NodeJS.Timeout | null = null;
-  /** Per-delivery policy check of every subscription of this connection (cheap while nothing can be denied). */
-  private readonly admit = (topic: string): boolean => this.access.admits(topic);
+  /** Per-delivery policy check of every subscription of this connection (made at the first SUB). */
+  private admitFn: ((topic: string) => boolean) | null = null;
 
   // output
   private flushScheduled = false;
@@ -146,10 +164,19 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
   /** Messages written since the last flush, and per flush not yet taken by the socket (maxPendingMsgs). */
   private batchMsgs = 0;
   private pendingMsgs = 0;
-  private readonly inFlight: number[] = [];
+  private inFlight: number[] | null = null;
+  /** Bytes handed to the stream so far; less its writableLength: bytes the socket took (write progress). */
+  private handedOut = 0;
+  /** Flushes so far, and at the last sweep (a writer idle for a sweep period is dropped). */
+  private flushes = 0;
+  private flushesSeen = 0;
+  /** Reading paused for unsent bytes (PAUSE_OUTPUT): when the socket last took some, and how much it had taken. */
+  private outProgressAt = 0;
+  private outTaken = 0;
+  private drainListener: (() => void) | null = null;
 
   // input
-  private pausedFor = 0; // bit 1: authenticating, bit 2: pending writes, bit 4: a rate quota
+  private pausedFor = 0; // PAUSE_* bits
   private pendingWrites = 0;
   /** The last publish subject and its topic (publishers repeat subjects; the parser hands the same string). */
   private lastPubSubject = '';
@@ -164,6 +191,9 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
   private lastPingAt: number;
   private pingsOut = 0;
   private destroyTimer: NodeJS.Timeout | null = null;
+  /** A partial operation (parser.partials when first seen) and since when (0: none), for opTimeoutMs. */
+  private partialSeen = 0;
+  private partialSince = 0;
 
   constructor(
     readonly stream: Duplex,
@@ -174,15 +204,24 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
     this.clientId = meta.clientId ?? 0;
     this.id = `nats:${this.clientId}`;
     this.remoteAddress = meta.remoteAddress;
-    this.parser = new NatsServerParser({ maxControlLine: adapter.options.maxControlLine, maxPayload: adapter.options.maxPayload });
+    this.parser = new NatsServerParser({ maxControlLine: adapter.options.maxControlLine, maxPayload: adapter.options.maxPayload, budget: adapter.payloads });
     this.flushAt = Math.max(1, Math.min(1024 * 1024, adapter.options.maxPending >> 2));
     this.gate = adapter.credentialsChecked;
     this.authed = !this.gate;
     this.access = adapter.access.accessFor(ANONYMOUS, 'nats', meta.remoteAddress);
     this.lastPingAt = this.openedAt;
-    this.closed = new Promise<void>((resolve) => {
-      this.resolveClosed = resolve;
-    });
+  }
+
+  /** Resolves once the connection is gone (made when first asked for: the adapter hears of it from teardown). */
+  get closed(): Promise<void> {
+    if (this.closedP === null) {
+      this.closedP = this.tornDown
+        ? Promise.resolve()
+        : new Promise<void>((resolve) => {
+            this.resolveClosed = resolve;
+          });
+    }
+    return this.closedP;
   }
 
   /** Subscriptions open on this connection. */
@@ -234,10 +273,17 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
   }
 
   private feed(chunk: Buffer): void {
+    const p = this.parser;
     try {
-      this.parser.push(chunk, this);
+      p.push(chunk, this);
     } catch (err) {
       this.parseError(err);
+    }
+    // The deadline of a half-sent operation: its clock starts when a new one is left partial.
+    if (!p.midOperation) this.partialSince = 0;
+    else if (p.partials !== this.partialSeen || this.partialSince === 0) {
+      this.partialSeen = p.partials;
+      this.partialSince = this.now;
     }
   }
 
@@ -284,6 +330,7 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
     this.gate = false;
     const h = this.held;
     this.held = null;
+    this.now = Date.now();
     if (h !== null) this.feed(h);
   }
 
@@ -327,7 +374,7 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
     }
     const r = this.adapter.authenticate(o, this.remoteAddress, this.meta.tlsSocket);
     if (r instanceof Promise) {
-      this.pauseReading(1);
+      this.pauseReading(PAUSE_AUTH);
       r.then(
         (v) => this.authenticated(v, o),
         (err: unknown) => {
@@ -349,7 +396,7 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
     if (!this.login(r.principal)) return;
     this.authed = true;
     if (this.verbose) this.send(OK);
-    this.resumeReading(1);
+    this.resumeReading(PAUSE_AUTH);
     this.openGate();
   }
 
@@ -398,7 +445,7 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
       ns.sub = this.adapter.engine.subscribe(
         subject,
         this,
-        queue === null ? { qos: 0, rule: 'nats', data: ns, admit: this.admit } : { qos: 0, rule: 'nats', group: queue, data: ns, admit: this.admit },
+        queue === null ? { qos: 0, rule: 'nats', data: ns, admit: this.admit() } : { qos: 0, rule: 'nats', group: queue, data: ns, admit: this.admit() },
       );
     } catch (err) {
       const text = natsErrTextOf(err);
@@ -535,12 +582,12 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
     if (this.quotaTimer !== null) clearTimeout(this.quotaTimer);
     else {
       this.adapter.stats.quotaPauses++;
-      this.pauseReading(4);
+      this.pauseReading(PAUSE_QUOTA);
     }
     this.quotaTimer = setTimeout(() => {
       this.quotaTimer = null;
       this.quotaUntil = 0;
-      this.resumeReading(4);
+      this.resumeReading(PAUSE_QUOTA);
     }, ms);
     this.quotaTimer.unref();
   }
@@ -591,8 +638,8 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
       return this.publishFailed(err, subject);
     }
     if (durable !== null) {
-      if (++this.pendingWrites >= MAX_PENDING_WRITES) this.pauseReading(2);
-      durable.then(this.writeSettled, this.writeFailed);
+      if (++this.pendingWrites >= MAX_PENDING_WRITES) this.pauseReading(PAUSE_WRITES);
+      durable.then(...this.settlers());
     }
   }
 
@@ -629,14 +676,29 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
     this.adapter.writeFailed(err);
   }
 
-  private readonly writeSettled = (): void => {
-    if (--this.pendingWrites <= MAX_PENDING_WRITES >> 1) this.resumeReading(2);
-  };
+  /** The callbacks of a durable publish's settling (made at the first one: most connections never need them). */
+  private settled: [() => void, (err: unknown) => void] | null = null;
 
-  private readonly writeFailed = (err: unknown): void => {
-    this.writeSettled();
-    this.adapter.writeFailed(err);
-  };
+  private settlers(): [() => void, (err: unknown) => void] {
+    if (this.settled === null) {
+      const ok = (): void => {
+        if (--this.pendingWrites <= MAX_PENDING_WRITES >> 1) this.resumeReading(PAUSE_WRITES);
+      };
+      this.settled = [
+        ok,
+        (err: unknown): void => {
+          ok();
+          this.adapter.writeFailed(err);
+        },
+      ];
+    }
+    return this.settled;
+  }
+
+  /** The per-delivery policy check every subscription of this connection carries (cheap while nothing is denied). */
+  private admit(): (topic: string) => boolean {
+    return (this.admitFn ??= (topic: string): boolean => this.access.admits(topic));
+  }
 
   // ---------------------------------------------------------------------------------------------- deliveries
 
@@ -688,7 +750,7 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
     }
     if (!this.flushScheduled) {
       this.flushScheduled = true;
-      setImmediate(this.flush);
+      setImmediate(this.flusher());
     }
     // A burst (a publisher's reads of one loop turn) is handed to the socket in pieces of flushAt bytes; what the
     // socket could not pass on to the kernel at once stays in its buffer (writableLength): that, not the size of
@@ -720,13 +782,14 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
     this.subs.delete(ns.sid);
   }
 
-  private slowConsumer(): void {
+  /** `reason`: what gave it away (maxPending, maxPendingMsgs, or writeDeadline: nothing taken by the socket in time). */
+  private slowConsumer(reason = 'maxPending'): void {
     const o = this.adapter.options;
     this.adapter.stats.slowConsumers++;
     this.adapter.logLimit.log(
       'warn',
       logKey('nats slow consumer', this.remoteAddress),
-      { remote: this.remoteAddress, client: this.clientId, name: this.name, pendingBytes: (this.w?.length ?? 0) + this.stream.writableLength, maxPending: o.maxPending, pendingMsgs: this.pendingMsgs + this.batchMsgs, maxPendingMsgs: o.maxPendingMsgs },
+      { remote: this.remoteAddress, client: this.clientId, name: this.name, reason, pendingBytes: (this.w?.length ?? 0) + this.stream.writableLength, maxPending: o.maxPending, pendingMsgs: this.pendingMsgs + this.batchMsgs, maxPendingMsgs: o.maxPendingMsgs, ...(reason === 'writeDeadline' ? { writeDeadlineMs: o.writeDeadlineMs } : {}) },
       'Slow Consumer Detected',
     );
     // nats-server closes a slow consumer without a word; what was not sent is dropped.
@@ -740,48 +803,87 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
     return (this.w ??= new NatsWriter(WRITER_SLAB));
   }
 
-  /** A control reply (PONG, +OK, -ERR), in order with the deliveries. */
+  /**
+   * A control reply (PONG, +OK, -ERR), in order with the deliveries, and counted with them: past maxPending the
+   * client is a slow consumer, past flushAt its socket is not read until the bytes go (see the file comment).
+   */
   private send(b: Buffer): void {
     if (this.st !== St.Live) return;
-    this.writer().writeBytes(b);
+    const w = this.writer();
+    w.writeBytes(b);
     this.scheduleFlush();
+    const pending = w.length + this.stream.writableLength;
+    if (pending > this.flushAt) this.outputFull(pending);
   }
 
   private sendRaw(b: Buffer): void {
+    this.handedOut += b.length;
     this.stream.write(b);
   }
 
   private scheduleFlush(): void {
     if (this.flushScheduled) return;
     this.flushScheduled = true;
-    setImmediate(this.flush);
+    setImmediate(this.flusher());
   }
 
-  private readonly flush = (): void => {
-    this.flushScheduled = false;
-    this.flushNow();
-  };
+  /** The scheduled flush (one function per connection, made at its first write). */
+  private flushFn: (() => void) | null = null;
+
+  private flusher(): () => void {
+    return (this.flushFn ??= (): void => {
+      this.flushScheduled = false;
+      this.flushNow();
+    });
+  }
+
+  /**
+   * Replies are waiting beyond flushAt: the client is not reading them (or not as fast as it asks). Its socket is
+   * not read until they fall to half of that ('drain', a flush, or the sweep sees it); past maxPending it is a slow
+   * consumer at once.
+   */
+  private outputFull(pending: number): void {
+    if (pending > this.adapter.options.maxPending) return this.slowConsumer();
+    if ((this.pausedFor & PAUSE_OUTPUT) !== 0) return;
+    this.pauseReading(PAUSE_OUTPUT);
+    this.outProgressAt = Date.now();
+    this.outTaken = this.handedOut - this.stream.writableLength;
+    this.stream.on('drain', (this.drainListener ??= () => this.outputMoved()));
+  }
+
+  /** Resumes reading once the unsent bytes of a client paused by outputFull are down to half of flushAt. */
+  private outputMoved(): void {
+    if ((this.pausedFor & PAUSE_OUTPUT) === 0 || this.st !== St.Live) return;
+    if ((this.w?.length ?? 0) + this.stream.writableLength > this.flushAt >> 1) return;
+    if (this.drainListener !== null) this.stream.off('drain', this.drainListener);
+    this.resumeReading(PAUSE_OUTPUT);
+  }
 
   /** Hands what the writer holds to the socket (the scheduled flush, or a delivery past flushAt bytes). */
   private flushNow(): void {
     if (this.st === St.Done || this.w === null) return;
     const b = this.w.take();
     if (b === null) return;
+    this.handedOut += b.length;
+    this.flushes++;
     if (this.adapter.options.maxPendingMsgs > 0) {
-      this.inFlight.push(this.batchMsgs);
+      (this.inFlight ??= []).push(this.batchMsgs);
       this.pendingMsgs += this.batchMsgs;
       this.batchMsgs = 0;
-      this.stream.write(b, this.written);
+      this.stream.write(b, (this.writtenFn ??= () => this.written()));
     } else {
       this.batchMsgs = 0;
       this.stream.write(b);
     }
+    if ((this.pausedFor & PAUSE_OUTPUT) !== 0) this.outputMoved();
   }
 
+  private writtenFn: (() => void) | null = null;
+
   /** A flushed batch left the socket's buffer (writes complete in order). */
-  private readonly written = (): void => {
-    this.pendingMsgs -= this.inFlight.shift() ?? 0;
-  };
+  private written(): void {
+    this.pendingMsgs -= this.inFlight?.shift() ?? 0;
+  }
 
   // ---------------------------------------------------------------------------------------------- flow
 
@@ -793,15 +895,43 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
   private resumeReading(bit: number): void {
     if ((this.pausedFor & bit) === 0) return;
     this.pausedFor &= ~bit;
-    if (this.pausedFor === 0 && this.st === St.Live) this.stream.resume();
+    if (this.pausedFor === 0 && this.st === St.Live) {
+      // The rest of a partial operation waited in the socket while it was not read: its clock starts again.
+      if (this.partialSince !== 0) this.partialSince = Date.now();
+      this.stream.resume();
+    }
   }
 
   // ---------------------------------------------------------------------------------------------- life cycle
 
-  /** The adapter's periodic check: the CONNECT deadline and the server's PINGs. */
+  /**
+   * The adapter's periodic check: the CONNECT deadline, a half-sent operation's deadline, a client not reading
+   * its replies, the server's PINGs, and an idle writer's memory.
+   */
   sweep(now: number): void {
     if (this.st !== St.Live) return;
     const o = this.adapter.options;
+    if (this.partialSince !== 0 && this.pausedFor === 0 && o.opTimeoutMs > 0 && now - this.partialSince >= o.opTimeoutMs) {
+      this.adapter.stats.opTimeouts++;
+      return this.fatal(NatsErr.STALE, 'nats: operation not received whole in time');
+    }
+    if ((this.pausedFor & PAUSE_OUTPUT) !== 0) {
+      // Paused for replies it does not read: closed once the socket took none of them for writeDeadlineMs.
+      const taken = this.handedOut - this.stream.writableLength;
+      if (taken > this.outTaken) {
+        this.outTaken = taken;
+        this.outProgressAt = now;
+        this.outputMoved();
+      } else if (o.writeDeadlineMs > 0 && now - this.outProgressAt >= o.writeDeadlineMs) {
+        return this.slowConsumer('writeDeadline');
+      }
+      // Its PONGs wait unread in the socket meanwhile: not a reason to call it stale.
+      return;
+    }
+    // Nothing written for a whole sweep period: the writer's slab goes (an idle connection holds none).
+    const w = this.w;
+    if (w !== null && this.flushes === this.flushesSeen && w.length === 0 && !this.flushScheduled && this.stream.writableLength === 0) this.w = null;
+    this.flushesSeen = this.flushes;
     if (!this.authed || !this.connectSeen) {
       if (o.authTimeoutMs > 0 && now - this.openedAt > o.authTimeoutMs) {
         this.adapter.stats.authTimeouts++;
@@ -895,7 +1025,8 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
     this.lease?.release();
     this.lease = null;
     this.entry?.close();
-    this.resolveClosed();
+    this.adapter.left(this);
+    this.resolveClosed?.();
   }
 }
 

@@ -26,6 +26,24 @@ export interface NatsOptions {
   maxConnections?: number;
   /** Subscriptions per connection (0: no limit). Default 100,000. */
   maxSubscriptions?: number;
+  /**
+   * Payload memory all connections together may take ahead of its bytes (a payload cut by a read boundary is taken
+   * whole when at most 64 KiB of it is still to come); past it, payloads are gathered as their bytes arrive (see
+   * codec/parser.ts, "Payload memory"). What a crowd announcing payloads and sending nothing can pin. Default 8 MiB.
+   */
+  payloadReserveBytes?: number;
+  /**
+   * A control line or payload whose first bytes arrived must arrive whole within this while the connection is read,
+   * or -ERR 'Stale Connection' and close (0: no deadline). Default 30 s, as MQTT's packet timeout and Kafka's
+   * request receive timeout: a half-sent operation must not hold its memory forever.
+   */
+  opTimeoutMs?: number;
+  /**
+   * A client whose reading was stopped because its replies were not read (see connection.ts) is closed as a slow
+   * consumer when its socket takes none of its bytes for this long (0: never). Default 10 s, nats-server's
+   * write_deadline.
+   */
+  writeDeadlineMs?: number;
 }
 
 export type ResolvedNatsOptions = Required<NatsOptions>;
@@ -41,6 +59,9 @@ export function resolveNatsOptions(o: NatsOptions = {}): ResolvedNatsOptions {
     authTimeoutMs: o.authTimeoutMs ?? 2000,
     maxConnections: o.maxConnections ?? 100_000,
     maxSubscriptions: o.maxSubscriptions ?? 100_000,
+    payloadReserveBytes: o.payloadReserveBytes ?? 8 * 1024 * 1024,
+    opTimeoutMs: o.opTimeoutMs ?? 30_000,
+    writeDeadlineMs: o.writeDeadlineMs ?? 10_000,
   };
   for (const [k, v] of Object.entries(r)) {
     if (!Number.isInteger(v) || v < 0) throw new FlowError('CONFIG_ERROR', `nats ${k} must be a non-negative integer`);

@@ -10,6 +10,7 @@ export { NatsErrText, NatsProtocolError, isNatsProtocolError } from './errors.js
 export {
   NatsClientParser,
   NatsServerParser,
+  PayloadBudget,
   connectOptionsOf,
   type ConnectOptions,
   type NatsClientHandler,

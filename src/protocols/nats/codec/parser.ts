@@ -19,8 +19,19 @@
  *
  * Payload memory (`payload`, `headers` in onPub/onHpub/onMsg/onHmsg); `parser.ownedPayload` tells, during the
  * call, which case holds:
- * - a payload that spanned chunks is a fresh buffer the parser allocated (after checking the size against
- *   maxPayload) and filled: owned by the handler (ownedPayload true), keep it without copying.
+ * - a payload that spanned chunks is a fresh buffer (owned by the handler, ownedPayload true: keep it without
+ *   copying), got in one of two ways, so that the memory a payload holds follows the bytes that arrived and not
+ *   the size its control line announced (a client announcing `PUB x 1048576` and sending nothing more must not
+ *   cost a mebibyte: 200 such connections took +200 MiB of Buffers):
+ *   - taken whole when its control line is read, if what has not arrived yet is at most FAST_AHEAD_BYTES (the
+ *     usual case: a message cut by a read boundary) and fits the `budget` of memory ahead of arrival that all
+ *     parsers of a broker share (PayloadBudget); the bytes are copied into it as they come.
+ *   - otherwise gathered: pieces of the chunks as they arrive (views of them, as Node's 'data' chunks are the
+ *     stream's own and sized to what was read; copies for pieces under VIEW_MIN_BYTES, whose views would cost more
+ *     than their bytes, and for borrowed chunks), joined into one buffer when the last byte is in. The join is the
+ *     one copy the first way makes too, so a large payload loses nothing by it; a gathered payload holds at most
+ *     about twice the bytes that arrived.
+ *   Without a budget (a client's parser, tests) every payload is taken whole, as before.
  * - a payload whole inside the pushed chunk (with its `\r\n`), chunks not borrowed (the default: Node's
  *   'data' chunks, fresh per read): a view into the chunk (ownedPayload false). The parser never writes into a
  *   chunk and keeps no reference to it, so the view stays valid as long as the caller does not reuse the chunk;
@@ -54,6 +65,42 @@ export interface NatsParserOptions extends NatsLimits {
    * (`ownedPayload` always true), made once by the parser, instead of a view the handler would have to copy.
    */
   borrowed?: boolean;
+  /**
+   * The broker-wide budget of payload memory taken ahead of its bytes (see "Payload memory" above). Absent: every
+   * payload spanning chunks is allocated whole at its control line (for peers one trusts: a client's parser).
+   */
+  budget?: PayloadBudget;
+}
+
+/**
+ * Payload memory all the parsers of a broker may hold ahead of the bytes arriving (a payload taken whole at its
+ * control line), shared by every connection: what a crowd of clients announcing payloads and sending nothing can
+ * pin. Past it, payloads are gathered as their bytes arrive (one more array of pieces, no more copies).
+ */
+export class PayloadBudget {
+  /** Bytes reserved now (taken ahead of their arrival). */
+  aheadBytes = 0;
+  /** Payloads being gathered in pieces now, and since start. */
+  gathering = 0;
+  gathered = 0;
+
+  constructor(readonly limit: number) {}
+
+  /** Counts `bytes` not yet arrived against the budget; false (nothing counted) when they do not fit. */
+  reserve(bytes: number): boolean {
+    if (this.aheadBytes + bytes > this.limit) return false;
+    this.aheadBytes += bytes;
+    return true;
+  }
+
+  /** Bytes reserved with `reserve` arrived, or will not. */
+  unreserve(bytes: number): void {
+    this.aheadBytes -= bytes;
+  }
+
+  figures(): { aheadBytes: number; aheadLimit: number; gathering: number; gathered: number } {
+    return { aheadBytes: this.aheadBytes, aheadLimit: this.limit, gathering: this.gathering, gathered: this.gathered };
+  }
 }
 
 /**
@@ -125,6 +172,8 @@ const LF = 10;
 
 /** The longest subject whose bytes the one-entry subject cache keeps. */
 const SUBJECT_CACHE_BYTES = 256;
+/** The longest sid the client parser's one-entry sid cache keeps. */
+const SID_CACHE_BYTES = 32;
 /** Arguments any operation takes at most (HMSG: subject sid reply hdr total); one more means "too many". */
 const MAX_ARGS = 5;
 
@@ -147,6 +196,17 @@ function decode(buf: Buffer, s: number, e: number): string {
   return buf.toString('latin1', s, e);
 }
 
+/**
+ * A payload spanning chunks is taken whole at its control line only when at most this much of it is still to come
+ * (a message cut by a read boundary; a read is up to 64 KiB): a larger one arrives over several reads anyway, and
+ * gathering those costs the same one copy (the join) as filling a buffer taken ahead would.
+ */
+const FAST_AHEAD_BYTES = 64 * 1024;
+/** A gathered piece at least this long is kept as a view of its chunk; a shorter one is copied (a view costs ~100 bytes). */
+const VIEW_MIN_BYTES = 512;
+/** The smallest copy buffer of a gathered payload (later ones are as large as what arrived before, see gather). */
+const GATHER_MIN_BYTES = 64;
+
 /** Borrowed mode: payloads up to this size are copied into the parser's slab, larger ones get their own buffer. */
 const SLAB_COPY_MAX = 4096;
 /** Borrowed mode's copy slab (the size of one socket read, so it pins no more than a view of a read would). */
@@ -165,6 +225,34 @@ function parseSize(buf: Buffer, s: number, e: number): number {
   return v;
 }
 
+/**
+ * Argument boundaries of the line being parsed, shared by every parser of the thread (one less allocation per
+ * connection): a line's arguments are read before its handler is called, so a handler that made another parser
+ * parse could not disturb them.
+ */
+const ARGS = new Int32Array(2 * (MAX_ARGS + 1));
+
+/** A payload being gathered (see "Payload memory"): pieces so far, then the copy buffer acc[accStart, accFill). */
+class Gather {
+  readonly parts: Buffer[] = [];
+  /** How many pieces are views of chunks. */
+  views = 0;
+  acc: Buffer | null = null;
+  accStart = 0;
+  accFill = 0;
+
+  /** The copy buffer's bytes not yet in parts go there (its rest serves the next copies). */
+  flushAcc(): void {
+    const acc = this.acc;
+    if (acc === null) return;
+    if (this.accFill > this.accStart) {
+      this.parts.push(acc.subarray(this.accStart, this.accFill));
+      this.accStart = this.accFill;
+    }
+    if (this.accFill === acc.length) this.acc = null;
+  }
+}
+
 abstract class NatsParserBase<H> {
   readonly maxControlLine: number;
   readonly maxPayload: number;
@@ -178,13 +266,26 @@ abstract class NatsParserBase<H> {
   private dead: NatsProtocolError | null = null;
   private stopped = false;
 
-  // A control line split across chunks: its first bytes.
-  private lineBuf: Buffer;
+  // A control line split across chunks: its first bytes (allocated when a line is first split).
+  private lineBuf: Buffer | null = null;
   private lineLen = 0;
 
-  // A payload split across chunks.
+  // A payload split across chunks: its size and the bytes that arrived so far, in payBuf (taken whole, or the
+  // joined pieces once complete) or in g (gathered).
   private payBuf: Buffer | null = null;
+  private paySize = 0;
   private payFill = 0;
+  /** The payload handed over is the parser's own (taken whole, or joined), not a view of a chunk. */
+  private payOwned = true;
+  /** Bytes of payBuf counted against the budget, still to arrive. */
+  private reserved = 0;
+  private g: Gather | null = null;
+  private readonly budget: PayloadBudget | null;
+  /**
+   * Counts the operations that were left partial by a chunk (a control line, or a payload): the caller tells a new
+   * partial operation from the one it already saw by it (a deadline for half-sent operations).
+   */
+  partials = 0;
   protected pOp = OP_PUB;
   protected pSubject = '';
   protected pReply: string | null = null;
@@ -192,11 +293,11 @@ abstract class NatsParserBase<H> {
   protected pHdr = 0;
 
   /** Argument boundaries of the current line: [start0, end0, start1, end1, ...]. */
-  protected readonly args = new Int32Array(2 * (MAX_ARGS + 1));
+  protected readonly args = ARGS;
 
   // One-entry subject cache: a publisher usually repeats its subject; equal bytes give the same string, with no
-  // decoding and no new string.
-  private readonly lastSubjectBytes = Buffer.allocUnsafe(SUBJECT_CACHE_BYTES);
+  // decoding and no new string. Allocated at the first publish (an idle connection never needs it).
+  private lastSubjectBytes: Buffer | null = null;
   private lastSubjectLen = -1;
   private lastSubject = '';
 
@@ -210,12 +311,29 @@ abstract class NatsParserBase<H> {
     }
     this.maxControlLine = limits.maxControlLine;
     this.maxPayload = limits.maxPayload;
-    this.lineBuf = Buffer.allocUnsafe(Math.min(256, limits.maxControlLine + 1));
+    this.budget = limits.budget ?? null;
   }
 
-  /** Makes the current push return after the handler call in progress, and later pushes do nothing. */
+  /**
+   * Makes the current push return after the handler call in progress, and later pushes do nothing. A partial
+   * payload is dropped (its budget given back).
+   */
   stop(): void {
     this.stopped = true;
+    this.dropPayload();
+  }
+
+  /** Forgets a partial payload and gives back what it held of the budget. */
+  private dropPayload(): void {
+    if (this.reserved > 0) {
+      this.budget!.unreserve(this.reserved);
+      this.reserved = 0;
+    }
+    if (this.g !== null) {
+      this.budget!.gathering--;
+      this.g = null;
+    }
+    this.payBuf = null;
   }
 
   /** Whether a control line or payload is partly read (bytes are buffered). */
@@ -235,6 +353,7 @@ abstract class NatsParserBase<H> {
     } catch (e) {
       this.dead =
         e instanceof NatsProtocolError ? e : new NatsProtocolError('NATS parser used after a handler failed', null);
+      this.dropPayload();
       throw e;
     }
   }
@@ -266,6 +385,7 @@ abstract class NatsParserBase<H> {
       while (nl < lim && chunk[nl] !== LF) nl++;
       if (nl === lim) {
         if (lim < n) throw this.controlLineExceeded();
+        this.partials++;
         this.saveLine(chunk, i, n);
         return;
       }
@@ -281,13 +401,24 @@ abstract class NatsParserBase<H> {
   private resume(chunk: Buffer, i: number, h: H): number {
     const n = chunk.length;
     if (this.state === PAYLOAD) {
-      const buf = this.payBuf!;
-      let take = buf.length - this.payFill;
+      let take = this.paySize - this.payFill;
       if (take > n - i) take = n - i;
-      chunk.copy(buf, this.payFill, i, i + take);
-      this.payFill += take;
-      i += take;
-      if (this.payFill < buf.length) return -1;
+      if (take > 0) {
+        const buf = this.payBuf;
+        if (buf !== null) {
+          chunk.copy(buf, this.payFill, i, i + take);
+          // What is still to come stays reserved (the bytes of the first chunk were never counted).
+          const left = this.paySize - this.payFill - take;
+          if (left < this.reserved) {
+            this.budget!.unreserve(this.reserved - left);
+            this.reserved = left;
+          }
+        } else this.gather(chunk, i, i + take);
+        this.payFill += take;
+        i += take;
+      }
+      if (this.payFill < this.paySize) return -1;
+      if (this.payBuf === null) this.join();
       this.state = END_CR;
     }
     if (this.state === END_CR) {
@@ -303,7 +434,7 @@ abstract class NatsParserBase<H> {
       this.state = LINE;
       const buf = this.payBuf!;
       this.payBuf = null;
-      this.ownedPayload = true;
+      this.ownedPayload = this.payOwned;
       this.deliverPending(buf, h);
       return this.stopped ? -1 : i;
     }
@@ -319,11 +450,12 @@ abstract class NatsParserBase<H> {
         return -1;
       }
       this.saveLine(chunk, i, nl);
+      const lb = this.lineBuf!;
       let e = this.lineLen;
       this.lineLen = 0;
-      if (this.lineBuf[e - 1] === CR) e--;
+      if (lb[e - 1] === CR) e--;
       if (e > this.maxControlLine) throw this.controlLineExceeded();
-      return this.line(this.lineBuf, 0, e, chunk, nl + 1, h);
+      return this.line(lb, 0, e, chunk, nl + 1, h);
     }
     return i;
   }
@@ -331,12 +463,14 @@ abstract class NatsParserBase<H> {
   private saveLine(chunk: Buffer, s: number, e: number): void {
     const need = this.lineLen + (e - s);
     if (need > this.maxControlLine + 1) throw this.controlLineExceeded();
-    if (need > this.lineBuf.length) {
-      const bigger = Buffer.allocUnsafe(Math.min(this.maxControlLine + 1, Math.max(need, this.lineBuf.length * 2)));
-      this.lineBuf.copy(bigger, 0, 0, this.lineLen);
-      this.lineBuf = bigger;
+    let lb = this.lineBuf;
+    if (lb === null || need > lb.length) {
+      const have = lb === null ? 0 : lb.length;
+      const bigger = Buffer.allocUnsafe(Math.min(this.maxControlLine + 1, Math.max(need, 2 * have, 256)));
+      if (lb !== null) lb.copy(bigger, 0, 0, this.lineLen);
+      this.lineBuf = lb = bigger;
     }
-    chunk.copy(this.lineBuf, this.lineLen, s, e);
+    chunk.copy(lb, this.lineLen, s, e);
     this.lineLen = need;
   }
 
@@ -466,10 +600,75 @@ abstract class NatsParserBase<H> {
    * operation's fields must be in the pending fields. Returns as resume does.
    */
   protected startPayload(chunk: Buffer, at: number, size: number, h: H): number {
-    this.payBuf = Buffer.allocUnsafe(size);
+    this.partials++;
+    this.paySize = size;
     this.payFill = 0;
+    this.payOwned = true;
     this.state = PAYLOAD;
+    const budget = this.budget;
+    if (budget === null) this.payBuf = Buffer.allocUnsafe(size);
+    else {
+      let here = chunk.length - at;
+      if (here > size) here = size;
+      const ahead = size - here;
+      if (ahead <= FAST_AHEAD_BYTES && budget.reserve(ahead)) {
+        this.reserved = ahead;
+        this.payBuf = Buffer.allocUnsafe(size);
+      } else {
+        this.g = new Gather();
+        budget.gathering++;
+        budget.gathered++;
+      }
+    }
     return this.resume(chunk, at, h);
+  }
+
+  /**
+   * Keeps `chunk[s, e)`, the next bytes of a gathered payload: a view of the chunk (not borrowed, at least
+   * VIEW_MIN_BYTES), else a copy into the copy buffer. A new copy buffer is as large as the bytes of the payload
+   * that arrived before it (at least GATHER_MIN_BYTES, at most what is still to come): copies take O(log size)
+   * allocations, and the memory held stays within twice what arrived.
+   */
+  private gather(chunk: Buffer, s: number, e: number): void {
+    const g = this.g!;
+    if (!this.borrowed && e - s >= VIEW_MIN_BYTES) {
+      g.flushAcc();
+      g.parts.push(chunk.subarray(s, e));
+      g.views++;
+      return;
+    }
+    const s0 = s;
+    while (s < e) {
+      let acc = g.acc;
+      if (acc === null || g.accFill === acc.length) {
+        g.flushAcc();
+        const arrived = this.payFill + (s - s0);
+        const toCome = this.paySize - arrived;
+        let cap = Math.max(e - s, arrived, GATHER_MIN_BYTES);
+        if (cap > toCome) cap = toCome;
+        acc = g.acc = Buffer.allocUnsafe(cap);
+        g.accStart = 0;
+        g.accFill = 0;
+      }
+      let t = acc.length - g.accFill;
+      if (t > e - s) t = e - s;
+      chunk.copy(acc, g.accFill, s, s + t);
+      g.accFill += t;
+      s += t;
+    }
+  }
+
+  /** A gathered payload is complete: its pieces joined into payBuf (one piece: as it is). */
+  private join(): void {
+    const g = this.g!;
+    g.flushAcc();
+    const parts = g.parts;
+    if (parts.length === 1) {
+      this.payBuf = parts[0]!;
+      this.payOwned = g.views === 0;
+    } else this.payBuf = Buffer.concat(parts, this.paySize);
+    this.g = null;
+    this.budget!.gathering--;
   }
 
   /**
@@ -509,14 +708,14 @@ abstract class NatsParserBase<H> {
   protected subjectAt(lb: Buffer, s: number, e: number): string {
     const len = e - s;
     if (len === this.lastSubjectLen) {
-      const c = this.lastSubjectBytes;
+      const c = this.lastSubjectBytes!;
       let k = 0;
       while (k < len && c[k] === lb[s + k]) k++;
       if (k === len) return this.lastSubject;
     }
     const subject = decode(lb, s, e);
     if (len <= SUBJECT_CACHE_BYTES) {
-      lb.copy(this.lastSubjectBytes, 0, s, e);
+      lb.copy((this.lastSubjectBytes ??= Buffer.allocUnsafe(SUBJECT_CACHE_BYTES)), 0, s, e);
       this.lastSubjectLen = len;
       this.lastSubject = subject;
     }
@@ -761,7 +960,7 @@ export class NatsServerParser extends NatsParserBase<NatsServerHandler> {
 /** Reads what a NATS server sends (a client's side: the benchmark's load generator, raw-socket tests). */
 export class NatsClientParser extends NatsParserBase<NatsClientHandler> {
   // One-entry sid cache: a subscriber's messages mostly carry the same sid.
-  private lastSidBytes = Buffer.allocUnsafe(32);
+  private lastSidBytes: Buffer | null = null;
   private lastSidLen = -1;
   private lastSid = '';
 
@@ -773,14 +972,14 @@ export class NatsClientParser extends NatsParserBase<NatsClientHandler> {
   private sidAt(b: Buffer, s: number, e: number): string {
     const len = e - s;
     if (len === this.lastSidLen) {
-      const c = this.lastSidBytes;
+      const c = this.lastSidBytes!;
       let k = 0;
       while (k < len && c[k] === b[s + k]) k++;
       if (k === len) return this.lastSid;
     }
     const sid = decode(b, s, e);
-    if (len <= this.lastSidBytes.length) {
-      b.copy(this.lastSidBytes, 0, s, e);
+    if (len <= SID_CACHE_BYTES) {
+      b.copy((this.lastSidBytes ??= Buffer.allocUnsafe(SID_CACHE_BYTES)), 0, s, e);
       this.lastSidLen = len;
       this.lastSid = sid;
     }
