@@ -187,4 +187,78 @@ describe('e2e: AMQP memory a stranger can pin', () => {
     await consumer.close();
     await ch.close();
   });
+
+  it('a client that asks for more than it reads (basic.get of 200 KiB, 1,000 times) is not read on until it reads; every answer arrives once it does', async () => {
+    const pid = f.broker.proc.pid!;
+    const size = 200 * 1024;
+    const n = 1000;
+    const ch = await f.conn.createConfirmChannel();
+    await ch.assertQueue('big-get', { durable: false });
+    const body = patternBody(7, 7, size);
+    await new Promise<void>((resolve, reject) => ch.sendToQueue('big-get', body, {}, (err: unknown) => (err ? reject(err) : resolve())));
+    const figures = async () => (await f.broker.api<{ amqp: Record<string, number> }>('GET', '/api/v1/broker')).amqp;
+    const pausesBefore = (await figures()).outputPauses ?? 0;
+
+    const raw = await RawAmqp.open(f.broker.ports.amqp!);
+    await raw.handshake();
+    // From here on the client does not read: each basic.get answers 200 KiB, each reject puts the message back.
+    raw.socket.pause();
+    await new Promise((r) => setTimeout(r, 500));
+    const before = memoryOf(pid);
+    const parts: Buffer[] = [];
+    for (let tag = 1; tag <= n; tag++) {
+      parts.push(defs.encodeMethod(defs.BasicGet as number, 1, { queue: 'big-get', noAck: false }));
+      parts.push(defs.encodeMethod(defs.BasicReject as number, 1, { deliveryTag: tag, requeue: true }));
+    }
+    // The marker: methods of a channel are answered in order, so its qos-ok comes after the last get-ok.
+    parts.push(defs.encodeMethod(defs.BasicQos as number, 1, { prefetchSize: 0, prefetchCount: 10, global: false }));
+    raw.write(Buffer.concat(parts));
+    // The broker stops reading the client once its unsent answers pass the allowance (socketHighWater, 1 MiB).
+    let paused = false;
+    let peak = before.rss;
+    const deadline = Date.now() + 15_000;
+    while (Date.now() < deadline) {
+      peak = Math.max(peak, memoryOf(pid).rss);
+      if (((await figures()).outputPauses ?? 0) > pausesBefore) {
+        paused = true;
+        break;
+      }
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    // What the broker holds once it stopped: look a few more times (the read it was in the middle of finishes).
+    for (let i = 0; i < 10; i++) {
+      peak = Math.max(peak, memoryOf(pid).rss);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    console.log(`never-reading client: ${mib(n * size)} asked for; broker RSS ${mib(before.rss)} -> peak ${mib(peak)} (+${mib(peak - before.rss)}); stopped reading it: ${paused}`);
+    assert.ok(peak - before.rss < 48 * MiB, `RSS grew ${mib(peak - before.rss)} while the client read nothing`);
+    assert.ok(paused, 'the broker stopped reading the client');
+
+    // Now it reads: every get-ok in order, each with the whole message, then the marker's qos-ok.
+    raw.socket.resume();
+    let gets = 0;
+    for (;;) {
+      const fr = await raw.frame();
+      assert.ok(fr, 'connection open');
+      if (fr.type === 1 && fr.method === 'BasicGetOk') {
+        gets++;
+        assert.equal(fr.fields!.deliveryTag, gets);
+        const header = await raw.frame();
+        assert.equal(header?.type, 2);
+        let got = 0;
+        const chunks: Buffer[] = [];
+        while (got < size) {
+          const b = await raw.frame();
+          assert.equal(b?.type, 3);
+          chunks.push(b!.payload);
+          got += b!.payload.length;
+        }
+        if (gets === 1 || gets === n) assert.ok(Buffer.concat(chunks).equals(body), `get-ok ${gets} carries the message`);
+      } else if (fr.type === 1 && fr.method === 'BasicQosOk') break;
+      else if (fr.type === 1) assert.fail(`unexpected ${fr.method} ${JSON.stringify(fr.fields)}`);
+    }
+    assert.equal(gets, n);
+    raw.close();
+    await ch.close();
+  });
 });

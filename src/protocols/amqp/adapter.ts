@@ -52,6 +52,9 @@ export class AmqpAdapter {
     channelErrors: 0,
     connectionErrors: 0,
     blockedEvents: 0,
+    /** Times a connection stopped being read because the bytes queued for it passed socketHighWater. */
+    outputPauses: 0,
+    /** Connections closed because the bytes queued for them did not go down for sendTimeoutMs. */
     sendTimeouts: 0,
   };
   /** Memory of input not fully arrived: frames spanning reads, bodies spanning frames (intake.ts). */

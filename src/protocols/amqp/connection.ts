@@ -277,6 +277,7 @@ export class AmqpConnection implements AlarmListener, ClientRegistration {
   private outputBlocked(): void {
     // 'drain' comes only after a write that returned false (an allowance below the stream's own high-water mark).
     if (!this.stream.writableNeedDrain) return;
+    this.adapter.stats.outputPauses++;
     this.pauseReading(16);
     this.stalledAt = Date.now();
     this.stalledBytes = this.stream.writableLength;
