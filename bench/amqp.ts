@@ -24,6 +24,7 @@ import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { Worker } from 'node:worker_threads';
 import { HOST, nowS, percentiles, sleep, type Percentiles } from './util.js';
+import type { AmqpFlooderData } from './amqp-flooder.js';
 
 export interface AmqpLoadOptions {
   port: number;
@@ -350,3 +351,106 @@ export async function runAmqpLoad(o: AmqpLoadOptions): Promise<AmqpLoadResult> {
     await admin.close().catch(() => undefined);
   }
 }
+
+// ------------------------------------------------------------------ fairness
+
+export interface AmqpFairnessOptions {
+  port: number;
+  payloadBytes: number;
+  /** Unconfirmed publishes the measured client allows itself. */
+  window: number;
+  /** Seconds the measured client publishes alone, then with the flooder (after `warmupS` of flooding). */
+  aloneS: number;
+  warmupS: number;
+  floodS: number;
+}
+
+export interface AmqpFairnessResult {
+  /** Publish → basic.ack of the measured client (ms): alone, and while the flooder publishes. */
+  alone: Percentiles;
+  flooded: Percentiles;
+  /** Its confirmed publishes per second in each phase. */
+  alonePerSec: number;
+  floodedPerSec: number;
+  /** The flooder's publishes per second (written to its socket) while measured. */
+  floodPerSec: number;
+  errors: string[];
+}
+
+/**
+ * Fairness between publishers (issue 24): a client publishing persistent messages with confirms (at most `window`
+ * unconfirmed) to a durable queue, measured alone, then while another connection floods another durable queue with
+ * persistent messages without confirms (amqp-flooder.ts, in a worker thread). A broker that lets the flooder fill
+ * the store's queue makes every confirm of the other client wait behind it.
+ */
+export async function runAmqpFairness(o: AmqpFairnessOptions): Promise<AmqpFairnessResult> {
+  const errors: string[] = [];
+  const conn = await amqp.connect(connectOptions(o.port));
+  conn.on('error', (e: Error) => errors.push(`measured connection: ${e.message}`));
+  const ch = await conn.createConfirmChannel();
+  ch.on('error', (e: Error) => errors.push(`measured channel: ${e.message}`));
+  await ch.assertQueue('bench-fair', { durable: true });
+  const worker = new Worker(new URL('./amqp-flooder.js', import.meta.url), { workerData: { port: o.port, queue: 'bench-flood', payloadBytes: o.payloadBytes } satisfies AmqpFlooderData });
+  const ready = new Promise<void>((resolve, reject) => {
+    worker.once('message', () => resolve());
+    worker.once('error', reject);
+  });
+  const template = Buffer.alloc(o.payloadBytes, 0x61);
+  const props = { deliveryMode: 2, contentType: 'application/octet-stream' };
+  let samples: number[] = [];
+  let running = true;
+  let unconfirmed = 0;
+  let confirmed = 0;
+  const pump = (): void => {
+    while (running && unconfirmed < o.window) {
+      const at = nowS();
+      unconfirmed++;
+      ch.publish('', 'bench-fair', Buffer.from(template), props, (err) => {
+        unconfirmed--;
+        if (err) errors.push('measured publish nacked');
+        else {
+          samples.push((nowS() - at) * 1000);
+          confirmed++;
+        }
+        pump();
+      });
+    }
+  };
+  try {
+    await ready;
+    pump();
+    await sleep(o.aloneS * 1000);
+    const alone = percentiles(samples);
+    const aloneCount = confirmed;
+    worker.postMessage('start');
+    await sleep(o.warmupS * 1000);
+    samples = [];
+    const confirmedAtStart = confirmed;
+    const t0 = nowS();
+    const floodDone = new Promise<{ published: number; errors: string[] }>((resolve) => worker.once('message', resolve));
+    // The flooder's count over the measured window: asked for at its end (it stops then).
+    await sleep(o.floodS * 1000);
+    const flooded = percentiles(samples);
+    const floodedCount = confirmed - confirmedAtStart;
+    const elapsed = nowS() - t0;
+    worker.postMessage('stop');
+    running = false;
+    const f = await floodDone;
+    errors.push(...f.errors);
+    return {
+      alone,
+      flooded,
+      alonePerSec: aloneCount / o.aloneS,
+      floodedPerSec: floodedCount / elapsed,
+      floodPerSec: f.published / (o.warmupS + elapsed),
+      errors,
+    };
+  } finally {
+    running = false;
+    await worker.terminate().catch(() => undefined);
+    await ch.deleteQueue('bench-fair').catch(() => undefined);
+    await ch.deleteQueue('bench-flood').catch(() => undefined);
+    await conn.close().catch(() => undefined);
+  }
+}
+

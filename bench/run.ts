@@ -44,7 +44,8 @@ import { AuthFlood, SaslProducer } from './auth-flood.js';
 import { openIdle, runMqttLoad, type MqttLoadOptions, type MqttLoadResult } from './mqtt.js';
 import { floodCell, heapCell, runFloods, type FloodOptions, type FloodResult, type FloodTarget, type ProcessMemory } from './flood.js';
 import { defaultQueueStoreOptions, levelCell, queueStoreEmbedded, queueStorePostgres, type QueueStoreLevel } from './queue-store.js';
-import { runAmqpLoad, type AmqpLoadOptions, type AmqpLoadResult } from './amqp.js';
+import { runAmqpFairness, runAmqpLoad, type AmqpFairnessOptions, type AmqpFairnessResult, type AmqpLoadOptions, type AmqpLoadResult } from './amqp.js';
+import { idleCell as amqpIdleCell, measureIdleAmqp, socketBaseline, type IdleOptions, type IdleResult as AmqpIdleResult } from './amqp-idle.js';
 import { rabbitmqBinDir, rabbitmqVersion, startRabbitmq, waitAmqp } from './rabbitmq.js';
 import { runNatsPubSub, runNatsRequest, type CpuUse, type NatsPubSubResult, type NatsRequestResult } from './nats.js';
 import { natsIdleCell, runNatsIdle } from './nats-idle.js';
@@ -133,6 +134,11 @@ const CFG = {
   amqpAhead: num('BENCH_AMQP_AHEAD', 5_000),
   amqpPublishers: int('BENCH_AMQP_PUBLISHERS', 1),
   amqpConsumers: int('BENCH_AMQP_CONSUMERS', 1),
+  /** amqp-fairness: the measured client's unconfirmed publishes, and seconds alone before the flooder starts. */
+  amqpFairWindow: int('BENCH_AMQP_FAIR_WINDOW', 8),
+  amqpFairAloneS: num('BENCH_AMQP_FAIR_ALONE', 5),
+  /** amqp-idle-memory: idle connections opened (each takes a descriptor in the broker and one here). */
+  amqpIdleConnections: int('BENCH_AMQP_IDLE_CONNECTIONS', 10_000),
   /** The transient scenario's queue: `transient` (not durable) or `durable`. */
   amqpTransientQueue: process.env.BENCH_AMQP_TRANSIENT_QUEUE || 'transient',
   /** NATS scenarios: short on purpose (nats-server moves millions of messages a second). */
@@ -558,14 +564,14 @@ async function amqpPair<T>(fn: (port: number, pid: number | null, figures: (() =
   return { flowmq: out.flowmq!, rabbitmq: out.rabbitmq ?? null };
 }
 
-type BrokerFigures = { amqp: Record<string, number> | null; queueStore: Record<string, number> | null };
+type BrokerFigures = { amqp: Record<string, number> | null; queueStore: Record<string, number> | null; process?: Record<string, number> };
 
 /** FlowMQ's AMQP and queue-store counters (GET /api/v1/broker), to see what a run made the broker do. */
 async function flowmqAmqpFigures(b: Broker): Promise<BrokerFigures | null> {
   try {
     const res = await fetch(`http://127.0.0.1:${b.httpPort}/api/v1/broker`);
-    const j = (await res.json()) as { amqp?: Record<string, number>; storage?: { queueStoreFigures?: Record<string, number> } };
-    return { amqp: j.amqp ?? null, queueStore: j.storage?.queueStoreFigures ?? null };
+    const j = (await res.json()) as { amqp?: Record<string, number>; storage?: { queueStoreFigures?: Record<string, number> }; process?: Record<string, number> };
+    return { amqp: j.amqp ?? null, queueStore: j.storage?.queueStoreFigures ?? null, process: j.process };
   } catch {
     return null;
   }
@@ -660,6 +666,90 @@ function amqpScenario(persistent: boolean): Scenario {
         peer: !m ? RABBITMQ_MISSING : m.ok ? show(m.value) : `error: ${m.error}`,
         ratio: verdict,
         data: { options: { ...amqpOptions(0, persistent), port: undefined }, flowmqArgs: FLOWMQ_AMQP_ARGS, flowmq: f, rabbitmq: m },
+      });
+    },
+  };
+}
+
+const fairnessOptions = (port: number): AmqpFairnessOptions => ({
+  port,
+  payloadBytes: CFG.amqpPayloadBytes,
+  window: CFG.amqpFairWindow,
+  aloneS: CFG.amqpFairAloneS,
+  warmupS: CFG.amqpWarmupS,
+  floodS: CFG.amqpSeconds,
+});
+
+const fairnessCell = (r: AmqpFairnessResult) =>
+  `confirm p50 / p99 alone ${fmt(r.alone.p50, 1)} / ${fmt(r.alone.p99, 1)} ms (${fmt(r.alonePerSec)} confirmed/s); while another connection floods ${fmt(r.floodPerSec)} publishes/s: ${fmt(r.flooded.p50, 1)} / ${fmt(r.flooded.p99, 1)} ms (${fmt(r.floodedPerSec)} confirmed/s)${r.errors.length ? ` (errors: ${r.errors.slice(0, 2).join('; ')})` : ''}`;
+
+/**
+ * Issue 24: one publisher without confirms flooding a durable queue must not starve another client's confirms (the
+ * queue store is shared fairly, per-connection credit as RabbitMQ's credit_flow).
+ */
+function amqpFairnessScenario(): Scenario {
+  const title = `fairness: a client's publisher confirms (≤ ${CFG.amqpFairWindow} unconfirmed, ${fmt(CFG.amqpPayloadBytes)}-byte persistent messages, durable queue) alone, then while another connection floods another durable queue with persistent messages without confirms`;
+  return {
+    name: 'amqp-fairness',
+    group: 'amqp',
+    title,
+    run: async () => {
+      const r = await amqpPair((port) => runAmqpFairness(fairnessOptions(port)));
+      const f = r.flowmq;
+      const m = r.rabbitmq;
+      let verdict = '-';
+      if (f.ok && m?.ok) {
+        verdict = `with the flooder, confirm p50 ${ratio(f.value.flooded.p50, m.value.flooded.p50)}, p99 ${ratio(f.value.flooded.p99, m.value.flooded.p99)} RabbitMQ's (alone: p50 ${ratio(f.value.alone.p50, m.value.alone.p50)}, p99 ${ratio(f.value.alone.p99, m.value.alone.p99)}); flood ${ratio(f.value.floodPerSec, m.value.floodPerSec)}`;
+      }
+      rows.push({
+        group: 'amqp',
+        scenario: 'amqp-fairness',
+        title,
+        flowmq: f.ok ? fairnessCell(f.value) : `error: ${f.error}`,
+        peer: !m ? RABBITMQ_MISSING : m.ok ? fairnessCell(m.value) : `error: ${m.error}`,
+        ratio: verdict,
+        data: { options: { ...fairnessOptions(0), port: undefined }, flowmqArgs: FLOWMQ_AMQP_ARGS, flowmq: f, rabbitmq: m },
+      });
+    },
+  };
+}
+
+/** Issue 24: what an idle AMQP connection (open, one channel) costs the broker, beside what Node's socket costs. */
+function amqpIdleScenario(): Scenario {
+  const title = `memory of idle connections: ${fmt(CFG.amqpIdleConnections)} AMQP connections (connection.open-ok and one channel, heartbeat 0), broker RSS per connection (target: ≤ 2 KiB beyond Node's own socket)`;
+  return {
+    name: 'amqp-idle-memory',
+    group: 'amqp',
+    title,
+    run: async () => {
+      const o: IdleOptions = { connections: CFG.amqpIdleConnections, concurrency: 50, settleS: 2 };
+      let socket: number | null = null;
+      try {
+        socket = await socketBaseline(o.connections, o.concurrency, o.settleS);
+      } catch (e) {
+        console.error(`  socket baseline: ${errText(e)}`);
+      }
+      const r = await amqpPair(async (port, pid, figures) => {
+        if (pid === null) throw new Error('no broker process to measure');
+        const memory = figures ? async () => (await figures())?.process ?? {} : undefined;
+        return measureIdleAmqp(pid, port, o, memory, figures ? socket : null);
+      });
+      const f = r.flowmq;
+      const m = r.rabbitmq;
+      const show = (x: Outcome<AmqpIdleResult>) => (x.ok ? amqpIdleCell(x.value) : `error: ${x.error}`);
+      let verdict = '-';
+      if (f.ok) {
+        const beyond = socket === null ? null : f.value.perConnectionKiB - socket;
+        verdict = `${m?.ok ? `${ratio(f.value.perConnectionKiB, m.value.perConnectionKiB)} RabbitMQ's RSS per connection; ` : ''}beyond Node's socket: ${beyond === null ? 'not measured' : `${fmt(beyond, 1)} KiB (≤ 2 KiB: ${beyond <= 2 ? 'met' : 'not met'})`}`;
+      }
+      rows.push({
+        group: 'amqp',
+        scenario: 'amqp-idle-memory',
+        title,
+        flowmq: show(f),
+        peer: !m ? RABBITMQ_MISSING : show(m),
+        ratio: verdict,
+        data: { options: o, socketKiB: socket, flowmq: f, rabbitmq: m },
       });
     },
   };
@@ -1244,6 +1334,8 @@ const scenarios: Scenario[] = [
   },
   amqpScenario(true),
   amqpScenario(false),
+  amqpFairnessScenario(),
+  amqpIdleScenario(),
   natsPubSubScenario('nats-pubsub-16', 16, 1, false),
   natsPubSubScenario('nats-pubsub-1k', 1024, 1, false),
   natsPubSubScenario('nats-fanout-16', 16, CFG.natsFanout, false),
@@ -1406,8 +1498,9 @@ async function main(): Promise<void> {
   }
   const selected = select(args);
   const wantsIdle = selected.some((s) => s.name === 'mqtt-idle');
+  const wantsAmqpIdle = selected.some((s) => s.name === 'amqp-idle-memory');
   const wantsFlood = selected.some((s) => s.name.endsWith('-flood-memory'));
-  const needed = Math.max(wantsIdle ? CFG.idleConnections : 0, wantsFlood ? CFG.floodConnections : 0) + CFG.fanoutSubscribers + 1000;
+  const needed = Math.max(wantsIdle ? CFG.idleConnections : 0, wantsAmqpIdle ? CFG.amqpIdleConnections : 0, wantsFlood ? CFG.floodConnections : 0) + CFG.fanoutSubscribers + 1000;
   const child = reexecWithDescriptors(needed);
   if (child) {
     process.exitCode = await child;
@@ -1417,6 +1510,10 @@ async function main(): Promise<void> {
   if (wantsIdle && limit < needed) {
     CFG.idleConnections = Math.max(100, limit - CFG.fanoutSubscribers - 1000);
     console.log(`note: this process may open only ${limit} files; idle scenario reduced to ${CFG.idleConnections} connections`);
+  }
+  if (wantsAmqpIdle && limit < CFG.amqpIdleConnections + 1000) {
+    CFG.amqpIdleConnections = Math.max(100, limit - 1000);
+    console.log(`note: this process may open only ${limit} files; amqp-idle-memory reduced to ${CFG.amqpIdleConnections} connections`);
   }
   if (wantsFlood && limit < CFG.floodConnections + CFG.fanoutSubscribers + 1000) {
     CFG.floodConnections = Math.max(100, limit - CFG.fanoutSubscribers - 1000);

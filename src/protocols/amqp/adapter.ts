@@ -20,6 +20,7 @@ import { ANONYMOUS, type AccessControl, type Principal } from '../../control/ind
 import { LogLimiter } from '../log-limit.js';
 import type { AdapterContext } from '../types.js';
 import type { ResolvedAmqpOptions } from './options.js';
+import { InputBudget } from './intake.js';
 
 /** What a connection needs from the adapter for alarms. */
 export interface AlarmListener {
@@ -51,7 +52,13 @@ export class AmqpAdapter {
     channelErrors: 0,
     connectionErrors: 0,
     blockedEvents: 0,
+    /** Times a connection stopped being read because the bytes queued for it passed socketHighWater. */
+    outputPauses: 0,
+    /** Connections closed because the bytes queued for them did not go down for sendTimeoutMs. */
+    sendTimeouts: 0,
   };
+  /** Memory of input not fully arrived: frames spanning reads, bodies spanning frames (intake.ts). */
+  readonly input: InputBudget;
 
   constructor(
     readonly ctx: AdapterContext,
@@ -61,6 +68,7 @@ export class AmqpAdapter {
     private readonly rss: () => number = () => process.memoryUsage.rss(),
   ) {
     this.logger = ctx.logger;
+    this.input = new InputBudget(options.frameAheadBudget, options.partialBodyBudget);
     this.logLimit = new LogLimiter(ctx.logger);
     // The Engine implements Router (src/core/exchanges.ts).
     this.router = ctx.engine as unknown as Router;
@@ -114,6 +122,29 @@ export class AmqpAdapter {
       this.timer = null;
     }
   }
+
+  /** Store writes of publishes not settled yet, over every connection, and the most one connection had. */
+  private readonly inFlight = { writes: 0, bytes: 0, peakWrites: 0, peakBytes: 0 };
+
+  /** A connection started a write of `bytes`; `c` is its credit after it (for the peaks). */
+  writeStarted(bytes: number, c: { writes: number; bytes: number }): void {
+    const f = this.inFlight;
+    f.writes++;
+    f.bytes += bytes;
+    if (c.writes > f.peakWrites) f.peakWrites = c.writes;
+    if (c.bytes > f.peakBytes) f.peakBytes = c.bytes;
+  }
+
+  writeSettled(bytes: number): void {
+    this.inFlight.writes--;
+    this.inFlight.bytes -= bytes;
+  }
+
+  /** A publish's store write failed: a full disk raises the alarm; other failures are logged (rate limited). */
+  readonly storeWriteFailed = (err: unknown): void => {
+    this.writeFailed(err);
+    if (!isFlowError(err, 'STORAGE_FULL')) this.logLimit.log('warn', 'amqp publish write failed', { err: err instanceof Error ? err.message : String(err) }, 'amqp: a publish could not be stored');
+  };
 
   /** A write was refused: a STORAGE_FULL raises the disk alarm. */
   writeFailed(err: unknown): void {
@@ -173,6 +204,6 @@ export class AmqpAdapter {
   }
 
   figures(): Record<string, unknown> {
-    return { connections: this.connections.size, blocked: this.blockedReason, ...this.stats, logLinesSuppressed: this.logLimit.suppressedTotal };
+    return { connections: this.connections.size, blocked: this.blockedReason, ...this.stats, ...this.input.figures(), writesInFlight: this.inFlight.writes, writeBytesInFlight: this.inFlight.bytes, peakWritesInFlightPerConnection: this.inFlight.peakWrites, peakWriteBytesInFlightPerConnection: this.inFlight.peakBytes, logLinesSuppressed: this.logLimit.suppressedTotal };
   }
 }

@@ -48,6 +48,7 @@ import { TOPIC_EXCHANGE, messageOfPublish, propertiesOf, swapSeparators, tableTo
 import { AmqpCodecError, decodeHeaderPayload, messageFrames, type AmqpMethod, type BasicProperties, type MethodOf } from './wire.js';
 import { Typed, decodeTable, fieldBoolean, fieldInteger, fieldString, type FieldTable } from './codec/index.js';
 import { StreamConsumer, type StreamSink } from './stream.js';
+import { PartialBody } from './intake.js';
 import { encodeBatch, messageToRecord } from '../../core/index.js';
 
 /** Class and method ids (amqp0-9-1.xml) of the methods a channel can fail on, for channel.close. */
@@ -78,9 +79,6 @@ const IDS: Record<string, [number, number]> = {
   'tx.rollback': [90, 30],
 };
 
-/** Bodies up to this size are assembled in a buffer taken when their content header arrives. */
-const BODY_PREALLOC = 1024 * 1024;
-
 const EXCHANGE_TYPES: ReadonlySet<string> = new Set(['direct', 'fanout', 'topic', 'headers']);
 const OVERFLOWS: ReadonlySet<string> = new Set(['drop-head', 'reject-publish', 'reject-publish-dlx']);
 
@@ -101,6 +99,9 @@ interface Settler {
   ack(id: number): Promise<void>;
   nack(id: number, requeue: boolean): Promise<void>;
 }
+
+/** The confirms of a channel that has none outstanding (shared: never written to, replaced by the first push). */
+const NO_CONFIRMS: Confirm[] = [];
 
 /** Stream deliveries: an ack only opens the consumer's window (reading a stream does not consume it). */
 const STREAM_SETTLER: Settler = {
@@ -170,8 +171,6 @@ function randomName(prefix: string): string {
 }
 
 export class AmqpChannel implements StreamSink {
-  /** Who holds this channel's unacked deliveries in the queues. */
-  readonly owner: string;
   private closing = false;
 
   // content assembly: 0 method expected, 1 content header, 2 body frames
@@ -179,23 +178,24 @@ export class AmqpChannel implements StreamSink {
   private publishing: Publish | null = null;
   private props: BasicProperties | null = null;
   private bodySize = 0;
-  private body: Buffer | null = null;
-  private parts: Buffer[] = [];
-  private bodyHave = 0;
+  /** A body spanning several body frames, while they arrive. */
+  private partial: PartialBody | null = null;
 
   // order
   private busy = false;
-  private backlog: Item[] = [];
+  /** Items waiting behind an asynchronous method (null while there are none: see `owner` for why). */
+  private backlog: Item[] | null = null;
 
-  // consumers
-  readonly consumers = new Map<string, AmqpConsumer>();
-  private readonly streamConsumers = new Map<string, StreamConsumer>();
+  // consumers. The collections are made when first needed: an idle channel is a few fields (issue 24: memory per
+  // idle connection), and a content header alone must not cost a channel more than the bytes it carries.
+  private consumers: Map<string, AmqpConsumer> | null = null;
+  private streamConsumers: Map<string, StreamConsumer> | null = null;
   private consumerPrefetch = 0;
   private channelPrefetch = 0;
   private deliveryTag = 0;
-  private unacked = new Map<number, Unacked>();
+  private unacked: Map<number, Unacked> | null = null;
   /** Queues this channel has had deliveries from: release(owner) on each at close and recover. */
-  private readonly touched = new Set<QueueHandle>();
+  private touched: Set<QueueHandle> | null = null;
   private flowActive = true;
   /** Last queue declared on the channel: the queue of methods naming none (§ queue.bind, basic.consume...). */
   private lastQueue: string | null = null;
@@ -203,18 +203,22 @@ export class AmqpChannel implements StreamSink {
   // publishing
   private confirm = false;
   private publishSeq = 0;
-  private confirms: Confirm[] = [];
+  private confirms: Confirm[] = NO_CONFIRMS;
   private confirmHead = 0;
   private confirmFlushScheduled = false;
   private tx = false;
-  private txPublishes: PublishItem[] = [];
-  private txSettles: Array<{ tag: number; u: Unacked; ack: boolean; requeue: boolean }> = [];
+  private txPublishes: PublishItem[] | null = null;
+  private txSettles: Array<{ tag: number; u: Unacked; ack: boolean; requeue: boolean }> | null = null;
+  private ownerName: string | null = null;
 
   constructor(
     readonly conn: AmqpConnection,
     readonly ch: number,
-  ) {
-    this.owner = `${conn.id}/${ch}`;
+  ) {}
+
+  /** Who holds this channel's unacked deliveries in the queues (`<connection id>/<channel>`). */
+  get owner(): string {
+    return (this.ownerName ??= `${this.conn.id}/${this.ch}`);
   }
 
   private get router() {
@@ -265,8 +269,6 @@ export class AmqpChannel implements StreamSink {
     }
     this.props = h.properties;
     this.bodySize = h.bodySize;
-    this.bodyHave = 0;
-    this.body = null;
     if (h.bodySize === 0) this.completePublish(Buffer.alloc(0));
     else this.expect = 2;
   }
@@ -275,27 +277,28 @@ export class AmqpChannel implements StreamSink {
     if (this.closing) return;
     if (this.expect !== 2) throw new AmqpError(505, `content body frame on channel ${this.ch} without a content header`);
     const n = payload.length;
-    if (this.bodyHave + n > this.bodySize) throw new AmqpError(501, `content body frames exceed the body size ${this.bodySize}`);
-    if (this.bodyHave === 0 && n === this.bodySize) {
-      // One frame holds the whole body: keep the frame's own buffer, or copy from a shared read buffer.
-      this.completePublish(owned ? payload : Buffer.from(payload));
+    let p = this.partial;
+    if (p === null) {
+      if (n > this.bodySize) throw new AmqpError(501, `content body frames exceed the body size ${this.bodySize}`);
+      if (n === this.bodySize) {
+        // One frame holds the whole body: keep the frame's own buffer, or copy from a shared read buffer.
+        this.completePublish(owned ? payload : Buffer.from(payload));
+        return;
+      }
+      // Memory follows the bytes that arrive, never the size the header announced (see intake.ts).
+      p = this.partial = new PartialBody(this.bodySize);
+    } else if (p.have + n > p.size) {
+      throw new AmqpError(501, `content body frames exceed the body size ${p.size}`);
+    }
+    const grew = p.add(payload, owned);
+    if (!p.complete) {
+      // Counted against the connection's and the broker's limits (which may close the connection or stop reading it).
+      this.conn.bodyBytes(grew);
       return;
     }
-    // A body up to BODY_PREALLOC is gathered in one buffer of its size; a larger one in pieces as its frames
-    // arrive (a content header alone must not make the broker allocate up to amqp-max-message-size).
-    if (this.bodySize <= BODY_PREALLOC) {
-      this.body ??= Buffer.allocUnsafe(this.bodySize);
-      payload.copy(this.body, this.bodyHave);
-    } else {
-      this.parts.push(owned ? payload : Buffer.from(payload));
-    }
-    this.bodyHave += n;
-    if (this.bodyHave === this.bodySize) {
-      const b = this.body ?? Buffer.concat(this.parts, this.bodySize);
-      this.body = null;
-      this.parts = [];
-      this.completePublish(b);
-    }
+    this.partial = null;
+    this.conn.bodyBytes(grew - p.held);
+    this.completePublish(p.body());
   }
 
   private completePublish(body: Buffer): void {
@@ -310,7 +313,7 @@ export class AmqpChannel implements StreamSink {
 
   private enqueue(item: Item): void {
     if (this.busy) {
-      this.backlog.push(item);
+      (this.backlog ??= []).push(item);
       this.conn.backlogChanged(1);
       return;
     }
@@ -339,7 +342,7 @@ export class AmqpChannel implements StreamSink {
 
   private next(): void {
     this.busy = false;
-    while (!this.busy && this.backlog.length > 0 && !this.closing) {
+    while (!this.busy && this.backlog !== null && this.backlog.length > 0 && !this.closing) {
       const item = this.backlog.shift()!;
       this.conn.backlogChanged(-1);
       this.run(item);
@@ -372,22 +375,23 @@ export class AmqpChannel implements StreamSink {
   teardown(): void {
     if (this.closing) return;
     this.closing = true;
-    if (this.backlog.length > 0) {
-      this.conn.backlogChanged(-this.backlog.length);
-      this.backlog = [];
+    if (this.backlog !== null && this.backlog.length > 0) this.conn.backlogChanged(-this.backlog.length);
+    this.backlog = null;
+    if (this.consumers !== null) for (const c of this.consumers.values()) c.queue.cancel(c);
+    this.consumers = null;
+    if (this.streamConsumers !== null) for (const c of this.streamConsumers.values()) c.close();
+    this.streamConsumers = null;
+    this.unacked = null;
+    this.txPublishes = null;
+    this.txSettles = null;
+    this.confirms = NO_CONFIRMS;
+    if (this.partial !== null) {
+      const held = this.partial.held;
+      this.partial = null;
+      this.conn.bodyBytes(-held);
     }
-    for (const c of this.consumers.values()) c.queue.cancel(c);
-    this.consumers.clear();
-    for (const c of this.streamConsumers.values()) c.close();
-    this.streamConsumers.clear();
-    this.unacked.clear();
-    this.txPublishes = [];
-    this.txSettles = [];
-    this.confirms = [];
-    this.body = null;
-    this.parts = [];
-    for (const h of this.touched) h.release(this.owner);
-    this.touched.clear();
+    if (this.touched !== null) for (const h of this.touched) h.release(this.owner);
+    this.touched = null;
   }
 
   // ------------------------------------------------------------------ authorization
@@ -473,14 +477,14 @@ export class AmqpChannel implements StreamSink {
       case 'basic.consume':
         return this.consume(m);
       case 'basic.cancel': {
-        const c = this.consumers.get(m.consumerTag);
+        const c = this.consumers?.get(m.consumerTag);
         if (c !== undefined) {
-          this.consumers.delete(m.consumerTag);
+          this.consumers!.delete(m.consumerTag);
           c.queue.cancel(c);
         }
-        const sc = this.streamConsumers.get(m.consumerTag);
+        const sc = this.streamConsumers?.get(m.consumerTag);
         if (sc !== undefined) {
-          this.streamConsumers.delete(m.consumerTag);
+          this.streamConsumers!.delete(m.consumerTag);
           sc.close();
         }
         if (!m.noWait) this.conn.sendMethod(this.ch, { name: 'basic.cancel-ok', consumerTag: m.consumerTag } as AmqpMethod);
@@ -544,7 +548,7 @@ export class AmqpChannel implements StreamSink {
     if (this.tx) {
       // Checked now (a missing exchange fails the publish, not the commit), routed at commit.
       if (this.router.getExchange(m.exchange) === undefined) throw new AmqpError(404, `no exchange '${m.exchange}' in vhost '${this.conn.vhost}'`, 60, 40);
-      this.txPublishes.push(item);
+      (this.txPublishes ??= []).push(item);
       return;
     }
     this.route(item);
@@ -586,28 +590,26 @@ export class AmqpChannel implements StreamSink {
     }
     if (this.confirm) {
       const c = new Confirm(++this.publishSeq, this);
+      if (this.confirms === NO_CONFIRMS) this.confirms = [];
       this.confirms.push(c);
       if (r.rejected) c.state = 2;
       else if (r.durable === null) c.state = 1;
       else {
-        this.conn.writeStarted();
+        this.conn.writeStarted(item.body.length);
         r.durable.then(c.ok, c.fail);
       }
       if (c.state !== 0) this.confirmSettled();
     } else if (r.durable !== null) {
-      this.conn.writeStarted();
-      r.durable.then(this.conn.writeSettled, this.conn.writeFailedSettled);
+      this.conn.writeStarted(item.body.length);
+      const w = this.conn.onWrite;
+      r.durable.then(w.settled, w.failed);
     }
     return r;
   }
 
-  private readonly writeFailedBound = (err: unknown): void => this.writeFailed(err);
-
   /** A publish's write failed: a full disk raises the adapter's alarm; the rest is logged. */
   writeFailed(err: unknown): void {
-    const a = this.conn.adapter;
-    a.writeFailed(err);
-    if (!isFlowError(err, 'STORAGE_FULL')) a.logLimit.log('warn', 'amqp publish write failed', { err: err instanceof Error ? err.message : String(err) }, 'amqp: a publish could not be stored');
+    this.conn.adapter.storeWriteFailed(err);
   }
 
   confirmSettled(): void {
@@ -639,7 +641,7 @@ export class AmqpChannel implements StreamSink {
       i = j + 1;
     }
     if (i >= q.length) {
-      this.confirms = [];
+      this.confirms = NO_CONFIRMS;
       this.confirmHead = 0;
     } else if (i > 1024 && i > q.length / 2) {
       this.confirms = q.slice(i);
@@ -650,10 +652,10 @@ export class AmqpChannel implements StreamSink {
   }
 
   private async commit(): Promise<void> {
-    const pubs = this.txPublishes;
-    const settles = this.txSettles;
-    this.txPublishes = [];
-    this.txSettles = [];
+    const pubs = this.txPublishes ?? [];
+    const settles = this.txSettles ?? [];
+    this.txPublishes = null;
+    this.txSettles = null;
     const waits: Promise<void>[] = [];
     for (const p of pubs) {
       const r = this.route(p);
@@ -670,14 +672,14 @@ export class AmqpChannel implements StreamSink {
   }
 
   private rollback(): void {
-    this.txPublishes = [];
-    if (this.txSettles.length === 0) return;
+    this.txPublishes = null;
+    if (this.txSettles === null || this.txSettles.length === 0) return;
     // The acks and rejects held by the transaction are undone: the deliveries are unacked again, in tag order.
     const all = new Map<number, Unacked>();
     const back = this.txSettles.sort((a, b) => a.tag - b.tag);
-    this.txSettles = [];
+    this.txSettles = null;
     let k = 0;
-    for (const [tag, u] of this.unacked) {
+    for (const [tag, u] of this.unacked ?? []) {
       while (k < back.length && back[k]!.tag < tag) {
         all.set(back[k]!.tag, back[k]!.u);
         k++;
@@ -705,7 +707,7 @@ export class AmqpChannel implements StreamSink {
       return false;
     }
     if (c.noAck) return true;
-    if ((c.prefetch > 0 && c.unacked >= c.prefetch) || (this.channelPrefetch > 0 && this.unacked.size >= this.channelPrefetch)) {
+    if ((c.prefetch > 0 && c.unacked >= c.prefetch) || (this.channelPrefetch > 0 && (this.unacked?.size ?? 0) >= this.channelPrefetch)) {
       c.waiting = true;
       return false;
     }
@@ -715,18 +717,20 @@ export class AmqpChannel implements StreamSink {
   /** Gives consumers that were refused a delivery their turn again (credit returned). */
   resumeConsumers(): void {
     if (this.closing) return;
-    for (const c of this.consumers.values()) {
-      if (!c.waiting) continue;
-      c.waiting = false;
-      c.queue.resume(c);
+    if (this.consumers !== null) {
+      for (const c of this.consumers.values()) {
+        if (!c.waiting) continue;
+        c.waiting = false;
+        c.queue.resume(c);
+      }
     }
-    for (const c of this.streamConsumers.values()) c.pump();
+    if (this.streamConsumers !== null) for (const c of this.streamConsumers.values()) c.pump();
   }
 
   deliver(c: AmqpConsumer, d: QueueDelivery): void {
     const tag = ++this.deliveryTag;
     if (!c.noAck) {
-      this.unacked.set(tag, { handle: c.queue, id: d.id, consumer: c });
+      (this.unacked ??= new Map()).set(tag, { handle: c.queue, id: d.id, consumer: c });
       c.unacked++;
     }
     this.conn.adapter.stats.delivered++;
@@ -743,8 +747,8 @@ export class AmqpChannel implements StreamSink {
 
   /** The queue went away: basic.cancel to clients that understand it (consumer_cancel_notify). */
   serverCancel(c: AmqpConsumer, _reason: string): void {
-    if (this.consumers.get(c.tag) !== c) return;
-    this.consumers.delete(c.tag);
+    if (this.consumers?.get(c.tag) !== c) return;
+    this.consumers!.delete(c.tag);
     if (!this.closing && this.conn.capabilities.cancelNotify) {
       this.conn.sendMethod(this.ch, { name: 'basic.cancel', consumerTag: c.tag, noWait: true } as AmqpMethod);
     }
@@ -778,12 +782,12 @@ export class AmqpChannel implements StreamSink {
 
   private async consumeStream(m: MethodOf<'basic.consume'>, stream: string): Promise<void> {
     const tag = m.consumerTag === '' ? randomName('amq.ctag-') : m.consumerTag;
-    if (this.consumers.has(tag) || this.streamConsumers.has(tag)) throw new AmqpError(530, `attempt to reuse consumer tag '${tag}'`, 60, 20);
+    if (this.tagTaken(tag)) throw new AmqpError(530, `attempt to reuse consumer tag '${tag}'`, 60, 20);
     const args = (m.arguments ?? {}) as FieldTable;
     const c = new StreamConsumer(this.engine, this, tag, stream, m.noAck, this.consumerPrefetch, args['x-stream-offset']);
     await c.begin();
     if (this.closing) return;
-    this.streamConsumers.set(tag, c);
+    (this.streamConsumers ??= new Map()).set(tag, c);
     if (!m.noWait) this.conn.sendMethod(this.ch, { name: 'basic.consume-ok', consumerTag: tag } as AmqpMethod);
     c.pump();
   }
@@ -791,15 +795,20 @@ export class AmqpChannel implements StreamSink {
   /** StreamSink.allows: a stream consumer reads on while its channel may deliver (quota, policies). */
   allows(c: StreamConsumer): boolean {
     if (this.closing || this.conn.sendsHeld) return false;
+    if (this.conn.congested) {
+      // As a queue consumer's credit: the socket's unsent bytes stop it (a no-ack stream consumer has no window).
+      this.conn.starved = true;
+      return false;
+    }
     return this.stillAllowed(c, 'stream', c.stream);
   }
 
   deliverStream(c: StreamConsumer, msg: Message, offset: number): void {
-    if (this.closing || this.streamConsumers.get(c.tag) !== c) return;
+    if (this.closing || this.streamConsumers?.get(c.tag) !== c) return;
     this.conn.chargeOut(msg.payload.length);
     const tag = ++this.deliveryTag;
     if (!c.noAck) {
-      this.unacked.set(tag, { handle: STREAM_SETTLER, id: offset, consumer: c });
+      (this.unacked ??= new Map()).set(tag, { handle: STREAM_SETTLER, id: offset, consumer: c });
       c.unacked++;
     }
     this.conn.adapter.stats.delivered++;
@@ -815,13 +824,17 @@ export class AmqpChannel implements StreamSink {
   }
 
   streamFailed(c: StreamConsumer, err: unknown): void {
-    if (this.streamConsumers.get(c.tag) !== c) return;
-    this.streamConsumers.delete(c.tag);
+    if (this.streamConsumers?.get(c.tag) !== c) return;
+    this.streamConsumers!.delete(c.tag);
     c.close();
     this.conn.log.debug({ err, stream: c.stream }, 'amqp: stream consumer stopped');
     if (!this.closing && this.conn.capabilities.cancelNotify) {
       this.conn.sendMethod(this.ch, { name: 'basic.cancel', consumerTag: c.tag, noWait: true } as AmqpMethod);
     }
+  }
+
+  private tagTaken(tag: string): boolean {
+    return this.consumers?.has(tag) === true || this.streamConsumers?.has(tag) === true;
   }
 
   private consume(m: MethodOf<'basic.consume'>): void | Promise<void> {
@@ -833,7 +846,7 @@ export class AmqpChannel implements StreamSink {
     this.authorize('subscribe', 'queue', this.queueName(m.queue), 'basic.consume');
     const h = this.queueOf(m.queue, 'basic.consume');
     const tag = m.consumerTag === '' ? randomName('amq.ctag-') : m.consumerTag;
-    if (this.consumers.has(tag) || this.streamConsumers.has(tag)) throw new AmqpError(530, `attempt to reuse consumer tag '${tag}'`, 60, 20);
+    if (this.tagTaken(tag)) throw new AmqpError(530, `attempt to reuse consumer tag '${tag}'`, 60, 20);
     const args = (m.arguments ?? {}) as FieldTable;
     const pv = args['x-priority'];
     const priority = pv === undefined ? 0 : fieldInteger(pv);
@@ -846,8 +859,8 @@ export class AmqpChannel implements StreamSink {
       if (isFlowError(err, 'RESOURCE_LOCKED')) throw new AmqpError(403, `queue '${h.def.name}' in vhost '${this.conn.vhost}' in exclusive use`, 60, 20);
       throw err;
     }
-    this.consumers.set(tag, c);
-    this.touched.add(h);
+    (this.consumers ??= new Map()).set(tag, c);
+    (this.touched ??= new Set()).add(h);
     if (!m.noWait) this.conn.sendMethod(this.ch, { name: 'basic.consume-ok', consumerTag: tag } as AmqpMethod);
     // Deliveries only after consume-ok (a client must know the tag before its first delivery).
     c.ready = true;
@@ -857,7 +870,11 @@ export class AmqpChannel implements StreamSink {
   private async get(m: MethodOf<'basic.get'>): Promise<void> {
     this.authorize('subscribe', 'queue', this.queueName(m.queue), 'basic.get');
     const h = this.queueOf(m.queue, 'basic.get');
-    this.touched.add(h);
+    (this.touched ??= new Set()).add(h);
+    // A basic.get answer counts against the socket's allowance as deliveries do: none is taken from the queue while
+    // the client has not read what was sent before (the gets behind it wait in the channel's backlog).
+    if (this.conn.congested) await this.conn.uncongested();
+    if (this.closing) return;
     const d = await h.get(this.owner, m.noAck);
     if (this.closing) return; // its delivery is released with the channel's
     if (d === null) {
@@ -866,25 +883,26 @@ export class AmqpChannel implements StreamSink {
     }
     this.conn.chargeOut(d.msg.payload.length);
     const tag = ++this.deliveryTag;
-    if (!m.noAck) this.unacked.set(tag, { handle: h, id: d.id, consumer: null });
+    if (!m.noAck) (this.unacked ??= new Map()).set(tag, { handle: h, id: d.id, consumer: null });
     this.sendContent('basic.get-ok', { deliveryTag: tag, redelivered: d.redelivered, messageCount: d.remaining }, d.msg);
   }
 
   /** basic.ack / nack / reject: `multiple` settles every unacked tag up to `tag` (0: all). */
   private settle(tag: number, multiple: boolean, ack: boolean, requeue: boolean): void {
     let found = 0;
+    const unacked = this.unacked;
     if (multiple) {
-      for (const [t, u] of this.unacked) {
+      if (unacked !== null) for (const [t, u] of unacked) {
         if (tag !== 0 && t > tag) break;
-        this.unacked.delete(t);
+        unacked.delete(t);
         this.settleOne(t, u, ack, requeue);
         found++;
       }
       if (found === 0 && tag !== 0) throw new AmqpError(406, `unknown delivery tag ${tag}`, 60, ack ? 80 : 120);
     } else {
-      const u = this.unacked.get(tag);
+      const u = unacked?.get(tag);
       if (u === undefined) throw new AmqpError(406, `unknown delivery tag ${tag}`, 60, ack ? 80 : 90);
-      this.unacked.delete(tag);
+      unacked!.delete(tag);
       this.settleOne(tag, u, ack, requeue);
     }
     this.resumeConsumers();
@@ -893,16 +911,16 @@ export class AmqpChannel implements StreamSink {
   private settleOne(tag: number, u: Unacked, ack: boolean, requeue: boolean): void {
     if (u.consumer !== null) u.consumer.unacked--;
     if (this.tx) {
-      this.txSettles.push({ tag, u, ack, requeue });
+      (this.txSettles ??= []).push({ tag, u, ack, requeue });
       return;
     }
-    (ack ? u.handle.ack(u.id) : u.handle.nack(u.id, requeue)).catch(this.writeFailedBound);
+    (ack ? u.handle.ack(u.id) : u.handle.nack(u.id, requeue)).catch(this.conn.adapter.storeWriteFailed);
   }
 
   private recover(): void {
-    for (const u of this.unacked.values()) if (u.consumer !== null) u.consumer.unacked--;
-    this.unacked.clear();
-    for (const h of this.touched) h.release(this.owner);
+    if (this.unacked !== null) for (const u of this.unacked.values()) if (u.consumer !== null) u.consumer.unacked--;
+    this.unacked = null;
+    if (this.touched !== null) for (const h of this.touched) h.release(this.owner);
     this.resumeConsumers();
   }
 

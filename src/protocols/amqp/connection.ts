@@ -30,7 +30,7 @@
  */
 import type { Duplex } from 'node:stream';
 import type { Logger } from 'pino';
-import type { Access, ClientEntry, Principal, QuotaLease } from '../../control/index.js';
+import type { Access, ClientEntry, ClientRegistration, Principal, QuotaLease } from '../../control/index.js';
 import { ANONYMOUS } from '../../control/index.js';
 import { certificateLogin, certificateUser } from '../../control/certs.js';
 import { TLSSocket } from 'node:tls';
@@ -39,10 +39,15 @@ import { storageRefusal } from '../storage-refusal.js';
 import type { AmqpAdapter, AlarmListener, AuthOutcome } from './adapter.js';
 import { AmqpChannel } from './channel.js';
 import { AmqpError, replyText, toAmqpError } from './errors.js';
+import { Gather } from './intake.js';
+import { PublishCredit } from './credit.js';
 import { AmqpCodecError, FRAME_MIN_SIZE, HEARTBEAT_FRAME, PROTOCOL_HEADER, decodeMethodPayload, methodFrame, type AmqpMethod } from './wire.js';
 import { decodeTableEntries, fieldString } from './codec/index.js';
 
 const VERSION = '0.1.0';
+
+/** Frames up to this size are taken whole when their size arrives, without asking the ahead budget. */
+const SMALL_FRAME = 512;
 
 /** Methods waiting behind asynchronous operations, over all channels, before the socket stops being read. */
 const MAX_BACKLOG = 1024;
@@ -78,14 +83,32 @@ export interface AmqpConnectionInit {
 
 /** Capabilities the client announced in start-ok's client-properties. */
 export interface ClientCapabilities {
-  blocked: boolean;
-  cancelNotify: boolean;
+  readonly blocked: boolean;
+  readonly cancelNotify: boolean;
 }
 
-export class AmqpConnection implements AlarmListener {
+/** What settles a write made without a publisher confirm. */
+interface WriteCallbacks {
+  settled(): void;
+  failed(err: unknown): void;
+}
+
+const NO_CAPABILITIES: ClientCapabilities = Object.freeze({ blocked: false, cancelNotify: false });
+
+/** The connection a stream belongs to, for the stream's event listeners (shared by every connection). */
+const CONNECTION = Symbol('amqp connection');
+type Owned = Duplex & { [CONNECTION]: AmqpConnection };
+
+/**
+ * Also its own entry's registration in the client registry (protocol, listener, address, socket, kick), so that an
+ * idle connection is one object more than its socket rather than several (issue 24: memory per idle connection).
+ */
+export class AmqpConnection implements AlarmListener, ClientRegistration {
   readonly id: string;
-  readonly log: Logger;
   readonly remoteAddress: string | undefined;
+  readonly remotePort: number | undefined;
+  /** The listener's name in the client registry ("amqp", "amqps"). */
+  readonly listener: string;
   readonly closed: Promise<void>;
   private resolveClosed: () => void = () => undefined;
   private st = St.Header;
@@ -111,14 +134,24 @@ export class AmqpConnection implements AlarmListener {
   private sendHoldTimer: NodeJS.Timeout | null = null;
   private readTimer: NodeJS.Timeout | null = null;
   private readUntil = 0;
-  readonly capabilities: ClientCapabilities = { blocked: false, cancelNotify: false };
+  /** Capabilities the client announced in start-ok (set then: until login nobody looks). */
+  capabilities: ClientCapabilities = NO_CAPABILITIES;
   private readonly channels = new Map<number, AmqpChannel>();
+  private logger: Logger | null = null;
 
   // input assembly
-  private readonly head = Buffer.alloc(8);
+  /** The protocol header, or a frame header split over reads (taken when first needed). */
+  private head: Buffer | null = null;
   private headHave = 0;
+  /** A frame taken whole when its size arrived, `frameHave` bytes of it received... */
   private frame: Buffer | null = null;
   private frameHave = 0;
+  /** ...with this many bytes still counted in the broker's budget of memory ahead of arrival; */
+  private reserved = 0;
+  /** or a frame growing with the bytes that arrive. */
+  private gather: Gather | null = null;
+  /** Memory held by this connection's partly received message bodies (see intake.ts). */
+  private bodyHeld = 0;
 
   // flow
   private corked = false;
@@ -134,7 +167,11 @@ export class AmqpConnection implements AlarmListener {
   private readonly openedAt = Date.now();
   private inCount = 0;
   private outCount = 0;
-  private seen = { inCount: -1, outCount: -1, inAt: 0, outAt: 0 };
+  /** inCount / outCount when the sweep last saw them change, and when that was. */
+  private seenIn = -1;
+  private seenOut = -1;
+  private seenInAt: number;
+  private seenOutAt: number;
   private closeSentAt = 0;
   private admitted = false;
 
@@ -145,21 +182,21 @@ export class AmqpConnection implements AlarmListener {
   ) {
     this.id = init.id;
     this.remoteAddress = init.remoteAddress;
-    this.log = adapter.logger.child({ conn: init.id, remote: `${init.remoteAddress ?? '?'}:${init.remotePort ?? '?'}` });
+    this.remotePort = init.remotePort;
+    this.listener = init.listener ?? 'amqp';
     // §4.2.3: until tune-ok, frames up to frame-min-size (a stranger cannot make us buffer more before logging in).
     this.frameMax = FRAME_MIN_SIZE;
     this.channelMax = adapter.options.channelMax;
     this.closed = new Promise<void>((resolve) => {
       this.resolveClosed = resolve;
     });
-    this.seen.inAt = this.seen.outAt = this.openedAt;
-    stream.on('error', (err: Error) => {
-      this.log.debug({ err: err.message }, 'amqp connection error');
-      this.destroy();
-    });
-    stream.on('close', () => this.teardown());
-    stream.on('end', () => this.destroy());
-    stream.on('drain', () => this.drained());
+    this.seenInAt = this.seenOutAt = this.openedAt;
+    // One listener function per event for every connection (no closures per connection).
+    (stream as Owned)[CONNECTION] = this;
+    stream.on('error', AmqpConnection.onStreamError);
+    stream.on('close', AmqpConnection.onStreamClose);
+    stream.on('end', AmqpConnection.onStreamEnd);
+    stream.on('drain', AmqpConnection.onStreamDrain);
     if (!adapter.admit(this)) {
       this.adapter.logLimit.log('warn', logKey('amqp connection refused', this.remoteAddress), { remote: this.remoteAddress, max: adapter.options.maxConnections }, 'amqp connection refused: amqp-max-connections reached');
       this.destroy();
@@ -167,18 +204,49 @@ export class AmqpConnection implements AlarmListener {
     }
     this.admitted = true;
     this.access = adapter.access.accessFor(ANONYMOUS, 'amqp', init.remoteAddress);
-    this.entry = adapter.access.clients.register({
-      protocol: 'amqp',
-      listener: init.listener ?? 'amqp',
-      remoteAddress: init.remoteAddress,
-      remotePort: init.remotePort,
-      socket: 'bytesRead' in stream ? (stream as unknown as { bytesRead: number; bytesWritten: number }) : undefined,
-      kick: (reason) => this.kick(reason),
-    });
+    this.entry = adapter.access.clients.register(this);
     if (!init.attachInput?.((bytes) => this.receive(bytes))) {
       stream.on('data', (chunk: Buffer | string) => this.receive(typeof chunk === 'string' ? Buffer.from(chunk) : chunk));
       stream.resume();
     }
+  }
+
+  private static onStreamError(this: Duplex, err: Error): void {
+    const c = (this as Owned)[CONNECTION];
+    c.log.debug({ err: err.message }, 'amqp connection error');
+    c.destroy();
+  }
+
+  private static onStreamClose(this: Duplex): void {
+    (this as Owned)[CONNECTION].teardown();
+  }
+
+  private static onStreamEnd(this: Duplex): void {
+    (this as Owned)[CONNECTION].destroy();
+  }
+
+  private static onStreamDrain(this: Duplex): void {
+    (this as Owned)[CONNECTION].drained();
+  }
+
+  private static uncork(c: AmqpConnection): void {
+    c.corked = false;
+    c.stream.uncork();
+  }
+
+  /** ClientRegistration: the protocol. */
+  get protocol(): string {
+    return 'amqp';
+  }
+
+  /** ClientRegistration: bytes in and out (a net.Socket's counters). */
+  get socket(): { readonly bytesRead: number; readonly bytesWritten: number } | undefined {
+    return 'bytesRead' in this.stream ? (this.stream as unknown as { bytesRead: number; bytesWritten: number }) : undefined;
+  }
+
+  /** The connection's logger (made when first needed: most connections never log). */
+  get log(): Logger {
+    return (this.logger ??= this.adapter.logger.child({ conn: this.id, remote: `${this.remoteAddress ?? '?'}:${this.remotePort ?? '?'}` }));
   }
 
   get isOpen(): boolean {
@@ -187,21 +255,32 @@ export class AmqpConnection implements AlarmListener {
 
   // ------------------------------------------------------------------ output
 
-  private readonly uncork = (): void => {
-    this.corked = false;
-    this.stream.uncork();
-  };
-
   send(buf: Buffer | Buffer[]): void {
     if (this.st === St.Done) return;
     if (!this.corked) {
       this.corked = true;
       this.stream.cork();
-      process.nextTick(this.uncork);
+      process.nextTick(AmqpConnection.uncork, this);
     }
     if (Array.isArray(buf)) for (const b of buf) this.stream.write(b);
     else this.stream.write(buf);
     this.outCount++;
+    // Every byte queued for the client counts: replies, confirms and heartbeats as well as deliveries. Above the
+    // allowance the client is not read (it cannot make us queue more) until its socket drains.
+    if (this.stream.writableLength > this.adapter.options.socketHighWater && (this.pausedFor & 16) === 0) this.outputBlocked();
+  }
+
+  /** When the socket went over socketHighWater without draining since, and how much it held when last looked at. */
+  private stalledAt = 0;
+  private stalledBytes = 0;
+
+  private outputBlocked(): void {
+    // 'drain' comes only after a write that returned false (an allowance below the stream's own high-water mark).
+    if (!this.stream.writableNeedDrain) return;
+    this.adapter.stats.outputPauses++;
+    this.pauseReading(16);
+    this.stalledAt = Date.now();
+    this.stalledBytes = this.stream.writableLength;
   }
 
   sendMethod(channel: number, m: AmqpMethod): void {
@@ -213,7 +292,24 @@ export class AmqpConnection implements AlarmListener {
     return this.stream.writableLength > this.adapter.options.socketHighWater;
   }
 
+  /** Resolves once the socket's unsent bytes are below socketHighWater (at once if they are). */
+  uncongested(): Promise<void> {
+    if (!this.congested || !this.stream.writableNeedDrain || this.st === St.Done) return Promise.resolve();
+    return new Promise<void>((resolve) => (this.drainWaiters ??= []).push(resolve));
+  }
+
+  private drainWaiters: Array<() => void> | null = null;
+
   private drained(): void {
+    if ((this.pausedFor & 16) !== 0) {
+      this.stalledAt = 0;
+      this.resumeReading(16);
+    }
+    if (this.drainWaiters !== null) {
+      const w = this.drainWaiters;
+      this.drainWaiters = null;
+      for (const f of w) f();
+    }
     if (!this.starved || this.st !== St.Opened) return;
     this.starved = false;
     for (const ch of this.channels.values()) ch.resumeConsumers();
@@ -225,26 +321,40 @@ export class AmqpConnection implements AlarmListener {
     this.inCount++;
     let pos = 0;
     const n = chunk.length;
-    if (this.st === St.Header) {
+    if (this.st === St.Header && this.headHave === 0 && n >= 8) {
+      // The protocol header in one read, as clients send it: no buffer of our own for it.
+      if (chunk.compare(PROTOCOL_HEADER, 0, 8, 0, 8) !== 0) {
+        this.head = Buffer.from(chunk.subarray(0, 8));
+        return this.badHeader();
+      }
+      pos = 8;
+      this.start();
+    } else if (this.st === St.Header) {
+      const head = (this.head ??= Buffer.allocUnsafe(8));
       const take = Math.min(8 - this.headHave, n);
-      chunk.copy(this.head, this.headHave, 0, take);
+      chunk.copy(head, this.headHave, 0, take);
       this.headHave += take;
       pos = take;
       if (this.headHave < 8) {
         // A client that sends something else than "AMQP" can be answered at once (§4.2.2).
-        if (this.head.subarray(0, Math.min(this.headHave, 4)).compare(PROTOCOL_HEADER, 0, Math.min(this.headHave, 4)) !== 0) this.badHeader();
+        if (head.subarray(0, Math.min(this.headHave, 4)).compare(PROTOCOL_HEADER, 0, Math.min(this.headHave, 4)) !== 0) this.badHeader();
         return;
       }
       this.headHave = 0;
-      if (!this.head.equals(PROTOCOL_HEADER)) return this.badHeader();
+      if (!head.equals(PROTOCOL_HEADER)) return this.badHeader();
       this.start();
     }
     while (pos < n && this.st !== St.Done) {
       if (this.frame !== null) {
+        // A frame taken whole when its size arrived (its missing bytes reserved in the ahead budget).
         const take = Math.min(this.frame.length - this.frameHave, n - pos);
         chunk.copy(this.frame, this.frameHave, pos, pos + take);
         this.frameHave += take;
         pos += take;
+        if (this.reserved > 0) {
+          this.adapter.input.unreserve(take);
+          this.reserved -= take;
+        }
         if (this.frameHave < this.frame.length) return;
         const f = this.frame;
         this.frame = null;
@@ -252,18 +362,28 @@ export class AmqpConnection implements AlarmListener {
         this.onFrame(f, 0, f.length, true);
         continue;
       }
+      if (this.gather !== null) {
+        // A frame growing with the bytes that arrive (the ahead budget had no room for it).
+        const g = this.gather;
+        const take = Math.min(g.size - g.have, n - pos);
+        const done = g.add(chunk.subarray(pos, pos + take));
+        pos += take;
+        if (!done) return;
+        this.gather = null;
+        this.onFrame(g.frame, 0, g.size, true);
+        continue;
+      }
       if (this.headHave > 0 || n - pos < 7) {
+        const head = (this.head ??= Buffer.allocUnsafe(8));
         const take = Math.min(7 - this.headHave, n - pos);
-        chunk.copy(this.head, this.headHave, pos, pos + take);
+        chunk.copy(head, this.headHave, pos, pos + take);
         this.headHave += take;
         pos += take;
         if (this.headHave < 7) return;
         this.headHave = 0;
-        const size = this.head.readUInt32BE(3);
+        const size = head.readUInt32BE(3);
         if (!this.sizeOk(size)) return;
-        this.frame = Buffer.allocUnsafe(size + 8);
-        this.head.copy(this.frame, 0, 0, 7);
-        this.frameHave = 7;
+        this.startFrame(head.subarray(0, 7), size + 8);
         continue;
       }
       const size = chunk.readUInt32BE(pos + 3);
@@ -274,11 +394,26 @@ export class AmqpConnection implements AlarmListener {
         pos += total;
         continue;
       }
-      this.frame = Buffer.allocUnsafe(total);
-      chunk.copy(this.frame, 0, pos, n);
-      this.frameHave = n - pos;
+      this.startFrame(chunk.subarray(pos, n), total);
       pos = n;
     }
+  }
+
+  /**
+   * A frame of `total` bytes of which `first` arrived: taken whole if the broker's budget of memory ahead of arrival
+   * has room for the rest (one copy, no growing), else gathered as its bytes arrive (see intake.ts).
+   */
+  private startFrame(first: Buffer, total: number): void {
+    const ahead = total - first.length;
+    if (total <= SMALL_FRAME || this.adapter.input.reserve(ahead)) {
+      if (total > SMALL_FRAME) this.reserved = ahead;
+      this.frame = Buffer.allocUnsafe(total);
+      first.copy(this.frame, 0);
+      this.frameHave = first.length;
+      return;
+    }
+    this.adapter.input.gathered++;
+    this.gather = new Gather(total, first);
   }
 
   private sizeOk(size: number): boolean {
@@ -289,7 +424,7 @@ export class AmqpConnection implements AlarmListener {
 
   private badHeader(): void {
     // §4.2.2: answer with the protocol header we support, then close.
-    this.adapter.logLimit.log('info', logKey('amqp bad protocol header', this.remoteAddress), { remote: this.remoteAddress, header: this.head.subarray(0, 8).toString('hex') }, 'amqp: bad protocol header');
+    this.adapter.logLimit.log('info', logKey('amqp bad protocol header', this.remoteAddress), { remote: this.remoteAddress, header: this.head!.subarray(0, this.headHave || 8).toString('hex') }, 'amqp: bad protocol header');
     this.st = St.Done;
     this.stream.end(PROTOCOL_HEADER);
     setTimeout(() => this.destroy(), 1000).unref();
@@ -365,7 +500,8 @@ export class AmqpConnection implements AlarmListener {
     this.closeSentAt = Date.now();
     // Channels stop now: their consumers are cancelled and unacked deliveries requeued.
     this.teardownChannels();
-    this.resumeReading(11);
+    // Only close-ok is read from now on: whatever stopped reading stops no more.
+    this.resumeReading(this.pausedFor);
   }
 
   // ------------------------------------------------------------------ connection class
@@ -449,10 +585,7 @@ export class AmqpConnection implements AlarmListener {
     const caps = props?.capabilities as Record<string, unknown> | undefined;
     const connectionName = props?.connection_name === undefined ? undefined : fieldString(props.connection_name as never);
     if (connectionName !== undefined && this.entry !== null) this.entry.clientId = connectionName;
-    if (caps) {
-      this.capabilities.blocked = caps['connection.blocked'] === true;
-      this.capabilities.cancelNotify = caps.consumer_cancel_notify === true;
-    }
+    if (caps) this.capabilities = { blocked: caps['connection.blocked'] === true, cancelNotify: caps.consumer_cancel_notify === true };
     const response: Buffer = Buffer.isBuffer(m.response) ? m.response : Buffer.from(String(m.response));
     if (m.mechanism === 'EXTERNAL') return this.external();
     let username: string;
@@ -572,27 +705,82 @@ export class AmqpConnection implements AlarmListener {
     if (this.pausedFor === 0 && this.st !== St.Done) this.stream.resume();
   }
 
-  /** Publishes routed whose writes have not settled yet (see writeStarted). */
-  private pendingWrites = 0;
-
   /**
-   * A publish's write started: past maxPendingWrites unsettled writes the socket is not read until half of them
-   * settled, so a publisher without confirms cannot queue writes faster than storage takes them (RabbitMQ's credit
-   * flow does the same between its processes).
+   * This connection's partly received bodies hold `delta` bytes more (or less). Over the connection's own cap
+   * (maxPartialBodyBytes) it is closed with 506 RESOURCE_ERROR; while the broker's partly received bodies are over
+   * their budget (partialBodyBudget) it is not read until bodies complete or connections close. Should every
+   * connection holding such bodies be waiting, none could finish one: the one that would wait last is closed (506)
+   * instead, and its bodies' memory goes back to the others.
    */
-  writeStarted(): void {
-    if (++this.pendingWrites >= this.adapter.options.maxPendingWrites) this.pauseReading(4);
+  bodyBytes(delta: number): void {
+    const was = this.bodyHeld;
+    this.bodyHeld += delta;
+    const b = this.adapter.input;
+    b.partial(delta, was, this.bodyHeld);
+    if (delta <= 0) {
+      if (this.bodyHeld === 0 && (this.pausedFor & 32) !== 0) {
+        b.unwait(this);
+        this.resumeReading(32);
+      }
+      return;
+    }
+    if (this.st !== St.Opened) return;
+    const max = this.adapter.options.maxPartialBodyBytes;
+    if (this.bodyHeld > max) {
+      b.refusals++;
+      this.protocolError(new AmqpError(506, `partly received message bodies hold ${this.bodyHeld} bytes, above the connection's limit of ${max}`));
+      return;
+    }
+    if (!b.overPartial || (this.pausedFor & 32) !== 0) return;
+    if (b.waiting + 1 >= b.holders) {
+      b.refusals++;
+      this.protocolError(new AmqpError(506, `the broker's memory for partly received message bodies (${b.maxPartialBytes} bytes) is used up`));
+      return;
+    }
+    this.pauseReading(32);
+    b.wait(this);
   }
 
-  readonly writeSettled = (): void => {
-    if (--this.pendingWrites <= this.adapter.options.maxPendingWrites >> 1) this.resumeReading(4);
-  };
+  /** The broker's partly received bodies are under their budget again (InputBudget.wait). */
+  bodyBudgetFreed(): void {
+    this.resumeReading(32);
+  }
 
-  readonly writeFailedSettled = (err: unknown): void => {
-    this.writeSettled();
-    this.adapter.writeFailed(err);
-    if (storageRefusal(err) === null) this.adapter.logLimit.log('warn', 'amqp publish write failed', { err: err instanceof Error ? err.message : String(err) }, 'amqp: a publish could not be stored');
-  };
+  /** Publishes whose store writes have not settled (made at the first one: see credit.ts). */
+  private credit: PublishCredit | null = null;
+  private writeCallbacks: WriteCallbacks | null = null;
+
+  /**
+   * A publish's write of `bytes` started: past maxPendingWrites unsettled writes (or maxPendingWriteBytes) the socket
+   * is not read until half of them settled, so that a publisher without confirms cannot queue writes faster than
+   * storage takes them, nor ahead of other connections' (RabbitMQ's credit flow does the same between its processes).
+   */
+  writeStarted(bytes: number): void {
+    const o = this.adapter.options;
+    const c = (this.credit ??= new PublishCredit(o.maxPendingWrites, o.maxPendingWriteBytes));
+    const out = c.started(bytes);
+    this.adapter.writeStarted(bytes, c);
+    if (out) this.pauseReading(4);
+  }
+
+  writeSettled(): void {
+    const c = this.credit!;
+    const bytes = c.bytes;
+    const back = c.settled();
+    this.adapter.writeSettled(bytes - c.bytes);
+    if (back) this.resumeReading(4);
+  }
+
+  /** The promise callbacks of a write without a confirm (one pair per connection). */
+  get onWrite(): WriteCallbacks {
+    return (this.writeCallbacks ??= {
+      settled: () => this.writeSettled(),
+      failed: (err: unknown) => {
+        this.writeSettled();
+        this.adapter.storeWriteFailed(err);
+      },
+    });
+  }
 
   /** A publish arrived: under an alarm the socket is not read further until it clears. */
   published(): void {
@@ -671,6 +859,20 @@ export class AmqpConnection implements AlarmListener {
    */
   sweep(now: number): void {
     if (this.st === St.Done) return;
+    if (this.stalledAt !== 0) {
+      // Over its allowance of unsent bytes: the client must be taking them. A socket whose unsent bytes have not gone
+      // down for sendTimeoutMs is closed (as RabbitMQ's send_timeout does).
+      const w = this.stream.writableLength;
+      if (w < this.stalledBytes) {
+        this.stalledBytes = w;
+        this.stalledAt = now;
+      } else if (now - this.stalledAt > this.adapter.options.sendTimeoutMs) {
+        this.adapter.stats.sendTimeouts++;
+        this.adapter.logLimit.log('info', logKey('amqp send timeout', this.remoteAddress), { remote: this.remoteAddress, unsent: w, timeoutMs: this.adapter.options.sendTimeoutMs }, 'amqp: client takes none of what is sent to it, closing');
+        this.destroy();
+        return;
+      }
+    }
     if (this.st === St.Closing) {
       if (now - this.closeSentAt > CLOSE_OK_TIMEOUT_MS) this.destroy();
       return;
@@ -682,26 +884,25 @@ export class AmqpConnection implements AlarmListener {
       }
       return;
     }
-    const s = this.seen;
-    if (this.inCount !== s.inCount) {
-      s.inCount = this.inCount;
-      s.inAt = now;
+    if (this.inCount !== this.seenIn) {
+      this.seenIn = this.inCount;
+      this.seenInAt = now;
     }
-    if (this.outCount !== s.outCount) {
-      s.outCount = this.outCount;
-      s.outAt = now;
+    if (this.outCount !== this.seenOut) {
+      this.seenOut = this.outCount;
+      this.seenOutAt = now;
     }
     if (this.heartbeatMs === 0) return;
     // Paused by us (back-pressure, alarm): the silence is ours, not the peer's.
-    if (this.pausedFor === 0 && now - s.inAt > 2 * this.heartbeatMs) {
+    if (this.pausedFor === 0 && now - this.seenInAt > 2 * this.heartbeatMs) {
       this.adapter.logLimit.log('info', logKey('amqp missed heartbeats', this.remoteAddress), { remote: this.remoteAddress, heartbeatSec: this.heartbeatMs / 1000 }, 'amqp: missed heartbeats from client, closing');
       this.destroy();
       return;
     }
-    if (now - s.outAt >= this.heartbeatMs / 2) {
+    if (now - this.seenOutAt >= this.heartbeatMs / 2) {
       this.send(HEARTBEAT_FRAME);
-      s.outCount = this.outCount;
-      s.outAt = now;
+      this.seenOut = this.outCount;
+      this.seenOutAt = now;
     }
   }
 
@@ -743,6 +944,17 @@ export class AmqpConnection implements AlarmListener {
     if (this.admitted) this.adapter.leave(this);
     this.lease?.release();
     this.lease = null;
+    const input = this.adapter.input;
+    if (this.reserved > 0) input.unreserve(this.reserved);
+    this.reserved = 0;
+    this.frame = null;
+    this.gather = null;
+    input.unwait(this);
+    if (this.drainWaiters !== null) {
+      const w = this.drainWaiters;
+      this.drainWaiters = null;
+      for (const f of w) f();
+    }
     this.entry?.close();
     if (this.readTimer !== null) clearTimeout(this.readTimer);
     if (this.sendHoldTimer !== null) clearTimeout(this.sendHoldTimer);
