@@ -259,7 +259,7 @@ export const OPTIONS: OptionSpec[] = [
   { key: 'kafkaDefaultPartitions', name: 'kafka-default-partitions', kind: 'int', default: 1, help: 'partitions of auto-created topics' },
   { key: 'kafkaFrameReserve', name: 'kafka-frame-reserve', kind: 'capacity', default: 64 * 1024 * 1024, help: 'request memory all Kafka connections may hold ahead of the bytes arriving; beyond it requests are gathered as their bytes arrive (one more copy)' },
   { key: 'kafkaConnectionsMaxIdle', name: 'kafka-connections-max-idle', kind: 'duration', default: 600_000, help: 'close a Kafka connection idle this long: no request in flight, nothing received or sent (connections.max.idle.ms)' },
-  { key: 'kafkaRequestReceiveTimeout', name: 'kafka-request-receive-timeout', kind: 'duration', default: 30_000, help: 'close a Kafka connection whose request has not arrived whole this long after its first bytes' },
+  { key: 'kafkaRequestReceiveTimeout', name: 'kafka-request-receive-timeout', kind: 'duration', default: 30_000, help: 'close a Kafka connection whose request has not arrived whole this long after its first bytes, or whose responses have waited unread this long' },
   { key: 'mqttMaxPacketSize', name: 'mqtt-max-packet-size', kind: 'size', default: 1024 * 1024, help: 'largest MQTT packet accepted (bytes, or 256KiB, 1MiB...)' },
   { key: 'mqttsPort', name: 'mqtts-port', kind: 'port', default: 8883, help: 'MQTT over TLS; listens only when mqtt-tls-cert and mqtt-tls-key are set' },
   { key: 'mqttTlsCert', name: 'mqtt-tls-cert', kind: 'string', default: null, help: 'PEM certificate (chain) file of the MQTT TLS listener' },

@@ -1,4 +1,5 @@
 export { startAdminApi, streamView, type AdminApi, type AdminApiOptions, type MetricsSource, type StorageOps } from './admin-api.js';
+export { HTTP_TIMEOUTS, applyHttpTimeouts, closeUnreadBody, httpServerOptions, type HttpTimeouts } from './http-guard.js';
 export { FloodCollector, processMemory, type FloodCollectorOptions, type FloodCollectorStats, type ProcessMemory } from './memory.js';
 export {
   DEFAULT_SCRAM_ITERATIONS,

@@ -23,6 +23,11 @@
  * 3. Content type (CSRF, belt and braces with SameSite). A request with any method but GET or HEAD must say
  *    `Content-Type: application/json`, body or not, else 415. An HTML form or any other "simple" cross-site request
  *    cannot carry it; a cross-site fetch that sets it needs a CORS preflight, which this API never grants.
+ * 4. Body size, from Content-Length: 1 MiB, `PUBLIC_MAX_BODY` for what needs no credentials, else 413.
+ *
+ * All four run in fastify's onRequest stage, before a byte of the body is read, and a refusal closes the connection
+ * rather than reading the rest of the body (http-guard.ts): a stranger's body costs the broker what arrived before
+ * the 401, not what the stranger sends. `Expect: 100-continue` is answered after them.
  */
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { BlockList, isIP } from 'node:net';
@@ -37,6 +42,8 @@ import type { LogLimiter } from '../../protocols/log-limit.js';
 import { logKey } from '../../protocols/log-limit.js';
 
 export const SESSION_COOKIE = 'flowmq_session';
+/** Bodies a caller without credentials may send (POST /api/v1/login: a user name and a password). */
+export const PUBLIC_MAX_BODY = 16 * 1024;
 export const CSRF_HEADER = 'x-csrf-token';
 
 /** Credentials of an `Authorization: Basic` header (RFC 7617: base64 of user-id ":" password); null if none or malformed. */

@@ -7,7 +7,7 @@ import { FlowError } from '../../core/index.js';
 import { parseDuration } from '../../config/units.js';
 import type { GroupDef, NamespaceDef, TokenInfo, UserInfo } from '../directory.js';
 import type { PolicyDef } from '../policy.js';
-import { SESSION_COOKIE } from './auth.js';
+import { PUBLIC_MAX_BODY, SESSION_COOKIE } from './auth.js';
 import { HttpError, NAME_PARAM, PAGE_QUERY, authOf, authorizeAdmin, may, notFound, paginate } from './common.js';
 import type { ApiContext } from './server.js';
 
@@ -63,6 +63,8 @@ export function identityRoutes(app: FastifyInstance, ctx: ApiContext): void {
     '/api/v1/login',
     {
       config: { rateLimit: { max: ctx.loginRateLimit, timeWindow: 60_000 } },
+      // Anyone may call it: a user name and a password, not the 1 MiB an authenticated request may carry.
+      bodyLimit: PUBLIC_MAX_BODY,
       schema: {
         tags: ['session'],
         summary: 'Log in (dashboard): sets the session cookie, answers the CSRF token; rate-limited per address',

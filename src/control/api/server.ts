@@ -24,7 +24,8 @@ import type { Engine } from '../../core/index.js';
 import type { ConsumerGroupAdmin, SessionAdmin } from '../../protocols/types.js';
 import { LogLimiter, logKey } from '../../protocols/log-limit.js';
 import type { AccessControl } from '../access.js';
-import { HostCheck, Sessions, addressFilter, authenticate } from './auth.js';
+import { HostCheck, PUBLIC_MAX_BODY, Sessions, addressFilter, authenticate } from './auth.js';
+import { HTTP_TIMEOUTS, closeUnreadBody, httpServerOptions, type HttpTimeouts } from '../http-guard.js';
 import { HttpError, sendError } from './common.js';
 import { brokerRoutes } from './routes-broker.js';
 import { identityRoutes } from './routes-identity.js';
@@ -86,6 +87,8 @@ export interface AdminApiOptions {
   version?: string;
   /** Registers extra routes (the dashboard's static files); default: src/control/dashboard.ts when it exists. */
   dashboard?: ((app: FastifyInstance) => Promise<void> | void) | null;
+  /** Headers, request and keep-alive timeouts (see http-guard.ts); default HTTP_TIMEOUTS. */
+  timeouts?: HttpTimeouts;
 }
 
 export interface AdminApi {
@@ -148,9 +151,14 @@ export async function startAdminApi(opts: AdminApiOptions): Promise<AdminApi> {
   const sessions = new Sessions(access.directory.store, opts.sessionTtlMs ?? 12 * 3_600_000);
   const anonymous = opts.anonymous ?? false;
 
+  const timeouts = opts.timeouts ?? HTTP_TIMEOUTS;
   const app = Fastify({
     logger: false,
     bodyLimit: MAX_BODY,
+    // Idle, slow and half-sent requests end (408): see http-guard.ts. fastify sets the last two on the server itself.
+    http: httpServerOptions(timeouts),
+    requestTimeout: timeouts.requestTimeoutMs,
+    keepAliveTimeout: timeouts.keepAliveTimeoutMs,
     // Unknown fields are refused, not silently dropped: a typo in a policy must not widen or narrow it unnoticed.
     ajv: { customOptions: { removeAdditional: false, coerceTypes: 'array', allErrors: false, allowUnionTypes: true } },
     // A malformed %-escape or URL is the client's error (400), in the same envelope as every other error.
@@ -229,7 +237,17 @@ export async function startAdminApi(opts: AdminApiOptions): Promise<AdminApi> {
   });
   app.setNotFoundHandler((req, reply) => sendError(reply, new HttpError(404, 'NOT_FOUND', `no such endpoint ${req.method} ${req.url.split('?')[0]}`)));
 
-  app.addHook('onRequest', async (req) => {
+  // A response sent before the request's body was read (a refusal in onRequest, a 404, a GET with a body, fastify's
+  // own 413) closes the connection instead of letting Node read the rest of the body: see http-guard.ts.
+  app.addHook('onSend', async (req, reply) => {
+    closeUnreadBody(req.raw, reply.raw);
+  });
+  // `Expect: 100-continue` is answered only once the request passed the checks below (the end of the onRequest
+  // hook), so that a refused client learns it before it sends its body (RFC 9110 section 10.1.1); Node would send
+  // 100 Continue as soon as the headers are in.
+  app.server.on('checkContinue', (req, res) => app.server.emit('request', req, res));
+
+  app.addHook('onRequest', async (req, reply) => {
     const path = req.url.split('?')[0];
     const remote = req.socket.remoteAddress;
     if (OPEN_PATHS.has(path)) {
@@ -245,15 +263,20 @@ export async function startAdminApi(opts: AdminApiOptions): Promise<AdminApi> {
         host === undefined ? 'a Host header is required' : `this server does not answer for host "${host}"; use its address or add the name to --http-allowed-hosts`,
       );
     }
-    if (path.startsWith('/api/') && !PUBLIC_API.has(`${req.method} ${path}`)) {
-      req.auth = await authenticate({ access, sessions, anonymous, refusals }, req);
-    }
+    const open = !path.startsWith('/api/') || PUBLIC_API.has(`${req.method} ${path}`);
+    if (!open) req.auth = await authenticate({ access, sessions, anonymous, refusals }, req);
     if (req.method !== 'GET' && req.method !== 'HEAD') {
       const type = (req.headers['content-type'] ?? '').split(';')[0].trim().toLowerCase();
       if (type !== 'application/json') {
         throw new HttpError(415, 'UNSUPPORTED_MEDIA_TYPE', `${req.method} requests must have Content-Type: application/json (body or not)`);
       }
     }
+    // The body limit from the announced length, before a byte of the body is read (a chunked body is counted as
+    // it arrives, by the JSON parser's own limit).
+    const length = Number(req.headers['content-length'] ?? 0);
+    const limit = open ? PUBLIC_MAX_BODY : MAX_BODY;
+    if (length > limit) throw new HttpError(413, 'LIMIT_EXCEEDED', `request body of ${length} bytes is over the limit of ${limit}`);
+    if (/^100-continue$/i.test(String(req.headers.expect ?? '').trim())) reply.raw.writeContinue();
   });
 
   const ctx = {

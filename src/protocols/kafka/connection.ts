@@ -21,8 +21,12 @@
  *   and responses are written strictly in request order, as the protocol requires, by flushing the slots at the
  *   head of the queue as they complete.
  * - Writes are corked and released on the next tick, so responses completing together leave in one writev.
- * - Backpressure: with too many unanswered requests, or a socket that is not draining, the connection stops
- *   reading until it catches up, so a slow or greedy client cannot grow the broker's memory without bound.
+ * - Backpressure: with too many unanswered requests (`maxInFlightRequests`), or responses waiting in the socket's
+ *   buffer above its high-water mark (the client does not read them), the connection stops dispatching requests,
+ *   between two requests of one read too (the rest of that read is kept, at most one read's worth), and stops
+ *   reading until it catches up: a client that pipelines requests and never reads cannot make the broker encode
+ *   and hold more than that many responses. One whose responses make no progress for `responseSendTimeoutMs`
+ *   is closed.
  * - Errors: a malformed request (truncated, bad lengths, trailing bytes) closes this connection with a log line
  *   (the protocol has no way to answer a request the broker cannot parse). An unknown API or an unadvertised
  *   version is answered with UNSUPPORTED_VERSION and the connection stays open (ApiVersions in its v0 layout
@@ -124,9 +128,16 @@ export class KafkaConnection implements ConnectionInfo {
   /** Counters the sweep compares with what it saw last time (the hot path does not read the clock). */
   private activity = 0;
   private framesDone = 0;
-  private swept = { activity: -1, framesDone: -1, activeAt: 0, partialSince: -1 };
+  private swept = { activity: -1, framesDone: -1, activeAt: 0, partialSince: -1, unsent: 0, sentAt: 0 };
   private readonly openedAt: number;
   private readonly pending: Slot[] = [];
+  /**
+   * Bytes read but not dispatched yet because the connection had to stop (see updateFlow); null when none. At most
+   * about one read: the stream is paused when this is set.
+   */
+  private held: Buffer | null = null;
+  /** receive() is running (a flush inside it must not start on `held`). */
+  private receiving = false;
   private paused = false;
   private corked = false;
   /** The client finished sending: end our side once every pending response is written. */
@@ -158,6 +169,7 @@ export class KafkaConnection implements ConnectionInfo {
     this.log = adapter.logger.child({ conn: init.id, remote: this.remote });
     this.openedAt = Date.now();
     this.swept.activeAt = this.openedAt;
+    this.swept.sentAt = this.openedAt;
     this.closed = new Promise<void>((resolve) => {
       this.resolveClosed = resolve;
     });
@@ -234,7 +246,19 @@ export class KafkaConnection implements ConnectionInfo {
     // While the connection is paused it is the broker that holds the rest of the request back (backpressure).
     else if (sw.partialSince < 0 || this.framesDone !== sw.framesDone || this.paused) sw.partialSince = now;
     sw.framesDone = this.framesDone;
-    if (partial && now - sw.partialSince >= o.requestReceiveTimeoutMs) {
+    // Responses waiting in the socket's buffer: progress is the buffer getting shorter (or empty) between sweeps.
+    // While it is not, the connection does not read either (backpressure), so nothing else moves it.
+    const unsent = this.stream.writableLength;
+    if (unsent === 0 || unsent < sw.unsent) sw.sentAt = now;
+    sw.unsent = unsent;
+    if (unsent > 0 && now - sw.sentAt >= o.responseSendTimeoutMs) {
+      this.limitedLog(
+        'warn',
+        { unsentBytes: unsent, inFlight: this.pending.length, limitMs: o.responseSendTimeoutMs },
+        'client does not read its responses: closing connection',
+      );
+      this.destroy();
+    } else if (partial && now - sw.partialSince >= o.requestReceiveTimeoutMs) {
       this.limitedLog('warn', { size: this.frameSize, received: this.frameHave, limitMs: o.requestReceiveTimeoutMs }, 'request not received whole in time: closing connection');
       this.destroy();
     } else if (this.listener.saslRequired && !this.isAuthenticated && now - this.openedAt >= o.authTimeoutMs) {
@@ -259,8 +283,23 @@ export class KafkaConnection implements ConnectionInfo {
   /** Copies received bytes into the frames they belong to and dispatches each complete frame. */
   private receive(bytes: Buffer): void {
     this.activity++;
+    if (this.held !== null) {
+      // Bytes of a read that was under way when the connection stopped: they wait behind the others.
+      this.held = Buffer.concat([this.held, bytes]);
+      this.updateFlow();
+      return;
+    }
+    this.consume(bytes);
+    this.updateFlow();
+  }
+
+  /** receiveFrames, keeping (a copy of) what it could not dispatch; a failure closes the connection. */
+  private consume(bytes: Buffer): void {
+    this.receiving = true;
     try {
-      this.receiveFrames(bytes);
+      const used = this.receiveFrames(bytes);
+      // `bytes` may be the listener's read buffer, reused by the next read: the rest is copied.
+      if (used < bytes.length && !this.isDone) this.held = Buffer.from(bytes.subarray(used));
     } catch (err) {
       // An allocation that failed (RangeError: Array buffer allocation failed) concerns this connection's frame:
       // the process goes on, the connection is closed (its frame's memory goes with it).
@@ -271,15 +310,19 @@ export class KafkaConnection implements ConnectionInfo {
         this.limitedLog('error', { err }, 'receiving a request failed: closing connection');
       }
       this.destroy();
-      return;
+    } finally {
+      this.receiving = false;
     }
-    this.updateFlow();
   }
 
-  private receiveFrames(bytes: Buffer): void {
+  /** Returns how many of `bytes` it used: all, unless the connection must stop before the next request. */
+  private receiveFrames(bytes: Buffer): number {
     const frames = this.adapter.frames;
     let pos = 0;
     while (!this.isDone) {
+      // Between two requests: one read may hold thousands of small ones (a 64 KiB read is 4,000 Metadata requests,
+      // each answered by kilobytes), so the limits are checked per request, not per read.
+      if (this.frameSize < 0 && this.sizeHave === 0 && pos < bytes.length && this.mustStop()) return pos;
       if (this.frameSize < 0) {
         const k = Math.min(4 - this.sizeHave, bytes.length - pos);
         bytes.copy(this.sizePrefix, this.sizeHave, pos, pos + k);
@@ -300,7 +343,7 @@ export class KafkaConnection implements ConnectionInfo {
             this.limitedLog('warn', { size, max }, 'invalid request size: closing connection');
           }
           this.destroy();
-          return;
+          return pos;
         }
         this.frameSize = size;
         this.frameHave = 0;
@@ -347,6 +390,7 @@ export class KafkaConnection implements ConnectionInfo {
       this.framesDone++;
       this.dispatch(frame);
     }
+    return bytes.length;
   }
 
   /** Keeps a copy of received bytes of a gathered frame; small ones are joined to a small last piece. */
@@ -591,9 +635,21 @@ export class KafkaConnection implements ConnectionInfo {
     if (!this.isDone) this.stream.uncork();
   };
 
+  /** Whether to stop taking requests: muted by a quota, too many in flight, or responses not draining. */
+  private mustStop(): boolean {
+    return this.muted !== null || this.pending.length >= this.adapter.options.maxInFlightRequests || this.stream.writableNeedDrain;
+  }
+
   private updateFlow(): void {
     if (this.isDone) return;
-    const stop = this.muted !== null || this.pending.length >= this.adapter.options.maxInFlightRequests || this.stream.writableNeedDrain;
+    // Requests held back go first, as far as the limits now allow (consume keeps what it cannot dispatch).
+    while (this.held !== null && !this.receiving && !this.isDone && !this.mustStop()) {
+      const held = this.held;
+      this.held = null;
+      this.consume(held);
+    }
+    if (this.isDone) return;
+    const stop = this.held !== null || this.mustStop();
     if (stop && !this.paused) {
       this.paused = true;
       this.stream.pause();
@@ -604,7 +660,7 @@ export class KafkaConnection implements ConnectionInfo {
   }
 
   private maybeEnd(): void {
-    if (this.ended && this.pending.length === 0 && !this.isDone) this.stream.end();
+    if (this.ended && this.pending.length === 0 && this.held === null && !this.isDone) this.stream.end();
   }
 
   // ---------------------------------------------------------------- teardown
@@ -641,6 +697,7 @@ export class KafkaConnection implements ConnectionInfo {
     this.frameSize = -1;
     this.frame = null;
     this.largeParts = [];
+    this.held = null;
     for (const slot of this.pending) slot.lease?.release();
     this.pending.length = 0;
     if (this.muted) clearTimeout(this.muted);

@@ -52,6 +52,13 @@ export interface KafkaOptions {
    * Default 256.
    */
   maxInFlightRequests?: number;
+  /**
+   * A connection whose responses wait in its socket's buffer without any being taken for this long is closed: the
+   * client does not read them (while it does not, the connection does not read its requests either). Default
+   * `requestReceiveTimeoutMs` (30 s, the clients' request.timeout.ms: a client that has not read a response by
+   * then has given up on it).
+   */
+  responseSendTimeoutMs?: number;
   /** Cluster id reported in Metadata v2+. Default "flowmq". */
   clusterId?: string;
   /** group.min.session.timeout.ms. Default 6000. */
@@ -108,6 +115,7 @@ export function resolveKafkaOptions(opts: KafkaOptions = {}): ResolvedKafkaOptio
     connectionsMaxIdleMs: opts.connectionsMaxIdleMs ?? 600_000,
     authTimeoutMs: opts.authTimeoutMs ?? 10_000,
     requestReceiveTimeoutMs: opts.requestReceiveTimeoutMs ?? 30_000,
+    responseSendTimeoutMs: opts.responseSendTimeoutMs ?? opts.requestReceiveTimeoutMs ?? 30_000,
     maxInFlightRequests: opts.maxInFlightRequests ?? 256,
     clusterId: opts.clusterId ?? 'flowmq',
     groupMinSessionTimeoutMs: opts.groupMinSessionTimeoutMs ?? 6000,
@@ -128,7 +136,7 @@ export function resolveKafkaOptions(opts: KafkaOptions = {}): ResolvedKafkaOptio
   if (!int(r.frameReserveBytes, 0, Number.MAX_SAFE_INTEGER)) {
     throw new FlowError('CONFIG_ERROR', 'kafka frameReserveBytes must be a non-negative integer');
   }
-  for (const k of ['connectionsMaxIdleMs', 'authTimeoutMs', 'requestReceiveTimeoutMs'] as const) {
+  for (const k of ['connectionsMaxIdleMs', 'authTimeoutMs', 'requestReceiveTimeoutMs', 'responseSendTimeoutMs'] as const) {
     if (!int(r[k], 1, 0x7fffffff)) throw new FlowError('CONFIG_ERROR', `kafka ${k} must be a positive integer (ms)`);
   }
   if (!int(r.maxInFlightRequests, 1, 1_000_000)) {

@@ -125,7 +125,7 @@ export async function startKafkaListener(
   // connections cost one timer, not one per connection or per request). It runs four times per shortest limit,
   // at most every second, so a limit is kept to within a quarter of itself (or 1 s).
   const o = adapter.options;
-  const sweepMs = Math.max(10, Math.min(1000, Math.floor(Math.min(o.requestReceiveTimeoutMs, o.authTimeoutMs, o.connectionsMaxIdleMs) / 4)));
+  const sweepMs = Math.max(10, Math.min(1000, Math.floor(Math.min(o.requestReceiveTimeoutMs, o.responseSendTimeoutMs, o.authTimeoutMs, o.connectionsMaxIdleMs) / 4)));
   const sweeper = setInterval(() => {
     const now = Date.now();
     for (const c of conns) c.sweep(now);

@@ -14,6 +14,7 @@ import { logKey } from '../log-limit.js';
 import type { AdapterContext, ListenOptions, ProtocolListener } from '../types.js';
 import { MqttConnection, resolveMqttOptions, type CertificateLogin, type MqttOptions } from './connection.js';
 import { MqttHub } from './session.js';
+import { closeUnreadBody, httpServerOptions } from '../../control/index.js';
 
 export interface MqttListener extends ProtocolListener {
   /** Connected client ids (of every listener sharing the hub). */
@@ -74,7 +75,10 @@ export async function startMqttTlsListener(ctx: AdapterContext, listen: TlsListe
 /** MQTT over WebSocket: binary frames carry the MQTT byte stream [MQTT-6.0.0-1] [MQTT-6.0.0-2]. */
 export async function startMqttWsListener(ctx: AdapterContext, listen: WsListenOptions, hub: MqttHub): Promise<MqttListener> {
   const path = listen.path ?? '/mqtt';
-  const server = http.createServer((_req, res) => {
+  // Idle and half-sent requests time out; a request that is not an upgrade is answered without reading its body,
+  // and the connection closed (see control/http-guard.ts).
+  const server = http.createServer(httpServerOptions(), (req, res) => {
+    closeUnreadBody(req, res);
     res.writeHead(426, { 'content-type': 'text/plain' }).end('MQTT over WebSocket: upgrade required\n');
   });
   const wss = new WebSocketServer({

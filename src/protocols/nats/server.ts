@@ -32,6 +32,7 @@ import { ConnectionSet, TLS_HANDSHAKE_TIMEOUT_MS, listenOn } from '../listener.j
 import { logKey, type LogLimiter } from '../log-limit.js';
 import type { ListenOptions, ProtocolListener } from '../types.js';
 import type { NatsAdapter, NatsConnectionMeta, NatsListenerTls } from './adapter.js';
+import { closeUnreadBody, httpServerOptions } from '../../control/index.js';
 
 /** nats-server's wording (server/errors.go ErrTooManyConnections). */
 export const ERR_MAX_CONNECTIONS = 'maximum connections exceeded';
@@ -316,12 +317,16 @@ export interface NatsWsListenOptions extends ListenOptions {
 export async function startNatsWsListener(shared: NatsListenerShared, listen: NatsWsListenOptions): Promise<ProtocolListener> {
   const { adapter, counts } = shared;
   const conns = new ConnectionSet<Handed>();
-  const upgradeRequired = (_req: http.IncomingMessage, res: http.ServerResponse) => {
+  // Idle and half-sent requests time out; a request that is not an upgrade is answered without reading its body,
+  // and the connection closed (see control/http-guard.ts).
+  const upgradeRequired = (req: http.IncomingMessage, res: http.ServerResponse) => {
+    closeUnreadBody(req, res);
     res.writeHead(426, { 'content-type': 'text/plain' }).end('NATS over WebSocket: upgrade required\n');
   };
   const server: http.Server | https.Server = listen.tls
     ? https.createServer(
         {
+          ...httpServerOptions(),
           cert: listen.tls.cert,
           key: listen.tls.key,
           ca: listen.tls.clientAuth?.ca ?? listen.tls.ca,
@@ -331,7 +336,7 @@ export async function startNatsWsListener(shared: NatsListenerShared, listen: Na
         },
         upgradeRequired,
       )
-    : http.createServer(upgradeRequired);
+    : http.createServer(httpServerOptions(), upgradeRequired);
   if (listen.tls) {
     server.on('tlsClientError', (err: Error, socket: tls.TLSSocket) => {
       counts.tlsHandshakeFailures++;
