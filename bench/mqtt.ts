@@ -498,23 +498,3 @@ export async function runMqttLoad(port: number, o: MqttLoadOptions): Promise<Mqt
     await sleep(200);
   }
 }
-
-// ------------------------------------------------------------------ idle connections
-
-/**
- * Opens `n` MQTT connections (CONNECT/CONNACK, no subscriptions, long keep-alive) with at most `concurrency`
- * handshakes at a time. Returns the clients; the caller closes them.
- */
-export async function openIdle(port: number, n: number, concurrency = 200): Promise<Client[]> {
-  const tag = `${process.pid}-${Date.now().toString(36)}`;
-  const out: Client[] = [];
-  try {
-    await mapLimit(n, concurrency, async (i) => {
-      out.push(await mqttConnect(port, `idle-${tag}-${i}`, 600));
-    });
-  } catch (e) {
-    for (const c of out) c.socket.destroy();
-    throw e;
-  }
-  return out;
-}

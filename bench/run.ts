@@ -6,7 +6,7 @@
  * the next. Kafka scenarios are reported next to the machine's own fsync'd sequential write bandwidth, measured
  * in the same run on the filesystem the broker writes to.
  *
- * SELECTION: `mqtt`, `kafka`, `storage`, `amqp`, `nats`, `cluster`, or scenario names (`npm run bench -- --list`); default: everything.
+ * SELECTION: `mqtt`, `kafka`, `storage`, `amqp`, `nats`, `cluster`, `idle`, or scenario names (`npm run bench -- --list`); default: everything.
  * Storage scenarios run each measurement with embedded storage and with PostgreSQL + S3 (shared-storage.ts).
  * AMQP scenarios run against FlowMQ and a private RabbitMQ node (rabbitmq.ts, Debian's rabbitmq-server) with the
  * same amqplib load generator (amqp.ts).
@@ -41,7 +41,8 @@ import { diskFsyncBandwidth, type DiskResult } from './disk.js';
 import { kafkaLatency, kafkaProduceBatches, kafkaProduceThroughput, kafkaReplay, type LatencyResult, type ProduceResult, type ReplayResult } from './kafka.js';
 import { sharedStorageArgs } from './shared-storage.js';
 import { AuthFlood, SaslProducer } from './auth-flood.js';
-import { openIdle, runMqttLoad, type MqttLoadOptions, type MqttLoadResult } from './mqtt.js';
+import { runMqttLoad, type MqttLoadOptions, type MqttLoadResult } from './mqtt.js';
+import { measureIdle, startFloor, type IdleProtocol, type IdleResult } from './idle.js';
 import { floodCell, heapCell, runFloods, type FloodOptions, type FloodResult, type FloodTarget, type ProcessMemory } from './flood.js';
 import { defaultQueueStoreOptions, levelCell, queueStoreEmbedded, queueStorePostgres, type QueueStoreLevel } from './queue-store.js';
 import { runAmqpFairness, runAmqpLoad, type AmqpFairnessOptions, type AmqpFairnessResult, type AmqpLoadOptions, type AmqpLoadResult } from './amqp.js';
@@ -160,7 +161,7 @@ const CFG = {
 
 // ------------------------------------------------------------------ results
 
-type Group = 'mqtt' | 'kafka' | 'storage' | 'amqp' | 'nats' | 'cluster';
+type Group = 'mqtt' | 'kafka' | 'storage' | 'amqp' | 'nats' | 'cluster' | 'idle';
 
 interface Row {
   group: Group;
@@ -246,41 +247,6 @@ function mqttScenario(name: string, title: string, opts: Omit<MqttLoadOptions, '
 }
 
 const perSubscriber = (publishers: number) => Math.max(1, Math.floor(CFG.ahead / publishers));
-
-interface IdleResult {
-  connections: number;
-  rssBeforeKiB: number;
-  rssAfterKiB: number;
-  kibPerConnection: number;
-  connectSeconds: number;
-  note?: string;
-}
-
-async function idleRun(b: Broker, wanted: number): Promise<IdleResult> {
-  let n = wanted;
-  let note: string | undefined;
-  const limit = nofile(b.pid) - 100;
-  if (limit < n) {
-    n = Math.max(0, limit);
-    note = `${b.kind} may open only ${nofile(b.pid)} files: ${n} connections`;
-  }
-  await sleep(1000);
-  const before = rssKiB(b.pid);
-  const t0 = nowS();
-  const clients = await openIdle(b.mqttPort, n);
-  const connectSeconds = nowS() - t0;
-  try {
-    await sleep(2000);
-    const after = rssKiB(b.pid);
-    return { connections: n, rssBeforeKiB: before, rssAfterKiB: after, kibPerConnection: (after - before) / n, connectSeconds, note };
-  } finally {
-    for (const c of clients) c.socket.destroy();
-    await sleep(500);
-  }
-}
-
-const idleCell = (r: IdleResult) =>
-  `${fmt(r.kibPerConnection, 1)} KiB/conn (RSS ${fmt(r.rssBeforeKiB / 1024, 0)} → ${fmt(r.rssAfterKiB / 1024, 0)} MiB${r.note ? `; ${r.note}` : ''})`;
 
 // ------------------------------------------------------------------ connection floods
 
@@ -1007,25 +973,6 @@ const scenarios: Scenario[] = [
     publishers: 1, pubQos: 1, subscribers: CFG.sharedMembers, subQos: 1, shared: true, ahead: CFG.ahead,
   }),
   {
-    name: 'mqtt-idle',
-    group: 'mqtt',
-    title: `${fmt(CFG.idleConnections)} idle connections: broker RSS growth per connection (lower is better; target < 20 KB)`,
-    run: async () => {
-      const r = await pair((b) => idleRun(b, CFG.idleConnections));
-      const f = r.flowmq;
-      const m = r.mosquitto;
-      rows.push({
-        group: 'mqtt',
-        scenario: 'mqtt-idle',
-        title: `${fmt(CFG.idleConnections)} idle connections: broker RSS growth per connection (lower is better; target < 20 KB)`,
-        flowmq: f.ok ? idleCell(f.value) : `error: ${f.error}`,
-        peer: !m ? 'mosquitto not installed' : m.ok ? idleCell(m.value) : `error: ${m.error}`,
-        ratio: f.ok && m?.ok ? ratio(f.value.kibPerConnection, m.value.kibPerConnection) : '-',
-        data: { connections: CFG.idleConnections, flowmq: f, mosquitto: m },
-      });
-    },
-  },
-  {
     name: 'mqtt-flood-memory',
     group: 'mqtt',
     title: floodTitle('MQTT'),
@@ -1345,6 +1292,7 @@ const scenarios: Scenario[] = [
   natsRequestScenario('nats-request-pipelined', CFG.natsRequestInflight),
   natsIdleScenario(),
   ...clusterScenarios(),
+  ...idleScenarios(),
 ];
 
 // ------------------------------------------------------------------ cluster scenarios (bench/cluster.ts)
@@ -1443,10 +1391,172 @@ function clusterScenarios(): Scenario[] {
   ];
 }
 
+// ------------------------------------------------------------------ idle connections
+
+/** Issue 24's target for an idle connection of any protocol, KiB of RSS. */
+const IDLE_TARGET_KIB = 2;
+
+/** The Node.js floor measured by `idle-floor` in this run (the other idle rows are shown as floor + the rest). */
+let idleFloor: IdleResult | null = null;
+
+interface IdleTarget {
+  pid: number;
+  port: number;
+  stop(): Promise<void>;
+}
+
+const processAlive = (pid: number) => () => {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+};
+
+/** A fresh FlowMQ with the listener `protocol` needs. */
+async function flowmqIdleTarget(protocol: IdleProtocol): Promise<IdleTarget> {
+  if (protocol === 'amqp') {
+    const b = await startFlowmq(FLOWMQ_AMQP_ARGS);
+    try {
+      await waitAmqp(b.amqpPort, 30_000, processAlive(b.pid));
+    } catch (e) {
+      await b.stop();
+      throw e;
+    }
+    return { pid: b.pid, port: b.amqpPort, stop: () => b.stop() };
+  }
+  if (protocol === 'nats') {
+    const port = await freePort();
+    const b = await startFlowmq(flowmqNatsArgs(port));
+    try {
+      await waitNatsInfo(port, 30_000, processAlive(b.pid));
+    } catch (e) {
+      await b.stop();
+      throw e;
+    }
+    return { pid: b.pid, port, stop: () => b.stop() };
+  }
+  const b = await startFlowmq();
+  return { pid: b.pid, port: protocol === 'kafka' ? b.kafkaPort : b.mqttPort, stop: () => b.stop() };
+}
+
+/** The same protocol's peer broker, when the bench has one and it is installed; else why not. */
+async function peerIdleTarget(protocol: IdleProtocol): Promise<IdleTarget | string> {
+  if (protocol === 'mqtt' || protocol === 'mqtt-persistent') {
+    if (!MOSQUITTO) return 'mosquitto not installed';
+    const b = await startMosquitto(MOSQUITTO);
+    return { pid: b.pid, port: b.mqttPort, stop: () => b.stop() };
+  }
+  if (protocol === 'amqp') {
+    if (!RABBITMQ_BIN) return RABBITMQ_MISSING;
+    const r = await startRabbitmq(RABBITMQ_BIN);
+    if (r.beamPid === null) {
+      await r.stop();
+      return 'RabbitMQ started, but its Erlang VM (whose memory is measured) was not found';
+    }
+    return { pid: r.beamPid, port: r.amqpPort, stop: () => r.stop() };
+  }
+  if (protocol === 'nats') {
+    if (!NATS_SERVER) return 'nats-server not installed';
+    const n = await startNatsServer(NATS_SERVER);
+    return { pid: n.pid, port: n.port, stop: () => n.stop() };
+  }
+  return 'no Kafka broker in the bench';
+}
+
+type IdleOutcome = Outcome<IdleResult & { note?: string }> | { ok: false; skipped: string };
+
+/** Measures `n` idle connections on the broker `start` starts (a string: there is none, and why), then stops it. */
+async function idleOn(start: () => Promise<IdleTarget | string>, protocol: IdleProtocol, n: number): Promise<IdleOutcome> {
+  let t: IdleTarget | null = null;
+  try {
+    const started = await start();
+    if (typeof started === 'string') return { ok: false, skipped: started };
+    t = started;
+    let conns = n;
+    let note: string | undefined;
+    const limit = nofile(t.pid) - 100;
+    if (limit < conns) {
+      conns = Math.max(0, limit);
+      note = `the broker may open only ${nofile(t.pid)} files: ${fmt(conns)} connections`;
+    }
+    return { ok: true, value: { ...(await measureIdle(protocol, t.pid, t.port, conns)), note } };
+  } catch (e) {
+    console.error(`  ${protocol}: ${errText(e)}`);
+    return { ok: false, error: errText(e) };
+  } finally {
+    await t?.stop();
+  }
+}
+
+const kib = (n: number) => fmt(n, 1);
+const idleFailure = (o: IdleOutcome) => (o.ok ? '' : 'skipped' in o ? o.skipped : `error: ${o.error}`);
+
+function idleCell(r: IdleResult & { note?: string }, floor: IdleResult | null): string {
+  const parts = floor !== null ? ` = floor ${kib(floor.kibPerConnection)} + ${kib(r.kibPerConnection - floor.kibPerConnection)}` : '';
+  return (
+    `${kib(r.kibPerConnection)} KiB/conn${parts} (0 → ${fmt(r.connections)}: ${kib(r.kibPerConnectionFromZero)}; ` +
+    `RSS ${fmt(r.rssKiB[0] / 1024, 0)} → ${fmt(r.rssKiB[2] / 1024, 0)} MiB${r.note ? `; ${r.note}` : ''})`
+  );
+}
+
+function idleScenario(name: string, protocol: IdleProtocol, what: string, peerName: string): Scenario {
+  const title = () => `${what}: ${fmt(CFG.idleConnections)} idle connections`;
+  return {
+    name,
+    group: 'idle',
+    title: title(),
+    run: async () => {
+      const f = await idleOn(() => flowmqIdleTarget(protocol), protocol, CFG.idleConnections);
+      const p = await idleOn(() => peerIdleTarget(protocol), protocol, CFG.idleConnections);
+      const target = (k: number) => `target ≤ ${IDLE_TARGET_KIB} KiB: ${k <= IDLE_TARGET_KIB ? 'met' : 'NOT met'}`;
+      rows.push({
+        group: 'idle',
+        scenario: name,
+        title: title(),
+        flowmq: f.ok ? idleCell(f.value, idleFloor) : idleFailure(f),
+        peer: p.ok ? `${peerName}: ${idleCell(p.value, null)}` : idleFailure(p),
+        ratio: f.ok ? (p.ok ? `${ratio(f.value.kibPerConnection, p.value.kibPerConnection)}; ` : '') + target(f.value.kibPerConnection) : '-',
+        data: { protocol, connections: CFG.idleConnections, flowmq: f, peer: p, floor: idleFloor },
+      });
+    },
+  };
+}
+
+function idleScenarios(): Scenario[] {
+  const floorTitle = () => `Node.js floor: a net.Server answering the MQTT handshake with fixed bytes, keeping only the sockets: ${fmt(CFG.idleConnections)} idle connections`;
+  return [
+    {
+      name: 'idle-floor',
+      group: 'idle',
+      title: floorTitle(),
+      run: async () => {
+        const r = await idleOn(() => startFloor(), 'mqtt', CFG.idleConnections);
+        idleFloor = r.ok ? r.value : null;
+        rows.push({
+          group: 'idle',
+          scenario: 'idle-floor',
+          title: floorTitle(),
+          flowmq: r.ok ? idleCell(r.value, null) : idleFailure(r),
+          peer: '-',
+          ratio: r.ok ? `the floor of any Node.js broker; target ≤ ${IDLE_TARGET_KIB} KiB: ${r.value.kibPerConnection <= IDLE_TARGET_KIB ? 'met' : 'NOT met'}` : '-',
+          data: { floor: r },
+        });
+      },
+    },
+    idleScenario('idle-mqtt', 'mqtt', 'MQTT: CONNECT (clean session), one SUBSCRIBE to a filter of its own', `Mosquitto ${MOSQUITTO ? mosquittoVersion(MOSQUITTO) : ''}`.trim()),
+    idleScenario('idle-mqtt-persistent', 'mqtt-persistent', 'MQTT: CONNECT (clean session 0: a persistent session), one SUBSCRIBE', `Mosquitto ${MOSQUITTO ? mosquittoVersion(MOSQUITTO) : ''}`.trim()),
+    idleScenario('idle-kafka', 'kafka', 'Kafka: ApiVersions, Metadata', '-'),
+    idleScenario('idle-amqp', 'amqp', 'AMQP 0-9-1: connection open (heartbeats on), one channel', `RabbitMQ ${RABBITMQ_VERSION ?? ''}`.trim()),
+    idleScenario('idle-nats', 'nats', 'NATS: CONNECT, one SUB, PING/PONG', `nats-server ${NATS_SERVER_VERSION ?? ''}`.trim()),
+  ];
+}
+
 function usage(): string {
   return [
     'usage: npm run bench [-- SELECTION...]',
-    '  SELECTION: mqtt | kafka | storage | amqp | nats | cluster | a scenario name (default: everything)',
+    '  SELECTION: mqtt | kafka | storage | amqp | nats | cluster | idle | a scenario name (default: everything)',
     '  scenarios:',
     ...scenarios.map((s) => `    ${s.name.padEnd(16)} ${s.title}`),
   ].join('\n');
@@ -1497,7 +1607,7 @@ async function main(): Promise<void> {
     return;
   }
   const selected = select(args);
-  const wantsIdle = selected.some((s) => s.name === 'mqtt-idle');
+  const wantsIdle = selected.some((s) => s.group === 'idle');
   const wantsAmqpIdle = selected.some((s) => s.name === 'amqp-idle-memory');
   const wantsFlood = selected.some((s) => s.name.endsWith('-flood-memory'));
   const needed = Math.max(wantsIdle ? CFG.idleConnections : 0, wantsAmqpIdle ? CFG.amqpIdleConnections : 0, wantsFlood ? CFG.floodConnections : 0) + CFG.fanoutSubscribers + 1000;
@@ -1559,6 +1669,7 @@ async function main(): Promise<void> {
     ['amqp', ['AMQP scenario', 'FlowMQ', `RabbitMQ ${RABBITMQ_VERSION ?? '(not installed)'}`, 'FlowMQ / RabbitMQ, target']],
     ['nats', ['NATS scenario', 'FlowMQ', `nats-server ${NATS_SERVER_VERSION ?? '(not installed)'}`, 'FlowMQ / nats-server, target']],
     ['cluster', ['Cluster scenario', 'FlowMQ', '-', 'scaling / target']],
+    ['idle', ['Idle connections: broker RSS growth per connection (lower is better)', 'FlowMQ', 'peer', `FlowMQ / peer; target ≤ ${IDLE_TARGET_KIB} KiB`]],
   ];
   for (const [g, header] of groups) {
     const rs = rows.filter((r) => r.group === g);

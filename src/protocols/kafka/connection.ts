@@ -62,6 +62,22 @@ const SMALL_PIECE_BYTES = 4096;
 
 const PLAINTEXT_LISTENER: KafkaListenerInfo = { name: 'kafka', tls: false, saslRequired: false };
 
+/** Where a connection's stream keeps its connection, for the stream's listeners (KafkaConnection.onStreamData...). */
+const CONNECTION = Symbol('KafkaConnection');
+type ConnectionStream = Duplex & { [CONNECTION]: KafkaConnection };
+
+/**
+ * What a connection holds until it needs its own (an empty array or Set costs ~30-170 bytes of heap, and an idle
+ * connection gathers no frame in pieces and has no long poll waiting for its close): shared; adding to either throws
+ * (the array is frozen; the Set's `add` is replaced), so a missed swap fails loudly instead of mixing connections.
+ */
+const NO_PARTS = Object.freeze([]) as unknown as Buffer[];
+const NO_LISTENERS: Set<() => void> = new (class extends Set<() => void> {
+  override add(): this {
+    throw new Error('NO_LISTENERS is shared: take an own Set before adding');
+  }
+})();
+
 /** APIs a client may use before authenticating on a listener that requires SASL (as Kafka). */
 const PRE_AUTH_APIS: ReadonlySet<number> = new Set([ApiKey.ApiVersions, ApiKey.SaslHandshake, ApiKey.SaslAuthenticate]);
 
@@ -95,19 +111,21 @@ interface Slot {
 
 export class KafkaConnection implements ConnectionInfo {
   readonly id: string;
-  readonly log: Logger;
   readonly localAddress: string | undefined;
   readonly localPort: number | undefined;
   readonly remoteAddress: string | undefined;
   private readonly remote: string;
   readonly listener: KafkaListenerInfo;
-  readonly sasl = new SaslSession();
+  /** Made on first use (see `sasl`): most connections never authenticate with SASL. */
+  private saslSession: SaslSession | null = null;
+  /** Made on first use (see `log`): a pino child and its bindings are ~250 bytes an idle connection rarely needs. */
+  private childLog: Logger | null = null;
   readonly closed: Promise<void>;
   private resolveClosed: () => void = () => undefined;
   private isDone = false;
 
-  /** The size prefix being received and how many of its 4 bytes are in. */
-  private readonly sizePrefix = Buffer.alloc(4);
+  /** The size prefix being received: its bytes so far (big-endian) and how many of its 4 are in. */
+  private sizeBytes = 0;
   private sizeHave = 0;
   /** Size of the frame being received (-1 while its size prefix is incomplete) and how many of its bytes are in. */
   private frameSize = -1;
@@ -123,12 +141,19 @@ export class KafkaConnection implements ConnectionInfo {
    * ...or the pieces of a frame gathered as its bytes arrive, joined when complete: a size prefix alone must not
    * make the broker allocate up to maxRequestBytes per connection.
    */
-  private largeParts: Buffer[] = [];
+  private largeParts: Buffer[] = NO_PARTS;
   private gathering = false;
   /** Counters the sweep compares with what it saw last time (the hot path does not read the clock). */
   private activity = 0;
   private framesDone = 0;
-  private swept = { activity: -1, framesDone: -1, activeAt: 0, partialSince: -1, unsent: 0, sentAt: 0 };
+  /** What the last sweep saw (`swept*`), and since when the connection is idle or a request partly received. */
+  private sweptActivity = -1;
+  private sweptFramesDone = -1;
+  private activeAt = 0;
+  private partialSince = -1;
+  /** Response bytes the socket held at the last sweep, and when they last went down (or were none). */
+  private sweptUnsent = 0;
+  private sentAt = 0;
   private readonly openedAt: number;
   private readonly pending: Slot[] = [];
   /**
@@ -143,7 +168,8 @@ export class KafkaConnection implements ConnectionInfo {
   /** The client finished sending: end our side once every pending response is written. */
   private ended = false;
   private released = false;
-  private readonly closeListeners = new Set<() => void>();
+  /** NO_LISTENERS until the first (see onClose). */
+  private closeListeners: Set<() => void> = NO_LISTENERS;
   /** Control plane (see ConnectionInfo): set by `openSession` before the first API that needs a principal. */
   access: Access | null = null;
   quota: QuotaLease | null = null;
@@ -166,27 +192,21 @@ export class KafkaConnection implements ConnectionInfo {
     this.listener = init.listener ?? PLAINTEXT_LISTENER;
     this.certUser = init.certUser ?? null;
     this.remote = `${init.remoteAddress ?? '?'}:${init.remotePort ?? '?'}`;
-    this.log = adapter.logger.child({ conn: init.id, remote: this.remote });
     this.openedAt = Date.now();
-    this.swept.activeAt = this.openedAt;
-    this.swept.sentAt = this.openedAt;
+    this.activeAt = this.openedAt;
+    this.sentAt = this.openedAt;
     this.closed = new Promise<void>((resolve) => {
       this.resolveClosed = resolve;
     });
+    (stream as ConnectionStream)[CONNECTION] = this;
     if (!init.attachInput?.((bytes) => this.receive(bytes))) {
-      stream.on('data', (chunk: Buffer | string) => this.receive(typeof chunk === 'string' ? Buffer.from(chunk) : chunk));
+      stream.on('data', KafkaConnection.onStreamData);
       stream.resume(); // a socket accepted paused (pauseOnConnect) stays paused until told
     }
-    stream.on('drain', () => this.updateFlow());
-    stream.on('end', () => {
-      this.ended = true;
-      this.maybeEnd();
-    });
-    stream.on('error', (err: Error) => {
-      this.log.debug({ err }, 'connection error');
-      this.destroy();
-    });
-    stream.on('close', () => this.handleStreamClose());
+    stream.on('drain', KafkaConnection.onStreamDrain);
+    stream.on('end', KafkaConnection.onStreamEnd);
+    stream.on('error', KafkaConnection.onStreamError);
+    stream.on('close', KafkaConnection.onStreamClose);
     const ac = adapter.options.access;
     if (ac) {
       this.client = ac.clients.register({
@@ -201,12 +221,48 @@ export class KafkaConnection implements ConnectionInfo {
         },
       });
     }
-    this.log.debug('connection opened');
+    if (adapter.logger.isLevelEnabled('debug')) this.log.debug('connection opened');
+  }
+
+  // The stream's listeners: the same functions for every connection, each finding its connection on the stream
+  // (`this` in an event listener), instead of closures per connection (~330 bytes with their context).
+  private static onStreamData(this: ConnectionStream, chunk: Buffer | string): void {
+    this[CONNECTION].receive(typeof chunk === 'string' ? Buffer.from(chunk) : chunk);
+  }
+
+  private static onStreamDrain(this: ConnectionStream): void {
+    this[CONNECTION].updateFlow();
+  }
+
+  private static onStreamEnd(this: ConnectionStream): void {
+    const c = this[CONNECTION];
+    c.ended = true;
+    c.maybeEnd();
+  }
+
+  private static onStreamError(this: ConnectionStream, err: Error): void {
+    const c = this[CONNECTION];
+    if (c.adapter.logger.isLevelEnabled('debug')) c.log.debug({ err }, 'connection error');
+    c.destroy();
+  }
+
+  private static onStreamClose(this: ConnectionStream): void {
+    this[CONNECTION].handleStreamClose();
+  }
+
+  /** The connection's logger (its id and peer bound), made on first use. */
+  get log(): Logger {
+    return (this.childLog ??= this.adapter.logger.child({ conn: this.id, remote: this.remote }));
+  }
+
+  /** SASL state (handshake, exchange, principal), made on first use. */
+  get sasl(): SaslSession {
+    return (this.saslSession ??= new SaslSession());
   }
 
   /** SASL completed, or a verified client certificate named a user (mTLS). */
   private get isAuthenticated(): boolean {
-    return this.sasl.authenticated || this.certUser !== null;
+    return this.saslSession?.authenticated === true || this.certUser !== null;
   }
 
   isClosed(): boolean {
@@ -218,8 +274,10 @@ export class KafkaConnection implements ConnectionInfo {
       fn();
       return () => undefined;
     }
-    this.closeListeners.add(fn);
-    return () => this.closeListeners.delete(fn);
+    if (this.closeListeners === NO_LISTENERS) this.closeListeners = new Set();
+    const listeners = this.closeListeners;
+    listeners.add(fn);
+    return () => listeners.delete(fn);
   }
 
   /** Closes the connection now; pending responses are dropped. */
@@ -236,35 +294,34 @@ export class KafkaConnection implements ConnectionInfo {
   sweep(now: number): void {
     if (this.isDone) return;
     const o = this.adapter.options;
-    const sw = this.swept;
-    if (this.activity !== sw.activity) {
-      sw.activity = this.activity;
-      sw.activeAt = now;
+    if (this.activity !== this.sweptActivity) {
+      this.sweptActivity = this.activity;
+      this.activeAt = now;
     }
     const partial = this.frameSize >= 0 || this.sizeHave > 0;
-    if (!partial) sw.partialSince = -1;
+    if (!partial) this.partialSince = -1;
     // While the connection is paused it is the broker that holds the rest of the request back (backpressure).
-    else if (sw.partialSince < 0 || this.framesDone !== sw.framesDone || this.paused) sw.partialSince = now;
-    sw.framesDone = this.framesDone;
+    else if (this.partialSince < 0 || this.framesDone !== this.sweptFramesDone || this.paused) this.partialSince = now;
+    this.sweptFramesDone = this.framesDone;
     // Responses waiting in the socket's buffer: progress is the buffer getting shorter (or empty) between sweeps.
     // While it is not, the connection does not read either (backpressure), so nothing else moves it.
     const unsent = this.stream.writableLength;
-    if (unsent === 0 || unsent < sw.unsent) sw.sentAt = now;
-    sw.unsent = unsent;
-    if (unsent > 0 && now - sw.sentAt >= o.responseSendTimeoutMs) {
+    if (unsent === 0 || unsent < this.sweptUnsent) this.sentAt = now;
+    this.sweptUnsent = unsent;
+    if (unsent > 0 && now - this.sentAt >= o.responseSendTimeoutMs) {
       this.limitedLog(
         'warn',
         { unsentBytes: unsent, inFlight: this.pending.length, limitMs: o.responseSendTimeoutMs },
         'client does not read its responses: closing connection',
       );
       this.destroy();
-    } else if (partial && now - sw.partialSince >= o.requestReceiveTimeoutMs) {
+    } else if (partial && now - this.partialSince >= o.requestReceiveTimeoutMs) {
       this.limitedLog('warn', { size: this.frameSize, received: this.frameHave, limitMs: o.requestReceiveTimeoutMs }, 'request not received whole in time: closing connection');
       this.destroy();
     } else if (this.listener.saslRequired && !this.isAuthenticated && now - this.openedAt >= o.authTimeoutMs) {
       this.limitedLog('info', { listener: this.listener.name, limitMs: o.authTimeoutMs }, 'no SASL authentication in time: closing connection');
       this.destroy();
-    } else if (!partial && this.pending.length === 0 && now - sw.activeAt >= o.connectionsMaxIdleMs) {
+    } else if (!partial && this.pending.length === 0 && now - this.activeAt >= o.connectionsMaxIdleMs) {
       this.limitedLog('debug', { limitMs: o.connectionsMaxIdleMs }, 'idle connection: closing (connections.max.idle.ms)');
       this.destroy();
     }
@@ -324,17 +381,18 @@ export class KafkaConnection implements ConnectionInfo {
       // each answered by kilobytes), so the limits are checked per request, not per read.
       if (this.frameSize < 0 && this.sizeHave === 0 && pos < bytes.length && this.mustStop()) return pos;
       if (this.frameSize < 0) {
-        const k = Math.min(4 - this.sizeHave, bytes.length - pos);
-        bytes.copy(this.sizePrefix, this.sizeHave, pos, pos + k);
-        this.sizeHave += k;
-        pos += k;
+        while (this.sizeHave < 4 && pos < bytes.length) {
+          this.sizeBytes = ((this.sizeBytes << 8) | bytes[pos++]) >>> 0;
+          this.sizeHave++;
+        }
         if (this.sizeHave < 4) break;
         this.sizeHave = 0;
-        const size = this.sizePrefix.readInt32BE(0);
+        const size = this.sizeBytes | 0; // int32, as readInt32BE
+        this.sizeBytes = 0;
         const o = this.adapter.options;
         // KIP-43 / sasl.server.max.receive.size: until SASL completes (on a listener requiring it), or while an
         // exchange is under way, only small requests are read.
-        const saslLimited = !this.isAuthenticated && (this.listener.saslRequired || this.sasl.mechanism !== null);
+        const saslLimited = !this.isAuthenticated && (this.listener.saslRequired || (this.saslSession !== null && this.saslSession.mechanism !== null));
         const max = saslLimited ? o.saslMaxReceiveBytes : o.maxRequestBytes;
         if (size < 0 || size > max) {
           if (saslLimited && size >= 0 && size <= o.maxRequestBytes) {
@@ -385,7 +443,7 @@ export class KafkaConnection implements ConnectionInfo {
         frames.gathering--;
       }
       this.frame = null;
-      this.largeParts = [];
+      this.largeParts = NO_PARTS;
       this.frameSize = -1;
       this.framesDone++;
       this.dispatch(frame);
@@ -395,6 +453,7 @@ export class KafkaConnection implements ConnectionInfo {
 
   /** Keeps a copy of received bytes of a gathered frame; small ones are joined to a small last piece. */
   private gather(bytes: Buffer): void {
+    if (this.largeParts === NO_PARTS) this.largeParts = [];
     const parts = this.largeParts;
     const last = parts.length - 1;
     if (bytes.length < SMALL_PIECE_BYTES && last >= 0 && parts[last].length < SMALL_PIECE_BYTES) {
@@ -405,7 +464,7 @@ export class KafkaConnection implements ConnectionInfo {
   }
 
   private dispatch(frame: Buffer): void {
-    if (this.sasl.raw) {
+    if (this.saslSession?.raw === true) {
       this.dispatchRawToken(frame);
       return;
     }
@@ -416,7 +475,7 @@ export class KafkaConnection implements ConnectionInfo {
       this.reject(err, undefined);
       return;
     }
-    if (this.log.isLevelEnabled('trace')) {
+    if (this.adapter.logger.isLevelEnabled('trace')) {
       this.log.trace({ api: apiName(prefix.apiKey), version: prefix.apiVersion, correlationId: prefix.correlationId }, 'request');
     }
     if (this.listener.saslRequired && !this.isAuthenticated && !PRE_AUTH_APIS.has(prefix.apiKey)) {
@@ -542,7 +601,8 @@ export class KafkaConnection implements ConnectionInfo {
     const ac = this.adapter.options.access;
     if (!ac) return true;
     let principal: Principal;
-    if (this.sasl.authenticated && this.sasl.principal !== null) principal = ac.principal(this.sasl.principal);
+    const sasl = this.saslSession;
+    if (sasl !== null && sasl.authenticated && sasl.principal !== null) principal = ac.principal(sasl.principal);
     else if (this.certUser !== null) principal = ac.principal(this.certUser);
     else if (this.adapter.options.anonymous) principal = ANONYMOUS;
     else {
@@ -696,7 +756,7 @@ export class KafkaConnection implements ConnectionInfo {
     this.gathering = false;
     this.frameSize = -1;
     this.frame = null;
-    this.largeParts = [];
+    this.largeParts = NO_PARTS;
     this.held = null;
     for (const slot of this.pending) slot.lease?.release();
     this.pending.length = 0;
@@ -704,8 +764,9 @@ export class KafkaConnection implements ConnectionInfo {
     this.muted = null;
     this.quota?.release();
     this.client?.close();
-    this.log.debug('connection closed');
+    if (this.adapter.logger.isLevelEnabled('debug')) this.log.debug('connection closed');
     this.resolveClosed();
+    if (this.closeListeners === NO_LISTENERS) return;
     const listeners = [...this.closeListeners];
     this.closeListeners.clear();
     for (const fn of listeners) fn();

@@ -48,6 +48,7 @@ import {
   type Will,
 } from './codec/index.js';
 import {
+  EmptyMap,
   EXPIRY_NEVER,
   MqttHub,
   newDelivery,
@@ -268,6 +269,15 @@ export interface MqttConnectionStats {
 
 const PINGRESP = Buffer.from([0xd0, 0x00]);
 
+/** Where a connection's stream keeps its connection, for the stream's listeners (MqttConnection.onStreamData...). */
+const CONNECTION = Symbol('MqttConnection');
+type ConnectionStream = Duplex & { [CONNECTION]: MqttConnection };
+
+/** The in-flight map of every connection with nothing in flight yet (see EmptyMap). */
+const NO_INFLIGHT: Map<number, Delivery> = new EmptyMap();
+/** `pending` holding nothing: shared, frozen (adding to it throws). */
+const NO_BUFFERS = Object.freeze([]) as unknown as Buffer[];
+
 /**
  * Fan-out cache: the engine delivers one message to every matching subscriber back to back, and a QoS 0
  * frame with retain=0 and no per-subscriber properties is the same bytes for all of them, so it is encoded
@@ -371,8 +381,8 @@ export class MqttConnection implements QueueConsumerHost {
   private lingerTimer: NodeJS.Timeout | null = null;
   private resolveClosed!: () => void;
 
-  // inbound bytes not parsed yet, and how many are needed before parsing can progress
-  private pending: Buffer[] = [];
+  // inbound bytes not parsed yet (NO_BUFFERS when none), and how many are needed before parsing can progress
+  private pending: Buffer[] = NO_BUFFERS;
   private pendingBytes = 0;
   private needBytes = 0;
   /** Bytes of `pending` counted in the hub's `partialBytes`. */
@@ -415,7 +425,8 @@ export class MqttConnection implements QueueConsumerHost {
   private readonly certificate: (() => CertificateLogin) | null;
 
   // outbound
-  private readonly inflight = new Map<number, Delivery>();
+  /** By packet id; NO_INFLIGHT until the first QoS 1/2 delivery (see ownInflight). */
+  private inflight: Map<number, Delivery> = NO_INFLIGHT;
   private nextPacketId = 1;
   private queue: Delivery[] = [];
   private queueHead = 0;
@@ -434,20 +445,33 @@ export class MqttConnection implements QueueConsumerHost {
   private queueStarts: MqttQueueConsumer[] | null = null;
   /** A 'drain' listener is waiting to resume the queue consumers. */
   private drainArmed = false;
-  private readonly onQueueAckError = (err: unknown) => {
-    this.logLimited('warn', 'queue ack failed', { clientId: this.clientId, remote: this.remote, err: errText(err) }, 'mqtt queue ack failed');
-  };
-  private readonly onDrain = () => {
-    this.drainArmed = false;
-    this.resumeQueues();
-  };
+  // Callbacks made on first use and kept (through the getters below): a closure costs 56 bytes of heap, and an
+  // idle connection needs none of them but `uncork`.
+  private queueAckErrorFn: ((err: unknown) => void) | null = null;
+  private drainFn: (() => void) | null = null;
+  private uncorkFn: (() => void) | null = null;
 
-  private readonly onData = (chunk: Buffer) => this.receive(chunk);
-  private readonly uncork = () => {
-    this.corked = false;
-    this.stream.uncork();
-  };
-  private readonly onDurableError = (err: unknown) => {
+  private get onQueueAckError(): (err: unknown) => void {
+    return (this.queueAckErrorFn ??= (err: unknown) => {
+      this.logLimited('warn', 'queue ack failed', { clientId: this.clientId, remote: this.remote, err: errText(err) }, 'mqtt queue ack failed');
+    });
+  }
+
+  private get onDrain(): () => void {
+    return (this.drainFn ??= () => {
+      this.drainArmed = false;
+      this.resumeQueues();
+    });
+  }
+
+  private get uncork(): () => void {
+    return (this.uncorkFn ??= () => {
+      this.corked = false;
+      this.stream.uncork();
+    });
+  }
+
+  private onDurableError(err: unknown): void {
     if (this.state === State.Closed) return;
     this.ctx.logger.warn(
       { clientId: this.clientId, remote: this.remote, err: errText(err) },
@@ -455,7 +479,7 @@ export class MqttConnection implements QueueConsumerHost {
     );
     // 3.1.1 has no negative PUBACK: closing tells the client the message was not accepted. v5 says why.
     this.disconnectWith(ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR, 'message could not be stored');
-  };
+  }
 
   constructor(
     private readonly stream: Duplex,
@@ -489,21 +513,44 @@ export class MqttConnection implements QueueConsumerHost {
     this.closed = new Promise((resolve) => {
       this.resolveClosed = resolve;
     });
-    stream.on('data', this.onData);
-    stream.on('error', (err: Error) => {
-      this.logLimited('debug', 'socket error', { clientId: this.clientId, remote: this.remote, err: err.message }, 'mqtt socket error');
-      this.close('abnormal');
-    });
+    (stream as ConnectionStream)[CONNECTION] = this;
+    stream.on('data', MqttConnection.onStreamData);
+    stream.on('error', MqttConnection.onStreamError);
     // EOF without DISCONNECT is an abnormal end: the will is published [MQTT-3.1.2-8].
-    stream.on('end', () => this.close('abnormal'));
-    stream.on('close', () => {
-      this.close('abnormal');
-      this.finish();
-    });
+    stream.on('end', MqttConnection.onStreamEnd);
+    stream.on('close', MqttConnection.onStreamClose);
     if (this.ownHub) {
       // A stand-alone connection (tests) has nobody else to run the tick.
       setTimeout(() => this.checkTimers(Date.now()), this.opts.connectTimeoutMs + 1).unref();
     }
+  }
+
+  // The stream's listeners: the same four functions for every connection, each finding its connection on the
+  // stream (`this` in an event listener), instead of four closures and their context per connection (~260 bytes).
+  private static onStreamData(this: ConnectionStream, chunk: Buffer): void {
+    this[CONNECTION].receive(chunk);
+  }
+
+  private static onStreamError(this: ConnectionStream, err: Error): void {
+    const c = this[CONNECTION];
+    c.logLimited('debug', 'socket error', { clientId: c.clientId, remote: c.remote, err: err.message }, 'mqtt socket error');
+    c.close('abnormal');
+  }
+
+  private static onStreamEnd(this: ConnectionStream): void {
+    this[CONNECTION].close('abnormal');
+  }
+
+  private static onStreamClose(this: ConnectionStream): void {
+    const c = this[CONNECTION];
+    c.close('abnormal');
+    c.finish();
+  }
+
+  /** `inflight`, the connection's own from the first delivery in flight on (to add to it). */
+  private ownInflight(): Map<number, Delivery> {
+    if (this.inflight === NO_INFLIGHT) this.inflight = new Map();
+    return this.inflight;
   }
 
   /** Outbound messages queued behind the in-flight window. */
@@ -614,6 +661,12 @@ export class MqttConnection implements QueueConsumerHost {
   private receive(chunk: Buffer): void {
     this.lastRx = Date.now();
     if (this.state === State.Closed) return;
+    // The usual case, nothing held: the chunk is parsed as it came (no array per read).
+    if (this.pendingBytes === 0 && !this.readPaused) {
+      this.parse(chunk);
+      return;
+    }
+    if (this.pending === NO_BUFFERS) this.pending = [];
     this.pending.push(chunk);
     this.pendingBytes += chunk.length;
     // A large packet arrives in many chunks: collect them and parse once it is complete.
@@ -621,7 +674,7 @@ export class MqttConnection implements QueueConsumerHost {
       this.hold();
       return;
     }
-    this.parse();
+    this.parse(null);
   }
 
   /**
@@ -658,9 +711,10 @@ export class MqttConnection implements QueueConsumerHost {
     this.partialSince = 0;
   }
 
-  private parse(): void {
-    const buf = this.pending.length === 1 ? this.pending[0] : Buffer.concat(this.pending, this.pendingBytes);
-    this.pending = [];
+  /** Parses `chunk` (nothing was held), or else what `pending` holds. */
+  private parse(chunk: Buffer | null): void {
+    const buf = chunk ?? (this.pending.length === 1 ? this.pending[0] : Buffer.concat(this.pending, this.pendingBytes));
+    this.pending = NO_BUFFERS;
     this.pendingBytes = 0;
     this.needBytes = 0;
     let off = 0;
@@ -682,7 +736,7 @@ export class MqttConnection implements QueueConsumerHost {
     if (off < buf.length && this.state !== State.Closed) {
       // A tail is copied: a view would keep the whole chunk (up to a full packet) in memory for a few bytes.
       const rest = off === 0 ? buf : Buffer.from(buf.subarray(off));
-      this.pending.push(rest);
+      this.pending = [rest];
       this.pendingBytes = rest.length;
       // Packets were consumed: what is left is a new packet, its clock starts now.
       if (off > 0) this.partialSince = 0;
@@ -700,7 +754,7 @@ export class MqttConnection implements QueueConsumerHost {
     // A quota's hold-back ends on its own timer (throttle()), not with the other reasons to pause.
     if (!this.readPaused || this.state === State.Closed || this.throttleTimer !== null) return;
     this.readPaused = false;
-    if (this.pendingBytes > 0 && this.pendingBytes >= this.needBytes) this.parse();
+    if (this.pendingBytes > 0 && this.pendingBytes >= this.needBytes) this.parse(null);
     // The rest of a packet may have waited in the socket while we did not read: its clock starts again.
     if (this.partialSince !== 0) this.partialSince = Date.now();
     // parse() may have closed the connection or paused again.
@@ -1217,7 +1271,7 @@ export class MqttConnection implements QueueConsumerHost {
             continue;
           }
           if (d.packetId !== 0 && !this.inflight.has(d.packetId)) {
-            this.inflight.set(d.packetId, d);
+            this.ownInflight().set(d.packetId, d);
             if (d.released) this.send(encodeIdOnly('pubrel', d.packetId, this.level));
             else this.writePublish(d, d.packetId, true, now);
           } else fresh.push(d);
@@ -1379,7 +1433,7 @@ export class MqttConnection implements QueueConsumerHost {
     if (p.qos === 2) {
       const s = this.session!;
       const id = p.packetId;
-      s.awaitingRel.add(id);
+      s.relIds().add(id);
       if (durable === null) {
         if (s.persistent) this.hub.persist(s);
       } else {
@@ -1389,7 +1443,7 @@ export class MqttConnection implements QueueConsumerHost {
           s.relNotDurable.delete(id);
           if (s.persistent) this.hub.persist(s);
         });
-        s.relNotDurable.set(id, stored);
+        s.relPending().set(id, stored);
         stored.catch(() => {
           if (s.relNotDurable.get(id) === stored) s.relNotDurable.delete(id);
         });
@@ -1669,7 +1723,7 @@ export class MqttConnection implements QueueConsumerHost {
         return;
       }
       d.packetId = id;
-      this.inflight.set(id, d);
+      this.ownInflight().set(id, d);
     } catch (err) {
       this.fail(err);
     }
@@ -1852,7 +1906,7 @@ export class MqttConnection implements QueueConsumerHost {
       return;
     }
     d.packetId = id;
-    this.inflight.set(id, d);
+    this.ownInflight().set(id, d);
     // Persistent session: the message is in the store, with the packet id it was sent with, until acknowledged.
     if (d.stored === 'none') this.hub.track(this.session!, d);
     else this.hub.touch(this.session!, d);
@@ -2077,7 +2131,7 @@ export class MqttConnection implements QueueConsumerHost {
     this.queueHead = 0;
     this.acks.length = 0;
     this.acksHead = 0;
-    this.pending = [];
+    this.pending = NO_BUFFERS;
     this.pendingBytes = 0;
     this.release();
     this.inAliases = null;
