@@ -16,6 +16,8 @@ export interface KafkaListenerInfo {
   readonly tls: boolean;
   /** Every API but ApiVersions, SaslHandshake and SaslAuthenticate needs SASL authentication first. */
   readonly saslRequired: boolean;
+  /** Host advertised to clients of this listener; default the adapter's `advertisedHost`, else the local address. */
+  readonly advertisedHost?: string;
   /** Port advertised to clients of this listener (Metadata, FindCoordinator); default the local port. */
   readonly advertisedPort?: number;
 }
