@@ -8,7 +8,7 @@
 import { FlowError } from './errors.js';
 import type { Message, QoS } from './message.js';
 import { decodeBatch, encodeBatch, messageToRecord, recordToMessage } from './record-batch.js';
-import { sameStreamDef, type AppendResult, type PartitionOffsets, type ReadLease, type StreamDef, type StreamStorage } from './streams.js';
+import { sameStreamDef, type AppendResult, type PartitionOffsets, type ReadLease, type StreamDef, type StreamSettings, type StreamStorage } from './streams.js';
 import { RetainedIndex } from './retained.js';
 import { decodeStoredMessage, encodeStoredMessage } from './sessions.js';
 import type { CoreStore } from './store.js';
@@ -138,6 +138,39 @@ export interface StreamSpec {
   partitions: number;
   bindings?: string[];
   retentionMs?: number | null;
+  retentionBytes?: number | null;
+  segmentBytes?: number | null;
+  segmentMs?: number | null;
+  configs?: Readonly<Record<string, string>>;
+}
+
+/**
+ * Checks a stream's settings and returns them as a definition holds them: the optional ones only when set, so a
+ * stream with none has the same definition as before they existed.
+ */
+function streamSettings(s: Partial<StreamSettings>): StreamSettings {
+  const retentionMs = s.retentionMs ?? null;
+  if (retentionMs !== null && (!Number.isFinite(retentionMs) || retentionMs <= 0)) {
+    throw new FlowError('INVALID_ARGUMENT', 'retention must be a positive duration');
+  }
+  const out: StreamSettings = { retentionMs };
+  const whole = (what: string, v: number | null | undefined, min: number): number | null => {
+    if (v === null || v === undefined) return null;
+    if (!Number.isSafeInteger(v) || v < min) throw new FlowError('INVALID_ARGUMENT', `${what} must be an integer >= ${min}`);
+    return v;
+  };
+  const retentionBytes = whole('retention bytes', s.retentionBytes, 0);
+  const segmentBytes = whole('segment bytes', s.segmentBytes, 1);
+  const segmentMs = whole('segment age', s.segmentMs, 1);
+  if (retentionBytes !== null) out.retentionBytes = retentionBytes;
+  if (segmentBytes !== null) out.segmentBytes = segmentBytes;
+  if (segmentMs !== null) out.segmentMs = segmentMs;
+  if (s.configs !== undefined) {
+    const entries = Object.entries(s.configs);
+    if (!entries.every(([k, v]) => typeof k === 'string' && typeof v === 'string')) throw new FlowError('INVALID_ARGUMENT', 'stream configs must map names to strings');
+    if (entries.length > 0) out.configs = Object.fromEntries(entries.sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));
+  }
+  return out;
 }
 
 export interface StreamEntry {
@@ -229,11 +262,8 @@ export class Engine implements Router {
     if (this.streams.has(spec.name)) throw new FlowError('ALREADY_EXISTS', `stream "${spec.name}" already exists`);
     const bindings = spec.bindings && spec.bindings.length > 0 ? [...new Set(spec.bindings)] : [kafkaToUnified(spec.name)];
     for (const b of bindings) validateFilter(b);
-    const retentionMs = spec.retentionMs ?? null;
-    if (retentionMs !== null && (!Number.isFinite(retentionMs) || retentionMs <= 0)) {
-      throw new FlowError('INVALID_ARGUMENT', 'retention must be a positive duration');
-    }
-    const def: StreamDef = { name: spec.name, partitions: spec.partitions, bindings, retentionMs, createdAt: Date.now() };
+    const { retentionMs, ...settings } = streamSettings(spec);
+    const def: StreamDef = { name: spec.name, partitions: spec.partitions, bindings, retentionMs, createdAt: Date.now(), ...settings };
     await this.store.createStream(def);
     await this.storage.openStream(def);
     this.index(def);
@@ -274,6 +304,17 @@ export class Engine implements Router {
       throw new FlowError('INVALID_ARGUMENT', 'retention must be a positive duration');
     }
     return this.redefine(e, { ...e.def, retentionMs });
+  }
+
+  /**
+   * Replaces a stream's settings, all of them (Kafka AlterConfigs; IncrementalAlterConfigs computes the whole set):
+   * those left out go back to their defaults. The log applies them from its next cut, seal or retention pass.
+   */
+  async setSettings(name: string, settings: Partial<StreamSettings>): Promise<StreamDef> {
+    const e = this.streams.get(name);
+    if (!e) throw new FlowError('NOT_FOUND', `stream "${name}" does not exist`);
+    const { name: n, partitions, bindings, createdAt } = e.def;
+    return this.redefine(e, { name: n, partitions, bindings, createdAt, ...streamSettings(settings) });
   }
 
   /**

@@ -105,6 +105,21 @@ export function setBaseOffset(batch: Buffer, offset: number, pos = 0): void {
   batch.writeBigInt64BE(BigInt(offset), pos);
 }
 
+/** Attribute bit of a batch whose timestamps are the log's append time (Kafka's TimestampType.LOG_APPEND_TIME). */
+export const ATTR_LOG_APPEND_TIME = 0x08;
+
+/**
+ * Stamps a whole batch with the log's append time `ts`, in place, as a Kafka broker does for a topic with
+ * message.timestamp.type=LogAppendTime (LogValidator, DefaultRecordBatch.setMaxTimestamp): the timestamp-type bit
+ * is set, maxTimestamp becomes `ts` and the CRC is computed again; the records are left as they are (compressed
+ * ones too), and readers take the batch's maxTimestamp as every record's timestamp.
+ */
+export function setLogAppendTime(batch: Buffer, ts: number): void {
+  batch.writeInt16BE(batch.readInt16BE(OFF_ATTRIBUTES) | ATTR_LOG_APPEND_TIME, OFF_ATTRIBUTES);
+  batch.writeBigInt64BE(BigInt(ts), OFF_MAX_TS);
+  batch.writeUInt32BE(crc32c(batch, OFF_ATTRIBUTES, batch.length), OFF_CRC);
+}
+
 /**
  * Splits a concatenation of batches (a Kafka `records` field) into its batches, validating each header and
  * CRC. A trailing partial batch is an error here: producers never send one.
@@ -313,7 +328,9 @@ export function decodeBatch(batch: Buffer, pos = 0): Record[] {
       headers.push({ key: k.toString('utf8'), value: rr.bytes(rr.varint()) });
     }
     r.pos = end;
-    out.push({ offset: info.baseOffset + offDelta, timestamp: info.baseTimestamp + tsDelta, key, value, headers });
+    // A batch stamped with the log's append time gives every record that time (Kafka's DefaultRecordBatch).
+    const timestamp = (info.attributes & ATTR_LOG_APPEND_TIME) !== 0 ? info.maxTimestamp : info.baseTimestamp + tsDelta;
+    out.push({ offset: info.baseOffset + offDelta, timestamp, key, value, headers });
   }
   return out;
 }

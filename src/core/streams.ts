@@ -12,6 +12,29 @@ export interface StreamDef {
   /** Retention in ms; null keeps data forever. */
   retentionMs: number | null;
   createdAt: number;
+  /**
+   * Retention by size, per partition (Kafka's retention.bytes): the oldest segments are deleted, whole, while the
+   * partition would still hold at least this many bytes without them. Absent or null: no bound.
+   */
+  retentionBytes?: number | null;
+  /** Bytes at which a partition's open segment is cut (Kafka's segment.bytes); absent or null: the log's default. */
+  segmentBytes?: number | null;
+  /** Age at which a partition's open segment is sealed (Kafka's segment.ms); absent or null: the log's default. */
+  segmentMs?: number | null;
+  /**
+   * Settings the core keeps for the protocols without reading them: Kafka's other topic configs, by their names
+   * (what a client set, reported back by DescribeConfigs). Absent: none.
+   */
+  configs?: Readonly<Record<string, string>>;
+}
+
+/** The settings of a stream besides its name, partitions and bindings (what Kafka calls its topic configs). */
+export type StreamSettings = Pick<StreamDef, 'retentionMs' | 'retentionBytes' | 'segmentBytes' | 'segmentMs' | 'configs'>;
+
+function sameConfigs(a: Readonly<Record<string, string>> | undefined, b: Readonly<Record<string, string>> | undefined): boolean {
+  const ka = Object.keys(a ?? {});
+  if (ka.length !== Object.keys(b ?? {}).length) return false;
+  return ka.every((k) => b !== undefined && Object.hasOwn(b, k) && b[k] === a![k]);
 }
 
 /** Same definition (as the catalog holds it): a broker that hears of a change applies only real ones. */
@@ -22,7 +45,11 @@ export function sameStreamDef(a: StreamDef, b: StreamDef): boolean {
     a.retentionMs === b.retentionMs &&
     a.createdAt === b.createdAt &&
     a.bindings.length === b.bindings.length &&
-    a.bindings.every((x, i) => x === b.bindings[i])
+    a.bindings.every((x, i) => x === b.bindings[i]) &&
+    (a.retentionBytes ?? null) === (b.retentionBytes ?? null) &&
+    (a.segmentBytes ?? null) === (b.segmentBytes ?? null) &&
+    (a.segmentMs ?? null) === (b.segmentMs ?? null) &&
+    sameConfigs(a.configs, b.configs)
   );
 }
 

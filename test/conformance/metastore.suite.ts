@@ -111,6 +111,29 @@ export function metastoreConformance(name: string, open: (dir: string) => Promis
       await m.close();
     });
 
+    it('keeps a stream\'s settings (size retention, segment size and age, protocol configs) and clears them', async () => {
+      const dir = freshDir();
+      const m = await open(dir);
+      const tuned = stream('tuned', {
+        retentionBytes: 10_485_760,
+        segmentBytes: 52_428_800,
+        segmentMs: 3_600_000,
+        configs: { 'max.message.bytes': '2097152', 'message.timestamp.type': 'LogAppendTime' },
+      });
+      await m.createStream(tuned);
+      assert.deepEqual(await getStream(m, 'tuned'), tuned);
+      await m.close();
+      const m2 = await open(dir);
+      assert.deepEqual(await getStream(m2, 'tuned'), tuned, 'after a reopen');
+      const some = { ...stream('tuned'), retentionBytes: 0, configs: { 'compression.type': 'zstd' } };
+      await m2.updateStream(some);
+      assert.deepEqual(await getStream(m2, 'tuned'), some);
+      // A definition without them (as every stream made before they existed) reads back without them.
+      await m2.updateStream(stream('tuned'));
+      assert.deepEqual(await getStream(m2, 'tuned'), stream('tuned'));
+      await m2.close();
+    });
+
     it('refuses a duplicate stream with ALREADY_EXISTS and leaves the first one alone', async () => {
       const m = await open(freshDir());
       await m.createStream(stream('dup'));

@@ -124,6 +124,23 @@ describe('Engine', () => {
     assert.throws(() => engine.produce('nope', 0, encodeBatch([{ key: null, value: null, headers: [], timestamp: 0 }])), { code: 'NOT_FOUND' });
     assert.throws(() => engine.offsets('ok', 1), { code: 'NOT_FOUND' });
   });
+  it('keeps a stream\'s settings, replaces them whole, and refuses bad ones', async () => {
+    const { engine, m } = setup();
+    const def = await engine.createStream({ name: 'set', partitions: 1, retentionMs: 1000, segmentBytes: 1 << 20, configs: { b: '2', a: '1' } });
+    assert.deepEqual([def.retentionMs, def.segmentBytes, def.configs], [1000, 1 << 20, { a: '1', b: '2' }]);
+    assert.ok(!('retentionBytes' in def) && !('segmentMs' in def), 'unset settings are left out of the definition');
+    const next = await engine.setSettings('set', { retentionBytes: 0, segmentMs: 5000 });
+    assert.deepEqual(
+      [next.retentionMs, next.retentionBytes, next.segmentBytes, next.segmentMs, next.configs, next.createdAt],
+      [null, 0, undefined, 5000, undefined, def.createdAt],
+    );
+    assert.deepEqual((await m.listStreams()).find((d) => d.name === 'set'), next);
+    await assert.rejects(engine.setSettings('set', { segmentBytes: 0 }), { code: 'INVALID_ARGUMENT' });
+    await assert.rejects(engine.setSettings('set', { retentionBytes: 1.5 }), { code: 'INVALID_ARGUMENT' });
+    await assert.rejects(engine.setSettings('nope', {}), { code: 'NOT_FOUND' });
+    assert.equal(engine.getStream('set')?.def, next);
+  });
+
   it('partitions by key exactly as Kafka\'s default partitioner (murmur2), here checked against KafkaJS', () => {
     const meta = Array.from({ length: 7 }, (_, i) => ({ partitionId: i, leader: 0, partitionErrorCode: 0, replicas: [0], isr: [0] }));
     const kafkajs = Partitioners.DefaultPartitioner();

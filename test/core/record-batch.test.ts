@@ -13,6 +13,7 @@ import {
   readBatchInfo,
   recordToMessage,
   setBaseOffset,
+  setLogAppendTime,
   splitBatches,
   verifyBatchCrc,
   makeMessage,
@@ -132,6 +133,22 @@ describe('record batch v2', () => {
       }
     }
   });
+  it('stamps a batch with the log append time: type bit, max timestamp, CRC; records read that time', () => {
+    for (const compression of [Compression.None, Compression.Gzip]) {
+      const b = encodeBatch([
+        { key: null, value: Buffer.from('a'), headers: [], timestamp: 1000 },
+        { key: null, value: Buffer.from('b'), headers: [], timestamp: 1500 },
+      ], compression);
+      setLogAppendTime(b, 1_700_000_000_000);
+      const info = readBatchInfo(b);
+      assert.equal(info.attributes & 0x08, 0x08);
+      assert.equal(info.compression, compression, 'the codec bits are kept');
+      assert.deepEqual([info.baseTimestamp, info.maxTimestamp], [1000, 1_700_000_000_000]);
+      assert.ok(verifyBatchCrc(b));
+      assert.deepEqual(decodeBatch(b).map((r) => [r.value?.toString(), r.timestamp]), [['a', 1_700_000_000_000], ['b', 1_700_000_000_000]]);
+    }
+  });
+
   it('carries a foreign topic as a header and restores it', () => {
     const msg = makeMessage('factory/l1/d7/telemetry', Buffer.from('21.5'), { timestamp: 5 });
     const rec = messageToRecord(msg, 'telemetry');

@@ -21,12 +21,16 @@ export const kafkaModule: ProtocolModule = {
     const anonymous = config.kafkaSasl === false || access.anonymousAllowed('kafka');
     const kctx: AdapterContext = { engine: ctx.engine, brokerId: ctx.brokerId, logger: ctx.logger.child({ protocol: 'kafka' }) };
     const adapter = createKafkaAdapter(kctx, {
-      advertisedHost: config.kafkaAdvertisedHost ?? undefined,
+      // --kafka-advertised-host, else --advertised-host (the host every listener is advertised with), else the
+      // address each client reached; --advertised-listeners kafka=/kafka-tls= override it per listener (below).
+      advertisedHost: config.kafkaAdvertisedHost ?? config.advertisedHost ?? undefined,
       autoCreateTopics: config.kafkaAutoCreateTopics,
       defaultPartitions: config.kafkaDefaultPartitions,
       groupInitialRebalanceDelayMs: config.kafkaGroupInitialRebalanceDelay,
       groupMinSessionTimeoutMs: config.kafkaGroupMinSessionTimeout,
       groupMaxSessionTimeoutMs: config.kafkaGroupMaxSessionTimeout,
+      logSegmentBytes: config.segmentBytes,
+      logSegmentMs: config.segmentMs,
       saslMaxReceiveBytes: config.kafkaSaslMaxReceiveSize,
       frameReserveBytes: config.kafkaFrameReserve,
       connectionsMaxIdleMs: config.kafkaConnectionsMaxIdle,
@@ -39,20 +43,29 @@ export const kafkaModule: ProtocolModule = {
       // Cluster mode: brokers, leaders and coordinators from the cluster's ownership (registers the 'group' kind).
       ...(ctx.cluster ? { cluster: ctx.cluster } : {}),
     });
+    /**
+     * `--advertised-listeners kafka=host:port` (and `kafka-tls=`): what Metadata, FindCoordinator and
+     * DescribeCluster tell this listener's clients, for a broker behind NAT or a proxy. In a cluster the same
+     * addresses are registered for the other brokers to report (broker.ts, advertisedEndpoints).
+     */
+    const advertised = (name: string): { advertisedHost?: string; advertisedPort?: number } => {
+      const ep = config.advertisedListeners[name];
+      return ep ? { advertisedHost: ep.host, advertisedPort: ep.port } : {};
+    };
     const listeners = new Map<string, ProtocolListener>();
     // The adapter's group timers stop when its last listener closes.
     const close = async () => {
       await Promise.allSettled([...listeners.values()].map((l) => l.close()));
     };
     try {
-      const l = await startKafkaListener(kctx, { host: config.host, port: config.kafkaPort, sasl: requireSasl }, {}, adapter);
+      const l = await startKafkaListener(kctx, { host: config.host, port: config.kafkaPort, sasl: requireSasl, ...advertised('kafka') }, {}, adapter);
       listeners.set('kafka', l);
       ctx.logger.info({ protocol: 'kafka', address: formatAddress(l.address()), sasl: requireSasl }, 'listening');
       if (config.kafkaTlsCert !== null && config.kafkaTlsKey !== null) {
         // Client certificates (mTLS) when --tls-client-ca is set: a verified one logs the client in as its user.
         const client = tlsClientOptions(config);
         const tlsOpts = { cert: readFileSync(config.kafkaTlsCert), key: readFileSync(config.kafkaTlsKey), ...client, ...(client.requestCert ? { certUser: config.tlsCertUser } : {}) };
-        const t = await startKafkaListener(kctx, { host: config.host, port: config.kafkaTlsPort, sasl: requireSasl, tls: tlsOpts }, {}, adapter);
+        const t = await startKafkaListener(kctx, { host: config.host, port: config.kafkaTlsPort, sasl: requireSasl, tls: tlsOpts, ...advertised('kafka-tls') }, {}, adapter);
         listeners.set('kafka-tls', t);
         ctx.logger.info({ protocol: 'kafka-tls', address: formatAddress(t.address()), sasl: requireSasl }, 'listening');
       }

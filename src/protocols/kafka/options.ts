@@ -68,6 +68,12 @@ export interface KafkaOptions {
   /** group.initial.rebalance.delay.ms (KIP-134). Default 3000. */
   groupInitialRebalanceDelayMs?: number;
   /**
+   * The log's segment size and age (`--segment-bytes`, `--segment-ms`): what DescribeConfigs reports as the
+   * default of segment.bytes and segment.ms. Defaults 16 MiB and 60 s, the log's own.
+   */
+  logSegmentBytes?: number;
+  logSegmentMs?: number;
+  /**
    * SASL mechanisms and the authenticator behind them. Without it SaslHandshake and SaslAuthenticate are not
    * advertised (and answered UNSUPPORTED_VERSION like any API not offered); whether a listener requires
    * authentication is the listener's choice (`saslRequired`).
@@ -121,6 +127,8 @@ export function resolveKafkaOptions(opts: KafkaOptions = {}): ResolvedKafkaOptio
     groupMinSessionTimeoutMs: opts.groupMinSessionTimeoutMs ?? 6000,
     groupMaxSessionTimeoutMs: opts.groupMaxSessionTimeoutMs ?? 1_800_000,
     groupInitialRebalanceDelayMs: opts.groupInitialRebalanceDelayMs ?? 3000,
+    logSegmentBytes: opts.logSegmentBytes ?? 16 * 1024 * 1024,
+    logSegmentMs: opts.logSegmentMs ?? 60_000,
   };
   const int = (v: number, min: number, max: number) => Number.isInteger(v) && v >= min && v <= max;
   if (!int(r.defaultPartitions, 1, MAX_PARTITIONS)) {

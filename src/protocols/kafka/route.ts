@@ -16,6 +16,8 @@ export interface KafkaListenerInfo {
   readonly tls: boolean;
   /** Every API but ApiVersions, SaslHandshake and SaslAuthenticate needs SASL authentication first. */
   readonly saslRequired: boolean;
+  /** Host advertised to clients of this listener; default the adapter's `advertisedHost`, else the local address. */
+  readonly advertisedHost?: string;
   /** Port advertised to clients of this listener (Metadata, FindCoordinator); default the local port. */
   readonly advertisedPort?: number;
 }
@@ -118,7 +120,11 @@ export function route<Req, Res>(codec: ApiCodec<Req, Res>, handler: Handler<Req,
   return {
     codec,
     run(adapter, conn, frame, lease) {
-      const { header, body } = decodeRequestWith(codec, frame);
+      const { header, body, trailingBytes } = decodeRequestWith(codec, frame);
+      if (trailingBytes > 0 && conn.log.isLevelEnabled('debug')) {
+        // Kafka ignores them too (see decodeRequestWith); logged for whoever debugs a client's encoder.
+        conn.limitedLog('debug', { api: codec.name, version: header.apiVersion, trailingBytes }, 'bytes after the request body ignored');
+      }
       // The client registry shows Kafka's client.id (the first one a request names).
       if (conn.client !== null && conn.client.clientId === null && header.clientId) conn.client.clientId = header.clientId;
       let out: HandlerResult<Res> | Promise<HandlerResult<Res>>;

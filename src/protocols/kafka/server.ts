@@ -27,6 +27,8 @@ export interface KafkaListenOptions extends ListenOptions {
   };
   /** Require SASL authentication before any API but ApiVersions/SaslHandshake/SaslAuthenticate. Default false. */
   sasl?: boolean;
+  /** Host advertised to this listener's clients; default the adapter's `advertisedHost`, else the address they reached. */
+  advertisedHost?: string;
   /** Port advertised to this listener's clients; default the local port they reached (plaintext: `opts.advertisedPort`). */
   advertisedPort?: number;
 }
@@ -56,6 +58,7 @@ export async function startKafkaListener(
     tls: isTls,
     saslRequired: listen.sasl === true,
     advertisedPort: listen.advertisedPort ?? (isTls ? undefined : adapter.options.advertisedPort),
+    ...(listen.advertisedHost !== undefined ? { advertisedHost: listen.advertisedHost } : {}),
   };
   const conns = new ConnectionSet<KafkaConnection>();
   let seq = 0;

@@ -119,6 +119,13 @@ const FIRST_BACKOFF_MS = 100;
 const MAX_BACKOFF_MS = 5000;
 const nextBackoff = (ms: number): number => (ms === 0 ? FIRST_BACKOFF_MS : Math.min(MAX_BACKOFF_MS, ms * 2));
 
+/**
+ * Smallest segment a stream's own segment size (Kafka's segment.bytes) makes: Kafka 3.x accepts 14 bytes, but here
+ * a segment is an object in the object store and a row in the metastore, so one per batch would cost a write and a
+ * row per batch. 1 MiB is the floor Kafka 4.0 sets for segment.bytes itself (KIP-1030).
+ */
+export const MIN_STREAM_SEGMENT_BYTES = 1024 * 1024;
+
 export const DEFAULT_LOG_OPTIONS: LogOptions = {
   segmentBytes: 16 * 1024 * 1024,
   segmentMs: 60_000,
@@ -468,7 +475,7 @@ export class LogManager implements StreamStorage {
         }
         // Segment boundaries as they were: where the WAL started files, else by size as append does.
         const len = e.data.length;
-        const starts = e.startsFile ?? (p.openBytes > 0 && p.openBytes + len > this.options.segmentBytes);
+        const starts = e.startsFile ?? (p.openBytes > 0 && p.openBytes + len > this.segmentBytes(p));
         if (starts) this.cut(p);
         p.openBytes += len;
         const info = readBatchInfo(e.data);
@@ -723,7 +730,7 @@ export class LogManager implements StreamStorage {
     // The caller's buffer is only borrowed (StreamStorage.append): the tail and the WAL get the log's own copy
     // (made before any state changes, so a failure leaves the partition as it was).
     const { data, chunk } = this.memory.copy(p, batch);
-    if (p.openBytes > 0 && p.openBytes + batch.length > this.options.segmentBytes) this.cut(p);
+    if (p.openBytes > 0 && p.openBytes + batch.length > this.segmentBytes(p)) this.cut(p);
     const startsFile = p.cutPending;
     p.cutPending = false;
     p.openBytes += batch.length;
@@ -998,7 +1005,7 @@ export class LogManager implements StreamStorage {
     // After a failed seal, the next waits for its backoff (unless asked for explicitly: a flush, the shutdown).
     if (!force && Date.now() < p.sealRetryAt) return Promise.resolve();
     let sealed = false;
-    const max = this.options.segmentBytes;
+    const max = this.segmentBytes(p);
     // A partition more than a segment behind its sealing point is catching up: it may take one more slot than
     // sealConcurrency, and its write may take the disk in larger steps (at some cost to the WAL's latency), or
     // under a sustained load it would never catch up.
@@ -1299,7 +1306,7 @@ export class LogManager implements StreamStorage {
     }
     const seals: Promise<void>[] = [];
     for (const p of this.parts.values()) {
-      if (p.tail.length > 0 && (p.tailBytes >= this.options.segmentBytes || now - p.tailSince >= this.options.segmentMs)) {
+      if (p.tail.length > 0 && (p.tailBytes >= this.segmentBytes(p) || now - p.tailSince >= (p.def.segmentMs ?? this.options.segmentMs))) {
         seals.push(this.seal(p));
       }
     }
@@ -1339,21 +1346,40 @@ export class LogManager implements StreamStorage {
     return p.logStartOffset;
   }
 
-  /** Deletes whole segments older than the stream's retention and moves the log start offset past them. */
+  /** The size at which a partition's open segment is cut: its stream's own (at least 1 MiB), else the log's. */
+  private segmentBytes(p: Partition): number {
+    const own = p.def.segmentBytes;
+    return own == null ? this.options.segmentBytes : Math.max(own, MIN_STREAM_SEGMENT_BYTES);
+  }
+
+  /**
+   * Deletes whole segments older than the stream's retention, or beyond its size retention, and moves the log
+   * start offset past them. By size as Kafka's retention.bytes (UnifiedLog.deleteRetentionSizeBreachedSegments):
+   * the oldest segment goes while the partition (its segments and its tail) would still hold at least
+   * `retentionBytes` without it; the tail, like Kafka's active segment, is never deleted.
+   */
   private async applyRetention(now: number): Promise<void> {
     for (const p of this.parts.values()) {
       const r = p.def.retentionMs;
-      if (r === null || p.segments.length === 0 || p.fenced !== null) continue;
+      const rb = p.def.retentionBytes ?? null;
+      if ((r === null && rb === null) || p.segments.length === 0 || p.fenced !== null) continue;
+      let size = p.tailBytes;
+      if (rb !== null) for (const seg of p.segments) size += seg.size;
       try {
-        while (p.segments.length > 0 && p.segments[0].maxTimestamp < now - r) {
+        for (;;) {
           const seg = p.segments[0];
+          if (seg === undefined) break;
+          const expired = r !== null && seg.maxTimestamp < now - r;
+          const tooBig = rb !== null && size - seg.size >= rb;
+          if (!expired && !tooBig) break;
           await this.meta.setLogStartOffset(p.def.name, p.partition, seg.endOffset, p.epoch);
           p.logStartOffset = Math.max(p.logStartOffset, seg.endOffset);
           p.segments.shift();
+          size -= seg.size;
           await this.meta.deleteSegment(p.def.name, p.partition, seg.baseOffset, p.epoch);
           await this.objects.delete(seg.objectKey);
           this.indexCache.delete(seg.objectKey);
-          this.logger.info({ partition: p.key, base: seg.baseOffset, end: seg.endOffset }, 'segment expired by retention');
+          this.logger.info({ partition: p.key, base: seg.baseOffset, end: seg.endOffset, by: expired ? 'time' : 'size' }, 'segment expired by retention');
         }
       } catch (err) {
         this.fencedBy(p, err);

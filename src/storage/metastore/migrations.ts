@@ -218,4 +218,14 @@ export const migrations: readonly Migration[] = [
       INSERT INTO control_version (id, version) VALUES (0, 0);
     `,
   },
+  // Version 8: issue 25 (Kafka topic configs).
+  {
+    version: 8,
+    name: 'stream settings',
+    sql: `
+      -- A stream's settings beyond retention_ms, as JSON (rows.ts settingsColumn): retention by size, segment size
+      -- and age, and the protocols' own stored settings (Kafka's other topic configs). NULL: none.
+      ALTER TABLE streams ADD COLUMN settings TEXT;
+    `,
+  },
 ];

@@ -315,4 +315,13 @@ export const postgresMigrations: readonly PgMigration[] = [
       INSERT INTO control_version (id, version) VALUES (0, 0);
     `,
   },
+  // Version 5: issue 25 (Kafka topic configs), as SQLite's version 8.
+  {
+    version: 5,
+    name: 'stream settings',
+    sql: `
+      -- Settings beyond retention_ms, as JSON text (rows.ts settingsColumn); NULL: none.
+      ALTER TABLE streams ADD COLUMN settings text;
+    `,
+  },
 ];

@@ -51,6 +51,7 @@ import {
   type SegmentRow,
   type SessionRow,
   type StreamRow,
+  settingsColumn,
 } from './rows.js';
 import type { ConsumerOffset, Metastore, PartitionState, SegmentMeta, StreamDef } from './types.js';
 import { bumpsVersion, checkControl, type ControlKind, type ControlRecord } from '../../control/store.js';
@@ -183,8 +184,8 @@ export class PostgresMetastore implements Metastore {
       try {
         await this.q(
           'createStream',
-          'INSERT INTO streams (name, partitions, bindings, retention_ms, created_at) VALUES ($1, $2, $3, $4, $5)',
-          [def.name, def.partitions, JSON.stringify(def.bindings), def.retentionMs, def.createdAt],
+          'INSERT INTO streams (name, partitions, bindings, retention_ms, created_at, settings) VALUES ($1, $2, $3, $4, $5, $6)',
+          [def.name, def.partitions, JSON.stringify(def.bindings), def.retentionMs, def.createdAt, settingsColumn(def)],
         );
       } catch (err) {
         const cause = err instanceof FlowError ? err.cause : undefined;
@@ -207,10 +208,11 @@ export class PostgresMetastore implements Metastore {
     checkStreamDef(def);
     await this.keyed(STREAM, def.name, async () => {
       // created_at is left alone: it names the stream's incarnation (segment object keys include it).
-      const r = await this.q('updateStream', 'UPDATE streams SET partitions = $1, bindings = $2, retention_ms = $3 WHERE name = $4', [
+      const r = await this.q('updateStream', 'UPDATE streams SET partitions = $1, bindings = $2, retention_ms = $3, settings = $4 WHERE name = $5', [
         def.partitions,
         JSON.stringify(def.bindings),
         def.retentionMs,
+        settingsColumn(def),
         def.name,
       ]);
       if (r.rowCount === 0) throw new FlowError('NOT_FOUND', `stream "${def.name}" not found`);

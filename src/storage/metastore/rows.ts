@@ -11,6 +11,8 @@ export interface StreamRow {
   bindings: string;
   retention_ms: number | null;
   created_at: number;
+  /** JSON of the settings beyond retention (retentionBytes, segmentBytes, segmentMs, configs); null: none. */
+  settings: string | null;
 }
 
 export interface SegmentRow {
@@ -41,13 +43,27 @@ export interface SessionRow {
   updated_at: number;
 }
 
+/** What the `settings` column holds: the optional settings of a StreamDef that are set. */
+type StoredSettings = Pick<StreamDef, 'retentionBytes' | 'segmentBytes' | 'segmentMs' | 'configs'>;
+
 export const toStream = (r: StreamRow): StreamDef => ({
   name: r.name,
   partitions: r.partitions,
   bindings: JSON.parse(r.bindings) as string[],
   retentionMs: r.retention_ms,
   createdAt: r.created_at,
+  ...(r.settings ? (JSON.parse(r.settings) as StoredSettings) : {}),
 });
+
+/** The `settings` column of a definition: null when it has none of them (every stream made before they existed). */
+export function settingsColumn(def: StreamDef): string | null {
+  const s: StoredSettings = {};
+  if (def.retentionBytes != null) s.retentionBytes = def.retentionBytes;
+  if (def.segmentBytes != null) s.segmentBytes = def.segmentBytes;
+  if (def.segmentMs != null) s.segmentMs = def.segmentMs;
+  if (def.configs !== undefined && Object.keys(def.configs).length > 0) s.configs = def.configs;
+  return Object.keys(s).length > 0 ? JSON.stringify(s) : null;
+}
 
 export const toSegment = (r: SegmentRow): SegmentMeta => ({
   stream: r.stream,
@@ -95,6 +111,12 @@ export function checkStreamDef(def: StreamDef): void {
   }
   if (def.retentionMs !== null) checkInt('retentionMs', def.retentionMs);
   checkInt('createdAt', def.createdAt);
+  if (def.retentionBytes != null) checkInt('retentionBytes', def.retentionBytes);
+  if (def.segmentBytes != null) checkInt('segmentBytes', def.segmentBytes, 1);
+  if (def.segmentMs != null) checkInt('segmentMs', def.segmentMs, 1);
+  if (def.configs !== undefined && (typeof def.configs !== 'object' || def.configs === null || !Object.values(def.configs).every((v) => typeof v === 'string'))) {
+    throw new FlowError('INVALID_ARGUMENT', 'stream configs must map names to strings');
+  }
 }
 
 /** What commitSegment checks before it touches the store: whole numbers in range, a non-empty segment. */

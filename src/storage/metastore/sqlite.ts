@@ -48,6 +48,7 @@ import {
   type SegmentRow,
   type SessionRow,
   type StreamRow,
+  settingsColumn,
 } from './rows.js';
 import type { ConsumerOffset, Metastore, PartitionState, SegmentMeta, StreamDef } from './types.js';
 import { bumpsVersion, checkControl, type ControlKind, type ControlRecord } from '../../control/store.js';
@@ -322,13 +323,13 @@ export class SqliteMetastore implements Metastore {
     const db = this.db;
     return {
       insertStream: db.prepare(
-        'INSERT INTO streams (name, partitions, bindings, retention_ms, created_at) VALUES (?, ?, ?, ?, ?)',
+        'INSERT INTO streams (name, partitions, bindings, retention_ms, created_at, settings) VALUES (?, ?, ?, ?, ?, ?)',
       ),
       streamExists: db.prepare('SELECT 1 FROM streams WHERE name = ?'),
       listStreams: db.prepare('SELECT * FROM streams ORDER BY name'),
       // created_at is left alone: it names the stream's incarnation (segment object keys include it), and a
       // definition edited and written back must not be able to move it.
-      updateStream: db.prepare('UPDATE streams SET partitions = ?, bindings = ?, retention_ms = ? WHERE name = ?'),
+      updateStream: db.prepare('UPDATE streams SET partitions = ?, bindings = ?, retention_ms = ?, settings = ? WHERE name = ?'),
       deleteStream: db.prepare('DELETE FROM streams WHERE name = ?'),
       getPartition: db.prepare('SELECT * FROM partitions WHERE stream = ? AND partition = ?'),
       bumpEpoch: db.prepare(
@@ -492,7 +493,7 @@ export class SqliteMetastore implements Metastore {
     checkStreamDef(def);
     await this.write('createStream', () => {
       try {
-        this.s.insertStream.run(def.name, def.partitions, JSON.stringify(def.bindings), def.retentionMs, def.createdAt);
+        this.s.insertStream.run(def.name, def.partitions, JSON.stringify(def.bindings), def.retentionMs, def.createdAt, settingsColumn(def));
       } catch (err) {
         if (sqliteCode(err) === 'SQLITE_CONSTRAINT_PRIMARYKEY') {
           throw new FlowError('ALREADY_EXISTS', `stream "${def.name}" already exists`, { cause: err });
@@ -509,7 +510,7 @@ export class SqliteMetastore implements Metastore {
   async updateStream(def: StreamDef): Promise<void> {
     checkStreamDef(def);
     await this.write('updateStream', () => {
-      const r = this.s.updateStream.run(def.partitions, JSON.stringify(def.bindings), def.retentionMs, def.name);
+      const r = this.s.updateStream.run(def.partitions, JSON.stringify(def.bindings), def.retentionMs, settingsColumn(def), def.name);
       if (r.changes === 0) throw new FlowError('NOT_FOUND', `stream "${def.name}" not found`);
     });
   }

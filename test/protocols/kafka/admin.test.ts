@@ -21,6 +21,7 @@ import {
   ZERO_UUID,
   type CreateTopicsRequest,
 } from '../../../src/protocols/kafka/codec/index.js';
+import { TOPIC_CONFIG_NAMES } from '../../../src/protocols/kafka/topic-configs.js';
 import { RawClient, kcat, startMemoryKafka } from './helpers.js';
 
 const { Kafka, logLevel, ConfigResourceTypes } = kafkajs;
@@ -80,7 +81,9 @@ describe('kafka topic administration', () => {
       assert.equal(entries.get('retention.ms')?.configValue, '3600000');
       assert.equal(entries.get('cleanup.policy')?.configValue, 'delete');
       assert.equal(entries.get('retention.ms')?.readOnly, false);
-      assert.equal(entries.get('compression.type')?.readOnly, true);
+      // Every topic config Kafka defines is reported, and may be altered (those FlowMQ does not act on are stored).
+      assert.equal(entries.size, TOPIC_CONFIG_NAMES.length);
+      assert.deepEqual([entries.get('compression.type')?.configValue, entries.get('compression.type')?.readOnly], ['producer', false]);
 
       await admin.alterConfigs({ validateOnly: false, resources: [{ type: ConfigResourceTypes.TOPIC, name: 'adm.t', configEntries: [{ name: 'retention.ms', value: '60000' }] }] });
       assert.equal(engine.getStream('adm.t')?.def.retentionMs, 60_000);
@@ -124,7 +127,7 @@ describe('kafka topic administration', () => {
           topic('flex.b', 0),
           topic('flex.c', 1, { replicationFactor: 2 }),
           topic('flex.d', -1, { replicationFactor: -1, assignments: [{ partitionIndex: 0, brokerIds: [9] }], numPartitions: -1 }),
-          topic('flex.e', 1, { configs: [{ name: 'segment.jitter.ms', value: '1' }] }),
+          topic('flex.e', 1, { configs: [{ name: 'log.retention.ms', value: '1' }] }), // a broker config, not a topic config
           topic('flex.f', 1, { configs: [{ name: 'retention.ms', value: 'soon' }] }),
           topic('flex.g', -1, { assignments: [{ partitionIndex: 0, brokerIds: [0] }, { partitionIndex: 1, brokerIds: [0] }] }),
         ],
@@ -170,7 +173,12 @@ describe('kafka topic administration', () => {
         includeDocumentation: true,
       });
       assert.deepEqual(dc.results.map((r) => r.errorCode), [E.NONE, E.UNKNOWN_TOPIC_OR_PARTITION, E.NONE]);
-      assert.deepEqual(dc.results[0].configs.map((x) => [x.name, x.value, x.configType, x.synonyms.length]), [['retention.ms', '-1', 5, 1]]);
+      // Set explicitly to -1 at creation: reported as the topic's own, then the broker's default it overrides.
+      assert.deepEqual(dc.results[0].configs.map((x) => [x.name, x.value, x.configType, x.configSource]), [['retention.ms', '-1', 5, 1]]);
+      assert.deepEqual(dc.results[0].configs[0].synonyms, [
+        { name: 'retention.ms', value: '-1', source: 1 },
+        { name: 'log.retention.ms', value: '-1', source: 5 },
+      ]);
       assert.equal(dc.results[2].configs[0].value, '2');
 
       const inc = await c.call(IncrementalAlterConfigsApi, 1, {

@@ -673,6 +673,32 @@ describe('kafka listener with real clients', () => {
     }
   });
 
+  it('answers a request with bytes after its body, as Kafka does, and logs them at debug', async () => {
+    if (!engine.getStream('trailing.t')) await engine.createStream({ name: 'trailing.t', partitions: 1 });
+    const c = await RawClient.connect(port);
+    try {
+      // librdkafka 2.1+'s all-topics Metadata v12: a 4-byte placeholder for the compact topics length (null).
+      const body = Buffer.from('0003000c' + '00000077' + '0007' + Buffer.from('rdkafka').toString('hex') + '00' + '00000000' + '010000', 'hex');
+      const frame = Buffer.alloc(4 + body.length);
+      frame.writeInt32BE(body.length, 0);
+      body.copy(frame, 4);
+      c.send(frame);
+      const res = decodeResponse(MetadataApi, 12, await c.next());
+      assert.equal(res.correlationId, 0x77);
+      assert.equal(res.body.brokers.length, 1);
+      assert.ok(res.body.topics.some((t) => t.name === 'trailing.t'), 'every topic');
+      const e = log.entries('bytes after the request body ignored').at(-1);
+      assert.equal(e?.api, 'Metadata');
+      assert.equal(e?.trailingBytes, 3);
+      assert.equal(e?.level, 20, 'debug');
+      // The connection goes on.
+      const md = await c.call(MetadataApi, 12, metadataRequest(null));
+      assert.equal(md.brokers.length, 1);
+    } finally {
+      c.close();
+    }
+  });
+
   it('answers an API or version it does not advertise with UNSUPPORTED_VERSION and keeps the connection', async () => {
     const c = await RawClient.connect(port);
     try {

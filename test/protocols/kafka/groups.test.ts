@@ -265,4 +265,20 @@ describe('kafka group coordinator over the wire', () => {
     const list = await b.call(ListGroupsApi, 0, { statesFilter: [] });
     assert.ok(list.groups.some((g) => g.groupId === 'solo'), 'a group known only by its offsets is listed');
   });
+
+  it('keeps the protocol type of a group that became Empty without committing (as Kafka does)', async () => {
+    const a = await connect();
+    const j = await joinNew(a, 9, 'g-empty');
+    assert.equal(j.errorCode, E.NONE);
+    const left = await a.call(LeaveGroupApi, 5, { groupId: 'g-empty', memberId: '', members: [{ memberId: j.memberId, groupInstanceId: null, reason: null }] });
+    assert.equal(left.errorCode, E.NONE);
+    const listed = (await a.call(ListGroupsApi, 4, { statesFilter: [] })).groups.find((g) => g.groupId === 'g-empty');
+    assert.deepEqual(listed, { groupId: 'g-empty', protocolType: 'consumer', groupState: 'Empty' });
+    const described = (await a.call(DescribeGroupsApi, 5, { groups: ['g-empty'], includeAuthorizedOperations: false })).groups[0];
+    assert.deepEqual([described.groupState, described.protocolType, described.members.length], ['Empty', 'consumer', 0]);
+    // The next first member may bring another protocol type, which the group takes (Kafka's ClassicGroup.add).
+    const other = await joinNew(a, 9, 'g-empty', { protocolType: 'connect' });
+    assert.equal(other.errorCode, E.NONE);
+    assert.equal(other.protocolType, 'connect');
+  });
 });

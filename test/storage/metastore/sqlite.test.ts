@@ -152,12 +152,29 @@ describe('SqliteMetastore', () => {
       db.prepare("INSERT INTO streams (name, partitions, bindings, retention_ms, created_at) VALUES ('s', 1, '[]', NULL, 1)").run();
       db.close();
       const m = SqliteMetastore.open(file);
-      assert.equal(m.schemaVersion(), 7);
+      assert.equal(m.schemaVersion(), migrations.length);
       assert.deepEqual((await m.listStreams()).map((x) => x.name), ['s']);
       assert.equal(await m.controlVersion(), 0);
       assert.deepEqual(await m.listControl('user'), []);
       await m.putControl('user', 'u', { a: 1 });
       assert.equal(await m.controlVersion(), 1);
+      await m.close();
+    });
+
+    it('migration 8 gives streams a settings column, existing ones without settings', async () => {
+      const file = freshFile();
+      await SqliteMetastore.open(file).close();
+      for (const f of [file, `${file}-wal`, `${file}-shm`]) await rm(f, { force: true });
+      const db = new Database(file);
+      db.pragma('journal_mode = WAL');
+      migrate(db, migrations.slice(0, 7));
+      db.prepare("INSERT INTO streams (name, partitions, bindings, retention_ms, created_at) VALUES ('s', 1, '[]', 5000, 1)").run();
+      db.close();
+      const m = SqliteMetastore.open(file);
+      assert.equal(m.schemaVersion(), 8);
+      assert.deepEqual(await m.listStreams(), [{ name: 's', partitions: 1, bindings: [], retentionMs: 5000, createdAt: 1 }]);
+      await m.updateStream({ name: 's', partitions: 1, bindings: [], retentionMs: 5000, createdAt: 1, segmentBytes: 1 << 20, configs: { 'min.insync.replicas': '2' } });
+      assert.deepEqual((await m.listStreams())[0].configs, { 'min.insync.replicas': '2' });
       await m.close();
     });
 

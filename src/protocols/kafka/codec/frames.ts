@@ -95,11 +95,20 @@ export function codecFor(apiKey: number): AnyApiCodec | undefined {
 export interface DecodedRequest<Req> {
   header: RequestHeader;
   body: Req;
+  /** Bytes after the body that no field of this version reads (ignored: see `decodeRequestWith`). */
+  trailingBytes: number;
 }
 
 /**
  * Decodes one request frame (without its size prefix) with the codec of its API. Throws KafkaProtocolError
  * (UNSUPPORTED_VERSION, TRUNCATED, ...) and nothing else, whatever the bytes.
+ *
+ * Bytes left after the body are ignored and only counted (`trailingBytes`), on every API and version, because
+ * that is what Kafka does: its RequestContext.parseRequest hands the frame to the generated XxxRequestData reader,
+ * which reads the fields of the version and never looks at what remains. Clients rely on it: librdkafka 2.1+
+ * reserves 4 bytes for the compact topics array length of its all-topics Metadata v12 request and writes a
+ * 1-byte varint into them, so 3 bytes follow every such request. A Kafka broker takes the first of those bytes
+ * as the request's own fields and ignores the rest; so does this decoder, byte for byte.
  */
 export function decodeRequestWith<Req, Res>(codec: ApiCodec<Req, Res>, frame: Buffer): DecodedRequest<Req> {
   const { apiKey, apiVersion } = readRequestPrefix(frame);
@@ -114,10 +123,7 @@ export function decodeRequestWith<Req, Res>(codec: ApiCodec<Req, Res>, frame: Bu
   const header = decodeRequestHeader(r, requestHeaderVersion(flexible));
   r.flexible = flexible;
   const body = codec.decodeRequest(r, apiVersion);
-  // Bytes left over mean the client and the broker disagree on the layout of this version: fail loudly rather
-  // than act on a misread request.
-  r.expectEnd(`${codec.name} v${apiVersion} request`);
-  return { header, body };
+  return { header, body, trailingBytes: r.remaining() };
 }
 
 /** Decodes a request of any API in `API_CODECS` (UNKNOWN_API otherwise). */

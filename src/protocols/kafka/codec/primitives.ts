@@ -90,11 +90,10 @@ export class Reader {
   int64(): number {
     return Number(this.bigint64());
   }
+  /** Any byte but 0 is true, as Kafka's generated readers take it (`readByte() != 0`). */
   bool(): boolean {
     this.need(1, 'boolean');
-    const b = this.buf[this.pos++];
-    if (b > 1) throw new KafkaProtocolError('BAD_VALUE', `boolean byte ${b} is neither 0 nor 1`);
-    return b === 1;
+    return this.buf[this.pos++] !== 0;
   }
   uuid(): Uuid {
     this.need(16, 'uuid');
@@ -248,8 +247,13 @@ export class Reader {
   }
 
   /**
-   * The tagged-field section of a flexible structure: a count, then (tag, size, bytes) with strictly
-   * increasing tags. Returns undefined when empty or when the structure is not flexible (no section at all).
+   * The tagged-field section of a flexible structure: a count, then (tag, size, bytes). Returns undefined when
+   * empty or when the structure is not flexible (no section at all).
+   *
+   * KIP-482 asks writers for increasing tags, but Kafka's generated readers do not check the order: they take
+   * each (tag, size) as it comes, a known tag's field as often as it appears (the last one wins) and an unknown
+   * one skipped by its size. Readers here do the same, so a client that writes its tags in another order, or
+   * twice, is understood as a Kafka broker understands it.
    */
   taggedFields(): TaggedFields | undefined {
     if (!this.flexible) return undefined;
@@ -257,11 +261,8 @@ export class Reader {
     if (n === 0) return undefined;
     this.checkCount(n, 'tagged fields');
     const out: TaggedFields = new Map();
-    let last = -1;
     for (let i = 0; i < n; i++) {
       const tag = this.uvarint();
-      if (tag <= last) throw new KafkaProtocolError('BAD_VALUE', `tagged field ${tag} out of order`);
-      last = tag;
       const size = this.uvarint();
       out.set(tag, this.bytesOf(size, 'tagged field'));
     }
@@ -290,15 +291,17 @@ export class Reader {
   }
 }
 
-/** Reads one tagged field's value with a sub-reader that must consume it exactly. */
+/**
+ * Reads one tagged field's value with a sub-reader over its bytes. A value shorter than its field is TRUNCATED;
+ * bytes of the value after the field are ignored, like bytes after a request body (Kafka's generated readers
+ * read a known tag's field and do not compare it with the size the tag declared).
+ */
 export function readTag<T>(fields: TaggedFields | undefined, tag: number, flexible: boolean, read: (r: Reader) => T): T | undefined {
   const raw = fields?.get(tag);
   if (raw === undefined) return undefined;
   const r = new Reader(raw);
   r.flexible = flexible;
-  const v = read(r);
-  r.expectEnd(`tagged field ${tag}`);
-  return v;
+  return read(r);
 }
 
 export interface TaggedField {

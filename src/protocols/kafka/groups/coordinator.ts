@@ -250,8 +250,10 @@ export class GroupCoordinator {
       syncWaiter: null,
       sessionTimer: null,
     };
+    // The first member of an empty group sets its protocol type, whatever the type the group had (Kafka's
+    // ClassicGroup.add); the others were checked against it (protocolsCompatible).
+    if (g.members.size === 0) g.protocolType = p.protocolType;
     g.members.set(memberId, m);
-    if (g.protocolType === null) g.protocolType = p.protocolType;
     return new Promise((resolve) => {
       this.waitJoin(g, m, resolve);
       if (g.state !== 'PreparingRebalance') this.prepareRebalance(g, `member ${memberId} joined`);
@@ -320,7 +322,9 @@ export class GroupCoordinator {
     if (g.members.size === 0) {
       g.state = 'Empty';
       g.protocolName = null;
-      g.protocolType = null;
+      // The protocol type stays: an Empty group is still a "consumer" group in ListGroups and DescribeGroups, as
+      // Kafka's ClassicGroup.initNextGeneration keeps it (admin tools and librdkafka take a group without one for
+      // a simple, offsets-only group). The next first member sets it again.
       g.leaderId = null;
       this.logger.info({ group: g.groupId, generation: g.generationId }, 'group is empty');
       return;

@@ -8,7 +8,7 @@
  * other than 1 (or -1, "the default", KIP-464) is refused, and so is an assignment naming a broker that is not one
  * of the cluster's (on a single broker: not this one). In a cluster, DescribeCluster names every live broker.
  */
-import { isValidStreamName, type StreamDef } from '../../../core/index.js';
+import { isValidStreamName, type StreamDef, type StreamSettings } from '../../../core/index.js';
 import {
   AlterConfigOp,
   ConfigResourceType,
@@ -41,6 +41,14 @@ import type { RequestContext } from '../route.js';
 import { LEADER_EPOCH, brokerList } from './metadata.js';
 import { allowed, mayCreateTopic } from '../authz.js';
 import type { KafkaCluster } from '../cluster.js';
+import {
+  TopicConfigError,
+  applyTopicConfigs,
+  checkTopicConfig,
+  describeTopicConfigs,
+  streamSettingsOf,
+  topicConfigsOf,
+} from '../topic-configs.js';
 
 const TOPIC_DENIED = KafkaErrorCode.TOPIC_AUTHORIZATION_FAILED;
 const CLUSTER_DENIED = KafkaErrorCode.CLUSTER_AUTHORIZATION_FAILED;
@@ -64,47 +72,6 @@ function problem(err: unknown): { errorCode: number; errorMessage: string | null
 
 // ------------------------------------------------------------------------------------------------ topic configs
 
-interface TopicConfigSpec {
-  name: string;
-  type: number;
-  doc: string;
-  /** The value for a stream; null for an unset sensitive/undefined value. */
-  value(def: StreamDef, ctx: RequestContext): string;
-  /** Whether the stream sets it (else it is a default). */
-  isSet?(def: StreamDef): boolean;
-  readOnly: boolean;
-  /** The value of a read-only config that does not depend on the broker's options. */
-  fixed?: string;
-}
-
-/**
- * The topic configs FlowMQ reports. retention.ms is the stream's retention (-1 = forever, FlowMQ's default where
- * Kafka's is 7 days) and may be changed; cleanup.policy may only be "delete" (no compaction); the others describe
- * fixed behaviour, so that tools asking for them get true answers.
- */
-const TOPIC_CONFIGS: TopicConfigSpec[] = [
-  {
-    name: 'retention.ms',
-    type: ConfigType.LONG,
-    doc: 'How long records are kept before whole segments are deleted; -1 keeps them forever.',
-    value: (d) => String(d.retentionMs ?? -1),
-    isSet: (d) => d.retentionMs !== null,
-    readOnly: false,
-  },
-  { name: 'cleanup.policy', type: ConfigType.LIST, doc: 'Only "delete" (retention by time); compaction is not supported.', value: () => 'delete', readOnly: false, fixed: 'delete' },
-  { name: 'retention.bytes', type: ConfigType.LONG, doc: 'Retention by size is not supported (-1: unlimited).', value: () => '-1', readOnly: true, fixed: '-1' },
-  { name: 'compression.type', type: ConfigType.STRING, doc: 'Batches are stored as the producer compressed them.', value: () => 'producer', readOnly: true, fixed: 'producer' },
-  { name: 'message.timestamp.type', type: ConfigType.STRING, doc: 'Record timestamps are those set by the producer.', value: () => 'CreateTime', readOnly: true, fixed: 'CreateTime' },
-  {
-    name: 'max.message.bytes',
-    type: ConfigType.INT,
-    doc: 'Largest record batch accepted (bounded by the largest request).',
-    value: (_d, ctx) => String(ctx.adapter.options.maxRequestBytes),
-    readOnly: true,
-  },
-  { name: 'min.insync.replicas', type: ConfigType.INT, doc: 'One replica (the write-ahead log) acknowledges every write.', value: () => '1', readOnly: true, fixed: '1' },
-];
-
 function brokerConfigs(ctx: RequestContext): Array<{ name: string; value: string; type: number; doc: string }> {
   const o = ctx.adapter.options;
   return [
@@ -115,66 +82,53 @@ function brokerConfigs(ctx: RequestContext): Array<{ name: string; value: string
     { name: 'offsets.topic.replication.factor', value: '1', type: ConfigType.SHORT, doc: 'Offsets are kept in the metastore.' },
     { name: 'min.insync.replicas', value: '1', type: ConfigType.INT, doc: 'One replica.' },
     { name: 'log.retention.ms', value: '-1', type: ConfigType.LONG, doc: 'Streams keep data forever unless given a retention.' },
+    { name: 'log.retention.bytes', value: '-1', type: ConfigType.LONG, doc: 'No size bound unless a topic sets retention.bytes.' },
+    { name: 'log.segment.bytes', value: String(o.logSegmentBytes), type: ConfigType.INT, doc: '--segment-bytes' },
+    { name: 'log.roll.ms', value: String(o.logSegmentMs), type: ConfigType.LONG, doc: '--segment-ms' },
+    { name: 'message.max.bytes', value: String(o.maxRequestBytes), type: ConfigType.INT, doc: 'The largest request.' },
     { name: 'group.min.session.timeout.ms', value: String(o.groupMinSessionTimeoutMs), type: ConfigType.INT, doc: 'Shortest session timeout accepted.' },
     { name: 'group.max.session.timeout.ms', value: String(o.groupMaxSessionTimeoutMs), type: ConfigType.INT, doc: 'Longest session timeout accepted.' },
     { name: 'group.initial.rebalance.delay.ms', value: String(o.groupInitialRebalanceDelayMs), type: ConfigType.INT, doc: 'Delay of the first rebalance of an empty group (KIP-134).' },
   ];
 }
 
-/** Parses retention.ms: -1 (forever) or a positive integer number of milliseconds. */
-function parseRetention(value: string | null): number | null {
-  if (value === null) return null;
-  const n = Number(value);
-  if (!/^-?\d+$/.test(value.trim()) || !Number.isSafeInteger(n) || n === 0 || n < -1) {
-    throw new ConfigProblem(KafkaErrorCode.INVALID_CONFIG, `invalid retention.ms "${value}": use -1 or a positive number of ms`);
-  }
-  return n === -1 ? null : n;
+/** A config error of one topic or resource (the protocol has no per-config error): INVALID_CONFIG and why. */
+function configProblem(err: unknown): never {
+  if (err instanceof TopicConfigError) throw new ConfigProblem(err.errorCode, err.message);
+  throw err;
 }
 
 /**
- * Validates topic configs (CreateTopics, AlterConfigs SET) and returns the retention they set (undefined: not
- * mentioned).
+ * Checks the configs of a CreateTopics topic or an AlterConfigs resource (every entry: unknown names and invalid
+ * values refuse the topic or resource, as in Kafka) and returns them by name. A null value is refused at creation
+ * (Kafka: "Null value not supported for topic configs"); in AlterConfigs it leaves the config at its default.
  */
-function applyTopicConfigs(configs: Array<{ name: string; value: string | null }>): { retentionMs: number | null | undefined } {
-  let retentionMs: number | null | undefined;
-  for (const c of configs) {
-    const spec = TOPIC_CONFIGS.find((s) => s.name === c.name);
-    if (!spec) throw new ConfigProblem(KafkaErrorCode.INVALID_CONFIG, `unknown or unsupported topic config "${c.name}"`);
-    if (c.name === 'retention.ms') retentionMs = parseRetention(c.value);
-    else if (c.name === 'cleanup.policy') {
-      if (c.value !== null && c.value.trim() !== 'delete') {
-        throw new ConfigProblem(KafkaErrorCode.INVALID_CONFIG, `cleanup.policy "${c.value}" is not supported: only "delete" (no compaction)`);
-      }
-    } else if (c.value !== null && c.value !== spec.fixed) {
-      // Setting a fixed config to the value it has anyway is harmless (tools pass defaults along).
-      throw new ConfigProblem(KafkaErrorCode.INVALID_CONFIG, `topic config "${c.name}" is read-only in FlowMQ`);
+function checkedConfigs(configs: Array<{ name: string; value: string | null }>, nullAllowed: boolean): Map<string, string | null> {
+  const out = new Map<string, string | null>();
+  try {
+    for (const c of configs) {
+      if (c.value === null && !nullAllowed) throw new TopicConfigError(`null value for topic config "${c.name}"`);
+      out.set(c.name, checkTopicConfig(c.name, c.value));
     }
+  } catch (err) {
+    configProblem(err);
   }
-  return { retentionMs };
+  return out;
 }
 
-function describeTopicConfig(spec: TopicConfigSpec, def: StreamDef, ctx: RequestContext, synonyms: boolean, docs: boolean): DescribedConfig {
-  const set = spec.isSet?.(def) ?? false;
-  const value = spec.value(def, ctx);
-  const source = set ? ConfigSource.DYNAMIC_TOPIC_CONFIG : ConfigSource.DEFAULT_CONFIG;
-  return {
-    name: spec.name,
-    value,
-    readOnly: spec.readOnly,
-    isDefault: !set,
-    configSource: source,
-    isSensitive: false,
-    synonyms: synonyms ? [{ name: spec.name, value, source }] : [],
-    configType: spec.type,
-    documentation: docs ? spec.doc : null,
-  };
+/** Stream settings from configs given whole (CreateTopics, AlterConfigs): what is not named is at its default. */
+function settingsOf(configs: Map<string, string | null>): StreamSettings {
+  return streamSettingsOf(applyTopicConfigs(new Map(), configs));
 }
 
 function topicConfigList(def: StreamDef, ctx: RequestContext): Array<{ name: string; value: string | null; readOnly: boolean; configSource: number; isSensitive: boolean }> {
-  return TOPIC_CONFIGS.map((s) => {
-    const d = describeTopicConfig(s, def, ctx, false, false);
-    return { name: d.name, value: d.value, readOnly: d.readOnly, configSource: d.configSource, isSensitive: false };
-  });
+  return describeTopicConfigs(def, ctx.adapter.options, null, false, false).map((d) => ({
+    name: d.name,
+    value: d.value,
+    readOnly: d.readOnly,
+    configSource: d.configSource,
+    isSensitive: d.isSensitive,
+  }));
 }
 
 // ------------------------------------------------------------------------------------------------ CreateTopics
@@ -222,13 +176,11 @@ export async function handleCreateTopics(ctx: RequestContext, req: CreateTopicsR
           );
         }
       }
-      const { retentionMs } = applyTopicConfigs(t.configs);
-      const def: StreamDef = { name: t.name, partitions, bindings: [], retentionMs: retentionMs ?? null, createdAt: Date.now() };
+      const settings = settingsOf(checkedConfigs(t.configs, false));
+      let def: StreamDef = { name: t.name, partitions, bindings: [], createdAt: Date.now(), ...settings };
       if (!req.validateOnly) {
-        const created = await engine.createStream({ name: t.name, partitions, retentionMs: retentionMs ?? null });
-        ctx.conn.log.info({ topic: t.name, partitions }, 'topic created');
-        def.createdAt = created.createdAt;
-        def.bindings = created.bindings;
+        def = await engine.createStream({ name: t.name, partitions, ...settings });
+        ctx.conn.log.info({ topic: t.name, partitions, configs: t.configs.length > 0 ? Object.fromEntries(t.configs.map((c) => [c.name, c.value])) : undefined }, 'topic created');
       }
       res.numPartitions = partitions;
       res.replicationFactor = 1;
@@ -360,12 +312,13 @@ export async function handleDeleteRecords(ctx: RequestContext, req: DeleteRecord
 export function handleDescribeConfigs(ctx: RequestContext, req: DescribeConfigsRequest): DescribeConfigsResponse {
   const results = req.resources.map((r) => {
     const base = { errorCode: KafkaErrorCode.NONE, errorMessage: null as string | null, resourceType: r.resourceType, resourceName: r.resourceName, configs: [] as DescribedConfig[] };
-    const wanted = (name: string): boolean => r.configurationKeys === null || r.configurationKeys.includes(name);
+    // Null or empty: every config (Kafka's ConfigHelper).
+    const wanted = (name: string): boolean => r.configurationKeys === null || r.configurationKeys.length === 0 || r.configurationKeys.includes(name);
     if (r.resourceType === ConfigResourceType.TOPIC) {
       if (!allowed(ctx, 'describe', 'stream', r.resourceName)) return { ...base, errorCode: TOPIC_DENIED, errorMessage: `not authorized to describe topic "${r.resourceName}"` };
       const entry = ctx.adapter.engine.getStream(r.resourceName);
       if (!entry) return { ...base, errorCode: KafkaErrorCode.UNKNOWN_TOPIC_OR_PARTITION, errorMessage: `topic "${r.resourceName}" does not exist` };
-      base.configs = TOPIC_CONFIGS.filter((s) => wanted(s.name)).map((s) => describeTopicConfig(s, entry.def, ctx, req.includeSynonyms, req.includeDocumentation));
+      base.configs = describeTopicConfigs(entry.def, ctx.adapter.options, r.configurationKeys, req.includeSynonyms, req.includeDocumentation);
       return base;
     }
     if (r.resourceType === ConfigResourceType.BROKER) {
@@ -396,7 +349,17 @@ export function handleDescribeConfigs(ctx: RequestContext, req: DescribeConfigsR
 
 type AlterResult = AlterConfigsResponse['responses'][number];
 
-async function alterTopic(ctx: RequestContext, r: { resourceType: number; resourceName: string }, validateOnly: boolean, compute: (def: StreamDef) => number | null | undefined): Promise<AlterResult> {
+/**
+ * Alters one resource's configs: `compute` gets the topic's configs in force (by name) and returns the new full set
+ * (throwing ConfigProblem to refuse the resource). Nothing is applied unless all of it is valid, and nothing at all
+ * with validate_only.
+ */
+async function alterTopic(
+  ctx: RequestContext,
+  r: { resourceType: number; resourceName: string },
+  validateOnly: boolean,
+  compute: (current: Map<string, string>) => Map<string, string>,
+): Promise<AlterResult> {
   const res: AlterResult = { errorCode: KafkaErrorCode.NONE, errorMessage: null, resourceType: r.resourceType, resourceName: r.resourceName };
   try {
     if (r.resourceType === ConfigResourceType.BROKER) {
@@ -407,10 +370,12 @@ async function alterTopic(ctx: RequestContext, r: { resourceType: number; resour
     if (!allowed(ctx, 'alter', 'stream', r.resourceName)) throw new ConfigProblem(TOPIC_DENIED, `not authorized to alter topic "${r.resourceName}"`);
     const entry = ctx.adapter.engine.getStream(r.resourceName);
     if (!entry) throw new ConfigProblem(KafkaErrorCode.UNKNOWN_TOPIC_OR_PARTITION, `topic "${r.resourceName}" does not exist`);
-    const retentionMs = compute(entry.def);
-    if (!validateOnly && retentionMs !== undefined && retentionMs !== entry.def.retentionMs) {
-      await ctx.adapter.engine.setRetention(r.resourceName, retentionMs);
-      ctx.conn.log.info({ topic: r.resourceName, retentionMs }, 'topic retention changed');
+    const current = topicConfigsOf(entry.def);
+    const next = compute(current);
+    const changed = next.size !== current.size || [...next].some(([k, v]) => current.get(k) !== v);
+    if (!validateOnly && changed) {
+      await ctx.adapter.engine.setSettings(r.resourceName, streamSettingsOf(next));
+      ctx.conn.log.info({ topic: r.resourceName, configs: Object.fromEntries(next) }, 'topic configs changed');
     }
   } catch (err) {
     Object.assign(res, problem(err));
@@ -418,39 +383,54 @@ async function alterTopic(ctx: RequestContext, r: { resourceType: number; resour
   return res;
 }
 
-/** AlterConfigs replaces the topic's whole dynamic config: retention not mentioned goes back to the default. */
+/** AlterConfigs replaces the topic's whole dynamic config: configs not mentioned go back to their defaults. */
 export async function handleAlterConfigs(ctx: RequestContext, req: AlterConfigsRequest): Promise<AlterConfigsResponse> {
-  const responses = [];
-  for (const r of req.resources) {
-    responses.push(await alterTopic(ctx, r, req.validateOnly, () => applyTopicConfigs(r.configs).retentionMs ?? null));
-  }
-  return { throttleTimeMs: 0, responses };
-}
-
-/** IncrementalAlterConfigs (KIP-339): SET and DELETE per config; APPEND/SUBTRACT only apply to list configs. */
-export async function handleIncrementalAlterConfigs(ctx: RequestContext, req: IncrementalAlterConfigsRequest): Promise<IncrementalAlterConfigsResponse> {
   const responses = [];
   for (const r of req.resources) {
     responses.push(
       await alterTopic(ctx, r, req.validateOnly, () => {
-        let retention: number | null | undefined;
-        for (const c of r.configs) {
-          if (c.configOperation === AlterConfigOp.SET) {
-            const out = applyTopicConfigs([{ name: c.name, value: c.value }]);
-            if (out.retentionMs !== undefined) retention = out.retentionMs;
-          } else if (c.configOperation === AlterConfigOp.DELETE) {
-            applyTopicConfigs([{ name: c.name, value: null }]);
-            if (c.name === 'retention.ms') retention = null;
-          } else if (c.configOperation === AlterConfigOp.APPEND || c.configOperation === AlterConfigOp.SUBTRACT) {
-            // cleanup.policy is a list in Kafka, but its only possible value here is "delete".
-            if (c.name !== 'cleanup.policy' || (c.value ?? '').trim() !== 'delete') {
-              throw new ConfigProblem(KafkaErrorCode.INVALID_CONFIG, `cannot append to or subtract from "${c.name}"`);
+        const set = new Map<string, string>();
+        for (const [k, v] of checkedConfigs(r.configs, true)) if (v !== null) set.set(k, v);
+        return set;
+      }),
+    );
+  }
+  return { throttleTimeMs: 0, responses };
+}
+
+/** List configs take APPEND and SUBTRACT (KIP-339); the others refuse them, as Kafka does. */
+const LIST_CONFIGS = new Set(['cleanup.policy', 'follower.replication.throttled.replicas', 'leader.replication.throttled.replicas']);
+
+/** IncrementalAlterConfigs (KIP-339): SET, DELETE, and APPEND/SUBTRACT for list configs, all or nothing per resource. */
+export async function handleIncrementalAlterConfigs(ctx: RequestContext, req: IncrementalAlterConfigsRequest): Promise<IncrementalAlterConfigsResponse> {
+  const responses = [];
+  for (const r of req.resources) {
+    responses.push(
+      await alterTopic(ctx, r, req.validateOnly, (current) => {
+        const next = new Map(current);
+        try {
+          for (const c of r.configs) {
+            if (c.configOperation === AlterConfigOp.SET) {
+              if (c.value === null) throw new TopicConfigError(`null value for topic config "${c.name}"`);
+              next.set(c.name, checkTopicConfig(c.name, c.value)!);
+            } else if (c.configOperation === AlterConfigOp.DELETE) {
+              checkTopicConfig(c.name, null);
+              next.delete(c.name);
+            } else if (c.configOperation === AlterConfigOp.APPEND || c.configOperation === AlterConfigOp.SUBTRACT) {
+              checkTopicConfig(c.name, null);
+              if (!LIST_CONFIGS.has(c.name)) throw new TopicConfigError(`cannot append to or subtract from "${c.name}": it is not a list`);
+              const items = (next.get(c.name) ?? (c.name === 'cleanup.policy' ? 'delete' : '')).split(',').filter((x) => x !== '');
+              const given = (c.value ?? '').split(',').map((x) => x.trim()).filter((x) => x !== '');
+              const list = c.configOperation === AlterConfigOp.APPEND ? [...items, ...given.filter((x) => !items.includes(x))] : items.filter((x) => !given.includes(x));
+              next.set(c.name, checkTopicConfig(c.name, list.join(','))!);
+            } else {
+              throw new ConfigProblem(KafkaErrorCode.INVALID_REQUEST, `unknown config operation ${c.configOperation}`);
             }
-          } else {
-            throw new ConfigProblem(KafkaErrorCode.INVALID_REQUEST, `unknown config operation ${c.configOperation}`);
           }
+        } catch (err) {
+          configProblem(err);
         }
-        return retention;
+        return next;
       }),
     );
   }

@@ -26,14 +26,15 @@ import type { KafkaCluster, KafkaNode } from '../cluster.js';
 export const LEADER_EPOCH = 0;
 
 /**
- * The address clients should use: the configured one, else the local address this client reached. The port is
- * the listener's own, so a client that came over TLS is sent back to the TLS port (and a plaintext client to the
- * plaintext one): each listener advertises itself, like a Kafka listener name maps to one endpoint.
+ * The address clients should use: the configured one (the listener's own, then the adapter's), else the local
+ * address this client reached. The port is the listener's own, so a client that came over TLS is sent back to the
+ * TLS port (and a plaintext client to the plaintext one): each listener advertises itself, like a Kafka listener
+ * name maps to one endpoint (advertised.listeners).
  */
 export function advertisedAddress(ctx: RequestContext): { host: string; port: number } {
   const o = ctx.adapter.options;
   const l = ctx.conn.listener;
-  let host = o.advertisedHost ?? ctx.conn.localAddress ?? '127.0.0.1';
+  let host = l.advertisedHost ?? o.advertisedHost ?? ctx.conn.localAddress ?? '127.0.0.1';
   // An IPv4 client on a dual-stack socket sees its local address as "::ffff:a.b.c.d"; advertise the IPv4 form.
   if (host.startsWith('::ffff:') && host.includes('.')) host = host.slice(7);
   const configured = l.advertisedPort ?? (l.tls ? undefined : o.advertisedPort);

@@ -13,6 +13,7 @@
 import {
   isCompressionSupported,
   readBatchInfo,
+  setLogAppendTime,
   splitBatches,
   type StreamEntry,
 } from '../../../core/index.js';
@@ -28,6 +29,7 @@ import { CLOSE_CONNECTION, type HandlerResult, type RequestContext } from '../ro
 import { batchProblem } from '../validate.js';
 import { storageRefusal } from '../../storage-refusal.js';
 import { allowed, mayCreateTopic } from '../authz.js';
+import { produceLimits } from '../topic-configs.js';
 
 /** Records and bytes appended by one request: charged to the namespace's quota, counted in the client registry. */
 interface Tally {
@@ -110,6 +112,23 @@ function append(ctx: RequestContext, stream: StreamEntry, p: ProducePartitionDat
       fail(r, KafkaErrorCode.CORRUPT_MESSAGE, `batch ${i}: ${problem}`);
       return;
     }
+  }
+  // The topic's max.message.bytes and message.timestamp.type (topic-configs.ts), as Kafka's LogValidator applies
+  // them: a batch larger than the limit (log overhead included) is refused with MESSAGE_TOO_LARGE; with
+  // LogAppendTime every batch is stamped with the time of its append (its CRC computed again).
+  const limits = produceLimits(stream.def);
+  if (limits.maxMessageBytes !== null) {
+    for (let i = 0; i < batches.length; i++) {
+      if (batches[i].length > limits.maxMessageBytes) {
+        fail(r, KafkaErrorCode.MESSAGE_TOO_LARGE, `batch ${i} of ${batches[i].length} bytes is larger than the topic's max.message.bytes (${limits.maxMessageBytes})`);
+        return;
+      }
+    }
+  }
+  if (limits.logAppendTime) {
+    const now = Date.now();
+    for (const b of batches) setLogAppendTime(b, now);
+    r.res.logAppendTimeMs = now;
   }
   const durables: Promise<void>[] = [];
   try {
