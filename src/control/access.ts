@@ -273,6 +273,20 @@ export class Access {
     return false;
   }
 
+  /**
+   * The weaker form of mayBind for a binding nobody chose: a Kafka topic binds its own name's topic. Refused only
+   * when a subscribe deny of this connection reaches into the filter (Kafka-style policies that allow `stream:`
+   * names and say nothing of topics keep creating topics). Denials are logged.
+   */
+  mayCapture(filter: string): boolean {
+    const set = this.ac.directory.policies;
+    if (set.open) return true;
+    this.sync();
+    if (!set.deniesWithin(this.current, 'subscribe', filter)) return true;
+    this.ac.logDenial(this, 'subscribe', 'topic', filter);
+    return false;
+  }
+
   /** The verdict for a live subscription to a unified MQTT-syntax filter (see PolicySet.subscription). */
   subscription(filter: string): SubscriptionVerdict {
     const set = this.ac.directory.policies;

@@ -33,13 +33,14 @@ export function visible(ctx: RequestContext, action: Action, kind: ResourceKind,
 
 /**
  * Creating a topic: `create stream:<name>`, or `create cluster:*` (Kafka's CREATE on the cluster); and, since the
- * stream binds its own topic (it captures what MQTT, AMQP and NATS publish there), subscribe on that topic, as any
- * binding needs (Access.mayBind): a principal denied `topic:secret/#` cannot make a stream `secret.x` collect it.
+ * stream binds its own topic (it captures what MQTT, AMQP and NATS publish there), no subscribe deny on that topic
+ * (Access.mayCapture): a principal denied `topic:secret/#` cannot make a stream `secret.x` collect it, while Kafka
+ * ACLs, which name topics as `stream:`, need no `topic:` policy.
  */
 export function mayCreateTopic(ctx: RequestContext, name: string): boolean {
   if (!(visible(ctx, 'create', 'cluster', '*') || allowed(ctx, 'create', 'stream', name))) return false;
   const a = ctx.conn.access;
-  return a === null || a.mayBind(kafkaToUnified(name));
+  return a === null || a.mayCapture(kafkaToUnified(name));
 }
 
 /** Kafka's cluster resource name (ACLs, DescribeConfigs of the cluster). */
