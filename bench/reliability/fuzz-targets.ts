@@ -405,6 +405,9 @@ class NullSocket extends EventEmitter {
   }
 }
 
+/** The amqp/connection target's "refused": the connection closed itself (connection.close sent) over the input. */
+class ConnectionRefused extends Error {}
+
 /** Settles never: the router's and engine's asynchronous answers, so that nothing runs after an input is done. */
 const NEVER = new Promise<never>(() => undefined);
 
@@ -480,25 +483,35 @@ function amqpConnectionTarget(): FuzzTarget {
     c.st = 5;
     c.frameMax = 131072;
     if (!conn.isOpen) throw new Error('the fuzz target no longer opens its connection (AmqpConnection states changed)');
+    let refused = false;
     try {
       if (cut > 0 && cut < input.length) {
         receive(input.subarray(0, cut));
         receive(input.subarray(cut));
       } else receive(input);
+      refused = !conn.isOpen;
     } finally {
       conn.destroy();
     }
     if (adapter.input.partialBytes !== 0 || adapter.input.aheadBytes !== 0) throw new Error(`a closed connection left ${adapter.input.partialBytes} partial body bytes, ${adapter.input.aheadBytes} ahead bytes counted`);
+    if (refused) throw new ConnectionRefused('the connection closed itself');
   };
   return {
     name: 'amqp/connection',
     seeds,
     decode(input) {
-      feed(input, 0);
+      let refusal: unknown = null;
+      try {
+        feed(input, 0);
+      } catch (e) {
+        if (!(e instanceof ConnectionRefused)) throw e;
+        refusal = e;
+      }
       feed(input, input.length >> 1);
+      if (refusal !== null) throw refusal;
     },
-    // The connection answers bad input itself (connection.close, channel.close): nothing may escape it.
-    isOwnError: () => false,
+    // The connection answers bad input itself (connection.close): nothing else may escape it.
+    isOwnError: (e) => e instanceof ConnectionRefused,
     allocLimit: protocolLimit,
   };
 }
