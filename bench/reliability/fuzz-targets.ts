@@ -11,6 +11,10 @@
  *
  * - amqp/0-9-1: the AMQP codec's FrameReader (protocol header, then frames) with every method frame and content
  *   header it returns decoded, seeded with the golden fixtures of every method and a message split at frame-max.
+ * - amqp/connection: the listener's own input path (AmqpConnection: frames split over reads, content headers and
+ *   body frames assembled into messages on several channels) on an open connection with no ahead budget, so that
+ *   every allocation must follow the bytes that arrived, never a size a frame or a content header announced
+ *   (issue 24: 1 MiB announced, 1 byte sent). Each input is fed whole and again cut in pieces.
  *
  * - nats/server and nats/client: the NATS parsers (what a broker reads, what a client reads), seeded with the golden
  *   fixtures; each input is parsed whole and cut in two, and the two runs must agree (operations and error), and
@@ -64,6 +68,14 @@ import {
   encodeMessageFrames,
 } from '../../src/protocols/amqp/codec/index.js';
 import { FULL_PROPERTIES_FIXTURE, METHOD_FIXTURES } from '../../test/protocols/amqp/codec-fixtures.js';
+import { EventEmitter } from 'node:events';
+import type { Duplex } from 'node:stream';
+import pino from 'pino';
+import { AmqpAdapter } from '../../src/protocols/amqp/adapter.js';
+import { AmqpConnection } from '../../src/protocols/amqp/connection.js';
+import { resolveAmqpOptions } from '../../src/protocols/amqp/options.js';
+import type { AccessControl } from '../../src/control/index.js';
+import type { AdapterContext } from '../../src/protocols/types.js';
 import {
   NatsClientParser,
   NatsProtocolError,
@@ -374,6 +386,140 @@ function amqpTarget(): FuzzTarget {
   };
 }
 
+/**
+ * A socket stand-in for the amqp/connection target: writes are dropped, and nothing is deferred (the fuzz loop is
+ * synchronous: a callback scheduled per input would pile up for the whole run).
+ */
+class NullSocket extends EventEmitter {
+  destroyed = false;
+  readonly writableLength = 0;
+  readonly writableNeedDrain = false;
+  cork(): void {}
+  uncork(): void {}
+  write(): boolean {
+    return true;
+  }
+  end(): void {}
+  pause(): void {}
+  resume(): void {}
+  destroy(): void {
+    if (this.destroyed) return;
+    this.destroyed = true;
+    this.emit('close');
+  }
+}
+
+/** The amqp/connection target's "refused": the connection closed itself (connection.close sent) over the input. */
+class ConnectionRefused extends Error {}
+
+/** Settles never: the router's and engine's asynchronous answers, so that nothing runs after an input is done. */
+const NEVER = new Promise<never>(() => undefined);
+
+function amqpConnectionTarget(): FuzzTarget {
+  const engine = new Proxy(
+    {
+      getQueue: () => undefined,
+      getStream: () => undefined,
+      getExchange: () => ({ name: 'x' }),
+      writeRefusal: () => null,
+      publishTo: () => ({ routed: 1, durable: NEVER, rejected: false }),
+    } as Record<string | symbol, unknown>,
+    { get: (t, k) => (k in t ? t[k] : () => NEVER) },
+  );
+  const access = {
+    open: true,
+    version: 0,
+    can: () => true,
+    subscription: () => 'allow',
+  };
+  const control = {
+    accessFor: () => access,
+    clients: { register: () => ({ close() {}, messagesIn: 0, messagesOut: 0 }) },
+    quotas: { connect: () => ({ refused: 'fuzz' }) },
+    anonymousAllowed: () => true,
+    hasUsers: false,
+    version: 0,
+  } as unknown as AccessControl;
+  const ctx = { engine, logger: pino({ level: 'silent' }), brokerId: 0 } as unknown as AdapterContext;
+  const adapter = new AmqpAdapter(ctx, resolveAmqpOptions({ memoryHighWatermark: 0, frameAheadBudget: 0, partialBodyBudget: 1 << 30 }), control, () => 0);
+  const frame = (type: number, ch: number, payload: Buffer): Buffer => {
+    const f = Buffer.alloc(8 + payload.length);
+    f[0] = type;
+    f.writeUInt16BE(ch, 1);
+    f.writeUInt32BE(payload.length, 3);
+    payload.copy(f, 7);
+    f[7 + payload.length] = 0xce;
+    return f;
+  };
+  const publish = (ch: number, body: Buffer, announced = body.length, pieces = 1): Buffer => {
+    const header = encodeMessageFrames(ch, { name: 'basic.publish', exchange: 'amq.topic', routingKey: 'a.b', mandatory: false, immediate: false }, FULL_PROPERTIES_FIXTURE.properties, Buffer.alloc(0), 131072);
+    // encodeMessageFrames wrote a content header for 0 bytes: rewrite its body size (the header frame's payload
+    // starts with class, weight, then the 8-byte size).
+    const out = Buffer.from(header);
+    const methodSize = out.readUInt32BE(3);
+    out.writeBigUInt64BE(BigInt(announced), 8 + methodSize + 7 + 4);
+    const parts: Buffer[] = [out];
+    const step = Math.max(1, Math.ceil(body.length / pieces));
+    for (let at = 0; at < body.length; at += step) parts.push(frame(3, ch, body.subarray(at, at + step)));
+    return Buffer.concat(parts);
+  };
+  const open = (ch: number) => frame(1, ch, Buffer.from([0, 20, 0, 10, 0]));
+  const body = Buffer.alloc(3000, 7);
+  const seeds = [
+    Buffer.concat([open(1), publish(1, body)]),
+    Buffer.concat([open(1), publish(1, body, body.length, 40)]),
+    Buffer.concat([open(1), publish(1, Buffer.alloc(1, 1), 1 << 20)]),
+    Buffer.concat([open(1), open(2), publish(1, body, body.length, 3), publish(2, Buffer.alloc(1, 1), 1 << 20), publish(1, body, body.length, 7)]),
+    Buffer.concat([open(1), frame(1, 1, Buffer.from([0, 85, 0, 10, 0])), publish(1, body, body.length, 5), publish(1, body)]),
+  ];
+  const feed = (input: Buffer, cut: number): void => {
+    const socket = new NullSocket();
+    let receive: (b: Buffer) => void = () => undefined;
+    const conn = new AmqpConnection(socket as unknown as Duplex, adapter, {
+      id: 'fuzz',
+      attachInput: (r) => {
+        receive = r;
+        return true;
+      },
+    });
+    // Opened without the handshake (whose login is asynchronous): St.Opened, frame-max 128 KiB.
+    const c = conn as unknown as Record<string, unknown>;
+    c.st = 5;
+    c.frameMax = 131072;
+    if (!conn.isOpen) throw new Error('the fuzz target no longer opens its connection (AmqpConnection states changed)');
+    let refused = false;
+    try {
+      if (cut > 0 && cut < input.length) {
+        receive(input.subarray(0, cut));
+        receive(input.subarray(cut));
+      } else receive(input);
+      refused = !conn.isOpen;
+    } finally {
+      conn.destroy();
+    }
+    if (adapter.input.partialBytes !== 0 || adapter.input.aheadBytes !== 0) throw new Error(`a closed connection left ${adapter.input.partialBytes} partial body bytes, ${adapter.input.aheadBytes} ahead bytes counted`);
+    if (refused) throw new ConnectionRefused('the connection closed itself');
+  };
+  return {
+    name: 'amqp/connection',
+    seeds,
+    decode(input) {
+      let refusal: unknown = null;
+      try {
+        feed(input, 0);
+      } catch (e) {
+        if (!(e instanceof ConnectionRefused)) throw e;
+        refusal = e;
+      }
+      feed(input, input.length >> 1);
+      if (refusal !== null) throw refusal;
+    },
+    // The connection answers bad input itself (connection.close): nothing else may escape it.
+    isOwnError: (e) => e instanceof ConnectionRefused,
+    allocLimit: protocolLimit,
+  };
+}
+
 // ---------------------------------------------------------------------------------------------------------- NATS
 
 const NATS_LIMITS = { maxControlLine: 4096, maxPayload: 64 * 1024 };
@@ -510,6 +656,16 @@ let cached: FuzzTarget[] | undefined;
 
 /** Every fuzz target, in a fixed order. */
 export function fuzzTargets(): FuzzTarget[] {
-  cached ??= [mqttTarget('mqtt/3.1.1', [4, 3]), mqttTarget('mqtt/5.0', [5]), ...kafkaTargets(), ...batchTargets(), amqpTarget(), natsTarget('server'), natsTarget('client'), natsGatherTarget()];
+  cached ??= [
+    mqttTarget('mqtt/3.1.1', [4, 3]),
+    mqttTarget('mqtt/5.0', [5]),
+    ...kafkaTargets(),
+    ...batchTargets(),
+    amqpTarget(),
+    amqpConnectionTarget(),
+    natsTarget('server'),
+    natsTarget('client'),
+    natsGatherTarget(),
+  ];
   return cached;
 }

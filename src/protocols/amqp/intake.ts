@@ -11,7 +11,8 @@
  *   that arrive (`Gather`). Frames are at most frame-max (128 KiB by default) either way.
  * - A body that spans frames is kept as the frames' own payloads (no copy while they arrive; one copy to join them
  *   at the end, the same as the one a preallocated body cost), small payloads joined into pieces whose size follows
- *   what has arrived so far (a client sending 1-byte body frames must not cost a Buffer object per byte). A body in
+ *   what has arrived so far (a client sending 1-byte body frames must not cost a Buffer object per byte; memory
+ *   stays within about 2.5 times the bytes received, see PartialBody.seal). A body in
  *   one frame, the common case, is the frame's payload itself (`PartialBody` is not involved).
  * - What partly received bodies hold counts against the connection (amqp maxPartialBodyBytes: over it the
  *   connection is closed with 506 RESOURCE_ERROR) and against the broker's budget (partialBodyBudget: over it the
@@ -159,9 +160,9 @@ export class PartialBody {
     } else if (n > 0) {
       if (this.piece === null || this.piece.length - this.pieceHave < n) {
         this.seal();
-        // A piece as large as what has arrived so far (at most PIECE_MAX, and not past the body's end): the room not
-        // yet filled is never more than the bytes received, and the pieces double up to PIECE_MAX.
-        const room = Math.min(this.size - this.have, Math.max(n, Math.min(PIECE_MAX, this.have)));
+        // A piece half as large as what has arrived so far (at most PIECE_MAX, and not past the body's end): its room
+        // not yet filled is never more than half the bytes received, and the pieces grow geometrically to PIECE_MAX.
+        const room = Math.min(this.size - this.have, Math.max(n, Math.min(PIECE_MAX, this.have >> 1)));
         this.piece = Buffer.allocUnsafe(room);
         this.held += room;
       }
@@ -172,9 +173,21 @@ export class PartialBody {
     return this.held - before;
   }
 
+  /**
+   * Ends the current piece (a large payload follows, or it is full). One less than half full is copied to its size,
+   * so that small and large payloads in turn cannot leave mostly empty pieces behind: every finished piece is at
+   * least half used, and what a body holds stays within about 2.5 times what arrived.
+   */
   private seal(): void {
-    if (this.piece === null) return;
-    this.parts.push(this.piece.subarray(0, this.pieceHave));
+    const piece = this.piece;
+    if (piece === null) return;
+    const used = this.pieceHave;
+    if (used < piece.length >> 1) {
+      this.parts.push(Buffer.from(piece.subarray(0, used)));
+      this.held -= piece.length - used;
+    } else {
+      this.parts.push(piece.subarray(0, used));
+    }
     this.piece = null;
     this.pieceHave = 0;
   }
