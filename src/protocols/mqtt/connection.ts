@@ -105,7 +105,10 @@ export interface MqttOptions {
   writeHighWaterMark?: number;
   /** Highest QoS granted to a subscription. */
   maxQos?: QoS;
-  /** Inbound QoS 1/2 publishes awaiting durable storage before the connection stops reading. */
+  /**
+   * Inbound QoS 1/2 publishes awaiting durable storage before the connection stops reading; also the replies
+   * (acks, SUBACK, UNSUBACK, PINGRESP) written and not yet taken by the socket before it does.
+   */
   maxPendingAcks?: number;
   /** A connection closed by the server is destroyed if the peer has not closed it after this many ms. */
   closeLingerMs?: number;
@@ -260,6 +263,27 @@ interface PendingAck {
   reason: number;
 }
 
+/**
+ * Replies to the client's own packets (PINGRESP, SUBACK, UNSUBACK, PUBACK, PUBREC, PUBREL, PUBCOMP) written and not
+ * yet taken by the socket. A client that sends and never reads would otherwise grow this without bound: 2 bytes of
+ * PINGREQ cost a 2-byte PINGRESP plus ~100 bytes of write queue entry each (10 MB of PINGREQs took +355 MB of RSS).
+ * Past `maxPendingAcks` replies the connection stops reading until half of them are out (`paused`); one whose
+ * replies then make no progress for `packetTimeoutMs` is closed. Kept only while replies are out (an idle
+ * connection holds none).
+ */
+interface ReplyBacklog {
+  unsent: number;
+  /** Replies taken by the socket since the backlog began (progress). */
+  taken: number;
+  /** Reading is paused for this backlog alone. */
+  paused: boolean;
+  /** When `taken` last moved while paused, and its value then. */
+  since: number;
+  seen: number;
+  /** The write callback of every reply. */
+  readonly done: () => void;
+}
+
 export interface MqttConnectionStats {
   /** Outbound messages dropped by flow control (slow consumer, too large for the client, expired). */
   dropped: number;
@@ -389,8 +413,13 @@ export class MqttConnection implements QueueConsumerHost {
   private held = 0;
   /** When the packet now held unfinished started arriving (0: none). */
   private partialSince = 0;
-  /** Reading paused by us (async authentication, session load, or too many inbound acks waiting for storage). */
+  /**
+   * Reading paused by us (async authentication, session load, too many inbound acks waiting for storage, or too
+   * many replies the client has not read).
+   */
   private readPaused = false;
+  /** Replies not yet taken by the socket; null while there are none (see ReplyBacklog). */
+  private replies: ReplyBacklog | null = null;
 
   // inbound QoS 1/2
   private readonly acks: PendingAck[] = [];
@@ -619,6 +648,23 @@ export class MqttConnection implements QueueConsumerHost {
   /** Called by the hub's shared tick: connect timeout, packet timeout, keep-alive. */
   checkTimers(now: number): void {
     if (this.state === State.Closed) return;
+    const b = this.replies;
+    if (b !== null && b.paused) {
+      if (b.taken !== b.seen) {
+        b.seen = b.taken;
+        b.since = now;
+      } else if (now - b.since >= this.opts.packetTimeoutMs) {
+        this.logLimited(
+          'info',
+          'replies unread',
+          { clientId: this.clientId || undefined, remote: this.remote, unsentReplies: b.unsent, bufferedBytes: this.stream.writableLength, packetTimeoutMs: this.opts.packetTimeoutMs },
+          'mqtt client does not read its replies, closing connection',
+        );
+        // v5: 0x97 as for a slow consumer; the client is not reading it anyway.
+        this.disconnectWith(ReasonCode.QUOTA_EXCEEDED, `replies not read within ${this.opts.packetTimeoutMs} ms`);
+        return;
+      }
+    }
     // A packet that has started must finish in time, whatever the keep-alive (0 turns keep-alive off): a client
     // must not pin a partial packet's memory forever. While we hold reading paused its bytes wait in the
     // socket: not its fault (resumeReading starts the clock again).
@@ -753,6 +799,12 @@ export class MqttConnection implements QueueConsumerHost {
   private resumeReading(): void {
     // A quota's hold-back ends on its own timer (throttle()), not with the other reasons to pause.
     if (!this.readPaused || this.state === State.Closed || this.throttleTimer !== null) return;
+    // Too many replies unread: reading waits for them alone now (replyTaken resumes it).
+    const b = this.replies;
+    if (b !== null && b.unsent >= this.opts.maxPendingAcks) {
+      this.holdForReplies(b);
+      return;
+    }
     this.readPaused = false;
     if (this.pendingBytes > 0 && this.pendingBytes >= this.needBytes) this.parse(null);
     // The rest of a packet may have waited in the socket while we did not read: its clock starts again.
@@ -851,7 +903,7 @@ export class MqttConnection implements QueueConsumerHost {
         this.onUnsubscribe(p);
         return;
       case 'pingreq':
-        this.send(PINGRESP); // [MQTT-3.12.4-1]
+        this.reply(PINGRESP); // [MQTT-3.12.4-1]
         return;
       case 'disconnect':
         this.onDisconnect(p);
@@ -1481,7 +1533,7 @@ export class MqttConnection implements QueueConsumerHost {
     const known = s.awaitingRel.delete(id);
     if (known && s.persistent) this.hub.persist(s);
     // v5 (section 3.7.2.1): an unknown id is answered with 0x92 Packet Identifier not found.
-    this.send(encodeIdOnly('pubcomp', id, this.level, known || this.level !== 5 ? 0 : ReasonCode.PACKET_IDENTIFIER_NOT_FOUND));
+    this.reply(encodeIdOnly('pubcomp', id, this.level, known || this.level !== 5 ? 0 : ReasonCode.PACKET_IDENTIFIER_NOT_FOUND));
   }
 
   /** Acks go out in the order the publishes arrived, whatever order storage completes in. */
@@ -1550,7 +1602,7 @@ export class MqttConnection implements QueueConsumerHost {
   private sendAck(type: PendingAck['type'], packetId: number, reason: number): void {
     if (type === 'none') return;
     if (type === 'puback' && reason === 0 && this.inQos1 > 0) this.inQos1--;
-    this.send(encodeIdOnly(type, packetId, this.level, reason));
+    this.reply(encodeIdOnly(type, packetId, this.level, reason));
   }
 
   private flushAcks(): void {
@@ -1580,7 +1632,7 @@ export class MqttConnection implements QueueConsumerHost {
     // return codes follow the request order [MQTT-3.8.4-5]. Retained messages follow the SUBACK.
     const retained: Array<{ sub: Subscription; isNew: boolean }> = [];
     const codes = p.subscriptions.map((s) => this.subscribeOne(s, subId, retained));
-    this.send(encodeSuback({ type: 'suback', packetId: p.packetId, returnCodes: codes, properties: this.level === 5 ? {} : undefined }, this.level));
+    this.reply(encodeSuback({ type: 'suback', packetId: p.packetId, returnCodes: codes, properties: this.level === 5 ? {} : undefined }, this.level));
     if (this.session!.persistent) this.hub.persist(this.session!);
     for (const r of retained) this.sendRetained(r.sub, r.isNew);
     const starts = this.queueStarts;
@@ -1779,7 +1831,7 @@ export class MqttConnection implements QueueConsumerHost {
     }
     if (s.persistent) this.hub.persist(s);
     // [MQTT-3.10.4-4] [MQTT-3.10.4-5] UNSUBACK even when nothing matched (v5 says so per filter).
-    this.send(encodeUnsuback({ type: 'unsuback', packetId: p.packetId, reasonCodes: codes, properties: {} }, this.level));
+    this.reply(encodeUnsuback({ type: 'unsuback', packetId: p.packetId, reasonCodes: codes, properties: {} }, this.level));
   }
 
   // ---------------------------------------------------------------- outbound delivery
@@ -2054,7 +2106,7 @@ export class MqttConnection implements QueueConsumerHost {
     const e = this.inflight.get(id);
     if (e === undefined || e.qos !== 2) {
       // v5: PUBREL 0x92 for an id we do not know (section 3.6.2.1).
-      if (this.level === 5) this.send(encodeIdOnly('pubrel', id, 5, ReasonCode.PACKET_IDENTIFIER_NOT_FOUND));
+      if (this.level === 5) this.reply(encodeIdOnly('pubrel', id, 5, ReasonCode.PACKET_IDENTIFIER_NOT_FOUND));
       return;
     }
     if (reason >= 0x80) {
@@ -2068,7 +2120,7 @@ export class MqttConnection implements QueueConsumerHost {
     // broker restart: the stored entry records it.
     e.released = true;
     if (e.stored !== 'none') this.hub.touch(this.session!, e);
-    this.send(encodeIdOnly('pubrel', id, this.level));
+    this.reply(encodeIdOnly('pubrel', id, this.level));
   }
 
   private onPubcomp(id: number): void {
@@ -2085,14 +2137,55 @@ export class MqttConnection implements QueueConsumerHost {
    * Writes are corked for the rest of the current tick and flushed together (one writev) on the next tick,
    * so a burst of deliveries or acks becomes a single syscall.
    */
-  private send(buf: Buffer): void {
+  private send(buf: Buffer, written?: () => void): void {
     if (this.stream.destroyed) return;
     if (!this.corked) {
       this.corked = true;
       this.stream.cork();
       process.nextTick(this.uncork);
     }
-    this.stream.write(buf);
+    this.stream.write(buf, written);
+  }
+
+  /**
+   * A reply to one of the client's packets: counted until the socket takes it, and past `maxPendingAcks` unsent
+   * ones the connection stops reading (TCP pushes back on the client) until half of them are out. Every byte queued
+   * for a client counts against its limit, not only deliveries.
+   */
+  private reply(buf: Buffer): void {
+    if (this.stream.destroyed) return;
+    let b = this.replies;
+    if (b === null) {
+      const fresh: ReplyBacklog = { unsent: 0, taken: 0, paused: false, since: 0, seen: 0, done: () => this.replyTaken(fresh) };
+      b = this.replies = fresh;
+    }
+    b.unsent++;
+    this.send(buf, b.done);
+    // While another reason holds reading (auth, storage, a quota), resumeReading takes the backlog into account.
+    if (b.unsent >= this.opts.maxPendingAcks && !this.readPaused && this.state === State.Connected) {
+      this.holdForReplies(b);
+      this.pauseReading();
+    }
+  }
+
+  private holdForReplies(b: ReplyBacklog): void {
+    if (b.paused) return;
+    b.paused = true;
+    b.since = Date.now();
+    b.seen = b.taken;
+  }
+
+  /** The write callback of a reply (also called, with an error, when the stream is destroyed first). */
+  private replyTaken(b: ReplyBacklog): void {
+    b.unsent--;
+    b.taken++;
+    if (this.state === State.Closed) return;
+    if (b.paused) {
+      if (b.unsent <= this.opts.maxPendingAcks / 2) {
+        b.paused = false;
+        this.resumeReading();
+      }
+    } else if (b.unsent === 0 && this.replies === b) this.replies = null;
   }
 
   private close(kind: CloseKind): void {
