@@ -83,20 +83,27 @@ async function startBroker(store: ClusterStore, id: number, streams: StreamStora
   return { id, cluster, engine, listener, port, held };
 }
 
-/** Reconciles every broker until every partition of `topics` has one owner. */
+/**
+ * Reconciles every broker until every partition of `topics` has one owner and every broker places over exactly
+ * `brokers` (a broker that has not yet read the others' membership places every group on itself: a test that picks
+ * a group's coordinator by asking the brokers would pick the wrong one; 20 ms after the last kick was not always
+ * enough for that read on a loaded machine).
+ */
 async function settle(brokers: Broker[], partitions: number): Promise<void> {
   const deadline = Date.now() + 10_000;
+  const ids = brokers.map((b) => b.id).sort((x, y) => x - y).join(',');
+  const viewsComplete = () => brokers.every((b) => [...b.cluster.placementBrokers()].sort((x, y) => x - y).join(',') === ids);
   for (;;) {
     for (const b of brokers) b.cluster.kick();
     await new Promise((r) => setTimeout(r, 20));
     const owned = brokers.reduce((n, b) => n + b.held.size, 0);
-    if (owned === partitions) {
+    if (owned === partitions && viewsComplete()) {
       // And every broker's view of the owners is fresh (rows read at its last reconcile).
       for (const b of brokers) b.cluster.kick();
       await new Promise((r) => setTimeout(r, 20));
-      return;
+      if (viewsComplete()) return;
     }
-    if (Date.now() > deadline) throw new Error(`ownership did not settle (${owned}/${partitions})`);
+    if (Date.now() > deadline) throw new Error(`ownership did not settle (${owned}/${partitions}; views ${brokers.map((b) => `${b.id}: ${b.cluster.placementBrokers().join(',')}`).join('; ')})`);
   }
 }
 
