@@ -46,10 +46,8 @@ import { measureIdle, startFloor, type IdleProtocol, type IdleResult } from './i
 import { floodCell, heapCell, runFloods, type FloodOptions, type FloodResult, type FloodTarget, type ProcessMemory } from './flood.js';
 import { defaultQueueStoreOptions, levelCell, queueStoreEmbedded, queueStorePostgres, type QueueStoreLevel } from './queue-store.js';
 import { runAmqpFairness, runAmqpLoad, type AmqpFairnessOptions, type AmqpFairnessResult, type AmqpLoadOptions, type AmqpLoadResult } from './amqp.js';
-import { idleCell as amqpIdleCell, measureIdleAmqp, socketBaseline, type IdleOptions, type IdleResult as AmqpIdleResult } from './amqp-idle.js';
 import { rabbitmqBinDir, rabbitmqVersion, startRabbitmq, waitAmqp } from './rabbitmq.js';
 import { runNatsPubSub, runNatsRequest, type CpuUse, type NatsPubSubResult, type NatsRequestResult } from './nats.js';
-import { natsIdleCell, runNatsIdle } from './nats-idle.js';
 import { NATS_LIMITS, natsServerBinary, natsServerVersion, startNatsServer, waitNatsInfo } from './nats-server.js';
 import { fmt, freePort, nowS, ratio, roundDeep, sleep, table } from './util.js';
 import { clusterFailover, clusterForwarding, clusterScaling, type ForwardingResult, type FailoverResult, type ScalingResult } from './cluster.js';
@@ -138,8 +136,6 @@ const CFG = {
   /** amqp-fairness: the measured client's unconfirmed publishes, and seconds alone before the flooder starts. */
   amqpFairWindow: int('BENCH_AMQP_FAIR_WINDOW', 8),
   amqpFairAloneS: num('BENCH_AMQP_FAIR_ALONE', 5),
-  /** amqp-idle-memory: idle connections opened (each takes a descriptor in the broker and one here). */
-  amqpIdleConnections: int('BENCH_AMQP_IDLE_CONNECTIONS', 10_000),
   /** The transient scenario's queue: `transient` (not durable) or `durable`. */
   amqpTransientQueue: process.env.BENCH_AMQP_TRANSIENT_QUEUE || 'transient',
   /** NATS scenarios: short on purpose (nats-server moves millions of messages a second). */
@@ -153,8 +149,6 @@ const CFG = {
   natsRequestPayloadBytes: int('BENCH_NATS_REQUEST_PAYLOAD', 16),
   /** Requests outstanding at once in nats-request-pipelined (nats-request keeps one). */
   natsRequestInflight: int('BENCH_NATS_REQUEST_INFLIGHT', 32),
-  /** Connections of nats-idle (each CONNECT, PING/PONG, one SUB). */
-  natsIdleConnections: int('BENCH_NATS_IDLE_CONNECTIONS', 2000),
   /** Cluster failover scenario: the membership lease (the broker's default, 5 s: the issue's target is for defaults). */
   clusterLeaseMs: int('BENCH_CLUSTER_LEASE', 5000),
 };
@@ -680,47 +674,6 @@ function amqpFairnessScenario(): Scenario {
   };
 }
 
-/** Issue 24: what an idle AMQP connection (open, one channel) costs the broker, beside what Node's socket costs. */
-function amqpIdleScenario(): Scenario {
-  const title = `memory of idle connections: ${fmt(CFG.amqpIdleConnections)} AMQP connections (connection.open-ok and one channel, heartbeat 0), broker RSS per connection (target: ≤ 2 KiB beyond Node's own socket)`;
-  return {
-    name: 'amqp-idle-memory',
-    group: 'amqp',
-    title,
-    run: async () => {
-      const o: IdleOptions = { connections: CFG.amqpIdleConnections, concurrency: 50, settleS: 2 };
-      let socket: number | null = null;
-      try {
-        socket = await socketBaseline(o.connections, o.concurrency, o.settleS);
-      } catch (e) {
-        console.error(`  socket baseline: ${errText(e)}`);
-      }
-      const r = await amqpPair(async (port, pid, figures) => {
-        if (pid === null) throw new Error('no broker process to measure');
-        const memory = figures ? async () => (await figures())?.process ?? {} : undefined;
-        return measureIdleAmqp(pid, port, o, memory, figures ? socket : null);
-      });
-      const f = r.flowmq;
-      const m = r.rabbitmq;
-      const show = (x: Outcome<AmqpIdleResult>) => (x.ok ? amqpIdleCell(x.value) : `error: ${x.error}`);
-      let verdict = '-';
-      if (f.ok) {
-        const beyond = socket === null ? null : f.value.perConnectionKiB - socket;
-        verdict = `${m?.ok ? `${ratio(f.value.perConnectionKiB, m.value.perConnectionKiB)} RabbitMQ's RSS per connection; ` : ''}beyond Node's socket: ${beyond === null ? 'not measured' : `${fmt(beyond, 1)} KiB (≤ 2 KiB: ${beyond <= 2 ? 'met' : 'not met'})`}`;
-      }
-      rows.push({
-        group: 'amqp',
-        scenario: 'amqp-idle-memory',
-        title,
-        flowmq: show(f),
-        peer: !m ? RABBITMQ_MISSING : show(m),
-        ratio: verdict,
-        data: { options: o, socketKiB: socket, flowmq: f, rabbitmq: m },
-      });
-    },
-  };
-}
-
 // ------------------------------------------------------------------ NATS scenarios: FlowMQ vs nats-server
 
 const NATS_SERVER = natsServerBinary();
@@ -915,30 +868,6 @@ function natsRequestScenario(name: string, inflight: number): Scenario {
         peer: !n ? NATS_SERVER_MISSING : n.ok ? requestCell(n.value) : `error: ${n.error}`,
         ratio: verdict,
         data: { options: opts, flowmqArgs: flowmqNatsArgs(0), flowmq: f, natsServer: n },
-      });
-    },
-  };
-}
-
-function natsIdleScenario(): Scenario {
-  const n = CFG.natsIdleConnections;
-  const title = `${fmt(n)} idle NATS connections (CONNECT, PING/PONG, one SUB): broker RSS growth per connection (lower is better)`;
-  return {
-    name: 'nats-idle',
-    group: 'nats',
-    title,
-    run: async () => {
-      const r = await natsPair((port, pid) => runNatsIdle(port, pid, n));
-      const f = r.flowmq;
-      const p = r.natsServer;
-      rows.push({
-        group: 'nats',
-        scenario: 'nats-idle',
-        title,
-        flowmq: f.ok ? natsIdleCell(f.value) : `error: ${f.error}`,
-        peer: !p ? NATS_SERVER_MISSING : p.ok ? natsIdleCell(p.value) : `error: ${p.error}`,
-        ratio: f.ok && p?.ok ? ratio(f.value.kibPerConnection, p.value.kibPerConnection) : '-',
-        data: { connections: n, flowmq: f, natsServer: p },
       });
     },
   };
@@ -1282,7 +1211,6 @@ const scenarios: Scenario[] = [
   amqpScenario(true),
   amqpScenario(false),
   amqpFairnessScenario(),
-  amqpIdleScenario(),
   natsPubSubScenario('nats-pubsub-16', 16, 1, false),
   natsPubSubScenario('nats-pubsub-1k', 1024, 1, false),
   natsPubSubScenario('nats-fanout-16', 16, CFG.natsFanout, false),
@@ -1290,7 +1218,6 @@ const scenarios: Scenario[] = [
   natsPubSubScenario('nats-queue', CFG.natsQueuePayloadBytes, CFG.natsQueueMembers, true),
   natsRequestScenario('nats-request', 1),
   natsRequestScenario('nats-request-pipelined', CFG.natsRequestInflight),
-  natsIdleScenario(),
   ...clusterScenarios(),
   ...idleScenarios(),
 ];
@@ -1608,9 +1535,8 @@ async function main(): Promise<void> {
   }
   const selected = select(args);
   const wantsIdle = selected.some((s) => s.group === 'idle');
-  const wantsAmqpIdle = selected.some((s) => s.name === 'amqp-idle-memory');
   const wantsFlood = selected.some((s) => s.name.endsWith('-flood-memory'));
-  const needed = Math.max(wantsIdle ? CFG.idleConnections : 0, wantsAmqpIdle ? CFG.amqpIdleConnections : 0, wantsFlood ? CFG.floodConnections : 0) + CFG.fanoutSubscribers + 1000;
+  const needed = Math.max(wantsIdle ? CFG.idleConnections : 0, wantsFlood ? CFG.floodConnections : 0) + CFG.fanoutSubscribers + 1000;
   const child = reexecWithDescriptors(needed);
   if (child) {
     process.exitCode = await child;
@@ -1620,10 +1546,6 @@ async function main(): Promise<void> {
   if (wantsIdle && limit < needed) {
     CFG.idleConnections = Math.max(100, limit - CFG.fanoutSubscribers - 1000);
     console.log(`note: this process may open only ${limit} files; idle scenario reduced to ${CFG.idleConnections} connections`);
-  }
-  if (wantsAmqpIdle && limit < CFG.amqpIdleConnections + 1000) {
-    CFG.amqpIdleConnections = Math.max(100, limit - 1000);
-    console.log(`note: this process may open only ${limit} files; amqp-idle-memory reduced to ${CFG.amqpIdleConnections} connections`);
   }
   if (wantsFlood && limit < CFG.floodConnections + CFG.fanoutSubscribers + 1000) {
     CFG.floodConnections = Math.max(100, limit - CFG.fanoutSubscribers - 1000);
