@@ -12,6 +12,8 @@ export interface AmqpFlooderData {
   port: number;
   queue: string;
   payloadBytes: number;
+  /** Delivery mode 2 (persistent) or 1 (transient: a durable queue past its in-memory window stores it all the same). */
+  persistent: boolean;
 }
 
 if (parentPort === null) throw new Error('amqp-flooder.js runs as a worker thread of the AMQP benchmark');
@@ -28,7 +30,7 @@ const ch = await conn.createChannel();
 ch.on('error', (e: Error) => errors.push(`flooder channel: ${e.message}`));
 await ch.assertQueue(d.queue, { durable: true });
 const body = Buffer.alloc(d.payloadBytes, 0x66);
-const props = { deliveryMode: 2, contentType: 'application/octet-stream' };
+const props = { deliveryMode: d.persistent ? 2 : 1, contentType: 'application/octet-stream' };
 
 function pump(): void {
   let n = 0;

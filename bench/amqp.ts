@@ -363,6 +363,8 @@ export interface AmqpFairnessOptions {
   aloneS: number;
   warmupS: number;
   floodS: number;
+  /** The flooder's messages: persistent, or transient (stored all the same once the queue's window is full). */
+  floodPersistent: boolean;
 }
 
 export interface AmqpFairnessResult {
@@ -390,7 +392,7 @@ export async function runAmqpFairness(o: AmqpFairnessOptions): Promise<AmqpFairn
   const ch = await conn.createConfirmChannel();
   ch.on('error', (e: Error) => errors.push(`measured channel: ${e.message}`));
   await ch.assertQueue('bench-fair', { durable: true });
-  const worker = new Worker(new URL('./amqp-flooder.js', import.meta.url), { workerData: { port: o.port, queue: 'bench-flood', payloadBytes: o.payloadBytes } satisfies AmqpFlooderData });
+  const worker = new Worker(new URL('./amqp-flooder.js', import.meta.url), { workerData: { port: o.port, queue: 'bench-flood', payloadBytes: o.payloadBytes, persistent: o.floodPersistent } satisfies AmqpFlooderData });
   const ready = new Promise<void>((resolve, reject) => {
     worker.once('message', () => resolve());
     worker.once('error', reject);

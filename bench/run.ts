@@ -136,6 +136,8 @@ const CFG = {
   /** amqp-fairness: the measured client's unconfirmed publishes, and seconds alone before the flooder starts. */
   amqpFairWindow: int('BENCH_AMQP_FAIR_WINDOW', 8),
   amqpFairAloneS: num('BENCH_AMQP_FAIR_ALONE', 5),
+  /** amqp-fairness: the flooder's delivery mode (`persistent` or `transient`). */
+  amqpFloodMode: process.env.BENCH_AMQP_FLOOD_MODE || 'persistent',
   /** The transient scenario's queue: `transient` (not durable) or `durable`. */
   amqpTransientQueue: process.env.BENCH_AMQP_TRANSIENT_QUEUE || 'transient',
   /** NATS scenarios: short on purpose (nats-server moves millions of messages a second). */
@@ -638,6 +640,7 @@ const fairnessOptions = (port: number): AmqpFairnessOptions => ({
   aloneS: CFG.amqpFairAloneS,
   warmupS: CFG.amqpWarmupS,
   floodS: CFG.amqpSeconds,
+  floodPersistent: CFG.amqpFloodMode !== 'transient',
 });
 
 const fairnessCell = (r: AmqpFairnessResult) =>
@@ -648,7 +651,7 @@ const fairnessCell = (r: AmqpFairnessResult) =>
  * queue store is shared fairly, per-connection credit as RabbitMQ's credit_flow).
  */
 function amqpFairnessScenario(): Scenario {
-  const title = `fairness: a client's publisher confirms (≤ ${CFG.amqpFairWindow} unconfirmed, ${fmt(CFG.amqpPayloadBytes)}-byte persistent messages, durable queue) alone, then while another connection floods another durable queue with persistent messages without confirms`;
+  const title = `fairness: a client's publisher confirms (≤ ${CFG.amqpFairWindow} unconfirmed, ${fmt(CFG.amqpPayloadBytes)}-byte persistent messages, durable queue) alone, then while another connection floods another durable queue with ${CFG.amqpFloodMode === 'transient' ? 'transient' : 'persistent'} messages without confirms`;
   return {
     name: 'amqp-fairness',
     group: 'amqp',

@@ -76,6 +76,11 @@ export interface RouteResult {
   durable: Promise<void> | null;
   /** A queue refused it (x-overflow reject-publish at its limit): the publisher confirm must be a nack. */
   rejected: boolean;
+  /**
+   * Settles once store writes made for it that no confirm waits for (transient messages kept in a durable queue's
+   * store) are done: publishers' flow control counts them (see EnqueueResult.written). Absent when there are none.
+   */
+  written?: Promise<void>;
 }
 
 /**

@@ -19,7 +19,7 @@
  */
 import { FlowError } from './errors.js';
 import type { DeathRecord, Message } from './message.js';
-import type { QueueConsumer, QueueDef, QueueDelivery, QueueHooks, QueueRuntime, QueueStore } from './queues.js';
+import type { EnqueueResult, QueueConsumer, QueueDef, QueueDelivery, QueueHooks, QueueRuntime, QueueStore } from './queues.js';
 import { decodeStoredMessage, encodeStoredMessage } from './sessions.js';
 
 /** Bounds of the in-memory window of ready messages of a durable queue. */
@@ -270,7 +270,7 @@ export class Queue implements QueueRuntime {
   // ---------------------------------------------------------------------------------------------------------
   // publish side
 
-  enqueue(msg: Message): { durable: Promise<void> | null; rejected: boolean } {
+  enqueue(msg: Message): EnqueueResult {
     if (this.destroyed) throw new FlowError('NOT_FOUND', `queue ${this.name} was deleted`);
     const bytes = msg.payload.length;
     const a = this.def.arguments;
@@ -288,6 +288,7 @@ export class Queue implements QueueRuntime {
     const ttlAt = a.messageTtlMs !== undefined ? now + a.messageTtlMs : Infinity;
     const expiresAt = msg.expiresAt !== undefined && msg.expiresAt < ttlAt ? msg.expiresAt : ttlAt;
     let durable: Promise<void> | null = null;
+    let written: Promise<void> | undefined;
     const store = this.store;
     const persistent = msg.persistent !== false;
     // A durable queue whose window is full (or already has messages beyond it) takes new messages into the store
@@ -300,7 +301,10 @@ export class Queue implements QueueRuntime {
     if (toStoreOnly) {
       const p = store.append(this.name, [{ id, data: encodeStoredMessage(msg) }]);
       durable = persistent ? p : null;
-      if (!persistent) p.catch(ignore);
+      if (!persistent) {
+        p.catch(ignore);
+        written = p;
+      }
       this.beyond++;
       this.beyondBytes += bytes;
       if (expiresAt !== Infinity) this.noteEnqueueTime(id, now);
@@ -320,7 +324,7 @@ export class Queue implements QueueRuntime {
     // With the enqueue's own clock, so that a message with x-message-ttl 0 reaches a consumer ready for it (as in
     // RabbitMQ: TTL 0 expires a message unless it can be delivered at once).
     if (this.consumers.length > 0) this.dispatch(now);
-    return { durable, rejected: false };
+    return written === undefined ? { durable, rejected: false } : { durable, rejected: false, written };
   }
 
   /** Remembers when messages beyond the window were enqueued (for x-message-ttl when they load). */

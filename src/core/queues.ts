@@ -165,6 +165,17 @@ export interface QueueHooks {
 }
 
 /** The runtime of one queue (src/core/queue.ts), as the router drives it. */
+/** What an enqueue did: the publisher's durability, a refusal, and a store write the publisher need not wait for. */
+export interface EnqueueResult {
+  durable: Promise<void> | null;
+  rejected: boolean;
+  /**
+   * A store write of a transient message (a durable queue past its in-memory window keeps it in the store too): no
+   * publisher confirm waits for it, but it takes the store's time, so publishers' flow control counts it.
+   */
+  written?: Promise<void>;
+}
+
 export interface QueueRuntime extends QueueHandle {
   /** Recovers a durable queue's stored messages (ready again, redelivered); starts TTL / expiry timers. */
   open(): Promise<void>;
@@ -172,7 +183,7 @@ export interface QueueRuntime extends QueueHandle {
    * Takes a routed message. Its id is assigned synchronously; `durable` resolves once stored (persistent messages
    * in durable queues; null otherwise). `rejected`: refused by x-overflow reject-publish(-dlx) at the limit.
    */
-  enqueue(msg: Message): { durable: Promise<void> | null; rejected: boolean };
+  enqueue(msg: Message): EnqueueResult;
   /** Removes the ready messages; returns how many. */
   purge(): Promise<number>;
   /** Deletes the queue: cancels its consumers (cancelled()), drops its storage; returns the messages it held. */

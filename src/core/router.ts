@@ -746,6 +746,7 @@ export class RouterCore {
 
   private deliver(r: Route, msg: Message, deadLettered: boolean): RouteResult {
     let durable: Promise<void>[] | null = r.liveDurable ? [r.liveDurable] : null;
+    let written: Promise<void>[] | null = null;
     let rejected = false;
     let routed = r.live;
     // The free-space reserve covers durable queues as it covers streams: a persistent message is not taken by a
@@ -763,17 +764,20 @@ export class RouterCore {
       routed++;
       if (res.rejected) rejected = true;
       if (res.durable) (durable ??= []).push(res.durable);
+      if (res.written) (written ??= []).push(res.written);
     }
     for (const s of r.streams) {
       const d = this.host.appendToStream(s, msg);
       routed++;
       if (d) (durable ??= []).push(d);
     }
-    return {
+    const out: RouteResult = {
       routed,
       durable: durable === null ? null : durable.length === 1 ? durable[0] : Promise.all(durable).then(() => undefined),
       rejected,
     };
+    if (written !== null) out.written = written.length === 1 ? written[0] : Promise.allSettled(written).then(() => undefined);
+    return out;
   }
 
   /** QueueHooks.deadLetter: routes a dead-lettered message through its queue's dead-letter exchange. */

@@ -551,6 +551,25 @@ describe('queue memory window', () => {
     assert.equal(got.join(''), '0123456789');
   });
 
+  it('a transient message stored past the window reports its store write (publishers\' flow control counts it)', async () => {
+    const store = new MemoryQueueStore();
+    const factory = queueFactory({ maxMessages: 2, maxBytes: 1 << 20, readBatch: 2 });
+    const { q } = await open(def('tw'), store, new Hooks(), factory);
+    const results = ['a', 'b', 'c', 'd'].map((t) => q.enqueue(msg(t, { persistent: false })));
+    assert.deepEqual(
+      results.map((r) => [r.durable, r.written !== undefined]),
+      [
+        [null, false],
+        [null, false],
+        [null, true],
+        [null, true],
+      ],
+      'in the window: nothing written; past it: written, nobody waits',
+    );
+    await Promise.all(results.map((r) => r.written));
+    assert.equal((await store.openQueue('tw')).count, 2);
+  });
+
   it('purge with deliveries outstanding removes the stored ready messages beyond the window too', async () => {
     const store = new MemoryQueueStore();
     const factory = queueFactory({ maxMessages: 3, maxBytes: 1 << 20, readBatch: 2 });

@@ -604,6 +604,13 @@ export class AmqpChannel implements StreamSink {
       const w = this.conn.onWrite;
       r.durable.then(w.settled, w.failed);
     }
+    if (r.written !== undefined) {
+      // A transient message a durable queue keeps in its store: nobody waits for it, but it takes the store's time
+      // like a persistent one, so it takes the connection's credit too.
+      this.conn.writeStarted(item.body.length);
+      const w = this.conn.onWrite;
+      r.written.then(w.settled, w.failed);
+    }
     return r;
   }
 
