@@ -80,7 +80,7 @@ export function idleAmqpConnection(port: number, timeoutMs = 30_000): Promise<So
           step = 2;
           s.write(
             Buffer.concat([
-              defs.encodeMethod(defs.ConnectionTuneOk, 0, { channelMax: 0, frameMax: 131072, heartbeat: 0 }),
+              defs.encodeMethod(defs.ConnectionTuneOk, 0, { channelMax: 16, frameMax: 131072, heartbeat: 0 }),
               defs.encodeMethod(defs.ConnectionOpen, 0, { virtualHost: '/', capabilities: '', insist: false }),
               defs.encodeMethod(defs.ChannelOpen, 1, { outOfBand: '' }),
             ]),

@@ -136,7 +136,12 @@ export class AmqpConnection implements AlarmListener, ClientRegistration {
   private readUntil = 0;
   /** Capabilities the client announced in start-ok (set then: until login nobody looks). */
   capabilities: ClientCapabilities = NO_CAPABILITIES;
-  private readonly channels = new Map<number, AmqpChannel>();
+  /**
+   * Open channels: the first in a field of its own (most connections use one), the others in a map made when a
+   * second one opens.
+   */
+  private firstChannel: AmqpChannel | null = null;
+  private moreChannels: Map<number, AmqpChannel> | null = null;
   private logger: Logger | null = null;
 
   // input assembly
@@ -312,7 +317,7 @@ export class AmqpConnection implements AlarmListener, ClientRegistration {
     }
     if (!this.starved || this.st !== St.Opened) return;
     this.starved = false;
-    for (const ch of this.channels.values()) ch.resumeConsumers();
+    for (const ch of this.channelList()) ch.resumeConsumers();
   }
 
   // ------------------------------------------------------------------ input
@@ -462,7 +467,7 @@ export class AmqpConnection implements AlarmListener, ClientRegistration {
         case 2:
         case 3: {
           if (this.st !== St.Opened) throw new AmqpError(505, 'content frame before the connection is open');
-          const c = this.channels.get(ch);
+          const c = this.channel(ch);
           if (ch === 0 || c === undefined) throw new AmqpError(504, `content frame on channel ${ch}, which is not open`);
           if (type === 2) c.onHeader(payload);
           else c.onBody(payload, owned);
@@ -669,11 +674,13 @@ export class AmqpConnection implements AlarmListener, ClientRegistration {
 
   private channelMethod(ch: number, m: AmqpMethod): void {
     if (this.st !== St.Opened) throw new AmqpError(504, `${m.name} on channel ${ch} before connection.open`);
-    const c = this.channels.get(ch);
+    const c = this.channel(ch);
     if (m.name === 'channel.open') {
       if (c !== undefined) throw new AmqpError(504, `second 'channel.open' seen on channel ${ch}`, 20, 10);
       if (ch > this.channelMax) throw new AmqpError(530, `channel ${ch} above channel_max ${this.channelMax}`, 20, 10);
-      this.channels.set(ch, new AmqpChannel(this, ch));
+      const opened = new AmqpChannel(this, ch);
+      if (this.firstChannel === null) this.firstChannel = opened;
+      else (this.moreChannels ??= new Map()).set(ch, opened);
       this.sendMethod(ch, { name: 'channel.open-ok' } as AmqpMethod);
       return;
     }
@@ -683,7 +690,20 @@ export class AmqpConnection implements AlarmListener, ClientRegistration {
 
   /** The channel finished closing (close-ok sent or received). */
   channelGone(ch: number): void {
-    this.channels.delete(ch);
+    if (this.firstChannel?.ch === ch) this.firstChannel = null;
+    else this.moreChannels?.delete(ch);
+  }
+
+  private channel(ch: number): AmqpChannel | undefined {
+    const c = this.firstChannel;
+    if (c !== null && c.ch === ch) return c;
+    return this.moreChannels?.get(ch);
+  }
+
+  private channelList(): AmqpChannel[] {
+    const out = this.moreChannels === null ? [] : [...this.moreChannels.values()];
+    if (this.firstChannel !== null) out.push(this.firstChannel);
+    return out;
   }
 
   // ------------------------------------------------------------------ flow
@@ -827,7 +847,7 @@ export class AmqpConnection implements AlarmListener, ClientRegistration {
       this.sendHoldTimer = null;
       this.sendHoldUntil = 0;
       if (this.st !== St.Opened) return;
-      for (const ch of this.channels.values()) ch.resumeConsumers();
+      for (const ch of this.channelList()) ch.resumeConsumers();
     }, wait);
   }
 
@@ -930,8 +950,10 @@ export class AmqpConnection implements AlarmListener, ClientRegistration {
   }
 
   private teardownChannels(): void {
-    for (const c of this.channels.values()) c.teardown();
-    this.channels.clear();
+    const all = this.channelList();
+    this.firstChannel = null;
+    this.moreChannels = null;
+    for (const c of all) c.teardown();
   }
 
   private tornDown = false;
