@@ -16,16 +16,20 @@
  * - Framing (§4.2.3): type, channel, size, payload, frame-end 0xCE. A frame above the negotiated frame-max, a bad
  *   frame-end or an unknown type closes the connection with 501; method payloads are decoded by the codec, whose
  *   AmqpCodecError carries the spec's code (502, 503, 505, 540). Bytes are copied only into the frame they belong to
- *   when it spans reads (the listener may hand them in a reused read buffer, see read-into.ts).
+ *   when it spans reads (the listener may hand them in a reused read buffer, see read-into.ts); such a frame is
+ *   taken whole only while the broker's budget of memory ahead of arrival has room, else it grows with its bytes,
+ *   and partly received bodies are bounded per connection and over the broker (intake.ts, bodyBytes).
  * - Heartbeats (§4.2.7): checked by the listener's sweep (one timer per listener): a heartbeat frame goes out when
  *   nothing was sent for half the interval; a peer silent for two intervals is dropped. The hot path only counts.
  * - Errors: a hard error (§1.5.2) sends connection.close and ignores everything but close / close-ok until the
  *   peer answers (or a second passes); a soft error closes the channel only (see channel.ts).
  * - Writes are corked and released on the next tick, so the frames of a burst of deliveries or confirms leave in
  *   one writev. Consumers see the socket's unsent bytes (hasCredit false above socketHighWater) and get deliveries
- *   again on 'drain'.
+ *   again on 'drain'. Every byte queued counts: above socketHighWater the socket is not read either (a client that
+ *   sends requests and never reads cannot make us queue more), and no progress for sendTimeoutMs closes it.
  * - Back-pressure on input: methods waiting behind a channel's asynchronous operation (declare, bind, get...) are
- *   bounded per connection; past MAX_BACKLOG the socket stops being read until they are done. While a resource
+ *   bounded per connection; past MAX_BACKLOG the socket stops being read until they are done; so are publishes
+ *   whose store writes have not settled (credit.ts). While a resource
  *   alarm is raised, a connection that publishes stops reading before its next publish (see adapter.ts).
  */
 import type { Duplex } from 'node:stream';
@@ -35,7 +39,6 @@ import { ANONYMOUS } from '../../control/index.js';
 import { certificateLogin, certificateUser } from '../../control/certs.js';
 import { TLSSocket } from 'node:tls';
 import { logKey } from '../log-limit.js';
-import { storageRefusal } from '../storage-refusal.js';
 import type { AmqpAdapter, AlarmListener, AuthOutcome } from './adapter.js';
 import { AmqpChannel } from './channel.js';
 import { AmqpError, replyText, toAmqpError } from './errors.js';
@@ -161,7 +164,7 @@ export class AmqpConnection implements AlarmListener, ClientRegistration {
   // flow
   private corked = false;
   private backlog = 0;
-  private pausedFor = 0; // bit 1: backlog, bit 2: alarm, bit 4: pending writes
+  private pausedFor = 0; // bit 1: backlog, 2: alarm, 4: store writes in flight, 8: quota, 16: unsent bytes, 32: body budget
   /** Set once the client published: an alarm stops its reading. */
   publisher = false;
   private alarmReason: string | null = null;
