@@ -413,7 +413,9 @@ export class AmqpConnection implements AlarmListener, ClientRegistration {
    */
   private startFrame(first: Buffer, total: number): void {
     const ahead = total - first.length;
-    if (total <= SMALL_FRAME || this.adapter.input.reserve(ahead)) {
+    // Not for a connection still in its handshake: its frames are small and few, and strangers must not use up the
+    // budget that open connections' large frames need (as the Kafka listener does before SASL).
+    if (total <= SMALL_FRAME || (this.st === St.Opened && this.adapter.input.reserve(ahead))) {
       if (total > SMALL_FRAME) this.reserved = ahead;
       this.frame = Buffer.allocUnsafe(total);
       first.copy(this.frame, 0);
