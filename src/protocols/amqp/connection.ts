@@ -16,16 +16,20 @@
  * - Framing (§4.2.3): type, channel, size, payload, frame-end 0xCE. A frame above the negotiated frame-max, a bad
  *   frame-end or an unknown type closes the connection with 501; method payloads are decoded by the codec, whose
  *   AmqpCodecError carries the spec's code (502, 503, 505, 540). Bytes are copied only into the frame they belong to
- *   when it spans reads (the listener may hand them in a reused read buffer, see read-into.ts).
+ *   when it spans reads (the listener may hand them in a reused read buffer, see read-into.ts); such a frame is
+ *   taken whole only while the broker's budget of memory ahead of arrival has room, else it grows with its bytes,
+ *   and partly received bodies are bounded per connection and over the broker (intake.ts, bodyBytes).
  * - Heartbeats (§4.2.7): checked by the listener's sweep (one timer per listener): a heartbeat frame goes out when
  *   nothing was sent for half the interval; a peer silent for two intervals is dropped. The hot path only counts.
  * - Errors: a hard error (§1.5.2) sends connection.close and ignores everything but close / close-ok until the
  *   peer answers (or a second passes); a soft error closes the channel only (see channel.ts).
  * - Writes are corked and released on the next tick, so the frames of a burst of deliveries or confirms leave in
  *   one writev. Consumers see the socket's unsent bytes (hasCredit false above socketHighWater) and get deliveries
- *   again on 'drain'.
+ *   again on 'drain'. Every byte queued counts: above socketHighWater the socket is not read either (a client that
+ *   sends requests and never reads cannot make us queue more), and no progress for sendTimeoutMs closes it.
  * - Back-pressure on input: methods waiting behind a channel's asynchronous operation (declare, bind, get...) are
- *   bounded per connection; past MAX_BACKLOG the socket stops being read until they are done. While a resource
+ *   bounded per connection; past MAX_BACKLOG the socket stops being read until they are done; so are publishes
+ *   whose store writes have not settled (credit.ts). While a resource
  *   alarm is raised, a connection that publishes stops reading before its next publish (see adapter.ts).
  */
 import type { Duplex } from 'node:stream';
@@ -35,7 +39,6 @@ import { ANONYMOUS } from '../../control/index.js';
 import { certificateLogin, certificateUser } from '../../control/certs.js';
 import { TLSSocket } from 'node:tls';
 import { logKey } from '../log-limit.js';
-import { storageRefusal } from '../storage-refusal.js';
 import type { AmqpAdapter, AlarmListener, AuthOutcome } from './adapter.js';
 import { AmqpChannel } from './channel.js';
 import { AmqpError, replyText, toAmqpError } from './errors.js';
@@ -136,7 +139,12 @@ export class AmqpConnection implements AlarmListener, ClientRegistration {
   private readUntil = 0;
   /** Capabilities the client announced in start-ok (set then: until login nobody looks). */
   capabilities: ClientCapabilities = NO_CAPABILITIES;
-  private readonly channels = new Map<number, AmqpChannel>();
+  /**
+   * Open channels: the first in a field of its own (most connections use one), the others in a map made when a
+   * second one opens.
+   */
+  private firstChannel: AmqpChannel | null = null;
+  private moreChannels: Map<number, AmqpChannel> | null = null;
   private logger: Logger | null = null;
 
   // input assembly
@@ -156,7 +164,7 @@ export class AmqpConnection implements AlarmListener, ClientRegistration {
   // flow
   private corked = false;
   private backlog = 0;
-  private pausedFor = 0; // bit 1: backlog, bit 2: alarm, bit 4: pending writes
+  private pausedFor = 0; // bit 1: backlog, 2: alarm, 4: store writes in flight, 8: quota, 16: unsent bytes, 32: body budget
   /** Set once the client published: an alarm stops its reading. */
   publisher = false;
   private alarmReason: string | null = null;
@@ -312,7 +320,7 @@ export class AmqpConnection implements AlarmListener, ClientRegistration {
     }
     if (!this.starved || this.st !== St.Opened) return;
     this.starved = false;
-    for (const ch of this.channels.values()) ch.resumeConsumers();
+    for (const ch of this.channelList()) ch.resumeConsumers();
   }
 
   // ------------------------------------------------------------------ input
@@ -405,7 +413,9 @@ export class AmqpConnection implements AlarmListener, ClientRegistration {
    */
   private startFrame(first: Buffer, total: number): void {
     const ahead = total - first.length;
-    if (total <= SMALL_FRAME || this.adapter.input.reserve(ahead)) {
+    // Not for a connection still in its handshake: its frames are small and few, and strangers must not use up the
+    // budget that open connections' large frames need (as the Kafka listener does before SASL).
+    if (total <= SMALL_FRAME || (this.st === St.Opened && this.adapter.input.reserve(ahead))) {
       if (total > SMALL_FRAME) this.reserved = ahead;
       this.frame = Buffer.allocUnsafe(total);
       first.copy(this.frame, 0);
@@ -462,7 +472,7 @@ export class AmqpConnection implements AlarmListener, ClientRegistration {
         case 2:
         case 3: {
           if (this.st !== St.Opened) throw new AmqpError(505, 'content frame before the connection is open');
-          const c = this.channels.get(ch);
+          const c = this.channel(ch);
           if (ch === 0 || c === undefined) throw new AmqpError(504, `content frame on channel ${ch}, which is not open`);
           if (type === 2) c.onHeader(payload);
           else c.onBody(payload, owned);
@@ -669,11 +679,13 @@ export class AmqpConnection implements AlarmListener, ClientRegistration {
 
   private channelMethod(ch: number, m: AmqpMethod): void {
     if (this.st !== St.Opened) throw new AmqpError(504, `${m.name} on channel ${ch} before connection.open`);
-    const c = this.channels.get(ch);
+    const c = this.channel(ch);
     if (m.name === 'channel.open') {
       if (c !== undefined) throw new AmqpError(504, `second 'channel.open' seen on channel ${ch}`, 20, 10);
       if (ch > this.channelMax) throw new AmqpError(530, `channel ${ch} above channel_max ${this.channelMax}`, 20, 10);
-      this.channels.set(ch, new AmqpChannel(this, ch));
+      const opened = new AmqpChannel(this, ch);
+      if (this.firstChannel === null) this.firstChannel = opened;
+      else (this.moreChannels ??= new Map()).set(ch, opened);
       this.sendMethod(ch, { name: 'channel.open-ok' } as AmqpMethod);
       return;
     }
@@ -683,7 +695,20 @@ export class AmqpConnection implements AlarmListener, ClientRegistration {
 
   /** The channel finished closing (close-ok sent or received). */
   channelGone(ch: number): void {
-    this.channels.delete(ch);
+    if (this.firstChannel?.ch === ch) this.firstChannel = null;
+    else this.moreChannels?.delete(ch);
+  }
+
+  private channel(ch: number): AmqpChannel | undefined {
+    const c = this.firstChannel;
+    if (c !== null && c.ch === ch) return c;
+    return this.moreChannels?.get(ch);
+  }
+
+  private channelList(): AmqpChannel[] {
+    const out = this.moreChannels === null ? [] : [...this.moreChannels.values()];
+    if (this.firstChannel !== null) out.push(this.firstChannel);
+    return out;
   }
 
   // ------------------------------------------------------------------ flow
@@ -827,7 +852,7 @@ export class AmqpConnection implements AlarmListener, ClientRegistration {
       this.sendHoldTimer = null;
       this.sendHoldUntil = 0;
       if (this.st !== St.Opened) return;
-      for (const ch of this.channels.values()) ch.resumeConsumers();
+      for (const ch of this.channelList()) ch.resumeConsumers();
     }, wait);
   }
 
@@ -930,8 +955,10 @@ export class AmqpConnection implements AlarmListener, ClientRegistration {
   }
 
   private teardownChannels(): void {
-    for (const c of this.channels.values()) c.teardown();
-    this.channels.clear();
+    const all = this.channelList();
+    this.firstChannel = null;
+    this.moreChannels = null;
+    for (const c of all) c.teardown();
   }
 
   private tornDown = false;
