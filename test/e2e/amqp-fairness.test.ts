@@ -12,16 +12,9 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { amqpFixture, defs, RawAmqp } from './amqp-helpers.js';
+import { encodeFrame, FRAME_BODY } from '../../src/protocols/amqp/codec/index.js';
 
-function bodyFrame(ch: number, body: Buffer): Buffer {
-  const b = Buffer.alloc(8 + body.length);
-  b[0] = 3;
-  b.writeUInt16BE(ch, 1);
-  b.writeUInt32BE(body.length, 3);
-  body.copy(b, 7);
-  b[7 + body.length] = 0xce;
-  return b;
-}
+const bodyFrame = (ch: number, body: Buffer): Buffer => encodeFrame(FRAME_BODY, ch, body);
 
 describe('e2e: AMQP publishers share the queue store', () => {
   const f = amqpFixture({ connect: true });

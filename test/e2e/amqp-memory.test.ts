@@ -18,6 +18,7 @@ import { readFileSync } from 'node:fs';
 import type { ConsumeMessage } from 'amqplib';
 import { amqpFixture, connectAmqp, defs, RawAmqp } from './amqp-helpers.js';
 import { eventually } from './harness.js';
+import { encodeFrame, FRAME_BODY } from '../../src/protocols/amqp/codec/index.js';
 
 /** VmRSS and VmSize of a process, in bytes. */
 function memoryOf(pid: number): { rss: number; vsize: number } {
@@ -29,15 +30,7 @@ function memoryOf(pid: number): { rss: number; vsize: number } {
 const MiB = 1024 * 1024;
 const mib = (n: number) => `${(n / MiB).toFixed(1)} MiB`;
 
-function bodyFrame(ch: number, body: Buffer): Buffer {
-  const b = Buffer.alloc(8 + body.length);
-  b[0] = 3;
-  b.writeUInt16BE(ch, 1);
-  b.writeUInt32BE(body.length, 3);
-  body.copy(b, 7);
-  b[7 + body.length] = 0xce;
-  return b;
-}
+const bodyFrame = (ch: number, body: Buffer): Buffer => encodeFrame(FRAME_BODY, ch, body);
 
 /** The byte at position `i` of the body the raw connection `c` publishes on channel `ch`. */
 const pattern = (c: number, ch: number, i: number) => (i * 31 + ch * 7 + c) & 0xff;

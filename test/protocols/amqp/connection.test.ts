@@ -13,6 +13,7 @@ import { AmqpConnection } from '../../../src/protocols/amqp/connection.js';
 import { resolveAmqpOptions } from '../../../src/protocols/amqp/options.js';
 import type { Engine, Message, RouteResult } from '../../../src/core/index.js';
 import { testControl } from './access-helpers.js';
+import { encodeFrame, FRAME_BODY } from '../../../src/protocols/amqp/codec/index.js';
 
 const require = createRequire(import.meta.url);
 // eslint-disable-next-line @typescript-eslint/no-require-imports
@@ -21,15 +22,7 @@ const defs = require('amqplib/lib/defs') as Record<string, number> & {
   encodeProperties(id: number, ch: number, size: number, f: object): Buffer;
 };
 
-function bodyFrame(ch: number, body: Buffer): Buffer {
-  const b = Buffer.alloc(8 + body.length);
-  b[0] = 3;
-  b.writeUInt16BE(ch, 1);
-  b.writeUInt32BE(body.length, 3);
-  body.copy(b, 7);
-  b[7 + body.length] = 0xce;
-  return b;
-}
+const bodyFrame = (ch: number, body: Buffer): Buffer => encodeFrame(FRAME_BODY, ch, body);
 
 const tick = () => new Promise<void>((r) => setImmediate(r));
 
