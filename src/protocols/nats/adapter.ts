@@ -238,8 +238,11 @@ export class NatsAdapter {
     return o;
   }
 
-  /** Starts one client connection on the stream; the adapter owns it from here (closes it, logs, counts it). */
-  handle(stream: Duplex, meta: NatsConnectionMeta, tls: NatsListenerTls): void {
+  /**
+   * Starts one client connection on the stream; the adapter owns it from here (closes it, logs, counts it). The
+   * connection is returned for the listener to track (its `closed`), refused or not.
+   */
+  handle(stream: Duplex, meta: NatsConnectionMeta, tls: NatsListenerTls): NatsConnection {
     meta.clientId ??= ++this.nextClientId;
     this.stats.connectionsTotal++;
     const c = new NatsConnection(stream, this, meta, tls);
@@ -247,7 +250,7 @@ export class NatsAdapter {
       this.stats.connectionsRefused++;
       this.logLimit.log('warn', logKey('nats connection refused', meta.remoteAddress), { remote: meta.remoteAddress, max: this.options.maxConnections }, 'nats connection refused: nats-max-connections reached');
       c.refuse(NatsErr.MAX_CONNECTIONS);
-      return;
+      return c;
     }
     this.conns.add(c);
     this.byClientId.set(c.clientId, c);
@@ -256,6 +259,7 @@ export class NatsAdapter {
       this.timer.unref();
     }
     c.start();
+    return c;
   }
 
   /** The sweep period: a fraction of the shortest deadline it watches, within 10 ms .. 1 s. */

@@ -33,6 +33,7 @@ import { logKey, type LogLimiter } from '../log-limit.js';
 import type { ListenOptions, ProtocolListener } from '../types.js';
 import type { NatsAdapter, NatsConnectionMeta, NatsListenerTls } from './adapter.js';
 import { closeUnreadBody, httpServerOptions } from '../../control/index.js';
+import type { NatsConnection } from './connection.js';
 
 /** nats-server's wording (server/errors.go ErrTooManyConnections). */
 export const ERR_MAX_CONNECTIONS = 'maximum connections exceeded';
@@ -89,17 +90,6 @@ export function newListenerCounts(): NatsListenerCounts {
   return { refusedMaxConnections: 0, refusedTlsRequired: 0, tlsHandshakeFailures: 0, pending: 0 };
 }
 
-/** A stream handed to the adapter, tracked until it closes (listener figures, shutdown). */
-class Handed {
-  readonly closed: Promise<void>;
-  constructor(readonly stream: Duplex) {
-    this.closed = new Promise<void>((resolve) => {
-      if (stream.destroyed) resolve();
-      else stream.once('close', () => resolve());
-    });
-  }
-}
-
 /** The INFO line for `meta` as the adapter builds it (throws what the adapter throws). */
 function infoLine(adapter: NatsAdapter, meta: NatsConnectionMeta, t: NatsListenerTls): string {
   return `INFO ${JSON.stringify(adapter.info(meta, t))}\r\n`;
@@ -141,16 +131,20 @@ function refuseMaxConnections(shared: NatsListenerShared, stream: Duplex, meta: 
   refuse(stream, `${info}-ERR '${ERR_MAX_CONNECTIONS}'\r\n`);
 }
 
-/** Hands a stream to the adapter; a throwing adapter closes the stream instead of the listener. */
-function handOver(shared: NatsListenerShared, conns: ConnectionSet<Handed>, stream: Duplex, meta: NatsConnectionMeta, t: NatsListenerTls): void {
+/**
+ * Hands a stream to the adapter, and tracks the connection it makes until it closes (listener figures, shutdown);
+ * a throwing adapter closes the stream instead of the listener.
+ */
+function handOver(shared: NatsListenerShared, conns: ConnectionSet<NatsConnection>, stream: Duplex, meta: NatsConnectionMeta, t: NatsListenerTls): void {
+  let c: NatsConnection;
   try {
-    shared.adapter.handle(stream, meta, t);
+    c = shared.adapter.handle(stream, meta, t);
   } catch (err) {
     shared.logLimit.log('error', 'nats handle failed', { remote: meta.remoteAddress, err: (err as Error).message }, 'nats connection could not start');
     stream.destroy();
     return;
   }
-  conns.add(new Handed(stream));
+  conns.add(c);
 }
 
 /**
@@ -159,7 +153,7 @@ function handOver(shared: NatsListenerShared, conns: ConnectionSet<Handed>, stre
  */
 export async function startNatsListener(shared: NatsListenerShared, listen: NatsListenOptions): Promise<ProtocolListener> {
   const { adapter, counts } = shared;
-  const conns = new ConnectionSet<Handed>();
+  const conns = new ConnectionSet<NatsConnection>();
   /** Sockets accepted but not handed over yet (waiting for a first byte, or in the TLS handshake). */
   const pending = new Set<Socket>();
   const timedOut = new WeakSet<Socket>();
@@ -316,7 +310,7 @@ export interface NatsWsListenOptions extends ListenOptions {
  */
 export async function startNatsWsListener(shared: NatsListenerShared, listen: NatsWsListenOptions): Promise<ProtocolListener> {
   const { adapter, counts } = shared;
-  const conns = new ConnectionSet<Handed>();
+  const conns = new ConnectionSet<NatsConnection>();
   // Idle and half-sent requests time out; a request that is not an upgrade is answered without reading its body,
   // and the connection closed (see control/http-guard.ts).
   const upgradeRequired = (req: http.IncomingMessage, res: http.ServerResponse) => {
@@ -377,7 +371,7 @@ export async function startNatsWsListener(shared: NatsListenerShared, listen: Na
   };
 }
 
-function listenerOf(protocol: string, server: Server, conns: ConnectionSet<Handed>, pending: Set<Socket>, shared: NatsListenerShared): ProtocolListener {
+function listenerOf(protocol: string, server: Server, conns: ConnectionSet<NatsConnection>, pending: Set<Socket>, shared: NatsListenerShared): ProtocolListener {
   let closing: Promise<void> | null = null;
   return {
     protocol,
