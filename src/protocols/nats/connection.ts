@@ -80,11 +80,16 @@ const MAX_HELD_BYTES = 1024 * 1024;
 /** How long an ended socket may take to close before it is destroyed. */
 const CLOSE_GRACE_MS = 1000;
 /**
- * The writer's first slab. Small, so that an idle connection or one that answers a PING now and then holds next to
- * nothing; a busy one's slab doubles each time a batch straddles two, up to 1 MiB (NatsWriter), within its first
- * turns. A writer that wrote nothing for a whole sweep period is dropped (see sweep).
+ * The writer's first slab for replies (+OK, PONG, -ERR): small, so that an idle connection or one that answers a
+ * PING now and then holds next to nothing (it was a 64 KiB slab per connection that had ever been answered).
  */
-const WRITER_SLAB = 1024;
+const REPLY_SLAB = 1024;
+/**
+ * The writer's slab once a connection gets deliveries: one socket write's worth of small deliveries (it doubles
+ * each time a batch straddles two, up to 1 MiB: NatsWriter). A writer that wrote nothing for a whole sweep period is
+ * dropped (see sweep), so a connection that went quiet holds neither.
+ */
+const WRITER_SLAB = 64 * 1024;
 /** Reading paused for these reasons (pausedFor bits). */
 const PAUSE_AUTH = 1;
 const PAUSE_WRITES = 2;
@@ -715,7 +720,7 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
     let reply = msg.responseTopic === undefined ? null : topicToSubject(msg.responseTopic);
     if (reply !== null && !deliverableSubject(reply)) reply = null;
     const payload = msg.payload;
-    const w = this.writer();
+    const w = this.deliveryWriter();
     const stats = this.adapter.stats;
     const before = stats.msgsOut;
     for (let i = 0; i < subs.length; i++) {
@@ -799,8 +804,17 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
 
   // ---------------------------------------------------------------------------------------------- output
 
+  /** The writer, for replies (made with a small slab). */
   private writer(): NatsWriter {
-    return (this.w ??= new NatsWriter(WRITER_SLAB));
+    return (this.w ??= new NatsWriter(REPLY_SLAB));
+  }
+
+  /** The writer, for deliveries (made with, or raised to, a delivery slab). */
+  private deliveryWriter(): NatsWriter {
+    const w = this.w;
+    if (w === null) return (this.w = new NatsWriter(WRITER_SLAB));
+    w.minSlab(WRITER_SLAB);
+    return w;
   }
 
   /**

@@ -85,11 +85,15 @@ describe('NATS connection: half-sent operations', () => {
 });
 
 describe('NATS connection: replies the client does not read', () => {
-  /** Writes `op` over and over without reading, until the socket blocks or closes; returns the ops written. */
+  /**
+   * Writes `op` over and over without reading, until `until()`, the socket closes, or 64 MiB went out (a broker
+   * that reads everything and never pushes back); returns the ops written.
+   */
   async function flood(c: RawClient, op: string, until: () => boolean): Promise<number> {
     const chunk = Buffer.from(op.repeat(Math.floor(16384 / op.length)));
+    const cap = Math.floor((64 * 1024 * 1024) / op.length);
     let n = 0;
-    while (!c.isClosed && !until()) {
+    while (!c.isClosed && !until() && n < cap) {
       const ok = c.socket.write(chunk);
       n += chunk.length / op.length;
       if (!ok) await new Promise((r) => setTimeout(r, 5));
@@ -129,7 +133,8 @@ describe('NATS connection: replies the client does not read', () => {
     const c = await client(s);
     c.socket.pause();
     const sock = lastServerSocket();
-    const pings = await flood(c, 'PING\r\n', () => sock.isPaused());
+    const pings = await flood(c, 'PING\r\n', () => sock.isPaused() || c.socket.writableLength > 32 * 1024 * 1024);
+    assert.ok(sock.isPaused(), 'the broker stopped reading it once its PONGs were waiting');
     // Now it reads: everything it asked for is answered and it goes on.
     const before = c.ops.filter((o) => o.op === 'pong').length;
     c.socket.resume();

@@ -86,6 +86,11 @@ export class NatsWriter {
     this.buf = Buffer.allocUnsafe(slabBytes);
   }
 
+  /** Makes the next slab at least `bytes` (a writer made small for a connection that turns out to get deliveries). */
+  minSlab(bytes: number): void {
+    if (this.slab < bytes) this.slab = Math.min(MAX_SLAB, bytes);
+  }
+
   /** Bytes written and not yet taken. */
   get length(): number {
     return this.pos - this.start;
