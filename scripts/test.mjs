@@ -1,0 +1,97 @@
+#!/usr/bin/env node
+// Runs the compiled test suite (dist/test), whole or by tier:
+//   node scripts/test.mjs            every test file (npm test)
+//   node scripts/test.mjs unit       files that need nothing outside this process tree: no PostgreSQL, S3, HAProxy,
+//                                    broker processes or third-party clients (npm run test:unit)
+//   node scripts/test.mjs e2e        the rest: real clients and services (npm run test:e2e)
+//   node scripts/test.mjs --list unit   prints the files of a tier instead of running them
+// A file belongs to the e2e tier when it lives in test/e2e/ or test/bench/, or when its source, or a local helper it
+// imports, starts one of those (the patterns below): the split follows the code, so a new test lands in the right
+// tier without a list to keep. Failures are listed again at the end of the run (the spec reporter's summary).
+import { spawn } from 'node:child_process';
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { dirname, join, relative, resolve } from 'node:path';
+
+const ROOT = resolve(dirname(new URL(import.meta.url).pathname), '..');
+const DIST_TEST = join(ROOT, 'dist/test');
+const E2E_DIRS = ['test/e2e/', 'test/bench/'];
+/** What starts a service or an outside client. */
+const SERVICE = new RegExp(
+  [
+    String.raw`helpers/(postgres|s3|haproxy|cluster)\.js`,
+    'FlowmqProcess',
+    String.raw`\b(spawn|execFile|execFileSync|spawnSync)\(`,
+    String.raw`\bkcat\b`,
+    'mosquitto',
+    'chromium',
+    'python3',
+    'nats-server',
+    'rabbitmq',
+  ].join('|'),
+);
+
+function walk(dir, out = []) {
+  for (const name of readdirSync(dir)) {
+    const p = join(dir, name);
+    if (statSync(p).isDirectory()) walk(p, out);
+    else if (name.endsWith('.test.js')) out.push(p);
+  }
+  return out;
+}
+
+/** The TypeScript source of a compiled file (the tiers are judged on what was written, not on tsc's output). */
+function sourceOf(jsPath) {
+  const ts = join(ROOT, relative(join(ROOT, 'dist'), jsPath)).replace(/\.js$/, '.ts');
+  return existsSync(ts) ? ts : jsPath;
+}
+
+const needsCache = new Map();
+/** Whether a source file, or a local module it imports (transitively), starts a service or an outside client. */
+function needsServices(file, seen = new Set()) {
+  if (needsCache.has(file)) return needsCache.get(file);
+  if (seen.has(file) || !existsSync(file)) return false;
+  seen.add(file);
+  const text = readFileSync(file, 'utf8');
+  let needs = SERVICE.test(text);
+  if (!needs) {
+    for (const m of text.matchAll(/from\s+'(\.{1,2}\/[^']+)\.js'/g)) {
+      const dep = resolve(dirname(file), `${m[1]}.ts`);
+      // Imports of src/ are the product, not the test's services.
+      if (!dep.startsWith(join(ROOT, 'test'))) continue;
+      if (needsServices(dep, seen)) {
+        needs = true;
+        break;
+      }
+    }
+  }
+  needsCache.set(file, needs);
+  return needs;
+}
+
+function tierOf(jsPath) {
+  const src = sourceOf(jsPath);
+  const rel = relative(ROOT, src);
+  if (E2E_DIRS.some((d) => rel.startsWith(d))) return 'e2e';
+  return needsServices(src) ? 'e2e' : 'unit';
+}
+
+const args = process.argv.slice(2);
+const list = args[0] === '--list';
+const tier = list ? args[1] : args[0];
+if (tier !== undefined && tier !== 'unit' && tier !== 'e2e') {
+  console.error(`usage: node scripts/test.mjs [--list] [unit|e2e]`);
+  process.exit(2);
+}
+if (!existsSync(DIST_TEST)) {
+  console.error('dist/test is missing: run `npm run build` first');
+  process.exit(2);
+}
+const files = walk(DIST_TEST)
+  .filter((f) => tier === undefined || tierOf(f) === tier)
+  .sort();
+if (list) {
+  for (const f of files) console.log(relative(ROOT, f));
+  process.exit(0);
+}
+const child = spawn(process.execPath, ['--test', '--test-concurrency=1', '--test-reporter=spec', ...files], { stdio: 'inherit', cwd: ROOT });
+child.on('exit', (code, signal) => process.exit(code ?? (signal ? 1 : 0)));
