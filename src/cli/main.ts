@@ -8,39 +8,11 @@
 import { ConfigError } from '../config/index.js';
 import { isFlowError } from '../core/index.js';
 import { ApiError } from './client.js';
-import { runGroup, runSub, UsageError, COMMON_HELP, type CommandGroup, type SubCommand } from './command.js';
+import { runGroup, runSub, UsageError, COMMON_HELP } from './command.js';
 import { cmdStart } from './commands/start.js';
-import { streamCommand } from './commands/stream.js';
-import { queueCommand, exchangeCommand } from './commands/queue.js';
-import { consumerGroupCommand } from './commands/consumer-group.js';
-import { clientCommand } from './commands/client.js';
-import { sessionCommand, retainedCommand } from './commands/mqtt.js';
-import { userCommand, groupCommand } from './commands/user.js';
-import { tokenCommand } from './commands/token.js';
-import { policyCommand } from './commands/policy.js';
-import { namespaceCommand } from './commands/namespace.js';
-import { clusterCommand } from './commands/cluster.js';
-import { logLevelCommand, loginCommand, statusCommand } from './commands/broker.js';
+import { GROUPS, SINGLES } from './commands/index.js';
 
 const VERSION = '0.1.0';
-
-const GROUPS: readonly CommandGroup[] = [
-  streamCommand,
-  queueCommand,
-  exchangeCommand,
-  consumerGroupCommand,
-  clientCommand,
-  sessionCommand,
-  retainedCommand,
-  userCommand,
-  groupCommand,
-  tokenCommand,
-  policyCommand,
-  namespaceCommand,
-  clusterCommand,
-];
-
-const SINGLES: Readonly<Record<string, SubCommand>> = { status: statusCommand, 'log-level': logLevelCommand, login: loginCommand };
 
 const USAGE = `FlowMQ ${VERSION} — one broker for MQTT, Kafka, AMQP and NATS clients
 

@@ -184,25 +184,58 @@ export interface Config {
 
 type Kind = 'endpoints' | 'string' | 'port' | 'int' | 'bool' | 'protocols' | 'size' | 'capacity' | 'duration' | 'delay' | 'level' | 'sasl-mechanisms' | 'wal-layout' | 'default-policy' | 'hosts' | 'cidrs' | 'slow-consumer' | 'metastore' | 'wal' | 'object-store' | 'url' | 'tls-client-auth' | 'tls-cert-user';
 
-interface OptionSpec {
+export interface OptionSpec {
   key: keyof Config;
   /** Flag and config-file name; the environment variable is FLOWMQ_ + this in upper snake case. */
   name: string;
   kind: Kind;
   default: Config[keyof Config];
+  /** The default in words, where it is derived at start rather than a literal (`--read-cache-bytes`: a quarter of...). */
+  defaultText?: string;
   help: string;
 }
 
-export const OPTIONS: OptionSpec[] = [
+const BYTE_UNITS: ReadonlyArray<[string, number]> = [['GiB', 2 ** 30], ['MiB', 2 ** 20], ['KiB', 2 ** 10]];
+const TIME_UNITS: ReadonlyArray<[string, number]> = [['d', 86_400_000], ['h', 3_600_000], ['m', 60_000], ['s', 1000]];
+
+/** A byte count as the flags take it: the largest binary unit it is a whole number of (`256MiB`), else bytes. */
+export function formatSize(n: number): string {
+  for (const [unit, size] of BYTE_UNITS) if (n >= size && n % size === 0) return `${n / size}${unit}`;
+  return String(n);
+}
+
+/** Milliseconds as the flags take them: the largest unit they are a whole number of (`30s`, `10m`), else `ms`. */
+export function formatDuration(ms: number): string {
+  if (ms === 0) return '0';
+  for (const [unit, size] of TIME_UNITS) if (ms >= size && ms % size === 0) return `${ms / size}${unit}`;
+  return `${ms}ms`;
+}
+
+/** An option's default as `flowmq start --help` and the configuration reference show it. */
+export function formatDefault(o: OptionSpec): string {
+  if (o.defaultText !== undefined) return o.defaultText;
+  const d = o.default;
+  if (d === null) return 'none';
+  if (typeof d === 'number') {
+    if (o.kind === 'size' || o.kind === 'capacity') return formatSize(d);
+    if (o.kind === 'duration' || o.kind === 'delay') return formatDuration(d);
+    return String(d);
+  }
+  if (Array.isArray(d)) return d.length === 0 ? 'none' : d.join(',');
+  if (typeof d === 'object') return 'kind' in d ? String(d.kind) : Object.keys(d).length === 0 ? 'none' : JSON.stringify(d);
+  return String(d);
+}
+
+export const OPTIONS: readonly OptionSpec[] = [
   { key: 'dataDir', name: 'data-dir', kind: 'string', default: './data', help: 'directory of the embedded metastore, WAL and object store' },
-  { key: 'metastore', name: 'metastore', kind: 'metastore', default: { kind: 'sqlite' }, help: 'sqlite (metastore.db in the data directory) or a PostgreSQL URL, postgres://user:password@host:port/database' },
+  { key: 'metastore', name: 'metastore', kind: 'metastore', default: { kind: 'sqlite' }, help: 'sqlite (metastore.db in the data directory) or a PostgreSQL URL, postgres://user:password@host:port/database (see docs/storage.md)' },
   { key: 'wal', name: 'wal', kind: 'wal', default: 'file', help: 'the hot tier that acknowledges writes: file (WAL files in the data directory, see --wal-layout) or postgres (a table in the --metastore database, for brokers without a durable local disk)' },
   { key: 'objectStore', name: 'object-store', kind: 'object-store', default: { kind: 'fs' }, help: 'where sealed segments go: fs (objects/ in the data directory) or s3://bucket/prefix on any S3-compatible service' },
-  { key: 's3Endpoint', name: 's3-endpoint', kind: 'url', default: null, help: 'S3 endpoint URL, e.g. http://127.0.0.1:9000 for MinIO (default: AWS S3 of --s3-region)' },
+  { key: 's3Endpoint', name: 's3-endpoint', kind: 'url', default: null, defaultText: 'AWS S3 of --s3-region', help: 'S3 endpoint URL, e.g. http://127.0.0.1:9000 for MinIO (default: AWS S3 of --s3-region)' },
   { key: 's3Region', name: 's3-region', kind: 'string', default: 'us-east-1', help: 'S3 region' },
-  { key: 's3AccessKeyId', name: 's3-access-key-id', kind: 'string', default: null, help: 'S3 access key id (default: the AWS SDK\'s chain: AWS_ACCESS_KEY_ID, profiles, instance roles)' },
-  { key: 's3SecretAccessKey', name: 's3-secret-access-key', kind: 'string', default: null, help: 'S3 secret access key (prefer the environment: FLOWMQ_S3_SECRET_ACCESS_KEY or AWS_SECRET_ACCESS_KEY)' },
-  { key: 's3PathStyle', name: 's3-path-style', kind: 'bool', default: null, help: 'path-style bucket addressing (default: on when --s3-endpoint is set, off for AWS)' },
+  { key: 's3AccessKeyId', name: 's3-access-key-id', kind: 'string', default: null, defaultText: 'the AWS SDK\'s chain', help: 'S3 access key id (default: the AWS SDK\'s chain: AWS_ACCESS_KEY_ID, profiles, instance roles)' },
+  { key: 's3SecretAccessKey', name: 's3-secret-access-key', kind: 'string', default: null, defaultText: 'the AWS SDK\'s chain', help: 'S3 secret access key (prefer the environment: FLOWMQ_S3_SECRET_ACCESS_KEY or AWS_SECRET_ACCESS_KEY)' },
+  { key: 's3PathStyle', name: 's3-path-style', kind: 'bool', default: null, defaultText: 'on with --s3-endpoint', help: 'path-style bucket addressing (default: on when --s3-endpoint is set, off for AWS)' },
   { key: 's3RequestTimeout', name: 's3-request-timeout', kind: 'duration', default: 30_000, help: 'an S3 request with no answer for this long is abandoned and retried' },
   { key: 's3MaxAttempts', name: 's3-max-attempts', kind: 'int', default: 5, help: 'tries of an S3 request failing with a 5xx, throttling or a network error (exponential backoff with jitter) before the operation fails; failed seals are retried later anyway' },
   { key: 'objectCacheBytes', name: 'object-cache-bytes', kind: 'capacity', default: 256 * 1024 * 1024, help: 'memory for blocks of segment objects read back from S3 (LRU; read-ahead for sequential consumers; 0: none). Not used with --object-store fs, whose reads the page cache serves' },
@@ -221,7 +254,7 @@ export const OPTIONS: OptionSpec[] = [
   { key: 'amqpMaxConnections', name: 'amqp-max-connections', kind: 'int', default: 100_000, help: 'AMQP client connections over all AMQP listeners; more are closed before the handshake' },
   { key: 'amqpHandshakeTimeout', name: 'amqp-handshake-timeout', kind: 'duration', default: 10_000, help: 'an AMQP connection must finish its handshake (protocol header to connection.open) within this, or it is closed' },
   { key: 'amqpMaxMessageSize', name: 'amqp-max-message-size', kind: 'size', default: 128 * 1024 * 1024, help: 'largest AMQP message body accepted; a larger one closes its channel (406 PRECONDITION_FAILED), as RabbitMQ\'s max_message_size' },
-  { key: 'amqpMemoryHighWatermark', name: 'amqp-memory-high-watermark', kind: 'capacity', default: null, help: 'process memory (RSS) above which AMQP publishing connections are blocked (connection.blocked) until it falls (0: never; default: 40% of the machine\'s memory)' },
+  { key: 'amqpMemoryHighWatermark', name: 'amqp-memory-high-watermark', kind: 'capacity', default: null, defaultText: '40% of RAM', help: 'process memory (RSS) above which AMQP publishing connections are blocked (connection.blocked) until it falls (0: never; default: 40% of the machine\'s memory)' },
   { key: 'natsPort', name: 'nats-port', kind: 'port', default: 4222, help: 'NATS client protocol (TLS on the same port when nats-tls-cert and nats-tls-key are set)' },
   { key: 'natsTlsCert', name: 'nats-tls-cert', kind: 'string', default: null, help: 'PEM certificate (chain) file for NATS over TLS: clients upgrade on the NATS port after INFO, as with nats-server' },
   { key: 'natsTlsKey', name: 'nats-tls-key', kind: 'string', default: null, help: 'PEM private key file for NATS over TLS' },
@@ -242,24 +275,24 @@ export const OPTIONS: OptionSpec[] = [
   { key: 'httpPort', name: 'http-port', kind: 'port', default: 8080, help: 'admin HTTP API (/api/v1) and health' },
   { key: 'httpHost', name: 'http-host', kind: 'string', default: '127.0.0.1', help: 'address the admin HTTP API binds (0.0.0.0 for every interface)' },
   { key: 'httpAllowedHosts', name: 'http-allowed-hosts', kind: 'hosts', default: [], help: 'host names the admin API answers for besides its bind address, comma-separated (Host header check against DNS rebinding)' },
-  { key: 'httpMetricsAllow', name: 'http-metrics-allow', kind: 'cidrs', default: [], help: 'addresses or CIDR blocks (10.0.0.0/8, ::1) that may read /metrics, /healthz and /readyz, comma-separated (default: anyone who can connect; they need no login)' },
+  { key: 'httpMetricsAllow', name: 'http-metrics-allow', kind: 'cidrs', default: [], defaultText: 'none (anyone)', help: 'addresses or CIDR blocks (10.0.0.0/8, ::1) that may read /metrics, /healthz and /readyz, comma-separated (default: anyone who can connect; they need no login)' },
   { key: 'httpSessionTtl', name: 'http-session-ttl', kind: 'duration', default: 12 * 3_600_000, help: 'how long a dashboard login session lasts' },
   { key: 'protocols', name: 'protocols', kind: 'protocols', default: [...DEFAULT_PROTOCOLS], help: 'listeners this broker enables, comma-separated' },
   { key: 'logLevel', name: 'log-level', kind: 'level', default: 'info', help: 'trace, debug, info, warn, error, fatal or silent' },
   { key: 'brokerId', name: 'broker-id', kind: 'int', default: 0, help: 'this broker\'s id (Kafka node id); every broker of a cluster needs its own' },
-  { key: 'cluster', name: 'cluster', kind: 'bool', default: false, help: 'run as one broker of a cluster of stateless brokers: needs --metastore postgres://..., --wal postgres, an s3:// --object-store and --cluster-secret' },
-  { key: 'clusterHost', name: 'cluster-host', kind: 'string', default: null, help: 'address the brokers\' internal channel binds (default: --host)' },
+  { key: 'cluster', name: 'cluster', kind: 'bool', default: false, help: 'run as one broker of a cluster of stateless brokers (see docs/cluster.md): needs --metastore postgres://..., --wal postgres, an s3:// --object-store and --cluster-secret' },
+  { key: 'clusterHost', name: 'cluster-host', kind: 'string', default: null, defaultText: '--host', help: 'address the brokers\' internal channel binds (default: --host)' },
   { key: 'clusterPort', name: 'cluster-port', kind: 'port', default: 9450, help: 'port of the brokers\' internal channel (forwarded writes, live messages, handovers)' },
   { key: 'clusterSecret', name: 'cluster-secret', kind: 'string', default: null, help: 'shared secret of the brokers\' internal channel, at least 16 characters (every broker of the cluster needs the same)' },
   { key: 'clusterLease', name: 'cluster-lease', kind: 'duration', default: 5000, help: 'a broker that has not renewed its membership lease for this long is dead: its partitions, queues, groups and sessions move to the others' },
-  { key: 'advertisedHost', name: 'advertised-host', kind: 'string', default: null, help: 'host clients and other brokers are told to connect to (default: --host, or 127.0.0.1 when --host is 0.0.0.0)' },
-  { key: 'advertisedListeners', name: 'advertised-listeners', kind: 'endpoints', default: {}, help: 'advertised address per listener, overriding --advertised-host and the bound port: kafka=host:port,kafka-tls=host:port,mqtt=host:port,cluster=host:port,...' },
-  { key: 'kafkaAdvertisedHost', name: 'kafka-advertised-host', kind: 'string', default: null, help: 'host Kafka clients are told to connect to (default: --advertised-host, else the address they reached)' },
+  { key: 'advertisedHost', name: 'advertised-host', kind: 'string', default: null, defaultText: '--host (127.0.0.1 for a wildcard)', help: 'host clients and other brokers are told to connect to (default: --host, or 127.0.0.1 when --host is 0.0.0.0)' },
+  { key: 'advertisedListeners', name: 'advertised-listeners', kind: 'endpoints', default: {}, help: 'advertised address per listener, overriding --advertised-host and the bound port: kafka=host:port,kafka-tls=host:port,mqtt=host:port,cluster=host:port,... (a single broker too: Kafka\'s Metadata, FindCoordinator and DescribeCluster tell clients of that listener)' },
+  { key: 'kafkaAdvertisedHost', name: 'kafka-advertised-host', kind: 'string', default: null, defaultText: '--advertised-host, else the address the client reached', help: 'host Kafka clients are told to connect to (default: --advertised-host, else the address they reached)' },
   { key: 'kafkaAutoCreateTopics', name: 'kafka-auto-create-topics', kind: 'bool', default: true, help: 'create a stream when a Kafka client produces to or asks for an unknown topic' },
   { key: 'kafkaDefaultPartitions', name: 'kafka-default-partitions', kind: 'int', default: 1, help: 'partitions of auto-created topics' },
-  { key: 'kafkaFrameReserve', name: 'kafka-frame-reserve', kind: 'capacity', default: 64 * 1024 * 1024, help: 'request memory all Kafka connections may hold ahead of the bytes arriving; beyond it requests are gathered as their bytes arrive (one more copy)' },
+  { key: 'kafkaFrameReserve', name: 'kafka-frame-reserve', kind: 'capacity', default: 64 * 1024 * 1024, help: 'request memory all Kafka connections together may hold ahead of the bytes arriving (a frame is taken whole when its size arrives); beyond it requests are gathered as their bytes arrive, at the cost of one more copy' },
   { key: 'kafkaConnectionsMaxIdle', name: 'kafka-connections-max-idle', kind: 'duration', default: 600_000, help: 'close a Kafka connection idle this long: no request in flight, nothing received or sent (connections.max.idle.ms)' },
-  { key: 'kafkaRequestReceiveTimeout', name: 'kafka-request-receive-timeout', kind: 'duration', default: 30_000, help: 'close a Kafka connection whose request has not arrived whole this long after its first bytes, or whose responses have waited unread this long' },
+  { key: 'kafkaRequestReceiveTimeout', name: 'kafka-request-receive-timeout', kind: 'duration', default: 30_000, help: 'close a Kafka connection whose request has not arrived whole this long after its first bytes, or whose responses have waited unread this long (the clients\' own request.timeout.ms)' },
   { key: 'mqttMaxPacketSize', name: 'mqtt-max-packet-size', kind: 'size', default: 1024 * 1024, help: 'largest MQTT packet accepted (bytes, or 256KiB, 1MiB...)' },
   { key: 'mqttsPort', name: 'mqtts-port', kind: 'port', default: 8883, help: 'MQTT over TLS; listens only when mqtt-tls-cert and mqtt-tls-key are set' },
   { key: 'mqttTlsCert', name: 'mqtt-tls-cert', kind: 'string', default: null, help: 'PEM certificate (chain) file of the MQTT TLS listener' },
@@ -270,32 +303,32 @@ export const OPTIONS: OptionSpec[] = [
   { key: 'mqttMaxInflight', name: 'mqtt-max-inflight', kind: 'int', default: 100, help: 'unacknowledged QoS 1/2 messages per MQTT connection, each way (v5 Receive Maximum)' },
   { key: 'mqttMaxQueuedMessages', name: 'mqtt-max-queued-messages', kind: 'int', default: 1000, help: 'messages queued per MQTT session (online behind the in-flight window, offline in the store); the oldest are dropped beyond it' },
   { key: 'mqttSlowConsumer', name: 'mqtt-slow-consumer', kind: 'slow-consumer', default: 'drop', help: 'when a message for an MQTT client would be dropped because it does not keep up (queue full, or its socket over 1MiB): drop it, or disconnect the client (v5 DISCONNECT 0x97; a persistent session keeps the messages)' },
-  { key: 'mqttPacketTimeout', name: 'mqtt-packet-timeout', kind: 'duration', default: 30_000, help: 'an MQTT packet that has started must be complete within this time, whatever the keep-alive, and replies a client does not read must make progress within it; else the connection is closed' },
+  { key: 'mqttPacketTimeout', name: 'mqtt-packet-timeout', kind: 'duration', default: 30_000, help: 'a packet that has started must be complete within this time, whatever the keep-alive (30 s admits ~35 KB/s for a 1 MiB packet); else the connection is closed (v5 DISCONNECT 0x8D). Replies a client does not read must make progress within it too (else DISCONNECT 0x97)' },
   { key: 'mqttMaxPartialBytes', name: 'mqtt-max-partial-bytes', kind: 'size', default: 64 * 1024 * 1024, help: 'memory all MQTT connections together may hold for packets not received completely; a connection that would take it over is closed (v5 DISCONNECT 0x97)' },
   { key: 'mqttQueueQos0', name: 'mqtt-queue-qos0', kind: 'bool', default: false, help: 'also queue QoS 0 messages for offline MQTT sessions' },
-  { key: 'mqttMaxTopicLevels', name: 'mqtt-max-topic-levels', kind: 'int', default: 128, help: 'levels of an MQTT topic name or filter' },
+  { key: 'mqttMaxTopicLevels', name: 'mqtt-max-topic-levels', kind: 'int', default: 128, help: 'levels of a topic name or filter (v5: PUBACK 0x90 / SUBACK 0x8F; 3.1.1: SUBACK 0x80, publish closes)' },
   { key: 'mqttSessionExpiryMax', name: 'mqtt-session-expiry-max', kind: 'duration', default: 7 * 86_400_000, help: 'longest an offline MQTT session is kept (caps v5 Session Expiry; 3.1.1 clean-session-0 sessions get it)' },
-  { key: 'mqttMaxKeepalive', name: 'mqtt-max-keepalive', kind: 'int', default: 0, help: 'highest MQTT keep-alive in seconds a client may use (0: any); v5 clients are told (Server Keep Alive)' },
+  { key: 'mqttMaxKeepalive', name: 'mqtt-max-keepalive', kind: 'int', default: 0, defaultText: '0 (any)', help: 'highest MQTT keep-alive in seconds a client may use (0: any); v5 clients are told (Server Keep Alive)' },
   { key: 'mqttSysInterval', name: 'mqtt-sys-interval', kind: 'duration', default: 10_000, help: 'how often broker statistics are published under $SYS/broker/' },
   { key: 'segmentBytes', name: 'segment-bytes', kind: 'size', default: 16 * 1024 * 1024, help: 'seal a partition\'s hot tail into an object-store segment at this size' },
   { key: 'segmentMs', name: 'segment-ms', kind: 'duration', default: 60_000, help: '...or at this age (ms, or 30s, 5m...)' },
-  { key: 'maxUnsealedBytes', name: 'max-unsealed-bytes', kind: 'size', default: 256 * 1024 * 1024, help: 'memory all partitions\' hot tails may hold before acknowledgements wait for segment writes to catch up' },
-  { key: 'readCacheBytes', name: 'read-cache-bytes', kind: 'capacity', default: null, help: 'sealed batches kept in memory for consumers a little behind, across all partitions (0: none; default: a quarter of --max-unsealed-bytes, at most 64MiB)' },
+  { key: 'maxUnsealedBytes', name: 'max-unsealed-bytes', kind: 'size', default: 256 * 1024 * 1024, help: 'memory all partitions\' hot tails may hold; beyond it, acknowledgements (Kafka produce responses, MQTT PUBACKs of captured messages) wait for segment writes to catch up' },
+  { key: 'readCacheBytes', name: 'read-cache-bytes', kind: 'capacity', default: null, defaultText: 'a quarter of --max-unsealed-bytes, at most 64MiB', help: 'sealed batches kept in memory for consumers a little behind, across all partitions (0: none; default: a quarter of --max-unsealed-bytes, at most 64MiB)' },
   { key: 'walFsync', name: 'wal-fsync', kind: 'bool', default: true, help: 'fsync the WAL before acknowledging (turn off only for throwaway data)' },
-  { key: 'walLayout', name: 'wal-layout', kind: 'wal-layout', default: 'partition', help: 'partition: WAL files per partition that become segment objects by a rename (data written once); shared: one WAL for all partitions, segments written from memory' },
-  { key: 'walDirectIo', name: 'wal-direct-io', kind: 'bool', default: null, help: 'write the WAL with O_DIRECT, around the page cache, where the filesystem supports it (default: on for the partition layout, off for shared)' },
-  { key: 'minFreeDisk', name: 'min-free-disk', kind: 'capacity', default: null, help: 'free space kept on the data directory\'s filesystem: below it stream writes are refused with a retriable error until space returns (0: no reserve; default: 5% of the filesystem, at most 1GiB)' },
-  { key: 'usersFile', name: 'users-file', kind: 'string', default: null, help: 'YAML/JSON users file seeding the directory at start: a list of {username, password, groups?, namespace?}, or {users, groups, namespaces, policies}; only what is absent is created (see README)' },
-  { key: 'allowAnonymous', name: 'allow-anonymous', kind: 'bool', default: null, help: 'let clients in without credentials (default: true while no users exist at start, false once they do)' },
-  { key: 'anonymousProtocols', name: 'anonymous-protocols', kind: 'protocols', default: null, help: 'protocols (mqtt, kafka, amqp, nats) that let clients in without credentials, comma-separated; overrides allow-anonymous per protocol' },
+  { key: 'walLayout', name: 'wal-layout', kind: 'wal-layout', default: 'partition', help: 'partition: each partition\'s WAL files become its segment objects by a hard link, so every byte is written to disk once; shared: one WAL for all partitions (one fsync per group commit whatever the number of partitions), segments written from memory (every byte written twice). Entries left in the other layout\'s WAL are sealed into segments at start, so switching loses nothing' },
+  { key: 'walDirectIo', name: 'wal-direct-io', kind: 'bool', default: null, defaultText: 'on for partition, off for shared', help: 'write the WAL with O_DIRECT, around the page cache, where the filesystem supports it (default: on for the partition layout, off for shared)' },
+  { key: 'minFreeDisk', name: 'min-free-disk', kind: 'capacity', default: null, defaultText: '5% of the data directory\'s filesystem, at most 1GiB', help: 'free space kept on the data directory\'s filesystem: below it stream writes are refused with a retriable error until space returns (0: no reserve; default: 5% of the filesystem, at most 1GiB)' },
+  { key: 'usersFile', name: 'users-file', kind: 'string', default: null, help: 'YAML/JSON users file seeding the directory at start: a list of {username, password, groups?, namespace?}, or {users, groups, namespaces, policies}; only what is absent is created (see docs/security.md)' },
+  { key: 'allowAnonymous', name: 'allow-anonymous', kind: 'bool', default: null, defaultText: 'true while no user exists at start, else false', help: 'let clients in without credentials on every protocol (MQTT without a username; Kafka without SASL unless --kafka-sasl says otherwise); see docs/security.md for why' },
+  { key: 'anonymousProtocols', name: 'anonymous-protocols', kind: 'protocols', default: null, defaultText: 'as --allow-anonymous', help: 'protocols (mqtt, kafka, amqp, nats) that let clients in without credentials, comma-separated; overrides allow-anonymous per protocol' },
   { key: 'defaultPolicy', name: 'default-policy', kind: 'default-policy', default: 'auto', help: 'what no authorization policy decides: auto (allow while no policy exists, deny once one does), allow or deny; members of the admins group are always allowed' },
-  { key: 'authWebhook', name: 'auth-webhook', kind: 'url', default: null, help: 'URL of an HTTP authenticator for users the directory does not know: POST {username, password, protocol, remoteAddress}, 200 {"result":"allow","groups":[...]} lets in' },
-  { key: 'authWebhookTimeout', name: 'auth-webhook-timeout', kind: 'duration', default: 2000, help: 'a webhook answer slower than this is a busy server (the client retries), never a yes' },
+  { key: 'authWebhook', name: 'auth-webhook', kind: 'url', default: null, help: 'http(s):// URL asked about usernames the directory does not know: POST {username, password, protocol, remoteAddress}; 200 {"result":"allow","groups":[...],"namespace":"..."} lets the client in' },
+  { key: 'authWebhookTimeout', name: 'auth-webhook-timeout', kind: 'duration', default: 2000, help: 'a webhook answer slower than this (or a 5xx, or no connection) is "server busy" for the client, never a yes' },
   { key: 'authWebhookCacheTtl', name: 'auth-webhook-cache-ttl', kind: 'duration', default: 60_000, help: 'how long a webhook yes is reused for the same username and password (0: ask every time)' },
   { key: 'tlsClientCa', name: 'tls-client-ca', kind: 'string', default: null, help: 'PEM file of the CA(s) that sign client certificates: every TLS listener then asks clients for one and maps a verified certificate to the directory user it names (mTLS); credentials sent too win' },
   { key: 'tlsClientAuth', name: 'tls-client-auth', kind: 'tls-client-auth', default: 'request', help: 'with tls-client-ca: request (a valid certificate logs the client in, others go on to credentials) or require (the TLS handshake fails without a certificate signed by the CA)' },
   { key: 'tlsCertUser', name: 'tls-cert-user', kind: 'tls-cert-user', default: 'cn', help: 'which field of a verified client certificate is the username: cn (subject common name), san-email or san-dns (first subjectAltName of that type)' },
-  { key: 'controlRefresh', name: 'control-refresh', kind: 'duration', default: 2000, help: 'how often to look for control-plane changes (users, policies) made through another broker sharing the metastore (with --cluster: a safety net behind notifications, at least 30 s)' },
+  { key: 'controlRefresh', name: 'control-refresh', kind: 'duration', default: 2000, help: 'how often a broker looks for control-plane changes (users, policies) made through another broker sharing the metastore (PostgreSQL); with --cluster changes arrive by notification at once and this poll, a safety net, runs every 30 s or this, whichever is longer' },
   { key: 'authThreads', name: 'auth-threads', kind: 'int', default: 1, help: 'worker threads that check passwords (scrypt), each at most one core; never libuv\'s pool, which the WAL uses' },
   { key: 'authQueue', name: 'auth-queue', kind: 'int', default: 32, help: 'password checks waiting for a thread; beyond it a login is answered busy (MQTT CONNACK 0x89 / 0x03, Kafka: closed, the client retries)' },
   { key: 'authNice', name: 'auth-nice', kind: 'int', default: 10, help: 'Linux nice value of the password threads (0-19), so the event loop and storage get the CPU first' },
@@ -303,11 +336,11 @@ export const OPTIONS: OptionSpec[] = [
   { key: 'authFailureWindow', name: 'auth-failure-window', kind: 'duration', default: 60_000, help: 'failed logins are forgotten after this quiet time' },
   { key: 'authMaxDelay', name: 'auth-max-delay', kind: 'delay', default: 4000, help: 'cap of the doubling spacing of checks from an address that keeps failing; attempts booked further ahead are answered busy (0: no slowdown)' },
   { key: 'authUserMaxDelay', name: 'auth-user-max-delay', kind: 'delay', default: 2000, help: 'cap of the doubling delay before checks for a username that keeps failing (a delay, never a lock-out; 0: none)' },
-  { key: 'kafkaSasl', name: 'kafka-sasl', kind: 'bool', default: null, help: 'Kafka listeners require SASL authentication (default: true when users-file is set and allow-anonymous is not)' },
+  { key: 'kafkaSasl', name: 'kafka-sasl', kind: 'bool', default: null, defaultText: 'true iff users are configured and anonymous is not allowed', help: 'Kafka listeners require SASL authentication (default: true when users-file is set and allow-anonymous is not)' },
   { key: 'kafkaSaslMechanisms', name: 'kafka-sasl-mechanisms', kind: 'sasl-mechanisms', default: [...SASL_MECHANISMS], help: 'SASL mechanisms offered to Kafka clients, comma-separated (offered even before users exist, so users added live can log in)' },
-  { key: 'kafkaSaslMaxReceiveSize', name: 'kafka-sasl-max-receive-size', kind: 'size', default: 512 * 1024, help: 'largest Kafka request read before SASL authentication completes, and during an exchange (sasl.server.max.receive.size); larger ones close the connection' },
+  { key: 'kafkaSaslMaxReceiveSize', name: 'kafka-sasl-max-receive-size', kind: 'size', default: 512 * 1024, help: 'largest Kafka request read before SASL authentication completes on a --kafka-sasl listener, and during any SASL exchange (Kafka\'s sasl.server.max.receive.size); a larger size prefix closes the connection' },
   { key: 'kafkaAuthTimeout', name: 'kafka-auth-timeout', kind: 'duration', default: 10_000, help: 'close a connection to a Kafka listener requiring SASL that has not authenticated this long after connecting' },
-  { key: 'kafkaTlsPort', name: 'kafka-tls-port', kind: 'port', default: 9093, help: 'Kafka over TLS (SSL, SASL_SSL); listens only when kafka-tls-cert and kafka-tls-key are set' },
+  { key: 'kafkaTlsPort', name: 'kafka-tls-port', kind: 'port', default: 9093, help: 'Kafka over TLS (SSL, or SASL_SSL with --kafka-sasl); listens only when both --kafka-tls-cert and --kafka-tls-key are set' },
   { key: 'kafkaTlsCert', name: 'kafka-tls-cert', kind: 'string', default: null, help: 'PEM certificate (chain) file of the Kafka TLS listener' },
   { key: 'kafkaTlsKey', name: 'kafka-tls-key', kind: 'string', default: null, help: 'PEM private key file of the Kafka TLS listener' },
   { key: 'kafkaGroupInitialRebalanceDelay', name: 'kafka-group-initial-rebalance-delay', kind: 'delay', default: 3000, help: 'wait for more members before the first rebalance of an empty group (KIP-134; 0 to disable)' },

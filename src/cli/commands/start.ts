@@ -1,15 +1,11 @@
 /** `flowmq start`: runs a broker in this process until SIGINT/SIGTERM. */
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { pino } from 'pino';
-import { envName, loadConfig, OPTIONS } from '../../config/index.js';
+import { envName, formatDefault, loadConfig, OPTIONS } from '../../config/index.js';
 import { UsageError } from '../command.js';
 
 function startHelp(): string {
-  const lines = OPTIONS.map((o) => {
-    const d = o.default;
-    const def = Array.isArray(d) ? d.join(',') || '-' : d === null ? '-' : typeof d === 'object' ? d.kind : String(d);
-    return `  --${o.name.padEnd(26)} ${o.help} [default: ${def}; env ${envName(o.name)}]`;
-  });
+  const lines = OPTIONS.map((o) => `  --${o.name.padEnd(26)} ${o.help} [default: ${formatDefault(o)}; env ${envName(o.name)}]`);
   return `Usage: flowmq start [--config flowmq.yaml] [options]\n\nOptions (flags win over environment, which wins over the config file):\n  --config FILE                YAML file of option: value pairs (same names as the flags)\n${lines.join('\n')}`;
 }
 

@@ -224,6 +224,37 @@ class Partition implements ChunkCursor {
   ) {}
 }
 
+/** The log engine's counters (each one a `flowmq_log_<name>_total` metric); they only grow. */
+export function newLogStats() {
+  return {
+    sealedSegments: 0,
+    sealedBytes: 0,
+    objectReads: 0,
+    walTrimmedBytes: 0,
+    recoveredBatches: 0,
+    /** Segments that became objects by moving the WAL's file (no second write). */
+    adoptedSegments: 0,
+    /**
+     * Uncommitted segment objects in the key format before epochs found at open and committed (a crash between
+     * object and metastore of a broker that renamed WAL files into objects before committing them).
+     */
+    recoveredSegments: 0,
+    /** Uncommitted segment objects deleted at open (a writer crashed or was fenced before committing them). */
+    garbageObjects: 0,
+    /** Partitions that stopped taking writes because another writer took them (a later epoch). */
+    fencedPartitions: 0,
+    /** Appends whose acknowledgement waited for seals to bring the tails under maxUnsealedBytes. */
+    throttledAppends: 0,
+    /** Appends refused at once: below the free-space reserve, or while a partition backs off after a failure. */
+    refusedAppends: 0,
+    /** WAL appends that failed (a full disk, an I/O error), and tails rewound after them. */
+    failedAppends: 0,
+    rewinds: 0,
+    /** Seals (segment object or metastore commit) that failed and were retried later. */
+    failedSeals: 0,
+  };
+}
+
 /** The partition's first completed segment is durable: a seal can take it. */
 function segmentReady(p: Partition): boolean {
   return p.cuts.length > 0 && p.highWatermark >= p.cuts[0];
@@ -267,33 +298,8 @@ export class LogManager implements StreamStorage {
   private recentTotal = 0;
   private readonly recentBudget: number;
   private memoryTrimmedAt = Date.now();
-  readonly stats = {
-    sealedSegments: 0,
-    sealedBytes: 0,
-    objectReads: 0,
-    walTrimmedBytes: 0,
-    recoveredBatches: 0,
-    /** Segments that became objects by moving the WAL's file (no second write). */
-    adoptedSegments: 0,
-    /**
-     * Uncommitted segment objects in the key format before epochs found at open and committed (a crash between
-     * object and metastore of a broker that renamed WAL files into objects before committing them).
-     */
-    recoveredSegments: 0,
-    /** Uncommitted segment objects deleted at open (a writer crashed or was fenced before committing them). */
-    garbageObjects: 0,
-    /** Partitions that stopped taking writes because another writer took them (a later epoch). */
-    fencedPartitions: 0,
-    /** Appends whose acknowledgement waited for seals to bring the tails under maxUnsealedBytes. */
-    throttledAppends: 0,
-    /** Appends refused at once: below the free-space reserve, or while a partition backs off after a failure. */
-    refusedAppends: 0,
-    /** WAL appends that failed (a full disk, an I/O error), and tails rewound after them. */
-    failedAppends: 0,
-    rewinds: 0,
-    /** Seals (segment object or metastore commit) that failed and were retried later. */
-    failedSeals: 0,
-  };
+  readonly stats = newLogStats();
+
 
   /** The tails' reused batch memory (batch-memory.ts): chunk bytes in existence, batches copied in or not. */
   get memoryStats(): { chunkBytes: number; pooledBatches: number; ownBatches: number } {
