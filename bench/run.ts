@@ -16,7 +16,7 @@
  *
  * Environment (all optional): BENCH_SECONDS (5) measured seconds per scenario, BENCH_WARMUP (1) seconds of
  * warm-up before it, BENCH_DATA_DIR (os.tmpdir()) where brokers keep their data and the disk is probed,
- * BENCH_MOSQUITTO (path of the mosquitto binary), and the scenario sizes listed in README.md.
+ * BENCH_MOSQUITTO (path of the mosquitto binary), and the scenario sizes listed in docs/benchmarks.md.
  */
 import { spawn, spawnSync } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';

@@ -1,7 +1,8 @@
 /**
  * One typed configuration schema. Every option is settable four ways, later ones winning:
  *   defaults < config file (`--config flowmq.yaml`) < environment (`FLOWMQ_*`) < command-line flags.
- * The same table drives parsing, validation, `flowmq start --help` and the README's reference.
+ * The same table drives parsing, validation, `flowmq start --help` and the reference in docs/configuration.md
+ * (`npm run docs`).
  */
 import { readFileSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';

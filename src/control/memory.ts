@@ -2,7 +2,8 @@
  * The process's memory: the figures `GET /api/v1/broker` reports under `process`, and the release of what a flood
  * of connections leaves behind.
  *
- * Measured with `npm run bench -- flood-memory` (7,000 MQTT connections opened and closed; README, Benchmarks):
+ * Measured with `npm run bench -- flood-memory` (7,000 MQTT connections opened and closed; docs/benchmarks.md,
+ * "Connection floods and memory"):
  * every byte of JavaScript state a connection had is garbage once it closes (after a full collection the heap was
  * back at its size before the flood), but the broker starts V8's old generation at 128 MiB (bin/flowmq, for the
  * Kafka latency tail), so nothing pushes V8 to collect it: a flood left the heap holding ~50–90 MB of dead sockets,

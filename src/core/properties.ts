@@ -4,7 +4,7 @@
  * stores Kafka records, which only have key, value, headers and timestamp).
  *
  * The names and value encodings are a public contract: Kafka consumers of a stream see these headers, and a
- * Kafka producer may write them (README, "Message properties across protocols"). Values are UTF-8 text where
+ * Kafka producer may write them (docs/concepts.md, "Message properties across protocols"). Values are UTF-8 text where
  * the property is text or a number (so `kcat` and logs show them as they are), raw bytes where the property is
  * bytes, and JSON for the one structured property (the dead-letter history).
  *

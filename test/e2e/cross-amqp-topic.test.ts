@@ -1,8 +1,8 @@
 /**
  * Across protocols through amq.topic, with real clients against bin/flowmq: amqplib, MQTT.js and KafkaJS.
  * amq.topic is the unified topic space, so an AMQP routing key `a.b.c` is the MQTT topic `a/b/c` and the Kafka
- * stream `a.b.c`; names holding the other separator swap it (README "Names across protocols": AMQP key `x/y.z` is
- * MQTT topic `x.y/z`). Absence is proven with a marker message sent after what must not arrive.
+ * stream `a.b.c`; names holding the other separator swap it (docs/concepts.md, "Names across protocols": AMQP key
+ * `x/y.z` is MQTT topic `x.y/z`). Absence is proven with a marker message sent after what must not arrive.
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';

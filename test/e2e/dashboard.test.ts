@@ -4,7 +4,7 @@
  * bound to `dash/#`, publishes with MQTT.js and sees the message in the stream's message browser; a page without a
  * session shows the login form and the API refuses calls without the session.
  *
- * FLOWMQ_SCREENSHOTS=<dir> also saves screenshots of the main pages there (README's are made so:
+ * FLOWMQ_SCREENSHOTS=<dir> also saves screenshots of the main pages there (docs/screenshots/ are made so:
  * `FLOWMQ_SCREENSHOTS=docs/screenshots node --test dist/test/e2e/dashboard.test.js`).
  */
 import assert from 'node:assert/strict';
@@ -230,7 +230,7 @@ describe('e2e: dashboard in chromium', () => {
     assert.deepEqual(problems, []);
   });
 
-  /** The README's screenshots: some traffic and definitions, then each main page. */
+  /** The screenshots in docs/screenshots/ (docs/operations.md): some traffic and definitions, then each main page. */
   async function screenshots(dir: string): Promise<void> {
     mkdirSync(dir, { recursive: true });
     await broker.api('POST', '/api/v1/streams', { name: 'factory-telemetry', partitions: 3, bindings: ['factory/+/telemetry'], retention: '7d' });

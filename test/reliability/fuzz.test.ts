@@ -25,7 +25,8 @@ function check(target: string, codec: number, body: Buffer): string | null {
 
 describe('fuzz (short version of npm run fuzz)', () => {
   test('20,000 generated and mutated inputs per decoder: own errors only, no large allocation, no hang', async () => {
-    // The watchdog's limit is generous: some zstd inputs take seconds (fzstd, see README "Reliability"), more on a busy machine.
+    // The watchdog's limit is generous: some zstd inputs take seconds (fzstd, see docs/reliability.md), more on a
+    // busy machine.
     const results = await runFuzz({ iterations: 20_000, seed: 0x5eed, hangMs: 30_000 });
     assert.ok(results.length >= 34, `${results.length} decoders`);
     for (const r of results) {

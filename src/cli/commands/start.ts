@@ -11,7 +11,7 @@ function startHelp(): string {
 
 /**
  * Every option is parsed as a string (a boolean is `--mqtt-ws false` as well as `--mqtt-ws=false`), so a boolean
- * flag given bare (`flowmq start --cluster --broker-id 1`, as the README writes it) is read as `true`: it gets the
+ * flag given bare (`flowmq start --cluster --broker-id 1`, as docs/cluster.md writes it) is read as `true`: it gets the
  * value inserted when the next argument is another option or there is none.
  */
 export function bareBooleans(args: readonly string[]): string[] {

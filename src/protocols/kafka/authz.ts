@@ -1,5 +1,5 @@
 /**
- * Authorization of Kafka requests against the control plane's policies (the mapping is in README.md's table):
+ * Authorization of Kafka requests against the control plane's policies (the mapping is in docs/kafka.md's table):
  * Produce → `publish stream:`, Fetch/ListOffsets/OffsetForLeaderEpoch → `subscribe stream:`, Metadata and
  * DescribeConfigs → `describe stream:`, topic creation → `create stream:` (or `create cluster:*`, Kafka's cluster
  * CREATE), DeleteTopics/DeleteRecords → `delete stream:`, CreatePartitions/AlterConfigs → `alter stream:`, the

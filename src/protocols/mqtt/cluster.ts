@@ -18,8 +18,9 @@
  * - Every session write carries the epoch (SessionStore fence): a broker that lost a session (fenced, or its lease
  *   expired) can never write it again, and a refused write makes it drop the session (Cluster.fenced).
  *
- * Not covered (said in the README): messages published while a session has no owner (between a dead owner's lease
- * expiry and its placement broker's takeover, or in the few ms of a handover) are not queued for it.
+ * Not covered (said in docs/mqtt.md, "MQTT sessions in cluster mode"): messages published while a session has no
+ * owner (between a dead owner's lease expiry and its placement broker's takeover, or in the few ms of a handover)
+ * are not queued for it.
  */
 import type { Cluster, OwnershipHandler } from '../../cluster/index.js';
 import { decodeBody, encodeBody } from '../../cluster/index.js';

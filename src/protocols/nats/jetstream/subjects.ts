@@ -3,7 +3,7 @@
  * subjects are its bindings (MQTT filters on unified topics) written as NATS subjects: levels become tokens with the
  * separator swap of src/core/topic.ts (a `.` inside a level is a `/` inside a token), `+` is `*` and `#` is `>`.
  * One difference cannot be written away: an MQTT `a/#` binding also captures `a` itself, where the NATS `a.>` would
- * not (README documents it).
+ * not (docs/nats.md documents it).
  */
 import { FlowError, swapSeparators } from '../../../core/index.js';
 
