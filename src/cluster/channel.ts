@@ -58,6 +58,7 @@ import { createConnection, createServer, type AddressInfo, type Server, type Soc
 import type { Logger } from 'pino';
 import { FlowError, type ErrorCode } from '../core/index.js';
 import { LogLimiter } from '../protocols/log-limit.js';
+import { CHANNEL_VERSION, MIN_CHANNEL_VERSION, RPC } from './rpc.js';
 import type { Cluster } from './cluster.js';
 import type { BrokerState, PeerChannel } from './types.js';
 
@@ -91,7 +92,14 @@ export interface TcpChannel extends PeerChannel {
   address(): AddressInfo;
 }
 
+/** The handshake's format, part of its MAC (what messages a peer knows is the channel version of rpc.ts). */
 const PROTOCOL_VERSION = 1;
+
+/** The version both ends speak, given the peer's newest (absent: 1); null when the peer is too old to let in. */
+function negotiate(peerMax: unknown): number | null {
+  const v = typeof peerMax === 'number' && Number.isSafeInteger(peerMax) && peerMax >= 1 ? peerMax : 1;
+  return v < MIN_CHANNEL_VERSION ? null : Math.min(v, CHANNEL_VERSION);
+}
 const HEADER = 11;
 const PRE_AUTH_MAX_FRAME = 4096;
 /** Connections still in their handshake at once (more are closed at accept). */
@@ -143,7 +151,10 @@ interface Pending {
 }
 
 interface Hello {
+  /** The handshake's format (its MAC); the messages' version is `max`. */
   v: number;
+  /** The newest channel version the sender speaks (absent: 1). */
+  max?: number;
   id: number;
   inc: string;
   nonce: string;
@@ -151,6 +162,7 @@ interface Hello {
 
 interface Auth {
   v: number;
+  max?: number;
   id: number;
   inc: string;
   nonce: string;
@@ -391,6 +403,8 @@ class Peer {
   /** The store or view says the peer is dead or gone: no background reconnection (on use only). */
   gone = false;
   incarnation = '';
+  /** The channel version both ends speak (rpc.ts), known once a connection was made. */
+  version: number | undefined = undefined;
   readonly figures = newFigures();
   constructor(readonly id: number) {}
 
@@ -445,7 +459,7 @@ class Channel implements TcpChannel {
     this.ticker = setInterval(() => this.tick(), Math.max(50, Math.min(this.pingMs, 1000)));
     this.ticker.unref();
     // A built-in request every broker answers (id, incarnation, clock): health checks and tests of a live cluster.
-    this.handlers.set('channel.ping', () => Buffer.from(JSON.stringify({ id: this.cluster.id, incarnation: this.cluster.incarnation, at: Date.now() })));
+    this.handlers.set(RPC.ping.name, () => RPC.ping.reply.encode({ id: this.cluster.id, incarnation: this.cluster.incarnation, at: Date.now() }));
     this.onMembership = () => this.checkMembership();
     this.cluster.on('membership', this.onMembership);
   }
@@ -545,6 +559,10 @@ class Channel implements TcpChannel {
       peer.backlogBytes -= HEADER + f.body.length;
       if (f.type !== T.REQUEST || peer.pending.has(f.id)) c.write(f.type, f.id, f.method, f.body);
     }
+  }
+
+  peerVersion(to: number): number | undefined {
+    return to === this.cluster.id ? CHANNEL_VERSION : this.peers.get(to)?.version;
   }
 
   ready(to: number): Promise<void> {
@@ -743,8 +761,11 @@ class Channel implements TcpChannel {
               const h = parseJson<Hello>(body);
               if (!h || h.v !== PROTOCOL_VERSION || typeof h.id !== 'number' || typeof h.inc !== 'string' || typeof h.nonce !== 'string') return fail(`broker at ${ep.host}:${ep.port} sent a bad hello`);
               if (h.id !== peer.id) return fail(`${ep.host}:${ep.port} is broker ${h.id}, not broker ${peer.id} (a stale address)`);
+              const version = negotiate(h.max);
+              if (version === null) return fail(`broker ${h.id} speaks channel version ${String(h.max)}, older than ${MIN_CHANNEL_VERSION} (the oldest this broker accepts)`);
+              peer.version = version;
               hello = h;
-              const auth: Auth = { v: PROTOCOL_VERSION, ...me, to: h.id, toInc: h.inc, mac: mac(this.secret, 'dial', h, me).toString('hex') };
+              const auth: Auth = { v: PROTOCOL_VERSION, max: CHANNEL_VERSION, ...me, to: h.id, toInc: h.inc, mac: mac(this.secret, 'dial', h, me).toString('hex') };
               c.write(T.AUTH, 0, null, Buffer.from(JSON.stringify(auth)));
               return;
             }
@@ -859,7 +880,7 @@ class Channel implements TcpChannel {
       socket.destroy();
       return;
     }
-    const hello: Hello = { v: PROTOCOL_VERSION, id: this.cluster.id, inc: this.cluster.incarnation, nonce: randomBytes(16).toString('hex') };
+    const hello: Hello = { v: PROTOCOL_VERSION, max: CHANNEL_VERSION, id: this.cluster.id, inc: this.cluster.incarnation, nonce: randomBytes(16).toString('hex') };
     let state: 'hello' | 'checking' | 'open' = 'hello';
     const conn: Conn = new Conn(
       socket,
@@ -874,6 +895,8 @@ class Channel implements TcpChannel {
         }
         if (!sameMac(mac(this.secret, 'dial', hello, a), a.mac)) return refuse('wrong cluster secret', 'secret', { broker: a.id });
         if (a.to !== hello.id || a.toInc !== hello.inc) return refuse('authenticated for another broker', 'bad-handshake', { broker: a.id });
+        const version = negotiate(a.max);
+        if (version === null) return refuse(`broker ${a.id} speaks channel version ${String(a.max)}, older than ${MIN_CHANNEL_VERSION}`, 'version', { broker: a.id });
         state = 'checking';
         void this.known(a.id, a.inc).then(
           (ok) => {
@@ -886,6 +909,7 @@ class Channel implements TcpChannel {
             c.peer = a.id;
             c.peerInc = a.inc;
             c.figures = this.peer(a.id).figures;
+            this.peer(a.id).version = version;
             let set = this.accepted.get(a.id);
             if (!set) this.accepted.set(a.id, (set = new Set()));
             // A restarted peer's old connections are dead weight (their requests' callers are gone).
