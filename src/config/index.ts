@@ -6,11 +6,11 @@
 import { readFileSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
 import { FlowError } from '../core/index.js';
-import { SASL_MECHANISMS } from '../control/sasl.js';
-import { addressFilter, hostName } from '../control/api/auth.js';
-import { parseDuration, parseSize } from './units.js';
+import { SASL_MECHANISMS } from './sasl-mechanisms.js';
+import { addressFilter, hostName } from '../util/address.js';
+import { parseDuration, parseSize } from '../util/units.js';
 
-export { parseDuration, parseSize } from './units.js';
+export { parseDuration, parseSize } from '../util/units.js';
 
 export const IMPLEMENTED_PROTOCOLS = ['mqtt', 'kafka', 'amqp', 'nats'] as const;
 /** Listeners enabled when --protocols is not given: every implemented protocol, on its standard port. */

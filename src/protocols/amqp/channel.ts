@@ -40,7 +40,7 @@ import { randomBytes } from 'node:crypto';
 import type { ExchangeType, Message, QueueArguments, QueueConsumer, QueueDelivery, QueueHandle, RouteResult } from '../../core/index.js';
 import { dotsToUnified, isFlowError } from '../../core/index.js';
 import type { Action, ResourceKind } from '../../control/index.js';
-import { logKey } from '../log-limit.js';
+import { logKey } from '../../util/log-limit.js';
 import { storageRefusal } from '../storage-refusal.js';
 import type { AmqpConnection } from './connection.js';
 import { AmqpError, replyText, toAmqpError } from './errors.js';

@@ -38,7 +38,7 @@ import type { Access, ClientEntry, ClientRegistration, Principal, QuotaLease } f
 import { ANONYMOUS } from '../../control/index.js';
 import { certificateLogin, certificateUser } from '../../control/certs.js';
 import { TLSSocket } from 'node:tls';
-import { logKey } from '../log-limit.js';
+import { logKey } from '../../util/log-limit.js';
 import type { AmqpAdapter, AlarmListener, AuthOutcome } from './adapter.js';
 import { AmqpChannel } from './channel.js';
 import { AmqpError, replyText, toAmqpError } from './errors.js';

@@ -16,7 +16,7 @@ import { ApiKey, KafkaErrorCode, type ApiVersionRange } from './codec/index.js';
 import { kafkaErrorCode } from './errors.js';
 import type { ResolvedKafkaOptions } from './options.js';
 import { FramePool } from './frame-pool.js';
-import { LogLimiter } from '../log-limit.js';
+import { LogLimiter } from '../../util/log-limit.js';
 import type { Route } from './route.js';
 import { GroupCoordinator } from './groups/coordinator.js';
 import { ProducerIdAllocator } from './handlers/producer.js';

@@ -18,7 +18,7 @@ import { readFileSync } from 'node:fs';
 import type { Access } from '../../control/index.js';
 import type { Message, QoS, QueuedEntry, SessionRecord, SessionStore, Subscriber, Subscription } from '../../core/index.js';
 import { decodeStoredMessage, encodeStoredMessage, FlowError, isFlowError } from '../../core/index.js';
-import { LogLimiter } from '../log-limit.js';
+import { LogLimiter } from '../../util/log-limit.js';
 import type { AdapterContext } from '../types.js';
 import { ReasonCode, type Properties, type ProtocolLevel, type Will } from './codec/index.js';
 import type { MqttConnection, ResolvedMqttOptions } from './connection.js';

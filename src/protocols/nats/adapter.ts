@@ -24,7 +24,7 @@ import type { Logger } from 'pino';
 import { newPublishInfo, type Engine, type Header, type Message, type PublishInfo } from '../../core/index.js';
 import { certificateLogin, type CertUserField } from '../../control/certs.js';
 import { ANONYMOUS, TOKEN_PREFIX, type Access, type AccessControl, type AuthOutcome, type Principal } from '../../control/index.js';
-import { LogLimiter, logKey } from '../log-limit.js';
+import { LogLimiter, logKey } from '../../util/log-limit.js';
 import type { AdapterContext } from '../types.js';
 import { PayloadBudget, encodeHeaders, type ConnectOptions, type NatsHeaders } from './codec/index.js';
 import { NatsConnection } from './connection.js';

@@ -43,7 +43,7 @@
 import type { Duplex } from 'node:stream';
 import type { Message, Subscriber, Subscription } from '../../core/index.js';
 import { ANONYMOUS, type Access, type ClientEntry, type Principal, type QuotaLease } from '../../control/index.js';
-import { logKey } from '../log-limit.js';
+import { logKey } from '../../util/log-limit.js';
 import {
   NatsErrText,
   NatsProtocolError,

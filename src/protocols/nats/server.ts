@@ -29,7 +29,7 @@ import type { Duplex } from 'node:stream';
 import tls from 'node:tls';
 import { WebSocketServer, createWebSocketStream } from 'ws';
 import { ConnectionSet, TLS_HANDSHAKE_TIMEOUT_MS, listenOn } from '../listener.js';
-import { logKey, type LogLimiter } from '../log-limit.js';
+import { logKey, type LogLimiter } from '../../util/log-limit.js';
 import type { ListenOptions, ProtocolListener } from '../types.js';
 import type { NatsAdapter, NatsConnectionMeta, NatsListenerTls } from './adapter.js';
 import { closeUnreadBody, httpServerOptions } from '../../control/index.js';

@@ -54,7 +54,7 @@ import {
   settingsColumn,
 } from './rows.js';
 import type { ConsumerOffset, Metastore, PartitionState, SegmentMeta, StreamDef } from './types.js';
-import { bumpsVersion, checkControl, type ControlKind, type ControlRecord } from '../../control/store.js';
+import { bumpsVersion, checkControl, type ControlKind, type ControlRecord } from './control-store.js';
 
 interface ControlRow extends Record<string, unknown> {
   kind: ControlKind;

@@ -19,6 +19,7 @@
 import type { Cluster } from '../../../cluster/index.js';
 import { decodeBody, decodeMessage, encodeBody, encodeMessage } from '../../../cluster/index.js';
 import { FlowError, type Message } from '../../../core/index.js';
+import { backoffDelay } from '../../../util/backoff.js';
 
 export const M_REQUEST = 'js.request';
 export const M_ACK = 'js.ack';
@@ -74,5 +75,5 @@ export function retryWindowMs(cluster: Cluster): number {
 }
 
 export function pause(attempt: number): Promise<void> {
-  return new Promise((r) => setTimeout(r, Math.min(500, 25 * 2 ** Math.min(attempt, 5))));
+  return new Promise((r) => setTimeout(r, backoffDelay(attempt + 1, 25, 500)));
 }

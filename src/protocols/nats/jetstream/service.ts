@@ -17,8 +17,8 @@ import type { Logger } from 'pino';
 import type { Cluster } from '../../../cluster/index.js';
 import { decodeBody, decodeMessage, encodeBody, encodeMessage } from '../../../cluster/index.js';
 import type { Access, AccessControl, Action, ResourceKind } from '../../../control/index.js';
-import type { ConsumerGroupAdmin, GroupDetail, GroupSummary } from '../../types.js';
-import { LogLimiter } from '../../log-limit.js';
+import type { ConsumerGroupAdmin, GroupDetail, GroupSummary } from '../../../control/index.js';
+import { LogLimiter } from '../../../util/log-limit.js';
 import {
   decodeBatch,
   dotsToUnified,
