@@ -61,16 +61,8 @@ import {
   type ConnectOptions,
   type NatsServerHandler,
 } from './codec/index.js';
-import {
-  applyNatsHeaders,
-  natsHeaderBlock,
-  subjectToTopic,
-  topicToSubject,
-  type NatsAdapter,
-  type NatsAuthOutcome,
-  type NatsConnectionMeta,
-  type NatsListenerTls,
-} from './adapter.js';
+import { applyNatsHeaders, natsHeaderBlock, subjectToTopic, topicToSubject } from './mapping.js';
+import type { NatsAuthOutcome, NatsConnectionHost, NatsConnectionMeta, NatsListenerTls } from './types.js';
 import { NatsErr, natsErrTextOf } from './errors.js';
 
 /** Publishes whose durable writes have not settled, per connection, before its socket stops being read. */
@@ -202,7 +194,7 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
 
   constructor(
     readonly stream: Duplex,
-    readonly adapter: NatsAdapter,
+    readonly adapter: NatsConnectionHost,
     readonly meta: NatsConnectionMeta,
     readonly tls: NatsListenerTls,
   ) {
