@@ -22,7 +22,6 @@ import { GroupCoordinator } from './groups/coordinator.js';
 import { ProducerIdAllocator } from './producer-ids.js';
 import { KafkaCluster } from './cluster.js';
 // Registers the snappy, lz4 and zstd decompressors with the core.
-import './compression.js';
 
 export type TopicResult = { entry: StreamEntry; errorCode: 0 } | { entry: null; errorCode: number };
 
