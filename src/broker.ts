@@ -12,9 +12,7 @@ import {
   createMetrics,
   Directory,
   FloodCollector,
-  MemoryControlStore,
   PasswordGuard,
-  isControlStore,
   parseUsersFile,
   processMemory,
   readUsersFile,
@@ -22,7 +20,6 @@ import {
   startAdminApi,
   WebhookAuthenticator,
   type AdminApi,
-  type ControlStore,
   type Metrics,
   type UsersFile,
 } from './control/index.js';
@@ -34,6 +31,7 @@ import { amqpModule } from './protocols/amqp/module.js';
 import { natsModule } from './protocols/nats/module.js';
 import { LogManager } from './storage/log/index.js';
 import { openStorage } from './storage/open.js';
+import { MemoryControlStore, isControlStore, type ControlStore } from './storage/metastore/control-store.js';
 import { lockDataDir } from './storage/lock.js';
 import { DiskSpace } from './storage/disk-space.js';
 import { Cluster, ClusterStreams, followControl, Live, PostgresClusterStore, startChannel, type Endpoint, type TcpChannel } from './cluster/index.js';

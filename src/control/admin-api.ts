@@ -13,6 +13,6 @@ export type {
   SessionAdmin,
   StorageOps,
 } from './api/types.js';
-export { parseBasicAuth, parseBearer, SESSION_COOKIE, CSRF_HEADER } from './api/auth.js';
+export { parseBasicAuth, parseBearer } from './api/auth.js';
 export { hostName } from '../util/address.js';
 export { streamView } from './api/routes-streams.js';

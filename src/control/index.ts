@@ -71,7 +71,6 @@ export {
   type TokenInfo,
   type UserInfo,
 } from './directory.js';
-export { CONTROL_KINDS, MemoryControlStore, isControlStore, type ControlKind, type ControlRecord, type ControlStore } from '../storage/metastore/control-store.js';
 export { QuotaManager, type QuotaLease } from './quotas.js';
 export { createMetrics, type Metrics, type MetricsSources } from './metrics.js';
 export { ClientEntry, ClientRegistry, type ClientRegistration, type ProtocolTotals } from './clients.js';

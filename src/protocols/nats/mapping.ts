@@ -130,6 +130,3 @@ function correlationOf(v: string): Buffer {
   }
   return Buffer.from(v, 'utf8');
 }
-
-/** A requester's NATS subject of a unified response topic. */
-export const replyToSubject = topicToSubject;
