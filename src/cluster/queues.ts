@@ -768,21 +768,21 @@ export class ClusterQueues {
       );
     });
     const ch = this.channel;
-    ch.handle('queue.publish', (from, body) => this.onPublish(body));
+    ch.handle('queue.publish', (_from, body) => this.onPublish(body));
     ch.handle('queue.consume', (from, body) => this.onConsume(from, body));
     ch.handle('queue.credit', (from, body) => this.onCredit(from, body));
     ch.handle('queue.cancel', (from, body) => this.onCancel(from, body));
     ch.handle('queue.deliver', (from, body) => this.onDeliver(from, body));
     ch.handle('queue.get', (from, body) => this.onGet(from, body));
-    ch.handle('queue.settle', (from, body) => this.onSettle(body));
+    ch.handle('queue.settle', (_from, body) => this.onSettle(body));
     ch.handle('queue.release', (from, body) => this.onRelease(from, body));
-    ch.handle('queue.purge', async (from, body) => encodeBody({ n: await this.owned(decodeBody<{ q: string }>(body).head.q).purge() }));
-    ch.handle('queue.delete', async (from, body) => {
+    ch.handle('queue.purge', async (_from, body) => encodeBody({ n: await this.owned(decodeBody<{ q: string }>(body).head.q).purge() }));
+    ch.handle('queue.delete', async (_from, body) => {
       const q = decodeBody<{ q: string }>(body).head.q;
       if (!this.queues.get(q)?.local) throw new FlowError('NOT_OWNER', `queue ${q} is not served by broker ${this.cluster.id}`);
       return encodeBody({ n: await this.router.deleteQueue(q) });
     });
-    ch.handle('queue.stats', (from, body) => encodeBody({ s: this.owned(decodeBody<{ q: string }>(body).head.q).stats() }));
+    ch.handle('queue.stats', (_from, body) => encodeBody({ s: this.owned(decodeBody<{ q: string }>(body).head.q).stats() }));
     ch.handle('queue.check', (from, body) => {
       const { head } = decodeBody<{ i: string; k: string[] }>(body);
       return encodeBody({ missing: head.k.filter((k) => !this.served.has(`${from}/${head.i}/${k}`)) });

@@ -5,7 +5,7 @@
  */
 import { createHash, createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { PasswordGuard, PasswordVerdict } from './password-guard.js';
-import { SCRAM_MECHANISMS, isSaslMechanism, type SaslMechanism, type ScramMechanism } from '../config/sasl-mechanisms.js';
+import { isSaslMechanism, type SaslMechanism, type ScramMechanism } from '../config/sasl-mechanisms.js';
 import { scramHash, type ScramCredential, type UserStore } from './users.js';
 
 /**

@@ -19,13 +19,10 @@ import { AjvCompiler } from '@fastify/ajv-compiler';
 import fastifyHelmet from '@fastify/helmet';
 import fastifyRateLimit from '@fastify/rate-limit';
 import fastifySwagger from '@fastify/swagger';
-import type { Logger } from 'pino';
-import type { Engine } from '../../core/index.js';
 import { LogLimiter, logKey } from '../../util/log-limit.js';
-import type { AccessControl } from '../access.js';
 import { HostCheck, PUBLIC_MAX_BODY, Sessions, authenticate } from './auth.js';
 import { addressFilter } from '../../util/address.js';
-import { HTTP_TIMEOUTS, closeUnreadBody, httpServerOptions, type HttpTimeouts } from '../http-guard.js';
+import { HTTP_TIMEOUTS, closeUnreadBody, httpServerOptions } from '../http-guard.js';
 import { HttpError, sendError } from './common.js';
 import { brokerRoutes } from './routes-broker.js';
 import { identityRoutes } from './routes-identity.js';
@@ -34,7 +31,7 @@ import { queueRoutes } from './routes-queues.js';
 import { groupRoutes } from './routes-groups.js';
 import { mqttRoutes } from './routes-mqtt.js';
 import { clusterRoutes } from './routes-cluster.js';
-import type { AdminApiOptions, ApiContext } from './types.js';
+import type { AdminApiOptions } from './types.js';
 
 export interface AdminApi {
   address(): AddressInfo;

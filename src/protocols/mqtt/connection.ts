@@ -15,10 +15,9 @@ import { randomBytes } from 'node:crypto';
 import type { Duplex } from 'node:stream';
 import { startSaslExchange, type Access, type AccessControl, type ClientEntry, type Principal, type QuotaLease, type SaslExchange } from '../../control/index.js';
 import type { Message, QoS, QueueDelivery, Subscription } from '../../core/index.js';
-import { FlowError, isFlowError, validateFilter } from '../../core/index.js';
-import { logKey, type LogLimitOptions } from '../../util/log-limit.js';
+import { isFlowError, validateFilter } from '../../core/index.js';
+import { logKey } from '../../util/log-limit.js';
 import type { AdapterContext } from '../types.js';
-import type { Cluster } from '../../cluster/index.js';
 import { storageRefusal } from '../storage-refusal.js';
 import {
   ConnackCode,

@@ -62,7 +62,6 @@ import {
   streamConfigJson,
   streamState,
   streamSubjects,
-  ZERO_TIME,
 } from './stream-info.js';
 import { filterToSubject, isValidApiName, levelsToTokens, subjectMatches, subjectsCollide } from './subjects.js';
 
