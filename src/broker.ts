@@ -399,6 +399,7 @@ async function openControlPlane(
   // Every clear-text password check (MQTT CONNECT, Kafka PLAIN, AMQP, NATS, HTTP; SCRAM failures are counted) goes
   // through one guard: throttled per address and username, scrypt on its own worker thread (started by the first
   // check) with a bounded queue, never on libuv's pool, which the WAL's writes use. New passwords are hashed there too.
+  // eslint-disable-next-line prefer-const -- the directory's hasher (a closure made before the guard) reads it
   let guard!: PasswordGuard;
   const directory = await Directory.open({
     store: controlStore,

@@ -206,8 +206,8 @@ export function encodeBatch(records: RecordInput[], compression: Compression = C
     if (r.timestamp > maxTs) maxTs = r.timestamp;
   }
   // Size pass, so the batch is written into one allocation.
-  const bodySizes: number[] = new Array(records.length);
-  const headerKeys: Buffer[][] = new Array(records.length);
+  const bodySizes = new Array<number>(records.length);
+  const headerKeys = new Array<Buffer[]>(records.length);
   let recordsSize = 0;
   for (let i = 0; i < records.length; i++) {
     const r = records[i];

@@ -150,7 +150,7 @@ class MqttConfigError extends FlowError {
 /** Fills defaults and validates; throws FlowError('CONFIG_ERROR') on nonsense. */
 export function resolveMqttOptions(opts: MqttOptions = {}): ResolvedMqttOptions {
   const o: ResolvedMqttOptions = { ...MQTT_DEFAULTS };
-  for (const [k, v] of Object.entries(opts)) if (v !== undefined) Object.assign(o, { [k]: v });
+  for (const [k, v] of Object.entries(opts) as Array<[string, unknown]>) if (v !== undefined) Object.assign(o, { [k]: v });
   const int = (name: keyof MqttOptions, v: number, min: number, max = Number.MAX_SAFE_INTEGER) => {
     if (!Number.isInteger(v) || v < min || v > max) {
       throw new MqttConfigError(`mqtt option ${name} must be an integer in ${min}..${max}, got ${v}`);

@@ -997,7 +997,7 @@ export class MqttHub implements MqttClusterHost<MqttSession> {
     ];
     for (const [t, v] of topics) {
       try {
-        e.publish({
+        void e.publish({
           topic: `$SYS/broker/${t}`,
           payload: Buffer.from(v),
           key: null,

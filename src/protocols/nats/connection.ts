@@ -636,7 +636,7 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
     }
     if (durable !== null) {
       if (++this.pendingWrites >= MAX_PENDING_WRITES) this.pauseReading(PAUSE_WRITES);
-      durable.then(...this.settlers());
+      void durable.then(...this.settlers());
     }
   }
 

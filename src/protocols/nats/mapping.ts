@@ -118,6 +118,7 @@ const B64 = 'base64:';
  */
 function utf8OrBase64(b: Buffer): string {
   const s = b.toString('utf8');
+  // eslint-disable-next-line no-control-regex -- control characters cannot stand in a header line
   const text = Buffer.byteLength(s) === b.length && !s.includes('\uFFFD') && !/[\x00-\x1f\x7f]/.test(s) && s.trim() === s && !s.startsWith(B64);
   return text ? s : B64 + b.toString('base64');
 }

@@ -473,7 +473,7 @@ export class S3ObjectStore implements ObjectStore {
       throw new FlowError('STORAGE_ERROR', `S3 multipart upload of "${key}" in ${this.where}: no upload id in the answer`);
     }
     try {
-      const etags: string[] = new Array(pieces.length);
+      const etags = new Array<string>(pieces.length);
       let next = 0;
       const worker = async (): Promise<void> => {
         while (next < pieces.length) {

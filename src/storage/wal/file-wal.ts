@@ -409,7 +409,7 @@ export class FileWal implements WriteAheadLog {
     this.groupCount++;
     a.size += bytes;
     this.totalBytes += bytes;
-    const maxEnd = a.maxEnd ?? (a.maxEnd = new Map());
+    const maxEnd = a.maxEnd ?? (a.maxEnd = new Map<string, number>());
     for (let i = 0; i < g.keys.length; i++) {
       const k = g.keys[i];
       const prev = maxEnd.get(k);
