@@ -12,9 +12,7 @@ import {
   createMetrics,
   Directory,
   FloodCollector,
-  MemoryControlStore,
   PasswordGuard,
-  isControlStore,
   parseUsersFile,
   processMemory,
   readUsersFile,
@@ -22,7 +20,6 @@ import {
   startAdminApi,
   WebhookAuthenticator,
   type AdminApi,
-  type ControlStore,
   type Metrics,
   type UsersFile,
 } from './control/index.js';
@@ -34,6 +31,7 @@ import { amqpModule } from './protocols/amqp/module.js';
 import { natsModule } from './protocols/nats/module.js';
 import { LogManager } from './storage/log/index.js';
 import { openStorage } from './storage/open.js';
+import { MemoryControlStore, isControlStore, type ControlStore } from './storage/metastore/control-store.js';
 import { lockDataDir } from './storage/lock.js';
 import { DiskSpace } from './storage/disk-space.js';
 import { Cluster, ClusterStreams, followControl, Live, PostgresClusterStore, startChannel, type Endpoint, type TcpChannel } from './cluster/index.js';
@@ -401,6 +399,7 @@ async function openControlPlane(
   // Every clear-text password check (MQTT CONNECT, Kafka PLAIN, AMQP, NATS, HTTP; SCRAM failures are counted) goes
   // through one guard: throttled per address and username, scrypt on its own worker thread (started by the first
   // check) with a bounded queue, never on libuv's pool, which the WAL's writes use. New passwords are hashed there too.
+  // eslint-disable-next-line prefer-const -- the directory's hasher (a closure made before the guard) reads it
   let guard!: PasswordGuard;
   const directory = await Directory.open({
     store: controlStore,

@@ -57,7 +57,8 @@ import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import { createConnection, createServer, type AddressInfo, type Server, type Socket } from 'node:net';
 import type { Logger } from 'pino';
 import { FlowError, type ErrorCode } from '../core/index.js';
-import { LogLimiter } from '../protocols/log-limit.js';
+import { LogLimiter } from '../util/log-limit.js';
+import { backoffDelay } from '../util/backoff.js';
 import { CHANNEL_VERSION, MIN_CHANNEL_VERSION, RPC } from './rpc.js';
 import type { Cluster } from './cluster.js';
 import type { BrokerState, PeerChannel } from './types.js';
@@ -107,6 +108,7 @@ const MAX_HANDSHAKES = 256;
 /** Reconnect backoff: first retry, cap. Well under the lease, so a blip costs less than a failover. */
 const BACKOFF_MIN_MS = 50;
 const BACKOFF_MAX_MS = 1000;
+const reconnectDelay = (failures: number): number => backoffDelay(failures, BACKOFF_MIN_MS, BACKOFF_MAX_MS);
 /** Small frames are concatenated into one buffer per write; bodies at least this big are written as they are. */
 const COPY_BELOW = 16 * 1024;
 /** Size of a connection's staging buffer for small frames. */
@@ -391,7 +393,8 @@ class Peer {
   backlogBytes = 0;
   readonly pending = new Map<number, Pending>();
   readonly readyWaiters: Array<() => void> = [];
-  backoffMs = 0;
+  /** Connection failures in a row (the reconnect backoff's attempt). */
+  failures = 0;
   /** No connection attempt before this time (after a failure). */
   retryAt = 0;
   retryTimer: NodeJS.Timeout | null = null;
@@ -674,14 +677,13 @@ class Channel implements TcpChannel {
       peer.figures.connectFailures++;
       peer.lastError = (err as Error).message;
       peer.stale = true;
-      peer.backoffMs = peer.backoffMs === 0 ? BACKOFF_MIN_MS : Math.min(BACKOFF_MAX_MS, peer.backoffMs * 2);
-      peer.retryAt = Date.now() + peer.backoffMs;
+      peer.retryAt = Date.now() + reconnectDelay(++peer.failures);
       peer.figures.dropped += peer.backlog.filter((f) => f.type === T.ONEWAY).length;
       peer.backlog = [];
       peer.backlogBytes = 0;
       this.rejectAll(peer, new FlowError('UNAVAILABLE', `broker ${peer.id} cannot be reached: ${peer.lastError}`));
       for (const w of peer.readyWaiters.splice(0)) w();
-      if (!this.closed) this.limiter.log('warn', `dial|${peer.id}`, { peer: peer.id, err: peer.lastError, retryInMs: peer.backoffMs }, 'cluster channel: cannot connect to a peer');
+      if (!this.closed) this.limiter.log('warn', `dial|${peer.id}`, { peer: peer.id, err: peer.lastError, retryInMs: reconnectDelay(peer.failures) }, 'cluster channel: cannot connect to a peer');
       this.scheduleRetry(peer);
       throw err instanceof FlowError ? err : new FlowError('UNAVAILABLE', `broker ${peer.id} cannot be reached: ${peer.lastError}`, { cause: err });
     };
@@ -696,7 +698,7 @@ class Channel implements TcpChannel {
         peer.stale = false;
         peer.seenAlive = false;
         peer.conn = conn;
-        peer.backoffMs = 0;
+        peer.failures = 0;
         peer.retryAt = 0;
         peer.lastError = '';
         peer.figures.connects++;
@@ -841,8 +843,7 @@ class Channel implements TcpChannel {
     peer.conn = null;
     peer.lastError = why;
     peer.stale = true;
-    peer.backoffMs = peer.backoffMs === 0 ? BACKOFF_MIN_MS : Math.min(BACKOFF_MAX_MS, peer.backoffMs * 2);
-    peer.retryAt = Date.now() + peer.backoffMs;
+    peer.retryAt = Date.now() + reconnectDelay(++peer.failures);
     const n = this.rejectAll(peer, new FlowError('UNAVAILABLE', `the connection to broker ${peer.id} was lost (${why})`));
     peer.figures.rejectedOnLoss += n;
     peer.figures.dropped += peer.backlog.filter((f) => f.type === T.ONEWAY).length;

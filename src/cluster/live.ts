@@ -164,7 +164,7 @@ export class Live implements LiveHook {
       if (!this.mPlain.includes(e.broker)) this.mPlain.push(e.broker);
       return;
     }
-    const groups = (this.mGroups ??= new Map());
+    const groups = (this.mGroups ??= new Map<string, number[]>());
     const list = groups.get(e.key);
     if (list === undefined) groups.set(e.key, [e.broker]);
     else if (!list.includes(e.broker)) list.push(e.broker);

@@ -20,6 +20,7 @@ export class LocalHub {
   channel(id: number): PeerChannel {
     const me: Ends = { handlers: new Map(), listeners: new Map(), up: true };
     this.ends.set(id, me);
+    // eslint-disable-next-line @typescript-eslint/no-this-alias -- the channel object returned below has methods of its own `this`
     const hub = this;
     let dropped = 0;
     return {

@@ -40,6 +40,7 @@ import {
   type StreamStorage,
 } from '../core/index.js';
 import type { LogManager } from '../storage/log/index.js';
+import { backoffDelay } from '../util/backoff.js';
 import type { Cluster } from './cluster.js';
 import type { OwnershipHandler, PeerChannel } from './types.js';
 import { call, castAll, listen, RPC, serve, WithTail, type AppendAnswer } from './rpc.js';
@@ -389,7 +390,7 @@ export class ClusterStreams implements StreamStorage {
   private async resolveOwner(name: string, parked: { items: Forward[]; tries: number }): Promise<void> {
     const { stream, partition } = parseName(name);
     for (;;) {
-      if (parked.tries > 0) await sleep(Math.min(MAX_RETRY_PAUSE_MS, FIRST_RETRY_PAUSE_MS * 2 ** (parked.tries - 1)));
+      if (parked.tries > 0) await sleep(backoffDelay(parked.tries, FIRST_RETRY_PAUSE_MS, MAX_RETRY_PAUSE_MS));
       parked.tries++;
       const now = Date.now();
       parked.items = parked.items.filter((f) => {
@@ -547,7 +548,7 @@ export class ClusterStreams implements StreamStorage {
     let last: unknown = null;
     for (let tries = 0; ; tries++) {
       if (tries > 0) {
-        const pause = Math.min(MAX_RETRY_PAUSE_MS, FIRST_RETRY_PAUSE_MS * 2 ** (tries - 1));
+        const pause = backoffDelay(tries, FIRST_RETRY_PAUSE_MS, MAX_RETRY_PAUSE_MS);
         if (Date.now() + pause > deadline || this.closed) throw new FlowError('UNAVAILABLE', `partition ${name} has no reachable owner now; retry`, { cause: last });
         await sleep(pause);
       }

@@ -4,12 +4,12 @@
  */
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { FlowError } from '../../core/index.js';
-import { parseDuration } from '../../config/units.js';
+import { parseDuration } from '../../util/units.js';
 import type { GroupDef, NamespaceDef, TokenInfo, UserInfo } from '../directory.js';
 import type { PolicyDef } from '../policy.js';
 import { PUBLIC_MAX_BODY, SESSION_COOKIE } from './auth.js';
 import { HttpError, NAME_PARAM, PAGE_QUERY, authOf, authorizeAdmin, may, notFound, paginate } from './common.js';
-import type { ApiContext } from './server.js';
+import type { ApiContext } from './types.js';
 
 const iso = (ms: number | null | undefined) => (ms === null || ms === undefined || ms === 0 ? null : new Date(ms).toISOString());
 

@@ -26,7 +26,7 @@ import type { Cluster, OwnershipHandler } from '../../cluster/index.js';
 import { call, RPC, serve } from '../../cluster/index.js';
 import { FlowError, isFlowError } from '../../core/index.js';
 import { ReasonCode } from './codec/index.js';
-import type { MqttHub } from './session.js';
+import type { ClusterSession, MqttClusterHost } from './types.js';
 
 // The channel messages (cluster/rpc.ts): session.takeover, the holder of a session closes its client's connection
 // and hands the session over; session.delete, the holder ends it (the admin API's delete, on whichever broker).
@@ -51,7 +51,7 @@ export interface MqttClusterStats {
   unavailable: number;
 }
 
-export class MqttClusterSessions {
+export class MqttClusterSessions<S extends ClusterSession> {
   readonly stats: MqttClusterStats = { takeoversAsked: 0, takeoversFailed: 0, takeoversServed: 0, loaded: 0, handedOver: 0, lost: 0, forgotten: 0, unavailable: 0 };
   /** Client ids being claimed by CONNECTs here (count): owning one with nothing stored is not the end of it. */
   private readonly claiming = new Map<string, number>();
@@ -60,7 +60,7 @@ export class MqttClusterSessions {
   private closed = false;
 
   constructor(
-    private readonly hub: MqttHub,
+    private readonly hub: MqttClusterHost<S>,
     readonly cluster: Cluster,
   ) {}
 

@@ -19,6 +19,7 @@
 import type { Cluster } from '../../../cluster/index.js';
 import { decodeMessage, encodeMessage, RPC } from '../../../cluster/index.js';
 import { FlowError, type Message } from '../../../core/index.js';
+import { backoffDelay } from '../../../util/backoff.js';
 
 
 export function consumerKey(stream: string, name: string): string {
@@ -69,5 +70,5 @@ export function retryWindowMs(cluster: Cluster): number {
 }
 
 export function pause(attempt: number): Promise<void> {
-  return new Promise((r) => setTimeout(r, Math.min(500, 25 * 2 ** Math.min(attempt, 5))));
+  return new Promise((r) => setTimeout(r, backoffDelay(attempt + 1, 25, 500)));
 }

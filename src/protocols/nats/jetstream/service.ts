@@ -17,8 +17,8 @@ import type { Logger } from 'pino';
 import type { Cluster } from '../../../cluster/index.js';
 import { call, cast, decodeMessage, encodeMessage, listen, RPC, serve } from '../../../cluster/index.js';
 import type { Access, AccessControl, Action, ResourceKind } from '../../../control/index.js';
-import type { ConsumerGroupAdmin, GroupDetail, GroupSummary } from '../../types.js';
-import { LogLimiter } from '../../log-limit.js';
+import type { ConsumerGroupAdmin, GroupDetail, GroupSummary } from '../../../control/index.js';
+import { LogLimiter } from '../../../util/log-limit.js';
 import {
   decodeBatch,
   dotsToUnified,
@@ -57,7 +57,6 @@ import {
   streamConfigJson,
   streamState,
   streamSubjects,
-  ZERO_TIME,
 } from './stream-info.js';
 import { filterToSubject, isValidApiName, levelsToTokens, subjectMatches, subjectsCollide } from './subjects.js';
 
