@@ -47,16 +47,8 @@ import {
   type Will,
 } from './codec/index.js';
 import { EXPIRY_NEVER, resolveMqttOptions, type AuthResult, type EnhancedAuthResult, type MqttOptions, type ResolvedMqttOptions } from './options.js';
-import {
-  EmptyMap,
-  MqttHub,
-  newDelivery,
-  splitShared,
-  type Delivery,
-  type MqttDropCounts,
-  type MqttSession,
-  type SubData,
-} from './session.js';
+import { MqttHub, type MqttDropCounts } from './hub.js';
+import { EmptyMap, newDelivery, splitShared, type Delivery, type MqttSession, type SubData } from './session.js';
 import type { SessionConnection } from './types.js';
 import { MqttQueueConsumer, QUEUE_PREFIX, isQueueBound, type QueueBoundDelivery, type QueueConsumerHost } from './queue-consumer.js';
 

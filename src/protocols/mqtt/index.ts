@@ -22,6 +22,7 @@ export {
   type MqttOptions,
   type ResolvedMqttOptions,
 } from './options.js';
-export { MqttHub, MqttSession, type MqttHubStats } from './session.js';
+export { MqttHub, type MqttHubStats } from './hub.js';
+export { MqttSession } from './session.js';
 export * as codec from './codec/index.js';
 export { MqttProtocolError } from './codec/index.js';

@@ -14,7 +14,7 @@ import { logKey } from '../../util/log-limit.js';
 import type { AdapterContext, ListenOptions, ProtocolListener } from '../types.js';
 import { MqttConnection, type CertificateLogin } from './connection.js';
 import { resolveMqttOptions, type MqttOptions } from './options.js';
-import { MqttHub } from './session.js';
+import { MqttHub } from './hub.js';
 import { closeUnreadBody, httpServerOptions } from '../../control/index.js';
 
 export interface MqttListener extends ProtocolListener {
