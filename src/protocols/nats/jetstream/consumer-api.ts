@@ -1,0 +1,398 @@
+/**
+ * The JetStream consumer API (as nats-server's jetstream_api.go consumer handlers over consumer.go): CONSUMER.CREATE
+ * (and the 2.9 DURABLE.CREATE), NAMES, LIST (over every broker in cluster mode), INFO, DELETE; MSG.NEXT pull requests
+ * and `$JS.ACK.>` acknowledgements (forwarded to the consumer's owner in cluster mode); and durable consumers as
+ * consumer groups for the admin API. The consumers themselves are consumer.ts.
+ */
+import type { Cluster } from '../../../cluster/index.js';
+import { call, cast, RPC } from '../../../cluster/index.js';
+import type { ConsumerGroupAdmin, GroupDetail, GroupSummary } from '../../../control/index.js';
+import { FlowError, makeMessage } from '../../../core/index.js';
+import { consumerKey, targetOf } from './cluster.js';
+import { checkConsumerUpdate, normalizeConsumerConfig, type ConsumerConfig } from './config.js';
+import { Consumer, type PullRequest } from './consumer.js';
+import { JsErr } from './errors.js';
+import { isoTime, lastMatching, streamSubjects } from './stream-info.js';
+import { isValidApiName, levelsToTokens, subjectMatches } from './subjects.js';
+import {
+  BAD_JSON,
+  errText,
+  isApiError,
+  JetStreamState,
+  type Json,
+  LIST_LIMIT,
+  NAMES_LIMIT,
+  pageOffset,
+  parseJson,
+  randomName,
+  typed,
+} from './service-state.js';
+
+export async function consumerCreate(js: JetStreamState, t: string[], body: string): Promise<Json> {
+  const T_ = 'consumer_create_response';
+  const legacyDurable = t[1] === 'DURABLE';
+  const stream = legacyDurable ? t[3] : t[2];
+  const subjectName = legacyDurable ? t[4] : t[3];
+  const subjectFilter = !legacyDurable && t.length > 4 ? t.slice(4).join('.') : undefined;
+  const raw = parseJson(body);
+  if (raw === BAD_JSON || raw === null || typeof raw !== 'object' || Array.isArray(raw)) return typed(T_, { error: JsErr.invalidJson() });
+  const req = raw as Json;
+  if (req.stream_name !== undefined && req.stream_name !== stream) return typed(T_, { error: JsErr.streamMismatch() });
+  const e = js.engine.getStream(stream);
+  if (!e) return typed(T_, { error: JsErr.streamNotFound() });
+  const rc = (req.config ?? {}) as Json;
+  if (typeof rc !== 'object' || Array.isArray(rc)) return typed(T_, { error: JsErr.invalidJson() });
+  if (subjectName === undefined && typeof rc.durable_name === 'string' && rc.durable_name !== '') {
+    return typed(T_, { error: JsErr.ephemeralWithDurable() });
+  }
+  if (subjectName !== undefined) {
+    if (!isValidApiName(subjectName)) return typed(T_, { error: JsErr.consumerNameInvalid() });
+    const given = legacyDurable ? rc.durable_name : (rc.name || rc.durable_name);
+    if (given !== subjectName) return typed(T_, { error: JsErr.durableNameMismatch() });
+    if (subjectFilter !== undefined && rc.filter_subject !== subjectFilter) return typed(T_, { error: JsErr.filterMismatch() });
+  }
+  const ephemeral = typeof rc.durable_name !== 'string' || rc.durable_name === '';
+  const cfg = normalizeConsumerConfig(rc, ephemeral, streamSubjects(e.def));
+  if (isApiError(cfg)) return typed(T_, { error: cfg });
+  if (e.def.partitions !== 1) {
+    return typed(T_, {
+      error: JsErr.badRequest(`stream has ${e.def.partitions} partitions: JetStream consumers need a single-partition stream`),
+    });
+  }
+  const name = cfg.name ?? randomName();
+  if (cfg.name === undefined) cfg.name = name;
+  const existing = js.getConsumer(stream, name);
+  if (existing) {
+    const refusal = checkConsumerUpdate(existing.config, cfg);
+    if (refusal) return typed(T_, { error: refusal });
+    existing.setConfig(cfg);
+    existing.pump();
+    js.changed(existing);
+    return typed(T_, consumerInfoJson(existing));
+  }
+  if (js.consumerCount() >= js.maxConsumers) return typed(T_, { error: JsErr.maximumConsumers() });
+  const floor = await startFloor(js, stream, cfg);
+  const c = new Consumer(js, stream, name, cfg, Date.now(), !ephemeral, {
+    deliveredSeq: floor,
+    deliveredConsumerSeq: 0,
+    ackFloor: floor,
+    acked: [],
+  });
+  // A name may have been taken while the start position was looked up.
+  const raced = js.getConsumer(stream, name);
+  if (raced) return typed(T_, consumerInfoJson(raced));
+  if (!js.engine.getStream(stream)) return typed(T_, { error: JsErr.streamNotFound() });
+  if (js.cluster !== null) {
+    // Claimed by serveConsumer before this create; a create that lost it meanwhile makes nothing.
+    const epoch = js.cluster.owns('consumer', consumerKey(stream, name));
+    if (epoch === null) throw new FlowError('NOT_OWNER', `the consumer ${stream}/${name} is not served by js broker`);
+    c.epoch = epoch;
+  }
+  js.add(c);
+  if (c.isPush) c.pump();
+  if (c.durable) {
+    try {
+      await js.engine.store.putConsumer(c.record(), c.epoch);
+    } catch (err) {
+      js.warnStore(err);
+      await js.deleteConsumer(c, false).catch(() => undefined);
+      return typed(T_, { error: JsErr.consumerCreate(`consumer state could not be stored: ${errText(err)}`) });
+    }
+  }
+  return typed(T_, consumerInfoJson(c));
+}
+
+/** The ack floor a new consumer starts from (its deliver policy). */
+export async function startFloor(js: JetStreamState, stream: string, cfg: ConsumerConfig): Promise<number> {
+  await js.freshen(stream);
+  const { logStartOffset, highWatermark } = js.engine.offsets(stream, 0);
+  switch (cfg.deliver_policy) {
+    case 'new':
+      return highWatermark;
+    case 'by_start_sequence':
+      return Math.max(0, (cfg.opt_start_seq ?? 1) - 1);
+    case 'by_start_time':
+      return js.engine.offsetForTimestamp(stream, 0, Date.parse(cfg.opt_start_time ?? ''));
+    case 'last': {
+      if (highWatermark <= logStartOffset) return highWatermark;
+      if (cfg.filter_subject === undefined) return highWatermark - 1;
+      const filter = cfg.filter_subject;
+      const last = await lastMatching(js.engine, stream, (m) => subjectMatches(filter, m.topic));
+      return last < 0 ? highWatermark : last;
+    }
+    default:
+      return 0;
+  }
+}
+
+export function consumerInfoJson(c: Consumer): Json {
+  const delivered: Json = { consumer_seq: c.cseq, stream_seq: c.deliveredSeq };
+  if (c.lastDelivered > 0) delivered.last_active = isoTime(c.lastActive);
+  const ackFloor: Json = { consumer_seq: c.floorCseq, stream_seq: c.ackFloor };
+  if (c.lastAcked > 0) ackFloor.last_active = isoTime(c.lastAcked);
+  let numPending = 0;
+  try {
+    numPending = c.numPending();
+  } catch {
+    // stream gone
+  }
+  return {
+    stream_name: c.stream,
+    name: c.name,
+    created: isoTime(c.created),
+    config: c.config,
+    delivered,
+    ack_floor: ackFloor,
+    num_ack_pending: c.pending.size,
+    num_redelivered: c.rdc.size,
+    num_waiting: c.isPush ? 0 : c.waiting.length,
+    num_pending: numPending,
+    ...(c.isPush && c.pushBound ? { push_bound: true } : {}),
+  };
+}
+
+export function consumerInfoReq(js: JetStreamState, stream: string, name: string): Json {
+  const T_ = 'consumer_info_response';
+  if (!js.engine.getStream(stream)) return typed(T_, { error: JsErr.streamNotFound() });
+  const c = js.getConsumer(stream, name);
+  if (!c) return typed(T_, { error: JsErr.consumerNotFound() });
+  return typed(T_, consumerInfoJson(c));
+}
+
+export async function consumerNames(js: JetStreamState, stream: string, body: string): Promise<Json> {
+  const T_ = 'consumer_names_response';
+  if (!js.engine.getStream(stream)) return typed(T_, { error: JsErr.streamNotFound() });
+  const all = js.cluster !== null ? (await clusterConsumers(js, js.cluster, stream)).map((i) => String(i.name)) : js.sortedConsumers(stream).map((c) => c.name);
+  const offset = pageOffset(body);
+  return typed(T_, { total: all.length, offset, limit: NAMES_LIMIT, consumers: all.slice(offset, offset + NAMES_LIMIT) });
+}
+
+export async function consumerList(js: JetStreamState, stream: string, body: string): Promise<Json> {
+  const T_ = 'consumer_list_response';
+  if (!js.engine.getStream(stream)) return typed(T_, { error: JsErr.streamNotFound() });
+  const all = js.cluster !== null ? await clusterConsumers(js, js.cluster, stream) : js.sortedConsumers(stream).map((c) => consumerInfoJson(c));
+  const offset = pageOffset(body);
+  return typed(T_, {
+    total: all.length,
+    offset,
+    limit: LIST_LIMIT,
+    consumers: all.slice(offset, offset + LIST_LIMIT),
+  });
+}
+
+/** CONSUMER.NAMES / LIST over the cluster: every broker's consumers of the stream, and stored ones served nowhere. */
+export async function clusterConsumers(js: JetStreamState, cl: Cluster, stream: string): Promise<Json[]> {
+  const byName = new Map<string, Json>();
+  const asked = cl
+    .brokers()
+    .filter((b) => b.alive && b.id !== cl.id)
+    .map(async (b) => {
+      try {
+        const { head } = await call(cl.channel!, b.id, RPC.jsConsumers, { stream });
+        for (const i of head.infos) byName.set(String(i.name), i);
+      } catch {
+        // A broker that cannot answer now: its consumers are listed from their stored state below.
+      }
+    });
+  await Promise.all(asked);
+  for (const c of js.sortedConsumers(stream)) byName.set(c.name, consumerInfoJson(c));
+  for (const r of await js.engine.store.listConsumers(stream)) {
+    if (byName.has(r.name)) continue;
+    try {
+      const c = new Consumer(js, stream, r.name, JSON.parse(r.config) as ConsumerConfig, r.createdAt, true, r);
+      c.closed = true;
+      byName.set(r.name, consumerInfoJson(c));
+    } catch {
+      // unreadable config: skipped, as at load
+    }
+  }
+  return [...byName.values()].sort((a, b) => (String(a.name) < String(b.name) ? -1 : String(a.name) > String(b.name) ? 1 : 0));
+}
+
+export async function consumerDelete(js: JetStreamState, stream: string, name: string): Promise<Json> {
+  const T_ = 'consumer_delete_response';
+  if (!js.engine.getStream(stream)) return typed(T_, { error: JsErr.streamNotFound() });
+  const c = js.getConsumer(stream, name);
+  if (!c) return typed(T_, { error: JsErr.consumerNotFound() });
+  await js.deleteConsumer(c, true);
+  return typed(T_, { success: true });
+}
+
+/** CONSUMER.MSG.NEXT: a pull request; answered with messages and statuses on the reply inbox, never with JSON. */
+export function pullRequest(js: JetStreamState, stream: string, name: string, body: string, reply: string, origin: number | undefined): void {
+  const status = (s: string) => js.send(makeMessage(reply, Buffer.alloc(0), { status: s }), origin);
+  const c = js.getConsumer(stream, name);
+  // No such consumer: what a NATS client sees when nobody serves a request (nats.this stops a fetch on it).
+  if (!c) return status('503');
+  if (c.isPush) return status('409 Consumer is push based');
+  const req = parsePullRequest(body, reply);
+  if (typeof req === 'string') return status(req);
+  if (c.config.max_batch !== undefined && req.batch > c.config.max_batch) return status(`409 Exceeded MaxRequestBatch of ${c.config.max_batch}`);
+  if (c.config.max_expires !== undefined && req.expiresAt > 0 && req.expiresAt - Date.now() > c.config.max_expires / 1e6) {
+    return status(`409 Exceeded MaxRequestExpires of ${c.config.max_expires / 1e6}ms`);
+  }
+  if (c.config.max_bytes !== undefined && req.maxBytes > c.config.max_bytes) return status(`409 Exceeded MaxRequestMaxBytes of ${c.config.max_bytes}`);
+  if (c.waiting.length >= (c.config.max_waiting ?? 512)) return status('409 Exceeded MaxWaiting');
+  if (origin !== undefined && origin !== js.cluster?.id) req.origin = origin;
+  c.addRequest(req);
+}
+
+export function onAck(js: JetStreamState, levels: string[], body: string, reply: string | undefined, origin?: number): void {
+  // $JS/ACK/<stream>/<consumer>/<delivered>/<sseq>/<cseq>/<ts>/<pending>
+  if (levels.length < 9) return;
+  const tokens = levelsToTokens(levels);
+  const c = js.getConsumer(tokens[2], tokens[3]);
+  const seq = Number(tokens[5]);
+  if (c === undefined && js.cluster !== null && origin === undefined && Number.isSafeInteger(seq) && seq >= 1) {
+    // Served by another broker: the ack goes there (one-way; a lost ack means a redelivery).
+    forwardAck(js, js.cluster, consumerKey(tokens[2], tokens[3]), levels, body, reply);
+    return;
+  }
+  if (!c || !Number.isSafeInteger(seq) || seq < 1) return;
+  const r = c.ack(seq, body.trim());
+  if (!r.ok) {
+    js.logger.debug({ stream: c.stream, consumer: c.name, body: body.slice(0, 64) }, 'unknown JetStream ack ignored');
+    return;
+  }
+  if (r.next !== undefined) {
+    if (reply === undefined) return;
+    const req = parsePullRequest(r.next, reply);
+    if (typeof req === 'string') js.send(makeMessage(reply, Buffer.alloc(0), { status: req }), origin);
+    else {
+      if (origin !== undefined && origin !== js.cluster?.id) req.origin = origin;
+      c.addRequest(req);
+    }
+    return;
+  }
+  // An ack with a reply subject (nats.this ackAck) is confirmed with an empty message, a repeated one too.
+  if (reply !== undefined) js.send(makeMessage(reply, Buffer.alloc(0)), origin);
+}
+
+export function forwardAck(js: JetStreamState, cl: Cluster, key: string, levels: string[], body: string, reply: string | undefined): void {
+  const ack = { l: levels, b: body, r: reply ?? null };
+  const to = cl.owner('consumer', key);
+  if (to !== null) {
+    if (to.broker === cl.id) return;
+    js.clusterStats.acksForwarded++;
+    if (cl.channel) cast(cl.channel, to.broker, RPC.jsAck, ack);
+    return;
+  }
+  void targetOf(cl, key, true)
+    .then((b) => {
+      if (b === cl.id) return;
+      js.clusterStats.acksForwarded++;
+      if (cl.channel) cast(cl.channel, b, RPC.jsAck, ack);
+    })
+    .catch(() => undefined);
+}
+
+/**
+ * Durable consumers as consumer groups for the admin API: a group is a durable name, over every stream that has
+ * a durable consumer of that name (as a Kafka group spans topics). Its committed offset on a stream is the ack
+ * floor; its lag is what the consumer has not delivered yet (its filter applied) plus what waits for an ack. A
+ * pull consumer with waiting requests, or a bound push consumer, is a member. Offsets are not reset here: a
+ * JetStream consumer's position is its config (deliver policy) and its acks.
+ */
+export function groupAdmin(js: JetStreamState): ConsumerGroupAdmin {
+  const byName = (): Map<string, Consumer[]> => {
+    const out = new Map<string, Consumer[]>();
+    for (const m of js.consumers.values()) {
+      for (const c of m.values()) {
+        if (!c.durable || c.closed) continue;
+        const l = out.get(c.name);
+        if (l) l.push(c);
+        else out.set(c.name, [c]);
+      }
+    }
+    return out;
+  };
+  const members = (c: Consumer) => (c.isPush ? (c.pushBound ? 1 : 0) : c.waiting.length > 0 ? 1 : 0);
+  const lagOf = (c: Consumer): number | null => {
+    try {
+      return c.numPending() + c.pending.size;
+    } catch {
+      return null;
+    }
+  };
+  const summary = (name: string, cs: Consumer[]): GroupSummary => {
+    let n = 0;
+    let lag: number | null = 0;
+    for (const c of cs) {
+      n += members(c);
+      const l = lagOf(c);
+      lag = lag === null || l === null ? null : lag + l;
+    }
+    return { name, protocol: 'jetstream', state: n > 0 ? 'active' : 'idle', members: n, lag };
+  };
+  const detail = (name: string, cs: Consumer[]): GroupDetail => ({
+    ...summary(name, cs),
+    memberDetails: cs
+      .filter((c) => members(c) > 0)
+      .map((c) => ({ id: `${c.stream}/${c.name}`, clientId: c.isPush ? (c.config.deliver_subject ?? '') : 'pull', host: '', assignments: [{ stream: c.stream, partition: 0 }] })),
+    offsets: cs.map((c) => {
+      let end = 0;
+      try {
+        end = js.engine.offsets(c.stream, 0).highWatermark;
+      } catch {
+        // stream gone
+      }
+      return { stream: c.stream, partition: 0, committed: c.ackFloor, end, lag: lagOf(c) };
+    }),
+  });
+  const unsupported = () => new FlowError('INVALID_ARGUMENT', 'resetting offsets is not supported for JetStream consumers: delete the consumer and create it with a deliver policy');
+  return {
+    list: async () => [...byName()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([n, cs]) => summary(n, cs)),
+    describe: async (name) => {
+      const cs = byName().get(name);
+      return cs === undefined ? null : detail(name, cs);
+    },
+    resetOffsets: async () => {
+      throw unsupported();
+    },
+    delete: async (name) => {
+      const cs = byName().get(name);
+      if (cs === undefined) throw new FlowError('NOT_FOUND', `JetStream consumer "${name}" not found`);
+      if (cs.some((c) => members(c) > 0)) throw new FlowError('INVALID_ARGUMENT', 'group has active members');
+      for (const c of cs) await js.deleteConsumer(c, true);
+    },
+  };
+}
+
+/**
+ * A pull request body: empty (one message, no expiry), a number (a batch), or nats-server's JSON
+ * {batch, expires (ns), no_wait, max_bytes, idle_heartbeat (ns)}. Returns the request or a 400 status.
+ */
+function parsePullRequest(body: string, reply: string): PullRequest | string {
+  const now = Date.now();
+  const req: PullRequest = { reply, batch: 1, bytesLeft: 0, maxBytes: 0, expiresAt: 0, noWait: false, heartbeatMs: 0, nextHeartbeat: 0, delivered: 0 };
+  const text = body.trim();
+  if (text === '') return req;
+  if (/^\d+$/.test(text)) {
+    req.batch = Math.max(1, Number(text));
+    return req;
+  }
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch (err) {
+    return `400 Bad Request - ${errText(err)}`;
+  }
+  if (raw === null || typeof raw !== 'object') return '400 Bad Request';
+  const r = raw as Json;
+  const int = (v: unknown) => (v === undefined || v === null ? 0 : typeof v === 'number' && Number.isSafeInteger(v) && v >= 0 ? v : NaN);
+  const batch = int(r.batch);
+  const expires = int(r.expires);
+  const maxBytes = int(r.max_bytes);
+  const hb = int(r.idle_heartbeat);
+  if ([batch, expires, maxBytes, hb].some(Number.isNaN)) return '400 Bad Request';
+  req.batch = batch > 0 ? batch : 1;
+  req.noWait = r.no_wait === true;
+  if (expires > 0) req.expiresAt = now + expires / 1e6;
+  if (maxBytes > 0) req.maxBytes = req.bytesLeft = maxBytes;
+  if (hb > 0) {
+    if (expires > 0 && hb > expires) return '400 Bad Request - heartbeat value too large';
+    req.heartbeatMs = hb / 1e6;
+    req.nextHeartbeat = now + req.heartbeatMs;
+  }
+  return req;
+}

@@ -1,0 +1,185 @@
+/**
+ * The JetStream service in cluster mode (the design is in cluster.ts): consumers acquired and released with their
+ * ownership ('consumer' kind, loaded from the metastore when acquired), a consumer request routed to the broker that
+ * serves it (claimed there first when nobody does yet, retried while ownership moves), and the channel's handlers
+ * (`js.request`, `js.ack`, `js.deliver`, `js.publish`, `js.consumers`).
+ */
+import type { Cluster } from '../../../cluster/index.js';
+import { call, decodeMessage, listen, RPC, serve } from '../../../cluster/index.js';
+import { FlowError, type StreamEntry } from '../../../core/index.js';
+import { consumerKey, decodeDelivery, pause, retriable, retryWindowMs, splitConsumerKey, targetOf } from './cluster.js';
+import type { ConsumerConfig } from './config.js';
+import { Consumer } from './consumer.js';
+import { isValidApiName } from './subjects.js';
+import { BAD_JSON, JetStreamState, type Json, NO_ANSWER, parseJson, randomName } from './service-state.js';
+import { publishWith } from './message-api.js';
+import { consumerInfoJson, onAck } from './consumer-api.js';
+
+export function joinCluster(js: JetStreamState, cl: Cluster): void {
+  cl.register('consumer', {
+    acquire: (key, epoch) => acquireConsumer(js, key, epoch),
+    release: (key, lost) => releaseConsumer(js, key, lost),
+  });
+  // Claimed but nothing to serve (an ephemeral consumer of a dead broker, a consumer deleted meanwhile, a request
+  // naming a consumer that never existed): its owner row goes.
+  cl.on('owned', (kind: string, key: string) => {
+    if (kind !== 'consumer' || js.creating.has(key)) return;
+    const [stream, name] = splitConsumerKey(key);
+    if (js.getConsumer(stream, name) === undefined) void cl.forget('consumer', key).catch(() => undefined);
+  });
+  const ch = cl.channel;
+  if (ch === null) throw new FlowError('CONFIG_ERROR', 'JetStream in cluster mode needs the internal channel');
+  serve(ch, RPC.jsRequest, async (from, head) => {
+    js.clusterStats.served++;
+    const out = await serveConsumer(js, from, head.t, head.body, head.reply);
+    return out === NO_ANSWER ? { none: true } : { out };
+  });
+  listen(ch, RPC.jsAck, (from, head) => onAck(js, head.l, head.b, head.r ?? undefined, from));
+  ch.on(RPC.jsDeliver.name, (_from, body) => {
+    js.clusterStats.deliveriesReceived++;
+    // A delivery or status for a client of this broker, from the consumer's owner.
+    js.sendLocal(decodeDelivery(body));
+  });
+  serve(ch, RPC.jsPublish, (_from, _head, tail) => {
+    const msg = decodeMessage(tail);
+    return new Promise<Json | null>((resolve) => {
+      const info = publishWith(js, msg, (ack) => resolve(ack), false);
+      // No stream here captured it (deleted meanwhile): no PubAck, as on a single broker.
+      if (info.captured.length === 0 && info.delivered === 0) resolve(null);
+    });
+  });
+  serve(ch, RPC.jsConsumers, (_from, head) => ({ infos: js.sortedConsumers(head.stream).map((c) => consumerInfoJson(c)) }));
+}
+
+/** This broker owns the consumer now: load it from the metastore (nothing yet when it is being created here). */
+export async function acquireConsumer(js: JetStreamState, key: string, epoch: number): Promise<void> {
+  const [stream, name] = splitConsumerKey(key);
+  const here = js.getConsumer(stream, name);
+  if (here !== undefined) {
+    here.epoch = epoch;
+    return;
+  }
+  const e = await streamKnown(js, stream);
+  if (!e || e.def.partitions !== 1) return;
+  const r = await js.engine.store.getConsumer(stream, name);
+  if (r === null || js.getConsumer(stream, name) !== undefined) return;
+  let config: ConsumerConfig;
+  try {
+    config = JSON.parse(r.config) as ConsumerConfig;
+  } catch {
+    js.logger.warn({ stream, consumer: name }, 'JetStream consumer with unreadable config skipped');
+    return;
+  }
+  const c = new Consumer(js, stream, name, config, r.createdAt, true, r);
+  c.epoch = epoch;
+  js.add(c);
+  if (c.isPush) c.pump();
+}
+
+/**
+ * This broker lets the consumer go: stop serving it (pull requests waiting here end without an answer: their
+ * clients' next requests reach the new owner), and unless ownership is already lost, write its state last.
+ */
+export async function releaseConsumer(js: JetStreamState, key: string, lost: boolean): Promise<void> {
+  const [stream, name] = splitConsumerKey(key);
+  const c = js.getConsumer(stream, name);
+  if (c === undefined) return;
+  c.close(false);
+  js.dirty.delete(c);
+  const m = js.consumers.get(stream);
+  if (m?.get(name) === c) m.delete(name);
+  if (m?.size === 0) js.consumers.delete(stream);
+  if (!lost && c.durable) await js.engine.store.putConsumer(c.record(), c.epoch);
+}
+
+/**
+ * The stream's definition, waiting a little for it when this broker has not heard of it yet: a stream created
+ * on another broker reaches this one's catalog by notification, maybe after a request that names it.
+ */
+export async function streamKnown(js: JetStreamState, stream: string): Promise<StreamEntry | undefined> {
+  for (let i = 0; i < 20; i++) {
+    const e = js.engine.getStream(stream);
+    if (e !== undefined || js.closed) return e;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  return js.engine.getStream(stream);
+}
+
+/** The consumer a CONSUMER request names ("<stream>/<name>"), or null (NAMES, LIST, malformed). */
+export function consumerKeyOf(t: string[], body: string): { key: string; body: string } | null {
+  const [, b, c] = t;
+  if (b === 'DURABLE' && c === 'CREATE' && t.length === 5) return { key: consumerKey(t[3], t[4]), body };
+  if (b === 'CREATE' && t.length >= 3) {
+    if (t.length >= 4) return { key: consumerKey(t[2], t[3]), body };
+    // An ephemeral consumer named only in the body, or not at all: the name is chosen here, so that every
+    // broker agrees where the consumer lives.
+    const raw = parseJson(body);
+    if (raw === BAD_JSON || raw === null || typeof raw !== 'object' || Array.isArray(raw)) return null;
+    const req = raw as Json;
+    const cfg = (req.config ?? {}) as Json;
+    if (typeof cfg !== 'object' || cfg === null || Array.isArray(cfg)) return null;
+    const given = typeof cfg.name === 'string' && cfg.name !== '' ? cfg.name : typeof cfg.durable_name === 'string' && cfg.durable_name !== '' ? cfg.durable_name : undefined;
+    if (given !== undefined) return isValidApiName(given) ? { key: consumerKey(t[2], given), body } : null;
+    const name = randomName();
+    return { key: consumerKey(t[2], name), body: JSON.stringify({ ...req, config: { ...cfg, name } }) };
+  }
+  if ((b === 'INFO' || b === 'DELETE') && t.length === 4) return { key: consumerKey(c, t[3]), body };
+  if (b === 'MSG' && c === 'NEXT' && t.length === 5) return { key: consumerKey(t[3], t[4]), body };
+  return null;
+}
+
+/** A consumer request at the broker its client is on: served here if this broker owns it, else forwarded. */
+export async function routeConsumer(js: JetStreamState, cl: Cluster, t: string[], body: string, reply: string): Promise<Json> {
+  const target0 = consumerKeyOf(t, body);
+  // Malformed: answered here, the way a single broker answers it (nothing is created).
+  if (target0 === null) return js.routeLocal(t, body, reply, undefined);
+  const { key } = target0;
+  body = target0.body;
+  const deadline = Date.now() + retryWindowMs(cl);
+  let fresh = false;
+  for (let attempt = 0; ; attempt++) {
+    try {
+      const to = await targetOf(cl, key, fresh);
+      if (to === cl.id) return await serveConsumer(js, cl.id, t, body, reply);
+      js.clusterStats.forwarded++;
+      const { head } = await call(cl.channel!, to, RPC.jsRequest, { t, body, reply });
+      return head.none === true || head.out === undefined ? NO_ANSWER : head.out;
+    } catch (err) {
+      if (!retriable(err) || Date.now() >= deadline || js.closed) {
+        js.clusterStats.forwardFailures++;
+        throw err;
+      }
+      fresh = true;
+      await pause(attempt);
+    }
+  }
+}
+
+/**
+ * Serves a consumer request here (from this broker's client, or forwarded by broker `from`): claims the consumer
+ * first when this broker does not own it yet (NOT_OWNER when another broker should: the requester retries).
+ */
+export async function serveConsumer(js: JetStreamState, from: number, t: string[], body: string, reply: string): Promise<Json> {
+  const cl = js.cluster!;
+  const target = consumerKeyOf(t, body);
+  if (target === null) return js.routeLocal(t, body, reply, from);
+  const { key } = target;
+  const create = t[1] === 'CREATE' || t[1] === 'DURABLE';
+  if (create) js.creating.add(key);
+  try {
+    if (cl.owns('consumer', key) === null) {
+      const [stream] = splitConsumerKey(key);
+      // The stream must be known here before its consumer can be loaded or made.
+      if ((await streamKnown(js, stream)) === undefined) return js.routeLocal(t, target.body, reply, from);
+      await cl.ensure('consumer', key);
+    }
+    return await js.routeLocal(t, target.body, reply, from);
+  } finally {
+    if (create) {
+      js.creating.delete(key);
+      const [stream, name] = splitConsumerKey(key);
+      // A create that made nothing (refused) leaves no owner row behind.
+      if (cl.owns('consumer', key) !== null && js.getConsumer(stream, name) === undefined) void cl.forget('consumer', key).catch(() => undefined);
+    }
+  }
+}

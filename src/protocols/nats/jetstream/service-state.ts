@@ -1,0 +1,304 @@
+/**
+ * The state of the JetStream service (service.ts) and what every part of its API uses: the consumers this broker
+ * serves (the registry, their coalesced state writes, the tick that runs their deadlines and ends inactive ones),
+ * the duplicate windows of the streams, the API's counters and authorizer, cluster mode's figures, and the
+ * ConsumerHost side (a consumer's deliveries and statuses go out through `send()`). The API families are functions
+ * over it, as nats-server's jetstream_api.go, stream.go and consumer.go are over its server and account:
+ *
+ *   service.ts          JetStream: start/close, the `$JS.API.>` / `$JS.ACK.>` subscriber, authorization, dispatch
+ *   stream-api.ts       STREAM.CREATE / UPDATE / NAMES / LIST / INFO / DELETE / PURGE
+ *   message-api.ts      the JetStream publish (PubAck, Nats-Msg-Id duplicates, expectations), STREAM.MSG.GET / DELETE
+ *   consumer-api.ts     CONSUMER.CREATE / NAMES / LIST / INFO / DELETE, pull requests, acks, consumer groups
+ *   service-cluster.ts  cluster mode: consumer ownership, requests routed to a consumer's owner, the channel
+ */
+import type { Logger } from 'pino';
+import type { Cluster } from '../../../cluster/index.js';
+import { RPC } from '../../../cluster/index.js';
+import type { Access, AccessControl } from '../../../control/index.js';
+import { LogLimiter } from '../../../util/log-limit.js';
+import { FlowError, makeMessage, type Engine, type Message, type Subscription } from '../../../core/index.js';
+import { consumerKey, encodeDelivery } from './cluster.js';
+import { Consumer, type ConsumerHost } from './consumer.js';
+import type { ApiError } from './errors.js';
+
+export interface JetStreamOptions {
+  /** How often ack deadlines, pull request expiry, heartbeats and inactive consumers are looked at. Default 100 ms. */
+  tickMs?: number;
+  /** Consumer state writes are coalesced for this long. Default 20 ms. */
+  flushDelayMs?: number;
+  /** Consumers over all streams; more are refused (10026). Default MAX_CONSUMERS. */
+  maxConsumers?: number;
+  /** Nats-Msg-Ids remembered per stream within its duplicate window; past it the oldest go early. Default 200,000. */
+  maxDedupIds?: number;
+  /**
+   * Cluster mode (see cluster.ts): consumers are owned by one broker each, loaded when acquired (never all at
+   * start), requests for them forwarded to their owner, their state writes fenced by the owner epoch.
+   */
+  cluster?: Cluster | null;
+}
+
+const T = 'io.nats.jetstream.api.v1.';
+/**
+ * Consumers over all streams. nats-server's account default is unlimited, but every consumer holds memory here and
+ * ephemeral ones can be created by any client in a loop: past this, creation answers nats-server's 10026.
+ */
+export const MAX_CONSUMERS = 10_000;
+export const NAMES_LIMIT = 1024;
+export const LIST_LIMIT = 256;
+
+export type Json = Record<string, unknown>;
+
+/**
+ * How the service authorizes a request (set by the NATS module once its adapter exists): the Access of the
+ * request's origin (a NATS connection of this broker), `'gone'` when that connection has closed, null for origins
+ * that are not NATS clients (another protocol's publish, checked on its topic by that protocol, or the broker).
+ */
+export interface JetStreamAuthorizer {
+  control: AccessControl;
+  accessOf(origin: string | undefined): Access | 'gone' | null;
+}
+
+/** The service's state (see the file header); `JetStream` (service.ts) is its one subclass. */
+export abstract class JetStreamState implements ConsumerHost {
+  readonly id = 'nats:jetstream';
+  readonly consumers = new Map<string, Map<string, Consumer>>();
+  readonly subs: Subscription[] = [];
+  /** Per stream: Nats-Msg-Id → stream sequence and when it was stored, oldest first. */
+  readonly dedup = new Map<string, Map<string, { seq: number; at: number }>>();
+  readonly duplicateWindowNs = new Map<string, number>();
+  readonly api = { total: 0, errors: 0, denied: 0 };
+  readonly dirty = new Set<Consumer>();
+  private flushTimer: NodeJS.Timeout | null = null;
+  readonly writes = new Set<Promise<void>>();
+  ticker: NodeJS.Timeout | null = null;
+  readonly tickMs: number;
+  private readonly flushDelayMs: number;
+  readonly maxConsumers: number;
+  readonly maxDedupIds: number;
+  private storeWarned = false;
+  closed = false;
+  /** Failures a client can trigger are logged rate limited. */
+  readonly logLimit: LogLimiter;
+  /** Policies on the API (null: every request is served, as before the control plane). */
+  authorizer: JetStreamAuthorizer | null = null;
+  readonly cluster: Cluster | null;
+  /** Cluster mode: consumers ("<stream>/<name>") being created here (claimed before they exist in the store). */
+  readonly creating = new Set<string>();
+  readonly clusterStats = { forwarded: 0, served: 0, acksForwarded: 0, deliveriesSent: 0, deliveriesReceived: 0, fenced: 0, forwardFailures: 0, publishesForwarded: 0 };
+
+  constructor(
+    readonly engine: Engine,
+    readonly logger: Logger,
+    options: JetStreamOptions = {},
+  ) {
+    this.logLimit = new LogLimiter(logger);
+    this.tickMs = options.tickMs ?? 100;
+    this.maxConsumers = options.maxConsumers ?? MAX_CONSUMERS;
+    this.maxDedupIds = options.maxDedupIds ?? 200_000;
+    this.flushDelayMs = options.flushDelayMs ?? 20;
+    this.cluster = options.cluster ?? null;
+  }
+
+  /** Serves a request here (service.ts). `origin`: the broker a consumer request came from (cluster mode). */
+  abstract routeLocal(t: string[], body: string, reply: string, origin: number | undefined, access?: Access | null): Promise<Json>;
+
+  // ------------------------------------------------------------ ConsumerHost
+
+  send(msg: Message, to?: number): void {
+    if (to !== undefined && this.cluster !== null && to !== this.cluster.id) {
+      // A request forwarded by another broker: its client's inbox is there.
+      this.clusterStats.deliveriesSent++;
+      this.cluster.channel?.send(to, RPC.jsDeliver.name, encodeDelivery(msg));
+      return;
+    }
+    this.sendLocal(msg);
+  }
+
+  /** Publishes to this broker's engine (the client is here, or the topic is for anyone listening). */
+  sendLocal(msg: Message): void {
+    try {
+      void this.engine.publish(msg);
+    } catch (err) {
+      this.logger.debug({ err, topic: msg.topic }, 'JetStream delivery not published');
+    }
+  }
+
+  changed(c: Consumer): void {
+    if (!c.durable || c.closed) return;
+    this.dirty.add(c);
+    if (this.flushTimer === null) {
+      this.flushTimer = setTimeout(() => this.flush(), this.flushDelayMs);
+    }
+  }
+
+  failed(c: Consumer, err: unknown): void {
+    if (!this.engine.getStream(c.stream)) {
+      this.removeConsumersOf(c.stream);
+      return;
+    }
+    this.logLimit.log('warn', `jetstream-read|${c.stream}`, { err, stream: c.stream, consumer: c.name }, 'JetStream consumer read failed');
+  }
+
+  flush(): void {
+    if (this.flushTimer !== null) clearTimeout(this.flushTimer);
+    this.flushTimer = null;
+    for (const c of this.dirty) {
+      const w = this.engine.store.putConsumer(c.record(), c.epoch).catch((err: unknown) => this.writeFailed(c, err));
+      this.writes.add(w);
+      void w.finally(() => this.writes.delete(w));
+    }
+    this.dirty.clear();
+  }
+
+  /** A state write failed: FENCED means another broker owns the consumer now (stop serving it), else warn. */
+  private writeFailed(c: Consumer, err: unknown): void {
+    if (this.cluster !== null && err instanceof FlowError && err.code === 'FENCED') {
+      this.clusterStats.fenced++;
+      this.cluster.fenced('consumer', consumerKey(c.stream, c.name));
+      return;
+    }
+    this.warnStore(err);
+  }
+
+  warnStore(err: unknown): void {
+    if (this.storeWarned) return;
+    this.storeWarned = true;
+    this.logger.warn({ err }, 'JetStream consumer state could not be read or written (further failures are not logged)');
+  }
+
+  tick(): void {
+    const now = Date.now();
+    for (const [stream, m] of this.consumers) {
+      if (!this.engine.getStream(stream)) {
+        this.removeConsumersOf(stream);
+        continue;
+      }
+      for (const c of m.values()) {
+        c.tick(now);
+        const thr = c.config.inactive_threshold;
+        const idle = c.isPush ? !c.pushBound : c.waiting.length === 0;
+        if (thr !== undefined && thr > 0 && idle && now - c.lastActive > thr / 1e6) {
+          void this.deleteConsumer(c, false);
+        }
+      }
+    }
+  }
+
+  add(c: Consumer): void {
+    let m = this.consumers.get(c.stream);
+    if (!m) this.consumers.set(c.stream, (m = new Map<string, Consumer>()));
+    m.set(c.name, c);
+  }
+
+  getConsumer(stream: string, name: string): Consumer | undefined {
+    return this.consumers.get(stream)?.get(name);
+  }
+
+  deleteConsumer(c: Consumer, notify: boolean): Promise<void> {
+    c.close(notify);
+    this.dirty.delete(c);
+    const m = this.consumers.get(c.stream);
+    if (m?.get(c.name) === c) m.delete(c.name);
+    if (m?.size === 0) this.consumers.delete(c.stream);
+    if (this.cluster !== null) {
+      // The record first (fenced by the owner row), then the owner row itself.
+      const cl = this.cluster;
+      const key = consumerKey(c.stream, c.name);
+      const gone = c.durable ? this.engine.store.deleteConsumer(c.stream, c.name, c.epoch) : Promise.resolve();
+      return gone.then(() => cl.forget('consumer', key));
+    }
+    if (!c.durable) return Promise.resolve();
+    return this.engine.store.deleteConsumer(c.stream, c.name);
+  }
+
+  removeConsumersOf(stream: string): void {
+    const m = this.consumers.get(stream);
+    if (!m) return;
+    for (const c of m.values()) {
+      c.close(true);
+      this.dirty.delete(c);
+      // Its stream is gone: so is its owner row (the deleting broker removed the records).
+      if (this.cluster !== null) void this.cluster.forget('consumer', consumerKey(c.stream, c.name)).catch(() => undefined);
+    }
+    this.consumers.delete(stream);
+    this.dedup.delete(stream);
+  }
+
+  consumerCount(stream?: string): number {
+    if (stream !== undefined) return this.consumers.get(stream)?.size ?? 0;
+    let n = 0;
+    for (const m of this.consumers.values()) n += m.size;
+    return n;
+  }
+
+  // ------------------------------------------------------------ publish (PubAck, dedup)
+
+  // ------------------------------------------------------------ requests
+
+  /** `guard`: the answer carries a stored message of this topic (see Message.guardTopic). */
+  reply(topic: string, body: unknown, guard?: string): void {
+    this.send(makeMessage(topic, Buffer.from(JSON.stringify(body)), guard === undefined ? {} : { guardTopic: guard }));
+  }
+
+  /**
+   * Cluster mode: the offsets of the stream's partitions written elsewhere as their owners have them now (offsets()
+   * answers those from a cache a few hundred ms old), before an answer that shows or uses them. Nothing on a single
+   * broker.
+   */
+  async freshen(stream: string): Promise<void> {
+    if (this.cluster === null) return;
+    const storage = this.engine.storage as { fetchOffsets?(stream: string, partition: number): Promise<unknown> };
+    const e = this.engine.getStream(stream);
+    if (storage.fetchOffsets === undefined || e === undefined) return;
+    const parts: Array<Promise<unknown>> = [];
+    for (let p = 0; p < e.def.partitions; p++) parts.push(storage.fetchOffsets(stream, p).catch(() => undefined));
+    await Promise.all(parts);
+  }
+
+  // ------------------------------------------------------------ consumers
+
+  sortedConsumers(stream: string): Consumer[] {
+    return [...(this.consumers.get(stream)?.values() ?? [])].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  }
+}
+
+export const NO_ANSWER: Json = {};
+export const BAD_JSON = Symbol('bad json');
+
+export function parseJson(body: string): unknown {
+  try {
+    return JSON.parse(body);
+  } catch {
+    return BAD_JSON;
+  }
+}
+
+export function typed(type: string, body: Json): Json {
+  return { type: T + type, ...body };
+}
+
+export function isApiError(v: unknown): v is ApiError {
+  return typeof v === 'object' && v !== null && 'err_code' in v && 'code' in v;
+}
+
+export function isCount(v: unknown): v is number {
+  return typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;
+}
+
+export function pageOffset(body: string): number {
+  if (body.trim() === '') return 0;
+  const raw = parseJson(body);
+  const o = raw !== null && typeof raw === 'object' ? (raw as Json).offset : undefined;
+  return isCount(o) ? o : 0;
+}
+
+export function errText(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
+
+export function randomName(): string {
+  const a = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789';
+  let s = '';
+  for (let i = 0; i < 8; i++) s += a[Math.floor(Math.random() * a.length)];
+  return s;
+}

@@ -1,0 +1,197 @@
+/**
+ * The JetStream stream API (as nats-server's jetstream_api.go stream handlers over stream.go): STREAM.CREATE, UPDATE,
+ * NAMES, LIST, INFO, DELETE and PURGE over FlowMQ streams. A JetStream stream is a FlowMQ stream whose subjects are
+ * its bindings; creating or widening one needs subscribe on every subject it binds. Answers are nats-server's JSON.
+ */
+import type { Access } from '../../../control/index.js';
+import { FlowError, type StreamDef } from '../../../core/index.js';
+import { JsErr, type ApiError } from './errors.js';
+import {
+  DEFAULT_DUPLICATE_WINDOW_NS,
+  isoTime,
+  parseStreamConfig,
+  sameBindings,
+  streamConfigJson,
+  streamState,
+  streamSubjects,
+} from './stream-info.js';
+import { filterToSubject, subjectsCollide } from './subjects.js';
+import {
+  BAD_JSON,
+  errText,
+  isApiError,
+  isCount,
+  JetStreamState,
+  type Json,
+  LIST_LIMIT,
+  NAMES_LIMIT,
+  pageOffset,
+  parseJson,
+  typed,
+} from './service-state.js';
+
+export async function streamInfoJson(js: JetStreamState, def: StreamDef): Promise<Json> {
+  await js.freshen(def.name);
+  return {
+    config: streamConfigJson(def, js.duplicateWindowNs.get(def.name) ?? DEFAULT_DUPLICATE_WINDOW_NS),
+    created: isoTime(def.createdAt),
+    state: await streamState(js.engine, def, js.consumerCount(def.name)),
+  };
+}
+
+export async function streamCreate(js: JetStreamState, name: string, body: string, access: Access | null): Promise<Json> {
+  const T_ = 'stream_create_response';
+  const raw = parseJson(body);
+  if (raw === BAD_JSON) return typed(T_, { error: JsErr.invalidJson() });
+  const spec = parseStreamConfig(raw, name);
+  if (isApiError(spec)) return typed(T_, { error: spec });
+  const unbindable = bindRefusal(js, access, spec.bindings);
+  if (unbindable !== null) return typed(T_, { error: unbindable });
+  const existing = js.engine.getStream(name);
+  if (existing) {
+    if (!sameBindings(existing.def.bindings, spec.bindings) || existing.def.retentionMs !== spec.retentionMs) {
+      return typed(T_, { error: JsErr.streamNameExist() });
+    }
+    return typed(T_, { ...(await streamInfoJson(js, existing.def)), did_create: true });
+  }
+  let def: StreamDef;
+  try {
+    def = await js.engine.createStream({ name, partitions: 1, bindings: spec.bindings, retentionMs: spec.retentionMs });
+  } catch (err) {
+    if (err instanceof FlowError && err.code === 'ALREADY_EXISTS') return typed(T_, { error: JsErr.streamNameExist() });
+    return typed(T_, { error: JsErr.streamCreate(errText(err)) });
+  }
+  js.duplicateWindowNs.set(name, spec.duplicateWindowNs);
+  return typed(T_, { ...(await streamInfoJson(js, def)), did_create: true });
+}
+
+export async function streamUpdate(js: JetStreamState, name: string, body: string, access: Access | null): Promise<Json> {
+  const T_ = 'stream_update_response';
+  const raw = parseJson(body);
+  if (raw === BAD_JSON) return typed(T_, { error: JsErr.invalidJson() });
+  const spec = parseStreamConfig(raw, name);
+  if (isApiError(spec)) return typed(T_, { error: spec });
+  const e = js.engine.getStream(name);
+  if (!e) return typed(T_, { error: JsErr.streamNotFound() });
+  const unbindable = bindRefusal(
+    js,
+    access,
+    spec.bindings.filter((f) => !e.def.bindings.includes(f)),
+  );
+  if (unbindable !== null) return typed(T_, { error: unbindable });
+  let def = e.def;
+  try {
+    // New subjects are new bindings: the stream captures what they match from the next publish on.
+    if (!sameBindings(def.bindings, spec.bindings)) def = await js.engine.setBindings(name, spec.bindings);
+    if (def.retentionMs !== spec.retentionMs) def = await js.engine.setRetention(name, spec.retentionMs);
+  } catch (err) {
+    return typed(T_, { error: JsErr.streamUpdate(errText(err)) });
+  }
+  js.duplicateWindowNs.set(name, spec.duplicateWindowNs);
+  return typed(T_, await streamInfoJson(js, def));
+}
+
+/**
+ * A stream's subjects are bindings: each needs subscribe on every topic it matches (Access.mayBind), or the stream
+ * would collect a denied topic for whoever reads it. The refusal names the subject, as nats-server's permission
+ * errors do.
+ */
+export function bindRefusal(js: JetStreamState, access: Access | null, filters: readonly string[]): ApiError | null {
+  if (access === null) return null;
+  for (const f of filters) {
+    if (access.mayBind(f)) continue;
+    const user = access.principal.user;
+    js.api.denied++;
+    return JsErr.accessDenied(`Permissions Violation for subscribe on subject ${JSON.stringify(filterToSubject(f))}${user === null ? '' : ` for user ${JSON.stringify(user)}`}`);
+  }
+  return null;
+}
+
+export function matchingStreams(js: JetStreamState, body: string, access: Access | null): StreamDef[] | ApiError {
+  const raw = body.trim() === '' ? {} : parseJson(body);
+  if (raw === BAD_JSON || raw === null || typeof raw !== 'object') return JsErr.invalidJson();
+  const subject = (raw as Json).subject;
+  const defs = js.engine.listStreams().filter((d) => listable(js, access, d.name));
+  if (typeof subject !== 'string' || subject === '') return defs;
+  return defs.filter((d) => streamSubjects(d).some((s) => subjectsCollide(s, subject)));
+}
+
+export function streamNames(js: JetStreamState, body: string, access: Access | null): Json {
+  const defs = matchingStreams(js, body, access);
+  if (isApiError(defs)) return typed('stream_names_response', { error: defs });
+  const offset = pageOffset(body);
+  return typed('stream_names_response', {
+    total: defs.length,
+    offset,
+    limit: NAMES_LIMIT,
+    streams: defs.slice(offset, offset + NAMES_LIMIT).map((d) => d.name),
+  });
+}
+
+export async function streamList(js: JetStreamState, body: string, access: Access | null): Promise<Json> {
+  const defs = matchingStreams(js, body, access);
+  if (isApiError(defs)) return typed('stream_list_response', { error: defs });
+  const offset = pageOffset(body);
+  const streams: Json[] = [];
+  for (const d of defs.slice(offset, offset + LIST_LIMIT)) streams.push(await streamInfoJson(js, d));
+  return typed('stream_list_response', { total: defs.length, offset, limit: LIST_LIMIT, streams });
+}
+
+export async function streamInfo(js: JetStreamState, name: string): Promise<Json> {
+  const e = js.engine.getStream(name);
+  if (!e) return typed('stream_info_response', { error: JsErr.streamNotFound(), total: 0, offset: 0, limit: 0 });
+  return typed('stream_info_response', { total: 0, offset: 0, limit: 0, ...(await streamInfoJson(js, e.def)) });
+}
+
+export async function streamDelete(js: JetStreamState, name: string): Promise<Json> {
+  const T_ = 'stream_delete_response';
+  if (!js.engine.getStream(name)) return typed(T_, { error: JsErr.streamNotFound() });
+  js.removeConsumersOf(name);
+  js.duplicateWindowNs.delete(name);
+  try {
+    await js.engine.deleteStream(name);
+  } catch (err) {
+    if (err instanceof FlowError && err.code === 'NOT_FOUND') return typed(T_, { error: JsErr.streamNotFound() });
+    return typed(T_, { error: JsErr.streamDelete(errText(err)) });
+  }
+  await js.engine.store.deleteConsumers(name).catch((err: unknown) => js.warnStore(err));
+  return typed(T_, { success: true });
+}
+
+export async function streamPurge(js: JetStreamState, name: string, body: string): Promise<Json> {
+  await js.freshen(name);
+  const T_ = 'stream_purge_response';
+  const e = js.engine.getStream(name);
+  if (!e) return typed(T_, { error: JsErr.streamNotFound() });
+  const raw = body.trim() === '' ? {} : parseJson(body);
+  if (raw === BAD_JSON || raw === null || typeof raw !== 'object') return typed(T_, { error: JsErr.invalidJson() });
+  const r = raw as Json;
+  if (r.filter !== undefined && r.filter !== '' && r.filter !== '>') {
+    return typed(T_, { error: JsErr.streamPurge('purging by subject is not supported by FlowMQ streams') });
+  }
+  if ((r.seq !== undefined && r.seq !== 0 && r.keep !== undefined && r.keep !== 0) || (r.seq !== undefined && !isCount(r.seq)) || (r.keep !== undefined && !isCount(r.keep))) {
+    return typed(T_, { error: JsErr.badRequest() });
+  }
+  let purged = 0;
+  try {
+    for (let p = 0; p < e.def.partitions; p++) {
+      const { logStartOffset, highWatermark } = js.engine.offsets(name, p);
+      let to = highWatermark;
+      // seq: everything below that sequence (partition 0's numbering); keep: all but the last n.
+      if (typeof r.seq === 'number' && r.seq > 0) to = Math.min(highWatermark, r.seq - 1);
+      else if (typeof r.keep === 'number' && r.keep > 0) to = Math.max(0, highWatermark - r.keep);
+      if (to <= logStartOffset) continue;
+      await js.engine.deleteRecords(name, p, to);
+      purged += to - logStartOffset;
+    }
+  } catch (err) {
+    return typed(T_, { error: JsErr.streamPurge(errText(err)) });
+  }
+  return typed(T_, { success: true, purged });
+}
+
+/** Whether a stream appears in STREAM.NAMES/LIST for `access` (describe; not logged: a list is not a request for it). */
+export function listable(js: JetStreamState, access: Access | null, name: string): boolean {
+  if (access === null) return true;
+  return js.authorizer!.control.directory.policies.allows(access.principal, 'describe', 'stream', name);
+}
