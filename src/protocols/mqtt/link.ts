@@ -587,13 +587,7 @@ export abstract class MqttLink implements QueueConsumerHost, SessionConnection {
     }
   }
 
-  // ---------------------------------------------------------------- packets
-
-  // ---------------------------------------------------------------- CONNECT and authentication
-
-
-
-  // ---------------------------------------------------------------- inbound publish
+  // ---------------------------------------------------------------- quotas
 
   /**
    * A namespace quota says to hold the client back for `ms`: reading stops (TCP pushes back on the client) and
@@ -608,10 +602,6 @@ export abstract class MqttLink implements QueueConsumerHost, SessionConnection {
       if (this.state === State.Connected && this.acks.length - this.acksHead < this.opts.maxPendingAcks) this.resumeReading();
     }, ms);
   }
-
-  // ---------------------------------------------------------------- subscriptions
-
-  // ---------------------------------------------------------------- outbound delivery
 
   // ---------------------------------------------------------------- writes and close
 

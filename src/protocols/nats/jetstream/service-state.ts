@@ -231,9 +231,7 @@ export abstract class JetStreamState implements ConsumerHost {
     return n;
   }
 
-  // ------------------------------------------------------------ publish (PubAck, dedup)
-
-  // ------------------------------------------------------------ requests
+  // ------------------------------------------------------------ answers
 
   /** `guard`: the answer carries a stored message of this topic (see Message.guardTopic). */
   reply(topic: string, body: unknown, guard?: string): void {
@@ -254,8 +252,6 @@ export abstract class JetStreamState implements ConsumerHost {
     for (let p = 0; p < e.def.partitions; p++) parts.push(storage.fetchOffsets(stream, p).catch(() => undefined));
     await Promise.all(parts);
   }
-
-  // ------------------------------------------------------------ consumers
 
   sortedConsumers(stream: string): Consumer[] {
     return [...(this.consumers.get(stream)?.values() ?? [])].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
