@@ -3,11 +3,6 @@
 import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
 
-/** Files a later change of issue 26 splits by concern; their findings are fixed there, not here. */
-const TO_SPLIT = [
-  'src/cluster/channel.ts',
-];
-
 export default tseslint.config(
   { ignores: ['dist/**', 'node_modules/**', 'src/control/dashboard/**'] },
   {
@@ -38,16 +33,6 @@ export default tseslint.config(
         'error',
         { argsIgnorePattern: '^_', varsIgnorePattern: '^_', caughtErrorsIgnorePattern: '^_', destructuredArrayIgnorePattern: '^_', ignoreRestSiblings: true },
       ],
-    },
-  },
-  {
-    files: TO_SPLIT,
-    rules: {
-      '@typescript-eslint/no-floating-promises': 'off',
-      '@typescript-eslint/no-unsafe-assignment': 'off',
-      '@typescript-eslint/no-unsafe-argument': 'off',
-      '@typescript-eslint/no-unsafe-call': 'off',
-      '@typescript-eslint/no-unsafe-member-access': 'off',
     },
   },
 );
