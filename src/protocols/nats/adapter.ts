@@ -98,7 +98,7 @@ export class NatsAdapter implements NatsConnectionHost {
   readonly certUser: CertUserField | null;
   /** Open connections by client id (JetStream finds the Access of a request's origin here). */
   private readonly byClientId = new Map<number, NatsConnection>();
-  /** Payload memory all connections together may take ahead of its bytes (see codec/parser.ts, "Payload memory"). */
+  /** Payload memory all connections together may take ahead of its bytes (see codec/parser-base.ts, "Payload memory"). */
   readonly payloads: PayloadBudget;
   readonly stats = newNatsStats();
 

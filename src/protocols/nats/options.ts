@@ -29,7 +29,7 @@ export interface NatsOptions {
   /**
    * Payload memory all connections together may take ahead of its bytes (a payload cut by a read boundary is taken
    * whole when at most 64 KiB of it is still to come); past it, payloads are gathered as their bytes arrive (see
-   * codec/parser.ts, "Payload memory"). What a crowd announcing payloads and sending nothing can pin. Default 8 MiB.
+   * codec/parser-base.ts, "Payload memory"). What a crowd announcing payloads and sending nothing can pin. Default 8 MiB.
    */
   payloadReserveBytes?: number;
   /**

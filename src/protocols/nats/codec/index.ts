@@ -1,5 +1,5 @@
 /**
- * NATS client-protocol codec: pure parsing and encoding, no sockets. See parser.ts for the parsers' rules,
+ * NATS client-protocol codec: pure parsing and encoding, no sockets. See parser-base.ts for the parsers' rules,
  * their errors and who owns a payload's memory; encode.ts for the writer a connection batches deliveries into.
  *
  *   const parser = new NatsServerParser({ maxControlLine: 4096, maxPayload: 1048576 });
@@ -7,17 +7,9 @@
  *   deliveries   → writer.writeMsg(subject, sid, reply, payload); … socket.write(writer.take())
  */
 export { NatsErrText, NatsProtocolError, isNatsProtocolError } from './errors.js';
-export {
-  NatsClientParser,
-  NatsServerParser,
-  PayloadBudget,
-  connectOptionsOf,
-  type ConnectOptions,
-  type NatsClientHandler,
-  type NatsLimits,
-  type NatsParserOptions,
-  type NatsServerHandler,
-} from './parser.js';
+export { PayloadBudget, type NatsLimits, type NatsParserOptions } from './parser-base.js';
+export { NatsServerParser, connectOptionsOf, type ConnectOptions, type NatsServerHandler } from './parser.js';
+export { NatsClientParser, type NatsClientHandler } from './client-parser.js';
 export { encodeHeaders, parseHeaders, type NatsHeaders } from './headers.js';
 export {
   NatsWriter,
