@@ -5,8 +5,8 @@
  * one buffer, large bodies by reference, one write per event-loop turn). What the frames mean is the channel's
  * business (its dispatch callbacks).
  */
-import  { type Socket } from 'node:net';
-import { FlowError} from '../core/index.js';
+import type { Socket } from 'node:net';
+import { FlowError } from '../core/index.js';
 
 export const HEADER = 11;
 export const PRE_AUTH_MAX_FRAME = 4096;

@@ -7,9 +7,9 @@
  */
 import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import { createConnection, type Socket } from 'node:net';
-import { FlowError} from '../core/index.js';
-import { CHANNEL_VERSION, MIN_CHANNEL_VERSION} from './rpc.js';
-import type { BrokerState} from './types.js';
+import { FlowError } from '../core/index.js';
+import { CHANNEL_VERSION, MIN_CHANNEL_VERSION } from './rpc.js';
+import type { BrokerState } from './types.js';
 import { Conn, T } from './channel-conn.js';
 import { ChannelState, logKey, parseJson, Peer } from './channel-state.js';
 import { acceptedFrame, outgoingFrame, resumeIfIdle } from './channel-requests.js';

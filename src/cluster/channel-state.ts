@@ -6,9 +6,9 @@
  * in the background, logging refusals. The parts are in channel.ts (the PeerChannel API), channel-handshake.ts
  * (dialing and accepting) and channel-requests.ts (frames on an open connection).
  */
-import  { type Server} from 'node:net';
+import type { Server } from 'node:net';
 import type { Logger } from 'pino';
-import { FlowError} from '../core/index.js';
+import { FlowError } from '../core/index.js';
 import { LogLimiter } from '../util/log-limit.js';
 import { backoffDelay } from '../util/backoff.js';
 import type { Cluster } from './cluster.js';

@@ -57,10 +57,10 @@
  * batched writer), channel-state.ts (peers, pending requests, backlogs, reconnection), channel-handshake.ts (dialing,
  * accepting, authentication), channel-requests.ts (frames on an open connection: replies, requests, one-way).
  */
-import  { createServer, type AddressInfo, type Server} from 'node:net';
-import { FlowError} from '../core/index.js';
+import { createServer, type AddressInfo, type Server } from 'node:net';
+import { FlowError } from '../core/index.js';
 import { CHANNEL_VERSION, RPC } from './rpc.js';
-import type  { PeerChannel } from './types.js';
+import type { PeerChannel } from './types.js';
 import { Conn, HEADER, newFigures, T } from './channel-conn.js';
 import { type ChannelOptions, ChannelState, Peer, reconnectDelay } from './channel-state.js';
 import { accept, dial } from './channel-handshake.js';

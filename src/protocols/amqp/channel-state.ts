@@ -4,14 +4,14 @@
  * deliveries requeued), the authorization of each method against the connection's policies, and the queue or stream
  * a method names. The channel's parts are functions over it (channel.ts lists them).
  */
-import type  { Message, QueueConsumer, QueueHandle} from '../../core/index.js';
-import { dotsToUnified} from '../../core/index.js';
+import type { Message, QueueConsumer, QueueHandle } from '../../core/index.js';
+import { dotsToUnified } from '../../core/index.js';
 import type { Action, ResourceKind } from '../../control/index.js';
 import { logKey } from '../../util/log-limit.js';
 import type { AmqpChannelHost } from './types.js';
-import { AmqpError, replyText} from './errors.js';
-import { TOPIC_EXCHANGE} from './properties.js';
-import  { type AmqpMethod, type BasicProperties, type MethodOf } from './wire.js';
+import { AmqpError, replyText } from './errors.js';
+import { TOPIC_EXCHANGE } from './properties.js';
+import type { AmqpMethod, BasicProperties, MethodOf } from './wire.js';
 import { StreamConsumer, type StreamSink } from './stream.js';
 import { PartialBody } from './intake.js';
 

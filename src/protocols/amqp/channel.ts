@@ -44,10 +44,10 @@
  *   consume.ts        consumers, deliveries, basic.get, acks / nacks / rejects, basic.qos, basic.recover
  *   declare.ts        exchange.* and queue.* declarations, bindings, purge, delete, queue x-arguments
  */
-import type  { Message} from '../../core/index.js';
+import type { Message } from '../../core/index.js';
 import { AmqpError, toAmqpError } from './errors.js';
-import { AmqpCodecError, decodeHeaderPayload, type AmqpMethod} from './wire.js';
-import { StreamConsumer} from './stream.js';
+import { AmqpCodecError, decodeHeaderPayload, type AmqpMethod } from './wire.js';
+import { StreamConsumer } from './stream.js';
 import { PartialBody } from './intake.js';
 import { AmqpChannelState, IDS, type Item, type PublishItem } from './channel-state.js';
 import { commit, publish, rollback } from './publish.js';

@@ -5,13 +5,13 @@
  * until commit), basic.recover, and basic.cancel from the server when a queue goes away.
  */
 import { randomBytes } from 'node:crypto';
-import type  { Message, QueueDelivery, QueueHandle} from '../../core/index.js';
-import  { isFlowError } from '../../core/index.js';
-import { AmqpError} from './errors.js';
-import { TOPIC_EXCHANGE, propertiesOf, swapSeparators} from './properties.js';
-import  { messageFrames, type AmqpMethod, type MethodOf } from './wire.js';
+import type { Message, QueueDelivery, QueueHandle } from '../../core/index.js';
+import { isFlowError } from '../../core/index.js';
+import { AmqpError } from './errors.js';
+import { TOPIC_EXCHANGE, propertiesOf, swapSeparators } from './properties.js';
+import { messageFrames, type AmqpMethod, type MethodOf } from './wire.js';
 import { Typed, decodeTable, fieldInteger, type FieldTable } from './codec/index.js';
-import { StreamConsumer} from './stream.js';
+import { StreamConsumer } from './stream.js';
 import { AmqpChannelState, type ChannelConsumer, type Settler, type Unacked } from './channel-state.js';
 
 /** Stream deliveries: an ack only opens the consumer's window (reading a stream does not consume it). */

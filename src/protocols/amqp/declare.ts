@@ -3,12 +3,12 @@
  * queue.declare (classic, quorum accepted as durable, and stream queues: a FlowMQ stream of one partition) / bind /
  * unbind / purge / delete, with RabbitMQ's checks and errors, and the x-arguments of queue.declare.
  */
-import type { ExchangeType, QueueArguments} from '../../core/index.js';
-import  { isFlowError } from '../../core/index.js';
-import { AmqpError} from './errors.js';
+import type { ExchangeType, QueueArguments } from '../../core/index.js';
+import { isFlowError } from '../../core/index.js';
+import { AmqpError } from './errors.js';
 import { TOPIC_EXCHANGE, tableToJson } from './properties.js';
-import  { type AmqpMethod, type MethodOf } from './wire.js';
-import  { fieldBoolean, fieldInteger, fieldString, type FieldTable } from './codec/index.js';
+import type { AmqpMethod, MethodOf } from './wire.js';
+import { fieldBoolean, fieldInteger, fieldString, type FieldTable } from './codec/index.js';
 import { AmqpChannelState } from './channel-state.js';
 
 const EXCHANGE_TYPES: ReadonlySet<string> = new Set(['direct', 'fanout', 'topic', 'headers']);

@@ -6,12 +6,12 @@
  * transaction (tx.select) publishes and settlements wait for tx.commit, tx.rollback drops the publishes and puts the
  * acks back.
  */
-import type  { RouteResult } from '../../core/index.js';
-import  { isFlowError } from '../../core/index.js';
+import type { RouteResult } from '../../core/index.js';
+import { isFlowError } from '../../core/index.js';
 import { storageRefusal } from '../storage-refusal.js';
-import { AmqpError} from './errors.js';
-import { TOPIC_EXCHANGE, messageOfPublish} from './properties.js';
-import  { messageFrames, type AmqpMethod} from './wire.js';
+import { AmqpError } from './errors.js';
+import { TOPIC_EXCHANGE, messageOfPublish } from './properties.js';
+import { messageFrames, type AmqpMethod } from './wire.js';
 import { encodeBatch, messageToRecord } from '../../core/index.js';
 import { AmqpChannelState, NO_CONFIRMS, type PendingConfirm, type PublishItem, type Unacked } from './channel-state.js';
 
