@@ -1,0 +1,116 @@
+/**
+ * PUB / HPUB of a NATS connection: the subject as a unified topic (cached for a publisher repeating it), pedantic
+ * checks, permissions and quotas, the core's publish (not awaited: a captured publish counts as a pending write and
+ * past MAX_PENDING_WRITES the socket is not read), requests with a reply subject through the adapter's NatsPublisher
+ * (JetStream PubAcks), and no_responders' 503 status when a request reached nobody.
+ */
+import type { Message } from '../../core/index.js';
+import { OK, isValidLiteralSubject, parseHeaders } from './codec/index.js';
+import { applyNatsHeaders, subjectToTopic } from './mapping.js';
+import { NatsErr, natsErrTextOf } from './errors.js';
+import { EMPTY, MAX_PENDING_WRITES, NatsConnectionState, natsMatch, NO_RESPONDERS_BLOCK, PAUSE_WRITES, quote, St } from './connection-state.js';
+import { mayPublish, permissionViolation, quotaWait } from './control.js';
+import { countDelivery } from './deliver.js';
+
+export function publish(conn: NatsConnectionState, subject: string, reply: string | null, hdr: Buffer | null, payload: Buffer): void {
+  let topic: string;
+  if (subject === conn.lastPubSubject) topic = conn.lastPubTopic;
+  else {
+    const t = conn.pedantic && !isValidLiteralSubject(subject) ? null : subjectToTopic(subject);
+    if (t === null) return conn.invalid(NatsErr.INVALID_PUBLISH_SUBJECT, subject);
+    topic = t;
+    conn.lastPubSubject = subject;
+    conn.lastPubTopic = t;
+  }
+  if (!conn.access.open && !mayPublish(conn, topic)) return permissionViolation(conn, `Publish to ${quote(subject)}`, 'publish', subject);
+  const stats = conn.adapter.stats;
+  stats.msgsIn++;
+  stats.bytesIn += payload.length;
+  if (conn.entry !== null) conn.entry.messagesIn++;
+  if (conn.lease !== null) {
+    const wait = conn.lease.chargeIn(1, payload.length + (hdr === null ? 0 : hdr.length));
+    if (wait > 0) quotaWait(conn, wait);
+  }
+  // The payload is a view into the chunk the stream emitted, which no one reuses (a 'data' chunk is the
+  // stream's own): it may be kept as is. Whatever keeps a message beyond delivery copies it (retained messages,
+  // stream records) as it must for every protocol.
+  const msg: Message = { topic, payload, key: null, headers: [], timestamp: conn.now, qos: 0, retain: false, origin: conn.id };
+  // An HPUB with a zero-length header block is a message without headers (nats.js sends `HPUB <subj> 0 <n>` for
+  // an empty headers object: every js.publish without options); nats-server accepts it.
+  if (hdr !== null && hdr.length > 0) {
+    try {
+      applyNatsHeaders(msg, parseHeaders(hdr));
+    } catch (err) {
+      // nats-server does not look inside headers; FlowMQ maps them, and a block it cannot read closes the
+      // connection as any other malformed operation does (the parser's errText is null: no -ERR).
+      return conn.parseError(err);
+    }
+  }
+  if (reply !== null) return request(conn, msg, subject, reply);
+  // nats-server acknowledges a verbose PUB before delivering it (a subscriber on the same connection sees +OK first).
+  if (conn.verbose) conn.send(OK);
+  let durable: Promise<void> | null;
+  try {
+    durable = conn.adapter.engine.publish(msg);
+  } catch (err) {
+    return publishFailed(conn, err, subject);
+  }
+  if (durable !== null) {
+    if (++conn.pendingWrites >= MAX_PENDING_WRITES) conn.pauseReading(PAUSE_WRITES);
+    void durable.then(...settlers(conn));
+  }
+}
+
+export function request(conn: NatsConnectionState, msg: Message, subject: string, reply: string): void {
+  const rt = subjectToTopic(reply);
+  if (rt === null) return conn.invalid(NatsErr.INVALID_PUBLISH_SUBJECT, reply);
+  msg.responseTopic = rt;
+  if (conn.verbose) conn.send(OK);
+  let reached: number;
+  try {
+    const info = conn.adapter.publisher.publish(msg, rt);
+    reached = info.delivered + info.captured.length + info.queued;
+  } catch (err) {
+    return publishFailed(conn, err, subject);
+  }
+  if (reached === 0 && conn.noResponders && conn.st === St.Live) sendNoResponders(conn, reply);
+}
+
+/** The 503 status to this connection's own subscriptions matching the reply subject. */
+export function sendNoResponders(conn: NatsConnectionState, reply: string): void {
+  conn.adapter.stats.noResponders++;
+  for (const ns of conn.subs.values()) {
+    if (!natsMatch(ns.subject, reply)) continue;
+    conn.writer().writeHmsg(reply, ns.sid, null, NO_RESPONDERS_BLOCK, EMPTY);
+    conn.batchMsgs++;
+    countDelivery(conn, ns);
+  }
+  conn.scheduleFlush();
+}
+
+export function publishFailed(conn: NatsConnectionState, err: unknown, subject: string): void {
+  const text = natsErrTextOf(err);
+  if (text !== null) return conn.invalid(text, subject);
+  conn.adapter.writeFailed(err);
+}
+
+export function settlers(conn: NatsConnectionState): [() => void, (err: unknown) => void] {
+  if (conn.settled === null) {
+    const ok = (): void => {
+      if (--conn.pendingWrites <= MAX_PENDING_WRITES >> 1) conn.resumeReading(PAUSE_WRITES);
+    };
+    conn.settled = [
+      ok,
+      (err: unknown): void => {
+        ok();
+        conn.adapter.writeFailed(err);
+      },
+    ];
+  }
+  return conn.settled;
+}
+
+/** The per-delivery policy check every subscription of this connection carries (cheap while nothing is denied). */
+export function admit(conn: NatsConnectionState): (topic: string) => boolean {
+  return (conn.admitFn ??= (topic: string): boolean => conn.access.admits(topic));
+}
