@@ -14,6 +14,7 @@ import {
   FloodCollector,
   MemoryControlStore,
   PasswordGuard,
+  RuntimeSettings,
   isControlStore,
   parseUsersFile,
   processMemory,
@@ -446,7 +447,9 @@ async function openControlPlane(
           cacheTtlMs: config.authWebhookCacheTtl,
           logger: logger.child({ component: 'auth-webhook' }),
         });
-  const access = new AccessControl({ directory, guard, anonymous, external, logger: logger.child({ component: 'access' }) });
+  // Runtime settings (client quotas, broker configs set at run time), in the same store, reloaded with the directory.
+  const settings = await RuntimeSettings.open(controlStore, directory, logger.child({ component: 'settings' }));
+  const access = new AccessControl({ directory, guard, anonymous, external, settings, logger: logger.child({ component: 'access' }) });
   logger.info(
     { users: directory.size, policies: directory.policies.size, defaultPolicy: config.defaultPolicy, anonymous: [...anonymous] },
     'control plane ready',

@@ -65,6 +65,16 @@ export {
 } from './directory.js';
 export { CONTROL_KINDS, MemoryControlStore, isControlStore, type ControlKind, type ControlRecord, type ControlStore } from './store.js';
 export { QuotaManager, type QuotaLease } from './quotas.js';
+export {
+  RuntimeSettings,
+  quotaEntityKey,
+  type BrokerConfigAdmin,
+  type ConfigScope,
+  type QuotaChange,
+  type QuotaEntity,
+  type QuotaEntry,
+  type UserQuota,
+} from './settings.js';
 export { createMetrics, type Metrics, type MetricsSources } from './metrics.js';
 export { ClientEntry, ClientRegistry, type ClientRegistration, type ProtocolTotals } from './clients.js';
 export { loadUsersFile, parseUsersFile, seedDirectory, type SeedFigures, type SeedUser, type UsersFile } from './seed.js';

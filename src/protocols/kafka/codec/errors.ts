@@ -94,6 +94,15 @@ export const KafkaErrorCode = {
   FENCED_INSTANCE_ID: 82,
   INVALID_RECORD: 87,
   UNKNOWN_TOPIC_ID: 100,
+  // Admin APIs (DescribeLogDirs, ElectLeaders, OffsetDelete, client quotas, SCRAM credentials).
+  NOT_CONTROLLER: 41,
+  PREFERRED_LEADER_NOT_AVAILABLE: 80,
+  ELIGIBLE_LEADERS_NOT_AVAILABLE: 83,
+  ELECTION_NOT_NEEDED: 84,
+  GROUP_SUBSCRIBED_TO_TOPIC: 86,
+  RESOURCE_NOT_FOUND: 91,
+  DUPLICATE_RESOURCE: 92,
+  UNACCEPTABLE_CREDENTIAL: 93,
 } as const;
 
 export type KafkaErrorCodeValue = (typeof KafkaErrorCode)[keyof typeof KafkaErrorCode];

@@ -11,4 +11,5 @@ export * from './schema.js';
 export * from './groups.js';
 export * from './admin.js';
 export * from './acls.js';
+export * from './cluster-admin.js';
 export * from './frames.js';
