@@ -21,6 +21,8 @@ import type { Route } from './route.js';
 import { GroupCoordinator } from './groups/coordinator.js';
 import { ProducerIdAllocator } from './handlers/producer.js';
 import { KafkaCluster } from './cluster.js';
+import { KafkaBrokerConfigs } from './broker-configs.js';
+import { RuntimeSettings } from '../../control/index.js';
 // Registers the snappy, lz4 and zstd decompressors with the core.
 import './compression.js';
 
@@ -46,6 +48,10 @@ export class KafkaAdapter {
   readonly logLimit: LogLimiter;
   /** Cluster mode: brokers, partition leaders and group coordinators (cluster.ts); null on a single broker. */
   readonly cluster: KafkaCluster | null;
+  /** Runtime settings (client quotas, broker configs): the control plane's, else in memory (no access control). */
+  readonly settings: RuntimeSettings;
+  /** Kafka's broker configs: described, altered at run time, applied (broker-configs.ts). */
+  readonly brokerConfigs: KafkaBrokerConfigs;
 
   constructor(
     ctx: AdapterContext,
@@ -64,6 +70,15 @@ export class KafkaAdapter {
       minSessionTimeoutMs: options.groupMinSessionTimeoutMs,
       maxSessionTimeoutMs: options.groupMaxSessionTimeoutMs,
       initialRebalanceDelayMs: options.groupInitialRebalanceDelayMs,
+    });
+    this.settings = options.access?.settings ?? new RuntimeSettings();
+    this.brokerConfigs = new KafkaBrokerConfigs({
+      engine: ctx.engine,
+      brokerId: ctx.brokerId,
+      options,
+      settings: this.settings,
+      rootLogger: options.rootLogger ?? ctx.logger,
+      logger: ctx.logger,
     });
     this.cluster = options.cluster ? new KafkaCluster(options.cluster, this.groups, ctx.logger.child({ component: 'kafka-cluster' })) : null;
     // The SASL APIs are offered only when there is something to authenticate against.
@@ -86,6 +101,7 @@ export class KafkaAdapter {
     if (--this.users <= 0) {
       this.groups.close();
       this.logLimit.stop();
+      this.brokerConfigs.close();
     }
   }
 

@@ -36,6 +36,9 @@ export const kafkaModule: ProtocolModule = {
       connectionsMaxIdleMs: config.kafkaConnectionsMaxIdle,
       authTimeoutMs: config.kafkaAuthTimeout,
       requestReceiveTimeoutMs: config.kafkaRequestReceiveTimeout,
+      // DescribeLogDirs and log.dirs; the broker's logger is Kafka's BROKER_LOGGER "root".
+      logDir: config.dataDir,
+      rootLogger: ctx.logger,
       // SASL is offered even while no user exists: users added live (admin API, CLI) can log in at once.
       sasl: accessSaslProvider(access, config.kafkaSaslMechanisms),
       access,
