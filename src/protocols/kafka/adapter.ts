@@ -81,8 +81,11 @@ export class KafkaAdapter {
       logger: ctx.logger,
     });
     this.cluster = options.cluster ? new KafkaCluster(options.cluster, this.groups, ctx.logger.child({ component: 'kafka-cluster' })) : null;
-    // The SASL APIs are offered only when there is something to authenticate against.
-    const offered = options.sasl ? routes : routes.filter((r) => r.codec.apiKey !== ApiKey.SaslHandshake && r.codec.apiKey !== ApiKey.SaslAuthenticate);
+    // The SASL APIs are offered only when there is something to authenticate against; client quotas and SCRAM
+    // credentials only with access control (a user directory, and the quota manager that enforces quotas).
+    const sasl: readonly number[] = [ApiKey.SaslHandshake, ApiKey.SaslAuthenticate];
+    const access: readonly number[] = [ApiKey.DescribeClientQuotas, ApiKey.AlterClientQuotas, ApiKey.DescribeUserScramCredentials, ApiKey.AlterUserScramCredentials];
+    const offered = routes.filter((r) => (options.sasl || !sasl.includes(r.codec.apiKey)) && (options.access || !access.includes(r.codec.apiKey)));
     this.routeByKey = new Map(offered.map((r) => [r.codec.apiKey, r]));
     this.apiVersions = offered
       .map((r) => ({ apiKey: r.codec.apiKey, minVersion: r.codec.minVersion, maxVersion: r.codec.maxVersion }))
