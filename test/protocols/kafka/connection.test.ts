@@ -366,10 +366,14 @@ describe('kafka listener with real clients', () => {
           [31, 0, 3],
           [32, 0, 4],
           [33, 0, 2],
+          [35, 0, 4],
           [37, 0, 3],
           [42, 0, 2],
+          [43, 0, 2],
           [44, 0, 1],
+          [47, 0, 0],
           [60, 0, 1],
+          [61, 0, 0],
         ],
       );
       const md = await c.call(MetadataApi, 12, metadataRequest(['flex.t']));
