@@ -245,6 +245,9 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
       version: BROKER_VERSION,
       groups: () => running.flatMap((r) => (r.protocol.groups ? [{ protocol: r.name, admin: r.protocol.groups }] : [])),
       mqttSessions: () => running.find((r) => r.name === 'mqtt')?.protocol.sessions,
+      // Kafka's broker configs altered at run time (GET/PATCH /api/v1/broker/configs).
+      brokerConfigs: () => running.find((r) => r.name === 'kafka')?.protocol.brokerConfigs,
+      brokerId: config.brokerId,
       // Cluster mode: GET /api/v1/cluster (brokers, owners).
       cluster,
       // Storage has recovered before the API starts; ready once the listeners are up too, and no longer once closing.

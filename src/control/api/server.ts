@@ -32,6 +32,8 @@ import { identityRoutes } from './routes-identity.js';
 import { streamRoutes } from './routes-streams.js';
 import { queueRoutes } from './routes-queues.js';
 import { groupRoutes } from './routes-groups.js';
+import { configRoutes } from './routes-configs.js';
+import type { BrokerConfigAdmin } from '../settings.js';
 import { mqttRoutes } from './routes-mqtt.js';
 import { clusterRoutes } from './routes-cluster.js';
 import type { Cluster } from '../../cluster/index.js';
@@ -69,6 +71,10 @@ export interface AdminApiOptions {
   groups?: () => ReadonlyArray<{ protocol: string; admin: ConsumerGroupAdmin }>;
   /** The MQTT module's session admin (ends a session held in its memory), when MQTT runs and offers one. */
   mqttSessions?: () => SessionAdmin | null | undefined;
+  /** Kafka's broker configs (the kafka module's), for /api/v1/broker/configs; absent: not running. */
+  brokerConfigs?: () => BrokerConfigAdmin | undefined;
+  /** This broker's id (the default scope of /api/v1/broker/configs). */
+  brokerId?: number;
   /** Cluster mode: membership and ownership for GET /api/v1/cluster; null or absent on a single broker. */
   cluster?: Cluster | null;
   /** /readyz: true once storage is recovered and the listeners are up. Default: always. */
@@ -295,6 +301,7 @@ export async function startAdminApi(opts: AdminApiOptions): Promise<AdminApi> {
     groupRoutes(api, ctx);
     mqttRoutes(api, ctx);
     clusterRoutes(api, ctx);
+    configRoutes(api, ctx);
     api.get('/api/v1/openapi.json', { schema: { tags: ['meta'], summary: 'This document (OpenAPI 3)' } }, async () => app.swagger());
   });
   const dashboard = opts.dashboard === undefined ? await defaultDashboard() : opts.dashboard;

@@ -80,6 +80,8 @@ export const kafkaModule: ProtocolModule = {
       listeners,
       // Consumer groups for the admin API and the CLI: list with lag, describe, reset offsets, delete.
       groups: new KafkaGroupAdmin(adapter.engine, adapter.groups, adapter.cluster),
+      // Broker configs altered at run time, for the admin API (the same settings as IncrementalAlterConfigs).
+      brokerConfigs: adapter.brokerConfigs,
       // Produce latency (decoded request → durable response) as a histogram snapshot clients can diff.
       figures: () => ({ produceLatency: adapter.produceLatency.snapshot(), framePool: adapter.frames.stats(), histogramBoundsMs: HISTOGRAM_BOUNDS_MS }),
       close,
