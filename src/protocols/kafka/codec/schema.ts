@@ -46,6 +46,19 @@ export class Field<T> {
   has(version: number): boolean {
     return version >= this.min && version <= this.max;
   }
+
+  /**
+   * The same field, optional in the TypeScript type (a value left out is written as the default): for fields added
+   * by later versions, so that code written for the earlier ones need not name them.
+   */
+  optional(): OptionalField<T> {
+    return new OptionalField(this.readFn, this.writeFn, this.makeDefault, this.min, this.max);
+  }
+}
+
+/** A field a value may leave out (Field.optional). */
+export class OptionalField<T> extends Field<T> {
+  declare readonly isOptional: true;
 }
 
 /** Any field, whatever its value type (the shape of a struct mixes them). */
@@ -56,8 +69,10 @@ interface AnyField {
   makeDefault(): unknown;
 }
 type Shape = Record<string, AnyField>;
-/** The TypeScript type a struct description decodes to. */
-export type Infer<S> = { [K in keyof S]: S[K] extends Field<infer T> ? T : never };
+/** The TypeScript type a struct description decodes to (optional fields may be left out when writing). */
+export type Infer<S> = { [K in keyof S as S[K] extends { readonly isOptional: true } ? never : K]: S[K] extends Field<infer T> ? T : never } & {
+  [K in keyof S as S[K] extends { readonly isOptional: true } ? K : never]?: S[K] extends Field<infer T> ? T : never;
+};
 /** The value type of a field (e.g. of an API's `request` struct). */
 export type ValueOf<F> = F extends Field<infer T> ? T : never;
 
@@ -134,7 +149,11 @@ export function struct<S extends Shape>(shape: S): Field<Infer<S>> {
     },
     (w, v, x) => {
       const rec = x as Record<string, unknown>;
-      for (const [k, f] of entries) if (f.has(v)) f.write(w, v, rec[k] as never);
+      for (const [k, f] of entries) {
+        if (!f.has(v)) continue;
+        const x = rec[k];
+        f.write(w, v, (x === undefined ? f.makeDefault() : x) as never);
+      }
       w.taggedFields();
     },
     () => {
