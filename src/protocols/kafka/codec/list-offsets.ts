@@ -84,7 +84,7 @@ export const ListOffsetsApi: ApiCodec<ListOffsetsRequest, ListOffsetsResponse> =
     });
     const timeoutMs = version >= 10 ? r.int32() : 0;
     r.taggedFields();
-    return { replicaId, isolationLevel, topics, timeoutMs };
+    return { replicaId, isolationLevel, topics, ...(version >= 10 ? { timeoutMs } : {}) };
   },
 
   encodeRequest(w: Writer, version: number, req: ListOffsetsRequest): void {

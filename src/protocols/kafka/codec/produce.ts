@@ -93,7 +93,7 @@ export const ProduceApi: ApiCodec<ProduceRequest, ProduceResponse> = {
         return { index, records };
       });
       r.taggedFields();
-      return { name, topicId, partitions };
+      return version >= 13 ? { name, topicId, partitions } : { name, partitions };
     });
     r.taggedFields();
     return { transactionalId, acks, timeoutMs, topics };
@@ -161,15 +161,17 @@ export const ProduceApi: ApiCodec<ProduceRequest, ProduceResponse> = {
           errorMessage = r.nullableString();
         }
         const tags = r.taggedFields();
-        const currentLeader = (version >= 10 ? readTag(tags, TAG_CURRENT_LEADER, true, readLeaderIdAndEpoch) : undefined) ?? null;
-        return { index, errorCode, baseOffset, logAppendTimeMs, logStartOffset, recordErrors, errorMessage, currentLeader };
+        const currentLeader = version >= 10 ? readTag(tags, TAG_CURRENT_LEADER, true, readLeaderIdAndEpoch) : undefined;
+        const p: ProducePartitionResponse = { index, errorCode, baseOffset, logAppendTimeMs, logStartOffset, recordErrors, errorMessage };
+        if (currentLeader !== undefined) p.currentLeader = currentLeader;
+        return p;
       });
       r.taggedFields();
-      return { name, topicId, partitions };
+      return version >= 13 ? { name, topicId, partitions } : { name, partitions };
     });
     const throttleTimeMs = version >= 1 ? r.int32() : 0;
     const tags = r.taggedFields();
-    const nodeEndpoints = (version >= 10 ? readTag(tags, TAG_NODE_ENDPOINTS, true, readNodeEndpoints) : undefined) ?? [];
-    return { topics, throttleTimeMs, nodeEndpoints };
+    const nodeEndpoints = version >= 10 ? readTag(tags, TAG_NODE_ENDPOINTS, true, readNodeEndpoints) : undefined;
+    return { topics, throttleTimeMs, ...(nodeEndpoints !== undefined ? { nodeEndpoints } : {}) };
   },
 };

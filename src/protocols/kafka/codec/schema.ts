@@ -58,7 +58,7 @@ export class Field<T> {
 
 /** A field a value may leave out (Field.optional). */
 export class OptionalField<T> extends Field<T> {
-  declare readonly isOptional: true;
+  readonly isOptional = true as const;
 }
 
 /** Any field, whatever its value type (the shape of a struct mixes them). */
@@ -143,7 +143,11 @@ export function struct<S extends Shape>(shape: S): Field<Infer<S>> {
   return new Field<Infer<S>>(
     (r, v) => {
       const out: Record<string, unknown> = {};
-      for (const [k, f] of entries) out[k] = f.has(v) ? f.read(r, v) : f.makeDefault();
+      // An optional field is left out of the versions without it (so a message of an older version looks as it did).
+      for (const [k, f] of entries) {
+        if (f.has(v)) out[k] = f.read(r, v);
+        else if (!(f instanceof OptionalField)) out[k] = f.makeDefault();
+      }
       r.taggedFields();
       return out as Infer<S>;
     },
