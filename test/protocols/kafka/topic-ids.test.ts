@@ -184,4 +184,31 @@ describe('kafka topic ids (KIP-516)', () => {
       c.close();
     }
   });
+
+  it('answers what Kafka answers for ids where a version has the field but no broker serves it, and follower fetches', async () => {
+    const c = await RawClient.connect(broker.port);
+    try {
+      const id = (await c.call(CreateTopicsApi, 7, createTopic('tid.v'))).topics[0]!.topicId;
+      // Metadata v10-11 carry ids and nullable names, which Kafka refuses (InvalidRequestException): every topic
+      // INVALID_REQUEST, nothing else in the response.
+      for (const v of [10, 11]) {
+        const md = await c.call(MetadataApi, v, { topics: [{ topicId: id, name: null }, { topicId: ZERO_UUID, name: 'tid.v' }], allowAutoTopicCreation: false, includeClusterAuthorizedOperations: false, includeTopicAuthorizedOperations: false });
+        assert.deepEqual(md.topics.map((t) => [t.name, t.errorCode, t.topicId.toString('hex')]), [['', E.INVALID_REQUEST, id.toString('hex')], ['tid.v', E.INVALID_REQUEST, '0'.repeat(32)]]);
+        assert.deepEqual([md.brokers.length, md.controllerId], [0, -1]);
+        // By name alone, v10-11 answer as usual, with the id.
+        const ok = await c.call(MetadataApi, v, metadataRequest(['tid.v'], false));
+        assert.deepEqual(ok.topics.map((t) => [t.errorCode, t.topicId.toString('hex')]), [[E.NONE, id.toString('hex')]]);
+      }
+      // A follower's fetch (v15+: the replica-state tag): FlowMQ has no follower replicas; a Kafka leader answers a
+      // replica it does not know NOT_LEADER_OR_FOLLOWER, or UNKNOWN_LEADER_EPOCH when the request names an epoch.
+      const follower = { ...fetchById(id), replicaId: 3, replicaEpoch: 1 };
+      const f = await c.call(FetchApi, 15, follower);
+      assert.deepEqual(f.responses[0]!.partitions.map((p) => p.errorCode), [E.NOT_LEADER_OR_FOLLOWER]);
+      follower.topics[0]!.partitions[0]!.currentLeaderEpoch = 0;
+      const f2 = await c.call(FetchApi, 18, follower);
+      assert.deepEqual(f2.responses[0]!.partitions.map((p) => p.errorCode), [E.UNKNOWN_LEADER_EPOCH]);
+    } finally {
+      c.close();
+    }
+  });
 });
