@@ -27,6 +27,7 @@ import {
   ListGroupsApi,
   ListOffsetsApi,
   MetadataApi,
+  ZERO_UUID,
   OffsetCommitApi,
   OffsetFetchApi,
   OffsetForLeaderEpochApi,
@@ -459,6 +460,15 @@ describe('kafka in a cluster: offset commits fenced by the group epoch (PostgreS
         brokers.push(await startBroker(clusterStore, id, new MemoryStreams(), meta, [['fx', 1]]));
       }
       await settle(brokers, 1);
+      // Topic ids come from the shared metastore: every broker reports the same one (KIP-516).
+      const storedId = (await metas[0].listStreams()).find((d) => d.name === 'fx')?.id;
+      assert.match(String(storedId), /^[0-9a-f]{32}$/);
+      for (const b of brokers) {
+        const mc = await RawClient.connect(b.port);
+        clients.push(mc);
+        const md = await mc.call(MetadataApi, 12, { topics: [{ topicId: ZERO_UUID, name: 'fx' }], allowAutoTopicCreation: false, includeClusterAuthorizedOperations: false, includeTopicAuthorizedOperations: false });
+        assert.equal(md.topics[0].topicId.toString('hex'), storedId, `broker ${b.id} reports the stored topic id`);
+      }
       const group = 'fenced-group';
       const coord = brokers.find((b) => b.id === b.cluster.placement('group', group))!;
       const other = brokers.find((b) => b !== coord)!;
