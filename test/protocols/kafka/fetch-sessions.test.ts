@@ -9,6 +9,7 @@ import { after, before, describe, it } from 'node:test';
 import { Engine, encodeBatch } from '../../../src/core/index.js';
 import { createKafkaAdapter, startKafkaListener } from '../../../src/protocols/kafka/index.js';
 import type { KafkaAdapter } from '../../../src/protocols/kafka/adapter.js';
+import { FetchSessionCache, MAX_SESSION_PARTITIONS, MAX_SESSIONS_PER_CONNECTION } from '../../../src/protocols/kafka/fetch-sessions.js';
 import {
   FetchApi,
   KafkaErrorCode,
@@ -220,5 +221,18 @@ describe('kafka incremental fetch sessions (KIP-227)', () => {
       c.close();
       p.close();
     }
+  });
+
+  it('bounds what one connection holds: 8 sessions (a ninth drops its oldest), 100000 partitions a session', () => {
+    const cache = new FetchSessionCache({ maxSlots: 100, evictionMs: 120_000 });
+    const made = Array.from({ length: MAX_SESSIONS_PER_CONNECTION + 1 }, () => cache.create('conn-a', false, 1)!);
+    assert.equal(cache.size, MAX_SESSIONS_PER_CONNECTION);
+    assert.equal(cache.get(made[0]!.id, 'conn-a'), undefined, 'the oldest went');
+    assert.ok(cache.get(made[1]!.id, 'conn-a') && cache.get(made.at(-1)!.id, 'conn-a'));
+    assert.ok(cache.create('conn-b', false, 1), 'another connection is not limited by conn-a');
+    assert.equal(cache.create('conn-c', false, MAX_SESSION_PARTITIONS + 1), null, 'too large a session is not made');
+    assert.ok(cache.create('conn-c', false, MAX_SESSION_PARTITIONS));
+    cache.removeOwner('conn-a');
+    assert.equal(cache.size, 2);
   });
 });

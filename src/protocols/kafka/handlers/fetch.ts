@@ -36,7 +36,7 @@ import { kafkaErrorCode } from '../errors.js';
 import type { RequestContext } from '../route.js';
 import { readBatchInfo } from '../../../core/index.js';
 import { allowed } from '../authz.js';
-import { FetchSession, mustRespond, partitionKey, type SessionPartition } from '../fetch-sessions.js';
+import { FetchSession, MAX_SESSION_PARTITIONS, mustRespond, partitionKey, type SessionPartition } from '../fetch-sessions.js';
 import { brokerList } from './metadata.js';
 import { topicIdHex } from '../topic-ids.js';
 
@@ -274,6 +274,11 @@ export async function handleFetch(ctx: RequestContext, req: FetchRequest): Promi
           cached.lastFetchedEpoch = p.lastFetchedEpoch;
         }
       }
+    }
+    if (s.partitions.size > MAX_SESSION_PARTITIONS) {
+      // Grown past what a session may hold: closed; the client goes back to full fetches (which make no session).
+      cache.remove(s.id, owner);
+      return sessionError(KafkaErrorCode.FETCH_SESSION_ID_NOT_FOUND);
     }
     s.epoch = FetchSession.nextEpoch(s.epoch);
     cache.touch(s);
