@@ -21,6 +21,7 @@ import type { Route } from './types.js';
 import { GroupCoordinator } from './groups/coordinator.js';
 import { ProducerIdAllocator } from './producer-ids.js';
 import { KafkaCluster } from './cluster.js';
+import { FetchSessionCache } from './fetch-sessions.js';
 // Registers the snappy, lz4 and zstd decompressors with the core.
 
 export type TopicResult = { entry: StreamEntry; errorCode: 0 } | { entry: null; errorCode: number };
@@ -45,6 +46,8 @@ export class KafkaAdapter {
   readonly logLimit: LogLimiter;
   /** Cluster mode: brokers, partition leaders and group coordinators (cluster.ts); null on a single broker. */
   readonly cluster: KafkaCluster | null;
+  /** Incremental fetch sessions of this broker's connections (KIP-227, fetch-sessions.ts). */
+  readonly fetchSessions: FetchSessionCache;
 
   constructor(
     ctx: AdapterContext,
@@ -64,6 +67,7 @@ export class KafkaAdapter {
       maxSessionTimeoutMs: options.groupMaxSessionTimeoutMs,
       initialRebalanceDelayMs: options.groupInitialRebalanceDelayMs,
     });
+    this.fetchSessions = new FetchSessionCache({ maxSlots: options.fetchSessionCacheSlots, evictionMs: options.fetchSessionEvictionMs });
     this.cluster = options.cluster ? new KafkaCluster(options.cluster, this.groups, ctx.logger.child({ component: 'kafka-cluster' })) : null;
     // The SASL APIs are offered only when there is something to authenticate against.
     const offered = options.sasl ? routes : routes.filter((r) => r.codec.apiKey !== ApiKey.SaslHandshake && r.codec.apiKey !== ApiKey.SaslAuthenticate);

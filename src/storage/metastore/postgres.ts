@@ -184,8 +184,8 @@ export class PostgresMetastore implements Metastore {
       try {
         await this.q(
           'createStream',
-          'INSERT INTO streams (name, partitions, bindings, retention_ms, created_at, settings) VALUES ($1, $2, $3, $4, $5, $6)',
-          [def.name, def.partitions, JSON.stringify(def.bindings), def.retentionMs, def.createdAt, settingsColumn(def)],
+          'INSERT INTO streams (name, partitions, bindings, retention_ms, created_at, settings, stream_id) VALUES ($1, $2, $3, $4, $5, $6, $7)',
+          [def.name, def.partitions, JSON.stringify(def.bindings), def.retentionMs, def.createdAt, settingsColumn(def), def.id ?? null],
         );
       } catch (err) {
         const cause = err instanceof FlowError ? err.cause : undefined;
