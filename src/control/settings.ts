@@ -20,7 +20,7 @@
 import type { Logger } from 'pino';
 import { FlowError } from '../core/index.js';
 import type { Directory } from './directory.js';
-import { MemoryControlStore, type ControlStore } from './store.js';
+import { MemoryControlStore, type ControlStore } from '../storage/metastore/control-store.js';
 
 /** A client quota entity: entity type ("user", "client-id", "ip") → name (null: the default entity of that type). */
 export type QuotaEntity = Readonly<Record<string, string | null>>;

@@ -11,7 +11,7 @@ import type { FastifyInstance } from 'fastify';
 import { FlowError } from '../../core/index.js';
 import type { ConfigScope } from '../settings.js';
 import { authorize } from './common.js';
-import type { ApiContext } from './server.js';
+import type { ApiContext } from './types.js';
 
 const SCOPE = { type: 'string', pattern: '^(default|[0-9]+)$', description: '"default" (every broker) or a broker id' };
 

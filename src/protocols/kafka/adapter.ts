@@ -16,15 +16,15 @@ import { ApiKey, KafkaErrorCode, type ApiVersionRange } from './codec/index.js';
 import { kafkaErrorCode } from './errors.js';
 import type { ResolvedKafkaOptions } from './options.js';
 import { FramePool } from './frame-pool.js';
-import { LogLimiter } from '../log-limit.js';
-import type { Route } from './route.js';
+import { LogLimiter } from '../../util/log-limit.js';
+import type { Route } from './types.js';
 import { GroupCoordinator } from './groups/coordinator.js';
-import { ProducerIdAllocator } from './handlers/producer.js';
+import { ProducerIdAllocator } from './producer-ids.js';
 import { KafkaCluster } from './cluster.js';
 import { KafkaBrokerConfigs } from './broker-configs.js';
 import { RuntimeSettings } from '../../control/index.js';
+import { FetchSessionCache } from './fetch-sessions.js';
 // Registers the snappy, lz4 and zstd decompressors with the core.
-import './compression.js';
 
 export type TopicResult = { entry: StreamEntry; errorCode: 0 } | { entry: null; errorCode: number };
 
@@ -32,7 +32,7 @@ export class KafkaAdapter {
   readonly engine: Engine;
   readonly logger: Logger;
   readonly brokerId: number;
-  private readonly routeByKey: Map<number, Route>;
+  private readonly routeByKey: Map<number, Route<KafkaAdapter>>;
   /** Ranges advertised by ApiVersions: exactly the APIs with a route. */
   readonly apiVersions: ApiVersionRange[];
   private readonly creating = new Map<string, Promise<void>>();
@@ -52,11 +52,13 @@ export class KafkaAdapter {
   readonly settings: RuntimeSettings;
   /** Kafka's broker configs: described, altered at run time, applied (broker-configs.ts). */
   readonly brokerConfigs: KafkaBrokerConfigs;
+  /** Incremental fetch sessions of this broker's connections (KIP-227, fetch-sessions.ts). */
+  readonly fetchSessions: FetchSessionCache;
 
   constructor(
     ctx: AdapterContext,
     readonly options: ResolvedKafkaOptions,
-    routes: readonly Route[],
+    routes: readonly Route<KafkaAdapter>[],
   ) {
     this.engine = ctx.engine;
     this.logger = ctx.logger;
@@ -80,6 +82,7 @@ export class KafkaAdapter {
       rootLogger: options.rootLogger ?? ctx.logger,
       logger: ctx.logger,
     });
+    this.fetchSessions = new FetchSessionCache({ maxSlots: options.fetchSessionCacheSlots, evictionMs: options.fetchSessionEvictionMs });
     this.cluster = options.cluster ? new KafkaCluster(options.cluster, this.groups, ctx.logger.child({ component: 'kafka-cluster' })) : null;
     // The SASL APIs are offered only when there is something to authenticate against; client quotas and SCRAM
     // credentials only with access control (a user directory, and the quota manager that enforces quotas).
@@ -108,7 +111,7 @@ export class KafkaAdapter {
     }
   }
 
-  route(apiKey: number): Route | undefined {
+  route(apiKey: number): Route<KafkaAdapter> | undefined {
     return this.routeByKey.get(apiKey);
   }
 

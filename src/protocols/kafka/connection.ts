@@ -54,7 +54,7 @@ import { CLOSE_CONNECTION, type ConnectionInfo, type KafkaListenerInfo, type Rou
 import { SaslSession, stepRawToken } from './sasl.js';
 import { ReadLease } from '../../core/index.js';
 import { MAX_FRAME_BYTES } from './frame-pool.js';
-import { logKey } from '../log-limit.js';
+import { logKey } from '../../util/log-limit.js';
 import { ANONYMOUS, type Access, type ClientEntry, type Principal, type QuotaLease } from '../../control/index.js';
 
 /** Pieces of a gathered frame smaller than this are joined as they arrive (a trickle must not cost an object per byte). */
@@ -764,6 +764,8 @@ export class KafkaConnection implements ConnectionInfo {
     this.muted = null;
     this.quota?.release();
     this.client?.close();
+    // Its incremental fetch sessions go with it.
+    this.adapter.fetchSessions.removeOwner(this.id);
     if (this.adapter.logger.isLevelEnabled('debug')) this.log.debug('connection closed');
     this.resolveClosed();
     if (this.closeListeners === NO_LISTENERS) return;

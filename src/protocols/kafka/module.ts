@@ -34,6 +34,7 @@ export const kafkaModule: ProtocolModule = {
       saslMaxReceiveBytes: config.kafkaSaslMaxReceiveSize,
       frameReserveBytes: config.kafkaFrameReserve,
       connectionsMaxIdleMs: config.kafkaConnectionsMaxIdle,
+      fetchSessionCacheSlots: config.kafkaFetchSessionCacheSlots,
       authTimeoutMs: config.kafkaAuthTimeout,
       requestReceiveTimeoutMs: config.kafkaRequestReceiveTimeout,
       // DescribeLogDirs and log.dirs; the broker's logger is Kafka's BROKER_LOGGER "root".

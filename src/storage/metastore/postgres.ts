@@ -54,7 +54,7 @@ import {
   settingsColumn,
 } from './rows.js';
 import type { ConsumerOffset, Metastore, PartitionState, SegmentMeta, StreamDef } from './types.js';
-import { bumpsVersion, checkControl, type ControlKind, type ControlRecord } from '../../control/store.js';
+import { bumpsVersion, checkControl, type ControlKind, type ControlRecord } from './control-store.js';
 
 interface ControlRow extends Record<string, unknown> {
   kind: ControlKind;
@@ -184,8 +184,8 @@ export class PostgresMetastore implements Metastore {
       try {
         await this.q(
           'createStream',
-          'INSERT INTO streams (name, partitions, bindings, retention_ms, created_at, settings) VALUES ($1, $2, $3, $4, $5, $6)',
-          [def.name, def.partitions, JSON.stringify(def.bindings), def.retentionMs, def.createdAt, settingsColumn(def)],
+          'INSERT INTO streams (name, partitions, bindings, retention_ms, created_at, settings, stream_id) VALUES ($1, $2, $3, $4, $5, $6, $7)',
+          [def.name, def.partitions, JSON.stringify(def.bindings), def.retentionMs, def.createdAt, settingsColumn(def), def.id ?? null],
         );
       } catch (err) {
         const cause = err instanceof FlowError ? err.cause : undefined;
@@ -573,7 +573,7 @@ export class PostgresMetastore implements Metastore {
       open.recs.set(rec.name, copy);
       return open.done.then(refusedOf);
     }
-    const batch: ConsumerBatch = { recs: new Map([[rec.name, copy]]), done: Promise.resolve(new Map()) };
+    const batch: ConsumerBatch = { recs: new Map([[rec.name, copy]]), done: Promise.resolve(new Map<string, unknown>()) };
     this.consumerBatches.set(rec.stream, batch);
     batch.done = this.keyed(CONSUMERS, rec.stream, () => {
       // Started: later puts form the next batch. (With nothing running on the key this runs at once, within

@@ -51,7 +51,7 @@ import {
   settingsColumn,
 } from './rows.js';
 import type { ConsumerOffset, Metastore, PartitionState, SegmentMeta, StreamDef } from './types.js';
-import { bumpsVersion, checkControl, type ControlKind, type ControlRecord } from '../../control/store.js';
+import { bumpsVersion, checkControl, type ControlKind, type ControlRecord } from './control-store.js';
 
 interface QueueStateRow {
   next_seq: number;
@@ -323,7 +323,7 @@ export class SqliteMetastore implements Metastore {
     const db = this.db;
     return {
       insertStream: db.prepare(
-        'INSERT INTO streams (name, partitions, bindings, retention_ms, created_at, settings) VALUES (?, ?, ?, ?, ?, ?)',
+        'INSERT INTO streams (name, partitions, bindings, retention_ms, created_at, settings, stream_id) VALUES (?, ?, ?, ?, ?, ?, ?)',
       ),
       streamExists: db.prepare('SELECT 1 FROM streams WHERE name = ?'),
       listStreams: db.prepare('SELECT * FROM streams ORDER BY name'),
@@ -494,7 +494,7 @@ export class SqliteMetastore implements Metastore {
     checkStreamDef(def);
     await this.write('createStream', () => {
       try {
-        this.s.insertStream.run(def.name, def.partitions, JSON.stringify(def.bindings), def.retentionMs, def.createdAt, settingsColumn(def));
+        this.s.insertStream.run(def.name, def.partitions, JSON.stringify(def.bindings), def.retentionMs, def.createdAt, settingsColumn(def), def.id ?? null);
       } catch (err) {
         if (sqliteCode(err) === 'SQLITE_CONSTRAINT_PRIMARYKEY') {
           throw new FlowError('ALREADY_EXISTS', `stream "${def.name}" already exists`, { cause: err });

@@ -10,7 +10,8 @@ import { pbkdf2Sync, randomBytes } from 'node:crypto';
 import { after, before, describe, it } from 'node:test';
 import kafkajs from 'kafkajs';
 import { Engine, encodeBatch } from '../../../src/core/index.js';
-import { AccessControl, Directory, MemoryControlStore, PasswordGuard, RuntimeSettings } from '../../../src/control/index.js';
+import { AccessControl, Directory, PasswordGuard, RuntimeSettings } from '../../../src/control/index.js';
+import { MemoryControlStore } from '../../../src/storage/metastore/control-store.js';
 import { accessSaslProvider } from '../../../src/protocols/kafka/auth.js';
 import { createKafkaAdapter, startKafkaListener } from '../../../src/protocols/kafka/index.js';
 import {

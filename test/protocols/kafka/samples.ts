@@ -81,6 +81,7 @@ import {
 } from '../../../src/protocols/kafka/codec/index.js';
 
 const b = (s: string): Buffer => Buffer.from(s);
+const TOPIC_ID = Buffer.from('0123456789abcdef0123456789abcdef', 'hex');
 const ID = Buffer.from('00112233445566778899aabbccddeeff', 'hex');
 
 export interface ApiSample {
@@ -177,11 +178,24 @@ export const API_SAMPLES: ApiSample[] = [
     response: { throttleTimeMs: 4, topics: [{ name: 't', partitions: [{ partitionIndex: 1, errorCode: 0 }] }] } satisfies OffsetCommitResponse,
   },
   {
+    // v10+: topics by id (the name is not sent).
+    codec: OffsetCommitApi,
+    request: {
+      groupId: 'g',
+      generationId: 4,
+      memberId: 'm',
+      groupInstanceId: 'i',
+      retentionTimeMs: -1,
+      topics: [{ name: '', topicId: TOPIC_ID, partitions: [{ partitionIndex: 1, committedOffset: 42, committedLeaderEpoch: 3, commitTimestamp: -1, committedMetadata: 'md' }] }],
+    } satisfies OffsetCommitRequest,
+    response: { throttleTimeMs: 4, topics: [{ name: '', topicId: TOPIC_ID, partitions: [{ partitionIndex: 1, errorCode: 0 }] }] } satisfies OffsetCommitResponse,
+  },
+  {
     codec: OffsetFetchApi,
     request: {
       groupId: 'g',
       topics: [{ name: 't', partitionIndexes: [0, 1] }],
-      groups: [{ groupId: 'g', topics: [{ name: 't', partitionIndexes: [1] }] }],
+      groups: [{ groupId: 'g', memberId: 'm', memberEpoch: 3, topics: [{ name: 't', partitionIndexes: [1] }] }],
       requireStable: true,
     } satisfies OffsetFetchRequest,
     response: {
@@ -192,6 +206,22 @@ export const API_SAMPLES: ApiSample[] = [
     } satisfies OffsetFetchResponse,
   },
   {
+    // v10+: topics by id.
+    codec: OffsetFetchApi,
+    request: {
+      groupId: '',
+      topics: [],
+      groups: [{ groupId: 'g', memberId: null, memberEpoch: -1, topics: [{ name: '', topicId: TOPIC_ID, partitionIndexes: [1] }] }],
+      requireStable: true,
+    } satisfies OffsetFetchRequest,
+    response: {
+      throttleTimeMs: 5,
+      topics: [],
+      errorCode: 0,
+      groups: [{ groupId: 'g', topics: [{ name: '', topicId: TOPIC_ID, partitions: [fetchPartition] }], errorCode: 0 }],
+    } satisfies OffsetFetchResponse,
+  },
+  {
     codec: DescribeGroupsApi,
     request: { groups: ['g1', 'g2'], includeAuthorizedOperations: true } satisfies DescribeGroupsRequest,
     response: {
@@ -199,6 +229,7 @@ export const API_SAMPLES: ApiSample[] = [
       groups: [
         {
           errorCode: 0,
+          errorMessage: 'msg',
           groupId: 'g1',
           groupState: 'Stable',
           protocolType: 'consumer',
@@ -213,8 +244,8 @@ export const API_SAMPLES: ApiSample[] = [
   },
   {
     codec: ListGroupsApi,
-    request: { statesFilter: ['Stable'] } satisfies ListGroupsRequest,
-    response: { throttleTimeMs: 7, errorCode: 0, groups: [{ groupId: 'g', protocolType: 'consumer', groupState: 'Stable' }] } satisfies ListGroupsResponse,
+    request: { statesFilter: ['Stable'], typesFilter: ['classic'] } satisfies ListGroupsRequest,
+    response: { throttleTimeMs: 7, errorCode: 0, groups: [{ groupId: 'g', protocolType: 'consumer', groupState: 'Stable', groupType: 'classic' }] } satisfies ListGroupsResponse,
   },
   {
     codec: DeleteGroupsApi,
@@ -334,7 +365,7 @@ export const API_SAMPLES: ApiSample[] = [
   },
   {
     codec: DescribeClusterApi,
-    request: { includeClusterAuthorizedOperations: true, endpointType: 2 } satisfies DescribeClusterRequest,
+    request: { includeClusterAuthorizedOperations: true, endpointType: 2, includeFencedBrokers: true } satisfies DescribeClusterRequest,
     response: {
       throttleTimeMs: 1,
       errorCode: 0,
@@ -342,7 +373,7 @@ export const API_SAMPLES: ApiSample[] = [
       endpointType: 2,
       clusterId: 'flowmq',
       controllerId: 0,
-      brokers: [{ brokerId: 0, host: 'h', port: 9092, rack: 'r' }],
+      brokers: [{ brokerId: 0, host: 'h', port: 9092, rack: 'r', isFenced: true }],
       clusterAuthorizedOperations: 5,
     } satisfies DescribeClusterResponse,
   },

@@ -20,7 +20,7 @@
  * - putControlIfAbsent creates only when absent (answers false when present), atomically across processes (the
  *   first user, a seed from a file).
  */
-import { FlowError } from '../core/index.js';
+import { FlowError } from '../../core/index.js';
 
 /**
  * `quota` and `config` are the runtime settings (settings.ts): client quotas per user (and the default user's), and
