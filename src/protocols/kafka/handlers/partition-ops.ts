@@ -42,6 +42,7 @@ const CLUSTER_DENIED = KafkaErrorCode.CLUSTER_AUTHORIZATION_FAILED;
 export async function handleDescribeLogDirs(ctx: RequestContext, req: DescribeLogDirsRequest): Promise<DescribeLogDirsResponse> {
   if (!allowed(ctx, 'describe', 'cluster', '*')) return { throttleTimeMs: 0, errorCode: CLUSTER_DENIED, results: [] };
   const { engine, options } = ctx.adapter;
+  const kc = ctx.adapter.cluster;
   const wanted = req.topics === null ? engine.listStreams().map((d) => ({ topic: d.name, partitions: null as number[] | null })) : req.topics;
   const topics: DescribeLogDirsResponse['results'][number]['topics'] = [];
   for (const t of wanted) {
@@ -52,6 +53,8 @@ export async function handleDescribeLogDirs(ctx: RequestContext, req: DescribeLo
     const partitions = [];
     for (const p of new Set(indexes)) {
       if (p < 0 || p >= entry.def.partitions) continue;
+      // In a cluster a broker's log dir holds the partitions it leads (owns) now.
+      if (kc !== null && kc.leads(t.topic, p) === null) continue;
       const size = engine.partitionSize(t.topic, p);
       if (size === null) continue;
       partitions.push({ partitionIndex: p, partitionSize: size, offsetLag: 0, isFutureKey: false });
