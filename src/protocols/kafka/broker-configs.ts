@@ -247,7 +247,7 @@ export class KafkaBrokerConfigs implements BrokerConfigAdmin {
         isSensitive: sensitive,
         synonyms: synonyms ? this.synonymsOf(name, scope).map((s) => (sensitive ? { ...s, value: null } : s)) : [],
         configType: type,
-        documentation: docs ? docOf(name, dyn, this.statics.has(name)) : null,
+        documentation: docs ? docOf(dyn, this.statics.has(name)) : null,
       });
     }
     return out;
@@ -389,7 +389,7 @@ export class KafkaBrokerConfigs implements BrokerConfigAdmin {
 }
 
 /** A broker config's documentation (FlowMQ's own words: what it means here). */
-function docOf(name: string, dyn: DynamicDef | undefined, isStatic: boolean): string {
+function docOf(dyn: DynamicDef | undefined, isStatic: boolean): string {
   if (dyn !== undefined) return dyn.doc;
   if (isStatic) return 'FlowMQ\'s own setting (a flag or flowmq.yaml); read-only at run time.';
   return 'Kafka broker config without a FlowMQ equivalent: reported at Kafka\'s default, read-only.';

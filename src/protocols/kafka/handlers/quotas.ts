@@ -40,7 +40,8 @@ const USER_KEYS: ReadonlyMap<string, { integral: boolean; enforced: boolean }> =
   ['request_percentage', { integral: false, enforced: false }],
   ['controller_mutation_rate', { integral: false, enforced: false }],
 ]);
-const LONG_MAX = 9223372036854775807;
+/** Long.MAX_VALUE as a double, 2^63: what Kafka compares a quota value (a double) against. */
+const LONG_MAX = 2 ** 63;
 
 class QuotaRefusal extends Error {}
 
