@@ -8,7 +8,7 @@
 import { FlowError } from './errors.js';
 import type { Message, QoS } from './message.js';
 import { decodeBatch, encodeBatch, messageToRecord, recordToMessage } from './record-batch.js';
-import { sameStreamDef, type AppendResult, type PartitionOffsets, type ReadLease, type StreamDef, type StreamSettings, type StreamStorage } from './streams.js';
+import { newStreamId, sameStreamDef, type AppendResult, type PartitionOffsets, type ReadLease, type StreamDef, type StreamSettings, type StreamStorage } from './streams.js';
 import { RetainedIndex } from './retained.js';
 import { decodeStoredMessage, encodeStoredMessage } from './sessions.js';
 import type { CoreStore } from './store.js';
@@ -263,7 +263,7 @@ export class Engine implements Router {
     const bindings = spec.bindings && spec.bindings.length > 0 ? [...new Set(spec.bindings)] : [kafkaToUnified(spec.name)];
     for (const b of bindings) validateFilter(b);
     const { retentionMs, ...settings } = streamSettings(spec);
-    const def: StreamDef = { name: spec.name, partitions: spec.partitions, bindings, retentionMs, createdAt: Date.now(), ...settings };
+    const def: StreamDef = { name: spec.name, partitions: spec.partitions, bindings, retentionMs, createdAt: Date.now(), ...settings, id: newStreamId() };
     await this.store.createStream(def);
     await this.storage.openStream(def);
     this.index(def);
@@ -313,8 +313,8 @@ export class Engine implements Router {
   async setSettings(name: string, settings: Partial<StreamSettings>): Promise<StreamDef> {
     const e = this.streams.get(name);
     if (!e) throw new FlowError('NOT_FOUND', `stream "${name}" does not exist`);
-    const { name: n, partitions, bindings, createdAt } = e.def;
-    return this.redefine(e, { name: n, partitions, bindings, createdAt, ...streamSettings(settings) });
+    const { name: n, partitions, bindings, createdAt, id } = e.def;
+    return this.redefine(e, { name: n, partitions, bindings, createdAt, ...streamSettings(settings), ...(id !== undefined ? { id } : {}) });
   }
 
   /**
@@ -374,6 +374,12 @@ export class Engine implements Router {
     return this.streams.get(name);
   }
 
+  /** The stream whose identity (StreamDef.id) this is; undefined for one deleted (or never made). */
+  getStreamById(id: string): StreamEntry | undefined {
+    return this.streamsById.get(id);
+  }
+  private readonly streamsById = new Map<string, StreamEntry>();
+
   listStreams(): StreamDef[] {
     return [...this.streams.values()].map((e) => e.def).sort((a, b) => a.name.localeCompare(b.name));
   }
@@ -404,12 +410,14 @@ export class Engine implements Router {
     this.streamsVersion++;
     const entry: StreamEntry = { def, ownTopic: kafkaToUnified(def.name) };
     this.streams.set(def.name, entry);
+    if (def.id !== undefined) this.streamsById.set(def.id, entry);
     for (const b of def.bindings) this.bindings.add(b, entry);
   }
 
   private unindex(e: StreamEntry): void {
     this.streamsVersion++;
     this.streams.delete(e.def.name);
+    if (e.def.id !== undefined && this.streamsById.get(e.def.id) === e) this.streamsById.delete(e.def.id);
     for (const b of e.def.bindings) this.bindings.remove(b, e);
   }
 

@@ -3,6 +3,8 @@
  * storage backend: the broker hands it an implementation of `StreamStorage` (the partition log engine) and a
  * `StreamCatalog` (the metastore).
  */
+import { randomUUID } from 'node:crypto';
+
 export interface StreamDef {
   /** Stream name; also its Kafka topic name (`a.b.c` is the unified topic `a/b/c`). */
   name: string;
@@ -26,6 +28,17 @@ export interface StreamDef {
    * (what a client set, reported back by DescribeConfigs). Absent: none.
    */
   configs?: Readonly<Record<string, string>>;
+  /**
+   * The stream's identity, 32 lowercase hex digits (a random UUID): made when the stream is created, kept by every
+   * redefinition, new for a stream deleted and created again under the same name (Kafka's topic id, KIP-516). The
+   * metastore keeps it, so every broker of a cluster knows the same one. Absent only in definitions made by hand.
+   */
+  id?: string;
+}
+
+/** A new stream identity (StreamDef.id): a random (version 4) UUID as 32 lowercase hex digits. */
+export function newStreamId(): string {
+  return randomUUID().replace(/-/g, '');
 }
 
 /** The settings of a stream besides its name, partitions and bindings (what Kafka calls its topic configs). */
@@ -44,6 +57,7 @@ export function sameStreamDef(a: StreamDef, b: StreamDef): boolean {
     a.partitions === b.partitions &&
     a.retentionMs === b.retentionMs &&
     a.createdAt === b.createdAt &&
+    (a.id ?? null) === (b.id ?? null) &&
     a.bindings.length === b.bindings.length &&
     a.bindings.every((x, i) => x === b.bindings[i]) &&
     (a.retentionBytes ?? null) === (b.retentionBytes ?? null) &&

@@ -21,6 +21,7 @@ import type { Route } from './route.js';
 import { GroupCoordinator } from './groups/coordinator.js';
 import { ProducerIdAllocator } from './handlers/producer.js';
 import { KafkaCluster } from './cluster.js';
+import { FetchSessionCache } from './fetch-sessions.js';
 // Registers the snappy, lz4 and zstd decompressors with the core.
 import './compression.js';
 
@@ -46,6 +47,8 @@ export class KafkaAdapter {
   readonly logLimit: LogLimiter;
   /** Cluster mode: brokers, partition leaders and group coordinators (cluster.ts); null on a single broker. */
   readonly cluster: KafkaCluster | null;
+  /** Incremental fetch sessions of this broker's connections (KIP-227, fetch-sessions.ts). */
+  readonly fetchSessions: FetchSessionCache;
 
   constructor(
     ctx: AdapterContext,
@@ -65,6 +68,7 @@ export class KafkaAdapter {
       maxSessionTimeoutMs: options.groupMaxSessionTimeoutMs,
       initialRebalanceDelayMs: options.groupInitialRebalanceDelayMs,
     });
+    this.fetchSessions = new FetchSessionCache({ maxSlots: options.fetchSessionCacheSlots, evictionMs: options.fetchSessionEvictionMs });
     this.cluster = options.cluster ? new KafkaCluster(options.cluster, this.groups, ctx.logger.child({ component: 'kafka-cluster' })) : null;
     // The SASL APIs are offered only when there is something to authenticate against.
     const offered = options.sasl ? routes : routes.filter((r) => r.codec.apiKey !== ApiKey.SaslHandshake && r.codec.apiKey !== ApiKey.SaslAuthenticate);

@@ -34,6 +34,7 @@ export const kafkaModule: ProtocolModule = {
       saslMaxReceiveBytes: config.kafkaSaslMaxReceiveSize,
       frameReserveBytes: config.kafkaFrameReserve,
       connectionsMaxIdleMs: config.kafkaConnectionsMaxIdle,
+      fetchSessionCacheSlots: config.kafkaFetchSessionCacheSlots,
       authTimeoutMs: config.kafkaAuthTimeout,
       requestReceiveTimeoutMs: config.kafkaRequestReceiveTimeout,
       // SASL is offered even while no user exists: users added live (admin API, CLI) can log in at once.

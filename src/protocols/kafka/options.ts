@@ -59,6 +59,13 @@ export interface KafkaOptions {
    * then has given up on it).
    */
   responseSendTimeoutMs?: number;
+  /**
+   * Incremental fetch sessions kept at most (Kafka's max.incremental.fetch.session.cache.slots, KIP-227); 0 makes
+   * none (every fetch is a full one). Default 1000.
+   */
+  fetchSessionCacheSlots?: number;
+  /** A fetch session idle this long may be evicted for a new one when the cache is full. Default 120 s (Kafka's). */
+  fetchSessionEvictionMs?: number;
   /** Cluster id reported in Metadata v2+. Default "flowmq". */
   clusterId?: string;
   /** group.min.session.timeout.ms. Default 6000. */
@@ -124,6 +131,8 @@ export function resolveKafkaOptions(opts: KafkaOptions = {}): ResolvedKafkaOptio
     responseSendTimeoutMs: opts.responseSendTimeoutMs ?? opts.requestReceiveTimeoutMs ?? 30_000,
     maxInFlightRequests: opts.maxInFlightRequests ?? 256,
     clusterId: opts.clusterId ?? 'flowmq',
+    fetchSessionCacheSlots: opts.fetchSessionCacheSlots ?? 1000,
+    fetchSessionEvictionMs: opts.fetchSessionEvictionMs ?? 120_000,
     groupMinSessionTimeoutMs: opts.groupMinSessionTimeoutMs ?? 6000,
     groupMaxSessionTimeoutMs: opts.groupMaxSessionTimeoutMs ?? 1_800_000,
     groupInitialRebalanceDelayMs: opts.groupInitialRebalanceDelayMs ?? 3000,
@@ -146,6 +155,12 @@ export function resolveKafkaOptions(opts: KafkaOptions = {}): ResolvedKafkaOptio
   }
   for (const k of ['connectionsMaxIdleMs', 'authTimeoutMs', 'requestReceiveTimeoutMs', 'responseSendTimeoutMs'] as const) {
     if (!int(r[k], 1, 0x7fffffff)) throw new FlowError('CONFIG_ERROR', `kafka ${k} must be a positive integer (ms)`);
+  }
+  if (!int(r.fetchSessionCacheSlots, 0, 1_000_000)) {
+    throw new FlowError('CONFIG_ERROR', 'kafka fetchSessionCacheSlots must be an integer in 0..1000000');
+  }
+  if (!int(r.fetchSessionEvictionMs, 0, 0x7fffffff)) {
+    throw new FlowError('CONFIG_ERROR', 'kafka fetchSessionEvictionMs must be a non-negative integer (ms)');
   }
   if (!int(r.maxInFlightRequests, 1, 1_000_000)) {
     throw new FlowError('CONFIG_ERROR', 'kafka maxInFlightRequests must be an integer in 1..1000000');

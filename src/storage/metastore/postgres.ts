@@ -15,7 +15,7 @@
  *   connections by itself once the server is back, with no broker restart. An idle connection dropped by the
  *   server is handled by the pool's 'error' listener (it would otherwise crash the process).
  */
-import { checkConsumerRecord, FlowError } from '../../core/index.js';
+import { checkConsumerRecord, FlowError, newStreamId } from '../../core/index.js';
 import type { BindingDef, ConsumerRecord, ExchangeDef, OffsetCommit, QueueChanges, QueueDef, QueuedEntry, RetainedEntry, SessionRecord } from '../../core/index.js';
 import {
   connectPool,
@@ -184,8 +184,8 @@ export class PostgresMetastore implements Metastore {
       try {
         await this.q(
           'createStream',
-          'INSERT INTO streams (name, partitions, bindings, retention_ms, created_at, settings) VALUES ($1, $2, $3, $4, $5, $6)',
-          [def.name, def.partitions, JSON.stringify(def.bindings), def.retentionMs, def.createdAt, settingsColumn(def)],
+          'INSERT INTO streams (name, partitions, bindings, retention_ms, created_at, settings, stream_id) VALUES ($1, $2, $3, $4, $5, $6, $7)',
+          [def.name, def.partitions, JSON.stringify(def.bindings), def.retentionMs, def.createdAt, settingsColumn(def), def.id ?? newStreamId()],
         );
       } catch (err) {
         const cause = err instanceof FlowError ? err.cause : undefined;

@@ -19,7 +19,7 @@ import { mkdirSync } from 'node:fs';
 import { open, type FileHandle } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
-import { checkConsumerRecord, CoalescingTask, FlowError } from '../../core/index.js';
+import { checkConsumerRecord, CoalescingTask, FlowError, newStreamId } from '../../core/index.js';
 import type { BindingDef, ConsumerRecord, ExchangeDef, OffsetCommit, QueueChanges, QueueDef, QueuedEntry, RetainedEntry, SessionRecord } from '../../core/index.js';
 import { isNoSpace, writeError } from '../fs-util.js';
 import { migrations, type Migration } from './migrations.js';
@@ -323,7 +323,7 @@ export class SqliteMetastore implements Metastore {
     const db = this.db;
     return {
       insertStream: db.prepare(
-        'INSERT INTO streams (name, partitions, bindings, retention_ms, created_at, settings) VALUES (?, ?, ?, ?, ?, ?)',
+        'INSERT INTO streams (name, partitions, bindings, retention_ms, created_at, settings, stream_id) VALUES (?, ?, ?, ?, ?, ?, ?)',
       ),
       streamExists: db.prepare('SELECT 1 FROM streams WHERE name = ?'),
       listStreams: db.prepare('SELECT * FROM streams ORDER BY name'),
@@ -493,7 +493,7 @@ export class SqliteMetastore implements Metastore {
     checkStreamDef(def);
     await this.write('createStream', () => {
       try {
-        this.s.insertStream.run(def.name, def.partitions, JSON.stringify(def.bindings), def.retentionMs, def.createdAt, settingsColumn(def));
+        this.s.insertStream.run(def.name, def.partitions, JSON.stringify(def.bindings), def.retentionMs, def.createdAt, settingsColumn(def), def.id ?? newStreamId());
       } catch (err) {
         if (sqliteCode(err) === 'SQLITE_CONSTRAINT_PRIMARYKEY') {
           throw new FlowError('ALREADY_EXISTS', `stream "${def.name}" already exists`, { cause: err });

@@ -94,6 +94,8 @@ export const KafkaErrorCode = {
   FENCED_INSTANCE_ID: 82,
   INVALID_RECORD: 87,
   UNKNOWN_TOPIC_ID: 100,
+  INCONSISTENT_TOPIC_ID: 103,
+  FETCH_SESSION_TOPIC_ID_ERROR: 106,
 } as const;
 
 export type KafkaErrorCodeValue = (typeof KafkaErrorCode)[keyof typeof KafkaErrorCode];

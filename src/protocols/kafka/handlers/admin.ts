@@ -16,6 +16,7 @@ import {
   ConfigType,
   KafkaErrorCode,
   ZERO_UUID,
+  type Uuid,
   type AlterConfigsRequest,
   type AlterConfigsResponse,
   type CreatePartitionsRequest,
@@ -38,6 +39,7 @@ import {
 } from '../codec/index.js';
 import { kafkaErrorCode } from '../errors.js';
 import type { RequestContext } from '../route.js';
+import { streamByTopicId, topicIdOf } from '../topic-ids.js';
 import { LEADER_EPOCH, brokerList } from './metadata.js';
 import { allowed, mayCreateTopic } from '../authz.js';
 import type { KafkaCluster } from '../cluster.js';
@@ -141,7 +143,7 @@ export async function handleCreateTopics(ctx: RequestContext, req: CreateTopicsR
   for (const t of req.topics) {
     const res = {
       name: t.name,
-      topicId: ZERO_UUID,
+      topicId: ZERO_UUID as Uuid,
       errorCode: KafkaErrorCode.NONE,
       errorMessage: null as string | null,
       numPartitions: -1,
@@ -180,6 +182,7 @@ export async function handleCreateTopics(ctx: RequestContext, req: CreateTopicsR
       let def: StreamDef = { name: t.name, partitions, bindings: [], createdAt: Date.now(), ...settings };
       if (!req.validateOnly) {
         def = await engine.createStream({ name: t.name, partitions, ...settings });
+        res.topicId = topicIdOf(def);
         ctx.conn.log.info({ topic: t.name, partitions, configs: t.configs.length > 0 ? Object.fromEntries(t.configs.map((c) => [c.name, c.value])) : undefined }, 'topic created');
       }
       res.numPartitions = partitions;
@@ -201,22 +204,45 @@ export async function handleDeleteTopics(ctx: RequestContext, req: DeleteTopicsR
   for (const t of wanted) {
     const res = { name: t.name, topicId: t.topicId, errorCode: KafkaErrorCode.NONE as number, errorMessage: null as string | null };
     responses.push(res);
-    // FlowMQ streams have no topic ids yet (Metadata reports the zero id), so a deletion by id cannot match.
-    if (t.name === null) {
-      res.errorCode = KafkaErrorCode.UNKNOWN_TOPIC_ID;
+    // v6+: a topic by its id (KIP-516), or by its name; not both.
+    const byId = !t.topicId.equals(ZERO_UUID);
+    if (byId && t.name !== null) {
+      res.errorCode = KafkaErrorCode.INVALID_REQUEST;
+      res.errorMessage = 'topic name and topic id can not both be specified';
       continue;
     }
+    if (byId) {
+      const entry = streamByTopicId(ctx.adapter.engine, t.topicId);
+      if (entry === undefined) {
+        res.errorCode = KafkaErrorCode.UNKNOWN_TOPIC_ID;
+        continue;
+      }
+      // Ids are not secret, names are: a client that may not describe the topic is not told its name.
+      if (!allowed(ctx, 'describe', 'stream', entry.def.name)) {
+        res.errorCode = TOPIC_DENIED;
+        continue;
+      }
+      res.name = entry.def.name;
+    }
+    if (res.name === null) {
+      res.errorCode = KafkaErrorCode.INVALID_REQUEST;
+      res.errorMessage = 'topic name or topic id required';
+      continue;
+    }
+    t.name = res.name;
     if (!allowed(ctx, 'delete', 'stream', t.name)) {
       res.errorCode = TOPIC_DENIED;
       res.errorMessage = `not authorized to delete topic "${t.name}"`;
       continue;
     }
     try {
-      if (!ctx.adapter.engine.getStream(t.name)) {
+      const entryBefore = ctx.adapter.engine.getStream(t.name);
+      if (!entryBefore) {
         res.errorCode = KafkaErrorCode.UNKNOWN_TOPIC_OR_PARTITION;
         continue;
       }
       await ctx.adapter.engine.deleteStream(t.name);
+      if (v >= 6) res.topicId = topicIdOf(entryBefore!.def);
       ctx.conn.log.info({ topic: t.name }, 'topic deleted');
     } catch (err) {
       Object.assign(res, problem(err));
