@@ -33,6 +33,8 @@ import {
   SaslAuthenticateApi,
   SaslHandshakeApi,
   SyncGroupApi,
+  ConsumerGroupHeartbeatApi,
+  ConsumerGroupDescribeApi,
 } from './codec/index.js';
 import {
   handleAlterConfigs,
@@ -61,6 +63,7 @@ import {
   handleOffsetFetch,
   handleSyncGroup,
 } from './handlers/groups.js';
+import { handleConsumerGroupDescribe, handleConsumerGroupHeartbeat } from './handlers/consumer-groups.js';
 import { handleListOffsets } from './handlers/list-offsets.js';
 import { handleMetadata } from './handlers/metadata.js';
 import { handleProduce } from './handlers/produce.js';
@@ -83,6 +86,8 @@ export const KAFKA_ROUTES: readonly Route[] = [
   route(DescribeGroupsApi, handleDescribeGroups),
   route(ListGroupsApi, handleListGroups),
   route(DeleteGroupsApi, handleDeleteGroups),
+  route(ConsumerGroupHeartbeatApi, handleConsumerGroupHeartbeat),
+  route(ConsumerGroupDescribeApi, handleConsumerGroupDescribe),
   route(CreateTopicsApi, handleCreateTopics),
   route(DeleteTopicsApi, handleDeleteTopics),
   route(DeleteRecordsApi, handleDeleteRecords),

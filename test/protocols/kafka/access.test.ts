@@ -146,7 +146,7 @@ describe('kafka access control', () => {
     await directory.putPolicy({ name: 'g', effect: 'allow', actions: ['describe'], resources: ['group:seen-*'], principals: ['everyone'] });
     const c = await RawClient.connect(listener.address().port);
     try {
-      const l = await c.call(ListGroupsApi, 4, { statesFilter: [] });
+      const l = await c.call(ListGroupsApi, 4, { statesFilter: [], typesFilter: [] });
       assert.deepEqual(l.groups.map((g) => g.groupId), ['seen-g']);
     } finally {
       c.close();

@@ -299,7 +299,7 @@ describe('kafka in a cluster of three brokers (one process)', () => {
     assert.equal(oc.topics[0].partitions[0].errorCode, E.NONE);
     // Each broker lists the groups it coordinates.
     for (const b of brokers) {
-      const lg = await (await connect(b)).call(ListGroupsApi, 4, { statesFilter: [] });
+      const lg = await (await connect(b)).call(ListGroupsApi, 4, { statesFilter: [], typesFilter: [] });
       assert.equal(lg.groups.some((g) => g.groupId === group), b === coordinator, `broker ${b.id} lists ${group} iff it coordinates it`);
     }
     // Deleted (once empty): its owner row goes too.

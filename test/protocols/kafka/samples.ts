@@ -21,6 +21,12 @@ import {
   ListGroupsApi,
   OffsetCommitApi,
   OffsetFetchApi,
+  ConsumerGroupHeartbeatApi,
+  ConsumerGroupDescribeApi,
+  type ConsumerGroupHeartbeatRequest,
+  type ConsumerGroupHeartbeatResponse,
+  type ConsumerGroupDescribeRequest,
+  type ConsumerGroupDescribeResponse,
   OffsetForLeaderEpochApi,
   SaslAuthenticateApi,
   SaslHandshakeApi,
@@ -90,6 +96,8 @@ export interface ApiSample {
 }
 
 const fetchPartition = { partitionIndex: 1, committedOffset: 42, committedLeaderEpoch: 3, metadata: 'm', errorCode: 0 };
+
+const TOPIC_ID = Buffer.from('00112233445566778899aabbccddeeff', 'hex');
 
 export const API_SAMPLES: ApiSample[] = [
   {
@@ -181,7 +189,7 @@ export const API_SAMPLES: ApiSample[] = [
     request: {
       groupId: 'g',
       topics: [{ name: 't', partitionIndexes: [0, 1] }],
-      groups: [{ groupId: 'g', topics: [{ name: 't', partitionIndexes: [1] }] }],
+      groups: [{ groupId: 'g', memberId: 'm', memberEpoch: 5, topics: [{ name: 't', partitionIndexes: [1] }] }],
       requireStable: true,
     } satisfies OffsetFetchRequest,
     response: {
@@ -213,8 +221,8 @@ export const API_SAMPLES: ApiSample[] = [
   },
   {
     codec: ListGroupsApi,
-    request: { statesFilter: ['Stable'] } satisfies ListGroupsRequest,
-    response: { throttleTimeMs: 7, errorCode: 0, groups: [{ groupId: 'g', protocolType: 'consumer', groupState: 'Stable' }] } satisfies ListGroupsResponse,
+    request: { statesFilter: ['Stable'], typesFilter: ['consumer'] } satisfies ListGroupsRequest,
+    response: { throttleTimeMs: 7, errorCode: 0, groups: [{ groupId: 'g', protocolType: 'consumer', groupState: 'Stable', groupType: 'consumer' }] } satisfies ListGroupsResponse,
   },
   {
     codec: DeleteGroupsApi,
@@ -402,5 +410,65 @@ export const API_SAMPLES: ApiSample[] = [
         },
       ],
     } satisfies DeleteAclsResponse,
+  },
+  {
+    codec: ConsumerGroupHeartbeatApi,
+    request: {
+      groupId: 'g',
+      memberId: 'm',
+      memberEpoch: 3,
+      instanceId: 'i',
+      rackId: 'r',
+      rebalanceTimeoutMs: 30000,
+      subscribedTopicNames: ['t1', 't2'],
+      subscribedTopicRegex: '(^t.*)',
+      serverAssignor: 'range',
+      topicPartitions: [{ topicId: TOPIC_ID, partitions: [0, 2] }],
+    } satisfies ConsumerGroupHeartbeatRequest,
+    response: {
+      throttleTimeMs: 0,
+      errorCode: 0,
+      errorMessage: null,
+      memberId: 'm',
+      memberEpoch: 4,
+      heartbeatIntervalMs: 5000,
+      groupCreationTimeMs: 1700000000000,
+      assignment: { topicPartitions: [{ topicId: TOPIC_ID, partitions: [1] }] },
+    } satisfies ConsumerGroupHeartbeatResponse,
+  },
+  {
+    codec: ConsumerGroupDescribeApi,
+    request: { groupIds: ['g'], includeAuthorizedOperations: true } satisfies ConsumerGroupDescribeRequest,
+    response: {
+      throttleTimeMs: 0,
+      groups: [
+        {
+          errorCode: 0,
+          errorMessage: null,
+          groupId: 'g',
+          groupState: 'Stable',
+          groupEpoch: 4,
+          assignmentEpoch: 4,
+          assignorName: 'uniform',
+          members: [
+            {
+              memberId: 'm',
+              instanceId: null,
+              rackId: 'r',
+              memberEpoch: 4,
+              clientId: 'c',
+              clientHost: '/127.0.0.1',
+              subscribedTopicNames: ['t'],
+              subscribedTopicRegex: null,
+              assignment: { topicPartitions: [{ topicId: TOPIC_ID, topicName: 't', partitions: [0, 1] }] },
+              targetAssignment: { topicPartitions: [{ topicId: TOPIC_ID, topicName: 't', partitions: [0] }] },
+              memberType: 1,
+            },
+          ],
+          groupCreationTimeMs: 1700000000000,
+          authorizedOperations: 8,
+        },
+      ],
+    } satisfies ConsumerGroupDescribeResponse,
   },
 ];

@@ -10,12 +10,13 @@
  * - SyncGroup 0-5: v3 group instance id; v4 flexible; v5 protocol type and name (KIP-559).
  * - Heartbeat 0-4: v3 group instance id; v4 flexible.
  * - LeaveGroup 0-5: v3 leaves several members at once (KIP-345); v4 flexible; v5 reason.
- * - OffsetCommit 0-8: v1 generation, member and per-partition commit timestamp; v2-4 retention time; v3
- *   throttle time; v6 leader epoch; v7 group instance id; v8 flexible.
- * - OffsetFetch 0-8: v2 null topics = all, top-level error; v3 throttle; v5 leader epoch; v6 flexible;
- *   v7 require_stable (KIP-447); v8 several groups per request (KIP-709).
+ * - OffsetCommit 0-9: v1 generation, member and per-partition commit timestamp; v2-4 retention time; v3
+ *   throttle time; v6 leader epoch; v7 group instance id; v8 flexible; v9 as v8, the first a consumer-protocol
+ *   member may use (KIP-848: the generation is its member epoch).
+ * - OffsetFetch 0-9: v2 null topics = all, top-level error; v3 throttle; v5 leader epoch; v6 flexible;
+ *   v7 require_stable (KIP-447); v8 several groups per request (KIP-709); v9 member id and epoch (KIP-848).
  * - DescribeGroups 0-5: v1 throttle; v3 authorized operations; v4 group instance id; v5 flexible.
- * - ListGroups 0-4: v1 throttle; v3 flexible; v4 state filter (KIP-518).
+ * - ListGroups 0-5: v1 throttle; v3 flexible; v4 state filter (KIP-518); v5 type filter and group type (KIP-848).
  * - DeleteGroups 0-2: v2 flexible.
  */
 import { ApiKey } from './api.js';
@@ -145,7 +146,7 @@ export type LeaveGroupRequest = ValueOf<typeof LeaveGroupApi.request>;
 export type LeaveGroupResponse = ValueOf<typeof LeaveGroupApi.response>;
 
 export const OffsetCommitApi = messageApi(
-  { apiKey: ApiKey.OffsetCommit, name: 'OffsetCommit', minVersion: 0, maxVersion: 8, firstFlexibleVersion: 8 },
+  { apiKey: ApiKey.OffsetCommit, name: 'OffsetCommit', minVersion: 0, maxVersion: 9, firstFlexibleVersion: 8 },
   {
     groupId: string(),
     generationId: int32().v(1, Infinity, -1),
@@ -184,12 +185,17 @@ const offsetFetchPartition = struct({
 });
 
 export const OffsetFetchApi = messageApi(
-  { apiKey: ApiKey.OffsetFetch, name: 'OffsetFetch', minVersion: 0, maxVersion: 8, firstFlexibleVersion: 6 },
+  { apiKey: ApiKey.OffsetFetch, name: 'OffsetFetch', minVersion: 0, maxVersion: 9, firstFlexibleVersion: 6 },
   {
     groupId: string().v(0, 7),
     topics: arrayNullableFrom(2, struct({ name: string(), partitionIndexes: array(int32()) })).v(0, 7),
     groups: array(
-      struct({ groupId: string(), topics: nullableArray(struct({ name: string(), partitionIndexes: array(int32()) })) }),
+      struct({
+        groupId: string(),
+        memberId: nullableString().v(9),
+        memberEpoch: int32().v(9, Infinity, -1),
+        topics: nullableArray(struct({ name: string(), partitionIndexes: array(int32()) })),
+      }),
     ).v(8),
     requireStable: bool().v(7),
   },
@@ -242,12 +248,12 @@ export type DescribeGroupsResponse = ValueOf<typeof DescribeGroupsApi.response>;
 export type DescribedGroup = DescribeGroupsResponse['groups'][number];
 
 export const ListGroupsApi = messageApi(
-  { apiKey: ApiKey.ListGroups, name: 'ListGroups', minVersion: 0, maxVersion: 4, firstFlexibleVersion: 3 },
-  { statesFilter: array(string()).v(4) },
+  { apiKey: ApiKey.ListGroups, name: 'ListGroups', minVersion: 0, maxVersion: 5, firstFlexibleVersion: 3 },
+  { statesFilter: array(string()).v(4), typesFilter: array(string()).v(5) },
   {
     throttleTimeMs: int32().v(1),
     errorCode: int16(),
-    groups: array(struct({ groupId: string(), protocolType: string(), groupState: string().v(4) })),
+    groups: array(struct({ groupId: string(), protocolType: string(), groupState: string().v(4), groupType: string().v(5) })),
   },
 );
 export type ListGroupsRequest = ValueOf<typeof ListGroupsApi.request>;

@@ -41,7 +41,7 @@ const GROUP_DENIED = KafkaErrorCode.GROUP_AUTHORIZATION_FAILED;
 const TOPIC_DENIED = KafkaErrorCode.TOPIC_AUTHORIZATION_FAILED;
 
 /** Joining, syncing, heartbeats, leaving, committing and fetching offsets: `subscribe group:<id>`. */
-function mayUseGroup(ctx: RequestContext, groupId: string): boolean {
+export function mayUseGroup(ctx: RequestContext, groupId: string): boolean {
   return allowed(ctx, 'subscribe', 'group', groupId);
 }
 
@@ -100,7 +100,7 @@ export function handleFindCoordinator(ctx: RequestContext, req: FindCoordinatorR
  * offset commits), else answers `refuse(errorCode)` (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS). Synchronous
  * when the group is served here already, and always on a single broker.
  */
-function gated<T>(ctx: RequestContext, groupId: string, refuse: (errorCode: number) => T, fn: (epoch: number | undefined) => T | Promise<T>): T | Promise<T> {
+export function gated<T>(ctx: RequestContext, groupId: string, refuse: (errorCode: number) => T, fn: (epoch: number | undefined) => T | Promise<T>): T | Promise<T> {
   const kc = ctx.adapter.cluster;
   // A single broker coordinates every group: no epoch, nothing to fence.
   if (kc === null) return fn(undefined);
@@ -109,7 +109,7 @@ function gated<T>(ctx: RequestContext, groupId: string, refuse: (errorCode: numb
   return g instanceof Promise ? g.then(decide) : decide(g);
 }
 
-function clientHost(ctx: RequestContext): string {
+export function clientHost(ctx: RequestContext): string {
   return `/${ctx.conn.remoteAddress ?? 'unknown'}`;
 }
 
@@ -142,6 +142,7 @@ export async function handleJoinGroup(ctx: RequestContext, req: JoinGroupRequest
     protocolType: req.protocolType,
     protocols: req.protocols,
     requireKnownMemberId: ctx.header.apiVersion >= 4,
+    supportsSkipAssignment: ctx.header.apiVersion >= 9,
   });
   return {
     throttleTimeMs: 0,
@@ -150,7 +151,7 @@ export async function handleJoinGroup(ctx: RequestContext, req: JoinGroupRequest
     protocolType: r.protocolType,
     protocolName: r.protocolName,
     leader: r.leader,
-    skipAssignment: false,
+    skipAssignment: r.skipAssignment ?? false,
     memberId: r.memberId,
     members: r.members,
   };
@@ -213,7 +214,7 @@ export async function handleOffsetCommit(ctx: RequestContext, req: OffsetCommitR
       (errorCode) => errorCode,
       (epoch) => {
         fence = epoch;
-        return groups.checkCommit(req.groupId, req.generationId, req.memberId, req.groupInstanceId);
+        return groups.checkCommit(req.groupId, req.generationId, req.memberId, req.groupInstanceId, ctx.header.apiVersion);
       },
     );
   }
@@ -278,6 +279,7 @@ async function fetchGroupOffsets(
   ctx: RequestContext,
   groupId: string,
   topics: Array<{ name: string; partitionIndexes: number[] }> | null,
+  member: { memberId: string | null; memberEpoch: number } = { memberId: null, memberEpoch: -1 },
 ): Promise<{ topics: Array<{ name: string; partitions: OffsetFetchPartitionResponse[] }>; errorCode: number }> {
   const store = ctx.adapter.groups.store;
   const refuse = (errorCode: number) => ({
@@ -288,6 +290,9 @@ async function fetchGroupOffsets(
   // Cluster mode: the group's coordinator answers (the offsets are in the shared metastore).
   const served = ctx.adapter.cluster?.reads(groupId) ?? KafkaErrorCode.NONE;
   if (served !== KafkaErrorCode.NONE) return refuse(served);
+  // v9+: a consumer-protocol member fetches at its member epoch (KIP-848).
+  const stale = ctx.adapter.groups.consumer.checkFetch(groupId, member.memberId, member.memberEpoch);
+  if (stale !== KafkaErrorCode.NONE) return refuse(stale);
   try {
     if (topics === null) {
       // All committed offsets of the group (v2+), of the topics the client may read (as Kafka filters them).
@@ -331,7 +336,7 @@ export async function handleOffsetFetch(ctx: RequestContext, req: OffsetFetchReq
   if (ctx.header.apiVersion >= 8) {
     const groups = [];
     for (const g of req.groups) {
-      const r = await fetchGroupOffsets(ctx, g.groupId, g.topics);
+      const r = await fetchGroupOffsets(ctx, g.groupId, g.topics, g);
       groups.push({ groupId: g.groupId, topics: r.topics, errorCode: r.errorCode });
     }
     return { throttleTimeMs: 0, topics: [], errorCode: KafkaErrorCode.NONE, groups };
@@ -396,6 +401,8 @@ export async function handleDescribeGroups(ctx: RequestContext, req: DescribeGro
 export async function handleListGroups(ctx: RequestContext, req: ListGroupsRequest): Promise<ListGroupsResponse> {
   try {
     const filter = new Set(req.statesFilter.map((s) => s.toLowerCase()));
+    // v5+ (KIP-848): "classic" or "consumer".
+    const types = new Set(req.typesFilter.map((t) => t.toLowerCase()));
     // Cluster mode: each broker lists the groups it coordinates, as Kafka's brokers do (admin clients ask them all).
     const kc = ctx.adapter.cluster;
     const all = await ctx.adapter.groups.list(kc === null ? undefined : (g) => kc.coordinator(g) === kc.id);
@@ -404,9 +411,10 @@ export async function handleListGroups(ctx: RequestContext, req: ListGroupsReque
       errorCode: KafkaErrorCode.NONE,
       groups: all
         .filter((g) => filter.size === 0 || filter.has(g.state.toLowerCase()))
+        .filter((g) => types.size === 0 || types.has(g.groupType))
         // Groups the client may not describe are left out, as Kafka does.
         .filter((g) => visible(ctx, 'describe', 'group', g.groupId))
-        .map((g) => ({ groupId: g.groupId, protocolType: g.protocolType, groupState: g.state })),
+        .map((g) => ({ groupId: g.groupId, protocolType: g.protocolType, groupState: g.state, groupType: g.groupType })),
     };
   } catch (err) {
     ctx.conn.log.warn({ err }, 'list groups failed');
