@@ -19,7 +19,8 @@ type Conf = Record<string, string | number | boolean>;
 interface RdConsumer extends EventEmitter {
   connect(opts: object, cb: (err: Error | null) => void): void;
   subscribe(topics: string[]): void;
-  consume(): void;
+  consume(count: number, cb: (err: Error | null, messages: Array<{ value: Buffer | null }>) => void): void;
+  setDefaultConsumeTimeout(ms: number): void;
   disconnect(cb: () => void): void;
   assignments(): Array<{ topic: string; partition: number }>;
 }
@@ -94,9 +95,14 @@ describe('kafka static membership (KIP-345) with librdkafka 2.15', () => {
         'partition.assignment.strategy': 'range',
         'enable.auto.commit': false,
         rebalance_cb: true,
+        ...(process.env.KS_DEBUG ? { debug: 'cgrp,consumer,protocol', event_cb: true } : {}),
       },
       { 'auto.offset.reset': 'earliest' },
     );
+    // Polled here rather than with the binding's own consume loop, which a disconnect can wait on forever: the loop
+    // is stopped, and its last poll answered, before the consumer closes.
+    let polling = true;
+    let poll: Promise<void> = Promise.resolve();
     const m: Member = {
       name,
       consumer,
@@ -108,17 +114,31 @@ describe('kafka static membership (KIP-345) with librdkafka 2.15', () => {
           .map((a) => a.partition)
           .sort(),
       // Bounded: a close that never completes must fail the test, not hang it.
-      close: () =>
-        Promise.race([
+      close: async () => {
+        polling = false;
+        await poll;
+        await Promise.race([
           new Promise<void>((r) => consumer.disconnect(() => r())),
           new Promise<void>((_, rej) => setTimeout(() => rej(new Error(`${name} did not close within 20 s`)), 20_000).unref()),
-        ]),
+        ]);
+      },
+    };
+    const loop = (): void => {
+      if (!polling) return;
+      poll = new Promise<void>((done) =>
+        consumer.consume(100, (err, messages) => {
+          if (!err) for (const msg of messages) m.values.push(msg.value?.toString() ?? '');
+          done();
+          setImmediate(loop);
+        }),
+      );
     };
     consumer.on('rebalance', () => void m.rebalances++);
-    consumer.on('data', (msg: { value: Buffer | null }) => void m.values.push(msg.value?.toString() ?? ''));
+    if (process.env.KS_DEBUG) consumer.on('event.log', (l: { message: string }) => console.error(`[${name}] ${Date.now()} ${l.message}`));
     await new Promise<void>((res, rej) => consumer.connect({}, (err) => (err ? rej(err) : res())));
     consumer.subscribe([TOPIC]);
-    consumer.consume();
+    consumer.setDefaultConsumeTimeout(200);
+    loop();
     members.push(m);
     return m;
   };
