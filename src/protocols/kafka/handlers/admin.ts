@@ -91,6 +91,9 @@ function brokerConfigs(ctx: RequestContext): Array<{ name: string; value: string
     { name: 'group.min.session.timeout.ms', value: String(o.groupMinSessionTimeoutMs), type: ConfigType.INT, doc: 'Shortest session timeout accepted.' },
     { name: 'group.max.session.timeout.ms', value: String(o.groupMaxSessionTimeoutMs), type: ConfigType.INT, doc: 'Longest session timeout accepted.' },
     { name: 'group.initial.rebalance.delay.ms', value: String(o.groupInitialRebalanceDelayMs), type: ConfigType.INT, doc: 'Delay of the first rebalance of an empty group (KIP-134).' },
+    { name: 'group.consumer.session.timeout.ms', value: String(o.consumerGroupSessionTimeoutMs), type: ConfigType.INT, doc: 'Consumer-protocol members (KIP-848) silent this long are removed.' },
+    { name: 'group.consumer.heartbeat.interval.ms', value: String(o.consumerGroupHeartbeatIntervalMs), type: ConfigType.INT, doc: 'Heartbeat interval told to consumer-protocol members (KIP-848).' },
+    { name: 'group.consumer.assignors', value: 'uniform,range', type: ConfigType.LIST, doc: 'Server-side assignors; the first is the default.' },
   ];
 }
 
