@@ -275,4 +275,43 @@ describe('kafka consumer group protocol (KIP-848) with librdkafka 2.15', () => {
     assert.deepEqual([...c.seen.values()].sort(), Array.from({ length: 8 }, (_, i) => `m-${400 + i}`).sort());
     assert.deepEqual([...c.seen.keys()].map((k) => Number(k.split(':')[1])).sort(), [100, 100, 100, 100, 101, 101, 101, 101]);
   });
+
+  it('a regex subscription (SubscribedTopicRegex) gets the matching topics, and one created later', async () => {
+    const admin = kafka.admin();
+    await admin.connect();
+    try {
+      await admin.createTopics({ topics: [{ topic: 'kr.one', numPartitions: 2 }, { topic: 'kr.two', numPartitions: 1 }, { topic: 'krx', numPartitions: 1 }] });
+    } finally {
+      await admin.disconnect();
+    }
+    const consumer = kafka.consumer({ 'group.id': 'kr.group', 'group.protocol': 'consumer', 'auto.offset.reset': 'earliest', 'enable.auto.commit': false });
+    await consumer.connect();
+    readers.push({ name: 'regex', consumer, seen: new Map(), parts: () => [] });
+    // librdkafka sends its ^-subscriptions to the broker as one regex: (^kr\..*).
+    await consumer.subscribe({ topics: [/^kr\..*/] });
+    const got: string[] = [];
+    void consumer.run({ eachMessage: async ({ topic, message }) => void got.push(`${topic}:${message.value?.toString()}`) });
+    const assigned = () =>
+      consumer
+        .assignment()
+        .map((a) => `${a.topic}:${a.partition}`)
+        .sort();
+    await until('the matching topics assigned', () => assigned().join(' ') === 'kr.one:0 kr.one:1 kr.two:0');
+    const p = kafka.producer();
+    await p.connect();
+    try {
+      await p.send({ topic: 'krx', messages: [{ value: 'not-matching' }] });
+      await p.send({ topic: 'kr.two', messages: [{ value: 'two' }] });
+      const a2 = kafka.admin();
+      await a2.connect();
+      await a2.createTopics({ topics: [{ topic: 'kr.three', numPartitions: 1 }] });
+      await a2.disconnect();
+      await until('the topic created later assigned too', () => assigned().includes('kr.three:0'));
+      await p.send({ topic: 'kr.three', messages: [{ value: 'three' }] });
+    } finally {
+      await p.disconnect();
+    }
+    await until('both records read', () => got.length >= 2);
+    assert.deepEqual(got.sort(), ['kr.three:three', 'kr.two:two']);
+  });
 });
