@@ -314,4 +314,34 @@ describe('kafka consumer group protocol (KIP-848) with librdkafka 2.15', () => {
     await until('both records read', () => got.length >= 2);
     assert.deepEqual(got.sort(), ['kr.three:three', 'kr.two:two']);
   });
+
+  it('a static member (group.instance.id) that restarts takes its partitions back, with no new assignment for the group', async () => {
+    const group = 'ks.cgroup';
+    const start = async (name: string, instance: string): Promise<Reader> => {
+      const consumer = kafka.consumer({ 'group.id': group, 'group.protocol': 'consumer', 'group.instance.id': instance, 'client.id': name, 'auto.offset.reset': 'earliest', 'enable.auto.commit': false });
+      await consumer.connect();
+      await consumer.subscribe({ topics: [TOPIC] });
+      void consumer.run({ eachMessage: async () => undefined });
+      const r: Reader = { name, consumer, seen: new Map(), parts: () => consumer.assignment().map((a) => `${a.topic}:${a.partition}`).sort() };
+      readers.push(r);
+      return r;
+    };
+    const targets = () => broker.logs.filter((l) => l.msg === 'consumer group target assignment computed' && l.group === group).length;
+    const a = await start('static-a', 'inst-a');
+    const b = await start('static-b', 'inst-b');
+    await until('the partitions split', () => a.parts().length === 2 && b.parts().length === 2);
+    const aParts = a.parts();
+    const bParts = b.parts();
+    const computed = targets();
+    // Closing sends the static leave (epoch -2): a keeps its partitions in the group while it is away.
+    await a.consumer.disconnect();
+    readers.splice(readers.indexOf(a), 1);
+    assert.ok(broker.logs.some((l) => l.msg === 'static member left the consumer group for now' && l.group === group));
+    const a2 = await start('static-a2', 'inst-a');
+    await until('the restarted member owns its partitions again', () => a2.parts().length === 2);
+    assert.deepEqual(a2.parts(), aParts);
+    assert.deepEqual(b.parts(), bParts);
+    assert.equal(targets(), computed, 'no new target assignment');
+    assert.ok(broker.logs.some((l) => l.msg === 'static member rejoined: it takes over its partitions' && l.group === group));
+  });
 });
