@@ -178,7 +178,7 @@ describe('kafka consumer group protocol (KIP-848) with librdkafka 2.15', () => {
     assert.deepEqual([...a.parts(), ...b.parts()].sort(), [`${TOPIC}:0`, `${TOPIC}:1`, `${TOPIC}:2`, `${TOPIC}:3`]);
     // Through the consumer protocol, not the classic one.
     assert.ok(logs.some((l) => /ConsumerGroupHeartbeat response received/.test(l)), 'librdkafka heartbeats with ConsumerGroupHeartbeat');
-    assert.equal(broker.logs.filter((l) => l.msg === 'member joins the consumer group').length, 2);
+    await until('the broker logged two consumer-protocol joins', () => broker.logs.filter((l) => l.msg === 'member joins the consumer group').length === 2);
     assert.ok(!logs.some((l) => /JoinGroup/.test(l)), 'no classic JoinGroup');
 
     await produce(0, 200);
@@ -336,12 +336,13 @@ describe('kafka consumer group protocol (KIP-848) with librdkafka 2.15', () => {
     // Closing sends the static leave (epoch -2): a keeps its partitions in the group while it is away.
     await a.consumer.disconnect();
     readers.splice(readers.indexOf(a), 1);
-    assert.ok(broker.logs.some((l) => l.msg === 'static member left the consumer group for now' && l.group === group));
+    // (The broker's log lines come through a pipe: wait for them rather than race them.)
+    await until('the broker logged the static leave', () => broker.logs.some((l) => l.msg === 'static member left the consumer group for now' && l.group === group));
     const a2 = await start('static-a2', 'inst-a');
     await until('the restarted member owns its partitions again', () => a2.parts().length === 2);
     assert.deepEqual(a2.parts(), aParts);
     assert.deepEqual(b.parts(), bParts);
     assert.equal(targets(), computed, 'no new target assignment');
-    assert.ok(broker.logs.some((l) => l.msg === 'static member rejoined: it takes over its partitions' && l.group === group));
+    await until('the broker logged the takeover', () => broker.logs.some((l) => l.msg === 'static member rejoined: it takes over its partitions' && l.group === group));
   });
 });
