@@ -294,7 +294,7 @@ export async function runMqttLoad(port: number, o: MqttLoadOptions): Promise<Mqt
     /** Shared group: deliveries per (publisher, sequence number), grown on demand. */
     const seen: Uint8Array[] = Array.from({ length: P }, () => new Uint8Array(o.shared ? 1 << 16 : 0));
     let progressDirty = false;
-    const subs = await mapLimit(S, 100, async (s) => {
+    await mapLimit(S, 100, async (s) => {
       const c = watch(await mqttConnect(port, `bsub-${tag}-${s}`));
       await mqttSubscribe(c, filter, o.subQos);
       const acks: number[] = [];

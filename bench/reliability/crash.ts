@@ -7,10 +7,13 @@
  * - an idempotent KafkaJS producer (acks=all, one request in flight) sending batches to a 3-partition stream;
  * - an MQTT.js 3.1.1 QoS 1 publisher and an MQTT.js 5.0 QoS 2 publisher (persistent sessions, reconnecting)
  *   publishing to topics captured by a stream bound to `crash/mqtt/#`;
- * - an MQTT.js 5.0 subscriber with a persistent session subscribed to `crash/mqtt/#` at QoS 2.
+ * - an MQTT.js 5.0 subscriber with a persistent session subscribed to `crash/mqtt/#` at QoS 2;
+ * - an amqplib publisher with confirms sending persistent messages into a durable queue, and a JetStream
+ *   publisher (PubAcks) into a stream (bench/reliability/crash-loads.ts).
  * Every acknowledgement (produce response, PUBACK, PUBCOMP) is recorded. After the last cycle the broker runs
  * once more, the clients drain, and every acknowledged message is looked for: Kafka records and MQTT messages
- * read back from the streams with kcat; MQTT messages in what the persistent subscriber received.
+ * read back from the streams with kcat; MQTT messages in what the persistent subscriber received; AMQP messages
+ * consumed from the queue up to a marker; JetStream messages read back from their stream with kcat.
  * Failures: an acknowledged message missing anywhere, a duplicate from the idempotent producer, a Kafka
  * partition out of order. Duplicates of MQTT messages are counted and reported: QoS 1 allows them, and QoS 2
  * across a kill -9 can still produce them (`exactlyOnce` below): the message is made durable and the session
@@ -26,6 +29,7 @@ import kafkajs from 'kafkajs';
 import mqtt, { type MqttClient } from 'mqtt';
 import { FLOWMQ_BIN, kcatConsume, sleep } from '../../test/e2e/harness.js';
 import { prng } from '../../test/helpers/prng.js';
+import { AMQP_QUEUE, AmqpConfirmLoad, JetStreamLoad, JS_STREAM } from './crash-loads.js';
 
 const { Kafka, logLevel } = kafkajs;
 process.env.KAFKAJS_NO_PARTITIONER_WARNING = '1';
@@ -66,6 +70,10 @@ export interface CrashSummary {
   /** MQTT messages as received by the persistent subscriber, per QoS of the publish. */
   subscriberQos1: Tally;
   subscriberQos2: Tally;
+  /** AMQP persistent messages confirmed, as consumed from the durable queue afterwards. */
+  amqpQueue: Tally & { failures: number };
+  /** JetStream publishes with a PubAck, as read back from the stream. */
+  jetstream: Tally & { failures: number };
   /** Whether nothing acknowledged was lost, the idempotent producer wrote each record once, and in order. */
   ok: boolean;
   /** Whether no QoS 2 message was duplicated, in the stream or at the subscriber. */
@@ -90,6 +98,8 @@ async function freePort(): Promise<number> {
 interface Ports {
   mqtt: number;
   kafka: number;
+  amqp: number;
+  nats: number;
   http: number;
 }
 
@@ -101,6 +111,7 @@ class Broker {
     const args = [
       'start', '--data-dir', dataDir, '--host', '127.0.0.1',
       '--mqtt-port', String(ports.mqtt), '--kafka-port', String(ports.kafka), '--http-port', String(ports.http),
+      '--amqp-port', String(ports.amqp), '--nats-port', String(ports.nats),
       '--mqtt-ws-port', '0', '--wal-fsync', 'true', '--log-level', 'warn',
       // Segments seal and the WAL is trimmed between kills, not only at the end.
       '--segment-bytes', '256KiB', '--segment-ms', '3s',
@@ -279,11 +290,12 @@ export async function runCrashTest(opts: CrashOptions): Promise<CrashSummary> {
   // The broker's log (all runs appended), beside the data directory and kept with it.
   const logPath = `${dataDir}.broker.log`;
   const logFile = createWriteStream(logPath);
-  const ports: Ports = { mqtt: await freePort(), kafka: await freePort(), http: await freePort() };
+  const ports: Ports = { mqtt: await freePort(), kafka: await freePort(), amqp: await freePort(), nats: await freePort(), http: await freePort() };
   let broker = new Broker(dataDir, ports, logFile);
   await broker.ready(ports.http);
   await api(ports.http, 'POST', '/api/v1/streams', { name: KAFKA_TOPIC, partitions: 3 });
   await api(ports.http, 'POST', '/api/v1/streams', { name: MQTT_STREAM, partitions: 2, bindings: ['crash/mqtt/#'] });
+  await api(ports.http, 'POST', '/api/v1/streams', { name: JS_STREAM, partitions: 1, bindings: ['crash/js/#'] });
 
   const url = `mqtt://127.0.0.1:${ports.mqtt}`;
   const common = { reconnectPeriod: 200, connectTimeout: 3000, keepalive: 10, clean: false } as const;
@@ -316,6 +328,9 @@ export async function runCrashTest(opts: CrashOptions): Promise<CrashSummary> {
     retry: { retries: 40, initialRetryTime: 100, maxRetryTime: 1000 },
   });
   const kload = new KafkaLoad(kafka);
+  const amqpUrl = `amqp://guest:guest@127.0.0.1:${ports.amqp}`;
+  const aload = new AmqpConfirmLoad(amqpUrl);
+  const jsload = new JetStreamLoad(ports.nats);
 
   let startupKills = 0;
   try {
@@ -334,12 +349,14 @@ export async function runCrashTest(opts: CrashOptions): Promise<CrashSummary> {
       const up = upMin + Math.floor(rnd() * (upMax - upMin));
       await sleep(up);
       await broker.kill();
-      log(`cycle ${cycle}/${opts.cycles}: killed after ${up} ms; acked kafka ${kload.acked.size}, mqtt q1 ${q1.acked.size}, q2 ${q2.acked.size}; received ${received.q1.size + received.q2.size}`);
+      log(`cycle ${cycle}/${opts.cycles}: killed after ${up} ms; acked kafka ${kload.acked.size}, mqtt q1 ${q1.acked.size}, q2 ${q2.acked.size}, amqp ${aload.acked.size}, jetstream ${jsload.acked.size}; received ${received.q1.size + received.q2.size}`);
     }
     // The last run: everything in flight settles, then the streams are read back.
     broker = new Broker(dataDir, ports, logFile);
     await broker.ready(ports.http);
     await kload.drain();
+    await aload.drain(30_000);
+    await jsload.drain(30_000);
     const stuck = (await q1.drain(30_000)) + (await q2.drain(30_000));
     if (stuck > 0) log(`${stuck} MQTT publishes still unacknowledged after 30 s (not counted)`);
     // The subscriber gets everything acknowledged (or the time runs out and what is missing is reported).
@@ -368,6 +385,9 @@ export async function runCrashTest(opts: CrashOptions): Promise<CrashSummary> {
       const [who, n] = String(r.payload).split(':');
       count(who === 'q1' ? streamQ1 : streamQ2, Number(n));
     }
+    const amqpCounts = await aload.readBack(60_000);
+    const jsCounts = new Map<number, number>();
+    for (const r of await kcatConsume(`127.0.0.1:${ports.kafka}`, JS_STREAM)) count(jsCounts, Number(String(r.payload).split(':')[1]));
     const summary: CrashSummary = {
       cycles: opts.cycles,
       startupKills,
@@ -377,6 +397,8 @@ export async function runCrashTest(opts: CrashOptions): Promise<CrashSummary> {
       mqttStreamQos2: tally(q2.acked, streamQ2),
       subscriberQos1: tally(q1.acked, received.q1),
       subscriberQos2: tally(q2.acked, received.q2),
+      amqpQueue: { ...tally(aload.acked, amqpCounts), failures: aload.failures },
+      jetstream: { ...tally(jsload.acked, jsCounts), failures: jsload.failures },
       ok: false,
       exactlyOnce: false,
       dataDir,
@@ -389,6 +411,10 @@ export async function runCrashTest(opts: CrashOptions): Promise<CrashSummary> {
       summary.mqttStreamQos2.lost === 0 &&
       summary.subscriberQos1.lost === 0 &&
       summary.subscriberQos2.lost === 0 &&
+      summary.amqpQueue.lost === 0 &&
+      summary.jetstream.lost === 0 &&
+      summary.amqpQueue.acked > 0 &&
+      summary.jetstream.acked > 0 &&
       summary.kafka.acked > 0 &&
       summary.mqttStreamQos1.acked > 0 &&
       summary.mqttStreamQos2.acked > 0;
@@ -397,6 +423,8 @@ export async function runCrashTest(opts: CrashOptions): Promise<CrashSummary> {
   } finally {
     await Promise.all([q1Client, q2Client, sub].map((c) => c.endAsync(true).catch(() => undefined)));
     await kload.drain().catch(() => undefined);
+    await aload.drain(1000).catch(() => undefined);
+    await jsload.drain(1000).catch(() => undefined);
     await broker.kill();
     logFile.end();
     if (!opts.keep) {
@@ -418,5 +446,7 @@ export function formatSummary(s: CrashSummary): string {
     row('mqtt QoS 2 -> stream', s.mqttStreamQos2),
     row('mqtt QoS 1 -> subscriber', s.subscriberQos1),
     row('mqtt QoS 2 -> subscriber', s.subscriberQos2),
+    row(`amqp confirms -> ${AMQP_QUEUE}`, s.amqpQueue, `  failed publishes ${s.amqpQueue.failures}`),
+    row('jetstream pubacks -> stream', s.jetstream, `  failed publishes ${s.jetstream.failures}`),
   ].join('\n');
 }

@@ -33,7 +33,6 @@ import snappy from 'snappyjs';
 import lz4 from 'lz4js';
 import { gzipSync } from 'node:zlib';
 import { Compression, FlowError, crc32c, decodeBatch, encodeBatch, readBatchInfo, splitBatches } from '../../src/core/index.js';
-import '../../src/protocols/kafka/compression.js';
 import { batchProblem } from '../../src/protocols/kafka/validate.js';
 import {
   ApiVersionsApi,

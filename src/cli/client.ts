@@ -4,7 +4,7 @@
  * FLOWMQ_USER with FLOWMQ_PASSWORD or a prompt on the terminal, sent as HTTP Basic), and what an answer means
  * (the API's JSON error envelope becomes an ApiError carrying its message and code).
  */
-import { UsageError } from './command.js';
+import { UsageError } from './usage-error.js';
 
 export type Auth = { kind: 'token'; token: string } | { kind: 'basic'; name: string; password: string } | null;
 

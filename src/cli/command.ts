@@ -6,9 +6,9 @@
  */
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { ApiClient, resolveAuth } from './client.js';
+import { UsageError } from './usage-error.js';
 
-/** Bad usage: exit code 2, the message and the command's usage. */
-export class UsageError extends Error {}
+export { UsageError };
 
 export type Options = NonNullable<ParseArgsConfig['options']>;
 export type Values = Record<string, string | boolean | string[] | boolean[] | undefined>;

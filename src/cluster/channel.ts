@@ -57,7 +57,9 @@ import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import { createConnection, createServer, type AddressInfo, type Server, type Socket } from 'node:net';
 import type { Logger } from 'pino';
 import { FlowError, type ErrorCode } from '../core/index.js';
-import { LogLimiter } from '../protocols/log-limit.js';
+import { LogLimiter } from '../util/log-limit.js';
+import { backoffDelay } from '../util/backoff.js';
+import { CHANNEL_VERSION, MIN_CHANNEL_VERSION, RPC } from './rpc.js';
 import type { Cluster } from './cluster.js';
 import type { BrokerState, PeerChannel } from './types.js';
 
@@ -91,7 +93,14 @@ export interface TcpChannel extends PeerChannel {
   address(): AddressInfo;
 }
 
+/** The handshake's format, part of its MAC (what messages a peer knows is the channel version of rpc.ts). */
 const PROTOCOL_VERSION = 1;
+
+/** The version both ends speak, given the peer's newest (absent: 1); null when the peer is too old to let in. */
+function negotiate(peerMax: unknown): number | null {
+  const v = typeof peerMax === 'number' && Number.isSafeInteger(peerMax) && peerMax >= 1 ? peerMax : 1;
+  return v < MIN_CHANNEL_VERSION ? null : Math.min(v, CHANNEL_VERSION);
+}
 const HEADER = 11;
 const PRE_AUTH_MAX_FRAME = 4096;
 /** Connections still in their handshake at once (more are closed at accept). */
@@ -99,6 +108,7 @@ const MAX_HANDSHAKES = 256;
 /** Reconnect backoff: first retry, cap. Well under the lease, so a blip costs less than a failover. */
 const BACKOFF_MIN_MS = 50;
 const BACKOFF_MAX_MS = 1000;
+const reconnectDelay = (failures: number): number => backoffDelay(failures, BACKOFF_MIN_MS, BACKOFF_MAX_MS);
 /** Small frames are concatenated into one buffer per write; bodies at least this big are written as they are. */
 const COPY_BELOW = 16 * 1024;
 /** Size of a connection's staging buffer for small frames. */
@@ -143,7 +153,10 @@ interface Pending {
 }
 
 interface Hello {
+  /** The handshake's format (its MAC); the messages' version is `max`. */
   v: number;
+  /** The newest channel version the sender speaks (absent: 1). */
+  max?: number;
   id: number;
   inc: string;
   nonce: string;
@@ -151,6 +164,7 @@ interface Hello {
 
 interface Auth {
   v: number;
+  max?: number;
   id: number;
   inc: string;
   nonce: string;
@@ -379,7 +393,8 @@ class Peer {
   backlogBytes = 0;
   readonly pending = new Map<number, Pending>();
   readonly readyWaiters: Array<() => void> = [];
-  backoffMs = 0;
+  /** Connection failures in a row (the reconnect backoff's attempt). */
+  failures = 0;
   /** No connection attempt before this time (after a failure). */
   retryAt = 0;
   retryTimer: NodeJS.Timeout | null = null;
@@ -391,6 +406,8 @@ class Peer {
   /** The store or view says the peer is dead or gone: no background reconnection (on use only). */
   gone = false;
   incarnation = '';
+  /** The channel version both ends speak (rpc.ts), known once a connection was made. */
+  version: number | undefined = undefined;
   readonly figures = newFigures();
   constructor(readonly id: number) {}
 
@@ -445,7 +462,7 @@ class Channel implements TcpChannel {
     this.ticker = setInterval(() => this.tick(), Math.max(50, Math.min(this.pingMs, 1000)));
     this.ticker.unref();
     // A built-in request every broker answers (id, incarnation, clock): health checks and tests of a live cluster.
-    this.handlers.set('channel.ping', () => Buffer.from(JSON.stringify({ id: this.cluster.id, incarnation: this.cluster.incarnation, at: Date.now() })));
+    this.handlers.set(RPC.ping.name, () => RPC.ping.reply.encode({ id: this.cluster.id, incarnation: this.cluster.incarnation, at: Date.now() }));
     this.onMembership = () => this.checkMembership();
     this.cluster.on('membership', this.onMembership);
   }
@@ -545,6 +562,10 @@ class Channel implements TcpChannel {
       peer.backlogBytes -= HEADER + f.body.length;
       if (f.type !== T.REQUEST || peer.pending.has(f.id)) c.write(f.type, f.id, f.method, f.body);
     }
+  }
+
+  peerVersion(to: number): number | undefined {
+    return to === this.cluster.id ? CHANNEL_VERSION : this.peers.get(to)?.version;
   }
 
   ready(to: number): Promise<void> {
@@ -656,14 +677,13 @@ class Channel implements TcpChannel {
       peer.figures.connectFailures++;
       peer.lastError = (err as Error).message;
       peer.stale = true;
-      peer.backoffMs = peer.backoffMs === 0 ? BACKOFF_MIN_MS : Math.min(BACKOFF_MAX_MS, peer.backoffMs * 2);
-      peer.retryAt = Date.now() + peer.backoffMs;
+      peer.retryAt = Date.now() + reconnectDelay(++peer.failures);
       peer.figures.dropped += peer.backlog.filter((f) => f.type === T.ONEWAY).length;
       peer.backlog = [];
       peer.backlogBytes = 0;
       this.rejectAll(peer, new FlowError('UNAVAILABLE', `broker ${peer.id} cannot be reached: ${peer.lastError}`));
       for (const w of peer.readyWaiters.splice(0)) w();
-      if (!this.closed) this.limiter.log('warn', `dial|${peer.id}`, { peer: peer.id, err: peer.lastError, retryInMs: peer.backoffMs }, 'cluster channel: cannot connect to a peer');
+      if (!this.closed) this.limiter.log('warn', `dial|${peer.id}`, { peer: peer.id, err: peer.lastError, retryInMs: reconnectDelay(peer.failures) }, 'cluster channel: cannot connect to a peer');
       this.scheduleRetry(peer);
       throw err instanceof FlowError ? err : new FlowError('UNAVAILABLE', `broker ${peer.id} cannot be reached: ${peer.lastError}`, { cause: err });
     };
@@ -678,7 +698,7 @@ class Channel implements TcpChannel {
         peer.stale = false;
         peer.seenAlive = false;
         peer.conn = conn;
-        peer.backoffMs = 0;
+        peer.failures = 0;
         peer.retryAt = 0;
         peer.lastError = '';
         peer.figures.connects++;
@@ -743,8 +763,11 @@ class Channel implements TcpChannel {
               const h = parseJson<Hello>(body);
               if (!h || h.v !== PROTOCOL_VERSION || typeof h.id !== 'number' || typeof h.inc !== 'string' || typeof h.nonce !== 'string') return fail(`broker at ${ep.host}:${ep.port} sent a bad hello`);
               if (h.id !== peer.id) return fail(`${ep.host}:${ep.port} is broker ${h.id}, not broker ${peer.id} (a stale address)`);
+              const version = negotiate(h.max);
+              if (version === null) return fail(`broker ${h.id} speaks channel version ${String(h.max)}, older than ${MIN_CHANNEL_VERSION} (the oldest this broker accepts)`);
+              peer.version = version;
               hello = h;
-              const auth: Auth = { v: PROTOCOL_VERSION, ...me, to: h.id, toInc: h.inc, mac: mac(this.secret, 'dial', h, me).toString('hex') };
+              const auth: Auth = { v: PROTOCOL_VERSION, max: CHANNEL_VERSION, ...me, to: h.id, toInc: h.inc, mac: mac(this.secret, 'dial', h, me).toString('hex') };
               c.write(T.AUTH, 0, null, Buffer.from(JSON.stringify(auth)));
               return;
             }
@@ -820,8 +843,7 @@ class Channel implements TcpChannel {
     peer.conn = null;
     peer.lastError = why;
     peer.stale = true;
-    peer.backoffMs = peer.backoffMs === 0 ? BACKOFF_MIN_MS : Math.min(BACKOFF_MAX_MS, peer.backoffMs * 2);
-    peer.retryAt = Date.now() + peer.backoffMs;
+    peer.retryAt = Date.now() + reconnectDelay(++peer.failures);
     const n = this.rejectAll(peer, new FlowError('UNAVAILABLE', `the connection to broker ${peer.id} was lost (${why})`));
     peer.figures.rejectedOnLoss += n;
     peer.figures.dropped += peer.backlog.filter((f) => f.type === T.ONEWAY).length;
@@ -859,7 +881,7 @@ class Channel implements TcpChannel {
       socket.destroy();
       return;
     }
-    const hello: Hello = { v: PROTOCOL_VERSION, id: this.cluster.id, inc: this.cluster.incarnation, nonce: randomBytes(16).toString('hex') };
+    const hello: Hello = { v: PROTOCOL_VERSION, max: CHANNEL_VERSION, id: this.cluster.id, inc: this.cluster.incarnation, nonce: randomBytes(16).toString('hex') };
     let state: 'hello' | 'checking' | 'open' = 'hello';
     const conn: Conn = new Conn(
       socket,
@@ -874,6 +896,8 @@ class Channel implements TcpChannel {
         }
         if (!sameMac(mac(this.secret, 'dial', hello, a), a.mac)) return refuse('wrong cluster secret', 'secret', { broker: a.id });
         if (a.to !== hello.id || a.toInc !== hello.inc) return refuse('authenticated for another broker', 'bad-handshake', { broker: a.id });
+        const version = negotiate(a.max);
+        if (version === null) return refuse(`broker ${a.id} speaks channel version ${String(a.max)}, older than ${MIN_CHANNEL_VERSION}`, 'version', { broker: a.id });
         state = 'checking';
         void this.known(a.id, a.inc).then(
           (ok) => {
@@ -886,6 +910,7 @@ class Channel implements TcpChannel {
             c.peer = a.id;
             c.peerInc = a.inc;
             c.figures = this.peer(a.id).figures;
+            this.peer(a.id).version = version;
             let set = this.accepted.get(a.id);
             if (!set) this.accepted.set(a.id, (set = new Set()));
             // A restarted peer's old connections are dead weight (their requests' callers are gone).

@@ -29,7 +29,8 @@ import { FlowError, type Engine, type LiveHook, type Message } from '../core/ind
 import type { Cluster } from './cluster.js';
 import { LocalInterest, RemoteInterest, type InterestMessage, type RemoteEntry, type Rule } from './interest.js';
 import type { PeerChannel } from './types.js';
-import { decodeBody, decodeMessage, encodeBody, encodeMessage, packBuffers, unpackBuffers } from './wire.js';
+import { call, cast, castAll, RPC, serve, type LivePublishHead } from './rpc.js';
+import { decodeMessage, encodeMessage, packBuffers, unpackBuffers } from './wire.js';
 
 /** Messages for one peer are sent at the latest once their encoded size passes this (then again next tick). */
 const BATCH_BYTES = 1 << 20;
@@ -47,17 +48,6 @@ interface Outgoing {
   bytes: number;
 }
 
-/** Head of `live.publish`. */
-interface PublishHead {
-  /** [index, liveKeys of the shared groups the receiver serves for that message], ascending. */
-  g: Array<[number, string[]]>;
-  /**
-   * [index, deliverTopic, status, guardTopic] of messages carrying these delivery-only properties, which the
-   * stored-message encoding leaves out (a JetStream delivery to an inbox names its stream subject and is guarded by
-   * it; a NATS status such as 503). A broker of the version before guard topics sends three elements.
-   */
-  x?: Array<[number, string | null, string | null, (string | null)?]>;
-}
 
 const NO_GROUPS: ReadonlySet<string> = new Set();
 const SYS_PREFIX = '$SYS/';
@@ -125,17 +115,17 @@ export class Live implements LiveHook {
     if (opts.engine.live !== null) throw new Error('live: the engine already has a live hook');
     const live = new Live(opts);
     const ch = opts.channel;
-    ch.on('live.publish', (from, body) => live.onPublish(from, body));
-    ch.on('live.interest', (from, body) => live.onInterest(from, body));
-    ch.on('live.sync', (from, body) => live.onSync(from, body));
-    ch.handle('live.snapshot', () => {
+    // Decoded (and checked) by each handler: a bad interest delta asks for a snapshot rather than being dropped.
+    ch.on(RPC.livePublish.name, (from, body) => live.onPublish(from, body));
+    ch.on(RPC.liveInterest.name, (from, body) => live.onInterest(from, body));
+    ch.on(RPC.liveSync.name, (from, body) => live.onSync(from, body));
+    serve(ch, RPC.liveSnapshot, () => {
       live.stats.snapshotsServed++;
       live.local.incarnation = live.cluster.incarnation;
-      return encodeBody(live.local.snapshot());
+      return live.local.snapshot();
     });
-    ch.handle('live.retained', (_from, body) => {
-      const topic = body.toString('utf8');
-      const m = live.engine.retained.get(topic);
+    serve(ch, RPC.liveRetained, (_from, topic) => {
+      const m = live.engine.retained.get(topic.toString('utf8'));
       return m === undefined ? Buffer.alloc(0) : encodeMessage(m);
     });
     await opts.cluster.store.listen('retained', (payload) => live.onRetainedNotify(payload));
@@ -174,7 +164,7 @@ export class Live implements LiveHook {
       if (!this.mPlain.includes(e.broker)) this.mPlain.push(e.broker);
       return;
     }
-    const groups = (this.mGroups ??= new Map());
+    const groups = (this.mGroups ??= new Map<string, number[]>());
     const list = groups.get(e.key);
     if (list === undefined) groups.set(e.key, [e.broker]);
     else if (!list.includes(e.broker)) list.push(e.broker);
@@ -301,8 +291,8 @@ export class Live implements LiveHook {
   }
 
   private sendBatch(to: number, o: Outgoing): void {
-    const head: PublishHead = o.extras.length > 0 ? { g: o.groups, x: o.extras } : { g: o.groups };
-    this.channel.send(to, 'live.publish', encodeBody(head, packBuffers(o.msgs)));
+    const head: LivePublishHead = o.extras.length > 0 ? { g: o.groups, x: o.extras } : { g: o.groups };
+    cast(this.channel, to, RPC.livePublish, head, packBuffers(o.msgs));
     this.stats.forwardedBatches++;
   }
 
@@ -312,8 +302,7 @@ export class Live implements LiveHook {
     this.local.incarnation = this.cluster.incarnation;
     const delta = this.local.takeDelta();
     if (delta === null) return;
-    const body = encodeBody(delta);
-    for (const id of this.peers()) this.channel.send(id, 'live.interest', body);
+    castAll(this.channel, this.peers(), RPC.liveInterest, delta);
     this.stats.deltasSent++;
   }
 
@@ -329,10 +318,10 @@ export class Live implements LiveHook {
   // ---------------------------------------------------------------- incoming
 
   private onPublish(from: number, body: Buffer): void {
-    let head: PublishHead;
+    let head: LivePublishHead;
     let msgs: Buffer[];
     try {
-      const d = decodeBody<PublishHead>(body);
+      const d = RPC.livePublish.message.decode(body, `live.publish from broker ${from}`);
       head = d.head;
       msgs = unpackBuffers(d.tail);
     } catch (err) {
@@ -368,7 +357,7 @@ export class Live implements LiveHook {
   private onInterest(from: number, body: Buffer): void {
     let msg: InterestMessage;
     try {
-      msg = decodeBody<InterestMessage>(body).head;
+      msg = RPC.liveInterest.message.decode(body, `live.interest from broker ${from}`).head;
     } catch (err) {
       this.logger.warn({ err, from }, 'live: an interest delta cannot be decoded; asking for a snapshot');
       this.fetchSnapshot(from);
@@ -385,7 +374,7 @@ export class Live implements LiveHook {
   private onSync(from: number, body: Buffer): void {
     let msg: InterestMessage;
     try {
-      msg = decodeBody<InterestMessage>(body).head;
+      msg = RPC.liveSync.message.decode(body, `live.sync from broker ${from}`).head;
     } catch {
       return;
     }
@@ -399,10 +388,8 @@ export class Live implements LiveHook {
     if (this.syncing.has(id) || this.closed) return;
     this.syncing.set(id, []);
     this.stats.snapshotsRequested++;
-    this.channel
-      .request(id, 'live.snapshot', Buffer.alloc(0))
-      .then((reply) => {
-        const snap = decodeBody<InterestMessage>(reply).head;
+    call(this.channel, id, RPC.liveSnapshot, null)
+      .then(({ head: snap }) => {
         const b = this.cluster.broker(id);
         // A snapshot of an incarnation the view knows to be gone is void.
         if (b !== undefined && (!b.alive || b.incarnation !== snap.i)) {
@@ -437,8 +424,7 @@ export class Live implements LiveHook {
     this.flushInterest();
     // Registered again after a lost lease: a new incarnation, whose table the others fetch when they see it.
     this.local.incarnation = this.cluster.incarnation;
-    const beat = encodeBody({ i: this.local.incarnation, s: this.local.seq } satisfies InterestMessage);
-    for (const id of peers) this.channel.send(id, 'live.sync', beat);
+    castAll(this.channel, peers, RPC.liveSync, { i: this.local.incarnation, s: this.local.seq });
   }
 
   // ---------------------------------------------------------------- retained
@@ -456,9 +442,8 @@ export class Live implements LiveHook {
     }
     if (n.i === this.cluster.incarnation) return;
     if (n.big === true && typeof n.b === 'number') {
-      this.channel
-        .request(n.b, 'live.retained', Buffer.from(n.t))
-        .then((reply) => {
+      call(this.channel, n.b, RPC.liveRetained, Buffer.from(n.t))
+        .then(({ head: reply }) => {
           this.engine.applyRetained(n.t, reply.length === 0 ? null : decodeMessage(reply));
           this.stats.retainedApplied++;
         })

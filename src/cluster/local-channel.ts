@@ -14,10 +14,13 @@ interface Ends {
 
 export class LocalHub {
   private readonly ends = new Map<number, Ends>();
+  /** Channel versions brokers are made to speak (a rolling upgrade in a test); unset, a peer's version is unknown (no check). */
+  readonly versions = new Map<number, number>();
 
   channel(id: number): PeerChannel {
     const me: Ends = { handlers: new Map(), listeners: new Map(), up: true };
     this.ends.set(id, me);
+    // eslint-disable-next-line @typescript-eslint/no-this-alias -- the channel object returned below has methods of its own `this`
     const hub = this;
     let dropped = 0;
     return {
@@ -46,6 +49,9 @@ export class LocalHub {
         setImmediate(() => peer.listeners.get(method)?.(id, copy));
       },
       async ready() {},
+      peerVersion(to: number) {
+        return hub.ends.has(to) ? hub.versions.get(to) : undefined;
+      },
       connected() {
         return me.up ? [...hub.ends].filter(([k, e]) => k !== id && e.up).map(([k]) => k) : [];
       },

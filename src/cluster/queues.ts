@@ -40,7 +40,8 @@ import {
 } from '../core/index.js';
 import type { Cluster } from './cluster.js';
 import type { PeerChannel } from './types.js';
-import { decodeBody, decodeMessage, encodeBody, encodeMessage, packBuffers, unpackBuffers } from './wire.js';
+import { call, cast, listen, RPC, serve, WithTail, type QueueDeliverItem, type RpcReply, type RpcRequest } from './rpc.js';
+import { decodeMessage, encodeMessage, packBuffers, unpackBuffers } from './wire.js';
 
 /**
  * Deliveries a remote consumer may receive ahead of its broker handing them to the client: the consumer's own
@@ -103,7 +104,7 @@ class Served implements QueueConsumer {
   }
   cancelled(reason: string): void {
     this.cq.dropServed(this);
-    this.cq.channel.send(this.from, 'queue.cancelled', encodeBody({ k: this.key, r: reason }));
+    cast(this.cq.channel, this.from, RPC.queueCancelled, { k: this.key, r: reason });
   }
 }
 
@@ -152,12 +153,17 @@ class Link {
       this.outstanding = credit;
       this.broker = owner.broker;
       try {
-        const reply = await this.cq.channel.request(
-          owner.broker,
-          'queue.consume',
-          encodeBody({ q: name, k: this.key, i: cl.incarnation, t: c.tag, o: c.owner, n: c.noAck, p: c.priority ?? 0, x: this.h.exclusive, c: credit }),
-        );
-        const { head } = decodeBody<{ e: number; s: Stats }>(reply);
+        const { head } = await call(this.cq.channel, owner.broker, RPC.queueConsume, {
+          q: name,
+          k: this.key,
+          i: cl.incarnation,
+          t: c.tag,
+          o: c.owner,
+          n: c.noAck,
+          p: c.priority ?? 0,
+          x: this.h.exclusive,
+          c: credit,
+        });
         if (this.state !== 'opening') {
           this.cq.cancelRemote(this, owner.broker, head.e);
           return;
@@ -216,10 +222,10 @@ class Link {
     this.outstanding += n;
     this.granting = true;
     const broker = this.broker;
-    this.cq.channel.request(broker, 'queue.credit', encodeBody({ q: this.q.def.name, k: this.key, i: this.cq.cluster.incarnation, n })).then(
-      (reply) => {
+    call(this.cq.channel, broker, RPC.queueCredit, { q: this.q.def.name, k: this.key, i: this.cq.cluster.incarnation, n }).then(
+      ({ head }) => {
         this.granting = false;
-        if (!decodeBody<{ ok: boolean }>(reply).head.ok) this.q.reopen(this);
+        if (!head.ok) this.q.reopen(this);
         else this.maybeGrant();
       },
       () => {
@@ -379,8 +385,7 @@ export class ClusterQueue implements QueueRuntime {
     const owner = this.cluster.owner('queue', this.def.name) ?? (await this.cluster.lookup('queue', this.def.name));
     if (!owner || owner.broker === this.cluster.id) return;
     // Counts for a declare-ok: not worth holding the client up while the owner moves.
-    const reply = await this.cq.channel.request(owner.broker, 'queue.stats', encodeBody({ q: this.def.name }), 1000);
-    this.cached = decodeBody<{ s: Stats }>(reply).head.s;
+    this.cached = (await call(this.cq.channel, owner.broker, RPC.queueStats, { q: this.def.name }, { timeoutMs: 1000 })).head.s;
   }
 
   consume(c: QueueConsumer, opts?: { exclusive?: boolean }): void {
@@ -445,9 +450,7 @@ export class ClusterQueue implements QueueRuntime {
       const d = await q.get(owner, noAck);
       return d && this.translate(d, owner, noAck, this.cluster.id, this.epoch);
     }, async (broker) => {
-      const r = decodeBody<{ d: Omit<QueueDelivery, 'msg'> | null; e: number; s: Stats }>(
-        await this.cq.channel.request(broker, 'queue.get', encodeBody({ q: this.def.name, o: owner, n: noAck, i: this.cluster.incarnation })),
-      );
+      const r = await call(this.cq.channel, broker, RPC.queueGet, { q: this.def.name, o: owner, n: noAck, i: this.cluster.incarnation });
       this.cached = r.head.s;
       if (r.head.d === null) return null;
       return this.translate({ ...r.head.d, msg: decodeMessage(r.tail) }, owner, noAck, broker, r.head.e);
@@ -491,12 +494,12 @@ export class ClusterQueue implements QueueRuntime {
     }
     for (const g of groups.values()) {
       const { broker, epoch } = g[0].o;
-      const body = encodeBody({ q: this.def.name, e: epoch, ops: g.map((s) => [s.o.id, s.op]) });
+      const ops = g.map((s): [number, number] => [s.o.id, s.op]);
       const done = () => {
         for (const s of g) s.resolve();
       };
       // A settle that does not arrive leaves the message unacked at the owner: redelivered, never lost.
-      this.cq.channel.request(broker, 'queue.settle', body).then(done, done);
+      call(this.cq.channel, broker, RPC.queueSettle, { q: this.def.name, e: epoch, ops }).then(done, done);
     }
   }
 
@@ -509,7 +512,7 @@ export class ClusterQueue implements QueueRuntime {
     }
     const cur = this.cluster.owner('queue', this.def.name);
     if (cur && cur.broker !== this.cluster.id) {
-      this.cq.channel.request(cur.broker, 'queue.release', encodeBody({ q: this.def.name, o: owner, i: this.cluster.incarnation })).catch(ignore);
+      call(this.cq.channel, cur.broker, RPC.queueRelease, { q: this.def.name, o: owner, i: this.cluster.incarnation }).catch(ignore);
     }
   }
 
@@ -567,8 +570,7 @@ export class ClusterQueue implements QueueRuntime {
         async (broker) => {
           this.cq.stats.forwarded += batch.length;
           this.cq.stats.forwardedBatches++;
-          const reply = await this.cq.channel.request(broker, 'queue.publish', encodeBody({ q: this.def.name }, packBuffers(batch.map((b) => b.data))));
-          const r = decodeBody<{ r: number[] }>(reply).head.r;
+          const { r } = (await call(this.cq.channel, broker, RPC.queuePublish, { q: this.def.name }, { tail: packBuffers(batch.map((b) => b.data)) })).head;
           batch.forEach((b, i) => (r[i] === 1 ? b.reject(new FlowError('LIMIT_EXCEEDED', `queue ${this.def.name} is full (x-overflow reject-publish)`)) : b.resolve()));
         },
       );
@@ -609,7 +611,7 @@ export class ClusterQueue implements QueueRuntime {
   async purge(): Promise<number> {
     return this.toOwner(
       (q) => q.purge(),
-      async (broker) => decodeBody<{ n: number }>(await this.cq.channel.request(broker, 'queue.purge', encodeBody({ q: this.def.name }))).head.n,
+      async (broker) => (await call(this.cq.channel, broker, RPC.queuePurge, { q: this.def.name })).head.n,
     );
   }
 
@@ -627,7 +629,7 @@ export class ClusterQueue implements QueueRuntime {
       let done = false;
       if (owner && owner.broker !== this.cluster.id) {
         try {
-          n = decodeBody<{ n: number }>(await this.cq.channel.request(owner.broker, 'queue.delete', encodeBody({ q: this.def.name }))).head.n;
+          n = (await call(this.cq.channel, owner.broker, RPC.queueDelete, { q: this.def.name })).head.n;
           done = true;
         } catch {
           // unreachable owner: drop the storage from here (its writes are fenced once it is gone)
@@ -768,27 +770,22 @@ export class ClusterQueues {
       );
     });
     const ch = this.channel;
-    ch.handle('queue.publish', (from, body) => this.onPublish(body));
-    ch.handle('queue.consume', (from, body) => this.onConsume(from, body));
-    ch.handle('queue.credit', (from, body) => this.onCredit(from, body));
-    ch.handle('queue.cancel', (from, body) => this.onCancel(from, body));
-    ch.handle('queue.deliver', (from, body) => this.onDeliver(from, body));
-    ch.handle('queue.get', (from, body) => this.onGet(from, body));
-    ch.handle('queue.settle', (from, body) => this.onSettle(body));
-    ch.handle('queue.release', (from, body) => this.onRelease(from, body));
-    ch.handle('queue.purge', async (from, body) => encodeBody({ n: await this.owned(decodeBody<{ q: string }>(body).head.q).purge() }));
-    ch.handle('queue.delete', async (from, body) => {
-      const q = decodeBody<{ q: string }>(body).head.q;
+    serve(ch, RPC.queuePublish, (_from, head, tail) => this.onPublish(head, tail));
+    serve(ch, RPC.queueConsume, (from, head) => this.onConsume(from, head));
+    serve(ch, RPC.queueCredit, (from, head) => this.onCredit(from, head));
+    serve(ch, RPC.queueCancel, (from, head) => this.onCancel(from, head));
+    serve(ch, RPC.queueDeliver, (from, head, tail) => this.onDeliver(from, head, tail));
+    serve(ch, RPC.queueGet, (from, head) => this.onGet(from, head));
+    serve(ch, RPC.queueSettle, (_from, head) => this.onSettle(head));
+    serve(ch, RPC.queueRelease, (from, head) => this.onRelease(from, head));
+    serve(ch, RPC.queuePurge, async (_from, head) => ({ n: await this.owned(head.q).purge() }));
+    serve(ch, RPC.queueDelete, async (_from, { q }) => {
       if (!this.queues.get(q)?.local) throw new FlowError('NOT_OWNER', `queue ${q} is not served by broker ${this.cluster.id}`);
-      return encodeBody({ n: await this.router.deleteQueue(q) });
+      return { n: await this.router.deleteQueue(q) };
     });
-    ch.handle('queue.stats', (from, body) => encodeBody({ s: this.owned(decodeBody<{ q: string }>(body).head.q).stats() }));
-    ch.handle('queue.check', (from, body) => {
-      const { head } = decodeBody<{ i: string; k: string[] }>(body);
-      return encodeBody({ missing: head.k.filter((k) => !this.served.has(`${from}/${head.i}/${k}`)) });
-    });
-    ch.on('queue.cancelled', (from, body) => {
-      const { head } = decodeBody<{ k: string; r: string }>(body);
+    serve(ch, RPC.queueStats, (_from, head) => ({ s: this.owned(head.q).stats() }));
+    serve(ch, RPC.queueCheck, (from, head) => ({ missing: head.k.filter((k) => !this.served.has(`${from}/${head.i}/${k}`)) }));
+    listen(ch, RPC.queueCancelled, (from, head) => {
       const l = this.links.get(head.k);
       if (!l || l.broker !== from) return;
       l.close();
@@ -840,13 +837,12 @@ export class ClusterQueues {
   cancelRemote(l: Link, broker: number, epoch: number): void {
     if (broker < 0) return;
     const requeue = l.buffer.splice(0).filter((b) => b.epoch === epoch).map((b) => b.d.id);
-    this.channel.request(broker, 'queue.cancel', encodeBody({ q: l.q.def.name, k: l.key, i: this.cluster.incarnation, e: epoch, r: requeue })).catch(ignore);
+    call(this.channel, broker, RPC.queueCancel, { q: l.q.def.name, k: l.key, i: this.cluster.incarnation, e: epoch, r: requeue }).catch(ignore);
   }
 
   // ------------------------------------------------------------- owner side
 
-  private async onPublish(body: Buffer): Promise<Buffer> {
-    const { head, tail } = decodeBody<{ q: string }>(body);
+  private async onPublish(head: { q: string }, tail: Buffer): Promise<{ r: number[] }> {
     const q = this.owned(head.q);
     const msgs = unpackBuffers(tail);
     const r: number[] = [];
@@ -857,11 +853,10 @@ export class ClusterQueues {
       if (res.durable) durable.push(res.durable);
     }
     await Promise.all(durable);
-    return encodeBody({ r });
+    return { r };
   }
 
-  private onConsume(from: number, body: Buffer): Buffer {
-    const { head } = decodeBody<{ q: string; k: string; i: string; t: string; o: string; n: boolean; p: number; x: boolean; c: number }>(body);
+  private onConsume(from: number, head: RpcRequest<typeof RPC.queueConsume>): { e: number; s: Stats } {
     const w = this.queues.get(head.q);
     const q = this.owned(head.q);
     const sk = `${from}/${head.i}/${head.k}`;
@@ -877,54 +872,49 @@ export class ClusterQueues {
         throw err;
       }
     }
-    return encodeBody({ e: w!.epoch, s: q.stats() });
+    return { e: w!.epoch, s: q.stats() };
   }
 
-  private onCredit(from: number, body: Buffer): Buffer {
-    const { head } = decodeBody<{ q: string; k: string; i: string; n: number }>(body);
+  private onCredit(from: number, head: RpcRequest<typeof RPC.queueCredit>): { ok: boolean } {
     const s = this.served.get(`${from}/${head.i}/${head.k}`);
     const q = this.queues.get(head.q)?.local;
-    if (!s || !q || s.closed) return encodeBody({ ok: false });
+    if (!s || !q || s.closed) return { ok: false };
     s.credit += head.n;
     q.resume(s);
-    return encodeBody({ ok: true });
+    return { ok: true };
   }
 
-  private onCancel(from: number, body: Buffer): Buffer {
-    const { head } = decodeBody<{ q: string; k: string; i: string; e: number; r: number[] }>(body);
+  private onCancel(from: number, head: RpcRequest<typeof RPC.queueCancel>): Record<string, never> {
     const s = this.served.get(`${from}/${head.i}/${head.k}`);
     if (s) this.dropServed(s);
     const w = this.queues.get(head.q);
     if (w?.local && w.epoch === head.e) for (const id of head.r) w.local.nack(id, true).catch(ignore);
-    return encodeBody({});
+    return {};
   }
 
-  private async onGet(from: number, body: Buffer): Promise<Buffer> {
-    const { head } = decodeBody<{ q: string; o: string; n: boolean; i: string }>(body);
+  private async onGet(from: number, head: RpcRequest<typeof RPC.queueGet>): Promise<RpcReply<typeof RPC.queueGet> | WithTail<RpcReply<typeof RPC.queueGet>>> {
     const w = this.queues.get(head.q);
     const q = this.owned(head.q);
     const owner = peerOwner(from, head.i, head.o);
     if (!head.n) this.notePeer(from, head.i, head.q, owner);
     const d = await q.get(owner, head.n);
-    if (d === null) return encodeBody({ d: null, e: w!.epoch, s: q.stats() });
+    if (d === null) return { d: null, e: w!.epoch, s: q.stats() };
     const { msg, ...rest } = d;
-    return encodeBody({ d: rest, e: w!.epoch, s: q.stats() }, encodeMessage(msg));
+    return new WithTail({ d: rest, e: w!.epoch, s: q.stats() }, encodeMessage(msg));
   }
 
-  private async onSettle(body: Buffer): Promise<Buffer> {
-    const { head } = decodeBody<{ q: string; e: number; ops: Array<[number, number]> }>(body);
+  private async onSettle(head: RpcRequest<typeof RPC.queueSettle>): Promise<Record<string, never>> {
     const w = this.queues.get(head.q);
     // Settles of deliveries by a former owner are moot: the queue was reloaded and redelivers them.
-    if (!w?.local || w.epoch !== head.e) return encodeBody({});
+    if (!w?.local || w.epoch !== head.e) return {};
     const q = w.local;
     await Promise.all(head.ops.map(([id, op]) => (op === 0 ? q.ack(id) : q.nack(id, op === 1)).catch(ignore)));
-    return encodeBody({});
+    return {};
   }
 
-  private onRelease(from: number, body: Buffer): Buffer {
-    const { head } = decodeBody<{ q: string; o: string; i: string }>(body);
+  private onRelease(from: number, head: RpcRequest<typeof RPC.queueRelease>): Record<string, never> {
     this.queues.get(head.q)?.local?.release(peerOwner(from, head.i, head.o));
-    return encodeBody({});
+    return {};
   }
 
   private notePeer(from: number, inc: string, queue: string, owner: string): void {
@@ -978,9 +968,9 @@ export class ClusterQueues {
         if (!s.noAck && w.local && w.epoch === box.items[i].e) w.local.nack(id, true).catch(ignore);
       }
     };
-    this.channel.request(to, 'queue.deliver', encodeBody(box.items, packBuffers(box.bufs))).then(
-      (reply) => {
-        const refused = decodeBody<{ refuse: number[] }>(reply).head.refuse;
+    call(this.channel, to, RPC.queueDeliver, box.items, { tail: packBuffers(box.bufs) }).then(
+      ({ head }) => {
+        const refused = head.refuse;
         // Refused: that consumer is gone there (its cancel did not arrive): drop it, or it would take them again.
         for (const i of refused) this.dropServed(box.refs[i].s);
         requeue(refused);
@@ -994,8 +984,7 @@ export class ClusterQueues {
   }
 
   /** Consumer side: deliveries from an owner. */
-  private onDeliver(from: number, body: Buffer): Buffer {
-    const { head, tail } = decodeBody<Array<{ q: string; k: string; i: number; r: boolean; n: number; m: number; e: number }>>(body);
+  private onDeliver(from: number, head: QueueDeliverItem[], tail: Buffer): { refuse: number[] } {
     const bufs = unpackBuffers(tail);
     const refuse: number[] = [];
     head.forEach((it, idx) => {
@@ -1006,7 +995,7 @@ export class ClusterQueues {
       }
       l.take({ queue: it.q, id: it.i, msg: decodeMessage(bufs[idx]), redelivered: it.r, deliveryCount: it.n, remaining: it.m }, it.e);
     });
-    return encodeBody({ refuse });
+    return { refuse };
   }
 
   /** Owner side: the deliveries and consumers of brokers that died go back to their queues. */
@@ -1048,8 +1037,8 @@ export class ClusterQueues {
       await Promise.all(
         [...byBroker].map(async ([broker, links]) => {
           try {
-            const reply = await this.channel.request(broker, 'queue.check', encodeBody({ i: this.cluster.incarnation, k: links.map((l) => l.key) }));
-            const missing = new Set(decodeBody<{ missing: string[] }>(reply).head.missing);
+            const { head } = await call(this.channel, broker, RPC.queueCheck, { i: this.cluster.incarnation, k: links.map((l) => l.key) });
+            const missing = new Set(head.missing);
             for (const l of links) if (missing.has(l.key) && l.state === 'open') l.q.reopen(l);
           } catch {
             for (const l of links) if (l.state === 'open') l.q.reopen(l);

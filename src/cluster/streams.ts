@@ -40,9 +40,11 @@ import {
   type StreamStorage,
 } from '../core/index.js';
 import type { LogManager } from '../storage/log/index.js';
+import { backoffDelay } from '../util/backoff.js';
 import type { Cluster } from './cluster.js';
 import type { OwnershipHandler, PeerChannel } from './types.js';
-import { decodeBody, encodeBody, packBuffers, unpackBuffers } from './wire.js';
+import { call, castAll, listen, RPC, serve, WithTail, type AppendAnswer } from './rpc.js';
+import { packBuffers, unpackBuffers } from './wire.js';
 
 /** Remote offsets older than this are refreshed (in the background) when asked for. */
 const OFFSETS_STALE_MS = 1000;
@@ -94,7 +96,6 @@ interface Forward {
 }
 
 /** An item's answer in a `stream.append` reply: the offset (and duplicate flag), or an error. */
-type AppendReply = { o: number; d?: 1; h: number; l: number } | { e: string; m: string };
 
 export interface ClusterStreamsOptions {
   log: LogManager;
@@ -216,8 +217,7 @@ export class ClusterStreams implements StreamStorage {
     }
     for (const name of this.pushed.keys()) if (!held.has(name)) this.pushed.delete(name);
     if (list.length === 0 || peers.length === 0) return;
-    const body = encodeBody(list);
-    for (const peer of peers) this.channel.send(peer, 'stream.hw', body);
+    castAll(this.channel, peers, RPC.streamHw, list);
   }
 
   // ---------------------------------------------------------------- ownership
@@ -390,7 +390,7 @@ export class ClusterStreams implements StreamStorage {
   private async resolveOwner(name: string, parked: { items: Forward[]; tries: number }): Promise<void> {
     const { stream, partition } = parseName(name);
     for (;;) {
-      if (parked.tries > 0) await sleep(Math.min(MAX_RETRY_PAUSE_MS, FIRST_RETRY_PAUSE_MS * 2 ** (parked.tries - 1)));
+      if (parked.tries > 0) await sleep(backoffDelay(parked.tries, FIRST_RETRY_PAUSE_MS, MAX_RETRY_PAUSE_MS));
       parked.tries++;
       const now = Date.now();
       parked.items = parked.items.filter((f) => {
@@ -450,13 +450,11 @@ export class ClusterStreams implements StreamStorage {
 
   private async sendAppends(broker: number, items: Forward[]): Promise<void> {
     this.stats.forwardRequests++;
-    const head = items.map((f) => [f.stream, f.partition]);
-    const body = encodeBody(head, packBuffers(items.map((f) => f.batch)));
-    let answers: AppendReply[];
+    const head = items.map((f): [string, number] => [f.stream, f.partition]);
+    let answers: AppendAnswer[];
     try {
-      const reply = await this.channel.request(broker, 'stream.append', body, REQUEST_TIMEOUT_MS);
-      answers = decodeBody<AppendReply[]>(reply).head;
-      if (!Array.isArray(answers) || answers.length !== items.length) throw new FlowError('PROTOCOL_ERROR', 'stream.append reply does not match its request');
+      answers = (await call(this.channel, broker, RPC.streamAppend, head, { tail: packBuffers(items.map((f) => f.batch)), timeoutMs: REQUEST_TIMEOUT_MS })).head;
+      if (answers.length !== items.length) throw new FlowError('PROTOCOL_ERROR', 'stream.append reply does not match its request');
     } catch (err) {
       // The whole request failed (the owner is unreachable, or did not answer): each append looks for its owner again.
       for (const f of items) {
@@ -478,43 +476,34 @@ export class ClusterStreams implements StreamStorage {
   // ---------------------------------------------------------------- the owner's side
 
   private serve(): void {
-    this.channel.on('stream.hw', (_from, body) => {
-      try {
-        for (const [s, p, l, h] of decodeBody<Array<[string, number, number, number]>>(body).head) {
-          if (!this.log.holds(s, p)) this.noteOffsets(partitionName(s, p), { logStartOffset: l, highWatermark: h });
-        }
-      } catch (err) {
-        this.logger.debug({ err }, 'cluster streams: bad stream.hw message');
+    listen(this.channel, RPC.streamHw, (_from, list) => {
+      for (const [s, p, l, h] of list) {
+        if (!this.log.holds(s, p)) this.noteOffsets(partitionName(s, p), { logStartOffset: l, highWatermark: h });
       }
     });
-    this.channel.handle('stream.append', (_from, body) => this.serveAppends(body));
-    this.channel.handle('stream.read', async (_from, body) => {
-      const { head } = decodeBody<{ s: string; p: number; o: number; m: number }>(body);
+    serve(this.channel, RPC.streamAppend, (_from, head, tail) => this.serveAppends(head, tail));
+    serve(this.channel, RPC.streamRead, async (_from, head) => {
       this.check(head.s, head.p);
       this.stats.servedReads++;
       const batches = await this.log.read(head.s, head.p, head.o, head.m);
-      return encodeBody(this.log.offsets(head.s, head.p), packBuffers(batches));
+      return new WithTail(this.log.offsets(head.s, head.p), packBuffers(batches));
     });
-    this.channel.handle('stream.offsets', (_from, body) => {
-      const { head } = decodeBody<{ s: string; p: number }>(body);
+    serve(this.channel, RPC.streamOffsets, (_from, head) => {
       this.check(head.s, head.p);
-      return encodeBody(this.log.offsets(head.s, head.p));
+      return this.log.offsets(head.s, head.p);
     });
-    this.channel.handle('stream.wait', async (_from, body) => {
-      const { head } = decodeBody<{ s: string; p: number; o: number; t: number }>(body);
+    serve(this.channel, RPC.streamWait, async (_from, head) => {
       this.check(head.s, head.p);
       await this.log.waitFor(head.s, head.p, head.o, Math.min(Math.max(0, head.t), REQUEST_TIMEOUT_MS));
-      return encodeBody(this.log.holds(head.s, head.p) ? this.log.offsets(head.s, head.p) : null);
+      return this.log.holds(head.s, head.p) ? this.log.offsets(head.s, head.p) : null;
     });
-    this.channel.handle('stream.time', async (_from, body) => {
-      const { head } = decodeBody<{ s: string; p: number; t: number }>(body);
+    serve(this.channel, RPC.streamTime, async (_from, head) => {
       this.check(head.s, head.p);
-      return encodeBody(await this.log.offsetForTimestamp(head.s, head.p, head.t));
+      return this.log.offsetForTimestamp(head.s, head.p, head.t);
     });
-    this.channel.handle('stream.trim', async (_from, body) => {
-      const { head } = decodeBody<{ s: string; p: number; o: number }>(body);
+    serve(this.channel, RPC.streamTrim, async (_from, head) => {
       this.check(head.s, head.p);
-      return encodeBody(await this.log.deleteRecordsBefore(head.s, head.p, head.o));
+      return this.log.deleteRecordsBefore(head.s, head.p, head.o);
     });
   }
 
@@ -524,28 +513,27 @@ export class ClusterStreams implements StreamStorage {
   }
 
   /** Appends forwarded by another broker, answered once every one of them is durable here (or failed). */
-  private async serveAppends(body: Buffer): Promise<Buffer> {
-    const { head, tail } = decodeBody<Array<[string, number]>>(body);
+  private async serveAppends(head: Array<[string, number]>, tail: Buffer): Promise<AppendAnswer[]> {
     const batches = unpackBuffers(tail);
-    if (!Array.isArray(head) || head.length !== batches.length) throw new FlowError('PROTOCOL_ERROR', 'stream.append: heads and batches differ in number');
-    const answers: Array<AppendReply | Promise<AppendReply>> = head.map(([s, p], i) => {
+    if (head.length !== batches.length) throw new FlowError('PROTOCOL_ERROR', 'stream.append: heads and batches differ in number');
+    const answers: Array<AppendAnswer | Promise<AppendAnswer>> = head.map(([s, p], i) => {
       if (!this.log.holds(s, p)) return { e: 'NOT_OWNER', m: `partition ${s}/${p} is not served by broker ${this.cluster.id}` };
       try {
         // In order, synchronously: the batches of a partition get their offsets in the order they were sent.
         const r = this.log.append(s, p, batches[i]);
         this.stats.servedAppends++;
         return r.durable.then(
-          (): AppendReply => {
+          (): AppendAnswer => {
             const off = this.log.holds(s, p) ? this.log.offsets(s, p) : { logStartOffset: 0, highWatermark: 0 };
             return { o: r.baseOffset, ...(r.duplicate ? { d: 1 as const } : {}), h: off.highWatermark, l: off.logStartOffset };
           },
-          (err: unknown): AppendReply => failure(err),
+          (err: unknown): AppendAnswer => failure(err),
         );
       } catch (err) {
         return failure(err);
       }
     });
-    return encodeBody(await Promise.all(answers));
+    return Promise.all(answers);
   }
 
   // ---------------------------------------------------------------- reads and the rest, at the owner
@@ -560,7 +548,7 @@ export class ClusterStreams implements StreamStorage {
     let last: unknown = null;
     for (let tries = 0; ; tries++) {
       if (tries > 0) {
-        const pause = Math.min(MAX_RETRY_PAUSE_MS, FIRST_RETRY_PAUSE_MS * 2 ** (tries - 1));
+        const pause = backoffDelay(tries, FIRST_RETRY_PAUSE_MS, MAX_RETRY_PAUSE_MS);
         if (Date.now() + pause > deadline || this.closed) throw new FlowError('UNAVAILABLE', `partition ${name} has no reachable owner now; retry`, { cause: last });
         await sleep(pause);
       }
@@ -605,8 +593,7 @@ export class ClusterStreams implements StreamStorage {
       () => this.log.read(stream, partition, offset, maxBytes, lease),
       async (broker) => {
         this.stats.remoteReads++;
-        const reply = await this.channel.request(broker, 'stream.read', encodeBody({ s: stream, p: partition, o: offset, m: maxBytes }), REQUEST_TIMEOUT_MS);
-        const { head, tail } = decodeBody<PartitionOffsets>(reply);
+        const { head, tail } = await call(this.channel, broker, RPC.streamRead, { s: stream, p: partition, o: offset, m: maxBytes }, { timeoutMs: REQUEST_TIMEOUT_MS });
         this.noteOffsets(partitionName(stream, partition), head);
         return unpackBuffers(tail);
       },
@@ -639,8 +626,7 @@ export class ClusterStreams implements StreamStorage {
       partition,
       async () => this.log.offsets(stream, partition),
       async (broker) => {
-        const reply = await this.channel.request(broker, 'stream.offsets', encodeBody({ s: stream, p: partition }), REQUEST_TIMEOUT_MS);
-        const off = decodeBody<PartitionOffsets>(reply).head;
+        const off = (await call(this.channel, broker, RPC.streamOffsets, { s: stream, p: partition }, { timeoutMs: REQUEST_TIMEOUT_MS })).head;
         this.noteOffsets(partitionName(stream, partition), off);
         return off;
       },
@@ -661,7 +647,7 @@ export class ClusterStreams implements StreamStorage {
       stream,
       partition,
       () => this.log.offsetForTimestamp(stream, partition, ts),
-      async (broker) => decodeBody<number>(await this.channel.request(broker, 'stream.time', encodeBody({ s: stream, p: partition, t: ts }), REQUEST_TIMEOUT_MS)).head,
+      async (broker) => (await call(this.channel, broker, RPC.streamTime, { s: stream, p: partition, t: ts }, { timeoutMs: REQUEST_TIMEOUT_MS })).head,
     );
   }
 
@@ -679,8 +665,7 @@ export class ClusterStreams implements StreamStorage {
         () => this.log.waitFor(stream, partition, offset, Math.max(0, until - Date.now())),
         async (broker) => {
           const left = Math.max(0, until - Date.now());
-          const reply = await this.channel.request(broker, 'stream.wait', encodeBody({ s: stream, p: partition, o: offset, t: left }), left + REQUEST_TIMEOUT_MS);
-          const off = decodeBody<PartitionOffsets | null>(reply).head;
+          const off = (await call(this.channel, broker, RPC.streamWait, { s: stream, p: partition, o: offset, t: left }, { timeoutMs: left + REQUEST_TIMEOUT_MS })).head;
           if (off !== null) this.noteOffsets(name, off);
         },
       );
@@ -697,12 +682,12 @@ export class ClusterStreams implements StreamStorage {
       stream,
       partition,
       () => this.log.deleteRecordsBefore(stream, partition, offset),
-      async (broker) => decodeBody<number>(await this.channel.request(broker, 'stream.trim', encodeBody({ s: stream, p: partition, o: offset }), REQUEST_TIMEOUT_MS)).head,
+      async (broker) => (await call(this.channel, broker, RPC.streamTrim, { s: stream, p: partition, o: offset }, { timeoutMs: REQUEST_TIMEOUT_MS })).head,
     );
   }
 }
 
-function failure(err: unknown): AppendReply {
+function failure(err: unknown): AppendAnswer {
   if (isFlowError(err)) return { e: err.code, m: err.message };
   return { e: 'STORAGE_ERROR', m: err instanceof Error ? err.message : String(err) };
 }

@@ -129,6 +129,11 @@ export interface PeerChannel {
   request(to: number, method: string, body: Buffer, timeoutMs?: number): Promise<Buffer>;
   send(to: number, method: string, body: Buffer): void;
   ready(to: number): Promise<void>;
+  /**
+   * The channel version (cluster/rpc.ts) this broker and peer `to` both speak, once a connection was made;
+   * undefined before (a call then goes ahead, and a peer without the message answers UNAVAILABLE).
+   */
+  peerVersion(to: number): number | undefined;
   /** Ids of the peers currently connected and authenticated. */
   connected(): number[];
   /**

@@ -7,17 +7,18 @@
 import { readFileSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
 import { FlowError } from '../core/index.js';
-import { SASL_MECHANISMS } from '../control/sasl.js';
-import { addressFilter, hostName } from '../control/api/auth.js';
-import { parseDuration, parseSize } from './units.js';
+import { SASL_MECHANISMS } from './sasl-mechanisms.js';
+import { addressFilter, hostName } from '../util/address.js';
+import { parseDuration, parseSize } from '../util/units.js';
 
-export { parseDuration, parseSize } from './units.js';
+export { parseDuration, parseSize } from '../util/units.js';
 
-export const IMPLEMENTED_PROTOCOLS = ['mqtt', 'kafka', 'amqp', 'nats'] as const;
-/** Listeners enabled when --protocols is not given: every implemented protocol, on its standard port. */
-export const DEFAULT_PROTOCOLS: Protocol[] = ['mqtt', 'kafka', 'amqp', 'nats'];
-export const KNOWN_PROTOCOLS = ['mqtt', 'kafka', 'amqp', 'nats'] as const;
-export type Protocol = (typeof KNOWN_PROTOCOLS)[number];
+/**
+ * The protocols FlowMQ speaks, each with a protocol module (src/protocols/<name>/module.ts). Without --protocols
+ * every one is enabled, on its standard port.
+ */
+export const PROTOCOLS = ['mqtt', 'kafka', 'amqp', 'nats'] as const;
+export type Protocol = (typeof PROTOCOLS)[number];
 
 /** Where metadata lives: the embedded SQLite file in the data directory, or a PostgreSQL database. */
 export type MetastoreSetting = { kind: 'sqlite' } | { kind: 'postgres'; url: string };
@@ -281,7 +282,7 @@ export const OPTIONS: readonly OptionSpec[] = [
   { key: 'httpAllowedHosts', name: 'http-allowed-hosts', kind: 'hosts', default: [], help: 'host names the admin API answers for besides its bind address, comma-separated (Host header check against DNS rebinding)' },
   { key: 'httpMetricsAllow', name: 'http-metrics-allow', kind: 'cidrs', default: [], defaultText: 'none (anyone)', help: 'addresses or CIDR blocks (10.0.0.0/8, ::1) that may read /metrics, /healthz and /readyz, comma-separated (default: anyone who can connect; they need no login)' },
   { key: 'httpSessionTtl', name: 'http-session-ttl', kind: 'duration', default: 12 * 3_600_000, help: 'how long a dashboard login session lasts' },
-  { key: 'protocols', name: 'protocols', kind: 'protocols', default: [...DEFAULT_PROTOCOLS], help: 'listeners this broker enables, comma-separated' },
+  { key: 'protocols', name: 'protocols', kind: 'protocols', default: [...PROTOCOLS], help: 'listeners this broker enables, comma-separated' },
   { key: 'logLevel', name: 'log-level', kind: 'level', default: 'info', help: 'trace, debug, info, warn, error, fatal or silent' },
   { key: 'brokerId', name: 'broker-id', kind: 'int', default: 0, help: 'this broker\'s id (Kafka node id); every broker of a cluster needs its own' },
   { key: 'cluster', name: 'cluster', kind: 'bool', default: false, help: 'run as one broker of a cluster of stateless brokers (see docs/cluster.md): needs --metastore postgres://..., --wal postgres, an s3:// --object-store and --cluster-secret' },
@@ -490,8 +491,7 @@ function coerce(spec: OptionSpec, raw: unknown, source: string): Config[keyof Co
       const out: Protocol[] = [];
       for (const item of list) {
         const p = String(item).trim().toLowerCase();
-        if (!(KNOWN_PROTOCOLS as readonly string[]).includes(p)) throw bad(`unknown protocol "${p}"; known: ${KNOWN_PROTOCOLS.join(', ')}`);
-        if (!(IMPLEMENTED_PROTOCOLS as readonly string[]).includes(p)) throw bad(`protocol "${p}" is not implemented yet`);
+        if (!(PROTOCOLS as readonly string[]).includes(p)) throw bad(`unknown protocol "${p}"; known: ${PROTOCOLS.join(', ')}`);
         if (!out.includes(p as Protocol)) out.push(p as Protocol);
       }
       if (out.length === 0) throw bad('enable at least one protocol');

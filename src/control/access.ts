@@ -9,7 +9,7 @@
  * Map lookup per message (nothing at all while no policy exists and the default allows: `open`).
  */
 import type { Logger } from 'pino';
-import { LogLimiter, logKey } from '../protocols/log-limit.js';
+import { LogLimiter, logKey } from '../util/log-limit.js';
 import type { Directory } from './directory.js';
 import type { PasswordGuard } from './password-guard.js';
 import { ANONYMOUS, type Action, type Principal, type ResourceKind, type SubscriptionVerdict } from './policy.js';

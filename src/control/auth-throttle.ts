@@ -17,6 +17,7 @@
  * Each table keeps at most `maxEntries` keys (least recently failed dropped first): random usernames or many
  * addresses cannot grow memory, they can at most push out older entries (which only forgets a slowdown).
  */
+import { backoffDelay } from '../util/backoff.js';
 
 export interface AuthThrottleOptions {
   /** Failures per address or username within the window that cost no delay. Default 3. */
@@ -110,10 +111,7 @@ export class AuthThrottle {
   }
 
   private delay(e: Entry, cap: number): number {
-    const over = e.failures - this.freeFailures;
-    if (over <= 0) return 0;
-    // 2^(over-1) grows past any cap by over = 40; stop there to stay in exact integers.
-    return Math.min(cap, this.baseDelayMs * 2 ** Math.min(over - 1, 40));
+    return backoffDelay(e.failures - this.freeFailures, this.baseDelayMs, cap);
   }
 
   /** The entry of `key` unless its failures are older than the window (then it is dropped). */

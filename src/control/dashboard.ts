@@ -10,7 +10,7 @@
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import fastifyStatic from '@fastify/static';
-import type { FastifyInstance, FastifyReply, FastifySchema } from 'fastify';
+import type { FastifyInstance, FastifySchema } from 'fastify';
 
 /** Where the static files are: next to this module (dist/src/control/dashboard/ once built). */
 export const DASHBOARD_ROOT = fileURLToPath(new URL('./dashboard/', import.meta.url));

@@ -16,15 +16,14 @@
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { Logger } from 'pino';
 import { FlowError } from '../core/index.js';
+import { SCRAM_MECHANISMS, type ScramMechanism } from '../config/sasl-mechanisms.js';
 import { PolicySet, validatePolicy, type DefaultPolicy, type PolicyDef, type Principal } from './policy.js';
-import type { ControlRecord, ControlStore } from './store.js';
+import type { ControlRecord, ControlStore } from '../storage/metastore/control-store.js';
 import {
   DEFAULT_SCRAM_ITERATIONS,
-  SCRAM_MECHANISMS,
   deriveScramCredential,
   type PasswordHash,
   type ScramCredential,
-  type ScramMechanism,
   type UserRecord,
   type UserStore,
 } from './users.js';

@@ -1,29 +1,37 @@
-export { startAdminApi, streamView, type AdminApi, type AdminApiOptions, type MetricsSource, type StorageOps } from './admin-api.js';
+export {
+  startAdminApi,
+  streamView,
+  type AdminApi,
+  type AdminApiOptions,
+  type ConsumerGroupAdmin,
+  type GroupDetail,
+  type GroupSummary,
+  type MetricsSource,
+  type OffsetResetTarget,
+  type SessionAdmin,
+  type StorageOps,
+} from './admin-api.js';
 export { HTTP_TIMEOUTS, applyHttpTimeouts, closeUnreadBody, httpServerOptions, type HttpTimeouts } from './http-guard.js';
 export { FloodCollector, processMemory, type FloodCollectorOptions, type FloodCollectorStats, type ProcessMemory } from './memory.js';
 export {
   DEFAULT_SCRAM_ITERATIONS,
   DUMMY_PASSWORD_HASH,
   MemoryUserStore,
-  SCRAM_MECHANISMS,
   deriveScramCredential,
   readUsersFile,
   scramCredentialFromSalted,
   type ScramCredential,
   type PasswordHash,
-  type ScramMechanism,
   type UserRecord,
   type UserStore,
 } from './users.js';
+export { SASL_MECHANISMS, SCRAM_MECHANISMS, isSaslMechanism, type SaslMechanism, type ScramMechanism } from '../config/sasl-mechanisms.js';
 export {
-  SASL_MECHANISMS,
-  isSaslMechanism,
   passwordAuthenticator,
   saslProvider,
   startSaslExchange,
   type PasswordCheck,
   type SaslExchange,
-  type SaslMechanism,
   type SaslServerOptions,
   type SaslStepResult,
 } from './sasl.js';
@@ -63,7 +71,6 @@ export {
   type TokenInfo,
   type UserInfo,
 } from './directory.js';
-export { CONTROL_KINDS, MemoryControlStore, isControlStore, type ControlKind, type ControlRecord, type ControlStore } from './store.js';
 export { QuotaManager, type QuotaLease } from './quotas.js';
 export { createMetrics, type Metrics, type MetricsSources } from './metrics.js';
 export { ClientEntry, ClientRegistry, type ClientRegistration, type ProtocolTotals } from './clients.js';

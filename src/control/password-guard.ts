@@ -13,7 +13,7 @@
  * Refused logins are logged through the LogLimiter, keyed by address, so a flood writes a bounded number of lines.
  */
 import type { Logger } from 'pino';
-import { LogLimiter, logKey } from '../protocols/log-limit.js';
+import { LogLimiter, logKey } from '../util/log-limit.js';
 import { AuthThrottle, type AuthThrottleOptions } from './auth-throttle.js';
 import { PasswordVerifier, type PasswordVerifierOptions } from './password-verifier.js';
 import { DUMMY_PASSWORD_HASH, type UserStore } from './users.js';

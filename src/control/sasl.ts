@@ -5,14 +5,8 @@
  */
 import { createHash, createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { PasswordGuard, PasswordVerdict } from './password-guard.js';
-import { SCRAM_MECHANISMS, scramHash, type ScramCredential, type ScramMechanism, type UserStore } from './users.js';
-
-export const SASL_MECHANISMS = ['PLAIN', ...SCRAM_MECHANISMS] as const;
-export type SaslMechanism = (typeof SASL_MECHANISMS)[number];
-
-export function isSaslMechanism(m: string): m is SaslMechanism {
-  return (SASL_MECHANISMS as readonly string[]).includes(m);
-}
+import { isSaslMechanism, type SaslMechanism, type ScramMechanism } from '../config/sasl-mechanisms.js';
+import { scramHash, type ScramCredential, type UserStore } from './users.js';
 
 /**
  * Result of one step. `failed` carries a reason for the log (never a password) and the username when one was

@@ -11,12 +11,11 @@ import { createHash, createHmac, pbkdf2, randomBytes, scrypt } from 'node:crypto
 import { readFile } from 'node:fs/promises';
 import { promisify } from 'node:util';
 import { FlowError } from '../core/index.js';
+import { SCRAM_MECHANISMS, type ScramMechanism } from '../config/sasl-mechanisms.js';
 
 const pbkdf2Async = promisify(pbkdf2);
 const scryptAsync = promisify(scrypt) as (password: string | Buffer, salt: Buffer, keylen: number, opts: { N: number; r: number; p: number }) => Promise<Buffer>;
 
-export const SCRAM_MECHANISMS = ['SCRAM-SHA-256', 'SCRAM-SHA-512'] as const;
-export type ScramMechanism = (typeof SCRAM_MECHANISMS)[number];
 
 /** Hash of a SCRAM mechanism (RFC 7677 for SHA-256; SHA-512 as Kafka's KIP-84 offers it). */
 export function scramHash(mechanism: ScramMechanism): 'sha256' | 'sha512' {

@@ -21,7 +21,7 @@
 import { createHmac, randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
 import { FlowError } from '../core/index.js';
-import { LogLimiter } from '../protocols/log-limit.js';
+import { LogLimiter } from '../util/log-limit.js';
 import type { ExternalAuthenticator } from './access.js';
 import { validateName } from './directory.js';
 

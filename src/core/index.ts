@@ -5,6 +5,7 @@ export * from './trie.js';
 export * from './streams.js';
 export * from './engine.js';
 export * from './record-batch.js';
+export { MAX_DECOMPRESSED_BYTES } from './compression.js';
 export * from './properties.js';
 export * from './sessions.js';
 export * from './retained.js';

@@ -54,7 +54,7 @@ export class MemoryOffsetStore implements OffsetStore, ProducerIdStore {
       if (this.streamExists && !this.streamExists(o.stream)) throw new FlowError('NOT_FOUND', `stream "${o.stream}" not found`);
     }
     let g = this.offsets.get(group);
-    if (!g) this.offsets.set(group, (g = new Map()));
+    if (!g) this.offsets.set(group, (g = new Map<string, CommittedOffset>()));
     const now = Date.now();
     for (const o of offsets) g.set(`${o.stream}\u0000${o.partition}`, { ...o, group, committedAt: now });
   }

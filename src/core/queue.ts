@@ -280,7 +280,7 @@ export class Queue implements QueueRuntime {
       const readyBytes = this.heapBytes + this.beyondBytes;
       const over = (a.maxLength !== undefined && ready + 1 > a.maxLength) || (a.maxLengthBytes !== undefined && readyBytes + bytes > a.maxLengthBytes);
       if (over && (a.overflow === 'reject-publish' || a.overflow === 'reject-publish-dlx')) {
-        if (a.overflow === 'reject-publish-dlx') this.deadLetter(msg, 'maxlen');
+        if (a.overflow === 'reject-publish-dlx') void this.deadLetter(msg, 'maxlen');
         return { durable: null, rejected: true };
       }
     }
@@ -355,7 +355,7 @@ export class Queue implements QueueRuntime {
         return;
       }
       this.heapBytes -= e.bytes;
-      this.drop(e, 'maxlen');
+      void this.drop(e, 'maxlen');
     }
   }
 
@@ -473,7 +473,7 @@ export class Queue implements QueueRuntime {
   private requeue(e: Entry): void {
     const limit = this.def.arguments.deliveryLimit;
     if (limit !== undefined && e.deliveries > limit) {
-      this.drop(e, 'delivery_limit');
+      void this.drop(e, 'delivery_limit');
       return;
     }
     e.redelivered = true;
@@ -494,7 +494,7 @@ export class Queue implements QueueRuntime {
       this.heapBytes -= e.bytes;
       // Expired once its time has passed: a message expiring this very millisecond is still delivered.
       if (e.expiresAt < now) {
-        this.drop(e, 'expired');
+        void this.drop(e, 'expired');
         continue;
       }
       const head = this.heap.peek();
@@ -564,7 +564,7 @@ export class Queue implements QueueRuntime {
       remaining: this.heap.size + this.beyond,
     };
     if (noAck) {
-      if (e.stored) this.removeStored(e.id);
+      if (e.stored) void this.removeStored(e.id);
     } else {
       e.owner = owner;
       this.unacked.set(e.id, e);
@@ -643,7 +643,7 @@ export class Queue implements QueueRuntime {
       // Deliveries of no-ack consumers and drops do not wait for the remove: one handler per batch keeps a failing
       // store from raising unhandled rejections; ack() callers still see the failure.
       this.removesDone.catch(ignore);
-      queueMicrotask(this.flushRemoves);
+      queueMicrotask(() => void this.flushRemoves());
     }
     return this.removesDone;
   }
@@ -777,7 +777,7 @@ export class Queue implements QueueRuntime {
       }
       this.heap.pop();
       this.heapBytes -= e.bytes;
-      this.drop(e, 'expired');
+      void this.drop(e, 'expired');
     }
   }
 

@@ -11,6 +11,7 @@
  */
 import { isUtf8 } from 'node:buffer';
 import { gunzipSync, gzipSync } from 'node:zlib';
+import { MAX_DECOMPRESSED_BYTES, lz4Decompress, snappyDecompress, zstdDecompressBuffer } from './compression.js';
 import { crc32c } from './crc32c.js';
 import { FlowError } from './errors.js';
 import type { Header, Message } from './message.js';
@@ -205,8 +206,8 @@ export function encodeBatch(records: RecordInput[], compression: Compression = C
     if (r.timestamp > maxTs) maxTs = r.timestamp;
   }
   // Size pass, so the batch is written into one allocation.
-  const bodySizes: number[] = new Array(records.length);
-  const headerKeys: Buffer[][] = new Array(records.length);
+  const bodySizes = new Array<number>(records.length);
+  const headerKeys = new Array<Buffer[]>(records.length);
   let recordsSize = 0;
   for (let i = 0; i < records.length; i++) {
     const r = records[i];
@@ -273,22 +274,14 @@ export function encodeBatch(records: RecordInput[], compression: Compression = C
   return out;
 }
 
-/**
- * Largest decompressed batch body accepted, by every codec: a small compressed batch must not make the broker
- * allocate gigabytes (a "decompression bomb"). Kafka's own bound is the segment size; 256 MiB is well above any
- * batch a client sends (message.max.bytes defaults to 1 MiB).
- */
-export const MAX_DECOMPRESSED_BYTES = 256 * 1024 * 1024;
-
-/** Decompressors by codec id; protocol adapters may register more (snappy, lz4, zstd). */
+/** Decompressors by codec id: every codec Kafka defines (KIP-110), for every protocol that reads a batch. */
 const decompressors = new Map<number, (b: Buffer) => Buffer>([
   // zlib stops (RangeError) once the output would pass the bound, instead of inflating a bomb to its end.
   [Compression.Gzip, (b) => gunzipSync(b, { maxOutputLength: MAX_DECOMPRESSED_BYTES })],
+  [Compression.Snappy, snappyDecompress],
+  [Compression.Lz4, lz4Decompress],
+  [Compression.Zstd, zstdDecompressBuffer],
 ]);
-
-export function registerDecompressor(codec: number, fn: (b: Buffer) => Buffer): void {
-  decompressors.set(codec, fn);
-}
 
 export function isCompressionSupported(codec: number): boolean {
   return codec === Compression.None || decompressors.has(codec);

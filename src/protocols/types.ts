@@ -5,7 +5,7 @@ import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import type { Engine } from '../core/index.js';
 import type { Config } from '../config/index.js';
-import type { AccessControl, PasswordGuard } from '../control/index.js';
+import type { AccessControl, ConsumerGroupAdmin, PasswordGuard, SessionAdmin } from '../control/index.js';
 import type { Cluster } from '../cluster/index.js';
 
 export interface AdapterContext {
@@ -59,50 +59,6 @@ export interface ProtocolModule {
   readonly name: string;
   /** Starts the protocol's shared state and its listeners as configured. A failure leaves nothing open. */
   start(ctx: ProtocolModuleContext): Promise<RunningProtocol>;
-}
-
-/** A consumer group as the admin API lists it (Kafka groups; JetStream durable consumers). */
-export interface GroupSummary {
-  readonly name: string;
-  /** "kafka", "jetstream". */
-  readonly protocol: string;
-  /** Kafka: Empty, PreparingRebalance, CompletingRebalance, Stable, Dead; JetStream: "active" / "idle". */
-  readonly state: string;
-  readonly members: number;
-  /** Messages not yet consumed over every partition it has offsets for (null: unknown). */
-  readonly lag: number | null;
-}
-
-export interface GroupDetail extends GroupSummary {
-  readonly memberDetails: ReadonlyArray<{ id: string; clientId: string; host: string; assignments: ReadonlyArray<{ stream: string; partition: number }> }>;
-  readonly offsets: ReadonlyArray<{ stream: string; partition: number; committed: number | null; end: number; lag: number | null }>;
-}
-
-/** Where a group's committed offsets move to: the log's start or end, an offset, or the first offset at a time. */
-export type OffsetResetTarget = { to: 'earliest' } | { to: 'latest' } | { to: 'offset'; offset: number } | { to: 'timestamp'; timestamp: number };
-
-/** What a protocol offers the admin API about its consumer groups. */
-export interface ConsumerGroupAdmin {
-  list(): Promise<GroupSummary[]>;
-  describe(name: string): Promise<GroupDetail | null>;
-  /**
-   * Moves the group's committed offsets on `stream` (every partition). Refused with FlowError
-   * INVALID_ARGUMENT ("group has active members") unless the group is empty, as kafka-consumer-groups does.
-   * `progress(done, total)` is called per partition (the CLI's progress bar).
-   */
-  resetOffsets(name: string, stream: string, target: OffsetResetTarget, progress?: (done: number, total: number) => void): Promise<GroupDetail>;
-  /** Deletes an empty group (its offsets). NOT_FOUND / INVALID_ARGUMENT (active members) otherwise. */
-  delete(name: string): Promise<void>;
-}
-
-/** What a protocol offers the admin API about its stored client sessions (MQTT persistent sessions). */
-export interface SessionAdmin {
-  /**
-   * Ends the session of a client id that is not connected (the admin API kicks a connected client first and waits
-   * for its connection to end): its subscriptions, queued messages and stored record go, as when it expires.
-   * Answers whether there was one in memory.
-   */
-  delete(clientId: string): Promise<boolean>;
 }
 
 export interface RunningProtocol {

@@ -70,7 +70,7 @@ const typeParsers = {
     if (oid === INT8_OID && format !== 'binary') return parseInt8;
     // SUM(bigint) is numeric: same rule.
     if (oid === NUMERIC_OID && format !== 'binary') return parseInt8;
-    return pg.types.getTypeParser(oid, format as 'text');
+    return pg.types.getTypeParser(oid, format as 'text') as (value: string) => unknown;
   },
 } as pg.CustomTypesConfig;
 
@@ -343,7 +343,7 @@ export class KeyedSerializer {
 
   run<T>(category: string, key: string, fn: () => Promise<T>): Promise<T> {
     let cat = this.tails.get(category);
-    if (!cat) this.tails.set(category, (cat = new Map()));
+    if (!cat) this.tails.set(category, (cat = new Map<string, Promise<void>>()));
     const prev = cat.get(key);
     const result = prev ? prev.then(fn) : fn();
     const tail = result.then(

@@ -7,7 +7,8 @@ import assert from 'node:assert/strict';
 import pino from 'pino';
 import { Cluster, followControl, Live, LocalHub, LocalInterest, MemoryClusterStore, RemoteInterest } from '../../src/cluster/index.js';
 import { Engine, liveKey, newPublishInfo, type LiveHook, type Message, type Subscriber, type SubscribeOptions, type Subscription } from '../../src/core/index.js';
-import { Directory, MemoryControlStore } from '../../src/control/index.js';
+import { Directory } from '../../src/control/index.js';
+import { MemoryControlStore } from '../../src/storage/metastore/control-store.js';
 import { MemoryStreams } from '../helpers/memory-storage.js';
 
 const logger = pino({ level: 'silent' });

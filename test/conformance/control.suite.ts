@@ -10,7 +10,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { isFlowError } from '../../src/core/index.js';
-import type { ControlKind, ControlStore } from '../../src/control/store.js';
+import type { ControlKind, ControlStore } from '../../src/storage/metastore/control-store.js';
 
 export interface ControlBackend {
   store: ControlStore;

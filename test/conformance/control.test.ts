@@ -1,6 +1,6 @@
 /** The ControlStore conformance suite against the in-memory store and the SQLite metastore. */
 import { join } from 'node:path';
-import { MemoryControlStore } from '../../src/control/store.js';
+import { MemoryControlStore } from '../../src/storage/metastore/control-store.js';
 import { SqliteMetastore } from '../../src/storage/metastore/index.js';
 import { controlStoreConformance } from './control.suite.js';
 

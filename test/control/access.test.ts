@@ -6,7 +6,7 @@
 import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { AccessControl, ANONYMOUS, Directory, PasswordGuard, type ExternalAuthenticator } from '../../src/control/index.js';
-import { MemoryControlStore } from '../../src/control/store.js';
+import { MemoryControlStore } from '../../src/storage/metastore/control-store.js';
 
 const CHEAP = { N: 1024, r: 8, p: 1 };
 const closers: Array<() => Promise<void> | void> = [];

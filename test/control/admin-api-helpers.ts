@@ -7,7 +7,7 @@ import { pino, type Logger } from 'pino';
 import { Engine } from '../../src/core/index.js';
 import { startAdminApi, type AdminApi, type AdminApiOptions } from '../../src/control/admin-api.js';
 import type { PasswordGuardOptions } from '../../src/control/password-guard.js';
-import type { ControlStore } from '../../src/control/store.js';
+import type { ControlStore } from '../../src/storage/metastore/control-store.js';
 import { testControl, type TestControl } from '../helpers/control.js';
 import { MemoryStreams } from '../helpers/memory-storage.js';
 

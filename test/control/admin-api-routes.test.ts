@@ -8,7 +8,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Engine, makeMessage } from '../../src/core/index.js';
 import type { AdminApi } from '../../src/control/admin-api.js';
-import type { ConsumerGroupAdmin, GroupDetail, OffsetResetTarget, SessionAdmin } from '../../src/protocols/types.js';
+import type { ConsumerGroupAdmin, GroupDetail, OffsetResetTarget, SessionAdmin } from '../../src/control/index.js';
 import { MemoryStreams } from '../helpers/memory-storage.js';
 import { JSON_TYPE, call, controlPlane, startApi, type Plane } from './admin-api-helpers.js';
 

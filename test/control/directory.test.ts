@@ -7,7 +7,7 @@ import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { isFlowError } from '../../src/core/index.js';
 import { Directory, PasswordVerifier, TOKEN_PREFIX } from '../../src/control/index.js';
-import { MemoryControlStore, type ControlKind, type ControlRecord, type ControlStore } from '../../src/control/store.js';
+import { MemoryControlStore, type ControlKind, type ControlRecord, type ControlStore } from '../../src/storage/metastore/control-store.js';
 
 const CHEAP = { N: 1024, r: 8, p: 1 };
 const verifier = new PasswordVerifier({ scrypt: CHEAP });

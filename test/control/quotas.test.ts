@@ -2,7 +2,7 @@
 import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Directory, PasswordVerifier, QuotaManager, type QuotaLease } from '../../src/control/index.js';
-import { MemoryControlStore } from '../../src/control/store.js';
+import { MemoryControlStore } from '../../src/storage/metastore/control-store.js';
 
 const verifier = new PasswordVerifier({ scrypt: { N: 1024, r: 8, p: 1 } });
 after(() => verifier.close());

@@ -26,7 +26,7 @@ const held: ServerResponse[] = [];
 let server: Server;
 let url = '';
 
-function answer(req: IncomingMessage, res: ServerResponse, body: Record<string, unknown>): void {
+function answer(_req: IncomingMessage, res: ServerResponse, body: Record<string, unknown>): void {
   const json = (status: number, b: unknown) => {
     res.writeHead(status, { 'content-type': 'application/json' });
     res.end(typeof b === 'string' ? b : JSON.stringify(b));

@@ -4,7 +4,6 @@ import {
   MemoryQueueStore,
   createQueue,
   decodeStoredMessage,
-  encodeStoredMessage,
   isFlowError,
   makeMessage,
   queueFactory,

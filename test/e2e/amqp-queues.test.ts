@@ -3,7 +3,7 @@
  * redelivery of a closed connection's unacked messages, dead-lettering (TTL, max-length, reject), basic.get,
  * purge, delete with basic.cancel to its consumers, and recover.
  */
-import { before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Channel, ChannelModel, ConsumeMessage } from 'amqplib';
 import { eventually } from './harness.js';

@@ -22,7 +22,7 @@ async function closedPort(): Promise<number> {
 async function start(args: string[]) {
   const dataDir = mkdtempSync(join(tmpdir(), 'flowmq-start-'));
   try {
-    return await run(process.execPath, [FLOWMQ_BIN, 'start', '--data-dir', dataDir, '--host', '127.0.0.1', '--mqtt-port', '0', '--mqtt-ws-port', '0', '--kafka-port', '0', '--nats-port', '0', '--http-port', '0', ...args], {
+    return await run(process.execPath, [FLOWMQ_BIN, 'start', '--data-dir', dataDir, '--host', '127.0.0.1', '--mqtt-port', '0', '--mqtt-ws-port', '0', '--kafka-port', '0', '--nats-port', '0', '--amqp-port', '0', '--http-port', '0', ...args], {
       timeoutMs: 60_000,
     });
   } finally {

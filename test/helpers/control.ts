@@ -6,13 +6,12 @@ import type { Logger } from 'pino';
 import {
   AccessControl,
   Directory,
-  MemoryControlStore,
   PasswordGuard,
-  type ControlStore,
   type DefaultPolicy,
   type ExternalAuthenticator,
   type PasswordGuardOptions,
 } from '../../src/control/index.js';
+import { MemoryControlStore, type ControlStore } from '../../src/storage/metastore/control-store.js';
 
 export interface TestControl {
   store: ControlStore;

@@ -11,7 +11,7 @@ import { describe, test } from 'node:test';
 import { fuzzOne, runFuzz, selectTargets } from '../../bench/reliability/fuzz.js';
 import { withBody } from '../../bench/reliability/fuzz-targets.js';
 import { Compression, FlowError, decodeBatch, encodeBatch } from '../../src/core/index.js';
-import { checkLz4Frame, checkSnappyElements, checkZstdFrames, lz4Decompress, snappyDecompress, zstdDecompressBuffer } from '../../src/protocols/kafka/compression.js';
+import { checkLz4Frame, checkSnappyElements, checkZstdFrames, lz4Decompress, snappyDecompress, zstdDecompressBuffer } from '../../src/core/compression.js';
 
 const hex = (s: string): Buffer => Buffer.from(s.replace(/\s+/g, ''), 'hex');
 const PLAIN = encodeBatch([{ key: null, value: Buffer.from('v'), headers: [], timestamp: 1 }]);

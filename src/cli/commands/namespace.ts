@@ -1,5 +1,5 @@
 /** `flowmq namespace ...`: namespaces (the unit of isolation: AMQP vhosts, NATS accounts) and their quotas. */
-import { parseSize } from '../../config/units.js';
+import { parseSize } from '../../util/units.js';
 import { seg } from '../client.js';
 import { UsageError, type CommandGroup, type Ctx } from '../command.js';
 import { cell, fmtBytes, fmtTime, itemsTable, keyValues } from '../table.js';

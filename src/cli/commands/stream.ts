@@ -1,5 +1,5 @@
 /** `flowmq stream ...`: streams (create, list, describe, update, delete, flush) and the message browser. */
-import { parseDuration } from '../../config/units.js';
+import { parseDuration } from '../../util/units.js';
 import { seg } from '../client.js';
 import { intFlag, UsageError, type CommandGroup, type Ctx } from '../command.js';
 import { cell, clip, fmtDuration, fmtTime, itemsTable, keyValues, table } from '../table.js';

@@ -1,5 +1,5 @@
 /** `flowmq token ...`: API tokens (Bearer) for the admin API, the CLI (FLOWMQ_TOKEN) and NATS auth_token. */
-import { parseDuration } from '../../config/units.js';
+import { parseDuration } from '../../util/units.js';
 import { seg } from '../client.js';
 import { UsageError, type CommandGroup } from '../command.js';
 import { fmtTime, itemsTable } from '../table.js';

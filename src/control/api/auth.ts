@@ -30,16 +30,16 @@
  * the 401, not what the stranger sends. `Expect: 100-continue` is answered after them.
  */
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
-import { BlockList, isIP } from 'node:net';
 import { networkInterfaces } from 'node:os';
 import type { FastifyRequest } from 'fastify';
 import { FlowError } from '../../core/index.js';
 import type { AccessControl } from '../access.js';
-import type { ControlStore } from '../store.js';
+import type { ControlStore } from '../../storage/metastore/control-store.js';
 import { BOOTSTRAP, HttpError, type AuthState } from './common.js';
 import { ANONYMOUS } from '../policy.js';
-import type { LogLimiter } from '../../protocols/log-limit.js';
-import { logKey } from '../../protocols/log-limit.js';
+import type { LogLimiter } from '../../util/log-limit.js';
+import { logKey } from '../../util/log-limit.js';
+import { hostName, isLoopback, isWildcard } from '../../util/address.js';
 
 export const SESSION_COOKIE = 'flowmq_session';
 /** Bodies a caller without credentials may send (POST /api/v1/login: a user name and a password). */
@@ -62,45 +62,6 @@ export function parseBearer(header: string | undefined): string | null {
   if (header === undefined) return null;
   const m = /^bearer[ ]+([A-Za-z0-9\-._~+/]+=*)[ ]*$/i.exec(header);
   return m ? m[1] : null;
-}
-
-/**
- * The canonical host name of a Host header value or an allowed-hosts entry (`name`, `name:port`, `1.2.3.4:80`,
- * `[::1]:80`), without its port; null if it is not one. IP literals come back canonical (IPv6 without brackets),
- * names lower case without a trailing dot.
- */
-export function hostName(value: string): string | null {
-  const v = value.trim().toLowerCase();
-  let host: string;
-  const bracket = /^\[([0-9a-f:.]+)\](?::\d{1,5})?$/.exec(v);
-  if (bracket) {
-    host = bracket[1];
-    if (isIP(host) !== 6) return null;
-  } else if (isIP(v) === 6) {
-    host = v; // a bare IPv6 address (allowed-hosts entries; never a valid Host header, which brackets it)
-  } else {
-    const m = /^([a-z0-9_.-]+)(?::\d{1,5})?$/.exec(v);
-    if (!m) return null;
-    host = m[1].replace(/\.$/, '');
-    if (host === '' || host.startsWith('.') || host.includes('..')) return null;
-  }
-  // The WHATWG URL parser gives IP literals one spelling ([0:0::1] and ::1, 127.1 and 127.0.0.1).
-  try {
-    const h = new URL(`http://${isIP(host) === 6 ? `[${host}]` : host}/`).hostname;
-    return h.startsWith('[') ? h.slice(1, -1) : h;
-  } catch {
-    return null;
-  }
-}
-
-export function isLoopback(address: string | undefined): boolean {
-  if (address === undefined) return false;
-  const a = address.startsWith('::ffff:') ? address.slice(7) : address;
-  return a === '::1' || (isIP(a) === 4 && a.startsWith('127.'));
-}
-
-export function isWildcard(address: string): boolean {
-  return address === '0.0.0.0' || address === '::';
 }
 
 const LOOPBACK_NAMES = ['localhost', '127.0.0.1', '::1'];
@@ -141,29 +102,6 @@ export class HostCheck {
     }
     return false;
   }
-}
-
-/** `--http-metrics-allow`: CIDR blocks (or single addresses) that may read /metrics, /healthz and /readyz. */
-export function addressFilter(entries: readonly string[]): ((address: string | undefined) => boolean) | null {
-  if (entries.length === 0) return null;
-  const list = new BlockList();
-  for (const e of entries) {
-    const [addr, bits] = e.split('/');
-    const family = isIP(addr);
-    if (family === 0) throw new FlowError('CONFIG_ERROR', `http-metrics-allow: "${e}" is not an address or CIDR block`);
-    const type = family === 6 ? 'ipv6' : 'ipv4';
-    if (bits === undefined) list.addAddress(addr, type);
-    else {
-      const n = Number(bits);
-      if (!/^\d+$/.test(bits) || n > (family === 6 ? 128 : 32)) throw new FlowError('CONFIG_ERROR', `http-metrics-allow: "${e}" has a bad prefix length`);
-      list.addSubnet(addr, n, type);
-    }
-  }
-  return (address) => {
-    if (address === undefined) return false;
-    const a = address.startsWith('::ffff:') ? address.slice(7) : address;
-    return list.check(a, isIP(a) === 6 ? 'ipv6' : 'ipv4');
-  };
 }
 
 const sha256 = (s: string) => createHash('sha256').update(s).digest('hex');

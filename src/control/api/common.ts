@@ -145,10 +145,6 @@ export function sendError(reply: FastifyReply, err: unknown): FastifyReply {
 
 /** Schema pieces. */
 export const NAME_PARAM = { type: 'object', required: ['name'], properties: { name: { type: 'string', minLength: 1, maxLength: 1024 } } } as const;
-export const ERROR_SCHEMA = {
-  type: 'object',
-  properties: { error: { type: 'object', properties: { code: { type: 'string' }, message: { type: 'string' } } } },
-} as const;
 
 export function notFound(what: string, name: string): FlowError {
   return new FlowError('NOT_FOUND', `${what} "${name}" does not exist`);

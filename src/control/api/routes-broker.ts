@@ -4,7 +4,7 @@
 import type { FastifyInstance } from 'fastify';
 import { FlowError } from '../../core/index.js';
 import { PAGE_QUERY, authorize, authorizeAdmin, notFound, paginate } from './common.js';
-import type { ApiContext } from './server.js';
+import type { ApiContext } from './types.js';
 
 const LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'];
 

@@ -10,7 +10,7 @@ import type { FastifyInstance } from 'fastify';
 import type { Cluster, OwnerRecord, ResourceKind } from '../../cluster/index.js';
 import { RESOURCE_KINDS } from '../../cluster/index.js';
 import { PAGE_QUERY, authorize, paginate } from './common.js';
-import type { ApiContext } from './server.js';
+import type { ApiContext } from './types.js';
 
 /** One broker as GET /api/v1/cluster describes it (the CLI and the test harness read this shape). */
 export interface ClusterBrokerView {

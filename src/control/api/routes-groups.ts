@@ -5,9 +5,8 @@
  */
 import type { FastifyInstance } from 'fastify';
 import { FlowError } from '../../core/index.js';
-import type { ConsumerGroupAdmin, OffsetResetTarget } from '../../protocols/types.js';
 import { NAME_PARAM, PAGE_QUERY, authorize, may, notFound, paginate } from './common.js';
-import type { ApiContext } from './server.js';
+import type { ApiContext, ConsumerGroupAdmin, OffsetResetTarget } from './types.js';
 
 export function groupRoutes(app: FastifyInstance, ctx: ApiContext): void {
   const { access } = ctx;

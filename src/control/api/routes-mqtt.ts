@@ -11,7 +11,7 @@
 import type { FastifyInstance } from 'fastify';
 import { FlowError, type SessionRecord } from '../../core/index.js';
 import { PAGE_QUERY, authorize, authorizeAdmin, may, notFound, paginate } from './common.js';
-import type { ApiContext } from './server.js';
+import type { ApiContext } from './types.js';
 
 function sessionView(r: SessionRecord, connected: boolean): Record<string, unknown> {
   let subscriptions: Array<{ filter: string; qos: number }> = [];

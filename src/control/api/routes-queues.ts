@@ -5,7 +5,7 @@
 import type { FastifyInstance } from 'fastify';
 import type { ExchangeDef, QueueArguments, QueueDef } from '../../core/index.js';
 import { NAME_PARAM, PAGE_QUERY, authorize, may, notFound, paginate } from './common.js';
-import type { ApiContext } from './server.js';
+import type { ApiContext } from './types.js';
 
 /** QueueArguments fields and the AMQP x-arguments they are declared as (rawArguments, for redeclare checks). */
 const X_ARGS: Record<keyof QueueArguments, string> = {

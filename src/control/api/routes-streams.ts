@@ -6,9 +6,9 @@
 import { isUtf8 } from 'node:buffer';
 import type { FastifyInstance } from 'fastify';
 import { FlowError, decodeBatch, recordToMessage, splitBatches, type StreamDef } from '../../core/index.js';
-import { parseDuration } from '../../config/units.js';
+import { parseDuration } from '../../util/units.js';
 import { NAME_PARAM, PAGE_QUERY, authorize, authorizeBindings, may, notFound, paginate } from './common.js';
-import type { ApiContext } from './server.js';
+import type { ApiContext } from './types.js';
 
 export function streamView(def: StreamDef): Record<string, unknown> {
   return {

@@ -19,13 +19,10 @@ import { AjvCompiler } from '@fastify/ajv-compiler';
 import fastifyHelmet from '@fastify/helmet';
 import fastifyRateLimit from '@fastify/rate-limit';
 import fastifySwagger from '@fastify/swagger';
-import type { Logger } from 'pino';
-import type { Engine } from '../../core/index.js';
-import type { ConsumerGroupAdmin, SessionAdmin } from '../../protocols/types.js';
-import { LogLimiter, logKey } from '../../protocols/log-limit.js';
-import type { AccessControl } from '../access.js';
-import { HostCheck, PUBLIC_MAX_BODY, Sessions, addressFilter, authenticate } from './auth.js';
-import { HTTP_TIMEOUTS, closeUnreadBody, httpServerOptions, type HttpTimeouts } from '../http-guard.js';
+import { LogLimiter, logKey } from '../../util/log-limit.js';
+import { HostCheck, PUBLIC_MAX_BODY, Sessions, authenticate } from './auth.js';
+import { addressFilter } from '../../util/address.js';
+import { HTTP_TIMEOUTS, closeUnreadBody, httpServerOptions } from '../http-guard.js';
 import { HttpError, sendError } from './common.js';
 import { brokerRoutes } from './routes-broker.js';
 import { identityRoutes } from './routes-identity.js';
@@ -34,62 +31,7 @@ import { queueRoutes } from './routes-queues.js';
 import { groupRoutes } from './routes-groups.js';
 import { mqttRoutes } from './routes-mqtt.js';
 import { clusterRoutes } from './routes-cluster.js';
-import type { Cluster } from '../../cluster/index.js';
-
-/** Storage operations the control plane may ask for; implemented by the log engine. */
-export interface StorageOps {
-  flushAll(): Promise<void>;
-  describe(stream: string): Array<Record<string, number>>;
-}
-
-/** What /metrics serves: a prom-client Registry (`metrics()`) or anything with `text()`. */
-export interface MetricsSource {
-  readonly contentType: string;
-  text?(): Promise<string>;
-  metrics?(): Promise<string>;
-}
-
-export interface AdminApiOptions {
-  engine: Engine;
-  /** The admin API's logger (a child of the broker's). */
-  logger: Logger;
-  /** The broker's root logger: PUT /api/v1/log-level sets its level (children follow). Default: `logger`. */
-  rootLogger?: Logger;
-  /** The control plane: directory, guard, policies, client registry, quotas. */
-  access: AccessControl;
-  storage?: StorageOps;
-  /** Extra broker information for GET /api/v1/broker. */
-  info?: () => Record<string, unknown>;
-  /** Bind address (`--http-host`). */
-  host: string;
-  port: number;
-  /** Extra host names the Host header may carry (`--http-allowed-hosts`). */
-  allowedHosts?: readonly string[];
-  /** Consumer groups of the running protocols (Kafka groups, JetStream durables). */
-  groups?: () => ReadonlyArray<{ protocol: string; admin: ConsumerGroupAdmin }>;
-  /** The MQTT module's session admin (ends a session held in its memory), when MQTT runs and offers one. */
-  mqttSessions?: () => SessionAdmin | null | undefined;
-  /** Cluster mode: membership and ownership for GET /api/v1/cluster; null or absent on a single broker. */
-  cluster?: Cluster | null;
-  /** /readyz: true once storage is recovered and the listeners are up. Default: always. */
-  ready?: () => boolean;
-  /** /metrics (part G's registry); absent: 404. */
-  metrics?: MetricsSource | null;
-  /** `--http-metrics-allow`: addresses / CIDR blocks that may read /metrics, /healthz, /readyz (empty: anyone). */
-  metricsAllow?: readonly string[];
-  /** Dashboard session lifetime (`--http-session-ttl`), ms. Default 12 h. */
-  sessionTtlMs?: number;
-  /** Requests without credentials act as the anonymous principal (no flag sets it; the broker leaves it off). Default false. */
-  anonymous?: boolean;
-  /** Logins per address per minute before 429 (POST /api/v1/login). Default 10. */
-  loginRateLimit?: number;
-  /** The broker's version, for /api/v1/broker and the OpenAPI document. */
-  version?: string;
-  /** Registers extra routes (the dashboard's static files); default: src/control/dashboard.ts when it exists. */
-  dashboard?: ((app: FastifyInstance) => Promise<void> | void) | null;
-  /** Headers, request and keep-alive timeouts (see http-guard.ts); default HTTP_TIMEOUTS. */
-  timeouts?: HttpTimeouts;
-}
+import type { AdminApiOptions } from './types.js';
 
 export interface AdminApi {
   address(): AddressInfo;
@@ -322,11 +264,3 @@ export async function startAdminApi(opts: AdminApiOptions): Promise<AdminApi> {
     },
   };
 }
-
-export type ApiContext = AdminApiOptions & {
-  access: AccessControl;
-  sessions: Sessions;
-  rootLogger: Logger;
-  groups: () => ReadonlyArray<{ protocol: string; admin: ConsumerGroupAdmin }>;
-  loginRateLimit: number;
-};

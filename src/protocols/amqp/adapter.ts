@@ -17,7 +17,7 @@
 import type { Logger } from 'pino';
 import { isFlowError, type Router } from '../../core/index.js';
 import { ANONYMOUS, type AccessControl, type Principal } from '../../control/index.js';
-import { LogLimiter } from '../log-limit.js';
+import { LogLimiter } from '../../util/log-limit.js';
 import type { AdapterContext } from '../types.js';
 import type { ResolvedAmqpOptions } from './options.js';
 import { InputBudget } from './intake.js';

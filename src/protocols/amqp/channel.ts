@@ -40,9 +40,9 @@ import { randomBytes } from 'node:crypto';
 import type { ExchangeType, Message, QueueArguments, QueueConsumer, QueueDelivery, QueueHandle, RouteResult } from '../../core/index.js';
 import { dotsToUnified, isFlowError } from '../../core/index.js';
 import type { Action, ResourceKind } from '../../control/index.js';
-import { logKey } from '../log-limit.js';
+import { logKey } from '../../util/log-limit.js';
 import { storageRefusal } from '../storage-refusal.js';
-import type { AmqpConnection } from './connection.js';
+import type { AmqpChannelHost } from './types.js';
 import { AmqpError, replyText, toAmqpError } from './errors.js';
 import { TOPIC_EXCHANGE, messageOfPublish, propertiesOf, swapSeparators, tableToJson } from './properties.js';
 import { AmqpCodecError, decodeHeaderPayload, messageFrames, type AmqpMethod, type BasicProperties, type MethodOf } from './wire.js';
@@ -212,7 +212,7 @@ export class AmqpChannel implements StreamSink {
   private ownerName: string | null = null;
 
   constructor(
-    readonly conn: AmqpConnection,
+    readonly conn: AmqpChannelHost,
     readonly ch: number,
   ) {}
 

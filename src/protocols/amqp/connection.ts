@@ -38,9 +38,10 @@ import type { Access, ClientEntry, ClientRegistration, Principal, QuotaLease } f
 import { ANONYMOUS } from '../../control/index.js';
 import { certificateLogin, certificateUser } from '../../control/certs.js';
 import { TLSSocket } from 'node:tls';
-import { logKey } from '../log-limit.js';
+import { logKey } from '../../util/log-limit.js';
 import type { AmqpAdapter, AlarmListener, AuthOutcome } from './adapter.js';
 import { AmqpChannel } from './channel.js';
+import type { AmqpChannelHost, ClientCapabilities, WriteCallbacks } from './types.js';
 import { AmqpError, replyText, toAmqpError } from './errors.js';
 import { Gather } from './intake.js';
 import { PublishCredit } from './credit.js';
@@ -84,18 +85,6 @@ export interface AmqpConnectionInit {
   attachInput?: (receive: (bytes: Buffer) => void) => boolean;
 }
 
-/** Capabilities the client announced in start-ok's client-properties. */
-export interface ClientCapabilities {
-  readonly blocked: boolean;
-  readonly cancelNotify: boolean;
-}
-
-/** What settles a write made without a publisher confirm. */
-interface WriteCallbacks {
-  settled(): void;
-  failed(err: unknown): void;
-}
-
 const NO_CAPABILITIES: ClientCapabilities = Object.freeze({ blocked: false, cancelNotify: false });
 
 /** The connection a stream belongs to, for the stream's event listeners (shared by every connection). */
@@ -106,7 +95,7 @@ type Owned = Duplex & { [CONNECTION]: AmqpConnection };
  * Also its own entry's registration in the client registry (protocol, listener, address, socket, kick), so that an
  * idle connection is one object more than its socket rather than several (issue 24: memory per idle connection).
  */
-export class AmqpConnection implements AlarmListener, ClientRegistration {
+export class AmqpConnection implements AlarmListener, ClientRegistration, AmqpChannelHost {
   readonly id: string;
   readonly remoteAddress: string | undefined;
   readonly remotePort: number | undefined;

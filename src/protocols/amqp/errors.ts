@@ -32,10 +32,6 @@ const NAMES: Record<number, string> = {
 /** Soft error codes: they close the channel only. */
 const SOFT = new Set([311, 312, 313, 403, 404, 405, 406]);
 
-export function isSoftCode(code: number): boolean {
-  return SOFT.has(code);
-}
-
 /** `NOT_FOUND - text`, cut to a shortstr's 255 bytes. */
 export function replyText(code: number, text: string): string {
   const full = `${NAMES[code] ?? 'ERROR'} - ${text}`;

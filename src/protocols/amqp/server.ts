@@ -5,7 +5,7 @@
 import { createServer, type AddressInfo, type Server, type Socket } from 'node:net';
 import tls from 'node:tls';
 import { ConnectionSet, TLS_HANDSHAKE_TIMEOUT_MS, listenOn, type TlsServerFiles } from '../listener.js';
-import { logKey } from '../log-limit.js';
+import { logKey } from '../../util/log-limit.js';
 import { readInto } from '../read-into.js';
 import type { ListenOptions, ProtocolListener } from '../types.js';
 import type { AmqpAdapter } from './adapter.js';

@@ -8,7 +8,6 @@ import {
   PROTOCOL_HEADER,
   decodeContentHeader,
   decodeMethod,
-  encodeContent,
   encodeMessageFrames,
   encodeMethodFrame,
   type AmqpMethod,
@@ -31,11 +30,6 @@ export function methodFrame(channel: number, m: AmqpMethod): Buffer {
 
 export function decodeHeaderPayload(payload: Buffer): { classId: number; bodySize: number; properties: BasicProperties } {
   return decodeContentHeader(payload);
-}
-
-/** Content header + body frames of one message, split at frameMax. */
-export function contentFrames(channel: number, props: BasicProperties, body: Buffer, frameMax: number): Buffer {
-  return encodeContent(channel, 60, props, body, frameMax);
 }
 
 /** A content method (deliver, get-ok, return) with its header and body frames, in one buffer. */

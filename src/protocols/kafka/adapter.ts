@@ -17,16 +17,15 @@ import { ApiKey, KafkaErrorCode, type ApiVersionRange } from './codec/index.js';
 import { kafkaErrorCode } from './errors.js';
 import type { ResolvedKafkaOptions } from './options.js';
 import { FramePool } from './frame-pool.js';
-import { LogLimiter } from '../log-limit.js';
-import type { Route } from './route.js';
+import { LogLimiter } from '../../util/log-limit.js';
+import type { Route } from './types.js';
 import { GroupCoordinator } from './groups/coordinator.js';
 import type { TopicCatalog } from './groups/consumer-coordinator.js';
 import type { AssignorTopic } from './groups/assignors.js';
-import { ProducerIdAllocator } from './handlers/producer.js';
+import { ProducerIdAllocator } from './producer-ids.js';
 import { KafkaCluster } from './cluster.js';
 import { FetchSessionCache } from './fetch-sessions.js';
 // Registers the snappy, lz4 and zstd decompressors with the core.
-import './compression.js';
 
 export type TopicResult = { entry: StreamEntry; errorCode: 0 } | { entry: null; errorCode: number };
 
@@ -45,7 +44,7 @@ export class KafkaAdapter {
   readonly engine: Engine;
   readonly logger: Logger;
   readonly brokerId: number;
-  private readonly routeByKey: Map<number, Route>;
+  private readonly routeByKey: Map<number, Route<KafkaAdapter>>;
   /** Ranges advertised by ApiVersions: exactly the APIs with a route. */
   readonly apiVersions: ApiVersionRange[];
   private readonly creating = new Map<string, Promise<void>>();
@@ -67,7 +66,7 @@ export class KafkaAdapter {
   constructor(
     ctx: AdapterContext,
     readonly options: ResolvedKafkaOptions,
-    routes: readonly Route[],
+    routes: readonly Route<KafkaAdapter>[],
   ) {
     this.engine = ctx.engine;
     this.logger = ctx.logger;
@@ -113,7 +112,7 @@ export class KafkaAdapter {
     }
   }
 
-  route(apiKey: number): Route | undefined {
+  route(apiKey: number): Route<KafkaAdapter> | undefined {
     return this.routeByKey.get(apiKey);
   }
 

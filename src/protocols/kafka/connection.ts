@@ -54,7 +54,7 @@ import { CLOSE_CONNECTION, type ConnectionInfo, type KafkaListenerInfo, type Rou
 import { SaslSession, stepRawToken } from './sasl.js';
 import { ReadLease } from '../../core/index.js';
 import { MAX_FRAME_BYTES } from './frame-pool.js';
-import { logKey } from '../log-limit.js';
+import { logKey } from '../../util/log-limit.js';
 import { ANONYMOUS, type Access, type ClientEntry, type Principal, type QuotaLease } from '../../control/index.js';
 
 /** Pieces of a gathered frame smaller than this are joined as they arrive (a trickle must not cost an object per byte). */

@@ -16,6 +16,11 @@
  *   new one (Kafka's eviction rules), else no session is made (the client keeps sending full fetches). A session
  *   belongs to the connection that made it: another connection cannot use it, and it goes when that connection
  *   closes, so a stranger cannot pin memory beyond its own connections.
+ * - Two bounds Kafka does not have, so that one connection cannot hold the whole cache's memory: a connection keeps
+ *   at most `MAX_SESSIONS_PER_CONNECTION` sessions (a new one drops its oldest; clients hold one per broker), and a
+ *   session at most `MAX_SESSION_PARTITIONS` partitions (a larger full fetch gets no session; an incremental fetch
+ *   growing one past it closes it with FETCH_SESSION_ID_NOT_FOUND, after which the client does full fetches, as
+ *   the protocol lets a broker decline sessions).
  */
 import { randomInt } from 'node:crypto';
 
@@ -59,6 +64,11 @@ export class FetchSession {
     return e >= 0x7fffffff ? 1 : e + 1;
   }
 }
+
+/** Sessions one connection may hold; making another drops its oldest. */
+export const MAX_SESSIONS_PER_CONNECTION = 8;
+/** Partitions one session may hold. */
+export const MAX_SESSION_PARTITIONS = 100_000;
 
 export function partitionKey(topicOrId: string, partition: number): string {
   return `${topicOrId}\u0000${partition}`;
@@ -135,7 +145,13 @@ export class FetchSessionCache {
    * evicted for it). The caller fills its partitions.
    */
   create(owner: string, usesTopicIds: boolean, partitions: number): FetchSession | null {
-    if (this.opts.maxSlots <= 0 || partitions === 0) return null;
+    if (this.opts.maxSlots <= 0 || partitions === 0 || partitions > MAX_SESSION_PARTITIONS) return null;
+    const mine = this.byOwner.get(owner);
+    if (mine !== undefined && mine.size >= MAX_SESSIONS_PER_CONNECTION) {
+      // The connection's oldest session (sets keep insertion order) makes room.
+      const oldest = this.sessions.get(mine.values().next().value!);
+      if (oldest !== undefined) this.drop(oldest);
+    }
     if (this.sessions.size >= this.opts.maxSlots && !this.evictFor(partitions)) {
       this.stats.refused++;
       return null;

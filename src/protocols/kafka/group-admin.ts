@@ -7,7 +7,7 @@
  * that never committed on a partition has no lag figure for it, as Kafka's tools show "-").
  */
 import { FlowError, type Engine } from '../../core/index.js';
-import type { ConsumerGroupAdmin, GroupDetail, GroupSummary, OffsetResetTarget } from '../types.js';
+import type { ConsumerGroupAdmin, GroupDetail, GroupSummary, OffsetResetTarget } from '../../control/index.js';
 import { KafkaErrorCode } from './codec/index.js';
 import type { GroupCoordinator } from './groups/coordinator.js';
 import type { KafkaCluster } from './cluster.js';

@@ -2,7 +2,7 @@
  * Options of the Kafka listener.
  */
 import { FlowError, MAX_PARTITIONS } from '../../core/index.js';
-import type { KafkaSaslOptions } from './sasl.js';
+import type { KafkaSaslOptions } from './sasl-session.js';
 import type { AccessControl } from '../../control/index.js';
 import type { Cluster } from '../../cluster/index.js';
 import { DEFAULT_AHEAD_BYTES } from './frame-pool.js';

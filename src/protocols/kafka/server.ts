@@ -10,7 +10,7 @@ import type { AdapterContext, ListenOptions, ProtocolListener } from '../types.j
 import { KafkaAdapter } from './adapter.js';
 import { KafkaConnection } from './connection.js';
 import { readInto } from '../read-into.js';
-import { logKey } from '../log-limit.js';
+import { logKey } from '../../util/log-limit.js';
 import { resolveKafkaOptions, type KafkaOptions } from './options.js';
 import type { KafkaListenerInfo } from './route.js';
 import { KAFKA_ROUTES } from './routes.js';

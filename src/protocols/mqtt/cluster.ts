@@ -23,15 +23,13 @@
  * are not queued for it.
  */
 import type { Cluster, OwnershipHandler } from '../../cluster/index.js';
-import { decodeBody, encodeBody } from '../../cluster/index.js';
+import { call, RPC, serve } from '../../cluster/index.js';
 import { FlowError, isFlowError } from '../../core/index.js';
 import { ReasonCode } from './codec/index.js';
-import type { MqttHub } from './session.js';
+import type { ClusterSession, MqttClusterHost } from './types.js';
 
-/** The channel method: the holder of a session closes its client's connection and hands the session over. */
-export const TAKEOVER = 'session.takeover';
-/** The channel method: the holder of a session ends it (the admin API's delete, on whichever broker it arrives). */
-export const DELETE = 'session.delete';
+// The channel messages (cluster/rpc.ts): session.takeover, the holder of a session closes its client's connection
+// and hands the session over; session.delete, the holder ends it (the admin API's delete, on whichever broker).
 
 /** Rounds of "ask the holder, then claim" before a CONNECT is refused as unavailable (the client retries). */
 const CLAIM_ROUNDS = 4;
@@ -53,7 +51,7 @@ export interface MqttClusterStats {
   unavailable: number;
 }
 
-export class MqttClusterSessions {
+export class MqttClusterSessions<S extends ClusterSession> {
   readonly stats: MqttClusterStats = { takeoversAsked: 0, takeoversFailed: 0, takeoversServed: 0, loaded: 0, handedOver: 0, lost: 0, forgotten: 0, unavailable: 0 };
   /** Client ids being claimed by CONNECTs here (count): owning one with nothing stored is not the end of it. */
   private readonly claiming = new Map<string, number>();
@@ -62,7 +60,7 @@ export class MqttClusterSessions {
   private closed = false;
 
   constructor(
-    private readonly hub: MqttHub,
+    private readonly hub: MqttClusterHost<S>,
     readonly cluster: Cluster,
   ) {}
 
@@ -76,11 +74,10 @@ export class MqttClusterSessions {
       release: (name, lost) => this.release(name, lost),
     };
     this.cluster.register('session', handler);
-    channel.handle(TAKEOVER, (from, body) => this.onTakeover(from, body));
-    channel.handle(DELETE, async (_from, body) => {
-      const clientId = clientIdOf(body, DELETE);
+    serve(channel, RPC.sessionTakeover, (from, { clientId }) => this.onTakeover(from, clientId));
+    serve(channel, RPC.sessionDelete, async (_from, { clientId }) => {
       await this.settled(clientId);
-      return encodeBody({ deleted: this.hub.deleteSession(clientId) });
+      return { deleted: this.hub.deleteSession(clientId) };
     });
   }
 
@@ -93,8 +90,7 @@ export class MqttClusterSessions {
     if (this.hub.sessions.has(clientId)) return this.hub.deleteSession(clientId);
     const holder = await this.cluster.lookup('session', clientId);
     if (holder === null || holder.broker === this.cluster.id || this.cluster.channel === null) return false;
-    const reply = await this.cluster.channel.request(holder.broker, DELETE, encodeBody({ clientId }));
-    return decodeBody<{ deleted?: unknown }>(reply).head?.deleted === true;
+    return (await call(this.cluster.channel, holder.broker, RPC.sessionDelete, { clientId })).head.deleted;
   }
 
   /** The epoch under which the session of `clientId` is owned and served here now, else undefined. */
@@ -188,7 +184,7 @@ export class MqttClusterSessions {
     this.stats.takeoversAsked++;
     try {
       // The holder closes a connection and makes its writes durable: a few store round trips.
-      await channel.request(to, TAKEOVER, encodeBody({ clientId }), Math.max(5000, this.cluster.leaseMs));
+      await call(channel, to, RPC.sessionTakeover, { clientId }, { timeoutMs: Math.max(5000, this.cluster.leaseMs) });
       return true;
     } catch (err) {
       this.stats.takeoversFailed++;
@@ -198,8 +194,7 @@ export class MqttClusterSessions {
   }
 
   /** Another broker's CONNECT for a client id held here: close our connection of it and hand the session over. */
-  private async onTakeover(from: number, body: Buffer): Promise<Buffer> {
-    const clientId = clientIdOf(body, TAKEOVER);
+  private async onTakeover(from: number, clientId: string): Promise<{ ok: boolean }> {
     await this.settled(clientId);
     const s = this.hub.sessions.get(clientId);
     if (s?.conn) {
@@ -211,7 +206,7 @@ export class MqttClusterSessions {
     await this.settled(clientId);
     await this.cluster.release('session', clientId);
     this.stats.takeoversServed++;
-    return encodeBody({ ok: true });
+    return { ok: true };
   }
 
   /** Owned here now (a CONNECT's claim, or a dead broker's session placed here): load what is stored. */
@@ -254,9 +249,3 @@ export class MqttClusterSessions {
   }
 }
 
-
-function clientIdOf(body: Buffer, method: string): string {
-  const { head } = decodeBody<{ clientId?: unknown }>(body);
-  if (typeof head?.clientId !== 'string') throw new FlowError('INVALID_ARGUMENT', `${method} needs a clientId`);
-  return head.clientId;
-}

@@ -8,8 +8,9 @@ export {
   type TlsListenOptions,
   type WsListenOptions,
 } from './server.js';
+export { MqttConnection, type MqttConnectionInit, type MqttConnectionStats } from './connection.js';
 export {
-  MqttConnection,
+  EXPIRY_NEVER,
   MQTT_DEFAULTS,
   allowAll,
   resolveMqttOptions,
@@ -18,11 +19,9 @@ export {
   type EnhancedAuthenticator,
   type EnhancedAuthResult,
   type EnhancedAuthStep,
-  type MqttConnectionInit,
-  type MqttConnectionStats,
   type MqttOptions,
   type ResolvedMqttOptions,
-} from './connection.js';
-export { MqttHub, MqttSession, EXPIRY_NEVER, type MqttHubStats } from './session.js';
+} from './options.js';
+export { MqttHub, MqttSession, type MqttHubStats } from './session.js';
 export * as codec from './codec/index.js';
 export { MqttProtocolError } from './codec/index.js';

@@ -10,9 +10,10 @@ import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { WebSocketServer, createWebSocketStream } from 'ws';
 import { ConnectionSet, TLS_HANDSHAKE_TIMEOUT_MS, listenOn, type TlsServerFiles } from '../listener.js';
-import { logKey } from '../log-limit.js';
+import { logKey } from '../../util/log-limit.js';
 import type { AdapterContext, ListenOptions, ProtocolListener } from '../types.js';
-import { MqttConnection, resolveMqttOptions, type CertificateLogin, type MqttOptions } from './connection.js';
+import { MqttConnection, type CertificateLogin } from './connection.js';
+import { resolveMqttOptions, type MqttOptions } from './options.js';
 import { MqttHub } from './session.js';
 import { closeUnreadBody, httpServerOptions } from '../../control/index.js';
 

@@ -18,14 +18,12 @@ import { readFileSync } from 'node:fs';
 import type { Access } from '../../control/index.js';
 import type { Message, QoS, QueuedEntry, SessionRecord, SessionStore, Subscriber, Subscription } from '../../core/index.js';
 import { decodeStoredMessage, encodeStoredMessage, FlowError, isFlowError } from '../../core/index.js';
-import { LogLimiter } from '../log-limit.js';
+import { LogLimiter } from '../../util/log-limit.js';
 import type { AdapterContext } from '../types.js';
 import { ReasonCode, type Properties, type ProtocolLevel, type Will } from './codec/index.js';
-import type { MqttConnection, ResolvedMqttOptions } from './connection.js';
+import { EXPIRY_NEVER, type ResolvedMqttOptions } from './options.js';
+import type { MqttClusterHost, SessionConnection, SessionMoveReason } from './types.js';
 import { MqttClusterSessions } from './cluster.js';
-
-/** Session Expiry Interval meaning "never expires" (v5 section 3.1.2.11.2). */
-export const EXPIRY_NEVER = 0xffffffff;
 
 /** What a subscription of a session carries for delivery (engine `SubscribeOptions.data`). */
 export interface SubData {
@@ -141,7 +139,7 @@ const NO_REL_PENDING: Map<number, Promise<void>> = new EmptyMap();
 
 export class MqttSession implements Subscriber {
   readonly id: string;
-  conn: MqttConnection | null = null;
+  conn: SessionConnection | null = null;
   /** By the filter string the client sent. */
   readonly subs = new Map<string, Subscription>();
   /** Inbound QoS 2 ids awaiting PUBREL (NO_REL until the first: most sessions never see QoS 2; see relIds). */
@@ -361,11 +359,11 @@ export interface MqttHubStats {
   throttled: number;
 }
 
-export class MqttHub {
+export class MqttHub implements MqttClusterHost<MqttSession> {
   readonly sessions = new Map<string, MqttSession>();
   readonly store: SessionStore;
   /** Every open connection of every listener (keep-alive and connect-timeout checks run over it). */
-  readonly connections = new Set<MqttConnection>();
+  readonly connections = new Set<SessionConnection>();
   readonly stats: MqttHubStats = {
     messagesReceived: 0,
     messagesSent: 0,
@@ -396,7 +394,7 @@ export class MqttHub {
   private round: { done: Promise<void>; resolve: () => void; writes: Promise<unknown>[] } | null = null;
   private closed = false;
   /** Cluster mode: session ownership and takeover across brokers; null on a single broker. */
-  readonly cluster: MqttClusterSessions | null;
+  readonly cluster: MqttClusterSessions<MqttSession> | null;
 
   constructor(
     readonly ctx: AdapterContext,
@@ -538,7 +536,7 @@ export class MqttHub {
   }
 
   /** The connection currently attached to a client id (session takeover, tests). */
-  get(clientId: string): MqttConnection | undefined {
+  get(clientId: string): SessionConnection | undefined {
     return this.sessions.get(clientId)?.conn ?? undefined;
   }
 
@@ -556,7 +554,7 @@ export class MqttHub {
    * (clean start) or resumes an existing one. Returns the session and whether it was present.
    */
   async attach(
-    conn: MqttConnection,
+    conn: SessionConnection,
     clientId: string,
     cleanStart: boolean,
     expiry: number,
@@ -625,7 +623,7 @@ export class MqttHub {
    * A connection left its session. `unacked` are its in-flight and queued deliveries, oldest first; `will` is
    * the will to publish (now or after its delay), null after a normal DISCONNECT.
    */
-  detach(s: MqttSession, conn: MqttConnection, unacked: Delivery[], will: Will | null): void {
+  detach(s: MqttSession, conn: SessionConnection, unacked: Delivery[], will: Will | null): void {
     if (s.conn !== conn) return;
     s.conn = null;
     this.connectedCount--;
@@ -694,7 +692,7 @@ export class MqttHub {
    * engine and the table, and nothing more written (its stored state is its next owner's). An attached connection
    * is closed with `reason` (v5; default 0x8B), without a will from here.
    */
-  dropSession(s: MqttSession, reason: typeof ReasonCode.SERVER_SHUTTING_DOWN | typeof ReasonCode.SESSION_TAKEN_OVER | null): void {
+  dropSession(s: MqttSession, reason: SessionMoveReason | null): void {
     if (s.ended) return;
     s.ended = true;
     s.conn?.sessionMoved(reason ?? ReasonCode.SERVER_SHUTTING_DOWN);
@@ -999,7 +997,7 @@ export class MqttHub {
     ];
     for (const [t, v] of topics) {
       try {
-        e.publish({
+        void e.publish({
           topic: `$SYS/broker/${t}`,
           payload: Buffer.from(v),
           key: null,

@@ -21,15 +21,16 @@ import { readFileSync } from 'node:fs';
 import type { Duplex } from 'node:stream';
 import type { TLSSocket } from 'node:tls';
 import type { Logger } from 'pino';
-import { newPublishInfo, type Engine, type Header, type Message, type PublishInfo } from '../../core/index.js';
+import { newPublishInfo, type Engine, type Message, type PublishInfo } from '../../core/index.js';
 import { certificateLogin, type CertUserField } from '../../control/certs.js';
-import { ANONYMOUS, TOKEN_PREFIX, type Access, type AccessControl, type AuthOutcome, type Principal } from '../../control/index.js';
-import { LogLimiter, logKey } from '../log-limit.js';
+import { ANONYMOUS, TOKEN_PREFIX, type Access, type AccessControl, type AuthOutcome } from '../../control/index.js';
+import { LogLimiter, logKey } from '../../util/log-limit.js';
 import type { AdapterContext } from '../types.js';
-import { PayloadBudget, encodeHeaders, type ConnectOptions, type NatsHeaders } from './codec/index.js';
+import { PayloadBudget, type ConnectOptions } from './codec/index.js';
 import { NatsConnection } from './connection.js';
 import { NatsErr } from './errors.js';
 import type { ResolvedNatsOptions } from './options.js';
+import { newNatsStats, type NatsAuthOutcome, type NatsConnectionHost, type NatsConnectionMeta, type NatsListenerTls, type NatsPublisher } from './types.js';
 
 /** The nats-server release whose client protocol (and JetStream API subset) FlowMQ implements: clients switch
  * features on by it (headers from 2.2, the 2.9 consumer-create subjects). */
@@ -43,44 +44,6 @@ const FLOWMQ_VERSION = ((): string => {
     return '0.0.0';
   }
 })();
-
-/** Where a connection comes from, as the listener knows it. */
-export interface NatsConnectionMeta {
-  remoteAddress: string;
-  remotePort: number;
-  /** The stream is TLS (upgraded after INFO, or TLS first). */
-  tls: boolean;
-  /** The listener already sent INFO on this stream (the TLS upgrade path): the connection must not send it again. */
-  infoSent?: boolean;
-  /** A WebSocket connection (INFO and figures say so). */
-  websocket?: boolean;
-  /** The socket under a WebSocket stream: its byte counters are the connection's (client registry). */
-  byteCounter?: { readonly bytesRead: number; readonly bytesWritten: number };
-  /** The TLS socket underneath (TLS or wss), for its client certificate (mTLS). */
-  tlsSocket?: TLSSocket;
-  /**
-   * The client_id INFO announced: `info()` assigns it when absent, and `handle()` keeps it, so a listener that
-   * sends INFO itself passes the same meta object to both.
-   */
-  clientId?: number;
-}
-
-/** What INFO says about TLS on the listener the client came in on. */
-export interface NatsListenerTls {
-  /** TLS is offered (tls_available) */
-  available: boolean;
-  /** TLS is required (tls_required): a client must upgrade before CONNECT. */
-  required: boolean;
-}
-
-/**
- * Where a NATS publish with a reply subject goes: JetStream (part D) answers PubAcks for the streams that captured
- * it and dedups by Nats-Msg-Id; the default publishes to the engine. Returns what the publish reached, so the
- * connection can answer no-responders. `reply` is the reply as a unified topic (the message's responseTopic).
- */
-export interface NatsPublisher {
-  publish(msg: Message, reply: string): PublishInfo;
-}
 
 /** The default NatsPublisher: a plain engine.publish; a failed durable write is logged (rate limited). */
 export class EnginePublisher implements NatsPublisher {
@@ -96,9 +59,6 @@ export class EnginePublisher implements NatsPublisher {
     return info;
   }
 }
-
-/** The outcome of a CONNECT's credentials. */
-export type NatsAuthOutcome = { ok: true; principal: Principal } | { ok: false; busy: boolean };
 
 /** How NATS clients authenticate: the broker's control plane, and the optional shared `--nats-token`. */
 export interface NatsAuth {
@@ -119,7 +79,7 @@ function serverId(): string {
   return s;
 }
 
-export class NatsAdapter {
+export class NatsAdapter implements NatsConnectionHost {
   readonly logger: Logger;
   readonly logLimit: LogLimiter;
   readonly engine: Engine;
@@ -140,32 +100,7 @@ export class NatsAdapter {
   private readonly byClientId = new Map<number, NatsConnection>();
   /** Payload memory all connections together may take ahead of its bytes (see codec/parser.ts, "Payload memory"). */
   readonly payloads: PayloadBudget;
-  readonly stats = {
-    connectionsTotal: 0,
-    connectionsRefused: 0,
-    authFailures: 0,
-    authTimeouts: 0,
-    /** Messages and payload bytes received from clients (PUB/HPUB). */
-    msgsIn: 0,
-    bytesIn: 0,
-    /** Messages and payload bytes sent to clients (MSG/HMSG). */
-    msgsOut: 0,
-    bytesOut: 0,
-    slowConsumers: 0,
-    /** PUB/HPUB and SUB refused by a policy (-ERR 'Permissions Violation ...'). */
-    permissionViolations: 0,
-    /** Connections refused by their namespace's connection quota. */
-    quotaRefusals: 0,
-    /** Times a connection's reading was paused by its namespace's rate quotas. */
-    quotaPauses: 0,
-    staleConnections: 0,
-    /** Connections closed because an operation they had started was not received whole within opTimeoutMs. */
-    opTimeouts: 0,
-    protocolErrors: 0,
-    invalidSubjects: 0,
-    noResponders: 0,
-    writeFailures: 0,
-  };
+  readonly stats = newNatsStats();
 
   constructor(
     readonly ctx: AdapterContext,
@@ -375,135 +310,3 @@ export class NatsAdapter {
     this.logLimit.stop();
   }
 }
-
-// ---------------------------------------------------------------------------------------------- message mapping
-
-/** The unified topic of a NATS subject, or null when the topic space cannot hold it (`+`, `#`, NUL). */
-export function subjectToTopic(subject: string): string | null {
-  for (let i = 0; i < subject.length; i++) {
-    const c = subject.charCodeAt(i);
-    if (c === 0x2b || c === 0x23 || c === 0) return null;
-  }
-  return swap(subject);
-}
-
-/** The NATS subject of a unified topic. */
-export function topicToSubject(topic: string): string {
-  return swap(topic);
-}
-
-/** The separator swap (topic.ts swapSeparators), with the common no-`/` case first. */
-function swap(s: string): string {
-  if (s.indexOf('/') < 0) return s.indexOf('.') < 0 ? s : s.replaceAll('.', '/');
-  let out = '';
-  for (let i = 0; i < s.length; i++) {
-    const c = s[i];
-    out += c === '.' ? '/' : c === '/' ? '.' : c;
-  }
-  return out;
-}
-
-const MSG_ID = 'nats-msg-id';
-
-/** A parsed HPUB header block onto a message being built. */
-export function applyNatsHeaders(msg: Message, h: NatsHeaders): void {
-  const out: Header[] = [];
-  for (const [k, v] of h.entries) {
-    out.push({ key: k, value: Buffer.from(v, 'utf8') });
-    if (msg.messageId === undefined && k.length === MSG_ID.length && k.toLowerCase() === MSG_ID) msg.messageId = v;
-    // The correlation of a reply to an MQTT v5 or AMQP requester (kept as a header too, as Nats-Msg-Id is).
-    else if (msg.correlationData === undefined && k.length === CORRELATION_ID.length && k.toLowerCase() === CORRELATION_ID) msg.correlationData = correlationOf(v);
-  }
-  msg.headers = out;
-  if (h.status !== null) msg.status = h.description === '' ? String(h.status) : `${h.status} ${h.description}`;
-}
-
-// One entry: a message fanned out to several NATS connections (or several times to one) is rendered once.
-let lastMsg: Message | null = null;
-let lastBlock: Buffer | null = null;
-
-/**
- * The NATS/1.0 header block a message is delivered with, or null when it has nothing to put in one (MSG).
- */
-export function natsHeaderBlock(msg: Message): Buffer | null {
-  if (msg === lastMsg) return lastBlock;
-  let block: Buffer | null = null;
-  if (
-    msg.headers.length > 0 ||
-    msg.status !== undefined ||
-    msg.contentType !== undefined ||
-    msg.correlationData !== undefined ||
-    msg.messageId !== undefined
-  ) {
-    block = renderHeaderBlock(msg);
-  }
-  lastMsg = msg;
-  lastBlock = block;
-  return block;
-}
-
-function renderHeaderBlock(msg: Message): Buffer {
-  const entries: Array<[string, string]> = [];
-  let present: Set<string> | null = null;
-  for (const h of msg.headers) {
-    // A key NATS cannot carry is left out rather than rewritten (a rewritten key could collide with a real one).
-    if (!validKey(h.key)) continue;
-    entries.push([h.key, h.value === null ? '' : h.value.toString('utf8')]);
-    (present ??= new Set()).add(h.key.toLowerCase());
-  }
-  const add = (k: string, v: string) => {
-    if (present === null || !present.has(k.toLowerCase())) entries.push([k, v]);
-  };
-  if (msg.contentType !== undefined) add('Content-Type', msg.contentType);
-  if (msg.correlationData !== undefined) add('Correlation-Id', utf8OrBase64(msg.correlationData));
-  if (msg.messageId !== undefined) add('Nats-Msg-Id', msg.messageId);
-  // A status is three digits and an optional description ("404 No Messages"); anything else is not rendered.
-  let status: number | null = null;
-  let description = '';
-  if (msg.status !== undefined) {
-    const m = /^(\d{3})(?:\s+(.*))?$/.exec(msg.status.trim());
-    if (m !== null) {
-      status = Number(m[1]);
-      description = m[2] ?? '';
-    }
-  }
-  // encodeHeaders puts a value holding CR or LF on one line (they become spaces): an MQTT user property, an AMQP
-  // header or a Kafka record header may hold anything, and must not split the block or inject a header.
-  return encodeHeaders({ status, description, entries });
-}
-
-/** A header key NATS can carry: printable ASCII without ':' (nats.js and nats-server read up to the first ':'). */
-function validKey(k: string): boolean {
-  if (k.length === 0) return false;
-  for (let i = 0; i < k.length; i++) {
-    const c = k.charCodeAt(i);
-    if (c <= 0x20 || c >= 0x7f || c === 0x3a) return false;
-  }
-  return true;
-}
-
-const CORRELATION_ID = 'correlation-id';
-const B64 = 'base64:';
-
-/**
- * Correlation data as a header value: the text when it is UTF-8 that survives a header line (no control
- * character, no blank at either end: clients trim values) and does not start with `base64:`; else `base64:` and
- * the bytes in base64. correlationOf reads it back, so the bytes survive a NATS responder that copies the header.
- */
-function utf8OrBase64(b: Buffer): string {
-  const s = b.toString('utf8');
-  const text = Buffer.byteLength(s) === b.length && !s.includes('\uFFFD') && !/[\x00-\x1f\x7f]/.test(s) && s.trim() === s && !s.startsWith(B64);
-  return text ? s : B64 + b.toString('base64');
-}
-
-/** The correlation data of a `Correlation-Id` header value (see utf8OrBase64). */
-function correlationOf(v: string): Buffer {
-  if (v.startsWith(B64)) {
-    const b = Buffer.from(v.slice(B64.length), 'base64');
-    if (b.toString('base64') === v.slice(B64.length)) return b;
-  }
-  return Buffer.from(v, 'utf8');
-}
-
-/** A requester's NATS subject of a unified response topic. */
-export const replyToSubject = topicToSubject;

@@ -43,7 +43,7 @@
 import type { Duplex } from 'node:stream';
 import type { Message, Subscriber, Subscription } from '../../core/index.js';
 import { ANONYMOUS, type Access, type ClientEntry, type Principal, type QuotaLease } from '../../control/index.js';
-import { logKey } from '../log-limit.js';
+import { logKey } from '../../util/log-limit.js';
 import {
   NatsErrText,
   NatsProtocolError,
@@ -61,16 +61,8 @@ import {
   type ConnectOptions,
   type NatsServerHandler,
 } from './codec/index.js';
-import {
-  applyNatsHeaders,
-  natsHeaderBlock,
-  subjectToTopic,
-  topicToSubject,
-  type NatsAdapter,
-  type NatsAuthOutcome,
-  type NatsConnectionMeta,
-  type NatsListenerTls,
-} from './adapter.js';
+import { applyNatsHeaders, natsHeaderBlock, subjectToTopic, topicToSubject } from './mapping.js';
+import type { NatsAuthOutcome, NatsConnectionHost, NatsConnectionMeta, NatsListenerTls } from './types.js';
 import { NatsErr, natsErrTextOf } from './errors.js';
 
 /** Publishes whose durable writes have not settled, per connection, before its socket stops being read. */
@@ -202,7 +194,7 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
 
   constructor(
     readonly stream: Duplex,
-    readonly adapter: NatsAdapter,
+    readonly adapter: NatsConnectionHost,
     readonly meta: NatsConnectionMeta,
     readonly tls: NatsListenerTls,
   ) {
@@ -644,7 +636,7 @@ export class NatsConnection implements Subscriber, NatsServerHandler {
     }
     if (durable !== null) {
       if (++this.pendingWrites >= MAX_PENDING_WRITES) this.pauseReading(PAUSE_WRITES);
-      durable.then(...this.settlers());
+      void durable.then(...this.settlers());
     }
   }
 

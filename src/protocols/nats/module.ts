@@ -6,7 +6,7 @@ import { readFileSync } from 'node:fs';
 import { FlowError } from '../../core/index.js';
 import { tlsClientOptions } from '../../control/certs.js';
 import { formatAddress as fmt } from '../listener.js';
-import { LogLimiter } from '../log-limit.js';
+import { LogLimiter } from '../../util/log-limit.js';
 import type { ProtocolListener, ProtocolModule, ProtocolModuleContext, RunningProtocol } from '../types.js';
 import { NatsAdapter } from './adapter.js';
 import { JetStream } from './jetstream/index.js';

@@ -29,9 +29,10 @@ import type { Duplex } from 'node:stream';
 import tls from 'node:tls';
 import { WebSocketServer, createWebSocketStream } from 'ws';
 import { ConnectionSet, TLS_HANDSHAKE_TIMEOUT_MS, listenOn } from '../listener.js';
-import { logKey, type LogLimiter } from '../log-limit.js';
+import { logKey, type LogLimiter } from '../../util/log-limit.js';
 import type { ListenOptions, ProtocolListener } from '../types.js';
-import type { NatsAdapter, NatsConnectionMeta, NatsListenerTls } from './adapter.js';
+import type { NatsAdapter } from './adapter.js';
+import type { NatsConnectionMeta, NatsListenerTls } from './types.js';
 import { closeUnreadBody, httpServerOptions } from '../../control/index.js';
 import type { NatsConnection } from './connection.js';
 

@@ -67,6 +67,7 @@ import {
 import type { Metastore, SegmentMeta } from '../metastore/types.js';
 import type { ObjectStore } from '../objects/types.js';
 import type { SegmentFileSource, WalEntry, WriteAheadLog } from '../wal/types.js';
+import { backoffDelay } from '../../util/backoff.js';
 import { ProducerState } from './producer-state.js';
 import { BatchMemory, type Chunk, type ChunkCursor } from './batch-memory.js';
 import { buildSegment, buildTrailer, findEntry, FOOTER_SIZE, parseFooter, parseIndex, parseSegmentKey, segmentKey, type SegmentIndex } from './segment.js';
@@ -117,7 +118,7 @@ export interface SpaceGuard {
 /** First wait after a failed WAL write or seal, doubled per failure in a row up to MAX_BACKOFF_MS. */
 const FIRST_BACKOFF_MS = 100;
 const MAX_BACKOFF_MS = 5000;
-const nextBackoff = (ms: number): number => (ms === 0 ? FIRST_BACKOFF_MS : Math.min(MAX_BACKOFF_MS, ms * 2));
+const backoffMs = (failures: number): number => backoffDelay(failures, FIRST_BACKOFF_MS, MAX_BACKOFF_MS);
 
 /**
  * Smallest segment a stream's own segment size (Kafka's segment.bytes) makes: Kafka 3.x accepts 14 bytes, but here
@@ -196,14 +197,15 @@ class Partition implements ChunkCursor {
   draining = false;
   /** Appends are refused until then (Date.now()) after a failure. */
   retryAt = 0;
-  backoffMs = 0;
+  /** WAL failures in a row (the backoff's attempt). */
+  walFailures = 0;
   /** WAL appends not settled yet. */
   inflight = 0;
   /** Times the tail was rewound after a failure: a batch's offsets may have been given to another since. */
   rewinds = 0;
-  /** Seals: when the next may be tried after failures, the wait, and whether the last one failed. */
+  /** Seals: when the next may be tried after failures, and the failures in a row (the backoff's attempt). */
   sealRetryAt = 0;
-  sealBackoffMs = 0;
+  sealFailures = 0;
   /** Object key of a segment whose metastore commit failed: it may have landed all the same (see writeSegment). */
   unsureCommit: string | null = null;
   waiters: Waiter[] = [];
@@ -759,7 +761,7 @@ export class LogManager implements StreamStorage {
         } else if (p.failure !== null) {
           this.logger.info({ partition: p.key }, 'partition writes again after a storage failure');
           p.failure = null;
-          p.backoffMs = 0;
+          p.walFailures = 0;
         }
         this.wake(p);
         if (segmentReady(p)) void this.seal(p);
@@ -801,10 +803,10 @@ export class LogManager implements StreamStorage {
     if (this.byKey.get(p.key) !== p || err.code === 'CLOSED' || p.fenced !== null) return;
     if (!p.draining) {
       p.draining = true;
-      p.backoffMs = nextBackoff(p.backoffMs);
+      p.walFailures++;
       // One line when a partition starts failing; while it keeps failing, each retry that fails is a debug line.
       const level = p.failure === null ? 'warn' : 'debug';
-      this.logger[level]({ err, partition: p.key, retryInMs: p.backoffMs }, 'WAL append failed; partition refuses writes until a retry succeeds');
+      this.logger[level]({ err, partition: p.key, retryInMs: backoffMs(p.walFailures) }, 'WAL append failed; partition refuses writes until a retry succeeds');
       p.failure = err;
       // Readers and seals waiting for offsets that will not come now stop waiting.
       for (const w of p.waiters.splice(0)) {
@@ -822,7 +824,7 @@ export class LogManager implements StreamStorage {
    */
   private rewind(p: Partition): void {
     p.draining = false;
-    p.retryAt = Date.now() + p.backoffMs;
+    p.retryAt = Date.now() + backoffMs(p.walFailures);
     p.rewinds++;
     this.stats.rewinds++;
     const hw = p.highWatermark;
@@ -1032,9 +1034,9 @@ export class LogManager implements StreamStorage {
     })
       .then(
         () => {
-          if (sealed && p.sealBackoffMs > 0) {
+          if (sealed && p.sealFailures > 0) {
             this.logger.info({ partition: p.key }, 'segment flush works again');
-            p.sealBackoffMs = 0;
+            p.sealFailures = 0;
             p.sealRetryAt = 0;
           }
         },
@@ -1044,10 +1046,10 @@ export class LogManager implements StreamStorage {
           // The data is still in the WAL and in memory: a later check retries, after a backoff. One line when a
           // partition's seals start failing, debug lines while they go on failing.
           this.stats.failedSeals++;
-          const level = p.sealBackoffMs === 0 ? 'warn' : 'debug';
-          p.sealBackoffMs = nextBackoff(p.sealBackoffMs);
-          p.sealRetryAt = Date.now() + p.sealBackoffMs;
-          this.logger[level]({ err, partition: p.key, retryInMs: p.sealBackoffMs }, 'segment flush failed; will retry');
+          const level = p.sealFailures === 0 ? 'warn' : 'debug';
+          const wait = backoffMs(++p.sealFailures);
+          p.sealRetryAt = Date.now() + wait;
+          this.logger[level]({ err, partition: p.key, retryInMs: wait }, 'segment flush failed; will retry');
         },
       )
       .finally(() => {

@@ -15,7 +15,7 @@
  *   connections by itself once the server is back, with no broker restart. An idle connection dropped by the
  *   server is handled by the pool's 'error' listener (it would otherwise crash the process).
  */
-import { checkConsumerRecord, FlowError, newStreamId } from '../../core/index.js';
+import { checkConsumerRecord, FlowError } from '../../core/index.js';
 import type { BindingDef, ConsumerRecord, ExchangeDef, OffsetCommit, QueueChanges, QueueDef, QueuedEntry, RetainedEntry, SessionRecord } from '../../core/index.js';
 import {
   connectPool,
@@ -54,7 +54,7 @@ import {
   settingsColumn,
 } from './rows.js';
 import type { ConsumerOffset, Metastore, PartitionState, SegmentMeta, StreamDef } from './types.js';
-import { bumpsVersion, checkControl, type ControlKind, type ControlRecord } from '../../control/store.js';
+import { bumpsVersion, checkControl, type ControlKind, type ControlRecord } from './control-store.js';
 
 interface ControlRow extends Record<string, unknown> {
   kind: ControlKind;
@@ -185,7 +185,7 @@ export class PostgresMetastore implements Metastore {
         await this.q(
           'createStream',
           'INSERT INTO streams (name, partitions, bindings, retention_ms, created_at, settings, stream_id) VALUES ($1, $2, $3, $4, $5, $6, $7)',
-          [def.name, def.partitions, JSON.stringify(def.bindings), def.retentionMs, def.createdAt, settingsColumn(def), def.id ?? newStreamId()],
+          [def.name, def.partitions, JSON.stringify(def.bindings), def.retentionMs, def.createdAt, settingsColumn(def), def.id ?? null],
         );
       } catch (err) {
         const cause = err instanceof FlowError ? err.cause : undefined;
@@ -551,7 +551,7 @@ export class PostgresMetastore implements Metastore {
       open.recs.set(rec.name, copy);
       return open.done.then(refusedOf);
     }
-    const batch: ConsumerBatch = { recs: new Map([[rec.name, copy]]), done: Promise.resolve(new Map()) };
+    const batch: ConsumerBatch = { recs: new Map([[rec.name, copy]]), done: Promise.resolve(new Map<string, unknown>()) };
     this.consumerBatches.set(rec.stream, batch);
     batch.done = this.keyed(CONSUMERS, rec.stream, () => {
       // Started: later puts form the next batch. (With nothing running on the key this runs at once, within

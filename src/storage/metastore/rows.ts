@@ -13,7 +13,7 @@ export interface StreamRow {
   created_at: number;
   /** JSON of the settings beyond retention (retentionBytes, segmentBytes, segmentMs, configs); null: none. */
   settings: string | null;
-  /** StreamDef.id (32 hex digits); every row has one from migration 9 (SQLite) / 6 (PostgreSQL) on. */
+  /** StreamDef.id (32 hex digits); the engine gives every stream one, migration 9 (SQLite) / 6 (PostgreSQL) those made before. */
   stream_id: string | null;
 }
 

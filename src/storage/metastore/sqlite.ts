@@ -19,7 +19,7 @@ import { mkdirSync } from 'node:fs';
 import { open, type FileHandle } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
-import { checkConsumerRecord, CoalescingTask, FlowError, newStreamId } from '../../core/index.js';
+import { checkConsumerRecord, CoalescingTask, FlowError } from '../../core/index.js';
 import type { BindingDef, ConsumerRecord, ExchangeDef, OffsetCommit, QueueChanges, QueueDef, QueuedEntry, RetainedEntry, SessionRecord } from '../../core/index.js';
 import { isNoSpace, writeError } from '../fs-util.js';
 import { migrations, type Migration } from './migrations.js';
@@ -51,7 +51,7 @@ import {
   settingsColumn,
 } from './rows.js';
 import type { ConsumerOffset, Metastore, PartitionState, SegmentMeta, StreamDef } from './types.js';
-import { bumpsVersion, checkControl, type ControlKind, type ControlRecord } from '../../control/store.js';
+import { bumpsVersion, checkControl, type ControlKind, type ControlRecord } from './control-store.js';
 
 interface QueueStateRow {
   next_seq: number;
@@ -493,7 +493,7 @@ export class SqliteMetastore implements Metastore {
     checkStreamDef(def);
     await this.write('createStream', () => {
       try {
-        this.s.insertStream.run(def.name, def.partitions, JSON.stringify(def.bindings), def.retentionMs, def.createdAt, settingsColumn(def), def.id ?? newStreamId());
+        this.s.insertStream.run(def.name, def.partitions, JSON.stringify(def.bindings), def.retentionMs, def.createdAt, settingsColumn(def), def.id ?? null);
       } catch (err) {
         if (sqliteCode(err) === 'SQLITE_CONSTRAINT_PRIMARYKEY') {
           throw new FlowError('ALREADY_EXISTS', `stream "${def.name}" already exists`, { cause: err });

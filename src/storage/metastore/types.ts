@@ -35,7 +35,7 @@ import type {
   StreamCatalog,
   StreamDef,
 } from '../../core/index.js';
-import type { ControlStore } from '../../control/store.js';
+import type { ControlStore } from './control-store.js';
 export type { StreamDef };
 
 export interface SegmentMeta {

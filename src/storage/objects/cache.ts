@@ -272,7 +272,7 @@ export class CachedObjectStore implements ObjectStore {
     const flush = (to: number): void => {
       if (runFrom < 0) return;
       this.stats.readAhead += to - runFrom;
-      this.fetch(key, st, runFrom, to - runFrom, true);
+      void this.fetch(key, st, runFrom, to - runFrom, true);
       runFrom = -1;
     };
     let i = from;

@@ -35,6 +35,7 @@ import {
 } from '@aws-sdk/client-s3';
 import type { Logger } from 'pino';
 import { FlowError, isFlowError } from '../../core/index.js';
+import { backoffDelay } from '../../util/backoff.js';
 import { checkRange, type ObjectInfo, type ObjectStore, type PutOptions } from './types.js';
 
 export interface S3Options {
@@ -422,7 +423,7 @@ export class S3ObjectStore implements ObjectStore {
           throw new FlowError('STORAGE_ERROR', `${what} in ${this.where} failed${tries}: ${describe(err)}`, { cause: err });
         }
         f.retries++;
-        const ceiling = Math.min(MAX_BACKOFF_MS, this.retryBaseMs * 2 ** (attempt - 1));
+        const ceiling = backoffDelay(attempt, this.retryBaseMs, MAX_BACKOFF_MS);
         // Half fixed, half random: clients that failed together do not come back together.
         const delay = ceiling / 2 + Math.random() * (ceiling / 2);
         this.opts.logger?.debug({ op, key, attempt, retryInMs: Math.round(delay), err: describe(err) }, 'S3 request failed; retrying');
@@ -472,7 +473,7 @@ export class S3ObjectStore implements ObjectStore {
       throw new FlowError('STORAGE_ERROR', `S3 multipart upload of "${key}" in ${this.where}: no upload id in the answer`);
     }
     try {
-      const etags: string[] = new Array(pieces.length);
+      const etags = new Array<string>(pieces.length);
       let next = 0;
       const worker = async (): Promise<void> => {
         while (next < pieces.length) {

@@ -246,7 +246,7 @@ export class PostgresQueueStore extends BatchedQueueStore {
           break;
         case 'open':
           barrier();
-          steps.push({ text: OPEN, values: [op.q], done: (rows) => void (c.result = { count: rows[0].count, bytes: rows[0].bytes, maxId: rows[0].max_id }) });
+          steps.push({ text: OPEN, values: [op.q], done: (rows) => void (c.result = { count: rows[0].count as unknown, bytes: rows[0].bytes as unknown, maxId: rows[0].max_id as unknown }) });
           break;
         case 'read':
           barrier();
@@ -276,7 +276,7 @@ export class PostgresQueueStore extends BatchedQueueStore {
       } else if (steps.length > 1) {
         await this.db.transaction('queue store', async (client) => {
           for (const s of steps) {
-            const r = await client.query(s.text, s.values);
+            const r = await client.query<pg.QueryResultRow>(s.text, s.values);
             s.done?.(r.rows);
           }
         });

@@ -220,7 +220,7 @@ export class SqliteQueueStore extends BatchedQueueStore {
 }
 
 function toMessages(r: ReadResult, buf: ArrayBuffer | null): StoredQueueMessage[] {
-  const out: StoredQueueMessage[] = new Array(r.ids.length);
+  const out = new Array<StoredQueueMessage>(r.ids.length);
   for (let i = 0; i < r.ids.length; i++) {
     out[i] = { id: r.ids[i], deliveries: r.deliveries[i], data: Buffer.from(buf!, r.ranges[2 * i], r.ranges[2 * i + 1]) };
   }

@@ -47,7 +47,7 @@ import { join } from 'node:path';
 import { crc32 } from 'node:zlib';
 import { crc32c, FlowError, LatencyHistogram } from '../../core/index.js';
 import { errnoCode, fsOpen, shortWrite, syncDir, writeError, type FileOpener } from '../fs-util.js';
-import { appendRefusal, EpochFences, fenceProblem, frameCrc, groupCommit, isSafeOffset, KeyFences, readU64, writeGroups, writeU64, type GroupCommit } from './frame.js';
+import { appendRefusal, EpochFences, fenceProblem, frameCrc, groupCommit, KeyFences, readU64, writeGroups, writeU64, type GroupCommit } from './frame.js';
 import { DIRECT_BLOCK, alignedBuffer } from '../direct-io.js';
 import type { WalEntry, WriteAheadLog } from './types.js';
 
@@ -409,7 +409,7 @@ export class FileWal implements WriteAheadLog {
     this.groupCount++;
     a.size += bytes;
     this.totalBytes += bytes;
-    const maxEnd = a.maxEnd ?? (a.maxEnd = new Map());
+    const maxEnd = a.maxEnd ?? (a.maxEnd = new Map<string, number>());
     for (let i = 0; i < g.keys.length; i++) {
       const k = g.keys[i];
       const prev = maxEnd.get(k);

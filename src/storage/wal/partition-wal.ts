@@ -277,7 +277,7 @@ export class PartitionWal implements WriteAheadLog, SegmentFileSource {
     // The epoch first: a fenced writer's entry must not lift the key's fence after a failed write either.
     const refused = appendRefusal(this.closed, entry) ?? this.epochs.check(entry) ?? this.fences.check(entry);
     if (refused) return Promise.reject(refused);
-    const { key, baseOffset, endOffset, data } = entry;
+    const { key, data } = entry;
     if (1 + 16 + data.length > MAX_BODY) return Promise.reject(new FlowError('INVALID_ARGUMENT', 'WAL entry too large'));
     let kl = this.keys.get(key);
     if (kl === undefined) {

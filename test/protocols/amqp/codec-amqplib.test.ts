@@ -15,7 +15,6 @@ import {
   FRAME_HEADER,
   FRAME_METHOD,
   FrameReader,
-  PROTOCOL_HEADER,
   Typed,
   decodeContentHeader,
   decodeMethod,

@@ -7,7 +7,8 @@
 import assert from 'node:assert/strict';
 import { after, before, beforeEach, describe, it } from 'node:test';
 import { Engine, encodeBatch } from '../../../src/core/index.js';
-import { AccessControl, Directory, MemoryControlStore, PasswordGuard, type ExternalAuthenticator } from '../../../src/control/index.js';
+import { AccessControl, Directory, PasswordGuard, type ExternalAuthenticator } from '../../../src/control/index.js';
+import { MemoryControlStore } from '../../../src/storage/metastore/control-store.js';
 import { accessSaslProvider } from '../../../src/protocols/kafka/auth.js';
 import { bindingPolicy, filterMatches, policyBindings } from '../../../src/protocols/kafka/handlers/acls.js';
 import { createKafkaAdapter, startKafkaListener } from '../../../src/protocols/kafka/index.js';

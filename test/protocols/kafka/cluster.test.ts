@@ -29,6 +29,7 @@ import {
   ListGroupsApi,
   ListOffsetsApi,
   MetadataApi,
+  ZERO_UUID,
   OffsetCommitApi,
   OffsetFetchApi,
   OffsetForLeaderEpochApi,
@@ -262,6 +263,16 @@ describe('kafka in a cluster of three brokers (one process)', () => {
     assert.deepEqual([ok.topics[0].partitions[0].errorCode, ok.topics[0].partitions[0].baseOffset], [E.NONE, 0]);
 
     assert.equal((await elsewhere.call(FetchApi, 12, fetchReq('ct', 0, -1))).responses[0].partitions[0].errorCode, E.NOT_LEADER_OR_FOLLOWER);
+    // KIP-951: from Produce v10 and Fetch v16 (by topic id, v13+) the refusal names the leader, its epoch and endpoint.
+    const leaderNode = [{ nodeId: leader.id, host: '127.0.0.1', port: leader.port, rack: null }];
+    const refused10 = await elsewhere.call(ProduceApi, 10, produce('ct', 0, 1));
+    assert.deepEqual(refused10.topics[0].partitions[0].currentLeader, { leaderId: leader.id, leaderEpoch: epoch });
+    assert.deepEqual(refused10.nodeEndpoints, leaderNode);
+    const byId = fetchReq('ct', 0, -1);
+    byId.topics[0].topicId = Buffer.from(other.engine.getStream('ct')!.def.id!, 'hex');
+    const refused16 = await elsewhere.call(FetchApi, 16, byId);
+    assert.deepEqual(refused16.responses[0].partitions.map((p) => [p.errorCode, p.currentLeader]), [[E.NOT_LEADER_OR_FOLLOWER, { leaderId: leader.id, leaderEpoch: epoch }]]);
+    assert.deepEqual(refused16.nodeEndpoints, leaderNode);
     const f = (await atLeader.call(FetchApi, 12, fetchReq('ct', 0, epoch))).responses[0].partitions[0];
     assert.deepEqual([f.errorCode, f.highWatermark, f.records?.length], [E.NONE, 3, 1]);
     // A client whose metadata is older than the leader's epoch is fenced; one ahead of it is told to wait.
@@ -516,6 +527,15 @@ describe('kafka in a cluster: offset commits fenced by the group epoch (PostgreS
         brokers.push(await startBroker(clusterStore, id, new MemoryStreams(), meta, [['fx', 1]]));
       }
       await settle(brokers, 1);
+      // Topic ids come from the shared metastore: every broker reports the same one (KIP-516).
+      const storedId = (await metas[0].listStreams()).find((d) => d.name === 'fx')?.id;
+      assert.match(String(storedId), /^[0-9a-f]{32}$/);
+      for (const b of brokers) {
+        const mc = await RawClient.connect(b.port);
+        clients.push(mc);
+        const md = await mc.call(MetadataApi, 12, { topics: [{ topicId: ZERO_UUID, name: 'fx' }], allowAutoTopicCreation: false, includeClusterAuthorizedOperations: false, includeTopicAuthorizedOperations: false });
+        assert.equal(md.topics[0].topicId.toString('hex'), storedId, `broker ${b.id} reports the stored topic id`);
+      }
       const group = 'fenced-group';
       const coord = brokers.find((b) => b.id === b.cluster.placement('group', group))!;
       const other = brokers.find((b) => b !== coord)!;

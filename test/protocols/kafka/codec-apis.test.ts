@@ -110,7 +110,7 @@ const requestGoldens: Golden[] = [
     codec: OffsetFetchApi,
     version: 8,
     frame: hex('0009 0008 00000005 0003 616263 00', '02 0267 00 00', '01', '00'),
-    body: { groupId: '', topics: null, groups: [{ groupId: 'g', memberId: null, memberEpoch: -1, topics: null }], requireStable: true },
+    body: { groupId: '', topics: null, groups: [{ groupId: 'g', topics: null }], requireStable: true },
   },
   {
     name: 'OffsetFetch v9 (member id and epoch, KIP-848)',

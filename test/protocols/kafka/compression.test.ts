@@ -11,7 +11,7 @@ import lz4 from 'lz4js';
 import { decompress as zstdDecompress } from 'fzstd';
 import { Engine, crc32c, decodeBatch, encodeBatch, readBatchInfo } from '../../../src/core/index.js';
 import type { ProtocolListener } from '../../../src/protocols/types.js';
-import { lz4Decompress, snappyDecompress } from '../../../src/protocols/kafka/compression.js';
+import { lz4Decompress, snappyDecompress } from '../../../src/core/compression.js';
 import { KafkaErrorCode, ProduceApi } from '../../../src/protocols/kafka/codec/index.js';
 import { RawClient, kcat, startMemoryKafka } from './helpers.js';
 

@@ -92,7 +92,6 @@ describe('kafka consumer group protocol (KIP-848) over the wire', () => {
     clients.push(c);
     return c;
   };
-  const topicId = (name: string): Buffer => Buffer.from(engine.getStream(name)?.def.id as string, 'hex');
 
   before(async () => {
     const m = new MemoryStreams();
@@ -117,10 +116,11 @@ describe('kafka consumer group protocol (KIP-848) over the wire', () => {
     const c = await connect();
     const r = await c.call(ApiVersionsApi, 3, { clientSoftwareName: 'raw', clientSoftwareVersion: '1' });
     const range = (k: number) => r.apiKeys.find((x) => x.apiKey === k);
-    assert.deepEqual([range(68)?.minVersion, range(68)?.maxVersion], [0, 2]);
-    assert.deepEqual([range(69)?.minVersion, range(69)?.maxVersion], [0, 2]);
-    assert.equal(range(8)?.maxVersion, 9, 'OffsetCommit v9 (the first a consumer-protocol member uses)');
-    assert.equal(range(9)?.maxVersion, 9, 'OffsetFetch v9');
+    assert.deepEqual([range(68)?.minVersion, range(68)?.maxVersion], [0, 1]);
+    assert.deepEqual([range(69)?.minVersion, range(69)?.maxVersion], [0, 1]);
+    // OffsetCommit and OffsetFetch v9+: librdkafka uses the consumer protocol only with them.
+    assert.ok((range(8)?.maxVersion ?? 0) >= 9, 'OffsetCommit v9+');
+    assert.ok((range(9)?.maxVersion ?? 0) >= 9, 'OffsetFetch v9+');
   });
 
   it('hands partitions over from one member to a new one by revoking first, never two owners', async () => {

@@ -87,6 +87,7 @@ import {
 } from '../../../src/protocols/kafka/codec/index.js';
 
 const b = (s: string): Buffer => Buffer.from(s);
+const TOPIC_ID = Buffer.from('0123456789abcdef0123456789abcdef', 'hex');
 const ID = Buffer.from('00112233445566778899aabbccddeeff', 'hex');
 
 export interface ApiSample {
@@ -96,8 +97,6 @@ export interface ApiSample {
 }
 
 const fetchPartition = { partitionIndex: 1, committedOffset: 42, committedLeaderEpoch: 3, metadata: 'm', errorCode: 0 };
-
-const TOPIC_ID = Buffer.from('00112233445566778899aabbccddeeff', 'hex');
 
 export const API_SAMPLES: ApiSample[] = [
   {
@@ -185,11 +184,24 @@ export const API_SAMPLES: ApiSample[] = [
     response: { throttleTimeMs: 4, topics: [{ name: 't', partitions: [{ partitionIndex: 1, errorCode: 0 }] }] } satisfies OffsetCommitResponse,
   },
   {
+    // v10+: topics by id (the name is not sent).
+    codec: OffsetCommitApi,
+    request: {
+      groupId: 'g',
+      generationId: 4,
+      memberId: 'm',
+      groupInstanceId: 'i',
+      retentionTimeMs: -1,
+      topics: [{ name: '', topicId: TOPIC_ID, partitions: [{ partitionIndex: 1, committedOffset: 42, committedLeaderEpoch: 3, commitTimestamp: -1, committedMetadata: 'md' }] }],
+    } satisfies OffsetCommitRequest,
+    response: { throttleTimeMs: 4, topics: [{ name: '', topicId: TOPIC_ID, partitions: [{ partitionIndex: 1, errorCode: 0 }] }] } satisfies OffsetCommitResponse,
+  },
+  {
     codec: OffsetFetchApi,
     request: {
       groupId: 'g',
       topics: [{ name: 't', partitionIndexes: [0, 1] }],
-      groups: [{ groupId: 'g', memberId: 'm', memberEpoch: 5, topics: [{ name: 't', partitionIndexes: [1] }] }],
+      groups: [{ groupId: 'g', memberId: 'm', memberEpoch: 3, topics: [{ name: 't', partitionIndexes: [1] }] }],
       requireStable: true,
     } satisfies OffsetFetchRequest,
     response: {
@@ -200,6 +212,22 @@ export const API_SAMPLES: ApiSample[] = [
     } satisfies OffsetFetchResponse,
   },
   {
+    // v10+: topics by id.
+    codec: OffsetFetchApi,
+    request: {
+      groupId: '',
+      topics: [],
+      groups: [{ groupId: 'g', memberId: null, memberEpoch: -1, topics: [{ name: '', topicId: TOPIC_ID, partitionIndexes: [1] }] }],
+      requireStable: true,
+    } satisfies OffsetFetchRequest,
+    response: {
+      throttleTimeMs: 5,
+      topics: [],
+      errorCode: 0,
+      groups: [{ groupId: 'g', topics: [{ name: '', topicId: TOPIC_ID, partitions: [fetchPartition] }], errorCode: 0 }],
+    } satisfies OffsetFetchResponse,
+  },
+  {
     codec: DescribeGroupsApi,
     request: { groups: ['g1', 'g2'], includeAuthorizedOperations: true } satisfies DescribeGroupsRequest,
     response: {
@@ -207,6 +235,7 @@ export const API_SAMPLES: ApiSample[] = [
       groups: [
         {
           errorCode: 0,
+          errorMessage: 'msg',
           groupId: 'g1',
           groupState: 'Stable',
           protocolType: 'consumer',
@@ -221,8 +250,8 @@ export const API_SAMPLES: ApiSample[] = [
   },
   {
     codec: ListGroupsApi,
-    request: { statesFilter: ['Stable'], typesFilter: ['consumer'] } satisfies ListGroupsRequest,
-    response: { throttleTimeMs: 7, errorCode: 0, groups: [{ groupId: 'g', protocolType: 'consumer', groupState: 'Stable', groupType: 'consumer' }] } satisfies ListGroupsResponse,
+    request: { statesFilter: ['Stable'], typesFilter: ['classic'] } satisfies ListGroupsRequest,
+    response: { throttleTimeMs: 7, errorCode: 0, groups: [{ groupId: 'g', protocolType: 'consumer', groupState: 'Stable', groupType: 'classic' }] } satisfies ListGroupsResponse,
   },
   {
     codec: DeleteGroupsApi,
@@ -342,7 +371,7 @@ export const API_SAMPLES: ApiSample[] = [
   },
   {
     codec: DescribeClusterApi,
-    request: { includeClusterAuthorizedOperations: true, endpointType: 2 } satisfies DescribeClusterRequest,
+    request: { includeClusterAuthorizedOperations: true, endpointType: 2, includeFencedBrokers: true } satisfies DescribeClusterRequest,
     response: {
       throttleTimeMs: 1,
       errorCode: 0,
@@ -350,7 +379,7 @@ export const API_SAMPLES: ApiSample[] = [
       endpointType: 2,
       clusterId: 'flowmq',
       controllerId: 0,
-      brokers: [{ brokerId: 0, host: 'h', port: 9092, rack: 'r' }],
+      brokers: [{ brokerId: 0, host: 'h', port: 9092, rack: 'r', isFenced: true }],
       clusterAuthorizedOperations: 5,
     } satisfies DescribeClusterResponse,
   },
@@ -432,7 +461,6 @@ export const API_SAMPLES: ApiSample[] = [
       memberId: 'm',
       memberEpoch: 4,
       heartbeatIntervalMs: 5000,
-      groupCreationTimeMs: 1700000000000,
       assignment: { topicPartitions: [{ topicId: TOPIC_ID, partitions: [1] }] },
     } satisfies ConsumerGroupHeartbeatResponse,
   },
@@ -465,7 +493,6 @@ export const API_SAMPLES: ApiSample[] = [
               memberType: 1,
             },
           ],
-          groupCreationTimeMs: 1700000000000,
           authorizedOperations: 8,
         },
       ],

@@ -94,7 +94,7 @@ async function node(w: World, id: number, leaseMs = 60_000): Promise<Node> {
   return n;
 }
 
-const v5 = (clientId: string, expiry = 3600, cleanSession = false) => ({ protocolLevel: 5 as const, cleanSession, properties: { sessionExpiryInterval: expiry } });
+const v5 = (_clientId: string, expiry = 3600, cleanSession = false) => ({ protocolLevel: 5 as const, cleanSession, properties: { sessionExpiryInterval: expiry } });
 
 async function connect5(port: number, clientId: string, expiry = 3600, cleanSession = false): Promise<{ c: RawClient; present: boolean }> {
   const c = await RawClient.open(port);

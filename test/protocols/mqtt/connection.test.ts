@@ -108,7 +108,7 @@ describe('mqtt adapter with MQTT.js', () => {
       await until(() => got.length === 1, 'delivery');
       assert.deepEqual(got[0], { topic: 'q2/a', payload: 'exactly-once', qos: 2, retain: false });
       // The outbound exchange completed (PUBREC -> PUBREL -> PUBCOMP), freeing the in-flight slot.
-      const conn = b.listener.registry.get(sub.options.clientId!)!;
+      const conn = b.listener.registry.get(sub.options.clientId!) as MqttConnection;
       await until(() => conn.inflightCount === 0, 'outbound QoS 2 to complete');
     } finally {
       await Promise.all([sub.endAsync(), pub.endAsync()]);
@@ -464,7 +464,7 @@ describe('mqtt adapter: raw protocol', () => {
     const c = await RawClient.connect(b.port, 'raw-sub');
     c.send({ type: 'subscribe', packetId: 1, subscriptions: [{ filter: 'rs/#', qos: 2 }] });
     await c.next('suback');
-    const conn = b.listener.registry.get('raw-sub')!;
+    const conn = b.listener.registry.get('raw-sub') as MqttConnection;
     await bystander.publishAsync('rs/1', 'q1', { qos: 1 });
     const p1 = await c.next('publish');
     assert.equal(p1.qos, 1);

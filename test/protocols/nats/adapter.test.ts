@@ -4,7 +4,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { makeMessage, type Message } from '../../../src/core/index.js';
-import { applyNatsHeaders, natsHeaderBlock, subjectToTopic, topicToSubject } from '../../../src/protocols/nats/adapter.js';
+import { applyNatsHeaders, natsHeaderBlock, subjectToTopic, topicToSubject } from '../../../src/protocols/nats/mapping.js';
 import { parseHeaders } from '../../../src/protocols/nats/codec/index.js';
 import { resolveNatsOptions } from '../../../src/protocols/nats/options.js';
 

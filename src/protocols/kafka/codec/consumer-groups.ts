@@ -2,16 +2,15 @@
  * The consumer group protocol (KIP-848): ConsumerGroupHeartbeat (key 68) and ConsumerGroupDescribe (key 69). Both are
  * flexible in every version.
  *
- * Version notes (from the protocol's message definitions):
- * - ConsumerGroupHeartbeat 0-2: v1 adds SubscribedTopicRegex and makes the member id the client's own (KIP-1082:
- *   a client-generated UUID, never empty) and INVALID_REGULAR_EXPRESSION; v2 adds GroupCreationTimeMs to the
- *   response (KIP-1327).
- * - ConsumerGroupDescribe 0-2: v1 adds the member type (-1 unknown, 0 classic, 1 consumer; KIP-1099); v2 adds
- *   GroupCreationTimeMs (KIP-1327).
+ * Version notes (from the protocol's message definitions), at the versions of Kafka 4.3, the newest release (Kafka's
+ * trunk has a v2 of both with the group's creation time, KIP-1327, for 4.4):
+ * - ConsumerGroupHeartbeat 0-1: v1 adds SubscribedTopicRegex and makes the member id the client's own (KIP-1082:
+ *   a client-generated UUID, never empty) and INVALID_REGULAR_EXPRESSION.
+ * - ConsumerGroupDescribe 0-1: v1 adds the member type (-1 unknown, 0 classic, 1 consumer; KIP-1099).
  */
 import { ApiKey } from './api.js';
 import type { Reader, Writer } from './primitives.js';
-import { array, bool, Field, int16, int32, int64, int8, messageApi, nullableArray, nullableString, string, struct, uuid, type ValueOf } from './schema.js';
+import { array, bool, Field, int16, int32, int8, messageApi, nullableArray, nullableString, string, struct, uuid, type ValueOf } from './schema.js';
 
 /** Authorized operations "not requested" (INT32_MIN), the protocol's default. */
 const OPS_OMITTED = -2147483648;
@@ -35,7 +34,7 @@ function nullableStruct<T>(inner: Field<T>): Field<T | null> {
 const heartbeatTopicPartitions = struct({ topicId: uuid(), partitions: array(int32()) });
 
 export const ConsumerGroupHeartbeatApi = messageApi(
-  { apiKey: ApiKey.ConsumerGroupHeartbeat, name: 'ConsumerGroupHeartbeat', minVersion: 0, maxVersion: 2, firstFlexibleVersion: 0 },
+  { apiKey: ApiKey.ConsumerGroupHeartbeat, name: 'ConsumerGroupHeartbeat', minVersion: 0, maxVersion: 1, firstFlexibleVersion: 0 },
   {
     groupId: string(),
     memberId: string(),
@@ -58,7 +57,6 @@ export const ConsumerGroupHeartbeatApi = messageApi(
     memberId: nullableString(),
     memberEpoch: int32(),
     heartbeatIntervalMs: int32(),
-    groupCreationTimeMs: int64().v(2, Infinity, -1),
     /** null: no change to tell. */
     assignment: nullableStruct(struct({ topicPartitions: array(heartbeatTopicPartitions) })),
   },
@@ -71,7 +69,7 @@ const describedAssignment = struct({
 });
 
 export const ConsumerGroupDescribeApi = messageApi(
-  { apiKey: ApiKey.ConsumerGroupDescribe, name: 'ConsumerGroupDescribe', minVersion: 0, maxVersion: 2, firstFlexibleVersion: 0 },
+  { apiKey: ApiKey.ConsumerGroupDescribe, name: 'ConsumerGroupDescribe', minVersion: 0, maxVersion: 1, firstFlexibleVersion: 0 },
   { groupIds: array(string()), includeAuthorizedOperations: bool() },
   {
     throttleTimeMs: int32(),
@@ -99,7 +97,6 @@ export const ConsumerGroupDescribeApi = messageApi(
             memberType: int8().v(1, Infinity, -1),
           }),
         ),
-        groupCreationTimeMs: int64().v(2, Infinity, -1),
         authorizedOperations: int32().orElse(OPS_OMITTED),
       }),
     ),

@@ -199,10 +199,13 @@ export const FetchApi: ApiCodec<FetchRequest, FetchResponse> = {
         const tags = r.taggedFields();
         const replicaDirectoryId = (version >= 17 ? readTag(tags, TAG_REPLICA_DIRECTORY_ID, true, (r) => r.uuid()) : undefined) ?? ZERO_UUID;
         const highWatermark = (version >= 18 ? readTag(tags, TAG_HIGH_WATERMARK, true, (r) => r.bigint64()) : undefined) ?? HIGH_WATERMARK_UNKNOWN;
-        return { partition, currentLeaderEpoch, fetchOffset, lastFetchedEpoch, logStartOffset, partitionMaxBytes, replicaDirectoryId, highWatermark };
+        const p: FetchPartition = { partition, currentLeaderEpoch, fetchOffset, lastFetchedEpoch, logStartOffset, partitionMaxBytes };
+        if (version >= 17) p.replicaDirectoryId = replicaDirectoryId;
+        if (version >= 18) p.highWatermark = highWatermark;
+        return p;
       });
       r.taggedFields();
-      return { topic, topicId, partitions };
+      return version >= 13 ? { topic, topicId, partitions } : { topic, partitions };
     });
     const forgottenTopics =
       version >= 7
@@ -211,7 +214,7 @@ export const FetchApi: ApiCodec<FetchRequest, FetchResponse> = {
             const topicId = version >= 13 ? r.uuid() : ZERO_UUID;
             const partitions = r.array((r) => r.int32());
             r.taggedFields();
-            return { topic, topicId, partitions };
+            return version >= 13 ? { topic, topicId, partitions } : { topic, partitions };
           })
         : [];
     const rackId = version >= 11 ? r.string() : '';
@@ -228,7 +231,7 @@ export const FetchApi: ApiCodec<FetchRequest, FetchResponse> = {
     }
     return {
       replicaId,
-      replicaEpoch,
+      ...(version >= 15 ? { replicaEpoch } : {}),
       maxWaitMs,
       minBytes,
       maxBytes,
@@ -344,7 +347,7 @@ export const FetchApi: ApiCodec<FetchRequest, FetchResponse> = {
             return d;
           }) ?? null;
         const currentLeader = readTag(tags, TAG_CURRENT_LEADER, true, readLeaderIdAndEpoch) ?? null;
-        return {
+        const p: FetchPartitionResponse = {
           partitionIndex,
           errorCode,
           highWatermark,
@@ -352,16 +355,18 @@ export const FetchApi: ApiCodec<FetchRequest, FetchResponse> = {
           logStartOffset,
           abortedTransactions,
           preferredReadReplica,
-          currentLeader,
-          divergingEpoch,
           records: raw === null ? null : [raw],
         };
+        // Tags are set only when sent.
+        if (currentLeader !== null) p.currentLeader = currentLeader;
+        if (divergingEpoch !== null) p.divergingEpoch = divergingEpoch;
+        return p;
       });
       r.taggedFields();
-      return { topic, topicId, partitions };
+      return version >= 13 ? { topic, topicId, partitions } : { topic, partitions };
     });
     const tags = r.taggedFields();
-    const nodeEndpoints = (version >= 16 ? readTag(tags, TAG_NODE_ENDPOINTS, true, readNodeEndpoints) : undefined) ?? [];
-    return { throttleTimeMs, errorCode, sessionId, responses, nodeEndpoints };
+    const nodeEndpoints = version >= 16 ? readTag(tags, TAG_NODE_ENDPOINTS, true, readNodeEndpoints) : undefined;
+    return { throttleTimeMs, errorCode, sessionId, responses, ...(nodeEndpoints !== undefined ? { nodeEndpoints } : {}) };
   },
 };

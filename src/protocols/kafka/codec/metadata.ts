@@ -183,6 +183,6 @@ export const MetadataApi: ApiCodec<MetadataRequest, MetadataResponse> = {
     const clusterAuthorizedOperations = version >= 8 && version <= 10 ? r.int32() : AUTHORIZED_OPERATIONS_OMITTED;
     const errorCode = version >= 13 ? r.int16() : 0;
     r.taggedFields();
-    return { throttleTimeMs, brokers, clusterId, controllerId, topics, clusterAuthorizedOperations, errorCode };
+    return { throttleTimeMs, brokers, clusterId, controllerId, topics, clusterAuthorizedOperations, ...(version >= 13 ? { errorCode } : {}) };
   },
 };

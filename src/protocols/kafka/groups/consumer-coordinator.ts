@@ -88,7 +88,6 @@ export interface HeartbeatResult {
   heartbeatIntervalMs: number;
   /** Partitions by topic id; null when there is nothing new to tell. */
   assignment: Assignment | null;
-  groupCreationTimeMs: number;
 }
 
 export type ConsumerGroupState = 'Empty' | 'Assigning' | 'Reconciling' | 'Stable';
@@ -196,7 +195,7 @@ export class ConsumerGroupCoordinator {
     return g !== undefined && g.members.size === 0;
   }
 
-  private result(g: Group | null, errorCode: number, errorMessage: string | null = null): HeartbeatResult {
+  private result(errorCode: number, errorMessage: string | null = null): HeartbeatResult {
     return {
       errorCode,
       errorMessage,
@@ -204,13 +203,12 @@ export class ConsumerGroupCoordinator {
       memberEpoch: -1,
       heartbeatIntervalMs: errorCode === KafkaErrorCode.NONE ? this.options.heartbeatIntervalMs : 0,
       assignment: null,
-      groupCreationTimeMs: g?.createdAt ?? -1,
     };
   }
 
   /** Kafka's request checks, in its order; null when the request is well formed. */
   private invalid(p: HeartbeatParams): HeartbeatResult | null {
-    const bad = (msg: string): HeartbeatResult => this.result(null, KafkaErrorCode.INVALID_REQUEST, msg);
+    const bad = (msg: string): HeartbeatResult => this.result(KafkaErrorCode.INVALID_REQUEST, msg);
     if (p.groupId === '') return bad("GroupId can't be empty.");
     if (p.instanceId === '') return bad("InstanceId can't be empty.");
     if (p.rackId === '') return bad("RackId can't be empty.");
@@ -231,17 +229,17 @@ export class ConsumerGroupCoordinator {
       return bad('MemberEpoch is invalid.');
     }
     if (p.serverAssignor !== null && !ASSIGNORS.has(p.serverAssignor)) {
-      return this.result(null, KafkaErrorCode.UNSUPPORTED_ASSIGNOR, `ServerAssignor ${p.serverAssignor} is not supported. Supported assignors: ${[...ASSIGNORS.keys()].join(', ')}.`);
+      return this.result(KafkaErrorCode.UNSUPPORTED_ASSIGNOR, `ServerAssignor ${p.serverAssignor} is not supported. Supported assignors: ${[...ASSIGNORS.keys()].join(', ')}.`);
     }
     if (p.subscribedTopicRegex !== null && p.subscribedTopicRegex !== '') {
       const r = compileTopicRegex(p.subscribedTopicRegex);
-      if (!r.ok) return this.result(null, KafkaErrorCode.INVALID_REGULAR_EXPRESSION, `SubscribedTopicRegex \`${p.subscribedTopicRegex}\` is not a valid regular expression: ${r.reason}.`);
+      if (!r.ok) return this.result(KafkaErrorCode.INVALID_REGULAR_EXPRESSION, `SubscribedTopicRegex \`${p.subscribedTopicRegex}\` is not a valid regular expression: ${r.reason}.`);
     }
     return null;
   }
 
   heartbeat(p: HeartbeatParams): HeartbeatResult {
-    if (this.closed) return this.result(null, KafkaErrorCode.NOT_COORDINATOR);
+    if (this.closed) return this.result(KafkaErrorCode.NOT_COORDINATOR);
     const bad = this.invalid(p);
     if (bad) return bad;
     if (p.memberEpoch === LEAVE_EPOCH || p.memberEpoch === STATIC_LEAVE_EPOCH) return this.leave(p);
@@ -249,9 +247,9 @@ export class ConsumerGroupCoordinator {
     let g = this.groups.get(p.groupId);
     if (!g) {
       const classic = this.classic.kind(p.groupId);
-      if (classic === 'busy') return this.result(null, KafkaErrorCode.GROUP_ID_NOT_FOUND, `Group ${p.groupId} is not a consumer group.`);
+      if (classic === 'busy') return this.result(KafkaErrorCode.GROUP_ID_NOT_FOUND, `Group ${p.groupId} is not a consumer group.`);
       // An unknown member of an unknown group: this coordinator restarted or took the group over; it joins again.
-      if (p.memberEpoch !== 0) return this.result(null, KafkaErrorCode.UNKNOWN_MEMBER_ID, `Member ${p.memberId} is not a member of group ${p.groupId}.`);
+      if (p.memberEpoch !== 0) return this.result(KafkaErrorCode.UNKNOWN_MEMBER_ID, `Member ${p.memberId} is not a member of group ${p.groupId}.`);
       if (classic === 'empty') this.classic.forget(p.groupId);
       g = new Group(p.groupId);
       this.groups.set(p.groupId, g);
@@ -268,22 +266,22 @@ export class ConsumerGroupCoordinator {
         if (current !== undefined && current !== memberId) {
           const old = g.members.get(current) as Member;
           if (old.memberEpoch !== STATIC_LEAVE_EPOCH) {
-            return this.result(g, KafkaErrorCode.UNRELEASED_INSTANCE_ID, `Static member ${memberId} with instance id ${p.instanceId} cannot join the group because the instance id is owned by ${current} member.`);
+            return this.result(KafkaErrorCode.UNRELEASED_INSTANCE_ID, `Static member ${memberId} with instance id ${p.instanceId} cannot join the group because the instance id is owned by ${current} member.`);
           }
           m = this.replaceStatic(g, old, memberId);
         } else {
           m = g.members.get(memberId);
         }
       } else {
-        if (current === undefined) return this.result(g, KafkaErrorCode.UNKNOWN_MEMBER_ID, `Instance id ${p.instanceId} is unknown.`);
-        if (current !== memberId) return this.result(g, KafkaErrorCode.FENCED_INSTANCE_ID, `Static member ${memberId} with instance id ${p.instanceId} was fenced by member ${current}.`);
+        if (current === undefined) return this.result(KafkaErrorCode.UNKNOWN_MEMBER_ID, `Instance id ${p.instanceId} is unknown.`);
+        if (current !== memberId) return this.result(KafkaErrorCode.FENCED_INSTANCE_ID, `Static member ${memberId} with instance id ${p.instanceId} was fenced by member ${current}.`);
         m = g.members.get(memberId);
       }
     } else {
       m = g.members.get(memberId);
     }
     if (!m) {
-      if (p.memberEpoch !== 0) return this.result(g, KafkaErrorCode.UNKNOWN_MEMBER_ID, `Member ${memberId} is not a member of group ${p.groupId}.`);
+      if (p.memberEpoch !== 0) return this.result(KafkaErrorCode.UNKNOWN_MEMBER_ID, `Member ${memberId} is not a member of group ${p.groupId}.`);
       m = this.newMember(memberId, p);
       g.members.set(memberId, m);
       joined = true;
@@ -296,7 +294,6 @@ export class ConsumerGroupCoordinator {
       m.previousMemberEpoch = 0;
     } else if (!epochAcceptable(m, p.memberEpoch, p.owned)) {
       return this.result(
-        g,
         KafkaErrorCode.FENCED_MEMBER_EPOCH,
         `The consumer group member has a ${p.memberEpoch > m.memberEpoch ? 'greater' : 'smaller'} member epoch (${p.memberEpoch}) than the one known by the group coordinator (${m.memberEpoch}). The member must abandon all its partitions and rejoin.`,
       );
@@ -345,7 +342,6 @@ export class ConsumerGroupCoordinator {
       memberEpoch: m.memberEpoch,
       heartbeatIntervalMs: this.options.heartbeatIntervalMs,
       assignment: full || !sameAssignment(before, m.assigned) ? m.assigned : null,
-      groupCreationTimeMs: g.createdAt,
     };
   }
 
@@ -541,18 +537,18 @@ export class ConsumerGroupCoordinator {
   private leave(p: HeartbeatParams): HeartbeatResult {
     const g = this.groups.get(p.groupId);
     // Unknown here: its members are gone already (a restart, a coordinator move); nothing to leave.
-    if (!g) return this.result(null, KafkaErrorCode.UNKNOWN_MEMBER_ID, `Member ${p.memberId} is not a member of group ${p.groupId}.`);
+    if (!g) return this.result(KafkaErrorCode.UNKNOWN_MEMBER_ID, `Member ${p.memberId} is not a member of group ${p.groupId}.`);
     let m: Member | undefined;
     if (p.instanceId !== null) {
       const current = g.statics.get(p.instanceId);
-      if (current === undefined) return this.result(g, KafkaErrorCode.UNKNOWN_MEMBER_ID, `Instance id ${p.instanceId} is unknown.`);
-      if (current !== p.memberId) return this.result(g, KafkaErrorCode.FENCED_INSTANCE_ID, `Static member ${p.memberId} with instance id ${p.instanceId} was fenced by member ${current}.`);
+      if (current === undefined) return this.result(KafkaErrorCode.UNKNOWN_MEMBER_ID, `Instance id ${p.instanceId} is unknown.`);
+      if (current !== p.memberId) return this.result(KafkaErrorCode.FENCED_INSTANCE_ID, `Static member ${p.memberId} with instance id ${p.instanceId} was fenced by member ${current}.`);
       m = g.members.get(current);
     } else {
       m = g.members.get(p.memberId);
     }
-    if (!m) return this.result(g, KafkaErrorCode.UNKNOWN_MEMBER_ID, `Member ${p.memberId} is not a member of group ${p.groupId}.`);
-    const out = { ...this.result(g, KafkaErrorCode.NONE), memberId: m.memberId, memberEpoch: p.memberEpoch, heartbeatIntervalMs: 0 };
+    if (!m) return this.result(KafkaErrorCode.UNKNOWN_MEMBER_ID, `Member ${p.memberId} is not a member of group ${p.groupId}.`);
+    const out = { ...this.result(KafkaErrorCode.NONE), memberId: m.memberId, memberEpoch: p.memberEpoch, heartbeatIntervalMs: 0 };
     if (p.memberEpoch === STATIC_LEAVE_EPOCH) {
       // KIP-848 static leave: the member keeps its partitions until it comes back or its session expires.
       this.setPartitions(g, m, m.assigned, EMPTY_ASSIGNMENT);

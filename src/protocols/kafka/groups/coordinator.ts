@@ -284,7 +284,7 @@ export class GroupCoordinator {
       return Promise.resolve(this.joinResponse(g, m));
     }
     return new Promise((resolve) => {
-      this.waitJoin(g, m, resolve);
+      this.waitJoin(m, resolve);
       if (g.state !== 'PreparingRebalance') this.prepareRebalance(g, `member ${m.memberId} rejoined`);
       else this.tryCompleteJoin(g);
     });
@@ -319,7 +319,7 @@ export class GroupCoordinator {
     if (g.members.size === 0) g.protocolType = p.protocolType;
     g.members.set(memberId, m);
     return new Promise((resolve) => {
-      this.waitJoin(g, m, resolve);
+      this.waitJoin(m, resolve);
       if (g.state !== 'PreparingRebalance') this.prepareRebalance(g, `member ${memberId} joined`);
       else this.tryCompleteJoin(g);
     });
@@ -366,13 +366,13 @@ export class GroupCoordinator {
       return Promise.resolve({ ...this.joinResponse(g, m), leader: oldLeader ?? '', members: [], skipAssignment: false });
     }
     return new Promise((resolve) => {
-      this.waitJoin(g, m, resolve);
+      this.waitJoin(m, resolve);
       if (g.state === 'PreparingRebalance') this.tryCompleteJoin(g);
       else this.prepareRebalance(g, `static member ${memberId} (instance ${p.groupInstanceId}) rejoined`);
     });
   }
 
-  private waitJoin(g: Group, m: Member, resolve: (r: JoinResult) => void): void {
+  private waitJoin(m: Member, resolve: (r: JoinResult) => void): void {
     // A second JoinGroup of the same member replaces the first, which is told to rejoin.
     m.joinWaiter?.(joinError(KafkaErrorCode.REBALANCE_IN_PROGRESS, m.memberId));
     m.joinWaiter = resolve;

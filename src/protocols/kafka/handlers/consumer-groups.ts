@@ -28,7 +28,7 @@ function hex(id: Buffer): string {
 }
 
 function heartbeatError(errorCode: number, errorMessage: string | null = null): ConsumerGroupHeartbeatResponse {
-  return { throttleTimeMs: 0, errorCode, errorMessage, memberId: null, memberEpoch: -1, heartbeatIntervalMs: 0, groupCreationTimeMs: -1, assignment: null };
+  return { throttleTimeMs: 0, errorCode, errorMessage, memberId: null, memberEpoch: -1, heartbeatIntervalMs: 0, assignment: null };
 }
 
 function wireAssignment(a: Assignment): Array<{ topicId: Buffer; partitions: number[] }> {
@@ -74,7 +74,6 @@ export function handleConsumerGroupHeartbeat(
         memberId: r.memberId,
         memberEpoch: r.memberEpoch,
         heartbeatIntervalMs: r.heartbeatIntervalMs,
-        groupCreationTimeMs: r.groupCreationTimeMs,
         assignment: r.assignment === null ? null : { topicPartitions: wireAssignment(r.assignment) },
       };
     },
@@ -99,7 +98,6 @@ export function handleConsumerGroupDescribe(ctx: RequestContext, req: ConsumerGr
       assignmentEpoch: -1,
       assignorName: '',
       members: [],
-      groupCreationTimeMs: -1,
       authorizedOperations: OPS_OMITTED,
     };
     if (groupId === '') return { ...base, errorCode: KafkaErrorCode.INVALID_GROUP_ID };
@@ -126,7 +124,6 @@ export function handleConsumerGroupDescribe(ctx: RequestContext, req: ConsumerGr
       groupEpoch: d.groupEpoch,
       assignmentEpoch: d.assignmentEpoch,
       assignorName: d.assignorName,
-      groupCreationTimeMs: d.createdAt,
       members: d.members.map((m) => ({
         memberId: m.memberId,
         instanceId: m.instanceId,

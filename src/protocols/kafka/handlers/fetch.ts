@@ -16,6 +16,8 @@
  *   under the same name (a new id) is INCONSISTENT_TOPIC_ID, as Kafka answers for a log whose id moved.
  * - A leader error (NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH) carries the partition's current leader and, from
  *   v16, that broker's endpoint (KIP-951), so the client need not ask Metadata first.
+ * - A follower's fetch (replica id >= 0) is answered as a Kafka leader answers a replica it does not know: FlowMQ
+ *   has no follower replicas.
  * - Transactions are not supported, so the last stable offset is the high watermark and nothing is aborted.
  * - In a cluster only the partition's leader (its owner) serves it: NOT_LEADER_OR_FOLLOWER elsewhere, and a
  *   current_leader_epoch other than the leader's is FENCED_LEADER_EPOCH (older) or UNKNOWN_LEADER_EPOCH (newer).
@@ -34,7 +36,7 @@ import { kafkaErrorCode } from '../errors.js';
 import type { RequestContext } from '../route.js';
 import { readBatchInfo } from '../../../core/index.js';
 import { allowed } from '../authz.js';
-import { FetchSession, mustRespond, partitionKey, type SessionPartition } from '../fetch-sessions.js';
+import { FetchSession, MAX_SESSION_PARTITIONS, mustRespond, partitionKey, type SessionPartition } from '../fetch-sessions.js';
 import { brokerList } from './metadata.js';
 import { topicIdHex } from '../topic-ids.js';
 
@@ -121,6 +123,18 @@ async function readAll(ctx: RequestContext, req: FetchRequest, work: readonly Wo
     partitions.push(res);
     const stream = w.stream;
     if (stream === null) {
+      errors = true;
+      continue;
+    }
+    if (req.replicaId >= 0) {
+      // A follower's fetch: FlowMQ's partitions have no follower replicas. As a Kafka leader answers a replica it
+      // does not know: UNKNOWN_LEADER_EPOCH with a leader epoch (the follower retries), else NOT_LEADER_OR_FOLLOWER,
+      // after the cluster authorization followers need (Kafka's CLUSTER_ACTION; here `alter cluster:*`).
+      res.errorCode = !allowed(ctx, 'alter', 'cluster', '*')
+        ? KafkaErrorCode.TOPIC_AUTHORIZATION_FAILED
+        : p.currentLeaderEpoch >= 0
+          ? KafkaErrorCode.UNKNOWN_LEADER_EPOCH
+          : KafkaErrorCode.NOT_LEADER_OR_FOLLOWER;
       errors = true;
       continue;
     }
@@ -260,6 +274,11 @@ export async function handleFetch(ctx: RequestContext, req: FetchRequest): Promi
           cached.lastFetchedEpoch = p.lastFetchedEpoch;
         }
       }
+    }
+    if (s.partitions.size > MAX_SESSION_PARTITIONS) {
+      // Grown past what a session may hold: closed; the client goes back to full fetches (which make no session).
+      cache.remove(s.id, owner);
+      return sessionError(KafkaErrorCode.FETCH_SESSION_ID_NOT_FOUND);
     }
     s.epoch = FetchSession.nextEpoch(s.epoch);
     cache.touch(s);

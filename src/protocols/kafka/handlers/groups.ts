@@ -6,6 +6,8 @@
  */
 import {
   KafkaErrorCode,
+  ZERO_UUID,
+  type Uuid,
   type DeleteGroupsRequest,
   type DeleteGroupsResponse,
   type DescribeGroupsRequest,
@@ -36,6 +38,7 @@ import { advertisedAddress } from './metadata.js';
 import type { GroupGate } from '../cluster.js';
 import { isFlowError, type OffsetCommit } from '../../../core/index.js';
 import { allowed, visible } from '../authz.js';
+import { streamByTopicId, topicIdOf } from '../topic-ids.js';
 
 const GROUP_DENIED = KafkaErrorCode.GROUP_AUTHORIZATION_FAILED;
 const TOPIC_DENIED = KafkaErrorCode.TOPIC_AUTHORIZATION_FAILED;
@@ -220,14 +223,19 @@ export async function handleOffsetCommit(ctx: RequestContext, req: OffsetCommitR
   }
   const valid: OffsetCommit[] = [];
   const pending: Array<{ errorCode: number }> = [];
+  // v10+ (KIP-848): topics by id; an id no stream has is UNKNOWN_TOPIC_ID.
+  const byId = ctx.header.apiVersion >= 10;
   const topics = req.topics.map((t) => {
-    const entry = engine.getStream(t.name);
+    const entry = byId ? streamByTopicId(engine, t.topicId ?? ZERO_UUID) : engine.getStream(t.name);
+    const name = byId ? (entry?.def.name ?? '') : t.name;
     return {
-      name: t.name,
+      name: byId ? '' : t.name,
+      topicId: t.topicId ?? ZERO_UUID,
       partitions: t.partitions.map((p) => {
         const res = { partitionIndex: p.partitionIndex, errorCode: groupError };
         if (groupError !== KafkaErrorCode.NONE) return res;
-        if (!allowed(ctx, 'subscribe', 'stream', t.name)) res.errorCode = TOPIC_DENIED;
+        if (byId && entry === undefined) res.errorCode = KafkaErrorCode.UNKNOWN_TOPIC_ID;
+        else if (!allowed(ctx, 'subscribe', 'stream', name)) res.errorCode = TOPIC_DENIED;
         else if (!entry || p.partitionIndex < 0 || p.partitionIndex >= entry.def.partitions) {
           res.errorCode = KafkaErrorCode.UNKNOWN_TOPIC_OR_PARTITION;
         } else if (p.committedMetadata !== null && Buffer.byteLength(p.committedMetadata) > MAX_OFFSET_METADATA_BYTES) {
@@ -235,7 +243,7 @@ export async function handleOffsetCommit(ctx: RequestContext, req: OffsetCommitR
         } else if (p.committedOffset < -1) {
           res.errorCode = KafkaErrorCode.INVALID_REQUEST;
         } else {
-          valid.push({ stream: t.name, partition: p.partitionIndex, offset: p.committedOffset, metadata: p.committedMetadata });
+          valid.push({ stream: name, partition: p.partitionIndex, offset: p.committedOffset, metadata: p.committedMetadata });
           pending.push(res);
         }
         return res;
@@ -275,15 +283,21 @@ const noOffset = (partitionIndex: number): OffsetFetchPartitionResponse => ({
   errorCode: KafkaErrorCode.NONE,
 });
 
+type FetchedTopic = { name: string; topicId: Uuid; partitions: OffsetFetchPartitionResponse[] };
+
 async function fetchGroupOffsets(
   ctx: RequestContext,
   groupId: string,
-  topics: Array<{ name: string; partitionIndexes: number[] }> | null,
+  topics: Array<{ name: string; topicId?: Uuid; partitionIndexes: number[] }> | null,
+  /** v10+: topics by id (KIP-848), answered by id. */
+  byId = false,
+  /** v9+: the member asking, checked against a consumer-protocol group (KIP-848). */
   member: { memberId: string | null; memberEpoch: number } = { memberId: null, memberEpoch: -1 },
-): Promise<{ topics: Array<{ name: string; partitions: OffsetFetchPartitionResponse[] }>; errorCode: number }> {
+): Promise<{ topics: FetchedTopic[]; errorCode: number }> {
   const store = ctx.adapter.groups.store;
+  const engine = ctx.adapter.engine;
   const refuse = (errorCode: number) => ({
-    topics: (topics ?? []).map((t) => ({ name: t.name, partitions: t.partitionIndexes.map((p) => ({ ...noOffset(p), errorCode })) })),
+    topics: (topics ?? []).map((t) => ({ name: t.name, topicId: t.topicId ?? ZERO_UUID, partitions: t.partitionIndexes.map((p) => ({ ...noOffset(p), errorCode })) })),
     errorCode,
   });
   if (!mayUseGroup(ctx, groupId)) return refuse(GROUP_DENIED);
@@ -303,20 +317,32 @@ async function fetchGroupOffsets(
         if (!list) byTopic.set(o.stream, (list = []));
         list.push({ ...noOffset(o.partition), committedOffset: o.offset, metadata: o.metadata });
       }
-      return { topics: [...byTopic].map(([name, partitions]) => ({ name, partitions })), errorCode: KafkaErrorCode.NONE };
+      const all = [...byTopic].map(([name, partitions]) => {
+        const def = engine.getStream(name)?.def;
+        return { name: byId ? '' : name, topicId: def ? topicIdOf(def) : ZERO_UUID, partitions };
+      });
+      // By id, a topic without a stream any more (deleted meanwhile) cannot be named.
+      return { topics: byId ? all.filter((t) => !t.topicId.equals(ZERO_UUID)) : all, errorCode: KafkaErrorCode.NONE };
     }
-    const out = [];
+    const out: FetchedTopic[] = [];
     for (const t of topics) {
       const partitions: OffsetFetchPartitionResponse[] = [];
-      if (!allowed(ctx, 'subscribe', 'stream', t.name)) {
-        out.push({ name: t.name, partitions: t.partitionIndexes.map((p) => ({ ...noOffset(p), errorCode: TOPIC_DENIED })) });
+      const topicId = t.topicId ?? ZERO_UUID;
+      const entry = byId ? streamByTopicId(engine, topicId) : undefined;
+      if (byId && entry === undefined) {
+        out.push({ name: '', topicId, partitions: t.partitionIndexes.map((p) => ({ ...noOffset(p), errorCode: KafkaErrorCode.UNKNOWN_TOPIC_ID })) });
+        continue;
+      }
+      const name = entry !== undefined ? entry.def.name : t.name;
+      if (!allowed(ctx, 'subscribe', 'stream', name)) {
+        out.push({ name: t.name, topicId, partitions: t.partitionIndexes.map((p) => ({ ...noOffset(p), errorCode: TOPIC_DENIED })) });
         continue;
       }
       for (const p of t.partitionIndexes) {
-        const o = await store.fetchOffset(groupId, t.name, p);
+        const o = await store.fetchOffset(groupId, name, p);
         partitions.push(o ? { ...noOffset(p), committedOffset: o.offset, metadata: o.metadata } : noOffset(p));
       }
-      out.push({ name: t.name, partitions });
+      out.push({ name: t.name, topicId, partitions });
     }
     return { topics: out, errorCode: KafkaErrorCode.NONE };
   } catch (err) {
@@ -325,6 +351,7 @@ async function fetchGroupOffsets(
     return {
       topics: (topics ?? []).map((t) => ({
         name: t.name,
+        topicId: t.topicId ?? ZERO_UUID,
         partitions: t.partitionIndexes.map((p) => ({ ...noOffset(p), errorCode: code })),
       })),
       errorCode: code,
@@ -335,8 +362,10 @@ async function fetchGroupOffsets(
 export async function handleOffsetFetch(ctx: RequestContext, req: OffsetFetchRequest): Promise<OffsetFetchResponse> {
   if (ctx.header.apiVersion >= 8) {
     const groups = [];
+    // v9's member id and epoch concern KIP-848 consumer groups; a classic group's offsets are read without them, as
+    // Kafka's classic groups do.
     for (const g of req.groups) {
-      const r = await fetchGroupOffsets(ctx, g.groupId, g.topics, g);
+      const r = await fetchGroupOffsets(ctx, g.groupId, g.topics, ctx.header.apiVersion >= 10, { memberId: g.memberId ?? null, memberEpoch: g.memberEpoch ?? -1 });
       groups.push({ groupId: g.groupId, topics: r.topics, errorCode: r.errorCode });
     }
     return { throttleTimeMs: 0, topics: [], errorCode: KafkaErrorCode.NONE, groups };
@@ -393,7 +422,10 @@ export async function handleDescribeGroups(ctx: RequestContext, req: DescribeGro
     // Not in memory (no member since start): a group with committed offsets is Empty, else it does not exist,
     // which Kafka reports as state Dead without an error.
     withOffsets ??= new Set(await groups.store.listGroups());
-    out.push(withOffsets.has(groupId) ? { ...base, groupState: 'Empty', protocolType: 'consumer' } : base);
+    if (withOffsets.has(groupId)) out.push({ ...base, groupState: 'Empty', protocolType: 'consumer' });
+    // v6+ (KIP-1043): an unknown group is GROUP_ID_NOT_FOUND, with a message.
+    else if (ctx.header.apiVersion >= 6) out.push({ ...base, errorCode: KafkaErrorCode.GROUP_ID_NOT_FOUND, errorMessage: `Group ${groupId} not found.` });
+    else out.push(base);
   }
   return { throttleTimeMs: 0, groups: out };
 }
@@ -402,7 +434,7 @@ export async function handleListGroups(ctx: RequestContext, req: ListGroupsReque
   try {
     const filter = new Set(req.statesFilter.map((s) => s.toLowerCase()));
     // v5+ (KIP-848): "classic" or "consumer".
-    const types = new Set(req.typesFilter.map((t) => t.toLowerCase()));
+    const types = new Set((req.typesFilter ?? []).map((t) => t.toLowerCase()));
     // Cluster mode: each broker lists the groups it coordinates, as Kafka's brokers do (admin clients ask them all).
     const kc = ctx.adapter.cluster;
     const all = await ctx.adapter.groups.list(kc === null ? undefined : (g) => kc.coordinator(g) === kc.id);

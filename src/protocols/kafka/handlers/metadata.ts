@@ -112,6 +112,19 @@ export async function handleMetadata(ctx: RequestContext, req: MetadataRequest):
   const describe = (def: StreamDef): MetadataTopic => (kc === null ? topicMetadata(brokerId, def) : clusterTopicMetadata(kc, nodes!, def));
   let topics: MetadataTopic[];
   const version = ctx.header.apiVersion;
+  // v10-11 carry topic ids and nullable names, but Kafka brokers serve neither: a request using one is answered as
+  // an InvalidRequestException, INVALID_REQUEST for every topic of an otherwise empty response.
+  if ((version === 10 || version === 11) && req.topics?.some((t) => t.name === null || !t.topicId.equals(ZERO_UUID))) {
+    return {
+      throttleTimeMs: 0,
+      brokers: [],
+      clusterId: null,
+      controllerId: -1,
+      topics: req.topics.map((t) => errorTopic(t.name ?? '', KafkaErrorCode.INVALID_REQUEST, t.topicId)),
+      clusterAuthorizedOperations: AUTHORIZED_OPERATIONS_OMITTED,
+      errorCode: KafkaErrorCode.NONE,
+    };
+  }
   // v12+ (KIP-516): topics by id. As Kafka, a request naming any id is answered for its ids alone, without
   // auto-creation; an id no stream has is UNKNOWN_TOPIC_ID, one the client may not describe
   // TOPIC_AUTHORIZATION_FAILED (ids are not secret; the name is not told).
@@ -132,8 +145,8 @@ export async function handleMetadata(ctx: RequestContext, req: MetadataRequest):
   } else {
     topics = await Promise.all(
       req.topics.map(async (t): Promise<MetadataTopic> => {
-        // A null name without an id (v12+), or in v10-11 (which Kafka brokers do not serve by id): invalid.
-        if (t.name === null) return errorTopic(null, version >= 12 ? KafkaErrorCode.INVALID_REQUEST : KafkaErrorCode.UNSUPPORTED_VERSION, t.topicId);
+        // A null name without an id (v12+): nothing to look up.
+        if (t.name === null) return errorTopic(null, KafkaErrorCode.INVALID_REQUEST, t.topicId);
         if (!allowed(ctx, 'describe', 'stream', t.name)) return errorTopic(t.name, KafkaErrorCode.TOPIC_AUTHORIZATION_FAILED);
         const create = req.allowAutoTopicCreation && adapter.wouldCreate(t.name);
         // A topic Kafka would auto-create for a client not allowed to create it answers TOPIC_AUTHORIZATION_FAILED.

@@ -8,39 +8,9 @@
  * with TRANSACTIONAL_ID_AUTHORIZATION_FAILED, a non-retriable error, so that a transactional producer fails at
  * once instead of retrying forever.
  */
-import type { ProducerIdStore } from '../../../core/index.js';
 import { KafkaErrorCode, type InitProducerIdRequest, type InitProducerIdResponse } from '../codec/index.js';
 import { kafkaErrorCode } from '../errors.js';
 import type { RequestContext } from '../route.js';
-
-const BLOCK = 100;
-
-/** Hands out ids from blocks reserved in the store, one reservation at a time. */
-export class ProducerIdAllocator {
-  private next = 0;
-  private end = 0;
-  private pending: Promise<void> | null = null;
-
-  constructor(private readonly store: ProducerIdStore) {}
-
-  async allocate(): Promise<number> {
-    while (this.next >= this.end) {
-      this.pending ??= this.store.allocateProducerIds(BLOCK).then(
-        (first) => {
-          this.next = first;
-          this.end = first + BLOCK;
-          this.pending = null;
-        },
-        (err: unknown) => {
-          this.pending = null;
-          throw err;
-        },
-      );
-      await this.pending;
-    }
-    return this.next++;
-  }
-}
 
 export async function handleInitProducerId(ctx: RequestContext, req: InitProducerIdRequest): Promise<InitProducerIdResponse> {
   const res = { throttleTimeMs: 0, errorCode: KafkaErrorCode.NONE as number, producerId: -1, producerEpoch: -1 };

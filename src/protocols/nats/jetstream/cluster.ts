@@ -17,14 +17,10 @@
  *   for up to two leases: long enough for a dead owner's lease to expire and its consumers to be taken over.
  */
 import type { Cluster } from '../../../cluster/index.js';
-import { decodeBody, decodeMessage, encodeBody, encodeMessage } from '../../../cluster/index.js';
+import { decodeMessage, encodeMessage, RPC } from '../../../cluster/index.js';
 import { FlowError, type Message } from '../../../core/index.js';
+import { backoffDelay } from '../../../util/backoff.js';
 
-export const M_REQUEST = 'js.request';
-export const M_ACK = 'js.ack';
-export const M_DELIVER = 'js.deliver';
-export const M_LIST = 'js.consumers';
-export const M_PUBLISH = 'js.publish';
 
 export function consumerKey(stream: string, name: string): string {
   return `${stream}/${name}`;
@@ -37,12 +33,12 @@ export function splitConsumerKey(key: string): [string, string] {
 
 /** A delivery or status sent back to the requesting broker: the properties the stored-message encoding leaves out. */
 export function encodeDelivery(msg: Message): Buffer {
-  return encodeBody({ s: msg.status ?? null, d: msg.deliverTopic ?? null, g: msg.guardTopic ?? null }, encodeMessage(msg));
+  return RPC.jsDeliver.message.encode({ s: msg.status ?? null, d: msg.deliverTopic ?? null, g: msg.guardTopic ?? null }, encodeMessage(msg));
 }
 
 export function decodeDelivery(body: Buffer): Message {
   // `g` is absent from a broker of the version before guard topics.
-  const { head, tail } = decodeBody<{ s: string | null; d: string | null; g?: string | null }>(body);
+  const { head, tail } = RPC.jsDeliver.message.decode(body, 'js.deliver');
   const msg = decodeMessage(tail);
   if (head.s !== null) msg.status = head.s;
   if (head.d !== null) msg.deliverTopic = head.d;
@@ -74,5 +70,5 @@ export function retryWindowMs(cluster: Cluster): number {
 }
 
 export function pause(attempt: number): Promise<void> {
-  return new Promise((r) => setTimeout(r, Math.min(500, 25 * 2 ** Math.min(attempt, 5))));
+  return new Promise((r) => setTimeout(r, backoffDelay(attempt + 1, 25, 500)));
 }

@@ -396,7 +396,7 @@ export class Consumer {
     if (this.redeliver.length > 0) return;
     if (this.config.ack_policy !== 'none' && this.pending.size >= (this.config.max_ack_pending ?? Infinity)) return;
     this.waitingForData = true;
-    this.host.engine
+    void this.host.engine
       .waitFor(this.stream, 0, this.cursor - 1, WAIT_MS)
       .catch(() => undefined)
       .then(() => {

@@ -15,10 +15,10 @@
  */
 import type { Logger } from 'pino';
 import type { Cluster } from '../../../cluster/index.js';
-import { decodeBody, decodeMessage, encodeBody, encodeMessage } from '../../../cluster/index.js';
+import { call, cast, decodeMessage, encodeMessage, listen, RPC, serve } from '../../../cluster/index.js';
 import type { Access, AccessControl, Action, ResourceKind } from '../../../control/index.js';
-import type { ConsumerGroupAdmin, GroupDetail, GroupSummary } from '../../types.js';
-import { LogLimiter } from '../../log-limit.js';
+import type { ConsumerGroupAdmin, GroupDetail, GroupSummary } from '../../../control/index.js';
+import { LogLimiter } from '../../../util/log-limit.js';
 import {
   decodeBatch,
   dotsToUnified,
@@ -39,11 +39,6 @@ import {
   consumerKey,
   decodeDelivery,
   encodeDelivery,
-  M_ACK,
-  M_DELIVER,
-  M_LIST,
-  M_PUBLISH,
-  M_REQUEST,
   pause,
   retriable,
   retryWindowMs,
@@ -62,7 +57,6 @@ import {
   streamConfigJson,
   streamState,
   streamSubjects,
-  ZERO_TIME,
 } from './stream-info.js';
 import { filterToSubject, isValidApiName, levelsToTokens, subjectMatches, subjectsCollide } from './subjects.js';
 
@@ -230,33 +224,26 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
     });
     const ch = cl.channel;
     if (ch === null) throw new FlowError('CONFIG_ERROR', 'JetStream in cluster mode needs the internal channel');
-    ch.handle(M_REQUEST, async (from, body) => {
-      const { head } = decodeBody<{ t: string[]; body: string; reply: string }>(body);
+    serve(ch, RPC.jsRequest, async (from, head) => {
       this.clusterStats.served++;
       const out = await this.serveConsumer(from, head.t, head.body, head.reply);
-      return encodeBody(out === NO_ANSWER ? { none: true } : { out });
+      return out === NO_ANSWER ? { none: true } : { out };
     });
-    ch.on(M_ACK, (from, body) => {
-      const { head } = decodeBody<{ l: string[]; b: string; r: string | null }>(body);
-      this.onAck(head.l, head.b, head.r ?? undefined, from);
-    });
-    ch.on(M_DELIVER, (_from, body) => {
+    listen(ch, RPC.jsAck, (from, head) => this.onAck(head.l, head.b, head.r ?? undefined, from));
+    ch.on(RPC.jsDeliver.name, (_from, body) => {
       this.clusterStats.deliveriesReceived++;
       // A delivery or status for a client of this broker, from the consumer's owner.
       this.sendLocal(decodeDelivery(body));
     });
-    ch.handle(M_PUBLISH, (_from, body) => {
-      const msg = decodeMessage(decodeBody<null>(body).tail);
-      return new Promise<Buffer>((resolve) => {
-        const info = this.publishWith(msg, (ack) => resolve(encodeBody(ack)), false);
+    serve(ch, RPC.jsPublish, (_from, _head, tail) => {
+      const msg = decodeMessage(tail);
+      return new Promise<Json | null>((resolve) => {
+        const info = this.publishWith(msg, (ack) => resolve(ack), false);
         // No stream here captured it (deleted meanwhile): no PubAck, as on a single broker.
-        if (info.captured.length === 0 && info.delivered === 0) resolve(encodeBody(null));
+        if (info.captured.length === 0 && info.delivered === 0) resolve(null);
       });
     });
-    ch.handle(M_LIST, (_from, body) => {
-      const { head } = decodeBody<{ stream: string }>(body);
-      return encodeBody({ infos: this.sortedConsumers(head.stream).map((c) => this.consumerInfoJson(c)) });
-    });
+    serve(ch, RPC.jsConsumers, (_from, head) => ({ infos: this.sortedConsumers(head.stream).map((c) => this.consumerInfoJson(c)) }));
   }
 
   /** This broker owns the consumer now: load it from the metastore (nothing yet when it is being created here). */
@@ -350,8 +337,7 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
         const to = await targetOf(cl, key, fresh);
         if (to === cl.id) return await this.serveConsumer(cl.id, t, body, reply);
         this.clusterStats.forwarded++;
-        const answer = await cl.channel!.request(to, M_REQUEST, encodeBody({ t, body, reply }));
-        const { head } = decodeBody<{ none?: boolean; out?: Json }>(answer);
+        const { head } = await call(cl.channel!, to, RPC.jsRequest, { t, body, reply });
         return head.none === true || head.out === undefined ? NO_ANSWER : head.out;
       } catch (err) {
         if (!retriable(err) || Date.now() >= deadline || this.closed) {
@@ -401,7 +387,7 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
       .filter((b) => b.alive && b.id !== cl.id)
       .map(async (b) => {
         try {
-          const { head } = decodeBody<{ infos: Json[] }>(await cl.channel!.request(b.id, M_LIST, encodeBody({ stream })));
+          const { head } = await call(cl.channel!, b.id, RPC.jsConsumers, { stream });
           for (const i of head.infos) byName.set(String(i.name), i);
         } catch {
           // A broker that cannot answer now: its consumers are listed from their stored state below.
@@ -502,7 +488,7 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
     if (to !== undefined && this.cluster !== null && to !== this.cluster.id) {
       // A request forwarded by another broker: its client's inbox is there.
       this.clusterStats.deliveriesSent++;
-      this.cluster.channel?.send(to, M_DELIVER, encodeDelivery(msg));
+      this.cluster.channel?.send(to, RPC.jsDeliver.name, encodeDelivery(msg));
       return;
     }
     this.sendLocal(msg);
@@ -723,11 +709,9 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
   private forwardPublish(cl: Cluster, broker: number, msg: Message, to: string | ((body: Json) => void)): void {
     // The origin names a connection of this broker: meaningless (or someone else's) at the other one.
     const { origin: _o, ...rest } = msg;
-    const body = encodeBody(null, encodeMessage({ ...rest, payload: Buffer.from(msg.payload) }));
     this.clusterStats.publishesForwarded++;
-    cl.channel!.request(broker, M_PUBLISH, body).then(
-      (r) => {
-        const ack = decodeBody<Json | null>(r).head;
+    call(cl.channel!, broker, RPC.jsPublish, null, { tail: encodeMessage({ ...rest, payload: Buffer.from(msg.payload) }) }).then(
+      ({ head: ack }) => {
         if (ack !== null) this.answer(to, ack);
       },
       (err: unknown) => {
@@ -1416,19 +1400,19 @@ export class JetStream implements Subscriber, ConsumerHost, JetStreamPublisher {
   }
 
   private forwardAck(cl: Cluster, key: string, levels: string[], body: string, reply: string | undefined): void {
-    const body2 = encodeBody({ l: levels, b: body, r: reply ?? null });
+    const ack = { l: levels, b: body, r: reply ?? null };
     const to = cl.owner('consumer', key);
     if (to !== null) {
       if (to.broker === cl.id) return;
       this.clusterStats.acksForwarded++;
-      cl.channel?.send(to.broker, M_ACK, body2);
+      if (cl.channel) cast(cl.channel, to.broker, RPC.jsAck, ack);
       return;
     }
     void targetOf(cl, key, true)
       .then((b) => {
         if (b === cl.id) return;
         this.clusterStats.acksForwarded++;
-        cl.channel?.send(b, M_ACK, body2);
+        if (cl.channel) cast(cl.channel, b, RPC.jsAck, ack);
       })
       .catch(() => undefined);
   }

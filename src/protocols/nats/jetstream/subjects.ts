@@ -15,6 +15,7 @@ export function subjectToFilter(subject: string): string {
   for (let i = 0; i < tokens.length; i++) {
     const t = tokens[i];
     if (t.length === 0) throw new FlowError('INVALID_FILTER', `subject "${subject}" has an empty token`);
+    // eslint-disable-next-line no-control-regex -- NUL is refused in a subject
     if (/[\s\u0000]/.test(t)) throw new FlowError('INVALID_FILTER', `subject "${subject}" holds white space`);
     if (t === '>') {
       if (i !== tokens.length - 1) throw new FlowError('INVALID_FILTER', `">" must be the last token of "${subject}"`);
@@ -66,6 +67,7 @@ export function subjectsCollide(a: string, b: string): boolean {
 
 /** Stream and consumer names usable in API subjects (what nats.js and nats-server accept). */
 export function isValidApiName(name: string): boolean {
+  // eslint-disable-next-line no-control-regex -- NUL is refused in a name
   return name.length > 0 && name.length <= 255 && !/[.*>/\\\s\u0000]/.test(name);
 }
 

@@ -103,7 +103,7 @@ describe('NatsServerParser state', () => {
     let seen: Buffer | null = null;
     let owned: boolean | null = null;
     const h = new (class extends ServerRecorder {
-      override onPub(s: string, r: string | null, payload: Buffer): void {
+      override onPub(_s: string, _r: string | null, payload: Buffer): void {
         seen = payload;
         owned = p.ownedPayload;
       }

@@ -5,7 +5,7 @@
 import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { makeMessage } from '../../../../src/core/index.js';
-import { ackSubject, hdr, Inbox, json, natsSubject, ns, setup } from './harness.js';
+import { ackSubject, hdr, Inbox, natsSubject, ns, setup } from './harness.js';
 
 const h = (key: string, value: string) => ({ key, value: Buffer.from(value) });
 const closers: Array<() => Promise<void>> = [];

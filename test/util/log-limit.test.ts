@@ -2,7 +2,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Writable } from 'node:stream';
 import { pino } from 'pino';
-import { LogLimiter, logKey } from '../../src/protocols/log-limit.js';
+import { LogLimiter, logKey } from '../../src/util/log-limit.js';
 
 function capture() {
   const lines: Array<Record<string, unknown>> = [];

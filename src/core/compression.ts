@@ -1,6 +1,7 @@
 /**
- * Record-batch decompressors for the codecs the core does not carry itself (it has gzip): snappy, lz4 and zstd,
- * registered with the core's decodeBatch on import. The broker never recompresses: produced batches are stored
+ * Record-batch decompressors for snappy, lz4 and zstd (gzip is zlib's, in record-batch.ts), which decodeBatch
+ * uses for every protocol: an MQTT, AMQP or NATS consumer reads a compressed Kafka batch whether or not the Kafka
+ * adapter runs. The broker never recompresses: produced batches are stored
  * and fetched exactly as the client compressed them; decompression is only needed to validate produced batches
  * (as Kafka's log validator does), to route their records to other protocols and to find timestamps.
  *
@@ -12,9 +13,13 @@
 import snappy from 'snappyjs';
 import lz4 from 'lz4js';
 import { decompress as zstdDecompress } from 'fzstd';
-import { Compression, MAX_DECOMPRESSED_BYTES, registerDecompressor } from '../../core/index.js';
 
-export { MAX_DECOMPRESSED_BYTES };
+/**
+ * Largest decompressed batch body accepted, by every codec: a small compressed batch must not make the broker
+ * allocate gigabytes (a "decompression bomb"). Kafka's own bound is the segment size; 256 MiB is well above any
+ * batch a client sends (message.max.bytes defaults to 1 MiB).
+ */
+export const MAX_DECOMPRESSED_BYTES = 256 * 1024 * 1024;
 
 const asBuffer = (u: Uint8Array): Buffer => Buffer.from(u.buffer, u.byteOffset, u.byteLength);
 
@@ -199,7 +204,3 @@ export function checkZstdFrames(input: Buffer): Buffer {
 export function zstdDecompressBuffer(b: Buffer): Buffer {
   return asBuffer(zstdDecompress(checkZstdFrames(b)));
 }
-
-registerDecompressor(Compression.Snappy, snappyDecompress);
-registerDecompressor(Compression.Lz4, lz4Decompress);
-registerDecompressor(Compression.Zstd, zstdDecompressBuffer);

@@ -19,7 +19,7 @@
  * - putControlIfAbsent creates only when absent (answers false when present), atomically across processes (the
  *   first user, a seed from a file).
  */
-import { FlowError } from '../core/index.js';
+import { FlowError } from '../../core/index.js';
 
 export const CONTROL_KINDS = ['user', 'group', 'token', 'policy', 'namespace', 'session'] as const;
 export type ControlKind = (typeof CONTROL_KINDS)[number];

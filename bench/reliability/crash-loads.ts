@@ -1,0 +1,172 @@
+/**
+ * The AMQP and JetStream loads of the kill -9 test (bench/reliability/crash.ts): each keeps a few publishes in
+ * flight through every restart, records what the broker acknowledged, and reads back afterwards what was stored.
+ * - AMQP: amqplib, a confirm channel, persistent messages into a durable queue on the default exchange; a message
+ *   counts as acknowledged when its `basic.ack` arrives. Read back by consuming the queue up to a marker message
+ *   published (and confirmed) after the load stopped.
+ * - JetStream: the `@nats-io` client's `js.publish` to a subject a FlowMQ stream captures; a message counts as
+ *   acknowledged when its PubAck arrives. Read back from the stream by the caller (kcat, as the other streams).
+ */
+import amqplib from 'amqplib';
+import { connect as natsConnect, type NatsConnection } from '@nats-io/transport-node';
+import { jetstream } from '@nats-io/jetstream';
+import { sleep } from '../../test/e2e/harness.js';
+
+export const AMQP_QUEUE = 'crash.amqp';
+/** The FlowMQ stream the JetStream publishes go into (bound to `crash/js/#`, NATS subject `crash.js.>`). */
+export const JS_STREAM = 'crash.js';
+export const JS_SUBJECT = 'crash.js.p';
+const MARKER = 'amqp:marker';
+
+/** Something that publishes through restarts and records what was acknowledged. */
+export interface CrashLoad {
+  readonly acked: Set<number>;
+  /** Publishes that failed (connection lost before the acknowledgement): not acknowledged, not counted. */
+  failures: number;
+  drain(timeoutMs: number): Promise<void>;
+}
+
+/** Persistent AMQP publishes with confirms, `window` unconfirmed at most, reconnecting after each failure. */
+export class AmqpConfirmLoad implements CrashLoad {
+  readonly acked = new Set<number>();
+  failures = 0;
+  private next = 0;
+  private running = true;
+  private conn: amqplib.ChannelModel | null = null;
+  private readonly loop: Promise<void>;
+  constructor(
+    private readonly url: string,
+    private readonly window = 20,
+  ) {
+    this.loop = this.run();
+  }
+
+  private async channel(): Promise<amqplib.ConfirmChannel> {
+    const conn = await amqplib.connect(this.url, { timeout: 3000 });
+    conn.on('error', () => undefined);
+    this.conn = conn;
+    const ch = await conn.createConfirmChannel();
+    ch.on('error', () => undefined);
+    await ch.assertQueue(AMQP_QUEUE, { durable: true });
+    return ch;
+  }
+
+  private async run(): Promise<void> {
+    while (this.running) {
+      try {
+        const ch = await this.channel();
+        while (this.running) {
+          const batch = Array.from({ length: this.window }, () => this.next++);
+          await Promise.all(
+            batch.map(
+              (n) =>
+                new Promise<void>((resolve, reject) => {
+                  ch.sendToQueue(AMQP_QUEUE, Buffer.from(`amqp:${n}`), { persistent: true }, (err) => {
+                    if (err) return reject(err instanceof Error ? err : new Error(String(err)));
+                    this.acked.add(n);
+                    resolve();
+                  });
+                }),
+            ),
+          );
+        }
+      } catch {
+        this.failures++;
+        await this.close();
+        await sleep(100);
+      }
+    }
+  }
+
+  private async close(): Promise<void> {
+    const c = this.conn;
+    this.conn = null;
+    await c?.close().catch(() => undefined);
+  }
+
+  async drain(timeoutMs: number): Promise<void> {
+    this.running = false;
+    await Promise.race([this.loop, sleep(timeoutMs)]);
+    await this.close();
+  }
+
+  /**
+   * Consumes the queue up to a marker published (and confirmed) now, acknowledging as it goes, and counts each
+   * message number seen. Every message published before the marker is ahead of it in the queue.
+   */
+  async readBack(timeoutMs: number): Promise<Map<number, number>> {
+    const counts = new Map<number, number>();
+    const conn = await amqplib.connect(this.url, { timeout: 3000 });
+    try {
+      const ch = await conn.createConfirmChannel();
+      await ch.assertQueue(AMQP_QUEUE, { durable: true });
+      await new Promise<void>((resolve, reject) =>
+        ch.sendToQueue(AMQP_QUEUE, Buffer.from(MARKER), { persistent: true }, (err) => (err ? reject(new Error(String(err))) : resolve())),
+      );
+      await ch.prefetch(500);
+      await new Promise<void>((resolve, reject) => {
+        const timer = setTimeout(() => reject(new Error(`the AMQP marker did not arrive within ${timeoutMs} ms`)), timeoutMs);
+        void ch.consume(AMQP_QUEUE, (msg) => {
+          if (!msg) return;
+          ch.ack(msg);
+          const body = msg.content.toString();
+          if (body === MARKER) {
+            clearTimeout(timer);
+            resolve();
+            return;
+          }
+          const n = Number(body.split(':')[1]);
+          counts.set(n, (counts.get(n) ?? 0) + 1);
+        });
+      });
+    } finally {
+      await conn.close().catch(() => undefined);
+    }
+    return counts;
+  }
+}
+
+/** JetStream publishes (each awaited for its PubAck, `window` in flight), over a connection that reconnects. */
+export class JetStreamLoad implements CrashLoad {
+  readonly acked = new Set<number>();
+  failures = 0;
+  private next = 0;
+  private running = true;
+  private nc: NatsConnection | null = null;
+  private readonly loop: Promise<void>;
+  constructor(
+    private readonly port: number,
+    private readonly window = 10,
+  ) {
+    this.loop = this.run();
+  }
+
+  private async run(): Promise<void> {
+    while (this.running) {
+      try {
+        if (!this.nc || this.nc.isClosed()) {
+          this.nc = await natsConnect({ servers: `127.0.0.1:${this.port}`, reconnect: false, timeout: 3000 });
+        }
+        const js = jetstream(this.nc, { timeout: 5000 });
+        const batch = Array.from({ length: this.window }, () => this.next++);
+        const results = await Promise.allSettled(batch.map((n) => js.publish(JS_SUBJECT, `js:${n}`)));
+        results.forEach((r, i) => {
+          if (r.status === 'fulfilled') this.acked.add(batch[i]);
+          else this.failures++;
+        });
+        if (results.some((r) => r.status === 'rejected')) throw new Error('publish failed');
+      } catch {
+        const nc = this.nc;
+        this.nc = null;
+        await nc?.close().catch(() => undefined);
+        await sleep(100);
+      }
+    }
+  }
+
+  async drain(timeoutMs: number): Promise<void> {
+    this.running = false;
+    await Promise.race([this.loop, sleep(timeoutMs)]);
+    await this.nc?.close().catch(() => undefined);
+  }
+}

@@ -1,0 +1,34 @@
+/**
+ * Producer ids for idempotent producers (InitProducerId, handlers/producer.ts): unique across restarts, reserved in
+ * blocks from the core's ProducerIdStore (the metastore in a broker).
+ */
+import type { ProducerIdStore } from '../../core/index.js';
+
+const BLOCK = 100;
+
+/** Hands out ids from blocks reserved in the store, one reservation at a time. */
+export class ProducerIdAllocator {
+  private next = 0;
+  private end = 0;
+  private pending: Promise<void> | null = null;
+
+  constructor(private readonly store: ProducerIdStore) {}
+
+  async allocate(): Promise<number> {
+    while (this.next >= this.end) {
+      this.pending ??= this.store.allocateProducerIds(BLOCK).then(
+        (first) => {
+          this.next = first;
+          this.end = first + BLOCK;
+          this.pending = null;
+        },
+        (err: unknown) => {
+          this.pending = null;
+          throw err;
+        },
+      );
+      await this.pending;
+    }
+    return this.next++;
+  }
+}
