@@ -370,6 +370,9 @@ describe('kafka listener with real clients', () => {
           [42, 0, 2],
           [44, 0, 1],
           [60, 0, 2],
+          // ConsumerGroupHeartbeat, ConsumerGroupDescribe (KIP-848).
+          [68, 0, 1],
+          [69, 0, 1],
         ],
       );
       const md = await c.call(MetadataApi, 12, metadataRequest(['flex.t']));
