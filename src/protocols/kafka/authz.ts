@@ -3,7 +3,8 @@
  * Produce → `publish stream:`, Fetch/ListOffsets/OffsetForLeaderEpoch → `subscribe stream:`, Metadata and
  * DescribeConfigs → `describe stream:`, topic creation → `create stream:` (or `create cluster:*`, Kafka's cluster
  * CREATE), DeleteTopics/DeleteRecords → `delete stream:`, CreatePartitions/AlterConfigs → `alter stream:`, the
- * group APIs → `subscribe group:` (DescribeGroups/ListGroups `describe group:`, DeleteGroups `delete group:`),
+ * group APIs → `subscribe group:` (DescribeGroups/ListGroups/ConsumerGroupDescribe `describe group:`, DeleteGroups
+ * `delete group:`; ConsumerGroupHeartbeat also `describe stream:` per subscribed topic name),
  * DescribeCluster/DescribeAcls → `describe cluster:*`, CreateAcls/DeleteAcls and broker configs → `alter
  * cluster:*`. A refusal is the protocol's own error code: TOPIC_/GROUP_/CLUSTER_AUTHORIZATION_FAILED.
  *
