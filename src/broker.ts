@@ -13,6 +13,7 @@ import {
   Directory,
   FloodCollector,
   PasswordGuard,
+  RuntimeSettings,
   parseUsersFile,
   processMemory,
   readUsersFile,
@@ -248,6 +249,9 @@ async function startServing(config: Config, logger: Logger, data: DataPlane, con
     version: BROKER_VERSION,
     groups: () => running.flatMap((r) => (r.protocol.groups ? [{ protocol: r.name, admin: r.protocol.groups }] : [])),
     mqttSessions: () => running.find((r) => r.name === 'mqtt')?.protocol.sessions,
+    // Kafka's broker configs altered at run time (GET/PATCH /api/v1/broker/configs).
+    brokerConfigs: () => running.find((r) => r.name === 'kafka')?.protocol.brokerConfigs,
+    brokerId: config.brokerId,
     // Cluster mode: GET /api/v1/cluster (brokers, owners).
     cluster,
     // Storage has recovered before the API starts; ready once the listeners are up too, and no longer once closing.
@@ -449,7 +453,9 @@ async function openControlPlane(
           cacheTtlMs: config.authWebhookCacheTtl,
           logger: logger.child({ component: 'auth-webhook' }),
         });
-  const access = new AccessControl({ directory, guard, anonymous, external, logger: logger.child({ component: 'access' }) });
+  // Runtime settings (client quotas, broker configs set at run time), in the same store, reloaded with the directory.
+  const settings = await RuntimeSettings.open(controlStore, directory, logger.child({ component: 'settings' }));
+  const access = new AccessControl({ directory, guard, anonymous, external, settings, logger: logger.child({ component: 'access' }) });
   logger.info(
     { users: directory.size, policies: directory.policies.size, defaultPolicy: config.defaultPolicy, anonymous: [...anonymous] },
     'control plane ready',

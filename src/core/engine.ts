@@ -8,7 +8,19 @@
 import { FlowError } from './errors.js';
 import type { Message, QoS } from './message.js';
 import { decodeBatch, encodeBatch, messageToRecord, recordToMessage } from './record-batch.js';
-import { newStreamId, sameStreamDef, type AppendResult, type PartitionOffsets, type ReadLease, type StreamDef, type StreamSettings, type StreamStorage } from './streams.js';
+import {
+  NO_STREAM_DEFAULTS,
+  newStreamId,
+  sameStreamDef,
+  type AppendResult,
+  type PartitionOffsets,
+  type ProducerSnapshot,
+  type ReadLease,
+  type StreamDef,
+  type StreamDefaults,
+  type StreamSettings,
+  type StreamStorage,
+} from './streams.js';
 import { RetainedIndex } from './retained.js';
 import { decodeStoredMessage, encodeStoredMessage } from './sessions.js';
 import type { CoreStore } from './store.js';
@@ -794,6 +806,30 @@ export class Engine implements Router {
   waitFor(stream: string, partition: number, offset: number, timeoutMs: number): Promise<void> {
     this.partitionOf(stream, partition);
     return this.storage.waitFor(stream, partition, offset, timeoutMs);
+  }
+
+  /** The defaults in force for streams without settings of their own (see setStreamDefaults). */
+  streamDefaults: StreamDefaults = NO_STREAM_DEFAULTS;
+
+  /**
+   * Broker-wide defaults for streams that set no retention or segment size/age of their own (Kafka's dynamic
+   * log.retention.ms & co.): handed to the storage, which applies them from its next pass.
+   */
+  setStreamDefaults(d: StreamDefaults): void {
+    this.streamDefaults = d;
+    this.storage.setDefaults?.(d);
+  }
+
+  /** Bytes a partition holds (hot tier and segment objects); null when not held here or unknown. */
+  partitionSize(stream: string, partition: number): number | null {
+    this.partitionOf(stream, partition);
+    return this.storage.partitionSize?.(stream, partition) ?? null;
+  }
+
+  /** Idempotent producers with state in a partition; null when not held here or unknown. */
+  producers(stream: string, partition: number): ProducerSnapshot[] | null {
+    this.partitionOf(stream, partition);
+    return this.storage.producers?.(stream, partition) ?? null;
   }
 }
 

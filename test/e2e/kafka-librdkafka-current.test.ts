@@ -373,7 +373,8 @@ describe('kafka with a current librdkafka (@confluentinc/kafka-javascript)', () 
     d = await configs(broker.kafka, ['describe', topic]);
     assert.deepEqual([value(d, 'retention.bytes')?.value, value(d, 'retention.bytes')?.source], ['10485760', 'DYNAMIC_TOPIC_CONFIG']);
     assert.deepEqual([value(d, 'max.message.bytes')?.value, value(d, 'max.message.bytes')?.source], ['2097152', 'DYNAMIC_TOPIC_CONFIG']);
-    assert.equal(value(d, 'segment.bytes')?.source, 'DEFAULT_CONFIG');
+    // Deleted: back to the broker's log.segment.bytes, FlowMQ's --segment-bytes.
+    assert.equal(value(d, 'segment.bytes')?.source, 'STATIC_BROKER_CONFIG');
     // Unknown names and invalid values are refused, with the resource's error; nothing of it is applied.
     const bad = await configs(broker.kafka, ['incremental', topic, 'set:retention.bytes=1', 'set:no.such.config=1']);
     assert.equal(bad.resources[0].error, 'INVALID_CONFIG');

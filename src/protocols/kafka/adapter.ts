@@ -24,6 +24,8 @@ import type { TopicCatalog } from './groups/consumer-coordinator.js';
 import type { AssignorTopic } from './groups/assignors.js';
 import { ProducerIdAllocator } from './producer-ids.js';
 import { KafkaCluster } from './cluster.js';
+import { KafkaBrokerConfigs } from './broker-configs.js';
+import { RuntimeSettings } from '../../control/index.js';
 import { FetchSessionCache } from './fetch-sessions.js';
 // Registers the snappy, lz4 and zstd decompressors with the core.
 
@@ -60,6 +62,10 @@ export class KafkaAdapter {
   readonly logLimit: LogLimiter;
   /** Cluster mode: brokers, partition leaders and group coordinators (cluster.ts); null on a single broker. */
   readonly cluster: KafkaCluster | null;
+  /** Runtime settings (client quotas, broker configs): the control plane's, else in memory (no access control). */
+  readonly settings: RuntimeSettings;
+  /** Kafka's broker configs: described, altered at run time, applied (broker-configs.ts). */
+  readonly brokerConfigs: KafkaBrokerConfigs;
   /** Incremental fetch sessions of this broker's connections (KIP-227, fetch-sessions.ts). */
   readonly fetchSessions: FetchSessionCache;
 
@@ -87,10 +93,22 @@ export class KafkaAdapter {
       streamCatalog(ctx.engine),
       { sessionTimeoutMs: options.consumerGroupSessionTimeoutMs, heartbeatIntervalMs: options.consumerGroupHeartbeatIntervalMs },
     );
+    this.settings = options.access?.settings ?? new RuntimeSettings();
+    this.brokerConfigs = new KafkaBrokerConfigs({
+      engine: ctx.engine,
+      brokerId: ctx.brokerId,
+      options,
+      settings: this.settings,
+      rootLogger: options.rootLogger ?? ctx.logger,
+      logger: ctx.logger,
+    });
     this.fetchSessions = new FetchSessionCache({ maxSlots: options.fetchSessionCacheSlots, evictionMs: options.fetchSessionEvictionMs });
     this.cluster = options.cluster ? new KafkaCluster(options.cluster, this.groups, ctx.logger.child({ component: 'kafka-cluster' })) : null;
-    // The SASL APIs are offered only when there is something to authenticate against.
-    const offered = options.sasl ? routes : routes.filter((r) => r.codec.apiKey !== ApiKey.SaslHandshake && r.codec.apiKey !== ApiKey.SaslAuthenticate);
+    // The SASL APIs are offered only when there is something to authenticate against; client quotas and SCRAM
+    // credentials only with access control (a user directory, and the quota manager that enforces quotas).
+    const sasl: readonly number[] = [ApiKey.SaslHandshake, ApiKey.SaslAuthenticate];
+    const access: readonly number[] = [ApiKey.DescribeClientQuotas, ApiKey.AlterClientQuotas, ApiKey.DescribeUserScramCredentials, ApiKey.AlterUserScramCredentials];
+    const offered = routes.filter((r) => (options.sasl || !sasl.includes(r.codec.apiKey)) && (options.access || !access.includes(r.codec.apiKey)));
     this.routeByKey = new Map(offered.map((r) => [r.codec.apiKey, r]));
     this.apiVersions = offered
       .map((r) => ({ apiKey: r.codec.apiKey, minVersion: r.codec.minVersion, maxVersion: r.codec.maxVersion }))
@@ -109,6 +127,7 @@ export class KafkaAdapter {
     if (--this.users <= 0) {
       this.groups.close();
       this.logLimit.stop();
+      this.brokerConfigs.close();
     }
   }
 

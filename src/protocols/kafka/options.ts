@@ -6,6 +6,8 @@ import type { KafkaSaslOptions } from './sasl-session.js';
 import type { AccessControl } from '../../control/index.js';
 import type { Cluster } from '../../cluster/index.js';
 import { DEFAULT_AHEAD_BYTES } from './frame-pool.js';
+import { resolve } from 'node:path';
+import type { Logger } from 'pino';
 
 export interface KafkaOptions {
   /** Host advertised in Metadata responses; default: the local address the client connected to. */
@@ -107,10 +109,20 @@ export interface KafkaOptions {
    * 'group' ownership handler, so it must be created before `cluster.begin()`.
    */
   cluster?: Cluster;
+  /**
+   * The data directory: the one log directory DescribeLogDirs reports (with its volume's total and usable bytes) and
+   * DescribeConfigs names as log.dirs. Default ./data (absolute).
+   */
+  logDir?: string;
+  /**
+   * The broker's own logger: the "root" logger of Kafka's BROKER_LOGGER resource, whose level every component
+   * follows. Default: the adapter's logger.
+   */
+  rootLogger?: Logger;
 }
 
-export type ResolvedKafkaOptions = Required<Omit<KafkaOptions, 'advertisedHost' | 'advertisedPort' | 'sasl' | 'access' | 'cluster'>> &
-  Pick<KafkaOptions, 'advertisedHost' | 'advertisedPort' | 'sasl' | 'access' | 'cluster'>;
+export type ResolvedKafkaOptions = Required<Omit<KafkaOptions, 'advertisedHost' | 'advertisedPort' | 'sasl' | 'access' | 'cluster' | 'rootLogger'>> &
+  Pick<KafkaOptions, 'advertisedHost' | 'advertisedPort' | 'sasl' | 'access' | 'cluster' | 'rootLogger'>;
 
 export const DEFAULT_MAX_REQUEST_BYTES = 100 * 1024 * 1024;
 /** Kafka's sasl.server.max.receive.size default. */
@@ -144,6 +156,8 @@ export function resolveKafkaOptions(opts: KafkaOptions = {}): ResolvedKafkaOptio
     consumerGroupHeartbeatIntervalMs: opts.consumerGroupHeartbeatIntervalMs ?? 5000,
     logSegmentBytes: opts.logSegmentBytes ?? 16 * 1024 * 1024,
     logSegmentMs: opts.logSegmentMs ?? 60_000,
+    logDir: resolve(opts.logDir ?? 'data'),
+    rootLogger: opts.rootLogger,
   };
   const int = (v: number, min: number, max: number) => Number.isInteger(v) && v >= min && v <= max;
   if (!int(r.defaultPartitions, 1, MAX_PARTITIONS)) {

@@ -3,6 +3,14 @@
  * an API is one codec module plus one handler registered here.
  */
 import {
+  AlterClientQuotasApi,
+  AlterUserScramCredentialsApi,
+  DescribeClientQuotasApi,
+  DescribeLogDirsApi,
+  DescribeProducersApi,
+  DescribeUserScramCredentialsApi,
+  ElectLeadersApi,
+  OffsetDeleteApi,
   AlterConfigsApi,
   ApiVersionsApi,
   CreateAclsApi,
@@ -48,6 +56,10 @@ import {
   handleOffsetForLeaderEpoch,
 } from './handlers/admin.js';
 import { handleApiVersions } from './handlers/api-versions.js';
+import { handleDescribeLogDirs, handleDescribeProducers, handleElectLeaders } from './handlers/partition-ops.js';
+import { handleOffsetDelete } from './handlers/offset-delete.js';
+import { handleAlterClientQuotas, handleDescribeClientQuotas } from './handlers/quotas.js';
+import { handleAlterUserScramCredentials, handleDescribeUserScramCredentials } from './handlers/scram.js';
 import { handleCreateAcls, handleDeleteAcls, handleDescribeAcls } from './handlers/acls.js';
 import { handleInitProducerId } from './handlers/producer.js';
 import { handleFetch } from './handlers/fetch.js';
@@ -101,6 +113,16 @@ export const KAFKA_ROUTES: readonly Route[] = [
   route(DescribeAclsApi, handleDescribeAcls),
   route(CreateAclsApi, handleCreateAcls),
   route(DeleteAclsApi, handleDeleteAcls),
+  // Operations APIs of admin tools and UIs.
+  route(DescribeLogDirsApi, handleDescribeLogDirs),
+  route(ElectLeadersApi, handleElectLeaders),
+  route(OffsetDeleteApi, handleOffsetDelete),
+  route(DescribeProducersApi, handleDescribeProducers),
+  // Advertised only with access control (a user directory, enforced quotas): see KafkaAdapter.
+  route(DescribeClientQuotasApi, handleDescribeClientQuotas),
+  route(AlterClientQuotasApi, handleAlterClientQuotas),
+  route(DescribeUserScramCredentialsApi, handleDescribeUserScramCredentials),
+  route(AlterUserScramCredentialsApi, handleAlterUserScramCredentials),
   // Advertised only when the adapter has SASL options (see KafkaAdapter).
   route(SaslHandshakeApi, handleSaslHandshake),
   route(SaslAuthenticateApi, handleSaslAuthenticate),

@@ -53,6 +53,8 @@ import type { Logger } from 'pino';
 import {
   CoalescingTask,
   FlowError,
+  NO_STREAM_DEFAULTS,
+  effectiveRetention,
   decodeBatch,
   readBatchInfo,
   setBaseOffset,
@@ -61,7 +63,9 @@ import {
   type AppendResult,
   type PartitionOffsets,
   type ReadLease,
+  type ProducerSnapshot,
   type StreamDef,
+  type StreamDefaults,
   type StreamStorage,
 } from '../../core/index.js';
 import type { Metastore, SegmentMeta } from '../metastore/types.js';
@@ -1314,7 +1318,7 @@ export class LogManager implements StreamStorage {
     }
     const seals: Promise<void>[] = [];
     for (const p of this.parts.values()) {
-      if (p.tail.length > 0 && (p.tailBytes >= this.segmentBytes(p) || now - p.tailSince >= (p.def.segmentMs ?? this.options.segmentMs))) {
+      if (p.tail.length > 0 && (p.tailBytes >= this.segmentBytes(p) || now - p.tailSince >= (p.def.segmentMs ?? this.defaults.segmentMs ?? this.options.segmentMs))) {
         seals.push(this.seal(p));
       }
     }
@@ -1354,9 +1358,12 @@ export class LogManager implements StreamStorage {
     return p.logStartOffset;
   }
 
-  /** The size at which a partition's open segment is cut: its stream's own (at least 1 MiB), else the log's. */
+  /**
+   * The size at which a partition's open segment is cut: its stream's own, else the broker-wide default set at run
+   * time (either at least 1 MiB), else the log's.
+   */
   private segmentBytes(p: Partition): number {
-    const own = p.def.segmentBytes;
+    const own = p.def.segmentBytes ?? this.defaults.segmentBytes;
     return own == null ? this.options.segmentBytes : Math.max(own, MIN_STREAM_SEGMENT_BYTES);
   }
 
@@ -1368,8 +1375,7 @@ export class LogManager implements StreamStorage {
    */
   private async applyRetention(now: number): Promise<void> {
     for (const p of this.parts.values()) {
-      const r = p.def.retentionMs;
-      const rb = p.def.retentionBytes ?? null;
+      const { ms: r, bytes: rb } = effectiveRetention(p.def, this.defaults);
       if ((r === null && rb === null) || p.segments.length === 0 || p.fenced !== null) continue;
       let size = p.tailBytes;
       if (rb !== null) for (const seg of p.segments) size += seg.size;
@@ -1417,6 +1423,29 @@ export class LogManager implements StreamStorage {
         w.resolve();
       }
     }
+  }
+
+  /** Broker-wide defaults for streams without settings of their own (Engine.setStreamDefaults). */
+  private defaults: StreamDefaults = NO_STREAM_DEFAULTS;
+
+  setDefaults(d: StreamDefaults): void {
+    this.defaults = d;
+  }
+
+  /** Bytes a partition held here holds: its committed segments' objects plus its hot tail; null if not held here. */
+  partitionSize(stream: string, partition: number): number | null {
+    const p = this.parts.get(`${stream}/${partition}`);
+    if (p === undefined || p.def.name !== stream) return null;
+    let size = p.tailBytes;
+    for (const seg of p.segments) size += seg.size;
+    return size;
+  }
+
+  /** The idempotent producers of a partition held here (tail included); null if not held here. */
+  producers(stream: string, partition: number): ProducerSnapshot[] | null {
+    const p = this.parts.get(`${stream}/${partition}`);
+    if (p === undefined || p.def.name !== stream) return null;
+    return p.producers.snapshot();
   }
 
   /** Per-partition figures for the admin API. */

@@ -398,6 +398,28 @@ export class PostgresMetastore implements Metastore {
     await this.keyed(GROUP, group, () => this.q('deleteGroup', 'DELETE FROM consumer_offsets WHERE group_id = $1', [group]));
   }
 
+  async deleteOffsets(group: string, partitions: ReadonlyArray<{ stream: string; partition: number }>, fence?: number): Promise<void> {
+    for (const p of partitions) checkInt32('partition', p.partition);
+    if (fence !== undefined) checkInt('fence', fence);
+    if (partitions.length === 0) return;
+    const params: unknown[] = [group, partitions.map((p) => p.stream), partitions.map((p) => p.partition)];
+    // One statement (all or none); fenced like commitOffsets, so a coordinator whose group moved deletes nothing.
+    let fenced = '';
+    if (fence !== undefined) {
+      params.push(fence);
+      fenced = `WITH fence AS (SELECT flowmq_owner_check('group', $1, $4))`;
+    }
+    await this.keyed(GROUP, group, () =>
+      this.q(
+        fence !== undefined ? 'deleteOffsetsFenced' : 'deleteOffsets',
+        `${fenced}
+         DELETE FROM consumer_offsets o USING ${fence !== undefined ? 'fence, ' : ''}unnest($2::text[], $3::integer[]) AS t(s, p)
+         WHERE o.group_id = $1 AND o.stream = t.s AND o.partition = t.p`,
+        params,
+      ),
+    );
+  }
+
   async allocateProducerIds(count: number): Promise<number> {
     checkInt('count', count, 1);
     this.check();

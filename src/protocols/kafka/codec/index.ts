@@ -12,4 +12,5 @@ export * from './groups.js';
 export * from './consumer-groups.js';
 export * from './admin.js';
 export * from './acls.js';
+export * from './cluster-admin.js';
 export * from './frames.js';

@@ -88,6 +88,7 @@ export const int16 = (): Field<number> => prim((r) => r.int16(), (w, v) => void 
 export const int32 = (): Field<number> => prim((r) => r.int32(), (w, v) => void w.int32(v), 0);
 /** INT64 as a number (offsets, timestamps, producer ids: all below 2^53 in practice). */
 export const int64 = (): Field<number> => prim((r) => r.int64(), (w, v) => void w.int64(v), 0);
+export const float64 = (): Field<number> => prim((r) => r.float64(), (w, v) => void w.float64(v), 0);
 export const bool = (): Field<boolean> => prim((r) => r.bool(), (w, v) => void w.bool(v), false);
 export const uuid = (): Field<Uuid> => prim((r) => r.uuid(), (w, v) => void w.uuid(v), ZERO_UUID);
 export const string = (): Field<string> => prim((r) => r.string(), (w, v) => void w.string(v), '');

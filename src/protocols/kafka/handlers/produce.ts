@@ -119,7 +119,7 @@ function append(ctx: RequestContext, stream: StreamEntry, p: ProducePartitionDat
   // The topic's max.message.bytes and message.timestamp.type (topic-configs.ts), as Kafka's LogValidator applies
   // them: a batch larger than the limit (log overhead included) is refused with MESSAGE_TOO_LARGE; with
   // LogAppendTime every batch is stamped with the time of its append (its CRC computed again).
-  const limits = produceLimits(stream.def);
+  const limits = produceLimits(stream.def, ctx.adapter.brokerConfigs.produceDefaults);
   if (limits.maxMessageBytes !== null) {
     for (let i = 0; i < batches.length; i++) {
       if (batches[i].length > limits.maxMessageBytes) {
