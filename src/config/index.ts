@@ -183,6 +183,8 @@ export interface Config {
   kafkaGroupInitialRebalanceDelay: number;
   kafkaGroupMinSessionTimeout: number;
   kafkaGroupMaxSessionTimeout: number;
+  kafkaConsumerGroupSessionTimeout: number;
+  kafkaConsumerGroupHeartbeatInterval: number;
 }
 
 type Kind = 'endpoints' | 'string' | 'port' | 'int' | 'bool' | 'protocols' | 'size' | 'capacity' | 'duration' | 'delay' | 'level' | 'sasl-mechanisms' | 'wal-layout' | 'default-policy' | 'hosts' | 'cidrs' | 'slow-consumer' | 'metastore' | 'wal' | 'object-store' | 'url' | 'tls-client-auth' | 'tls-cert-user';
@@ -350,6 +352,8 @@ export const OPTIONS: readonly OptionSpec[] = [
   { key: 'kafkaGroupInitialRebalanceDelay', name: 'kafka-group-initial-rebalance-delay', kind: 'delay', default: 3000, help: 'wait for more members before the first rebalance of an empty group (KIP-134; 0 to disable)' },
   { key: 'kafkaGroupMinSessionTimeout', name: 'kafka-group-min-session-timeout', kind: 'duration', default: 6000, help: 'shortest session timeout a consumer group member may ask for' },
   { key: 'kafkaGroupMaxSessionTimeout', name: 'kafka-group-max-session-timeout', kind: 'duration', default: 1_800_000, help: 'longest session timeout a consumer group member may ask for' },
+  { key: 'kafkaConsumerGroupSessionTimeout', name: 'kafka-consumer-group-session-timeout', kind: 'duration', default: 45_000, help: 'members of consumer-protocol groups (KIP-848, group.protocol=consumer) silent this long are removed (group.consumer.session.timeout.ms)' },
+  { key: 'kafkaConsumerGroupHeartbeatInterval', name: 'kafka-consumer-group-heartbeat-interval', kind: 'duration', default: 5000, help: 'heartbeat interval told to members of consumer-protocol groups (group.consumer.heartbeat.interval.ms)' },
 ];
 
 const LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'];

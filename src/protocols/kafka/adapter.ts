@@ -9,6 +9,7 @@ import {
   isValidStreamName,
   type Engine,
   type ProducerIdStore,
+  type StreamDef,
   type StreamEntry,
 } from '../../core/index.js';
 import type { AdapterContext } from '../types.js';
@@ -19,6 +20,8 @@ import { FramePool } from './frame-pool.js';
 import { LogLimiter } from '../../util/log-limit.js';
 import type { Route } from './types.js';
 import { GroupCoordinator } from './groups/coordinator.js';
+import type { TopicCatalog } from './groups/consumer-coordinator.js';
+import type { AssignorTopic } from './groups/assignors.js';
 import { ProducerIdAllocator } from './producer-ids.js';
 import { KafkaCluster } from './cluster.js';
 import { KafkaBrokerConfigs } from './broker-configs.js';
@@ -27,6 +30,17 @@ import { FetchSessionCache } from './fetch-sessions.js';
 // Registers the snappy, lz4 and zstd decompressors with the core.
 
 export type TopicResult = { entry: StreamEntry; errorCode: 0 } | { entry: null; errorCode: number };
+
+/** The topics the consumer group protocol assigns: the streams that have a topic id (KIP-516). */
+function streamCatalog(engine: Engine): TopicCatalog {
+  const topic = (def: StreamDef | undefined): AssignorTopic | undefined =>
+    def?.id !== undefined ? { id: def.id, name: def.name, partitions: def.partitions } : undefined;
+  return {
+    byName: (name) => topic(engine.getStream(name)?.def),
+    byId: (id) => topic(engine.getStreamById(id)?.def),
+    all: () => engine.listStreams().flatMap((d) => topic(d) ?? []),
+  };
+}
 
 export class KafkaAdapter {
   readonly engine: Engine;
@@ -68,11 +82,17 @@ export class KafkaAdapter {
     // Committed offsets and producer ids are kept in the core's one store (the broker's metastore).
     this.producerIds = ctx.engine.store;
     this.producerIdAllocator = new ProducerIdAllocator(this.producerIds);
-    this.groups = new GroupCoordinator(ctx.engine.store, ctx.logger.child({ component: 'groups' }), {
-      minSessionTimeoutMs: options.groupMinSessionTimeoutMs,
-      maxSessionTimeoutMs: options.groupMaxSessionTimeoutMs,
-      initialRebalanceDelayMs: options.groupInitialRebalanceDelayMs,
-    });
+    this.groups = new GroupCoordinator(
+      ctx.engine.store,
+      ctx.logger.child({ component: 'groups' }),
+      {
+        minSessionTimeoutMs: options.groupMinSessionTimeoutMs,
+        maxSessionTimeoutMs: options.groupMaxSessionTimeoutMs,
+        initialRebalanceDelayMs: options.groupInitialRebalanceDelayMs,
+      },
+      streamCatalog(ctx.engine),
+      { sessionTimeoutMs: options.consumerGroupSessionTimeoutMs, heartbeatIntervalMs: options.consumerGroupHeartbeatIntervalMs },
+    );
     this.settings = options.access?.settings ?? new RuntimeSettings();
     this.brokerConfigs = new KafkaBrokerConfigs({
       engine: ctx.engine,

@@ -3,7 +3,8 @@
  * Produce → `publish stream:`, Fetch/ListOffsets/OffsetForLeaderEpoch → `subscribe stream:`, Metadata and
  * DescribeConfigs → `describe stream:`, topic creation → `create stream:` (or `create cluster:*`, Kafka's cluster
  * CREATE), DeleteTopics/DeleteRecords → `delete stream:`, CreatePartitions/AlterConfigs → `alter stream:`, the
- * group APIs → `subscribe group:` (DescribeGroups/ListGroups `describe group:`, DeleteGroups `delete group:`),
+ * group APIs → `subscribe group:` (DescribeGroups/ListGroups/ConsumerGroupDescribe `describe group:`, DeleteGroups
+ * `delete group:`; ConsumerGroupHeartbeat also `describe stream:` per subscribed topic name),
  * DescribeCluster/DescribeAcls/DescribeLogDirs, broker configs, client quotas and SCRAM credentials described →
  * `describe cluster:*`; CreateAcls/DeleteAcls, ElectLeaders, broker configs, client quotas and SCRAM credentials
  * altered → `alter cluster:*`; OffsetDelete → `delete group:` (and `subscribe stream:` per topic),

@@ -426,6 +426,8 @@ function staticValues(ctx: BrokerConfigsContext): Map<string, string | null> {
     ['group.min.session.timeout.ms', String(o.groupMinSessionTimeoutMs)],
     ['group.max.session.timeout.ms', String(o.groupMaxSessionTimeoutMs)],
     ['group.initial.rebalance.delay.ms', String(o.groupInitialRebalanceDelayMs)],
+    ['group.consumer.session.timeout.ms', String(o.consumerGroupSessionTimeoutMs)],
+    ['group.consumer.heartbeat.interval.ms', String(o.consumerGroupHeartbeatIntervalMs)],
     ['sasl.enabled.mechanisms', mechanisms],
     ['unclean.leader.election.enable', 'false'],
     ['log.cleanup.policy', 'delete'],

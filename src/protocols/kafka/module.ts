@@ -29,6 +29,8 @@ export const kafkaModule: ProtocolModule = {
       groupInitialRebalanceDelayMs: config.kafkaGroupInitialRebalanceDelay,
       groupMinSessionTimeoutMs: config.kafkaGroupMinSessionTimeout,
       groupMaxSessionTimeoutMs: config.kafkaGroupMaxSessionTimeout,
+      consumerGroupSessionTimeoutMs: config.kafkaConsumerGroupSessionTimeout,
+      consumerGroupHeartbeatIntervalMs: config.kafkaConsumerGroupHeartbeatInterval,
       logSegmentBytes: config.segmentBytes,
       logSegmentMs: config.segmentMs,
       saslMaxReceiveBytes: config.kafkaSaslMaxReceiveSize,

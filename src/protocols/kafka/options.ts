@@ -76,6 +76,10 @@ export interface KafkaOptions {
   groupMaxSessionTimeoutMs?: number;
   /** group.initial.rebalance.delay.ms (KIP-134). Default 3000. */
   groupInitialRebalanceDelayMs?: number;
+  /** group.consumer.session.timeout.ms: consumer-protocol members (KIP-848) silent this long are removed. Default 45000. */
+  consumerGroupSessionTimeoutMs?: number;
+  /** group.consumer.heartbeat.interval.ms: told to consumer-protocol members (KIP-848). Default 5000. */
+  consumerGroupHeartbeatIntervalMs?: number;
   /**
    * The log's segment size and age (`--segment-bytes`, `--segment-ms`): what DescribeConfigs reports as the
    * default of segment.bytes and segment.ms. Defaults 16 MiB and 60 s, the log's own.
@@ -148,6 +152,8 @@ export function resolveKafkaOptions(opts: KafkaOptions = {}): ResolvedKafkaOptio
     groupMinSessionTimeoutMs: opts.groupMinSessionTimeoutMs ?? 6000,
     groupMaxSessionTimeoutMs: opts.groupMaxSessionTimeoutMs ?? 1_800_000,
     groupInitialRebalanceDelayMs: opts.groupInitialRebalanceDelayMs ?? 3000,
+    consumerGroupSessionTimeoutMs: opts.consumerGroupSessionTimeoutMs ?? 45_000,
+    consumerGroupHeartbeatIntervalMs: opts.consumerGroupHeartbeatIntervalMs ?? 5000,
     logSegmentBytes: opts.logSegmentBytes ?? 16 * 1024 * 1024,
     logSegmentMs: opts.logSegmentMs ?? 60_000,
     logDir: resolve(opts.logDir ?? 'data'),
@@ -184,6 +190,10 @@ export function resolveKafkaOptions(opts: KafkaOptions = {}): ResolvedKafkaOptio
   }
   if (!int(r.groupInitialRebalanceDelayMs, 0, 0x7fffffff)) {
     throw new FlowError('CONFIG_ERROR', 'kafka groupInitialRebalanceDelayMs must be a non-negative integer');
+  }
+  // As Kafka: the heartbeat interval must be shorter than the session timeout.
+  if (!int(r.consumerGroupHeartbeatIntervalMs, 1, 0x7fffffff) || !int(r.consumerGroupSessionTimeoutMs, r.consumerGroupHeartbeatIntervalMs + 1, 0x7fffffff)) {
+    throw new FlowError('CONFIG_ERROR', 'kafka consumer group heartbeat interval and session timeout must be positive integers with interval < session timeout');
   }
   if (r.advertisedPort !== undefined && !int(r.advertisedPort, 1, 65535)) {
     throw new FlowError('CONFIG_ERROR', 'kafka advertisedPort must be a port number');

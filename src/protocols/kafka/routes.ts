@@ -41,6 +41,8 @@ import {
   SaslAuthenticateApi,
   SaslHandshakeApi,
   SyncGroupApi,
+  ConsumerGroupHeartbeatApi,
+  ConsumerGroupDescribeApi,
 } from './codec/index.js';
 import {
   handleAlterConfigs,
@@ -73,6 +75,7 @@ import {
   handleOffsetFetch,
   handleSyncGroup,
 } from './handlers/groups.js';
+import { handleConsumerGroupDescribe, handleConsumerGroupHeartbeat } from './handlers/consumer-groups.js';
 import { handleListOffsets } from './handlers/list-offsets.js';
 import { handleMetadata } from './handlers/metadata.js';
 import { handleProduce } from './handlers/produce.js';
@@ -95,6 +98,8 @@ export const KAFKA_ROUTES: readonly Route[] = [
   route(DescribeGroupsApi, handleDescribeGroups),
   route(ListGroupsApi, handleListGroups),
   route(DeleteGroupsApi, handleDeleteGroups),
+  route(ConsumerGroupHeartbeatApi, handleConsumerGroupHeartbeat),
+  route(ConsumerGroupDescribeApi, handleConsumerGroupDescribe),
   route(CreateTopicsApi, handleCreateTopics),
   route(DeleteTopicsApi, handleDeleteTopics),
   route(DeleteRecordsApi, handleDeleteRecords),

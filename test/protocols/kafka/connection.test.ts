@@ -374,6 +374,9 @@ describe('kafka listener with real clients', () => {
           [47, 0, 0],
           [60, 0, 2],
           [61, 0, 0],
+          // ConsumerGroupHeartbeat, ConsumerGroupDescribe (KIP-848).
+          [68, 0, 1],
+          [69, 0, 1],
         ],
       );
       const md = await c.call(MetadataApi, 12, metadataRequest(['flex.t']));

@@ -49,6 +49,7 @@ export const ApiKey = {
   DescribeCluster: 60,
   DescribeProducers: 61,
   ConsumerGroupHeartbeat: 68,
+  ConsumerGroupDescribe: 69,
 } as const;
 
 const API_NAMES = new Map<number, string>(Object.entries(ApiKey).map(([name, key]) => [key, name]));

@@ -18,6 +18,7 @@ import {
   type RequestHeader,
 } from './api.js';
 import { CreateAclsApi, DeleteAclsApi, DescribeAclsApi } from './acls.js';
+import { ConsumerGroupDescribeApi, ConsumerGroupHeartbeatApi } from './consumer-groups.js';
 import { ApiVersionsApi } from './api-versions.js';
 import { KafkaProtocolError } from './errors.js';
 import { FetchApi } from './fetch.js';
@@ -84,6 +85,8 @@ export const API_CODECS: readonly AnyApiCodec[] = [
   DescribeAclsApi,
   CreateAclsApi,
   DeleteAclsApi,
+  ConsumerGroupHeartbeatApi,
+  ConsumerGroupDescribeApi,
 ];
 
 const BY_KEY = new Map<number, AnyApiCodec>(API_CODECS.map((c) => [c.apiKey, c]));

@@ -44,7 +44,7 @@ const GROUP_DENIED = KafkaErrorCode.GROUP_AUTHORIZATION_FAILED;
 const TOPIC_DENIED = KafkaErrorCode.TOPIC_AUTHORIZATION_FAILED;
 
 /** Joining, syncing, heartbeats, leaving, committing and fetching offsets: `subscribe group:<id>`. */
-function mayUseGroup(ctx: RequestContext, groupId: string): boolean {
+export function mayUseGroup(ctx: RequestContext, groupId: string): boolean {
   return allowed(ctx, 'subscribe', 'group', groupId);
 }
 
@@ -103,7 +103,7 @@ export function handleFindCoordinator(ctx: RequestContext, req: FindCoordinatorR
  * offset commits), else answers `refuse(errorCode)` (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS). Synchronous
  * when the group is served here already, and always on a single broker.
  */
-function gated<T>(ctx: RequestContext, groupId: string, refuse: (errorCode: number) => T, fn: (epoch: number | undefined) => T | Promise<T>): T | Promise<T> {
+export function gated<T>(ctx: RequestContext, groupId: string, refuse: (errorCode: number) => T, fn: (epoch: number | undefined) => T | Promise<T>): T | Promise<T> {
   const kc = ctx.adapter.cluster;
   // A single broker coordinates every group: no epoch, nothing to fence.
   if (kc === null) return fn(undefined);
@@ -112,7 +112,7 @@ function gated<T>(ctx: RequestContext, groupId: string, refuse: (errorCode: numb
   return g instanceof Promise ? g.then(decide) : decide(g);
 }
 
-function clientHost(ctx: RequestContext): string {
+export function clientHost(ctx: RequestContext): string {
   return `/${ctx.conn.remoteAddress ?? 'unknown'}`;
 }
 
@@ -145,6 +145,7 @@ export async function handleJoinGroup(ctx: RequestContext, req: JoinGroupRequest
     protocolType: req.protocolType,
     protocols: req.protocols,
     requireKnownMemberId: ctx.header.apiVersion >= 4,
+    supportsSkipAssignment: ctx.header.apiVersion >= 9,
   });
   return {
     throttleTimeMs: 0,
@@ -153,7 +154,7 @@ export async function handleJoinGroup(ctx: RequestContext, req: JoinGroupRequest
     protocolType: r.protocolType,
     protocolName: r.protocolName,
     leader: r.leader,
-    skipAssignment: false,
+    skipAssignment: r.skipAssignment ?? false,
     memberId: r.memberId,
     members: r.members,
   };
@@ -216,7 +217,7 @@ export async function handleOffsetCommit(ctx: RequestContext, req: OffsetCommitR
       (errorCode) => errorCode,
       (epoch) => {
         fence = epoch;
-        return groups.checkCommit(req.groupId, req.generationId, req.memberId, req.groupInstanceId);
+        return groups.checkCommit(req.groupId, req.generationId, req.memberId, req.groupInstanceId, ctx.header.apiVersion);
       },
     );
   }
@@ -290,6 +291,8 @@ async function fetchGroupOffsets(
   topics: Array<{ name: string; topicId?: Uuid; partitionIndexes: number[] }> | null,
   /** v10+: topics by id (KIP-848), answered by id. */
   byId = false,
+  /** v9+: the member asking, checked against a consumer-protocol group (KIP-848). */
+  member: { memberId: string | null; memberEpoch: number } = { memberId: null, memberEpoch: -1 },
 ): Promise<{ topics: FetchedTopic[]; errorCode: number }> {
   const store = ctx.adapter.groups.store;
   const engine = ctx.adapter.engine;
@@ -301,6 +304,9 @@ async function fetchGroupOffsets(
   // Cluster mode: the group's coordinator answers (the offsets are in the shared metastore).
   const served = ctx.adapter.cluster?.reads(groupId) ?? KafkaErrorCode.NONE;
   if (served !== KafkaErrorCode.NONE) return refuse(served);
+  // v9+: a consumer-protocol member fetches at its member epoch (KIP-848).
+  const stale = ctx.adapter.groups.consumer.checkFetch(groupId, member.memberId, member.memberEpoch);
+  if (stale !== KafkaErrorCode.NONE) return refuse(stale);
   try {
     if (topics === null) {
       // All committed offsets of the group (v2+), of the topics the client may read (as Kafka filters them).
@@ -359,7 +365,7 @@ export async function handleOffsetFetch(ctx: RequestContext, req: OffsetFetchReq
     // v9's member id and epoch concern KIP-848 consumer groups; a classic group's offsets are read without them, as
     // Kafka's classic groups do.
     for (const g of req.groups) {
-      const r = await fetchGroupOffsets(ctx, g.groupId, g.topics, ctx.header.apiVersion >= 10);
+      const r = await fetchGroupOffsets(ctx, g.groupId, g.topics, ctx.header.apiVersion >= 10, { memberId: g.memberId ?? null, memberEpoch: g.memberEpoch ?? -1 });
       groups.push({ groupId: g.groupId, topics: r.topics, errorCode: r.errorCode });
     }
     return { throttleTimeMs: 0, topics: [], errorCode: KafkaErrorCode.NONE, groups };
@@ -427,9 +433,8 @@ export async function handleDescribeGroups(ctx: RequestContext, req: DescribeGro
 export async function handleListGroups(ctx: RequestContext, req: ListGroupsRequest): Promise<ListGroupsResponse> {
   try {
     const filter = new Set(req.statesFilter.map((s) => s.toLowerCase()));
-    // v5+ (KIP-848): every FlowMQ group is a classic group; a type filter without "classic" lists none.
-    const types = new Set((req.typesFilter ?? []).map((s) => s.toLowerCase()));
-    if (types.size > 0 && !types.has('classic')) return { throttleTimeMs: 0, errorCode: KafkaErrorCode.NONE, groups: [] };
+    // v5+ (KIP-848): "classic" or "consumer".
+    const types = new Set((req.typesFilter ?? []).map((t) => t.toLowerCase()));
     // Cluster mode: each broker lists the groups it coordinates, as Kafka's brokers do (admin clients ask them all).
     const kc = ctx.adapter.cluster;
     const all = await ctx.adapter.groups.list(kc === null ? undefined : (g) => kc.coordinator(g) === kc.id);
@@ -438,9 +443,10 @@ export async function handleListGroups(ctx: RequestContext, req: ListGroupsReque
       errorCode: KafkaErrorCode.NONE,
       groups: all
         .filter((g) => filter.size === 0 || filter.has(g.state.toLowerCase()))
+        .filter((g) => types.size === 0 || types.has(g.groupType))
         // Groups the client may not describe are left out, as Kafka does.
         .filter((g) => visible(ctx, 'describe', 'group', g.groupId))
-        .map((g) => ({ groupId: g.groupId, protocolType: g.protocolType, groupState: g.state, groupType: 'classic' })),
+        .map((g) => ({ groupId: g.groupId, protocolType: g.protocolType, groupState: g.state, groupType: g.groupType })),
     };
   } catch (err) {
     ctx.conn.log.warn({ err }, 'list groups failed');
