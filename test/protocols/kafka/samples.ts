@@ -84,6 +84,30 @@ import {
   type DeleteAclsResponse,
   type DescribeAclsRequest,
   type DescribeAclsResponse,
+  DescribeLogDirsApi,
+  ElectLeadersApi,
+  OffsetDeleteApi,
+  DescribeProducersApi,
+  DescribeClientQuotasApi,
+  AlterClientQuotasApi,
+  DescribeUserScramCredentialsApi,
+  AlterUserScramCredentialsApi,
+  type DescribeLogDirsRequest,
+  type DescribeLogDirsResponse,
+  type ElectLeadersRequest,
+  type ElectLeadersResponse,
+  type OffsetDeleteRequest,
+  type OffsetDeleteResponse,
+  type DescribeProducersRequest,
+  type DescribeProducersResponse,
+  type DescribeClientQuotasRequest,
+  type DescribeClientQuotasResponse,
+  type AlterClientQuotasRequest,
+  type AlterClientQuotasResponse,
+  type DescribeUserScramCredentialsRequest,
+  type DescribeUserScramCredentialsResponse,
+  type AlterUserScramCredentialsRequest,
+  type AlterUserScramCredentialsResponse,
 } from '../../../src/protocols/kafka/codec/index.js';
 
 const b = (s: string): Buffer => Buffer.from(s);
@@ -497,5 +521,101 @@ export const API_SAMPLES: ApiSample[] = [
         },
       ],
     } satisfies ConsumerGroupDescribeResponse,
+  },
+  {
+    codec: DescribeLogDirsApi,
+    request: { topics: [{ topic: 't', partitions: [0, 3] }] } satisfies DescribeLogDirsRequest,
+    response: {
+      throttleTimeMs: 2,
+      errorCode: 31,
+      results: [
+        {
+          errorCode: 0,
+          logDir: '/var/lib/flowmq',
+          topics: [{ name: 't', partitions: [{ partitionIndex: 3, partitionSize: 2 ** 33, offsetLag: 4, isFutureKey: true }] }],
+          totalBytes: 2 ** 40,
+          usableBytes: 2 ** 39,
+        },
+      ],
+    } satisfies DescribeLogDirsResponse,
+  },
+  {
+    codec: ElectLeadersApi,
+    request: { electionType: 1, topicPartitions: [{ topic: 't', partitions: [1, 2] }], timeoutMs: 5000 } satisfies ElectLeadersRequest,
+    response: {
+      throttleTimeMs: 3,
+      errorCode: 41,
+      replicaElectionResults: [{ topic: 't', partitionResult: [{ partitionId: 1, errorCode: 84, errorMessage: 'none needed' }] }],
+    } satisfies ElectLeadersResponse,
+  },
+  {
+    codec: OffsetDeleteApi,
+    request: { groupId: 'g', topics: [{ name: 't', partitions: [{ partitionIndex: 2 }] }] } satisfies OffsetDeleteRequest,
+    response: {
+      errorCode: 69,
+      throttleTimeMs: 4,
+      topics: [{ name: 't', partitions: [{ partitionIndex: 2, errorCode: 86 }] }],
+    } satisfies OffsetDeleteResponse,
+  },
+  {
+    codec: DescribeProducersApi,
+    request: { topics: [{ name: 't', partitionIndexes: [0, 5] }] } satisfies DescribeProducersRequest,
+    response: {
+      throttleTimeMs: 5,
+      topics: [
+        {
+          name: 't',
+          partitions: [
+            {
+              partitionIndex: 5,
+              errorCode: 3,
+              errorMessage: 'm',
+              activeProducers: [
+                { producerId: 2 ** 40, producerEpoch: 7, lastSequence: 99, lastTimestamp: 1700000000000, coordinatorEpoch: 2, currentTxnStartOffset: 12 },
+              ],
+            },
+          ],
+        },
+      ],
+    } satisfies DescribeProducersResponse,
+  },
+  {
+    codec: DescribeClientQuotasApi,
+    request: { components: [{ entityType: 'user', matchType: 2, match: 'alice' }], strict: true } satisfies DescribeClientQuotasRequest,
+    response: {
+      throttleTimeMs: 6,
+      errorCode: 0,
+      errorMessage: 'm',
+      entries: [{ entity: [{ entityType: 'user', entityName: 'alice' }], values: [{ key: 'producer_byte_rate', value: 1048576.5 }] }],
+    } satisfies DescribeClientQuotasResponse,
+  },
+  {
+    codec: AlterClientQuotasApi,
+    request: {
+      entries: [{ entity: [{ entityType: 'client-id', entityName: null }], ops: [{ key: 'consumer_byte_rate', value: 2.5, remove: true }] }],
+      validateOnly: true,
+    } satisfies AlterClientQuotasRequest,
+    response: {
+      throttleTimeMs: 7,
+      entries: [{ errorCode: 42, errorMessage: 'bad key', entity: [{ entityType: 'client-id', entityName: null }] }],
+    } satisfies AlterClientQuotasResponse,
+  },
+  {
+    codec: DescribeUserScramCredentialsApi,
+    request: { users: [{ name: 'alice' }, { name: 'bob' }] } satisfies DescribeUserScramCredentialsRequest,
+    response: {
+      throttleTimeMs: 8,
+      errorCode: 0,
+      errorMessage: 'm',
+      results: [{ user: 'alice', errorCode: 91, errorMessage: 'none', credentialInfos: [{ mechanism: 2, iterations: 8192 }] }],
+    } satisfies DescribeUserScramCredentialsResponse,
+  },
+  {
+    codec: AlterUserScramCredentialsApi,
+    request: {
+      deletions: [{ name: 'bob', mechanism: 1 }],
+      upsertions: [{ name: 'alice', mechanism: 2, iterations: 8192, salt: b('salt'), saltedPassword: b('salted') }],
+    } satisfies AlterUserScramCredentialsRequest,
+    response: { throttleTimeMs: 9, results: [{ user: 'alice', errorCode: 0, errorMessage: 'm' }] } satisfies AlterUserScramCredentialsResponse,
   },
 ];
