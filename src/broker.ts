@@ -2,8 +2,8 @@
  * Assembles one broker process: storage backends, the log engine, the routing core, the protocol listeners
  * and the admin API; and takes them down again in the right order.
  */
-import { existsSync, mkdirSync, readFileSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { mkdirSync, readFileSync } from 'node:fs';
+import { resolve } from 'node:path';
 import type { Logger } from 'pino';
 import type { Config } from './config/index.js';
 import { Engine, FlowError } from './core/index.js';
@@ -13,6 +13,7 @@ import {
   Directory,
   FloodCollector,
   PasswordGuard,
+  RuntimeSettings,
   parseUsersFile,
   processMemory,
   readUsersFile,
@@ -30,10 +31,11 @@ import { kafkaModule } from './protocols/kafka/module.js';
 import { amqpModule } from './protocols/amqp/module.js';
 import { natsModule } from './protocols/nats/module.js';
 import { LogManager } from './storage/log/index.js';
-import { openStorage } from './storage/open.js';
+import { openStorage, sealOtherWalLayout, type Storage } from './storage/open.js';
 import { MemoryControlStore, isControlStore, type ControlStore } from './storage/metastore/control-store.js';
 import { lockDataDir } from './storage/lock.js';
 import { DiskSpace } from './storage/disk-space.js';
+import type { WriteAheadLog } from './storage/wal/index.js';
 import { Cluster, ClusterStreams, followControl, Live, PostgresClusterStore, startChannel, type Endpoint, type TcpChannel } from './cluster/index.js';
 import { ClusterQueues } from './cluster/queues.js';
 
@@ -69,25 +71,87 @@ const BROKER_VERSION = ((): string => {
 
 export const PROTOCOL_MODULES: readonly ProtocolModule[] = [mqttModule, kafkaModule, amqpModule, natsModule];
 
+/**
+ * What a start has opened, closed newest first: all of it when the start fails part-way (nothing acknowledged yet,
+ * grace 0), or at close(). Each entry is pushed as soon as its part is open, in the order the parts must close in
+ * reverse: a part that must close before one opened after it pushes a second, idempotent closer later (the cluster
+ * hands its work over while the log is still open).
+ */
+class Closers {
+  private readonly stack: Array<{ what: string; close: (graceMs?: number) => Promise<void> | void }> = [];
+  constructor(private readonly logger: Logger) {}
+
+  push(what: string, close: (graceMs?: number) => Promise<void> | void): void {
+    this.stack.push({ what, close });
+  }
+
+  /**
+   * Closes everything, newest first. A part that fails to close is logged and the others still close; the first
+   * failure is thrown at the end.
+   */
+  async run(graceMs?: number): Promise<void> {
+    let first: unknown = null;
+    for (let c = this.stack.pop(); c !== undefined; c = this.stack.pop()) {
+      try {
+        await c.close(graceMs);
+      } catch (err) {
+        this.logger.warn({ err, part: c.what }, 'closing the broker: a part failed to close');
+        first ??= err;
+      }
+    }
+    if (first !== null) throw first;
+  }
+}
+
 export async function startBroker(config: Config, logger: Logger): Promise<Broker> {
   // The users file first: a bad one stops the broker before it opens storage. It seeds the directory below.
   const seedUsers = config.usersFile === null ? null : parseUsersFile(await readUsersFile(config.usersFile), config.usersFile);
+  const closers = new Closers(logger);
+  try {
+    const data = await openDataPlane(config, logger, closers);
+    const control = await openControlPlane(config, logger, data.storage.metastore, seedUsers);
+    closers.push('control plane', async () => {
+      control.access.close();
+      control.directory.close();
+      await control.guard.close();
+    });
+    // Reading a stream or queue is judged by the topics that feed it (authorization follows the data).
+    control.access.sources = data.engine;
+    // Cluster mode: users and policies changed through any broker apply here at once (the `control` notify).
+    if (data.cluster) await followControl(data.cluster.cluster, control.directory, config.controlRefresh, logger.child({ component: 'control' }));
+    return await startServing(config, logger, data, control, closers);
+  } catch (err) {
+    // What failed to close is logged; the error that stopped the start is the one to report.
+    await closers.run(0).catch(() => undefined);
+    throw err;
+  }
+}
+
+/** The data plane a broker serves from: storage, the log engine, the routing core and, in cluster mode, the cluster. */
+interface DataPlane {
+  storage: Storage;
+  wal: WriteAheadLog;
+  space: DiskSpace;
+  log: LogManager;
+  engine: Engine;
+  cluster: { cluster: Cluster; channel: TcpChannel } | null;
+  clusterStreams: ClusterStreams | null;
+  live: Live | null;
+}
+
+/** Locks the data directory, opens storage (and the cluster), recovers the log and loads the routing core. */
+async function openDataPlane(config: Config, logger: Logger, closers: Closers): Promise<DataPlane> {
   const dataDir = resolve(config.dataDir);
   mkdirSync(dataDir, { recursive: true });
-  const unlock = lockDataDir(dataDir);
+  closers.push('data directory lock', lockDataDir(dataDir));
   // Backends as configured (embedded by default); one that cannot be reached stops the start with one line.
-  const storage = await openStorage(config, dataDir, logger).catch((err: unknown) => {
-    unlock();
-    throw err;
-  });
-  const { metastore, objects, openWal } = storage;
+  const storage = await openStorage(config, dataDir, logger);
+  closers.push('storage backends', () => storage.close());
+  const { metastore, objects } = storage;
   // Cluster mode: register with the others (a heartbeat lease) and open the internal channel before the log engine,
   // which then takes only the partitions this broker is given (see src/cluster/cluster.ts).
-  const clustered = config.cluster ? await openCluster(config, logger).catch(async (err: unknown) => {
-    await storage.close();
-    unlock();
-    throw err;
-  }) : null;
+  const clustered = config.cluster ? await openCluster(config, logger) : null;
+  if (clustered) closers.push('cluster membership', () => clustered.close());
   const cluster = clustered?.cluster ?? null;
   const logOptions = {
     segmentBytes: config.segmentBytes,
@@ -96,105 +160,49 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
     recentBytes: config.readCacheBytes ?? undefined,
   };
   const logLogger = logger.child({ component: 'log' });
-  // What is opened from here on is closed again, newest first, if the start fails before the listeners.
-  const closers: Array<() => Promise<void> | void> = [];
-  const { wal, space, log, engine, live, clusterStreams } = await (async () => {
-    // The layouts keep their files in different directories. Entries left in the other layout's (the broker last ran
-    // with it) are sealed into segments first, so that switching layouts loses nothing.
-    const other = config.walLayout === 'partition' ? 'shared' : 'partition';
-    if (config.wal === 'file' && existsSync(join(dataDir, other === 'shared' ? 'wal' : 'wal-partitions'))) {
-      const old = await openWal(other);
-      closers.push(() => old.close());
-      if (old.size() > 0) {
-        const drain = await LogManager.open({ wal: old, objects, metastore, logger: logLogger, options: logOptions });
-        for (const def of await metastore.listStreams()) await drain.openStream(def);
-        drain.finishRecovery();
-        await drain.flushAll();
-        await drain.close();
-        await drain.trimWal();
-        if (old.size() > 0) {
-          await old.close();
-          throw new FlowError('STORAGE_ERROR', `the ${other} WAL layout's entries could not all be sealed; start with --wal-layout ${other}`);
-        }
-        logger.info({ from: other, to: config.walLayout, recoveredBatches: drain.stats.recoveredBatches }, 'WAL of the other layout sealed into segments');
-      }
-      await old.close();
-    }
-    const wal = await openWal(config.walLayout);
-    closers.push(() => wal.close());
-    // The free-space reserve: stream appends are refused (retriable) before the disk is full (see disk-space.ts).
-    // Only where appends land on the local disk: with the WAL in PostgreSQL, a full local disk stops no write.
-    const space = await DiskSpace.open({ dir: dataDir, minFreeBytes: config.minFreeDisk, logger: logger.child({ component: 'disk' }) });
-    closers.push(() => space.close());
-    if (config.wal === 'file') logger.info({ dir: dataDir, minFreeBytes: space.minFreeBytes, freeBytes: space.freeBytes }, 'free-space reserve');
-    const log = await LogManager.open({ wal, objects, metastore, logger: logLogger, options: logOptions, ...(config.wal === 'file' ? { space } : {}), ...(cluster ? { owned: true } : {}) });
-    closers.push(() => log.close(0));
-    // Cluster streams: partitions owned here go to the log, the others are forwarded to their owners; the stream
-    // catalog follows the other brokers' changes (src/cluster/streams.ts).
-    const clusterStreams = cluster ? await ClusterStreams.start({ log, cluster, catalog: metastore, logger: logger.child({ component: 'cluster-streams' }) }) : null;
-    if (clusterStreams) closers.push(() => clusterStreams.close());
-    // The metastore covers every durable role (definitions, offsets, producer ids, sessions, retained messages), keyed
-    // so another broker could take them over: it is passed once, and the adapters take their part from engine.store.
-    const engine = new Engine(clusterStreams ?? log, metastore, storage.queues);
-    clusterStreams?.attach((defs) => engine.syncStreams(defs));
-    // Durable queues are under the free-space reserve where they are on the local disk (the embedded queue store).
-    if (config.metastore.kind === 'sqlite') engine.writeRefusal = () => space.refusal();
-    // Cluster queues: persisted queues owned across brokers (src/cluster/queues.ts), attached before load.
-    if (cluster) closers.push(await ClusterQueues.open(engine, cluster, logger.child({ component: 'cluster-queues' })));
-    await engine.load();
-    log.finishRecovery();
-    // Cluster mode, live side: interest and forwarding across brokers, retained messages (before any subscription).
-    const live = clustered ? await Live.start({ cluster: clustered.cluster, channel: clustered.channel, engine, logger: logger.child({ component: 'live' }) }) : null;
-    if (live) closers.push(() => live.close());
-    return { wal, space, log, engine, live, clusterStreams };
-  })().catch(async (err: unknown) => {
-    for (const close of closers.reverse()) await Promise.resolve().then(close).catch(() => undefined);
-    await clustered?.close();
-    await storage.close();
-    unlock();
-    throw err;
-  });
-  logger.info(
-    { dataDir, streams: engine.listStreams().length, recoveredBatches: log.stats.recoveredBatches },
-    `storage ready (${storage.description})`,
-  );
+  await sealOtherWalLayout(config, dataDir, storage, logOptions, logLogger);
+  const wal = await storage.openWal(config.walLayout);
+  closers.push('WAL', () => wal.close());
+  // The free-space reserve: stream appends are refused (retriable) before the disk is full (see disk-space.ts).
+  // Only where appends land on the local disk: with the WAL in PostgreSQL, a full local disk stops no write.
+  const space = await DiskSpace.open({ dir: dataDir, minFreeBytes: config.minFreeDisk, logger: logger.child({ component: 'disk' }) });
+  closers.push('free-space reserve', () => space.close());
+  if (config.wal === 'file') logger.info({ dir: dataDir, minFreeBytes: space.minFreeBytes, freeBytes: space.freeBytes }, 'free-space reserve');
+  const log = await LogManager.open({ wal, objects, metastore, logger: logLogger, options: logOptions, ...(config.wal === 'file' ? { space } : {}), ...(cluster ? { owned: true } : {}) });
+  // The grace lets appends already acknowledged become durable (0 when the start failed: nothing was acknowledged).
+  closers.push('log engine', (graceMs) => log.close(graceMs));
+  // Cluster streams: partitions owned here go to the log, the others are forwarded to their owners; the stream
+  // catalog follows the other brokers' changes (src/cluster/streams.ts).
+  const clusterStreams = cluster ? await ClusterStreams.start({ log, cluster, catalog: metastore, logger: logger.child({ component: 'cluster-streams' }) }) : null;
+  if (clusterStreams) closers.push('cluster streams', () => clusterStreams.close());
+  // The metastore covers every durable role (definitions, offsets, producer ids, sessions, retained messages), keyed
+  // so another broker could take them over: it is passed once, and the adapters take their part from engine.store.
+  const engine = new Engine(clusterStreams ?? log, metastore, storage.queues);
+  clusterStreams?.attach((defs) => engine.syncStreams(defs));
+  // Durable queues are under the free-space reserve where they are on the local disk (the embedded queue store).
+  if (config.metastore.kind === 'sqlite') engine.writeRefusal = () => space.refusal();
+  // Cluster queues: persisted queues owned across brokers (src/cluster/queues.ts), attached before load.
+  if (cluster) closers.push('cluster queues', await ClusterQueues.open(engine, cluster, logger.child({ component: 'cluster-queues' })));
+  // Cluster: at close, everything is handed over first, while the log is still open to make it durable; then leave.
+  if (clustered) closers.push('cluster handover', () => clustered.close());
+  await engine.load();
+  log.finishRecovery();
+  // Cluster mode, live side: interest and forwarding across brokers, retained messages (before any subscription).
+  const live = clustered ? await Live.start({ cluster: clustered.cluster, channel: clustered.channel, engine, logger: logger.child({ component: 'live' }) }) : null;
+  if (live) closers.push('live forwarding', () => live.close());
+  // Queue timers (TTL, x-expires) stop before the stores close; nothing is deleted.
+  closers.push('routing core', () => engine.close());
+  logger.info({ dataDir, streams: engine.listStreams().length, recoveredBatches: log.stats.recoveredBatches }, `storage ready (${storage.description})`);
+  return { storage, wal, space, log, engine, cluster: clustered, clusterStreams, live };
+}
 
-  /** Storage, newest first; `graceMs` as LogManager.close (0 when the start failed: nothing was acknowledged). */
-  const closeStorage = async (graceMs?: number) => {
-    // Cluster: hand everything over first (the log is still open to make it durable), then leave.
-    live?.close();
-    await clustered?.close();
-    clusterStreams?.close();
-    await log.close(graceMs);
-    space.close();
-    await wal.close();
-    await storage.close();
-    unlock();
-  };
-  const { directory, guard, access, protocolGuard } = await openControlPlane(config, logger, metastore, seedUsers).catch(async (err: unknown) => {
-    await closeStorage(0);
-    throw err;
-  });
-  // Reading a stream or queue is judged by the topics that feed it (authorization follows the data).
-  access.sources = engine;
-  // Cluster mode: users and policies changed through any broker apply here at once (the `control` notify).
-  if (cluster) {
-    await followControl(cluster, directory, config.controlRefresh, logger.child({ component: 'control' })).catch(async (err: unknown) => {
-      access.close();
-      directory.close();
-      await guard.close();
-      await closeStorage(0);
-      throw err;
-    });
-  }
-  const closeControl = async () => {
-    access.close();
-    directory.close();
-    await guard.close();
-  };
+/** Starts the protocol listeners and the admin API over the data and control planes; the broker is ready after it. */
+async function startServing(config: Config, logger: Logger, data: DataPlane, control: ControlPlane, closers: Closers): Promise<Broker> {
+  const { storage, wal, space, log, engine, clusterStreams, live } = data;
+  const { directory, guard, access, protocolGuard } = control;
+  const cluster = data.cluster?.cluster ?? null;
   const listeners = new Map<string, ProtocolListener>();
   const started = Date.now();
-  let admin: AdminApi;
   /** GET /readyz: true from the end of the start until close begins. */
   let ready = false;
   /** The running protocols, in start order; their figures go under their names in GET /api/v1/broker. */
@@ -215,84 +223,81 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
     quotas: access.quotas,
     ready: () => ready,
   });
-  const closeAll = async () => {
+  closers.push('protocols', async () => {
     collector.stop();
     await Promise.allSettled(running.map((r) => r.protocol.close()));
-  };
-  try {
-    const enabled: readonly string[] = config.protocols;
-    for (const module of PROTOCOL_MODULES) {
-      if (!enabled.includes(module.name)) continue;
-      const protocol = await module.start({ engine, logger, brokerId: config.brokerId, config, guard: protocolGuard, access, cluster });
-      running.push({ name: module.name, protocol });
-      for (const [name, l] of protocol.listeners) listeners.set(name, l);
-    }
-    admin = await startAdminApi({
-      engine,
-      logger: logger.child({ component: 'admin' }),
-      rootLogger: logger,
-      access,
-      storage: log,
-      host: config.httpHost,
-      port: config.httpPort,
-      allowedHosts: config.httpAllowedHosts,
-      metricsAllow: config.httpMetricsAllow,
-      metrics,
-      sessionTtlMs: config.httpSessionTtl,
-      version: BROKER_VERSION,
-      groups: () => running.flatMap((r) => (r.protocol.groups ? [{ protocol: r.name, admin: r.protocol.groups }] : [])),
-      mqttSessions: () => running.find((r) => r.name === 'mqtt')?.protocol.sessions,
-      // Cluster mode: GET /api/v1/cluster (brokers, owners).
-      cluster,
-      // Storage has recovered before the API starts; ready once the listeners are up too, and no longer once closing.
-      ready: () => ready,
-      info: () => ({
-        brokerId: config.brokerId,
-        uptimeMs: Date.now() - started,
-        listeners: Object.fromEntries([...listeners].map(([k, l]) => [k, { ...l.address(), connections: l.connections() }])),
-        ...(protocolGuard ? { auth: { ...guard.stats, verifier: guard.verifier.stats, queued: guard.verifier.queued, tracked: guard.throttle.size } } : {}),
-        storage: {
-          metastore: metastore.kind,
-          objects: objects.kind,
-          wal: config.wal,
-          walBytes: wal.size(),
-          log: log.stats,
-          batchMemory: log.memoryStats,
-          // The free-space reserve guards local appends only (see above): no figure where the WAL is in PostgreSQL.
-          ...(config.wal === 'file' ? { disk: space.figures() } : {}),
-          // Pools, requests and bytes by operation, the object block cache (backends that keep figures).
-          ...storage.figures(),
-          ...(wal.figures ? { walFigures: wal.figures() } : {}),
-          // Cluster streams: forwarded and served appends and reads, partitions owned here.
-          ...(clusterStreams ? { clusterStreams: clusterStreams.figures() } : {}),
-        },
-        ...Object.fromEntries(running.flatMap((r) => (r.protocol.figures ? [[r.name, r.protocol.figures()]] : []))),
-        // Cluster mode: live interest and forwarding figures (src/cluster/live.ts).
-        ...(live ? { live: live.figures() } : {}),
-        process: { ...processMemory(), floodCollector: collector.stats() },
-      }),
-    });
-    logger.info({ protocol: 'http', address: formatAddress(admin.address()), auth: admin.auth }, 'listening (admin API)');
-    if (directory.size === 0 && !access.hasUsers && config.httpHost !== '127.0.0.1' && config.httpHost !== 'localhost' && config.httpHost !== '::1') {
-      logger.warn(
-        { protocol: 'http', address: formatAddress(admin.address()) },
-        'no user exists yet: the admin API answers loopback callers only (as an administrator) until the first user is added with `flowmq user add`',
-      );
-    }
-    collector.start();
-    if (clustered) {
-      // Clients and the other brokers learn the bound listeners' advertised addresses; then this broker takes its share.
-      await clustered.cluster.advertise(advertisedEndpoints(config, listeners, admin.address().port, clustered.channel.address().port));
-      clustered.cluster.begin();
-    }
-    ready = true;
-  } catch (err) {
-    await closeAll();
-    engine.close();
-    await closeControl();
-    await closeStorage(0);
-    throw err;
+  });
+  const enabled: readonly string[] = config.protocols;
+  for (const module of PROTOCOL_MODULES) {
+    if (!enabled.includes(module.name)) continue;
+    const protocol = await module.start({ engine, logger, brokerId: config.brokerId, config, guard: protocolGuard, access, cluster });
+    running.push({ name: module.name, protocol });
+    for (const [name, l] of protocol.listeners) listeners.set(name, l);
   }
+  const admin = await startAdminApi({
+    engine,
+    logger: logger.child({ component: 'admin' }),
+    rootLogger: logger,
+    access,
+    storage: log,
+    host: config.httpHost,
+    port: config.httpPort,
+    allowedHosts: config.httpAllowedHosts,
+    metricsAllow: config.httpMetricsAllow,
+    metrics,
+    sessionTtlMs: config.httpSessionTtl,
+    version: BROKER_VERSION,
+    groups: () => running.flatMap((r) => (r.protocol.groups ? [{ protocol: r.name, admin: r.protocol.groups }] : [])),
+    mqttSessions: () => running.find((r) => r.name === 'mqtt')?.protocol.sessions,
+    // Kafka's broker configs altered at run time (GET/PATCH /api/v1/broker/configs).
+    brokerConfigs: () => running.find((r) => r.name === 'kafka')?.protocol.brokerConfigs,
+    brokerId: config.brokerId,
+    // Cluster mode: GET /api/v1/cluster (brokers, owners).
+    cluster,
+    // Storage has recovered before the API starts; ready once the listeners are up too, and no longer once closing.
+    ready: () => ready,
+    info: () => ({
+      brokerId: config.brokerId,
+      uptimeMs: Date.now() - started,
+      listeners: Object.fromEntries([...listeners].map(([k, l]) => [k, { ...l.address(), connections: l.connections() }])),
+      ...(protocolGuard ? { auth: { ...guard.stats, verifier: guard.verifier.stats, queued: guard.verifier.queued, tracked: guard.throttle.size } } : {}),
+      storage: {
+        metastore: storage.metastore.kind,
+        objects: storage.objects.kind,
+        wal: config.wal,
+        walBytes: wal.size(),
+        log: log.stats,
+        batchMemory: log.memoryStats,
+        // The free-space reserve guards local appends only (see above): no figure where the WAL is in PostgreSQL.
+        ...(config.wal === 'file' ? { disk: space.figures() } : {}),
+        // Pools, requests and bytes by operation, the object block cache (backends that keep figures).
+        ...storage.figures(),
+        ...(wal.figures ? { walFigures: wal.figures() } : {}),
+        // Cluster streams: forwarded and served appends and reads, partitions owned here.
+        ...(clusterStreams ? { clusterStreams: clusterStreams.figures() } : {}),
+      },
+      ...Object.fromEntries(running.flatMap((r) => (r.protocol.figures ? [[r.name, r.protocol.figures()]] : []))),
+      // Cluster mode: live interest and forwarding figures (src/cluster/live.ts).
+      ...(live ? { live: live.figures() } : {}),
+      process: { ...processMemory(), floodCollector: collector.stats() },
+    }),
+  });
+  // Stop taking traffic first (the API, then the protocols), then let storage finish what was acknowledged.
+  closers.push('admin API', () => admin.close());
+  logger.info({ protocol: 'http', address: formatAddress(admin.address()), auth: admin.auth }, 'listening (admin API)');
+  if (directory.size === 0 && !access.hasUsers && config.httpHost !== '127.0.0.1' && config.httpHost !== 'localhost' && config.httpHost !== '::1') {
+    logger.warn(
+      { protocol: 'http', address: formatAddress(admin.address()) },
+      'no user exists yet: the admin API answers loopback callers only (as an administrator) until the first user is added with `flowmq user add`',
+    );
+  }
+  collector.start();
+  if (data.cluster) {
+    // Clients and the other brokers learn the bound listeners' advertised addresses; then this broker takes its share.
+    await data.cluster.cluster.advertise(advertisedEndpoints(config, listeners, admin.address().port, data.cluster.channel.address().port));
+    data.cluster.cluster.begin();
+  }
+  ready = true;
 
   let closing: Promise<void> | null = null;
   return {
@@ -311,13 +316,7 @@ export async function startBroker(config: Config, logger: Logger): Promise<Broke
     close() {
       closing ??= (async () => {
         ready = false;
-        // Stop taking traffic first, then let storage finish what was acknowledged.
-        await admin.close();
-        await closeAll();
-        // Queue timers (TTL, x-expires) stop before the stores close; nothing is deleted.
-        engine.close();
-        await closeControl();
-        await closeStorage();
+        await closers.run();
       })();
       return closing;
     },
@@ -385,13 +384,22 @@ function advertisedEndpoints(config: Config, listeners: Map<string, ProtocolList
   return { ...out, ...config.advertisedListeners };
 }
 
+/** The control plane a broker checks clients against. */
+interface ControlPlane {
+  directory: Directory;
+  guard: PasswordGuard;
+  access: AccessControl;
+  /** The guard the adapters check passwords with; null while nobody could log in (zero setup). */
+  protocolGuard: PasswordGuard | null;
+}
+
 /** Opens the control plane over the metastore: the directory, the password guard, the users file's seed, access. */
 async function openControlPlane(
   config: Config,
   logger: Logger,
   metastore: object & { kind: string },
   seedUsers: UsersFile | null,
-): Promise<{ directory: Directory; guard: PasswordGuard; access: AccessControl; protocolGuard: PasswordGuard | null }> {
+): Promise<ControlPlane> {
   // The control plane: the directory (users, groups, tokens, policies, namespaces) lives in the metastore, so every
   // broker sharing it sees the same identities; this process keeps a copy in memory for the data path.
   const controlStore: ControlStore = isControlStore(metastore) ? metastore : new MemoryControlStore();
@@ -445,7 +453,9 @@ async function openControlPlane(
           cacheTtlMs: config.authWebhookCacheTtl,
           logger: logger.child({ component: 'auth-webhook' }),
         });
-  const access = new AccessControl({ directory, guard, anonymous, external, logger: logger.child({ component: 'access' }) });
+  // Runtime settings (client quotas, broker configs set at run time), in the same store, reloaded with the directory.
+  const settings = await RuntimeSettings.open(controlStore, directory, logger.child({ component: 'settings' }));
+  const access = new AccessControl({ directory, guard, anonymous, external, settings, logger: logger.child({ component: 'access' }) });
   logger.info(
     { users: directory.size, policies: directory.policies.size, defaultPolicy: config.defaultPolicy, anonymous: [...anonymous] },
     'control plane ready',

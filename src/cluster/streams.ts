@@ -34,9 +34,11 @@ import {
   type AppendResult,
   type PartitionLocation,
   type PartitionOffsets,
+  type ProducerSnapshot,
   type ReadLease,
   type StreamCatalog,
   type StreamDef,
+  type StreamDefaults,
   type StreamStorage,
 } from '../core/index.js';
 import type { LogManager } from '../storage/log/index.js';
@@ -249,6 +251,21 @@ export class ClusterStreams implements StreamStorage {
     const owner = this.cluster.owner('partition', name);
     if (owner !== null) return { local: local && owner.broker === this.cluster.id, broker: owner.broker, epoch: owner.epoch };
     return { local: false, broker: null, epoch: 0 };
+  }
+
+  /** Broker-wide stream defaults apply to the partitions this broker writes (every broker is given the same). */
+  setDefaults(d: StreamDefaults): void {
+    this.log.setDefaults(d);
+  }
+
+  /** Size of a partition this broker holds (DescribeLogDirs is asked of every broker for its own); null elsewhere. */
+  partitionSize(stream: string, partition: number): number | null {
+    return this.log.holds(stream, partition) ? this.log.partitionSize(stream, partition) : null;
+  }
+
+  /** Producers of a partition this broker leads (DescribeProducers goes to the leader); null elsewhere. */
+  producers(stream: string, partition: number): ProducerSnapshot[] | null {
+    return this.log.holds(stream, partition) ? this.log.producers(stream, partition) : null;
   }
 
   // ---------------------------------------------------------------- catalog

@@ -113,6 +113,7 @@ export interface Config {
   kafkaDefaultPartitions: number;
   kafkaFrameReserve: number;
   kafkaConnectionsMaxIdle: number;
+  kafkaFetchSessionCacheSlots: number;
   kafkaRequestReceiveTimeout: number;
   mqttMaxPacketSize: number;
   mqttsPort: number;
@@ -182,6 +183,8 @@ export interface Config {
   kafkaGroupInitialRebalanceDelay: number;
   kafkaGroupMinSessionTimeout: number;
   kafkaGroupMaxSessionTimeout: number;
+  kafkaConsumerGroupSessionTimeout: number;
+  kafkaConsumerGroupHeartbeatInterval: number;
 }
 
 type Kind = 'endpoints' | 'string' | 'port' | 'int' | 'bool' | 'protocols' | 'size' | 'capacity' | 'duration' | 'delay' | 'level' | 'sasl-mechanisms' | 'wal-layout' | 'default-policy' | 'hosts' | 'cidrs' | 'slow-consumer' | 'metastore' | 'wal' | 'object-store' | 'url' | 'tls-client-auth' | 'tls-cert-user';
@@ -294,6 +297,7 @@ export const OPTIONS: readonly OptionSpec[] = [
   { key: 'kafkaDefaultPartitions', name: 'kafka-default-partitions', kind: 'int', default: 1, help: 'partitions of auto-created topics' },
   { key: 'kafkaFrameReserve', name: 'kafka-frame-reserve', kind: 'capacity', default: 64 * 1024 * 1024, help: 'request memory all Kafka connections together may hold ahead of the bytes arriving (a frame is taken whole when its size arrives); beyond it requests are gathered as their bytes arrive, at the cost of one more copy' },
   { key: 'kafkaConnectionsMaxIdle', name: 'kafka-connections-max-idle', kind: 'duration', default: 600_000, help: 'close a Kafka connection idle this long: no request in flight, nothing received or sent (connections.max.idle.ms)' },
+  { key: 'kafkaFetchSessionCacheSlots', name: 'kafka-fetch-session-cache-slots', kind: 'int', default: 1000, help: 'incremental fetch sessions (KIP-227) the broker keeps at most, over all Kafka connections (max.incremental.fetch.session.cache.slots); when full, a new session evicts one idle for 2 minutes or a smaller one, else the client does full fetches; 0: none' },
   { key: 'kafkaRequestReceiveTimeout', name: 'kafka-request-receive-timeout', kind: 'duration', default: 30_000, help: 'close a Kafka connection whose request has not arrived whole this long after its first bytes, or whose responses have waited unread this long (the clients\' own request.timeout.ms)' },
   { key: 'mqttMaxPacketSize', name: 'mqtt-max-packet-size', kind: 'size', default: 1024 * 1024, help: 'largest MQTT packet accepted (bytes, or 256KiB, 1MiB...)' },
   { key: 'mqttsPort', name: 'mqtts-port', kind: 'port', default: 8883, help: 'MQTT over TLS; listens only when mqtt-tls-cert and mqtt-tls-key are set' },
@@ -348,6 +352,8 @@ export const OPTIONS: readonly OptionSpec[] = [
   { key: 'kafkaGroupInitialRebalanceDelay', name: 'kafka-group-initial-rebalance-delay', kind: 'delay', default: 3000, help: 'wait for more members before the first rebalance of an empty group (KIP-134; 0 to disable)' },
   { key: 'kafkaGroupMinSessionTimeout', name: 'kafka-group-min-session-timeout', kind: 'duration', default: 6000, help: 'shortest session timeout a consumer group member may ask for' },
   { key: 'kafkaGroupMaxSessionTimeout', name: 'kafka-group-max-session-timeout', kind: 'duration', default: 1_800_000, help: 'longest session timeout a consumer group member may ask for' },
+  { key: 'kafkaConsumerGroupSessionTimeout', name: 'kafka-consumer-group-session-timeout', kind: 'duration', default: 45_000, help: 'members of consumer-protocol groups (KIP-848, group.protocol=consumer) silent this long are removed (group.consumer.session.timeout.ms)' },
+  { key: 'kafkaConsumerGroupHeartbeatInterval', name: 'kafka-consumer-group-heartbeat-interval', kind: 'duration', default: 5000, help: 'heartbeat interval told to members of consumer-protocol groups (group.consumer.heartbeat.interval.ms)' },
 ];
 
 const LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'];

@@ -14,6 +14,7 @@ import type { Directory } from './directory.js';
 import type { PasswordGuard } from './password-guard.js';
 import { ANONYMOUS, type Action, type Principal, type ResourceKind, type SubscriptionVerdict } from './policy.js';
 import { QuotaManager } from './quotas.js';
+import { RuntimeSettings } from './settings.js';
 import { ClientRegistry } from './clients.js';
 
 /**
@@ -47,6 +48,8 @@ export interface AccessControlOptions {
   anonymous: ReadonlySet<string>;
   external?: ExternalAuthenticator | null;
   logger?: Logger;
+  /** Runtime settings (user quotas, broker configs); default: an empty in-memory set. */
+  settings?: RuntimeSettings;
 }
 
 const CACHE_LIMIT = 4096;
@@ -55,6 +58,8 @@ export class AccessControl {
   readonly directory: Directory;
   readonly guard: PasswordGuard;
   readonly quotas: QuotaManager;
+  /** Runtime settings shared by every broker: client quotas, broker configs set at run time. */
+  readonly settings: RuntimeSettings;
   readonly clients = new ClientRegistry();
   private readonly anonymous: ReadonlySet<string>;
   private readonly external: ExternalAuthenticator | null;
@@ -71,7 +76,8 @@ export class AccessControl {
     this.guard = opts.guard;
     this.anonymous = opts.anonymous;
     this.external = opts.external ?? null;
-    this.quotas = new QuotaManager(opts.directory);
+    this.settings = opts.settings ?? new RuntimeSettings();
+    this.quotas = new QuotaManager(opts.directory, Date.now, this.settings);
     this.denials = opts.logger ? new LogLimiter(opts.logger) : null;
   }
 

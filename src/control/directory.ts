@@ -314,6 +314,35 @@ export class Directory implements UserStore {
     await this.changed();
   }
 
+  /**
+   * Sets or removes SCRAM credentials of an existing user (Kafka's AlterUserScramCredentials: the client derives the
+   * salted password; only the derived keys are stored, users.ts). The other mechanisms and the clear-text password's
+   * hash (PLAIN, MQTT, AMQP, NATS, HTTP) stay as they are: FlowMQ never sees the new password itself. NOT_FOUND for an
+   * unknown user.
+   */
+  async setScram(username: string, changes: ReadonlyArray<{ mechanism: ScramMechanism; credential: ScramCredential | null }>): Promise<void> {
+    const rec = await this.mustGet('user', username, 'user');
+    const scram = { ...((rec.data.scram ?? {}) as Record<string, unknown>) };
+    for (const c of changes) {
+      if (c.credential === null) delete scram[c.mechanism];
+      else scram[c.mechanism] = { salt: b64(c.credential.salt), iterations: c.credential.iterations, storedKey: b64(c.credential.storedKey), serverKey: b64(c.credential.serverKey) };
+    }
+    await this.opts.store.putControl('user', username, { ...rec.data, scram });
+    await this.changed();
+  }
+
+  /** A user's SCRAM credentials by mechanism (iterations only: what Kafka's DescribeUserScramCredentials shows). */
+  scramIterations(username: string): Array<{ mechanism: ScramMechanism; iterations: number }> {
+    const u = this.users.get(username);
+    if (!u) return [];
+    const out: Array<{ mechanism: ScramMechanism; iterations: number }> = [];
+    for (const m of SCRAM_MECHANISMS) {
+      const c = u.scram(m);
+      if (c) out.push({ mechanism: m, iterations: c.iterations });
+    }
+    return out;
+  }
+
   /** Who set a user's password last (`api`, `file`), for the users file's refresh. */
   passwordSource(username: string): string | undefined {
     return this.users.get(username)?.passwordSource;

@@ -72,6 +72,16 @@ export {
   type UserInfo,
 } from './directory.js';
 export { QuotaManager, type QuotaLease } from './quotas.js';
+export {
+  RuntimeSettings,
+  quotaEntityKey,
+  type BrokerConfigAdmin,
+  type ConfigScope,
+  type QuotaChange,
+  type QuotaEntity,
+  type QuotaEntry,
+  type UserQuota,
+} from './settings.js';
 export { createMetrics, type Metrics, type MetricsSources } from './metrics.js';
 export { ClientEntry, ClientRegistry, type ClientRegistration, type ProtocolTotals } from './clients.js';
 export { loadUsersFile, parseUsersFile, seedDirectory, type SeedFigures, type SeedUser, type UsersFile } from './seed.js';

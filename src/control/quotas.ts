@@ -8,9 +8,15 @@
  * Connections over the limit are refused at login with the protocol's own reply.
  *
  * Quotas are read from the directory at each charge (a Map lookup), so a changed quota applies at once.
+ *
+ * User quotas (Kafka's client quotas for the `user` entity, settings.ts): producer_byte_rate and consumer_byte_rate
+ * per user, shared by all of that user's connections to this broker (as Kafka's quotas are per broker), on top of
+ * the namespace's: a charge holds the client back for the longer of the two waits. A user without a quota of their
+ * own gets the default user's (Kafka's `<default>` user entity), the anonymous principal too.
  */
 import type { Directory, Quotas } from './directory.js';
 import type { Principal } from './policy.js';
+import { RuntimeSettings } from './settings.js';
 
 class Bucket {
   private tokens: number;
@@ -51,12 +57,22 @@ export interface QuotaLease {
   release(): void;
 }
 
+/** Per-user buckets (user quotas); the anonymous principal's under "". */
+class UserUsage {
+  bytesIn: Bucket | null = null;
+  bytesOut: Bucket | null = null;
+  connections = 0;
+}
+
 export class QuotaManager {
   private readonly usage = new Map<string, NamespaceUsage>();
+  private readonly users = new Map<string, UserUsage>();
 
   constructor(
     private readonly directory: Directory,
     private readonly now: () => number = Date.now,
+    /** User quotas; default: none set (an empty in-memory store). */
+    readonly settings: RuntimeSettings = new RuntimeSettings(),
   ) {}
 
   private quotas(ns: string): Quotas {
@@ -82,8 +98,13 @@ export class QuotaManager {
       return { refused: `namespace "${ns}" has reached its quota of ${max} connection${max === 1 ? '' : 's'}` };
     }
     u.connections++;
+    const userKey = principal.user ?? '';
+    let uu = this.users.get(userKey);
+    if (!uu) this.users.set(userKey, (uu = new UserUsage()));
+    const user = uu;
+    user.connections++;
     let released = false;
-    const charge = (bucket: 'publish' | 'bytesIn' | 'bytesOut', rate: number | undefined, n: number): number => {
+    const charge = (bucket: 'publish' | 'bytesIn' | 'bytesOut', rate: number | undefined, n: number, of: 'namespace' | 'user' = 'namespace'): number => {
       if (rate === undefined || n <= 0) return 0;
       if (rate <= 0) {
         // A zero rate stops the flow: hold back a second at a time (and count it, as any other hold).
@@ -92,7 +113,7 @@ export class QuotaManager {
         return 1000;
       }
       const now = this.now();
-      const b = (u[bucket] ??= new Bucket(rate, now));
+      const b = of === 'user' ? (user[bucket as 'bytesIn' | 'bytesOut'] ??= new Bucket(rate, now)) : (u[bucket] ??= new Bucket(rate, now));
       const wait = b.take(n, rate, now);
       if (wait > 0) {
         u.throttled++;
@@ -104,17 +125,22 @@ export class QuotaManager {
       namespace: ns,
       chargeIn: (messages, bytes) => {
         const q = this.quotas(ns);
-        if (q.publishRate === undefined && q.bytesInRate === undefined) return 0;
-        return Math.max(charge('publish', q.publishRate, messages), charge('bytesIn', q.bytesInRate, bytes));
+        const uq = this.settings.userQuota(principal.user);
+        if (q.publishRate === undefined && q.bytesInRate === undefined && uq.producerByteRate === undefined) return 0;
+        return Math.max(charge('publish', q.publishRate, messages), charge('bytesIn', q.bytesInRate, bytes), charge('bytesIn', uq.producerByteRate, bytes, 'user'));
       },
       chargeOut: (bytes) => {
         const q = this.quotas(ns);
-        return q.bytesOutRate === undefined ? 0 : charge('bytesOut', q.bytesOutRate, bytes);
+        const uq = this.settings.userQuota(principal.user);
+        if (q.bytesOutRate === undefined && uq.consumerByteRate === undefined) return 0;
+        return Math.max(charge('bytesOut', q.bytesOutRate, bytes), charge('bytesOut', uq.consumerByteRate, bytes, 'user'));
       },
       release: () => {
         if (released) return;
         released = true;
         u.connections--;
+        // The user's buckets go with their last connection (a user who comes back starts with a full second).
+        if (--user.connections === 0 && this.users.get(userKey) === user) this.users.delete(userKey);
       },
     };
   }

@@ -8,7 +8,19 @@
 import { FlowError } from './errors.js';
 import type { Message, QoS } from './message.js';
 import { decodeBatch, encodeBatch, messageToRecord, recordToMessage } from './record-batch.js';
-import { sameStreamDef, type AppendResult, type PartitionOffsets, type ReadLease, type StreamDef, type StreamSettings, type StreamStorage } from './streams.js';
+import {
+  NO_STREAM_DEFAULTS,
+  newStreamId,
+  sameStreamDef,
+  type AppendResult,
+  type PartitionOffsets,
+  type ProducerSnapshot,
+  type ReadLease,
+  type StreamDef,
+  type StreamDefaults,
+  type StreamSettings,
+  type StreamStorage,
+} from './streams.js';
 import { RetainedIndex } from './retained.js';
 import { decodeStoredMessage, encodeStoredMessage } from './sessions.js';
 import type { CoreStore } from './store.js';
@@ -263,7 +275,7 @@ export class Engine implements Router {
     const bindings = spec.bindings && spec.bindings.length > 0 ? [...new Set(spec.bindings)] : [kafkaToUnified(spec.name)];
     for (const b of bindings) validateFilter(b);
     const { retentionMs, ...settings } = streamSettings(spec);
-    const def: StreamDef = { name: spec.name, partitions: spec.partitions, bindings, retentionMs, createdAt: Date.now(), ...settings };
+    const def: StreamDef = { name: spec.name, partitions: spec.partitions, bindings, retentionMs, createdAt: Date.now(), ...settings, id: newStreamId() };
     await this.store.createStream(def);
     await this.storage.openStream(def);
     this.index(def);
@@ -313,8 +325,8 @@ export class Engine implements Router {
   async setSettings(name: string, settings: Partial<StreamSettings>): Promise<StreamDef> {
     const e = this.streams.get(name);
     if (!e) throw new FlowError('NOT_FOUND', `stream "${name}" does not exist`);
-    const { name: n, partitions, bindings, createdAt } = e.def;
-    return this.redefine(e, { name: n, partitions, bindings, createdAt, ...streamSettings(settings) });
+    const { name: n, partitions, bindings, createdAt, id } = e.def;
+    return this.redefine(e, { name: n, partitions, bindings, createdAt, ...streamSettings(settings), ...(id !== undefined ? { id } : {}) });
   }
 
   /**
@@ -374,6 +386,12 @@ export class Engine implements Router {
     return this.streams.get(name);
   }
 
+  /** The stream whose identity (StreamDef.id) this is; undefined for one deleted (or never made). */
+  getStreamById(id: string): StreamEntry | undefined {
+    return this.streamsById.get(id);
+  }
+  private readonly streamsById = new Map<string, StreamEntry>();
+
   listStreams(): StreamDef[] {
     return [...this.streams.values()].map((e) => e.def).sort((a, b) => a.name.localeCompare(b.name));
   }
@@ -404,12 +422,14 @@ export class Engine implements Router {
     this.streamsVersion++;
     const entry: StreamEntry = { def, ownTopic: kafkaToUnified(def.name) };
     this.streams.set(def.name, entry);
+    if (def.id !== undefined) this.streamsById.set(def.id, entry);
     for (const b of def.bindings) this.bindings.add(b, entry);
   }
 
   private unindex(e: StreamEntry): void {
     this.streamsVersion++;
     this.streams.delete(e.def.name);
+    if (e.def.id !== undefined && this.streamsById.get(e.def.id) === e) this.streamsById.delete(e.def.id);
     for (const b of e.def.bindings) this.bindings.remove(b, e);
   }
 
@@ -786,6 +806,30 @@ export class Engine implements Router {
   waitFor(stream: string, partition: number, offset: number, timeoutMs: number): Promise<void> {
     this.partitionOf(stream, partition);
     return this.storage.waitFor(stream, partition, offset, timeoutMs);
+  }
+
+  /** The defaults in force for streams without settings of their own (see setStreamDefaults). */
+  streamDefaults: StreamDefaults = NO_STREAM_DEFAULTS;
+
+  /**
+   * Broker-wide defaults for streams that set no retention or segment size/age of their own (Kafka's dynamic
+   * log.retention.ms & co.): handed to the storage, which applies them from its next pass.
+   */
+  setStreamDefaults(d: StreamDefaults): void {
+    this.streamDefaults = d;
+    this.storage.setDefaults?.(d);
+  }
+
+  /** Bytes a partition holds (hot tier and segment objects); null when not held here or unknown. */
+  partitionSize(stream: string, partition: number): number | null {
+    this.partitionOf(stream, partition);
+    return this.storage.partitionSize?.(stream, partition) ?? null;
+  }
+
+  /** Idempotent producers with state in a partition; null when not held here or unknown. */
+  producers(stream: string, partition: number): ProducerSnapshot[] | null {
+    this.partitionOf(stream, partition);
+    return this.storage.producers?.(stream, partition) ?? null;
   }
 }
 

@@ -31,6 +31,11 @@ export interface OffsetStore {
   listGroups(): Promise<string[]>;
   /** Removes every offset of the group; no error when there is none. */
   deleteGroup(group: string): Promise<void>;
+  /**
+   * Removes the group's offsets of these partitions (Kafka OffsetDelete), atomically; no error for a partition
+   * without one. `fence` as in commitOffsets.
+   */
+  deleteOffsets(group: string, partitions: ReadonlyArray<{ stream: string; partition: number }>, fence?: number): Promise<void>;
 }
 
 export interface ProducerIdStore {
@@ -75,6 +80,13 @@ export class MemoryOffsetStore implements OffsetStore, ProducerIdStore {
 
   async deleteGroup(group: string): Promise<void> {
     this.offsets.delete(group);
+  }
+
+  async deleteOffsets(group: string, partitions: ReadonlyArray<{ stream: string; partition: number }>, _fence?: number): Promise<void> {
+    const g = this.offsets.get(group);
+    if (!g) return;
+    for (const p of partitions) g.delete(`${p.stream}\u0000${p.partition}`);
+    if (g.size === 0) this.offsets.delete(group);
   }
 
   async allocateProducerIds(count: number): Promise<number> {

@@ -77,6 +77,9 @@ export class MemoryStore implements CoreStore {
   deleteGroup(group: string): Promise<void> {
     return this.offsetStore.deleteGroup(group);
   }
+  deleteOffsets(group: string, partitions: ReadonlyArray<{ stream: string; partition: number }>, fence?: number): Promise<void> {
+    return this.offsetStore.deleteOffsets(group, partitions, fence);
+  }
   allocateProducerIds(count: number): Promise<number> {
     return this.offsetStore.allocateProducerIds(count);
   }

@@ -3,6 +3,8 @@
  * storage backend: the broker hands it an implementation of `StreamStorage` (the partition log engine) and a
  * `StreamCatalog` (the metastore).
  */
+import { randomUUID } from 'node:crypto';
+
 export interface StreamDef {
   /** Stream name; also its Kafka topic name (`a.b.c` is the unified topic `a/b/c`). */
   name: string;
@@ -26,6 +28,45 @@ export interface StreamDef {
    * (what a client set, reported back by DescribeConfigs). Absent: none.
    */
   configs?: Readonly<Record<string, string>>;
+  /**
+   * The stream's identity, 32 lowercase hex digits (a random UUID): made when the stream is created, kept by every
+   * redefinition, new for a stream deleted and created again under the same name (Kafka's topic id, KIP-516). The
+   * metastore keeps it, so every broker of a cluster knows the same one. Absent only in definitions made by hand.
+   */
+  id?: string;
+}
+
+/** A new stream identity (StreamDef.id): a random (version 4) UUID as 32 lowercase hex digits. */
+export function newStreamId(): string {
+  return randomUUID().replace(/-/g, '');
+}
+
+/**
+ * Broker-wide defaults for the streams that set none of their own, changed at run time (Kafka's dynamic broker
+ * configs log.retention.ms, log.retention.bytes, log.segment.bytes, log.roll.ms). null: none (retention: forever;
+ * segments: the log's own --segment-bytes / --segment-ms).
+ */
+export interface StreamDefaults {
+  readonly retentionMs: number | null;
+  readonly retentionBytes: number | null;
+  readonly segmentBytes: number | null;
+  readonly segmentMs: number | null;
+}
+
+export const NO_STREAM_DEFAULTS: StreamDefaults = Object.freeze({ retentionMs: null, retentionBytes: null, segmentBytes: null, segmentMs: null });
+
+/**
+ * The retention in force for a stream: its own, else the broker's default, unless the stream says "no bound"
+ * explicitly. That explicit "forever" is what a Kafka client sets with retention.ms=-1 or a negative
+ * retention.bytes: it has no field value (null is "not set"), so it is read from the stream's stored configs,
+ * where the Kafka adapter keeps it (topic-configs.ts), as a Kafka topic override beats the broker default.
+ */
+export function effectiveRetention(def: StreamDef, d: StreamDefaults): { ms: number | null; bytes: number | null } {
+  const c = def.configs;
+  const ms = def.retentionMs ?? (c?.['retention.ms'] === '-1' ? null : d.retentionMs);
+  const rb = c?.['retention.bytes'];
+  const bytes = def.retentionBytes ?? (rb !== undefined && rb.startsWith('-') ? null : d.retentionBytes);
+  return { ms, bytes };
 }
 
 /** The settings of a stream besides its name, partitions and bindings (what Kafka calls its topic configs). */
@@ -44,6 +85,7 @@ export function sameStreamDef(a: StreamDef, b: StreamDef): boolean {
     a.partitions === b.partitions &&
     a.retentionMs === b.retentionMs &&
     a.createdAt === b.createdAt &&
+    (a.id ?? null) === (b.id ?? null) &&
     a.bindings.length === b.bindings.length &&
     a.bindings.every((x, i) => x === b.bindings[i]) &&
     (a.retentionBytes ?? null) === (b.retentionBytes ?? null) &&
@@ -123,6 +165,27 @@ export interface StreamStorage {
    * epoch.
    */
   locate?(stream: string, partition: number): PartitionLocation;
+  /** Broker-wide defaults for streams without settings of their own (retention, segments); absent: not supported. */
+  setDefaults?(defaults: StreamDefaults): void;
+  /**
+   * Bytes the partition holds, hot tier and segment objects together (Kafka DescribeLogDirs' partition size); null
+   * when this broker does not hold the partition (cluster mode: another broker owns it). Absent: unknown.
+   */
+  partitionSize?(stream: string, partition: number): number | null;
+  /**
+   * Idempotent producers with state in the partition (Kafka DescribeProducers): id, epoch, last sequence and the
+   * last batch's timestamp; null when this broker does not hold the partition. Absent: unknown.
+   */
+  producers?(stream: string, partition: number): ProducerSnapshot[] | null;
+}
+
+/** An idempotent producer's state in a partition (StreamStorage.producers). */
+export interface ProducerSnapshot {
+  producerId: number;
+  producerEpoch: number;
+  lastSequence: number;
+  /** Largest timestamp of its last batch (ms), -1 when unknown. */
+  lastTimestamp: number;
 }
 
 /** Where a partition is served (StreamStorage.locate). */

@@ -6,11 +6,13 @@
  * A backend that cannot be reached at start fails the start with one line naming it (the CLI exits 1); a
  * malformed setting never gets here (the config rejects it, exit 2).
  */
+import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import type { Config } from '../config/index.js';
 import { redactUrl } from '../config/index.js';
 import { FlowError, type QueueStore } from '../core/index.js';
+import { LogManager, type LogOptions } from './log/index.js';
 import { PostgresMetastore, SqliteMetastore, type Metastore } from './metastore/index.js';
 import { CachedObjectStore, FsObjectStore, S3ObjectStore, type ObjectStore } from './objects/index.js';
 import { PostgresQueueStore, SqliteQueueStore } from './queues/index.js';
@@ -131,5 +133,34 @@ export async function openStorage(config: Config, dataDir: string, logger: Logge
   } catch (err) {
     for (const s of opened.reverse()) await s.close().catch(() => undefined);
     throw err;
+  }
+}
+
+/**
+ * The file WAL's two layouts keep their files in different directories. Entries left in the other layout's (the
+ * broker last ran with it) are sealed into segments before the configured layout opens, so that switching layouts
+ * loses nothing. Throws STORAGE_ERROR when some could not be sealed (the broker then starts with the other layout).
+ */
+export async function sealOtherWalLayout(config: Config, dataDir: string, storage: Storage, logOptions: Partial<LogOptions>, logger: Logger): Promise<void> {
+  if (config.wal !== 'file') return;
+  const other = config.walLayout === 'partition' ? 'shared' : 'partition';
+  if (!existsSync(join(dataDir, other === 'shared' ? 'wal' : 'wal-partitions'))) return;
+  const old = await storage.openWal(other);
+  try {
+    if (old.size() === 0) return;
+    const { metastore, objects } = storage;
+    const drain = await LogManager.open({ wal: old, objects, metastore, logger, options: logOptions });
+    try {
+      for (const def of await metastore.listStreams()) await drain.openStream(def);
+      drain.finishRecovery();
+      await drain.flushAll();
+    } finally {
+      await drain.close();
+    }
+    await drain.trimWal();
+    if (old.size() > 0) throw new FlowError('STORAGE_ERROR', `the ${other} WAL layout's entries could not all be sealed; start with --wal-layout ${other}`);
+    logger.info({ from: other, to: config.walLayout, recoveredBatches: drain.stats.recoveredBatches }, 'WAL of the other layout sealed into segments');
+  } finally {
+    await old.close();
   }
 }

@@ -295,6 +295,30 @@ export function metastoreConformance(name: string, open: (dir: string) => Promis
       await m.close();
     });
 
+    it("deletes some of a group's offsets, atomically, and the group with its last one (OffsetStore.deleteOffsets)", async () => {
+      const m = await open(freshDir());
+      await m.createStream(stream('a'));
+      await m.createStream(stream('b'));
+      await m.commitOffsets('g', [
+        { stream: 'a', partition: 0, offset: 4, metadata: null },
+        { stream: 'a', partition: 1, offset: 5, metadata: null },
+        { stream: 'b', partition: 0, offset: 6, metadata: null },
+      ]);
+      await m.commitOffsets('other', [{ stream: 'a', partition: 0, offset: 1, metadata: null }]);
+      // A partition without an offset (and a group without any) is no error.
+      await m.deleteOffsets('g', [
+        { stream: 'a', partition: 1 },
+        { stream: 'b', partition: 0 },
+        { stream: 'b', partition: 7 },
+      ]);
+      await m.deleteOffsets('nobody', [{ stream: 'a', partition: 0 }]);
+      assert.deepEqual((await m.listOffsets('g')).map((o) => [o.stream, o.partition, o.offset]), [['a', 0, 4]]);
+      assert.equal((await m.fetchOffset('other', 'a', 0))?.offset, 1, "another group's offset of the same partition stays");
+      await m.deleteOffsets('g', [{ stream: 'a', partition: 0 }]);
+      assert.deepEqual(await m.listGroups(), ['other'], 'a group whose last offset went is no longer listed');
+      await m.close();
+    });
+
     it('allocates producer ids that never repeat, across reopen (ProducerIdStore)', async () => {
       const dir = freshDir();
       const m = await open(dir);

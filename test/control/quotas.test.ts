@@ -1,7 +1,7 @@
 /** QuotaManager (src/control/quotas.ts) with an injected clock: connection quota, rates as token buckets, live changes. */
 import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { Directory, PasswordVerifier, QuotaManager, type QuotaLease } from '../../src/control/index.js';
+import { Directory, PasswordVerifier, QuotaManager, RuntimeSettings, type QuotaLease } from '../../src/control/index.js';
 import { MemoryControlStore } from '../../src/storage/metastore/control-store.js';
 
 const verifier = new PasswordVerifier({ scrypt: { N: 1024, r: 8, p: 1 } });
@@ -83,5 +83,40 @@ describe('QuotaManager', () => {
     await d.putNamespace({ name: 'ns', quotas: { maxConnections: 1 } });
     assert.equal(l.chargeIn(1, 1), 0);
     assert.ok('refused' in q.connect({ user: 'x', groups: [], namespace: 'ns' }), 'the new connection quota counts the open lease');
+  });
+
+  it('user quotas (Kafka client quotas): per user across connections, the default user for the others, beside the namespace', async () => {
+    const store = new MemoryControlStore();
+    const d = await Directory.open({ store, hasher: (p) => verifier.hash(p) });
+    const settings = await RuntimeSettings.open(store, d);
+    let now = 10_000;
+    const q = new QuotaManager(d, () => now, settings);
+    await settings.alterQuotas([
+      { entity: { user: 'alice' }, set: { producer_byte_rate: 1000 } },
+      { entity: { user: null }, set: { consumer_byte_rate: 500 } },
+    ]);
+    const lease = (user: string | null): QuotaLease => {
+      const l = q.connect({ user, groups: [], namespace: 'default' });
+      if ('refused' in l) throw new Error(l.refused);
+      return l;
+    };
+    const a1 = lease('alice');
+    const a2 = lease('alice');
+    assert.equal(a1.chargeIn(1, 600), 0);
+    assert.equal(a2.chargeIn(1, 600), 200, "alice's two connections share one bucket: 200 bytes over at 1000 B/s");
+    assert.equal(a1.chargeOut(400), 0, "alice has no consumer rate of her own: the default user's (500 B/s)");
+    assert.equal(a1.chargeOut(200), 200);
+    const bob = lease('bob');
+    assert.equal(bob.chargeIn(1, 100_000), 0, 'bob has no producer rate');
+    assert.equal(bob.chargeOut(600), 200, "bob gets the default user's consumer rate, his own bucket");
+    const anon = lease(null);
+    assert.equal(anon.chargeOut(500), 0);
+    assert.equal(anon.chargeOut(50), 100, 'anonymous clients are the default user too');
+    // A change applies at the next charge; removing the last key removes the entity.
+    await settings.alterQuotas([{ entity: { user: 'alice' }, set: { producer_byte_rate: null } }]);
+    now += 10_000;
+    assert.equal(a1.chargeIn(1, 1_000_000), 0);
+    assert.equal(settings.quota({ user: 'alice' }), undefined);
+    for (const l of [a1, a2, bob, anon]) l.release();
   });
 });

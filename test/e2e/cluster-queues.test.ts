@@ -12,6 +12,25 @@ import { rendezvous } from '../../src/cluster/index.js';
 import { startCluster, type TestCluster } from '../helpers/cluster.js';
 
 type Conn = Awaited<ReturnType<typeof amqp.connect>>;
+type Channel = Awaited<ReturnType<Conn['createChannel']>>;
+type Message = NonNullable<Parameters<Parameters<Channel['consume']>[1]>[0]>;
+
+const closedChannels = new WeakSet<Channel>();
+const watched = new WeakSet<Channel>();
+/**
+ * Acks `m` after `ms`, unless its channel closed meanwhile: amqplib throws synchronously from `ack` on a closed
+ * channel, and a test that ends (closing its connections) while an ack is still pending must not fail its file with
+ * that throw from a timer.
+ */
+function ackLater(ch: Channel, m: Message, ms: number): void {
+  if (!watched.has(ch)) {
+    watched.add(ch);
+    ch.once('close', () => closedChannels.add(ch));
+  }
+  setTimeout(() => {
+    if (!closedChannels.has(ch)) ch.ack(m);
+  }, ms);
+}
 
 async function until(what: string, cond: () => boolean | Promise<boolean>, ms = 30_000): Promise<void> {
   const end = Date.now() + ms;
@@ -80,7 +99,7 @@ describe('cluster queues: amqplib and MQTT across brokers', { timeout: 240_000 }
         const body = m.content.toString();
         seen[body] = (seen[body] ?? 0) + 1;
         per[k]++;
-        setTimeout(() => ch.ack(m), 2);
+        ackLater(ch, m, 2);
       });
     }
     await owned(name, 1);
@@ -187,7 +206,7 @@ describe('cluster queues: amqplib and MQTT across brokers', { timeout: 240_000 }
     await ch.consume(name, (m) => {
       if (!m) return;
       got.add(m.content.toString());
-      setTimeout(() => ch.ack(m), 20);
+      ackLater(ch, m, 20);
     });
     await c.startBroker({ id: 4 });
     await owned(name, 4);

@@ -11,7 +11,8 @@
  * DescribeConfigs/AlterConfigs/IncrementalAlterConfigs go through rdkafka-configs, a small C program over the same
  * librdkafka that the package's install.sh builds.
  *
- * Covered: ApiVersions negotiation (api.version.request) and the features it enables, all-topics Metadata,
+ * Covered: ApiVersions negotiation (api.version.request) and the features it enables, all-topics Metadata, the
+ * newest versions it sends to produce and consume (Fetch v16 by topic id, Produce v10, Metadata v13),
  * idempotent produce with every codec, a consumer group that commits and resumes, the admin calls (topics, groups,
  * configs), SASL SCRAM-SHA-256/512 over plaintext and TLS, and TLS alone.
  */
@@ -98,6 +99,19 @@ function logSink(lines: string[]) {
 
 const CODECS = ['none', 'gzip', 'snappy', 'lz4', 'zstd'] as const;
 
+/** The versions librdkafka 2.15 sends to produce and consume (its newest of each, all offered by FlowMQ). */
+const EXPECTED_VERSIONS: Record<string, number[]> = {
+  Produce: [10],
+  // v13+ names topics by id: the consumer found the id in Metadata (v10+) and fetched by it.
+  Fetch: [16],
+  Metadata: [13],
+  ListOffsets: [7],
+  OffsetCommit: [9],
+  OffsetFetch: [9],
+  FindCoordinator: [2],
+  InitProducerId: [4],
+};
+
 /** Reads `count` messages through a fresh consumer of `group`; returns them and disconnects. */
 async function consume(kafka: Kafka, group: string, topic: string, count: number, extra: Rd = {}): Promise<Message[]> {
   const c = kafka.consumer({ 'group.id': group, 'auto.offset.reset': 'earliest', 'enable.auto.commit': false, ...extra });
@@ -173,7 +187,7 @@ describe('kafka with a current librdkafka (@confluentinc/kafka-javascript)', () 
     for (const f of ['gzip', 'snappy', 'lz4', 'zstd', 'ssl', 'sasl_scram']) assert.ok(ck.features.includes(f), f);
   });
 
-  it('negotiates API versions (api.version.request) and lists every topic (all-topics Metadata v12)', async () => {
+  it('negotiates API versions (api.version.request) and lists every topic (all-topics Metadata v13)', async () => {
     const p = await run('kcat', ['-b', broker.kafka, '-P', '-t', 'ck.existing'], { input: 'x\n', timeoutMs: 20_000 });
     assert.equal(p.code, 0, p.stderr);
     logs.length = 0;
@@ -191,7 +205,27 @@ describe('kafka with a current librdkafka (@confluentinc/kafka-javascript)', () 
     for (const f of ['MsgVer2', 'ApiVersion', 'IdempotentProducer', 'ZSTD', 'LZ4', 'SaslAuthReq', 'BrokerGroupCoordinator']) {
       has(new RegExp(`Enabling feature ${f}\\b`));
     }
-    has(/Sent MetadataRequest \(v12,/);
+    has(/Sent MetadataRequest \(v13,/);
+    assert.ok(!broker.logs.some((l) => l.msg.includes('malformed request')), 'no request refused');
+  });
+
+  it('produces and consumes at the newest versions it negotiates: Produce and Fetch by topic id, Metadata v13', async () => {
+    const topic = 'ck.latest';
+    logs.length = 0;
+    const kafka = client(broker.kafka, { debug: 'protocol' });
+    const producer = kafka.producer({ 'enable.idempotence': true });
+    await producer.connect();
+    try {
+      for (let i = 0; i < 5; i++) await producer.send({ topic, messages: [{ key: `k${i}`, value: `v${i}` }] });
+    } finally {
+      await producer.disconnect();
+    }
+    const got = await consume(kafka, 'ck.latest.g', topic, 5, { 'enable.auto.commit': true, 'auto.commit.interval.ms': 100 });
+    assert.deepEqual(got.map((m) => m.value?.toString()), ['v0', 'v1', 'v2', 'v3', 'v4']);
+    const sent = (api: string): number[] => [...new Set(logs.flatMap((l) => [...l.matchAll(new RegExp(`Sent ${api}Request \\(v(\\d+),`, 'g'))].map((m) => Number(m[1]))))];
+    const versions = Object.fromEntries(['Produce', 'Fetch', 'Metadata', 'ListOffsets', 'OffsetCommit', 'OffsetFetch', 'FindCoordinator', 'InitProducerId'].map((a) => [a, sent(a)]));
+    // librdkafka 2.15's own maxima, all within FlowMQ's ranges: it uses each API at its newest version it knows.
+    assert.deepEqual(versions, EXPECTED_VERSIONS, JSON.stringify(versions));
     assert.ok(!broker.logs.some((l) => l.msg.includes('malformed request')), 'no request refused');
   });
 
@@ -339,7 +373,8 @@ describe('kafka with a current librdkafka (@confluentinc/kafka-javascript)', () 
     d = await configs(broker.kafka, ['describe', topic]);
     assert.deepEqual([value(d, 'retention.bytes')?.value, value(d, 'retention.bytes')?.source], ['10485760', 'DYNAMIC_TOPIC_CONFIG']);
     assert.deepEqual([value(d, 'max.message.bytes')?.value, value(d, 'max.message.bytes')?.source], ['2097152', 'DYNAMIC_TOPIC_CONFIG']);
-    assert.equal(value(d, 'segment.bytes')?.source, 'DEFAULT_CONFIG');
+    // Deleted: back to the broker's log.segment.bytes, FlowMQ's --segment-bytes.
+    assert.equal(value(d, 'segment.bytes')?.source, 'STATIC_BROKER_CONFIG');
     // Unknown names and invalid values are refused, with the resource's error; nothing of it is applied.
     const bad = await configs(broker.kafka, ['incremental', topic, 'set:retention.bytes=1', 'set:no.such.config=1']);
     assert.equal(bad.resources[0].error, 'INVALID_CONFIG');

@@ -3,7 +3,7 @@
  * messages) for unit tests of the core and of protocol handlers, where the storage layer is not what is under
  * test: `new Engine(m, m)`. End-to-end tests use the real broker and its real storage.
  */
-import type { AppendResult, PartitionOffsets, StreamDef, StreamStorage } from '../../src/core/index.js';
+import type { AppendResult, PartitionOffsets, ProducerSnapshot, StreamDef, StreamStorage } from '../../src/core/index.js';
 import { FlowError, MemoryStore, readBatchInfo, setBaseOffset, decodeBatch } from '../../src/core/index.js';
 
 interface Part {
@@ -12,6 +12,8 @@ interface Part {
   /** Log start offset moved by deleteRecordsBefore. */
   start?: number;
   waiters: Array<() => void>;
+  /** Idempotent producers seen (no sequence checks here: only what DescribeProducers reports). */
+  producers?: Map<number, ProducerSnapshot>;
 }
 
 export class MemoryStreams extends MemoryStore implements StreamStorage {
@@ -51,6 +53,10 @@ export class MemoryStreams extends MemoryStore implements StreamStorage {
     setBaseOffset(batch, baseOffset);
     p.batches.push(Buffer.from(batch)); // the batch is borrowed (StreamStorage.append)
     p.next += info.lastOffsetDelta + 1;
+    if (info.producerId >= 0n && info.baseSequence >= 0) {
+      const id = Number(info.producerId);
+      (p.producers ??= new Map()).set(id, { producerId: id, producerEpoch: info.producerEpoch, lastSequence: info.baseSequence + info.lastOffsetDelta, lastTimestamp: info.maxTimestamp });
+    }
     const w = p.waiters.splice(0);
     for (const f of w) f();
     return { baseOffset, durable: Promise.resolve() };
@@ -70,6 +76,21 @@ export class MemoryStreams extends MemoryStore implements StreamStorage {
   offsets(stream: string, partition: number): PartitionOffsets {
     const p = this.part(stream, partition);
     return { logStartOffset: p.start ?? 0, highWatermark: p.next };
+  }
+  /** Bytes of the batches kept (those wholly before the log start offset are gone as far as readers know). */
+  partitionSize(stream: string, partition: number): number | null {
+    const p = this.parts.get(`${stream}/${partition}`);
+    if (!p) return null;
+    let size = 0;
+    for (const b of p.batches) {
+      const info = readBatchInfo(b);
+      if (info.baseOffset + info.lastOffsetDelta >= (p.start ?? 0)) size += b.length;
+    }
+    return size;
+  }
+  producers(stream: string, partition: number): ProducerSnapshot[] | null {
+    const p = this.parts.get(`${stream}/${partition}`);
+    return p ? [...(p.producers?.values() ?? [])] : null;
   }
   async deleteRecordsBefore(stream: string, partition: number, offset: number): Promise<number> {
     const p = this.part(stream, partition);

@@ -10,7 +10,7 @@ import pg from 'pg';
 import { isFlowError, type FlowError } from '../../src/core/index.js';
 import { PostgresMetastore, postgresMigrations } from '../../src/storage/metastore/index.js';
 import { PostgresWal, type WalEntry } from '../../src/storage/wal/index.js';
-import { createPool } from '../../src/storage/postgres-util.js';
+import { createPool, migratePostgres } from '../../src/storage/postgres-util.js';
 import { startPostgres, type PostgresServer } from '../helpers/postgres.js';
 
 let server: PostgresServer;
@@ -100,6 +100,28 @@ describe('PostgreSQL backends', () => {
     await w1.append(entry('k/0', 0));
     assert.equal((await replayAll(w2)).length, 1);
     await Promise.all([a.close(), b.close(), c.close(), w1.close(), w2.close()]);
+  });
+
+  it('migration 6 gives every stream of an older database its own id (a database made by the previous schema)', async () => {
+    const url = await server.createDatabase();
+    const p = createPool({ url }, 'test');
+    await migratePostgres(p, postgresMigrations.slice(0, 5), 'flowmq_schema_migrations', 'metastore');
+    for (const name of ['a', 'b', 'c']) {
+      await p.pool.query('INSERT INTO streams (name, partitions, bindings, retention_ms, created_at, settings) VALUES ($1, 1, $2, NULL, 1, NULL)', [name, JSON.stringify([name])]);
+    }
+    await p.pool.end();
+    let m = await PostgresMetastore.open({ url });
+    assert.equal(m.migrationsApplied, postgresMigrations.length - 5);
+    const ids = (await m.listStreams()).map((d) => d.id);
+    for (const id of ids) assert.match(String(id), /^[0-9a-f]{32}$/);
+    assert.equal(new Set(ids).size, 3, 'one id per stream');
+    await m.updateStream({ name: 'a', partitions: 2, bindings: ['a'], retentionMs: null, createdAt: 1 });
+    await m.close();
+    m = await PostgresMetastore.open({ url });
+    assert.deepEqual((await m.listStreams()).map((d) => d.id), ids, 'the same ids after reopening and an update');
+    await m.createStream({ ...stream('d'), id: 'cd'.repeat(16) });
+    assert.equal((await m.listStreams()).find((d) => d.name === 'd')?.id, 'cd'.repeat(16));
+    await m.close();
   });
 
   it('keeps startup options given in the URL (a schema per broker through search_path) and synchronous_commit on', async () => {

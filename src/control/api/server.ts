@@ -29,6 +29,7 @@ import { identityRoutes } from './routes-identity.js';
 import { streamRoutes } from './routes-streams.js';
 import { queueRoutes } from './routes-queues.js';
 import { groupRoutes } from './routes-groups.js';
+import { configRoutes } from './routes-configs.js';
 import { mqttRoutes } from './routes-mqtt.js';
 import { clusterRoutes } from './routes-cluster.js';
 import type { AdminApiOptions } from './types.js';
@@ -237,6 +238,7 @@ export async function startAdminApi(opts: AdminApiOptions): Promise<AdminApi> {
     groupRoutes(api, ctx);
     mqttRoutes(api, ctx);
     clusterRoutes(api, ctx);
+    configRoutes(api, ctx);
     api.get('/api/v1/openapi.json', { schema: { tags: ['meta'], summary: 'This document (OpenAPI 3)' } }, async () => app.swagger());
   });
   const dashboard = opts.dashboard === undefined ? await defaultDashboard() : opts.dashboard;

@@ -9,6 +9,7 @@ import type { Engine } from '../../core/index.js';
 import type { AccessControl } from '../access.js';
 import type { HttpTimeouts } from '../http-guard.js';
 import type { Sessions } from './auth.js';
+import type { BrokerConfigAdmin } from '../settings.js';
 
 /** Storage operations the control plane may ask for; implemented by the log engine. */
 export interface StorageOps {
@@ -43,6 +44,10 @@ export interface AdminApiOptions {
   groups?: () => ReadonlyArray<{ protocol: string; admin: ConsumerGroupAdmin }>;
   /** The MQTT module's session admin (ends a session held in its memory), when MQTT runs and offers one. */
   mqttSessions?: () => SessionAdmin | null | undefined;
+  /** Kafka's broker configs (the kafka module's), for /api/v1/broker/configs; absent: not running. */
+  brokerConfigs?: () => BrokerConfigAdmin | undefined;
+  /** This broker's id (the default scope of /api/v1/broker/configs). */
+  brokerId?: number;
   /** Cluster mode: membership and ownership for GET /api/v1/cluster; null or absent on a single broker. */
   cluster?: Cluster | null;
   /** /readyz: true once storage is recovered and the listeners are up. Default: always. */

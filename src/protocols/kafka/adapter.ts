@@ -9,6 +9,7 @@ import {
   isValidStreamName,
   type Engine,
   type ProducerIdStore,
+  type StreamDef,
   type StreamEntry,
 } from '../../core/index.js';
 import type { AdapterContext } from '../types.js';
@@ -19,11 +20,27 @@ import { FramePool } from './frame-pool.js';
 import { LogLimiter } from '../../util/log-limit.js';
 import type { Route } from './types.js';
 import { GroupCoordinator } from './groups/coordinator.js';
+import type { TopicCatalog } from './groups/consumer-coordinator.js';
+import type { AssignorTopic } from './groups/assignors.js';
 import { ProducerIdAllocator } from './producer-ids.js';
 import { KafkaCluster } from './cluster.js';
+import { KafkaBrokerConfigs } from './broker-configs.js';
+import { RuntimeSettings } from '../../control/index.js';
+import { FetchSessionCache } from './fetch-sessions.js';
 // Registers the snappy, lz4 and zstd decompressors with the core.
 
 export type TopicResult = { entry: StreamEntry; errorCode: 0 } | { entry: null; errorCode: number };
+
+/** The topics the consumer group protocol assigns: the streams that have a topic id (KIP-516). */
+function streamCatalog(engine: Engine): TopicCatalog {
+  const topic = (def: StreamDef | undefined): AssignorTopic | undefined =>
+    def?.id !== undefined ? { id: def.id, name: def.name, partitions: def.partitions } : undefined;
+  return {
+    byName: (name) => topic(engine.getStream(name)?.def),
+    byId: (id) => topic(engine.getStreamById(id)?.def),
+    all: () => engine.listStreams().flatMap((d) => topic(d) ?? []),
+  };
+}
 
 export class KafkaAdapter {
   readonly engine: Engine;
@@ -45,6 +62,12 @@ export class KafkaAdapter {
   readonly logLimit: LogLimiter;
   /** Cluster mode: brokers, partition leaders and group coordinators (cluster.ts); null on a single broker. */
   readonly cluster: KafkaCluster | null;
+  /** Runtime settings (client quotas, broker configs): the control plane's, else in memory (no access control). */
+  readonly settings: RuntimeSettings;
+  /** Kafka's broker configs: described, altered at run time, applied (broker-configs.ts). */
+  readonly brokerConfigs: KafkaBrokerConfigs;
+  /** Incremental fetch sessions of this broker's connections (KIP-227, fetch-sessions.ts). */
+  readonly fetchSessions: FetchSessionCache;
 
   constructor(
     ctx: AdapterContext,
@@ -59,14 +82,33 @@ export class KafkaAdapter {
     // Committed offsets and producer ids are kept in the core's one store (the broker's metastore).
     this.producerIds = ctx.engine.store;
     this.producerIdAllocator = new ProducerIdAllocator(this.producerIds);
-    this.groups = new GroupCoordinator(ctx.engine.store, ctx.logger.child({ component: 'groups' }), {
-      minSessionTimeoutMs: options.groupMinSessionTimeoutMs,
-      maxSessionTimeoutMs: options.groupMaxSessionTimeoutMs,
-      initialRebalanceDelayMs: options.groupInitialRebalanceDelayMs,
+    this.groups = new GroupCoordinator(
+      ctx.engine.store,
+      ctx.logger.child({ component: 'groups' }),
+      {
+        minSessionTimeoutMs: options.groupMinSessionTimeoutMs,
+        maxSessionTimeoutMs: options.groupMaxSessionTimeoutMs,
+        initialRebalanceDelayMs: options.groupInitialRebalanceDelayMs,
+      },
+      streamCatalog(ctx.engine),
+      { sessionTimeoutMs: options.consumerGroupSessionTimeoutMs, heartbeatIntervalMs: options.consumerGroupHeartbeatIntervalMs },
+    );
+    this.settings = options.access?.settings ?? new RuntimeSettings();
+    this.brokerConfigs = new KafkaBrokerConfigs({
+      engine: ctx.engine,
+      brokerId: ctx.brokerId,
+      options,
+      settings: this.settings,
+      rootLogger: options.rootLogger ?? ctx.logger,
+      logger: ctx.logger,
     });
+    this.fetchSessions = new FetchSessionCache({ maxSlots: options.fetchSessionCacheSlots, evictionMs: options.fetchSessionEvictionMs });
     this.cluster = options.cluster ? new KafkaCluster(options.cluster, this.groups, ctx.logger.child({ component: 'kafka-cluster' })) : null;
-    // The SASL APIs are offered only when there is something to authenticate against.
-    const offered = options.sasl ? routes : routes.filter((r) => r.codec.apiKey !== ApiKey.SaslHandshake && r.codec.apiKey !== ApiKey.SaslAuthenticate);
+    // The SASL APIs are offered only when there is something to authenticate against; client quotas and SCRAM
+    // credentials only with access control (a user directory, and the quota manager that enforces quotas).
+    const sasl: readonly number[] = [ApiKey.SaslHandshake, ApiKey.SaslAuthenticate];
+    const access: readonly number[] = [ApiKey.DescribeClientQuotas, ApiKey.AlterClientQuotas, ApiKey.DescribeUserScramCredentials, ApiKey.AlterUserScramCredentials];
+    const offered = routes.filter((r) => (options.sasl || !sasl.includes(r.codec.apiKey)) && (options.access || !access.includes(r.codec.apiKey)));
     this.routeByKey = new Map(offered.map((r) => [r.codec.apiKey, r]));
     this.apiVersions = offered
       .map((r) => ({ apiKey: r.codec.apiKey, minVersion: r.codec.minVersion, maxVersion: r.codec.maxVersion }))
@@ -85,6 +127,7 @@ export class KafkaAdapter {
     if (--this.users <= 0) {
       this.groups.close();
       this.logLimit.stop();
+      this.brokerConfigs.close();
     }
   }
 

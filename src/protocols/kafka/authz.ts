@@ -3,9 +3,13 @@
  * Produce → `publish stream:`, Fetch/ListOffsets/OffsetForLeaderEpoch → `subscribe stream:`, Metadata and
  * DescribeConfigs → `describe stream:`, topic creation → `create stream:` (or `create cluster:*`, Kafka's cluster
  * CREATE), DeleteTopics/DeleteRecords → `delete stream:`, CreatePartitions/AlterConfigs → `alter stream:`, the
- * group APIs → `subscribe group:` (DescribeGroups/ListGroups `describe group:`, DeleteGroups `delete group:`),
- * DescribeCluster/DescribeAcls → `describe cluster:*`, CreateAcls/DeleteAcls and broker configs → `alter
- * cluster:*`. A refusal is the protocol's own error code: TOPIC_/GROUP_/CLUSTER_AUTHORIZATION_FAILED.
+ * group APIs → `subscribe group:` (DescribeGroups/ListGroups/ConsumerGroupDescribe `describe group:`, DeleteGroups
+ * `delete group:`; ConsumerGroupHeartbeat also `describe stream:` per subscribed topic name),
+ * DescribeCluster/DescribeAcls/DescribeLogDirs, broker configs, client quotas and SCRAM credentials described →
+ * `describe cluster:*`; CreateAcls/DeleteAcls, ElectLeaders, broker configs, client quotas and SCRAM credentials
+ * altered → `alter cluster:*`; OffsetDelete → `delete group:` (and `subscribe stream:` per topic),
+ * DescribeProducers → `subscribe stream:`. A refusal is the protocol's own error code:
+ * TOPIC_/GROUP_/CLUSTER_AUTHORIZATION_FAILED.
  *
  * Checks go through the connection's Access, whose verdicts are cached per directory version: a policy changed
  * live applies to the next request of an open connection. Without access control everything is allowed.

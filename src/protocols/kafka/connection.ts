@@ -764,6 +764,8 @@ export class KafkaConnection implements ConnectionInfo {
     this.muted = null;
     this.quota?.release();
     this.client?.close();
+    // Its incremental fetch sessions go with it.
+    this.adapter.fetchSessions.removeOwner(this.id);
     if (this.adapter.logger.isLevelEnabled('debug')) this.log.debug('connection closed');
     this.resolveClosed();
     if (this.closeListeners === NO_LISTENERS) return;

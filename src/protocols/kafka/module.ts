@@ -29,13 +29,19 @@ export const kafkaModule: ProtocolModule = {
       groupInitialRebalanceDelayMs: config.kafkaGroupInitialRebalanceDelay,
       groupMinSessionTimeoutMs: config.kafkaGroupMinSessionTimeout,
       groupMaxSessionTimeoutMs: config.kafkaGroupMaxSessionTimeout,
+      consumerGroupSessionTimeoutMs: config.kafkaConsumerGroupSessionTimeout,
+      consumerGroupHeartbeatIntervalMs: config.kafkaConsumerGroupHeartbeatInterval,
       logSegmentBytes: config.segmentBytes,
       logSegmentMs: config.segmentMs,
       saslMaxReceiveBytes: config.kafkaSaslMaxReceiveSize,
       frameReserveBytes: config.kafkaFrameReserve,
       connectionsMaxIdleMs: config.kafkaConnectionsMaxIdle,
+      fetchSessionCacheSlots: config.kafkaFetchSessionCacheSlots,
       authTimeoutMs: config.kafkaAuthTimeout,
       requestReceiveTimeoutMs: config.kafkaRequestReceiveTimeout,
+      // DescribeLogDirs and log.dirs; the broker's logger is Kafka's BROKER_LOGGER "root".
+      logDir: config.dataDir,
+      rootLogger: ctx.logger,
       // SASL is offered even while no user exists: users added live (admin API, CLI) can log in at once.
       sasl: accessSaslProvider(access, config.kafkaSaslMechanisms),
       access,
@@ -77,6 +83,8 @@ export const kafkaModule: ProtocolModule = {
       listeners,
       // Consumer groups for the admin API and the CLI: list with lag, describe, reset offsets, delete.
       groups: new KafkaGroupAdmin(adapter.engine, adapter.groups, adapter.cluster),
+      // Broker configs altered at run time, for the admin API (the same settings as IncrementalAlterConfigs).
+      brokerConfigs: adapter.brokerConfigs,
       // Produce latency (decoded request → durable response) as a histogram snapshot clients can diff.
       figures: () => ({ produceLatency: adapter.produceLatency.snapshot(), framePool: adapter.frames.stats(), histogramBoundsMs: HISTOGRAM_BOUNDS_MS }),
       close,

@@ -6,6 +6,8 @@ import type { KafkaSaslOptions } from './sasl-session.js';
 import type { AccessControl } from '../../control/index.js';
 import type { Cluster } from '../../cluster/index.js';
 import { DEFAULT_AHEAD_BYTES } from './frame-pool.js';
+import { resolve } from 'node:path';
+import type { Logger } from 'pino';
 
 export interface KafkaOptions {
   /** Host advertised in Metadata responses; default: the local address the client connected to. */
@@ -59,6 +61,13 @@ export interface KafkaOptions {
    * then has given up on it).
    */
   responseSendTimeoutMs?: number;
+  /**
+   * Incremental fetch sessions kept at most (Kafka's max.incremental.fetch.session.cache.slots, KIP-227); 0 makes
+   * none (every fetch is a full one). Default 1000.
+   */
+  fetchSessionCacheSlots?: number;
+  /** A fetch session idle this long may be evicted for a new one when the cache is full. Default 120 s (Kafka's). */
+  fetchSessionEvictionMs?: number;
   /** Cluster id reported in Metadata v2+. Default "flowmq". */
   clusterId?: string;
   /** group.min.session.timeout.ms. Default 6000. */
@@ -67,6 +76,10 @@ export interface KafkaOptions {
   groupMaxSessionTimeoutMs?: number;
   /** group.initial.rebalance.delay.ms (KIP-134). Default 3000. */
   groupInitialRebalanceDelayMs?: number;
+  /** group.consumer.session.timeout.ms: consumer-protocol members (KIP-848) silent this long are removed. Default 45000. */
+  consumerGroupSessionTimeoutMs?: number;
+  /** group.consumer.heartbeat.interval.ms: told to consumer-protocol members (KIP-848). Default 5000. */
+  consumerGroupHeartbeatIntervalMs?: number;
   /**
    * The log's segment size and age (`--segment-bytes`, `--segment-ms`): what DescribeConfigs reports as the
    * default of segment.bytes and segment.ms. Defaults 16 MiB and 60 s, the log's own.
@@ -96,10 +109,20 @@ export interface KafkaOptions {
    * 'group' ownership handler, so it must be created before `cluster.begin()`.
    */
   cluster?: Cluster;
+  /**
+   * The data directory: the one log directory DescribeLogDirs reports (with its volume's total and usable bytes) and
+   * DescribeConfigs names as log.dirs. Default ./data (absolute).
+   */
+  logDir?: string;
+  /**
+   * The broker's own logger: the "root" logger of Kafka's BROKER_LOGGER resource, whose level every component
+   * follows. Default: the adapter's logger.
+   */
+  rootLogger?: Logger;
 }
 
-export type ResolvedKafkaOptions = Required<Omit<KafkaOptions, 'advertisedHost' | 'advertisedPort' | 'sasl' | 'access' | 'cluster'>> &
-  Pick<KafkaOptions, 'advertisedHost' | 'advertisedPort' | 'sasl' | 'access' | 'cluster'>;
+export type ResolvedKafkaOptions = Required<Omit<KafkaOptions, 'advertisedHost' | 'advertisedPort' | 'sasl' | 'access' | 'cluster' | 'rootLogger'>> &
+  Pick<KafkaOptions, 'advertisedHost' | 'advertisedPort' | 'sasl' | 'access' | 'cluster' | 'rootLogger'>;
 
 export const DEFAULT_MAX_REQUEST_BYTES = 100 * 1024 * 1024;
 /** Kafka's sasl.server.max.receive.size default. */
@@ -124,11 +147,17 @@ export function resolveKafkaOptions(opts: KafkaOptions = {}): ResolvedKafkaOptio
     responseSendTimeoutMs: opts.responseSendTimeoutMs ?? opts.requestReceiveTimeoutMs ?? 30_000,
     maxInFlightRequests: opts.maxInFlightRequests ?? 256,
     clusterId: opts.clusterId ?? 'flowmq',
+    fetchSessionCacheSlots: opts.fetchSessionCacheSlots ?? 1000,
+    fetchSessionEvictionMs: opts.fetchSessionEvictionMs ?? 120_000,
     groupMinSessionTimeoutMs: opts.groupMinSessionTimeoutMs ?? 6000,
     groupMaxSessionTimeoutMs: opts.groupMaxSessionTimeoutMs ?? 1_800_000,
     groupInitialRebalanceDelayMs: opts.groupInitialRebalanceDelayMs ?? 3000,
+    consumerGroupSessionTimeoutMs: opts.consumerGroupSessionTimeoutMs ?? 45_000,
+    consumerGroupHeartbeatIntervalMs: opts.consumerGroupHeartbeatIntervalMs ?? 5000,
     logSegmentBytes: opts.logSegmentBytes ?? 16 * 1024 * 1024,
     logSegmentMs: opts.logSegmentMs ?? 60_000,
+    logDir: resolve(opts.logDir ?? 'data'),
+    rootLogger: opts.rootLogger,
   };
   const int = (v: number, min: number, max: number) => Number.isInteger(v) && v >= min && v <= max;
   if (!int(r.defaultPartitions, 1, MAX_PARTITIONS)) {
@@ -147,6 +176,12 @@ export function resolveKafkaOptions(opts: KafkaOptions = {}): ResolvedKafkaOptio
   for (const k of ['connectionsMaxIdleMs', 'authTimeoutMs', 'requestReceiveTimeoutMs', 'responseSendTimeoutMs'] as const) {
     if (!int(r[k], 1, 0x7fffffff)) throw new FlowError('CONFIG_ERROR', `kafka ${k} must be a positive integer (ms)`);
   }
+  if (!int(r.fetchSessionCacheSlots, 0, 1_000_000)) {
+    throw new FlowError('CONFIG_ERROR', 'kafka fetchSessionCacheSlots must be an integer in 0..1000000');
+  }
+  if (!int(r.fetchSessionEvictionMs, 0, 0x7fffffff)) {
+    throw new FlowError('CONFIG_ERROR', 'kafka fetchSessionEvictionMs must be a non-negative integer (ms)');
+  }
   if (!int(r.maxInFlightRequests, 1, 1_000_000)) {
     throw new FlowError('CONFIG_ERROR', 'kafka maxInFlightRequests must be an integer in 1..1000000');
   }
@@ -155,6 +190,10 @@ export function resolveKafkaOptions(opts: KafkaOptions = {}): ResolvedKafkaOptio
   }
   if (!int(r.groupInitialRebalanceDelayMs, 0, 0x7fffffff)) {
     throw new FlowError('CONFIG_ERROR', 'kafka groupInitialRebalanceDelayMs must be a non-negative integer');
+  }
+  // As Kafka: the heartbeat interval must be shorter than the session timeout.
+  if (!int(r.consumerGroupHeartbeatIntervalMs, 1, 0x7fffffff) || !int(r.consumerGroupSessionTimeoutMs, r.consumerGroupHeartbeatIntervalMs + 1, 0x7fffffff)) {
+    throw new FlowError('CONFIG_ERROR', 'kafka consumer group heartbeat interval and session timeout must be positive integers with interval < session timeout');
   }
   if (r.advertisedPort !== undefined && !int(r.advertisedPort, 1, 65535)) {
     throw new FlowError('CONFIG_ERROR', 'kafka advertisedPort must be a port number');

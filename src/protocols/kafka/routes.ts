@@ -3,6 +3,14 @@
  * an API is one codec module plus one handler registered here.
  */
 import {
+  AlterClientQuotasApi,
+  AlterUserScramCredentialsApi,
+  DescribeClientQuotasApi,
+  DescribeLogDirsApi,
+  DescribeProducersApi,
+  DescribeUserScramCredentialsApi,
+  ElectLeadersApi,
+  OffsetDeleteApi,
   AlterConfigsApi,
   ApiVersionsApi,
   CreateAclsApi,
@@ -33,6 +41,8 @@ import {
   SaslAuthenticateApi,
   SaslHandshakeApi,
   SyncGroupApi,
+  ConsumerGroupHeartbeatApi,
+  ConsumerGroupDescribeApi,
 } from './codec/index.js';
 import {
   handleAlterConfigs,
@@ -46,6 +56,10 @@ import {
   handleOffsetForLeaderEpoch,
 } from './handlers/admin.js';
 import { handleApiVersions } from './handlers/api-versions.js';
+import { handleDescribeLogDirs, handleDescribeProducers, handleElectLeaders } from './handlers/partition-ops.js';
+import { handleOffsetDelete } from './handlers/offset-delete.js';
+import { handleAlterClientQuotas, handleDescribeClientQuotas } from './handlers/quotas.js';
+import { handleAlterUserScramCredentials, handleDescribeUserScramCredentials } from './handlers/scram.js';
 import { handleCreateAcls, handleDeleteAcls, handleDescribeAcls } from './handlers/acls.js';
 import { handleInitProducerId } from './handlers/producer.js';
 import { handleFetch } from './handlers/fetch.js';
@@ -61,6 +75,7 @@ import {
   handleOffsetFetch,
   handleSyncGroup,
 } from './handlers/groups.js';
+import { handleConsumerGroupDescribe, handleConsumerGroupHeartbeat } from './handlers/consumer-groups.js';
 import { handleListOffsets } from './handlers/list-offsets.js';
 import { handleMetadata } from './handlers/metadata.js';
 import { handleProduce } from './handlers/produce.js';
@@ -83,6 +98,8 @@ export const KAFKA_ROUTES: readonly Route[] = [
   route(DescribeGroupsApi, handleDescribeGroups),
   route(ListGroupsApi, handleListGroups),
   route(DeleteGroupsApi, handleDeleteGroups),
+  route(ConsumerGroupHeartbeatApi, handleConsumerGroupHeartbeat),
+  route(ConsumerGroupDescribeApi, handleConsumerGroupDescribe),
   route(CreateTopicsApi, handleCreateTopics),
   route(DeleteTopicsApi, handleDeleteTopics),
   route(DeleteRecordsApi, handleDeleteRecords),
@@ -96,6 +113,16 @@ export const KAFKA_ROUTES: readonly Route[] = [
   route(DescribeAclsApi, handleDescribeAcls),
   route(CreateAclsApi, handleCreateAcls),
   route(DeleteAclsApi, handleDeleteAcls),
+  // Operations APIs of admin tools and UIs.
+  route(DescribeLogDirsApi, handleDescribeLogDirs),
+  route(ElectLeadersApi, handleElectLeaders),
+  route(OffsetDeleteApi, handleOffsetDelete),
+  route(DescribeProducersApi, handleDescribeProducers),
+  // Advertised only with access control (a user directory, enforced quotas): see KafkaAdapter.
+  route(DescribeClientQuotasApi, handleDescribeClientQuotas),
+  route(AlterClientQuotasApi, handleAlterClientQuotas),
+  route(DescribeUserScramCredentialsApi, handleDescribeUserScramCredentials),
+  route(AlterUserScramCredentialsApi, handleAlterUserScramCredentials),
   // Advertised only when the adapter has SASL options (see KafkaAdapter).
   route(SaslHandshakeApi, handleSaslHandshake),
   route(SaslAuthenticateApi, handleSaslAuthenticate),

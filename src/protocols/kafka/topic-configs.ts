@@ -31,7 +31,8 @@ const INT_MAX = 2147483647n;
 const INT_MIN = -2147483648n;
 const LONG_MAX_TEXT = LONG_MAX.toString();
 
-type Validate = (name: string, value: string) => string;
+/** Checks a value given for config `name`; returns it normalized, or throws TopicConfigError (INVALID_CONFIG). */
+export type Validate = (name: string, value: string) => string;
 
 function integer(min: bigint, max: bigint, lo: bigint | null, hi: bigint | null = null): Validate {
   return (name, value) => {
@@ -45,14 +46,14 @@ function integer(min: bigint, max: bigint, lo: bigint | null, hi: bigint | null 
     return n.toString();
   };
 }
-const long = (lo: bigint | null = null, hi: bigint | null = null): Validate => integer(LONG_MIN, LONG_MAX, lo, hi);
-const int = (lo: bigint | null = null, hi: bigint | null = null): Validate => integer(INT_MIN, INT_MAX, lo, hi);
-const bool: Validate = (name, value) => {
+export const long = (lo: bigint | null = null, hi: bigint | null = null): Validate => integer(LONG_MIN, LONG_MAX, lo, hi);
+export const int = (lo: bigint | null = null, hi: bigint | null = null): Validate => integer(INT_MIN, INT_MAX, lo, hi);
+export const bool: Validate = (name, value) => {
   const t = value.trim().toLowerCase();
   if (t !== 'true' && t !== 'false') throw new TopicConfigError(`${name} must be true or false, not "${value}"`);
   return t;
 };
-const oneOf =
+export const oneOf =
   (...allowed: string[]): Validate =>
   (name, value) => {
     const t = value.trim();
@@ -145,6 +146,14 @@ const DEFS: TopicConfigDef[] = [
 
 const BY_NAME = new Map(DEFS.map((d) => [d.name, d]));
 
+/** The topic config whose broker-wide default is the broker config `brokerName` (log.retention.ms → retention.ms). */
+const BY_BROKER = new Map(DEFS.filter((d) => d.broker !== undefined).map((d) => [d.broker!, d]));
+
+/** A topic config's definition as broker-configs.ts needs it: validator, type, whether FlowMQ acts on it. */
+export function topicConfigForBroker(brokerName: string): { name: string; type: number; validate: Validate; honoured: boolean } | undefined {
+  return BY_BROKER.get(brokerName);
+}
+
 /** Every topic config name Kafka defines, sorted. */
 export const TOPIC_CONFIG_NAMES: readonly string[] = DEFS.map((d) => d.name).sort();
 /** Those FlowMQ acts on. */
@@ -220,16 +229,25 @@ export function streamSettingsOf(configs: Map<string, string>): StreamSettings {
   };
 }
 
+/**
+ * Where a topic config not set on the topic takes its value: the broker config it falls back to, as the broker has
+ * it (a runtime setting, a flag, or the default), with the broker-level synonyms in Kafka's order of precedence.
+ * Null: no broker-level value (the topic config's own default applies).
+ */
+export type BrokerFallback = (topicConfig: string) => { value: string | null; source: number; synonyms: DescribedConfig['synonyms'] } | null;
+
 /** Describes one config of a topic (DescribeConfigs), as Kafka's ConfigHelper.createTopicConfigEntry does. */
-function describe(d: TopicConfigDef, set: Map<string, string>, o: ResolvedKafkaOptions, synonyms: boolean, docs: boolean): DescribedConfig {
+function describe(d: TopicConfigDef, set: Map<string, string>, o: ResolvedKafkaOptions, synonyms: boolean, docs: boolean, broker: BrokerFallback | null): DescribedConfig {
   const own = set.get(d.name);
-  const fallback = d.defaultValue(o);
+  const b = d.broker !== undefined && broker !== null ? broker(d.name) : null;
+  const fallback = b !== null ? b.value : d.defaultValue(o);
   const value = own ?? fallback;
-  const source = own !== undefined ? ConfigSource.DYNAMIC_TOPIC_CONFIG : ConfigSource.DEFAULT_CONFIG;
+  const source = own !== undefined ? ConfigSource.DYNAMIC_TOPIC_CONFIG : (b?.source ?? ConfigSource.DEFAULT_CONFIG);
   const list: DescribedConfig['synonyms'] = [];
   if (synonyms) {
     if (own !== undefined) list.push({ name: d.name, value: own, source: ConfigSource.DYNAMIC_TOPIC_CONFIG });
-    if (d.broker !== undefined) list.push({ name: d.broker, value: fallback, source: ConfigSource.DEFAULT_CONFIG });
+    if (b !== null) list.push(...b.synonyms);
+    else if (d.broker !== undefined) list.push({ name: d.broker, value: fallback, source: ConfigSource.DEFAULT_CONFIG });
   }
   return {
     name: d.name,
@@ -248,10 +266,17 @@ function describe(d: TopicConfigDef, set: Map<string, string>, o: ResolvedKafkaO
  * The configs of a topic as DescribeConfigs reports them: every one Kafka defines (or those `keys` names; null or
  * empty: all, as Kafka's ConfigHelper), sorted by name.
  */
-export function describeTopicConfigs(def: StreamDef, o: ResolvedKafkaOptions, keys: readonly string[] | null, synonyms: boolean, docs: boolean): DescribedConfig[] {
+export function describeTopicConfigs(
+  def: StreamDef,
+  o: ResolvedKafkaOptions,
+  keys: readonly string[] | null,
+  synonyms: boolean,
+  docs: boolean,
+  broker: BrokerFallback | null = null,
+): DescribedConfig[] {
   const set = topicConfigsOf(def);
   const wanted = keys === null || keys.length === 0 ? null : new Set(keys);
-  return DEFS.filter((d) => wanted === null || wanted.has(d.name)).map((d) => describe(d, set, o, synonyms, docs));
+  return DEFS.filter((d) => wanted === null || wanted.has(d.name)).map((d) => describe(d, set, o, synonyms, docs, broker));
 }
 
 /** What the Produce handler applies: the parsed max.message.bytes and whether batches get the log's append time. */
@@ -261,17 +286,27 @@ export interface ProduceLimits {
 }
 
 const NO_LIMITS: ProduceLimits = { maxMessageBytes: null, logAppendTime: false };
-/** Per definition (a redefined stream is a new object), so Produce parses nothing per request. */
-const limitsCache = new WeakMap<StreamDef, ProduceLimits>();
+/**
+ * Per definition (a redefined stream is a new object) and broker defaults (a new object when they change), so
+ * Produce parses nothing per request.
+ */
+const limitsCache = new WeakMap<StreamDef, { of: ProduceLimits; l: ProduceLimits }>();
 
-export function produceLimits(def: StreamDef): ProduceLimits {
+/**
+ * What Produce applies to a topic: its own max.message.bytes and message.timestamp.type, else the broker's
+ * (message.max.bytes and log.message.timestamp.type set at run time, see broker-configs.ts).
+ */
+export function produceLimits(def: StreamDef, broker: ProduceLimits = NO_LIMITS): ProduceLimits {
   const c = def.configs;
-  if (c === undefined) return NO_LIMITS;
-  let l = limitsCache.get(def);
-  if (l === undefined) {
-    const max = c['max.message.bytes'];
-    l = { maxMessageBytes: max === undefined ? null : Number(max), logAppendTime: c['message.timestamp.type'] === 'LogAppendTime' };
-    limitsCache.set(def, l);
-  }
+  if (c === undefined) return broker;
+  const cached = limitsCache.get(def);
+  if (cached !== undefined && cached.of === broker) return cached.l;
+  const max = c['max.message.bytes'];
+  const ts = c['message.timestamp.type'];
+  const l = {
+    maxMessageBytes: max === undefined ? broker.maxMessageBytes : Number(max),
+    logAppendTime: ts === undefined ? broker.logAppendTime : ts === 'LogAppendTime',
+  };
+  limitsCache.set(def, { of: broker, l });
   return l;
 }

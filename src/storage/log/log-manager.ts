@@ -62,7 +62,16 @@
  *   log-manager.ts LogManager: StreamStorage over the rooms (each method calls its room's function), open and close
  */
 import type { Logger } from 'pino';
-import { FlowError, type AppendResult, type PartitionOffsets, type ReadLease, type StreamDef, type StreamStorage } from '../../core/index.js';
+import {
+  FlowError,
+  type AppendResult,
+  type PartitionOffsets,
+  type ProducerSnapshot,
+  type ReadLease,
+  type StreamDef,
+  type StreamDefaults,
+  type StreamStorage,
+} from '../../core/index.js';
 import type { Metastore } from '../metastore/types.js';
 import type { ObjectStore } from '../objects/types.js';
 import type { WriteAheadLog } from '../wal/types.js';
@@ -227,6 +236,26 @@ export class LogManager extends LogState implements StreamStorage {
         w.resolve();
       }
     }
+  }
+
+  setDefaults(d: StreamDefaults): void {
+    this.defaults = d;
+  }
+
+  /** Bytes a partition held here holds: its committed segments' objects plus its hot tail; null if not held here. */
+  partitionSize(stream: string, partition: number): number | null {
+    const p = this.parts.get(`${stream}/${partition}`);
+    if (p === undefined || p.def.name !== stream) return null;
+    let size = p.tailBytes;
+    for (const seg of p.segments) size += seg.size;
+    return size;
+  }
+
+  /** The idempotent producers of a partition held here (tail included); null if not held here. */
+  producers(stream: string, partition: number): ProducerSnapshot[] | null {
+    const p = this.parts.get(`${stream}/${partition}`);
+    if (p === undefined || p.def.name !== stream) return null;
+    return p.producers.snapshot();
   }
 
   /** Per-partition figures for the admin API. */

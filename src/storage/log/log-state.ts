@@ -8,7 +8,7 @@
  * The rooms are functions over it (log-manager.ts lists them).
  */
 import type { Logger } from 'pino';
-import { CoalescingTask, FlowError, type StreamDef } from '../../core/index.js';
+import { CoalescingTask, FlowError, NO_STREAM_DEFAULTS, type StreamDef, type StreamDefaults } from '../../core/index.js';
 import type { Metastore } from '../metastore/types.js';
 import type { ObjectStore } from '../objects/types.js';
 import type { WalEntry, WriteAheadLog } from '../wal/types.js';
@@ -280,9 +280,15 @@ export abstract class LogState {
     this.stats.walTrimmedBytes += released;
   }
 
-  /** The size at which a partition's open segment is cut: its stream's own (at least 1 MiB), else the log's. */
+  /** Broker-wide defaults for streams without settings of their own (Engine.setStreamDefaults). */
+  defaults: StreamDefaults = NO_STREAM_DEFAULTS;
+
+  /**
+   * The size at which a partition's open segment is cut: its stream's own, else the broker-wide default set at run
+   * time (either at least 1 MiB), else the log's.
+   */
   segmentBytes(p: Partition): number {
-    const own = p.def.segmentBytes;
+    const own = p.def.segmentBytes ?? this.defaults.segmentBytes;
     return own == null ? this.options.segmentBytes : Math.max(own, MIN_STREAM_SEGMENT_BYTES);
   }
 }

@@ -18,6 +18,8 @@ export interface SeqRange {
   last: number;
   baseOffset: number;
   endOffset: number;
+  /** The batch's largest timestamp (ms); absent in states stored before it was kept. */
+  ts?: number;
 }
 
 export interface ProducerEntry {
@@ -73,8 +75,18 @@ export class ProducerState {
       e = { epoch: info.producerEpoch, batches: [] };
       this.producers.set(id, e);
     }
-    e.batches.push({ first: info.baseSequence, last: lastSeqOf(info), baseOffset, endOffset: baseOffset + info.lastOffsetDelta + 1 });
+    e.batches.push({ first: info.baseSequence, last: lastSeqOf(info), baseOffset, endOffset: baseOffset + info.lastOffsetDelta + 1, ts: info.maxTimestamp });
     if (e.batches.length > MAX_BATCHES) e.batches.shift();
+  }
+
+  /** Every producer's id, epoch, last sequence and last batch's timestamp (-1 unknown), by id (DescribeProducers). */
+  snapshot(): Array<{ producerId: number; producerEpoch: number; lastSequence: number; lastTimestamp: number }> {
+    const out = [];
+    for (const [id, e] of this.producers) {
+      const last = e.batches[e.batches.length - 1];
+      out.push({ producerId: id, producerEpoch: e.epoch, lastSequence: last?.last ?? -1, lastTimestamp: last?.ts ?? -1 });
+    }
+    return out.sort((a, b) => a.producerId - b.producerId);
   }
 
   clone(): ProducerState {

@@ -6,7 +6,7 @@
  * are retried with a backoff. Also the background tick (seals by age and size, memory trim, retention) and Kafka's
  * DeleteRecords.
  */
-import { FlowError, readBatchInfo } from '../../core/index.js';
+import { FlowError, effectiveRetention, readBatchInfo } from '../../core/index.js';
 import type { SegmentMeta } from '../metastore/types.js';
 import type { SegmentFileSource, WriteAheadLog } from '../wal/types.js';
 import { ProducerState } from './producer-state.js';
@@ -304,7 +304,7 @@ export function background(lm: LogState): void {
   }
   const seals: Promise<void>[] = [];
   for (const p of lm.parts.values()) {
-    if (p.tail.length > 0 && (p.tailBytes >= lm.segmentBytes(p) || now - p.tailSince >= (p.def.segmentMs ?? lm.options.segmentMs))) {
+    if (p.tail.length > 0 && (p.tailBytes >= lm.segmentBytes(p) || now - p.tailSince >= (p.def.segmentMs ?? lm.defaults.segmentMs ?? lm.options.segmentMs))) {
       seals.push(seal(lm, p));
     }
   }
@@ -352,8 +352,7 @@ export async function deleteRecordsBefore(lm: LogState, stream: string, partitio
  */
 export async function applyRetention(lm: LogState, now: number): Promise<void> {
   for (const p of lm.parts.values()) {
-    const r = p.def.retentionMs;
-    const rb = p.def.retentionBytes ?? null;
+    const { ms: r, bytes: rb } = effectiveRetention(p.def, lm.defaults);
     if ((r === null && rb === null) || p.segments.length === 0 || p.fenced !== null) continue;
     let size = p.tailBytes;
     if (rb !== null) for (const seg of p.segments) size += seg.size;

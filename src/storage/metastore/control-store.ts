@@ -1,5 +1,6 @@
 /**
- * The control plane's storage role: users, groups, API tokens, policies, namespaces and dashboard login sessions,
+ * The control plane's storage role: users, groups, API tokens, policies, namespaces, dashboard login sessions and
+ * runtime settings (client quotas, broker configs),
  * kept in the metastore (SQLite embedded, PostgreSQL in a cluster) so that every broker sees the same identities.
  *
  * One keyed table of JSON documents rather than a table per kind: the control plane's objects are few (thousands,
@@ -21,7 +22,11 @@
  */
 import { FlowError } from '../../core/index.js';
 
-export const CONTROL_KINDS = ['user', 'group', 'token', 'policy', 'namespace', 'session'] as const;
+/**
+ * `quota` and `config` are the runtime settings (settings.ts): client quotas per user (and the default user's), and
+ * broker configs altered at run time (cluster-wide and per broker).
+ */
+export const CONTROL_KINDS = ['user', 'group', 'token', 'policy', 'namespace', 'session', 'quota', 'config'] as const;
 export type ControlKind = (typeof CONTROL_KINDS)[number];
 
 /** Kinds whose changes bump controlVersion (all but login sessions; see the contract above). */

@@ -228,4 +228,16 @@ export const migrations: readonly Migration[] = [
       ALTER TABLE streams ADD COLUMN settings TEXT;
     `,
   },
+  // Version 9: issue 25 (Kafka topic ids, KIP-516).
+  {
+    version: 9,
+    name: 'stream ids',
+    sql: `
+      -- StreamDef.id: a stream's identity (Kafka's topic id), 32 lowercase hex digits, made at creation and new for
+      -- every incarnation of a name. Streams made before it get a random one here (randomblob is evaluated per row).
+      ALTER TABLE streams ADD COLUMN stream_id TEXT;
+      UPDATE streams SET stream_id = lower(hex(randomblob(16)));
+      CREATE UNIQUE INDEX streams_by_id ON streams (stream_id);
+    `,
+  },
 ];

@@ -324,4 +324,16 @@ export const postgresMigrations: readonly PgMigration[] = [
       ALTER TABLE streams ADD COLUMN settings text;
     `,
   },
+  // Version 6: issue 25 (Kafka topic ids, KIP-516), as SQLite's version 9.
+  {
+    version: 6,
+    name: 'stream ids',
+    sql: `
+      -- StreamDef.id, 32 lowercase hex digits; streams made before it get a random one (gen_random_uuid, built in
+      -- from PostgreSQL 13, is evaluated per row).
+      ALTER TABLE streams ADD COLUMN stream_id text;
+      UPDATE streams SET stream_id = replace(gen_random_uuid()::text, '-', '');
+      CREATE UNIQUE INDEX streams_by_id ON streams (stream_id);
+    `,
+  },
 ];

@@ -184,8 +184,8 @@ export class PostgresMetastore implements Metastore {
       try {
         await this.q(
           'createStream',
-          'INSERT INTO streams (name, partitions, bindings, retention_ms, created_at, settings) VALUES ($1, $2, $3, $4, $5, $6)',
-          [def.name, def.partitions, JSON.stringify(def.bindings), def.retentionMs, def.createdAt, settingsColumn(def)],
+          'INSERT INTO streams (name, partitions, bindings, retention_ms, created_at, settings, stream_id) VALUES ($1, $2, $3, $4, $5, $6, $7)',
+          [def.name, def.partitions, JSON.stringify(def.bindings), def.retentionMs, def.createdAt, settingsColumn(def), def.id ?? null],
         );
       } catch (err) {
         const cause = err instanceof FlowError ? err.cause : undefined;
@@ -396,6 +396,28 @@ export class PostgresMetastore implements Metastore {
 
   async deleteGroup(group: string): Promise<void> {
     await this.keyed(GROUP, group, () => this.q('deleteGroup', 'DELETE FROM consumer_offsets WHERE group_id = $1', [group]));
+  }
+
+  async deleteOffsets(group: string, partitions: ReadonlyArray<{ stream: string; partition: number }>, fence?: number): Promise<void> {
+    for (const p of partitions) checkInt32('partition', p.partition);
+    if (fence !== undefined) checkInt('fence', fence);
+    if (partitions.length === 0) return;
+    const params: unknown[] = [group, partitions.map((p) => p.stream), partitions.map((p) => p.partition)];
+    // One statement (all or none); fenced like commitOffsets, so a coordinator whose group moved deletes nothing.
+    let fenced = '';
+    if (fence !== undefined) {
+      params.push(fence);
+      fenced = `WITH fence AS (SELECT flowmq_owner_check('group', $1, $4))`;
+    }
+    await this.keyed(GROUP, group, () =>
+      this.q(
+        fence !== undefined ? 'deleteOffsetsFenced' : 'deleteOffsets',
+        `${fenced}
+         DELETE FROM consumer_offsets o USING ${fence !== undefined ? 'fence, ' : ''}unnest($2::text[], $3::integer[]) AS t(s, p)
+         WHERE o.group_id = $1 AND o.stream = t.s AND o.partition = t.p`,
+        params,
+      ),
+    );
   }
 
   async allocateProducerIds(count: number): Promise<number> {

@@ -13,6 +13,8 @@ export interface StreamRow {
   created_at: number;
   /** JSON of the settings beyond retention (retentionBytes, segmentBytes, segmentMs, configs); null: none. */
   settings: string | null;
+  /** StreamDef.id (32 hex digits); the engine gives every stream one, migration 9 (SQLite) / 6 (PostgreSQL) those made before. */
+  stream_id: string | null;
 }
 
 export interface SegmentRow {
@@ -53,6 +55,7 @@ export const toStream = (r: StreamRow): StreamDef => ({
   retentionMs: r.retention_ms,
   createdAt: r.created_at,
   ...(r.settings ? (JSON.parse(r.settings) as StoredSettings) : {}),
+  ...(r.stream_id ? { id: r.stream_id } : {}),
 });
 
 /** The `settings` column of a definition: null when it has none of them (every stream made before they existed). */
@@ -111,6 +114,9 @@ export function checkStreamDef(def: StreamDef): void {
   }
   if (def.retentionMs !== null) checkInt('retentionMs', def.retentionMs);
   checkInt('createdAt', def.createdAt);
+  if (def.id !== undefined && (typeof def.id !== 'string' || !/^[0-9a-f]{32}$/.test(def.id))) {
+    throw new FlowError('INVALID_ARGUMENT', 'stream id must be 32 lowercase hex digits');
+  }
   if (def.retentionBytes != null) checkInt('retentionBytes', def.retentionBytes);
   if (def.segmentBytes != null) checkInt('segmentBytes', def.segmentBytes, 1);
   if (def.segmentMs != null) checkInt('segmentMs', def.segmentMs, 1);

@@ -323,7 +323,7 @@ export class SqliteMetastore implements Metastore {
     const db = this.db;
     return {
       insertStream: db.prepare(
-        'INSERT INTO streams (name, partitions, bindings, retention_ms, created_at, settings) VALUES (?, ?, ?, ?, ?, ?)',
+        'INSERT INTO streams (name, partitions, bindings, retention_ms, created_at, settings, stream_id) VALUES (?, ?, ?, ?, ?, ?, ?)',
       ),
       streamExists: db.prepare('SELECT 1 FROM streams WHERE name = ?'),
       listStreams: db.prepare('SELECT * FROM streams ORDER BY name'),
@@ -361,6 +361,7 @@ export class SqliteMetastore implements Metastore {
       listOffsets: db.prepare('SELECT * FROM consumer_offsets WHERE group_id = ? ORDER BY stream, partition'),
       listGroups: db.prepare('SELECT DISTINCT group_id FROM consumer_offsets ORDER BY group_id'),
       deleteGroup: db.prepare('DELETE FROM consumer_offsets WHERE group_id = ?'),
+      deleteOffset: db.prepare('DELETE FROM consumer_offsets WHERE group_id = ? AND stream = ? AND partition = ?'),
       producerIdNext: db.prepare('SELECT next_id FROM producer_ids WHERE id = 0'),
       producerIdAdvance: db.prepare('UPDATE producer_ids SET next_id = next_id + ? WHERE id = 0'),
       producerStatePut: db.prepare(
@@ -493,7 +494,7 @@ export class SqliteMetastore implements Metastore {
     checkStreamDef(def);
     await this.write('createStream', () => {
       try {
-        this.s.insertStream.run(def.name, def.partitions, JSON.stringify(def.bindings), def.retentionMs, def.createdAt, settingsColumn(def));
+        this.s.insertStream.run(def.name, def.partitions, JSON.stringify(def.bindings), def.retentionMs, def.createdAt, settingsColumn(def), def.id ?? null);
       } catch (err) {
         if (sqliteCode(err) === 'SQLITE_CONSTRAINT_PRIMARYKEY') {
           throw new FlowError('ALREADY_EXISTS', `stream "${def.name}" already exists`, { cause: err });
@@ -587,6 +588,15 @@ export class SqliteMetastore implements Metastore {
 
   async deleteGroup(group: string): Promise<void> {
     await this.write('deleteGroup', () => this.s.deleteGroup.run(group));
+  }
+
+  async deleteOffsets(group: string, partitions: ReadonlyArray<{ stream: string; partition: number }>, _fence?: number): Promise<void> {
+    for (const p of partitions) checkInt('partition', p.partition);
+    await this.write('deleteOffsets', () =>
+      this.db.transaction(() => {
+        for (const p of partitions) this.s.deleteOffset.run(group, p.stream, p.partition);
+      })(),
+    );
   }
 
   async allocateProducerIds(count: number): Promise<number> {

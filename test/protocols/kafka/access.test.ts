@@ -19,6 +19,8 @@ import {
   AclResourceType as Res,
   ApiVersionsApi,
   ApiKey,
+  ConsumerGroupDescribeApi,
+  ConsumerGroupHeartbeatApi,
   DescribeAclsApi,
   DescribeClusterApi,
   DescribeGroupsApi,
@@ -147,8 +149,38 @@ describe('kafka access control', () => {
     await directory.putPolicy({ name: 'g', effect: 'allow', actions: ['describe'], resources: ['group:seen-*'], principals: ['everyone'] });
     const c = await RawClient.connect(listener.address().port);
     try {
-      const l = await c.call(ListGroupsApi, 4, { statesFilter: [] });
+      const l = await c.call(ListGroupsApi, 4, { statesFilter: [], typesFilter: [] });
       assert.deepEqual(l.groups.map((g) => g.groupId), ['seen-g']);
+    } finally {
+      c.close();
+    }
+  });
+
+  it('ConsumerGroupHeartbeat needs the group and every named topic; a regex brings in only topics the client may describe', async () => {
+    await directory.putPolicy({ name: 'cg', effect: 'allow', actions: ['subscribe', 'describe'], resources: ['group:cg-*', 'stream:pub.*'], principals: ['everyone'] });
+    const c = await RawClient.connect(listener.address().port);
+    const join = (groupId: string, names: string[] | null, regex: string | null) =>
+      c.call(ConsumerGroupHeartbeatApi, 1, {
+        groupId,
+        memberId: `m-${groupId}`,
+        memberEpoch: 0,
+        instanceId: null,
+        rackId: null,
+        rebalanceTimeoutMs: 5000,
+        subscribedTopicNames: names,
+        subscribedTopicRegex: regex,
+        serverAssignor: null,
+        topicPartitions: [],
+      });
+    try {
+      assert.equal((await join('other', ['pub.a'], null)).errorCode, E.GROUP_AUTHORIZATION_FAILED);
+      assert.equal((await join('cg-1', ['pub.a', 'hidden'], null)).errorCode, E.TOPIC_AUTHORIZATION_FAILED);
+      const byRegex = await join('cg-2', [], '.*');
+      assert.equal(byRegex.errorCode, E.NONE);
+      const ids = (byRegex.assignment?.topicPartitions ?? []).map((t) => engine.getStreamById(t.topicId.toString('hex'))?.def.name).sort();
+      assert.deepEqual(ids, ['pub.a', 'pub.b'], 'hidden is left out');
+      const d = await c.call(ConsumerGroupDescribeApi, 1, { groupIds: ['cg-2', 'other'], includeAuthorizedOperations: false });
+      assert.deepEqual(d.groups.map((g) => g.errorCode), [E.NONE, E.GROUP_AUTHORIZATION_FAILED]);
     } finally {
       c.close();
     }

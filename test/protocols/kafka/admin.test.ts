@@ -177,7 +177,8 @@ describe('kafka topic administration', () => {
       assert.deepEqual(dc.results[0].configs.map((x) => [x.name, x.value, x.configType, x.configSource]), [['retention.ms', '-1', 5, 1]]);
       assert.deepEqual(dc.results[0].configs[0].synonyms, [
         { name: 'retention.ms', value: '-1', source: 1 },
-        { name: 'log.retention.ms', value: '-1', source: 5 },
+        { name: 'log.retention.hours', value: '-1', source: 4 },
+        { name: 'log.retention.hours', value: '168', source: 5 },
       ]);
       assert.equal(dc.results[2].configs[0].value, '2');
 

@@ -13,6 +13,8 @@ import { Cluster, MemoryClusterStore, PostgresClusterStore, type ClusterStore } 
 import { Engine, MemoryOffsetStore, encodeBatch, type CoreStore, type StreamStorage } from '../../../src/core/index.js';
 import { startKafkaListener } from '../../../src/protocols/kafka/index.js';
 import {
+  ConsumerGroupDescribeApi,
+  ConsumerGroupHeartbeatApi,
   CreateTopicsApi,
   DeleteRecordsApi,
   DescribeClusterApi,
@@ -27,11 +29,13 @@ import {
   ListGroupsApi,
   ListOffsetsApi,
   MetadataApi,
+  ZERO_UUID,
   OffsetCommitApi,
   OffsetFetchApi,
   OffsetForLeaderEpochApi,
   ProduceApi,
   SyncGroupApi,
+  type ConsumerGroupHeartbeatRequest,
   type FetchRequest,
   type JoinGroupRequest,
   type OffsetCommitRequest,
@@ -160,6 +164,20 @@ const commit = (groupId: string, generationId: number, memberId: string, topic: 
   topics: [{ name: topic, partitions: [{ partitionIndex: 0, committedOffset: offset, committedLeaderEpoch: -1, commitTimestamp: -1, committedMetadata: null }] }],
 });
 
+/** A ConsumerGroupHeartbeat (KIP-848) joining `groupId` as `memberId`, subscribed to `topic`. */
+const cgJoin = (groupId: string, memberId: string, topic: string): ConsumerGroupHeartbeatRequest => ({
+  groupId,
+  memberId,
+  memberEpoch: 0,
+  instanceId: null,
+  rackId: null,
+  rebalanceTimeoutMs: 5000,
+  subscribedTopicNames: [topic],
+  subscribedTopicRegex: null,
+  serverAssignor: null,
+  topicPartitions: [],
+});
+
 /** Joins a one-member group at `c` (KIP-394 handshake, then SyncGroup): its member id and generation. */
 async function joinAlone(c: RawClient, groupId: string): Promise<{ memberId: string; generationId: number }> {
   const first = await c.call(JoinGroupApi, 7, join(groupId, ''));
@@ -245,6 +263,16 @@ describe('kafka in a cluster of three brokers (one process)', () => {
     assert.deepEqual([ok.topics[0].partitions[0].errorCode, ok.topics[0].partitions[0].baseOffset], [E.NONE, 0]);
 
     assert.equal((await elsewhere.call(FetchApi, 12, fetchReq('ct', 0, -1))).responses[0].partitions[0].errorCode, E.NOT_LEADER_OR_FOLLOWER);
+    // KIP-951: from Produce v10 and Fetch v16 (by topic id, v13+) the refusal names the leader, its epoch and endpoint.
+    const leaderNode = [{ nodeId: leader.id, host: '127.0.0.1', port: leader.port, rack: null }];
+    const refused10 = await elsewhere.call(ProduceApi, 10, produce('ct', 0, 1));
+    assert.deepEqual(refused10.topics[0].partitions[0].currentLeader, { leaderId: leader.id, leaderEpoch: epoch });
+    assert.deepEqual(refused10.nodeEndpoints, leaderNode);
+    const byId = fetchReq('ct', 0, -1);
+    byId.topics[0].topicId = Buffer.from(other.engine.getStream('ct')!.def.id!, 'hex');
+    const refused16 = await elsewhere.call(FetchApi, 16, byId);
+    assert.deepEqual(refused16.responses[0].partitions.map((p) => [p.errorCode, p.currentLeader]), [[E.NOT_LEADER_OR_FOLLOWER, { leaderId: leader.id, leaderEpoch: epoch }]]);
+    assert.deepEqual(refused16.nodeEndpoints, leaderNode);
     const f = (await atLeader.call(FetchApi, 12, fetchReq('ct', 0, epoch))).responses[0].partitions[0];
     assert.deepEqual([f.errorCode, f.highWatermark, f.records?.length], [E.NONE, 3, 1]);
     // A client whose metadata is older than the leader's epoch is fenced; one ahead of it is told to wait.
@@ -299,13 +327,40 @@ describe('kafka in a cluster of three brokers (one process)', () => {
     assert.equal(oc.topics[0].partitions[0].errorCode, E.NONE);
     // Each broker lists the groups it coordinates.
     for (const b of brokers) {
-      const lg = await (await connect(b)).call(ListGroupsApi, 4, { statesFilter: [] });
+      const lg = await (await connect(b)).call(ListGroupsApi, 4, { statesFilter: [], typesFilter: [] });
       assert.equal(lg.groups.some((g) => g.groupId === group), b === coordinator, `broker ${b.id} lists ${group} iff it coordinates it`);
     }
     // Deleted (once empty): its owner row goes too.
     assert.equal((await c.call(LeaveGroupApi, 4, { groupId: group, memberId: '', members: [{ memberId: m.memberId, groupInstanceId: null, reason: null }] })).errorCode, E.NONE);
     assert.deepEqual((await c.call(DeleteGroupsApi, 2, { groupsNames: [group] })).results, [{ groupId: group, errorCode: E.NONE }]);
     assert.equal(await store.owner('group', group), null);
+    assert.equal(coordinator.cluster.owns('group', group), null);
+  });
+
+  it('a consumer-protocol group (KIP-848) is served by its placement broker, under the group ownership, as a classic one', async () => {
+    const group = 'cp-1';
+    const coordinator = brokers.find((b) => b.id === b.cluster.placement('group', group))!;
+    for (const b of brokers) {
+      if (b === coordinator) continue;
+      const c = await connect(b);
+      assert.equal((await c.call(ConsumerGroupHeartbeatApi, 1, cgJoin(group, 'm1', 'ct'))).errorCode, E.NOT_COORDINATOR);
+      assert.equal((await c.call(ConsumerGroupDescribeApi, 1, { groupIds: [group], includeAuthorizedOperations: false })).groups[0].errorCode, E.NOT_COORDINATOR);
+    }
+    assert.equal(coordinator.cluster.owns('group', group), null);
+    const c = await connect(coordinator);
+    const j = await c.call(ConsumerGroupHeartbeatApi, 1, cgJoin(group, 'm1', 'ct'));
+    assert.deepEqual([j.errorCode, j.memberEpoch, j.assignment?.topicPartitions[0].partitions], [E.NONE, 1, [0, 1, 2, 3, 4, 5]]);
+    assert.ok(coordinator.cluster.owns('group', group)! >= 1, 'the coordinator owns the group once used');
+    // Commits at the member epoch, fenced by the group's ownership epoch like classic ones.
+    const oc = await c.call(OffsetCommitApi, 9, commit(group, 1, 'm1', 'ct', 3));
+    assert.equal(oc.topics[0].partitions[0].errorCode, E.NONE);
+    for (const b of brokers) {
+      const lg = await (await connect(b)).call(ListGroupsApi, 5, { statesFilter: [], typesFilter: ['consumer'] });
+      assert.equal(lg.groups.some((g) => g.groupId === group), b === coordinator, `broker ${b.id} lists ${group} iff it coordinates it`);
+    }
+    const left = await c.call(ConsumerGroupHeartbeatApi, 1, { ...cgJoin(group, 'm1', 'ct'), memberEpoch: -1, rebalanceTimeoutMs: -1, subscribedTopicNames: null, topicPartitions: null });
+    assert.equal(left.errorCode, E.NONE);
+    assert.deepEqual((await c.call(DeleteGroupsApi, 2, { groupsNames: [group] })).results, [{ groupId: group, errorCode: E.NONE }]);
     assert.equal(coordinator.cluster.owns('group', group), null);
   });
 
@@ -403,6 +458,11 @@ describe('kafka in a cluster: a coordinator change', () => {
       const m = await joinAlone(a, group);
       assert.equal((await a.call(OffsetCommitApi, 8, commit(group, m.generationId, m.memberId, 'mv', 7))).topics[0].partitions[0].errorCode, E.NONE);
       const oldEpoch = first.cluster.owns('group', group)!;
+      // A consumer-protocol group coordinated by the same broker.
+      let cpGroup = '';
+      for (let i = 0; cpGroup === ''; i++) if (first.cluster.placement('group', `moving-cp-${i}`) === first.id) cpGroup = `moving-cp-${i}`;
+      const cpJoin = await a.call(ConsumerGroupHeartbeatApi, 1, cgJoin(cpGroup, 'cp-m', 'mv'));
+      assert.deepEqual([cpJoin.errorCode, cpJoin.memberEpoch], [E.NONE, 1]);
 
       // The coordinator leaves (graceful: hands everything over).
       await first.cluster.leave();
@@ -427,6 +487,14 @@ describe('kafka in a cluster: a coordinator change', () => {
       assert.equal((await c.call(HeartbeatApi, 4, { groupId: group, generationId: m.generationId, memberId: m.memberId, groupInstanceId: null })).errorCode, E.UNKNOWN_MEMBER_ID);
       await joinAlone(c, group);
       assert.ok(next.cluster.owns('group', group)! > oldEpoch, 'a later epoch');
+      // The consumer-protocol member too: unknown at its new coordinator, it joins again there.
+      const cpNext = rest.find((x) => x.id === x.cluster.placement('group', cpGroup))!;
+      const d = await RawClient.connect(cpNext.port);
+      clients.push(d);
+      const beat = await d.call(ConsumerGroupHeartbeatApi, 1, { ...cgJoin(cpGroup, 'cp-m', 'mv'), memberEpoch: 1, rebalanceTimeoutMs: -1, subscribedTopicNames: null, topicPartitions: null });
+      assert.equal(beat.errorCode, E.UNKNOWN_MEMBER_ID);
+      const rejoined = await d.call(ConsumerGroupHeartbeatApi, 1, cgJoin(cpGroup, 'cp-m', 'mv'));
+      assert.deepEqual([rejoined.errorCode, rejoined.assignment?.topicPartitions[0].partitions], [E.NONE, [0, 1, 2]]);
       const of = await c.call(OffsetFetchApi, 7, { groupId: group, topics: [{ name: 'mv', partitionIndexes: [0] }], requireStable: false, groups: [] });
       assert.deepEqual([of.errorCode, of.topics[0].partitions[0].committedOffset], [E.NONE, 7]);
     } finally {
@@ -459,6 +527,15 @@ describe('kafka in a cluster: offset commits fenced by the group epoch (PostgreS
         brokers.push(await startBroker(clusterStore, id, new MemoryStreams(), meta, [['fx', 1]]));
       }
       await settle(brokers, 1);
+      // Topic ids come from the shared metastore: every broker reports the same one (KIP-516).
+      const storedId = (await metas[0].listStreams()).find((d) => d.name === 'fx')?.id;
+      assert.match(String(storedId), /^[0-9a-f]{32}$/);
+      for (const b of brokers) {
+        const mc = await RawClient.connect(b.port);
+        clients.push(mc);
+        const md = await mc.call(MetadataApi, 12, { topics: [{ topicId: ZERO_UUID, name: 'fx' }], allowAutoTopicCreation: false, includeClusterAuthorizedOperations: false, includeTopicAuthorizedOperations: false });
+        assert.equal(md.topics[0].topicId.toString('hex'), storedId, `broker ${b.id} reports the stored topic id`);
+      }
       const group = 'fenced-group';
       const coord = brokers.find((b) => b.id === b.cluster.placement('group', group))!;
       const other = brokers.find((b) => b !== coord)!;

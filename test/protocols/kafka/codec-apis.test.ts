@@ -6,6 +6,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import {
+  ConsumerGroupHeartbeatApi,
   DescribeClusterApi,
   FindCoordinatorApi,
   HeartbeatApi,
@@ -110,6 +111,43 @@ const requestGoldens: Golden[] = [
     version: 8,
     frame: hex('0009 0008 00000005 0003 616263 00', '02 0267 00 00', '01', '00'),
     body: { groupId: '', topics: null, groups: [{ groupId: 'g', topics: null }], requireStable: true },
+  },
+  {
+    name: 'OffsetFetch v9 (member id and epoch, KIP-848)',
+    codec: OffsetFetchApi,
+    version: 9,
+    frame: hex('0009 0009 00000005 0003 616263 00', '02 0267 026d 00000003 00 00', '01', '00'),
+    body: { groupId: '', topics: null, groups: [{ groupId: 'g', memberId: 'm', memberEpoch: 3, topics: null }], requireStable: true },
+  },
+  {
+    name: 'ConsumerGroupHeartbeat v1 (a librdkafka join: names, empty regex, no owned partitions)',
+    codec: ConsumerGroupHeartbeatApi,
+    version: 1,
+    frame: hex(
+      '0044 0001 00000007 0003 616263 00',
+      '02 67', // group "g"
+      '02 6d', // member "m"
+      '00000000', // epoch 0: join
+      '00 00', // instance id, rack id: null
+      '000493e0', // rebalance timeout 300000
+      '02 02 74', // topic names ["t"]
+      '01', // regex ""
+      '00', // server assignor null
+      '01', // owned partitions []
+      '00',
+    ),
+    body: {
+      groupId: 'g',
+      memberId: 'm',
+      memberEpoch: 0,
+      instanceId: null,
+      rackId: null,
+      rebalanceTimeoutMs: 300000,
+      subscribedTopicNames: ['t'],
+      subscribedTopicRegex: '',
+      serverAssignor: null,
+      topicPartitions: [],
+    },
   },
   {
     name: 'InitProducerId v4 (flexible, KIP-360)',

@@ -503,8 +503,8 @@ describe('kafka golden requests', () => {
   it('ignores trailing bytes (as Kafka does); rejects unknown APIs and unsupported versions with typed errors', () => {
     assert.equal(decodeRequest(Buffer.concat([requestGoldens[0].frame, hex('00')])).trailingBytes, 1);
     expectProtocolError(() => decodeRequest(hex('0063 0000 00000001 ffff 0001 61')), 'UNKNOWN_API');
-    expectProtocolError(() => decodeRequest(hex('0000 000a 00000001 ffff')), 'UNSUPPORTED_VERSION');
-    expectProtocolError(() => decodeRequest(hex('0001 000d 00000001 ffff 00')), 'UNSUPPORTED_VERSION');
+    expectProtocolError(() => decodeRequest(hex('0000 000e 00000001 ffff')), 'UNSUPPORTED_VERSION');
+    expectProtocolError(() => decodeRequest(hex('0001 0013 00000001 ffff 00')), 'UNSUPPORTED_VERSION');
   });
 });
 

@@ -341,24 +341,24 @@ describe('kafka listener with real clients', () => {
       assert.deepEqual(
         av.apiKeys.map((k) => [k.apiKey, k.minVersion, k.maxVersion]),
         [
-          [0, 0, 9],
-          [1, 4, 12],
-          [2, 1, 7],
-          [3, 0, 12],
-          [8, 0, 8],
-          [9, 0, 8],
-          [10, 0, 4],
+          [0, 0, 13],
+          [1, 4, 18],
+          [2, 1, 11],
+          [3, 0, 13],
+          [8, 0, 10],
+          [9, 0, 10],
+          [10, 0, 6],
           [11, 0, 9],
           [12, 0, 4],
           [13, 0, 5],
           [14, 0, 5],
-          [15, 0, 5],
-          [16, 0, 4],
-          [18, 0, 3],
+          [15, 0, 6],
+          [16, 0, 5],
+          [18, 0, 4],
           [19, 0, 7],
           [20, 0, 6],
           [21, 0, 2],
-          [22, 0, 4],
+          [22, 0, 5],
           [23, 0, 4],
           // DescribeAcls, CreateAcls, DeleteAcls: advertised always (SECURITY_DISABLED without access control).
           [29, 0, 3],
@@ -366,10 +366,17 @@ describe('kafka listener with real clients', () => {
           [31, 0, 3],
           [32, 0, 4],
           [33, 0, 2],
+          [35, 0, 4],
           [37, 0, 3],
           [42, 0, 2],
+          [43, 0, 2],
           [44, 0, 1],
-          [60, 0, 1],
+          [47, 0, 0],
+          [60, 0, 2],
+          [61, 0, 0],
+          // ConsumerGroupHeartbeat, ConsumerGroupDescribe (KIP-848).
+          [68, 0, 1],
+          [69, 0, 1],
         ],
       );
       const md = await c.call(MetadataApi, 12, metadataRequest(['flex.t']));
@@ -424,7 +431,7 @@ describe('kafka listener with real clients', () => {
       const res = decodeResponse(ApiVersionsApi, 0, await c.next());
       assert.equal(res.correlationId, 123);
       assert.equal(res.body.errorCode, KafkaErrorCode.UNSUPPORTED_VERSION);
-      assert.ok(res.body.apiKeys.some((k) => k.apiKey === 18 && k.maxVersion === 3));
+      assert.ok(res.body.apiKeys.some((k) => k.apiKey === 18 && k.maxVersion === 4));
       // The connection stays usable.
       const av = await c.call(ApiVersionsApi, 0, { clientSoftwareName: null, clientSoftwareVersion: null });
       assert.equal(av.errorCode, 0);
@@ -709,7 +716,7 @@ describe('kafka listener with real clients', () => {
       assert.equal(log.entries('unsupported API').at(-1)?.apiKey, 99);
       // A known API at a version it does not advertise.
       const f = encodeRequest(MetadataApi, { apiVersion: 4, correlationId: 6, clientId: null }, metadataRequest(null), { sizePrefix: true });
-      f.writeInt16BE(13, 6); // Metadata v13 is not advertised
+      f.writeInt16BE(14, 6); // Metadata v14 is not advertised
       c.send(f);
       const r2 = await c.next();
       assert.deepEqual([r2.readInt32BE(0), r2.readInt16BE(4)], [6, KafkaErrorCode.UNSUPPORTED_VERSION]);

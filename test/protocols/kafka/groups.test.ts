@@ -178,7 +178,7 @@ describe('kafka group coordinator over the wire', () => {
     assert.equal(c4.topics[0].partitions[0].errorCode, E.NONE);
     const unknownTopic = await b.call(OffsetCommitApi, 2, { ...commit('g1', 2, bFirst.memberId, 9), topics: [{ name: 'nope', partitions: [{ partitionIndex: 0, committedOffset: 1, committedLeaderEpoch: -1, commitTimestamp: -1, committedMetadata: null }] }] });
     assert.equal(unknownTopic.topics[0].partitions[0].errorCode, E.UNKNOWN_TOPIC_OR_PARTITION);
-    const f8 = await a.call(OffsetFetchApi, 8, { groupId: '', topics: null, groups: [{ groupId: 'g1', topics: [{ name: 'gt', partitionIndexes: [0, 1] }] }], requireStable: true });
+    const f8 = await a.call(OffsetFetchApi, 8, { groupId: '', topics: null, groups: [{ groupId: 'g1', memberId: null, memberEpoch: -1, topics: [{ name: 'gt', partitionIndexes: [0, 1] }] }], requireStable: true });
     assert.deepEqual(
       f8.groups[0].topics[0].partitions.map((p) => [p.partitionIndex, p.committedOffset, p.metadata, p.errorCode]),
       [
@@ -195,7 +195,7 @@ describe('kafka group coordinator over the wire', () => {
     assert.deepEqual(d.groups[0].members.map((m) => m.memberAssignment.toString()).sort(), ['p0', 'p1']);
     assert.match(d.groups[0].members[0].clientHost, /127\.0\.0\.1/);
     assert.deepEqual([d.groups[1].errorCode, d.groups[1].groupState], [0, 'Dead']);
-    const l = await a.call(ListGroupsApi, 4, { statesFilter: ['stable'] });
+    const l = await a.call(ListGroupsApi, 4, { statesFilter: ['stable'], typesFilter: [] });
     assert.deepEqual(l.groups.map((g) => [g.groupId, g.groupState]), [['g1', 'Stable']]);
 
     // A group with members cannot be deleted.
@@ -262,7 +262,7 @@ describe('kafka group coordinator over the wire', () => {
     assert.equal(standalone.topics[0].partitions[0].errorCode, E.NONE, 'a generation-less commit to an unknown group');
     const restartLike = await b.call(OffsetCommitApi, 3, commit('unknown-group', 5, 'm', 4));
     assert.equal(restartLike.topics[0].partitions[0].errorCode, E.ILLEGAL_GENERATION);
-    const list = await b.call(ListGroupsApi, 0, { statesFilter: [] });
+    const list = await b.call(ListGroupsApi, 0, { statesFilter: [], typesFilter: [] });
     assert.ok(list.groups.some((g) => g.groupId === 'solo'), 'a group known only by its offsets is listed');
   });
 
@@ -272,8 +272,8 @@ describe('kafka group coordinator over the wire', () => {
     assert.equal(j.errorCode, E.NONE);
     const left = await a.call(LeaveGroupApi, 5, { groupId: 'g-empty', memberId: '', members: [{ memberId: j.memberId, groupInstanceId: null, reason: null }] });
     assert.equal(left.errorCode, E.NONE);
-    const listed = (await a.call(ListGroupsApi, 4, { statesFilter: [] })).groups.find((g) => g.groupId === 'g-empty');
-    assert.deepEqual(listed, { groupId: 'g-empty', protocolType: 'consumer', groupState: 'Empty' });
+    const listed = (await a.call(ListGroupsApi, 5, { statesFilter: [], typesFilter: [] })).groups.find((g) => g.groupId === 'g-empty');
+    assert.deepEqual(listed, { groupId: 'g-empty', protocolType: 'consumer', groupState: 'Empty', groupType: 'classic' });
     const described = (await a.call(DescribeGroupsApi, 5, { groups: ['g-empty'], includeAuthorizedOperations: false })).groups[0];
     assert.deepEqual([described.groupState, described.protocolType, described.members.length], ['Empty', 'consumer', 0]);
     // The next first member may bring another protocol type, which the group takes (Kafka's ClassicGroup.add).

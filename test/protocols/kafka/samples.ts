@@ -21,6 +21,12 @@ import {
   ListGroupsApi,
   OffsetCommitApi,
   OffsetFetchApi,
+  ConsumerGroupHeartbeatApi,
+  ConsumerGroupDescribeApi,
+  type ConsumerGroupHeartbeatRequest,
+  type ConsumerGroupHeartbeatResponse,
+  type ConsumerGroupDescribeRequest,
+  type ConsumerGroupDescribeResponse,
   OffsetForLeaderEpochApi,
   SaslAuthenticateApi,
   SaslHandshakeApi,
@@ -78,9 +84,34 @@ import {
   type DeleteAclsResponse,
   type DescribeAclsRequest,
   type DescribeAclsResponse,
+  DescribeLogDirsApi,
+  ElectLeadersApi,
+  OffsetDeleteApi,
+  DescribeProducersApi,
+  DescribeClientQuotasApi,
+  AlterClientQuotasApi,
+  DescribeUserScramCredentialsApi,
+  AlterUserScramCredentialsApi,
+  type DescribeLogDirsRequest,
+  type DescribeLogDirsResponse,
+  type ElectLeadersRequest,
+  type ElectLeadersResponse,
+  type OffsetDeleteRequest,
+  type OffsetDeleteResponse,
+  type DescribeProducersRequest,
+  type DescribeProducersResponse,
+  type DescribeClientQuotasRequest,
+  type DescribeClientQuotasResponse,
+  type AlterClientQuotasRequest,
+  type AlterClientQuotasResponse,
+  type DescribeUserScramCredentialsRequest,
+  type DescribeUserScramCredentialsResponse,
+  type AlterUserScramCredentialsRequest,
+  type AlterUserScramCredentialsResponse,
 } from '../../../src/protocols/kafka/codec/index.js';
 
 const b = (s: string): Buffer => Buffer.from(s);
+const TOPIC_ID = Buffer.from('0123456789abcdef0123456789abcdef', 'hex');
 const ID = Buffer.from('00112233445566778899aabbccddeeff', 'hex');
 
 export interface ApiSample {
@@ -177,11 +208,24 @@ export const API_SAMPLES: ApiSample[] = [
     response: { throttleTimeMs: 4, topics: [{ name: 't', partitions: [{ partitionIndex: 1, errorCode: 0 }] }] } satisfies OffsetCommitResponse,
   },
   {
+    // v10+: topics by id (the name is not sent).
+    codec: OffsetCommitApi,
+    request: {
+      groupId: 'g',
+      generationId: 4,
+      memberId: 'm',
+      groupInstanceId: 'i',
+      retentionTimeMs: -1,
+      topics: [{ name: '', topicId: TOPIC_ID, partitions: [{ partitionIndex: 1, committedOffset: 42, committedLeaderEpoch: 3, commitTimestamp: -1, committedMetadata: 'md' }] }],
+    } satisfies OffsetCommitRequest,
+    response: { throttleTimeMs: 4, topics: [{ name: '', topicId: TOPIC_ID, partitions: [{ partitionIndex: 1, errorCode: 0 }] }] } satisfies OffsetCommitResponse,
+  },
+  {
     codec: OffsetFetchApi,
     request: {
       groupId: 'g',
       topics: [{ name: 't', partitionIndexes: [0, 1] }],
-      groups: [{ groupId: 'g', topics: [{ name: 't', partitionIndexes: [1] }] }],
+      groups: [{ groupId: 'g', memberId: 'm', memberEpoch: 3, topics: [{ name: 't', partitionIndexes: [1] }] }],
       requireStable: true,
     } satisfies OffsetFetchRequest,
     response: {
@@ -192,6 +236,22 @@ export const API_SAMPLES: ApiSample[] = [
     } satisfies OffsetFetchResponse,
   },
   {
+    // v10+: topics by id.
+    codec: OffsetFetchApi,
+    request: {
+      groupId: '',
+      topics: [],
+      groups: [{ groupId: 'g', memberId: null, memberEpoch: -1, topics: [{ name: '', topicId: TOPIC_ID, partitionIndexes: [1] }] }],
+      requireStable: true,
+    } satisfies OffsetFetchRequest,
+    response: {
+      throttleTimeMs: 5,
+      topics: [],
+      errorCode: 0,
+      groups: [{ groupId: 'g', topics: [{ name: '', topicId: TOPIC_ID, partitions: [fetchPartition] }], errorCode: 0 }],
+    } satisfies OffsetFetchResponse,
+  },
+  {
     codec: DescribeGroupsApi,
     request: { groups: ['g1', 'g2'], includeAuthorizedOperations: true } satisfies DescribeGroupsRequest,
     response: {
@@ -199,6 +259,7 @@ export const API_SAMPLES: ApiSample[] = [
       groups: [
         {
           errorCode: 0,
+          errorMessage: 'msg',
           groupId: 'g1',
           groupState: 'Stable',
           protocolType: 'consumer',
@@ -213,8 +274,8 @@ export const API_SAMPLES: ApiSample[] = [
   },
   {
     codec: ListGroupsApi,
-    request: { statesFilter: ['Stable'] } satisfies ListGroupsRequest,
-    response: { throttleTimeMs: 7, errorCode: 0, groups: [{ groupId: 'g', protocolType: 'consumer', groupState: 'Stable' }] } satisfies ListGroupsResponse,
+    request: { statesFilter: ['Stable'], typesFilter: ['classic'] } satisfies ListGroupsRequest,
+    response: { throttleTimeMs: 7, errorCode: 0, groups: [{ groupId: 'g', protocolType: 'consumer', groupState: 'Stable', groupType: 'classic' }] } satisfies ListGroupsResponse,
   },
   {
     codec: DeleteGroupsApi,
@@ -334,7 +395,7 @@ export const API_SAMPLES: ApiSample[] = [
   },
   {
     codec: DescribeClusterApi,
-    request: { includeClusterAuthorizedOperations: true, endpointType: 2 } satisfies DescribeClusterRequest,
+    request: { includeClusterAuthorizedOperations: true, endpointType: 2, includeFencedBrokers: true } satisfies DescribeClusterRequest,
     response: {
       throttleTimeMs: 1,
       errorCode: 0,
@@ -342,7 +403,7 @@ export const API_SAMPLES: ApiSample[] = [
       endpointType: 2,
       clusterId: 'flowmq',
       controllerId: 0,
-      brokers: [{ brokerId: 0, host: 'h', port: 9092, rack: 'r' }],
+      brokers: [{ brokerId: 0, host: 'h', port: 9092, rack: 'r', isFenced: true }],
       clusterAuthorizedOperations: 5,
     } satisfies DescribeClusterResponse,
   },
@@ -402,5 +463,159 @@ export const API_SAMPLES: ApiSample[] = [
         },
       ],
     } satisfies DeleteAclsResponse,
+  },
+  {
+    codec: ConsumerGroupHeartbeatApi,
+    request: {
+      groupId: 'g',
+      memberId: 'm',
+      memberEpoch: 3,
+      instanceId: 'i',
+      rackId: 'r',
+      rebalanceTimeoutMs: 30000,
+      subscribedTopicNames: ['t1', 't2'],
+      subscribedTopicRegex: '(^t.*)',
+      serverAssignor: 'range',
+      topicPartitions: [{ topicId: TOPIC_ID, partitions: [0, 2] }],
+    } satisfies ConsumerGroupHeartbeatRequest,
+    response: {
+      throttleTimeMs: 0,
+      errorCode: 0,
+      errorMessage: null,
+      memberId: 'm',
+      memberEpoch: 4,
+      heartbeatIntervalMs: 5000,
+      assignment: { topicPartitions: [{ topicId: TOPIC_ID, partitions: [1] }] },
+    } satisfies ConsumerGroupHeartbeatResponse,
+  },
+  {
+    codec: ConsumerGroupDescribeApi,
+    request: { groupIds: ['g'], includeAuthorizedOperations: true } satisfies ConsumerGroupDescribeRequest,
+    response: {
+      throttleTimeMs: 0,
+      groups: [
+        {
+          errorCode: 0,
+          errorMessage: null,
+          groupId: 'g',
+          groupState: 'Stable',
+          groupEpoch: 4,
+          assignmentEpoch: 4,
+          assignorName: 'uniform',
+          members: [
+            {
+              memberId: 'm',
+              instanceId: null,
+              rackId: 'r',
+              memberEpoch: 4,
+              clientId: 'c',
+              clientHost: '/127.0.0.1',
+              subscribedTopicNames: ['t'],
+              subscribedTopicRegex: null,
+              assignment: { topicPartitions: [{ topicId: TOPIC_ID, topicName: 't', partitions: [0, 1] }] },
+              targetAssignment: { topicPartitions: [{ topicId: TOPIC_ID, topicName: 't', partitions: [0] }] },
+              memberType: 1,
+            },
+          ],
+          authorizedOperations: 8,
+        },
+      ],
+    } satisfies ConsumerGroupDescribeResponse,
+  },
+  {
+    codec: DescribeLogDirsApi,
+    request: { topics: [{ topic: 't', partitions: [0, 3] }] } satisfies DescribeLogDirsRequest,
+    response: {
+      throttleTimeMs: 2,
+      errorCode: 31,
+      results: [
+        {
+          errorCode: 0,
+          logDir: '/var/lib/flowmq',
+          topics: [{ name: 't', partitions: [{ partitionIndex: 3, partitionSize: 2 ** 33, offsetLag: 4, isFutureKey: true }] }],
+          totalBytes: 2 ** 40,
+          usableBytes: 2 ** 39,
+        },
+      ],
+    } satisfies DescribeLogDirsResponse,
+  },
+  {
+    codec: ElectLeadersApi,
+    request: { electionType: 1, topicPartitions: [{ topic: 't', partitions: [1, 2] }], timeoutMs: 5000 } satisfies ElectLeadersRequest,
+    response: {
+      throttleTimeMs: 3,
+      errorCode: 41,
+      replicaElectionResults: [{ topic: 't', partitionResult: [{ partitionId: 1, errorCode: 84, errorMessage: 'none needed' }] }],
+    } satisfies ElectLeadersResponse,
+  },
+  {
+    codec: OffsetDeleteApi,
+    request: { groupId: 'g', topics: [{ name: 't', partitions: [{ partitionIndex: 2 }] }] } satisfies OffsetDeleteRequest,
+    response: {
+      errorCode: 69,
+      throttleTimeMs: 4,
+      topics: [{ name: 't', partitions: [{ partitionIndex: 2, errorCode: 86 }] }],
+    } satisfies OffsetDeleteResponse,
+  },
+  {
+    codec: DescribeProducersApi,
+    request: { topics: [{ name: 't', partitionIndexes: [0, 5] }] } satisfies DescribeProducersRequest,
+    response: {
+      throttleTimeMs: 5,
+      topics: [
+        {
+          name: 't',
+          partitions: [
+            {
+              partitionIndex: 5,
+              errorCode: 3,
+              errorMessage: 'm',
+              activeProducers: [
+                { producerId: 2 ** 40, producerEpoch: 7, lastSequence: 99, lastTimestamp: 1700000000000, coordinatorEpoch: 2, currentTxnStartOffset: 12 },
+              ],
+            },
+          ],
+        },
+      ],
+    } satisfies DescribeProducersResponse,
+  },
+  {
+    codec: DescribeClientQuotasApi,
+    request: { components: [{ entityType: 'user', matchType: 2, match: 'alice' }], strict: true } satisfies DescribeClientQuotasRequest,
+    response: {
+      throttleTimeMs: 6,
+      errorCode: 0,
+      errorMessage: 'm',
+      entries: [{ entity: [{ entityType: 'user', entityName: 'alice' }], values: [{ key: 'producer_byte_rate', value: 1048576.5 }] }],
+    } satisfies DescribeClientQuotasResponse,
+  },
+  {
+    codec: AlterClientQuotasApi,
+    request: {
+      entries: [{ entity: [{ entityType: 'client-id', entityName: null }], ops: [{ key: 'consumer_byte_rate', value: 2.5, remove: true }] }],
+      validateOnly: true,
+    } satisfies AlterClientQuotasRequest,
+    response: {
+      throttleTimeMs: 7,
+      entries: [{ errorCode: 42, errorMessage: 'bad key', entity: [{ entityType: 'client-id', entityName: null }] }],
+    } satisfies AlterClientQuotasResponse,
+  },
+  {
+    codec: DescribeUserScramCredentialsApi,
+    request: { users: [{ name: 'alice' }, { name: 'bob' }] } satisfies DescribeUserScramCredentialsRequest,
+    response: {
+      throttleTimeMs: 8,
+      errorCode: 0,
+      errorMessage: 'm',
+      results: [{ user: 'alice', errorCode: 91, errorMessage: 'none', credentialInfos: [{ mechanism: 2, iterations: 8192 }] }],
+    } satisfies DescribeUserScramCredentialsResponse,
+  },
+  {
+    codec: AlterUserScramCredentialsApi,
+    request: {
+      deletions: [{ name: 'bob', mechanism: 1 }],
+      upsertions: [{ name: 'alice', mechanism: 2, iterations: 8192, salt: b('salt'), saltedPassword: b('salted') }],
+    } satisfies AlterUserScramCredentialsRequest,
+    response: { throttleTimeMs: 9, results: [{ user: 'alice', errorCode: 0, errorMessage: 'm' }] } satisfies AlterUserScramCredentialsResponse,
   },
 ];

@@ -130,7 +130,12 @@ describe('kafka topic configs', () => {
       assert.deepEqual(d.synonyms[0], { name, value: NON_DEFAULT[name], source: 1 }, `${name}: the topic's own value first`);
       assert.ok(d.documentation !== null && d.documentation.length > 0);
     }
-    assert.deepEqual(described.get('retention.ms')!.synonyms[1], { name: 'log.retention.ms', value: '-1', source: 5 });
+    // The broker-level fallback: FlowMQ keeps data forever (log.retention.hours -1, its own static setting), then
+    // Kafka's default (168 hours), in Kafka's order of precedence.
+    assert.deepEqual(described.get('retention.ms')!.synonyms.slice(1), [
+      { name: 'log.retention.hours', value: '-1', source: 4 },
+      { name: 'log.retention.hours', value: '168', source: 5 },
+    ]);
     assert.match(described.get('min.insync.replicas')!.documentation ?? '', /no effect/);
   });
 
@@ -139,8 +144,15 @@ describe('kafka topic configs', () => {
     const all = await describeTopic('cfg.plain', []);
     assert.equal(all.size, KAFKA_TOPIC_CONFIGS.length, 'an empty key list is every config');
     const d = all.get('segment.bytes')!;
-    assert.deepEqual([d.value, d.configSource, d.isDefault], [String(16 * 1024 * 1024), 5, false]);
-    assert.deepEqual(d.synonyms, [{ name: 'log.segment.bytes', value: String(16 * 1024 * 1024), source: 5 }]);
+    // Not set on the topic: the broker's log.segment.bytes, FlowMQ's --segment-bytes (STATIC_BROKER_CONFIG), then
+    // Kafka's default as the last synonym.
+    assert.deepEqual([d.value, d.configSource, d.isDefault], [String(16 * 1024 * 1024), 4, false]);
+    assert.deepEqual(d.synonyms, [
+      { name: 'log.segment.bytes', value: String(16 * 1024 * 1024), source: 4 },
+      { name: 'log.segment.bytes', value: '1073741824', source: 5 },
+    ]);
+    const rm = all.get('retention.ms')!;
+    assert.deepEqual([rm.value, rm.configSource], ['-1', 4], 'forever: FlowMQ\'s default retention');
     assert.equal(all.get('max.message.bytes')!.value, String(100 * 1024 * 1024), 'the largest request, by default');
     const two = await describeTopic('cfg.plain', ['retention.ms', 'cleanup.policy', 'no.such.config']);
     assert.deepEqual([...two.keys()], ['cleanup.policy', 'retention.ms']);
@@ -187,13 +199,14 @@ describe('kafka topic configs', () => {
       { name: 'retention.bytes', configOperation: 0, value: '1048576' },
       { name: 'min.insync.replicas', configOperation: 0, value: '2' },
       { name: 'leader.replication.throttled.replicas', configOperation: 2, value: '0:0' },
-      { name: 'leader.replication.throttled.replicas', configOperation: 2, value: '1:0,0:0' },
       { name: 'segment.bytes', configOperation: 1, value: null },
     ]);
     assert.equal(r.responses[0].errorCode, E.NONE, r.responses[0].errorMessage ?? '');
+    r = await inc([{ name: 'leader.replication.throttled.replicas', configOperation: 2, value: '1:0,0:0' }]);
+    assert.equal(r.responses[0].errorCode, E.NONE, r.responses[0].errorMessage ?? '');
     let d = await describeTopic('cfg.inc');
     assert.deepEqual([d.get('retention.bytes')!.value, d.get('min.insync.replicas')!.value, d.get('leader.replication.throttled.replicas')!.value], ['1048576', '2', '0:0,1:0']);
-    assert.equal(d.get('segment.bytes')!.configSource, 5, 'deleted: back to the default');
+    assert.equal(d.get('segment.bytes')!.configSource, 4, "deleted: back to the broker's (FlowMQ's --segment-bytes)");
     assert.deepEqual([engine.getStream('cfg.inc')!.def.retentionBytes, engine.getStream('cfg.inc')!.def.segmentBytes ?? null], [1_048_576, null]);
     r = await inc([{ name: 'leader.replication.throttled.replicas', configOperation: 3, value: '0:0' }]);
     assert.equal(r.responses[0].errorCode, E.NONE);
@@ -203,11 +216,31 @@ describe('kafka topic configs', () => {
       { name: 'retention.ms', configOperation: 2, value: '1' }, // APPEND to a config that is not a list
       { name: 'cleanup.policy', configOperation: 2, value: 'compact' },
       { name: 'no.such.config', configOperation: 0, value: '1' },
-      { name: 'retention.bytes', configOperation: 0, value: null },
     ]) {
       r = await inc([{ name: 'min.insync.replicas', configOperation: 0, value: '3' }, bad]);
       assert.equal(r.responses[0].errorCode, E.INVALID_CONFIG, JSON.stringify(bad));
     }
+    // As Kafka (ConfigAdminManager.preprocess): a null value to set, or a config named twice, is INVALID_REQUEST.
+    for (const bad of [
+      [{ name: 'retention.bytes', configOperation: 0, value: null }],
+      [
+        { name: 'leader.replication.throttled.replicas', configOperation: 2, value: '2:0' },
+        { name: 'leader.replication.throttled.replicas', configOperation: 2, value: '3:0' },
+      ],
+    ]) {
+      r = await inc([{ name: 'min.insync.replicas', configOperation: 0, value: '3' }, ...bad]);
+      assert.equal(r.responses[0].errorCode, E.INVALID_REQUEST, JSON.stringify(bad));
+      assert.ok((r.responses[0].errorMessage ?? '').length > 0);
+    }
+    // The same resource twice in one request: both refused, INVALID_REQUEST.
+    const twice = await c.call(IncrementalAlterConfigsApi, 1, {
+      resources: [
+        { resourceType: 2, resourceName: 'cfg.inc', configs: [{ name: 'min.insync.replicas', configOperation: 0, value: '3' }] },
+        { resourceType: 2, resourceName: 'cfg.inc', configs: [{ name: 'min.insync.replicas', configOperation: 0, value: '4' }] },
+      ],
+      validateOnly: false,
+    });
+    assert.deepEqual(twice.responses.map((x) => x.errorCode), [E.INVALID_REQUEST, E.INVALID_REQUEST]);
     r = await inc([{ name: 'min.insync.replicas', configOperation: 0, value: '3' }], true);
     assert.equal(r.responses[0].errorCode, E.NONE);
     d = await describeTopic('cfg.inc');
@@ -217,14 +250,21 @@ describe('kafka topic configs', () => {
   it('replaces the whole set with AlterConfigs', async () => {
     await c.call(CreateTopicsApi, 7, { topics: [topic('cfg.alt', [{ name: 'retention.ms', value: '60000' }, { name: 'compression.type', value: 'lz4' }])], timeoutMs: 1000, validateOnly: false });
     const r = await c.call(AlterConfigsApi, 2, {
-      resources: [{ resourceType: 2, resourceName: 'cfg.alt', configs: [{ name: 'segment.ms', value: '600000' }, { name: 'flush.ms', value: null }] }],
+      resources: [{ resourceType: 2, resourceName: 'cfg.alt', configs: [{ name: 'segment.ms', value: '600000' }] }],
       validateOnly: false,
     });
     assert.equal(r.responses[0].errorCode, E.NONE, r.responses[0].errorMessage ?? '');
+    // Kafka refuses a null value in AlterConfigs (INVALID_REQUEST), changing nothing.
+    const withNull = await c.call(AlterConfigsApi, 2, {
+      resources: [{ resourceType: 2, resourceName: 'cfg.alt', configs: [{ name: 'segment.ms', value: '700000' }, { name: 'flush.ms', value: null }] }],
+      validateOnly: false,
+    });
+    assert.equal(withNull.responses[0].errorCode, E.INVALID_REQUEST);
+    assert.match(withNull.responses[0].errorMessage ?? '', /flush\.ms/);
     const d = await describeTopic('cfg.alt');
     assert.deepEqual(
       ['retention.ms', 'compression.type', 'segment.ms', 'flush.ms'].map((n) => [n, d.get(n)!.value, d.get(n)!.configSource]),
-      [['retention.ms', '-1', 5], ['compression.type', 'producer', 5], ['segment.ms', '600000', 1], ['flush.ms', '9223372036854775807', 5]],
+      [['retention.ms', '-1', 4], ['compression.type', 'producer', 5], ['segment.ms', '600000', 1], ['flush.ms', '9223372036854775807', 5]],
     );
     const def = engine.getStream('cfg.alt')!.def;
     assert.deepEqual([def.retentionMs, def.segmentMs], [null, 600_000]);

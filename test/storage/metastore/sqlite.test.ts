@@ -171,10 +171,38 @@ describe('SqliteMetastore', () => {
       db.prepare("INSERT INTO streams (name, partitions, bindings, retention_ms, created_at) VALUES ('s', 1, '[]', 5000, 1)").run();
       db.close();
       const m = SqliteMetastore.open(file);
-      assert.equal(m.schemaVersion(), 8);
-      assert.deepEqual(await m.listStreams(), [{ name: 's', partitions: 1, bindings: [], retentionMs: 5000, createdAt: 1 }]);
+      assert.equal(m.schemaVersion(), migrations.length);
+      // (Migration 9 gave it an id too: see below.)
+      assert.deepEqual((await m.listStreams()).map(({ id: _id, ...d }) => d), [{ name: 's', partitions: 1, bindings: [], retentionMs: 5000, createdAt: 1 }]);
       await m.updateStream({ name: 's', partitions: 1, bindings: [], retentionMs: 5000, createdAt: 1, segmentBytes: 1 << 20, configs: { 'min.insync.replicas': '2' } });
       assert.deepEqual((await m.listStreams())[0].configs, { 'min.insync.replicas': '2' });
+      await m.close();
+    });
+
+    it('migration 9 gives every existing stream its own id, kept by later opens and updates', async () => {
+      const file = freshFile();
+      await SqliteMetastore.open(file).close();
+      for (const f of [file, `${file}-wal`, `${file}-shm`]) await rm(f, { force: true });
+      const db = new Database(file);
+      db.pragma('journal_mode = WAL');
+      migrate(db, migrations.slice(0, 8));
+      const ins = db.prepare('INSERT INTO streams (name, partitions, bindings, retention_ms, created_at, settings) VALUES (?, 1, ?, NULL, 1, NULL)');
+      for (const name of ['a', 'b', 'c']) ins.run(name, JSON.stringify([name]));
+      db.close();
+      let m = SqliteMetastore.open(file);
+      assert.equal(m.schemaVersion(), 9);
+      const ids = (await m.listStreams()).map((d) => d.id);
+      for (const id of ids) assert.match(String(id), /^[0-9a-f]{32}$/);
+      assert.equal(new Set(ids).size, 3, 'one id per stream');
+      await m.updateStream({ name: 'a', partitions: 2, bindings: ['a'], retentionMs: null, createdAt: 1 });
+      await m.close();
+      m = SqliteMetastore.open(file);
+      assert.deepEqual((await m.listStreams()).map((d) => d.id), ids, 'the same ids after reopening and an update');
+      // A stream made now keeps the id it is given; made again under a name, another id.
+      await m.deleteStream('b');
+      await m.createStream({ name: 'b', partitions: 1, bindings: ['b'], retentionMs: null, createdAt: 2, id: 'ab'.repeat(16) });
+      assert.equal((await m.listStreams()).find((d) => d.name === 'b')?.id, 'ab'.repeat(16));
+      await assert.rejects(m.createStream({ name: 'd', partitions: 1, bindings: [], retentionMs: null, createdAt: 2, id: 'nothex' }), (e: unknown) => isFlowError(e, 'INVALID_ARGUMENT'));
       await m.close();
     });
 

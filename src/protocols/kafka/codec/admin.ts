@@ -9,10 +9,11 @@
  * - DeleteRecords 0-2: v2 flexible.
  * - DescribeConfigs 0-4: v1 synonyms and config source; v3 type and documentation (KIP-569); v4 flexible.
  * - AlterConfigs 0-2, IncrementalAlterConfigs 0-1 (KIP-339): last version flexible.
- * - InitProducerId 0-4: v2 flexible; v3 current producer id and epoch (KIP-360).
+ * - InitProducerId 0-5: v2 flexible; v3 current producer id and epoch (KIP-360); v4 PRODUCER_FENCED; v5 adds no
+ *   field (TRANSACTION_ABORTABLE, KIP-890). v6 (two-phase commit, KIP-939) is not yet a stable Kafka version.
  * - SaslHandshake 0-1: v1 means the tokens then travel in SaslAuthenticate requests (KIP-152).
  * - SaslAuthenticate 0-2: v1 session lifetime (KIP-368); v2 flexible.
- * - DescribeCluster 0-1 (KIP-700): always flexible; v1 endpoint type.
+ * - DescribeCluster 0-2 (KIP-700): always flexible; v1 endpoint type (KIP-919); v2 fenced brokers (KIP-1073).
  * - OffsetForLeaderEpoch 0-4 (KIP-101, KIP-320): v1 leader epoch in the response; v2 current leader epoch and
  *   throttle; v3 replica id; v4 flexible.
  */
@@ -229,7 +230,7 @@ export type IncrementalAlterConfigsRequest = ValueOf<typeof IncrementalAlterConf
 export type IncrementalAlterConfigsResponse = ValueOf<typeof IncrementalAlterConfigsApi.response>;
 
 export const InitProducerIdApi = messageApi(
-  { apiKey: ApiKey.InitProducerId, name: 'InitProducerId', minVersion: 0, maxVersion: 4, firstFlexibleVersion: 2 },
+  { apiKey: ApiKey.InitProducerId, name: 'InitProducerId', minVersion: 0, maxVersion: 5, firstFlexibleVersion: 2 },
   {
     transactionalId: nullableString(),
     transactionTimeoutMs: int32(),
@@ -258,8 +259,8 @@ export type SaslAuthenticateRequest = ValueOf<typeof SaslAuthenticateApi.request
 export type SaslAuthenticateResponse = ValueOf<typeof SaslAuthenticateApi.response>;
 
 export const DescribeClusterApi = messageApi(
-  { apiKey: ApiKey.DescribeCluster, name: 'DescribeCluster', minVersion: 0, maxVersion: 1, firstFlexibleVersion: 0 },
-  { includeClusterAuthorizedOperations: bool(), endpointType: int8().v(1, Infinity, 1) },
+  { apiKey: ApiKey.DescribeCluster, name: 'DescribeCluster', minVersion: 0, maxVersion: 2, firstFlexibleVersion: 0 },
+  { includeClusterAuthorizedOperations: bool(), endpointType: int8().v(1, Infinity, 1), includeFencedBrokers: bool().v(2).optional() },
   {
     throttleTimeMs: int32(),
     errorCode: int16(),
@@ -267,7 +268,7 @@ export const DescribeClusterApi = messageApi(
     endpointType: int8().v(1, Infinity, 1),
     clusterId: string(),
     controllerId: int32(),
-    brokers: array(struct({ brokerId: int32(), host: string(), port: int32(), rack: nullableString() })),
+    brokers: array(struct({ brokerId: int32(), host: string(), port: int32(), rack: nullableString(), isFenced: bool().v(2).optional() })),
     clusterAuthorizedOperations: int32(),
   },
 );

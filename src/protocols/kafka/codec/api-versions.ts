@@ -1,6 +1,6 @@
 /**
- * ApiVersions (key 18), versions 0-3; v3 is flexible (KIP-482) and carries the client's software name and
- * version (KIP-511). Its response always uses response header v0 (see `ApiCodec.responseHeaderV0`).
+ * ApiVersions (key 18), versions 0-4; v3 is flexible (KIP-482) and carries the client's software name and
+ * version (KIP-511); v4 has the same fields (it lets feature ranges start at 0, KAFKA-17011). Its response always uses response header v0 (see `ApiCodec.responseHeaderV0`).
  */
 import { ApiKey, type ApiCodec } from './api.js';
 import type { Reader, Writer } from './primitives.js';
@@ -28,7 +28,7 @@ export const ApiVersionsApi: ApiCodec<ApiVersionsRequest, ApiVersionsResponse> =
   apiKey: ApiKey.ApiVersions,
   name: 'ApiVersions',
   minVersion: 0,
-  maxVersion: 3,
+  maxVersion: 4,
   firstFlexibleVersion: 3,
   responseHeaderV0: true,
 

@@ -35,14 +35,21 @@ export const ApiKey = {
   DeleteAcls: 31,
   DescribeConfigs: 32,
   AlterConfigs: 33,
+  DescribeLogDirs: 35,
   SaslAuthenticate: 36,
   CreatePartitions: 37,
   DeleteGroups: 42,
+  ElectLeaders: 43,
   IncrementalAlterConfigs: 44,
   OffsetDelete: 47,
+  DescribeClientQuotas: 48,
+  AlterClientQuotas: 49,
+  DescribeUserScramCredentials: 50,
+  AlterUserScramCredentials: 51,
   DescribeCluster: 60,
   DescribeProducers: 61,
   ConsumerGroupHeartbeat: 68,
+  ConsumerGroupDescribe: 69,
 } as const;
 
 const API_NAMES = new Map<number, string>(Object.entries(ApiKey).map(([name, key]) => [key, name]));

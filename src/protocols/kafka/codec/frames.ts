@@ -18,6 +18,17 @@ import {
   type RequestHeader,
 } from './api.js';
 import { CreateAclsApi, DeleteAclsApi, DescribeAclsApi } from './acls.js';
+import {
+  AlterClientQuotasApi,
+  AlterUserScramCredentialsApi,
+  DescribeClientQuotasApi,
+  DescribeLogDirsApi,
+  DescribeProducersApi,
+  DescribeUserScramCredentialsApi,
+  ElectLeadersApi,
+  OffsetDeleteApi,
+} from './cluster-admin.js';
+import { ConsumerGroupDescribeApi, ConsumerGroupHeartbeatApi } from './consumer-groups.js';
 import { ApiVersionsApi } from './api-versions.js';
 import { KafkaProtocolError } from './errors.js';
 import { FetchApi } from './fetch.js';
@@ -84,6 +95,16 @@ export const API_CODECS: readonly AnyApiCodec[] = [
   DescribeAclsApi,
   CreateAclsApi,
   DeleteAclsApi,
+  ConsumerGroupHeartbeatApi,
+  ConsumerGroupDescribeApi,
+  DescribeLogDirsApi,
+  ElectLeadersApi,
+  OffsetDeleteApi,
+  DescribeProducersApi,
+  DescribeClientQuotasApi,
+  AlterClientQuotasApi,
+  DescribeUserScramCredentialsApi,
+  AlterUserScramCredentialsApi,
 ];
 
 const BY_KEY = new Map<number, AnyApiCodec>(API_CODECS.map((c) => [c.apiKey, c]));

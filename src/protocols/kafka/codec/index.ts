@@ -9,6 +9,8 @@ export * from './fetch.js';
 export * from './list-offsets.js';
 export * from './schema.js';
 export * from './groups.js';
+export * from './consumer-groups.js';
 export * from './admin.js';
 export * from './acls.js';
+export * from './cluster-admin.js';
 export * from './frames.js';

@@ -1,7 +1,8 @@
 /**
- * ListOffsets (key 2), versions 1-7; v6+ flexible. v0 (several "old style" offsets per partition) is not
+ * ListOffsets (key 2), versions 1-11; v6+ flexible. v0 (several "old style" offsets per partition) is not
  * offered. v2 adds isolation level and throttle time; v4 leader epochs (KIP-320); v7 the MAX_TIMESTAMP (-3)
- * query (KIP-734).
+ * query (KIP-734); v8 EARLIEST_LOCAL (-4, KIP-405); v9 LATEST_TIERED (-5, KIP-1005); v10 the request's timeout
+ * for remote reads (KIP-1075); v11 EARLIEST_PENDING_UPLOAD (-6, KIP-1023).
  */
 import { ApiKey, type ApiCodec } from './api.js';
 import type { Reader, Writer } from './primitives.js';
@@ -11,6 +12,12 @@ export const LATEST_TIMESTAMP = -1;
 export const EARLIEST_TIMESTAMP = -2;
 /** v7+: the offset of the record with the largest timestamp (KIP-734). */
 export const MAX_TIMESTAMP = -3;
+/** v8+: the first offset still in the local log (KIP-405). */
+export const EARLIEST_LOCAL_TIMESTAMP = -4;
+/** v9+: the last offset in tiered (remote) storage (KIP-1005). */
+export const LATEST_TIERED_TIMESTAMP = -5;
+/** v11+: the first offset not yet uploaded to tiered storage (KIP-1023). */
+export const EARLIEST_PENDING_UPLOAD_TIMESTAMP = -6;
 
 export interface ListOffsetsPartition {
   partitionIndex: number;
@@ -29,6 +36,8 @@ export interface ListOffsetsRequest {
   /** v2+. */
   isolationLevel: number;
   topics: ListOffsetsTopic[];
+  /** v10+: how long a read from remote storage may take; 0 before. */
+  timeoutMs?: number;
 }
 
 export interface ListOffsetsPartitionResponse {
@@ -55,7 +64,7 @@ export const ListOffsetsApi: ApiCodec<ListOffsetsRequest, ListOffsetsResponse> =
   apiKey: ApiKey.ListOffsets,
   name: 'ListOffsets',
   minVersion: 1,
-  maxVersion: 7,
+  maxVersion: 11,
   firstFlexibleVersion: 6,
 
   decodeRequest(r: Reader, version: number): ListOffsetsRequest {
@@ -73,8 +82,9 @@ export const ListOffsetsApi: ApiCodec<ListOffsetsRequest, ListOffsetsResponse> =
       r.taggedFields();
       return { name, partitions };
     });
+    const timeoutMs = version >= 10 ? r.int32() : 0;
     r.taggedFields();
-    return { replicaId, isolationLevel, topics };
+    return { replicaId, isolationLevel, topics, ...(version >= 10 ? { timeoutMs } : {}) };
   },
 
   encodeRequest(w: Writer, version: number, req: ListOffsetsRequest): void {
@@ -90,6 +100,7 @@ export const ListOffsetsApi: ApiCodec<ListOffsetsRequest, ListOffsetsResponse> =
       });
       w.taggedFields();
     });
+    if (version >= 10) w.int32(req.timeoutMs ?? 0);
     w.taggedFields();
   },
 

@@ -1,9 +1,9 @@
 /**
- * Metadata (key 3), versions 0-12; v9+ flexible. Version notes (from the protocol's message definitions):
+ * Metadata (key 3), versions 0-13; v9+ flexible. Version notes (from the protocol's message definitions):
  * v1 adds racks, controller id, is_internal and makes a null topic list mean "all topics" (in v0 an empty list
  * does); v2 cluster id; v3 throttle time; v4 allow_auto_topic_creation; v5 offline replicas; v7 leader epoch;
  * v8 authorized operations; v10 topic ids (KIP-516); v11 drops cluster authorized operations (KIP-700);
- * v12 allows a null topic name (lookup by id) in responses too.
+ * v12 allows a null topic name (lookup by id) in responses too; v13 a top-level error code (KIP-1102).
  */
 import { ApiKey, type ApiCodec } from './api.js';
 import { ZERO_UUID, type Reader, type Uuid, type Writer } from './primitives.js';
@@ -65,6 +65,8 @@ export interface MetadataResponse {
   topics: MetadataTopic[];
   /** v8-10. */
   clusterAuthorizedOperations: number;
+  /** v13+: an error of the whole request (REBOOTSTRAP_REQUIRED, KIP-1102); 0 otherwise. */
+  errorCode?: number;
 }
 
 /** "Authorized operations not requested" (the protocol's default for the authorized-operations bitfields). */
@@ -79,7 +81,7 @@ export const MetadataApi: ApiCodec<MetadataRequest, MetadataResponse> = {
   apiKey: ApiKey.Metadata,
   name: 'Metadata',
   minVersion: 0,
-  maxVersion: 12,
+  maxVersion: 13,
   firstFlexibleVersion: 9,
 
   decodeRequest(r: Reader, version: number): MetadataRequest {
@@ -142,6 +144,7 @@ export const MetadataApi: ApiCodec<MetadataRequest, MetadataResponse> = {
       w.taggedFields();
     });
     if (version >= 8 && version <= 10) w.int32(res.clusterAuthorizedOperations);
+    if (version >= 13) w.int16(res.errorCode ?? 0);
     w.taggedFields();
   },
 
@@ -178,7 +181,8 @@ export const MetadataApi: ApiCodec<MetadataRequest, MetadataResponse> = {
       return { errorCode, name, topicId, isInternal, partitions, topicAuthorizedOperations };
     });
     const clusterAuthorizedOperations = version >= 8 && version <= 10 ? r.int32() : AUTHORIZED_OPERATIONS_OMITTED;
+    const errorCode = version >= 13 ? r.int16() : 0;
     r.taggedFields();
-    return { throttleTimeMs, brokers, clusterId, controllerId, topics, clusterAuthorizedOperations };
+    return { throttleTimeMs, brokers, clusterId, controllerId, topics, clusterAuthorizedOperations, ...(version >= 13 ? { errorCode } : {}) };
   },
 };

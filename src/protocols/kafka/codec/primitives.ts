@@ -90,6 +90,13 @@ export class Reader {
   int64(): number {
     return Number(this.bigint64());
   }
+  /** FLOAT64: an IEEE 754 double, big-endian (client quota values). */
+  float64(): number {
+    this.need(8, 'float64');
+    const v = this.buf.readDoubleBE(this.pos);
+    this.pos += 8;
+    return v;
+  }
   /** Any byte but 0 is true, as Kafka's generated readers take it (`readByte() != 0`). */
   bool(): boolean {
     this.need(1, 'boolean');
@@ -372,6 +379,12 @@ export class Writer {
     this.ensure(4);
     this.buf.writeUInt32BE(v, this.pos);
     this.pos += 4;
+    return this;
+  }
+  float64(v: number): this {
+    this.ensure(8);
+    this.buf.writeDoubleBE(v, this.pos);
+    this.pos += 8;
     return this;
   }
   int64(v: number | bigint): this {

@@ -46,6 +46,19 @@ export class Field<T> {
   has(version: number): boolean {
     return version >= this.min && version <= this.max;
   }
+
+  /**
+   * The same field, optional in the TypeScript type (a value left out is written as the default): for fields added
+   * by later versions, so that code written for the earlier ones need not name them.
+   */
+  optional(): OptionalField<T> {
+    return new OptionalField(this.readFn, this.writeFn, this.makeDefault, this.min, this.max);
+  }
+}
+
+/** A field a value may leave out (Field.optional). */
+export class OptionalField<T> extends Field<T> {
+  readonly isOptional = true as const;
 }
 
 /** Any field, whatever its value type (the shape of a struct mixes them). */
@@ -56,8 +69,10 @@ interface AnyField {
   makeDefault(): unknown;
 }
 type Shape = Record<string, AnyField>;
-/** The TypeScript type a struct description decodes to. */
-export type Infer<S> = { [K in keyof S]: S[K] extends Field<infer T> ? T : never };
+/** The TypeScript type a struct description decodes to (optional fields may be left out when writing). */
+export type Infer<S> = { [K in keyof S as S[K] extends { readonly isOptional: true } ? never : K]: S[K] extends Field<infer T> ? T : never } & {
+  [K in keyof S as S[K] extends { readonly isOptional: true } ? K : never]?: S[K] extends Field<infer T> ? T : never;
+};
 /** The value type of a field (e.g. of an API's `request` struct). */
 export type ValueOf<F> = F extends Field<infer T> ? T : never;
 
@@ -73,6 +88,7 @@ export const int16 = (): Field<number> => prim((r) => r.int16(), (w, v) => void 
 export const int32 = (): Field<number> => prim((r) => r.int32(), (w, v) => void w.int32(v), 0);
 /** INT64 as a number (offsets, timestamps, producer ids: all below 2^53 in practice). */
 export const int64 = (): Field<number> => prim((r) => r.int64(), (w, v) => void w.int64(v), 0);
+export const float64 = (): Field<number> => prim((r) => r.float64(), (w, v) => void w.float64(v), 0);
 export const bool = (): Field<boolean> => prim((r) => r.bool(), (w, v) => void w.bool(v), false);
 export const uuid = (): Field<Uuid> => prim((r) => r.uuid(), (w, v) => void w.uuid(v), ZERO_UUID);
 export const string = (): Field<string> => prim((r) => r.string(), (w, v) => void w.string(v), '');
@@ -128,13 +144,21 @@ export function struct<S extends Shape>(shape: S): Field<Infer<S>> {
   return new Field<Infer<S>>(
     (r, v) => {
       const out: Record<string, unknown> = {};
-      for (const [k, f] of entries) out[k] = f.has(v) ? f.read(r, v) : f.makeDefault();
+      // An optional field is left out of the versions without it (so a message of an older version looks as it did).
+      for (const [k, f] of entries) {
+        if (f.has(v)) out[k] = f.read(r, v);
+        else if (!(f instanceof OptionalField)) out[k] = f.makeDefault();
+      }
       r.taggedFields();
       return out as Infer<S>;
     },
     (w, v, x) => {
       const rec = x as Record<string, unknown>;
-      for (const [k, f] of entries) if (f.has(v)) f.write(w, v, rec[k] as never);
+      for (const [k, f] of entries) {
+        if (!f.has(v)) continue;
+        const x = rec[k];
+        f.write(w, v, (x === undefined ? f.makeDefault() : x) as never);
+      }
       w.taggedFields();
     },
     () => {

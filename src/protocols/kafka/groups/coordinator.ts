@@ -15,6 +15,15 @@
  * - Requests from an older generation are fenced with ILLEGAL_GENERATION, from unknown members with
  *   UNKNOWN_MEMBER_ID, and heartbeats during a rebalance answer REBALANCE_IN_PROGRESS so members rejoin.
  *
+ * Static members (KIP-345, group.instance.id): a static member that restarts joins with a new member id and takes
+ * the place of its previous incarnation (whose later requests get FENCED_INSTANCE_ID), with its assignment: in a
+ * Stable group whose selected protocol stays the same, nothing rebalances (the other members see no new
+ * generation). A static member that is away is not dropped by a rebalance; only its session timeout removes it.
+ *
+ * Groups of the consumer group protocol (KIP-848) share the group ids with these (consumer-coordinator.ts): an empty
+ * group of either type gives way to the other, a JoinGroup to a consumer group with members is refused
+ * INCONSISTENT_GROUP_PROTOCOL, and the admin views (describe, list, delete, offset commits) cover both.
+ *
  * Membership lives in memory only: after a restart every group is unknown, members get UNKNOWN_MEMBER_ID or
  * ILLEGAL_GENERATION and rejoin, exactly as after a coordinator change in Kafka. Committed offsets are durable in
  * the core's OffsetStore (the metastore), so the rejoined group resumes where it committed.
@@ -23,8 +32,20 @@ import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { OffsetStore } from '../../../core/index.js';
 import { KafkaErrorCode } from '../codec/index.js';
+import {
+  ConsumerGroupCoordinator,
+  DEFAULT_CONSUMER_GROUP_OPTIONS,
+  EMPTY_CATALOG,
+  type ConsumerGroupOptions,
+  type TopicCatalog,
+} from './consumer-coordinator.js';
+import { consumerAsClassic } from './classic-view.js';
 
-export type GroupState = 'Empty' | 'PreparingRebalance' | 'CompletingRebalance' | 'Stable' | 'Dead';
+/** Classic states, and the consumer protocol's Assigning and Reconciling (KIP-848). */
+export type GroupState = 'Empty' | 'PreparingRebalance' | 'CompletingRebalance' | 'Stable' | 'Dead' | 'Assigning' | 'Reconciling';
+
+/** ListGroups v5's group type (KIP-848). */
+export type GroupType = 'classic' | 'consumer';
 
 export interface GroupOptions {
   /** group.min.session.timeout.ms: shorter session timeouts are refused (INVALID_SESSION_TIMEOUT). */
@@ -59,6 +80,8 @@ export interface JoinParams {
   protocols: ProtocolOffer[];
   /** JoinGroup v4+: a new member first gets its id with MEMBER_ID_REQUIRED and joins again with it (KIP-394). */
   requireKnownMemberId: boolean;
+  /** JoinGroup v9+: a leader may be told to skip computing the assignment (a static leader's rejoin). */
+  supportsSkipAssignment?: boolean;
 }
 
 export interface JoinResult {
@@ -70,6 +93,8 @@ export interface JoinResult {
   memberId: string;
   /** Filled for the leader only. */
   members: Array<{ memberId: string; groupInstanceId: string | null; metadata: Buffer }>;
+  /** The leader must not assign (it gets the members only to know them): JoinGroup v9+. */
+  skipAssignment?: boolean;
 }
 
 export interface SyncParams {
@@ -109,7 +134,7 @@ export interface GroupDescription {
 }
 
 /** A member: what it declared in its latest JoinGroup, and its state in the group. */
-interface Member extends Omit<JoinParams, 'groupId' | 'requireKnownMemberId'> {
+interface Member extends Omit<JoinParams, 'groupId' | 'requireKnownMemberId' | 'supportsSkipAssignment'> {
   assignment: Buffer;
   joinWaiter: ((r: JoinResult) => void) | null;
   syncWaiter: ((r: SyncResult) => void) | null;
@@ -148,12 +173,48 @@ function sameProtocols(a: ProtocolOffer[], b: ProtocolOffer[]): boolean {
 export class GroupCoordinator {
   private readonly groups = new Map<string, Group>();
   private closed = false;
+  /** The groups of the consumer group protocol (KIP-848), in the same namespace. */
+  readonly consumer: ConsumerGroupCoordinator;
 
   constructor(
     private readonly offsets: OffsetStore,
     private readonly logger: Logger,
     readonly options: GroupOptions = DEFAULT_GROUP_OPTIONS,
-  ) {}
+    private readonly catalog: TopicCatalog = EMPTY_CATALOG,
+    consumerOptions: ConsumerGroupOptions = DEFAULT_CONSUMER_GROUP_OPTIONS,
+  ) {
+    this.consumer = new ConsumerGroupCoordinator(catalog, logger, consumerOptions, {
+      kind: (groupId) => {
+        const g = this.groups.get(groupId);
+        if (!g || g.state === 'Dead') return 'none';
+        return g.members.size === 0 && g.pending.size === 0 ? 'empty' : 'busy';
+      },
+      forget: (groupId) => {
+        const g = this.groups.get(groupId);
+        if (!g) return;
+        this.abandon(g);
+        this.groups.delete(groupId);
+      },
+    });
+  }
+
+  /**
+   * The member a request names (Kafka's ClassicGroup.validateMember): with an instance id, the static member holding
+   * it, which must be this member id (FENCED_INSTANCE_ID: a newer incarnation replaced it); else by member id.
+   */
+  private member(g: Group, memberId: string, groupInstanceId: string | null): Member | number {
+    if (groupInstanceId !== null) {
+      const s = this.staticMember(g, groupInstanceId);
+      if (!s) return KafkaErrorCode.UNKNOWN_MEMBER_ID;
+      return s.memberId === memberId ? s : KafkaErrorCode.FENCED_INSTANCE_ID;
+    }
+    return g.members.get(memberId) ?? KafkaErrorCode.UNKNOWN_MEMBER_ID;
+  }
+
+  private staticMember(g: Group, groupInstanceId: string): Member | undefined {
+    for (const m of g.members.values()) if (m.groupInstanceId === groupInstanceId) return m;
+    return undefined;
+  }
 
   /** The in-memory group, if any member ever joined it since start. */
   private group(groupId: string): Group | undefined {
@@ -169,6 +230,12 @@ export class GroupCoordinator {
     if (p.sessionTimeoutMs < o.minSessionTimeoutMs || p.sessionTimeoutMs > o.maxSessionTimeoutMs) {
       return Promise.resolve(joinError(KafkaErrorCode.INVALID_SESSION_TIMEOUT, p.memberId));
     }
+    if (this.consumer.has(p.groupId)) {
+      // A consumer-protocol group: an empty one gives way (as Kafka converts it), one with members refuses classic
+      // members (FlowMQ runs no mixed groups).
+      if (!this.consumer.isEmpty(p.groupId)) return Promise.resolve(joinError(KafkaErrorCode.INCONSISTENT_GROUP_PROTOCOL, p.memberId));
+      this.consumer.delete(p.groupId);
+    }
     let g = this.group(p.groupId);
     if (!g) {
       if (p.memberId !== '') return Promise.resolve(joinError(KafkaErrorCode.UNKNOWN_MEMBER_ID, p.memberId));
@@ -180,8 +247,8 @@ export class GroupCoordinator {
     if (p.memberId === '') {
       // KIP-345: a static member coming back takes the place of its previous incarnation, which is fenced.
       if (p.groupInstanceId !== null) {
-        const old = [...g.members.values()].find((m) => m.groupInstanceId === p.groupInstanceId);
-        if (old) this.removeMember(g, old, KafkaErrorCode.FENCED_INSTANCE_ID);
+        const old = this.staticMember(g, p.groupInstanceId);
+        if (old) return this.rejoinStatic(g, old, p);
       }
       const memberId = `${p.clientId || 'member'}-${randomUUID()}`;
       if (p.requireKnownMemberId && p.groupInstanceId === null) {
@@ -195,16 +262,13 @@ export class GroupCoordinator {
       return this.addMemberAndRebalance(g, memberId, p);
     }
 
-    const m = g.members.get(p.memberId);
-    if (!m) {
+    const m = this.member(g, p.memberId, p.groupInstanceId);
+    if (typeof m === 'number') {
       const t = g.pending.get(p.memberId);
-      if (t === undefined) return Promise.resolve(joinError(KafkaErrorCode.UNKNOWN_MEMBER_ID, p.memberId));
+      if (m !== KafkaErrorCode.UNKNOWN_MEMBER_ID || p.groupInstanceId !== null || t === undefined) return Promise.resolve(joinError(m, p.memberId));
       clearTimeout(t);
       g.pending.delete(p.memberId);
       return this.addMemberAndRebalance(g, p.memberId, p);
-    }
-    if (p.groupInstanceId !== null && m.groupInstanceId !== p.groupInstanceId) {
-      return Promise.resolve(joinError(KafkaErrorCode.FENCED_INSTANCE_ID, p.memberId));
     }
     const changed = !sameProtocols(m.protocols, p.protocols);
     m.protocols = p.protocols;
@@ -261,6 +325,53 @@ export class GroupCoordinator {
     });
   }
 
+  /**
+   * KIP-345: a static member joining with no member id while its instance id is in the group (it restarted): it gets
+   * a new member id and the place of its previous incarnation, whose waiting requests are answered
+   * FENCED_INSTANCE_ID, and keeps its assignment. As Kafka's updateStaticMemberThenRebalanceOrCompleteJoin:
+   * - Stable, and the protocol the group would select stays the same: no rebalance. The member gets the current
+   *   generation back; a leader at JoinGroup v9+ gets the members with skipAssignment, an older one is named as a
+   *   follower (the leader field keeps the old member id), so that nobody assigns again. It then syncs and gets its
+   *   assignment.
+   * - CompletingRebalance: rebalance again (the leader may be assigning to the old member id).
+   * - PreparingRebalance: it joins the rebalance under way.
+   */
+  private rejoinStatic(g: Group, old: Member, p: JoinParams): Promise<JoinResult> {
+    const memberId = `${p.clientId || 'member'}-${randomUUID()}`;
+    const oldLeader = g.leaderId;
+    if (old.sessionTimer) clearTimeout(old.sessionTimer);
+    old.joinWaiter?.(joinError(KafkaErrorCode.FENCED_INSTANCE_ID, old.memberId));
+    old.syncWaiter?.(syncError(KafkaErrorCode.FENCED_INSTANCE_ID));
+    g.members.delete(old.memberId);
+    const m: Member = {
+      ...old,
+      memberId,
+      clientId: p.clientId,
+      clientHost: p.clientHost,
+      sessionTimeoutMs: p.sessionTimeoutMs,
+      rebalanceTimeoutMs: p.rebalanceTimeoutMs < 0 ? p.sessionTimeoutMs : p.rebalanceTimeoutMs,
+      protocolType: p.protocolType,
+      protocols: p.protocols,
+      joinWaiter: null,
+      syncWaiter: null,
+      sessionTimer: null,
+    };
+    g.members.set(memberId, m);
+    if (g.leaderId === old.memberId) g.leaderId = memberId;
+    this.logger.info({ group: g.groupId, member: memberId, replaced: old.memberId, instance: p.groupInstanceId, state: g.state }, 'static member rejoined');
+    if (g.state === 'Stable' && this.selectProtocol(g) === g.protocolName) {
+      this.touch(g, m);
+      const isLeader = g.leaderId === memberId;
+      if (p.supportsSkipAssignment) return Promise.resolve({ ...this.joinResponse(g, m), skipAssignment: isLeader });
+      return Promise.resolve({ ...this.joinResponse(g, m), leader: oldLeader ?? '', members: [], skipAssignment: false });
+    }
+    return new Promise((resolve) => {
+      this.waitJoin(m, resolve);
+      if (g.state === 'PreparingRebalance') this.tryCompleteJoin(g);
+      else this.prepareRebalance(g, `static member ${memberId} (instance ${p.groupInstanceId}) rejoined`);
+    });
+  }
+
   private waitJoin(m: Member, resolve: (r: JoinResult) => void): void {
     // A second JoinGroup of the same member replaces the first, which is told to rejoin.
     m.joinWaiter?.(joinError(KafkaErrorCode.REBALANCE_IN_PROGRESS, m.memberId));
@@ -313,11 +424,22 @@ export class GroupCoordinator {
     g.rebalanceTimer = null;
     g.delaying = false;
     for (const m of [...g.members.values()]) {
-      if (m.joinWaiter === null) {
+      // A static member away is kept (with its assignment): only its session timeout removes it (KIP-345).
+      if (m.joinWaiter === null && m.groupInstanceId === null) {
         this.logger.info({ group: g.groupId, member: m.memberId }, 'member did not rejoin in time: removed');
         this.removeMember(g, m, KafkaErrorCode.UNKNOWN_MEMBER_ID);
       }
     }
+    const joined = [...g.members.values()].filter((m) => m.joinWaiter !== null);
+    if (g.members.size > 0 && joined.length === 0) {
+      // Only static members that are away: wait for them to come back or for their sessions to expire.
+      let timeout = 0;
+      for (const m of g.members.values()) timeout = Math.max(timeout, m.rebalanceTimeoutMs);
+      g.rebalanceTimer = setTimeout(() => this.completeJoin(g), timeout);
+      return;
+    }
+    // The leader must be among those who joined (a static leader that is away is replaced).
+    if (g.leaderId !== null && g.members.get(g.leaderId)?.joinWaiter === null) g.leaderId = joined[0].memberId;
     g.generationId++;
     if (g.members.size === 0) {
       g.state = 'Empty';
@@ -340,6 +462,7 @@ export class GroupCoordinator {
       m.assignment = EMPTY;
       const w = m.joinWaiter;
       m.joinWaiter = null;
+      // Every member's session starts again, those away included (as Kafka reschedules them all).
       this.touch(g, m);
       w?.(this.joinResponse(g, m));
     }
@@ -385,11 +508,9 @@ export class GroupCoordinator {
   sync(p: SyncParams): Promise<SyncResult> {
     if (this.closed) return Promise.resolve(syncError(KafkaErrorCode.NOT_COORDINATOR));
     const g = this.group(p.groupId);
-    const m = g?.members.get(p.memberId);
-    if (!g || !m) return Promise.resolve(syncError(KafkaErrorCode.UNKNOWN_MEMBER_ID));
-    if (p.groupInstanceId !== null && m.groupInstanceId !== p.groupInstanceId) {
-      return Promise.resolve(syncError(KafkaErrorCode.FENCED_INSTANCE_ID));
-    }
+    if (!g) return Promise.resolve(syncError(KafkaErrorCode.UNKNOWN_MEMBER_ID));
+    const m = this.member(g, p.memberId, p.groupInstanceId);
+    if (typeof m === 'number') return Promise.resolve(syncError(m));
     if (p.generationId !== g.generationId) return Promise.resolve(syncError(KafkaErrorCode.ILLEGAL_GENERATION));
     // KIP-559: a member disagreeing on the selected protocol must not apply an assignment it cannot read.
     if ((p.protocolType !== null && p.protocolType !== g.protocolType) || (p.protocolName !== null && p.protocolName !== g.protocolName)) {
@@ -430,9 +551,9 @@ export class GroupCoordinator {
   heartbeat(groupId: string, generationId: number, memberId: string, groupInstanceId: string | null): number {
     if (this.closed) return KafkaErrorCode.NOT_COORDINATOR;
     const g = this.group(groupId);
-    const m = g?.members.get(memberId);
-    if (!g || !m) return KafkaErrorCode.UNKNOWN_MEMBER_ID;
-    if (groupInstanceId !== null && m.groupInstanceId !== groupInstanceId) return KafkaErrorCode.FENCED_INSTANCE_ID;
+    if (!g) return KafkaErrorCode.UNKNOWN_MEMBER_ID;
+    const m = this.member(g, memberId, groupInstanceId);
+    if (typeof m === 'number') return m;
     if (generationId !== g.generationId) return KafkaErrorCode.ILLEGAL_GENERATION;
     if (g.state === 'PreparingRebalance') {
       // The member is still counted until the rebalance ends: keep it alive while it finds out.
@@ -457,15 +578,12 @@ export class GroupCoordinator {
       };
     }
     const out = members.map((x) => {
-      // A static member may leave by instance id alone (KIP-345).
+      // A static member may leave by instance id alone (KIP-345, LeaveGroup v3+ batches).
       const m =
-        x.memberId !== ''
-          ? g.members.get(x.memberId)
-          : [...g.members.values()].find((y) => x.groupInstanceId !== null && y.groupInstanceId === x.groupInstanceId);
-      if (!m) return { ...x, errorCode: KafkaErrorCode.UNKNOWN_MEMBER_ID };
-      if (x.groupInstanceId !== null && m.groupInstanceId !== x.groupInstanceId) {
-        return { ...x, errorCode: KafkaErrorCode.FENCED_INSTANCE_ID };
-      }
+        x.memberId === '' && x.groupInstanceId !== null
+          ? (this.staticMember(g, x.groupInstanceId) ?? KafkaErrorCode.UNKNOWN_MEMBER_ID)
+          : this.member(g, x.memberId, x.groupInstanceId);
+      if (typeof m === 'number') return { ...x, errorCode: m };
       this.logger.info({ group: groupId, member: m.memberId }, 'member left the group');
       this.removeMember(g, m, KafkaErrorCode.UNKNOWN_MEMBER_ID);
       return { ...x, errorCode: KafkaErrorCode.NONE };
@@ -511,16 +629,17 @@ export class GroupCoordinator {
    * (generation -1, as admin tools and standalone consumers send) only for a group without members; otherwise
    * the member must belong to the current generation and the group must not be waiting for its assignment.
    */
-  checkCommit(groupId: string, generationId: number, memberId: string, groupInstanceId: string | null): number {
+  checkCommit(groupId: string, generationId: number, memberId: string, groupInstanceId: string | null, apiVersion = Infinity): number {
     if (this.closed) return KafkaErrorCode.NOT_COORDINATOR;
     if (groupId === '') return KafkaErrorCode.INVALID_GROUP_ID;
+    // A consumer-protocol group: the generation is the member epoch.
+    if (this.consumer.has(groupId)) return this.consumer.checkCommit(groupId, generationId, memberId, apiVersion);
     const g = this.group(groupId);
     if (!g) return generationId < 0 ? KafkaErrorCode.NONE : KafkaErrorCode.ILLEGAL_GENERATION;
     if (generationId < 0 && g.state === 'Empty') return KafkaErrorCode.NONE;
     if (g.state === 'CompletingRebalance') return KafkaErrorCode.REBALANCE_IN_PROGRESS;
-    const m = g.members.get(memberId);
-    if (!m) return KafkaErrorCode.UNKNOWN_MEMBER_ID;
-    if (groupInstanceId !== null && m.groupInstanceId !== groupInstanceId) return KafkaErrorCode.FENCED_INSTANCE_ID;
+    const m = this.member(g, memberId, groupInstanceId);
+    if (typeof m === 'number') return m;
     if (generationId !== g.generationId) return KafkaErrorCode.ILLEGAL_GENERATION;
     if (g.state === 'Stable') this.touch(g, m);
     return KafkaErrorCode.NONE;
@@ -538,7 +657,10 @@ export class GroupCoordinator {
 
   describe(groupId: string): GroupDescription | null {
     const g = this.group(groupId);
-    if (!g) return null;
+    if (!g) {
+      const c = this.consumer.describe(groupId);
+      return c ? consumerAsClassic(c, this.catalog) : null;
+    }
     return {
       groupId,
       state: g.state,
@@ -559,14 +681,15 @@ export class GroupCoordinator {
    * Groups with members in memory, plus groups known only by their committed offsets (state Empty); of the latter
    * only those `stored` accepts (cluster mode: the groups this broker coordinates).
    */
-  async list(stored?: (groupId: string) => boolean): Promise<Array<{ groupId: string; protocolType: string; state: GroupState }>> {
-    const out = new Map<string, { groupId: string; protocolType: string; state: GroupState }>();
+  async list(stored?: (groupId: string) => boolean): Promise<Array<{ groupId: string; protocolType: string; state: GroupState; groupType: GroupType }>> {
+    const out = new Map<string, { groupId: string; protocolType: string; state: GroupState; groupType: GroupType }>();
     for (const g of await this.offsets.listGroups()) {
-      if (!stored || stored(g)) out.set(g, { groupId: g, protocolType: 'consumer', state: 'Empty' });
+      if (!stored || stored(g)) out.set(g, { groupId: g, protocolType: 'consumer', state: 'Empty', groupType: 'classic' });
     }
     for (const g of this.groups.values()) {
-      out.set(g.groupId, { groupId: g.groupId, protocolType: g.protocolType ?? out.get(g.groupId)?.protocolType ?? '', state: g.state });
+      out.set(g.groupId, { groupId: g.groupId, protocolType: g.protocolType ?? out.get(g.groupId)?.protocolType ?? '', state: g.state, groupType: 'classic' });
     }
+    for (const g of this.consumer.list()) out.set(g.groupId, { groupId: g.groupId, protocolType: 'consumer', state: g.state, groupType: 'consumer' });
     return [...out.values()].sort((a, b) => (a.groupId < b.groupId ? -1 : a.groupId > b.groupId ? 1 : 0));
   }
 
@@ -576,7 +699,9 @@ export class GroupCoordinator {
     if (groupId === '') return KafkaErrorCode.INVALID_GROUP_ID;
     const g = this.group(groupId);
     if (g && g.members.size > 0) return KafkaErrorCode.NON_EMPTY_GROUP;
-    const known = g !== undefined || (await this.offsets.listGroups()).includes(groupId);
+    const consumerGroup = this.consumer.has(groupId);
+    if (!this.consumer.delete(groupId)) return KafkaErrorCode.NON_EMPTY_GROUP;
+    const known = g !== undefined || consumerGroup || (await this.offsets.listGroups()).includes(groupId);
     if (!known) return KafkaErrorCode.GROUP_ID_NOT_FOUND;
     if (g) {
       for (const t of g.pending.values()) clearTimeout(t);
@@ -595,6 +720,7 @@ export class GroupCoordinator {
     this.closed = true;
     for (const g of this.groups.values()) this.abandon(g);
     this.groups.clear();
+    this.consumer.close();
   }
 
   /**
@@ -603,6 +729,7 @@ export class GroupCoordinator {
    * after a coordinator change in Kafka. Committed offsets are in the shared metastore: nothing to hand over.
    */
   drop(groupId: string): void {
+    this.consumer.drop(groupId);
     const g = this.groups.get(groupId);
     if (!g) return;
     this.abandon(g);

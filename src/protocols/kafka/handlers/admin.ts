@@ -1,6 +1,6 @@
 /**
  * Topic administration and cluster description: CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords,
- * DescribeConfigs, AlterConfigs, IncrementalAlterConfigs, DescribeCluster, OffsetForLeaderEpoch.
+ * DescribeCluster, OffsetForLeaderEpoch (the config APIs are in configs.ts).
  *
  * A topic is a stream (CreateTopics = engine.createStream, binding its own name), so topics created here are
  * seen by every protocol, and streams created elsewhere (CLI, admin API, other protocols) are topics here.
@@ -8,16 +8,11 @@
  * other than 1 (or -1, "the default", KIP-464) is refused, and so is an assignment naming a broker that is not one
  * of the cluster's (on a single broker: not this one). In a cluster, DescribeCluster names every live broker.
  */
-import { isValidStreamName, type StreamDef, type StreamSettings } from '../../../core/index.js';
+import { isValidStreamName, type StreamDef } from '../../../core/index.js';
 import {
-  AlterConfigOp,
-  ConfigResourceType,
-  ConfigSource,
-  ConfigType,
   KafkaErrorCode,
   ZERO_UUID,
-  type AlterConfigsRequest,
-  type AlterConfigsResponse,
+  type Uuid,
   type CreatePartitionsRequest,
   type CreatePartitionsResponse,
   type CreateTopicsRequest,
@@ -28,108 +23,22 @@ import {
   type DeleteTopicsResponse,
   type DescribeClusterRequest,
   type DescribeClusterResponse,
-  type DescribeConfigsRequest,
-  type DescribeConfigsResponse,
-  type DescribedConfig,
-  type IncrementalAlterConfigsRequest,
-  type IncrementalAlterConfigsResponse,
   type OffsetForLeaderEpochRequest,
   type OffsetForLeaderEpochResponse,
 } from '../codec/index.js';
 import { kafkaErrorCode } from '../errors.js';
 import type { RequestContext } from '../route.js';
+import { streamByTopicId, topicIdOf } from '../topic-ids.js';
 import { LEADER_EPOCH, brokerList } from './metadata.js';
 import { allowed, mayCreateTopic } from '../authz.js';
 import type { KafkaCluster } from '../cluster.js';
-import {
-  TopicConfigError,
-  applyTopicConfigs,
-  checkTopicConfig,
-  describeTopicConfigs,
-  streamSettingsOf,
-  topicConfigsOf,
-} from '../topic-configs.js';
+import { ConfigProblem, checkedConfigs, problem, settingsOf, topicConfigList } from './configs.js';
+export { handleAlterConfigs, handleDescribeConfigs, handleIncrementalAlterConfigs } from './configs.js';
 
 const TOPIC_DENIED = KafkaErrorCode.TOPIC_AUTHORIZATION_FAILED;
 const CLUSTER_DENIED = KafkaErrorCode.CLUSTER_AUTHORIZATION_FAILED;
 
 const OPS_OMITTED = -2147483648;
-
-/** A config error: the Kafka error code and a message for the client. */
-class ConfigProblem extends Error {
-  constructor(
-    readonly errorCode: number,
-    message: string,
-  ) {
-    super(message);
-  }
-}
-
-function problem(err: unknown): { errorCode: number; errorMessage: string | null } {
-  if (err instanceof ConfigProblem) return { errorCode: err.errorCode, errorMessage: err.message };
-  return { errorCode: kafkaErrorCode(err), errorMessage: err instanceof Error ? err.message : null };
-}
-
-// ------------------------------------------------------------------------------------------------ topic configs
-
-function brokerConfigs(ctx: RequestContext): Array<{ name: string; value: string; type: number; doc: string }> {
-  const o = ctx.adapter.options;
-  return [
-    { name: 'broker.id', value: String(ctx.adapter.brokerId), type: ConfigType.INT, doc: 'This broker\'s id.' },
-    { name: 'auto.create.topics.enable', value: String(o.autoCreateTopics), type: ConfigType.BOOLEAN, doc: '--kafka-auto-create-topics' },
-    { name: 'num.partitions', value: String(o.defaultPartitions), type: ConfigType.INT, doc: '--kafka-default-partitions' },
-    { name: 'default.replication.factor', value: '1', type: ConfigType.SHORT, doc: 'One replica: the write-ahead log.' },
-    { name: 'offsets.topic.replication.factor', value: '1', type: ConfigType.SHORT, doc: 'Offsets are kept in the metastore.' },
-    { name: 'min.insync.replicas', value: '1', type: ConfigType.INT, doc: 'One replica.' },
-    { name: 'log.retention.ms', value: '-1', type: ConfigType.LONG, doc: 'Streams keep data forever unless given a retention.' },
-    { name: 'log.retention.bytes', value: '-1', type: ConfigType.LONG, doc: 'No size bound unless a topic sets retention.bytes.' },
-    { name: 'log.segment.bytes', value: String(o.logSegmentBytes), type: ConfigType.INT, doc: '--segment-bytes' },
-    { name: 'log.roll.ms', value: String(o.logSegmentMs), type: ConfigType.LONG, doc: '--segment-ms' },
-    { name: 'message.max.bytes', value: String(o.maxRequestBytes), type: ConfigType.INT, doc: 'The largest request.' },
-    { name: 'group.min.session.timeout.ms', value: String(o.groupMinSessionTimeoutMs), type: ConfigType.INT, doc: 'Shortest session timeout accepted.' },
-    { name: 'group.max.session.timeout.ms', value: String(o.groupMaxSessionTimeoutMs), type: ConfigType.INT, doc: 'Longest session timeout accepted.' },
-    { name: 'group.initial.rebalance.delay.ms', value: String(o.groupInitialRebalanceDelayMs), type: ConfigType.INT, doc: 'Delay of the first rebalance of an empty group (KIP-134).' },
-  ];
-}
-
-/** A config error of one topic or resource (the protocol has no per-config error): INVALID_CONFIG and why. */
-function configProblem(err: unknown): never {
-  if (err instanceof TopicConfigError) throw new ConfigProblem(err.errorCode, err.message);
-  throw err;
-}
-
-/**
- * Checks the configs of a CreateTopics topic or an AlterConfigs resource (every entry: unknown names and invalid
- * values refuse the topic or resource, as in Kafka) and returns them by name. A null value is refused at creation
- * (Kafka: "Null value not supported for topic configs"); in AlterConfigs it leaves the config at its default.
- */
-function checkedConfigs(configs: Array<{ name: string; value: string | null }>, nullAllowed: boolean): Map<string, string | null> {
-  const out = new Map<string, string | null>();
-  try {
-    for (const c of configs) {
-      if (c.value === null && !nullAllowed) throw new TopicConfigError(`null value for topic config "${c.name}"`);
-      out.set(c.name, checkTopicConfig(c.name, c.value));
-    }
-  } catch (err) {
-    configProblem(err);
-  }
-  return out;
-}
-
-/** Stream settings from configs given whole (CreateTopics, AlterConfigs): what is not named is at its default. */
-function settingsOf(configs: Map<string, string | null>): StreamSettings {
-  return streamSettingsOf(applyTopicConfigs(new Map(), configs));
-}
-
-function topicConfigList(def: StreamDef, ctx: RequestContext): Array<{ name: string; value: string | null; readOnly: boolean; configSource: number; isSensitive: boolean }> {
-  return describeTopicConfigs(def, ctx.adapter.options, null, false, false).map((d) => ({
-    name: d.name,
-    value: d.value,
-    readOnly: d.readOnly,
-    configSource: d.configSource,
-    isSensitive: d.isSensitive,
-  }));
-}
 
 // ------------------------------------------------------------------------------------------------ CreateTopics
 
@@ -141,7 +50,7 @@ export async function handleCreateTopics(ctx: RequestContext, req: CreateTopicsR
   for (const t of req.topics) {
     const res = {
       name: t.name,
-      topicId: ZERO_UUID,
+      topicId: ZERO_UUID as Uuid,
       errorCode: KafkaErrorCode.NONE,
       errorMessage: null as string | null,
       numPartitions: -1,
@@ -180,6 +89,7 @@ export async function handleCreateTopics(ctx: RequestContext, req: CreateTopicsR
       let def: StreamDef = { name: t.name, partitions, bindings: [], createdAt: Date.now(), ...settings };
       if (!req.validateOnly) {
         def = await engine.createStream({ name: t.name, partitions, ...settings });
+        res.topicId = topicIdOf(def);
         ctx.conn.log.info({ topic: t.name, partitions, configs: t.configs.length > 0 ? Object.fromEntries(t.configs.map((c) => [c.name, c.value])) : undefined }, 'topic created');
       }
       res.numPartitions = partitions;
@@ -201,22 +111,45 @@ export async function handleDeleteTopics(ctx: RequestContext, req: DeleteTopicsR
   for (const t of wanted) {
     const res = { name: t.name, topicId: t.topicId, errorCode: KafkaErrorCode.NONE as number, errorMessage: null as string | null };
     responses.push(res);
-    // FlowMQ streams have no topic ids yet (Metadata reports the zero id), so a deletion by id cannot match.
-    if (t.name === null) {
-      res.errorCode = KafkaErrorCode.UNKNOWN_TOPIC_ID;
+    // v6+: a topic by its id (KIP-516), or by its name; not both.
+    const byId = !t.topicId.equals(ZERO_UUID);
+    if (byId && t.name !== null) {
+      res.errorCode = KafkaErrorCode.INVALID_REQUEST;
+      res.errorMessage = 'topic name and topic id can not both be specified';
       continue;
     }
+    if (byId) {
+      const entry = streamByTopicId(ctx.adapter.engine, t.topicId);
+      if (entry === undefined) {
+        res.errorCode = KafkaErrorCode.UNKNOWN_TOPIC_ID;
+        continue;
+      }
+      // Ids are not secret, names are: a client that may not describe the topic is not told its name.
+      if (!allowed(ctx, 'describe', 'stream', entry.def.name)) {
+        res.errorCode = TOPIC_DENIED;
+        continue;
+      }
+      res.name = entry.def.name;
+    }
+    if (res.name === null) {
+      res.errorCode = KafkaErrorCode.INVALID_REQUEST;
+      res.errorMessage = 'topic name or topic id required';
+      continue;
+    }
+    t.name = res.name;
     if (!allowed(ctx, 'delete', 'stream', t.name)) {
       res.errorCode = TOPIC_DENIED;
       res.errorMessage = `not authorized to delete topic "${t.name}"`;
       continue;
     }
     try {
-      if (!ctx.adapter.engine.getStream(t.name)) {
+      const entryBefore = ctx.adapter.engine.getStream(t.name);
+      if (!entryBefore) {
         res.errorCode = KafkaErrorCode.UNKNOWN_TOPIC_OR_PARTITION;
         continue;
       }
       await ctx.adapter.engine.deleteStream(t.name);
+      if (v >= 6) res.topicId = topicIdOf(entryBefore!.def);
       ctx.conn.log.info({ topic: t.name }, 'topic deleted');
     } catch (err) {
       Object.assign(res, problem(err));
@@ -305,136 +238,6 @@ export async function handleDeleteRecords(ctx: RequestContext, req: DeleteRecord
     topics.push({ name: t.name, partitions });
   }
   return { throttleTimeMs: 0, topics };
-}
-
-// ------------------------------------------------------------------------------------------------ configs
-
-export function handleDescribeConfigs(ctx: RequestContext, req: DescribeConfigsRequest): DescribeConfigsResponse {
-  const results = req.resources.map((r) => {
-    const base = { errorCode: KafkaErrorCode.NONE, errorMessage: null as string | null, resourceType: r.resourceType, resourceName: r.resourceName, configs: [] as DescribedConfig[] };
-    // Null or empty: every config (Kafka's ConfigHelper).
-    const wanted = (name: string): boolean => r.configurationKeys === null || r.configurationKeys.length === 0 || r.configurationKeys.includes(name);
-    if (r.resourceType === ConfigResourceType.TOPIC) {
-      if (!allowed(ctx, 'describe', 'stream', r.resourceName)) return { ...base, errorCode: TOPIC_DENIED, errorMessage: `not authorized to describe topic "${r.resourceName}"` };
-      const entry = ctx.adapter.engine.getStream(r.resourceName);
-      if (!entry) return { ...base, errorCode: KafkaErrorCode.UNKNOWN_TOPIC_OR_PARTITION, errorMessage: `topic "${r.resourceName}" does not exist` };
-      base.configs = describeTopicConfigs(entry.def, ctx.adapter.options, r.configurationKeys, req.includeSynonyms, req.includeDocumentation);
-      return base;
-    }
-    if (r.resourceType === ConfigResourceType.BROKER) {
-      if (!allowed(ctx, 'describe', 'cluster', '*')) return { ...base, errorCode: CLUSTER_DENIED, errorMessage: 'not authorized to describe the cluster' };
-      // "" is the cluster-wide default resource; otherwise it must name this broker.
-      if (r.resourceName !== '' && r.resourceName !== String(ctx.adapter.brokerId)) {
-        return { ...base, errorCode: KafkaErrorCode.INVALID_REQUEST, errorMessage: `broker ${r.resourceName} is not this broker` };
-      }
-      base.configs = brokerConfigs(ctx)
-        .filter((c) => wanted(c.name))
-        .map((c) => ({
-          name: c.name,
-          value: c.value,
-          readOnly: true,
-          isDefault: false,
-          configSource: ConfigSource.STATIC_BROKER_CONFIG,
-          isSensitive: false,
-          synonyms: req.includeSynonyms ? [{ name: c.name, value: c.value, source: ConfigSource.STATIC_BROKER_CONFIG }] : [],
-          configType: c.type,
-          documentation: req.includeDocumentation ? c.doc : null,
-        }));
-      return base;
-    }
-    return { ...base, errorCode: KafkaErrorCode.INVALID_REQUEST, errorMessage: `config resource type ${r.resourceType} is not supported` };
-  });
-  return { throttleTimeMs: 0, results };
-}
-
-type AlterResult = AlterConfigsResponse['responses'][number];
-
-/**
- * Alters one resource's configs: `compute` gets the topic's configs in force (by name) and returns the new full set
- * (throwing ConfigProblem to refuse the resource). Nothing is applied unless all of it is valid, and nothing at all
- * with validate_only.
- */
-async function alterTopic(
-  ctx: RequestContext,
-  r: { resourceType: number; resourceName: string },
-  validateOnly: boolean,
-  compute: (current: Map<string, string>) => Map<string, string>,
-): Promise<AlterResult> {
-  const res: AlterResult = { errorCode: KafkaErrorCode.NONE, errorMessage: null, resourceType: r.resourceType, resourceName: r.resourceName };
-  try {
-    if (r.resourceType === ConfigResourceType.BROKER) {
-      if (!allowed(ctx, 'alter', 'cluster', '*')) throw new ConfigProblem(CLUSTER_DENIED, 'not authorized to alter the cluster');
-      throw new ConfigProblem(KafkaErrorCode.INVALID_REQUEST, 'broker configs are static: set them in flowmq.yaml or with flags');
-    }
-    if (r.resourceType !== ConfigResourceType.TOPIC) throw new ConfigProblem(KafkaErrorCode.INVALID_REQUEST, `config resource type ${r.resourceType} is not supported`);
-    if (!allowed(ctx, 'alter', 'stream', r.resourceName)) throw new ConfigProblem(TOPIC_DENIED, `not authorized to alter topic "${r.resourceName}"`);
-    const entry = ctx.adapter.engine.getStream(r.resourceName);
-    if (!entry) throw new ConfigProblem(KafkaErrorCode.UNKNOWN_TOPIC_OR_PARTITION, `topic "${r.resourceName}" does not exist`);
-    const current = topicConfigsOf(entry.def);
-    const next = compute(current);
-    const changed = next.size !== current.size || [...next].some(([k, v]) => current.get(k) !== v);
-    if (!validateOnly && changed) {
-      await ctx.adapter.engine.setSettings(r.resourceName, streamSettingsOf(next));
-      ctx.conn.log.info({ topic: r.resourceName, configs: Object.fromEntries(next) }, 'topic configs changed');
-    }
-  } catch (err) {
-    Object.assign(res, problem(err));
-  }
-  return res;
-}
-
-/** AlterConfigs replaces the topic's whole dynamic config: configs not mentioned go back to their defaults. */
-export async function handleAlterConfigs(ctx: RequestContext, req: AlterConfigsRequest): Promise<AlterConfigsResponse> {
-  const responses = [];
-  for (const r of req.resources) {
-    responses.push(
-      await alterTopic(ctx, r, req.validateOnly, () => {
-        const set = new Map<string, string>();
-        for (const [k, v] of checkedConfigs(r.configs, true)) if (v !== null) set.set(k, v);
-        return set;
-      }),
-    );
-  }
-  return { throttleTimeMs: 0, responses };
-}
-
-/** List configs take APPEND and SUBTRACT (KIP-339); the others refuse them, as Kafka does. */
-const LIST_CONFIGS = new Set(['cleanup.policy', 'follower.replication.throttled.replicas', 'leader.replication.throttled.replicas']);
-
-/** IncrementalAlterConfigs (KIP-339): SET, DELETE, and APPEND/SUBTRACT for list configs, all or nothing per resource. */
-export async function handleIncrementalAlterConfigs(ctx: RequestContext, req: IncrementalAlterConfigsRequest): Promise<IncrementalAlterConfigsResponse> {
-  const responses = [];
-  for (const r of req.resources) {
-    responses.push(
-      await alterTopic(ctx, r, req.validateOnly, (current) => {
-        const next = new Map(current);
-        try {
-          for (const c of r.configs) {
-            if (c.configOperation === AlterConfigOp.SET) {
-              if (c.value === null) throw new TopicConfigError(`null value for topic config "${c.name}"`);
-              next.set(c.name, checkTopicConfig(c.name, c.value)!);
-            } else if (c.configOperation === AlterConfigOp.DELETE) {
-              checkTopicConfig(c.name, null);
-              next.delete(c.name);
-            } else if (c.configOperation === AlterConfigOp.APPEND || c.configOperation === AlterConfigOp.SUBTRACT) {
-              checkTopicConfig(c.name, null);
-              if (!LIST_CONFIGS.has(c.name)) throw new TopicConfigError(`cannot append to or subtract from "${c.name}": it is not a list`);
-              const items = (next.get(c.name) ?? (c.name === 'cleanup.policy' ? 'delete' : '')).split(',').filter((x) => x !== '');
-              const given = (c.value ?? '').split(',').map((x) => x.trim()).filter((x) => x !== '');
-              const list = c.configOperation === AlterConfigOp.APPEND ? [...items, ...given.filter((x) => !items.includes(x))] : items.filter((x) => !given.includes(x));
-              next.set(c.name, checkTopicConfig(c.name, list.join(','))!);
-            } else {
-              throw new ConfigProblem(KafkaErrorCode.INVALID_REQUEST, `unknown config operation ${c.configOperation}`);
-            }
-          }
-        } catch (err) {
-          configProblem(err);
-        }
-        return next;
-      }),
-    );
-  }
-  return { throttleTimeMs: 0, responses };
 }
 
 // ------------------------------------------------------------------------------------------------ cluster

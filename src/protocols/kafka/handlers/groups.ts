@@ -6,6 +6,8 @@
  */
 import {
   KafkaErrorCode,
+  ZERO_UUID,
+  type Uuid,
   type DeleteGroupsRequest,
   type DeleteGroupsResponse,
   type DescribeGroupsRequest,
@@ -36,12 +38,13 @@ import { advertisedAddress } from './metadata.js';
 import type { GroupGate } from '../cluster.js';
 import { isFlowError, type OffsetCommit } from '../../../core/index.js';
 import { allowed, visible } from '../authz.js';
+import { streamByTopicId, topicIdOf } from '../topic-ids.js';
 
 const GROUP_DENIED = KafkaErrorCode.GROUP_AUTHORIZATION_FAILED;
 const TOPIC_DENIED = KafkaErrorCode.TOPIC_AUTHORIZATION_FAILED;
 
 /** Joining, syncing, heartbeats, leaving, committing and fetching offsets: `subscribe group:<id>`. */
-function mayUseGroup(ctx: RequestContext, groupId: string): boolean {
+export function mayUseGroup(ctx: RequestContext, groupId: string): boolean {
   return allowed(ctx, 'subscribe', 'group', groupId);
 }
 
@@ -100,7 +103,7 @@ export function handleFindCoordinator(ctx: RequestContext, req: FindCoordinatorR
  * offset commits), else answers `refuse(errorCode)` (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS). Synchronous
  * when the group is served here already, and always on a single broker.
  */
-function gated<T>(ctx: RequestContext, groupId: string, refuse: (errorCode: number) => T, fn: (epoch: number | undefined) => T | Promise<T>): T | Promise<T> {
+export function gated<T>(ctx: RequestContext, groupId: string, refuse: (errorCode: number) => T, fn: (epoch: number | undefined) => T | Promise<T>): T | Promise<T> {
   const kc = ctx.adapter.cluster;
   // A single broker coordinates every group: no epoch, nothing to fence.
   if (kc === null) return fn(undefined);
@@ -109,7 +112,7 @@ function gated<T>(ctx: RequestContext, groupId: string, refuse: (errorCode: numb
   return g instanceof Promise ? g.then(decide) : decide(g);
 }
 
-function clientHost(ctx: RequestContext): string {
+export function clientHost(ctx: RequestContext): string {
   return `/${ctx.conn.remoteAddress ?? 'unknown'}`;
 }
 
@@ -142,6 +145,7 @@ export async function handleJoinGroup(ctx: RequestContext, req: JoinGroupRequest
     protocolType: req.protocolType,
     protocols: req.protocols,
     requireKnownMemberId: ctx.header.apiVersion >= 4,
+    supportsSkipAssignment: ctx.header.apiVersion >= 9,
   });
   return {
     throttleTimeMs: 0,
@@ -150,7 +154,7 @@ export async function handleJoinGroup(ctx: RequestContext, req: JoinGroupRequest
     protocolType: r.protocolType,
     protocolName: r.protocolName,
     leader: r.leader,
-    skipAssignment: false,
+    skipAssignment: r.skipAssignment ?? false,
     memberId: r.memberId,
     members: r.members,
   };
@@ -213,20 +217,25 @@ export async function handleOffsetCommit(ctx: RequestContext, req: OffsetCommitR
       (errorCode) => errorCode,
       (epoch) => {
         fence = epoch;
-        return groups.checkCommit(req.groupId, req.generationId, req.memberId, req.groupInstanceId);
+        return groups.checkCommit(req.groupId, req.generationId, req.memberId, req.groupInstanceId, ctx.header.apiVersion);
       },
     );
   }
   const valid: OffsetCommit[] = [];
   const pending: Array<{ errorCode: number }> = [];
+  // v10+ (KIP-848): topics by id; an id no stream has is UNKNOWN_TOPIC_ID.
+  const byId = ctx.header.apiVersion >= 10;
   const topics = req.topics.map((t) => {
-    const entry = engine.getStream(t.name);
+    const entry = byId ? streamByTopicId(engine, t.topicId ?? ZERO_UUID) : engine.getStream(t.name);
+    const name = byId ? (entry?.def.name ?? '') : t.name;
     return {
-      name: t.name,
+      name: byId ? '' : t.name,
+      topicId: t.topicId ?? ZERO_UUID,
       partitions: t.partitions.map((p) => {
         const res = { partitionIndex: p.partitionIndex, errorCode: groupError };
         if (groupError !== KafkaErrorCode.NONE) return res;
-        if (!allowed(ctx, 'subscribe', 'stream', t.name)) res.errorCode = TOPIC_DENIED;
+        if (byId && entry === undefined) res.errorCode = KafkaErrorCode.UNKNOWN_TOPIC_ID;
+        else if (!allowed(ctx, 'subscribe', 'stream', name)) res.errorCode = TOPIC_DENIED;
         else if (!entry || p.partitionIndex < 0 || p.partitionIndex >= entry.def.partitions) {
           res.errorCode = KafkaErrorCode.UNKNOWN_TOPIC_OR_PARTITION;
         } else if (p.committedMetadata !== null && Buffer.byteLength(p.committedMetadata) > MAX_OFFSET_METADATA_BYTES) {
@@ -234,7 +243,7 @@ export async function handleOffsetCommit(ctx: RequestContext, req: OffsetCommitR
         } else if (p.committedOffset < -1) {
           res.errorCode = KafkaErrorCode.INVALID_REQUEST;
         } else {
-          valid.push({ stream: t.name, partition: p.partitionIndex, offset: p.committedOffset, metadata: p.committedMetadata });
+          valid.push({ stream: name, partition: p.partitionIndex, offset: p.committedOffset, metadata: p.committedMetadata });
           pending.push(res);
         }
         return res;
@@ -274,20 +283,30 @@ const noOffset = (partitionIndex: number): OffsetFetchPartitionResponse => ({
   errorCode: KafkaErrorCode.NONE,
 });
 
+type FetchedTopic = { name: string; topicId: Uuid; partitions: OffsetFetchPartitionResponse[] };
+
 async function fetchGroupOffsets(
   ctx: RequestContext,
   groupId: string,
-  topics: Array<{ name: string; partitionIndexes: number[] }> | null,
-): Promise<{ topics: Array<{ name: string; partitions: OffsetFetchPartitionResponse[] }>; errorCode: number }> {
+  topics: Array<{ name: string; topicId?: Uuid; partitionIndexes: number[] }> | null,
+  /** v10+: topics by id (KIP-848), answered by id. */
+  byId = false,
+  /** v9+: the member asking, checked against a consumer-protocol group (KIP-848). */
+  member: { memberId: string | null; memberEpoch: number } = { memberId: null, memberEpoch: -1 },
+): Promise<{ topics: FetchedTopic[]; errorCode: number }> {
   const store = ctx.adapter.groups.store;
+  const engine = ctx.adapter.engine;
   const refuse = (errorCode: number) => ({
-    topics: (topics ?? []).map((t) => ({ name: t.name, partitions: t.partitionIndexes.map((p) => ({ ...noOffset(p), errorCode })) })),
+    topics: (topics ?? []).map((t) => ({ name: t.name, topicId: t.topicId ?? ZERO_UUID, partitions: t.partitionIndexes.map((p) => ({ ...noOffset(p), errorCode })) })),
     errorCode,
   });
   if (!mayUseGroup(ctx, groupId)) return refuse(GROUP_DENIED);
   // Cluster mode: the group's coordinator answers (the offsets are in the shared metastore).
   const served = ctx.adapter.cluster?.reads(groupId) ?? KafkaErrorCode.NONE;
   if (served !== KafkaErrorCode.NONE) return refuse(served);
+  // v9+: a consumer-protocol member fetches at its member epoch (KIP-848).
+  const stale = ctx.adapter.groups.consumer.checkFetch(groupId, member.memberId, member.memberEpoch);
+  if (stale !== KafkaErrorCode.NONE) return refuse(stale);
   try {
     if (topics === null) {
       // All committed offsets of the group (v2+), of the topics the client may read (as Kafka filters them).
@@ -298,20 +317,32 @@ async function fetchGroupOffsets(
         if (!list) byTopic.set(o.stream, (list = []));
         list.push({ ...noOffset(o.partition), committedOffset: o.offset, metadata: o.metadata });
       }
-      return { topics: [...byTopic].map(([name, partitions]) => ({ name, partitions })), errorCode: KafkaErrorCode.NONE };
+      const all = [...byTopic].map(([name, partitions]) => {
+        const def = engine.getStream(name)?.def;
+        return { name: byId ? '' : name, topicId: def ? topicIdOf(def) : ZERO_UUID, partitions };
+      });
+      // By id, a topic without a stream any more (deleted meanwhile) cannot be named.
+      return { topics: byId ? all.filter((t) => !t.topicId.equals(ZERO_UUID)) : all, errorCode: KafkaErrorCode.NONE };
     }
-    const out = [];
+    const out: FetchedTopic[] = [];
     for (const t of topics) {
       const partitions: OffsetFetchPartitionResponse[] = [];
-      if (!allowed(ctx, 'subscribe', 'stream', t.name)) {
-        out.push({ name: t.name, partitions: t.partitionIndexes.map((p) => ({ ...noOffset(p), errorCode: TOPIC_DENIED })) });
+      const topicId = t.topicId ?? ZERO_UUID;
+      const entry = byId ? streamByTopicId(engine, topicId) : undefined;
+      if (byId && entry === undefined) {
+        out.push({ name: '', topicId, partitions: t.partitionIndexes.map((p) => ({ ...noOffset(p), errorCode: KafkaErrorCode.UNKNOWN_TOPIC_ID })) });
+        continue;
+      }
+      const name = entry !== undefined ? entry.def.name : t.name;
+      if (!allowed(ctx, 'subscribe', 'stream', name)) {
+        out.push({ name: t.name, topicId, partitions: t.partitionIndexes.map((p) => ({ ...noOffset(p), errorCode: TOPIC_DENIED })) });
         continue;
       }
       for (const p of t.partitionIndexes) {
-        const o = await store.fetchOffset(groupId, t.name, p);
+        const o = await store.fetchOffset(groupId, name, p);
         partitions.push(o ? { ...noOffset(p), committedOffset: o.offset, metadata: o.metadata } : noOffset(p));
       }
-      out.push({ name: t.name, partitions });
+      out.push({ name: t.name, topicId, partitions });
     }
     return { topics: out, errorCode: KafkaErrorCode.NONE };
   } catch (err) {
@@ -320,6 +351,7 @@ async function fetchGroupOffsets(
     return {
       topics: (topics ?? []).map((t) => ({
         name: t.name,
+        topicId: t.topicId ?? ZERO_UUID,
         partitions: t.partitionIndexes.map((p) => ({ ...noOffset(p), errorCode: code })),
       })),
       errorCode: code,
@@ -330,8 +362,10 @@ async function fetchGroupOffsets(
 export async function handleOffsetFetch(ctx: RequestContext, req: OffsetFetchRequest): Promise<OffsetFetchResponse> {
   if (ctx.header.apiVersion >= 8) {
     const groups = [];
+    // v9's member id and epoch concern KIP-848 consumer groups; a classic group's offsets are read without them, as
+    // Kafka's classic groups do.
     for (const g of req.groups) {
-      const r = await fetchGroupOffsets(ctx, g.groupId, g.topics);
+      const r = await fetchGroupOffsets(ctx, g.groupId, g.topics, ctx.header.apiVersion >= 10, { memberId: g.memberId ?? null, memberEpoch: g.memberEpoch ?? -1 });
       groups.push({ groupId: g.groupId, topics: r.topics, errorCode: r.errorCode });
     }
     return { throttleTimeMs: 0, topics: [], errorCode: KafkaErrorCode.NONE, groups };
@@ -388,7 +422,10 @@ export async function handleDescribeGroups(ctx: RequestContext, req: DescribeGro
     // Not in memory (no member since start): a group with committed offsets is Empty, else it does not exist,
     // which Kafka reports as state Dead without an error.
     withOffsets ??= new Set(await groups.store.listGroups());
-    out.push(withOffsets.has(groupId) ? { ...base, groupState: 'Empty', protocolType: 'consumer' } : base);
+    if (withOffsets.has(groupId)) out.push({ ...base, groupState: 'Empty', protocolType: 'consumer' });
+    // v6+ (KIP-1043): an unknown group is GROUP_ID_NOT_FOUND, with a message.
+    else if (ctx.header.apiVersion >= 6) out.push({ ...base, errorCode: KafkaErrorCode.GROUP_ID_NOT_FOUND, errorMessage: `Group ${groupId} not found.` });
+    else out.push(base);
   }
   return { throttleTimeMs: 0, groups: out };
 }
@@ -396,6 +433,8 @@ export async function handleDescribeGroups(ctx: RequestContext, req: DescribeGro
 export async function handleListGroups(ctx: RequestContext, req: ListGroupsRequest): Promise<ListGroupsResponse> {
   try {
     const filter = new Set(req.statesFilter.map((s) => s.toLowerCase()));
+    // v5+ (KIP-848): "classic" or "consumer".
+    const types = new Set((req.typesFilter ?? []).map((t) => t.toLowerCase()));
     // Cluster mode: each broker lists the groups it coordinates, as Kafka's brokers do (admin clients ask them all).
     const kc = ctx.adapter.cluster;
     const all = await ctx.adapter.groups.list(kc === null ? undefined : (g) => kc.coordinator(g) === kc.id);
@@ -404,9 +443,10 @@ export async function handleListGroups(ctx: RequestContext, req: ListGroupsReque
       errorCode: KafkaErrorCode.NONE,
       groups: all
         .filter((g) => filter.size === 0 || filter.has(g.state.toLowerCase()))
+        .filter((g) => types.size === 0 || types.has(g.groupType))
         // Groups the client may not describe are left out, as Kafka does.
         .filter((g) => visible(ctx, 'describe', 'group', g.groupId))
-        .map((g) => ({ groupId: g.groupId, protocolType: g.protocolType, groupState: g.state })),
+        .map((g) => ({ groupId: g.groupId, protocolType: g.protocolType, groupState: g.state, groupType: g.groupType })),
     };
   } catch (err) {
     ctx.conn.log.warn({ err }, 'list groups failed');

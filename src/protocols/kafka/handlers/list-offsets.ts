@@ -3,12 +3,17 @@
  * without transactions the last stable offset is the high watermark), MAX_TIMESTAMP (-3, v7, KIP-734) the record
  * with the largest timestamp, and any other timestamp the first record whose timestamp is at least that. As in
  * Kafka, a timestamp past every record answers offset -1 and timestamp -1, and the special queries answer
- * timestamp -1. In a cluster the partition's leader answers, with its leader epoch (see fetch.ts for the errors).
+ * timestamp -1. FlowMQ keeps no tiered storage apart from its log, so EARLIEST_LOCAL (-4, v8+) is the log start offset
+ * and LATEST_TIERED (-5, v9+) and EARLIEST_PENDING_UPLOAD (-6, v11+) answer offset -1, as a Kafka broker without
+ * remote storage does. A special timestamp of a version that does not have it is INVALID_REQUEST. In a cluster the partition's leader answers, with its leader epoch (see fetch.ts for the errors).
  */
 import { decodeBatch, readBatchInfo, type Engine } from '../../../core/index.js';
 import {
+  EARLIEST_LOCAL_TIMESTAMP,
+  EARLIEST_PENDING_UPLOAD_TIMESTAMP,
   EARLIEST_TIMESTAMP,
   KafkaErrorCode,
+  LATEST_TIERED_TIMESTAMP,
   LATEST_TIMESTAMP,
   MAX_TIMESTAMP,
   type ListOffsetsPartitionResponse,
@@ -104,6 +109,12 @@ async function listPartition(
     if (timestamp === LATEST_TIMESTAMP) res.offset = highWatermark;
     else if (timestamp === EARLIEST_TIMESTAMP) res.offset = logStartOffset;
     else if (timestamp === MAX_TIMESTAMP && version >= 7) Object.assign(res, await maxTimestamp(engine, topic, partitionIndex));
+    else if (timestamp === EARLIEST_LOCAL_TIMESTAMP && version >= 8) res.offset = logStartOffset;
+    else if ((timestamp === LATEST_TIERED_TIMESTAMP && version >= 9) || (timestamp === EARLIEST_PENDING_UPLOAD_TIMESTAMP && version >= 11)) {
+      // Nothing is tiered: no such offset, and no epoch for it.
+      res.offset = -1;
+      res.leaderEpoch = -1;
+    }
     else if (timestamp < 0) res.errorCode = KafkaErrorCode.INVALID_REQUEST;
     else {
       const offset = await engine.offsetForTimestamp(topic, partitionIndex, timestamp);

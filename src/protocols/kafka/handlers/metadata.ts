@@ -18,6 +18,7 @@ import {
 import type { RequestContext } from '../route.js';
 import { allowed, mayCreateTopic, visible } from '../authz.js';
 import type { KafkaCluster, KafkaNode } from '../cluster.js';
+import { streamByTopicId, topicIdOf } from '../topic-ids.js';
 
 /**
  * Leader epoch reported for every partition. Ownership never moves in the single-broker skeleton, so the epoch
@@ -73,7 +74,7 @@ function topicWith(def: StreamDef, leaderOf: (partition: number) => { id: number
   return {
     errorCode: KafkaErrorCode.NONE,
     name: def.name,
-    topicId: ZERO_UUID,
+    topicId: topicIdOf(def),
     isInternal: false,
     partitions,
     topicAuthorizedOperations: AUTHORIZED_OPERATIONS_OMITTED,
@@ -91,11 +92,11 @@ export function brokerList(ctx: RequestContext): { brokers: KafkaNode[]; control
   return { brokers, controllerId: brokers[0]?.nodeId ?? ctx.adapter.brokerId };
 }
 
-function errorTopic(name: string | null, errorCode: number): MetadataTopic {
+function errorTopic(name: string | null, errorCode: number, topicId = ZERO_UUID): MetadataTopic {
   return {
     errorCode,
     name,
-    topicId: ZERO_UUID,
+    topicId,
     isInternal: false,
     partitions: [],
     topicAuthorizedOperations: AUTHORIZED_OPERATIONS_OMITTED,
@@ -110,7 +111,32 @@ export async function handleMetadata(ctx: RequestContext, req: MetadataRequest):
   const nodes = kc === null ? null : new Set(brokers.map((b) => b.nodeId));
   const describe = (def: StreamDef): MetadataTopic => (kc === null ? topicMetadata(brokerId, def) : clusterTopicMetadata(kc, nodes!, def));
   let topics: MetadataTopic[];
-  if (req.topics === null) {
+  const version = ctx.header.apiVersion;
+  // v10-11 carry topic ids and nullable names, but Kafka brokers serve neither: a request using one is answered as
+  // an InvalidRequestException, INVALID_REQUEST for every topic of an otherwise empty response.
+  if ((version === 10 || version === 11) && req.topics?.some((t) => t.name === null || !t.topicId.equals(ZERO_UUID))) {
+    return {
+      throttleTimeMs: 0,
+      brokers: [],
+      clusterId: null,
+      controllerId: -1,
+      topics: req.topics.map((t) => errorTopic(t.name ?? '', KafkaErrorCode.INVALID_REQUEST, t.topicId)),
+      clusterAuthorizedOperations: AUTHORIZED_OPERATIONS_OMITTED,
+      errorCode: KafkaErrorCode.NONE,
+    };
+  }
+  // v12+ (KIP-516): topics by id. As Kafka, a request naming any id is answered for its ids alone, without
+  // auto-creation; an id no stream has is UNKNOWN_TOPIC_ID, one the client may not describe
+  // TOPIC_AUTHORIZATION_FAILED (ids are not secret; the name is not told).
+  const ids = version >= 12 && req.topics !== null ? req.topics.filter((t) => !t.topicId.equals(ZERO_UUID)) : [];
+  if (ids.length > 0) {
+    topics = ids.map((t) => {
+      const entry = streamByTopicId(adapter.engine, t.topicId);
+      if (entry === undefined) return errorTopic(null, KafkaErrorCode.UNKNOWN_TOPIC_ID, t.topicId);
+      if (!allowed(ctx, 'describe', 'stream', entry.def.name)) return errorTopic(null, KafkaErrorCode.TOPIC_AUTHORIZATION_FAILED, t.topicId);
+      return describe(entry.def);
+    });
+  } else if (req.topics === null) {
     // Topics the client may not describe are left out, as Kafka does.
     topics = adapter.engine
       .listStreams()
@@ -119,8 +145,8 @@ export async function handleMetadata(ctx: RequestContext, req: MetadataRequest):
   } else {
     topics = await Promise.all(
       req.topics.map(async (t): Promise<MetadataTopic> => {
-        // v10+ lookup by topic id: FlowMQ streams have no topic ids (ZERO_UUID) yet.
-        if (t.name === null) return errorTopic(null, KafkaErrorCode.UNKNOWN_TOPIC_ID);
+        // A null name without an id (v12+): nothing to look up.
+        if (t.name === null) return errorTopic(null, KafkaErrorCode.INVALID_REQUEST, t.topicId);
         if (!allowed(ctx, 'describe', 'stream', t.name)) return errorTopic(t.name, KafkaErrorCode.TOPIC_AUTHORIZATION_FAILED);
         const create = req.allowAutoTopicCreation && adapter.wouldCreate(t.name);
         // A topic Kafka would auto-create for a client not allowed to create it answers TOPIC_AUTHORIZATION_FAILED.
@@ -137,5 +163,6 @@ export async function handleMetadata(ctx: RequestContext, req: MetadataRequest):
     controllerId,
     topics,
     clusterAuthorizedOperations: AUTHORIZED_OPERATIONS_OMITTED,
+    errorCode: KafkaErrorCode.NONE,
   };
 }

@@ -19,6 +19,7 @@ import {
 } from '../../../core/index.js';
 import {
   KafkaErrorCode,
+  ZERO_UUID,
   type ProducePartitionData,
   type ProducePartitionResponse,
   type ProduceRequest,
@@ -30,6 +31,8 @@ import { batchProblem } from '../validate.js';
 import { storageRefusal } from '../../storage-refusal.js';
 import { allowed, mayCreateTopic } from '../authz.js';
 import { produceLimits } from '../topic-configs.js';
+import { streamByTopicId } from '../topic-ids.js';
+import { brokerList } from './metadata.js';
 
 /** Records and bytes appended by one request: charged to the namespace's quota, counted in the client registry. */
 interface Tally {
@@ -116,7 +119,7 @@ function append(ctx: RequestContext, stream: StreamEntry, p: ProducePartitionDat
   // The topic's max.message.bytes and message.timestamp.type (topic-configs.ts), as Kafka's LogValidator applies
   // them: a batch larger than the limit (log overhead included) is refused with MESSAGE_TOO_LARGE; with
   // LogAppendTime every batch is stamped with the time of its append (its CRC computed again).
-  const limits = produceLimits(stream.def);
+  const limits = produceLimits(stream.def, ctx.adapter.brokerConfigs.produceDefaults);
   if (limits.maxMessageBytes !== null) {
     for (let i = 0; i < batches.length; i++) {
       if (batches[i].length > limits.maxMessageBytes) {
@@ -161,12 +164,23 @@ export function handleProduce(
   const results: PartitionResult[][] = [];
   const deferred: Promise<void>[] = [];
   const tally: Tally = { records: 0, bytes: 0 };
+  const byId = ctx.header.apiVersion >= 13;
   for (const t of req.topics) {
     const rs = t.partitions.map((p) => result(p.index));
     results.push(rs);
     if (!validAcks) {
       for (const r of rs) fail(r, KafkaErrorCode.INVALID_REQUIRED_ACKS, `acks must be 0, 1 or -1, not ${req.acks}`);
       continue;
+    }
+    if (byId) {
+      // v13+ (KIP-516): the topic by its id; an id no stream has now (deleted, re-created, never made) is
+      // UNKNOWN_TOPIC_ID, and nothing is auto-created by id.
+      const entry = streamByTopicId(adapter.engine, t.topicId ?? ZERO_UUID);
+      if (entry === undefined) {
+        for (const r of rs) fail(r, KafkaErrorCode.UNKNOWN_TOPIC_ID);
+        continue;
+      }
+      t.name = entry.def.name;
     }
     if (!allowed(ctx, 'publish', 'stream', t.name)) {
       for (const r of rs) fail(r, KafkaErrorCode.TOPIC_AUTHORIZATION_FAILED, `not authorized to produce to topic "${t.name}"`);
@@ -229,7 +243,7 @@ export function handleProduce(
       // acks is held to what the log takes, like one that does, instead of filling the broker's memory.
       return pending.length === 0 ? null : Promise.all(pending).then(() => null);
     }
-    return respond(ctx, req, results).then((res) => {
+    return respond(ctx, req, results, byId).then((res) => {
       // The broker's own share of produce latency: request decoded → response ready (durable).
       adapter.produceLatency.record(performance.now() - started);
       // The response tells the client how long it is throttled, and the connection is muted for that long.
@@ -241,7 +255,7 @@ export function handleProduce(
   return deferred.length === 0 ? finish() : Promise.all(deferred).then(finish);
 }
 
-async function respond(ctx: RequestContext, req: ProduceRequest, results: PartitionResult[][]): Promise<ProduceResponse> {
+async function respond(ctx: RequestContext, req: ProduceRequest, results: PartitionResult[][], byId: boolean): Promise<ProduceResponse> {
   const waits: Promise<void>[] = [];
   for (const rs of results) {
     for (const r of rs) {
@@ -264,9 +278,23 @@ async function respond(ctx: RequestContext, req: ProduceRequest, results: Partit
     }
   }
   if (waits.length > 0) await Promise.all(waits);
+  // A partition refused because another broker leads it names that broker (v10+, KIP-951).
+  const kc = ctx.adapter.cluster;
+  const leaders = new Set<number>();
+  if (kc !== null) {
+    for (const r of results.flat()) {
+      if (r.res.errorCode !== KafkaErrorCode.NOT_LEADER_OR_FOLLOWER || r.stream === null) continue;
+      const leader = kc.leader(r.stream, r.res.index);
+      if (leader === null) continue;
+      r.res.currentLeader = { leaderId: leader.id, leaderEpoch: leader.epoch };
+      leaders.add(leader.id);
+    }
+  }
   return {
+    nodeEndpoints: leaders.size > 0 ? brokerList(ctx).brokers.filter((b) => leaders.has(b.nodeId)) : [],
     topics: req.topics.map((t, ti) => ({
-      name: t.name,
+      name: byId ? '' : t.name,
+      topicId: t.topicId ?? ZERO_UUID,
       partitions: results[ti].map((r) => {
         if (r.res.errorCode === KafkaErrorCode.NONE && r.stream !== null) {
           try {

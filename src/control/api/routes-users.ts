@@ -1,0 +1,77 @@
+/** Users: list, create, read, change (a user may change its own password), delete. */
+import type { FastifyInstance } from 'fastify';
+import { NAME_PARAM, PAGE_QUERY, authorizeAdmin, notFound, paginate } from './common.js';
+import type { ApiContext } from './types.js';
+import { isSelf, userView, STRINGS } from './identity-common.js';
+
+export function userRoutes(app: FastifyInstance, ctx: ApiContext): void {
+  const { access } = ctx;
+  const dir = access.directory;
+
+  app.get<{ Querystring: { limit?: number; cursor?: string } }>(
+    '/api/v1/users',
+    { schema: { tags: ['users'], summary: 'Users of the directory', querystring: { type: 'object', additionalProperties: false, properties: PAGE_QUERY } } },
+    async (req) => {
+      authorizeAdmin(access, req);
+      return paginate(dir.listUsers().map(userView), (u) => u.username, req.query);
+    },
+  );
+
+  app.post<{ Body: { username: string; password: string; groups?: string[]; namespace?: string } }>(
+    '/api/v1/users',
+    {
+      schema: {
+        tags: ['users'],
+        summary: 'Add a user (the password is stored as scrypt and SCRAM credentials only)',
+        body: {
+          type: 'object',
+          required: ['username', 'password'],
+          additionalProperties: false,
+          properties: { username: { type: 'string', minLength: 1, maxLength: 256 }, password: { type: 'string', minLength: 1, maxLength: 1024 }, groups: STRINGS, namespace: { type: 'string' } },
+        },
+      },
+    },
+    async (req, reply) => {
+      authorizeAdmin(access, req);
+      const u = await dir.addUser({ ...req.body, source: 'api' });
+      ctx.logger.info({ user: u.username, groups: u.groups, by: req.auth?.principal.user ?? null }, 'user added');
+      return reply.code(201).send(userView(u));
+    },
+  );
+
+  app.get<{ Params: { name: string } }>('/api/v1/users/:name', { schema: { tags: ['users'], summary: 'One user', params: NAME_PARAM } }, async (req) => {
+    if (!isSelf(req, req.params.name)) authorizeAdmin(access, req);
+    const u = dir.user(req.params.name);
+    if (!u) throw notFound('user', req.params.name);
+    return userView(u);
+  });
+
+  app.patch<{ Params: { name: string }; Body: { password?: string; groups?: string[]; namespace?: string } }>(
+    '/api/v1/users/:name',
+    {
+      schema: {
+        tags: ['users'],
+        summary: 'Change a password (a user may change its own), groups or namespace',
+        params: NAME_PARAM,
+        body: { type: 'object', additionalProperties: false, properties: { password: { type: 'string', minLength: 1, maxLength: 1024 }, groups: STRINGS, namespace: { type: 'string' } } },
+      },
+    },
+    async (req) => {
+      const { name } = req.params;
+      const { password, groups, namespace } = req.body ?? {};
+      if (groups !== undefined || namespace !== undefined || !isSelf(req, name)) authorizeAdmin(access, req);
+      if (!dir.user(name)) throw notFound('user', name);
+      if (password !== undefined) await dir.setPassword(name, password);
+      if (groups !== undefined || namespace !== undefined) await dir.updateUser(name, { groups, namespace });
+      ctx.logger.info({ user: name, password: password !== undefined, groups, namespace, by: req.auth?.principal.user ?? null }, 'user changed');
+      return userView(dir.user(name)!);
+    },
+  );
+
+  app.delete<{ Params: { name: string } }>('/api/v1/users/:name', { schema: { tags: ['users'], summary: 'Delete a user (its tokens and sessions end)', params: NAME_PARAM } }, async (req, reply) => {
+    authorizeAdmin(access, req);
+    await dir.deleteUser(req.params.name);
+    ctx.logger.info({ user: req.params.name, by: req.auth?.principal.user ?? null }, 'user deleted');
+    return reply.code(204).send();
+  });
+}
