@@ -133,7 +133,7 @@ export function routeTopicSpace(t: RoutingTable, msg: Message): RouteResult {
   return deliver(t, r, copy, false);
 }
 
-export function toDestination(t: RoutingTable, e: BindingEntry, rk: string, msg: Message, r: Route): void {
+function toDestination(t: RoutingTable, e: BindingEntry, rk: string, msg: Message, r: Route): void {
   const d = e.def;
   if (d.destinationKind === 'queue') {
     const q = t.queues.get(d.destination);
@@ -145,7 +145,7 @@ export function toDestination(t: RoutingTable, e: BindingEntry, rk: string, msg:
 }
 
 /** Routes through one exchange (and, recursively, the exchanges bound to it and its alternate exchange). */
-export function routeExchange(t: RoutingTable, x: XState, rk: string, msg: Message, r: Route): void {
+function routeExchange(t: RoutingTable, x: XState, rk: string, msg: Message, r: Route): void {
   // Exchange-to-exchange bindings may form cycles: each exchange routes a message once (RabbitMQ).
   if (r.seen.has(x)) return;
   r.seen.add(x);
@@ -198,7 +198,7 @@ export function routeExchange(t: RoutingTable, x: XState, rk: string, msg: Messa
   }
 }
 
-export function deliver(t: RoutingTable, r: Route, msg: Message, deadLettered: boolean): RouteResult {
+function deliver(t: RoutingTable, r: Route, msg: Message, deadLettered: boolean): RouteResult {
   let durable: Promise<void>[] | null = r.liveDurable ? [r.liveDurable] : null;
   let written: Promise<void>[] | null = null;
   let rejected = false;
