@@ -238,7 +238,7 @@ export class Access {
     if (set.open) return true;
     this.sync();
     const key = `${action}\u0000${kind}\u0000${name}`;
-    const cache = (this.cache ??= new Map());
+    const cache = (this.cache ??= new Map<string, boolean>());
     let v = cache.get(key);
     if (v === undefined) {
       v = this.ac.allows(this.current, action, kind, name);
@@ -260,7 +260,7 @@ export class Access {
     const set = this.ac.directory.policies;
     if (set.open) return true;
     this.sync();
-    const admitted = (this.admitted ??= new Map());
+    const admitted = (this.admitted ??= new Map<string, boolean>());
     let v = admitted.get(topic);
     if (v === undefined) {
       v = set.allows(this.current, 'subscribe', 'topic', topic);
