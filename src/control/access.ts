@@ -201,9 +201,13 @@ export class AccessControl {
 
 /** One connection's view of the policies: cached verdicts, dropped when the directory changes. */
 export class Access {
-  private readonly cache = new Map<string, boolean>();
-  /** admits() verdicts by topic. */
-  private readonly admitted = new Map<string, boolean>();
+  /**
+   * can() verdicts by action, kind and name; made on the first verdict taken (an empty Map is ~220 bytes of heap,
+   * held by every idle connection while no policy exists).
+   */
+  private cache: Map<string, boolean> | null = null;
+  /** admits() verdicts by topic, made likewise. */
+  private admitted: Map<string, boolean> | null = null;
   private version = -1;
   private directoryVersion = -1;
   private current: Principal;
@@ -234,11 +238,12 @@ export class Access {
     if (set.open) return true;
     this.sync();
     const key = `${action}\u0000${kind}\u0000${name}`;
-    let v = this.cache.get(key);
+    const cache = (this.cache ??= new Map<string, boolean>());
+    let v = cache.get(key);
     if (v === undefined) {
       v = this.ac.allows(this.current, action, kind, name);
-      if (this.cache.size >= CACHE_LIMIT) this.cache.clear();
-      this.cache.set(key, v);
+      if (cache.size >= CACHE_LIMIT) cache.clear();
+      cache.set(key, v);
     }
     if (v) this.ac.stats.allowed++;
     else this.ac.logDenial(this, action, kind, name);
@@ -255,11 +260,12 @@ export class Access {
     const set = this.ac.directory.policies;
     if (set.open) return true;
     this.sync();
-    let v = this.admitted.get(topic);
+    const admitted = (this.admitted ??= new Map<string, boolean>());
+    let v = admitted.get(topic);
     if (v === undefined) {
       v = set.allows(this.current, 'subscribe', 'topic', topic);
-      if (this.admitted.size >= CACHE_LIMIT) this.admitted.clear();
-      this.admitted.set(topic, v);
+      if (admitted.size >= CACHE_LIMIT) admitted.clear();
+      admitted.set(topic, v);
     }
     return v;
   }
@@ -307,12 +313,12 @@ export class Access {
     const v = this.ac.version;
     if (this.version === v) return;
     this.version = v;
-    this.cache.clear();
+    this.cache?.clear();
     // Topic verdicts depend on the directory only, not on bindings (which move with every exclusive queue declared).
     const d = this.ac.directory.version;
     if (this.directoryVersion === d) return;
     this.directoryVersion = d;
-    this.admitted.clear();
+    this.admitted?.clear();
     if (this.current.user !== null) this.current = this.ac.principal(this.current.user);
   }
 }

@@ -18,11 +18,14 @@ export interface ClientRegistration {
   kick(reason: string): void;
 }
 
+/** Shared by every entry until its first namespace change (then it gets its own). */
+const NOTHING_CARRIED: ProtocolTotals = Object.freeze({ messagesIn: 0, messagesOut: 0, bytesIn: 0, bytesOut: 0 });
+
 export class ClientEntry {
   user: string | null = null;
   private ns = 'default';
   /** What was counted under an earlier namespace (see the namespace setter). */
-  private carried: ProtocolTotals = { messagesIn: 0, messagesOut: 0, bytesIn: 0, bytesOut: 0 };
+  private carried: ProtocolTotals = NOTHING_CARRIED;
   /** The protocol's own client name (MQTT client id, Kafka client.id, AMQP connection_name, NATS name). */
   clientId: string | null = null;
   messagesIn = 0;

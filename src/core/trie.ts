@@ -19,30 +19,98 @@ export const REST: unique symbol = Symbol('rest');
 
 export type Level = string | typeof ONE | typeof ANY | typeof REST;
 
+/** A node's value slot when it holds none (values are the callers' objects, `undefined` among them if they like). */
+const NO_VALUE: unique symbol = Symbol('no value');
+
+/**
+ * One level of patterns. A node keeps its first child and its first value in fields of its own, and makes a Map or
+ * a Set only for the second: an empty or one-entry Map costs ~220 bytes of heap and a Set ~230, and most nodes have
+ * one child or one value, or neither. A subscription to a filter of its own (`idle/<id>/cmd`, a device's command
+ * topic, one per client) adds two such nodes; with tables of their own they held ~450 bytes of the ~5.5 KB an idle
+ * MQTT connection held (`npm run bench -- idle`).
+ */
 interface Node<V> {
-  children: Map<string, Node<V>>;
-  values: Set<V>;
+  /** Children by level from the second child on (then `key`/`child` are unused); null while there are fewer. */
+  children: Map<string, Node<V>> | null;
+  key: string | undefined;
+  child: Node<V> | undefined;
+  /** Values from the second on (then `value` is unused); null while there are fewer. */
+  values: Set<V> | null;
+  value: V | typeof NO_VALUE;
   one: Node<V> | undefined;
   any: Node<V> | undefined;
   rest: Node<V> | undefined;
 }
 
-/**
- * What a node holds until its first child or value: one empty Map and one empty Set shared by every node (their
- * only writers, `add`, swap in the node's own first). An empty Map costs ~200 bytes of heap and an empty Set ~170,
- * and most nodes need only one of the two, or neither: a subscription to a filter of its own (`devices/<id>/#`, one per
- * client) made two nodes holding ~730 bytes of empty or one-entry tables where one Set was needed (~560 bytes of
- * the ~6.2 KB an idle MQTT connection held, `npm run bench -- idle`).
- */
-const NO_CHILDREN: Map<string, never> = new Map<string, never>();
-const NO_VALUES: Set<never> = new Set<never>();
-
 function newNode<V>(): Node<V> {
-  return { children: NO_CHILDREN, values: NO_VALUES, one: undefined, any: undefined, rest: undefined };
+  return { children: null, key: undefined, child: undefined, values: null, value: NO_VALUE, one: undefined, any: undefined, rest: undefined };
+}
+
+function childOf<V>(n: Node<V>, level: string): Node<V> | undefined {
+  if (n.children !== null) return n.children.get(level);
+  return n.key === level ? n.child : undefined;
+}
+
+function addChild<V>(n: Node<V>, level: string, c: Node<V>): void {
+  if (n.children !== null) n.children.set(level, c);
+  else if (n.child === undefined) {
+    n.key = level;
+    n.child = c;
+  } else {
+    n.children = new Map([[n.key!, n.child]]);
+    n.children.set(level, c);
+    n.key = undefined;
+    n.child = undefined;
+  }
+}
+
+function removeChild<V>(n: Node<V>, level: string): void {
+  if (n.children !== null) n.children.delete(level);
+  else if (n.key === level) {
+    n.key = undefined;
+    n.child = undefined;
+  }
+}
+
+function hasChildren<V>(n: Node<V>): boolean {
+  return n.children !== null ? n.children.size > 0 : n.child !== undefined;
+}
+
+function hasValues<V>(n: Node<V>): boolean {
+  return n.values !== null ? n.values.size > 0 : n.value !== NO_VALUE;
+}
+
+/** Adds a value to a node; false when it was there already. */
+function addValue<V>(n: Node<V>, v: V): boolean {
+  if (n.values !== null) {
+    if (n.values.has(v)) return false;
+    n.values.add(v);
+    return true;
+  }
+  if (n.value === NO_VALUE) {
+    n.value = v;
+    return true;
+  }
+  if (n.value === v) return false;
+  n.values = new Set([n.value, v]);
+  n.value = NO_VALUE;
+  return true;
+}
+
+function deleteValue<V>(n: Node<V>, v: V): boolean {
+  if (n.values !== null) return n.values.delete(v);
+  if (n.value === NO_VALUE || n.value !== v) return false;
+  n.value = NO_VALUE;
+  return true;
+}
+
+function eachValue<V>(n: Node<V>, wild: boolean, fn: MatchFn<V>): void {
+  if (n.values !== null) for (const v of n.values) fn(v, wild);
+  else if (n.value !== NO_VALUE) fn(n.value, wild);
 }
 
 function isEmpty<V>(n: Node<V>): boolean {
-  return n.values.size === 0 && n.children.size === 0 && n.one === undefined && n.any === undefined && n.rest === undefined;
+  return !hasValues(n) && !hasChildren(n) && n.one === undefined && n.any === undefined && n.rest === undefined;
 }
 
 /** Levels of an MQTT filter (`+` one level, `#` the rest, which in MQTT includes the parent level). */
@@ -103,20 +171,15 @@ export class TopicTrie<V> {
       else if (level === ANY) next = node.any ??= newNode();
       else if (level === REST) next = node.rest ??= newNode();
       else {
-        next = node.children.get(level);
+        next = childOf(node, level);
         if (!next) {
           next = newNode();
-          if (node.children === NO_CHILDREN) node.children = new Map();
-          node.children.set(level, next);
+          addChild(node, level, next);
         }
       }
       node = next;
     }
-    if (!node.values.has(value)) {
-      if (node.values === NO_VALUES) node.values = new Set();
-      node.values.add(value);
-      this.count++;
-    }
+    if (addValue(node, value)) this.count++;
   }
 
   remove(pattern: string | readonly Level[], value: V): boolean {
@@ -124,12 +187,12 @@ export class TopicTrie<V> {
     const path: Node<V>[] = [this.root];
     let node = this.root;
     for (const level of levels) {
-      const next = level === ONE ? node.one : level === ANY ? node.any : level === REST ? node.rest : node.children.get(level);
+      const next = level === ONE ? node.one : level === ANY ? node.any : level === REST ? node.rest : childOf(node, level);
       if (!next) return false;
       path.push(next);
       node = next;
     }
-    if (!node.values.delete(value)) return false;
+    if (!deleteValue(node, value)) return false;
     this.count--;
     // Prune empty branches so churn does not leak nodes.
     for (let i = levels.length; i > 0; i--) {
@@ -139,7 +202,7 @@ export class TopicTrie<V> {
       if (level === ONE) parent.one = undefined;
       else if (level === ANY) parent.any = undefined;
       else if (level === REST) parent.rest = undefined;
-      else parent.children.delete(level);
+      else removeChild(parent, level);
     }
     return true;
   }
@@ -167,26 +230,23 @@ export class TopicTrie<V> {
     const n = levels.length;
     const any = node.any;
     if (any !== undefined) {
-      if (any.children.size === 0 && any.one === undefined && any.any === undefined && any.rest === undefined) {
+      if (!hasChildren(any) && any.one === undefined && any.any === undefined && any.rest === undefined) {
         // A trailing `#` (every MQTT `#`): it takes the remaining levels, zero or more, in one step.
-        if (any.values.size > 0) {
-          const w = wild || (i === 0 && n > 0);
-          for (const v of any.values) fn(v, w);
-        }
+        eachValue(any, wild || (i === 0 && n > 0), fn);
       } else {
         // `#` inside a pattern (AMQP): try every number of levels it could consume.
         for (let j = i; j <= n; j++) this.walk(any, levels, j, wild || (i === 0 && j > 0), fn);
       }
     }
     if (i === n) {
-      for (const v of node.values) fn(v, wild);
+      eachValue(node, wild, fn);
       return;
     }
-    const exact = node.children.get(levels[i]);
+    const exact = childOf(node, levels[i]);
     if (exact !== undefined) this.walk(exact, levels, i + 1, wild, fn);
     const one = node.one;
     if (one !== undefined) this.walk(one, levels, i + 1, wild || i === 0, fn);
     const rest = node.rest;
-    if (rest !== undefined) for (const v of rest.values) fn(v, wild || i === 0);
+    if (rest !== undefined) eachValue(rest, wild || i === 0, fn);
   }
 }

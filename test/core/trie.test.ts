@@ -42,7 +42,7 @@ describe('TopicTrie', () => {
     assert.equal(t.size, 0);
     assert.ok(!t.hasMatch('a/b/c'));
     // internal: root has no children left
-    assert.equal((t as unknown as { root: { children: Map<string, unknown> } }).root.children.size, 0);
+    assert.equal(rootChildren(t), 0);
   });
   it('tells the callback whether the first level was matched by a wildcard (the MQTT $ rule is the caller\'s)', () => {
     const t = new TopicTrie<string>();
@@ -81,7 +81,55 @@ describe('TopicTrie', () => {
     assert.ok(t.remove(['a', ANY, 'b', ONE], 'x'));
     assert.ok(!t.remove(['a', ANY, 'b'], 'x'));
     assert.ok(t.remove(['a', REST], 'y'));
-    assert.equal((t as unknown as { root: { children: Map<string, unknown> } }).root.children.size, 0);
+    assert.equal(rootChildren(t), 0);
+  });
+});
+
+/** Internal: how many children the trie's root has (in its Map, or the one kept in its fields). */
+function rootChildren(t: TopicTrie<string>): number {
+  const root = (t as unknown as { root: { children: Map<string, unknown> | null; child: unknown } }).root;
+  return root.children !== null ? root.children.size : root.child === undefined ? 0 : 1;
+}
+
+describe('TopicTrie: first child and first value in the node, tables from the second', () => {
+  it('matches, adds and removes the same across the change from fields to tables and back', () => {
+    const t = new TopicTrie<string>();
+    t.add('d/1/cmd', 'a');
+    assert.deepEqual(collect(t, 'd/1/cmd'), ['a']);
+    t.add('d/1/cmd', 'a');
+    assert.equal(t.size, 1, 'the same value twice in the single slot is one');
+    t.add('d/1/cmd', 'b');
+    t.add('d/1/cmd', 'b');
+    assert.equal(t.size, 2, 'and in the set');
+    t.add('d/2/cmd', 'c');
+    t.add('d/3/cmd', 'd');
+    t.add('d/+/cmd', 'w');
+    assert.deepEqual(collect(t, 'd/1/cmd'), ['a', 'b', 'w']);
+    assert.deepEqual(collect(t, 'd/2/cmd'), ['c', 'w']);
+    assert.deepEqual(collect(t, 'd/3/cmd'), ['d', 'w']);
+    assert.deepEqual(collect(t, 'd/4/cmd'), ['w']);
+    assert.ok(t.remove('d/1/cmd', 'a'));
+    assert.ok(!t.remove('d/1/cmd', 'a'));
+    assert.deepEqual(collect(t, 'd/1/cmd'), ['b', 'w']);
+    assert.ok(t.remove('d/2/cmd', 'c'));
+    assert.deepEqual(collect(t, 'd/2/cmd'), ['w']);
+    assert.deepEqual(collect(t, 'd/3/cmd'), ['d', 'w']);
+    for (const [f, v] of [['d/1/cmd', 'b'], ['d/3/cmd', 'd'], ['d/+/cmd', 'w']]) assert.ok(t.remove(f, v));
+    assert.equal(t.size, 0);
+    assert.equal(rootChildren(t), 0, 'every branch pruned');
+    t.add('d/1/cmd', 'again');
+    assert.deepEqual(collect(t, 'd/1/cmd'), ['again']);
+  });
+  it('keeps a value that is undefined or null like any other', () => {
+    const t = new TopicTrie<string | undefined | null>();
+    t.add('x', undefined);
+    t.add('x', null);
+    const got: unknown[] = [];
+    t.match('x', (v) => got.push(v));
+    assert.deepEqual(got, [undefined, null]);
+    assert.ok(t.remove('x', undefined));
+    assert.ok(t.remove('x', null));
+    assert.equal(t.size, 0);
   });
 });
 

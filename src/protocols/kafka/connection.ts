@@ -54,6 +54,7 @@ import { CLOSE_CONNECTION, type ConnectionInfo, type KafkaListenerInfo, type Rou
 import { SaslSession, stepRawToken } from './sasl.js';
 import { ReadLease } from '../../core/index.js';
 import { MAX_FRAME_BYTES } from './frame-pool.js';
+import { CloseSignal } from '../listener.js';
 import { logKey } from '../../util/log-limit.js';
 import { ANONYMOUS, type Access, type ClientEntry, type Principal, type QuotaLease } from '../../control/index.js';
 
@@ -120,8 +121,8 @@ export class KafkaConnection implements ConnectionInfo {
   private saslSession: SaslSession | null = null;
   /** Made on first use (see `log`): a pino child and its bindings are ~250 bytes an idle connection rarely needs. */
   private childLog: Logger | null = null;
-  readonly closed: Promise<void>;
-  private resolveClosed: () => void = () => undefined;
+  /** Tells the listener (and whoever asks for `closed`) that the connection has closed. */
+  readonly closeSignal = new CloseSignal();
   private isDone = false;
 
   /** The size prefix being received: its bytes so far (big-endian) and how many of its 4 are in. */
@@ -195,9 +196,6 @@ export class KafkaConnection implements ConnectionInfo {
     this.openedAt = Date.now();
     this.activeAt = this.openedAt;
     this.sentAt = this.openedAt;
-    this.closed = new Promise<void>((resolve) => {
-      this.resolveClosed = resolve;
-    });
     (stream as ConnectionStream)[CONNECTION] = this;
     if (!init.attachInput?.((bytes) => this.receive(bytes))) {
       stream.on('data', KafkaConnection.onStreamData);
@@ -263,6 +261,11 @@ export class KafkaConnection implements ConnectionInfo {
   /** SASL completed, or a verified client certificate named a user (mTLS). */
   private get isAuthenticated(): boolean {
     return this.saslSession?.authenticated === true || this.certUser !== null;
+  }
+
+  /** Resolves when the connection closes (the promise is made when first asked for). */
+  get closed(): Promise<void> {
+    return this.closeSignal.closed;
   }
 
   isClosed(): boolean {
@@ -767,7 +770,7 @@ export class KafkaConnection implements ConnectionInfo {
     // Its incremental fetch sessions go with it.
     this.adapter.fetchSessions.removeOwner(this.id);
     if (this.adapter.logger.isLevelEnabled('debug')) this.log.debug('connection closed');
-    this.resolveClosed();
+    this.closeSignal.fire(this);
     if (this.closeListeners === NO_LISTENERS) return;
     const listeners = [...this.closeListeners];
     this.closeListeners.clear();

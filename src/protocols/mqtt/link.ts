@@ -22,6 +22,7 @@ import type { Access, ClientEntry, Principal, QuotaLease, SaslExchange } from '.
 import type { Message, QueueDelivery, Subscription } from '../../core/index.js';
 import { logKey } from '../../util/log-limit.js';
 import type { AdapterContext } from '../types.js';
+import { CloseSignal } from '../listener.js';
 import {
   INCOMPLETE,
   MqttProtocolError,
@@ -136,8 +137,8 @@ export abstract class MqttLink implements QueueConsumerHost, SessionConnection {
    */
   readonly address: string | undefined;
   readonly stats: MqttConnectionStats = { dropped: 0, publishesIn: 0, publishesOut: 0 };
-  /** Resolves once the stream has closed and every resource is released. */
-  readonly closed: Promise<void>;
+  /** Tells the listener (and whoever asks for `closed`) that the stream has closed and every resource is released. */
+  readonly closeSignal = new CloseSignal();
 
   readonly opts: ResolvedMqttOptions;
   readonly hub: MqttHub;
@@ -150,7 +151,6 @@ export abstract class MqttLink implements QueueConsumerHost, SessionConnection {
   private lastRx = Date.now();
   private readonly openedAt = Date.now();
   private lingerTimer: NodeJS.Timeout | null = null;
-  private resolveClosed!: () => void;
 
   // inbound bytes not parsed yet (NO_BUFFERS when none), and how many are needed before parsing can progress
   private pending: Buffer[] = NO_BUFFERS;
@@ -267,9 +267,6 @@ export abstract class MqttLink implements QueueConsumerHost, SessionConnection {
         kick: (reason) => this.kick(reason),
       });
     }
-    this.closed = new Promise((resolve) => {
-      this.resolveClosed = resolve;
-    });
     (stream as ConnectionStream)[CONNECTION] = this;
     stream.on('data', MqttLink.onStreamData);
     stream.on('error', MqttLink.onStreamError);
@@ -733,7 +730,12 @@ export abstract class MqttLink implements QueueConsumerHost, SessionConnection {
       clearTimeout(this.lingerTimer);
       this.lingerTimer = null;
     }
-    this.resolveClosed();
+    this.closeSignal.fire(this);
+  }
+
+  /** Resolves once the stream has closed and every resource is released. */
+  get closed(): Promise<void> {
+    return this.closeSignal.closed;
   }
 
   // ---------------------------------------------------------------- what connection.ts adds

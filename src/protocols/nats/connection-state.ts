@@ -22,6 +22,7 @@ import {
 } from './codec/index.js';
 import type { NatsConnectionHost, NatsConnectionMeta, NatsListenerTls } from './types.js';
 import { NatsErr } from './errors.js';
+import { CloseSignal } from '../listener.js';
 
 /** Publishes whose durable writes have not settled, per connection, before its socket stops being read. */
 export const MAX_PENDING_WRITES = 10_000;
@@ -77,8 +78,8 @@ export abstract class NatsConnectionState implements Subscriber, NatsServerHandl
   readonly id: string;
   readonly clientId: number;
   readonly remoteAddress: string;
-  private closedP: Promise<void> | null = null;
-  private resolveClosed: (() => void) | null = null;
+  /** Tells the listener (and whoever asks for `closed`) that the connection is gone. */
+  readonly closeSignal = new CloseSignal();
   st = St.Live;
   private readonly parser: NatsServerParser;
   private w: NatsWriter | null = null;
@@ -170,14 +171,7 @@ export abstract class NatsConnectionState implements Subscriber, NatsServerHandl
 
   /** Resolves once the connection is gone (made when first asked for: the adapter hears of it from teardown). */
   get closed(): Promise<void> {
-    if (this.closedP === null) {
-      this.closedP = this.tornDown
-        ? Promise.resolve()
-        : new Promise<void>((resolve) => {
-            this.resolveClosed = resolve;
-          });
-    }
-    return this.closedP;
+    return this.closeSignal.closed;
   }
 
   /** Subscriptions open on this connection. */
@@ -535,7 +529,7 @@ export abstract class NatsConnectionState implements Subscriber, NatsServerHandl
     this.lease = null;
     this.entry?.close();
     this.adapter.left(this);
-    this.resolveClosed?.();
+    this.closeSignal.fire(this);
   }
 
   /** A subject refused: -ERR, the connection stays open (nats-server's behaviour for subjects). */

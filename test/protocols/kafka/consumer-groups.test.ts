@@ -2,7 +2,8 @@
  * The consumer group protocol (KIP-848) over the wire with a raw protocol client: joining, the revoke-then-assign
  * hand-over between members (a partition never has two owners), member epochs and their fencing, leaving, static
  * members leaving for a while and coming back, session and rebalance timeouts, regex subscriptions, offsets at the
- * member epoch, and the group as the classic APIs and ConsumerGroupDescribe see it.
+ * member epoch, OffsetDelete of a consumer group's offsets, and the group as the classic APIs and ConsumerGroupDescribe
+ * see it.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
@@ -18,6 +19,7 @@ import {
   KafkaErrorCode as E,
   ListGroupsApi,
   OffsetCommitApi,
+  OffsetDeleteApi,
   OffsetFetchApi,
   type ConsumerGroupHeartbeatRequest,
   type ConsumerGroupHeartbeatResponse,
@@ -384,5 +386,43 @@ describe('kafka consumer group protocol (KIP-848) over the wire', () => {
       reason: null,
     });
     assert.equal(now.errorCode, E.NONE);
+  });
+
+  it('OffsetDelete: GROUP_SUBSCRIBED_TO_TOPIC for a topic a member subscribes to by name or regex, else deleted', async () => {
+    const c = await connect();
+    const byName = new Member(c, 'cg10', 'od-name');
+    const byRegex = new Member(await connect(), 'cg10', 'od-regex');
+    const away = new Member(await connect(), 'cg10', 'od-static');
+    assert.equal((await byName.join(['ct'])).errorCode, E.NONE);
+    assert.equal((await byRegex.join([], { subscribedTopicRegex: '(^rx\\..*)' })).errorCode, E.NONE);
+    assert.equal((await away.join(['other'], { instanceId: 'od-i' })).errorCode, E.NONE);
+    // A static member away for now (-2) is still a member: its topics stay subscribed.
+    assert.equal((await away.send(hb('cg10', 'od-static', -2, { instanceId: 'od-i' }))).errorCode, E.NONE);
+    await engine.store.commitOffsets('cg10', [
+      { stream: 'ct', partition: 0, offset: 3, metadata: null },
+      { stream: 'rx.b', partition: 1, offset: 4, metadata: null },
+      { stream: 'other', partition: 0, offset: 5, metadata: null },
+    ]);
+    const kept = async () => (await engine.store.listOffsets('cg10')).map((o) => `${o.stream}:${o.partition}`).sort();
+    const del = (topics: Array<[string, number[]]>) => c.call(OffsetDeleteApi, 0, { groupId: 'cg10', topics: topics.map(([name, ps]) => ({ name, partitions: ps.map((p) => ({ partitionIndex: p })) })) });
+    const codes = (r: Awaited<ReturnType<typeof del>>) => [r.errorCode, r.topics.map((t) => [t.name, t.partitions.map((p) => p.errorCode)])];
+    let r = await del([['ct', [0, 1]], ['rx.b', [1]], ['other', [0]]]);
+    assert.deepEqual(codes(r), [E.NONE, [['ct', [E.GROUP_SUBSCRIBED_TO_TOPIC, E.GROUP_SUBSCRIBED_TO_TOPIC]], ['rx.b', [E.GROUP_SUBSCRIBED_TO_TOPIC]], ['other', [E.GROUP_SUBSCRIBED_TO_TOPIC]]]]);
+    assert.deepEqual(await kept(), ['ct:0', 'other:0', 'rx.b:1']);
+
+    // The static member leaves for good: "other" is no one's now, its offsets go; a partition with no offset is no error.
+    await away.send(hb('cg10', 'od-static', -1, { instanceId: 'od-i' }));
+    r = await del([['other', [0]], ['ct', [0]]]);
+    assert.deepEqual(codes(r), [E.NONE, [['other', [E.NONE]], ['ct', [E.GROUP_SUBSCRIBED_TO_TOPIC]]]]);
+    assert.deepEqual(await kept(), ['ct:0', 'rx.b:1']);
+
+    // Every member gone: the group is Empty and any of its offsets may go (Kafka's ConsumerGroup accepts every state).
+    await byName.send(hb('cg10', 'od-name', -1));
+    await byRegex.send(hb('cg10', 'od-regex', -1));
+    const dg = (await c.call(DescribeGroupsApi, 5, { groups: ['cg10'], includeAuthorizedOperations: false })).groups[0];
+    assert.deepEqual([dg.groupState, dg.members.length], ['Empty', 0]);
+    r = await del([['ct', [0]], ['rx.b', [1]]]);
+    assert.deepEqual(codes(r), [E.NONE, [['ct', [E.NONE]], ['rx.b', [E.NONE]]]]);
+    assert.deepEqual(await kept(), []);
   });
 });

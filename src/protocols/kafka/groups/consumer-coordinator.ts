@@ -631,6 +631,24 @@ export class ConsumerGroupCoordinator {
     };
   }
 
+  /**
+   * The topic names the group's members subscribe to, by name or through their regex (Kafka's subscribedTopicNames,
+   * which counts a regex's resolved topics too): what OffsetDelete must leave alone (GROUP_SUBSCRIBED_TO_TOPIC).
+   * A regex is matched against the topics now, so a topic created since the last metadata refresh counts already.
+   * Null when the group is unknown.
+   */
+  subscribedTopicNames(groupId: string): Set<string> | null {
+    const g = this.groups.get(groupId);
+    if (!g) return null;
+    const out = new Set<string>();
+    const all = [...g.members.values()].some((m) => m.regex !== null) ? [...this.catalog.all()] : [];
+    for (const m of g.members.values()) {
+      for (const name of m.names) out.add(name);
+      if (m.regex) for (const t of all) if (m.regex.test(t.name) && m.mayRead(t.name)) out.add(t.name);
+    }
+    return out;
+  }
+
   list(): Array<{ groupId: string; state: ConsumerGroupState }> {
     return [...this.groups.values()].map((g) => ({ groupId: g.groupId, state: this.state(g) }));
   }

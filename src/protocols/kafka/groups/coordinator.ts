@@ -678,6 +678,15 @@ export class GroupCoordinator {
   }
 
   /**
+   * For a group of the consumer protocol (KIP-848), the topics its members subscribe to by name or regex; null for a
+   * classic group or an unknown one (their subscriptions are read from the members' protocol metadata).
+   */
+  consumerSubscriptions(groupId: string): Set<string> | null {
+    if (this.group(groupId)) return null;
+    return this.consumer.subscribedTopicNames(groupId);
+  }
+
+  /**
    * Groups with members in memory, plus groups known only by their committed offsets (state Empty); of the latter
    * only those `stored` accepts (cluster mode: the groups this broker coordinates).
    */

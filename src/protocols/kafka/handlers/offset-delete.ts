@@ -9,7 +9,10 @@
  *   offsets only if it uses the consumer protocol (NON_EMPTY_GROUP otherwise), and never those of a topic one of its
  *   members subscribes to (GROUP_SUBSCRIBED_TO_TOPIC for every partition of that topic). The subscriptions are read
  *   from the members' consumer-protocol metadata (its version-0 prefix, as Kafka does); while they cannot be known
- *   (no protocol chosen yet, unreadable metadata) every topic counts as subscribed.
+ *   (no protocol chosen yet, unreadable metadata) every topic counts as subscribed. A group of the consumer protocol
+ *   (KIP-848; Kafka's ConsumerGroup, whose validateOffsetDelete accepts every state) has its members' subscriptions
+ *   itself: the topic names, and every topic their regex matches (Kafka counts a regex's resolved topics in the
+ *   group's subscribedTopicNames). An empty consumer group (its members gone) deletes any of its offsets.
  * - In a cluster the group's coordinator answers (NOT_COORDINATOR elsewhere), and the deletion is fenced by the
  *   group's ownership epoch like an offset commit.
  * - A partition without a committed offset is no error.
@@ -72,15 +75,19 @@ export async function handleOffsetDelete(ctx: RequestContext, req: OffsetDeleteR
   const consumer = d?.protocolType === 'consumer';
   if (members.length > 0 && !consumer) return fail(KafkaErrorCode.NON_EMPTY_GROUP);
 
-  // The topics the members subscribe to; null: unknown (every topic counts as subscribed).
-  let subscribed: Set<string> | null = new Set();
-  for (const m of members) {
-    const topics = subscribedTopics(m.metadata);
-    if (topics === null) {
-      subscribed = null;
-      break;
+  // The topics the members subscribe to; null: unknown (every topic counts as subscribed). A consumer-protocol group
+  // (KIP-848) knows them itself, names and regex matches alike; a classic group's come from the members' metadata.
+  let subscribed: Set<string> | null = groups.consumerSubscriptions(groupId);
+  if (subscribed === null) {
+    subscribed = new Set();
+    for (const m of members) {
+      const topics = subscribedTopics(m.metadata);
+      if (topics === null) {
+        subscribed = null;
+        break;
+      }
+      for (const t of topics) subscribed.add(t);
     }
-    for (const t of topics) subscribed.add(t);
   }
   const isSubscribed = (topic: string): boolean => members.length > 0 && (subscribed === null || subscribed.has(topic));
 
