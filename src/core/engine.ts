@@ -4,9 +4,13 @@
  * - Live subscriptions (optionally shared in a group) receive matching publishes.
  * - Streams bound to topic filters capture matching publishes durably; a Kafka produce appends to a stream
  *   directly and is delivered to matching live subscriptions and to other bound streams as well.
+ *
+ * The engine keeps the streams, the publish paths (capture, retain, produce) and the reads; live subscriptions and
+ * delivery are in subscriptions.ts, stream specs and partitioning in stream-defs.ts, exchanges and queues in
+ * router.ts.
  */
 import { FlowError } from './errors.js';
-import type { Message, QoS } from './message.js';
+import type { Message } from './message.js';
 import { decodeBatch, encodeBatch, messageToRecord, recordToMessage } from './record-batch.js';
 import {
   NO_STREAM_DEFAULTS,
@@ -26,179 +30,32 @@ import { decodeStoredMessage, encodeStoredMessage } from './sessions.js';
 import type { CoreStore } from './store.js';
 import type { QueueDef, QueueFactory, QueueHandle, QueueStore } from './queues.js';
 import type { BindingDef, ExchangeDef, RouteResult, Router } from './exchanges.js';
-import { mqttAccepts, parseBindingKey } from './matcher.js';
 import { RouterCore } from './router.js';
 import { createQueue as defaultCreateQueue } from './queue.js';
-import { isValidStreamName, kafkaToUnified, matches, validateFilter, validateTopic } from './topic.js';
+import { isValidStreamName, kafkaToUnified, validateFilter, validateTopic } from './topic.js';
 import { TopicTrie } from './trie.js';
-
-/** A consumer of live messages: one per protocol connection or session. */
-export interface Subscriber {
-  /** Unique among live subscribers, e.g. "mqtt:client-7". */
-  readonly id: string;
-  /**
-   * Called synchronously once per matching publish with every subscription of this subscriber that matched.
-   * Must not throw and must not block: an adapter queues or drops according to its own flow control.
-   */
-  deliver(msg: Message, subs: Subscription[]): void;
-  /**
-   * Optional: false while the subscriber cannot take messages right away (e.g. an offline persistent
-   * session). A shared group then prefers its available members.
-   */
-  isAvailable?(): boolean;
-}
-
-export interface SubscribeOptions {
-  qos: QoS;
-  /** Shared-subscription group: each message goes to one member of the group. */
-  group?: string;
-  /** Protocol-specific options (e.g. MQTT v5 no-local, subscription identifier); opaque to the core. */
-  data?: unknown;
-  /**
-   * How the filter is written and matched (matcher.ts). 'mqtt' (default): an MQTT filter on unified topics, with
-   * the `$` rule. 'nats': a NATS subject (`a.*.>`; `>` one or more tokens, so `a.>` does not match `a`), matched
-   * against unified topics through the separator swap, without the `$` rule (NATS `>` matches `$JS.API.INFO`).
-   */
-  rule?: 'mqtt' | 'nats';
-  /**
-   * Set when authorization lets the subscriber receive only some of the topics its filter matches (a wildcard
-   * reaching into a denied topic): a delivery on a topic it refuses is skipped for this subscription (a shared
-   * group whose picked member refuses it skips that message). Unset: every match is delivered, at no cost.
-   */
-  admit?: (topic: string) => boolean;
-  /**
-   * Cluster mode: a service of this broker's own (the JetStream API), serving the clients of this broker only: not
-   * announced to the other brokers, and messages forwarded from another broker are not delivered to it (the broker
-   * they were published on serves them). Without effect on a single broker.
-   */
-  local?: boolean;
-}
-
-export interface Subscription {
-  /** The filter as given (an MQTT filter, or a NATS subject with rule 'nats'). */
-  readonly filter: string;
-  readonly subscriber: Subscriber;
-  readonly options: SubscribeOptions;
-}
-
-interface SharedGroup {
-  key: string;
-  members: Subscription[];
-  next: number;
-  /** The members' rule is 'nats': no MQTT `$` rule. */
-  nats: boolean;
-}
-
-/**
- * What one publish reached, filled by Engine.publish when asked: NATS answers a request nobody receives with a
- * no-responders status, and a JetStream publish is acknowledged with the stream sequence its message got.
- */
-export interface PublishInfo {
-  /** Live subscribers that received it. */
-  delivered: number;
-  /**
-   * Stream appends, with the offset each was given (assigned synchronously, before the write is durable). Cluster
-   * mode, an append forwarded to the partition's owner: `offset` is -1 and `later` resolves with it once durable.
-   */
-  captured: Array<{ stream: string; partition: number; offset: number; later?: Promise<number> }>;
-  /** Queues and exchange destinations reached through the unified topic space (amq.topic bindings). */
-  queued: number;
-}
-
-export function newPublishInfo(): PublishInfo {
-  return { delivered: 0, captured: [], queued: 0 };
-}
-
-/**
- * Cluster mode's live side (implemented in src/cluster/live.ts; null on a single broker, where nothing below costs
- * anything). The core stays free of I/O: it tells the hook which live interest exists here and hands it each message
- * published through this broker; the hook forwards (batched, over the brokers' channel) to the brokers that want it.
- * A message forwarded from another broker comes back in through Engine.deliverForwarded and never reaches the hook.
- */
-export interface LiveHook {
-  /**
-   * A live subscription appeared here (called once per subscription, the hook counts): its filter as given, its rule
-   * and its shared group. `key` identifies the interest (liveKey): equal for subscriptions that match alike.
-   */
-  subscribed(key: string, filter: string, rule: 'mqtt' | 'nats', group: string | undefined): void;
-  unsubscribed(key: string, filter: string, rule: 'mqtt' | 'nats', group: string | undefined): void;
-  /** How many interest entries other brokers hold: 0 means no forwarding at all (checked before every forward). */
-  readonly remote: number;
-  /**
-   * A message published through this broker (once, before local delivery): queues it for every broker that wants it
-   * and returns how many. Shared groups with members on several brokers are served by one broker per message; the
-   * groups given to another broker are left in `skip` (their liveKey) until the next call, for local delivery to pass.
-   */
-  forward(msg: Message): number;
-  readonly skip: ReadonlySet<string> | null;
-  /** True when another broker has live interest matching `topic` (NATS no-responders, JetStream push consumers). */
-  wants(topic: string): boolean;
-  /** The retained message of `topic` was written to (or, null, deleted from) the store. */
-  retainedChanged(topic: string, msg: Message | null): void;
-}
-
-/**
- * The identity of live interest: rule, shared group (empty: none) and filter. A shared group's members on every
- * broker share it, so it names the group cluster-wide.
- */
-export function liveKey(rule: 'mqtt' | 'nats' | undefined, group: string | undefined, filter: string): string {
-  return `${rule === 'nats' ? 'n' : 'm'}${group === undefined ? '-' : `g${group}`}\u0000${filter}`;
-}
-
-export interface StreamSpec {
-  name: string;
-  partitions: number;
-  bindings?: string[];
-  retentionMs?: number | null;
-  retentionBytes?: number | null;
-  segmentBytes?: number | null;
-  segmentMs?: number | null;
-  configs?: Readonly<Record<string, string>>;
-}
-
-/**
- * Checks a stream's settings and returns them as a definition holds them: the optional ones only when set, so a
- * stream with none has the same definition as before they existed.
- */
-function streamSettings(s: Partial<StreamSettings>): StreamSettings {
-  const retentionMs = s.retentionMs ?? null;
-  if (retentionMs !== null && (!Number.isFinite(retentionMs) || retentionMs <= 0)) {
-    throw new FlowError('INVALID_ARGUMENT', 'retention must be a positive duration');
-  }
-  const out: StreamSettings = { retentionMs };
-  const whole = (what: string, v: number | null | undefined, min: number): number | null => {
-    if (v === null || v === undefined) return null;
-    if (!Number.isSafeInteger(v) || v < min) throw new FlowError('INVALID_ARGUMENT', `${what} must be an integer >= ${min}`);
-    return v;
-  };
-  const retentionBytes = whole('retention bytes', s.retentionBytes, 0);
-  const segmentBytes = whole('segment bytes', s.segmentBytes, 1);
-  const segmentMs = whole('segment age', s.segmentMs, 1);
-  if (retentionBytes !== null) out.retentionBytes = retentionBytes;
-  if (segmentBytes !== null) out.segmentBytes = segmentBytes;
-  if (segmentMs !== null) out.segmentMs = segmentMs;
-  if (s.configs !== undefined) {
-    const entries = Object.entries(s.configs);
-    if (!entries.every(([k, v]) => typeof k === 'string' && typeof v === 'string')) throw new FlowError('INVALID_ARGUMENT', 'stream configs must map names to strings');
-    if (entries.length > 0) out.configs = Object.fromEntries(entries.sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));
-  }
-  return out;
-}
-
-export interface StreamEntry {
-  def: StreamDef;
-  /** The stream's own unified topic (its name with dots as levels). */
-  ownTopic: string;
-}
-
-export const MAX_PARTITIONS = 10000;
+import {
+  deliverLive,
+  hasLiveSubscribers,
+  redeliverShared,
+  subscribe,
+  unsubscribe,
+  type LiveHook,
+  type PublishInfo,
+  type SharedGroup,
+  type Subscriber,
+  type SubscribeOptions,
+  type Subscription,
+} from './subscriptions.js';
+import { canCapture, MAX_PARTITIONS, partitionFor, streamSettings, type StreamEntry, type StreamSpec } from './stream-defs.js';
 
 /** Retained messages of these topics (broker statistics) are kept in memory only: they are rewritten often. */
 const VOLATILE_RETAINED_PREFIX = '$SYS/';
 
 export class Engine implements Router {
-  private readonly subs = new TopicTrie<Subscription | SharedGroup>();
-  private readonly groups = new Map<string, SharedGroup>();
+  /** Live subscriptions and shared groups (subscriptions.ts). */
+  readonly subs = new TopicTrie<Subscription | SharedGroup>();
+  readonly groups = new Map<string, SharedGroup>();
   private readonly bindings = new TopicTrie<StreamEntry>();
   private readonly streams = new Map<string, StreamEntry>();
   /** Messages delivered to live subscribers / captured by streams, for metrics. */
@@ -436,97 +293,11 @@ export class Engine implements Router {
   // ---------------------------------------------------------------- live subscriptions
 
   subscribe(filter: string, subscriber: Subscriber, options: SubscribeOptions): Subscription {
-    const nats = options.rule === 'nats';
-    // A NATS subject is parsed into unified levels once here (and again at unsubscribe): `>` is the trie's REST.
-    const pattern = nats ? parseBindingKey(filter, 'nats', true) : (validateFilter(filter), filter);
-    const sub: Subscription = { filter, subscriber, options };
-    if (this.live !== null && options.local !== true) this.live.subscribed(liveKey(options.rule, options.group, filter), filter, nats ? 'nats' : 'mqtt', options.group);
-    if (options.group === undefined) {
-      this.subs.add(pattern, sub);
-      return sub;
-    }
-    const key = groupKey(sub);
-    let g = this.groups.get(key);
-    if (!g) {
-      g = { key, members: [], next: 0, nats };
-      this.groups.set(key, g);
-      this.subs.add(pattern, g);
-    }
-    g.members.push(sub);
-    return sub;
+    return subscribe(this, filter, subscriber, options);
   }
 
   unsubscribe(sub: Subscription): void {
-    const pattern = sub.options.rule === 'nats' ? parseBindingKey(sub.filter, 'nats', true) : sub.filter;
-    if (sub.options.group === undefined) {
-      if (this.subs.remove(pattern, sub) && this.live !== null && sub.options.local !== true) this.live.unsubscribed(liveKey(sub.options.rule, undefined, sub.filter), sub.filter, sub.options.rule === 'nats' ? 'nats' : 'mqtt', undefined);
-      return;
-    }
-    const key = groupKey(sub);
-    const g = this.groups.get(key);
-    if (!g) return;
-    const i = g.members.indexOf(sub);
-    if (i < 0) return;
-    g.members.splice(i, 1);
-    if (this.live !== null && sub.options.local !== true) this.live.unsubscribed(key, sub.filter, sub.options.rule === 'nats' ? 'nats' : 'mqtt', sub.options.group);
-    if (g.members.length === 0) {
-      this.groups.delete(key);
-      this.subs.remove(pattern, g);
-    }
-  }
-
-  /**
-   * Delivers a message to matching live subscriptions; each subscriber is called once. Returns how many, plus the
-   * brokers it was forwarded to (cluster mode). `forwarded`: the message was published on another broker, which
-   * forwarded it here with the shared groups this broker serves for it (their liveKey); it goes no further.
-   */
-  private deliverLive(msg: Message, forwarded?: ReadonlySet<string>): number {
-    // Cluster mode, a message published here: the brokers that want it get it (batched by the hook); shared groups
-    // spanning brokers are served by the one broker the hook picked. Nothing at all while no other broker has interest.
-    let skip: ReadonlySet<string> | null = null;
-    let remote = 0;
-    const hook = this.live;
-    if (forwarded === undefined && hook !== null && hook.remote > 0) {
-      remote = hook.forward(msg);
-      skip = hook.skip;
-    }
-    let single: Subscription | undefined;
-    let many: Map<Subscriber, Subscription[]> | undefined;
-    const add = (s: Subscription) => {
-      if (single === undefined && many === undefined) {
-        single = s;
-        return;
-      }
-      if (many === undefined) {
-        many = new Map([[single!.subscriber, [single!]]]);
-        single = undefined;
-      }
-      const list = many.get(s.subscriber);
-      if (list) list.push(s);
-      else many.set(s.subscriber, [s]);
-    };
-    // [MQTT-4.7.2-1]: live subscriptions are MQTT filters; their first-level wildcards do not match `$` topics.
-    const dollar = msg.topic.charCodeAt(0) === 0x24;
-    this.subs.match(msg.topic, (v, firstWild) => {
-      if (firstWild && dollar && !('members' in v ? v.nats : v.options.rule === 'nats')) return;
-      if ('members' in v) {
-        if (forwarded !== undefined ? !forwarded.has(v.key) : skip !== null && skip.has(v.key)) return;
-        const s = pickMember(v, undefined);
-        if (s !== undefined && admitted(s.options, msg)) add(s);
-      } else if (admitted(v.options, msg) && (forwarded === undefined || v.options.local !== true)) add(v);
-    });
-    if (single !== undefined) {
-      this.stats.delivered++;
-      single.subscriber.deliver(msg, [single]);
-      return 1 + remote;
-    } else if (many !== undefined) {
-      for (const [subscriber, list] of many) {
-        this.stats.delivered++;
-        subscriber.deliver(msg, list);
-      }
-      return (many as Map<Subscriber, Subscription[]>).size + remote;
-    }
-    return remote;
+    unsubscribe(this, sub);
   }
 
   /**
@@ -535,7 +306,7 @@ export class Engine implements Router {
    * `groups`: the shared groups (liveKey) this broker serves for this message; other groups' members skip it.
    */
   deliverForwarded(msg: Message, groups: ReadonlySet<string>): number {
-    return this.deliverLive(msg, groups);
+    return deliverLive(this, msg, groups);
   }
 
   /**
@@ -543,20 +314,11 @@ export class Engine implements Router {
    * away) to another available member of the same group. Returns false when there is none.
    */
   redeliverShared(sub: Subscription, msg: Message): boolean {
-    if (sub.options.group === undefined) return false;
-    const g = this.groups.get(groupKey(sub));
-    if (!g) return false;
-    const other = pickMember(g, sub.subscriber);
-    if (other === undefined || other.subscriber.isAvailable?.() === false) return false;
-    if (!admitted(other.options, msg)) return false;
-    this.stats.delivered++;
-    other.subscriber.deliver(msg, [other]);
-    return true;
+    return redeliverShared(this, sub, msg);
   }
 
   hasLiveSubscribers(topic: string): boolean {
-    if (this.subs.hasMatch(topic, (v, firstWild) => ('members' in v ? v.nats : v.options.rule === 'nats') || mqttAccepts(topic, firstWild))) return true;
-    return this.live !== null && this.live.remote > 0 && this.live.wants(topic);
+    return hasLiveSubscribers(this, topic);
   }
 
   // ---------------------------------------------------------------- publish paths
@@ -576,7 +338,7 @@ export class Engine implements Router {
       const kept = this.retain(msg);
       if (kept !== null) durable = durable === null ? kept : Promise.all([durable, kept]).then(() => undefined);
     }
-    const delivered = this.deliverLive(msg);
+    const delivered = deliverLive(this, msg);
     if (info !== undefined) info.delivered += delivered;
     // Queues and exchanges bound on the unified topic space (amq.topic); skipped while there are none.
     if (this.router.topicBindings > 0) {
@@ -593,7 +355,7 @@ export class Engine implements Router {
     this.stats.published++;
     const before = this.stats.captured;
     const durable = this.capture(msg, undefined);
-    const count = this.stats.captured - before + this.deliverLive(msg);
+    const count = this.stats.captured - before + deliverLive(this, msg);
     return { count, durable };
   }
 
@@ -681,7 +443,7 @@ export class Engine implements Router {
         this.stats.published++;
         const d = this.capture(msg, e);
         if (d) extra.push(d);
-        this.deliverLive(msg);
+        deliverLive(this, msg);
         if (toQueues) {
           const q = this.router.routeTopicSpace(msg).durable;
           if (q) extra.push(q);
@@ -831,87 +593,4 @@ export class Engine implements Router {
     this.partitionOf(stream, partition);
     return this.storage.producers?.(stream, partition) ?? null;
   }
-}
-
-
-/** True when `topic` is a valid topic that one of the stream's bindings matches. */
-/**
- * Whether a live subscription takes a message: its admit predicate (set when authorization filters its deliveries)
- * accepts the message's topic and, for stored data re-published to an inbox, the topic the data was stored under.
- */
-function admitted(o: SubscribeOptions, msg: Message): boolean {
-  const admit = o.admit;
-  if (admit === undefined) return true;
-  return admit(msg.topic) && (msg.guardTopic === undefined || admit(msg.guardTopic));
-}
-
-function canCapture(e: StreamEntry, topic: string): boolean {
-  try {
-    validateTopic(topic);
-  } catch {
-    return false;
-  }
-  return e.def.bindings.some((b) => matches(b, topic));
-}
-
-/**
- * Next member of a shared group in round-robin order, preferring members that are available; skips `except`.
- */
-/** A shared group's identity: its name, rule and filter (a NATS queue group and an MQTT $share group differ). */
-function groupKey(sub: Subscription): string {
-  return liveKey(sub.options.rule, sub.options.group, sub.filter);
-}
-
-function pickMember(g: SharedGroup, except: Subscriber | undefined): Subscription | undefined {
-  const n = g.members.length;
-  let fallback: Subscription | undefined;
-  for (let k = 0; k < n; k++) {
-    const s = g.members[(g.next + k) % n];
-    if (s.subscriber === except) continue;
-    if (s.subscriber.isAvailable?.() === false) {
-      fallback ??= s;
-      continue;
-    }
-    g.next = (g.next + k + 1) % n;
-    return s;
-  }
-  if (fallback !== undefined) g.next = (g.next + 1) % n;
-  return fallback;
-}
-
-/**
- * Partition of a message captured by a stream: by key when there is one (murmur2, as Kafka's default
- * partitioner, so keys land where Kafka clients would put them), else by topic, so one device's messages
- * stay in order.
- */
-export function partitionFor(msg: Message, partitions: number): number {
-  if (partitions === 1) return 0;
-  const h = murmur2(msg.key ?? Buffer.from(msg.topic));
-  return (h & 0x7fffffff) % partitions;
-}
-
-/** Kafka's murmur2 (seed 0x9747b28c). */
-export function murmur2(data: Uint8Array): number {
-  const m = 0x5bd1e995;
-  const len = data.length;
-  let h = 0x9747b28c ^ len;
-  let i = 0;
-  for (; i + 4 <= len; i += 4) {
-    let k = data[i] | (data[i + 1] << 8) | (data[i + 2] << 16) | (data[i + 3] << 24);
-    k = Math.imul(k, m);
-    k ^= k >>> 24;
-    k = Math.imul(k, m);
-    h = Math.imul(h, m) ^ k;
-  }
-  const rest = len - i;
-  if (rest >= 3) h ^= data[i + 2] << 16;
-  if (rest >= 2) h ^= data[i + 1] << 8;
-  if (rest >= 1) {
-    h ^= data[i];
-    h = Math.imul(h, m);
-  }
-  h ^= h >>> 13;
-  h = Math.imul(h, m);
-  h ^= h >>> 15;
-  return h | 0;
 }

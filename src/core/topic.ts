@@ -36,10 +36,6 @@ export function validateFilter(filter: string): void {
   }
 }
 
-export function isWildcardFilter(filter: string): boolean {
-  return filter.includes('+') || filter.includes('#');
-}
-
 /**
  * Does `filter` match `topic`? Wildcards at the first level never match a topic starting with `$`
  * (MQTT [MQTT-4.7.2-1]), so `#` does not capture `$SYS/...`.

@@ -5,24 +5,8 @@ export {
   startMqttTlsListener,
   startMqttWsListener,
   type MqttListener,
-  type TlsListenOptions,
-  type WsListenOptions,
 } from './server.js';
-export { MqttConnection, type MqttConnectionInit, type MqttConnectionStats } from './connection.js';
-export {
-  EXPIRY_NEVER,
-  MQTT_DEFAULTS,
-  allowAll,
-  resolveMqttOptions,
-  type AuthResult,
-  type Authenticator,
-  type EnhancedAuthenticator,
-  type EnhancedAuthResult,
-  type EnhancedAuthStep,
-  type MqttOptions,
-  type ResolvedMqttOptions,
-} from './options.js';
-export { MqttHub, type MqttHubStats } from './hub.js';
-export { MqttSession } from './session.js';
+export { MqttConnection } from './connection.js';
+export { MQTT_DEFAULTS, resolveMqttOptions, type MqttOptions } from './options.js';
+export { MqttHub } from './hub.js';
 export * as codec from './codec/index.js';
-export { MqttProtocolError } from './codec/index.js';

@@ -1,2 +1,1 @@
-export { LogManager, DEFAULT_LOG_OPTIONS, newLogStats, type LogOptions } from './log-manager.js';
-export { buildSegment, parseFooter, parseIndex, type SegmentIndex, type IndexEntry } from './segment.js';
+export { LogManager, newLogStats, type LogOptions } from './log-manager.js';

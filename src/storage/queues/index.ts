@@ -3,4 +3,4 @@
  * and PostgreSQL. Queue, exchange and binding definitions are not here but in the metastore (QueueCatalog).
  */
 export { SqliteQueueStore } from './sqlite-queue-store.js';
-export { PostgresQueueStore, queueStoreMigrations } from './postgres-queue-store.js';
+export { PostgresQueueStore } from './postgres-queue-store.js';

@@ -53,7 +53,7 @@
  * ~1.2-1.7 µs of which ~0.5 µs is the allocation and the body copy.
  */
 export * from './constants.js';
-export { AmqpCodecError, ReplyCode, isAmqpCodecError, replyTextOf, type CodecReplyCode } from './errors.js';
+export { AmqpCodecError, replyTextOf } from './errors.js';
 export {
   Typed,
   MAX_FIELD_DEPTH,
@@ -61,16 +61,13 @@ export {
   decodeTableEntries,
   encodeTable,
   encodeFieldValue,
-  tableSize,
   fieldNumber,
   fieldInteger,
   fieldString,
   fieldBoolean,
   fieldTable,
-  type Decimal,
   type FieldTable,
   type FieldValue,
-  type TypedTag,
 } from './table.js';
 export {
   METHOD_DEFS,
@@ -80,12 +77,8 @@ export {
   encodeMethodFrame,
   methodInfo,
   methodInfoById,
-  methodPayloadSize,
   type AmqpMethod,
-  type ContentMethodName,
   type Method,
-  type MethodInfo,
-  type MethodName,
 } from './methods.js';
 export {
   decodeContentHeader,
@@ -95,11 +88,4 @@ export {
   type BasicProperties,
   type ContentHeader,
 } from './content.js';
-export {
-  FrameReader,
-  HEARTBEAT_FRAME,
-  encodeFrame,
-  type AmqpFrame,
-  type FrameReaderOptions,
-  type ProtocolHeaderFrame,
-} from './frames.js';
+export { FrameReader, HEARTBEAT_FRAME, encodeFrame, type AmqpFrame, type ProtocolHeaderFrame } from './frames.js';

@@ -31,5 +31,3 @@ export class MqttProtocolError extends FlowError {
     this.protocolLevel = undefined;
   }
 }
-
-export const isMqttProtocolError = (e: unknown): e is MqttProtocolError => e instanceof MqttProtocolError;

@@ -263,5 +263,3 @@ export type MqttPacket =
   | PingrespPacket
   | DisconnectPacket
   | AuthPacket;
-
-export type PacketTypeName = MqttPacket['type'];

@@ -6,9 +6,9 @@
  *   socket bytes → parser.push(chunk, connection)   // connection implements NatsServerHandler
  *   deliveries   → writer.writeMsg(subject, sid, reply, payload); … socket.write(writer.take())
  */
-export { NatsErrText, NatsProtocolError, isNatsProtocolError } from './errors.js';
+export { NatsErrText, NatsProtocolError } from './errors.js';
 export { PayloadBudget, type NatsLimits, type NatsParserOptions } from './parser-base.js';
-export { NatsServerParser, connectOptionsOf, type ConnectOptions, type NatsServerHandler } from './parser.js';
+export { NatsServerParser, type ConnectOptions, type NatsServerHandler } from './parser.js';
 export { NatsClientParser, type NatsClientHandler } from './client-parser.js';
 export { encodeHeaders, parseHeaders, type NatsHeaders } from './headers.js';
 export {

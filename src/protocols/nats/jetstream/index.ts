@@ -1,1 +1,1 @@
-export { JetStream, type JetStreamOptions, type JetStreamPublisher } from './service.js';
+export { JetStream, type JetStreamOptions } from './service.js';
