@@ -1,0 +1,99 @@
+/**
+ * Fair group commits for a queue store: the calls waiting for the next commit, kept in one lane per queue, and each
+ * group taken from the lanes by deficit round robin (Shreedhar and Varghese), so that a publisher flooding one queue
+ * cannot make another queue's calls wait behind its whole backlog (issue 24).
+ *
+ * A group is one round: every lane with calls waiting adds `quantum` to its deficit and gives, in its own order, the
+ * calls whose cost fits in it (a lane emptied forgets its deficit). A light lane's calls therefore join the very next
+ * group whole, beside at most one quantum of each busy lane, and the group stays bounded (about one quantum per active
+ * lane). A lane alone gives up to `soloLimit` at once, so that a single publisher keeps the large groups (few fsyncs)
+ * it had before. Nothing is dropped: what does not fit waits for the next group, and the publisher behind it is
+ * slowed by its connection's credit (its calls settle later).
+ *
+ * Order: calls of one lane leave in the order they came, and a lane is a queue, so calls naming the same queue take
+ * effect in the order they were issued (the QueueStore contract); only calls of different queues are reordered.
+ */
+
+interface Lane<T> {
+  key: string;
+  items: T[];
+  costs: number[];
+  head: number;
+  deficit: number;
+  active: boolean;
+}
+
+export class FairGroups<T> {
+  private readonly lanes = new Map<string, Lane<T>>();
+  /** Lanes with calls waiting, in round-robin order. */
+  private ring: Array<Lane<T>> = [];
+  private waiting = 0;
+
+  constructor(
+    /** Cost a lane may send per group while other lanes wait too. */
+    private readonly quantum: number,
+    /** Cost a lane may send per group while no other lane waits. */
+    private readonly soloLimit: number,
+  ) {}
+
+  /** Calls waiting. */
+  get size(): number {
+    return this.waiting;
+  }
+
+  /** Lanes with calls waiting. */
+  get activeLanes(): number {
+    return this.ring.length;
+  }
+
+  push(key: string, item: T, cost: number): void {
+    let lane = this.lanes.get(key);
+    if (lane === undefined) {
+      lane = { key, items: [], costs: [], head: 0, deficit: 0, active: false };
+      this.lanes.set(key, lane);
+    }
+    lane.items.push(item);
+    lane.costs.push(cost);
+    this.waiting++;
+    if (!lane.active) {
+      lane.active = true;
+      this.ring.push(lane);
+    }
+  }
+
+  /** The next group (empty only when nothing waits): one round of deficit round robin over the waiting lanes. */
+  next(): T[] {
+    const out: T[] = [];
+    if (this.waiting === 0) return out;
+    const solo = this.ring.length === 1;
+    const quantum = solo ? this.soloLimit : this.quantum;
+    // A call costlier than a quantum waits for its lane's deficit to grow over rounds; rounds that give nothing
+    // are skipped (each one adds a quantum to every waiting lane).
+    while (out.length === 0) {
+      for (const lane of this.ring) {
+        lane.deficit += quantum;
+        while (lane.head < lane.items.length && lane.costs[lane.head]! <= lane.deficit) {
+          lane.deficit -= lane.costs[lane.head]!;
+          out.push(lane.items[lane.head]!);
+          lane.items[lane.head] = undefined as T;
+          lane.head++;
+        }
+        if (lane.head === lane.items.length) {
+          lane.items = [];
+          lane.costs = [];
+          lane.head = 0;
+          lane.deficit = 0;
+          lane.active = false;
+          this.lanes.delete(lane.key);
+        } else if (lane.head > 1024 && lane.head * 2 > lane.items.length) {
+          lane.items = lane.items.slice(lane.head);
+          lane.costs = lane.costs.slice(lane.head);
+          lane.head = 0;
+        }
+      }
+      this.ring = this.ring.filter((l) => l.active);
+    }
+    this.waiting -= out.length;
+    return out;
+  }
+}
