@@ -3,12 +3,13 @@
  * group taken from the lanes by deficit round robin (Shreedhar and Varghese), so that a publisher flooding one queue
  * cannot make another queue's calls wait behind its whole backlog (issue 24).
  *
- * A group is one round: every lane with calls waiting adds `quantum` to its deficit and gives, in its own order, the
- * calls whose cost fits in it (a lane emptied forgets its deficit). A light lane's calls therefore join the very next
- * group whole, beside at most one quantum of each busy lane, and the group stays bounded (about one quantum per active
- * lane). A lane alone gives up to `soloLimit` at once, so that a single publisher keeps the large groups (few fsyncs)
- * it had before. Nothing is dropped: what does not fit waits for the next group, and the publisher behind it is
- * slowed by its connection's credit (its calls settle later).
+ * A group is one round: every lane with calls waiting adds the round's quantum to its deficit and gives, in its own
+ * order, the calls whose cost fits in it (a lane emptied forgets its deficit). The quantum is `quantum` while some
+ * waiting lane is light (all it waits with fits in one quantum): its calls then join the very next group whole, beside
+ * at most one quantum of each busy lane, and that group stays small, so it commits soon. Without a light lane the
+ * busy lanes share `groupLimit` (a lone lane takes all of it), so that publishers alone keep the large groups (few
+ * fsyncs) they had before. Nothing is dropped: what does not fit waits for the next group, and the publisher behind
+ * it is slowed by its connection's credit (its calls settle later).
  *
  * Order: calls of one lane leave in the order they came, and a lane is a queue, so calls naming the same queue take
  * effect in the order they were issued (the QueueStore contract); only calls of different queues are reordered.
@@ -20,6 +21,8 @@ interface Lane<T> {
   costs: number[];
   head: number;
   deficit: number;
+  /** Cost of the calls waiting. */
+  cost: number;
   active: boolean;
 }
 
@@ -30,10 +33,10 @@ export class FairGroups<T> {
   private waiting = 0;
 
   constructor(
-    /** Cost a lane may send per group while other lanes wait too. */
+    /** Cost a lane may send per group while a light lane waits. */
     private readonly quantum: number,
-    /** Cost a lane may send per group while no other lane waits. */
-    private readonly soloLimit: number,
+    /** Cost of a group without light lanes, shared by its lanes. */
+    private readonly groupLimit: number,
   ) {}
 
   /** Calls waiting. */
@@ -49,11 +52,12 @@ export class FairGroups<T> {
   push(key: string, item: T, cost: number): void {
     let lane = this.lanes.get(key);
     if (lane === undefined) {
-      lane = { key, items: [], costs: [], head: 0, deficit: 0, active: false };
+      lane = { key, items: [], costs: [], head: 0, deficit: 0, cost: 0, active: false };
       this.lanes.set(key, lane);
     }
     lane.items.push(item);
     lane.costs.push(cost);
+    lane.cost += cost;
     this.waiting++;
     if (!lane.active) {
       lane.active = true;
@@ -65,8 +69,9 @@ export class FairGroups<T> {
   next(): T[] {
     const out: T[] = [];
     if (this.waiting === 0) return out;
-    const solo = this.ring.length === 1;
-    const quantum = solo ? this.soloLimit : this.quantum;
+    let light = false;
+    for (const lane of this.ring) if (lane.cost <= this.quantum) light = true;
+    const quantum = light ? this.quantum : Math.max(this.quantum, this.groupLimit / this.ring.length);
     // A call costlier than a quantum waits for its lane's deficit to grow over rounds; rounds that give nothing
     // are skipped (each one adds a quantum to every waiting lane).
     while (out.length === 0) {
@@ -74,6 +79,7 @@ export class FairGroups<T> {
         lane.deficit += quantum;
         while (lane.head < lane.items.length && lane.costs[lane.head]! <= lane.deficit) {
           lane.deficit -= lane.costs[lane.head]!;
+          lane.cost -= lane.costs[lane.head]!;
           out.push(lane.items[lane.head]!);
           lane.items[lane.head] = undefined as T;
           lane.head++;
@@ -83,6 +89,7 @@ export class FairGroups<T> {
           lane.costs = [];
           lane.head = 0;
           lane.deficit = 0;
+          lane.cost = 0;
           lane.active = false;
           this.lanes.delete(lane.key);
         } else if (lane.head > 1024 && lane.head * 2 > lane.items.length) {

@@ -208,15 +208,15 @@ interface Pending {
 }
 
 /**
- * What a queue may put in a group while other queues wait too, and alone, in cost units (body bytes plus
- * PER_CALL per message or call). 64 KiB: a light queue's calls wait behind about 64 KiB of each busy queue, some
- * 2 ms here; 512 KiB alone keeps a lone publisher's groups as large as its connection's credit lets them be.
+ * What a queue may put in a group while a light queue waits, and what a group without light queues holds at most,
+ * in cost units (body bytes plus PER_CALL per message or call). 64 KiB: a light queue's calls wait behind about
+ * 64 KiB of each busy queue; 512 KiB keeps a lone publisher's groups as large as its connection's credit lets them be.
  */
 const QUANTUM = Number(process.env.FLOWMQ_FAIR_QUANTUM) || 64 * 1024;
-const SOLO = Number(process.env.FLOWMQ_FAIR_SOLO) || 512 * 1024;
+const GROUP_LIMIT = Number(process.env.FLOWMQ_FAIR_GROUP) || 512 * 1024;
 const PER_CALL = 64;
 
-const waiting = new FairGroups<Pending>(QUANTUM, SOLO);
+const waiting = new FairGroups<Pending>(QUANTUM, GROUP_LIMIT);
 
 function cost(op: WorkerOp): number {
   if (op.k === 'append') {

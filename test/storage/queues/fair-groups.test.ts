@@ -41,6 +41,20 @@ describe('FairGroups', () => {
     }
   });
 
+  it('busy lanes without a light one share the group limit: their groups stay large', () => {
+    const g = new FairGroups<string>(10, 1000);
+    fill(g, 'a', 600, 1);
+    fill(g, 'b', 600, 1);
+    const first = g.next();
+    assert.equal(first.filter((x) => x[0] === 'a').length, 500);
+    assert.equal(first.filter((x) => x[0] === 'b').length, 500);
+    // A light lane arrives: the next group is small, and holds it whole.
+    fill(g, 'l', 3, 1);
+    const second = g.next();
+    assert.deepEqual(second.filter((x) => x[0] === 'l'), ['l0', 'l1', 'l2']);
+    assert.equal(second.length, 23);
+  });
+
   it('a call costlier than a quantum still goes, once its lane has saved up for it', () => {
     const g = new FairGroups<string>(10, 10);
     g.push('big', 'B', 35);
