@@ -8,7 +8,9 @@
  * waiting lane is light (all it waits with fits in one quantum): its calls then join the very next group whole, beside
  * at most one quantum of each busy lane, and that group stays small, so it commits soon. Without a light lane the
  * busy lanes share `groupLimit` (a lone lane takes all of it), so that publishers alone keep the large groups (few
- * fsyncs) they had before. Nothing is dropped: what does not fit waits for the next group, and the publisher behind
+ * fsyncs) they had before; but for `holdMs` after a light lane waited beside others the groups stay small all the same,
+ * since a group cannot be interrupted: a light publisher's next call (it waits for its confirms) would otherwise
+ * arrive during, and wait for, a large group of the busy lane. Nothing is dropped: what does not fit waits for the next group, and the publisher behind
  * it is slowed by its connection's credit (its calls settle later).
  *
  * Order: calls of one lane leave in the order they came, and a lane is a queue, so calls naming the same queue take
@@ -31,12 +33,17 @@ export class FairGroups<T> {
   /** Lanes with calls waiting, in round-robin order. */
   private ring: Array<Lane<T>> = [];
   private waiting = 0;
+  /** Until when (clock ms) groups stay small: a light lane waited beside others lately, and is likely back soon. */
+  private smallUntil = -Infinity;
 
   constructor(
     /** Cost a lane may send per group while a light lane waits. */
     private readonly quantum: number,
     /** Cost of a group without light lanes, shared by its lanes. */
     private readonly groupLimit: number,
+    /** How long after a light lane waited beside others the groups stay small (ms of `clock`). */
+    private readonly holdMs = 0,
+    private readonly clock: () => number = () => performance.now(),
   ) {}
 
   /** Calls waiting. */
@@ -71,7 +78,13 @@ export class FairGroups<T> {
     if (this.waiting === 0) return out;
     let light = false;
     for (const lane of this.ring) if (lane.cost <= this.quantum) light = true;
-    const quantum = light ? this.quantum : Math.max(this.quantum, this.groupLimit / this.ring.length);
+    let small = light;
+    if (this.holdMs > 0) {
+      const now = this.clock();
+      if (light && this.ring.length > 1) this.smallUntil = now + this.holdMs;
+      else if (now < this.smallUntil) small = true;
+    }
+    const quantum = small ? this.quantum : Math.max(this.quantum, this.groupLimit / this.ring.length);
     // A call costlier than a quantum waits for its lane's deficit to grow over rounds; rounds that give nothing
     // are skipped (each one adds a quantum to every waiting lane).
     while (out.length === 0) {

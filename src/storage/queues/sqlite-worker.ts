@@ -214,9 +214,11 @@ interface Pending {
  */
 const QUANTUM = Number(process.env.FLOWMQ_FAIR_QUANTUM) || 64 * 1024;
 const GROUP_LIMIT = Number(process.env.FLOWMQ_FAIR_GROUP) || 512 * 1024;
+/** How long groups stay small after a light queue waited beside a busy one (its publisher's next calls come soon). */
+const HOLD_MS = Number(process.env.FLOWMQ_FAIR_HOLD ?? 100);
 const PER_CALL = 64;
 
-const waiting = new FairGroups<Pending>(QUANTUM, GROUP_LIMIT);
+const waiting = new FairGroups<Pending>(QUANTUM, GROUP_LIMIT, HOLD_MS);
 
 function cost(op: WorkerOp): number {
   if (op.k === 'append') {
@@ -275,7 +277,6 @@ port.on('message', (first: WorkerRequest) => {
     for (const p of group) done.push(p.seq, p.idx);
     try {
       const r = runGroup(group);
-      commits++;
       const buf = pack(r.parts, r.bytes);
       port.postMessage({ seq: 0, ok: true, done, results: r.results, buf, commits } satisfies WorkerReply, buf ? [buf] : []);
     } catch (err) {

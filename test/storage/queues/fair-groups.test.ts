@@ -55,6 +55,23 @@ describe('FairGroups', () => {
     assert.equal(second.length, 23);
   });
 
+  it('for holdMs after a light lane waited beside a busy one, the busy lane alone still gets small groups', () => {
+    let now = 0;
+    const g = new FairGroups<string>(10, 1000, 50, () => now);
+    fill(g, 'f', 200, 1);
+    fill(g, 'l', 1, 1);
+    assert.equal(g.next().length, 11);
+    now = 30;
+    assert.equal(g.next().length, 10, 'within the hold: one quantum');
+    now = 60;
+    assert.equal(g.next().length, 180, 'after it: the group limit');
+    // A light lane alone (a publisher by itself) does not start a hold.
+    fill(g, 'l', 1, 1);
+    assert.equal(g.next().length, 1);
+    fill(g, 'f', 200, 1);
+    assert.equal(g.next().length, 200);
+  });
+
   it('a call costlier than a quantum still goes, once its lane has saved up for it', () => {
     const g = new FairGroups<string>(10, 10);
     g.push('big', 'B', 35);
