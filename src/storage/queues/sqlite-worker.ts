@@ -277,6 +277,7 @@ port.on('message', (first: WorkerRequest) => {
     for (const p of group) done.push(p.seq, p.idx);
     try {
       const r = runGroup(group);
+      commits++;
       const buf = pack(r.parts, r.bytes);
       port.postMessage({ seq: 0, ok: true, done, results: r.results, buf, commits } satisfies WorkerReply, buf ? [buf] : []);
     } catch (err) {
