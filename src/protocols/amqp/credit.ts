@@ -2,11 +2,13 @@
  * Per-connection credit for publishes whose store writes have not settled (RabbitMQ's credit_flow: a channel may
  * have 400 messages in flight towards a queue, and gets more credit as 200 of them are done).
  *
- * Why: the queue store runs writes in arrival order, group-committed. A publisher without confirms can hand the
- * broker far more than the store takes; with 10,000 writes in flight per connection, one such publisher flooding a
- * durable queue pushed another client's confirm p99 from 12 ms to 786 ms (issue 24): every write of the other client
- * queued behind thousands of the flooder's. With a small credit the connection is not read past it (TCP pushes back
- * on the flooder) and another client's write waits behind at most one credit's worth of each other connection's.
+ * Why: the queue store group-commits writes (fairly between queues: src/storage/queues/fair-groups.ts, but in
+ * arrival order within one queue). A publisher without confirms can hand the broker far more than the store takes;
+ * with 10,000 writes in flight per connection, one such publisher flooding a durable queue pushed another client's
+ * confirm p99 from 12 ms to 786 ms (issue 24): every write of the other client queued behind thousands of the
+ * flooder's. With a small credit the connection is not read past it (TCP pushes back on the flooder, which the
+ * store's fair groups slow down when other queues wait) and another client's write to the same queue waits behind
+ * at most one credit's worth of each other connection's.
  *
  * Counted: writes and their body bytes (a credit of 400 1 MiB messages would still be 400 MiB ahead of everybody
  * else). Settlements are matched to sizes in the order the writes started (a ring of sizes, no allocation per

@@ -6,7 +6,7 @@
 
 import type { CommonOp } from './batched-store.js';
 
-/** One call, as the worker runs it. Message bodies are [offset, length] ranges of the batch's buffer. */
+/** One call, as the worker runs it (in a group of its choosing: see fair-groups.ts). Message bodies are [offset, length] ranges of the batch's buffer. */
 export type WorkerOp =
   | CommonOp
   | { k: 'append'; q: string; ids: number[]; ranges: number[] }
@@ -33,10 +33,13 @@ export type OpResult =
   | ReadResult;
 
 export type WorkerReply =
-  /** Per op, in order: a result, or an error of that op alone (which changed nothing). */
-  | { seq: number; ok: true; results: Array<OpResult | OpError>; buf: ArrayBuffer | null; commits: number }
-  /** The batch's transaction failed as a whole: nothing of it happened. */
-  | { seq: number; ok: false; code: 'STORAGE_ERROR' | 'STORAGE_FULL'; message: string }
+  /**
+   * One group committed: `done` names its calls as flattened [batch seq, index in the batch] pairs, and `results`
+   * holds, per call in that order, a result or an error of that call alone (which changed nothing).
+   */
+  | { seq: 0; ok: true; done: number[]; results: Array<OpResult | OpError>; buf: ArrayBuffer | null; commits: number }
+  /** The group's transaction failed as a whole: none of its calls happened. */
+  | { seq: 0; ok: false; done: number[]; code: 'STORAGE_ERROR' | 'STORAGE_FULL'; message: string }
   /** The database is open (seq -1, ok) or could not be opened (seq -1, not ok). */
   | { seq: -1; ok: true }
   | { seq: -1; ok: false; code: 'STORAGE_ERROR' | 'STORAGE_FULL'; message: string };

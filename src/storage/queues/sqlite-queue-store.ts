@@ -8,8 +8,10 @@
  * which for pooled or sliced Buffers is far more than the message). Read replies come back the same way, and the
  * messages returned are views of that one buffer.
  *
- * Order and durability: one worker runs the batches in arrival order, so calls naming a queue take effect in the
- * order they were made; a call resolves once the transaction holding it has committed with synchronous=FULL.
+ * Order and durability: one worker runs the calls; it queues them by queue and commits them in fair groups (a queue's
+ * calls never wait behind more than a quantum of each other queue's: see fair-groups.ts), so calls naming a queue
+ * take effect in the order they were made, and calls of different queues may not; a call resolves once the
+ * transaction holding it has committed with synchronous=FULL.
  *
  * Failures: if the worker dies (a crash, an out-of-memory), every call sent to it and not yet answered rejects
  * with FlowError STORAGE_ERROR (retriable: whether it committed is unknown; a retried append of the same ids is
@@ -29,9 +31,10 @@ interface Call {
   reject(e: Error): void;
 }
 
+/** A batch sent to the worker: its calls (null once answered) and how many are still unanswered. */
 interface Sent {
-  calls: Call[];
-  reads: boolean;
+  calls: Array<Call | null>;
+  left: number;
 }
 
 const WORKER_URL = new URL('./sqlite-worker.js', import.meta.url);
@@ -75,7 +78,7 @@ export class SqliteQueueStore extends BatchedQueueStore {
           else reject(new FlowError(m.code, m.message));
           return;
         }
-        this.onReply(m);
+        this.onReply(m as WorkerReply & { seq: 0 });
       });
       const fail = (why: string, cause?: unknown): void => {
         if (this.worker !== w) return;
@@ -94,25 +97,30 @@ export class SqliteQueueStore extends BatchedQueueStore {
   private failSent(err: FlowError): void {
     const sent = [...this.sent.values()];
     this.sent.clear();
-    for (const s of sent) for (const c of s.calls) c.reject(err);
+    for (const s of sent) for (const c of s.calls) c?.reject(err);
     this.settleIdle();
   }
 
-  private onReply(m: WorkerReply & { seq: number }): void {
-    const s = this.sent.get(m.seq);
-    if (!s) return;
-    this.sent.delete(m.seq);
-    if (!m.ok) {
-      const err = new FlowError(m.code, `queue store: ${m.message}`);
-      for (const c of s.calls) c.reject(err);
-    } else if ('results' in m) {
-      this.stats.commits = m.commits;
-      const buf = m.buf;
-      for (let i = 0; i < s.calls.length; i++) {
-        const r = m.results[i];
-        if (r !== null && typeof r === 'object' && 'error' in r) s.calls[i].reject(new FlowError(r.error, r.message));
-        else s.calls[i].resolve(s.reads && r !== null && typeof r === 'object' && 'ids' in r ? toMessages(r, buf) : r);
+  /** A group's answer: the worker takes a batch's calls into groups of its choosing (fair-groups.ts). */
+  private onReply(m: WorkerReply & { seq: 0 }): void {
+    const err = m.ok ? null : new FlowError(m.code, `queue store: ${m.message}`);
+    const results = m.ok ? m.results : [];
+    const buf = m.ok ? m.buf : null;
+    if (m.ok) this.stats.commits = m.commits;
+    const done = m.done;
+    for (let k = 0; k < done.length; k += 2) {
+      const s = this.sent.get(done[k]!);
+      const c = s?.calls[done[k + 1]!];
+      if (!s || !c) continue;
+      s.calls[done[k + 1]!] = null;
+      if (--s.left === 0) this.sent.delete(done[k]!);
+      if (err) {
+        c.reject(err);
+        continue;
       }
+      const r = results[k >> 1]!;
+      if (r !== null && typeof r === 'object' && 'error' in r) c.reject(new FlowError(r.error, r.message));
+      else c.resolve(r !== null && typeof r === 'object' && 'ids' in r ? toMessages(r, buf) : r);
     }
     this.settleIdle();
   }
@@ -175,7 +183,7 @@ export class SqliteQueueStore extends BatchedQueueStore {
       this.startWorker().catch(() => undefined);
     }
     const seq = ++this.seq;
-    this.sent.set(seq, { calls, reads: ops.some((o) => o.k === 'read') });
+    this.sent.set(seq, { calls, left: calls.length });
     this.stats.batches++;
     const batch: WorkerBatch = { seq, ops, buf };
     this.worker!.ref();

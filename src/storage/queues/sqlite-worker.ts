@@ -4,7 +4,10 @@
  * event loop.
  *
  * Group commit: every batch that has arrived while the previous transaction was committing is taken at once
- * (receiveMessageOnPort) and run in ONE transaction, so under load one fsync covers the calls of many ticks.
+ * (receiveMessageOnPort) and its calls queued by queue (fair-groups.ts); each transaction runs one fair group of them
+ * (deficit round robin over the queues with calls waiting), so under load one fsync covers the calls of many ticks,
+ * and a queue's calls never wait behind more than one quantum of each other queue's (issue 24: one publisher
+ * flooding a queue made another client's confirms wait behind its whole backlog). Calls of one queue keep their order.
  * synchronous=FULL: each COMMIT fsyncs the -wal file before it returns, so a reply means the change survives a
  * power loss, not only a crash of the process (what RabbitMQ's publisher confirms promise).
  *
@@ -20,6 +23,7 @@ import Database from 'better-sqlite3';
 import { isNoSpace } from '../fs-util.js';
 import { migrate } from '../metastore/sqlite.js';
 import type { Migration } from '../metastore/migrations.js';
+import { FairGroups } from './fair-groups.js';
 import type { OpError, OpResult, ReadResult, WorkerBatch, WorkerInit, WorkerOp, WorkerReply, WorkerRequest } from './protocol.js';
 
 /** Schema of the queue database; same rules as the metastore's list (append only, versions from 1). */
@@ -195,21 +199,55 @@ function pack(parts: Buffer[], total: number): ArrayBuffer | null {
   return ab;
 }
 
-const runBatches = db.transaction((batches: WorkerBatch[]) => {
-  const replies: Array<{ seq: number; results: Array<OpResult | OpError>; parts: Buffer[]; bytes: number }> = [];
-  for (const b of batches) {
-    const parts: Buffer[] = [];
-    const outBytes = { n: 0 };
-    const results = b.ops.map((op) => runOp(op, b.buf, parts, outBytes));
-    replies.push({ seq: b.seq, results, parts, bytes: outBytes.n });
+/** One call waiting for its group: where it came from (batch and index, for the reply) and its batch's bodies. */
+interface Pending {
+  seq: number;
+  idx: number;
+  op: WorkerOp;
+  buf: ArrayBuffer | null;
+}
+
+/**
+ * What a queue may put in a group while a light queue waits, and what a group without light queues holds at most,
+ * in cost units (body bytes plus PER_CALL per message or call). 64 KiB: a light queue's calls wait behind about
+ * 64 KiB of each busy queue; 512 KiB keeps a lone publisher's groups as large as its connection's credit lets them be.
+ */
+const QUANTUM = Number(process.env.FLOWMQ_FAIR_QUANTUM) || 64 * 1024;
+const GROUP_LIMIT = Number(process.env.FLOWMQ_FAIR_GROUP) || 512 * 1024;
+/** How long groups stay small after a light queue waited beside a busy one (its publisher's next calls come soon). */
+const HOLD_MS = Number(process.env.FLOWMQ_FAIR_HOLD ?? 100);
+const PER_CALL = 64;
+
+const waiting = new FairGroups<Pending>(QUANTUM, GROUP_LIMIT, HOLD_MS);
+
+function cost(op: WorkerOp): number {
+  if (op.k === 'append') {
+    let c = 0;
+    for (let i = 1; i < op.ranges.length; i += 2) c += op.ranges[i]! + PER_CALL;
+    return c;
   }
+  if (op.k === 'remove') return PER_CALL + 16 * op.ids.length;
+  return PER_CALL;
+}
+
+function enqueue(b: WorkerBatch): void {
+  for (let i = 0; i < b.ops.length; i++) {
+    const op = b.ops[i]!;
+    waiting.push(op.k === 'crash' ? '' : op.q, { seq: b.seq, idx: i, op, buf: b.buf }, cost(op));
+  }
+}
+
+const runGroup = db.transaction((group: Pending[]) => {
+  const parts: Buffer[] = [];
+  const outBytes = { n: 0 };
+  const results = group.map((p) => runOp(p.op, p.buf, parts, outBytes));
   for (const st of cache.values()) {
     if (st.dirty) {
       s.putCounters.run(st.count, st.bytes, st.maxId, st.qkey);
       st.dirty = false;
     }
   }
-  return replies;
+  return { results, parts, bytes: outBytes.n };
 });
 
 function closeAndExit(): void {
@@ -217,32 +255,37 @@ function closeAndExit(): void {
   port.close();
 }
 
-port.on('message', (first: WorkerRequest) => {
-  if ('close' in first) return closeAndExit();
-  const batches: WorkerBatch[] = [first];
-  let closing = false;
-  // Everything that queued up while the previous commit was running joins this transaction.
+/** Queues the batches that arrived meanwhile; true when the main thread asked to close. */
+function receiveAll(): boolean {
   for (;;) {
     const more = receiveMessageOnPort(port);
-    if (!more) break;
+    if (!more) return false;
     const m = more.message as WorkerRequest;
-    if ('close' in m) {
-      closing = true;
-      break;
-    }
-    batches.push(m);
+    if ('close' in m) return true;
+    enqueue(m);
   }
-  try {
-    const replies = runBatches(batches);
-    commits++;
-    for (const r of replies) {
+}
+
+port.on('message', (first: WorkerRequest) => {
+  if ('close' in first) return closeAndExit();
+  enqueue(first);
+  // Everything that queued up while the previous commit was running is queued too; then groups until none waits.
+  let closing = receiveAll();
+  while (waiting.size > 0) {
+    const group = waiting.next();
+    const done: number[] = [];
+    for (const p of group) done.push(p.seq, p.idx);
+    try {
+      const r = runGroup(group);
+      commits++;
       const buf = pack(r.parts, r.bytes);
-      port.postMessage({ seq: r.seq, ok: true, results: r.results, buf, commits } satisfies WorkerReply, buf ? [buf] : []);
+      port.postMessage({ seq: 0, ok: true, done, results: r.results, buf, commits } satisfies WorkerReply, buf ? [buf] : []);
+    } catch (err) {
+      cache.clear();
+      const message = err instanceof Error ? err.message : String(err);
+      port.postMessage({ seq: 0, ok: false, done, code: errorCode(err), message } satisfies WorkerReply);
     }
-  } catch (err) {
-    cache.clear();
-    const message = err instanceof Error ? err.message : String(err);
-    for (const b of batches) port.postMessage({ seq: b.seq, ok: false, code: errorCode(err), message } satisfies WorkerReply);
+    if (receiveAll()) closing = true;
   }
   if (closing) closeAndExit();
 });

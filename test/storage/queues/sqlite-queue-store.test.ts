@@ -51,6 +51,33 @@ describe('SqliteQueueStore', () => {
     await s.close();
   });
 
+  it('shares its group commits between queues: an append does not wait behind another queue\'s backlog (issue 24)', async () => {
+    const s = await SqliteQueueStore.open(fresh());
+    await s.openQueue('flood');
+    await s.openQueue('light');
+    const body = Buffer.alloc(1024, 0x66);
+    const order: string[] = [];
+    const flood = 3000;
+    const all: Array<Promise<void>> = [];
+    // One tick: 3000 appends of 1 KiB to one queue, then one append to another and a read of it.
+    for (let id = 1; id <= flood; id++) all.push(s.append('flood', [{ id, data: body }]).then(() => void order.push(`f${id}`)));
+    all.push(s.append('light', [{ id: 1, data: Buffer.from('light') }]).then(() => void order.push('light')));
+    const read = s.read('light', 0, 10);
+    all.push(read.then(() => void order.push('read')));
+    await Promise.all(all);
+    const lightAt = order.indexOf('light');
+    assert.ok(lightAt >= 0 && lightAt < flood / 10, `the light append resolved after ${lightAt} of the flood's, not behind all ${flood}`);
+    assert.ok(order.indexOf('read') > lightAt, 'a read of a queue comes after the calls made on it before');
+    assert.deepEqual((await read).map((m) => m.data.toString()), ['light'], 'and sees them');
+    assert.deepEqual(
+      order.filter((x) => x[0] === 'f'),
+      Array.from({ length: flood }, (_, i) => `f${i + 1}`),
+      'one queue\'s calls settle in the order they were made',
+    );
+    assert.deepEqual(await s.openQueue('flood'), { count: flood, bytes: flood * 1024, maxId: flood });
+    await s.close();
+  });
+
   it('close ends the worker after closing the database (its journal checkpointed and removed)', async () => {
     const file = fresh();
     const s = await SqliteQueueStore.open(file);
