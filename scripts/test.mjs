@@ -8,6 +8,10 @@
 // A file belongs to the e2e tier when it lives in test/e2e/ or test/bench/, or when its source, or a local helper it
 // imports, starts one of those (the patterns below): the split follows the code, so a new test lands in the right
 // tier without a list to keep. Failures are listed again at the end of the run (the spec reporter's summary).
+//
+// Files run two at a time (node --test --test-concurrency=2: a process each, every test on ports the OS picks and in
+// temporary directories), except files whose source holds the marker `test-runner: alone` (timings or CPU use are
+// what they assert): those run afterwards, one at a time. TEST_CONCURRENCY=1 runs everything one file at a time.
 import { spawn } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
@@ -93,5 +97,30 @@ if (list) {
   for (const f of files) console.log(relative(ROOT, f));
   process.exit(0);
 }
-const child = spawn(process.execPath, ['--test', '--test-concurrency=1', '--test-reporter=spec', ...files], { stdio: 'inherit', cwd: ROOT });
-child.on('exit', (code, signal) => process.exit(code ?? (signal ? 1 : 0)));
+const concurrency = Number(process.env.TEST_CONCURRENCY ?? 2);
+if (!Number.isInteger(concurrency) || concurrency < 1) {
+  console.error(`TEST_CONCURRENCY must be a whole number >= 1 (got ${process.env.TEST_CONCURRENCY})`);
+  process.exit(2);
+}
+const ALONE = /test-runner: alone/;
+const alone = files.filter((f) => ALONE.test(readFileSync(sourceOf(f), 'utf8')));
+const shared = files.filter((f) => !alone.includes(f));
+const batches = concurrency === 1 ? [{ n: 1, files }] : [{ n: concurrency, files: shared }, { n: 1, files: alone }];
+
+function runBatch(n, batch) {
+  return new Promise((resolvePromise) => {
+    const child = spawn(process.execPath, ['--test', `--test-concurrency=${n}`, '--test-reporter=spec', ...batch], { stdio: 'inherit', cwd: ROOT });
+    child.on('exit', (code, signal) => resolvePromise(code ?? (signal ? 1 : 0)));
+  });
+}
+
+const started = Date.now();
+const outcomes = [];
+for (const { n, files: batch } of batches) {
+  if (batch.length === 0) continue;
+  const t = Date.now();
+  const code = await runBatch(n, batch);
+  outcomes.push(`${batch.length} file(s), ${n} at a time: ${code === 0 ? 'passed' : 'FAILED'} in ${((Date.now() - t) / 1000).toFixed(0)} s`);
+  if (code !== 0) process.exitCode = 1;
+}
+if (outcomes.length > 0) console.log(`\n${tier ?? 'all'} tests: ${outcomes.join('; ')} (${((Date.now() - started) / 1000).toFixed(0)} s in all)`);
