@@ -9,9 +9,11 @@
 // imports, starts one of those (the patterns below): the split follows the code, so a new test lands in the right
 // tier without a list to keep. Failures are listed again at the end of the run (the spec reporter's summary).
 //
-// Files run two at a time (node --test --test-concurrency=2: a process each, every test on ports the OS picks and in
-// temporary directories), except files whose source holds the marker `test-runner: alone` (timings or CPU use are
-// what they assert): those run afterwards, one at a time. TEST_CONCURRENCY=1 runs everything one file at a time.
+// Unit files run two at a time (node --test --test-concurrency, a process each: they bind port 0 and write only in
+// temporary directories); e2e files one at a time. TEST_UNIT_CONCURRENCY and TEST_E2E_CONCURRENCY change that
+// (docs/testing.md says what was measured: e2e files two at a time is not robust on a loaded 2-core machine). When
+// e2e files run several at a time, files whose source holds the marker `test-runner: alone` (they measure timings
+// or load both cores) still run one at a time, after the others.
 import { spawn } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
@@ -97,15 +99,27 @@ if (list) {
   for (const f of files) console.log(relative(ROOT, f));
   process.exit(0);
 }
-const concurrency = Number(process.env.TEST_CONCURRENCY ?? 2);
-if (!Number.isInteger(concurrency) || concurrency < 1) {
-  console.error(`TEST_CONCURRENCY must be a whole number >= 1 (got ${process.env.TEST_CONCURRENCY})`);
-  process.exit(2);
+/** A whole number >= 1 from the environment, or `fallback`. */
+function concurrencyFrom(name, fallback) {
+  const v = process.env[name];
+  if (v === undefined || v === '') return fallback;
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < 1) {
+    console.error(`${name} must be a whole number >= 1 (got ${v})`);
+    process.exit(2);
+  }
+  return n;
 }
+const unitN = concurrencyFrom('TEST_UNIT_CONCURRENCY', 2);
+const e2eN = concurrencyFrom('TEST_E2E_CONCURRENCY', 1);
 const ALONE = /test-runner: alone/;
-const alone = files.filter((f) => ALONE.test(readFileSync(sourceOf(f), 'utf8')));
-const shared = files.filter((f) => !alone.includes(f));
-const batches = concurrency === 1 ? [{ n: 1, files }] : [{ n: concurrency, files: shared }, { n: 1, files: alone }];
+const unitFiles = files.filter((f) => tierOf(f) === 'unit');
+const e2eFiles = files.filter((f) => tierOf(f) === 'e2e');
+const alone = e2eFiles.filter((f) => ALONE.test(readFileSync(sourceOf(f), 'utf8')));
+const batches = [
+  { n: unitN, files: unitFiles },
+  ...(e2eN === 1 ? [{ n: 1, files: e2eFiles }] : [{ n: e2eN, files: e2eFiles.filter((f) => !alone.includes(f)) }, { n: 1, files: alone }]),
+];
 
 function runBatch(n, batch) {
   return new Promise((resolvePromise) => {
