@@ -11,9 +11,9 @@
 //
 // Unit files run two at a time (node --test --test-concurrency, a process each: they bind port 0 and write only in
 // temporary directories); e2e files one at a time. TEST_UNIT_CONCURRENCY and TEST_E2E_CONCURRENCY change that
-// (docs/testing.md says what was measured: e2e files two at a time is not robust on a loaded 2-core machine). When
-// e2e files run several at a time, files whose source holds the marker `test-runner: alone` (they measure timings
-// or load both cores) still run one at a time, after the others.
+// (docs/testing.md says what was measured: e2e files two at a time is not robust on a loaded 2-core machine). Files
+// whose source holds the marker `test-runner: alone` (they measure timings, load both cores, or fail when starved of
+// CPU) run one at a time after the other files of their tier.
 import { spawn } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
@@ -120,9 +120,12 @@ const e2eN = concurrencyFrom('TEST_E2E_CONCURRENCY', 1);
 const ALONE = /test-runner: alone/;
 const unitFiles = files.filter((f) => tierOf(f) === 'unit');
 const e2eFiles = files.filter((f) => tierOf(f) === 'e2e');
-const alone = e2eFiles.filter((f) => ALONE.test(readFileSync(sourceOf(f), 'utf8')));
+const isAlone = (f) => ALONE.test(readFileSync(sourceOf(f), 'utf8'));
+const alone = e2eFiles.filter(isAlone);
+const unitAlone = unitN === 1 ? [] : unitFiles.filter(isAlone);
 const batches = [
-  { n: unitN, files: unitFiles },
+  { n: unitN, files: unitFiles.filter((f) => !unitAlone.includes(f)) },
+  { n: 1, files: unitAlone },
   ...(e2eN === 1 ? [{ n: 1, files: e2eFiles }] : [{ n: e2eN, files: e2eFiles.filter((f) => !alone.includes(f)) }, { n: 1, files: alone }]),
 ];
 
