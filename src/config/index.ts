@@ -6,7 +6,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
-import { FlowError } from '../core/index.js';
+import { FlowError } from '../core/errors.js';
 import { SASL_MECHANISMS } from './sasl-mechanisms.js';
 import { addressFilter, hostName } from '../util/address.js';
 import { parseDuration, parseSize } from '../util/units.js';

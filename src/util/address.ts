@@ -3,7 +3,7 @@
  * IP literal, loopback and wildcard addresses, and address filters from CIDR blocks.
  */
 import { BlockList, isIP } from 'node:net';
-import { FlowError } from '../core/index.js';
+import { FlowError } from '../core/errors.js';
 
 /**
  * The canonical host name of a Host header value or an allowed-hosts entry (`name`, `name:port`, `1.2.3.4:80`,

@@ -1,3 +1,4 @@
+// test-runner: alone (scripts/test.mjs): a latency benchmark
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { createStream, startFlowmq } from '../../bench/brokers.js';

@@ -1,3 +1,4 @@
+// test-runner: alone (scripts/test.mjs): the flooder's and the light client's shares of the store are measured
 /**
  * Publishers share the queue store fairly (issue 24): one connection flooding a durable queue with persistent
  * messages without confirms must not starve another client's confirmed publishes. Each connection has a credit of

@@ -1,3 +1,4 @@
+// test-runner: alone (scripts/test.mjs): a CPU-bound password flood against a producer's progress
 /**
  * Password checks must never starve storage (issue 12): against a real `flowmq start` with a users file, 150
  * sockets from 30 loopback addresses send wrong-password MQTT CONNECTs continuously, and Kafka SASL PLAIN logins

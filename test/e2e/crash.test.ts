@@ -1,3 +1,4 @@
+// test-runner: alone (scripts/test.mjs): kill -9 cycles under four loads at once use both cores; a second file beside them slows the broker's restarts
 /**
  * The short version of `npm run crash-test`: 3 kill -9 cycles of a real bin/flowmq under idempotent KafkaJS
  * acks=all, MQTT.js QoS 1/2, amqplib confirms and JetStream PubAck load (bench/reliability/crash.ts). Nothing

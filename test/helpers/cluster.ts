@@ -253,6 +253,24 @@ export class TestCluster {
     return b.proc.api<T>('GET', path);
   }
 
+  /**
+   * Until no running broker knows a live filter of another: the subscribers of an earlier scenario on this cluster
+   * are gone everywhere, and interest counts start from zero again (GET /api/v1/broker `live.peers`).
+   */
+  async waitNoLiveInterest(timeoutMs = 20_000): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const known: string[] = [];
+      for (const b of this.running) {
+        const { live } = await this.api<{ live: { peers: Record<string, number> } }>('/api/v1/broker', b.id);
+        for (const [peer, n] of Object.entries(live.peers)) if (n > 0) known.push(`broker ${b.id} knows ${n} of broker ${peer}`);
+      }
+      if (known.length === 0) return;
+      if (Date.now() > deadline) throw new Error(`timed out waiting for the live interest of earlier clients to go: ${known.join(', ')}`);
+      await sleep(100);
+    }
+  }
+
   /** GET /api/v1/cluster (one page of owners: `limit`, `kind`, `broker`, `cursor`). */
   status(o: { via?: number; kind?: ResourceKind; broker?: number; limit?: number; cursor?: string } = {}): Promise<ClusterStatus> {
     const q = new URLSearchParams();

@@ -1,3 +1,4 @@
+// test-runner: alone (scripts/test.mjs): its retention tests stall for their 30 s deadline when another file takes a core (docs/testing.md, known flaky)
 import { afterEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { linkSync, mkdtempSync, readFileSync, readdirSync, renameSync, rmSync, statSync } from 'node:fs';
