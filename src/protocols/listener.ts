@@ -91,24 +91,16 @@ export class CloseSignal {
   }
 }
 
-/**
- * The open connections of a listener; each leaves the set when it closes: told by its CloseSignal when it has one,
- * else when its `closed` promise settles.
- */
-export class ConnectionSet<C extends { readonly closed: Promise<void>; readonly closeSignal?: CloseSignal }> implements Iterable<C>, CloseWatcher {
+/** The open connections of a listener; each leaves the set when its CloseSignal fires. */
+export class ConnectionSet<C extends { readonly closed: Promise<void>; readonly closeSignal: CloseSignal }> implements Iterable<C>, CloseWatcher {
   private readonly set = new Set<C>();
   private closing: Promise<void> | null = null;
 
   add(conn: C): C {
     this.set.add(conn);
     connectionTotals.opened++;
-    const signal = conn.closeSignal;
-    if (signal !== undefined) {
-      if (signal.isClosed) this.connectionClosed(conn);
-      else signal.watcher = this;
-    } else {
-      void conn.closed.then(() => this.connectionClosed(conn));
-    }
+    if (conn.closeSignal.isClosed) this.connectionClosed(conn);
+    else conn.closeSignal.watcher = this;
     return conn;
   }
 

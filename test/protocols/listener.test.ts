@@ -10,7 +10,7 @@ import { createServer, connect, type Server, type Socket } from 'node:net';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { describe, it } from 'node:test';
-import { ConnectionSet, connectionTotals, listenOn } from '../../src/protocols/listener.js';
+import { CloseSignal, ConnectionSet, connectionTotals, listenOn } from '../../src/protocols/listener.js';
 import { KafkaConnection, createKafkaAdapter } from '../../src/protocols/kafka/index.js';
 import { readInto } from '../../src/protocols/read-into.js';
 import { Engine } from '../../src/core/index.js';
@@ -107,13 +107,19 @@ function mqttConnect(clientId: string): Buffer {
 
 describe('connection totals', () => {
   it('ConnectionSet counts every connection it adds and every one that closes, process-wide', async () => {
-    const set = new ConnectionSet<{ closed: Promise<void> }>();
+    type Conn = { closeSignal: CloseSignal; readonly closed: Promise<void> };
+    const conn = (): Conn => {
+      const closeSignal = new CloseSignal();
+      return { closeSignal, get closed() { return closeSignal.closed; } };
+    };
+    const set = new ConnectionSet<Conn>();
     const before = { ...connectionTotals };
-    let end!: () => void;
-    set.add({ closed: new Promise<void>((r) => (end = r)) });
-    set.add({ closed: new Promise<void>(() => undefined) });
+    const ending = conn();
+    set.add(ending);
+    set.add(conn());
     assert.deepEqual(connectionTotals, { opened: before.opened + 2, closed: before.closed });
-    end();
+    ending.closeSignal.fire(ending);
+    ending.closeSignal.fire(ending);
     await until(() => set.size === 1, 'the closed connection leaving the set');
     assert.deepEqual(connectionTotals, { opened: before.opened + 2, closed: before.closed + 1 });
   });

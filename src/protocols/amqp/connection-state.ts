@@ -17,6 +17,7 @@ import type { ClientCapabilities, WriteCallbacks } from './types.js';
 import { AmqpError, replyText, toAmqpError } from './errors.js';
 import type { Gather } from './intake.js';
 import { PublishCredit } from './credit.js';
+import { CloseSignal } from '../listener.js';
 import { AmqpCodecError, FRAME_MIN_SIZE, HEARTBEAT_FRAME, methodFrame, type AmqpMethod } from './wire.js';
 
 /** Methods waiting behind asynchronous operations, over all channels, before the socket stops being read. */
@@ -59,8 +60,12 @@ export abstract class AmqpConnectionState {
   readonly remotePort: number | undefined;
   /** The listener's name in the client registry ("amqp", "amqps"). */
   readonly listener: string;
-  readonly closed: Promise<void>;
-  protected resolveClosed: () => void = () => undefined;
+  /** Tells the listener (and whoever asks for `closed`) that the connection is gone and its exclusive queues too. */
+  readonly closeSignal = new CloseSignal();
+  /** Resolves once the connection is gone (the promise is made when first asked for). */
+  get closed(): Promise<void> {
+    return this.closeSignal.closed;
+  }
   protected st = St.Header;
   /** Frame-max for frames we receive and send (negotiated at tune-ok). */
   frameMax: number;
@@ -143,9 +148,6 @@ export abstract class AmqpConnectionState {
     // §4.2.3: until tune-ok, frames up to frame-min-size (a stranger cannot make us buffer more before logging in).
     this.frameMax = FRAME_MIN_SIZE;
     this.channelMax = adapter.options.channelMax;
-    this.closed = new Promise<void>((resolve) => {
-      this.resolveClosed = resolve;
-    });
     this.seenInAt = this.seenOutAt = this.openedAt;
   }
 
@@ -548,10 +550,10 @@ export abstract class AmqpConnectionState {
     if (this.sendHoldTimer !== null) clearTimeout(this.sendHoldTimer);
     // Exclusive queues go with their connection.
     this.adapter.router.dropExclusive(this.id).then(
-      () => this.resolveClosed(),
+      () => this.closeSignal.fire(this),
       (err: unknown) => {
         this.log.warn({ err }, 'amqp: dropping exclusive queues failed');
-        this.resolveClosed();
+        this.closeSignal.fire(this);
       },
     );
   }
