@@ -13,5 +13,11 @@ const stopped = new Promise<void>((resolve) => port.once('message', () => resolv
 consumeQueue(workerData as AmqpConsumerData, () => port.postMessage('ready'), stopped).then(
   (result) => port.postMessage(result),
   (err: unknown) =>
-    port.postMessage({ consumed: 0, consumedInWindow: 0, redelivered: 0, endToEnd: percentiles([]), errors: [`consumer: ${err instanceof Error ? err.message : String(err)}`] }),
+    port.postMessage({
+      consumed: 0,
+      consumedInWindow: 0,
+      redelivered: 0,
+      endToEnd: percentiles([]),
+      errors: [`consumer: ${err instanceof Error ? err.message : String(err)}`],
+    }),
 );

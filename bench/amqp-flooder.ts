@@ -53,6 +53,9 @@ port.on('message', (m: 'start' | 'stop') => {
     return;
   }
   running = false;
-  void conn.close().catch(() => undefined).then(() => port.postMessage({ published, errors }));
+  void conn
+    .close()
+    .catch(() => undefined)
+    .then(() => port.postMessage({ published, errors }));
 });
 port.postMessage('ready');

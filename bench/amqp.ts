@@ -195,7 +195,14 @@ export async function runAmqpLoad(o: AmqpLoadOptions): Promise<AmqpLoadResult> {
 
   const worker = new Worker(new URL('./amqp-consumer.js', import.meta.url), {
     workerData: {
-      port: o.port, queue: o.queue, consumers: o.consumers, prefetch: o.prefetch, autoAck: o.autoAck, counter, windowStart, windowEnd,
+      port: o.port,
+      queue: o.queue,
+      consumers: o.consumers,
+      prefetch: o.prefetch,
+      autoAck: o.autoAck,
+      counter,
+      windowStart,
+      windowEnd,
     } satisfies AmqpConsumerData,
   });
   let onReady: () => void = () => undefined;
@@ -297,9 +304,12 @@ export async function runAmqpLoad(o: AmqpLoadOptions): Promise<AmqpLoadResult> {
     }
 
     let cpuAtStart: { broker: number | null; own: number } | null = null;
-    const cpuTimer = setTimeout(() => {
-      cpuAtStart = { broker: o.brokerPid === null ? null : processCpuSeconds(o.brokerPid), own: ownCpuSeconds() };
-    }, Math.max(0, (windowStart - nowS()) * 1000));
+    const cpuTimer = setTimeout(
+      () => {
+        cpuAtStart = { broker: o.brokerPid === null ? null : processCpuSeconds(o.brokerPid), own: ownCpuSeconds() };
+      },
+      Math.max(0, (windowStart - nowS()) * 1000),
+    );
     let cpu: AmqpLoadResult['cpu'] = { broker: null, generator: NaN };
     try {
       for (const p of pubs) pump(p);
@@ -392,7 +402,9 @@ export async function runAmqpFairness(o: AmqpFairnessOptions): Promise<AmqpFairn
   const ch = await conn.createConfirmChannel();
   ch.on('error', (e: Error) => errors.push(`measured channel: ${e.message}`));
   await ch.assertQueue('bench-fair', { durable: true });
-  const worker = new Worker(new URL('./amqp-flooder.js', import.meta.url), { workerData: { port: o.port, queue: 'bench-flood', payloadBytes: o.payloadBytes, persistent: o.floodPersistent } satisfies AmqpFlooderData });
+  const worker = new Worker(new URL('./amqp-flooder.js', import.meta.url), {
+    workerData: { port: o.port, queue: 'bench-flood', payloadBytes: o.payloadBytes, persistent: o.floodPersistent } satisfies AmqpFlooderData,
+  });
   const ready = new Promise<void>((resolve, reject) => {
     worker.once('message', () => resolve());
     worker.once('error', reject);
@@ -455,4 +467,3 @@ export async function runAmqpFairness(o: AmqpFairnessOptions): Promise<AmqpFairn
     await conn.close().catch(() => undefined);
   }
 }
-

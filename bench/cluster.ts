@@ -181,7 +181,11 @@ export async function clusterForwarding(o: { seconds: number; warmupS: number; w
     const idle = await idleCpu(c);
     const sides: ForwardingSide[] = [];
     // Owner, non-owner, owner again: the repeat shows how much of a difference is the machine's noise.
-    for (const [client, broker] of [['owner', owner], ['non-owner', other], ['owner', owner]] as const) {
+    for (const [client, broker] of [
+      ['owner', owner],
+      ['non-owner', other],
+      ['owner', owner],
+    ] as const) {
       const m = await mqtt.connectAsync(c.broker(broker).mqttUrl, { clientId: `bench-fwd-${client}`, protocolVersion: 5, reconnectPeriod: 0 });
       let stop = false;
       let measuring = false;
@@ -317,10 +321,12 @@ if (process.argv[1] && /bench[/\\]cluster\.js$/.test(process.argv[1])) {
   const warmupS = Number(process.env.BENCH_WARMUP ?? 1);
   void (async () => {
     if (what === 'all' || what === 'scaling') {
-      for (const n of [1, 2, 3]) console.log(JSON.stringify(await clusterScaling(n, { seconds, warmupS, partitions: 6, senders: 12, batch: 50, recordBytes: 1024 })));
+      for (const n of [1, 2, 3])
+        console.log(JSON.stringify(await clusterScaling(n, { seconds, warmupS, partitions: 6, senders: 12, batch: 50, recordBytes: 1024 })));
     }
     if (what === 'all' || what === 'forwarding') console.log(JSON.stringify(await clusterForwarding({ seconds, warmupS, window: 50, payloadBytes: 256 })));
-    if (what === 'all' || what === 'failover') console.log(JSON.stringify(await clusterFailover({ leaseMs: Number(process.env.BENCH_CLUSTER_LEASE ?? 5000), partitions: 6, afterS: 2 })));
+    if (what === 'all' || what === 'failover')
+      console.log(JSON.stringify(await clusterFailover({ leaseMs: Number(process.env.BENCH_CLUSTER_LEASE ?? 5000), partitions: 6, afterS: 2 })));
   })().then(
     () => process.exit(0),
     (err: unknown) => {

@@ -124,7 +124,9 @@ export async function measureColdReplay(opts: ColdReplayOptions): Promise<ColdRe
 }
 
 /** Cold replay from s3rver (started here, in a process of its own) through the block cache. */
-export async function s3ColdReplay(o: Omit<ColdReplayOptions, 'openObjects'> & { cacheBytes?: number; readAheadBlocks?: number; blockBytes?: number } = {}): Promise<ColdReplayResult> {
+export async function s3ColdReplay(
+  o: Omit<ColdReplayOptions, 'openObjects'> & { cacheBytes?: number; readAheadBlocks?: number; blockBytes?: number } = {},
+): Promise<ColdReplayResult> {
   const s3 = await startS3();
   try {
     return await measureColdReplay({
@@ -163,7 +165,9 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
   const ra = process.argv[3] === undefined ? undefined : Number(process.argv[3]);
   const blockKiB = process.argv[4] === undefined ? undefined : Number(process.argv[4]);
   const show = (name: string, r: ColdReplayResult): void =>
-    console.log(`${name}: ${(r.bytes / 1048576).toFixed(0)} MiB in ${r.seconds.toFixed(2)} s = ${r.mbPerSec.toFixed(1)} MB/s (${r.reads} reads, ${r.segments} segments)`);
+    console.log(
+      `${name}: ${(r.bytes / 1048576).toFixed(0)} MiB in ${r.seconds.toFixed(2)} s = ${r.mbPerSec.toFixed(1)} MB/s (${r.reads} reads, ${r.segments} segments)`,
+    );
   const fsr = await fsColdReplay({ bytes: mib * 1024 * 1024 });
   show('fs', fsr);
   const s3r = await s3ColdReplay({ bytes: mib * 1024 * 1024, readAheadBlocks: ra, blockBytes: blockKiB === undefined ? undefined : blockKiB * 1024 });

@@ -155,10 +155,7 @@ async function openFlood(protocol: 'mqtt' | 'kafka', port: number, o: FloodOptio
   const prefix = kafkaHalfRequest(o.kafkaPrefixBytes);
   try {
     await mapLimit(o.connections, o.concurrency, async (i) => {
-      const s =
-        protocol === 'mqtt'
-          ? await handshake(port, connectFrame(`flood-${tag}-${i}`, 0), connackOk)
-          : await handshake(port, api, kafkaAnswered);
+      const s = protocol === 'mqtt' ? await handshake(port, connectFrame(`flood-${tag}-${i}`, 0), connackOk) : await handshake(port, api, kafkaAnswered);
       sockets.push(s);
       if (everyHalf > 0 && i % everyHalf === 0) {
         s.write(protocol === 'mqtt' ? HALF_PUBLISH : prefix);
@@ -264,14 +261,18 @@ export function floodCell(r: FloodResult): string {
 export function heapCell(r: FloodResult): string {
   const mib = (b: number | undefined) => (b === undefined ? '?' : (b / 1048576).toFixed(1));
   const fc = r.rounds[r.rounds.length - 1].after.process?.floodCollector;
-  const collections = fc ? `; ${fc.enabled ? `${fc.collections} collections after floods${fc.last ? `, last pause ${fc.last.pauseMs.toFixed(0)} ms` : ''}` : 'no collections after floods (node without --expose-gc)'}` : '';
-  return r.rounds
-    .map((x) =>
-      x.before.process && x.open.process && x.after.process
-        ? `heap used ${mib(x.before.process.heapUsed)} → ${mib(x.open.process.heapUsed)} → ${mib(x.after.process.heapUsed)}, buffers ${mib(x.before.process.arrayBuffers)} → ${mib(x.open.process.arrayBuffers)} → ${mib(x.after.process.arrayBuffers)}`
-        : '-',
-    )
-    .join('; ') + collections;
+  const collections = fc
+    ? `; ${fc.enabled ? `${fc.collections} collections after floods${fc.last ? `, last pause ${fc.last.pauseMs.toFixed(0)} ms` : ''}` : 'no collections after floods (node without --expose-gc)'}`
+    : '';
+  return (
+    r.rounds
+      .map((x) =>
+        x.before.process && x.open.process && x.after.process
+          ? `heap used ${mib(x.before.process.heapUsed)} → ${mib(x.open.process.heapUsed)} → ${mib(x.after.process.heapUsed)}, buffers ${mib(x.before.process.arrayBuffers)} → ${mib(x.open.process.arrayBuffers)} → ${mib(x.after.process.arrayBuffers)}`
+          : '-',
+      )
+      .join('; ') + collections
+  );
 }
 
 function signed(n: number): string {

@@ -39,7 +39,9 @@ for (const r of results) {
   inputs += r.inputs;
   for (const f of r.failures) {
     failures++;
-    console.log(`\nFAIL ${f.target} input #${f.index} (${f.kind}): ${f.detail}\n  replay: npm run fuzz -- --seed ${seed} --target ${f.target} --from ${f.index} --iterations 1\n  hex: ${f.hex.length > 4000 ? f.hex.slice(0, 4000) + '...' : f.hex}`);
+    console.log(
+      `\nFAIL ${f.target} input #${f.index} (${f.kind}): ${f.detail}\n  replay: npm run fuzz -- --seed ${seed} --target ${f.target} --from ${f.index} --iterations 1\n  hex: ${f.hex.length > 4000 ? f.hex.slice(0, 4000) + '...' : f.hex}`,
+    );
   }
 }
 console.log(`\nfuzz: ${results.length} decoders, ${inputs} inputs, ${failures} failures, ${((Date.now() - started) / 1000).toFixed(1)} s`);

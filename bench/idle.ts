@@ -108,7 +108,10 @@ function mqttConnect(clientId: string, clean: boolean): Buffer {
 function mqttSteps(id: string, clean: boolean): Step[] {
   return [
     { send: () => mqttConnect(id, clean), done: (b) => (b.length < 4 ? false : b[0] >> 4 === 2 && b[3] === 0 ? true : `CONNACK ${b.toString('hex')}`) },
-    { send: () => subscribeFrame(`idle/${id}/cmd`, 1), done: (b) => (b.length < 5 ? false : b[0] === 0x90 && b[4] !== 0x80 ? true : `SUBACK ${b.toString('hex')}`) },
+    {
+      send: () => subscribeFrame(`idle/${id}/cmd`, 1),
+      done: (b) => (b.length < 5 ? false : b[0] === 0x90 && b[4] !== 0x80 ? true : `SUBACK ${b.toString('hex')}`),
+    },
   ];
 }
 

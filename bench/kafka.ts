@@ -466,7 +466,9 @@ export async function kafkaLatency(port: number, o: LatencyOptions): Promise<Lat
   const ackSamples: number[] = [];
   const writeAckSamples: number[] = [];
   const inWindow = (t: number) => t >= windowStart && t < windowEnd;
-  const queues: { partition: number; batch: [Buffer, Buffer]; records: number; createdAt: number; touchedAt: number; waited: boolean }[][] = producers.map(() => []);
+  const queues: { partition: number; batch: [Buffer, Buffer]; records: number; createdAt: number; touchedAt: number; waited: boolean }[][] = producers.map(
+    () => [],
+  );
   // A producer's batch.size (1 MiB): a batch still waiting for an in-flight slot takes new records up to it.
   const maxBatchRecords = Math.max(1, Math.floor((1 << 20) / o.recordBytes));
 
@@ -727,7 +729,10 @@ export interface ReplayResult {
  * one consumer per partition of a group would), each with one Fetch v4 outstanding at a time, and measures from the
  * first request to the last response. Every offset must come back exactly once, in order.
  */
-export async function kafkaReplay(port: number, o: { topic: string; ends: number[]; recordBytes: number; partitionMaxBytes: number; timeoutS: number }): Promise<ReplayResult> {
+export async function kafkaReplay(
+  port: number,
+  o: { topic: string; ends: number[]; recordBytes: number; partitionMaxBytes: number; timeoutS: number },
+): Promise<ReplayResult> {
   const conns = await Promise.all(o.ends.map(() => KafkaConn.open(port)));
   const fetchOpts = { maxWaitMs: 500, minBytes: 1, maxBytes: o.partitionMaxBytes, partitionMaxBytes: o.partitionMaxBytes };
   let records = 0;
@@ -740,7 +745,10 @@ export async function kafkaReplay(port: number, o: { topic: string; ends: number
         (conn, p) =>
           new Promise<void>((resolve, reject) => {
             let offset = 0;
-            const timer = setTimeout(() => reject(new Error(`replay of partition ${p} stuck at offset ${offset} of ${o.ends[p]} after ${o.timeoutS} s`)), o.timeoutS * 1000);
+            const timer = setTimeout(
+              () => reject(new Error(`replay of partition ${p} stuck at offset ${offset} of ${o.ends[p]} after ${o.timeoutS} s`)),
+              o.timeoutS * 1000,
+            );
             const done = (err?: Error) => {
               clearTimeout(timer);
               if (err) reject(err);

@@ -105,7 +105,13 @@ function rate(name: string, round: () => number): void {
 }
 
 console.log(`NATS codec, ${payloadSize}-byte payloads, ${seconds} s per figure (rates per CPU second), node ${process.version}`);
-for (const [kind, borrowed] of [['pub', false], ['pub', true], ['reply', false], ['hpub', false], ['hpub', true]] as const) {
+for (const [kind, borrowed] of [
+  ['pub', false],
+  ['pub', true],
+  ['reply', false],
+  ['hpub', false],
+  ['hpub', true],
+] as const) {
   const cs = chunks(pubStream(kind));
   const name = kind === 'pub' ? 'PUB' : kind === 'reply' ? 'PUB (reply)' : 'HPUB';
   rate(`parse ${name}${borrowed ? ' borrowed' : ''}`, () => {

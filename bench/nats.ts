@@ -34,7 +34,18 @@ import { HOST, nowS, percentiles, sleep, type Percentiles } from './util.js';
 
 /** CONNECT as the official clients send it (nats.js: headers and no_responders on), so a broker takes the same paths. */
 export function connectFrame(name: string): Buffer {
-  const opts = { verbose: false, pedantic: false, tls_required: false, name, lang: 'flowmq-bench', version: '1', protocol: 1, echo: true, headers: true, no_responders: true };
+  const opts = {
+    verbose: false,
+    pedantic: false,
+    tls_required: false,
+    name,
+    lang: 'flowmq-bench',
+    version: '1',
+    protocol: 1,
+    echo: true,
+    headers: true,
+    no_responders: true,
+  };
   return Buffer.from(`CONNECT ${JSON.stringify(opts)}\r\n`);
 }
 
@@ -132,10 +143,14 @@ export class NatsReader {
     switch (name) {
       case 'MSG':
       case 'HMSG': {
-        const args = text.slice(sp + 1).trim().split(/[ \t]+/);
+        const args = text
+          .slice(sp + 1)
+          .trim()
+          .split(/[ \t]+/);
         const total = Number(args[args.length - 1]);
         const withReply = args.length === (name === 'MSG' ? 4 : 5);
-        if (!Number.isInteger(total) || total < 0 || args.length < (name === 'MSG' ? 3 : 4)) throw new Error(`malformed ${name} line from the broker: ${text.slice(0, 80)}`);
+        if (!Number.isInteger(total) || total < 0 || args.length < (name === 'MSG' ? 3 : 4))
+          throw new Error(`malformed ${name} line from the broker: ${text.slice(0, 80)}`);
         const start = nl + 1;
         if (buf.length < start + total + 2) return -1;
         if (buf[start + total] !== 13 || buf[start + total + 1] !== 10) throw new Error(`${name} payload not followed by CRLF: ${text.slice(0, 80)}`);
@@ -395,7 +410,10 @@ export async function workerMain(d: NatsWorkerData, ready: () => void, stopped: 
     errors.push((e as Error).message);
   } finally {
     for (const c of conns) {
-      if (c.closedEarly) errors.push(`a ${d.role === 'count' ? 'subscriber' : 'responder'} connection was closed by the broker${c.reader.errors.length ? ` (${c.reader.errors.join('; ')})` : ''}`);
+      if (c.closedEarly)
+        errors.push(
+          `a ${d.role === 'count' ? 'subscriber' : 'responder'} connection was closed by the broker${c.reader.errors.length ? ` (${c.reader.errors.join('; ')})` : ''}`,
+        );
       c.close();
     }
   }
@@ -526,7 +544,8 @@ export async function runNatsPubSub(o: NatsPubSubOptions): Promise<NatsPubSubRes
         const until = t0 + s;
         let held = 0;
         let heldSince: number | null = null;
-        const onClose = () => reject(new Error(`the publisher's connection was closed by the broker${p.reader.errors.length ? ` (${p.reader.errors.join('; ')})` : ''}`));
+        const onClose = () =>
+          reject(new Error(`the publisher's connection was closed by the broker${p.reader.errors.length ? ` (${p.reader.errors.join('; ')})` : ''}`));
         p.socket.once('close', onClose);
         const finish = () => {
           p.socket.removeListener('close', onClose);

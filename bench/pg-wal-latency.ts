@@ -11,7 +11,11 @@ import { PostgresWal } from '../src/storage/wal/index.js';
 import { startPostgres } from '../test/helpers/postgres.js';
 import { percentiles, type Percentiles } from './util.js';
 
-export async function pgWalLatency(o: { mbPerSec: number; trim: boolean; seconds: number }): Promise<{ appends: Percentiles; figures: Record<string, unknown> }> {
+export async function pgWalLatency(o: {
+  mbPerSec: number;
+  trim: boolean;
+  seconds: number;
+}): Promise<{ appends: Percentiles; figures: Record<string, unknown> }> {
   const server = await startPostgres({ durable: true });
   try {
     const wal = await PostgresWal.open({ url: await server.createDatabase() });
@@ -53,5 +57,7 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
   const mbPerSec = Number(process.argv[2] ?? 30);
   const trim = process.argv.includes('trim');
   const r = await pgWalLatency({ mbPerSec, trim, seconds: 10 });
-  console.log(`PostgresWal at ${mbPerSec} MB/s${trim ? ', trims every 600 ms' : ''}: ${r.appends.count} appends, append → commit p50 ${r.appends.p50.toFixed(1)} / p99 ${r.appends.p99.toFixed(1)} / max ${r.appends.max.toFixed(1)} ms; ${String(r.figures.commits)} commits`);
+  console.log(
+    `PostgresWal at ${mbPerSec} MB/s${trim ? ', trims every 600 ms' : ''}: ${r.appends.count} appends, append → commit p50 ${r.appends.p50.toFixed(1)} / p99 ${r.appends.p99.toFixed(1)} / max ${r.appends.max.toFixed(1)} ms; ${String(r.figures.commits)} commits`,
+  );
 }

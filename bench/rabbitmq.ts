@@ -156,7 +156,10 @@ export async function startRabbitmq(binDir: string, timeoutMs = 90_000): Promise
       // Only the broker's own log file, warnings and worse; nothing on stdout.
       'log.console = false',
       'log.file.level = warning',
-      ...(process.env.BENCH_RABBITMQ_CONF ?? '').split(';').map((l) => l.trim()).filter((l) => l !== ''),
+      ...(process.env.BENCH_RABBITMQ_CONF ?? '')
+        .split(';')
+        .map((l) => l.trim())
+        .filter((l) => l !== ''),
       '',
     ].join('\n'),
   );

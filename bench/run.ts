@@ -171,7 +171,6 @@ interface Row {
 
 const rows: Row[] = [];
 
-
 /** The broker's produce-latency histogram (GET /api/v1/broker), to diff around a measurement. */
 async function produceHistogram(httpPort: number): Promise<HistogramSnapshot> {
   const res = await fetch(`http://127.0.0.1:${httpPort}/api/v1/broker`);
@@ -417,42 +416,58 @@ async function replayRun(c: StorageConfig): Promise<ReplayRun> {
   const P = CFG.kafkaPartitions;
   const batchBytes = CFG.kafkaRecordsPerBatch * CFG.kafkaRecordBytes;
   const batches = Math.max(P, Math.ceil((CFG.replayMb * 1e6) / batchBytes));
-  return withFlowmq(async (b) => {
-    await createStream(b, topic, P);
-    const prod = await kafkaProduceBatches(b.kafkaPort, {
-      topic, partitions: P, connections: CFG.kafkaConnections, inflight: CFG.kafkaInflight,
-      recordsPerBatch: CFG.kafkaRecordsPerBatch, recordBytes: CFG.kafkaRecordBytes, batches,
-    });
-    const tf = nowS();
-    const sealed = await partitionDetails(b, topic, true);
-    const flushSeconds = nowS() - tf;
-    const open = sealed.filter((p) => p.flushedOffset !== p.highWatermark || p.tailBytes !== 0);
-    if (open.length > 0) throw new Error(`after the flush, partitions ${open.map((p) => p.partition).join(', ')} still have data outside objects`);
-    const ends = sealed.map((p) => p.highWatermark);
-    const records = ends.reduce((a, e) => a + e, 0);
-    if (records !== batches * CFG.kafkaRecordsPerBatch) throw new Error(`the stream holds ${records} records, ${batches * CFG.kafkaRecordsPerBatch} were acknowledged`);
-    const tr = nowS();
-    await b.restart!();
-    const restartSeconds = nowS() - tr;
-    const after = await partitionDetails(b, topic, false);
-    if (after.some((p, i) => p.highWatermark !== ends[i] || p.tailBytes !== 0)) throw new Error('the restarted broker does not show the sealed stream as it was');
-    const replay = await kafkaReplay(b.kafkaPort, { topic, ends, recordBytes: CFG.kafkaRecordBytes, partitionMaxBytes: CFG.replayFetchBytes, timeoutS: 300 });
-    if (replay.records !== records) throw new Error(`replay read ${replay.records} records of ${records}`);
-    return {
-      producedMb: (batches * batchBytes) / 1e6,
-      produceSeconds: prod.seconds,
-      produceMbPerSec: prod.mbPerSec,
-      flushSeconds,
-      segments: sealed.reduce((a, p) => a + p.segments, 0),
-      restartSeconds,
-      replay,
-      storage: await storageFigures(b),
-    };
-  }, [...(await c.args()), '--segment-bytes', CFG.replaySegment]);
+  return withFlowmq(
+    async (b) => {
+      await createStream(b, topic, P);
+      const prod = await kafkaProduceBatches(b.kafkaPort, {
+        topic,
+        partitions: P,
+        connections: CFG.kafkaConnections,
+        inflight: CFG.kafkaInflight,
+        recordsPerBatch: CFG.kafkaRecordsPerBatch,
+        recordBytes: CFG.kafkaRecordBytes,
+        batches,
+      });
+      const tf = nowS();
+      const sealed = await partitionDetails(b, topic, true);
+      const flushSeconds = nowS() - tf;
+      const open = sealed.filter((p) => p.flushedOffset !== p.highWatermark || p.tailBytes !== 0);
+      if (open.length > 0) throw new Error(`after the flush, partitions ${open.map((p) => p.partition).join(', ')} still have data outside objects`);
+      const ends = sealed.map((p) => p.highWatermark);
+      const records = ends.reduce((a, e) => a + e, 0);
+      if (records !== batches * CFG.kafkaRecordsPerBatch)
+        throw new Error(`the stream holds ${records} records, ${batches * CFG.kafkaRecordsPerBatch} were acknowledged`);
+      const tr = nowS();
+      await b.restart!();
+      const restartSeconds = nowS() - tr;
+      const after = await partitionDetails(b, topic, false);
+      if (after.some((p, i) => p.highWatermark !== ends[i] || p.tailBytes !== 0))
+        throw new Error('the restarted broker does not show the sealed stream as it was');
+      const replay = await kafkaReplay(b.kafkaPort, { topic, ends, recordBytes: CFG.kafkaRecordBytes, partitionMaxBytes: CFG.replayFetchBytes, timeoutS: 300 });
+      if (replay.records !== records) throw new Error(`replay read ${replay.records} records of ${records}`);
+      return {
+        producedMb: (batches * batchBytes) / 1e6,
+        produceSeconds: prod.seconds,
+        produceMbPerSec: prod.mbPerSec,
+        flushSeconds,
+        segments: sealed.reduce((a, p) => a + p.segments, 0),
+        restartSeconds,
+        replay,
+        storage: await storageFigures(b),
+      };
+    },
+    [...(await c.args()), '--segment-bytes', CFG.replaySegment],
+  );
 }
 
 /** Latency at half of a configuration's peak, producers only, on a fresh broker of that configuration. */
-async function latencyRun(c: StorageConfig): Promise<{ r: LatencyResult; bs: { p50: number | null; p99: number | null; count: number }; peakMbPerSec: number; calibrated: boolean; storage: Record<string, unknown> | null }> {
+async function latencyRun(c: StorageConfig): Promise<{
+  r: LatencyResult;
+  bs: { p50: number | null; p99: number | null; count: number };
+  peakMbPerSec: number;
+  calibrated: boolean;
+  storage: Record<string, unknown> | null;
+}> {
   // BENCH_STORAGE_LATENCY_MBPS: the same fixed rate for every configuration instead of half of its peak.
   const fixed = process.env.BENCH_STORAGE_LATENCY_MBPS ? num('BENCH_STORAGE_LATENCY_MBPS', 1) : null;
   let p = storagePeaks.get(c.id) ?? (c.id === 'embedded' ? peak : null) ?? null;
@@ -464,18 +479,28 @@ async function latencyRun(c: StorageConfig): Promise<{ r: LatencyResult; bs: { p
   }
   const peakMbPerSec = p?.mbPerSec ?? NaN;
   const o = {
-    topic: 'bench-latency', partitions: CFG.kafkaPartitions, connections: CFG.kafkaConnections, inflight: CFG.kafkaInflight,
-    recordBytes: CFG.kafkaRecordBytes, bytesPerSec: fixed !== null ? fixed * 1e6 : (peakMbPerSec * 1e6) / 2, lingerMs: CFG.kafkaLingerMs,
-    warmupS: CFG.kafkaLatencyWarmupS, seconds: CFG.seconds, consume: false,
+    topic: 'bench-latency',
+    partitions: CFG.kafkaPartitions,
+    connections: CFG.kafkaConnections,
+    inflight: CFG.kafkaInflight,
+    recordBytes: CFG.kafkaRecordBytes,
+    bytesPerSec: fixed !== null ? fixed * 1e6 : (peakMbPerSec * 1e6) / 2,
+    lingerMs: CFG.kafkaLingerMs,
+    warmupS: CFG.kafkaLatencyWarmupS,
+    seconds: CFG.seconds,
+    consume: false,
   };
-  return withFlowmq(async (b) => {
-    await createStream(b, o.topic, o.partitions);
-    const before = await produceHistogram(b.httpPort);
-    const r = await kafkaLatency(b.kafkaPort, o);
-    const after = await produceHistogram(b.httpPort);
-    const bs = { p50: histogramQuantile(0.5, after, before), p99: histogramQuantile(0.99, after, before), count: after.count - before.count };
-    return { r, bs, peakMbPerSec, calibrated, storage: await storageFigures(b) };
-  }, await c.args());
+  return withFlowmq(
+    async (b) => {
+      await createStream(b, o.topic, o.partitions);
+      const before = await produceHistogram(b.httpPort);
+      const r = await kafkaLatency(b.kafkaPort, o);
+      const after = await produceHistogram(b.httpPort);
+      const bs = { p50: histogramQuantile(0.5, after, before), p99: histogramQuantile(0.99, after, before), count: after.count - before.count };
+      return { r, bs, peakMbPerSec, calibrated, storage: await storageFigures(b) };
+    },
+    await c.args(),
+  );
 }
 
 // ------------------------------------------------------------------ AMQP scenarios: FlowMQ vs RabbitMQ
@@ -492,7 +517,9 @@ const FLOWMQ_AMQP_ARGS = ['--protocols', 'mqtt,kafka,amqp', ...(process.env.BENC
  * Runs `fn` once against a fresh FlowMQ and once against a fresh private RabbitMQ node, alternating which goes first;
  * `fn` gets the AMQP port, the broker process's pid (RabbitMQ's Erlang VM) and, for FlowMQ, a reader of its own figures.
  */
-async function amqpPair<T>(fn: (port: number, pid: number | null, figures: (() => Promise<BrokerFigures | null>) | null) => Promise<T>): Promise<{ flowmq: Outcome<T>; rabbitmq: Outcome<T> | null }> {
+async function amqpPair<T>(
+  fn: (port: number, pid: number | null, figures: (() => Promise<BrokerFigures | null>) | null) => Promise<T>,
+): Promise<{ flowmq: Outcome<T>; rabbitmq: Outcome<T> | null }> {
   const kinds: ('flowmq' | 'rabbitmq')[] = amqpPairIndex++ % 2 === 0 ? ['flowmq', 'rabbitmq'] : ['rabbitmq', 'flowmq'];
   const out: { flowmq?: Outcome<T>; rabbitmq?: Outcome<T> | null } = { rabbitmq: null };
   for (const kind of kinds) {
@@ -532,7 +559,11 @@ type BrokerFigures = { amqp: Record<string, number> | null; queueStore: Record<s
 async function flowmqAmqpFigures(b: Broker): Promise<BrokerFigures | null> {
   try {
     const res = await fetch(`http://127.0.0.1:${b.httpPort}/api/v1/broker`);
-    const j = (await res.json()) as { amqp?: Record<string, number>; storage?: { queueStoreFigures?: Record<string, number> }; process?: Record<string, number> };
+    const j = (await res.json()) as {
+      amqp?: Record<string, number>;
+      storage?: { queueStoreFigures?: Record<string, number> };
+      process?: Record<string, number>;
+    };
     return { amqp: j.amqp ?? null, queueStore: j.storage?.queueStoreFigures ?? null, process: j.process };
   } catch {
     return null;
@@ -688,7 +719,13 @@ let natsPairIndex = 0;
 let flowmqNatsMissing: string | null = null;
 
 /** FlowMQ's options for the NATS scenarios: NATS beside MQTT and Kafka (which startFlowmq waits for), no AMQP. */
-const flowmqNatsArgs = (port: number) => ['--protocols', 'mqtt,kafka,nats', '--nats-port', String(port), ...(process.env.BENCH_NATS_FLOWMQ_ARGS ?? '').split(/\s+/).filter((a) => a !== '')];
+const flowmqNatsArgs = (port: number) => [
+  '--protocols',
+  'mqtt,kafka,nats',
+  '--nats-port',
+  String(port),
+  ...(process.env.BENCH_NATS_FLOWMQ_ARGS ?? '').split(/\s+/).filter((a) => a !== ''),
+];
 
 /** FlowMQ's NATS counters (GET /api/v1/broker), to see what a run made the broker do (slow consumers, drops). */
 async function flowmqNatsFigures(b: Broker): Promise<Record<string, unknown> | null> {
@@ -708,7 +745,9 @@ type NatsRun<T> = T & { rssMiB: number | null; broker: Record<string, unknown> |
  * `fn` gets the NATS port and the broker's pid. A FlowMQ build without a NATS listener (`--protocols` refuses
  * `nats`, or the port never serves INFO) is reported as such, and nats-server is still measured.
  */
-async function natsPair<T extends object>(fn: (port: number, pid: number) => Promise<T>): Promise<{ flowmq: Outcome<NatsRun<T>>; natsServer: Outcome<NatsRun<T>> | null }> {
+async function natsPair<T extends object>(
+  fn: (port: number, pid: number) => Promise<T>,
+): Promise<{ flowmq: Outcome<NatsRun<T>>; natsServer: Outcome<NatsRun<T>> | null }> {
   const kinds: ('flowmq' | 'nats-server')[] = natsPairIndex++ % 2 === 0 ? ['flowmq', 'nats-server'] : ['nats-server', 'flowmq'];
   const out: { flowmq?: Outcome<NatsRun<T>>; natsServer?: Outcome<NatsRun<T>> | null } = { natsServer: null };
   const rss = (pid: number) => {
@@ -754,7 +793,10 @@ async function natsPair<T extends object>(fn: (port: number, pid: number) => Pro
           const text = e instanceof Error ? e.message : String(e);
           if (/nats/i.test(text) && /not implemented|unknown|invalid/i.test(text)) {
             const line = text.split('\n').find((l) => /nats/i.test(l) && /not implemented|unknown|invalid/i.test(l)) ?? text.split('\n')[0];
-            flowmqNatsMissing = `${FLOWMQ_NO_NATS} (${line.replace(/^flowmq: /, '').replace(/ \(got .*\)$/, '').trim()})`;
+            flowmqNatsMissing = `${FLOWMQ_NO_NATS} (${line
+              .replace(/^flowmq: /, '')
+              .replace(/ \(got .*\)$/, '')
+              .trim()})`;
           } else if (/NATS INFO/.test(text)) flowmqNatsMissing = `${FLOWMQ_NO_NATS} (${errText(e)})`;
           else throw e;
           throw new Error(flowmqNatsMissing);
@@ -815,7 +857,12 @@ function requestCell(r: NatsRun<NatsRequestResult>): string {
 /** The issue's targets against nats-server: ≥ 0.5× at 1 KiB, ≥ 0.25× at 16 bytes (larger payloads: the 1 KiB one). */
 const natsTarget = (payloadBytes: number) => (payloadBytes >= 1024 ? 0.5 : 0.25);
 
-function natsVerdict<T extends object>(r: { flowmq: Outcome<T>; natsServer: Outcome<T> | null }, rate: (v: T) => number, payloadBytes: number, ok: (v: T) => boolean): string {
+function natsVerdict<T extends object>(
+  r: { flowmq: Outcome<T>; natsServer: Outcome<T> | null },
+  rate: (v: T) => number,
+  payloadBytes: number,
+  ok: (v: T) => boolean,
+): string {
   const target = natsTarget(payloadBytes);
   const f = r.flowmq;
   const n = r.natsServer;
@@ -825,7 +872,11 @@ function natsVerdict<T extends object>(r: { flowmq: Outcome<T>; natsServer: Outc
 }
 
 function natsPubSubScenario(name: string, payloadBytes: number, subscribers: number, queueGroup: boolean): Scenario {
-  const shape = queueGroup ? `1 publisher → a queue group of ${subscribers}` : subscribers === 1 ? '1 publisher → 1 subscriber' : `fan-out, 1 publisher → ${subscribers} subscribers`;
+  const shape = queueGroup
+    ? `1 publisher → a queue group of ${subscribers}`
+    : subscribers === 1
+      ? '1 publisher → 1 subscriber'
+      : `fan-out, 1 publisher → ${subscribers} subscribers`;
   const title = `${fmt(payloadBytes)}-byte messages, ${shape} (deliveries/s)`;
   return {
     name,
@@ -842,7 +893,12 @@ function natsPubSubScenario(name: string, payloadBytes: number, subscribers: num
         title,
         flowmq: f.ok ? pubSubCell(f.value) : `error: ${f.error}`,
         peer: !n ? NATS_SERVER_MISSING : n.ok ? pubSubCell(n.value) : `error: ${n.error}`,
-        ratio: natsVerdict(r, (v) => v.deliveriesPerSec, payloadBytes, (v) => v.lost === 0 && v.errors.length === 0),
+        ratio: natsVerdict(
+          r,
+          (v) => v.deliveriesPerSec,
+          payloadBytes,
+          (v) => v.lost === 0 && v.errors.length === 0,
+        ),
         data: { options: opts, flowmqArgs: flowmqNatsArgs(0), flowmq: f, natsServer: n },
       });
     },
@@ -861,7 +917,12 @@ function natsRequestScenario(name: string, inflight: number): Scenario {
       const r = await natsPair((port, pid) => runNatsRequest({ ...opts, port, brokerPid: pid }));
       const f = r.flowmq;
       const n = r.natsServer;
-      let verdict = natsVerdict(r, (v) => v.roundTripsPerSec, payloadBytes, (v) => v.unanswered === 0 && v.errors.length === 0);
+      let verdict = natsVerdict(
+        r,
+        (v) => v.roundTripsPerSec,
+        payloadBytes,
+        (v) => v.unanswered === 0 && v.errors.length === 0,
+      );
       if (f.ok && n?.ok) verdict += `; p99 ${fmt(f.value.rtt.p99, 3)} vs ${fmt(n.value.rtt.p99, 3)} ms`;
       rows.push({
         group: 'nats',
@@ -887,22 +948,52 @@ interface Scenario {
 
 const scenarios: Scenario[] = [
   mqttScenario('mqtt-qos0', 'QoS 0, 1 publisher → 1 subscriber (deliveries/s)', {
-    publishers: 1, pubQos: 0, subscribers: 1, subQos: 0, shared: false, ahead: perSubscriber(1),
+    publishers: 1,
+    pubQos: 0,
+    subscribers: 1,
+    subQos: 0,
+    shared: false,
+    ahead: perSubscriber(1),
   }),
   mqttScenario('mqtt-qos1', 'QoS 1, 1 publisher → 1 subscriber (deliveries/s)', {
-    publishers: 1, pubQos: 1, subscribers: 1, subQos: 1, shared: false, ahead: perSubscriber(1),
+    publishers: 1,
+    pubQos: 1,
+    subscribers: 1,
+    subQos: 1,
+    shared: false,
+    ahead: perSubscriber(1),
   }),
   mqttScenario('mqtt-fanin-qos0', `QoS 0 fan-in, ${CFG.faninPublishers} publishers → 1 subscriber (deliveries/s)`, {
-    publishers: CFG.faninPublishers, pubQos: 0, subscribers: 1, subQos: 0, shared: false, ahead: perSubscriber(CFG.faninPublishers),
+    publishers: CFG.faninPublishers,
+    pubQos: 0,
+    subscribers: 1,
+    subQos: 0,
+    shared: false,
+    ahead: perSubscriber(CFG.faninPublishers),
   }),
   mqttScenario('mqtt-fanin-qos1', `QoS 1 fan-in, ${CFG.faninPublishers} publishers → 1 subscriber (deliveries/s)`, {
-    publishers: CFG.faninPublishers, pubQos: 1, subscribers: 1, subQos: 1, shared: false, ahead: perSubscriber(CFG.faninPublishers),
+    publishers: CFG.faninPublishers,
+    pubQos: 1,
+    subscribers: 1,
+    subQos: 1,
+    shared: false,
+    ahead: perSubscriber(CFG.faninPublishers),
   }),
   mqttScenario('mqtt-fanout', `QoS 0 fan-out, 1 publisher → ${CFG.fanoutSubscribers} subscribers (deliveries/s)`, {
-    publishers: 1, pubQos: 0, subscribers: CFG.fanoutSubscribers, subQos: 0, shared: false, ahead: CFG.fanoutAhead,
+    publishers: 1,
+    pubQos: 0,
+    subscribers: CFG.fanoutSubscribers,
+    subQos: 0,
+    shared: false,
+    ahead: CFG.fanoutAhead,
   }),
   mqttScenario('mqtt-shared', `QoS 1 shared subscription, 1 publisher → $share group of ${CFG.sharedMembers} (deliveries/s)`, {
-    publishers: 1, pubQos: 1, subscribers: CFG.sharedMembers, subQos: 1, shared: true, ahead: CFG.ahead,
+    publishers: 1,
+    pubQos: 1,
+    subscribers: CFG.sharedMembers,
+    subQos: 1,
+    shared: true,
+    ahead: CFG.ahead,
   }),
   {
     name: 'mqtt-flood-memory',
@@ -944,7 +1035,15 @@ const scenarios: Scenario[] = [
           data: { options: o, flowmq: peak, disk: d },
         });
       } catch (e) {
-        rows.push({ group: 'kafka', scenario: 'kafka-produce', title, flowmq: `error: ${errText(e)}`, peer: '-', ratio: '-', data: { options: o, error: errText(e) } });
+        rows.push({
+          group: 'kafka',
+          scenario: 'kafka-produce',
+          title,
+          flowmq: `error: ${errText(e)}`,
+          peer: '-',
+          ratio: '-',
+          data: { options: o, error: errText(e) },
+        });
       }
     },
   },
@@ -992,8 +1091,14 @@ const scenarios: Scenario[] = [
         const withConsumer = await measure(true);
         const rate = process.env.BENCH_KAFKA_LATENCY_MBPS ? 'set by BENCH_KAFKA_LATENCY_MBPS' : 'half of peak';
         const ackFigures = ({ r, bs }: { r: LatencyResult; bs: { p50: number | null; p99: number | null } | null }) => {
-          const queued = r.queuedBatches > 0 ? ` (${fmt((100 * r.queuedBatches) / Math.max(1, r.produceAck.count), 0)}% waited for an in-flight slot; from write: ${fmt(r.produceAckFromWrite.p50, 1)} / ${fmt(r.produceAckFromWrite.p99, 1)} ms)` : '';
-          const broker = bs && bs.p50 !== null && bs.p99 !== null ? `; broker-side (request decoded → durable response, incl. warm-up): ≤ ${fmt(bs.p50, 1)} / ≤ ${fmt(bs.p99, 1)} ms` : '';
+          const queued =
+            r.queuedBatches > 0
+              ? ` (${fmt((100 * r.queuedBatches) / Math.max(1, r.produceAck.count), 0)}% waited for an in-flight slot; from write: ${fmt(r.produceAckFromWrite.p50, 1)} / ${fmt(r.produceAckFromWrite.p99, 1)} ms)`
+              : '';
+          const broker =
+            bs && bs.p50 !== null && bs.p99 !== null
+              ? `; broker-side (request decoded → durable response, incl. warm-up): ≤ ${fmt(bs.p50, 1)} / ≤ ${fmt(bs.p99, 1)} ms`
+              : '';
           return `${fmt(r.produceAck.p50, 1)} / ${fmt(r.produceAck.p99, 1)} ms${queued}${broker}`;
         };
         const at = (r: LatencyResult) =>
@@ -1028,7 +1133,15 @@ const scenarios: Scenario[] = [
           data: { see: 'previous row' },
         });
       } catch (e) {
-        rows.push({ group: 'kafka', scenario: 'kafka-latency', title: 'latency at half of peak', flowmq: `error: ${errText(e)}`, peer: '-', ratio: '-', data: { error: errText(e) } });
+        rows.push({
+          group: 'kafka',
+          scenario: 'kafka-latency',
+          title: 'latency at half of peak',
+          flowmq: `error: ${errText(e)}`,
+          peer: '-',
+          ratio: '-',
+          data: { error: errText(e) },
+        });
       }
     },
   },
@@ -1048,45 +1161,72 @@ const scenarios: Scenario[] = [
       const count = Math.max(10, Math.round(rate * CFG.seconds));
       const title = (what: string) => `kafka-auth-flood: SASL PLAIN producer, acks=all, ${rate} produces/s one at a time, produce → ack p50 / p99, ${what}`;
       try {
-        await withFlowmq(async (b) => {
-          await createStream(b, 'bench-auth', 1, { username: 'producer', password: 'right-password' });
-          const producer = await SaslProducer.open(b.kafkaPort, 'producer', 'right-password');
-          try {
-            await producer.run('bench-auth', rate, Math.max(5, Math.round(rate * CFG.warmupS)));
-            const alone = await producer.run('bench-auth', rate, count);
-            rows.push({ group: 'kafka', scenario: 'kafka-auth-flood', title: title('no flood'), flowmq: `${fmt(alone.ack.p50, 2)} / ${fmt(alone.ack.p99, 2)} ms`, peer: '-', ratio: '-', data: { rate, alone } });
-            for (const spread of [1, 100]) {
-              const localAddresses = Array.from({ length: spread }, (_, i) => `127.0.${1 + Math.floor(i / 250)}.${1 + (i % 250)}`);
-              const flood = new AuthFlood({ port: b.kafkaPort, protocol: 'kafka', sockets: CFG.authFloodSockets, localAddresses, username: 'victim', password: 'wrong', ratePerSec: CFG.authFloodRate });
-              flood.start();
-              const t0 = nowS();
-              let during;
-              try {
-                await sleep(1000); // the flood under way first
-                during = await producer.run('bench-auth', rate, count);
-              } finally {
-                await flood.stop();
-              }
-              const secs = nowS() - t0;
-              const f = flood.stats;
-              const floodText = `${CFG.authFloodSockets} sockets from ${spread} address${spread > 1 ? 'es' : ''}, ${fmt(f.sent / secs)} attempts/s (${fmt(f.refused)} checked and refused, ${fmt(f.closed + f.busy)} answered busy)`;
-              const p99 = during.ack.p99;
+        await withFlowmq(
+          async (b) => {
+            await createStream(b, 'bench-auth', 1, { username: 'producer', password: 'right-password' });
+            const producer = await SaslProducer.open(b.kafkaPort, 'producer', 'right-password');
+            try {
+              await producer.run('bench-auth', rate, Math.max(5, Math.round(rate * CFG.warmupS)));
+              const alone = await producer.run('bench-auth', rate, count);
               rows.push({
                 group: 'kafka',
                 scenario: 'kafka-auth-flood',
-                title: title(`during a wrong-password SASL PLAIN flood: ${floodText} (target p99 < 50 ms)`),
-                flowmq: `${fmt(during.ack.p50, 2)} / ${fmt(p99, 2)} ms${during.errors ? ` (${during.errors} errors)` : ''}`,
+                title: title('no flood'),
+                flowmq: `${fmt(alone.ack.p50, 2)} / ${fmt(alone.ack.p99, 2)} ms`,
                 peer: '-',
-                ratio: p99 < 50 ? 'p99 < 50 ms: met' : 'p99 < 50 ms: not met',
-                data: { rate, spread, flood: { ...f, seconds: secs, sockets: CFG.authFloodSockets, ratePerSec: CFG.authFloodRate }, during },
+                ratio: '-',
+                data: { rate, alone },
               });
+              for (const spread of [1, 100]) {
+                const localAddresses = Array.from({ length: spread }, (_, i) => `127.0.${1 + Math.floor(i / 250)}.${1 + (i % 250)}`);
+                const flood = new AuthFlood({
+                  port: b.kafkaPort,
+                  protocol: 'kafka',
+                  sockets: CFG.authFloodSockets,
+                  localAddresses,
+                  username: 'victim',
+                  password: 'wrong',
+                  ratePerSec: CFG.authFloodRate,
+                });
+                flood.start();
+                const t0 = nowS();
+                let during;
+                try {
+                  await sleep(1000); // the flood under way first
+                  during = await producer.run('bench-auth', rate, count);
+                } finally {
+                  await flood.stop();
+                }
+                const secs = nowS() - t0;
+                const f = flood.stats;
+                const floodText = `${CFG.authFloodSockets} sockets from ${spread} address${spread > 1 ? 'es' : ''}, ${fmt(f.sent / secs)} attempts/s (${fmt(f.refused)} checked and refused, ${fmt(f.closed + f.busy)} answered busy)`;
+                const p99 = during.ack.p99;
+                rows.push({
+                  group: 'kafka',
+                  scenario: 'kafka-auth-flood',
+                  title: title(`during a wrong-password SASL PLAIN flood: ${floodText} (target p99 < 50 ms)`),
+                  flowmq: `${fmt(during.ack.p50, 2)} / ${fmt(p99, 2)} ms${during.errors ? ` (${during.errors} errors)` : ''}`,
+                  peer: '-',
+                  ratio: p99 < 50 ? 'p99 < 50 ms: met' : 'p99 < 50 ms: not met',
+                  data: { rate, spread, flood: { ...f, seconds: secs, sockets: CFG.authFloodSockets, ratePerSec: CFG.authFloodRate }, during },
+                });
+              }
+            } finally {
+              producer.close();
             }
-          } finally {
-            producer.close();
-          }
-        }, ['--users-file', usersFile]);
+          },
+          ['--users-file', usersFile],
+        );
       } catch (e) {
-        rows.push({ group: 'kafka', scenario: 'kafka-auth-flood', title: title('(failed)'), flowmq: `error: ${errText(e)}`, peer: '-', ratio: '-', data: { error: errText(e) } });
+        rows.push({
+          group: 'kafka',
+          scenario: 'kafka-auth-flood',
+          title: title('(failed)'),
+          flowmq: `error: ${errText(e)}`,
+          peer: '-',
+          ratio: '-',
+          data: { error: errText(e) },
+        });
       } finally {
         removeDir(dir);
       }
@@ -1100,9 +1240,25 @@ const scenarios: Scenario[] = [
       const o = floodOptions();
       try {
         const r = await withFlowmq((b) => runFloods('kafka', floodTarget(b, 'kafka'), o));
-        rows.push({ group: 'kafka', scenario: 'kafka-flood-memory', title: floodTitle('Kafka'), flowmq: `${floodCell(r)}; ${heapCell(r)}`, peer: '-', ratio: '-', data: { options: o, flowmq: r } });
+        rows.push({
+          group: 'kafka',
+          scenario: 'kafka-flood-memory',
+          title: floodTitle('Kafka'),
+          flowmq: `${floodCell(r)}; ${heapCell(r)}`,
+          peer: '-',
+          ratio: '-',
+          data: { options: o, flowmq: r },
+        });
       } catch (e) {
-        rows.push({ group: 'kafka', scenario: 'kafka-flood-memory', title: floodTitle('Kafka'), flowmq: `error: ${errText(e)}`, peer: '-', ratio: '-', data: { options: o, error: errText(e) } });
+        rows.push({
+          group: 'kafka',
+          scenario: 'kafka-flood-memory',
+          title: floodTitle('Kafka'),
+          flowmq: `error: ${errText(e)}`,
+          peer: '-',
+          ratio: '-',
+          data: { options: o, error: errText(e) },
+        });
       }
     },
   },
@@ -1120,7 +1276,8 @@ const scenarios: Scenario[] = [
         if (c.id === 'embedded') peak ??= res;
         return { ...res, storage };
       });
-      const show = (v: ProduceResult) => `${fmt(v.mbPerSec, 1)} MB/s (${fmt(v.recordsPerSec)} records/s; ack p50 / p99 ${fmt(v.ack.p50, 1)} / ${fmt(v.ack.p99, 1)} ms${v.errors ? `; ${v.errors} errors` : ''})`;
+      const show = (v: ProduceResult) =>
+        `${fmt(v.mbPerSec, 1)} MB/s (${fmt(v.recordsPerSec)} records/s; ack p50 / p99 ${fmt(v.ack.p50, 1)} / ${fmt(v.ack.p99, 1)} ms${v.errors ? `; ${v.errors} errors` : ''})`;
       const e = r.get('embedded');
       const s = r.get('shared');
       rows.push({
@@ -1137,13 +1294,15 @@ const scenarios: Scenario[] = [
   {
     name: 'storage-latency',
     group: 'storage',
-    title: 'produce-ack latency at half of each configuration\'s own peak',
+    title: "produce-ack latency at half of each configuration's own peak",
     run: async () => {
       const r = await perConfig(latencyRun);
       const show = (v: Awaited<ReturnType<typeof latencyRun>>) => {
         const q = v.r.queuedBatches > 0 ? `; ${fmt((100 * v.r.queuedBatches) / Math.max(1, v.r.produceAck.count), 0)}% waited for an in-flight slot` : '';
         const bs = v.bs.p50 !== null && v.bs.p99 !== null ? `; broker-side (incl. warm-up) ≤ ${fmt(v.bs.p50, 1)} / ≤ ${fmt(v.bs.p99, 1)} ms` : '';
-        const rate = process.env.BENCH_STORAGE_LATENCY_MBPS ? 'rate set by BENCH_STORAGE_LATENCY_MBPS' : `half of ${fmt(v.peakMbPerSec, 1)}${v.calibrated ? ', a 3 s calibration' : ''}`;
+        const rate = process.env.BENCH_STORAGE_LATENCY_MBPS
+          ? 'rate set by BENCH_STORAGE_LATENCY_MBPS'
+          : `half of ${fmt(v.peakMbPerSec, 1)}${v.calibrated ? ', a 3 s calibration' : ''}`;
         return `${fmt(v.r.produceAck.p50, 1)} / ${fmt(v.r.produceAck.p99, 1)} ms at ${fmt(v.r.achievedMbPerSec, 1)} MB/s (${rate}${q}${bs})`;
       };
       const verdicts = STORAGE_CONFIGS.map((c) => {
@@ -1241,7 +1400,10 @@ function clusterScenarios(): Scenario[] {
         const results: Outcome<ScalingResult>[] = [];
         for (const n of [1, 2, 3]) {
           try {
-            results.push({ ok: true, value: await clusterScaling(n, { seconds: CFG.seconds, warmupS: CFG.warmupS, partitions: 6, senders: 12, batch: 50, recordBytes: 1024 }) });
+            results.push({
+              ok: true,
+              value: await clusterScaling(n, { seconds: CFG.seconds, warmupS: CFG.warmupS, partitions: 6, senders: 12, batch: 50, recordBytes: 1024 }),
+            });
           } catch (e) {
             results.push({ ok: false, error: errText(e) });
           }
@@ -1288,7 +1450,8 @@ function clusterScenarios(): Scenario[] {
           title: fwdTitle,
           flowmq: r.ok ? r.value.sides.map(side).join('; ') : `error: ${r.error}`,
           peer: '-',
-          ratio: fwd && ownerRate > 0 ? `forwarded at ${fmt((100 * fwd.publishesPerSec) / ownerRate, 0)}% of the owner's rate (mean of the two owner runs)` : '-',
+          ratio:
+            fwd && ownerRate > 0 ? `forwarded at ${fmt((100 * fwd.publishesPerSec) / ownerRate, 0)}% of the owner's rate (mean of the two owner runs)` : '-',
           data: { result: r },
         });
       },
@@ -1313,7 +1476,9 @@ function clusterScenarios(): Scenario[] {
             ? `broker ${v.victim} (partitions ${v.victimPartitions.join(',')}) killed: all served again after ${v.failoverMs === null ? 'never (timed out)' : `${fmt(v.failoverMs / 1000, 1)} s`}; ${fmt(v.acked)} records acknowledged, ${v.lost} lost, ${v.duplicates} duplicated, ${v.outOfOrder} out of order; ${v.failedSends} failed sends`
             : `error: ${r.ok ? '' : r.error}`,
           peer: '-',
-          ratio: v ? `target < 10 s and nothing lost: ${v.failoverMs !== null && v.failoverMs < 10_000 && v.lost === 0 && v.duplicates === 0 ? 'met' : 'NOT met'}` : '-',
+          ratio: v
+            ? `target < 10 s and nothing lost: ${v.failoverMs !== null && v.failoverMs < 10_000 && v.lost === 0 && v.duplicates === 0 ? 'met' : 'NOT met'}`
+            : '-',
           data: { result: r },
         });
       },
@@ -1455,7 +1620,8 @@ function idleScenario(name: string, protocol: IdleProtocol, what: string, peerNa
 }
 
 function idleScenarios(): Scenario[] {
-  const floorTitle = () => `Node.js floor: a net.Server answering the MQTT handshake with fixed bytes, keeping only the sockets: ${fmt(CFG.idleConnections)} idle connections`;
+  const floorTitle = () =>
+    `Node.js floor: a net.Server answering the MQTT handshake with fixed bytes, keeping only the sockets: ${fmt(CFG.idleConnections)} idle connections`;
   return [
     {
       name: 'idle-floor',
@@ -1470,13 +1636,25 @@ function idleScenarios(): Scenario[] {
           title: floorTitle(),
           flowmq: r.ok ? idleCell(r.value, null) : idleFailure(r),
           peer: '-',
-          ratio: r.ok ? `the floor of any Node.js broker; target ≤ ${IDLE_TARGET_KIB} KiB: ${r.value.kibPerConnection <= IDLE_TARGET_KIB ? 'met' : 'NOT met'}` : '-',
+          ratio: r.ok
+            ? `the floor of any Node.js broker; target ≤ ${IDLE_TARGET_KIB} KiB: ${r.value.kibPerConnection <= IDLE_TARGET_KIB ? 'met' : 'NOT met'}`
+            : '-',
           data: { floor: r },
         });
       },
     },
-    idleScenario('idle-mqtt', 'mqtt', 'MQTT: CONNECT (clean session), one SUBSCRIBE to a filter of its own', `Mosquitto ${MOSQUITTO ? mosquittoVersion(MOSQUITTO) : ''}`.trim()),
-    idleScenario('idle-mqtt-persistent', 'mqtt-persistent', 'MQTT: CONNECT (clean session 0: a persistent session), one SUBSCRIBE', `Mosquitto ${MOSQUITTO ? mosquittoVersion(MOSQUITTO) : ''}`.trim()),
+    idleScenario(
+      'idle-mqtt',
+      'mqtt',
+      'MQTT: CONNECT (clean session), one SUBSCRIBE to a filter of its own',
+      `Mosquitto ${MOSQUITTO ? mosquittoVersion(MOSQUITTO) : ''}`.trim(),
+    ),
+    idleScenario(
+      'idle-mqtt-persistent',
+      'mqtt-persistent',
+      'MQTT: CONNECT (clean session 0: a persistent session), one SUBSCRIBE',
+      `Mosquitto ${MOSQUITTO ? mosquittoVersion(MOSQUITTO) : ''}`.trim(),
+    ),
     idleScenario('idle-kafka', 'kafka', 'Kafka: ApiVersions, Metadata', '-'),
     idleScenario('idle-amqp', 'amqp', 'AMQP 0-9-1: connection open (heartbeats on), one channel', `RabbitMQ ${RABBITMQ_VERSION ?? ''}`.trim()),
     idleScenario('idle-nats', 'nats', 'NATS: CONNECT, one SUB, PING/PONG', `nats-server ${NATS_SERVER_VERSION ?? ''}`.trim()),
@@ -1496,7 +1674,17 @@ function select(args: string[]): Scenario[] {
   if (args.length === 0 || args.includes('all')) return scenarios;
   const out = new Set<Scenario>();
   for (const a of args) {
-    const hit = scenarios.filter((s) => s.group === a || s.name === a || s.name === `mqtt-${a}` || s.name === `kafka-${a}` || s.name === `storage-${a}` || s.name === `amqp-${a}` || s.name === `nats-${a}` || s.name === `cluster-${a}`);
+    const hit = scenarios.filter(
+      (s) =>
+        s.group === a ||
+        s.name === a ||
+        s.name === `mqtt-${a}` ||
+        s.name === `kafka-${a}` ||
+        s.name === `storage-${a}` ||
+        s.name === `amqp-${a}` ||
+        s.name === `nats-${a}` ||
+        s.name === `cluster-${a}`,
+    );
     if (hit.length === 0) throw new Error(`unknown selection "${a}"\n${usage()}`);
     for (const h of hit) out.add(h);
   }
@@ -1599,7 +1787,12 @@ async function main(): Promise<void> {
   for (const [g, header] of groups) {
     const rs = rows.filter((r) => r.group === g);
     if (rs.length === 0) continue;
-    console.log(table(header, rs.map((r) => [r.title, r.flowmq, r.peer, r.ratio])) + '\n');
+    console.log(
+      table(
+        header,
+        rs.map((r) => [r.title, r.flowmq, r.peer, r.ratio]),
+      ) + '\n',
+    );
   }
 
   const out = join(ROOT, 'bench/results');
@@ -1608,7 +1801,16 @@ async function main(): Promise<void> {
     date: started.toISOString(),
     durationSeconds: nowS() - t0,
     loadAverage: { start: loadAtStart, end: loadavg() },
-    machine: { cpus: cpus().length, cpuModel: cpus()[0]?.model ?? null, memoryBytes: totalmem(), platform: `${process.platform}/${process.arch}`, node: process.version, mosquitto: mosqVersion, rabbitmq: RABBITMQ_VERSION, natsServer: NATS_SERVER_VERSION },
+    machine: {
+      cpus: cpus().length,
+      cpuModel: cpus()[0]?.model ?? null,
+      memoryBytes: totalmem(),
+      platform: `${process.platform}/${process.arch}`,
+      node: process.version,
+      mosquitto: mosqVersion,
+      rabbitmq: RABBITMQ_VERSION,
+      natsServer: NATS_SERVER_VERSION,
+    },
     settings: { ...CFG, mqttLimits: MQTT_LIMITS, natsLimits: NATS_LIMITS, selection: selected.map((s) => s.name) },
     results: rows.map((r) => ({ group: r.group, scenario: r.scenario, title: r.title, table: { flowmq: r.flowmq, peer: r.peer, ratio: r.ratio }, ...r.data })),
   };

@@ -44,13 +44,20 @@ export async function sharedStorageArgs(): Promise<string[]> {
   const n = ++brokers;
   const db = await postgres.createDatabase(`bench_${n}`);
   return [
-    '--metastore', db,
-    '--wal', 'postgres',
-    '--object-store', `s3://${s3.bucket}/broker-${n}`,
-    '--s3-endpoint', s3.endpoint,
-    '--s3-region', s3.region,
-    '--s3-access-key-id', s3.accessKeyId,
-    '--s3-secret-access-key', s3.secretAccessKey,
+    '--metastore',
+    db,
+    '--wal',
+    'postgres',
+    '--object-store',
+    `s3://${s3.bucket}/broker-${n}`,
+    '--s3-endpoint',
+    s3.endpoint,
+    '--s3-region',
+    s3.region,
+    '--s3-access-key-id',
+    s3.accessKeyId,
+    '--s3-secret-access-key',
+    s3.secretAccessKey,
     // BENCH_SHARED_ARGS: more broker options for this configuration only (e.g. `--segment-bytes 8MiB`).
     ...(process.env.BENCH_SHARED_ARGS ?? '').split(/\s+/).filter((a) => a !== ''),
   ];
@@ -63,7 +70,10 @@ export async function sharedStorageArgs(): Promise<string[]> {
  * its command line (shared_buffers, fsync, full_page_writes, max_connections) are not changed so.
  */
 async function applySettings(server: PostgresServer, settings: string): Promise<string | null> {
-  const pairs = settings.split(';').map((p) => p.trim()).filter((p) => p !== '');
+  const pairs = settings
+    .split(';')
+    .map((p) => p.trim())
+    .filter((p) => p !== '');
   if (pairs.length === 0) return null;
   const c = new pg.Client({ connectionString: server.url() });
   await c.connect();

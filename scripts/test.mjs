@@ -95,7 +95,8 @@ if (!existsSync(DIST_TEST)) {
 // A compiled test whose TypeScript source is gone (renamed or merged; tsc does not delete old outputs) is not run.
 const compiled = walk(DIST_TEST);
 const stale = compiled.filter((f) => sourceOf(f) === f);
-if (stale.length > 0) console.error(`skipping ${stale.length} compiled test file(s) without a source in test/: ${stale.map((f) => relative(ROOT, f)).join(', ')}`);
+if (stale.length > 0)
+  console.error(`skipping ${stale.length} compiled test file(s) without a source in test/: ${stale.map((f) => relative(ROOT, f)).join(', ')}`);
 const files = compiled
   .filter((f) => !stale.includes(f))
   .filter((f) => tier === undefined || tierOf(f) === tier)
@@ -126,7 +127,12 @@ const unitAlone = unitN === 1 ? [] : unitFiles.filter(isAlone);
 const batches = [
   { n: unitN, files: unitFiles.filter((f) => !unitAlone.includes(f)) },
   { n: 1, files: unitAlone },
-  ...(e2eN === 1 ? [{ n: 1, files: e2eFiles }] : [{ n: e2eN, files: e2eFiles.filter((f) => !alone.includes(f)) }, { n: 1, files: alone }]),
+  ...(e2eN === 1
+    ? [{ n: 1, files: e2eFiles }]
+    : [
+        { n: e2eN, files: e2eFiles.filter((f) => !alone.includes(f)) },
+        { n: 1, files: alone },
+      ]),
 ];
 
 function runBatch(n, batch) {

@@ -168,12 +168,22 @@ async function openDataPlane(config: Config, logger: Logger, closers: Closers): 
   const space = await DiskSpace.open({ dir: dataDir, minFreeBytes: config.minFreeDisk, logger: logger.child({ component: 'disk' }) });
   closers.push('free-space reserve', () => space.close());
   if (config.wal === 'file') logger.info({ dir: dataDir, minFreeBytes: space.minFreeBytes, freeBytes: space.freeBytes }, 'free-space reserve');
-  const log = await LogManager.open({ wal, objects, metastore, logger: logLogger, options: logOptions, ...(config.wal === 'file' ? { space } : {}), ...(cluster ? { owned: true } : {}) });
+  const log = await LogManager.open({
+    wal,
+    objects,
+    metastore,
+    logger: logLogger,
+    options: logOptions,
+    ...(config.wal === 'file' ? { space } : {}),
+    ...(cluster ? { owned: true } : {}),
+  });
   // The grace lets appends already acknowledged become durable (0 when the start failed: nothing was acknowledged).
   closers.push('log engine', (graceMs) => log.close(graceMs));
   // Cluster streams: partitions owned here go to the log, the others are forwarded to their owners; the stream
   // catalog follows the other brokers' changes (src/cluster/streams.ts).
-  const clusterStreams = cluster ? await ClusterStreams.start({ log, cluster, catalog: metastore, logger: logger.child({ component: 'cluster-streams' }) }) : null;
+  const clusterStreams = cluster
+    ? await ClusterStreams.start({ log, cluster, catalog: metastore, logger: logger.child({ component: 'cluster-streams' }) })
+    : null;
   if (clusterStreams) closers.push('cluster streams', () => clusterStreams.close());
   // The metastore covers every durable role (definitions, offsets, producer ids, sessions, retained messages), keyed
   // so another broker could take them over: it is passed once, and the adapters take their part from engine.store.
@@ -188,7 +198,9 @@ async function openDataPlane(config: Config, logger: Logger, closers: Closers): 
   await engine.load();
   log.finishRecovery();
   // Cluster mode, live side: interest and forwarding across brokers, retained messages (before any subscription).
-  const live = clustered ? await Live.start({ cluster: clustered.cluster, channel: clustered.channel, engine, logger: logger.child({ component: 'live' }) }) : null;
+  const live = clustered
+    ? await Live.start({ cluster: clustered.cluster, channel: clustered.channel, engine, logger: logger.child({ component: 'live' }) })
+    : null;
   if (live) closers.push('live forwarding', () => live.close());
   // Queue timers (TTL, x-expires) stop before the stores close; nothing is deleted.
   closers.push('routing core', () => engine.close());
@@ -347,7 +359,13 @@ async function openCluster(config: Config, logger: Logger): Promise<{ cluster: C
   }
   let channel: TcpChannel;
   try {
-    channel = await startChannel({ cluster, host: config.clusterHost ?? config.host, port: config.clusterPort, secret: config.clusterSecret ?? '', logger: clusterLogger });
+    channel = await startChannel({
+      cluster,
+      host: config.clusterHost ?? config.host,
+      port: config.clusterPort,
+      secret: config.clusterSecret ?? '',
+      logger: clusterLogger,
+    });
   } catch (err) {
     await cluster.close();
     await store.close();
@@ -394,16 +412,12 @@ interface ControlPlane {
 }
 
 /** Opens the control plane over the metastore: the directory, the password guard, the users file's seed, access. */
-async function openControlPlane(
-  config: Config,
-  logger: Logger,
-  metastore: object & { kind: string },
-  seedUsers: UsersFile | null,
-): Promise<ControlPlane> {
+async function openControlPlane(config: Config, logger: Logger, metastore: object & { kind: string }, seedUsers: UsersFile | null): Promise<ControlPlane> {
   // The control plane: the directory (users, groups, tokens, policies, namespaces) lives in the metastore, so every
   // broker sharing it sees the same identities; this process keeps a copy in memory for the data path.
   const controlStore: ControlStore = isControlStore(metastore) ? metastore : new MemoryControlStore();
-  if (!isControlStore(metastore)) logger.warn({ metastore: metastore.kind }, 'this metastore has no control-plane role: users and policies are kept in memory only');
+  if (!isControlStore(metastore))
+    logger.warn({ metastore: metastore.kind }, 'this metastore has no control-plane role: users and policies are kept in memory only');
   // Every clear-text password check (MQTT CONNECT, Kafka PLAIN, AMQP, NATS, HTTP; SCRAM failures are counted) goes
   // through one guard: throttled per address and username, scrypt on its own worker thread (started by the first
   // check) with a bounded queue, never on libuv's pool, which the WAL's writes use. New passwords are hashed there too.
@@ -442,7 +456,8 @@ async function openControlPlane(
   const anonymousAll = config.allowAnonymous ?? !usersExist;
   // The admin API is not among them: once users exist it always wants credentials (--allow-anonymous does not open it).
   const anonymous = new Set<string>(config.anonymousProtocols ?? (anonymousAll ? config.protocols : []));
-  if (!usersExist && !anonymousAll) logger.warn('anonymous access is off and there are no users yet: add one with `flowmq user add` (the admin API is open from loopback until then)');
+  if (!usersExist && !anonymousAll)
+    logger.warn('anonymous access is off and there are no users yet: add one with `flowmq user add` (the admin API is open from loopback until then)');
   // Users the directory does not know go to the webhook, when one is configured (see src/control/webhook.ts).
   const external =
     config.authWebhook === null

@@ -23,9 +23,14 @@ type Layout = 'shared' | 'partition';
 /** Writes records through the storage a broker with `layout` uses, and "crashes": they stay in that WAL only. */
 async function leaveInWal(dataDir: string, layout: Layout, n: number): Promise<void> {
   const metastore = SqliteMetastore.open(join(dataDir, 'metastore.db'));
-  const wal: WriteAheadLog =
-    layout === 'shared' ? await FileWal.open(join(dataDir, 'wal')) : await PartitionWal.open(join(dataDir, 'wal-partitions'));
-  const log = await LogManager.open({ wal, objects: new FsObjectStore(join(dataDir, 'objects')), metastore, logger: pino({ level: 'silent' }), options: { segmentBytes: 1 << 20, segmentMs: 3_600_000 } });
+  const wal: WriteAheadLog = layout === 'shared' ? await FileWal.open(join(dataDir, 'wal')) : await PartitionWal.open(join(dataDir, 'wal-partitions'));
+  const log = await LogManager.open({
+    wal,
+    objects: new FsObjectStore(join(dataDir, 'objects')),
+    metastore,
+    logger: pino({ level: 'silent' }),
+    options: { segmentBytes: 1 << 20, segmentMs: 3_600_000 },
+  });
   const engine = new Engine(log, metastore);
   await engine.load();
   log.finishRecovery();
@@ -40,10 +45,10 @@ async function leaveInWal(dataDir: string, layout: Layout, n: number): Promise<v
 
 async function valuesOf(engine: Engine, partition: number): Promise<string[]> {
   const out: string[] = [];
-  for (let offset = 0; ; ) {
+  for (let offset = 0; ;) {
     const batches = await engine.read('kept', partition, offset, 1 << 20);
     if (batches.length === 0) return out;
-    for (const b of batches) for (const r of decodeBatch(b)) if (r.offset >= offset) out.push(r.value!.toString()), (offset = r.offset + 1);
+    for (const b of batches) for (const r of decodeBatch(b)) if (r.offset >= offset) (out.push(r.value!.toString()), (offset = r.offset + 1));
   }
 }
 
@@ -58,12 +63,28 @@ describe('broker storage start-up', () => {
       await leaveInWal(dataDir, from, 40);
       const lines: Array<{ msg: string; from?: string }> = [];
       const logger = pino({ level: 'info' }, { write: (s: string) => void lines.push(JSON.parse(s)) });
-      const flags = { 'data-dir': dataDir, host: '127.0.0.1', 'mqtt-port': '0', 'mqtt-ws-port': '0', 'kafka-port': '0', 'amqp-port': '0', 'nats-port': '0', 'http-port': '0', 'wal-layout': to };
+      const flags = {
+        'data-dir': dataDir,
+        host: '127.0.0.1',
+        'mqtt-port': '0',
+        'mqtt-ws-port': '0',
+        'kafka-port': '0',
+        'amqp-port': '0',
+        'nats-port': '0',
+        'http-port': '0',
+        'wal-layout': to,
+      };
       const broker = await startBroker(loadConfig({ flags, env: {} }), logger);
       try {
         assert.ok(lines.some((l) => l.msg === 'WAL of the other layout sealed into segments' && l.from === from));
-        assert.deepEqual(await valuesOf(broker.engine, 0), Array.from({ length: 20 }, (_, i) => `v${2 * i}`));
-        assert.deepEqual(await valuesOf(broker.engine, 1), Array.from({ length: 20 }, (_, i) => `v${2 * i + 1}`));
+        assert.deepEqual(
+          await valuesOf(broker.engine, 0),
+          Array.from({ length: 20 }, (_, i) => `v${2 * i}`),
+        );
+        assert.deepEqual(
+          await valuesOf(broker.engine, 1),
+          Array.from({ length: 20 }, (_, i) => `v${2 * i + 1}`),
+        );
         // The new layout takes over: appends continue after the sealed offsets.
         const r = broker.engine.produce('kept', 0, encodeBatch([{ key: null, value: Buffer.from('after'), headers: [], timestamp: 5000 }]));
         assert.equal(r.baseOffset, 20);
@@ -148,7 +169,17 @@ describe('broker protocol modules', () => {
   it('a half-configured MQTT TLS listener stops the start before any listener opens', async () => {
     const lines: Array<{ msg: string }> = [];
     const logger = pino({ level: 'info' }, { write: (s: string) => void lines.push(JSON.parse(s)) });
-    const flags = { 'data-dir': freshDir(), host: '127.0.0.1', 'mqtt-port': '0', 'mqtt-ws-port': '0', 'kafka-port': '0', 'amqp-port': '0', 'nats-port': '0', 'http-port': '0', 'mqtt-tls-cert': '/nonexistent.pem' };
+    const flags = {
+      'data-dir': freshDir(),
+      host: '127.0.0.1',
+      'mqtt-port': '0',
+      'mqtt-ws-port': '0',
+      'kafka-port': '0',
+      'amqp-port': '0',
+      'nats-port': '0',
+      'http-port': '0',
+      'mqtt-tls-cert': '/nonexistent.pem',
+    };
     await assert.rejects(startBroker(loadConfig({ flags, env: {} }), logger), /needs both mqtt-tls-cert and mqtt-tls-key/);
     assert.equal(lines.filter((l) => l.msg === 'listening').length, 0);
   });
@@ -156,7 +187,16 @@ describe('broker protocol modules', () => {
   it('a half-configured NATS TLS setting stops the start before any listener opens, even in a Config built by hand', async () => {
     const lines: Array<{ msg: string }> = [];
     const logger = pino({ level: 'info' }, { write: (s: string) => void lines.push(JSON.parse(s)) });
-    const flags = { 'data-dir': freshDir(), host: '127.0.0.1', 'mqtt-port': '0', 'mqtt-ws-port': '0', 'kafka-port': '0', 'amqp-port': '0', 'nats-port': '0', 'http-port': '0' };
+    const flags = {
+      'data-dir': freshDir(),
+      host: '127.0.0.1',
+      'mqtt-port': '0',
+      'mqtt-ws-port': '0',
+      'kafka-port': '0',
+      'amqp-port': '0',
+      'nats-port': '0',
+      'http-port': '0',
+    };
     const config = { ...loadConfig({ flags, env: {} }), protocols: ['nats' as const], natsTlsKey: '/nonexistent.pem' };
     await assert.rejects(startBroker(config, logger), /needs both nats-tls-cert and nats-tls-key/);
     const required = { ...loadConfig({ flags: { ...flags, 'data-dir': freshDir() }, env: {} }), protocols: ['nats' as const], natsTlsRequired: true };

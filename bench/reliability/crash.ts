@@ -109,14 +109,35 @@ class Broker {
   stderr = '';
   constructor(dataDir: string, ports: Ports, logFile: NodeJS.WritableStream) {
     const args = [
-      'start', '--data-dir', dataDir, '--host', '127.0.0.1',
-      '--mqtt-port', String(ports.mqtt), '--kafka-port', String(ports.kafka), '--http-port', String(ports.http),
-      '--amqp-port', String(ports.amqp), '--nats-port', String(ports.nats),
-      '--mqtt-ws-port', '0', '--wal-fsync', 'true', '--log-level', 'warn',
+      'start',
+      '--data-dir',
+      dataDir,
+      '--host',
+      '127.0.0.1',
+      '--mqtt-port',
+      String(ports.mqtt),
+      '--kafka-port',
+      String(ports.kafka),
+      '--http-port',
+      String(ports.http),
+      '--amqp-port',
+      String(ports.amqp),
+      '--nats-port',
+      String(ports.nats),
+      '--mqtt-ws-port',
+      '0',
+      '--wal-fsync',
+      'true',
+      '--log-level',
+      'warn',
       // Segments seal and the WAL is trimmed between kills, not only at the end.
-      '--segment-bytes', '256KiB', '--segment-ms', '3s',
+      '--segment-bytes',
+      '256KiB',
+      '--segment-ms',
+      '3s',
       // The subscriber may be offline for a while: keep its queue whole.
-      '--mqtt-max-queued-messages', '1000000',
+      '--mqtt-max-queued-messages',
+      '1000000',
     ];
     this.proc = spawn(FLOWMQ_BIN, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, FLOWMQ_NODE: process.execPath } });
     this.proc.stdout!.pipe(logFile, { end: false });
@@ -349,7 +370,9 @@ export async function runCrashTest(opts: CrashOptions): Promise<CrashSummary> {
       const up = upMin + Math.floor(rnd() * (upMax - upMin));
       await sleep(up);
       await broker.kill();
-      log(`cycle ${cycle}/${opts.cycles}: killed after ${up} ms; acked kafka ${kload.acked.size}, mqtt q1 ${q1.acked.size}, q2 ${q2.acked.size}, amqp ${aload.acked.size}, jetstream ${jsload.acked.size}; received ${received.q1.size + received.q2.size}`);
+      log(
+        `cycle ${cycle}/${opts.cycles}: killed after ${up} ms; acked kafka ${kload.acked.size}, mqtt q1 ${q1.acked.size}, q2 ${q2.acked.size}, amqp ${aload.acked.size}, jetstream ${jsload.acked.size}; received ${received.q1.size + received.q2.size}`,
+      );
     }
     // The last run: everything in flight settles, then the streams are read back.
     broker = new Broker(dataDir, ports, logFile);
@@ -361,8 +384,7 @@ export async function runCrashTest(opts: CrashOptions): Promise<CrashSummary> {
     if (stuck > 0) log(`${stuck} MQTT publishes still unacknowledged after 30 s (not counted)`);
     // The subscriber gets everything acknowledged (or the time runs out and what is missing is reported).
     const deadline = Date.now() + 60_000;
-    const all = (): boolean =>
-      [...q1.acked].every((n) => received.q1.has(n)) && [...q2.acked].every((n) => received.q2.has(n));
+    const all = (): boolean => [...q1.acked].every((n) => received.q1.has(n)) && [...q2.acked].every((n) => received.q2.has(n));
     while (!all() && Date.now() < deadline) await sleep(100);
 
     const kafkaCounts = new Map<number, number>();

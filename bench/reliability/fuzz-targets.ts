@@ -47,14 +47,7 @@ import {
   type AnyApiCodec,
 } from '../../src/protocols/kafka/codec/index.js';
 import { KAFKA_ROUTES } from '../../src/protocols/kafka/routes.js';
-import {
-  INCOMPLETE,
-  MqttProtocolError,
-  encodePacket,
-  parsePacket,
-  type MqttPacket,
-  type ProtocolLevel,
-} from '../../src/protocols/mqtt/codec/index.js';
+import { INCOMPLETE, MqttProtocolError, encodePacket, parsePacket, type MqttPacket, type ProtocolLevel } from '../../src/protocols/mqtt/codec/index.js';
 import { API_SAMPLES } from '../../test/protocols/kafka/samples.js';
 import {
   AmqpCodecError,
@@ -133,12 +126,41 @@ function mqttPackets(level: ProtocolLevel): MqttPacket[] {
       will: { topic: 'w/t', payload: b('gone'), qos: 1, retain: true, ...(v5 ? { properties: { willDelayInterval: 5, contentType: 'x' } } : {}) },
       username: 'user',
       password: b('secret'),
-      ...(v5 ? { properties: { sessionExpiryInterval: 3600, receiveMaximum: 10, maximumPacketSize: 65536, topicAliasMaximum: 4, authenticationMethod: 'SCRAM', authenticationData: b('abc') } } : {}),
+      ...(v5
+        ? {
+            properties: {
+              sessionExpiryInterval: 3600,
+              receiveMaximum: 10,
+              maximumPacketSize: 65536,
+              topicAliasMaximum: 4,
+              authenticationMethod: 'SCRAM',
+              authenticationData: b('abc'),
+            },
+          }
+        : {}),
     },
     { type: 'connect', protocolName: name, protocolLevel: level, cleanSession: true, keepalive: 0, clientId: '', will: null, username: null, password: null },
     { type: 'publish', dup: false, qos: 0, retain: false, topic: 'a/b', packetId: 0, payload: b('hello') },
-    { type: 'publish', dup: true, qos: 1, retain: true, topic: 'sensors/ü/temp', packetId: 7, payload: Buffer.alloc(40, 0x61), ...(props ? { properties: props } : {}) },
-    { type: 'publish', dup: false, qos: 2, retain: false, topic: 'x', packetId: 65535, payload: Buffer.alloc(0), ...(v5 ? { properties: { topicAlias: 3, subscriptionIdentifiers: [1, 268435455] } } : {}) },
+    {
+      type: 'publish',
+      dup: true,
+      qos: 1,
+      retain: true,
+      topic: 'sensors/ü/temp',
+      packetId: 7,
+      payload: Buffer.alloc(40, 0x61),
+      ...(props ? { properties: props } : {}),
+    },
+    {
+      type: 'publish',
+      dup: false,
+      qos: 2,
+      retain: false,
+      topic: 'x',
+      packetId: 65535,
+      payload: Buffer.alloc(0),
+      ...(v5 ? { properties: { topicAlias: 3, subscriptionIdentifiers: [1, 268435455] } } : {}),
+    },
     { type: 'puback', packetId: 1, ...(v5 ? { reasonCode: 0x10, properties: { reasonString: 'none' } } : {}) },
     { type: 'pubrec', packetId: 2 },
     { type: 'pubrel', packetId: 3, ...(v5 ? { reasonCode: 0x92 } : {}) },
@@ -205,7 +227,15 @@ const EXTRA_REQUESTS: Array<{ codec: AnyApiCodec; body: unknown }> = [
   { codec: ApiVersionsApi, body: { clientSoftwareName: 'flowmq-fuzz', clientSoftwareVersion: '1.0' } },
   {
     codec: MetadataApi,
-    body: { topics: [{ topicId: ZERO_UUID, name: 'a.b' }, { topicId: ZERO_UUID, name: 'ü' }], allowAutoTopicCreation: true, includeClusterAuthorizedOperations: true, includeTopicAuthorizedOperations: true },
+    body: {
+      topics: [
+        { topicId: ZERO_UUID, name: 'a.b' },
+        { topicId: ZERO_UUID, name: 'ü' },
+      ],
+      allowAutoTopicCreation: true,
+      includeClusterAuthorizedOperations: true,
+      includeTopicAuthorizedOperations: true,
+    },
   },
   {
     codec: ProduceApi,
@@ -214,7 +244,13 @@ const EXTRA_REQUESTS: Array<{ codec: AnyApiCodec; body: unknown }> = [
       acks: -1,
       timeoutMs: 1000,
       topics: [
-        { name: 't1', partitions: [{ index: 0, records: BATCH }, { index: 1, records: null }] },
+        {
+          name: 't1',
+          partitions: [
+            { index: 0, records: BATCH },
+            { index: 1, records: null },
+          ],
+        },
         { name: 't2', partitions: [{ index: 5, records: Buffer.concat([BATCH, BATCH]) }] },
       ],
     },
@@ -229,7 +265,12 @@ const EXTRA_REQUESTS: Array<{ codec: AnyApiCodec; body: unknown }> = [
       isolationLevel: 1,
       sessionId: 0,
       sessionEpoch: 0,
-      topics: [{ topic: 't', partitions: [{ partition: 0, currentLeaderEpoch: 3, fetchOffset: 2 ** 40, lastFetchedEpoch: 2, logStartOffset: 0, partitionMaxBytes: 1000 }] }],
+      topics: [
+        {
+          topic: 't',
+          partitions: [{ partition: 0, currentLeaderEpoch: 3, fetchOffset: 2 ** 40, lastFetchedEpoch: 2, logStartOffset: 0, partitionMaxBytes: 1000 }],
+        },
+      ],
       forgottenTopics: [{ topic: 'old', partitions: [1, 2] }],
       rackId: 'rack-a',
       clusterId: 'c1',
@@ -268,9 +309,22 @@ function kafkaTargets(): FuzzTarget[] {
 // -------------------------------------------------------------------------------------------------- record batches
 
 const RECORDS = [
-  { key: b('key-1'), value: b('a value that compresses a value that compresses a value'), headers: [{ key: 'flowmq.topic', value: b('a/b') }], timestamp: 1700000000000 },
+  {
+    key: b('key-1'),
+    value: b('a value that compresses a value that compresses a value'),
+    headers: [{ key: 'flowmq.topic', value: b('a/b') }],
+    timestamp: 1700000000000,
+  },
   { key: null, value: null, headers: [], timestamp: 1700000000005 },
-  { key: b(''), value: Buffer.alloc(300, 0x41), headers: [{ key: 'h1', value: null }, { key: 'h2', value: b('v2') }], timestamp: 1700000000009 },
+  {
+    key: b(''),
+    value: Buffer.alloc(300, 0x41),
+    headers: [
+      { key: 'h1', value: null },
+      { key: 'h2', value: b('v2') },
+    ],
+    timestamp: 1700000000009,
+  },
 ];
 
 /** The batch `batch` with its body replaced by `body` and its compression bits set to `codec`; length and CRC fixed. */
@@ -304,7 +358,10 @@ function xerialSnappy(body: Buffer): Buffer {
 /** zstd frames from the zstd command (fzstd only decompresses); none when it is not installed. */
 function zstdFrames(body: Buffer): Buffer[] {
   const out: Buffer[] = [];
-  for (const args of [['-q', '-c'], ['-q', '-c', '--no-check', '-19']]) {
+  for (const args of [
+    ['-q', '-c'],
+    ['-q', '-c', '--no-check', '-19'],
+  ]) {
     try {
       out.push(execFileSync('zstd', args, { input: body }));
     } catch {
@@ -328,12 +385,14 @@ const isCorruptData = (e: unknown): boolean => e instanceof FlowError && e.code 
 function batchTargets(): FuzzTarget[] {
   const plain = RECORDS.map((_, i) => encodeBatch(RECORDS.slice(0, i + 1)));
   const bodies = plain.map((p) => p.subarray(61));
-  const compressed = (codec: number, f: (body: Buffer) => Buffer[]): Buffer[] =>
-    plain.flatMap((p, i) => f(bodies[i]).map((body) => withBody(p, body, codec)));
+  const compressed = (codec: number, f: (body: Buffer) => Buffer[]): Buffer[] => plain.flatMap((p, i) => f(bodies[i]).map((body) => withBody(p, body, codec)));
   // Largest output each format can produce per input byte (what its decoder may legitimately allocate):
   // deflate 1032:1; snappy 64 bytes from a 3-byte copy; lz4 255 bytes per match-length byte; zstd 128 KiB from
   // a 4-byte RLE block (and fzstd allocates a window of up to twice that).
-  const ratio = (r: number, floor = 0) => (n: number) => Math.max(floor, r * n) + 64 * 1024;
+  const ratio =
+    (r: number, floor = 0) =>
+    (n: number) =>
+      Math.max(floor, r * n) + 64 * 1024;
   const targets: Array<[string, Buffer[], (n: number) => number]> = [
     // Mutated attributes reach the decompressors too: zlib's fixed 16 KiB output chunk is allowed.
     ['record-batch', [...plain, Buffer.concat(plain)], (n) => protocolLimit(n) + 64 * 1024],
@@ -451,7 +510,13 @@ function amqpConnectionTarget(): FuzzTarget {
     return f;
   };
   const publish = (ch: number, body: Buffer, announced = body.length, pieces = 1): Buffer => {
-    const header = encodeMessageFrames(ch, { name: 'basic.publish', exchange: 'amq.topic', routingKey: 'a.b', mandatory: false, immediate: false }, FULL_PROPERTIES_FIXTURE.properties, Buffer.alloc(0), 131072);
+    const header = encodeMessageFrames(
+      ch,
+      { name: 'basic.publish', exchange: 'amq.topic', routingKey: 'a.b', mandatory: false, immediate: false },
+      FULL_PROPERTIES_FIXTURE.properties,
+      Buffer.alloc(0),
+      131072,
+    );
     // encodeMessageFrames wrote a content header for 0 bytes: rewrite its body size (the header frame's payload
     // starts with class, weight, then the 8-byte size).
     const out = Buffer.from(header);
@@ -496,7 +561,8 @@ function amqpConnectionTarget(): FuzzTarget {
     } finally {
       conn.destroy();
     }
-    if (adapter.input.partialBytes !== 0 || adapter.input.aheadBytes !== 0) throw new Error(`a closed connection left ${adapter.input.partialBytes} partial body bytes, ${adapter.input.aheadBytes} ahead bytes counted`);
+    if (adapter.input.partialBytes !== 0 || adapter.input.aheadBytes !== 0)
+      throw new Error(`a closed connection left ${adapter.input.partialBytes} partial body bytes, ${adapter.input.aheadBytes} ahead bytes counted`);
     if (refused) throw new ConnectionRefused('the connection closed itself');
   };
   return {
@@ -589,7 +655,9 @@ function natsTarget(side: 'server' | 'client'): FuzzTarget {
       const halves = run([input.subarray(0, cutAt), input.subarray(cutAt)]);
       const errText = (e: unknown): string => (e instanceof NatsProtocolError ? `${e.errText}` : String(e));
       if (whole.trace !== halves.trace || (whole.error === null) !== (halves.error === null) || errText(whole.error) !== errText(halves.error)) {
-        throw new Error(`NATS parser differs when the input is cut at ${cutAt}: ${whole.trace} ${errText(whole.error)} / ${halves.trace} ${errText(halves.error)}`);
+        throw new Error(
+          `NATS parser differs when the input is cut at ${cutAt}: ${whole.trace} ${errText(whole.error)} / ${halves.trace} ${errText(halves.error)}`,
+        );
       }
       if (whole.error !== null) throw whole.error;
     },
@@ -639,7 +707,9 @@ function natsGatherTarget(): FuzzTarget {
       for (const borrowed of [false, true]) {
         const cut = run(pieces, borrowed);
         if (whole.trace !== cut.trace || errText(whole.error) !== errText(cut.error)) {
-          throw new Error(`NATS parser with a budget differs in pieces of ${step} (borrowed ${borrowed}): ${whole.trace} ${errText(whole.error)} / ${cut.trace} ${errText(cut.error)}`);
+          throw new Error(
+            `NATS parser with a budget differs in pieces of ${step} (borrowed ${borrowed}): ${whole.trace} ${errText(whole.error)} / ${cut.trace} ${errText(cut.error)}`,
+          );
         }
       }
       if (whole.error !== null) throw whole.error;

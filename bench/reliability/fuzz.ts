@@ -144,7 +144,13 @@ export function fuzzOne(t: FuzzTarget, input: Buffer, index: number): { ok: bool
     return {
       ok,
       largest,
-      failure: { target: t.name, index, kind: 'allocation', detail: `allocated ${violation} bytes for a ${input.length}-byte input (limit ${t.allocLimit(input.length)})\n${stack}`, hex },
+      failure: {
+        target: t.name,
+        index,
+        kind: 'allocation',
+        detail: `allocated ${violation} bytes for a ${input.length}-byte input (limit ${t.allocLimit(input.length)})\n${stack}`,
+        hex,
+      },
     };
   }
   if (threw && !t.isOwnError(thrown)) {
@@ -173,7 +179,14 @@ export function selectTargets(filter = ''): FuzzTarget[] {
 }
 
 /** Runs inputs [from, from + count) of one target in this thread (no watchdog: see runFuzz). */
-export function fuzzRange(t: FuzzTarget, seed: number, from: number, count: number, maxFailures: number, beat?: (i: number, input: Buffer) => void): TargetResult {
+export function fuzzRange(
+  t: FuzzTarget,
+  seed: number,
+  from: number,
+  count: number,
+  maxFailures: number,
+  beat?: (i: number, input: Buffer) => void,
+): TargetResult {
   const start = performance.now();
   const res: TargetResult = { target: t.name, inputs: 0, accepted: 0, refused: 0, largestAlloc: 0, ms: 0, failures: [] };
   for (let i = from; i < from + count; i++) {
@@ -269,18 +282,21 @@ export async function runFuzz(opts: FuzzOptions): Promise<TargetResult[]> {
     const outcome = await new Promise<{ hang: boolean; error?: unknown }>((resolve) => {
       let lastBeat = -1;
       let lastChange = Date.now();
-      const timer = setInterval(() => {
-        const beats = Atomics.load(meta, 0);
-        // Until its first input the worker is loading (seeds, modules): not a hang, and no input to blame.
-        if (beats === 0) lastChange = Date.now();
-        else if (beats !== lastBeat) {
-          lastBeat = beats;
-          lastChange = Date.now();
-        } else if (Date.now() - lastChange > hangMs) {
-          clearInterval(timer);
-          resolve({ hang: true });
-        }
-      }, Math.min(250, hangMs / 4));
+      const timer = setInterval(
+        () => {
+          const beats = Atomics.load(meta, 0);
+          // Until its first input the worker is loading (seeds, modules): not a hang, and no input to blame.
+          if (beats === 0) lastChange = Date.now();
+          else if (beats !== lastBeat) {
+            lastBeat = beats;
+            lastChange = Date.now();
+          } else if (Date.now() - lastChange > hangMs) {
+            clearInterval(timer);
+            resolve({ hang: true });
+          }
+        },
+        Math.min(250, hangMs / 4),
+      );
       worker.on('message', (r: TargetResult) => {
         merge(r);
         done++;
@@ -305,7 +321,15 @@ export async function runFuzz(opts: FuzzOptions): Promise<TargetResult[]> {
       await worker.terminate();
       const target = pending[n];
       // The target's inputs before the hang were counted by beats only: count them as refused-or-accepted unknown.
-      merge({ target, inputs: index - (n === 0 ? resumeAt : from) + 1, accepted: 0, refused: 0, largestAlloc: 0, ms: hangMs, failures: [{ target, index, kind: 'hang', detail: `no progress for ${hangMs} ms`, hex }] });
+      merge({
+        target,
+        inputs: index - (n === 0 ? resumeAt : from) + 1,
+        accepted: 0,
+        refused: 0,
+        largestAlloc: 0,
+        ms: hangMs,
+        failures: [{ target, index, kind: 'hang', detail: `no progress for ${hangMs} ms`, hex }],
+      });
       pending = pending.slice(n);
       resumeAt = index + 1;
       if (resumeAt >= to) {

@@ -44,9 +44,17 @@ export class ApiClient {
     }
     let res: Response;
     try {
-      res = await fetch(new URL(path, this.server), { method, headers, body: body === undefined ? (method === 'GET' ? undefined : '{}') : JSON.stringify(body) });
+      res = await fetch(new URL(path, this.server), {
+        method,
+        headers,
+        body: body === undefined ? (method === 'GET' ? undefined : '{}') : JSON.stringify(body),
+      });
     } catch (e) {
-      throw new ApiError(`cannot reach the broker at ${this.server}: ${((e as Error).cause as Error | undefined)?.message ?? (e as Error).message}`, 0, 'UNREACHABLE');
+      throw new ApiError(
+        `cannot reach the broker at ${this.server}: ${((e as Error).cause as Error | undefined)?.message ?? (e as Error).message}`,
+        0,
+        'UNREACHABLE',
+      );
     }
     const text = await res.text();
     let data: unknown = null;

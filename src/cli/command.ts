@@ -116,7 +116,10 @@ export async function runSub(label: string, sub: SubCommand, rest: string[]): Pr
       const x = v[name];
       if (x === undefined) return undefined;
       const arr = (Array.isArray(x) ? x : [x]) as string[];
-      return arr.flatMap((s) => String(s).split(',')).map((s) => s.trim()).filter((s) => s !== '');
+      return arr
+        .flatMap((s) => String(s).split(','))
+        .map((s) => s.trim())
+        .filter((s) => s !== '');
     },
   };
   // Credentials are resolved before the command runs (a missing password is a usage error, exit 2, even when the

@@ -18,7 +18,9 @@ const USAGE = `FlowMQ ${VERSION} — one broker for MQTT, Kafka, AMQP and NATS c
 Usage:
   flowmq start [options]          run a broker (embedded storage by default); 'flowmq start --help' for options
 ${GROUPS.map((g) => `  flowmq ${g.name.padEnd(15)} ${Object.keys(g.subs).join('|')}`).join('\n')}
-${Object.entries(SINGLES).map(([n, s]) => `  flowmq ${`${n} ${s.usage}`.padEnd(24)} ${s.summary}`).join('\n')}
+${Object.entries(SINGLES)
+  .map(([n, s]) => `  flowmq ${`${n} ${s.usage}`.padEnd(24)} ${s.summary}`)
+  .join('\n')}
   flowmq version
 
 'flowmq <command> --help' describes a command. Examples:

@@ -32,7 +32,11 @@ export function configReference(): string {
 }
 
 export function cliReference(): string {
-  const lines: string[] = ['| command | what it does |', '|---|---|', '| `flowmq start [--config FILE] [options]` | run a broker (options: [configuration](configuration.md)) |'];
+  const lines: string[] = [
+    '| command | what it does |',
+    '|---|---|',
+    '| `flowmq start [--config FILE] [options]` | run a broker (options: [configuration](configuration.md)) |',
+  ];
   for (const g of GROUPS) {
     const aliases = g.aliases?.length ? ` (also \`${g.aliases.join('`, `')}\`)` : '';
     lines.push(`| **\`flowmq ${g.name}\`**${aliases} | ${cell(g.summary)} |`);
@@ -79,13 +83,7 @@ export function metricsReference(): string {
     "| `flowmq_process_*`, `flowmq_nodejs_*` | | | prom-client's runtime set: CPU, resident memory, heap spaces, event-loop lag, GC durations, handles |",
   );
   const bounds = `${HISTOGRAM_BOUNDS_MS[0] * 1000} µs`;
-  return [
-    '| metric | type | labels | what |',
-    '|---|---|---|---|',
-    ...rows,
-    '',
-    `Histograms have one \`le\` per doubling, from ${bounds} up.`,
-  ].join('\n');
+  return ['| metric | type | labels | what |', '|---|---|---|---|', ...rows, '', `Histograms have one \`le\` per doubling, from ${bounds} up.`].join('\n');
 }
 
 /** A doc's text with the generated part `name` replaced (the markers stay); throws when the markers are missing. */

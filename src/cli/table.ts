@@ -6,7 +6,14 @@
 /** Rows aligned in columns, two spaces apart; the first row is the header. Trailing blanks trimmed. */
 export function table(rows: string[][]): string {
   const widths = rows[0].map((_, i) => Math.max(...rows.map((r) => (r[i] ?? '').length)));
-  return rows.map((r) => r.map((c, i) => (c ?? '').padEnd(widths[i])).join('  ').trimEnd()).join('\n');
+  return rows
+    .map((r) =>
+      r
+        .map((c, i) => (c ?? '').padEnd(widths[i]))
+        .join('  ')
+        .trimEnd(),
+    )
+    .join('\n');
 }
 
 /** A table of `items` with the given columns (header → cell), or `empty` when there are none. */
@@ -32,7 +39,12 @@ export function cell(v: unknown): string {
 /** A retention or TTL in ms as the shortest whole unit (7d, 12h); null is forever. */
 export function fmtDuration(ms: number | null | undefined, none = 'forever'): string {
   if (ms === null || ms === undefined) return none;
-  for (const [u, n] of [['d', 86_400_000], ['h', 3_600_000], ['m', 60_000], ['s', 1000]] as const) {
+  for (const [u, n] of [
+    ['d', 86_400_000],
+    ['h', 3_600_000],
+    ['m', 60_000],
+    ['s', 1000],
+  ] as const) {
     if (ms % n === 0) return `${ms / n}${u}`;
   }
   return `${ms}ms`;

@@ -85,20 +85,34 @@ export async function dial(chan: ChannelState, peer: Peer): Promise<Conn> {
           // Handshake.
           if (type === T.HELLO && hello === null) {
             const h = parseJson<Hello>(body);
-            if (!h || h.v !== PROTOCOL_VERSION || typeof h.id !== 'number' || typeof h.inc !== 'string' || typeof h.nonce !== 'string') return fail(`broker at ${ep.host}:${ep.port} sent a bad hello`);
+            if (!h || h.v !== PROTOCOL_VERSION || typeof h.id !== 'number' || typeof h.inc !== 'string' || typeof h.nonce !== 'string')
+              return fail(`broker at ${ep.host}:${ep.port} sent a bad hello`);
             if (h.id !== peer.id) return fail(`${ep.host}:${ep.port} is broker ${h.id}, not broker ${peer.id} (a stale address)`);
             const version = negotiate(h.max);
-            if (version === null) return fail(`broker ${h.id} speaks channel version ${String(h.max)}, older than ${MIN_CHANNEL_VERSION} (the oldest chan broker accepts)`);
+            if (version === null)
+              return fail(`broker ${h.id} speaks channel version ${String(h.max)}, older than ${MIN_CHANNEL_VERSION} (the oldest chan broker accepts)`);
             peer.version = version;
             hello = h;
-            const auth: Auth = { v: PROTOCOL_VERSION, max: CHANNEL_VERSION, ...me, to: h.id, toInc: h.inc, mac: mac(chan.secret, 'dial', h, me).toString('hex') };
+            const auth: Auth = {
+              v: PROTOCOL_VERSION,
+              max: CHANNEL_VERSION,
+              ...me,
+              to: h.id,
+              toInc: h.inc,
+              mac: mac(chan.secret, 'dial', h, me).toString('hex'),
+            };
             c.write(T.AUTH, 0, null, Buffer.from(JSON.stringify(auth)));
             return;
           }
           if (type === T.WELCOME && hello !== null) {
             const w = parseJson<{ mac: string }>(body);
             if (!w || !sameMac(mac(chan.secret, 'accept', hello, me), w.mac)) {
-              chan.refused('peer-secret', socket.remoteAddress, { peer: peer.id }, 'cluster channel: a peer failed to prove the shared secret (is its --cluster-secret different?)');
+              chan.refused(
+                'peer-secret',
+                socket.remoteAddress,
+                { peer: peer.id },
+                'cluster channel: a peer failed to prove the shared secret (is its --cluster-secret different?)',
+              );
               return fail(`broker ${peer.id} does not know the cluster secret`);
             }
             settled = true;
@@ -155,7 +169,13 @@ export function accept(chan: ChannelState, socket: Socket): void {
     socket.destroy();
     return;
   }
-  const hello: Hello = { v: PROTOCOL_VERSION, max: CHANNEL_VERSION, id: chan.cluster.id, inc: chan.cluster.incarnation, nonce: randomBytes(16).toString('hex') };
+  const hello: Hello = {
+    v: PROTOCOL_VERSION,
+    max: CHANNEL_VERSION,
+    id: chan.cluster.id,
+    inc: chan.cluster.incarnation,
+    nonce: randomBytes(16).toString('hex'),
+  };
   let state: 'hello' | 'checking' | 'open' = 'hello';
   const conn: Conn = new Conn(
     socket,
@@ -171,7 +191,8 @@ export function accept(chan: ChannelState, socket: Socket): void {
       if (!sameMac(mac(chan.secret, 'dial', hello, a), a.mac)) return refuse('wrong cluster secret', 'secret', { broker: a.id });
       if (a.to !== hello.id || a.toInc !== hello.inc) return refuse('authenticated for another broker', 'bad-handshake', { broker: a.id });
       const version = negotiate(a.max);
-      if (version === null) return refuse(`broker ${a.id} speaks channel version ${String(a.max)}, older than ${MIN_CHANNEL_VERSION}`, 'version', { broker: a.id });
+      if (version === null)
+        return refuse(`broker ${a.id} speaks channel version ${String(a.max)}, older than ${MIN_CHANNEL_VERSION}`, 'version', { broker: a.id });
       state = 'checking';
       void known(chan, a.id, a.inc).then(
         (ok) => {

@@ -120,6 +120,9 @@ export async function local(chan: ChannelState, method: string, body: Buffer): P
 }
 
 function errorBody(err: unknown): Buffer {
-  const e = err instanceof FlowError ? { code: err.code, message: err.message } : { code: 'STORAGE_ERROR', message: `the request failed on the peer: ${(err as Error)?.message ?? String(err)}` };
+  const e =
+    err instanceof FlowError
+      ? { code: err.code, message: err.message }
+      : { code: 'STORAGE_ERROR', message: `the request failed on the peer: ${(err as Error)?.message ?? String(err)}` };
   return Buffer.from(JSON.stringify(e));
 }

@@ -159,10 +159,13 @@ export abstract class ChannelState {
    */
   protected scheduleRetry(peer: Peer): void {
     if (this.closed || peer.retryTimer || peer.figures.connects === 0 || peer.gone) return;
-    peer.retryTimer = setTimeout(() => {
-      peer.retryTimer = null;
-      if (!this.closed && !peer.conn && !peer.connecting && !peer.gone) void this.connect(peer).catch(() => undefined);
-    }, Math.max(0, peer.retryAt - Date.now()));
+    peer.retryTimer = setTimeout(
+      () => {
+        peer.retryTimer = null;
+        if (!this.closed && !peer.conn && !peer.connecting && !peer.gone) void this.connect(peer).catch(() => undefined);
+      },
+      Math.max(0, peer.retryAt - Date.now()),
+    );
     peer.retryTimer.unref();
   }
 

@@ -101,7 +101,10 @@ class Channel extends ChannelState implements TcpChannel {
 
   request(to: number, method: string, body: Buffer, timeoutMs?: number): Promise<Buffer> {
     if (this.closed) return Promise.reject(new FlowError('CLOSED', 'the cluster channel is closed'));
-    if (body.length > this.maxFrame) return Promise.reject(new FlowError('LIMIT_EXCEEDED', `a ${method} request of ${body.length} bytes is over the channel's frame limit (${this.maxFrame})`));
+    if (body.length > this.maxFrame)
+      return Promise.reject(
+        new FlowError('LIMIT_EXCEEDED', `a ${method} request of ${body.length} bytes is over the channel's frame limit (${this.maxFrame})`),
+      );
     if (to === this.cluster.id) return local(this, method, body);
     const peer = this.peer(to);
     const id = this.nextId;
@@ -145,7 +148,12 @@ class Channel extends ChannelState implements TcpChannel {
     const peer = this.peer(to);
     if (body.length > this.maxFrame) {
       peer.figures.dropped++;
-      this.limiter.log('warn', `oversized|${method}`, { to, method, bytes: body.length, limit: this.maxFrame }, 'cluster channel: a one-way message over the frame limit was dropped');
+      this.limiter.log(
+        'warn',
+        `oversized|${method}`,
+        { to, method, bytes: body.length, limit: this.maxFrame },
+        'cluster channel: a one-way message over the frame limit was dropped',
+      );
       return;
     }
     if (peer.queued + body.length > this.maxQueued) {
@@ -276,31 +284,34 @@ class Channel extends ChannelState implements TcpChannel {
       peer.backlogBytes = 0;
       this.rejectAll(peer, new FlowError('UNAVAILABLE', `broker ${peer.id} cannot be reached: ${peer.lastError}`));
       for (const w of peer.readyWaiters.splice(0)) w();
-      if (!this.closed) this.limiter.log('warn', `dial|${peer.id}`, { peer: peer.id, err: peer.lastError, retryInMs: reconnectDelay(peer.failures) }, 'cluster channel: cannot connect to a peer');
+      if (!this.closed)
+        this.limiter.log(
+          'warn',
+          `dial|${peer.id}`,
+          { peer: peer.id, err: peer.lastError, retryInMs: reconnectDelay(peer.failures) },
+          'cluster channel: cannot connect to a peer',
+        );
       this.scheduleRetry(peer);
       throw err instanceof FlowError ? err : new FlowError('UNAVAILABLE', `broker ${peer.id} cannot be reached: ${peer.lastError}`, { cause: err });
     };
-    peer.connecting = dial(this, peer).then(
-      (conn) => {
-        if (this.closed) {
-          conn.close();
-          return failed(new FlowError('CLOSED', 'the cluster channel is closed'));
-        }
-        if (conn.closed) return failed(new FlowError('UNAVAILABLE', `broker ${peer.id} closed the connection`));
-        peer.connecting = null;
-        peer.stale = false;
-        peer.seenAlive = false;
-        peer.conn = conn;
-        peer.failures = 0;
-        peer.retryAt = 0;
-        peer.lastError = '';
-        peer.figures.connects++;
-        this.pump(peer);
-        this.logger.debug({ peer: peer.id, incarnation: conn.peerInc }, 'cluster channel: connected');
-        return conn;
-      },
-      failed,
-    );
+    peer.connecting = dial(this, peer).then((conn) => {
+      if (this.closed) {
+        conn.close();
+        return failed(new FlowError('CLOSED', 'the cluster channel is closed'));
+      }
+      if (conn.closed) return failed(new FlowError('UNAVAILABLE', `broker ${peer.id} closed the connection`));
+      peer.connecting = null;
+      peer.stale = false;
+      peer.seenAlive = false;
+      peer.conn = conn;
+      peer.failures = 0;
+      peer.retryAt = 0;
+      peer.lastError = '';
+      peer.figures.connects++;
+      this.pump(peer);
+      this.logger.debug({ peer: peer.id, incarnation: conn.peerInc }, 'cluster channel: connected');
+      return conn;
+    }, failed);
     return peer.connecting;
   }
 
@@ -344,7 +355,8 @@ export async function startChannel(opts: ChannelOptions): Promise<TcpChannel> {
   if (opts.secret.length === 0) throw new FlowError('CONFIG_ERROR', 'the cluster channel needs a shared secret (--cluster-secret)');
   const server = createServer();
   await new Promise<void>((resolve, reject) => {
-    const onError = (err: Error) => reject(new FlowError('CONFIG_ERROR', `cannot listen on ${opts.host}:${opts.port} for the cluster channel: ${err.message}`, { cause: err }));
+    const onError = (err: Error) =>
+      reject(new FlowError('CONFIG_ERROR', `cannot listen on ${opts.host}:${opts.port} for the cluster channel: ${err.message}`, { cause: err }));
     server.once('error', onError);
     server.listen(opts.port, opts.host, () => {
       server.off('error', onError);

@@ -231,15 +231,18 @@ export class ClusterQueue implements QueueRuntime, LinkQueue {
   }
 
   async get(owner: string, noAck: boolean): Promise<QueueDelivery | null> {
-    const reply = await this.toOwner(async (q) => {
-      const d = await q.get(owner, noAck);
-      return d && this.translate(d, owner, noAck, this.cluster.id, this.epoch);
-    }, async (broker) => {
-      const r = await call(this.cq.channel, broker, RPC.queueGet, { q: this.def.name, o: owner, n: noAck, i: this.cluster.incarnation });
-      this.cached = r.head.s;
-      if (r.head.d === null) return null;
-      return this.translate({ ...r.head.d, msg: decodeMessage(r.tail) }, owner, noAck, broker, r.head.e);
-    });
+    const reply = await this.toOwner(
+      async (q) => {
+        const d = await q.get(owner, noAck);
+        return d && this.translate(d, owner, noAck, this.cluster.id, this.epoch);
+      },
+      async (broker) => {
+        const r = await call(this.cq.channel, broker, RPC.queueGet, { q: this.def.name, o: owner, n: noAck, i: this.cluster.incarnation });
+        this.cached = r.head.s;
+        if (r.head.d === null) return null;
+        return this.translate({ ...r.head.d, msg: decodeMessage(r.tail) }, owner, noAck, broker, r.head.e);
+      },
+    );
     return reply;
   }
 
@@ -356,7 +359,9 @@ export class ClusterQueue implements QueueRuntime, LinkQueue {
           this.cq.stats.forwarded += batch.length;
           this.cq.stats.forwardedBatches++;
           const { r } = (await call(this.cq.channel, broker, RPC.queuePublish, { q: this.def.name }, { tail: packBuffers(batch.map((b) => b.data)) })).head;
-          batch.forEach((b, i) => (r[i] === 1 ? b.reject(new FlowError('LIMIT_EXCEEDED', `queue ${this.def.name} is full (x-overflow reject-publish)`)) : b.resolve()));
+          batch.forEach((b, i) =>
+            r[i] === 1 ? b.reject(new FlowError('LIMIT_EXCEEDED', `queue ${this.def.name} is full (x-overflow reject-publish)`)) : b.resolve(),
+          );
         },
       );
     } catch (err) {

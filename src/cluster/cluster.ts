@@ -120,7 +120,10 @@ export class Cluster extends EventEmitter {
     });
     c.heartbeatTimer = setInterval(() => void c.beat(), Math.max(100, Math.floor(c.leaseMs / 5)));
     c.heartbeatTimer.unref();
-    c.logger.info({ broker: c.id, incarnation: c.info.incarnation, leaseMs: c.leaseMs, brokers: c.view.filter((b) => b.alive).map((b) => b.id) }, 'cluster: joined');
+    c.logger.info(
+      { broker: c.id, incarnation: c.info.incarnation, leaseMs: c.leaseMs, brokers: c.view.filter((b) => b.alive).map((b) => b.id) },
+      'cluster: joined',
+    );
     return c;
   }
 
@@ -421,7 +424,8 @@ export class Cluster extends EventEmitter {
           if (this.placement(kind, name) !== this.id) continue;
           if (held.has(name)) continue;
           const row = rows.get(name);
-          const free = !row || row.owner === null || !this.isAlive(row.owner, row.incarnation) || (row.owner === this.id && row.incarnation !== this.incarnation);
+          const free =
+            !row || row.owner === null || !this.isAlive(row.owner, row.incarnation) || (row.owner === this.id && row.incarnation !== this.incarnation);
           if (free) work.push(() => this.tryTake(kind, name));
         }
         for (const [name, h] of held) {

@@ -48,7 +48,6 @@ interface Outgoing {
   bytes: number;
 }
 
-
 const NO_GROUPS: ReadonlySet<string> = new Set();
 const SYS_PREFIX = '$SYS/';
 
@@ -243,7 +242,9 @@ export class Live implements LiveHook {
       if (payload.length > NOTIFY_MAX) payload = '*';
     }
     this.stats.retainedNotified++;
-    this.cluster.store.notify('retained', payload).catch((err: unknown) => this.logger.warn({ err, topic }, 'live: cannot announce a retained message to the other brokers'));
+    this.cluster.store
+      .notify('retained', payload)
+      .catch((err: unknown) => this.logger.warn({ err, topic }, 'live: cannot announce a retained message to the other brokers'));
   }
 
   // ---------------------------------------------------------------- outgoing
@@ -402,7 +403,10 @@ export class Live implements LiveHook {
       .catch((err: unknown) => {
         // A broker starting (its live side not up yet) or going away: the next beat asks again.
         this.stats.snapshotFailures++;
-        this.logger.debug({ err, broker: id, code: err instanceof FlowError ? err.code : undefined }, 'live: cannot fetch a broker\'s interest yet; retried at the next beat');
+        this.logger.debug(
+          { err, broker: id, code: err instanceof FlowError ? err.code : undefined },
+          "live: cannot fetch a broker's interest yet; retried at the next beat",
+        );
       })
       .finally(() => this.syncing.delete(id));
   }
@@ -516,7 +520,9 @@ export async function followControl(cluster: Cluster, directory: FollowedDirecto
     directory.refreshNow().catch((err: unknown) => logger.warn({ err }, 'control-plane refresh failed; keeping the last directory'));
   });
   directory.announce = () => {
-    cluster.store.notify('control', cluster.incarnation).catch((err: unknown) => logger.warn({ err }, 'cannot announce a control-plane change to the other brokers; they pick it up at their next poll'));
+    cluster.store
+      .notify('control', cluster.incarnation)
+      .catch((err: unknown) => logger.warn({ err }, 'cannot announce a control-plane change to the other brokers; they pick it up at their next poll'));
   };
   directory.startPolling(Math.max(pollMs, CONTROL_SAFETY_POLL_MS));
 }

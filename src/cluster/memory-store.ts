@@ -116,7 +116,8 @@ export class MemoryClusterStore implements ClusterStore {
 
   async notify(topic: string, payload: string): Promise<void> {
     // PostgreSQL's NOTIFY payload limit (8000 bytes), kept here so that tests find an oversized notification.
-    if (Buffer.byteLength(payload) > 7900) throw new FlowError('INVALID_ARGUMENT', `cluster notification on ${topic} too large (${Buffer.byteLength(payload)} bytes)`);
+    if (Buffer.byteLength(payload) > 7900)
+      throw new FlowError('INVALID_ARGUMENT', `cluster notification on ${topic} too large (${Buffer.byteLength(payload)} bytes)`);
     const list = this.topics.get(topic) ?? [];
     queueMicrotask(() => {
       for (const fn of list) fn(payload);

@@ -201,7 +201,8 @@ export class PostgresClusterStore implements ClusterStore {
   }
 
   async notify(topic: string, payload: string): Promise<void> {
-    if (Buffer.byteLength(payload) > 7900) throw new FlowError('INVALID_ARGUMENT', `cluster notification on ${topic} too large (${Buffer.byteLength(payload)} bytes)`);
+    if (Buffer.byteLength(payload) > 7900)
+      throw new FlowError('INVALID_ARGUMENT', `cluster notification on ${topic} too large (${Buffer.byteLength(payload)} bytes)`);
     await this.db.query('cluster notify', 'SELECT pg_notify($1, $2)', [channelName(topic), payload]);
   }
 

@@ -57,7 +57,10 @@ export class ClusterQueues implements QueueHub {
   private readonly served = new Map<string, Served>();
   /** Owner side: delivery owners of other brokers, to requeue their deliveries when they die. */
   private readonly peers = new Map<string, { from: number; inc: string; owners: Map<string, Set<string>> }>();
-  private readonly boxes = new Map<number, { items: Array<{ k: string; i: number; r: boolean; n: number; m: number; e: number; q: string }>; bufs: Buffer[]; refs: Array<{ s: Served; id: number }> }>();
+  private readonly boxes = new Map<
+    number,
+    { items: Array<{ k: string; i: number; r: boolean; n: number; m: number; e: number; q: string }>; bufs: Buffer[]; refs: Array<{ s: Served; id: number }> }
+  >();
   private readonly syncTask: CoalescingTask;
   private timer: NodeJS.Timeout | null = null;
   private checking = false;
@@ -93,7 +96,9 @@ export class ClusterQueues implements QueueHub {
     this.router.setCluster({
       factory: (def: QueueDef, store: QueueStore | null, hooks: QueueHooks) => new ClusterQueue(this, def, store, hooks),
       changed: () => {
-        this.cluster.store.notify('queues', this.cluster.incarnation).catch((err: unknown) => this.logger.warn({ err }, 'cluster queues: cannot announce a catalog change'));
+        this.cluster.store
+          .notify('queues', this.cluster.incarnation)
+          .catch((err: unknown) => this.logger.warn({ err }, 'cluster queues: cannot announce a catalog change'));
       },
       declared: async (name: string) => {
         if (this.cluster.placement('queue', name) === this.cluster.id) await this.cluster.ensure('queue', name).catch(() => this.cluster.kick());
@@ -156,7 +161,13 @@ export class ClusterQueues implements QueueHub {
   }
 
   figures(): Record<string, unknown> {
-    return { ...this.stats, queues: this.queues.size, owned: [...this.queues.values()].filter((q) => q.local).length, links: this.links.size, served: this.served.size };
+    return {
+      ...this.stats,
+      queues: this.queues.size,
+      owned: [...this.queues.values()].filter((q) => q.local).length,
+      links: this.links.size,
+      served: this.served.size,
+    };
   }
 
   private async acquire(name: string, epoch: number): Promise<void> {
@@ -185,7 +196,10 @@ export class ClusterQueues implements QueueHub {
   /** Tells an owner a remote consumer is gone; its buffered deliveries are requeued there. */
   cancelRemote(l: Link, broker: number, epoch: number): void {
     if (broker < 0) return;
-    const requeue = l.buffer.splice(0).filter((b) => b.epoch === epoch).map((b) => b.d.id);
+    const requeue = l.buffer
+      .splice(0)
+      .filter((b) => b.epoch === epoch)
+      .map((b) => b.d.id);
     call(this.channel, broker, RPC.queueCancel, { q: l.q.def.name, k: l.key, i: this.cluster.incarnation, e: epoch, r: requeue }).catch(ignore);
   }
 

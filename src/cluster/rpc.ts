@@ -183,14 +183,32 @@ export const RPC = {
     json<Array<[string, number]>>(arrayOf(tuple(str, int))),
     json<AppendAnswer[]>(arrayOf({ oneOf: [obj({ o: int, d: { const: 1 }, h: int, l: int }, ['d']), obj({ e: str, m: str })] })),
   ),
-  streamRead: rpc('stream.read', 1, json<{ s: string; p: number; o: number; m: number }>(obj({ s: str, p: int, o: int, m: int })), json<PartitionOffsets>(offsets)),
+  streamRead: rpc(
+    'stream.read',
+    1,
+    json<{ s: string; p: number; o: number; m: number }>(obj({ s: str, p: int, o: int, m: int })),
+    json<PartitionOffsets>(offsets),
+  ),
   streamOffsets: rpc('stream.offsets', 1, json<{ s: string; p: number }>(obj({ s: str, p: int })), json<PartitionOffsets>(offsets)),
-  streamWait: rpc('stream.wait', 1, json<{ s: string; p: number; o: number; t: number }>(obj({ s: str, p: int, o: int, t: num })), json<PartitionOffsets | null>({ oneOf: [{ type: 'null' }, offsets] })),
+  streamWait: rpc(
+    'stream.wait',
+    1,
+    json<{ s: string; p: number; o: number; t: number }>(obj({ s: str, p: int, o: int, t: num })),
+    json<PartitionOffsets | null>({ oneOf: [{ type: 'null' }, offsets] }),
+  ),
   streamTime: rpc('stream.time', 1, json<{ s: string; p: number; t: number }>(obj({ s: str, p: int, t: num })), json<number>(int)),
   streamTrim: rpc('stream.trim', 1, json<{ s: string; p: number; o: number }>(obj({ s: str, p: int, o: int })), json<number>(int)),
 
   // Live pub/sub (cluster/live.ts): interest tables and forwarded publishes.
-  livePublish: oneway('live.publish', 1, json<LivePublishHead>(obj({ g: arrayOf(tuple(int, arrayOf(str))), x: arrayOf({ type: 'array', items: [int, strOrNull, strOrNull, strOrNull], minItems: 3, maxItems: 4 }) }, ['x']))),
+  livePublish: oneway(
+    'live.publish',
+    1,
+    json<LivePublishHead>(
+      obj({ g: arrayOf(tuple(int, arrayOf(str))), x: arrayOf({ type: 'array', items: [int, strOrNull, strOrNull, strOrNull], minItems: 3, maxItems: 4 }) }, [
+        'x',
+      ]),
+    ),
+  ),
   liveInterest: oneway('live.interest', 1, json<InterestMessage>(interest)),
   liveSync: oneway('live.sync', 1, json<InterestMessage>(interest)),
   liveSnapshot: rpc('live.snapshot', 1, empty, json<InterestMessage>(interest)),
@@ -202,11 +220,23 @@ export const RPC = {
   queueConsume: rpc(
     'queue.consume',
     1,
-    json<{ q: string; k: string; i: string; t: string; o: string; n: boolean; p: number; x: boolean; c: number }>(obj({ q: str, k: str, i: str, t: str, o: str, n: bool, p: int, x: bool, c: int })),
+    json<{ q: string; k: string; i: string; t: string; o: string; n: boolean; p: number; x: boolean; c: number }>(
+      obj({ q: str, k: str, i: str, t: str, o: str, n: bool, p: int, x: bool, c: int }),
+    ),
     json<{ e: number; s: QueueStats }>(obj({ e: int, s: queueStats })),
   ),
-  queueCredit: rpc('queue.credit', 1, json<{ q: string; k: string; i: string; n: number }>(obj({ q: str, k: str, i: str, n: int })), json<{ ok: boolean }>(obj({ ok: bool }))),
-  queueCancel: rpc('queue.cancel', 1, json<{ q: string; k: string; i: string; e: number; r: number[] }>(obj({ q: str, k: str, i: str, e: int, r: arrayOf(int) })), json<Record<string, never>>(obj({}))),
+  queueCredit: rpc(
+    'queue.credit',
+    1,
+    json<{ q: string; k: string; i: string; n: number }>(obj({ q: str, k: str, i: str, n: int })),
+    json<{ ok: boolean }>(obj({ ok: bool })),
+  ),
+  queueCancel: rpc(
+    'queue.cancel',
+    1,
+    json<{ q: string; k: string; i: string; e: number; r: number[] }>(obj({ q: str, k: str, i: str, e: int, r: arrayOf(int) })),
+    json<Record<string, never>>(obj({})),
+  ),
   queueCancelled: oneway('queue.cancelled', 1, json<{ k: string; r: string }>(obj({ k: str, r: str }))),
   queueDeliver: rpc(
     'queue.deliver',
@@ -222,19 +252,34 @@ export const RPC = {
       obj({ d: { oneOf: [{ type: 'null' }, obj({ queue: str, id: int, redelivered: bool, deliveryCount: int, remaining: int })] }, e: int, s: queueStats }),
     ),
   ),
-  queueSettle: rpc('queue.settle', 1, json<{ q: string; e: number; ops: Array<[number, number]> }>(obj({ q: str, e: int, ops: arrayOf(tuple(int, int)) })), json<Record<string, never>>(obj({}))),
+  queueSettle: rpc(
+    'queue.settle',
+    1,
+    json<{ q: string; e: number; ops: Array<[number, number]> }>(obj({ q: str, e: int, ops: arrayOf(tuple(int, int)) })),
+    json<Record<string, never>>(obj({})),
+  ),
   queueRelease: rpc('queue.release', 1, json<{ q: string; o: string; i: string }>(obj({ q: str, o: str, i: str })), json<Record<string, never>>(obj({}))),
   queuePurge: rpc('queue.purge', 1, json<{ q: string }>(obj({ q: str })), json<{ n: number }>(obj({ n: int }))),
   queueDelete: rpc('queue.delete', 1, json<{ q: string }>(obj({ q: str })), json<{ n: number }>(obj({ n: int }))),
   queueStats: rpc('queue.stats', 1, json<{ q: string }>(obj({ q: str })), json<{ s: QueueStats }>(obj({ s: queueStats }))),
-  queueCheck: rpc('queue.check', 1, json<{ i: string; k: string[] }>(obj({ i: str, k: arrayOf(str) })), json<{ missing: string[] }>(obj({ missing: arrayOf(str) }))),
+  queueCheck: rpc(
+    'queue.check',
+    1,
+    json<{ i: string; k: string[] }>(obj({ i: str, k: arrayOf(str) })),
+    json<{ missing: string[] }>(obj({ missing: arrayOf(str) })),
+  ),
 
   // MQTT persistent sessions (protocols/mqtt/cluster.ts): served by the broker holding the session.
   sessionTakeover: rpc('session.takeover', 1, json<{ clientId: string }>(obj({ clientId: str })), json<{ ok: boolean }>(obj({ ok: bool }))),
   sessionDelete: rpc('session.delete', 1, json<{ clientId: string }>(obj({ clientId: str })), json<{ deleted: boolean }>(obj({ deleted: bool }))),
 
   // JetStream consumers (protocols/nats/jetstream): served by the consumer's or the stream's owner.
-  jsRequest: rpc('js.request', 1, json<{ t: string[]; body: string; reply: string }>(obj({ t: arrayOf(str), body: str, reply: str })), json<{ none?: boolean; out?: Json }>(obj({ none: bool, out: jsonObject }, ['none', 'out']))),
+  jsRequest: rpc(
+    'js.request',
+    1,
+    json<{ t: string[]; body: string; reply: string }>(obj({ t: arrayOf(str), body: str, reply: str })),
+    json<{ none?: boolean; out?: Json }>(obj({ none: bool, out: jsonObject }, ['none', 'out'])),
+  ),
   jsAck: oneway('js.ack', 1, json<{ l: string[]; b: string; r: string | null }>(obj({ l: arrayOf(str), b: str, r: strOrNull }))),
   /** A delivery or status for a client of the receiving broker; the tail is the stored message. */
   jsDeliver: oneway('js.deliver', 1, json<{ s: string | null; d: string | null; g?: string | null }>(obj({ s: strOrNull, d: strOrNull, g: strOrNull }, ['g']))),
@@ -260,7 +305,13 @@ function tooNew(ch: PeerChannel, to: number, def: { name: string; since: number 
 }
 
 /** Sends a request and decodes (and checks) its reply. */
-export async function call<Q, R>(ch: PeerChannel, to: number, def: Rpc<Q, R>, head: Q, opts: { tail?: Buffer; timeoutMs?: number } = {}): Promise<{ head: R; tail: Buffer }> {
+export async function call<Q, R>(
+  ch: PeerChannel,
+  to: number,
+  def: Rpc<Q, R>,
+  head: Q,
+  opts: { tail?: Buffer; timeoutMs?: number } = {},
+): Promise<{ head: R; tail: Buffer }> {
   const old = tooNew(ch, to, def);
   if (old) throw old;
   const reply = await ch.request(to, def.name, def.request.encode(head, opts.tail), opts.timeoutMs);

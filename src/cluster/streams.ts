@@ -203,7 +203,10 @@ export class ClusterStreams implements StreamStorage {
   /** Tells the other brokers the offsets of the partitions held here that moved (all of them now and then). */
   private pushOffsets(): void {
     // Every live broker, connected or not yet (a send connects): one that never talked to this one still needs them.
-    const peers = this.cluster.brokers().filter((b) => b.alive && b.id !== this.cluster.id).map((b) => b.id);
+    const peers = this.cluster
+      .brokers()
+      .filter((b) => b.alive && b.id !== this.cluster.id)
+      .map((b) => b.id);
     const full = this.pushes++ % FULL_PUSH_EVERY === 0;
     const list: Array<[string, number, number, number]> = [];
     const held = new Set<string>();
@@ -276,7 +279,9 @@ export class ClusterStreams implements StreamStorage {
     await this.log.openStream(def);
     if (sameDef(known, def)) return;
     // Created or redefined here: every broker reads the catalog again, and ownership places new partitions.
-    await this.cluster.store.notify('streams', def.name).catch((err: unknown) => this.logger.warn({ err, stream: def.name }, 'cluster streams: cannot announce a stream change'));
+    await this.cluster.store
+      .notify('streams', def.name)
+      .catch((err: unknown) => this.logger.warn({ err, stream: def.name }, 'cluster streams: cannot announce a stream change'));
     this.cluster.kick();
   }
 
@@ -290,7 +295,9 @@ export class ClusterStreams implements StreamStorage {
     // Deleted here: the owner rows go (a stream created later under this name starts at epoch 1), and every broker
     // drops what it holds of it.
     for (let i = 0; i < def.partitions; i++) await this.cluster.forget('partition', partitionName(name, i)).catch(() => undefined);
-    await this.cluster.store.notify('streams', name).catch((err: unknown) => this.logger.warn({ err, stream: name }, 'cluster streams: cannot announce a stream deletion'));
+    await this.cluster.store
+      .notify('streams', name)
+      .catch((err: unknown) => this.logger.warn({ err, stream: name }, 'cluster streams: cannot announce a stream deletion'));
   }
 
   /** Lets go of what this broker holds of a deleted stream: its partitions' memory and segment objects. */
@@ -337,7 +344,8 @@ export class ClusterStreams implements StreamStorage {
     if (this.log.holds(stream, partition)) return this.log.append(stream, partition, batch);
     const def = this.defs.get(stream);
     if (def === undefined) throw new FlowError('NOT_FOUND', `stream "${stream}" does not exist`);
-    if (!Number.isInteger(partition) || partition < 0 || partition >= def.partitions) throw new FlowError('NOT_FOUND', `stream "${stream}" has no partition ${partition}`);
+    if (!Number.isInteger(partition) || partition < 0 || partition >= def.partitions)
+      throw new FlowError('NOT_FOUND', `stream "${stream}" has no partition ${partition}`);
     let resolve!: (o: number) => void;
     let reject!: (e: unknown) => void;
     const offset = new Promise<number>((res, rej) => {
@@ -470,7 +478,8 @@ export class ClusterStreams implements StreamStorage {
     const head = items.map((f): [string, number] => [f.stream, f.partition]);
     let answers: AppendAnswer[];
     try {
-      answers = (await call(this.channel, broker, RPC.streamAppend, head, { tail: packBuffers(items.map((f) => f.batch)), timeoutMs: REQUEST_TIMEOUT_MS })).head;
+      answers = (await call(this.channel, broker, RPC.streamAppend, head, { tail: packBuffers(items.map((f) => f.batch)), timeoutMs: REQUEST_TIMEOUT_MS }))
+        .head;
       if (answers.length !== items.length) throw new FlowError('PROTOCOL_ERROR', 'stream.append reply does not match its request');
     } catch (err) {
       // The whole request failed (the owner is unreachable, or did not answer): each append looks for its owner again.
@@ -566,7 +575,8 @@ export class ClusterStreams implements StreamStorage {
     for (let tries = 0; ; tries++) {
       if (tries > 0) {
         const pause = backoffDelay(tries, FIRST_RETRY_PAUSE_MS, MAX_RETRY_PAUSE_MS);
-        if (Date.now() + pause > deadline || this.closed) throw new FlowError('UNAVAILABLE', `partition ${name} has no reachable owner now; retry`, { cause: last });
+        if (Date.now() + pause > deadline || this.closed)
+          throw new FlowError('UNAVAILABLE', `partition ${name} has no reachable owner now; retry`, { cause: last });
         await sleep(pause);
       }
       if (this.log.holds(stream, partition)) {
@@ -578,7 +588,8 @@ export class ClusterStreams implements StreamStorage {
           continue;
         }
       }
-      const owner = tries === 0 ? (this.cluster.owner('partition', name) ?? (await this.cluster.lookup('partition', name))) : await this.cluster.lookup('partition', name);
+      const owner =
+        tries === 0 ? (this.cluster.owner('partition', name) ?? (await this.cluster.lookup('partition', name))) : await this.cluster.lookup('partition', name);
       if (owner === null || owner.broker === this.cluster.id) {
         this.cluster.kick();
         last = new FlowError('UNAVAILABLE', `partition ${name} has no live owner`);
@@ -610,7 +621,13 @@ export class ClusterStreams implements StreamStorage {
       () => this.log.read(stream, partition, offset, maxBytes, lease),
       async (broker) => {
         this.stats.remoteReads++;
-        const { head, tail } = await call(this.channel, broker, RPC.streamRead, { s: stream, p: partition, o: offset, m: maxBytes }, { timeoutMs: REQUEST_TIMEOUT_MS });
+        const { head, tail } = await call(
+          this.channel,
+          broker,
+          RPC.streamRead,
+          { s: stream, p: partition, o: offset, m: maxBytes },
+          { timeoutMs: REQUEST_TIMEOUT_MS },
+        );
         this.noteOffsets(partitionName(stream, partition), head);
         return unpackBuffers(tail);
       },
@@ -682,7 +699,9 @@ export class ClusterStreams implements StreamStorage {
         () => this.log.waitFor(stream, partition, offset, Math.max(0, until - Date.now())),
         async (broker) => {
           const left = Math.max(0, until - Date.now());
-          const off = (await call(this.channel, broker, RPC.streamWait, { s: stream, p: partition, o: offset, t: left }, { timeoutMs: left + REQUEST_TIMEOUT_MS })).head;
+          const off = (
+            await call(this.channel, broker, RPC.streamWait, { s: stream, p: partition, o: offset, t: left }, { timeoutMs: left + REQUEST_TIMEOUT_MS })
+          ).head;
           if (off !== null) this.noteOffsets(name, off);
         },
       );

@@ -187,7 +187,30 @@ export interface Config {
   kafkaConsumerGroupHeartbeatInterval: number;
 }
 
-type Kind = 'endpoints' | 'string' | 'port' | 'int' | 'bool' | 'protocols' | 'size' | 'capacity' | 'duration' | 'delay' | 'level' | 'sasl-mechanisms' | 'wal-layout' | 'default-policy' | 'hosts' | 'cidrs' | 'slow-consumer' | 'metastore' | 'wal' | 'object-store' | 'url' | 'tls-client-auth' | 'tls-cert-user';
+type Kind =
+  | 'endpoints'
+  | 'string'
+  | 'port'
+  | 'int'
+  | 'bool'
+  | 'protocols'
+  | 'size'
+  | 'capacity'
+  | 'duration'
+  | 'delay'
+  | 'level'
+  | 'sasl-mechanisms'
+  | 'wal-layout'
+  | 'default-policy'
+  | 'hosts'
+  | 'cidrs'
+  | 'slow-consumer'
+  | 'metastore'
+  | 'wal'
+  | 'object-store'
+  | 'url'
+  | 'tls-client-auth'
+  | 'tls-cert-user';
 
 export interface OptionSpec {
   key: keyof Config;
@@ -200,8 +223,17 @@ export interface OptionSpec {
   help: string;
 }
 
-const BYTE_UNITS: ReadonlyArray<[string, number]> = [['GiB', 2 ** 30], ['MiB', 2 ** 20], ['KiB', 2 ** 10]];
-const TIME_UNITS: ReadonlyArray<[string, number]> = [['d', 86_400_000], ['h', 3_600_000], ['m', 60_000], ['s', 1000]];
+const BYTE_UNITS: ReadonlyArray<[string, number]> = [
+  ['GiB', 2 ** 30],
+  ['MiB', 2 ** 20],
+  ['KiB', 2 ** 10],
+];
+const TIME_UNITS: ReadonlyArray<[string, number]> = [
+  ['d', 86_400_000],
+  ['h', 3_600_000],
+  ['m', 60_000],
+  ['s', 1000],
+];
 
 /** A byte count as the flags take it: the largest binary unit it is a whole number of (`256MiB`), else bytes. */
 export function formatSize(n: number): string {
@@ -233,19 +265,89 @@ export function formatDefault(o: OptionSpec): string {
 
 export const OPTIONS: readonly OptionSpec[] = [
   { key: 'dataDir', name: 'data-dir', kind: 'string', default: './data', help: 'directory of the embedded metastore, WAL and object store' },
-  { key: 'metastore', name: 'metastore', kind: 'metastore', default: { kind: 'sqlite' }, help: 'sqlite (metastore.db in the data directory) or a PostgreSQL URL, postgres://user:password@host:port/database (see docs/storage.md)' },
-  { key: 'wal', name: 'wal', kind: 'wal', default: 'file', help: 'the hot tier that acknowledges writes: file (WAL files in the data directory, see --wal-layout) or postgres (a table in the --metastore database, for brokers without a durable local disk)' },
-  { key: 'objectStore', name: 'object-store', kind: 'object-store', default: { kind: 'fs' }, help: 'where sealed segments go: fs (objects/ in the data directory) or s3://bucket/prefix on any S3-compatible service' },
-  { key: 's3Endpoint', name: 's3-endpoint', kind: 'url', default: null, defaultText: 'AWS S3 of --s3-region', help: 'S3 endpoint URL, e.g. http://127.0.0.1:9000 for MinIO (default: AWS S3 of --s3-region)' },
+  {
+    key: 'metastore',
+    name: 'metastore',
+    kind: 'metastore',
+    default: { kind: 'sqlite' },
+    help: 'sqlite (metastore.db in the data directory) or a PostgreSQL URL, postgres://user:password@host:port/database (see docs/storage.md)',
+  },
+  {
+    key: 'wal',
+    name: 'wal',
+    kind: 'wal',
+    default: 'file',
+    help: 'the hot tier that acknowledges writes: file (WAL files in the data directory, see --wal-layout) or postgres (a table in the --metastore database, for brokers without a durable local disk)',
+  },
+  {
+    key: 'objectStore',
+    name: 'object-store',
+    kind: 'object-store',
+    default: { kind: 'fs' },
+    help: 'where sealed segments go: fs (objects/ in the data directory) or s3://bucket/prefix on any S3-compatible service',
+  },
+  {
+    key: 's3Endpoint',
+    name: 's3-endpoint',
+    kind: 'url',
+    default: null,
+    defaultText: 'AWS S3 of --s3-region',
+    help: 'S3 endpoint URL, e.g. http://127.0.0.1:9000 for MinIO (default: AWS S3 of --s3-region)',
+  },
   { key: 's3Region', name: 's3-region', kind: 'string', default: 'us-east-1', help: 'S3 region' },
-  { key: 's3AccessKeyId', name: 's3-access-key-id', kind: 'string', default: null, defaultText: 'the AWS SDK\'s chain', help: 'S3 access key id (default: the AWS SDK\'s chain: AWS_ACCESS_KEY_ID, profiles, instance roles)' },
-  { key: 's3SecretAccessKey', name: 's3-secret-access-key', kind: 'string', default: null, defaultText: 'the AWS SDK\'s chain', help: 'S3 secret access key (prefer the environment: FLOWMQ_S3_SECRET_ACCESS_KEY or AWS_SECRET_ACCESS_KEY)' },
-  { key: 's3PathStyle', name: 's3-path-style', kind: 'bool', default: null, defaultText: 'on with --s3-endpoint', help: 'path-style bucket addressing (default: on when --s3-endpoint is set, off for AWS)' },
-  { key: 's3RequestTimeout', name: 's3-request-timeout', kind: 'duration', default: 30_000, help: 'an S3 request with no answer for this long is abandoned and retried' },
-  { key: 's3MaxAttempts', name: 's3-max-attempts', kind: 'int', default: 5, help: 'tries of an S3 request failing with a 5xx, throttling or a network error (exponential backoff with jitter) before the operation fails; failed seals are retried later anyway' },
-  { key: 'objectCacheBytes', name: 'object-cache-bytes', kind: 'capacity', default: 256 * 1024 * 1024, help: 'memory for blocks of segment objects read back from S3 (LRU; read-ahead for sequential consumers; 0: none). Not used with --object-store fs, whose reads the page cache serves' },
+  {
+    key: 's3AccessKeyId',
+    name: 's3-access-key-id',
+    kind: 'string',
+    default: null,
+    defaultText: "the AWS SDK's chain",
+    help: "S3 access key id (default: the AWS SDK's chain: AWS_ACCESS_KEY_ID, profiles, instance roles)",
+  },
+  {
+    key: 's3SecretAccessKey',
+    name: 's3-secret-access-key',
+    kind: 'string',
+    default: null,
+    defaultText: "the AWS SDK's chain",
+    help: 'S3 secret access key (prefer the environment: FLOWMQ_S3_SECRET_ACCESS_KEY or AWS_SECRET_ACCESS_KEY)',
+  },
+  {
+    key: 's3PathStyle',
+    name: 's3-path-style',
+    kind: 'bool',
+    default: null,
+    defaultText: 'on with --s3-endpoint',
+    help: 'path-style bucket addressing (default: on when --s3-endpoint is set, off for AWS)',
+  },
+  {
+    key: 's3RequestTimeout',
+    name: 's3-request-timeout',
+    kind: 'duration',
+    default: 30_000,
+    help: 'an S3 request with no answer for this long is abandoned and retried',
+  },
+  {
+    key: 's3MaxAttempts',
+    name: 's3-max-attempts',
+    kind: 'int',
+    default: 5,
+    help: 'tries of an S3 request failing with a 5xx, throttling or a network error (exponential backoff with jitter) before the operation fails; failed seals are retried later anyway',
+  },
+  {
+    key: 'objectCacheBytes',
+    name: 'object-cache-bytes',
+    kind: 'capacity',
+    default: 256 * 1024 * 1024,
+    help: 'memory for blocks of segment objects read back from S3 (LRU; read-ahead for sequential consumers; 0: none). Not used with --object-store fs, whose reads the page cache serves',
+  },
   { key: 'pgPoolSize', name: 'pg-pool-size', kind: 'int', default: 10, help: 'PostgreSQL connections of the metastore (the PostgreSQL WAL has its own)' },
-  { key: 'pgStatementTimeout', name: 'pg-statement-timeout', kind: 'duration', default: 30_000, help: 'PostgreSQL statement_timeout of the broker\'s connections' },
+  {
+    key: 'pgStatementTimeout',
+    name: 'pg-statement-timeout',
+    kind: 'duration',
+    default: 30_000,
+    help: "PostgreSQL statement_timeout of the broker's connections",
+  },
   { key: 'host', name: 'host', kind: 'string', default: '0.0.0.0', help: 'address the protocol listeners bind (the admin API binds --http-host)' },
   { key: 'mqttPort', name: 'mqtt-port', kind: 'port', default: 1883, help: 'MQTT over TCP' },
   { key: 'kafkaPort', name: 'kafka-port', kind: 'port', default: 9092, help: 'Kafka wire protocol' },
@@ -253,107 +355,599 @@ export const OPTIONS: readonly OptionSpec[] = [
   { key: 'amqpsPort', name: 'amqps-port', kind: 'port', default: 5671, help: 'AMQP 0-9-1 over TLS; listens only when amqp-tls-cert and amqp-tls-key are set' },
   { key: 'amqpTlsCert', name: 'amqp-tls-cert', kind: 'string', default: null, help: 'PEM certificate (chain) file of the AMQP TLS listener' },
   { key: 'amqpTlsKey', name: 'amqp-tls-key', kind: 'string', default: null, help: 'PEM private key file of the AMQP TLS listener' },
-  { key: 'amqpFrameMax', name: 'amqp-frame-max', kind: 'size', default: 131_072, help: 'largest AMQP frame offered in connection.tune (4096 or more; clients may ask for less); a larger frame closes the connection (501)' },
+  {
+    key: 'amqpFrameMax',
+    name: 'amqp-frame-max',
+    kind: 'size',
+    default: 131_072,
+    help: 'largest AMQP frame offered in connection.tune (4096 or more; clients may ask for less); a larger frame closes the connection (501)',
+  },
   { key: 'amqpChannelMax', name: 'amqp-channel-max', kind: 'int', default: 2047, help: 'channels per AMQP connection offered in connection.tune (1..65535)' },
-  { key: 'amqpHeartbeat', name: 'amqp-heartbeat', kind: 'delay', default: 60_000, help: 'AMQP heartbeat interval offered in connection.tune (whole seconds; 0: none unless the client asks); a connection silent for two intervals is closed' },
-  { key: 'amqpMaxConnections', name: 'amqp-max-connections', kind: 'int', default: 100_000, help: 'AMQP client connections over all AMQP listeners; more are closed before the handshake' },
-  { key: 'amqpHandshakeTimeout', name: 'amqp-handshake-timeout', kind: 'duration', default: 10_000, help: 'an AMQP connection must finish its handshake (protocol header to connection.open) within this, or it is closed' },
-  { key: 'amqpMaxMessageSize', name: 'amqp-max-message-size', kind: 'size', default: 128 * 1024 * 1024, help: 'largest AMQP message body accepted; a larger one closes its channel (406 PRECONDITION_FAILED), as RabbitMQ\'s max_message_size' },
-  { key: 'amqpMemoryHighWatermark', name: 'amqp-memory-high-watermark', kind: 'capacity', default: null, defaultText: '40% of RAM', help: 'process memory (RSS) above which AMQP publishing connections are blocked (connection.blocked) until it falls (0: never; default: 40% of the machine\'s memory)' },
-  { key: 'natsPort', name: 'nats-port', kind: 'port', default: 4222, help: 'NATS client protocol (TLS on the same port when nats-tls-cert and nats-tls-key are set)' },
-  { key: 'natsTlsCert', name: 'nats-tls-cert', kind: 'string', default: null, help: 'PEM certificate (chain) file for NATS over TLS: clients upgrade on the NATS port after INFO, as with nats-server' },
+  {
+    key: 'amqpHeartbeat',
+    name: 'amqp-heartbeat',
+    kind: 'delay',
+    default: 60_000,
+    help: 'AMQP heartbeat interval offered in connection.tune (whole seconds; 0: none unless the client asks); a connection silent for two intervals is closed',
+  },
+  {
+    key: 'amqpMaxConnections',
+    name: 'amqp-max-connections',
+    kind: 'int',
+    default: 100_000,
+    help: 'AMQP client connections over all AMQP listeners; more are closed before the handshake',
+  },
+  {
+    key: 'amqpHandshakeTimeout',
+    name: 'amqp-handshake-timeout',
+    kind: 'duration',
+    default: 10_000,
+    help: 'an AMQP connection must finish its handshake (protocol header to connection.open) within this, or it is closed',
+  },
+  {
+    key: 'amqpMaxMessageSize',
+    name: 'amqp-max-message-size',
+    kind: 'size',
+    default: 128 * 1024 * 1024,
+    help: "largest AMQP message body accepted; a larger one closes its channel (406 PRECONDITION_FAILED), as RabbitMQ's max_message_size",
+  },
+  {
+    key: 'amqpMemoryHighWatermark',
+    name: 'amqp-memory-high-watermark',
+    kind: 'capacity',
+    default: null,
+    defaultText: '40% of RAM',
+    help: "process memory (RSS) above which AMQP publishing connections are blocked (connection.blocked) until it falls (0: never; default: 40% of the machine's memory)",
+  },
+  {
+    key: 'natsPort',
+    name: 'nats-port',
+    kind: 'port',
+    default: 4222,
+    help: 'NATS client protocol (TLS on the same port when nats-tls-cert and nats-tls-key are set)',
+  },
+  {
+    key: 'natsTlsCert',
+    name: 'nats-tls-cert',
+    kind: 'string',
+    default: null,
+    help: 'PEM certificate (chain) file for NATS over TLS: clients upgrade on the NATS port after INFO, as with nats-server',
+  },
   { key: 'natsTlsKey', name: 'nats-tls-key', kind: 'string', default: null, help: 'PEM private key file for NATS over TLS' },
-  { key: 'natsTlsRequired', name: 'nats-tls-required', kind: 'bool', default: false, help: 'NATS clients must use TLS (INFO tls_required; a plain CONNECT gets -ERR \'Secure Connection - TLS Required\'); else TLS is offered (tls_available) and plain clients are served too' },
-  { key: 'natsTlsHandshakeFirst', name: 'nats-tls-handshake-first', kind: 'bool', default: false, help: 'NATS clients start with the TLS handshake, INFO comes after it (nats-server 2.10 handshake_first; the nats client\'s tls.handshakeFirst); implies TLS required' },
-  { key: 'natsWsPort', name: 'nats-ws-port', kind: 'port', default: null, help: 'NATS over WebSocket (binary frames, any path) for browser clients; unset: no WebSocket listener' },
-  { key: 'natsWsTls', name: 'nats-ws-tls', kind: 'bool', default: false, help: 'the NATS WebSocket listener serves wss:// (TLS) with nats-tls-cert and nats-tls-key' },
-  { key: 'natsToken', name: 'nats-token', kind: 'string', default: null, help: 'token a NATS client may present in CONNECT auth_token instead of a user and password (prefer the environment: FLOWMQ_NATS_TOKEN)' },
-  { key: 'natsMaxPayload', name: 'nats-max-payload', kind: 'size', default: 1024 * 1024, help: 'largest NATS message (payload and headers), announced in INFO max_payload; larger: -ERR \'Maximum Payload Violation\' and close (at most 64MiB, and not over nats-max-pending)' },
-  { key: 'natsMaxControlLine', name: 'nats-max-control-line', kind: 'size', default: 4096, help: 'longest NATS protocol line (operation and arguments); longer: -ERR \'maximum control line exceeded\' and close' },
-  { key: 'natsMaxPending', name: 'nats-max-pending', kind: 'size', default: 64 * 1024 * 1024, help: 'bytes waiting to be written to one NATS connection; past it the client is a slow consumer and closed (as nats-server\'s max_pending)' },
-  { key: 'natsMaxPendingMsgs', name: 'nats-max-pending-msgs', kind: 'int', default: 0, help: 'messages waiting to be written to one NATS connection past which it is a slow consumer and closed (0: nats-max-pending alone bounds it)' },
+  {
+    key: 'natsTlsRequired',
+    name: 'nats-tls-required',
+    kind: 'bool',
+    default: false,
+    help: "NATS clients must use TLS (INFO tls_required; a plain CONNECT gets -ERR 'Secure Connection - TLS Required'); else TLS is offered (tls_available) and plain clients are served too",
+  },
+  {
+    key: 'natsTlsHandshakeFirst',
+    name: 'nats-tls-handshake-first',
+    kind: 'bool',
+    default: false,
+    help: "NATS clients start with the TLS handshake, INFO comes after it (nats-server 2.10 handshake_first; the nats client's tls.handshakeFirst); implies TLS required",
+  },
+  {
+    key: 'natsWsPort',
+    name: 'nats-ws-port',
+    kind: 'port',
+    default: null,
+    help: 'NATS over WebSocket (binary frames, any path) for browser clients; unset: no WebSocket listener',
+  },
+  {
+    key: 'natsWsTls',
+    name: 'nats-ws-tls',
+    kind: 'bool',
+    default: false,
+    help: 'the NATS WebSocket listener serves wss:// (TLS) with nats-tls-cert and nats-tls-key',
+  },
+  {
+    key: 'natsToken',
+    name: 'nats-token',
+    kind: 'string',
+    default: null,
+    help: 'token a NATS client may present in CONNECT auth_token instead of a user and password (prefer the environment: FLOWMQ_NATS_TOKEN)',
+  },
+  {
+    key: 'natsMaxPayload',
+    name: 'nats-max-payload',
+    kind: 'size',
+    default: 1024 * 1024,
+    help: "largest NATS message (payload and headers), announced in INFO max_payload; larger: -ERR 'Maximum Payload Violation' and close (at most 64MiB, and not over nats-max-pending)",
+  },
+  {
+    key: 'natsMaxControlLine',
+    name: 'nats-max-control-line',
+    kind: 'size',
+    default: 4096,
+    help: "longest NATS protocol line (operation and arguments); longer: -ERR 'maximum control line exceeded' and close",
+  },
+  {
+    key: 'natsMaxPending',
+    name: 'nats-max-pending',
+    kind: 'size',
+    default: 64 * 1024 * 1024,
+    help: "bytes waiting to be written to one NATS connection; past it the client is a slow consumer and closed (as nats-server's max_pending)",
+  },
+  {
+    key: 'natsMaxPendingMsgs',
+    name: 'nats-max-pending-msgs',
+    kind: 'int',
+    default: 0,
+    help: 'messages waiting to be written to one NATS connection past which it is a slow consumer and closed (0: nats-max-pending alone bounds it)',
+  },
   { key: 'natsPingInterval', name: 'nats-ping-interval', kind: 'duration', default: 120_000, help: 'the broker PINGs each NATS client this often' },
-  { key: 'natsMaxPingsOut', name: 'nats-max-pings-out', kind: 'int', default: 2, help: 'unanswered PINGs after which a NATS connection is stale (-ERR \'Stale Connection\') and closed' },
-  { key: 'natsAuthTimeout', name: 'nats-auth-timeout', kind: 'duration', default: 2000, help: 'a NATS client must send CONNECT within this after INFO, or it is closed (-ERR \'Authentication Timeout\')' },
-  { key: 'natsMaxConnections', name: 'nats-max-connections', kind: 'int', default: 100_000, help: 'NATS client connections over all NATS listeners (TLS handshakes in progress included); more get -ERR \'maximum connections exceeded\' and are closed' },
-  { key: 'natsMaxSubscriptions', name: 'nats-max-subscriptions', kind: 'int', default: 100_000, help: 'subscriptions per NATS connection (0: no limit); more: -ERR \'Maximum Subscriptions Exceeded\'' },
+  {
+    key: 'natsMaxPingsOut',
+    name: 'nats-max-pings-out',
+    kind: 'int',
+    default: 2,
+    help: "unanswered PINGs after which a NATS connection is stale (-ERR 'Stale Connection') and closed",
+  },
+  {
+    key: 'natsAuthTimeout',
+    name: 'nats-auth-timeout',
+    kind: 'duration',
+    default: 2000,
+    help: "a NATS client must send CONNECT within this after INFO, or it is closed (-ERR 'Authentication Timeout')",
+  },
+  {
+    key: 'natsMaxConnections',
+    name: 'nats-max-connections',
+    kind: 'int',
+    default: 100_000,
+    help: "NATS client connections over all NATS listeners (TLS handshakes in progress included); more get -ERR 'maximum connections exceeded' and are closed",
+  },
+  {
+    key: 'natsMaxSubscriptions',
+    name: 'nats-max-subscriptions',
+    kind: 'int',
+    default: 100_000,
+    help: "subscriptions per NATS connection (0: no limit); more: -ERR 'Maximum Subscriptions Exceeded'",
+  },
   { key: 'httpPort', name: 'http-port', kind: 'port', default: 8080, help: 'admin HTTP API (/api/v1) and health' },
   { key: 'httpHost', name: 'http-host', kind: 'string', default: '127.0.0.1', help: 'address the admin HTTP API binds (0.0.0.0 for every interface)' },
-  { key: 'httpAllowedHosts', name: 'http-allowed-hosts', kind: 'hosts', default: [], help: 'host names the admin API answers for besides its bind address, comma-separated (Host header check against DNS rebinding)' },
-  { key: 'httpMetricsAllow', name: 'http-metrics-allow', kind: 'cidrs', default: [], defaultText: 'none (anyone)', help: 'addresses or CIDR blocks (10.0.0.0/8, ::1) that may read /metrics, /healthz and /readyz, comma-separated (default: anyone who can connect; they need no login)' },
+  {
+    key: 'httpAllowedHosts',
+    name: 'http-allowed-hosts',
+    kind: 'hosts',
+    default: [],
+    help: 'host names the admin API answers for besides its bind address, comma-separated (Host header check against DNS rebinding)',
+  },
+  {
+    key: 'httpMetricsAllow',
+    name: 'http-metrics-allow',
+    kind: 'cidrs',
+    default: [],
+    defaultText: 'none (anyone)',
+    help: 'addresses or CIDR blocks (10.0.0.0/8, ::1) that may read /metrics, /healthz and /readyz, comma-separated (default: anyone who can connect; they need no login)',
+  },
   { key: 'httpSessionTtl', name: 'http-session-ttl', kind: 'duration', default: 12 * 3_600_000, help: 'how long a dashboard login session lasts' },
   { key: 'protocols', name: 'protocols', kind: 'protocols', default: [...PROTOCOLS], help: 'listeners this broker enables, comma-separated' },
   { key: 'logLevel', name: 'log-level', kind: 'level', default: 'info', help: 'trace, debug, info, warn, error, fatal or silent' },
-  { key: 'brokerId', name: 'broker-id', kind: 'int', default: 0, help: 'this broker\'s id (Kafka node id); every broker of a cluster needs its own' },
-  { key: 'cluster', name: 'cluster', kind: 'bool', default: false, help: 'run as one broker of a cluster of stateless brokers (see docs/cluster.md): needs --metastore postgres://..., --wal postgres, an s3:// --object-store and --cluster-secret' },
-  { key: 'clusterHost', name: 'cluster-host', kind: 'string', default: null, defaultText: '--host', help: 'address the brokers\' internal channel binds (default: --host)' },
-  { key: 'clusterPort', name: 'cluster-port', kind: 'port', default: 9450, help: 'port of the brokers\' internal channel (forwarded writes, live messages, handovers)' },
-  { key: 'clusterSecret', name: 'cluster-secret', kind: 'string', default: null, help: 'shared secret of the brokers\' internal channel, at least 16 characters (every broker of the cluster needs the same)' },
-  { key: 'clusterLease', name: 'cluster-lease', kind: 'duration', default: 5000, help: 'a broker that has not renewed its membership lease for this long is dead: its partitions, queues, groups and sessions move to the others' },
-  { key: 'advertisedHost', name: 'advertised-host', kind: 'string', default: null, defaultText: '--host (127.0.0.1 for a wildcard)', help: 'host clients and other brokers are told to connect to (default: --host, or 127.0.0.1 when --host is 0.0.0.0)' },
-  { key: 'advertisedListeners', name: 'advertised-listeners', kind: 'endpoints', default: {}, help: 'advertised address per listener, overriding --advertised-host and the bound port: kafka=host:port,kafka-tls=host:port,mqtt=host:port,cluster=host:port,... (a single broker too: Kafka\'s Metadata, FindCoordinator and DescribeCluster tell clients of that listener)' },
-  { key: 'kafkaAdvertisedHost', name: 'kafka-advertised-host', kind: 'string', default: null, defaultText: '--advertised-host, else the address the client reached', help: 'host Kafka clients are told to connect to (default: --advertised-host, else the address they reached)' },
-  { key: 'kafkaAutoCreateTopics', name: 'kafka-auto-create-topics', kind: 'bool', default: true, help: 'create a stream when a Kafka client produces to or asks for an unknown topic' },
+  { key: 'brokerId', name: 'broker-id', kind: 'int', default: 0, help: "this broker's id (Kafka node id); every broker of a cluster needs its own" },
+  {
+    key: 'cluster',
+    name: 'cluster',
+    kind: 'bool',
+    default: false,
+    help: 'run as one broker of a cluster of stateless brokers (see docs/cluster.md): needs --metastore postgres://..., --wal postgres, an s3:// --object-store and --cluster-secret',
+  },
+  {
+    key: 'clusterHost',
+    name: 'cluster-host',
+    kind: 'string',
+    default: null,
+    defaultText: '--host',
+    help: "address the brokers' internal channel binds (default: --host)",
+  },
+  {
+    key: 'clusterPort',
+    name: 'cluster-port',
+    kind: 'port',
+    default: 9450,
+    help: "port of the brokers' internal channel (forwarded writes, live messages, handovers)",
+  },
+  {
+    key: 'clusterSecret',
+    name: 'cluster-secret',
+    kind: 'string',
+    default: null,
+    help: "shared secret of the brokers' internal channel, at least 16 characters (every broker of the cluster needs the same)",
+  },
+  {
+    key: 'clusterLease',
+    name: 'cluster-lease',
+    kind: 'duration',
+    default: 5000,
+    help: 'a broker that has not renewed its membership lease for this long is dead: its partitions, queues, groups and sessions move to the others',
+  },
+  {
+    key: 'advertisedHost',
+    name: 'advertised-host',
+    kind: 'string',
+    default: null,
+    defaultText: '--host (127.0.0.1 for a wildcard)',
+    help: 'host clients and other brokers are told to connect to (default: --host, or 127.0.0.1 when --host is 0.0.0.0)',
+  },
+  {
+    key: 'advertisedListeners',
+    name: 'advertised-listeners',
+    kind: 'endpoints',
+    default: {},
+    help: "advertised address per listener, overriding --advertised-host and the bound port: kafka=host:port,kafka-tls=host:port,mqtt=host:port,cluster=host:port,... (a single broker too: Kafka's Metadata, FindCoordinator and DescribeCluster tell clients of that listener)",
+  },
+  {
+    key: 'kafkaAdvertisedHost',
+    name: 'kafka-advertised-host',
+    kind: 'string',
+    default: null,
+    defaultText: '--advertised-host, else the address the client reached',
+    help: 'host Kafka clients are told to connect to (default: --advertised-host, else the address they reached)',
+  },
+  {
+    key: 'kafkaAutoCreateTopics',
+    name: 'kafka-auto-create-topics',
+    kind: 'bool',
+    default: true,
+    help: 'create a stream when a Kafka client produces to or asks for an unknown topic',
+  },
   { key: 'kafkaDefaultPartitions', name: 'kafka-default-partitions', kind: 'int', default: 1, help: 'partitions of auto-created topics' },
-  { key: 'kafkaFrameReserve', name: 'kafka-frame-reserve', kind: 'capacity', default: 64 * 1024 * 1024, help: 'request memory all Kafka connections together may hold ahead of the bytes arriving (a frame is taken whole when its size arrives); beyond it requests are gathered as their bytes arrive, at the cost of one more copy' },
-  { key: 'kafkaConnectionsMaxIdle', name: 'kafka-connections-max-idle', kind: 'duration', default: 600_000, help: 'close a Kafka connection idle this long: no request in flight, nothing received or sent (connections.max.idle.ms)' },
-  { key: 'kafkaFetchSessionCacheSlots', name: 'kafka-fetch-session-cache-slots', kind: 'int', default: 1000, help: 'incremental fetch sessions (KIP-227) the broker keeps at most, over all Kafka connections (max.incremental.fetch.session.cache.slots); when full, a new session evicts one idle for 2 minutes or a smaller one, else the client does full fetches; 0: none' },
-  { key: 'kafkaRequestReceiveTimeout', name: 'kafka-request-receive-timeout', kind: 'duration', default: 30_000, help: 'close a Kafka connection whose request has not arrived whole this long after its first bytes, or whose responses have waited unread this long (the clients\' own request.timeout.ms)' },
-  { key: 'mqttMaxPacketSize', name: 'mqtt-max-packet-size', kind: 'size', default: 1024 * 1024, help: 'largest MQTT packet accepted (bytes, or 256KiB, 1MiB...)' },
+  {
+    key: 'kafkaFrameReserve',
+    name: 'kafka-frame-reserve',
+    kind: 'capacity',
+    default: 64 * 1024 * 1024,
+    help: 'request memory all Kafka connections together may hold ahead of the bytes arriving (a frame is taken whole when its size arrives); beyond it requests are gathered as their bytes arrive, at the cost of one more copy',
+  },
+  {
+    key: 'kafkaConnectionsMaxIdle',
+    name: 'kafka-connections-max-idle',
+    kind: 'duration',
+    default: 600_000,
+    help: 'close a Kafka connection idle this long: no request in flight, nothing received or sent (connections.max.idle.ms)',
+  },
+  {
+    key: 'kafkaFetchSessionCacheSlots',
+    name: 'kafka-fetch-session-cache-slots',
+    kind: 'int',
+    default: 1000,
+    help: 'incremental fetch sessions (KIP-227) the broker keeps at most, over all Kafka connections (max.incremental.fetch.session.cache.slots); when full, a new session evicts one idle for 2 minutes or a smaller one, else the client does full fetches; 0: none',
+  },
+  {
+    key: 'kafkaRequestReceiveTimeout',
+    name: 'kafka-request-receive-timeout',
+    kind: 'duration',
+    default: 30_000,
+    help: "close a Kafka connection whose request has not arrived whole this long after its first bytes, or whose responses have waited unread this long (the clients' own request.timeout.ms)",
+  },
+  {
+    key: 'mqttMaxPacketSize',
+    name: 'mqtt-max-packet-size',
+    kind: 'size',
+    default: 1024 * 1024,
+    help: 'largest MQTT packet accepted (bytes, or 256KiB, 1MiB...)',
+  },
   { key: 'mqttsPort', name: 'mqtts-port', kind: 'port', default: 8883, help: 'MQTT over TLS; listens only when mqtt-tls-cert and mqtt-tls-key are set' },
   { key: 'mqttTlsCert', name: 'mqtt-tls-cert', kind: 'string', default: null, help: 'PEM certificate (chain) file of the MQTT TLS listener' },
   { key: 'mqttTlsKey', name: 'mqtt-tls-key', kind: 'string', default: null, help: 'PEM private key file of the MQTT TLS listener' },
   { key: 'mqttWs', name: 'mqtt-ws', kind: 'bool', default: true, help: 'serve MQTT over WebSocket (path /mqtt, subprotocol mqtt)' },
   { key: 'mqttWsPort', name: 'mqtt-ws-port', kind: 'port', default: 8083, help: 'MQTT over WebSocket' },
-  { key: 'mqttMaxConnections', name: 'mqtt-max-connections', kind: 'int', default: 1_000_000, help: 'MQTT client connections over all MQTT listeners; more are refused (CONNACK 0x97 / 0x03)' },
-  { key: 'mqttMaxInflight', name: 'mqtt-max-inflight', kind: 'int', default: 100, help: 'unacknowledged QoS 1/2 messages per MQTT connection, each way (v5 Receive Maximum)' },
-  { key: 'mqttMaxQueuedMessages', name: 'mqtt-max-queued-messages', kind: 'int', default: 1000, help: 'messages queued per MQTT session (online behind the in-flight window, offline in the store); the oldest are dropped beyond it' },
-  { key: 'mqttSlowConsumer', name: 'mqtt-slow-consumer', kind: 'slow-consumer', default: 'drop', help: 'when a message for an MQTT client would be dropped because it does not keep up (queue full, or its socket over 1MiB): drop it, or disconnect the client (v5 DISCONNECT 0x97; a persistent session keeps the messages)' },
-  { key: 'mqttPacketTimeout', name: 'mqtt-packet-timeout', kind: 'duration', default: 30_000, help: 'a packet that has started must be complete within this time, whatever the keep-alive (30 s admits ~35 KB/s for a 1 MiB packet); else the connection is closed (v5 DISCONNECT 0x8D). Replies a client does not read must make progress within it too (else DISCONNECT 0x97)' },
-  { key: 'mqttMaxPartialBytes', name: 'mqtt-max-partial-bytes', kind: 'size', default: 64 * 1024 * 1024, help: 'memory all MQTT connections together may hold for packets not received completely; a connection that would take it over is closed (v5 DISCONNECT 0x97)' },
+  {
+    key: 'mqttMaxConnections',
+    name: 'mqtt-max-connections',
+    kind: 'int',
+    default: 1_000_000,
+    help: 'MQTT client connections over all MQTT listeners; more are refused (CONNACK 0x97 / 0x03)',
+  },
+  {
+    key: 'mqttMaxInflight',
+    name: 'mqtt-max-inflight',
+    kind: 'int',
+    default: 100,
+    help: 'unacknowledged QoS 1/2 messages per MQTT connection, each way (v5 Receive Maximum)',
+  },
+  {
+    key: 'mqttMaxQueuedMessages',
+    name: 'mqtt-max-queued-messages',
+    kind: 'int',
+    default: 1000,
+    help: 'messages queued per MQTT session (online behind the in-flight window, offline in the store); the oldest are dropped beyond it',
+  },
+  {
+    key: 'mqttSlowConsumer',
+    name: 'mqtt-slow-consumer',
+    kind: 'slow-consumer',
+    default: 'drop',
+    help: 'when a message for an MQTT client would be dropped because it does not keep up (queue full, or its socket over 1MiB): drop it, or disconnect the client (v5 DISCONNECT 0x97; a persistent session keeps the messages)',
+  },
+  {
+    key: 'mqttPacketTimeout',
+    name: 'mqtt-packet-timeout',
+    kind: 'duration',
+    default: 30_000,
+    help: 'a packet that has started must be complete within this time, whatever the keep-alive (30 s admits ~35 KB/s for a 1 MiB packet); else the connection is closed (v5 DISCONNECT 0x8D). Replies a client does not read must make progress within it too (else DISCONNECT 0x97)',
+  },
+  {
+    key: 'mqttMaxPartialBytes',
+    name: 'mqtt-max-partial-bytes',
+    kind: 'size',
+    default: 64 * 1024 * 1024,
+    help: 'memory all MQTT connections together may hold for packets not received completely; a connection that would take it over is closed (v5 DISCONNECT 0x97)',
+  },
   { key: 'mqttQueueQos0', name: 'mqtt-queue-qos0', kind: 'bool', default: false, help: 'also queue QoS 0 messages for offline MQTT sessions' },
-  { key: 'mqttMaxTopicLevels', name: 'mqtt-max-topic-levels', kind: 'int', default: 128, help: 'levels of a topic name or filter (v5: PUBACK 0x90 / SUBACK 0x8F; 3.1.1: SUBACK 0x80, publish closes)' },
-  { key: 'mqttSessionExpiryMax', name: 'mqtt-session-expiry-max', kind: 'duration', default: 7 * 86_400_000, help: 'longest an offline MQTT session is kept (caps v5 Session Expiry; 3.1.1 clean-session-0 sessions get it)' },
-  { key: 'mqttMaxKeepalive', name: 'mqtt-max-keepalive', kind: 'int', default: 0, defaultText: '0 (any)', help: 'highest MQTT keep-alive in seconds a client may use (0: any); v5 clients are told (Server Keep Alive)' },
-  { key: 'mqttSysInterval', name: 'mqtt-sys-interval', kind: 'duration', default: 10_000, help: 'how often broker statistics are published under $SYS/broker/' },
-  { key: 'segmentBytes', name: 'segment-bytes', kind: 'size', default: 16 * 1024 * 1024, help: 'seal a partition\'s hot tail into an object-store segment at this size' },
+  {
+    key: 'mqttMaxTopicLevels',
+    name: 'mqtt-max-topic-levels',
+    kind: 'int',
+    default: 128,
+    help: 'levels of a topic name or filter (v5: PUBACK 0x90 / SUBACK 0x8F; 3.1.1: SUBACK 0x80, publish closes)',
+  },
+  {
+    key: 'mqttSessionExpiryMax',
+    name: 'mqtt-session-expiry-max',
+    kind: 'duration',
+    default: 7 * 86_400_000,
+    help: 'longest an offline MQTT session is kept (caps v5 Session Expiry; 3.1.1 clean-session-0 sessions get it)',
+  },
+  {
+    key: 'mqttMaxKeepalive',
+    name: 'mqtt-max-keepalive',
+    kind: 'int',
+    default: 0,
+    defaultText: '0 (any)',
+    help: 'highest MQTT keep-alive in seconds a client may use (0: any); v5 clients are told (Server Keep Alive)',
+  },
+  {
+    key: 'mqttSysInterval',
+    name: 'mqtt-sys-interval',
+    kind: 'duration',
+    default: 10_000,
+    help: 'how often broker statistics are published under $SYS/broker/',
+  },
+  {
+    key: 'segmentBytes',
+    name: 'segment-bytes',
+    kind: 'size',
+    default: 16 * 1024 * 1024,
+    help: "seal a partition's hot tail into an object-store segment at this size",
+  },
   { key: 'segmentMs', name: 'segment-ms', kind: 'duration', default: 60_000, help: '...or at this age (ms, or 30s, 5m...)' },
-  { key: 'maxUnsealedBytes', name: 'max-unsealed-bytes', kind: 'size', default: 256 * 1024 * 1024, help: 'memory all partitions\' hot tails may hold; beyond it, acknowledgements (Kafka produce responses, MQTT PUBACKs of captured messages) wait for segment writes to catch up' },
-  { key: 'readCacheBytes', name: 'read-cache-bytes', kind: 'capacity', default: null, defaultText: 'a quarter of --max-unsealed-bytes, at most 64MiB', help: 'sealed batches kept in memory for consumers a little behind, across all partitions (0: none; default: a quarter of --max-unsealed-bytes, at most 64MiB)' },
+  {
+    key: 'maxUnsealedBytes',
+    name: 'max-unsealed-bytes',
+    kind: 'size',
+    default: 256 * 1024 * 1024,
+    help: "memory all partitions' hot tails may hold; beyond it, acknowledgements (Kafka produce responses, MQTT PUBACKs of captured messages) wait for segment writes to catch up",
+  },
+  {
+    key: 'readCacheBytes',
+    name: 'read-cache-bytes',
+    kind: 'capacity',
+    default: null,
+    defaultText: 'a quarter of --max-unsealed-bytes, at most 64MiB',
+    help: 'sealed batches kept in memory for consumers a little behind, across all partitions (0: none; default: a quarter of --max-unsealed-bytes, at most 64MiB)',
+  },
   { key: 'walFsync', name: 'wal-fsync', kind: 'bool', default: true, help: 'fsync the WAL before acknowledging (turn off only for throwaway data)' },
-  { key: 'walLayout', name: 'wal-layout', kind: 'wal-layout', default: 'partition', help: 'partition: each partition\'s WAL files become its segment objects by a hard link, so every byte is written to disk once; shared: one WAL for all partitions (one fsync per group commit whatever the number of partitions), segments written from memory (every byte written twice). Entries left in the other layout\'s WAL are sealed into segments at start, so switching loses nothing' },
-  { key: 'walDirectIo', name: 'wal-direct-io', kind: 'bool', default: null, defaultText: 'on for partition, off for shared', help: 'write the WAL with O_DIRECT, around the page cache, where the filesystem supports it (default: on for the partition layout, off for shared)' },
-  { key: 'minFreeDisk', name: 'min-free-disk', kind: 'capacity', default: null, defaultText: '5% of the data directory\'s filesystem, at most 1GiB', help: 'free space kept on the data directory\'s filesystem: below it stream writes are refused with a retriable error until space returns (0: no reserve; default: 5% of the filesystem, at most 1GiB)' },
-  { key: 'usersFile', name: 'users-file', kind: 'string', default: null, help: 'YAML/JSON users file seeding the directory at start: a list of {username, password, groups?, namespace?}, or {users, groups, namespaces, policies}; only what is absent is created (see docs/security.md)' },
-  { key: 'allowAnonymous', name: 'allow-anonymous', kind: 'bool', default: null, defaultText: 'true while no user exists at start, else false', help: 'let clients in without credentials on every protocol (MQTT without a username; Kafka without SASL unless --kafka-sasl says otherwise); see docs/security.md for why' },
-  { key: 'anonymousProtocols', name: 'anonymous-protocols', kind: 'protocols', default: null, defaultText: 'as --allow-anonymous', help: 'protocols (mqtt, kafka, amqp, nats) that let clients in without credentials, comma-separated; overrides allow-anonymous per protocol' },
-  { key: 'defaultPolicy', name: 'default-policy', kind: 'default-policy', default: 'auto', help: 'what no authorization policy decides: auto (allow while no policy exists, deny once one does), allow or deny; members of the admins group are always allowed' },
-  { key: 'authWebhook', name: 'auth-webhook', kind: 'url', default: null, help: 'http(s):// URL asked about usernames the directory does not know: POST {username, password, protocol, remoteAddress}; 200 {"result":"allow","groups":[...],"namespace":"..."} lets the client in' },
-  { key: 'authWebhookTimeout', name: 'auth-webhook-timeout', kind: 'duration', default: 2000, help: 'a webhook answer slower than this (or a 5xx, or no connection) is "server busy" for the client, never a yes' },
-  { key: 'authWebhookCacheTtl', name: 'auth-webhook-cache-ttl', kind: 'duration', default: 60_000, help: 'how long a webhook yes is reused for the same username and password (0: ask every time)' },
-  { key: 'tlsClientCa', name: 'tls-client-ca', kind: 'string', default: null, help: 'PEM file of the CA(s) that sign client certificates: every TLS listener then asks clients for one and maps a verified certificate to the directory user it names (mTLS); credentials sent too win' },
-  { key: 'tlsClientAuth', name: 'tls-client-auth', kind: 'tls-client-auth', default: 'request', help: 'with tls-client-ca: request (a valid certificate logs the client in, others go on to credentials) or require (the TLS handshake fails without a certificate signed by the CA)' },
-  { key: 'tlsCertUser', name: 'tls-cert-user', kind: 'tls-cert-user', default: 'cn', help: 'which field of a verified client certificate is the username: cn (subject common name), san-email or san-dns (first subjectAltName of that type)' },
-  { key: 'controlRefresh', name: 'control-refresh', kind: 'duration', default: 2000, help: 'how often a broker looks for control-plane changes (users, policies) made through another broker sharing the metastore (PostgreSQL); with --cluster changes arrive by notification at once and this poll, a safety net, runs every 30 s or this, whichever is longer' },
-  { key: 'authThreads', name: 'auth-threads', kind: 'int', default: 1, help: 'worker threads that check passwords (scrypt), each at most one core; never libuv\'s pool, which the WAL uses' },
-  { key: 'authQueue', name: 'auth-queue', kind: 'int', default: 32, help: 'password checks waiting for a thread; beyond it a login is answered busy (MQTT CONNACK 0x89 / 0x03, Kafka: closed, the client retries)' },
-  { key: 'authNice', name: 'auth-nice', kind: 'int', default: 10, help: 'Linux nice value of the password threads (0-19), so the event loop and storage get the CPU first' },
-  { key: 'authFreeFailures', name: 'auth-free-failures', kind: 'int', default: 3, help: 'failed logins per client address or username within auth-failure-window before each further attempt is slowed down' },
+  {
+    key: 'walLayout',
+    name: 'wal-layout',
+    kind: 'wal-layout',
+    default: 'partition',
+    help: "partition: each partition's WAL files become its segment objects by a hard link, so every byte is written to disk once; shared: one WAL for all partitions (one fsync per group commit whatever the number of partitions), segments written from memory (every byte written twice). Entries left in the other layout's WAL are sealed into segments at start, so switching loses nothing",
+  },
+  {
+    key: 'walDirectIo',
+    name: 'wal-direct-io',
+    kind: 'bool',
+    default: null,
+    defaultText: 'on for partition, off for shared',
+    help: 'write the WAL with O_DIRECT, around the page cache, where the filesystem supports it (default: on for the partition layout, off for shared)',
+  },
+  {
+    key: 'minFreeDisk',
+    name: 'min-free-disk',
+    kind: 'capacity',
+    default: null,
+    defaultText: "5% of the data directory's filesystem, at most 1GiB",
+    help: "free space kept on the data directory's filesystem: below it stream writes are refused with a retriable error until space returns (0: no reserve; default: 5% of the filesystem, at most 1GiB)",
+  },
+  {
+    key: 'usersFile',
+    name: 'users-file',
+    kind: 'string',
+    default: null,
+    help: 'YAML/JSON users file seeding the directory at start: a list of {username, password, groups?, namespace?}, or {users, groups, namespaces, policies}; only what is absent is created (see docs/security.md)',
+  },
+  {
+    key: 'allowAnonymous',
+    name: 'allow-anonymous',
+    kind: 'bool',
+    default: null,
+    defaultText: 'true while no user exists at start, else false',
+    help: 'let clients in without credentials on every protocol (MQTT without a username; Kafka without SASL unless --kafka-sasl says otherwise); see docs/security.md for why',
+  },
+  {
+    key: 'anonymousProtocols',
+    name: 'anonymous-protocols',
+    kind: 'protocols',
+    default: null,
+    defaultText: 'as --allow-anonymous',
+    help: 'protocols (mqtt, kafka, amqp, nats) that let clients in without credentials, comma-separated; overrides allow-anonymous per protocol',
+  },
+  {
+    key: 'defaultPolicy',
+    name: 'default-policy',
+    kind: 'default-policy',
+    default: 'auto',
+    help: 'what no authorization policy decides: auto (allow while no policy exists, deny once one does), allow or deny; members of the admins group are always allowed',
+  },
+  {
+    key: 'authWebhook',
+    name: 'auth-webhook',
+    kind: 'url',
+    default: null,
+    help: 'http(s):// URL asked about usernames the directory does not know: POST {username, password, protocol, remoteAddress}; 200 {"result":"allow","groups":[...],"namespace":"..."} lets the client in',
+  },
+  {
+    key: 'authWebhookTimeout',
+    name: 'auth-webhook-timeout',
+    kind: 'duration',
+    default: 2000,
+    help: 'a webhook answer slower than this (or a 5xx, or no connection) is "server busy" for the client, never a yes',
+  },
+  {
+    key: 'authWebhookCacheTtl',
+    name: 'auth-webhook-cache-ttl',
+    kind: 'duration',
+    default: 60_000,
+    help: 'how long a webhook yes is reused for the same username and password (0: ask every time)',
+  },
+  {
+    key: 'tlsClientCa',
+    name: 'tls-client-ca',
+    kind: 'string',
+    default: null,
+    help: 'PEM file of the CA(s) that sign client certificates: every TLS listener then asks clients for one and maps a verified certificate to the directory user it names (mTLS); credentials sent too win',
+  },
+  {
+    key: 'tlsClientAuth',
+    name: 'tls-client-auth',
+    kind: 'tls-client-auth',
+    default: 'request',
+    help: 'with tls-client-ca: request (a valid certificate logs the client in, others go on to credentials) or require (the TLS handshake fails without a certificate signed by the CA)',
+  },
+  {
+    key: 'tlsCertUser',
+    name: 'tls-cert-user',
+    kind: 'tls-cert-user',
+    default: 'cn',
+    help: 'which field of a verified client certificate is the username: cn (subject common name), san-email or san-dns (first subjectAltName of that type)',
+  },
+  {
+    key: 'controlRefresh',
+    name: 'control-refresh',
+    kind: 'duration',
+    default: 2000,
+    help: 'how often a broker looks for control-plane changes (users, policies) made through another broker sharing the metastore (PostgreSQL); with --cluster changes arrive by notification at once and this poll, a safety net, runs every 30 s or this, whichever is longer',
+  },
+  {
+    key: 'authThreads',
+    name: 'auth-threads',
+    kind: 'int',
+    default: 1,
+    help: "worker threads that check passwords (scrypt), each at most one core; never libuv's pool, which the WAL uses",
+  },
+  {
+    key: 'authQueue',
+    name: 'auth-queue',
+    kind: 'int',
+    default: 32,
+    help: 'password checks waiting for a thread; beyond it a login is answered busy (MQTT CONNACK 0x89 / 0x03, Kafka: closed, the client retries)',
+  },
+  {
+    key: 'authNice',
+    name: 'auth-nice',
+    kind: 'int',
+    default: 10,
+    help: 'Linux nice value of the password threads (0-19), so the event loop and storage get the CPU first',
+  },
+  {
+    key: 'authFreeFailures',
+    name: 'auth-free-failures',
+    kind: 'int',
+    default: 3,
+    help: 'failed logins per client address or username within auth-failure-window before each further attempt is slowed down',
+  },
   { key: 'authFailureWindow', name: 'auth-failure-window', kind: 'duration', default: 60_000, help: 'failed logins are forgotten after this quiet time' },
-  { key: 'authMaxDelay', name: 'auth-max-delay', kind: 'delay', default: 4000, help: 'cap of the doubling spacing of checks from an address that keeps failing; attempts booked further ahead are answered busy (0: no slowdown)' },
-  { key: 'authUserMaxDelay', name: 'auth-user-max-delay', kind: 'delay', default: 2000, help: 'cap of the doubling delay before checks for a username that keeps failing (a delay, never a lock-out; 0: none)' },
-  { key: 'kafkaSasl', name: 'kafka-sasl', kind: 'bool', default: null, defaultText: 'true iff users are configured and anonymous is not allowed', help: 'Kafka listeners require SASL authentication (default: true when users-file is set and allow-anonymous is not)' },
-  { key: 'kafkaSaslMechanisms', name: 'kafka-sasl-mechanisms', kind: 'sasl-mechanisms', default: [...SASL_MECHANISMS], help: 'SASL mechanisms offered to Kafka clients, comma-separated (offered even before users exist, so users added live can log in)' },
-  { key: 'kafkaSaslMaxReceiveSize', name: 'kafka-sasl-max-receive-size', kind: 'size', default: 512 * 1024, help: 'largest Kafka request read before SASL authentication completes on a --kafka-sasl listener, and during any SASL exchange (Kafka\'s sasl.server.max.receive.size); a larger size prefix closes the connection' },
-  { key: 'kafkaAuthTimeout', name: 'kafka-auth-timeout', kind: 'duration', default: 10_000, help: 'close a connection to a Kafka listener requiring SASL that has not authenticated this long after connecting' },
-  { key: 'kafkaTlsPort', name: 'kafka-tls-port', kind: 'port', default: 9093, help: 'Kafka over TLS (SSL, or SASL_SSL with --kafka-sasl); listens only when both --kafka-tls-cert and --kafka-tls-key are set' },
+  {
+    key: 'authMaxDelay',
+    name: 'auth-max-delay',
+    kind: 'delay',
+    default: 4000,
+    help: 'cap of the doubling spacing of checks from an address that keeps failing; attempts booked further ahead are answered busy (0: no slowdown)',
+  },
+  {
+    key: 'authUserMaxDelay',
+    name: 'auth-user-max-delay',
+    kind: 'delay',
+    default: 2000,
+    help: 'cap of the doubling delay before checks for a username that keeps failing (a delay, never a lock-out; 0: none)',
+  },
+  {
+    key: 'kafkaSasl',
+    name: 'kafka-sasl',
+    kind: 'bool',
+    default: null,
+    defaultText: 'true iff users are configured and anonymous is not allowed',
+    help: 'Kafka listeners require SASL authentication (default: true when users-file is set and allow-anonymous is not)',
+  },
+  {
+    key: 'kafkaSaslMechanisms',
+    name: 'kafka-sasl-mechanisms',
+    kind: 'sasl-mechanisms',
+    default: [...SASL_MECHANISMS],
+    help: 'SASL mechanisms offered to Kafka clients, comma-separated (offered even before users exist, so users added live can log in)',
+  },
+  {
+    key: 'kafkaSaslMaxReceiveSize',
+    name: 'kafka-sasl-max-receive-size',
+    kind: 'size',
+    default: 512 * 1024,
+    help: "largest Kafka request read before SASL authentication completes on a --kafka-sasl listener, and during any SASL exchange (Kafka's sasl.server.max.receive.size); a larger size prefix closes the connection",
+  },
+  {
+    key: 'kafkaAuthTimeout',
+    name: 'kafka-auth-timeout',
+    kind: 'duration',
+    default: 10_000,
+    help: 'close a connection to a Kafka listener requiring SASL that has not authenticated this long after connecting',
+  },
+  {
+    key: 'kafkaTlsPort',
+    name: 'kafka-tls-port',
+    kind: 'port',
+    default: 9093,
+    help: 'Kafka over TLS (SSL, or SASL_SSL with --kafka-sasl); listens only when both --kafka-tls-cert and --kafka-tls-key are set',
+  },
   { key: 'kafkaTlsCert', name: 'kafka-tls-cert', kind: 'string', default: null, help: 'PEM certificate (chain) file of the Kafka TLS listener' },
   { key: 'kafkaTlsKey', name: 'kafka-tls-key', kind: 'string', default: null, help: 'PEM private key file of the Kafka TLS listener' },
-  { key: 'kafkaGroupInitialRebalanceDelay', name: 'kafka-group-initial-rebalance-delay', kind: 'delay', default: 3000, help: 'wait for more members before the first rebalance of an empty group (KIP-134; 0 to disable)' },
-  { key: 'kafkaGroupMinSessionTimeout', name: 'kafka-group-min-session-timeout', kind: 'duration', default: 6000, help: 'shortest session timeout a consumer group member may ask for' },
-  { key: 'kafkaGroupMaxSessionTimeout', name: 'kafka-group-max-session-timeout', kind: 'duration', default: 1_800_000, help: 'longest session timeout a consumer group member may ask for' },
-  { key: 'kafkaConsumerGroupSessionTimeout', name: 'kafka-consumer-group-session-timeout', kind: 'duration', default: 45_000, help: 'members of consumer-protocol groups (KIP-848, group.protocol=consumer) silent this long are removed (group.consumer.session.timeout.ms)' },
-  { key: 'kafkaConsumerGroupHeartbeatInterval', name: 'kafka-consumer-group-heartbeat-interval', kind: 'duration', default: 5000, help: 'heartbeat interval told to members of consumer-protocol groups (group.consumer.heartbeat.interval.ms)' },
+  {
+    key: 'kafkaGroupInitialRebalanceDelay',
+    name: 'kafka-group-initial-rebalance-delay',
+    kind: 'delay',
+    default: 3000,
+    help: 'wait for more members before the first rebalance of an empty group (KIP-134; 0 to disable)',
+  },
+  {
+    key: 'kafkaGroupMinSessionTimeout',
+    name: 'kafka-group-min-session-timeout',
+    kind: 'duration',
+    default: 6000,
+    help: 'shortest session timeout a consumer group member may ask for',
+  },
+  {
+    key: 'kafkaGroupMaxSessionTimeout',
+    name: 'kafka-group-max-session-timeout',
+    kind: 'duration',
+    default: 1_800_000,
+    help: 'longest session timeout a consumer group member may ask for',
+  },
+  {
+    key: 'kafkaConsumerGroupSessionTimeout',
+    name: 'kafka-consumer-group-session-timeout',
+    kind: 'duration',
+    default: 45_000,
+    help: 'members of consumer-protocol groups (KIP-848, group.protocol=consumer) silent this long are removed (group.consumer.session.timeout.ms)',
+  },
+  {
+    key: 'kafkaConsumerGroupHeartbeatInterval',
+    name: 'kafka-consumer-group-heartbeat-interval',
+    kind: 'duration',
+    default: 5000,
+    help: 'heartbeat interval told to members of consumer-protocol groups (group.consumer.heartbeat.interval.ms)',
+  },
 ];
 
 const LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'];
@@ -371,7 +965,12 @@ export function envName(name: string): string {
 
 function coerce(spec: OptionSpec, raw: unknown, source: string): Config[keyof Config] {
   // A value that may hold a secret is not echoed whole: error lines end up in logs.
-  const shown = spec.kind === 'metastore' && typeof raw === 'string' ? JSON.stringify(redactUrl(raw)) : spec.name.includes('secret') || spec.name.endsWith('-token') ? '"***"' : JSON.stringify(raw);
+  const shown =
+    spec.kind === 'metastore' && typeof raw === 'string'
+      ? JSON.stringify(redactUrl(raw))
+      : spec.name.includes('secret') || spec.name.endsWith('-token')
+        ? '"***"'
+        : JSON.stringify(raw);
   const bad = (why: string) => new ConfigError(`invalid ${source}: ${why} (got ${shown})`);
   const str = typeof raw === 'string' ? raw.trim() : raw;
   switch (spec.kind) {
@@ -504,11 +1103,14 @@ function coerce(spec: OptionSpec, raw: unknown, source: string): Config[keyof Co
 function parseEndpoints(v: unknown, bad: (why: string) => ConfigError): Record<string, { host: string; port: number }> {
   const pairs: Array<[string, unknown]> =
     typeof v === 'string'
-      ? v.split(',').filter((x) => x.trim() !== '').map((x) => {
-          const i = x.indexOf('=');
-          if (i <= 0) throw bad('expected name=host:port,...');
-          return [x.slice(0, i).trim(), x.slice(i + 1).trim()];
-        })
+      ? v
+          .split(',')
+          .filter((x) => x.trim() !== '')
+          .map((x) => {
+            const i = x.indexOf('=');
+            if (i <= 0) throw bad('expected name=host:port,...');
+            return [x.slice(0, i).trim(), x.slice(i + 1).trim()];
+          })
       : v !== null && typeof v === 'object' && !Array.isArray(v)
         ? Object.entries(v as Record<string, unknown>)
         : (() => {
@@ -612,17 +1214,19 @@ export function loadConfig(src: ConfigSources = {}): Config {
   if ((cfg.authNice as number) > 19) throw new ConfigError('auth-nice must be 0..19');
   if (cfg.s3PathStyle === null) cfg.s3PathStyle = cfg.s3Endpoint !== null;
   if (cfg.wal === 'postgres' && (cfg.metastore as MetastoreSetting).kind !== 'postgres') {
-    throw new ConfigError('wal postgres keeps the WAL in the metastore\'s database: it needs --metastore postgres://...');
+    throw new ConfigError("wal postgres keeps the WAL in the metastore's database: it needs --metastore postgres://...");
   }
   if ((cfg.s3AccessKeyId === null) !== (cfg.s3SecretAccessKey === null)) {
-    throw new ConfigError('S3 credentials need both s3-access-key-id and s3-secret-access-key (or neither, for the AWS SDK\'s own chain)');
+    throw new ConfigError("S3 credentials need both s3-access-key-id and s3-secret-access-key (or neither, for the AWS SDK's own chain)");
   }
   if ((cfg.pgPoolSize as number) < 1) throw new ConfigError('pg-pool-size must be at least 1');
   if ((cfg.s3MaxAttempts as number) < 1) throw new ConfigError('s3-max-attempts must be at least 1');
   if ((cfg.amqpTlsCert === null) !== (cfg.amqpTlsKey === null)) throw new ConfigError('AMQP over TLS needs both amqp-tls-cert and amqp-tls-key');
-  if ((cfg.amqpFrameMax as number) < 4096 || (cfg.amqpFrameMax as number) > 0x7fffffff) throw new ConfigError('amqp-frame-max must be 4096 bytes or more (AMQP 0-9-1 frame-min-size)');
+  if ((cfg.amqpFrameMax as number) < 4096 || (cfg.amqpFrameMax as number) > 0x7fffffff)
+    throw new ConfigError('amqp-frame-max must be 4096 bytes or more (AMQP 0-9-1 frame-min-size)');
   if ((cfg.amqpChannelMax as number) < 1 || (cfg.amqpChannelMax as number) > 65535) throw new ConfigError('amqp-channel-max must be 1..65535');
-  if ((cfg.amqpHeartbeat as number) % 1000 !== 0 || (cfg.amqpHeartbeat as number) > 65535_000) throw new ConfigError('amqp-heartbeat must be whole seconds, at most 65535s');
+  if ((cfg.amqpHeartbeat as number) % 1000 !== 0 || (cfg.amqpHeartbeat as number) > 65535_000)
+    throw new ConfigError('amqp-heartbeat must be whole seconds, at most 65535s');
   if ((cfg.natsTlsCert === null) !== (cfg.natsTlsKey === null)) throw new ConfigError('NATS over TLS needs both nats-tls-cert and nats-tls-key');
   if ((cfg.natsTlsRequired === true || cfg.natsTlsHandshakeFirst === true || cfg.natsWsTls === true) && cfg.natsTlsCert === null) {
     const which = cfg.natsTlsRequired === true ? 'nats-tls-required' : cfg.natsTlsHandshakeFirst === true ? 'nats-tls-handshake-first' : 'nats-ws-tls';
@@ -634,16 +1238,17 @@ export function loadConfig(src: ConfigSources = {}): Config {
   if ((cfg.natsMaxControlLine as number) < 256) throw new ConfigError('nats-max-control-line must be at least 256 bytes');
   if ((cfg.natsMaxPingsOut as number) < 1) throw new ConfigError('nats-max-pings-out must be at least 1');
   if ((cfg.natsMaxConnections as number) < 1) throw new ConfigError('nats-max-connections must be at least 1');
-  if (cfg.tlsClientAuth === 'require' && cfg.tlsClientCa === null) throw new ConfigError('tls-client-auth require needs tls-client-ca (the CA client certificates are checked against)');
+  if (cfg.tlsClientAuth === 'require' && cfg.tlsClientCa === null)
+    throw new ConfigError('tls-client-auth require needs tls-client-ca (the CA client certificates are checked against)');
   if ((cfg.kafkaTlsCert === null) !== (cfg.kafkaTlsKey === null)) throw new ConfigError('Kafka over TLS needs both kafka-tls-cert and kafka-tls-key');
   if (cfg.cluster === true) {
     // Cluster brokers keep no durable state of their own: everything they acknowledge must be where the others can
     // take it over. Refused here, before anything is opened, with what to change.
     const missing: string[] = [];
     if ((cfg.metastore as MetastoreSetting).kind !== 'postgres') missing.push('--metastore postgres://... (not the embedded SQLite file)');
-    if (cfg.wal !== 'postgres') missing.push('--wal postgres (not WAL files on this broker\'s disk)');
+    if (cfg.wal !== 'postgres') missing.push("--wal postgres (not WAL files on this broker's disk)");
     if ((cfg.objectStore as ObjectStoreSetting).kind !== 's3') missing.push('an s3://bucket/prefix --object-store (not the data directory)');
-    if (cfg.clusterSecret === null) missing.push('--cluster-secret (the brokers\' shared channel secret)');
+    if (cfg.clusterSecret === null) missing.push("--cluster-secret (the brokers' shared channel secret)");
     if (missing.length > 0) throw new ConfigError(`--cluster needs shared backends every broker reaches: ${missing.join('; ')}`);
     if ((cfg.clusterSecret as string).length < 16) throw new ConfigError('cluster-secret must be at least 16 characters');
     if ((cfg.clusterLease as number) < 1000) throw new ConfigError('cluster-lease must be at least 1s');

@@ -126,7 +126,8 @@ export class AuthThrottle {
 
   private bump(m: Map<string, Entry>, key: string, t: number): Entry {
     let e = this.live(m, key, t);
-    if (e) m.delete(key); // re-inserted last: the Map's order is least recently failed first
+    if (e)
+      m.delete(key); // re-inserted last: the Map's order is least recently failed first
     else e = { failures: 0, last: t, nextSlot: 0 };
     e.failures++;
     e.last = t;

@@ -42,11 +42,12 @@ export async function registerDashboard(app: FastifyInstance, opts: DashboardOpt
       setHeaders: (reply) => void reply.header('cache-control', 'no-cache'),
     });
     // Hidden from the OpenAPI document (@fastify/swagger reads `hide`), as @fastify/static hides its own routes.
-    d.get('/', { schema: { hide: true } as FastifySchema }, (_req, reply) => reply.type('text/html; charset=utf-8').header('cache-control', 'no-cache').send(index));
+    d.get('/', { schema: { hide: true } as FastifySchema }, (_req, reply) =>
+      reply.type('text/html; charset=utf-8').header('cache-control', 'no-cache').send(index),
+    );
     // Relative links from /dashboard would resolve one level up; with `ignoreTrailingSlash` fastify already routes it.
     if (!d.hasRoute({ method: 'GET', url: '/dashboard' })) {
       d.get('/dashboard', { schema: { hide: true } as FastifySchema }, (_req, reply) => reply.redirect('/dashboard/', 301));
     }
   });
 }
-

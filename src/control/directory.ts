@@ -19,14 +19,7 @@ import { FlowError } from '../core/index.js';
 import { SCRAM_MECHANISMS, type ScramMechanism } from '../config/sasl-mechanisms.js';
 import { PolicySet, validatePolicy, type DefaultPolicy, type PolicyDef, type Principal } from './policy.js';
 import type { ControlRecord, ControlStore } from '../storage/metastore/control-store.js';
-import {
-  DEFAULT_SCRAM_ITERATIONS,
-  deriveScramCredential,
-  type PasswordHash,
-  type ScramCredential,
-  type UserRecord,
-  type UserStore,
-} from './users.js';
+import { DEFAULT_SCRAM_ITERATIONS, deriveScramCredential, type PasswordHash, type ScramCredential, type UserRecord, type UserStore } from './users.js';
 
 export const DEFAULT_NAMESPACE = 'default';
 
@@ -212,7 +205,10 @@ export class Directory implements UserStore {
   }
 
   listTokens(user?: string): TokenInfo[] {
-    return [...this.tokens.values()].filter((t) => user === undefined || t.user === user).map(tokenInfo).sort((a, b) => cmp(a.id, b.id));
+    return [...this.tokens.values()]
+      .filter((t) => user === undefined || t.user === user)
+      .map(tokenInfo)
+      .sort((a, b) => cmp(a.id, b.id));
   }
 
   get policies(): PolicySet {
@@ -325,7 +321,13 @@ export class Directory implements UserStore {
     const scram = { ...((rec.data.scram ?? {}) as Record<string, unknown>) };
     for (const c of changes) {
       if (c.credential === null) delete scram[c.mechanism];
-      else scram[c.mechanism] = { salt: b64(c.credential.salt), iterations: c.credential.iterations, storedKey: b64(c.credential.storedKey), serverKey: b64(c.credential.serverKey) };
+      else
+        scram[c.mechanism] = {
+          salt: b64(c.credential.salt),
+          iterations: c.credential.iterations,
+          storedKey: b64(c.credential.storedKey),
+          serverKey: b64(c.credential.serverKey),
+        };
     }
     await this.opts.store.putControl('user', username, { ...rec.data, scram });
     await this.changed();
@@ -401,7 +403,11 @@ export class Directory implements UserStore {
     const name = validateName('namespace', n.name);
     const quotas = validateQuotas(n.quotas ?? {});
     const prev = this.namespaceDefs.get(name);
-    await this.opts.store.putControl('namespace', name, { description: n.description ?? prev?.description ?? null, quotas, createdAt: prev?.createdAt ?? Date.now() });
+    await this.opts.store.putControl('namespace', name, {
+      description: n.description ?? prev?.description ?? null,
+      quotas,
+      createdAt: prev?.createdAt ?? Date.now(),
+    });
     await this.changed();
     return this.namespace(name)!;
   }
@@ -529,7 +535,9 @@ export class Directory implements UserStore {
       }
     }
     this.users = nextUsers;
-    this.groupDefs = new Map(groups.map((r) => [r.name, { name: r.name, description: (r.data.description as string | null) ?? undefined, createdAt: Number(r.data.createdAt ?? 0) }]));
+    this.groupDefs = new Map(
+      groups.map((r) => [r.name, { name: r.name, description: (r.data.description as string | null) ?? undefined, createdAt: Number(r.data.createdAt ?? 0) }]),
+    );
     this.namespaceDefs = new Map(
       namespaces.map((r) => {
         let quotas: Quotas = {};

@@ -20,34 +20,15 @@ export {
   type UserStore,
 } from './users.js';
 export { isSaslMechanism, type SaslMechanism, type ScramMechanism } from '../config/sasl-mechanisms.js';
-export {
-  passwordAuthenticator,
-  saslProvider,
-  startSaslExchange,
-  type SaslExchange,
-  type SaslStepResult,
-} from './sasl.js';
+export { passwordAuthenticator, saslProvider, startSaslExchange, type SaslExchange, type SaslStepResult } from './sasl.js';
 export { PasswordGuard, type PasswordGuardOptions } from './password-guard.js';
 export { PasswordVerifier } from './password-verifier.js';
 export { AuthThrottle } from './auth-throttle.js';
 export { AccessControl, Access, type AuthOutcome, type ExternalAuthenticator } from './access.js';
-export {
-  ANONYMOUS,
-  type Action,
-  type DefaultPolicy,
-  type PolicyDef,
-  type Principal,
-  type ResourceKind,
-} from './policy.js';
+export { ANONYMOUS, type Action, type DefaultPolicy, type PolicyDef, type Principal, type ResourceKind } from './policy.js';
 export { Directory, TOKEN_PREFIX } from './directory.js';
 export { QuotaManager, type QuotaLease } from './quotas.js';
-export {
-  RuntimeSettings,
-  type BrokerConfigAdmin,
-  type ConfigScope,
-  type QuotaChange,
-  type QuotaEntity,
-} from './settings.js';
+export { RuntimeSettings, type BrokerConfigAdmin, type ConfigScope, type QuotaChange, type QuotaEntity } from './settings.js';
 export { createMetrics, type Metrics } from './metrics.js';
 export { ClientEntry, ClientRegistry, type ClientRegistration } from './clients.js';
 export { parseUsersFile, seedDirectory, type UsersFile } from './seed.js';

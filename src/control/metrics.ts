@@ -141,11 +141,36 @@ export function createMetrics(sources: MetricsSources): Metrics {
     const by = (pick: (r: ReturnType<ClientRegistry['totals']>[number]) => number) => () =>
       rows().map((r): [Labels, number] => [{ protocol: r.protocol, namespace: r.namespace }, pick(r)]);
     const l = ['protocol', 'namespace'];
-    gauge('connections', 'Open client connections (logged in or not yet) by protocol and namespace', l, by((r) => r.connections));
-    counter('messages_in_total', 'Messages published/produced by clients', l, by((r) => r.messagesIn));
-    counter('messages_out_total', 'Messages delivered to clients', l, by((r) => r.messagesOut));
-    counter('bytes_in_total', 'Bytes read from client connections', l, by((r) => r.bytesIn));
-    counter('bytes_out_total', 'Bytes written to client connections', l, by((r) => r.bytesOut));
+    gauge(
+      'connections',
+      'Open client connections (logged in or not yet) by protocol and namespace',
+      l,
+      by((r) => r.connections),
+    );
+    counter(
+      'messages_in_total',
+      'Messages published/produced by clients',
+      l,
+      by((r) => r.messagesIn),
+    );
+    counter(
+      'messages_out_total',
+      'Messages delivered to clients',
+      l,
+      by((r) => r.messagesOut),
+    );
+    counter(
+      'bytes_in_total',
+      'Bytes read from client connections',
+      l,
+      by((r) => r.bytesIn),
+    );
+    counter(
+      'bytes_out_total',
+      'Bytes written to client connections',
+      l,
+      by((r) => r.bytesOut),
+    );
   }
 
   if (sources.listeners) {
@@ -157,8 +182,11 @@ export function createMetrics(sources: MetricsSources): Metrics {
 
   if (sources.engine) {
     const engine = sources.engine;
-    counter('routed_messages_total', 'Messages routed by the core: published (entered routing), delivered (to live subscribers), captured (appended to streams), dropped', ['event'], () =>
-      (['published', 'delivered', 'captured', 'dropped'] as const).map((k): [Labels, number] => [{ event: k }, engine.stats[k]]),
+    counter(
+      'routed_messages_total',
+      'Messages routed by the core: published (entered routing), delivered (to live subscribers), captured (appended to streams), dropped',
+      ['event'],
+      () => (['published', 'delivered', 'captured', 'dropped'] as const).map((k): [Labels, number] => [{ event: k }, engine.stats[k]]),
     );
     if (engine.listStreams) {
       const list = engine.listStreams.bind(engine);
@@ -178,7 +206,9 @@ export function createMetrics(sources: MetricsSources): Metrics {
         [{ queue: name, state: 'unacked' }, s.unacked],
       ]),
     );
-    gauge('queue_ready_bytes', 'Payload bytes of the ready messages of a queue', ['queue'], () => queueRows().map(({ name, s }): [Labels, number] => [{ queue: name }, s.bytes]));
+    gauge('queue_ready_bytes', 'Payload bytes of the ready messages of a queue', ['queue'], () =>
+      queueRows().map(({ name, s }): [Labels, number] => [{ queue: name }, s.bytes]),
+    );
     gauge('queue_consumers', 'Consumers of a queue', ['queue'], () => queueRows().map(({ name, s }): [Labels, number] => [{ queue: name }, s.consumers]));
   }
 
@@ -190,7 +220,8 @@ export function createMetrics(sources: MetricsSources): Metrics {
       counter(`log_${snake(key)}_total`, `Log engine counter ${key}`, [], () => one(log.stats[key]));
     }
     // A getter answering a fresh object each time: read it at scrape.
-    if (log.memoryStats) gauge('log_tail_memory_bytes', 'Bytes of memory holding the unsealed tails of stream partitions', [], () => one(log.memoryStats?.chunkBytes ?? 0));
+    if (log.memoryStats)
+      gauge('log_tail_memory_bytes', 'Bytes of memory holding the unsealed tails of stream partitions', [], () => one(log.memoryStats?.chunkBytes ?? 0));
   }
 
   if (sources.wal) {
@@ -222,8 +253,11 @@ export function createMetrics(sources: MetricsSources): Metrics {
       }) as never,
     );
     const lagCache = new GroupLagCache(protocols, sources.groupLagCacheMs ?? 10_000);
-    gauge('consumer_group_lag', 'Messages not yet consumed by a consumer group, over every partition it has offsets for (refreshed at most every few seconds)', ['protocol', 'group'], async () =>
-      (await lagCache.get()).flatMap((g): Array<[Labels, number]> => (g.lag === null ? [] : [[{ protocol: g.protocol, group: g.name }, g.lag]])),
+    gauge(
+      'consumer_group_lag',
+      'Messages not yet consumed by a consumer group, over every partition it has offsets for (refreshed at most every few seconds)',
+      ['protocol', 'group'],
+      async () => (await lagCache.get()).flatMap((g): Array<[Labels, number]> => (g.lag === null ? [] : [[{ protocol: g.protocol, group: g.name }, g.lag]])),
     );
     gauge('consumer_group_members', 'Members of a consumer group', ['protocol', 'group'], async () =>
       (await lagCache.get()).map((g): [Labels, number] => [{ protocol: g.protocol, group: g.name }, g.members]),
@@ -241,13 +275,23 @@ export function createMetrics(sources: MetricsSources): Metrics {
     };
     const perOp = (field: 'requests' | 'bytes' | 'errors' | 'retries') => () =>
       Object.entries(objectFigures().ops ?? {}).map(([op, v]): [Labels, number] => [{ operation: op }, Number(v[field]) || 0]);
-    counter('object_store_requests_total', 'Requests sent to the object store, retries included (backends that count them: S3)', ['operation'], perOp('requests'));
+    counter(
+      'object_store_requests_total',
+      'Requests sent to the object store, retries included (backends that count them: S3)',
+      ['operation'],
+      perOp('requests'),
+    );
     counter('object_store_bytes_total', 'Bytes received (get) or sent (put, part) by the object store', ['operation'], perOp('bytes'));
     counter('object_store_errors_total', 'Object store operations that failed for good', ['operation'], perOp('errors'));
     counter('object_store_retries_total', 'Object store attempts that retried a failed one', ['operation'], perOp('retries'));
     counter('object_cache_reads_total', 'Object block cache lookups: hit or miss', ['result'], () => {
       const c = objectFigures().cache;
-      return c === null ? [] : [[{ result: 'hit' }, Number(c.hits) || 0], [{ result: 'miss' }, Number(c.misses) || 0]];
+      return c === null
+        ? []
+        : [
+            [{ result: 'hit' }, Number(c.hits) || 0],
+            [{ result: 'miss' }, Number(c.misses) || 0],
+          ];
     });
     gauge('object_cache_bytes', 'Bytes held by the object block cache', [], () => {
       const c = objectFigures().cache;
@@ -257,8 +301,11 @@ export function createMetrics(sources: MetricsSources): Metrics {
 
   if (sources.auth) {
     const auth = sources.auth;
-    counter('auth_attempts_total', 'Password checks by result: ok, bad (wrong credentials), busy (verifier queue full), throttled (too many failures)', ['result'], () =>
-      (['ok', 'bad', 'busy', 'throttled'] as const).map((k): [Labels, number] => [{ result: k }, auth.stats[k]]),
+    counter(
+      'auth_attempts_total',
+      'Password checks by result: ok, bad (wrong credentials), busy (verifier queue full), throttled (too many failures)',
+      ['result'],
+      () => (['ok', 'bad', 'busy', 'throttled'] as const).map((k): [Labels, number] => [{ result: k }, auth.stats[k]]),
     );
     if (auth.verifier) {
       const v = auth.verifier;
@@ -275,9 +322,24 @@ export function createMetrics(sources: MetricsSources): Metrics {
     const quotas = sources.quotas;
     const per = (pick: (f: ReturnType<QuotaManager['figures']>[string]) => number) => () =>
       Object.entries(quotas.figures()).map(([ns, f]): [Labels, number] => [{ namespace: ns }, pick(f)]);
-    counter('quota_throttled_total', 'Times a client was held back by a namespace rate quota', ['namespace'], per((f) => f.throttled));
-    counter('quota_throttled_seconds_total', 'Time clients were held back by namespace rate quotas', ['namespace'], per((f) => f.throttledMs / 1000));
-    counter('quota_refused_connections_total', 'Connections refused by a namespace connection quota', ['namespace'], per((f) => f.refusedConnections));
+    counter(
+      'quota_throttled_total',
+      'Times a client was held back by a namespace rate quota',
+      ['namespace'],
+      per((f) => f.throttled),
+    );
+    counter(
+      'quota_throttled_seconds_total',
+      'Time clients were held back by namespace rate quotas',
+      ['namespace'],
+      per((f) => f.throttledMs / 1000),
+    );
+    counter(
+      'quota_refused_connections_total',
+      'Connections refused by a namespace connection quota',
+      ['namespace'],
+      per((f) => f.refusedConnections),
+    );
   }
 
   return {

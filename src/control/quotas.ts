@@ -116,7 +116,8 @@ export class QuotaManager {
   /** Per-namespace figures (admin API, /metrics). */
   figures(): Record<string, { connections: number; throttled: number; throttledMs: number; refusedConnections: number }> {
     const out: Record<string, { connections: number; throttled: number; throttledMs: number; refusedConnections: number }> = {};
-    for (const [ns, u] of this.usage) out[ns] = { connections: u.connections, throttled: u.throttled, throttledMs: u.throttledMs, refusedConnections: u.refusedConnections };
+    for (const [ns, u] of this.usage)
+      out[ns] = { connections: u.connections, throttled: u.throttled, throttledMs: u.throttledMs, refusedConnections: u.refusedConnections };
     return out;
   }
 }

@@ -190,7 +190,12 @@ class ScramExchange implements SaslExchange {
     this.cred = cred;
     // An unknown user gets a stable fake salt and fails only at the proof, so the exchange does not reveal which
     // usernames exist (RFC 5802 section 9).
-    const salt = cred?.salt ?? createHmac('sha256', this.opts.fakeSaltSecret ?? PROCESS_FAKE_SALT_SECRET).update(username).digest().subarray(0, 24);
+    const salt =
+      cred?.salt ??
+      createHmac('sha256', this.opts.fakeSaltSecret ?? PROCESS_FAKE_SALT_SECRET)
+        .update(username)
+        .digest()
+        .subarray(0, 24);
     const iterations = cred?.iterations ?? 4096;
     this.serverFirst = `r=${this.nonce},s=${salt.toString('base64')},i=${iterations}`;
     this.state = ScramState.ClientFinal;

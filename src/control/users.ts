@@ -14,8 +14,12 @@ import { FlowError } from '../core/index.js';
 import { SCRAM_MECHANISMS, type ScramMechanism } from '../config/sasl-mechanisms.js';
 
 const pbkdf2Async = promisify(pbkdf2);
-const scryptAsync = promisify(scrypt) as (password: string | Buffer, salt: Buffer, keylen: number, opts: { N: number; r: number; p: number }) => Promise<Buffer>;
-
+const scryptAsync = promisify(scrypt) as (
+  password: string | Buffer,
+  salt: Buffer,
+  keylen: number,
+  opts: { N: number; r: number; p: number },
+) => Promise<Buffer>;
 
 /** Hash of a SCRAM mechanism (RFC 7677 for SHA-256; SHA-512 as Kafka's KIP-84 offers it). */
 export function scramHash(mechanism: ScramMechanism): 'sha256' | 'sha512' {

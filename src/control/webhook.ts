@@ -159,7 +159,12 @@ export class WebhookAuthenticator implements ExternalAuthenticator {
   private fail(username: string, ctx: { remoteAddress?: string; protocol: string }, reason: string, status?: number): WebhookVerdict {
     this.stats.failed++;
     // Keyed by the reason alone: a webhook that is down fails every login the same way; a few lines say so.
-    this.limiter?.log('warn', `auth webhook: ${reason}`, { username, protocol: ctx.protocol, remote: ctx.remoteAddress, status, reason }, 'auth webhook failed; the login is answered busy');
+    this.limiter?.log(
+      'warn',
+      `auth webhook: ${reason}`,
+      { username, protocol: ctx.protocol, remote: ctx.remoteAddress, status, reason },
+      'auth webhook failed; the login is answered busy',
+    );
     return { verdict: 'busy' };
   }
 }

@@ -171,7 +171,7 @@ export function checkZstdFrames(input: Buffer): Buffer {
     if (fcsBytes === 2) fcs += 256;
     p += fcsBytes;
     let produced = 0;
-    for (let last = 0; !last; ) {
+    for (let last = 0; !last;) {
       if (p + 3 > b.length) throw new Error('truncated zstd block header');
       const h = b[p] | (b[p + 1] << 8) | (b[p + 2] << 16);
       last = h & 1;

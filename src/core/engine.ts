@@ -120,10 +120,7 @@ export class Engine implements Router {
 
   async createStream(spec: StreamSpec): Promise<StreamDef> {
     if (!isValidStreamName(spec.name)) {
-      throw new FlowError(
-        'INVALID_ARGUMENT',
-        `invalid stream name "${spec.name}": use 1-249 of [a-zA-Z0-9._-] (dots are topic levels)`,
-      );
+      throw new FlowError('INVALID_ARGUMENT', `invalid stream name "${spec.name}": use 1-249 of [a-zA-Z0-9._-] (dots are topic levels)`);
     }
     if (!Number.isInteger(spec.partitions) || spec.partitions < 1 || spec.partitions > MAX_PARTITIONS) {
       throw new FlowError('INVALID_ARGUMENT', `partitions must be an integer in 1..${MAX_PARTITIONS}`);
@@ -476,7 +473,12 @@ export class Engine implements Router {
       const batch = encodeBatch([messageToRecord(msg, e.ownTopic)]);
       const { baseOffset, durable, offset } = this.storage.append(e.def.name, p, batch);
       this.stats.captured++;
-      if (info !== undefined) info.captured.push(offset === undefined ? { stream: e.def.name, partition: p, offset: baseOffset } : { stream: e.def.name, partition: p, offset: baseOffset, later: offset });
+      if (info !== undefined)
+        info.captured.push(
+          offset === undefined
+            ? { stream: e.def.name, partition: p, offset: baseOffset }
+            : { stream: e.def.name, partition: p, offset: baseOffset, later: offset },
+        );
       if (first === null) first = durable;
       else (all ??= [first]).push(durable);
     });

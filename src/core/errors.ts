@@ -55,5 +55,4 @@ export class FlowError extends Error {
   }
 }
 
-export const isFlowError = (e: unknown, code?: ErrorCode): e is FlowError =>
-  e instanceof FlowError && (code === undefined || e.code === code);
+export const isFlowError = (e: unknown, code?: ErrorCode): e is FlowError => e instanceof FlowError && (code === undefined || e.code === code);

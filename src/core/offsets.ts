@@ -69,9 +69,7 @@ export class MemoryOffsetStore implements OffsetStore, ProducerIdStore {
   }
 
   async listOffsets(group: string): Promise<CommittedOffset[]> {
-    return [...(this.offsets.get(group)?.values() ?? [])].sort((a, b) =>
-      a.stream === b.stream ? a.partition - b.partition : a.stream < b.stream ? -1 : 1,
-    );
+    return [...(this.offsets.get(group)?.values() ?? [])].sort((a, b) => (a.stream === b.stream ? a.partition - b.partition : a.stream < b.stream ? -1 : 1));
   }
 
   async listGroups(): Promise<string[]> {

@@ -272,7 +272,13 @@ export class RouterCore implements RoutingTable {
       // Redeclaration must be equivalent (spec: 406 precondition-failed). RabbitMQ compares type, durable,
       // auto-delete, internal and, of the arguments, only alternate-exchange.
       const d = x.def;
-      if (d.type !== req.type || d.durable !== req.durable || d.autoDelete !== req.autoDelete || d.internal !== req.internal || d.alternateExchange !== req.alternateExchange) {
+      if (
+        d.type !== req.type ||
+        d.durable !== req.durable ||
+        d.autoDelete !== req.autoDelete ||
+        d.internal !== req.internal ||
+        d.alternateExchange !== req.alternateExchange
+      ) {
         throw new FlowError('PRECONDITION_FAILED', `inequivalent arguments for exchange '${req.name}'`);
       }
       return d;
@@ -334,7 +340,12 @@ export class RouterCore implements RoutingTable {
         // Spec queue.declare: a redeclaration must match (406 precondition-failed): durable, exclusive,
         // auto-delete and the arguments RabbitMQ checks, i.e. the ones the core acts on.
         const d = q.def;
-        if (d.durable !== req.durable || (d.exclusiveOwner !== null) !== (req.exclusiveOwner !== null) || d.autoDelete !== req.autoDelete || !sameJson(d.arguments, req.arguments)) {
+        if (
+          d.durable !== req.durable ||
+          (d.exclusiveOwner !== null) !== (req.exclusiveOwner !== null) ||
+          d.autoDelete !== req.autoDelete ||
+          !sameJson(d.arguments, req.arguments)
+        ) {
           throw new FlowError('PRECONDITION_FAILED', `inequivalent arguments for queue '${req.name}'`);
         }
         return q;

@@ -176,7 +176,11 @@ export function bindingKey(b: BindingDef): string {
 function sortedJson(v: unknown): unknown {
   if (Array.isArray(v)) return v.map(sortedJson);
   if (v !== null && typeof v === 'object' && !Buffer.isBuffer(v)) {
-    return Object.fromEntries(Object.keys(v).sort().map((k) => [k, sortedJson((v as Record<string, unknown>)[k])]));
+    return Object.fromEntries(
+      Object.keys(v)
+        .sort()
+        .map((k) => [k, sortedJson((v as Record<string, unknown>)[k])]),
+    );
   }
   return v;
 }

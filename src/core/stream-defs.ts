@@ -42,7 +42,8 @@ export function streamSettings(s: Partial<StreamSettings>): StreamSettings {
   if (segmentMs !== null) out.segmentMs = segmentMs;
   if (s.configs !== undefined) {
     const entries = Object.entries(s.configs);
-    if (!entries.every(([k, v]) => typeof k === 'string' && typeof v === 'string')) throw new FlowError('INVALID_ARGUMENT', 'stream configs must map names to strings');
+    if (!entries.every(([k, v]) => typeof k === 'string' && typeof v === 'string'))
+      throw new FlowError('INVALID_ARGUMENT', 'stream configs must map names to strings');
     if (entries.length > 0) out.configs = Object.fromEntries(entries.sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));
   }
   return out;

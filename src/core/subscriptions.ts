@@ -154,7 +154,8 @@ export function subscribe(t: LiveTable, filter: string, subscriber: Subscriber, 
 export function unsubscribe(t: LiveTable, sub: Subscription): void {
   const pattern = sub.options.rule === 'nats' ? parseBindingKey(sub.filter, 'nats', true) : sub.filter;
   if (sub.options.group === undefined) {
-    if (t.subs.remove(pattern, sub) && t.live !== null && sub.options.local !== true) t.live.unsubscribed(liveKey(sub.options.rule, undefined, sub.filter), sub.filter, sub.options.rule === 'nats' ? 'nats' : 'mqtt', undefined);
+    if (t.subs.remove(pattern, sub) && t.live !== null && sub.options.local !== true)
+      t.live.unsubscribed(liveKey(sub.options.rule, undefined, sub.filter), sub.filter, sub.options.rule === 'nats' ? 'nats' : 'mqtt', undefined);
     return;
   }
   const key = groupKey(sub);
@@ -223,7 +224,6 @@ export function deliverLive(t: LiveTable, msg: Message, forwarded?: ReadonlySet<
   }
   return remote;
 }
-
 
 /**
  * Hands a message that one member of a shared group received but will not process (its connection went

@@ -124,10 +124,12 @@ export class ConnectionSet<C extends { readonly closed: Promise<void>; readonly 
     this.closing ??= (async () => {
       const stopped = new Promise<void>((resolve) => server.close(() => resolve()));
       const all = [...this.set];
-      await Promise.all(all.map(async (c) => {
-        await end(c);
-        await c.closed;
-      }));
+      await Promise.all(
+        all.map(async (c) => {
+          await end(c);
+          await c.closed;
+        }),
+      );
       await stopped;
     })();
     return this.closing;

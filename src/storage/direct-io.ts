@@ -31,7 +31,6 @@ const MAX_POOLED = 12;
 /** malloc's alignment: where an aligned window can start inside a staging buffer. */
 const MALLOC_ALIGN = 16;
 
-
 /** Thrown when no aligned window could be found: direct I/O is then given up for good. */
 class NoAlignedWindow extends Error {}
 
@@ -88,7 +87,7 @@ export class DirectWriter {
       let fill = 0;
       let pos = 0;
       for (const part of parts) {
-        for (let off = 0; off < part.length; ) {
+        for (let off = 0; off < part.length;) {
           const n = Math.min(step - fill, part.length - off);
           part.copy(windows[cur], fill, off, off + n);
           fill += n;

@@ -53,9 +53,7 @@ export async function openStorage(config: Config, dataDir: string, logger: Logge
   const opened: Array<{ close(): Promise<void> }> = [];
   try {
     const pg = config.metastore.kind === 'postgres' ? config.metastore : null;
-    const pgOptions = pg
-      ? { url: pg.url, poolSize: config.pgPoolSize, statementTimeoutMs: config.pgStatementTimeout, connectTimeoutMs: 10_000 }
-      : null;
+    const pgOptions = pg ? { url: pg.url, poolSize: config.pgPoolSize, statementTimeoutMs: config.pgStatementTimeout, connectTimeoutMs: 10_000 } : null;
     const metastore: Metastore = pgOptions
       ? await reach(`PostgreSQL metastore at ${redactUrl(pgOptions.url)}`, () =>
           PostgresMetastore.open({ ...pgOptions, logger: logger.child({ component: 'metastore' }) }),

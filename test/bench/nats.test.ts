@@ -45,7 +45,7 @@ describe('bench: NatsReader (what the load generator reads)', () => {
     'HMSG bench.h 1 12 14\r\nNATS/1.0\r\n\r\nok\r\n',
     'PONG\r\n',
     `MSG bench.s 1 0\r\n\r\n`,
-    '-ERR \'Unknown Protocol Operation\'\r\n',
+    "-ERR 'Unknown Protocol Operation'\r\n",
     `MSG bench.s 1 16\r\n${'f'.repeat(16)}\r\n`,
   ];
   const stream = Buffer.from(frames.join(''), 'latin1');
@@ -73,7 +73,12 @@ describe('bench: NatsReader (what the load generator reads)', () => {
         assert.equal(r.pongs, 1);
         assert.deepEqual(r.errors, ["-ERR 'Unknown Protocol Operation'"]);
         if (!fast) assert.deepEqual(r.seen, expected);
-        else for (const s of r.seen) assert.ok(expected.some((e) => e[0] === s[0] && e[1] === s[1] && e[2] === s[2]), `fast path saw ${JSON.stringify(s)}`);
+        else
+          for (const s of r.seen)
+            assert.ok(
+              expected.some((e) => e[0] === s[0] && e[1] === s[1] && e[2] === s[2]),
+              `fast path saw ${JSON.stringify(s)}`,
+            );
       }
     }
   });
@@ -267,7 +272,16 @@ describe('bench: the NATS load generator against FlowMQ', () => {
     try {
       await waitNatsInfo(port, 20_000, () => true);
       // No warm-up: the broker's counters then cover exactly the measured phase.
-      const r = await runNatsPubSub({ port, payloadBytes: 16, subscribers: 2, queueGroup: false, aheadBytes: 1024 * 1024, warmupS: 0, seconds: 0.5, brokerPid: b.pid });
+      const r = await runNatsPubSub({
+        port,
+        payloadBytes: 16,
+        subscribers: 2,
+        queueGroup: false,
+        aheadBytes: 1024 * 1024,
+        warmupS: 0,
+        seconds: 0.5,
+        brokerPid: b.pid,
+      });
       assert.deepEqual(r.errors, []);
       assert.equal(r.lost, 0);
       assert.equal(r.delivered, r.published * 2);
@@ -303,7 +317,10 @@ describe('bench: startNatsServer when the server does not come up', () => {
     const f = fake('echo "cannot start: $(grep listen "$2")"; exit 1');
     const before = ourTempDirs();
     try {
-      await assert.rejects(startNatsServer(f.bin, 10_000), /nats-server did not start: the process exited before port \d+ served INFO[\s\S]*cannot start: listen: "127\.0\.0\.1:\d+"/);
+      await assert.rejects(
+        startNatsServer(f.bin, 10_000),
+        /nats-server did not start: the process exited before port \d+ served INFO[\s\S]*cannot start: listen: "127\.0\.0\.1:\d+"/,
+      );
       assert.deepEqual(ourTempDirs(), before);
     } finally {
       rmSync(f.dir, { recursive: true, force: true });

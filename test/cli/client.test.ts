@@ -56,8 +56,14 @@ describe('ApiClient', () => {
 
   it('follows list cursors to the end, or stops at a limit', async () => {
     const c = new ApiClient(base, { kind: 'token', token: 'fmq_x.y' });
-    assert.deepEqual((await c.list<{ name: string }>('/api/v1/things')).map((t) => t.name), ['a', 'b', 'c', 'd', 'e']);
-    assert.deepEqual((await c.list<{ name: string }>('/api/v1/things', {}, 3)).map((t) => t.name), ['a', 'b', 'c']);
+    assert.deepEqual(
+      (await c.list<{ name: string }>('/api/v1/things')).map((t) => t.name),
+      ['a', 'b', 'c', 'd', 'e'],
+    );
+    assert.deepEqual(
+      (await c.list<{ name: string }>('/api/v1/things', {}, 3)).map((t) => t.name),
+      ['a', 'b', 'c'],
+    );
     assert.equal(seen.at(-1)!.auth, 'Bearer fmq_x.y');
     // The older answer shape of a list is one page.
     assert.deepEqual(await c.list('/api/v1/old'), [{ name: 'x' }]);

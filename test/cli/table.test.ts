@@ -18,14 +18,37 @@ function sink(isTTY: boolean): NodeJS.WriteStream & { text: string } {
 
 describe('CLI tables', () => {
   it('aligns columns two spaces apart and trims the end of each line', () => {
-    assert.equal(table([['NAME', 'N'], ['orders', '2'], ['a', '']]), 'NAME    N\norders  2\na');
+    assert.equal(
+      table([
+        ['NAME', 'N'],
+        ['orders', '2'],
+        ['a', ''],
+      ]),
+      'NAME    N\norders  2\na',
+    );
   });
   it('prints a placeholder for an empty list, "-" for nothing, lists joined', () => {
     assert.equal(itemsTable([], [['X', (x: unknown) => x]], 'none here'), 'none here');
-    assert.equal(itemsTable([{ a: null, b: ['x', 'y'] }], [['A', (r) => r.a], ['B', (r) => r.b]], ''), 'A  B\n-  x,y');
+    assert.equal(
+      itemsTable(
+        [{ a: null, b: ['x', 'y'] }],
+        [
+          ['A', (r) => r.a],
+          ['B', (r) => r.b],
+        ],
+        '',
+      ),
+      'A  B\n-  x,y',
+    );
     assert.equal(cell([]), '-');
     assert.equal(cell({ k: 1 }), '{"k":1}');
-    assert.equal(keyValues([['stream', 'orders'], ['retention', null]]), 'stream:    orders\nretention: -');
+    assert.equal(
+      keyValues([
+        ['stream', 'orders'],
+        ['retention', null],
+      ]),
+      'stream:    orders\nretention: -',
+    );
   });
   it('formats durations, ages, sizes and times', () => {
     assert.equal(fmtDuration(7 * 86_400_000), '7d');

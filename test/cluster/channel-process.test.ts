@@ -63,10 +63,48 @@ describe('cluster channel in broker processes', () => {
     dirs.push(dir);
     // `--cluster true`: the bare flag is read as true once h-harness's bareBooleans is merged.
     const p = run([
-      'start', '--cluster', 'true', '--broker-id', String(id), '--cluster-secret', SECRET, '--cluster-port', '0', '--cluster-lease', '2s',
-      '--data-dir', dir, '--host', '127.0.0.1', '--mqtt-port', '0', '--mqtt-ws-port', '0', '--kafka-port', '0', '--amqp-port', '0', '--nats-port', '0', '--http-port', '0',
-      '--metastore', db, '--wal', 'postgres', '--object-store', `s3://${s3.bucket}/b${id}`, '--s3-endpoint', s3.endpoint, '--s3-region', s3.region,
-      '--s3-access-key-id', s3.accessKeyId, '--s3-secret-access-key', s3.secretAccessKey, ...extra,
+      'start',
+      '--cluster',
+      'true',
+      '--broker-id',
+      String(id),
+      '--cluster-secret',
+      SECRET,
+      '--cluster-port',
+      '0',
+      '--cluster-lease',
+      '2s',
+      '--data-dir',
+      dir,
+      '--host',
+      '127.0.0.1',
+      '--mqtt-port',
+      '0',
+      '--mqtt-ws-port',
+      '0',
+      '--kafka-port',
+      '0',
+      '--amqp-port',
+      '0',
+      '--nats-port',
+      '0',
+      '--http-port',
+      '0',
+      '--metastore',
+      db,
+      '--wal',
+      'postgres',
+      '--object-store',
+      `s3://${s3.bucket}/b${id}`,
+      '--s3-endpoint',
+      s3.endpoint,
+      '--s3-region',
+      s3.region,
+      '--s3-access-key-id',
+      s3.accessKeyId,
+      '--s3-secret-access-key',
+      s3.secretAccessKey,
+      ...extra,
     ]);
     procs.push(p);
     await until(() => p.out.includes('listening (admin API)') || p.child.exitCode !== null, `broker ${id} to start`);
@@ -93,8 +131,11 @@ describe('cluster channel in broker processes', () => {
         assert.ok(pong.incarnation.length > 0);
       }
       assert.deepEqual(ch.connected(), [1, 2]);
-      await assert.rejects(bad.request(1, 'channel.ping', Buffer.alloc(0)), (e: unknown) => e instanceof FlowError && e.code === 'UNAVAILABLE' && /wrong cluster secret/.test(e.message));
-      await until(() => /cluster channel: connection refused/.test(b1.out), 'the refusal in broker 1\'s log');
+      await assert.rejects(
+        bad.request(1, 'channel.ping', Buffer.alloc(0)),
+        (e: unknown) => e instanceof FlowError && e.code === 'UNAVAILABLE' && /wrong cluster secret/.test(e.message),
+      );
+      await until(() => /cluster channel: connection refused/.test(b1.out), "the refusal in broker 1's log");
     } finally {
       await bad.close();
       await intruder.close();

@@ -114,7 +114,11 @@ describe('cluster channel over TCP', () => {
       const n = 5000;
       for (let i = 0; i < n; i++) a.channel.send(2, 'test.note', Buffer.from(`m${i}`));
       await until(() => got.length === n, 'every one-way message');
-      assert.deepEqual(got, Array.from({ length: n }, (_, i) => `m${i}`), 'in order');
+      assert.deepEqual(
+        got,
+        Array.from({ length: n }, (_, i) => `m${i}`),
+        'in order',
+      );
       assert.deepEqual([...froms], [1]);
       const f = a.channel.figures() as { peers: Record<string, { dropped: number; sentFrames: number }> };
       assert.equal(f.peers['2'].dropped, 0);
@@ -369,7 +373,16 @@ describe('cluster channel: authentication and refusals', () => {
     });
     await new Promise<void>((r) => impostor.listen(0, '127.0.0.1', () => r()));
     try {
-      await store.register({ id: 2, incarnation: 'fake', version: 'x', startedAt: Date.now(), endpoints: { cluster: { host: '127.0.0.1', port: (impostor.address() as AddressInfo).port } } }, 60_000);
+      await store.register(
+        {
+          id: 2,
+          incarnation: 'fake',
+          version: 'x',
+          startedAt: Date.now(),
+          endpoints: { cluster: { host: '127.0.0.1', port: (impostor.address() as AddressInfo).port } },
+        },
+        60_000,
+      );
       await rejects(a.channel.request(2, 'test.echo', Buffer.from('secret data')), 'UNAVAILABLE', /does not know the cluster secret/);
       a.channel.send(2, 'test.note', Buffer.from('live data'));
       assert.deepEqual(got, [AUTH], 'the impostor saw the authentication only, never a request or a one-way message');
@@ -385,7 +398,10 @@ describe('cluster channel: authentication and refusals', () => {
     const a = await node(store, 1);
     // Broker 9 lives in another cluster's store that points broker 1's id at a's channel: a knows nothing of 9.
     const other = new MemoryClusterStore();
-    await other.register({ id: 1, incarnation: 'whatever', version: 'x', startedAt: Date.now(), endpoints: { cluster: { host: '127.0.0.1', port: a.channel.address().port } } }, 60_000);
+    await other.register(
+      { id: 1, incarnation: 'whatever', version: 'x', startedAt: Date.now(), endpoints: { cluster: { host: '127.0.0.1', port: a.channel.address().port } } },
+      60_000,
+    );
     const stranger = await node(other, 9);
     try {
       await rejects(stranger.channel.request(1, 'test.echo', Buffer.alloc(0)), 'UNAVAILABLE', /broker 9 .* is not a live member/);
@@ -425,7 +441,9 @@ describe('cluster channel: authentication and refusals', () => {
         const c = rawClient(port);
         await until(() => c.frames.length > 0, 'hello');
         const hello = JSON.parse(c.frames[0][1].toString()) as { id: number; inc: string };
-        c.socket.write(frame(AUTH, Buffer.from(JSON.stringify({ v: 1, id: 5, inc: 'x', nonce: '11'.repeat(16), to: hello.id, toInc: hello.inc, mac: '22'.repeat(32) }))));
+        c.socket.write(
+          frame(AUTH, Buffer.from(JSON.stringify({ v: 1, id: 5, inc: 'x', nonce: '11'.repeat(16), to: hello.id, toInc: hello.inc, mac: '22'.repeat(32) }))),
+        );
         await c.closed;
         assert.equal(refusal(c.frames), 'wrong cluster secret');
       }
@@ -449,8 +467,20 @@ describe('cluster channel: authentication and refusals', () => {
     });
     await new Promise<void>((r) => mute.listen(0, '127.0.0.1', () => r()));
     try {
-      await store.register({ id: 2, incarnation: 'mute', version: 'x', startedAt: Date.now(), endpoints: { cluster: { host: '127.0.0.1', port: (mute.address() as AddressInfo).port } } }, 60_000);
-      const p = a.channel.request(2, 'test.echo', Buffer.alloc(0), 120_000).then(() => null, (e: unknown) => e);
+      await store.register(
+        {
+          id: 2,
+          incarnation: 'mute',
+          version: 'x',
+          startedAt: Date.now(),
+          endpoints: { cluster: { host: '127.0.0.1', port: (mute.address() as AddressInfo).port } },
+        },
+        60_000,
+      );
+      const p = a.channel.request(2, 'test.echo', Buffer.alloc(0), 120_000).then(
+        () => null,
+        (e: unknown) => e,
+      );
       await until(() => sockets.size === 1, 'the dial');
       await a.close();
       const e = await p;
@@ -473,7 +503,16 @@ describe('cluster channel: authentication and refusals', () => {
     });
     await new Promise<void>((r) => mute.listen(0, '127.0.0.1', () => r()));
     try {
-      await store.register({ id: 2, incarnation: 'mute', version: 'x', startedAt: Date.now(), endpoints: { cluster: { host: '127.0.0.1', port: (mute.address() as AddressInfo).port } } }, 60_000);
+      await store.register(
+        {
+          id: 2,
+          incarnation: 'mute',
+          version: 'x',
+          startedAt: Date.now(),
+          endpoints: { cluster: { host: '127.0.0.1', port: (mute.address() as AddressInfo).port } },
+        },
+        60_000,
+      );
       await rejects(a.channel.request(2, 'test.echo', Buffer.alloc(0), 60_000), 'UNAVAILABLE', /no handshake with broker 2/);
     } finally {
       await a.close();
@@ -484,40 +523,49 @@ describe('cluster channel: authentication and refusals', () => {
 });
 
 describe('cluster channel: failures and back-pressure', () => {
-  it('a request not answered in time is UNAVAILABLE; a lost connection fails every pending request at once; the link comes back by itself', { timeout: 60_000 }, async () => {
-    const store = new MemoryClusterStore();
-    const [a, b] = [await node(store, 1), await node(store, 2)];
-    const px = await proxy(() => b.channel.address().port);
-    await b.cluster.advertise({ cluster: { host: '127.0.0.1', port: px.port } });
-    const hanging: Array<() => void> = [];
-    b.channel.handle('test.hang', () => new Promise<Buffer>((r) => hanging.push(() => r(Buffer.from('late')))));
-    b.channel.handle('test.echo', (_f, body) => body);
-    try {
-      await rejects(a.channel.request(2, 'test.hang', Buffer.alloc(0), 100), 'UNAVAILABLE', /did not answer test\.hang within 100 ms/);
-      let f = (a.channel.figures() as { peers: Record<string, { timeouts: number; pending: number; connects: number; rejectedOnLoss: number }> }).peers['2'];
-      assert.equal(f.timeouts, 1);
-      assert.equal(f.pending, 0);
-      hanging.splice(0).forEach((r) => r()); // a late reply to a timed-out request is ignored
-      // 50 requests waiting on the peer; the connection breaks: all fail now, long before their 2-minute timeout.
-      const pend = Array.from({ length: 50 }, () => a.channel.request(2, 'test.hang', Buffer.alloc(0), 120_000).then(() => null, (e: unknown) => e));
-      await until(() => hanging.length === 50, 'the peer to hold 50 requests');
-      px.cut();
-      const results = await Promise.all(pend);
-      for (const e of results) {
-        assert.ok(e instanceof FlowError && e.code === 'UNAVAILABLE', String(e));
-        assert.match(e.message, /connection to broker 2 was lost/);
+  it(
+    'a request not answered in time is UNAVAILABLE; a lost connection fails every pending request at once; the link comes back by itself',
+    { timeout: 60_000 },
+    async () => {
+      const store = new MemoryClusterStore();
+      const [a, b] = [await node(store, 1), await node(store, 2)];
+      const px = await proxy(() => b.channel.address().port);
+      await b.cluster.advertise({ cluster: { host: '127.0.0.1', port: px.port } });
+      const hanging: Array<() => void> = [];
+      b.channel.handle('test.hang', () => new Promise<Buffer>((r) => hanging.push(() => r(Buffer.from('late')))));
+      b.channel.handle('test.echo', (_f, body) => body);
+      try {
+        await rejects(a.channel.request(2, 'test.hang', Buffer.alloc(0), 100), 'UNAVAILABLE', /did not answer test\.hang within 100 ms/);
+        let f = (a.channel.figures() as { peers: Record<string, { timeouts: number; pending: number; connects: number; rejectedOnLoss: number }> }).peers['2'];
+        assert.equal(f.timeouts, 1);
+        assert.equal(f.pending, 0);
+        hanging.splice(0).forEach((r) => r()); // a late reply to a timed-out request is ignored
+        // 50 requests waiting on the peer; the connection breaks: all fail now, long before their 2-minute timeout.
+        const pend = Array.from({ length: 50 }, () =>
+          a.channel.request(2, 'test.hang', Buffer.alloc(0), 120_000).then(
+            () => null,
+            (e: unknown) => e,
+          ),
+        );
+        await until(() => hanging.length === 50, 'the peer to hold 50 requests');
+        px.cut();
+        const results = await Promise.all(pend);
+        for (const e of results) {
+          assert.ok(e instanceof FlowError && e.code === 'UNAVAILABLE', String(e));
+          assert.match(e.message, /connection to broker 2 was lost/);
+        }
+        f = (a.channel.figures() as { peers: Record<string, typeof f> }).peers['2'];
+        assert.equal(f.rejectedOnLoss, 50);
+        // Reconnected in the background (with backoff), no request needed.
+        await until(() => (a.channel.figures() as { peers: Record<string, typeof f> }).peers['2'].connects === 2, 'a reconnection');
+        assert.equal((await a.channel.request(2, 'test.echo', Buffer.from('again'))).toString(), 'again');
+        hanging.splice(0).forEach((r) => r());
+      } finally {
+        await Promise.all([a.close(), b.close()]);
+        await px.close();
       }
-      f = (a.channel.figures() as { peers: Record<string, typeof f> }).peers['2'];
-      assert.equal(f.rejectedOnLoss, 50);
-      // Reconnected in the background (with backoff), no request needed.
-      await until(() => (a.channel.figures() as { peers: Record<string, typeof f> }).peers['2'].connects === 2, 'a reconnection');
-      assert.equal((await a.channel.request(2, 'test.echo', Buffer.from('again'))).toString(), 'again');
-      hanging.splice(0).forEach((r) => r());
-    } finally {
-      await Promise.all([a.close(), b.close()]);
-      await px.close();
-    }
-  });
+    },
+  );
 
   it('fails requests to a peer at once when the membership view declares it dead', { timeout: 60_000 }, async () => {
     const store = new MemoryClusterStore();
@@ -528,7 +576,10 @@ describe('cluster channel: failures and back-pressure', () => {
       a.cluster.kick();
       await until(() => a.cluster.isAlive(2), 'a to see b');
       const p = a.channel.request(2, 'test.hang', Buffer.alloc(0), 120_000);
-      await until(() => (b.channel.figures() as { peers: Record<string, { receivedFrames: number }> }).peers['1']?.receivedFrames >= 2, 'the request to reach b');
+      await until(
+        () => (b.channel.figures() as { peers: Record<string, { receivedFrames: number }> }).peers['1']?.receivedFrames >= 2,
+        'the request to reach b',
+      );
       await b.cluster.close(); // deregistered; its channel still holds the connection
       a.cluster.kick();
       await rejects(p, 'UNAVAILABLE', /broker 2 is dead/);
@@ -568,58 +619,62 @@ describe('cluster channel: failures and back-pressure', () => {
     }
   });
 
-  it('a peer that stops reading: ready() waits, requests wait, one-way messages past the cap are dropped and counted, memory stays bounded', { timeout: 60_000 }, async () => {
-    const store = new MemoryClusterStore();
-    const highWaterBytes = 256 * 1024;
-    const maxQueuedBytes = 1024 * 1024;
-    const a = await node(store, 1, { highWaterBytes, maxQueuedBytes });
-    const b = await node(store, 2);
-    const px = await proxy(() => b.channel.address().port);
-    await b.cluster.advertise({ cluster: { host: '127.0.0.1', port: px.port } });
-    const seen: number[] = [];
-    b.channel.on('test.bulk', (_f, body) => seen.push(body.readUInt32BE(0)));
-    b.channel.handle('test.echo', (_f, body) => body);
-    type Fig = { peers: Record<string, { dropped: number; queuedBytes: number; sentFrames: number }> };
-    const fig = () => (a.channel.figures() as Fig).peers['2'];
-    try {
-      await a.channel.request(2, 'test.echo', Buffer.from('up'));
-      px.hold();
-      const msg = 16 * 1024;
-      let sent = 0;
-      let maxQueued = 0;
-      while (fig().dropped === 0) {
-        assert.ok(sent < 8000, 'one-way messages are dropped once the peer stops reading');
-        const body = Buffer.alloc(msg);
-        body.writeUInt32BE(sent, 0);
-        a.channel.send(2, 'test.bulk', body);
-        sent++;
-        maxQueued = Math.max(maxQueued, fig().queuedBytes);
-        if (sent % 8 === 0) await new Promise((r) => setImmediate(r));
+  it(
+    'a peer that stops reading: ready() waits, requests wait, one-way messages past the cap are dropped and counted, memory stays bounded',
+    { timeout: 60_000 },
+    async () => {
+      const store = new MemoryClusterStore();
+      const highWaterBytes = 256 * 1024;
+      const maxQueuedBytes = 1024 * 1024;
+      const a = await node(store, 1, { highWaterBytes, maxQueuedBytes });
+      const b = await node(store, 2);
+      const px = await proxy(() => b.channel.address().port);
+      await b.cluster.advertise({ cluster: { host: '127.0.0.1', port: px.port } });
+      const seen: number[] = [];
+      b.channel.on('test.bulk', (_f, body) => seen.push(body.readUInt32BE(0)));
+      b.channel.handle('test.echo', (_f, body) => body);
+      type Fig = { peers: Record<string, { dropped: number; queuedBytes: number; sentFrames: number }> };
+      const fig = () => (a.channel.figures() as Fig).peers['2'];
+      try {
+        await a.channel.request(2, 'test.echo', Buffer.from('up'));
+        px.hold();
+        const msg = 16 * 1024;
+        let sent = 0;
+        let maxQueued = 0;
+        while (fig().dropped === 0) {
+          assert.ok(sent < 8000, 'one-way messages are dropped once the peer stops reading');
+          const body = Buffer.alloc(msg);
+          body.writeUInt32BE(sent, 0);
+          a.channel.send(2, 'test.bulk', body);
+          sent++;
+          maxQueued = Math.max(maxQueued, fig().queuedBytes);
+          if (sent % 8 === 0) await new Promise((r) => setImmediate(r));
+        }
+        for (let i = 0; i < 100; i++) {
+          const body = Buffer.alloc(msg);
+          body.writeUInt32BE(sent++, 0);
+          a.channel.send(2, 'test.bulk', body);
+          maxQueued = Math.max(maxQueued, fig().queuedBytes);
+        }
+        assert.ok(maxQueued <= maxQueuedBytes, `queued bytes stay under the cap (${maxQueued})`);
+        assert.ok(fig().queuedBytes >= highWaterBytes, 'over the high-water mark');
+        let readyDone = false;
+        const ready = a.channel.ready(2).then(() => (readyDone = true));
+        const req = a.channel.request(2, 'test.echo', Buffer.from('after'), 120_000);
+        assert.equal(readyDone, false);
+        px.release();
+        await ready;
+        assert.equal((await req).toString(), 'after', 'the waiting request went through');
+        const dropped = fig().dropped;
+        await until(() => seen.length === sent - dropped, `every message not dropped (${sent} sent, ${dropped} dropped)`);
+        for (let i = 1; i < seen.length; i++) assert.ok(seen[i] > seen[i - 1], 'in order, drops are gaps');
+      } finally {
+        px.release();
+        await Promise.all([a.close(), b.close()]);
+        await px.close();
       }
-      for (let i = 0; i < 100; i++) {
-        const body = Buffer.alloc(msg);
-        body.writeUInt32BE(sent++, 0);
-        a.channel.send(2, 'test.bulk', body);
-        maxQueued = Math.max(maxQueued, fig().queuedBytes);
-      }
-      assert.ok(maxQueued <= maxQueuedBytes, `queued bytes stay under the cap (${maxQueued})`);
-      assert.ok(fig().queuedBytes >= highWaterBytes, 'over the high-water mark');
-      let readyDone = false;
-      const ready = a.channel.ready(2).then(() => (readyDone = true));
-      const req = a.channel.request(2, 'test.echo', Buffer.from('after'), 120_000);
-      assert.equal(readyDone, false);
-      px.release();
-      await ready;
-      assert.equal((await req).toString(), 'after', 'the waiting request went through');
-      const dropped = fig().dropped;
-      await until(() => seen.length === sent - dropped, `every message not dropped (${sent} sent, ${dropped} dropped)`);
-      for (let i = 1; i < seen.length; i++) assert.ok(seen[i] > seen[i - 1], 'in order, drops are gaps');
-    } finally {
-      px.release();
-      await Promise.all([a.close(), b.close()]);
-      await px.close();
-    }
-  });
+    },
+  );
 
   it('frames over the limit: refused by the sender, and a receiver closes a connection that sends one', { timeout: 60_000 }, async () => {
     const store = new MemoryClusterStore();

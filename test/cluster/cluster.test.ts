@@ -93,11 +93,14 @@ describe('Cluster ownership over one store', () => {
     assert.notEqual(a.c.incarnation, inc);
     await settle(a.c);
     assert.equal(a.h.held.size, 2, 'the new incarnation takes them back');
-    assert.ok([...a.h.held.values()].every((e) => e === 2), 'with a new epoch');
+    assert.ok(
+      [...a.h.held.values()].every((e) => e === 2),
+      'with a new epoch',
+    );
     await a.c.close();
   });
 
-  it('a dead broker\'s resources move by lease expiry; a stale claimant cannot take them back', async () => {
+  it("a dead broker's resources move by lease expiry; a stale claimant cannot take them back", async () => {
     const store = new MemoryClusterStore();
     const names = ['q/0', 'q/1', 'q/2', 'q/3', 'q/4', 'q/5'];
     const a = await start(store, 1, () => names);
@@ -111,7 +114,7 @@ describe('Cluster ownership over one store', () => {
     const base = Date.now();
     store.now = () => base + 61_000;
     await settle(a.c);
-    assert.equal(a.h.held.size, names.length, 'broker 1 took broker 2\'s partitions');
+    assert.equal(a.h.held.size, names.length, "broker 1 took broker 2's partitions");
     // Broker 2 wakes up: its claim with its old incarnation is refused.
     const row = await store.claim('partition', ofB[0], 2, b.c.incarnation);
     assert.equal(row.owner, 1, 'the claim of a broker whose lease expired does not take the row');
@@ -128,7 +131,10 @@ describe('Cluster ownership over one store', () => {
     assert.ok(b.h.held.size > 0);
     await b.c.leave();
     assert.equal(b.h.held.size, 0);
-    assert.ok(b.h.log.every((l) => !l.endsWith('!')), 'a graceful release, not a loss');
+    assert.ok(
+      b.h.log.every((l) => !l.endsWith('!')),
+      'a graceful release, not a loss',
+    );
     await settle(a.c);
     assert.equal(a.h.held.size, 10);
     await a.c.close();

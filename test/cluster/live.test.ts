@@ -6,7 +6,16 @@ import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import pino from 'pino';
 import { Cluster, followControl, Live, LocalHub, LocalInterest, MemoryClusterStore, RemoteInterest } from '../../src/cluster/index.js';
-import { Engine, liveKey, newPublishInfo, type LiveHook, type Message, type Subscriber, type SubscribeOptions, type Subscription } from '../../src/core/index.js';
+import {
+  Engine,
+  liveKey,
+  newPublishInfo,
+  type LiveHook,
+  type Message,
+  type Subscriber,
+  type SubscribeOptions,
+  type Subscription,
+} from '../../src/core/index.js';
 import { Directory } from '../../src/control/index.js';
 import { MemoryControlStore } from '../../src/storage/metastore/control-store.js';
 import { MemoryStreams } from '../helpers/memory-storage.js';
@@ -88,7 +97,7 @@ describe('interest table', () => {
     const s1 = a.engine.subscribe('sensors/+/t', new Collector('c1'), qos0);
     const s2 = a.engine.subscribe('sensors/+/t', new Collector('c2'), qos0);
     a.engine.subscribe('sensors.*.t', new Collector('n1'), { qos: 0, rule: 'nats' });
-    await until(() => tableOf(b, a) === 2, 'b knows a\'s two filters');
+    await until(() => tableOf(b, a) === 2, "b knows a's two filters");
     assert.equal(a.live.local.size, 2, 'two subscriptions of one filter are one entry');
     a.engine.unsubscribe(s1);
     await until(() => a.live.local.size === 2 && a.live.stats.deltasSent >= 1, 'still subscribed');
@@ -115,20 +124,24 @@ describe('interest table', () => {
     store.now = () => Date.now() + 1000;
     await until(() => [a, b, c].every((n, i) => n.cluster.incarnation !== before[i]), 'new incarnations');
     await until(
-      () => c.live.remoteInterest.peer(a.id)?.incarnation === a.cluster.incarnation && c.live.remoteInterest.peer(b.id)?.incarnation === b.cluster.incarnation && tableOf(c, a) === 1 && tableOf(c, b) === 1,
+      () =>
+        c.live.remoteInterest.peer(a.id)?.incarnation === a.cluster.incarnation &&
+        c.live.remoteInterest.peer(b.id)?.incarnation === b.cluster.incarnation &&
+        tableOf(c, a) === 1 &&
+        tableOf(c, b) === 1,
       'c follows the new incarnations',
     );
     c.engine.publish(msg('a/after'));
     const got = new Collector('late');
     a.engine.subscribe('a/after-marker', got, qos0);
-    await until(() => tableOf(c, a) === 2, 'the new incarnation\'s deltas apply');
+    await until(() => tableOf(c, a) === 2, "the new incarnation's deltas apply");
     c.engine.publish(msg('a/after-marker'));
     await until(() => got.got.length === 1, 'forwarding works again');
     // b leaves: the others drop its table at once (membership), nothing is sent to it any more.
     await b.cluster.leave();
     a.cluster.kick();
     c.cluster.kick();
-    await until(() => c.live.remoteInterest.peer(b.id) === undefined && a.live.remoteInterest.peer(b.id) === undefined, 'b\'s table dropped');
+    await until(() => c.live.remoteInterest.peer(b.id) === undefined && a.live.remoteInterest.peer(b.id) === undefined, "b's table dropped");
     const sent = c.live.stats.forwardedMessages;
     c.engine.publish(msg('b/1'));
     assert.equal(c.live.stats.forwardedMessages, sent, 'nothing forwarded for a filter only the departed broker had');
@@ -199,7 +212,7 @@ describe('live forwarding', () => {
     assert.equal(onB.topics().at(-1), 'y/from-a');
   });
 
-  it('local subscriptions (JetStream\'s API) are neither advertised nor reached by forwarded messages; $SYS stays home', async () => {
+  it("local subscriptions (JetStream's API) are neither advertised nor reached by forwarded messages; $SYS stays home", async () => {
     const { nodes } = await cluster(2);
     const [a, b] = nodes;
     const jsA = new Collector('jsA');
@@ -210,19 +223,19 @@ describe('live forwarding', () => {
     b.engine.subscribe('>', everything, { qos: 0, rule: 'nats' });
     const sys = new Collector('sys');
     b.engine.subscribe('$SYS/#', sys, qos0);
-    await until(() => tableOf(a, b) === 2, 'a knows b\'s two advertised filters');
+    await until(() => tableOf(a, b) === 2, "a knows b's two advertised filters");
     assert.equal(b.live.local.size, 2, 'the local subscription is not in the interest table');
     a.engine.publish(msg('$SYS/broker/uptime', '1'));
     a.engine.publish(msg('$JS/API/INFO', 'req'));
     await until(() => everything.got.length === 1, 'the plain subscriber on b got the request');
     assert.deepEqual(jsA.topics(), ['$JS/API/INFO'], 'handled once, where it was published');
-    assert.deepEqual(jsB.got, [], 'not by b\'s JetStream too');
+    assert.deepEqual(jsB.got, [], "not by b's JetStream too");
     assert.deepEqual(sys.got, [], '$SYS of another broker is not forwarded');
     b.engine.unsubscribe(localB);
     assert.equal(b.live.local.size, 2);
   });
 
-  it('batches: a tick\'s messages travel as one channel message per peer, a tick\'s interest changes as one delta', async () => {
+  it("batches: a tick's messages travel as one channel message per peer, a tick's interest changes as one delta", async () => {
     const { nodes } = await cluster(3);
     const [a, b, c] = nodes;
     const deltas = a.live.stats.deltasSent;
@@ -236,10 +249,21 @@ describe('live forwarding', () => {
     for (let i = 0; i < 500; i++) b.engine.publish(msg(`dev/${i}/t`, String(i)));
     for (let i = 0; i < 500; i++) c.engine.publish(msg(`dev/${i}/t`, String(i)));
     await until(() => got.got.length === 1000, 'every message arrived');
-    assert.deepEqual([b, c].map((n, k) => n.live.stats.forwardedMessages - sent[k]), [500, 500]);
-    assert.deepEqual([b, c].map((n, k) => n.live.stats.forwardedBatches - batches[k]), [1, 1], 'one batch per peer for a tick\'s 500 messages');
+    assert.deepEqual(
+      [b, c].map((n, k) => n.live.stats.forwardedMessages - sent[k]),
+      [500, 500],
+    );
+    assert.deepEqual(
+      [b, c].map((n, k) => n.live.stats.forwardedBatches - batches[k]),
+      [1, 1],
+      "one batch per peer for a tick's 500 messages",
+    );
     const run = Array.from({ length: 500 }, (_, i) => String(i));
-    assert.deepEqual(got.got.map((m) => m.payload.toString()), [...run, ...run], 'each broker\'s batch whole and in publish order');
+    assert.deepEqual(
+      got.got.map((m) => m.payload.toString()),
+      [...run, ...run],
+      "each broker's batch whole and in publish order",
+    );
     for (const s of subs) a.engine.unsubscribe(s);
     await until(() => tableOf(b, a) === 0 && tableOf(c, a) === 0, 'all removed');
   });
@@ -256,7 +280,10 @@ describe('live forwarding', () => {
       responseTopic: 'replies/1',
       correlationData: Buffer.from('c'),
       key: Buffer.from('k'),
-      headers: [{ key: 'h', value: Buffer.from('v') }, { key: 'n', value: null }],
+      headers: [
+        { key: 'h', value: Buffer.from('v') },
+        { key: 'n', value: null },
+      ],
       qos: 1,
       expiresAt: Date.now() + 60_000,
     });
@@ -265,7 +292,13 @@ describe('live forwarding', () => {
     const r = got.got[0];
     assert.equal(r.payload.toString(), 'hello');
     assert.equal(r.key?.toString(), 'k');
-    assert.deepEqual(r.headers.map((h) => [h.key, h.value?.toString() ?? null]), [['h', 'v'], ['n', null]]);
+    assert.deepEqual(
+      r.headers.map((h) => [h.key, h.value?.toString() ?? null]),
+      [
+        ['h', 'v'],
+        ['n', null],
+      ],
+    );
     assert.equal(r.qos, 1);
     assert.equal(r.expiresAt, m.expiresAt);
     assert.equal(r.deliverTopic, 'orders/7', 'delivery-only properties travel beside the stored encoding');
@@ -296,7 +329,10 @@ describe('live forwarding', () => {
     const q2 = new Collector('q2');
     a.engine.subscribe('jobs.>', q1, { qos: 0, group: 'g', rule: 'nats' });
     c.engine.subscribe('jobs.>', q2, { qos: 0, group: 'g', rule: 'nats' });
-    await until(() => tableOf(a, b) === 2 && tableOf(a, c) === 2 && tableOf(b, a) === 2 && tableOf(c, a) === 2 && tableOf(b, c) === 2 && tableOf(c, b) === 2, 'tables');
+    await until(
+      () => tableOf(a, b) === 2 && tableOf(a, c) === 2 && tableOf(b, a) === 2 && tableOf(c, a) === 2 && tableOf(b, c) === 2 && tableOf(c, b) === 2,
+      'tables',
+    );
     const N = 300;
     for (let i = 0; i < N; i++) [a, b, c][i % 3].engine.publish(msg(`jobs/${i}`, String(i)));
     await until(() => all.got.length === N, 'the plain subscriber got everything');
@@ -311,7 +347,10 @@ describe('live forwarding', () => {
     const seen = new Map<string, number>();
     for (const m of mqttMembers) for (const x of m.got) seen.set(x.topic, (seen.get(x.topic) ?? 0) + 1);
     assert.equal(seen.size, N);
-    assert.ok([...seen.values()].every((v) => v === 1), 'each message once among the MQTT group');
+    assert.ok(
+      [...seen.values()].every((v) => v === 1),
+      'each message once among the MQTT group',
+    );
     const qs = new Set([...q1.got, ...q2.got].map((x) => x.topic));
     assert.equal(q1.got.length + q2.got.length, N);
     assert.equal(qs.size, N, 'each message once among the NATS queue group');
@@ -333,7 +372,7 @@ describe('live forwarding', () => {
     await until(() => tableOf(a, b) === 1 && tableOf(a, c) === 1, 'tables');
     // c cannot be reached any more (its lease still runs): a notices at its next beat.
     hub.disconnect(c.id);
-    await until(() => (a.live as unknown as { unreachable: Set<number> | null }).unreachable?.has(c.id) === true, 'a\'s beat saw c unreachable');
+    await until(() => (a.live as unknown as { unreachable: Set<number> | null }).unreachable?.has(c.id) === true, "a's beat saw c unreachable");
     const N = 60;
     for (let i = 0; i < N; i++) a.engine.publish(msg(`work/${i}`));
     const mark = new Collector('mark');
@@ -410,14 +449,23 @@ describe('retained messages across brokers', () => {
     const { nodes } = await cluster(3);
     const [a, b, c] = nodes;
     await a.engine.publish(msg('state/door', 'open', { retain: true }));
-    await until(() => b.engine.retained.get('state/door')?.payload.toString() === 'open' && c.engine.retained.get('state/door') !== undefined, 'retained everywhere');
+    await until(
+      () => b.engine.retained.get('state/door')?.payload.toString() === 'open' && c.engine.retained.get('state/door') !== undefined,
+      'retained everywhere',
+    );
     // Too big for a notification: fetched from the broker that has it.
     const big = Buffer.alloc(20_000, 7);
     await b.engine.publish({ ...msg('state/big'), payload: big, retain: true });
-    await until(() => a.engine.retained.get('state/big')?.payload.equals(big) === true && c.engine.retained.get('state/big') !== undefined, 'big retained everywhere');
+    await until(
+      () => a.engine.retained.get('state/big')?.payload.equals(big) === true && c.engine.retained.get('state/big') !== undefined,
+      'big retained everywhere',
+    );
     // Cleared through the admin API's path on one broker: gone everywhere.
     assert.equal(await a.engine.clearRetained('state/big'), true);
-    await until(() => b.engine.retained.get('state/big') === undefined && c.engine.retained.get('state/big') === undefined, 'cleared by the admin path everywhere');
+    await until(
+      () => b.engine.retained.get('state/big') === undefined && c.engine.retained.get('state/big') === undefined,
+      'cleared by the admin path everywhere',
+    );
     // Cleared on a broker that may not have had it in memory.
     c.engine.applyRetained('state/door', null);
     await c.engine.publish(msg('state/door', '', { retain: true }));

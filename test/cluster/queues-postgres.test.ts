@@ -58,19 +58,31 @@ describe('cluster queues over PostgreSQL', () => {
       await assert.rejects(old.remove('q', [1]), fenced);
       await assert.rejects(old.setDeliveries('q', 1, 3), fenced);
       await assert.rejects(old.purge('q'), fenced);
-      assert.deepEqual((await next.read('q', 0, 10)).map((m) => [m.id, m.data.toString(), m.deliveries]), [[1, 'one', 0]]);
+      assert.deepEqual(
+        (await next.read('q', 0, 10)).map((m) => [m.id, m.data.toString(), m.deliveries]),
+        [[1, 'one', 0]],
+      );
       // Reads are not fenced; the new owner writes.
       await next.append('q', [{ id: 2, data: Buffer.from('two') }]);
       await next.remove('q', [1]);
-      assert.deepEqual((await old.read('q', 0, 10)).map((m) => m.id), [2]);
+      assert.deepEqual(
+        (await old.read('q', 0, 10)).map((m) => m.id),
+        [2],
+      );
       // An unfenced queue (a single broker, or another queue) is not checked, even in the group of a fenced write.
       await old.append('other', [{ id: 1, data: Buffer.from('x') }]);
       const stale = old.append('q', [{ id: 3, data: Buffer.from('late') }]);
       const fine = old.append('other', [{ id: 2, data: Buffer.from('y') }]);
       await assert.rejects(stale, fenced);
       await fine;
-      assert.deepEqual((await old.read('other', 0, 10)).map((m) => m.id), [1, 2]);
-      assert.deepEqual((await old.read('q', 0, 10)).map((m) => m.id), [2]);
+      assert.deepEqual(
+        (await old.read('other', 0, 10)).map((m) => m.id),
+        [1, 2],
+      );
+      assert.deepEqual(
+        (await old.read('q', 0, 10)).map((m) => m.id),
+        [2],
+      );
       assert.ok(Number(old.figures().fenced) >= 1);
     } finally {
       await old.close();
@@ -127,7 +139,11 @@ describe('cluster queues over PostgreSQL', () => {
       await until('five delivered', () => got.length === 5);
       assert.deepEqual(got, ['m0', 'm1', 'm2', 'm3', 'm4']);
       const stored = await b.qs.read(name, 0, 100);
-      assert.equal(stored.some((m) => m.data.includes(Buffer.from('late'))), false, 'the late publish was not stored');
+      assert.equal(
+        stored.some((m) => m.data.includes(Buffer.from('late'))),
+        false,
+        'the late publish was not stored',
+      );
     } finally {
       for (const m of made) {
         m.close();

@@ -7,7 +7,16 @@ import assert from 'node:assert/strict';
 import pino from 'pino';
 import { Cluster, LocalHub, MemoryClusterStore, rendezvous } from '../../src/cluster/index.js';
 import { ClusterQueues } from '../../src/cluster/queues.js';
-import { Engine, makeMessage, MemoryQueueStore, MemoryStore, type QueueConsumer, type QueueDef, type QueueDelivery, type QueueHandle } from '../../src/core/index.js';
+import {
+  Engine,
+  makeMessage,
+  MemoryQueueStore,
+  MemoryStore,
+  type QueueConsumer,
+  type QueueDef,
+  type QueueDelivery,
+  type QueueHandle,
+} from '../../src/core/index.js';
 import { MemoryStreams } from '../helpers/memory-storage.js';
 
 const logger = pino({ level: 'silent' });
@@ -105,7 +114,10 @@ class Sink implements QueueConsumer {
 const publish = (b: Broker, queue: string, body: string) => b.engine.publishTo('', queue, makeMessage('', Buffer.from(body)));
 
 async function ownedBy(e: Env, name: string, id: number): Promise<void> {
-  await until(`${name} owned by ${id}`, async () => (await e.cs.owner('queue', name))?.owner === id && e.brokers.find((b) => b.id === id)!.cluster.owns('queue', name) !== null);
+  await until(
+    `${name} owned by ${id}`,
+    async () => (await e.cs.owner('queue', name))?.owner === id && e.brokers.find((b) => b.id === id)!.cluster.owns('queue', name) !== null,
+  );
 }
 
 describe('cluster queues', () => {
@@ -153,7 +165,10 @@ describe('cluster queues', () => {
     // Deleting the queue on broker 1 removes it (and its binding) everywhere.
     await a.engine.deleteQueue(name);
     await until('gone on broker 2', () => b.engine.getQueue(name) === undefined);
-    assert.equal(b.engine.listBindings().some((x) => x.destination === name), false);
+    assert.equal(
+      b.engine.listBindings().some((x) => x.destination === name),
+      false,
+    );
     assert.equal((await e.qs.read(name, 0, 10)).length, 0);
   });
 
@@ -198,7 +213,10 @@ describe('cluster queues', () => {
     s.credit = 100;
     h.resume(s);
     await until('the rest delivered', () => s.got.length === 8);
-    assert.deepEqual(s.bodies(), Array.from({ length: 8 }, (_, i) => `m${i + 2}`));
+    assert.deepEqual(
+      s.bodies(),
+      Array.from({ length: 8 }, (_, i) => `m${i + 2}`),
+    );
   });
 
   it("a remote consumer's window is its prefetch: a stalled prefetch-1 consumer holds one message, the others get the rest", async () => {
@@ -331,7 +349,10 @@ describe('cluster queues', () => {
     const s = new Sink('c', 'ch');
     a.engine.getQueue(name)!.consume(s);
     await until('all 20 through the new owner', () => s.got.length === 20);
-    assert.deepEqual(s.bodies(), Array.from({ length: 20 }, (_, i) => `m${i}`));
+    assert.deepEqual(
+      s.bodies(),
+      Array.from({ length: 20 }, (_, i) => `m${i}`),
+    );
     assert.ok(b.cluster.owns('queue', name));
   });
 });

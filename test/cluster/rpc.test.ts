@@ -70,7 +70,8 @@ describe('cluster channel catalogue', () => {
     const bad = (RPC.queueCredit.request as unknown as { encode(h: unknown): Buffer }).encode({ q: 'orders', k: 'k1', i: 'inc', n: 'many' });
     assert.throws(
       () => RPC.queueCredit.request.decode(bad, 'queue.credit request from broker 2'),
-      (e: unknown) => e instanceof FlowError && e.code === 'PROTOCOL_ERROR' && /queue\.credit request from broker 2/.test(e.message) && /n must be integer/.test(e.message),
+      (e: unknown) =>
+        e instanceof FlowError && e.code === 'PROTOCOL_ERROR' && /queue\.credit request from broker 2/.test(e.message) && /n must be integer/.test(e.message),
     );
     const missing = (RPC.streamRead.request as unknown as { encode(h: unknown): Buffer }).encode({ s: 'x', p: 0, o: 0 });
     assert.throws(() => RPC.streamRead.request.decode(missing, 'stream.read'), /must have required property 'm'/);
@@ -105,7 +106,11 @@ describe('cluster channel catalogue', () => {
     });
     assert.deepEqual((await call(a, 2, FUTURE, { n: 1 })).head, { n: 2 }, 'both speak the newer version');
     hub.versions.set(2, CHANNEL_VERSION);
-    await rejectsWith(call(a, 2, FUTURE, { n: 1 }), 'UNAVAILABLE', new RegExp(`broker 2 speaks channel version ${CHANNEL_VERSION}; test\\.future needs version ${CHANNEL_VERSION + 1}`));
+    await rejectsWith(
+      call(a, 2, FUTURE, { n: 1 }),
+      'UNAVAILABLE',
+      new RegExp(`broker 2 speaks channel version ${CHANNEL_VERSION}; test\\.future needs version ${CHANNEL_VERSION + 1}`),
+    );
     assert.equal(served, 1);
     await Promise.all([a.close(), b.close()]);
   });

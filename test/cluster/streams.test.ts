@@ -303,7 +303,10 @@ describe('cluster streams: partitions owned across brokers', () => {
       assert.equal(dup.duplicate, true);
       assert.equal(dup.baseOffset, 2);
       assert.equal(await offsetOf(a.engine.produce('fence', p, idemBatch(7, 0, 2, ['i2']))), 4);
-      assert.throws(() => a.engine.produce('fence', p, idemBatch(7, 0, 5, ['gap'])), (err: unknown) => isFlowError(err, 'OUT_OF_ORDER_SEQUENCE'));
+      assert.throws(
+        () => a.engine.produce('fence', p, idemBatch(7, 0, 5, ['gap'])),
+        (err: unknown) => isFlowError(err, 'OUT_OF_ORDER_SEQUENCE'),
+      );
     } finally {
       await b.close().catch(() => undefined);
       await a.close();

@@ -46,7 +46,7 @@ describe('config', () => {
     assert.throws(() => loadConfig({ file }), /unknown key "mqtt-prot"/);
     assert.throws(() => loadConfig({ file: join(dir, 'missing.yaml') }), /config file .*missing.yaml/);
   });
-  it('takes the NATS options, refusing a half-configured TLS listener and nats-server\'s impossible limits', () => {
+  it("takes the NATS options, refusing a half-configured TLS listener and nats-server's impossible limits", () => {
     const c = loadConfig({ flags: { 'nats-ws-port': '0', 'nats-max-payload': '2MiB', 'nats-ping-interval': '30s' }, env: { FLOWMQ_NATS_TOKEN: 's3cret' } });
     assert.equal(c.natsWsPort, 0);
     assert.equal(c.natsMaxPayload, 2 * 1024 * 1024);
@@ -137,7 +137,9 @@ describe('config: users, SASL and Kafka TLS options', () => {
     assert.deepEqual([users.allowAnonymous, users.kafkaSasl], [null, null]);
     const open = loadConfig({ flags: { 'users-file': '/u.yaml', 'allow-anonymous': 'true', 'anonymous-protocols': 'mqtt,NATS', 'default-policy': 'deny' } });
     assert.deepEqual([open.allowAnonymous, open.kafkaSasl, open.anonymousProtocols, open.defaultPolicy], [true, null, ['mqtt', 'nats'], 'deny']);
-    const c = loadConfig({ flags: { 'kafka-sasl-mechanisms': 'scram-sha-512,PLAIN', 'kafka-group-initial-rebalance-delay': '0', 'kafka-group-min-session-timeout': '1s' } });
+    const c = loadConfig({
+      flags: { 'kafka-sasl-mechanisms': 'scram-sha-512,PLAIN', 'kafka-group-initial-rebalance-delay': '0', 'kafka-group-min-session-timeout': '1s' },
+    });
     assert.deepEqual(c.kafkaSaslMechanisms, ['SCRAM-SHA-512', 'PLAIN']);
     assert.deepEqual([c.kafkaGroupInitialRebalanceDelay, c.kafkaGroupMinSessionTimeout], [0, 1000]);
   });
@@ -154,12 +156,18 @@ describe('config: admin API bind address and allowed hosts', () => {
   it('binds the admin API to loopback by default, apart from --host', () => {
     const d = loadConfig();
     assert.deepEqual([d.host, d.httpHost, d.httpAllowedHosts], ['0.0.0.0', '127.0.0.1', []]);
-    const c = loadConfig({ flags: { host: '127.0.0.1', 'http-host': '0.0.0.0' }, env: { FLOWMQ_HTTP_ALLOWED_HOSTS: 'FlowMQ.internal, 10.0.0.5:8080,[::1],, flowmq.internal' } });
+    const c = loadConfig({
+      flags: { host: '127.0.0.1', 'http-host': '0.0.0.0' },
+      env: { FLOWMQ_HTTP_ALLOWED_HOSTS: 'FlowMQ.internal, 10.0.0.5:8080,[::1],, flowmq.internal' },
+    });
     assert.deepEqual([c.host, c.httpHost], ['127.0.0.1', '0.0.0.0']);
     assert.deepEqual(c.httpAllowedHosts, ['flowmq.internal', '10.0.0.5:8080', '[::1]']);
   });
   it('refuses an allowed-hosts entry that is not a host name', () => {
-    assert.throws(() => loadConfig({ flags: { 'http-allowed-hosts': 'ok.example,http://evil/' } }), /invalid --http-allowed-hosts: "http:\/\/evil\/" is not a host name/);
+    assert.throws(
+      () => loadConfig({ flags: { 'http-allowed-hosts': 'ok.example,http://evil/' } }),
+      /invalid --http-allowed-hosts: "http:\/\/evil\/" is not a host name/,
+    );
     assert.throws(() => loadConfig({ flags: { 'http-allowed-hosts': 'a@b' } }), /is not a host name/);
   });
 });
@@ -180,7 +188,10 @@ describe('config: Kafka connection limits', () => {
         'kafka-request-receive-timeout': '5s',
       },
     });
-    assert.deepEqual([c.kafkaSaslMaxReceiveSize, c.kafkaFrameReserve, c.kafkaConnectionsMaxIdle, c.kafkaAuthTimeout, c.kafkaRequestReceiveTimeout], [65536, 0, 60_000, 2000, 5000]);
+    assert.deepEqual(
+      [c.kafkaSaslMaxReceiveSize, c.kafkaFrameReserve, c.kafkaConnectionsMaxIdle, c.kafkaAuthTimeout, c.kafkaRequestReceiveTimeout],
+      [65536, 0, 60_000, 2000, 5000],
+    );
     assert.throws(() => loadConfig({ flags: { 'kafka-auth-timeout': '0' } }), /--kafka-auth-timeout: expected a duration/);
   });
 });
@@ -212,11 +223,14 @@ describe('config: storage backends', () => {
     assert.equal(f.s3PathStyle, false);
   });
   it('refuses malformed values in one line, without echoing a password', () => {
-    assert.throws(() => loadConfig({ flags: { metastore: 'mysql://u:hunter2@h/db' } }), (e: Error) => {
-      assert.match(e.message, /^invalid --metastore: expected sqlite or a postgres:\/\/ URL/);
-      assert.doesNotMatch(e.message, /hunter2/);
-      return true;
-    });
+    assert.throws(
+      () => loadConfig({ flags: { metastore: 'mysql://u:hunter2@h/db' } }),
+      (e: Error) => {
+        assert.match(e.message, /^invalid --metastore: expected sqlite or a postgres:\/\/ URL/);
+        assert.doesNotMatch(e.message, /hunter2/);
+        return true;
+      },
+    );
     assert.throws(() => loadConfig({ flags: { metastore: 'postgres:' } }), /invalid --metastore/);
     assert.throws(() => loadConfig({ flags: { wal: 'redis' } }), /invalid --wal: expected file or postgres/);
     assert.throws(() => loadConfig({ flags: { 'object-store': 'gs://bucket' } }), /invalid --object-store: expected fs or s3:\/\/bucket\/prefix/);
@@ -225,7 +239,10 @@ describe('config: storage backends', () => {
     assert.throws(() => loadConfig({ flags: { 's3-endpoint': 'ftp://x' } }), /expected an http:\/\/ or https:\/\/ URL/);
     assert.throws(() => loadConfig({ flags: { wal: 'postgres' } }), /wal postgres .* needs --metastore postgres/);
     assert.throws(() => loadConfig({ flags: { 's3-access-key-id': 'AKIA' } }), /need both s3-access-key-id and s3-secret-access-key/);
-    assert.throws(() => loadConfig({ flags: { 's3-secret-access-key': '' } }), (e: Error) => !e.message.includes('secret-value'));
+    assert.throws(
+      () => loadConfig({ flags: { 's3-secret-access-key': '' } }),
+      (e: Error) => !e.message.includes('secret-value'),
+    );
   });
   it('masks the password of a URL for logs', () => {
     assert.equal(redactUrl('postgres://flowmq:s3cret@db:5432/flowmq'), 'postgres://flowmq:***@db:5432/flowmq');
@@ -234,35 +251,63 @@ describe('config: storage backends', () => {
 });
 
 describe('config: cluster mode', () => {
-  const shared = { cluster: 'true', metastore: 'postgres://flowmq@db:5432/flowmq', wal: 'postgres', 'object-store': 's3://bucket/flowmq', 'cluster-secret': 'a-long-shared-secret' };
+  const shared = {
+    cluster: 'true',
+    metastore: 'postgres://flowmq@db:5432/flowmq',
+    wal: 'postgres',
+    'object-store': 's3://bucket/flowmq',
+    'cluster-secret': 'a-long-shared-secret',
+  };
 
   it('is off by default; on, it takes the shared backends, a secret, advertised addresses and a lease', () => {
     const d = loadConfig({});
     assert.equal(d.cluster, false);
     assert.equal(d.clusterLease, 5000);
     assert.deepEqual(d.advertisedListeners, {});
-    const c = loadConfig({ flags: { ...shared, 'cluster-lease': '3s', 'advertised-listeners': 'kafka=kafka-1.example:9093,cluster=[::1]:9451', 'broker-id': '2' } });
+    const c = loadConfig({
+      flags: { ...shared, 'cluster-lease': '3s', 'advertised-listeners': 'kafka=kafka-1.example:9093,cluster=[::1]:9451', 'broker-id': '2' },
+    });
     assert.equal(c.cluster, true);
     assert.equal(c.clusterLease, 3000);
     assert.equal(c.brokerId, 2);
     assert.deepEqual(c.advertisedListeners, { kafka: { host: 'kafka-1.example', port: 9093 }, cluster: { host: '::1', port: 9451 } });
-    const env = loadConfig({ env: { FLOWMQ_CLUSTER: '1', FLOWMQ_METASTORE: shared.metastore, FLOWMQ_WAL: 'postgres', FLOWMQ_OBJECT_STORE: 's3://bucket/p', FLOWMQ_CLUSTER_SECRET: shared['cluster-secret'] } });
+    const env = loadConfig({
+      env: {
+        FLOWMQ_CLUSTER: '1',
+        FLOWMQ_METASTORE: shared.metastore,
+        FLOWMQ_WAL: 'postgres',
+        FLOWMQ_OBJECT_STORE: 's3://bucket/p',
+        FLOWMQ_CLUSTER_SECRET: shared['cluster-secret'],
+      },
+    });
     assert.equal(env.cluster, true);
   });
 
   it('refuses --cluster on embedded backends or without a secret, naming every missing piece, and never echoes the secret', () => {
-    assert.throws(() => loadConfig({ flags: { cluster: 'true' } }), (e: Error) => {
-      assert.match(e.message, /^--cluster needs shared backends every broker reaches: --metastore postgres:\/\/\.\.\. \(not the embedded SQLite file\); --wal postgres/);
-      assert.match(e.message, /s3:\/\/bucket\/prefix --object-store/);
-      assert.match(e.message, /--cluster-secret/);
-      return true;
-    });
+    assert.throws(
+      () => loadConfig({ flags: { cluster: 'true' } }),
+      (e: Error) => {
+        assert.match(
+          e.message,
+          /^--cluster needs shared backends every broker reaches: --metastore postgres:\/\/\.\.\. \(not the embedded SQLite file\); --wal postgres/,
+        );
+        assert.match(e.message, /s3:\/\/bucket\/prefix --object-store/);
+        assert.match(e.message, /--cluster-secret/);
+        return true;
+      },
+    );
     assert.throws(() => loadConfig({ flags: { ...shared, wal: 'file' } }), /--cluster needs shared backends every broker reaches: --wal postgres/);
-    assert.throws(() => loadConfig({ flags: { ...shared, 'cluster-secret': 'short-secret' } }), (e: Error) => {
-      assert.match(e.message, /cluster-secret must be at least 16 characters/);
-      assert.doesNotMatch(e.message, /short-secret/);
-      return true;
-    });
-    assert.throws(() => loadConfig({ flags: { ...shared, 'advertised-listeners': 'kafka=nohost' } }), /invalid --advertised-listeners: "kafka=nohost" is not name=host:port/);
+    assert.throws(
+      () => loadConfig({ flags: { ...shared, 'cluster-secret': 'short-secret' } }),
+      (e: Error) => {
+        assert.match(e.message, /cluster-secret must be at least 16 characters/);
+        assert.doesNotMatch(e.message, /short-secret/);
+        return true;
+      },
+    );
+    assert.throws(
+      () => loadConfig({ flags: { ...shared, 'advertised-listeners': 'kafka=nohost' } }),
+      /invalid --advertised-listeners: "kafka=nohost" is not name=host:port/,
+    );
   });
 });

@@ -36,10 +36,19 @@ export function clusterStoreConformance(name: string, open: (dir: string) => Pro
         await store.register(info(1, 'a1'), LONG);
         await store.register(info(2, 'b1'), SHORT);
         let view = await store.brokers();
-        assert.deepEqual(view.map((b) => [b.id, b.incarnation, b.alive, b.leaving]), [[1, 'a1', true, false], [2, 'b1', true, false]]);
+        assert.deepEqual(
+          view.map((b) => [b.id, b.incarnation, b.alive, b.leaving]),
+          [
+            [1, 'a1', true, false],
+            [2, 'b1', true, false],
+          ],
+        );
         assert.deepEqual(view[0].endpoints.cluster, { host: '127.0.0.1', port: 9001 });
         assert.ok(view[0].leaseRemainingMs > LONG - 5000 && view[0].leaseRemainingMs <= LONG);
-        await assert.rejects(store.register(info(1, 'a2'), LONG), (e) => isFlowError(e, 'CONFIG_ERROR') && /broker id 1 is held by a live broker/.test(e.message));
+        await assert.rejects(
+          store.register(info(1, 'a2'), LONG),
+          (e) => isFlowError(e, 'CONFIG_ERROR') && /broker id 1 is held by a live broker/.test(e.message),
+        );
         await store.register(info(1, 'a1'), LONG); // the same incarnation again: fine
         await sleep(SHORT + 150);
         view = await store.brokers();
@@ -54,7 +63,10 @@ export function clusterStoreConformance(name: string, open: (dir: string) => Pro
         await store.deregister(2, 'b1'); // another incarnation: nothing
         assert.equal((await store.brokers()).length, 2);
         await store.deregister(2, 'b2');
-        assert.deepEqual((await store.brokers()).map((b) => b.id), [1]);
+        assert.deepEqual(
+          (await store.brokers()).map((b) => b.id),
+          [1],
+        );
       } finally {
         await close();
       }
@@ -84,7 +96,10 @@ export function clusterStoreConformance(name: string, open: (dir: string) => Pro
         // Kinds are separate namespaces.
         row = await store.claim('queue', 's/0', 2, 'b');
         assert.deepEqual([row.owner, row.epoch], [2, 1]);
-        assert.deepEqual((await store.owners('partition')).map((o) => [o.name, o.owner, o.epoch]), [['s/0', 1, 3]]);
+        assert.deepEqual(
+          (await store.owners('partition')).map((o) => [o.name, o.owner, o.epoch]),
+          [['s/0', 1, 3]],
+        );
         await store.forget('queue', 's/0');
         assert.equal(await store.owner('queue', 's/0'), null);
       } finally {
@@ -102,7 +117,10 @@ export function clusterStoreConformance(name: string, open: (dir: string) => Pro
         await store.claim('session', 'c2', 1, 'a');
         assert.deepEqual(await store.orphans('session', 10), []);
         await sleep(SHORT + 150);
-        assert.deepEqual((await store.orphans('session', 10)).map((o) => o.name), ['c1']);
+        assert.deepEqual(
+          (await store.orphans('session', 10)).map((o) => o.name),
+          ['c1'],
+        );
         const lost = await store.claim('session', 'c2', 2, 'b');
         assert.deepEqual([lost.owner, lost.epoch], [1, 1], 'a broker whose lease expired claims nothing');
         await assert.rejects(store.claim('session', 'c3', 2, 'b'), (e) => isFlowError(e, 'UNAVAILABLE'));
@@ -118,7 +136,7 @@ export function clusterStoreConformance(name: string, open: (dir: string) => Pro
       }
     });
 
-    it('the owner check passes for the owner row\'s epoch only', async () => {
+    it("the owner check passes for the owner row's epoch only", async () => {
       const dir = fresh();
       const { store, close, check } = await open(dir);
       try {
@@ -135,13 +153,16 @@ export function clusterStoreConformance(name: string, open: (dir: string) => Pro
       }
     });
 
-    it('a second handle sees the first one\'s rows and notifications', async () => {
+    it("a second handle sees the first one's rows and notifications", async () => {
       const dir = fresh();
       const one = await open(dir);
       const two = await open(dir);
       try {
         await one.store.register(info(1, 'a'), LONG);
-        assert.deepEqual((await two.store.brokers()).map((b) => b.id), [1]);
+        assert.deepEqual(
+          (await two.store.brokers()).map((b) => b.id),
+          [1],
+        );
         const got: string[] = [];
         await two.store.listen('streams', (p) => {
           if (p !== '*') got.push(p);

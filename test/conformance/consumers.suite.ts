@@ -86,7 +86,15 @@ export function consumerStoreConformance(name: string, durable: boolean, open: (
       assert.deepEqual(await store.listConsumers(), []);
       assert.deepEqual(await store.listConsumers('s1'), []);
       // Names that a LIKE or a prefix match would confuse.
-      for (const [s, c] of [['s1', 'b'], ['s1', 'a'], ['s10', 'a'], ['s', 'z'], ['s_1', 'x'], ['s%1', 'y'], ['s1', 'c']]) {
+      for (const [s, c] of [
+        ['s1', 'b'],
+        ['s1', 'a'],
+        ['s10', 'a'],
+        ['s', 'z'],
+        ['s_1', 'x'],
+        ['s%1', 'y'],
+        ['s1', 'c'],
+      ]) {
         await store.putConsumer(rec(s, c));
       }
       assert.deepEqual(names(await store.listConsumers('s1')), ['s1/a', 's1/b', 's1/c']);
@@ -100,7 +108,14 @@ export function consumerStoreConformance(name: string, durable: boolean, open: (
 
     it('deleteConsumers removes every consumer of one stream and nothing else', async () => {
       const { store, close } = await open(freshDir());
-      for (const [s, c] of [['gone', 'a'], ['gone', 'b'], ['gone2', 'a'], ['gon', 'a'], ['go_e', 'a'], ['stays', 'a']]) {
+      for (const [s, c] of [
+        ['gone', 'a'],
+        ['gone', 'b'],
+        ['gone2', 'a'],
+        ['gon', 'a'],
+        ['go_e', 'a'],
+        ['stays', 'a'],
+      ]) {
         await store.putConsumer(rec(s, c));
       }
       await store.deleteConsumers('gone');

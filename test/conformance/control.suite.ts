@@ -68,7 +68,7 @@ export function controlStoreConformance(name: string, durable: boolean, open: (d
       (input.list as number[]).push(3);
       input.a = 2;
       const first = await store.getControl('group', 'g');
-      assert.deepEqual(first?.data, { a: 1, list: [1, 2] }, 'a change to the caller\'s object after the put is not stored');
+      assert.deepEqual(first?.data, { a: 1, list: [1, 2] }, "a change to the caller's object after the put is not stored");
       (first!.data as { list: number[] }).list.push(9);
       assert.deepEqual((await store.getControl('group', 'g'))?.data, { a: 1, list: [1, 2] }, 'a change to a read copy is not stored');
       assert.deepEqual((await store.listControl('group'))[0].data, { a: 1, list: [1, 2] });
@@ -88,7 +88,10 @@ export function controlStoreConformance(name: string, durable: boolean, open: (d
         'by name, in code unit order',
       );
       assert.ok(list.every((r) => r.kind === 'policy' && (r.data as { name: string }).name === r.name));
-      assert.deepEqual((await store.listControl('group')).map((r) => r.name), ['alpha']);
+      assert.deepEqual(
+        (await store.listControl('group')).map((r) => r.name),
+        ['alpha'],
+      );
       assert.deepEqual(await store.listControl('namespace'), []);
       await close();
     });
@@ -134,7 +137,11 @@ export function controlStoreConformance(name: string, durable: boolean, open: (d
       assert.equal(await store.putControlIfAbsent('session', 's2', {}), true);
       assert.equal(await store.deleteControl('session', 's1'), true);
       await same('login sessions do not bump the version');
-      assert.deepEqual((await store.listControl('session')).map((r) => r.name), ['s2'], 'but they are stored');
+      assert.deepEqual(
+        (await store.listControl('session')).map((r) => r.name),
+        ['s2'],
+        'but they are stored',
+      );
       await close();
     });
 
@@ -195,15 +202,15 @@ export function controlStoreConformance(name: string, durable: boolean, open: (d
         await a.store.putControl('policy', 'p1', { effect: 'deny' });
         const v1 = await b.store.controlVersion();
         assert.ok(v1 > v0, 'b sees the version move');
-        assert.deepEqual((await b.store.listControl('policy')).map((r) => r.name), ['p1']);
+        assert.deepEqual(
+          (await b.store.listControl('policy')).map((r) => r.name),
+          ['p1'],
+        );
         await b.store.deleteControl('policy', 'p1');
         assert.ok((await a.store.controlVersion()) > v1, 'and the other way round');
         assert.equal(await a.store.getControl('policy', 'p1'), null);
         // Both seed the same name at once: exactly one creates it.
-        const results = await Promise.all([
-          a.store.putControlIfAbsent('user', 'admin', { by: 'a' }),
-          b.store.putControlIfAbsent('user', 'admin', { by: 'b' }),
-        ]);
+        const results = await Promise.all([a.store.putControlIfAbsent('user', 'admin', { by: 'a' }), b.store.putControlIfAbsent('user', 'admin', { by: 'b' })]);
         assert.equal(results.filter(Boolean).length, 1, `one of ${JSON.stringify(results)}`);
         const winner = results[0] ? 'a' : 'b';
         assert.deepEqual((await a.store.getControl('user', 'admin'))?.data, { by: winner });

@@ -111,7 +111,7 @@ export function metastoreConformance(name: string, open: (dir: string) => Promis
       await m.close();
     });
 
-    it('keeps a stream\'s settings (size retention, segment size and age, protocol configs) and clears them', async () => {
+    it("keeps a stream's settings (size retention, segment size and age, protocol configs) and clears them", async () => {
       const dir = freshDir();
       const m = await open(dir);
       const tuned = stream('tuned', {
@@ -137,9 +137,7 @@ export function metastoreConformance(name: string, open: (dir: string) => Promis
     it('refuses a duplicate stream with ALREADY_EXISTS and leaves the first one alone', async () => {
       const m = await open(freshDir());
       await m.createStream(stream('dup'));
-      await assert.rejects(m.createStream(stream('dup', { partitions: 9 })), (e: unknown) =>
-        isFlowError(e, 'ALREADY_EXISTS'),
-      );
+      await assert.rejects(m.createStream(stream('dup', { partitions: 9 })), (e: unknown) => isFlowError(e, 'ALREADY_EXISTS'));
       assert.equal((await getStream(m, 'dup'))?.partitions, 3);
       await m.close();
     });
@@ -258,9 +256,7 @@ export function metastoreConformance(name: string, open: (dir: string) => Promis
         { group: 'g1', stream: 'a', partition: 2, offset: 3, metadata: null },
         { group: 'g1', stream: 'b', partition: 1, offset: 7, metadata: '' },
       ]);
-      assert.deepEqual((await m.listOffsets('g2')).map(strip), [
-        { group: 'g2', stream: 'a', partition: 0, offset: 1, metadata: null },
-      ]);
+      assert.deepEqual((await m.listOffsets('g2')).map(strip), [{ group: 'g2', stream: 'a', partition: 0, offset: 1, metadata: null }]);
       assert.deepEqual(await m.listOffsets('nobody'), []);
       await m.close();
     });
@@ -275,10 +271,13 @@ export function metastoreConformance(name: string, open: (dir: string) => Promis
       ]);
       await m.commitOffsets('g1', [{ stream: 'a', partition: 2, offset: 9, metadata: 'x' }]);
       assert.deepEqual(await m.listGroups(), ['g1', 'g2']);
-      assert.deepEqual((await m.listOffsets('g2')).map((o) => [o.partition, o.offset, o.metadata]), [
-        [0, 4, null],
-        [1, -1, 'none yet'],
-      ]);
+      assert.deepEqual(
+        (await m.listOffsets('g2')).map((o) => [o.partition, o.offset, o.metadata]),
+        [
+          [0, 4, null],
+          [1, -1, 'none yet'],
+        ],
+      );
       // All or nothing: one unknown stream fails the whole batch.
       await assert.rejects(
         m.commitOffsets('g1', [
@@ -312,7 +311,10 @@ export function metastoreConformance(name: string, open: (dir: string) => Promis
         { stream: 'b', partition: 7 },
       ]);
       await m.deleteOffsets('nobody', [{ stream: 'a', partition: 0 }]);
-      assert.deepEqual((await m.listOffsets('g')).map((o) => [o.stream, o.partition, o.offset]), [['a', 0, 4]]);
+      assert.deepEqual(
+        (await m.listOffsets('g')).map((o) => [o.stream, o.partition, o.offset]),
+        [['a', 0, 4]],
+      );
       assert.equal((await m.fetchOffset('other', 'a', 0))?.offset, 1, "another group's offset of the same partition stays");
       await m.deleteOffsets('g', [{ stream: 'a', partition: 0 }]);
       assert.deepEqual(await m.listGroups(), ['other'], 'a group whose last offset went is no longer listed');
@@ -548,7 +550,13 @@ export function metastoreConformance(name: string, open: (dir: string) => Promis
         const m = await open(freshDir());
         assert.deepEqual(await m.listExchanges(), []);
         const logs = exchangeDef('logs', { type: 'fanout' });
-        const alt = exchangeDef('with-alt', { type: 'direct', alternateExchange: 'logs', internal: true, autoDelete: true, rawArguments: { 'alternate-exchange': 'logs' } });
+        const alt = exchangeDef('with-alt', {
+          type: 'direct',
+          alternateExchange: 'logs',
+          internal: true,
+          autoDelete: true,
+          rawArguments: { 'alternate-exchange': 'logs' },
+        });
         const hdr = exchangeDef('hdr', { type: 'headers', durable: false });
         for (const d of [logs, alt, hdr]) await m.putExchange(d);
         assert.deepEqual(byName(await m.listExchanges()), byName([logs, alt, hdr]));
@@ -599,8 +607,14 @@ export function metastoreConformance(name: string, open: (dir: string) => Promis
         assert.deepEqual(sortBindings(await m.listBindings()), sortBindings([toQ2, x1ToX2, x2ToX1, streamNamedQ1]));
         await m.deleteExchange('x1');
         assert.deepEqual(sortBindings(await m.listBindings()), sortBindings([streamNamedQ1]));
-        assert.deepEqual((await m.listExchanges()).map((e) => e.name), ['x2']);
-        assert.deepEqual((await m.listQueues()).map((q) => q.name), ['q2']);
+        assert.deepEqual(
+          (await m.listExchanges()).map((e) => e.name),
+          ['x2'],
+        );
+        assert.deepEqual(
+          (await m.listQueues()).map((q) => q.name),
+          ['q2'],
+        );
         await m.close();
       });
 

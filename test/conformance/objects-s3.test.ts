@@ -26,7 +26,8 @@ const openS3 = async (dir: string): Promise<S3ObjectStore> => {
     secretAccessKey: srv.secretAccessKey,
     forcePathStyle: true,
     // S3's smallest part: the suite's 12 MiB object goes up in three parts.
-    partBytes: 5 * 1024 * 1024, multipartThresholdBytes: 5 * 1024 * 1024,
+    partBytes: 5 * 1024 * 1024,
+    multipartThresholdBytes: 5 * 1024 * 1024,
     // Listing crosses pages in every list test.
     listPageSize: 4,
   });

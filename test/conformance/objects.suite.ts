@@ -56,7 +56,13 @@ export function objectStoreConformance(name: string, open: (dir: string) => Prom
     it('stores an object given as parts as their concatenation', async () => {
       const s = await open(freshDir());
       // Many small parts, an empty one, and parts that straddle 1 MiB boundaries (where a backend may flush).
-      const parts = [bytes(100, 1), Buffer.alloc(0), bytes(1_500_000, 2), ...Array.from({ length: 3000 }, (_, i) => bytes(200 + (i % 7), i)), bytes(900_000, 9)];
+      const parts = [
+        bytes(100, 1),
+        Buffer.alloc(0),
+        bytes(1_500_000, 2),
+        ...Array.from({ length: 3000 }, (_, i) => bytes(200 + (i % 7), i)),
+        bytes(900_000, 9),
+      ];
       await s.put('parts/obj', parts);
       const whole = Buffer.concat(parts);
       const got = await s.get('parts/obj');
@@ -228,11 +234,7 @@ export function objectStoreConformance(name: string, open: (dir: string) => Prom
 
       assert.deepEqual(
         await s.list('streams/a/'),
-        expect([
-          'streams/a/0/00000000000000000000.seg',
-          'streams/a/0/00000000000000000100.seg',
-          'streams/a/1/00000000000000000000.seg',
-        ]),
+        expect(['streams/a/0/00000000000000000000.seg', 'streams/a/0/00000000000000000100.seg', 'streams/a/1/00000000000000000000.seg']),
       );
       // A prefix need not end at a segment boundary.
       assert.deepEqual(
@@ -281,7 +283,10 @@ export function objectStoreConformance(name: string, open: (dir: string) => Prom
       const versions = Array.from({ length: 20 }, (_, i) => bytes(2000 + i * 10, i));
       await Promise.all(versions.map((v) => s.put('same/key', v)));
       const got = await s.get('same/key');
-      assert.ok(versions.some((v) => v.equals(got)), 'the object is exactly one of the versions written');
+      assert.ok(
+        versions.some((v) => v.equals(got)),
+        'the object is exactly one of the versions written',
+      );
       await s.close();
     });
 

@@ -249,7 +249,10 @@ export function queueStoreConformance(name: string, durable: boolean, open: (dir
         assert.deepEqual(await s2.openQueue('q'), { count: 17, bytes: 850, maxId: 20 });
         assert.deepEqual(await s2.openQueue('empty'), { count: 0, bytes: 0, maxId: 0 });
         const rows = await s2.read('q', 0, 100);
-        assert.deepEqual(ids(rows), Array.from({ length: 17 }, (_, i) => i + 4));
+        assert.deepEqual(
+          ids(rows),
+          Array.from({ length: 17 }, (_, i) => i + 4),
+        );
         assert.equal(rows[0].deliveries, 2);
         assert.deepEqual(rows[5].data, body(9, 50));
         await s2.append('q', msgs(21, 21, 50));

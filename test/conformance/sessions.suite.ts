@@ -61,10 +61,7 @@ export function sessionStoreConformance(name: string, durable: boolean, open: (d
       assert.deepEqual(await s.sessions.getSession('c1'), rec('c1'));
       await s.sessions.putSession(rec('c1', { state: '{"x":1}', expiresAt: 5, updatedAt: 6 }));
       assert.deepEqual(await s.sessions.getSession('c1'), rec('c1', { state: '{"x":1}', expiresAt: 5, updatedAt: 6 }));
-      assert.deepEqual(
-        (await s.sessions.listSessions('mqtt')).map((r) => r.clientId).sort(),
-        ['c1', 'c2'],
-      );
+      assert.deepEqual((await s.sessions.listSessions('mqtt')).map((r) => r.clientId).sort(), ['c1', 'c2']);
       assert.equal((await s.sessions.getSession('c2'))?.expiresAt, null);
       await s.sessions.deleteSession('c1');
       await s.sessions.deleteSession('never-existed');
@@ -79,13 +76,22 @@ export function sessionStoreConformance(name: string, durable: boolean, open: (d
       assert.equal(await enqueue(s.sessions, 'q', [b('4')], 100), 0);
       assert.equal(await queueLength(s.sessions, 'q'), 4);
       const first = await s.sessions.readQueue('q', 2);
-      assert.deepEqual(first.map((e) => e.data.toString()), ['1', '2']);
+      assert.deepEqual(
+        first.map((e) => e.data.toString()),
+        ['1', '2'],
+      );
       assert.ok(first[0].seq < first[1].seq);
       await s.sessions.ackQueue('q', first[1].seq);
       const rest = await s.sessions.readQueue('q', 10);
-      assert.deepEqual(rest.map((e) => e.data.toString()), ['3', '4']);
+      assert.deepEqual(
+        rest.map((e) => e.data.toString()),
+        ['3', '4'],
+      );
       assert.ok(rest[0].seq > first[1].seq, 'sequence numbers keep increasing');
-      assert.deepEqual((await s.sessions.readQueue('other', 10)).map((e) => e.data.toString()), ['x']);
+      assert.deepEqual(
+        (await s.sessions.readQueue('other', 10)).map((e) => e.data.toString()),
+        ['x'],
+      );
       assert.deepEqual(await s.sessions.readQueue('nobody', 10), []);
       await s.close();
     });
@@ -94,7 +100,10 @@ export function sessionStoreConformance(name: string, durable: boolean, open: (d
       const s = await open(freshDir());
       assert.equal(await enqueue(s.sessions, 'q', [b('1'), b('2'), b('3')], 3), 0);
       assert.equal(await enqueue(s.sessions, 'q', [b('4'), b('5')], 3), 2);
-      assert.deepEqual((await s.sessions.readQueue('q', 10)).map((e) => e.data.toString()), ['3', '4', '5']);
+      assert.deepEqual(
+        (await s.sessions.readQueue('q', 10)).map((e) => e.data.toString()),
+        ['3', '4', '5'],
+      );
       await assert.rejects(enqueue(s.sessions, 'q', [b('6')], 0), (e: unknown) => isFlowError(e, 'INVALID_ARGUMENT'));
       await s.close();
     });
@@ -106,19 +115,31 @@ export function sessionStoreConformance(name: string, durable: boolean, open: (d
       assert.equal(first.seqs.length, 3);
       // Seqs increase in append order and are what readQueue reports.
       assert.ok(first.seqs[0] < first.seqs[1] && first.seqs[1] < first.seqs[2]);
-      assert.deepEqual((await s.sessions.readQueue('u', 10)).map((e) => e.seq), first.seqs);
+      assert.deepEqual(
+        (await s.sessions.readQueue('u', 10)).map((e) => e.seq),
+        first.seqs,
+      );
       const [sa, sb, sc] = first.seqs;
       // Rewrite b, remove a (and a seq that does not exist), append d: all in one call.
       const second = await s.sessions.updateQueue('u', { replace: [{ seq: sb, data: b('B') }], remove: [sa, 999_999], append: [b('d')] }, 10);
       assert.equal(second.seqs.length, 1);
       assert.ok(second.seqs[0] > sc, 'a new entry is ordered after the existing ones');
       const q = await s.sessions.readQueue('u', 10);
-      assert.deepEqual(q.map((e) => e.data.toString()), ['B', 'c', 'd']);
-      assert.deepEqual(q.map((e) => e.seq), [sb, sc, second.seqs[0]]);
+      assert.deepEqual(
+        q.map((e) => e.data.toString()),
+        ['B', 'c', 'd'],
+      );
+      assert.deepEqual(
+        q.map((e) => e.seq),
+        [sb, sc, second.seqs[0]],
+      );
       // The drop-oldest bound applies after the batch.
       const third = await s.sessions.updateQueue('u', { append: [b('e'), b('f')] }, 3);
       assert.equal(third.dropped, 2);
-      assert.deepEqual((await s.sessions.readQueue('u', 10)).map((e) => e.data.toString()), ['d', 'e', 'f']);
+      assert.deepEqual(
+        (await s.sessions.readQueue('u', 10)).map((e) => e.data.toString()),
+        ['d', 'e', 'f'],
+      );
       // An empty batch changes nothing; other sessions are untouched.
       assert.deepEqual(await s.sessions.updateQueue('u', {}, 10), { seqs: [], dropped: 0 });
       assert.equal(await queueLength(s.sessions, 'u'), 3);
@@ -148,7 +169,10 @@ export function sessionStoreConformance(name: string, durable: boolean, open: (d
       ]);
       await s.retained.deleteRetained('a/b');
       await s.retained.deleteRetained('not/there');
-      assert.deepEqual((await s.retained.listRetained()).map((r) => r.topic), ['a/c']);
+      assert.deepEqual(
+        (await s.retained.listRetained()).map((r) => r.topic),
+        ['a/c'],
+      );
       await s.close();
     });
 
@@ -163,7 +187,10 @@ export function sessionStoreConformance(name: string, durable: boolean, open: (d
       const many = await Promise.all(Array.from({ length: 20 }, (_, i) => s.sessions.updateQueue('n', { append: [b(`x${i}`)] }, 100)));
       const seqs = many.map((r) => r.seqs[0]);
       for (let i = 1; i < seqs.length; i++) assert.ok(seqs[i] > seqs[i - 1], 'in the order issued');
-      assert.deepEqual((await s.sessions.readQueue('n', 100)).map((e) => e.seq), [again.seqs[0], ...seqs]);
+      assert.deepEqual(
+        (await s.sessions.readQueue('n', 100)).map((e) => e.seq),
+        [again.seqs[0], ...seqs],
+      );
       await s.close();
     });
 
@@ -173,10 +200,16 @@ export function sessionStoreConformance(name: string, durable: boolean, open: (d
       assert.equal((await s.sessions.updateQueue('l', { remove: [seqs[0], 424242] }, 3)).dropped, 0);
       assert.equal((await s.sessions.updateQueue('l', { append: [b('4')] }, 3)).dropped, 0, 'room for one after a remove');
       await s.sessions.ackQueue('l', seqs[2]);
-      assert.deepEqual((await s.sessions.readQueue('l', 10)).map((e) => e.data.toString()), ['4']);
+      assert.deepEqual(
+        (await s.sessions.readQueue('l', 10)).map((e) => e.data.toString()),
+        ['4'],
+      );
       assert.equal((await s.sessions.updateQueue('l', { append: [b('5'), b('6')] }, 3)).dropped, 0, 'room for two after an ack');
       assert.equal((await s.sessions.updateQueue('l', { append: [b('7')] }, 3)).dropped, 1);
-      assert.deepEqual((await s.sessions.readQueue('l', 10)).map((e) => e.data.toString()), ['5', '6', '7']);
+      assert.deepEqual(
+        (await s.sessions.readQueue('l', 10)).map((e) => e.data.toString()),
+        ['5', '6', '7'],
+      );
       await s.sessions.ackQueue('l', 0); // acks nothing
       await s.sessions.deleteSession('l');
       assert.equal((await s.sessions.updateQueue('l', { append: [b('8'), b('9')] }, 2)).dropped, 0, 'a deleted queue is empty');
@@ -203,7 +236,10 @@ export function sessionStoreConformance(name: string, durable: boolean, open: (d
         await Promise.all(ops);
         assert.equal(await s.sessions.getSession('pd'), null);
         assert.deepEqual(await s.sessions.readQueue('pd', 10), []);
-        assert.deepEqual((await s.sessions.listSessions('mqtt')).map((r) => r.clientId), []);
+        assert.deepEqual(
+          (await s.sessions.listSessions('mqtt')).map((r) => r.clientId),
+          [],
+        );
         await s.close();
       });
 
@@ -214,15 +250,27 @@ export function sessionStoreConformance(name: string, durable: boolean, open: (d
         const acked = s.sessions.ackQueue('ra', Number.MAX_SAFE_INTEGER);
         const later = s.sessions.updateQueue('ra', { append: [b('3')] }, 10);
         const [a, r, , l] = await Promise.all([appended, read, acked, later]);
-        assert.deepEqual(r.map((e) => e.data.toString()), ['1', '2'], 'the read saw the append issued before it');
-        assert.deepEqual(r.map((e) => e.seq), a.seqs);
-        assert.deepEqual((await s.sessions.readQueue('ra', 10)).map((e) => [e.seq, e.data.toString()]), [[l.seqs[0], '3']]);
+        assert.deepEqual(
+          r.map((e) => e.data.toString()),
+          ['1', '2'],
+          'the read saw the append issued before it',
+        );
+        assert.deepEqual(
+          r.map((e) => e.seq),
+          a.seqs,
+        );
+        assert.deepEqual(
+          (await s.sessions.readQueue('ra', 10)).map((e) => [e.seq, e.data.toString()]),
+          [[l.seqs[0], '3']],
+        );
         await s.close();
       });
 
       it('several updateQueues in a row, removing and rewriting entries of earlier ones', async () => {
         const s = await open(freshDir());
-        const { seqs: [s1, s2, s3] } = await s.sessions.updateQueue('uq', { append: [b('a'), b('b'), b('c')] }, 10);
+        const {
+          seqs: [s1, s2, s3],
+        } = await s.sessions.updateQueue('uq', { append: [b('a'), b('b'), b('c')] }, 10);
         const u1 = s.sessions.updateQueue('uq', { remove: [s1], append: [b('d')] }, 10);
         const u2 = s.sessions.updateQueue('uq', { remove: [s2], replace: [{ seq: s3, data: b('C') }], append: [b('e')] }, 10);
         const u3 = s.sessions.updateQueue('uq', { append: [b('f')] }, 10);
@@ -230,13 +278,22 @@ export function sessionStoreConformance(name: string, durable: boolean, open: (d
         const [r1, r2, r3] = await Promise.all([u1, u2, u3]);
         assert.ok(s3 < r1.seqs[0] && r1.seqs[0] < r2.seqs[0] && r2.seqs[0] < r3.seqs[0], 'seqs in the order issued');
         const q = await read;
-        assert.deepEqual(q.map((e) => e.data.toString()), ['C', 'd', 'e', 'f']);
-        assert.deepEqual(q.map((e) => e.seq), [s3, r1.seqs[0], r2.seqs[0], r3.seqs[0]]);
+        assert.deepEqual(
+          q.map((e) => e.data.toString()),
+          ['C', 'd', 'e', 'f'],
+        );
+        assert.deepEqual(
+          q.map((e) => e.seq),
+          [s3, r1.seqs[0], r2.seqs[0], r3.seqs[0]],
+        );
         // Removes of seqs appended by calls issued just before (their seqs known from the earlier results).
         const u4 = s.sessions.updateQueue('uq', { remove: [r1.seqs[0], r2.seqs[0]] }, 10);
         const u5 = s.sessions.updateQueue('uq', { remove: [r3.seqs[0]], append: [b('g')] }, 10);
         await Promise.all([u4, u5]);
-        assert.deepEqual((await s.sessions.readQueue('uq', 10)).map((e) => e.data.toString()), ['C', 'g']);
+        assert.deepEqual(
+          (await s.sessions.readQueue('uq', 10)).map((e) => e.data.toString()),
+          ['C', 'g'],
+        );
         await s.close();
       });
 
@@ -245,10 +302,10 @@ export function sessionStoreConformance(name: string, durable: boolean, open: (d
         await Promise.all([s.retained.putRetained('r/1', b('first')), s.retained.deleteRetained('r/1'), s.retained.putRetained('r/1', b('last'))]);
         await Promise.all([s.retained.putRetained('r/2', b('gone')), s.retained.deleteRetained('r/2')]);
         await Promise.all([s.retained.putRetained('r/3', b('x')), s.retained.putRetained('r/3', b('y'))]);
-        assert.deepEqual(
-          (await s.retained.listRetained()).map((r) => [r.topic, r.data.toString()]).sort(),
-          [['r/1', 'last'], ['r/3', 'y']],
-        );
+        assert.deepEqual((await s.retained.listRetained()).map((r) => [r.topic, r.data.toString()]).sort(), [
+          ['r/1', 'last'],
+          ['r/3', 'y'],
+        ]);
         await s.close();
       });
     });
@@ -264,13 +321,19 @@ export function sessionStoreConformance(name: string, durable: boolean, open: (d
         await s.close();
         const again = await open(dir);
         assert.deepEqual(await again.sessions.getSession('p'), rec('p'));
-        assert.deepEqual((await again.sessions.readQueue('p', 10)).map((e) => e.data.toString()), ['m1', 'm2']);
+        assert.deepEqual(
+          (await again.sessions.readQueue('p', 10)).map((e) => e.data.toString()),
+          ['m1', 'm2'],
+        );
         const r = await again.retained.listRetained();
         assert.equal(r.length, 1);
         assert.deepEqual(decodeStoredMessage(r[0].data), msg);
         // New entries go after the reopened ones.
         await enqueue(again.sessions, 'p', [b('m3')], 10);
-        assert.deepEqual((await again.sessions.readQueue('p', 10)).map((e) => e.data.toString()), ['m1', 'm2', 'm3']);
+        assert.deepEqual(
+          (await again.sessions.readQueue('p', 10)).map((e) => e.data.toString()),
+          ['m1', 'm2', 'm3'],
+        );
         await again.close();
       });
     }

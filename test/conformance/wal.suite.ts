@@ -164,9 +164,8 @@ export function walConformance(
 
     it('rejects an entry whose endOffset is below its baseOffset', async () => {
       const { wal } = await openReplayed(freshDir());
-      await assert.rejects(
-        wal.append({ key: 'x/0', baseOffset: 5, endOffset: 4, epoch: 1, data: Buffer.alloc(1) }),
-        (e: unknown) => isFlowError(e, 'INVALID_ARGUMENT'),
+      await assert.rejects(wal.append({ key: 'x/0', baseOffset: 5, endOffset: 4, epoch: 1, data: Buffer.alloc(1) }), (e: unknown) =>
+        isFlowError(e, 'INVALID_ARGUMENT'),
       );
       await wal.close();
     });
@@ -209,7 +208,10 @@ export function walConformance(
       for (const e of must) assert.ok(got.has(`${e.key}@${e.baseOffset}`), `unflushed ${e.key}@${e.baseOffset} kept`);
       // Whatever survives keeps its relative order.
       const order = again.entries.filter((e) => e.key === 'b/0').map((e) => e.baseOffset);
-      assert.deepEqual(order, [...order].sort((x, y) => x - y));
+      assert.deepEqual(
+        order,
+        [...order].sort((x, y) => x - y),
+      );
       await again.wal.close();
     });
 
@@ -237,37 +239,38 @@ export function walConformance(
       await again.wal.close();
     });
 
-    if (opts.shared) it('replayKey (a WAL shared by brokers): one key\'s entries past an offset, in order, whoever wrote them', async () => {
-      const dir = freshDir();
-      const { wal: a } = await openReplayed(dir);
-      assert.equal(typeof a.replayKey, 'function', 'a shared WAL has replayKey');
-      // Two writers of one log (two brokers): the first writes k/0 and k/1, hands k/0 over; the second fences k/0
-      // with a later epoch, reads it back and goes on.
-      const b = await open(dir);
-      const first = [entry('k/0', 0, 2, 64, 1), entry('k/1', 0, 1, 64, 1), entry('k/0', 2, 3, 64, 1)];
-      for (const e of first) await a.append(e);
-      await b.fence('k/0', 2);
-      const got: WalEntry[] = [];
-      await b.replayKey!('k/0', (e) => got.push(e));
-      assertSameEntries(got, [first[0], first[2]]);
-      assert.ok(got.every((e) => e.key === 'k/0' && e.epoch === 1));
-      await assert.rejects(a.append(entry('k/0', 5, 1, 64, 1)), (e: unknown) => isFlowError(e, 'FENCED'), 'the old writer is fenced');
-      const next = entry('k/0', 5, 2, 64, 2);
-      await b.append(next);
-      const after2: WalEntry[] = [];
-      await b.replayKey!('k/0', (e) => after2.push(e), 2);
-      assertSameEntries(after2, [first[2], next]);
-      // Trimming k/0 on the second writer leaves the first writer's k/1 alone.
-      await b.trim((key) => (key === 'k/0' ? 7 : 0));
-      const rest: WalEntry[] = [];
-      await a.replayKey!('k/1', (e) => rest.push(e));
-      assertSameEntries(rest, [first[1]]);
-      const none: WalEntry[] = [];
-      await a.replayKey!('k/0', (e) => none.push(e));
-      assert.deepEqual(none, []);
-      await a.close();
-      await b.close();
-    });
+    if (opts.shared)
+      it("replayKey (a WAL shared by brokers): one key's entries past an offset, in order, whoever wrote them", async () => {
+        const dir = freshDir();
+        const { wal: a } = await openReplayed(dir);
+        assert.equal(typeof a.replayKey, 'function', 'a shared WAL has replayKey');
+        // Two writers of one log (two brokers): the first writes k/0 and k/1, hands k/0 over; the second fences k/0
+        // with a later epoch, reads it back and goes on.
+        const b = await open(dir);
+        const first = [entry('k/0', 0, 2, 64, 1), entry('k/1', 0, 1, 64, 1), entry('k/0', 2, 3, 64, 1)];
+        for (const e of first) await a.append(e);
+        await b.fence('k/0', 2);
+        const got: WalEntry[] = [];
+        await b.replayKey!('k/0', (e) => got.push(e));
+        assertSameEntries(got, [first[0], first[2]]);
+        assert.ok(got.every((e) => e.key === 'k/0' && e.epoch === 1));
+        await assert.rejects(a.append(entry('k/0', 5, 1, 64, 1)), (e: unknown) => isFlowError(e, 'FENCED'), 'the old writer is fenced');
+        const next = entry('k/0', 5, 2, 64, 2);
+        await b.append(next);
+        const after2: WalEntry[] = [];
+        await b.replayKey!('k/0', (e) => after2.push(e), 2);
+        assertSameEntries(after2, [first[2], next]);
+        // Trimming k/0 on the second writer leaves the first writer's k/1 alone.
+        await b.trim((key) => (key === 'k/0' ? 7 : 0));
+        const rest: WalEntry[] = [];
+        await a.replayKey!('k/1', (e) => rest.push(e));
+        assertSameEntries(rest, [first[1]]);
+        const none: WalEntry[] = [];
+        await a.replayKey!('k/0', (e) => none.push(e));
+        assert.deepEqual(none, []);
+        await a.close();
+        await b.close();
+      });
 
     describe('ownership epochs (fencing)', () => {
       const fenced = (e: unknown) => isFlowError(e, 'FENCED');
@@ -314,105 +317,106 @@ export function walConformance(
       });
     });
 
-    if (open.length >= 2) describe('when writes fail (a full disk, an I/O error)', () => {
-      const full = (e: unknown) => isFlowError(e, 'STORAGE_FULL');
-      // Large enough that a failing write lands whole blocks of it first (a torn tail to cut off).
-      const big = (key: string, base: number) => entry(key, base, 1, 20_000);
+    if (open.length >= 2)
+      describe('when writes fail (a full disk, an I/O error)', () => {
+        const full = (e: unknown) => isFlowError(e, 'STORAGE_FULL');
+        // Large enough that a failing write lands whole blocks of it first (a torn tail to cut off).
+        const big = (key: string, base: number) => entry(key, base, 1, 20_000);
 
-      it('fails the appends, refuses a key past the hole, and takes it again where it resumes once writes work', async () => {
-        const dir = freshDir();
-        const disk = new FaultyDisk();
-        const wal = await open(dir, disk);
-        await collect(wal);
-        const acked: WalEntry[] = [big('a/0', 0), big('b/0', 0)];
-        for (const e of acked) await wal.append(e);
-        disk.full = true;
-        const failing = [wal.append(big('a/0', 1)), wal.append(big('a/0', 2)), wal.append(big('b/0', 1))];
-        await Promise.all(failing.map((p) => assert.rejects(p, full)));
-        assert.ok(disk.failedWrites > 0, 'the writes were tried');
-        disk.full = false;
-        // a/0 lost offsets 1 and 2: an entry at 3 would follow a hole.
-        await assert.rejects(wal.append(big('a/0', 3)), full);
-        for (const e of [big('a/0', 1), big('a/0', 2), big('b/0', 1), big('a/0', 3)]) {
-          await wal.append(e);
-          acked.push(e);
-        }
-        await wal.close();
-        const again = await openReplayed(dir);
-        assertSameEntries(again.entries, acked);
-        await again.wal.close();
-      });
+        it('fails the appends, refuses a key past the hole, and takes it again where it resumes once writes work', async () => {
+          const dir = freshDir();
+          const disk = new FaultyDisk();
+          const wal = await open(dir, disk);
+          await collect(wal);
+          const acked: WalEntry[] = [big('a/0', 0), big('b/0', 0)];
+          for (const e of acked) await wal.append(e);
+          disk.full = true;
+          const failing = [wal.append(big('a/0', 1)), wal.append(big('a/0', 2)), wal.append(big('b/0', 1))];
+          await Promise.all(failing.map((p) => assert.rejects(p, full)));
+          assert.ok(disk.failedWrites > 0, 'the writes were tried');
+          disk.full = false;
+          // a/0 lost offsets 1 and 2: an entry at 3 would follow a hole.
+          await assert.rejects(wal.append(big('a/0', 3)), full);
+          for (const e of [big('a/0', 1), big('a/0', 2), big('b/0', 1), big('a/0', 3)]) {
+            await wal.append(e);
+            acked.push(e);
+          }
+          await wal.close();
+          const again = await openReplayed(dir);
+          assertSameEntries(again.entries, acked);
+          await again.wal.close();
+        });
 
-      it('cuts off a failed write it could not cut at once before writing anything else, then goes on', async () => {
-        const dir = freshDir();
-        const disk = new FaultyDisk();
-        const wal = await open(dir, disk);
-        await collect(wal);
-        const acked = [big('c/0', 0)];
-        await wal.append(acked[0]);
-        disk.full = true;
-        disk.failCuts = true;
-        await assert.rejects(wal.append(big('c/0', 1)), full);
-        // The disk has room again, but the torn write still cannot be cut: nothing may be written after it.
-        disk.full = false;
-        await assert.rejects(wal.append(big('c/0', 1)), (e: unknown) => isFlowError(e, 'STORAGE_ERROR'));
-        disk.failCuts = false;
-        for (const e of [big('c/0', 1), big('c/0', 2)]) {
-          await wal.append(e);
-          acked.push(e);
-        }
-        await wal.close();
-        const again = await openReplayed(dir);
-        assertSameEntries(again.entries, acked);
-        await again.wal.close();
-      });
+        it('cuts off a failed write it could not cut at once before writing anything else, then goes on', async () => {
+          const dir = freshDir();
+          const disk = new FaultyDisk();
+          const wal = await open(dir, disk);
+          await collect(wal);
+          const acked = [big('c/0', 0)];
+          await wal.append(acked[0]);
+          disk.full = true;
+          disk.failCuts = true;
+          await assert.rejects(wal.append(big('c/0', 1)), full);
+          // The disk has room again, but the torn write still cannot be cut: nothing may be written after it.
+          disk.full = false;
+          await assert.rejects(wal.append(big('c/0', 1)), (e: unknown) => isFlowError(e, 'STORAGE_ERROR'));
+          disk.failCuts = false;
+          for (const e of [big('c/0', 1), big('c/0', 2)]) {
+            await wal.append(e);
+            acked.push(e);
+          }
+          await wal.close();
+          const again = await openReplayed(dir);
+          assertSameEntries(again.entries, acked);
+          await again.wal.close();
+        });
 
-      it('after a crash with a failed write not cut off, recovers exactly the acknowledged entries', async () => {
-        const dir = freshDir();
-        const disk = new FaultyDisk();
-        const wal = await open(dir, disk);
-        await collect(wal);
-        const acked = [big('d/0', 0), big('d/0', 1)];
-        for (const e of acked) await wal.append(e);
-        disk.full = true;
-        disk.failCuts = true;
-        await assert.rejects(wal.append(big('d/0', 2)), full);
-        // "Crash": another instance opens the same files while the torn write is still there.
-        const again = await openReplayed(dir);
-        assertSameEntries(again.entries, acked);
-        await again.wal.append(big('d/0', 2));
-        await again.wal.close();
-        const third = await openReplayed(dir);
-        assertSameEntries(third.entries, [...acked, big('d/0', 2)]);
-        await third.wal.close();
-        // The crashed instance's descriptors (it writes nothing more).
-        disk.full = false;
-        disk.failCuts = false;
-        await wal.close();
-      });
+        it('after a crash with a failed write not cut off, recovers exactly the acknowledged entries', async () => {
+          const dir = freshDir();
+          const disk = new FaultyDisk();
+          const wal = await open(dir, disk);
+          await collect(wal);
+          const acked = [big('d/0', 0), big('d/0', 1)];
+          for (const e of acked) await wal.append(e);
+          disk.full = true;
+          disk.failCuts = true;
+          await assert.rejects(wal.append(big('d/0', 2)), full);
+          // "Crash": another instance opens the same files while the torn write is still there.
+          const again = await openReplayed(dir);
+          assertSameEntries(again.entries, acked);
+          await again.wal.append(big('d/0', 2));
+          await again.wal.close();
+          const third = await openReplayed(dir);
+          assertSameEntries(third.entries, [...acked, big('d/0', 2)]);
+          await third.wal.close();
+          // The crashed instance's descriptors (it writes nothing more).
+          disk.full = false;
+          disk.failCuts = false;
+          await wal.close();
+        });
 
-      it('a fenced writer\'s append does not lift the key\'s fence after a failed write', async () => {
-        const dir = freshDir();
-        const disk = new FaultyDisk();
-        const wal = await open(dir, disk);
-        await collect(wal);
-        const acked = [big('h/0', 0)];
-        await wal.append(acked[0]);
-        disk.full = true;
-        await assert.rejects(wal.append(big('h/0', 1)), full);
-        disk.full = false;
-        await wal.fence('h/0', 2);
-        // The old owner (epoch 1) resumes where the durable entries end: refused, and the hole stays fenced.
-        await assert.rejects(wal.append(big('h/0', 1)), (e: unknown) => isFlowError(e, 'FENCED'));
-        await assert.rejects(wal.append({ ...big('h/0', 2), epoch: 2 }), full, 'still refused past the hole');
-        const resumed = { ...big('h/0', 1), epoch: 2 };
-        await wal.append(resumed);
-        acked.push(resumed);
-        await wal.close();
-        const again = await openReplayed(dir);
-        assertSameEntries(again.entries, acked);
-        await again.wal.close();
+        it("a fenced writer's append does not lift the key's fence after a failed write", async () => {
+          const dir = freshDir();
+          const disk = new FaultyDisk();
+          const wal = await open(dir, disk);
+          await collect(wal);
+          const acked = [big('h/0', 0)];
+          await wal.append(acked[0]);
+          disk.full = true;
+          await assert.rejects(wal.append(big('h/0', 1)), full);
+          disk.full = false;
+          await wal.fence('h/0', 2);
+          // The old owner (epoch 1) resumes where the durable entries end: refused, and the hole stays fenced.
+          await assert.rejects(wal.append(big('h/0', 1)), (e: unknown) => isFlowError(e, 'FENCED'));
+          await assert.rejects(wal.append({ ...big('h/0', 2), epoch: 2 }), full, 'still refused past the hole');
+          const resumed = { ...big('h/0', 1), epoch: 2 };
+          await wal.append(resumed);
+          acked.push(resumed);
+          await wal.close();
+          const again = await openReplayed(dir);
+          assertSameEntries(again.entries, acked);
+          await again.wal.close();
+        });
       });
-    });
   });
 }

@@ -20,7 +20,10 @@ async function setup(external?: ExternalAuthenticator) {
   const directory = await Directory.open({ store, hasher: (p) => guard.verifier.hash(p) });
   guard = new PasswordGuard(directory, { verifier: { scrypt: CHEAP } });
   const ac = new AccessControl({ directory, guard, anonymous: new Set(['mqtt']), external });
-  closers.push(() => guard.close(), () => ac.close());
+  closers.push(
+    () => guard.close(),
+    () => ac.close(),
+  );
   return { store, directory, guard, ac };
 }
 
@@ -30,7 +33,10 @@ describe('AccessControl: authentication', () => {
     assert.equal(ac.hasUsers, false);
     await directory.addUser({ username: 'alice', password: 'pw', groups: ['ops'] });
     assert.equal(ac.hasUsers, true);
-    assert.deepEqual(await ac.password('alice', 'pw', '10.0.0.1', 'mqtt'), { verdict: 'ok', principal: { user: 'alice', groups: ['ops'], namespace: 'default' } });
+    assert.deepEqual(await ac.password('alice', 'pw', '10.0.0.1', 'mqtt'), {
+      verdict: 'ok',
+      principal: { user: 'alice', groups: ['ops'], namespace: 'default' },
+    });
     assert.deepEqual(await ac.password('alice', Buffer.from('nope'), '10.0.0.1', 'mqtt'), { verdict: 'bad' });
     assert.deepEqual(await ac.password('ghost', 'pw', '10.0.0.2', 'kafka'), { verdict: 'bad' });
     assert.deepEqual(await ac.password('alice', null, '10.0.0.3', 'nats'), { verdict: 'bad' });
@@ -63,7 +69,10 @@ describe('AccessControl: authentication', () => {
     assert.equal((await ac.password('local', 'pw', '10.1.1.1', 'mqtt')).verdict, 'ok');
     assert.equal((await ac.password('local', 'wrong', '10.1.1.1', 'mqtt')).verdict, 'bad');
     assert.deepEqual(asked, [], 'a directory user is never sent to the webhook');
-    assert.deepEqual(await ac.password('ext', 'good', '10.1.1.2', 'amqp'), { verdict: 'ok', principal: { user: 'ext', groups: ['ext-group'], namespace: 'default' } });
+    assert.deepEqual(await ac.password('ext', 'good', '10.1.1.2', 'amqp'), {
+      verdict: 'ok',
+      principal: { user: 'ext', groups: ['ext-group'], namespace: 'default' },
+    });
     assert.equal((await ac.password('ext', 'bad', '10.1.1.3', 'amqp')).verdict, 'bad');
     assert.equal((await ac.password('slow', 'x', '10.1.1.4', 'amqp')).verdict, 'busy');
     assert.deepEqual(ac.principal('ext').groups, ['ext-group'], 'the principal of a webhook user (SCRAM has none: by name)');
@@ -171,7 +180,12 @@ describe('AccessControl: streams and queues do not launder a denied topic', () =
     const bob = ac.accessFor(ac.principal('bob'), 'kafka');
     const alice = ac.accessFor(ac.principal('alice'), 'kafka');
     const root = ac.accessFor(ac.principal('root'), 'kafka');
-    for (const [kind, name] of [['stream', 'vault'], ['stream', 'everything'], ['queue', 'vq'], ['queue', 'wild']] as const) {
+    for (const [kind, name] of [
+      ['stream', 'vault'],
+      ['stream', 'everything'],
+      ['queue', 'vq'],
+      ['queue', 'wild'],
+    ] as const) {
       assert.equal(bob.can('subscribe', kind, name), false, `bob reads ${kind} ${name}`);
       assert.equal(ac.allows(bob.principal, 'subscribe', kind, name), false);
       assert.equal(alice.can('subscribe', kind, name), true, `alice reads ${kind} ${name}`);
@@ -218,7 +232,13 @@ describe('AccessControl: a stream does not launder a publish deny', () => {
     const s = await setup();
     await s.directory.addUser({ username: 'bob', password: 'pw' });
     await s.directory.putPolicy({ name: 'all', effect: 'allow', actions: ['*'], resources: ['*:*'], principals: ['everyone'] });
-    await s.directory.putPolicy({ name: 'bob-no-secret-writes', effect: 'deny', actions: ['publish'], resources: ['topic:secret/#'], principals: ['user:bob'] });
+    await s.directory.putPolicy({
+      name: 'bob-no-secret-writes',
+      effect: 'deny',
+      actions: ['publish'],
+      resources: ['topic:secret/#'],
+      principals: ['user:bob'],
+    });
     const feeds = new Map<string, string[]>([
       ['secret.k', ['secret/k']],
       ['orders', ['orders']],

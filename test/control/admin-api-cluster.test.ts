@@ -26,7 +26,15 @@ interface Body {
   enabled: boolean;
   broker: number | null;
   leaseMs: number | null;
-  brokers: Array<{ id: number; alive: boolean; leaving: boolean; leaseRemainingMs: number; self: boolean; endpoints: Record<string, { host: string; port: number }>; owned: Record<string, number> }>;
+  brokers: Array<{
+    id: number;
+    alive: boolean;
+    leaving: boolean;
+    leaseRemainingMs: number;
+    self: boolean;
+    endpoints: Record<string, { host: string; port: number }>;
+    owned: Record<string, number>;
+  }>;
   owners: { items: Array<{ kind: string; name: string; owner: number | null; epoch: number; alive: boolean; placement: number | null }>; next: string | null };
 }
 
@@ -35,8 +43,16 @@ describe('admin API: GET /api/v1/cluster', () => {
     const store = new MemoryClusterStore();
     const names = Array.from({ length: 30 }, (_, i) => `s/${i}`);
     const start = async (id: number) => {
-      const c = await Cluster.start({ store, info: { id, version: 'test', endpoints: { mqtt: { host: '127.0.0.1', port: 1880 + id } } }, leaseMs: 60_000, logger });
-      c.register('partition', holder(() => names));
+      const c = await Cluster.start({
+        store,
+        info: { id, version: 'test', endpoints: { mqtt: { host: '127.0.0.1', port: 1880 + id } } },
+        leaseMs: 60_000,
+        logger,
+      });
+      c.register(
+        'partition',
+        holder(() => names),
+      );
       c.begin();
       return c;
     };
@@ -53,7 +69,13 @@ describe('admin API: GET /api/v1/cluster', () => {
       assert.equal(s.enabled, true);
       assert.equal(s.broker, 1);
       assert.equal(s.leaseMs, 60_000);
-      assert.deepEqual(s.brokers.map((x) => [x.id, x.alive, x.leaving, x.self]), [[1, true, false, true], [2, true, false, false]]);
+      assert.deepEqual(
+        s.brokers.map((x) => [x.id, x.alive, x.leaving, x.self]),
+        [
+          [1, true, false, true],
+          [2, true, false, false],
+        ],
+      );
       assert.deepEqual(s.brokers[1].endpoints.mqtt, { host: '127.0.0.1', port: 1882 });
       const counts = s.brokers.map((x) => x.owned.partition);
       assert.equal(counts[0] + counts[1], 30);

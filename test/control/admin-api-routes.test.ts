@@ -26,7 +26,15 @@ describe('admin API resources', () => {
     list: async () => [{ name: 'billing', protocol: 'kafka', state: 'Empty', members: 0, lag: 5 }],
     describe: async (name) =>
       name === 'billing'
-        ? ({ name, protocol: 'kafka', state: 'Empty', members: 0, lag: 5, memberDetails: [], offsets: [{ stream: 'orders', partition: 0, committed: 1, end: 6, lag: 5 }] } satisfies GroupDetail)
+        ? ({
+            name,
+            protocol: 'kafka',
+            state: 'Empty',
+            members: 0,
+            lag: 5,
+            memberDetails: [],
+            offsets: [{ stream: 'orders', partition: 0, committed: 1, end: 6, lag: 5 }],
+          } satisfies GroupDetail)
         : null,
     resetOffsets: async (name, stream, target) => {
       resets.push({ name, stream, target });
@@ -57,7 +65,10 @@ describe('admin API resources', () => {
 
   it('creates streams and pages through them with limit and an opaque cursor', async () => {
     for (const name of ['s.c', 's.a', 's.e', 's.b', 's.d']) {
-      const r = await call(api, 'POST', '/api/v1/streams', { auth: ADMIN, body: { name, partitions: 1, bindings: [`${name}/#`.replace('.', '/')], retention: '7d' } });
+      const r = await call(api, 'POST', '/api/v1/streams', {
+        auth: ADMIN,
+        body: { name, partitions: 1, bindings: [`${name}/#`.replace('.', '/')], retention: '7d' },
+      });
       assert.equal(r.status, 201, r.text);
     }
     const seen: string[] = [];
@@ -105,15 +116,21 @@ describe('admin API resources', () => {
     const first = await call(api, 'GET', '/api/v1/streams/browse/messages?partition=0&limit=2', { auth: ADMIN });
     assert.equal(first.status, 200, first.text);
     const items = first.body.items as Array<{ offset: number; value: string; topic: string; encoding: string; headers: Array<{ key: string; value: string }> }>;
-    assert.deepEqual(items.map((m) => [m.offset, m.topic, m.value, m.encoding]), [
-      [0, 'br/t0', 'hello 0', 'utf8'],
-      [1, 'br/t1', 'hello 1', 'utf8'],
-    ]);
+    assert.deepEqual(
+      items.map((m) => [m.offset, m.topic, m.value, m.encoding]),
+      [
+        [0, 'br/t0', 'hello 0', 'utf8'],
+        [1, 'br/t1', 'hello 1', 'utf8'],
+      ],
+    );
     assert.deepEqual(items[0].headers, [{ key: 'h', value: 'v0' }]);
     assert.equal(first.body.next, 2);
     const rest = await call(api, 'GET', '/api/v1/streams/browse/messages?partition=0&offset=4&limit=20', { auth: ADMIN });
     const more = rest.body.items as Array<{ offset: number; value: string; encoding: string }>;
-    assert.deepEqual(more.map((m) => m.offset), [4, 5]);
+    assert.deepEqual(
+      more.map((m) => m.offset),
+      [4, 5],
+    );
     assert.equal(more[1].encoding, 'base64');
     assert.equal(Buffer.from(more[1].value, 'base64').toString('hex'), 'ff00fe');
     assert.equal(rest.body.next, null);
@@ -147,15 +164,30 @@ describe('admin API resources', () => {
 
   it('lists, filters and kicks connected clients from the registry', async () => {
     const kicked: string[] = [];
-    const a = plane.access.clients.register({ protocol: 'mqtt', listener: 'mqtt', remoteAddress: '127.0.0.1', remotePort: 5000, kick: (r) => kicked.push(`a:${r}`) });
+    const a = plane.access.clients.register({
+      protocol: 'mqtt',
+      listener: 'mqtt',
+      remoteAddress: '127.0.0.1',
+      remotePort: 5000,
+      kick: (r) => kicked.push(`a:${r}`),
+    });
     a.user = 'dev';
     a.clientId = 'sensor-1';
-    const b = plane.access.clients.register({ protocol: 'kafka', listener: 'kafka', remoteAddress: '127.0.0.1', remotePort: 5001, kick: (r) => kicked.push(`b:${r}`) });
+    const b = plane.access.clients.register({
+      protocol: 'kafka',
+      listener: 'kafka',
+      remoteAddress: '127.0.0.1',
+      remotePort: 5001,
+      kick: (r) => kicked.push(`b:${r}`),
+    });
     try {
       const all = await call(api, 'GET', '/api/v1/clients', { auth: ADMIN });
       assert.deepEqual((all.body.items as Array<{ id: string }>).map((c) => c.id).sort(), [a.id, b.id].sort());
       const mqtt = await call(api, 'GET', '/api/v1/clients?protocol=mqtt', { auth: ADMIN });
-      assert.deepEqual((mqtt.body.items as Array<{ clientId: string }>).map((c) => c.clientId), ['sensor-1']);
+      assert.deepEqual(
+        (mqtt.body.items as Array<{ clientId: string }>).map((c) => c.clientId),
+        ['sensor-1'],
+      );
       const q = await call(api, 'GET', '/api/v1/clients?q=sensor', { auth: ADMIN });
       assert.equal((q.body.items as unknown[]).length, 1);
       assert.equal((await call(api, 'GET', `/api/v1/clients/${a.id}`, { auth: ADMIN })).body.user, 'dev');
@@ -174,10 +206,16 @@ describe('admin API resources', () => {
 
   it('lists, describes, resets and deletes consumer groups through the protocols that have them', async () => {
     const list = await call(api, 'GET', '/api/v1/consumer-groups', { auth: ADMIN });
-    assert.deepEqual((list.body.items as Array<{ name: string }>).map((g) => g.name), ['billing']);
+    assert.deepEqual(
+      (list.body.items as Array<{ name: string }>).map((g) => g.name),
+      ['billing'],
+    );
     assert.equal((await call(api, 'GET', '/api/v1/consumer-groups/billing', { auth: ADMIN })).body.lag, 5);
     assert.equal((await call(api, 'GET', '/api/v1/consumer-groups/nope', { auth: ADMIN })).status, 404);
-    const r = await call(api, 'POST', '/api/v1/consumer-groups/billing/reset', { auth: ADMIN, body: { stream: 'orders', to: 'timestamp', timestamp: '2026-01-01T00:00:00Z' } });
+    const r = await call(api, 'POST', '/api/v1/consumer-groups/billing/reset', {
+      auth: ADMIN,
+      body: { stream: 'orders', to: 'timestamp', timestamp: '2026-01-01T00:00:00Z' },
+    });
     assert.equal(r.status, 200, r.text);
     assert.deepEqual(resets.at(-1), { name: 'billing', stream: 'orders', target: { to: 'timestamp', timestamp: Date.parse('2026-01-01T00:00:00Z') } });
     const noOffset = await call(api, 'POST', '/api/v1/consumer-groups/billing/reset', { auth: ADMIN, body: { stream: 'orders', to: 'offset' } });
@@ -186,9 +224,18 @@ describe('admin API resources', () => {
   });
 
   it('lists MQTT sessions and retained messages; clears a retained message by its %-encoded topic', async () => {
-    await engine.store.putSession({ clientId: 'dev-1', protocol: 'mqtt', state: JSON.stringify({ subs: [{ f: 'a/#', q: 1 }] }), expiresAt: Date.now() + 60_000, updatedAt: Date.now() });
+    await engine.store.putSession({
+      clientId: 'dev-1',
+      protocol: 'mqtt',
+      state: JSON.stringify({ subs: [{ f: 'a/#', q: 1 }] }),
+      expiresAt: Date.now() + 60_000,
+      updatedAt: Date.now(),
+    });
     const sessions = await call(api, 'GET', '/api/v1/mqtt/sessions', { auth: ADMIN });
-    assert.deepEqual((sessions.body.items as Array<{ clientId: string; subscriptions: unknown }>).map((s) => [s.clientId, s.subscriptions]), [['dev-1', [{ filter: 'a/#', qos: 1 }]]]);
+    assert.deepEqual(
+      (sessions.body.items as Array<{ clientId: string; subscriptions: unknown }>).map((s) => [s.clientId, s.subscriptions]),
+      [['dev-1', [{ filter: 'a/#', qos: 1 }]]],
+    );
     assert.equal((await call(api, 'DELETE', '/api/v1/mqtt/sessions/dev-1', { auth: ADMIN, headers: JSON_TYPE })).status, 204);
     assert.equal(await engine.store.getSession('dev-1'), null);
     assert.equal((await call(api, 'DELETE', '/api/v1/mqtt/sessions/dev-1', { auth: ADMIN, headers: JSON_TYPE })).status, 404);
@@ -206,10 +253,12 @@ describe('admin API resources', () => {
         order.push(`kicked: ${reason}`);
         // The adapter's last write of the session lands as the connection closes, before the registry entry goes.
         setTimeout(() => {
-          void engine.store.putSession({ clientId: 'live-1', protocol: 'mqtt', state: '{}', expiresAt: Date.now() + 60_000, updatedAt: Date.now() }).then(() => {
-            order.push('closed');
-            live.close();
-          });
+          void engine.store
+            .putSession({ clientId: 'live-1', protocol: 'mqtt', state: '{}', expiresAt: Date.now() + 60_000, updatedAt: Date.now() })
+            .then(() => {
+              order.push('closed');
+              live.close();
+            });
         }, 20);
       },
     });
@@ -223,9 +272,15 @@ describe('admin API resources', () => {
     await engine.publish(makeMessage('plant/1/temp', Buffer.from('21.5'), { retain: true }));
     await engine.publish(makeMessage('other/x', Buffer.from('y'), { retain: true }));
     const retained = await call(api, 'GET', '/api/v1/mqtt/retained?filter=plant/%2B/temp', { auth: ADMIN });
-    assert.deepEqual((retained.body.items as Array<{ topic: string; payload: string }>).map((r) => [r.topic, r.payload]), [['plant/1/temp', '21.5']]);
+    assert.deepEqual(
+      (retained.body.items as Array<{ topic: string; payload: string }>).map((r) => [r.topic, r.payload]),
+      [['plant/1/temp', '21.5']],
+    );
     assert.equal((await call(api, 'DELETE', '/api/v1/mqtt/retained/plant%2F1%2Ftemp', { auth: ADMIN, headers: JSON_TYPE })).status, 204);
-    assert.equal((await engine.store.listRetained()).some((r) => r.topic === 'plant/1/temp'), false);
+    assert.equal(
+      (await engine.store.listRetained()).some((r) => r.topic === 'plant/1/temp'),
+      false,
+    );
     assert.equal((await call(api, 'DELETE', '/api/v1/mqtt/retained/plant%2F1%2Ftemp', { auth: ADMIN, headers: JSON_TYPE })).status, 404);
   });
 
@@ -234,7 +289,10 @@ describe('admin API resources', () => {
     assert.equal(ns.status, 201, ns.text);
     const patched = await call(api, 'PATCH', '/api/v1/namespaces/tenant-a', { auth: ADMIN, body: { quotas: { publishRate: 100, maxConnections: null } } });
     assert.deepEqual(patched.body.quotas, { publishRate: 100 });
-    const u = await call(api, 'POST', '/api/v1/users', { auth: ADMIN, body: { username: 'erin', password: 'erin-pw', groups: ['ops'], namespace: 'tenant-a' } });
+    const u = await call(api, 'POST', '/api/v1/users', {
+      auth: ADMIN,
+      body: { username: 'erin', password: 'erin-pw', groups: ['ops'], namespace: 'tenant-a' },
+    });
     assert.equal(u.status, 201, u.text);
     assert.equal(((await call(api, 'GET', '/api/v1/namespaces/tenant-a', { auth: ADMIN })).body.usage as { users: number }).users, 1);
     assert.equal((await call(api, 'DELETE', '/api/v1/namespaces/tenant-a', { auth: ADMIN, headers: JSON_TYPE })).status, 400, 'still has a user');
@@ -242,11 +300,25 @@ describe('admin API resources', () => {
     const g = await call(api, 'GET', '/api/v1/groups/ops', { auth: ADMIN });
     assert.deepEqual(g.body.members, ['erin']);
     assert.equal((await call(api, 'POST', '/api/v1/groups', { auth: ADMIN, body: { name: 'auditors', description: 'read only' } })).status, 201);
-    const p = await call(api, 'PUT', '/api/v1/policies/ops-all', { auth: ADMIN, body: { effect: 'allow', actions: ['*'], resources: ['topic:ops/#'], principals: ['group:ops'] } });
+    const p = await call(api, 'PUT', '/api/v1/policies/ops-all', {
+      auth: ADMIN,
+      body: { effect: 'allow', actions: ['*'], resources: ['topic:ops/#'], principals: ['group:ops'] },
+    });
     assert.equal(p.status, 201, p.text);
-    assert.equal((await call(api, 'PUT', '/api/v1/policies/ops-all', { auth: ADMIN, body: { effect: 'deny', actions: ['publish'], resources: ['topic:ops/#'], principals: ['group:ops'] } })).status, 200);
+    assert.equal(
+      (
+        await call(api, 'PUT', '/api/v1/policies/ops-all', {
+          auth: ADMIN,
+          body: { effect: 'deny', actions: ['publish'], resources: ['topic:ops/#'], principals: ['group:ops'] },
+        })
+      ).status,
+      200,
+    );
     assert.equal(plane.directory.policies.defs().find((x) => x.name === 'ops-all')?.effect, 'deny');
-    const badPolicy = await call(api, 'POST', '/api/v1/policies', { auth: ADMIN, body: { name: 'bad', effect: 'allow', actions: ['fly'], resources: ['topic:a'], principals: ['everyone'] } });
+    const badPolicy = await call(api, 'POST', '/api/v1/policies', {
+      auth: ADMIN,
+      body: { name: 'bad', effect: 'allow', actions: ['fly'], resources: ['topic:a'], principals: ['everyone'] },
+    });
     assert.equal(badPolicy.status, 400);
     assert.match(String(badPolicy.body.error?.message), /unknown action "fly"/);
     assert.equal((await call(api, 'DELETE', '/api/v1/policies/ops-all', { auth: ADMIN, headers: JSON_TYPE })).status, 204);
@@ -258,12 +330,21 @@ describe('admin API resources', () => {
 
   describe('authorization once policies exist', () => {
     before(async () => {
-      await plane.directory.putPolicy({ name: 'dev-streams', effect: 'allow', actions: ['describe', 'subscribe'], resources: ['stream:s.a', 'stream:browse'], principals: ['group:developers'] });
+      await plane.directory.putPolicy({
+        name: 'dev-streams',
+        effect: 'allow',
+        actions: ['describe', 'subscribe'],
+        resources: ['stream:s.a', 'stream:browse'],
+        principals: ['group:developers'],
+      });
     });
 
     it('filters lists to what the caller may describe and refuses the rest with 403', async () => {
       const list = await call(api, 'GET', '/api/v1/streams', { auth: DEV });
-      assert.deepEqual((list.body.items as Array<{ name: string }>).map((s) => s.name), ['browse', 's.a']);
+      assert.deepEqual(
+        (list.body.items as Array<{ name: string }>).map((s) => s.name),
+        ['browse', 's.a'],
+      );
       assert.equal((await call(api, 'GET', '/api/v1/streams/s.a', { auth: DEV })).status, 200);
       const other = await call(api, 'GET', '/api/v1/streams/s.b', { auth: DEV });
       assert.equal(other.status, 403);

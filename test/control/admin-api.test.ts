@@ -20,7 +20,9 @@ import { JSON_TYPE, basic, call, controlPlane, engineWith, logCapture, startApi,
 describe('admin API logins share the password guard', () => {
   it('slows repeated wrong passwords from one address and answers 503 with Retry-After once it is booked up', async () => {
     const engine = await engineWith('keep');
-    const plane = await controlPlane([{ username: 'alice', password: 'wonder:land' }], { guard: { throttle: { freeFailures: 1, baseDelayMs: 20, maxDelayMs: 80 } } });
+    const plane = await controlPlane([{ username: 'alice', password: 'wonder:land' }], {
+      guard: { throttle: { freeFailures: 1, baseDelayMs: 20, maxDelayMs: 80 } },
+    });
     const api = await startApi({ engine, access: plane.access });
     try {
       // Two failures in a row put the address over its free failure; a burst after that is spaced, then refused.
@@ -70,7 +72,9 @@ describe('admin API with users: HTTP Basic authentication', () => {
   });
 
   it("sends no Basic challenge to a page script's fetch (Sec-Fetch-Dest: empty), so the browser opens no dialog over the dashboard", async () => {
-    const script = await call(api, 'GET', '/api/v1/streams', { headers: { 'sec-fetch-mode': 'same-origin', 'sec-fetch-dest': 'empty', 'sec-fetch-site': 'same-origin' } });
+    const script = await call(api, 'GET', '/api/v1/streams', {
+      headers: { 'sec-fetch-mode': 'same-origin', 'sec-fetch-dest': 'empty', 'sec-fetch-site': 'same-origin' },
+    });
     assert.equal(script.status, 401);
     assert.equal(script.headers['www-authenticate'], undefined);
     const navigation = await call(api, 'GET', '/api/v1/streams', { headers: { 'sec-fetch-mode': 'navigate', 'sec-fetch-dest': 'document' } });
@@ -81,7 +85,15 @@ describe('admin API with users: HTTP Basic authentication', () => {
   });
 
   it('refuses every /api/v1 call without credentials, reads included (but the OpenAPI document)', async () => {
-    for (const path of ['/api/v1/streams', '/api/v1/broker', '/api/v1/streams/keep', '/api/v1/users', '/api/v1/session', '/api/v1/clients', '/api/v1/nothing-here']) {
+    for (const path of [
+      '/api/v1/streams',
+      '/api/v1/broker',
+      '/api/v1/streams/keep',
+      '/api/v1/users',
+      '/api/v1/session',
+      '/api/v1/clients',
+      '/api/v1/nothing-here',
+    ]) {
       const r = await call(api, 'GET', path);
       assert.equal(r.status, 401, path);
       assert.equal(r.body.error?.code, 'UNAUTHENTICATED');
@@ -134,7 +146,10 @@ describe('admin API: API tokens (Bearer)', () => {
   let plane: Plane;
   let api: AdminApi;
   before(async () => {
-    plane = await controlPlane([{ username: 'alice', password: 'pw-alice', groups: ['admins'] }, { username: 'bob', password: 'pw-bob' }]);
+    plane = await controlPlane([
+      { username: 'alice', password: 'pw-alice', groups: ['admins'] },
+      { username: 'bob', password: 'pw-bob' },
+    ]);
     api = await startApi({ engine: await engineWith('keep'), access: plane.access });
   });
   after(async () => {
@@ -155,7 +170,10 @@ describe('admin API: API tokens (Bearer)', () => {
     assert.equal(session.body.user, 'bob');
     assert.equal(session.body.via, 'token');
     const tokens = await call(api, 'GET', '/api/v1/tokens', { headers: bearer });
-    assert.deepEqual((tokens.body.items as Array<{ id: string; description: string }>).map((t) => [t.id, t.description]), [[made.body.id, 'ci']]);
+    assert.deepEqual(
+      (tokens.body.items as Array<{ id: string; description: string }>).map((t) => [t.id, t.description]),
+      [[made.body.id, 'ci']],
+    );
     assert.ok(!tokens.text.includes(token.split('.')[1]), 'the secret is never listed');
     const tampered = await call(api, 'GET', '/api/v1/streams', { headers: { authorization: `Bearer ${token.slice(0, -2)}xx` } });
     assert.equal(tampered.status, 401);
@@ -241,7 +259,10 @@ describe('admin API: dashboard sessions (cookie + CSRF token)', () => {
     const noCsrf = await call(api, 'POST', '/api/v1/streams', { headers: { cookie }, body: { name: 'evil' } });
     assert.equal(noCsrf.status, 403);
     assert.equal(noCsrf.body.error?.code, 'CSRF_TOKEN_MISMATCH');
-    const wrongCsrf = await call(api, 'POST', '/api/v1/streams', { headers: { cookie, 'x-csrf-token': csrf.slice(0, -1) + (csrf.endsWith('A') ? 'B' : 'A') }, body: { name: 'evil' } });
+    const wrongCsrf = await call(api, 'POST', '/api/v1/streams', {
+      headers: { cookie, 'x-csrf-token': csrf.slice(0, -1) + (csrf.endsWith('A') ? 'B' : 'A') },
+      body: { name: 'evil' },
+    });
     assert.equal(wrongCsrf.status, 403);
     assert.equal(engine.getStream('evil'), undefined);
     const ok = await call(api, 'POST', '/api/v1/streams', { headers: { cookie, 'x-csrf-token': csrf }, body: { name: 'good' } });
@@ -290,7 +311,11 @@ describe('admin API: dashboard sessions (cookie + CSRF token)', () => {
     const limited = await startApi({ engine, access: plane.access });
     try {
       for (let i = 0; i < 10; i++) {
-        assert.notEqual((await call(limited, 'POST', '/api/v1/login', { body: { username: 'carol', password: i % 2 ? 'pw-carol' : 'bad' } })).status, 429, `attempt ${i + 1}`);
+        assert.notEqual(
+          (await call(limited, 'POST', '/api/v1/login', { body: { username: 'carol', password: i % 2 ? 'pw-carol' : 'bad' } })).status,
+          429,
+          `attempt ${i + 1}`,
+        );
       }
       const r = await call(limited, 'POST', '/api/v1/login', { body: { username: 'carol', password: 'pw-carol' } });
       assert.equal(r.status, 429);
@@ -352,7 +377,10 @@ describe('admin API: state-changing requests must be JSON', () => {
   });
 
   it('refuses a create sent as a form or as text with 415', async () => {
-    const form = await call(api, 'POST', '/api/v1/streams', { headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: 'name=evil&partitions=1' });
+    const form = await call(api, 'POST', '/api/v1/streams', {
+      headers: { 'content-type': 'application/x-www-form-urlencoded' },
+      body: 'name=evil&partitions=1',
+    });
     assert.equal(form.status, 415);
     assert.equal(form.body.error?.code, 'UNSUPPORTED_MEDIA_TYPE');
     const text = await call(api, 'POST', '/api/v1/streams', { headers: { 'content-type': 'text/plain' }, body: '{"name":"evil"}' });
@@ -372,7 +400,10 @@ describe('admin API: state-changing requests must be JSON', () => {
   });
 
   it('accepts application/json (with parameters, any case, empty body included) and leaves GET alone', async () => {
-    const create = await call(api, 'POST', '/api/v1/streams', { headers: { 'content-type': 'Application/JSON; charset=utf-8' }, body: '{"name":"made","partitions":2}' });
+    const create = await call(api, 'POST', '/api/v1/streams', {
+      headers: { 'content-type': 'Application/JSON; charset=utf-8' },
+      body: '{"name":"made","partitions":2}',
+    });
     assert.equal(create.status, 201, create.text);
     assert.equal(engine.getStream('made')?.def.partitions, 2);
     assert.equal((await call(api, 'GET', '/api/v1/streams/made')).status, 200);
@@ -484,7 +515,10 @@ describe('admin API bound to a wildcard address', () => {
 
   it("accepts the machine's interface addresses and localhost, refuses other names", async () => {
     const port = api.address().port;
-    const v4 = Object.values(networkInterfaces()).flatMap((l) => l ?? []).filter((i) => i.family === 'IPv4').map((i) => i.address);
+    const v4 = Object.values(networkInterfaces())
+      .flatMap((l) => l ?? [])
+      .filter((i) => i.family === 'IPv4')
+      .map((i) => i.address);
     assert.ok(v4.includes('127.0.0.1'));
     for (const a of v4) assert.equal((await call(api, 'GET', '/api/v1/streams', { headers: { host: `${a}:${port}` } })).status, 200, a);
     assert.equal((await call(api, 'GET', '/api/v1/streams', { headers: { host: 'localhost' } })).status, 200);
@@ -566,7 +600,10 @@ describe('admin API: health, readiness, metrics, security headers, log level', (
   });
 
   it('changes the root logger level at run time (children follow); only administrators may', async () => {
-    const plane = await controlPlane([{ username: 'op', password: 'pw', groups: ['admins'] }, { username: 'dev', password: 'pw' }]);
+    const plane = await controlPlane([
+      { username: 'op', password: 'pw', groups: ['admins'] },
+      { username: 'dev', password: 'pw' },
+    ]);
     await plane.directory.putPolicy({ name: 'dev-read', effect: 'allow', actions: ['describe'], resources: ['cluster:*'], principals: ['user:dev'] });
     const root = pino({ level: 'info' }, { write: () => undefined });
     const child = root.child({ component: 'kafka' });
@@ -611,7 +648,14 @@ describe('admin API: the OpenAPI document matches the routes', () => {
       assert.ok(registered.size > 50, `routes found: ${registered.size}`);
       for (const r of registered) assert.ok(documented.has(r), `route ${r} is not in the OpenAPI document`);
       for (const d of documented) assert.ok(registered.has(d), `documented ${d} is not a route`);
-      for (const must of ['POST /api/v1/login', 'GET /api/v1/cluster', 'GET /api/v1/streams/{name}/messages', 'DELETE /api/v1/mqtt/retained/{topic}', 'PUT /api/v1/policies/{name}', 'GET /metrics']) {
+      for (const must of [
+        'POST /api/v1/login',
+        'GET /api/v1/cluster',
+        'GET /api/v1/streams/{name}/messages',
+        'DELETE /api/v1/mqtt/retained/{topic}',
+        'PUT /api/v1/policies/{name}',
+        'GET /metrics',
+      ]) {
         assert.ok(documented.has(must), must);
       }
     } finally {
@@ -701,7 +745,10 @@ describe('broker: the admin API binds --http-host, not --host', () => {
     dirs.push(usersDir);
     writeFileSync(join(usersDir, 'users.yaml'), '- username: alice\n  password: pw1\n- username: bob\n  password: pw2\n');
     const closed = logCapture();
-    broker = await startBroker(loadConfig({ flags: flags({ host: '127.0.0.1', 'http-host': '0.0.0.0', 'users-file': join(usersDir, 'users.yaml') }), env: {} }), closed.logger);
+    broker = await startBroker(
+      loadConfig({ flags: flags({ host: '127.0.0.1', 'http-host': '0.0.0.0', 'users-file': join(usersDir, 'users.yaml') }), env: {} }),
+      closed.logger,
+    );
     try {
       assert.match(String(closed.lines.find((l) => l.msg === 'listening (admin API)')?.auth), /^users \(2 in the directory\)/);
       assert.ok(!closed.lines.some((l) => l.level === 40 && l.protocol === 'http'));

@@ -125,7 +125,10 @@ describe('client certificates', () => {
     assert.deepEqual(tlsClientOptions({ tlsClientCa: null, tlsClientAuth: 'request', tlsCertUser: 'cn' }), {});
     const o = tlsClientOptions({ tlsClientCa: ca.certPath, tlsClientAuth: 'require', tlsCertUser: 'cn' });
     assert.deepEqual([o.requestCert, o.rejectUnauthorized, o.ca?.length], [true, true, readFileSync(ca.certPath).length]);
-    assert.throws(() => tlsClientOptions({ tlsClientCa: join(ca.dir, 'missing.pem'), tlsClientAuth: 'request', tlsCertUser: 'cn' }), (e) => isFlowError(e, 'CONFIG_ERROR'));
+    assert.throws(
+      () => tlsClientOptions({ tlsClientCa: join(ca.dir, 'missing.pem'), tlsClientAuth: 'request', tlsCertUser: 'cn' }),
+      (e) => isFlowError(e, 'CONFIG_ERROR'),
+    );
     const junk = join(ca.dir, 'junk.pem');
     writeFileSync(junk, 'not a certificate');
     assert.throws(() => tlsClientOptions({ tlsClientCa: junk, tlsClientAuth: 'request', tlsCertUser: 'cn' }), /no PEM certificate/);

@@ -15,7 +15,10 @@ describe('ClientRegistry', () => {
     a.user = 'alice';
     a.clientId = 'sensor-1';
     const v = a.view();
-    assert.deepEqual([v.protocol, v.listener, v.remoteAddress, v.remotePort, v.user, v.clientId, v.namespace], ['mqtt', 'mqtt', '10.0.0.1', 5000, 'alice', 'sensor-1', 'default']);
+    assert.deepEqual(
+      [v.protocol, v.listener, v.remoteAddress, v.remotePort, v.user, v.clientId, v.namespace],
+      ['mqtt', 'mqtt', '10.0.0.1', 5000, 'alice', 'sensor-1', 'default'],
+    );
     assert.equal(r.kick(a.id), true);
     assert.equal(r.kick('nope'), false);
     assert.deepEqual(kicked, ['a:kicked by an administrator']);
@@ -43,7 +46,7 @@ describe('ClientRegistry', () => {
     const series = () => Object.fromEntries(r.totals().map((t) => [t.namespace, [t.connections, t.messagesIn, t.bytesIn, t.bytesOut]]));
     assert.deepEqual(series(), { default: [1, 0, 40, 10] });
     e.namespace = 'team-a';
-    assert.deepEqual(series(), { default: [0, 0, 40, 10], 'team-a': [1, 0, 0, 0] }, 'default\'s counters did not go down');
+    assert.deepEqual(series(), { default: [0, 0, 40, 10], 'team-a': [1, 0, 0, 0] }, "default's counters did not go down");
     sock.bytesRead = 140;
     e.messagesIn = 5;
     assert.deepEqual(series(), { default: [0, 0, 40, 10], 'team-a': [1, 5, 100, 0] });

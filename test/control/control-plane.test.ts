@@ -52,7 +52,10 @@ describe('control plane in the broker', () => {
       const d = b.access.directory;
       assert.deepEqual(d.principal('alice'), { user: 'alice', groups: ['ops'], namespace: 'team-a' });
       assert.deepEqual(d.namespace('team-a')?.quotas, { maxConnections: 3 });
-      assert.deepEqual(d.policies.defs().map((p) => p.name), ['ops']);
+      assert.deepEqual(
+        d.policies.defs().map((p) => p.name),
+        ['ops'],
+      );
       assert.equal(await check(b, 'alice', 'pw-alice'), 'ok');
       assert.equal(b.access.anonymousAllowed('mqtt'), false, 'users exist at start: anonymous off unless configured');
     } finally {
@@ -80,7 +83,10 @@ policies:
     try {
       assert.equal(await check(b, 'admin', 'first'), 'ok');
       assert.deepEqual(b.access.directory.principal('op'), { user: 'op', groups: ['ops'], namespace: 'plant' });
-      assert.deepEqual(b.access.directory.policies.defs().map((p) => [p.name, p.source]), [['ops-read', 'file']]);
+      assert.deepEqual(
+        b.access.directory.policies.defs().map((p) => [p.name, p.source]),
+        [['ops-read', 'file']],
+      );
       await b.access.directory.setPassword('op', 'set-by-api');
     } finally {
       await b.close();

@@ -26,7 +26,14 @@ describe('Directory: users', () => {
     const info = await d.addUser({ username: 'alice@example.com', password: 's3cret-pass', groups: ['ops'] });
     assert.deepEqual(
       { ...info, createdAt: 0 },
-      { username: 'alice@example.com', groups: ['ops'], namespace: 'default', mechanisms: ['PLAIN', 'SCRAM-SHA-256', 'SCRAM-SHA-512'], createdAt: 0, source: 'api' },
+      {
+        username: 'alice@example.com',
+        groups: ['ops'],
+        namespace: 'default',
+        mechanisms: ['PLAIN', 'SCRAM-SHA-256', 'SCRAM-SHA-512'],
+        createdAt: 0,
+        source: 'api',
+      },
     );
     const rec = d.lookup('alice@example.com');
     assert.ok(rec);
@@ -49,7 +56,10 @@ describe('Directory: users', () => {
     await assert.rejects(d.addUser({ username: 'c', password: '' }), code('INVALID_ARGUMENT'));
     await assert.rejects(d.addUser({ username: 'c', password: 'pw', groups: ['bad group'] }), code('INVALID_ARGUMENT'));
     await assert.rejects(d.addUser({ username: 'c', password: 'pw', namespace: 'nowhere' }), code('NOT_FOUND'));
-    assert.deepEqual(d.listUsers().map((u) => u.username), ['bob']);
+    assert.deepEqual(
+      d.listUsers().map((u) => u.username),
+      ['bob'],
+    );
   });
 
   it('changes a password, groups and namespace; deletes', async () => {
@@ -106,7 +116,10 @@ describe('Directory: groups and namespaces', () => {
 
   it('namespaces: default always exists, quotas validated, in-use and default ones not deleted', async () => {
     const d = await dir();
-    assert.deepEqual(d.listNamespaces().map((n) => n.name), ['default']);
+    assert.deepEqual(
+      d.listNamespaces().map((n) => n.name),
+      ['default'],
+    );
     const ns = await d.putNamespace({ name: 'team-a', quotas: { maxConnections: 2, publishRate: 100 } });
     assert.deepEqual(ns.quotas, { maxConnections: 2, publishRate: 100 });
     await d.putNamespace({ name: 'team-a', quotas: { bytesInRate: 5 } });
@@ -151,7 +164,13 @@ describe('Directory: tokens', () => {
     assert.equal(d.verifyToken(token), null, 'expired');
     const forever = await d.createToken({ user: 'alice' });
     assert.equal(forever.info.expiresAt, null);
-    assert.deepEqual(d.listTokens('alice').map((t) => t.id).sort(), [info.id, forever.info.id].sort());
+    assert.deepEqual(
+      d
+        .listTokens('alice')
+        .map((t) => t.id)
+        .sort(),
+      [info.id, forever.info.id].sort(),
+    );
     assert.deepEqual(d.listTokens('bob'), []);
     await d.deleteToken(forever.info.id);
     assert.equal(d.verifyToken(forever.token), null);
@@ -193,7 +212,10 @@ describe('Directory: policies', () => {
     assert.equal(d.policies.size, 1);
     assert.equal(d.policies.open, false);
     assert.equal(d.policies.allows({ user: 'alice', groups: [], namespace: 'default' }, 'publish', 'topic', 'a/b'), true);
-    await assert.rejects(d.putPolicy({ name: 'bad', effect: 'allow', actions: ['fly'], resources: ['topic:a'], principals: ['everyone'] }), code('INVALID_ARGUMENT'));
+    await assert.rejects(
+      d.putPolicy({ name: 'bad', effect: 'allow', actions: ['fly'], resources: ['topic:a'], principals: ['everyone'] }),
+      code('INVALID_ARGUMENT'),
+    );
     await d.deletePolicy('p1');
     assert.equal(d.policies.size, 0);
     await assert.rejects(d.deletePolicy('p1'), code('NOT_FOUND'));
@@ -206,7 +228,10 @@ describe('Directory: policies', () => {
     await store.putControl('policy', 'worse', { hello: 'world' });
     await store.putControl('user', 'broken', { groups: [] });
     const d = await dir(store);
-    assert.deepEqual(d.policies.defs().map((p) => p.name), ['good']);
+    assert.deepEqual(
+      d.policies.defs().map((p) => p.name),
+      ['good'],
+    );
     assert.equal(d.lookup('broken'), undefined);
   });
 
@@ -218,7 +243,7 @@ describe('Directory: policies', () => {
 });
 
 describe('Directory: two brokers on one store', () => {
-  it('refresh() picks up the other one\'s changes, bumps the version and tells listeners; nothing when unchanged', async () => {
+  it("refresh() picks up the other one's changes, bumps the version and tells listeners; nothing when unchanged", async () => {
     const store = new MemoryControlStore();
     const a = await dir(store);
     const b = await dir(store);
@@ -271,6 +296,9 @@ describe('Directory: two brokers on one store', () => {
     open();
     await Promise.all([refreshing, adding]);
     assert.ok(d.lookup('late'), 'the user added during the refresh is there');
-    assert.deepEqual(d.listGroups().map((g) => g.name), ['g']);
+    assert.deepEqual(
+      d.listGroups().map((g) => g.name),
+      ['g'],
+    );
   });
 });

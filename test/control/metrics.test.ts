@@ -86,7 +86,11 @@ describe('createMetrics', () => {
     assert.equal(value(samples, 'flowmq_wal_bytes'), 1234);
     const buckets = samples.filter((s) => s.name === 'flowmq_wal_commit_seconds_bucket');
     const les = buckets.map((s) => (s.labels.le === '+Inf' ? Infinity : Number(s.labels.le)));
-    assert.deepEqual([...les].sort((x, y) => x - y), les, 'buckets in increasing order');
+    assert.deepEqual(
+      [...les].sort((x, y) => x - y),
+      les,
+      'buckets in increasing order',
+    );
     for (let i = 1; i < buckets.length; i++) assert.ok(buckets[i].value >= buckets[i - 1].value, 'cumulative');
     assert.equal(value(samples, 'flowmq_wal_commit_seconds_bucket', { le: '+Inf' }), 3);
     assert.equal(value(samples, 'flowmq_wal_commit_seconds_count'), 3);
@@ -106,7 +110,13 @@ describe('createMetrics', () => {
     };
     const quotas = { figures: () => ({ default: { connections: 1, throttled: 4, throttledMs: 1500, refusedConnections: 2 } }) };
     const auth = { stats: { ok: 1, bad: 2, busy: 0, throttled: 3 } };
-    const metrics = createMetrics({ protocols: () => [{ name: 'kafka', protocol: { groups } }], quotas, auth, access: { stats: { denied: 9 } }, groupLagCacheMs: 60_000 });
+    const metrics = createMetrics({
+      protocols: () => [{ name: 'kafka', protocol: { groups } }],
+      quotas,
+      auth,
+      access: { stats: { denied: 9 } },
+      groupLagCacheMs: 60_000,
+    });
     let { samples } = parse(await metrics.text());
     assert.equal(value(samples, 'flowmq_consumer_group_lag', { protocol: 'kafka', group: 'g1' }), 7);
     assert.equal(value(samples, 'flowmq_consumer_group_members', { group: 'g1' }), 2);
@@ -127,7 +137,16 @@ describe('broker metrics', () => {
   after(() => rmSync(dataDir, { recursive: true, force: true }));
 
   it('move after an MQTT publish: routing, stream capture, the WAL commit histogram, listener connections; runtime metrics present', async () => {
-    const flags = { 'data-dir': dataDir, host: '127.0.0.1', 'mqtt-port': '0', 'mqtt-ws-port': '0', 'kafka-port': '0', 'amqp-port': '0', 'nats-port': '0', 'http-port': '0' };
+    const flags = {
+      'data-dir': dataDir,
+      host: '127.0.0.1',
+      'mqtt-port': '0',
+      'mqtt-ws-port': '0',
+      'kafka-port': '0',
+      'amqp-port': '0',
+      'nats-port': '0',
+      'http-port': '0',
+    };
     const broker = await startBroker(loadConfig({ flags, env: {} }), pino({ level: 'silent' }));
     let client: mqtt.MqttClient | null = null;
     try {
@@ -161,7 +180,12 @@ describe('broker metrics', () => {
       const elu = value(samples, 'flowmq_event_loop_utilization')!;
       assert.ok(elu >= 0 && elu <= 1, String(elu));
       // prom-client's runtime metrics, under the flowmq_ prefix.
-      for (const name of ['flowmq_process_cpu_user_seconds_total', 'flowmq_process_resident_memory_bytes', 'flowmq_nodejs_heap_size_used_bytes', 'flowmq_nodejs_eventloop_lag_seconds']) {
+      for (const name of [
+        'flowmq_process_cpu_user_seconds_total',
+        'flowmq_process_resident_memory_bytes',
+        'flowmq_nodejs_heap_size_used_bytes',
+        'flowmq_nodejs_eventloop_lag_seconds',
+      ]) {
         assert.ok(types.has(name), `${name} missing`);
       }
       assert.equal(types.get('flowmq_nodejs_gc_duration_seconds'), 'histogram');
@@ -169,7 +193,9 @@ describe('broker metrics', () => {
       // Sealing the stream writes a segment object (a put, or an adopted WAL file) and commits it.
       await broker.log.flushAll();
       const sealed = parse(await broker.metrics.text()).samples;
-      const writes = (value(sealed, 'flowmq_object_store_requests_total', { operation: 'put' }) ?? 0) + (value(sealed, 'flowmq_object_store_requests_total', { operation: 'adopt' }) ?? 0);
+      const writes =
+        (value(sealed, 'flowmq_object_store_requests_total', { operation: 'put' }) ?? 0) +
+        (value(sealed, 'flowmq_object_store_requests_total', { operation: 'adopt' }) ?? 0);
       assert.ok(writes >= 1, `object writes: ${writes}`);
       assert.ok(value(sealed, 'flowmq_log_sealed_segments_total')! >= 1);
       assert.ok(types.has('flowmq_log_sealed_segments_total'));

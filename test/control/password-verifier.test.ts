@@ -78,10 +78,10 @@ describe('PasswordVerifier', () => {
     assert.equal(a.hash.length, 32);
     assert.notDeepEqual(a.salt, b.salt, 'a fresh salt each time');
     assert.notDeepEqual(a.hash, b.hash);
-    assert.deepEqual(a.hash, scryptSync('pässword ✓', a.salt, 32, CHEAP), 'scrypt of the UTF-8 password with the verifier\'s cost');
+    assert.deepEqual(a.hash, scryptSync('pässword ✓', a.salt, 32, CHEAP), "scrypt of the UTF-8 password with the verifier's cost");
     assert.equal(await v.verify('pässword ✓', a), 'ok');
     assert.equal(await v.verify('password ✓', a), 'bad');
-    assert.equal(v.stats.workersStarted, 1, 'hashed on the verifier\'s own thread');
+    assert.equal(v.stats.workersStarted, 1, "hashed on the verifier's own thread");
     // Hashes queue behind checks and are never refused for a full queue.
     const tight = verifier({ threads: 1, maxQueue: 0 });
     const many = await Promise.all(Array.from({ length: 5 }, (_, i) => tight.hash(`p${i}`)));

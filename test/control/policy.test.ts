@@ -166,7 +166,11 @@ describe('PolicySet.allows', () => {
       pol({ name: 'e', resources: ['queue:e'], principals: ['everyone'] }),
     ]);
     assert.deepEqual(
-      ['u', 'g', 'e'].map((q) => [set.allows(alice, 'subscribe', 'queue', q), set.allows(bob, 'subscribe', 'queue', q), set.allows(ANONYMOUS, 'subscribe', 'queue', q)]),
+      ['u', 'g', 'e'].map((q) => [
+        set.allows(alice, 'subscribe', 'queue', q),
+        set.allows(bob, 'subscribe', 'queue', q),
+        set.allows(ANONYMOUS, 'subscribe', 'queue', q),
+      ]),
       [
         [true, false, false],
         [false, true, false],
@@ -213,7 +217,10 @@ describe('PolicySet.allows', () => {
     assert.equal(set.allows(alice, 'publish', 'exchange', 'x'), true);
     assert.equal(set.allows(alice, 'create', 'exchange', 'x'), true);
     assert.equal(set.allows(alice, 'delete', 'exchange', 'x'), false);
-    assert.deepEqual(set.defs().map((d) => d.name), ['a']);
+    assert.deepEqual(
+      set.defs().map((d) => d.name),
+      ['a'],
+    );
     assert.equal(set.size, 1);
   });
 });

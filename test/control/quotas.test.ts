@@ -41,7 +41,7 @@ describe('QuotaManager', () => {
     for (let i = 0; i < 5; i++) assert.ok(!('refused' in q.connect({ user: null, groups: [], namespace: 'default' })));
   });
 
-  it('publish rate: a second\'s worth passes at once, then the wait grows with the excess, and refills with time', async () => {
+  it("publish rate: a second's worth passes at once, then the wait grows with the excess, and refills with time", async () => {
     const { q, lease, tick } = await setup({ publishRate: 10 });
     const l = lease();
     for (let i = 0; i < 10; i++) assert.equal(l.chargeIn(1, 100), 0, `message ${i} within the burst`);
@@ -50,7 +50,7 @@ describe('QuotaManager', () => {
     tick(300);
     assert.equal(l.chargeIn(1, 100), 100, 'the debt was paid; this one is over again');
     tick(1100);
-    assert.equal(l.chargeIn(9, 100), 0, 'refilled (up to one second\'s worth)');
+    assert.equal(l.chargeIn(9, 100), 0, "refilled (up to one second's worth)");
     assert.equal(q.figures().ns.throttled, 3);
     assert.equal(q.figures().ns.throttledMs, 500);
   });
@@ -70,7 +70,7 @@ describe('QuotaManager', () => {
     const a = lease();
     const b = lease();
     assert.equal(a.chargeIn(4, 1), 0);
-    assert.equal(b.chargeIn(1, 1), 250, 'b pays for a\'s burst');
+    assert.equal(b.chargeIn(1, 1), 250, "b pays for a's burst");
   });
 
   it('a quota changed in the directory applies at the next charge; a zero rate holds back a second at a time', async () => {

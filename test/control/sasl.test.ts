@@ -25,10 +25,7 @@ async function fixedStore(mechanism: ScramMechanism, username: string, password:
   const cred: ScramCredential = await deriveScramCredential(mechanism, password, salt, iterations);
   return {
     size: 1,
-    lookup: (u) =>
-      u === username
-        ? { username, scram: (m) => (m === mechanism ? cred : undefined), passwordHash: DUMMY_PASSWORD_HASH }
-        : undefined,
+    lookup: (u) => (u === username ? { username, scram: (m) => (m === mechanism ? cred : undefined), passwordHash: DUMMY_PASSWORD_HASH } : undefined),
   };
 }
 
@@ -97,8 +94,12 @@ describe('SCRAM-SHA-256 (RFC 7677 section 3)', () => {
   it('an unknown user gets a stable fake salt and fails only at the proof', async () => {
     const store = await fixedStore('SCRAM-SHA-256', 'user', 'pencil', salt, 4096);
     const secret = Buffer.alloc(32, 7);
-    const s1 = challenge(await startSaslExchange(guarded(store), 'SCRAM-SHA-256', undefined, { fakeSaltSecret: secret, nonce: () => 'x' }).step(b('n,,n=ghost,r=abc')));
-    const s2 = challenge(await startSaslExchange(guarded(store), 'SCRAM-SHA-256', undefined, { fakeSaltSecret: secret, nonce: () => 'x' }).step(b('n,,n=ghost,r=abc')));
+    const s1 = challenge(
+      await startSaslExchange(guarded(store), 'SCRAM-SHA-256', undefined, { fakeSaltSecret: secret, nonce: () => 'x' }).step(b('n,,n=ghost,r=abc')),
+    );
+    const s2 = challenge(
+      await startSaslExchange(guarded(store), 'SCRAM-SHA-256', undefined, { fakeSaltSecret: secret, nonce: () => 'x' }).step(b('n,,n=ghost,r=abc')),
+    );
     assert.equal(s1, s2);
     assert.match(s1, /^r=abcx,s=[A-Za-z0-9+/=]+,i=4096$/);
     const ex = startSaslExchange(guarded(store), 'SCRAM-SHA-256', undefined, { fakeSaltSecret: secret, nonce: () => 'x' });

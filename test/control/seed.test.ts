@@ -114,7 +114,7 @@ describe('users file: seeding the directory', () => {
     assert.equal(await store.controlVersion(), v, 'nothing written');
   });
 
-  it('leaves what the API changed: a policy, a namespace\'s quotas, a user\'s groups', async () => {
+  it("leaves what the API changed: a policy, a namespace's quotas, a user's groups", async () => {
     const store = new MemoryControlStore();
     const d = await open(store);
     await seedDirectory(d, file(), 'u.yaml', verify);
@@ -131,14 +131,19 @@ describe('users file: seeding the directory', () => {
   it('sets the password of a file user again when the file changed it, unless it was set through the API since', async () => {
     const store = new MemoryControlStore();
     await seedDirectory(await open(store), file(), 'u.yaml', verify);
-    const changed = file({ users: [{ username: 'admin', password: 'two', groups: ['admins'] }, { username: 's1', password: 'new-s1', namespace: 'plant-a' }] });
+    const changed = file({
+      users: [
+        { username: 'admin', password: 'two', groups: ['admins'] },
+        { username: 's1', password: 'new-s1', namespace: 'plant-a' },
+      ],
+    });
     const d = await open(store);
     await d.setPassword('s1', 'chosen-by-operator'); // through the API: wins over the file
     const hashBefore = d.lookup('s1')!.passwordHash;
     assert.deepEqual(await seedDirectory(d, changed, 'u.yaml', verify), { users: 0, passwords: 1, groups: 0, namespaces: 0, policies: 0 });
-    assert.equal(await verifier.verify('two', d.lookup('admin')!.passwordHash), 'ok', 'the file\'s new password applies');
+    assert.equal(await verifier.verify('two', d.lookup('admin')!.passwordHash), 'ok', "the file's new password applies");
     assert.equal(await verifier.verify('one', d.lookup('admin')!.passwordHash), 'bad');
-    assert.equal(d.passwordSource('admin'), 'file', 'still the file\'s: the next change of the file applies too');
+    assert.equal(d.passwordSource('admin'), 'file', "still the file's: the next change of the file applies too");
     assert.deepEqual(d.lookup('s1')!.passwordHash, hashBefore, 'the API-set password is left alone');
     // The same file again: the passwords match, nothing is rehashed.
     assert.equal((await seedDirectory(d, changed, 'u.yaml', verify)).passwords, 0);
@@ -154,9 +159,8 @@ describe('users file: seeding the directory', () => {
 
   it('refuses a user in a namespace that neither the file nor the directory has', async () => {
     const d = await open();
-    await assert.rejects(
-      seedDirectory(d, file({ namespaces: [] }), 'u.yaml', verify),
-      (e: Error) => /users file u.yaml: user s1: namespace "plant-a" does not exist/.test(e.message),
+    await assert.rejects(seedDirectory(d, file({ namespaces: [] }), 'u.yaml', verify), (e: Error) =>
+      /users file u.yaml: user s1: namespace "plant-a" does not exist/.test(e.message),
     );
   });
 });

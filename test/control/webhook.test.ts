@@ -176,7 +176,11 @@ describe('the broker with --auth-webhook', () => {
       assert.deepEqual(ok, { verdict: 'ok', principal: { user: 'alice', groups: ['ops', 'devs'], namespace: 'team-a' } });
       assert.equal((await b.access.password('alice', 'wrong', '10.0.0.9', 'mqtt')).verdict, 'bad');
       assert.equal((await b.access.password('local', 'pw', '10.0.0.9', 'mqtt')).verdict, 'ok');
-      assert.deepEqual(seen.map((s) => s.body.username), ['alice', 'alice'], 'the directory user never went to the webhook');
+      assert.deepEqual(
+        seen.map((s) => s.body.username),
+        ['alice', 'alice'],
+        'the directory user never went to the webhook',
+      );
       assert.deepEqual(b.access.externalStats, { requests: 2, allowed: 1, denied: 1, failed: 0, cacheHits: 0 });
     } finally {
       await b.close();

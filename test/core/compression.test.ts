@@ -28,10 +28,7 @@ const recs: RecordInput[] = [
 ];
 
 /** The records section of `recs` compressed by the zstd command-line tool (`zstd -19`): fzstd only decompresses. */
-const ZSTD_BODY = Buffer.from(
-  '28b52ffd2438750100740246000000046b312e68656c6c6f20020268027826000202011a7365636f6e64207265636f7264000100998b127f1c86b4',
-  'hex',
-);
+const ZSTD_BODY = Buffer.from('28b52ffd2438750100740246000000046b312e68656c6c6f20020268027826000202011a7365636f6e64207265636f7264000100998b127f1c86b4', 'hex');
 
 /** The batch of `recs` with its records section replaced by `body`, compressed with `codec`; length and CRC fixed. */
 function compressedBatch(codec: Compression, body: Buffer): Buffer {

@@ -76,11 +76,17 @@ describe('Engine: NATS subscriptions', () => {
     const subs = n.map((s) => engine.subscribe('jobs.*', s, { qos: 0, rule: 'nats', group: 'g' }));
     engine.subscribe('jobs/+', m, { qos: 0, group: 'g' });
     for (let i = 0; i < 4; i++) engine.publish(makeMessage('jobs/x', Buffer.from(String(i))));
-    assert.deepEqual(n.map((s) => s.got.length), [2, 2]);
+    assert.deepEqual(
+      n.map((s) => s.got.length),
+      [2, 2],
+    );
     assert.equal(m.got.length, 4, 'the MQTT group gets every message once');
     for (const s of subs) engine.unsubscribe(s);
     engine.publish(makeMessage('jobs/x', Buffer.from('after')));
-    assert.deepEqual(n.map((s) => s.got.length), [2, 2]);
+    assert.deepEqual(
+      n.map((s) => s.got.length),
+      [2, 2],
+    );
   });
 });
 

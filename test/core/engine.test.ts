@@ -1,6 +1,16 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { decodeBatch, encodeBatch, Engine, makeMessage, partitionFor, recordToMessage, type Message, type Subscriber, type Subscription } from '../../src/core/index.js';
+import {
+  decodeBatch,
+  encodeBatch,
+  Engine,
+  makeMessage,
+  partitionFor,
+  recordToMessage,
+  type Message,
+  type Subscriber,
+  type Subscription,
+} from '../../src/core/index.js';
 import kafkajsPkg from 'kafkajs';
 import { MemoryStreams } from '../helpers/memory-storage.js';
 
@@ -37,7 +47,10 @@ describe('Engine', () => {
     const sinks = [new Sink('1'), new Sink('2'), new Sink('3')];
     const subs = sinks.map((s) => engine.subscribe('jobs/#', s, { qos: 0, group: 'g' }));
     for (let i = 0; i < 9; i++) engine.publish(makeMessage('jobs/a', Buffer.from(String(i))));
-    assert.deepEqual(sinks.map((s) => s.got.length), [3, 3, 3]);
+    assert.deepEqual(
+      sinks.map((s) => s.got.length),
+      [3, 3, 3],
+    );
     engine.unsubscribe(subs[0]);
     for (let i = 0; i < 4; i++) engine.publish(makeMessage('jobs/a', Buffer.from(String(i))));
     assert.equal(sinks[0].got.length, 3);
@@ -68,7 +81,11 @@ describe('Engine', () => {
         list.push(Number(msg.payload.toString()));
         perDevice.set(msg.topic, list);
       }
-      for (const list of perDevice.values()) assert.deepEqual(list, [...list].sort((x, y) => x - y));
+      for (const list of perDevice.values())
+        assert.deepEqual(
+          list,
+          [...list].sort((x, y) => x - y),
+        );
     }
     assert.equal(total, 30);
   });
@@ -98,11 +115,15 @@ describe('Engine', () => {
     await engine.createStream({ name: 'telemetry', partitions: 1, bindings: ['factory/+/+/telemetry'] });
     const sink = new Sink('s');
     engine.subscribe('#', sink, { qos: 0 });
-    const withTopic = (t: string) => encodeBatch([{ key: null, value: Buffer.from(t), headers: [{ key: 'flowmq.topic', value: Buffer.from(t) }], timestamp: 1 }]);
+    const withTopic = (t: string) =>
+      encodeBatch([{ key: null, value: Buffer.from(t), headers: [{ key: 'flowmq.topic', value: Buffer.from(t) }], timestamp: 1 }]);
     await engine.produce('alerts.fire', 0, withTopic('secret/cmd')).durable;
     await engine.produce('telemetry', 0, withTopic('factory/l1/d7/telemetry')).durable;
     await engine.produce('telemetry', 0, withTopic('factory/+/bad')).durable;
-    assert.deepEqual(sink.got.map((g) => g.msg.topic), ['alerts/fire', 'factory/l1/d7/telemetry', 'telemetry']);
+    assert.deepEqual(
+      sink.got.map((g) => g.msg.topic),
+      ['alerts/fire', 'factory/l1/d7/telemetry', 'telemetry'],
+    );
   });
 
   it('captures topics whose levels hold dots, which have no Kafka name of their own', async () => {
@@ -124,7 +145,7 @@ describe('Engine', () => {
     assert.throws(() => engine.produce('nope', 0, encodeBatch([{ key: null, value: null, headers: [], timestamp: 0 }])), { code: 'NOT_FOUND' });
     assert.throws(() => engine.offsets('ok', 1), { code: 'NOT_FOUND' });
   });
-  it('keeps a stream\'s settings, replaces them whole, and refuses bad ones', async () => {
+  it("keeps a stream's settings, replaces them whole, and refuses bad ones", async () => {
     const { engine, m } = setup();
     const def = await engine.createStream({ name: 'set', partitions: 1, retentionMs: 1000, segmentBytes: 1 << 20, configs: { b: '2', a: '1' } });
     assert.deepEqual([def.retentionMs, def.segmentBytes, def.configs], [1000, 1 << 20, { a: '1', b: '2' }]);
@@ -134,14 +155,17 @@ describe('Engine', () => {
       [next.retentionMs, next.retentionBytes, next.segmentBytes, next.segmentMs, next.configs, next.createdAt],
       [null, 0, undefined, 5000, undefined, def.createdAt],
     );
-    assert.deepEqual((await m.listStreams()).find((d) => d.name === 'set'), next);
+    assert.deepEqual(
+      (await m.listStreams()).find((d) => d.name === 'set'),
+      next,
+    );
     await assert.rejects(engine.setSettings('set', { segmentBytes: 0 }), { code: 'INVALID_ARGUMENT' });
     await assert.rejects(engine.setSettings('set', { retentionBytes: 1.5 }), { code: 'INVALID_ARGUMENT' });
     await assert.rejects(engine.setSettings('nope', {}), { code: 'NOT_FOUND' });
     assert.equal(engine.getStream('set')?.def, next);
   });
 
-  it('partitions by key exactly as Kafka\'s default partitioner (murmur2), here checked against KafkaJS', () => {
+  it("partitions by key exactly as Kafka's default partitioner (murmur2), here checked against KafkaJS", () => {
     const meta = Array.from({ length: 7 }, (_, i) => ({ partitionId: i, leader: 0, partitionErrorCode: 0, replicas: [0], isr: [0] }));
     const kafkajs = Partitioners.DefaultPartitioner();
     for (let i = 0; i < 500; i++) {

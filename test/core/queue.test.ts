@@ -292,7 +292,10 @@ describe('MemoryQueueStore', () => {
   it('reads in id order from an id, skipping removed ones, and counts', async () => {
     const s = new MemoryQueueStore();
     assert.deepEqual(await s.openQueue('x'), { count: 0, bytes: 0, maxId: 0 });
-    await s.append('x', [1, 2, 3, 4, 5].map((id) => ({ id, data: Buffer.from([id]) })));
+    await s.append(
+      'x',
+      [1, 2, 3, 4, 5].map((id) => ({ id, data: Buffer.from([id]) })),
+    );
     await s.remove('x', [2, 4, 9]);
     await s.setDeliveries('x', 3, 2);
     assert.deepEqual(
@@ -309,7 +312,6 @@ describe('MemoryQueueStore', () => {
     assert.deepEqual(await s.openQueue('x'), { count: 0, bytes: 0, maxId: 0 });
   });
 });
-
 
 describe('queue expiry, limits and dead letters', () => {
   it('x-message-ttl: expired messages are dead-lettered (expired) by the queue timer, without consumers', async () => {
@@ -467,12 +469,22 @@ describe('queue consumers', () => {
     const { q } = await open(def('ex'));
     const a = new Consumer('a', 'ch1');
     q.consume(a, { exclusive: true });
-    assert.throws(() => q.consume(new Consumer('b', 'ch2')), (e: unknown) => isFlowError(e, 'RESOURCE_LOCKED'));
+    assert.throws(
+      () => q.consume(new Consumer('b', 'ch2')),
+      (e: unknown) => isFlowError(e, 'RESOURCE_LOCKED'),
+    );
     q.cancel(a);
     const b = new Consumer('b', 'ch2');
     q.consume(b);
-    assert.throws(() => q.consume(new Consumer('c', 'ch2'), { exclusive: true }), (e: unknown) => isFlowError(e, 'RESOURCE_LOCKED'));
-    assert.throws(() => q.consume(new Consumer('b', 'ch3')), (e: unknown) => isFlowError(e, 'PRECONDITION_FAILED'), 'tags are unique per queue');
+    assert.throws(
+      () => q.consume(new Consumer('c', 'ch2'), { exclusive: true }),
+      (e: unknown) => isFlowError(e, 'RESOURCE_LOCKED'),
+    );
+    assert.throws(
+      () => q.consume(new Consumer('b', 'ch3')),
+      (e: unknown) => isFlowError(e, 'PRECONDITION_FAILED'),
+      'tags are unique per queue',
+    );
   });
 });
 
@@ -550,7 +562,7 @@ describe('queue memory window', () => {
     assert.equal(got.join(''), '0123456789');
   });
 
-  it('a transient message stored past the window reports its store write (publishers\' flow control counts it)', async () => {
+  it("a transient message stored past the window reports its store write (publishers' flow control counts it)", async () => {
     const store = new MemoryQueueStore();
     const factory = queueFactory({ maxMessages: 2, maxBytes: 1 << 20, readBatch: 2 });
     const { q } = await open(def('tw'), store, new Hooks(), factory);

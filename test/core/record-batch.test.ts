@@ -25,7 +25,10 @@ import {
 } from '../../src/core/index.js';
 
 describe('crc32c', () => {
-  for (const [name, fn] of [['default (' + crc32cImplementation + ')', crc32c], ['portable JS', crc32cJs]] as const) {
+  for (const [name, fn] of [
+    ['default (' + crc32cImplementation + ')', crc32c],
+    ['portable JS', crc32cJs],
+  ] as const) {
     it(`${name}: matches the RFC 3720 check values`, () => {
       assert.equal(fn(Buffer.from('123456789')), 0xe3069283);
       assert.equal(fn(Buffer.alloc(32)), 0x8a9136aa);
@@ -53,7 +56,9 @@ describe('crc32c', () => {
       assert.equal(crc32cCombine(crc32c(b, 0, cut, seed), crc32c(b, cut, n), n - cut), whole, `n=${n} cut=${cut}`);
     }
     // A Kafka batch's own CRC standing for its bytes after the first 21, as the WAL uses it.
-    const batch = encodeBatch(Array.from({ length: 300 }, (_, i) => ({ key: null, value: Buffer.alloc(1000, i), headers: [], timestamp: 1_700_000_000_000 + i })));
+    const batch = encodeBatch(
+      Array.from({ length: 300 }, (_, i) => ({ key: null, value: Buffer.alloc(1000, i), headers: [], timestamp: 1_700_000_000_000 + i })),
+    );
     assert.equal(crc32cCombine(crc32c(batch, 0, 21, 7), batch.readUInt32BE(17), batch.length - 21), crc32c(batch, 0, batch.length, 7));
     assert.equal(crc32cCombine(99, crc32c(Buffer.alloc(0)), 0), 99, 'an empty second part changes nothing');
   });
@@ -80,8 +85,14 @@ describe('record batch v2', () => {
     setBaseOffset(b, 42);
     assert.ok(verifyBatchCrc(b), 'base offset is outside the CRC');
     const out = decodeBatch(b);
-    assert.deepEqual(out.map((r) => r.offset), [42, 43, 44]);
-    assert.deepEqual(out.map((r) => r.timestamp), recs.map((r) => r.timestamp));
+    assert.deepEqual(
+      out.map((r) => r.offset),
+      [42, 43, 44],
+    );
+    assert.deepEqual(
+      out.map((r) => r.timestamp),
+      recs.map((r) => r.timestamp),
+    );
     assert.deepEqual(out[0].key, Buffer.from('k1'));
     assert.equal(out[1].key, null);
     assert.equal(out[2].value, null);
@@ -91,7 +102,10 @@ describe('record batch v2', () => {
   it('decodes gzip-compressed batches', () => {
     const b = encodeBatch(recs, Compression.Gzip);
     assert.equal(readBatchInfo(b).compression, Compression.Gzip);
-    assert.deepEqual(decodeBatch(b).map((r) => r.value?.toString() ?? null), ['v1', 'v2', null]);
+    assert.deepEqual(
+      decodeBatch(b).map((r) => r.value?.toString() ?? null),
+      ['v1', 'v2', null],
+    );
     assert.ok(gzipSync);
   });
   it('refuses a gzip bomb once its output passes MAX_DECOMPRESSED_BYTES, without inflating it all', () => {
@@ -122,7 +136,7 @@ describe('record batch v2', () => {
   it('never throws anything but CORRUPT_DATA on mutated input', () => {
     const base = encodeBatch(recs);
     let seed = 12345;
-    const rnd = () => ((seed = (seed * 1103515245 + 12345) & 0x7fffffff) / 0x7fffffff);
+    const rnd = () => (seed = (seed * 1103515245 + 12345) & 0x7fffffff) / 0x7fffffff;
     for (let i = 0; i < 3000; i++) {
       const m = Buffer.from(base.subarray(0, Math.floor(rnd() * (base.length + 1))));
       for (let k = 0; k < 3; k++) if (m.length) m[Math.floor(rnd() * m.length)] = Math.floor(rnd() * 256);
@@ -135,17 +149,26 @@ describe('record batch v2', () => {
   });
   it('stamps a batch with the log append time: type bit, max timestamp, CRC; records read that time', () => {
     for (const compression of [Compression.None, Compression.Gzip]) {
-      const b = encodeBatch([
-        { key: null, value: Buffer.from('a'), headers: [], timestamp: 1000 },
-        { key: null, value: Buffer.from('b'), headers: [], timestamp: 1500 },
-      ], compression);
+      const b = encodeBatch(
+        [
+          { key: null, value: Buffer.from('a'), headers: [], timestamp: 1000 },
+          { key: null, value: Buffer.from('b'), headers: [], timestamp: 1500 },
+        ],
+        compression,
+      );
       setLogAppendTime(b, 1_700_000_000_000);
       const info = readBatchInfo(b);
       assert.equal(info.attributes & 0x08, 0x08);
       assert.equal(info.compression, compression, 'the codec bits are kept');
       assert.deepEqual([info.baseTimestamp, info.maxTimestamp], [1000, 1_700_000_000_000]);
       assert.ok(verifyBatchCrc(b));
-      assert.deepEqual(decodeBatch(b).map((r) => [r.value?.toString(), r.timestamp]), [['a', 1_700_000_000_000], ['b', 1_700_000_000_000]]);
+      assert.deepEqual(
+        decodeBatch(b).map((r) => [r.value?.toString(), r.timestamp]),
+        [
+          ['a', 1_700_000_000_000],
+          ['b', 1_700_000_000_000],
+        ],
+      );
     }
   });
 
@@ -224,7 +247,12 @@ describe('message properties as flowmq.* record headers', () => {
     assert.equal(text(rec.headers, 'flowmq.user-id'), 'alice');
     assert.deepEqual(rec.headers.find((h) => h.key === 'flowmq.correlation-id')?.value, Buffer.from([0, 0xff, 7]));
     assert.deepEqual(JSON.parse(text(rec.headers, 'flowmq.deaths')!), full.deaths);
-    assert.equal(messageToRecord({ ...full, persistent: true }, 'rpcs').headers.find((h) => h.key === 'flowmq.delivery-mode')?.value?.toString(), '2');
+    assert.equal(
+      messageToRecord({ ...full, persistent: true }, 'rpcs')
+        .headers.find((h) => h.key === 'flowmq.delivery-mode')
+        ?.value?.toString(),
+      '2',
+    );
     assert.equal(PROPERTY_HEADERS.topic, 'flowmq.topic');
   });
 
@@ -246,7 +274,10 @@ describe('message properties as flowmq.* record headers', () => {
     assert.equal(rec.headers, headers, 'the same array, not a copy');
     assert.deepEqual(encodeBatch([rec]), encodeBatch([{ key: null, value: Buffer.from('x'), headers, timestamp: 9 }]));
     const foreign = messageToRecord(makeMessage('a/b', Buffer.from('x'), { headers }), 'telemetry');
-    assert.deepEqual(foreign.headers.map((h) => h.key), ['flowmq.topic', 'h']);
+    assert.deepEqual(
+      foreign.headers.map((h) => h.key),
+      ['flowmq.topic', 'h'],
+    );
     // And a record without reserved headers becomes a message with the record's own headers array.
     const [r] = decodeBatch(encodeBatch([rec]));
     assert.equal(recordToMessage(r, 'telemetry').headers, r.headers);
@@ -255,9 +286,14 @@ describe('message properties as flowmq.* record headers', () => {
   it('never reads flowmq.user-id back: a record carries whatever its producer wrote', () => {
     const back = through({ ...full, userId: 'alice' }, 'rpcs');
     assert.equal(back.userId, undefined);
-    assert.equal(back.headers.some((h) => h.key === 'flowmq.user-id'), false);
+    assert.equal(
+      back.headers.some((h) => h.key === 'flowmq.user-id'),
+      false,
+    );
     // A Kafka producer's own record claiming a user id.
-    const [r] = decodeBatch(encodeBatch([{ key: null, value: Buffer.from('x'), headers: [{ key: 'flowmq.user-id', value: Buffer.from('admin') }], timestamp: 1 }]));
+    const [r] = decodeBatch(
+      encodeBatch([{ key: null, value: Buffer.from('x'), headers: [{ key: 'flowmq.user-id', value: Buffer.from('admin') }], timestamp: 1 }]),
+    );
     const m = recordToMessage(r, 'orders');
     assert.equal(m.userId, undefined);
     assert.deepEqual(m.headers, []);
@@ -293,11 +329,24 @@ describe('message properties as flowmq.* record headers', () => {
     assert.equal(m.messageId, 'id-1');
     for (const f of ['priority', 'expiresAt', 'persistent', 'payloadFormat', 'deaths', 'responseTopic'] as const) assert.equal(m[f], undefined, f);
     // Reserved names are never passed on as plain headers; names this broker does not know are.
-    assert.deepEqual(m.headers.map((x) => x.key), ['app', 'flowmq.future-thing', 'other']);
-    const [ok] = decodeBatch(encodeBatch([{ key: null, value: null, timestamp: 1, headers: [h('flowmq.priority', '0'), h('flowmq.expires-at', '1700000000000.5'), h('flowmq.delivery-mode', '2')] }]));
+    assert.deepEqual(
+      m.headers.map((x) => x.key),
+      ['app', 'flowmq.future-thing', 'other'],
+    );
+    const [ok] = decodeBatch(
+      encodeBatch([
+        {
+          key: null,
+          value: null,
+          timestamp: 1,
+          headers: [h('flowmq.priority', '0'), h('flowmq.expires-at', '1700000000000.5'), h('flowmq.delivery-mode', '2')],
+        },
+      ]),
+    );
     const m2 = recordToMessage(ok, 'in');
     // A payload said to be UTF-8 text must be.
-    const utf8 = (value: Buffer) => recordToMessage(decodeBatch(encodeBatch([{ key: null, value, timestamp: 1, headers: [h('flowmq.payload-format', '1')] }]))[0], 'in').payloadFormat;
+    const utf8 = (value: Buffer) =>
+      recordToMessage(decodeBatch(encodeBatch([{ key: null, value, timestamp: 1, headers: [h('flowmq.payload-format', '1')] }]))[0], 'in').payloadFormat;
     assert.equal(utf8(Buffer.from('héllo')), 1);
     assert.equal(utf8(Buffer.from([0xc3, 0x28])), undefined);
     assert.equal(m2.priority, 0);
@@ -316,6 +365,9 @@ describe('message properties as flowmq.* record headers', () => {
     const back = through(msg, 'sensors');
     assert.equal(back.topic, 'sensors');
     assert.equal(back.contentType, undefined);
-    assert.deepEqual(back.headers.map((x) => x.key), ['flowmq.future-thing']);
+    assert.deepEqual(
+      back.headers.map((x) => x.key),
+      ['flowmq.future-thing'],
+    );
   });
 });

@@ -330,7 +330,10 @@ describe('Router: amq.topic is the unified topic space', () => {
     await assert.rejects(engine.bind(qb('amq.topic', 'sys', 'a/#/b', { rule: 'mqtt' })), { code: 'INVALID_FILTER' });
     engine.publish(makeMessage('$SYS/broker/uptime', Buffer.from('s')));
     engine.publish(makeMessage('plain/t', Buffer.from('p')));
-    assert.deepEqual(s.got.map((m) => m.topic), ['plain/t']);
+    assert.deepEqual(
+      s.got.map((m) => m.topic),
+      ['plain/t'],
+    );
     assert.deepEqual(bodies(q('amqp')), ['s', 'p']);
     assert.deepEqual(bodies(q('mqttrule')), ['p']);
     assert.deepEqual(bodies(q('sys')), ['s']);
@@ -355,7 +358,10 @@ describe('Router: amq.topic is the unified topic space', () => {
     assert.deepEqual(bodies(q('star')), ['plus', 'hash', 'b']);
     assert.deepEqual(bodies(q('lit')), ['plus']);
     assert.deepEqual(bodies(q('mq')), ['b']);
-    assert.deepEqual(s.got.map((m) => m.topic), ['a/b']);
+    assert.deepEqual(
+      s.got.map((m) => m.topic),
+      ['a/b'],
+    );
   });
 
   it('empty words are levels: a..b is a//b for AMQP patterns and MQTT filters alike', async () => {
@@ -366,7 +372,10 @@ describe('Router: amq.topic is the unified topic space', () => {
     await engine.bind(qb('amq.topic', 'e', 'a.*.b'));
     assert.equal(engine.publishTo('amq.topic', 'a..b', msg('ab')).routed, 2);
     engine.publish(makeMessage('a//b', Buffer.from('m')));
-    assert.deepEqual(s.got.map((m) => m.topic), ['a//b', 'a//b']);
+    assert.deepEqual(
+      s.got.map((m) => m.topic),
+      ['a//b', 'a//b'],
+    );
     assert.deepEqual(bodies(q('e')), ['ab', 'm']);
     assert.equal(q('e').msgs[1].routingKey, 'a..b');
   });
@@ -491,12 +500,18 @@ describe('Router: queues', () => {
     await store.putBinding(qb('amq.topic', 'dq', 'a/#/b', { rule: 'mqtt' })); // refused by the MQTT rule
     const b = setup(store);
     await b.engine.load();
-    assert.deepEqual(b.engine.listQueues().map((d) => d.name), ['dq']);
+    assert.deepEqual(
+      b.engine.listQueues().map((d) => d.name),
+      ['dq'],
+    );
     assert.equal(b.q('dq').opened, true);
     assert.equal(b.engine.getExchange('dx')?.alternateExchange, 'amq.fanout');
     assert.equal(b.engine.getExchange('tx'), undefined);
     assert.deepEqual(
-      b.engine.listBindings().map((x) => `${x.source}>${x.destination}:${x.key}`).sort(),
+      b.engine
+        .listBindings()
+        .map((x) => `${x.source}>${x.destination}:${x.key}`)
+        .sort(),
       ['amq.topic>dq:b/+', 'dx>amq.direct:k', 'dx>dq:a.#'],
     );
     b.engine.publish(makeMessage('b/1', Buffer.from('m')));
@@ -506,7 +521,10 @@ describe('Router: queues', () => {
     const c = setup(store);
     await c.engine.load();
     assert.deepEqual(c.engine.listQueues(), []);
-    assert.deepEqual(c.engine.listBindings().map((x) => x.destination), ['amq.direct']);
+    assert.deepEqual(
+      c.engine.listBindings().map((x) => x.destination),
+      ['amq.direct'],
+    );
   });
 });
 
@@ -581,11 +599,17 @@ describe('Router with the real queue runtime', () => {
       if (g) deliveries.push(g);
       else await new Promise((r) => setTimeout(r, 5));
     }
-    assert.deepEqual(deliveries.map((x) => x.msg.payload.toString()), ['job', 'late']);
-    assert.deepEqual(deliveries.map((x) => [x.msg.deaths![0].queue, x.msg.deaths![0].reason, x.msg.exchange]), [
-      ['work', 'rejected', 'dlx'],
-      ['ttl', 'expired', 'dlx'],
-    ]);
+    assert.deepEqual(
+      deliveries.map((x) => x.msg.payload.toString()),
+      ['job', 'late'],
+    );
+    assert.deepEqual(
+      deliveries.map((x) => [x.msg.deaths![0].queue, x.msg.deaths![0].reason, x.msg.exchange]),
+      [
+        ['work', 'rejected', 'dlx'],
+        ['ttl', 'expired', 'dlx'],
+      ],
+    );
     assert.equal(ttl.stats().ready, 0);
     engine.close();
   });
@@ -692,8 +716,16 @@ describe('Router: authorization follows the data', () => {
     engine.publish(makeMessage('_INBOX/alice/1', Buffer.from('secret data'), { guardTopic: 'secret/plans' }));
     engine.publish(makeMessage('_INBOX/alice/2', Buffer.from('public data'), { guardTopic: 'news/today' }));
     engine.publish(makeMessage('_INBOX/alice/3', Buffer.from('plain reply')));
-    assert.deepEqual(open.got.map((m) => m.payload.toString()), ['secret data', 'public data', 'plain reply'], 'no admit predicate: no policy applies');
-    assert.deepEqual(filtered.got.map((m) => m.payload.toString()), ['public data', 'plain reply'], 'the guard topic is admitted like the topic');
+    assert.deepEqual(
+      open.got.map((m) => m.payload.toString()),
+      ['secret data', 'public data', 'plain reply'],
+      'no admit predicate: no policy applies',
+    );
+    assert.deepEqual(
+      filtered.got.map((m) => m.payload.toString()),
+      ['public data', 'plain reply'],
+      'the guard topic is admitted like the topic',
+    );
     assert.deepEqual(bodies(q('inboxes')), ['plain reply'], 'a queue bound to _INBOX.# never collects stored data of another topic');
     assert.deepEqual(bodies(q('everything')), ['secret data', 'public data', 'plain reply'], '# reaches the guard topics too');
     assert.equal(streams.offsets('inbox-log', 0).highWatermark, 1, 'a stream bound to _INBOX/# captured only the plain reply');

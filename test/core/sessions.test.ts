@@ -51,7 +51,24 @@ describe('stored message form', () => {
   test('version 2 round-trips every Message field, each alone and all together', () => {
     assert.equal(encodeStoredMessage(amqp)[0], 2);
     assert.deepEqual(decodeStoredMessage(encodeStoredMessage(amqp)), amqp);
-    const optional = ['expiresAt', 'contentType', 'responseTopic', 'correlationData', 'payloadFormat', 'messageId', 'priority', 'persistent', 'contentEncoding', 'type', 'appId', 'userId', 'amqpHeaders', 'exchange', 'routingKey', 'deaths'] as const;
+    const optional = [
+      'expiresAt',
+      'contentType',
+      'responseTopic',
+      'correlationData',
+      'payloadFormat',
+      'messageId',
+      'priority',
+      'persistent',
+      'contentEncoding',
+      'type',
+      'appId',
+      'userId',
+      'amqpHeaders',
+      'exchange',
+      'routingKey',
+      'deaths',
+    ] as const;
     for (const f of optional) {
       const one = makeMessage('t/1', Buffer.from('p'), { [f]: amqp[f] });
       assert.deepEqual(decodeStoredMessage(encodeStoredMessage(one)), one, f);
@@ -93,24 +110,44 @@ describe('stored message form', () => {
   });
   test('refuses truncated version 2 bytes, unknown flags and a malformed dead-letter history', () => {
     const enc = encodeStoredMessage(amqp);
-    for (let n = 0; n < enc.length; n++) assert.throws(() => decodeStoredMessage(enc.subarray(0, n)), (e: unknown) => isFlowError(e, 'CORRUPT_DATA'));
+    for (let n = 0; n < enc.length; n++)
+      assert.throws(
+        () => decodeStoredMessage(enc.subarray(0, n)),
+        (e: unknown) => isFlowError(e, 'CORRUPT_DATA'),
+      );
     const flags3 = Buffer.from(enc);
     flags3[3] |= 0x80;
-    assert.throws(() => decodeStoredMessage(flags3), (e: unknown) => isFlowError(e, 'CORRUPT_DATA'));
+    assert.throws(
+      () => decodeStoredMessage(flags3),
+      (e: unknown) => isFlowError(e, 'CORRUPT_DATA'),
+    );
     const v1 = encodeStoredMessage(makeMessage('a', Buffer.from('x')));
     v1[2] |= 4; // a version-2 flag in version-1 bytes
-    assert.throws(() => decodeStoredMessage(v1), (e: unknown) => isFlowError(e, 'CORRUPT_DATA'));
+    assert.throws(
+      () => decodeStoredMessage(v1),
+      (e: unknown) => isFlowError(e, 'CORRUPT_DATA'),
+    );
     const bad = encodeStoredMessage(makeMessage('a', Buffer.from('x'), { deaths: [] }));
     const at = bad.indexOf('[]');
     bad.write('{}', at);
-    assert.throws(() => decodeStoredMessage(bad), (e: unknown) => isFlowError(e, 'CORRUPT_DATA'));
+    assert.throws(
+      () => decodeStoredMessage(bad),
+      (e: unknown) => isFlowError(e, 'CORRUPT_DATA'),
+    );
   });
   test('refuses truncated or foreign bytes', () => {
     const enc = encodeStoredMessage(makeMessage('a', Buffer.from('x')));
-    for (let n = 0; n < enc.length; n++) assert.throws(() => decodeStoredMessage(enc.subarray(0, n)), (e: unknown) => isFlowError(e, 'CORRUPT_DATA'));
+    for (let n = 0; n < enc.length; n++)
+      assert.throws(
+        () => decodeStoredMessage(enc.subarray(0, n)),
+        (e: unknown) => isFlowError(e, 'CORRUPT_DATA'),
+      );
     const other = Buffer.from(enc);
     other[0] = 9;
-    assert.throws(() => decodeStoredMessage(other), (e: unknown) => isFlowError(e, 'CORRUPT_DATA'));
+    assert.throws(
+      () => decodeStoredMessage(other),
+      (e: unknown) => isFlowError(e, 'CORRUPT_DATA'),
+    );
   });
 });
 
@@ -158,7 +195,10 @@ describe('engine retained messages', () => {
     await e.publish(makeMessage('s/3', Buffer.from('not retained')));
     await e.publish(makeMessage('s/2', Buffer.alloc(0), { retain: true }));
     await e.publish(makeMessage('$SYS/x', Buffer.from('volatile'), { retain: true }));
-    assert.deepEqual((await store.listRetained()).map((r) => r.topic), ['s/1']);
+    assert.deepEqual(
+      (await store.listRetained()).map((r) => r.topic),
+      ['s/1'],
+    );
     assert.equal(e.retained.size, 2);
     const again = new Engine(storage, storage);
     await again.load();

@@ -1,6 +1,17 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { dotsToUnified, isValidTopic, swapSeparators, unifiedToDots, isValidStreamName, kafkaToUnified, matches, unifiedToKafka, validateFilter, validateTopic } from '../../src/core/index.js';
+import {
+  dotsToUnified,
+  isValidTopic,
+  swapSeparators,
+  unifiedToDots,
+  isValidStreamName,
+  kafkaToUnified,
+  matches,
+  unifiedToKafka,
+  validateFilter,
+  validateTopic,
+} from '../../src/core/index.js';
 
 describe('topics and filters', () => {
   it('matches MQTT wildcards', () => {

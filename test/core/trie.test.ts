@@ -44,10 +44,15 @@ describe('TopicTrie', () => {
     // internal: root has no children left
     assert.equal(rootChildren(t), 0);
   });
-  it('tells the callback whether the first level was matched by a wildcard (the MQTT $ rule is the caller\'s)', () => {
+  it("tells the callback whether the first level was matched by a wildcard (the MQTT $ rule is the caller's)", () => {
     const t = new TopicTrie<string>();
     for (const f of ['#', '+/up', '$SYS/#', '$SYS/+']) t.add(f, f);
-    assert.deepEqual(raw(t, '$SYS/up'), [['#', true], ['+/up', true], ['$SYS/#', false], ['$SYS/+', false]]);
+    assert.deepEqual(raw(t, '$SYS/up'), [
+      ['#', true],
+      ['+/up', true],
+      ['$SYS/#', false],
+      ['$SYS/+', false],
+    ]);
     assert.deepEqual(collect(t, '$SYS/up'), ['$SYS/#', '$SYS/+']);
   });
   it('supports # at any position (zero or more levels), + and trailing > (one or more)', () => {
@@ -69,10 +74,22 @@ describe('TopicTrie', () => {
     t.add(parseBindingKey('a.+.#', 'amqp', true), 'amqp literal +');
     t.add(parseBindingKey('a.#', 'nats', true), 'nats literal #');
     t.add(parseBindingKey('a.>', 'amqp', true), 'amqp literal >');
-    assert.deepEqual(raw(t, 'a/x').map((x) => x[0]), []);
-    assert.deepEqual(raw(t, 'a/+').map((x) => x[0]), ['amqp literal +']);
-    assert.deepEqual(raw(t, 'a/#').map((x) => x[0]), ['nats literal #']);
-    assert.deepEqual(raw(t, 'a/>').map((x) => x[0]), ['amqp literal >']);
+    assert.deepEqual(
+      raw(t, 'a/x').map((x) => x[0]),
+      [],
+    );
+    assert.deepEqual(
+      raw(t, 'a/+').map((x) => x[0]),
+      ['amqp literal +'],
+    );
+    assert.deepEqual(
+      raw(t, 'a/#').map((x) => x[0]),
+      ['nats literal #'],
+    );
+    assert.deepEqual(
+      raw(t, 'a/>').map((x) => x[0]),
+      ['amqp literal >'],
+    );
   });
   it('removes wildcard patterns and prunes their nodes', () => {
     const t = new TopicTrie<string>();
@@ -114,7 +131,12 @@ describe('TopicTrie: first child and first value in the node, tables from the se
     assert.ok(t.remove('d/2/cmd', 'c'));
     assert.deepEqual(collect(t, 'd/2/cmd'), ['w']);
     assert.deepEqual(collect(t, 'd/3/cmd'), ['d', 'w']);
-    for (const [f, v] of [['d/1/cmd', 'b'], ['d/3/cmd', 'd'], ['d/+/cmd', 'w']]) assert.ok(t.remove(f, v));
+    for (const [f, v] of [
+      ['d/1/cmd', 'b'],
+      ['d/3/cmd', 'd'],
+      ['d/+/cmd', 'w'],
+    ])
+      assert.ok(t.remove(f, v));
     assert.equal(t.size, 0);
     assert.equal(rootChildren(t), 0, 'every branch pruned');
     t.add('d/1/cmd', 'again');

@@ -155,8 +155,19 @@ describe('e2e: request bodies nobody reads, on every HTTP listener', () => {
 
   test('bodies sent to /metrics, the dashboard and a foreign Host are not read either', async () => {
     await refused('GET /metrics with a body', broker.ports.http, `GET /metrics HTTP/1.1\r\nHost: ${host}\r\nContent-Length: ${BODY}\r\n\r\n`, 200);
-    await refused('POST /dashboard/x', broker.ports.http, `POST /dashboard/x HTTP/1.1\r\nHost: ${host}\r\nContent-Type: application/json\r\nContent-Length: ${BODY}\r\n\r\n`, 413);
-    await refused('Host: evil.example', broker.ports.http, `POST /api/v1/streams HTTP/1.1\r\nHost: evil.example\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n`, 421, true);
+    await refused(
+      'POST /dashboard/x',
+      broker.ports.http,
+      `POST /dashboard/x HTTP/1.1\r\nHost: ${host}\r\nContent-Type: application/json\r\nContent-Length: ${BODY}\r\n\r\n`,
+      413,
+    );
+    await refused(
+      'Host: evil.example',
+      broker.ports.http,
+      `POST /api/v1/streams HTTP/1.1\r\nHost: evil.example\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n`,
+      421,
+      true,
+    );
   });
 
   test('the MQTT WebSocket listener answers a plain POST 426 without reading its body', async () => {
@@ -200,10 +211,7 @@ describe('e2e: request bodies nobody reads, on every HTTP listener', () => {
     slow.write(`GET /api/v1/streams HTTP/1.1\r\nHost: ${host}\r\n`);
     // One header line every 500 ms: the connection is never idle, the headers never end.
     const drip = setInterval(() => slow.write('X-Drip: 1\r\n'), 500);
-    const results = await Promise.race([
-      Promise.all([watch(idle), watch(idleWs), watch(slow)]),
-      new Promise<null>((r) => setTimeout(() => r(null), 20_000)),
-    ]);
+    const results = await Promise.race([Promise.all([watch(idle), watch(idleWs), watch(slow)]), new Promise<null>((r) => setTimeout(() => r(null), 20_000))]);
     clearInterval(drip);
     for (const s of [idle, idleWs, slow]) s.destroy();
     assert.ok(results !== null, 'all three closed within 20 s');

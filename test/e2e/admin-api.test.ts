@@ -28,21 +28,28 @@ describe('e2e: admin API resources on a real broker', () => {
       await client.publishAsync('plant/1/temp', '21.5', { qos: 1 });
       await client.publishAsync('plant/2/temp', Buffer.from([0xff, 0xfe]), { qos: 1 });
       await client.publishAsync('plant/1/humidity', '40', { qos: 1 });
-      const page = await broker.api<{ items: Array<{ offset: number; topic: string; value: string; encoding: string }>; next: number | null; highWatermark: number }>(
-        'GET',
-        '/api/v1/streams/plant/messages?partition=0&offset=0&limit=10',
+      const page = await broker.api<{
+        items: Array<{ offset: number; topic: string; value: string; encoding: string }>;
+        next: number | null;
+        highWatermark: number;
+      }>('GET', '/api/v1/streams/plant/messages?partition=0&offset=0&limit=10');
+      assert.deepEqual(
+        page.items.map((m) => [m.offset, m.topic, m.encoding === 'utf8' ? m.value : Buffer.from(m.value, 'base64').toString('hex')]),
+        [
+          [0, 'plant/1/temp', '21.5'],
+          [1, 'plant/2/temp', 'fffe'],
+        ],
       );
-      assert.deepEqual(page.items.map((m) => [m.offset, m.topic, m.encoding === 'utf8' ? m.value : Buffer.from(m.value, 'base64').toString('hex')]), [
-        [0, 'plant/1/temp', '21.5'],
-        [1, 'plant/2/temp', 'fffe'],
-      ]);
       assert.equal(page.next, null);
       assert.equal(page.highWatermark, 2);
       const changed = await broker.api<{ bindings: string[] }>('PATCH', '/api/v1/streams/plant', { bindings: ['plant/#'] });
       assert.deepEqual(changed.bindings, ['plant/#']);
       await client.publishAsync('plant/1/humidity', '41', { qos: 1 });
       const after = await broker.api<{ items: Array<{ topic: string; value: string }> }>('GET', '/api/v1/streams/plant/messages?offset=2');
-      assert.deepEqual(after.items.map((m) => [m.topic, m.value]), [['plant/1/humidity', '41']]);
+      assert.deepEqual(
+        after.items.map((m) => [m.topic, m.value]),
+        [['plant/1/humidity', '41']],
+      );
     } finally {
       await client.endAsync();
     }
@@ -71,18 +78,31 @@ describe('e2e: admin API resources on a real broker', () => {
     await consumer.run({ autoCommitInterval: 50, eachMessage: async () => void seen++ });
     type Group = { name: string; protocol: string; state: string; members: number; lag: number | null };
     await eventually(async () => seen === 6, 20_000, 'the group consumed the six messages');
-    await eventually(async () => (await broker.api<{ items: Group[] }>('GET', '/api/v1/consumer-groups')).items.find((g) => g.name === 'billing')?.lag === 0, 20_000, 'offsets committed');
+    await eventually(
+      async () => (await broker.api<{ items: Group[] }>('GET', '/api/v1/consumer-groups')).items.find((g) => g.name === 'billing')?.lag === 0,
+      20_000,
+      'offsets committed',
+    );
     await consumer.disconnect();
     await producer.send({ topic: 'orders', messages: [{ value: 'late 1' }, { value: 'late 2' }, { value: 'late 3' }] });
     await producer.disconnect();
     const list = await broker.api<{ items: Group[] }>('GET', '/api/v1/consumer-groups');
     const billing = list.items.find((g) => g.name === 'billing')!;
     assert.deepEqual([billing.protocol, billing.members, billing.lag], ['kafka', 0, 3]);
-    const reset = await broker.api<{ lag: number; offsets: Array<{ committed: number }> }>('POST', '/api/v1/consumer-groups/billing/reset', { stream: 'orders', to: 'earliest' });
+    const reset = await broker.api<{ lag: number; offsets: Array<{ committed: number }> }>('POST', '/api/v1/consumer-groups/billing/reset', {
+      stream: 'orders',
+      to: 'earliest',
+    });
     assert.equal(reset.lag, 9);
-    assert.deepEqual(reset.offsets.map((o) => o.committed), [0, 0]);
+    assert.deepEqual(
+      reset.offsets.map((o) => o.committed),
+      [0, 0],
+    );
     const detail = await broker.api<{ offsets: Array<{ stream: string; partition: number; end: number }> }>('GET', '/api/v1/consumer-groups/billing');
-    assert.equal(detail.offsets.reduce((n, o) => n + o.end, 0), 9);
+    assert.equal(
+      detail.offsets.reduce((n, o) => n + o.end, 0),
+      9,
+    );
     await broker.api('DELETE', '/api/v1/consumer-groups/billing');
     const gone = await fetch(`${broker.http}/api/v1/consumer-groups/billing`);
     assert.equal(gone.status, 404);
@@ -97,10 +117,16 @@ describe('e2e: admin API resources on a real broker', () => {
       await keeper.subscribeAsync('k/#', { qos: 1 });
       const clients = await broker.api<{ items: Client[] }>('GET', '/api/v1/clients?protocol=mqtt');
       assert.deepEqual(clients.items.map((c) => c.clientId).sort(), ['keeper', 'other']);
-      const sessions = await broker.api<{ items: Array<{ clientId: string; connected: boolean; subscriptions: Array<{ filter: string }> }> }>('GET', '/api/v1/mqtt/sessions');
+      const sessions = await broker.api<{ items: Array<{ clientId: string; connected: boolean; subscriptions: Array<{ filter: string }> }> }>(
+        'GET',
+        '/api/v1/mqtt/sessions',
+      );
       const k = sessions.items.find((x) => x.clientId === 'keeper')!;
       assert.equal(k.connected, true);
-      assert.deepEqual(k.subscriptions.map((x) => x.filter), ['k/#']);
+      assert.deepEqual(
+        k.subscriptions.map((x) => x.filter),
+        ['k/#'],
+      );
 
       const kicked = new Promise<number | undefined>((resolve) => other.on('disconnect', (p) => resolve(p.reasonCode)));
       const id = clients.items.find((c) => c.clientId === 'other')!.id;
@@ -124,6 +150,9 @@ describe('e2e: admin API resources on a real broker', () => {
     assert.equal(anon.status, 401);
     broker.credentials = { username: 'first', password: 'first-pw' };
     const list = await broker.api<{ items: Array<{ name: string }> }>('GET', '/api/v1/streams');
-    assert.deepEqual(list.items.map((s) => s.name), ['orders', 'plant']);
+    assert.deepEqual(
+      list.items.map((s) => s.name),
+      ['orders', 'plant'],
+    );
   });
 });

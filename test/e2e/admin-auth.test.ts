@@ -34,7 +34,11 @@ describe('e2e: admin API with a users file', () => {
   });
 
   it('creates, lists and deletes streams with HTTP Basic; refuses anonymous callers and wrong passwords', async () => {
-    const made = await fetch(`${broker.http}/api/v1/streams`, { method: 'POST', headers: { ...JSON_TYPE, ...basic('alice', 'wonder:land') }, body: JSON.stringify({ name: 'precious', partitions: 2 }) });
+    const made = await fetch(`${broker.http}/api/v1/streams`, {
+      method: 'POST',
+      headers: { ...JSON_TYPE, ...basic('alice', 'wonder:land') },
+      body: JSON.stringify({ name: 'precious', partitions: 2 }),
+    });
     assert.equal(made.status, 201);
     const anon = await fetch(`${broker.http}/api/v1/streams/precious`, { method: 'DELETE', headers: JSON_TYPE });
     assert.equal(anon.status, 401);
@@ -44,7 +48,10 @@ describe('e2e: admin API with a users file', () => {
     assert.deepEqual(await wrong.json(), { error: { code: 'UNAUTHENTICATED', message: 'invalid username or password' } });
     assert.equal((await fetch(`${broker.http}/healthz`)).status, 200);
     assert.equal((await fetch(`${broker.http}/readyz`)).status, 200);
-    const list = (await (await fetch(`${broker.http}/api/v1/streams`, { headers: basic('bob', 'builder') })).json()) as { items: Array<{ name: string; partitions: number }>; next: null };
+    const list = (await (await fetch(`${broker.http}/api/v1/streams`, { headers: basic('bob', 'builder') })).json()) as {
+      items: Array<{ name: string; partitions: number }>;
+      next: null;
+    };
     assert.deepEqual(list, { items: [list.items[0]], next: null });
     assert.equal(list.items[0].name, 'precious');
     assert.equal(list.items[0].partitions, 2);
@@ -52,7 +59,13 @@ describe('e2e: admin API with a users file', () => {
   });
 
   it('issues an API token that works as a Bearer credential until revoked', async () => {
-    const made = (await (await fetch(`${broker.http}/api/v1/tokens`, { method: 'POST', headers: { ...JSON_TYPE, ...basic('bob', 'builder') }, body: JSON.stringify({ description: 'e2e' }) })).json()) as {
+    const made = (await (
+      await fetch(`${broker.http}/api/v1/tokens`, {
+        method: 'POST',
+        headers: { ...JSON_TYPE, ...basic('bob', 'builder') },
+        body: JSON.stringify({ description: 'e2e' }),
+      })
+    ).json()) as {
       id: string;
       token: string;
     };
@@ -64,7 +77,11 @@ describe('e2e: admin API with a users file', () => {
   });
 
   it('logs in a dashboard session: reads with the cookie, changes need the CSRF token; the 11th login in a minute is refused', async () => {
-    const login = await fetch(`${broker.http}/api/v1/login`, { method: 'POST', headers: JSON_TYPE, body: JSON.stringify({ username: 'alice', password: 'wonder:land' }) });
+    const login = await fetch(`${broker.http}/api/v1/login`, {
+      method: 'POST',
+      headers: JSON_TYPE,
+      body: JSON.stringify({ username: 'alice', password: 'wonder:land' }),
+    });
     assert.equal(login.status, 200);
     const { csrfToken } = (await login.json()) as { csrfToken: string };
     const cookie = String(login.headers.get('set-cookie')).split(';')[0];
@@ -76,20 +93,37 @@ describe('e2e: admin API with a users file', () => {
     // One login above; nine more pass, the eleventh is rate-limited.
     const statuses: number[] = [];
     for (let i = 0; i < 10; i++) {
-      const r = await fetch(`${broker.http}/api/v1/login`, { method: 'POST', headers: JSON_TYPE, body: JSON.stringify({ username: 'alice', password: 'nope' }) });
+      const r = await fetch(`${broker.http}/api/v1/login`, {
+        method: 'POST',
+        headers: JSON_TYPE,
+        body: JSON.stringify({ username: 'alice', password: 'nope' }),
+      });
       statuses.push(r.status);
     }
     assert.deepEqual(statuses.slice(-1), [429]);
-    assert.ok(statuses.slice(0, 9).every((s) => s === 401 || s === 503), statuses.join());
+    assert.ok(
+      statuses.slice(0, 9).every((s) => s === 401 || s === 503),
+      statuses.join(),
+    );
   });
 
   it('keeps sessions and API tokens across a restart (they live in the metastore), users created through the API too', async () => {
     const admin = { ...JSON_TYPE, ...basic('alice', 'wonder:land') };
-    assert.equal((await fetch(`${broker.http}/api/v1/users`, { method: 'POST', headers: admin, body: JSON.stringify({ username: 'carol', password: 'carol-pw' }) })).status, 201);
-    const made = (await (await fetch(`${broker.http}/api/v1/tokens`, { method: 'POST', headers: { ...JSON_TYPE, ...basic('carol', 'carol-pw') }, body: '{}' })).json()) as { token: string };
+    assert.equal(
+      (await fetch(`${broker.http}/api/v1/users`, { method: 'POST', headers: admin, body: JSON.stringify({ username: 'carol', password: 'carol-pw' }) }))
+        .status,
+      201,
+    );
+    const made = (await (
+      await fetch(`${broker.http}/api/v1/tokens`, { method: 'POST', headers: { ...JSON_TYPE, ...basic('carol', 'carol-pw') }, body: '{}' })
+    ).json()) as { token: string };
     // The login rate limit's window (the test above used it up) is in memory: the restart clears it.
     broker = await broker.restart();
-    const login = await fetch(`${broker.http}/api/v1/login`, { method: 'POST', headers: JSON_TYPE, body: JSON.stringify({ username: 'carol', password: 'carol-pw' }) });
+    const login = await fetch(`${broker.http}/api/v1/login`, {
+      method: 'POST',
+      headers: JSON_TYPE,
+      body: JSON.stringify({ username: 'carol', password: 'carol-pw' }),
+    });
     assert.equal(login.status, 200);
     const cookie = String(login.headers.get('set-cookie')).split(';')[0];
     broker = await broker.restart();

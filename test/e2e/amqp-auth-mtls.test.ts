@@ -23,9 +23,16 @@ describe('e2e: AMQP EXTERNAL with client certificates', { timeout: 60_000 }, () 
     dir = mkdtempSync(join(tmpdir(), 'flowmq-amqp-mtls-'));
     writeFileSync(join(dir, 'users.yaml'), 'users:\n  - {username: root, password: root-pw, groups: [admins]}\n  - {username: device-1, password: d1-pw}\n');
     broker = await startAmqpBroker([
-      '--users-file', join(dir, 'users.yaml'),
-      '--amqps-port', '0', '--amqp-tls-cert', server.certPath, '--amqp-tls-key', server.keyPath,
-      '--tls-client-ca', ca.certPath,
+      '--users-file',
+      join(dir, 'users.yaml'),
+      '--amqps-port',
+      '0',
+      '--amqp-tls-cert',
+      server.certPath,
+      '--amqp-tls-key',
+      server.keyPath,
+      '--tls-client-ca',
+      ca.certPath,
     ]);
     broker.credentials = { username: 'root', password: 'root-pw' };
   });
@@ -35,11 +42,19 @@ describe('e2e: AMQP EXTERNAL with client certificates', { timeout: 60_000 }, () 
     for (const d of [server.dir, ca.dir, dir]) rmSync(d, { recursive: true, force: true });
   });
 
-  const tlsOpts = (c?: TestCert) => ({ ca: [server.cert], servername: 'localhost', ...(c ? { cert: readFileSync(c.certPath), key: readFileSync(c.keyPath) } : {}) });
+  const tlsOpts = (c?: TestCert) => ({
+    ca: [server.cert],
+    servername: 'localhost',
+    ...(c ? { cert: readFileSync(c.certPath), key: readFileSync(c.keyPath) } : {}),
+  });
   const url = (creds = '') => `amqps://${creds}127.0.0.1:${broker.ports.amqps}?heartbeat=0`;
 
   it('logs a client in with EXTERNAL as the user its certificate names', async () => {
-    const conn = await amqp.connect(url(), { ...tlsOpts(ca.issue({ cn: 'device-1' })), credentials: amqp.credentials.external(), clientProperties: { connection_name: 'by-cert' } });
+    const conn = await amqp.connect(url(), {
+      ...tlsOpts(ca.issue({ cn: 'device-1' })),
+      credentials: amqp.credentials.external(),
+      clientProperties: { connection_name: 'by-cert' },
+    });
     try {
       const ch = await conn.createChannel();
       await ch.assertQueue('mtls-q');
@@ -59,11 +74,17 @@ describe('e2e: AMQP EXTERNAL with client certificates', { timeout: 60_000 }, () 
   });
 
   it('does not offer EXTERNAL without a verified certificate', async () => {
-    await assert.rejects(amqp.connect(url(), { ...tlsOpts(), credentials: amqp.credentials.external() }), /SASL mechanism EXTERNAL is not provided by the server/);
+    await assert.rejects(
+      amqp.connect(url(), { ...tlsOpts(), credentials: amqp.credentials.external() }),
+      /SASL mechanism EXTERNAL is not provided by the server/,
+    );
   });
 
   it('lets credentials sent with PLAIN win over the certificate', async () => {
-    const conn = await amqp.connect(url('root:root-pw@'), { ...tlsOpts(ca.issue({ cn: 'device-1' })), clientProperties: { connection_name: 'plain-over-cert' } });
+    const conn = await amqp.connect(url('root:root-pw@'), {
+      ...tlsOpts(ca.issue({ cn: 'device-1' })),
+      clientProperties: { connection_name: 'plain-over-cert' },
+    });
     try {
       const list = await broker.api<{ items: Array<{ user: string; clientId: string }> }>('GET', '/api/v1/clients?protocol=amqp');
       assert.equal(list.items.find((x) => x.clientId === 'plain-over-cert')?.user, 'root');

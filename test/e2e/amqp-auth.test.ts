@@ -72,7 +72,10 @@ describe('AMQP with users, policies and quotas (bin/flowmq, amqplib, admin API)'
     ch.sendToQueue('bob-q', Buffer.from('x'));
     assert.ok((await ch.closedWith).message.includes(REFUSED('bob-q')));
     const ch2 = await channel(alice);
-    await assert.rejects(ch2.consume('bob-q', () => undefined), /403/);
+    await assert.rejects(
+      ch2.consume('bob-q', () => undefined),
+      /403/,
+    );
     assert.ok((await ch2.closedWith).message.includes(REFUSED('bob-q')));
     // The connection is still there: allowed work goes on.
     const ok = await alice.createChannel();
@@ -99,7 +102,12 @@ describe('AMQP with users, policies and quotas (bin/flowmq, amqplib, admin API)'
     const publisher = await channel(alice);
     publisher.sendToQueue('alice-live', Buffer.from('m1'));
     await firstSeen;
-    await broker.api('PUT', '/api/v1/policies/alice-no-live', { effect: 'deny', actions: ['subscribe', 'publish'], resources: ['queue:alice-live'], principals: ['user:alice'] });
+    await broker.api('PUT', '/api/v1/policies/alice-no-live', {
+      effect: 'deny',
+      actions: ['subscribe', 'publish'],
+      resources: ['queue:alice-live'],
+      principals: ['user:alice'],
+    });
     publisher.sendToQueue('alice-live', Buffer.from('m2'));
     assert.ok((await publisher.closedWith).message.includes(REFUSED('alice-live')), 'the open channel is refused its next publish');
     admin.sendToQueue('alice-live', Buffer.from('m3'));
@@ -124,7 +132,10 @@ describe('AMQP with users, policies and quotas (bin/flowmq, amqplib, admin API)'
   });
 
   it('lists the client with its user and connection_name, and a kick closes it with 320 CONNECTION_FORCED', async () => {
-    const list = await broker.api<{ items: Array<{ id: string; user: string; clientId: string; protocol: string; messagesIn: number }> }>('GET', '/api/v1/clients?protocol=amqp&user=alice');
+    const list = await broker.api<{ items: Array<{ id: string; user: string; clientId: string; protocol: string; messagesIn: number }> }>(
+      'GET',
+      '/api/v1/clients?protocol=amqp&user=alice',
+    );
     const c = list.items.find((x) => x.clientId === 'alice-app');
     assert.ok(c, JSON.stringify(list));
     assert.ok(c.messagesIn >= 2);
@@ -132,6 +143,10 @@ describe('AMQP with users, policies and quotas (bin/flowmq, amqplib, admin API)'
     await broker.api('DELETE', `/api/v1/clients/${encodeURIComponent(c.id)}`);
     const err = await closed;
     assert.match(String(err?.message), /320 \(CONNECTION-FORCED\)|CONNECTION_FORCED - kicked by an administrator/);
-    await eventually(async () => (await broker.api<{ items: unknown[] }>('GET', '/api/v1/clients?protocol=amqp&user=alice')).items.length === 0, 10_000, 'the kicked client to leave the list');
+    await eventually(
+      async () => (await broker.api<{ items: unknown[] }>('GET', '/api/v1/clients?protocol=amqp&user=alice')).items.length === 0,
+      10_000,
+      'the kicked client to leave the list',
+    );
   });
 });

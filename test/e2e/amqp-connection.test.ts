@@ -21,7 +21,15 @@ describe('e2e: AMQP connections', () => {
     const props = (conn.connection as unknown as { serverProperties: Record<string, unknown> }).serverProperties;
     assert.equal(props.product, 'FlowMQ');
     const caps = props.capabilities as Record<string, boolean>;
-    for (const c of ['publisher_confirms', 'basic.nack', 'consumer_cancel_notify', 'exchange_exchange_bindings', 'per_consumer_qos', 'authentication_failure_close', 'connection.blocked']) {
+    for (const c of [
+      'publisher_confirms',
+      'basic.nack',
+      'consumer_cancel_notify',
+      'exchange_exchange_bindings',
+      'per_consumer_qos',
+      'authentication_failure_close',
+      'connection.blocked',
+    ]) {
       assert.equal(caps[c], true, c);
     }
     const ch = await conn.createChannel();

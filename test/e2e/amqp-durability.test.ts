@@ -34,7 +34,10 @@ describe('e2e: AMQP durability', () => {
       ch.publish('orders', 'eu.fr.x', Buffer.from('after restart'), { persistent: true });
       await ch.waitForConfirms();
       const got = await take(ch, 'orders.eu', n + 1);
-      assert.deepEqual(got.slice(0, n).map((m) => m.properties.messageId), [...Array(n).keys()].map((i) => `o${i}`));
+      assert.deepEqual(
+        got.slice(0, n).map((m) => m.properties.messageId),
+        [...Array(n).keys()].map((i) => `o${i}`),
+      );
       assert.equal(got[0]!.fields.redelivered, true);
       assert.equal(got[n]!.content.toString(), 'after restart');
       await conn.close();

@@ -20,7 +20,7 @@ const bodyFrame = (ch: number, body: Buffer): Buffer => encodeFrame(FRAME_BODY, 
 describe('e2e: AMQP publishers share the queue store', () => {
   const f = amqpFixture({ connect: true });
 
-  it('a flooder without confirms gets at most its credit ahead of another client\'s confirmed publishes', async () => {
+  it("a flooder without confirms gets at most its credit ahead of another client's confirmed publishes", async () => {
     const flood = 40_000;
     const markers = 20;
     const credit = 400;
@@ -44,7 +44,9 @@ describe('e2e: AMQP publishers share the queue store', () => {
 
     // The other client: markers one at a time, each once the previous one is confirmed.
     for (let i = 0; i < markers; i++) {
-      await new Promise<void>((resolve, reject) => ch.sendToQueue('shared', Buffer.from(`m${i}`), { persistent: true }, (err: unknown) => (err ? reject(err) : resolve())));
+      await new Promise<void>((resolve, reject) =>
+        ch.sendToQueue('shared', Buffer.from(`m${i}`), { persistent: true }, (err: unknown) => (err ? reject(err) : resolve())),
+      );
     }
     const m = await raw.method();
     assert.equal(m?.method, 'BasicQosOk', 'the flooder was taken whole');
@@ -71,13 +73,24 @@ describe('e2e: AMQP publishers share the queue store', () => {
     const gaps = at.slice(1).map((p, i) => p - at[i]! - 1);
     const after = order.length - 1 - at[markers - 1]!;
     const figures = (await f.broker.api<{ amqp: Record<string, number> }>('GET', '/api/v1/broker')).amqp;
-    console.log(`flood messages between consecutive markers: max ${Math.max(...gaps)} (${gaps.join(' ')}); after the last: ${after}; peak writes in flight of one connection: ${figures.peakWritesInFlightPerConnection}, bytes ${figures.peakWriteBytesInFlightPerConnection}`);
-    assert.ok(at.every((p) => p >= 0), 'every marker stored');
+    console.log(
+      `flood messages between consecutive markers: max ${Math.max(...gaps)} (${gaps.join(' ')}); after the last: ${after}; peak writes in flight of one connection: ${figures.peakWritesInFlightPerConnection}, bytes ${figures.peakWriteBytesInFlightPerConnection}`,
+    );
+    assert.ok(
+      at.every((p) => p >= 0),
+      'every marker stored',
+    );
     assert.ok(after > 0, 'the flood was still going when the last marker was confirmed');
-    assert.ok(Math.max(...gaps) <= 5 * credit, `at most a few credits of the flooder between two confirmed publishes of the other client (gaps: ${gaps.join(' ')})`);
+    assert.ok(
+      Math.max(...gaps) <= 5 * credit,
+      `at most a few credits of the flooder between two confirmed publishes of the other client (gaps: ${gaps.join(' ')})`,
+    );
     // The broker's writes in flight for one connection stay within its credit (plus the rest of the read that went
     // over it: a 64 KiB read holds ~60 of these publishes).
-    assert.ok(figures.peakWritesInFlightPerConnection !== undefined && figures.peakWritesInFlightPerConnection <= credit + 100, `writes in flight of one connection: ${figures.peakWritesInFlightPerConnection}`);
+    assert.ok(
+      figures.peakWritesInFlightPerConnection !== undefined && figures.peakWritesInFlightPerConnection <= credit + 100,
+      `writes in flight of one connection: ${figures.peakWritesInFlightPerConnection}`,
+    );
     assert.ok(figures.peakWriteBytesInFlightPerConnection! <= 2 * 1024 * 1024 + 128 * 1024);
     raw.close();
     await consumer.close();

@@ -136,7 +136,11 @@ export class RawAmqp {
     const size = head.readUInt32BE(3);
     const rest = await this.bytes(size + 1);
     const payload = rest.subarray(0, size);
-    const f: { type: number; channel: number; payload: Buffer; method?: string; fields?: Record<string, unknown> } = { type: head[0]!, channel: head.readUInt16BE(1), payload };
+    const f: { type: number; channel: number; payload: Buffer; method?: string; fields?: Record<string, unknown> } = {
+      type: head[0]!,
+      channel: head.readUInt16BE(1),
+      payload,
+    };
     if (f.type === 1) {
       const id = payload.readUInt32BE(0);
       f.method = defs.info(id).name;

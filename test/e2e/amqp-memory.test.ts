@@ -107,7 +107,9 @@ describe('e2e: AMQP memory a stranger can pin', () => {
     const publishLoop = (async () => {
       while (publishing || published < 20) {
         const i = published++;
-        await new Promise<void>((resolve, reject) => ch.sendToQueue('live', liveBody(i), { persistent: true }, (err: unknown) => (err ? reject(err) : resolve())));
+        await new Promise<void>((resolve, reject) =>
+          ch.sendToQueue('live', liveBody(i), { persistent: true }, (err: unknown) => (err ? reject(err) : resolve())),
+        );
       }
     })();
 
@@ -141,16 +143,23 @@ describe('e2e: AMQP memory a stranger can pin', () => {
     const during = memoryOf(pid);
     const grewRss = during.rss - before.rss;
     const grewVsize = during.vsize - before.vsize;
-    console.log(`attack: ${mib(sent)} sent, read by the broker in ${attackMs} ms; broker RSS ${mib(before.rss)} -> ${mib(during.rss)} (+${mib(grewRss)}), VmSize +${mib(grewVsize)}`);
+    console.log(
+      `attack: ${mib(sent)} sent, read by the broker in ${attackMs} ms; broker RSS ${mib(before.rss)} -> ${mib(during.rss)} (+${mib(grewRss)}), VmSize +${mib(grewVsize)}`,
+    );
     // Bodies may cost what arrived plus the channels' own bookkeeping, a few times the bytes sent; not what was announced.
     assert.ok(grewRss < 12 * sent + 48 * MiB, `RSS grew ${mib(grewRss)} for ${mib(sent)} sent`);
-    assert.ok(grewVsize < 16 * sent + 512 * MiB, `virtual memory grew ${mib(grewVsize)} for ${mib(sent)} sent (announced: ${mib(conns * channels * announced)})`);
+    assert.ok(
+      grewVsize < 16 * sent + 512 * MiB,
+      `virtual memory grew ${mib(grewVsize)} for ${mib(sent)} sent (announced: ${mib(conns * channels * announced)})`,
+    );
     assert.equal(answered.filter((x) => x).length, conns, 'every raw connection was read to its end within a minute, none closed');
 
     // The normal client kept going: a marker published now arrives after everything it published before.
     publishing = false;
     await publishLoop;
-    await new Promise<void>((resolve, reject) => ch.sendToQueue('live', Buffer.from('marker'), { persistent: true }, (err: unknown) => (err ? reject(err) : resolve())));
+    await new Promise<void>((resolve, reject) =>
+      ch.sendToQueue('live', Buffer.from('marker'), { persistent: true }, (err: unknown) => (err ? reject(err) : resolve())),
+    );
     await markerSeen;
     assert.equal(got.length, published);
     got.forEach((m, i) => assert.ok(m.content.equals(liveBody(i)), `live message ${i} intact`));
@@ -173,7 +182,9 @@ describe('e2e: AMQP memory a stranger can pin', () => {
       const m = await ch.get('pinned', { noAck: true });
       assert.ok(m, `pinned message ${i}`);
       assert.equal(m.content.length, announced);
-      const n = Array.from({ length: 10 }, (_, j) => j + 2).find((x) => m.content[0] === pattern(0, x, 0) && m.content[1] === pattern(0, x, 1) && m.content[2] === pattern(0, x, 2))!;
+      const n = Array.from({ length: 10 }, (_, j) => j + 2).find(
+        (x) => m.content[0] === pattern(0, x, 0) && m.content[1] === pattern(0, x, 1) && m.content[2] === pattern(0, x, 2),
+      )!;
       assert.ok(m.content.equals(patternBody(0, n, announced)), `pinned body of channel ${n} intact`);
     }
     for (const { raw } of raws) raw.close();
@@ -223,7 +234,9 @@ describe('e2e: AMQP memory a stranger can pin', () => {
       peak = Math.max(peak, memoryOf(pid).rss);
       await new Promise((r) => setTimeout(r, 100));
     }
-    console.log(`never-reading client: ${mib(n * size)} asked for; broker RSS ${mib(before.rss)} -> peak ${mib(peak)} (+${mib(peak - before.rss)}); stopped reading it: ${paused}`);
+    console.log(
+      `never-reading client: ${mib(n * size)} asked for; broker RSS ${mib(before.rss)} -> peak ${mib(peak)} (+${mib(peak - before.rss)}); stopped reading it: ${paused}`,
+    );
     assert.ok(peak - before.rss < 48 * MiB, `RSS grew ${mib(peak - before.rss)} while the client read nothing`);
     assert.ok(paused, 'the broker stopped reading the client');
 

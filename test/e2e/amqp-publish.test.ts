@@ -40,7 +40,9 @@ describe('e2e: AMQP publishing', () => {
       );
     }
     // Unroutable publishes are confirmed too.
-    all.push(new Promise<void>((resolve, reject) => ch.publish('amq.direct', 'nowhere', Buffer.from('x'), {}, (err: unknown) => (err ? reject(err) : resolve()))));
+    all.push(
+      new Promise<void>((resolve, reject) => ch.publish('amq.direct', 'nowhere', Buffer.from('x'), {}, (err: unknown) => (err ? reject(err) : resolve()))),
+    );
     await Promise.all(all);
     assert.deepEqual(acked, [...Array(n).keys()]);
     const got = await take(ch, 'confirmed', n, { noAck: true });

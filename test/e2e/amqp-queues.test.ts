@@ -40,7 +40,10 @@ describe('e2e: AMQP queues', () => {
     }
     for (let i = 0; i < total; i++) setup.sendToQueue('work', Buffer.from(String(i)));
     await allIn;
-    assert.equal(consumers.reduce((n, c) => n + c.got, 0), total);
+    assert.equal(
+      consumers.reduce((n, c) => n + c.got, 0),
+      total,
+    );
     for (const c of consumers) {
       assert.ok(c.got > 0, 'every consumer got work');
       assert.ok(c.maxUnacked <= 2, `prefetch respected (max unacked ${c.maxUnacked})`);
@@ -62,11 +65,20 @@ describe('e2e: AMQP queues', () => {
     const first = await connectAmqp(f.broker);
     const fch = await first.createChannel();
     const got = await take(fch, 'redeliver', 3, { ack: false });
-    assert.deepEqual(got.map((m) => m.fields.redelivered), [false, false, false]);
+    assert.deepEqual(
+      got.map((m) => m.fields.redelivered),
+      [false, false, false],
+    );
     await first.close();
     const again = await take(ch, 'redeliver', 3);
-    assert.deepEqual(again.map((m) => m.content.toString()), ['m0', 'm1', 'm2']);
-    assert.deepEqual(again.map((m) => m.fields.redelivered), [true, true, true]);
+    assert.deepEqual(
+      again.map((m) => m.content.toString()),
+      ['m0', 'm1', 'm2'],
+    );
+    assert.deepEqual(
+      again.map((m) => m.fields.redelivered),
+      [true, true, true],
+    );
     await ch.deleteQueue('redeliver');
     await ch.close();
   });
@@ -94,7 +106,10 @@ describe('e2e: AMQP queues', () => {
     await ch.assertExchange('dlx', 'direct', { durable: false });
     await ch.assertQueue('dead', { exclusive: true });
     await ch.bindQueue('dead', 'dlx', 'dead');
-    await ch.assertQueue('ttl-q', { exclusive: true, arguments: { 'x-message-ttl': 50, 'x-dead-letter-exchange': 'dlx', 'x-dead-letter-routing-key': 'dead' } });
+    await ch.assertQueue('ttl-q', {
+      exclusive: true,
+      arguments: { 'x-message-ttl': 50, 'x-dead-letter-exchange': 'dlx', 'x-dead-letter-routing-key': 'dead' },
+    });
     await ch.assertQueue('len-q', { exclusive: true, arguments: { 'x-max-length': 1, 'x-dead-letter-exchange': 'dlx', 'x-dead-letter-routing-key': 'dead' } });
     await ch.assertQueue('rej-q', { exclusive: true, arguments: { 'x-dead-letter-exchange': 'dlx', 'x-dead-letter-routing-key': 'dead' } });
     ch.sendToQueue('ttl-q', Buffer.from('expired'));
@@ -193,16 +208,20 @@ describe('e2e: AMQP queues', () => {
     ch.ack(m!); // twice
     assert.match((await closed).message, /406 .*unknown delivery tag 1/);
     await other.close();
-    await eventually(async () => {
-      const probe = await f.conn.createChannel();
-      probe.on('error', () => undefined);
-      try {
-        await probe.checkQueue('mine-only');
-        await probe.close();
-        return false;
-      } catch {
-        return true;
-      }
-    }, 10_000, 'exclusive queue deleted');
+    await eventually(
+      async () => {
+        const probe = await f.conn.createChannel();
+        probe.on('error', () => undefined);
+        try {
+          await probe.checkQueue('mine-only');
+          await probe.close();
+          return false;
+        } catch {
+          return true;
+        }
+      },
+      10_000,
+      'exclusive queue deleted',
+    );
   });
 });

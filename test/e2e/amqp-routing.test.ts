@@ -29,7 +29,10 @@ describe('e2e: AMQP routing', () => {
     const f2 = await take(ch, 'f2', 2);
     const f3 = await take(ch, 'f3', 1);
     assert.equal(f1[0]!.content.toString(), 'to all');
-    assert.deepEqual(f2.map((m) => m.content.toString()), ['to all', 'green only']);
+    assert.deepEqual(
+      f2.map((m) => m.content.toString()),
+      ['to all', 'green only'],
+    );
     assert.equal(f2[1]!.fields.exchange, 'dir');
     assert.equal(f2[1]!.fields.routingKey, 'green');
     assert.equal(f3[0]!.content.toString(), 'to all');
@@ -55,9 +58,18 @@ describe('e2e: AMQP routing', () => {
     const kern = await take(ch, 't-kern', 3);
     const crit = await take(ch, 't-crit', 3);
     const mid = await take(ch, 't-mid', 3);
-    assert.deepEqual(kern.map((m) => m.fields.routingKey), ['kern.critical', 'kern.info', 'kern.end']);
-    assert.deepEqual(crit.map((m) => m.fields.routingKey), ['kern.critical', 'user.critical', 'x.critical']);
-    assert.deepEqual(mid.map((m) => m.fields.routingKey), ['a.z', 'a.b.c.z', 'a.end.z']);
+    assert.deepEqual(
+      kern.map((m) => m.fields.routingKey),
+      ['kern.critical', 'kern.info', 'kern.end'],
+    );
+    assert.deepEqual(
+      crit.map((m) => m.fields.routingKey),
+      ['kern.critical', 'user.critical', 'x.critical'],
+    );
+    assert.deepEqual(
+      mid.map((m) => m.fields.routingKey),
+      ['a.z', 'a.b.c.z', 'a.end.z'],
+    );
     await ch.close();
   });
 
@@ -74,9 +86,15 @@ describe('e2e: AMQP routing', () => {
     ch.publish('amq.headers', '', Buffer.from('end'), { headers: { format: 'pdf', type: 'report' } });
     ch.publish('amq.match', '', Buffer.from('end'), { headers: { format: 'pdf' } });
     const all = await take(ch, 'h-all', 2);
-    assert.deepEqual(all.map((m) => m.content.toString()), ['pdf report', 'end']);
+    assert.deepEqual(
+      all.map((m) => m.content.toString()),
+      ['pdf report', 'end'],
+    );
     const any = await take(ch, 'h-any', 2);
-    assert.deepEqual(any.map((m) => m.content.toString()), ['log', 'end']);
+    assert.deepEqual(
+      any.map((m) => m.content.toString()),
+      ['log', 'end'],
+    );
     await ch.close();
   });
 
@@ -90,14 +108,19 @@ describe('e2e: AMQP routing', () => {
     ch.publish('src-x', 'k', Buffer.from('via e2e'));
     ch.publish('', 'e2e-q', Buffer.from('via default'));
     const got = await take(ch, 'e2e-q', 2);
-    assert.deepEqual(got.map((m) => m.content.toString()), ['via e2e', 'via default']);
+    assert.deepEqual(
+      got.map((m) => m.content.toString()),
+      ['via e2e', 'via default'],
+    );
     assert.equal(got[1]!.fields.exchange, '');
     await ch.close();
   });
 
   it('mandatory: an unroutable message comes back with basic.return 312 NO_ROUTE', async () => {
     const ch = await f.conn.createChannel();
-    const returned = new Promise<{ fields: Record<string, unknown>; content: Buffer; properties: Record<string, unknown> }>((resolve) => ch.on('return', resolve));
+    const returned = new Promise<{ fields: Record<string, unknown>; content: Buffer; properties: Record<string, unknown> }>((resolve) =>
+      ch.on('return', resolve),
+    );
     ch.publish('amq.direct', 'nobody-here', Buffer.from('lost'), { mandatory: true, messageId: 'm-1' });
     const r = await returned;
     assert.equal(r.fields.replyCode, 312);
@@ -129,13 +152,16 @@ describe('e2e: AMQP routing', () => {
     await d.close();
   });
 
-  it('another connection\'s exclusive queue is locked (405)', async () => {
+  it("another connection's exclusive queue is locked (405)", async () => {
     const other = await connectAmqp(f.broker);
     const ch = await other.createChannel();
     ch.on('error', () => undefined);
     const mine = await f.conn.createChannel();
     await mine.assertQueue('locked-q', { exclusive: true });
-    await assert.rejects(ch.consume('locked-q', () => undefined), /405|RESOURCE_LOCKED/);
+    await assert.rejects(
+      ch.consume('locked-q', () => undefined),
+      /405|RESOURCE_LOCKED/,
+    );
     await other.close();
     await mine.close();
   });
@@ -203,7 +229,9 @@ describe('e2e: AMQP routing', () => {
     const client = await mqtt.connectAsync(f.broker.mqttUrl, { protocolVersion: 5 });
     try {
       await client.subscribeAsync('alerts/#', { qos: 1 });
-      const fromAmqp = new Promise<{ topic: string; payload: Buffer; packet: mqtt.IPublishPacket }>((resolve) => client.on('message', (topic, payload, packet) => resolve({ topic, payload, packet })));
+      const fromAmqp = new Promise<{ topic: string; payload: Buffer; packet: mqtt.IPublishPacket }>((resolve) =>
+        client.on('message', (topic, payload, packet) => resolve({ topic, payload, packet })),
+      );
       ch.publish('amq.topic', 'alerts.fire.kitchen', Buffer.from('hot'), { contentType: 'text/plain', headers: { who: 'amqp' } });
       const got = await fromAmqp;
       assert.equal(got.topic, 'alerts/fire/kitchen');
@@ -247,7 +275,10 @@ describe('e2e: AMQP routing', () => {
       await client.subscribeAsync('svc/echo', { qos: 1 });
       client.on('message', (topic, payload, packet) => {
         if (topic !== 'svc/echo') return;
-        void client.publishAsync(packet.properties!.responseTopic!, Buffer.concat([Buffer.from('echo:'), payload]), { qos: 1, properties: { correlationData: packet.properties!.correlationData } });
+        void client.publishAsync(packet.properties!.responseTopic!, Buffer.concat([Buffer.from('echo:'), payload]), {
+          qos: 1,
+          properties: { correlationData: packet.properties!.correlationData },
+        });
       });
       await ch.assertQueue('answers', { exclusive: true });
       await ch.bindQueue('answers', 'amq.topic', 'answers.a1');

@@ -40,11 +40,20 @@ describe('e2e: AMQP stream queues', () => {
     };
     const readFrom = (offset: unknown, n: number) => reader(offset, n).done;
     const all = await readFrom('first', 10);
-    assert.deepEqual(all.map((g) => g.body), [...Array(10).keys()].map((i) => `e${i}`));
-    assert.deepEqual(all.map((g) => g.offset), [...Array(10).keys()]);
+    assert.deepEqual(
+      all.map((g) => g.body),
+      [...Array(10).keys()].map((i) => `e${i}`),
+    );
+    assert.deepEqual(
+      all.map((g) => g.offset),
+      [...Array(10).keys()],
+    );
     assert.equal(all[3]!.id, 'm3');
     const tail = await readFrom(7, 3);
-    assert.deepEqual(tail.map((g) => g.body), ['e7', 'e8', 'e9']);
+    assert.deepEqual(
+      tail.map((g) => g.body),
+      ['e7', 'e8', 'e9'],
+    );
     // 'next': only what is published after the consumer started; an MQTT publish on the stream's name counts.
     const next = reader('next', 2);
     await next.started;

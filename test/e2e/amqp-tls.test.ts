@@ -28,7 +28,9 @@ describe('e2e: AMQP over TLS', () => {
     try {
       const ch = await conn.createConfirmChannel();
       await ch.assertQueue('over-tls', { durable: true });
-      await new Promise<void>((resolve, reject) => ch.sendToQueue('over-tls', Buffer.from('secret'), { persistent: true }, (err: unknown) => (err ? reject(err) : resolve())));
+      await new Promise<void>((resolve, reject) =>
+        ch.sendToQueue('over-tls', Buffer.from('secret'), { persistent: true }, (err: unknown) => (err ? reject(err) : resolve())),
+      );
       const m = await ch.get('over-tls', { noAck: true });
       assert.ok(m !== false);
       assert.equal(m.content.toString(), 'secret');
@@ -42,7 +44,31 @@ describe('e2e: AMQP over TLS', () => {
   });
 
   it('a certificate without its key stops the start with one line', async () => {
-    const r = await run(FLOWMQ_BIN, ['start', '--data-dir', cert.dir + '/data', '--host', '127.0.0.1', '--mqtt-port', '0', '--mqtt-ws-port', '0', '--kafka-port', '0', '--amqp-port', '0', '--nats-port', '0', '--http-port', '0', '--amqp-tls-cert', cert.certPath], { timeoutMs: 30_000 });
+    const r = await run(
+      FLOWMQ_BIN,
+      [
+        'start',
+        '--data-dir',
+        cert.dir + '/data',
+        '--host',
+        '127.0.0.1',
+        '--mqtt-port',
+        '0',
+        '--mqtt-ws-port',
+        '0',
+        '--kafka-port',
+        '0',
+        '--amqp-port',
+        '0',
+        '--nats-port',
+        '0',
+        '--http-port',
+        '0',
+        '--amqp-tls-cert',
+        cert.certPath,
+      ],
+      { timeoutMs: 30_000 },
+    );
     assert.notEqual(r.code, 0);
     assert.match(r.stderr + r.stdout, /AMQP over TLS needs both amqp-tls-cert and amqp-tls-key/);
   });

@@ -63,8 +63,25 @@ describe('a wrong-password flood does not starve storage', () => {
     await producer.send({ topic: 'flood.t', acks: -1, messages: [{ value: 'before the flood' }] });
 
     // The flood targets the real user (alice) from addresses the legitimate clients do not use.
-    const mqttFlood = new AuthFlood({ port: broker.ports.mqtt, protocol: 'mqtt', sockets: 150, localAddresses: addresses(0, 30), username: 'alice', password: 'wrong', ratePerSec: 0, refusedBudget: REFUSED_BUDGET });
-    const kafkaFlood = new AuthFlood({ port: broker.ports.kafka, protocol: 'kafka', sockets: 20, localAddresses: addresses(30, 20), username: 'bob', password: 'wrong', ratePerSec: 0 });
+    const mqttFlood = new AuthFlood({
+      port: broker.ports.mqtt,
+      protocol: 'mqtt',
+      sockets: 150,
+      localAddresses: addresses(0, 30),
+      username: 'alice',
+      password: 'wrong',
+      ratePerSec: 0,
+      refusedBudget: REFUSED_BUDGET,
+    });
+    const kafkaFlood = new AuthFlood({
+      port: broker.ports.kafka,
+      protocol: 'kafka',
+      sockets: 20,
+      localAddresses: addresses(30, 20),
+      username: 'bob',
+      password: 'wrong',
+      ratePerSec: 0,
+    });
     mqttFlood.start();
     kafkaFlood.start();
     try {
@@ -74,7 +91,14 @@ describe('a wrong-password flood does not starve storage', () => {
       const legit = new Promise<{ busyAnswers: number; floodDone: boolean }>((resolve, reject) => {
         let busyAnswers = 0;
         const attempt = () => {
-          const c = mqtt.connect(broker.mqttUrl, { protocolVersion: 5, username: 'alice', password: 'right-one', reconnectPeriod: 0, connectTimeout: 30_000, clientId: 'legit' });
+          const c = mqtt.connect(broker.mqttUrl, {
+            protocolVersion: 5,
+            username: 'alice',
+            password: 'right-one',
+            reconnectPeriod: 0,
+            connectTimeout: 30_000,
+            clientId: 'legit',
+          });
           c.once('connect', () => {
             const floodDone = mqttFlood.done;
             c.end(true);
@@ -100,7 +124,11 @@ describe('a wrong-password flood does not starve storage', () => {
       const { busyAnswers, floodDone } = await legit;
 
       assert.equal(acked, PRODUCES);
-      assert.equal(floodDoneAtLastAck, false, `all ${PRODUCES} produces acknowledged while the flood went on (it had ${refusedAtLastAck} of ${REFUSED_BUDGET} refusals)`);
+      assert.equal(
+        floodDoneAtLastAck,
+        false,
+        `all ${PRODUCES} produces acknowledged while the flood went on (it had ${refusedAtLastAck} of ${REFUSED_BUDGET} refusals)`,
+      );
       assert.equal(floodDone, false, `the right password got in while the flood went on (after ${busyAnswers} busy answers)`);
       assert.ok(mqttFlood.stats.refused + mqttFlood.stats.busy > 0, 'the MQTT flood was answered');
       assert.ok(kafkaFlood.stats.answered > 0, 'the Kafka flood was answered');

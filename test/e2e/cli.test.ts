@@ -136,7 +136,10 @@ describe('e2e: flowmq CLI', () => {
     const list = await cli(['policy', 'list'], alice);
     assert.match(list.stdout, /^ops-read\s+allow\s+describe\s+stream:\*\s+group:ops\s+api$/m);
     assert.match(list.stdout, /^ops-read-copy\s+allow\s+describe\s+stream:\*\s+group:ops/m);
-    const replaced = await cli(['policy', 'add', 'ops-read-copy', '--replace', '--deny', '--action', 'publish', '--resource', 'topic:x/#', '--principal', 'everyone'], alice);
+    const replaced = await cli(
+      ['policy', 'add', 'ops-read-copy', '--replace', '--deny', '--action', 'publish', '--resource', 'topic:x/#', '--principal', 'everyone'],
+      alice,
+    );
     assert.equal(replaced.code, 0, replaced.stderr);
     assert.match(replaced.stdout, /saved policy ops-read-copy: deny publish on topic:x\/# to everyone/);
     assert.equal((await cli(['policy', 'delete', 'ops-read-copy'], alice)).code, 0);
@@ -189,7 +192,10 @@ describe('e2e: flowmq CLI', () => {
     const p0 = json<{ items: unknown[] }>(one.stdout).items.length;
     assert.ok(p0 <= 1);
 
-    const upd = await cli(['stream', 'update', 'orders', '--partitions', '3', '--retention', 'forever', '--bind', 'orders/#', '--bind', 'legacy/orders'], alice);
+    const upd = await cli(
+      ['stream', 'update', 'orders', '--partitions', '3', '--retention', 'forever', '--bind', 'orders/#', '--bind', 'legacy/orders'],
+      alice,
+    );
     assert.equal(upd.code, 0, upd.stderr);
     assert.match(upd.stdout, /updated stream orders: 3 partition\(s\), bound to orders\/#, legacy\/orders, retention forever/);
     const described = await cli(['stream', 'describe', 'orders'], alice);
@@ -226,7 +232,13 @@ describe('e2e: flowmq CLI', () => {
   });
 
   it('lists and deletes MQTT sessions and retained messages', async () => {
-    const c = await mqtt.connectAsync(broker.mqttUrl, { clientId: 'keeper', clean: false, username: 'alice', password: alice.FLOWMQ_PASSWORD, reconnectPeriod: 0 });
+    const c = await mqtt.connectAsync(broker.mqttUrl, {
+      clientId: 'keeper',
+      clean: false,
+      username: 'alice',
+      password: alice.FLOWMQ_PASSWORD,
+      reconnectPeriod: 0,
+    });
     await c.subscribeAsync('x/#', { qos: 1 });
     await c.publishAsync('sensors/t1', '21.5', { retain: true, qos: 1 });
     await c.endAsync();
@@ -263,7 +275,11 @@ describe('e2e: flowmq CLI', () => {
     try {
       await eventually(() => read === 10, 20_000, 'the group read every message');
       // A member is connected: the group shows it, and a reset is refused (the group must be empty).
-      await eventually(async () => /^readers\s+kafka\s+Stable\s+1\s+0$/m.test((await cli(['consumer-group', 'list'], alice)).stdout), 20_000, 'a stable group with lag 0');
+      await eventually(
+        async () => /^readers\s+kafka\s+Stable\s+1\s+0$/m.test((await cli(['consumer-group', 'list'], alice)).stdout),
+        20_000,
+        'a stable group with lag 0',
+      );
       const busy = await cli(['consumer-group', 'reset', 'readers', '--to', 'earliest'], alice);
       assert.equal(busy.code, 1);
       assert.match(busy.stderr, /\(INVALID_ARGUMENT\)/);
@@ -275,9 +291,17 @@ describe('e2e: flowmq CLI', () => {
     // Not a terminal: no redrawn bar, only the final line.
     assert.equal(reset.stderr, 'resetting readers [##############################] 1/1 stream(s)\n');
     assert.match(reset.stdout, /^events\s+0\s+0\s+\d+\s+\d+$/m);
-    const described = json<{ lag: number; offsets: Array<{ stream: string; committed: number }> }>((await cli(['consumer-group', 'describe', 'readers', '--json'], alice)).stdout);
+    const described = json<{ lag: number; offsets: Array<{ stream: string; committed: number }> }>(
+      (await cli(['consumer-group', 'describe', 'readers', '--json'], alice)).stdout,
+    );
     assert.equal(described.lag, 10);
-    assert.deepEqual(described.offsets.map((o) => [o.stream, o.committed]), [['events', 0], ['events', 0]]);
+    assert.deepEqual(
+      described.offsets.map((o) => [o.stream, o.committed]),
+      [
+        ['events', 0],
+        ['events', 0],
+      ],
+    );
     const toOffset = await cli(['consumer-group', 'reset', 'readers', '--stream', 'events', '--offset', '2', '--json'], alice);
     assert.equal(toOffset.code, 0, toOffset.stderr);
     assert.equal(toOffset.stderr, '', 'no progress line with --json');
@@ -287,7 +311,13 @@ describe('e2e: flowmq CLI', () => {
   });
 
   it('lists connected clients with filters and kicks one', async () => {
-    const c = await mqtt.connectAsync(broker.mqttUrl, { clientId: 'kick-me', protocolVersion: 5, username: 'alice', password: alice.FLOWMQ_PASSWORD, reconnectPeriod: 0 });
+    const c = await mqtt.connectAsync(broker.mqttUrl, {
+      clientId: 'kick-me',
+      protocolVersion: 5,
+      username: 'alice',
+      password: alice.FLOWMQ_PASSWORD,
+      reconnectPeriod: 0,
+    });
     const closed = new Promise<number | undefined>((resolve) => c.on('disconnect', (p) => resolve(p.reasonCode)));
     try {
       const list = await cli(['client', 'list', '--protocol', 'mqtt', '--for-user', 'alice'], alice);
@@ -322,7 +352,14 @@ describe('e2e: flowmq CLI', () => {
   });
 
   it('answers usage errors with exit code 2 before asking the broker anything', async () => {
-    for (const args of [['nope'], ['stream', 'create'], ['stream', 'create', 'x', '--partitions', '0'], ['policy', 'add', 'p', '--allow'], ['user', 'list', '--bogus'], ['consumer-group', 'reset', 'g']]) {
+    for (const args of [
+      ['nope'],
+      ['stream', 'create'],
+      ['stream', 'create', 'x', '--partitions', '0'],
+      ['policy', 'add', 'p', '--allow'],
+      ['user', 'list', '--bogus'],
+      ['consumer-group', 'reset', 'g'],
+    ]) {
       const r = await broker.cli(args, alice);
       assert.equal(r.code, 2, `${args.join(' ')}: ${r.stderr}`);
       assert.match(r.stderr, /^flowmq: /);

@@ -101,7 +101,11 @@ describe('cluster: kill -9 of a partition owner during an acks=all run', { timeo
       const lost = acked.get(p)!.filter((s) => !have.has(s));
       assert.deepEqual(lost, [], `partition ${p}: acknowledged records lost`);
       const known = new Set([...acked.get(p)!, ...failed.get(p)!]);
-      assert.deepEqual(seqs.filter((s) => !known.has(s)), [], `partition ${p}: records nobody sent`);
+      assert.deepEqual(
+        seqs.filter((s) => !known.has(s)),
+        [],
+        `partition ${p}: records nobody sent`,
+      );
     }
   });
 });

@@ -57,7 +57,12 @@ describe('cluster: a paused owner is fenced', { timeout: 120_000 }, () => {
     await c.waitSettled({ min: { partition: 1 } });
     const y = (await c.ownerOf('partition', `${TOPIC}/0`))!;
     assert.notEqual(y, x, 'the partition moved');
-    const py = new Kafka({ brokers: c.running.map((b) => b.kafka), clientId: 'fence-y', logLevel: logLevel.NOTHING, retry: { retries: 20, initialRetryTime: 100 } }).producer();
+    const py = new Kafka({
+      brokers: c.running.map((b) => b.kafka),
+      clientId: 'fence-y',
+      logLevel: logLevel.NOTHING,
+      retry: { retries: 20, initialRetryTime: 100 },
+    }).producer();
     await py.connect();
     const after = Array.from({ length: 20 }, (_, i) => `b${i}`);
     try {
@@ -80,7 +85,11 @@ describe('cluster: a paused owner is fenced', { timeout: 120_000 }, () => {
     const records = await kcatConsume(survivor.kafka, TOPIC);
     const values = records.map((m) => m.payload ?? '');
     // One contiguous sequence of offsets: nothing written over another record.
-    assert.deepEqual(records.map((m) => m.offset), records.map((_, i) => i), 'contiguous offsets from 0');
+    assert.deepEqual(
+      records.map((m) => m.offset),
+      records.map((_, i) => i),
+      'contiguous offsets from 0',
+    );
     // Everything acknowledged, once, in order: X's before the pause, then Y's.
     const acked = values.filter((v) => !v.startsWith('late'));
     assert.deepEqual(acked, [...before, ...after], 'the acknowledged records, once each and in order');

@@ -60,7 +60,10 @@ describe('cluster harness: three brokers, membership, kill -9', { timeout: 90_00
     assert.equal(j.code, 0, j.stderr);
     const parsed = JSON.parse(j.stdout) as { enabled: boolean; brokers: Array<{ id: number; alive: boolean }> };
     assert.equal(parsed.enabled, true);
-    assert.deepEqual(parsed.brokers.map((b) => b.id), [1, 2, 3]);
+    assert.deepEqual(
+      parsed.brokers.map((b) => b.id),
+      [1, 2, 3],
+    );
   });
 
   it("the dashboard's Cluster page shows the three brokers (chromium)", async () => {
@@ -71,7 +74,11 @@ describe('cluster harness: three brokers, membership, kill -9', { timeout: 90_00
     await page.goto(`${c.broker(1).http}/#/cluster`);
     await page.locator('tr[data-broker]').nth(2).waitFor({ timeout: 15_000 });
     const states = await page.$$eval('tr[data-broker]', (rows) => rows.map((r) => [r.getAttribute('data-broker'), r.getAttribute('data-state')]));
-    assert.deepEqual(states, [['1', 'alive'], ['2', 'alive'], ['3', 'alive']]);
+    assert.deepEqual(states, [
+      ['1', 'alive'],
+      ['2', 'alive'],
+      ['3', 'alive'],
+    ]);
     const text = await page.innerText('#view');
     assert.match(text, /3 alive of 3 registered/);
     assert.match(text, /this one/);
@@ -99,10 +106,16 @@ describe('cluster harness: three brokers, membership, kill -9', { timeout: 90_00
     assert.ok(dead, 'the killed broker is still listed');
     assert.equal(dead.alive, false);
     assert.ok(dead.leaseRemainingMs <= 0);
-    assert.deepEqual(s.brokers.filter((b) => b.alive).map((b) => b.id), [1, 2]);
+    assert.deepEqual(
+      s.brokers.filter((b) => b.alive).map((b) => b.id),
+      [1, 2],
+    );
     // The two survivors agree.
     const s2 = await c.status({ via: 2 });
-    assert.deepEqual(s2.brokers.filter((b) => b.alive).map((b) => b.id), [1, 2]);
+    assert.deepEqual(
+      s2.brokers.filter((b) => b.alive).map((b) => b.id),
+      [1, 2],
+    );
     // The dashboard's page follows by itself (it refreshes every 2 s).
     await page!.locator('tr[data-broker="3"][data-state="dead"]').waitFor({ timeout: 10_000 });
   });
@@ -111,7 +124,10 @@ describe('cluster harness: three brokers, membership, kill -9', { timeout: 90_00
     await c.startBroker({ id: 4 });
     await c.waitBrokerAlive(4);
     const s = await c.status({ via: 4 });
-    assert.deepEqual(s.brokers.filter((b) => b.alive).map((b) => b.id), [1, 2, 4]);
+    assert.deepEqual(
+      s.brokers.filter((b) => b.alive).map((b) => b.id),
+      [1, 2, 4],
+    );
   });
 
   it('a graceful stop deregisters at once (no lease to wait for)', async () => {
@@ -134,7 +150,17 @@ describe('cluster refusals', { timeout: 60_000 }, () => {
   });
 
   it('--cluster without a secret is refused', async () => {
-    const r = await startRefused(['--cluster', '--broker-id', '1', '--metastore', 'postgres://nobody@127.0.0.1:1/x', '--wal', 'postgres', '--object-store', 's3://bucket/p']);
+    const r = await startRefused([
+      '--cluster',
+      '--broker-id',
+      '1',
+      '--metastore',
+      'postgres://nobody@127.0.0.1:1/x',
+      '--wal',
+      'postgres',
+      '--object-store',
+      's3://bucket/p',
+    ]);
     assert.equal(r.code, 2, `exit code ${r.code}: ${r.stdout}\n${r.stderr}`);
     assert.match(r.stdout + r.stderr, /--cluster-secret/);
   });

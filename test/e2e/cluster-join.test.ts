@@ -35,10 +35,19 @@ describe('cluster: a new broker takes over part of the partitions', { timeout: 1
     assert.equal(beforeJoin.size, PARTITIONS);
     assert.ok([...beforeJoin.values()].every((r) => r.owner === 1 || r.owner === 2));
 
-    const producer = new Kafka({ brokers: c.bootstrap, clientId: 'join-producer', logLevel: logLevel.NOTHING, retry: { retries: 20, initialRetryTime: 100 } }).producer({ idempotent: true, maxInFlightRequests: 1 });
+    const producer = new Kafka({
+      brokers: c.bootstrap,
+      clientId: 'join-producer',
+      logLevel: logLevel.NOTHING,
+      retry: { retries: 20, initialRetryTime: 100 },
+    }).producer({ idempotent: true, maxInFlightRequests: 1 });
     await producer.connect();
     try {
-      await producer.send({ topic: TOPIC, acks: -1, messages: Array.from({ length: PARTITIONS * 5 }, (_, i) => ({ partition: i % PARTITIONS, value: `pre${i}` })) });
+      await producer.send({
+        topic: TOPIC,
+        acks: -1,
+        messages: Array.from({ length: PARTITIONS * 5 }, (_, i) => ({ partition: i % PARTITIONS, value: `pre${i}` })),
+      });
 
       const b3 = await c.startBroker({ id: 3 });
       const afterJoin = mine(await c.waitSettled({ min: { partition: PARTITIONS } }));
@@ -59,7 +68,11 @@ describe('cluster: a new broker takes over part of the partitions', { timeout: 1
       const all = await kcatConsume(b3.kafka, TOPIC);
       assert.deepEqual(all.map((m) => m.payload).sort(), Array.from({ length: PARTITIONS * 5 }, (_, i) => `pre${i}`).sort());
       // New records to the partitions it took: acknowledged (by their new owner) and readable.
-      await producer.send({ topic: TOPIC, acks: -1, messages: taken.map((r) => ({ partition: Number(r.name.slice(TOPIC.length + 1)), value: `post-${r.name}` })) });
+      await producer.send({
+        topic: TOPIC,
+        acks: -1,
+        messages: taken.map((r) => ({ partition: Number(r.name.slice(TOPIC.length + 1)), value: `post-${r.name}` })),
+      });
       for (const r of taken) {
         const p = Number(r.name.slice(TOPIC.length + 1));
         const got = (await kcatConsume(c.broker(1).kafka, TOPIC, ['-p', String(p)])).map((m) => m.payload);

@@ -89,7 +89,9 @@ describe('cluster: Kafka clients across broker processes', { timeout: 240_000 },
         transactionalId: null,
         acks: -1,
         timeoutMs: 5000,
-        topics: [{ name: TOPIC, partitions: [{ index: 0, records: encodeBatch([{ key: null, value: Buffer.from('raw'), headers: [], timestamp: Date.now() }]) }] }],
+        topics: [
+          { name: TOPIC, partitions: [{ index: 0, records: encodeBatch([{ key: null, value: Buffer.from('raw'), headers: [], timestamp: Date.now() }]) }] },
+        ],
       });
     const port = (addr: string) => Number(addr.split(':')[1]);
     const elsewhere = await RawClient.connect(port(other.kafka));
@@ -110,7 +112,13 @@ describe('cluster: Kafka clients across broker processes', { timeout: 240_000 },
     const consumed = new Map<string, number>();
     const byMember = new Map<string, number>();
     const consumers = c.running.map((b) =>
-      kafka([b.kafka], `kx-c${b.id}`).consumer({ groupId: group, sessionTimeout: 10_000, heartbeatInterval: 500, rebalanceTimeout: 10_000, maxWaitTimeInMs: 200 }),
+      kafka([b.kafka], `kx-c${b.id}`).consumer({
+        groupId: group,
+        sessionTimeout: 10_000,
+        heartbeatInterval: 500,
+        rebalanceTimeout: 10_000,
+        maxWaitTimeInMs: 200,
+      }),
     );
     const producer = kafka([c.broker(2).kafka], 'kx-producer').producer({ idempotent: true, maxInFlightRequests: 1 });
     const sent: Array<{ partition: number; value: string }> = [];
@@ -160,7 +168,10 @@ describe('cluster: Kafka clients across broker processes', { timeout: 240_000 },
       const after = await leaders();
       const moved = [...after].filter(([p, id]) => before.get(p) !== id);
       assert.ok(moved.length > 0, 'the joining broker took over some partitions');
-      assert.ok(moved.every(([, id]) => id === 4), 'partitions move only to the new broker');
+      assert.ok(
+        moved.every(([, id]) => id === 4),
+        'partitions move only to the new broker',
+      );
 
       await send(240, 480);
       await producer.disconnect();

@@ -38,7 +38,8 @@ export function liveScenario(cluster: () => TestCluster): void {
     };
     const live = async (broker: number) => (await c.api<{ live: LiveFigures }>('/api/v1/broker', broker)).live;
     /** Until broker `at` knows that `of` has at least `n` interest entries. */
-    const knows = (at: number, of: number, n: number) => eventually(async () => ((await live(at)).peers[String(of)] ?? 0) >= n, 15_000, `broker ${at} knows broker ${of}'s ${n} filters`);
+    const knows = (at: number, of: number, n: number) =>
+      eventually(async () => ((await live(at)).peers[String(of)] ?? 0) >= n, 15_000, `broker ${at} knows broker ${of}'s ${n} filters`);
     /** How many of `of`'s filters broker `at` knows now: earlier tests' clients stay connected, so new ones count above it. */
     const known = async (at: number, of: number) => (await live(at)).peers[String(of)] ?? 0;
 
@@ -76,7 +77,10 @@ export function liveScenario(cluster: () => TestCluster): void {
       }
       await pub.publishAsync('live/end', 'end', { qos: 1 });
       await eventually(() => got2.some((p) => p.topic === 'live/end') && got3.includes('live.end=end'), 15_000, 'markers');
-      assert.deepEqual(got2.map((p) => p.payload.toString()), [...Array.from({ length: 20 }, (_, i) => `m${i}`), 'end']);
+      assert.deepEqual(
+        got2.map((p) => p.payload.toString()),
+        [...Array.from({ length: 20 }, (_, i) => `m${i}`), 'end'],
+      );
       assert.deepEqual(got3, [...Array.from({ length: 20 }, (_, i) => `live.${i}=m${i}`), 'live.end=end']);
       const after1 = await live(1);
       const [a2, a3] = [await live(2), await live(3)];
@@ -163,7 +167,7 @@ export function liveScenario(cluster: () => TestCluster): void {
       assert.equal(replies.length, 30);
       assert.ok(replies.every((r, i) => r.endsWith(`:r${i}`)));
       assert.equal(handled[1].length + handled[2].length, 30, `each request handled once (${handled[1].length} + ${handled[2].length})`);
-      assert.ok(handled[1].length > 0 && handled[2].length > 0, 'both brokers\' members served');
+      assert.ok(handled[1].length > 0 && handled[2].length > 0, "both brokers' members served");
     });
 
     it('MQTT v5 request/response across brokers (response topic and correlation data)', async () => {
@@ -189,7 +193,9 @@ export function liveScenario(cluster: () => TestCluster): void {
 
     /** The retained messages of `state/#` on a broker, as its admin API lists them. */
     const retainedOn = async (broker: number) =>
-      (await c.api<{ items: Array<{ topic: string; payload: string }> }>(`/api/v1/mqtt/retained?filter=${encodeURIComponent('state/#')}`, broker)).items.map((r) => `${r.topic}=${r.payload}`);
+      (await c.api<{ items: Array<{ topic: string; payload: string }> }>(`/api/v1/mqtt/retained?filter=${encodeURIComponent('state/#')}`, broker)).items.map(
+        (r) => `${r.topic}=${r.payload}`,
+      );
 
     it('a retained message set on broker 1 is delivered to a new subscriber on broker 3, and cleared everywhere', async () => {
       const pub = await mq(1);
@@ -214,22 +220,36 @@ export function liveScenario(cluster: () => TestCluster): void {
       for (const b of c.brokers) b.proc.credentials = { username: 'admin', password: 'admin-pw' };
       await b1.api('POST', '/api/v1/users', { username: 'alice', password: 'alice-pw' });
       let alice: MqttClient | null = null;
-      await eventually(async () => {
-        alice = await mq(2, { username: 'alice', password: 'alice-pw' }).catch(() => null);
-        return alice !== null;
-      }, 10_000, 'alice can log in on broker 2');
+      await eventually(
+        async () => {
+          alice = await mq(2, { username: 'alice', password: 'alice-pw' }).catch(() => null);
+          return alice !== null;
+        },
+        10_000,
+        'alice can log in on broker 2',
+      );
       const a = alice as unknown as MqttClient;
       await a.publishAsync('secret/1', 'allowed', { qos: 1 });
-      await b1.api('POST', '/api/v1/policies', { name: 'alice-no-secret', effect: 'deny', actions: ['publish'], resources: ['topic:secret/#'], principals: ['user:alice'] });
-      await eventually(async () => {
-        try {
-          await a.publishAsync('secret/2', 'denied?', { qos: 1 });
-          await sleep(50);
-          return false;
-        } catch {
-          return true;
-        }
-      }, 10_000, 'the policy applies on broker 2');
+      await b1.api('POST', '/api/v1/policies', {
+        name: 'alice-no-secret',
+        effect: 'deny',
+        actions: ['publish'],
+        resources: ['topic:secret/#'],
+        principals: ['user:alice'],
+      });
+      await eventually(
+        async () => {
+          try {
+            await a.publishAsync('secret/2', 'denied?', { qos: 1 });
+            await sleep(50);
+            return false;
+          } catch {
+            return true;
+          }
+        },
+        10_000,
+        'the policy applies on broker 2',
+      );
     });
   });
 }

@@ -45,7 +45,8 @@ export function sessionsScenario(cluster: () => TestCluster): void {
     const live = async (broker: number) => (await c.api<{ live: LiveFigures }>('/api/v1/broker', broker)).live;
     const filters = async (at: number, of: number) => (await live(at)).peers[String(of)] ?? 0;
     /** Until broker `at` knows at least `n` live filters of broker `of` (the interest table). */
-    const knows = (at: number, of: number, n: number) => eventually(async () => ((await live(at)).peers[String(of)] ?? 0) >= n, 15_000, `broker ${at} knows broker ${of}'s filters`);
+    const knows = (at: number, of: number, n: number) =>
+      eventually(async () => ((await live(at)).peers[String(of)] ?? 0) >= n, 15_000, `broker ${at} knows broker ${of}'s filters`);
     const collect = (client: MqttClient) => {
       const got: IPublishPacket[] = [];
       client.on('message', (_t, _p, packet) => got.push(packet));
@@ -76,7 +77,10 @@ export function sessionsScenario(cluster: () => TestCluster): void {
       const got = second.got;
       await eventually(() => got.some((p) => p.topic === 'resume/end'), 15_000, 'the queued messages on broker 2');
       assert.equal(second.present(), true, 'CONNACK on broker 2 says the session was present');
-      assert.deepEqual(got.map((p) => p.payload.toString()), [...Array.from({ length: 10 }, (_, i) => `m${i}`), 'end']);
+      assert.deepEqual(
+        got.map((p) => p.payload.toString()),
+        [...Array.from({ length: 10 }, (_, i) => `m${i}`), 'end'],
+      );
       assert.equal(await c.ownerOf('session', 'resume-1'), 2, 'the session moved to broker 2');
       // The subscription moved with it: a new publish on broker 3 reaches the client on broker 2.
       await knows(3, 2, n2 + 1);
@@ -113,7 +117,11 @@ export function sessionsScenario(cluster: () => TestCluster): void {
       const db = new pg.Client({ connectionString: c.dbUrl });
       await db.connect();
       try {
-        await eventually(async () => Number((await db.query("SELECT count(*) AS n FROM session_queue WHERE client_id = 'orphan-1'")).rows[0].n) === 1, 15_000, 'the message queued by broker 1');
+        await eventually(
+          async () => Number((await db.query("SELECT count(*) AS n FROM session_queue WHERE client_id = 'orphan-1'")).rows[0].n) === 1,
+          15_000,
+          'the message queued by broker 1',
+        );
       } finally {
         await db.end();
       }
@@ -140,7 +148,10 @@ export function sessionsScenario(cluster: () => TestCluster): void {
       const got = back.got;
       await eventually(() => got.some((p) => p.topic === 'orphan/end'), 30_000, 'the queued messages after the failover');
       assert.equal(back.present(), true);
-      assert.deepEqual(got.map((p) => p.payload.toString()), ['before', ...Array.from({ length: 5 }, (_, i) => `m${i}`), 'end']);
+      assert.deepEqual(
+        got.map((p) => p.payload.toString()),
+        ['before', ...Array.from({ length: 5 }, (_, i) => `m${i}`), 'end'],
+      );
     });
   });
 }

@@ -98,7 +98,15 @@ describe('e2e cluster: NATS and JetStream across three brokers', { timeout: 180_
     // duplicate, whichever broker it goes through.
     const acks = [];
     for (const id of [1, 2, 3, 2]) acks.push(await (await nats(id)).jetstream().publish('orders.once', sc.encode('once'), { msgID: 'order-10' }));
-    assert.deepEqual(acks.map((a) => [a.seq, a.duplicate]), [[10, false], [10, true], [10, true], [10, true]]);
+    assert.deepEqual(
+      acks.map((a) => [a.seq, a.duplicate]),
+      [
+        [10, false],
+        [10, true],
+        [10, true],
+        [10, true],
+      ],
+    );
     assert.equal((await jsm1.streams.info('ORDERS')).state.last_seq, 10);
   });
 
@@ -183,7 +191,7 @@ describe('e2e cluster: NATS and JetStream across three brokers', { timeout: 180_
     }
   });
 
-  it('JetStream: the consumer\'s owner is killed; the consumer continues on another broker from its acked position', async () => {
+  it("JetStream: the consumer's owner is killed; the consumer continues on another broker from its acked position", async () => {
     const jsm = await (await nats(1)).jetstreamManager();
     await jsm.streams.add({ name: 'TASKS', subjects: ['tasks.>'] });
     const js = (await nats(1)).jetstream();
@@ -214,19 +222,30 @@ describe('e2e cluster: NATS and JetStream across three brokers', { timeout: 180_
     await nco?.close().catch(() => undefined);
     // Through a surviving broker: the requests wait for the dead owner's lease to expire and the consumer to move.
     const again: JsMsg[] = [];
-    await until('the consumer serves again', async () => {
-      try {
-        const c2 = await (await nats(other)).jetstream().consumers.get('TASKS', 'run');
-        again.push(...(await collect(await c2.fetch({ max_messages: 4, expires: 3000 }), 4)));
-        return again.length >= 4;
-      } catch {
-        return false;
-      }
-    }, 30_000);
-    assert.deepEqual(again.map((m) => sc.decode(m.data)), ['t3', 't4', 't5', 't6'], 'from the acked position, the unacked t3 first');
+    await until(
+      'the consumer serves again',
+      async () => {
+        try {
+          const c2 = await (await nats(other)).jetstream().consumers.get('TASKS', 'run');
+          again.push(...(await collect(await c2.fetch({ max_messages: 4, expires: 3000 }), 4)));
+          return again.length >= 4;
+        } catch {
+          return false;
+        }
+      },
+      30_000,
+    );
+    assert.deepEqual(
+      again.map((m) => sc.decode(m.data)),
+      ['t3', 't4', 't5', 't6'],
+      'from the acked position, the unacked t3 first',
+    );
     assert.equal(again[0].info.deliveryCount, 2, 't3 is a redelivery');
     const newOwner = await c.ownerOf('consumer', 'TASKS/run', other);
     assert.ok(newOwner !== null && newOwner !== owner, `moved to a live broker (${newOwner})`);
-    await until('acks reach the new owner', async () => (await (await (await nats(via)).jetstreamManager()).consumers.info('TASKS', 'run')).ack_floor.stream_seq === 6);
+    await until(
+      'acks reach the new owner',
+      async () => (await (await (await nats(via)).jetstreamManager()).consumers.info('TASKS', 'run')).ack_floor.stream_seq === 6,
+    );
   });
 });

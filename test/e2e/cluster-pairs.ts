@@ -88,7 +88,9 @@ export function pairsScenario(cluster: () => TestCluster): void {
       await mqttSub.subscribeAsync('pairs/+/mqtt', { qos: 1 });
 
       natsSub = await natsConnect({ servers: B.natsServer, reconnect: false });
-      natsSub.subscribe('pairs.*.nats', { callback: (err, m) => void (err === null && natsGot.push({ subject: m.subject, data: Buffer.from(m.data).toString() })) });
+      natsSub.subscribe('pairs.*.nats', {
+        callback: (err, m) => void (err === null && natsGot.push({ subject: m.subject, data: Buffer.from(m.data).toString() })),
+      });
       await natsSub.flush();
 
       // The publishers, on A.

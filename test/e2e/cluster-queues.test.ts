@@ -81,7 +81,11 @@ describe('cluster queues: amqplib and MQTT across brokers', { timeout: 240_000 }
       ch.ack(m);
     });
     await until('50 consumed', () => got.length === 50);
-    assert.deepEqual(got, Array.from({ length: 50 }, (_, i) => `m${i}`), 'in order, each once');
+    assert.deepEqual(
+      got,
+      Array.from({ length: 50 }, (_, i) => `m${i}`),
+      'in order, each once',
+    );
     await until('acked at the owner', async () => (await (await open(1)).createChannel().then((x) => x.checkQueue(name))).messageCount === 0);
   });
 
@@ -91,7 +95,10 @@ describe('cluster queues: amqplib and MQTT across brokers', { timeout: 240_000 }
     await pub.assertQueue(name, { durable: true });
     const seen: Record<string, number> = {};
     const per = { b2: 0, b3: 0 };
-    for (const [id, k] of [[2, 'b2'], [3, 'b3']] as const) {
+    for (const [id, k] of [
+      [2, 'b2'],
+      [3, 'b3'],
+    ] as const) {
       const ch = await (await open(id)).createChannel();
       await ch.prefetch(1);
       await ch.consume(name, (m) => {
@@ -107,11 +114,14 @@ describe('cluster queues: amqplib and MQTT across brokers', { timeout: 240_000 }
     for (let i = 0; i < n; i++) pub.sendToQueue(name, Buffer.from(`w${i}`), { persistent: true });
     await pub.waitForConfirms();
     await until('every message consumed', () => Object.keys(seen).length === n);
-    assert.ok(Object.values(seen).every((x) => x === 1), 'each message once');
+    assert.ok(
+      Object.values(seen).every((x) => x === 1),
+      'each message once',
+    );
     assert.ok(per.b2 > 0 && per.b3 > 0, `both brokers' consumers got some (${per.b2}/${per.b3})`);
   });
 
-  it("MQTT $queue/<name> on a broker that does not own the queue", async () => {
+  it('MQTT $queue/<name> on a broker that does not own the queue', async () => {
     const name = placed(3, [1, 2, 3], 'mq');
     const ch = await (await open(2)).createConfirmChannel();
     await ch.assertQueue(name, { durable: true });
@@ -156,7 +166,10 @@ describe('cluster queues: amqplib and MQTT across brokers', { timeout: 240_000 }
     });
     await until('20 redelivered on broker 2', () => got.length === 20);
     assert.deepEqual(got.map((g) => g.body).sort(), held.slice().sort());
-    assert.ok(got.every((g) => g.redelivered), 'flagged redelivered');
+    assert.ok(
+      got.every((g) => g.redelivered),
+      'flagged redelivered',
+    );
   });
 
   it("the queue's owner killed: the queue continues on another broker with every confirmed message", async () => {

@@ -13,7 +13,15 @@ import { formatSummary, runCrashTest } from '../../bench/reliability/crash.js';
 test('kill -9 three times under Kafka, MQTT, AMQP and JetStream load: every acknowledged message is found', async (t) => {
   const s = await runCrashTest({ cycles: 3, seed: 7, upMs: [800, 2000] });
   for (const line of formatSummary(s).split('\n')) t.diagnostic(line);
-  for (const [name, tally] of Object.entries({ kafka: s.kafka, q1stream: s.mqttStreamQos1, q2stream: s.mqttStreamQos2, q1sub: s.subscriberQos1, q2sub: s.subscriberQos2, amqp: s.amqpQueue, jetstream: s.jetstream })) {
+  for (const [name, tally] of Object.entries({
+    kafka: s.kafka,
+    q1stream: s.mqttStreamQos1,
+    q2stream: s.mqttStreamQos2,
+    q1sub: s.subscriberQos1,
+    q2sub: s.subscriberQos2,
+    amqp: s.amqpQueue,
+    jetstream: s.jetstream,
+  })) {
     assert.ok(tally.acked > 0, `${name}: nothing was acknowledged, the load did not run`);
     assert.equal(tally.lost, 0, `${name}: acknowledged but lost, e.g. ${tally.lostSample.join(', ')}`);
   }

@@ -64,16 +64,22 @@ describe('e2e: RPC between AMQP and MQTT v5', () => {
         { n: 5, corr: Buffer.from('req-5') },
       ];
       for (const r of requests) {
-        await client.publishAsync('svc/square', String(r.n), { qos: 1, properties: { responseTopic: 'clients/rpc-req/replies', correlationData: r.corr, contentType: 'text/plain' } });
+        await client.publishAsync('svc/square', String(r.n), {
+          qos: 1,
+          properties: { responseTopic: 'clients/rpc-req/replies', correlationData: r.corr, contentType: 'text/plain' },
+        });
       }
       await timeout(three, 15_000, 'three replies');
 
       // What the AMQP server saw: reply-to is the response topic as a routing key, correlation-id the data.
-      assert.deepEqual(seen.map((m) => [m.fields.routingKey, m.content.toString(), m.properties.replyTo, m.properties.correlationId]), [
-        ['svc.square', '3', 'clients.rpc-req.replies', 'req-3'],
-        ['svc.square', '4', 'clients.rpc-req.replies', 'req-4'],
-        ['svc.square', '5', 'clients.rpc-req.replies', 'req-5'],
-      ]);
+      assert.deepEqual(
+        seen.map((m) => [m.fields.routingKey, m.content.toString(), m.properties.replyTo, m.properties.correlationId]),
+        [
+          ['svc.square', '3', 'clients.rpc-req.replies', 'req-3'],
+          ['svc.square', '4', 'clients.rpc-req.replies', 'req-4'],
+          ['svc.square', '5', 'clients.rpc-req.replies', 'req-5'],
+        ],
+      );
       // What the MQTT requester got: each answer on its response topic with its request's correlation data.
       assert.deepEqual(
         replies.map((p) => [p.topic, p.payload.toString(), Buffer.from(p.properties!.correlationData!).toString(), p.properties?.contentType]),
@@ -115,11 +121,15 @@ describe('e2e: RPC between AMQP and MQTT v5', () => {
       await ch.bindQueue(queue, 'amq.topic', 'replies.amqp-client');
       const replies: ConsumeMessage[] = [];
       const three = new Promise<void>((resolve) => {
-        void ch.consume(queue, (m) => {
-          if (m === null) return;
-          replies.push(m);
-          if (replies.length === 3) resolve();
-        }, { noAck: true });
+        void ch.consume(
+          queue,
+          (m) => {
+            if (m === null) return;
+            replies.push(m);
+            if (replies.length === 3) resolve();
+          },
+          { noAck: true },
+        );
       });
       const corr = ['c-a', 'c-b', 'c-c'];
       for (const [i, c] of corr.entries()) {
@@ -157,7 +167,10 @@ describe('e2e: RPC between AMQP and MQTT v5', () => {
       if (m === null) return;
       seen.push(m);
       // An echo server that copies correlation-id and headers, as RabbitMQ's docs advise for MQTT requesters.
-      server.publish('amq.topic', m.properties.replyTo as string, m.content, { correlationId: m.properties.correlationId as string, headers: m.properties.headers });
+      server.publish('amq.topic', m.properties.replyTo as string, m.content, {
+        correlationId: m.properties.correlationId as string,
+        headers: m.properties.headers,
+      });
       server.ack(m);
     });
     const client = await mqtt.connectAsync(f.broker.mqttUrl, { protocolVersion: 5, clientId: 'rpc-bin', reconnectPeriod: 0 });

@@ -27,7 +27,10 @@ describe('e2e: AMQP, MQTT and Kafka through amq.topic', () => {
       f.ch.publish('xp.other', 'a.b.c', Buffer.from('other exchange'));
       f.ch.publish('amq.topic', 'a.z.c', Buffer.from('end'));
       const got = await sub.until('end');
-      assert.deepEqual(got.map((p) => [p.topic, p.payload.toString()]), [['a/b/c', 'abc']]);
+      assert.deepEqual(
+        got.map((p) => [p.topic, p.payload.toString()]),
+        [['a/b/c', 'abc']],
+      );
       const p = got[0]!;
       assert.equal(p.qos, 1, 'a persistent message is QoS 1 for a QoS 1 subscription');
       assert.equal(p.properties?.contentType, 'text/plain');
@@ -42,13 +45,22 @@ describe('e2e: AMQP, MQTT and Kafka through amq.topic', () => {
     await f.ch.bindQueue('xp-hash', 'amq.topic', 'a.#');
     const pub = await mqtt.connectAsync(f.broker.mqttUrl, { protocolVersion: 5, reconnectPeriod: 0 });
     try {
-      await pub.publishAsync('a/b/c', 'deep', { qos: 1, properties: { contentType: 'application/json', userProperties: { k: 'v' }, messageExpiryInterval: 600 } });
+      await pub.publishAsync('a/b/c', 'deep', {
+        qos: 1,
+        properties: { contentType: 'application/json', userProperties: { k: 'v' }, messageExpiryInterval: 600 },
+      });
       await pub.publishAsync('a', 'top', { qos: 0 });
       await pub.publishAsync('b/a', 'no', { qos: 1 });
       await pub.publishAsync('ab/c', 'no', { qos: 1 });
       await pub.publishAsync('a/end', 'end', { qos: 1 });
       const got = await takeUntil(f.ch, 'xp-hash', 'end');
-      assert.deepEqual(got.map((m) => [m.fields.routingKey, m.content.toString()]), [['a.b.c', 'deep'], ['a', 'top']]);
+      assert.deepEqual(
+        got.map((m) => [m.fields.routingKey, m.content.toString()]),
+        [
+          ['a.b.c', 'deep'],
+          ['a', 'top'],
+        ],
+      );
       const [deep, top] = got;
       assert.equal(deep!.fields.exchange, 'amq.topic');
       assert.equal(deep!.properties.contentType, 'application/json');
@@ -77,7 +89,10 @@ describe('e2e: AMQP, MQTT and Kafka through amq.topic', () => {
     try {
       const sent = Array.from({ length: 10 }, (_, i) => ({ key: `k${i % 3}`, value: `r${i}`, headers: { seq: String(i), src: 'kafka' } }));
       const res = await producer.send({ topic: 'x.y', acks: -1, messages: sent });
-      assert.equal(res.reduce((n, r) => n + (r.errorCode === 0 ? 1 : 0), 0), res.length);
+      assert.equal(
+        res.reduce((n, r) => n + (r.errorCode === 0 ? 1 : 0), 0),
+        res.length,
+      );
       await producer.send({ topic: 'x.z', acks: -1, messages: [{ value: 'z1' }] });
       await producer.send({ topic: 'x.y.deeper', acks: -1, messages: [{ value: 'deeper' }] });
       await producer.send({ topic: 'x.y', acks: -1, messages: [{ key: 'k0', value: 'end' }] });
@@ -88,7 +103,11 @@ describe('e2e: AMQP, MQTT and Kafka through amq.topic', () => {
       for (const k of ['k0', 'k1', 'k2']) {
         const mine = exact.filter((m) => m.properties.headers?.seq !== undefined && Number(m.properties.headers.seq) % 3 === Number(k.slice(1)));
         const seqs = mine.map((m) => Number(m.properties.headers!.seq));
-        assert.deepEqual(seqs, [...seqs].sort((a, b) => a - b), `key ${k} in order`);
+        assert.deepEqual(
+          seqs,
+          [...seqs].sort((a, b) => a - b),
+          `key ${k} in order`,
+        );
       }
       for (const m of exact) {
         assert.equal(m.fields.exchange, 'amq.topic');
@@ -132,12 +151,21 @@ describe('e2e: AMQP, MQTT and Kafka through amq.topic', () => {
     } finally {
       await consumer.disconnect();
     }
-    assert.deepEqual(got.map((g) => g.value), ['o-1', 'end']);
+    assert.deepEqual(
+      got.map((g) => g.value),
+      ['o-1', 'end'],
+    );
     assert.equal(got[0]!.headers.region, 'eu');
     // AMQP properties travel as reserved flowmq.* record headers.
     const reserved = Object.entries(got[0]!.headers).filter(([k]) => k.startsWith('flowmq.'));
-    assert.ok(reserved.some(([, v]) => v === 'c-1'), `correlation id among ${JSON.stringify(reserved)}`);
-    assert.ok(reserved.some(([, v]) => v === 'm-1'), `message id among ${JSON.stringify(reserved)}`);
+    assert.ok(
+      reserved.some(([, v]) => v === 'c-1'),
+      `correlation id among ${JSON.stringify(reserved)}`,
+    );
+    assert.ok(
+      reserved.some(([, v]) => v === 'm-1'),
+      `message id among ${JSON.stringify(reserved)}`,
+    );
   });
 
   it('names holding the other separator: AMQP key x/y.z is MQTT topic x.y/z, and MQTT level v1.2 is AMQP word v1/2', async () => {
@@ -152,7 +180,10 @@ describe('e2e: AMQP, MQTT and Kafka through amq.topic', () => {
       f.ch.publish('amq.topic', 'x/y', Buffer.from('one word')); // x.y: not matched by x.y/+ (one level)
       f.ch.publish('amq.topic', 'plain.end', Buffer.from('end'));
       const got = await sub.until('end');
-      assert.deepEqual(got.map((p) => [p.topic, p.payload.toString()]), [['x.y/z', 'slash in a word']]);
+      assert.deepEqual(
+        got.map((p) => [p.topic, p.payload.toString()]),
+        [['x.y/z', 'slash in a word']],
+      );
 
       // MQTT → AMQP: a `.` inside a level is a `/` inside a word.
       await pub.publishAsync('v1.2/temp', 'dot in a level', { qos: 1 });
@@ -160,7 +191,10 @@ describe('e2e: AMQP, MQTT and Kafka through amq.topic', () => {
       await pub.publishAsync('v1.2/temp/x', 'too deep', { qos: 1 });
       await pub.publishAsync('v1.2/end', 'end', { qos: 1 });
       const q = await takeUntil(f.ch, 'xp-sep', 'end');
-      assert.deepEqual(q.map((m) => [m.fields.routingKey, m.content.toString()]), [['v1/2.temp', 'dot in a level']]);
+      assert.deepEqual(
+        q.map((m) => [m.fields.routingKey, m.content.toString()]),
+        [['v1/2.temp', 'dot in a level']],
+      );
     } finally {
       await sub.c.endAsync();
       await pub.endAsync();

@@ -89,13 +89,22 @@ describe('e2e: NATS headers across MQTT v5, AMQP and Kafka', () => {
       await pub.publishAsync('m2h/own', 'c', { qos: 1, properties: { contentType: 'text/plain', userProperties: { 'Content-Type': 'text/csv' } } });
       await pub.publishAsync('m2h/end', 'end', { qos: 1 });
       const got = await ns.until('end');
-      assert.deepEqual(got.map((s) => [s.subject, s.data, s.reply]), [
-        ['m2h.text', 'a', 'clients.c1/v2.replies'],
-        ['m2h.binary', 'b', ''],
-        ['m2h.own', 'c', ''],
-      ]);
+      assert.deepEqual(
+        got.map((s) => [s.subject, s.data, s.reply]),
+        [
+          ['m2h.text', 'a', 'clients.c1/v2.replies'],
+          ['m2h.binary', 'b', ''],
+          ['m2h.own', 'c', ''],
+        ],
+      );
       for (const s of got) assert.equal(s.headerError, undefined, `headers of ${s.subject} decode`);
-      assert.deepEqual(got[0]!.headers, { tenant: ['acme'], multi: ['one', 'two'], empty: [''], 'Content-Type': ['application/json'], 'Correlation-Id': ['req-7'] });
+      assert.deepEqual(got[0]!.headers, {
+        tenant: ['acme'],
+        multi: ['one', 'two'],
+        empty: [''],
+        'Content-Type': ['application/json'],
+        'Correlation-Id': ['req-7'],
+      });
       assert.deepEqual(got[1]!.headers, { 'Correlation-Id': ['base64:' + binary.toString('base64')] });
       assert.deepEqual(got[2]!.headers, { 'Content-Type': ['text/csv'] });
     } finally {
@@ -155,11 +164,21 @@ describe('e2e: NATS headers across MQTT v5, AMQP and Kafka', () => {
     f.ch.publish('amq.topic', 'a2h.own', Buffer.from('o'), { headers: { 'Nats-Msg-Id': 'from-header' }, messageId: 'from-property' });
     f.ch.publish('amq.topic', 'a2h.end', Buffer.from('end'));
     const got = await ns.until('end');
-    assert.deepEqual(got.map((s) => [s.subject, s.data, s.reply]), [
-      ['a2h.props', 'p', 'replies.a2h/v2'],
-      ['a2h.own', 'o', ''],
-    ]);
-    assert.deepEqual(got[0]!.headers, { tenant: ['acme'], count: ['3'], ok: ['true'], 'Nats-Msg-Id': ['m-1'], 'Correlation-Id': ['c-1'], 'Content-Type': ['text/plain'] });
+    assert.deepEqual(
+      got.map((s) => [s.subject, s.data, s.reply]),
+      [
+        ['a2h.props', 'p', 'replies.a2h/v2'],
+        ['a2h.own', 'o', ''],
+      ],
+    );
+    assert.deepEqual(got[0]!.headers, {
+      tenant: ['acme'],
+      count: ['3'],
+      ok: ['true'],
+      'Nats-Msg-Id': ['m-1'],
+      'Correlation-Id': ['c-1'],
+      'Content-Type': ['text/plain'],
+    });
     assert.deepEqual(got[1]!.headers, { 'Nats-Msg-Id': ['from-header'] });
     ns.sub.unsubscribe();
   });
@@ -192,7 +211,11 @@ describe('e2e: NATS headers across MQTT v5, AMQP and Kafka', () => {
     assert.equal(rh['flowmq.topic']?.[0], 'h2k/x');
     assert.deepEqual(rh['flowmq.message-id'], ['k-1']);
     // The NATS headers are the plain record headers, values in order.
-    assert.deepEqual(Object.fromEntries(Object.entries(rh).filter(([k]) => !k.startsWith('flowmq.'))), { tenant: ['acme'], multi: ['one', 'two'], 'Nats-Msg-Id': ['k-1'] });
+    assert.deepEqual(Object.fromEntries(Object.entries(rh).filter(([k]) => !k.startsWith('flowmq.'))), {
+      tenant: ['acme'],
+      multi: ['one', 'two'],
+      'Nats-Msg-Id': ['k-1'],
+    });
 
     // Kafka → NATS: plain record headers are headers; reserved ones are the properties they carry.
     const ns = natsCollector(f.nc, 'hdr-stream');
@@ -204,7 +227,16 @@ describe('e2e: NATS headers across MQTT v5, AMQP and Kafka', () => {
         topic: 'hdr-stream',
         acks: -1,
         messages: [
-          { value: 'from kafka', headers: { src: 'kafka', 'flowmq.reply-to': 'replies/k.1', 'flowmq.message-id': 'km-1', 'flowmq.content-type': 'text/plain', 'flowmq.correlation-id': 'kc-1' } },
+          {
+            value: 'from kafka',
+            headers: {
+              src: 'kafka',
+              'flowmq.reply-to': 'replies/k.1',
+              'flowmq.message-id': 'km-1',
+              'flowmq.content-type': 'text/plain',
+              'flowmq.correlation-id': 'kc-1',
+            },
+          },
           { value: 'end' },
         ],
       });
@@ -212,7 +244,10 @@ describe('e2e: NATS headers across MQTT v5, AMQP and Kafka', () => {
       await producer.disconnect();
     }
     const got = await ns.until('end');
-    assert.deepEqual(got.map((s) => [s.subject, s.data, s.reply]), [['hdr-stream', 'from kafka', 'replies.k/1']]);
+    assert.deepEqual(
+      got.map((s) => [s.subject, s.data, s.reply]),
+      [['hdr-stream', 'from kafka', 'replies.k/1']],
+    );
     assert.deepEqual(got[0]!.headers, { src: ['kafka'], 'Nats-Msg-Id': ['km-1'], 'Content-Type': ['text/plain'], 'Correlation-Id': ['kc-1'] });
     ns.sub.unsubscribe();
   });
@@ -238,24 +273,35 @@ describe('e2e: NATS headers across MQTT v5, AMQP and Kafka', () => {
             good: 'yes',
             'has space': 'x',
             'a:b': 'x',
-            'größe': 'x',
+            größe: 'x',
             inject: 'v\r\nInjected: yes',
             lf: 'v\nInjected: yes',
           },
         },
       });
-      await producer.send({ topic: 'bad.kafka', acks: -1, messages: [{ value: 'k', headers: { good: 'yes', crlf: Buffer.from('v\r\nInjected: yes'), 'sp ace': 'x' } }] });
+      await producer.send({
+        topic: 'bad.kafka',
+        acks: -1,
+        messages: [{ value: 'k', headers: { good: 'yes', crlf: Buffer.from('v\r\nInjected: yes'), 'sp ace': 'x' } }],
+      });
       await pub.publishAsync('bad/end', 'end', { qos: 1 });
       const got = await ns.until('end');
-      assert.deepEqual(got.map((s) => [s.subject, s.data, s.headerError]), [
-        ['bad.mqtt', 'm', undefined],
-        ['bad.kafka', 'k', undefined],
-      ]);
+      assert.deepEqual(
+        got.map((s) => [s.subject, s.data, s.headerError]),
+        [
+          ['bad.mqtt', 'm', undefined],
+          ['bad.kafka', 'k', undefined],
+        ],
+      );
       for (const s of got) {
         const h = s.headers ?? {};
         assert.deepEqual(h.good, ['yes'], `the valid header of ${s.subject}`);
         // Keys NATS cannot carry are left out; a value with CR/LF is left out or put on one line, never split.
-        assert.deepEqual(Object.keys(h).filter((k) => !['good', 'inject', 'lf', 'crlf'].includes(k)), [], `keys of ${s.subject}: ${JSON.stringify(h)}`);
+        assert.deepEqual(
+          Object.keys(h).filter((k) => !['good', 'inject', 'lf', 'crlf'].includes(k)),
+          [],
+          `keys of ${s.subject}: ${JSON.stringify(h)}`,
+        );
         for (const [k, vs] of Object.entries(h)) for (const v of vs) assert.ok(!/[\r\n]/.test(v), `${k}: ${JSON.stringify(v)} on one line`);
       }
       assert.equal(f.nc.isClosed(), false);

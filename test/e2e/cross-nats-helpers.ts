@@ -77,16 +77,27 @@ export function seen(m: Msg): NatsSeen {
 }
 
 /** A NATS subscription that records what arrives; `until(marker)` resolves with what came before the marker. */
-export function natsCollector(nc: NatsConnection, subject: string, opts: SubscriptionOptions = {}): { sub: Subscription; got: NatsSeen[]; until(payload: string, timeoutMs?: number): Promise<NatsSeen[]> } {
+export function natsCollector(
+  nc: NatsConnection,
+  subject: string,
+  opts: SubscriptionOptions = {},
+): { sub: Subscription; got: NatsSeen[]; until(payload: string, timeoutMs?: number): Promise<NatsSeen[]> } {
   const got: NatsSeen[] = [];
-  const sub = nc.subscribe(subject, { ...opts, callback: (err, m) => {
-    if (err === null) got.push(seen(m));
-  } });
+  const sub = nc.subscribe(subject, {
+    ...opts,
+    callback: (err, m) => {
+      if (err === null) got.push(seen(m));
+    },
+  });
   return {
     sub,
     got,
     async until(payload: string, timeoutMs = 10_000) {
-      await eventually(() => got.some((s) => s.data === payload), timeoutMs, `NATS marker ${payload} on ${subject} (have ${got.map((g) => g.data).join(', ')})`);
+      await eventually(
+        () => got.some((s) => s.data === payload),
+        timeoutMs,
+        `NATS marker ${payload} on ${subject} (have ${got.map((g) => g.data).join(', ')})`,
+      );
       const i = got.findIndex((s) => s.data === payload);
       return got.splice(0, i + 1).slice(0, i);
     },

@@ -39,8 +39,15 @@ describe('e2e: request/reply between NATS, AMQP and MQTT v5', () => {
     try {
       const h = natsHeaders();
       h.append('tenant', 'acme');
-      const replies = await timeout(Promise.all([3, 4, 5].map((n) => f.nc.request('svc.square', String(n), { timeout: 15_000, headers: h }))), 20_000, 'three replies');
-      assert.deepEqual(replies.map((r) => Buffer.from(r.data).toString()), ['9', '16', '25']);
+      const replies = await timeout(
+        Promise.all([3, 4, 5].map((n) => f.nc.request('svc.square', String(n), { timeout: 15_000, headers: h }))),
+        20_000,
+        'three replies',
+      );
+      assert.deepEqual(
+        replies.map((r) => Buffer.from(r.data).toString()),
+        ['9', '16', '25'],
+      );
       for (const r of replies) assert.deepEqual(seen(r).headers, { answeredBy: ['amqp'] });
       // What the AMQP server saw: the NATS inbox as reply-to (an inbox subject is a routing key as it is).
       assert.equal(seenByServer.length, 3);
@@ -66,7 +73,10 @@ describe('e2e: request/reply between NATS, AMQP and MQTT v5', () => {
       held.push(packet);
       if (held.length < 3) return;
       for (const r of held.reverse()) {
-        void responder.publishAsync(r.properties!.responseTopic!, r.payload.toString().toUpperCase(), { qos: 1, properties: { userProperties: { answeredBy: 'mqtt' } } });
+        void responder.publishAsync(r.properties!.responseTopic!, r.payload.toString().toUpperCase(), {
+          qos: 1,
+          properties: { userProperties: { answeredBy: 'mqtt' } },
+        });
       }
     });
     await responder.subscribeAsync('svc/upper/+', { qos: 1 });
@@ -78,11 +88,14 @@ describe('e2e: request/reply between NATS, AMQP and MQTT v5', () => {
         20_000,
         'three replies',
       );
-      assert.deepEqual(replies.map((r) => [Buffer.from(r.data).toString(), seen(r).headers]), [
-        ['WORD A', { answeredBy: ['mqtt'] }],
-        ['WORD B', { answeredBy: ['mqtt'] }],
-        ['WORD C', { answeredBy: ['mqtt'] }],
-      ]);
+      assert.deepEqual(
+        replies.map((r) => [Buffer.from(r.data).toString(), seen(r).headers]),
+        [
+          ['WORD A', { answeredBy: ['mqtt'] }],
+          ['WORD B', { answeredBy: ['mqtt'] }],
+          ['WORD C', { answeredBy: ['mqtt'] }],
+        ],
+      );
       assert.deepEqual(got.map((p) => p.topic).sort(), ['svc/upper/a', 'svc/upper/b', 'svc/upper/c']);
       for (const p of got) {
         assert.match(p.properties?.responseTopic ?? '', /^_INBOX\/[A-Za-z0-9]+\/[A-Za-z0-9]+$/);
@@ -119,14 +132,24 @@ describe('e2e: request/reply between NATS, AMQP and MQTT v5', () => {
       client.on('message', (_t, _p, packet) => replies.push(packet));
       await client.subscribeAsync('clients/nrpc-req/replies', { qos: 1 });
       for (const i of [1, 2, 3]) {
-        await client.publishAsync(`svc/echo/${i}`, `ping ${i}`, { qos: 1, properties: { responseTopic: 'clients/nrpc-req/replies', correlationData: Buffer.from(`req-${i}`) } });
+        await client.publishAsync(`svc/echo/${i}`, `ping ${i}`, {
+          qos: 1,
+          properties: { responseTopic: 'clients/nrpc-req/replies', correlationData: Buffer.from(`req-${i}`) },
+        });
       }
       await eventually(() => replies.length === 3, 15_000, 'three MQTT replies');
       // What the NATS responder saw.
-      assert.deepEqual(responderSaw.map((s) => [s.subject, s.reply, s.data, s.headers]), [1, 2, 3].map((i) => [`svc.echo.${i}`, 'clients.nrpc-req.replies', `ping ${i}`, { 'Correlation-Id': [`req-${i}`] }]));
+      assert.deepEqual(
+        responderSaw.map((s) => [s.subject, s.reply, s.data, s.headers]),
+        [1, 2, 3].map((i) => [`svc.echo.${i}`, 'clients.nrpc-req.replies', `ping ${i}`, { 'Correlation-Id': [`req-${i}`] }]),
+      );
       // What the MQTT requester got: its correlation data back, answered out of order.
       assert.deepEqual(
-        replies.map((p) => [p.topic, p.payload.toString(), p.properties?.correlationData === undefined ? undefined : Buffer.from(p.properties.correlationData).toString()]),
+        replies.map((p) => [
+          p.topic,
+          p.payload.toString(),
+          p.properties?.correlationData === undefined ? undefined : Buffer.from(p.properties.correlationData).toString(),
+        ]),
         [3, 2, 1].map((i) => ['clients/nrpc-req/replies', `ping ${i}`, `req-${i}`]),
       );
     } finally {

@@ -46,10 +46,13 @@ describe('e2e: JetStream over FlowMQ streams with Kafka and AMQP', () => {
     } finally {
       await consumer.disconnect();
     }
-    assert.deepEqual(records.map((r) => [r.offset, String(r.value), r.headers?.['flowmq.topic']?.toString()]), [
-      ['0', 'one', 'jsk/a'],
-      ['1', 'two', 'jsk/b/c'],
-    ]);
+    assert.deepEqual(
+      records.map((r) => [r.offset, String(r.value), r.headers?.['flowmq.topic']?.toString()]),
+      [
+        ['0', 'one', 'jsk/a'],
+        ['1', 'two', 'jsk/b/c'],
+      ],
+    );
     assert.equal(records[0]!.headers?.tenant?.toString(), 'acme');
     assert.equal(records[0]!.headers?.['Nats-Msg-Id']?.toString(), 'dedup-1');
     assert.equal(records[0]!.headers?.['flowmq.message-id']?.toString(), 'dedup-1');
@@ -58,7 +61,12 @@ describe('e2e: JetStream over FlowMQ streams with Kafka and AMQP', () => {
   it('a stream fed by AMQP and Kafka is replayed by a JetStream pull consumer: subjects, headers, seq = offset + 1', async () => {
     await f.broker.api('POST', '/api/v1/streams', { name: 'js-mixed', partitions: 1, bindings: ['mixed/#'] });
     const ch = await f.conn.createConfirmChannel();
-    ch.publish('amq.topic', 'mixed.amqp.v1/2', Buffer.from('from amqp'), { headers: { tenant: 'acme' }, messageId: 'am-1', correlationId: 'ac-1', contentType: 'text/plain' });
+    ch.publish('amq.topic', 'mixed.amqp.v1/2', Buffer.from('from amqp'), {
+      headers: { tenant: 'acme' },
+      messageId: 'am-1',
+      correlationId: 'ac-1',
+      contentType: 'text/plain',
+    });
     await ch.waitForConfirms();
     await ch.close();
     const kafka = new Kafka({ brokers: [f.broker.kafka], clientId: 'xs-mixed', logLevel: logLevel.NOTHING, retry: { retries: 8, initialRetryTime: 100 } });
@@ -78,10 +86,13 @@ describe('e2e: JetStream over FlowMQ streams with Kafka and AMQP', () => {
       got.push(m);
       m.ack();
     }
-    assert.deepEqual(got.map((m) => [m.subject, m.seq, m.string()]), [
-      ['mixed.amqp.v1/2', 1, 'from amqp'],
-      ['js-mixed', 2, 'from kafka'],
-    ]);
+    assert.deepEqual(
+      got.map((m) => [m.subject, m.seq, m.string()]),
+      [
+        ['mixed.amqp.v1/2', 1, 'from amqp'],
+        ['js-mixed', 2, 'from kafka'],
+      ],
+    );
     assert.deepEqual(hdrs(got[0]!), { tenant: ['acme'], 'Nats-Msg-Id': ['am-1'], 'Correlation-Id': ['ac-1'], 'Content-Type': ['text/plain'] });
     assert.deepEqual(hdrs(got[1]!), { src: ['kafka'] });
   });

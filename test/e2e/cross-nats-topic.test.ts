@@ -29,11 +29,14 @@ describe('e2e: NATS subjects across MQTT, AMQP and Kafka', () => {
       f.nc.publish('n2m.deep.x.y', 'deep below');
       f.nc.publish('n2m.z.c', 'end');
       const got = await sub.until('end');
-      assert.deepEqual(got.map((p) => [p.topic, p.payload.toString()]), [
-        ['n2m/b/c', 'abc'],
-        ['n2m/deep', 'deep itself'],
-        ['n2m/deep/x/y', 'deep below'],
-      ]);
+      assert.deepEqual(
+        got.map((p) => [p.topic, p.payload.toString()]),
+        [
+          ['n2m/b/c', 'abc'],
+          ['n2m/deep', 'deep itself'],
+          ['n2m/deep/x/y', 'deep below'],
+        ],
+      );
       // A NATS publish carries no delivery guarantee: QoS 0, whatever the subscription's QoS.
       for (const p of got) assert.equal(p.qos, 0);
     } finally {
@@ -56,14 +59,23 @@ describe('e2e: NATS subjects across MQTT, AMQP and Kafka', () => {
       await pub.publishAsync('m2n/end', 'end', { qos: 1 });
       await pub.publishAsync('m2n/deep/end', 'end', { qos: 1 });
       await pub.publishAsync('m2n/end/c', 'end', { qos: 1 });
-      assert.deepEqual((await star.until('end')).map((s) => [s.subject, s.data]), [['m2n.b.c', 'abc']]);
-      assert.deepEqual((await tail.until('end')).map((s) => [s.subject, s.data]), [['m2n.deep.x.y', 'below deep']]);
-      assert.deepEqual((await both.until('end')).map((s) => [s.subject, s.data]), [
-        ['m2n.b.c', 'abc'],
-        ['m2n.b.c.d', 'too deep for *'],
-        ['m2n.deep', 'the parent'],
-        ['m2n.deep.x.y', 'below deep'],
-      ]);
+      assert.deepEqual(
+        (await star.until('end')).map((s) => [s.subject, s.data]),
+        [['m2n.b.c', 'abc']],
+      );
+      assert.deepEqual(
+        (await tail.until('end')).map((s) => [s.subject, s.data]),
+        [['m2n.deep.x.y', 'below deep']],
+      );
+      assert.deepEqual(
+        (await both.until('end')).map((s) => [s.subject, s.data]),
+        [
+          ['m2n.b.c', 'abc'],
+          ['m2n.b.c.d', 'too deep for *'],
+          ['m2n.deep', 'the parent'],
+          ['m2n.deep.x.y', 'below deep'],
+        ],
+      );
     } finally {
       await pub.endAsync();
       star.sub.unsubscribe();
@@ -98,14 +110,20 @@ describe('e2e: NATS subjects across MQTT, AMQP and Kafka', () => {
       f.nc.publish('sep.x.y.z', 'four tokens'); // sep/x/y/z: not sep/x.y/+
       f.nc.publish('sep.x/y', 'no third token');
       f.nc.publish('sep.end', 'end');
-      assert.deepEqual((await sub.until('end')).map((p) => [p.topic, p.payload.toString()]), [['sep/x.y/z', 'slash in a token']]);
+      assert.deepEqual(
+        (await sub.until('end')).map((p) => [p.topic, p.payload.toString()]),
+        [['sep/x.y/z', 'slash in a token']],
+      );
 
       // MQTT → NATS.
       await pub.publishAsync('sep/v1.2/temp', 'dot in a level', { qos: 1 });
       await pub.publishAsync('sep/v1/2/temp', 'four levels', { qos: 1 }); // sep.v1.2.temp: not sep.v1/2.*
       await pub.publishAsync('sep/v1.2/temp/x', 'too deep', { qos: 1 });
       await pub.publishAsync('sep/v1.2/end', 'end', { qos: 1 });
-      assert.deepEqual((await ns.until('end')).map((s) => [s.subject, s.data]), [['sep.v1/2.temp', 'dot in a level']]);
+      assert.deepEqual(
+        (await ns.until('end')).map((s) => [s.subject, s.data]),
+        [['sep.v1/2.temp', 'dot in a level']],
+      );
     } finally {
       await sub.c.endAsync();
       await pub.endAsync();
@@ -129,7 +147,10 @@ describe('e2e: NATS subjects across MQTT, AMQP and Kafka', () => {
       await pub.publishAsync('ws/reply', 'bad reply', { qos: 1, properties: { responseTopic: 'r/has space' } });
       await pub.publishAsync('ws/end', 'end', { qos: 1 });
       const got = await ns.until('end');
-      assert.deepEqual(got.filter((s) => s.subject !== 'ws.reply').map((s) => [s.subject, s.data]), [['ws.ok', 'ok']]);
+      assert.deepEqual(
+        got.filter((s) => s.subject !== 'ws.reply').map((s) => [s.subject, s.data]),
+        [['ws.ok', 'ok']],
+      );
       for (const s of got) assert.ok(!/\s/.test(s.subject) && !/\s/.test(s.reply), `no whitespace in ${JSON.stringify(s)}`);
       assert.equal(own.isClosed(), false);
     } finally {
@@ -146,7 +167,10 @@ describe('e2e: NATS subjects across MQTT, AMQP and Kafka', () => {
       await f.nc.flush();
       await pub.publishAsync('ret/y', 'live retained', { qos: 1, retain: true });
       await pub.publishAsync('ret/end', 'end', { qos: 1 });
-      assert.deepEqual((await ns.until('end')).map((s) => [s.subject, s.data]), [['ret.y', 'live retained']]);
+      assert.deepEqual(
+        (await ns.until('end')).map((s) => [s.subject, s.data]),
+        [['ret.y', 'live retained']],
+      );
       ns.sub.unsubscribe();
     } finally {
       // Clear the retained messages (an empty retained payload).
@@ -167,10 +191,22 @@ describe('e2e: NATS subjects across MQTT, AMQP and Kafka', () => {
       await pub.publishAsync('$app/y', 'dollar from MQTT', { qos: 1 });
       f.nc.publish('dollar.end', 'end');
       const n = await ns.until('end');
-      assert.deepEqual(n.filter((s) => s.subject.startsWith('$app')).map((s) => [s.subject, s.data]), [['$app.x', 'dollar from NATS'], ['$app.y', 'dollar from MQTT']]);
+      assert.deepEqual(
+        n.filter((s) => s.subject.startsWith('$app')).map((s) => [s.subject, s.data]),
+        [
+          ['$app.x', 'dollar from NATS'],
+          ['$app.y', 'dollar from MQTT'],
+        ],
+      );
       const m = await sub.until('end');
       // `$app/#` sees both; `#` neither [MQTT-4.7.2-1], so each arrives once.
-      assert.deepEqual(m.filter((p) => p.topic.startsWith('$app')).map((p) => [p.topic, p.payload.toString()]), [['$app/x', 'dollar from NATS'], ['$app/y', 'dollar from MQTT']]);
+      assert.deepEqual(
+        m.filter((p) => p.topic.startsWith('$app')).map((p) => [p.topic, p.payload.toString()]),
+        [
+          ['$app/x', 'dollar from NATS'],
+          ['$app/y', 'dollar from MQTT'],
+        ],
+      );
     } finally {
       ns.sub.unsubscribe();
       await sub.c.endAsync();
@@ -193,15 +229,21 @@ describe('e2e: NATS subjects across MQTT, AMQP and Kafka', () => {
     f.nc.publish('dev.v1/2.end', 'end');
     await f.nc.flush();
     const hash = await takeUntil(f.ch, 'xn-hash', 'end');
-    assert.deepEqual(hash.map((m) => [m.fields.exchange, m.fields.routingKey, m.content.toString()]), [
-      ['amq.topic', 'orders.eu.1', 'o1'],
-      ['amq.topic', 'orders', 'orders itself'],
-    ]);
+    assert.deepEqual(
+      hash.map((m) => [m.fields.exchange, m.fields.routingKey, m.content.toString()]),
+      [
+        ['amq.topic', 'orders.eu.1', 'o1'],
+        ['amq.topic', 'orders', 'orders itself'],
+      ],
+    );
     // A NATS publish says nothing about persistence: no delivery-mode; and it has no headers.
     assert.equal(hash[0]!.properties.deliveryMode, undefined);
     assert.equal(hash[0]!.properties.headers, undefined);
     const star = await takeUntil(f.ch, 'xn-star', 'end');
-    assert.deepEqual(star.map((m) => [m.fields.routingKey, m.content.toString()]), [['dev.v1/2.temp', 'slash in a word']]);
+    assert.deepEqual(
+      star.map((m) => [m.fields.routingKey, m.content.toString()]),
+      [['dev.v1/2.temp', 'slash in a word']],
+    );
   });
 
   it('AMQP publishes on amq.topic reach NATS subscribers (other exchanges do not)', async () => {
@@ -213,7 +255,10 @@ describe('e2e: NATS subjects across MQTT, AMQP and Kafka', () => {
     f.ch.publish('xn.other', 'a2n.two', Buffer.from('other exchange'));
     f.ch.publish('amq.topic', 'a2n.end', Buffer.from('end'));
     const got = await ns.until('end');
-    assert.deepEqual(got.map((s) => [s.subject, s.data, s.headers]), [['a2n.one', 'one', null]]);
+    assert.deepEqual(
+      got.map((s) => [s.subject, s.data, s.headers]),
+      [['a2n.one', 'one', null]],
+    );
     ns.sub.unsubscribe();
   });
 
@@ -261,14 +306,21 @@ describe('e2e: NATS subjects across MQTT, AMQP and Kafka', () => {
       await producer.disconnect();
     }
     const fromKafka = await live.until('end');
-    assert.deepEqual(fromKafka.map((s) => [s.subject, s.data, s.reply]), [['nats-orders', 'from kafka', '']]);
+    assert.deepEqual(
+      fromKafka.map((s) => [s.subject, s.data, s.reply]),
+      [['nats-orders', 'from kafka', '']],
+    );
     live.sub.unsubscribe();
   });
 
   it('a NATS queue group holds only NATS members: each message once among them; an MQTT $share group of the same name is a group of its own', async () => {
     const nc2 = await connectNats(f.broker, { name: 'worker-2' });
     const nc3 = await connectNats(f.broker, { name: 'worker-3' });
-    const members = [natsCollector(f.nc, 'jobs.*', { queue: 'workers' }), natsCollector(nc2, 'jobs.*', { queue: 'workers' }), natsCollector(nc3, 'jobs.*', { queue: 'workers' })];
+    const members = [
+      natsCollector(f.nc, 'jobs.*', { queue: 'workers' }),
+      natsCollector(nc2, 'jobs.*', { queue: 'workers' }),
+      natsCollector(nc3, 'jobs.*', { queue: 'workers' }),
+    ];
     const plain = natsCollector(nc2, 'jobs.*');
     // Same group name and an equivalent filter, but MQTT: a separate group that gets every message too.
     const shared = await mqttCollector(f.broker.mqttUrl, ['$share/workers/jobs/+']);
@@ -285,7 +337,11 @@ describe('e2e: NATS subjects across MQTT, AMQP and Kafka', () => {
       }
       await f.nc.flush();
       await eventually(() => members.reduce((n, m) => n + m.got.length, 0) >= sent.length, 15_000, 'every job delivered to the queue group');
-      await eventually(() => plain.got.length >= sent.length && shared.got.length >= sent.length, 15_000, 'every job to the plain and the MQTT shared subscriber');
+      await eventually(
+        () => plain.got.length >= sent.length && shared.got.length >= sent.length,
+        15_000,
+        'every job to the plain and the MQTT shared subscriber',
+      );
       const all = members.flatMap((m) => m.got.map((s) => s.data));
       assert.deepEqual([...all].sort(), [...sent].sort(), 'each message exactly once in the NATS queue group');
       for (const [i, m] of members.entries()) assert.ok(m.got.length > 0, `member ${i + 1} got a share`);

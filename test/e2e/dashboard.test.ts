@@ -33,7 +33,8 @@ describe('e2e: dashboard in chromium', () => {
     page.on('pageerror', (err) => problems.push(`page error: ${err.message}`));
     page.on('console', (m) => {
       // Refusals this test provokes on purpose (no session: 401; no CSRF token: 403) are logged by the browser.
-      if (m.type() === 'error' && !/Failed to load resource: the server responded with a status of 40[13]/.test(m.text())) problems.push(`console: ${m.text()}`);
+      if (m.type() === 'error' && !/Failed to load resource: the server responded with a status of 40[13]/.test(m.text()))
+        problems.push(`console: ${m.text()}`);
     });
     return page;
   };
@@ -100,7 +101,12 @@ describe('e2e: dashboard in chromium', () => {
     // make it wait for its own password dialog.
     const statuses = await page.evaluate(async () => {
       const get = await fetch('/api/v1/streams', { credentials: 'omit' });
-      const post = await fetch('/api/v1/streams', { method: 'POST', credentials: 'omit', headers: { 'content-type': 'application/json' }, body: '{"name":"sneaky"}' });
+      const post = await fetch('/api/v1/streams', {
+        method: 'POST',
+        credentials: 'omit',
+        headers: { 'content-type': 'application/json' },
+        body: '{"name":"sneaky"}',
+      });
       return [get.status, post.status];
     });
     assert.deepEqual(statuses, [401, 401]);
@@ -147,7 +153,9 @@ describe('e2e: dashboard in chromium', () => {
     assert.equal(await row.locator('td').nth(2).innerText(), 'null');
 
     // With the session cookie, a state-changing call without the session's CSRF token is refused.
-    const csrf = await page.evaluate(async () => (await fetch('/api/v1/streams/dash-stream', { method: 'DELETE', headers: { 'content-type': 'application/json' } })).status);
+    const csrf = await page.evaluate(
+      async () => (await fetch('/api/v1/streams/dash-stream', { method: 'DELETE', headers: { 'content-type': 'application/json' } })).status,
+    );
     assert.equal(csrf, 403);
     await page.context().close();
   });
@@ -187,7 +195,9 @@ describe('e2e: dashboard in chromium', () => {
 
     await page.click('tr[data-policy="readers-dash"] button:text-is("Delete")');
     await page.locator('tr[data-policy="readers-dash"]').waitFor({ state: 'detached' });
-    const gone = await fetch(`${broker.http}/api/v1/policies/readers-dash`, { headers: { authorization: `Basic ${Buffer.from(`${ADMIN.username}:${ADMIN.password}`).toString('base64')}` } });
+    const gone = await fetch(`${broker.http}/api/v1/policies/readers-dash`, {
+      headers: { authorization: `Basic ${Buffer.from(`${ADMIN.username}:${ADMIN.password}`).toString('base64')}` },
+    });
     assert.equal(gone.status, 404);
     await page.context().close();
   });
@@ -242,21 +252,43 @@ describe('e2e: dashboard in chromium', () => {
     await amqpConn.close();
     await broker.api('POST', '/api/v1/users', { username: 'sensor-gw', password: 'gateway-pass', groups: ['devices'] });
     await broker.api('POST', '/api/v1/groups', { name: 'devices', description: 'field gateways' });
-    await broker.api('POST', '/api/v1/policies', { name: 'devices-publish', effect: 'allow', actions: ['publish'], resources: ['topic:factory/+/telemetry'], principals: ['group:devices'], description: 'gateways publish telemetry' });
-    await broker.api('POST', '/api/v1/policies', { name: 'no-admin-topics', effect: 'deny', actions: ['*'], resources: ['topic:$admin/#'], principals: ['everyone'] });
+    await broker.api('POST', '/api/v1/policies', {
+      name: 'devices-publish',
+      effect: 'allow',
+      actions: ['publish'],
+      resources: ['topic:factory/+/telemetry'],
+      principals: ['group:devices'],
+      description: 'gateways publish telemetry',
+    });
+    await broker.api('POST', '/api/v1/policies', {
+      name: 'no-admin-topics',
+      effect: 'deny',
+      actions: ['*'],
+      resources: ['topic:$admin/#'],
+      principals: ['everyone'],
+    });
     await broker.api('POST', '/api/v1/namespaces', { name: 'tenant-a', description: 'first tenant', quotas: { maxConnections: 100, publishRate: 500 } });
-    const clients = await Promise.all(['line-1', 'line-2', 'line-3'].map((id) => mqtt.connectAsync(broker.mqttUrl, { ...ADMIN, clientId: id, reconnectPeriod: 0 })));
+    const clients = await Promise.all(
+      ['line-1', 'line-2', 'line-3'].map((id) => mqtt.connectAsync(broker.mqttUrl, { ...ADMIN, clientId: id, reconnectPeriod: 0 })),
+    );
     const monitor = await mqtt.connectAsync(broker.mqttUrl, { ...ADMIN, clientId: 'monitor', reconnectPeriod: 0 });
     await monitor.subscribeAsync('factory/line-1/#');
     let n = 0;
     const traffic = setInterval(() => {
       clients.forEach((c, i) => {
-        for (let k = 0; k < 5 + ((n * (i + 1)) % 7); k++) c.publish(`factory/line-${i + 1}/telemetry`, JSON.stringify({ seq: n, temp: 20 + ((n * 7 + i) % 9) }));
+        for (let k = 0; k < 5 + ((n * (i + 1)) % 7); k++)
+          c.publish(`factory/line-${i + 1}/telemetry`, JSON.stringify({ seq: n, temp: 20 + ((n * 7 + i) % 9) }));
       });
       n++;
     }, 200);
     // Two Kafka consumer groups on the telemetry stream: one reading along, one that read a while and left (lag).
-    const kafka = new Kafka({ brokers: [broker.kafka], clientId: 'dashboards', logLevel: logLevel.NOTHING, sasl: { mechanism: 'plain', ...ADMIN }, retry: { retries: 8, initialRetryTime: 100 } });
+    const kafka = new Kafka({
+      brokers: [broker.kafka],
+      clientId: 'dashboards',
+      logLevel: logLevel.NOTHING,
+      sasl: { mechanism: 'plain', ...ADMIN },
+      retry: { retries: 8, initialRetryTime: 100 },
+    });
     const live = kafka.consumer({ groupId: 'alerting' });
     const batch = kafka.consumer({ groupId: 'nightly-export' });
     for (const c of [live, batch]) {
@@ -264,7 +296,11 @@ describe('e2e: dashboard in chromium', () => {
       await c.subscribe({ topics: ['factory-telemetry'], fromBeginning: true });
       await c.run({ autoCommitInterval: 100, eachMessage: async () => undefined });
     }
-    await eventually(async () => ((await broker.api<{ items: Array<{ name: string; lag: number | null }> }>('GET', '/api/v1/consumer-groups')).items.length === 2), 20_000, 'two groups');
+    await eventually(
+      async () => (await broker.api<{ items: Array<{ name: string; lag: number | null }> }>('GET', '/api/v1/consumer-groups')).items.length === 2,
+      20_000,
+      'two groups',
+    );
     await new Promise((r) => setTimeout(r, 3000));
     await batch.disconnect();
     try {

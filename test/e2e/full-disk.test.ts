@@ -57,10 +57,12 @@ async function produceUntilStalled(
   for (let s = 0; s < maxSends; s++) {
     const ids = Array.from({ length: 8 }, () => `k${next.id++}`);
     const state: { done: boolean; err: unknown } = { done: false, err: null };
-    const send = producer.send({ topic, acks: -1, messages: ids.map((id) => ({ key: id, value: Buffer.concat([Buffer.from(id + ':'), randomBytes(64 * 1024)]) })) }).then(() => {
-      for (const id of ids) acked.add(id);
-      state.done = true;
-    });
+    const send = producer
+      .send({ topic, acks: -1, messages: ids.map((id) => ({ key: id, value: Buffer.concat([Buffer.from(id + ':'), randomBytes(64 * 1024)]) })) })
+      .then(() => {
+        for (const id of ids) acked.add(id);
+        state.done = true;
+      });
     send.catch((err: unknown) => (state.err = err));
     await eventually(() => state.done || state.err !== null || stalled(), 60_000, 'the send to complete or be refused');
     if (state.err !== null) throw state.err;
@@ -92,79 +94,83 @@ describe('full disk e2e', () => {
     return { dir };
   };
 
-  test('the free-space reserve: producers get retriable errors, and everything resumes without a restart once space returns', { timeout: 240_000 }, async () => {
-    // On a tmpfs of its own where it can (root): nothing else writes there, so the free space moves only with the
-    // test. Elsewhere on the temporary directory's filesystem, which others may write to meanwhile.
-    const fs = await mountTmpfs(256);
-    if (fs.dir === null) console.log(`# the reserve test runs on ${tmpdir()}'s filesystem (no tmpfs of its own: ${fs.why})`);
-    const dataDir = fs.dir === null ? mkdtempSync(join(tmpdir(), 'flowmq-e2e-disk-')) : join(fs.dir, 'data');
-    const ballast = fs.dir === null ? `${dataDir}-ballast` : join(fs.dir, 'ballast');
-    cleanups.push(() => rmSync(ballast, { force: true }));
-    if (fs.dir !== null) mkdirSync(dataDir);
-    const fa = await run('fallocate', ['-l', String(64 * MiB), ballast]);
-    assert.equal(fa.code, 0, `fallocate: ${fa.stderr}`);
-    const reserve = freeBytes(dataDir) - 8 * MiB;
-    console.log(`# data dir ${dataDir}: ${freeBytes(dataDir)} bytes free, --min-free-disk ${reserve}`);
-    const b = await FlowmqProcess.start({ dataDir, args: ['--min-free-disk', String(reserve), '--log-level', 'info'] });
-    cleanups.push(async () => {
-      await b.stop('SIGKILL');
-      b.cleanup();
-    });
-    assert.equal((await b.cli(['stream', 'create', 'disk', '--partitions', '1'])).code, 0);
+  test(
+    'the free-space reserve: producers get retriable errors, and everything resumes without a restart once space returns',
+    { timeout: 240_000 },
+    async () => {
+      // On a tmpfs of its own where it can (root): nothing else writes there, so the free space moves only with the
+      // test. Elsewhere on the temporary directory's filesystem, which others may write to meanwhile.
+      const fs = await mountTmpfs(256);
+      if (fs.dir === null) console.log(`# the reserve test runs on ${tmpdir()}'s filesystem (no tmpfs of its own: ${fs.why})`);
+      const dataDir = fs.dir === null ? mkdtempSync(join(tmpdir(), 'flowmq-e2e-disk-')) : join(fs.dir, 'data');
+      const ballast = fs.dir === null ? `${dataDir}-ballast` : join(fs.dir, 'ballast');
+      cleanups.push(() => rmSync(ballast, { force: true }));
+      if (fs.dir !== null) mkdirSync(dataDir);
+      const fa = await run('fallocate', ['-l', String(64 * MiB), ballast]);
+      assert.equal(fa.code, 0, `fallocate: ${fa.stderr}`);
+      const reserve = freeBytes(dataDir) - 8 * MiB;
+      console.log(`# data dir ${dataDir}: ${freeBytes(dataDir)} bytes free, --min-free-disk ${reserve}`);
+      const b = await FlowmqProcess.start({ dataDir, args: ['--min-free-disk', String(reserve), '--log-level', 'info'] });
+      cleanups.push(async () => {
+        await b.stop('SIGKILL');
+        b.cleanup();
+      });
+      assert.equal((await b.cli(['stream', 'create', 'disk', '--partitions', '1'])).code, 0);
 
-    const kafkaErrors: string[] = [];
-    const kafka = kafkaClient(b.kafka, kafkaErrors);
-    const producer = kafka.producer({ allowAutoTopicCreation: false, retry: { retries: 1000, initialRetryTime: 100, maxRetryTime: 1000 } });
-    await producer.connect();
-    cleanups.push(() => producer.disconnect());
-    const acked = new Set<string>();
-    const next = { id: 0 };
-    const refused = () => kafkaErrors.some((e) => /Disk error when trying to access log file/.test(e));
-    // A few MiB in, the reserve is reached: the broker answers KAFKA_STORAGE_ERROR and KafkaJS retries.
-    const stalled = await produceUntilStalled(producer, 'disk', acked, next, 200, refused);
-    assert.ok(stalled !== null, `the reserve was reached (${acked.size} messages acknowledged)`);
-    const sentBefore = next.id;
-    const broker = await b.api<{ storage: { disk: { refusingWrites: boolean; minFreeBytes: number; freeBytes: number } } }>('GET', '/api/v1/broker');
-    assert.equal(broker.storage.disk.refusingWrites, true, JSON.stringify(broker.storage.disk));
-    assert.equal(broker.storage.disk.minFreeBytes, reserve);
-    await b.waitForLog((l) => l.msg.startsWith('free disk space below the reserve'));
+      const kafkaErrors: string[] = [];
+      const kafka = kafkaClient(b.kafka, kafkaErrors);
+      const producer = kafka.producer({ allowAutoTopicCreation: false, retry: { retries: 1000, initialRetryTime: 100, maxRetryTime: 1000 } });
+      await producer.connect();
+      cleanups.push(() => producer.disconnect());
+      const acked = new Set<string>();
+      const next = { id: 0 };
+      const refused = () => kafkaErrors.some((e) => /Disk error when trying to access log file/.test(e));
+      // A few MiB in, the reserve is reached: the broker answers KAFKA_STORAGE_ERROR and KafkaJS retries.
+      const stalled = await produceUntilStalled(producer, 'disk', acked, next, 200, refused);
+      assert.ok(stalled !== null, `the reserve was reached (${acked.size} messages acknowledged)`);
+      const sentBefore = next.id;
+      const broker = await b.api<{ storage: { disk: { refusingWrites: boolean; minFreeBytes: number; freeBytes: number } } }>('GET', '/api/v1/broker');
+      assert.equal(broker.storage.disk.refusingWrites, true, JSON.stringify(broker.storage.disk));
+      assert.equal(broker.storage.disk.minFreeBytes, reserve);
+      await b.waitForLog((l) => l.msg.startsWith('free disk space below the reserve'));
 
-    // MQTT 5.0: PUBACK 0x97 Quota exceeded; the connection stays.
-    const m5 = await mqtt.connectAsync(b.mqttUrl, { protocolVersion: 5, clientId: 'disk-v5', reconnectPeriod: 0 });
-    cleanups.push(() => m5.endAsync(true));
-    await assert.rejects(m5.publishAsync('disk', 'refused', { qos: 1 }), (e: { code?: number }) => e.code === 0x97);
-    assert.equal(m5.connected, true);
-    // MQTT 3.1.1: no negative PUBACK, the connection is closed (the client resends on reconnect), logged as storage.
-    const m4 = await mqtt.connectAsync(b.mqttUrl, { protocolVersion: 4, clientId: 'disk-v4', reconnectPeriod: 0 });
-    cleanups.push(() => m4.endAsync(true));
-    const closed = new Promise<void>((resolve) => m4.once('close', () => resolve()));
-    m4.publish('disk', 'refused', { qos: 1 });
-    await closed;
-    await b.waitForLog((l) => l.msg.startsWith('mqtt publish could not be stored') && l.clientId === 'disk-v4');
-    assert.ok(!b.logs.some((l) => /protocol error/.test(l.msg)), 'not logged as a protocol error');
+      // MQTT 5.0: PUBACK 0x97 Quota exceeded; the connection stays.
+      const m5 = await mqtt.connectAsync(b.mqttUrl, { protocolVersion: 5, clientId: 'disk-v5', reconnectPeriod: 0 });
+      cleanups.push(() => m5.endAsync(true));
+      await assert.rejects(m5.publishAsync('disk', 'refused', { qos: 1 }), (e: { code?: number }) => e.code === 0x97);
+      assert.equal(m5.connected, true);
+      // MQTT 3.1.1: no negative PUBACK, the connection is closed (the client resends on reconnect), logged as storage.
+      const m4 = await mqtt.connectAsync(b.mqttUrl, { protocolVersion: 4, clientId: 'disk-v4', reconnectPeriod: 0 });
+      cleanups.push(() => m4.endAsync(true));
+      const closed = new Promise<void>((resolve) => m4.once('close', () => resolve()));
+      m4.publish('disk', 'refused', { qos: 1 });
+      await closed;
+      await b.waitForLog((l) => l.msg.startsWith('mqtt publish could not be stored') && l.clientId === 'disk-v4');
+      assert.ok(!b.logs.some((l) => /protocol error/.test(l.msg)), 'not logged as a protocol error');
 
-    // Space returns: the retried produce completes, new ones are taken, MQTT publishes are acknowledged.
-    assert.equal(acked.size, sentBefore - 8, 'the refused send is not acknowledged while the reserve holds');
-    rmSync(ballast);
-    await stalled.pending;
-    await b.waitForLog((l) => l.msg.startsWith('free disk space above the reserve again'), 10_000);
-    for (let s = 0; s < 3; s++) {
-      const ids = Array.from({ length: 4 }, () => `k${next.id++}`);
-      await producer.send({ topic: 'disk', acks: -1, messages: ids.map((id) => ({ key: id, value: `${id}:after` })) });
-      for (const id of ids) acked.add(id);
-    }
-    const ack = await m5.publishAsync('disk', 'accepted', { qos: 1 });
-    assert.ok(ack === undefined || (ack as { reasonCode?: number }).reasonCode === undefined || (ack as { reasonCode?: number }).reasonCode === 0);
+      // Space returns: the retried produce completes, new ones are taken, MQTT publishes are acknowledged.
+      assert.equal(acked.size, sentBefore - 8, 'the refused send is not acknowledged while the reserve holds');
+      rmSync(ballast);
+      await stalled.pending;
+      await b.waitForLog((l) => l.msg.startsWith('free disk space above the reserve again'), 10_000);
+      for (let s = 0; s < 3; s++) {
+        const ids = Array.from({ length: 4 }, () => `k${next.id++}`);
+        await producer.send({ topic: 'disk', acks: -1, messages: ids.map((id) => ({ key: id, value: `${id}:after` })) });
+        for (const id of ids) acked.add(id);
+      }
+      const ack = await m5.publishAsync('disk', 'accepted', { qos: 1 });
+      assert.ok(ack === undefined || (ack as { reasonCode?: number }).reasonCode === undefined || (ack as { reasonCode?: number }).reasonCode === 0);
 
-    // Every acknowledged message is there; nothing refused was stored.
-    const got = await kcatConsume(b.kafka, 'disk');
-    const keys = new Set(got.map((m) => m.key));
-    const missing = [...acked].filter((id) => !keys.has(id));
-    assert.deepEqual(missing, [], 'acknowledged messages missing');
-    const payloads = got.filter((m) => m.key === null).map((m) => m.payload);
-    assert.deepEqual(payloads, ['accepted'], 'MQTT: the refused publishes were not stored, the accepted one was');
-    console.log(`# ${acked.size} Kafka messages acknowledged (${next.id} sent), all consumed; ${kafkaErrors.length} KafkaJS retry lines`);
-  });
+      // Every acknowledged message is there; nothing refused was stored.
+      const got = await kcatConsume(b.kafka, 'disk');
+      const keys = new Set(got.map((m) => m.key));
+      const missing = [...acked].filter((id) => !keys.has(id));
+      assert.deepEqual(missing, [], 'acknowledged messages missing');
+      const payloads = got.filter((m) => m.key === null).map((m) => m.payload);
+      assert.deepEqual(payloads, ['accepted'], 'MQTT: the refused publishes were not stored, the accepted one was');
+      console.log(`# ${acked.size} Kafka messages acknowledged (${next.id} sent), all consumed; ${kafkaErrors.length} KafkaJS retry lines`);
+    },
+  );
 
   test('a real ENOSPC (a 32 MiB tmpfs): writes fail, the partition backs off, and resumes by itself once space is freed', { timeout: 240_000 }, async (t) => {
     // Mounting needs root (CAP_SYS_ADMIN). Whenever it cannot run, the output says why, in a line of its own.
@@ -185,7 +191,10 @@ describe('full disk e2e', () => {
     });
     assert.equal((await b.cli(['stream', 'create', 'enospc', '--partitions', '1'])).code, 0);
     const kafkaErrors: string[] = [];
-    const producer = kafkaClient(b.kafka, kafkaErrors).producer({ allowAutoTopicCreation: false, retry: { retries: 1000, initialRetryTime: 100, maxRetryTime: 1000 } });
+    const producer = kafkaClient(b.kafka, kafkaErrors).producer({
+      allowAutoTopicCreation: false,
+      retry: { retries: 1000, initialRetryTime: 100, maxRetryTime: 1000 },
+    });
     await producer.connect();
     cleanups.push(() => producer.disconnect());
     const acked = new Set<string>();
@@ -204,7 +213,11 @@ describe('full disk e2e', () => {
     for (const id of ids) acked.add(id);
     const check = async (broker: FlowmqProcess, when: string): Promise<void> => {
       const keys = new Set((await kcatConsume(broker.kafka, 'enospc')).map((x) => x.key));
-      assert.deepEqual([...acked].filter((id) => !keys.has(id)), [], `acknowledged messages missing ${when}`);
+      assert.deepEqual(
+        [...acked].filter((id) => !keys.has(id)),
+        [],
+        `acknowledged messages missing ${when}`,
+      );
     };
     await check(b, 'after space returned');
     // And after a kill -9: the WAL that ran into ENOSPC recovers exactly what was acknowledged.

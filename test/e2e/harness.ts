@@ -77,7 +77,26 @@ export class FlowmqProcess {
   /** Starts a broker on free loopback ports and waits until its MQTT, Kafka and HTTP listeners are up. */
   static async start(opts: { dataDir?: string; args?: string[]; env?: NodeJS.ProcessEnv } = {}): Promise<FlowmqProcess> {
     const dataDir = opts.dataDir ?? mkdtempSync(join(tmpdir(), 'flowmq-e2e-'));
-    const args = ['start', '--data-dir', dataDir, '--host', '127.0.0.1', '--mqtt-port', '0', '--mqtt-ws-port', '0', '--kafka-port', '0', '--amqp-port', '0', '--nats-port', '0', '--http-port', '0', ...(opts.args ?? [])];
+    const args = [
+      'start',
+      '--data-dir',
+      dataDir,
+      '--host',
+      '127.0.0.1',
+      '--mqtt-port',
+      '0',
+      '--mqtt-ws-port',
+      '0',
+      '--kafka-port',
+      '0',
+      '--amqp-port',
+      '0',
+      '--nats-port',
+      '0',
+      '--http-port',
+      '0',
+      ...(opts.args ?? []),
+    ];
     // The launcher itself, as users run it (it execs Node in the same process, so signals reach the broker).
     const proc = spawn(FLOWMQ_BIN, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, FLOWMQ_NODE: process.execPath, ...opts.env } });
     const b = new FlowmqProcess(proc, dataDir, opts.args ?? [], opts.env ?? {});
@@ -234,11 +253,27 @@ export function makeTestCert(prefix = 'flowmq-tls-'): TestCert {
   const dir = mkdtempSync(join(tmpdir(), prefix));
   const certPath = join(dir, 'cert.pem');
   const keyPath = join(dir, 'key.pem');
-  execFileSync('openssl', [
-    'req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '1', '-subj', '/CN=localhost',
-    '-addext', 'subjectAltName=DNS:localhost,IP:127.0.0.1',
-    '-keyout', keyPath, '-out', certPath,
-  ], { stdio: 'ignore' });
+  execFileSync(
+    'openssl',
+    [
+      'req',
+      '-x509',
+      '-newkey',
+      'rsa:2048',
+      '-nodes',
+      '-days',
+      '1',
+      '-subj',
+      '/CN=localhost',
+      '-addext',
+      'subjectAltName=DNS:localhost,IP:127.0.0.1',
+      '-keyout',
+      keyPath,
+      '-out',
+      certPath,
+    ],
+    { stdio: 'ignore' },
+  );
   return { dir, certPath, keyPath, cert: readFileSync(certPath, 'utf8') };
 }
 
@@ -261,9 +296,29 @@ export function makeTestCa(prefix = 'flowmq-ca-'): TestCa {
     const san = [o.email ? `email:${o.email}` : '', o.dns ? `DNS:${o.dns}` : ''].filter(Boolean).join(',');
     writeFileSync(`${base}.ext`, `basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n${san ? `subjectAltName=${san}\n` : ''}`);
     execFileSync('openssl', ['req', '-new', ...ec, '-subj', `/CN=${o.cn}`, '-keyout', `${base}-key.pem`, '-out', `${base}.csr`], { stdio: 'ignore' });
-    execFileSync('openssl', ['x509', '-req', '-in', `${base}.csr`, '-CA', certPath, '-CAkey', keyPath, '-CAcreateserial', '-days', '1', '-extfile', `${base}.ext`, '-out', `${base}.pem`], {
-      stdio: 'ignore',
-    });
+    execFileSync(
+      'openssl',
+      [
+        'x509',
+        '-req',
+        '-in',
+        `${base}.csr`,
+        '-CA',
+        certPath,
+        '-CAkey',
+        keyPath,
+        '-CAcreateserial',
+        '-days',
+        '1',
+        '-extfile',
+        `${base}.ext`,
+        '-out',
+        `${base}.pem`,
+      ],
+      {
+        stdio: 'ignore',
+      },
+    );
     return { dir, certPath: `${base}.pem`, keyPath: `${base}-key.pem`, cert: readFileSync(`${base}.pem`, 'utf8') };
   };
   return { dir, certPath, keyPath, cert: readFileSync(certPath, 'utf8'), issue };

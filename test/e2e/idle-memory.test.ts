@@ -181,10 +181,14 @@ describe('idle connections: the broker memory each one holds (bin/flowmq)', () =
   before(async () => {
     b = await FlowmqProcess.start({ env: { FLOWMQ_NODE_FLAGS: '--initial-old-space-size=128 --expose-gc --inspect=127.0.0.1:0' } });
     let url = '';
-    await eventually(() => {
-      url = /ws:\/\/127\.0\.0\.1:\d+\/[\w-]+/.exec(b.errorOutput)?.[0] ?? '';
-      return url !== '';
-    }, 10_000, 'the inspector URL on stderr');
+    await eventually(
+      () => {
+        url = /ws:\/\/127\.0\.0\.1:\d+\/[\w-]+/.exec(b.errorOutput)?.[0] ?? '';
+        return url !== '';
+      },
+      10_000,
+      'the inspector URL on stderr',
+    );
     insp = await Inspector.open(url);
   });
   after(async () => {
@@ -202,7 +206,9 @@ describe('idle connections: the broker memory each one holds (bin/flowmq)', () =
       await sleep(1000);
       const after = await insp.memory();
       const heap = (after.heapUsed - before.heapUsed) / n;
-      console.log(`${what}: ${n} idle connections, heap ${(heap / 1000).toFixed(2)} KB each (RSS ${((after.rss - before.rss) / n / 1024).toFixed(2)} KiB each)`);
+      console.log(
+        `${what}: ${n} idle connections, heap ${(heap / 1000).toFixed(2)} KB each (RSS ${((after.rss - before.rss) / n / 1024).toFixed(2)} KiB each)`,
+      );
       return heap;
     } finally {
       await closeAll(sockets);

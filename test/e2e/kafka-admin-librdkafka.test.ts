@@ -29,7 +29,11 @@ const HOW_TO_INSTALL = 'apt-get install libssl-dev zlib1g-dev libzstd-dev liblz4
 
 type Rd = Record<string, string | number | boolean | object>;
 interface Kafka {
-  producer(c?: Rd): { connect(): Promise<void>; disconnect(): Promise<void>; send(r: { topic: string; messages: Array<{ value: string; partition?: number }> }): Promise<unknown> };
+  producer(c?: Rd): {
+    connect(): Promise<void>;
+    disconnect(): Promise<void>;
+    send(r: { topic: string; messages: Array<{ value: string; partition?: number }> }): Promise<unknown>;
+  };
   consumer(c: Rd): {
     connect(): Promise<void>;
     disconnect(): Promise<void>;
@@ -41,7 +45,9 @@ interface Kafka {
     connect(): Promise<void>;
     disconnect(): Promise<void>;
     createTopics(o: { topics: Array<{ topic: string; numPartitions?: number }> }): Promise<boolean>;
-    fetchTopicMetadata(o: { topics: string[] }): Promise<Array<{ name: string; partitions: Array<{ partitionId: number; leader: number; replicas: number[]; isr: number[] }> }>>;
+    fetchTopicMetadata(o: {
+      topics: string[];
+    }): Promise<Array<{ name: string; partitions: Array<{ partitionId: number; leader: number; replicas: number[]; isr: number[] }> }>>;
   };
 }
 interface Ckjs {
@@ -57,10 +63,17 @@ function loadClient(): Ckjs {
   }
 }
 
-const quiet = { info: () => undefined, warn: () => undefined, error: () => undefined, debug: () => undefined, namespace: () => quiet, setLogLevel: () => undefined };
+const quiet = {
+  info: () => undefined,
+  warn: () => undefined,
+  error: () => undefined,
+  debug: () => undefined,
+  namespace: () => quiet,
+  setLogLevel: () => undefined,
+};
 
 // Not installed is a failure, never a skip (CI installs the package).
-it('has the interop package installed, with librdkafka\'s headers and library', () => {
+it("has the interop package installed, with librdkafka's headers and library", () => {
   loadClient();
   assert.ok(existsSync(join(DEPS, 'include/librdkafka/rdkafka.h')), `${DEPS} is missing: ${HOW_TO_INSTALL}`);
 });
@@ -70,7 +83,12 @@ describe('kafka admin with a current librdkafka: what a UI asks, and the operati
   let broker: FlowmqProcess;
   let dir: string;
   let bin: string;
-  const sasl = (user: string, password: string, mechanism = 'SCRAM-SHA-256') => ({ 'security.protocol': 'SASL_PLAINTEXT', 'sasl.mechanisms': mechanism, 'sasl.username': user, 'sasl.password': password });
+  const sasl = (user: string, password: string, mechanism = 'SCRAM-SHA-256') => ({
+    'security.protocol': 'SASL_PLAINTEXT',
+    'sasl.mechanisms': mechanism,
+    'sasl.username': user,
+    'sasl.password': password,
+  });
   const kafka = (user = 'alice', password = 'alice-pw', mechanism = 'SCRAM-SHA-256'): Kafka =>
     new ck.KafkaJS.Kafka({ 'bootstrap.servers': broker.kafka, 'client.id': 'ui-e2e', ...sasl(user, password, mechanism), kafkaJS: { logger: quiet } });
 
@@ -86,7 +104,11 @@ describe('kafka admin with a current librdkafka: what a UI asks, and the operati
     ck = loadClient();
     dir = mkdtempSync(join(tmpdir(), 'flowmq-rdadmin-'));
     bin = join(dir, 'rdkafka-admin');
-    const cc = await run('cc', ['-O2', '-Wall', `-I${join(DEPS, 'include')}`, '-o', bin, join(INTEROP, 'rdkafka-admin.c'), `-L${DEPS}`, '-lrdkafka', `-Wl,-rpath,${DEPS}`], { timeoutMs: 120_000 });
+    const cc = await run(
+      'cc',
+      ['-O2', '-Wall', `-I${join(DEPS, 'include')}`, '-o', bin, join(INTEROP, 'rdkafka-admin.c'), `-L${DEPS}`, '-lrdkafka', `-Wl,-rpath,${DEPS}`],
+      { timeoutMs: 120_000 },
+    );
     assert.equal(cc.code, 0, `cc rdkafka-admin.c: ${cc.stderr}`);
     // alice administers; bob may only read ui.* (the policy the ACL page shows).
     writeFileSync(
@@ -116,7 +138,8 @@ describe('kafka admin with a current librdkafka: what a UI asks, and the operati
     assert.equal(await setup.createTopics({ topics: [{ topic: 'ui.orders', numPartitions: 3 }] }), true);
     const p = k.producer();
     await p.connect();
-    for (let part = 0; part < 3; part++) await p.send({ topic: 'ui.orders', messages: Array.from({ length: 10 }, (_, i) => ({ value: `o${part}-${i}`, partition: part })) });
+    for (let part = 0; part < 3; part++)
+      await p.send({ topic: 'ui.orders', messages: Array.from({ length: 10 }, (_, i) => ({ value: `o${part}-${i}`, partition: part })) });
     await p.disconnect();
     const consumer = k.consumer({ 'group.id': 'ui-group', 'auto.offset.reset': 'earliest', 'enable.auto.commit': false });
     await consumer.connect();
@@ -142,7 +165,19 @@ describe('kafka admin with a current librdkafka: what a UI asks, and the operati
       assert.equal(cluster.clusterId, 'flowmq');
       assert.equal(cluster.controller, 0);
       assert.deepEqual(cluster.nodes, [{ id: 0, host: '127.0.0.1', port: broker.ports.kafka }]);
-      const bc = await admin<{ resources: Array<{ error: string | null; configs: Array<{ name: string; value: string | null; source: string; readOnly: boolean; isSensitive: boolean; synonyms: Array<{ name: string; source: string }> }> }> }>('configs', 'broker', '0');
+      const bc = await admin<{
+        resources: Array<{
+          error: string | null;
+          configs: Array<{
+            name: string;
+            value: string | null;
+            source: string;
+            readOnly: boolean;
+            isSensitive: boolean;
+            synonyms: Array<{ name: string; source: string }>;
+          }>;
+        }>;
+      }>('configs', 'broker', '0');
       assert.equal(bc.resources[0].error, null);
       const brokerConfigs = new Map(bc.resources[0].configs.map((c) => [c.name, c]));
       assert.equal(brokerConfigs.size, KAFKA_BROKER_CONFIGS.length, 'every broker config Kafka defines');
@@ -151,7 +186,10 @@ describe('kafka admin with a current librdkafka: what a UI asks, and the operati
       assert.deepEqual([brokerConfigs.get('num.io.threads')?.source, brokerConfigs.get('num.io.threads')?.readOnly], ['DEFAULT_CONFIG', true]);
       assert.equal(brokerConfigs.get('log.retention.ms')?.readOnly, false);
       assert.equal(brokerConfigs.get('sasl.jaas.config')?.isSensitive, true);
-      assert.deepEqual(brokerConfigs.get('log.retention.hours')?.synonyms.map((s) => s.source), ['STATIC_BROKER_CONFIG', 'DEFAULT_CONFIG']);
+      assert.deepEqual(
+        brokerConfigs.get('log.retention.hours')?.synonyms.map((s) => s.source),
+        ['STATIC_BROKER_CONFIG', 'DEFAULT_CONFIG'],
+      );
       const raw = await RawClient.connect(broker.ports.kafka);
       try {
         await raw.call(SaslHandshakeApi, 1, { mechanism: 'PLAIN' });
@@ -162,7 +200,10 @@ describe('kafka admin with a current librdkafka: what a UI asks, and the operati
         assert.equal(ld.results[0].logDir, broker.dataDir);
         assert.ok(ld.results[0].totalBytes > 0 && ld.results[0].usableBytes > 0);
         const orders = ld.results[0].topics.find((t) => t.name === 'ui.orders');
-        assert.deepEqual(orders?.partitions.map((x) => x.partitionIndex), [0, 1, 2]);
+        assert.deepEqual(
+          orders?.partitions.map((x) => x.partitionIndex),
+          [0, 1, 2],
+        );
         for (const x of orders!.partitions) assert.ok(x.partitionSize > 10 * 3 && x.offsetLag === 0 && !x.isFutureKey, JSON.stringify(x));
       } finally {
         raw.close();
@@ -170,53 +211,123 @@ describe('kafka admin with a current librdkafka: what a UI asks, and the operati
 
       // Topic page: Metadata (partitions, leaders, replicas), its configs, its offsets.
       const md = await setup.fetchTopicMetadata({ topics: ['ui.orders'] });
-      assert.deepEqual(md[0].partitions.map((x) => [x.partitionId, x.leader, x.replicas, x.isr]), [[0, 0, [0], [0]], [1, 0, [0], [0]], [2, 0, [0], [0]]]);
-      const tc = await admin<{ resources: Array<{ error: string | null; configs: Array<{ name: string; value: string | null; source: string }> }> }>('configs', 'topic', 'ui.orders');
+      assert.deepEqual(
+        md[0].partitions.map((x) => [x.partitionId, x.leader, x.replicas, x.isr]),
+        [
+          [0, 0, [0], [0]],
+          [1, 0, [0], [0]],
+          [2, 0, [0], [0]],
+        ],
+      );
+      const tc = await admin<{ resources: Array<{ error: string | null; configs: Array<{ name: string; value: string | null; source: string }> }> }>(
+        'configs',
+        'topic',
+        'ui.orders',
+      );
       const topicConfigs = new Map(tc.resources[0].configs.map((c) => [c.name, c]));
       assert.ok(topicConfigs.size >= 35);
       assert.deepEqual([topicConfigs.get('cleanup.policy')?.value, topicConfigs.get('retention.ms')?.value], ['delete', '-1']);
-      const latest = await admin<{ partitions: Array<{ partition: number; offset: number; error: string | null }> }>('offsets', 'latest', 'ui.orders:0', 'ui.orders:1', 'ui.orders:2');
-      assert.deepEqual(latest.partitions.map((x) => [x.partition, x.offset, x.error]).sort(), [[0, 10, null], [1, 10, null], [2, 10, null]]);
+      const latest = await admin<{ partitions: Array<{ partition: number; offset: number; error: string | null }> }>(
+        'offsets',
+        'latest',
+        'ui.orders:0',
+        'ui.orders:1',
+        'ui.orders:2',
+      );
+      assert.deepEqual(latest.partitions.map((x) => [x.partition, x.offset, x.error]).sort(), [
+        [0, 10, null],
+        [1, 10, null],
+        [2, 10, null],
+      ]);
       const earliest = await admin<{ partitions: Array<{ offset: number }> }>('offsets', 'earliest', 'ui.orders:0');
       assert.equal(earliest.partitions[0].offset, 0);
 
       // Consumer group page: the groups, the group's members and assignment, its offsets and lag.
       const groups = await admin<{ groups: Array<{ group: string; state: string; simple: boolean }>; errors: number }>('groups');
-      assert.deepEqual(groups.groups.find((g) => g.group === 'ui-group'), { group: 'ui-group', state: 'Stable', simple: false });
+      assert.deepEqual(
+        groups.groups.find((g) => g.group === 'ui-group'),
+        { group: 'ui-group', state: 'Stable', simple: false },
+      );
       assert.equal(groups.errors, 0);
-      const dg = await admin<{ groups: Array<{ group: string; error: string | null; state: string; assignor: string; coordinator: number; members: Array<{ clientId: string; host: string; assignment: Array<{ topic: string; partition: number }> }> }> }>('describe-groups', 'ui-group');
+      const dg = await admin<{
+        groups: Array<{
+          group: string;
+          error: string | null;
+          state: string;
+          assignor: string;
+          coordinator: number;
+          members: Array<{ clientId: string; host: string; assignment: Array<{ topic: string; partition: number }> }>;
+        }>;
+      }>('describe-groups', 'ui-group');
       const g = dg.groups[0];
       assert.deepEqual([g.error, g.state, g.coordinator, g.members.length], [null, 'Stable', 0, 1]);
       assert.equal(g.members[0].clientId, 'ui-e2e');
       assert.deepEqual(g.members[0].assignment.map((a) => `${a.topic}/${a.partition}`).sort(), ['ui.orders/0', 'ui.orders/1', 'ui.orders/2']);
-      const go = await admin<{ groups: Array<{ group: string; error: string | null; partitions: Array<{ topic: string; partition: number; offset: number }> }> }>('group-offsets', 'ui-group');
+      const go = await admin<{
+        groups: Array<{ group: string; error: string | null; partitions: Array<{ topic: string; partition: number; offset: number }> }>;
+      }>('group-offsets', 'ui-group');
       assert.equal(go.groups[0].error, null);
       const lag = go.groups[0].partitions.map((x) => [x.partition, 10 - x.offset]).sort();
-      assert.deepEqual(lag, [[0, 5], [1, 5], [2, 5]], 'lag = end offset - committed offset');
+      assert.deepEqual(
+        lag,
+        [
+          [0, 5],
+          [1, 5],
+          [2, 5],
+        ],
+        'lag = end offset - committed offset',
+      );
 
       // ACL page: the policies as ACL bindings.
-      const acls = await admin<{ acls: Array<{ resourceType: string; name: string; pattern: string; principal: string; operation: string; permission: string }> }>('acls');
+      const acls = await admin<{
+        acls: Array<{ resourceType: string; name: string; pattern: string; principal: string; operation: string; permission: string }>;
+      }>('acls');
       const bob = acls.acls.filter((a) => a.principal === 'User:bob');
-      assert.ok(bob.some((a) => a.resourceType === 'TOPIC' && a.name === 'ui.' && a.pattern === 'PREFIXED' && a.operation === 'DESCRIBE' && a.permission === 'ALLOW'), JSON.stringify(bob));
-      assert.ok(bob.some((a) => a.resourceType === 'TOPIC' && a.name === 'ui.' && a.operation === 'READ'), JSON.stringify(bob));
-      // bob's policy, binding by binding: DESCRIBE and READ on the topics prefixed ui. and the groups prefixed bob-.
-      assert.deepEqual(
-        bob.map((a) => `${a.resourceType} ${a.name} ${a.pattern} ${a.operation} ${a.permission}`).sort(),
-        ['GROUP bob- PREFIXED DESCRIBE ALLOW', 'GROUP bob- PREFIXED READ ALLOW', 'TOPIC ui. PREFIXED DESCRIBE ALLOW', 'TOPIC ui. PREFIXED READ ALLOW'],
+      assert.ok(
+        bob.some((a) => a.resourceType === 'TOPIC' && a.name === 'ui.' && a.pattern === 'PREFIXED' && a.operation === 'DESCRIBE' && a.permission === 'ALLOW'),
+        JSON.stringify(bob),
       );
+      assert.ok(
+        bob.some((a) => a.resourceType === 'TOPIC' && a.name === 'ui.' && a.operation === 'READ'),
+        JSON.stringify(bob),
+      );
+      // bob's policy, binding by binding: DESCRIBE and READ on the topics prefixed ui. and the groups prefixed bob-.
+      assert.deepEqual(bob.map((a) => `${a.resourceType} ${a.name} ${a.pattern} ${a.operation} ${a.permission}`).sort(), [
+        'GROUP bob- PREFIXED DESCRIBE ALLOW',
+        'GROUP bob- PREFIXED READ ALLOW',
+        'TOPIC ui. PREFIXED DESCRIBE ALLOW',
+        'TOPIC ui. PREFIXED READ ALLOW',
+      ]);
     } finally {
       await consumer.disconnect();
       await setup.disconnect();
     }
   });
 
-  it('deletes a group\'s committed offsets (refused on a topic its members consume), elects leaders', async () => {
+  it("deletes a group's committed offsets (refused on a topic its members consume), elects leaders", async () => {
     // ui-group has no members now (the consumer above disconnected): its offsets may go.
-    const del = await admin<{ groups: Array<{ group: string; error: string | null; partitions: Array<{ partition: number; error: string | null }> }> }>('delete-group-offsets', 'ui-group', 'ui.orders:0', 'ui.orders:1');
-    assert.deepEqual([del.groups[0].error, del.groups[0].partitions.map((x) => [x.partition, x.error])], [null, [[0, null], [1, null]]]);
+    const del = await admin<{ groups: Array<{ group: string; error: string | null; partitions: Array<{ partition: number; error: string | null }> }> }>(
+      'delete-group-offsets',
+      'ui-group',
+      'ui.orders:0',
+      'ui.orders:1',
+    );
+    assert.deepEqual(
+      [del.groups[0].error, del.groups[0].partitions.map((x) => [x.partition, x.error])],
+      [
+        null,
+        [
+          [0, null],
+          [1, null],
+        ],
+      ],
+    );
     const go = await admin<{ groups: Array<{ partitions: Array<{ partition: number; offset: number }> }> }>('group-offsets', 'ui-group');
     // Every committed offset of the group: partition 2's is all that is left.
-    assert.deepEqual(go.groups[0].partitions.map((x) => [x.partition, x.offset]), [[2, 5]]);
+    assert.deepEqual(
+      go.groups[0].partitions.map((x) => [x.partition, x.offset]),
+      [[2, 5]],
+    );
 
     // A member consuming ui.orders: its offsets there stay (GROUP_SUBSCRIBED_TO_TOPIC).
     const c = kafka().consumer({ 'group.id': 'ui-live', 'auto.offset.reset': 'earliest', 'enable.auto.commit': false });
@@ -235,26 +346,54 @@ describe('kafka admin with a current librdkafka: what a UI asks, and the operati
         );
       });
       await first;
-      const live = await admin<{ groups: Array<{ error: string | null; partitions: Array<{ partition: number; error: string | null }> }> }>('delete-group-offsets', 'ui-live', 'ui.orders:0');
+      const live = await admin<{ groups: Array<{ error: string | null; partitions: Array<{ partition: number; error: string | null }> }> }>(
+        'delete-group-offsets',
+        'ui-live',
+        'ui.orders:0',
+      );
       const errors = [live.groups[0].error, ...live.groups[0].partitions.map((x) => x.error)];
       assert.ok(errors.includes('GROUP_SUBSCRIBED_TO_TOPIC'), JSON.stringify(live));
     } finally {
       await c.disconnect();
     }
 
-    const elect = await admin<{ partitions: Array<{ topic: string; partition: number; error: string | null }> }>('elect', 'preferred', 'ui.orders:0', 'ui.orders:2');
-    assert.deepEqual(elect.partitions.map((x) => [x.partition, x.error]).sort(), [[0, 'ELECTION_NOT_NEEDED'], [2, 'ELECTION_NOT_NEEDED']]);
+    const elect = await admin<{ partitions: Array<{ topic: string; partition: number; error: string | null }> }>(
+      'elect',
+      'preferred',
+      'ui.orders:0',
+      'ui.orders:2',
+    );
+    assert.deepEqual(elect.partitions.map((x) => [x.partition, x.error]).sort(), [
+      [0, 'ELECTION_NOT_NEEDED'],
+      [2, 'ELECTION_NOT_NEEDED'],
+    ]);
   });
 
   it('describes and alters SCRAM credentials; the client logs in with the new one', async () => {
-    const d = await admin<{ users: Array<{ user: string; error: string | null; credentials: Array<{ mechanism: number; iterations: number }> }> }>('describe-scram', 'bob', 'nobody');
+    const d = await admin<{ users: Array<{ user: string; error: string | null; credentials: Array<{ mechanism: number; iterations: number }> }> }>(
+      'describe-scram',
+      'bob',
+      'nobody',
+    );
     const byUser = new Map(d.users.map((u) => [u.user, u]));
-    assert.deepEqual(byUser.get('bob')?.credentials, [{ mechanism: 1, iterations: 4096 }, { mechanism: 2, iterations: 4096 }]);
+    assert.deepEqual(byUser.get('bob')?.credentials, [
+      { mechanism: 1, iterations: 4096 },
+      { mechanism: 2, iterations: 4096 },
+    ]);
     assert.equal(byUser.get('nobody')?.error, 'RESOURCE_NOT_FOUND');
     const a = await admin<{ users: Array<{ user: string; error: string | null }> }>('alter-scram', 'upsert:bob:512:8192:bob-new-pw', 'upsert:ghost:256:8192:x');
-    assert.deepEqual(new Map(a.users.map((u) => [u.user, u.error])), new Map([['bob', null], ['ghost', 'RESOURCE_NOT_FOUND']]));
+    assert.deepEqual(
+      new Map(a.users.map((u) => [u.user, u.error])),
+      new Map([
+        ['bob', null],
+        ['ghost', 'RESOURCE_NOT_FOUND'],
+      ]),
+    );
     const after = await admin<{ users: Array<{ credentials: Array<{ mechanism: number; iterations: number }> }> }>('describe-scram', 'bob');
-    assert.deepEqual(after.users[0].credentials, [{ mechanism: 1, iterations: 4096 }, { mechanism: 2, iterations: 8192 }]);
+    assert.deepEqual(after.users[0].credentials, [
+      { mechanism: 1, iterations: 4096 },
+      { mechanism: 2, iterations: 8192 },
+    ]);
     // bob logs in with SCRAM-SHA-512 and the new password, and reads a topic he may read.
     const md = kafka('bob', 'bob-new-pw', 'SCRAM-SHA-512').admin();
     await md.connect();

@@ -30,7 +30,7 @@ describe('kafka admin tools (KafkaJS, kafka-python) against a real broker', () =
     broker?.cleanup();
   });
 
-  it('kafka-python: describes and alters topic and broker configs, lists a group\'s offsets, describes the cluster', async () => {
+  it("kafka-python: describes and alters topic and broker configs, lists a group's offsets, describes the cluster", async () => {
     const r = await run(PYTHON, [SCRIPT, 'admin', broker.kafka, 'kp.admin', 'kp-admin-group'], { timeoutMs: 60_000 });
     const steps = new Map<string, Step>();
     for (const line of r.stdout.split('\n')) if (line.startsWith('{')) steps.set((JSON.parse(line) as Step).step, JSON.parse(line) as Step);
@@ -43,8 +43,8 @@ describe('kafka admin tools (KafkaJS, kafka-python) against a real broker', () =
     assert.equal(tc.error, 0);
     assert.ok(tc.count >= 35, `${tc.count} topic configs`);
     assert.deepEqual(tc.configs['retention.ms'].slice(0, 4), ['7200000', false, 1, false], 'set at creation: DYNAMIC_TOPIC_CONFIG');
-    assert.deepEqual(tc.configs['cleanup.policy'].slice(0, 3), ['delete', false, 4], 'the broker\'s log.cleanup.policy (FlowMQ: delete)');
-    assert.deepEqual(tc.configs['segment.bytes'][4][0], ['log.segment.bytes', String(16 * 1024 * 1024), 4], 'FlowMQ\'s --segment-bytes as the broker synonym');
+    assert.deepEqual(tc.configs['cleanup.policy'].slice(0, 3), ['delete', false, 4], "the broker's log.cleanup.policy (FlowMQ: delete)");
+    assert.deepEqual(tc.configs['segment.bytes'][4][0], ['log.segment.bytes', String(16 * 1024 * 1024), 4], "FlowMQ's --segment-bytes as the broker synonym");
     const bc = steps.get('broker-configs')! as Step & { error: number; count: number; configs: Record<string, Entry> };
     assert.equal(bc.error, 0);
     assert.ok(bc.count > 250, `${bc.count} broker configs`);
@@ -65,7 +65,10 @@ describe('kafka admin tools (KafkaJS, kafka-python) against a real broker', () =
     assert.match(stat[0][1], /num\.io\.threads/);
     assert.deepEqual((steps.get('broker-configs-after')!.configs as Record<string, Entry>)['log.retention.bytes'].slice(0, 3), ['1073741824', false, 2]);
 
-    assert.deepEqual(steps.get('group-offsets')!.offsets, [['kp.admin', 0, 5], ['kp.admin', 1, 5]]);
+    assert.deepEqual(steps.get('group-offsets')!.offsets, [
+      ['kp.admin', 0, 5],
+      ['kp.admin', 1, 5],
+    ]);
     const g = steps.get('describe-group')!;
     assert.deepEqual([g.group, g.state, g.members], ['kp-admin-group', 'Empty', 0]);
     const cl = steps.get('cluster')!;
@@ -76,7 +79,10 @@ describe('kafka admin tools (KafkaJS, kafka-python) against a real broker', () =
     let admin = kafka().admin();
     await admin.connect();
     try {
-      assert.equal(await admin.createTopics({ topics: [{ topic: 'kj.admin', numPartitions: 2, configEntries: [{ name: 'max.message.bytes', value: '100000' }] }] }), true);
+      assert.equal(
+        await admin.createTopics({ topics: [{ topic: 'kj.admin', numPartitions: 2, configEntries: [{ name: 'max.message.bytes', value: '100000' }] }] }),
+        true,
+      );
       const d = await admin.describeConfigs({ resources: [{ type: ConfigResourceTypes.TOPIC, name: 'kj.admin' }], includeSynonyms: true });
       const topic = new Map(d.resources[0].configEntries.map((c) => [c.configName, c]));
       assert.equal(topic.get('max.message.bytes')?.configValue, '100000');
@@ -88,12 +94,30 @@ describe('kafka admin tools (KafkaJS, kafka-python) against a real broker', () =
       assert.ok(b.resources[0].configEntries.length > 250);
       await admin.alterConfigs({
         validateOnly: false,
-        resources: [{ type: ConfigResourceTypes.BROKER, name: '0', configEntries: [{ name: 'log.retention.ms', value: '86400000' }, { name: 'message.max.bytes', value: '2000' }] }],
+        resources: [
+          {
+            type: ConfigResourceTypes.BROKER,
+            name: '0',
+            configEntries: [
+              { name: 'log.retention.ms', value: '86400000' },
+              { name: 'message.max.bytes', value: '2000' },
+            ],
+          },
+        ],
       });
-      const set = await admin.describeConfigs({ resources: [{ type: ConfigResourceTypes.BROKER, name: '0', configNames: ['log.retention.ms', 'message.max.bytes'] }], includeSynonyms: false });
-      assert.deepEqual(set.resources[0].configEntries.map((c) => [c.configName, c.configValue, c.configSource]).sort(), [['log.retention.ms', '86400000', 2], ['message.max.bytes', '2000', 2]]);
+      const set = await admin.describeConfigs({
+        resources: [{ type: ConfigResourceTypes.BROKER, name: '0', configNames: ['log.retention.ms', 'message.max.bytes'] }],
+        includeSynonyms: false,
+      });
+      assert.deepEqual(set.resources[0].configEntries.map((c) => [c.configName, c.configValue, c.configSource]).sort(), [
+        ['log.retention.ms', '86400000', 2],
+        ['message.max.bytes', '2000', 2],
+      ]);
       await assert.rejects(
-        admin.alterConfigs({ validateOnly: false, resources: [{ type: ConfigResourceTypes.BROKER, name: '0', configEntries: [{ name: 'auto.create.topics.enable', value: 'false' }] }] }),
+        admin.alterConfigs({
+          validateOnly: false,
+          resources: [{ type: ConfigResourceTypes.BROKER, name: '0', configEntries: [{ name: 'auto.create.topics.enable', value: 'false' }] }],
+        }),
         (err: Error & { type?: string }) => err.type === 'INVALID_REQUEST',
       );
 
@@ -101,7 +125,10 @@ describe('kafka admin tools (KafkaJS, kafka-python) against a real broker', () =
       const p = kafka().producer({ allowAutoTopicCreation: true });
       await p.connect();
       try {
-        await assert.rejects(p.send({ topic: 'kj.plain', messages: [{ value: 'x'.repeat(5000) }] }), (err: Error & { type?: string }) => err.type === 'MESSAGE_TOO_LARGE' || /too large/i.test(err.message));
+        await assert.rejects(
+          p.send({ topic: 'kj.plain', messages: [{ value: 'x'.repeat(5000) }] }),
+          (err: Error & { type?: string }) => err.type === 'MESSAGE_TOO_LARGE' || /too large/i.test(err.message),
+        );
         await p.send({ topic: 'kj.admin', messages: Array.from({ length: 6 }, (_, i) => ({ value: `${i}`.repeat(5000), partition: 0 })) });
       } finally {
         await p.disconnect();
@@ -110,10 +137,16 @@ describe('kafka admin tools (KafkaJS, kafka-python) against a real broker', () =
       // deleteTopicRecords and the offsets a UI shows.
       await admin.deleteTopicRecords({ topic: 'kj.admin', partitions: [{ partition: 0, offset: '4' }] });
       const offs = await admin.fetchTopicOffsets('kj.admin');
-      assert.deepEqual(offs.find((o) => o.partition === 0), { partition: 0, offset: '6', high: '6', low: '4' });
+      assert.deepEqual(
+        offs.find((o) => o.partition === 0),
+        { partition: 0, offset: '6', high: '6', low: '4' },
+      );
       await admin.setOffsets({ groupId: 'kj-group', topic: 'kj.admin', partitions: [{ partition: 0, offset: '5' }] });
       const fo = await admin.fetchOffsets({ groupId: 'kj-group', topics: ['kj.admin'] });
-      assert.deepEqual(fo[0].partitions.map((x) => [x.partition, x.offset]).sort(), [[0, '5'], [1, '-1']]);
+      assert.deepEqual(fo[0].partitions.map((x) => [x.partition, x.offset]).sort(), [
+        [0, '5'],
+        [1, '-1'],
+      ]);
       const dg = await admin.describeGroups(['kj-group']);
       assert.equal(dg.groups[0].state, 'Empty');
     } finally {
@@ -123,15 +156,20 @@ describe('kafka admin tools (KafkaJS, kafka-python) against a real broker', () =
     // The admin API shows the same settings and changes them the same way.
     const api = await fetch(`${broker.http}/api/v1/broker/configs?broker=0`);
     assert.equal(api.status, 200);
-    const body = (await api.json()) as { configs: Array<{ name: string; value: string | null; source: string; readOnly: boolean; sensitive: boolean; documentation: string }> };
-    assert.deepEqual(body.configs.find((c) => c.name === 'log.retention.ms'), {
-      name: 'log.retention.ms',
-      value: '86400000',
-      source: 'dynamic-broker',
-      readOnly: false,
-      sensitive: false,
-      documentation: body.configs.find((c) => c.name === 'log.retention.ms')!.documentation,
-    });
+    const body = (await api.json()) as {
+      configs: Array<{ name: string; value: string | null; source: string; readOnly: boolean; sensitive: boolean; documentation: string }>;
+    };
+    assert.deepEqual(
+      body.configs.find((c) => c.name === 'log.retention.ms'),
+      {
+        name: 'log.retention.ms',
+        value: '86400000',
+        source: 'dynamic-broker',
+        readOnly: false,
+        sensitive: false,
+        documentation: body.configs.find((c) => c.name === 'log.retention.ms')!.documentation,
+      },
+    );
     const patch = await fetch(`${broker.http}/api/v1/broker/configs`, {
       method: 'PATCH',
       headers: { 'content-type': 'application/json' },
@@ -156,10 +194,13 @@ describe('kafka admin tools (KafkaJS, kafka-python) against a real broker', () =
       assert.deepEqual([entries.get('log.retention.bytes')?.configValue, entries.get('log.retention.bytes')?.configSource], ['5000000', 3]);
       const t = await admin.describeConfigs({ resources: [{ type: ConfigResourceTypes.TOPIC, name: 'kj.plain' }], includeSynonyms: false });
       const rm = t.resources[0].configEntries.find((c) => c.configName === 'retention.ms');
-      assert.deepEqual([rm?.configValue, rm?.configSource], ['86400000', 2], 'a topic without its own retention: the broker\'s');
+      assert.deepEqual([rm?.configValue, rm?.configSource], ['86400000', 2], "a topic without its own retention: the broker's");
     } finally {
       await admin.disconnect();
     }
-    assert.ok(broker.logs.some((l) => l.msg === 'stream defaults changed (broker configs)'), 'applied at start');
+    assert.ok(
+      broker.logs.some((l) => l.msg === 'stream defaults changed (broker configs)'),
+      'applied at start',
+    );
   });
 });

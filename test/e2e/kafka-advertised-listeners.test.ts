@@ -61,9 +61,16 @@ describe('kafka --advertised-listeners on a single broker', () => {
     tls = makeTestCert('flowmq-adv-');
     broker = await FlowmqProcess.start({
       args: [
-        '--advertised-listeners', `kafka=127.0.0.1:${proxy.port},kafka-tls=localhost:19093`,
-        '--kafka-group-initial-rebalance-delay', '0',
-        '--kafka-tls-port', '0', '--kafka-tls-cert', tls.certPath, '--kafka-tls-key', tls.keyPath,
+        '--advertised-listeners',
+        `kafka=127.0.0.1:${proxy.port},kafka-tls=localhost:19093`,
+        '--kafka-group-initial-rebalance-delay',
+        '0',
+        '--kafka-tls-port',
+        '0',
+        '--kafka-tls-cert',
+        tls.certPath,
+        '--kafka-tls-key',
+        tls.keyPath,
       ],
     });
     proxy.target = broker.ports.kafka;
@@ -79,11 +86,20 @@ describe('kafka --advertised-listeners on a single broker', () => {
     const c = await RawClient.connect(broker.ports.kafka);
     try {
       const md = await c.call(MetadataApi, 12, metadataRequest(null));
-      assert.deepEqual(md.brokers.map((b) => [b.nodeId, b.host, b.port]), [[0, '127.0.0.1', proxy.port]]);
+      assert.deepEqual(
+        md.brokers.map((b) => [b.nodeId, b.host, b.port]),
+        [[0, '127.0.0.1', proxy.port]],
+      );
       const fc = await c.call(FindCoordinatorApi, 4, { key: '', keyType: 0, coordinatorKeys: ['g'] });
-      assert.deepEqual(fc.coordinators.map((x) => [x.host, x.port]), [['127.0.0.1', proxy.port]]);
+      assert.deepEqual(
+        fc.coordinators.map((x) => [x.host, x.port]),
+        [['127.0.0.1', proxy.port]],
+      );
       const dc = await c.call(DescribeClusterApi, 1, { includeClusterAuthorizedOperations: false, endpointType: 1 });
-      assert.deepEqual(dc.brokers.map((b) => [b.host, b.port]), [['127.0.0.1', proxy.port]]);
+      assert.deepEqual(
+        dc.brokers.map((b) => [b.host, b.port]),
+        [['127.0.0.1', proxy.port]],
+      );
     } finally {
       c.close();
     }
@@ -93,7 +109,10 @@ describe('kafka --advertised-listeners on a single broker', () => {
     const ssl = ['-X', 'security.protocol=SSL', '-X', `ssl.ca.location=${tls.certPath}`];
     const md = await run('kcat', ['-b', `127.0.0.1:${broker.ports['kafka-tls']}`, '-L', '-J', ...ssl], { timeoutMs: 15_000 });
     assert.equal(md.code, 0, md.stderr);
-    assert.deepEqual((JSON.parse(md.stdout) as { brokers: Array<{ name: string }> }).brokers.map((b) => b.name), ['localhost:19093']);
+    assert.deepEqual(
+      (JSON.parse(md.stdout) as { brokers: Array<{ name: string }> }).brokers.map((b) => b.name),
+      ['localhost:19093'],
+    );
   });
 
   it('KafkaJS bootstraps on the broker, then produces and consumes through the advertised proxy', async () => {

@@ -44,7 +44,13 @@ describe('kafka mTLS: client certificates name users', () => {
     broker = await startBroker(loadConfig({ flags, env: {} }), pino({ level: 'silent' }));
     tlsAddr = `127.0.0.1:${broker.listeners.get('kafka-tls')!.address().port}`;
     await broker.engine.createStream({ name: 'secret', partitions: 1 });
-    await broker.access.directory.putPolicy({ name: 'alice-orders', effect: 'allow', actions: ['publish', 'subscribe', 'describe', 'create'], resources: ['stream:orders*'], principals: ['user:alice'] });
+    await broker.access.directory.putPolicy({
+      name: 'alice-orders',
+      effect: 'allow',
+      actions: ['publish', 'subscribe', 'describe', 'create'],
+      resources: ['stream:orders*'],
+      principals: ['user:alice'],
+    });
   });
   after(async () => {
     await broker?.close();
@@ -52,10 +58,14 @@ describe('kafka mTLS: client certificates name users', () => {
   });
 
   const kcatSsl = (client: TestCert) => [
-    '-X', 'security.protocol=SSL',
-    '-X', `ssl.ca.location=${server.certPath}`,
-    '-X', `ssl.certificate.location=${client.certPath}`,
-    '-X', `ssl.key.location=${client.keyPath}`,
+    '-X',
+    'security.protocol=SSL',
+    '-X',
+    `ssl.ca.location=${server.certPath}`,
+    '-X',
+    `ssl.certificate.location=${client.certPath}`,
+    '-X',
+    `ssl.key.location=${client.keyPath}`,
   ];
 
   it('kcat with a certificate for alice produces where alice may, and is refused where she may not', async () => {
@@ -70,27 +80,53 @@ describe('kafka mTLS: client certificates name users', () => {
 
   it('KafkaJS with a certificate sees only what alice may describe; a certificate for an unknown user is refused', async () => {
     const alice = ca.issue({ cn: 'alice' });
-    const k = new Kafka({ brokers: [tlsAddr], ssl: { ca: [server.cert], cert: alice.cert, key: readKey(alice) }, logLevel: logLevel.NOTHING, retry: { retries: 0 } });
+    const k = new Kafka({
+      brokers: [tlsAddr],
+      ssl: { ca: [server.cert], cert: alice.cert, key: readKey(alice) },
+      logLevel: logLevel.NOTHING,
+      retry: { retries: 0 },
+    });
     const admin = k.admin();
     await admin.connect();
     const topics = await admin.listTopics();
-    assert.ok(broker.access.clients.list().some((c) => c.reg.listener === 'kafka-tls' && c.user === 'alice'), 'registered as alice');
+    assert.ok(
+      broker.access.clients.list().some((c) => c.reg.listener === 'kafka-tls' && c.user === 'alice'),
+      'registered as alice',
+    );
     await admin.disconnect();
     assert.ok(topics.includes('orders.m') && !topics.includes('secret'), topics.join(','));
 
     const ghost = ca.issue({ cn: 'ghost' });
-    const g = new Kafka({ brokers: [tlsAddr], ssl: { ca: [server.cert], cert: ghost.cert, key: readKey(ghost) }, logLevel: logLevel.NOTHING, retry: { retries: 0 }, connectionTimeout: 5000 }).admin();
+    const g = new Kafka({
+      brokers: [tlsAddr],
+      ssl: { ca: [server.cert], cert: ghost.cert, key: readKey(ghost) },
+      logLevel: logLevel.NOTHING,
+      retry: { retries: 0 },
+      connectionTimeout: 5000,
+    }).admin();
     await assert.rejects(g.connect().then(() => g.listTopics()));
     await g.disconnect();
   });
 
   it('a client without a certificate still logs in with SASL over TLS', async () => {
-    const k = new Kafka({ brokers: [tlsAddr], ssl: { ca: [server.cert] }, sasl: { mechanism: 'plain', username: 'alice', password: 'alice-pw' }, logLevel: logLevel.NOTHING, retry: { retries: 0 } });
+    const k = new Kafka({
+      brokers: [tlsAddr],
+      ssl: { ca: [server.cert] },
+      sasl: { mechanism: 'plain', username: 'alice', password: 'alice-pw' },
+      logLevel: logLevel.NOTHING,
+      retry: { retries: 0 },
+    });
     const p = k.producer();
     await p.connect();
     await p.send({ topic: 'orders.m', messages: [{ value: 'sasl' }] });
     await p.disconnect();
-    const noAuth = new Kafka({ brokers: [tlsAddr], ssl: { ca: [server.cert] }, logLevel: logLevel.NOTHING, retry: { retries: 0 }, connectionTimeout: 5000 }).admin();
+    const noAuth = new Kafka({
+      brokers: [tlsAddr],
+      ssl: { ca: [server.cert] },
+      logLevel: logLevel.NOTHING,
+      retry: { retries: 0 },
+      connectionTimeout: 5000,
+    }).admin();
     await assert.rejects(noAuth.connect().then(() => noAuth.listTopics()));
     await noAuth.disconnect();
   });

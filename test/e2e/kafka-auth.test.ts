@@ -26,7 +26,16 @@ function kafka(broker: string, sasl?: SASLOptions, clientId = 'auth-e2e') {
 }
 const plain = (username: string, password: string): SASLOptions => ({ mechanism: 'plain', username, password });
 const scram = (username: string, password: string): SASLOptions => ({ mechanism: 'scram-sha-256', username, password });
-const kcatSasl = (user: string, pass: string) => ['-X', 'security.protocol=SASL_PLAINTEXT', '-X', 'sasl.mechanisms=SCRAM-SHA-512', '-X', `sasl.username=${user}`, '-X', `sasl.password=${pass}`];
+const kcatSasl = (user: string, pass: string) => [
+  '-X',
+  'security.protocol=SASL_PLAINTEXT',
+  '-X',
+  'sasl.mechanisms=SCRAM-SHA-512',
+  '-X',
+  `sasl.username=${user}`,
+  '-X',
+  `sasl.password=${pass}`,
+];
 
 /** KafkaJS wraps protocol errors (retries exhausted, non-retriable): the type named anywhere in the chain. */
 function kafkaErrorType(err: unknown): string {
@@ -48,7 +57,14 @@ describe('kafka authentication and authorization (KafkaJS, kcat)', () => {
   before(async () => {
     dir = mkdtempSync(join(tmpdir(), 'flowmq-kafka-auth-'));
     writeFileSync(join(dir, 'users.yaml'), '- username: alice\n  password: alice-pw\n');
-    const flags = { 'data-dir': join(dir, 'data'), host: '127.0.0.1', protocols: 'kafka', 'kafka-port': '0', 'http-port': '0', 'users-file': join(dir, 'users.yaml') };
+    const flags = {
+      'data-dir': join(dir, 'data'),
+      host: '127.0.0.1',
+      protocols: 'kafka',
+      'kafka-port': '0',
+      'http-port': '0',
+      'users-file': join(dir, 'users.yaml'),
+    };
     broker = await startBroker(loadConfig({ flags, env: {} }), pino({ level: 'silent' }));
     addr = `127.0.0.1:${broker.listeners.get('kafka')!.address().port}`;
     const d = broker.access.directory;
@@ -57,7 +73,13 @@ describe('kafka authentication and authorization (KafkaJS, kcat)', () => {
     await broker.engine.createStream({ name: 'secret', partitions: 1 });
     await broker.engine.createStream({ name: 'orders.live', partitions: 1 });
     // From here on, what no policy allows is denied (default policy auto).
-    await d.putPolicy({ name: 'alice-orders', effect: 'allow', actions: ['publish', 'subscribe', 'describe', 'create'], resources: ['stream:orders*'], principals: ['user:alice'] });
+    await d.putPolicy({
+      name: 'alice-orders',
+      effect: 'allow',
+      actions: ['publish', 'subscribe', 'describe', 'create'],
+      resources: ['stream:orders*'],
+      principals: ['user:alice'],
+    });
     await d.putPolicy({ name: 'alice-groups', effect: 'allow', actions: ['subscribe', 'describe'], resources: ['group:g-*'], principals: ['user:alice'] });
   });
   after(async () => {
@@ -120,7 +142,9 @@ describe('kafka authentication and authorization (KafkaJS, kcat)', () => {
     await assert.rejects(c.subscribe({ topics: ['secret'], fromBeginning: true }), (e: unknown) => /TOPIC_AUTHORIZATION_FAILED/.test(kafkaErrorType(e)));
     await c.disconnect();
 
-    const k = await run('kcat', ['-b', addr, '-C', '-t', 'secret', '-p', '0', '-o', 'beginning', '-e', ...kcatSasl('alice', 'alice-pw'), ...FAST], { timeoutMs: 20_000 });
+    const k = await run('kcat', ['-b', addr, '-C', '-t', 'secret', '-p', '0', '-o', 'beginning', '-e', ...kcatSasl('alice', 'alice-pw'), ...FAST], {
+      timeoutMs: 20_000,
+    });
     assert.match(k.stderr, /Topic authorization failed|not authorized/i, k.stderr);
 
     // KafkaJS reports a refused FindCoordinator as "Failed to find group coordinator"; the error it got from the
@@ -161,16 +185,27 @@ describe('kafka authentication and authorization (KafkaJS, kcat)', () => {
     await p.connect();
     try {
       await p.send({ topic: 'orders.live', messages: [{ value: 'before' }] });
-      await broker.access.directory.putPolicy({ name: 'no-live', effect: 'deny', actions: ['publish'], resources: ['stream:orders.live'], principals: ['user:alice'] });
+      await broker.access.directory.putPolicy({
+        name: 'no-live',
+        effect: 'deny',
+        actions: ['publish'],
+        resources: ['stream:orders.live'],
+        principals: ['user:alice'],
+      });
       // The same connection (KafkaJS keeps it) is refused now: deny wins.
-      await assert.rejects(p.send({ topic: 'orders.live', messages: [{ value: 'during' }] }), (e: unknown) => /TOPIC_AUTHORIZATION_FAILED/.test(kafkaErrorType(e)));
+      await assert.rejects(p.send({ topic: 'orders.live', messages: [{ value: 'during' }] }), (e: unknown) =>
+        /TOPIC_AUTHORIZATION_FAILED/.test(kafkaErrorType(e)),
+      );
       await broker.access.directory.deletePolicy('no-live');
       await p.send({ topic: 'orders.live', messages: [{ value: 'after' }] });
     } finally {
       await p.disconnect();
     }
     const msgs = await kcatConsume(addr, 'orders.live', [...kcatSasl('alice', 'alice-pw'), ...FAST]);
-    assert.deepEqual(msgs.map((m) => m.payload), ['before', 'after']);
+    assert.deepEqual(
+      msgs.map((m) => m.payload),
+      ['before', 'after'],
+    );
   });
 
   it('maps DescribeAcls, CreateAcls and DeleteAcls onto policies (KafkaJS admin)', async () => {
@@ -192,10 +227,12 @@ describe('kafka authentication and authorization (KafkaJS, kcat)', () => {
       };
       await root.createAcls({ acl: [acl, { ...acl, operation: AclOperationTypes.DESCRIBE }] });
       const policy = broker.access.directory.policies.defs().find((d) => d.source === 'kafka-acl' && d.actions[0] === 'publish');
-      assert.deepEqual(
-        policy && { effect: policy.effect, actions: policy.actions, resources: policy.resources, principals: policy.principals },
-        { effect: 'allow', actions: ['publish'], resources: ['stream:acl.*'], principals: ['user:alice'] },
-      );
+      assert.deepEqual(policy && { effect: policy.effect, actions: policy.actions, resources: policy.resources, principals: policy.principals }, {
+        effect: 'allow',
+        actions: ['publish'],
+        resources: ['stream:acl.*'],
+        principals: ['user:alice'],
+      });
       // The ACL applies at once, on alice's open connection.
       await alice.send({ topic: 'acl.t', messages: [{ value: 'yes' }] });
 
@@ -206,21 +243,44 @@ describe('kafka authentication and authorization (KafkaJS, kcat)', () => {
         permissionType: AclPermissionTypes.ANY,
         principal: 'User:alice',
       });
-      const flat = described.resources.flatMap((r) => r.acls.map((a) => `${r.resourceType}:${r.resourcePatternType}:${r.resourceName}:${a.operation}:${a.permissionType}`));
+      const flat = described.resources.flatMap((r) =>
+        r.acls.map((a) => `${r.resourceType}:${r.resourcePatternType}:${r.resourceName}:${a.operation}:${a.permissionType}`),
+      );
       // The ACLs just made, and the policies made elsewhere (alice-orders, alice-groups) as ACLs.
-      assert.ok(flat.includes(`${AclResourceTypes.TOPIC}:${ResourcePatternTypes.PREFIXED}:acl.:${AclOperationTypes.WRITE}:${AclPermissionTypes.ALLOW}`), flat.join('\n'));
-      assert.ok(flat.includes(`${AclResourceTypes.TOPIC}:${ResourcePatternTypes.PREFIXED}:orders:${AclOperationTypes.READ}:${AclPermissionTypes.ALLOW}`), flat.join('\n'));
-      assert.ok(flat.includes(`${AclResourceTypes.GROUP}:${ResourcePatternTypes.PREFIXED}:g-:${AclOperationTypes.READ}:${AclPermissionTypes.ALLOW}`), flat.join('\n'));
+      assert.ok(
+        flat.includes(`${AclResourceTypes.TOPIC}:${ResourcePatternTypes.PREFIXED}:acl.:${AclOperationTypes.WRITE}:${AclPermissionTypes.ALLOW}`),
+        flat.join('\n'),
+      );
+      assert.ok(
+        flat.includes(`${AclResourceTypes.TOPIC}:${ResourcePatternTypes.PREFIXED}:orders:${AclOperationTypes.READ}:${AclPermissionTypes.ALLOW}`),
+        flat.join('\n'),
+      );
+      assert.ok(
+        flat.includes(`${AclResourceTypes.GROUP}:${ResourcePatternTypes.PREFIXED}:g-:${AclOperationTypes.READ}:${AclPermissionTypes.ALLOW}`),
+        flat.join('\n'),
+      );
 
       // Host-based ACLs do not map.
       await assert.rejects(root.createAcls({ acl: [{ ...acl, host: '10.0.0.1' }] }), (e: unknown) => /INVALID_REQUEST/.test(kafkaErrorType(e)));
 
       const deleted = await root.deleteAcls({
-        filters: [{ resourceType: AclResourceTypes.TOPIC, resourceName: 'acl.', resourcePatternType: ResourcePatternTypes.PREFIXED, principal: 'User:alice', host: '*', operation: AclOperationTypes.ANY, permissionType: AclPermissionTypes.ANY }],
+        filters: [
+          {
+            resourceType: AclResourceTypes.TOPIC,
+            resourceName: 'acl.',
+            resourcePatternType: ResourcePatternTypes.PREFIXED,
+            principal: 'User:alice',
+            host: '*',
+            operation: AclOperationTypes.ANY,
+            permissionType: AclPermissionTypes.ANY,
+          },
+        ],
       });
       assert.equal(deleted.filterResponses[0].matchingAcls.length, 2);
       assert.ok(!broker.access.directory.policies.defs().some((d) => d.source === 'kafka-acl'));
-      await assert.rejects(alice.send({ topic: 'acl.t', messages: [{ value: 'no again' }] }), (e: unknown) => /TOPIC_AUTHORIZATION_FAILED/.test(kafkaErrorType(e)));
+      await assert.rejects(alice.send({ topic: 'acl.t', messages: [{ value: 'no again' }] }), (e: unknown) =>
+        /TOPIC_AUTHORIZATION_FAILED/.test(kafkaErrorType(e)),
+      );
 
       // Only principals allowed `alter cluster:*` manage ACLs.
       const a2 = kafka(addr, plain('alice', 'alice-pw')).admin();

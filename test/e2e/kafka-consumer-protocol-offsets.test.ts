@@ -27,7 +27,11 @@ interface Consumer {
   commitOffsets(o: Array<{ topic: string; partition: number; offset: string }>): Promise<void>;
 }
 interface Kafka {
-  producer(c?: Rd): { connect(): Promise<void>; disconnect(): Promise<void>; send(r: { topic: string; messages: Array<{ value: string; partition?: number }> }): Promise<unknown> };
+  producer(c?: Rd): {
+    connect(): Promise<void>;
+    disconnect(): Promise<void>;
+    send(r: { topic: string; messages: Array<{ value: string; partition?: number }> }): Promise<unknown>;
+  };
   consumer(c: Rd): Consumer;
   admin(c?: Rd): {
     connect(): Promise<void>;
@@ -49,7 +53,14 @@ function loadClient(): Ckjs {
   }
 }
 
-const quiet = { info: () => undefined, warn: () => undefined, error: () => undefined, debug: () => undefined, namespace: () => quiet, setLogLevel: () => undefined };
+const quiet = {
+  info: () => undefined,
+  warn: () => undefined,
+  error: () => undefined,
+  debug: () => undefined,
+  namespace: () => quiet,
+  setLogLevel: () => undefined,
+};
 
 async function until(what: string, cond: () => boolean | Promise<boolean>, timeoutMs = 30_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
@@ -67,7 +78,7 @@ interface OffsetsAnswer {
 }
 
 // Not installed is a failure, never a skip (CI installs the package).
-it('has the interop package installed, with librdkafka\'s headers and library', () => {
+it("has the interop package installed, with librdkafka's headers and library", () => {
   loadClient();
   assert.ok(existsSync(join(DEPS, 'include/librdkafka/rdkafka.h')), `${DEPS} is missing: ${HOW_TO_INSTALL}`);
 });
@@ -114,14 +125,27 @@ describe('kafka OffsetDelete of a consumer-protocol group (KIP-848) with librdka
     ck = loadClient();
     dir = mkdtempSync(join(tmpdir(), 'flowmq-ko-'));
     bin = join(dir, 'rdkafka-admin');
-    const cc = await run('cc', ['-O2', '-Wall', `-I${join(DEPS, 'include')}`, '-o', bin, join(INTEROP, 'rdkafka-admin.c'), `-L${DEPS}`, '-lrdkafka', `-Wl,-rpath,${DEPS}`], { timeoutMs: 120_000 });
+    const cc = await run(
+      'cc',
+      ['-O2', '-Wall', `-I${join(DEPS, 'include')}`, '-o', bin, join(INTEROP, 'rdkafka-admin.c'), `-L${DEPS}`, '-lrdkafka', `-Wl,-rpath,${DEPS}`],
+      { timeoutMs: 120_000 },
+    );
     assert.equal(cc.code, 0, `cc rdkafka-admin.c: ${cc.stderr}`);
     broker = await FlowmqProcess.start({ args: ['--kafka-group-initial-rebalance-delay', '0', '--kafka-consumer-group-heartbeat-interval', '500ms'] });
     kafka = new ck.KafkaJS.Kafka({ 'bootstrap.servers': broker.kafka, kafkaJS: { logger: quiet } });
     const a = kafka.admin();
     await a.connect();
     try {
-      assert.equal(await a.createTopics({ topics: [{ topic: 'ko.a', numPartitions: 1 }, { topic: 'ko.b', numPartitions: 1 }, { topic: 'ko.rx.1', numPartitions: 1 }] }), true);
+      assert.equal(
+        await a.createTopics({
+          topics: [
+            { topic: 'ko.a', numPartitions: 1 },
+            { topic: 'ko.b', numPartitions: 1 },
+            { topic: 'ko.rx.1', numPartitions: 1 },
+          ],
+        }),
+        true,
+      );
     } finally {
       await a.disconnect();
     }

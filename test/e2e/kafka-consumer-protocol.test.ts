@@ -106,7 +106,14 @@ describe('kafka consumer group protocol (KIP-848) with librdkafka 2.15', () => {
     ck = loadClient();
     broker = await FlowmqProcess.start({
       // A short heartbeat interval: members learn of partitions handed over within half a second.
-      args: ['--kafka-group-initial-rebalance-delay', '0', '--kafka-consumer-group-heartbeat-interval', '500ms', '--kafka-consumer-group-session-timeout', '10s'],
+      args: [
+        '--kafka-group-initial-rebalance-delay',
+        '0',
+        '--kafka-consumer-group-heartbeat-interval',
+        '500ms',
+        '--kafka-consumer-group-session-timeout',
+        '10s',
+      ],
     });
     kafka = new ck.KafkaJS.Kafka({ 'bootstrap.servers': broker.kafka, kafkaJS: { logger: logSink(logs) } });
     const admin = kafka.admin();
@@ -174,10 +181,16 @@ describe('kafka consumer group protocol (KIP-848) with librdkafka 2.15', () => {
     const a = await startReader('reader-a');
     await until('reader-a owns the 4 partitions', () => a.parts().length === 4);
     const b = await startReader('reader-b');
-    await until('the partitions split between the two readers', () => a.parts().length > 0 && b.parts().length > 0 && a.parts().length + b.parts().length === 4);
+    await until(
+      'the partitions split between the two readers',
+      () => a.parts().length > 0 && b.parts().length > 0 && a.parts().length + b.parts().length === 4,
+    );
     assert.deepEqual([...a.parts(), ...b.parts()].sort(), [`${TOPIC}:0`, `${TOPIC}:1`, `${TOPIC}:2`, `${TOPIC}:3`]);
     // Through the consumer protocol, not the classic one.
-    assert.ok(logs.some((l) => /ConsumerGroupHeartbeat response received/.test(l)), 'librdkafka heartbeats with ConsumerGroupHeartbeat');
+    assert.ok(
+      logs.some((l) => /ConsumerGroupHeartbeat response received/.test(l)),
+      'librdkafka heartbeats with ConsumerGroupHeartbeat',
+    );
     await until('the broker logged two consumer-protocol joins', () => broker.logs.filter((l) => l.msg === 'member joins the consumer group').length === 2);
     assert.ok(!logs.some((l) => /JoinGroup/.test(l)), 'no classic JoinGroup');
 
@@ -233,10 +246,13 @@ describe('kafka consumer group protocol (KIP-848) with librdkafka 2.15', () => {
     assert.equal(py.code, 0, py.stderr);
     const classic = JSON.parse(py.stdout) as { error: number; state: string; type: string; protocol: string; members: Array<[string, string[], number[]]> };
     assert.deepEqual([classic.error, classic.state, classic.type, classic.protocol], [0, 'Stable', 'consumer', 'uniform']);
-    assert.deepEqual(classic.members.map((m) => [m[0], m[1]]), [
-      ['reader-a', [TOPIC]],
-      ['reader-b', [TOPIC]],
-    ]);
+    assert.deepEqual(
+      classic.members.map((m) => [m[0], m[1]]),
+      [
+        ['reader-a', [TOPIC]],
+        ['reader-b', [TOPIC]],
+      ],
+    );
     assert.deepEqual(classic.members.flatMap((m) => m[2]).sort(), [0, 1, 2, 3]);
   });
 
@@ -280,7 +296,13 @@ describe('kafka consumer group protocol (KIP-848) with librdkafka 2.15', () => {
     const admin = kafka.admin();
     await admin.connect();
     try {
-      await admin.createTopics({ topics: [{ topic: 'kr.one', numPartitions: 2 }, { topic: 'kr.two', numPartitions: 1 }, { topic: 'krx', numPartitions: 1 }] });
+      await admin.createTopics({
+        topics: [
+          { topic: 'kr.one', numPartitions: 2 },
+          { topic: 'kr.two', numPartitions: 1 },
+          { topic: 'krx', numPartitions: 1 },
+        ],
+      });
     } finally {
       await admin.disconnect();
     }
@@ -318,11 +340,27 @@ describe('kafka consumer group protocol (KIP-848) with librdkafka 2.15', () => {
   it('a static member (group.instance.id) that restarts takes its partitions back, with no new assignment for the group', async () => {
     const group = 'ks.cgroup';
     const start = async (name: string, instance: string): Promise<Reader> => {
-      const consumer = kafka.consumer({ 'group.id': group, 'group.protocol': 'consumer', 'group.instance.id': instance, 'client.id': name, 'auto.offset.reset': 'earliest', 'enable.auto.commit': false });
+      const consumer = kafka.consumer({
+        'group.id': group,
+        'group.protocol': 'consumer',
+        'group.instance.id': instance,
+        'client.id': name,
+        'auto.offset.reset': 'earliest',
+        'enable.auto.commit': false,
+      });
       await consumer.connect();
       await consumer.subscribe({ topics: [TOPIC] });
       void consumer.run({ eachMessage: async () => undefined });
-      const r: Reader = { name, consumer, seen: new Map(), parts: () => consumer.assignment().map((a) => `${a.topic}:${a.partition}`).sort() };
+      const r: Reader = {
+        name,
+        consumer,
+        seen: new Map(),
+        parts: () =>
+          consumer
+            .assignment()
+            .map((a) => `${a.topic}:${a.partition}`)
+            .sort(),
+      };
       readers.push(r);
       return r;
     };
@@ -337,12 +375,16 @@ describe('kafka consumer group protocol (KIP-848) with librdkafka 2.15', () => {
     await a.consumer.disconnect();
     readers.splice(readers.indexOf(a), 1);
     // (The broker's log lines come through a pipe: wait for them rather than race them.)
-    await until('the broker logged the static leave', () => broker.logs.some((l) => l.msg === 'static member left the consumer group for now' && l.group === group));
+    await until('the broker logged the static leave', () =>
+      broker.logs.some((l) => l.msg === 'static member left the consumer group for now' && l.group === group),
+    );
     const a2 = await start('static-a2', 'inst-a');
     await until('the restarted member owns its partitions again', () => a2.parts().length === 2);
     assert.deepEqual(a2.parts(), aParts);
     assert.deepEqual(b.parts(), bParts);
     assert.equal(targets(), computed, 'no new target assignment');
-    await until('the broker logged the takeover', () => broker.logs.some((l) => l.msg === 'static member rejoined: it takes over its partitions' && l.group === group));
+    await until('the broker logged the takeover', () =>
+      broker.logs.some((l) => l.msg === 'static member rejoined: it takes over its partitions' && l.group === group),
+    );
   });
 });

@@ -19,7 +19,27 @@ async function kcatProduce(broker: string, args: string[], input: string): Promi
  * it starts from the group's committed offsets (earliest when there are none); -o would override them.
  */
 async function kcatGroup(broker: string, group: string, topic: string): Promise<Array<{ partition: number; offset: number; payload: string }>> {
-  const r = await run('kcat', ['-b', broker, '-G', group, topic, '-e', '-J', '-q', ...FAST, '-X', 'auto.offset.reset=earliest', '-X', 'partition.assignment.strategy=range,roundrobin', '-X', 'session.timeout.ms=6000'], { timeoutMs: 30_000 });
+  const r = await run(
+    'kcat',
+    [
+      '-b',
+      broker,
+      '-G',
+      group,
+      topic,
+      '-e',
+      '-J',
+      '-q',
+      ...FAST,
+      '-X',
+      'auto.offset.reset=earliest',
+      '-X',
+      'partition.assignment.strategy=range,roundrobin',
+      '-X',
+      'session.timeout.ms=6000',
+    ],
+    { timeoutMs: 30_000 },
+  );
   assert.equal(r.code, 0, r.stderr);
   return r.stdout
     .split('\n')
@@ -46,13 +66,19 @@ describe('kcat against a real broker across restarts', () => {
     await broker.api('POST', '/api/v1/streams', { name: 'plant.telemetry', partitions: 3, bindings: ['plant/+/telemetry'] });
     const md = await run('kcat', ['-b', broker.kafka, '-L', '-J'], { timeoutMs: 15_000 });
     const topics = (JSON.parse(md.stdout) as { topics: Array<{ topic: string; partitions: unknown[] }> }).topics;
-    assert.deepEqual(topics.map((t) => [t.topic, t.partitions.length]).sort(), [['kc.all', 2], ['plant.telemetry', 3]]);
+    assert.deepEqual(topics.map((t) => [t.topic, t.partitions.length]).sort(), [
+      ['kc.all', 2],
+      ['plant.telemetry', 3],
+    ]);
 
     await broker.stop('SIGKILL');
     broker = await FlowmqProcess.start({ dataDir: broker.dataDir });
     const msgs = await kcatConsume(broker.kafka, 'kc.all', ['-p', '0', ...FAST]);
     assert.equal(msgs.length, 50);
-    assert.deepEqual(msgs.map((m) => m.offset), Array.from({ length: 50 }, (_, i) => i));
+    assert.deepEqual(
+      msgs.map((m) => m.offset),
+      Array.from({ length: 50 }, (_, i) => i),
+    );
     for (const [i, z] of codecs.entries()) {
       const m = msgs[i * 10 + 3];
       assert.deepEqual([m.key, m.payload, m.headers], ['key3', `${z}-${i * 10 + 3}`, ['codec', z]]);

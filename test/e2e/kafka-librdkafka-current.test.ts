@@ -41,7 +41,10 @@ interface Message {
 interface Producer {
   connect(): Promise<void>;
   disconnect(): Promise<void>;
-  send(r: { topic: string; messages: Array<{ key?: string; value: string; headers?: Record<string, string>; partition?: number }> }): Promise<Array<{ partition: number; errorCode: number; baseOffset?: string }>>;
+  send(r: {
+    topic: string;
+    messages: Array<{ key?: string; value: string; headers?: Record<string, string>; partition?: number }>;
+  }): Promise<Array<{ partition: number; errorCode: number; baseOffset?: string }>>;
 }
 interface Consumer {
   connect(): Promise<void>;
@@ -145,7 +148,14 @@ async function configs(bootstrap: string, args: string[], env: NodeJS.ProcessEnv
       name: string;
       error: string | null;
       message: string | null;
-      configs: Array<{ name: string; value: string | null; source: string; readOnly: boolean; isDefault: boolean; synonyms: Array<{ name: string; source: string }> }>;
+      configs: Array<{
+        name: string;
+        value: string | null;
+        source: string;
+        readOnly: boolean;
+        isDefault: boolean;
+        synonyms: Array<{ name: string; source: string }>;
+      }>;
     }>;
   };
 }
@@ -198,7 +208,11 @@ describe('kafka with a current librdkafka (@confluentinc/kafka-javascript)', () 
     } finally {
       await admin.disconnect();
     }
-    const has = (re: RegExp) => assert.ok(logs.some((l) => re.test(l)), `librdkafka logged ${re}`);
+    const has = (re: RegExp) =>
+      assert.ok(
+        logs.some((l) => re.test(l)),
+        `librdkafka logged ${re}`,
+      );
     has(/Sent ApiVersionRequest \(v3,/);
     has(/Received ApiVersionResponse \(v3,/);
     // The features librdkafka derives from the advertised ranges: its request layouts and what it may use.
@@ -221,9 +235,16 @@ describe('kafka with a current librdkafka (@confluentinc/kafka-javascript)', () 
       await producer.disconnect();
     }
     const got = await consume(kafka, 'ck.latest.g', topic, 5, { 'enable.auto.commit': true, 'auto.commit.interval.ms': 100 });
-    assert.deepEqual(got.map((m) => m.value?.toString()), ['v0', 'v1', 'v2', 'v3', 'v4']);
-    const sent = (api: string): number[] => [...new Set(logs.flatMap((l) => [...l.matchAll(new RegExp(`Sent ${api}Request \\(v(\\d+),`, 'g'))].map((m) => Number(m[1]))))];
-    const versions = Object.fromEntries(['Produce', 'Fetch', 'Metadata', 'ListOffsets', 'OffsetCommit', 'OffsetFetch', 'FindCoordinator', 'InitProducerId'].map((a) => [a, sent(a)]));
+    assert.deepEqual(
+      got.map((m) => m.value?.toString()),
+      ['v0', 'v1', 'v2', 'v3', 'v4'],
+    );
+    const sent = (api: string): number[] => [
+      ...new Set(logs.flatMap((l) => [...l.matchAll(new RegExp(`Sent ${api}Request \\(v(\\d+),`, 'g'))].map((m) => Number(m[1])))),
+    ];
+    const versions = Object.fromEntries(
+      ['Produce', 'Fetch', 'Metadata', 'ListOffsets', 'OffsetCommit', 'OffsetFetch', 'FindCoordinator', 'InitProducerId'].map((a) => [a, sent(a)]),
+    );
     // librdkafka 2.15's own maxima, all within FlowMQ's ranges: it uses each API at its newest version it knows.
     assert.deepEqual(versions, EXPECTED_VERSIONS, JSON.stringify(versions));
     assert.ok(!broker.logs.some((l) => l.msg.includes('malformed request')), 'no request refused');
@@ -239,14 +260,21 @@ describe('kafka with a current librdkafka (@confluentinc/kafka-javascript)', () 
           topic,
           messages: Array.from({ length: 20 }, (_, i) => ({ key: `${codec}-${i}`, value: `${codec} value ${i} `.repeat(20), headers: { codec } })),
         });
-        assert.ok(res.every((r) => r.errorCode === 0), JSON.stringify(res));
+        assert.ok(
+          res.every((r) => r.errorCode === 0),
+          JSON.stringify(res),
+        );
       } finally {
         await p.disconnect();
       }
     }
     const msgs = await kcatConsume(broker.kafka, topic, ['-X', 'fetch.wait.max.ms=50']);
     assert.equal(msgs.length, 20 * CODECS.length);
-    assert.deepEqual(msgs.map((m) => m.offset), msgs.map((_, i) => i), 'contiguous offsets');
+    assert.deepEqual(
+      msgs.map((m) => m.offset),
+      msgs.map((_, i) => i),
+      'contiguous offsets',
+    );
     CODECS.forEach((codec, c) => {
       for (let i = 0; i < 20; i++) {
         const m = msgs[c * 20 + i];
@@ -257,7 +285,10 @@ describe('kafka with a current librdkafka (@confluentinc/kafka-javascript)', () 
     });
     // And librdkafka reads them all back too (decompressing each codec).
     const back = await consume(client(broker.kafka), 'ck-codecs-reader', topic, 20 * CODECS.length);
-    assert.deepEqual(back.map((m) => m.key?.toString()), msgs.map((m) => m.key));
+    assert.deepEqual(
+      back.map((m) => m.key?.toString()),
+      msgs.map((m) => m.key),
+    );
   });
 
   it('consumes in a group, commits, and a member rejoining resumes from the committed offset', async () => {
@@ -285,15 +316,24 @@ describe('kafka with a current librdkafka (@confluentinc/kafka-javascript)', () 
     await admin.connect();
     try {
       const committed = await admin.fetchOffsets({ groupId: 'ck-g', topics: [topic] });
-      assert.deepEqual(committed.map((t) => [t.topic, t.partitions.map((x) => [x.partition, x.offset])]), [[topic, [[0, '6']]]]);
+      assert.deepEqual(
+        committed.map((t) => [t.topic, t.partitions.map((x) => [x.partition, x.offset])]),
+        [[topic, [[0, '6']]]],
+      );
     } finally {
       await admin.disconnect();
     }
     await p.send({ topic, messages: [{ value: 'v10' }, { value: 'v11' }] });
     await p.disconnect();
     const again = await consume(kafka, 'ck-g', topic, 6);
-    assert.deepEqual(again.map((m) => m.offset), ['6', '7', '8', '9', '10', '11']);
-    assert.deepEqual(again.map((m) => m.value?.toString()), ['v6', 'v7', 'v8', 'v9', 'v10', 'v11']);
+    assert.deepEqual(
+      again.map((m) => m.offset),
+      ['6', '7', '8', '9', '10', '11'],
+    );
+    assert.deepEqual(
+      again.map((m) => m.value?.toString()),
+      ['v6', 'v7', 'v8', 'v9', 'v10', 'v11'],
+    );
   });
 
   it('lists, describes and deletes groups; an Empty group that never committed is still a consumer group', async () => {
@@ -320,7 +360,10 @@ describe('kafka with a current librdkafka (@confluentinc/kafka-javascript)', () 
         assert.deepEqual([g.protocolType, g.state, g.isSimpleConsumerGroup, g.members.length], ['consumer', EMPTY, false, 0], g.groupId);
       }
       const deleted = await admin.deleteGroups(['ck-nocommit']);
-      assert.deepEqual(deleted.map((d) => [d.groupId, d.errorCode]), [['ck-nocommit', 0]]);
+      assert.deepEqual(
+        deleted.map((d) => [d.groupId, d.errorCode]),
+        [['ck-nocommit', 0]],
+      );
       assert.ok(!(await admin.listGroups()).groups.some((g) => g.groupId === 'ck-nocommit'));
     } finally {
       await admin.disconnect();
@@ -366,7 +409,14 @@ describe('kafka with a current librdkafka (@confluentinc/kafka-javascript)', () 
     assert.equal(d.resources[0].error, null);
     const seg = value(d, 'segment.bytes');
     assert.deepEqual([seg?.value, seg?.source, seg?.readOnly, seg?.isDefault], ['52428800', 'DYNAMIC_TOPIC_CONFIG', false, false]);
-    assert.deepEqual(seg?.synonyms[0], { name: 'segment.bytes', value: '52428800', source: 'DYNAMIC_TOPIC_CONFIG', readOnly: false, isDefault: false, isSensitive: false });
+    assert.deepEqual(seg?.synonyms[0], {
+      name: 'segment.bytes',
+      value: '52428800',
+      source: 'DYNAMIC_TOPIC_CONFIG',
+      readOnly: false,
+      isDefault: false,
+      isSensitive: false,
+    });
     assert.equal(value(d, 'retention.bytes')?.source, 'DEFAULT_CONFIG');
     const inc = await configs(broker.kafka, ['incremental', topic, 'set:retention.bytes=10485760', 'set:max.message.bytes=2097152', 'delete:segment.bytes']);
     assert.equal(inc.resources[0].error, null, inc.resources[0].message ?? '');
@@ -415,9 +465,16 @@ describe('kafka with a current librdkafka: SASL SCRAM over plaintext and TLS', (
     writeFileSync(join(tls.dir, 'users.yaml'), '- username: alice\n  password: "wonder:land"\n');
     broker = await FlowmqProcess.start({
       args: [
-        '--users-file', join(tls.dir, 'users.yaml'),
-        '--kafka-group-initial-rebalance-delay', '0',
-        '--kafka-tls-port', '0', '--kafka-tls-cert', tls.certPath, '--kafka-tls-key', tls.keyPath,
+        '--users-file',
+        join(tls.dir, 'users.yaml'),
+        '--kafka-group-initial-rebalance-delay',
+        '0',
+        '--kafka-tls-port',
+        '0',
+        '--kafka-tls-cert',
+        tls.certPath,
+        '--kafka-tls-key',
+        tls.keyPath,
       ],
     });
   });

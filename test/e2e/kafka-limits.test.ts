@@ -99,10 +99,14 @@ describe('kafka limits without users', () => {
     const md = await run('kcat', ['-b', broker.kafka, '-L', '-J'], { timeoutMs: 20_000 });
     assert.equal(md.code, 0, md.stderr);
     for (const s of strangers) s.socket.destroy();
-    await eventually(async () => {
-      const f = await framePool(broker);
-      return f.gathering === 0 && f.aheadBytes === 0;
-    }, 20_000, 'the reserve to come back');
+    await eventually(
+      async () => {
+        const f = await framePool(broker);
+        return f.gathering === 0 && f.aheadBytes === 0;
+      },
+      20_000,
+      'the reserve to come back',
+    );
   });
 
   it('closes a silent connection after --kafka-connections-max-idle, and KafkaJS and kcat go on', async () => {
@@ -112,7 +116,10 @@ describe('kafka limits without users', () => {
     const r = await run('kcat', ['-b', broker.kafka, '-P', '-t', 'limits.kcat'], { input: 'one\ntwo\n', timeoutMs: 20_000 });
     assert.equal(r.code, 0, r.stderr);
     const msgs = await kcatConsume(broker.kafka, 'limits.kcat', ['-X', 'fetch.wait.max.ms=50']);
-    assert.deepEqual(msgs.map((m) => m.payload), ['one', 'two']);
+    assert.deepEqual(
+      msgs.map((m) => m.payload),
+      ['one', 'two'],
+    );
   });
 });
 
@@ -149,10 +156,22 @@ describe('kafka limits with a users file (SASL required)', () => {
 
   it('KafkaJS with SCRAM and kcat with SASL_PLAINTEXT still produce and consume', async () => {
     await roundTrip(broker, 'limits.sasl', alice);
-    const sasl = ['-X', 'security.protocol=SASL_PLAINTEXT', '-X', 'sasl.mechanisms=SCRAM-SHA-512', '-X', 'sasl.username=alice', '-X', 'sasl.password=wonder:land'];
+    const sasl = [
+      '-X',
+      'security.protocol=SASL_PLAINTEXT',
+      '-X',
+      'sasl.mechanisms=SCRAM-SHA-512',
+      '-X',
+      'sasl.username=alice',
+      '-X',
+      'sasl.password=wonder:land',
+    ];
     const r = await run('kcat', ['-b', broker.kafka, '-P', '-t', 'limits.sasl.kcat', ...sasl], { input: 'a\nb\n', timeoutMs: 20_000 });
     assert.equal(r.code, 0, r.stderr);
     const msgs = await kcatConsume(broker.kafka, 'limits.sasl.kcat', [...sasl, '-X', 'fetch.wait.max.ms=50']);
-    assert.deepEqual(msgs.map((m) => m.payload), ['a', 'b']);
+    assert.deepEqual(
+      msgs.map((m) => m.payload),
+      ['a', 'b'],
+    );
   });
 });

@@ -279,12 +279,21 @@ async function slowFetch(broker: FlowmqProcess, partition: number, release: Prom
       isolationLevel: 0,
       sessionId: 0,
       sessionEpoch: -1,
-      topics: [{ topic: TOPIC, partitions: [{ partition, currentLeaderEpoch: -1, fetchOffset: from, lastFetchedEpoch: -1, logStartOffset: -1, partitionMaxBytes: 2 * MIB }] }],
+      topics: [
+        {
+          topic: TOPIC,
+          partitions: [{ partition, currentLeaderEpoch: -1, fetchOffset: from, lastFetchedEpoch: -1, logStartOffset: -1, partitionMaxBytes: 2 * MIB }],
+        },
+      ],
       forgottenTopics: [],
       rackId: '',
       clusterId: null,
     };
-    socket.write(Buffer.concat(requests.map((correlationId) => encodeRequest(FetchApi, { apiVersion: version, correlationId, clientId: 'slow-reader' }, body, { sizePrefix: true }))));
+    socket.write(
+      Buffer.concat(
+        requests.map((correlationId) => encodeRequest(FetchApi, { apiVersion: version, correlationId, clientId: 'slow-reader' }, body, { sizePrefix: true })),
+      ),
+    );
     await release;
     const frames = await readFrames(socket, requests.length, 30_000);
     for (const [i, correlationId] of requests.entries()) {
@@ -298,7 +307,7 @@ async function slowFetch(broker: FlowmqProcess, partition: number, release: Prom
         }
         const raw = Buffer.concat(p.records ?? []);
         let next = -1;
-        for (let pos = 0; pos < raw.length; ) {
+        for (let pos = 0; pos < raw.length;) {
           try {
             const info = readBatchInfo(raw, pos);
             if (!verifyBatchCrc(raw, pos, info.size)) problems.add(`${at}: batch at ${info.baseOffset} fails its CRC`);
@@ -389,7 +398,10 @@ async function exercise(broker: FlowmqProcess, minSegments: number): Promise<str
     // Quiet partitions: once the consumer has read everything, every tail is sealed, the chunks still current for
     // their partitions included; the next phase appends into them again. A consumer that stops making progress
     // (a client stuck on a batch it cannot parse) ends production early: the checks below say what went wrong.
-    const stuck = await eventually(caughtUp, 15_000).then(() => false, () => true);
+    const stuck = await eventually(caughtUp, 15_000).then(
+      () => false,
+      () => true,
+    );
     if (stuck) {
       stalled = `after phase ${phase}, the consumer read ${live.count} of ${produced.reduce((n, t) => n + t.count, 0)} records`;
       break;
@@ -425,7 +437,18 @@ async function exercise(broker: FlowmqProcess, minSegments: number): Promise<str
   const found = [live.problems, slow, reread.problems].filter((p) => p.count > 0);
   if (found.length > 0 || crashes.length > 0 || stalled !== null || kcat.code !== 0) {
     // Every reader's findings at once (the assertions below stop at the first).
-    console.log(JSON.stringify({ crashes, stalled, kcat: { code: kcat.code, stderr: kcat.stderr.slice(0, 2000) }, problems: found.map((p) => ({ reader: p.reader, count: p.count, first: p.examples.slice(0, 5) })) }, null, 2));
+    console.log(
+      JSON.stringify(
+        {
+          crashes,
+          stalled,
+          kcat: { code: kcat.code, stderr: kcat.stderr.slice(0, 2000) },
+          problems: found.map((p) => ({ reader: p.reader, count: p.count, first: p.examples.slice(0, 5) })),
+        },
+        null,
+        2,
+      ),
+    );
   }
   assert.deepEqual(crashes, [], 'the consumer did not crash');
   assert.deepEqual(live.problems.examples, [], `${live.problems.count} problems in what the consumer read`);
@@ -456,7 +479,13 @@ async function exercise(broker: FlowmqProcess, minSegments: number): Promise<str
   // chunks ever allocated hold (so chunks were reused), frames came back from the pool, segments were sealed.
   const info = await broker.api<BrokerInfo>('GET', '/api/v1/broker');
   const mem = info.storage.batchMemory;
-  const figures = JSON.stringify({ ...mem, plain, framePool: info.kafka.framePool, sealedSegments: info.storage.log.sealedSegments, objectReads: info.storage.log.objectReads });
+  const figures = JSON.stringify({
+    ...mem,
+    plain,
+    framePool: info.kafka.framePool,
+    sealedSegments: info.storage.log.sealedSegments,
+    objectReads: info.storage.log.objectReads,
+  });
   assert.ok(mem.pooledBatches >= plain.batches, `every large uncompressed batch copied into a chunk: ${figures}`);
   assert.ok(mem.ownBatches > 0, `small batches in buffers of their own: ${figures}`);
   assert.ok(mem.chunkBytes > 0 && plain.bytes > mem.chunkBytes, `chunk memory reused: ${figures}`);
@@ -476,7 +505,11 @@ async function exercise(broker: FlowmqProcess, minSegments: number): Promise<str
 
 const SCENARIOS = [
   // A small read cache: sealed batches kept for readers a little behind pin chunks too (and are read from them).
-  { name: '1 MiB segments, per-partition WAL (chunks cycle fast)', args: ['--segment-bytes', String(MIB), '--read-cache-bytes', String(8 * MIB)], minSegments: 40 },
+  {
+    name: '1 MiB segments, per-partition WAL (chunks cycle fast)',
+    args: ['--segment-bytes', String(MIB), '--read-cache-bytes', String(8 * MIB)],
+    minSegments: 40,
+  },
   {
     name: '4 MiB segments, shared WAL (tails longer than a chunk, segments written from chunk memory)',
     args: ['--segment-bytes', String(4 * MIB), '--wal-layout', 'shared', '--read-cache-bytes', String(8 * MIB)],

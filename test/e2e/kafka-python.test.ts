@@ -92,8 +92,15 @@ describe('kafka-python against a real broker', () => {
     const produced = s.get('produced')!.records as Produced[];
     assert.equal(produced.length, 100);
     for (let p = 0; p < 3; p++) {
-      const offsets = produced.filter((x) => x.partition === p).map((x) => x.offset).sort((a, b) => a - b);
-      assert.deepEqual(offsets, Array.from({ length: offsets.length }, (_, i) => i), `partition ${p}: offsets from 0, no gaps`);
+      const offsets = produced
+        .filter((x) => x.partition === p)
+        .map((x) => x.offset)
+        .sort((a, b) => a - b);
+      assert.deepEqual(
+        offsets,
+        Array.from({ length: offsets.length }, (_, i) => i),
+        `partition ${p}: offsets from 0, no gaps`,
+      );
     }
     // Records of one key stay in one partition.
     for (let k = 0; k < 7; k++) assert.equal(new Set(produced.filter((x) => x.i % 7 === k).map((x) => x.partition)).size, 1);
@@ -111,7 +118,10 @@ describe('kafka-python against a real broker', () => {
     assert.equal(new Set(records.map((c) => `${c.partition}/${c.offset}`)).size, 100, 'each record once');
     assert.deepEqual(consumed.committed, consumed.end, 'committed at the end of every partition');
     assert.deepEqual(consumed.beginning, [0, 0, 0]);
-    assert.equal((consumed.end as number[]).reduce((a, b) => a + b, 0), 100);
+    assert.equal(
+      (consumed.end as number[]).reduce((a, b) => a + b, 0),
+      100,
+    );
 
     const byTime = s.get('by-time')!;
     assert.equal(byTime.offset, byTime.expected);
@@ -119,7 +129,10 @@ describe('kafka-python against a real broker', () => {
     const groups = s.get('groups')!;
     assert.ok((groups.groups as string[]).includes('kp-readers'));
     assert.equal(groups.state, 'Empty');
-    assert.deepEqual(groups.offsets, (consumed.end as number[]).map((o, p) => [p, o]));
+    assert.deepEqual(
+      groups.offsets,
+      (consumed.end as number[]).map((o, p) => [p, o]),
+    );
     assert.equal(s.get('partitions')!.count, 5);
     const deleted = s.get('deleted')!;
     assert.ok(!(deleted.topics as string[]).includes('kp.orders'));
@@ -143,7 +156,10 @@ describe('kafka-python against a real broker', () => {
       await eventually(() => members[0].left && members[0].exited, 20_000, 'the first member left');
       const rest = members.slice(1);
       await eventually(() => covers(rest, 6), 40_000, `two members sharing 6 partitions: ${rest.map((m) => m.describe()).join(' | ')}`);
-      assert.ok(rest.every((m) => m.assigned!.length === 3), 'three partitions each');
+      assert.ok(
+        rest.every((m) => m.assigned!.length === 3),
+        'three partitions each',
+      );
       await produce(60, 72);
       await eventually(() => new Set(rest.flatMap((m) => m.values)).size >= 12 && seen().size === 72, 20_000, 'the records produced after the rebalance read');
     } finally {
@@ -177,16 +193,24 @@ describe('kafka-python with SASL against a real broker', () => {
     for (const mechanism of ['PLAIN', 'SCRAM-SHA-256', 'SCRAM-SHA-512']) {
       const s = await sasl(mechanism, 's3cret:pass');
       assert.deepEqual([s.ok, s.value], [true, mechanism], String(s.error));
-      assert.ok(broker.logs.some((l) => l.msg === 'SASL authentication succeeded' && l.principal === 'carol' && l.mechanism === mechanism), mechanism);
+      assert.ok(
+        broker.logs.some((l) => l.msg === 'SASL authentication succeeded' && l.principal === 'carol' && l.mechanism === mechanism),
+        mechanism,
+      );
     }
     const wrong = await sasl('SCRAM-SHA-512', 'guess');
     assert.equal(wrong.ok, false);
     // kafka-python reports a bootstrap that cannot authenticate as NoBrokersAvailable; the broker's log says why.
     assert.match(String(wrong.error), /NoBrokersAvailable/);
     assert.ok(
-      broker.logs.some((l) => l.msg.startsWith('SASL authentication failed') && l.mechanism === 'SCRAM-SHA-512' && l.username === 'carol' && l.reason === 'invalid username or password'),
+      broker.logs.some(
+        (l) =>
+          l.msg.startsWith('SASL authentication failed') &&
+          l.mechanism === 'SCRAM-SHA-512' &&
+          l.username === 'carol' &&
+          l.reason === 'invalid username or password',
+      ),
       'the broker logged the refusal and its reason',
     );
   });
 });
-

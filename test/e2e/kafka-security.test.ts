@@ -31,7 +31,14 @@ function kafka(broker: string, sasl?: SASLOptions, ca?: string) {
 /** MQTT.js connect: 'connected', or the CONNACK return/reason code it was refused with. */
 function mqttConnect(url: string, protocolVersion: 4 | 5, username?: string, password?: string): Promise<'connected' | number> {
   return new Promise((resolve, reject) => {
-    const c = mqtt.connect(url, { protocolVersion, username, password, reconnectPeriod: 0, connectTimeout: 5000, clientId: `sec-${Math.random().toString(16).slice(2)}` });
+    const c = mqtt.connect(url, {
+      protocolVersion,
+      username,
+      password,
+      reconnectPeriod: 0,
+      connectTimeout: 5000,
+      clientId: `sec-${Math.random().toString(16).slice(2)}`,
+    });
     c.once('connect', () => {
       c.end(true);
       resolve('connected');
@@ -53,7 +60,16 @@ describe('kafka and mqtt security with a users file', () => {
     ({ dir, cert } = makeTestCert('flowmq-sec-'));
     writeFileSync(join(dir, 'users.yaml'), '- username: alice\n  password: "wonder:land"\n- username: bob\n  password: builder\n');
     broker = await FlowmqProcess.start({
-      args: ['--users-file', join(dir, 'users.yaml'), '--kafka-tls-port', '0', '--kafka-tls-cert', join(dir, 'cert.pem'), '--kafka-tls-key', join(dir, 'key.pem')],
+      args: [
+        '--users-file',
+        join(dir, 'users.yaml'),
+        '--kafka-tls-port',
+        '0',
+        '--kafka-tls-cert',
+        join(dir, 'cert.pem'),
+        '--kafka-tls-key',
+        join(dir, 'key.pem'),
+      ],
     });
   });
   after(async () => {
@@ -75,7 +91,10 @@ describe('kafka and mqtt security with a users file', () => {
     await admin.connect();
     const offsets = await admin.fetchTopicOffsets('sec.t');
     await admin.disconnect();
-    assert.deepEqual(offsets.map((o) => o.high), ['3']);
+    assert.deepEqual(
+      offsets.map((o) => o.high),
+      ['3'],
+    );
     assert.ok(broker.logs.some((l) => l.msg === 'SASL authentication succeeded' && l.principal === 'bob' && l.mechanism === 'SCRAM-SHA-512'));
   });
 
@@ -87,11 +106,18 @@ describe('kafka and mqtt security with a users file', () => {
     ];
     for (const sasl of cases) {
       const p = kafka(broker.kafka, sasl).producer();
-      await assert.rejects(p.connect(), (e: Error) => /SASL .*authentication failed/i.test(e.message) && e.name === 'KafkaJSSASLAuthenticationError', sasl.mechanism);
+      await assert.rejects(
+        p.connect(),
+        (e: Error) => /SASL .*authentication failed/i.test(e.message) && e.name === 'KafkaJSSASLAuthenticationError',
+        sasl.mechanism,
+      );
       await p.disconnect();
     }
     const noAuth = kafka(broker.kafka).admin();
-    await assert.rejects(noAuth.connect().then(() => noAuth.listTopics()), 'without SASL the broker closes the connection');
+    await assert.rejects(
+      noAuth.connect().then(() => noAuth.listTopics()),
+      'without SASL the broker closes the connection',
+    );
     await noAuth.disconnect();
     await broker.waitForLog((l) => l.msg === 'request before SASL authentication: closing connection');
     assert.ok(!JSON.stringify(broker.logs).includes('wonder:land'), 'passwords are never logged');
@@ -102,16 +128,25 @@ describe('kafka and mqtt security with a users file', () => {
     const r = await run('kcat', ['-b', broker.kafka, '-P', '-t', 'sec.kcat', '-K', ':', ...sasl, ...FAST], { input: 'k1:one\nk2:two\n', timeoutMs: 20_000 });
     assert.equal(r.code, 0, r.stderr);
     const msgs = await kcatConsume(broker.kafka, 'sec.kcat', [...sasl, ...FAST]);
-    assert.deepEqual(msgs.map((m) => [m.key, m.payload]), [['k1', 'one'], ['k2', 'two']]);
+    assert.deepEqual(
+      msgs.map((m) => [m.key, m.payload]),
+      [
+        ['k1', 'one'],
+        ['k2', 'two'],
+      ],
+    );
   });
 
-  it('KafkaJS over TLS with SCRAM (SASL_SSL) is told the TLS listener\'s port', async () => {
+  it("KafkaJS over TLS with SCRAM (SASL_SSL) is told the TLS listener's port", async () => {
     const tlsPort = broker.ports['kafka-tls'];
     assert.ok(tlsPort > 0 && tlsPort !== broker.ports.kafka);
     const admin = kafka(`127.0.0.1:${tlsPort}`, { mechanism: 'scram-sha-256', username: 'alice', password: 'wonder:land' }, cert).admin();
     await admin.connect();
     const cluster = await admin.describeCluster();
-    assert.deepEqual(cluster.brokers.map((b) => [b.host, b.port]), [['127.0.0.1', tlsPort]]);
+    assert.deepEqual(
+      cluster.brokers.map((b) => [b.host, b.port]),
+      [['127.0.0.1', tlsPort]],
+    );
     assert.ok((await admin.listTopics()).includes('sec.t'));
     await admin.disconnect();
   });
@@ -146,11 +181,20 @@ describe('kafka TLS without users (security.protocol=SSL)', () => {
     const md = await run('kcat', ['-b', tlsBroker, '-L', '-J', ...ssl], { timeoutMs: 15_000 });
     assert.equal(md.code, 0, md.stderr);
     const meta = JSON.parse(md.stdout) as { brokers: Array<{ name: string }> };
-    assert.deepEqual(meta.brokers.map((b) => b.name), [tlsBroker]);
+    assert.deepEqual(
+      meta.brokers.map((b) => b.name),
+      [tlsBroker],
+    );
     const msgs = await kcatConsume(tlsBroker, 'ssl.t', [...ssl, ...FAST]);
-    assert.deepEqual(msgs.map((m) => m.payload), ['a', 'b']);
+    assert.deepEqual(
+      msgs.map((m) => m.payload),
+      ['a', 'b'],
+    );
     // The plaintext listener still advertises itself to plaintext clients.
     const plain = await run('kcat', ['-b', broker.kafka, '-L', '-J'], { timeoutMs: 15_000 });
-    assert.deepEqual((JSON.parse(plain.stdout) as { brokers: Array<{ name: string }> }).brokers.map((b) => b.name), [broker.kafka]);
+    assert.deepEqual(
+      (JSON.parse(plain.stdout) as { brokers: Array<{ name: string }> }).brokers.map((b) => b.name),
+      [broker.kafka],
+    );
   });
 });

@@ -63,7 +63,12 @@ function pipeline(bytes: number): Buffer {
           isolationLevel: 0,
           sessionId: 0,
           sessionEpoch: -1,
-          topics: [{ topic: 'unread.data', partitions: [{ partition: 0, currentLeaderEpoch: -1, fetchOffset: 0, lastFetchedEpoch: -1, logStartOffset: -1, partitionMaxBytes: MiB }] }],
+          topics: [
+            {
+              topic: 'unread.data',
+              partitions: [{ partition: 0, currentLeaderEpoch: -1, fetchOffset: 0, lastFetchedEpoch: -1, logStartOffset: -1, partitionMaxBytes: MiB }],
+            },
+          ],
           forgottenTopics: [],
           rackId: '',
           clusterId: null,
@@ -82,7 +87,9 @@ function pipeline(bytes: number): Buffer {
 describe('e2e: Kafka clients that never read their responses', () => {
   let broker: FlowmqProcess;
   before(async () => {
-    broker = await FlowmqProcess.start({ args: ['--protocols', 'kafka', '--kafka-request-receive-timeout', '5s', '--kafka-group-initial-rebalance-delay', '0s'] });
+    broker = await FlowmqProcess.start({
+      args: ['--protocols', 'kafka', '--kafka-request-receive-timeout', '5s', '--kafka-group-initial-rebalance-delay', '0s'],
+    });
     // 200 topics (auto-created by a Metadata request that reads its answer), and 4 KiB in the one Fetch reads.
     const c = await RawClient.connect(broker.ports.kafka);
     const names = Array.from({ length: TOPICS }, (_, i) => `unread.topic-with-a-longish-name-${i}`);
@@ -126,7 +133,9 @@ describe('e2e: Kafka clients that never read their responses', () => {
     await producer.disconnect();
 
     // What the broker took from them and queued for them while they were stuck.
-    const clients = (await broker.api<{ items: ClientView[] }>('GET', '/api/v1/clients?protocol=kafka&limit=1000')).items.filter((c) => ports.has(c.remotePort ?? -1));
+    const clients = (await broker.api<{ items: ClientView[] }>('GET', '/api/v1/clients?protocol=kafka&limit=1000')).items.filter((c) =>
+      ports.has(c.remotePort ?? -1),
+    );
     const grown = rss(pid) - start;
 
     const consumer = k.consumer({ groupId: 'unread-normal', maxWaitTimeInMs: 100 });
@@ -155,7 +164,8 @@ describe('e2e: Kafka clients that never read their responses', () => {
     // No progress for 5 s: closed (the sweep runs every second).
     const closing = Date.now();
     await eventually(
-      async () => (await broker.api<{ items: ClientView[] }>('GET', '/api/v1/clients?protocol=kafka&limit=1000')).items.every((c) => !ports.has(c.remotePort ?? -1)),
+      async () =>
+        (await broker.api<{ items: ClientView[] }>('GET', '/api/v1/clients?protocol=kafka&limit=1000')).items.every((c) => !ports.has(c.remotePort ?? -1)),
       15_000,
       'the stuck connections to be closed',
     );

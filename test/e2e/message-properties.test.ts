@@ -93,7 +93,10 @@ describe('message properties through streams: MQTT v5 request -> stream -> Kafka
     assert.equal(header(req, 'tenant')?.toString(), 'acme');
     assert.equal(header(req, 'trace')?.toString(), 'abc-1');
     const keys = Object.keys(req.headers ?? {});
-    assert.deepEqual(keys.filter((k) => !k.startsWith('flowmq.')), ['tenant', 'trace']);
+    assert.deepEqual(
+      keys.filter((k) => !k.startsWith('flowmq.')),
+      ['tenant', 'trace'],
+    );
 
     // The answer: a record into the reply stream naming the response topic, echoing the correlation id, with an
     // expiry of its own, and a user id the service has no business claiming.

@@ -69,8 +69,14 @@ describe('e2e: MQTT authentication against bin/flowmq with a users file', () => 
   });
 
   test('MQTT.js: a wrong password and no credentials are refused; the right password connects', async () => {
-    await assert.rejects(mqtt.connectAsync(broker.mqttUrl, { protocolVersion: 5, reconnectPeriod: 0, username: 'alice', password: 'nope' }), (err: { code?: number }) => err.code === 0x86);
-    await assert.rejects(mqtt.connectAsync(broker.mqttUrl, { protocolVersion: 4, reconnectPeriod: 0, username: 'alice', password: 'nope' }), (err: { code?: number }) => err.code === 4);
+    await assert.rejects(
+      mqtt.connectAsync(broker.mqttUrl, { protocolVersion: 5, reconnectPeriod: 0, username: 'alice', password: 'nope' }),
+      (err: { code?: number }) => err.code === 0x86,
+    );
+    await assert.rejects(
+      mqtt.connectAsync(broker.mqttUrl, { protocolVersion: 4, reconnectPeriod: 0, username: 'alice', password: 'nope' }),
+      (err: { code?: number }) => err.code === 4,
+    );
     // A users file turns anonymous access off by default.
     await assert.rejects(mqtt.connectAsync(broker.mqttUrl, { protocolVersion: 5, reconnectPeriod: 0 }), (err: { code?: number }) => err.code === 0x87);
     const c = await mqtt.connectAsync(broker.mqttUrl, { protocolVersion: 5, reconnectPeriod: 0, username: 'alice', password: 'alice-pw' });
@@ -104,7 +110,22 @@ describe('e2e: MQTT authentication against bin/flowmq with a users file', () => 
   test('the namespace connection quota from the users file: CONNACK 0x97', async () => {
     const first = await mqtt.connectAsync(broker.mqttUrl, { protocolVersion: 5, reconnectPeriod: 0, username: 'solo', password: 'solo-pw' });
     try {
-      const v5 = await run('mosquitto_pub', ['-V', 'mqttv5', '-p', String(broker.ports.mqtt), '-u', 'solo', '-P', 'solo-pw', '-t', 's/x', '-m', 'hi', '-q', '1']);
+      const v5 = await run('mosquitto_pub', [
+        '-V',
+        'mqttv5',
+        '-p',
+        String(broker.ports.mqtt),
+        '-u',
+        'solo',
+        '-P',
+        'solo-pw',
+        '-t',
+        's/x',
+        '-m',
+        'hi',
+        '-q',
+        '1',
+      ]);
       assert.equal(v5.code, 0x97, v5.stderr);
     } finally {
       await first.endAsync();
@@ -119,7 +140,15 @@ describe('e2e: MQTT authorization, live policy changes, quotas and kick (the who
   let port: string;
   before(async () => {
     dataDir = mkdtempSync(join(tmpdir(), 'flowmq-mqtt-authz-'));
-    const flags = { 'data-dir': dataDir, host: '127.0.0.1', protocols: 'mqtt', 'mqtt-port': '0', 'mqtt-ws-port': '0', 'http-port': '0', 'allow-anonymous': 'false' };
+    const flags = {
+      'data-dir': dataDir,
+      host: '127.0.0.1',
+      protocols: 'mqtt',
+      'mqtt-port': '0',
+      'mqtt-ws-port': '0',
+      'http-port': '0',
+      'allow-anonymous': 'false',
+    };
     broker = await startBroker(loadConfig({ flags, env: {} }), pino({ level: 'silent' }));
     port = String(broker.ports().mqtt);
     url = `mqtt://127.0.0.1:${port}`;
@@ -177,7 +206,9 @@ describe('e2e: MQTT authorization, live policy changes, quotas and kick (the who
       await eventually(() => payloads(got).includes('marker'), 10_000, 'marker');
       assert.deepEqual(payloads(got), ['before', 'marker']);
       // mosquitto_sub on the denied topic itself: refused now.
-      const r = await run('mosquitto_sub', ['-V', 'mqttv5', '-p', port, '-u', 'alice', '-P', 'alice-pw', '-t', 'a/secret', '-C', '1', '-W', '5'], { timeoutMs: 15_000 });
+      const r = await run('mosquitto_sub', ['-V', 'mqttv5', '-p', port, '-u', 'alice', '-P', 'alice-pw', '-t', 'a/secret', '-C', '1', '-W', '5'], {
+        timeoutMs: 15_000,
+      });
       assert.match(r.stderr, /All subscription requests were denied/);
     } finally {
       await broker.access.directory.deletePolicy('no-secret');
@@ -216,7 +247,10 @@ describe('e2e: MQTT authorization, live policy changes, quotas and kick (the who
     try {
       // 150 lines, one message each, over one connection: three times the per-second rate.
       const input = Array.from({ length: 150 }, (_, i) => `m${i}`).join('\n') + '\n';
-      const r = await run('mosquitto_pub', ['-V', 'mqttv5', '-p', port, '-u', 'mia', '-P', 'mia-pw', '-t', 'm/x', '-q', '1', '-l'], { input, timeoutMs: 30_000 });
+      const r = await run('mosquitto_pub', ['-V', 'mqttv5', '-p', port, '-u', 'mia', '-P', 'mia-pw', '-t', 'm/x', '-q', '1', '-l'], {
+        input,
+        timeoutMs: 30_000,
+      });
       assert.equal(r.code, 0, r.stderr);
       await eventually(() => got.length === 150, 15_000, 'all 150 delivered');
       assert.ok(broker.access.quotas.figures().metered.throttled > 0, 'the namespace was throttled');
@@ -234,7 +268,10 @@ describe('e2e: MQTT authorization, live policy changes, quotas and kick (the who
     await root.publishAsync('a/doomed', 'queued', { qos: 1 });
     await root.endAsync();
     const auth = `Basic ${Buffer.from('root:root-pw').toString('base64')}`;
-    const res = await fetch(`http://127.0.0.1:${broker.ports().http}/api/v1/mqtt/sessions/doomed`, { method: 'DELETE', headers: { authorization: auth, 'content-type': 'application/json' } });
+    const res = await fetch(`http://127.0.0.1:${broker.ports().http}/api/v1/mqtt/sessions/doomed`, {
+      method: 'DELETE',
+      headers: { authorization: auth, 'content-type': 'application/json' },
+    });
     assert.equal(res.status, 204, await res.text());
     const again = mqtt.connect(url, { protocolVersion: 5, reconnectPeriod: 0, username: 'alice', password: 'alice-pw', ...opts });
     const got = collect(again);

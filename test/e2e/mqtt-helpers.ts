@@ -5,7 +5,11 @@ import mqtt, { type IPublishPacket, type MqttClient } from 'mqtt';
 import { eventually } from './harness.js';
 
 /** An MQTT v5 client that records what arrives; `until(marker)` resolves with what came before the marker. */
-export async function mqttCollector(url: string, filters: string[], opts: mqtt.IClientOptions = {}): Promise<{ c: MqttClient; got: IPublishPacket[]; until(payload: string): Promise<IPublishPacket[]> }> {
+export async function mqttCollector(
+  url: string,
+  filters: string[],
+  opts: mqtt.IClientOptions = {},
+): Promise<{ c: MqttClient; got: IPublishPacket[]; until(payload: string): Promise<IPublishPacket[]> }> {
   const c = await mqtt.connectAsync(url, { protocolVersion: 5, reconnectPeriod: 0, ...opts });
   const got: IPublishPacket[] = [];
   c.on('message', (_t, _p, packet) => got.push(packet));

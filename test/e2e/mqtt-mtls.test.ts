@@ -38,7 +38,20 @@ describe('e2e: MQTT client certificates (mTLS)', () => {
       ].join('\n'),
     );
     broker = await FlowmqProcess.start({
-      args: ['--protocols', 'mqtt', '--users-file', users, '--mqtt-tls-cert', server.certPath, '--mqtt-tls-key', server.keyPath, '--mqtts-port', '0', '--tls-client-ca', ca.certPath],
+      args: [
+        '--protocols',
+        'mqtt',
+        '--users-file',
+        users,
+        '--mqtt-tls-cert',
+        server.certPath,
+        '--mqtt-tls-key',
+        server.keyPath,
+        '--mqtts-port',
+        '0',
+        '--tls-client-ca',
+        ca.certPath,
+      ],
     });
   });
   after(async () => {
@@ -48,7 +61,12 @@ describe('e2e: MQTT client certificates (mTLS)', () => {
   });
 
   const url = () => `mqtts://127.0.0.1:${broker.ports.mqtts}`;
-  const tlsOpts = (c?: TestCert): IClientOptions => ({ ca: server.cert, ...(c ? { cert: c.cert, key: readKey(c) } : {}), rejectUnauthorized: true, servername: 'localhost' });
+  const tlsOpts = (c?: TestCert): IClientOptions => ({
+    ca: server.cert,
+    ...(c ? { cert: c.cert, key: readKey(c) } : {}),
+    rejectUnauthorized: true,
+    servername: 'localhost',
+  });
 
   test('a certificate signed by the CA logs in as the user its CN names (its policies apply)', async () => {
     const c = await mqtt.connectAsync(url(), { protocolVersion: 5, reconnectPeriod: 0, ...tlsOpts(device) });
@@ -74,13 +92,31 @@ describe('e2e: MQTT client certificates (mTLS)', () => {
   });
 
   test('a certificate naming no user is refused like a wrong password; no certificate and no credentials: not authorized', async () => {
-    await assert.rejects(mqtt.connectAsync(url(), { protocolVersion: 5, reconnectPeriod: 0, ...tlsOpts(ghost) }), (err: { code?: number }) => err.code === 0x86);
+    await assert.rejects(
+      mqtt.connectAsync(url(), { protocolVersion: 5, reconnectPeriod: 0, ...tlsOpts(ghost) }),
+      (err: { code?: number }) => err.code === 0x86,
+    );
     await assert.rejects(mqtt.connectAsync(url(), { protocolVersion: 4, reconnectPeriod: 0, ...tlsOpts(ghost) }), (err: { code?: number }) => err.code === 4);
     await assert.rejects(mqtt.connectAsync(url(), { protocolVersion: 5, reconnectPeriod: 0, ...tlsOpts() }), (err: { code?: number }) => err.code === 0x87);
   });
 
   test('mosquitto_pub with --cert/--key', async () => {
-    const base = ['-h', 'localhost', '-p', String(broker.ports.mqtts), '--cafile', server.certPath, '--cert', device.certPath, '--key', device.keyPath, '-V', 'mqttv5', '-q', '1'];
+    const base = [
+      '-h',
+      'localhost',
+      '-p',
+      String(broker.ports.mqtts),
+      '--cafile',
+      server.certPath,
+      '--cert',
+      device.certPath,
+      '--key',
+      device.keyPath,
+      '-V',
+      'mqttv5',
+      '-q',
+      '1',
+    ];
     const ok = await run('mosquitto_pub', [...base, '-t', 'd/device-1/x', '-m', 'hi']);
     assert.equal(ok.code, 0, ok.stderr);
     const denied = await run('mosquitto_pub', [...base, '-t', 'elsewhere', '-m', 'hi']);

@@ -131,8 +131,12 @@ describe('e2e: MQTT clients that never read their replies', () => {
     // All four closed once their replies have made no progress for 3 s.
     const mib = (n: number) => `${(n / MiB).toFixed(1)} MiB`;
     const report = () =>
-      names.map((n) => `${n}: sent ${mib(sockets.get(n)!.bytesWritten - sockets.get(n)!.writableLength)} of ${mib(SENT_EACH)}, broker read ${mib(read.get(n) ?? 0)}, queued ${mib(queued.get(n) ?? 0)}`).join('; ') +
-      `; RSS peak +${mib(peak - start)}; normal client's marker: ${marker} after ${markerMs} ms`;
+      names
+        .map(
+          (n) =>
+            `${n}: sent ${mib(sockets.get(n)!.bytesWritten - sockets.get(n)!.writableLength)} of ${mib(SENT_EACH)}, broker read ${mib(read.get(n) ?? 0)}, queued ${mib(queued.get(n) ?? 0)}`,
+        )
+        .join('; ') + `; RSS peak +${mib(peak - start)}; normal client's marker: ${marker} after ${markerMs} ms`;
     let open: string[] = [];
     const closed = await eventually(
       async () => {
@@ -158,7 +162,10 @@ describe('e2e: MQTT clients that never read their replies', () => {
       assert.ok((read.get(n) ?? 0) <= READ_MAX, `${n}: the broker read at most ${mib(READ_MAX)}: ${figures}`);
     }
     assert.ok(peak - start <= RSS_GROWTH_MAX, `RSS grew at most ${mib(RSS_GROWTH_MAX)}: ${figures}`);
-    assert.ok(broker.logs.some((l) => l.msg === 'mqtt client does not read its replies, closing connection'), 'the close is logged');
+    assert.ok(
+      broker.logs.some((l) => l.msg === 'mqtt client does not read its replies, closing connection'),
+      'the close is logged',
+    );
     for (const s of sockets.values()) s.destroy();
   });
 });

@@ -76,7 +76,10 @@ describe('NATS authentication and authorization with the nats client', () => {
   });
 
   it('a wrong password and a missing one are refused with AUTHORIZATION_VIOLATION', async () => {
-    await assert.rejects(connect({ servers: broker.natsServer, user: 'alice', pass: 'wrong', reconnect: false }), (err: NatsError) => err.code === 'AUTHORIZATION_VIOLATION');
+    await assert.rejects(
+      connect({ servers: broker.natsServer, user: 'alice', pass: 'wrong', reconnect: false }),
+      (err: NatsError) => err.code === 'AUTHORIZATION_VIOLATION',
+    );
     await assert.rejects(connect({ servers: broker.natsServer, reconnect: false }), (err: NatsError) => err.code === 'AUTHORIZATION_VIOLATION');
   });
 
@@ -91,8 +94,14 @@ describe('NATS authentication and authorization with the nats client', () => {
     await denied.done;
     assert.equal((denied.error as NatsError | null)?.code, 'PERMISSIONS_VIOLATION');
     assert.match(denied.error!.message, /Permissions Violation for Subscription to "payments\.>"/);
-    await until(() => st.some((s) => s.data === 'PERMISSIONS_VIOLATION' && (s as { permissionContext?: { operation: string } }).permissionContext?.operation === 'publish'), 'publish violation status');
-    const pubErr = st.find((s) => (s as { permissionContext?: { operation: string } }).permissionContext?.operation === 'publish') as { permissionContext: { subject: string } };
+    await until(
+      () =>
+        st.some((s) => s.data === 'PERMISSIONS_VIOLATION' && (s as { permissionContext?: { operation: string } }).permissionContext?.operation === 'publish'),
+      'publish violation status',
+    );
+    const pubErr = st.find((s) => (s as { permissionContext?: { operation: string } }).permissionContext?.operation === 'publish') as {
+      permissionContext: { subject: string };
+    };
     assert.equal(pubErr.permissionContext.subject, 'payments.x');
     await until(() => allowed.got.length === 1, 'the allowed message');
     assert.deepEqual(allowed.got, ['orders.a=yes']);
@@ -105,7 +114,13 @@ describe('NATS authentication and authorization with the nats client', () => {
     const sub = collect(nc.subscribe('orders.live.*'));
     nc.publish('orders.live.1', sc.encode('before'));
     await until(() => sub.got.length === 1, 'the first message');
-    await broker.api('POST', '/api/v1/policies', { name: 'alice-no-live', effect: 'deny', actions: ['publish', 'subscribe'], resources: ['topic:orders/live/#'], principals: ['user:alice'] });
+    await broker.api('POST', '/api/v1/policies', {
+      name: 'alice-no-live',
+      effect: 'deny',
+      actions: ['publish', 'subscribe'],
+      resources: ['topic:orders/live/#'],
+      principals: ['user:alice'],
+    });
     nc.publish('orders.live.2', sc.encode('after'));
     // A marker on a still allowed topic, on the same connection: once it is back, the refused publish was handled.
     const marker = collect(nc.subscribe('orders.marker'));
@@ -154,12 +169,21 @@ describe('NATS authentication and authorization with the nats client', () => {
       assert.match(err.message, /permissions violation for create on stream "orders"/i);
       return true;
     });
-    await broker.api('POST', '/api/v1/policies', { name: 'alice-js', effect: 'allow', actions: ['create', 'describe', 'subscribe'], resources: ['stream:ORDERS', 'group:worker'], principals: ['user:alice'] });
+    await broker.api('POST', '/api/v1/policies', {
+      name: 'alice-js',
+      effect: 'allow',
+      actions: ['create', 'describe', 'subscribe'],
+      resources: ['stream:ORDERS', 'group:worker'],
+      principals: ['user:alice'],
+    });
     await jsm.streams.add({ name: 'ORDERS', subjects: ['orders.js.>'] });
     const js = nc.jetstream();
     await js.publish('orders.js.1', sc.encode('one'));
     await jsm.consumers.add('ORDERS', { durable_name: 'worker', ack_policy: 'explicit' as never });
-    await assert.rejects(jsm.consumers.add('ORDERS', { durable_name: 'other', ack_policy: 'explicit' as never }), /permissions violation for subscribe on group "other"/i);
+    await assert.rejects(
+      jsm.consumers.add('ORDERS', { durable_name: 'other', ack_policy: 'explicit' as never }),
+      /permissions violation for subscribe on group "other"/i,
+    );
     const c = await js.consumers.get('ORDERS', 'worker');
     const m = await c.next({ expires: 5000 });
     assert.equal(m === null ? null : sc.decode(m.data), 'one');

@@ -51,7 +51,7 @@ describe('NATS core with the nats client', () => {
     await broker.stop();
   });
 
-  it('INFO names nats-server 2.9.10 with headers and FlowMQ\'s own version', async () => {
+  it("INFO names nats-server 2.9.10 with headers and FlowMQ's own version", async () => {
     const nc = await open();
     const info = nc.info!;
     assert.equal(info.version, '2.9.10');
@@ -236,7 +236,10 @@ describe('NATS authentication', () => {
     nc.publish('auth.t', sc.encode('ok'));
     assert.deepEqual(await take(sub, 1), ['auth.t=ok']);
     await nc.close();
-    await assert.rejects(connect({ servers: broker.natsServer, user: 'alice', pass: 'nope', reconnect: false }), (e: Error & { code?: string }) => e.code === 'AUTHORIZATION_VIOLATION');
+    await assert.rejects(
+      connect({ servers: broker.natsServer, user: 'alice', pass: 'nope', reconnect: false }),
+      (e: Error & { code?: string }) => e.code === 'AUTHORIZATION_VIOLATION',
+    );
     await assert.rejects(connect({ servers: broker.natsServer, reconnect: false }), (e: Error & { code?: string }) => e.code === 'AUTHORIZATION_VIOLATION');
   });
 
@@ -244,6 +247,9 @@ describe('NATS authentication', () => {
     const nc = await connect({ servers: broker.natsServer, token: 's3cret' });
     assert.equal(nc.info?.auth_required, true);
     await nc.close();
-    await assert.rejects(connect({ servers: broker.natsServer, token: 'guess', reconnect: false }), (e: Error & { code?: string }) => e.code === 'AUTHORIZATION_VIOLATION');
+    await assert.rejects(
+      connect({ servers: broker.natsServer, token: 'guess', reconnect: false }),
+      (e: Error & { code?: string }) => e.code === 'AUTHORIZATION_VIOLATION',
+    );
   });
 });

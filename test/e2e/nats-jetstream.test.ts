@@ -82,8 +82,14 @@ describe('e2e: NATS JetStream over FlowMQ streams', () => {
     await jsm.consumers.add('WORK', { durable_name: 'w', ack_policy: AckPolicy.Explicit, ack_wait: nanos(1000) });
     const c = await js.consumers.get('WORK', 'w');
     const first = await collect(await c.fetch({ max_messages: 4, expires: 5000 }), 4, () => undefined);
-    assert.deepEqual(first.map((m) => m.subject), ['work.1', 'work.2', 'work.3', 'work.4']);
-    assert.deepEqual(first.map((m) => m.seq), [1, 2, 3, 4]);
+    assert.deepEqual(
+      first.map((m) => m.subject),
+      ['work.1', 'work.2', 'work.3', 'work.4'],
+    );
+    assert.deepEqual(
+      first.map((m) => m.seq),
+      [1, 2, 3, 4],
+    );
     assert.equal(await first[0].ackAck(), true);
     first[1].nak();
     first[2].term();
@@ -111,7 +117,10 @@ describe('e2e: NATS JetStream over FlowMQ streams', () => {
     const got = collect(msgs, 2);
     await js.publish('live.4', sc.encode('l4'));
     await js.publish('live.5', sc.encode('l5'));
-    assert.deepEqual((await got).map((m) => m.subject), ['live.4', 'live.5']);
+    assert.deepEqual(
+      (await got).map((m) => m.subject),
+      ['live.4', 'live.5'],
+    );
     // Not awaited: after a break out of the iterator nats.js's close() never settles (with nats-server too).
     void msgs.close();
   });
@@ -125,7 +134,10 @@ describe('e2e: NATS JetStream over FlowMQ streams', () => {
     assert.equal(ci.config.durable_name, undefined);
     const c = await js.consumers.get('EPH', ci.name);
     const got = await collect(await c.fetch({ max_messages: 3, expires: 5000 }), 3);
-    assert.deepEqual(got.map((m) => sc.decode(m.data)), ['e1', 'e2', 'e3']);
+    assert.deepEqual(
+      got.map((m) => sc.decode(m.data)),
+      ['e1', 'e2', 'e3'],
+    );
   });
 
   it('an ordered consumer reads the stream in order', async () => {
@@ -191,7 +203,10 @@ describe('e2e: NATS JetStream over FlowMQ streams', () => {
     assert.equal(ci.ack_floor.stream_seq, 1);
     const c2 = await js.consumers.get('DURABLE', 'keep');
     const again = await collect(await c2.fetch({ max_messages: 2, expires: 5000 }), 2);
-    assert.deepEqual(again.map((m) => m.subject), ['durable.2', 'durable.4']);
+    assert.deepEqual(
+      again.map((m) => m.subject),
+      ['durable.2', 'durable.4'],
+    );
     assert.equal(again[0].info.deliveryCount, 2);
   });
 
@@ -205,10 +220,13 @@ describe('e2e: NATS JetStream over FlowMQ streams', () => {
     await jsm.consumers.add('sensors', { durable_name: 'replay', ack_policy: AckPolicy.Explicit });
     const c = await js.consumers.get('sensors', 'replay');
     const firstTwo = await collect(await c.fetch({ max_messages: 2, expires: 5000 }), 2);
-    assert.deepEqual(firstTwo.map((m) => [m.subject, sc.decode(m.data)]), [
-      ['sensors.dev-1.temp', 't0'],
-      ['sensors.dev-1.temp', 't1'],
-    ]);
+    assert.deepEqual(
+      firstTwo.map((m) => [m.subject, sc.decode(m.data)]),
+      [
+        ['sensors.dev-1.temp', 't0'],
+        ['sensors.dev-1.temp', 't1'],
+      ],
+    );
 
     const kafka = new Kafka({ brokers: [broker.kafka], clientId: 'replay', logLevel: logLevel.NOTHING, retry: { retries: 8, initialRetryTime: 100 } });
     const consumer = kafka.consumer({ groupId: 'kafka-replay' });
@@ -230,7 +248,10 @@ describe('e2e: NATS JetStream over FlowMQ streams', () => {
 
     // The JetStream consumer goes on from its own position, untouched by the Kafka group.
     const rest = await collect(await c.fetch({ max_messages: 3, expires: 5000 }), 3);
-    assert.deepEqual(rest.map((m) => sc.decode(m.data)), ['t2', 't3', 't4']);
+    assert.deepEqual(
+      rest.map((m) => sc.decode(m.data)),
+      ['t2', 't3', 't4'],
+    );
     assert.equal((await c.info()).num_pending, 0);
   });
 });

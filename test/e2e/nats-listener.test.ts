@@ -36,7 +36,7 @@ describe('e2e: NATS connection limit', () => {
       broker.cleanup();
     });
 
-    it('refuses the client over the limit with nats-server\'s -ERR, and takes a new one once a slot is free', async () => {
+    it("refuses the client over the limit with nats-server's -ERR, and takes a new one once a slot is free", async () => {
       const a = await connect({ servers: broker.natsServer });
       const b = await connect({ servers: broker.natsServer });
       try {
@@ -51,10 +51,14 @@ describe('e2e: NATS connection limit', () => {
       try {
         // The broker sees a's close a little after the client does: retry until the slot is free.
         let c: Awaited<ReturnType<typeof connect>> | null = null;
-        await eventually(async () => {
-          c = await connect({ servers: broker.natsServer, reconnect: false }).catch(() => null);
-          return c !== null;
-        }, 10_000, 'a slot frees up');
+        await eventually(
+          async () => {
+            c = await connect({ servers: broker.natsServer, reconnect: false }).catch(() => null);
+            return c !== null;
+          },
+          10_000,
+          'a slot frees up',
+        );
         await c!.close();
       } finally {
         await b.close();
@@ -118,7 +122,20 @@ describe('e2e: NATS connection limit', () => {
 
   it('the nats-* options reach every connection: max payload in INFO, control line, subscriptions, auth timeout, pings', async () => {
     const broker = await FlowmqProcess.start({
-      args: ['--nats-max-payload', '2KiB', '--nats-max-control-line', '300', '--nats-max-subscriptions', '1', '--nats-auth-timeout', '300ms', '--nats-ping-interval', '200ms', '--nats-max-pings-out', '1'],
+      args: [
+        '--nats-max-payload',
+        '2KiB',
+        '--nats-max-control-line',
+        '300',
+        '--nats-max-subscriptions',
+        '1',
+        '--nats-auth-timeout',
+        '300ms',
+        '--nats-ping-interval',
+        '200ms',
+        '--nats-max-pings-out',
+        '1',
+      ],
     });
     try {
       const a = await RawNats.connect(broker.natsPort);

@@ -20,7 +20,18 @@ describe('NATS mTLS with the nats client', () => {
     server = makeTestCert();
     ca = makeTestCa();
     broker = await FlowmqProcess.start({
-      args: ['--allow-anonymous', 'false', '--nats-tls-cert', server.certPath, '--nats-tls-key', server.keyPath, '--nats-tls-required', 'true', '--tls-client-ca', ca.certPath],
+      args: [
+        '--allow-anonymous',
+        'false',
+        '--nats-tls-cert',
+        server.certPath,
+        '--nats-tls-key',
+        server.keyPath,
+        '--nats-tls-required',
+        'true',
+        '--tls-client-ca',
+        ca.certPath,
+      ],
     });
     await broker.api('POST', '/api/v1/users', { username: 'admin', password: 'admin-pw', groups: ['admins'] });
     broker.credentials = { username: 'admin', password: 'admin-pw' };
@@ -36,7 +47,8 @@ describe('NATS mTLS with the nats client', () => {
   });
 
   const tlsWith = (c?: TestCert) => ({ caFile: server.certPath, ...(c ? { certFile: c.certPath, keyFile: c.keyPath } : {}) });
-  const users = async () => (await broker.api<{ items: Array<{ user: string | null; clientId: string | null }> }>('GET', '/api/v1/clients?protocol=nats')).items;
+  const users = async () =>
+    (await broker.api<{ items: Array<{ user: string | null; clientId: string | null }> }>('GET', '/api/v1/clients?protocol=nats')).items;
 
   it('a certificate naming a directory user logs in as that user', async () => {
     const nc = await connect({ servers: broker.natsServer, tls: tlsWith(ca.issue({ cn: 'alice' })), name: 'cert-alice', reconnect: false });
@@ -45,14 +57,27 @@ describe('NATS mTLS with the nats client', () => {
   });
 
   it('a certificate naming nobody is refused; no certificate and no credentials is refused', async () => {
-    await assert.rejects(connect({ servers: broker.natsServer, tls: tlsWith(ca.issue({ cn: 'mallory' })), reconnect: false }), (err: NatsError) => err.code === 'AUTHORIZATION_VIOLATION');
+    await assert.rejects(
+      connect({ servers: broker.natsServer, tls: tlsWith(ca.issue({ cn: 'mallory' })), reconnect: false }),
+      (err: NatsError) => err.code === 'AUTHORIZATION_VIOLATION',
+    );
     await assert.rejects(connect({ servers: broker.natsServer, tls: tlsWith(), reconnect: false }), (err: NatsError) => err.code === 'AUTHORIZATION_VIOLATION');
   });
 
   it('credentials sent with a certificate win', async () => {
-    const nc = await connect({ servers: broker.natsServer, tls: tlsWith(ca.issue({ cn: 'alice' })), user: 'admin', pass: 'admin-pw', name: 'cert-admin', reconnect: false });
+    const nc = await connect({
+      servers: broker.natsServer,
+      tls: tlsWith(ca.issue({ cn: 'alice' })),
+      user: 'admin',
+      pass: 'admin-pw',
+      name: 'cert-admin',
+      reconnect: false,
+    });
     conns.push(nc);
     assert.ok((await users()).some((c) => c.clientId === 'cert-admin' && c.user === 'admin'));
-    await assert.rejects(connect({ servers: broker.natsServer, tls: tlsWith(ca.issue({ cn: 'alice' })), user: 'admin', pass: 'wrong', reconnect: false }), (err: NatsError) => err.code === 'AUTHORIZATION_VIOLATION');
+    await assert.rejects(
+      connect({ servers: broker.natsServer, tls: tlsWith(ca.issue({ cn: 'alice' })), user: 'admin', pass: 'wrong', reconnect: false }),
+      (err: NatsError) => err.code === 'AUTHORIZATION_VIOLATION',
+    );
   });
 });

@@ -181,7 +181,31 @@ describe('e2e: NATS over TLS', () => {
   });
 
   it('a certificate without its key stops the start with one line', async () => {
-    const r = await run(FLOWMQ_BIN, ['start', '--data-dir', cert.dir + '/data', '--host', '127.0.0.1', '--mqtt-port', '0', '--mqtt-ws-port', '0', '--kafka-port', '0', '--amqp-port', '0', '--nats-port', '0', '--http-port', '0', '--nats-tls-cert', cert.certPath], { timeoutMs: 30_000 });
+    const r = await run(
+      FLOWMQ_BIN,
+      [
+        'start',
+        '--data-dir',
+        cert.dir + '/data',
+        '--host',
+        '127.0.0.1',
+        '--mqtt-port',
+        '0',
+        '--mqtt-ws-port',
+        '0',
+        '--kafka-port',
+        '0',
+        '--amqp-port',
+        '0',
+        '--nats-port',
+        '0',
+        '--http-port',
+        '0',
+        '--nats-tls-cert',
+        cert.certPath,
+      ],
+      { timeoutMs: 30_000 },
+    );
     assert.notEqual(r.code, 0);
     assert.match(r.stderr + r.stdout, /NATS over TLS needs both nats-tls-cert and nats-tls-key/);
   });

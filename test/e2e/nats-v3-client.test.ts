@@ -52,15 +52,20 @@ describe('e2e: NATS with the v3 client (@nats-io/transport-node, @nats-io/jetstr
     svc.unsubscribe();
 
     const counts = [0, 0, 0];
-    const members = counts.map((_, i) =>
-      nc.subscribe('v3q.work', { queue: 'workers', callback: () => void counts[i]!++ }),
-    );
+    const members = counts.map((_, i) => nc.subscribe('v3q.work', { queue: 'workers', callback: () => void counts[i]!++ }));
     const marker = nc.subscribe('v3q.done', { max: 1 });
     for (let i = 0; i < 30; i++) nc.publish('v3q.work', String(i));
     nc.publish('v3q.done', 'end');
     for await (const _m of marker) break;
-    assert.equal(counts.reduce((a, b) => a + b, 0), 30, 'each message reached one member');
-    assert.ok(counts.every((n) => n > 0), `every member got work: ${counts}`);
+    assert.equal(
+      counts.reduce((a, b) => a + b, 0),
+      30,
+      'each message reached one member',
+    );
+    assert.ok(
+      counts.every((n) => n > 0),
+      `every member got work: ${counts}`,
+    );
     for (const m of members) m.unsubscribe();
   });
 
@@ -78,12 +83,21 @@ describe('e2e: NATS with the v3 client (@nats-io/transport-node, @nats-io/jetstr
     const c = await js.consumers.get('V3', 'v3c');
     const first: JsMsg[] = [];
     for await (const m of await c.fetch({ max_messages: 2, expires: 5_000 })) first.push(m);
-    assert.deepEqual(first.map((m) => [m.subject, m.seq, text(m.data)]), [['v3js.a', 1, 'm1'], ['v3js.b', 2, 'm2']]);
+    assert.deepEqual(
+      first.map((m) => [m.subject, m.seq, text(m.data)]),
+      [
+        ['v3js.a', 1, 'm1'],
+        ['v3js.b', 2, 'm2'],
+      ],
+    );
     await first[0]!.ackAck();
     first[1]!.nak();
     const again2: JsMsg[] = [];
     for await (const m of await c.fetch({ max_messages: 1, expires: 5_000 })) again2.push(m);
-    assert.deepEqual(again2.map((m) => [m.seq, m.redelivered, m.info.deliveryCount]), [[2, true, 2]]);
+    assert.deepEqual(
+      again2.map((m) => [m.seq, m.redelivered, m.info.deliveryCount]),
+      [[2, true, 2]],
+    );
     await again2[0]!.ackAck();
 
     const info = await c.info();

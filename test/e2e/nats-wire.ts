@@ -108,7 +108,9 @@ export class RawNats {
   ended(): Promise<void> {
     return Promise.race([
       this.closedP,
-      new Promise<void>((_, reject) => setTimeout(() => reject(new Error(`still open after ${WAIT_MS} ms; have ${JSON.stringify(this.buf)}`)), WAIT_MS).unref()),
+      new Promise<void>((_, reject) =>
+        setTimeout(() => reject(new Error(`still open after ${WAIT_MS} ms; have ${JSON.stringify(this.buf)}`)), WAIT_MS).unref(),
+      ),
     ]);
   }
 

@@ -75,7 +75,10 @@ describe('e2e: NATS over WebSocket', () => {
         assert.equal(m.headers?.get('X-From'), 'browser');
       }
       // The client registry lists the WebSocket client on its listener, with the socket's byte counts.
-      const clients = await broker.api<{ items: Array<{ listener: string; clientId: string; bytesIn: number; bytesOut: number; messagesIn: number }> }>('GET', '/api/v1/clients?protocol=nats');
+      const clients = await broker.api<{ items: Array<{ listener: string; clientId: string; bytesIn: number; bytesOut: number; messagesIn: number }> }>(
+        'GET',
+        '/api/v1/clients?protocol=nats',
+      );
       const me = clients.items.find((c) => c.listener === 'nats-ws' && c.clientId === 'ws');
       assert.ok(me, JSON.stringify(clients.items));
       assert.ok(me.bytesIn > 0 && me.bytesOut > 0);
@@ -153,7 +156,9 @@ describe('e2e: NATS connection limit over TCP and WebSocket', () => {
 describe('e2e: NATS over secure WebSocket (--nats-ws-tls)', () => {
   it('a wss:// client verifying the broker certificate talks to a TCP client; INFO says tls_required', async () => {
     const cert = makeTestCert('flowmq-nats-wss-');
-    const broker = await FlowmqProcess.start({ args: ['--nats-ws-port', '0', '--nats-ws-tls', 'true', '--nats-tls-cert', cert.certPath, '--nats-tls-key', cert.keyPath] });
+    const broker = await FlowmqProcess.start({
+      args: ['--nats-ws-port', '0', '--nats-ws-tls', 'true', '--nats-tls-cert', cert.certPath, '--nats-tls-key', cert.keyPath],
+    });
     try {
       const l = await broker.waitForLog((x) => x.msg === 'listening' && x.protocol === 'nats-ws');
       assert.equal(l.tls, 'wss');

@@ -55,11 +55,17 @@ describe('pika against a real broker', () => {
     const bodies = consumers.flat().map((g) => g.body);
     assert.equal(bodies.length, n, 'none delivered twice');
     assert.deepEqual([...bodies].sort(), Array.from({ length: n }, (_, i) => `m${i}`).sort(), 'each message once');
-    assert.ok(consumers.flat().every((g) => !g.redelivered), 'nothing redelivered');
+    assert.ok(
+      consumers.flat().every((g) => !g.redelivered),
+      'nothing redelivered',
+    );
     // Each consumer sees its share in queue order.
     for (const c of consumers) {
       const idx = c.map((g) => Number(g.body.slice(1)));
-      assert.deepEqual(idx, [...idx].sort((a, b) => a - b));
+      assert.deepEqual(
+        idx,
+        [...idx].sort((a, b) => a - b),
+      );
     }
     // After the consumers closed, the next message is the marker: no ack was lost (an unacked message would have
     // been requeued ahead of it, redelivered).
@@ -71,7 +77,11 @@ describe('pika against a real broker', () => {
     const fan = s.get('fanout')!;
     assert.equal((fan.names as string[]).length, 3);
     for (const name of fan.names as string[]) assert.match(name, /^amq\.gen-/);
-    assert.deepEqual(fan.queues, [['f1', 'f2'], ['f1', 'f2'], ['f1', 'f2']]);
+    assert.deepEqual(fan.queues, [
+      ['f1', 'f2'],
+      ['f1', 'f2'],
+      ['f1', 'f2'],
+    ]);
 
     const topic = s.get('topic')!;
     assert.deepEqual(topic.q1, ['quick.orange.rabbit', 'lazy.orange.elephant', 'quick.orange.fox']);
@@ -93,21 +103,24 @@ describe('pika against a real broker', () => {
     // RabbitMQ would return the string as sent: at most what was sent, and a decimal string.
     assert.match(String(props.expiration), /^\d+$/);
     assert.ok(ttl > 0 && ttl <= 600_000, `expiration ${props.expiration}`);
-    assert.deepEqual({ ...props, expiration: undefined }, {
-      content_type: 'application/json',
-      content_encoding: 'identity',
-      delivery_mode: 2,
-      priority: 5,
-      correlation_id: 'corr-7',
-      reply_to: 'pk.replies',
-      expiration: undefined,
-      message_id: 'msg-7',
-      timestamp: p.sent_ts,
-      type: 'order.created',
-      app_id: 'pika-e2e',
-      user_id: null,
-      cluster_id: null,
-    });
+    assert.deepEqual(
+      { ...props, expiration: undefined },
+      {
+        content_type: 'application/json',
+        content_encoding: 'identity',
+        delivery_mode: 2,
+        priority: 5,
+        correlation_id: 'corr-7',
+        reply_to: 'pk.replies',
+        expiration: undefined,
+        message_id: 'msg-7',
+        timestamp: p.sent_ts,
+        type: 'order.created',
+        app_id: 'pika-e2e',
+        user_id: null,
+        cluster_id: null,
+      },
+    );
     // str, bytes, bools, 32- and 64-bit ints, decimal, timestamp, nested table, array, void: as sent.
     assert.deepEqual(p.headers, p.sent_headers);
     assert.equal(Object.keys(p.headers as object).length, 12);
@@ -149,7 +162,12 @@ describe('pika against a real broker', () => {
       channel_open: false,
       connection_open: true,
     });
-    assert.deepEqual(s.get('publish'), { step: 'publish', raised: 'ChannelClosedByBroker', code: 404, text: "NOT_FOUND - no exchange 'pk.no-such-exchange' in vhost '/'" });
+    assert.deepEqual(s.get('publish'), {
+      step: 'publish',
+      raised: 'ChannelClosedByBroker',
+      code: 404,
+      text: "NOT_FOUND - no exchange 'pk.no-such-exchange' in vhost '/'",
+    });
     const re = s.get('redeclare')!;
     assert.equal(re.raised, 'ChannelClosedByBroker');
     assert.equal(re.code, 406);
@@ -206,9 +224,17 @@ describe('pika publisher confirms across kill -9', () => {
     const drained = (JSON.parse(r.stdout.trim().split('\n').pop()!) as Step).messages as Array<{ body: string; message_id: string; delivery_mode: number }>;
     const ids = drained.map((m) => Number(m.body.slice(1)));
     assert.equal(new Set(ids).size, ids.length, 'none twice');
-    assert.deepEqual(ids, [...ids].sort((a, b) => a - b), 'in order');
+    assert.deepEqual(
+      ids,
+      [...ids].sort((a, b) => a - b),
+      'in order',
+    );
     const have = new Set(ids);
-    assert.deepEqual(confirmed.filter((i) => !have.has(i)), [], `confirmed but lost (${atKill} confirmed, ${ids.length} recovered)`);
+    assert.deepEqual(
+      confirmed.filter((i) => !have.has(i)),
+      [],
+      `confirmed but lost (${atKill} confirmed, ${ids.length} recovered)`,
+    );
     assert.ok(ids.every((i) => i >= 0 && i < n));
     for (const m of drained) assert.deepEqual([m.message_id, m.delivery_mode], [`id-${m.body.slice(1)}`, 2]);
   });

@@ -10,7 +10,22 @@ import assert from 'node:assert/strict';
 import { AckPolicy, DeliverPolicy, type NatsConnection } from 'nats';
 import { TestCluster } from '../helpers/cluster.js';
 import { eventually } from './harness.js';
-import { POLICIES, USERS, apiAs, mqttConnect, mqttTap, natsConnect, natsTap, noLeak, password, sc, secretOf, uniq, type Tap, type User } from './policy-bypass-helpers.js';
+import {
+  POLICIES,
+  USERS,
+  apiAs,
+  mqttConnect,
+  mqttTap,
+  natsConnect,
+  natsTap,
+  noLeak,
+  password,
+  sc,
+  secretOf,
+  uniq,
+  type Tap,
+  type User,
+} from './policy-bypass-helpers.js';
 
 describe('policy bypass across a cluster: replies and live messages forwarded between brokers (issue 24)', { timeout: 180_000 }, () => {
   let c: TestCluster;
@@ -122,7 +137,7 @@ describe('policy bypass across a cluster: replies and live messages forwarded be
   });
 
   describe('live: a secret published on broker 1', () => {
-    it('reaches carol\'s # on broker 2, not bob\'s # on broker 3', async () => {
+    it("reaches carol's # on broker 2, not bob's # on broker 3", async () => {
       const bob = await mqttTap(c.broker(3).mqttUrl, 'bob', '#', 5);
       const carol = await mqttTap(c.broker(2).mqttUrl, 'carol', '#', 5);
       try {

@@ -58,7 +58,13 @@ export const leaked = (payloads: string[]): string[] => payloads.filter(isLeak);
 /** Fails when `payloads` hold a secret, naming how many and the first few (not the whole list). */
 export function noLeak(payloads: string[], who: string): void {
   const l = leaked(payloads);
-  if (l.length > 0) assert.fail(`${who} received ${l.length} secret payload(s), e.g. ${l.slice(0, 3).map((p) => (p.length > 120 ? p.slice(0, 120) + '…' : p)).join(' ; ')}`);
+  if (l.length > 0)
+    assert.fail(
+      `${who} received ${l.length} secret payload(s), e.g. ${l
+        .slice(0, 3)
+        .map((p) => (p.length > 120 ? p.slice(0, 120) + '…' : p))
+        .join(' ; ')}`,
+    );
 }
 
 /** One principal's subscription through one client, recording payloads as they arrive. */
@@ -90,7 +96,14 @@ function makeTap(name: string, payloads: string[], close: () => Promise<void>, p
 }
 
 export async function mqttConnect(url: string, user: User, version: 4 | 5, opts: mqtt.IClientOptions = {}): Promise<MqttClient> {
-  return mqtt.connectAsync(url, { protocolVersion: version, reconnectPeriod: 0, username: user, password: password(user), clientId: uniq(`${user}-`), ...opts });
+  return mqtt.connectAsync(url, {
+    protocolVersion: version,
+    reconnectPeriod: 0,
+    username: user,
+    password: password(user),
+    clientId: uniq(`${user}-`),
+    ...opts,
+  });
 }
 
 /** An MQTT subscription (QoS 1) of `user` on `filter`; throws when the SUBACK refuses it. */
@@ -127,7 +140,13 @@ export async function natsTap(server: string, user: User, subject: string, queue
   return natsTapOn(nc, user, subject, queue, () => nc.close());
 }
 
-export async function natsTapOn(nc: NatsConnection, user: User, subject: string, queue?: string, close: () => Promise<void> = async () => undefined): Promise<Tap> {
+export async function natsTapOn(
+  nc: NatsConnection,
+  user: User,
+  subject: string,
+  queue?: string,
+  close: () => Promise<void> = async () => undefined,
+): Promise<Tap> {
   const payloads: string[] = [];
   const sub: Subscription = nc.subscribe(subject, queue !== undefined ? { queue } : {});
   void (async () => {
@@ -200,7 +219,12 @@ export async function browse(http: string, user: User, stream: string): Promise<
   const items: BrowseItem[] = [];
   let offset = 0;
   for (;;) {
-    const r = await apiAs<{ items: BrowseItem[]; next: number | null }>(http, user, 'GET', `/api/v1/streams/${encodeURIComponent(stream)}/messages?partition=0&offset=${offset}&limit=1000`);
+    const r = await apiAs<{ items: BrowseItem[]; next: number | null }>(
+      http,
+      user,
+      'GET',
+      `/api/v1/streams/${encodeURIComponent(stream)}/messages?partition=0&offset=${offset}&limit=1000`,
+    );
     if (r.status !== 200) return { status: r.status, items };
     items.push(...r.body.items);
     if (r.body.next === null) return { status: 200, items };
@@ -208,7 +232,8 @@ export async function browse(http: string, user: User, stream: string): Promise<
   }
 }
 
-export const browseValues = (items: BrowseItem[]): string[] => items.map((i) => (i.value === null ? '' : i.encoding === 'base64' ? Buffer.from(i.value, 'base64').toString() : i.value));
+export const browseValues = (items: BrowseItem[]): string[] =>
+  items.map((i) => (i.value === null ? '' : i.encoding === 'base64' ? Buffer.from(i.value, 'base64').toString() : i.value));
 
 /** A stream `user` creates through the admin API bound to `bindings`, read back through the message browser. */
 export async function streamTap(http: string, user: User, bindings: string[]): Promise<Tap> {
@@ -231,7 +256,14 @@ export async function streamTap(http: string, user: User, bindings: string[]): P
 
 /** KafkaJS with SASL PLAIN as `user`, no retries (a refusal shows at once). */
 export function kafkaAs(broker: string, user: User) {
-  return new Kafka({ clientId: uniq(`${user}-`), brokers: [broker], sasl: { mechanism: 'plain', username: user, password: password(user) }, logLevel: logLevel.NOTHING, retry: { retries: 0 }, connectionTimeout: 5000 });
+  return new Kafka({
+    clientId: uniq(`${user}-`),
+    brokers: [broker],
+    sasl: { mechanism: 'plain', username: user, password: password(user) },
+    logLevel: logLevel.NOTHING,
+    retry: { retries: 0 },
+    connectionTimeout: 5000,
+  });
 }
 
 /** KafkaJS wraps protocol errors: the type named anywhere in the chain (as kafka-auth.test.ts reads them). */

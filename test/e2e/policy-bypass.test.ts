@@ -125,7 +125,9 @@ describe('policy bypass: a deny on topic:secret/# holds on every path (issue 24)
   before(async () => {
     dir = mkdtempSync(join(tmpdir(), 'flowmq-bypass-'));
     writeFileSync(join(dir, 'users.yaml'), USERS_YAML);
-    broker = await FlowmqProcess.start({ args: ['--users-file', join(dir, 'users.yaml'), '--amqp-heartbeat', '0', '--kafka-group-initial-rebalance-delay', '0'] });
+    broker = await FlowmqProcess.start({
+      args: ['--users-file', join(dir, 'users.yaml'), '--amqp-heartbeat', '0', '--kafka-group-initial-rebalance-delay', '0'],
+    });
 
     // alice's durable destinations on the denied topics: streams through the admin API and JetStream, a queue.
     for (const s of [
@@ -227,7 +229,7 @@ describe('policy bypass: a deny on topic:secret/# holds on every path (issue 24)
   });
 
   describe('live: an offline MQTT session of bob (stored session queue)', () => {
-    it('bob\'s persistent # subscription gets none of the secrets published while he was away; carol\'s gets them', async () => {
+    it("bob's persistent # subscription gets none of the secrets published while he was away; carol's gets them", async () => {
       const clientId = uniq('bob-session-');
       const opts = { clientId, clean: false, properties: { sessionExpiryInterval: 600 } };
       const first = await mqttConnect(broker.mqttUrl, 'bob', 5, opts);
@@ -299,7 +301,15 @@ describe('policy bypass: a deny on topic:secret/# holds on every path (issue 24)
       it('alice receives all of her secrets', () => {
         assert.deepEqual([...aliceGot].sort(), [...expected()].sort());
       });
-      const names = ['MQTT 3.1.1 #', 'MQTT 5 #', 'MQTT 5 $share/g/#', 'NATS >', `NATS ${prefix}.>`, `AMQP queue bound to amq.topic with ${prefix}.#`, `stream bound to ${prefix}/# (read through the admin API)`];
+      const names = [
+        'MQTT 3.1.1 #',
+        'MQTT 5 #',
+        'MQTT 5 $share/g/#',
+        'NATS >',
+        `NATS ${prefix}.>`,
+        `AMQP queue bound to amq.topic with ${prefix}.#`,
+        `stream bound to ${prefix}/# (read through the admin API)`,
+      ];
       names.forEach((n, i) => {
         it(`bob's ${n} receives none of them`, async () => {
           await noneFor(taps[i]!, mark);
@@ -310,7 +320,7 @@ describe('policy bypass: a deny on topic:secret/# holds on every path (issue 24)
 
   describe('request/reply: stored messages re-delivered to a reply inbox or deliver subject', () => {
     replyScenario(
-      'JetStream pull (CONSUMER.MSG.NEXT) of alice\'s durable consumer on vault (bound to secret/#)',
+      "JetStream pull (CONSUMER.MSG.NEXT) of alice's durable consumer on vault (bound to secret/#)",
       '_INBOX',
       async () => {
         const nc = await nats('alice');
@@ -360,13 +370,26 @@ describe('policy bypass: a deny on topic:secret/# holds on every path (issue 24)
       const name = uniq('alice-push-');
       await jsm.consumers.add('vault', { durable_name: name, deliver_subject: subject, ack_policy: AckPolicy.None, deliver_policy: DeliverPolicy.All });
       let timer: NodeJS.Timeout | undefined;
-      await Promise.race([done, new Promise((_r, reject) => (timer = setTimeout(() => reject(new Error(`push: ${got.length} of ${SEEDS.length}`)), 15_000)))]).finally(() => clearTimeout(timer));
+      await Promise.race([
+        done,
+        new Promise((_r, reject) => (timer = setTimeout(() => reject(new Error(`push: ${got.length} of ${SEEDS.length}`)), 15_000))),
+      ]).finally(() => clearTimeout(timer));
       sub.unsubscribe();
       await jsm.consumers.delete('vault', name);
       return got;
     };
-    replyScenario('JetStream push consumer of alice on vault, deliver subject an inbox (_INBOX.…)', '_INBOX', pushScenario(() => createInbox()), () => seedPayloads);
-    replyScenario('JetStream push consumer of alice on vault, deliver subject deliver.alice.…', 'deliver', pushScenario(() => `deliver.alice.${uniq()}`), () => seedPayloads);
+    replyScenario(
+      'JetStream push consumer of alice on vault, deliver subject an inbox (_INBOX.…)',
+      '_INBOX',
+      pushScenario(() => createInbox()),
+      () => seedPayloads,
+    );
+    replyScenario(
+      'JetStream push consumer of alice on vault, deliver subject deliver.alice.…',
+      'deliver',
+      pushScenario(() => `deliver.alice.${uniq()}`),
+      () => seedPayloads,
+    );
   });
 
   // ------------------------------------------------------------------------------------ streams and queues
@@ -403,11 +426,15 @@ describe('policy bypass: a deny on topic:secret/# holds on every path (issue 24)
     it('JetStream: bob creating a consumer on vault and on JSVAULT (subjects secret.js.>) is refused (403)', async () => {
       const jsm = await (await nats('bob')).jetstreamManager();
       for (const stream of ['vault', 'JSVAULT']) {
-        await assert.rejects(jsm.consumers.add(stream, { durable_name: uniq('bob-c-'), ack_policy: AckPolicy.None, deliver_policy: DeliverPolicy.All }), JS_REFUSED, stream);
+        await assert.rejects(
+          jsm.consumers.add(stream, { durable_name: uniq('bob-c-'), ack_policy: AckPolicy.None, deliver_policy: DeliverPolicy.All }),
+          JS_REFUSED,
+          stream,
+        );
         await assert.rejects(jsm.consumers.add(stream, { ack_policy: AckPolicy.None, deliver_policy: DeliverPolicy.All }), JS_REFUSED, `${stream} (ephemeral)`);
       }
     });
-    it('JetStream: bob pulling from alice\'s existing durable consumer on vault gets no message, only a refusal', async () => {
+    it("JetStream: bob pulling from alice's existing durable consumer on vault gets no message, only a refusal", async () => {
       const anc = await nats('alice');
       const name = uniq('alice-shared-');
       await (await anc.jetstreamManager()).consumers.add('vault', { durable_name: name, ack_policy: AckPolicy.None, deliver_policy: DeliverPolicy.All });
@@ -424,7 +451,7 @@ describe('policy bypass: a deny on topic:secret/# holds on every path (issue 24)
       noLeak(got, 'bob pulled secrets');
       assert.match(String(error?.message), JS_REFUSED);
     });
-    it('JetStream: bob\'s STREAM.MSG.GET on vault is refused (403)', async () => {
+    it("JetStream: bob's STREAM.MSG.GET on vault is refused (403)", async () => {
       const jsm = await (await nats('bob')).jetstreamManager();
       await assert.rejects(jsm.streams.getMessage('vault', { seq: 1 }), JS_REFUSED);
       await assert.rejects(jsm.streams.getMessage('JSVAULT', { seq: 1 }), JS_REFUSED);
@@ -460,10 +487,12 @@ describe('policy bypass: a deny on topic:secret/# holds on every path (issue 24)
         const ch = await amqpChannel(conn);
         await ch.prefetch(100);
         const got: string[] = [];
-        const answer = await ch.consume('vault', (m) => m !== null && got.push(m.content.toString()), { arguments: { 'x-stream-offset': 'first' } }).then(
-          () => 'consume-ok',
-          (e: Error) => e.message,
-        );
+        const answer = await ch
+          .consume('vault', (m) => m !== null && got.push(m.content.toString()), { arguments: { 'x-stream-offset': 'first' } })
+          .then(
+            () => 'consume-ok',
+            (e: Error) => e.message,
+          );
         if (answer === 'consume-ok') await eventually(() => got.length >= SEEDS.length, 10_000, 'the seeds').catch(() => undefined);
         noLeak(got, 'bob (stream consume)');
         assert.match(answer, /403|ACCESS_REFUSED/);
@@ -477,12 +506,16 @@ describe('policy bypass: a deny on topic:secret/# holds on every path (issue 24)
       const got: string[] = [];
       let tag = '';
       await new Promise<void>((resolve, reject) => {
-        ch.consume('vault', (m) => {
-          if (m === null) return;
-          got.push(m.content.toString());
-          ch.ack(m);
-          if (got.length === SEEDS.length) resolve();
-        }, { arguments: { 'x-stream-offset': 'first' } }).then((ok) => (tag = ok.consumerTag), reject);
+        ch.consume(
+          'vault',
+          (m) => {
+            if (m === null) return;
+            got.push(m.content.toString());
+            ch.ack(m);
+            if (got.length === SEEDS.length) resolve();
+          },
+          { arguments: { 'x-stream-offset': 'first' } },
+        ).then((ok) => (tag = ok.consumerTag), reject);
       });
       await ch.cancel(tag);
       assert.deepEqual(got.slice(0, SEEDS.length), seedPayloads);
@@ -502,7 +535,7 @@ describe('policy bypass: a deny on topic:secret/# holds on every path (issue 24)
       return { secrets, mark };
     };
 
-    it('MQTT: bob\'s $queue/vq is refused (3.1.1 SUBACK 0x80, 5.0 0x87) and delivers nothing', async () => {
+    it("MQTT: bob's $queue/vq is refused (3.1.1 SUBACK 0x80, 5.0 0x87) and delivers nothing", async () => {
       await fill('mqtt-bob');
       for (const v of [4, 5] as const) {
         const c = await mq('bob', v);
@@ -514,7 +547,7 @@ describe('policy bypass: a deny on topic:secret/# holds on every path (issue 24)
         assert.equal(code, v === 4 ? 0x80 : 0x87, `MQTT ${v === 4 ? '3.1.1' : '5'} SUBACK`);
       }
     });
-    it('AMQP: bob\'s basic.get on vq is refused with 403', async () => {
+    it("AMQP: bob's basic.get on vq is refused with 403", async () => {
       await fill('get-bob');
       await asBobChannel(async (ch) => {
         const got: string[] = [];
@@ -531,21 +564,23 @@ describe('policy bypass: a deny on topic:secret/# holds on every path (issue 24)
         assert.match(`${answer} ${closed}`, /403|ACCESS_REFUSED/);
       });
     });
-    it('AMQP: bob\'s basic.consume on vq is refused with 403', async () => {
+    it("AMQP: bob's basic.consume on vq is refused with 403", async () => {
       const { mark } = await fill('consume-bob');
       await asBobChannel(async (ch) => {
         const got: string[] = [];
-        const answer = await ch.consume('vq', (m) => m !== null && got.push(m.content.toString()), { noAck: false }).then(
-          () => 'consume-ok',
-          (e: Error) => e.message,
-        );
+        const answer = await ch
+          .consume('vq', (m) => m !== null && got.push(m.content.toString()), { noAck: false })
+          .then(
+            () => 'consume-ok',
+            (e: Error) => e.message,
+          );
         // Granted (today): what the consumer gets up to the batch's marker.
         if (answer === 'consume-ok') await eventually(() => got.includes(mark), 10_000, 'the batch marker').catch(() => undefined);
         noLeak(got, 'bob (basic.consume)');
         assert.match(answer, /403|ACCESS_REFUSED/);
       });
     });
-    it('MQTT: carol\'s $queue/vq delivers her the whole batch', async () => {
+    it("MQTT: carol's $queue/vq delivers her the whole batch", async () => {
       const { secrets, mark } = await fill('mqtt-carol');
       const c = await mq('carol', 5);
       const got: string[] = [];
@@ -583,9 +618,13 @@ describe('policy bypass: a deny on topic:secret/# holds on every path (issue 24)
         assert.equal(r.status, 403, JSON.stringify(r.body));
       });
     }
-    it('admin API: bob changing his own stream\'s bindings to secret/# (PATCH) gets 403 and the stream keeps its bindings', async () => {
+    it("admin API: bob changing his own stream's bindings to secret/# (PATCH) gets 403 and the stream keeps its bindings", async () => {
       const name = uniq('bob-own-');
-      assert.equal((await apiAs(broker.http, 'bob', 'POST', '/api/v1/streams', { name, partitions: 1, bindings: ['open/#'] })).status, 201, 'bob may bind open/#');
+      assert.equal(
+        (await apiAs(broker.http, 'bob', 'POST', '/api/v1/streams', { name, partitions: 1, bindings: ['open/#'] })).status,
+        201,
+        'bob may bind open/#',
+      );
       const r = await apiAs(broker.http, 'bob', 'PATCH', `/api/v1/streams/${encodeURIComponent(name)}`, { bindings: ['open/#', 'secret/#'] });
       const now = await apiAs<{ bindings: string[] }>(broker.http, 'alice', 'GET', `/api/v1/streams/${encodeURIComponent(name)}`);
       await cleanup(name);
@@ -618,7 +657,9 @@ describe('policy bypass: a deny on topic:secret/# holds on every path (issue 24)
       const admin = kafkaAs(broker.kafka, 'bob').admin();
       await admin.connect();
       try {
-        await assert.rejects(admin.createTopics({ topics: [{ topic: 'secret.bob', numPartitions: 1 }], waitForLeaders: false }), (e: unknown) => /TOPIC_AUTHORIZATION_FAILED/.test(kafkaErrorType(e)));
+        await assert.rejects(admin.createTopics({ topics: [{ topic: 'secret.bob', numPartitions: 1 }], waitForLeaders: false }), (e: unknown) =>
+          /TOPIC_AUTHORIZATION_FAILED/.test(kafkaErrorType(e)),
+        );
       } finally {
         await admin.disconnect();
         await cleanup('secret.bob');
@@ -657,7 +698,11 @@ describe('policy bypass: a deny on topic:secret/# holds on every path (issue 24)
         await aliceMqttPublish('secret/w/mark', mark);
         for (const t of taps) {
           const got = await t.until(mark);
-          assert.deepEqual(got.filter((p) => p.startsWith('FROM-BOB')), [], `${t.name} got bob's publish`);
+          assert.deepEqual(
+            got.filter((p) => p.startsWith('FROM-BOB')),
+            [],
+            `${t.name} got bob's publish`,
+          );
         }
       } finally {
         for (const t of taps) await t.close();
@@ -690,7 +735,11 @@ describe('policy bypass: a deny on topic:secret/# holds on every path (issue 24)
       });
       assert.match(answer, /TOPIC_AUTHORIZATION_FAILED/);
       const k = await kafkaRead(broker.kafka, 'alice', 'secret.k', 3);
-      assert.deepEqual(k.values.filter((v) => v.startsWith('FROM-BOB')), [], 'bob\'s record is in secret.k');
+      assert.deepEqual(
+        k.values.filter((v) => v.startsWith('FROM-BOB')),
+        [],
+        "bob's record is in secret.k",
+      );
     });
   });
 
@@ -702,7 +751,7 @@ describe('policy bypass: a deny on topic:secret/# holds on every path (issue 24)
       await c.publishAsync('open/ret', '', { qos: 1, retain: true });
       await c.endAsync();
     });
-    it('a retained message on secret/ret never reaches bob\'s new # subscription (3.1.1, 5) nor his admin API listing; carol gets it', async () => {
+    it("a retained message on secret/ret never reaches bob's new # subscription (3.1.1, 5) nor his admin API listing; carol gets it", async () => {
       const s = secretOf('retained');
       await aliceMqttPublish('secret/ret', s, true);
       await aliceMqttPublish('open/ret', 'open-retained', true);
@@ -718,7 +767,10 @@ describe('policy bypass: a deny on topic:secret/# holds on every path (issue 24)
         assert.ok((await carol.until(mark)).includes(s), 'carol gets the secret retained message');
         const listed = await apiAs<{ items: Array<{ payload: string }> }>(broker.http, 'bob', 'GET', '/api/v1/mqtt/retained?filter=%23');
         assert.equal(listed.status, 200);
-        noLeak(listed.body.items.map((i) => i.payload), 'bob');
+        noLeak(
+          listed.body.items.map((i) => i.payload),
+          'bob',
+        );
         assert.ok(listed.body.items.some((i) => i.payload === 'open-retained'));
       } finally {
         for (const t of [...bob, carol]) await t.close();

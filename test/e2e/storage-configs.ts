@@ -40,13 +40,20 @@ let counter = 0;
 /** Options of a broker on PostgreSQL (metastore and WAL in `dbUrl`) and s3rver (objects under `prefix`). */
 export function sharedArgs(svc: SharedServices, dbUrl: string, prefix: string): string[] {
   return [
-    '--metastore', dbUrl,
-    '--wal', 'postgres',
-    '--object-store', `s3://${svc.s3.bucket}/${prefix}`,
-    '--s3-endpoint', svc.s3.endpoint,
-    '--s3-region', svc.s3.region,
-    '--s3-access-key-id', svc.s3.accessKeyId,
-    '--s3-secret-access-key', svc.s3.secretAccessKey,
+    '--metastore',
+    dbUrl,
+    '--wal',
+    'postgres',
+    '--object-store',
+    `s3://${svc.s3.bucket}/${prefix}`,
+    '--s3-endpoint',
+    svc.s3.endpoint,
+    '--s3-region',
+    svc.s3.region,
+    '--s3-access-key-id',
+    svc.s3.accessKeyId,
+    '--s3-secret-access-key',
+    svc.s3.secretAccessKey,
   ];
 }
 
@@ -72,7 +79,12 @@ export function sharedServices(): () => Promise<SharedServices> {
 export function storageConfigs(): StorageConfig[] {
   const services = sharedServices();
   const all: StorageConfig[] = [
-    { name: 'embedded', shared: false, brokerArgs: async (extra = []) => [...extra], services: () => Promise.reject(new Error('embedded storage has no services')) },
+    {
+      name: 'embedded',
+      shared: false,
+      brokerArgs: async (extra = []) => [...extra],
+      services: () => Promise.reject(new Error('embedded storage has no services')),
+    },
     {
       name: 'postgres+s3',
       shared: true,
@@ -112,7 +124,9 @@ export async function listObjects(svc: SharedServices, args: readonly string[]):
     const keys: string[] = [];
     let token: string | undefined;
     do {
-      const r = await client.send(new ListObjectsV2Command({ Bucket: svc.s3.bucket, Prefix: prefix === '' ? undefined : `${prefix}/`, ContinuationToken: token }));
+      const r = await client.send(
+        new ListObjectsV2Command({ Bucket: svc.s3.bucket, Prefix: prefix === '' ? undefined : `${prefix}/`, ContinuationToken: token }),
+      );
       for (const o of r.Contents ?? []) if (o.Key) keys.push(o.Key);
       token = r.IsTruncated ? r.NextContinuationToken : undefined;
     } while (token !== undefined);

@@ -98,8 +98,14 @@ describe('a second broker on the same PostgreSQL + S3 fences the first', () => {
     assert.ok(b);
     const got = await kcatConsume(b.kafka, TOPIC);
     const byPartition = (p: number) => got.filter((m) => m.partition === p).map((m) => [m.offset, m.payload]);
-    assert.deepEqual(byPartition(0), range('p0', 0, 10).map((v, i) => [i, v]));
-    assert.deepEqual(byPartition(1), range('p1', 0, 4).map((v, i) => [i, v]));
+    assert.deepEqual(
+      byPartition(0),
+      range('p0', 0, 10).map((v, i) => [i, v]),
+    );
+    assert.deepEqual(
+      byPartition(1),
+      range('p1', 0, 4).map((v, i) => [i, v]),
+    );
 
     // B owns them: it appends after what A had, and seals into S3.
     const cb = await RawClient.connect(b.ports.kafka);
@@ -109,7 +115,10 @@ describe('a second broker on the same PostgreSQL + S3 fences the first', () => {
     } finally {
       cb.close();
     }
-    const flushed = await b.api<{ partitionDetails: Array<{ partition: number; flushedOffset: number; highWatermark: number }> }>('POST', `/api/v1/streams/${TOPIC}/flush`);
+    const flushed = await b.api<{ partitionDetails: Array<{ partition: number; flushedOffset: number; highWatermark: number }> }>(
+      'POST',
+      `/api/v1/streams/${TOPIC}/flush`,
+    );
     assert.deepEqual(
       flushed.partitionDetails.map((p) => [p.partition, p.flushedOffset, p.highWatermark]),
       [

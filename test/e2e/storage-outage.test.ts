@@ -120,13 +120,19 @@ describe('shared storage outages during a produce run (PostgreSQL restart, S3 do
         ...sharedArgs(svc, db, `outage-${process.pid}`),
         // Small segments sealed often, so that the run moves data to S3 all the time; acknowledgements wait above
         // 1 MiB of unsealed tails; reads come from S3, not from a cache of recently sealed batches.
-        '--segment-bytes', '128KiB',
-        '--segment-ms', '300ms',
-        '--max-unsealed-bytes', String(MAX_UNSEALED),
-        '--read-cache-bytes', '0',
+        '--segment-bytes',
+        '128KiB',
+        '--segment-ms',
+        '300ms',
+        '--max-unsealed-bytes',
+        String(MAX_UNSEALED),
+        '--read-cache-bytes',
+        '0',
         // An S3 request fails fast while the server is gone (the seal is retried later anyway).
-        '--s3-max-attempts', '2',
-        '--s3-request-timeout', '2s',
+        '--s3-max-attempts',
+        '2',
+        '--s3-request-timeout',
+        '2s',
       ],
     });
     await broker.api('POST', '/api/v1/streams', { name: TOPIC, partitions: 2 });
@@ -149,7 +155,10 @@ describe('shared storage outages during a produce run (PostgreSQL restart, S3 do
         await eventually(() => loops.every((l, i) => l.acked.size >= from[i] + n), timeoutMs, what);
       } catch (err) {
         const state = loops.map((l, i) => `${from[i]} -> ${l.acked.size} acked, ${l.failures} failed sends (last: ${l.lastError})`);
-        const warnings = broker.logs.filter((l) => l.level >= 40).slice(-10).map((l) => JSON.stringify(l));
+        const warnings = broker.logs
+          .filter((l) => l.level >= 40)
+          .slice(-10)
+          .map((l) => JSON.stringify(l));
         const exit = broker.proc.exitCode ?? broker.proc.signalCode;
         const died = exit === null ? '' : `\nthe broker exited (${exit}): ${broker.errorOutput}`;
         throw new Error(`${(err as Error).message}: ${state.join('; ')}\n${warnings.join('\n')}${died}`);

@@ -22,9 +22,33 @@ async function closedPort(): Promise<number> {
 async function start(args: string[]) {
   const dataDir = mkdtempSync(join(tmpdir(), 'flowmq-start-'));
   try {
-    return await run(process.execPath, [FLOWMQ_BIN, 'start', '--data-dir', dataDir, '--host', '127.0.0.1', '--mqtt-port', '0', '--mqtt-ws-port', '0', '--kafka-port', '0', '--nats-port', '0', '--amqp-port', '0', '--http-port', '0', ...args], {
-      timeoutMs: 60_000,
-    });
+    return await run(
+      process.execPath,
+      [
+        FLOWMQ_BIN,
+        'start',
+        '--data-dir',
+        dataDir,
+        '--host',
+        '127.0.0.1',
+        '--mqtt-port',
+        '0',
+        '--mqtt-ws-port',
+        '0',
+        '--kafka-port',
+        '0',
+        '--nats-port',
+        '0',
+        '--amqp-port',
+        '0',
+        '--http-port',
+        '0',
+        ...args,
+      ],
+      {
+        timeoutMs: 60_000,
+      },
+    );
   } finally {
     rmSync(dataDir, { recursive: true, force: true });
   }
@@ -58,10 +82,18 @@ describe('starting on shared storage backends', () => {
   it('exits 1 naming the S3 store when its endpoint cannot be reached', async () => {
     const port = await closedPort();
     const r = await start([
-      '--object-store', 's3://flowmq-test/segments',
-      '--s3-endpoint', `http://127.0.0.1:${port}`,
-      '--s3-access-key-id', 'S3RVER', '--s3-secret-access-key', 'S3RVER',
-      '--s3-max-attempts', '1', '--log-level', 'silent',
+      '--object-store',
+      's3://flowmq-test/segments',
+      '--s3-endpoint',
+      `http://127.0.0.1:${port}`,
+      '--s3-access-key-id',
+      'S3RVER',
+      '--s3-secret-access-key',
+      'S3RVER',
+      '--s3-max-attempts',
+      '1',
+      '--log-level',
+      'silent',
     ]);
     assert.equal(r.code, 1, r.stderr);
     assert.equal(lines(r.stderr).length, 1, r.stderr);

@@ -66,13 +66,20 @@ export const TEST_CLUSTER_SECRET = 'flowmq-test-cluster-secret-0123456789';
 /** The shared-backend options of every broker of a cluster: PostgreSQL metastore and WAL, S3 objects. */
 export function sharedBackendArgs(pg: { dbUrl: string }, s3: S3TestServer, prefix: string): string[] {
   return [
-    '--metastore', pg.dbUrl,
-    '--wal', 'postgres',
-    '--object-store', `s3://${s3.bucket}/${prefix}`,
-    '--s3-endpoint', s3.endpoint,
-    '--s3-region', s3.region,
-    '--s3-access-key-id', s3.accessKeyId,
-    '--s3-secret-access-key', s3.secretAccessKey,
+    '--metastore',
+    pg.dbUrl,
+    '--wal',
+    'postgres',
+    '--object-store',
+    `s3://${s3.bucket}/${prefix}`,
+    '--s3-endpoint',
+    s3.endpoint,
+    '--s3-region',
+    s3.region,
+    '--s3-access-key-id',
+    s3.accessKeyId,
+    '--s3-secret-access-key',
+    s3.secretAccessKey,
   ];
 }
 
@@ -143,10 +150,14 @@ export class TestCluster {
   brokerArgs(id: number, extra: string[] = []): string[] {
     return [
       '--cluster',
-      '--broker-id', String(id),
-      '--cluster-port', '0',
-      '--cluster-secret', TEST_CLUSTER_SECRET,
-      '--cluster-lease', `${this.opts.leaseMs}ms`,
+      '--broker-id',
+      String(id),
+      '--cluster-port',
+      '0',
+      '--cluster-secret',
+      TEST_CLUSTER_SECRET,
+      '--cluster-lease',
+      `${this.opts.leaseMs}ms`,
       ...sharedBackendArgs({ dbUrl: this.dbUrl }, this.s3, this.prefix),
       ...(this.opts.args ?? []),
       ...extra,
@@ -313,7 +324,9 @@ export class TestCluster {
         lastErr = err;
       }
       if (Date.now() > deadline) {
-        throw new Error(`timed out waiting for ${what}; last view: ${JSON.stringify(last?.brokers ?? null)}${lastErr ? `; last error: ${(lastErr as Error).message}` : ''}`);
+        throw new Error(
+          `timed out waiting for ${what}; last view: ${JSON.stringify(last?.brokers ?? null)}${lastErr ? `; last error: ${(lastErr as Error).message}` : ''}`,
+        );
       }
       await sleep(100);
     }
@@ -345,7 +358,10 @@ export class TestCluster {
         const expected = this.running.map((b) => b.id).sort((a, b) => a - b);
         for (const b of this.running) {
           const { status, owners } = await this.owners(undefined, b.id);
-          const alive = status.brokers.filter((x) => x.alive && !x.leaving).map((x) => x.id).sort((a, b) => a - b);
+          const alive = status.brokers
+            .filter((x) => x.alive && !x.leaving)
+            .map((x) => x.id)
+            .sort((a, b) => a - b);
           if (alive.join(',') !== expected.join(',')) {
             why = `broker ${b.id} sees live brokers [${alive}], expected [${expected}]`;
             break;
@@ -430,7 +446,9 @@ export class TestCluster {
 
   /** Every broker's log lines as text (for a failed test's message, or FLOWMQ_CLUSTER_LOGS). */
   logs(id: number): string {
-    return this.broker(id).proc.logs.map((l) => JSON.stringify(l)).join('\n');
+    return this.broker(id)
+      .proc.logs.map((l) => JSON.stringify(l))
+      .join('\n');
   }
 
   private proxyBackends(): ProxyBackend[] {
@@ -473,8 +491,29 @@ export function startCluster(opts: StartClusterOptions = {}): Promise<TestCluste
 /** `bin/flowmq start` with `args` that is expected to refuse to start: its exit code and output. */
 export function startRefused(args: string[], timeoutMs = 20_000): Promise<RunResult> {
   const dataDir = mkdtempSync(join(tmpdir(), 'flowmq-refused-'));
-  return run(FLOWMQ_BIN, ['start', '--data-dir', dataDir, '--host', '127.0.0.1', '--mqtt-port', '0', '--kafka-port', '0', '--amqp-port', '0', '--nats-port', '0', '--http-port', '0', ...args], {
-    timeoutMs,
-    env: { FLOWMQ_NODE: process.execPath },
-  }).finally(() => rmSync(dataDir, { recursive: true, force: true }));
+  return run(
+    FLOWMQ_BIN,
+    [
+      'start',
+      '--data-dir',
+      dataDir,
+      '--host',
+      '127.0.0.1',
+      '--mqtt-port',
+      '0',
+      '--kafka-port',
+      '0',
+      '--amqp-port',
+      '0',
+      '--nats-port',
+      '0',
+      '--http-port',
+      '0',
+      ...args,
+    ],
+    {
+      timeoutMs,
+      env: { FLOWMQ_NODE: process.execPath },
+    },
+  ).finally(() => rmSync(dataDir, { recursive: true, force: true }));
 }

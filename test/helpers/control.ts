@@ -3,14 +3,7 @@
  * ControlStore (memory unless given), the PasswordGuard (scrypt on its worker thread) and AccessControl.
  */
 import type { Logger } from 'pino';
-import {
-  AccessControl,
-  Directory,
-  PasswordGuard,
-  type DefaultPolicy,
-  type ExternalAuthenticator,
-  type PasswordGuardOptions,
-} from '../../src/control/index.js';
+import { AccessControl, Directory, PasswordGuard, type DefaultPolicy, type ExternalAuthenticator, type PasswordGuardOptions } from '../../src/control/index.js';
 import { MemoryControlStore, type ControlStore } from '../../src/storage/metastore/control-store.js';
 
 export interface TestControl {

@@ -55,7 +55,12 @@ export class MemoryStreams extends MemoryStore implements StreamStorage {
     p.next += info.lastOffsetDelta + 1;
     if (info.producerId >= 0n && info.baseSequence >= 0) {
       const id = Number(info.producerId);
-      (p.producers ??= new Map()).set(id, { producerId: id, producerEpoch: info.producerEpoch, lastSequence: info.baseSequence + info.lastOffsetDelta, lastTimestamp: info.maxTimestamp });
+      (p.producers ??= new Map()).set(id, {
+        producerId: id,
+        producerEpoch: info.producerEpoch,
+        lastSequence: info.baseSequence + info.lastOffsetDelta,
+        lastTimestamp: info.maxTimestamp,
+      });
     }
     const w = p.waiters.splice(0);
     for (const f of w) f();

@@ -60,8 +60,7 @@ export async function startS3(opts: StartS3Options = {}): Promise<S3TestServer> 
         c.off('exit', onExit);
         resolve((JSON.parse(out.slice(0, nl)) as { port: number }).port);
       };
-      const onExit = (code: number | null, signal: string | null): void =>
-        reject(new Error(`s3rver exited at start (code ${code}, signal ${signal})`));
+      const onExit = (code: number | null, signal: string | null): void => reject(new Error(`s3rver exited at start (code ${code}, signal ${signal})`));
       c.stdout!.on('data', onData);
       c.once('exit', onExit);
       c.once('error', reject);

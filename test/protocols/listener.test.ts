@@ -110,7 +110,12 @@ describe('connection totals', () => {
     type Conn = { closeSignal: CloseSignal; readonly closed: Promise<void> };
     const conn = (): Conn => {
       const closeSignal = new CloseSignal();
-      return { closeSignal, get closed() { return closeSignal.closed; } };
+      return {
+        closeSignal,
+        get closed() {
+          return closeSignal.closed;
+        },
+      };
     };
     const set = new ConnectionSet<Conn>();
     const before = { ...connectionTotals };
@@ -195,10 +200,15 @@ describe('after a flood of connections', () => {
       }
       await until(() => hub.connected === N / 3, 'every CONNECT accepted');
       const refs = weakRefsOf(hub);
-      await Promise.all(clients.map((ws) => new Promise((r) => {
-        ws.once('close', r);
-        ws.terminate();
-      })));
+      await Promise.all(
+        clients.map(
+          (ws) =>
+            new Promise((r) => {
+              ws.once('close', r);
+              ws.terminate();
+            }),
+        ),
+      );
       clients.length = 0;
       await until(() => l.connections() === 0 && hub.connections.size === 0, 'the broker closing every connection', 15_000);
       assert.equal(hub.sessions.size, 0);

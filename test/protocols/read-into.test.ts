@@ -7,7 +7,11 @@ import { readInto } from '../../src/protocols/read-into.js';
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** A server whose accepted sockets are read with readInto; resolves with the first accepted socket and what it got. */
-async function serve(): Promise<{ server: Server; port: number; accepted: Promise<{ socket: Socket; got: Buffer[]; views: Set<ArrayBufferLike>; ok: boolean }> }> {
+async function serve(): Promise<{
+  server: Server;
+  port: number;
+  accepted: Promise<{ socket: Socket; got: Buffer[]; views: Set<ArrayBufferLike>; ok: boolean }>;
+}> {
   let resolveAccepted!: (v: { socket: Socket; got: Buffer[]; views: Set<ArrayBufferLike>; ok: boolean }) => void;
   const accepted = new Promise<{ socket: Socket; got: Buffer[]; views: Set<ArrayBufferLike>; ok: boolean }>((r) => (resolveAccepted = r));
   const server = createServer({ pauseOnConnect: true, allowHalfOpen: true }, (socket) => {

@@ -46,6 +46,9 @@ describe('TLS listeners: unfinished handshakes time out', () => {
 
   it('closes a stranger that never finishes the handshake, on MQTT and Kafka', async () => {
     await Promise.all(listeners.map((l) => silentStranger(l.address().port)));
-    assert.deepEqual(listeners.map((l) => l.connections()), [0, 0]);
+    assert.deepEqual(
+      listeners.map((l) => l.connections()),
+      [0, 0],
+    );
   });
 });

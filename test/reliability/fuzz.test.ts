@@ -107,6 +107,9 @@ describe('decompression allocates from the data, not from its length fields', ()
 
   test('corrupt compressed batches are refused with CORRUPT_DATA', () => {
     const bad = withBody(PLAIN, hex('28b52ffd a0 ffffff7f 090000 41'), Compression.Zstd);
-    assert.throws(() => decodeBatch(bad), (e) => e instanceof FlowError && e.code === 'CORRUPT_DATA');
+    assert.throws(
+      () => decodeBatch(bad),
+      (e) => e instanceof FlowError && e.code === 'CORRUPT_DATA',
+    );
   });
 });

@@ -123,7 +123,10 @@ describe('LogManager over S3 during an outage of the object store', () => {
     await until(() => s.log.stats.failedSeals >= 3, 'seals tried and failed during the outage');
     // (A seal whose upload ended just before the stop may have been committed after it: counted from here.)
     const sealedBefore = s.log.stats.sealedSegments;
-    assert.ok(warnings.some((w) => w.msg === 'segment flush failed; will retry'), 'the failure is logged');
+    assert.ok(
+      warnings.some((w) => w.msg === 'segment flush failed; will retry'),
+      'the failure is logged',
+    );
     assert.equal(failed.length, 0, `no append failed: ${failed.map(String).join('; ')}`);
     assert.ok(s.log.stats.throttledAppends >= 4, 'appends over the limit wait');
     assert.ok(next < total, 'the producers are slowed down');

@@ -80,23 +80,25 @@ describe('PostgreSQL backends', () => {
 
   it('migrates once when two brokers open a fresh database together (advisory lock)', async () => {
     const url = await server.createDatabase();
-    const [a, b, c] = await Promise.all([
-      PostgresMetastore.open({ url }),
-      PostgresMetastore.open({ url }),
-      PostgresMetastore.open({ url }),
-    ]);
+    const [a, b, c] = await Promise.all([PostgresMetastore.open({ url }), PostgresMetastore.open({ url }), PostgresMetastore.open({ url })]);
     assert.equal(a.migrationsApplied + b.migrationsApplied + c.migrationsApplied, postgresMigrations.length);
     const [w1, w2] = await Promise.all([PostgresWal.open({ url }), PostgresWal.open({ url })]);
     const client = new pg.Client({ connectionString: url });
     await client.connect();
     const versions = await client.query('SELECT version FROM flowmq_schema_migrations ORDER BY version');
-    assert.deepEqual(versions.rows.map((r) => r.version), postgresMigrations.map((m) => m.version));
+    assert.deepEqual(
+      versions.rows.map((r) => r.version),
+      postgresMigrations.map((m) => m.version),
+    );
     const walVersions = await client.query('SELECT count(*)::int AS n FROM flowmq_wal_schema_migrations');
     assert.equal(walVersions.rows[0].n, 1);
     await client.end();
     // All of them work on the one schema.
     await a.createStream(stream('shared'));
-    assert.deepEqual((await c.listStreams()).map((s) => s.name), ['shared']);
+    assert.deepEqual(
+      (await c.listStreams()).map((s) => s.name),
+      ['shared'],
+    );
     await w1.append(entry('k/0', 0));
     assert.equal((await replayAll(w2)).length, 1);
     await Promise.all([a.close(), b.close(), c.close(), w1.close(), w2.close()]);
@@ -107,7 +109,10 @@ describe('PostgreSQL backends', () => {
     const p = createPool({ url }, 'test');
     await migratePostgres(p, postgresMigrations.slice(0, 5), 'flowmq_schema_migrations', 'metastore');
     for (const name of ['a', 'b', 'c']) {
-      await p.pool.query('INSERT INTO streams (name, partitions, bindings, retention_ms, created_at, settings) VALUES ($1, 1, $2, NULL, 1, NULL)', [name, JSON.stringify([name])]);
+      await p.pool.query('INSERT INTO streams (name, partitions, bindings, retention_ms, created_at, settings) VALUES ($1, 1, $2, NULL, 1, NULL)', [
+        name,
+        JSON.stringify([name]),
+      ]);
     }
     await p.pool.end();
     let m = await PostgresMetastore.open({ url });
@@ -118,7 +123,11 @@ describe('PostgreSQL backends', () => {
     await m.updateStream({ name: 'a', partitions: 2, bindings: ['a'], retentionMs: null, createdAt: 1 });
     await m.close();
     m = await PostgresMetastore.open({ url });
-    assert.deepEqual((await m.listStreams()).map((d) => d.id), ids, 'the same ids after reopening and an update');
+    assert.deepEqual(
+      (await m.listStreams()).map((d) => d.id),
+      ids,
+      'the same ids after reopening and an update',
+    );
     await m.createStream({ ...stream('d'), id: 'cd'.repeat(16) });
     assert.equal((await m.listStreams()).find((d) => d.name === 'd')?.id, 'cd'.repeat(16));
     await m.close();
@@ -136,10 +145,16 @@ describe('PostgreSQL backends', () => {
     const [w1, w2] = await Promise.all([PostgresWal.open({ url: inSchema('b1') }), PostgresWal.open({ url: inSchema('b2') })]);
     await m1.createStream(stream('only-in-b1'));
     await w1.append(entry('k/0', 0));
-    assert.deepEqual((await m2.listStreams()).map((d) => d.name), []);
+    assert.deepEqual(
+      (await m2.listStreams()).map((d) => d.name),
+      [],
+    );
     assert.deepEqual(await replayAll(w2), []);
     const tables = await admin.query("SELECT table_schema FROM information_schema.tables WHERE table_name = 'streams' ORDER BY 1");
-    assert.deepEqual(tables.rows.map((r) => r.table_schema), ['b1', 'b2']);
+    assert.deepEqual(
+      tables.rows.map((r) => r.table_schema),
+      ['b1', 'b2'],
+    );
     await admin.end();
     const p = createPool({ url: inSchema('b1') }, 'test');
     assert.deepEqual((await p.query('test', 'SHOW synchronous_commit')).rows, [{ synchronous_commit: 'on' }]);
@@ -193,8 +208,15 @@ describe('PostgreSQL backends', () => {
     const page = m.readQueue('q', 100);
     const seqs = (await Promise.all(q)).map((r) => (r as { seqs: number[] }).seqs[0]);
     await ack;
-    assert.deepEqual(seqs, [...seqs].sort((x, y) => x - y), 'seqs follow the order of the calls');
-    assert.deepEqual((await page).map((e) => e.data.toString()), Array.from({ length: 30 }, (_, i) => String(i + 10)));
+    assert.deepEqual(
+      seqs,
+      [...seqs].sort((x, y) => x - y),
+      'seqs follow the order of the calls',
+    );
+    assert.deepEqual(
+      (await page).map((e) => e.data.toString()),
+      Array.from({ length: 30 }, (_, i) => String(i + 10)),
+    );
     // The bound applies to the kept length (no COUNT): 30 entries, a limit of 25 drops 5 plus the one appended.
     assert.equal((await m.updateQueue('q', { append: [Buffer.from('x')] }, 25)).dropped, 6);
     assert.equal((await m.readQueue('q', 100)).length, 25);
@@ -231,7 +253,10 @@ describe('PostgreSQL backends', () => {
     await assert.rejects(m1.openPartition('nope', 0), (e: unknown) => isFlowError(e, 'NOT_FOUND'));
     // Many brokers opening at once each get their own epoch.
     const epochs = await Promise.all(Array.from({ length: 10 }, (_, i) => (i % 2 ? m1 : m2).openPartition('f', 1)));
-    assert.deepEqual([...epochs].sort((x, y) => x - y), [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+    assert.deepEqual(
+      [...epochs].sort((x, y) => x - y),
+      [1, 2, 3, 4, 5, 6, 7, 8, 9, 10],
+    );
     // Producer ids from two brokers never overlap.
     const ids = await Promise.all(Array.from({ length: 20 }, (_, i) => (i % 2 ? m1 : m2).allocateProducerIds(5)));
     const all = ids.flatMap((first) => [0, 1, 2, 3, 4].map((k) => first + k));
@@ -261,7 +286,10 @@ describe('PostgreSQL backends', () => {
     const many = Array.from({ length: 4500 }, (_, i) => entry('many/0', i));
     await Promise.all(many.map((e) => wal.append(e)));
     const replayed = (await replayAll(wal)).filter((e) => e.key === 'many/0');
-    assert.deepEqual(replayed.map((e) => e.baseOffset), many.map((e) => e.baseOffset));
+    assert.deepEqual(
+      replayed.map((e) => e.baseOffset),
+      many.map((e) => e.baseOffset),
+    );
     assert.ok(replayed.every((e, i) => e.data.equals(many[i].data)));
     await Promise.all([wal.close(), other.close()]);
   });
@@ -281,7 +309,10 @@ describe('PostgreSQL backends', () => {
     // What landed is what a transaction would have written, in append order per key.
     const got = await replayAll(wal);
     for (let k = 0; k < 4; k++) {
-      assert.deepEqual(got.filter((e) => e.key === `r/${k}`).map((e) => e.baseOffset), Array.from({ length: 15 }, (_, i) => i));
+      assert.deepEqual(
+        got.filter((e) => e.key === `r/${k}`).map((e) => e.baseOffset),
+        Array.from({ length: 15 }, (_, i) => i),
+      );
     }
     await wal.close();
   });
@@ -296,10 +327,18 @@ describe('PostgreSQL backends', () => {
     await b.fence('p/0', 2);
     await assert.rejects(a.append(entry('p/0', 1, 1)), fenced);
     // Appends issued while a fence is in flight either land before it or are refused: none after.
-    const racing = Array.from({ length: 20 }, (_, i) => a.append(entry('p/1', i, 1)).then(() => 'ok', (e: unknown) => (fenced(e) ? 'fenced' : String(e))));
+    const racing = Array.from({ length: 20 }, (_, i) =>
+      a.append(entry('p/1', i, 1)).then(
+        () => 'ok',
+        (e: unknown) => (fenced(e) ? 'fenced' : String(e)),
+      ),
+    );
     await b.fence('p/1', 5);
     const outcomes = await Promise.all(racing);
-    assert.ok(outcomes.every((o) => o === 'ok' || o === 'fenced'), outcomes.join());
+    assert.ok(
+      outcomes.every((o) => o === 'ok' || o === 'fenced'),
+      outcomes.join(),
+    );
     // Order: once one was refused, every later one is.
     const firstFenced = outcomes.indexOf('fenced');
     if (firstFenced >= 0) assert.ok(outcomes.slice(firstFenced).every((o) => o === 'fenced'));
@@ -352,7 +391,10 @@ describe('PostgreSQL backends', () => {
     await other.query('ROLLBACK');
     await other.end();
     await wal.append(entry('kill/0', 1));
-    assert.deepEqual((await replayAll(wal)).map((e) => e.baseOffset), [0, 1]);
+    assert.deepEqual(
+      (await replayAll(wal)).map((e) => e.baseOffset),
+      [0, 1],
+    );
     await wal.close();
   });
 

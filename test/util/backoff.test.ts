@@ -3,7 +3,10 @@ import assert from 'node:assert/strict';
 import { backoffDelay } from '../../src/util/backoff.js';
 
 test('backoffDelay doubles from the first wait up to the cap', () => {
-  assert.deepEqual([1, 2, 3, 4, 5, 6, 7].map((n) => backoffDelay(n, 100, 5000)), [100, 200, 400, 800, 1600, 3200, 5000]);
+  assert.deepEqual(
+    [1, 2, 3, 4, 5, 6, 7].map((n) => backoffDelay(n, 100, 5000)),
+    [100, 200, 400, 800, 1600, 3200, 5000],
+  );
   assert.equal(backoffDelay(1000, 100, 5000), 5000);
 });
 

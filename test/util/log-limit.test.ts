@@ -25,7 +25,10 @@ describe('LogLimiter', () => {
     const key = logKey('protocol error', '10.0.0.1');
     for (let i = 0; i < 10; i++) l.log('warn', key, { i }, 'mqtt protocol error');
     await flush();
-    assert.deepEqual(lines.map((x) => x.i), [0, 1, 2]);
+    assert.deepEqual(
+      lines.map((x) => x.i),
+      [0, 1, 2],
+    );
     assert.equal(l.suppressedTotal, 7);
     now = 1000;
     l.log('warn', key, { i: 10 }, 'mqtt protocol error');
@@ -42,7 +45,10 @@ describe('LogLimiter', () => {
     for (let a = 0; a < 10; a++) for (let i = 0; i < 3; i++) l.log('info', logKey('connect timeout', `10.0.0.${a}`), { a }, 'timeout');
     await flush();
     assert.equal(lines.length, 5);
-    assert.deepEqual(lines.map((x) => x.a), [0, 0, 1, 1, 2]);
+    assert.deepEqual(
+      lines.map((x) => x.a),
+      [0, 0, 1, 1, 2],
+    );
     assert.equal(l.suppressedTotal, 25);
     l.stop();
   });

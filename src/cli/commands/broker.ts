@@ -23,7 +23,12 @@ export const statusCommand: SubCommand = {
         ['version', b.version],
         ['uptime', uptime],
         ['ready', ready === null ? 'unknown' : ready ? 'yes' : 'no'],
-        ['storage', [storage.metastore && `metastore ${storage.metastore}`, storage.wal && `wal ${storage.wal}`, storage.objects && `objects ${storage.objects}`].filter(Boolean).join(', ')],
+        [
+          'storage',
+          [storage.metastore && `metastore ${storage.metastore}`, storage.wal && `wal ${storage.wal}`, storage.objects && `objects ${storage.objects}`]
+            .filter(Boolean)
+            .join(', '),
+        ],
         ['wal bytes', typeof storage.walBytes === 'number' ? fmtBytes(storage.walBytes) : null],
       ]);
       const listeners = Object.entries((b.listeners ?? {}) as Record<string, Row>);
@@ -49,14 +54,17 @@ export const logLevelCommand: SubCommand = {
     const level = ctx.positionals[0];
     if (level !== undefined && !LEVELS.includes(level)) throw new UsageError(`LEVEL must be one of ${LEVELS.join(', ')} (got "${level}")`);
     const api = await ctx.api();
-    const r = level === undefined ? await api.request<{ level: string }>('GET', '/api/v1/log-level') : await api.request<{ level: string }>('PUT', '/api/v1/log-level', { level });
+    const r =
+      level === undefined
+        ? await api.request<{ level: string }>('GET', '/api/v1/log-level')
+        : await api.request<{ level: string }>('PUT', '/api/v1/log-level', { level });
     ctx.print(r, () => (level === undefined ? `log level: ${r.level}` : `log level set to ${r.level}`));
   },
 };
 
 export const loginCommand: SubCommand = {
   usage: '--user NAME [--ttl 12h] [--description TEXT]',
-  summary: 'check a user\'s password and create an API token for the CLI; prints the export line (nothing is stored)',
+  summary: "check a user's password and create an API token for the CLI; prints the export line (nothing is stored)",
   options: { ttl: { type: 'string' }, description: { type: 'string', short: 'd' } },
   async run(ctx) {
     const ttl = ttlFlag(ctx.str('ttl') ?? '12h');
@@ -66,7 +74,8 @@ export const loginCommand: SubCommand = {
     try {
       t = await api.request('POST', '/api/v1/tokens', { description: ctx.str('description') ?? 'flowmq login', ttl });
     } catch (e) {
-      if (e instanceof ApiError && e.status === 404) throw new ApiError(`the broker at ${api.server} has no API tokens (is it an older FlowMQ?)`, 404, 'NOT_FOUND');
+      if (e instanceof ApiError && e.status === 404)
+        throw new ApiError(`the broker at ${api.server} has no API tokens (is it an older FlowMQ?)`, 404, 'NOT_FOUND');
       throw e;
     }
     if (ctx.json) {
@@ -74,7 +83,9 @@ export const loginCommand: SubCommand = {
       return;
     }
     // stdout holds only the export line, so that `eval "$(flowmq login -u alice)"` works; the rest goes to stderr.
-    console.error(`logged in as ${api.auth.name}: token ${t.id}${ttl ? ` valid for ${ttl / 3_600_000 >= 1 ? `${Math.round(ttl / 3_600_000)}h` : `${Math.round(ttl / 60_000)}m`}` : ''}.`);
+    console.error(
+      `logged in as ${api.auth.name}: token ${t.id}${ttl ? ` valid for ${ttl / 3_600_000 >= 1 ? `${Math.round(ttl / 3_600_000)}h` : `${Math.round(ttl / 60_000)}m`}` : ''}.`,
+    );
     console.error(`Nothing was saved. Run the line below (or: eval "$(flowmq login --user ${api.auth.name})"); revoke it with: flowmq token delete ${t.id}`);
     console.log(`export FLOWMQ_TOKEN=${t.token}`);
   },

@@ -29,7 +29,9 @@ export const clientCommand: CommandGroup = {
       summary: 'list connected clients (filters: protocol, user, namespace, text in the id/client id/address)',
       options: { protocol: { type: 'string' }, 'for-user': { type: 'string' }, namespace: { type: 'string' }, search: { type: 'string', short: 'q' } },
       async run(ctx) {
-        const cs = await (await ctx.api()).list<ClientView>('/api/v1/clients', {
+        const cs = await (
+          await ctx.api()
+        ).list<ClientView>('/api/v1/clients', {
           protocol: ctx.str('protocol'),
           user: ctx.str('for-user'),
           namespace: ctx.str('namespace'),

@@ -19,7 +19,12 @@ function stateOf(b: BrokerView): string {
 /** The client-facing endpoints in a fixed order, then the others: `mqtt=h:p kafka=h:p ...`. */
 function endpointsText(e: BrokerView['endpoints']): string {
   const order = ['mqtt', 'kafka', 'amqp', 'nats', 'http', 'cluster'];
-  const names = [...order.filter((n) => e[n]), ...Object.keys(e).filter((n) => !order.includes(n)).sort()];
+  const names = [
+    ...order.filter((n) => e[n]),
+    ...Object.keys(e)
+      .filter((n) => !order.includes(n))
+      .sort(),
+  ];
   return names.map((n) => `${n}=${e[n].host}:${e[n].port}`).join(' ');
 }
 

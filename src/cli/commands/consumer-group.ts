@@ -14,7 +14,15 @@ interface GroupView {
 }
 
 function detailText(g: GroupView): string {
-  const parts = [keyValues([['group', g.name], ['protocol', g.protocol], ['state', g.state], ['members', g.members], ['lag', g.lag]])];
+  const parts = [
+    keyValues([
+      ['group', g.name],
+      ['protocol', g.protocol],
+      ['state', g.state],
+      ['members', g.members],
+      ['lag', g.lag],
+    ]),
+  ];
   const members = g.memberDetails ?? [];
   if (members.length > 0) {
     parts.push(

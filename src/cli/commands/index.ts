@@ -12,7 +12,6 @@ import { namespaceCommand } from './namespace.js';
 import { clusterCommand } from './cluster.js';
 import { logLevelCommand, loginCommand, statusCommand } from './broker.js';
 
-
 export const GROUPS: readonly CommandGroup[] = [
   streamCommand,
   queueCommand,
@@ -30,4 +29,3 @@ export const GROUPS: readonly CommandGroup[] = [
 ];
 
 export const SINGLES: Readonly<Record<string, SubCommand>> = { status: statusCommand, 'log-level': logLevelCommand, login: loginCommand };
-

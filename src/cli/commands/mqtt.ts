@@ -21,7 +21,13 @@ export const sessionCommand: CommandGroup = {
             [
               ['CLIENT-ID', (s) => s.clientId],
               ['CONNECTED', (s) => (s.connected === undefined ? '-' : s.connected ? 'yes' : 'no')],
-              ['SUBSCRIPTIONS', (s) => (Array.isArray(s.subscriptions) ? (s.subscriptions as Array<{ filter: string; qos: number }>).map((x) => `${x.filter}(${x.qos})`).join(' ') : null)],
+              [
+                'SUBSCRIPTIONS',
+                (s) =>
+                  Array.isArray(s.subscriptions)
+                    ? (s.subscriptions as Array<{ filter: string; qos: number }>).map((x) => `${x.filter}(${x.qos})`).join(' ')
+                    : null,
+              ],
               ['EXPIRES', (s) => (s.expiresAt === null ? 'never' : fmtTime(s.expiresAt))],
               ['UPDATED', (s) => fmtTime(s.updatedAt)],
             ],

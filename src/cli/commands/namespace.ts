@@ -72,7 +72,9 @@ export const namespaceCommand: CommandGroup = {
       async run(ctx) {
         const quotas = Object.fromEntries(Object.entries(quotaFlags(ctx)).filter(([, v]) => v !== null));
         const description = ctx.str('description');
-        const ns = await (await ctx.api()).request<NamespaceView>('POST', '/api/v1/namespaces', { name: ctx.positionals[0], ...(description ? { description } : {}), quotas });
+        const ns = await (
+          await ctx.api()
+        ).request<NamespaceView>('POST', '/api/v1/namespaces', { name: ctx.positionals[0], ...(description ? { description } : {}), quotas });
         ctx.print(ns, () => `added namespace ${ns.name} (quotas: ${quotaText(ns.quotas ?? {})})`);
       },
     },

@@ -48,7 +48,8 @@ function fromFlags(ctx: Ctx, name: string | undefined): Record<string, unknown> 
   const actions = ctx.list('action');
   const resources = ctx.list('resource');
   const principals = ctx.list('principal');
-  if (!actions || !resources || !principals) throw new UsageError('a policy needs --action, --resource and --principal (each may repeat or list several, comma-separated)');
+  if (!actions || !resources || !principals)
+    throw new UsageError('a policy needs --action, --resource and --principal (each may repeat or list several, comma-separated)');
   const description = ctx.str('description');
   return { name, effect: allow ? 'allow' : 'deny', actions, resources, principals, ...(description ? { description } : {}) };
 }
@@ -82,7 +83,8 @@ export const policyCommand: CommandGroup = {
   summary: 'Authorization policies (actions: publish subscribe create delete describe alter admin; resources kind:pattern).',
   subs: {
     add: {
-      usage: 'NAME (--allow|--deny) --action A[,A] --resource KIND:PATTERN --principal user:X|group:X|everyone [--description TEXT] [--replace] | [NAME] --file policy.json',
+      usage:
+        'NAME (--allow|--deny) --action A[,A] --resource KIND:PATTERN --principal user:X|group:X|everyone [--description TEXT] [--replace] | [NAME] --file policy.json',
       summary: 'add a policy (--replace: replace the one of that name); e.g. --allow --action publish --resource "topic:sensors/#" --principal group:devices',
       args: [0, 1],
       options: ADD_OPTIONS,
@@ -93,7 +95,11 @@ export const policyCommand: CommandGroup = {
         const saved = ctx.values.replace
           ? await api.request<PolicyView>('PUT', `/api/v1/policies/${seg(String(name))}`, body)
           : await api.request<PolicyView>('POST', '/api/v1/policies', p);
-        ctx.print(saved, () => `${ctx.values.replace ? 'saved' : 'added'} policy ${saved.name}: ${saved.effect} ${saved.actions.join(',')} on ${saved.resources.join(', ')} to ${saved.principals.join(', ')}`);
+        ctx.print(
+          saved,
+          () =>
+            `${ctx.values.replace ? 'saved' : 'added'} policy ${saved.name}: ${saved.effect} ${saved.actions.join(',')} on ${saved.resources.join(', ')} to ${saved.principals.join(', ')}`,
+        );
       },
     },
     list: {

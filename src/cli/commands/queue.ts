@@ -39,7 +39,10 @@ export const queueCommand: CommandGroup = {
         const q = await (await ctx.api()).request<Row>('GET', `/api/v1/queues/${seg(ctx.positionals[0])}`);
         ctx.print(q, () =>
           keyValues(
-            Object.entries(q).map(([k, v]): [string, unknown] => [k, k === 'createdAt' ? fmtTime(v) : /bytes$/i.test(k) && typeof v === 'number' ? fmtBytes(v) : v]),
+            Object.entries(q).map(([k, v]): [string, unknown] => [
+              k,
+              k === 'createdAt' ? fmtTime(v) : /bytes$/i.test(k) && typeof v === 'number' ? fmtBytes(v) : v,
+            ]),
           ),
         );
       },

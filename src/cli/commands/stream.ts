@@ -69,7 +69,10 @@ export const streamCommand: CommandGroup = {
           ...(ctx.values.bind ? { bindings: ctx.values.bind } : {}),
           ...(retention ? { retention } : {}),
         });
-        ctx.print(s, () => `created stream ${s.name}: ${s.partitions} partition(s), bound to ${s.bindings.join(', ')}, retention ${fmtDuration(s.retentionMs)}`);
+        ctx.print(
+          s,
+          () => `created stream ${s.name}: ${s.partitions} partition(s), bound to ${s.bindings.join(', ')}, retention ${fmtDuration(s.retentionMs)}`,
+        );
       },
     },
     list: {
@@ -115,7 +118,10 @@ export const streamCommand: CommandGroup = {
         };
         if (Object.keys(body).length === 0) throw new UsageError('nothing to change: give --bind, --retention or --partitions');
         const s = await (await ctx.api()).request<StreamView>('PATCH', `/api/v1/streams/${seg(ctx.positionals[0])}`, body);
-        ctx.print(s, () => `updated stream ${s.name}: ${s.partitions} partition(s), bound to ${s.bindings.join(', ')}, retention ${fmtDuration(s.retentionMs)}`);
+        ctx.print(
+          s,
+          () => `updated stream ${s.name}: ${s.partitions} partition(s), bound to ${s.bindings.join(', ')}, retention ${fmtDuration(s.retentionMs)}`,
+        );
       },
     },
     delete: {
@@ -149,7 +155,9 @@ export const streamCommand: CommandGroup = {
         const limit = intFlag(ctx, 'limit', 1) ?? 20;
         const q = new URLSearchParams({ partition: String(partition), limit: String(limit) });
         if (offset !== undefined) q.set('offset', String(offset));
-        const page = await (await ctx.api()).request<{ items: BrowsedMessage[]; next: unknown }>('GET', `/api/v1/streams/${seg(ctx.positionals[0])}/messages?${q}`);
+        const page = await (
+          await ctx.api()
+        ).request<{ items: BrowsedMessage[]; next: unknown }>('GET', `/api/v1/streams/${seg(ctx.positionals[0])}/messages?${q}`);
         ctx.print(page, () => {
           const shown = (s: string | null, enc: BrowsedMessage['encoding']) => (s === null ? '-' : enc === 'base64' ? `base64:${clip(s, 50)}` : clip(s));
           const text = itemsTable(
@@ -164,7 +172,9 @@ export const streamCommand: CommandGroup = {
             ],
             `no messages at partition ${partition}${offset !== undefined ? ` from offset ${offset}` : ''}`,
           );
-          return page.next !== null && page.next !== undefined && page.items.length > 0 ? `${text}\n(more: --offset ${page.items[page.items.length - 1].offset + 1})` : text;
+          return page.next !== null && page.next !== undefined && page.items.length > 0
+            ? `${text}\n(more: --offset ${page.items[page.items.length - 1].offset + 1})`
+            : text;
         });
       },
     },

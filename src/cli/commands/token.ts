@@ -35,7 +35,9 @@ export const tokenCommand: CommandGroup = {
         const ttl = ttlFlag(ctx.str('ttl'));
         const user = ctx.str('for');
         const description = ctx.str('description');
-        const t = await (await ctx.api()).request<TokenView>('POST', '/api/v1/tokens', { ...(user ? { user } : {}), ...(description ? { description } : {}), ...(ttl ? { ttl } : {}) });
+        const t = await (
+          await ctx.api()
+        ).request<TokenView>('POST', '/api/v1/tokens', { ...(user ? { user } : {}), ...(description ? { description } : {}), ...(ttl ? { ttl } : {}) });
         ctx.print(t, () =>
           [
             `created token ${t.id} for ${t.user}${t.expiresAt ? `, expires ${fmtTime(t.expiresAt)}` : ', does not expire'}`,

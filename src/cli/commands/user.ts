@@ -37,7 +37,12 @@ export const userCommand: CommandGroup = {
         const password = await newPassword(name);
         const groups = ctx.list('group');
         const namespace = ctx.str('namespace');
-        const u = await api.request<UserView>('POST', '/api/v1/users', { username: name, password, ...(groups ? { groups } : {}), ...(namespace ? { namespace } : {}) });
+        const u = await api.request<UserView>('POST', '/api/v1/users', {
+          username: name,
+          password,
+          ...(groups ? { groups } : {}),
+          ...(namespace ? { namespace } : {}),
+        });
         ctx.print(u, () => `added user ${userLine(u)}`);
       },
     },
@@ -86,7 +91,7 @@ export const userCommand: CommandGroup = {
     },
     'set-namespace': {
       usage: 'NAME NAMESPACE',
-      summary: "move a user to another namespace",
+      summary: 'move a user to another namespace',
       args: [2, 2],
       async run(ctx) {
         const [name, namespace] = ctx.positionals;

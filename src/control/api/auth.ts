@@ -222,7 +222,12 @@ export async function authenticate(a: Authenticator, req: FastifyRequest): Promi
   }
   if (!a.access.hasUsers) {
     if (isLoopback(remote)) return { principal: BOOTSTRAP, via: 'bootstrap' };
-    throw new HttpError(401, 'UNAUTHENTICATED', 'no user exists yet: create the first one from the broker machine (loopback), e.g. `flowmq user add`', challenge(req));
+    throw new HttpError(
+      401,
+      'UNAUTHENTICATED',
+      'no user exists yet: create the first one from the broker machine (loopback), e.g. `flowmq user add`',
+      challenge(req),
+    );
   }
   if (a.anonymous) return { principal: ANONYMOUS, via: 'anonymous' };
   throw new HttpError(401, 'UNAUTHENTICATED', 'credentials required: an API token (Bearer), HTTP Basic as a user, or a dashboard session', challenge(req));

@@ -132,7 +132,15 @@ export function errorReply(err: unknown): { status: number; code: string; messag
   if (typeof e.statusCode === 'number' && e.statusCode >= 400 && e.statusCode < 500) {
     // fastify's own refusals (body too large, bad JSON, unsupported media type): keep the status, name it.
     const code =
-      e.statusCode === 413 ? 'LIMIT_EXCEEDED' : e.statusCode === 415 ? 'UNSUPPORTED_MEDIA_TYPE' : e.statusCode === 404 ? 'NOT_FOUND' : e.statusCode === 429 ? 'RATE_LIMITED' : 'INVALID_ARGUMENT';
+      e.statusCode === 413
+        ? 'LIMIT_EXCEEDED'
+        : e.statusCode === 415
+          ? 'UNSUPPORTED_MEDIA_TYPE'
+          : e.statusCode === 404
+            ? 'NOT_FOUND'
+            : e.statusCode === 429
+              ? 'RATE_LIMITED'
+              : 'INVALID_ARGUMENT';
     return { status: e.statusCode, code, message: e.message ?? 'invalid request', headers: {} };
   }
   return { status: 500, code: 'INTERNAL', message: (err as Error)?.message ?? 'internal error', headers: {} };
@@ -140,7 +148,10 @@ export function errorReply(err: unknown): { status: number; code: string; messag
 
 export function sendError(reply: FastifyReply, err: unknown): FastifyReply {
   const r = errorReply(err);
-  return reply.code(r.status).headers(r.headers).send({ error: { code: r.code, message: r.message } });
+  return reply
+    .code(r.status)
+    .headers(r.headers)
+    .send({ error: { code: r.code, message: r.message } });
 }
 
 /** Schema pieces. */

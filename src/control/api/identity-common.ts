@@ -8,8 +8,20 @@ import { authOf } from './common.js';
 
 export const iso = (ms: number | null | undefined) => (ms === null || ms === undefined || ms === 0 ? null : new Date(ms).toISOString());
 
-export const userView = (u: UserInfo) => ({ username: u.username, groups: u.groups, namespace: u.namespace, mechanisms: u.mechanisms, source: u.source, createdAt: iso(u.createdAt) });
-export const groupView = (g: GroupDef & { members?: string[] }) => ({ name: g.name, description: g.description ?? null, members: g.members ?? [], createdAt: iso(g.createdAt) });
+export const userView = (u: UserInfo) => ({
+  username: u.username,
+  groups: u.groups,
+  namespace: u.namespace,
+  mechanisms: u.mechanisms,
+  source: u.source,
+  createdAt: iso(u.createdAt),
+});
+export const groupView = (g: GroupDef & { members?: string[] }) => ({
+  name: g.name,
+  description: g.description ?? null,
+  members: g.members ?? [],
+  createdAt: iso(g.createdAt),
+});
 export const policyView = (p: PolicyDef) => ({
   name: p.name,
   effect: p.effect,
@@ -20,13 +32,21 @@ export const policyView = (p: PolicyDef) => ({
   source: p.source ?? 'api',
   createdAt: iso(p.createdAt),
 });
-export const tokenView = (t: TokenInfo) => ({ id: t.id, user: t.user, description: t.description ?? null, createdAt: iso(t.createdAt), expiresAt: iso(t.expiresAt) });
+export const tokenView = (t: TokenInfo) => ({
+  id: t.id,
+  user: t.user,
+  description: t.description ?? null,
+  createdAt: iso(t.createdAt),
+  expiresAt: iso(t.expiresAt),
+});
 
 export const STRINGS = { type: 'array', items: { type: 'string', minLength: 1, maxLength: 1024 }, maxItems: 1000 } as const;
 export const QUOTAS = {
   type: 'object',
   additionalProperties: false,
-  properties: Object.fromEntries(['maxConnections', 'publishRate', 'bytesInRate', 'bytesOutRate', 'maxStorageBytes'].map((k) => [k, { type: ['number', 'null'], minimum: 0 }])),
+  properties: Object.fromEntries(
+    ['maxConnections', 'publishRate', 'bytesInRate', 'bytesOutRate', 'maxStorageBytes'].map((k) => [k, { type: ['number', 'null'], minimum: 0 }]),
+  ),
 } as const;
 export const POLICY_BODY = {
   effect: { type: 'string', enum: ['allow', 'deny'] },

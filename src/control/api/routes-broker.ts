@@ -13,10 +13,14 @@ export function brokerRoutes(app: FastifyInstance, ctx: ApiContext): void {
 
   app.get('/healthz', { schema: { tags: ['health'], summary: 'Liveness: the process answers', security: [] } }, async () => ({ status: 'ok' }));
 
-  app.get('/readyz', { schema: { tags: ['health'], summary: 'Readiness: storage recovered and listeners up (503 until then, and while shutting down)', security: [] } }, async (_req, reply) => {
-    const ready = ctx.ready?.() ?? true;
-    return reply.code(ready ? 200 : 503).send({ status: ready ? 'ready' : 'not ready' });
-  });
+  app.get(
+    '/readyz',
+    { schema: { tags: ['health'], summary: 'Readiness: storage recovered and listeners up (503 until then, and while shutting down)', security: [] } },
+    async (_req, reply) => {
+      const ready = ctx.ready?.() ?? true;
+      return reply.code(ready ? 200 : 503).send({ status: ready ? 'ready' : 'not ready' });
+    },
+  );
 
   app.get('/metrics', { schema: { tags: ['health'], summary: 'Prometheus metrics (text exposition format)', security: [] } }, async (_req, reply) => {
     const m = ctx.metrics;
@@ -25,30 +29,38 @@ export function brokerRoutes(app: FastifyInstance, ctx: ApiContext): void {
     return reply.type(m.contentType).send(text);
   });
 
-  app.get('/api/v1/broker', { schema: { tags: ['broker'], summary: 'Broker status: id, version, uptime, listeners, storage, per-protocol figures' } }, async (req) => {
-    authorize(access, req, 'describe', 'cluster', '*');
-    return {
-      version: ctx.version ?? null,
-      ready: ctx.ready?.() ?? true,
-      ...(ctx.info?.() ?? {}),
-      stats: engine.stats,
-      access: { ...access.stats, policies: access.directory.policies.size, users: access.directory.size, quotas: access.quotas.figures() },
-    };
-  });
+  app.get(
+    '/api/v1/broker',
+    { schema: { tags: ['broker'], summary: 'Broker status: id, version, uptime, listeners, storage, per-protocol figures' } },
+    async (req) => {
+      authorize(access, req, 'describe', 'cluster', '*');
+      return {
+        version: ctx.version ?? null,
+        ready: ctx.ready?.() ?? true,
+        ...(ctx.info?.() ?? {}),
+        stats: engine.stats,
+        access: { ...access.stats, policies: access.directory.policies.size, users: access.directory.size, quotas: access.quotas.figures() },
+      };
+    },
+  );
 
-  app.get('/api/v1/overview', { schema: { tags: ['broker'], summary: 'Cumulative counters for the dashboard (rates: difference of two samples)' } }, async (req) => {
-    authorize(access, req, 'describe', 'cluster', '*');
-    return {
-      at: Date.now(),
-      connections: access.clients.size,
-      byProtocol: access.clients.totals(),
-      streams: engine.listStreams().length,
-      queues: engine.listQueues().length,
-      users: access.directory.size,
-      policies: access.directory.policies.size,
-      engine: engine.stats,
-    };
-  });
+  app.get(
+    '/api/v1/overview',
+    { schema: { tags: ['broker'], summary: 'Cumulative counters for the dashboard (rates: difference of two samples)' } },
+    async (req) => {
+      authorize(access, req, 'describe', 'cluster', '*');
+      return {
+        at: Date.now(),
+        connections: access.clients.size,
+        byProtocol: access.clients.totals(),
+        streams: engine.listStreams().length,
+        queues: engine.listQueues().length,
+        users: access.directory.size,
+        policies: access.directory.policies.size,
+        engine: engine.stats,
+      };
+    },
+  );
 
   app.get<{ Querystring: { protocol?: string; user?: string; namespace?: string; q?: string; limit?: number; cursor?: string } }>(
     '/api/v1/clients',
@@ -85,21 +97,29 @@ export function brokerRoutes(app: FastifyInstance, ctx: ApiContext): void {
 
   const idParam = { type: 'object', required: ['id'], properties: { id: { type: 'string', minLength: 1, maxLength: 256 } } } as const;
 
-  app.get<{ Params: { id: string } }>('/api/v1/clients/:id', { schema: { tags: ['clients'], summary: 'One connected client', params: idParam } }, async (req) => {
-    authorize(access, req, 'describe', 'cluster', '*');
-    const c = access.clients.get(req.params.id);
-    if (!c) throw notFound('client', req.params.id);
-    return c.view();
-  });
+  app.get<{ Params: { id: string } }>(
+    '/api/v1/clients/:id',
+    { schema: { tags: ['clients'], summary: 'One connected client', params: idParam } },
+    async (req) => {
+      authorize(access, req, 'describe', 'cluster', '*');
+      const c = access.clients.get(req.params.id);
+      if (!c) throw notFound('client', req.params.id);
+      return c.view();
+    },
+  );
 
-  app.delete<{ Params: { id: string } }>('/api/v1/clients/:id', { schema: { tags: ['clients'], summary: "Kick a client (closed the protocol's way)", params: idParam } }, async (req, reply) => {
-    authorizeAdmin(access, req);
-    const c = access.clients.get(req.params.id);
-    if (!c) throw notFound('client', req.params.id);
-    ctx.logger.info({ client: c.id, protocol: c.reg.protocol, user: c.user, by: req.auth?.principal.user ?? null }, 'client kicked through the admin API');
-    access.clients.kick(c.id);
-    return reply.code(204).send();
-  });
+  app.delete<{ Params: { id: string } }>(
+    '/api/v1/clients/:id',
+    { schema: { tags: ['clients'], summary: "Kick a client (closed the protocol's way)", params: idParam } },
+    async (req, reply) => {
+      authorizeAdmin(access, req);
+      const c = access.clients.get(req.params.id);
+      if (!c) throw notFound('client', req.params.id);
+      ctx.logger.info({ client: c.id, protocol: c.reg.protocol, user: c.user, by: req.auth?.principal.user ?? null }, 'client kicked through the admin API');
+      access.clients.kick(c.id);
+      return reply.code(204).send();
+    },
+  );
 
   app.get('/api/v1/log-level', { schema: { tags: ['broker'], summary: 'The log level' } }, async (req) => {
     authorize(access, req, 'describe', 'cluster', '*');

@@ -24,7 +24,7 @@ export function configRoutes(app: FastifyInstance, ctx: ApiContext): void {
   const { access } = ctx;
   const admin = () => {
     const a = ctx.brokerConfigs?.();
-    if (!a) throw new FlowError('NOT_FOUND', 'broker configs are Kafka\'s: the kafka protocol is not running on this broker');
+    if (!a) throw new FlowError('NOT_FOUND', "broker configs are Kafka's: the kafka protocol is not running on this broker");
     return a;
   };
 

@@ -32,18 +32,26 @@ export function groupRoutes(app: FastifyInstance, ctx: ApiContext): void {
         if (req.query.protocol !== undefined && g.protocol !== req.query.protocol) continue;
         all.push(...(await g.admin.list()));
       }
-      return paginate(all.filter((g) => may(access, req, 'describe', 'group', g.name)), (g) => `${g.name}\u0000${g.protocol}`, req.query);
+      return paginate(
+        all.filter((g) => may(access, req, 'describe', 'group', g.name)),
+        (g) => `${g.name}\u0000${g.protocol}`,
+        req.query,
+      );
     },
   );
 
-  app.get<{ Params: { name: string } }>('/api/v1/consumer-groups/:name', { schema: { tags: ['consumer-groups'], summary: 'One group: members, assignments, offsets and lag', params: NAME_PARAM } }, async (req) => {
-    authorize(access, req, 'describe', 'group', req.params.name);
-    for (const g of ctx.groups()) {
-      const d = await g.admin.describe(req.params.name);
-      if (d !== null) return d;
-    }
-    throw notFound('consumer group', req.params.name);
-  });
+  app.get<{ Params: { name: string } }>(
+    '/api/v1/consumer-groups/:name',
+    { schema: { tags: ['consumer-groups'], summary: 'One group: members, assignments, offsets and lag', params: NAME_PARAM } },
+    async (req) => {
+      authorize(access, req, 'describe', 'group', req.params.name);
+      for (const g of ctx.groups()) {
+        const d = await g.admin.describe(req.params.name);
+        if (d !== null) return d;
+      }
+      throw notFound('consumer group', req.params.name);
+    },
+  );
 
   app.post<{ Params: { name: string }; Body: { stream: string; to: OffsetResetTarget['to']; offset?: number; timestamp?: number | string } }>(
     '/api/v1/consumer-groups/:name/reset',
@@ -86,11 +94,15 @@ export function groupRoutes(app: FastifyInstance, ctx: ApiContext): void {
     },
   );
 
-  app.delete<{ Params: { name: string } }>('/api/v1/consumer-groups/:name', { schema: { tags: ['consumer-groups'], summary: 'Delete an empty group and its offsets', params: NAME_PARAM } }, async (req, reply) => {
-    authorize(access, req, 'delete', 'group', req.params.name);
-    const g = await find(req.params.name);
-    await g.admin.delete(req.params.name);
-    ctx.logger.info({ group: req.params.name, by: req.auth?.principal.user ?? null }, 'consumer group deleted');
-    return reply.code(204).send();
-  });
+  app.delete<{ Params: { name: string } }>(
+    '/api/v1/consumer-groups/:name',
+    { schema: { tags: ['consumer-groups'], summary: 'Delete an empty group and its offsets', params: NAME_PARAM } },
+    async (req, reply) => {
+      authorize(access, req, 'delete', 'group', req.params.name);
+      const g = await find(req.params.name);
+      await g.admin.delete(req.params.name);
+      ctx.logger.info({ group: req.params.name, by: req.auth?.principal.user ?? null }, 'consumer group deleted');
+      return reply.code(204).send();
+    },
+  );
 }

@@ -32,11 +32,23 @@ function sessionView(r: SessionRecord, connected: boolean): Record<string, unkno
 
 export function mqttRoutes(app: FastifyInstance, ctx: ApiContext): void {
   const { engine, access } = ctx;
-  const connectedIds = () => new Set(access.clients.list().filter((c) => c.reg.protocol === 'mqtt' && c.clientId !== null).map((c) => c.clientId!));
+  const connectedIds = () =>
+    new Set(
+      access.clients
+        .list()
+        .filter((c) => c.reg.protocol === 'mqtt' && c.clientId !== null)
+        .map((c) => c.clientId!),
+    );
 
   app.get<{ Querystring: { limit?: number; cursor?: string } }>(
     '/api/v1/mqtt/sessions',
-    { schema: { tags: ['mqtt'], summary: 'Stored MQTT sessions (persistent ones: connected or waiting to be resumed)', querystring: { type: 'object', additionalProperties: false, properties: PAGE_QUERY } } },
+    {
+      schema: {
+        tags: ['mqtt'],
+        summary: 'Stored MQTT sessions (persistent ones: connected or waiting to be resumed)',
+        querystring: { type: 'object', additionalProperties: false, properties: PAGE_QUERY },
+      },
+    },
     async (req) => {
       authorize(access, req, 'describe', 'cluster', '*');
       const live = connectedIds();

@@ -29,7 +29,13 @@ export function namespaceRoutes(app: FastifyInstance, ctx: ApiContext): void {
 
   app.get<{ Querystring: { limit?: number; cursor?: string } }>(
     '/api/v1/namespaces',
-    { schema: { tags: ['namespaces'], summary: 'Namespaces with quotas and usage', querystring: { type: 'object', additionalProperties: false, properties: PAGE_QUERY } } },
+    {
+      schema: {
+        tags: ['namespaces'],
+        summary: 'Namespaces with quotas and usage',
+        querystring: { type: 'object', additionalProperties: false, properties: PAGE_QUERY },
+      },
+    },
     async (req) => {
       authorizeAdmin(access, req);
       return paginate(dir.listNamespaces().map(namespaceView), (n) => n.name, req.query);
@@ -42,7 +48,12 @@ export function namespaceRoutes(app: FastifyInstance, ctx: ApiContext): void {
       schema: {
         tags: ['namespaces'],
         summary: 'Add a namespace',
-        body: { type: 'object', required: ['name'], additionalProperties: false, properties: { name: { type: 'string' }, description: { type: 'string', maxLength: 1024 }, quotas: QUOTAS } },
+        body: {
+          type: 'object',
+          required: ['name'],
+          additionalProperties: false,
+          properties: { name: { type: 'string' }, description: { type: 'string', maxLength: 1024 }, quotas: QUOTAS },
+        },
       },
     },
     async (req, reply) => {
@@ -53,12 +64,16 @@ export function namespaceRoutes(app: FastifyInstance, ctx: ApiContext): void {
     },
   );
 
-  app.get<{ Params: { name: string } }>('/api/v1/namespaces/:name', { schema: { tags: ['namespaces'], summary: 'One namespace', params: NAME_PARAM } }, async (req) => {
-    authorizeAdmin(access, req);
-    const n = dir.namespace(req.params.name);
-    if (!n) throw notFound('namespace', req.params.name);
-    return namespaceView(n);
-  });
+  app.get<{ Params: { name: string } }>(
+    '/api/v1/namespaces/:name',
+    { schema: { tags: ['namespaces'], summary: 'One namespace', params: NAME_PARAM } },
+    async (req) => {
+      authorizeAdmin(access, req);
+      const n = dir.namespace(req.params.name);
+      if (!n) throw notFound('namespace', req.params.name);
+      return namespaceView(n);
+    },
+  );
 
   app.patch<{ Params: { name: string }; Body: { description?: string; quotas?: Record<string, number | null> } }>(
     '/api/v1/namespaces/:name',
@@ -81,9 +96,13 @@ export function namespaceRoutes(app: FastifyInstance, ctx: ApiContext): void {
     },
   );
 
-  app.delete<{ Params: { name: string } }>('/api/v1/namespaces/:name', { schema: { tags: ['namespaces'], summary: 'Delete a namespace without users', params: NAME_PARAM } }, async (req, reply) => {
-    authorizeAdmin(access, req);
-    await dir.deleteNamespace(req.params.name);
-    return reply.code(204).send();
-  });
+  app.delete<{ Params: { name: string } }>(
+    '/api/v1/namespaces/:name',
+    { schema: { tags: ['namespaces'], summary: 'Delete a namespace without users', params: NAME_PARAM } },
+    async (req, reply) => {
+      authorizeAdmin(access, req);
+      await dir.deleteNamespace(req.params.name);
+      return reply.code(204).send();
+    },
+  );
 }

@@ -27,7 +27,12 @@ export function policyRoutes(app: FastifyInstance, ctx: ApiContext): void {
       schema: {
         tags: ['policies'],
         summary: 'Add a policy (applies to open connections at their next request)',
-        body: { type: 'object', required: ['name', 'effect', 'actions', 'resources', 'principals'], additionalProperties: false, properties: { name: { type: 'string' }, ...POLICY_BODY } },
+        body: {
+          type: 'object',
+          required: ['name', 'effect', 'actions', 'resources', 'principals'],
+          additionalProperties: false,
+          properties: { name: { type: 'string' }, ...POLICY_BODY },
+        },
       },
     },
     async (req, reply) => {
@@ -39,12 +44,16 @@ export function policyRoutes(app: FastifyInstance, ctx: ApiContext): void {
     },
   );
 
-  app.get<{ Params: { name: string } }>('/api/v1/policies/:name', { schema: { tags: ['policies'], summary: 'One policy', params: NAME_PARAM } }, async (req) => {
-    authorizeAdmin(access, req);
-    const p = findPolicy(req.params.name);
-    if (!p) throw notFound('policy', req.params.name);
-    return policyView(p);
-  });
+  app.get<{ Params: { name: string } }>(
+    '/api/v1/policies/:name',
+    { schema: { tags: ['policies'], summary: 'One policy', params: NAME_PARAM } },
+    async (req) => {
+      authorizeAdmin(access, req);
+      const p = findPolicy(req.params.name);
+      if (!p) throw notFound('policy', req.params.name);
+      return policyView(p);
+    },
+  );
 
   app.put<{ Params: { name: string }; Body: Omit<PolicyDef, 'createdAt' | 'source' | 'name'> }>(
     '/api/v1/policies/:name',
@@ -65,10 +74,14 @@ export function policyRoutes(app: FastifyInstance, ctx: ApiContext): void {
     },
   );
 
-  app.delete<{ Params: { name: string } }>('/api/v1/policies/:name', { schema: { tags: ['policies'], summary: 'Delete a policy', params: NAME_PARAM } }, async (req, reply) => {
-    authorizeAdmin(access, req);
-    await dir.deletePolicy(req.params.name);
-    ctx.logger.info({ policy: req.params.name, by: req.auth?.principal.user ?? null }, 'policy deleted');
-    return reply.code(204).send();
-  });
+  app.delete<{ Params: { name: string } }>(
+    '/api/v1/policies/:name',
+    { schema: { tags: ['policies'], summary: 'Delete a policy', params: NAME_PARAM } },
+    async (req, reply) => {
+      authorizeAdmin(access, req);
+      await dir.deletePolicy(req.params.name);
+      ctx.logger.info({ policy: req.params.name, by: req.auth?.principal.user ?? null }, 'policy deleted');
+      return reply.code(204).send();
+    },
+  );
 }

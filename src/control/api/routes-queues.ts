@@ -66,8 +66,22 @@ export function queueRoutes(app: FastifyInstance, ctx: ApiContext): void {
 
   app.get<{ Querystring: { limit?: number; cursor?: string } }>(
     '/api/v1/queues',
-    { schema: { tags: ['queues'], summary: 'Queues the caller may describe, with depth and consumers', querystring: { type: 'object', additionalProperties: false, properties: PAGE_QUERY } } },
-    async (req) => paginate(engine.listQueues().filter((q) => may(access, req, 'describe', 'queue', q.name)).map(queueView), (q) => q.name, req.query),
+    {
+      schema: {
+        tags: ['queues'],
+        summary: 'Queues the caller may describe, with depth and consumers',
+        querystring: { type: 'object', additionalProperties: false, properties: PAGE_QUERY },
+      },
+    },
+    async (req) =>
+      paginate(
+        engine
+          .listQueues()
+          .filter((q) => may(access, req, 'describe', 'queue', q.name))
+          .map(queueView),
+        (q) => q.name,
+        req.query,
+      ),
   );
 
   app.post<{ Body: { name: string; durable?: boolean; autoDelete?: boolean; arguments?: QueueArguments } }>(
@@ -80,7 +94,12 @@ export function queueRoutes(app: FastifyInstance, ctx: ApiContext): void {
           type: 'object',
           required: ['name'],
           additionalProperties: false,
-          properties: { name: { type: 'string', minLength: 1, maxLength: 255 }, durable: { type: 'boolean', default: true }, autoDelete: { type: 'boolean', default: false }, arguments: QUEUE_ARGUMENTS },
+          properties: {
+            name: { type: 'string', minLength: 1, maxLength: 255 },
+            durable: { type: 'boolean', default: true },
+            autoDelete: { type: 'boolean', default: false },
+            arguments: QUEUE_ARGUMENTS,
+          },
         },
       },
     },
@@ -90,7 +109,14 @@ export function queueRoutes(app: FastifyInstance, ctx: ApiContext): void {
       const args = b.arguments ?? {};
       const raw = Object.fromEntries(Object.entries(args).map(([k, v]) => [X_ARGS[k as keyof QueueArguments], v]));
       const existed = engine.getQueue(b.name) !== undefined;
-      const q = await engine.declareQueue({ name: b.name, durable: b.durable ?? true, autoDelete: b.autoDelete ?? false, exclusiveOwner: null, arguments: args, rawArguments: raw });
+      const q = await engine.declareQueue({
+        name: b.name,
+        durable: b.durable ?? true,
+        autoDelete: b.autoDelete ?? false,
+        exclusiveOwner: null,
+        arguments: args,
+        rawArguments: raw,
+      });
       if (!existed) ctx.logger.info({ queue: b.name, by: req.auth?.principal.user ?? null }, 'queue declared');
       return reply.code(existed ? 200 : 201).send(queueView(q.def));
     },
@@ -103,26 +129,48 @@ export function queueRoutes(app: FastifyInstance, ctx: ApiContext): void {
     return queueView(q.def);
   });
 
-  app.delete<{ Params: { name: string } }>('/api/v1/queues/:name', { schema: { tags: ['queues'], summary: 'Delete a queue and its messages', params: NAME_PARAM } }, async (req) => {
-    authorize(access, req, 'delete', 'queue', req.params.name);
-    if (!engine.getQueue(req.params.name)) throw notFound('queue', req.params.name);
-    const messages = await engine.deleteQueue(req.params.name);
-    ctx.logger.info({ queue: req.params.name, messages, by: req.auth?.principal.user ?? null }, 'queue deleted');
-    return { messages };
-  });
+  app.delete<{ Params: { name: string } }>(
+    '/api/v1/queues/:name',
+    { schema: { tags: ['queues'], summary: 'Delete a queue and its messages', params: NAME_PARAM } },
+    async (req) => {
+      authorize(access, req, 'delete', 'queue', req.params.name);
+      if (!engine.getQueue(req.params.name)) throw notFound('queue', req.params.name);
+      const messages = await engine.deleteQueue(req.params.name);
+      ctx.logger.info({ queue: req.params.name, messages, by: req.auth?.principal.user ?? null }, 'queue deleted');
+      return { messages };
+    },
+  );
 
-  app.post<{ Params: { name: string } }>('/api/v1/queues/:name/purge', { schema: { tags: ['queues'], summary: 'Remove the ready messages of a queue', params: NAME_PARAM } }, async (req) => {
-    authorize(access, req, 'delete', 'queue', req.params.name);
-    if (!engine.getQueue(req.params.name)) throw notFound('queue', req.params.name);
-    const messages = await engine.purgeQueue(req.params.name);
-    ctx.logger.info({ queue: req.params.name, messages, by: req.auth?.principal.user ?? null }, 'queue purged');
-    return { messages };
-  });
+  app.post<{ Params: { name: string } }>(
+    '/api/v1/queues/:name/purge',
+    { schema: { tags: ['queues'], summary: 'Remove the ready messages of a queue', params: NAME_PARAM } },
+    async (req) => {
+      authorize(access, req, 'delete', 'queue', req.params.name);
+      if (!engine.getQueue(req.params.name)) throw notFound('queue', req.params.name);
+      const messages = await engine.purgeQueue(req.params.name);
+      ctx.logger.info({ queue: req.params.name, messages, by: req.auth?.principal.user ?? null }, 'queue purged');
+      return { messages };
+    },
+  );
 
   app.get<{ Querystring: { limit?: number; cursor?: string } }>(
     '/api/v1/exchanges',
-    { schema: { tags: ['exchanges'], summary: 'Exchanges the caller may describe', querystring: { type: 'object', additionalProperties: false, properties: PAGE_QUERY } } },
-    async (req) => paginate(engine.listExchanges().filter((x) => may(access, req, 'describe', 'exchange', x.name)).map(exchangeView), (x) => x.name, req.query),
+    {
+      schema: {
+        tags: ['exchanges'],
+        summary: 'Exchanges the caller may describe',
+        querystring: { type: 'object', additionalProperties: false, properties: PAGE_QUERY },
+      },
+    },
+    async (req) =>
+      paginate(
+        engine
+          .listExchanges()
+          .filter((x) => may(access, req, 'describe', 'exchange', x.name))
+          .map(exchangeView),
+        (x) => x.name,
+        req.query,
+      ),
   );
 
   app.post<{ Body: { name: string; type: ExchangeDef['type']; durable?: boolean; autoDelete?: boolean; internal?: boolean } }>(
@@ -149,28 +197,49 @@ export function queueRoutes(app: FastifyInstance, ctx: ApiContext): void {
       const b = req.body;
       authorize(access, req, 'create', 'exchange', b.name);
       const existed = engine.getExchange(b.name) !== undefined;
-      const x = await engine.declareExchange({ name: b.name, type: b.type, durable: b.durable ?? true, autoDelete: b.autoDelete ?? false, internal: b.internal ?? false, rawArguments: {} });
+      const x = await engine.declareExchange({
+        name: b.name,
+        type: b.type,
+        durable: b.durable ?? true,
+        autoDelete: b.autoDelete ?? false,
+        internal: b.internal ?? false,
+        rawArguments: {},
+      });
       return reply.code(existed ? 200 : 201).send(exchangeView(x));
     },
   );
 
-  app.get<{ Params: { name: string } }>('/api/v1/exchanges/:name', { schema: { tags: ['exchanges'], summary: 'One exchange with the bindings it is the source of', params: NAME_PARAM } }, async (req) => {
-    authorize(access, req, 'describe', 'exchange', req.params.name);
-    const x = engine.getExchange(req.params.name);
-    if (!x) throw notFound('exchange', req.params.name);
-    return { ...exchangeView(x), bindings: engine.listBindings().filter((b) => b.source === x.name) };
-  });
+  app.get<{ Params: { name: string } }>(
+    '/api/v1/exchanges/:name',
+    { schema: { tags: ['exchanges'], summary: 'One exchange with the bindings it is the source of', params: NAME_PARAM } },
+    async (req) => {
+      authorize(access, req, 'describe', 'exchange', req.params.name);
+      const x = engine.getExchange(req.params.name);
+      if (!x) throw notFound('exchange', req.params.name);
+      return { ...exchangeView(x), bindings: engine.listBindings().filter((b) => b.source === x.name) };
+    },
+  );
 
-  app.delete<{ Params: { name: string } }>('/api/v1/exchanges/:name', { schema: { tags: ['exchanges'], summary: 'Delete an exchange', params: NAME_PARAM } }, async (req, reply) => {
-    authorize(access, req, 'delete', 'exchange', req.params.name);
-    if (!engine.getExchange(req.params.name)) throw notFound('exchange', req.params.name);
-    await engine.deleteExchange(req.params.name);
-    return reply.code(204).send();
-  });
+  app.delete<{ Params: { name: string } }>(
+    '/api/v1/exchanges/:name',
+    { schema: { tags: ['exchanges'], summary: 'Delete an exchange', params: NAME_PARAM } },
+    async (req, reply) => {
+      authorize(access, req, 'delete', 'exchange', req.params.name);
+      if (!engine.getExchange(req.params.name)) throw notFound('exchange', req.params.name);
+      await engine.deleteExchange(req.params.name);
+      return reply.code(204).send();
+    },
+  );
 
   app.get<{ Querystring: { limit?: number; cursor?: string } }>(
     '/api/v1/bindings',
-    { schema: { tags: ['exchanges'], summary: 'Bindings whose source exchange the caller may describe', querystring: { type: 'object', additionalProperties: false, properties: PAGE_QUERY } } },
+    {
+      schema: {
+        tags: ['exchanges'],
+        summary: 'Bindings whose source exchange the caller may describe',
+        querystring: { type: 'object', additionalProperties: false, properties: PAGE_QUERY },
+      },
+    },
     async (req) => {
       const list = engine.listBindings().filter((b) => may(access, req, 'describe', 'exchange', b.source));
       return paginate(list, (b) => `${b.source}\u0000${b.destinationKind}\u0000${b.destination}\u0000${b.key}\u0000${JSON.stringify(b.arguments)}`, req.query);

@@ -30,7 +30,8 @@ export function sessionRoutes(app: FastifyInstance, ctx: ApiContext): void {
     async (req, reply) => {
       const { username, password } = req.body;
       const outcome = await access.password(username, password, req.socket.remoteAddress, 'http');
-      if (outcome.verdict === 'busy') throw new HttpError(503, 'BUSY', 'too many password checks under way or failed from this address: retry later', { 'retry-after': '1' });
+      if (outcome.verdict === 'busy')
+        throw new HttpError(503, 'BUSY', 'too many password checks under way or failed from this address: retry later', { 'retry-after': '1' });
       // No WWW-Authenticate here: a browser would pop up its own login dialog over the dashboard's.
       if (outcome.verdict !== 'ok') {
         ctx.logger.warn({ remote: req.socket.remoteAddress, username }, 'admin API login refused: invalid username or password');
@@ -38,7 +39,13 @@ export function sessionRoutes(app: FastifyInstance, ctx: ApiContext): void {
       }
       if (dir.lookup(username) === undefined) throw new HttpError(403, 'FORBIDDEN', 'dashboard sessions are for users of the directory');
       const s = await sessions.create(username);
-      void reply.setCookie(SESSION_COOKIE, s.cookie, { httpOnly: true, sameSite: 'strict', path: '/', expires: new Date(s.expiresAt), secure: req.protocol === 'https' });
+      void reply.setCookie(SESSION_COOKIE, s.cookie, {
+        httpOnly: true,
+        sameSite: 'strict',
+        path: '/',
+        expires: new Date(s.expiresAt),
+        secure: req.protocol === 'https',
+      });
       ctx.logger.info({ user: username, remote: req.socket.remoteAddress }, 'dashboard login');
       return { user: username, groups: outcome.principal.groups, namespace: outcome.principal.namespace, csrfToken: s.csrfToken, expiresAt: iso(s.expiresAt) };
     },

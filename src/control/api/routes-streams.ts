@@ -47,7 +47,13 @@ export function streamRoutes(app: FastifyInstance, ctx: ApiContext): void {
 
   app.get<{ Querystring: { limit?: number; cursor?: string } }>(
     '/api/v1/streams',
-    { schema: { tags: ['streams'], summary: 'Streams the caller may describe', querystring: { type: 'object', additionalProperties: false, properties: PAGE_QUERY } } },
+    {
+      schema: {
+        tags: ['streams'],
+        summary: 'Streams the caller may describe',
+        querystring: { type: 'object', additionalProperties: false, properties: PAGE_QUERY },
+      },
+    },
     async (req) => {
       const list = engine.listStreams().filter((d) => may(access, req, 'describe', 'stream', d.name));
       return paginate(list.map(streamView), (s) => String(s.name), req.query);
@@ -64,7 +70,12 @@ export function streamRoutes(app: FastifyInstance, ctx: ApiContext): void {
           type: 'object',
           required: ['name'],
           additionalProperties: false,
-          properties: { name: { type: 'string', minLength: 1, maxLength: 249 }, partitions: { type: 'integer', minimum: 1, default: 1 }, bindings: FILTERS, retention: RETENTION },
+          properties: {
+            name: { type: 'string', minLength: 1, maxLength: 249 },
+            partitions: { type: 'integer', minimum: 1, default: 1 },
+            bindings: FILTERS,
+            retention: RETENTION,
+          },
         },
       },
     },
@@ -72,16 +83,25 @@ export function streamRoutes(app: FastifyInstance, ctx: ApiContext): void {
       const b = req.body;
       authorize(access, req, 'create', 'stream', b.name);
       authorizeBindings(access, req, b.bindings ?? []);
-      const def = await engine.createStream({ name: b.name, partitions: b.partitions ?? 1, bindings: b.bindings, retentionMs: retentionMs(b.retention) ?? null });
+      const def = await engine.createStream({
+        name: b.name,
+        partitions: b.partitions ?? 1,
+        bindings: b.bindings,
+        retentionMs: retentionMs(b.retention) ?? null,
+      });
       ctx.logger.info({ stream: def.name, partitions: def.partitions, bindings: def.bindings, by: req.auth?.principal.user ?? null }, 'stream created');
       return reply.code(201).send(streamView(def));
     },
   );
 
-  app.get<{ Params: { name: string } }>('/api/v1/streams/:name', { schema: { tags: ['streams'], summary: 'One stream with per-partition offsets', params: NAME_PARAM } }, async (req) => {
-    authorize(access, req, 'describe', 'stream', req.params.name);
-    return describe(req.params.name);
-  });
+  app.get<{ Params: { name: string } }>(
+    '/api/v1/streams/:name',
+    { schema: { tags: ['streams'], summary: 'One stream with per-partition offsets', params: NAME_PARAM } },
+    async (req) => {
+      authorize(access, req, 'describe', 'stream', req.params.name);
+      return describe(req.params.name);
+    },
+  );
 
   app.patch<{ Params: { name: string }; Body: { bindings?: string[]; retention?: string | number | null; partitions?: number } }>(
     '/api/v1/streams/:name',
@@ -90,7 +110,11 @@ export function streamRoutes(app: FastifyInstance, ctx: ApiContext): void {
         tags: ['streams'],
         summary: 'Change bindings or retention live, or add partitions (never fewer)',
         params: NAME_PARAM,
-        body: { type: 'object', additionalProperties: false, properties: { bindings: FILTERS, retention: RETENTION, partitions: { type: 'integer', minimum: 1 } } },
+        body: {
+          type: 'object',
+          additionalProperties: false,
+          properties: { bindings: FILTERS, retention: RETENTION, partitions: { type: 'integer', minimum: 1 } },
+        },
       },
     },
     async (req) => {
@@ -104,7 +128,12 @@ export function streamRoutes(app: FastifyInstance, ctx: ApiContext): void {
       if (b.partitions !== undefined && b.partitions < e.def.partitions) {
         throw new FlowError('INVALID_ARGUMENT', `a stream cannot shrink: it has ${e.def.partitions} partitions, asked ${b.partitions}`);
       }
-      if (b.bindings !== undefined) authorizeBindings(access, req, b.bindings.filter((f) => !e.def.bindings.includes(f)));
+      if (b.bindings !== undefined)
+        authorizeBindings(
+          access,
+          req,
+          b.bindings.filter((f) => !e.def.bindings.includes(f)),
+        );
       if (b.bindings !== undefined) await engine.setBindings(name, b.bindings);
       if (retention !== undefined) await engine.setRetention(name, retention);
       if (b.partitions !== undefined && b.partitions > e.def.partitions) await engine.addPartitions(name, b.partitions);
@@ -113,12 +142,16 @@ export function streamRoutes(app: FastifyInstance, ctx: ApiContext): void {
     },
   );
 
-  app.delete<{ Params: { name: string } }>('/api/v1/streams/:name', { schema: { tags: ['streams'], summary: 'Delete a stream and its data', params: NAME_PARAM } }, async (req, reply) => {
-    authorize(access, req, 'delete', 'stream', req.params.name);
-    await engine.deleteStream(req.params.name);
-    ctx.logger.info({ stream: req.params.name, by: req.auth?.principal.user ?? null }, 'stream deleted');
-    return reply.code(204).send();
-  });
+  app.delete<{ Params: { name: string } }>(
+    '/api/v1/streams/:name',
+    { schema: { tags: ['streams'], summary: 'Delete a stream and its data', params: NAME_PARAM } },
+    async (req, reply) => {
+      authorize(access, req, 'delete', 'stream', req.params.name);
+      await engine.deleteStream(req.params.name);
+      ctx.logger.info({ stream: req.params.name, by: req.auth?.principal.user ?? null }, 'stream deleted');
+      return reply.code(204).send();
+    },
+  );
 
   app.post<{ Params: { name: string } }>(
     '/api/v1/streams/:name/flush',

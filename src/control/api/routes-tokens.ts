@@ -40,7 +40,11 @@ export function tokenRoutes(app: FastifyInstance, ctx: ApiContext): void {
         body: {
           type: 'object',
           additionalProperties: false,
-          properties: { user: { type: 'string' }, description: { type: 'string', maxLength: 1024 }, ttl: { type: ['string', 'number'], description: 'lifetime: 30d, 12h, ms; none: no expiry' } },
+          properties: {
+            user: { type: 'string' },
+            description: { type: 'string', maxLength: 1024 },
+            ttl: { type: ['string', 'number'], description: 'lifetime: 30d, 12h, ms; none: no expiry' },
+          },
         },
       },
     },
@@ -58,7 +62,13 @@ export function tokenRoutes(app: FastifyInstance, ctx: ApiContext): void {
 
   app.delete<{ Params: { id: string } }>(
     '/api/v1/tokens/:id',
-    { schema: { tags: ['tokens'], summary: 'Revoke an API token (own, or any with admin)', params: { type: 'object', required: ['id'], properties: { id: { type: 'string', minLength: 1, maxLength: 128 } } } } },
+    {
+      schema: {
+        tags: ['tokens'],
+        summary: 'Revoke an API token (own, or any with admin)',
+        params: { type: 'object', required: ['id'], properties: { id: { type: 'string', minLength: 1, maxLength: 128 } } },
+      },
+    },
     async (req, reply) => {
       const t = dir.listTokens().find((x) => x.id === req.params.id);
       if (!t || t.user !== authOf(req).principal.user) authorizeAdmin(access, req);

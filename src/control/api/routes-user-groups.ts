@@ -11,7 +11,13 @@ export function userGroupRoutes(app: FastifyInstance, ctx: ApiContext): void {
 
   app.get<{ Querystring: { limit?: number; cursor?: string } }>(
     '/api/v1/groups',
-    { schema: { tags: ['groups'], summary: 'Groups (defined, or named by a user) with their members', querystring: { type: 'object', additionalProperties: false, properties: PAGE_QUERY } } },
+    {
+      schema: {
+        tags: ['groups'],
+        summary: 'Groups (defined, or named by a user) with their members',
+        querystring: { type: 'object', additionalProperties: false, properties: PAGE_QUERY },
+      },
+    },
     async (req) => {
       authorizeAdmin(access, req);
       return paginate(dir.listGroups().map(groupView), (g) => g.name, req.query);
@@ -24,12 +30,18 @@ export function userGroupRoutes(app: FastifyInstance, ctx: ApiContext): void {
       schema: {
         tags: ['groups'],
         summary: 'Define a group',
-        body: { type: 'object', required: ['name'], additionalProperties: false, properties: { name: { type: 'string' }, description: { type: 'string', maxLength: 1024 } } },
+        body: {
+          type: 'object',
+          required: ['name'],
+          additionalProperties: false,
+          properties: { name: { type: 'string' }, description: { type: 'string', maxLength: 1024 } },
+        },
       },
     },
     async (req, reply) => {
       authorizeAdmin(access, req);
-      if (dir.listGroups().some((g) => g.name === req.body.name && g.createdAt !== 0)) throw new FlowError('ALREADY_EXISTS', `group "${req.body.name}" already exists`);
+      if (dir.listGroups().some((g) => g.name === req.body.name && g.createdAt !== 0))
+        throw new FlowError('ALREADY_EXISTS', `group "${req.body.name}" already exists`);
       const g = await dir.putGroup(req.body);
       return reply.code(201).send(groupView(dir.listGroups().find((x) => x.name === g.name) ?? g));
     },
@@ -42,9 +54,13 @@ export function userGroupRoutes(app: FastifyInstance, ctx: ApiContext): void {
     return groupView(g);
   });
 
-  app.delete<{ Params: { name: string } }>('/api/v1/groups/:name', { schema: { tags: ['groups'], summary: 'Delete a group without members', params: NAME_PARAM } }, async (req, reply) => {
-    authorizeAdmin(access, req);
-    await dir.deleteGroup(req.params.name);
-    return reply.code(204).send();
-  });
+  app.delete<{ Params: { name: string } }>(
+    '/api/v1/groups/:name',
+    { schema: { tags: ['groups'], summary: 'Delete a group without members', params: NAME_PARAM } },
+    async (req, reply) => {
+      authorizeAdmin(access, req);
+      await dir.deleteGroup(req.params.name);
+      return reply.code(204).send();
+    },
+  );
 }

@@ -27,7 +27,12 @@ export function userRoutes(app: FastifyInstance, ctx: ApiContext): void {
           type: 'object',
           required: ['username', 'password'],
           additionalProperties: false,
-          properties: { username: { type: 'string', minLength: 1, maxLength: 256 }, password: { type: 'string', minLength: 1, maxLength: 1024 }, groups: STRINGS, namespace: { type: 'string' } },
+          properties: {
+            username: { type: 'string', minLength: 1, maxLength: 256 },
+            password: { type: 'string', minLength: 1, maxLength: 1024 },
+            groups: STRINGS,
+            namespace: { type: 'string' },
+          },
         },
       },
     },
@@ -53,7 +58,11 @@ export function userRoutes(app: FastifyInstance, ctx: ApiContext): void {
         tags: ['users'],
         summary: 'Change a password (a user may change its own), groups or namespace',
         params: NAME_PARAM,
-        body: { type: 'object', additionalProperties: false, properties: { password: { type: 'string', minLength: 1, maxLength: 1024 }, groups: STRINGS, namespace: { type: 'string' } } },
+        body: {
+          type: 'object',
+          additionalProperties: false,
+          properties: { password: { type: 'string', minLength: 1, maxLength: 1024 }, groups: STRINGS, namespace: { type: 'string' } },
+        },
       },
     },
     async (req) => {
@@ -68,10 +77,14 @@ export function userRoutes(app: FastifyInstance, ctx: ApiContext): void {
     },
   );
 
-  app.delete<{ Params: { name: string } }>('/api/v1/users/:name', { schema: { tags: ['users'], summary: 'Delete a user (its tokens and sessions end)', params: NAME_PARAM } }, async (req, reply) => {
-    authorizeAdmin(access, req);
-    await dir.deleteUser(req.params.name);
-    ctx.logger.info({ user: req.params.name, by: req.auth?.principal.user ?? null }, 'user deleted');
-    return reply.code(204).send();
-  });
+  app.delete<{ Params: { name: string } }>(
+    '/api/v1/users/:name',
+    { schema: { tags: ['users'], summary: 'Delete a user (its tokens and sessions end)', params: NAME_PARAM } },
+    async (req, reply) => {
+      authorizeAdmin(access, req);
+      await dir.deleteUser(req.params.name);
+      ctx.logger.info({ user: req.params.name, by: req.auth?.principal.user ?? null }, 'user deleted');
+      return reply.code(204).send();
+    },
+  );
 }

@@ -154,7 +154,9 @@ export async function startAdminApi(opts: AdminApiOptions): Promise<AdminApi> {
   await app.register(fastifyRateLimit, {
     global: false,
     errorResponseBuilder: (_req, ctx) =>
-      new HttpError(429, 'RATE_LIMITED', `too many login attempts from this address: retry in ${Math.ceil(ctx.ttl / 1000)} s`, { 'retry-after': String(Math.ceil(ctx.ttl / 1000)) }),
+      new HttpError(429, 'RATE_LIMITED', `too many login attempts from this address: retry in ${Math.ceil(ctx.ttl / 1000)} s`, {
+        'retry-after': String(Math.ceil(ctx.ttl / 1000)),
+      }),
   });
   await app.register(fastifySwagger, {
     openapi: {
@@ -203,7 +205,9 @@ export async function startAdminApi(opts: AdminApiOptions): Promise<AdminApi> {
       throw new HttpError(
         421,
         'MISDIRECTED_REQUEST',
-        host === undefined ? 'a Host header is required' : `this server does not answer for host "${host}"; use its address or add the name to --http-allowed-hosts`,
+        host === undefined
+          ? 'a Host header is required'
+          : `this server does not answer for host "${host}"; use its address or add the name to --http-allowed-hosts`,
       );
     }
     const open = !path.startsWith('/api/') || PUBLIC_API.has(`${req.method} ${path}`);

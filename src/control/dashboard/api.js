@@ -54,7 +54,10 @@ export async function api(method, path, body) {
     }
   }
   if (!res.ok) {
-    const e = data && typeof data === 'object' && data.error ? data.error : { code: `HTTP_${res.status}`, message: typeof data === 'string' && data ? data : res.statusText };
+    const e =
+      data && typeof data === 'object' && data.error
+        ? data.error
+        : { code: `HTTP_${res.status}`, message: typeof data === 'string' && data ? data : res.statusText };
     if (res.status === 401 && !url.endsWith('/login')) onUnauthenticated();
     throw new ApiError(res.status, e.code, e.message);
   }
@@ -68,9 +71,9 @@ export async function list(path, max = 1000) {
   for (;;) {
     const sep = path.includes('?') ? '&' : '?';
     const page = await api('GET', `${path}${sep}limit=${Math.min(1000, max - items.length)}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`);
-    const got = Array.isArray(page) ? page : page.items ?? [];
+    const got = Array.isArray(page) ? page : (page.items ?? []);
     items.push(...got);
-    cursor = Array.isArray(page) ? null : page.next ?? null;
+    cursor = Array.isArray(page) ? null : (page.next ?? null);
     if (cursor === null || got.length === 0) return { items, truncated: false };
     if (items.length >= max) return { items, truncated: true };
   }

@@ -36,7 +36,8 @@ export class LineChart {
   }
 
   addSeries(name) {
-    if (!this.series.has(name)) this.series.set(name, { color: COLORS[this.series.size % COLORS.length], values: new Array(this.times?.length ?? 0).fill(null) });
+    if (!this.series.has(name))
+      this.series.set(name, { color: COLORS[this.series.size % COLORS.length], values: new Array(this.times?.length ?? 0).fill(null) });
     return this.series.get(name);
   }
 

@@ -45,10 +45,22 @@ export function table(columns, rows, { empty = 'Nothing here yet.', rowAttrs } =
   if (rows.length === 0) return h('p.empty', empty);
   return h(
     'table.grid',
-    h('thead', h('tr', columns.map((c) => h('th', { class: c.cls }, c.title)))),
+    h(
+      'thead',
+      h(
+        'tr',
+        columns.map((c) => h('th', { class: c.cls }, c.title)),
+      ),
+    ),
     h(
       'tbody',
-      rows.map((r) => h('tr', rowAttrs ? rowAttrs(r) : null, columns.map((c) => h('td', { class: c.cls }, c.get(r))))),
+      rows.map((r) =>
+        h(
+          'tr',
+          rowAttrs ? rowAttrs(r) : null,
+          columns.map((c) => h('td', { class: c.cls }, c.get(r))),
+        ),
+      ),
     ),
   );
 }
@@ -75,7 +87,11 @@ export function duration(ms) {
   if (ms === null || ms === undefined) return '–';
   let s = Math.floor(Number(ms) / 1000);
   const parts = [];
-  for (const [unit, size] of [['d', 86400], ['h', 3600], ['m', 60]]) {
+  for (const [unit, size] of [
+    ['d', 86400],
+    ['h', 3600],
+    ['m', 60],
+  ]) {
     if (s >= size) {
       parts.push(`${Math.floor(s / size)}${unit}`);
       s %= size;
@@ -88,25 +104,41 @@ export function duration(ms) {
 /** 604800000 → "7d", 5400000 → "90m": the shortest exact spelling the API's duration parser reads back. */
 export function durationSpec(ms) {
   if (ms === null || ms === undefined) return '';
-  for (const [unit, size] of [['d', 86400000], ['h', 3600000], ['m', 60000], ['s', 1000]]) if (ms % size === 0) return `${ms / size}${unit}`;
+  for (const [unit, size] of [
+    ['d', 86400000],
+    ['h', 3600000],
+    ['m', 60000],
+    ['s', 1000],
+  ])
+    if (ms % size === 0) return `${ms / size}${unit}`;
   return String(ms);
 }
 
 /** "tailBytes" → "tail bytes". */
 export function words(key) {
-  return String(key).replace(/([a-z0-9])([A-Z])/g, '$1 $2').toLowerCase();
+  return String(key)
+    .replace(/([a-z0-9])([A-Z])/g, '$1 $2')
+    .toLowerCase();
 }
 
 export function time(v) {
   if (v === null || v === undefined || v === '') return '–';
   const d = new Date(typeof v === 'number' ? v : String(v));
-  return Number.isNaN(d.getTime()) ? String(v) : d.toISOString().replace('T', ' ').replace(/\.\d+Z$/, 'Z');
+  return Number.isNaN(d.getTime())
+    ? String(v)
+    : d
+        .toISOString()
+        .replace('T', ' ')
+        .replace(/\.\d+Z$/, 'Z');
 }
 
 /** A list of strings as small chips. */
 export function chips(list) {
   if (!list || list.length === 0) return h('span.muted', '–');
-  return h('span.chips', list.map((x) => h('span.chip', String(x))));
+  return h(
+    'span.chips',
+    list.map((x) => h('span.chip', String(x))),
+  );
 }
 
 let flashTimer = null;

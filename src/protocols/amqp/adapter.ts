@@ -91,7 +91,12 @@ export class AmqpAdapter {
     if (username === '' || !a.hasUsers) {
       if (a.anonymousAllowed('amqp')) return { ok: true, principal: ANONYMOUS };
       this.stats.authFailures++;
-      return { ok: false, busy: false, reason: a.hasUsers ? 'anonymous access is not allowed' : 'anonymous access is not allowed and no user exists', user: username };
+      return {
+        ok: false,
+        busy: false,
+        reason: a.hasUsers ? 'anonymous access is not allowed' : 'anonymous access is not allowed and no user exists',
+        user: username,
+      };
     }
     const v = await a.password(username, password, remoteAddress, 'amqp');
     if (v.verdict === 'ok') return { ok: true, principal: v.principal };
@@ -143,7 +148,8 @@ export class AmqpAdapter {
   /** A publish's store write failed: a full disk raises the alarm; other failures are logged (rate limited). */
   readonly storeWriteFailed = (err: unknown): void => {
     this.writeFailed(err);
-    if (!isFlowError(err, 'STORAGE_FULL')) this.logLimit.log('warn', 'amqp publish write failed', { err: err instanceof Error ? err.message : String(err) }, 'amqp: a publish could not be stored');
+    if (!isFlowError(err, 'STORAGE_FULL'))
+      this.logLimit.log('warn', 'amqp publish write failed', { err: err instanceof Error ? err.message : String(err) }, 'amqp: a publish could not be stored');
   };
 
   /** A write was refused: a STORAGE_FULL raises the disk alarm. */
@@ -204,6 +210,16 @@ export class AmqpAdapter {
   }
 
   figures(): Record<string, unknown> {
-    return { connections: this.connections.size, blocked: this.blockedReason, ...this.stats, ...this.input.figures(), writesInFlight: this.inFlight.writes, writeBytesInFlight: this.inFlight.bytes, peakWritesInFlightPerConnection: this.inFlight.peakWrites, peakWriteBytesInFlightPerConnection: this.inFlight.peakBytes, logLinesSuppressed: this.logLimit.suppressedTotal };
+    return {
+      connections: this.connections.size,
+      blocked: this.blockedReason,
+      ...this.stats,
+      ...this.input.figures(),
+      writesInFlight: this.inFlight.writes,
+      writeBytesInFlight: this.inFlight.bytes,
+      peakWritesInFlightPerConnection: this.inFlight.peakWrites,
+      peakWriteBytesInFlightPerConnection: this.inFlight.peakBytes,
+      logLinesSuppressed: this.logLimit.suppressedTotal,
+    };
   }
 }

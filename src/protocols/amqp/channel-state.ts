@@ -150,7 +150,12 @@ export abstract class AmqpChannelState implements StreamSink {
     if (this.closing) return;
     const a = this.conn.adapter;
     a.stats.channelErrors++;
-    a.logLimit.log('debug', logKey('amqp channel error', this.conn.remoteAddress), { conn: this.conn.id, channel: this.ch, code, err: text }, 'amqp: channel error');
+    a.logLimit.log(
+      'debug',
+      logKey('amqp channel error', this.conn.remoteAddress),
+      { conn: this.conn.id, channel: this.ch, code, err: text },
+      'amqp: channel error',
+    );
     this.conn.sendMethod(this.ch, { name: 'channel.close', replyCode: code, replyText: replyText(code, text), classId, methodId } as AmqpMethod);
     this.teardown();
   }
@@ -193,7 +198,12 @@ export abstract class AmqpChannelState implements StreamSink {
   /** basic.publish to amq.topic: the routing key is a topic of the unified space (RabbitMQ's topic permissions). */
   authorizeTopicPublish(routingKey: string): void {
     if (this.conn.access.can('publish', 'topic', dotsToUnified(routingKey))) return;
-    throw new AmqpError(403, `access to topic '${routingKey}' in exchange '${TOPIC_EXCHANGE}' in vhost '${this.conn.vhost}' refused for user '${this.conn.loginName}'`, 60, 40);
+    throw new AmqpError(
+      403,
+      `access to topic '${routingKey}' in exchange '${TOPIC_EXCHANGE}' in vhost '${this.conn.vhost}' refused for user '${this.conn.loginName}'`,
+      60,
+      40,
+    );
   }
 
   /**
@@ -206,7 +216,12 @@ export abstract class AmqpChannelState implements StreamSink {
     if (a.open) return;
     if (a.subscription(bindingFilter(key)) === 'allow') return;
     const [classId, methodId] = IDS[method] ?? [0, 0];
-    throw new AmqpError(403, `access to topic '${key}' in exchange '${TOPIC_EXCHANGE}' in vhost '${this.conn.vhost}' refused for user '${this.conn.loginName}'`, classId, methodId);
+    throw new AmqpError(
+      403,
+      `access to topic '${key}' in exchange '${TOPIC_EXCHANGE}' in vhost '${this.conn.vhost}' refused for user '${this.conn.loginName}'`,
+      classId,
+      methodId,
+    );
   }
 
   /**
@@ -246,7 +261,8 @@ export abstract class AmqpChannelState implements StreamSink {
     const h = this.router.getQueue(q);
     if (h === undefined) throw new AmqpError(404, `no queue '${q}' in vhost '${this.conn.vhost}'`);
     const owner = h.def.exclusiveOwner;
-    if (owner !== null && owner !== this.conn.id) throw new AmqpError(405, `cannot obtain exclusive access to locked queue '${q}' in vhost '${this.conn.vhost}'`);
+    if (owner !== null && owner !== this.conn.id)
+      throw new AmqpError(405, `cannot obtain exclusive access to locked queue '${q}' in vhost '${this.conn.vhost}'`);
     return h;
   }
 

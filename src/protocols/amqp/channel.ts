@@ -68,7 +68,8 @@ export class AmqpChannel extends AmqpChannelState {
       }
       return;
     }
-    if (this.expect !== 0) throw new AmqpError(505, `expected a content ${this.expect === 1 ? 'header' : 'body'} frame on channel ${this.ch}, got method ${m.name}`);
+    if (this.expect !== 0)
+      throw new AmqpError(505, `expected a content ${this.expect === 1 ? 'header' : 'body'} frame on channel ${this.ch}, got method ${m.name}`);
     switch (m.name) {
       case 'basic.publish':
         this.publishing = m;

@@ -135,7 +135,6 @@ export abstract class AmqpConnectionState {
   protected closeSentAt = 0;
   protected admitted = false;
 
-
   protected constructor(
     readonly stream: Duplex,
     readonly adapter: AmqpAdapter,
@@ -245,7 +244,13 @@ export abstract class AmqpConnectionState {
     else e = toAmqpError(err);
     this.adapter.stats.connectionErrors++;
     if (e.code === 541) this.log.error({ err }, 'amqp: internal error');
-    else this.adapter.logLimit.log('info', logKey('amqp connection error', this.remoteAddress), { remote: this.remoteAddress, conn: this.id, code: e.code, err: e.message }, 'amqp: connection error');
+    else
+      this.adapter.logLimit.log(
+        'info',
+        logKey('amqp connection error', this.remoteAddress),
+        { remote: this.remoteAddress, conn: this.id, code: e.code, err: e.message },
+        'amqp: connection error',
+      );
     this.closeWith(e.code, e.message, e.classId, e.methodId);
   }
 
@@ -456,7 +461,12 @@ export abstract class AmqpConnectionState {
         this.stalledAt = now;
       } else if (now - this.stalledAt > this.adapter.options.sendTimeoutMs) {
         this.adapter.stats.sendTimeouts++;
-        this.adapter.logLimit.log('info', logKey('amqp send timeout', this.remoteAddress), { remote: this.remoteAddress, unsent: w, timeoutMs: this.adapter.options.sendTimeoutMs }, 'amqp: client takes none of what is sent to it, closing');
+        this.adapter.logLimit.log(
+          'info',
+          logKey('amqp send timeout', this.remoteAddress),
+          { remote: this.remoteAddress, unsent: w, timeoutMs: this.adapter.options.sendTimeoutMs },
+          'amqp: client takes none of what is sent to it, closing',
+        );
         this.destroy();
         return;
       }
@@ -483,7 +493,12 @@ export abstract class AmqpConnectionState {
     if (this.heartbeatMs === 0) return;
     // Paused by us (back-pressure, alarm): the silence is ours, not the peer's.
     if (this.pausedFor === 0 && now - this.seenInAt > 2 * this.heartbeatMs) {
-      this.adapter.logLimit.log('info', logKey('amqp missed heartbeats', this.remoteAddress), { remote: this.remoteAddress, heartbeatSec: this.heartbeatMs / 1000 }, 'amqp: missed heartbeats from client, closing');
+      this.adapter.logLimit.log(
+        'info',
+        logKey('amqp missed heartbeats', this.remoteAddress),
+        { remote: this.remoteAddress, heartbeatSec: this.heartbeatMs / 1000 },
+        'amqp: missed heartbeats from client, closing',
+      );
       this.destroy();
       return;
     }

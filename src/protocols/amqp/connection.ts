@@ -75,7 +75,12 @@ export class AmqpConnection extends AmqpConnectionState implements AlarmListener
     stream.on('end', AmqpConnection.onStreamEnd);
     stream.on('drain', AmqpConnection.onStreamDrain);
     if (!adapter.admit(this)) {
-      this.adapter.logLimit.log('warn', logKey('amqp connection refused', this.remoteAddress), { remote: this.remoteAddress, max: adapter.options.maxConnections }, 'amqp connection refused: amqp-max-connections reached');
+      this.adapter.logLimit.log(
+        'warn',
+        logKey('amqp connection refused', this.remoteAddress),
+        { remote: this.remoteAddress, max: adapter.options.maxConnections },
+        'amqp connection refused: amqp-max-connections reached',
+      );
       this.destroy();
       return;
     }
@@ -217,7 +222,12 @@ export class AmqpConnection extends AmqpConnectionState implements AlarmListener
 
   private badHeader(): void {
     // §4.2.2: answer with the protocol header we support, then close.
-    this.adapter.logLimit.log('info', logKey('amqp bad protocol header', this.remoteAddress), { remote: this.remoteAddress, header: this.head!.subarray(0, this.headHave || 8).toString('hex') }, 'amqp: bad protocol header');
+    this.adapter.logLimit.log(
+      'info',
+      logKey('amqp bad protocol header', this.remoteAddress),
+      { remote: this.remoteAddress, header: this.head!.subarray(0, this.headHave || 8).toString('hex') },
+      'amqp: bad protocol header',
+    );
     this.st = St.Done;
     this.stream.end(PROTOCOL_HEADER);
     setTimeout(() => this.destroy(), 1000).unref();
@@ -326,7 +336,12 @@ export class AmqpConnection extends AmqpConnectionState implements AlarmListener
         const lease = this.adapter.access.quotas.connect(this.principal);
         if ('refused' in lease) {
           this.adapter.stats.connectionsRefused++;
-          this.adapter.logLimit.log('info', logKey('amqp connection quota', this.remoteAddress), { remote: this.remoteAddress, user: this.principal.user, namespace: ns, reason: lease.refused }, 'amqp: connection refused by the namespace quota');
+          this.adapter.logLimit.log(
+            'info',
+            logKey('amqp connection quota', this.remoteAddress),
+            { remote: this.remoteAddress, user: this.principal.user, namespace: ns, reason: lease.refused },
+            'amqp: connection refused by the namespace quota',
+          );
           throw new AmqpError(530, `connection limit of namespace '${ns}' reached`, 10, 40);
         }
         this.lease = lease;
@@ -370,7 +385,12 @@ export class AmqpConnection extends AmqpConnectionState implements AlarmListener
       username = fieldString(t.LOGIN as never) ?? '';
       password = Buffer.from(fieldString(t.PASSWORD as never) ?? '', 'utf8');
     } else {
-      throw new AmqpError(403, `unknown authentication mechanism '${m.mechanism}'; offered ${this.certificateName() !== null ? 'EXTERNAL ' : ''}PLAIN AMQPLAIN`, 10, 11);
+      throw new AmqpError(
+        403,
+        `unknown authentication mechanism '${m.mechanism}'; offered ${this.certificateName() !== null ? 'EXTERNAL ' : ''}PLAIN AMQPLAIN`,
+        10,
+        11,
+      );
     }
     this.st = St.Authenticating;
     const mechanism = m.mechanism;
@@ -412,10 +432,20 @@ export class AmqpConnection extends AmqpConnectionState implements AlarmListener
         this.entry.namespace = r.principal.namespace;
       }
       this.st = St.TuneOk;
-      this.sendMethod(0, { name: 'connection.tune', channelMax: this.adapter.options.channelMax, frameMax: this.adapter.options.frameMax, heartbeat: this.adapter.options.heartbeatSec } as AmqpMethod);
+      this.sendMethod(0, {
+        name: 'connection.tune',
+        channelMax: this.adapter.options.channelMax,
+        frameMax: this.adapter.options.frameMax,
+        heartbeat: this.adapter.options.heartbeatSec,
+      } as AmqpMethod);
       return;
     }
-    this.adapter.logLimit.log('info', logKey('amqp login refused', this.remoteAddress), { remote: this.remoteAddress, user: r.user, reason: r.reason }, 'amqp: login refused');
+    this.adapter.logLimit.log(
+      'info',
+      logKey('amqp login refused', this.remoteAddress),
+      { remote: this.remoteAddress, user: r.user, reason: r.reason },
+      'amqp: login refused',
+    );
     if (r.busy) return this.destroy();
     this.st = St.Open; // so that closeWith sends the close
     this.closeWith(403, `Login was refused using authentication mechanism ${mechanism}`, 10, 11);

@@ -103,7 +103,9 @@ export function sendContent(chan: AmqpChannelState, name: 'basic.deliver' | 'bas
   const exchange = msg.exchange ?? TOPIC_EXCHANGE;
   const routingKey = msg.routingKey ?? swapSeparators(msg.topic);
   // Method, content header and body frames in one buffer: one allocation and one write per delivery.
-  chan.conn.send(messageFrames(chan.ch, { name, ...fields, exchange, routingKey } as unknown as AmqpMethod, propertiesOf(msg, Date.now()), msg.payload, chan.conn.frameMax));
+  chan.conn.send(
+    messageFrames(chan.ch, { name, ...fields, exchange, routingKey } as unknown as AmqpMethod, propertiesOf(msg, Date.now()), msg.payload, chan.conn.frameMax),
+  );
 }
 
 /** The queue went away: basic.cancel to clients that understand it (consumer_cancel_notify). */
@@ -155,7 +157,15 @@ export function deliverStream(chan: AmqpChannelState, c: StreamConsumer, msg: Me
   delete props.rawHeaders;
   const exchange = msg.exchange ?? '';
   const routingKey = msg.routingKey ?? c.stream;
-  chan.conn.send(messageFrames(chan.ch, { name: 'basic.deliver', consumerTag: c.tag, deliveryTag: tag, redelivered: false, exchange, routingKey } as AmqpMethod, props, msg.payload, chan.conn.frameMax));
+  chan.conn.send(
+    messageFrames(
+      chan.ch,
+      { name: 'basic.deliver', consumerTag: c.tag, deliveryTag: tag, redelivered: false, exchange, routingKey } as AmqpMethod,
+      props,
+      msg.payload,
+      chan.conn.frameMax,
+    ),
+  );
 }
 
 export function streamFailed(chan: AmqpChannelState, c: StreamConsumer, err: unknown): void {
@@ -227,12 +237,13 @@ export function settle(chan: AmqpChannelState, tag: number, multiple: boolean, a
   let found = 0;
   const unacked = chan.unacked;
   if (multiple) {
-    if (unacked !== null) for (const [t, u] of unacked) {
-      if (tag !== 0 && t > tag) break;
-      unacked.delete(t);
-      settleOne(chan, t, u, ack, requeue);
-      found++;
-    }
+    if (unacked !== null)
+      for (const [t, u] of unacked) {
+        if (tag !== 0 && t > tag) break;
+        unacked.delete(t);
+        settleOne(chan, t, u, ack, requeue);
+        found++;
+      }
     if (found === 0 && tag !== 0) throw new AmqpError(406, `unknown delivery tag ${tag}`, 60, ack ? 80 : 120);
   } else {
     const u = unacked?.get(tag);

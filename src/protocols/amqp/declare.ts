@@ -16,28 +16,30 @@ const OVERFLOWS: ReadonlySet<string> = new Set(['drop-head', 'reject-publish', '
 
 export async function exchangeDeclare(chan: AmqpChannelState, m: MethodOf<'exchange.declare'>): Promise<void> {
   if (m.exchange === '') {
-    if (!m.passive) throw new AmqpError(403, "operation not permitted on the default exchange", 40, 10);
+    if (!m.passive) throw new AmqpError(403, 'operation not permitted on the default exchange', 40, 10);
   } else {
     chan.authorize(m.passive ? 'describe' : 'create', 'exchange', m.exchange, 'exchange.declare');
     if (!m.passive && !EXCHANGE_TYPES.has(m.type)) throw new AmqpError(503, `invalid exchange type '${m.type}'`, 40, 10);
     const args = (m.arguments ?? {}) as FieldTable;
     const ae = args['alternate-exchange'];
     const alternateExchange = ae === undefined ? undefined : fieldString(ae);
-    await chan.router.declareExchange(
-      {
-        name: m.exchange,
-        type: m.type as ExchangeType,
-        durable: m.durable,
-        autoDelete: m.autoDelete,
-        internal: m.internal,
-        ...(alternateExchange !== undefined ? { alternateExchange } : {}),
-        rawArguments: tableToJson(args),
-      },
-      { passive: m.passive },
-    ).catch((err: unknown) => {
-      if (m.passive && isFlowError(err, 'NOT_FOUND')) throw new AmqpError(404, `no exchange '${m.exchange}' in vhost '${chan.conn.vhost}'`, 40, 10);
-      throw err;
-    });
+    await chan.router
+      .declareExchange(
+        {
+          name: m.exchange,
+          type: m.type as ExchangeType,
+          durable: m.durable,
+          autoDelete: m.autoDelete,
+          internal: m.internal,
+          ...(alternateExchange !== undefined ? { alternateExchange } : {}),
+          rawArguments: tableToJson(args),
+        },
+        { passive: m.passive },
+      )
+      .catch((err: unknown) => {
+        if (m.passive && isFlowError(err, 'NOT_FOUND')) throw new AmqpError(404, `no exchange '${m.exchange}' in vhost '${chan.conn.vhost}'`, 40, 10);
+        throw err;
+      });
   }
   if (!m.noWait && !chan.closing) chan.conn.sendMethod(chan.ch, { name: 'exchange.declare-ok' } as AmqpMethod);
 }
@@ -53,11 +55,19 @@ export async function exchangeDelete(chan: AmqpChannelState, m: MethodOf<'exchan
 }
 
 export async function exchangeBind(chan: AmqpChannelState, m: MethodOf<'exchange.bind'> | MethodOf<'exchange.unbind'>): Promise<void> {
-  if (m.source === '' || m.destination === '') throw new AmqpError(403, 'operation not permitted on the default exchange', 40, m.name === 'exchange.bind' ? 30 : 40);
+  if (m.source === '' || m.destination === '')
+    throw new AmqpError(403, 'operation not permitted on the default exchange', 40, m.name === 'exchange.bind' ? 30 : 40);
   chan.authorize('subscribe', 'exchange', m.source, m.name);
   chan.authorize('alter', 'exchange', m.destination, m.name);
   if (m.source === TOPIC_EXCHANGE && m.name === 'exchange.bind') chan.authorizeTopicBinding(m.routingKey, m.name);
-  const b = { source: m.source, destinationKind: 'exchange' as const, destination: m.destination, key: m.routingKey, rule: 'amqp' as const, arguments: tableToJson((m.arguments ?? {}) as FieldTable) };
+  const b = {
+    source: m.source,
+    destinationKind: 'exchange' as const,
+    destination: m.destination,
+    key: m.routingKey,
+    rule: 'amqp' as const,
+    arguments: tableToJson((m.arguments ?? {}) as FieldTable),
+  };
   if (m.name === 'exchange.bind') await chan.router.bind(b);
   else await chan.router.unbind(b);
   if (!m.noWait && !chan.closing) chan.conn.sendMethod(chan.ch, { name: m.name === 'exchange.bind' ? 'exchange.bind-ok' : 'exchange.unbind-ok' } as AmqpMethod);
@@ -98,7 +108,8 @@ export async function queueDeclare(chan: AmqpChannelState, m: MethodOf<'queue.de
   };
   const h = await chan.router.declareQueue(def, { passive: m.passive, owner: chan.conn.id }).catch((err: unknown) => {
     if (isFlowError(err, 'NOT_FOUND')) throw new AmqpError(404, `no queue '${name}' in vhost '${chan.conn.vhost}'`, 50, 10);
-    if (isFlowError(err, 'RESOURCE_LOCKED')) throw new AmqpError(405, `cannot obtain exclusive access to locked queue '${name}' in vhost '${chan.conn.vhost}'`, 50, 10);
+    if (isFlowError(err, 'RESOURCE_LOCKED'))
+      throw new AmqpError(405, `cannot obtain exclusive access to locked queue '${name}' in vhost '${chan.conn.vhost}'`, 50, 10);
     throw err;
   });
   chan.lastQueue = h.def.name;
@@ -113,7 +124,8 @@ export async function declareStream(chan: AmqpChannelState, m: MethodOf<'queue.d
   if (name === '' || !m.durable || m.exclusive || m.autoDelete) {
     throw new AmqpError(406, `invalid property for stream queue '${name}': a stream is named, durable, not exclusive, not auto-delete`, 50, 10);
   }
-  if (chan.router.getQueue(name) !== undefined) throw new AmqpError(406, `inequivalent arg 'x-queue-type' for queue '${name}' in vhost '${chan.conn.vhost}'`, 50, 10);
+  if (chan.router.getQueue(name) !== undefined)
+    throw new AmqpError(406, `inequivalent arg 'x-queue-type' for queue '${name}' in vhost '${chan.conn.vhost}'`, 50, 10);
   try {
     await chan.engine.createStream({ name, partitions: 1 });
   } catch (err) {
@@ -140,7 +152,14 @@ export async function queueBind(chan: AmqpChannelState, m: MethodOf<'queue.bind'
   // §queue.bind: an empty queue name and routing key mean the last declared queue for both.
   const key = m.queue === '' && m.routingKey === '' ? dest : m.routingKey;
   if (bind && m.exchange === TOPIC_EXCHANGE) chan.authorizeTopicBinding(key, m.name);
-  const b = { source: m.exchange, destinationKind: stream !== null ? ('stream' as const) : ('queue' as const), destination: dest, key, rule: 'amqp' as const, arguments: tableToJson((m.arguments ?? {}) as FieldTable) };
+  const b = {
+    source: m.exchange,
+    destinationKind: stream !== null ? ('stream' as const) : ('queue' as const),
+    destination: dest,
+    key,
+    rule: 'amqp' as const,
+    arguments: tableToJson((m.arguments ?? {}) as FieldTable),
+  };
   if (bind) await chan.router.bind(b);
   else await chan.router.unbind(b);
   if (chan.closing) return;
@@ -170,7 +189,8 @@ export async function queueDelete(chan: AmqpChannelState, m: MethodOf<'queue.del
     await chan.engine.deleteStream(name);
   } else if (h !== undefined) {
     const owner = h.def.exclusiveOwner;
-    if (owner !== null && owner !== chan.conn.id) throw new AmqpError(405, `cannot obtain exclusive access to locked queue '${name}' in vhost '${chan.conn.vhost}'`, 50, 40);
+    if (owner !== null && owner !== chan.conn.id)
+      throw new AmqpError(405, `cannot obtain exclusive access to locked queue '${name}' in vhost '${chan.conn.vhost}'`, 50, 40);
     n = await chan.router.deleteQueue(name, { ifUnused: m.ifUnused, ifEmpty: m.ifEmpty }).catch((err: unknown) => {
       if (isFlowError(err, 'NOT_FOUND')) return 0;
       throw err;

@@ -36,7 +36,12 @@ const SOFT = new Set([311, 312, 313, 403, 404, 405, 406]);
 export function replyText(code: number, text: string): string {
   const full = `${NAMES[code] ?? 'ERROR'} - ${text}`;
   if (Buffer.byteLength(full) <= 255) return full;
-  return Buffer.from(full).subarray(0, 250).toString('utf8').replace(/\uFFFD+$/, '') + '...';
+  return (
+    Buffer.from(full)
+      .subarray(0, 250)
+      .toString('utf8')
+      .replace(/\uFFFD+$/, '') + '...'
+  );
 }
 
 /**

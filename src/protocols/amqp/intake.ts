@@ -98,7 +98,15 @@ export class InputBudget {
   }
 
   figures(): Record<string, number> {
-    return { aheadBytes: this.aheadBytes, aheadLimit: this.maxAheadBytes, partialBodyBytes: this.partialBytes, partialBodyBudget: this.maxPartialBytes, framesGathered: this.gathered, waitingForBodyBudget: this.waiting, bodyBudgetRefusals: this.refusals };
+    return {
+      aheadBytes: this.aheadBytes,
+      aheadLimit: this.maxAheadBytes,
+      partialBodyBytes: this.partialBytes,
+      partialBodyBudget: this.maxPartialBytes,
+      framesGathered: this.gathered,
+      waitingForBodyBudget: this.waiting,
+      bodyBudgetRefusals: this.refusals,
+    };
   }
 }
 

@@ -37,7 +37,11 @@ export const amqpModule: ProtocolModule = {
       ctx.logger.info({ protocol: 'amqp', address: fmt(l.address()) }, 'listening');
       if (c.amqpTlsCert !== null && c.amqpTlsKey !== null) {
         // Client certificates (--tls-client-ca): a verified one lets the client log in with EXTERNAL.
-        const t = await startAmqpListener(adapter, { host: c.host, port: c.amqpsPort, tls: { cert: readFileSync(c.amqpTlsCert), key: readFileSync(c.amqpTlsKey), ...tlsClientOptions(c) } });
+        const t = await startAmqpListener(adapter, {
+          host: c.host,
+          port: c.amqpsPort,
+          tls: { cert: readFileSync(c.amqpTlsCert), key: readFileSync(c.amqpTlsKey), ...tlsClientOptions(c) },
+        });
         listeners.set('amqps', t);
         ctx.logger.info({ protocol: 'amqps', address: fmt(t.address()) }, 'listening');
       }

@@ -90,7 +90,8 @@ export function resolveAmqpOptions(o: AmqpOptions = {}): ResolvedAmqpOptions {
     certUser: o.certUser ?? 'cn',
   };
   r.maxPartialBodyBytes = o.maxPartialBodyBytes ?? r.maxMessageSize;
-  r.partialBodyBudget = o.partialBodyBudget ?? Math.max(r.maxPartialBodyBytes, r.memoryHighWatermark > 0 ? Math.floor(r.memoryHighWatermark / 4) : 1024 * 1024 * 1024);
+  r.partialBodyBudget =
+    o.partialBodyBudget ?? Math.max(r.maxPartialBodyBytes, r.memoryHighWatermark > 0 ? Math.floor(r.memoryHighWatermark / 4) : 1024 * 1024 * 1024);
   const int = (v: number, min: number, max: number) => Number.isInteger(v) && v >= min && v <= max;
   if (!int(r.frameMax, 4096, 0x7fffffff)) throw new FlowError('CONFIG_ERROR', 'amqp frameMax must be an integer of at least 4096');
   if (!int(r.channelMax, 1, 65535)) throw new FlowError('CONFIG_ERROR', 'amqp channelMax must be 1..65535');

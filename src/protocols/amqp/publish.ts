@@ -60,7 +60,10 @@ export function publish(chan: AmqpChannelState, item: PublishItem): void {
 
 export function route(chan: AmqpChannelState, item: PublishItem): RouteResult {
   const m = item.method;
-  const msg = messageOfPublish({ exchange: m.exchange, routingKey: m.routingKey, props: item.props, body: item.body, origin: chan.conn.id, user: chan.conn.user }, Date.now());
+  const msg = messageOfPublish(
+    { exchange: m.exchange, routingKey: m.routingKey, props: item.props, body: item.body, origin: chan.conn.id, user: chan.conn.user },
+    Date.now(),
+  );
   let r: RouteResult;
   try {
     if (m.exchange === '' && chan.router.getQueue(m.routingKey) === undefined && chan.engine.getStream(m.routingKey) !== undefined) {
@@ -90,7 +93,15 @@ export function afterRoute(chan: AmqpChannelState, item: PublishItem, r: RouteRe
   chan.conn.adapter.stats.published++;
   if (r.routed === 0 && m.mandatory) {
     chan.conn.adapter.stats.returned++;
-    chan.conn.send(messageFrames(chan.ch, { name: 'basic.return', replyCode: 312, replyText: 'NO_ROUTE', exchange: m.exchange, routingKey: m.routingKey } as AmqpMethod, item.props, item.body, chan.conn.frameMax));
+    chan.conn.send(
+      messageFrames(
+        chan.ch,
+        { name: 'basic.return', replyCode: 312, replyText: 'NO_ROUTE', exchange: m.exchange, routingKey: m.routingKey } as AmqpMethod,
+        item.props,
+        item.body,
+        chan.conn.frameMax,
+      ),
+    );
   }
   if (chan.confirm) {
     const c = new Confirm(++chan.publishSeq, chan);

@@ -49,7 +49,12 @@ export async function startAmqpListener(adapter: AmqpAdapter, listen: AmqpListen
     });
     t.on('secureConnection', accept);
     t.on('tlsClientError', (err, socket) => {
-      adapter.logLimit.log('debug', logKey('amqp tls handshake failed', socket.remoteAddress), { remote: socket.remoteAddress, err: err.message }, 'amqp tls handshake failed');
+      adapter.logLimit.log(
+        'debug',
+        logKey('amqp tls handshake failed', socket.remoteAddress),
+        { remote: socket.remoteAddress, err: err.message },
+        'amqp tls handshake failed',
+      );
       socket.destroy();
     });
     server = t;

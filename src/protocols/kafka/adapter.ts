@@ -3,15 +3,7 @@
  * auto-creation (deduplicated, so concurrent requests naming the same new topic create it once).
  */
 import type { Logger } from 'pino';
-import {
-  LatencyHistogram,
-  isFlowError,
-  isValidStreamName,
-  type Engine,
-  type ProducerIdStore,
-  type StreamDef,
-  type StreamEntry,
-} from '../../core/index.js';
+import { LatencyHistogram, isFlowError, isValidStreamName, type Engine, type ProducerIdStore, type StreamDef, type StreamEntry } from '../../core/index.js';
 import type { AdapterContext } from '../types.js';
 import { ApiKey, KafkaErrorCode, type ApiVersionRange } from './codec/index.js';
 import { kafkaErrorCode } from './errors.js';
@@ -107,7 +99,12 @@ export class KafkaAdapter {
     // The SASL APIs are offered only when there is something to authenticate against; client quotas and SCRAM
     // credentials only with access control (a user directory, and the quota manager that enforces quotas).
     const sasl: readonly number[] = [ApiKey.SaslHandshake, ApiKey.SaslAuthenticate];
-    const access: readonly number[] = [ApiKey.DescribeClientQuotas, ApiKey.AlterClientQuotas, ApiKey.DescribeUserScramCredentials, ApiKey.AlterUserScramCredentials];
+    const access: readonly number[] = [
+      ApiKey.DescribeClientQuotas,
+      ApiKey.AlterClientQuotas,
+      ApiKey.DescribeUserScramCredentials,
+      ApiKey.AlterUserScramCredentials,
+    ];
     const offered = routes.filter((r) => (options.sasl || !sasl.includes(r.codec.apiKey)) && (options.access || !access.includes(r.codec.apiKey)));
     this.routeByKey = new Map(offered.map((r) => [r.codec.apiKey, r]));
     this.apiVersions = offered

@@ -29,7 +29,16 @@ import type { BrokerConfigAdmin, ConfigScope, RuntimeSettings } from '../../cont
 import { ConfigSource, ConfigType, KafkaErrorCode, type DescribedConfig } from './codec/index.js';
 import { KAFKA_BROKER_CONFIGS } from './kafka-broker-config-defs.js';
 import type { ResolvedKafkaOptions } from './options.js';
-import { TopicConfigError, checkTopicConfig, int, long, topicConfigForBroker, type BrokerFallback, type ProduceLimits, type Validate } from './topic-configs.js';
+import {
+  TopicConfigError,
+  checkTopicConfig,
+  int,
+  long,
+  topicConfigForBroker,
+  type BrokerFallback,
+  type ProduceLimits,
+  type Validate,
+} from './topic-configs.js';
 
 /** A broker config error: its Kafka error code (INVALID_REQUEST for a static one, INVALID_CONFIG for a bad value). */
 export class BrokerConfigError extends Error {
@@ -69,11 +78,27 @@ for (const [name] of KAFKA_BROKER_CONFIGS) {
     doc: t.honoured ? `Default of the topic config ${t.name} for every topic that does not set it; alterable at run time.` : STORED,
   });
 }
-DYNAMIC.set('log.retention.minutes', { validate: int(-1n), honoured: true, doc: 'Retention of streams without their own, in minutes (log.retention.ms wins when set); alterable at run time.' });
-DYNAMIC.set('log.retention.hours', { validate: int(-1n), honoured: true, doc: 'Retention of streams without their own, in hours (log.retention.ms and .minutes win when set); -1: forever, FlowMQ\'s default.' });
-DYNAMIC.set('log.roll.hours', { validate: int(1n), honoured: true, doc: 'Age at which segments are sealed, in hours (log.roll.ms wins when set); alterable at run time.' });
+DYNAMIC.set('log.retention.minutes', {
+  validate: int(-1n),
+  honoured: true,
+  doc: 'Retention of streams without their own, in minutes (log.retention.ms wins when set); alterable at run time.',
+});
+DYNAMIC.set('log.retention.hours', {
+  validate: int(-1n),
+  honoured: true,
+  doc: "Retention of streams without their own, in hours (log.retention.ms and .minutes win when set); -1: forever, FlowMQ's default.",
+});
+DYNAMIC.set('log.roll.hours', {
+  validate: int(1n),
+  honoured: true,
+  doc: 'Age at which segments are sealed, in hours (log.roll.ms wins when set); alterable at run time.',
+});
 DYNAMIC.set('log.roll.jitter.hours', { validate: int(0n), honoured: false, doc: STORED });
-DYNAMIC.set('log.retention.bytes', { validate: long(), honoured: true, doc: 'Size bound per partition of streams without their own (retention.bytes); -1: none.' });
+DYNAMIC.set('log.retention.bytes', {
+  validate: long(),
+  honoured: true,
+  doc: 'Size bound per partition of streams without their own (retention.bytes); -1: none.',
+});
 
 /** Kafka's names and types, by name. */
 const KAFKA = new Map(KAFKA_BROKER_CONFIGS.map(([name, type, def]) => [name, { type, def }]));
@@ -96,8 +121,25 @@ interface Resolved {
 }
 
 /** pino levels as log4j names them (BROKER_LOGGER), and back. */
-const TO_LOG4J: Readonly<Record<string, string>> = { trace: 'TRACE', debug: 'DEBUG', info: 'INFO', warn: 'WARN', error: 'ERROR', fatal: 'FATAL', silent: 'OFF' };
-const FROM_LOG4J: Readonly<Record<string, string>> = { ALL: 'trace', TRACE: 'trace', DEBUG: 'debug', INFO: 'info', WARN: 'warn', ERROR: 'error', FATAL: 'fatal', OFF: 'silent' };
+const TO_LOG4J: Readonly<Record<string, string>> = {
+  trace: 'TRACE',
+  debug: 'DEBUG',
+  info: 'INFO',
+  warn: 'WARN',
+  error: 'ERROR',
+  fatal: 'FATAL',
+  silent: 'OFF',
+};
+const FROM_LOG4J: Readonly<Record<string, string>> = {
+  ALL: 'trace',
+  TRACE: 'trace',
+  DEBUG: 'debug',
+  INFO: 'info',
+  WARN: 'warn',
+  ERROR: 'error',
+  FATAL: 'fatal',
+  OFF: 'silent',
+};
 
 export interface BrokerConfigsContext {
   engine: Engine;
@@ -144,7 +186,8 @@ export class KafkaBrokerConfigs implements BrokerConfigAdmin {
     };
     const retention = firstSet(['log.retention.ms', 1], ['log.retention.minutes', 60_000], ['log.retention.hours', HOUR]);
     const bytes = num('log.retention.bytes');
-    const roll = this.dynamic('log.roll.ms') !== undefined || this.dynamic('log.roll.hours') !== undefined ? firstSet(['log.roll.ms', 1], ['log.roll.hours', HOUR]) : null;
+    const roll =
+      this.dynamic('log.roll.ms') !== undefined || this.dynamic('log.roll.hours') !== undefined ? firstSet(['log.roll.ms', 1], ['log.roll.hours', HOUR]) : null;
     const d: StreamDefaults = {
       retentionMs: retention === null || retention < 0 ? null : Math.max(1, Math.min(retention, Number.MAX_SAFE_INTEGER)),
       retentionBytes: bytes === null || bytes < 0 ? null : Math.min(bytes, Number.MAX_SAFE_INTEGER),
@@ -201,8 +244,15 @@ export class KafkaBrokerConfigs implements BrokerConfigAdmin {
    */
   readonly topicFallback: BrokerFallback = (topicConfig) => {
     const chain: Readonly<Record<string, Array<[string, number]>>> = {
-      'retention.ms': [['log.retention.ms', 1], ['log.retention.minutes', 60_000], ['log.retention.hours', HOUR]],
-      'segment.ms': [['log.roll.ms', 1], ['log.roll.hours', HOUR]],
+      'retention.ms': [
+        ['log.retention.ms', 1],
+        ['log.retention.minutes', 60_000],
+        ['log.retention.hours', HOUR],
+      ],
+      'segment.ms': [
+        ['log.roll.ms', 1],
+        ['log.roll.hours', HOUR],
+      ],
     };
     const names = chain[topicConfig];
     if (names !== undefined) {
@@ -349,7 +399,11 @@ export class KafkaBrokerConfigs implements BrokerConfigAdmin {
         isSensitive: false,
         synonyms: [],
         configType: ConfigType.STRING,
-        documentation: docs ? (name === 'root' ? "The broker's log level (every component follows it unless set on its own)." : "The Kafka adapter's log level.") : null,
+        documentation: docs
+          ? name === 'root'
+            ? "The broker's log level (every component follows it unless set on its own)."
+            : "The Kafka adapter's log level."
+          : null,
       }));
   }
 
@@ -362,7 +416,8 @@ export class KafkaBrokerConfigs implements BrokerConfigAdmin {
     const known = this.loggers();
     const out = new Map<string, string | null>();
     for (const c of changes) {
-      if (!known.has(c.name)) throw new BrokerConfigError(KafkaErrorCode.INVALID_CONFIG, `logger ${c.name} does not exist (loggers: ${[...known.keys()].join(', ')})`);
+      if (!known.has(c.name))
+        throw new BrokerConfigError(KafkaErrorCode.INVALID_CONFIG, `logger ${c.name} does not exist (loggers: ${[...known.keys()].join(', ')})`);
       if (c.op === 'other') throw new BrokerConfigError(KafkaErrorCode.INVALID_REQUEST, `only SET and DELETE change the level of logger ${c.name}`);
       if (c.op === 'delete') {
         if (c.name === 'root') throw new BrokerConfigError(KafkaErrorCode.INVALID_REQUEST, 'removing the log level of the root logger is not allowed');
@@ -370,7 +425,11 @@ export class KafkaBrokerConfigs implements BrokerConfigAdmin {
         continue;
       }
       const level = FROM_LOG4J[(c.value ?? '').toUpperCase()];
-      if (level === undefined) throw new BrokerConfigError(KafkaErrorCode.INVALID_CONFIG, `cannot set logger ${c.name} to level "${c.value}": use one of ${Object.keys(FROM_LOG4J).join(', ')}`);
+      if (level === undefined)
+        throw new BrokerConfigError(
+          KafkaErrorCode.INVALID_CONFIG,
+          `cannot set logger ${c.name} to level "${c.value}": use one of ${Object.keys(FROM_LOG4J).join(', ')}`,
+        );
       out.set(c.name, level);
     }
     return out;
@@ -391,8 +450,8 @@ export class KafkaBrokerConfigs implements BrokerConfigAdmin {
 /** A broker config's documentation (FlowMQ's own words: what it means here). */
 function docOf(dyn: DynamicDef | undefined, isStatic: boolean): string {
   if (dyn !== undefined) return dyn.doc;
-  if (isStatic) return 'FlowMQ\'s own setting (a flag or flowmq.yaml); read-only at run time.';
-  return 'Kafka broker config without a FlowMQ equivalent: reported at Kafka\'s default, read-only.';
+  if (isStatic) return "FlowMQ's own setting (a flag or flowmq.yaml); read-only at run time.";
+  return "Kafka broker config without a FlowMQ equivalent: reported at Kafka's default, read-only.";
 }
 
 /** FlowMQ's own values of Kafka broker configs (its flags and fixed choices): source STATIC_BROKER_CONFIG. */

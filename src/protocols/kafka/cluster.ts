@@ -149,7 +149,7 @@ export class KafkaCluster {
       (e): GroupGate => ({ errorCode: 0, epoch: e }),
       (err: unknown): GroupGate => {
         if (isFlowError(err, 'NOT_OWNER')) return { errorCode: KafkaErrorCode.COORDINATOR_LOAD_IN_PROGRESS, epoch: -1 };
-        this.logger.warn({ err, group: groupId }, 'cannot take the group\'s coordination');
+        this.logger.warn({ err, group: groupId }, "cannot take the group's coordination");
         return { errorCode: KafkaErrorCode.COORDINATOR_NOT_AVAILABLE, epoch: -1 };
       },
     );
@@ -167,7 +167,9 @@ export class KafkaCluster {
 
   /** The group was deleted: its owner row goes too (a group of that name later starts again at epoch 1). */
   async deleted(groupId: string): Promise<void> {
-    await this.cluster.forget('group', groupId).catch((err: unknown) => this.logger.warn({ err, group: groupId }, 'cannot forget the deleted group\'s owner row'));
+    await this.cluster
+      .forget('group', groupId)
+      .catch((err: unknown) => this.logger.warn({ err, group: groupId }, "cannot forget the deleted group's owner row"));
   }
 
   /** Runs an offset commit of the group, so that a handover of the group waits for it. */

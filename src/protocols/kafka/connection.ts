@@ -319,7 +319,11 @@ export class KafkaConnection implements ConnectionInfo {
       );
       this.destroy();
     } else if (partial && now - this.partialSince >= o.requestReceiveTimeoutMs) {
-      this.limitedLog('warn', { size: this.frameSize, received: this.frameHave, limitMs: o.requestReceiveTimeoutMs }, 'request not received whole in time: closing connection');
+      this.limitedLog(
+        'warn',
+        { size: this.frameSize, received: this.frameHave, limitMs: o.requestReceiveTimeoutMs },
+        'request not received whole in time: closing connection',
+      );
       this.destroy();
     } else if (this.listener.saslRequired && !this.isAuthenticated && now - this.openedAt >= o.authTimeoutMs) {
       this.limitedLog('info', { listener: this.listener.name, limitMs: o.authTimeoutMs }, 'no SASL authentication in time: closing connection');
@@ -582,9 +586,7 @@ export class KafkaConnection implements ConnectionInfo {
   }
 
   private reject(err: unknown, prefix: RequestPrefix | undefined): void {
-    const req = prefix
-      ? { api: apiName(prefix.apiKey), version: prefix.apiVersion, correlationId: prefix.correlationId }
-      : {};
+    const req = prefix ? { api: apiName(prefix.apiKey), version: prefix.apiVersion, correlationId: prefix.correlationId } : {};
     if (err instanceof KafkaProtocolError) {
       this.limitedLog('warn', { ...req, reason: err.reason, detail: err.message }, 'malformed request: closing connection');
     } else {

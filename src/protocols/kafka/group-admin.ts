@@ -85,7 +85,13 @@ export class KafkaGroupAdmin implements ConsumerGroupAdmin {
     const out: GroupSummary[] = [];
     for (const g of await this.groups.list()) {
       const rows = await this.offsets(g.groupId);
-      out.push({ name: g.groupId, protocol: 'kafka', state: g.state, members: this.groups.describe(g.groupId)?.members.length ?? 0, lag: KafkaGroupAdmin.lagOf(rows) });
+      out.push({
+        name: g.groupId,
+        protocol: 'kafka',
+        state: g.state,
+        members: this.groups.describe(g.groupId)?.members.length ?? 0,
+        lag: KafkaGroupAdmin.lagOf(rows),
+      });
     }
     return out;
   }
@@ -141,7 +147,8 @@ export class KafkaGroupAdmin implements ConsumerGroupAdmin {
       return;
     }
     if (code === KafkaErrorCode.GROUP_ID_NOT_FOUND) throw new FlowError('NOT_FOUND', `consumer group "${name}" does not exist`);
-    if (code === KafkaErrorCode.NON_EMPTY_GROUP) throw new FlowError('INVALID_ARGUMENT', `group "${name}" has active members: stop its consumers before deleting it`);
+    if (code === KafkaErrorCode.NON_EMPTY_GROUP)
+      throw new FlowError('INVALID_ARGUMENT', `group "${name}" has active members: stop its consumers before deleting it`);
     if (code === KafkaErrorCode.INVALID_GROUP_ID) throw new FlowError('INVALID_ARGUMENT', 'invalid group name');
     throw new FlowError('CLOSED', `the group coordinator cannot delete "${name}" now (Kafka error ${code})`);
   }

@@ -70,8 +70,18 @@ export const kafkaModule: ProtocolModule = {
       if (config.kafkaTlsCert !== null && config.kafkaTlsKey !== null) {
         // Client certificates (mTLS) when --tls-client-ca is set: a verified one logs the client in as its user.
         const client = tlsClientOptions(config);
-        const tlsOpts = { cert: readFileSync(config.kafkaTlsCert), key: readFileSync(config.kafkaTlsKey), ...client, ...(client.requestCert ? { certUser: config.tlsCertUser } : {}) };
-        const t = await startKafkaListener(kctx, { host: config.host, port: config.kafkaTlsPort, sasl: requireSasl, tls: tlsOpts, ...advertised('kafka-tls') }, {}, adapter);
+        const tlsOpts = {
+          cert: readFileSync(config.kafkaTlsCert),
+          key: readFileSync(config.kafkaTlsKey),
+          ...client,
+          ...(client.requestCert ? { certUser: config.tlsCertUser } : {}),
+        };
+        const t = await startKafkaListener(
+          kctx,
+          { host: config.host, port: config.kafkaTlsPort, sasl: requireSasl, tls: tlsOpts, ...advertised('kafka-tls') },
+          {},
+          adapter,
+        );
         listeners.set('kafka-tls', t);
         ctx.logger.info({ protocol: 'kafka-tls', address: formatAddress(t.address()), sasl: requireSasl }, 'listening');
       }

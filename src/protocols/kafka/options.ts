@@ -193,7 +193,10 @@ export function resolveKafkaOptions(opts: KafkaOptions = {}): ResolvedKafkaOptio
   }
   // As Kafka: the heartbeat interval must be shorter than the session timeout.
   if (!int(r.consumerGroupHeartbeatIntervalMs, 1, 0x7fffffff) || !int(r.consumerGroupSessionTimeoutMs, r.consumerGroupHeartbeatIntervalMs + 1, 0x7fffffff)) {
-    throw new FlowError('CONFIG_ERROR', 'kafka consumer group heartbeat interval and session timeout must be positive integers with interval < session timeout');
+    throw new FlowError(
+      'CONFIG_ERROR',
+      'kafka consumer group heartbeat interval and session timeout must be positive integers with interval < session timeout',
+    );
   }
   if (r.advertisedPort !== undefined && !int(r.advertisedPort, 1, 65535)) {
     throw new FlowError('CONFIG_ERROR', 'kafka advertisedPort must be a port number');

@@ -55,4 +55,3 @@ export function route<Req, Res>(codec: ApiCodec<Req, Res>, handler: Handler<Req,
     },
   };
 }
-

@@ -37,7 +37,9 @@ export function handleSaslHandshake(ctx: RequestContext, req: SaslHandshakeReque
   ctx.conn.limitedLog(
     'warn',
     { mechanism: req.mechanism, errorCode: err },
-    err === KafkaErrorCode.UNSUPPORTED_SASL_MECHANISM ? 'SASL mechanism not offered: closing connection' : 'SaslHandshake in the wrong state: closing connection',
+    err === KafkaErrorCode.UNSUPPORTED_SASL_MECHANISM
+      ? 'SASL mechanism not offered: closing connection'
+      : 'SaslHandshake in the wrong state: closing connection',
   );
   return thenClose({ errorCode: err, mechanisms });
 }

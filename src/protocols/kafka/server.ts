@@ -50,7 +50,7 @@ export async function startKafkaListener(
 ): Promise<ProtocolListener> {
   const adapter = shared ?? createKafkaAdapter(ctx, opts);
   if (listen.sasl && !adapter.options.sasl) {
-    throw new Error('a Kafka listener requiring SASL needs the adapter\'s sasl options');
+    throw new Error("a Kafka listener requiring SASL needs the adapter's sasl options");
   }
   const isTls = listen.tls !== undefined;
   const info: KafkaListenerInfo = {
@@ -73,7 +73,12 @@ export async function startKafkaListener(
       const login = certificateLogin(ac, socket as TLSSocket, listen.tls.certUser);
       if (login?.verdict === 'bad') {
         // Refused like a wrong password: a certificate is a credential for a user that exists.
-        adapter.logLimit.log('warn', logKey('client certificate refused', socket.remoteAddress), { listener: info.name, remote: socket.remoteAddress, user: login.user }, 'client certificate names no known user: closing connection');
+        adapter.logLimit.log(
+          'warn',
+          logKey('client certificate refused', socket.remoteAddress),
+          { listener: info.name, remote: socket.remoteAddress, user: login.user },
+          'client certificate names no known user: closing connection',
+        );
         socket.destroy();
         return;
       }
@@ -128,7 +133,10 @@ export async function startKafkaListener(
   // connections cost one timer, not one per connection or per request). It runs four times per shortest limit,
   // at most every second, so a limit is kept to within a quarter of itself (or 1 s).
   const o = adapter.options;
-  const sweepMs = Math.max(10, Math.min(1000, Math.floor(Math.min(o.requestReceiveTimeoutMs, o.responseSendTimeoutMs, o.authTimeoutMs, o.connectionsMaxIdleMs) / 4)));
+  const sweepMs = Math.max(
+    10,
+    Math.min(1000, Math.floor(Math.min(o.requestReceiveTimeoutMs, o.responseSendTimeoutMs, o.authTimeoutMs, o.connectionsMaxIdleMs) / 4)),
+  );
   const sweeper = setInterval(() => {
     const now = Date.now();
     for (const c of conns) c.sweep(now);

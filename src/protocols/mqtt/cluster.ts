@@ -52,7 +52,16 @@ export interface MqttClusterStats {
 }
 
 export class MqttClusterSessions<S extends ClusterSession> {
-  readonly stats: MqttClusterStats = { takeoversAsked: 0, takeoversFailed: 0, takeoversServed: 0, loaded: 0, handedOver: 0, lost: 0, forgotten: 0, unavailable: 0 };
+  readonly stats: MqttClusterStats = {
+    takeoversAsked: 0,
+    takeoversFailed: 0,
+    takeoversServed: 0,
+    loaded: 0,
+    handedOver: 0,
+    lost: 0,
+    forgotten: 0,
+    unavailable: 0,
+  };
   /** Client ids being claimed by CONNECTs here (count): owning one with nothing stored is not the end of it. */
   private readonly claiming = new Map<string, number>();
   /** Per client id: a session end under way (its store delete, then its owner row forgotten). */
@@ -188,7 +197,10 @@ export class MqttClusterSessions<S extends ClusterSession> {
       return true;
     } catch (err) {
       this.stats.takeoversFailed++;
-      this.hub.ctx.logger.info({ clientId, broker: to, err: err instanceof Error ? err.message : String(err) }, 'mqtt session takeover: the holder did not answer');
+      this.hub.ctx.logger.info(
+        { clientId, broker: to, err: err instanceof Error ? err.message : String(err) },
+        'mqtt session takeover: the holder did not answer',
+      );
       return false;
     }
   }
@@ -248,4 +260,3 @@ export class MqttClusterSessions<S extends ClusterSession> {
     this.stats.handedOver++;
   }
 }
-

@@ -122,7 +122,12 @@ function login(conn: MqttLink, ac: AccessControl, p: ConnectPacket): void {
   if (cert !== null) {
     if (cert.verdict === 'ok') loggedIn(conn, cert.principal, undefined);
     else {
-      conn.logLimited('info', 'certificate refused', { clientId: conn.clientId, remote: conn.remote, user: cert.user }, 'mqtt client certificate names no user');
+      conn.logLimited(
+        'info',
+        'certificate refused',
+        { clientId: conn.clientId, remote: conn.remote, user: cert.user },
+        'mqtt client certificate names no user',
+      );
       accept(conn, 'bad-credentials', undefined);
     }
     return;
@@ -190,7 +195,12 @@ function scramStep(conn: MqttLink, data: Buffer, reauth: boolean): void {
       }
       conn.scram = null;
       if (r.state === 'failed') {
-        conn.logLimited('info', 'scram failed', { clientId: conn.clientId, remote: conn.remote, user: r.username, reason: r.reason }, 'mqtt SCRAM authentication failed');
+        conn.logLimited(
+          'info',
+          'scram failed',
+          { clientId: conn.clientId, remote: conn.remote, user: r.username, reason: r.reason },
+          'mqtt SCRAM authentication failed',
+        );
         const code = r.busy === true ? ReasonCode.SERVER_BUSY : ReasonCode.NOT_AUTHORIZED;
         if (reauth) conn.disconnectWith(code, 're-authentication failed');
         else refuse(conn, code, r.busy === true ? 'authentication: server busy, try again later' : 'authentication failed');
@@ -263,7 +273,8 @@ export function onAuth(conn: MqttLink, p: AuthPacket): void {
     const data = p.properties?.authenticationData ?? Buffer.alloc(0);
     if (conn.state === State.Connected) {
       if (p.reasonCode === ReasonCode.RE_AUTHENTICATE) {
-        if (conn.scram !== null) throw new MqttProtocolError('re-authentication while one is under way', '[MQTT-4.12.1-1]', undefined, ReasonCode.PROTOCOL_ERROR);
+        if (conn.scram !== null)
+          throw new MqttProtocolError('re-authentication while one is under way', '[MQTT-4.12.1-1]', undefined, ReasonCode.PROTOCOL_ERROR);
         conn.scram = startSaslExchange(conn.opts.access!.guard, method as 'SCRAM-SHA-256' | 'SCRAM-SHA-512', conn.address, { protocol: 'mqtt' });
       } else if (p.reasonCode !== ReasonCode.CONTINUE_AUTHENTICATION || conn.scram === null) {
         throw new MqttProtocolError('AUTH without re-authentication', '[MQTT-4.12.1-1]', undefined, ReasonCode.PROTOCOL_ERROR);
@@ -304,7 +315,8 @@ function accept(conn: MqttLink, auth: AuthResult, authProps: Properties | undefi
   }
   if (auth !== 'ok') {
     const v5 = conn.level === 5;
-    refuse(conn, 
+    refuse(
+      conn,
       auth === 'bad-credentials'
         ? v5
           ? ReasonCode.BAD_USER_NAME_OR_PASSWORD
@@ -326,7 +338,13 @@ function accept(conn: MqttLink, auth: AuthResult, authProps: Properties | undefi
     ({ session, present }) => connected(conn, session, present, requested, expiry, authProps),
     (err: unknown) => {
       // Cluster mode: UNAVAILABLE is another broker holding the session and not handing it over yet (retriable).
-      if (isFlowError(err, 'UNAVAILABLE')) conn.logLimited('info', 'session unavailable', { clientId: conn.clientId, remote: conn.remote, err: errText(err) }, 'mqtt session not available here yet');
+      if (isFlowError(err, 'UNAVAILABLE'))
+        conn.logLimited(
+          'info',
+          'session unavailable',
+          { clientId: conn.clientId, remote: conn.remote, err: errText(err) },
+          'mqtt session not available here yet',
+        );
       else conn.ctx.logger.error({ clientId: conn.clientId, err: errText(err) }, 'mqtt session could not be loaded');
       refuse(conn, conn.level === 5 ? ReasonCode.SERVER_UNAVAILABLE : ConnackCode.SERVER_UNAVAILABLE, 'session store failed');
     },
@@ -390,7 +408,12 @@ function authorizeSession(conn: MqttLink, s: MqttSession, present: boolean): voi
     conn.ctx.engine.unsubscribe(sub);
     s.subs.delete(f);
     removed = true;
-    conn.logLimited('info', 'subscription dropped', { clientId: conn.clientId, remote: conn.remote, filter: f }, 'mqtt stored subscription not authorized for conn client, removed');
+    conn.logLimited(
+      'info',
+      'subscription dropped',
+      { clientId: conn.clientId, remote: conn.remote, filter: f },
+      'mqtt stored subscription not authorized for conn client, removed',
+    );
   }
   if (removed && s.persistent) conn.hub.persist(s);
 }

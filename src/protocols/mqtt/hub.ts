@@ -250,7 +250,10 @@ export class MqttHub implements MqttClusterHost<MqttSession> {
       };
       const { group, filter } = splitShared(p.f);
       try {
-        s.subs.set(p.f, this.ctx.engine.subscribe(filter, s, this.opts.access !== null ? { qos: p.q, group, data, admit: s.admit } : { qos: p.q, group, data }));
+        s.subs.set(
+          p.f,
+          this.ctx.engine.subscribe(filter, s, this.opts.access !== null ? { qos: p.q, group, data, admit: s.admit } : { qos: p.q, group, data }),
+        );
       } catch (err) {
         this.ctx.logger.warn({ clientId, filter: p.f, err: String(err) }, 'mqtt stored subscription refused, dropping it');
       }
@@ -750,7 +753,12 @@ export class MqttHub implements MqttClusterHost<MqttSession> {
       return;
     }
     // Rate limited: a full disk fails every write of every session, and publishers (clients) drive them.
-    this.logLimit.log('error', `mqtt session store failed|${op}`, { op, err: err instanceof Error ? err.message : String(err) }, 'mqtt session store operation failed');
+    this.logLimit.log(
+      'error',
+      `mqtt session store failed|${op}`,
+      { op, err: err instanceof Error ? err.message : String(err) },
+      'mqtt session store operation failed',
+    );
   }
 
   /** Stops the tick; flushes offline queues. Connections must have been closed by their listeners. */
@@ -764,4 +772,3 @@ export class MqttHub implements MqttClusterHost<MqttSession> {
     this.closed = true;
   }
 }
-

@@ -376,7 +376,13 @@ export abstract class MqttLink implements QueueConsumerHost, SessionConnection {
         this.logLimited(
           'info',
           'replies unread',
-          { clientId: this.clientId || undefined, remote: this.remote, unsentReplies: b.unsent, bufferedBytes: this.stream.writableLength, packetTimeoutMs: this.opts.packetTimeoutMs },
+          {
+            clientId: this.clientId || undefined,
+            remote: this.remote,
+            unsentReplies: b.unsent,
+            bufferedBytes: this.stream.writableLength,
+            packetTimeoutMs: this.opts.packetTimeoutMs,
+          },
           'mqtt client does not read its replies, closing connection',
         );
         // v5: 0x97 as for a slow consumer; the client is not reading it anyway.
@@ -455,7 +461,13 @@ export abstract class MqttLink implements QueueConsumerHost, SessionConnection {
       this.logLimited(
         'warn',
         'partial bytes',
-        { clientId: this.clientId || undefined, remote: this.remote, heldBytes: n, partialBytes: this.hub.partialBytes, maxPartialBytes: this.opts.maxPartialBytes },
+        {
+          clientId: this.clientId || undefined,
+          remote: this.remote,
+          heldBytes: n,
+          partialBytes: this.hub.partialBytes,
+          maxPartialBytes: this.opts.maxPartialBytes,
+        },
         'mqtt unfinished packets over the memory limit, closing connection',
       );
       // v5 section 3.14.2.1: 0x97 Quota exceeded, "an implementation or administrative imposed limit has been
@@ -561,10 +573,7 @@ export abstract class MqttLink implements QueueConsumerHost, SessionConnection {
       this.disconnectWith(err.reasonCode, err.reason);
       return;
     }
-    this.ctx.logger.error(
-      { clientId: this.clientId || undefined, remote: this.remote, err },
-      'mqtt connection failed unexpectedly, closing it',
-    );
+    this.ctx.logger.error({ clientId: this.clientId || undefined, remote: this.remote, err }, 'mqtt connection failed unexpectedly, closing it');
     this.disconnectWith(ReasonCode.UNSPECIFIED_ERROR, 'internal error');
   }
 

@@ -20,12 +20,7 @@ export type AuthResult = 'ok' | 'bad-credentials' | 'not-authorized' | 'busy';
  * extra latency on connect) or asynchronous (packets after CONNECT wait until it settles [MQTT-3.1.4-5]).
  * `remoteAddress` (without the port) lets it slow down repeated failures per client address.
  */
-export type Authenticator = (
-  clientId: string,
-  username: string | null,
-  password: Buffer | null,
-  remoteAddress?: string,
-) => AuthResult | Promise<AuthResult>;
+export type Authenticator = (clientId: string, username: string | null, password: Buffer | null, remoteAddress?: string) => AuthResult | Promise<AuthResult>;
 
 /** One step of MQTT 5.0 enhanced authentication (section 4.12), e.g. SCRAM. */
 export interface EnhancedAuthStep {

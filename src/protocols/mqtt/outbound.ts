@@ -188,7 +188,14 @@ export function deliver(conn: MqttLink, msg: Message, subs: Subscription[]): voi
       return;
     }
     const qos = (msg.qos < granted ? msg.qos : granted) as QoS;
-    if (qos === 0 && !retain && ids === null && conn.queueHead === conn.queue.length && !conn.restoring && (conn.level !== 5 || (isPlain(msg) && conn.clientAliasMax === 0))) {
+    if (
+      qos === 0 &&
+      !retain &&
+      ids === null &&
+      conn.queueHead === conn.queue.length &&
+      !conn.restoring &&
+      (conn.level !== 5 || (isPlain(msg) && conn.clientAliasMax === 0))
+    ) {
       sendQos0Plain(conn, msg);
       return;
     }
@@ -489,7 +496,12 @@ export function deliverFromQueue(conn: MqttLink, c: MqttQueueConsumer, qd: Queue
 /** QueueConsumerHost: the queue was deleted; the subscription ends (MQTT cannot tell the client). */
 export function queueCancelled(conn: MqttLink, c: MqttQueueConsumer, reason: string): void {
   if (conn.queueSubs?.get(c.filter) === c) conn.queueSubs.delete(c.filter);
-  conn.logLimited('debug', 'queue subscription ended', { clientId: conn.clientId, remote: conn.remote, filter: c.filter, reason }, 'mqtt queue subscription ended');
+  conn.logLimited(
+    'debug',
+    'queue subscription ended',
+    { clientId: conn.clientId, remote: conn.remote, filter: c.filter, reason },
+    'mqtt queue subscription ended',
+  );
 }
 
 /** Window room again (PUBACK, drained socket or queue): queue consumers may take more. */

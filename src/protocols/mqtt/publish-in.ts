@@ -13,10 +13,7 @@ import { State, errText, levels, type MqttLink, type PendingAck } from './link.j
 
 function onDurableError(conn: MqttLink, err: unknown): void {
   if (conn.state === State.Closed) return;
-  conn.ctx.logger.warn(
-    { clientId: conn.clientId, remote: conn.remote, err: errText(err) },
-    'mqtt publish could not be stored, closing connection',
-  );
+  conn.ctx.logger.warn({ clientId: conn.clientId, remote: conn.remote, err: errText(err) }, 'mqtt publish could not be stored, closing connection');
   // 3.1.1 has no negative PUBACK: closing tells the client the message was not accepted. v5 says why.
   conn.disconnectWith(ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR, 'message could not be stored');
 }
@@ -216,8 +213,17 @@ function storeRefused(conn: MqttLink, type: PendingAck['type'], packetId: number
   conn.logLimited(
     'warn',
     'storage',
-    { clientId: conn.clientId, remote: conn.remote, qos: type === 'none' ? 0 : type === 'puback' ? 1 : 2, err: err instanceof Error ? err.message : String(err) },
-    type === 'none' ? 'mqtt QoS 0 publish dropped: storage cannot take it now' : v5 ? 'mqtt publish refused: storage cannot take it now' : 'mqtt publish could not be stored: closing the connection (3.1.1 has no negative acknowledgement), the client resends it',
+    {
+      clientId: conn.clientId,
+      remote: conn.remote,
+      qos: type === 'none' ? 0 : type === 'puback' ? 1 : 2,
+      err: err instanceof Error ? err.message : String(err),
+    },
+    type === 'none'
+      ? 'mqtt QoS 0 publish dropped: storage cannot take it now'
+      : v5
+        ? 'mqtt publish refused: storage cannot take it now'
+        : 'mqtt publish could not be stored: closing the connection (3.1.1 has no negative acknowledgement), the client resends it',
   );
   if (type !== 'none' && !v5) {
     conn.disconnectWith(ReasonCode.UNSPECIFIED_ERROR, 'message could not be stored');

@@ -43,12 +43,7 @@ export interface WsListenOptions extends ListenOptions {
 }
 
 /** MQTT over TCP. Without `hub` the listener gets a private one (closed with it). */
-export async function startMqttListener(
-  ctx: AdapterContext,
-  listen: ListenOptions,
-  opts: MqttOptions = {},
-  hub?: MqttHub,
-): Promise<MqttListener> {
+export async function startMqttListener(ctx: AdapterContext, listen: ListenOptions, opts: MqttOptions = {}, hub?: MqttHub): Promise<MqttListener> {
   const h = hub ?? (await createMqttHub(ctx, opts));
   // Small MQTT packets must not wait for Nagle's algorithm.
   const server = net.createServer({ noDelay: true });
@@ -66,7 +61,12 @@ export async function startMqttTlsListener(ctx: AdapterContext, listen: TlsListe
     ...(listen.rejectUnauthorized !== undefined ? { rejectUnauthorized: listen.rejectUnauthorized } : {}),
   });
   server.on('tlsClientError', (err, socket) => {
-    hub.logLimit.log('debug', logKey('mqtt tls handshake failed', socket.remoteAddress), { remote: socket.remoteAddress, err: err.message }, 'mqtt tls handshake failed');
+    hub.logLimit.log(
+      'debug',
+      logKey('mqtt tls handshake failed', socket.remoteAddress),
+      { remote: socket.remoteAddress, err: err.message },
+      'mqtt tls handshake failed',
+    );
     // With a listener for this event, closing the socket is ours to do (a handshake timeout leaves it open).
     socket.destroy();
   });
@@ -141,9 +141,11 @@ async function serve(
       return n;
     },
     close() {
-      closing ??= conns.closeAll(server, (c) => c.shutdown()).then(() => {
-        if (ownHub) hub.close();
-      });
+      closing ??= conns
+        .closeAll(server, (c) => c.shutdown())
+        .then(() => {
+          if (ownHub) hub.close();
+        });
       return closing;
     },
   };

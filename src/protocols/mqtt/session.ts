@@ -58,14 +58,7 @@ export interface Delivery {
 export type StoreState = 'none' | 'queued' | 'writing' | 'stored' | 'gone';
 
 /** A delivery not yet sent nor stored. */
-export function newDelivery(
-  msg: Message,
-  qos: QoS,
-  retain: boolean,
-  subIds: number[] | null,
-  shared: Subscription | null,
-  counted: boolean,
-): Delivery {
+export function newDelivery(msg: Message, qos: QoS, retain: boolean, subIds: number[] | null, shared: Subscription | null, counted: boolean): Delivery {
   return { msg, qos, retain, subIds, shared, packetId: 0, released: false, stored: 'none', seq: 0, changed: false, counted };
 }
 

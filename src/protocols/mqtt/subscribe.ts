@@ -74,7 +74,12 @@ function subscribeOne(conn: MqttLink, req: SubscriptionRequest, subId: number | 
     sub = conn.ctx.engine.subscribe(filter, s, conn.access !== null ? { qos: granted, group, data, admit: s.admit } : { qos: granted, group, data });
   } catch (err) {
     if (!isFlowError(err)) throw err;
-    conn.logLimited('debug', 'subscription refused', { clientId: conn.clientId, remote: conn.remote, filter: req.filter, err: err.message }, 'mqtt subscription refused');
+    conn.logLimited(
+      'debug',
+      'subscription refused',
+      { clientId: conn.clientId, remote: conn.remote, filter: req.filter, err: err.message },
+      'mqtt subscription refused',
+    );
     return invalidFilter;
   }
   // [MQTT-3.8.4-3] an identical filter replaces the existing subscription. The new one is added before the
@@ -99,7 +104,12 @@ function subscribeQueue(conn: MqttLink, req: SubscriptionRequest): number {
   if (conn.access !== null && !conn.access.can('subscribe', 'queue', name)) return conn.level === 5 ? ReasonCode.NOT_AUTHORIZED : SUBACK_FAILURE;
   const handle = name.length > 0 ? conn.ctx.engine.getQueue(name) : undefined;
   if (handle === undefined || handle.def.exclusiveOwner !== null) {
-    conn.logLimited('debug', 'queue subscription refused', { clientId: conn.clientId, remote: conn.remote, filter: req.filter }, 'mqtt queue subscription refused: no such queue');
+    conn.logLimited(
+      'debug',
+      'queue subscription refused',
+      { clientId: conn.clientId, remote: conn.remote, filter: req.filter },
+      'mqtt queue subscription refused: no such queue',
+    );
     return refused;
   }
   const max = conn.opts.maxQos < 1 ? conn.opts.maxQos : 1;
@@ -116,7 +126,12 @@ function subscribeQueue(conn: MqttLink, req: SubscriptionRequest): number {
     handle.consume(c);
   } catch (err) {
     if (!isFlowError(err)) throw err;
-    conn.logLimited('debug', 'queue subscription refused', { clientId: conn.clientId, remote: conn.remote, filter: req.filter, err: err.message }, 'mqtt queue subscription refused');
+    conn.logLimited(
+      'debug',
+      'queue subscription refused',
+      { clientId: conn.clientId, remote: conn.remote, filter: req.filter, err: err.message },
+      'mqtt queue subscription refused',
+    );
     return refused;
   }
   subs.set(req.filter, c);

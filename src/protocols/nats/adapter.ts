@@ -183,7 +183,12 @@ export class NatsAdapter implements NatsConnectionHost {
     const c = new NatsConnection(stream, this, meta, tls);
     if (!this.accepting()) {
       this.stats.connectionsRefused++;
-      this.logLimit.log('warn', logKey('nats connection refused', meta.remoteAddress), { remote: meta.remoteAddress, max: this.options.maxConnections }, 'nats connection refused: nats-max-connections reached');
+      this.logLimit.log(
+        'warn',
+        logKey('nats connection refused', meta.remoteAddress),
+        { remote: meta.remoteAddress, max: this.options.maxConnections },
+        'nats connection refused: nats-max-connections reached',
+      );
       c.refuse(NatsErr.MAX_CONNECTIONS);
       return c;
     }

@@ -10,16 +10,7 @@ import type { Duplex } from 'node:stream';
 import type { Message, Subscriber, Subscription } from '../../core/index.js';
 import { ANONYMOUS, type Access, type ClientEntry, type QuotaLease } from '../../control/index.js';
 import { logKey } from '../../util/log-limit.js';
-import {
-  NatsErrText,
-  NatsProtocolError,
-  NatsServerParser,
-  NatsWriter,
-  PING,
-  encodeErr,
-  type ConnectOptions,
-  type NatsServerHandler,
-} from './codec/index.js';
+import { NatsErrText, NatsProtocolError, NatsServerParser, NatsWriter, PING, encodeErr, type ConnectOptions, type NatsServerHandler } from './codec/index.js';
 import type { NatsConnectionHost, NatsConnectionMeta, NatsListenerTls } from './types.js';
 import { NatsErr } from './errors.js';
 import { CloseSignal } from '../listener.js';
@@ -256,7 +247,12 @@ export abstract class NatsConnectionState implements Subscriber, NatsServerHandl
     if (this.st !== St.Live) return;
     if (err instanceof NatsProtocolError) {
       this.adapter.stats.protocolErrors++;
-      this.adapter.logLimit.log('info', logKey('nats protocol error', this.remoteAddress), { remote: this.remoteAddress, client: this.clientId, err: err.message }, 'nats: protocol error');
+      this.adapter.logLimit.log(
+        'info',
+        logKey('nats protocol error', this.remoteAddress),
+        { remote: this.remoteAddress, client: this.clientId, err: err.message },
+        'nats: protocol error',
+      );
       if (err.errText !== null) this.fatal(err.errText, null);
       else this.shutdown(true);
       return;
@@ -283,7 +279,17 @@ export abstract class NatsConnectionState implements Subscriber, NatsServerHandl
     this.adapter.logLimit.log(
       'warn',
       logKey('nats slow consumer', this.remoteAddress),
-      { remote: this.remoteAddress, client: this.clientId, name: this.name, reason, pendingBytes: (this.w?.length ?? 0) + this.stream.writableLength, maxPending: o.maxPending, pendingMsgs: this.pendingMsgs + this.batchMsgs, maxPendingMsgs: o.maxPendingMsgs, ...(reason === 'writeDeadline' ? { writeDeadlineMs: o.writeDeadlineMs } : {}) },
+      {
+        remote: this.remoteAddress,
+        client: this.clientId,
+        name: this.name,
+        reason,
+        pendingBytes: (this.w?.length ?? 0) + this.stream.writableLength,
+        maxPending: o.maxPending,
+        pendingMsgs: this.pendingMsgs + this.batchMsgs,
+        maxPendingMsgs: o.maxPendingMsgs,
+        ...(reason === 'writeDeadline' ? { writeDeadlineMs: o.writeDeadlineMs } : {}),
+      },
       'Slow Consumer Detected',
     );
     // nats-server closes a slow consumer without a word; what was not sent is dropped.
@@ -463,7 +469,8 @@ export abstract class NatsConnectionState implements Subscriber, NatsServerHandl
    */
   fatal(text: string, event: string | null): void {
     if (this.st !== St.Live) return;
-    if (event !== null) this.adapter.logLimit.log('info', logKey(event, this.remoteAddress), { remote: this.remoteAddress, client: this.clientId, err: text }, event);
+    if (event !== null)
+      this.adapter.logLimit.log('info', logKey(event, this.remoteAddress), { remote: this.remoteAddress, client: this.clientId, err: text }, event);
     this.writer().writeBytes(encodeErr(text));
     this.shutdown(false);
   }
@@ -535,7 +542,12 @@ export abstract class NatsConnectionState implements Subscriber, NatsServerHandl
   /** A subject refused: -ERR, the connection stays open (nats-server's behaviour for subjects). */
   invalid(text: string, subject: string): void {
     this.adapter.stats.invalidSubjects++;
-    this.adapter.logLimit.log('info', logKey('nats invalid subject', this.remoteAddress), { remote: this.remoteAddress, client: this.clientId, subject: subject.slice(0, 256), err: text }, 'nats: invalid subject');
+    this.adapter.logLimit.log(
+      'info',
+      logKey('nats invalid subject', this.remoteAddress),
+      { remote: this.remoteAddress, client: this.clientId, subject: subject.slice(0, 256), err: text },
+      'nats: invalid subject',
+    );
     this.send(encodeErr(text));
   }
 

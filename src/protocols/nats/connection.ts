@@ -129,7 +129,12 @@ export class NatsConnection extends NatsConnectionState {
   private authenticated(r: NatsAuthOutcome, o: ConnectOptions): void {
     if (this.st !== St.Live) return;
     if (!r.ok) {
-      this.adapter.logLimit.log('info', logKey('nats login refused', this.remoteAddress), { remote: this.remoteAddress, user: o.user, token: o.auth_token !== undefined, busy: r.busy }, 'nats: login refused');
+      this.adapter.logLimit.log(
+        'info',
+        logKey('nats login refused', this.remoteAddress),
+        { remote: this.remoteAddress, user: o.user, token: o.auth_token !== undefined, busy: r.busy },
+        'nats: login refused',
+      );
       // A busy guard (too many attempts) is not a wrong password: close without the violation so clients retry.
       if (r.busy) return this.shutdown(true);
       return this.fatal(NatsErr.AUTH_VIOLATION, null);
@@ -161,7 +166,12 @@ export class NatsConnection extends NatsConnectionState {
     if (this.subs.has(sid)) return this.ok();
     const max = this.adapter.options.maxSubscriptions;
     if (max > 0 && this.subs.size >= max) {
-      this.adapter.logLimit.log('info', logKey('nats max subscriptions', this.remoteAddress), { remote: this.remoteAddress, client: this.clientId, max }, 'nats: maximum subscriptions exceeded');
+      this.adapter.logLimit.log(
+        'info',
+        logKey('nats max subscriptions', this.remoteAddress),
+        { remote: this.remoteAddress, client: this.clientId, max },
+        'nats: maximum subscriptions exceeded',
+      );
       this.send(encodeErr(NatsErr.MAX_SUBS));
       return;
     }
@@ -224,7 +234,12 @@ export class NatsConnection extends NatsConnectionState {
 
   onErr(text: string): void {
     // nats-server closes a client connection that sends -ERR.
-    this.adapter.logLimit.log('info', logKey('nats client error', this.remoteAddress), { remote: this.remoteAddress, client: this.clientId, err: text }, 'nats: client sent -ERR, closing');
+    this.adapter.logLimit.log(
+      'info',
+      logKey('nats client error', this.remoteAddress),
+      { remote: this.remoteAddress, client: this.clientId, err: text },
+      'nats: client sent -ERR, closing',
+    );
     this.shutdown(true);
   }
 

@@ -31,7 +31,12 @@ export function login(conn: NatsConnectionState, principal: Principal): boolean 
   const lease = ac.quotas.connect(principal);
   if ('refused' in lease) {
     conn.adapter.stats.quotaRefusals++;
-    conn.adapter.logLimit.log('info', logKey('nats quota refused', conn.remoteAddress), { remote: conn.remoteAddress, user: principal.user, namespace: principal.namespace, reason: lease.refused }, 'nats: connection refused by its namespace quota');
+    conn.adapter.logLimit.log(
+      'info',
+      logKey('nats quota refused', conn.remoteAddress),
+      { remote: conn.remoteAddress, user: principal.user, namespace: principal.namespace, reason: lease.refused },
+      'nats: connection refused by its namespace quota',
+    );
     conn.fatal(NatsErr.MAX_ACCOUNT_CONNECTIONS, null);
     return false;
   }
@@ -64,7 +69,12 @@ export function mayPublish(conn: NatsConnectionState, topic: string): boolean {
 /** A PUB or SUB a policy refuses: nats-server's -ERR, the connection stays (as nats-server keeps it). */
 export function permissionViolation(conn: NatsConnectionState, what: string, op: 'publish' | 'subscribe', subject: string): void {
   conn.adapter.stats.permissionViolations++;
-  conn.adapter.logLimit.log('info', logKey('nats permissions violation', conn.remoteAddress), { remote: conn.remoteAddress, client: conn.clientId, user: conn.user, op, subject: subject.slice(0, 256) }, 'nats: permissions violation');
+  conn.adapter.logLimit.log(
+    'info',
+    logKey('nats permissions violation', conn.remoteAddress),
+    { remote: conn.remoteAddress, client: conn.clientId, user: conn.user, op, subject: subject.slice(0, 256) },
+    'nats: permissions violation',
+  );
   conn.send(encodeErr(`Permissions Violation for ${what}`));
 }
 

@@ -38,7 +38,8 @@ export function applyNatsHeaders(msg: Message, h: NatsHeaders): void {
     out.push({ key: k, value: Buffer.from(v, 'utf8') });
     if (msg.messageId === undefined && k.length === MSG_ID.length && k.toLowerCase() === MSG_ID) msg.messageId = v;
     // The correlation of a reply to an MQTT v5 or AMQP requester (kept as a header too, as Nats-Msg-Id is).
-    else if (msg.correlationData === undefined && k.length === CORRELATION_ID.length && k.toLowerCase() === CORRELATION_ID) msg.correlationData = correlationOf(v);
+    else if (msg.correlationData === undefined && k.length === CORRELATION_ID.length && k.toLowerCase() === CORRELATION_ID)
+      msg.correlationData = correlationOf(v);
   }
   msg.headers = out;
   if (h.status !== null) msg.status = h.description === '' ? String(h.status) : `${h.status} ${h.description}`;
@@ -54,13 +55,7 @@ let lastBlock: Buffer | null = null;
 export function natsHeaderBlock(msg: Message): Buffer | null {
   if (msg === lastMsg) return lastBlock;
   let block: Buffer | null = null;
-  if (
-    msg.headers.length > 0 ||
-    msg.status !== undefined ||
-    msg.contentType !== undefined ||
-    msg.correlationData !== undefined ||
-    msg.messageId !== undefined
-  ) {
+  if (msg.headers.length > 0 || msg.status !== undefined || msg.contentType !== undefined || msg.correlationData !== undefined || msg.messageId !== undefined) {
     block = renderHeaderBlock(msg);
   }
   lastMsg = msg;

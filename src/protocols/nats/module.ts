@@ -52,7 +52,12 @@ export const natsModule: ProtocolModule = {
     // Cluster mode: consumers owned by one broker each, requests for them forwarded there (jetstream/cluster.ts).
     const jetstream = new JetStream(ctx.engine, logger.child({ component: 'jetstream' }), { cluster: ctx.cluster });
     await jetstream.start();
-    const adapter = new NatsAdapter({ ...ctx, logger }, options, { access: ctx.access, token: c.natsToken, certUser: c.tlsClientCa === null ? null : c.tlsCertUser }, jetstream);
+    const adapter = new NatsAdapter(
+      { ...ctx, logger },
+      options,
+      { access: ctx.access, token: c.natsToken, certUser: c.tlsClientCa === null ? null : c.tlsCertUser },
+      jetstream,
+    );
     // JetStream API requests are authorized by who sent them: the adapter knows its connections' Access.
     jetstream.authorizer = { control: ctx.access, accessOf: (origin) => adapter.accessOf(origin) };
     const logLimit = new LogLimiter(logger);
@@ -92,7 +97,11 @@ export const natsModule: ProtocolModule = {
       groups: jetstream.groupAdmin(),
       figures: () => {
         const { pending, ...refusals } = shared.counts;
-        return { ...adapter.figures(), jetstream: jetstream.figures(), listener: { ...refusals, handshaking: pending, logLinesSuppressed: logLimit.suppressedTotal } };
+        return {
+          ...adapter.figures(),
+          jetstream: jetstream.figures(),
+          listener: { ...refusals, handshaking: pending, logLinesSuppressed: logLimit.suppressedTotal },
+        };
       },
       close,
     };

@@ -122,7 +122,12 @@ function underLimit(shared: NatsListenerShared): boolean {
  */
 function refuseMaxConnections(shared: NatsListenerShared, stream: Duplex, meta: NatsConnectionMeta, t: NatsListenerTls): void {
   shared.counts.refusedMaxConnections++;
-  shared.logLimit.log('warn', logKey('nats max connections', meta.remoteAddress), { remote: meta.remoteAddress, max: shared.adapter.options.maxConnections }, 'nats connection refused: maximum connections exceeded');
+  shared.logLimit.log(
+    'warn',
+    logKey('nats max connections', meta.remoteAddress),
+    { remote: meta.remoteAddress, max: shared.adapter.options.maxConnections },
+    'nats connection refused: maximum connections exceeded',
+  );
   let info = '';
   try {
     info = infoLine(shared.adapter, meta, t);
@@ -159,7 +164,9 @@ export async function startNatsListener(shared: NatsListenerShared, listen: Nats
   const pending = new Set<Socket>();
   const timedOut = new WeakSet<Socket>();
   const settings = listen.tls;
-  const listenerTls: NatsListenerTls = settings ? { available: true, required: settings.required || settings.handshakeFirst } : { available: false, required: false };
+  const listenerTls: NatsListenerTls = settings
+    ? { available: true, required: settings.required || settings.handshakeFirst }
+    : { available: false, required: false };
   const clientAuth = settings?.clientAuth ?? {};
   const handshakeMs = settings?.handshakeTimeoutMs ?? TLS_HANDSHAKE_TIMEOUT_MS;
 
@@ -172,7 +179,12 @@ export async function startNatsListener(shared: NatsListenerShared, listen: Nats
     const timer = setTimeout(() => {
       timedOut.add(socket);
       counts.tlsHandshakeFailures++;
-      shared.logLimit.log('debug', logKey('nats tls handshake timeout', meta.remoteAddress), { remote: meta.remoteAddress, timeoutMs: handshakeMs }, 'nats tls handshake timed out');
+      shared.logLimit.log(
+        'debug',
+        logKey('nats tls handshake timeout', meta.remoteAddress),
+        { remote: meta.remoteAddress, timeoutMs: handshakeMs },
+        'nats tls handshake timed out',
+      );
       socket.destroy();
     }, handshakeMs);
     let held = true;
@@ -228,7 +240,12 @@ export async function startNatsListener(shared: NatsListenerShared, listen: Nats
     // A timeout destroys the socket and the TLS side then fails too: counted once, by the timer.
     if (h !== undefined && timedOut.has(h.socket)) return;
     counts.tlsHandshakeFailures++;
-    shared.logLimit.log('debug', logKey('nats tls handshake failed', h?.meta.remoteAddress), { remote: h?.meta.remoteAddress, err: err.message }, 'nats tls handshake failed');
+    shared.logLimit.log(
+      'debug',
+      logKey('nats tls handshake failed', h?.meta.remoteAddress),
+      { remote: h?.meta.remoteAddress, err: err.message },
+      'nats tls handshake failed',
+    );
     h?.socket.destroy();
   });
 
@@ -282,7 +299,12 @@ export async function startNatsListener(shared: NatsListenerShared, listen: Nats
       release();
       if (listenerTls.required) {
         counts.refusedTlsRequired++;
-        shared.logLimit.log('debug', logKey('nats tls required', meta.remoteAddress), { remote: meta.remoteAddress }, 'nats plain client refused: TLS required');
+        shared.logLimit.log(
+          'debug',
+          logKey('nats tls required', meta.remoteAddress),
+          { remote: meta.remoteAddress },
+          'nats plain client refused: TLS required',
+        );
         refuse(socket, `-ERR '${ERR_TLS_REQUIRED}'\r\n`);
         return;
       }
@@ -301,7 +323,13 @@ export interface NatsWsListenOptions extends ListenOptions {
   /** Largest WebSocket message accepted. Default: max payload + max control line + 1 MiB (a client batches writes). */
   maxFrameBytes?: number;
   /** Serve wss:// with this PEM certificate (chain) and key (INFO then says tls_required). */
-  tls?: { cert: string | Buffer; key: string | Buffer; ca?: string | Buffer; handshakeTimeoutMs?: number; clientAuth?: { ca?: Buffer; requestCert?: boolean; rejectUnauthorized?: boolean } };
+  tls?: {
+    cert: string | Buffer;
+    key: string | Buffer;
+    ca?: string | Buffer;
+    handshakeTimeoutMs?: number;
+    clientAuth?: { ca?: Buffer; requestCert?: boolean; rejectUnauthorized?: boolean };
+  };
 }
 
 /**
@@ -335,7 +363,12 @@ export async function startNatsWsListener(shared: NatsListenerShared, listen: Na
   if (listen.tls) {
     server.on('tlsClientError', (err: Error, socket: tls.TLSSocket) => {
       counts.tlsHandshakeFailures++;
-      shared.logLimit.log('debug', logKey('nats-ws tls handshake failed', socket.remoteAddress), { remote: socket.remoteAddress, err: err.message }, 'nats websocket tls handshake failed');
+      shared.logLimit.log(
+        'debug',
+        logKey('nats-ws tls handshake failed', socket.remoteAddress),
+        { remote: socket.remoteAddress, err: err.message },
+        'nats websocket tls handshake failed',
+      );
       // With a listener for this event, closing the socket is ours to do (a handshake timeout leaves it open).
       socket.destroy();
     });
@@ -349,7 +382,12 @@ export async function startNatsWsListener(shared: NatsListenerShared, listen: Na
   wss.on('connection', (ws, req) => {
     req.socket.setNoDelay(true);
     const stream = createWebSocketStream(ws);
-    const meta: NatsConnectionMeta = { remoteAddress: req.socket.remoteAddress ?? '?', remotePort: req.socket.remotePort ?? 0, tls: listen.tls !== undefined, websocket: true };
+    const meta: NatsConnectionMeta = {
+      remoteAddress: req.socket.remoteAddress ?? '?',
+      remotePort: req.socket.remotePort ?? 0,
+      tls: listen.tls !== undefined,
+      websocket: true,
+    };
     if (listen.tls !== undefined) meta.tlsSocket = req.socket as tls.TLSSocket;
     meta.byteCounter = req.socket;
     if (!underLimit(shared)) {
@@ -372,7 +410,13 @@ export async function startNatsWsListener(shared: NatsListenerShared, listen: Na
   };
 }
 
-function listenerOf(protocol: string, server: Server, conns: ConnectionSet<NatsConnection>, pending: Set<Socket>, shared: NatsListenerShared): ProtocolListener {
+function listenerOf(
+  protocol: string,
+  server: Server,
+  conns: ConnectionSet<NatsConnection>,
+  pending: Set<Socket>,
+  shared: NatsListenerShared,
+): ProtocolListener {
   let closing: Promise<void> | null = null;
   return {
     protocol,

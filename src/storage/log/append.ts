@@ -88,7 +88,10 @@ export function append(lm: LogState, stream: string, partition: number, batch: B
         lm.fence(p, err);
         throw err;
       }
-      const e = err instanceof FlowError && (err.code === 'STORAGE_FULL' || err.code === 'CLOSED') ? err : new FlowError('STORAGE_ERROR', 'write-ahead log append failed', { cause: err });
+      const e =
+        err instanceof FlowError && (err.code === 'STORAGE_FULL' || err.code === 'CLOSED')
+          ? err
+          : new FlowError('STORAGE_ERROR', 'write-ahead log append failed', { cause: err });
       walFailed(lm, p, e);
       throw e;
     },

@@ -53,7 +53,10 @@ export class ProducerState {
     }
     if (info.producerEpoch > e.epoch) {
       if (info.baseSequence !== 0) {
-        throw new FlowError('OUT_OF_ORDER_SEQUENCE', `producer ${info.producerId}: new epoch ${info.producerEpoch} must start at sequence 0, not ${info.baseSequence}`);
+        throw new FlowError(
+          'OUT_OF_ORDER_SEQUENCE',
+          `producer ${info.producerId}: new epoch ${info.producerEpoch} must start at sequence 0, not ${info.baseSequence}`,
+        );
       }
       return null;
     }

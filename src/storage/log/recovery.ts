@@ -113,10 +113,7 @@ export async function loadPartition(lm: LogState, def: StreamDef, i: number, epo
       if (e.endOffset <= p.flushedOffset) continue; // already in a committed segment
       if (e.baseOffset !== p.nextOffset) {
         // Offsets are assigned contiguously and the WAL keeps append order, so this means lost data.
-        throw new FlowError(
-          'CORRUPT_DATA',
-          `WAL gap in ${p.key}: expected offset ${p.nextOffset}, found ${e.baseOffset}`,
-        );
+        throw new FlowError('CORRUPT_DATA', `WAL gap in ${p.key}: expected offset ${p.nextOffset}, found ${e.baseOffset}`);
       }
       // Segment boundaries as they were: where the WAL started files, else by size as append does.
       const len = e.data.length;

@@ -86,7 +86,8 @@ export function relieve(lm: LogState): void {
   let largest: Partition | null = null;
   const now = Date.now();
   for (const p of lm.parts.values()) {
-    if (p.sealing === null && p.fenced === null && p.tailBytes > 0 && now >= p.sealRetryAt && (largest === null || p.tailBytes > largest.tailBytes)) largest = p;
+    if (p.sealing === null && p.fenced === null && p.tailBytes > 0 && now >= p.sealRetryAt && (largest === null || p.tailBytes > largest.tailBytes))
+      largest = p;
   }
   if (largest !== null) void seal(lm, largest);
 }
@@ -285,7 +286,7 @@ export async function flushAll(lm: LogState): Promise<void> {
   await Promise.all(
     [...lm.parts.values()].map(async (p) => {
       // A seal takes at most a segment's worth: seal until what is durable is all in segments (or a seal fails).
-      for (let before = -1; p.flushedOffset !== before && durableTailBytes(p) > 0; ) {
+      for (let before = -1; p.flushedOffset !== before && durableTailBytes(p) > 0;) {
         await p.sealing;
         before = p.flushedOffset;
         await seal(lm, p, true);

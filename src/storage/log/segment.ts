@@ -62,12 +62,7 @@ export function buildSegment(baseOffset: number, batches: Buffer[]): { parts: Bu
  * not necessarily back to back: a segment adopted from a write-ahead log file keeps the log's frame headers
  * between them), with the index starting at `indexPos`. Each entry stores its batch's size, so gaps are fine.
  */
-export function buildTrailer(
-  baseOffset: number,
-  batches: Buffer[],
-  positions: number[],
-  indexPos: number,
-): { trailer: Buffer; index: SegmentIndex } {
+export function buildTrailer(baseOffset: number, batches: Buffer[], positions: number[], indexPos: number): { trailer: Buffer; index: SegmentIndex } {
   const n = batches.length;
   const tail = Buffer.allocUnsafe(n * INDEX_ENTRY_SIZE + FOOTER_SIZE);
   const entries: IndexEntry[] = [];

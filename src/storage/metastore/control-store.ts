@@ -38,7 +38,8 @@ export function bumpsVersion(kind: ControlKind): boolean {
 export function checkControl(kind: ControlKind, name: string, data?: Record<string, unknown>): string {
   if (!(CONTROL_KINDS as readonly string[]).includes(kind)) throw new FlowError('INVALID_ARGUMENT', `unknown control kind "${String(kind)}"`);
   // NUL: PostgreSQL's text cannot hold it; no name the directory accepts has one.
-  if (typeof name !== 'string' || name === '' || name.includes('\u0000')) throw new FlowError('INVALID_ARGUMENT', `a ${kind} document needs a non-empty name without NUL`);
+  if (typeof name !== 'string' || name === '' || name.includes('\u0000'))
+    throw new FlowError('INVALID_ARGUMENT', `a ${kind} document needs a non-empty name without NUL`);
   if (data === undefined) return '';
   if (typeof data !== 'object' || data === null || Array.isArray(data)) throw new FlowError('INVALID_ARGUMENT', `a ${kind} document must be a JSON object`);
   return JSON.stringify(data);
@@ -109,5 +110,7 @@ export class MemoryControlStore implements ControlStore {
 
 /** Whether a metastore (or anything) carries the control role. */
 export function isControlStore(x: unknown): x is ControlStore {
-  return typeof x === 'object' && x !== null && typeof (x as ControlStore).listControl === 'function' && typeof (x as ControlStore).controlVersion === 'function';
+  return (
+    typeof x === 'object' && x !== null && typeof (x as ControlStore).listControl === 'function' && typeof (x as ControlStore).controlVersion === 'function'
+  );
 }

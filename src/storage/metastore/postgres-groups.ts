@@ -4,15 +4,7 @@
  */
 import { checkConsumerRecord, FlowError } from '../../core/index.js';
 import type { ConsumerRecord, OffsetCommit } from '../../core/index.js';
-import {
-  checkInt,
-  checkInt32,
-  consumerValues,
-  toConsumer,
-  toOffset,
-  type ConsumerRow,
-  type OffsetRow,
-} from './rows.js';
+import { checkInt, checkInt32, consumerValues, toConsumer, toOffset, type ConsumerRow, type OffsetRow } from './rows.js';
 import type { ConsumerOffset } from './types.js';
 import { CONSUMERS, GROUP, partKey, type ConsumerBatch, type PostgresState } from './postgres-state.js';
 
@@ -72,11 +64,9 @@ export async function fetchOffset(pg: PostgresState, group: string, stream: stri
 
 export async function listOffsets(pg: PostgresState, group: string): Promise<ConsumerOffset[]> {
   return pg.keyed(GROUP, group, async () => {
-    const r = await pg.q<OffsetRow & Record<string, unknown>>(
-      'listOffsets',
-      'SELECT * FROM consumer_offsets WHERE group_id = $1 ORDER BY stream, partition',
-      [group],
-    );
+    const r = await pg.q<OffsetRow & Record<string, unknown>>('listOffsets', 'SELECT * FROM consumer_offsets WHERE group_id = $1 ORDER BY stream, partition', [
+      group,
+    ]);
     return r.rows.map(toOffset);
   });
 }
@@ -92,7 +82,12 @@ export async function deleteGroup(pg: PostgresState, group: string): Promise<voi
   await pg.keyed(GROUP, group, () => pg.q('deleteGroup', 'DELETE FROM consumer_offsets WHERE group_id = $1', [group]));
 }
 
-export async function deleteOffsets(pg: PostgresState, group: string, partitions: ReadonlyArray<{ stream: string; partition: number }>, fence?: number): Promise<void> {
+export async function deleteOffsets(
+  pg: PostgresState,
+  group: string,
+  partitions: ReadonlyArray<{ stream: string; partition: number }>,
+  fence?: number,
+): Promise<void> {
   for (const p of partitions) checkInt32('partition', p.partition);
   if (fence !== undefined) checkInt('fence', fence);
   if (partitions.length === 0) return;
@@ -225,11 +220,10 @@ function consumerCall<T>(pg: PostgresState, stream: string, fn: () => Promise<T>
 
 export async function getConsumer(pg: PostgresState, stream: string, name: string): Promise<ConsumerRecord | null> {
   return consumerCall(pg, stream, async () => {
-    const r = await pg.q<ConsumerRow & Record<string, unknown>>(
-      'getConsumer',
-      'SELECT * FROM jetstream_consumers WHERE stream = $1 AND name = $2',
-      [stream, name],
-    );
+    const r = await pg.q<ConsumerRow & Record<string, unknown>>('getConsumer', 'SELECT * FROM jetstream_consumers WHERE stream = $1 AND name = $2', [
+      stream,
+      name,
+    ]);
     return r.rows.length > 0 ? toConsumer(r.rows[0]) : null;
   });
 }
@@ -244,11 +238,7 @@ export async function listConsumers(pg: PostgresState, stream?: string): Promise
     });
   }
   return consumerCall(pg, stream, async () => {
-    const r = await pg.q<ConsumerRow & Record<string, unknown>>(
-      'listConsumers',
-      'SELECT * FROM jetstream_consumers WHERE stream = $1 ORDER BY name',
-      [stream],
-    );
+    const r = await pg.q<ConsumerRow & Record<string, unknown>>('listConsumers', 'SELECT * FROM jetstream_consumers WHERE stream = $1 ORDER BY name', [stream]);
     return r.rows.map(toConsumer);
   });
 }

@@ -55,11 +55,9 @@ export async function deleteSession(pg: PostgresState, clientId: string, fence?:
 
 export async function listSessions(pg: PostgresState, protocol: string): Promise<SessionRecord[]> {
   return pg.afterAll(CLIENT, async () => {
-    const r = await pg.q<SessionRow & Record<string, unknown>>(
-      'listSessions',
-      'SELECT * FROM client_sessions WHERE protocol = $1 ORDER BY client_id',
-      [protocol],
-    );
+    const r = await pg.q<SessionRow & Record<string, unknown>>('listSessions', 'SELECT * FROM client_sessions WHERE protocol = $1 ORDER BY client_id', [
+      protocol,
+    ]);
     return r.rows.map(toSession);
   });
 }
@@ -67,11 +65,10 @@ export async function listSessions(pg: PostgresState, protocol: string): Promise
 export async function readQueue(pg: PostgresState, clientId: string, limit: number): Promise<QueuedEntry[]> {
   checkInt('limit', limit);
   return pg.keyed(CLIENT, clientId, async () => {
-    const r = await pg.q<{ seq: number; data: Buffer }>(
-      'readQueue',
-      'SELECT seq, data FROM session_queue WHERE client_id = $1 ORDER BY seq LIMIT $2',
-      [clientId, limit],
-    );
+    const r = await pg.q<{ seq: number; data: Buffer }>('readQueue', 'SELECT seq, data FROM session_queue WHERE client_id = $1 ORDER BY seq LIMIT $2', [
+      clientId,
+      limit,
+    ]);
     return r.rows.map((x) => ({ seq: x.seq, data: x.data }));
   });
 }
@@ -87,7 +84,13 @@ export async function ackQueue(pg: PostgresState, clientId: string, upTo: number
   );
 }
 
-export async function updateQueue(pg: PostgresState, clientId: string, changes: QueueChanges, maxLength: number, fence?: number): Promise<{ seqs: number[]; dropped: number }> {
+export async function updateQueue(
+  pg: PostgresState,
+  clientId: string,
+  changes: QueueChanges,
+  maxLength: number,
+  fence?: number,
+): Promise<{ seqs: number[]; dropped: number }> {
   checkInt('maxLength', maxLength, 1);
   if (fence !== undefined) checkInt('fence', fence, 1);
   const replace = changes.replace ?? [];

@@ -11,7 +11,6 @@ import { FlowError } from '../../core/index.js';
 import type { ConsumerRecord } from '../../core/index.js';
 import { KeyedSerializer, type PgPool } from '../postgres-util.js';
 
-
 // Key categories of the serializer (see KeyedSerializer); one per kind of key named in the contract.
 export const STREAM = 's';
 export const PARTITION = 'p';
@@ -58,7 +57,6 @@ export class PostgresState {
 
   protected constructor(readonly db: PgPool) {}
 
-
   check(): void {
     if (this.closed) throw new FlowError('CLOSED', 'metastore is closed');
   }
@@ -80,5 +78,4 @@ export class PostgresState {
     // Named statements are parsed and planned once per connection.
     return this.db.query<R>(what, { name: `fm_${what}`, text }, values);
   }
-
 }

@@ -3,17 +3,7 @@
  * metastore: functions over its PostgresState (postgres-state.ts).
  */
 import { FlowError } from '../../core/index.js';
-import {
-  checkInt,
-  checkInt32,
-  checkSegment,
-  checkStreamDef,
-  toSegment,
-  toStream,
-  type SegmentRow,
-  type StreamRow,
-  settingsColumn,
-} from './rows.js';
+import { checkInt, checkInt32, checkSegment, checkStreamDef, toSegment, toStream, type SegmentRow, type StreamRow, settingsColumn } from './rows.js';
 import type { PartitionState, SegmentMeta, StreamDef } from './types.js';
 import { PARTITION, partKey, STREAM, type PostgresState } from './postgres-state.js';
 

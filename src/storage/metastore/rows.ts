@@ -120,7 +120,10 @@ export function checkStreamDef(def: StreamDef): void {
   if (def.retentionBytes != null) checkInt('retentionBytes', def.retentionBytes);
   if (def.segmentBytes != null) checkInt('segmentBytes', def.segmentBytes, 1);
   if (def.segmentMs != null) checkInt('segmentMs', def.segmentMs, 1);
-  if (def.configs !== undefined && (typeof def.configs !== 'object' || def.configs === null || !Object.values(def.configs).every((v) => typeof v === 'string'))) {
+  if (
+    def.configs !== undefined &&
+    (typeof def.configs !== 'object' || def.configs === null || !Object.values(def.configs).every((v) => typeof v === 'string'))
+  ) {
     throw new FlowError('INVALID_ARGUMENT', 'stream configs must map names to strings');
   }
 }
@@ -237,7 +240,8 @@ export function checkQueueDef(def: QueueDef): void {
 
 export function checkExchangeDef(def: ExchangeDef): void {
   if (typeof def.name !== 'string') throw new FlowError('INVALID_ARGUMENT', 'exchange name must be a string');
-  if (!['direct', 'fanout', 'topic', 'headers'].includes(def.type)) throw new FlowError('INVALID_ARGUMENT', `exchange type "${String(def.type)}" is not one of direct, fanout, topic, headers`);
+  if (!['direct', 'fanout', 'topic', 'headers'].includes(def.type))
+    throw new FlowError('INVALID_ARGUMENT', `exchange type "${String(def.type)}" is not one of direct, fanout, topic, headers`);
   checkInt('createdAt', def.createdAt);
 }
 

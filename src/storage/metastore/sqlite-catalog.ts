@@ -34,7 +34,15 @@ function toControl(r: ControlRow): ControlRecord {
 export async function putQueue(m: SqliteState, def: QueueDef): Promise<void> {
   checkQueueDef(def);
   await m.write('putQueue', () =>
-    m.s.queueDefPut.run(def.name, def.durable ? 1 : 0, def.exclusiveOwner, def.autoDelete ? 1 : 0, toJson(def.arguments), toJson(def.rawArguments), def.createdAt),
+    m.s.queueDefPut.run(
+      def.name,
+      def.durable ? 1 : 0,
+      def.exclusiveOwner,
+      def.autoDelete ? 1 : 0,
+      toJson(def.arguments),
+      toJson(def.rawArguments),
+      def.createdAt,
+    ),
   );
 }
 

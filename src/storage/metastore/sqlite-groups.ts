@@ -38,7 +38,12 @@ export async function deleteGroup(m: SqliteState, group: string): Promise<void> 
   await m.write('deleteGroup', () => m.s.deleteGroup.run(group));
 }
 
-export async function deleteOffsets(m: SqliteState, group: string, partitions: ReadonlyArray<{ stream: string; partition: number }>, _fence?: number): Promise<void> {
+export async function deleteOffsets(
+  m: SqliteState,
+  group: string,
+  partitions: ReadonlyArray<{ stream: string; partition: number }>,
+  _fence?: number,
+): Promise<void> {
   for (const p of partitions) checkInt('partition', p.partition);
   await m.write('deleteOffsets', () =>
     m.db.transaction(() => {

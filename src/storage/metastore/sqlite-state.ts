@@ -34,7 +34,6 @@ export function sqliteCode(err: unknown): string | undefined {
   return err instanceof Error && 'code' in err && typeof err.code === 'string' ? err.code : undefined;
 }
 
-
 /** fdatasync of SQLite's -wal file off the event loop, shared by the commits that one sync covers. */
 export class WalFileSync {
   private fh: FileHandle | null = null;
@@ -135,16 +134,7 @@ export class SqliteState {
           `segment [${seg.baseOffset}, ${seg.endOffset}) of ${seg.stream}/${seg.partition} does not start at the flushed offset ${flushed}`,
         );
       }
-      this.s.insertSegment.run(
-        seg.stream,
-        seg.partition,
-        seg.baseOffset,
-        seg.endOffset,
-        seg.objectKey,
-        seg.size,
-        seg.maxTimestamp,
-        seg.createdAt,
-      );
+      this.s.insertSegment.run(seg.stream, seg.partition, seg.baseOffset, seg.endOffset, seg.objectKey, seg.size, seg.maxTimestamp, seg.createdAt);
       this.s.upsertFlushed.run(seg.stream, seg.partition, seg.endOffset);
     });
     this.txSetLogStart = db.transaction((stream: string, partition: number, offset: number, epoch: number) => {
@@ -205,14 +195,11 @@ export class SqliteState {
     });
   }
 
-
   /** Every statement is prepared once; better-sqlite3 statements are reusable and this keeps calls cheap. */
   prepare() {
     const db = this.db;
     return {
-      insertStream: db.prepare(
-        'INSERT INTO streams (name, partitions, bindings, retention_ms, created_at, settings, stream_id) VALUES (?, ?, ?, ?, ?, ?, ?)',
-      ),
+      insertStream: db.prepare('INSERT INTO streams (name, partitions, bindings, retention_ms, created_at, settings, stream_id) VALUES (?, ?, ?, ?, ?, ?, ?)'),
       streamExists: db.prepare('SELECT 1 FROM streams WHERE name = ?'),
       listStreams: db.prepare('SELECT * FROM streams ORDER BY name'),
       // created_at is left alone: it names the stream's incarnation (segment object keys include it), and a
@@ -373,7 +360,8 @@ export class SqliteState {
       const code = sqliteCode(err);
       if (code === 'SQLITE_CONSTRAINT_FOREIGNKEY') throw new FlowError('NOT_FOUND', `${what}: stream not found`, { cause: err });
       // A full disk (SQLITE_FULL, or an I/O error whose errno was ENOSPC) is retriable once space returns.
-      if (code === 'SQLITE_FULL' || isNoSpace(err)) throw new FlowError('STORAGE_FULL', `${what}: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
+      if (code === 'SQLITE_FULL' || isNoSpace(err))
+        throw new FlowError('STORAGE_FULL', `${what}: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
       throw new FlowError('STORAGE_ERROR', `${what}: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
     }
   }

@@ -3,16 +3,7 @@
  * metastore: functions over its SqliteState (sqlite-state.ts).
  */
 import { FlowError } from '../../core/index.js';
-import {
-  checkInt,
-  checkSegment,
-  checkStreamDef,
-  toSegment,
-  toStream,
-  type SegmentRow,
-  type StreamRow,
-  settingsColumn,
-} from './rows.js';
+import { checkInt, checkSegment, checkStreamDef, toSegment, toStream, type SegmentRow, type StreamRow, settingsColumn } from './rows.js';
 import type { PartitionState, SegmentMeta, StreamDef } from './types.js';
 
 import { type PartitionRow, sqliteCode, type SqliteState } from './sqlite-state.js';
@@ -54,9 +45,7 @@ export async function deleteStream(m: SqliteState, name: string): Promise<void> 
 export async function getPartitionState(m: SqliteState, stream: string, partition: number): Promise<PartitionState | null> {
   return m.run('getPartitionState', () => {
     const r = m.s.getPartition.get(stream, partition) as PartitionRow | undefined;
-    return r
-      ? { stream: r.stream, partition: r.partition, logStartOffset: r.log_start_offset, flushedOffset: r.flushed_offset, epoch: r.epoch }
-      : null;
+    return r ? { stream: r.stream, partition: r.partition, logStartOffset: r.log_start_offset, flushedOffset: r.flushed_offset, epoch: r.epoch } : null;
   });
 }
 
@@ -90,11 +79,13 @@ export async function deleteSegment(m: SqliteState, stream: string, partition: n
 export async function allocateProducerIds(m: SqliteState, count: number): Promise<number> {
   checkInt('count', count, 1);
   return m.write('allocateProducerIds', () =>
-    m.db.transaction(() => {
-      const first = (m.s.producerIdNext.get() as { next_id: number }).next_id;
-      m.s.producerIdAdvance.run(count);
-      return first;
-    }).immediate(),
+    m.db
+      .transaction(() => {
+        const first = (m.s.producerIdNext.get() as { next_id: number }).next_id;
+        m.s.producerIdAdvance.run(count);
+        return first;
+      })
+      .immediate(),
   );
 }
 

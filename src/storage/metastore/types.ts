@@ -68,15 +68,7 @@ export interface PartitionState {
 /** A consumer group's committed position: the core's CommittedOffset, stored here. */
 export type ConsumerOffset = CommittedOffset;
 
-export interface Metastore
-  extends StreamCatalog,
-    OffsetStore,
-    ProducerIdStore,
-    SessionStore,
-    RetainedStore,
-    QueueCatalog,
-    ConsumerStateStore,
-    ControlStore {
+export interface Metastore extends StreamCatalog, OffsetStore, ProducerIdStore, SessionStore, RetainedStore, QueueCatalog, ConsumerStateStore, ControlStore {
   readonly kind: string;
 
   createStream(def: StreamDef): Promise<void>; // throws FlowError ALREADY_EXISTS

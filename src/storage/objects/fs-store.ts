@@ -17,7 +17,6 @@ import { checkRange, type ObjectInfo, type ObjectStore, type PutOptions } from '
 /** Names starting with this are in-progress writes: never listed, and refused as key segments. */
 const TMP_PREFIX = '.tmp-';
 
-
 /** Splits a key into path segments, refusing anything that could escape the root or alias another key. */
 function keySegments(key: string): string[] {
   if (typeof key !== 'string' || key.length === 0) throw new FlowError('INVALID_ARGUMENT', 'object key is empty');
@@ -115,7 +114,11 @@ export class FsObjectStore implements ObjectStore {
 
   put(key: string, data: Buffer | readonly Buffer[], options: PutOptions = {}): Promise<void> {
     const bytes = Buffer.isBuffer(data) ? data.length : data.reduce((n, b) => n + b.length, 0);
-    return this.counted('put', () => this.putObject(key, data, options), () => bytes);
+    return this.counted(
+      'put',
+      () => this.putObject(key, data, options),
+      () => bytes,
+    );
   }
 
   private async putObject(key: string, data: Buffer | readonly Buffer[], options: PutOptions): Promise<void> {
@@ -198,7 +201,7 @@ export class FsObjectStore implements ObjectStore {
         groupBytes = 0;
       };
       for (const part of parts) {
-        for (let off = 0; off < part.length; ) {
+        for (let off = 0; off < part.length;) {
           const n = Math.min(flushChunk - groupBytes, part.length - off);
           group.push(off === 0 && n === part.length ? part : part.subarray(off, off + n));
           groupBytes += n;
@@ -219,9 +222,12 @@ export class FsObjectStore implements ObjectStore {
     await fh.close();
   }
 
-
   get(key: string, range?: { start: number; end: number }): Promise<Buffer> {
-    return this.counted('get', () => this.getObject(key, range), (b) => b.length);
+    return this.counted(
+      'get',
+      () => this.getObject(key, range),
+      (b) => b.length,
+    );
   }
 
   private async getObject(key: string, range?: { start: number; end: number }): Promise<Buffer> {
@@ -357,11 +363,7 @@ export class FsObjectStore implements ObjectStore {
     const code = errnoCode(err);
     if (code === 'ENOTDIR' || code === 'EISDIR' || code === 'ENOTEMPTY' || code === 'EEXIST') {
       // S3 allows both "a" and "a/b"; a directory tree cannot, so this store refuses the second one.
-      return new FlowError(
-        'INVALID_ARGUMENT',
-        `object key "${key}" collides with another key used as its directory (or the reverse)`,
-        { cause: err },
-      );
+      return new FlowError('INVALID_ARGUMENT', `object key "${key}" collides with another key used as its directory (or the reverse)`, { cause: err });
     }
     return new FlowError('STORAGE_ERROR', `cannot write object "${key}": ${code ?? String(err)}`, { cause: err });
   }

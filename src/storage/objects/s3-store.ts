@@ -210,7 +210,12 @@ function contentRangeStart(header: string | undefined): number {
 }
 
 /** The SDK's logger interface over pino, everything at debug level (failures are reported by this module). */
-function sdkLogger(logger: Logger | undefined): { debug(...a: unknown[]): void; info(...a: unknown[]): void; warn(...a: unknown[]): void; error(...a: unknown[]): void } {
+function sdkLogger(logger: Logger | undefined): {
+  debug(...a: unknown[]): void;
+  info(...a: unknown[]): void;
+  warn(...a: unknown[]): void;
+  error(...a: unknown[]): void;
+} {
   const log = (...args: unknown[]): void => {
     if (logger?.isLevelEnabled('debug')) logger.debug({ sdk: args.map((a) => (typeof a === 'string' ? a : JSON.stringify(a))).join(' ') }, 'S3 client');
   };
@@ -239,7 +244,7 @@ function cutPieces(parts: readonly Buffer[], pieceBytes: number): Buffer[][] {
   let cur: Buffer[] = [];
   let curBytes = 0;
   for (const p of parts) {
-    for (let off = 0; off < p.length; ) {
+    for (let off = 0; off < p.length;) {
       const n = Math.min(pieceBytes - curBytes, p.length - off);
       cur.push(off === 0 && n === p.length ? p : p.subarray(off, off + n));
       curBytes += n;
@@ -341,7 +346,8 @@ export class S3ObjectStore implements ObjectStore {
     positive('retryBaseDelayMs', opts.retryBaseDelayMs, 0);
     positive('partBytes', opts.partBytes, MIN_PART_BYTES);
     positive('multipartThresholdBytes', opts.multipartThresholdBytes, MIN_PART_BYTES);
-    if (opts.multipartThresholdBytes !== undefined && opts.multipartThresholdBytes > MAX_PART_BYTES) throw bad(`multipartThresholdBytes above S3's 5 GiB PutObject limit`);
+    if (opts.multipartThresholdBytes !== undefined && opts.multipartThresholdBytes > MAX_PART_BYTES)
+      throw bad(`multipartThresholdBytes above S3's 5 GiB PutObject limit`);
     if (opts.partBytes !== undefined && opts.partBytes > MAX_PART_BYTES) throw bad(`partBytes above S3's 5 GiB part limit`);
 
     // This SDK version supports Node 20 (pinned in package.json); its warning that later ones will not would be
@@ -382,8 +388,7 @@ export class S3ObjectStore implements ObjectStore {
       client.destroy();
       const cause = isFlowError(err) ? ((err as { cause?: unknown }).cause ?? err) : err;
       const status = statusOf(cause);
-      const why =
-        status === 404 ? 'the bucket does not exist' : status === 403 ? 'access denied (check the credentials)' : describe(cause);
+      const why = status === 404 ? 'the bucket does not exist' : status === 403 ? 'access denied (check the credentials)' : describe(cause);
       throw new FlowError('STORAGE_ERROR', `cannot reach S3 ${store.where}: ${why}`, { cause });
     }
     return store;
@@ -464,9 +469,7 @@ export class S3ObjectStore implements ObjectStore {
     // S3 allows at most 10,000 parts: a huge object gets larger parts.
     const pieceBytes = Math.max(this.partBytes, Math.ceil(size / MAX_PARTS));
     const pieces = cutPieces(parts, pieceBytes);
-    const created = await this.run('multipart', key, () =>
-      this.client.send(new CreateMultipartUploadCommand({ Bucket: this.opts.bucket, Key: k })),
-    );
+    const created = await this.run('multipart', key, () => this.client.send(new CreateMultipartUploadCommand({ Bucket: this.opts.bucket, Key: k })));
     const uploadId = created.UploadId;
     if (uploadId === undefined) {
       this.ops.multipart.errors++;
@@ -522,10 +525,12 @@ export class S3ObjectStore implements ObjectStore {
       );
     } catch (err) {
       // Parts of an upload never completed are kept (and billed) until aborted.
-      await this.run('multipart', key, () =>
-        this.client.send(new AbortMultipartUploadCommand({ Bucket: this.opts.bucket, Key: k, UploadId: uploadId })),
-      ).catch((abortErr: unknown) =>
-        this.opts.logger?.warn({ err: describe(abortErr), key, uploadId }, 'S3 multipart upload could not be aborted; a lifecycle rule for incomplete uploads cleans it up'),
+      await this.run('multipart', key, () => this.client.send(new AbortMultipartUploadCommand({ Bucket: this.opts.bucket, Key: k, UploadId: uploadId }))).catch(
+        (abortErr: unknown) =>
+          this.opts.logger?.warn(
+            { err: describe(abortErr), key, uploadId },
+            'S3 multipart upload could not be aborted; a lifecycle rule for incomplete uploads cleans it up',
+          ),
       );
       throw err;
     }
@@ -577,9 +582,7 @@ export class S3ObjectStore implements ObjectStore {
     let token: string | undefined;
     do {
       const page = await this.run('list', prefix, () =>
-        this.client.send(
-          new ListObjectsV2Command({ Bucket: this.opts.bucket, Prefix: this.base + prefix, ContinuationToken: token, MaxKeys: this.pageSize }),
-        ),
+        this.client.send(new ListObjectsV2Command({ Bucket: this.opts.bucket, Prefix: this.base + prefix, ContinuationToken: token, MaxKeys: this.pageSize })),
       );
       for (const o of page.Contents ?? []) {
         if (o.Key === undefined || !o.Key.startsWith(this.base)) continue;

@@ -246,14 +246,19 @@ export class PostgresQueueStore extends BatchedQueueStore {
           break;
         case 'open':
           barrier();
-          steps.push({ text: OPEN, values: [op.q], done: (rows) => void (c.result = { count: rows[0].count as unknown, bytes: rows[0].bytes as unknown, maxId: rows[0].max_id as unknown }) });
+          steps.push({
+            text: OPEN,
+            values: [op.q],
+            done: (rows) => void (c.result = { count: rows[0].count as unknown, bytes: rows[0].bytes as unknown, maxId: rows[0].max_id as unknown }),
+          });
           break;
         case 'read':
           barrier();
           steps.push({
             text: READ,
             values: [op.q, op.from, op.limit],
-            done: (rows) => void (c.result = rows.map((r): StoredQueueMessage => ({ id: r.id as number, deliveries: r.deliveries as number, data: r.data as Buffer }))),
+            done: (rows) =>
+              void (c.result = rows.map((r): StoredQueueMessage => ({ id: r.id as number, deliveries: r.deliveries as number, data: r.data as Buffer }))),
           });
           break;
         case 'purge':
@@ -286,7 +291,8 @@ export class PostgresQueueStore extends BatchedQueueStore {
       for (const c of group) c.resolve(c.result);
     } catch (err) {
       this.stats.failedGroups++;
-      const e = err instanceof FlowError ? err : new FlowError('STORAGE_ERROR', `queue store: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
+      const e =
+        err instanceof FlowError ? err : new FlowError('STORAGE_ERROR', `queue store: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
       if (e.code === 'FENCED') {
         this.stats.fenced++;
         // Only the fenced queue's calls fail: the transaction changed nothing, the others' run again without them.

@@ -26,11 +26,7 @@ export interface ReadResult {
   ranges: number[];
 }
 
-export type OpResult =
-  | null
-  | number
-  | { count: number; bytes: number; maxId: number }
-  | ReadResult;
+export type OpResult = null | number | { count: number; bytes: number; maxId: number } | ReadResult;
 
 export type WorkerReply =
   /**

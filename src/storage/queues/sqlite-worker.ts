@@ -78,7 +78,12 @@ try {
   db.pragma('busy_timeout = 5000');
   migrate(db, queueMigrations);
 } catch (err) {
-  port.postMessage({ seq: -1, ok: false, code: errorCode(err), message: `cannot open queue store ${file}: ${err instanceof Error ? err.message : String(err)}` } satisfies WorkerReply);
+  port.postMessage({
+    seq: -1,
+    ok: false,
+    code: errorCode(err),
+    message: `cannot open queue store ${file}: ${err instanceof Error ? err.message : String(err)}`,
+  } satisfies WorkerReply);
   process.exit(1);
 }
 

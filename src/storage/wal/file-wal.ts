@@ -547,7 +547,6 @@ export class FileWal implements WriteAheadLog {
     }
   }
 
-
   private ensureRecovered(): Promise<void> {
     if (this.recovered) return Promise.resolve();
     // Appends before replay still need the torn tail cut off first, or their frames would follow it.

@@ -58,11 +58,9 @@ export class KeyFences {
       this.fences.delete(entry.key);
       return null;
     }
-    return new FlowError(
-      f.cause.code,
-      `WAL: ${entry.key} resumes only at offset ${f.at} or below after a failed write (got ${entry.baseOffset})`,
-      { cause: f.cause },
-    );
+    return new FlowError(f.cause.code, `WAL: ${entry.key} resumes only at offset ${f.at} or below after a failed write (got ${entry.baseOffset})`, {
+      cause: f.cause,
+    });
   }
 
   /** Forgets a key (nothing will be appended to it again). */

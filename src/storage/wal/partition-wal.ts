@@ -62,17 +62,7 @@ import { DIRECT_BLOCK } from '../direct-io.js';
 import { errnoCode, shortWrite } from '../fs-util.js';
 import { appendRefusal, fenceProblem, frameCrc, FRAME_HEADER } from './frame.js';
 import type { FileLayout, SegmentFileSource, WalEntry, WriteAheadLog } from './types.js';
-import {
-  MAX_BODY,
-  MAX_KEY_BYTES,
-  keyDirName,
-  newGroup,
-  readRange,
-  recoverKey,
-  TRAILER,
-  type KeyLog,
-  type PartitionWalOptions,
-} from './partition-file.js';
+import { MAX_BODY, MAX_KEY_BYTES, keyDirName, newGroup, readRange, recoverKey, TRAILER, type KeyLog, type PartitionWalOptions } from './partition-file.js';
 import { PartitionWalState, closeFile, dropSpare, flushLoop } from './partition-write.js';
 
 export type { PartitionWalOptions };
@@ -155,7 +145,6 @@ export class PartitionWal extends PartitionWalState implements WriteAheadLog, Se
     kl.flushing ??= flushLoop(this, kl);
     return g.promise;
   }
-
 
   async replay(fn: (entry: WalEntry) => void): Promise<void> {
     if (this.closed) throw new FlowError('CLOSED', 'WAL is closed');

@@ -27,13 +27,7 @@
  */
 import { FlowError, LatencyHistogram } from '../../core/index.js';
 import type pg from 'pg';
-import {
-  connectPool,
-  migratePostgres,
-  pgError,
-  type PgPool,
-  type PostgresOptions,
-} from '../postgres-util.js';
+import { connectPool, migratePostgres, pgError, type PgPool, type PostgresOptions } from '../postgres-util.js';
 import { appendRefusal, KeyFences } from './frame.js';
 import { walMigrations } from './postgres-migrations.js';
 import type { WalEntry, WriteAheadLog } from './types.js';
@@ -137,10 +131,7 @@ export class PostgresWal implements WriteAheadLog {
     try {
       await migratePostgres(db, walMigrations, 'flowmq_wal_schema_migrations', 'WAL');
       const wal = new PostgresWal(db, opts);
-      const r = await db.query<{ key: string; bytes: number }>(
-        'WAL open',
-        'SELECT key, sum(bytes)::bigint AS bytes FROM wal_entries GROUP BY key',
-      );
+      const r = await db.query<{ key: string; bytes: number }>('WAL open', 'SELECT key, sum(bytes)::bigint AS bytes FROM wal_entries GROUP BY key');
       for (const row of r.rows) wal.addBytes(row.key, row.bytes);
       return wal;
     } catch (err) {
@@ -186,8 +177,11 @@ export class PostgresWal implements WriteAheadLog {
     // Waits for a group holding the key's lock; groups after it see the raised epoch.
     const r = await this.db.query<{ epoch: number }>(
       'WAL fence',
-      { name: 'fmwal_fence', text: `INSERT INTO wal_epochs AS w (key, epoch) VALUES ($1, $2)
-        ON CONFLICT (key) DO UPDATE SET epoch = GREATEST(w.epoch, excluded.epoch) RETURNING w.epoch` },
+      {
+        name: 'fmwal_fence',
+        text: `INSERT INTO wal_epochs AS w (key, epoch) VALUES ($1, $2)
+        ON CONFLICT (key) DO UPDATE SET epoch = GREATEST(w.epoch, excluded.epoch) RETURNING w.epoch`,
+      },
       [key, epoch],
     );
     const e = r.rows[0].epoch;
@@ -286,43 +280,44 @@ export class PostgresWal implements WriteAheadLog {
         for (const { entry: e } of live) values.push(e.key, e.baseOffset, e.endOffset, e.epoch, e.data.length, e.data);
         const r = await this.db.query<{ out_key: string; out_epoch: number }>('WAL append', { text: groupText(live.length), values });
         split(new Map(r.rows.map((x) => [x.out_key, x.out_epoch])));
-      } else await this.db.transaction('WAL append', async (c: pg.PoolClient) => {
-        this.db.stats.queries++;
-        const keys = [...maxEpoch.keys()];
-        const locked = await c.query<{ out_key: string; out_epoch: number }>({
-          name: 'fmwal_lock',
-          text: 'SELECT out_key, out_epoch FROM flowmq_wal_lock($1::text[], $2::bigint[])',
-          values: [keys, keys.map((k) => maxEpoch.get(k))],
-        });
-        split(new Map(locked.rows.map((x) => [x.out_key, x.out_epoch])));
-        // A key resuming after a failed group: a commit whose reply was lost may have stored entries from the
-        // failed offset on; the resumed entry replaces them.
-        for (const key of resumed) {
-          const first = accepted.find((p) => p.entry.key === key);
-          if (first === undefined) continue;
+      } else
+        await this.db.transaction('WAL append', async (c: pg.PoolClient) => {
           this.db.stats.queries++;
-          await c.query({
-            name: 'fmwal_cut',
-            text: 'DELETE FROM wal_entries WHERE key = $1 AND end_offset > $2',
-            values: [key, first.entry.baseOffset],
+          const keys = [...maxEpoch.keys()];
+          const locked = await c.query<{ out_key: string; out_epoch: number }>({
+            name: 'fmwal_lock',
+            text: 'SELECT out_key, out_epoch FROM flowmq_wal_lock($1::text[], $2::bigint[])',
+            values: [keys, keys.map((k) => maxEpoch.get(k))],
           });
-        }
-        for (let i = 0; i < accepted.length; i += ROWS_PER_INSERT) {
-          const chunk = accepted.slice(i, i + ROWS_PER_INSERT);
-          const values: unknown[] = [];
-          for (const { entry: e } of chunk) values.push(e.key, e.baseOffset, e.endOffset, e.epoch, e.data.length, e.data);
-          this.db.stats.queries++;
-          await c.query({ text: insertText(chunk.length), values });
-        }
-        if (resumed.length > 0) {
-          this.db.stats.queries++;
-          const r = await c.query<{ key: string; bytes: number }>(
-            'SELECT key, COALESCE(sum(bytes), 0)::bigint AS bytes FROM wal_entries WHERE key = ANY($1::text[]) GROUP BY key',
-            [resumed],
-          );
-          resumedBytes = resumed.map((key) => ({ key, bytes: r.rows.find((x) => x.key === key)?.bytes ?? 0 }));
-        }
-      });
+          split(new Map(locked.rows.map((x) => [x.out_key, x.out_epoch])));
+          // A key resuming after a failed group: a commit whose reply was lost may have stored entries from the
+          // failed offset on; the resumed entry replaces them.
+          for (const key of resumed) {
+            const first = accepted.find((p) => p.entry.key === key);
+            if (first === undefined) continue;
+            this.db.stats.queries++;
+            await c.query({
+              name: 'fmwal_cut',
+              text: 'DELETE FROM wal_entries WHERE key = $1 AND end_offset > $2',
+              values: [key, first.entry.baseOffset],
+            });
+          }
+          for (let i = 0; i < accepted.length; i += ROWS_PER_INSERT) {
+            const chunk = accepted.slice(i, i + ROWS_PER_INSERT);
+            const values: unknown[] = [];
+            for (const { entry: e } of chunk) values.push(e.key, e.baseOffset, e.endOffset, e.epoch, e.data.length, e.data);
+            this.db.stats.queries++;
+            await c.query({ text: insertText(chunk.length), values });
+          }
+          if (resumed.length > 0) {
+            this.db.stats.queries++;
+            const r = await c.query<{ key: string; bytes: number }>(
+              'SELECT key, COALESCE(sum(bytes), 0)::bigint AS bytes FROM wal_entries WHERE key = ANY($1::text[]) GROUP BY key',
+              [resumed],
+            );
+            resumedBytes = resumed.map((key) => ({ key, bytes: r.rows.find((x) => x.key === key)?.bytes ?? 0 }));
+          }
+        });
     } catch (err) {
       this.failedGroups++;
       const e = err instanceof FlowError ? err : pgError('WAL append', err, this.db.endpoint);

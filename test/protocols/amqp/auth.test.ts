@@ -45,11 +45,21 @@ before(async () => {
     resources: ['queue:alice-*', 'exchange:amq.topic', 'topic:alice/#'],
     principals: ['user:alice'],
   });
-  await d.putPolicy({ name: 'everyone-open', effect: 'allow', actions: ['*'], resources: ['queue:open-*'], principals: ['user:ten', 'user:tiny', 'user:slow', 'user:thin'] });
+  await d.putPolicy({
+    name: 'everyone-open',
+    effect: 'allow',
+    actions: ['*'],
+    resources: ['queue:open-*'],
+    principals: ['user:ten', 'user:tiny', 'user:slow', 'user:thin'],
+  });
   const storage = new MemoryStreams();
   engine = new Engine(storage, storage);
   await engine.load();
-  const adapter = new AmqpAdapter({ engine, logger: pino({ level: 'silent' }), brokerId: 1 }, resolveAmqpOptions({ heartbeatSec: 0, memoryHighWatermark: 0 }), control.access);
+  const adapter = new AmqpAdapter(
+    { engine, logger: pino({ level: 'silent' }), brokerId: 1 },
+    resolveAmqpOptions({ heartbeatSec: 0, memoryHighWatermark: 0 }),
+    control.access,
+  );
   listener = await startAmqpListener(adapter, { host: '127.0.0.1', port: 0 });
   port = listener.address().port;
 });
@@ -122,7 +132,10 @@ describe('AMQP logins through the control plane', { timeout: 30_000 }, () => {
   });
 
   it('refuses anonymous logins when anonymous AMQP is off', async () => {
-    await assert.rejects(amqp.connect(`amqp://127.0.0.1:${port}?heartbeat=0`, { credentials: { mechanism: 'PLAIN', response: () => Buffer.from('\0\0') } }), /ACCESS_REFUSED/);
+    await assert.rejects(
+      amqp.connect(`amqp://127.0.0.1:${port}?heartbeat=0`, { credentials: { mechanism: 'PLAIN', response: () => Buffer.from('\0\0') } }),
+      /ACCESS_REFUSED/,
+    );
   });
 
   it('lets a right password in and registers the client with its user, namespace and connection_name', async () => {
@@ -140,8 +153,14 @@ describe('AMQP virtual host = namespace', { timeout: 30_000 }, () => {
     await (await amqp.connect(url('ten', 'ten-pw', '/'))).close();
     await (await amqp.connect(url('ten', 'ten-pw', 'tenant-a'))).close();
     await assert.rejects(amqp.connect(url('ten', 'ten-pw', 'default')), /ConnectionClose/);
-    assert.deepEqual(await openRefusal('ten', 'ten-pw', 'default'), { replyCode: 530, replyText: "NOT_ALLOWED - access to vhost 'default' refused for user 'ten'" });
-    assert.deepEqual(await openRefusal('alice', 'alice-pw', 'tenant-a'), { replyCode: 530, replyText: "NOT_ALLOWED - access to vhost 'tenant-a' refused for user 'alice'" });
+    assert.deepEqual(await openRefusal('ten', 'ten-pw', 'default'), {
+      replyCode: 530,
+      replyText: "NOT_ALLOWED - access to vhost 'default' refused for user 'ten'",
+    });
+    assert.deepEqual(await openRefusal('alice', 'alice-pw', 'tenant-a'), {
+      replyCode: 530,
+      replyText: "NOT_ALLOWED - access to vhost 'tenant-a' refused for user 'alice'",
+    });
     assert.equal(await openRefusal('alice', 'alice-pw', 'default'), null);
   });
 });
@@ -192,12 +211,18 @@ describe('AMQP authorization', { timeout: 30_000 }, () => {
     const ch = await channel(alice);
     ch.publish('amq.topic', 'secret.plans', Buffer.from('x'));
     const err = await ch.closedWith;
-    assert.ok(err.message.includes("ACCESS_REFUSED - access to topic 'secret.plans' in exchange 'amq.topic' in vhost '/' refused for user 'alice'"), err.message);
+    assert.ok(
+      err.message.includes("ACCESS_REFUSED - access to topic 'secret.plans' in exchange 'amq.topic' in vhost '/' refused for user 'alice'"),
+      err.message,
+    );
   });
 
   it('refuses consume and get on a queue it may not read, and declaring one it may not create', async () => {
     let ch = await channel(alice);
-    await assert.rejects(ch.consume('bob-q', () => undefined), /403/);
+    await assert.rejects(
+      ch.consume('bob-q', () => undefined),
+      /403/,
+    );
     assert.ok((await ch.closedWith).message.includes(REFUSED("queue 'bob-q'")));
     ch = await channel(alice);
     await assert.rejects(ch.get('bob-q'), is403);
@@ -234,11 +259,17 @@ describe('AMQP authorization', { timeout: 30_000 }, () => {
     await ch.assertQueue('alice-live');
     ch.sendToQueue('alice-live', Buffer.from('before'));
     await ch.checkQueue('alice-live'); // a round trip: the publish before it was taken
-    await control.directory.putPolicy({ name: 'no-live-publish', effect: 'deny', actions: ['publish'], resources: ['queue:alice-live'], principals: ['user:alice'] });
+    await control.directory.putPolicy({
+      name: 'no-live-publish',
+      effect: 'deny',
+      actions: ['publish'],
+      resources: ['queue:alice-live'],
+      principals: ['user:alice'],
+    });
     ch.sendToQueue('alice-live', Buffer.from('after'));
     const err = await ch.closedWith;
     assert.ok(err.message.includes(REFUSED("queue 'alice-live'")), err.message);
-    assert.equal((await admin.checkQueue('alice-live')).messageCount, 1, "only the publish before the policy reached the queue");
+    assert.equal((await admin.checkQueue('alice-live')).messageCount, 1, 'only the publish before the policy reached the queue');
     await control.directory.deletePolicy('no-live-publish');
   });
 
@@ -256,7 +287,13 @@ describe('AMQP authorization', { timeout: 30_000 }, () => {
     });
     admin.sendToQueue('alice-sub', Buffer.from('m1'));
     await firstSeen;
-    await control.directory.putPolicy({ name: 'no-live-sub', effect: 'deny', actions: ['subscribe'], resources: ['queue:alice-sub'], principals: ['user:alice'] });
+    await control.directory.putPolicy({
+      name: 'no-live-sub',
+      effect: 'deny',
+      actions: ['subscribe'],
+      resources: ['queue:alice-sub'],
+      principals: ['user:alice'],
+    });
     admin.sendToQueue('alice-sub', Buffer.from('m2'));
     const err = await ch.closedWith;
     assert.ok(err.message.includes(REFUSED("queue 'alice-sub'")), err.message);

@@ -41,7 +41,10 @@ class MiniServer {
   readonly published: Published[] = [];
   private waiters: Array<() => void> = [];
 
-  constructor(private readonly deliverProps: BasicProperties, private readonly deliverBody: Buffer) {}
+  constructor(
+    private readonly deliverProps: BasicProperties,
+    private readonly deliverBody: Buffer,
+  ) {}
 
   /** Resolves once `check` holds (re-tested after every frame). */
   until(check: () => boolean): Promise<void> {
@@ -194,7 +197,10 @@ test('amqplib connects, publishes and consumes through a server built from the c
     assert.equal(startOk.clientProperties.product, 'amqplib');
     const tuneOk = mini.methods.find((m) => m.name === 'connection.tune-ok') as Method<'connection.tune-ok'>;
     assert.equal(tuneOk.frameMax, FRAME_MAX);
-    assert.deepEqual(mini.methods.find((m) => m.name === 'connection.open'), { name: 'connection.open', virtualHost: '/' });
+    assert.deepEqual(
+      mini.methods.find((m) => m.name === 'connection.open'),
+      { name: 'connection.open', virtualHost: '/' },
+    );
     const p = mini.published[0]!;
     assert.deepEqual(p.method, { name: 'basic.publish', exchange: 'amq.topic', routingKey: 'sensors.kitchen', mandatory: false, immediate: false });
     assert.equal(p.header.bodySize, body.length);
@@ -210,10 +216,7 @@ test('amqplib connects, publishes and consumes through a server built from the c
 
     // what we sent, as amqplib hands it to the application
     const msg = await new Promise<amqplib.ConsumeMessage>((resolve) => void ch.consume('q', (m) => m && resolve(m)));
-    assert.deepEqual(
-      { ...msg.fields },
-      { consumerTag: 'ctag-1', deliveryTag: 1, redelivered: true, exchange: 'amq.topic', routingKey: 'a.b.c' },
-    );
+    assert.deepEqual({ ...msg.fields }, { consumerTag: 'ctag-1', deliveryTag: 1, redelivered: true, exchange: 'amq.topic', routingKey: 'a.b.c' });
     assert.ok(msg.content.equals(body));
     const props = msg.properties;
     assert.equal(props.contentType, 'application/octet-stream');
@@ -239,16 +242,7 @@ test('amqplib connects, publishes and consumes through a server built from the c
     await conn.close();
     assert.deepEqual(
       mini.methods.map((m) => m.name),
-      [
-        'connection.start-ok',
-        'connection.tune-ok',
-        'connection.open',
-        'channel.open',
-        'basic.publish',
-        'basic.consume',
-        'channel.close',
-        'connection.close',
-      ],
+      ['connection.start-ok', 'connection.tune-ok', 'connection.open', 'channel.open', 'basic.publish', 'basic.consume', 'channel.close', 'connection.close'],
     );
   } finally {
     for (const s of sockets) s.destroy();

@@ -16,12 +16,25 @@ export interface MethodFixture {
 export const METHOD_FIXTURES: MethodFixture[] = [
   {
     channel: 0,
-    method: { name: 'connection.start', versionMajor: 0, versionMinor: 9, serverProperties: { product: 'FlowMQ', version: '0.1.0', capabilities: { publisher_confirms: true, 'basic.nack': true } }, mechanisms: 'PLAIN AMQPLAIN', locales: 'en_US' },
+    method: {
+      name: 'connection.start',
+      versionMajor: 0,
+      versionMinor: 9,
+      serverProperties: { product: 'FlowMQ', version: '0.1.0', capabilities: { publisher_confirms: true, 'basic.nack': true } },
+      mechanisms: 'PLAIN AMQPLAIN',
+      locales: 'en_US',
+    },
     hex: '0100000000007e000a000a0009000000590770726f647563745300000006466c6f774d510776657273696f6e5300000005302e312e300c6361706162696c69746965734600000022127075626c69736865725f636f6e6669726d7374010a62617369632e6e61636b74010000000e504c41494e20414d51504c41494e00000005656e5f5553ce',
   },
   {
     channel: 0,
-    method: { name: 'connection.start-ok', clientProperties: { product: 'amqplib', platform: 'Node.JS v20', capabilities: { consumer_cancel_notify: true } }, mechanism: 'PLAIN', response: Buffer.from('\0guest\0guest'), locale: 'en_US' },
+    method: {
+      name: 'connection.start-ok',
+      clientProperties: { product: 'amqplib', platform: 'Node.JS v20', capabilities: { consumer_cancel_notify: true } },
+      mechanism: 'PLAIN',
+      response: Buffer.from('\0guest\0guest'),
+      locale: 'en_US',
+    },
     hex: '0100000000007c000a000b000000580770726f647563745300000007616d71706c696208706c6174666f726d530000000b4e6f64652e4a53207632300c6361706162696c6974696573460000001916636f6e73756d65725f63616e63656c5f6e6f74696679740105504c41494e0000000c00677565737400677565737405656e5f5553ce',
   },
   {
@@ -56,7 +69,13 @@ export const METHOD_FIXTURES: MethodFixture[] = [
   },
   {
     channel: 0,
-    method: { name: 'connection.close', replyCode: 320, replyText: "CONNECTION_FORCED - broker forced connection closure with reason 'shutdown'", classId: 0, methodId: 0 },
+    method: {
+      name: 'connection.close',
+      replyCode: 320,
+      replyText: "CONNECTION_FORCED - broker forced connection closure with reason 'shutdown'",
+      classId: 0,
+      methodId: 0,
+    },
     hex: '01000000000056000a003201404b434f4e4e454354494f4e5f464f52434544202d2062726f6b657220666f7263656420636f6e6e656374696f6e20636c6f73757265207769746820726561736f6e202773687574646f776e2700000000ce',
   },
   {
@@ -116,7 +135,17 @@ export const METHOD_FIXTURES: MethodFixture[] = [
   },
   {
     channel: 1,
-    method: { name: 'exchange.declare', exchange: 'logs', type: 'topic', passive: false, durable: true, autoDelete: false, internal: true, noWait: false, arguments: { 'alternate-exchange': 'unrouted' } },
+    method: {
+      name: 'exchange.declare',
+      exchange: 'logs',
+      type: 'topic',
+      passive: false,
+      durable: true,
+      autoDelete: false,
+      internal: true,
+      noWait: false,
+      arguments: { 'alternate-exchange': 'unrouted' },
+    },
     hex: '010001000000360028000a0000046c6f677305746f7069630a0000002012616c7465726e6174652d65786368616e67655300000008756e726f75746564ce',
   },
   {
@@ -156,7 +185,16 @@ export const METHOD_FIXTURES: MethodFixture[] = [
   },
   {
     channel: 1,
-    method: { name: 'queue.declare', queue: 'orders', passive: false, durable: true, exclusive: false, autoDelete: false, noWait: false, arguments: { 'x-message-ttl': 60000, 'x-dead-letter-exchange': 'dlx', 'x-queue-type': 'classic' } },
+    method: {
+      name: 'queue.declare',
+      queue: 'orders',
+      passive: false,
+      durable: true,
+      exclusive: false,
+      autoDelete: false,
+      noWait: false,
+      arguments: { 'x-message-ttl': 60000, 'x-dead-letter-exchange': 'dlx', 'x-queue-type': 'classic' },
+    },
     hex: '0100010000005d0032000a0000066f7264657273020000004b0d782d6d6573736167652d74746c490000ea6016782d646561642d6c65747465722d65786368616e67655300000003646c780c782d71756575652d747970655300000007636c6173736963ce',
   },
   {
@@ -216,7 +254,16 @@ export const METHOD_FIXTURES: MethodFixture[] = [
   },
   {
     channel: 1,
-    method: { name: 'basic.consume', queue: 'orders', consumerTag: '', noLocal: false, noAck: false, exclusive: true, noWait: false, arguments: { 'x-priority': 5 } },
+    method: {
+      name: 'basic.consume',
+      queue: 'orders',
+      consumerTag: '',
+      noLocal: false,
+      noAck: false,
+      exclusive: true,
+      noWait: false,
+      arguments: { 'x-priority': 5 },
+    },
     hex: '01000100000023003c00140000066f72646572730004000000100a782d7072696f726974794900000005ce',
   },
   {
@@ -359,6 +406,5 @@ export const FULL_PROPERTIES_FIXTURE = {
     appId: 'app',
     clusterId: 'cl',
   },
-  hex:
-    '0200050000005b003c000000000000000004d2fffc0a746578742f706c61696e04677a6970000000130161530000000162016e46000000040178740102050263310172053630303030016d000000006553f10001740567756573740361707002636cce',
+  hex: '0200050000005b003c000000000000000004d2fffc0a746578742f706c61696e04677a6970000000130161530000000162016e46000000040178740102050263310172053630303030016d000000006553f10001740567756573740361707002636cce',
 };

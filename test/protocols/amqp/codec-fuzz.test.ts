@@ -329,9 +329,7 @@ describe('AMQP codec fuzz: hostile bytes', () => {
       const count = 1 + int(r, 6);
       for (let k = 0; k < count; k++) {
         frames.push(
-          r() < 0.5
-            ? encodeMethodFrame(int(r, 4), randomMethod(r))
-            : encodeContent(1 + int(r, 3), 60, randomProperties(r), bytes(r, int(r, 600)), 0),
+          r() < 0.5 ? encodeMethodFrame(int(r, 4), randomMethod(r)) : encodeContent(1 + int(r, 3), 60, randomProperties(r), bytes(r, int(r, 600)), 0),
         );
       }
       const valid = Buffer.concat(frames);
@@ -341,7 +339,7 @@ describe('AMQP codec fuzz: hostile bytes', () => {
       const reader = new FrameReader({ frameMax: r() < 0.5 ? 0 : 4096 + int(r, 4096), borrowed });
       const got: Array<AmqpFrame | ProtocolHeaderFrame> = [];
       onlyCodecErrors(() => {
-        for (let at = 0; at < stream.length; ) {
+        for (let at = 0; at < stream.length;) {
           const n = 1 + int(r, 300);
           if (borrowed) {
             shared.fill(0xee);
@@ -461,7 +459,11 @@ describe('AMQP codec fuzz: round trips', () => {
       assert.ok(Buffer.concat(bodyFrames.map((f) => f.payload)).equals(body), `seed ${seed} #${i}`);
       // and the content alone is the same bytes as the tail of the combined encoding
       assert.ok(encodeContent(channel, 60, props, body, frameMax).equals(all.subarray(all.length - (all.length - 8 - frames[0]!.payload.length))));
-      assert.ok(encodeFrame(2, channel, frames[1]!.payload).equals(all.subarray(8 + frames[0]!.payload.length, 16 + frames[0]!.payload.length + frames[1]!.payload.length)));
+      assert.ok(
+        encodeFrame(2, channel, frames[1]!.payload).equals(
+          all.subarray(8 + frames[0]!.payload.length, 16 + frames[0]!.payload.length + frames[1]!.payload.length),
+        ),
+      );
     }
   });
 });

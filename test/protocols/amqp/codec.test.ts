@@ -234,7 +234,11 @@ describe('AMQP codec: methods', () => {
   });
 
   test('encoding refuses values that do not fit their wire type with an AmqpCodecError', () => {
-    codecError(() => encodeMethodFrame(1, { name: 'basic.publish', exchange: 'x'.repeat(256), routingKey: '', mandatory: false, immediate: false }), 502, /255/);
+    codecError(
+      () => encodeMethodFrame(1, { name: 'basic.publish', exchange: 'x'.repeat(256), routingKey: '', mandatory: false, immediate: false }),
+      502,
+      /255/,
+    );
     codecError(() => encodeMethodFrame(1, { name: 'basic.qos', prefetchSize: 0, prefetchCount: 65536, global: false }), 502, /prefetchCount/);
     codecError(() => encodeMethodFrame(1, { name: 'basic.ack', deliveryTag: -1, multiple: false }), 502, /deliveryTag/);
     codecError(() => encodeMethodFrame(1, { name: 'basic.ack', deliveryTag: 1.5, multiple: false }), 502);
@@ -578,7 +582,11 @@ describe('AMQP codec: content', () => {
     const body = Buffer.from('hello world');
     const one = encodeMessageFrames(9, method, props, body, 64);
     assert.ok(one.equals(Buffer.concat([encodeMethodFrame(9, method), encodeContent(9, 60, props, body, 64)])));
-    assert.ok(encodeMessageFrames(9, method, props, Buffer.alloc(1000), 64).equals(Buffer.concat([encodeMethodFrame(9, method), encodeContent(9, 60, props, Buffer.alloc(1000), 64)])));
+    assert.ok(
+      encodeMessageFrames(9, method, props, Buffer.alloc(1000), 64).equals(
+        Buffer.concat([encodeMethodFrame(9, method), encodeContent(9, 60, props, Buffer.alloc(1000), 64)]),
+      ),
+    );
     codecError(() => encodeMessageFrames(9, { ...method, routingKey: 'k'.repeat(200) }, {}, body, 100), 502, /exceeds frame-max/);
   });
 });
@@ -639,7 +647,7 @@ describe('AMQP codec: FrameReader', () => {
     for (let round = 0; round < 50; round++) {
       const r = new FrameReader({ frameMax: 4096 });
       const frames: Array<AmqpFrame | ProtocolHeaderFrame> = [];
-      for (let at = 0; at < stream.length; ) {
+      for (let at = 0; at < stream.length;) {
         seed = (seed * 1103515245 + 12345) & 0x7fffffff;
         const n = 1 + (seed % 97);
         r.push(Buffer.from(stream.subarray(at, at + n)));

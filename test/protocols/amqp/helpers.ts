@@ -60,7 +60,18 @@ export function plain(v: unknown): unknown {
 export function toAmqplib(v: FieldValue): unknown {
   if (typeof v === 'number') return Number.isInteger(v) && v >= -0x80000000 && v <= 0x7fffffff ? { '!': 'int', value: v } : { '!': 'double', value: v };
   if (v instanceof Typed) {
-    const names: Record<string, string> = { b: 'byte', B: 'unsignedbyte', s: 'short', u: 'unsignedshort', I: 'int', i: 'unsignedint', l: 'long', f: 'float', d: 'double', T: 'timestamp' };
+    const names: Record<string, string> = {
+      b: 'byte',
+      B: 'unsignedbyte',
+      s: 'short',
+      u: 'unsignedshort',
+      I: 'int',
+      i: 'unsignedint',
+      l: 'long',
+      f: 'float',
+      d: 'double',
+      T: 'timestamp',
+    };
     if (v.type === 'D') {
       const d = v.value as { scale: number; value: number };
       return { '!': 'decimal', value: { places: d.scale, digits: d.value } };

@@ -157,7 +157,7 @@ async function setup(options: AmqpOptions) {
     /** The reply code of the connection.close the broker sent, or null. */
     const closeCode = (): number | null => {
       const all = Buffer.concat(sent);
-      for (let at = 0; at + 8 <= all.length; ) {
+      for (let at = 0; at + 8 <= all.length;) {
         const size = all.readUInt32BE(at + 3);
         if (all[at] === 1 && all.readUInt16BE(at + 1) === 0 && all.readUInt32BE(at + 7) === (10 << 16) + 50) return all.readUInt16BE(at + 11);
         at += size + 8;

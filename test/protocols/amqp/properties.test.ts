@@ -21,16 +21,22 @@ describe('amqp properties', () => {
     const byKey = Object.fromEntries(msg.headers.map((h) => [h.key, h.value?.toString('latin1')]));
     assert.deepEqual(byKey, { s: 'text', n: '-3', l: String(2 ** 40), t: 'true', x: '\x01\x02', nested: '{"a":1}' });
     const back = propertiesOf({ ...msg, exchange: 'x' }, 1_000_200);
-    assert.ok(back.rawHeaders?.equals(raw), 'the publisher\'s bytes go back unchanged');
+    assert.ok(back.rawHeaders?.equals(raw), "the publisher's bytes go back unchanged");
   });
 
   it('a message from another protocol gets a headers table of strings (bytes when not UTF-8)', () => {
-    const msg = makeMessage('a/b', Buffer.from('p'), { headers: [{ key: 'k', value: Buffer.from('v') }, { key: 'bin', value: Buffer.from([0xff, 0xfe]) }, { key: 'nil', value: null }] });
+    const msg = makeMessage('a/b', Buffer.from('p'), {
+      headers: [
+        { key: 'k', value: Buffer.from('v') },
+        { key: 'bin', value: Buffer.from([0xff, 0xfe]) },
+        { key: 'nil', value: null },
+      ],
+    });
     const p = propertiesOf(msg, Date.now());
     assert.deepEqual(p.headers, { k: 'v', bin: Buffer.from([0xff, 0xfe]), nil: null });
   });
 
-  it('timestamp: the publisher\'s kept exactly, none added when it sent none', () => {
+  it("timestamp: the publisher's kept exactly, none added when it sent none", () => {
     const withTs = messageOfPublish({ ...base, props: { timestamp: 1_700_000_000 } }, 1_800_000_000_123);
     assert.equal(withTs.timestamp, 1_700_000_000_000);
     assert.equal(propertiesOf({ ...withTs, exchange: 'x' }, 0).timestamp, 1_700_000_000);
@@ -52,13 +58,29 @@ describe('amqp properties', () => {
     assert.equal(m.expiresAt, 5_000_500 + 60_000);
     assert.equal(propertiesOf({ ...m, exchange: 'x' }, 5_030_000).expiration, '60000');
     for (const bad of ['-1', 'abc', '1.5', '']) {
-      assert.throws(() => messageOfPublish({ ...base, props: { expiration: bad } }, 0), (e: unknown) => e instanceof AmqpError && e.code === 406);
+      assert.throws(
+        () => messageOfPublish({ ...base, props: { expiration: bad } }, 0),
+        (e: unknown) => e instanceof AmqpError && e.code === 406,
+      );
     }
   });
 
   it('delivery-mode, reply-to (separators swapped), correlation-id and the rest', () => {
     const m = messageOfPublish(
-      { ...base, props: { deliveryMode: 2, replyTo: 'replies.client-1', correlationId: 'c-7', contentType: 'text/plain', priority: 3, messageId: 'id', type: 't', appId: 'a', userId: 'u' } },
+      {
+        ...base,
+        props: {
+          deliveryMode: 2,
+          replyTo: 'replies.client-1',
+          correlationId: 'c-7',
+          contentType: 'text/plain',
+          priority: 3,
+          messageId: 'id',
+          type: 't',
+          appId: 'a',
+          userId: 'u',
+        },
+      },
       1,
     );
     assert.equal(m.persistent, true);
@@ -67,18 +89,41 @@ describe('amqp properties', () => {
     assert.deepEqual(m.correlationData, Buffer.from('c-7'));
     const p = propertiesOf({ ...m, exchange: 'x' }, 1);
     assert.deepEqual(
-      { deliveryMode: p.deliveryMode, replyTo: p.replyTo, correlationId: p.correlationId, contentType: p.contentType, priority: p.priority, messageId: p.messageId, type: p.type, appId: p.appId, userId: p.userId },
-      { deliveryMode: 2, replyTo: 'replies.client-1', correlationId: 'c-7', contentType: 'text/plain', priority: 3, messageId: 'id', type: 't', appId: 'a', userId: 'u' },
+      {
+        deliveryMode: p.deliveryMode,
+        replyTo: p.replyTo,
+        correlationId: p.correlationId,
+        contentType: p.contentType,
+        priority: p.priority,
+        messageId: p.messageId,
+        type: p.type,
+        appId: p.appId,
+        userId: p.userId,
+      },
+      {
+        deliveryMode: 2,
+        replyTo: 'replies.client-1',
+        correlationId: 'c-7',
+        contentType: 'text/plain',
+        priority: 3,
+        messageId: 'id',
+        type: 't',
+        appId: 'a',
+        userId: 'u',
+      },
     );
     assert.equal(messageOfPublish({ ...base, props: { deliveryMode: 1 } }, 1).persistent, false);
   });
 
   it('user-id must match the authenticated user', () => {
-    assert.throws(() => messageOfPublish({ ...base, user: 'alice', props: { userId: 'bob' } }, 1), (e: unknown) => e instanceof AmqpError && e.code === 406);
+    assert.throws(
+      () => messageOfPublish({ ...base, user: 'alice', props: { userId: 'bob' } }, 1),
+      (e: unknown) => e instanceof AmqpError && e.code === 406,
+    );
     assert.equal(messageOfPublish({ ...base, user: 'alice', props: { userId: 'alice' } }, 1).userId, 'alice');
   });
 
-  it('dead-letter history becomes x-death and x-first-death-*, beside the publisher\'s headers', () => {
+  it("dead-letter history becomes x-death and x-first-death-*, beside the publisher's headers", () => {
     const m = messageOfPublish({ ...base, props: { headers: { keep: 'me' } } }, 1);
     m.exchange = 'x';
     m.deaths = [{ queue: 'q', reason: 'rejected', exchange: 'x', routingKeys: ['k'], count: 2, time: 1_700_000_000_000 }];
@@ -97,17 +142,47 @@ describe('amqp properties', () => {
 describe('amqp queue arguments', () => {
   it('reads the x-arguments the core acts on, whatever integer type the client chose', () => {
     const a = queueArguments(
-      { 'x-message-ttl': new Typed('l', 1000n), 'x-expires': 5000, 'x-max-length': new Typed('s', 10), 'x-overflow': 'reject-publish', 'x-dead-letter-exchange': 'dlx', 'x-dead-letter-routing-key': 'dead', 'x-single-active-consumer': true, 'x-queue-type': 'quorum' },
+      {
+        'x-message-ttl': new Typed('l', 1000n),
+        'x-expires': 5000,
+        'x-max-length': new Typed('s', 10),
+        'x-overflow': 'reject-publish',
+        'x-dead-letter-exchange': 'dlx',
+        'x-dead-letter-routing-key': 'dead',
+        'x-single-active-consumer': true,
+        'x-queue-type': 'quorum',
+      },
       'q',
       true,
       false,
     );
-    assert.deepEqual(a, { messageTtlMs: 1000, expiresMs: 5000, maxLength: 10, overflow: 'reject-publish', deadLetterExchange: 'dlx', deadLetterRoutingKey: 'dead', singleActiveConsumer: true });
+    assert.deepEqual(a, {
+      messageTtlMs: 1000,
+      expiresMs: 5000,
+      maxLength: 10,
+      overflow: 'reject-publish',
+      deadLetterExchange: 'dlx',
+      deadLetterRoutingKey: 'dead',
+      singleActiveConsumer: true,
+    });
   });
 
   it('refuses bad values with 406', () => {
-    const bad = [{ 'x-message-ttl': -1 }, { 'x-expires': 0 }, { 'x-overflow': 'drop-tail' }, { 'x-max-length': 'ten' }, { 'x-queue-type': 'quorum' }, { 'x-queue-type': 'lazy' }, { 'x-dead-letter-routing-key': 'k' }];
-    for (const t of bad) assert.throws(() => queueArguments(t, 'q', false, false), (e: unknown) => e instanceof AmqpError && e.code === 406, JSON.stringify(t));
+    const bad = [
+      { 'x-message-ttl': -1 },
+      { 'x-expires': 0 },
+      { 'x-overflow': 'drop-tail' },
+      { 'x-max-length': 'ten' },
+      { 'x-queue-type': 'quorum' },
+      { 'x-queue-type': 'lazy' },
+      { 'x-dead-letter-routing-key': 'k' },
+    ];
+    for (const t of bad)
+      assert.throws(
+        () => queueArguments(t, 'q', false, false),
+        (e: unknown) => e instanceof AmqpError && e.code === 406,
+        JSON.stringify(t),
+      );
   });
 });
 

@@ -39,7 +39,12 @@ import type { ProtocolListener } from '../../../src/protocols/types.js';
 import { MemoryStreams } from '../../helpers/memory-storage.js';
 import { RawClient, captureLogger, metadataRequest as md } from './helpers.js';
 
-const produce = (topic: string, records: Buffer): ProduceRequest => ({ transactionalId: null, acks: -1, timeoutMs: 5000, topics: [{ name: topic, partitions: [{ index: 0, records }] }] });
+const produce = (topic: string, records: Buffer): ProduceRequest => ({
+  transactionalId: null,
+  acks: -1,
+  timeoutMs: 5000,
+  topics: [{ name: topic, partitions: [{ index: 0, records }] }],
+});
 const fetchReq = (topic: string): FetchRequest => ({
   replicaId: -1,
   maxWaitMs: 0,
@@ -48,7 +53,9 @@ const fetchReq = (topic: string): FetchRequest => ({
   isolationLevel: 0,
   sessionId: 0,
   sessionEpoch: -1,
-  topics: [{ topic, partitions: [{ partition: 0, currentLeaderEpoch: -1, fetchOffset: 0, lastFetchedEpoch: -1, logStartOffset: -1, partitionMaxBytes: 1 << 20 }] }],
+  topics: [
+    { topic, partitions: [{ partition: 0, currentLeaderEpoch: -1, fetchOffset: 0, lastFetchedEpoch: -1, logStartOffset: -1, partitionMaxBytes: 1 << 20 }] },
+  ],
   forgottenTopics: [],
   rackId: '',
   clusterId: null,
@@ -103,16 +110,25 @@ describe('kafka access control', () => {
     const c = await RawClient.connect(listener.address().port);
     try {
       assert.deepEqual((await c.call(MetadataApi, 9, md(null))).topics.map((t) => t.name).sort(), ['hidden', 'pub.a', 'pub.b']);
-      await directory.putPolicy({ name: 'read-pub', effect: 'allow', actions: ['describe', 'subscribe'], resources: ['stream:pub.*'], principals: ['everyone'] });
+      await directory.putPolicy({
+        name: 'read-pub',
+        effect: 'allow',
+        actions: ['describe', 'subscribe'],
+        resources: ['stream:pub.*'],
+        principals: ['everyone'],
+      });
       // The same connection, the next request: filtered, and an explicit request for a hidden topic is refused.
       assert.deepEqual((await c.call(MetadataApi, 9, md(null))).topics.map((t) => t.name).sort(), ['pub.a', 'pub.b']);
       const m = await c.call(MetadataApi, 9, md(['hidden', 'pub.a', 'pub.new']));
-      assert.deepEqual(m.topics.map((t) => [t.name, t.errorCode]), [
-        ['hidden', E.TOPIC_AUTHORIZATION_FAILED],
-        ['pub.a', E.NONE],
-        // Would be auto-created, but the client may not create topics.
-        ['pub.new', E.TOPIC_AUTHORIZATION_FAILED],
-      ]);
+      assert.deepEqual(
+        m.topics.map((t) => [t.name, t.errorCode]),
+        [
+          ['hidden', E.TOPIC_AUTHORIZATION_FAILED],
+          ['pub.a', E.NONE],
+          // Would be auto-created, but the client may not create topics.
+          ['pub.new', E.TOPIC_AUTHORIZATION_FAILED],
+        ],
+      );
       assert.equal(engine.getStream('pub.new'), undefined);
       const p = await c.call(ProduceApi, 7, produce('pub.a', batch(1)));
       assert.equal(p.topics[0].partitions[0].errorCode, E.TOPIC_AUTHORIZATION_FAILED);
@@ -135,7 +151,15 @@ describe('kafka access control', () => {
       assert.equal(j.errorCode, E.GROUP_AUTHORIZATION_FAILED);
       const dg = await c.call(DescribeGroupsApi, 5, { groups: ['g'], includeAuthorizedOperations: false });
       assert.equal(dg.groups[0].errorCode, E.GROUP_AUTHORIZATION_FAILED);
-      const acls = await c.call(DescribeAclsApi, 1, { resourceTypeFilter: Res.ANY, resourceNameFilter: null, patternTypeFilter: Pat.ANY, principalFilter: null, hostFilter: null, operation: Op.ANY, permissionType: Perm.ANY });
+      const acls = await c.call(DescribeAclsApi, 1, {
+        resourceTypeFilter: Res.ANY,
+        resourceNameFilter: null,
+        patternTypeFilter: Pat.ANY,
+        principalFilter: null,
+        hostFilter: null,
+        operation: Op.ANY,
+        permissionType: Perm.ANY,
+      });
       assert.equal(acls.errorCode, E.CLUSTER_AUTHORIZATION_FAILED);
       assert.equal(await c.closesWithin(50), false, 'refusals keep the connection open');
     } finally {
@@ -150,14 +174,23 @@ describe('kafka access control', () => {
     const c = await RawClient.connect(listener.address().port);
     try {
       const l = await c.call(ListGroupsApi, 4, { statesFilter: [], typesFilter: [] });
-      assert.deepEqual(l.groups.map((g) => g.groupId), ['seen-g']);
+      assert.deepEqual(
+        l.groups.map((g) => g.groupId),
+        ['seen-g'],
+      );
     } finally {
       c.close();
     }
   });
 
   it('ConsumerGroupHeartbeat needs the group and every named topic; a regex brings in only topics the client may describe', async () => {
-    await directory.putPolicy({ name: 'cg', effect: 'allow', actions: ['subscribe', 'describe'], resources: ['group:cg-*', 'stream:pub.*'], principals: ['everyone'] });
+    await directory.putPolicy({
+      name: 'cg',
+      effect: 'allow',
+      actions: ['subscribe', 'describe'],
+      resources: ['group:cg-*', 'stream:pub.*'],
+      principals: ['everyone'],
+    });
     const c = await RawClient.connect(listener.address().port);
     const join = (groupId: string, names: string[] | null, regex: string | null) =>
       c.call(ConsumerGroupHeartbeatApi, 1, {
@@ -180,7 +213,10 @@ describe('kafka access control', () => {
       const ids = (byRegex.assignment?.topicPartitions ?? []).map((t) => engine.getStreamById(t.topicId.toString('hex'))?.def.name).sort();
       assert.deepEqual(ids, ['pub.a', 'pub.b'], 'hidden is left out');
       const d = await c.call(ConsumerGroupDescribeApi, 1, { groupIds: ['cg-2', 'other'], includeAuthorizedOperations: false });
-      assert.deepEqual(d.groups.map((g) => g.errorCode), [E.NONE, E.GROUP_AUTHORIZATION_FAILED]);
+      assert.deepEqual(
+        d.groups.map((g) => g.errorCode),
+        [E.NONE, E.GROUP_AUTHORIZATION_FAILED],
+      );
     } finally {
       c.close();
     }
@@ -197,7 +233,11 @@ describe('kafka access control', () => {
         await c.call(SaslHandshakeApi, 1, { mechanism: 'PLAIN' });
         const a = await c.call(SaslAuthenticateApi, 2, { authBytes: plainToken(user, pw) });
         assert.equal(a.errorCode, E.NONE, user);
-        assert.deepEqual((await c.call(MetadataApi, 9, md(null))).topics.map((t) => t.name), sees, user);
+        assert.deepEqual(
+          (await c.call(MetadataApi, 9, md(null))).topics.map((t) => t.name),
+          sees,
+          user,
+        );
         const entry = access.clients.list().find((e) => e.user === user);
         assert.ok(entry, `${user} registered with its user`);
       } finally {
@@ -233,7 +273,10 @@ describe('kafka access control', () => {
   it('closes an unauthenticated client at its first request when anonymous Kafka clients are not allowed', async () => {
     const c = await RawClient.connect(closed.address().port);
     const av = await c.call(ApiVersionsApi, 3, { clientSoftwareName: 'raw', clientSoftwareVersion: '1' });
-    assert.ok(av.apiKeys.some((k) => k.apiKey === ApiKey.DescribeAcls), 'the ACL APIs are advertised');
+    assert.ok(
+      av.apiKeys.some((k) => k.apiKey === ApiKey.DescribeAcls),
+      'the ACL APIs are advertised',
+    );
     c.send(c.frame(MetadataApi, 9, md(null)));
     assert.equal(await c.closesWithin(2000), true);
     assert.ok(log.entries('anonymous Kafka clients are not allowed').length >= 1);
@@ -244,7 +287,15 @@ describe('kafka access control', () => {
     const bare = await startKafkaListener({ engine: new Engine(m, m), logger: log.logger, brokerId: 1 }, { host: '127.0.0.1', port: 0 });
     const c = await RawClient.connect(bare.address().port);
     try {
-      const r = await c.call(DescribeAclsApi, 1, { resourceTypeFilter: Res.ANY, resourceNameFilter: null, patternTypeFilter: Pat.ANY, principalFilter: null, hostFilter: null, operation: Op.ANY, permissionType: Perm.ANY });
+      const r = await c.call(DescribeAclsApi, 1, {
+        resourceTypeFilter: Res.ANY,
+        resourceNameFilter: null,
+        patternTypeFilter: Pat.ANY,
+        principalFilter: null,
+        hostFilter: null,
+        operation: Op.ANY,
+        permissionType: Perm.ANY,
+      });
       assert.equal(r.errorCode, E.SECURITY_DISABLED);
     } finally {
       c.close();
@@ -254,7 +305,15 @@ describe('kafka access control', () => {
 });
 
 describe('kafka ACL ↔ policy mapping', () => {
-  const acl = { resourceType: Res.TOPIC, resourceName: 'orders', patternType: Pat.LITERAL, principal: 'User:alice', host: '*', operation: Op.READ, permissionType: Perm.ALLOW };
+  const acl = {
+    resourceType: Res.TOPIC,
+    resourceName: 'orders',
+    patternType: Pat.LITERAL,
+    principal: 'User:alice',
+    host: '*',
+    operation: Op.READ,
+    permissionType: Perm.ALLOW,
+  };
 
   it('maps one binding to one policy and back, with a stable name', () => {
     const p = bindingPolicy(acl);
@@ -262,7 +321,15 @@ describe('kafka ACL ↔ policy mapping', () => {
     assert.match(p.name, /^kafka-acl-[0-9a-f]{16}$/);
     assert.equal(bindingPolicy(acl).name, p.name, 'the same ACL is the same policy');
     assert.deepEqual(policyBindings({ ...p, createdAt: 0 }), [acl]);
-    const prefixed = bindingPolicy({ ...acl, resourceType: Res.GROUP, resourceName: 'g-', patternType: Pat.PREFIXED, principal: 'User:*', operation: Op.ALL, permissionType: Perm.DENY });
+    const prefixed = bindingPolicy({
+      ...acl,
+      resourceType: Res.GROUP,
+      resourceName: 'g-',
+      patternType: Pat.PREFIXED,
+      principal: 'User:*',
+      operation: Op.ALL,
+      permissionType: Perm.DENY,
+    });
     assert.deepEqual([prefixed.effect, prefixed.actions, prefixed.resources, prefixed.principals], ['deny', ['*'], ['group:g-*'], ['everyone']]);
     const cluster = bindingPolicy({ ...acl, resourceType: Res.CLUSTER, resourceName: 'kafka-cluster', operation: Op.ALTER });
     assert.deepEqual(cluster.resources, ['cluster:*']);
@@ -299,7 +366,15 @@ describe('kafka ACL ↔ policy mapping', () => {
   });
 
   it('filters: ANY, MATCH (literal, * and prefixes of the name), exact fields', () => {
-    const any = { resourceTypeFilter: Res.ANY, resourceNameFilter: null, patternTypeFilter: Pat.ANY, principalFilter: null, hostFilter: null, operation: Op.ANY, permissionType: Perm.ANY };
+    const any = {
+      resourceTypeFilter: Res.ANY,
+      resourceNameFilter: null,
+      patternTypeFilter: Pat.ANY,
+      principalFilter: null,
+      hostFilter: null,
+      operation: Op.ANY,
+      permissionType: Perm.ANY,
+    };
     assert.ok(filterMatches(any, acl));
     const match = { ...any, resourceNameFilter: 'orders-eu', patternTypeFilter: Pat.MATCH };
     assert.ok(filterMatches(match, { ...acl, resourceName: 'orders-', patternType: Pat.PREFIXED }));

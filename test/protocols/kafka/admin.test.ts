@@ -85,10 +85,16 @@ describe('kafka topic administration', () => {
       assert.equal(entries.size, TOPIC_CONFIG_NAMES.length);
       assert.deepEqual([entries.get('compression.type')?.configValue, entries.get('compression.type')?.readOnly], ['producer', false]);
 
-      await admin.alterConfigs({ validateOnly: false, resources: [{ type: ConfigResourceTypes.TOPIC, name: 'adm.t', configEntries: [{ name: 'retention.ms', value: '60000' }] }] });
+      await admin.alterConfigs({
+        validateOnly: false,
+        resources: [{ type: ConfigResourceTypes.TOPIC, name: 'adm.t', configEntries: [{ name: 'retention.ms', value: '60000' }] }],
+      });
       assert.equal(engine.getStream('adm.t')?.def.retentionMs, 60_000);
       await assert.rejects(
-        admin.alterConfigs({ validateOnly: false, resources: [{ type: ConfigResourceTypes.TOPIC, name: 'adm.t', configEntries: [{ name: 'cleanup.policy', value: 'compact' }] }] }),
+        admin.alterConfigs({
+          validateOnly: false,
+          resources: [{ type: ConfigResourceTypes.TOPIC, name: 'adm.t', configEntries: [{ name: 'cleanup.policy', value: 'compact' }] }],
+        }),
         errorType('INVALID_CONFIG'),
       );
       assert.equal(engine.getStream('adm.t')?.def.retentionMs, 60_000, 'a refused change changes nothing');
@@ -103,7 +109,10 @@ describe('kafka topic administration', () => {
       await admin.deleteTopicRecords({ topic: 'adm.t', partitions: [{ partition: 4, offset: '3' }] });
       assert.deepEqual(engine.offsets('adm.t', 4), { logStartOffset: 3, highWatermark: 4 });
       const offs = await admin.fetchTopicOffsets('adm.t');
-      assert.deepEqual(offs.find((o) => o.partition === 4), { partition: 4, offset: '4', high: '4', low: '3' });
+      assert.deepEqual(
+        offs.find((o) => o.partition === 4),
+        { partition: 4, offset: '4', high: '4', low: '3' },
+      );
       const c = await kcat(['-b', broker, '-C', '-t', 'adm.t', '-p', '4', '-o', 'beginning', '-e', '-q', '-X', 'fetch.wait.max.ms=50']);
       assert.equal(c.stdout.trim(), 'r3', 'only the records after the log start offset');
 
@@ -129,7 +138,12 @@ describe('kafka topic administration', () => {
           topic('flex.d', -1, { replicationFactor: -1, assignments: [{ partitionIndex: 0, brokerIds: [9] }], numPartitions: -1 }),
           topic('flex.e', 1, { configs: [{ name: 'log.retention.ms', value: '1' }] }), // a broker config, not a topic config
           topic('flex.f', 1, { configs: [{ name: 'retention.ms', value: 'soon' }] }),
-          topic('flex.g', -1, { assignments: [{ partitionIndex: 0, brokerIds: [0] }, { partitionIndex: 1, brokerIds: [0] }] }),
+          topic('flex.g', -1, {
+            assignments: [
+              { partitionIndex: 0, brokerIds: [0] },
+              { partitionIndex: 1, brokerIds: [0] },
+            ],
+          }),
         ],
         timeoutMs: 1000,
         validateOnly: false,
@@ -161,7 +175,10 @@ describe('kafka topic administration', () => {
         timeoutMs: 1000,
         validateOnly: false,
       });
-      assert.deepEqual(cp.results.map((r) => r.errorCode), [E.INVALID_REQUEST, E.INVALID_REQUEST, E.UNKNOWN_TOPIC_OR_PARTITION, E.INVALID_PARTITIONS]);
+      assert.deepEqual(
+        cp.results.map((r) => r.errorCode),
+        [E.INVALID_REQUEST, E.INVALID_REQUEST, E.UNKNOWN_TOPIC_OR_PARTITION, E.INVALID_PARTITIONS],
+      );
 
       const dc = await c.call(DescribeConfigsApi, 4, {
         resources: [
@@ -172,9 +189,15 @@ describe('kafka topic administration', () => {
         includeSynonyms: true,
         includeDocumentation: true,
       });
-      assert.deepEqual(dc.results.map((r) => r.errorCode), [E.NONE, E.UNKNOWN_TOPIC_OR_PARTITION, E.NONE]);
+      assert.deepEqual(
+        dc.results.map((r) => r.errorCode),
+        [E.NONE, E.UNKNOWN_TOPIC_OR_PARTITION, E.NONE],
+      );
       // Set explicitly to -1 at creation: reported as the topic's own, then the broker's default it overrides.
-      assert.deepEqual(dc.results[0].configs.map((x) => [x.name, x.value, x.configType, x.configSource]), [['retention.ms', '-1', 5, 1]]);
+      assert.deepEqual(
+        dc.results[0].configs.map((x) => [x.name, x.value, x.configType, x.configSource]),
+        [['retention.ms', '-1', 5, 1]],
+      );
       assert.deepEqual(dc.results[0].configs[0].synonyms, [
         { name: 'retention.ms', value: '-1', source: 1 },
         { name: 'log.retention.hours', value: '-1', source: 4 },
@@ -189,7 +212,10 @@ describe('kafka topic administration', () => {
         ],
         validateOnly: false,
       });
-      assert.deepEqual(inc.responses.map((r) => r.errorCode), [E.NONE, E.INVALID_CONFIG]);
+      assert.deepEqual(
+        inc.responses.map((r) => r.errorCode),
+        [E.NONE, E.INVALID_CONFIG],
+      );
       assert.equal(engine.getStream('flex.a')?.def.retentionMs, 5000);
       const del = await c.call(IncrementalAlterConfigsApi, 1, {
         resources: [{ resourceType: 2, resourceName: 'flex.a', configs: [{ name: 'retention.ms', configOperation: 1, value: null }] }],
@@ -200,33 +226,72 @@ describe('kafka topic administration', () => {
 
       for (let i = 0; i < 3; i++) engine.produce('flex.a', 0, encodeBatch([{ key: null, value: Buffer.from('x'), headers: [], timestamp: 1000 }]));
       const dr = await c.call(DeleteRecordsApi, 2, {
-        topics: [{ name: 'flex.a', partitions: [{ partitionIndex: 0, offset: 2 }, { partitionIndex: 1, offset: 5 }, { partitionIndex: 7, offset: 0 }] }],
+        topics: [
+          {
+            name: 'flex.a',
+            partitions: [
+              { partitionIndex: 0, offset: 2 },
+              { partitionIndex: 1, offset: 5 },
+              { partitionIndex: 7, offset: 0 },
+            ],
+          },
+        ],
         timeoutMs: 1000,
       });
-      assert.deepEqual(dr.topics[0].partitions.map((p) => [p.errorCode, p.lowWatermark]), [
-        [E.NONE, 2],
-        [E.OFFSET_OUT_OF_RANGE, -1],
-        [E.UNKNOWN_TOPIC_OR_PARTITION, -1],
-      ]);
+      assert.deepEqual(
+        dr.topics[0].partitions.map((p) => [p.errorCode, p.lowWatermark]),
+        [
+          [E.NONE, 2],
+          [E.OFFSET_OUT_OF_RANGE, -1],
+          [E.UNKNOWN_TOPIC_OR_PARTITION, -1],
+        ],
+      );
       // Reading below the new log start offset is out of range.
       const f = await c.call(FetchApi, 12, {
-        replicaId: -1, maxWaitMs: 0, minBytes: 1, maxBytes: 1 << 20, isolationLevel: 0, sessionId: 0, sessionEpoch: -1,
-        topics: [{ topic: 'flex.a', partitions: [{ partition: 0, currentLeaderEpoch: -1, fetchOffset: 1, lastFetchedEpoch: -1, logStartOffset: -1, partitionMaxBytes: 1 << 20 }] }],
-        forgottenTopics: [], rackId: '', clusterId: null,
+        replicaId: -1,
+        maxWaitMs: 0,
+        minBytes: 1,
+        maxBytes: 1 << 20,
+        isolationLevel: 0,
+        sessionId: 0,
+        sessionEpoch: -1,
+        topics: [
+          {
+            topic: 'flex.a',
+            partitions: [{ partition: 0, currentLeaderEpoch: -1, fetchOffset: 1, lastFetchedEpoch: -1, logStartOffset: -1, partitionMaxBytes: 1 << 20 }],
+          },
+        ],
+        forgottenTopics: [],
+        rackId: '',
+        clusterId: null,
       });
       assert.deepEqual([f.responses[0].partitions[0].errorCode, f.responses[0].partitions[0].logStartOffset], [E.OFFSET_OUT_OF_RANGE, 2]);
 
       const ofle = await c.call(OffsetForLeaderEpochApi, 4, {
         replicaId: -1,
-        topics: [{ topic: 'flex.a', partitions: [{ partition: 0, currentLeaderEpoch: 0, leaderEpoch: 0 }, { partition: 1, currentLeaderEpoch: 5, leaderEpoch: 5 }] }],
+        topics: [
+          {
+            topic: 'flex.a',
+            partitions: [
+              { partition: 0, currentLeaderEpoch: 0, leaderEpoch: 0 },
+              { partition: 1, currentLeaderEpoch: 5, leaderEpoch: 5 },
+            ],
+          },
+        ],
       });
-      assert.deepEqual(ofle.topics[0].partitions.map((p) => [p.errorCode, p.leaderEpoch, p.endOffset]), [
-        [E.NONE, 0, 3],
-        [E.UNKNOWN_LEADER_EPOCH, -1, -1],
-      ]);
+      assert.deepEqual(
+        ofle.topics[0].partitions.map((p) => [p.errorCode, p.leaderEpoch, p.endOffset]),
+        [
+          [E.NONE, 0, 3],
+          [E.UNKNOWN_LEADER_EPOCH, -1, -1],
+        ],
+      );
 
       const cl = await c.call(DescribeClusterApi, 1, { includeClusterAuthorizedOperations: false, endpointType: 1 });
-      assert.deepEqual(cl.brokers.map((b) => [b.brokerId, b.host, b.port]), [[0, '127.0.0.1', port]]);
+      assert.deepEqual(
+        cl.brokers.map((b) => [b.brokerId, b.host, b.port]),
+        [[0, '127.0.0.1', port]],
+      );
 
       const dt = await c.call(DeleteTopicsApi, 6, {
         topics: [
@@ -237,7 +302,10 @@ describe('kafka topic administration', () => {
         topicNames: [],
         timeoutMs: 1000,
       });
-      assert.deepEqual(dt.responses.map((r) => r.errorCode), [E.NONE, E.UNKNOWN_TOPIC_OR_PARTITION, E.UNKNOWN_TOPIC_ID]);
+      assert.deepEqual(
+        dt.responses.map((r) => r.errorCode),
+        [E.NONE, E.UNKNOWN_TOPIC_OR_PARTITION, E.UNKNOWN_TOPIC_ID],
+      );
       const dt1 = await c.call(DeleteTopicsApi, 1, { topics: [], topicNames: ['flex.g'], timeoutMs: 1000 });
       assert.equal(dt1.responses[0].errorCode, E.NONE);
       assert.equal(engine.getStream('flex.g'), undefined);

@@ -33,7 +33,10 @@ function documented(): Map<number, DocRange> {
   const out = new Map<number, DocRange>();
   for (const line of lines.slice(start + 2)) {
     if (!line.startsWith('|')) break;
-    const [apis, versions] = line.split('|').slice(1, 3).map((s) => s.trim());
+    const [apis, versions] = line
+      .split('|')
+      .slice(1, 3)
+      .map((s) => s.trim());
     const keys = [...apis.matchAll(/([A-Za-z]+) \((\d+)\)/g)].map((m) => ({ name: m[1], key: Number(m[2]) }));
     assert.ok(keys.length > 0, `no "Name (key)" in the row: ${line}`);
     const m = /^([\d\s,/-]+?)\s*(?:\(([^)]*)\))?$/.exec(versions);
@@ -53,7 +56,10 @@ function documented(): Map<number, DocRange> {
         return Number(t.slice(0, -1));
       });
     }
-    for (const [what, list] of [['ranges', ranges.length], ['flexible versions', flex.length]] as const) {
+    for (const [what, list] of [
+      ['ranges', ranges.length],
+      ['flexible versions', flex.length],
+    ] as const) {
       assert.ok(list === 1 || list === keys.length, `${list} ${what} for ${keys.length} APIs: ${line}`);
     }
     keys.forEach((k, i) => {
@@ -73,7 +79,11 @@ describe('docs/kafka.md API table', () => {
       const d = docs.get(key);
       assert.ok(d, `${c.name} (${key}) is advertised but not in docs/kafka.md's API table`);
       assert.equal(d.name, c.name, `API key ${key}`);
-      assert.deepEqual([d.min, d.max], [c.minVersion, c.maxVersion], `${c.name} (${key}): docs say ${d.min}-${d.max}, ApiVersions ${c.minVersion}-${c.maxVersion}`);
+      assert.deepEqual(
+        [d.min, d.max],
+        [c.minVersion, c.maxVersion],
+        `${c.name} (${key}): docs say ${d.min}-${d.max}, ApiVersions ${c.minVersion}-${c.maxVersion}`,
+      );
       const flex = c.firstFlexibleVersion > c.maxVersion ? Infinity : c.firstFlexibleVersion;
       assert.equal(d.flexible, flex, `${c.name} (${key}): first flexible version`);
     }

@@ -10,13 +10,7 @@ import { pino } from 'pino';
 import { Cluster, MemoryClusterStore, type ClusterStore } from '../../../src/cluster/index.js';
 import { Engine, crc32c, encodeBatch } from '../../../src/core/index.js';
 import { startKafkaListener } from '../../../src/protocols/kafka/index.js';
-import {
-  DescribeLogDirsApi,
-  DescribeProducersApi,
-  ElectLeadersApi,
-  KafkaErrorCode as E,
-  ProduceApi,
-} from '../../../src/protocols/kafka/codec/index.js';
+import { DescribeLogDirsApi, DescribeProducersApi, ElectLeadersApi, KafkaErrorCode as E, ProduceApi } from '../../../src/protocols/kafka/codec/index.js';
 import type { ProtocolListener } from '../../../src/protocols/types.js';
 import { MemoryStreams } from '../../helpers/memory-storage.js';
 import { RawClient, captureLogger } from './helpers.js';
@@ -137,25 +131,42 @@ describe('kafka operations APIs in a cluster', () => {
     const deadline = Date.now() + 5000;
     while (other.cluster.owner('partition', 'co.t/0') !== null && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
     assert.equal(other.cluster.owner('partition', 'co.t/0'), null);
-    const elsewhere = await (await client(other)).call(ElectLeadersApi, 1, { electionType: 0, topicPartitions: [{ topic: 'co.t', partitions: [0] }], timeoutMs: 1000 });
+    const elsewhere = await (
+      await client(other)
+    ).call(ElectLeadersApi, 1, { electionType: 0, topicPartitions: [{ topic: 'co.t', partitions: [0] }], timeoutMs: 1000 });
     assert.equal(elsewhere.replicaElectionResults[0].partitionResult[0].errorCode, E.PREFERRED_LEADER_NOT_AVAILABLE);
-    const unclean = await (await client(other)).call(ElectLeadersApi, 2, { electionType: 1, topicPartitions: [{ topic: 'co.t', partitions: [0] }], timeoutMs: 1000 });
+    const unclean = await (
+      await client(other)
+    ).call(ElectLeadersApi, 2, { electionType: 1, topicPartitions: [{ topic: 'co.t', partitions: [0] }], timeoutMs: 1000 });
     assert.equal(unclean.replicaElectionResults[0].partitionResult[0].errorCode, E.ELIGIBLE_LEADERS_NOT_AVAILABLE);
     // At its placement broker: elected (taken now).
-    const there = await (await client(owner)).call(ElectLeadersApi, 2, { electionType: 0, topicPartitions: [{ topic: 'co.t', partitions: [0] }], timeoutMs: 1000 });
-    assert.deepEqual([there.replicaElectionResults[0].partitionResult[0].errorCode, there.replicaElectionResults[0].partitionResult[0].errorMessage], [E.NONE, null]);
+    const there = await (
+      await client(owner)
+    ).call(ElectLeadersApi, 2, { electionType: 0, topicPartitions: [{ topic: 'co.t', partitions: [0] }], timeoutMs: 1000 });
+    assert.deepEqual(
+      [there.replicaElectionResults[0].partitionResult[0].errorCode, there.replicaElectionResults[0].partitionResult[0].errorMessage],
+      [E.NONE, null],
+    );
     assert.ok(owner.held.has('co.t/0'));
     assert.notEqual(owner.cluster.owns('partition', 'co.t/0'), null);
   });
 
-  it('DescribeProducers: served by the partition\'s leader, NOT_LEADER_OR_FOLLOWER elsewhere', async () => {
+  it("DescribeProducers: served by the partition's leader, NOT_LEADER_OR_FOLLOWER elsewhere", async () => {
     const leader = brokers.find((b) => b.held.has('co.t/3'))!;
     const follower = brokers.find((b) => b !== leader)!;
     const lc = await client(leader);
-    const pr = await lc.call(ProduceApi, 7, { transactionalId: null, acks: -1, timeoutMs: 5000, topics: [{ name: 'co.t', partitions: [{ index: 3, records: idemBatch(99) }] }] });
+    const pr = await lc.call(ProduceApi, 7, {
+      transactionalId: null,
+      acks: -1,
+      timeoutMs: 5000,
+      topics: [{ name: 'co.t', partitions: [{ index: 3, records: idemBatch(99) }] }],
+    });
     assert.equal(pr.topics[0].partitions[0].errorCode, E.NONE);
     const at = await lc.call(DescribeProducersApi, 0, { topics: [{ name: 'co.t', partitionIndexes: [3] }] });
-    assert.deepEqual(at.topics[0].partitions[0].activeProducers.map((p) => [p.producerId, p.producerEpoch, p.lastSequence]), [[99, 0, 0]]);
+    assert.deepEqual(
+      at.topics[0].partitions[0].activeProducers.map((p) => [p.producerId, p.producerEpoch, p.lastSequence]),
+      [[99, 0, 0]],
+    );
     const away = await (await client(follower)).call(DescribeProducersApi, 0, { topics: [{ name: 'co.t', partitionIndexes: [3] }] });
     assert.equal(away.topics[0].partitions[0].errorCode, E.NOT_LEADER_OR_FOLLOWER);
   });

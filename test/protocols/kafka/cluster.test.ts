@@ -95,7 +95,10 @@ async function startBroker(store: ClusterStore, id: number, streams: StreamStora
  */
 async function settle(brokers: Broker[], partitions: number): Promise<void> {
   const deadline = Date.now() + 10_000;
-  const ids = brokers.map((b) => b.id).sort((x, y) => x - y).join(',');
+  const ids = brokers
+    .map((b) => b.id)
+    .sort((x, y) => x - y)
+    .join(',');
   const viewsComplete = () => brokers.every((b) => [...b.cluster.placementBrokers()].sort((x, y) => x - y).join(',') === ids);
   for (;;) {
     for (const b of brokers) b.cluster.kick();
@@ -107,7 +110,10 @@ async function settle(brokers: Broker[], partitions: number): Promise<void> {
       await new Promise((r) => setTimeout(r, 20));
       if (viewsComplete()) return;
     }
-    if (Date.now() > deadline) throw new Error(`ownership did not settle (${owned}/${partitions}; views ${brokers.map((b) => `${b.id}: ${b.cluster.placementBrokers().join(',')}`).join('; ')})`);
+    if (Date.now() > deadline)
+      throw new Error(
+        `ownership did not settle (${owned}/${partitions}; views ${brokers.map((b) => `${b.id}: ${b.cluster.placementBrokers().join(',')}`).join('; ')})`,
+      );
   }
 }
 
@@ -161,7 +167,9 @@ const commit = (groupId: string, generationId: number, memberId: string, topic: 
   memberId,
   groupInstanceId: null,
   retentionTimeMs: -1,
-  topics: [{ name: topic, partitions: [{ partitionIndex: 0, committedOffset: offset, committedLeaderEpoch: -1, commitTimestamp: -1, committedMetadata: null }] }],
+  topics: [
+    { name: topic, partitions: [{ partitionIndex: 0, committedOffset: offset, committedLeaderEpoch: -1, commitTimestamp: -1, committedMetadata: null }] },
+  ],
 });
 
 /** A ConsumerGroupHeartbeat (KIP-848) joining `groupId` as `memberId`, subscribed to `topic`. */
@@ -212,7 +220,12 @@ describe('kafka in a cluster of three brokers (one process)', () => {
   before(async () => {
     for (const id of [1, 2, 3]) {
       const m = new MemoryStreams({ offsets });
-      brokers.push(await startBroker(store, id, m, m, [['ct', 6], ['kjs', 6]]));
+      brokers.push(
+        await startBroker(store, id, m, m, [
+          ['ct', 6],
+          ['kjs', 6],
+        ]),
+      );
     }
     await settle(brokers, 12);
   });
@@ -221,7 +234,7 @@ describe('kafka in a cluster of three brokers (one process)', () => {
     await stopAll(brokers);
   });
 
-  it('Metadata names every broker and each partition\'s owner as its leader, with the ownership epoch, from any broker', async () => {
+  it("Metadata names every broker and each partition's owner as its leader, with the ownership epoch, from any broker", async () => {
     const leaders = new Set<number>();
     for (const b of brokers) {
       const c = await connect(b);
@@ -241,10 +254,7 @@ describe('kafka in a cluster of three brokers (one process)', () => {
         leaders.add(p.leaderId);
       }
       const dc = await c.call(DescribeClusterApi, 0, { includeClusterAuthorizedOperations: false, endpointType: 1 });
-      assert.deepEqual(
-        [dc.controllerId, dc.brokers.map((x) => [x.brokerId, x.port])],
-        [1, brokers.map((x) => [x.id, x.port])],
-      );
+      assert.deepEqual([dc.controllerId, dc.brokers.map((x) => [x.brokerId, x.port])], [1, brokers.map((x) => [x.id, x.port])]);
     }
     assert.ok(leaders.size >= 2, `the partitions are led by several brokers (${[...leaders]})`);
   });
@@ -271,7 +281,10 @@ describe('kafka in a cluster of three brokers (one process)', () => {
     const byId = fetchReq('ct', 0, -1);
     byId.topics[0].topicId = Buffer.from(other.engine.getStream('ct')!.def.id!, 'hex');
     const refused16 = await elsewhere.call(FetchApi, 16, byId);
-    assert.deepEqual(refused16.responses[0].partitions.map((p) => [p.errorCode, p.currentLeader]), [[E.NOT_LEADER_OR_FOLLOWER, { leaderId: leader.id, leaderEpoch: epoch }]]);
+    assert.deepEqual(
+      refused16.responses[0].partitions.map((p) => [p.errorCode, p.currentLeader]),
+      [[E.NOT_LEADER_OR_FOLLOWER, { leaderId: leader.id, leaderEpoch: epoch }]],
+    );
     assert.deepEqual(refused16.nodeEndpoints, leaderNode);
     const f = (await atLeader.call(FetchApi, 12, fetchReq('ct', 0, epoch))).responses[0].partitions[0];
     assert.deepEqual([f.errorCode, f.highWatermark, f.records?.length], [E.NONE, 3, 1]);
@@ -280,7 +293,11 @@ describe('kafka in a cluster of three brokers (one process)', () => {
     assert.equal((await atLeader.call(FetchApi, 12, fetchReq('ct', 0, epoch + 1))).responses[0].partitions[0].errorCode, E.UNKNOWN_LEADER_EPOCH);
 
     const lo = (c: RawClient, currentLeaderEpoch: number) =>
-      c.call(ListOffsetsApi, 7, { replicaId: -1, isolationLevel: 0, topics: [{ name: 'ct', partitions: [{ partitionIndex: 0, currentLeaderEpoch, timestamp: -1 }] }] });
+      c.call(ListOffsetsApi, 7, {
+        replicaId: -1,
+        isolationLevel: 0,
+        topics: [{ name: 'ct', partitions: [{ partitionIndex: 0, currentLeaderEpoch, timestamp: -1 }] }],
+      });
     assert.equal((await lo(elsewhere, -1)).topics[0].partitions[0].errorCode, E.NOT_LEADER_OR_FOLLOWER);
     const latest = (await lo(atLeader, epoch)).topics[0].partitions[0];
     assert.deepEqual([latest.errorCode, latest.offset, latest.leaderEpoch], [E.NONE, 3, epoch]);
@@ -300,7 +317,7 @@ describe('kafka in a cluster of three brokers (one process)', () => {
     assert.deepEqual((await dr(atLeader)).topics[0].partitions[0], { partitionIndex: 0, lowWatermark: 1, errorCode: E.NONE });
   });
 
-  it('FindCoordinator names the group\'s placement broker from every broker; the others answer NOT_COORDINATOR', async () => {
+  it("FindCoordinator names the group's placement broker from every broker; the others answer NOT_COORDINATOR", async () => {
     const group = 'cg-1';
     const coordinator = brokers.find((b) => b.id === b.cluster.placement('group', group))!;
     for (const b of brokers) {
@@ -328,10 +345,17 @@ describe('kafka in a cluster of three brokers (one process)', () => {
     // Each broker lists the groups it coordinates.
     for (const b of brokers) {
       const lg = await (await connect(b)).call(ListGroupsApi, 4, { statesFilter: [], typesFilter: [] });
-      assert.equal(lg.groups.some((g) => g.groupId === group), b === coordinator, `broker ${b.id} lists ${group} iff it coordinates it`);
+      assert.equal(
+        lg.groups.some((g) => g.groupId === group),
+        b === coordinator,
+        `broker ${b.id} lists ${group} iff it coordinates it`,
+      );
     }
     // Deleted (once empty): its owner row goes too.
-    assert.equal((await c.call(LeaveGroupApi, 4, { groupId: group, memberId: '', members: [{ memberId: m.memberId, groupInstanceId: null, reason: null }] })).errorCode, E.NONE);
+    assert.equal(
+      (await c.call(LeaveGroupApi, 4, { groupId: group, memberId: '', members: [{ memberId: m.memberId, groupInstanceId: null, reason: null }] })).errorCode,
+      E.NONE,
+    );
     assert.deepEqual((await c.call(DeleteGroupsApi, 2, { groupsNames: [group] })).results, [{ groupId: group, errorCode: E.NONE }]);
     assert.equal(await store.owner('group', group), null);
     assert.equal(coordinator.cluster.owns('group', group), null);
@@ -344,7 +368,10 @@ describe('kafka in a cluster of three brokers (one process)', () => {
       if (b === coordinator) continue;
       const c = await connect(b);
       assert.equal((await c.call(ConsumerGroupHeartbeatApi, 1, cgJoin(group, 'm1', 'ct'))).errorCode, E.NOT_COORDINATOR);
-      assert.equal((await c.call(ConsumerGroupDescribeApi, 1, { groupIds: [group], includeAuthorizedOperations: false })).groups[0].errorCode, E.NOT_COORDINATOR);
+      assert.equal(
+        (await c.call(ConsumerGroupDescribeApi, 1, { groupIds: [group], includeAuthorizedOperations: false })).groups[0].errorCode,
+        E.NOT_COORDINATOR,
+      );
     }
     assert.equal(coordinator.cluster.owns('group', group), null);
     const c = await connect(coordinator);
@@ -356,9 +383,19 @@ describe('kafka in a cluster of three brokers (one process)', () => {
     assert.equal(oc.topics[0].partitions[0].errorCode, E.NONE);
     for (const b of brokers) {
       const lg = await (await connect(b)).call(ListGroupsApi, 5, { statesFilter: [], typesFilter: ['consumer'] });
-      assert.equal(lg.groups.some((g) => g.groupId === group), b === coordinator, `broker ${b.id} lists ${group} iff it coordinates it`);
+      assert.equal(
+        lg.groups.some((g) => g.groupId === group),
+        b === coordinator,
+        `broker ${b.id} lists ${group} iff it coordinates it`,
+      );
     }
-    const left = await c.call(ConsumerGroupHeartbeatApi, 1, { ...cgJoin(group, 'm1', 'ct'), memberEpoch: -1, rebalanceTimeoutMs: -1, subscribedTopicNames: null, topicPartitions: null });
+    const left = await c.call(ConsumerGroupHeartbeatApi, 1, {
+      ...cgJoin(group, 'm1', 'ct'),
+      memberEpoch: -1,
+      rebalanceTimeoutMs: -1,
+      subscribedTopicNames: null,
+      topicPartitions: null,
+    });
     assert.equal(left.errorCode, E.NONE);
     assert.deepEqual((await c.call(DeleteGroupsApi, 2, { groupsNames: [group] })).results, [{ groupId: group, errorCode: E.NONE }]);
     assert.equal(coordinator.cluster.owns('group', group), null);
@@ -373,16 +410,24 @@ describe('kafka in a cluster of three brokers (one process)', () => {
       assignments: brokerIds.map((ids, partitionIndex) => ({ partitionIndex, brokerIds: ids })),
       configs: [],
     });
-    const r = await c.call(CreateTopicsApi, 5, { topics: [topic('asg.ok', [[1], [3]]), topic('asg.bad', [[9]]), topic('asg.two', [[1, 2]])], timeoutMs: 1000, validateOnly: true });
-    assert.deepEqual(r.topics.map((t) => [t.name, t.errorCode]), [
-      ['asg.ok', E.NONE],
-      ['asg.bad', E.INVALID_REPLICA_ASSIGNMENT],
-      ['asg.two', E.INVALID_REPLICA_ASSIGNMENT],
-    ]);
+    const r = await c.call(CreateTopicsApi, 5, {
+      topics: [topic('asg.ok', [[1], [3]]), topic('asg.bad', [[9]]), topic('asg.two', [[1, 2]])],
+      timeoutMs: 1000,
+      validateOnly: true,
+    });
+    assert.deepEqual(
+      r.topics.map((t) => [t.name, t.errorCode]),
+      [
+        ['asg.ok', E.NONE],
+        ['asg.bad', E.INVALID_REPLICA_ASSIGNMENT],
+        ['asg.two', E.INVALID_REPLICA_ASSIGNMENT],
+      ],
+    );
   });
 
   it('KafkaJS: a group of consumers bootstrapped at three different brokers, an idempotent producer, each record once', async () => {
-    const kafka = (b: Broker, clientId: string) => new Kafka({ clientId, brokers: [`127.0.0.1:${b.port}`], logLevel: logLevel.NOTHING, retry: { retries: 8, initialRetryTime: 50 } });
+    const kafka = (b: Broker, clientId: string) =>
+      new Kafka({ clientId, brokers: [`127.0.0.1:${b.port}`], logLevel: logLevel.NOTHING, retry: { retries: 8, initialRetryTime: 50 } });
     const group = 'kjs-group';
     const coordinator = brokers.find((b) => b.id === b.cluster.placement('group', group))!;
     const got = new Map<string, string>();
@@ -471,12 +516,18 @@ describe('kafka in a cluster: a coordinator change', () => {
       // The leaver serves the group no more. Its own view (no heartbeat once leaving) still places the group
       // here, so it answers "loading" and the client retries, until the broker closes and the client asks another.
       assert.equal(first.cluster.owns('group', group), null);
-      assert.equal((await a.call(HeartbeatApi, 4, { groupId: group, generationId: m.generationId, memberId: m.memberId, groupInstanceId: null })).errorCode, E.COORDINATOR_LOAD_IN_PROGRESS);
+      assert.equal(
+        (await a.call(HeartbeatApi, 4, { groupId: group, generationId: m.generationId, memberId: m.memberId, groupInstanceId: null })).errorCode,
+        E.COORDINATOR_LOAD_IN_PROGRESS,
+      );
       // Metadata elsewhere no longer names the leaver; FindCoordinator names the new placement.
       const b = await RawClient.connect(rest[0].port);
       clients.push(b);
       const meta = await b.call(MetadataApi, 9, md(['mv']));
-      assert.deepEqual(meta.brokers.map((x) => x.nodeId), rest.map((x) => x.id));
+      assert.deepEqual(
+        meta.brokers.map((x) => x.nodeId),
+        rest.map((x) => x.id),
+      );
       for (const p of meta.topics[0].partitions) assert.notEqual(p.leaderId, first.id);
       const fc = await b.call(FindCoordinatorApi, 3, { key: group, keyType: 0, coordinatorKeys: [] });
       const next = rest.find((x) => x.id === fc.nodeId);
@@ -484,14 +535,23 @@ describe('kafka in a cluster: a coordinator change', () => {
       const c = await RawClient.connect(next.port);
       clients.push(c);
       // The old member is unknown there: it rejoins, and finds its committed offset.
-      assert.equal((await c.call(HeartbeatApi, 4, { groupId: group, generationId: m.generationId, memberId: m.memberId, groupInstanceId: null })).errorCode, E.UNKNOWN_MEMBER_ID);
+      assert.equal(
+        (await c.call(HeartbeatApi, 4, { groupId: group, generationId: m.generationId, memberId: m.memberId, groupInstanceId: null })).errorCode,
+        E.UNKNOWN_MEMBER_ID,
+      );
       await joinAlone(c, group);
       assert.ok(next.cluster.owns('group', group)! > oldEpoch, 'a later epoch');
       // The consumer-protocol member too: unknown at its new coordinator, it joins again there.
       const cpNext = rest.find((x) => x.id === x.cluster.placement('group', cpGroup))!;
       const d = await RawClient.connect(cpNext.port);
       clients.push(d);
-      const beat = await d.call(ConsumerGroupHeartbeatApi, 1, { ...cgJoin(cpGroup, 'cp-m', 'mv'), memberEpoch: 1, rebalanceTimeoutMs: -1, subscribedTopicNames: null, topicPartitions: null });
+      const beat = await d.call(ConsumerGroupHeartbeatApi, 1, {
+        ...cgJoin(cpGroup, 'cp-m', 'mv'),
+        memberEpoch: 1,
+        rebalanceTimeoutMs: -1,
+        subscribedTopicNames: null,
+        topicPartitions: null,
+      });
       assert.equal(beat.errorCode, E.UNKNOWN_MEMBER_ID);
       const rejoined = await d.call(ConsumerGroupHeartbeatApi, 1, cgJoin(cpGroup, 'cp-m', 'mv'));
       assert.deepEqual([rejoined.errorCode, rejoined.assignment?.topicPartitions[0].partitions], [E.NONE, [0, 1, 2]]);
@@ -533,7 +593,12 @@ describe('kafka in a cluster: offset commits fenced by the group epoch (PostgreS
       for (const b of brokers) {
         const mc = await RawClient.connect(b.port);
         clients.push(mc);
-        const md = await mc.call(MetadataApi, 12, { topics: [{ topicId: ZERO_UUID, name: 'fx' }], allowAutoTopicCreation: false, includeClusterAuthorizedOperations: false, includeTopicAuthorizedOperations: false });
+        const md = await mc.call(MetadataApi, 12, {
+          topics: [{ topicId: ZERO_UUID, name: 'fx' }],
+          allowAutoTopicCreation: false,
+          includeClusterAuthorizedOperations: false,
+          includeTopicAuthorizedOperations: false,
+        });
         assert.equal(md.topics[0].topicId.toString('hex'), storedId, `broker ${b.id} reports the stored topic id`);
       }
       const group = 'fenced-group';
@@ -557,7 +622,10 @@ describe('kafka in a cluster: offset commits fenced by the group epoch (PostgreS
       // The fenced broker stops serving the group at once.
       assert.equal(coord.cluster.owns('group', group), null);
       // Placement still gives it this broker, but another live one holds it: "loading" until that one hands it back.
-      assert.equal((await c.call(HeartbeatApi, 4, { groupId: group, generationId: m.generationId, memberId: m.memberId, groupInstanceId: null })).errorCode, E.COORDINATOR_LOAD_IN_PROGRESS);
+      assert.equal(
+        (await c.call(HeartbeatApi, 4, { groupId: group, generationId: m.generationId, memberId: m.memberId, groupInstanceId: null })).errorCode,
+        E.COORDINATOR_LOAD_IN_PROGRESS,
+      );
     } finally {
       for (const c of clients) c.close();
       await stopAll(brokers);

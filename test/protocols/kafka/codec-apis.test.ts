@@ -100,9 +100,7 @@ const requestGoldens: Golden[] = [
       memberId: 'm1',
       groupInstanceId: null,
       retentionTimeMs: -1,
-      topics: [
-        { name: 't', partitions: [{ partitionIndex: 0, committedOffset: 42, committedLeaderEpoch: -1, commitTimestamp: -1, committedMetadata: null }] },
-      ],
+      topics: [{ name: 't', partitions: [{ partitionIndex: 0, committedOffset: 42, committedLeaderEpoch: -1, commitTimestamp: -1, committedMetadata: null }] }],
     },
   },
   {

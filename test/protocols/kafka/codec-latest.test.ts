@@ -64,10 +64,13 @@ const requests: Golden[] = [
       'ffffffff', // ReplicaId (v0-14)
       '000001f4 00000001 00100000 00', // MaxWaitMs 500, MinBytes 1, MaxBytes 1 MiB, IsolationLevel 0
       '0000002a 00000003', // SessionId 42, SessionEpoch 3
-      '02', U1, // Topics: 1, TopicId (v13+, no name)
+      '02',
+      U1, // Topics: 1, TopicId (v13+, no name)
       '02 00000000 ffffffff 0000000000000005 ffffffff ffffffffffffffff 00100000 00', // partition 0 ... tags
       '00', // topic tags
-      '02', U2, '02 00000001 00', // ForgottenTopicsData: 1, TopicId, Partitions [1], tags
+      '02',
+      U2,
+      '02 00000001 00', // ForgottenTopicsData: 1, TopicId, Partitions [1], tags
       '01', // RackId ""
       '00', // no tags
     ),
@@ -99,13 +102,19 @@ const requests: Golden[] = [
       reqHeader(1, 18),
       '000001f4 00000001 00100000 01', // MaxWaitMs, MinBytes, MaxBytes, READ_COMMITTED
       '00000007 00000002', // SessionId 7, SessionEpoch 2
-      '02', U1,
+      '02',
+      U1,
       '02 00000000 00000003 000000000000000a ffffffff ffffffffffffffff 00100000', // partition 0, epoch 3, offset 10
-      '02', '00 10', U3, '01 08 000000000000000c', // tags: 0 ReplicaDirectoryId (16 bytes), 1 HighWatermark 12
+      '02',
+      '00 10',
+      U3,
+      '01 08 000000000000000c', // tags: 0 ReplicaDirectoryId (16 bytes), 1 HighWatermark 12
       '00', // topic tags
       '01', // no forgotten topics
       '03 7231', // RackId "r1"
-      '02', '00 06 06 6162636465', '01 0d 00000002 0000000000000009 00', // tags: 0 ClusterId "abcde", 1 ReplicaState {2, 9}
+      '02',
+      '00 06 06 6162636465',
+      '01 0d 00000002 0000000000000009 00', // tags: 0 ClusterId "abcde", 1 ReplicaState {2, 9}
     ),
     body: {
       replicaId: 2,
@@ -147,7 +156,8 @@ const requests: Golden[] = [
       reqHeader(0, 13),
       '00', // TransactionalId null
       'ffff 00007530', // Acks -1, TimeoutMs 30000
-      '02', U1, // TopicData: 1, TopicId (v13+)
+      '02',
+      U1, // TopicData: 1, TopicId (v13+)
       '02 00000000 04 616263 00', // PartitionData: index 0, Records (compact nullable, 3 bytes), tags
       '00', // topic tags
       '00',
@@ -188,7 +198,12 @@ const requests: Golden[] = [
     codec: MetadataApi,
     version: 13,
     frame: hex(reqHeader(3, 13), '02', U1, '00 00', '00 00', '00'), // Topics: 1 {TopicId, Name null}, no auto create, no ops
-    body: { topics: [{ topicId: uuid(U1), name: null }], allowAutoTopicCreation: false, includeClusterAuthorizedOperations: false, includeTopicAuthorizedOperations: false },
+    body: {
+      topics: [{ topicId: uuid(U1), name: null }],
+      allowAutoTopicCreation: false,
+      includeClusterAuthorizedOperations: false,
+      includeTopicAuthorizedOperations: false,
+    },
   },
   {
     name: 'OffsetCommit v10: topics by id',
@@ -197,7 +212,9 @@ const requests: Golden[] = [
     frame: hex(
       reqHeader(8, 10),
       '02 67 00000004 02 6d 00', // GroupId "g", GenerationIdOrMemberEpoch 4, MemberId "m", GroupInstanceId null
-      '02', U1, '02 00000001 000000000000002a 00000003 03 6d64 00 00', // TopicId, partition 1 offset 42 epoch 3 "md"
+      '02',
+      U1,
+      '02 00000001 000000000000002a 00000003 03 6d64 00 00', // TopicId, partition 1 offset 42 epoch 3 "md"
       '00',
     ),
     body: {
@@ -206,7 +223,13 @@ const requests: Golden[] = [
       memberId: 'm',
       groupInstanceId: null,
       retentionTimeMs: -1,
-      topics: [{ name: '', topicId: uuid(U1), partitions: [{ partitionIndex: 1, committedOffset: 42, committedLeaderEpoch: 3, commitTimestamp: -1, committedMetadata: 'md' }] }],
+      topics: [
+        {
+          name: '',
+          topicId: uuid(U1),
+          partitions: [{ partitionIndex: 1, committedOffset: 42, committedLeaderEpoch: 3, commitTimestamp: -1, committedMetadata: 'md' }],
+        },
+      ],
     },
   },
   {
@@ -214,14 +237,24 @@ const requests: Golden[] = [
     codec: OffsetFetchApi,
     version: 9,
     frame: hex(reqHeader(9, 9), '02 02 67 02 6d 00000005 02 02 74 02 00000000 00 00', '01', '00'),
-    body: { groupId: '', topics: null, groups: [{ groupId: 'g', memberId: 'm', memberEpoch: 5, topics: [{ name: 't', partitionIndexes: [0] }] }], requireStable: true },
+    body: {
+      groupId: '',
+      topics: null,
+      groups: [{ groupId: 'g', memberId: 'm', memberEpoch: 5, topics: [{ name: 't', partitionIndexes: [0] }] }],
+      requireStable: true,
+    },
   },
   {
     name: 'OffsetFetch v10: topics by id',
     codec: OffsetFetchApi,
     version: 10,
     frame: hex(reqHeader(9, 10), '02 02 67 00 ffffffff 02', U1, '02 00000000 00 00', '00', '00'),
-    body: { groupId: '', topics: null, groups: [{ groupId: 'g', memberId: null, memberEpoch: -1, topics: [{ name: '', topicId: uuid(U1), partitionIndexes: [0] }] }], requireStable: false },
+    body: {
+      groupId: '',
+      topics: null,
+      groups: [{ groupId: 'g', memberId: null, memberEpoch: -1, topics: [{ name: '', topicId: uuid(U1), partitionIndexes: [0] }] }],
+      requireStable: false,
+    },
   },
   {
     name: 'ListGroups v5: TypesFilter',
@@ -268,7 +301,8 @@ const responses: Golden[] = [
     frame: hex(
       RES_HEADER,
       '00000000 0000 00000007', // ThrottleTimeMs, ErrorCode, SessionId 7
-      '02', U1,
+      '02',
+      U1,
       '02 00000000 0006 ffffffffffffffff ffffffffffffffff ffffffffffffffff', // partition 0 NOT_LEADER_OR_FOLLOWER, hw, lso, log start
       '00 ffffffff 00', // AbortedTransactions null, PreferredReadReplica -1, Records null
       '01 01 09 00000002 00000005 00', // tag 1 CurrentLeader {2, 5}
@@ -325,7 +359,18 @@ const responses: Golden[] = [
       topics: [
         {
           name: 'a.b',
-          partitions: [{ index: 0, errorCode: 6, baseOffset: -1, logAppendTimeMs: -1, logStartOffset: -1, recordErrors: [], errorMessage: null, currentLeader: { leaderId: 3, leaderEpoch: 1 } }],
+          partitions: [
+            {
+              index: 0,
+              errorCode: 6,
+              baseOffset: -1,
+              logAppendTimeMs: -1,
+              logStartOffset: -1,
+              recordErrors: [],
+              errorMessage: null,
+              currentLeader: { leaderId: 3, leaderEpoch: 1 },
+            },
+          ],
         },
       ],
       throttleTimeMs: 0,
@@ -338,7 +383,13 @@ const responses: Golden[] = [
     version: 13,
     frame: hex(RES_HEADER, '02', U1, '02 00000000 0000 0000000000000007 ffffffffffffffff 0000000000000000 01 00 00', '00', '00000000', '00'),
     body: {
-      topics: [{ name: '', topicId: uuid(U1), partitions: [{ index: 0, errorCode: 0, baseOffset: 7, logAppendTimeMs: -1, logStartOffset: 0, recordErrors: [], errorMessage: null }] }],
+      topics: [
+        {
+          name: '',
+          topicId: uuid(U1),
+          partitions: [{ index: 0, errorCode: 0, baseOffset: 7, logAppendTimeMs: -1, logStartOffset: 0, recordErrors: [], errorMessage: null }],
+        },
+      ],
       throttleTimeMs: 0,
     } satisfies ProduceResponse,
   },
@@ -351,7 +402,9 @@ const responses: Golden[] = [
       '00000000', // ThrottleTimeMs
       '02 00000000 0a 3132372e302e302e31 00002384 00 00', // Brokers: {0, "127.0.0.1", 9092, rack null}
       '07 666c6f776d71 00000000', // ClusterId "flowmq", ControllerId 0
-      '02 0000 04 612e62', U1, '00', // Topics: error 0, name "a.b", TopicId, IsInternal false
+      '02 0000 04 612e62',
+      U1,
+      '00', // Topics: error 0, name "a.b", TopicId, IsInternal false
       '02 0000 00000000 00000000 00000000 02 00000000 02 00000000 01 00', // partition 0, leader 0, epoch 0, replicas [0], isr [0], offline []
       '80000000 00', // TopicAuthorizedOperations omitted, tags
       '0000', // ErrorCode (v13+)
@@ -395,7 +448,9 @@ const responses: Golden[] = [
       groups: [
         {
           groupId: 'g',
-          topics: [{ name: '', topicId: uuid(U1), partitions: [{ partitionIndex: 0, committedOffset: 7, committedLeaderEpoch: -1, metadata: '', errorCode: 0 }] }],
+          topics: [
+            { name: '', topicId: uuid(U1), partitions: [{ partitionIndex: 0, committedOffset: 7, committedLeaderEpoch: -1, metadata: '', errorCode: 0 }] },
+          ],
           errorCode: 0,
         },
       ],
@@ -416,7 +471,18 @@ const responses: Golden[] = [
     ),
     body: {
       throttleTimeMs: 0,
-      groups: [{ errorCode: 69, errorMessage: 'Group x not found.', groupId: 'x', groupState: 'Dead', protocolType: '', protocolData: '', members: [], authorizedOperations: -2147483648 }],
+      groups: [
+        {
+          errorCode: 69,
+          errorMessage: 'Group x not found.',
+          groupId: 'x',
+          groupState: 'Dead',
+          protocolType: '',
+          protocolData: '',
+          members: [],
+          authorizedOperations: -2147483648,
+        },
+      ],
     },
   },
   {
@@ -462,11 +528,22 @@ describe('kafka codec at the newest versions: golden frames from the message def
     });
   }
 
-  it('advertises the newest release\'s maxima, keeping the old minima', () => {
+  it("advertises the newest release's maxima, keeping the old minima", () => {
     const ranges = Object.fromEntries(
-      [ProduceApi, FetchApi, ListOffsetsApi, MetadataApi, OffsetCommitApi, OffsetFetchApi, FindCoordinatorApi, DescribeGroupsApi, ListGroupsApi, ApiVersionsApi, InitProducerIdApi, DescribeClusterApi].map(
-        (c) => [c.name, [c.minVersion, c.maxVersion]],
-      ),
+      [
+        ProduceApi,
+        FetchApi,
+        ListOffsetsApi,
+        MetadataApi,
+        OffsetCommitApi,
+        OffsetFetchApi,
+        FindCoordinatorApi,
+        DescribeGroupsApi,
+        ListGroupsApi,
+        ApiVersionsApi,
+        InitProducerIdApi,
+        DescribeClusterApi,
+      ].map((c) => [c.name, [c.minVersion, c.maxVersion]]),
     );
     assert.deepEqual(ranges, {
       Produce: [0, 13],

@@ -36,7 +36,12 @@ const HAND_WRITTEN: Array<{ codec: AnyApiCodec; body: unknown }> = [
   { codec: ApiVersionsApi, body: { clientSoftwareName: 'c', clientSoftwareVersion: '1' } },
   {
     codec: MetadataApi,
-    body: { topics: [{ topicId: ZERO_UUID, name: 't' }], allowAutoTopicCreation: false, includeClusterAuthorizedOperations: true, includeTopicAuthorizedOperations: true },
+    body: {
+      topics: [{ topicId: ZERO_UUID, name: 't' }],
+      allowAutoTopicCreation: false,
+      includeClusterAuthorizedOperations: true,
+      includeTopicAuthorizedOperations: true,
+    },
   },
   {
     codec: ProduceApi,
@@ -52,13 +57,18 @@ const HAND_WRITTEN: Array<{ codec: AnyApiCodec; body: unknown }> = [
       isolationLevel: 0,
       sessionId: 0,
       sessionEpoch: -1,
-      topics: [{ topic: 't', partitions: [{ partition: 0, currentLeaderEpoch: -1, fetchOffset: 0, lastFetchedEpoch: -1, logStartOffset: -1, partitionMaxBytes: 1 }] }],
+      topics: [
+        { topic: 't', partitions: [{ partition: 0, currentLeaderEpoch: -1, fetchOffset: 0, lastFetchedEpoch: -1, logStartOffset: -1, partitionMaxBytes: 1 }] },
+      ],
       forgottenTopics: [],
       rackId: '',
       clusterId: null,
     },
   },
-  { codec: ListOffsetsApi, body: { replicaId: -1, isolationLevel: 0, topics: [{ name: 't', partitions: [{ partitionIndex: 0, currentLeaderEpoch: -1, timestamp: -1 }] }] } },
+  {
+    codec: ListOffsetsApi,
+    body: { replicaId: -1, isolationLevel: 0, topics: [{ name: 't', partitions: [{ partitionIndex: 0, currentLeaderEpoch: -1, timestamp: -1 }] }] },
+  },
 ];
 
 describe('kafka request parsing: as lenient as Kafka, no stricter', () => {
@@ -156,8 +166,7 @@ describe('kafka request parsing: as lenient as Kafka, no stricter', () => {
   });
 
   it('tells null from empty arrays by the versions that make them nullable', () => {
-    const metadata = (version: number, topics: string) =>
-      hex(`0003 ${version.toString(16).padStart(4, '0')} 00000001 ffff`, topics, version >= 4 ? '01' : '');
+    const metadata = (version: number, topics: string) => hex(`0003 ${version.toString(16).padStart(4, '0')} 00000001 ffff`, topics, version >= 4 ? '01' : '');
     // v0: not nullable, and an empty list means every topic.
     assert.equal(decodeRequestWith(MetadataApi, metadata(0, '00000000')).body.topics, null);
     expectProtocolError(() => decodeRequestWith(MetadataApi, metadata(0, 'ffffffff')), 'NEGATIVE_LENGTH');

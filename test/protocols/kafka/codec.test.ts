@@ -113,19 +113,41 @@ describe('kafka codec primitives', () => {
     assert.equal(r.nullableBytes32(), null);
     assert.deepEqual(r.compactBytes(), hex('03'));
     assert.equal(r.compactNullableBytes(), null);
-    assert.deepEqual(r.array32((r) => r.int32()), [1, 2]);
-    assert.equal(r.nullableArray32((r) => r.int32()), null);
-    assert.deepEqual(r.compactArray((r) => r.int16()), [7]);
-    assert.equal(r.compactNullableArray((r) => r.int16()), null);
+    assert.deepEqual(
+      r.array32((r) => r.int32()),
+      [1, 2],
+    );
+    assert.equal(
+      r.nullableArray32((r) => r.int32()),
+      null,
+    );
+    assert.deepEqual(
+      r.compactArray((r) => r.int16()),
+      [7],
+    );
+    assert.equal(
+      r.compactNullableArray((r) => r.int16()),
+      null,
+    );
     r.expectEnd('test');
   });
 
   it('picks classic or compact encodings from the flexible flag', () => {
-    const classic = new Writer().string('a').nullableString(null).array([1], (w, v) => w.int8(v)).taggedFields().toBuffer();
+    const classic = new Writer()
+      .string('a')
+      .nullableString(null)
+      .array([1], (w, v) => w.int8(v))
+      .taggedFields()
+      .toBuffer();
     assert.deepEqual(classic, hex('0001 61 ffff 00000001 01'));
     const fw = new Writer();
     fw.flexible = true;
-    const compact = fw.string('a').nullableString(null).array([1], (w, v) => w.int8(v)).taggedFields().toBuffer();
+    const compact = fw
+      .string('a')
+      .nullableString(null)
+      .array([1], (w, v) => w.int8(v))
+      .taggedFields()
+      .toBuffer();
     assert.deepEqual(compact, hex('02 61 00 02 01 00'));
   });
 
@@ -143,10 +165,12 @@ describe('kafka codec primitives', () => {
     const w = new Writer();
     w.flexible = true;
     assert.deepEqual(
-      w.taggedFields([
-        { tag: 3, value: hex('01') },
-        { tag: 1, value: hex('0203') },
-      ]).toBuffer(),
+      w
+        .taggedFields([
+          { tag: 3, value: hex('01') },
+          { tag: 1, value: hex('0203') },
+        ])
+        .toBuffer(),
       hex('02 01 02 0203 03 01 01'),
     );
   });
@@ -342,9 +366,7 @@ const requestGoldens: RequestGolden[] = [
       topics: [
         {
           topic: 'a.b',
-          partitions: [
-            { partition: 2, currentLeaderEpoch: -1, fetchOffset: 9, lastFetchedEpoch: -1, logStartOffset: -1, partitionMaxBytes: 65536 },
-          ],
+          partitions: [{ partition: 2, currentLeaderEpoch: -1, fetchOffset: 9, lastFetchedEpoch: -1, logStartOffset: -1, partitionMaxBytes: 65536 }],
         },
       ],
       forgottenTopics: [],
@@ -376,9 +398,7 @@ const requestGoldens: RequestGolden[] = [
       topics: [
         {
           topic: 'cap.t',
-          partitions: [
-            { partition: 0, currentLeaderEpoch: -1, fetchOffset: 0, lastFetchedEpoch: -1, logStartOffset: -1, partitionMaxBytes: 1048576 },
-          ],
+          partitions: [{ partition: 0, currentLeaderEpoch: -1, fetchOffset: 0, lastFetchedEpoch: -1, logStartOffset: -1, partitionMaxBytes: 1048576 }],
         },
       ],
       forgottenTopics: [],
@@ -412,9 +432,7 @@ const requestGoldens: RequestGolden[] = [
       topics: [
         {
           topic: 'a.b',
-          partitions: [
-            { partition: 0, currentLeaderEpoch: -1, fetchOffset: 7, lastFetchedEpoch: -1, logStartOffset: -1, partitionMaxBytes: 1048576 },
-          ],
+          partitions: [{ partition: 0, currentLeaderEpoch: -1, fetchOffset: 7, lastFetchedEpoch: -1, logStartOffset: -1, partitionMaxBytes: 1048576 }],
         },
       ],
       forgottenTopics: [],
@@ -662,9 +680,7 @@ const responseGoldens: ResponseGolden[] = [
       topics: [
         {
           name: 'a.b',
-          partitions: [
-            { index: 0, errorCode: 0, baseOffset: 5, logAppendTimeMs: -1, logStartOffset: 0, recordErrors: [], errorMessage: null },
-          ],
+          partitions: [{ index: 0, errorCode: 0, baseOffset: 5, logAppendTimeMs: -1, logStartOffset: 0, recordErrors: [], errorMessage: null }],
         },
       ],
       throttleTimeMs: 0,
@@ -791,9 +807,7 @@ describe('kafka golden responses', () => {
 
 // ------------------------------------------------------------------------------------------------ round trips
 
-const BATCH = encodeBatch([
-  { key: Buffer.from('k'), value: Buffer.from('v'), headers: [{ key: 'h', value: Buffer.from('x') }], timestamp: 1700000000000 },
-]);
+const BATCH = encodeBatch([{ key: Buffer.from('k'), value: Buffer.from('v'), headers: [{ key: 'h', value: Buffer.from('x') }], timestamp: 1700000000000 }]);
 
 const sampleRequests: Array<{ codec: AnyApiCodec; body: unknown }> = [
   { codec: ApiVersionsApi, body: { clientSoftwareName: 'flowmq-test', clientSoftwareVersion: '1.0' } },
@@ -820,7 +834,13 @@ const sampleRequests: Array<{ codec: AnyApiCodec; body: unknown }> = [
       acks: -1,
       timeoutMs: 1000,
       topics: [
-        { name: 't1', partitions: [{ index: 0, records: BATCH }, { index: 1, records: null }] },
+        {
+          name: 't1',
+          partitions: [
+            { index: 0, records: BATCH },
+            { index: 1, records: null },
+          ],
+        },
         { name: 't2', partitions: [{ index: 5, records: Buffer.concat([BATCH, BATCH]) }] },
       ],
     } satisfies ProduceRequest,
@@ -838,9 +858,7 @@ const sampleRequests: Array<{ codec: AnyApiCodec; body: unknown }> = [
       topics: [
         {
           topic: 't',
-          partitions: [
-            { partition: 0, currentLeaderEpoch: 3, fetchOffset: 2 ** 40, lastFetchedEpoch: 2, logStartOffset: 0, partitionMaxBytes: 1000 },
-          ],
+          partitions: [{ partition: 0, currentLeaderEpoch: 3, fetchOffset: 2 ** 40, lastFetchedEpoch: 2, logStartOffset: 0, partitionMaxBytes: 1000 }],
         },
       ],
       forgottenTopics: [{ topic: 'old', partitions: [1, 2] }],
@@ -932,9 +950,12 @@ function mutate(frame: Buffer, rnd: () => number): Buffer {
   const ops = 1 + int(4);
   for (let i = 0; i < ops; i++) {
     const kind = int(6);
-    if (kind === 0 && b.length > 0) b[int(b.length)] = int(256); // random byte
-    else if (kind === 1 && b.length > 0) b[int(b.length)] ^= 1 << int(8); // bit flip
-    else if (kind === 2) b = b.subarray(0, int(b.length + 1)); // truncation
+    if (kind === 0 && b.length > 0)
+      b[int(b.length)] = int(256); // random byte
+    else if (kind === 1 && b.length > 0)
+      b[int(b.length)] ^= 1 << int(8); // bit flip
+    else if (kind === 2)
+      b = b.subarray(0, int(b.length + 1)); // truncation
     else if (kind === 3) {
       const at = int(b.length + 1); // insertion
       const extra = Buffer.from(Array.from({ length: 1 + int(8) }, () => int(256)));

@@ -65,7 +65,9 @@ describe('kafka compression codecs', () => {
     it(`kcat -z ${codec}: stored compressed as produced, read back by kcat and KafkaJS with keys and headers`, async () => {
       const topic = `z.${codec}`;
       const lines = Array.from({ length: 50 }, (_, i) => `k${i}:${'value-'.repeat(20)}${i}`).join('\n') + '\n';
-      const p = await kcat(['-b', broker, '-P', '-t', topic, '-p', '0', '-z', codec, '-K', ':', '-H', `codec=${codec}`, '-X', 'linger.ms=50', ...FAST], { input: lines });
+      const p = await kcat(['-b', broker, '-P', '-t', topic, '-p', '0', '-z', codec, '-K', ':', '-H', `codec=${codec}`, '-X', 'linger.ms=50', ...FAST], {
+        input: lines,
+      });
       assert.equal(p.code, 0, p.stderr);
       // The batches are stored compressed with the codec kcat chose.
       const stored = await engine.read(topic, 0, 0, 1 << 20);
@@ -77,7 +79,10 @@ describe('kafka compression codecs', () => {
       const c = await kcat(['-b', broker, '-C', '-t', topic, '-o', 'beginning', '-e', '-J', ...FAST]);
       assert.equal(c.code, 0, c.stderr);
       const msgs = jsonLines(c.stdout);
-      assert.deepEqual(msgs.map((x) => x.offset), Array.from({ length: 50 }, (_, i) => i));
+      assert.deepEqual(
+        msgs.map((x) => x.offset),
+        Array.from({ length: 50 }, (_, i) => i),
+      );
       assert.equal(msgs[7].key, 'k7');
       assert.equal(msgs[7].payload, `${'value-'.repeat(20)}7`);
       assert.deepEqual(msgs[7].headers, ['codec', codec]);
@@ -109,7 +114,12 @@ describe('kafka compression codecs', () => {
       await producer.send({
         topic,
         compression: type,
-        messages: Array.from({ length: 20 }, (_, i) => ({ key: `k${i}`, value: `v${i}`.repeat(10), headers: { h: `x${i}` }, timestamp: String(1_700_000_000_000 + i) })),
+        messages: Array.from({ length: 20 }, (_, i) => ({
+          key: `k${i}`,
+          value: `v${i}`.repeat(10),
+          headers: { h: `x${i}` },
+          timestamp: String(1_700_000_000_000 + i),
+        })),
       });
       await producer.disconnect();
       const [b] = await engine.read(topic, 0, 0, 1 << 20);
@@ -142,7 +152,12 @@ describe('kafka compression codecs', () => {
       bad.writeInt16BE(2, 21);
       bad.fill(0xff, 61);
       bad.writeUInt32BE(crc32c(bad, 21, bad.length), 17);
-      const res = await c.call(ProduceApi, 7, { transactionalId: null, acks: -1, timeoutMs: 1000, topics: [{ name: 'zbad', partitions: [{ index: 0, records: bad }] }] });
+      const res = await c.call(ProduceApi, 7, {
+        transactionalId: null,
+        acks: -1,
+        timeoutMs: 1000,
+        topics: [{ name: 'zbad', partitions: [{ index: 0, records: bad }] }],
+      });
       assert.equal(res.topics[0].partitions[0].errorCode, KafkaErrorCode.CORRUPT_MESSAGE);
       assert.equal(engine.offsets('zbad', 0).highWatermark, 0);
     } finally {

@@ -23,7 +23,6 @@ import type { ProtocolListener } from '../../../src/protocols/types.js';
 import { GatedStreams, MemoryStreams } from '../../helpers/memory-storage.js';
 import { RawClient, captureLogger, metadataRequest as md, type CapturedLog } from './helpers.js';
 
-
 const produce = (topic: string, records: Buffer): ProduceRequest => ({
   transactionalId: null,
   acks: -1,
@@ -39,7 +38,9 @@ const fetchReq = (topic: string, maxWaitMs: number): FetchRequest => ({
   isolationLevel: 0,
   sessionId: 0,
   sessionEpoch: -1,
-  topics: [{ topic, partitions: [{ partition: 0, currentLeaderEpoch: -1, fetchOffset: 0, lastFetchedEpoch: -1, logStartOffset: -1, partitionMaxBytes: 1 << 20 }] }],
+  topics: [
+    { topic, partitions: [{ partition: 0, currentLeaderEpoch: -1, fetchOffset: 0, lastFetchedEpoch: -1, logStartOffset: -1, partitionMaxBytes: 1 << 20 }] },
+  ],
   forgottenTopics: [],
   rackId: '',
   clusterId: null,
@@ -237,7 +238,7 @@ describe('kafka connection limits', () => {
       const e = await RawClient.connect(s.port);
       clients.push(e);
       e.send(announce(400 * 1024, 10));
-      await until(() => s.adapter.frames.gathering === 1, 'the stranger\'s frame to be gathered');
+      await until(() => s.adapter.frames.gathering === 1, "the stranger's frame to be gathered");
       assert.equal(s.adapter.frames.aheadBytes, 0);
       // Before any SASL request: a size prefix alone above the limit closes.
       const c = await RawClient.connect(s.port);

@@ -108,7 +108,9 @@ interface LowLevelBroker {
     minBytes: number;
     maxBytes: number;
     topics: Array<{ topic: string; partitions: Array<{ partition: number; fetchOffset: string; maxBytes: number }> }>;
-  }): Promise<{ responses: Array<{ topicName: string; partitions: Array<{ partition: number; errorCode: number; highWatermark: string; messages: LowLevelMessage[] }> }> }>;
+  }): Promise<{
+    responses: Array<{ topicName: string; partitions: Array<{ partition: number; errorCode: number; highWatermark: string; messages: LowLevelMessage[] }> }>;
+  }>;
 }
 interface LowLevelCluster {
   connect(): Promise<void>;
@@ -213,7 +215,10 @@ describe('kafka listener with real clients', () => {
     );
     // A consumer starting at an offset sees only what follows.
     const from = await kcat(['-b', broker, '-C', '-t', 'kc.lines', '-p', '0', '-o', '2', '-e', '-J', ...FAST]);
-    assert.deepEqual(jsonLines(from.stdout).map((x) => x.offset), [2]);
+    assert.deepEqual(
+      jsonLines(from.stdout).map((x) => x.offset),
+      [2],
+    );
   });
 
   it('kcat -Q finds offsets by timestamp', async () => {
@@ -319,9 +324,7 @@ describe('kafka listener with real clients', () => {
       assert.equal(p.errorCode, 0);
       assert.equal(p.highWatermark, '3');
       // The batch holding offset 1 starts at 0; clients skip records before their fetch offset.
-      const got = p.messages
-        .filter((x) => Number(x.offset) >= 1)
-        .map((x) => [x.offset, x.value?.toString(), x.headers.h?.toString() ?? null]);
+      const got = p.messages.filter((x) => Number(x.offset) >= 1).map((x) => [x.offset, x.value?.toString(), x.headers.h?.toString() ?? null]);
       assert.deepEqual(got, [
         ['1', 'r1', 'v'],
         ['2', 'r2', null],
@@ -693,7 +696,10 @@ describe('kafka listener with real clients', () => {
       const res = decodeResponse(MetadataApi, 12, await c.next());
       assert.equal(res.correlationId, 0x77);
       assert.equal(res.body.brokers.length, 1);
-      assert.ok(res.body.topics.some((t) => t.name === 'trailing.t'), 'every topic');
+      assert.ok(
+        res.body.topics.some((t) => t.name === 'trailing.t'),
+        'every topic',
+      );
       const e = log.entries('bytes after the request body ignored').at(-1);
       assert.equal(e?.api, 'Metadata');
       assert.equal(e?.trailingBytes, 3);
@@ -842,7 +848,10 @@ describe('kafka listener options', () => {
       stored.forEach((b, i) => {
         const recs = decodeBatch(b);
         assert.equal(recs.length, 40);
-        assert.ok(recs.every((r) => r.value!.equals(Buffer.alloc(4000, 97 + i))), `batch ${i}`);
+        assert.ok(
+          recs.every((r) => r.value!.equals(Buffer.alloc(4000, 97 + i))),
+          `batch ${i}`,
+        );
       });
     } finally {
       await close();
@@ -868,12 +877,16 @@ describe('kafka listener options', () => {
     const { engine, adapter, c, close } = await rawSetup(new SlowCreate());
     await engine.createStream({ name: 'exists', partitions: 1 });
     try {
-      const big = (fill: number) => encodeBatch(Array.from({ length: 40 }, () => ({ key: null, value: Buffer.alloc(4000, fill), headers: [], timestamp: Date.now() })));
+      const big = (fill: number) =>
+        encodeBatch(Array.from({ length: 40 }, () => ({ key: null, value: Buffer.alloc(4000, fill), headers: [], timestamp: Date.now() })));
       c.send(c.frame(ProduceApi, 7, produceRequest('created-on-produce', 0, big(1)), 1), c.frame(ProduceApi, 7, produceRequest('exists', 0, big(2)), 2));
       await c.next(5000);
       await c.next(5000);
       const [first] = await engine.read('created-on-produce', 0, 0, 1 << 24);
-      assert.ok(decodeBatch(first).every((r) => r.value!.equals(Buffer.alloc(4000, 1))), 'the first batch is stored as sent');
+      assert.ok(
+        decodeBatch(first).every((r) => r.value!.equals(Buffer.alloc(4000, 1))),
+        'the first batch is stored as sent',
+      );
       const [second] = await engine.read('exists', 0, 0, 1 << 24);
       assert.ok(decodeBatch(second).every((r) => r.value!.equals(Buffer.alloc(4000, 2))));
       assert.equal(adapter.frames.allocated, 2);
@@ -999,8 +1012,7 @@ describe('kafka connection fuzz', () => {
     await engine.createStream({ name: 'fz', partitions: 2 });
     const log = captureLogger('info');
     const adapter = new KafkaAdapter({ engine, logger: log.logger, brokerId: 1 }, resolveKafkaOptions({}), KAFKA_ROUTES);
-    const enc = <Req, Res>(codec: ApiCodec<Req, Res>, v: number, body: Req) =>
-      encodeRequest(codec, { apiVersion: v, correlationId: 1, clientId: 'fz' }, body);
+    const enc = <Req, Res>(codec: ApiCodec<Req, Res>, v: number, body: Req) => encodeRequest(codec, { apiVersion: v, correlationId: 1, clientId: 'fz' }, body);
     const seeds = [
       enc(ApiVersionsApi, 3, { clientSoftwareName: 'a', clientSoftwareVersion: 'b' }),
       enc(MetadataApi, 9, metadataRequest(['fz', 'fz.new'])),

@@ -18,11 +18,11 @@ import { compileTopicRegex } from '../../../src/protocols/kafka/groups/topic-reg
 
 const T1 = 'a'.repeat(32);
 const T2 = 'b'.repeat(32);
-const topics = (...ts: Array<[string, string, number]>): Map<string, AssignorTopic> => new Map(ts.map(([id, name, partitions]) => [id, { id, name, partitions }]));
+const topics = (...ts: Array<[string, string, number]>): Map<string, AssignorTopic> =>
+  new Map(ts.map(([id, name, partitions]) => [id, { id, name, partitions }]));
 const member = (memberId: string, subs: string[], instanceId: string | null = null): AssignorMember => ({ memberId, instanceId, topics: new Set(subs) });
 const asg = (o: Record<string, number[]>): Assignment => new Map(Object.entries(o).map(([t, ps]) => [t, new Set(ps)]));
-const flat = (a: Assignment | undefined): string[] =>
-  [...(a ?? new Map())].flatMap(([t, ps]) => [...ps].map((p) => `${t[0]}${p}`)).sort();
+const flat = (a: Assignment | undefined): string[] => [...(a ?? new Map())].flatMap(([t, ps]) => [...ps].map((p) => `${t[0]}${p}`)).sort();
 
 /** Every partition of the topics is owned by exactly one member. */
 function assertPartition(out: Map<string, Assignment>, ts: Map<string, AssignorTopic>): void {
@@ -176,13 +176,15 @@ describe('reconciliation', () => {
       ['A', [0, 1]],
       ['B', [2, 3]],
     ]);
-    const ownerEpoch = (self: string) => (t: string, p: number): number => {
-      for (const [id, m] of members) {
-        if (id === self) continue;
-        if (m.assigned.get(t)?.has(p) || m.pendingRevocation.get(t)?.has(p)) return m.memberEpoch;
-      }
-      return -1;
-    };
+    const ownerEpoch =
+      (self: string) =>
+      (t: string, p: number): number => {
+        for (const [id, m] of members) {
+          if (id === self) continue;
+          if (m.assigned.get(t)?.has(p) || m.pendingRevocation.get(t)?.has(p)) return m.memberEpoch;
+        }
+        return -1;
+      };
     const check = (): void => {
       const seen = new Map<number, string>();
       for (const [id, m] of members) {

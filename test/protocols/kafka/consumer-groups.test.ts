@@ -98,7 +98,12 @@ describe('kafka consumer group protocol (KIP-848) over the wire', () => {
   before(async () => {
     const m = new MemoryStreams();
     engine = new Engine(m, m);
-    for (const [name, n] of [['ct', 4], ['rx.a', 1], ['rx.b', 2], ['other', 1]] as const) {
+    for (const [name, n] of [
+      ['ct', 4],
+      ['rx.a', 1],
+      ['rx.b', 2],
+      ['other', 1],
+    ] as const) {
       const def = await engine.createStream({ name, partitions: n });
       names.set(def.id as string, name);
     }
@@ -166,7 +171,10 @@ describe('kafka consumer group protocol (KIP-848) over the wire', () => {
       ['member-a', 2, 1, ['ct']],
       ['member-b', 2, 1, ['ct']],
     ]);
-    assert.deepEqual(g.members.flatMap((m) => m.assignment.topicPartitions.map((t) => t.topicName)), ['ct', 'ct']);
+    assert.deepEqual(
+      g.members.flatMap((m) => m.assignment.topicPartitions.map((t) => t.topicName)),
+      ['ct', 'ct'],
+    );
 
     // a leaves: b is given everything at the next epoch.
     const left = await a.send(hb('cg1', 'member-a', a.epoch));
@@ -310,7 +318,9 @@ describe('kafka consumer group protocol (KIP-848) over the wire', () => {
         memberId,
         groupInstanceId: null,
         retentionTimeMs: -1,
-        topics: [{ name: 'ct', partitions: [{ partitionIndex: 0, committedOffset: 5, committedLeaderEpoch: -1, commitTimestamp: -1, committedMetadata: null }] }],
+        topics: [
+          { name: 'ct', partitions: [{ partitionIndex: 0, committedOffset: 5, committedLeaderEpoch: -1, commitTimestamp: -1, committedMetadata: null }] },
+        ],
       });
     assert.equal((await commit(9, a.epoch)).topics[0].partitions[0].errorCode, E.NONE);
     assert.equal((await commit(9, a.epoch + 1)).topics[0].partitions[0].errorCode, E.FENCED_MEMBER_EPOCH);
@@ -319,7 +329,12 @@ describe('kafka consumer group protocol (KIP-848) over the wire', () => {
     assert.equal((await commit(8, a.epoch)).topics[0].partitions[0].errorCode, E.UNSUPPORTED_VERSION);
     assert.equal((await commit(9, -1, '')).topics[0].partitions[0].errorCode, E.UNKNOWN_MEMBER_ID, 'a group with members takes no commit from outside');
     const fetch = (epoch: number) =>
-      c.call(OffsetFetchApi, 9, { groupId: '', topics: null, groups: [{ groupId: 'cg7', memberId: 'off-a', memberEpoch: epoch, topics: [{ name: 'ct', partitionIndexes: [0] }] }], requireStable: true });
+      c.call(OffsetFetchApi, 9, {
+        groupId: '',
+        topics: null,
+        groups: [{ groupId: 'cg7', memberId: 'off-a', memberEpoch: epoch, topics: [{ name: 'ct', partitionIndexes: [0] }] }],
+        requireStable: true,
+      });
     const f = await fetch(a.epoch);
     assert.deepEqual([f.groups[0].errorCode, f.groups[0].topics[0].partitions[0].committedOffset], [E.NONE, 5]);
     assert.equal((await fetch(a.epoch + 3)).groups[0].errorCode, E.STALE_MEMBER_EPOCH);
@@ -370,7 +385,10 @@ describe('kafka consumer group protocol (KIP-848) over the wire', () => {
     const refused = await c.call(ConsumerGroupHeartbeatApi, 1, joinReq('cg9', 'x', ['ct']));
     assert.equal(refused.errorCode, E.GROUP_ID_NOT_FOUND);
     const cgd = await c.call(ConsumerGroupDescribeApi, 1, { groupIds: ['cg9', 'none', ''], includeAuthorizedOperations: false });
-    assert.deepEqual(cgd.groups.map((g) => g.errorCode), [E.GROUP_ID_NOT_FOUND, E.GROUP_ID_NOT_FOUND, E.INVALID_GROUP_ID]);
+    assert.deepEqual(
+      cgd.groups.map((g) => g.errorCode),
+      [E.GROUP_ID_NOT_FOUND, E.GROUP_ID_NOT_FOUND, E.INVALID_GROUP_ID],
+    );
     assert.match(cgd.groups[0].errorMessage ?? '', /not a consumer group/);
 
     // Once empty, the consumer group gives way to a classic one.
@@ -404,16 +422,37 @@ describe('kafka consumer group protocol (KIP-848) over the wire', () => {
       { stream: 'other', partition: 0, offset: 5, metadata: null },
     ]);
     const kept = async () => (await engine.store.listOffsets('cg10')).map((o) => `${o.stream}:${o.partition}`).sort();
-    const del = (topics: Array<[string, number[]]>) => c.call(OffsetDeleteApi, 0, { groupId: 'cg10', topics: topics.map(([name, ps]) => ({ name, partitions: ps.map((p) => ({ partitionIndex: p })) })) });
+    const del = (topics: Array<[string, number[]]>) =>
+      c.call(OffsetDeleteApi, 0, { groupId: 'cg10', topics: topics.map(([name, ps]) => ({ name, partitions: ps.map((p) => ({ partitionIndex: p })) })) });
     const codes = (r: Awaited<ReturnType<typeof del>>) => [r.errorCode, r.topics.map((t) => [t.name, t.partitions.map((p) => p.errorCode)])];
-    let r = await del([['ct', [0, 1]], ['rx.b', [1]], ['other', [0]]]);
-    assert.deepEqual(codes(r), [E.NONE, [['ct', [E.GROUP_SUBSCRIBED_TO_TOPIC, E.GROUP_SUBSCRIBED_TO_TOPIC]], ['rx.b', [E.GROUP_SUBSCRIBED_TO_TOPIC]], ['other', [E.GROUP_SUBSCRIBED_TO_TOPIC]]]]);
+    let r = await del([
+      ['ct', [0, 1]],
+      ['rx.b', [1]],
+      ['other', [0]],
+    ]);
+    assert.deepEqual(codes(r), [
+      E.NONE,
+      [
+        ['ct', [E.GROUP_SUBSCRIBED_TO_TOPIC, E.GROUP_SUBSCRIBED_TO_TOPIC]],
+        ['rx.b', [E.GROUP_SUBSCRIBED_TO_TOPIC]],
+        ['other', [E.GROUP_SUBSCRIBED_TO_TOPIC]],
+      ],
+    ]);
     assert.deepEqual(await kept(), ['ct:0', 'other:0', 'rx.b:1']);
 
     // The static member leaves for good: "other" is no one's now, its offsets go; a partition with no offset is no error.
     await away.send(hb('cg10', 'od-static', -1, { instanceId: 'od-i' }));
-    r = await del([['other', [0]], ['ct', [0]]]);
-    assert.deepEqual(codes(r), [E.NONE, [['other', [E.NONE]], ['ct', [E.GROUP_SUBSCRIBED_TO_TOPIC]]]]);
+    r = await del([
+      ['other', [0]],
+      ['ct', [0]],
+    ]);
+    assert.deepEqual(codes(r), [
+      E.NONE,
+      [
+        ['other', [E.NONE]],
+        ['ct', [E.GROUP_SUBSCRIBED_TO_TOPIC]],
+      ],
+    ]);
     assert.deepEqual(await kept(), ['ct:0', 'rx.b:1']);
 
     // Every member gone: the group is Empty and any of its offsets may go (Kafka's ConsumerGroup accepts every state).
@@ -421,8 +460,17 @@ describe('kafka consumer group protocol (KIP-848) over the wire', () => {
     await byRegex.send(hb('cg10', 'od-regex', -1));
     const dg = (await c.call(DescribeGroupsApi, 5, { groups: ['cg10'], includeAuthorizedOperations: false })).groups[0];
     assert.deepEqual([dg.groupState, dg.members.length], ['Empty', 0]);
-    r = await del([['ct', [0]], ['rx.b', [1]]]);
-    assert.deepEqual(codes(r), [E.NONE, [['ct', [E.NONE]], ['rx.b', [E.NONE]]]]);
+    r = await del([
+      ['ct', [0]],
+      ['rx.b', [1]],
+    ]);
+    assert.deepEqual(codes(r), [
+      E.NONE,
+      [
+        ['ct', [E.NONE]],
+        ['rx.b', [E.NONE]],
+      ],
+    ]);
     assert.deepEqual(await kept(), []);
   });
 });

@@ -51,7 +51,10 @@ function fetchRequest(sessionId: number, sessionEpoch: number, parts: Part[], fo
 /** What a response names: "topic/partition" (or topic id hex/partition) with its high watermark and record bytes. */
 function named(res: FetchResponse): string[] {
   return res.responses.flatMap((t) =>
-    t.partitions.map((p) => `${t.topic || t.topicId?.toString('hex')}/${p.partitionIndex} hw=${p.highWatermark} bytes=${(p.records ?? []).reduce((n, b) => n + b.length, 0)}${p.errorCode !== 0 ? ` error=${p.errorCode}` : ''}`),
+    t.partitions.map(
+      (p) =>
+        `${t.topic || t.topicId?.toString('hex')}/${p.partitionIndex} hw=${p.highWatermark} bytes=${(p.records ?? []).reduce((n, b) => n + b.length, 0)}${p.errorCode !== 0 ? ` error=${p.errorCode}` : ''}`,
+    ),
   );
 }
 
@@ -67,7 +70,12 @@ describe('kafka incremental fetch sessions (KIP-227)', () => {
       transactionalId: null,
       acks: -1,
       timeoutMs: 5000,
-      topics: [{ name: topic, partitions: [{ index: partition, records: encodeBatch([{ key: null, value: Buffer.from(value), headers: [], timestamp: Date.now() }]) }] }],
+      topics: [
+        {
+          name: topic,
+          partitions: [{ index: partition, records: encodeBatch([{ key: null, value: Buffer.from(value), headers: [], timestamp: Date.now() }]) }],
+        },
+      ],
     });
     assert.equal(res.topics[0]!.partitions[0]!.errorCode, 0);
   };
@@ -92,11 +100,22 @@ describe('kafka incremental fetch sessions (KIP-227)', () => {
     const c = await RawClient.connect(port);
     try {
       await produce(c, 'fs.a', 0, 'a0');
-      const full = await c.call(FetchApi, 12, fetchRequest(0, 0, [['fs.a', 0, 0], ['fs.a', 1, 0], ['fs.b', 0, 0]]));
+      const full = await c.call(
+        FetchApi,
+        12,
+        fetchRequest(0, 0, [
+          ['fs.a', 0, 0],
+          ['fs.a', 1, 0],
+          ['fs.b', 0, 0],
+        ]),
+      );
       assert.equal(full.errorCode, 0);
       assert.ok(full.sessionId > 0, 'a session was made');
       const id = full.sessionId;
-      assert.deepEqual(named(full).map((s) => s.replace(/bytes=\d+/, 'bytes')), ['fs.a/0 hw=1 bytes', 'fs.a/1 hw=0 bytes', 'fs.b/0 hw=0 bytes']);
+      assert.deepEqual(
+        named(full).map((s) => s.replace(/bytes=\d+/, 'bytes')),
+        ['fs.a/0 hw=1 bytes', 'fs.a/1 hw=0 bytes', 'fs.b/0 hw=0 bytes'],
+      );
 
       // The client read fs.a/0's record and says so (offset 1): nothing is new, so the incremental response names
       // no partition, and keeps the session.
@@ -108,11 +127,17 @@ describe('kafka incremental fetch sessions (KIP-227)', () => {
       // A record on fs.a/1: only that partition is answered (a partition the request does not name).
       await produce(c, 'fs.a', 1, 'a1');
       const changed = await c.call(FetchApi, 12, fetchRequest(id, 2, []));
-      assert.deepEqual(named(changed).map((s) => s.replace(/bytes=[1-9]\d*/, 'bytes>0')), ['fs.a/1 hw=1 bytes>0']);
+      assert.deepEqual(
+        named(changed).map((s) => s.replace(/bytes=[1-9]\d*/, 'bytes>0')),
+        ['fs.a/1 hw=1 bytes>0'],
+      );
       // The session reads where the client said, not past what it answered: until the client moves fs.a/1, the
       // same record is answered again (as Kafka does).
       const again = await c.call(FetchApi, 12, fetchRequest(id, 3, []));
-      assert.deepEqual(named(again).map((s) => s.replace(/bytes=[1-9]\d*/, 'bytes>0')), ['fs.a/1 hw=1 bytes>0']);
+      assert.deepEqual(
+        named(again).map((s) => s.replace(/bytes=[1-9]\d*/, 'bytes>0')),
+        ['fs.a/1 hw=1 bytes>0'],
+      );
 
       // The client moves fs.a/1 past what it read: nothing is new now.
       const moved = await c.call(FetchApi, 12, fetchRequest(id, 4, [['fs.a', 1, 1]]));
@@ -124,7 +149,10 @@ describe('kafka incremental fetch sessions (KIP-227)', () => {
       await produce(c, 'fs.b', 0, 'b0');
       await produce(c, 'fs.a', 0, 'a0-2');
       const after = await c.call(FetchApi, 12, fetchRequest(id, 6, []));
-      assert.deepEqual(named(after).map((s) => s.replace(/bytes=[1-9]\d*/, 'bytes>0')), ['fs.a/0 hw=2 bytes>0']);
+      assert.deepEqual(
+        named(after).map((s) => s.replace(/bytes=[1-9]\d*/, 'bytes>0')),
+        ['fs.a/0 hw=2 bytes>0'],
+      );
 
       // A wrong epoch is INVALID_FETCH_SESSION_EPOCH, and leaves the session as it was.
       const bad = await c.call(FetchApi, 12, fetchRequest(id, 9, []));
@@ -143,7 +171,10 @@ describe('kafka incremental fetch sessions (KIP-227)', () => {
       // Epoch -1 closes the session (a full, sessionless fetch answered with session id 0).
       const closing = await c.call(FetchApi, 12, fetchRequest(id, -1, [['fs.b', 0, 0]]));
       assert.deepEqual([closing.errorCode, closing.sessionId], [0, 0]);
-      assert.deepEqual(named(closing).map((s) => s.replace(/bytes=[1-9]\d*/, 'bytes>0')), ['fs.b/0 hw=1 bytes>0']);
+      assert.deepEqual(
+        named(closing).map((s) => s.replace(/bytes=[1-9]\d*/, 'bytes>0')),
+        ['fs.b/0 hw=1 bytes>0'],
+      );
       const gone = await c.call(FetchApi, 12, fetchRequest(id, 8, []));
       assert.equal(gone.errorCode, KafkaErrorCode.FETCH_SESSION_ID_NOT_FOUND);
     } finally {
@@ -179,13 +210,28 @@ describe('kafka incremental fetch sessions (KIP-227)', () => {
       assert.equal(adapter.fetchSessions.size, 0);
       const stats0 = { ...adapter.fetchSessions.stats };
       const s1 = await cs[0]!.call(FetchApi, 12, fetchRequest(0, 0, [['fs.a', 0, 0]]));
-      const s2 = await cs[1]!.call(FetchApi, 12, fetchRequest(0, 0, [['fs.a', 0, 0], ['fs.a', 1, 0]]));
+      const s2 = await cs[1]!.call(
+        FetchApi,
+        12,
+        fetchRequest(0, 0, [
+          ['fs.a', 0, 0],
+          ['fs.a', 1, 0],
+        ]),
+      );
       assert.ok(s1.sessionId > 0 && s2.sessionId > 0);
       // Full (2 slots), none stale, none smaller than a one-partition session: no session (id 0), a full answer.
       const s3 = await cs[2]!.call(FetchApi, 12, fetchRequest(0, 0, [['fs.b', 0, 0]]));
       assert.deepEqual([s3.errorCode, s3.sessionId, s3.responses.length], [0, 0, 1]);
       // A larger session evicts the smallest (s1's).
-      const s4 = await cs[3]!.call(FetchApi, 12, fetchRequest(0, 0, [['fs.a', 0, 0], ['fs.a', 1, 0], ['fs.b', 0, 0]]));
+      const s4 = await cs[3]!.call(
+        FetchApi,
+        12,
+        fetchRequest(0, 0, [
+          ['fs.a', 0, 0],
+          ['fs.a', 1, 0],
+          ['fs.b', 0, 0],
+        ]),
+      );
       assert.ok(s4.sessionId > 0);
       assert.equal((await cs[0]!.call(FetchApi, 12, fetchRequest(s1.sessionId, 1, []))).errorCode, KafkaErrorCode.FETCH_SESSION_ID_NOT_FOUND);
       assert.equal((await cs[1]!.call(FetchApi, 12, fetchRequest(s2.sessionId, 1, []))).errorCode, 0);
@@ -216,7 +262,10 @@ describe('kafka incremental fetch sessions (KIP-227)', () => {
       await produce(p, 'fs.b', 0, 'wake');
       const res = decodeResponse(FetchApi, 12, await c.next(10_000)).body;
       assert.ok(Date.now() - started < 9000);
-      assert.deepEqual(named(res).map((s) => s.replace(/hw=\d+/, 'hw').replace(/bytes=[1-9]\d*/, 'bytes>0')), ['fs.b/0 hw bytes>0']);
+      assert.deepEqual(
+        named(res).map((s) => s.replace(/hw=\d+/, 'hw').replace(/bytes=[1-9]\d*/, 'bytes>0')),
+        ['fs.b/0 hw bytes>0'],
+      );
     } finally {
       c.close();
       p.close();

@@ -37,7 +37,8 @@ describe('kafka consumer groups for the admin API', () => {
     listener = await startKafkaListener(ctx, { host: '127.0.0.1', port: 0 }, {}, adapter);
     admin = new KafkaGroupAdmin(engine, adapter.groups);
     await engine.createStream({ name: 'ga', partitions: 2 });
-    for (let i = 0; i < 5; i++) await engine.produce('ga', i % 2, encodeBatch([{ key: null, value: Buffer.from(`m${i}`), headers: [], timestamp: 1000 + i }])).durable;
+    for (let i = 0; i < 5; i++)
+      await engine.produce('ga', i % 2, encodeBatch([{ key: null, value: Buffer.from(`m${i}`), headers: [], timestamp: 1000 + i }])).durable;
   });
   after(async () => {
     await listener.close();
@@ -50,10 +51,16 @@ describe('kafka consumer groups for the admin API', () => {
     await c.connect();
     await c.subscribe({ topics: ['ga'], fromBeginning: true });
     await c.run({ eachMessage: async () => void seen++ });
-    await until(async () => seen === 5 && ((await admin.describe('ga-group'))?.offsets.reduce((n, o) => n + (o.committed ?? 0), 0) ?? 0) === 5, 'consumed and committed');
+    await until(
+      async () => seen === 5 && ((await admin.describe('ga-group'))?.offsets.reduce((n, o) => n + (o.committed ?? 0), 0) ?? 0) === 5,
+      'consumed and committed',
+    );
 
     const list = await admin.list();
-    assert.deepEqual(list.find((g) => g.name === 'ga-group'), { name: 'ga-group', protocol: 'kafka', state: 'Stable', members: 1, lag: 0 });
+    assert.deepEqual(
+      list.find((g) => g.name === 'ga-group'),
+      { name: 'ga-group', protocol: 'kafka', state: 'Stable', members: 1, lag: 0 },
+    );
     const d = (await admin.describe('ga-group'))!;
     assert.equal(d.memberDetails.length, 1);
     assert.equal(d.memberDetails[0].clientId, 'ga-client');
@@ -64,12 +71,18 @@ describe('kafka consumer groups for the admin API', () => {
         { stream: 'ga', partition: 1 },
       ],
     );
-    assert.deepEqual(d.offsets.map((o) => [o.partition, o.committed, o.end, o.lag]), [
-      [0, 3, 3, 0],
-      [1, 2, 2, 0],
-    ]);
+    assert.deepEqual(
+      d.offsets.map((o) => [o.partition, o.committed, o.end, o.lag]),
+      [
+        [0, 3, 3, 0],
+        [1, 2, 2, 0],
+      ],
+    );
 
-    await assert.rejects(admin.resetOffsets('ga-group', 'ga', { to: 'earliest' }), (e: unknown) => isFlowError(e, 'INVALID_ARGUMENT') && /active members/.test((e as Error).message));
+    await assert.rejects(
+      admin.resetOffsets('ga-group', 'ga', { to: 'earliest' }),
+      (e: unknown) => isFlowError(e, 'INVALID_ARGUMENT') && /active members/.test((e as Error).message),
+    );
     await assert.rejects(admin.delete('ga-group'), (e: unknown) => isFlowError(e, 'INVALID_ARGUMENT'));
     await c.disconnect();
     await until(async () => (await admin.describe('ga-group'))?.members === 0, 'the member left');
@@ -80,18 +93,30 @@ describe('kafka consumer groups for the admin API', () => {
       [1, 2],
       [2, 2],
     ]);
-    assert.deepEqual(reset.offsets.map((o) => [o.partition, o.committed, o.lag]), [
-      [0, 0, 3],
-      [1, 0, 2],
-    ]);
+    assert.deepEqual(
+      reset.offsets.map((o) => [o.partition, o.committed, o.lag]),
+      [
+        [0, 0, 3],
+        [1, 0, 2],
+      ],
+    );
     assert.equal(reset.lag, 5);
     assert.equal((await admin.list()).find((g) => g.name === 'ga-group')?.lag, 5);
     // An offset past the end is moved to the end, as kafka-consumer-groups does.
     const byOffset = await admin.resetOffsets('ga-group', 'ga', { to: 'offset', offset: 2 });
-    assert.deepEqual(byOffset.offsets.map((o) => o.committed), [2, 2]);
+    assert.deepEqual(
+      byOffset.offsets.map((o) => o.committed),
+      [2, 2],
+    );
     const byTime = await admin.resetOffsets('ga-group', 'ga', { to: 'timestamp', timestamp: 1002 });
-    assert.deepEqual(byTime.offsets.map((o) => o.committed), [1, 1]);
-    assert.deepEqual((await admin.resetOffsets('ga-group', 'ga', { to: 'latest' })).offsets.map((o) => o.lag), [0, 0]);
+    assert.deepEqual(
+      byTime.offsets.map((o) => o.committed),
+      [1, 1],
+    );
+    assert.deepEqual(
+      (await admin.resetOffsets('ga-group', 'ga', { to: 'latest' })).offsets.map((o) => o.lag),
+      [0, 0],
+    );
     await assert.rejects(admin.resetOffsets('ga-group', 'nope', { to: 'latest' }), (e: unknown) => isFlowError(e, 'NOT_FOUND'));
 
     await admin.delete('ga-group');

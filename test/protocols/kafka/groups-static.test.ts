@@ -44,8 +44,14 @@ describe('kafka static group membership (KIP-345) over the wire', () => {
     clients.push(c);
     return c;
   };
-  const sync = (c: RawClient, groupId: string, gen: number, memberId: string, instance: string | null, assignments: Array<{ memberId: string; assignment: Buffer }> = []) =>
-    c.call(SyncGroupApi, 3, { groupId, generationId: gen, memberId, groupInstanceId: instance, protocolType: null, protocolName: null, assignments });
+  const sync = (
+    c: RawClient,
+    groupId: string,
+    gen: number,
+    memberId: string,
+    instance: string | null,
+    assignments: Array<{ memberId: string; assignment: Buffer }> = [],
+  ) => c.call(SyncGroupApi, 3, { groupId, generationId: gen, memberId, groupInstanceId: instance, protocolType: null, protocolName: null, assignments });
   const hb = (c: RawClient, groupId: string, gen: number, memberId: string, instance: string | null) =>
     c.call(HeartbeatApi, 3, { groupId, generationId: gen, memberId, groupInstanceId: instance }).then((r) => r.errorCode);
 
@@ -180,14 +186,20 @@ describe('kafka static group membership (KIP-345) over the wire', () => {
       ],
     });
     assert.equal(r.errorCode, E.NONE);
-    assert.deepEqual(r.members.map((m) => [m.groupInstanceId, m.errorCode]), [
-      ['i2', E.NONE],
-      ['i1', E.FENCED_INSTANCE_ID],
-      ['i9', E.UNKNOWN_MEMBER_ID],
-    ]);
+    assert.deepEqual(
+      r.members.map((m) => [m.groupInstanceId, m.errorCode]),
+      [
+        ['i2', E.NONE],
+        ['i1', E.FENCED_INSTANCE_ID],
+        ['i9', E.UNKNOWN_MEMBER_ID],
+      ],
+    );
     // i2's leave rebalances the group; i1 is still in it.
     assert.equal(await hb(a, 's4', ja.generationId, ja.memberId, 'i1'), E.REBALANCE_IN_PROGRESS);
     const r2 = await a.call(LeaveGroupApi, 5, { groupId: 's4', memberId: '', members: [{ memberId: ja.memberId, groupInstanceId: 'i1', reason: 'bye' }] });
-    assert.deepEqual(r2.members.map((m) => m.errorCode), [E.NONE]);
+    assert.deepEqual(
+      r2.members.map((m) => m.errorCode),
+      [E.NONE],
+    );
   });
 });

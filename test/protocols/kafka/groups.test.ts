@@ -89,7 +89,13 @@ describe('kafka group coordinator over the wire', () => {
     const v0 = await c.call(FindCoordinatorApi, 0, { key: 'g', keyType: 0, coordinatorKeys: [] });
     assert.deepEqual([v0.errorCode, v0.nodeId, v0.host, v0.port], [0, 3, '127.0.0.1', port]);
     const v4 = await c.call(FindCoordinatorApi, 4, { key: '', keyType: 0, coordinatorKeys: ['a', 'b'] });
-    assert.deepEqual(v4.coordinators.map((x) => [x.key, x.nodeId, x.errorCode]), [['a', 3, 0], ['b', 3, 0]]);
+    assert.deepEqual(
+      v4.coordinators.map((x) => [x.key, x.nodeId, x.errorCode]),
+      [
+        ['a', 3, 0],
+        ['b', 3, 0],
+      ],
+    );
     const bad = await c.call(FindCoordinatorApi, 3, { key: 'g', keyType: 7, coordinatorKeys: [] });
     assert.equal(bad.errorCode, E.INVALID_REQUEST);
   });
@@ -99,7 +105,10 @@ describe('kafka group coordinator over the wire', () => {
     const b = await connect();
     const j1 = await joinNew(a, 6, 'g1');
     assert.deepEqual([j1.errorCode, j1.generationId, j1.leader, j1.protocolName], [0, 1, j1.memberId, 'range']);
-    assert.deepEqual(j1.members.map((m) => m.memberId), [j1.memberId]);
+    assert.deepEqual(
+      j1.members.map((m) => m.memberId),
+      [j1.memberId],
+    );
     const s1 = await a.call(SyncGroupApi, 5, {
       groupId: 'g1',
       generationId: 1,
@@ -176,9 +185,19 @@ describe('kafka group coordinator over the wire', () => {
     assert.equal(oldGen.topics[0].partitions[0].errorCode, E.ILLEGAL_GENERATION);
     const c4 = await b.call(OffsetCommitApi, 2, commit('g1', 2, bFirst.memberId, 9));
     assert.equal(c4.topics[0].partitions[0].errorCode, E.NONE);
-    const unknownTopic = await b.call(OffsetCommitApi, 2, { ...commit('g1', 2, bFirst.memberId, 9), topics: [{ name: 'nope', partitions: [{ partitionIndex: 0, committedOffset: 1, committedLeaderEpoch: -1, commitTimestamp: -1, committedMetadata: null }] }] });
+    const unknownTopic = await b.call(OffsetCommitApi, 2, {
+      ...commit('g1', 2, bFirst.memberId, 9),
+      topics: [
+        { name: 'nope', partitions: [{ partitionIndex: 0, committedOffset: 1, committedLeaderEpoch: -1, commitTimestamp: -1, committedMetadata: null }] },
+      ],
+    });
     assert.equal(unknownTopic.topics[0].partitions[0].errorCode, E.UNKNOWN_TOPIC_OR_PARTITION);
-    const f8 = await a.call(OffsetFetchApi, 8, { groupId: '', topics: null, groups: [{ groupId: 'g1', memberId: null, memberEpoch: -1, topics: [{ name: 'gt', partitionIndexes: [0, 1] }] }], requireStable: true });
+    const f8 = await a.call(OffsetFetchApi, 8, {
+      groupId: '',
+      topics: null,
+      groups: [{ groupId: 'g1', memberId: null, memberEpoch: -1, topics: [{ name: 'gt', partitionIndexes: [0, 1] }] }],
+      requireStable: true,
+    });
     assert.deepEqual(
       f8.groups[0].topics[0].partitions.map((p) => [p.partitionIndex, p.committedOffset, p.metadata, p.errorCode]),
       [
@@ -196,15 +215,31 @@ describe('kafka group coordinator over the wire', () => {
     assert.match(d.groups[0].members[0].clientHost, /127\.0\.0\.1/);
     assert.deepEqual([d.groups[1].errorCode, d.groups[1].groupState], [0, 'Dead']);
     const l = await a.call(ListGroupsApi, 4, { statesFilter: ['stable'], typesFilter: [] });
-    assert.deepEqual(l.groups.map((g) => [g.groupId, g.groupState]), [['g1', 'Stable']]);
+    assert.deepEqual(
+      l.groups.map((g) => [g.groupId, g.groupState]),
+      [['g1', 'Stable']],
+    );
 
     // A group with members cannot be deleted.
     const del = await a.call(DeleteGroupsApi, 2, { groupsNames: ['g1', 'ghost'] });
-    assert.deepEqual(del.results.map((r) => r.errorCode), [E.NON_EMPTY_GROUP, E.GROUP_ID_NOT_FOUND]);
+    assert.deepEqual(
+      del.results.map((r) => r.errorCode),
+      [E.NON_EMPTY_GROUP, E.GROUP_ID_NOT_FOUND],
+    );
 
     // Both leave (v5 batch, v0 single); the group is then Empty and can be deleted with its offsets.
-    const lv = await a.call(LeaveGroupApi, 5, { groupId: 'g1', memberId: '', members: [{ memberId: j1.memberId, groupInstanceId: null, reason: 'bye' }, { memberId: 'x', groupInstanceId: null, reason: null }] });
-    assert.deepEqual(lv.members.map((m) => m.errorCode), [E.NONE, E.UNKNOWN_MEMBER_ID]);
+    const lv = await a.call(LeaveGroupApi, 5, {
+      groupId: 'g1',
+      memberId: '',
+      members: [
+        { memberId: j1.memberId, groupInstanceId: null, reason: 'bye' },
+        { memberId: 'x', groupInstanceId: null, reason: null },
+      ],
+    });
+    assert.deepEqual(
+      lv.members.map((m) => m.errorCode),
+      [E.NONE, E.UNKNOWN_MEMBER_ID],
+    );
     const lv0 = await b.call(LeaveGroupApi, 0, { groupId: 'g1', memberId: bFirst.memberId, members: [] });
     assert.equal(lv0.errorCode, E.NONE);
     const empty = await a.call(DescribeGroupsApi, 0, { groups: ['g1'], includeAuthorizedOperations: false });
@@ -255,7 +290,15 @@ describe('kafka group coordinator over the wire', () => {
     assert.equal(other.errorCode, E.INCONSISTENT_GROUP_PROTOCOL);
     const waiting = await b.call(OffsetCommitApi, 3, commit('g3', -1, '', 1));
     assert.equal(waiting.topics[0].partitions[0].errorCode, E.REBALANCE_IN_PROGRESS, 'the group awaits its assignment');
-    await a.call(SyncGroupApi, 0, { groupId: 'g3', generationId: j.generationId, memberId: j.memberId, groupInstanceId: null, protocolType: null, protocolName: null, assignments: [] });
+    await a.call(SyncGroupApi, 0, {
+      groupId: 'g3',
+      generationId: j.generationId,
+      memberId: j.memberId,
+      groupInstanceId: null,
+      protocolType: null,
+      protocolName: null,
+      assignments: [],
+    });
     const commitNoGen = await b.call(OffsetCommitApi, 3, commit('g3', -1, '', 1));
     assert.equal(commitNoGen.topics[0].partitions[0].errorCode, E.UNKNOWN_MEMBER_ID, 'a generation-less commit to a live group');
     const standalone = await b.call(OffsetCommitApi, 3, commit('solo', -1, '', 4));
@@ -263,7 +306,10 @@ describe('kafka group coordinator over the wire', () => {
     const restartLike = await b.call(OffsetCommitApi, 3, commit('unknown-group', 5, 'm', 4));
     assert.equal(restartLike.topics[0].partitions[0].errorCode, E.ILLEGAL_GENERATION);
     const list = await b.call(ListGroupsApi, 0, { statesFilter: [], typesFilter: [] });
-    assert.ok(list.groups.some((g) => g.groupId === 'solo'), 'a group known only by its offsets is listed');
+    assert.ok(
+      list.groups.some((g) => g.groupId === 'solo'),
+      'a group known only by its offsets is listed',
+    );
   });
 
   it('keeps the protocol type of a group that became Empty without committing (as Kafka does)', async () => {

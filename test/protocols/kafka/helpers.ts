@@ -25,8 +25,7 @@ export function captureLogger(level = 'debug'): CapturedLog {
   return {
     logger,
     lines,
-    entries: (msg) =>
-      lines.map((l) => JSON.parse(l) as Record<string, unknown>).filter((e) => typeof e.msg === 'string' && e.msg.includes(msg)),
+    entries: (msg) => lines.map((l) => JSON.parse(l) as Record<string, unknown>).filter((e) => typeof e.msg === 'string' && e.msg.includes(msg)),
   };
 }
 

@@ -18,7 +18,7 @@ import {
 } from '../../../src/protocols/kafka/codec/index.js';
 import { RawClient, startMemoryKafka, type MemoryKafka } from './helpers.js';
 
-describe('kafka: the newest versions\' fields, served', () => {
+describe("kafka: the newest versions' fields, served", () => {
   let k: MemoryKafka;
   let c: RawClient;
   let topicId: Buffer;
@@ -38,7 +38,12 @@ describe('kafka: the newest versions\' fields, served', () => {
 
   it('ListOffsets: earliest local (-4, v8+) is the log start offset; latest tiered (-5, v9+) and earliest pending upload (-6, v11+) are -1', async () => {
     const lo = async (v: number, timestamp: number) => {
-      const r = await c.call(ListOffsetsApi, v, { replicaId: -1, isolationLevel: 0, topics: [{ name: 'lv.t', partitions: [{ partitionIndex: 0, currentLeaderEpoch: -1, timestamp }] }], timeoutMs: 1000 });
+      const r = await c.call(ListOffsetsApi, v, {
+        replicaId: -1,
+        isolationLevel: 0,
+        topics: [{ name: 'lv.t', partitions: [{ partitionIndex: 0, currentLeaderEpoch: -1, timestamp }] }],
+        timeoutMs: 1000,
+      });
       const p = r.topics[0]!.partitions[0]!;
       return [p.errorCode, p.offset, p.timestamp, p.leaderEpoch];
     };
@@ -60,27 +65,57 @@ describe('kafka: the newest versions\' fields, served', () => {
       memberId: '',
       groupInstanceId: null,
       retentionTimeMs: -1,
-      topics: [{ name: '', topicId, partitions: [{ partitionIndex: 0, committedOffset: 3, committedLeaderEpoch: -1, commitTimestamp: -1, committedMetadata: 'm' }] }],
+      topics: [
+        { name: '', topicId, partitions: [{ partitionIndex: 0, committedOffset: 3, committedLeaderEpoch: -1, commitTimestamp: -1, committedMetadata: 'm' }] },
+      ],
     });
-    assert.deepEqual(oc.topics.map((t) => [t.topicId?.toString('hex'), t.partitions[0]!.errorCode]), [[topicId.toString('hex'), E.NONE]]);
-    const of9 = await c.call(OffsetFetchApi, 9, { groupId: '', topics: null, groups: [{ groupId: 'lv.g', memberId: 'someone', memberEpoch: 7, topics: [{ name: 'lv.t', partitionIndexes: [0] }] }], requireStable: false });
-    assert.deepEqual(of9.groups.map((g) => [g.errorCode, g.topics[0]!.name, g.topics[0]!.partitions[0]!.committedOffset]), [[E.NONE, 'lv.t', 3]]);
+    assert.deepEqual(
+      oc.topics.map((t) => [t.topicId?.toString('hex'), t.partitions[0]!.errorCode]),
+      [[topicId.toString('hex'), E.NONE]],
+    );
+    const of9 = await c.call(OffsetFetchApi, 9, {
+      groupId: '',
+      topics: null,
+      groups: [{ groupId: 'lv.g', memberId: 'someone', memberEpoch: 7, topics: [{ name: 'lv.t', partitionIndexes: [0] }] }],
+      requireStable: false,
+    });
+    assert.deepEqual(
+      of9.groups.map((g) => [g.errorCode, g.topics[0]!.name, g.topics[0]!.partitions[0]!.committedOffset]),
+      [[E.NONE, 'lv.t', 3]],
+    );
     // Every topic of the group (null topics), by id in v10.
-    const of10 = await c.call(OffsetFetchApi, 10, { groupId: '', topics: null, groups: [{ groupId: 'lv.g', memberId: null, memberEpoch: -1, topics: null }], requireStable: false });
-    assert.deepEqual(of10.groups[0]!.topics.map((t) => [t.name, t.topicId?.toString('hex'), t.partitions[0]!.committedOffset]), [['', topicId.toString('hex'), 3]]);
+    const of10 = await c.call(OffsetFetchApi, 10, {
+      groupId: '',
+      topics: null,
+      groups: [{ groupId: 'lv.g', memberId: null, memberEpoch: -1, topics: null }],
+      requireStable: false,
+    });
+    assert.deepEqual(
+      of10.groups[0]!.topics.map((t) => [t.name, t.topicId?.toString('hex'), t.partitions[0]!.committedOffset]),
+      [['', topicId.toString('hex'), 3]],
+    );
   });
 
   it('DescribeGroups v6 answers GROUP_ID_NOT_FOUND for an unknown group (v5: Dead, no error); ListGroups v5 filters by type', async () => {
     const d6 = await c.call(DescribeGroupsApi, 6, { groups: ['lv.none', 'lv.g'], includeAuthorizedOperations: false });
-    assert.deepEqual(d6.groups.map((g) => [g.groupId, g.errorCode, g.errorMessage, g.groupState]), [
-      ['lv.none', E.GROUP_ID_NOT_FOUND, 'Group lv.none not found.', 'Dead'],
-      ['lv.g', E.NONE, null, 'Empty'],
-    ]);
+    assert.deepEqual(
+      d6.groups.map((g) => [g.groupId, g.errorCode, g.errorMessage, g.groupState]),
+      [
+        ['lv.none', E.GROUP_ID_NOT_FOUND, 'Group lv.none not found.', 'Dead'],
+        ['lv.g', E.NONE, null, 'Empty'],
+      ],
+    );
     const d5 = await c.call(DescribeGroupsApi, 5, { groups: ['lv.none'], includeAuthorizedOperations: false });
-    assert.deepEqual(d5.groups.map((g) => [g.errorCode, g.groupState]), [[E.NONE, 'Dead']]);
+    assert.deepEqual(
+      d5.groups.map((g) => [g.errorCode, g.groupState]),
+      [[E.NONE, 'Dead']],
+    );
 
     const all = await c.call(ListGroupsApi, 5, { statesFilter: [], typesFilter: [] });
-    assert.deepEqual(all.groups.filter((g) => g.groupId === 'lv.g').map((g) => g.groupType), ['classic']);
+    assert.deepEqual(
+      all.groups.filter((g) => g.groupId === 'lv.g').map((g) => g.groupType),
+      ['classic'],
+    );
     const classic = await c.call(ListGroupsApi, 5, { statesFilter: [], typesFilter: ['Classic'] });
     assert.ok(classic.groups.some((g) => g.groupId === 'lv.g'));
     const consumer = await c.call(ListGroupsApi, 5, { statesFilter: [], typesFilter: ['consumer', 'share'] });
@@ -89,10 +124,19 @@ describe('kafka: the newest versions\' fields, served', () => {
 
   it('DescribeCluster v2 names no fenced broker; FindCoordinator v6 refuses share-group keys (no share groups)', async () => {
     const dc = await c.call(DescribeClusterApi, 2, { includeClusterAuthorizedOperations: false, endpointType: 1, includeFencedBrokers: true });
-    assert.deepEqual(dc.brokers.map((b) => [b.brokerId, b.isFenced]), [[0, false]]);
+    assert.deepEqual(
+      dc.brokers.map((b) => [b.brokerId, b.isFenced]),
+      [[0, false]],
+    );
     const share = await c.call(FindCoordinatorApi, 6, { key: '', keyType: 2, coordinatorKeys: ['lv.g:lv.t:0'] });
-    assert.deepEqual(share.coordinators.map((x) => [x.key, x.errorCode, x.nodeId]), [['lv.g:lv.t:0', E.INVALID_REQUEST, -1]]);
+    assert.deepEqual(
+      share.coordinators.map((x) => [x.key, x.errorCode, x.nodeId]),
+      [['lv.g:lv.t:0', E.INVALID_REQUEST, -1]],
+    );
     const group = await c.call(FindCoordinatorApi, 6, { key: '', keyType: 0, coordinatorKeys: ['lv.g'] });
-    assert.deepEqual(group.coordinators.map((x) => [x.errorCode, x.nodeId, x.port]), [[E.NONE, 0, k.port]]);
+    assert.deepEqual(
+      group.coordinators.map((x) => [x.errorCode, x.nodeId, x.port]),
+      [[E.NONE, 0, k.port]],
+    );
   });
 });

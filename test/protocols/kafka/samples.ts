@@ -216,9 +216,18 @@ export const API_SAMPLES: ApiSample[] = [
       memberId: 'm',
       groupInstanceId: 'i',
       retentionTimeMs: -1,
-      topics: [{ name: '', topicId: TOPIC_ID, partitions: [{ partitionIndex: 1, committedOffset: 42, committedLeaderEpoch: 3, commitTimestamp: -1, committedMetadata: 'md' }] }],
+      topics: [
+        {
+          name: '',
+          topicId: TOPIC_ID,
+          partitions: [{ partitionIndex: 1, committedOffset: 42, committedLeaderEpoch: 3, commitTimestamp: -1, committedMetadata: 'md' }],
+        },
+      ],
     } satisfies OffsetCommitRequest,
-    response: { throttleTimeMs: 4, topics: [{ name: '', topicId: TOPIC_ID, partitions: [{ partitionIndex: 1, errorCode: 0 }] }] } satisfies OffsetCommitResponse,
+    response: {
+      throttleTimeMs: 4,
+      topics: [{ name: '', topicId: TOPIC_ID, partitions: [{ partitionIndex: 1, errorCode: 0 }] }],
+    } satisfies OffsetCommitResponse,
   },
   {
     codec: OffsetFetchApi,
@@ -264,9 +273,7 @@ export const API_SAMPLES: ApiSample[] = [
           groupState: 'Stable',
           protocolType: 'consumer',
           protocolData: 'range',
-          members: [
-            { memberId: 'm', groupInstanceId: 'i', clientId: 'c', clientHost: '/127.0.0.1', memberMetadata: b('md'), memberAssignment: b('as') },
-          ],
+          members: [{ memberId: 'm', groupInstanceId: 'i', clientId: 'c', clientHost: '/127.0.0.1', memberMetadata: b('md'), memberAssignment: b('as') }],
           authorizedOperations: 8,
         },
       ],
@@ -275,7 +282,11 @@ export const API_SAMPLES: ApiSample[] = [
   {
     codec: ListGroupsApi,
     request: { statesFilter: ['Stable'], typesFilter: ['classic'] } satisfies ListGroupsRequest,
-    response: { throttleTimeMs: 7, errorCode: 0, groups: [{ groupId: 'g', protocolType: 'consumer', groupState: 'Stable', groupType: 'classic' }] } satisfies ListGroupsResponse,
+    response: {
+      throttleTimeMs: 7,
+      errorCode: 0,
+      groups: [{ groupId: 'g', protocolType: 'consumer', groupState: 'Stable', groupType: 'classic' }],
+    } satisfies ListGroupsResponse,
   },
   {
     codec: DeleteGroupsApi,
@@ -433,7 +444,9 @@ export const API_SAMPLES: ApiSample[] = [
       throttleTimeMs: 3,
       errorCode: 0,
       errorMessage: null,
-      resources: [{ resourceType: 2, resourceName: 'orders-', patternType: 4, acls: [{ principal: 'User:alice', host: '*', operation: 3, permissionType: 3 }] }],
+      resources: [
+        { resourceType: 2, resourceName: 'orders-', patternType: 4, acls: [{ principal: 'User:alice', host: '*', operation: 3, permissionType: 3 }] },
+      ],
     } satisfies DescribeAclsResponse,
   },
   {
@@ -444,12 +457,28 @@ export const API_SAMPLES: ApiSample[] = [
         { resourceType: 3, resourceName: 'app-', resourcePatternType: 4, principal: 'User:*', host: '*', operation: 3, permissionType: 2 },
       ],
     } satisfies CreateAclsRequest,
-    response: { throttleTimeMs: 0, results: [{ errorCode: 0, errorMessage: null }, { errorCode: 42, errorMessage: 'host-based ACLs are not supported' }] } satisfies CreateAclsResponse,
+    response: {
+      throttleTimeMs: 0,
+      results: [
+        { errorCode: 0, errorMessage: null },
+        { errorCode: 42, errorMessage: 'host-based ACLs are not supported' },
+      ],
+    } satisfies CreateAclsResponse,
   },
   {
     codec: DeleteAclsApi,
     request: {
-      filters: [{ resourceTypeFilter: 1, resourceNameFilter: null, patternTypeFilter: 1, principalFilter: 'User:bob', hostFilter: '*', operation: 1, permissionType: 1 }],
+      filters: [
+        {
+          resourceTypeFilter: 1,
+          resourceNameFilter: null,
+          patternTypeFilter: 1,
+          principalFilter: 'User:bob',
+          hostFilter: '*',
+          operation: 1,
+          permissionType: 1,
+        },
+      ],
     } satisfies DeleteAclsRequest,
     response: {
       throttleTimeMs: 0,
@@ -458,7 +487,17 @@ export const API_SAMPLES: ApiSample[] = [
           errorCode: 0,
           errorMessage: null,
           matchingAcls: [
-            { errorCode: 0, errorMessage: null, resourceType: 2, resourceName: 'orders', patternType: 3, principal: 'User:bob', host: '*', operation: 2, permissionType: 3 },
+            {
+              errorCode: 0,
+              errorMessage: null,
+              resourceType: 2,
+              resourceName: 'orders',
+              patternType: 3,
+              principal: 'User:bob',
+              host: '*',
+              operation: 2,
+              permissionType: 3,
+            },
           ],
         },
       ],

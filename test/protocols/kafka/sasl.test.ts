@@ -21,7 +21,6 @@ import type { ProtocolListener } from '../../../src/protocols/types.js';
 import { MemoryStreams } from '../../helpers/memory-storage.js';
 import { RawClient, captureLogger, metadataRequest as md, type CapturedLog } from './helpers.js';
 
-
 const plainToken = (user: string, pw: string) => Buffer.from(`\0${user}\0${pw}`, 'utf8');
 
 describe('kafka SASL', () => {
@@ -59,7 +58,10 @@ describe('kafka SASL', () => {
     ]);
     c.close();
 
-    const bare = await startKafkaListener({ engine: new Engine(new MemoryStreams(), new MemoryStreams()), logger: log.logger, brokerId: 1 }, { host: '127.0.0.1', port: 0 });
+    const bare = await startKafkaListener(
+      { engine: new Engine(new MemoryStreams(), new MemoryStreams()), logger: log.logger, brokerId: 1 },
+      { host: '127.0.0.1', port: 0 },
+    );
     try {
       const d = await RawClient.connect(bare.address().port);
       const av2 = await d.call(ApiVersionsApi, 3, { clientSoftwareName: 'raw', clientSoftwareVersion: '1' });

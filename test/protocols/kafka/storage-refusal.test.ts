@@ -63,7 +63,9 @@ describe('kafka: storage that cannot take the data', () => {
       transactionalId: null,
       acks: -1,
       timeoutMs: 5000,
-      topics: [{ name: 'full', partitions: [{ index: 0, records: encodeBatch([{ key: null, value: Buffer.from('v'), headers: [], timestamp: Date.now() }]) }] }],
+      topics: [
+        { name: 'full', partitions: [{ index: 0, records: encodeBatch([{ key: null, value: Buffer.from('v'), headers: [], timestamp: Date.now() }]) }] },
+      ],
     });
     return res.topics[0].partitions[0].errorCode;
   };
@@ -96,7 +98,9 @@ describe('kafka: storage that cannot take the data', () => {
         memberId: '',
         groupInstanceId: null,
         retentionTimeMs: -1,
-        topics: [{ name: 'full', partitions: [{ partitionIndex: 0, committedOffset: 1, committedLeaderEpoch: -1, commitTimestamp: -1, committedMetadata: null }] }],
+        topics: [
+          { name: 'full', partitions: [{ partitionIndex: 0, committedOffset: 1, committedLeaderEpoch: -1, commitTimestamp: -1, committedMetadata: null }] },
+        ],
       });
     offsets.full = true;
     assert.equal((await commit()).topics[0].partitions[0].errorCode, E.COORDINATOR_NOT_AVAILABLE);

@@ -23,14 +23,42 @@ import { RawClient, kcat, startMemoryKafka } from './helpers.js';
 
 /** Kafka's topic configs: TopicConfig's names, plus the two throttled-replica lists LogConfig defines for topics. */
 const KAFKA_TOPIC_CONFIGS = [
-  'cleanup.policy', 'compression.gzip.level', 'compression.lz4.level', 'compression.type', 'compression.zstd.level',
-  'delete.retention.ms', 'file.delete.delay.ms', 'flush.messages', 'flush.ms', 'follower.replication.throttled.replicas',
-  'index.interval.bytes', 'leader.replication.throttled.replicas', 'local.retention.bytes', 'local.retention.ms',
-  'max.compaction.lag.ms', 'max.message.bytes', 'message.downconversion.enable', 'message.format.version',
-  'message.timestamp.after.max.ms', 'message.timestamp.before.max.ms', 'message.timestamp.difference.max.ms',
-  'message.timestamp.type', 'min.cleanable.dirty.ratio', 'min.compaction.lag.ms', 'min.insync.replicas', 'preallocate',
-  'remote.log.copy.disable', 'remote.log.delete.on.disable', 'remote.storage.enable', 'retention.bytes', 'retention.ms',
-  'segment.bytes', 'segment.index.bytes', 'segment.jitter.ms', 'segment.ms', 'unclean.leader.election.enable',
+  'cleanup.policy',
+  'compression.gzip.level',
+  'compression.lz4.level',
+  'compression.type',
+  'compression.zstd.level',
+  'delete.retention.ms',
+  'file.delete.delay.ms',
+  'flush.messages',
+  'flush.ms',
+  'follower.replication.throttled.replicas',
+  'index.interval.bytes',
+  'leader.replication.throttled.replicas',
+  'local.retention.bytes',
+  'local.retention.ms',
+  'max.compaction.lag.ms',
+  'max.message.bytes',
+  'message.downconversion.enable',
+  'message.format.version',
+  'message.timestamp.after.max.ms',
+  'message.timestamp.before.max.ms',
+  'message.timestamp.difference.max.ms',
+  'message.timestamp.type',
+  'min.cleanable.dirty.ratio',
+  'min.compaction.lag.ms',
+  'min.insync.replicas',
+  'preallocate',
+  'remote.log.copy.disable',
+  'remote.log.delete.on.disable',
+  'remote.storage.enable',
+  'retention.bytes',
+  'retention.ms',
+  'segment.bytes',
+  'segment.index.bytes',
+  'segment.jitter.ms',
+  'segment.ms',
+  'unclean.leader.election.enable',
 ];
 
 /** A valid value other than the default for each config. */
@@ -110,7 +138,13 @@ describe('kafka topic configs', () => {
   it('knows every topic config name Kafka defines', () => {
     assert.deepEqual(TOPIC_CONFIG_NAMES, [...KAFKA_TOPIC_CONFIGS].sort());
     assert.deepEqual([...HONOURED_TOPIC_CONFIGS].sort(), [
-      'cleanup.policy', 'max.message.bytes', 'message.timestamp.type', 'retention.bytes', 'retention.ms', 'segment.bytes', 'segment.ms',
+      'cleanup.policy',
+      'max.message.bytes',
+      'message.timestamp.type',
+      'retention.bytes',
+      'retention.ms',
+      'segment.bytes',
+      'segment.ms',
     ]);
   });
 
@@ -152,7 +186,7 @@ describe('kafka topic configs', () => {
       { name: 'log.segment.bytes', value: '1073741824', source: 5 },
     ]);
     const rm = all.get('retention.ms')!;
-    assert.deepEqual([rm.value, rm.configSource], ['-1', 4], 'forever: FlowMQ\'s default retention');
+    assert.deepEqual([rm.value, rm.configSource], ['-1', 4], "forever: FlowMQ's default retention");
     assert.equal(all.get('max.message.bytes')!.value, String(100 * 1024 * 1024), 'the largest request, by default');
     const two = await describeTopic('cfg.plain', ['retention.ms', 'cleanup.policy', 'no.such.config']);
     assert.deepEqual([...two.keys()], ['cleanup.policy', 'retention.ms']);
@@ -179,7 +213,12 @@ describe('kafka topic configs', () => {
     ];
     const topics = [
       topic('cfg.good', [{ name: 'segment.bytes', value: '52428800' }]),
-      ...bad.map(([name, value], i) => topic(`cfg.bad${i}`, [{ name: 'retention.ms', value: '60000' }, { name, value }])),
+      ...bad.map(([name, value], i) =>
+        topic(`cfg.bad${i}`, [
+          { name: 'retention.ms', value: '60000' },
+          { name, value },
+        ]),
+      ),
     ];
     const ct = await c.call(CreateTopicsApi, 7, { topics, timeoutMs: 1000, validateOnly: false });
     assert.deepEqual([ct.topics[0].name, ct.topics[0].errorCode], ['cfg.good', E.NONE]);
@@ -205,7 +244,10 @@ describe('kafka topic configs', () => {
     r = await inc([{ name: 'leader.replication.throttled.replicas', configOperation: 2, value: '1:0,0:0' }]);
     assert.equal(r.responses[0].errorCode, E.NONE, r.responses[0].errorMessage ?? '');
     let d = await describeTopic('cfg.inc');
-    assert.deepEqual([d.get('retention.bytes')!.value, d.get('min.insync.replicas')!.value, d.get('leader.replication.throttled.replicas')!.value], ['1048576', '2', '0:0,1:0']);
+    assert.deepEqual(
+      [d.get('retention.bytes')!.value, d.get('min.insync.replicas')!.value, d.get('leader.replication.throttled.replicas')!.value],
+      ['1048576', '2', '0:0,1:0'],
+    );
     assert.equal(d.get('segment.bytes')!.configSource, 4, "deleted: back to the broker's (FlowMQ's --segment-bytes)");
     assert.deepEqual([engine.getStream('cfg.inc')!.def.retentionBytes, engine.getStream('cfg.inc')!.def.segmentBytes ?? null], [1_048_576, null]);
     r = await inc([{ name: 'leader.replication.throttled.replicas', configOperation: 3, value: '0:0' }]);
@@ -240,7 +282,10 @@ describe('kafka topic configs', () => {
       ],
       validateOnly: false,
     });
-    assert.deepEqual(twice.responses.map((x) => x.errorCode), [E.INVALID_REQUEST, E.INVALID_REQUEST]);
+    assert.deepEqual(
+      twice.responses.map((x) => x.errorCode),
+      [E.INVALID_REQUEST, E.INVALID_REQUEST],
+    );
     r = await inc([{ name: 'min.insync.replicas', configOperation: 0, value: '3' }], true);
     assert.equal(r.responses[0].errorCode, E.NONE);
     d = await describeTopic('cfg.inc');
@@ -248,7 +293,16 @@ describe('kafka topic configs', () => {
   });
 
   it('replaces the whole set with AlterConfigs', async () => {
-    await c.call(CreateTopicsApi, 7, { topics: [topic('cfg.alt', [{ name: 'retention.ms', value: '60000' }, { name: 'compression.type', value: 'lz4' }])], timeoutMs: 1000, validateOnly: false });
+    await c.call(CreateTopicsApi, 7, {
+      topics: [
+        topic('cfg.alt', [
+          { name: 'retention.ms', value: '60000' },
+          { name: 'compression.type', value: 'lz4' },
+        ]),
+      ],
+      timeoutMs: 1000,
+      validateOnly: false,
+    });
     const r = await c.call(AlterConfigsApi, 2, {
       resources: [{ resourceType: 2, resourceName: 'cfg.alt', configs: [{ name: 'segment.ms', value: '600000' }] }],
       validateOnly: false,
@@ -256,7 +310,16 @@ describe('kafka topic configs', () => {
     assert.equal(r.responses[0].errorCode, E.NONE, r.responses[0].errorMessage ?? '');
     // Kafka refuses a null value in AlterConfigs (INVALID_REQUEST), changing nothing.
     const withNull = await c.call(AlterConfigsApi, 2, {
-      resources: [{ resourceType: 2, resourceName: 'cfg.alt', configs: [{ name: 'segment.ms', value: '700000' }, { name: 'flush.ms', value: null }] }],
+      resources: [
+        {
+          resourceType: 2,
+          resourceName: 'cfg.alt',
+          configs: [
+            { name: 'segment.ms', value: '700000' },
+            { name: 'flush.ms', value: null },
+          ],
+        },
+      ],
       validateOnly: false,
     });
     assert.equal(withNull.responses[0].errorCode, E.INVALID_REQUEST);
@@ -264,7 +327,12 @@ describe('kafka topic configs', () => {
     const d = await describeTopic('cfg.alt');
     assert.deepEqual(
       ['retention.ms', 'compression.type', 'segment.ms', 'flush.ms'].map((n) => [n, d.get(n)!.value, d.get(n)!.configSource]),
-      [['retention.ms', '-1', 4], ['compression.type', 'producer', 5], ['segment.ms', '600000', 1], ['flush.ms', '9223372036854775807', 5]],
+      [
+        ['retention.ms', '-1', 4],
+        ['compression.type', 'producer', 5],
+        ['segment.ms', '600000', 1],
+        ['flush.ms', '9223372036854775807', 5],
+      ],
     );
     const def = engine.getStream('cfg.alt')!.def;
     assert.deepEqual([def.retentionMs, def.segmentMs], [null, 600_000]);
@@ -282,36 +350,73 @@ describe('kafka topic configs', () => {
     assert.match(refused.errorMessage ?? '', /max\.message\.bytes \(200\)/);
     assert.equal(engine.offsets('cfg.max', 0).highWatermark, 1);
     // Raised: taken.
-    await c.call(IncrementalAlterConfigsApi, 1, { resources: [{ resourceType: 2, resourceName: 'cfg.max', configs: [{ name: 'max.message.bytes', configOperation: 0, value: '1000' }] }], validateOnly: false });
+    await c.call(IncrementalAlterConfigsApi, 1, {
+      resources: [{ resourceType: 2, resourceName: 'cfg.max', configs: [{ name: 'max.message.bytes', configOperation: 0, value: '1000' }] }],
+      validateOnly: false,
+    });
     assert.equal((await produce(big)).topics[0].partitions[0].errorCode, E.NONE);
   });
 
   it('stamps batches with the log append time when message.timestamp.type is LogAppendTime', async () => {
-    await c.call(CreateTopicsApi, 7, { topics: [topic('cfg.lat', [{ name: 'message.timestamp.type', value: 'LogAppendTime' }])], timeoutMs: 1000, validateOnly: false });
+    await c.call(CreateTopicsApi, 7, {
+      topics: [topic('cfg.lat', [{ name: 'message.timestamp.type', value: 'LogAppendTime' }])],
+      timeoutMs: 1000,
+      validateOnly: false,
+    });
     const old = 1_600_000_000_000;
     const batch = encodeBatch([
       { key: null, value: Buffer.from('a'), headers: [], timestamp: old },
       { key: null, value: Buffer.from('b'), headers: [], timestamp: old + 5 },
     ]);
     const before = Date.now();
-    const pr = await c.call(ProduceApi, 9, { transactionalId: null, acks: -1, timeoutMs: 1000, topics: [{ name: 'cfg.lat', partitions: [{ index: 0, records: batch }] }] });
+    const pr = await c.call(ProduceApi, 9, {
+      transactionalId: null,
+      acks: -1,
+      timeoutMs: 1000,
+      topics: [{ name: 'cfg.lat', partitions: [{ index: 0, records: batch }] }],
+    });
     const p = pr.topics[0].partitions[0];
     assert.equal(p.errorCode, E.NONE);
     assert.ok(p.logAppendTimeMs >= before && p.logAppendTimeMs <= Date.now(), `logAppendTimeMs ${p.logAppendTimeMs}`);
     const f = await c.call(FetchApi, 12, {
-      replicaId: -1, maxWaitMs: 0, minBytes: 1, maxBytes: 1 << 20, isolationLevel: 0, sessionId: 0, sessionEpoch: -1,
-      topics: [{ topic: 'cfg.lat', partitions: [{ partition: 0, currentLeaderEpoch: -1, fetchOffset: 0, lastFetchedEpoch: -1, logStartOffset: -1, partitionMaxBytes: 1 << 20 }] }],
-      forgottenTopics: [], rackId: '', clusterId: null,
+      replicaId: -1,
+      maxWaitMs: 0,
+      minBytes: 1,
+      maxBytes: 1 << 20,
+      isolationLevel: 0,
+      sessionId: 0,
+      sessionEpoch: -1,
+      topics: [
+        {
+          topic: 'cfg.lat',
+          partitions: [{ partition: 0, currentLeaderEpoch: -1, fetchOffset: 0, lastFetchedEpoch: -1, logStartOffset: -1, partitionMaxBytes: 1 << 20 }],
+        },
+      ],
+      forgottenTopics: [],
+      rackId: '',
+      clusterId: null,
     });
     const stored = Buffer.concat(f.responses[0].partitions[0].records ?? []);
     const info = readBatchInfo(stored);
     assert.equal(info.attributes & 0x08, 0x08, 'timestamp type: LogAppendTime');
     assert.equal(info.maxTimestamp, p.logAppendTimeMs);
     assert.ok(verifyBatchCrc(stored), 'the CRC is computed again');
-    assert.deepEqual(decodeBatch(stored).map((r) => r.timestamp), [p.logAppendTimeMs, p.logAppendTimeMs]);
+    assert.deepEqual(
+      decodeBatch(stored).map((r) => r.timestamp),
+      [p.logAppendTimeMs, p.logAppendTimeMs],
+    );
     // librdkafka reads the batch's type and time.
     const k = await kcat(['-b', broker, '-C', '-t', 'cfg.lat', '-o', 'beginning', '-e', '-J', '-q', '-X', 'fetch.wait.max.ms=50']);
-    const msgs = k.stdout.trim().split('\n').map((l) => JSON.parse(l) as { tstype: string; ts: number; payload: string });
-    assert.deepEqual(msgs.map((m) => [m.payload, m.tstype, m.ts]), [['a', 'logappend', p.logAppendTimeMs], ['b', 'logappend', p.logAppendTimeMs]]);
+    const msgs = k.stdout
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { tstype: string; ts: number; payload: string });
+    assert.deepEqual(
+      msgs.map((m) => [m.payload, m.tstype, m.ts]),
+      [
+        ['a', 'logappend', p.logAppendTimeMs],
+        ['b', 'logappend', p.logAppendTimeMs],
+      ],
+    );
   });
 });

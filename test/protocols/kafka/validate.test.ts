@@ -61,7 +61,7 @@ describe('kafka produced batch validation', () => {
 
   it('never throws on random record bytes with a valid CRC', () => {
     let seed = 99;
-    const rnd = () => ((seed = (Math.imul(seed, 48271) + 11) >>> 0) / 4294967296);
+    const rnd = () => (seed = (Math.imul(seed, 48271) + 11) >>> 0) / 4294967296;
     for (let i = 0; i < 2000; i++) {
       const b = encodeBatch(records(1 + (i % 4)));
       for (let k = 0; k < 3; k++) b[61 + Math.floor(rnd() * (b.length - 61))] = Math.floor(rnd() * 256);

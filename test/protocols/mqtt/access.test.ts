@@ -200,10 +200,35 @@ describe('mqtt under the control plane', () => {
       const c = await RawClient.open(b.port);
       c.level = 5;
       const method = 'SCRAM-SHA-256';
-      c.send(encodePacket({ type: 'connect', protocolName: 'MQTT', protocolLevel: 5, cleanSession: true, keepalive: 0, clientId: 'reauth', will: null, username: null, password: null, properties: { authenticationMethod: method, authenticationData: sc.first } }, 5));
+      c.send(
+        encodePacket(
+          {
+            type: 'connect',
+            protocolName: 'MQTT',
+            protocolLevel: 5,
+            cleanSession: true,
+            keepalive: 0,
+            clientId: 'reauth',
+            will: null,
+            username: null,
+            password: null,
+            properties: { authenticationMethod: method, authenticationData: sc.first },
+          },
+          5,
+        ),
+      );
       let auth = await c.next('auth');
       assert.equal(auth.reasonCode, 0x18);
-      c.send(encodePacket({ type: 'auth', reasonCode: 0x18, properties: { authenticationMethod: method, authenticationData: sc.final(auth.properties!.authenticationData!.toString()) } }, 5));
+      c.send(
+        encodePacket(
+          {
+            type: 'auth',
+            reasonCode: 0x18,
+            properties: { authenticationMethod: method, authenticationData: sc.final(auth.properties!.authenticationData!.toString()) },
+          },
+          5,
+        ),
+      );
       const connack = await c.next('connack');
       assert.equal(connack.returnCode, 0);
       // Again, on the open connection.
@@ -211,7 +236,16 @@ describe('mqtt under the control plane', () => {
       c.send(encodePacket({ type: 'auth', reasonCode: 0x19, properties: { authenticationMethod: method, authenticationData: again.first } }, 5));
       auth = await c.next('auth');
       assert.equal(auth.reasonCode, 0x18);
-      c.send(encodePacket({ type: 'auth', reasonCode: 0x18, properties: { authenticationMethod: method, authenticationData: again.final(auth.properties!.authenticationData!.toString()) } }, 5));
+      c.send(
+        encodePacket(
+          {
+            type: 'auth',
+            reasonCode: 0x18,
+            properties: { authenticationMethod: method, authenticationData: again.final(auth.properties!.authenticationData!.toString()) },
+          },
+          5,
+        ),
+      );
       auth = await c.next('auth');
       assert.equal(auth.reasonCode, 0x00);
       assert.equal(auth.properties?.authenticationData?.toString(), again.expectedServerFinal);
@@ -219,7 +253,16 @@ describe('mqtt under the control plane', () => {
       const other = scramClient('SCRAM-SHA-256', 'alice', 'alice-pw');
       c.send(encodePacket({ type: 'auth', reasonCode: 0x19, properties: { authenticationMethod: method, authenticationData: other.first } }, 5));
       auth = await c.next('auth');
-      c.send(encodePacket({ type: 'auth', reasonCode: 0x18, properties: { authenticationMethod: method, authenticationData: other.final(auth.properties!.authenticationData!.toString()) } }, 5));
+      c.send(
+        encodePacket(
+          {
+            type: 'auth',
+            reasonCode: 0x18,
+            properties: { authenticationMethod: method, authenticationData: other.final(auth.properties!.authenticationData!.toString()) },
+          },
+          5,
+        ),
+      );
       const d = await c.next('disconnect');
       assert.equal(d.reasonCode, 0x87);
       await c.waitClosed();
@@ -230,7 +273,13 @@ describe('mqtt under the control plane', () => {
     before(async () => {
       await noPolicies();
       // alice: publish and subscribe under a/ and to the queue q1, except a/secret; bob: subscribe only.
-      await ctl.directory.putPolicy({ name: 'alice-a', effect: 'allow', actions: ['publish', 'subscribe'], resources: ['topic:a/#', 'queue:q1'], principals: ['user:alice'] });
+      await ctl.directory.putPolicy({
+        name: 'alice-a',
+        effect: 'allow',
+        actions: ['publish', 'subscribe'],
+        resources: ['topic:a/#', 'queue:q1'],
+        principals: ['user:alice'],
+      });
       await ctl.directory.putPolicy({ name: 'no-secret', effect: 'deny', actions: ['*'], resources: ['topic:a/secret'], principals: ['everyone'] });
       await ctl.directory.putPolicy({ name: 'bob-read', effect: 'allow', actions: ['subscribe'], resources: ['topic:#'], principals: ['user:bob'] });
     });
@@ -318,7 +367,13 @@ describe('mqtt under the control plane', () => {
         await a.subscribeAsync('a/live/#', { qos: 1 });
         await a.publishAsync('a/live/x', 'before', { qos: 1 });
         await until(() => payloads(got).includes('before'), 'before');
-        await ctl.directory.putPolicy({ name: 'live-deny', effect: 'deny', actions: ['publish', 'subscribe'], resources: ['topic:a/live/x'], principals: ['user:alice'] });
+        await ctl.directory.putPolicy({
+          name: 'live-deny',
+          effect: 'deny',
+          actions: ['publish', 'subscribe'],
+          resources: ['topic:a/live/x'],
+          principals: ['user:alice'],
+        });
         await assert.rejects(a.publishAsync('a/live/x', 'after', { qos: 1 }), (err: { code?: number }) => err.code === 0x87);
         await root.publishAsync('a/live/x', 'root-after', { qos: 1 });
         await root.publishAsync('a/live/y', 'marker', { qos: 1 });
@@ -334,13 +389,25 @@ describe('mqtt under the control plane', () => {
     });
 
     test('a resumed session keeps only the subscriptions its identity may have now', async () => {
-      const first = await connect(b, 5, { username: 'alice', password: 'alice-pw', clientId: 'resume-1', clean: false, properties: { sessionExpiryInterval: 300 } });
+      const first = await connect(b, 5, {
+        username: 'alice',
+        password: 'alice-pw',
+        clientId: 'resume-1',
+        clean: false,
+        properties: { sessionExpiryInterval: 300 },
+      });
       await first.subscribeAsync({ 'a/r1': { qos: 1 }, 'a/r2': { qos: 1 } });
       await first.endAsync();
       assert.equal(b.listener.hub.sessions.get('resume-1')?.subs.size, 2);
       await ctl.directory.putPolicy({ name: 'deny-r2', effect: 'deny', actions: ['subscribe'], resources: ['topic:a/r2'], principals: ['everyone'] });
       try {
-        const again = await connect(b, 5, { username: 'alice', password: 'alice-pw', clientId: 'resume-1', clean: false, properties: { sessionExpiryInterval: 0 } });
+        const again = await connect(b, 5, {
+          username: 'alice',
+          password: 'alice-pw',
+          clientId: 'resume-1',
+          clean: false,
+          properties: { sessionExpiryInterval: 0 },
+        });
         assert.deepEqual([...b.listener.hub.sessions.get('resume-1')!.subs.keys()], ['a/r1']);
         await again.endAsync();
       } finally {
@@ -361,7 +428,13 @@ describe('mqtt under the control plane', () => {
       await root.endAsync();
       // From no policy at all (everything allowed) to: alice may read off/# but off/secret.
       await ctl.directory.putPolicy({ name: 'allow-off', effect: 'allow', actions: ['subscribe'], resources: ['topic:off/#'], principals: ['user:alice'] });
-      await ctl.directory.putPolicy({ name: 'deny-off-secret', effect: 'deny', actions: ['subscribe'], resources: ['topic:off/secret'], principals: ['user:alice'] });
+      await ctl.directory.putPolicy({
+        name: 'deny-off-secret',
+        effect: 'deny',
+        actions: ['subscribe'],
+        resources: ['topic:off/secret'],
+        principals: ['user:alice'],
+      });
       const before = b.listener.hub.stats.dropped.notAuthorized;
       try {
         const again = mqtt.connect(b.url, { protocolVersion: 5, reconnectPeriod: 0, ...opts, properties: { sessionExpiryInterval: 0 } });
@@ -440,7 +513,10 @@ describe('mqtt under the control plane', () => {
       const ws = await startMqttWsListener({ engine: b.engine, logger: b.logger, brokerId: 1 }, { host: '127.0.0.1', port: 0 }, b.listener.hub);
       try {
         const wsUrl = `ws://127.0.0.1:${ws.address().port}/mqtt`;
-        await assert.rejects(mqtt.connectAsync(wsUrl, { protocolVersion: 5, reconnectPeriod: 0, username: 'alice', password: 'nope' }), (err: { code?: number }) => err.code === 0x86);
+        await assert.rejects(
+          mqtt.connectAsync(wsUrl, { protocolVersion: 5, reconnectPeriod: 0, username: 'alice', password: 'nope' }),
+          (err: { code?: number }) => err.code === 0x86,
+        );
         const c = await mqtt.connectAsync(wsUrl, { protocolVersion: 5, reconnectPeriod: 0, username: 'alice', password: 'alice-pw', clientId: 'over-ws' });
         try {
           await c.publishAsync('ws/x', 'hello', { qos: 1 });

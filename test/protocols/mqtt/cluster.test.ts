@@ -94,7 +94,11 @@ async function node(w: World, id: number, leaseMs = 60_000): Promise<Node> {
   return n;
 }
 
-const v5 = (_clientId: string, expiry = 3600, cleanSession = false) => ({ protocolLevel: 5 as const, cleanSession, properties: { sessionExpiryInterval: expiry } });
+const v5 = (_clientId: string, expiry = 3600, cleanSession = false) => ({
+  protocolLevel: 5 as const,
+  cleanSession,
+  properties: { sessionExpiryInterval: expiry },
+});
 
 async function connect5(port: number, clientId: string, expiry = 3600, cleanSession = false): Promise<{ c: RawClient; present: boolean }> {
   const c = await RawClient.open(port);
@@ -328,7 +332,8 @@ describe('MQTT sessions across brokers (in process)', () => {
   it('a broker in cluster mode loads no stored session at start, only those it comes to own', async () => {
     const w = world();
     const state = JSON.stringify({ level: 5, expiry: 3600, subs: [{ f: 'x/#', q: 1 }], rel: [] });
-    for (let i = 0; i < 5; i++) await w.sessions.putSession({ clientId: `stored-${i}`, protocol: 'mqtt', state, expiresAt: Date.now() + 3_600_000, updatedAt: Date.now() });
+    for (let i = 0; i < 5; i++)
+      await w.sessions.putSession({ clientId: `stored-${i}`, protocol: 'mqtt', state, expiresAt: Date.now() + 3_600_000, updatedAt: Date.now() });
     const a = await node(w, 1);
     assert.equal(a.listener.hub.sessions.size, 0, 'nothing loaded at start');
     const { c, present } = await connect5(a.port, 'stored-3');
@@ -373,4 +378,3 @@ describe('MQTT sessions across brokers (in process)', () => {
     }
   });
 });
-

@@ -224,7 +224,10 @@ describe('mqtt codec v5: golden fixtures', () => {
     assert.deepEqual(parse5(hex('40 04 000a 00 00')).packet, { type: 'puback', packetId: 10, reasonCode: 0, properties: {} });
   });
   test('AUTH is a reserved packet type below level 5 [MQTT-4.8.0-1]', () => {
-    assert.throws(() => parsePacket(hex('f0 00'), 0, 100, 4), (e: unknown) => e instanceof MqttProtocolError && e.normative === '[MQTT-4.8.0-1]');
+    assert.throws(
+      () => parsePacket(hex('f0 00'), 0, 100, 4),
+      (e: unknown) => e instanceof MqttProtocolError && e.normative === '[MQTT-4.8.0-1]',
+    );
   });
 });
 

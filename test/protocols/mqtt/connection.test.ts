@@ -246,8 +246,7 @@ describe('mqtt adapter with MQTT.js', () => {
 
   test('bad credentials are refused with CONNACK 0x04 when an authenticator says so', async () => {
     const ab = await startBroker({
-      authenticate: (_id, user, pass) =>
-        user === 'alice' && pass?.toString() === 'secret' ? 'ok' : user === 'alice' ? 'bad-credentials' : 'not-authorized',
+      authenticate: (_id, user, pass) => (user === 'alice' && pass?.toString() === 'secret' ? 'ok' : user === 'alice' ? 'bad-credentials' : 'not-authorized'),
     });
     try {
       await assert.rejects(client(ab, { username: 'alice', password: 'wrong' }), (e: Error & { code?: number }) => e.code === 4);
@@ -354,7 +353,18 @@ describe('mqtt adapter: raw protocol', () => {
     await until(() => byGot.length === n + 1, 'bystander round trip');
   }
 
-  const connect = (id: string) => encodePacket({ type: 'connect', protocolName: 'MQTT', protocolLevel: 4, cleanSession: true, keepalive: 0, clientId: id, will: null, username: null, password: null });
+  const connect = (id: string) =>
+    encodePacket({
+      type: 'connect',
+      protocolName: 'MQTT',
+      protocolLevel: 4,
+      cleanSession: true,
+      keepalive: 0,
+      clientId: id,
+      will: null,
+      username: null,
+      password: null,
+    });
 
   const MALFORMED: Array<{ name: string; bytes: Buffer; id?: string; reason?: RegExp; connectFirst: boolean }> = [
     { name: 'reserved flags on PUBACK', bytes: hex('41 02 0001'), id: '[MQTT-2.2.2-2]', connectFirst: true },
@@ -402,21 +412,51 @@ describe('mqtt adapter: raw protocol', () => {
 
   test('MQTT 3.1 ("MQIsdp", level 3) clients are accepted', async () => {
     const c = await RawClient.open(b.port);
-    c.send({ type: 'connect', protocolName: 'MQIsdp', protocolLevel: 3, cleanSession: true, keepalive: 0, clientId: 'old', will: null, username: null, password: null });
+    c.send({
+      type: 'connect',
+      protocolName: 'MQIsdp',
+      protocolLevel: 3,
+      cleanSession: true,
+      keepalive: 0,
+      clientId: 'old',
+      will: null,
+      username: null,
+      password: null,
+    });
     assert.equal((await c.next('connack')).returnCode, 0);
     c.destroy();
   });
 
   test('empty client id: assigned with clean session, refused with 0x02 without it [MQTT-3.1.3-8]', async () => {
     const ok = await RawClient.open(b.port);
-    ok.send({ type: 'connect', protocolName: 'MQTT', protocolLevel: 4, cleanSession: true, keepalive: 0, clientId: '', will: null, username: null, password: null });
+    ok.send({
+      type: 'connect',
+      protocolName: 'MQTT',
+      protocolLevel: 4,
+      cleanSession: true,
+      keepalive: 0,
+      clientId: '',
+      will: null,
+      username: null,
+      password: null,
+    });
     assert.equal((await ok.next('connack')).returnCode, 0);
     ok.send({ type: 'pingreq' });
     await ok.next('pingresp'); // [MQTT-3.12.4-1]
     ok.destroy();
 
     const bad = await RawClient.open(b.port);
-    bad.send({ type: 'connect', protocolName: 'MQTT', protocolLevel: 4, cleanSession: false, keepalive: 0, clientId: '', will: null, username: null, password: null });
+    bad.send({
+      type: 'connect',
+      protocolName: 'MQTT',
+      protocolLevel: 4,
+      cleanSession: false,
+      keepalive: 0,
+      clientId: '',
+      will: null,
+      username: null,
+      password: null,
+    });
     assert.deepEqual(await bad.next('connack'), { type: 'connack', sessionPresent: false, returnCode: 2 });
     await bad.waitClosed();
   });
@@ -601,7 +641,17 @@ describe('mqtt adapter: options and storage interplay', () => {
       const c = await RawClient.open(b.port);
       c.send(
         Buffer.concat([
-          encodePacket({ type: 'connect', protocolName: 'MQTT', protocolLevel: 4, cleanSession: true, keepalive: 0, clientId: 'pipelined', will: null, username: 'u', password: Buffer.from('p') }),
+          encodePacket({
+            type: 'connect',
+            protocolName: 'MQTT',
+            protocolLevel: 4,
+            cleanSession: true,
+            keepalive: 0,
+            clientId: 'pipelined',
+            will: null,
+            username: 'u',
+            password: Buffer.from('p'),
+          }),
           encodePacket({ type: 'subscribe', packetId: 1, subscriptions: [{ filter: 'p/#', qos: 1 }] }),
           encodePacket({ type: 'pingreq' }),
         ]),
@@ -697,7 +747,17 @@ describe('mqtt connection flow control (stream pair)', () => {
   }
 
   const connectBytes = (id: string) =>
-    encodePacket({ type: 'connect', protocolName: 'MQTT', protocolLevel: 4, cleanSession: true, keepalive: 0, clientId: id, will: null, username: null, password: null });
+    encodePacket({
+      type: 'connect',
+      protocolName: 'MQTT',
+      protocolLevel: 4,
+      cleanSession: true,
+      keepalive: 0,
+      clientId: id,
+      will: null,
+      username: null,
+      password: null,
+    });
 
   test('a slow consumer: QoS 0 dropped over the write high-water mark, QoS 1 bounded by in-flight + queue', async () => {
     const s = stuckStream();

@@ -8,13 +8,7 @@ import { pino, type Logger } from 'pino';
 import { Engine } from '../../../src/core/index.js';
 import type { RetainedStore, SessionStore } from '../../../src/core/index.js';
 import { startMqttListener, type MqttListener, type MqttOptions } from '../../../src/protocols/mqtt/index.js';
-import {
-  INCOMPLETE,
-  encodePacket,
-  parsePacket,
-  type ConnectPacket,
-  type MqttPacket,
-} from '../../../src/protocols/mqtt/codec/index.js';
+import { INCOMPLETE, encodePacket, parsePacket, type ConnectPacket, type MqttPacket } from '../../../src/protocols/mqtt/codec/index.js';
 import { MemoryStreams } from '../../helpers/memory-storage.js';
 import type { AccessControl, Directory, ExternalAuthenticator } from '../../../src/control/index.js';
 import { testControl } from '../../helpers/control.js';
@@ -198,6 +192,13 @@ export function run(cmd: string, args: string[], input?: string, timeoutMs = 15_
  * directory, the password guard (scrypt on its worker) and AccessControl. `anonymous`: MQTT clients without
  * credentials are let in.
  */
-export async function makeAccess(opts: { anonymous?: boolean; logger?: Logger; external?: ExternalAuthenticator } = {}): Promise<{ access: AccessControl; directory: Directory; close(): Promise<void> }> {
-  return testControl({ anonymous: opts.anonymous ? ['mqtt'] : [], logger: opts.logger, external: opts.external, guard: { verifier: { threads: 1 }, throttle: { freeFailures: 1000 } } });
+export async function makeAccess(
+  opts: { anonymous?: boolean; logger?: Logger; external?: ExternalAuthenticator } = {},
+): Promise<{ access: AccessControl; directory: Directory; close(): Promise<void> }> {
+  return testControl({
+    anonymous: opts.anonymous ? ['mqtt'] : [],
+    logger: opts.logger,
+    external: opts.external,
+    guard: { verifier: { threads: 1 }, throttle: { freeFailures: 1000 } },
+  });
 }

@@ -79,7 +79,7 @@ describe('mqtt hostile clients: half-sent packets', () => {
     assert.equal(d.reasonCode, ReasonCode.QUOTA_EXCEEDED);
     await newcomer.waitClosed();
     assert.equal(hub.stats.partialBytesRefused, 1);
-    assert.equal(hub.partialBytes, 60_000, 'the newcomer\'s bytes are released, the first one\'s kept');
+    assert.equal(hub.partialBytes, 60_000, "the newcomer's bytes are released, the first one's kept");
 
     // The first finishes its packet and it is delivered; a plain client still publishes.
     first.send(frame.subarray(60_000));
@@ -200,7 +200,7 @@ describe('mqtt hostile clients: log lines', () => {
     await c.endAsync();
     const line = b.logs.find((l) => l.msg === 'mqtt client connected' && l.clientId === 'logged');
     assert.ok(line);
-    assert.equal(line.level, 20, 'the line\'s own level (debug) is not overwritten');
+    assert.equal(line.level, 20, "the line's own level (debug) is not overwritten");
     assert.equal(line.protocolVersion, 5);
   });
 

@@ -44,7 +44,14 @@ describe('mqtt with mosquitto_pub / mosquitto_sub', () => {
     const done = new Promise<{ code: number | null; lines: string[]; stderr: string }>((resolve) =>
       p.on('close', (code) => {
         clearTimeout(timer);
-        resolve({ code, stderr, lines: out.split('\n').filter((l) => l.startsWith(MARK)).map((l) => l.slice(MARK.length)) });
+        resolve({
+          code,
+          stderr,
+          lines: out
+            .split('\n')
+            .filter((l) => l.startsWith(MARK))
+            .map((l) => l.slice(MARK.length)),
+        });
       }),
     );
     await until(() => out.includes('received SUBACK') || p.exitCode !== null, 'mosquitto_sub to subscribe', timeoutMs);
@@ -116,11 +123,44 @@ describe('mqtt with mosquitto_pub / mosquitto_sub', () => {
     await js.subscribeAsync('props/#', { qos: 1 });
     const s = await sub(['-V', 'mqttv5', '-t', 'props/#', '-C', '1'], '%P|%C|%R|%D|%F|%E|%p');
     await pub([
-      '-V', 'mqttv5', '-q', '1', '-t', 'props/x', '-m', 'hi',
-      '-D', 'publish', 'user-property', 'k1', 'v1', '-D', 'publish', 'user-property', 'k1', 'v2',
-      '-D', 'publish', 'content-type', 'text/plain', '-D', 'publish', 'response-topic', 'props/reply',
-      '-D', 'publish', 'correlation-data', 'abc', '-D', 'publish', 'payload-format-indicator', '1',
-      '-D', 'publish', 'message-expiry-interval', '100',
+      '-V',
+      'mqttv5',
+      '-q',
+      '1',
+      '-t',
+      'props/x',
+      '-m',
+      'hi',
+      '-D',
+      'publish',
+      'user-property',
+      'k1',
+      'v1',
+      '-D',
+      'publish',
+      'user-property',
+      'k1',
+      'v2',
+      '-D',
+      'publish',
+      'content-type',
+      'text/plain',
+      '-D',
+      'publish',
+      'response-topic',
+      'props/reply',
+      '-D',
+      'publish',
+      'correlation-data',
+      'abc',
+      '-D',
+      'publish',
+      'payload-format-indicator',
+      '1',
+      '-D',
+      'publish',
+      'message-expiry-interval',
+      '100',
     ]);
     // [MQTT-3.3.2-17] [MQTT-3.3.2-18] user properties unaltered and in order, duplicate keys kept.
     const line = (await s.done).lines[0] ?? '';

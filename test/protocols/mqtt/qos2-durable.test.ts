@@ -31,9 +31,16 @@ test('mqtt QoS 2: the packet id is stored with the session once the message is d
       await new Promise((r) => setTimeout(r, 10));
       s = await stored();
     }
-    assert.ok(s?.subs.some((x) => x.f === 'marker/#'), 'the session was stored after the SUBSCRIBE');
+    assert.ok(
+      s?.subs.some((x) => x.f === 'marker/#'),
+      'the session was stored after the SUBSCRIBE',
+    );
     assert.deepEqual(s?.rel, [], 'the id of a message that is not durable yet is not stored');
-    assert.deepEqual(c.packets.filter((p) => p.type === 'pubrec'), [], 'no PUBREC before the message is durable');
+    assert.deepEqual(
+      c.packets.filter((p) => p.type === 'pubrec'),
+      [],
+      'no PUBREC before the message is durable',
+    );
     gated.release();
     assert.equal((await c.next('pubrec')).packetId, 7);
     for (let i = 0; i < 200 && !(s?.rel.includes(7) ?? false); i++) {

@@ -43,7 +43,10 @@ describe('mqtt $queue/<name> subscriptions', () => {
       await until(() => got.length >= 10, 'ten deliveries');
       assert.deepEqual(got.map((g) => g.payload).sort(), Array.from({ length: 10 }, (_, i) => `job ${i}`).sort());
       assert.ok(got.some((g) => g.who === 'w1') && got.some((g) => g.who === 'w2'), 'both consumers got work');
-      assert.ok(got.every((g) => g.qos === 1 && g.topic.startsWith('jobs/')), 'QoS 1, under the topic it was published to');
+      assert.ok(
+        got.every((g) => g.qos === 1 && g.topic.startsWith('jobs/')),
+        'QoS 1, under the topic it was published to',
+      );
       await until(() => q.stats().unacked === 0 && q.stats().ready === 0, 'every delivery acked by PUBACK');
       assert.equal(q.stats().consumers, 2);
       await c1.unsubscribeAsync('$queue/work');

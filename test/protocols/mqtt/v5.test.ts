@@ -118,7 +118,15 @@ describe('mqtt 5: connect, properties and reason codes', () => {
           ],
         }),
       );
-      await b.engine.publish(makeMessage('foreign/2', Buffer.from('fine'), { qos: 1, payloadFormat: 1, contentType: 'text/plain', responseTopic: 'reply/2', correlationData: Buffer.from('c') }));
+      await b.engine.publish(
+        makeMessage('foreign/2', Buffer.from('fine'), {
+          qos: 1,
+          payloadFormat: 1,
+          contentType: 'text/plain',
+          responseTopic: 'reply/2',
+          correlationData: Buffer.from('c'),
+        }),
+      );
       // The client's own decoder checks what the MQTT spec requires of a server's PUBLISH.
       const first = await c.next('publish');
       assert.equal(first.topic, 'foreign/1');
@@ -127,7 +135,10 @@ describe('mqtt 5: connect, properties and reason codes', () => {
       assert.equal(first.properties?.responseTopic, undefined);
       assert.equal(first.properties?.correlationData, undefined);
       assert.equal(first.properties?.messageExpiryInterval, 0xffffffff);
-      assert.deepEqual(first.properties?.userProperties, [['ok', '1'], ['ok2', '']]);
+      assert.deepEqual(first.properties?.userProperties, [
+        ['ok', '1'],
+        ['ok2', ''],
+      ]);
       const second = await c.next('publish');
       assert.equal(second.topic, 'foreign/2');
       assert.equal(second.properties?.payloadFormatIndicator, 1);
@@ -208,12 +219,16 @@ describe('mqtt 5: connect, properties and reason codes', () => {
 
   test('an undefined topic alias or one above the maximum: DISCONNECT 0x82 / 0x94', async () => {
     const { c } = await raw5(b, 'alias-bad');
-    c.send(encodePacket({ type: 'publish', dup: false, qos: 0, retain: false, topic: 't', packetId: 0, payload: Buffer.alloc(0), properties: { topicAlias: 5 } }, 5));
+    c.send(
+      encodePacket({ type: 'publish', dup: false, qos: 0, retain: false, topic: 't', packetId: 0, payload: Buffer.alloc(0), properties: { topicAlias: 5 } }, 5),
+    );
     const d = await c.next('disconnect');
     assert.equal(d.reasonCode, 0x94);
     await c.waitClosed();
     const { c: c2 } = await raw5(b, 'alias-undef');
-    c2.send(encodePacket({ type: 'publish', dup: false, qos: 0, retain: false, topic: '', packetId: 0, payload: Buffer.alloc(0), properties: { topicAlias: 1 } }, 5));
+    c2.send(
+      encodePacket({ type: 'publish', dup: false, qos: 0, retain: false, topic: '', packetId: 0, payload: Buffer.alloc(0), properties: { topicAlias: 1 } }, 5),
+    );
     assert.equal((await c2.next('disconnect')).reasonCode, 0x82);
     await c2.waitClosed();
   });
@@ -232,7 +247,20 @@ describe('mqtt 5: connect, properties and reason codes', () => {
     c.send(encodePacket({ type: 'publish', dup: false, qos: 1, retain: false, topic: 'a/b/c/d/e', packetId: 3, payload: Buffer.alloc(0), properties: {} }, 5));
     const ack = await c.next('puback');
     assert.equal(ack.reasonCode, 0x90);
-    c.send(encodePacket({ type: 'subscribe', packetId: 4, subscriptions: [{ filter: 'a/b/c/d/#', qos: 0 }, { filter: 'ok/#', qos: 1 }], properties: {} }, 5));
+    c.send(
+      encodePacket(
+        {
+          type: 'subscribe',
+          packetId: 4,
+          subscriptions: [
+            { filter: 'a/b/c/d/#', qos: 0 },
+            { filter: 'ok/#', qos: 1 },
+          ],
+          properties: {},
+        },
+        5,
+      ),
+    );
     assert.deepEqual((await c.next('suback')).returnCodes, [0x8f, 1]);
     c.send(encodePacket({ type: 'unsubscribe', packetId: 5, filters: ['ok/#', 'never'], properties: {} }, 5));
     assert.deepEqual((await c.next('unsuback')).reasonCodes, [0, 0x11]);
@@ -241,14 +269,32 @@ describe('mqtt 5: connect, properties and reason codes', () => {
 
   test('a subscription identifier in a client PUBLISH is a protocol error [MQTT-3.3.4-6]', async () => {
     const { c } = await raw5(b, 'subid-pub');
-    c.send(encodePacket({ type: 'publish', dup: false, qos: 0, retain: false, topic: 't', packetId: 0, payload: Buffer.alloc(0), properties: { subscriptionIdentifiers: [1] } }, 5));
+    c.send(
+      encodePacket(
+        { type: 'publish', dup: false, qos: 0, retain: false, topic: 't', packetId: 0, payload: Buffer.alloc(0), properties: { subscriptionIdentifiers: [1] } },
+        5,
+      ),
+    );
     assert.equal((await c.next('disconnect')).reasonCode, 0x82);
     await c.waitClosed();
   });
 
   test('a second CONNECT gets DISCONNECT 0x82 [MQTT-3.1.0-2]; malformed input 0x81', async () => {
     const { c } = await raw5(b, 'twice');
-    c.send(encodePacket({ type: 'connect', protocolName: 'MQTT', protocolLevel: 5, cleanSession: true, keepalive: 0, clientId: 'twice', will: null, username: null, password: null, properties: {} }));
+    c.send(
+      encodePacket({
+        type: 'connect',
+        protocolName: 'MQTT',
+        protocolLevel: 5,
+        cleanSession: true,
+        keepalive: 0,
+        clientId: 'twice',
+        will: null,
+        username: null,
+        password: null,
+        properties: {},
+      }),
+    );
     assert.equal((await c.next('disconnect')).reasonCode, 0x82);
     await c.waitClosed();
     const { c: c2 } = await raw5(b, 'garbage');
@@ -267,7 +313,10 @@ describe('mqtt 5: connect, properties and reason codes', () => {
       await pub.publishAsync('mps/small', 'x', { qos: 1 });
       await until(() => got.length === 1, 'small one');
       await sleep(50);
-      assert.deepEqual(got.map((p) => p.topic), ['mps/small']);
+      assert.deepEqual(
+        got.map((p) => p.topic),
+        ['mps/small'],
+      );
     } finally {
       await Promise.all([small.endAsync(), pub.endAsync()]);
     }
@@ -314,7 +363,20 @@ describe('mqtt 5: enhanced authentication hook (AUTH exchange)', () => {
   test('CONNECT -> AUTH 0x18 -> AUTH 0x18 -> CONNACK 0x00; re-authentication with AUTH 0x19', async () => {
     const c = await RawClient.open(b.port);
     c.level = 5;
-    c.send(encodePacket({ type: 'connect', protocolName: 'MQTT', protocolLevel: 5, cleanSession: true, keepalive: 0, clientId: 'sc', will: null, username: null, password: null, properties: { authenticationMethod: 'DEMO' } }));
+    c.send(
+      encodePacket({
+        type: 'connect',
+        protocolName: 'MQTT',
+        protocolLevel: 5,
+        cleanSession: true,
+        keepalive: 0,
+        clientId: 'sc',
+        will: null,
+        username: null,
+        password: null,
+        properties: { authenticationMethod: 'DEMO' },
+      }),
+    );
     const ch = await c.next('auth');
     assert.equal(ch.reasonCode, 0x18);
     assert.equal(ch.properties?.authenticationData?.toString(), 'challenge');
@@ -333,7 +395,20 @@ describe('mqtt 5: enhanced authentication hook (AUTH exchange)', () => {
   test('a wrong response: CONNACK 0x87', async () => {
     const c = await RawClient.open(b.port);
     c.level = 5;
-    c.send(encodePacket({ type: 'connect', protocolName: 'MQTT', protocolLevel: 5, cleanSession: true, keepalive: 0, clientId: 'sc2', will: null, username: null, password: null, properties: { authenticationMethod: 'DEMO' } }));
+    c.send(
+      encodePacket({
+        type: 'connect',
+        protocolName: 'MQTT',
+        protocolLevel: 5,
+        cleanSession: true,
+        keepalive: 0,
+        clientId: 'sc2',
+        will: null,
+        username: null,
+        password: null,
+        properties: { authenticationMethod: 'DEMO' },
+      }),
+    );
     await c.next('auth');
     c.send(encodePacket({ type: 'auth', reasonCode: 0x18, properties: { authenticationMethod: 'DEMO', authenticationData: Buffer.from('nope') } }, 5));
     assert.equal((await c.next('connack')).returnCode, 0x87);
@@ -421,9 +496,24 @@ for (const version of [4, 5] as const) {
       const id = `redeliver-${version}`;
       const c = await RawClient.open(b.port);
       c.level = version;
-      c.send(encodePacket({ type: 'connect', protocolName: 'MQTT', protocolLevel: version, cleanSession: false, keepalive: 0, clientId: id, will: null, username: null, password: null, properties: version === 5 ? { sessionExpiryInterval: 60 } : undefined }));
+      c.send(
+        encodePacket({
+          type: 'connect',
+          protocolName: 'MQTT',
+          protocolLevel: version,
+          cleanSession: false,
+          keepalive: 0,
+          clientId: id,
+          will: null,
+          username: null,
+          password: null,
+          properties: version === 5 ? { sessionExpiryInterval: 60 } : undefined,
+        }),
+      );
       await c.next('connack');
-      c.send(encodePacket({ type: 'subscribe', packetId: 1, subscriptions: [{ filter: 'rd/#', qos: 1 }], properties: version === 5 ? {} : undefined }, version));
+      c.send(
+        encodePacket({ type: 'subscribe', packetId: 1, subscriptions: [{ filter: 'rd/#', qos: 1 }], properties: version === 5 ? {} : undefined }, version),
+      );
       await c.next('suback');
       const pub = await connect(b);
       await pub.publishAsync('rd/x', 'unacked', { qos: 1 });
@@ -434,7 +524,20 @@ for (const version of [4, 5] as const) {
       await sleep(50);
       const again = await RawClient.open(b.port);
       again.level = version;
-      again.send(encodePacket({ type: 'connect', protocolName: 'MQTT', protocolLevel: version, cleanSession: false, keepalive: 0, clientId: id, will: null, username: null, password: null, properties: version === 5 ? { sessionExpiryInterval: 0 } : undefined }));
+      again.send(
+        encodePacket({
+          type: 'connect',
+          protocolName: 'MQTT',
+          protocolLevel: version,
+          cleanSession: false,
+          keepalive: 0,
+          clientId: id,
+          will: null,
+          username: null,
+          password: null,
+          properties: version === 5 ? { sessionExpiryInterval: 0 } : undefined,
+        }),
+      );
       assert.equal((await again.next('connack')).sessionPresent, true);
       const re = await again.next('publish');
       assert.equal(re.dup, true);
@@ -457,7 +560,10 @@ for (const version of [4, 5] as const) {
         await sub.subscribeAsync(`ret${version}/#`, { qos: 1 });
         await until(() => got.length === 1, 'retained');
         await sleep(50);
-        assert.deepEqual(got.map((p) => [p.topic, text(p), p.retain]), [[`ret${version}/a`, 'two', true]]);
+        assert.deepEqual(
+          got.map((p) => [p.topic, text(p), p.retain]),
+          [[`ret${version}/a`, 'two', true]],
+        );
       } finally {
         await Promise.all([sub.endAsync(), pub.endAsync()]);
       }
@@ -474,19 +580,40 @@ for (const version of [4, 5] as const) {
       try {
         await until(() => got.length === 1, 'will');
         await sleep(100);
-        assert.deepEqual(got.map((p) => p.topic), [`will${version}/lost`]);
+        assert.deepEqual(
+          got.map((p) => p.topic),
+          [`will${version}/lost`],
+        );
       } finally {
         lost.end(true);
         await w.endAsync();
       }
     });
 
-    test('shared subscription: each message to one member; a vanished member\'s in-flight go to another', async () => {
+    test("shared subscription: each message to one member; a vanished member's in-flight go to another", async () => {
       const m1raw = await RawClient.open(b.port);
       m1raw.level = version;
-      m1raw.send(encodePacket({ type: 'connect', protocolName: 'MQTT', protocolLevel: version, cleanSession: true, keepalive: 0, clientId: `m1-${version}`, will: null, username: null, password: null, properties: version === 5 ? {} : undefined }));
+      m1raw.send(
+        encodePacket({
+          type: 'connect',
+          protocolName: 'MQTT',
+          protocolLevel: version,
+          cleanSession: true,
+          keepalive: 0,
+          clientId: `m1-${version}`,
+          will: null,
+          username: null,
+          password: null,
+          properties: version === 5 ? {} : undefined,
+        }),
+      );
       await m1raw.next('connack');
-      m1raw.send(encodePacket({ type: 'subscribe', packetId: 1, subscriptions: [{ filter: '$share/g/sh/#', qos: 1 }], properties: version === 5 ? {} : undefined }, version));
+      m1raw.send(
+        encodePacket(
+          { type: 'subscribe', packetId: 1, subscriptions: [{ filter: '$share/g/sh/#', qos: 1 }], properties: version === 5 ? {} : undefined },
+          version,
+        ),
+      );
       await m1raw.next('suback');
       const m2 = await connect(b);
       const got2 = collect(m2);
@@ -526,7 +653,11 @@ describe('mqtt: will delay, retain handling, $SYS, durable retained', () => {
       await sleep(200);
       const back = await v5(b, { clientId: 'wd-c', clean: false, properties: { sessionExpiryInterval: 60 } });
       await sleep(1300);
-      assert.deepEqual(got.map((p) => p.topic), ['wd/x'], 'resuming cancelled the second will');
+      assert.deepEqual(
+        got.map((p) => p.topic),
+        ['wd/x'],
+        'resuming cancelled the second will',
+      );
       a.end(true);
       c.end(true);
       await Promise.all([w.endAsync(), back.endAsync()]);
@@ -565,7 +696,10 @@ describe('mqtt: will delay, retain handling, $SYS, durable retained', () => {
       await c.subscribeAsync('#', { qos: 0 });
       await c.subscribeAsync('+/broker/uptime', { qos: 0 });
       await sleep(300);
-      assert.ok(got.every((p) => !p.topic.startsWith('$')), 'wildcards skip $SYS');
+      assert.ok(
+        got.every((p) => !p.topic.startsWith('$')),
+        'wildcards skip $SYS',
+      );
       await c.subscribeAsync('$SYS/broker/#', { qos: 0 });
       await until(() => got.some((p) => p.topic === '$SYS/broker/clients/connected'), '$SYS');
       const connected = got.find((p) => p.topic === '$SYS/broker/clients/connected')!;
@@ -592,7 +726,13 @@ describe('mqtt: will delay, retain handling, $SYS, durable retained', () => {
     await b1.close();
     const b2 = await startBroker({ sysIntervalMs: 0 }, undefined, { sessions, retained });
     try {
-      const again = mqtt.connect(b2.url, { protocolVersion: 5, reconnectPeriod: 0, clientId: 'outlive', clean: false, properties: { sessionExpiryInterval: 0 } });
+      const again = mqtt.connect(b2.url, {
+        protocolVersion: 5,
+        reconnectPeriod: 0,
+        clientId: 'outlive',
+        clean: false,
+        properties: { sessionExpiryInterval: 0 },
+      });
       const got = collect(again);
       const ack = await new Promise<{ sessionPresent: boolean }>((resolve) => again.once('connect', (x) => resolve(x)));
       assert.equal(ack.sessionPresent, true);
@@ -604,7 +744,10 @@ describe('mqtt: will delay, retain handling, $SYS, durable retained', () => {
       const got2 = collect(fresh);
       await fresh.subscribeAsync('ol/+', { qos: 1 });
       await until(() => got2.length === 1, 'retained from the store');
-      assert.deepEqual(got2.map((g) => [g.topic, text(g), g.retain]), [['ol/r', 'retained', true]]);
+      assert.deepEqual(
+        got2.map((g) => [g.topic, text(g), g.retain]),
+        [['ol/r', 'retained', true]],
+      );
       await fresh.endAsync();
     } finally {
       await b2.close();

@@ -58,17 +58,19 @@ describe('mqtt: in-flight deliveries of persistent sessions are written through 
       const got: Publish[] = [await durable.next('publish'), await durable.next('publish')];
       await transient.next('publish');
       await transient.next('publish');
-      await storeShows(
-        'wt-keep',
-        (q) => q.map((d) => [d.msg.payload.toString(), d.qos, d.packetId, d.released]),
-        [['q1', 1, got[0].packetId, false], ['q2', 2, got[1].packetId, false]],
-      );
+      await storeShows('wt-keep', (q) => q.map((d) => [d.msg.payload.toString(), d.qos, d.packetId, d.released]), [
+        ['q1', 1, got[0].packetId, false],
+        ['q2', 2, got[1].packetId, false],
+      ]);
       assert.equal((await sessions.readQueue('wt-drop', 10)).length, 0, 'a session with expiry 0 is not written');
 
       // QoS 2: after PUBREC only PUBREL may be re-sent (section 4.3.3), and the stored entry says so.
       durable.send({ type: 'pubrec', packetId: got[1].packetId });
       assert.equal((await durable.next('pubrel')).packetId, got[1].packetId);
-      await storeShows('wt-keep', (q) => q.map((d) => [d.msg.payload.toString(), d.released]), [['q1', false], ['q2', true]]);
+      await storeShows('wt-keep', (q) => q.map((d) => [d.msg.payload.toString(), d.released]), [
+        ['q1', false],
+        ['q2', true],
+      ]);
 
       durable.send({ type: 'puback', packetId: got[0].packetId });
       await storeShows('wt-keep', (q) => q.map((d) => d.msg.payload.toString()), ['q2']);

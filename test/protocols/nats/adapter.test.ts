@@ -39,7 +39,7 @@ describe('NATS mapping', () => {
     assert.equal(msg.status, '503 Gone');
   });
 
-  it('a message without headers or properties has no header block (MSG); reserved headers do not override the publisher\'s', () => {
+  it("a message without headers or properties has no header block (MSG); reserved headers do not override the publisher's", () => {
     assert.equal(natsHeaderBlock(makeMessage('t', Buffer.alloc(0))), null);
     const m = makeMessage('t', Buffer.alloc(0), {
       headers: [{ key: 'content-type', value: Buffer.from('mine') }],

@@ -15,7 +15,13 @@ const users = [
 ];
 
 async function withPolicies(a: TestAccess): Promise<void> {
-  await a.directory.putPolicy({ name: 'alice-ok', effect: 'allow', actions: ['publish', 'subscribe'], resources: ['topic:ok/#', 'topic:_INBOX/#'], principals: ['user:alice'] });
+  await a.directory.putPolicy({
+    name: 'alice-ok',
+    effect: 'allow',
+    actions: ['publish', 'subscribe'],
+    resources: ['topic:ok/#', 'topic:_INBOX/#'],
+    principals: ['user:alice'],
+  });
   await a.directory.putPolicy({ name: 'alice-no', effect: 'deny', actions: ['publish'], resources: ['topic:ok/no'], principals: ['user:alice'] });
 }
 
@@ -96,7 +102,9 @@ describe('NATS authorization', () => {
     const sock = connect(s.port, '127.0.0.1');
     let got = '';
     sock.on('data', (b: Buffer) => (got += b.toString('latin1')));
-    sock.write('CONNECT {"user":"alice","pass":"wonder"}\r\nPUB bad.x 2\r\nhi\r\nPUB ok.no 2\r\nhi\r\nSUB bad.> 1\r\nSUB bad.x q 2\r\nSUB ok.> 4\r\nPUB ok.z 1\r\na\r\nPING\r\n');
+    sock.write(
+      'CONNECT {"user":"alice","pass":"wonder"}\r\nPUB bad.x 2\r\nhi\r\nPUB ok.no 2\r\nhi\r\nSUB bad.> 1\r\nSUB bad.x q 2\r\nSUB ok.> 4\r\nPUB ok.z 1\r\na\r\nPING\r\n',
+    );
     await until(() => got.includes('PONG\r\n'), 10_000, 'PONG');
     // Recorded from /usr/sbin/nats-server 2.9.10 with the same permissions (publish allow ok.>, deny ok.no;
     // subscribe allow ok.>).
@@ -116,7 +124,10 @@ describe('NATS authorization', () => {
     v.on('data', (b: Buffer) => (vgot += b.toString('latin1')));
     v.write('CONNECT {"user":"alice","pass":"wonder","verbose":true}\r\nPUB bad.x 2\r\nhi\r\nSUB bad.> 1\r\nPUB ok.a 1\r\nx\r\nPING\r\n');
     await until(() => vgot.includes('PONG\r\n'), 10_000, 'PONG');
-    assert.equal(vgot.slice(vgot.indexOf('\r\n') + 2), `+OK\r\n-ERR 'Permissions Violation for Publish to "bad.x"'\r\n-ERR 'Permissions Violation for Subscription to "bad.>"'\r\n+OK\r\nPONG\r\n`);
+    assert.equal(
+      vgot.slice(vgot.indexOf('\r\n') + 2),
+      `+OK\r\n-ERR 'Permissions Violation for Publish to "bad.x"'\r\n-ERR 'Permissions Violation for Subscription to "bad.>"'\r\n+OK\r\nPONG\r\n`,
+    );
     v.destroy();
     await s.close();
     await a.close();
@@ -180,7 +191,7 @@ describe('NATS authorization', () => {
 });
 
 describe('NATS quotas and the client registry', () => {
-  it('a namespace at its connection quota: nats-server\'s account limit error, and the lease is given back on close', async () => {
+  it("a namespace at its connection quota: nats-server's account limit error, and the lease is given back on close", async () => {
     const a = await makeAccess({ users, anonymous: false });
     await a.directory.putNamespace({ name: 'team', quotas: { maxConnections: 1 } });
     const s = await startNats({}, { access: a });

@@ -10,7 +10,9 @@ describe('NATS connection with the nats client', () => {
     const sc = StringCodec();
     const sub = nc.subscribe('a.*', { max: 2 });
     const got: string[] = [];
-    const done = (async () => { for await (const m of sub) got.push(`${m.subject}:${sc.decode(m.data)}`); })();
+    const done = (async () => {
+      for await (const m of sub) got.push(`${m.subject}:${sc.decode(m.data)}`);
+    })();
     nc.publish('a.b', sc.encode('one'));
     nc.publish('a.c', sc.encode('two'));
     await done;

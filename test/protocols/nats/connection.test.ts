@@ -63,7 +63,7 @@ describe('NATS connection: handshake and options', () => {
     await s.close();
   });
 
-  it('no CONNECT within the auth timeout: -ERR \'Authentication Timeout\' and close', async () => {
+  it("no CONNECT within the auth timeout: -ERR 'Authentication Timeout' and close", async () => {
     const s = await startNats({ authTimeoutMs: 100 });
     const c = await RawClient.connect(s.port);
     await c.closed;
@@ -146,18 +146,24 @@ describe('NATS connection: errors that keep the connection and errors that close
     assert.deepEqual(c.errors(), ['Invalid Publish Subject', 'Invalid Publish Subject']);
     c.send('CONNECT {"pedantic":false}\r\nPUB a.* 1\r\nz\r\n');
     await c.flush();
-    assert.deepEqual(c.msgs().map((m) => `${m.subject}=${m.payload}`), ['a.*=z']);
+    assert.deepEqual(
+      c.msgs().map((m) => `${m.subject}=${m.payload}`),
+      ['a.*=z'],
+    );
     c.close();
     await s.close();
   });
 
-  it('SUB to an invalid subject: -ERR \'Invalid Subject\', the connection stays', async () => {
+  it("SUB to an invalid subject: -ERR 'Invalid Subject', the connection stays", async () => {
     const s = await startNats();
     const c = await RawClient.connect(s.port);
     c.send(`${CONNECT}SUB a..b 1\r\nSUB a.>.b 2\r\nSUB .a 3\r\nSUB good 4\r\nPUB good 1\r\nx\r\n`);
     await c.flush();
     assert.deepEqual(c.errors(), ['Invalid Subject', 'Invalid Subject', 'Invalid Subject']);
-    assert.deepEqual(c.msgs().map((m) => m.sid), ['4']);
+    assert.deepEqual(
+      c.msgs().map((m) => m.sid),
+      ['4'],
+    );
     c.close();
     await s.close();
   });
@@ -168,16 +174,22 @@ describe('NATS connection: errors that keep the connection and errors that close
     c.send(`${CONNECT}SUB l.a 1\r\nSUB l.b 2\r\nSUB l.c 3\r\nPUB l.a 1\r\nx\r\nPUB l.c 1\r\nx\r\n`);
     await c.flush();
     assert.deepEqual(c.errors(), ['Maximum Subscriptions Exceeded']);
-    assert.deepEqual(c.msgs().map((m) => m.sid), ['1']);
+    assert.deepEqual(
+      c.msgs().map((m) => m.sid),
+      ['1'],
+    );
     // UNSUB frees a place.
     c.send('UNSUB 2\r\nSUB l.c 3\r\nPUB l.c 1\r\nx\r\n');
     await c.flush();
-    assert.deepEqual(c.msgs().map((m) => m.sid), ['1', '3']);
+    assert.deepEqual(
+      c.msgs().map((m) => m.sid),
+      ['1', '3'],
+    );
     c.close();
     await s.close();
   });
 
-  it('an unknown operation closes that connection with nats-server\'s text; others are unaffected', async () => {
+  it("an unknown operation closes that connection with nats-server's text; others are unaffected", async () => {
     const s = await startNats();
     const bad = await RawClient.connect(s.port);
     const good = await RawClient.connect(s.port);
@@ -204,7 +216,7 @@ describe('NATS connection: errors that keep the connection and errors that close
     await s.close();
   });
 
-  it('connections over the limit get -ERR \'maximum connections exceeded\'', async () => {
+  it("connections over the limit get -ERR 'maximum connections exceeded'", async () => {
     const s = await startNats({ maxConnections: 1 });
     const a = await RawClient.connect(s.port);
     a.send(CONNECT);
@@ -300,7 +312,11 @@ describe('NATS connection: users of the directory (access.password)', () => {
     bad.send('CONNECT {"user":"alice","pass":"nope"}\r\nPING\r\n');
     await bad.closed;
     assert.deepEqual(bad.errors(), ['Authorization Violation']);
-    assert.equal(bad.ops.some((o) => o.op === 'pong'), false, 'nothing after the refused CONNECT was served');
+    assert.equal(
+      bad.ops.some((o) => o.op === 'pong'),
+      false,
+      'nothing after the refused CONNECT was served',
+    );
     const anon = await RawClient.connect(s.port);
     anon.send('CONNECT {}\r\n');
     await anon.closed;
@@ -421,7 +437,7 @@ describe('NATS connection: deliveries and mapping', () => {
     await s.close();
   });
 
-  it('no-responders: 503 on the requester\'s own inbox subscription when nothing is reached, none when a stream captured it', async () => {
+  it("no-responders: 503 on the requester's own inbox subscription when nothing is reached, none when a stream captured it", async () => {
     const s = await startNats();
     await s.engine.createStream({ name: 'captured', partitions: 1, bindings: ['kept/#'] });
     const c = await RawClient.connect(s.port);
@@ -437,7 +453,7 @@ describe('NATS connection: deliveries and mapping', () => {
     await s.close();
   });
 
-  it('a request goes through the adapter\'s NatsPublisher (JetStream\'s hook) with its reply as a unified topic', async () => {
+  it("a request goes through the adapter's NatsPublisher (JetStream's hook) with its reply as a unified topic", async () => {
     const seen: string[] = [];
     const s = await startNats({}, {}, (engine) => ({
       publish(msg, reply) {
@@ -617,7 +633,10 @@ describe('NATS connection: durable writes and shutdown', () => {
     await s.adapter.closeAll();
     await a.closed;
     await b.closed;
-    assert.deepEqual(a.msgs().map((m) => m.payload.toString()), ['last']);
+    assert.deepEqual(
+      a.msgs().map((m) => m.payload.toString()),
+      ['last'],
+    );
     assert.equal(s.adapter.connections(), 0);
     await s.close();
   });

@@ -32,7 +32,9 @@ export interface NatsTestServer {
 /** A control plane as the broker opens it (test/helpers/control.ts), NATS anonymous unless told otherwise. */
 export type TestAccess = TestControl;
 
-export function makeAccess(o: { users?: Array<{ username: string; password: string; groups?: string[]; namespace?: string }>; anonymous?: boolean } = {}): Promise<TestAccess> {
+export function makeAccess(
+  o: { users?: Array<{ username: string; password: string; groups?: string[]; namespace?: string }>; anonymous?: boolean } = {},
+): Promise<TestAccess> {
   // The guard as the broker has it (failures slowed): the tests check the throttle too.
   return testControl({ users: o.users, anonymous: o.anonymous === false ? [] : ['nats'], guard: {} });
 }
@@ -48,7 +50,12 @@ export async function startNats(
   const logger = pino({ level: 'debug' }, { write: (s: string) => void logs.push(JSON.parse(s) as LogRecord) });
   const ownAccess = auth.access === undefined ? await makeAccess({ anonymous: auth.allowAnonymous ?? true }) : null;
   const testAccess = auth.access ?? ownAccess!;
-  const adapter = new NatsAdapter({ engine, logger, brokerId: 1 }, resolveNatsOptions(opts), { access: testAccess.access, token: auth.token ?? null }, publisher?.(engine));
+  const adapter = new NatsAdapter(
+    { engine, logger, brokerId: 1 },
+    resolveNatsOptions(opts),
+    { access: testAccess.access, token: auth.token ?? null },
+    publisher?.(engine),
+  );
   const tls = auth.tls ?? { available: false, required: false };
   const sockets = new Set<Socket>();
   serverSockets = sockets;

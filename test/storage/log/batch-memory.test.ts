@@ -31,7 +31,10 @@ describe('BatchMemory', () => {
     const size = CHUNK_BYTES / 4;
     const first = [1, 2, 3, 4].map((i) => mem.copy(p, batch(size, i)));
     const chunk = first[0].chunk!;
-    assert.ok(first.every((x) => x.chunk === chunk), 'four fill the chunk');
+    assert.ok(
+      first.every((x) => x.chunk === chunk),
+      'four fill the chunk',
+    );
     // The next batch does not fit: the partition moves on; the old chunk is still held by its batches.
     const fifth = mem.copy(p, batch(size, 5));
     assert.notEqual(fifth.chunk, chunk);

@@ -67,7 +67,10 @@ describe('PostgresMetastore: JetStream consumer state', () => {
     // xmin: the transaction that wrote the row's current version.
     const versions = async () =>
       Object.fromEntries(
-        (await client.query<{ k: string; x: string }>("SELECT stream || '/' || name AS k, xmin::text AS x FROM jetstream_consumers")).rows.map((r) => [r.k, r.x]),
+        (await client.query<{ k: string; x: string }>("SELECT stream || '/' || name AS k, xmin::text AS x FROM jetstream_consumers")).rows.map((r) => [
+          r.k,
+          r.x,
+        ]),
       );
     const was = await versions();
     await m.putConsumer(rec('s', 'a', 2));

@@ -36,13 +36,20 @@ describe('PostgresMetastore offset commits fenced by the group epoch', () => {
       assert.equal(a.owner, 1);
 
       await meta.commitOffsets('g', [at('s', 0, 5), at('s', 1, 7)], a.epoch);
-      assert.deepEqual((await meta.listOffsets('g')).map((o) => o.offset), [5, 7]);
+      assert.deepEqual(
+        (await meta.listOffsets('g')).map((o) => o.offset),
+        [5, 7],
+      );
 
       // Broker 2 takes the group (its coordinator moved): epoch bumped.
       const b = await store.claim('group', 'g', 2, 'b', { force: true });
       assert.ok(b.epoch > a.epoch);
       await assert.rejects(meta.commitOffsets('g', [at('s', 0, 9), at('s', 1, 9)], a.epoch), fenced);
-      assert.deepEqual((await meta.listOffsets('g')).map((o) => o.offset), [5, 7], 'the stale commit changed nothing');
+      assert.deepEqual(
+        (await meta.listOffsets('g')).map((o) => o.offset),
+        [5, 7],
+        'the stale commit changed nothing',
+      );
       // A group nobody ever owned is fenced too (no row holds the epoch).
       await assert.rejects(meta.commitOffsets('other', [at('s', 0, 1)], 1), fenced);
       assert.deepEqual(await meta.listOffsets('other'), []);
@@ -51,7 +58,10 @@ describe('PostgresMetastore offset commits fenced by the group epoch', () => {
       assert.equal((await meta.fetchOffset('g', 's', 0))?.offset, 6);
       // Without a fence (a single broker): as before.
       await meta.commitOffsets('g', [at('s', 1, 8)]);
-      assert.deepEqual((await meta.listOffsets('g')).map((o) => o.offset), [6, 8]);
+      assert.deepEqual(
+        (await meta.listOffsets('g')).map((o) => o.offset),
+        [6, 8],
+      );
     } finally {
       await meta.close();
       await store.close();

@@ -40,7 +40,10 @@ describe('PostgresMetastore session writes fenced by the owner epoch', () => {
       const first = await meta.updateQueue('c1', { append: [Buffer.from('m1'), Buffer.from('m2')] }, 10, e1);
       assert.equal(first.seqs.length, 2);
       await meta.ackQueue('c1', first.seqs[0], e1);
-      assert.deepEqual((await meta.readQueue('c1', 10)).map((x) => x.data.toString()), ['m2']);
+      assert.deepEqual(
+        (await meta.readQueue('c1', 10)).map((x) => x.data.toString()),
+        ['m2'],
+      );
 
       // Broker 2 takes the session over (the holder agreed: force): epoch bumped.
       const b = await store.claim('session', 'c1', 2, 'b', { force: true });
@@ -53,13 +56,19 @@ describe('PostgresMetastore session writes fenced by the owner epoch', () => {
       await assert.rejects(meta.ackQueue('c1', first.seqs[1], e1), fenced);
       await assert.rejects(meta.deleteSession('c1', e1), fenced);
       assert.equal((await meta.getSession('c1'))?.state, 'one');
-      assert.deepEqual((await meta.readQueue('c1', 10)).map((x) => x.data.toString()), ['m2']);
+      assert.deepEqual(
+        (await meta.readQueue('c1', 10)).map((x) => x.data.toString()),
+        ['m2'],
+      );
 
       // The new owner writes under its own epoch.
       await meta.putSession(rec('c1', 'two'), b.epoch);
       await meta.updateQueue('c1', { append: [Buffer.from('m3')] }, 10, b.epoch);
       assert.equal((await meta.getSession('c1'))?.state, 'two');
-      assert.deepEqual((await meta.readQueue('c1', 10)).map((x) => x.data.toString()), ['m2', 'm3']);
+      assert.deepEqual(
+        (await meta.readQueue('c1', 10)).map((x) => x.data.toString()),
+        ['m2', 'm3'],
+      );
 
       // A session nobody owns (no owner row) refuses a fenced write too.
       await assert.rejects(meta.putSession(rec('nobody', 'x'), 1), fenced);

@@ -24,12 +24,24 @@ describe('SqliteMetastore', () => {
 
   it('writes the consumer puts of one event-loop turn in one transaction, the latest record of each consumer', async () => {
     const m = SqliteMetastore.open(freshFile());
-    const rec = (name: string, seq: number) => ({ stream: 's', name, config: '{}', createdAt: 1, deliveredSeq: seq, deliveredConsumerSeq: seq, ackFloor: 0, acked: [] });
+    const rec = (name: string, seq: number) => ({
+      stream: 's',
+      name,
+      config: '{}',
+      createdAt: 1,
+      deliveredSeq: seq,
+      deliveredConsumerSeq: seq,
+      ackFloor: 0,
+      acked: [],
+    });
     const puts: Array<Promise<void>> = [];
     for (let i = 1; i <= 100; i++) for (const name of ['a', 'b', 'c']) puts.push(m.putConsumer(rec(name, i)));
     await Promise.all(puts);
     assert.deepEqual(m.consumerStats, { puts: 300, writes: 1 });
-    assert.deepEqual((await m.listConsumers('s')).map((r) => r.deliveredSeq), [100, 100, 100]);
+    assert.deepEqual(
+      (await m.listConsumers('s')).map((r) => r.deliveredSeq),
+      [100, 100, 100],
+    );
     // Any other consumer call writes the pending puts first: a read sees them, a later put is a new batch.
     const p1 = m.putConsumer(rec('a', 101));
     const read = m.getConsumer('s', 'a');
@@ -38,7 +50,14 @@ describe('SqliteMetastore', () => {
     const p3 = m.putConsumer(rec('b', 103));
     await Promise.all([p1, p2, del, p3]);
     assert.equal((await read)?.deliveredSeq, 101);
-    assert.deepEqual((await m.listConsumers('s')).map((r) => [r.name, r.deliveredSeq]), [['a', 102], ['b', 103], ['c', 100]]);
+    assert.deepEqual(
+      (await m.listConsumers('s')).map((r) => [r.name, r.deliveredSeq]),
+      [
+        ['a', 102],
+        ['b', 103],
+        ['c', 100],
+      ],
+    );
     assert.deepEqual(m.consumerStats, { puts: 303, writes: 4 });
     await m.close();
   });
@@ -69,11 +88,7 @@ describe('SqliteMetastore', () => {
       const file = freshFile();
       await SqliteMetastore.open(file).close();
       const db = new Database(file);
-      db.prepare('INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)').run(
-        migrations.length + 1,
-        'from the future',
-        Date.now(),
-      );
+      db.prepare('INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)').run(migrations.length + 1, 'from the future', Date.now());
       db.close();
       assert.throws(
         () => SqliteMetastore.open(file),
@@ -119,7 +134,10 @@ describe('SqliteMetastore', () => {
       const { seqs, dropped } = await m.updateQueue('c', { append: [Buffer.from('eight')] }, 3);
       assert.deepEqual([seqs, dropped], [[8], 0]);
       assert.equal((await m.updateQueue('c', { append: [Buffer.from('nine')] }, 3)).dropped, 1, 'the length was counted at migration');
-      assert.deepEqual((await m.readQueue('c', 10)).map((e) => e.data.toString()), ['seven', 'eight', 'nine']);
+      assert.deepEqual(
+        (await m.readQueue('c', 10)).map((e) => e.data.toString()),
+        ['seven', 'eight', 'nine'],
+      );
       await m.close();
     });
 
@@ -134,7 +152,10 @@ describe('SqliteMetastore', () => {
       db.close();
       const m = SqliteMetastore.open(file);
       assert.equal(m.schemaVersion(), migrations.length);
-      assert.deepEqual((await m.listStreams()).map((s) => s.name), ['s']);
+      assert.deepEqual(
+        (await m.listStreams()).map((s) => s.name),
+        ['s'],
+      );
       assert.deepEqual(await m.listConsumers(), []);
       const rec = { stream: 's', name: 'c', config: '{}', createdAt: 2, deliveredSeq: 3, deliveredConsumerSeq: 4, ackFloor: 1, acked: [3] };
       await m.putConsumer(rec);
@@ -153,7 +174,10 @@ describe('SqliteMetastore', () => {
       db.close();
       const m = SqliteMetastore.open(file);
       assert.equal(m.schemaVersion(), migrations.length);
-      assert.deepEqual((await m.listStreams()).map((x) => x.name), ['s']);
+      assert.deepEqual(
+        (await m.listStreams()).map((x) => x.name),
+        ['s'],
+      );
       assert.equal(await m.controlVersion(), 0);
       assert.deepEqual(await m.listControl('user'), []);
       await m.putControl('user', 'u', { a: 1 });
@@ -173,8 +197,19 @@ describe('SqliteMetastore', () => {
       const m = SqliteMetastore.open(file);
       assert.equal(m.schemaVersion(), migrations.length);
       // (Migration 9 gave it an id too: see below.)
-      assert.deepEqual((await m.listStreams()).map(({ id: _id, ...d }) => d), [{ name: 's', partitions: 1, bindings: [], retentionMs: 5000, createdAt: 1 }]);
-      await m.updateStream({ name: 's', partitions: 1, bindings: [], retentionMs: 5000, createdAt: 1, segmentBytes: 1 << 20, configs: { 'min.insync.replicas': '2' } });
+      assert.deepEqual(
+        (await m.listStreams()).map(({ id: _id, ...d }) => d),
+        [{ name: 's', partitions: 1, bindings: [], retentionMs: 5000, createdAt: 1 }],
+      );
+      await m.updateStream({
+        name: 's',
+        partitions: 1,
+        bindings: [],
+        retentionMs: 5000,
+        createdAt: 1,
+        segmentBytes: 1 << 20,
+        configs: { 'min.insync.replicas': '2' },
+      });
       assert.deepEqual((await m.listStreams())[0].configs, { 'min.insync.replicas': '2' });
       await m.close();
     });
@@ -197,12 +232,18 @@ describe('SqliteMetastore', () => {
       await m.updateStream({ name: 'a', partitions: 2, bindings: ['a'], retentionMs: null, createdAt: 1 });
       await m.close();
       m = SqliteMetastore.open(file);
-      assert.deepEqual((await m.listStreams()).map((d) => d.id), ids, 'the same ids after reopening and an update');
+      assert.deepEqual(
+        (await m.listStreams()).map((d) => d.id),
+        ids,
+        'the same ids after reopening and an update',
+      );
       // A stream made now keeps the id it is given; made again under a name, another id.
       await m.deleteStream('b');
       await m.createStream({ name: 'b', partitions: 1, bindings: ['b'], retentionMs: null, createdAt: 2, id: 'ab'.repeat(16) });
       assert.equal((await m.listStreams()).find((d) => d.name === 'b')?.id, 'ab'.repeat(16));
-      await assert.rejects(m.createStream({ name: 'd', partitions: 1, bindings: [], retentionMs: null, createdAt: 2, id: 'nothex' }), (e: unknown) => isFlowError(e, 'INVALID_ARGUMENT'));
+      await assert.rejects(m.createStream({ name: 'd', partitions: 1, bindings: [], retentionMs: null, createdAt: 2, id: 'nothex' }), (e: unknown) =>
+        isFlowError(e, 'INVALID_ARGUMENT'),
+      );
       await m.close();
     });
 
@@ -213,7 +254,7 @@ describe('SqliteMetastore', () => {
     });
   });
 
-  it('keeps a stream\'s createdAt when the stream is updated', async () => {
+  it("keeps a stream's createdAt when the stream is updated", async () => {
     const m = SqliteMetastore.open(':memory:');
     await m.createStream({ ...def('s'), createdAt: 1000 });
     await m.updateStream({ ...def('s'), partitions: 4, createdAt: 2000 });
@@ -230,7 +271,6 @@ describe('SqliteMetastore', () => {
     db.close();
     await m.close();
   });
-
 
   it('answers a write only after syncing the journal, and concurrent writes share syncs', async () => {
     const file = freshFile();
@@ -260,16 +300,19 @@ describe('SqliteMetastore', () => {
     const m = SqliteMetastore.open(':memory:');
     const notFound = (e: unknown) => isFlowError(e, 'NOT_FOUND');
     await assert.rejects(
-      m.commitSegment({
-        stream: 'ghost',
-        partition: 0,
-        baseOffset: 0,
-        endOffset: 1,
-        objectKey: 'k',
-        size: 1,
-        maxTimestamp: 0,
-        createdAt: 0,
-      }, 0),
+      m.commitSegment(
+        {
+          stream: 'ghost',
+          partition: 0,
+          baseOffset: 0,
+          endOffset: 1,
+          objectKey: 'k',
+          size: 1,
+          maxTimestamp: 0,
+          createdAt: 0,
+        },
+        0,
+      ),
       notFound,
     );
     await assert.rejects(m.setLogStartOffset('ghost', 0, 5, 0), notFound);

@@ -184,7 +184,10 @@ describe('CachedObjectStore', () => {
       assert.ok((await cache.get('seq', { start: pos, end: pos + 1200 })).equals(data.subarray(pos, pos + 1200)));
     }
     // Every block read once, none past the end.
-    assert.deepEqual(inner.readsOf('seq').sort((a, b) => a - b), [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+    assert.deepEqual(
+      inner.readsOf('seq').sort((a, b) => a - b),
+      [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10],
+    );
     const f = fig(cache);
     assert.equal(f.readAhead, 9); // blocks 1 to 9
     assert.equal(f.misses, 2, 'the reader itself waited for a read of blocks 10 and 0 only');
@@ -284,7 +287,7 @@ describe('CachedObjectStore', () => {
     await assert.rejects(cache.get('none', { start: 0, end: 0 }), (e: unknown) => isFlowError(e, 'NOT_FOUND'));
   });
 
-  it('drops a key\'s blocks when it is written or deleted', async () => {
+  it("drops a key's blocks when it is written or deleted", async () => {
     const { cache } = await setup({ maxBytes: 100 * B, readAheadBlocks: 0 });
     await cache.put('o', bytes(3 * B, 6));
     await cache.get('o', { start: 0, end: 3 * B });
@@ -315,7 +318,10 @@ describe('CachedObjectStore', () => {
     const fs = new FsObjectStore(join(root, 'adopt'));
     assert.equal(typeof new CachedObjectStore(fs, { maxBytes: B, blockBytes: B }).adopt, 'function');
     assert.equal(new CachedObjectStore(new LoggedStore(fs), { maxBytes: B, blockBytes: B }).adopt, undefined);
-    assert.throws(() => new CachedObjectStore(fs, { maxBytes: 10, blockBytes: B }), (e: unknown) => isFlowError(e, 'CONFIG_ERROR'));
+    assert.throws(
+      () => new CachedObjectStore(fs, { maxBytes: 10, blockBytes: B }),
+      (e: unknown) => isFlowError(e, 'CONFIG_ERROR'),
+    );
   });
 });
 

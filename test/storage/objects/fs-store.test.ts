@@ -45,7 +45,10 @@ describe('FsObjectStore', () => {
       assert.equal((await s.get('tiny')).toString(), 'x');
       const keys = (await s.list('')).map((o) => o.key);
       assert.deepEqual(keys, ['big/bulk', 'big/deep', 'big/default', 'big/latency', 'sizes/x', 'tiny'], 'no probe or temporary file is left or listed');
-      assert.deepEqual(await allFiles(s.rootDir), keys.map((k) => join(...k.split('/'))));
+      assert.deepEqual(
+        await allFiles(s.rootDir),
+        keys.map((k) => join(...k.split('/'))),
+      );
     });
   }
 

@@ -59,14 +59,11 @@ class FaultyProxy {
       return;
     }
     const forward = (): void => {
-      const up = request(
-        { host: '127.0.0.1', port: this.upstreamPort, method: req.method, path: req.url, headers: req.headers },
-        (upRes) => {
-          res.writeHead(upRes.statusCode ?? 502, upRes.headers);
-          upRes.pipe(res);
-          upRes.on('end', () => this.seen.push(`done ${req.method} ${req.url}`));
-        },
-      );
+      const up = request({ host: '127.0.0.1', port: this.upstreamPort, method: req.method, path: req.url, headers: req.headers }, (upRes) => {
+        res.writeHead(upRes.statusCode ?? 502, upRes.headers);
+        upRes.pipe(res);
+        upRes.on('end', () => this.seen.push(`done ${req.method} ${req.url}`));
+      });
       up.on('error', () => res.destroy());
       req.pipe(up);
     };
@@ -101,8 +98,27 @@ describe('parseS3Url', () => {
   });
 
   it('refuses what is not s3://bucket[/prefix] with CONFIG_ERROR', () => {
-    for (const bad of ['', 'bucket', 'http://bucket/x', 's3://', 's3:///prefix', 's3://Bucket', 's3://ab', 's3://-ab', 's3://a..b', 's3://b_c', 's3://bucket//x', 's3://bucket/a/../b', 's3://bucket/x?y=1', 's3://bucket/a b']) {
-      assert.throws(() => parseS3Url(bad), (e: unknown) => isFlowError(e, 'CONFIG_ERROR') && e.message.includes(bad), bad);
+    for (const bad of [
+      '',
+      'bucket',
+      'http://bucket/x',
+      's3://',
+      's3:///prefix',
+      's3://Bucket',
+      's3://ab',
+      's3://-ab',
+      's3://a..b',
+      's3://b_c',
+      's3://bucket//x',
+      's3://bucket/a/../b',
+      's3://bucket/x?y=1',
+      's3://bucket/a b',
+    ]) {
+      assert.throws(
+        () => parseS3Url(bad),
+        (e: unknown) => isFlowError(e, 'CONFIG_ERROR') && e.message.includes(bad),
+        bad,
+      );
     }
   });
 });
@@ -299,9 +315,15 @@ describe('S3ObjectStore', () => {
       assert.match(e.message, /ECONNREFUSED/);
       return true;
     });
-    await assert.rejects(S3ObjectStore.open(options({ bucket: 'no-such-bucket' })), (e: unknown) => isFlowError(e, 'STORAGE_ERROR') && /"no-such-bucket".*does not exist/.test(e.message));
+    await assert.rejects(
+      S3ObjectStore.open(options({ bucket: 'no-such-bucket' })),
+      (e: unknown) => isFlowError(e, 'STORAGE_ERROR') && /"no-such-bucket".*does not exist/.test(e.message),
+    );
     // s3rver checks the access key id (not V4 signatures).
-    await assert.rejects(S3ObjectStore.open(options({ accessKeyId: 'nobody' })), (e: unknown) => isFlowError(e, 'STORAGE_ERROR') && /access denied/.test(e.message));
+    await assert.rejects(
+      S3ObjectStore.open(options({ accessKeyId: 'nobody' })),
+      (e: unknown) => isFlowError(e, 'STORAGE_ERROR') && /access denied/.test(e.message),
+    );
   });
 
   it('open() refuses bad options with CONFIG_ERROR', async () => {

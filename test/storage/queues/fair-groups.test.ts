@@ -15,8 +15,14 @@ describe('FairGroups', () => {
     fill(g, 'f', 100, 1);
     fill(g, 'l', 2, 1);
     const first = g.next();
-    assert.deepEqual(first.filter((x) => x.startsWith('l')), ['l0', 'l1']);
-    assert.deepEqual(first.filter((x) => x.startsWith('f')), ['f0', 'f1', 'f2', 'f3', 'f4', 'f5', 'f6', 'f7', 'f8', 'f9']);
+    assert.deepEqual(
+      first.filter((x) => x.startsWith('l')),
+      ['l0', 'l1'],
+    );
+    assert.deepEqual(
+      first.filter((x) => x.startsWith('f')),
+      ['f0', 'f1', 'f2', 'f3', 'f4', 'f5', 'f6', 'f7', 'f8', 'f9'],
+    );
     assert.equal(g.size, 90);
     // Alone again, the busy lane gives up to its solo limit at once.
     assert.equal(g.next().length, 90);
@@ -36,8 +42,16 @@ describe('FairGroups', () => {
     assert.equal(first.filter((x) => x[0] === 'c').length, 3);
     for (const x of first) seen[x[0]!]!.push(x);
     while (g.size > 0) for (const x of g.next()) seen[x[0]!]!.push(x);
-    for (const [lane, n] of [['a', 50], ['b', 50], ['c', 3]] as const) {
-      assert.deepEqual(seen[lane], Array.from({ length: n }, (_, i) => `${lane}${i}`), `lane ${lane} in order`);
+    for (const [lane, n] of [
+      ['a', 50],
+      ['b', 50],
+      ['c', 3],
+    ] as const) {
+      assert.deepEqual(
+        seen[lane],
+        Array.from({ length: n }, (_, i) => `${lane}${i}`),
+        `lane ${lane} in order`,
+      );
     }
   });
 
@@ -51,7 +65,10 @@ describe('FairGroups', () => {
     // A light lane arrives: the next group is small, and holds it whole.
     fill(g, 'l', 3, 1);
     const second = g.next();
-    assert.deepEqual(second.filter((x) => x[0] === 'l'), ['l0', 'l1', 'l2']);
+    assert.deepEqual(
+      second.filter((x) => x[0] === 'l'),
+      ['l0', 'l1', 'l2'],
+    );
     assert.equal(second.length, 23);
   });
 

@@ -51,7 +51,7 @@ describe('SqliteQueueStore', () => {
     await s.close();
   });
 
-  it('shares its group commits between queues: an append does not wait behind another queue\'s backlog (issue 24)', async () => {
+  it("shares its group commits between queues: an append does not wait behind another queue's backlog (issue 24)", async () => {
     const s = await SqliteQueueStore.open(fresh());
     await s.openQueue('flood');
     await s.openQueue('light');
@@ -68,11 +68,15 @@ describe('SqliteQueueStore', () => {
     const lightAt = order.indexOf('light');
     assert.ok(lightAt >= 0 && lightAt < flood / 10, `the light append resolved after ${lightAt} of the flood's, not behind all ${flood}`);
     assert.ok(order.indexOf('read') > lightAt, 'a read of a queue comes after the calls made on it before');
-    assert.deepEqual((await read).map((m) => m.data.toString()), ['light'], 'and sees them');
+    assert.deepEqual(
+      (await read).map((m) => m.data.toString()),
+      ['light'],
+      'and sees them',
+    );
     assert.deepEqual(
       order.filter((x) => x[0] === 'f'),
       Array.from({ length: flood }, (_, i) => `f${i + 1}`),
-      'one queue\'s calls settle in the order they were made',
+      "one queue's calls settle in the order they were made",
     );
     assert.deepEqual(await s.openQueue('flood'), { count: flood, bytes: flood * 1024, maxId: flood });
     await s.close();
@@ -137,7 +141,8 @@ describe('SqliteQueueStore', () => {
     }
     for (const id of appended) {
       if (removed.has(id)) assert.ok(!stored.has(id), `removal of ${id} resolved but it is back`);
-      else if (id % 3 === 0 && !stored.has(id)) continue; // its removal was made and may have committed unreported
+      else if (id % 3 === 0 && !stored.has(id))
+        continue; // its removal was made and may have committed unreported
       else {
         const data = stored.get(id);
         assert.ok(data, `append of ${id} resolved but it is missing`);

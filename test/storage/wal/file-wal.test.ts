@@ -330,7 +330,10 @@ describe('FileWal', () => {
       assert.equal(got.filter((e) => e.key === 'c/0').length, 30, 'every c entry kept');
       // a flushed only partly is kept where it shares files with b, but in order.
       const as = got.filter((e) => e.key === 'a/0').map((e) => e.baseOffset);
-      assert.deepEqual(as, [...as].sort((x, y) => x - y));
+      assert.deepEqual(
+        as,
+        [...as].sort((x, y) => x - y),
+      );
 
       // Flushing b frees the shared files; the active c file stays while c is unflushed.
       await again.trim((k) => (k === 'c/0' ? 0 : 1000));
@@ -382,10 +385,7 @@ describe('FileWal', () => {
 
     it('counts the files of earlier runs in size() and trims them after replay', async () => {
       const { dir } = await written(20, { maxFileBytes: 1024 });
-      const onDisk = (await Promise.all((await walFiles(dir)).map((f) => stat(join(dir, f))))).reduce(
-        (s, st) => s + st.size,
-        0,
-      );
+      const onDisk = (await Promise.all((await walFiles(dir)).map((f) => stat(join(dir, f))))).reduce((s, st) => s + st.size, 0);
       const wal = await FileWal.open(dir, { maxFileBytes: 1024 });
       assert.equal(wal.size(), onDisk);
       assert.equal(await wal.trim(() => 1000), 0, 'not trimmed before replay: contents unknown');
@@ -532,7 +532,10 @@ describe('FileWal', () => {
         const [file] = await walFiles(dir);
         files.push(await readFile(join(dir, file)));
         const again = await FileWal.open(dir);
-        assert.deepEqual((await collect(again)).map((e) => e.data.length), entries.map((e) => e.data.length));
+        assert.deepEqual(
+          (await collect(again)).map((e) => e.data.length),
+          entries.map((e) => e.data.length),
+        );
         assert.equal(again.lastReplayTruncatedBytes, 0);
         await again.close();
       }
@@ -547,7 +550,10 @@ describe('FileWal', () => {
       await wal.append({ ...withOwnCrc(1, 100_000), dataCrc: { from: 21, crc: 12345 } });
       await wal.close();
       const again = await FileWal.open(dir);
-      assert.deepEqual((await collect(again)).map((e) => e.baseOffset), [0]);
+      assert.deepEqual(
+        (await collect(again)).map((e) => e.baseOffset),
+        [0],
+      );
       assert.ok(again.lastReplayTruncatedBytes > 0);
       await again.close();
     });
@@ -576,7 +582,10 @@ describe('FileWal', () => {
       const all = [...entries, ...more];
       assert.equal(wal.directGroups > 0, direct, `direct groups: ${wal.directGroups}`);
       if (direct) for (const size of await sizes(dir)) assert.equal(size % 4096, 0, `file size ${size}`);
-      assert.deepEqual((await collect(wal)).map((e) => [e.key, e.baseOffset, e.data.length]), all.map((e) => [e.key, e.baseOffset, e.data.length]));
+      assert.deepEqual(
+        (await collect(wal)).map((e) => [e.key, e.baseOffset, e.data.length]),
+        all.map((e) => [e.key, e.baseOffset, e.data.length]),
+      );
       await wal.close();
       const again = await FileWal.open(dir, { directIo: true });
       const got = await collect(again);
@@ -599,18 +608,24 @@ describe('FileWal', () => {
       // The crash left only the first 1000 bytes of the last group.
       await truncate(join(dir, file), before + 1000);
       const again = await FileWal.open(dir, { directIo: true });
-      assert.deepEqual((await collect(again)).map((e) => e.baseOffset), [0, 1]);
+      assert.deepEqual(
+        (await collect(again)).map((e) => e.baseOffset),
+        [0, 1],
+      );
       assert.equal(again.lastReplayTruncatedBytes, 1000);
       assert.equal((await stat(join(dir, file))).size, before);
       // New appends follow in a new file.
       await again.append(entry('t/0', 2, 10));
       await again.close();
       const third = await FileWal.open(dir, { directIo: true });
-      assert.deepEqual((await collect(third)).map((e) => e.baseOffset), [0, 1, 2]);
+      assert.deepEqual(
+        (await collect(third)).map((e) => e.baseOffset),
+        [0, 1, 2],
+      );
       await third.close();
     });
 
-    it('reuses spare files and, after a crash, never replays a reused file\'s old frames', async () => {
+    it("reuses spare files and, after a crash, never replays a reused file's old frames", async () => {
       const dir = freshDir();
       const wal = await FileWal.open(dir, { maxFileBytes: 64 * 1024, directIo: true });
       await collect(wal);
@@ -624,7 +639,10 @@ describe('FileWal', () => {
       assert.ok(wal.reusedFiles >= 1, 'a new file was started from a spare');
       // No close: the process dies with a reused file active.
       const again = await FileWal.open(dir, { maxFileBytes: 64 * 1024, directIo: true });
-      assert.deepEqual((await collect(again)).map((e) => e.baseOffset), kept);
+      assert.deepEqual(
+        (await collect(again)).map((e) => e.baseOffset),
+        kept,
+      );
       assert.ok(again.lastReplayTruncatedBytes > 0, 'the stale rest was cut');
       await again.close();
       await wal.close();

@@ -50,7 +50,7 @@ for (const directIo of [true, false]) {
   describe(`PartitionWal (${directIo ? 'direct I/O' : 'page cache'})`, () => {
     const open = (dir: string, logger?: { warn(obj: object, msg: string): void }) => PartitionWal.open(dir, { directIo, logger });
 
-    it('starts a file where the caller says, and marks each file\'s first entry on replay', async () => {
+    it("starts a file where the caller says, and marks each file's first entry on replay", async () => {
       const dir = tmp();
       const wal = await open(dir);
       await wal.append(entry('s@1/0', 0, 100, true));
@@ -112,7 +112,7 @@ for (const directIo of [true, false]) {
       await wal.close();
     });
 
-    it('cuts a torn write off the key\'s last file, logs it, and drops a newer file that never got a frame', async () => {
+    it("cuts a torn write off the key's last file, logs it, and drops a newer file that never got a frame", async () => {
       const dir = tmp();
       const wal = await open(dir);
       for (let i = 0; i < 5; i++) await wal.append(entry('k/0', i, 200, i === 0));
@@ -136,7 +136,7 @@ for (const directIo of [true, false]) {
       await third.close();
     });
 
-    it('refuses to open over corruption before a key\'s last entry (CORRUPT_DATA)', async () => {
+    it("refuses to open over corruption before a key's last entry (CORRUPT_DATA)", async () => {
       const dir = tmp();
       const wal = await open(dir);
       await wal.append(entry('k/0', 0, 500, true));
@@ -249,7 +249,7 @@ for (const directIo of [true, false]) {
       await again.close();
     });
 
-    it('names a key\'s directory safely, whatever the key, and reads the key back from its files', async () => {
+    it("names a key's directory safely, whatever the key, and reads the key back from its files", async () => {
       const dir = tmp();
       const wal = await open(dir);
       const keys = ['a/b@1/0', 'ünï/ključ@2/3', `${'x'.repeat(300)}@5/1`, '../../etc@1/0'];

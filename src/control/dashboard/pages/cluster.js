@@ -17,7 +17,11 @@ function endpoints(e) {
 }
 
 export async function render(view) {
-  const kind = h('select#cluster-kind', h('option', { value: '' }, 'every kind'), KINDS.map((k) => h('option', { value: k }, k)));
+  const kind = h(
+    'select#cluster-kind',
+    h('option', { value: '' }, 'every kind'),
+    KINDS.map((k) => h('option', { value: k }, k)),
+  );
   const body = h('div#cluster-body');
   view.append(h('h1', 'Cluster'), body);
 

@@ -3,7 +3,10 @@ import { api, enc, list } from '../api.js';
 import { act, bytes, button, duration, field, h, num, table } from '../dom.js';
 
 export async function render(view) {
-  const protocol = h('select', ['', 'mqtt', 'kafka', 'amqp', 'nats'].map((p) => h('option', { value: p }, p || 'all')));
+  const protocol = h(
+    'select',
+    ['', 'mqtt', 'kafka', 'amqp', 'nats'].map((p) => h('option', { value: p }, p || 'all')),
+  );
   const user = h('input', { placeholder: 'user', size: 12 });
   const ns = h('input', { placeholder: 'namespace', size: 12 });
   const q = h('input', { placeholder: 'client id, address…', size: 20, type: 'search' });
@@ -35,10 +38,14 @@ export async function render(view) {
           {
             title: '',
             get: (c) =>
-              button('Kick', async () => {
-                if (!confirm(`Disconnect ${c.protocol} client ${c.clientId ?? c.id}?`)) return;
-                if (await act(() => api('DELETE', `clients/${enc(c.id)}`), 'Client disconnected.')) await load().catch(() => undefined);
-              }, 'danger small'),
+              button(
+                'Kick',
+                async () => {
+                  if (!confirm(`Disconnect ${c.protocol} client ${c.clientId ?? c.id}?`)) return;
+                  if (await act(() => api('DELETE', `clients/${enc(c.id)}`), 'Client disconnected.')) await load().catch(() => undefined);
+                },
+                'danger small',
+              ),
           },
         ],
         items,
@@ -50,7 +57,15 @@ export async function render(view) {
   for (const el of [protocol, user, ns, q]) el.addEventListener('change', reload);
   view.append(
     h('h1', 'Connections'),
-    h('div.toolbar', field('Protocol', protocol), field('User', user), field('Namespace', ns), field('Search', q), h('label.check', auto, ' refresh every 5 s'), button('Refresh', reload)),
+    h(
+      'div.toolbar',
+      field('Protocol', protocol),
+      field('User', user),
+      field('Namespace', ns),
+      field('Search', q),
+      h('label.check', auto, ' refresh every 5 s'),
+      button('Refresh', reload),
+    ),
     summary,
     body,
   );

@@ -25,8 +25,14 @@ export async function render(view, params) {
 async function detail(view, name) {
   const g = await api('GET', `consumer-groups/${enc(name)}`);
   const streams = [...new Set((g.offsets ?? []).map((o) => o.stream))];
-  const stream = h('select', streams.map((s) => h('option', { value: s }, s)));
-  const to = h('select', ['earliest', 'latest', 'offset', 'timestamp'].map((t) => h('option', { value: t }, t)));
+  const stream = h(
+    'select',
+    streams.map((s) => h('option', { value: s }, s)),
+  );
+  const to = h(
+    'select',
+    ['earliest', 'latest', 'offset', 'timestamp'].map((t) => h('option', { value: t }, t)),
+  );
   const at = h('input', { placeholder: 'offset, or time (2026-01-01T00:00:00Z)' });
   const form = h('form.create', field('Stream', stream), field('Reset to', to), field('Offset / time', at), h('button', { type: 'submit' }, 'Reset offsets'));
   form.addEventListener('submit', async (ev) => {
@@ -46,10 +52,14 @@ async function detail(view, name) {
       h('span', 'State: ', h('b', g.state)),
       h('span', 'Members: ', h('b', num(g.members))),
       h('span', 'Lag: ', h('b', num(g.lag))),
-      button('Delete group', async () => {
-        if (!confirm(`Delete group ${name} and its committed offsets?`)) return;
-        if (await act(() => api('DELETE', `consumer-groups/${enc(name)}`), 'Group deleted.')) location.hash = '#/groups';
-      }, 'danger'),
+      button(
+        'Delete group',
+        async () => {
+          if (!confirm(`Delete group ${name} and its committed offsets?`)) return;
+          if (await act(() => api('DELETE', `consumer-groups/${enc(name)}`), 'Group deleted.')) location.hash = '#/groups';
+        },
+        'danger',
+      ),
     ),
     section(
       'Members',

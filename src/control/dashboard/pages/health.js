@@ -16,14 +16,26 @@ async function probe(path) {
 function kv(obj) {
   const rows = Object.entries(obj ?? {}).filter(([, v]) => v === null || typeof v !== 'object');
   if (rows.length === 0) return h('p.empty', 'No figures.');
-  return h('dl.kv', rows.map(([k, v]) => [h('dt', words(k)), h('dd', typeof v === 'number' ? num(v) : String(v))]));
+  return h(
+    'dl.kv',
+    rows.map(([k, v]) => [h('dt', words(k)), h('dd', typeof v === 'number' ? num(v) : String(v))]),
+  );
 }
 
 export async function render(view) {
-  const [live, ready, broker, level] = await Promise.all([probe('/healthz'), probe('/readyz'), api('GET', 'broker'), api('GET', 'log-level').catch(() => null)]);
-  const row = (name, r) => h('div.probe', h('span', { class: `dot ${r.ok ? 'ok' : 'bad'}` }), h('b', name), ` ${r.status || 'no answer'} `, h('code', r.text.slice(0, 200)));
+  const [live, ready, broker, level] = await Promise.all([
+    probe('/healthz'),
+    probe('/readyz'),
+    api('GET', 'broker'),
+    api('GET', 'log-level').catch(() => null),
+  ]);
+  const row = (name, r) =>
+    h('div.probe', h('span', { class: `dot ${r.ok ? 'ok' : 'bad'}` }), h('b', name), ` ${r.status || 'no answer'} `, h('code', r.text.slice(0, 200)));
   const levels = ['fatal', 'error', 'warn', 'info', 'debug', 'trace'];
-  const sel = h('select#log-level', levels.map((l) => h('option', { value: l, selected: level?.level === l }, l)));
+  const sel = h(
+    'select#log-level',
+    levels.map((l) => h('option', { value: l, selected: level?.level === l }, l)),
+  );
   const listeners = Object.entries(broker.listeners ?? {}).map(([name, l]) => ({ name, ...(l && typeof l === 'object' ? l : { address: l }) }));
   const up = broker.uptimeMs ?? null;
   view.append(
@@ -34,9 +46,24 @@ export async function render(view) {
         'Probes',
         row('/healthz', live),
         row('/readyz', ready),
-        h('dl.kv', h('dt', 'version'), h('dd', String(broker.version ?? '–')), h('dt', 'broker id'), h('dd', String(broker.brokerId ?? broker.id ?? '–')), h('dt', 'up'), h('dd', up === null ? '–' : duration(up))),
+        h(
+          'dl.kv',
+          h('dt', 'version'),
+          h('dd', String(broker.version ?? '–')),
+          h('dt', 'broker id'),
+          h('dd', String(broker.brokerId ?? broker.id ?? '–')),
+          h('dt', 'up'),
+          h('dd', up === null ? '–' : duration(up)),
+        ),
       ),
-      section('Log level', h('div.toolbar', field('Level', sel), button('Apply', () => act(() => api('PUT', 'log-level', { level: sel.value }), `Log level set to ${sel.value}.`)))),
+      section(
+        'Log level',
+        h(
+          'div.toolbar',
+          field('Level', sel),
+          button('Apply', () => act(() => api('PUT', 'log-level', { level: sel.value }), `Log level set to ${sel.value}.`)),
+        ),
+      ),
     ),
     section(
       'Listeners',

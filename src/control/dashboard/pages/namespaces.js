@@ -19,7 +19,11 @@ export async function render(view) {
         [
           { title: 'Name', get: (n) => n.name },
           { title: 'Description', get: (n) => n.description ?? '' },
-          ...QUOTAS.map(([k, title, fmt]) => ({ title, cls: 'n', get: (n) => (n.quotas?.[k] === undefined || n.quotas?.[k] === null ? h('span.muted', 'none') : fmt(n.quotas[k])) })),
+          ...QUOTAS.map(([k, title, fmt]) => ({
+            title,
+            cls: 'n',
+            get: (n) => (n.quotas?.[k] === undefined || n.quotas?.[k] === null ? h('span.muted', 'none') : fmt(n.quotas[k])),
+          })),
           { title: 'Usage', get: (n) => usage(n.usage) },
           {
             title: '',
@@ -29,10 +33,14 @@ export async function render(view) {
                 button('Quotas', () => edit(n), 'small'),
                 n.name === 'default'
                   ? null
-                  : button('Delete', async () => {
-                      if (!confirm(`Delete namespace ${n.name}?`)) return;
-                      if (await act(() => api('DELETE', `namespaces/${enc(n.name)}`), 'Namespace deleted.')) await act(load);
-                    }, 'danger small'),
+                  : button(
+                      'Delete',
+                      async () => {
+                        if (!confirm(`Delete namespace ${n.name}?`)) return;
+                        if (await act(() => api('DELETE', `namespaces/${enc(n.name)}`), 'Namespace deleted.')) await act(load);
+                      },
+                      'danger small',
+                    ),
               ),
           },
         ],
@@ -46,7 +54,13 @@ export async function render(view) {
   const inputs = Object.fromEntries(QUOTAS.map(([k]) => [k, h('input', { type: 'number', min: 0, placeholder: 'none' })]));
   const submit = h('button', { type: 'submit' }, 'Add namespace');
   let editing = null;
-  const form = h('form.create', field('Name', name), field('Description', description), QUOTAS.map(([k, title]) => field(title, inputs[k])), submit);
+  const form = h(
+    'form.create',
+    field('Name', name),
+    field('Description', description),
+    QUOTAS.map(([k, title]) => field(title, inputs[k])),
+    submit,
+  );
   const edit = (n) => {
     editing = n.name;
     name.value = n.name;
@@ -61,7 +75,9 @@ export async function render(view) {
     for (const [k] of QUOTAS) if (inputs[k].value !== '') quotas[k] = Number(inputs[k].value);
     const doc = { quotas };
     if (description.value.trim()) doc.description = description.value.trim();
-    const ok = editing ? await act(() => api('PATCH', `namespaces/${enc(editing)}`, doc), 'Quotas saved.') : await act(() => api('POST', 'namespaces', { name: name.value.trim(), ...doc }), 'Namespace added.');
+    const ok = editing
+      ? await act(() => api('PATCH', `namespaces/${enc(editing)}`, doc), 'Quotas saved.')
+      : await act(() => api('POST', 'namespaces', { name: name.value.trim(), ...doc }), 'Namespace added.');
     if (ok) {
       editing = null;
       name.disabled = false;
@@ -76,5 +92,8 @@ export async function render(view) {
 
 function usage(u) {
   if (!u || typeof u !== 'object') return h('span.muted', '–');
-  return h('span.chips', Object.entries(u).map(([k, v]) => h('span.chip', `${k} ${typeof v === 'number' ? num(v) : String(v)}`)));
+  return h(
+    'span.chips',
+    Object.entries(u).map(([k, v]) => h('span.chip', `${k} ${typeof v === 'number' ? num(v) : String(v)}`)),
+  );
 }

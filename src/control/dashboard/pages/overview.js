@@ -50,16 +50,17 @@ export async function render(view) {
   view.append(
     h('h1', 'Overview'),
     stats,
-    h(
-      'div.charts',
-      section('Messages per second', msgCanvas),
-      section('Bytes per second', bytesCanvas),
-      section('Connections', connCanvas),
-    ),
+    h('div.charts', section('Messages per second', msgCanvas), section('Bytes per second', bytesCanvas), section('Connections', connCanvas)),
     h('div.two', section('Broker', healthBox), section('By protocol and namespace', protoBox)),
   );
   const msgChart = new LineChart(msgCanvas, { series: ['in', 'out'], title: 'messages per second' });
-  const bytesChart = new LineChart(bytesCanvas, { series: ['in', 'out'], title: 'bytes per second', format: (v) => bytes(v), tick: (v) => bytes(v), base: 1024 });
+  const bytesChart = new LineChart(bytesCanvas, {
+    series: ['in', 'out'],
+    title: 'bytes per second',
+    format: (v) => bytes(v),
+    tick: (v) => bytes(v),
+    base: 1024,
+  });
   const connChart = new LineChart(connCanvas, { series: ['total'], title: 'connections', format: (v) => num(Math.round(v)) });
 
   let prev = null;
@@ -92,11 +93,26 @@ export async function render(view) {
         ? h('p.empty', 'No traffic yet.')
         : h(
             'table.grid',
-            h('thead', h('tr', ['Protocol', 'Namespace', 'Conns', 'Msgs in', 'Msgs out', 'Bytes in', 'Bytes out'].map((t) => h('th', t)))),
+            h(
+              'thead',
+              h(
+                'tr',
+                ['Protocol', 'Namespace', 'Conns', 'Msgs in', 'Msgs out', 'Bytes in', 'Bytes out'].map((t) => h('th', t)),
+              ),
+            ),
             h(
               'tbody',
               o.byProtocol.map((p) =>
-                h('tr', h('td', p.protocol), h('td', p.namespace ?? 'default'), h('td.n', num(p.connections)), h('td.n', num(p.messagesIn)), h('td.n', num(p.messagesOut)), h('td.n', bytes(p.bytesIn)), h('td.n', bytes(p.bytesOut))),
+                h(
+                  'tr',
+                  h('td', p.protocol),
+                  h('td', p.namespace ?? 'default'),
+                  h('td.n', num(p.connections)),
+                  h('td.n', num(p.messagesIn)),
+                  h('td.n', num(p.messagesOut)),
+                  h('td.n', bytes(p.bytesIn)),
+                  h('td.n', bytes(p.bytesOut)),
+                ),
               ),
             ),
           ),
@@ -105,7 +121,10 @@ export async function render(view) {
 
   const healthCheck = async () => {
     const [ready, broker] = await Promise.all([
-      fetch('/readyz', { credentials: 'same-origin' }).then((r) => r.ok, () => false),
+      fetch('/readyz', { credentials: 'same-origin' }).then(
+        (r) => r.ok,
+        () => false,
+      ),
       api('GET', 'broker').catch(() => null),
     ]);
     const rows = [h('div', h('span', { class: `dot ${ready ? 'ok' : 'bad'}` }), ready ? 'Ready' : 'Not ready')];
@@ -117,9 +136,23 @@ export async function render(view) {
       if (up !== null) rows.push(h('div', h('span.muted', 'Up '), duration(up)));
       const listeners = broker.listeners;
       if (listeners && typeof listeners === 'object') {
-        const where = (v) => (v && typeof v === 'object' ? `${v.address ?? ''}${v.port !== undefined ? `:${v.port}` : ''}${typeof v.connections === 'number' ? ` (${v.connections})` : ''}` : String(v));
-        const list = Array.isArray(listeners) ? listeners.map((l) => `${l.name ?? l.protocol ?? ''} ${where(l)}`.trim()) : Object.entries(listeners).map(([k, v]) => `${k} ${where(v)}`);
-        rows.push(h('div', h('span.muted', 'Listeners '), h('span.chips', list.map((l) => h('span.chip', l)))));
+        const where = (v) =>
+          v && typeof v === 'object'
+            ? `${v.address ?? ''}${v.port !== undefined ? `:${v.port}` : ''}${typeof v.connections === 'number' ? ` (${v.connections})` : ''}`
+            : String(v);
+        const list = Array.isArray(listeners)
+          ? listeners.map((l) => `${l.name ?? l.protocol ?? ''} ${where(l)}`.trim())
+          : Object.entries(listeners).map(([k, v]) => `${k} ${where(v)}`);
+        rows.push(
+          h(
+            'div',
+            h('span.muted', 'Listeners '),
+            h(
+              'span.chips',
+              list.map((l) => h('span.chip', l)),
+            ),
+          ),
+        );
       }
     }
     healthBox.replaceChildren(...rows);

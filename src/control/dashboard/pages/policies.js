@@ -20,7 +20,12 @@ export async function render(view) {
     'form.create#policy-form',
     field('Name', name),
     field('Effect', effect),
-    h('fieldset.actions', h('legend', 'Actions'), h('label.check', all, ' all (*)'), boxes.map((b) => h('label.check', b, ` ${b.value}`))),
+    h(
+      'fieldset.actions',
+      h('legend', 'Actions'),
+      h('label.check', all, ' all (*)'),
+      boxes.map((b) => h('label.check', b, ` ${b.value}`)),
+    ),
     field('Resources', resources, 'kind:pattern — kinds topic, stream, queue, exchange, group, cluster; topics take MQTT filters, others exact, prefix* or *'),
     field('Principals', principals, 'user:NAME, group:NAME or everyone'),
     field('Description', description),
@@ -52,7 +57,10 @@ export async function render(view) {
     const doc = { effect: effect.value, actions, resources: splitList(resources.value), principals: splitList(principals.value) };
     if (description.value.trim()) doc.description = description.value.trim();
     // PUT names the policy in the path; POST in the body.
-    const ok = await act(() => (editing ? api('PUT', `policies/${enc(editing)}`, doc) : api('POST', 'policies', { name: name.value.trim(), ...doc })), editing ? 'Policy saved.' : 'Policy added.');
+    const ok = await act(
+      () => (editing ? api('PUT', `policies/${enc(editing)}`, doc) : api('POST', 'policies', { name: name.value.trim(), ...doc })),
+      editing ? 'Policy saved.' : 'Policy added.',
+    );
     if (ok) {
       reset();
       await act(load);
@@ -76,15 +84,22 @@ export async function render(view) {
               h(
                 'span.actions',
                 button('Edit', () => edit(p), 'small'),
-                button('Delete', async () => {
-                  if (!confirm(`Delete policy ${p.name}?`)) return;
-                  if (await act(() => api('DELETE', `policies/${enc(p.name)}`), 'Policy deleted.')) await act(load);
-                }, 'danger small'),
+                button(
+                  'Delete',
+                  async () => {
+                    if (!confirm(`Delete policy ${p.name}?`)) return;
+                    if (await act(() => api('DELETE', `policies/${enc(p.name)}`), 'Policy deleted.')) await act(load);
+                  },
+                  'danger small',
+                ),
               ),
           },
         ],
         items,
-        { empty: 'No policy: everyone who logs in may do everything (default policy "auto"). The first policy switches to deny-by-default.', rowAttrs: (p) => ({ 'data-policy': p.name }) },
+        {
+          empty: 'No policy: everyone who logs in may do everything (default policy "auto"). The first policy switches to deny-by-default.',
+          rowAttrs: (p) => ({ 'data-policy': p.name }),
+        },
       ),
     );
   };

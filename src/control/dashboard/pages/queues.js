@@ -18,20 +18,31 @@ export async function render(view) {
           { title: 'Consumers', cls: 'n', get: (q) => num(q.consumers) },
           { title: 'Depth', get: (q) => bar(q.messages ?? 0, q.unacked ?? 0) },
           { title: 'Bytes', cls: 'n', get: (q) => bytes(q.bytes) },
-          { title: 'Flags', get: (q) => chips([q.exclusive ? 'exclusive' : null, q.autoDelete ? 'auto-delete' : null, ...Object.keys(q.arguments ?? {})].filter(Boolean)) },
+          {
+            title: 'Flags',
+            get: (q) => chips([q.exclusive ? 'exclusive' : null, q.autoDelete ? 'auto-delete' : null, ...Object.keys(q.arguments ?? {})].filter(Boolean)),
+          },
           {
             title: '',
             get: (q) =>
               h(
                 'span.actions',
-                button('Purge', async () => {
-                  if (!confirm(`Remove every ready message of queue ${q.name}?`)) return;
-                  if (await act(() => api('POST', `queues/${enc(q.name)}/purge`), 'Queue purged.')) await act(load);
-                }, 'small'),
-                button('Delete', async () => {
-                  if (!confirm(`Delete queue ${q.name}?`)) return;
-                  if (await act(() => api('DELETE', `queues/${enc(q.name)}`), 'Queue deleted.')) await act(load);
-                }, 'danger small'),
+                button(
+                  'Purge',
+                  async () => {
+                    if (!confirm(`Remove every ready message of queue ${q.name}?`)) return;
+                    if (await act(() => api('POST', `queues/${enc(q.name)}/purge`), 'Queue purged.')) await act(load);
+                  },
+                  'small',
+                ),
+                button(
+                  'Delete',
+                  async () => {
+                    if (!confirm(`Delete queue ${q.name}?`)) return;
+                    if (await act(() => api('DELETE', `queues/${enc(q.name)}`), 'Queue deleted.')) await act(load);
+                  },
+                  'danger small',
+                ),
               ),
           },
         ],

@@ -70,10 +70,18 @@ async function detail(view, name) {
           { title: 'Partition', cls: 'n', get: (r) => String(r.partition) },
           { title: 'Log start', cls: 'n', get: (r) => num(r.logStartOffset) },
           { title: 'High watermark', cls: 'n', get: (r) => num(r.highWatermark) },
-          { title: 'Messages', cls: 'n', get: (r) => (r.highWatermark !== undefined && r.logStartOffset !== undefined ? num(r.highWatermark - r.logStartOffset) : '–') },
+          {
+            title: 'Messages',
+            cls: 'n',
+            get: (r) => (r.highWatermark !== undefined && r.logStartOffset !== undefined ? num(r.highWatermark - r.logStartOffset) : '–'),
+          },
           ...Object.keys(p[0] ?? {})
             .filter((k) => !['partition', 'logStartOffset', 'highWatermark'].includes(k))
-            .map((k) => ({ title: words(k), cls: 'n', get: (r) => (typeof r[k] !== 'number' ? String(r[k] ?? '–') : /bytes$/i.test(k) ? bytes(r[k]) : num(r[k])) })),
+            .map((k) => ({
+              title: words(k),
+              cls: 'n',
+              get: (r) => (typeof r[k] !== 'number' ? String(r[k] ?? '–') : /bytes$/i.test(k) ? bytes(r[k]) : num(r[k])),
+            })),
         ],
         p,
       ),
@@ -110,11 +118,17 @@ async function detail(view, name) {
       h('span', 'Bindings: ', chips(s.bindings)),
       h('span', 'Retention: ', retentionText(s)),
       s.topic ? h('span', 'Topic: ', h('code', s.topic)) : null,
-      button('Flush to object store', () => act(async () => showParts((await api('POST', `streams/${enc(name)}/flush`)).partitionDetails ?? parts), 'Flushed.')),
-      button('Delete stream', async () => {
-        if (!confirm(`Delete stream ${name} and all its messages?`)) return;
-        if (await act(() => api('DELETE', `streams/${enc(name)}`), `Stream ${name} deleted.`)) location.hash = '#/streams';
-      }, 'danger'),
+      button('Flush to object store', () =>
+        act(async () => showParts((await api('POST', `streams/${enc(name)}/flush`)).partitionDetails ?? parts), 'Flushed.'),
+      ),
+      button(
+        'Delete stream',
+        async () => {
+          if (!confirm(`Delete stream ${name} and all its messages?`)) return;
+          if (await act(() => api('DELETE', `streams/${enc(name)}`), `Stream ${name} deleted.`)) location.hash = '#/streams';
+        },
+        'danger',
+      ),
     ),
     section('Partitions', partsTable),
     section('Messages', browser(name, s, stops)),
@@ -150,9 +164,15 @@ async function loadGroups(stream, box) {
 /** The message browser: a page of messages of one partition from an offset, with older/newer paging. */
 function browser(name, s, stops) {
   const parts = s.partitionDetails ?? [];
-  const partition = h('select#browse-partition', Array.from({ length: s.partitions }, (_, p) => h('option', { value: String(p) }, String(p))));
+  const partition = h(
+    'select#browse-partition',
+    Array.from({ length: s.partitions }, (_, p) => h('option', { value: String(p) }, String(p))),
+  );
   const offset = h('input#browse-offset', { type: 'number', min: 0, size: 8 });
-  const limit = h('select#browse-limit', [10, 20, 50, 100].map((n) => h('option', { value: String(n), selected: n === 20 }, String(n))));
+  const limit = h(
+    'select#browse-limit',
+    [10, 20, 50, 100].map((n) => h('option', { value: String(n), selected: n === 20 }, String(n))),
+  );
   const out = h('div#browse-results');
   let next = null;
 
@@ -182,7 +202,16 @@ function browser(name, s, stops) {
           { title: 'Time', get: (m) => time(m.timestamp) },
           { title: 'Key', get: (m) => (m.key === null || m.key === undefined ? h('span.muted', 'null') : value(m.key, m.encoding)) },
           { title: 'Value', get: (m) => value(m.value, m.encoding) },
-          { title: 'Headers', get: (m) => (m.headers?.length ? h('span.chips', m.headers.map((x) => h('span.chip', `${x.key}=${x.value ?? ''}`))) : h('span.muted', '–')) },
+          {
+            title: 'Headers',
+            get: (m) =>
+              m.headers?.length
+                ? h(
+                    'span.chips',
+                    m.headers.map((x) => h('span.chip', `${x.key}=${x.value ?? ''}`)),
+                  )
+                : h('span.muted', '–'),
+          },
         ],
         items,
         { empty: `No message at offset ${start} or after in partition ${partition.value}.`, rowAttrs: (m) => ({ 'data-offset': String(m.offset) }) },

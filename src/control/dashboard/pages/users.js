@@ -22,22 +22,38 @@ export async function render(view) {
             get: (u) =>
               h(
                 'span.actions',
-                button('Password', async () => {
-                  const password = prompt(`New password for ${nameOf(u)}:`);
-                  if (password) await act(() => api('PATCH', `users/${enc(nameOf(u))}`, { password }), 'Password changed.');
-                }, 'small'),
-                button('Groups', async () => {
-                  const g = prompt(`Groups of ${nameOf(u)} (comma separated):`, (u.groups ?? []).join(', '));
-                  if (g !== null && (await act(() => api('PATCH', `users/${enc(nameOf(u))}`, { groups: splitList(g) }), 'Groups changed.'))) await act(load);
-                }, 'small'),
-                button('Namespace', async () => {
-                  const n = prompt(`Namespace of ${nameOf(u)}:`, u.namespace ?? 'default');
-                  if (n && (await act(() => api('PATCH', `users/${enc(nameOf(u))}`, { namespace: n.trim() }), 'Namespace changed.'))) await act(load);
-                }, 'small'),
-                button('Delete', async () => {
-                  if (!confirm(`Delete user ${nameOf(u)} (and their API tokens)?`)) return;
-                  if (await act(() => api('DELETE', `users/${enc(nameOf(u))}`), 'User deleted.')) await act(load);
-                }, 'danger small'),
+                button(
+                  'Password',
+                  async () => {
+                    const password = prompt(`New password for ${nameOf(u)}:`);
+                    if (password) await act(() => api('PATCH', `users/${enc(nameOf(u))}`, { password }), 'Password changed.');
+                  },
+                  'small',
+                ),
+                button(
+                  'Groups',
+                  async () => {
+                    const g = prompt(`Groups of ${nameOf(u)} (comma separated):`, (u.groups ?? []).join(', '));
+                    if (g !== null && (await act(() => api('PATCH', `users/${enc(nameOf(u))}`, { groups: splitList(g) }), 'Groups changed.'))) await act(load);
+                  },
+                  'small',
+                ),
+                button(
+                  'Namespace',
+                  async () => {
+                    const n = prompt(`Namespace of ${nameOf(u)}:`, u.namespace ?? 'default');
+                    if (n && (await act(() => api('PATCH', `users/${enc(nameOf(u))}`, { namespace: n.trim() }), 'Namespace changed.'))) await act(load);
+                  },
+                  'small',
+                ),
+                button(
+                  'Delete',
+                  async () => {
+                    if (!confirm(`Delete user ${nameOf(u)} (and their API tokens)?`)) return;
+                    if (await act(() => api('DELETE', `users/${enc(nameOf(u))}`), 'User deleted.')) await act(load);
+                  },
+                  'danger small',
+                ),
               ),
           },
         ],
@@ -53,10 +69,14 @@ export async function render(view) {
           {
             title: '',
             get: (g) =>
-              button('Delete', async () => {
-                if (!confirm(`Delete group ${g.name}?`)) return;
-                if (await act(() => api('DELETE', `groups/${enc(g.name)}`), 'Group deleted.')) await act(load);
-              }, 'danger small'),
+              button(
+                'Delete',
+                async () => {
+                  if (!confirm(`Delete group ${g.name}?`)) return;
+                  if (await act(() => api('DELETE', `groups/${enc(g.name)}`), 'Group deleted.')) await act(load);
+                },
+                'danger small',
+              ),
           },
         ],
         groups.items,
@@ -73,10 +93,14 @@ export async function render(view) {
           {
             title: '',
             get: (t) =>
-              button('Revoke', async () => {
-                if (!confirm(`Revoke token ${t.id}?`)) return;
-                if (await act(() => api('DELETE', `tokens/${enc(t.id)}`), 'Token revoked.')) await act(load);
-              }, 'danger small'),
+              button(
+                'Revoke',
+                async () => {
+                  if (!confirm(`Revoke token ${t.id}?`)) return;
+                  if (await act(() => api('DELETE', `tokens/${enc(t.id)}`), 'Token revoked.')) await act(load);
+                },
+                'danger small',
+              ),
           },
         ],
         tokens.items,
@@ -89,7 +113,14 @@ export async function render(view) {
   const upass = h('input#user-password', { type: 'password', required: true, autocomplete: 'new-password' });
   const ugroups = h('input#user-groups', { placeholder: 'admins, operators' });
   const uns = h('input#user-namespace', { placeholder: 'default' });
-  const userForm = h('form.create#user-create', field('Name', uname), field('Password', upass), field('Groups', ugroups), field('Namespace', uns), h('button', { type: 'submit' }, 'Add user'));
+  const userForm = h(
+    'form.create#user-create',
+    field('Name', uname),
+    field('Password', upass),
+    field('Groups', ugroups),
+    field('Namespace', uns),
+    h('button', { type: 'submit' }, 'Add user'),
+  );
   userForm.addEventListener('submit', async (ev) => {
     ev.preventDefault();
     const req = { username: uname.value.trim(), password: upass.value, groups: splitList(ugroups.value) };

@@ -323,13 +323,7 @@ export function encodeContent(channel: number, classId: number, props: BasicProp
  * A content-carrying method (basic.deliver, basic.get-ok, basic.return, basic.publish) with its header and body
  * frames, in one buffer: the delivery hot path makes one allocation and one write per message.
  */
-export function encodeMessageFrames(
-  channel: number,
-  method: AmqpMethod,
-  props: BasicProperties,
-  body: Uint8Array,
-  frameMax: number,
-): Buffer {
+export function encodeMessageFrames(channel: number, method: AmqpMethod, props: BasicProperties, body: Uint8Array, frameMax: number): Buffer {
   checkUint(channel, 0xffff, 'channel');
   const maxPayload = checkFrameMax(frameMax);
   const propsSize = propertiesSize(props);

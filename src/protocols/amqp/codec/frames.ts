@@ -3,16 +3,7 @@
  * reader a connection handler feeds with socket chunks.
  */
 import { AmqpCodecError } from './errors.js';
-import {
-  FRAME_BODY,
-  FRAME_END,
-  FRAME_HEADER,
-  FRAME_HEARTBEAT,
-  FRAME_METHOD,
-  FRAME_OVERHEAD,
-  PROTOCOL_HEADER,
-  type FrameType,
-} from './constants.js';
+import { FRAME_BODY, FRAME_END, FRAME_HEADER, FRAME_HEARTBEAT, FRAME_METHOD, FRAME_OVERHEAD, PROTOCOL_HEADER, type FrameType } from './constants.js';
 import { checkUint } from './reader.js';
 
 export interface AmqpFrame {

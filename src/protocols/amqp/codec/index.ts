@@ -80,12 +80,5 @@ export {
   type AmqpMethod,
   type Method,
 } from './methods.js';
-export {
-  decodeContentHeader,
-  encodeContent,
-  encodeContentHeader,
-  encodeMessageFrames,
-  type BasicProperties,
-  type ContentHeader,
-} from './content.js';
+export { decodeContentHeader, encodeContent, encodeContentHeader, encodeMessageFrames, type BasicProperties, type ContentHeader } from './content.js';
 export { FrameReader, HEARTBEAT_FRAME, encodeFrame, type AmqpFrame, type ProtocolHeaderFrame } from './frames.js';

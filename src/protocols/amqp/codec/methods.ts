@@ -99,12 +99,7 @@ export const METHOD_DEFS = {
     ['arguments', 'table'],
   ]),
   'exchange.declare-ok': def(40, 11, []),
-  'exchange.delete': def(40, 20, [
-    R_SHORT,
-    ['exchange', 'shortstr'],
-    ['ifUnused', 'bit'],
-    ['noWait', 'bit'],
-  ]),
+  'exchange.delete': def(40, 20, [R_SHORT, ['exchange', 'shortstr'], ['ifUnused', 'bit'], ['noWait', 'bit']]),
   'exchange.delete-ok': def(40, 21, []),
   'exchange.bind': def(40, 30, [
     R_SHORT,
@@ -141,32 +136,13 @@ export const METHOD_DEFS = {
     ['messageCount', 'long'],
     ['consumerCount', 'long'],
   ]),
-  'queue.bind': def(50, 20, [
-    R_SHORT,
-    ['queue', 'shortstr'],
-    ['exchange', 'shortstr'],
-    ['routingKey', 'shortstr'],
-    ['noWait', 'bit'],
-    ['arguments', 'table'],
-  ]),
+  'queue.bind': def(50, 20, [R_SHORT, ['queue', 'shortstr'], ['exchange', 'shortstr'], ['routingKey', 'shortstr'], ['noWait', 'bit'], ['arguments', 'table']]),
   'queue.bind-ok': def(50, 21, []),
   'queue.purge': def(50, 30, [R_SHORT, ['queue', 'shortstr'], ['noWait', 'bit']]),
   'queue.purge-ok': def(50, 31, [['messageCount', 'long']]),
-  'queue.delete': def(50, 40, [
-    R_SHORT,
-    ['queue', 'shortstr'],
-    ['ifUnused', 'bit'],
-    ['ifEmpty', 'bit'],
-    ['noWait', 'bit'],
-  ]),
+  'queue.delete': def(50, 40, [R_SHORT, ['queue', 'shortstr'], ['ifUnused', 'bit'], ['ifEmpty', 'bit'], ['noWait', 'bit']]),
   'queue.delete-ok': def(50, 41, [['messageCount', 'long']]),
-  'queue.unbind': def(50, 50, [
-    R_SHORT,
-    ['queue', 'shortstr'],
-    ['exchange', 'shortstr'],
-    ['routingKey', 'shortstr'],
-    ['arguments', 'table'],
-  ]),
+  'queue.unbind': def(50, 50, [R_SHORT, ['queue', 'shortstr'], ['exchange', 'shortstr'], ['routingKey', 'shortstr'], ['arguments', 'table']]),
   'queue.unbind-ok': def(50, 51, []),
 
   'basic.qos': def(60, 10, [
@@ -191,12 +167,7 @@ export const METHOD_DEFS = {
     ['noWait', 'bit'],
   ]),
   'basic.cancel-ok': def(60, 31, [['consumerTag', 'shortstr']]),
-  'basic.publish': def(
-    60,
-    40,
-    [R_SHORT, ['exchange', 'shortstr'], ['routingKey', 'shortstr'], ['mandatory', 'bit'], ['immediate', 'bit']],
-    true,
-  ),
+  'basic.publish': def(60, 40, [R_SHORT, ['exchange', 'shortstr'], ['routingKey', 'shortstr'], ['mandatory', 'bit'], ['immediate', 'bit']], true),
   'basic.return': def(
     60,
     50,

@@ -49,13 +49,7 @@ export interface Decimal {
 
 export type TypedTag = 'b' | 'B' | 's' | 'u' | 'I' | 'i' | 'l' | 'L' | 'f' | 'd' | 'D' | 'T' | 'S';
 
-type TypedValueOf<T extends TypedTag> = T extends 'l' | 'L' | 'T'
-  ? bigint
-  : T extends 'D'
-    ? Decimal
-    : T extends 'S'
-      ? Buffer
-      : number;
+type TypedValueOf<T extends TypedTag> = T extends 'l' | 'L' | 'T' ? bigint : T extends 'D' ? Decimal : T extends 'S' ? Buffer : number;
 
 /** A field value that remembers its wire tag. */
 export class Typed<T extends TypedTag = TypedTag> {
@@ -65,19 +59,7 @@ export class Typed<T extends TypedTag = TypedTag> {
   ) {}
 }
 
-export type FieldValue =
-  | boolean
-  | number
-  | bigint
-  | string
-  | Buffer
-  | Uint8Array
-  | Date
-  | null
-  | undefined
-  | Typed
-  | FieldValue[]
-  | FieldTable;
+export type FieldValue = boolean | number | bigint | string | Buffer | Uint8Array | Date | null | undefined | Typed | FieldValue[] | FieldTable;
 
 export interface FieldTable {
   [key: string]: FieldValue;
@@ -204,8 +186,24 @@ function readValue(r: Reader, depth: number): FieldValue {
 /** Fixed sizes of the scalar tags, 0 for the variable ones; -1 unknown. */
 const FIXED_SIZE = new Int8Array(256).fill(-1);
 for (const [tag, n] of [
-  ['t', 1], ['b', 1], ['B', 1], ['s', 2], ['u', 2], ['I', 4], ['i', 4], ['l', 8], ['L', 8], ['f', 4], ['d', 8],
-  ['D', 5], ['T', 8], ['V', 0], ['S', 0], ['x', 0], ['A', 0], ['F', 0],
+  ['t', 1],
+  ['b', 1],
+  ['B', 1],
+  ['s', 2],
+  ['u', 2],
+  ['I', 4],
+  ['i', 4],
+  ['l', 8],
+  ['L', 8],
+  ['f', 4],
+  ['d', 8],
+  ['D', 5],
+  ['T', 8],
+  ['V', 0],
+  ['S', 0],
+  ['x', 0],
+  ['A', 0],
+  ['F', 0],
 ] as const) {
   FIXED_SIZE[tag.charCodeAt(0)] = n;
 }
@@ -581,5 +579,7 @@ export function fieldBoolean(v: FieldValue): boolean | undefined {
 
 /** A nested table ('F'), else undefined. */
 export function fieldTable(v: FieldValue): FieldTable | undefined {
-  return v !== null && typeof v === 'object' && !(v instanceof Typed) && !(v instanceof Uint8Array) && !(v instanceof Date) && !Array.isArray(v) ? (v as FieldTable) : undefined;
+  return v !== null && typeof v === 'object' && !(v instanceof Typed) && !(v instanceof Uint8Array) && !(v instanceof Date) && !Array.isArray(v)
+    ? (v as FieldTable)
+    : undefined;
 }

@@ -87,9 +87,7 @@ export type CreateAclsResponse = ValueOf<typeof CreateAclsApi.response>;
 export const DeleteAclsApi = messageApi(
   { apiKey: ApiKey.DeleteAcls, name: 'DeleteAcls', minVersion: 0, maxVersion: 3, firstFlexibleVersion: 2 },
   {
-    filters: array(
-      struct(aclFilter()),
-    ),
+    filters: array(struct(aclFilter())),
   },
   {
     throttleTimeMs: int32(),

@@ -103,9 +103,7 @@ export type DeleteTopicsResponse = ValueOf<typeof DeleteTopicsApi.response>;
 export const CreatePartitionsApi = messageApi(
   { apiKey: ApiKey.CreatePartitions, name: 'CreatePartitions', minVersion: 0, maxVersion: 3, firstFlexibleVersion: 2 },
   {
-    topics: array(
-      struct({ name: string(), count: int32(), assignments: nullableArray(struct({ brokerIds: array(int32()) })) }),
-    ),
+    topics: array(struct({ name: string(), count: int32(), assignments: nullableArray(struct({ brokerIds: array(int32()) })) })),
     timeoutMs: int32(),
     validateOnly: bool(),
   },
@@ -185,17 +183,13 @@ export type DescribeConfigsResponse = ValueOf<typeof DescribeConfigsApi.response
 
 const alterResponse = {
   throttleTimeMs: int32(),
-  responses: array(
-    struct({ errorCode: int16(), errorMessage: nullableString(), resourceType: int8(), resourceName: string() }),
-  ),
+  responses: array(struct({ errorCode: int16(), errorMessage: nullableString(), resourceType: int8(), resourceName: string() })),
 };
 
 export const AlterConfigsApi = messageApi(
   { apiKey: ApiKey.AlterConfigs, name: 'AlterConfigs', minVersion: 0, maxVersion: 2, firstFlexibleVersion: 2 },
   {
-    resources: array(
-      struct({ resourceType: int8(), resourceName: string(), configs: array(struct({ name: string(), value: nullableString() })) }),
-    ),
+    resources: array(struct({ resourceType: int8(), resourceName: string(), configs: array(struct({ name: string(), value: nullableString() })) })),
     validateOnly: bool(),
   },
   alterResponse,
@@ -288,9 +282,7 @@ export const OffsetForLeaderEpochApi = messageApi(
     topics: array(
       struct({
         topic: string(),
-        partitions: array(
-          struct({ partition: int32(), currentLeaderEpoch: int32().v(2, Infinity, -1), leaderEpoch: int32() }),
-        ),
+        partitions: array(struct({ partition: int32(), currentLeaderEpoch: int32().v(2, Infinity, -1), leaderEpoch: int32() })),
       }),
     ),
   },
@@ -299,9 +291,7 @@ export const OffsetForLeaderEpochApi = messageApi(
     topics: array(
       struct({
         topic: string(),
-        partitions: array(
-          struct({ errorCode: int16(), partition: int32(), leaderEpoch: int32().v(1, Infinity, -1), endOffset: int64() }),
-        ),
+        partitions: array(struct({ errorCode: int16(), partition: int32(), leaderEpoch: int32().v(1, Infinity, -1), endOffset: int64() })),
       }),
     ),
   },

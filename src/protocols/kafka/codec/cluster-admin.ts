@@ -10,22 +10,7 @@
  * - DescribeUserScramCredentials 0, AlterUserScramCredentials 0 (KIP-554): always flexible.
  */
 import { ApiKey } from './api.js';
-import {
-  array,
-  bool,
-  bytes,
-  float64,
-  int16,
-  int32,
-  int64,
-  int8,
-  messageApi,
-  nullableArray,
-  nullableString,
-  string,
-  struct,
-  type ValueOf,
-} from './schema.js';
+import { array, bool, bytes, float64, int16, int32, int64, int8, messageApi, nullableArray, nullableString, string, struct, type ValueOf } from './schema.js';
 
 export const DescribeLogDirsApi = messageApi(
   { apiKey: ApiKey.DescribeLogDirs, name: 'DescribeLogDirs', minVersion: 0, maxVersion: 4, firstFlexibleVersion: 2 },
@@ -43,9 +28,7 @@ export const DescribeLogDirsApi = messageApi(
         topics: array(
           struct({
             name: string(),
-            partitions: array(
-              struct({ partitionIndex: int32(), partitionSize: int64(), offsetLag: int64(), isFutureKey: bool() }),
-            ),
+            partitions: array(struct({ partitionIndex: int32(), partitionSize: int64(), offsetLag: int64(), isFutureKey: bool() })),
           }),
         ),
         totalBytes: int64().v(4, Infinity, -1),
@@ -153,9 +136,7 @@ export type DescribeClientQuotasResponse = ValueOf<typeof DescribeClientQuotasAp
 export const AlterClientQuotasApi = messageApi(
   { apiKey: ApiKey.AlterClientQuotas, name: 'AlterClientQuotas', minVersion: 0, maxVersion: 1, firstFlexibleVersion: 1 },
   {
-    entries: array(
-      struct({ entity: array(quotaEntity), ops: array(struct({ key: string(), value: float64(), remove: bool() })) }),
-    ),
+    entries: array(struct({ entity: array(quotaEntity), ops: array(struct({ key: string(), value: float64(), remove: bool() })) })),
     validateOnly: bool(),
   },
   {
@@ -205,9 +186,7 @@ export const AlterUserScramCredentialsApi = messageApi(
   },
   {
     deletions: array(struct({ name: string(), mechanism: int8() })),
-    upsertions: array(
-      struct({ name: string(), mechanism: int8(), iterations: int32(), salt: bytes(), saltedPassword: bytes() }),
-    ),
+    upsertions: array(struct({ name: string(), mechanism: int8(), iterations: int32(), salt: bytes(), saltedPassword: bytes() })),
   },
   { throttleTimeMs: int32(), results: array(struct({ user: string(), errorCode: int16(), errorMessage: nullableString() })) },
 );

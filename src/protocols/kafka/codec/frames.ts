@@ -162,12 +162,7 @@ export interface RequestFrameHeader {
 }
 
 /** Encodes a request frame (client side: tests, tools, later inter-broker calls). */
-export function encodeRequest<Req, Res>(
-  codec: ApiCodec<Req, Res>,
-  h: RequestFrameHeader,
-  body: Req,
-  opts: { sizePrefix?: boolean } = {},
-): Buffer {
+export function encodeRequest<Req, Res>(codec: ApiCodec<Req, Res>, h: RequestFrameHeader, body: Req, opts: { sizePrefix?: boolean } = {}): Buffer {
   const flexible = isFlexible(codec, h.apiVersion);
   const w = new Writer(256, opts.sizePrefix === true);
   encodeRequestHeader(w, { ...h, apiKey: codec.apiKey, headerVersion: requestHeaderVersion(flexible) });
@@ -186,11 +181,7 @@ export function encodeResponse<Req, Res>(codec: ApiCodec<Req, Res>, apiVersion: 
 }
 
 /** Decodes a response frame (without its size prefix). */
-export function decodeResponse<Req, Res>(
-  codec: ApiCodec<Req, Res>,
-  apiVersion: number,
-  frame: Buffer,
-): { correlationId: number; body: Res } {
+export function decodeResponse<Req, Res>(codec: ApiCodec<Req, Res>, apiVersion: number, frame: Buffer): { correlationId: number; body: Res } {
   const r = new Reader(frame);
   const { correlationId } = decodeResponseHeader(r, responseHeaderVersion(codec, apiVersion));
   r.flexible = isFlexible(codec, apiVersion);

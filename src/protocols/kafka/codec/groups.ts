@@ -175,7 +175,9 @@ export const OffsetCommitApi = messageApi(
   },
   {
     throttleTimeMs: int32().v(3),
-    topics: array(struct({ name: string().v(0, 9), topicId: uuid().v(10).optional(), partitions: array(struct({ partitionIndex: int32(), errorCode: int16() })) })),
+    topics: array(
+      struct({ name: string().v(0, 9), topicId: uuid().v(10).optional(), partitions: array(struct({ partitionIndex: int32(), errorCode: int16() })) }),
+    ),
   },
 );
 export type OffsetCommitRequest = ValueOf<typeof OffsetCommitApi.request>;

@@ -425,7 +425,7 @@ export class Writer {
     return this;
   }
   varlong(v: bigint): this {
-    return this.uvarlong(v >= 0n ? v << 1n : ((-v) << 1n) - 1n);
+    return this.uvarlong(v >= 0n ? v << 1n : (-v << 1n) - 1n);
   }
 
   /** Copies bytes. */

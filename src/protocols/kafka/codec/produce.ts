@@ -9,7 +9,15 @@
  */
 import { ApiKey, type ApiCodec } from './api.js';
 import { readTag, ZERO_UUID, type Reader, type TaggedField, type Uuid, type Writer } from './primitives.js';
-import { readLeaderIdAndEpoch, readNodeEndpoints, tagValue, writeLeaderIdAndEpoch, writeNodeEndpoints, type LeaderIdAndEpoch, type NodeEndpoint } from './fetch.js';
+import {
+  readLeaderIdAndEpoch,
+  readNodeEndpoints,
+  tagValue,
+  writeLeaderIdAndEpoch,
+  writeNodeEndpoints,
+  type LeaderIdAndEpoch,
+  type NodeEndpoint,
+} from './fetch.js';
 
 const TAG_CURRENT_LEADER = 0;
 const TAG_NODE_ENDPOINTS = 0;

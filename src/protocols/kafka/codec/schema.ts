@@ -83,21 +83,73 @@ const prim = <T>(read: (r: Reader) => T, write: (w: Writer, v: T) => void, def: 
     () => def,
   );
 
-export const int8 = (): Field<number> => prim((r) => r.int8(), (w, v) => void w.int8(v), 0);
-export const int16 = (): Field<number> => prim((r) => r.int16(), (w, v) => void w.int16(v), 0);
-export const int32 = (): Field<number> => prim((r) => r.int32(), (w, v) => void w.int32(v), 0);
+export const int8 = (): Field<number> =>
+  prim(
+    (r) => r.int8(),
+    (w, v) => void w.int8(v),
+    0,
+  );
+export const int16 = (): Field<number> =>
+  prim(
+    (r) => r.int16(),
+    (w, v) => void w.int16(v),
+    0,
+  );
+export const int32 = (): Field<number> =>
+  prim(
+    (r) => r.int32(),
+    (w, v) => void w.int32(v),
+    0,
+  );
 /** INT64 as a number (offsets, timestamps, producer ids: all below 2^53 in practice). */
-export const int64 = (): Field<number> => prim((r) => r.int64(), (w, v) => void w.int64(v), 0);
-export const float64 = (): Field<number> => prim((r) => r.float64(), (w, v) => void w.float64(v), 0);
-export const bool = (): Field<boolean> => prim((r) => r.bool(), (w, v) => void w.bool(v), false);
-export const uuid = (): Field<Uuid> => prim((r) => r.uuid(), (w, v) => void w.uuid(v), ZERO_UUID);
-export const string = (): Field<string> => prim((r) => r.string(), (w, v) => void w.string(v), '');
+export const int64 = (): Field<number> =>
+  prim(
+    (r) => r.int64(),
+    (w, v) => void w.int64(v),
+    0,
+  );
+export const float64 = (): Field<number> =>
+  prim(
+    (r) => r.float64(),
+    (w, v) => void w.float64(v),
+    0,
+  );
+export const bool = (): Field<boolean> =>
+  prim(
+    (r) => r.bool(),
+    (w, v) => void w.bool(v),
+    false,
+  );
+export const uuid = (): Field<Uuid> =>
+  prim(
+    (r) => r.uuid(),
+    (w, v) => void w.uuid(v),
+    ZERO_UUID,
+  );
+export const string = (): Field<string> =>
+  prim(
+    (r) => r.string(),
+    (w, v) => void w.string(v),
+    '',
+  );
 export const nullableString = (): Field<string | null> =>
-  prim((r) => r.nullableString(), (w, v) => void w.nullableString(v), null);
+  prim(
+    (r) => r.nullableString(),
+    (w, v) => void w.nullableString(v),
+    null,
+  );
 export const bytes = (): Field<Buffer> =>
-  prim((r) => r.bytes(), (w, v) => void w.bytes(v), Buffer.alloc(0));
+  prim(
+    (r) => r.bytes(),
+    (w, v) => void w.bytes(v),
+    Buffer.alloc(0),
+  );
 export const nullableBytes = (): Field<Buffer | null> =>
-  prim((r) => r.nullableBytes(), (w, v) => void w.nullableBytes(v), null);
+  prim(
+    (r) => r.nullableBytes(),
+    (w, v) => void w.nullableBytes(v),
+    null,
+  );
 
 /**
  * A string that is nullable only from version `from` (e.g. JoinGroup's protocol name from v7): before that a

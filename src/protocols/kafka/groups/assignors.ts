@@ -100,7 +100,7 @@ export const uniform: Assignor = ({ members, topics, previous }) => {
   // 3. Balance: move a partition from a member to an eligible one holding at least two fewer. Every move lowers the
   // sum of the squared counts, so this ends.
   const ordered = byName(topics);
-  for (let moved = true; moved; ) {
+  for (let moved = true; moved;) {
     moved = false;
     for (const from of [...sorted].sort((a, b) => (count.get(b.memberId) as number) - (count.get(a.memberId) as number))) {
       for (const topic of ordered) {

@@ -28,15 +28,7 @@ import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import { KafkaErrorCode } from '../codec/index.js';
 import { ASSIGNORS, selectAssignor, type AssignorTopic } from './assignors.js';
-import {
-  EMPTY_ASSIGNMENT,
-  epochAcceptable,
-  reconcile,
-  sameAssignment,
-  type Assignment,
-  type MemberState,
-  type OwnedPartitions,
-} from './reconcile.js';
+import { EMPTY_ASSIGNMENT, epochAcceptable, reconcile, sameAssignment, type Assignment, type MemberState, type OwnedPartitions } from './reconcile.js';
 import { compileTopicRegex } from './topic-regex.js';
 
 /** The topics the coordinator can assign: the streams, with their topic ids (32 hex digits). */
@@ -229,11 +221,18 @@ export class ConsumerGroupCoordinator {
       return bad('MemberEpoch is invalid.');
     }
     if (p.serverAssignor !== null && !ASSIGNORS.has(p.serverAssignor)) {
-      return this.result(KafkaErrorCode.UNSUPPORTED_ASSIGNOR, `ServerAssignor ${p.serverAssignor} is not supported. Supported assignors: ${[...ASSIGNORS.keys()].join(', ')}.`);
+      return this.result(
+        KafkaErrorCode.UNSUPPORTED_ASSIGNOR,
+        `ServerAssignor ${p.serverAssignor} is not supported. Supported assignors: ${[...ASSIGNORS.keys()].join(', ')}.`,
+      );
     }
     if (p.subscribedTopicRegex !== null && p.subscribedTopicRegex !== '') {
       const r = compileTopicRegex(p.subscribedTopicRegex);
-      if (!r.ok) return this.result(KafkaErrorCode.INVALID_REGULAR_EXPRESSION, `SubscribedTopicRegex \`${p.subscribedTopicRegex}\` is not a valid regular expression: ${r.reason}.`);
+      if (!r.ok)
+        return this.result(
+          KafkaErrorCode.INVALID_REGULAR_EXPRESSION,
+          `SubscribedTopicRegex \`${p.subscribedTopicRegex}\` is not a valid regular expression: ${r.reason}.`,
+        );
     }
     return null;
   }
@@ -266,7 +265,10 @@ export class ConsumerGroupCoordinator {
         if (current !== undefined && current !== memberId) {
           const old = g.members.get(current) as Member;
           if (old.memberEpoch !== STATIC_LEAVE_EPOCH) {
-            return this.result(KafkaErrorCode.UNRELEASED_INSTANCE_ID, `Static member ${memberId} with instance id ${p.instanceId} cannot join the group because the instance id is owned by ${current} member.`);
+            return this.result(
+              KafkaErrorCode.UNRELEASED_INSTANCE_ID,
+              `Static member ${memberId} with instance id ${p.instanceId} cannot join the group because the instance id is owned by ${current} member.`,
+            );
           }
           m = this.replaceStatic(g, old, memberId);
         } else {
@@ -274,7 +276,8 @@ export class ConsumerGroupCoordinator {
         }
       } else {
         if (current === undefined) return this.result(KafkaErrorCode.UNKNOWN_MEMBER_ID, `Instance id ${p.instanceId} is unknown.`);
-        if (current !== memberId) return this.result(KafkaErrorCode.FENCED_INSTANCE_ID, `Static member ${memberId} with instance id ${p.instanceId} was fenced by member ${current}.`);
+        if (current !== memberId)
+          return this.result(KafkaErrorCode.FENCED_INSTANCE_ID, `Static member ${memberId} with instance id ${p.instanceId} was fenced by member ${current}.`);
         m = g.members.get(memberId);
       }
     } else {
@@ -334,7 +337,8 @@ export class ConsumerGroupCoordinator {
 
     this.reconcileMember(g, m, p.owned);
     this.touch(g, m);
-    const full = p.memberEpoch === 0 || (p.rebalanceTimeoutMs !== -1 && (p.subscribedTopicNames !== null || p.subscribedTopicRegex !== null) && p.owned !== null);
+    const full =
+      p.memberEpoch === 0 || (p.rebalanceTimeoutMs !== -1 && (p.subscribedTopicNames !== null || p.subscribedTopicRegex !== null) && p.owned !== null);
     return {
       errorCode: KafkaErrorCode.NONE,
       errorMessage: null,
@@ -377,7 +381,16 @@ export class ConsumerGroupCoordinator {
   private replaceStatic(g: Group, old: Member, memberId: string): Member {
     this.clearTimers(old);
     g.members.delete(old.memberId);
-    const m: Member = { ...old, memberId, memberEpoch: 0, previousMemberEpoch: 0, state: 'stable', pendingRevocation: EMPTY_ASSIGNMENT, sessionTimer: null, revocationTimer: null };
+    const m: Member = {
+      ...old,
+      memberId,
+      memberEpoch: 0,
+      previousMemberEpoch: 0,
+      state: 'stable',
+      pendingRevocation: EMPTY_ASSIGNMENT,
+      sessionTimer: null,
+      revocationTimer: null,
+    };
     g.members.set(memberId, m);
     for (const k of keys(old.assigned)) g.owners.set(k, memberId);
     for (const k of keys(old.pendingRevocation)) if (g.owners.get(k) === old.memberId) g.owners.delete(k);
@@ -385,7 +398,10 @@ export class ConsumerGroupCoordinator {
     g.target.delete(old.memberId);
     if (target) g.target.set(memberId, target);
     g.statics.set(old.instanceId as string, memberId);
-    this.logger.info({ group: g.groupId, member: memberId, replaced: old.memberId, instance: old.instanceId }, 'static member rejoined: it takes over its partitions');
+    this.logger.info(
+      { group: g.groupId, member: memberId, replaced: old.memberId, instance: old.instanceId },
+      'static member rejoined: it takes over its partitions',
+    );
     return m;
   }
 
@@ -425,7 +441,10 @@ export class ConsumerGroupCoordinator {
       .sort()
       .join(',');
     // Which member subscribes to what is part of it too (a regex now matching a topic another member had).
-    const bySubscriber = [...g.members.values()].map((m) => `${m.memberId}=${[...m.topics].sort().join('+')}`).sort().join(';');
+    const bySubscriber = [...g.members.values()]
+      .map((m) => `${m.memberId}=${[...m.topics].sort().join('+')}`)
+      .sort()
+      .join(';');
     const sig = `${signature}|${bySubscriber}`;
     g.subscribed = subscribed;
     if (sig !== g.signature) {
@@ -445,7 +464,10 @@ export class ConsumerGroupCoordinator {
       previous: g.target,
     });
     g.assignmentEpoch = g.groupEpoch;
-    this.logger.info({ group: g.groupId, epoch: g.assignmentEpoch, members: g.members.size, assignor: g.assignor }, 'consumer group target assignment computed');
+    this.logger.info(
+      { group: g.groupId, epoch: g.assignmentEpoch, members: g.members.size, assignor: g.assignor },
+      'consumer group target assignment computed',
+    );
   }
 
   private reconcileMember(g: Group, m: Member, owned: OwnedPartitions): void {
@@ -477,7 +499,10 @@ export class ConsumerGroupCoordinator {
     for (const k of [...keys(assigned), ...keys(pending)]) {
       const holder = g.owners.get(k);
       if (holder !== undefined && holder !== m.memberId) {
-        this.logger.error({ group: g.groupId, partition: k, holder, member: m.memberId }, 'consumer group invariant broken: a partition was about to have two owners');
+        this.logger.error(
+          { group: g.groupId, partition: k, holder, member: m.memberId },
+          'consumer group invariant broken: a partition was about to have two owners',
+        );
       }
       g.owners.set(k, m.memberId);
     }
@@ -487,12 +512,18 @@ export class ConsumerGroupCoordinator {
 
   private armRevocationTimer(g: Group, m: Member): void {
     if (m.revocationTimer) clearTimeout(m.revocationTimer);
-    m.revocationTimer = setTimeout(() => {
-      m.revocationTimer = null;
-      if (g.members.get(m.memberId) !== m || m.state !== 'unrevoked_partitions') return;
-      this.logger.info({ group: g.groupId, member: m.memberId, rebalanceTimeoutMs: m.rebalanceTimeoutMs }, 'member did not revoke its partitions within its rebalance timeout: fenced');
-      this.remove(g, m, 'rebalance timeout');
-    }, Math.max(1, m.rebalanceTimeoutMs));
+    m.revocationTimer = setTimeout(
+      () => {
+        m.revocationTimer = null;
+        if (g.members.get(m.memberId) !== m || m.state !== 'unrevoked_partitions') return;
+        this.logger.info(
+          { group: g.groupId, member: m.memberId, rebalanceTimeoutMs: m.rebalanceTimeoutMs },
+          'member did not revoke its partitions within its rebalance timeout: fenced',
+        );
+        this.remove(g, m, 'rebalance timeout');
+      },
+      Math.max(1, m.rebalanceTimeoutMs),
+    );
     m.revocationTimer.unref();
   }
 
@@ -542,7 +573,8 @@ export class ConsumerGroupCoordinator {
     if (p.instanceId !== null) {
       const current = g.statics.get(p.instanceId);
       if (current === undefined) return this.result(KafkaErrorCode.UNKNOWN_MEMBER_ID, `Instance id ${p.instanceId} is unknown.`);
-      if (current !== p.memberId) return this.result(KafkaErrorCode.FENCED_INSTANCE_ID, `Static member ${p.memberId} with instance id ${p.instanceId} was fenced by member ${current}.`);
+      if (current !== p.memberId)
+        return this.result(KafkaErrorCode.FENCED_INSTANCE_ID, `Static member ${p.memberId} with instance id ${p.instanceId} was fenced by member ${current}.`);
       m = g.members.get(current);
     } else {
       m = g.members.get(p.memberId);

@@ -454,10 +454,7 @@ export class GroupCoordinator {
     g.protocolName = this.selectProtocol(g);
     if (g.leaderId === null || !g.members.has(g.leaderId)) g.leaderId = g.members.keys().next().value as string;
     g.state = 'CompletingRebalance';
-    this.logger.info(
-      { group: g.groupId, generation: g.generationId, members: g.members.size, protocol: g.protocolName },
-      'group rebalanced',
-    );
+    this.logger.info({ group: g.groupId, generation: g.generationId, members: g.members.size, protocol: g.protocolName }, 'group rebalanced');
     for (const m of g.members.values()) {
       m.assignment = EMPTY;
       const w = m.joinWaiter;
@@ -471,9 +468,7 @@ export class GroupCoordinator {
   /** The protocol every member supports that most members list first among those (Kafka's vote). */
   private selectProtocol(g: Group): string {
     const members = [...g.members.values()];
-    const candidates = members[0].protocols
-      .map((p) => p.name)
-      .filter((name) => members.every((m) => m.protocols.some((p) => p.name === name)));
+    const candidates = members[0].protocols.map((p) => p.name).filter((name) => members.every((m) => m.protocols.some((p) => p.name === name)));
     const votes = new Map<string, number>();
     for (const m of members) {
       const pick = m.protocols.find((p) => candidates.includes(p.name));

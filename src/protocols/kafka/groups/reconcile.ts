@@ -84,14 +84,20 @@ export function isSubset(owned: OwnedPartitions, assigned: Assignment): boolean 
  * only partitions it is still assigned (the response that moved it to the new epoch may have been lost). Anything
  * else is FENCED_MEMBER_EPOCH: the member must give up its partitions and join again.
  */
-export function epochAcceptable(m: Pick<ReconcileState, 'memberEpoch' | 'previousMemberEpoch' | 'assigned'>, received: number, owned: OwnedPartitions): boolean {
+export function epochAcceptable(
+  m: Pick<ReconcileState, 'memberEpoch' | 'previousMemberEpoch' | 'assigned'>,
+  received: number,
+  owned: OwnedPartitions,
+): boolean {
   if (received === m.memberEpoch) return true;
   if (received > m.memberEpoch) return false;
   return received === m.previousMemberEpoch && isSubset(owned, m.assigned);
 }
 
 function withEpoch(m: ReconcileState, epoch: number): Pick<ReconcileState, 'memberEpoch' | 'previousMemberEpoch'> {
-  return epoch === m.memberEpoch ? { memberEpoch: m.memberEpoch, previousMemberEpoch: m.previousMemberEpoch } : { memberEpoch: epoch, previousMemberEpoch: m.memberEpoch };
+  return epoch === m.memberEpoch
+    ? { memberEpoch: m.memberEpoch, previousMemberEpoch: m.previousMemberEpoch }
+    : { memberEpoch: epoch, previousMemberEpoch: m.memberEpoch };
 }
 
 /**

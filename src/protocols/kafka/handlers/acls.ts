@@ -136,10 +136,12 @@ export function bindingPolicy(b: AclBinding): Omit<PolicyDef, 'createdAt'> {
   if (kind === undefined) throw new AclProblem(`resource type ${b.resourceType} is not supported (TOPIC, GROUP or CLUSTER)`);
   let resource: string;
   if (kind === 'cluster') {
-    if (b.resourceName !== CLUSTER_NAME || b.patternType !== AclPatternType.LITERAL) throw new AclProblem(`the cluster resource is the literal "${CLUSTER_NAME}"`);
+    if (b.resourceName !== CLUSTER_NAME || b.patternType !== AclPatternType.LITERAL)
+      throw new AclProblem(`the cluster resource is the literal "${CLUSTER_NAME}"`);
     resource = 'cluster:*';
   } else if (b.patternType === AclPatternType.LITERAL) {
-    if (b.resourceName === '' || (b.resourceName.includes('*') && b.resourceName !== '*')) throw new AclProblem(`invalid literal resource name "${b.resourceName}"`);
+    if (b.resourceName === '' || (b.resourceName.includes('*') && b.resourceName !== '*'))
+      throw new AclProblem(`invalid literal resource name "${b.resourceName}"`);
     resource = `${kind}:${b.resourceName}`;
   } else if (b.patternType === AclPatternType.PREFIXED) {
     if (b.resourceName === '' || b.resourceName.includes('*')) throw new AclProblem(`invalid resource name prefix "${b.resourceName}"`);
@@ -263,7 +265,11 @@ export async function handleDeleteAcls(ctx: RequestContext, req: DeleteAclsReque
   const deleted = new Set<string>();
   for (const f of req.filters) {
     if (!ac) {
-      filterResults.push({ errorCode: KafkaErrorCode.SECURITY_DISABLED, errorMessage: 'no access control: policies are not enabled on this listener', matchingAcls: [] });
+      filterResults.push({
+        errorCode: KafkaErrorCode.SECURITY_DISABLED,
+        errorMessage: 'no access control: policies are not enabled on this listener',
+        matchingAcls: [],
+      });
       continue;
     }
     if (!authorized) {

@@ -77,7 +77,8 @@ export async function handleCreateTopics(ctx: RequestContext, req: CreateTopicsR
         partitions = t.assignments.length;
       } else {
         partitions = t.numPartitions === -1 ? options.defaultPartitions : t.numPartitions;
-        if (!Number.isInteger(partitions) || partitions < 1) throw new ConfigProblem(KafkaErrorCode.INVALID_PARTITIONS, `invalid number of partitions ${t.numPartitions}`);
+        if (!Number.isInteger(partitions) || partitions < 1)
+          throw new ConfigProblem(KafkaErrorCode.INVALID_PARTITIONS, `invalid number of partitions ${t.numPartitions}`);
         if (t.replicationFactor !== -1 && t.replicationFactor !== 1) {
           throw new ConfigProblem(
             KafkaErrorCode.INVALID_REPLICATION_FACTOR,
@@ -90,7 +91,10 @@ export async function handleCreateTopics(ctx: RequestContext, req: CreateTopicsR
       if (!req.validateOnly) {
         def = await engine.createStream({ name: t.name, partitions, ...settings });
         res.topicId = topicIdOf(def);
-        ctx.conn.log.info({ topic: t.name, partitions, configs: t.configs.length > 0 ? Object.fromEntries(t.configs.map((c) => [c.name, c.value])) : undefined }, 'topic created');
+        ctx.conn.log.info(
+          { topic: t.name, partitions, configs: t.configs.length > 0 ? Object.fromEntries(t.configs.map((c) => [c.name, c.value])) : undefined },
+          'topic created',
+        );
       }
       res.numPartitions = partitions;
       res.replicationFactor = 1;
@@ -190,7 +194,10 @@ export async function handleCreatePartitions(ctx: RequestContext, req: CreatePar
     } catch (err) {
       const p = problem(err);
       // The engine refuses counts beyond its maximum as invalid arguments: that is INVALID_PARTITIONS here.
-      Object.assign(res, p.errorCode === KafkaErrorCode.INVALID_REQUEST && !(err instanceof ConfigProblem) ? { ...p, errorCode: KafkaErrorCode.INVALID_PARTITIONS } : p);
+      Object.assign(
+        res,
+        p.errorCode === KafkaErrorCode.INVALID_REQUEST && !(err instanceof ConfigProblem) ? { ...p, errorCode: KafkaErrorCode.INVALID_PARTITIONS } : p,
+      );
     }
   }
   return { throttleTimeMs: 0, results };
@@ -264,10 +271,16 @@ function checkAssignments(ctx: RequestContext, assignments: Array<{ brokerIds: n
   const live = new Set(brokerList(ctx).brokers.map((b) => b.nodeId));
   for (const a of assignments) {
     if (a.brokerIds.length !== 1) {
-      throw new ConfigProblem(KafkaErrorCode.INVALID_REPLICA_ASSIGNMENT, 'one replica per partition: durability comes from the write-ahead log in shared storage');
+      throw new ConfigProblem(
+        KafkaErrorCode.INVALID_REPLICA_ASSIGNMENT,
+        'one replica per partition: durability comes from the write-ahead log in shared storage',
+      );
     }
     if (!live.has(a.brokerIds[0])) {
-      throw new ConfigProblem(KafkaErrorCode.INVALID_REPLICA_ASSIGNMENT, `broker ${a.brokerIds[0]} is not a live broker of this cluster (${[...live].join(', ')})`);
+      throw new ConfigProblem(
+        KafkaErrorCode.INVALID_REPLICA_ASSIGNMENT,
+        `broker ${a.brokerIds[0]} is not a live broker of this cluster (${[...live].join(', ')})`,
+      );
     }
   }
 }

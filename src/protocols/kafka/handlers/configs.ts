@@ -91,7 +91,10 @@ export function settingsOf(configs: Map<string, string | null>): StreamSettings 
 }
 
 /** The configs of a topic as CreateTopics v5+ returns them. */
-export function topicConfigList(def: StreamDef, ctx: RequestContext): Array<{ name: string; value: string | null; readOnly: boolean; configSource: number; isSensitive: boolean }> {
+export function topicConfigList(
+  def: StreamDef,
+  ctx: RequestContext,
+): Array<{ name: string; value: string | null; readOnly: boolean; configSource: number; isSensitive: boolean }> {
   return describeTopicConfigs(def, ctx.adapter.options, null, false, false, ctx.adapter.brokerConfigs.topicFallback).map((d) => ({
     name: d.name,
     value: d.value,
@@ -118,15 +121,28 @@ function brokerScope(ctx: RequestContext, name: string, logger: boolean): 'defau
 export function handleDescribeConfigs(ctx: RequestContext, req: DescribeConfigsRequest): DescribeConfigsResponse {
   const bc = ctx.adapter.brokerConfigs;
   const results = req.resources.map((r) => {
-    const base = { errorCode: KafkaErrorCode.NONE as number, errorMessage: null as string | null, resourceType: r.resourceType, resourceName: r.resourceName, configs: [] as DescribedConfig[] };
+    const base = {
+      errorCode: KafkaErrorCode.NONE as number,
+      errorMessage: null as string | null,
+      resourceType: r.resourceType,
+      resourceName: r.resourceName,
+      configs: [] as DescribedConfig[],
+    };
     try {
       if (r.resourceType === ConfigResourceType.TOPIC) {
         if (!allowed(ctx, 'describe', 'stream', r.resourceName)) throw new ConfigProblem(TOPIC_DENIED, `not authorized to describe topic "${r.resourceName}"`);
         const entry = ctx.adapter.engine.getStream(r.resourceName);
         if (!entry) throw new ConfigProblem(KafkaErrorCode.UNKNOWN_TOPIC_OR_PARTITION, `topic "${r.resourceName}" does not exist`);
-        base.configs = describeTopicConfigs(entry.def, ctx.adapter.options, r.configurationKeys, req.includeSynonyms, req.includeDocumentation, bc.topicFallback);
+        base.configs = describeTopicConfigs(
+          entry.def,
+          ctx.adapter.options,
+          r.configurationKeys,
+          req.includeSynonyms,
+          req.includeDocumentation,
+          bc.topicFallback,
+        );
       } else if (r.resourceType === ConfigResourceType.BROKER || r.resourceType === ConfigResourceType.BROKER_LOGGER) {
-        if (!allowed(ctx, 'describe', 'cluster', '*')) throw new ConfigProblem(CLUSTER_DENIED, 'not authorized to describe the cluster\'s configs');
+        if (!allowed(ctx, 'describe', 'cluster', '*')) throw new ConfigProblem(CLUSTER_DENIED, "not authorized to describe the cluster's configs");
         const logger = r.resourceType === ConfigResourceType.BROKER_LOGGER;
         const scope = brokerScope(ctx, r.resourceName, logger);
         if (logger) base.configs = bc.describeLoggers(r.configurationKeys, req.includeDocumentation);
@@ -154,7 +170,6 @@ export function handleDescribeConfigs(ctx: RequestContext, req: DescribeConfigsR
 type AlterResult = AlterConfigsResponse['responses'][number];
 type Op = { name: string; op: number; value: string | null };
 
-
 /**
  * Alters one resource. `topic` gets the topic's configs in force and returns the new full set; `broker` the configs
  * set at run time for the scope and returns the changes (name → value, null: remove). Either throws to refuse the
@@ -175,15 +190,17 @@ async function alterResource(
   const res: AlterResult = { errorCode: KafkaErrorCode.NONE, errorMessage: null, resourceType: r.resourceType, resourceName: r.resourceName };
   const by = ctx.conn.access?.principal.user ?? null;
   try {
-    if (duplicate) throw new ConfigProblem(KafkaErrorCode.INVALID_REQUEST, `each resource must appear at most once: "${r.resourceName}" (type ${r.resourceType}) does not`);
+    if (duplicate)
+      throw new ConfigProblem(KafkaErrorCode.INVALID_REQUEST, `each resource must appear at most once: "${r.resourceName}" (type ${r.resourceType}) does not`);
     precheck(how.configs);
     if (r.resourceType === ConfigResourceType.BROKER || r.resourceType === ConfigResourceType.BROKER_LOGGER) {
-      if (!allowed(ctx, 'alter', 'cluster', '*')) throw new ConfigProblem(CLUSTER_DENIED, 'not authorized to alter the cluster\'s configs');
+      if (!allowed(ctx, 'alter', 'cluster', '*')) throw new ConfigProblem(CLUSTER_DENIED, "not authorized to alter the cluster's configs");
       const logger = r.resourceType === ConfigResourceType.BROKER_LOGGER;
       const scope = brokerScope(ctx, r.resourceName, logger);
       const bc = ctx.adapter.brokerConfigs;
       if (logger) {
-        if (how.logger === null) throw new ConfigProblem(KafkaErrorCode.INVALID_REQUEST, 'AlterConfigs does not support the resource type BROKER_LOGGER: use IncrementalAlterConfigs');
+        if (how.logger === null)
+          throw new ConfigProblem(KafkaErrorCode.INVALID_REQUEST, 'AlterConfigs does not support the resource type BROKER_LOGGER: use IncrementalAlterConfigs');
         const levels = how.logger();
         if (!validateOnly) bc.setLoggers(levels, by);
         return res;
@@ -192,7 +209,8 @@ async function alterResource(
       if (!validateOnly) await bc.write(scope, changes, by);
       return res;
     }
-    if (r.resourceType !== ConfigResourceType.TOPIC) throw new ConfigProblem(KafkaErrorCode.INVALID_REQUEST, `config resource type ${r.resourceType} is not supported`);
+    if (r.resourceType !== ConfigResourceType.TOPIC)
+      throw new ConfigProblem(KafkaErrorCode.INVALID_REQUEST, `config resource type ${r.resourceType} is not supported`);
     if (!allowed(ctx, 'alter', 'stream', r.resourceName)) throw new ConfigProblem(TOPIC_DENIED, `not authorized to alter topic "${r.resourceName}"`);
     const entry = ctx.adapter.engine.getStream(r.resourceName);
     if (!entry) throw new ConfigProblem(KafkaErrorCode.UNKNOWN_TOPIC_OR_PARTITION, `topic "${r.resourceName}" does not exist`);
@@ -248,7 +266,12 @@ export async function handleAlterConfigs(ctx: RequestContext, req: AlterConfigsR
 const LIST_CONFIGS = new Set(['cleanup.policy', 'follower.replication.throttled.replicas', 'leader.replication.throttled.replicas', 'log.cleanup.policy']);
 
 /** SET, DELETE, APPEND, SUBTRACT over a config set (by name), checked by `check` (normalized value, or throws). */
-function incremental(current: Map<string, string>, ops: readonly Op[], check: (name: string, value: string | null) => string | null, listDefault: (name: string) => string): Map<string, string> {
+function incremental(
+  current: Map<string, string>,
+  ops: readonly Op[],
+  check: (name: string, value: string | null) => string | null,
+  listDefault: (name: string) => string,
+): Map<string, string> {
   const next = new Map(current);
   for (const c of ops) {
     if (c.op === AlterConfigOp.SET) {
@@ -261,7 +284,10 @@ function incremental(current: Map<string, string>, ops: readonly Op[], check: (n
       check(c.name, null);
       if (!LIST_CONFIGS.has(c.name)) throw new TopicConfigError(`cannot append to or subtract from "${c.name}": it is not a list`);
       const items = (next.get(c.name) ?? listDefault(c.name)).split(',').filter((x) => x !== '');
-      const given = (c.value ?? '').split(',').map((x) => x.trim()).filter((x) => x !== '');
+      const given = (c.value ?? '')
+        .split(',')
+        .map((x) => x.trim())
+        .filter((x) => x !== '');
       const list = c.op === AlterConfigOp.APPEND ? [...items, ...given.filter((x) => !items.includes(x))] : items.filter((x) => !given.includes(x));
       next.set(c.name, check(c.name, list.join(','))!);
     } else {

@@ -65,7 +65,11 @@ export function handleConsumerGroupHeartbeat(
         mayRead: (topic) => visible(ctx, 'describe', 'stream', topic),
       });
       if (r.errorCode !== KafkaErrorCode.NONE && r.errorCode !== KafkaErrorCode.UNKNOWN_MEMBER_ID && r.errorCode !== KafkaErrorCode.FENCED_MEMBER_EPOCH) {
-        ctx.conn.limitedLog('info', { group: req.groupId, member: req.memberId, errorCode: r.errorCode, reason: r.errorMessage }, 'consumer group heartbeat refused');
+        ctx.conn.limitedLog(
+          'info',
+          { group: req.groupId, member: req.memberId, errorCode: r.errorCode, reason: r.errorMessage },
+          'consumer group heartbeat refused',
+        );
       }
       return {
         throttleTimeMs: 0,
@@ -108,7 +112,11 @@ export function handleConsumerGroupDescribe(ctx: RequestContext, req: ConsumerGr
     if (!d) {
       // A classic group (or none): clients then ask DescribeGroups, as librdkafka does on this error.
       const classic = groups.describe(groupId) !== null;
-      return { ...base, errorCode: KafkaErrorCode.GROUP_ID_NOT_FOUND, errorMessage: classic ? `Group ${groupId} is not a consumer group.` : `Group ${groupId} not found.` };
+      return {
+        ...base,
+        errorCode: KafkaErrorCode.GROUP_ID_NOT_FOUND,
+        errorMessage: classic ? `Group ${groupId} is not a consumer group.` : `Group ${groupId} not found.`,
+      };
     }
     // As Kafka (4.1+): a client that may not describe one of the topics involved may not describe the group.
     const topics = new Set<string>();

@@ -92,7 +92,13 @@ function resolveWork(ctx: RequestContext, part: SessionPartition, byId: boolean)
   if (!byId) {
     const entry = engine.getStream(part.topic);
     const known = entry !== undefined && part.partition >= 0 && part.partition < entry.def.partitions;
-    return { part, topic: part.topic, topicId: ZERO_UUID, stream: known ? part.topic : null, errorCode: known ? KafkaErrorCode.NONE : KafkaErrorCode.UNKNOWN_TOPIC_OR_PARTITION };
+    return {
+      part,
+      topic: part.topic,
+      topicId: ZERO_UUID,
+      stream: known ? part.topic : null,
+      errorCode: known ? KafkaErrorCode.NONE : KafkaErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    };
   }
   const topicId = Buffer.from(part.topicId, 'hex');
   const entry = part.topicId === ZERO_HEX ? undefined : engine.getStreamById(part.topicId);

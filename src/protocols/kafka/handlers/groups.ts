@@ -103,7 +103,12 @@ export function handleFindCoordinator(ctx: RequestContext, req: FindCoordinatorR
  * offset commits), else answers `refuse(errorCode)` (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS). Synchronous
  * when the group is served here already, and always on a single broker.
  */
-export function gated<T>(ctx: RequestContext, groupId: string, refuse: (errorCode: number) => T, fn: (epoch: number | undefined) => T | Promise<T>): T | Promise<T> {
+export function gated<T>(
+  ctx: RequestContext,
+  groupId: string,
+  refuse: (errorCode: number) => T,
+  fn: (epoch: number | undefined) => T | Promise<T>,
+): T | Promise<T> {
   const kc = ctx.adapter.cluster;
   // A single broker coordinates every group: no epoch, nothing to fence.
   if (kc === null) return fn(undefined);
@@ -130,9 +135,24 @@ export async function handleJoinGroup(ctx: RequestContext, req: JoinGroupRequest
       members: [],
     };
   }
-  const gate = await gated(ctx, req.groupId, (errorCode) => errorCode, () => KafkaErrorCode.NONE as number);
+  const gate = await gated(
+    ctx,
+    req.groupId,
+    (errorCode) => errorCode,
+    () => KafkaErrorCode.NONE as number,
+  );
   if (gate !== KafkaErrorCode.NONE) {
-    return { throttleTimeMs: 0, errorCode: gate, generationId: -1, protocolType: null, protocolName: null, leader: '', skipAssignment: false, memberId: req.memberId, members: [] };
+    return {
+      throttleTimeMs: 0,
+      errorCode: gate,
+      generationId: -1,
+      protocolType: null,
+      protocolName: null,
+      leader: '',
+      skipAssignment: false,
+      memberId: req.memberId,
+      members: [],
+    };
   }
   const r = await ctx.adapter.groups.join({
     groupId: req.groupId,
@@ -161,8 +181,14 @@ export async function handleJoinGroup(ctx: RequestContext, req: JoinGroupRequest
 }
 
 export async function handleSyncGroup(ctx: RequestContext, req: SyncGroupRequest): Promise<SyncGroupResponse> {
-  if (!mayUseGroup(ctx, req.groupId)) return { throttleTimeMs: 0, errorCode: GROUP_DENIED, protocolType: null, protocolName: null, assignment: Buffer.alloc(0) };
-  const gate = await gated(ctx, req.groupId, (errorCode) => errorCode, () => KafkaErrorCode.NONE as number);
+  if (!mayUseGroup(ctx, req.groupId))
+    return { throttleTimeMs: 0, errorCode: GROUP_DENIED, protocolType: null, protocolName: null, assignment: Buffer.alloc(0) };
+  const gate = await gated(
+    ctx,
+    req.groupId,
+    (errorCode) => errorCode,
+    () => KafkaErrorCode.NONE as number,
+  );
   if (gate !== KafkaErrorCode.NONE) return { throttleTimeMs: 0, errorCode: gate, protocolType: null, protocolName: null, assignment: Buffer.alloc(0) };
   const r = await ctx.adapter.groups.sync({
     groupId: req.groupId,
@@ -188,7 +214,12 @@ export function handleHeartbeat(ctx: RequestContext, req: HeartbeatRequest): Hea
 
 export function handleLeaveGroup(ctx: RequestContext, req: LeaveGroupRequest): LeaveGroupResponse | Promise<LeaveGroupResponse> {
   if (!mayUseGroup(ctx, req.groupId)) return { throttleTimeMs: 0, errorCode: GROUP_DENIED, members: [] };
-  return gated(ctx, req.groupId, (errorCode) => ({ throttleTimeMs: 0, errorCode, members: [] }), () => leaveGroup(ctx, req));
+  return gated(
+    ctx,
+    req.groupId,
+    (errorCode) => ({ throttleTimeMs: 0, errorCode, members: [] }),
+    () => leaveGroup(ctx, req),
+  );
 }
 
 function leaveGroup(ctx: RequestContext, req: LeaveGroupRequest): LeaveGroupResponse {
@@ -297,7 +328,11 @@ async function fetchGroupOffsets(
   const store = ctx.adapter.groups.store;
   const engine = ctx.adapter.engine;
   const refuse = (errorCode: number) => ({
-    topics: (topics ?? []).map((t) => ({ name: t.name, topicId: t.topicId ?? ZERO_UUID, partitions: t.partitionIndexes.map((p) => ({ ...noOffset(p), errorCode })) })),
+    topics: (topics ?? []).map((t) => ({
+      name: t.name,
+      topicId: t.topicId ?? ZERO_UUID,
+      partitions: t.partitionIndexes.map((p) => ({ ...noOffset(p), errorCode })),
+    })),
     errorCode,
   });
   if (!mayUseGroup(ctx, groupId)) return refuse(GROUP_DENIED);
@@ -365,7 +400,10 @@ export async function handleOffsetFetch(ctx: RequestContext, req: OffsetFetchReq
     // v9's member id and epoch concern KIP-848 consumer groups; a classic group's offsets are read without them, as
     // Kafka's classic groups do.
     for (const g of req.groups) {
-      const r = await fetchGroupOffsets(ctx, g.groupId, g.topics, ctx.header.apiVersion >= 10, { memberId: g.memberId ?? null, memberEpoch: g.memberEpoch ?? -1 });
+      const r = await fetchGroupOffsets(ctx, g.groupId, g.topics, ctx.header.apiVersion >= 10, {
+        memberId: g.memberId ?? null,
+        memberEpoch: g.memberEpoch ?? -1,
+      });
       groups.push({ groupId: g.groupId, topics: r.topics, errorCode: r.errorCode });
     }
     return { throttleTimeMs: 0, topics: [], errorCode: KafkaErrorCode.NONE, groups };
@@ -462,7 +500,12 @@ export async function handleDeleteGroups(ctx: RequestContext, req: DeleteGroupsR
       results.push({ groupId, errorCode: GROUP_DENIED });
       continue;
     }
-    const gate = await gated(ctx, groupId, (code) => code, () => KafkaErrorCode.NONE as number);
+    const gate = await gated(
+      ctx,
+      groupId,
+      (code) => code,
+      () => KafkaErrorCode.NONE as number,
+    );
     if (gate !== KafkaErrorCode.NONE) {
       results.push({ groupId, errorCode: gate });
       continue;

@@ -114,8 +114,7 @@ async function listPartition(
       // Nothing is tiered: no such offset, and no epoch for it.
       res.offset = -1;
       res.leaderEpoch = -1;
-    }
-    else if (timestamp < 0) res.errorCode = KafkaErrorCode.INVALID_REQUEST;
+    } else if (timestamp < 0) res.errorCode = KafkaErrorCode.INVALID_REQUEST;
     else {
       const offset = await engine.offsetForTimestamp(topic, partitionIndex, timestamp);
       if (offset < highWatermark) {
@@ -139,7 +138,13 @@ export async function handleListOffsets(ctx: RequestContext, req: ListOffsetsReq
       if (!allowed(ctx, 'subscribe', 'stream', t.name)) {
         return {
           name: t.name,
-          partitions: t.partitions.map((p) => ({ partitionIndex: p.partitionIndex, errorCode: KafkaErrorCode.TOPIC_AUTHORIZATION_FAILED, timestamp: -1, offset: -1, leaderEpoch: -1 })),
+          partitions: t.partitions.map((p) => ({
+            partitionIndex: p.partitionIndex,
+            errorCode: KafkaErrorCode.TOPIC_AUTHORIZATION_FAILED,
+            timestamp: -1,
+            offset: -1,
+            leaderEpoch: -1,
+          })),
         };
       }
       return {

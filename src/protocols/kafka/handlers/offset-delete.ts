@@ -67,7 +67,7 @@ export async function handleOffsetDelete(ctx: RequestContext, req: OffsetDeleteR
   try {
     stored = (await groups.store.listOffsets(groupId)).length;
   } catch (err) {
-    ctx.conn.log.warn({ err, group: groupId }, 'OffsetDelete: cannot read the group\'s offsets');
+    ctx.conn.log.warn({ err, group: groupId }, "OffsetDelete: cannot read the group's offsets");
     return fail(KafkaErrorCode.COORDINATOR_NOT_AVAILABLE);
   }
   if ((d === null || d.state === 'Dead') && stored === 0) return fail(KafkaErrorCode.GROUP_ID_NOT_FOUND);
@@ -116,7 +116,10 @@ export async function handleOffsetDelete(ctx: RequestContext, req: OffsetDeleteR
     try {
       const del = groups.store.deleteOffsets(groupId, doomed, fence);
       await (kc === null ? del : kc.track(groupId, del));
-      ctx.conn.log.info({ group: groupId, partitions: doomed.map((x) => `${x.stream}/${x.partition}`), by: ctx.conn.access?.principal.user ?? null }, 'committed offsets deleted');
+      ctx.conn.log.info(
+        { group: groupId, partitions: doomed.map((x) => `${x.stream}/${x.partition}`), by: ctx.conn.access?.principal.user ?? null },
+        'committed offsets deleted',
+      );
     } catch (err) {
       if (kc !== null && isFlowError(err, 'FENCED')) {
         kc.fenced(groupId);

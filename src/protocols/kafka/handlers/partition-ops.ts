@@ -73,7 +73,11 @@ export async function handleDescribeLogDirs(ctx: RequestContext, req: DescribeLo
       ctx.conn.limitedLog('debug', { err, dir: options.logDir }, 'DescribeLogDirs: cannot statfs the data directory');
     }
   }
-  return { throttleTimeMs: 0, errorCode: KafkaErrorCode.NONE, results: [{ errorCode: KafkaErrorCode.NONE, logDir: options.logDir, topics, totalBytes, usableBytes }] };
+  return {
+    throttleTimeMs: 0,
+    errorCode: KafkaErrorCode.NONE,
+    results: [{ errorCode: KafkaErrorCode.NONE, logDir: options.logDir, topics, totalBytes, usableBytes }],
+  };
 }
 
 // ------------------------------------------------------------------------------------------------ ElectLeaders
@@ -83,7 +87,9 @@ type ElectResult = { partitionId: number; errorCode: number; errorMessage: strin
 export async function handleElectLeaders(ctx: RequestContext, req: ElectLeadersRequest): Promise<ElectLeadersResponse> {
   const { engine } = ctx.adapter;
   const all = req.topicPartitions === null;
-  const asked = all ? engine.listStreams().map((d) => ({ topic: d.name, partitions: Array.from({ length: d.partitions }, (_, i) => i) })) : req.topicPartitions!;
+  const asked = all
+    ? engine.listStreams().map((d) => ({ topic: d.name, partitions: Array.from({ length: d.partitions }, (_, i) => i) }))
+    : req.topicPartitions!;
   if (!allowed(ctx, 'alter', 'cluster', '*')) {
     return {
       throttleTimeMs: 0,
@@ -91,7 +97,10 @@ export async function handleElectLeaders(ctx: RequestContext, req: ElectLeadersR
       // Every partition asked for, refused; none listed when the request asked for all of them.
       replicaElectionResults: all
         ? []
-        : asked.map((t) => ({ topic: t.topic, partitionResult: t.partitions.map((p) => ({ partitionId: p, errorCode: CLUSTER_DENIED, errorMessage: 'not authorized to elect leaders' })) })),
+        : asked.map((t) => ({
+            topic: t.topic,
+            partitionResult: t.partitions.map((p) => ({ partitionId: p, errorCode: CLUSTER_DENIED, errorMessage: 'not authorized to elect leaders' })),
+          })),
     };
   }
   if (req.electionType !== ElectionType.PREFERRED && req.electionType !== ElectionType.UNCLEAN) {
@@ -157,7 +166,12 @@ export function handleDescribeProducers(ctx: RequestContext, req: DescribeProduc
       return {
         name: t.name,
         partitions: t.partitionIndexes.map((p) => {
-          const res = { partitionIndex: p, errorCode: KafkaErrorCode.NONE as number, errorMessage: null as string | null, activeProducers: [] as DescribeProducersResponse['topics'][number]['partitions'][number]['activeProducers'] };
+          const res = {
+            partitionIndex: p,
+            errorCode: KafkaErrorCode.NONE as number,
+            errorMessage: null as string | null,
+            activeProducers: [] as DescribeProducersResponse['topics'][number]['partitions'][number]['activeProducers'],
+          };
           if (!authorized) {
             res.errorCode = KafkaErrorCode.TOPIC_AUTHORIZATION_FAILED;
             return res;

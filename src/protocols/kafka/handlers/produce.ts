@@ -10,13 +10,7 @@
  * In a cluster only the partition's leader (its owner) appends: elsewhere NOT_LEADER_OR_FOLLOWER, and the client
  * refreshes its metadata and goes to the leader (nothing is forwarded; see ../cluster.ts).
  */
-import {
-  isCompressionSupported,
-  readBatchInfo,
-  setLogAppendTime,
-  splitBatches,
-  type StreamEntry,
-} from '../../../core/index.js';
+import { isCompressionSupported, readBatchInfo, setLogAppendTime, splitBatches, type StreamEntry } from '../../../core/index.js';
 import {
   KafkaErrorCode,
   ZERO_UUID,
@@ -123,7 +117,11 @@ function append(ctx: RequestContext, stream: StreamEntry, p: ProducePartitionDat
   if (limits.maxMessageBytes !== null) {
     for (let i = 0; i < batches.length; i++) {
       if (batches[i].length > limits.maxMessageBytes) {
-        fail(r, KafkaErrorCode.MESSAGE_TOO_LARGE, `batch ${i} of ${batches[i].length} bytes is larger than the topic's max.message.bytes (${limits.maxMessageBytes})`);
+        fail(
+          r,
+          KafkaErrorCode.MESSAGE_TOO_LARGE,
+          `batch ${i} of ${batches[i].length} bytes is larger than the topic's max.message.bytes (${limits.maxMessageBytes})`,
+        );
         return;
       }
     }
@@ -154,10 +152,7 @@ function append(ctx: RequestContext, stream: StreamEntry, p: ProducePartitionDat
   if (durables.length > 0) r.durable = durables.length === 1 ? durables[0] : Promise.all(durables).then(() => undefined);
 }
 
-export function handleProduce(
-  ctx: RequestContext,
-  req: ProduceRequest,
-): HandlerResult<ProduceResponse> | Promise<HandlerResult<ProduceResponse>> {
+export function handleProduce(ctx: RequestContext, req: ProduceRequest): HandlerResult<ProduceResponse> | Promise<HandlerResult<ProduceResponse>> {
   const { adapter } = ctx;
   const started = performance.now();
   const validAcks = req.acks === 0 || req.acks === 1 || req.acks === -1;

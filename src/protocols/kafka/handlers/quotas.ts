@@ -54,7 +54,8 @@ export function handleDescribeClientQuotas(ctx: RequestContext, req: DescribeCli
   const anyName = new Set<string>();
   for (const c of req.components) {
     if (c.entityType === '') return refuse(KafkaErrorCode.INVALID_REQUEST, 'invalid empty entity type');
-    if (exact.has(c.entityType) || anyName.has(c.entityType)) return refuse(KafkaErrorCode.INVALID_REQUEST, `entity type ${c.entityType} cannot appear more than once in the filter`);
+    if (exact.has(c.entityType) || anyName.has(c.entityType))
+      return refuse(KafkaErrorCode.INVALID_REQUEST, `entity type ${c.entityType} cannot appear more than once in the filter`);
     if (!ENTITY_TYPES.has(c.entityType)) return refuse(KafkaErrorCode.UNSUPPORTED_VERSION, `unsupported entity type ${c.entityType}`);
     if (c.matchType === QuotaMatchType.EXACT) {
       if (c.match === null) return refuse(KafkaErrorCode.INVALID_REQUEST, 'match type EXACT needs a match string');
@@ -99,7 +100,8 @@ function check(e: Entry): QuotaChange {
     if (x.entityName === '') throw new QuotaRefusal(`empty ${x.entityType} not supported`);
     entity[x.entityType] = x.entityName;
   }
-  if (IP in entity && (USER in entity || CLIENT_ID in entity)) throw new QuotaRefusal('invalid quota entity combination: ip is not combined with user or client-id');
+  if (IP in entity && (USER in entity || CLIENT_ID in entity))
+    throw new QuotaRefusal('invalid quota entity combination: ip is not combined with user or client-id');
   const set: Record<string, number | null> = {};
   for (const op of e.ops) {
     if (op.key in set) throw new QuotaRefusal(`duplicate quota key ${op.key}`);
@@ -115,7 +117,8 @@ function check(e: Entry): QuotaChange {
     if (key === undefined) throw new QuotaRefusal(`invalid configuration key ${k}`);
     if (v === null) continue;
     if (!(v > 0)) throw new QuotaRefusal(`quota ${k} must be greater than 0`);
-    if (key.integral && (v > LONG_MAX || Math.abs(v % 1) > 1e-6)) throw new QuotaRefusal(v > LONG_MAX ? `proposed value for ${k} is too large for a LONG` : `${k} cannot be a fractional value`);
+    if (key.integral && (v > LONG_MAX || Math.abs(v % 1) > 1e-6))
+      throw new QuotaRefusal(v > LONG_MAX ? `proposed value for ${k} is too large for a LONG` : `${k} cannot be a fractional value`);
   }
   if (CLIENT_ID in entity) throw new QuotaRefusal('FlowMQ enforces quotas per user, not per client id: use the user entity alone');
   for (const k of Object.keys(set)) {

@@ -38,7 +38,10 @@ const BY_TYPE: ReadonlyMap<number, ScramMechanism> = new Map([
   [ScramMechanismType.SCRAM_SHA_256, 'SCRAM-SHA-256'],
   [ScramMechanismType.SCRAM_SHA_512, 'SCRAM-SHA-512'],
 ]);
-const TYPE_OF: Readonly<Record<ScramMechanism, number>> = { 'SCRAM-SHA-256': ScramMechanismType.SCRAM_SHA_256, 'SCRAM-SHA-512': ScramMechanismType.SCRAM_SHA_512 };
+const TYPE_OF: Readonly<Record<ScramMechanism, number>> = {
+  'SCRAM-SHA-256': ScramMechanismType.SCRAM_SHA_256,
+  'SCRAM-SHA-512': ScramMechanismType.SCRAM_SHA_512,
+};
 const HASH_BYTES: Readonly<Record<ScramMechanism, number>> = { 'SCRAM-SHA-256': 32, 'SCRAM-SHA-512': 64 };
 
 class Refusal extends Error {
@@ -53,16 +56,44 @@ class Refusal extends Error {
 export function handleDescribeUserScramCredentials(ctx: RequestContext, req: DescribeUserScramCredentialsRequest): DescribeUserScramCredentialsResponse {
   const directory = ctx.adapter.options.access?.directory;
   if (!allowed(ctx, 'describe', 'cluster', '*') || directory === undefined) {
-    return { throttleTimeMs: 0, errorCode: KafkaErrorCode.CLUSTER_AUTHORIZATION_FAILED, errorMessage: 'not authorized to describe SCRAM credentials', results: [] };
+    return {
+      throttleTimeMs: 0,
+      errorCode: KafkaErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+      errorMessage: 'not authorized to describe SCRAM credentials',
+      results: [],
+    };
   }
   const counts = new Map<string, number>();
-  const names = req.users === null || req.users.length === 0 ? directory.listUsers().filter((u) => directory.scramIterations(u.username).length > 0).map((u) => u.username) : req.users.map((u) => u.name);
+  const names =
+    req.users === null || req.users.length === 0
+      ? directory
+          .listUsers()
+          .filter((u) => directory.scramIterations(u.username).length > 0)
+          .map((u) => u.username)
+      : req.users.map((u) => u.name);
   for (const n of names) counts.set(n, (counts.get(n) ?? 0) + 1);
   const results = [...counts].map(([user, n]) => {
-    if (n > 1) return { user, errorCode: KafkaErrorCode.DUPLICATE_RESOURCE, errorMessage: `cannot describe SCRAM credentials for the same user twice in a single request: ${user}`, credentialInfos: [] };
+    if (n > 1)
+      return {
+        user,
+        errorCode: KafkaErrorCode.DUPLICATE_RESOURCE,
+        errorMessage: `cannot describe SCRAM credentials for the same user twice in a single request: ${user}`,
+        credentialInfos: [],
+      };
     const creds = directory.scramIterations(user);
-    if (creds.length === 0) return { user, errorCode: KafkaErrorCode.RESOURCE_NOT_FOUND, errorMessage: `attempt to describe a user credential that does not exist: ${user}`, credentialInfos: [] };
-    return { user, errorCode: KafkaErrorCode.NONE, errorMessage: null, credentialInfos: creds.map((c) => ({ mechanism: TYPE_OF[c.mechanism], iterations: c.iterations })) };
+    if (creds.length === 0)
+      return {
+        user,
+        errorCode: KafkaErrorCode.RESOURCE_NOT_FOUND,
+        errorMessage: `attempt to describe a user credential that does not exist: ${user}`,
+        credentialInfos: [],
+      };
+    return {
+      user,
+      errorCode: KafkaErrorCode.NONE,
+      errorMessage: null,
+      credentialInfos: creds.map((c) => ({ mechanism: TYPE_OF[c.mechanism], iterations: c.iterations })),
+    };
   });
   return { throttleTimeMs: 0, errorCode: KafkaErrorCode.NONE, errorMessage: null, results };
 }
@@ -73,7 +104,14 @@ export async function handleAlterUserScramCredentials(ctx: RequestContext, req: 
   const directory = ctx.adapter.options.access?.directory;
   const users = [...new Set([...req.deletions.map((d) => d.name), ...req.upsertions.map((u) => u.name)])];
   if (!allowed(ctx, 'alter', 'cluster', '*') || directory === undefined) {
-    return { throttleTimeMs: 0, results: users.map((user) => ({ user, errorCode: KafkaErrorCode.CLUSTER_AUTHORIZATION_FAILED, errorMessage: 'not authorized to alter SCRAM credentials' })) };
+    return {
+      throttleTimeMs: 0,
+      results: users.map((user) => ({
+        user,
+        errorCode: KafkaErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+        errorMessage: 'not authorized to alter SCRAM credentials',
+      })),
+    };
   }
   const counts = new Map<string, number>();
   for (const n of [...req.deletions.map((d) => d.name), ...req.upsertions.map((u) => u.name)]) counts.set(n, (counts.get(n) ?? 0) + 1);
@@ -84,7 +122,8 @@ export async function handleAlterUserScramCredentials(ctx: RequestContext, req: 
       if ((counts.get(user) ?? 0) > 1) throw new Refusal(KafkaErrorCode.DUPLICATE_RESOURCE, 'a user credential cannot be altered twice in the same request');
       if (user === '') throw new Refusal(KafkaErrorCode.UNACCEPTABLE_CREDENTIAL, 'username must not be empty');
       const c = check();
-      if (directory.user(user) === undefined) throw new Refusal(KafkaErrorCode.RESOURCE_NOT_FOUND, `user "${user}" does not exist: create it first (flowmq user add, or the admin API)`);
+      if (directory.user(user) === undefined)
+        throw new Refusal(KafkaErrorCode.RESOURCE_NOT_FOUND, `user "${user}" does not exist: create it first (flowmq user add, or the admin API)`);
       changes.set(user, [...(changes.get(user) ?? []), c]);
     } catch (err) {
       if (!(err instanceof Refusal)) throw err;
@@ -108,11 +147,16 @@ export async function handleAlterUserScramCredentials(ctx: RequestContext, req: 
   for (const u of req.upsertions) {
     refuse(u.name, () => {
       const mechanism = mechanismOf(u.mechanism);
-      if (u.iterations < MIN_SCRAM_ITERATIONS) throw new Refusal(KafkaErrorCode.UNACCEPTABLE_CREDENTIAL, `too few iterations (at least ${MIN_SCRAM_ITERATIONS})`);
-      if (u.iterations > MAX_SCRAM_ITERATIONS) throw new Refusal(KafkaErrorCode.UNACCEPTABLE_CREDENTIAL, `too many iterations (at most ${MAX_SCRAM_ITERATIONS})`);
+      if (u.iterations < MIN_SCRAM_ITERATIONS)
+        throw new Refusal(KafkaErrorCode.UNACCEPTABLE_CREDENTIAL, `too few iterations (at least ${MIN_SCRAM_ITERATIONS})`);
+      if (u.iterations > MAX_SCRAM_ITERATIONS)
+        throw new Refusal(KafkaErrorCode.UNACCEPTABLE_CREDENTIAL, `too many iterations (at most ${MAX_SCRAM_ITERATIONS})`);
       if (u.salt.length === 0) throw new Refusal(KafkaErrorCode.UNACCEPTABLE_CREDENTIAL, 'the salt must not be empty');
       if (u.saltedPassword.length !== HASH_BYTES[mechanism]) {
-        throw new Refusal(KafkaErrorCode.UNACCEPTABLE_CREDENTIAL, `a ${mechanism} salted password has ${HASH_BYTES[mechanism]} bytes, not ${u.saltedPassword.length}`);
+        throw new Refusal(
+          KafkaErrorCode.UNACCEPTABLE_CREDENTIAL,
+          `a ${mechanism} salted password has ${HASH_BYTES[mechanism]} bytes, not ${u.saltedPassword.length}`,
+        );
       }
       return { mechanism, credential: scramCredentialFromSalted(mechanism, Buffer.from(u.saltedPassword), Buffer.from(u.salt), u.iterations) };
     });
@@ -128,11 +172,23 @@ export async function handleAlterUserScramCredentials(ctx: RequestContext, req: 
     const c = changes.get(user)!;
     try {
       await directory.setScram(user, c);
-      ctx.conn.log.info({ user, set: c.filter((x) => x.credential !== null).map((x) => x.mechanism), deleted: c.filter((x) => x.credential === null).map((x) => x.mechanism), by }, 'SCRAM credentials changed');
+      ctx.conn.log.info(
+        {
+          user,
+          set: c.filter((x) => x.credential !== null).map((x) => x.mechanism),
+          deleted: c.filter((x) => x.credential === null).map((x) => x.mechanism),
+          by,
+        },
+        'SCRAM credentials changed',
+      );
       results.push({ user, errorCode: KafkaErrorCode.NONE, errorMessage: null });
     } catch (err) {
       const notFound = err instanceof Error && (err as { code?: string }).code === 'NOT_FOUND';
-      results.push({ user, errorCode: notFound ? KafkaErrorCode.RESOURCE_NOT_FOUND : kafkaErrorCode(err), errorMessage: err instanceof Error ? err.message : null });
+      results.push({
+        user,
+        errorCode: notFound ? KafkaErrorCode.RESOURCE_NOT_FOUND : kafkaErrorCode(err),
+        errorMessage: err instanceof Error ? err.message : null,
+      });
     }
   }
   return { throttleTimeMs: 0, results };

@@ -112,12 +112,7 @@ export function peekFrameLength(buf: Buffer, offset = 0): number {
  *   length field is known.
  * @param protocolLevel level negotiated by CONNECT (use 4 before CONNECT; CONNECT itself carries its level).
  */
-export function parsePacket(
-  buf: Buffer,
-  offset = 0,
-  maxPacketSize = MAX_REMAINING_LENGTH + 5,
-  protocolLevel: ProtocolLevel = 4,
-): ParseResult | Incomplete {
+export function parsePacket(buf: Buffer, offset = 0, maxPacketSize = MAX_REMAINING_LENGTH + 5, protocolLevel: ProtocolLevel = 4): ParseResult | Incomplete {
   const avail = buf.length - offset;
   if (avail < 1) return INCOMPLETE;
   const b0 = buf[offset];
@@ -641,9 +636,7 @@ function decodeSubscribe(buf: Buffer, pos: number, end: number, v5: boolean): Mq
   if (subscriptions.length === 0) {
     throw new MqttProtocolError('SUBSCRIBE without any topic filter', '[MQTT-3.8.3-3]', undefined, PROTOCOL);
   }
-  return properties !== undefined
-    ? { type: 'subscribe', packetId, subscriptions, properties }
-    : { type: 'subscribe', packetId, subscriptions };
+  return properties !== undefined ? { type: 'subscribe', packetId, subscriptions, properties } : { type: 'subscribe', packetId, subscriptions };
 }
 
 /** v5 SUBACK reason codes (section 3.9.3). */

@@ -242,15 +242,7 @@ export function encodeConnack(p: ConnackPacket, level: ProtocolLevel = 4): Buffe
  * with a message's topic and payload, without building a PublishPacket first. `props` !== undefined writes a
  * v5 property block (empty when `props` has no property).
  */
-export function encodePublishFrame(
-  topic: string,
-  payload: Buffer,
-  qos: QoS,
-  retain: boolean,
-  dup: boolean,
-  packetId: number,
-  props?: Properties,
-): Buffer {
+export function encodePublishFrame(topic: string, payload: Buffer, qos: QoS, retain: boolean, dup: boolean, packetId: number, props?: Properties): Buffer {
   const tlen = strLen(topic, 'topic name');
   if (qos > 0) checkId(packetId, 'PUBLISH');
   const psize = props !== undefined ? propertiesSize(props) : 0;
@@ -333,9 +325,7 @@ export function encodeSubscribe(p: SubscribePacket, level: ProtocolLevel = 4): B
   if (v5) pos = putProperties(out, pos, p.properties, psize);
   p.subscriptions.forEach((s, k) => {
     pos = putStr(out, pos, s.filter, lens[k]);
-    out[pos++] = v5
-      ? s.qos | (s.noLocal ? 0x04 : 0) | (s.retainAsPublished ? 0x08 : 0) | ((s.retainHandling ?? 0) << 4)
-      : s.qos;
+    out[pos++] = v5 ? s.qos | (s.noLocal ? 0x04 : 0) | (s.retainAsPublished ? 0x08 : 0) | ((s.retainHandling ?? 0) << 4) : s.qos;
   });
   return out;
 }

@@ -2,13 +2,4 @@
 export * from './types.js';
 export * from './errors.js';
 export { INCOMPLETE, parsePacket, peekFrameLength, type ParseResult } from './decode.js';
-export {
-  encodeAuth,
-  encodeConnack,
-  encodeDisconnect,
-  encodeIdOnly,
-  encodePacket,
-  encodePublishFrame,
-  encodeSuback,
-  encodeUnsuback,
-} from './encode.js';
+export { encodeAuth, encodeConnack, encodeDisconnect, encodeIdOnly, encodePacket, encodePublishFrame, encodeSuback, encodeUnsuback } from './encode.js';

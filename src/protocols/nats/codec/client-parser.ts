@@ -161,15 +161,7 @@ export class NatsClientParser extends NatsParserBase<NatsClientHandler> {
     }
   }
 
-  private msg(
-    lb: Buffer,
-    s: number,
-    e: number,
-    chunk: Buffer,
-    next: number,
-    h: NatsClientHandler,
-    withHeaders: boolean,
-  ): number {
+  private msg(lb: Buffer, s: number, e: number, chunk: Buffer, next: number, h: NatsClientHandler, withHeaders: boolean): number {
     const n = this.splitArgs(lb, s, e);
     const base = withHeaders ? 4 : 3;
     const usage = withHeaders ? '<subject> <sid> [reply] <header size> <total size>' : '<subject> <sid> [reply] <size>';

@@ -200,14 +200,7 @@ export function writeMsg(w: NatsWriter, subject: string, sid: string, reply: str
   w.writeMsg(subject, sid, reply, payload);
 }
 
-export function writeHmsg(
-  w: NatsWriter,
-  subject: string,
-  sid: string,
-  reply: string | null,
-  headers: Uint8Array,
-  payload: Uint8Array,
-): void {
+export function writeHmsg(w: NatsWriter, subject: string, sid: string, reply: string | null, headers: Uint8Array, payload: Uint8Array): void {
   w.writeHmsg(subject, sid, reply, headers, payload);
 }
 

@@ -300,8 +300,7 @@ export abstract class NatsParserBase<H> {
     try {
       this.run(chunk, h);
     } catch (e) {
-      this.dead =
-        e instanceof NatsProtocolError ? e : new NatsProtocolError('NATS parser used after a handler failed', null);
+      this.dead = e instanceof NatsProtocolError ? e : new NatsProtocolError('NATS parser used after a handler failed', null);
       this.dropPayload();
       throw e;
     }
@@ -424,17 +423,11 @@ export abstract class NatsParserBase<H> {
   }
 
   private controlLineExceeded(): NatsProtocolError {
-    return new NatsProtocolError(
-      `control line longer than max_control_line (${this.maxControlLine} bytes)`,
-      NatsErrText.MAX_CONTROL_LINE,
-    );
+    return new NatsProtocolError(`control line longer than max_control_line (${this.maxControlLine} bytes)`, NatsErrText.MAX_CONTROL_LINE);
   }
 
   protected payloadTooLarge(size: number): NatsProtocolError {
-    return new NatsProtocolError(
-      `payload of ${size} bytes exceeds max_payload (${this.maxPayload} bytes)`,
-      NatsErrText.MAX_PAYLOAD,
-    );
+    return new NatsProtocolError(`payload of ${size} bytes exceeds max_payload (${this.maxPayload} bytes)`, NatsErrText.MAX_PAYLOAD);
   }
 
   /** `chunk[s, e)` as the handler gets it: a view, or an owned copy when chunks are borrowed. */

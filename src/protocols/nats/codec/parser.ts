@@ -4,20 +4,7 @@
  * it. The rules every parser follows (case, blanks, line ends, limits, errors, who owns a payload's memory) are in
  * parser-base.ts; the client's side is client-parser.ts.
  */
-import {
-  badArgs,
-  CR,
-  isBlank,
-  lc,
-  LF,
-  matchLower,
-  NatsParserBase,
-  type NatsParserOptions,
-  OP_HPUB,
-  OP_PUB,
-  parseSize,
-  unknownOp,
-} from './parser-base.js';
+import { badArgs, CR, isBlank, lc, LF, matchLower, NatsParserBase, type NatsParserOptions, OP_HPUB, OP_PUB, parseSize, unknownOp } from './parser-base.js';
 
 /**
  * CONNECT's JSON, typed. Fields absent from the JSON (or null) are absent here: the connection applies

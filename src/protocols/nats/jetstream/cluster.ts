@@ -21,7 +21,6 @@ import { decodeMessage, encodeMessage, RPC } from '../../../cluster/index.js';
 import { FlowError, type Message } from '../../../core/index.js';
 import { backoffDelay } from '../../../util/backoff.js';
 
-
 export function consumerKey(stream: string, name: string): string {
   return `${stream}/${name}`;
 }

@@ -71,9 +71,7 @@ export function normalizeConsumerConfig(raw: unknown, ephemeral: boolean, stream
   const r = raw as Record<string, unknown>;
   for (const [k, neutral] of UNSUPPORTED) {
     if (!neutral(r[k])) {
-      return JsErr.consumerCreate(
-        `consumer ${k} is not supported by FlowMQ`,
-      );
+      return JsErr.consumerCreate(`consumer ${k} is not supported by FlowMQ`);
     }
   }
   const str = (k: string): string | undefined | ApiError => {
@@ -139,14 +137,18 @@ export function normalizeConsumerConfig(raw: unknown, ephemeral: boolean, stream
     last_per_subject: 'deliver last per subject',
   };
   if (deliver === 'by_start_sequence') {
-    if (startSeq === undefined || startSeq === 0) return JsErr.consumerInvalidPolicy('consumer delivery policy is deliver by start sequence, but optional start sequence is not set');
-    if (startTime !== undefined) return JsErr.consumerInvalidPolicy('consumer delivery policy is deliver by start sequence, but optional start time is also set');
+    if (startSeq === undefined || startSeq === 0)
+      return JsErr.consumerInvalidPolicy('consumer delivery policy is deliver by start sequence, but optional start sequence is not set');
+    if (startTime !== undefined)
+      return JsErr.consumerInvalidPolicy('consumer delivery policy is deliver by start sequence, but optional start time is also set');
   } else if (deliver === 'by_start_time') {
     if (startTime === undefined) return JsErr.consumerInvalidPolicy('consumer delivery policy is deliver by start time, but optional start time is not set');
-    if (startSeq !== undefined && startSeq !== 0) return JsErr.consumerInvalidPolicy('consumer delivery policy is deliver by start time, but optional start sequence is also set');
+    if (startSeq !== undefined && startSeq !== 0)
+      return JsErr.consumerInvalidPolicy('consumer delivery policy is deliver by start time, but optional start sequence is also set');
     if (!Number.isFinite(Date.parse(startTime as string))) return JsErr.invalidJson();
   } else {
-    if (startSeq !== undefined && startSeq !== 0) return JsErr.consumerInvalidPolicy(`consumer delivery policy is ${policyNames[deliver]}, but optional start sequence is also set`);
+    if (startSeq !== undefined && startSeq !== 0)
+      return JsErr.consumerInvalidPolicy(`consumer delivery policy is ${policyNames[deliver]}, but optional start sequence is also set`);
     if (startTime !== undefined) return JsErr.consumerInvalidPolicy(`consumer delivery policy is ${policyNames[deliver]}, but optional start time is also set`);
   }
   let backoff: number[] | undefined;
@@ -206,7 +208,9 @@ export function checkConsumerUpdate(old: ConsumerConfig, next: ConsumerConfig): 
   ];
   // A pull consumer cannot become a push consumer or the reverse (a push consumer may move to another subject).
   if ((old.deliver_subject === undefined) !== (next.deliver_subject === undefined)) {
-    return JsErr.consumerCreate(old.deliver_subject === undefined ? 'can not update pull consumer to push based' : 'can not update push consumer to pull based');
+    return JsErr.consumerCreate(
+      old.deliver_subject === undefined ? 'can not update pull consumer to push based' : 'can not update push consumer to pull based',
+    );
   }
   for (const [k, what] of fixed) if (old[k] !== next[k]) return JsErr.consumerCreate(`${what} can not be updated`);
   return null;

@@ -47,7 +47,7 @@ export async function consumerCreate(js: JetStreamState, t: string[], body: stri
   }
   if (subjectName !== undefined) {
     if (!isValidApiName(subjectName)) return typed(T_, { error: JsErr.consumerNameInvalid() });
-    const given = legacyDurable ? rc.durable_name : (rc.name || rc.durable_name);
+    const given = legacyDurable ? rc.durable_name : rc.name || rc.durable_name;
     if (given !== subjectName) return typed(T_, { error: JsErr.durableNameMismatch() });
     if (subjectFilter !== undefined && rc.filter_subject !== subjectFilter) return typed(T_, { error: JsErr.filterMismatch() });
   }
@@ -328,7 +328,12 @@ export function groupAdmin(js: JetStreamState): ConsumerGroupAdmin {
     ...summary(name, cs),
     memberDetails: cs
       .filter((c) => members(c) > 0)
-      .map((c) => ({ id: `${c.stream}/${c.name}`, clientId: c.isPush ? (c.config.deliver_subject ?? '') : 'pull', host: '', assignments: [{ stream: c.stream, partition: 0 }] })),
+      .map((c) => ({
+        id: `${c.stream}/${c.name}`,
+        clientId: c.isPush ? (c.config.deliver_subject ?? '') : 'pull',
+        host: '',
+        assignments: [{ stream: c.stream, partition: 0 }],
+      })),
     offsets: cs.map((c) => {
       let end = 0;
       try {
@@ -339,7 +344,8 @@ export function groupAdmin(js: JetStreamState): ConsumerGroupAdmin {
       return { stream: c.stream, partition: 0, committed: c.ackFloor, end, lag: lagOf(c) };
     }),
   });
-  const unsupported = () => new FlowError('INVALID_ARGUMENT', 'resetting offsets is not supported for JetStream consumers: delete the consumer and create it with a deliver policy');
+  const unsupported = () =>
+    new FlowError('INVALID_ARGUMENT', 'resetting offsets is not supported for JetStream consumers: delete the consumer and create it with a deliver policy');
   return {
     list: async () => [...byName()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([n, cs]) => summary(n, cs)),
     describe: async (name) => {

@@ -12,16 +12,7 @@
  *
  * Messages are not kept in memory while they wait for an ack: a redelivery reads the stream again.
  */
-import {
-  decodeBatch,
-  dotsToUnified,
-  makeMessage,
-  recordToMessage,
-  type ConsumerRecord,
-  type Engine,
-  type Header,
-  type Message,
-} from '../../../core/index.js';
+import { decodeBatch, dotsToUnified, makeMessage, recordToMessage, type ConsumerRecord, type Engine, type Header, type Message } from '../../../core/index.js';
 import type { ConsumerConfig } from './config.js';
 import { subjectMatches } from './subjects.js';
 

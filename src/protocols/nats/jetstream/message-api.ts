@@ -8,16 +8,7 @@
  */
 import type { Cluster } from '../../../cluster/index.js';
 import { call, encodeMessage, RPC } from '../../../cluster/index.js';
-import {
-  decodeBatch,
-  dotsToUnified,
-  matches,
-  newPublishInfo,
-  recordToMessage,
-  type Message,
-  type PublishInfo,
-  type StreamDef,
-} from '../../../core/index.js';
+import { decodeBatch, dotsToUnified, matches, newPublishInfo, recordToMessage, type Message, type PublishInfo, type StreamDef } from '../../../core/index.js';
 import { retriable } from './cluster.js';
 import { JsErr, type ApiError } from './errors.js';
 import { DEFAULT_DUPLICATE_WINDOW_NS, isoTime, lastMatching } from './stream-info.js';
@@ -85,7 +76,11 @@ export function publishWith(js: JetStreamState, msg: Message, to: string | ((bod
     const now = Date.now();
     for (const c of info.captured) {
       if (c.later === undefined) remember(js, c.stream, msgId, c.offset + 1, now);
-      else c.later.then((o) => remember(js, c.stream, msgId, o + 1, now), () => undefined);
+      else
+        c.later.then(
+          (o) => remember(js, c.stream, msgId, o + 1, now),
+          () => undefined,
+        );
     }
   }
   if (first.later !== undefined) {

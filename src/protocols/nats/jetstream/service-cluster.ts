@@ -118,7 +118,12 @@ export function consumerKeyOf(t: string[], body: string): { key: string; body: s
     const req = raw as Json;
     const cfg = (req.config ?? {}) as Json;
     if (typeof cfg !== 'object' || cfg === null || Array.isArray(cfg)) return null;
-    const given = typeof cfg.name === 'string' && cfg.name !== '' ? cfg.name : typeof cfg.durable_name === 'string' && cfg.durable_name !== '' ? cfg.durable_name : undefined;
+    const given =
+      typeof cfg.name === 'string' && cfg.name !== ''
+        ? cfg.name
+        : typeof cfg.durable_name === 'string' && cfg.durable_name !== ''
+          ? cfg.durable_name
+          : undefined;
     if (given !== undefined) return isValidApiName(given) ? { key: consumerKey(t[2], given), body } : null;
     const name = randomName();
     return { key: consumerKey(t[2], name), body: JSON.stringify({ ...req, config: { ...cfg, name } }) };

@@ -84,7 +84,16 @@ export abstract class JetStreamState implements ConsumerHost {
   readonly cluster: Cluster | null;
   /** Cluster mode: consumers ("<stream>/<name>") being created here (claimed before they exist in the store). */
   readonly creating = new Set<string>();
-  readonly clusterStats = { forwarded: 0, served: 0, acksForwarded: 0, deliveriesSent: 0, deliveriesReceived: 0, fenced: 0, forwardFailures: 0, publishesForwarded: 0 };
+  readonly clusterStats = {
+    forwarded: 0,
+    served: 0,
+    acksForwarded: 0,
+    deliveriesSent: 0,
+    deliveriesReceived: 0,
+    fenced: 0,
+    forwardFailures: 0,
+    publishesForwarded: 0,
+  };
 
   constructor(
     readonly engine: Engine,

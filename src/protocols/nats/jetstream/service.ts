@@ -149,7 +149,8 @@ export class JetStream extends JetStreamState implements Subscriber, JetStreamPu
   private checksFor(t: string[], body: string): ApiCheck[] {
     const [a, b, c] = t;
     const stream = (actions: readonly Action[], name: string | undefined): ApiCheck[] => (name === undefined ? [] : [{ actions, kind: 'stream', name }]);
-    const group = (actions: readonly Action[], name: string | undefined): ApiCheck[] => (name === undefined || name === '' ? [] : [{ actions, kind: 'group', name }]);
+    const group = (actions: readonly Action[], name: string | undefined): ApiCheck[] =>
+      name === undefined || name === '' ? [] : [{ actions, kind: 'group', name }];
     const read: readonly Action[] = ['subscribe', 'describe'];
     if (a === 'STREAM') {
       if (b === 'CREATE') return stream(['create'], c);
@@ -227,7 +228,12 @@ export class JetStream extends JetStreamState implements Subscriber, JetStreamPu
           return await routeConsumer(this, cl, t, body, reply);
         } catch (err) {
           // A pull request is answered with a status, never JSON: nobody could serve it now.
-          this.logLimit.log('warn', `jetstream-forward|${t.join('.')}`, { err, request: t.join('.') }, 'JetStream pull request could not reach the consumer\'s owner');
+          this.logLimit.log(
+            'warn',
+            `jetstream-forward|${t.join('.')}`,
+            { err, request: t.join('.') },
+            "JetStream pull request could not reach the consumer's owner",
+          );
           this.sendLocal(makeMessage(reply, Buffer.alloc(0), { status: '503' }));
           return NO_ANSWER;
         }

@@ -6,29 +6,9 @@
 import type { Access } from '../../../control/index.js';
 import { FlowError, type StreamDef } from '../../../core/index.js';
 import { JsErr, type ApiError } from './errors.js';
-import {
-  DEFAULT_DUPLICATE_WINDOW_NS,
-  isoTime,
-  parseStreamConfig,
-  sameBindings,
-  streamConfigJson,
-  streamState,
-  streamSubjects,
-} from './stream-info.js';
+import { DEFAULT_DUPLICATE_WINDOW_NS, isoTime, parseStreamConfig, sameBindings, streamConfigJson, streamState, streamSubjects } from './stream-info.js';
 import { filterToSubject, subjectsCollide } from './subjects.js';
-import {
-  BAD_JSON,
-  errText,
-  isApiError,
-  isCount,
-  JetStreamState,
-  type Json,
-  LIST_LIMIT,
-  NAMES_LIMIT,
-  pageOffset,
-  parseJson,
-  typed,
-} from './service-state.js';
+import { BAD_JSON, errText, isApiError, isCount, JetStreamState, type Json, LIST_LIMIT, NAMES_LIMIT, pageOffset, parseJson, typed } from './service-state.js';
 
 export async function streamInfoJson(js: JetStreamState, def: StreamDef): Promise<Json> {
   await js.freshen(def.name);
@@ -102,7 +82,9 @@ export function bindRefusal(js: JetStreamState, access: Access | null, filters: 
     if (access.mayBind(f)) continue;
     const user = access.principal.user;
     js.api.denied++;
-    return JsErr.accessDenied(`Permissions Violation for subscribe on subject ${JSON.stringify(filterToSubject(f))}${user === null ? '' : ` for user ${JSON.stringify(user)}`}`);
+    return JsErr.accessDenied(
+      `Permissions Violation for subscribe on subject ${JSON.stringify(filterToSubject(f))}${user === null ? '' : ` for user ${JSON.stringify(user)}`}`,
+    );
   }
   return null;
 }
@@ -169,7 +151,11 @@ export async function streamPurge(js: JetStreamState, name: string, body: string
   if (r.filter !== undefined && r.filter !== '' && r.filter !== '>') {
     return typed(T_, { error: JsErr.streamPurge('purging by subject is not supported by FlowMQ streams') });
   }
-  if ((r.seq !== undefined && r.seq !== 0 && r.keep !== undefined && r.keep !== 0) || (r.seq !== undefined && !isCount(r.seq)) || (r.keep !== undefined && !isCount(r.keep))) {
+  if (
+    (r.seq !== undefined && r.seq !== 0 && r.keep !== undefined && r.keep !== 0) ||
+    (r.seq !== undefined && !isCount(r.seq)) ||
+    (r.keep !== undefined && !isCount(r.keep))
+  ) {
     return typed(T_, { error: JsErr.badRequest() });
   }
   let purged = 0;

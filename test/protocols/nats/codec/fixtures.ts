@@ -20,7 +20,15 @@ export const SERVER_CASES: Case[] = [
   { name: 'PING', input: 'PING\r\n', ops: [['PING']] },
   { name: 'PONG', input: 'PONG\r\n', ops: [['PONG']] },
   { name: 'lower-case ops (ns: pub/ping accepted)', input: 'pub foo 3\r\nabc\r\nping\r\npong\r\n', ops: [['PUB', 'foo', null, 'abc'], ['PING'], ['PONG']] },
-  { name: 'mixed-case ops', input: 'PuB foo 1\r\nx\r\nSuB foo 1\r\nUnSuB 1\r\n', ops: [['PUB', 'foo', null, 'x'], ['SUB', 'foo', null, '1'], ['UNSUB', '1', null]] },
+  {
+    name: 'mixed-case ops',
+    input: 'PuB foo 1\r\nx\r\nSuB foo 1\r\nUnSuB 1\r\n',
+    ops: [
+      ['PUB', 'foo', null, 'x'],
+      ['SUB', 'foo', null, '1'],
+      ['UNSUB', '1', null],
+    ],
+  },
   { name: 'PING with junk after it (ns: PINGX and "PING foo" answer PONG)', input: 'PINGX\r\nPING foo\r\n', ops: [['PING'], ['PING']] },
   { name: 'bare LF line ends (ns)', input: 'PING\nPUB foo 3\nabc\r\n', ops: [['PING'], ['PUB', 'foo', null, 'abc']] },
   { name: 'a CR inside the line (ns: "PING\\rPING\\r\\n" is one PING)', input: 'PING\rPING\r\n', ops: [['PING']] },
@@ -29,10 +37,26 @@ export const SERVER_CASES: Case[] = [
   { name: 'PUB empty payload', input: 'PUB foo 0\r\n\r\n', ops: [['PUB', 'foo', null, '']] },
   { name: 'PUB with reply and empty payload (ns)', input: 'PUB foo bar 0\r\n\r\n', ops: [['PUB', 'foo', 'bar', '']] },
   { name: 'PUB payload holding CRLF', input: 'PUB foo 6\r\na\r\nb\r\n\r\n', ops: [['PUB', 'foo', null, 'a\r\nb\r\n']] },
-  { name: 'PUB tabs and runs of blanks (ns)', input: 'PUB\tfoo\t\t3\r\nabc\r\nPUB foo  3 \r\nabc\r\n', ops: [['PUB', 'foo', null, 'abc'], ['PUB', 'foo', null, 'abc']] },
+  {
+    name: 'PUB tabs and runs of blanks (ns)',
+    input: 'PUB\tfoo\t\t3\r\nabc\r\nPUB foo  3 \r\nabc\r\n',
+    ops: [
+      ['PUB', 'foo', null, 'abc'],
+      ['PUB', 'foo', null, 'abc'],
+    ],
+  },
   { name: 'PUB size with leading zero (ns)', input: 'PUB foo 03\r\nabc\r\n', ops: [['PUB', 'foo', null, 'abc']] },
   { name: 'PUB UTF-8 subject', input: 'PUB caf\xc3\xa9.\xe6\x97\xa5 1\r\nx\r\n', ops: [['PUB', 'café.日', null, 'x']] },
-  { name: 'PUB subject repeated (cache)', input: 'PUB a.b 1\r\nx\r\nPUB a.b 1\r\ny\r\nPUB a.c 1\r\nz\r\nPUB a.b 1\r\nw\r\n', ops: [['PUB', 'a.b', null, 'x'], ['PUB', 'a.b', null, 'y'], ['PUB', 'a.c', null, 'z'], ['PUB', 'a.b', null, 'w']] },
+  {
+    name: 'PUB subject repeated (cache)',
+    input: 'PUB a.b 1\r\nx\r\nPUB a.b 1\r\ny\r\nPUB a.c 1\r\nz\r\nPUB a.b 1\r\nw\r\n',
+    ops: [
+      ['PUB', 'a.b', null, 'x'],
+      ['PUB', 'a.b', null, 'y'],
+      ['PUB', 'a.c', null, 'z'],
+      ['PUB', 'a.b', null, 'w'],
+    ],
+  },
   { name: 'HPUB', input: 'HPUB foo 18 20\r\nNATS/1.0\r\nA: b\r\n\r\nhi\r\n', ops: [['HPUB', 'foo', null, 'NATS/1.0\r\nA: b\r\n\r\n', 'hi']] },
   { name: 'HPUB with reply', input: 'HPUB foo r.1 12 14\r\nNATS/1.0\r\n\r\nab\r\n', ops: [['HPUB', 'foo', 'r.1', 'NATS/1.0\r\n\r\n', 'ab']] },
   { name: 'HPUB sizes 0 0 (ns: accepted)', input: 'HPUB foo 0 0\r\n\r\n', ops: [['HPUB', 'foo', null, '', '']] },
@@ -46,12 +70,39 @@ export const SERVER_CASES: Case[] = [
   { name: 'UNSUB non-numeric max is a plain UNSUB (ns)', input: 'UNSUB 1 x\r\n', ops: [['UNSUB', '1', null]] },
   {
     name: 'CONNECT',
-    input: 'CONNECT {"verbose":false,"pedantic":false,"tls_required":false,"name":"svc","lang":"nats.js","version":"2.29.3","protocol":1,"headers":true,"no_responders":true,"echo":false,"user":"u","pass":"p","auth_token":"t","sig":"s","jwt":"j","nkey":"n","extra":[1]}\r\n',
-    ops: [['CONNECT', { verbose: false, pedantic: false, tls_required: false, name: 'svc', lang: 'nats.js', version: '2.29.3', protocol: 1, headers: true, no_responders: true, echo: false, user: 'u', pass: 'p', auth_token: 't', sig: 's', jwt: 'j', nkey: 'n' }]],
+    input:
+      'CONNECT {"verbose":false,"pedantic":false,"tls_required":false,"name":"svc","lang":"nats.js","version":"2.29.3","protocol":1,"headers":true,"no_responders":true,"echo":false,"user":"u","pass":"p","auth_token":"t","sig":"s","jwt":"j","nkey":"n","extra":[1]}\r\n',
+    ops: [
+      [
+        'CONNECT',
+        {
+          verbose: false,
+          pedantic: false,
+          tls_required: false,
+          name: 'svc',
+          lang: 'nats.js',
+          version: '2.29.3',
+          protocol: 1,
+          headers: true,
+          no_responders: true,
+          echo: false,
+          user: 'u',
+          pass: 'p',
+          auth_token: 't',
+          sig: 's',
+          jwt: 'j',
+          nkey: 'n',
+        },
+      ],
+    ],
   },
   { name: 'CONNECT with trailing blanks (ns)', input: 'CONNECT {}  \r\n', ops: [['CONNECT', {}]] },
   { name: 'CONNECT null fields are absent', input: 'CONNECT {"user":null,"echo":null}\r\n', ops: [['CONNECT', {}]] },
-  { name: '+OK and -ERR from a client', input: "+OK\r\n-ERR 'Stale Connection'\r\n-ERR bare words\r\n", ops: [['+OK'], ['-ERR', 'Stale Connection'], ['-ERR', 'bare words']] },
+  {
+    name: '+OK and -ERR from a client',
+    input: "+OK\r\n-ERR 'Stale Connection'\r\n-ERR bare words\r\n",
+    ops: [['+OK'], ['-ERR', 'Stale Connection'], ['-ERR', 'bare words']],
+  },
   { name: 'INFO from a client is ignored (ns)', input: 'INFO {}\r\nPING\r\n', ops: [['PING']] },
 
   // Errors.
@@ -98,7 +149,11 @@ export const CLIENT_CASES: Case[] = [
   { name: 'MSG empty', input: 'MSG foo 1 0\r\n\r\n', ops: [['MSG', 'foo', '1', null, '']] },
   { name: 'HMSG', input: 'HMSG foo 1 16 18\r\nNATS/1.0 503\r\n\r\nok\r\n', ops: [['HMSG', 'foo', '1', null, 'NATS/1.0 503\r\n\r\n', 'ok']] },
   { name: 'HMSG with reply', input: 'HMSG foo 1 r 12 12\r\nNATS/1.0\r\n\r\n\r\n', ops: [['HMSG', 'foo', '1', 'r', 'NATS/1.0\r\n\r\n', '']] },
-  { name: '+OK -ERR PING PONG', input: "+OK\r\n-ERR 'Authorization Violation'\r\nPING\r\nPONG\r\n", ops: [['+OK'], ['-ERR', 'Authorization Violation'], ['PING'], ['PONG']] },
+  {
+    name: '+OK -ERR PING PONG',
+    input: "+OK\r\n-ERR 'Authorization Violation'\r\nPING\r\nPONG\r\n",
+    ops: [['+OK'], ['-ERR', 'Authorization Violation'], ['PING'], ['PONG']],
+  },
   { name: 'lower case', input: 'msg a 1 1\r\nx\r\nping\r\n', ops: [['MSG', 'a', '1', null, 'x'], ['PING']] },
   { name: 'PUB is unknown to a client', input: 'PUB a 1\r\nx\r\n', ops: [], error: U },
   { name: 'MSG missing sid', input: 'MSG a 1\r\nx\r\n', ops: [], error: null },
@@ -106,4 +161,3 @@ export const CLIENT_CASES: Case[] = [
   { name: 'INFO bad JSON', input: 'INFO {\r\n', ops: [], error: null },
   { name: 'MSG payload not followed by CRLF', input: 'MSG a 1 1\r\nxy\r\n', ops: [], error: U },
 ];
-

@@ -55,20 +55,43 @@ describe('encodeHeaders', () => {
     assert.equal(encodeHeaders({ entries: [] }).toString(), 'NATS/1.0\r\n\r\n');
     assert.equal(encodeHeaders({ status: 503, entries: [] }).toString(), 'NATS/1.0 503\r\n\r\n');
     assert.equal(
-      encodeHeaders({ status: 404, description: 'No Messages', entries: [['A', '1'], ['A', '2']] }).toString(),
+      encodeHeaders({
+        status: 404,
+        description: 'No Messages',
+        entries: [
+          ['A', '1'],
+          ['A', '2'],
+        ],
+      }).toString(),
       'NATS/1.0 404 No Messages\r\nA: 1\r\nA: 2\r\n\r\n',
     );
   });
   test('unsafe keys and values cannot inject lines; empty keys are dropped', () => {
-    const block = encodeHeaders({ entries: [['a\r\nb: c', 'x\r\nEvil: 1'], ['', 'v'], ['k:y', 'ok']] });
+    const block = encodeHeaders({
+      entries: [
+        ['a\r\nb: c', 'x\r\nEvil: 1'],
+        ['', 'v'],
+        ['k:y', 'ok'],
+      ],
+    });
     assert.equal(block.toString(), 'NATS/1.0\r\na__b__c: x  Evil: 1\r\nk_y: ok\r\n\r\n');
-    assert.deepEqual(parseHeaders(block).entries, [['a__b__c', 'x  Evil: 1'], ['k_y', 'ok']]);
+    assert.deepEqual(parseHeaders(block).entries, [
+      ['a__b__c', 'x  Evil: 1'],
+      ['k_y', 'ok'],
+    ]);
   });
   test('bad status', () => {
     assert.throws(() => encodeHeaders({ status: 42, entries: [] }), RangeError);
   });
   test('round trip', () => {
-    const h = { status: 408, description: 'Request Timeout', entries: [['Nats-Msg-Id', 'abc'], ['ü', 'ö ä']] as Array<[string, string]> };
+    const h = {
+      status: 408,
+      description: 'Request Timeout',
+      entries: [
+        ['Nats-Msg-Id', 'abc'],
+        ['ü', 'ö ä'],
+      ] as Array<[string, string]>,
+    };
     assert.deepEqual(parseHeaders(encodeHeaders(h)), h);
   });
 });

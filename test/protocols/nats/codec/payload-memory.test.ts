@@ -62,7 +62,10 @@ describe('NATS payload memory', () => {
     // The rest in reads of 64 KiB: views of the chunks, joined once.
     const rest = Buffer.alloc(1048576 - arrived, 0x63);
     const all = Buffer.concat([rest, Buffer.from('\r\nPING\r\n')]);
-    const reads = cut(all, Array.from({ length: Math.floor(all.length / 65536) }, (_, i) => (i + 1) * 65536));
+    const reads = cut(
+      all,
+      Array.from({ length: Math.floor(all.length / 65536) }, (_, i) => (i + 1) * 65536),
+    );
     const joinAllocs = allocations(() => {
       for (const c of reads) p.push(c, r);
     });

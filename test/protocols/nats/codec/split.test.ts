@@ -128,7 +128,9 @@ describe('borrowed chunks (a shared read buffer overwritten after every push)', 
     const parts: string[] = [];
     const expected: Array<[string, string, null]> = [];
     for (let i = 0; i < 1500; i++) {
-      const body = String(i).padStart(4, '0').repeat(i % 50 === 0 ? 1500 : 25);
+      const body = String(i)
+        .padStart(4, '0')
+        .repeat(i % 50 === 0 ? 1500 : 25);
       parts.push(`PUB s.${i} ${body.length}\r\n${body}\r\n`);
       expected.push([`s.${i}`, body, null]);
     }

@@ -60,6 +60,6 @@ describe('JetStream API authorization', () => {
     c.engine.unsubscribe(inbox.sub);
     assert.equal((js.figures() as { apiRequests: number }).apiRequests, before, 'not even counted');
     as(null);
-    assert.equal(json((await c.request('$JS.API.STREAM.INFO.B', ''))).config.name, 'B');
+    assert.equal(json(await c.request('$JS.API.STREAM.INFO.B', '')).config.name, 'B');
   });
 });

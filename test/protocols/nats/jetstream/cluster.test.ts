@@ -118,7 +118,10 @@ describe('JetStream consumers in cluster mode', () => {
       assert.ok(fig.forwarded >= 3 && fig.acksForwarded >= 3 && fig.deliveriesReceived >= 4, JSON.stringify(fig));
       // NAMES through either broker lists it once.
       assert.deepEqual((await other.c.api('$JS.API.CONSUMER.NAMES.S')).consumers, ['d']);
-      assert.deepEqual((await owner.c.api('$JS.API.CONSUMER.LIST.S')).consumers.map((x: { name: string }) => x.name), ['d']);
+      assert.deepEqual(
+        (await owner.c.api('$JS.API.CONSUMER.LIST.S')).consumers.map((x: { name: string }) => x.name),
+        ['d'],
+      );
       // Deleted through the non-owner: the owner row goes with it.
       assert.equal((await other.c.api('$JS.API.CONSUMER.DELETE.S.d')).success, true);
       assert.equal(await w.store.owner('consumer', 'S/d'), null);
@@ -229,7 +232,7 @@ describe('JetStream API across brokers with live forwarding', () => {
       a.engine.unsubscribe(spy.sub);
       const all = a.engine.subscribe('>', spy, { qos: 0, rule: 'nats' });
       // (Broker 2's own JetStream subscription is not announced: broker 1's wildcard is the only remote interest.)
-      await until('broker 2 sees broker 1\'s interest', () => b.live.remote > 0 && b.live.wants(dotsToUnified('$JS.API.STREAM.INFO.L')));
+      await until("broker 2 sees broker 1's interest", () => b.live.remote > 0 && b.live.wants(dotsToUnified('$JS.API.STREAM.INFO.L')));
       const inbox = new Inbox(b.engine, '_INBOX.once');
       b.engine.publish(makeMessage(dotsToUnified('$JS.API.STREAM.INFO.L'), Buffer.alloc(0), { responseTopic: dotsToUnified('_INBOX.once.1') }));
       await inbox.waitFor(1);
@@ -238,7 +241,10 @@ describe('JetStream API across brokers with live forwarding', () => {
       b.engine.publish(makeMessage(dotsToUnified('$JS.API.STREAM.INFO.L'), Buffer.alloc(0), { responseTopic: dotsToUnified('_INBOX.once.2') }));
       await inbox.waitFor(2);
       await until('the marker request reached broker 1', () => spy.got.filter((m) => m.topic === dotsToUnified('$JS.API.STREAM.INFO.L')).length === 2);
-      assert.deepEqual(inbox.got.map((m) => m.topic), [dotsToUnified('_INBOX.once.1'), dotsToUnified('_INBOX.once.2')]);
+      assert.deepEqual(
+        inbox.got.map((m) => m.topic),
+        [dotsToUnified('_INBOX.once.1'), dotsToUnified('_INBOX.once.2')],
+      );
       assert.equal(json(inbox.got[0]).config.name, 'L');
       assert.equal(a.js.figures().apiRequests, 1, 'broker 1 served only the stream create made through it');
       a.engine.unsubscribe(all);

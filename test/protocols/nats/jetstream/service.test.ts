@@ -27,14 +27,28 @@ describe('JetStream API: account and streams', () => {
     assert.equal(info.limits.max_streams, -1);
     assert.deepEqual(info.api, { total: 1, errors: 0 });
 
-    const created = await c.api('$JS.API.STREAM.CREATE.S1', { name: 'S1', subjects: ['s1.>', 'x.*.y'], max_age: ns(60_000), storage: 'memory', num_replicas: 3 });
+    const created = await c.api('$JS.API.STREAM.CREATE.S1', {
+      name: 'S1',
+      subjects: ['s1.>', 'x.*.y'],
+      max_age: ns(60_000),
+      storage: 'memory',
+      num_replicas: 3,
+    });
     assert.equal(created.type, 'io.nats.jetstream.api.v1.stream_create_response');
     assert.equal(created.did_create, true);
     assert.deepEqual(created.config.subjects, ['s1.>', 'x.*.y']);
     assert.equal(created.config.max_age, ns(60_000));
     assert.equal(created.config.retention, 'limits');
     assert.equal(created.config.duplicate_window, ns(60_000), 'a max_age below 2 min caps the duplicate window, as in nats-server');
-    assert.deepEqual(created.state, { messages: 0, bytes: 0, first_seq: 0, first_ts: '0001-01-01T00:00:00Z', last_seq: 0, last_ts: '0001-01-01T00:00:00Z', consumer_count: 0 });
+    assert.deepEqual(created.state, {
+      messages: 0,
+      bytes: 0,
+      first_seq: 0,
+      first_ts: '0001-01-01T00:00:00Z',
+      last_seq: 0,
+      last_ts: '0001-01-01T00:00:00Z',
+      consumer_count: 0,
+    });
 
     // Same config again: fine; another config: nats-server's 10058.
     assert.equal((await c.api('$JS.API.STREAM.CREATE.S1', { name: 'S1', subjects: ['s1.>', 'x.*.y'], max_age: ns(60_000) })).did_create, true);
@@ -56,7 +70,10 @@ describe('JetStream API: account and streams', () => {
     assert.deepEqual((await c.api('$JS.API.STREAM.NAMES', { subject: 's1.q' })).streams, ['S1']);
     const list = await c.api('$JS.API.STREAM.LIST', { offset: 1 });
     assert.equal(list.total, 2);
-    assert.deepEqual(list.streams.map((s: any) => s.config.name), ['S7']);
+    assert.deepEqual(
+      list.streams.map((s: any) => s.config.name),
+      ['S7'],
+    );
     assert.deepEqual(list.streams[0].config.subjects, ['S7'], 'a stream created without subjects binds its own name');
 
     const si = await c.api('$JS.API.STREAM.INFO.S1');
@@ -101,7 +118,18 @@ describe('JetStream API: account and streams', () => {
       '$JS.API.CONSUMER.LIST.H',
       '$JS.API.CONSUMER.INFO.H.k',
     ];
-    const bodies = ['', 'null', '[]', '7', '"s"', '{', '{"config":null}', '{"config":[]}', '{"name":5,"subjects":"x","offset":-1,"seq":"a"}', '{"stream_name":"H","config":{"ack_wait":"x"}}'];
+    const bodies = [
+      '',
+      'null',
+      '[]',
+      '7',
+      '"s"',
+      '{',
+      '{"config":null}',
+      '{"config":[]}',
+      '{"name":5,"subjects":"x","offset":-1,"seq":"a"}',
+      '{"stream_name":"H","config":{"ack_wait":"x"}}',
+    ];
     for (const s of subjects) {
       for (const b of bodies) {
         const r = await c.api(s, b);
@@ -204,7 +232,11 @@ describe('JetStream API: pull consumers', () => {
 
   it('creates a durable consumer, fetches with explicit acks, reports delivered, ack floor and pending', async () => {
     const { c } = await withMessages(5);
-    const cr = await c.api('$JS.API.CONSUMER.CREATE.A.k', { stream_name: 'A', config: { durable_name: 'k', ack_policy: 'explicit', ack_wait: ns(30_000) }, action: 'create' });
+    const cr = await c.api('$JS.API.CONSUMER.CREATE.A.k', {
+      stream_name: 'A',
+      config: { durable_name: 'k', ack_policy: 'explicit', ack_wait: ns(30_000) },
+      action: 'create',
+    });
     assert.equal(cr.type, 'io.nats.jetstream.api.v1.consumer_create_response');
     assert.deepEqual(cr.config, {
       durable_name: 'k',
@@ -223,7 +255,10 @@ describe('JetStream API: pull consumers', () => {
 
     const msgs = await c.fetch('A', 'k', { batch: 3, expires: ns(5000) }, 3);
     assert.deepEqual(msgs.map(natsSubject), ['a.1', 'a.2', 'a.3']);
-    assert.deepEqual(msgs.map((m) => m.payload.toString()), ['m1', 'm2', 'm3']);
+    assert.deepEqual(
+      msgs.map((m) => m.payload.toString()),
+      ['m1', 'm2', 'm3'],
+    );
     const [, , , , dc, sseq, cseq, tsNs, pending] = ackSubject(msgs[0]).split('.');
     assert.deepEqual(ackSubject(msgs[0]).split('.').slice(0, 4), ['$JS', 'ACK', 'A', 'k']);
     assert.equal(dc, '1');
@@ -342,7 +377,8 @@ describe('JetStream API: pull consumers', () => {
     await new Promise((r) => setTimeout(r, 5));
     await c.publish('a.x', 'late-x');
     await c.publish('a.5', 'm5');
-    const make = (name: string, cfg: object) => c.api(`$JS.API.CONSUMER.CREATE.A.${name}`, { stream_name: 'A', config: { durable_name: name, ack_policy: 'explicit', ...cfg } });
+    const make = (name: string, cfg: object) =>
+      c.api(`$JS.API.CONSUMER.CREATE.A.${name}`, { stream_name: 'A', config: { durable_name: name, ack_policy: 'explicit', ...cfg } });
     await make('last', { deliver_policy: 'last' });
     await make('new', { deliver_policy: 'new' });
     const seqc = await make('seq', { deliver_policy: 'by_start_sequence', opt_start_seq: 4 });
@@ -376,11 +412,17 @@ describe('JetStream API: pull consumers', () => {
     assert.equal(r3.error.err_code, 10020);
     const r4 = await c.api('$JS.API.CONSUMER.CREATE.nope.x', { stream_name: 'nope', config: { name: 'x' } });
     assert.equal(r4.error.err_code, 10059);
-    const ok = await c.api('$JS.API.CONSUMER.DURABLE.CREATE.A.d', { stream_name: 'A', config: { durable_name: 'd', ack_policy: 'explicit', ack_wait: ns(1000) } });
+    const ok = await c.api('$JS.API.CONSUMER.DURABLE.CREATE.A.d', {
+      stream_name: 'A',
+      config: { durable_name: 'd', ack_policy: 'explicit', ack_wait: ns(1000) },
+    });
     assert.equal(ok.name, 'd');
     const upd = await c.api('$JS.API.CONSUMER.CREATE.A.d', { stream_name: 'A', config: { durable_name: 'd', ack_policy: 'explicit', ack_wait: ns(2000) } });
     assert.equal(upd.config.ack_wait, ns(2000), 'ack_wait may change');
-    const fixed = await c.api('$JS.API.CONSUMER.CREATE.A.d', { stream_name: 'A', config: { durable_name: 'd', ack_policy: 'explicit', deliver_policy: 'new' } });
+    const fixed = await c.api('$JS.API.CONSUMER.CREATE.A.d', {
+      stream_name: 'A',
+      config: { durable_name: 'd', ack_policy: 'explicit', deliver_policy: 'new' },
+    });
     assert.deepEqual(fixed.error, { code: 500, err_code: 10012, description: 'deliver policy can not be updated' });
   });
 
@@ -408,11 +450,15 @@ describe('JetStream API: pull consumers', () => {
     assert.match(r.error.description, /stream has 3 partitions: JetStream consumers need a single-partition stream/);
   });
 
-  it('refuses consumers past the limit with nats-server\'s 10026', async () => {
+  it("refuses consumers past the limit with nats-server's 10026", async () => {
     const { c } = await env({ maxConsumers: 2 });
     await c.api('$JS.API.STREAM.CREATE.A', { name: 'A' });
     for (let i = 0; i < 2; i++) assert.equal((await c.api('$JS.API.CONSUMER.CREATE.A', { stream_name: 'A', config: {} })).error, undefined);
-    assert.deepEqual((await c.api('$JS.API.CONSUMER.CREATE.A', { stream_name: 'A', config: {} })).error, { code: 400, err_code: 10026, description: 'maximum consumers limit reached' });
+    assert.deepEqual((await c.api('$JS.API.CONSUMER.CREATE.A', { stream_name: 'A', config: {} })).error, {
+      code: 400,
+      err_code: 10026,
+      description: 'maximum consumers limit reached',
+    });
   });
 
   it('ack_policy none: nothing waits for an ack', async () => {
@@ -437,7 +483,10 @@ describe('JetStream API: pull consumers', () => {
 
   it('headers_only: deliveries carry the headers and Nats-Msg-Size, no payload', async () => {
     const { c } = await withMessages(1);
-    const r = await c.api('$JS.API.CONSUMER.CREATE.A.h', { stream_name: 'A', config: { durable_name: 'h', ack_policy: 'explicit', headers_only: true, mem_storage: true } });
+    const r = await c.api('$JS.API.CONSUMER.CREATE.A.h', {
+      stream_name: 'A',
+      config: { durable_name: 'h', ack_policy: 'explicit', headers_only: true, mem_storage: true },
+    });
     assert.equal(r.config.headers_only, true);
     const [m] = await c.fetch('A', 'h', { batch: 1, no_wait: true }, 1);
     assert.equal(m.payload.length, 0);
@@ -468,7 +517,10 @@ describe('JetStream API: pull consumers', () => {
       await inbox.waitFor(inbox.got.length + 1);
     }
     assert.equal((await c.fetch('A', 'p', { batch: 1 }, 1))[0].status, '409 Consumer is push based');
-    assert.equal((await c.api('$JS.API.CONSUMER.CREATE.A.p', { stream_name: 'A', config: { durable_name: 'p', ack_policy: 'explicit' } })).error.err_code, 10012);
+    assert.equal(
+      (await c.api('$JS.API.CONSUMER.CREATE.A.p', { stream_name: 'A', config: { durable_name: 'p', ack_policy: 'explicit' } })).error.err_code,
+      10012,
+    );
     engine.unsubscribe(inbox.sub);
   });
 
@@ -508,7 +560,10 @@ describe('JetStream consumer state', () => {
     await first.js.close();
     first.engine.close();
     const rec = await m.getConsumer('R', 'd');
-    assert.deepEqual({ floor: rec!.ackFloor, acked: rec!.acked, delivered: rec!.deliveredSeq, cseq: rec!.deliveredConsumerSeq }, { floor: 1, acked: [3], delivered: 4, cseq: 4 });
+    assert.deepEqual(
+      { floor: rec!.ackFloor, acked: rec!.acked, delivered: rec!.deliveredSeq, cseq: rec!.deliveredConsumerSeq },
+      { floor: 1, acked: [3], delivered: 4, cseq: 4 },
+    );
 
     const second = await setup({}, m);
     closers.push(() => second.js.close());
@@ -517,7 +572,11 @@ describe('JetStream consumer state', () => {
     assert.equal(info.ack_floor.stream_seq, 1);
     const again = await second.c.fetch('R', 'd', { batch: 3, no_wait: true }, 3);
     assert.deepEqual(again.map(natsSubject), ['r.2', 'r.4', 'r.5']);
-    assert.deepEqual(again.map((x) => ackSubject(x).split('.')[4]), ['2', '2', '1'], 'redeliveries count as such');
+    assert.deepEqual(
+      again.map((x) => ackSubject(x).split('.')[4]),
+      ['2', '2', '1'],
+      'redeliveries count as such',
+    );
     assert.equal(ackSubject(again[0]).split('.')[6], '5', 'consumer sequence continues');
   });
 });
