@@ -729,7 +729,9 @@ export class MqttHub implements MqttClusterHost<MqttSession> {
     ];
     for (const [t, v] of topics) {
       try {
-        void e.publish({
+        // Retained: a failing retained-store write (disk full) is logged, not left as an unhandled rejection that would
+        // end the process.
+        e.publish({
           topic: `$SYS/broker/${t}`,
           payload: Buffer.from(v),
           key: null,
@@ -738,7 +740,7 @@ export class MqttHub implements MqttClusterHost<MqttSession> {
           qos: 0,
           retain: true,
           origin: 'mqtt:$SYS',
-        });
+        })?.catch((err: unknown) => this.logLimit.log('warn', 'sys-retain', { err: String(err) }, 'mqtt $SYS retained message not stored'));
       } catch (err) {
         this.ctx.logger.warn({ err: String(err) }, 'mqtt $SYS publish failed');
       }

@@ -126,10 +126,16 @@ export abstract class JetStreamState implements ConsumerHost {
   /** Publishes to this broker's engine (the client is here, or the topic is for anyone listening). */
   sendLocal(msg: Message): void {
     try {
-      void this.engine.publish(msg);
+      // A stream bound to the inbox's topic captures the delivery too; its append failing (disk full, fenced) must
+      // not become an unhandled rejection, which would end the process.
+      this.engine.publish(msg)?.catch((err: unknown) => this.deliveryNotStored(msg, err));
     } catch (err) {
       this.logger.debug({ err, topic: msg.topic }, 'JetStream delivery not published');
     }
+  }
+
+  private deliveryNotStored(msg: Message, err: unknown): void {
+    this.logLimit.log('warn', 'jetstream-delivery-capture', { err, topic: msg.topic }, 'JetStream delivery not stored by a stream bound to its topic');
   }
 
   changed(c: Consumer): void {
@@ -187,7 +193,7 @@ export abstract class JetStreamState implements ConsumerHost {
         const thr = c.config.inactive_threshold;
         const idle = c.isPush ? !c.pushBound : c.waiting.length === 0;
         if (thr !== undefined && thr > 0 && idle && now - c.lastActive > thr / 1e6) {
-          void this.deleteConsumer(c, false);
+          this.deleteConsumer(c, false).catch((err: unknown) => this.warnStore(err));
         }
       }
     }

@@ -5,6 +5,7 @@
 import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { makeMessage } from '../../../../src/core/index.js';
+import { GatedStreams } from '../../../helpers/memory-storage.js';
 import { ackSubject, hdr, Inbox, natsSubject, ns, setup } from './harness.js';
 
 const h = (key: string, value: string) => ({ key, value: Buffer.from(value) });
@@ -12,8 +13,8 @@ const closers: Array<() => Promise<void>> = [];
 after(async () => {
   for (const c of closers) await c();
 });
-async function env(opts = {}) {
-  const e = await setup(opts);
+async function env(opts = {}, store?: GatedStreams) {
+  const e = await setup(opts, store);
   closers.push(() => e.js.close());
   return e;
 }
@@ -544,6 +545,31 @@ describe('JetStream API: pull consumers', () => {
     const [end] = await inbox.waitFor(1);
     assert.equal(end.status, '409 Consumer Deleted');
     assert.deepEqual(await engine.store.listConsumers('A'), []);
+  });
+
+  it('a delivery also captured by a stream bound to the inbox arrives when that stream cannot store it; the failure is not left unhandled', async () => {
+    const store = new GatedStreams();
+    const { c } = await env({}, store);
+    await c.api('$JS.API.STREAM.CREATE.A', { name: 'A', subjects: ['a.>'] });
+    await c.publish('a.1', 'm1');
+    await c.api('$JS.API.CONSUMER.CREATE.A.k', { stream_name: 'A', config: { durable_name: 'k', ack_policy: 'explicit' } });
+    await c.api('$JS.API.STREAM.CREATE.IN', { name: 'IN', subjects: ['_INBOX.>'] });
+    // Every append fails from here on (a full disk, a fenced owner): the deliveries and API answers to inboxes are
+    // captured by IN and its writes are refused.
+    store.fail = true;
+    const unhandled: unknown[] = [];
+    const onUnhandled = (err: unknown) => unhandled.push(err);
+    process.on('unhandledRejection', onUnhandled);
+    try {
+      const msgs = await c.fetch('A', 'k', { batch: 1, no_wait: true }, 1);
+      assert.equal(msgs[0].payload.toString(), 'm1');
+      // An API answer after the delivery, also captured by IN, marks that both failed writes have been settled.
+      assert.equal((await c.api('$JS.API.CONSUMER.INFO.A.k')).delivered.stream_seq, 1);
+      await new Promise((r) => setImmediate(r));
+      assert.deepEqual(unhandled, []);
+    } finally {
+      process.off('unhandledRejection', onUnhandled);
+    }
   });
 });
 
