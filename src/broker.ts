@@ -36,7 +36,7 @@ import { MemoryControlStore, isControlStore, type ControlStore } from './storage
 import { lockDataDir } from './storage/lock.js';
 import { DiskSpace } from './storage/disk-space.js';
 import type { WriteAheadLog } from './storage/wal/index.js';
-import { Cluster, ClusterStreams, followControl, Live, PostgresClusterStore, startChannel, type Endpoint, type TcpChannel } from './cluster/index.js';
+import { Cluster, ClusterStreams, followControl, Live, openPostgresClusterStore, startChannel, type Endpoint, type TcpChannel } from './cluster/index.js';
 import { ClusterQueues } from './cluster/queues.js';
 
 export interface Broker {
@@ -342,7 +342,7 @@ async function startServing(config: Config, logger: Logger, data: DataPlane, con
 async function openCluster(config: Config, logger: Logger): Promise<{ cluster: Cluster; channel: TcpChannel; close(): Promise<void> }> {
   if (config.metastore.kind !== 'postgres') throw new FlowError('CONFIG_ERROR', '--cluster needs --metastore postgres://...');
   const clusterLogger = logger.child({ component: 'cluster' });
-  const store = await PostgresClusterStore.open({ url: config.metastore.url, statementTimeoutMs: config.pgStatementTimeout, logger: clusterLogger });
+  const store = await openPostgresClusterStore({ url: config.metastore.url, statementTimeoutMs: config.pgStatementTimeout, logger: clusterLogger });
   const host = advertisedHost(config);
   const port = config.advertisedListeners.cluster?.port ?? config.clusterPort;
   let cluster: Cluster;

@@ -1,7 +1,8 @@
 /** Cluster mode: membership, ownership with epochs, the brokers' internal channel (see types.ts). */
 export * from './types.js';
 export { Cluster, rendezvous } from './cluster.js';
-export { PostgresClusterStore } from './pg-store.js';
+export type { PostgresClusterStore } from './pg-store.js';
+export { openPostgresClusterStore } from './open-pg-store.js';
 export { MemoryClusterStore } from './memory-store.js';
 export { LocalHub } from './local-channel.js';
 export { startChannel, type ChannelOptions, type TcpChannel } from './channel.js';

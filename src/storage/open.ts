@@ -13,10 +13,18 @@ import type { Config } from '../config/index.js';
 import { redactUrl } from '../config/index.js';
 import { FlowError, type QueueStore } from '../core/index.js';
 import { LogManager, type LogOptions } from './log/index.js';
-import { PostgresMetastore, SqliteMetastore, type Metastore } from './metastore/index.js';
-import { CachedObjectStore, FsObjectStore, S3ObjectStore, type ObjectStore } from './objects/index.js';
-import { PostgresQueueStore, SqliteQueueStore } from './queues/index.js';
-import { FileWal, PartitionWal, PostgresWal, type WriteAheadLog } from './wal/index.js';
+// The embedded backends from their own files, and the service backends (PostgreSQL, S3) imported only when
+// configured: the barrels would load pg and the AWS SDK, ~100 of the ~290 ms an embedded broker spent loading
+// modules before it listened (test/storage/open-imports.test.ts keeps them off the start path).
+import type { Metastore } from './metastore/index.js';
+import { SqliteMetastore } from './metastore/sqlite.js';
+import type { ObjectStore } from './objects/index.js';
+import { CachedObjectStore } from './objects/cache.js';
+import { FsObjectStore } from './objects/fs-store.js';
+import { SqliteQueueStore } from './queues/sqlite-queue-store.js';
+import type { WriteAheadLog } from './wal/index.js';
+import { FileWal } from './wal/file-wal.js';
+import { PartitionWal } from './wal/partition-wal.js';
 
 export interface Storage {
   metastore: Metastore;
@@ -56,14 +64,18 @@ export async function openStorage(config: Config, dataDir: string, logger: Logge
     const pgOptions = pg ? { url: pg.url, poolSize: config.pgPoolSize, statementTimeoutMs: config.pgStatementTimeout, connectTimeoutMs: 10_000 } : null;
     const metastore: Metastore = pgOptions
       ? await reach(`PostgreSQL metastore at ${redactUrl(pgOptions.url)}`, () =>
-          PostgresMetastore.open({ ...pgOptions, logger: logger.child({ component: 'metastore' }) }),
+          import('./metastore/postgres.js').then(({ PostgresMetastore }) =>
+            PostgresMetastore.open({ ...pgOptions, logger: logger.child({ component: 'metastore' }) }),
+          ),
         )
       : SqliteMetastore.open(join(dataDir, 'metastore.db'));
     opened.push(metastore);
 
     const queues: QueueStore = pgOptions
       ? await reach(`PostgreSQL queue store at ${redactUrl(pgOptions.url)}`, () =>
-          PostgresQueueStore.open({ ...pgOptions, logger: logger.child({ component: 'queues' }) }),
+          import('./queues/postgres-queue-store.js').then(({ PostgresQueueStore }) =>
+            PostgresQueueStore.open({ ...pgOptions, logger: logger.child({ component: 'queues' }) }),
+          ),
         )
       : await reach(`queue store ${join(dataDir, 'queues.db')}`, () => SqliteQueueStore.open(join(dataDir, 'queues.db')));
     opened.push(queues);
@@ -73,6 +85,7 @@ export async function openStorage(config: Config, dataDir: string, logger: Logge
     if (config.objectStore.kind === 's3') {
       const { bucket, prefix } = config.objectStore;
       const endpoint = config.s3Endpoint ?? `AWS S3 (${config.s3Region})`;
+      const { S3ObjectStore } = await import('./objects/s3-store.js');
       const s3 = await reach(`S3 object store s3://${bucket}/${prefix} at ${endpoint}`, () =>
         S3ObjectStore.open({
           bucket,
@@ -101,7 +114,9 @@ export async function openStorage(config: Config, dataDir: string, logger: Logge
     const openWal = (layout: 'partition' | 'shared' = config.walLayout): Promise<WriteAheadLog> => {
       if (config.wal === 'postgres') {
         if (!pgOptions) throw new FlowError('CONFIG_ERROR', 'wal postgres needs --metastore postgres://...');
-        return reach(`PostgreSQL WAL at ${redactUrl(pgOptions.url)}`, () => PostgresWal.open({ ...pgOptions, logger: walLogger }));
+        return reach(`PostgreSQL WAL at ${redactUrl(pgOptions.url)}`, () =>
+          import('./wal/postgres-wal.js').then(({ PostgresWal }) => PostgresWal.open({ ...pgOptions, logger: walLogger })),
+        );
       }
       return layout === 'partition'
         ? PartitionWal.open(join(dataDir, 'wal-partitions'), { fsync: config.walFsync, directIo: config.walDirectIo ?? true, logger: walLogger })

@@ -6,7 +6,8 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import pino from 'pino';
-import { Cluster, LocalHub, PostgresClusterStore, rendezvous } from '../../src/cluster/index.js';
+import { Cluster, LocalHub, rendezvous } from '../../src/cluster/index.js';
+import { PostgresClusterStore } from '../../src/cluster/pg-store.js';
 import { ClusterQueues } from '../../src/cluster/queues.js';
 import { Engine, isFlowError, makeMessage, MemoryStore, type QueueConsumer, type QueueDelivery } from '../../src/core/index.js';
 import { PostgresQueueStore } from '../../src/storage/queues/index.js';

@@ -3,7 +3,7 @@
  * the other stores call in their fenced writes.
  */
 import pg from 'pg';
-import { PostgresClusterStore } from '../../src/cluster/index.js';
+import { PostgresClusterStore } from '../../src/cluster/pg-store.js';
 import { pgError } from '../../src/storage/postgres-util.js';
 import { clusterStoreConformance } from './cluster.suite.js';
 import { databasePerDir } from './postgres-fixture.js';

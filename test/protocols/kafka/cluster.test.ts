@@ -9,7 +9,8 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import kafkajs from 'kafkajs';
 import { pino } from 'pino';
-import { Cluster, MemoryClusterStore, PostgresClusterStore, type ClusterStore } from '../../../src/cluster/index.js';
+import { Cluster, MemoryClusterStore, type ClusterStore } from '../../../src/cluster/index.js';
+import { PostgresClusterStore } from '../../../src/cluster/pg-store.js';
 import { Engine, MemoryOffsetStore, encodeBatch, type CoreStore, type StreamStorage } from '../../../src/core/index.js';
 import { startKafkaListener } from '../../../src/protocols/kafka/index.js';
 import {

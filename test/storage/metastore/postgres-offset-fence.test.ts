@@ -7,7 +7,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { isFlowError } from '../../../src/core/index.js';
-import { PostgresClusterStore } from '../../../src/cluster/index.js';
+import { PostgresClusterStore } from '../../../src/cluster/pg-store.js';
 import { PostgresMetastore } from '../../../src/storage/metastore/index.js';
 import { startPostgres, type PostgresServer } from '../../helpers/postgres.js';
 
