@@ -5,7 +5,8 @@
  * - INFO first (unless the listener sent it on the TLS upgrade path), then CONNECT: verbose (+OK after CONNECT, PUB,
  *   HPUB, SUB, UNSUB), pedantic (publish subjects checked with NATS's rules), echo (off: the connection's own
  *   publishes are not delivered to it), headers, no_responders (needs headers), user/pass (PasswordGuard) or
- *   auth_token (--nats-token). Bad credentials: `-ERR 'Authorization Violation'` and close; a client that sends
+ *   auth_token (--nats-token). Bad credentials, or too many attempts from the address (the password guard busy):
+ *   `-ERR 'Authorization Violation'` and close, as nats-server answers every refused login; a client that sends
  *   no CONNECT within authTimeoutMs: `-ERR 'Authentication Timeout'` and close.
  * - Nothing large before CONNECT: when the broker has credentials to check (a users file or a token), only the
  *   first line is parsed (at most maxControlLine bytes) until its CONNECT is accepted, and it must be CONNECT when
@@ -135,8 +136,9 @@ export class NatsConnection extends NatsConnectionState {
         { remote: this.remoteAddress, user: o.user, token: o.auth_token !== undefined, busy: r.busy },
         'nats: login refused',
       );
-      // A busy guard (too many attempts) is not a wrong password: close without the violation so clients retry.
-      if (r.busy) return this.shutdown(true);
+      // A busy guard (too many attempts from this address) answers as a wrong password does: NATS has no "try later"
+      // error, and a client closed without an -ERR cannot tell a refused login from a network failure. The
+      // throttle's delay already came before this answer.
       return this.fatal(NatsErr.AUTH_VIOLATION, null);
     }
     if (!login(this, r.principal)) return;

@@ -55,6 +55,28 @@ describe('NATS authentication through the control plane', () => {
     await a.close();
   });
 
+  it('every refused login gets the Authorization Violation before the close, also when the throttle is busy', async () => {
+    // Failures slowed from the first, and an address may be booked at most 200 ms ahead: after one failure, logins
+    // sent together from the same address find the guard busy after the first two.
+    const a = await makeAccess({ users, anonymous: false, guard: { throttle: { freeFailures: 0, baseDelayMs: 100, maxDelayMs: 200 } } });
+    const s = await startNats({}, { access: a });
+    try {
+      const first = await RawClient.connect(s.port);
+      first.send('CONNECT {"user":"alice","pass":"nope"}\r\nPING\r\n');
+      await first.closed;
+      assert.deepEqual(first.errors(), ['Authorization Violation']);
+      const clients = await Promise.all(Array.from({ length: 8 }, () => RawClient.connect(s.port)));
+      for (const c of clients) c.send('CONNECT {"user":"alice","pass":"nope"}\r\nPING\r\n');
+      await Promise.all(clients.map((c) => c.closed));
+      assert.ok(a.guard.stats.throttled > 0, `the throttle refused some as busy (${JSON.stringify(a.guard.stats)})`);
+      assert.ok(a.guard.stats.bad > 1, `and checked others (${JSON.stringify(a.guard.stats)})`);
+      for (const c of clients) assert.deepEqual(c.errors(), ['Authorization Violation']);
+    } finally {
+      await s.close();
+      await a.close();
+    }
+  });
+
   it('auth_token: an API token logs in as its user, an unknown one is refused; --nats-token logs in as anonymous', async () => {
     const a = await makeAccess({ users, anonymous: false });
     const { token } = await a.directory.createToken({ user: 'bob' });

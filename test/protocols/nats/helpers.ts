@@ -7,6 +7,7 @@ import { createServer, connect, type Server, type Socket } from 'node:net';
 import { pino } from 'pino';
 import { Engine } from '../../../src/core/index.js';
 import { testControl, type TestControl } from '../../helpers/control.js';
+import type { PasswordGuardOptions } from '../../../src/control/index.js';
 import { NatsAdapter } from '../../../src/protocols/nats/adapter.js';
 import type { NatsPublisher } from '../../../src/protocols/nats/types.js';
 import { resolveNatsOptions, type NatsOptions } from '../../../src/protocols/nats/options.js';
@@ -33,10 +34,14 @@ export interface NatsTestServer {
 export type TestAccess = TestControl;
 
 export function makeAccess(
-  o: { users?: Array<{ username: string; password: string; groups?: string[]; namespace?: string }>; anonymous?: boolean } = {},
+  o: {
+    users?: Array<{ username: string; password: string; groups?: string[]; namespace?: string }>;
+    anonymous?: boolean;
+    guard?: PasswordGuardOptions;
+  } = {},
 ): Promise<TestAccess> {
-  // The guard as the broker has it (failures slowed): the tests check the throttle too.
-  return testControl({ users: o.users, anonymous: o.anonymous === false ? [] : ['nats'], guard: {} });
+  // The guard as the broker has it (failures slowed) unless told otherwise: the tests check the throttle too.
+  return testControl({ users: o.users, anonymous: o.anonymous === false ? [] : ['nats'], guard: o.guard ?? {} });
 }
 
 export async function startNats(
