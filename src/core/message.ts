@@ -58,6 +58,14 @@ export interface Message {
    */
   amqpHeaders?: Buffer;
   /**
+   * The NATS header block exactly as an HPUB carried it (`NATS/1.0…` up to and including its closing empty line),
+   * so NATS subscribers get it byte for byte as nats-server passes headers on unread; `headers` (and `status`,
+   * `messageId`, `correlationData`) carry what could be read of it for the other protocols, nothing when it does not
+   * parse. Set only by the NATS adapter; dropped when a message is re-published by another protocol, and by
+   * whoever changes the headers of a copy (a JetStream headers-only delivery).
+   */
+  natsHeaders?: Buffer;
+  /**
    * The exchange and routing key the message was published with (AMQP basic.deliver reports them; dead-letter
    * records name them). Set by Router.publishTo; absent for publishes into the unified topic space by MQTT, Kafka
    * or NATS, which are `amq.topic` with the topic's dotted form as routing key.
@@ -125,6 +133,7 @@ export function makeMessage(topic: string, payload: Buffer, init: Partial<Messag
     ...(init.appId !== undefined ? { appId: init.appId } : {}),
     ...(init.userId !== undefined ? { userId: init.userId } : {}),
     ...(init.amqpHeaders !== undefined ? { amqpHeaders: init.amqpHeaders } : {}),
+    ...(init.natsHeaders !== undefined ? { natsHeaders: init.natsHeaders } : {}),
     ...(init.exchange !== undefined ? { exchange: init.exchange } : {}),
     ...(init.routingKey !== undefined ? { routingKey: init.routingKey } : {}),
     ...(init.deaths !== undefined ? { deaths: init.deaths } : {}),

@@ -47,6 +47,8 @@ export const PROPERTY_HEADERS = {
   userId: 'flowmq.user-id',
   /** The AMQP headers table, its encoded bytes as Message.amqpHeaders holds them. */
   amqpHeaders: 'flowmq.amqp-headers',
+  /** The NATS header block as published, its bytes as Message.natsHeaders holds them. */
+  natsHeaders: 'flowmq.nats-headers',
   exchange: 'flowmq.exchange',
   routingKey: 'flowmq.routing-key',
   /** JSON: an array of DeathRecord objects, newest first. */
@@ -77,6 +79,7 @@ export function hasHeaderProperties(m: Message): boolean {
     m.appId !== undefined ||
     m.userId !== undefined ||
     m.amqpHeaders !== undefined ||
+    m.natsHeaders !== undefined ||
     m.exchange !== undefined ||
     m.routingKey !== undefined ||
     m.deaths !== undefined
@@ -100,6 +103,7 @@ export function writePropertyHeaders(m: Message, out: Header[]): void {
   if (m.appId !== undefined) out.push({ key: H.appId, value: text(m.appId) });
   if (m.userId !== undefined) out.push({ key: H.userId, value: text(m.userId) });
   if (m.amqpHeaders !== undefined) out.push({ key: H.amqpHeaders, value: m.amqpHeaders });
+  if (m.natsHeaders !== undefined) out.push({ key: H.natsHeaders, value: m.natsHeaders });
   if (m.exchange !== undefined) out.push({ key: H.exchange, value: text(m.exchange) });
   if (m.routingKey !== undefined) out.push({ key: H.routingKey, value: text(m.routingKey) });
   if (m.deaths !== undefined) out.push({ key: H.deaths, value: text(encodeDeaths(m.deaths)) });
@@ -163,6 +167,9 @@ export function readPropertyHeader(m: Message, h: Header, topicSeen: boolean): b
       return true;
     case H.amqpHeaders:
       if (m.amqpHeaders === undefined && v !== null) m.amqpHeaders = Buffer.from(v);
+      return true;
+    case H.natsHeaders:
+      if (m.natsHeaders === undefined && v !== null) m.natsHeaders = Buffer.from(v);
       return true;
     case H.exchange:
       if (m.exchange === undefined && v !== null) m.exchange = v.toString('utf8');

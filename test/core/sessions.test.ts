@@ -41,6 +41,7 @@ describe('stored message form', () => {
     appId: 'shop',
     userId: 'alice',
     amqpHeaders: Buffer.from([0, 0, 0, 0x0e, 8, 0x78, 0x2d, 0x74, 0x65, 0x6e, 0x61, 0x6e, 0x74, 0x53, 0, 0, 0, 0]),
+    natsHeaders: Buffer.from('NATS/1.0  503 \r\nX-A:  1\r\n\r\n'),
     exchange: 'orders',
     routingKey: 'eu.created',
     deaths: [
@@ -65,6 +66,7 @@ describe('stored message form', () => {
       'appId',
       'userId',
       'amqpHeaders',
+      'natsHeaders',
       'exchange',
       'routingKey',
       'deaths',

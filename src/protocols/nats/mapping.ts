@@ -54,6 +54,8 @@ let lastBlock: Buffer | null = null;
  */
 export function natsHeaderBlock(msg: Message): Buffer | null {
   if (msg === lastMsg) return lastBlock;
+  // Published by a NATS client: its block as it sent it.
+  if (msg.natsHeaders !== undefined) return msg.natsHeaders;
   let block: Buffer | null = null;
   if (msg.headers.length > 0 || msg.status !== undefined || msg.contentType !== undefined || msg.correlationData !== undefined || msg.messageId !== undefined) {
     block = renderHeaderBlock(msg);

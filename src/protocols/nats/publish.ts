@@ -5,7 +5,7 @@
  * (JetStream PubAcks), and no_responders' 503 status when a request reached nobody.
  */
 import type { Message } from '../../core/index.js';
-import { OK, isValidLiteralSubject, parseHeaders } from './codec/index.js';
+import { OK, isValidLiteralSubject, parseHeaders, type NatsHeaders } from './codec/index.js';
 import { applyNatsHeaders, subjectToTopic } from './mapping.js';
 import { NatsErr, natsErrTextOf } from './errors.js';
 import { EMPTY, MAX_PENDING_WRITES, NatsConnectionState, natsMatch, NO_RESPONDERS_BLOCK, PAUSE_WRITES, quote, St } from './connection-state.js';
@@ -38,13 +38,19 @@ export function publish(conn: NatsConnectionState, subject: string, reply: strin
   // An HPUB with a zero-length header block is a message without headers (nats.js sends `HPUB <subj> 0 <n>` for
   // an empty headers object: every js.publish without options); nats-server accepts it.
   if (hdr !== null && hdr.length > 0) {
+    // nats-server passes headers on unread: NATS subscribers get the block byte for byte (a status line with extra
+    // blanks, a block with no entries, a non-numeric status included). What parses is mapped for the other
+    // protocols and for JetStream's own headers; a block that does not parse reaches them without headers.
+    // A copy (the block is small): a view would keep the whole socket chunk alive as long as a retained message or
+    // a queued delivery holds it.
+    msg.natsHeaders = Buffer.from(hdr);
+    let parsed: NatsHeaders | null = null;
     try {
-      applyNatsHeaders(msg, parseHeaders(hdr));
-    } catch (err) {
-      // nats-server does not look inside headers; FlowMQ maps them, and a block it cannot read closes the
-      // connection as any other malformed operation does (the parser's errText is null: no -ERR).
-      return conn.parseError(err);
+      parsed = parseHeaders(hdr);
+    } catch {
+      parsed = null;
     }
+    if (parsed !== null) applyNatsHeaders(msg, parsed);
   }
   if (reply !== null) return request(conn, msg, subject, reply);
   // nats-server acknowledges a verbose PUB before delivering it (a subscriber on the same connection sees +OK first).

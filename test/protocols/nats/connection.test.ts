@@ -380,6 +380,50 @@ describe('NATS connection: deliveries and mapping', () => {
     await s.close();
   });
 
+  it('header blocks pass between NATS clients byte for byte, as nats-server passes them on unread', async () => {
+    const s = await startNats();
+    const sink = new Sink('sink');
+    s.engine.subscribe('hb/#', sink, { qos: 0 });
+    const sub = await RawClient.connect(s.port);
+    sub.send(`${CONNECT}SUB hb.> 1\r\n`);
+    await sub.flush();
+    const pub = await RawClient.connect(s.port);
+    pub.send(CONNECT);
+    const blocks = [
+      'NATS/1.0\r\n\r\n', // no entries
+      'NATS/1.0   503    No Responders  \r\n\r\n', // a status line with extra blanks
+      'NATS/1.0 abc\r\n\r\n', // a status that is no number
+      'NATS/1.0\r\nX-Key:   spaced value  \r\nx-key:second\r\n\r\n', // blanks and case as sent
+      'NATS/1.1\r\nnot a header line\r\n\r\n', // not a block FlowMQ can read at all
+    ];
+    blocks.forEach((b, i) => pub.send(`HPUB hb.${i} ${Buffer.byteLength(b)} ${Buffer.byteLength(b) + 2}\r\n${b}p${i}\r\n`));
+    pub.send('PUB hb.end 3\r\nend\r\n');
+    await pub.flush();
+    await sub.waitFor((o) => o.op === 'msg' && o.subject === 'hb.end');
+    assert.deepEqual(pub.errors(), []);
+    assert.equal(pub.isClosed, false);
+    const got = sub.msgs();
+    assert.deepEqual(
+      got.map((m) => m.subject),
+      [...blocks.map((_, i) => `hb.${i}`), 'hb.end'],
+    );
+    blocks.forEach((b, i) => {
+      assert.equal(got[i]!.headers?.toString('latin1'), b, `block ${i} as sent`);
+      assert.equal(got[i]!.payload.toString(), `p${i}`);
+    });
+    // The other protocols see what could be read: the entries and the status of the blocks that parse.
+    const byTopic = new Map(sink.got.map((m) => [m.topic, m]));
+    assert.equal(byTopic.get('hb/1')!.status, '503 No Responders');
+    assert.deepEqual(
+      byTopic.get('hb/3')!.headers.map((h) => `${h.key}=${h.value?.toString()}`),
+      ['X-Key=spaced value', 'x-key=second'],
+    );
+    assert.deepEqual(byTopic.get('hb/4')!.headers, []);
+    sub.close();
+    pub.close();
+    await s.close();
+  });
+
   it('a core message is delivered with its properties as headers (HMSG) to a headers client, as MSG to others', async () => {
     const s = await startNats();
     const h = await RawClient.connect(s.port);

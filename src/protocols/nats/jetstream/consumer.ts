@@ -500,6 +500,8 @@ export class Consumer {
     if (this.config.headers_only === true) {
       out.payload = Buffer.alloc(0);
       out.headers = [...stored.headers, { key: 'Nats-Msg-Size', value: Buffer.from(String(stored.payload.length)) }];
+      // The block is rendered from the headers then (with Nats-Msg-Size), not passed on as published.
+      delete out.natsHeaders;
     }
     req.delivered++;
     if (req.maxBytes > 0) req.bytesLeft = Math.max(0, req.bytesLeft - stored.payload.length);

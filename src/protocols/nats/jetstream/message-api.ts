@@ -230,6 +230,8 @@ export function storedTopic(out: Json): string | undefined {
 
 /** NATS/1.0 header block of a stored message's headers (STREAM.MSG.GET `hdrs`), or null when it has none. */
 function encodeHeaderBlock(m: Message): Buffer | null {
+  // Published by a NATS client: the block as it sent it, as nats-server stores it.
+  if (m.natsHeaders !== undefined) return m.natsHeaders;
   const entries: Array<[string, string]> = m.headers.map((h) => [h.key, h.value === null ? '' : h.value.toString('utf8')]);
   if (m.messageId !== undefined && !entries.some(([k]) => k === 'Nats-Msg-Id')) entries.push(['Nats-Msg-Id', m.messageId]);
   if (entries.length === 0) return null;

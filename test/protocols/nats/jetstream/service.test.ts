@@ -547,6 +547,28 @@ describe('JetStream API: pull consumers', () => {
     assert.deepEqual(await engine.store.listConsumers('A'), []);
   });
 
+  it('a stored NATS header block comes back byte for byte in deliveries and STREAM.MSG.GET, rendered again for headers_only', async () => {
+    const { c, js } = await env();
+    await c.api('$JS.API.STREAM.CREATE.A', { name: 'A', subjects: ['a.>'] });
+    const block = Buffer.from('NATS/1.0\r\nX-Key:   spaced  \r\n\r\n');
+    const inbox = new Inbox(c.engine, '_INBOX.hb');
+    js.publish(
+      makeMessage('a/1', Buffer.from('m1'), { headers: [{ key: 'X-Key', value: Buffer.from('spaced') }], natsHeaders: block, responseTopic: '_INBOX/hb/x' }),
+      '_INBOX.hb.x',
+    );
+    assert.equal(JSON.parse((await inbox.waitFor(1))[0].payload.toString()).seq, 1);
+    c.engine.unsubscribe(inbox.sub);
+    await c.api('$JS.API.CONSUMER.CREATE.A.k', { stream_name: 'A', config: { durable_name: 'k', ack_policy: 'explicit' } });
+    const [m] = await c.fetch('A', 'k', { batch: 1, no_wait: true }, 1);
+    assert.deepEqual(m.natsHeaders, block);
+    const got = await c.api('$JS.API.STREAM.MSG.GET.A', { seq: 1 });
+    assert.equal(Buffer.from(got.message.hdrs as string, 'base64').toString('latin1'), block.toString('latin1'));
+    await c.api('$JS.API.CONSUMER.CREATE.A.h', { stream_name: 'A', config: { durable_name: 'h', ack_policy: 'explicit', headers_only: true } });
+    const [h] = await c.fetch('A', 'h', { batch: 1, no_wait: true }, 1);
+    assert.equal(h.natsHeaders, undefined);
+    assert.equal(hdr(h, 'Nats-Msg-Size'), '2');
+  });
+
   it('a delivery also captured by a stream bound to the inbox arrives when that stream cannot store it; the failure is not left unhandled', async () => {
     const store = new GatedStreams();
     const { c } = await env({}, store);
