@@ -66,7 +66,9 @@ export interface Unacked {
   handle: Settler;
   id: number;
   /** null: a basic.get delivery. Else its AmqpConsumer (consume.ts) or StreamConsumer (stream.ts). */
-  consumer: { unacked: number } | null;
+  consumer: { unacked: number; readonly tag: string } | null;
+  /** What was delivered: basic.recover with requeue=false sends it again to the same consumer. */
+  msg: Message;
 }
 
 /** A queue consumer of the channel (AmqpConsumer, consume.ts) as the channel's state holds it. */

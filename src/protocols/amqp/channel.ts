@@ -247,7 +247,7 @@ export class AmqpChannel extends AmqpChannelState {
         return;
       case 'basic.recover':
       case 'basic.recover-async':
-        recover(this);
+        recover(this, m.requeue);
         if (m.name === 'basic.recover') this.conn.sendMethod(this.ch, { name: 'basic.recover-ok' } as AmqpMethod);
         return;
       case 'confirm.select':

@@ -91,7 +91,7 @@ export function resumeConsumers(chan: AmqpChannelState): void {
 export function deliver(chan: AmqpChannelState, c: AmqpConsumer, d: QueueDelivery): void {
   const tag = ++chan.deliveryTag;
   if (!c.noAck) {
-    (chan.unacked ??= new Map()).set(tag, { handle: c.queue, id: d.id, consumer: c });
+    (chan.unacked ??= new Map()).set(tag, { handle: c.queue, id: d.id, consumer: c, msg: d.msg });
     c.unacked++;
   }
   chan.conn.adapter.stats.delivered++;
@@ -145,10 +145,14 @@ export function deliverStream(chan: AmqpChannelState, c: StreamConsumer, msg: Me
   chan.conn.chargeOut(msg.payload.length);
   const tag = ++chan.deliveryTag;
   if (!c.noAck) {
-    (chan.unacked ??= new Map()).set(tag, { handle: STREAM_SETTLER, id: offset, consumer: c });
+    (chan.unacked ??= new Map()).set(tag, { handle: STREAM_SETTLER, id: offset, consumer: c, msg });
     c.unacked++;
   }
   chan.conn.adapter.stats.delivered++;
+  sendStreamDelivery(chan, c, tag, msg, offset, false);
+}
+
+function sendStreamDelivery(chan: AmqpChannelState, c: StreamConsumer, tag: number, msg: Message, offset: number, redelivered: boolean): void {
   // RabbitMQ tells stream consumers each message's offset in the x-stream-offset header.
   const props = propertiesOf(msg, Date.now());
   const headers = props.headers ?? (props.rawHeaders !== undefined ? decodeTable(props.rawHeaders) : {});
@@ -160,7 +164,7 @@ export function deliverStream(chan: AmqpChannelState, c: StreamConsumer, msg: Me
   chan.conn.send(
     messageFrames(
       chan.ch,
-      { name: 'basic.deliver', consumerTag: c.tag, deliveryTag: tag, redelivered: false, exchange, routingKey } as AmqpMethod,
+      { name: 'basic.deliver', consumerTag: c.tag, deliveryTag: tag, redelivered, exchange, routingKey } as AmqpMethod,
       props,
       msg.payload,
       chan.conn.frameMax,
@@ -228,7 +232,7 @@ export async function get(chan: AmqpChannelState, m: MethodOf<'basic.get'>): Pro
   }
   chan.conn.chargeOut(d.msg.payload.length);
   const tag = ++chan.deliveryTag;
-  if (!m.noAck) (chan.unacked ??= new Map()).set(tag, { handle: h, id: d.id, consumer: null });
+  if (!m.noAck) (chan.unacked ??= new Map()).set(tag, { handle: h, id: d.id, consumer: null, msg: d.msg });
   sendContent(chan, 'basic.get-ok', { deliveryTag: tag, redelivered: d.redelivered, messageCount: d.remaining }, d.msg);
 }
 
@@ -263,10 +267,38 @@ export function settleOne(chan: AmqpChannelState, tag: number, u: Unacked, ack: 
   (ack ? u.handle.ack(u.id) : u.handle.nack(u.id, requeue)).catch(chan.conn.adapter.storeWriteFailed);
 }
 
-export function recover(chan: AmqpChannelState): void {
-  if (chan.unacked !== null) for (const u of chan.unacked.values()) if (u.consumer !== null) u.consumer.unacked--;
-  chan.unacked = null;
-  if (chan.touched !== null) for (const h of chan.touched) h.release(chan.owner);
+/**
+ * basic.recover / basic.recover-async. requeue=true: every unacked delivery of the channel goes back to its queue
+ * (and may reach another consumer). requeue=false: each is sent again, marked redelivered and under a new delivery
+ * tag, to the consumer that had it, as AMQP 0-9-1 says (1.8.3.16: "redelivered to the original recipient"); one
+ * whose consumer is gone (cancelled) and a basic.get delivery, which has no recipient to go back to, go back to
+ * their queue. (RabbitMQ answers requeue=false with 540 NOT_IMPLEMENTED.)
+ */
+export function recover(chan: AmqpChannelState, requeue: boolean): void {
+  if (requeue) {
+    if (chan.unacked !== null) for (const u of chan.unacked.values()) if (u.consumer !== null) u.consumer.unacked--;
+    chan.unacked = null;
+    if (chan.touched !== null) for (const h of chan.touched) h.release(chan.owner);
+  } else if (chan.unacked !== null) {
+    const old = chan.unacked;
+    chan.unacked = null;
+    for (const u of old.values()) {
+      const c = u.consumer;
+      const queueConsumer = c !== null && (chan.consumers?.get(c.tag) as unknown) === c;
+      const streamConsumer = c !== null && !queueConsumer && chan.streamConsumers?.get(c.tag) === c;
+      if (!queueConsumer && !streamConsumer) {
+        if (c !== null) c.unacked--;
+        u.handle.nack(u.id, true).catch(chan.conn.adapter.storeWriteFailed);
+        continue;
+      }
+      const tag = ++chan.deliveryTag;
+      (chan.unacked ??= new Map()).set(tag, u);
+      chan.conn.adapter.stats.delivered++;
+      chan.conn.chargeOut(u.msg.payload.length);
+      if (streamConsumer) sendStreamDelivery(chan, c as StreamConsumer, tag, u.msg, u.id, true);
+      else sendContent(chan, 'basic.deliver', { consumerTag: c!.tag, deliveryTag: tag, redelivered: true }, u.msg);
+    }
+  }
   resumeConsumers(chan);
 }
 
