@@ -58,6 +58,11 @@ export interface Message {
    */
   amqpHeaders?: Buffer;
   /**
+   * The AMQP expiration property exactly as published (a per-message TTL in ms, as text): AMQP consumers get it back
+   * as sent, as RabbitMQ passes properties on; `expiresAt` is what the broker enforces. Set only by the AMQP adapter.
+   */
+  amqpExpiration?: string;
+  /**
    * The NATS header block exactly as an HPUB carried it (`NATS/1.0…` up to and including its closing empty line),
    * so NATS subscribers get it byte for byte as nats-server passes headers on unread; `headers` (and `status`,
    * `messageId`, `correlationData`) carry what could be read of it for the other protocols, nothing when it does not
@@ -133,6 +138,7 @@ export function makeMessage(topic: string, payload: Buffer, init: Partial<Messag
     ...(init.appId !== undefined ? { appId: init.appId } : {}),
     ...(init.userId !== undefined ? { userId: init.userId } : {}),
     ...(init.amqpHeaders !== undefined ? { amqpHeaders: init.amqpHeaders } : {}),
+    ...(init.amqpExpiration !== undefined ? { amqpExpiration: init.amqpExpiration } : {}),
     ...(init.natsHeaders !== undefined ? { natsHeaders: init.natsHeaders } : {}),
     ...(init.exchange !== undefined ? { exchange: init.exchange } : {}),
     ...(init.routingKey !== undefined ? { routingKey: init.routingKey } : {}),

@@ -47,6 +47,8 @@ export const PROPERTY_HEADERS = {
   userId: 'flowmq.user-id',
   /** The AMQP headers table, its encoded bytes as Message.amqpHeaders holds them. */
   amqpHeaders: 'flowmq.amqp-headers',
+  /** The AMQP expiration property as published (a TTL in ms, decimal text). */
+  amqpExpiration: 'flowmq.expiration',
   /** The NATS header block as published, its bytes as Message.natsHeaders holds them. */
   natsHeaders: 'flowmq.nats-headers',
   exchange: 'flowmq.exchange',
@@ -79,6 +81,7 @@ export function hasHeaderProperties(m: Message): boolean {
     m.appId !== undefined ||
     m.userId !== undefined ||
     m.amqpHeaders !== undefined ||
+    m.amqpExpiration !== undefined ||
     m.natsHeaders !== undefined ||
     m.exchange !== undefined ||
     m.routingKey !== undefined ||
@@ -103,6 +106,7 @@ export function writePropertyHeaders(m: Message, out: Header[]): void {
   if (m.appId !== undefined) out.push({ key: H.appId, value: text(m.appId) });
   if (m.userId !== undefined) out.push({ key: H.userId, value: text(m.userId) });
   if (m.amqpHeaders !== undefined) out.push({ key: H.amqpHeaders, value: m.amqpHeaders });
+  if (m.amqpExpiration !== undefined) out.push({ key: H.amqpExpiration, value: text(m.amqpExpiration) });
   if (m.natsHeaders !== undefined) out.push({ key: H.natsHeaders, value: m.natsHeaders });
   if (m.exchange !== undefined) out.push({ key: H.exchange, value: text(m.exchange) });
   if (m.routingKey !== undefined) out.push({ key: H.routingKey, value: text(m.routingKey) });
@@ -167,6 +171,9 @@ export function readPropertyHeader(m: Message, h: Header, topicSeen: boolean): b
       return true;
     case H.amqpHeaders:
       if (m.amqpHeaders === undefined && v !== null) m.amqpHeaders = Buffer.from(v);
+      return true;
+    case H.amqpExpiration:
+      if (m.amqpExpiration === undefined && v !== null) m.amqpExpiration = v.toString('utf8');
       return true;
     case H.natsHeaders:
       if (m.natsHeaders === undefined && v !== null) m.natsHeaders = Buffer.from(v);

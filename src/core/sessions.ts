@@ -182,10 +182,10 @@ function checkMax(maxLength: number): void {
  *   u8 version | u8 flags (qos:2, retain:1, key:1, expires:1, contentType:1, responseTopic:1, correlation:1)
  *   | u8 flags2 (payloadFormat:1, origin:1, messageId:1, priority:1, persistent:1, persistentValue:1,
  *   contentEncoding:1, type:1) | [v2: u8 flags3 (appId:1, userId:1, amqpHeaders:1, exchange:1, routingKey:1,
- *   deaths:1, natsHeaders:1)] | f64 timestamp | [f64 expiresAt] | str topic | bytes payload | [bytes key] | [str contentType]
+ *   deaths:1, natsHeaders:1, amqpExpiration:1)] | f64 timestamp | [f64 expiresAt] | str topic | bytes payload | [bytes key] | [str contentType]
  *   | [str responseTopic] | [bytes correlationData] | [u8 payloadFormat] | [str origin] | [v2: str messageId]
  *   | [u8 priority] | [str contentEncoding] | [str type] | [str appId] | [str userId] | [bytes amqpHeaders]
- *   | [str exchange] | [str routingKey] | [str deaths (JSON, properties.ts)] | [bytes natsHeaders]] | u32 headerCount
+ *   | [str exchange] | [str routingKey] | [str deaths (JSON, properties.ts)] | [bytes natsHeaders] | [str amqpExpiration]] | u32 headerCount
  *   | (str key, i32 len (-1 = null), value)*
  * where str = u32 length + UTF-8 and bytes = u32 length + bytes; payloadFormat and priority keep their low 8 bits.
  * A message with none of the version-2 fields is written as version 1, byte for byte as before: the plain path
@@ -216,6 +216,7 @@ export function encodeStoredMessage(m: Message): Buffer {
   if (m.routingKey !== undefined) flags3 |= 16;
   if (m.deaths !== undefined) flags3 |= 32;
   if (m.natsHeaders !== undefined) flags3 |= 64;
+  if (m.amqpExpiration !== undefined) flags3 |= 128;
   const v2 = flags3 !== 0 || (flags2 & ~3) !== 0;
   const head = Buffer.allocUnsafe(v2 ? 12 : 11);
   head[0] = v2 ? 2 : 1;
@@ -255,6 +256,7 @@ export function encodeStoredMessage(m: Message): Buffer {
     if (m.routingKey !== undefined) str(m.routingKey);
     if (m.deaths !== undefined) str(encodeDeaths(m.deaths));
     if (m.natsHeaders !== undefined) bytes(m.natsHeaders);
+    if (m.amqpExpiration !== undefined) str(m.amqpExpiration);
   }
   const hc = Buffer.allocUnsafe(4);
   hc.writeUInt32BE(m.headers.length, 0);
@@ -327,7 +329,6 @@ export function decodeStoredMessage(buf: Buffer): Message {
   if (flags2 & 16) m.persistent = (flags2 & 32) !== 0;
   if (flags2 & 64) m.contentEncoding = str();
   if (flags2 & 128) m.type = str();
-  if (flags3 & ~127) throw new FlowError('CORRUPT_DATA', 'stored message has unknown flags');
   if (flags3 & 1) m.appId = str();
   if (flags3 & 2) m.userId = str();
   if (flags3 & 4) m.amqpHeaders = bytes();
@@ -339,6 +340,7 @@ export function decodeStoredMessage(buf: Buffer): Message {
     m.deaths = deaths;
   }
   if (flags3 & 64) m.natsHeaders = bytes();
+  if (flags3 & 128) m.amqpExpiration = str();
   const hc = u32();
   const headers: Header[] = [];
   for (let i = 0; i < hc; i++) {

@@ -9,8 +9,8 @@
  *   arrays ('x').
  * - delivery-mode 2 → persistent (and QoS 1 for MQTT subscribers), 1 → transient (QoS 0); absent: unsaid.
  * - expiration (per-message TTL in ms, a decimal string as RabbitMQ requires: anything else is 406) → expiresAt,
- *   counted from the broker's receipt. AMQP consumers get the original value back; messages whose publisher set
- *   its own timestamp, and messages from other protocols, get the time left.
+ *   counted from the broker's receipt, and amqpExpiration: AMQP consumers get the value back exactly as sent (as
+ *   RabbitMQ passes properties on); messages from other protocols get the time left.
  * - timestamp (seconds) → msg.timestamp in ms. A publisher's timestamp is kept exactly (a multiple of 1000 ms);
  *   a message without one gets the broker's receipt time, never a multiple of 1000 ms (1 ms added when it falls on
  *   one), so that delivery can tell the two apart and add no timestamp the publisher did not send. Messages from
@@ -131,6 +131,7 @@ export function messageOfPublish(p: PublishInput, now: number): Message {
     if (!/^\d{1,15}$/.test(e)) throw new AmqpError(406, `invalid expiration '${e}': not a non-negative integer of milliseconds`, 60, 40);
     // Counted from receipt: msg.timestamp is the receipt time unless the publisher set its own.
     msg.expiresAt = (props.timestamp === undefined ? timestamp : now) + Number(e);
+    msg.amqpExpiration = e;
   }
   if (props.contentType !== undefined) msg.contentType = props.contentType;
   if (props.contentEncoding !== undefined) msg.contentEncoding = props.contentEncoding;
@@ -241,7 +242,10 @@ export function propertiesOf(msg: Message, now: number): BasicProperties {
   }
   const amqp = fromAmqp(msg);
   const ownTimestamp = msg.timestamp % 1000 === 0;
-  if (msg.expiresAt !== undefined) {
+  // An AMQP publisher's expiration as it sent it (RabbitMQ passes it on unchanged); for other protocols' messages (and
+  // AMQP messages stored before it was kept) the time left, or the TTL when the receipt time is known.
+  if (msg.amqpExpiration !== undefined) p.expiration = msg.amqpExpiration;
+  else if (msg.expiresAt !== undefined) {
     p.expiration = String(amqp && !ownTimestamp ? msg.expiresAt - msg.timestamp : Math.max(0, msg.expiresAt - now));
   }
   if (msg.messageId !== undefined) p.messageId = msg.messageId;

@@ -53,6 +53,12 @@ describe('amqp properties', () => {
     assert.equal(p.expiration, '5000');
   });
 
+  it("expiration: delivered back exactly as sent, also beside the publisher's own timestamp and later", () => {
+    const m = messageOfPublish({ ...base, props: { expiration: '0600', timestamp: 1_700_000_000 } }, 5_000_500);
+    assert.equal(m.expiresAt, 5_000_500 + 600, 'counted from receipt');
+    assert.equal(propertiesOf({ ...m, exchange: 'x' }, 5_000_900).expiration, '0600');
+  });
+
   it('expiration: counted from receipt, delivered back as published; invalid values are 406', () => {
     const m = messageOfPublish({ ...base, props: { expiration: '60000' } }, 5_000_500);
     assert.equal(m.expiresAt, 5_000_500 + 60_000);
