@@ -412,6 +412,19 @@ export class Engine implements Router {
   }
 
   /**
+   * Appends a batch to one partition without routing it anywhere: a transaction marker (a control batch, KIP-98),
+   * which is log data for Kafka readers and never a message.
+   */
+  appendControl(stream: string, partition: number, batch: Buffer): AppendResult {
+    const e = this.streams.get(stream);
+    if (!e) throw new FlowError('NOT_FOUND', `stream "${stream}" does not exist`);
+    if (partition < 0 || partition >= e.def.partitions) {
+      throw new FlowError('NOT_FOUND', `stream "${stream}" has no partition ${partition}`);
+    }
+    return this.storage.append(stream, partition, batch);
+  }
+
+  /**
    * Appends a Kafka record batch to one partition of a stream, then routes its records to live subscribers
    * and to other streams whose bindings match the stream's topic. The batch is borrowed for the duration of the
    * call, as by StreamStorage.append.

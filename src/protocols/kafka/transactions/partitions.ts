@@ -1,0 +1,78 @@
+/**
+ * What a partition's readers need to know of transactions (KIP-98): the first offset of every open transaction
+ * that wrote to it (the last stable offset, LSO, is the smallest of them, else the high watermark) and the
+ * aborted transactions (producer id, first offset, offset of the abort marker), which Fetch hands read_committed
+ * consumers so that they drop those records.
+ *
+ * Kept beside the log rather than in it: open transactions are tracked as produce appends their batches (the
+ * base offset is known synchronously), and the aborted list is stored in the metastore by the coordinator when it
+ * writes an abort marker, one document per partition (ControlStore kind `txn-aborted`), loaded at start.
+ */
+export interface AbortedTxn {
+  producerId: number;
+  firstOffset: number;
+  /** Offset of the abort marker. */
+  lastOffset: number;
+}
+
+const key = (stream: string, partition: number): string => `${stream}\u0000${partition}`;
+
+/** The metastore document name of a partition's aborted list (a name may not hold NUL). */
+export const abortedDocName = (stream: string, partition: number): string => `${partition}:${stream}`;
+
+export class TxnPartitions {
+  /** Per partition: producer id -> first offset of its open transaction there. */
+  private readonly open = new Map<string, Map<number, number>>();
+  private readonly aborted = new Map<string, AbortedTxn[]>();
+
+  /** A transactional batch was appended at `offset`: the first one of its transaction here holds the LSO. */
+  onAppend(stream: string, partition: number, producerId: number, offset: number): void {
+    const k = key(stream, partition);
+    let m = this.open.get(k);
+    if (!m) this.open.set(k, (m = new Map()));
+    if (!m.has(producerId)) m.set(producerId, offset);
+  }
+
+  /** First offset of the producer's open transaction in the partition, if it wrote there. */
+  firstOffset(stream: string, partition: number, producerId: number): number | undefined {
+    return this.open.get(key(stream, partition))?.get(producerId);
+  }
+
+  /** The transaction ended (its marker is written): it no longer holds the LSO. */
+  close(stream: string, partition: number, producerId: number): void {
+    const k = key(stream, partition);
+    const m = this.open.get(k);
+    if (!m) return;
+    m.delete(producerId);
+    if (m.size === 0) this.open.delete(k);
+  }
+
+  addAborted(stream: string, partition: number, txn: AbortedTxn): AbortedTxn[] {
+    const k = key(stream, partition);
+    let l = this.aborted.get(k);
+    if (!l) this.aborted.set(k, (l = []));
+    l.push(txn);
+    return l;
+  }
+
+  /** Loads a partition's aborted list (from the metastore at start). */
+  setAborted(stream: string, partition: number, list: AbortedTxn[]): void {
+    this.aborted.set(key(stream, partition), list);
+  }
+
+  /** The last stable offset: the first offset of the oldest open transaction, else the high watermark. */
+  lso(stream: string, partition: number, highWatermark: number): number {
+    const m = this.open.get(key(stream, partition));
+    if (!m) return highWatermark;
+    let lso = highWatermark;
+    for (const o of m.values()) if (o < lso) lso = o;
+    return lso;
+  }
+
+  /** Aborted transactions overlapping offsets [from, to) (what a fetch returning those offsets must name). */
+  abortedIn(stream: string, partition: number, from: number, to: number): AbortedTxn[] {
+    const l = this.aborted.get(key(stream, partition));
+    if (!l) return [];
+    return l.filter((a) => a.lastOffset >= from && a.firstOffset < to);
+  }
+}
