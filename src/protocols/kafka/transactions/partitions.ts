@@ -29,7 +29,7 @@ export class TxnPartitions {
   onAppend(stream: string, partition: number, producerId: number, offset: number): void {
     const k = key(stream, partition);
     let m = this.open.get(k);
-    if (!m) this.open.set(k, (m = new Map()));
+    if (!m) this.open.set(k, (m = new Map<number, number>()));
     if (!m.has(producerId)) m.set(producerId, offset);
   }
 
