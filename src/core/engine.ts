@@ -11,7 +11,7 @@
  */
 import { FlowError } from './errors.js';
 import type { Message } from './message.js';
-import { decodeBatch, encodeBatch, messageToRecord, recordToMessage } from './record-batch.js';
+import { ATTR_TRANSACTIONAL, OFF_ATTRIBUTES, decodeBatch, encodeBatch, messageToRecord, recordToMessage } from './record-batch.js';
 import {
   NO_STREAM_DEFAULTS,
   newStreamId,
@@ -428,6 +428,9 @@ export class Engine implements Router {
    * Appends a Kafka record batch to one partition of a stream, then routes its records to live subscribers
    * and to other streams whose bindings match the stream's topic. The batch is borrowed for the duration of the
    * call, as by StreamStorage.append.
+   *
+   * A transactional batch (KIP-98) is only appended: its records are routed when its transaction commits
+   * (routeCommitted), and never when it aborts, so that no other protocol sees uncommitted data live.
    */
   produce(stream: string, partition: number, batch: Buffer): AppendResult {
     const e = this.streams.get(stream);
@@ -439,9 +442,31 @@ export class Engine implements Router {
     // A retried idempotent batch was routed when it was first appended.
     if (res.duplicate) return res;
     this.stats.captured++;
+    if ((batch.readInt16BE(OFF_ATTRIBUTES) & ATTR_TRANSACTIONAL) !== 0) return res;
+    const extra = this.routeBatch(e, batch);
+    if (extra.length > 0) {
+      const durable = Promise.all([res.durable, ...extra]).then(() => undefined);
+      return res.offset !== undefined ? { baseOffset: res.baseOffset, offset: res.offset, durable } : { baseOffset: res.baseOffset, durable };
+    }
+    return res;
+  }
+
+  /**
+   * Routes the records of a stored batch whose transaction committed (see produce): to live subscribers, queues and
+   * other streams, as produce routes any other batch. Resolves once the copies into queues and streams are durable.
+   */
+  routeCommitted(stream: string, batch: Buffer): Promise<void> | null {
+    const e = this.streams.get(stream);
+    if (!e) return null;
+    const extra = this.routeBatch(e, batch);
+    return extra.length === 0 ? null : Promise.all(extra).then(() => undefined);
+  }
+
+  /** Routes a batch's records; answers the durability of the copies made into queues and streams. */
+  private routeBatch(e: StreamEntry, batch: Buffer): Promise<void>[] {
+    const extra: Promise<void>[] = [];
     const toQueues = this.router.topicBindings > 0;
     if (this.subs.size > 0 || this.bindings.size > e.def.bindings.length || toQueues || (this.live !== null && this.live.remote > 0)) {
-      const extra: Promise<void>[] = [];
       // The batch is only borrowed (see StreamStorage.append), and decoded records point into it: the messages
       // delivered live get memory of their own.
       for (const rec of decodeBatch(Buffer.from(batch))) {
@@ -459,12 +484,8 @@ export class Engine implements Router {
           if (q) extra.push(q);
         }
       }
-      if (extra.length > 0) {
-        const durable = Promise.all([res.durable, ...extra]).then(() => undefined);
-        return res.offset !== undefined ? { baseOffset: res.baseOffset, offset: res.offset, durable } : { baseOffset: res.baseOffset, durable };
-      }
     }
-    return res;
+    return extra;
   }
 
   private capture(msg: Message, except: StreamEntry | undefined, info?: PublishInfo): Promise<void> | null {

@@ -12,6 +12,7 @@ import type { Consumer, Kafka as KafkaT } from 'kafkajs';
 import { DescribeTransactionsApi, KafkaErrorCode as E, ListTransactionsApi } from '../../src/protocols/kafka/codec/index.js';
 import { RawClient } from '../protocols/kafka/helpers.js';
 import { FlowmqProcess, eventually } from './harness.js';
+import { mqttCollector } from './mqtt-helpers.js';
 
 const { Kafka, logLevel } = kafkajsPkg;
 
@@ -205,6 +206,44 @@ describe('kafka transactions with KafkaJS', () => {
     await t2.commit();
     await p2.disconnect();
     assert.deepEqual(await readAll(kafka, 'tx.t', false, (v) => v.includes('marker')), ['marker']);
+  });
+
+  it("MQTT subscribers get a transaction's records at its commit, never those of an aborted one", async () => {
+    await broker.api('POST', '/api/v1/streams', { name: 'tx.mqtt', partitions: 1 });
+    const sub = await mqttCollector(broker.mqttUrl, ['tx/mqtt']);
+    const kafka = client(broker, 'tx-mqtt');
+    const producer = kafka.producer({ transactionalId: 'tx-mqtt', maxInFlightRequests: 1, idempotent: true });
+    const plain = kafka.producer();
+    await producer.connect();
+    await plain.connect();
+    const t = await producer.transaction();
+    await t.send({ topic: 'tx.mqtt', messages: [{ value: 'in-txn-1' }, { value: 'in-txn-2' }] });
+    // Stored, and not delivered: a plain record sent after it arrives alone.
+    await plain.send({ topic: 'tx.mqtt', messages: [{ value: 'plain-1' }] });
+    assert.deepEqual(
+      (await sub.until('plain-1')).map((p) => p.payload.toString()),
+      [],
+      'nothing of the open transaction before the plain record',
+    );
+    await t.commit();
+    await eventually(() => sub.got.length >= 2, 10_000, 'the committed records');
+    assert.deepEqual(
+      sub.got.splice(0).map((p) => p.payload.toString()),
+      ['in-txn-1', 'in-txn-2'],
+      'delivered at the commit',
+    );
+    const t2 = await producer.transaction();
+    await t2.send({ topic: 'tx.mqtt', messages: [{ value: 'aborted-1' }] });
+    await t2.abort();
+    await plain.send({ topic: 'tx.mqtt', messages: [{ value: 'plain-2' }] });
+    assert.deepEqual(
+      (await sub.until('plain-2')).map((p) => p.payload.toString()),
+      [],
+      'an aborted record is never delivered',
+    );
+    await sub.c.endAsync();
+    await producer.disconnect();
+    await plain.disconnect();
   });
 
   it('a broker killed with a transaction open aborts it at restart; the producer id is kept and its epoch bumped', async () => {

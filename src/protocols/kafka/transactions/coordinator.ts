@@ -18,7 +18,7 @@
  * One broker coordinates every transactional id (in cluster mode transactions are refused; see handlers).
  */
 import type { Logger } from 'pino';
-import { encodeControlBatch, type Engine, type OffsetCommit } from '../../../core/index.js';
+import { ATTR_CONTROL, ATTR_TRANSACTIONAL, encodeControlBatch, readBatchInfo, type Engine, type OffsetCommit } from '../../../core/index.js';
 import { KafkaErrorCode } from '../codec/index.js';
 import type { ControlRecord, ControlStore } from '../../../storage/metastore/control-store.js';
 import { abortedDocName, TxnPartitions, type AbortedTxn } from './partitions.js';
@@ -319,11 +319,13 @@ export class TransactionCoordinator {
     await this.persist(m);
     const now = Date.now();
     const durables: Promise<void>[] = [];
+    const committed: Array<{ stream: string; from: number; to: number; partition: number }> = [];
     for (const p of m.partitions) {
       if (this.engine.getStream(p.stream) === undefined) continue; // deleted meanwhile: nothing to mark
       const first = this.partitions.firstOffset(p.stream, p.partition, m.producerId) ?? p.startOffset;
       const res = this.engine.appendControl(p.stream, p.partition, encodeControlBatch(m.producerId, m.producerEpoch, commit, 0, now));
       durables.push(res.durable);
+      if (commit) committed.push({ stream: p.stream, partition: p.partition, from: first, to: res.baseOffset });
       if (!commit) {
         const list = this.partitions.addAborted(p.stream, p.partition, { producerId: m.producerId, firstOffset: first, lastOffset: res.baseOffset });
         durables.push(this.store.putControl('txn-aborted', abortedDocName(p.stream, p.partition), { stream: p.stream, partition: p.partition, aborted: list }));
@@ -332,6 +334,8 @@ export class TransactionCoordinator {
       this.partitions.close(p.stream, p.partition, m.producerId);
     }
     await Promise.all(durables);
+    // The records become visible to the other protocols now (Engine.produce held them back).
+    for (const c of committed) await this.routeCommitted(c.stream, c.partition, m.producerId, c.from, c.to);
     if (commit && m.offsets.length > 0) {
       const byGroup = new Map<string, OffsetCommit[]>();
       for (const o of m.offsets) {
@@ -348,6 +352,36 @@ export class TransactionCoordinator {
     m.startTimeMs = -1;
     await this.persist(m);
     this.logger.debug({ transactionalId: m.transactionalId, commit }, 'transaction completed');
+  }
+
+  /**
+   * Routes the producer's transactional batches in [from, to) of a partition to subscribers, queues and streams of
+   * other protocols: read back from the log (a commit is rare next to produce, and the records are in the hot tail
+   * most of the time), so that nothing is kept in memory per open transaction.
+   */
+  private async routeCommitted(stream: string, partition: number, producerId: number, from: number, to: number): Promise<void> {
+    let offset = from;
+    const copies: Promise<void>[] = [];
+    while (offset < to) {
+      const batches = await this.engine.read(stream, partition, offset, 1 << 20);
+      if (batches.length === 0) break;
+      let next = offset;
+      for (const b of batches) {
+        const info = readBatchInfo(b);
+        if (info.baseOffset >= to) {
+          next = to;
+          break;
+        }
+        next = info.baseOffset + info.lastOffsetDelta + 1;
+        const ours = Number(info.producerId) === producerId && (info.attributes & (ATTR_TRANSACTIONAL | ATTR_CONTROL)) === ATTR_TRANSACTIONAL;
+        if (!ours || info.baseOffset < from) continue;
+        const d = this.engine.routeCommitted(stream, b);
+        if (d) copies.push(d);
+      }
+      if (next <= offset) break;
+      offset = next;
+    }
+    await Promise.all(copies);
   }
 
   /** Aborts the transactions open longer than their timeout, bumping the epoch (the producer is fenced). */
