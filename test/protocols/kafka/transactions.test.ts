@@ -20,6 +20,7 @@ import {
 import {
   AddOffsetsToTxnApi,
   AddPartitionsToTxnApi,
+  DescribeProducersApi,
   EndTxnApi,
   FetchApi,
   InitProducerIdApi,
@@ -205,7 +206,14 @@ describe('kafka transactions: the coordinator and the log at the protocol level'
       ).topics[0].partitions[0].offset;
     assert.deepEqual([await lo(1), await lo(0)], [hw0, hw0 + 4], 'ListOffsets latest: the LSO read_committed, the high watermark else');
 
+    const described = async () =>
+      (await c.call(DescribeProducersApi, 0, { topics: [{ name: 'tp.a', partitionIndexes: [1] }] })).topics[0].partitions[0].activeProducers.find(
+        (a) => a.producerId === pid,
+      );
+    const open = await described();
+    assert.deepEqual([open?.coordinatorEpoch, open?.currentTxnStartOffset], [0, hw0], 'DescribeProducers: the open transaction');
     assert.equal(await end('t-fetch', pid, epoch, false), E.NONE);
+    assert.equal((await described())?.currentTxnStartOffset, -1, 'none open after the abort');
     const after = await fetch(1, hw0, 1);
     assert.deepEqual([after.highWatermark, after.lastStableOffset], [hw0 + 5, hw0 + 5]);
     assert.deepEqual(after.abortedTransactions, [{ producerId: BigInt(pid), firstOffset: hw0 }]);

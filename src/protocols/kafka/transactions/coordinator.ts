@@ -117,6 +117,11 @@ export class TransactionCoordinator {
     return this.txns.get(transactionalId);
   }
 
+  /** The transactional id of a producer id, if a transactional producer has it. */
+  idOf(producerId: number): string | undefined {
+    return this.byProducer.get(producerId);
+  }
+
   list(): TxnMeta[] {
     return [...this.txns.values()];
   }
