@@ -13,6 +13,7 @@ import { DescribeTransactionsApi, KafkaErrorCode as E, ListTransactionsApi } fro
 import { RawClient } from '../protocols/kafka/helpers.js';
 import { FlowmqProcess, eventually } from './harness.js';
 import { mqttCollector } from './mqtt-helpers.js';
+import { storageConfigs } from './storage-configs.js';
 
 const { Kafka, logLevel } = kafkajsPkg;
 
@@ -245,37 +246,49 @@ describe('kafka transactions with KafkaJS', () => {
     await producer.disconnect();
     await plain.disconnect();
   });
-
-  it('a broker killed with a transaction open aborts it at restart; the producer id is kept and its epoch bumped', async () => {
-    await broker.api('POST', '/api/v1/streams', { name: 'tx.k', partitions: 1 });
-    let kafka = client(broker, 'tx-k');
-    const producer = kafka.producer({ transactionalId: 'tx-k', maxInFlightRequests: 1, idempotent: true });
-    await producer.connect();
-    const t0 = await producer.transaction();
-    await t0.send({ topic: 'tx.k', messages: [{ value: 'kept' }] });
-    await t0.commit();
-    const t = await producer.transaction();
-    await t.send({ topic: 'tx.k', messages: [{ value: 'lost-1' }, { value: 'lost-2' }] });
-    let raw = await RawClient.connect(broker.ports.kafka);
-    const before = (await raw.call(DescribeTransactionsApi, 0, { transactionalIds: ['tx-k'] })).transactionStates[0];
-    raw.close();
-    await producer.disconnect().catch(() => undefined);
-    await broker.stop('SIGKILL');
-    broker = await FlowmqProcess.start({ dataDir: broker.dataDir, args: broker.args });
-    kafka = client(broker, 'tx-k');
-    raw = await RawClient.connect(broker.ports.kafka);
-    const afterRestart = (await raw.call(DescribeTransactionsApi, 0, { transactionalIds: ['tx-k'] })).transactionStates[0];
-    raw.close();
-    assert.equal(afterRestart.transactionState, 'CompleteAbort');
-    assert.equal(afterRestart.producerId, before.producerId);
-    const p2 = kafka.producer({ transactionalId: 'tx-k', maxInFlightRequests: 1, idempotent: true });
-    await p2.connect();
-    const t2 = await p2.transaction();
-    await t2.send({ topic: 'tx.k', messages: [{ value: 'marker' }] });
-    await t2.commit();
-    await p2.disconnect();
-    assert.deepEqual(await readAll(kafka, 'tx.k', false, (v) => v.includes('marker')), ['kept', 'marker']);
-    const all = await readAll(kafka, 'tx.k', true, (v) => v.includes('marker'));
-    assert.deepEqual(all, ['kept', 'lost-1', 'lost-2', 'marker'], 'read_uncommitted still sees the aborted records');
-  });
 });
+
+for (const cfg of storageConfigs())
+  describe(`kafka transactions across a kill -9 [${cfg.name}]`, () => {
+    let broker: FlowmqProcess;
+    before(async () => {
+      broker = await FlowmqProcess.start({ args: await cfg.brokerArgs() });
+    });
+    after(async () => {
+      await broker?.stop();
+      broker?.cleanup();
+    });
+
+    it('a broker killed with a transaction open aborts it at restart and keeps the producer id', async () => {
+      await broker.api('POST', '/api/v1/streams', { name: 'tx.k', partitions: 1 });
+      let kafka = client(broker, 'tx-k');
+      const producer = kafka.producer({ transactionalId: 'tx-k', maxInFlightRequests: 1, idempotent: true });
+      await producer.connect();
+      const t0 = await producer.transaction();
+      await t0.send({ topic: 'tx.k', messages: [{ value: 'kept' }] });
+      await t0.commit();
+      const t = await producer.transaction();
+      await t.send({ topic: 'tx.k', messages: [{ value: 'lost-1' }, { value: 'lost-2' }] });
+      let raw = await RawClient.connect(broker.ports.kafka);
+      const before = (await raw.call(DescribeTransactionsApi, 0, { transactionalIds: ['tx-k'] })).transactionStates[0];
+      raw.close();
+      await producer.disconnect().catch(() => undefined);
+      await broker.stop('SIGKILL');
+      broker = await FlowmqProcess.start({ dataDir: broker.dataDir, args: broker.args });
+      kafka = client(broker, 'tx-k');
+      raw = await RawClient.connect(broker.ports.kafka);
+      const afterRestart = (await raw.call(DescribeTransactionsApi, 0, { transactionalIds: ['tx-k'] })).transactionStates[0];
+      raw.close();
+      assert.equal(afterRestart.transactionState, 'CompleteAbort');
+      assert.equal(afterRestart.producerId, before.producerId);
+      const p2 = kafka.producer({ transactionalId: 'tx-k', maxInFlightRequests: 1, idempotent: true });
+      await p2.connect();
+      const t2 = await p2.transaction();
+      await t2.send({ topic: 'tx.k', messages: [{ value: 'marker' }] });
+      await t2.commit();
+      await p2.disconnect();
+      assert.deepEqual(await readAll(kafka, 'tx.k', false, (v) => v.includes('marker')), ['kept', 'marker']);
+      const all = await readAll(kafka, 'tx.k', true, (v) => v.includes('marker'));
+      assert.deepEqual(all, ['kept', 'lost-1', 'lost-2', 'marker'], 'read_uncommitted still sees the aborted records');
+    });
+  });
