@@ -10,6 +10,7 @@ import { describe, it } from 'node:test';
 import { ATTR_CONTROL, Engine, crc32c, encodeBatch, readBatchInfo, ATTR_TRANSACTIONAL } from '../../../src/core/index.js';
 import { MemoryControlStore } from '../../../src/storage/metastore/control-store.js';
 import { TransactionCoordinator, type TxnMeta } from '../../../src/protocols/kafka/transactions/coordinator.js';
+import { TxnPartitions } from '../../../src/protocols/kafka/transactions/partitions.js';
 import { MemoryStreams } from '../../helpers/memory-storage.js';
 import { captureLogger } from './helpers.js';
 
@@ -89,5 +90,34 @@ describe('kafka transaction coordinator: recovery at start', () => {
     again.close();
     assert.equal(again.partitions.abortedIn('rc.open', 0, 0, 3).length, 1);
     assert.equal(again.partitions.lso('rc.open', 0, 3), 3, 'nothing open after recovery');
+  });
+});
+
+describe("kafka transactions: a partition's LSO and aborted list", () => {
+  it("the LSO is the oldest open transaction's first offset; aborts below the log start offset are dropped", () => {
+    const p = new TxnPartitions();
+    assert.equal(p.lso('s', 0, 10), 10, 'nothing open: the high watermark');
+    p.onAppend('s', 0, 1, 4);
+    p.onAppend('s', 0, 2, 6);
+    p.onAppend('s', 0, 1, 8);
+    assert.equal(p.lso('s', 0, 10), 4, 'the first append of each transaction counts');
+    assert.equal(p.lso('s', 1, 10), 10, 'per partition');
+    p.close('s', 0, 1);
+    assert.equal(p.lso('s', 0, 10), 6);
+    p.close('s', 0, 2);
+    assert.equal(p.lso('s', 0, 10), 10);
+    p.addAborted('s', 0, { producerId: 1, firstOffset: 0, lastOffset: 3 }, 0);
+    p.addAborted('s', 0, { producerId: 2, firstOffset: 4, lastOffset: 9 }, 0);
+    assert.deepEqual(
+      p.abortedIn('s', 0, 5, 20).map((a) => a.producerId),
+      [2],
+      'only those overlapping the fetched range',
+    );
+    const kept = p.addAborted('s', 0, { producerId: 3, firstOffset: 10, lastOffset: 12 }, 5);
+    assert.deepEqual(
+      kept.map((a) => a.producerId),
+      [2, 3],
+      'the abort wholly below the log start offset is gone',
+    );
   });
 });

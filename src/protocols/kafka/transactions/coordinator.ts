@@ -332,7 +332,12 @@ export class TransactionCoordinator {
       durables.push(res.durable);
       if (commit) committed.push({ stream: p.stream, partition: p.partition, from: first, to: res.baseOffset });
       if (!commit) {
-        const list = this.partitions.addAborted(p.stream, p.partition, { producerId: m.producerId, firstOffset: first, lastOffset: res.baseOffset });
+        const list = this.partitions.addAborted(
+          p.stream,
+          p.partition,
+          { producerId: m.producerId, firstOffset: first, lastOffset: res.baseOffset },
+          this.engine.offsets(p.stream, p.partition).logStartOffset,
+        );
         durables.push(this.store.putControl('txn-aborted', abortedDocName(p.stream, p.partition), { stream: p.stream, partition: p.partition, aborted: list }));
       }
       // The marker is in the log: readers may pass the transaction's records (commit) or skip them (abort).

@@ -47,11 +47,15 @@ export class TxnPartitions {
     if (m.size === 0) this.open.delete(k);
   }
 
-  addAborted(stream: string, partition: number, txn: AbortedTxn): AbortedTxn[] {
+  /**
+   * Adds an aborted transaction; those wholly below `logStartOffset` go (no fetch can return their records any more),
+   * so the list, stored whole at each abort, stays as long as the partition's retained aborts.
+   */
+  addAborted(stream: string, partition: number, txn: AbortedTxn, logStartOffset: number): AbortedTxn[] {
     const k = key(stream, partition);
-    let l = this.aborted.get(k);
-    if (!l) this.aborted.set(k, (l = []));
+    const l = (this.aborted.get(k) ?? []).filter((a) => a.lastOffset >= logStartOffset);
     l.push(txn);
+    this.aborted.set(k, l);
     return l;
   }
 
