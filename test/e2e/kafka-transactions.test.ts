@@ -13,6 +13,7 @@ import { DescribeTransactionsApi, KafkaErrorCode as E, ListTransactionsApi } fro
 import { RawClient } from '../protocols/kafka/helpers.js';
 import { FlowmqProcess, eventually } from './harness.js';
 import { mqttCollector } from './mqtt-helpers.js';
+import { connectNats, natsCollector } from './cross-nats-helpers.js';
 import { storageConfigs } from './storage-configs.js';
 
 const { Kafka, logLevel } = kafkajsPkg;
@@ -209,9 +210,13 @@ describe('kafka transactions with KafkaJS', () => {
     assert.deepEqual(await readAll(kafka, 'tx.t', false, (v) => v.includes('marker')), ['marker']);
   });
 
-  it("MQTT subscribers get a transaction's records at its commit, never those of an aborted one", async () => {
+  it("MQTT and NATS subscribers get a transaction's records at its commit, never those of an aborted one", async () => {
     await broker.api('POST', '/api/v1/streams', { name: 'tx.mqtt', partitions: 1 });
     const sub = await mqttCollector(broker.mqttUrl, ['tx/mqtt']);
+    await eventually(() => broker.ports.nats !== undefined, 10_000, 'the NATS listener');
+    const nc = await connectNats(broker);
+    const ns = natsCollector(nc, 'tx.mqtt');
+    await nc.flush();
     const kafka = client(broker, 'tx-mqtt');
     const producer = kafka.producer({ transactionalId: 'tx-mqtt', maxInFlightRequests: 1, idempotent: true });
     const plain = kafka.producer();
@@ -226,12 +231,22 @@ describe('kafka transactions with KafkaJS', () => {
       [],
       'nothing of the open transaction before the plain record',
     );
+    assert.deepEqual(
+      (await ns.until('plain-1')).map((m) => m.data),
+      [],
+      'NATS: nothing of the open transaction before the plain record',
+    );
     await t.commit();
     await eventually(() => sub.got.length >= 2, 10_000, 'the committed records');
     assert.deepEqual(
       sub.got.splice(0).map((p) => p.payload.toString()),
       ['in-txn-1', 'in-txn-2'],
       'delivered at the commit',
+    );
+    await eventually(() => ns.got.length >= 2, 10_000, 'the committed records over NATS');
+    assert.deepEqual(
+      ns.got.splice(0).map((m) => m.data),
+      ['in-txn-1', 'in-txn-2'],
     );
     const t2 = await producer.transaction();
     await t2.send({ topic: 'tx.mqtt', messages: [{ value: 'aborted-1' }] });
@@ -242,6 +257,12 @@ describe('kafka transactions with KafkaJS', () => {
       [],
       'an aborted record is never delivered',
     );
+    assert.deepEqual(
+      (await ns.until('plain-2')).map((m) => m.data),
+      [],
+      'NATS: an aborted record is never delivered',
+    );
+    await nc.close();
     await sub.c.endAsync();
     await producer.disconnect();
     await plain.disconnect();
