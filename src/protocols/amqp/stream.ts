@@ -7,7 +7,7 @@
  * window is 1000 messages here), and a channel may read the same stream from any offset again. The stream is also
  * a Kafka topic of the same name and captures MQTT publishes on its name as a topic.
  */
-import { decodeBatch, recordToMessage, type Engine, type Message } from '../../core/index.js';
+import { decodeBatch, readBatchInfo, recordToMessage, type Engine, type Message } from '../../core/index.js';
 import { AmqpError } from './errors.js';
 import { Typed, fieldInteger, fieldString, type FieldValue } from './codec/index.js';
 
@@ -98,7 +98,18 @@ export class StreamConsumer {
       if (this.closed) return;
       let progressed = false;
       for (const batch of batches) {
-        for (const rec of decodeBatch(batch)) {
+        const records = decodeBatch(batch);
+        if (records.length === 0) {
+          // A Kafka transaction marker (a control batch) holds no message: step over its offsets.
+          const info = readBatchInfo(batch);
+          const end = info.baseOffset + info.lastOffsetDelta + 1;
+          if (end > this.next) {
+            this.next = end;
+            progressed = true;
+          }
+          continue;
+        }
+        for (const rec of records) {
           if (rec.offset < this.next) continue;
           if (!this.hasCredit) return;
           this.next = rec.offset + 1;
