@@ -31,6 +31,7 @@ import type { CoreStore } from './store.js';
 import type { QueueDef, QueueFactory, QueueHandle, QueueStore } from './queues.js';
 import type { BindingDef, ExchangeDef, RouteResult, Router } from './exchanges.js';
 import { RouterCore } from './router.js';
+import { TxnPartitions } from './transactions.js';
 import { createQueue as defaultCreateQueue } from './queue.js';
 import { isValidStreamName, kafkaToUnified, validateFilter, validateTopic } from './topic.js';
 import { TopicTrie } from './trie.js';
@@ -60,6 +61,8 @@ export class Engine implements Router {
   private readonly streams = new Map<string, StreamEntry>();
   /** Messages delivered to live subscribers / captured by streams, for metrics. */
   readonly stats = { published: 0, delivered: 0, captured: 0, dropped: 0 };
+  /** Kafka transactions' state of each partition (last stable offset, aborted transactions), for every reader. */
+  readonly transactions = new TxnPartitions();
   /** Last retained message per topic, any protocol's publish with retain=true sets it. */
   readonly retained = new RetainedIndex();
   /**

@@ -269,7 +269,7 @@ describe('kafka transactions with KafkaJS', () => {
     await plain.disconnect();
   });
 
-  it('AMQP stream queues read a stream with transactions like read_uncommitted, stepping over the markers', async () => {
+  it('AMQP stream queues read a stream with transactions as read_committed: held at an open one, no aborted record, no marker', async () => {
     await eventually(() => broker.ports.amqp !== undefined, 10_000, 'the AMQP listener');
     const conn = await amqp.connect(`amqp://guest:guest@127.0.0.1:${broker.ports.amqp}?heartbeat=0`);
     const ch = await conn.createChannel();
@@ -280,13 +280,17 @@ describe('kafka transactions with KafkaJS', () => {
     for (const [value, commit] of [
       ['c1', true],
       ['a1', false],
-      ['c2', true],
     ] as const) {
       const t = await producer.transaction();
       await t.send({ topic: 'tx.amqp', messages: [{ value }] });
       await (commit ? t.commit() : t.abort());
     }
-    await producer.disconnect();
+    // An open transaction holds the reader: the plain record after it is not delivered before its commit.
+    const open = await producer.transaction();
+    await open.send({ topic: 'tx.amqp', messages: [{ value: 'c2' }] });
+    const plain = kafka.producer();
+    await plain.connect();
+    await plain.send({ topic: 'tx.amqp', messages: [{ value: 'plain' }] });
     await ch.prefetch(10);
     const got: Array<[string, unknown]> = [];
     await ch.consume(
@@ -298,13 +302,32 @@ describe('kafka transactions with KafkaJS', () => {
       },
       { arguments: { 'x-stream-offset': 'first' } },
     );
-    await eventually(() => got.some((g) => g[0] === 'c2'), 10_000, `c2 over AMQP: ${JSON.stringify(got)}`);
-    // Offsets 1 and 3 are the markers: no message. The aborted record is there (the limitation docs/kafka.md names).
+    await eventually(() => got.length >= 1, 10_000, 'c1 over AMQP');
+    // The marker record: a plain one on a second stream queue that nothing holds proves the reader had its chance.
+    await ch.assertQueue('tx.amqp.free', { durable: true, arguments: { 'x-queue-type': 'stream' } });
+    await plain.send({ topic: 'tx.amqp.free', messages: [{ value: 'free' }] });
+    const free: string[] = [];
+    await ch.consume(
+      'tx.amqp.free',
+      (m) => {
+        if (m === null) return;
+        free.push(m.content.toString());
+        ch.ack(m);
+      },
+      { arguments: { 'x-stream-offset': 'first' } },
+    );
+    await eventually(() => free.length === 1, 10_000, 'the free stream queue');
+    assert.deepEqual(got, [['c1', 0]], 'held at the open transaction');
+    await open.commit();
+    await eventually(() => got.some((g) => g[0] === 'plain'), 10_000, `plain over AMQP: ${JSON.stringify(got)}`);
+    // Offsets 1 and 3 are the markers (no message), 2 the aborted record.
     assert.deepEqual(got, [
       ['c1', 0],
-      ['a1', 2],
       ['c2', 4],
+      ['plain', 5],
     ]);
+    await producer.disconnect();
+    await plain.disconnect();
     await conn.close();
   });
 });

@@ -7,10 +7,9 @@
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { ATTR_CONTROL, Engine, crc32c, encodeBatch, readBatchInfo, ATTR_TRANSACTIONAL } from '../../../src/core/index.js';
+import { ATTR_CONTROL, Engine, TxnPartitions, crc32c, encodeBatch, readBatchInfo, ATTR_TRANSACTIONAL } from '../../../src/core/index.js';
 import { MemoryControlStore } from '../../../src/storage/metastore/control-store.js';
 import { TransactionCoordinator, type TxnMeta } from '../../../src/protocols/kafka/transactions/coordinator.js';
-import { TxnPartitions } from '../../../src/protocols/kafka/transactions/partitions.js';
 import { MemoryStreams } from '../../helpers/memory-storage.js';
 import { captureLogger } from './helpers.js';
 
@@ -85,7 +84,8 @@ describe('kafka transaction coordinator: recovery at start', () => {
     assert.equal(allocated, 0, 'no producer id allocated by recovery');
 
     // A coordinator started again (the next restart) knows the aborted transactions from the store.
-    const again = new TransactionCoordinator(engine, store, async () => 900, captureLogger().logger);
+    const m2 = new MemoryStreams();
+    const again = new TransactionCoordinator(new Engine(m2, m2), store, async () => 900, captureLogger().logger);
     await again.start(0);
     again.close();
     assert.equal(again.partitions.abortedIn('rc.open', 0, 0, 3).length, 1);

@@ -21,7 +21,10 @@ import type { Logger } from 'pino';
 import { ATTR_CONTROL, ATTR_TRANSACTIONAL, encodeControlBatch, readBatchInfo, type Engine, type OffsetCommit } from '../../../core/index.js';
 import { KafkaErrorCode } from '../codec/index.js';
 import type { ControlRecord, ControlStore } from '../../../storage/metastore/control-store.js';
-import { abortedDocName, TxnPartitions, type AbortedTxn } from './partitions.js';
+import type { AbortedTxn, TxnPartitions } from '../../../core/index.js';
+
+/** The metastore document name of a partition's aborted list (a name may not hold NUL). */
+export const abortedDocName = (stream: string, partition: number): string => `${partition}:${stream}`;
 
 export type TxnStateName = 'Empty' | 'Ongoing' | 'PrepareCommit' | 'PrepareAbort' | 'CompleteCommit' | 'CompleteAbort';
 export const TXN_STATES: readonly TxnStateName[] = ['Empty', 'Ongoing', 'PrepareCommit', 'PrepareAbort', 'CompleteCommit', 'CompleteAbort'];
@@ -68,7 +71,8 @@ export class TransactionCoordinator {
   private readonly byProducer = new Map<number, string>();
   /** Per transactional id: the chain its operations run on, one at a time. */
   private readonly chains = new Map<string, Promise<unknown>>();
-  readonly partitions = new TxnPartitions();
+  /** The partitions' transaction state: the engine's, which every protocol reading streams consults. */
+  readonly partitions: TxnPartitions;
   private timer: NodeJS.Timeout | null = null;
   private closed = false;
 
@@ -77,7 +81,9 @@ export class TransactionCoordinator {
     private readonly store: TxnStore,
     private readonly allocate: () => Promise<number>,
     private readonly logger: Logger,
-  ) {}
+  ) {
+    this.partitions = engine.transactions;
+  }
 
   /** Loads the stored state; completes (PrepareCommit) or aborts (Ongoing, PrepareAbort) what was in flight. */
   async start(expiryCheckMs = 1000): Promise<void> {

@@ -1,12 +1,13 @@
 /**
- * What a partition's readers need to know of transactions (KIP-98): the first offset of every open transaction
+ * What a partition's readers need to know of Kafka transactions (KIP-98), kept by the engine for every protocol that
+ * reads streams: the first offset of every open transaction
  * that wrote to it (the last stable offset, LSO, is the smallest of them, else the high watermark) and the
  * aborted transactions (producer id, first offset, offset of the abort marker), which Fetch hands read_committed
  * consumers so that they drop those records.
  *
- * Kept beside the log rather than in it: open transactions are tracked as produce appends their batches (the
- * base offset is known synchronously), and the aborted list is stored in the metastore by the coordinator when it
- * writes an abort marker, one document per partition (ControlStore kind `txn-aborted`), loaded at start.
+ * Kept beside the log rather than in it: open transactions are tracked as Kafka's produce appends their batches
+ * (the base offset is known synchronously), and the aborted list is stored in the metastore by the Kafka
+ * transaction coordinator when it writes an abort marker (src/protocols/kafka/transactions), loaded at start.
  */
 export interface AbortedTxn {
   producerId: number;
@@ -16,9 +17,6 @@ export interface AbortedTxn {
 }
 
 const key = (stream: string, partition: number): string => `${stream}\u0000${partition}`;
-
-/** The metastore document name of a partition's aborted list (a name may not hold NUL). */
-export const abortedDocName = (stream: string, partition: number): string => `${partition}:${stream}`;
 
 export class TxnPartitions {
   /** Per partition: producer id -> first offset of its open transaction there. */
@@ -71,6 +69,12 @@ export class TxnPartitions {
     let lso = highWatermark;
     for (const o of m.values()) if (o < lso) lso = o;
     return lso;
+  }
+
+  /** Whether the producer's batch at `offset` belongs to a transaction that was aborted (its records are skipped). */
+  isAborted(stream: string, partition: number, producerId: number, offset: number): boolean {
+    const l = this.aborted.get(key(stream, partition));
+    return l !== undefined && l.some((a) => a.producerId === producerId && a.firstOffset <= offset && offset < a.lastOffset);
   }
 
   /** Aborted transactions overlapping offsets [from, to) (what a fetch returning those offsets must name). */
