@@ -15,6 +15,7 @@ import { RawClient } from '../protocols/kafka/helpers.js';
 import { FlowmqProcess, eventually } from './harness.js';
 import { mqttCollector } from './mqtt-helpers.js';
 import { connectNats, natsCollector } from './cross-nats-helpers.js';
+import { AckPolicy, type JsMsg } from 'nats';
 import { storageConfigs } from './storage-configs.js';
 
 const { Kafka, logLevel } = kafkajsPkg;
@@ -329,6 +330,51 @@ describe('kafka transactions with KafkaJS', () => {
     await producer.disconnect();
     await plain.disconnect();
     await conn.close();
+  });
+
+  it('JetStream consumers read a stream with transactions as read_committed: held at an open one, no aborted record', async () => {
+    await broker.api('POST', '/api/v1/streams', { name: 'tx-js', partitions: 1 });
+    await eventually(() => broker.ports.nats !== undefined, 10_000, 'the NATS listener');
+    const kafka = client(broker, 'tx-js');
+    const producer = kafka.producer({ transactionalId: 'tx-js', maxInFlightRequests: 1, idempotent: true });
+    const plain = kafka.producer();
+    await producer.connect();
+    await plain.connect();
+    for (const [value, commit] of [
+      ['c1', true],
+      ['a1', false],
+    ] as const) {
+      const t = await producer.transaction();
+      await t.send({ topic: 'tx-js', messages: [{ value }] });
+      await (commit ? t.commit() : t.abort());
+    }
+    const open = await producer.transaction();
+    await open.send({ topic: 'tx-js', messages: [{ value: 'c2' }] });
+    await plain.send({ topic: 'tx-js', messages: [{ value: 'plain' }] });
+    const nc = await connectNats(broker);
+    const jsm = await nc.jetstreamManager();
+    await jsm.consumers.add('tx-js', { durable_name: 'reader', ack_policy: AckPolicy.Explicit });
+    const c = await nc.jetstream().consumers.get('tx-js', 'reader');
+    const fetchAll = async (max: number, expires: number): Promise<Array<[number, string]>> => {
+      const out: Array<[number, string]> = [];
+      for await (const m of await c.fetch({ max_messages: max, expires })) {
+        out.push([(m as JsMsg).seq, (m as JsMsg).string()]);
+        m.ack();
+      }
+      return out;
+    };
+    // The fetch ends at its expiry with what could be delivered: after c1 the log holds its marker, a1, a1's marker,
+    // c2 and plain, none deliverable while c2's transaction is open.
+    assert.deepEqual(await fetchAll(5, 1500), [[1, 'c1']]);
+    await open.commit();
+    // Sequences 2 and 4 are the markers, 3 the aborted record.
+    assert.deepEqual(await fetchAll(2, 10_000), [
+      [5, 'c2'],
+      [6, 'plain'],
+    ]);
+    await nc.close();
+    await producer.disconnect();
+    await plain.disconnect();
   });
 });
 
