@@ -11,7 +11,7 @@
  */
 import { FlowError } from './errors.js';
 import type { Message } from './message.js';
-import { decodeBatch, encodeBatch, messageToRecord, recordToMessage } from './record-batch.js';
+import { ATTR_TRANSACTIONAL, OFF_ATTRIBUTES, decodeBatch, encodeBatch, messageToRecord, recordToMessage } from './record-batch.js';
 import {
   NO_STREAM_DEFAULTS,
   newStreamId,
@@ -31,6 +31,7 @@ import type { CoreStore } from './store.js';
 import type { QueueDef, QueueFactory, QueueHandle, QueueStore } from './queues.js';
 import type { BindingDef, ExchangeDef, RouteResult, Router } from './exchanges.js';
 import { RouterCore } from './router.js';
+import { TxnPartitions } from './transactions.js';
 import { createQueue as defaultCreateQueue } from './queue.js';
 import { isValidStreamName, kafkaToUnified, validateFilter, validateTopic } from './topic.js';
 import { TopicTrie } from './trie.js';
@@ -60,6 +61,8 @@ export class Engine implements Router {
   private readonly streams = new Map<string, StreamEntry>();
   /** Messages delivered to live subscribers / captured by streams, for metrics. */
   readonly stats = { published: 0, delivered: 0, captured: 0, dropped: 0 };
+  /** Kafka transactions' state of each partition (last stable offset, aborted transactions), for every reader. */
+  readonly transactions = new TxnPartitions();
   /** Last retained message per topic, any protocol's publish with retain=true sets it. */
   readonly retained = new RetainedIndex();
   /**
@@ -412,9 +415,25 @@ export class Engine implements Router {
   }
 
   /**
+   * Appends a batch to one partition without routing it anywhere: a transaction marker (a control batch, KIP-98),
+   * which is log data for Kafka readers and never a message.
+   */
+  appendControl(stream: string, partition: number, batch: Buffer): AppendResult {
+    const e = this.streams.get(stream);
+    if (!e) throw new FlowError('NOT_FOUND', `stream "${stream}" does not exist`);
+    if (partition < 0 || partition >= e.def.partitions) {
+      throw new FlowError('NOT_FOUND', `stream "${stream}" has no partition ${partition}`);
+    }
+    return this.storage.append(stream, partition, batch);
+  }
+
+  /**
    * Appends a Kafka record batch to one partition of a stream, then routes its records to live subscribers
    * and to other streams whose bindings match the stream's topic. The batch is borrowed for the duration of the
    * call, as by StreamStorage.append.
+   *
+   * A transactional batch (KIP-98) is only appended: its records are routed when its transaction commits
+   * (routeCommitted), and never when it aborts, so that no other protocol sees uncommitted data live.
    */
   produce(stream: string, partition: number, batch: Buffer): AppendResult {
     const e = this.streams.get(stream);
@@ -426,9 +445,31 @@ export class Engine implements Router {
     // A retried idempotent batch was routed when it was first appended.
     if (res.duplicate) return res;
     this.stats.captured++;
+    if ((batch.readInt16BE(OFF_ATTRIBUTES) & ATTR_TRANSACTIONAL) !== 0) return res;
+    const extra = this.routeBatch(e, batch);
+    if (extra.length > 0) {
+      const durable = Promise.all([res.durable, ...extra]).then(() => undefined);
+      return res.offset !== undefined ? { baseOffset: res.baseOffset, offset: res.offset, durable } : { baseOffset: res.baseOffset, durable };
+    }
+    return res;
+  }
+
+  /**
+   * Routes the records of a stored batch whose transaction committed (see produce): to live subscribers, queues and
+   * other streams, as produce routes any other batch. Resolves once the copies into queues and streams are durable.
+   */
+  routeCommitted(stream: string, batch: Buffer): Promise<void> | null {
+    const e = this.streams.get(stream);
+    if (!e) return null;
+    const extra = this.routeBatch(e, batch);
+    return extra.length === 0 ? null : Promise.all(extra).then(() => undefined);
+  }
+
+  /** Routes a batch's records; answers the durability of the copies made into queues and streams. */
+  private routeBatch(e: StreamEntry, batch: Buffer): Promise<void>[] {
+    const extra: Promise<void>[] = [];
     const toQueues = this.router.topicBindings > 0;
     if (this.subs.size > 0 || this.bindings.size > e.def.bindings.length || toQueues || (this.live !== null && this.live.remote > 0)) {
-      const extra: Promise<void>[] = [];
       // The batch is only borrowed (see StreamStorage.append), and decoded records point into it: the messages
       // delivered live get memory of their own.
       for (const rec of decodeBatch(Buffer.from(batch))) {
@@ -446,12 +487,8 @@ export class Engine implements Router {
           if (q) extra.push(q);
         }
       }
-      if (extra.length > 0) {
-        const durable = Promise.all([res.durable, ...extra]).then(() => undefined);
-        return res.offset !== undefined ? { baseOffset: res.baseOffset, offset: res.offset, durable } : { baseOffset: res.baseOffset, durable };
-      }
     }
-    return res;
+    return extra;
   }
 
   private capture(msg: Message, except: StreamEntry | undefined, info?: PublishInfo): Promise<void> | null {

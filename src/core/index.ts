@@ -24,3 +24,4 @@ export { isDeadLetterCycle, type RouterHost } from './routing.js';
 export * from './queue.js';
 export { MemoryQueueStore } from './memory-queue-store.js';
 export * from './consumers.js';
+export { TxnPartitions, type AbortedTxn } from './transactions.js';

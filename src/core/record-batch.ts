@@ -287,9 +287,38 @@ export function isCompressionSupported(codec: number): boolean {
   return codec === Compression.None || decompressors.has(codec);
 }
 
-/** Decodes every record of one batch (decompressing when needed). */
+/** Attribute bit 4: the batch belongs to a transaction (KIP-98). */
+export const ATTR_TRANSACTIONAL = 0x10;
+/** Attribute bit 5: a control batch (a transaction's commit or abort marker), written by the broker only. */
+export const ATTR_CONTROL = 0x20;
+
+/**
+ * A transaction marker (KIP-98): a control batch of one record whose key is version 0 and the control type (0
+ * abort, 1 commit) and whose value is version 0 and the coordinator epoch, carrying the producer's id and epoch
+ * with no sequence, as Kafka's transaction markers are written.
+ */
+export function encodeControlBatch(producerId: number, producerEpoch: number, commit: boolean, coordinatorEpoch: number, timestamp: number): Buffer {
+  const key = Buffer.alloc(4);
+  key.writeInt16BE(0, 0);
+  key.writeInt16BE(commit ? 1 : 0, 2);
+  const value = Buffer.alloc(6);
+  value.writeInt16BE(0, 0);
+  value.writeInt32BE(coordinatorEpoch, 2);
+  const out = encodeBatch([{ key, value, headers: [], timestamp }]);
+  out.writeInt16BE(ATTR_CONTROL | ATTR_TRANSACTIONAL, OFF_ATTRIBUTES);
+  out.writeBigInt64BE(BigInt(producerId), OFF_PRODUCER_ID);
+  out.writeInt16BE(producerEpoch, OFF_PRODUCER_EPOCH);
+  out.writeUInt32BE(crc32c(out, OFF_ATTRIBUTES, out.length), OFF_CRC);
+  return out;
+}
+
+/**
+ * Decodes every record of one batch (decompressing when needed). A control batch (a transaction marker) holds no
+ * message and decodes to no record, so that no protocol delivers a marker as data.
+ */
 export function decodeBatch(batch: Buffer, pos = 0): Record[] {
   const info = readBatchInfo(batch, pos);
+  if ((info.attributes & ATTR_CONTROL) !== 0) return [];
   let body = batch.subarray(pos + BATCH_HEADER_SIZE, pos + info.size);
   if (info.compression !== Compression.None) {
     const fn = decompressors.get(info.compression);

@@ -145,6 +145,37 @@ export function controlStoreConformance(name: string, durable: boolean, open: (d
       await close();
     });
 
+    it("keeps the Kafka transaction coordinator's documents (txn, txn-aborted) without bumping the version", async () => {
+      const { store, close } = await open(freshDir());
+      const v = await store.controlVersion();
+      const txn = {
+        transactionalId: 'tx-1',
+        producerId: 2 ** 40,
+        producerEpoch: 3,
+        timeoutMs: 60000,
+        state: 'PrepareCommit',
+        partitions: [{ stream: 'a.b', partition: 2, startOffset: 17 }],
+        groups: ['g'],
+        offsets: [{ group: 'g', stream: 'in', partition: 0, offset: 5, metadata: null }],
+        startTimeMs: 1700000000000,
+        updatedAt: 1,
+      };
+      await store.putControl('txn', 'tx-1', txn);
+      await store.putControl('txn-aborted', '2:a.b', { stream: 'a.b', partition: 2, aborted: [{ producerId: 2 ** 40, firstOffset: 17, lastOffset: 20 }] });
+      assert.deepEqual((await store.getControl('txn', 'tx-1'))?.data, txn);
+      await store.putControl('txn', 'tx-1', { ...txn, state: 'CompleteCommit', partitions: [] });
+      assert.deepEqual(
+        (await store.listControl('txn')).map((r) => [r.name, r.data.state]),
+        [['tx-1', 'CompleteCommit']],
+      );
+      assert.deepEqual(
+        (await store.listControl('txn-aborted')).map((r) => r.name),
+        ['2:a.b'],
+      );
+      assert.equal(await store.controlVersion(), v, 'transaction state is data-path state, not the directory: no reload of every broker');
+      await close();
+    });
+
     it('refuses an unknown kind, an empty name or a document that is not an object', async () => {
       const { store, close } = await open(freshDir());
       await assert.rejects(store.putControl('nope' as ControlKind, 'x', {}), invalid);
@@ -185,11 +216,13 @@ export function controlStoreConformance(name: string, durable: boolean, open: (d
         const a = await open(dir);
         await a.store.putControl('namespace', 'team-a', { quotas: { maxConnections: 10 } });
         await a.store.putControl('session', 'abc', { user: 'u' });
+        await a.store.putControl('txn', 'tx', { state: 'Ongoing' });
         const v = await a.store.controlVersion();
         await a.close();
         const b = await open(dir);
         assert.deepEqual((await b.store.getControl('namespace', 'team-a'))?.data, { quotas: { maxConnections: 10 } });
         assert.deepEqual((await b.store.getControl('session', 'abc'))?.data, { user: 'u' });
+        assert.deepEqual((await b.store.getControl('txn', 'tx'))?.data, { state: 'Ongoing' }, 'transaction state survives a restart');
         assert.equal(await b.store.controlVersion(), v, 'the version does not go back (a poller would miss changes)');
         await b.close();
       });

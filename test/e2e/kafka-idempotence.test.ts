@@ -61,7 +61,8 @@ for (const cfg of storageConfigs())
       const other = await initPid(c, 1);
       assert.notEqual(pid, other);
       const tx = await c.call(InitProducerIdApi, 1, { transactionalId: 'tx-1', transactionTimeoutMs: 60000, producerId: -1, producerEpoch: -1 });
-      assert.equal(tx.errorCode, E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, 'transactions are not offered');
+      assert.equal(tx.errorCode, E.NONE, 'a transactional id gets its producer id from the transaction coordinator');
+      assert.ok(tx.producerId !== pid && tx.producerId !== other, 'from the same never-repeating blocks');
 
       // Partition 1: one batch sealed into a segment (flush), one left in the WAL.
       const p1a = idemBatch(pid, 0, 0, 2, 'p1a');

@@ -7,7 +7,7 @@
  * window is 1000 messages here), and a channel may read the same stream from any offset again. The stream is also
  * a Kafka topic of the same name and captures MQTT publishes on its name as a topic.
  */
-import { decodeBatch, recordToMessage, type Engine, type Message } from '../../core/index.js';
+import { ATTR_TRANSACTIONAL, decodeBatch, readBatchInfo, recordToMessage, type Engine, type Message } from '../../core/index.js';
 import { AmqpError } from './errors.js';
 import { Typed, fieldInteger, fieldString, type FieldValue } from './codec/index.js';
 
@@ -90,15 +90,33 @@ export class StreamConsumer {
     while (!this.closed && this.hasCredit) {
       const o = this.engine.offsets(this.stream, 0);
       if (this.next < o.logStartOffset) this.next = o.logStartOffset;
-      if (this.next >= o.highWatermark) {
-        await this.engine.waitFor(this.stream, 0, this.next, WAIT_MS);
+      // Kafka transactions (KIP-98): read as a read_committed Kafka consumer does, up to the last stable offset
+      // (nothing of an open transaction), skipping what was aborted.
+      const txns = this.engine.transactions;
+      const stable = txns.lso(this.stream, 0, o.highWatermark);
+      if (this.next >= stable) {
+        // Caught up, or held at an open transaction until its marker moves the high watermark.
+        await this.engine.waitFor(this.stream, 0, this.next >= o.highWatermark ? this.next : o.highWatermark, WAIT_MS);
         continue;
       }
       const batches = await this.engine.read(this.stream, 0, this.next, READ_BYTES);
       if (this.closed) return;
       let progressed = false;
       for (const batch of batches) {
-        for (const rec of decodeBatch(batch)) {
+        const info = readBatchInfo(batch);
+        if (info.baseOffset >= stable) break;
+        const end = info.baseOffset + info.lastOffsetDelta + 1;
+        const aborted = (info.attributes & ATTR_TRANSACTIONAL) !== 0 && txns.isAborted(this.stream, 0, Number(info.producerId), info.baseOffset);
+        // A transaction marker (a control batch) decodes to no message; an aborted transaction's batch is skipped.
+        const records = aborted ? [] : decodeBatch(batch);
+        if (records.length === 0) {
+          if (end > this.next) {
+            this.next = end;
+            progressed = true;
+          }
+          continue;
+        }
+        for (const rec of records) {
           if (rec.offset < this.next) continue;
           if (!this.hasCredit) return;
           this.next = rec.offset + 1;

@@ -19,6 +19,8 @@ import { KafkaCluster } from './cluster.js';
 import { KafkaBrokerConfigs } from './broker-configs.js';
 import { RuntimeSettings } from '../../control/index.js';
 import { FetchSessionCache } from './fetch-sessions.js';
+import { TransactionCoordinator } from './transactions/coordinator.js';
+import { MemoryControlStore, isControlStore } from '../../storage/metastore/control-store.js';
 // Registers the snappy, lz4 and zstd decompressors with the core.
 
 export type TopicResult = { entry: StreamEntry; errorCode: 0 } | { entry: null; errorCode: number };
@@ -60,6 +62,11 @@ export class KafkaAdapter {
   readonly brokerConfigs: KafkaBrokerConfigs;
   /** Incremental fetch sessions of this broker's connections (KIP-227, fetch-sessions.ts). */
   readonly fetchSessions: FetchSessionCache;
+  /**
+   * The transaction coordinator (KIP-98) and the partitions' transaction state (LSO, aborted transactions); its
+   * state is in the metastore's control documents (a store without that role keeps it in memory).
+   */
+  readonly transactions: TransactionCoordinator;
 
   constructor(
     ctx: AdapterContext,
@@ -94,6 +101,13 @@ export class KafkaAdapter {
       rootLogger: options.rootLogger ?? ctx.logger,
       logger: ctx.logger,
     });
+    const store = ctx.engine.store;
+    this.transactions = new TransactionCoordinator(
+      ctx.engine,
+      isControlStore(store) ? store : new MemoryControlStore(),
+      () => this.producerIdAllocator.allocate(),
+      ctx.logger.child({ component: 'transactions' }),
+    );
     this.fetchSessions = new FetchSessionCache({ maxSlots: options.fetchSessionCacheSlots, evictionMs: options.fetchSessionEvictionMs });
     this.cluster = options.cluster ? new KafkaCluster(options.cluster, this.groups, ctx.logger.child({ component: 'kafka-cluster' })) : null;
     // The SASL APIs are offered only when there is something to authenticate against; client quotas and SCRAM
@@ -113,6 +127,16 @@ export class KafkaAdapter {
   }
 
   private users = 0;
+  private txnStart: Promise<void> | null = null;
+
+  /**
+   * Loads the transaction coordinator's state and finishes what a previous run left in flight, once, before the
+   * first listener accepts a client (a read_committed fetch must know the aborted transactions). Not in cluster
+   * mode, where transactions are refused.
+   */
+  startTransactions(): Promise<void> {
+    return (this.txnStart ??= this.cluster !== null ? Promise.resolve() : this.transactions.start());
+  }
 
   /** A listener starts using this adapter (several listeners, e.g. plaintext and TLS, share one). */
   retain(): void {
@@ -123,6 +147,7 @@ export class KafkaAdapter {
   release(): void {
     if (--this.users <= 0) {
       this.groups.close();
+      this.transactions.close();
       this.logLimit.stop();
       this.brokerConfigs.close();
     }

@@ -43,6 +43,12 @@ import {
   SyncGroupApi,
   ConsumerGroupHeartbeatApi,
   ConsumerGroupDescribeApi,
+  AddPartitionsToTxnApi,
+  AddOffsetsToTxnApi,
+  EndTxnApi,
+  TxnOffsetCommitApi,
+  DescribeTransactionsApi,
+  ListTransactionsApi,
 } from './codec/index.js';
 import {
   handleAlterConfigs,
@@ -63,6 +69,14 @@ import { handleAlterUserScramCredentials, handleDescribeUserScramCredentials } f
 import { handleCreateAcls, handleDeleteAcls, handleDescribeAcls } from './handlers/acls.js';
 import { handleInitProducerId } from './handlers/producer.js';
 import { handleFetch } from './handlers/fetch.js';
+import {
+  handleAddOffsetsToTxn,
+  handleAddPartitionsToTxn,
+  handleDescribeTransactions,
+  handleEndTxn,
+  handleListTransactions,
+  handleTxnOffsetCommit,
+} from './handlers/transactions.js';
 import {
   handleDeleteGroups,
   handleDescribeGroups,
@@ -105,6 +119,13 @@ export const KAFKA_ROUTES: readonly Route[] = [
   route(DeleteRecordsApi, handleDeleteRecords),
   route(InitProducerIdApi, handleInitProducerId),
   route(OffsetForLeaderEpochApi, handleOffsetForLeaderEpoch),
+  // Transactions (KIP-98) and their admin views (KIP-664).
+  route(AddPartitionsToTxnApi, handleAddPartitionsToTxn),
+  route(AddOffsetsToTxnApi, handleAddOffsetsToTxn),
+  route(EndTxnApi, handleEndTxn),
+  route(TxnOffsetCommitApi, handleTxnOffsetCommit),
+  route(DescribeTransactionsApi, handleDescribeTransactions),
+  route(ListTransactionsApi, handleListTransactions),
   route(DescribeConfigsApi, handleDescribeConfigs),
   route(AlterConfigsApi, handleAlterConfigs),
   route(CreatePartitionsApi, handleCreatePartitions),

@@ -49,6 +49,7 @@ export async function startKafkaListener(
   shared?: KafkaAdapter,
 ): Promise<ProtocolListener> {
   const adapter = shared ?? createKafkaAdapter(ctx, opts);
+  await adapter.startTransactions();
   if (listen.sasl && !adapter.options.sasl) {
     throw new Error("a Kafka listener requiring SASL needs the adapter's sasl options");
   }

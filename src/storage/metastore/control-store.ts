@@ -23,15 +23,20 @@
 import { FlowError } from '../../core/index.js';
 
 /**
+ * `txn` and `txn-aborted` are the Kafka transaction coordinator's durable state (src/protocols/kafka/transactions).
  * `quota` and `config` are the runtime settings (settings.ts): client quotas per user (and the default user's), and
  * broker configs altered at run time (cluster-wide and per broker).
  */
-export const CONTROL_KINDS = ['user', 'group', 'token', 'policy', 'namespace', 'session', 'quota', 'config'] as const;
+export const CONTROL_KINDS = ['user', 'group', 'token', 'policy', 'namespace', 'session', 'quota', 'config', 'txn', 'txn-aborted'] as const;
 export type ControlKind = (typeof CONTROL_KINDS)[number];
 
-/** Kinds whose changes bump controlVersion (all but login sessions; see the contract above). */
+/**
+ * Kinds whose changes bump controlVersion: all but login sessions and the Kafka transaction coordinator's state
+ * (`txn`: one document per transactional id; `txn-aborted`: the aborted transactions of one partition), which are
+ * data-path state written on every transaction, not part of the directory (see the contract above).
+ */
 export function bumpsVersion(kind: ControlKind): boolean {
-  return kind !== 'session';
+  return kind !== 'session' && kind !== 'txn' && kind !== 'txn-aborted';
 }
 
 /** Checks a call's arguments (every backend); answers the document as JSON text. */

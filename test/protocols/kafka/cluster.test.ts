@@ -24,6 +24,8 @@ import {
   LeaveGroupApi,
   FetchApi,
   FindCoordinatorApi,
+  InitProducerIdApi,
+  EndTxnApi,
   HeartbeatApi,
   JoinGroupApi,
   KafkaErrorCode as E,
@@ -316,6 +318,16 @@ describe('kafka in a cluster of three brokers (one process)', () => {
     const dr = (c: RawClient) => c.call(DeleteRecordsApi, 2, { topics: [{ name: 'ct', partitions: [{ partitionIndex: 0, offset: 1 }] }], timeoutMs: 1000 });
     assert.equal((await dr(elsewhere)).topics[0].partitions[0].errorCode, E.NOT_LEADER_OR_FOLLOWER);
     assert.deepEqual((await dr(atLeader)).topics[0].partitions[0], { partitionIndex: 0, lowWatermark: 1, errorCode: E.NONE });
+  });
+
+  it('refuses transactions in cluster mode (not coordinated across brokers yet), as a fatal error for the client', async () => {
+    const c = await connect(brokers[0]);
+    const init = await c.call(InitProducerIdApi, 4, { transactionalId: 'tx', transactionTimeoutMs: 60000, producerId: -1, producerEpoch: -1 });
+    assert.equal(init.errorCode, E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED);
+    const end = await c.call(EndTxnApi, 3, { transactionalId: 'tx', producerId: 1, producerEpoch: 0, committed: true });
+    assert.equal(end.errorCode, E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED);
+    const idem = await c.call(InitProducerIdApi, 4, { transactionalId: null, transactionTimeoutMs: 60000, producerId: -1, producerEpoch: -1 });
+    assert.equal(idem.errorCode, E.NONE, 'idempotent producers are served');
   });
 
   it("FindCoordinator names the group's placement broker from every broker; the others answer NOT_COORDINATOR", async () => {

@@ -363,6 +363,10 @@ describe('kafka listener with real clients', () => {
           [21, 0, 2],
           [22, 0, 5],
           [23, 0, 4],
+          [24, 0, 3],
+          [25, 0, 3],
+          [26, 0, 3],
+          [28, 0, 3],
           // DescribeAcls, CreateAcls, DeleteAcls: advertised always (SECURITY_DISABLED without access control).
           [29, 0, 3],
           [30, 0, 3],
@@ -377,6 +381,8 @@ describe('kafka listener with real clients', () => {
           [47, 0, 0],
           [60, 0, 2],
           [61, 0, 0],
+          [65, 0, 0],
+          [66, 0, 1],
           // ConsumerGroupHeartbeat, ConsumerGroupDescribe (KIP-848).
           [68, 0, 1],
           [69, 0, 1],

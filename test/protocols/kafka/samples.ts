@@ -108,6 +108,24 @@ import {
   type DescribeUserScramCredentialsResponse,
   type AlterUserScramCredentialsRequest,
   type AlterUserScramCredentialsResponse,
+  AddPartitionsToTxnApi,
+  AddOffsetsToTxnApi,
+  EndTxnApi,
+  TxnOffsetCommitApi,
+  DescribeTransactionsApi,
+  ListTransactionsApi,
+  type AddPartitionsToTxnRequest,
+  type AddPartitionsToTxnResponse,
+  type AddOffsetsToTxnRequest,
+  type AddOffsetsToTxnResponse,
+  type EndTxnRequest,
+  type EndTxnResponse,
+  type TxnOffsetCommitRequest,
+  type TxnOffsetCommitResponse,
+  type DescribeTransactionsRequest,
+  type DescribeTransactionsResponse,
+  type ListTransactionsRequest,
+  type ListTransactionsResponse,
 } from '../../../src/protocols/kafka/codec/index.js';
 
 const b = (s: string): Buffer => Buffer.from(s);
@@ -656,5 +674,63 @@ export const API_SAMPLES: ApiSample[] = [
       upsertions: [{ name: 'alice', mechanism: 2, iterations: 8192, salt: b('salt'), saltedPassword: b('salted') }],
     } satisfies AlterUserScramCredentialsRequest,
     response: { throttleTimeMs: 9, results: [{ user: 'alice', errorCode: 0, errorMessage: 'm' }] } satisfies AlterUserScramCredentialsResponse,
+  },
+  {
+    codec: AddPartitionsToTxnApi,
+    request: { transactionalId: 'tx', producerId: 2 ** 40, producerEpoch: 3, topics: [{ name: 't', partitions: [0, 7] }] } satisfies AddPartitionsToTxnRequest,
+    response: { throttleTimeMs: 1, results: [{ name: 't', results: [{ partitionIndex: 7, errorCode: 48 }] }] } satisfies AddPartitionsToTxnResponse,
+  },
+  {
+    codec: AddOffsetsToTxnApi,
+    request: { transactionalId: 'tx', producerId: 9, producerEpoch: 2, groupId: 'g' } satisfies AddOffsetsToTxnRequest,
+    response: { throttleTimeMs: 2, errorCode: 51 } satisfies AddOffsetsToTxnResponse,
+  },
+  {
+    codec: EndTxnApi,
+    request: { transactionalId: 'tx', producerId: 9, producerEpoch: 2, committed: true } satisfies EndTxnRequest,
+    response: { throttleTimeMs: 3, errorCode: 90 } satisfies EndTxnResponse,
+  },
+  {
+    codec: TxnOffsetCommitApi,
+    request: {
+      transactionalId: 'tx',
+      groupId: 'g',
+      producerId: 9,
+      producerEpoch: 2,
+      generationId: 4,
+      memberId: 'm-1',
+      groupInstanceId: 'i-1',
+      topics: [{ name: 't', partitions: [{ partitionIndex: 1, committedOffset: 42, committedLeaderEpoch: 5, committedMetadata: 'md' }] }],
+    } satisfies TxnOffsetCommitRequest,
+    response: { throttleTimeMs: 4, topics: [{ name: 't', partitions: [{ partitionIndex: 1, errorCode: 47 }] }] } satisfies TxnOffsetCommitResponse,
+  },
+  {
+    codec: DescribeTransactionsApi,
+    request: { transactionalIds: ['tx', 'ty'] } satisfies DescribeTransactionsRequest,
+    response: {
+      throttleTimeMs: 5,
+      transactionStates: [
+        {
+          errorCode: 0,
+          transactionalId: 'tx',
+          transactionState: 'Ongoing',
+          transactionTimeoutMs: 60000,
+          transactionStartTimeMs: 1700000000000,
+          producerId: 2 ** 40,
+          producerEpoch: 3,
+          topics: [{ topic: 't', partitions: [0, 2] }],
+        },
+      ],
+    } satisfies DescribeTransactionsResponse,
+  },
+  {
+    codec: ListTransactionsApi,
+    request: { stateFilters: ['Ongoing'], producerIdFilters: [2 ** 40], durationFilter: 1000 } satisfies ListTransactionsRequest,
+    response: {
+      throttleTimeMs: 6,
+      errorCode: 0,
+      unknownStateFilters: ['Bogus'],
+      transactionStates: [{ transactionalId: 'tx', producerId: 2 ** 40, transactionState: 'CompleteCommit' }],
+    } satisfies ListTransactionsResponse,
   },
 ];

@@ -28,6 +28,7 @@ import {
   ElectLeadersApi,
   OffsetDeleteApi,
 } from './cluster-admin.js';
+import { AddOffsetsToTxnApi, AddPartitionsToTxnApi, DescribeTransactionsApi, EndTxnApi, ListTransactionsApi, TxnOffsetCommitApi } from './transactions.js';
 import { ConsumerGroupDescribeApi, ConsumerGroupHeartbeatApi } from './consumer-groups.js';
 import { ApiVersionsApi } from './api-versions.js';
 import { KafkaProtocolError } from './errors.js';
@@ -85,6 +86,10 @@ export const API_CODECS: readonly AnyApiCodec[] = [
   DeleteRecordsApi,
   InitProducerIdApi,
   OffsetForLeaderEpochApi,
+  AddPartitionsToTxnApi,
+  AddOffsetsToTxnApi,
+  EndTxnApi,
+  TxnOffsetCommitApi,
   DescribeConfigsApi,
   AlterConfigsApi,
   SaslAuthenticateApi,
@@ -101,6 +106,8 @@ export const API_CODECS: readonly AnyApiCodec[] = [
   ElectLeadersApi,
   OffsetDeleteApi,
   DescribeProducersApi,
+  DescribeTransactionsApi,
+  ListTransactionsApi,
   DescribeClientQuotasApi,
   AlterClientQuotasApi,
   DescribeUserScramCredentialsApi,

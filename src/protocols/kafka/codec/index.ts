@@ -13,4 +13,5 @@ export * from './consumer-groups.js';
 export * from './admin.js';
 export * from './acls.js';
 export * from './cluster-admin.js';
+export * from './transactions.js';
 export * from './frames.js';

@@ -18,7 +18,11 @@
  *   v16, that broker's endpoint (KIP-951), so the client need not ask Metadata first.
  * - A follower's fetch (replica id >= 0) is answered as a Kafka leader answers a replica it does not know: FlowMQ
  *   has no follower replicas.
- * - Transactions are not supported, so the last stable offset is the high watermark and nothing is aborted.
+ * - Transactions (KIP-98): every answer carries the last stable offset (the first offset of the oldest open
+ *   transaction, else the high watermark). A read_committed fetch returns no batch at or past it, and names the
+ *   aborted transactions overlapping what it returns (producer id, first offset), so that the client drops their
+ *   records; read_uncommitted returns everything up to the high watermark. Markers (control batches) are returned
+ *   as they are stored, as Kafka does: clients skip them.
  * - In a cluster only the partition's leader (its owner) serves it: NOT_LEADER_OR_FOLLOWER elsewhere, and a
  *   current_leader_epoch other than the leader's is FENCED_LEADER_EPOCH (older) or UNKNOWN_LEADER_EPOCH (newer).
  */
@@ -162,8 +166,10 @@ async function readAll(ctx: RequestContext, req: FetchRequest, work: readonly Wo
     }
     try {
       const { logStartOffset, highWatermark } = engine.offsets(stream, p.partition);
+      const txns = ctx.adapter.transactions.partitions;
+      const lso = txns.lso(stream, p.partition, highWatermark);
       res.highWatermark = highWatermark;
-      res.lastStableOffset = highWatermark;
+      res.lastStableOffset = lso;
       res.logStartOffset = logStartOffset;
       if (p.fetchOffset < logStartOffset || p.fetchOffset > highWatermark) {
         res.errorCode = KafkaErrorCode.OFFSET_OUT_OF_RANGE;
@@ -171,10 +177,24 @@ async function readAll(ctx: RequestContext, req: FetchRequest, work: readonly Wo
         continue;
       }
       waitables.push({ stream, partition: p.partition, offset: highWatermark });
-      // Caught up, or the response is already full: nothing more from this partition this time.
-      if (p.fetchOffset === highWatermark || bytes >= maxBytes) continue;
+      // Caught up (read_committed: up to the last stable offset), or the response is already full: nothing more
+      // from this partition this time.
+      const end = readCommitted ? lso : highWatermark;
+      if (p.fetchOffset >= end || bytes >= maxBytes) continue;
       const limit = Math.max(1, Math.min(p.partitionMaxBytes, maxBytes - bytes));
-      const batches = await engine.read(stream, p.partition, p.fetchOffset, limit, ctx.lease);
+      let batches = await engine.read(stream, p.partition, p.fetchOffset, limit, ctx.lease);
+      if (readCommitted) {
+        // Nothing of a transaction still open: the response ends before the last stable offset.
+        const keep = batches.findIndex((b) => readBatchInfo(b).baseOffset >= end);
+        if (keep >= 0) batches = batches.slice(0, keep);
+        if (batches.length > 0) {
+          const last = readBatchInfo(batches[batches.length - 1]);
+          const upTo = last.baseOffset + last.lastOffsetDelta + 1;
+          res.abortedTransactions = txns
+            .abortedIn(stream, p.partition, p.fetchOffset, upTo)
+            .map((a) => ({ producerId: BigInt(a.producerId), firstOffset: a.firstOffset }));
+        }
+      }
       for (const b of batches) bytes += b.length;
       res.records = batches;
     } catch (err) {

@@ -1,6 +1,6 @@
 /**
- * ListOffsets: EARLIEST (-2) is the log start offset, LATEST (-1) the high watermark (also for READ_COMMITTED:
- * without transactions the last stable offset is the high watermark), MAX_TIMESTAMP (-3, v7, KIP-734) the record
+ * ListOffsets: EARLIEST (-2) is the log start offset, LATEST (-1) the high watermark (for READ_COMMITTED the
+ * last stable offset: the first offset of the oldest open transaction, KIP-98), MAX_TIMESTAMP (-3, v7, KIP-734) the record
  * with the largest timestamp, and any other timestamp the first record whose timestamp is at least that. As in
  * Kafka, a timestamp past every record answers offset -1 and timestamp -1, and the special queries answer
  * timestamp -1. FlowMQ keeps no tiered storage apart from its log, so EARLIEST_LOCAL (-4, v8+) is the log start offset
@@ -78,6 +78,7 @@ async function listPartition(
   timestamp: number,
   version: number,
   currentLeaderEpoch: number,
+  readCommitted: boolean,
 ): Promise<ListOffsetsPartitionResponse> {
   const res: ListOffsetsPartitionResponse = {
     partitionIndex,
@@ -106,7 +107,8 @@ async function listPartition(
   try {
     const { logStartOffset, highWatermark } = engine.offsets(topic, partitionIndex);
     res.leaderEpoch = leaderEpoch;
-    if (timestamp === LATEST_TIMESTAMP) res.offset = highWatermark;
+    if (timestamp === LATEST_TIMESTAMP)
+      res.offset = readCommitted ? ctx.adapter.transactions.partitions.lso(topic, partitionIndex, highWatermark) : highWatermark;
     else if (timestamp === EARLIEST_TIMESTAMP) res.offset = logStartOffset;
     else if (timestamp === MAX_TIMESTAMP && version >= 7) Object.assign(res, await maxTimestamp(engine, topic, partitionIndex));
     else if (timestamp === EARLIEST_LOCAL_TIMESTAMP && version >= 8) res.offset = logStartOffset;
@@ -149,7 +151,9 @@ export async function handleListOffsets(ctx: RequestContext, req: ListOffsetsReq
       }
       return {
         name: t.name,
-        partitions: await Promise.all(t.partitions.map((p) => listPartition(ctx, t.name, p.partitionIndex, p.timestamp, version, p.currentLeaderEpoch))),
+        partitions: await Promise.all(
+          t.partitions.map((p) => listPartition(ctx, t.name, p.partitionIndex, p.timestamp, version, p.currentLeaderEpoch, req.isolationLevel === 1)),
+        ),
       };
     }),
   );

@@ -195,8 +195,10 @@ export function handleDescribeProducers(ctx: RequestContext, req: DescribeProduc
               producerEpoch: s.producerEpoch,
               lastSequence: s.lastSequence,
               lastTimestamp: s.lastTimestamp,
-              coordinatorEpoch: -1,
-              currentTxnStartOffset: -1,
+              // The transaction coordinator's epoch is 0 (one coordinator); the first offset of the producer's open
+              // transaction in this partition, -1 when none (KIP-664).
+              coordinatorEpoch: ctx.adapter.transactions.get(ctx.adapter.transactions.idOf(s.producerId) ?? '') === undefined ? -1 : 0,
+              currentTxnStartOffset: ctx.adapter.transactions.partitions.firstOffset(t.name, p, s.producerId) ?? -1,
             }));
           } catch (err) {
             res.errorCode = kafkaErrorCode(err);

@@ -10,7 +10,7 @@
  * In a cluster only the partition's leader (its owner) appends: elsewhere NOT_LEADER_OR_FOLLOWER, and the client
  * refreshes its metadata and goes to the leader (nothing is forwarded; see ../cluster.ts).
  */
-import { isCompressionSupported, readBatchInfo, setLogAppendTime, splitBatches, type StreamEntry } from '../../../core/index.js';
+import { ATTR_TRANSACTIONAL, isCompressionSupported, readBatchInfo, setLogAppendTime, splitBatches, type StreamEntry } from '../../../core/index.js';
 import {
   KafkaErrorCode,
   ZERO_UUID,
@@ -94,9 +94,21 @@ function append(ctx: RequestContext, stream: StreamEntry, p: ProducePartitionDat
     return;
   }
   let records = 0;
+  /** The producer of the transactional batches (KIP-98), -1 when none is. */
+  let txnProducer = -1;
   for (let i = 0; i < batches.length; i++) {
     const info = readBatchInfo(batches[i]);
     records += info.recordCount;
+    if ((info.attributes & ATTR_TRANSACTIONAL) !== 0) {
+      // A transactional batch is appended only for the producer's current epoch, into a partition its open
+      // transaction added (AddPartitionsToTxn): a fenced zombie gets INVALID_PRODUCER_EPOCH.
+      const code = ctx.adapter.transactions.checkProduce(Number(info.producerId), info.producerEpoch, name, p.index);
+      if (code !== KafkaErrorCode.NONE) {
+        fail(r, code, `transactional batch of producer ${info.producerId} epoch ${info.producerEpoch} refused`);
+        return;
+      }
+      txnProducer = Number(info.producerId);
+    }
     if (!isCompressionSupported(info.compression)) {
       fail(r, KafkaErrorCode.UNSUPPORTED_COMPRESSION_TYPE, `compression codec ${info.compression} is not supported`);
       return;
@@ -136,6 +148,8 @@ function append(ctx: RequestContext, stream: StreamEntry, p: ProducePartitionDat
     for (let i = 0; i < batches.length; i++) {
       const res = ctx.adapter.engine.produce(name, p.index, batches[i]);
       if (i === 0) r.res.baseOffset = res.baseOffset;
+      // The transaction's first record here holds the partition's last stable offset until its marker.
+      if (txnProducer >= 0) ctx.adapter.transactions.partitions.onAppend(name, p.index, txnProducer, res.baseOffset);
       durables.push(res.durable);
     }
   } catch (err) {

@@ -4,9 +4,11 @@
  * epoch 0. Per-partition sequence checks happen where batches are appended (the log engine).
  *
  * For a producer without transactional id Kafka always allocates a new id, also when the request names its
- * current id and epoch (KIP-360); so does FlowMQ. Transactions are not supported: a transactional id is refused
- * with TRANSACTIONAL_ID_AUTHORIZATION_FAILED, a non-retriable error, so that a transactional producer fails at
- * once instead of retrying forever.
+ * current id and epoch (KIP-360); so does FlowMQ. A transactional id goes to the transaction coordinator
+ * (../transactions/coordinator.ts): a stable producer id per transactional id, its epoch bumped by every
+ * initialization, which fences the previous incarnation. In cluster mode transactions are not coordinated yet: a
+ * transactional id is refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED, a non-retriable error, so that a
+ * transactional producer fails at once instead of retrying forever.
  */
 import { KafkaErrorCode, type InitProducerIdRequest, type InitProducerIdResponse } from '../codec/index.js';
 import { kafkaErrorCode } from '../errors.js';
@@ -15,8 +17,23 @@ import type { RequestContext } from '../route.js';
 export async function handleInitProducerId(ctx: RequestContext, req: InitProducerIdRequest): Promise<InitProducerIdResponse> {
   const res = { throttleTimeMs: 0, errorCode: KafkaErrorCode.NONE as number, producerId: -1, producerEpoch: -1 };
   if (req.transactionalId !== null) {
-    res.errorCode = KafkaErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
-    return res;
+    if (ctx.adapter.cluster !== null) {
+      res.errorCode = KafkaErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
+      return res;
+    }
+    try {
+      const out = await ctx.adapter.transactions.initProducerId(
+        req.transactionalId,
+        req.transactionTimeoutMs,
+        { producerId: req.producerId, producerEpoch: req.producerEpoch },
+        ctx.header.apiVersion,
+      );
+      return { ...res, ...out };
+    } catch (err) {
+      ctx.conn.log.warn({ err, transactionalId: req.transactionalId }, 'transactional producer initialization failed');
+      res.errorCode = KafkaErrorCode.COORDINATOR_NOT_AVAILABLE;
+      return res;
+    }
   }
   try {
     res.producerId = await ctx.adapter.producerIdAllocator.allocate();

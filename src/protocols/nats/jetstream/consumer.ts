@@ -12,7 +12,18 @@
  *
  * Messages are not kept in memory while they wait for an ack: a redelivery reads the stream again.
  */
-import { decodeBatch, dotsToUnified, makeMessage, recordToMessage, type ConsumerRecord, type Engine, type Header, type Message } from '../../../core/index.js';
+import {
+  ATTR_TRANSACTIONAL,
+  decodeBatch,
+  dotsToUnified,
+  makeMessage,
+  readBatchInfo,
+  recordToMessage,
+  type ConsumerRecord,
+  type Engine,
+  type Header,
+  type Message,
+} from '../../../core/index.js';
 import type { ConsumerConfig } from './config.js';
 import { subjectMatches } from './subjects.js';
 
@@ -387,8 +398,12 @@ export class Consumer {
     if (this.redeliver.length > 0) return;
     if (this.config.ack_policy !== 'none' && this.pending.size >= (this.config.max_ack_pending ?? Infinity)) return;
     this.waitingForData = true;
+    // Held at an open Kafka transaction (the last stable offset is below the high watermark): wait for the log to
+    // grow (its marker), not for what is already there.
+    const { highWatermark } = this.host.engine.offsets(this.stream, 0);
+    const held = this.cursor - 1 >= this.host.engine.transactions.lso(this.stream, 0, highWatermark);
     void this.host.engine
-      .waitFor(this.stream, 0, this.cursor - 1, WAIT_MS)
+      .waitFor(this.stream, 0, held ? Math.max(this.cursor - 1, highWatermark) : this.cursor - 1, WAIT_MS)
       .catch(() => undefined)
       .then(() => {
         this.waitingForData = false;
@@ -420,20 +435,30 @@ export class Consumer {
         this.bufAt = 0;
         const { logStartOffset, highWatermark } = this.host.engine.offsets(this.stream, 0);
         if (this.cursor - 1 < logStartOffset) this.cursor = logStartOffset + 1;
-        if (this.cursor - 1 >= highWatermark) return null;
+        // Kafka transactions (KIP-98): delivered as a read_committed Kafka consumer reads them, up to the last stable
+        // offset (nothing of an open transaction) and without the records of aborted ones.
+        const txns = this.host.engine.transactions;
+        const stable = txns.lso(this.stream, 0, highWatermark);
+        if (this.cursor - 1 >= stable) return null;
         const from = this.cursor;
         const batches = await this.host.engine.read(this.stream, 0, from - 1, READ_BYTES);
         if (this.closed) return null;
         if (this.cursor !== from) continue;
+        /** One past the last offset of the batches looked at (markers and aborted batches included). */
+        let scanned = from - 1;
         for (const b of batches) {
+          const info = readBatchInfo(b);
+          if (info.baseOffset >= stable) break;
+          scanned = Math.max(scanned, info.baseOffset + info.lastOffsetDelta + 1);
+          if ((info.attributes & ATTR_TRANSACTIONAL) !== 0 && txns.isAborted(this.stream, 0, Number(info.producerId), info.baseOffset)) continue;
           for (const rec of decodeBatch(b)) {
             if (rec.offset + 1 >= from) this.buffer.push({ seq: rec.offset + 1, msg: recordToMessage(rec, ownTopic(this.stream)) });
           }
         }
         if (this.buffer.length === 0) {
-          // A gap (compacted or deleted records): move on to what the log has.
-          const o = this.host.engine.offsets(this.stream, 0);
-          if (this.cursor - 1 < o.highWatermark) this.cursor++;
+          // A gap (compacted or deleted records, transaction markers, aborted records): move on to what the log has.
+          if (scanned > from - 1) this.cursor = scanned + 1;
+          else if (this.cursor - 1 < txns.lso(this.stream, 0, this.host.engine.offsets(this.stream, 0).highWatermark)) this.cursor++;
           else return null;
           continue;
         }

@@ -1,0 +1,86 @@
+/**
+ * What a partition's readers need to know of Kafka transactions (KIP-98), kept by the engine for every protocol that
+ * reads streams: the first offset of every open transaction
+ * that wrote to it (the last stable offset, LSO, is the smallest of them, else the high watermark) and the
+ * aborted transactions (producer id, first offset, offset of the abort marker), which Fetch hands read_committed
+ * consumers so that they drop those records.
+ *
+ * Kept beside the log rather than in it: open transactions are tracked as Kafka's produce appends their batches
+ * (the base offset is known synchronously), and the aborted list is stored in the metastore by the Kafka
+ * transaction coordinator when it writes an abort marker (src/protocols/kafka/transactions), loaded at start.
+ */
+export interface AbortedTxn {
+  producerId: number;
+  firstOffset: number;
+  /** Offset of the abort marker. */
+  lastOffset: number;
+}
+
+const key = (stream: string, partition: number): string => `${stream}\u0000${partition}`;
+
+export class TxnPartitions {
+  /** Per partition: producer id -> first offset of its open transaction there. */
+  private readonly open = new Map<string, Map<number, number>>();
+  private readonly aborted = new Map<string, AbortedTxn[]>();
+
+  /** A transactional batch was appended at `offset`: the first one of its transaction here holds the LSO. */
+  onAppend(stream: string, partition: number, producerId: number, offset: number): void {
+    const k = key(stream, partition);
+    let m = this.open.get(k);
+    if (!m) this.open.set(k, (m = new Map<number, number>()));
+    if (!m.has(producerId)) m.set(producerId, offset);
+  }
+
+  /** First offset of the producer's open transaction in the partition, if it wrote there. */
+  firstOffset(stream: string, partition: number, producerId: number): number | undefined {
+    return this.open.get(key(stream, partition))?.get(producerId);
+  }
+
+  /** The transaction ended (its marker is written): it no longer holds the LSO. */
+  close(stream: string, partition: number, producerId: number): void {
+    const k = key(stream, partition);
+    const m = this.open.get(k);
+    if (!m) return;
+    m.delete(producerId);
+    if (m.size === 0) this.open.delete(k);
+  }
+
+  /**
+   * Adds an aborted transaction; those wholly below `logStartOffset` go (no fetch can return their records any more),
+   * so the list, stored whole at each abort, stays as long as the partition's retained aborts.
+   */
+  addAborted(stream: string, partition: number, txn: AbortedTxn, logStartOffset: number): AbortedTxn[] {
+    const k = key(stream, partition);
+    const l = (this.aborted.get(k) ?? []).filter((a) => a.lastOffset >= logStartOffset);
+    l.push(txn);
+    this.aborted.set(k, l);
+    return l;
+  }
+
+  /** Loads a partition's aborted list (from the metastore at start). */
+  setAborted(stream: string, partition: number, list: AbortedTxn[]): void {
+    this.aborted.set(key(stream, partition), list);
+  }
+
+  /** The last stable offset: the first offset of the oldest open transaction, else the high watermark. */
+  lso(stream: string, partition: number, highWatermark: number): number {
+    const m = this.open.get(key(stream, partition));
+    if (!m) return highWatermark;
+    let lso = highWatermark;
+    for (const o of m.values()) if (o < lso) lso = o;
+    return lso;
+  }
+
+  /** Whether the producer's batch at `offset` belongs to a transaction that was aborted (its records are skipped). */
+  isAborted(stream: string, partition: number, producerId: number, offset: number): boolean {
+    const l = this.aborted.get(key(stream, partition));
+    return l !== undefined && l.some((a) => a.producerId === producerId && a.firstOffset <= offset && offset < a.lastOffset);
+  }
+
+  /** Aborted transactions overlapping offsets [from, to) (what a fetch returning those offsets must name). */
+  abortedIn(stream: string, partition: number, from: number, to: number): AbortedTxn[] {
+    const l = this.aborted.get(key(stream, partition));
+    if (!l) return [];
+    return l.filter((a) => a.lastOffset >= from && a.firstOffset < to);
+  }
+}

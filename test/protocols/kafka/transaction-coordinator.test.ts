@@ -1,0 +1,123 @@
+/**
+ * The transaction coordinator's recovery (src/protocols/kafka/transactions/coordinator.ts): what a broker that
+ * restarts finds in the metastore is finished the way it was decided. A transaction stored as PrepareCommit is
+ * committed (markers, its offsets committed to the group, CompleteCommit), PrepareAbort and Ongoing are aborted
+ * (markers, the partition's aborted list stored, CompleteAbort), and what was complete is left alone. The states are
+ * written into the store directly, as a broker killed between two writes leaves them.
+ */
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { ATTR_CONTROL, Engine, TxnPartitions, crc32c, encodeBatch, readBatchInfo, ATTR_TRANSACTIONAL } from '../../../src/core/index.js';
+import { MemoryControlStore } from '../../../src/storage/metastore/control-store.js';
+import { TransactionCoordinator, type TxnMeta } from '../../../src/protocols/kafka/transactions/coordinator.js';
+import { MemoryStreams } from '../../helpers/memory-storage.js';
+import { captureLogger } from './helpers.js';
+
+function txnBatch(pid: number, values: string[]): Buffer {
+  const b = encodeBatch(values.map((v) => ({ key: null, value: Buffer.from(v), headers: [], timestamp: 1000 })));
+  b.writeInt16BE(ATTR_TRANSACTIONAL, 21);
+  b.writeBigInt64BE(BigInt(pid), 43);
+  b.writeInt16BE(0, 51);
+  b.writeInt32BE(0, 53);
+  b.writeUInt32BE(crc32c(b, 21, b.length), 17);
+  return b;
+}
+
+function meta(id: string, pid: number, state: TxnMeta['state'], stream: string): TxnMeta {
+  return {
+    transactionalId: id,
+    producerId: pid,
+    producerEpoch: 0,
+    timeoutMs: 60000,
+    state,
+    partitions: state.startsWith('Complete') ? [] : [{ stream, partition: 0, startOffset: 0 }],
+    groups: ['g'],
+    offsets: [{ group: 'g', stream, partition: 0, offset: 7, metadata: 'm' }],
+    startTimeMs: 1,
+    updatedAt: 1,
+  };
+}
+
+/** The control type of the batch at `offset` (1 commit, 0 abort), or null when it is no marker. */
+async function markerAt(engine: Engine, stream: string, offset: number): Promise<number | null> {
+  const [b] = await engine.read(stream, 0, offset, 1 << 20);
+  const info = readBatchInfo(b);
+  if (info.baseOffset !== offset || (info.attributes & ATTR_CONTROL) === 0) return null;
+  return b.readInt16BE(61 + 7);
+}
+
+describe('kafka transaction coordinator: recovery at start', () => {
+  it('completes PrepareCommit, aborts PrepareAbort and Ongoing, leaves the completed alone', async () => {
+    const m = new MemoryStreams();
+    const engine = new Engine(m, m);
+    const store = new MemoryControlStore();
+    const cases: Array<[string, TxnMeta['state']]> = [
+      ['rc.commit', 'PrepareCommit'],
+      ['rc.abort', 'PrepareAbort'],
+      ['rc.open', 'Ongoing'],
+      ['rc.done', 'CompleteCommit'],
+    ];
+    for (const [i, [stream, state]] of cases.entries()) {
+      await engine.createStream({ name: stream, partitions: 1 });
+      engine.produce(stream, 0, txnBatch(100 + i, ['a', 'b']));
+      await store.putControl('txn', stream, meta(stream, 100 + i, state, stream) as unknown as Record<string, unknown>);
+    }
+    let allocated = 0;
+    const c = new TransactionCoordinator(engine, store, async () => 500 + allocated++, captureLogger().logger);
+    await c.start(0);
+    c.close();
+
+    assert.equal(c.get('rc.commit')?.state, 'CompleteCommit');
+    assert.equal(await markerAt(engine, 'rc.commit', 2), 1, 'a commit marker after the transaction');
+    assert.equal((await engine.store.fetchOffset('g', 'rc.commit', 0))?.offset, 7, "the transaction's offsets committed");
+    for (const stream of ['rc.abort', 'rc.open']) {
+      assert.equal(c.get(stream)?.state, 'CompleteAbort', stream);
+      assert.equal(await markerAt(engine, stream, 2), 0, `${stream}: an abort marker`);
+      assert.equal(await engine.store.fetchOffset('g', stream, 0), null, `${stream}: no offset committed`);
+      assert.deepEqual(c.partitions.abortedIn(stream, 0, 0, 3), [{ producerId: cases.findIndex((x) => x[0] === stream) + 100, firstOffset: 0, lastOffset: 2 }]);
+      const doc = await store.getControl('txn-aborted', `0:${stream}`);
+      assert.deepEqual(doc?.data.aborted, c.partitions.abortedIn(stream, 0, 0, 3), 'the aborted list is stored');
+    }
+    assert.equal(c.get('rc.done')?.state, 'CompleteCommit');
+    assert.equal(engine.offsets('rc.done', 0).highWatermark, 2, 'no marker for a completed transaction');
+    assert.equal((await store.getControl('txn', 'rc.commit'))?.data.state, 'CompleteCommit', 'the outcome is stored');
+    assert.equal(allocated, 0, 'no producer id allocated by recovery');
+
+    // A coordinator started again (the next restart) knows the aborted transactions from the store.
+    const m2 = new MemoryStreams();
+    const again = new TransactionCoordinator(new Engine(m2, m2), store, async () => 900, captureLogger().logger);
+    await again.start(0);
+    again.close();
+    assert.equal(again.partitions.abortedIn('rc.open', 0, 0, 3).length, 1);
+    assert.equal(again.partitions.lso('rc.open', 0, 3), 3, 'nothing open after recovery');
+  });
+});
+
+describe("kafka transactions: a partition's LSO and aborted list", () => {
+  it("the LSO is the oldest open transaction's first offset; aborts below the log start offset are dropped", () => {
+    const p = new TxnPartitions();
+    assert.equal(p.lso('s', 0, 10), 10, 'nothing open: the high watermark');
+    p.onAppend('s', 0, 1, 4);
+    p.onAppend('s', 0, 2, 6);
+    p.onAppend('s', 0, 1, 8);
+    assert.equal(p.lso('s', 0, 10), 4, 'the first append of each transaction counts');
+    assert.equal(p.lso('s', 1, 10), 10, 'per partition');
+    p.close('s', 0, 1);
+    assert.equal(p.lso('s', 0, 10), 6);
+    p.close('s', 0, 2);
+    assert.equal(p.lso('s', 0, 10), 10);
+    p.addAborted('s', 0, { producerId: 1, firstOffset: 0, lastOffset: 3 }, 0);
+    p.addAborted('s', 0, { producerId: 2, firstOffset: 4, lastOffset: 9 }, 0);
+    assert.deepEqual(
+      p.abortedIn('s', 0, 5, 20).map((a) => a.producerId),
+      [2],
+      'only those overlapping the fetched range',
+    );
+    const kept = p.addAborted('s', 0, { producerId: 3, firstOffset: 10, lastOffset: 12 }, 5);
+    assert.deepEqual(
+      kept.map((a) => a.producerId),
+      [2, 3],
+      'the abort wholly below the log start offset is gone',
+    );
+  });
+});
