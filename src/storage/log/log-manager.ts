@@ -80,6 +80,7 @@ import { append } from './append.js';
 import { background, deleteRecordsBefore, flushAll } from './seal.js';
 import { acquirePartition, finishRecovery, forgetPartitions, openStream, recoverAtOpen, releasePartition } from './recovery.js';
 import { offsetForTimestamp, read } from './read.js';
+import { compactPartition, flushPendingDeletes } from './compaction.js';
 
 export { DEFAULT_LOG_OPTIONS, MIN_STREAM_SEGMENT_BYTES, newLogStats, type LogOptions, type SpaceGuard } from './log-state.js';
 
@@ -215,6 +216,11 @@ export class LogManager extends LogState implements StreamStorage {
     return flushAll(this);
   }
 
+  /** A cleaner pass now over the compacted partitions of `stream` held here (see compaction.ts). */
+  async compact(stream: string): Promise<void> {
+    for (const p of [...this.parts.values()]) if (p.def.name === stream) await compactPartition(this, p, true);
+  }
+
   /** Stops background work; seals what it can within `graceMs`. The WAL and stores are closed by their owner. */
   async close(graceMs = 5000): Promise<void> {
     if (this.closed) return;
@@ -226,6 +232,8 @@ export class LogManager extends LogState implements StreamStorage {
     ]);
     clearTimeout(t);
     this.closed = true;
+    for (const p of this.parts.values()) await p.compacting;
+    await flushPendingDeletes(this);
     // Whatever is still unsealed is durable in the WAL: nothing is held back any longer.
     this.releaseThrottled();
     // A background trim still running must finish before the owner closes the WAL under it.
