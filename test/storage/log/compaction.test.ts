@@ -106,7 +106,12 @@ function storeSuite(kind: 'fs' | 's3'): void {
             const recs: RecordInput[] = [];
             for (let k = k0; k < k0 + 4; k++) {
               const tomb = v === VERSIONS - 1 && k < TOMBSTONED;
-              recs.push({ key: Buffer.from(`k${k}`), value: tomb ? null : Buffer.from(`${stream}-k${k}-v${v}-${'x'.repeat(40)}`), headers: [], timestamp: 1_000_000 + v });
+              recs.push({
+                key: Buffer.from(`k${k}`),
+                value: tomb ? null : Buffer.from(`${stream}-k${k}-v${v}-${'x'.repeat(40)}`),
+                headers: [],
+                timestamp: 1_000_000 + v,
+              });
             }
             if (v === 3 && k0 === 0) recs.push({ key: null, value: Buffer.from(`${stream}-keyless`), headers: [], timestamp: 1_000_000 });
             const res = s.engine.produce(stream, 0, encodeBatch(recs, (k0 / 4) % 2 === 1 ? Compression.Gzip : Compression.None));
@@ -144,11 +149,7 @@ function storeSuite(kind: 'fs' | 's3'): void {
       assert.equal(old.length, first.size, 'the old object is still whole for the reader');
 
       const after1 = await readAll(s.log, 'c');
-      const expected = [
-        ...[...latest.values()].map((x) => x.offset),
-        ...keyless,
-        tailRes.baseOffset,
-      ].sort((a, b) => a - b);
+      const expected = [...[...latest.values()].map((x) => x.offset), ...keyless, tailRes.baseOffset].sort((a, b) => a - b);
       assert.deepEqual(
         after1.map((r) => r.offset),
         expected,
