@@ -77,6 +77,7 @@ function storeSuite(kind: 'fs' | 's3'): void {
         log,
         engine,
         objects,
+        metastore,
         async close() {
           await log.close();
           await wal.close();
@@ -198,6 +199,38 @@ function storeSuite(kind: 'fs' | 's3'): void {
       const fromGap = await readAll(s.log, 'c', expected[gap] - 1);
       assert.equal(fromGap[0].offset, expected[gap]);
       await s.close();
+    });
+
+    it('only the owner cleans: a log whose partition another opened since (a later epoch) swaps nothing', async () => {
+      const a = await open({ segmentBytes: 2048, recentBytes: 0 });
+      await a.engine.createStream({ name: 'own', partitions: 1 });
+      for (let v = 0; v < 5; v++) {
+        for (let k = 0; k < 10; k++) {
+          await a.engine.produce('own', 0, encodeBatch([{ key: Buffer.from(`k${k}`), value: Buffer.alloc(80, v), headers: [], timestamp: 1000 }])).durable;
+        }
+      }
+      await a.log.flushAll();
+      const segs = async () => (await a.metastore.listSegments('own', 0)).map((x) => x.objectKey);
+      const keysBefore = await segs();
+      // A second log on the same metastore and objects takes the partition (as a new owner does in cluster mode).
+      const metastore2 = SqliteMetastore.open(join(dir, 'meta.db'));
+      const wal2 = await FileWal.open(join(dir, 'wal2'));
+      const objects2 = s3 === null ? new FsObjectStore(join(dir, 'objects')) : a.objects;
+      const b = await openLogEngine({ wal: wal2, objects: objects2, metastore: metastore2 }, logger, { segmentBytes: 2048, recentBytes: 0 });
+      await a.engine.setSettings('own', { configs: { 'cleanup.policy': 'compact' } });
+      await a.log.compact('own');
+      assert.deepEqual(await segs(), keysBefore, 'the fenced log swapped no segment');
+      assert.equal(a.log.stats.compactedSegments, 0);
+      assert.equal(a.log.stats.fencedPartitions, 1, 'it learnt it was fenced');
+      // The new owner cleans.
+      await b.engine.setSettings('own', { configs: { 'cleanup.policy': 'compact' } });
+      await b.log.compact('own');
+      assert.ok(b.log.stats.compactedSegments > 0, 'the owner rewrote segments');
+      assert.equal((await readAll(b.log, 'own')).length, 10, 'one record per key');
+      await b.log.close();
+      await wal2.close();
+      await metastore2.close();
+      await a.close();
     });
 
     it('retention deletes segments of compact,delete streams, never of compact-only ones', async () => {
