@@ -178,6 +178,11 @@ async function runPass(lm: LogState, p: Partition, force: boolean): Promise<void
     for (const e of built.index.entries) if (e.maxTimestamp > maxTimestamp) maxTimestamp = e.maxTimestamp;
     // The segment keeps its createdAt: tombstones' delete.retention.ms counts from the seal.
     const next: SegmentMeta = { ...seg, objectKey, size: built.size, maxTimestamp: kept.length > 0 ? maxTimestamp : seg.maxTimestamp };
+    if (seg.endOffset <= p.logStartOffset || p.segments.indexOf(seg) < 0) {
+      // DeleteRecords or retention took the segment meanwhile: the copy is nobody's.
+      await lm.objects.delete(objectKey);
+      continue;
+    }
     let swapped: boolean;
     try {
       swapped = await lm.meta.replaceSegment(next, seg.objectKey, p.epoch);

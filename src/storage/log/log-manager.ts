@@ -176,7 +176,7 @@ export class LogManager extends LogState implements StreamStorage {
     }
     forgetPartitions(this, victims);
     // Sealing may still be running; wait so no object is written after the delete below.
-    await Promise.allSettled(victims.map((p) => p.sealing));
+    await Promise.allSettled(victims.flatMap((p) => [p.sealing, p.compacting]));
     for (const p of victims) {
       for (const s of p.segments) {
         await this.objects.delete(s.objectKey);

@@ -331,6 +331,9 @@ export async function deleteRecordsBefore(lm: LogState, stream: string, partitio
   }
   if (offset <= p.logStartOffset) return p.logStartOffset;
   if (p.fenced !== null) throw new FlowError('FENCED', `partition ${p.key} is owned by another writer now`, { cause: p.fenced });
+  // A cleaner pass swapping this partition's segments finishes first (compaction.ts checks the log start offset
+  // before each swap, so one starting meanwhile leaves alone what goes below).
+  await p.compacting;
   try {
     await lm.meta.setLogStartOffset(p.def.name, p.partition, offset, p.epoch);
     p.logStartOffset = Math.max(p.logStartOffset, offset);
