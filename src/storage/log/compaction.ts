@@ -25,7 +25,7 @@
  */
 import { filterBatch, type StreamDef } from '../../core/index.js';
 import type { SegmentMeta } from '../metastore/types.js';
-import { buildSegment } from './segment.js';
+import { buildSegment, compactedKey } from './segment.js';
 import type { Partition } from './partition.js';
 import type { LogState } from './log-state.js';
 import { cacheIndex, loadIndex } from './read.js';
@@ -170,7 +170,7 @@ async function runPass(lm: LogState, p: Partition, force: boolean): Promise<void
     await pace.take(seg.size);
     lm.stats.compactedBytes += seg.size;
     if (!changed) continue;
-    const objectKey = `${lm.objectPrefix(p)}/${String(seg.baseOffset).padStart(20, '0')}-${p.epoch}-c${++p.compactions}.seg`;
+    const objectKey = compactedKey(lm.objectPrefix(p), seg.baseOffset, p.epoch, ++p.compactions);
     const built = buildSegment(seg.baseOffset, kept);
     await lm.objects.put(objectKey, built.parts);
     await pace.take(built.size);

@@ -183,11 +183,16 @@ function storeSuite(kind: 'fs' | 's3'): void {
       await s.log.compact('c');
       assert.equal(s.log.stats.compactedSegments, rewritten, 'a second pass rewrites nothing');
 
+      // A copy left by a cleaner that stopped before its swap is swept at the next open.
+      const prefix = (s.log as unknown as { objectPrefix(p: unknown): string }).objectPrefix(meta);
+      const orphan = `${prefix}/${'0'.repeat(20)}-1-c999.seg`;
+      await s.objects.put(orphan, [Buffer.from('left over')]);
       // Across a restart: the same records at the same offsets. The close sealed the tail: the next pass keeps its
       // k7 and removes the older one (one segment rewritten), nothing else.
       await s.close();
       s = await open(options);
       assert.deepEqual(await readAll(s.log, 'c'), after1);
+      assert.ok(!(await s.objects.list('')).some((o) => o.key === orphan), 'the orphaned copy is deleted at open');
       await s.log.compact('c');
       assert.equal(s.log.stats.compactedSegments, 1, 'the segment of the older k7 rewritten after the restart');
       assert.deepEqual(
