@@ -3,14 +3,15 @@
  * S3: the topics Kafka Connect and Schema Registry create, as they create and check them (CreateTopics with
  * cleanup.policy=compact, then DescribeConfigs of cleanup.policy, which Connect's TopicAdmin and Schema Registry's
  * KafkaStore require to be exactly "compact"); and a compacted topic written by KafkaJS with many versions per key
- * plus tombstones, cleaned by a pass asked for through the admin API, read from offset 0 by KafkaJS and by kcat
- * (librdkafka): the last record of each key at its original offset, tombstones kept (delete.retention.ms not
+ * plus tombstones, cleaned by a pass asked for through the admin API, read from offset 0 by KafkaJS, kcat
+ * (librdkafka) and kafka-python: the last record of each key at its original offset, tombstones kept (delete.retention.ms not
  * passed), the same after a restart. The end of each read is a marker record produced after the cleaner ran.
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import kafkajsPkg, { type Admin, type EachMessagePayload } from 'kafkajs';
-import { FlowmqProcess, kcatConsume } from './harness.js';
+import { existsSync } from 'node:fs';
+import { FlowmqProcess, kcatConsume, run } from './harness.js';
 import { storageConfigs } from './storage-configs.js';
 
 const { Kafka, logLevel, ConfigResourceTypes } = kafkajsPkg;
@@ -52,6 +53,30 @@ async function consumeToMarker(brokers: string[], topic: string): Promise<Seen[]
     await consumer.disconnect();
   }
   return seen;
+}
+
+// Debian's interpreter, where python3-kafka is installed.
+const PYTHON = existsSync('/usr/bin/python3') ? '/usr/bin/python3' : 'python3';
+
+/** kafka-python (python3-kafka): partition 0 of `topic` from its beginning up to the record keyed `marker`. */
+const PY_READ = `
+import json, sys
+from kafka import KafkaConsumer, TopicPartition
+c = KafkaConsumer(bootstrap_servers=sys.argv[1], enable_auto_commit=False, consumer_timeout_ms=20000)
+tp = TopicPartition(sys.argv[2], 0)
+c.assign([tp]); c.seek_to_beginning(tp)
+out = []
+for m in c:
+    k = None if m.key is None else m.key.decode()
+    if k == 'marker': break
+    out.append([m.offset, k, None if m.value is None else m.value.decode()])
+print(json.dumps(out))
+`;
+
+async function pythonRead(bootstrap: string, topic: string): Promise<Seen[]> {
+  const r = await run(PYTHON, ['-c', PY_READ, bootstrap, topic], { timeoutMs: 60_000 });
+  assert.equal(r.code, 0, r.stderr);
+  return (JSON.parse(r.stdout) as Array<[number, string | null, string | null]>).map(([offset, key, value]) => ({ offset, key, value }));
 }
 
 async function describeCleanupPolicy(admin: Admin, topic: string): Promise<string | undefined> {
@@ -163,6 +188,7 @@ for (const cfg of storageConfigs())
         .filter((m) => m.key !== 'marker')
         .map((m) => ({ offset: m.offset, key: m.key, value: m.payload }));
       check(viaKcat, 'kcat');
+      check(await pythonRead(brokers[0], 'table'), 'kafka-python');
 
       broker = await broker.restart();
       check(await consumeToMarker([`127.0.0.1:${broker.ports.kafka}`], 'table'), 'KafkaJS after a restart');
