@@ -376,12 +376,24 @@ describe('message properties as flowmq.* record headers', () => {
 });
 
 describe('filterBatch (the log cleaner)', () => {
-  const recs = (n: number) => Array.from({ length: n }, (_, i) => ({ key: Buffer.from(`k${i}`), value: i === 3 ? null : Buffer.from(`v${i}`), headers: [{ key: 'h', value: Buffer.from(`${i}`) }], timestamp: 1000 + i }));
+  const recs = (n: number) =>
+    Array.from({ length: n }, (_, i) => ({
+      key: Buffer.from(`k${i}`),
+      value: i === 3 ? null : Buffer.from(`v${i}`),
+      headers: [{ key: 'h', value: Buffer.from(`${i}`) }],
+      timestamp: 1000 + i,
+    }));
 
   it('returns the batch itself when every record stays, null when none does', () => {
     const b = encodeBatch(recs(5));
-    assert.equal(filterBatch(b, () => true), b);
-    assert.equal(filterBatch(b, () => false), null);
+    assert.equal(
+      filterBatch(b, () => true),
+      b,
+    );
+    assert.equal(
+      filterBatch(b, () => false),
+      null,
+    );
   });
 
   it('keeps base offset, last offset delta, producer fields and each kept record byte for byte at its offset', () => {
