@@ -59,6 +59,8 @@
  *                  background tick
  *   recovery.ts    open (WAL replay), openStream / loadPartition, cluster mode's acquire / release, object sweep
  *   read.ts        reads from memory and from segment objects, the index cache, offsets for timestamps
+ *   compaction.ts  the cleaner of compacted streams (cleanup.policy=compact): segments rewritten keeping the last
+ *                  record per key, swapped in the metastore (epoch-checked), replaced objects deleted after a delay
  *   log-manager.ts LogManager: StreamStorage over the rooms (each method calls its room's function), open and close
  */
 import type { Logger } from 'pino';
