@@ -44,6 +44,7 @@ import { AuthFlood, SaslProducer } from './auth-flood.js';
 import { runMqttLoad, type MqttLoadOptions, type MqttLoadResult } from './mqtt.js';
 import { measureIdle, startFloor, type IdleProtocol, type IdleResult } from './idle.js';
 import { floodCell, heapCell, runFloods, type FloodOptions, type FloodResult, type FloodTarget, type ProcessMemory } from './flood.js';
+import { measureCompaction } from './compaction.js';
 import { defaultQueueStoreOptions, levelCell, queueStoreEmbedded, queueStorePostgres, type QueueStoreLevel } from './queue-store.js';
 import { runAmqpFairness, runAmqpLoad, type AmqpFairnessOptions, type AmqpFairnessResult, type AmqpLoadOptions, type AmqpLoadResult } from './amqp.js';
 import { rabbitmqBinDir, rabbitmqVersion, startRabbitmq, waitAmqp } from './rabbitmq.js';
@@ -1338,6 +1339,36 @@ const scenarios: Scenario[] = [
         peer: cell(s, show),
         ratio: `S3 ≥ ${REPLAY_TARGET_MBPS} MB/s: ${s?.ok ? (s.value.replay.mbPerSec >= REPLAY_TARGET_MBPS ? 'met' : 'not met') : 'not measured'}`,
         data: { options: { mb: CFG.replayMb, segment: CFG.replaySegment, partitionMaxBytes: CFG.replayFetchBytes }, embedded: r.get('embedded'), shared: s },
+      });
+    },
+  },
+  {
+    name: 'storage-compaction',
+    group: 'storage',
+    title: 'log compaction: cleaner MB/s and produce p99 while it runs',
+    run: async () => {
+      const mb = Number(process.env.BENCH_COMPACTION_MB ?? 128);
+      const pace = Number(process.env.BENCH_COMPACTION_BYTES_PER_SEC ?? 0);
+      let cellText: string;
+      let ratio = '-';
+      let data: Record<string, unknown>;
+      try {
+        const r = await measureCompaction({ bytes: mb * 1024 * 1024, bytesPerSec: pace, seconds: CFG.seconds });
+        cellText = `${fmt(r.mbPerSec, 0)} MB/s (${fmt(r.writtenMb, 0)} MB in ${fmt(r.segments)} segments cleaned in ${fmt(r.passSeconds, 2)} s, ${fmt(r.savedMb, 0)} MB saved); produce → ack p50 / p99 ${fmt(r.baseline.p50, 2)} / ${fmt(r.baseline.p99, 2)} ms without, ${fmt(r.during.p50, 2)} / ${fmt(r.during.p99, 2)} ms during`;
+        ratio = `p99 during / without: ${fmt(r.during.p99 / r.baseline.p99, 1)}×`;
+        data = { ...r };
+      } catch (e) {
+        cellText = `error: ${errText(e)}`;
+        data = { error: errText(e) };
+      }
+      rows.push({
+        group: 'storage',
+        scenario: 'storage-compaction',
+        title: `log compaction (embedded log engine, fs objects): ${mb} MiB of 1 KiB records over 10,000 keys in 4 MiB segments, one cleaner pass ${pace > 0 ? `paced to ${fmt(pace / 1e6, 0)} MB/s (BENCH_COMPACTION_BYTES_PER_SEC)` : 'unpaced'}, while one producer appends 4 KiB batches to another stream awaiting each ack (WAL fsync on)`,
+        flowmq: cellText,
+        peer: '-',
+        ratio,
+        data,
       });
     },
   },

@@ -158,6 +158,7 @@ async function openDataPlane(config: Config, logger: Logger, closers: Closers): 
     segmentMs: config.segmentMs,
     maxUnsealedBytes: config.maxUnsealedBytes,
     recentBytes: config.readCacheBytes ?? undefined,
+    compactionBytesPerSec: config.compactionBytesPerSec,
   };
   const logLogger = logger.child({ component: 'log' });
   await sealOtherWalLayout(config, dataDir, storage, logOptions, logLogger);

@@ -136,6 +136,7 @@ export interface Config {
   segmentMs: number;
   maxUnsealedBytes: number;
   readCacheBytes: number | null;
+  compactionBytesPerSec: number;
   walFsync: boolean;
   walLayout: 'partition' | 'shared';
   walDirectIo: boolean | null;
@@ -728,6 +729,13 @@ export const OPTIONS: readonly OptionSpec[] = [
     default: null,
     defaultText: 'a quarter of --max-unsealed-bytes, at most 64MiB',
     help: 'sealed batches kept in memory for consumers a little behind, across all partitions (0: none; default: a quarter of --max-unsealed-bytes, at most 64MiB)',
+  },
+  {
+    key: 'compactionBytesPerSec',
+    name: 'compaction-bytes-per-sec',
+    kind: 'size',
+    default: 32 * 1024 * 1024,
+    help: 'bytes per second the log cleaner of compacted streams (cleanup.policy=compact) reads and writes at most, so that it leaves the disk and the object store to producers and consumers (0: unpaced)',
   },
   { key: 'walFsync', name: 'wal-fsync', kind: 'bool', default: true, help: 'fsync the WAL before acknowledging (turn off only for throwaway data)' },
   {

@@ -419,3 +419,41 @@ export function messageToRecord(msg: Message, ownTopic: string): RecordInput {
   }
   return { key: msg.key, value: msg.payload, headers, timestamp: msg.timestamp };
 }
+
+/**
+ * The batch with only the records `keep` accepts (the log's cleaner, for compacted streams): the same buffer when
+ * it keeps them all, null when it keeps none, else a new batch with the same base offset, last offset delta,
+ * timestamps, producer fields and attributes (uncompressed: the compression bits cleared), whose records are the
+ * kept ones byte for byte, so their offset deltas (and offsets) stay: gaps are normal in a compacted Kafka log.
+ */
+export function filterBatch(batch: Buffer, keep: (rec: Record) => boolean): Buffer | null {
+  const info = readBatchInfo(batch);
+  let body = batch.subarray(BATCH_HEADER_SIZE, info.size);
+  if (info.compression !== Compression.None) {
+    const fn = decompressors.get(info.compression);
+    if (!fn) throw new FlowError('CORRUPT_DATA', `unsupported compression codec ${info.compression}`);
+    body = fn(body);
+  }
+  const records = decodeBatch(batch);
+  const spans: Array<[number, number]> = [];
+  const r = new Reader(body, 0, body.length);
+  for (let i = 0; i < info.recordCount; i++) {
+    const start = r.pos;
+    const len = r.varint();
+    r.pos += len;
+    if (keep(records[i])) spans.push([start, r.pos]);
+  }
+  if (spans.length === info.recordCount) return batch;
+  if (spans.length === 0) return null;
+  let size = BATCH_HEADER_SIZE;
+  for (const [s, e] of spans) size += e - s;
+  const out = Buffer.allocUnsafe(size);
+  batch.copy(out, 0, 0, BATCH_HEADER_SIZE);
+  let p = BATCH_HEADER_SIZE;
+  for (const [s, e] of spans) p += body.copy(out, p, s, e);
+  out.writeInt32BE(size - BATCH_LOG_OVERHEAD, OFF_BATCH_LENGTH);
+  out.writeInt16BE(info.attributes & ~0x07, OFF_ATTRIBUTES);
+  out.writeInt32BE(spans.length, OFF_RECORD_COUNT);
+  out.writeUInt32BE(crc32c(out, OFF_ATTRIBUTES, out.length), OFF_CRC);
+  return out;
+}

@@ -225,6 +225,27 @@ export function metastoreConformance(name: string, open: (dir: string) => Promis
       await m.close();
     });
 
+    it("swaps a segment's object for a compacted copy only where the old one is still named (replaceSegment)", async () => {
+      const m = await open(freshDir());
+      await m.createStream(stream('s'));
+      await m.commitSegment(segment('s', 0, 0, 10), 0);
+      await m.commitSegment(segment('s', 0, 10, 20), 0);
+      const old = segment('s', 0, 0, 10);
+      const copy = { ...old, objectKey: `${old.objectKey}-c1`, size: 7, maxTimestamp: old.maxTimestamp - 1 };
+      assert.equal(await m.replaceSegment(copy, old.objectKey, 0), true);
+      assert.deepEqual(await m.listSegments('s', 0), [copy, segment('s', 0, 10, 20)]);
+      // The old key is named no more: a second cleaner (or a stale view) changes nothing.
+      assert.equal(await m.replaceSegment({ ...copy, objectKey: 'other', size: 1 }, old.objectKey, 0), false);
+      // Another range, or a deleted row: nothing to swap.
+      assert.equal(await m.replaceSegment({ ...copy, endOffset: 11 }, copy.objectKey, 0), false);
+      await m.deleteSegment('s', 0, 10, 0);
+      const second = segment('s', 0, 10, 20);
+      assert.equal(await m.replaceSegment({ ...second, objectKey: 'x' }, second.objectKey, 0), false);
+      assert.deepEqual(await m.listSegments('s', 0), [copy]);
+      assert.equal((await m.getPartitionState('s', 0))?.flushedOffset, 20);
+      await m.close();
+    });
+
     it('upserts and reads consumer offsets', async () => {
       const m = await open(freshDir());
       await m.createStream(stream('a'));
@@ -416,6 +437,8 @@ export function metastoreConformance(name: string, open: (dir: string) => Promis
         await assert.rejects(m.commitSegment(segment('f', 0, 20, 30), e1), fenced, 'commitSegment');
         await assert.rejects(m.setLogStartOffset('f', 0, 15, e1), fenced, 'setLogStartOffset');
         await assert.rejects(m.deleteSegment('f', 0, 0, e1), fenced, 'deleteSegment');
+        const s0 = segment('f', 0, 0, 10);
+        await assert.rejects(m.replaceSegment({ ...s0, objectKey: 'stale-copy' }, s0.objectKey, e1), fenced, 'replaceSegment');
         await assert.rejects(m.putProducerState('f', 0, 30, '"stale"', e1), fenced, 'putProducerState');
         assert.deepEqual(await m.getPartitionState('f', 0), { stream: 'f', partition: 0, logStartOffset: 5, flushedOffset: 20, epoch: e2 });
         assert.deepEqual(await m.listSegments('f', 0), [segment('f', 0, 0, 10), segment('f', 0, 10, 20)]);

@@ -9,6 +9,7 @@ import {
   crc32cImplementation,
   decodeBatch,
   encodeBatch,
+  filterBatch,
   messageToRecord,
   readBatchInfo,
   recordToMessage,
@@ -373,5 +374,48 @@ describe('message properties as flowmq.* record headers', () => {
       back.headers.map((x) => x.key),
       ['flowmq.future-thing'],
     );
+  });
+});
+
+describe('filterBatch (the log cleaner)', () => {
+  const recs = (n: number) =>
+    Array.from({ length: n }, (_, i) => ({
+      key: Buffer.from(`k${i}`),
+      value: i === 3 ? null : Buffer.from(`v${i}`),
+      headers: [{ key: 'h', value: Buffer.from(`${i}`) }],
+      timestamp: 1000 + i,
+    }));
+
+  it('returns the batch itself when every record stays, null when none does', () => {
+    const b = encodeBatch(recs(5));
+    assert.equal(
+      filterBatch(b, () => true),
+      b,
+    );
+    assert.equal(
+      filterBatch(b, () => false),
+      null,
+    );
+  });
+
+  it('keeps base offset, last offset delta, producer fields and each kept record byte for byte at its offset', () => {
+    for (const compression of [Compression.None, Compression.Gzip]) {
+      const b = encodeBatch(recs(6), compression);
+      setBaseOffset(b, 100);
+      const out = filterBatch(b, (r) => r.offset === 101 || r.offset === 103 || r.offset === 105)!;
+      const info = readBatchInfo(out);
+      assert.deepEqual([info.baseOffset, info.lastOffsetDelta, info.recordCount, info.compression], [100, 5, 3, Compression.None]);
+      assert.deepEqual([info.producerId, info.baseSequence, info.maxTimestamp], [readBatchInfo(b).producerId, readBatchInfo(b).baseSequence, 1005]);
+      assert.ok(verifyBatchCrc(out), 'CRC-32C computed again');
+      const kept = decodeBatch(out);
+      assert.deepEqual(
+        kept.map((r) => [r.offset, r.key?.toString(), r.value?.toString() ?? null, r.headers[0].value?.toString(), r.timestamp]),
+        [
+          [101, 'k1', 'v1', '1', 1001],
+          [103, 'k3', null, '3', 1003],
+          [105, 'k5', 'v5', '5', 1005],
+        ],
+      );
+    }
   });
 });

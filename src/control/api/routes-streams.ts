@@ -164,6 +164,24 @@ export function streamRoutes(app: FastifyInstance, ctx: ApiContext): void {
     },
   );
 
+  app.post<{ Params: { name: string } }>(
+    '/api/v1/streams/:name/compact',
+    {
+      schema: {
+        tags: ['streams'],
+        summary: 'Seal hot data, then run a cleaner pass over the partitions of this stream (cleanup.policy compact) held by this broker now',
+        params: NAME_PARAM,
+      },
+    },
+    async (req) => {
+      authorize(access, req, 'alter', 'stream', req.params.name);
+      if (!engine.getStream(req.params.name)) throw notFound('stream', req.params.name);
+      await ctx.storage?.flushAll();
+      await ctx.storage?.compact(req.params.name);
+      return describe(req.params.name);
+    },
+  );
+
   app.get<{ Params: { name: string }; Querystring: { partition: number; offset?: number; limit: number } }>(
     '/api/v1/streams/:name/messages',
     {

@@ -14,6 +14,8 @@ import type { BrokerConfigAdmin } from '../settings.js';
 /** Storage operations the control plane may ask for; implemented by the log engine. */
 export interface StorageOps {
   flushAll(): Promise<void>;
+  /** Runs a cleaner pass over the stream's compacted partitions held here now (whatever their dirty ratio). */
+  compact(stream: string): Promise<void>;
   describe(stream: string): Array<Record<string, number>>;
 }
 

@@ -13,8 +13,9 @@
  *   none of its own, applied by the log), log.segment.bytes and log.roll.ms / .hours (segment size and age, same),
  *   message.max.bytes (largest batch Produce accepts on topics without max.message.bytes) and
  *   log.message.timestamp.type (LogAppendTime stamps batches of topics without message.timestamp.type);
- * - stored and reported, no effect, as their topic-level synonyms (topic-configs.ts): log.cleanup.policy (delete
- *   only), compression.type and its levels, min.insync.replicas, unclean.leader.election.enable, the flush, index,
+ * - stored and reported, no effect: log.cleanup.policy and the log.cleaner.* settings (the cleaner reads a topic's own
+ *   cleanup.policy and compaction settings only: a broker-wide compact would compact every stream of every protocol),
+ *   and, as their topic-level synonyms (topic-configs.ts), compression.type and its levels, min.insync.replicas, unclean.leader.election.enable, the flush, index,
  *   preallocate, jitter, delete-delay, timestamp-bound and cleaner settings.
  *
  * Runtime values are kept in the metastore (RuntimeSettings, ControlStore kind `config`): they survive a restart,
@@ -60,6 +61,15 @@ interface DynamicDef {
 const HOUR = 3_600_000;
 const STORED = 'Alterable at run time; stored and reported, no effect in FlowMQ (see its topic-level synonym).';
 
+/** Broker-level defaults of topic configs FlowMQ honours per topic only (see the header). */
+const TOPIC_ONLY = new Set([
+  'log.cleanup.policy',
+  'log.cleaner.min.cleanable.ratio',
+  'log.cleaner.min.compaction.lag.ms',
+  'log.cleaner.max.compaction.lag.ms',
+  'log.cleaner.delete.retention.ms',
+]);
+
 /** Broker configs FlowMQ changes at run time, by name; validators are those of their topic-level synonyms. */
 const DYNAMIC = new Map<string, DynamicDef>();
 for (const [name] of KAFKA_BROKER_CONFIGS) {
@@ -74,8 +84,8 @@ for (const [name] of KAFKA_BROKER_CONFIGS) {
         throw err;
       }
     },
-    honoured: t.honoured,
-    doc: t.honoured ? `Default of the topic config ${t.name} for every topic that does not set it; alterable at run time.` : STORED,
+    honoured: t.honoured && !TOPIC_ONLY.has(name),
+    doc: t.honoured && !TOPIC_ONLY.has(name) ? `Default of the topic config ${t.name} for every topic that does not set it; alterable at run time.` : STORED,
   });
 }
 DYNAMIC.set('log.retention.minutes', {

@@ -6,8 +6,9 @@
  * A config is either
  * - honoured: FlowMQ acts on it. retention.ms, retention.bytes, segment.bytes and segment.ms are the stream's own
  *   settings (StreamDef: the log applies them, whatever protocol writes); max.message.bytes and
- *   message.timestamp.type=LogAppendTime are applied by the Kafka Produce handler; cleanup.policy may only be
- *   "delete" (compaction is issue 27: "compact" is refused rather than pretended);
+ *   message.timestamp.type=LogAppendTime are applied by the Kafka Produce handler; cleanup.policy (delete, compact or
+ *   both), min.cleanable.dirty.ratio, min.compaction.lag.ms, max.compaction.lag.ms and delete.retention.ms are read
+ *   by the log's cleaner (storage/log/compaction.ts) from StreamDef.configs;
  * - or stored: kept with the stream (StreamDef.configs) and reported by DescribeConfigs as set, with no effect.
  *   Their documentation in DescribeConfigs says so, and why (FlowMQ has no replicas, no flush policy of its own:
  *   every acknowledged write is in the write-ahead log; batches are stored as the producer compressed them...).
@@ -79,17 +80,16 @@ const kafkaVersion: Validate = (name, value) => {
   if (!/^\d+\.\d+(\.\d+)?(-IV\d+)?$/.test(t)) throw new TopicConfigError(`${name} must be a Kafka version such as 3.0-IV1, not "${value}"`);
   return t;
 };
-/** cleanup.policy: a list of compact and delete; FlowMQ deletes by retention and does not compact (yet). */
+/** cleanup.policy: a list of compact and delete (Kafka's LogConfig: both may be given), normalized to "compact,delete" order. */
 const cleanupPolicy: Validate = (name, value) => {
   const items = value
     .split(',')
     .map((x) => x.trim())
     .filter((x) => x !== '');
   for (const x of items) if (x !== 'delete' && x !== 'compact') throw new TopicConfigError(`${name} must list compact or delete, not "${x}"`);
-  if (items.includes('compact')) {
-    throw new TopicConfigError(`${name} "${value}" is not supported: FlowMQ does not compact topics yet (issue 27); only "delete"`);
-  }
-  return 'delete';
+  // Kafka accepts an empty list (no cleanup at all): records stay, as with retention.ms -1.
+  const out = ['compact', 'delete'].filter((x) => items.includes(x));
+  return out.join(',');
 };
 
 interface TopicConfigDef {
@@ -116,7 +116,7 @@ const DEFS: TopicConfigDef[] = [
     defaultValue: () => 'delete',
     broker: 'log.cleanup.policy',
     honoured: true,
-    doc: 'Only "delete": records go by retention (time or size). Compaction is not supported yet.',
+    doc: '"delete": records go by retention (time or size). "compact": sealed segments are rewritten keeping the last record per key (retention does not apply). "compact,delete": both.',
   },
   {
     name: 'compression.gzip.level',
@@ -164,8 +164,8 @@ const DEFS: TopicConfigDef[] = [
     validate: long(0n),
     defaultValue: () => '86400000',
     broker: 'log.cleaner.delete.retention.ms',
-    honoured: false,
-    doc: `${STORED}it concerns compacted topics.`,
+    honoured: true,
+    doc: 'How long the cleaner keeps a tombstone (a record with a null value) of a compacted topic after the segment holding it was first cleaned.',
   },
   {
     name: 'file.delete.delay.ms',
@@ -243,8 +243,8 @@ const DEFS: TopicConfigDef[] = [
     validate: long(1n),
     defaultValue: () => LONG_MAX_TEXT,
     broker: 'log.cleaner.max.compaction.lag.ms',
-    honoured: false,
-    doc: `${STORED}it concerns compacted topics.`,
+    honoured: true,
+    doc: 'Longest a record of a compacted topic stays uncleaned: a sealed segment older than this is cleaned whatever the dirty ratio.',
   },
   {
     name: 'max.message.bytes',
@@ -315,8 +315,8 @@ const DEFS: TopicConfigDef[] = [
     validate: ratio,
     defaultValue: () => '0.5',
     broker: 'log.cleaner.min.cleanable.ratio',
-    honoured: false,
-    doc: `${STORED}it concerns compacted topics.`,
+    honoured: true,
+    doc: 'Share of the sealed, not yet cleaned bytes of a compacted partition above which the cleaner runs.',
   },
   {
     name: 'min.compaction.lag.ms',
@@ -324,8 +324,8 @@ const DEFS: TopicConfigDef[] = [
     validate: long(0n),
     defaultValue: () => '0',
     broker: 'log.cleaner.min.compaction.lag.ms',
-    honoured: false,
-    doc: `${STORED}it concerns compacted topics.`,
+    honoured: true,
+    doc: 'Youngest a record of a compacted topic may be to be cleaned: segments newer than this are left as they are.',
   },
   {
     name: 'min.insync.replicas',
@@ -580,6 +580,8 @@ export function describeTopicConfigs(
 export interface ProduceLimits {
   maxMessageBytes: number | null;
   logAppendTime: boolean;
+  /** cleanup.policy includes compact: every record needs a key (Kafka's LogValidator, INVALID_RECORD). */
+  compacted?: boolean;
 }
 
 const NO_LIMITS: ProduceLimits = { maxMessageBytes: null, logAppendTime: false };
@@ -603,6 +605,7 @@ export function produceLimits(def: StreamDef, broker: ProduceLimits = NO_LIMITS)
   const l = {
     maxMessageBytes: max === undefined ? broker.maxMessageBytes : Number(max),
     logAppendTime: ts === undefined ? broker.logAppendTime : ts === 'LogAppendTime',
+    compacted: (c['cleanup.policy'] ?? '').includes('compact'),
   };
   limitsCache.set(def, { of: broker, l });
   return l;

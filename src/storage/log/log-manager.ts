@@ -59,6 +59,8 @@
  *                  background tick
  *   recovery.ts    open (WAL replay), openStream / loadPartition, cluster mode's acquire / release, object sweep
  *   read.ts        reads from memory and from segment objects, the index cache, offsets for timestamps
+ *   compaction.ts  the cleaner of compacted streams (cleanup.policy=compact): segments rewritten keeping the last
+ *                  record per key, swapped in the metastore (epoch-checked), replaced objects deleted after a delay
  *   log-manager.ts LogManager: StreamStorage over the rooms (each method calls its room's function), open and close
  */
 import type { Logger } from 'pino';
@@ -80,6 +82,7 @@ import { append } from './append.js';
 import { background, deleteRecordsBefore, flushAll } from './seal.js';
 import { acquirePartition, finishRecovery, forgetPartitions, openStream, recoverAtOpen, releasePartition } from './recovery.js';
 import { offsetForTimestamp, read } from './read.js';
+import { compactPartition, flushPendingDeletes } from './compaction.js';
 
 export { DEFAULT_LOG_OPTIONS, MIN_STREAM_SEGMENT_BYTES, newLogStats, type LogOptions, type SpaceGuard } from './log-state.js';
 
@@ -175,7 +178,7 @@ export class LogManager extends LogState implements StreamStorage {
     }
     forgetPartitions(this, victims);
     // Sealing may still be running; wait so no object is written after the delete below.
-    await Promise.allSettled(victims.map((p) => p.sealing));
+    await Promise.allSettled(victims.flatMap((p) => [p.sealing, p.compacting]));
     for (const p of victims) {
       for (const s of p.segments) {
         await this.objects.delete(s.objectKey);
@@ -215,6 +218,11 @@ export class LogManager extends LogState implements StreamStorage {
     return flushAll(this);
   }
 
+  /** A cleaner pass now over the compacted partitions of `stream` held here (see compaction.ts). */
+  async compact(stream: string): Promise<void> {
+    for (const p of [...this.parts.values()]) if (p.def.name === stream) await compactPartition(this, p, true);
+  }
+
   /** Stops background work; seals what it can within `graceMs`. The WAL and stores are closed by their owner. */
   async close(graceMs = 5000): Promise<void> {
     if (this.closed) return;
@@ -226,6 +234,8 @@ export class LogManager extends LogState implements StreamStorage {
     ]);
     clearTimeout(t);
     this.closed = true;
+    for (const p of this.parts.values()) await p.compacting;
+    await flushPendingDeletes(this);
     // Whatever is still unsealed is durable in the WAL: nothing is held back any longer.
     this.releaseThrottled();
     // A background trim still running must finish before the owner closes the WAL under it.

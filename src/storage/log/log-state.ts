@@ -49,6 +49,10 @@ export interface LogOptions {
    * tends to stay behind. Oldest sealed first out. Default: a quarter of maxUnsealedBytes, at most 64 MiB.
    */
   recentBytes?: number;
+  /** Compacted streams: bytes per second the cleaner reads and writes at most (0: unpaced). */
+  compactionBytesPerSec?: number;
+  /** Compacted streams: how long a replaced segment object stays for readers that looked it up before (ms). */
+  compactionDeleteDelayMs?: number;
 }
 
 /**
@@ -112,6 +116,12 @@ export function newLogStats() {
     rewinds: 0,
     /** Seals (segment object or metastore commit) that failed and were retried later. */
     failedSeals: 0,
+    /** Compaction: cleaner passes done, bytes of segments it read, segments it rewrote, records it removed, bytes saved. */
+    compactionRuns: 0,
+    compactedBytes: 0,
+    compactedSegments: 0,
+    compactedRecords: 0,
+    compactionSavedBytes: 0,
   };
 }
 
@@ -148,6 +158,9 @@ export abstract class LogState {
   recentQueue: Array<{ p: Partition; b: TailBatch }> = [];
   recentHead = 0;
   recentTotal = 0;
+  /** Compaction: replaced segment objects waiting for their readers, by key; whether a cleaner round runs. */
+  readonly pendingDeletes = new Map<string, NodeJS.Timeout>();
+  compactionRunning = false;
   readonly recentBudget: number;
   memoryTrimmedAt = Date.now();
   readonly stats = newLogStats();

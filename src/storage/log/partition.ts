@@ -41,6 +41,10 @@ export class Partition implements ChunkCursor {
   logStartOffset = 0;
   flushedOffset = 0;
   sealing: Promise<void> | null = null;
+  /** Compacted streams: the cleaner's pass under way, the offset its last pass cleaned to, passes (object generations). */
+  compacting: Promise<void> | null = null;
+  cleanedOffset = 0;
+  compactions = 0;
   /** Bytes appended since the last cut: the open segment. */
   openBytes = 0;
   /** Offsets where completed segments end, ascending, all above flushedOffset: a seal takes the tail up to the first. */

@@ -13,7 +13,8 @@ export async function read(lm: LogState, stream: string, partition: number, offs
   const p = lm.part(stream, partition);
   if (offset < p.logStartOffset || offset >= p.highWatermark) return [];
   const inMemory = p.recent.length > 0 ? p.recent[0].baseOffset : p.tail.length > 0 ? p.tail[0].baseOffset : p.nextOffset;
-  if (offset >= inMemory) return readTail(p, offset, maxBytes, lease);
+  // Below the cleaner's mark, the (compacted) segments answer, not the recent batches kept as they were sealed.
+  if (offset >= inMemory && offset >= p.cleanedOffset) return readTail(p, offset, maxBytes, lease);
   return readSegments(lm, p, offset, maxBytes, lease);
 }
 
@@ -54,7 +55,8 @@ export async function readSegments(lm: LogState, p: Partition, offset: number, m
   const seg = p.segments[si];
   const index = await loadIndex(lm, seg);
   let i = findEntry(index.entries, offset);
-  if (i >= index.entries.length) return [];
+  // A compacted segment may end in a gap (its last records removed, or all of them): the next segment goes on.
+  if (i >= index.entries.length) return seg.endOffset > offset ? read(lm, p.def.name, p.partition, seg.endOffset, maxBytes, lease) : [];
   const first = i;
   let end = index.entries[i].position + index.entries[i].size;
   for (i++; i < index.entries.length; i++) {

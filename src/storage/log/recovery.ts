@@ -9,7 +9,7 @@ import { FlowError, readBatchInfo, type StreamDef } from '../../core/index.js';
 import type { SegmentMeta } from '../metastore/types.js';
 import type { WalEntry } from '../wal/types.js';
 import { ProducerState } from './producer-state.js';
-import { parseSegmentKey, type SegmentIndex } from './segment.js';
+import { isCompactedKey, parseSegmentKey, type SegmentIndex } from './segment.js';
 import { Partition, partitionKey } from './partition.js';
 import { LogState } from './log-state.js';
 import { cacheIndex, readIndex, readSegments } from './read.js';
@@ -208,6 +208,8 @@ export async function loadProducerState(lm: LogState, p: Partition): Promise<voi
  * that a fenced writer may have written. One exception, for data directories written before epochs: an object
  * in the key format without an epoch that continues the committed segments is committed, because brokers then
  * moved a WAL file into the object store before committing it, so its data may be nowhere else.
+ * A compacted copy (`…-<epoch>-c<generation>.seg`, compaction.ts) the metastore does not name is garbage too,
+ * wherever it lies: the cleaner crashed or was fenced before its swap, or a later pass replaced it.
  */
 export async function sweepObjects(lm: LogState, p: Partition): Promise<void> {
   const prefix = lm.objectPrefix(p);
@@ -215,6 +217,12 @@ export async function sweepObjects(lm: LogState, p: Partition): Promise<void> {
   for (const o of await lm.objects.list(`${prefix}/`)) {
     if (known.has(o.key)) continue;
     const k = parseSegmentKey(o.key);
+    if (k === null && isCompactedKey(o.key)) {
+      await lm.objects.delete(o.key);
+      lm.stats.garbageObjects++;
+      lm.logger.warn({ partition: p.key, object: o.key }, 'compacted segment object the metastore does not name deleted (a cleaner stopped before its swap)');
+      continue;
+    }
     if (k === null || k.baseOffset < p.flushedOffset) continue;
     if (k.epoch === null && k.baseOffset === p.flushedOffset && (await adoptLegacy(lm, p, o.key, o.size))) continue;
     await lm.objects.delete(o.key);

@@ -14,6 +14,7 @@ import { buildSegment, buildTrailer, segmentKey, type SegmentIndex } from './seg
 import { Partition, segmentReady, type TailBatch } from './partition.js';
 import { backoffMs, LogState, MEMORY_TRIM_MS } from './log-state.js';
 import { cacheIndex, readIndex } from './read.js';
+import { cleanupPolicy, compactDue } from './compaction.js';
 
 /**
  * Seals the partition's first segment (the tail up to its first cut; with no cut, the open segment is cut now)
@@ -312,6 +313,7 @@ export function background(lm: LogState): void {
   // Held-back acknowledgements whose seals failed are helped again once the backoff allows.
   if (lm.unsealed > lm.options.maxUnsealedBytes) relieve(lm);
   const retention = applyRetention(lm, now);
+  void compactDue(lm).catch((err: unknown) => lm.logger.warn({ err }, 'compaction failed'));
   void Promise.all([...seals, retention])
     .then(() => (seals.length > 0 ? lm.trimWal() : undefined))
     .catch((err: unknown) => lm.logger.warn({ err }, 'background log maintenance failed'));
@@ -329,6 +331,9 @@ export async function deleteRecordsBefore(lm: LogState, stream: string, partitio
   }
   if (offset <= p.logStartOffset) return p.logStartOffset;
   if (p.fenced !== null) throw new FlowError('FENCED', `partition ${p.key} is owned by another writer now`, { cause: p.fenced });
+  // A cleaner pass swapping this partition's segments finishes first (compaction.ts checks the log start offset
+  // before each swap, so one starting meanwhile leaves alone what goes below).
+  await p.compacting;
   try {
     await lm.meta.setLogStartOffset(p.def.name, p.partition, offset, p.epoch);
     p.logStartOffset = Math.max(p.logStartOffset, offset);
@@ -355,6 +360,9 @@ export async function applyRetention(lm: LogState, now: number): Promise<void> {
   for (const p of lm.parts.values()) {
     const { ms: r, bytes: rb } = effectiveRetention(p.def, lm.defaults);
     if ((r === null && rb === null) || p.segments.length === 0 || p.fenced !== null) continue;
+    // Kafka: retention deletes segments of "delete" and "compact,delete" topics, never of "compact" ones; and not
+    // while the cleaner is swapping this partition's segments.
+    if (!cleanupPolicy(p.def).delete || p.compacting !== null) continue;
     let size = p.tailBytes;
     if (rb !== null) for (const seg of p.segments) size += seg.size;
     try {

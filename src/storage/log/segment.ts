@@ -160,6 +160,14 @@ export function segmentKey(prefix: string, baseOffset: number, epoch: number): s
   return `${prefix}/${String(baseOffset).padStart(20, '0')}-${epoch}.seg`;
 }
 
+/** The key of a compacted copy of a segment (compaction.ts): `<20-digit base>-<epoch>-c<generation>.seg`. */
+export function compactedKey(prefix: string, baseOffset: number, epoch: number, generation: number): string {
+  return `${prefix}/${String(baseOffset).padStart(20, '0')}-${epoch}-c${generation}.seg`;
+}
+export function isCompactedKey(key: string): boolean {
+  return /\/\d{20}-\d{1,16}-c\d{1,16}\.seg$/.test(key);
+}
+
 /**
  * The base offset and writer epoch a segment key names (the epoch is null in keys written before epochs existed,
  * `<20-digit base>.seg`), or null for a key that is no segment's.

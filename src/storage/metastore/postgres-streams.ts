@@ -127,6 +127,22 @@ export async function deleteSegment(pg: PostgresState, stream: string, partition
   );
 }
 
+export async function replaceSegment(pg: PostgresState, seg: SegmentMeta, oldObjectKey: string, epoch: number): Promise<boolean> {
+  checkSegment(seg, epoch);
+  // One statement, so atomic: the CTE runs the epoch check (it raises FENCED) before the row is updated; no
+  // migration of its own, the check functions of version 1 are enough.
+  const r = await pg.keyed(PARTITION, partKey(seg.stream, seg.partition), () =>
+    pg.q(
+      'replaceSegment',
+      `WITH chk AS (SELECT flowmq_check_epoch($1, $2, $7) AS ok)
+       UPDATE segments SET object_key = $5, size = $6, max_timestamp = $8 FROM chk
+       WHERE stream = $1 AND partition = $2 AND base_offset = $3 AND end_offset = $4 AND object_key = $9 RETURNING 1`,
+      [seg.stream, seg.partition, seg.baseOffset, seg.endOffset, seg.objectKey, seg.size, epoch, seg.maxTimestamp, oldObjectKey],
+    ),
+  );
+  return (r.rowCount ?? 0) === 1;
+}
+
 export async function putProducerState(pg: PostgresState, stream: string, partition: number, endOffset: number, state: string, epoch: number): Promise<void> {
   checkInt32('partition', partition);
   checkInt('endOffset', endOffset);

@@ -40,6 +40,7 @@ import {
   commitSegment,
   createStream,
   deleteSegment,
+  replaceSegment,
   deleteStream,
   getPartitionState,
   getProducerState,
@@ -164,6 +165,10 @@ export class PostgresMetastore extends PostgresState implements Metastore {
 
   deleteSegment(stream: string, partition: number, baseOffset: number, epoch: number): Promise<void> {
     return deleteSegment(this, stream, partition, baseOffset, epoch);
+  }
+
+  replaceSegment(seg: SegmentMeta, oldObjectKey: string, epoch: number): Promise<boolean> {
+    return replaceSegment(this, seg, oldObjectKey, epoch);
   }
 
   putProducerState(stream: string, partition: number, endOffset: number, state: string, epoch: number): Promise<void> {

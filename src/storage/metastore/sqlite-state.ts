@@ -72,6 +72,7 @@ export class SqliteState {
   readonly txCommitSegment: (seg: SegmentMeta, epoch: number) => void;
   readonly txSetLogStart: (stream: string, partition: number, offset: number, epoch: number) => void;
   readonly txDeleteSegment: (stream: string, partition: number, baseOffset: number, epoch: number) => void;
+  readonly txReplaceSegment: (seg: SegmentMeta, oldObjectKey: string, epoch: number) => boolean;
   readonly txPutProducerState: (stream: string, partition: number, endOffset: number, state: string, epoch: number) => void;
   readonly txAckQueue: (clientId: string, upTo: number) => void;
   readonly txDeleteSession: (clientId: string) => void;
@@ -145,6 +146,11 @@ export class SqliteState {
     this.txDeleteSegment = db.transaction((stream: string, partition: number, baseOffset: number, epoch: number) => {
       checkEpoch(stream, partition, epoch);
       this.s.deleteSegment.run(stream, partition, baseOffset);
+    });
+    this.txReplaceSegment = db.transaction((seg: SegmentMeta, oldObjectKey: string, epoch: number) => {
+      checkEpoch(seg.stream, seg.partition, epoch);
+      const r = this.s.replaceSegment.run(seg.objectKey, seg.size, seg.maxTimestamp, seg.stream, seg.partition, seg.baseOffset, seg.endOffset, oldObjectKey);
+      return r.changes === 1;
     });
     this.txPutProducerState = db.transaction((stream: string, partition: number, endOffset: number, state: string, epoch: number) => {
       checkEpoch(stream, partition, epoch);
@@ -226,6 +232,9 @@ export class SqliteState {
       ),
       listSegments: db.prepare('SELECT * FROM segments WHERE stream = ? AND partition = ? ORDER BY base_offset'),
       deleteSegment: db.prepare('DELETE FROM segments WHERE stream = ? AND partition = ? AND base_offset = ?'),
+      replaceSegment: db.prepare(
+        'UPDATE segments SET object_key = ?, size = ?, max_timestamp = ? WHERE stream = ? AND partition = ? AND base_offset = ? AND end_offset = ? AND object_key = ?',
+      ),
       upsertOffset: db.prepare(
         `INSERT INTO consumer_offsets (group_id, stream, partition, "offset", metadata, committed_at)
          VALUES (?, ?, ?, ?, ?, ?)

@@ -76,6 +76,11 @@ export async function deleteSegment(m: SqliteState, stream: string, partition: n
   await m.write('deleteSegment', () => m.txDeleteSegment(stream, partition, baseOffset, epoch));
 }
 
+export async function replaceSegment(m: SqliteState, seg: SegmentMeta, oldObjectKey: string, epoch: number): Promise<boolean> {
+  checkSegment(seg, epoch);
+  return m.write('replaceSegment', () => m.txReplaceSegment(seg, oldObjectKey, epoch));
+}
+
 export async function allocateProducerIds(m: SqliteState, count: number): Promise<number> {
   checkInt('count', count, 1);
   return m.write('allocateProducerIds', () =>

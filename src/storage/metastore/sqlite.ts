@@ -42,6 +42,7 @@ import {
   commitSegment,
   createStream,
   deleteSegment,
+  replaceSegment,
   deleteStream,
   getPartitionState,
   getProducerState,
@@ -205,6 +206,10 @@ export class SqliteMetastore extends SqliteState implements Metastore {
 
   deleteSegment(stream: string, partition: number, baseOffset: number, epoch: number): Promise<void> {
     return deleteSegment(this, stream, partition, baseOffset, epoch);
+  }
+
+  replaceSegment(seg: SegmentMeta, oldObjectKey: string, epoch: number): Promise<boolean> {
+    return replaceSegment(this, seg, oldObjectKey, epoch);
   }
 
   allocateProducerIds(count: number): Promise<number> {

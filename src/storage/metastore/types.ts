@@ -96,6 +96,13 @@ export interface Metastore extends StreamCatalog, OffsetStore, ProducerIdStore, 
   listSegments(stream: string, partition: number): Promise<SegmentMeta[]>;
   /** No error when absent; FENCED for a stale epoch. */
   deleteSegment(stream: string, partition: number, baseOffset: number, epoch: number): Promise<void>;
+  /**
+   * Swaps the object of a committed segment for another holding the same offsets (the log's cleaner: a compacted
+   * copy), in one atomic step: the row of [seg.baseOffset, seg.endOffset) that names `oldObjectKey` takes seg's
+   * object key, size and max timestamp. False when no such row is there any more (retention or DeleteRecords
+   * deleted it, or another cleaner swapped it); FENCED for a stale epoch.
+   */
+  replaceSegment(seg: SegmentMeta, oldObjectKey: string, epoch: number): Promise<boolean>;
 
   /**
    * Idempotent-producer state of a partition as of `endOffset` (opaque JSON of the log engine); FENCED for a

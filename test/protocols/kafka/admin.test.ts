@@ -93,7 +93,7 @@ describe('kafka topic administration', () => {
       await assert.rejects(
         admin.alterConfigs({
           validateOnly: false,
-          resources: [{ type: ConfigResourceTypes.TOPIC, name: 'adm.t', configEntries: [{ name: 'cleanup.policy', value: 'compact' }] }],
+          resources: [{ type: ConfigResourceTypes.TOPIC, name: 'adm.t', configEntries: [{ name: 'cleanup.policy', value: 'shrink' }] }],
         }),
         errorType('INVALID_CONFIG'),
       );

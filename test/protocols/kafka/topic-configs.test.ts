@@ -139,8 +139,12 @@ describe('kafka topic configs', () => {
     assert.deepEqual(TOPIC_CONFIG_NAMES, [...KAFKA_TOPIC_CONFIGS].sort());
     assert.deepEqual([...HONOURED_TOPIC_CONFIGS].sort(), [
       'cleanup.policy',
+      'delete.retention.ms',
+      'max.compaction.lag.ms',
       'max.message.bytes',
       'message.timestamp.type',
+      'min.cleanable.dirty.ratio',
+      'min.compaction.lag.ms',
       'retention.bytes',
       'retention.ms',
       'segment.bytes',
@@ -206,8 +210,7 @@ describe('kafka topic configs', () => {
       ['message.timestamp.type', 'ProducerTime'],
       ['compression.type', 'brotli'],
       ['compression.gzip.level', '0'],
-      ['cleanup.policy', 'compact'], // compaction: issue 27
-      ['cleanup.policy', 'delete,compact'],
+      ['cleanup.policy', 'compact,shrink'],
       ['leader.replication.throttled.replicas', 'all'],
       ['min.insync.replicas', null],
     ];
@@ -256,7 +259,7 @@ describe('kafka topic configs', () => {
     // One bad config refuses the resource: the valid change before it is not applied either.
     for (const bad of [
       { name: 'retention.ms', configOperation: 2, value: '1' }, // APPEND to a config that is not a list
-      { name: 'cleanup.policy', configOperation: 2, value: 'compact' },
+      { name: 'cleanup.policy', configOperation: 2, value: 'shrink' },
       { name: 'no.such.config', configOperation: 0, value: '1' },
     ]) {
       r = await inc([{ name: 'min.insync.replicas', configOperation: 0, value: '3' }, bad]);
@@ -336,6 +339,53 @@ describe('kafka topic configs', () => {
     );
     const def = engine.getStream('cfg.alt')!.def;
     assert.deepEqual([def.retentionMs, def.segmentMs], [null, 600_000]);
+  });
+
+  it('takes cleanup.policy compact and compact,delete (normalized as Kafka lists them), and APPEND compact to delete', async () => {
+    const ct = await c.call(CreateTopicsApi, 7, {
+      topics: [
+        topic('cfg.compact', [{ name: 'cleanup.policy', value: 'compact' }]),
+        topic('cfg.both', [{ name: 'cleanup.policy', value: 'delete, compact' }]),
+        topic('cfg.append', [{ name: 'cleanup.policy', value: 'delete' }]),
+      ],
+      timeoutMs: 1000,
+      validateOnly: false,
+    });
+    assert.deepEqual(
+      ct.topics.map((t) => t.errorCode),
+      [E.NONE, E.NONE, E.NONE],
+    );
+    assert.equal((await describeTopic('cfg.compact', ['cleanup.policy'])).get('cleanup.policy')!.value, 'compact');
+    assert.equal((await describeTopic('cfg.both', ['cleanup.policy'])).get('cleanup.policy')!.value, 'compact,delete');
+    const r = await c.call(IncrementalAlterConfigsApi, 1, {
+      resources: [{ resourceType: 2, resourceName: 'cfg.append', configs: [{ name: 'cleanup.policy', configOperation: 2, value: 'compact' }] }],
+      validateOnly: false,
+    });
+    assert.equal(r.responses[0].errorCode, E.NONE, r.responses[0].errorMessage ?? '');
+    const d = (await describeTopic('cfg.append', ['cleanup.policy'])).get('cleanup.policy')!;
+    assert.deepEqual([d.value, d.configSource], ['compact,delete', 1]);
+    assert.equal(engine.getStream('cfg.append')!.def.configs?.['cleanup.policy'], 'compact,delete');
+  });
+
+  it('refuses a batch holding a record without a key on a compacted topic with INVALID_RECORD, as Kafka', async () => {
+    await c.call(CreateTopicsApi, 7, { topics: [topic('cfg.keys', [{ name: 'cleanup.policy', value: 'compact' }])], timeoutMs: 1000, validateOnly: false });
+    const produce = (records: Buffer) =>
+      c.call(ProduceApi, 9, { transactionalId: null, acks: -1, timeoutMs: 1000, topics: [{ name: 'cfg.keys', partitions: [{ index: 0, records }] }] });
+    const keyed = encodeBatch([{ key: Buffer.from('k'), value: Buffer.from('v'), headers: [], timestamp: Date.now() }]);
+    const mixed = encodeBatch([
+      { key: Buffer.from('k'), value: Buffer.from('v'), headers: [], timestamp: Date.now() },
+      { key: null, value: Buffer.from('no key'), headers: [], timestamp: Date.now() },
+    ]);
+    assert.equal((await produce(keyed)).topics[0].partitions[0].errorCode, E.NONE);
+    const refused = (await produce(mixed)).topics[0].partitions[0];
+    assert.equal(refused.errorCode, E.INVALID_RECORD);
+    assert.match(refused.errorMessage ?? '', /without a key/);
+    // A tombstone (a key, no value) is a compacted topic's delete: taken.
+    assert.equal(
+      (await produce(encodeBatch([{ key: Buffer.from('k'), value: null, headers: [], timestamp: Date.now() }]))).topics[0].partitions[0].errorCode,
+      E.NONE,
+    );
+    assert.equal(engine.offsets('cfg.keys', 0).highWatermark, 2, 'the refused batch was not appended');
   });
 
   it('refuses a batch larger than max.message.bytes with MESSAGE_TOO_LARGE', async () => {

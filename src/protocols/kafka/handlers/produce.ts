@@ -10,7 +10,15 @@
  * In a cluster only the partition's leader (its owner) appends: elsewhere NOT_LEADER_OR_FOLLOWER, and the client
  * refreshes its metadata and goes to the leader (nothing is forwarded; see ../cluster.ts).
  */
-import { ATTR_TRANSACTIONAL, isCompressionSupported, readBatchInfo, setLogAppendTime, splitBatches, type StreamEntry } from '../../../core/index.js';
+import {
+  ATTR_TRANSACTIONAL,
+  decodeBatch,
+  isCompressionSupported,
+  readBatchInfo,
+  setLogAppendTime,
+  splitBatches,
+  type StreamEntry,
+} from '../../../core/index.js';
 import {
   KafkaErrorCode,
   ZERO_UUID,
@@ -134,6 +142,17 @@ function append(ctx: RequestContext, stream: StreamEntry, p: ProducePartitionDat
           KafkaErrorCode.MESSAGE_TOO_LARGE,
           `batch ${i} of ${batches[i].length} bytes is larger than the topic's max.message.bytes (${limits.maxMessageBytes})`,
         );
+        return;
+      }
+    }
+  }
+  if (limits.compacted === true) {
+    // Kafka's LogValidator: a compacted topic cannot take a record without a key (the cleaner keeps the last record
+    // of each key; a keyless one would have none), the whole batch is refused with INVALID_RECORD.
+    for (let i = 0; i < batches.length; i++) {
+      if ((batches[i].readInt16BE(21) & 0x20) !== 0) continue; // a control batch (transaction marker) has its own key
+      if (decodeBatch(batches[i]).some((rec) => rec.key === null)) {
+        fail(r, KafkaErrorCode.INVALID_RECORD, `batch ${i}: compacted topic ${name} cannot take a record without a key`);
         return;
       }
     }
