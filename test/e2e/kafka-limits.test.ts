@@ -76,7 +76,8 @@ describe('kafka limits without users', () => {
   let broker: FlowmqProcess;
 
   before(async () => {
-    broker = await FlowmqProcess.start({ args: ['--kafka-connections-max-idle', '1s', '--protocols', 'kafka'] });
+    // No KIP-134 initial rebalance delay: each Kafka group here has one member; 3 s per group proves nothing.
+    broker = await FlowmqProcess.start({ args: ['--kafka-connections-max-idle', '1s', '--protocols', 'kafka', '--kafka-group-initial-rebalance-delay', '0'] });
   });
   after(async () => {
     await broker?.stop();
@@ -131,7 +132,9 @@ describe('kafka limits with a users file (SASL required)', () => {
   before(async () => {
     dir = mkdtempSync(join(tmpdir(), 'flowmq-limits-'));
     writeFileSync(join(dir, 'users.yaml'), '- username: alice\n  password: "wonder:land"\n');
-    broker = await FlowmqProcess.start({ args: ['--users-file', join(dir, 'users.yaml'), '--kafka-auth-timeout', '1s', '--protocols', 'kafka'] });
+    broker = await FlowmqProcess.start({
+      args: ['--users-file', join(dir, 'users.yaml'), '--kafka-auth-timeout', '1s', '--protocols', 'kafka', '--kafka-group-initial-rebalance-delay', '0'],
+    });
     broker.credentials = { username: alice.username, password: alice.password };
   });
   after(async () => {
