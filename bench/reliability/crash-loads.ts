@@ -12,6 +12,19 @@ import { connect as natsConnect, type NatsConnection } from '@nats-io/transport-
 import { jetstream } from '@nats-io/jetstream';
 import { sleep } from '../../test/e2e/harness.js';
 
+/**
+ * Waits for `p` or `ms`, whichever comes first, and clears the timer: a 30 s timer left behind by a drain kept the
+ * crash test's process alive ~28 s after it had finished.
+ */
+async function settledWithin(p: Promise<unknown>, ms: number): Promise<void> {
+  let t: NodeJS.Timeout | undefined;
+  try {
+    await Promise.race([p, new Promise<void>((r) => (t = setTimeout(r, ms)))]);
+  } finally {
+    clearTimeout(t);
+  }
+}
+
 export const AMQP_QUEUE = 'crash.amqp';
 /** The FlowMQ stream the JetStream publishes go into (bound to `crash/js/#`, NATS subject `crash.js.>`). */
 export const JS_STREAM = 'crash.js';
@@ -86,7 +99,7 @@ export class AmqpConfirmLoad implements CrashLoad {
 
   async drain(timeoutMs: number): Promise<void> {
     this.running = false;
-    await Promise.race([this.loop, sleep(timeoutMs)]);
+    await settledWithin(this.loop, timeoutMs);
     await this.close();
   }
 
@@ -166,7 +179,7 @@ export class JetStreamLoad implements CrashLoad {
 
   async drain(timeoutMs: number): Promise<void> {
     this.running = false;
-    await Promise.race([this.loop, sleep(timeoutMs)]);
+    await settledWithin(this.loop, timeoutMs);
     await this.nc?.close().catch(() => undefined);
   }
 }

@@ -20,88 +20,11 @@
 import { FlowError } from './errors.js';
 import type { DeathRecord, Message } from './message.js';
 import type { EnqueueResult, QueueConsumer, QueueDef, QueueDelivery, QueueHooks, QueueRuntime, QueueStore } from './queues.js';
+import { deadLettered } from './queue-dead-letter.js';
+import { DEFAULT_QUEUE_WINDOW, IdHeap, type Entry, type QueueWindowOptions } from './queue-window.js';
 import { decodeStoredMessage, encodeStoredMessage } from './sessions.js';
 
-/** Bounds of the in-memory window of ready messages of a durable queue. */
-export interface QueueWindowOptions {
-  /** Ready messages kept in memory at most (requeued ones may exceed it by the unacked count). */
-  maxMessages: number;
-  /** Payload bytes of ready messages kept in memory at most (one read batch may exceed it). */
-  maxBytes: number;
-  /** Messages read from the store per refill. */
-  readBatch: number;
-}
-
-export const DEFAULT_QUEUE_WINDOW: QueueWindowOptions = { maxMessages: 20_000, maxBytes: 64 * 1024 * 1024, readBatch: 1000 };
-
-/** One message the runtime holds in memory (ready in the heap, or unacked). */
-interface Entry {
-  id: number;
-  msg: Message;
-  bytes: number;
-  /** Deliveries so far. */
-  deliveries: number;
-  /** Delivered before (requeued), or recovered after a restart. */
-  redelivered: boolean;
-  /** Absolute expiry (per-message or queue TTL); Infinity when none. */
-  expiresAt: number;
-  /** In the store: must be removed from it when acked / dropped. */
-  stored: boolean;
-  /** Owner of the unacked delivery; null when ready. */
-  owner: string | null;
-}
-
-/** Binary min-heap of entries by id. */
-class IdHeap {
-  readonly a: Entry[] = [];
-  get size(): number {
-    return this.a.length;
-  }
-  peek(): Entry | undefined {
-    return this.a[0];
-  }
-  push(e: Entry): void {
-    const a = this.a;
-    let i = a.length;
-    a.push(e);
-    while (i > 0) {
-      const p = (i - 1) >> 1;
-      if (a[p].id <= e.id) break;
-      a[i] = a[p];
-      i = p;
-    }
-    a[i] = e;
-  }
-  pop(): Entry | undefined {
-    const a = this.a;
-    const top = a[0];
-    const last = a.pop();
-    if (a.length === 0 || last === undefined) return top;
-    let i = 0;
-    const n = a.length;
-    for (;;) {
-      const l = 2 * i + 1;
-      if (l >= n) break;
-      const r = l + 1;
-      const c = r < n && a[r].id < a[l].id ? r : l;
-      if (a[c].id >= last.id) break;
-      a[i] = a[c];
-      i = c;
-    }
-    a[i] = last;
-    return top;
-  }
-  clear(): Entry[] {
-    return this.a.splice(0, this.a.length);
-  }
-}
-
-/** Unified topic → AMQP routing key on amq.topic (the separator swap of topic.ts, for death records). */
-function dottedKey(topic: string): string {
-  let out = '';
-  for (const ch of topic) out += ch === '/' ? '.' : ch === '.' ? '/' : ch;
-  return out;
-}
+export { DEFAULT_QUEUE_WINDOW, type QueueWindowOptions } from './queue-window.js';
 
 export class Queue implements QueueRuntime {
   readonly def: QueueDef;
@@ -602,23 +525,7 @@ export class Queue implements QueueRuntime {
   private deadLetter(msg: Message, reason: DeathRecord['reason']): Promise<void> | null {
     const a = this.def.arguments;
     if (a.deadLetterExchange === undefined) return null;
-    const exchange = msg.exchange ?? 'amq.topic';
-    const routingKey = msg.routingKey ?? dottedKey(msg.topic);
-    const now = Date.now();
-    const deaths = msg.deaths ? msg.deaths.slice() : [];
-    const i = deaths.findIndex((d) => d.queue === this.name && d.reason === reason);
-    let rec: DeathRecord;
-    if (i >= 0) {
-      rec = { ...deaths[i], count: deaths[i].count + 1 };
-      deaths.splice(i, 1);
-    } else {
-      rec = { queue: this.name, reason, exchange, routingKeys: [routingKey], count: 1, time: now };
-      if (msg.expiresAt !== undefined) rec.originalExpiration = String(Math.max(0, Math.round(msg.expiresAt - msg.timestamp)));
-    }
-    deaths.unshift(rec);
-    // As RabbitMQ: the per-message expiration does not follow the message into the dead-letter queue.
-    const out: Message = { ...msg, deaths, routingKey: a.deadLetterRoutingKey ?? routingKey };
-    delete out.expiresAt;
+    const out = deadLettered(msg, this.name, reason, a.deadLetterRoutingKey, Date.now());
     let p: Promise<void> | null;
     try {
       p = this.hooks.deadLetter(this.def, out, reason);

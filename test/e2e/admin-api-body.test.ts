@@ -211,7 +211,14 @@ describe('e2e: request bodies nobody reads, on every HTTP listener', () => {
     slow.write(`GET /api/v1/streams HTTP/1.1\r\nHost: ${host}\r\n`);
     // One header line every 500 ms: the connection is never idle, the headers never end.
     const drip = setInterval(() => slow.write('X-Drip: 1\r\n'), 500);
-    const results = await Promise.race([Promise.all([watch(idle), watch(idleWs), watch(slow)]), new Promise<null>((r) => setTimeout(() => r(null), 20_000))]);
+    // The 20 s guard is cleared when the three closes come: left armed, it kept this file's process alive ~9 s after its
+    // last test.
+    let guard: NodeJS.Timeout | undefined;
+    const results = await Promise.race([
+      Promise.all([watch(idle), watch(idleWs), watch(slow)]),
+      new Promise<null>((r) => (guard = setTimeout(() => r(null), 20_000))),
+    ]);
+    clearTimeout(guard);
     clearInterval(drip);
     for (const s of [idle, idleWs, slow]) s.destroy();
     assert.ok(results !== null, 'all three closed within 20 s');

@@ -64,6 +64,8 @@ describe('kafka authentication and authorization (KafkaJS, kcat)', () => {
       'kafka-port': '0',
       'http-port': '0',
       'users-file': join(dir, 'users.yaml'),
+      // No KIP-134 initial rebalance delay: each group here has one member; 3 s per group proves nothing.
+      'kafka-group-initial-rebalance-delay': '0',
     };
     broker = await startBroker(loadConfig({ flags, env: {} }), pino({ level: 'silent' }));
     addr = `127.0.0.1:${broker.listeners.get('kafka')!.address().port}`;

@@ -50,6 +50,19 @@ async function framePool(broker: FlowmqProcess): Promise<FramePoolFigures> {
   return (await broker.api<{ kafka: { framePool: FramePoolFigures } }>('GET', '/api/v1/broker')).kafka.framePool;
 }
 
+/**
+ * Waits for `p` at most `ms`; the timer is cleared when `p` settles (a timer left behind kept this file's process
+ * alive for up to 20 s after its last test).
+ */
+async function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
+  let t: NodeJS.Timeout | undefined;
+  try {
+    return await Promise.race([p, new Promise<never>((_, reject) => (t = setTimeout(() => reject(new Error(what)), ms)))]);
+  } finally {
+    clearTimeout(t);
+  }
+}
+
 async function roundTrip(broker: FlowmqProcess, topic: string, sasl?: SASLOptions): Promise<void> {
   const k = kafka(broker.kafka, sasl);
   const p = k.producer();
@@ -76,7 +89,8 @@ describe('kafka limits without users', () => {
   let broker: FlowmqProcess;
 
   before(async () => {
-    broker = await FlowmqProcess.start({ args: ['--kafka-connections-max-idle', '1s', '--protocols', 'kafka'] });
+    // No KIP-134 initial rebalance delay: each Kafka group here has one member; 3 s per group proves nothing.
+    broker = await FlowmqProcess.start({ args: ['--kafka-connections-max-idle', '1s', '--protocols', 'kafka', '--kafka-group-initial-rebalance-delay', '0'] });
   });
   after(async () => {
     await broker?.stop();
@@ -111,7 +125,7 @@ describe('kafka limits without users', () => {
 
   it('closes a silent connection after --kafka-connections-max-idle, and KafkaJS and kcat go on', async () => {
     const silent = await rawSocket(broker.ports.kafka, Buffer.alloc(0));
-    await Promise.race([silent.closed, new Promise((_, reject) => setTimeout(() => reject(new Error('idle connection not closed')), 20_000))]);
+    await within(silent.closed, 20_000, 'idle connection not closed');
     await roundTrip(broker, 'limits.plain');
     const r = await run('kcat', ['-b', broker.kafka, '-P', '-t', 'limits.kcat'], { input: 'one\ntwo\n', timeoutMs: 20_000 });
     assert.equal(r.code, 0, r.stderr);
@@ -131,7 +145,9 @@ describe('kafka limits with a users file (SASL required)', () => {
   before(async () => {
     dir = mkdtempSync(join(tmpdir(), 'flowmq-limits-'));
     writeFileSync(join(dir, 'users.yaml'), '- username: alice\n  password: "wonder:land"\n');
-    broker = await FlowmqProcess.start({ args: ['--users-file', join(dir, 'users.yaml'), '--kafka-auth-timeout', '1s', '--protocols', 'kafka'] });
+    broker = await FlowmqProcess.start({
+      args: ['--users-file', join(dir, 'users.yaml'), '--kafka-auth-timeout', '1s', '--protocols', 'kafka', '--kafka-group-initial-rebalance-delay', '0'],
+    });
     broker.credentials = { username: alice.username, password: alice.password };
   });
   after(async () => {
@@ -150,7 +166,7 @@ describe('kafka limits with a users file (SASL required)', () => {
     assert.ok(refused.length >= 1 && refused.length <= 5, `logged at a bounded rate: ${refused.length} lines`);
     assert.equal(refused[0].max, 512 * 1024);
     const silent = await rawSocket(broker.ports.kafka, Buffer.alloc(0));
-    await Promise.race([silent.closed, new Promise((_, reject) => setTimeout(() => reject(new Error('unauthenticated connection not closed')), 20_000))]);
+    await within(silent.closed, 20_000, 'unauthenticated connection not closed');
     await broker.waitForLog((l) => l.msg === 'no SASL authentication in time: closing connection', 5000);
   });
 

@@ -147,12 +147,14 @@ export class RawClient {
   }
 
   async waitClosed(timeoutMs = 3000): Promise<void> {
-    await Promise.race([
-      this.closed,
-      sleep(timeoutMs).then(() => {
-        throw new Error('connection was not closed');
-      }),
-    ]);
+    // The guard timer is cleared once closed: left armed, it kept a test file's process alive for up to timeoutMs
+    // after its last test (15 s in e2e/mqtt-hostile).
+    let t: NodeJS.Timeout | undefined;
+    try {
+      await Promise.race([this.closed, new Promise<never>((_, reject) => (t = setTimeout(() => reject(new Error('connection was not closed')), timeoutMs)))]);
+    } finally {
+      clearTimeout(t);
+    }
   }
 
   destroy(): void {
