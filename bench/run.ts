@@ -139,6 +139,8 @@ const CFG = {
   amqpFairAloneS: num('BENCH_AMQP_FAIR_ALONE', 5),
   /** amqp-fairness: the flooder's delivery mode (`persistent` or `transient`). */
   amqpFloodMode: process.env.BENCH_AMQP_FLOOD_MODE || 'persistent',
+  /** AMQP scenarios: FlowMQ's storage, `embedded` or `postgres` (PostgreSQL metastore, WAL and queue store, S3 objects). */
+  amqpStorage: process.env.BENCH_AMQP_STORAGE || 'embedded',
   /** The transient scenario's queue: `transient` (not durable) or `durable`. */
   amqpTransientQueue: process.env.BENCH_AMQP_TRANSIENT_QUEUE || 'transient',
   /** NATS scenarios: short on purpose (nats-server moves millions of messages a second). */
@@ -528,7 +530,7 @@ async function amqpPair<T>(
     let stop: (() => Promise<void>) | null = null;
     try {
       if (kind === 'flowmq') {
-        const b = await startFlowmq(FLOWMQ_AMQP_ARGS);
+        const b = await startFlowmq([...FLOWMQ_AMQP_ARGS, ...(CFG.amqpStorage === 'postgres' ? await sharedStorageArgs() : [])]);
         stop = () => b.stop();
         await waitAmqp(b.amqpPort, 30_000, () => {
           try {
@@ -683,7 +685,7 @@ const fairnessCell = (r: AmqpFairnessResult) =>
  * queue store is shared fairly, per-connection credit as RabbitMQ's credit_flow).
  */
 function amqpFairnessScenario(): Scenario {
-  const title = `fairness: a client's publisher confirms (≤ ${CFG.amqpFairWindow} unconfirmed, ${fmt(CFG.amqpPayloadBytes)}-byte persistent messages, durable queue) alone, then while another connection floods another durable queue with ${CFG.amqpFloodMode === 'transient' ? 'transient' : 'persistent'} messages without confirms`;
+  const title = `fairness${CFG.amqpStorage === 'postgres' ? ' (FlowMQ on PostgreSQL + S3)' : ''}: a client's publisher confirms (≤ ${CFG.amqpFairWindow} unconfirmed, ${fmt(CFG.amqpPayloadBytes)}-byte persistent messages, durable queue) alone, then while another connection floods another durable queue with ${CFG.amqpFloodMode === 'transient' ? 'transient' : 'persistent'} messages without confirms`;
   return {
     name: 'amqp-fairness',
     group: 'amqp',
@@ -703,7 +705,7 @@ function amqpFairnessScenario(): Scenario {
         flowmq: f.ok ? fairnessCell(f.value) : `error: ${f.error}`,
         peer: !m ? RABBITMQ_MISSING : m.ok ? fairnessCell(m.value) : `error: ${m.error}`,
         ratio: verdict,
-        data: { options: { ...fairnessOptions(0), port: undefined }, flowmqArgs: FLOWMQ_AMQP_ARGS, flowmq: f, rabbitmq: m },
+        data: { options: { ...fairnessOptions(0), port: undefined }, flowmqArgs: FLOWMQ_AMQP_ARGS, storage: CFG.amqpStorage, flowmq: f, rabbitmq: m },
       });
     },
   };

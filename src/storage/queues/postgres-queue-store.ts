@@ -3,8 +3,12 @@
  * under the same advisory lock), for brokers that keep nothing on their own disk.
  *
  * Group commit: one group in flight at a time; the calls made meanwhile (and those of the tick that starts a
- * group) form the next one, run as ONE transaction, so a group costs one commit (one WAL flush on the server)
- * however many calls it holds. Within a group, consecutive appends, delivery counts and removals are each one
+ * group) wait in one lane per queue, and the next group is taken from the lanes by deficit round robin
+ * (fair-groups.ts, as the embedded store does; issue 24): a queue with little waiting joins the very next group
+ * beside at most one quantum of each busy queue, instead of waiting behind a flooding publisher's whole backlog.
+ * A group runs as ONE transaction, so it costs one commit (one WAL flush on the server) however many calls it
+ * holds; since that fixed cost (BEGIN, the statements and COMMIT as round trips, the flush) is higher than the
+ * embedded store's, the quantum is larger than its 64 KiB. Within a group, consecutive appends, delivery counts and removals are each one
  * statement (appends as a multi-row INSERT with binary bytea parameters: an unnest of a bytea[] would ship the
  * bodies hex-encoded), in the order insert → update → delete, which gives the same result as the calls' own
  * order; a removal followed by an append of the same queue, and every open / read / purge / drop, start a new
@@ -14,7 +18,8 @@
  * that inserts or deletes its messages (from what the statement itself inserted / deleted, RETURNING), so no
  * call counts a queue's rows and every call is O(log n) in the queue's length (primary key (queue, id)).
  *
- * Order and durability: with one group in flight, calls take effect in the order they were made; a call resolves
+ * Order and durability: one group in flight, and a queue's calls leave its lane in order, so calls naming a queue
+ * take effect in the order they were made (calls of different queues may not); a call resolves
  * after its group's COMMIT (synchronous_commit on, forced per connection). Failures (the server down or
  * restarting, a statement timeout) reject the whole group's calls with STORAGE_ERROR (retriable; a failed COMMIT
  * may still have committed: an append retried with the same ids leaves the stored ones alone); the next group
@@ -24,6 +29,7 @@ import type pg from 'pg';
 import { FlowError } from '../../core/index.js';
 import type { StoredQueueMessage } from '../../core/index.js';
 import { BatchedQueueStore, type CommonOp } from './batched-store.js';
+import { FairGroups } from './fair-groups.js';
 import { connectPool, migratePostgres, type PgMigration, type PgPool, type PostgresOptions } from '../postgres-util.js';
 
 export const queueStoreMigrations: readonly PgMigration[] = [
@@ -71,8 +77,28 @@ interface Step {
 
 /** Rows per INSERT: 4 parameters a row, at most 65 535 parameters a statement. */
 const ROWS_PER_INSERT = 4000;
-/** Bodies per group (a single larger append still goes alone). */
-const MAX_GROUP_BYTES = 8 * 1024 * 1024;
+/**
+ * Fair groups, in cost units (body bytes plus PER_CALL per message or call). While a light queue waits, each busy
+ * queue puts at most QUANTUM in a group: 128 KiB (about 120 rows of 1 KiB, one INSERT) keeps the light queue's wait
+ * to a few milliseconds while the transaction's fixed cost stays small beside its rows. Busy queues alone share
+ * GROUP_LIMIT (an append larger than that still goes, once its lane's deficit has grown over the rounds). For HOLD_MS after a light queue waited beside
+ * busy ones the groups stay small: a confirming publisher's next call comes soon, and a group cannot be interrupted.
+ * FLOWMQ_PG_FAIR_QUANTUM, _GROUP and _HOLD override them (benchmarks).
+ */
+const QUANTUM = Number(process.env.FLOWMQ_PG_FAIR_QUANTUM) || 128 * 1024;
+const GROUP_LIMIT = Number(process.env.FLOWMQ_PG_FAIR_GROUP) || 1024 * 1024;
+const HOLD_MS = Number(process.env.FLOWMQ_PG_FAIR_HOLD ?? 100);
+const PER_CALL = 64;
+
+function cost(op: Op): number {
+  if (op.k === 'append') {
+    let c = 0;
+    for (const b of op.bodies) c += b.length + PER_CALL;
+    return c;
+  }
+  if (op.k === 'remove') return PER_CALL + 16 * op.ids.length;
+  return PER_CALL;
+}
 
 const insertTexts = new Map<number, string>();
 function insertText(n: number): string {
@@ -133,7 +159,8 @@ class Run {
 
 export class PostgresQueueStore extends BatchedQueueStore {
   readonly kind = 'postgres';
-  private queue: Call[] = [];
+  /** Calls waiting for a group, one lane per queue. */
+  private readonly waiting = new FairGroups<Call>(QUANTUM, GROUP_LIMIT, HOLD_MS);
   private running: Promise<void> | null = null;
   private scheduled = false;
   private stats = { calls: 0, commits: 0, statements: 0, failedGroups: 0, fenced: 0 };
@@ -162,7 +189,7 @@ export class PostgresQueueStore extends BatchedQueueStore {
     return {
       ...this.stats,
       meanGroupCalls: this.stats.commits > 0 ? this.stats.calls / this.stats.commits : 0,
-      queued: this.queue.length,
+      queued: this.waiting.size,
       ...this.db.poolFigures(),
     };
   }
@@ -177,7 +204,7 @@ export class PostgresQueueStore extends BatchedQueueStore {
     // The epoch in force when the call is made: a write issued before a handover is checked against its own epoch.
     const epoch = this.fences.size > 0 && op.k !== 'open' && op.k !== 'read' ? this.fences.get(op.q) : undefined;
     return new Promise<T>((resolve, reject) => {
-      this.queue.push({ op, epoch, result: null, resolve: resolve as (v: unknown) => void, reject });
+      this.waiting.push(op.q, { op, epoch, result: null, resolve: resolve as (v: unknown) => void, reject }, cost(op));
       this.stats.calls++;
       // The first call of a tick waits for the rest of the tick, so they share a group.
       if (!this.running && !this.scheduled) {
@@ -191,10 +218,10 @@ export class PostgresQueueStore extends BatchedQueueStore {
   }
 
   private kick(): void {
-    if (this.running || this.queue.length === 0) return;
+    if (this.running || this.waiting.size === 0) return;
     this.running = this.runGroups().finally(() => {
       this.running = null;
-      if (this.queue.length > 0) this.kick();
+      if (this.waiting.size > 0) this.kick();
       else {
         const w = this.idleWaiters;
         this.idleWaiters = [];
@@ -204,20 +231,9 @@ export class PostgresQueueStore extends BatchedQueueStore {
   }
 
   private async runGroups(): Promise<void> {
-    while (this.queue.length > 0) {
-      // Take calls up to the byte bound (at least one).
-      let bytes = 0;
-      let n = 0;
-      while (n < this.queue.length) {
-        const op = this.queue[n].op;
-        const b = op.k === 'append' ? op.bodies.reduce((s, x) => s + x.length, 0) : 0;
-        if (n > 0 && bytes + b > MAX_GROUP_BYTES) break;
-        bytes += b;
-        n++;
-      }
-      const group = this.queue.splice(0, n);
-      await this.runGroup(group);
-    }
+    // Each group is taken when the previous one has committed, from the calls waiting then (those made meanwhile
+    // included), so a queue that had little waiting is in the very next group.
+    while (this.waiting.size > 0) await this.runGroup(this.waiting.next());
   }
 
   private async runGroup(group: Call[]): Promise<void> {
@@ -319,7 +335,7 @@ export class PostgresQueueStore extends BatchedQueueStore {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    if (this.queue.length > 0 || this.running) {
+    if (this.waiting.size > 0 || this.running) {
       const idle = new Promise<void>((resolve) => this.idleWaiters.push(resolve));
       this.kick();
       await idle;

@@ -56,3 +56,73 @@ describe('PostgresQueueStore', () => {
     await s.close();
   });
 });
+
+/** Issue 24: a queue flooded with appends does not make another queue's appends wait behind its whole backlog. */
+describe('PostgresQueueStore fair group commits', () => {
+  let server: PostgresServer;
+  before(async () => {
+    server = await startPostgres();
+  });
+  after(async () => {
+    await server.stop();
+  });
+
+  const body = (i: number) => {
+    const b = Buffer.alloc(1024, 0x66);
+    b.write(`f${i}`);
+    return b;
+  };
+
+  it("an append of a light queue made after a flood's backlog commits before most of it", async () => {
+    const s = await PostgresQueueStore.open({ url: await server.createDatabase() });
+    await s.openQueue('flood');
+    await s.openQueue('light');
+    // 3,000 appends of 1 KiB without waiting (3 MiB: first come first served ran them as one group), then one of
+    // the light queue, in the same tick. Calls resolve in their group's order, groups in commit order.
+    const order: string[] = [];
+    const flood = 3000;
+    const calls: Array<Promise<void>> = [];
+    for (let i = 1; i <= flood; i++) calls.push(s.append('flood', [{ id: i, data: body(i) }]).then(() => void order.push('f')));
+    calls.push(s.append('light', [{ id: 1, data: Buffer.from('light') }]).then(() => void order.push('light')));
+    await Promise.all(calls);
+    const before = order.indexOf('light');
+    console.log(`flood appends committed before the light queue's: ${before} of ${flood}; groups: ${String(s.figures().commits)}`);
+    // At most one quantum (128 KiB, ~120 appends of 1 KiB) of the flood shares the light queue's group.
+    assert.ok(before >= 0 && before <= 200, `${before} flood appends committed before the light one`);
+    assert.deepEqual(await s.openQueue('flood'), { count: flood, bytes: flood * 1024, maxId: flood });
+    assert.deepEqual(await s.openQueue('light'), { count: 1, bytes: 5, maxId: 1 });
+    // The flood's own order is kept.
+    assert.deepEqual(
+      (await s.read('flood', 0, flood)).map((m) => m.id),
+      Array.from({ length: flood }, (_, i) => i + 1),
+    );
+    await s.close();
+  });
+
+  it('a light queue appending one call at a time joins the next group each time while the flood waits', async () => {
+    const s = await PostgresQueueStore.open({ url: await server.createDatabase() });
+    await s.openQueue('flood');
+    await s.openQueue('light');
+    let committed = 0;
+    const flood = 6000;
+    const calls: Array<Promise<void>> = [];
+    for (let i = 1; i <= flood; i++) calls.push(s.append('flood', [{ id: i, data: body(i) }]).then(() => void committed++));
+    // Ten appends of the light queue, each made once the previous one committed: how many flood appends
+    // committed before each (first come first served: the whole backlog ahead of the first).
+    const seen: number[] = [];
+    for (let i = 1; i <= 10; i++) {
+      await s.append('light', [{ id: i, data: Buffer.from(`l${i}`) }]);
+      seen.push(committed);
+    }
+    await Promise.all(calls);
+    console.log(`flood appends committed when each light append had: ${seen.join(' ')} (of ${flood})`);
+    // The first light append is in the first group (with at most a quantum of the flood); each next one in the group
+    // after (another quantum): never the flood's backlog.
+    assert.ok(seen[0]! <= 200, `first light append behind ${seen[0]} flood appends`);
+    for (let i = 1; i < seen.length; i++) assert.ok(seen[i]! - seen[i - 1]! <= 200, `light append ${i + 1} behind ${seen[i]! - seen[i - 1]!} more`);
+    assert.ok(seen[9]! < flood, 'the light queue was done before the flood');
+    assert.deepEqual(await s.openQueue('flood'), { count: flood, bytes: flood * 1024, maxId: flood });
+    assert.deepEqual(await s.openQueue('light'), { count: 10, bytes: 2 * 9 + 3, maxId: 10 });
+    await s.close();
+  });
+});
