@@ -2,9 +2,12 @@
  * `npm run crash-test [-- --cycles N --seed S --up-ms MIN,MAX --keep]`: kill -9 cycles of a real bin/flowmq under
  * idempotent Kafka acks=all and MQTT QoS 1/2 load; every acknowledged message must be found afterwards (see
  * bench/reliability/crash.ts). Exits 1 when one is lost, or when an exactly-once message is duplicated.
+ * `npm run crash-test -- --scenario eos [--records N --kills K --seed S]`: a transactional consume-transform-produce
+ * pipeline under kill -9 (bench/reliability/crash-eos.ts); exits 1 unless the output holds each input exactly once.
  */
 import { parseArgs } from 'node:util';
 import { formatSummary, runCrashTest } from './reliability/crash.js';
+import { formatEosSummary, runEosCrash } from './reliability/crash-eos.js';
 
 const { values } = parseArgs({
   options: {
@@ -13,8 +16,24 @@ const { values } = parseArgs({
     'up-ms': { type: 'string', default: '200,2000' },
     keep: { type: 'boolean', default: false },
     quiet: { type: 'boolean', default: false },
+    // `--scenario eos`: the exactly-once consume-transform-produce pipeline (bench/reliability/crash-eos.ts).
+    scenario: { type: 'string', default: 'load' },
+    records: { type: 'string', default: '50000' },
+    kills: { type: 'string', default: '5' },
   },
 });
+if (values.scenario === 'eos') {
+  const s = await runEosCrash({
+    records: Number(values.records),
+    kills: Number(values.kills),
+    seed: Number(values.seed),
+    keep: values.keep,
+    log: values.quiet ? undefined : (l) => console.log(l),
+  });
+  console.log(formatEosSummary(s));
+  if (values.keep) console.log(`data directory kept: ${s.dataDir}`);
+  process.exit(s.ok ? 0 : 1);
+}
 const [min, max] = values['up-ms'].split(',').map(Number);
 const summary = await runCrashTest({
   cycles: Number(values.cycles),

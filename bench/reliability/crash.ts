@@ -84,7 +84,7 @@ export interface CrashSummary {
 const KAFKA_TOPIC = 'crash.kafka';
 const MQTT_STREAM = 'crash.mqtt';
 
-async function freePort(): Promise<number> {
+export async function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const s = createServer();
     s.once('error', reject);
@@ -95,7 +95,7 @@ async function freePort(): Promise<number> {
   });
 }
 
-interface Ports {
+export interface Ports {
   mqtt: number;
   kafka: number;
   amqp: number;
@@ -103,7 +103,7 @@ interface Ports {
   http: number;
 }
 
-class Broker {
+export class Broker {
   readonly proc: ChildProcess;
   readonly exited: Promise<void>;
   stderr = '';
@@ -173,7 +173,7 @@ class Broker {
   }
 }
 
-async function api(http: number, method: string, path: string, body?: unknown): Promise<void> {
+export async function api(http: number, method: string, path: string, body?: unknown): Promise<void> {
   const res = await fetch(`http://127.0.0.1:${http}${path}`, {
     method,
     headers: body === undefined ? {} : { 'content-type': 'application/json' },
