@@ -419,12 +419,18 @@ export class Engine implements Router {
    * which is log data for Kafka readers and never a message.
    */
   appendControl(stream: string, partition: number, batch: Buffer): AppendResult {
+    this.partitionEntry(stream, partition);
+    return this.storage.append(stream, partition, batch);
+  }
+
+  /** The stream of an append; NOT_FOUND when it or the partition does not exist. */
+  private partitionEntry(stream: string, partition: number): StreamEntry {
     const e = this.streams.get(stream);
     if (!e) throw new FlowError('NOT_FOUND', `stream "${stream}" does not exist`);
     if (partition < 0 || partition >= e.def.partitions) {
       throw new FlowError('NOT_FOUND', `stream "${stream}" has no partition ${partition}`);
     }
-    return this.storage.append(stream, partition, batch);
+    return e;
   }
 
   /**
@@ -436,11 +442,7 @@ export class Engine implements Router {
    * (routeCommitted), and never when it aborts, so that no other protocol sees uncommitted data live.
    */
   produce(stream: string, partition: number, batch: Buffer): AppendResult {
-    const e = this.streams.get(stream);
-    if (!e) throw new FlowError('NOT_FOUND', `stream "${stream}" does not exist`);
-    if (partition < 0 || partition >= e.def.partitions) {
-      throw new FlowError('NOT_FOUND', `stream "${stream}" has no partition ${partition}`);
-    }
+    const e = this.partitionEntry(stream, partition);
     const res = this.storage.append(stream, partition, batch);
     // A retried idempotent batch was routed when it was first appended.
     if (res.duplicate) return res;

@@ -9,6 +9,8 @@
  * (the base offset is known synchronously), and the aborted list is stored in the metastore by the Kafka
  * transaction coordinator when it writes an abort marker (src/protocols/kafka/transactions), loaded at start.
  */
+import { ATTR_TRANSACTIONAL, type BatchInfo } from './record-batch.js';
+
 export interface AbortedTxn {
   producerId: number;
   firstOffset: number;
@@ -71,10 +73,14 @@ export class TxnPartitions {
     return lso;
   }
 
-  /** Whether the producer's batch at `offset` belongs to a transaction that was aborted (its records are skipped). */
-  isAborted(stream: string, partition: number, producerId: number, offset: number): boolean {
+  /** Whether a stored batch belongs to a transaction that was aborted (its records are skipped by every reader). */
+  isAborted(stream: string, partition: number, batch: BatchInfo): boolean {
+    if ((batch.attributes & ATTR_TRANSACTIONAL) === 0) return false;
     const l = this.aborted.get(key(stream, partition));
-    return l !== undefined && l.some((a) => a.producerId === producerId && a.firstOffset <= offset && offset < a.lastOffset);
+    if (l === undefined) return false;
+    const producerId = Number(batch.producerId);
+    const offset = batch.baseOffset;
+    return l.some((a) => a.producerId === producerId && a.firstOffset <= offset && offset < a.lastOffset);
   }
 
   /** Aborted transactions overlapping offsets [from, to) (what a fetch returning those offsets must name). */

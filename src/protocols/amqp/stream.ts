@@ -7,7 +7,7 @@
  * window is 1000 messages here), and a channel may read the same stream from any offset again. The stream is also
  * a Kafka topic of the same name and captures MQTT publishes on its name as a topic.
  */
-import { ATTR_TRANSACTIONAL, decodeBatch, readBatchInfo, recordToMessage, type Engine, type Message } from '../../core/index.js';
+import { decodeBatch, readBatchInfo, recordToMessage, type Engine, type Message } from '../../core/index.js';
 import { AmqpError } from './errors.js';
 import { Typed, fieldInteger, fieldString, type FieldValue } from './codec/index.js';
 
@@ -106,7 +106,7 @@ export class StreamConsumer {
         const info = readBatchInfo(batch);
         if (info.baseOffset >= stable) break;
         const end = info.baseOffset + info.lastOffsetDelta + 1;
-        const aborted = (info.attributes & ATTR_TRANSACTIONAL) !== 0 && txns.isAborted(this.stream, 0, Number(info.producerId), info.baseOffset);
+        const aborted = txns.isAborted(this.stream, 0, info);
         // A transaction marker (a control batch) decodes to no message; an aborted transaction's batch is skipped.
         const records = aborted ? [] : decodeBatch(batch);
         if (records.length === 0) {

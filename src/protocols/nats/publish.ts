@@ -5,7 +5,7 @@
  * (JetStream PubAcks), and no_responders' 503 status when a request reached nobody.
  */
 import type { Message } from '../../core/index.js';
-import { OK, isValidLiteralSubject, parseHeaders, type NatsHeaders } from './codec/index.js';
+import { OK, isValidLiteralSubject, parseHeaders } from './codec/index.js';
 import { applyNatsHeaders, subjectToTopic } from './mapping.js';
 import { NatsErr, natsErrTextOf } from './errors.js';
 import { EMPTY, MAX_PENDING_WRITES, NatsConnectionState, natsMatch, NO_RESPONDERS_BLOCK, PAUSE_WRITES, quote, St } from './connection-state.js';
@@ -44,13 +44,11 @@ export function publish(conn: NatsConnectionState, subject: string, reply: strin
     // A copy (the block is small): a view would keep the whole socket chunk alive as long as a retained message or
     // a queued delivery holds it.
     msg.natsHeaders = Buffer.from(hdr);
-    let parsed: NatsHeaders | null = null;
     try {
-      parsed = parseHeaders(hdr);
+      applyNatsHeaders(msg, parseHeaders(hdr));
     } catch {
-      parsed = null;
+      // Not a block FlowMQ can read (parseHeaders threw before anything was applied): no mapped headers.
     }
-    if (parsed !== null) applyNatsHeaders(msg, parsed);
   }
   if (reply !== null) return request(conn, msg, subject, reply);
   // nats-server acknowledges a verbose PUB before delivering it (a subscriber on the same connection sees +OK first).

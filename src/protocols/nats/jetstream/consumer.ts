@@ -13,7 +13,6 @@
  * Messages are not kept in memory while they wait for an ack: a redelivery reads the stream again.
  */
 import {
-  ATTR_TRANSACTIONAL,
   decodeBatch,
   dotsToUnified,
   makeMessage,
@@ -450,7 +449,7 @@ export class Consumer {
           const info = readBatchInfo(b);
           if (info.baseOffset >= stable) break;
           scanned = Math.max(scanned, info.baseOffset + info.lastOffsetDelta + 1);
-          if ((info.attributes & ATTR_TRANSACTIONAL) !== 0 && txns.isAborted(this.stream, 0, Number(info.producerId), info.baseOffset)) continue;
+          if (txns.isAborted(this.stream, 0, info)) continue;
           for (const rec of decodeBatch(b)) {
             if (rec.offset + 1 >= from) this.buffer.push({ seq: rec.offset + 1, msg: recordToMessage(rec, ownTopic(this.stream)) });
           }
