@@ -214,6 +214,25 @@ export class Consumer {
     this.host.send(makeMessage(req.reply, Buffer.alloc(0), { headers, status }), req.origin);
   }
 
+  /**
+   * Whether a pull request can no longer take messages, checked before each delivery as nats-server does: past its
+   * expiry (the ticker may not have ended it yet; ended now with 408), or nobody listens on its reply subject any more
+   * (dropped without a word). A client's fetch gives up on its own clock (nats.js: 5% after `expires`), so without
+   * this a message arriving in the ticker's lag went to a request its client had left, and waited for ack_wait.
+   * Interest is only known for certain here for a client of this broker; a forwarded request (cluster mode) is
+   * trusted until it expires.
+   */
+  private lapsed(req: PullRequest): boolean {
+    if (req.expiresAt > 0 && Date.now() >= req.expiresAt) {
+      this.finish(req, '408 Request Timeout', true);
+      return true;
+    }
+    if (req.origin !== undefined || this.host.engine.hasLiveSubscribers(req.reply)) return false;
+    const i = this.waiting.indexOf(req);
+    if (i >= 0) this.waiting.splice(i, 1);
+    return true;
+  }
+
   /** Timers: request expiry, idle heartbeats, ack deadlines. Called by the service's ticker. */
   tick(now: number): void {
     for (const req of this.waiting.slice()) {
@@ -378,6 +397,7 @@ export class Consumer {
         if (req === undefined) break;
         // A push consumer nobody listens to keeps its messages (the ticker looks for interest again).
         if (req.push === true && !this.host.engine.hasLiveSubscribers(req.reply)) break;
+        if (req.push !== true && this.lapsed(req)) continue;
         this.deliver(req, next.seq, next.msg, next.redelivery);
       }
       if (this.closed) return;

@@ -314,6 +314,33 @@ describe('JetStream API: pull consumers', () => {
     assert.equal(hdr(got[1], 'Nats-Pending-Messages'), '1');
   });
 
+  it('a pull whose client left takes nothing: the next pull gets the message (before the ticker looks)', async () => {
+    // The ticker never runs in this test: what it would catch late is checked at delivery, as nats-server does.
+    const { c, engine } = await withMessages(0, { tickMs: 600_000 });
+    await c.api('$JS.API.CONSUMER.CREATE.A.k', { stream_name: 'A', config: { durable_name: 'k', ack_policy: 'explicit' } });
+    const left = c.pull('A', 'k', { batch: 1, expires: ns(30_000) });
+    engine.unsubscribe(left.sub);
+    await c.publish('a.1', 'one');
+    const got = await c.fetch('A', 'k', { batch: 1, no_wait: true }, 1);
+    assert.equal(natsSubject(got[0]), 'a.1');
+    assert.equal(left.got.length, 0);
+  });
+
+  it('a pull past its expiry takes nothing: it ends with 408 at the next delivery, which goes to the next pull', async () => {
+    const { c } = await withMessages(0, { tickMs: 600_000 });
+    await c.api('$JS.API.CONSUMER.CREATE.A.k', { stream_name: 'A', config: { durable_name: 'k', ack_policy: 'explicit' } });
+    const late = c.pull('A', 'k', { batch: 1, expires: ns(50) });
+    await new Promise((r) => setTimeout(r, 100)); // past its expiry (the point of the test is time passing)
+    assert.equal(late.got.length, 0);
+    await c.publish('a.1', 'one');
+    const got = await c.fetch('A', 'k', { batch: 1, no_wait: true }, 1);
+    assert.equal(natsSubject(got[0]), 'a.1');
+    assert.deepEqual(
+      late.got.map((m) => m.status),
+      ['408 Request Timeout'],
+    );
+  });
+
   it('sends idle heartbeats while a pull waits', async () => {
     const { c } = await withMessages(0);
     await c.api('$JS.API.CONSUMER.CREATE.A.k', { stream_name: 'A', config: { durable_name: 'k', ack_policy: 'explicit' } });
