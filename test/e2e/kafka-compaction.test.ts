@@ -91,7 +91,7 @@ for (const cfg of storageConfigs())
   describe(`kafka compacted topics [${cfg.name}]`, () => {
     let broker: FlowmqProcess;
     before(async () => {
-      broker = await FlowmqProcess.start({ args: await cfg.brokerArgs() });
+      broker = await FlowmqProcess.start({ args: await cfg.brokerArgs(['--kafka-group-initial-rebalance-delay', '0']) });
     });
     after(async () => {
       await broker?.stop();

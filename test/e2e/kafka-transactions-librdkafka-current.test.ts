@@ -90,7 +90,7 @@ describe('kafka transactions with a current librdkafka (@confluentinc/kafka-java
   before(async () => {
     const ckjs = loadClient();
     assert.match(ckjs.librdkafkaVersion, /^2\./);
-    broker = await FlowmqProcess.start();
+    broker = await FlowmqProcess.start({ args: ['--kafka-group-initial-rebalance-delay', '0'] });
     kafka = new ckjs.KafkaJS.Kafka({ 'bootstrap.servers': broker.kafka, 'client.id': 'txn-current', kafkaJS: { logger: quiet } });
   });
   after(async () => {

@@ -28,7 +28,7 @@ async function client(args: string[]): Promise<Map<string, Step>> {
 describe('kafka transactions with librdkafka 2.0.2 (python3-confluent-kafka)', () => {
   let broker: FlowmqProcess;
   before(async () => {
-    broker = await FlowmqProcess.start();
+    broker = await FlowmqProcess.start({ args: ['--kafka-group-initial-rebalance-delay', '0'] });
   });
   after(async () => {
     await broker?.stop();

@@ -46,7 +46,7 @@ async function readAll(kafka: KafkaT, topic: string, readUncommitted: boolean, u
 describe('kafka transactions with KafkaJS', () => {
   let broker: FlowmqProcess;
   before(async () => {
-    broker = await FlowmqProcess.start();
+    broker = await FlowmqProcess.start({ args: ['--kafka-group-initial-rebalance-delay', '0'] });
   });
   after(async () => {
     await broker?.stop();
@@ -382,7 +382,7 @@ for (const cfg of storageConfigs())
   describe(`kafka transactions across a kill -9 [${cfg.name}]`, () => {
     let broker: FlowmqProcess;
     before(async () => {
-      broker = await FlowmqProcess.start({ args: await cfg.brokerArgs() });
+      broker = await FlowmqProcess.start({ args: await cfg.brokerArgs(['--kafka-group-initial-rebalance-delay', '0']) });
     });
     after(async () => {
       await broker?.stop();

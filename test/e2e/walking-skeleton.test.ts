@@ -78,7 +78,7 @@ for (const cfg of storageConfigs())
     const live: Array<{ topic: string; payload: string }> = [];
 
     before(async () => {
-      broker = await FlowmqProcess.start({ args: await cfg.brokerArgs() });
+      broker = await FlowmqProcess.start({ args: await cfg.brokerArgs(['--kafka-group-initial-rebalance-delay', '0']) });
     });
     after(async () => {
       sub?.end(true);
