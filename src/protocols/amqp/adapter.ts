@@ -56,6 +56,9 @@ export class AmqpAdapter {
     outputPauses: 0,
     /** Connections closed because the bytes queued for them did not go down for sendTimeoutMs. */
     sendTimeouts: 0,
+    /** connection.update-secret accepted, and refused (the connection closed with 530). */
+    secretUpdates: 0,
+    secretRefusals: 0,
   };
   /** Memory of input not fully arrived: frames spanning reads, bodies spanning frames (intake.ts). */
   readonly input: InputBudget;

@@ -116,7 +116,7 @@ export abstract class AmqpConnectionState {
   // flow
   protected corked = false;
   protected backlog = 0;
-  protected pausedFor = 0; // bit 1: backlog, 2: alarm, 4: store writes in flight, 8: quota, 16: unsent bytes, 32: body budget
+  protected pausedFor = 0; // bit 1: backlog, 2: alarm, 4: store writes in flight, 8: quota, 16: unsent bytes, 32: body budget, 64: secret check
   /** Set once the client published: an alarm stops its reading. */
   publisher = false;
   protected alarmReason: string | null = null;

@@ -37,7 +37,7 @@
  */
 import type { Duplex } from 'node:stream';
 import type { ClientRegistration } from '../../control/index.js';
-import { ANONYMOUS } from '../../control/index.js';
+import { ANONYMOUS, type Principal } from '../../control/index.js';
 import { certificateLogin, certificateUser } from '../../control/certs.js';
 import { TLSSocket } from 'node:tls';
 import { logKey } from '../../util/log-limit.js';
@@ -49,6 +49,7 @@ import { Gather } from './intake.js';
 import { FRAME_MIN_SIZE, PROTOCOL_HEADER, decodeMethodPayload, type AmqpMethod } from './wire.js';
 import { decodeTableEntries, fieldString } from './codec/index.js';
 import { AmqpConnectionState, St, type AmqpConnectionInit } from './connection-state.js';
+import { updateSecret, type SecretHolder } from './update-secret.js';
 
 const VERSION = '0.1.0';
 
@@ -65,7 +66,12 @@ type Owned = Duplex & { [CONNECTION]: AmqpConnection };
  * Also its own entry's registration in the client registry (protocol, listener, address, socket, kick), so that an
  * idle connection is one object more than its socket rather than several (issue 24: memory per idle connection).
  */
-export class AmqpConnection extends AmqpConnectionState implements AlarmListener, ClientRegistration, AmqpChannelHost {
+export class AmqpConnection extends AmqpConnectionState implements AlarmListener, ClientRegistration, AmqpChannelHost, SecretHolder {
+  /** The username and mechanism of the login (connection.update-secret checks a new secret for the same username). */
+  loginUsername = '';
+  loginMechanism = '';
+  secretChecking = false;
+
   constructor(stream: Duplex, adapter: AmqpAdapter, init: AmqpConnectionInit) {
     super(stream, adapter, init);
     // One listener function per event for every connection (no closures per connection).
@@ -358,6 +364,10 @@ export class AmqpConnection extends AmqpConnectionState implements AlarmListener
       case 'connection.close-ok':
         // Without a close of ours outstanding: ignore.
         return;
+      case 'connection.update-secret':
+        // RabbitMQ's extension (update-secret.ts); before open-ok it is 503 and checks nothing.
+        updateSecret(this, m.newSecret, m.reason);
+        return;
       default:
         throw new AmqpError(this.st === St.Opened ? 503 : 503, `${m.name} is not valid on channel 0`);
     }
@@ -394,6 +404,7 @@ export class AmqpConnection extends AmqpConnectionState implements AlarmListener
     }
     this.st = St.Authenticating;
     const mechanism = m.mechanism;
+    this.loginUsername = username;
     this.adapter.authenticate(username, password, this.remoteAddress).then(
       (r) => this.loggedIn(r, mechanism),
       (err: unknown) => {
@@ -423,6 +434,7 @@ export class AmqpConnection extends AmqpConnectionState implements AlarmListener
   private loggedIn(r: AuthOutcome, mechanism: string): void {
     if (this.st !== St.Authenticating) return;
     if (r.ok) {
+      this.loginMechanism = mechanism;
       this.principal = r.principal;
       this.user = r.principal.user;
       if (r.principal.user !== null) this.loginName = r.principal.user;
@@ -461,6 +473,18 @@ export class AmqpConnection extends AmqpConnectionState implements AlarmListener
     this.channelMax = cm;
     this.heartbeatMs = m.heartbeat * 1000;
     this.st = St.Open;
+  }
+
+  /** SecretHolder: the socket is not read while a new secret is checked. */
+  pauseForSecret(paused: boolean): void {
+    if (paused) this.pauseReading(64);
+    else this.resumeReading(64);
+  }
+
+  /** SecretHolder: a new secret was accepted; policies are looked up for the principal the check returned. */
+  renewed(p: Principal): void {
+    this.principal = p;
+    this.access = this.adapter.access.accessFor(p, 'amqp', this.remoteAddress);
   }
 
   // ------------------------------------------------------------------ channels
