@@ -5,6 +5,7 @@ import {
   encodeBatch,
   Engine,
   makeMessage,
+  newPublishInfo,
   partitionFor,
   recordToMessage,
   type Message,
@@ -174,5 +175,29 @@ describe('Engine', () => {
       assert.equal(partitionFor(makeMessage('t', Buffer.alloc(0), { key: Buffer.from(key) }), 7), expected, key);
     }
     assert.equal(partitionFor(makeMessage('t', Buffer.alloc(0), { key: Buffer.from('k') }), 1), 0);
+  });
+
+  it('hands topics under a reserved prefix (Engine.direct) to its handler only: no subscriber, stream or retain sees them', async () => {
+    const { engine } = setup();
+    const taken: string[] = [];
+    engine.direct = { prefix: 'amq/rabbitmq/reply-to/', deliver: (msg) => (taken.push(msg.topic), msg.topic.endsWith('/known')) };
+    const all = new Sink('all');
+    engine.subscribe('#', all, { qos: 0 });
+    engine.subscribe('amq/rabbitmq/reply-to/#', all, { qos: 0 });
+    engine.subscribe('+/+/+/+', all, { qos: 0, rule: 'nats' });
+    await engine.createStream({ name: 'everything', partitions: 1, bindings: ['#'] });
+    const info = newPublishInfo();
+    assert.equal(engine.publish(makeMessage('amq/rabbitmq/reply-to/known', Buffer.from('r'), { retain: true }), info), null);
+    assert.equal(info.delivered, 1, 'counted as delivered when the handler took it');
+    assert.equal(engine.publish(makeMessage('amq/rabbitmq/reply-to/gone', Buffer.from('r'))), null);
+    assert.deepEqual(taken, ['amq/rabbitmq/reply-to/known', 'amq/rabbitmq/reply-to/gone']);
+    assert.equal(engine.retained.size, 0);
+    // Everything else goes on as before: the marker reaches the subscriber and the stream, and is all they have.
+    await engine.publish(makeMessage('marker', Buffer.from('m')));
+    assert.deepEqual(
+      all.got.map((g) => g.msg.topic),
+      ['marker'],
+    );
+    assert.equal(engine.offsets('everything', 0).highWatermark, 1);
   });
 });
