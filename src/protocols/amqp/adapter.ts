@@ -21,6 +21,7 @@ import { LogLimiter } from '../../util/log-limit.js';
 import type { AdapterContext } from '../types.js';
 import type { ResolvedAmqpOptions } from './options.js';
 import { InputBudget } from './intake.js';
+import { DirectReplies } from './reply-registry.js';
 
 /** What a connection needs from the adapter for alarms. */
 export interface AlarmListener {
@@ -62,6 +63,8 @@ export class AmqpAdapter {
   };
   /** Memory of input not fully arrived: frames spanning reads, bodies spanning frames (intake.ts). */
   readonly input: InputBudget;
+  /** Direct reply-to consumers by token (direct-reply.ts). */
+  readonly replies = new DirectReplies();
 
   constructor(
     readonly ctx: AdapterContext,
@@ -223,6 +226,9 @@ export class AmqpAdapter {
       peakWritesInFlightPerConnection: this.inFlight.peakWrites,
       peakWriteBytesInFlightPerConnection: this.inFlight.peakBytes,
       logLinesSuppressed: this.logLimit.suppressedTotal,
+      directReplyConsumers: this.replies.size,
+      directRepliesDelivered: this.replies.stats.delivered,
+      directRepliesDropped: this.replies.stats.dropped,
     };
   }
 }

@@ -14,6 +14,7 @@ import { TOPIC_EXCHANGE } from './properties.js';
 import type { AmqpMethod, BasicProperties, MethodOf } from './wire.js';
 import { StreamConsumer, type StreamSink } from './stream.js';
 import { PartialBody } from './intake.js';
+import type { ReplyConsumer } from './reply-registry.js';
 
 /** Class and method ids (amqp0-9-1.xml) of the methods a channel can fail on, for channel.close. */
 export const IDS: Record<string, [number, number]> = {
@@ -115,6 +116,8 @@ export abstract class AmqpChannelState implements StreamSink {
   /** Queues this channel has had deliveries from: release(owner) on each at close and recover. */
   touched: Set<QueueHandle> | null = null;
   flowActive = true;
+  /** The channel's direct reply-to consumer (direct-reply.ts), or null. */
+  replyConsumer: ReplyConsumer | null = null;
   /** Last queue declared on the channel: the queue of methods naming none (§ queue.bind, basic.consume...). */
   lastQueue: string | null = null;
 
@@ -172,6 +175,8 @@ export abstract class AmqpChannelState implements StreamSink {
     this.consumers = null;
     if (this.streamConsumers !== null) for (const c of this.streamConsumers.values()) c.close();
     this.streamConsumers = null;
+    if (this.replyConsumer !== null) this.conn.adapter.replies.remove(this.replyConsumer);
+    this.replyConsumer = null;
     this.unacked = null;
     this.txPublishes = null;
     this.txSettles = null;

@@ -43,6 +43,7 @@
  *   publish.ts        basic.publish: authorization, routing, basic.return, publisher confirms, transactions
  *   consume.ts        consumers, deliveries, basic.get, acks / nacks / rejects, basic.qos, basic.recover
  *   declare.ts        exchange.* and queue.* declarations, bindings, purge, delete, queue x-arguments
+ *   direct-reply.ts   direct reply-to (`amq.rabbitmq.reply-to`): the reply consumer, reply addresses, replies
  */
 import type { Message } from '../../core/index.js';
 import { AmqpError, toAmqpError } from './errors.js';
@@ -51,7 +52,9 @@ import { StreamConsumer } from './stream.js';
 import { PartialBody } from './intake.js';
 import { AmqpChannelState, IDS, type Item, type PublishItem } from './channel-state.js';
 import { commit, publish, rollback } from './publish.js';
-import { allows, consume, deliverStream, get, qos, recover, resumeConsumers, settle, streamFailed } from './consume.js';
+import { allows, consume, deliverStream, get, qos, recover, resumeConsumers, settle, streamFailed, tagTaken } from './consume.js';
+import { cancelReplies, consumeReplies } from './direct-reply.js';
+import { REPLY_QUEUE } from './reply-registry.js';
 import { exchangeBind, exchangeDeclare, exchangeDelete, queueBind, queueDeclare, queueDelete, queuePurge } from './declare.js';
 
 export { bindingFilter } from './channel-state.js';
@@ -219,8 +222,11 @@ export class AmqpChannel extends AmqpChannelState {
       case 'basic.qos':
         return qos(this, m);
       case 'basic.consume':
+        // The direct reply-to pseudo-queue is no queue (direct-reply.ts).
+        if (m.queue === REPLY_QUEUE) return consumeReplies(this, m, (tag) => tagTaken(this, tag));
         return consume(this, m);
       case 'basic.cancel': {
+        if (this.replyConsumer?.tag === m.consumerTag) cancelReplies(this);
         const c = this.consumers?.get(m.consumerTag);
         if (c !== undefined) {
           this.consumers!.delete(m.consumerTag);

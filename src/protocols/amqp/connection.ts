@@ -32,8 +32,9 @@
  *   whose store writes have not settled (credit.ts). While a resource
  *   alarm is raised, a connection that publishes stops reading before its next publish (see adapter.ts).
  *
- * Rooms: connection-state.ts (the state, output, flow, hard errors, sweep and teardown); this file keeps the input
- * (framing) and the connection class (handshake, login, tune, open) and opens channels (channel.ts).
+ * Rooms: connection-state.ts (the state, output, flow, hard errors, sweep and teardown); update-secret.ts
+ * (connection.update-secret); this file keeps the input (framing) and the connection class (handshake, login, tune,
+ * open) and opens channels (channel.ts).
  */
 import type { Duplex } from 'node:stream';
 import type { ClientRegistration } from '../../control/index.js';
@@ -310,7 +311,7 @@ export class AmqpConnection extends AmqpConnectionState implements AlarmListener
           consumer_priorities: true,
           authentication_failure_close: true,
           per_consumer_qos: true,
-          direct_reply_to: false,
+          direct_reply_to: true,
         },
       },
       // EXTERNAL (RabbitMQ's rabbitmq_auth_mechanism_ssl) only when the TLS handshake verified a client

@@ -183,7 +183,7 @@ export function streamFailed(chan: AmqpChannelState, c: StreamConsumer, err: unk
 }
 
 export function tagTaken(chan: AmqpChannelState, tag: string): boolean {
-  return chan.consumers?.has(tag) === true || chan.streamConsumers?.has(tag) === true;
+  return chan.consumers?.has(tag) === true || chan.streamConsumers?.has(tag) === true || chan.replyConsumer?.tag === tag;
 }
 
 export function consume(chan: AmqpChannelState, m: MethodOf<'basic.consume'>): void | Promise<void> {

@@ -6,6 +6,8 @@
 import type { ExchangeType, QueueArguments } from '../../core/index.js';
 import { isFlowError } from '../../core/index.js';
 import { AmqpError } from './errors.js';
+import { declareReplyQueue } from './direct-reply.js';
+import { REPLY_PREFIX, REPLY_QUEUE } from './reply-registry.js';
 import { TOPIC_EXCHANGE, tableToJson } from './properties.js';
 import type { AmqpMethod, MethodOf } from './wire.js';
 import { fieldBoolean, fieldInteger, fieldString, type FieldTable } from './codec/index.js';
@@ -76,6 +78,7 @@ export async function exchangeBind(chan: AmqpChannelState, m: MethodOf<'exchange
 export async function queueDeclare(chan: AmqpChannelState, m: MethodOf<'queue.declare'>): Promise<void> {
   // An empty name asks for a server-named queue (amq.gen-..., named by the router).
   const name = m.queue;
+  if (name === REPLY_QUEUE || name.startsWith(REPLY_PREFIX)) return declareReplyQueue(chan, m);
   if (name === '') {
     if (m.passive) throw new AmqpError(404, `no queue '' in vhost '${chan.conn.vhost}'`, 50, 10);
   } else if (name.startsWith('amq.') && !m.passive) {

@@ -9,6 +9,8 @@ import { AmqpAdapter } from './adapter.js';
 import { resolveAmqpOptions } from './options.js';
 import { tlsClientOptions } from '../../control/certs.js';
 import { startAmqpListener } from './server.js';
+import { replyTopics } from './direct-reply.js';
+import { REPLY_TOPIC_PREFIX } from './reply-registry.js';
 
 export const amqpModule: ProtocolModule = {
   name: 'amqp',
@@ -30,6 +32,9 @@ export const amqpModule: ProtocolModule = {
       ...(c.amqpMemoryHighWatermark !== null ? { memoryHighWatermark: c.amqpMemoryHighWatermark } : {}),
     });
     const adapter = new AmqpAdapter({ ...ctx, logger }, options, ctx.access);
+    // Direct reply-to: replies published on the reply address as a topic (MQTT, NATS responders) go to the requester
+    // and nowhere else.
+    ctx.engine.direct = replyTopics(adapter.replies);
     const listeners = new Map<string, ProtocolListener>();
     try {
       const l = await startAmqpListener(adapter, { host: c.host, port: c.amqpPort });
@@ -54,6 +59,7 @@ export const amqpModule: ProtocolModule = {
       listeners,
       figures: () => adapter.figures(),
       close() {
+        if (ctx.engine.direct?.prefix === REPLY_TOPIC_PREFIX) ctx.engine.direct = null;
         closing ??= Promise.allSettled([...listeners.values()].map((l) => l.close())).then(() => undefined);
         return closing;
       },

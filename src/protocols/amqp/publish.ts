@@ -10,6 +10,8 @@ import type { RouteResult } from '../../core/index.js';
 import { isFlowError } from '../../core/index.js';
 import { storageRefusal } from '../storage-refusal.js';
 import { AmqpError } from './errors.js';
+import { deliverReply, replyAddress } from './direct-reply.js';
+import { REPLY_PREFIX, REPLY_QUEUE } from './reply-registry.js';
 import { TOPIC_EXCHANGE, messageOfPublish } from './properties.js';
 import { messageFrames, type AmqpMethod } from './wire.js';
 import { encodeBatch, messageToRecord } from '../../core/index.js';
@@ -48,6 +50,8 @@ export function publish(chan: AmqpChannelState, item: PublishItem): void {
       if (m.exchange === TOPIC_EXCHANGE) chan.authorizeTopicPublish(m.routingKey);
     }
   }
+  // Direct reply-to: the requester's reply-to becomes its channel's own reply address (direct-reply.ts).
+  if (item.props.replyTo === REPLY_QUEUE) item.props = { ...item.props, replyTo: replyAddress(chan) };
   chan.conn.chargeIn(item.body.length);
   if (chan.tx) {
     // Checked now (a missing exchange fails the publish, not the commit), routed at commit.
@@ -65,6 +69,12 @@ export function route(chan: AmqpChannelState, item: PublishItem): RouteResult {
     Date.now(),
   );
   let r: RouteResult;
+  if ((m.exchange === '' || m.exchange === TOPIC_EXCHANGE) && m.routingKey.startsWith(REPLY_PREFIX)) {
+    // A direct reply: to its requester's consumer now, or dropped; routed either way, as RabbitMQ counts it. On
+    // amq.topic too: the key is then a topic the core reserves for direct replies (direct-reply.ts).
+    deliverReply(chan.conn.adapter.replies, msg, m.routingKey);
+    return afterRoute(chan, item, { routed: 1, durable: null, rejected: false });
+  }
   try {
     if (m.exchange === '' && chan.router.getQueue(m.routingKey) === undefined && chan.engine.getStream(m.routingKey) !== undefined) {
       // The default exchange reaches a stream queue by its name too.

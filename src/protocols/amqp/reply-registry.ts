@@ -1,0 +1,41 @@
+/**
+ * The broker's direct reply-to consumers by their opaque token (AmqpAdapter.replies; direct-reply.ts says how direct
+ * reply-to works). Kept apart so that the adapter and the channel state can name it without importing the channel.
+ */
+
+export const REPLY_QUEUE = 'amq.rabbitmq.reply-to';
+export const REPLY_PREFIX = 'amq.rabbitmq.reply-to.';
+/** The same addresses as unified topics (an MQTT response topic, a NATS reply subject): reserved in the core. */
+export const REPLY_TOPIC_PREFIX = 'amq/rabbitmq/reply-to/';
+
+/** A channel's direct reply-to consumer: its consumer tag, its token, and its channel. */
+export interface ReplyConsumer {
+  readonly tag: string;
+  readonly token: string;
+  readonly chan: { readonly closing: boolean };
+}
+
+export class DirectReplies {
+  private readonly byToken = new Map<string, ReplyConsumer>();
+  /** Replies delivered, and dropped (requester gone or its socket full). */
+  readonly stats = { delivered: 0, dropped: 0 };
+
+  get size(): number {
+    return this.byToken.size;
+  }
+
+  add(c: ReplyConsumer): void {
+    this.byToken.set(c.token, c);
+  }
+
+  remove(c: ReplyConsumer): void {
+    if (this.byToken.get(c.token) === c) this.byToken.delete(c.token);
+  }
+
+  /** The consumer a routing key `amq.rabbitmq.reply-to.<token>` names, while its channel is open. */
+  lookup(routingKey: string): ReplyConsumer | undefined {
+    if (!routingKey.startsWith(REPLY_PREFIX)) return undefined;
+    const c = this.byToken.get(routingKey.slice(REPLY_PREFIX.length));
+    return c === undefined || c.chan.closing ? undefined : c;
+  }
+}
