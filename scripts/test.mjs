@@ -9,11 +9,11 @@
 // imports, starts one of those (the patterns below): the split follows the code, so a new test lands in the right
 // tier without a list to keep. Failures are listed again at the end of the run (the spec reporter's summary).
 //
-// Unit files run two at a time (node --test --test-concurrency, a process each: they bind port 0 and write only in
-// temporary directories); e2e files one at a time. TEST_UNIT_CONCURRENCY and TEST_E2E_CONCURRENCY change that
-// (docs/testing.md says what was measured: e2e files two at a time is not robust on a loaded 2-core machine). Files
-// whose source holds the marker `test-runner: alone` (they measure timings, load both cores, or fail when starved of
-// CPU) run one at a time after the other files of their tier.
+// Files run two at a time (node --test --test-concurrency, a process each: they bind port 0 and write only in
+// temporary directories). TEST_UNIT_CONCURRENCY and TEST_E2E_CONCURRENCY change that (docs/testing.md says what was
+// measured). Files whose source holds the marker `test-runner: alone` (they measure timings or memory, load both
+// cores, or run 3-broker clusters whose leases must not starve of CPU) run one at a time after the other files of
+// their tier.
 import { spawn } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
@@ -117,7 +117,7 @@ function concurrencyFrom(name, fallback) {
   return n;
 }
 const unitN = concurrencyFrom('TEST_UNIT_CONCURRENCY', 2);
-const e2eN = concurrencyFrom('TEST_E2E_CONCURRENCY', 1);
+const e2eN = concurrencyFrom('TEST_E2E_CONCURRENCY', 2);
 const ALONE = /test-runner: alone/;
 const unitFiles = files.filter((f) => tierOf(f) === 'unit');
 const e2eFiles = files.filter((f) => tierOf(f) === 'e2e');

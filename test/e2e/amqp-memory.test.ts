@@ -1,3 +1,4 @@
+// test-runner: alone (scripts/test.mjs): measures the broker process's memory while clients load it, without a second file competing for the two cores
 /**
  * Memory a stranger can pin through the AMQP listener (issue 24), against a real bin/flowmq:
  *

@@ -1,3 +1,4 @@
+// test-runner: alone (scripts/test.mjs): measures the broker process's memory while clients load it, without a second file competing for the two cores
 /**
  * A real `flowmq start` gives back what a flood of connections leaves behind: bin/flowmq runs Node.js with
  * `--expose-gc`, and once more than a thousand MQTT connections have been opened and closed (with no more still

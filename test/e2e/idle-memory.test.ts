@@ -1,3 +1,4 @@
+// test-runner: alone (scripts/test.mjs): measures the broker process's memory while clients load it, without a second file competing for the two cores
 /**
  * What an idle connection costs a real `flowmq start` (issue 24: "Idle connections"): the broker's live heap per
  * connection once N connections that did their handshake sit idle, measured after a full collection.

@@ -1,3 +1,4 @@
+// test-runner: alone (scripts/test.mjs): measures the broker process's memory while clients load it, without a second file competing for the two cores
 /**
  * The Kafka hot path's memory reuse, end to end with real clients against a real `flowmq start` process: large
  * Produce frames come from a pool and go back to it (frame-pool.ts), large batches are copied into 4 MiB chunks

@@ -1,3 +1,4 @@
+// test-runner: alone (scripts/test.mjs): measures the broker process's memory while clients load it, without a second file competing for the two cores
 /**
  * Memory a NATS client can pin in a real `flowmq start` process (issue 24), measured from outside: the broker's
  * `arrayBuffers` and RSS (GET /api/v1/broker `process`, /proc/<pid>/status) against the bytes the clients sent.

@@ -1,3 +1,4 @@
+// test-runner: alone (scripts/test.mjs): takes PostgreSQL and S3 away under a produce run and waits for the throttle; beside a second file it once stalled for 240 s with no seal failure counted (docs/testing.md)
 /**
  * Outages of the shared backends during a produce run, against a real `flowmq start` on PostgreSQL (metastore
  * and WAL) + s3rver: PostgreSQL restarts, then the S3 server goes away for a while and comes back. Two KafkaJS

@@ -51,10 +51,12 @@ export function haproxyAvailable(): boolean {
 }
 
 /**
- * The configuration: TCP mode; a health check every 300 ms (a broker killed is out of rotation within ~1 s, and
- * `on-marked-down shutdown-sessions` cuts the clients still attached to it so they reconnect at once); a connection
- * refused by a dead server is tried again on another (`option redispatch`, `retries`). Client and server timeouts
- * are long: MQTT and AMQP connections idle between keepalives.
+ * The configuration: TCP mode; a health check every 300 ms, two failed in a row mark a broker down (a broker killed is
+ * out of rotation within ~1 s, and `on-marked-down shutdown-sessions` cuts the clients still attached to it so they
+ * reconnect at once; with `fall 1` a single late check took a broker out of rotation: on a loaded machine a client
+ * once got ECONNRESET from the proxy with all three brokers up, which is what HAProxy does with no server in rotation);
+ * a connection refused by a dead server is tried again on another (`option redispatch`, `retries`). Client and
+ * server timeouts are long: MQTT and AMQP connections idle between keepalives.
  */
 export function haproxyConfig(frontends: Record<ProxiedProtocol, number>, backends: readonly ProxyBackend[], host = '127.0.0.1'): string {
   const lines = [
@@ -73,7 +75,7 @@ export function haproxyConfig(frontends: Record<ProxiedProtocol, number>, backen
   ];
   for (const p of PROXIED) {
     lines.push(`frontend ${p}_in`, `  bind ${host}:${frontends[p]}`, `  default_backend ${p}_brokers`, '');
-    lines.push(`backend ${p}_brokers`, '  balance roundrobin', '  default-server check inter 300ms fall 1 rise 1 on-marked-down shutdown-sessions');
+    lines.push(`backend ${p}_brokers`, '  balance roundrobin', '  default-server check inter 300ms fall 2 rise 1 on-marked-down shutdown-sessions');
     for (const b of backends) {
       const port = b.ports[p];
       if (port !== undefined) lines.push(`  server ${b.name} ${host}:${port}`);
