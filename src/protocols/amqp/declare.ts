@@ -12,6 +12,7 @@ import { TOPIC_EXCHANGE, tableToJson } from './properties.js';
 import type { AmqpMethod, MethodOf } from './wire.js';
 import { fieldBoolean, fieldInteger, fieldString, type FieldTable } from './codec/index.js';
 import { AmqpChannelState } from './channel-state.js';
+import { checkEquivalent, streamQueueSettings } from './stream-args.js';
 
 const EXCHANGE_TYPES: ReadonlySet<string> = new Set(['direct', 'fanout', 'topic', 'headers']);
 const OVERFLOWS: ReadonlySet<string> = new Set(['drop-head', 'reject-publish', 'reject-publish-dlx']);
@@ -90,6 +91,8 @@ export async function queueDeclare(chan: AmqpChannelState, m: MethodOf<'queue.de
     const stream = name === '' ? null : chan.engine.getStream(name);
     if (stream !== undefined && stream !== null && chan.router.getQueue(name) === undefined) {
       chan.authorize(action, 'stream', name, 'queue.declare');
+      // RabbitMQ compares the arguments of a declare with the queue's (a passive declare's are ignored).
+      if (!m.passive) checkEquivalent(stream.def, args, streamQueueSettings(args, name, chan.conn.vhost), chan.conn.vhost);
       return streamDeclared(chan, m, name);
     }
     if (!m.passive) {
@@ -129,11 +132,16 @@ export async function declareStream(chan: AmqpChannelState, m: MethodOf<'queue.d
   }
   if (chan.router.getQueue(name) !== undefined)
     throw new AmqpError(406, `inequivalent arg 'x-queue-type' for queue '${name}' in vhost '${chan.conn.vhost}'`, 50, 10);
+  const args = (m.arguments ?? {}) as FieldTable;
+  const settings = streamQueueSettings(args, name, chan.conn.vhost);
   try {
-    await chan.engine.createStream({ name, partitions: 1 });
+    await chan.engine.createStream({ name, partitions: 1, ...settings });
   } catch (err) {
     if (isFlowError(err, 'INVALID_ARGUMENT')) throw new AmqpError(406, `stream queue name '${name}': ${(err as Error).message}`, 50, 10);
     if (!isFlowError(err, 'ALREADY_EXISTS')) throw err;
+    // Declared by someone else meanwhile: the same equivalence check as a declare of an existing stream.
+    const def = chan.engine.getStream(name);
+    if (def !== undefined) checkEquivalent(def.def, args, settings, chan.conn.vhost);
   }
   return streamDeclared(chan, m, name);
 }

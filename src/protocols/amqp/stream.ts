@@ -1,7 +1,8 @@
 /**
  * `x-queue-type: stream`: a FlowMQ stream (one partition) seen as a RabbitMQ stream queue. Publishes through the
  * default exchange (routing key = the stream's name) or through bindings append to it; a consumer reads it from
- * the offset its `x-stream-offset` argument names (`first`, `last`, `next` (default), an offset, or a timestamp),
+ * the offset its `x-stream-offset` argument names (`first`, `last`, `next` (default), an offset, a timestamp, or an
+ * interval such as `1h`: what was published in the last hour),
  * and every delivery carries its offset in the `x-stream-offset` header, as RabbitMQ's do. Reading a stream does not
  * consume it: acks only open the consumer's prefetch window again (RabbitMQ requires one; without basic.qos the
  * window is 1000 messages here), and a channel may read the same stream from any offset again. The stream is also
@@ -9,6 +10,7 @@
  */
 import { decodeBatch, readBatchInfo, recordToMessage, type Engine, type Message } from '../../core/index.js';
 import { AmqpError } from './errors.js';
+import { intervalStart } from './stream-args.js';
 import { Typed, fieldInteger, fieldString, type FieldValue } from './codec/index.js';
 
 /** Prefetch of a stream consumer whose channel set none. */
@@ -60,6 +62,7 @@ export class StreamConsumer {
     else if (s === 'last') this.next = Math.max(o.logStartOffset, o.highWatermark - 1);
     else if (s instanceof Typed && s.type === 'T') this.next = await this.engine.offsetForTimestamp(this.stream, 0, Number(s.value as bigint) * 1000);
     else if (s instanceof Date) this.next = await this.engine.offsetForTimestamp(this.stream, 0, s.getTime());
+    else if (typeof s === 'string' && intervalStart(s) !== undefined) this.next = await this.engine.offsetForTimestamp(this.stream, 0, intervalStart(s)!);
     else {
       const n = fieldInteger(s);
       if (n === undefined || n < 0) throw new AmqpError(406, `invalid x-stream-offset ${JSON.stringify(fieldString(s) ?? String(s))}`, 60, 20);
