@@ -72,6 +72,21 @@ export class FairGroups<T> {
     }
   }
 
+  /**
+   * Visits the calls of `key`'s lane still waiting (not yet in a group), oldest first; `visit` may change a call in
+   * place and returns by how much its cost went down (0 if unchanged).
+   */
+  forWaiting(key: string, visit: (item: T) => number): void {
+    const lane = this.lanes.get(key);
+    if (lane === undefined) return;
+    for (let i = lane.head; i < lane.items.length; i++) {
+      const less = visit(lane.items[i]!);
+      if (less === 0) continue;
+      lane.costs[i] = Math.max(0, lane.costs[i]! - less);
+      lane.cost = Math.max(0, lane.cost - less);
+    }
+  }
+
   /** The next group (empty only when nothing waits): one round of deficit round robin over the waiting lanes. */
   next(): T[] {
     const out: T[] = [];

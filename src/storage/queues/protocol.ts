@@ -9,7 +9,11 @@ import type { CommonOp } from './batched-store.js';
 /** One call, as the worker runs it (in a group of its choosing: see fair-groups.ts). Message bodies are [offset, length] ranges of the batch's buffer. */
 export type WorkerOp =
   | CommonOp
-  | { k: 'append'; q: string; ids: number[]; ranges: number[] }
+  /**
+   * `maxId`: set by the worker when it took out ids removed before they were written (sqlite-worker.ts), so that the
+   * queue's highest id still counts them.
+   */
+  | { k: 'append'; q: string; ids: number[]; ranges: number[]; maxId?: number }
   /** Tests only: the worker dies as a crashed one would (process.exit inside a worker ends the thread). */
   | { k: 'crash' };
 
@@ -33,7 +37,7 @@ export type WorkerReply =
    * One group committed: `done` names its calls as flattened [batch seq, index in the batch] pairs, and `results`
    * holds, per call in that order, a result or an error of that call alone (which changed nothing).
    */
-  | { seq: 0; ok: true; done: number[]; results: Array<OpResult | OpError>; buf: ArrayBuffer | null; commits: number }
+  | { seq: 0; ok: true; done: number[]; results: Array<OpResult | OpError>; buf: ArrayBuffer | null; commits: number; elided: number }
   /** The group's transaction failed as a whole: none of its calls happened. */
   | { seq: 0; ok: false; done: number[]; code: 'STORAGE_ERROR' | 'STORAGE_FULL'; message: string }
   /** The database is open (seq -1, ok) or could not be opened (seq -1, not ok). */

@@ -49,9 +49,11 @@ export class SqliteQueueStore extends BatchedQueueStore {
   private bodyBytes = 0;
   private scheduled = false;
   private seq = 0;
+  /** Elided messages counted by workers before the current one. */
+  private elidedBefore = 0;
   private readonly sent = new Map<number, Sent>();
   private idleWaiters: Array<() => void> = [];
-  private stats = { calls: 0, batches: 0, commits: 0, workerRestarts: 0, workerFailures: 0, bytesAppended: 0 };
+  private stats = { calls: 0, batches: 0, commits: 0, workerRestarts: 0, workerFailures: 0, bytesAppended: 0, elided: 0 };
 
   private constructor(private readonly file: string) {
     super();
@@ -106,7 +108,11 @@ export class SqliteQueueStore extends BatchedQueueStore {
     const err = m.ok ? null : new FlowError(m.code, `queue store: ${m.message}`);
     const results = m.ok ? m.results : [];
     const buf = m.ok ? m.buf : null;
-    if (m.ok) this.stats.commits = m.commits;
+    if (m.ok) {
+      this.stats.commits = m.commits;
+      // Messages removed before their append was written (sqlite-worker.ts: elide), counted by the current worker.
+      this.stats.elided = this.elidedBefore + m.elided;
+    }
     const done = m.done;
     for (let k = 0; k < done.length; k += 2) {
       const s = this.sent.get(done[k]!);
@@ -179,6 +185,7 @@ export class SqliteQueueStore extends BatchedQueueStore {
     this.bodyBytes = 0;
     if (!this.worker) {
       this.stats.workerRestarts++;
+      this.elidedBefore = this.stats.elided;
       // Failures of the new worker (the file unreadable now) reach the calls through its 'exit'.
       this.startWorker().catch(() => undefined);
     }

@@ -134,6 +134,7 @@ function runOp(op: WorkerOp, buf: ArrayBuffer | null, out: Buffer[], outBytes: {
         }
         if (id > st.maxId) st.maxId = id;
       }
+      if (op.maxId !== undefined && op.maxId > st.maxId) st.maxId = op.maxId;
       st.dirty = true;
       return null;
     }
@@ -235,9 +236,48 @@ function cost(op: WorkerOp): number {
   return PER_CALL;
 }
 
+/** Messages removed before their append was written, so neither was (since the worker started). */
+let elided = 0;
+
+/**
+ * A removal of messages whose append still waits for its group (a consumer acked them before their write was due,
+ * which happens under load: the core delivers a message before its append is durable, as RabbitMQ does) takes them
+ * out of that append: neither is written, as RabbitMQ's message store skips writing a persistent message acked
+ * before its write. Both calls still resolve with their group (the publisher's confirm waits for it, as before). The
+ * ids left are those of messages written, or of appends already in a group.
+ */
+function elide(remove: Extract<WorkerOp, { k: 'remove' }>): void {
+  const gone = new Set(remove.ids);
+  waiting.forWaiting(remove.q, (p) => {
+    const op = p.op;
+    if (op.k !== 'append' || gone.size === 0) return 0;
+    let less = 0;
+    let w = 0;
+    for (let i = 0; i < op.ids.length; i++) {
+      const id = op.ids[i]!;
+      const len = op.ranges[2 * i + 1]!;
+      if (gone.delete(id)) {
+        less += len + PER_CALL;
+        if (op.maxId === undefined || id > op.maxId) op.maxId = id;
+        elided++;
+        continue;
+      }
+      op.ids[w] = id;
+      op.ranges[2 * w] = op.ranges[2 * i]!;
+      op.ranges[2 * w + 1] = len;
+      w++;
+    }
+    op.ids.length = w;
+    op.ranges.length = 2 * w;
+    return less;
+  });
+  if (gone.size < remove.ids.length) remove.ids = remove.ids.filter((id) => gone.has(id));
+}
+
 function enqueue(b: WorkerBatch): void {
   for (let i = 0; i < b.ops.length; i++) {
     const op = b.ops[i]!;
+    if (op.k === 'remove') elide(op);
     waiting.push(op.k === 'crash' ? '' : op.q, { seq: b.seq, idx: i, op, buf: b.buf }, cost(op));
   }
 }
@@ -284,7 +324,7 @@ port.on('message', (first: WorkerRequest) => {
       const r = runGroup(group);
       commits++;
       const buf = pack(r.parts, r.bytes);
-      port.postMessage({ seq: 0, ok: true, done, results: r.results, buf, commits } satisfies WorkerReply, buf ? [buf] : []);
+      port.postMessage({ seq: 0, ok: true, done, results: r.results, buf, commits, elided } satisfies WorkerReply, buf ? [buf] : []);
     } catch (err) {
       cache.clear();
       const message = err instanceof Error ? err.message : String(err);

@@ -82,6 +82,27 @@ describe('SqliteQueueStore', () => {
     await s.close();
   });
 
+  it('does not write messages removed before their append was written (acked before the write was due), and keeps their ids counted', async () => {
+    const file = fresh();
+    const s = await SqliteQueueStore.open(file);
+    await s.openQueue('q');
+    await s.append('q', msgs(1, 2));
+    // One tick: the appends of 3..6 and the removal of 4, 6 and of 1 (written already) reach the worker in one batch.
+    const appended = s.append('q', msgs(3, 6));
+    const removed = s.remove('q', [1, 4, 6]);
+    await Promise.all([appended, removed]);
+    assert.equal(s.figures().elided, 2);
+    assert.deepEqual(
+      (await s.read('q', 0, 100)).map((m) => m.id),
+      [2, 3, 5],
+    );
+    await s.close();
+    // After a restart: the counters match what is stored, and the highest id still counts 6 (never reused).
+    const again = await SqliteQueueStore.open(file);
+    assert.deepEqual(await again.openQueue('q'), { count: 3, bytes: 6, maxId: 6 });
+    await again.close();
+  });
+
   it('close ends the worker after closing the database (its journal checkpointed and removed)', async () => {
     const file = fresh();
     const s = await SqliteQueueStore.open(file);
