@@ -6,7 +6,7 @@ import { mkdirSync, readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import type { Logger } from 'pino';
 import type { Config } from './config/index.js';
-import { Engine, FlowError } from './core/index.js';
+import { Engine, FlowError, queueFactory } from './core/index.js';
 import {
   AccessControl,
   createMetrics,
@@ -188,7 +188,12 @@ async function openDataPlane(config: Config, logger: Logger, closers: Closers): 
   if (clusterStreams) closers.push('cluster streams', () => clusterStreams.close());
   // The metastore covers every durable role (definitions, offsets, producer ids, sessions, retained messages), keyed
   // so another broker could take them over: it is passed once, and the adapters take their part from engine.store.
-  const engine = new Engine(clusterStreams ?? log, metastore, storage.queues);
+  const engine = new Engine(
+    clusterStreams ?? log,
+    metastore,
+    storage.queues,
+    queueFactory({ maxMessages: Math.max(1, config.queueWindowMessages), maxBytes: Math.max(1, config.queueWindowBytes) }),
+  );
   clusterStreams?.attach((defs) => engine.syncStreams(defs));
   // Durable queues are under the free-space reserve where they are on the local disk (the embedded queue store).
   if (config.metastore.kind === 'sqlite') engine.writeRefusal = () => space.refusal();

@@ -5,12 +5,12 @@
  * and delete as requests to the owner), with this broker's own delivery ids, and the ownership coming and going.
  */
 import {
-  createQueue,
   FlowError,
   type Message,
   type QueueConsumer,
   type QueueDef,
   type QueueDelivery,
+  type QueueFactory,
   type QueueHooks,
   type QueueRuntime,
   type QueueStore,
@@ -23,6 +23,8 @@ import { type Held, ignore, Link, type LinkHub, type LinkQueue, MAX_BATCH, retri
 /** The cluster queues hub (ClusterQueues, queues.ts) as a cluster queue sees it. */
 export interface QueueHub extends LinkHub {
   readonly queues: Map<string, ClusterQueue>;
+  /** The engine's queue runtime factory (its memory window from the broker's options). */
+  readonly localQueue: QueueFactory;
   readonly stats: { forwarded: number; forwardedBatches: number; reopened: number };
   openLink(q: ClusterQueue, h: Held): Link;
   dropServedOf(q: ClusterQueue): void;
@@ -79,7 +81,7 @@ export class ClusterQueue implements QueueRuntime, LinkQueue {
   async own(epoch: number): Promise<void> {
     const run = async () => {
       this.store?.fence?.(this.def.name, epoch);
-      const q = createQueue(this.def, this.store, this.hooks);
+      const q = this.cq.localQueue(this.def, this.store, this.hooks);
       await q.open();
       if (this.closed) {
         q.close();

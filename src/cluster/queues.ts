@@ -33,6 +33,7 @@ import {
   type Engine,
   type QueueDef,
   type QueueDelivery,
+  type QueueFactory,
   type QueueHooks,
   type QueueRuntime,
   type QueueStore,
@@ -75,6 +76,13 @@ export class ClusterQueues implements QueueHub {
       await this.router.sync();
     });
   }
+
+  /** The engine's local queue runtime (see QueueHub.localQueue). */
+  readonly localQueue: QueueFactory = (def, store, hooks) => {
+    const f = this.router.queueFactory;
+    if (f === undefined) throw new FlowError('INVALID_ARGUMENT', 'this engine has no queue runtime');
+    return f(def, store, hooks);
+  };
 
   get channel(): PeerChannel {
     const ch = this.cluster.channel;

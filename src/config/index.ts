@@ -135,6 +135,9 @@ export interface Config {
   segmentBytes: number;
   segmentMs: number;
   maxUnsealedBytes: number;
+  /** Ready messages of one queue kept in memory; past this count or --queue-window-bytes a durable queue's go to its store only. */
+  queueWindowMessages: number;
+  queueWindowBytes: number;
   readCacheBytes: number | null;
   compactionBytesPerSec: number;
   walFsync: boolean;
@@ -721,6 +724,20 @@ export const OPTIONS: readonly OptionSpec[] = [
     kind: 'size',
     default: 256 * 1024 * 1024,
     help: "memory all partitions' hot tails may hold; beyond it, acknowledgements (Kafka produce responses, MQTT PUBACKs of captured messages) wait for segment writes to catch up",
+  },
+  {
+    key: 'queueWindowMessages',
+    name: 'queue-window-messages',
+    kind: 'int',
+    default: 20_000,
+    help: "ready messages of one queue (AMQP, MQTT $queue/) held in memory; beyond it, or beyond --queue-window-bytes, a durable queue's new messages go to the queue store only and are read back in order as the window empties (at least 1)",
+  },
+  {
+    key: 'queueWindowBytes',
+    name: 'queue-window-bytes',
+    kind: 'size',
+    default: 64 * 1024 * 1024,
+    help: 'payload bytes of ready messages of one queue held in memory (see --queue-window-messages)',
   },
   {
     key: 'readCacheBytes',

@@ -387,6 +387,11 @@ export class RouterCore implements RoutingTable {
     return q;
   }
 
+  /** The local queue runtime's factory (cluster mode: what the owner of a queue runs it with). */
+  get queueFactory(): QueueFactory | undefined {
+    return this.factory;
+  }
+
   private makeQueue(def: QueueDef): QueueRuntime {
     if (!this.factory) throw new FlowError('INVALID_ARGUMENT', 'this engine has no queue runtime');
     if (this.cluster !== null && persisted(def)) return this.cluster.factory(def, this.queueStore, this.hooks);

@@ -225,3 +225,32 @@ describe('e2e: AMQP queues', () => {
     );
   });
 });
+
+describe('e2e: the queue memory window (--queue-window-messages)', () => {
+  const small = amqpFixture({ connect: true, args: ['--queue-window-messages', '10'] });
+  const usual = amqpFixture({ connect: true });
+
+  /** Publishes 50 transient messages to a durable queue, reads them back in order; the queue store's bytes appended. */
+  const run = async (f: typeof small): Promise<number> => {
+    const ch = await f.conn.createConfirmChannel();
+    await ch.assertQueue('windowed', { durable: true });
+    for (let i = 0; i < 50; i++) ch.sendToQueue('windowed', Buffer.from(`m${i}`), { deliveryMode: 1 });
+    await ch.waitForConfirms();
+    const got = await take(ch, 'windowed', 50);
+    assert.deepEqual(
+      got.map((m) => m.content.toString()),
+      [...Array(50).keys()].map((i) => `m${i}`),
+    );
+    await ch.close();
+    const figures = await f.broker.api<{ storage: { queueStoreFigures: { bytesAppended: number } } }>('GET', '/api/v1/broker');
+    return figures.storage.queueStoreFigures.bytesAppended;
+  };
+
+  it('past a window of 10, the messages of a durable queue go to its store (transient ones too) and come back in order', async () => {
+    assert.ok((await run(small)) > 0, 'transient messages beyond the window were written to the store');
+  });
+
+  it('within the default window (20,000) transient messages stay in memory: nothing written', async () => {
+    assert.equal(await run(usual), 0);
+  });
+});
