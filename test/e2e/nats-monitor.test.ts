@@ -332,6 +332,25 @@ describe('NATS monitoring port', () => {
     });
   });
 
+  it('--nats-monitor-allow refuses other addresses with 403', async () => {
+    const broker = await FlowmqProcess.start({ args: ['--nats-monitor-port', '0', '--nats-monitor-allow', '10.9.8.0/24'] });
+    try {
+      const base = `http://127.0.0.1:${broker.ports['nats-monitor']}`;
+      const r = await get(base, '/varz');
+      assert.equal(r.status, 403);
+      assert.ok(!r.text.includes('server_id'));
+      assert.equal((await get(base, '/healthz')).status, 403);
+    } finally {
+      await broker.stop();
+    }
+    const open = await FlowmqProcess.start({ args: ['--nats-monitor-port', '0', '--nats-monitor-allow', '127.0.0.1'] });
+    try {
+      assert.equal((await get(`http://127.0.0.1:${open.ports['nats-monitor']}`, '/healthz')).status, 200);
+    } finally {
+      await open.stop();
+    }
+  });
+
   describe('beside nats-server 2.9.10 (Debian package) with the same clients', () => {
     let broker: FlowmqProcess;
     let server: ChildProcess;
