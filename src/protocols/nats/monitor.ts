@@ -14,7 +14,7 @@
  * listens on the broker's --host, and `--nats-monitor-allow` restricts it to addresses or CIDR blocks (others get
  * 403). Nothing secret is in any answer: no password, token or certificate; `/connz?auth=1` shows the user a
  * client logged in as (authorized_user), as nats-server does. Every list is bounded (MAX_LIST_SIZE, MAX_JSZ_DETAIL,
- * MAX_SUBS_PER_CONNECTION). JSONP (`callback`) is not served: it would hand these answers to any web page.
+ * MAX_SUBS_PER_CONNECTION), and so are the HTTP connections held at once (MAX_MONITOR_CONNECTIONS). JSONP (`callback`) is not served: it would hand these answers to any web page.
  */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -36,6 +36,9 @@ export interface NatsMonitorOptions {
   /** What /varz says of the NATS listeners (the monitor's own address is filled in once it listens). */
   setting: () => Omit<MonitorSetting, 'httpHost' | 'httpPort'>;
 }
+
+/** HTTP connections the monitoring port keeps open at once (monitoring tools hold one or two each); more are refused. */
+export const MAX_MONITOR_CONNECTIONS = 256;
 
 const PATHS = ['/varz', '/connz', '/subsz', '/jsz', '/healthz', '/accountz'] as const;
 
@@ -99,6 +102,7 @@ export class NatsMonitor {
         res.end();
       });
     });
+    this.server.maxConnections = MAX_MONITOR_CONNECTIONS;
   }
 
   async listen(): Promise<ProtocolListener> {
