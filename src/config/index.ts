@@ -72,6 +72,10 @@ export interface Config {
   natsWsPort: number | null;
   /** The NATS WebSocket listener serves wss:// with the nats-tls-cert/key. */
   natsWsTls: boolean;
+  /** nats-server's monitoring endpoints (/varz, /connz, ...) over HTTP on this port of --host; null: off. */
+  natsMonitorPort: number | null;
+  /** Addresses / CIDR blocks that may reach the NATS monitoring port; empty: anyone who can connect. */
+  natsMonitorAllow: string[];
   /** The token a NATS CONNECT may carry in auth_token (instead of a user and password). */
   natsToken: string | null;
   natsMaxPayload: number;
@@ -445,6 +449,21 @@ export const OPTIONS: readonly OptionSpec[] = [
     kind: 'bool',
     default: false,
     help: 'the NATS WebSocket listener serves wss:// (TLS) with nats-tls-cert and nats-tls-key',
+  },
+  {
+    key: 'natsMonitorPort',
+    name: 'nats-monitor-port',
+    kind: 'port',
+    default: null,
+    help: "nats-server's monitoring endpoints (/varz, /connz, /subsz, /jsz, /healthz) over plain HTTP on this port of --host, as nats-server's -m; unauthenticated like nats-server's (see docs/nats.md); unset: off",
+  },
+  {
+    key: 'natsMonitorAllow',
+    name: 'nats-monitor-allow',
+    kind: 'cidrs',
+    default: [],
+    defaultText: 'none (anyone)',
+    help: 'addresses or CIDR blocks (10.0.0.0/8, ::1) that may reach the NATS monitoring port, comma-separated; others get 403 (default: anyone who can connect)',
   },
   {
     key: 'natsToken',

@@ -101,6 +101,8 @@ export class NatsAdapter implements NatsConnectionHost {
   /** Payload memory all connections together may take ahead of its bytes (see codec/parser-base.ts, "Payload memory"). */
   readonly payloads: PayloadBudget;
   readonly stats = newNatsStats();
+  /** When the adapter started (the monitoring port's /varz start). */
+  readonly startedAt = Date.now();
 
   constructor(
     readonly ctx: AdapterContext,
@@ -222,6 +224,16 @@ export class NatsAdapter implements NatsConnectionHost {
       clearInterval(this.timer);
       this.timer = null;
     }
+  }
+
+  /** The open client connections (the monitoring port lists them). */
+  openConnections(): IterableIterator<NatsConnection> {
+    return this.conns.values();
+  }
+
+  /** An open connection by its client id (cid), or undefined. */
+  connection(cid: number): NatsConnection | undefined {
+    return this.byClientId.get(cid);
   }
 
   /** Open client connections. */

@@ -89,8 +89,23 @@ export abstract class NatsConnectionState implements Subscriber, NatsServerHandl
   echo = true;
   headers = false;
   noResponders = false;
-  protected name: string | undefined;
+  /** CONNECT's name, lang and version (the monitoring port's /connz shows them). */
+  name: string | undefined;
+  lang: string | undefined;
+  version: string | undefined;
   user: string | null = null;
+
+  // monitoring (/connz, /subsz: monitor.ts)
+  /** PUB/HPUB taken and MSG/HMSG written, and their bytes (headers and payload, as nats-server counts them). */
+  inMsgs = 0;
+  inBytes = 0;
+  outMsgs = 0;
+  outBytes = 0;
+  /** When the client last published or changed its subscriptions (nats-server's last_activity), ms. */
+  lastActivity: number;
+  /** Round trip of the last PING the monitor sent (ns; 0: not measured yet), and when that PING left (hrtime ns). */
+  rttNs = 0;
+  rttPingAt = 0n;
 
   // control plane
   /** What this connection may do (policies, re-read live); the anonymous principal until CONNECT says otherwise. */
@@ -133,7 +148,7 @@ export abstract class NatsConnectionState implements Subscriber, NatsServerHandl
   now = 0;
 
   // sweep
-  private readonly openedAt = Date.now();
+  readonly openedAt = Date.now();
   private inCount = 0;
   private seenIn = 0;
   private lastPingAt: number;
@@ -158,6 +173,22 @@ export abstract class NatsConnectionState implements Subscriber, NatsServerHandl
     this.authed = !this.gate;
     this.access = adapter.access.accessFor(ANONYMOUS, 'nats', meta.remoteAddress);
     this.lastPingAt = this.openedAt;
+    this.lastActivity = this.openedAt;
+  }
+
+  /** Bytes written for the client and not yet taken by its socket (nats-server's pending_bytes). */
+  get pendingBytes(): number {
+    return (this.w?.length ?? 0) + this.stream.writableLength;
+  }
+
+  /**
+   * The monitor asks for the round trip: a PING whose PONG measures it (nats-server's getRTT sends one the same way
+   * when it has none). Only for a logged-in client that said which library it is, as nats-server does.
+   */
+  measureRtt(): void {
+    if (this.st !== St.Live || !this.authed || this.rttPingAt !== 0n || this.lang === undefined || this.lang === '') return;
+    this.rttPingAt = process.hrtime.bigint();
+    this.send(PING);
   }
 
   /** Resolves once the connection is gone (made when first asked for: the adapter hears of it from teardown). */
@@ -515,6 +546,7 @@ export abstract class NatsConnectionState implements Subscriber, NatsServerHandl
   }
 
   private dropSubs(): void {
+    this.adapter.stats.subRemoves += this.subs.size;
     for (const ns of this.subs.values()) {
       if (ns.sub !== null) this.adapter.engine.unsubscribe(ns.sub);
       ns.sub = null;

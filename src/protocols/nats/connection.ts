@@ -101,6 +101,8 @@ export class NatsConnection extends NatsConnectionState {
     this.headers = o.headers === true;
     this.noResponders = o.no_responders === true;
     this.name = o.name;
+    this.lang = o.lang;
+    this.version = o.version;
     if (this.entry !== null && o.name !== undefined && o.name !== '') this.entry.clientId = o.name;
     this.lastPubSubject = '';
     if (this.connectSeen) {
@@ -207,6 +209,8 @@ export class NatsConnection extends NatsConnectionState {
       return this.shutdown(true);
     }
     this.subs.set(sid, ns);
+    this.adapter.stats.subInserts++;
+    this.lastActivity = this.now;
     this.ok();
   }
 
@@ -214,6 +218,7 @@ export class NatsConnection extends NatsConnectionState {
     if (!this.ready()) return;
     const ns = this.subs.get(sid);
     if (ns !== undefined) {
+      this.lastActivity = this.now;
       if (max !== null && max > 0 && ns.delivered < max) ns.max = max;
       else removeSub(this, ns);
     }
@@ -228,6 +233,10 @@ export class NatsConnection extends NatsConnectionState {
 
   onPong(): void {
     this.pingsOut = 0;
+    if (this.rttPingAt !== 0n) {
+      this.rttNs = Number(process.hrtime.bigint() - this.rttPingAt);
+      this.rttPingAt = 0n;
+    }
   }
 
   onOk(): void {

@@ -24,6 +24,7 @@ export function deliver(conn: NatsConnectionState, msg: Message, subs: Subscript
   const w = conn.deliveryWriter();
   const stats = conn.adapter.stats;
   const before = stats.msgsOut;
+  const size = payload.length + (hdr === null ? 0 : hdr.length);
   for (let i = 0; i < subs.length; i++) {
     const ns = subs[i]!.options.data as NatsSub;
     if (ns.sub === null) continue;
@@ -43,11 +44,16 @@ export function deliver(conn: NatsConnectionState, msg: Message, subs: Subscript
     else w.writeHmsg(subject, ns.sid, reply, hdr, payload);
     conn.batchMsgs++;
     stats.msgsOut++;
-    stats.bytesOut += payload.length;
+    stats.bytesOut += size;
     countDelivery(conn, ns);
   }
   const sent = stats.msgsOut - before;
   if (sent > 0) {
+    conn.outMsgs += sent;
+    conn.outBytes += sent * size;
+    stats.matches++;
+    stats.fanoutTotal += sent;
+    if (sent > stats.maxFanout) stats.maxFanout = sent;
     if (conn.entry !== null) conn.entry.messagesOut += sent;
     if (conn.lease !== null) {
       const wait = conn.lease.chargeOut(sent * payload.length);
@@ -83,6 +89,7 @@ export function countDelivery(conn: NatsConnectionState, ns: NatsSub): void {
 }
 
 export function removeSub(conn: NatsConnectionState, ns: NatsSub): void {
+  conn.adapter.stats.subRemoves++;
   if (ns.sub !== null) conn.adapter.engine.unsubscribe(ns.sub);
   ns.sub = null;
   conn.subs.delete(ns.sid);

@@ -10,6 +10,7 @@ import { LogLimiter } from '../../util/log-limit.js';
 import type { ProtocolListener, ProtocolModule, ProtocolModuleContext, RunningProtocol } from '../types.js';
 import { NatsAdapter } from './adapter.js';
 import { JetStream } from './jetstream/index.js';
+import { NatsMonitor } from './monitor.js';
 import { resolveNatsOptions } from './options.js';
 import { newListenerCounts, startNatsListener, startNatsWsListener, type NatsListenerShared, type NatsTlsSettings } from './server.js';
 
@@ -87,6 +88,30 @@ export const natsModule: ProtocolModule = {
         const w = await startNatsWsListener(shared, { host: c.host, port: c.natsWsPort, tls: wsTls });
         listeners.set('nats-ws', w);
         ctx.logger.info({ protocol: 'nats-ws', address: fmt(w.address()), ...(wsTls ? { tls: 'wss' } : {}) }, 'listening');
+      }
+      if (c.natsMonitorPort !== null) {
+        // nats-server's monitoring endpoints (monitor.ts): off unless asked for, unauthenticated as nats-server's.
+        const monitor = new NatsMonitor(adapter, jetstream, {
+          host: c.host,
+          port: c.natsMonitorPort,
+          allow: c.natsMonitorAllow,
+          setting: () => {
+            const ws = listeners.get('nats-ws');
+            return {
+              host: c.host,
+              port: l.address().port,
+              tlsRequired: tlsSettings?.required === true,
+              tlsVerify: tlsSettings?.clientAuth?.rejectUnauthorized === true,
+              websocket: ws === undefined ? null : { host: c.host, port: ws.address().port, tls: c.natsWsTls },
+            };
+          },
+        });
+        const m = await monitor.listen();
+        listeners.set('nats-monitor', m);
+        ctx.logger.info(
+          { protocol: 'nats-monitor', address: fmt(m.address()), ...(c.natsMonitorAllow.length > 0 ? { allow: c.natsMonitorAllow } : {}) },
+          'listening',
+        );
       }
     } catch (err) {
       await close();

@@ -24,8 +24,12 @@ export function publish(conn: NatsConnectionState, subject: string, reply: strin
   }
   if (!conn.access.open && !mayPublish(conn, topic)) return permissionViolation(conn, `Publish to ${quote(subject)}`, 'publish', subject);
   const stats = conn.adapter.stats;
+  const size = payload.length + (hdr === null ? 0 : hdr.length);
   stats.msgsIn++;
-  stats.bytesIn += payload.length;
+  stats.bytesIn += size;
+  conn.inMsgs++;
+  conn.inBytes += size;
+  conn.lastActivity = conn.now;
   if (conn.entry !== null) conn.entry.messagesIn++;
   if (conn.lease !== null) {
     const wait = conn.lease.chargeIn(1, payload.length + (hdr === null ? 0 : hdr.length));

@@ -58,12 +58,19 @@ export function newNatsStats() {
     connectionsRefused: 0,
     authFailures: 0,
     authTimeouts: 0,
-    /** Messages and payload bytes received from clients (PUB/HPUB). */
+    /** Messages received from clients (PUB/HPUB) and their bytes (headers and payload, as nats-server counts). */
     msgsIn: 0,
     bytesIn: 0,
-    /** Messages and payload bytes sent to clients (MSG/HMSG). */
+    /** Messages sent to clients (MSG/HMSG) and their bytes (headers and payload). */
     msgsOut: 0,
     bytesOut: 0,
+    /** Subscriptions made and removed (UNSUB, auto-unsubscribe, close), for /subsz. */
+    subInserts: 0,
+    subRemoves: 0,
+    /** Messages matched to subscriptions of a connection, the subscriptions they reached, the most at once. */
+    matches: 0,
+    fanoutTotal: 0,
+    maxFanout: 0,
     slowConsumers: 0,
     /** PUB/HPUB and SUB refused by a policy (-ERR 'Permissions Violation ...'). */
     permissionViolations: 0,
