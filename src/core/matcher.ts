@@ -85,8 +85,11 @@ export type XMatch = 'all' | 'any' | 'all-with-x' | 'any-with-x';
 /** A headers binding, parsed once: the x-match mode and the header values to compare (as text or bytes). */
 export interface HeadersPattern {
   mode: XMatch;
-  /** null value: presence only (an AMQP void value in the binding, as RabbitMQ matches it). */
-  entries: Array<{ key: string; value: Buffer | null }>;
+  /**
+   * null value: presence only (an AMQP void value in the binding, as RabbitMQ matches it). `cls`: the value's type
+   * class as the binding's JSON arguments give it (see Message.amqpHeaderClasses).
+   */
+  entries: Array<{ key: string; value: Buffer | null; cls: string | null }>;
 }
 
 /** Unwraps a tagged field-table value ({ type, value }) as the AMQP codec may give it. */
@@ -109,6 +112,21 @@ function argBytes(v: unknown): Buffer | null {
 }
 
 /**
+ * The type class of a binding argument as stored (JSON: AMQP integers of any width are numbers, strings strings); a
+ * whole number is `int` (a double binding value such as 1.0 is one too: JSON cannot tell them apart).
+ */
+function argClass(v: unknown): string | null {
+  v = plain(v);
+  if (v === null || v === undefined) return null;
+  if (typeof v === 'number') return Number.isInteger(v) ? 'int' : 'float';
+  if (typeof v === 'bigint') return 'int';
+  if (typeof v === 'boolean') return 'bool';
+  if (typeof v === 'string') return 'str';
+  if (Buffer.isBuffer(v) || v instanceof Uint8Array) return 'bytes';
+  return Array.isArray(v) ? 'array' : 'table';
+}
+
+/**
  * Parses headers-exchange binding arguments. `x-match` defaults to `all` (AMQP 0-9-1 spec 3.1.3.4); RabbitMQ adds
  * `all-with-x` / `any-with-x`, which also compare arguments starting with `x-` (plain all/any ignore them).
  */
@@ -127,23 +145,31 @@ export function parseHeadersBinding(args: Record<string, unknown>): HeadersPatte
   for (const [key, v] of Object.entries(args)) {
     if (key === 'x-match') continue;
     if (!withX && key.startsWith('x-')) continue;
-    entries.push({ key, value: argBytes(v) });
+    entries.push({ key, value: argBytes(v), cls: argClass(v) });
   }
   return { mode, entries };
 }
 
 /**
  * Does a message's headers match? Values compare by their bytes (message headers carry AMQP values as UTF-8 text
- * of the value, MQTT v5 user properties and Kafka headers as they are). `all` with no entries matches every
- * message, `any` with none matches nothing (RabbitMQ).
+ * of the value, MQTT v5 user properties and Kafka headers as they are) and, for a header whose type class the
+ * message names (`classes`: an AMQP publish), by class too, as RabbitMQ compares typed values: an int 1 matches an
+ * int binding value 1 (any width), not the string "1". `all` with no entries matches every message, `any` with none
+ * matches nothing (RabbitMQ).
  */
-export function headersMatch(p: HeadersPattern, headers: ReadonlyArray<{ key: string; value: Buffer | null }>): boolean {
+export function headersMatch(p: HeadersPattern, headers: ReadonlyArray<{ key: string; value: Buffer | null }>, classes?: ReadonlyMap<string, string>): boolean {
   const all = p.mode === 'all' || p.mode === 'all-with-x';
   for (const e of p.entries) {
     let hit = false;
     for (const h of headers) {
       if (h.key !== e.key) continue;
-      if (e.value === null || (h.value !== null && h.value.equals(e.value))) {
+      if (e.value === null) {
+        hit = true;
+        break;
+      }
+      const cls = classes?.get(h.key);
+      if (cls !== undefined && cls !== e.cls) continue;
+      if (h.value !== null && h.value.equals(e.value)) {
         hit = true;
         break;
       }

@@ -58,6 +58,13 @@ export interface Message {
    */
   amqpHeaders?: Buffer;
   /**
+   * The type class of each AMQP header value by key (`int` for every integer width, `float`, `str`, `bool`, `bytes`,
+   * `timestamp`, `decimal`, `table`, `array`; a void value has none), as RabbitMQ's headers exchange compares them:
+   * a binding value matches a header of the same class and value only. Set by the AMQP adapter at publish; never
+   * stored or forwarded, so a message from another protocol, or one routed again after a restart, matches by bytes.
+   */
+  amqpHeaderClasses?: ReadonlyMap<string, string>;
+  /**
    * The AMQP expiration property exactly as published (a per-message TTL in ms, as text): AMQP consumers get it back
    * as sent, as RabbitMQ passes properties on; `expiresAt` is what the broker enforces. Set only by the AMQP adapter.
    */

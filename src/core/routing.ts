@@ -167,7 +167,7 @@ function routeExchange(t: RoutingTable, x: XState, rk: string, msg: Message, r: 
   } else if (x.def.type === 'fanout') {
     for (const e of x.bindings.values()) visit(e);
   } else if (x.def.type === 'headers') {
-    for (const e of x.bindings.values()) if (headersMatch(e.headers!, msg.headers)) visit(e);
+    for (const e of x.bindings.values()) if (headersMatch(e.headers!, msg.headers, msg.amqpHeaderClasses)) visit(e);
   } else if (x === t.topicSpace) {
     const topic = rk.length === 0 ? '' : dotsToUnified(rk);
     // A routing key whose unified form MQTT cannot carry (empty, or with `+`/`#` characters) reaches AMQP and

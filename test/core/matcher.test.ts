@@ -43,4 +43,17 @@ describe('matching rules per binding', () => {
     assert.ok(!headersMatch(parseHeadersBinding({ 'x-match': 'any' }), h({ a: '1' })), 'any with nothing to compare matches nothing');
     assert.ok(!headersMatch(parseHeadersBinding({ a: '1' }), [{ key: 'a', value: null }]));
   });
+  it('compares the type classes an AMQP publish names, as RabbitMQ: int 1 is not the string "1"; headers without one compare as bytes', () => {
+    const one = [{ key: 'a', value: Buffer.from('1') }];
+    const int = new Map([['a', 'int']]);
+    const str = new Map([['a', 'str']]);
+    assert.ok(headersMatch(parseHeadersBinding({ a: 1 }), one, int));
+    assert.ok(!headersMatch(parseHeadersBinding({ a: 1 }), one, str));
+    assert.ok(!headersMatch(parseHeadersBinding({ a: '1' }), one, int));
+    assert.ok(headersMatch(parseHeadersBinding({ a: '1' }), one, str));
+    assert.ok(headersMatch(parseHeadersBinding({ a: 1 }), one), 'no classes (MQTT, Kafka, NATS): bytes only');
+    assert.ok(headersMatch(parseHeadersBinding({ a: null }), one, str), 'void: presence only, whatever the class');
+    assert.ok(!headersMatch(parseHeadersBinding({ a: 1.5 }), [{ key: 'a', value: Buffer.from('1.5') }], int));
+    assert.ok(headersMatch(parseHeadersBinding({ a: 1.5 }), [{ key: 'a', value: Buffer.from('1.5') }], new Map([['a', 'float']])));
+  });
 });

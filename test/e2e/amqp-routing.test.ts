@@ -73,6 +73,30 @@ describe('e2e: AMQP routing', () => {
     await ch.close();
   });
 
+  it('headers: values compare by type as RabbitMQ does (int 1 is not "1"; any integer width matches)', async () => {
+    const ch = await f.conn.createChannel();
+    await ch.assertQueue('h-int', { exclusive: true });
+    await ch.assertQueue('h-str', { exclusive: true });
+    await ch.bindQueue('h-int', 'amq.headers', '', { 'x-match': 'all', n: 1 });
+    await ch.bindQueue('h-str', 'amq.headers', '', { 'x-match': 'all', n: '1' });
+    ch.publish('amq.headers', '', Buffer.from('int'), { headers: { n: 1 } });
+    // amqplib sends a JS number as a long or a signed int; a byte-wide int ('b') is the same class.
+    ch.publish('amq.headers', '', Buffer.from('byte'), { headers: { n: { '!': 'byte', value: 1 } } });
+    ch.publish('amq.headers', '', Buffer.from('str'), { headers: { n: '1' } });
+    ch.publish('amq.headers', '', Buffer.from('float'), { headers: { n: { '!': 'double', value: 1.5 } } });
+    ch.publish('amq.headers', '', Buffer.from('end'), { headers: { n: 1 } });
+    ch.publish('amq.headers', '', Buffer.from('end'), { headers: { n: '1' } });
+    assert.deepEqual(
+      (await take(ch, 'h-int', 3)).map((m) => m.content.toString()),
+      ['int', 'byte', 'end'],
+    );
+    assert.deepEqual(
+      (await take(ch, 'h-str', 2)).map((m) => m.content.toString()),
+      ['str', 'end'],
+    );
+    await ch.close();
+  });
+
   it('headers: x-match all and any', async () => {
     const ch = await f.conn.createChannel();
     await ch.assertQueue('h-all', { exclusive: true });

@@ -100,6 +100,34 @@ export function headersOf(t: FieldTable): Header[] {
   return out;
 }
 
+/** A field value's type class as RabbitMQ's headers exchange compares it (rabbit_misc:type_class); null: void. */
+function headerClass(v: FieldValue): string | null {
+  if (v === null || v === undefined) return null;
+  if (typeof v === 'boolean') return 'bool';
+  if (typeof v === 'number' || typeof v === 'bigint') return 'int';
+  if (typeof v === 'string') return 'str';
+  if (v instanceof Typed) {
+    if (v.type === 'f' || v.type === 'd') return 'float';
+    if (v.type === 'S') return 'str';
+    if (v.type === 'T') return 'timestamp';
+    if (v.type === 'D') return 'decimal';
+    return 'int';
+  }
+  if (v instanceof Uint8Array) return 'bytes';
+  if (v instanceof Date) return 'timestamp';
+  return Array.isArray(v) ? 'array' : 'table';
+}
+
+/** The type classes of a publish's headers, by key (Message.amqpHeaderClasses). */
+export function headerClassesOf(t: FieldTable): Map<string, string> {
+  const out = new Map<string, string>();
+  for (const key of Object.keys(t)) {
+    const c = headerClass(t[key]);
+    if (c !== null) out.set(key, c);
+  }
+  return out;
+}
+
 /** The parts of a publish the message is built from. */
 export interface PublishInput {
   exchange: string;
@@ -149,10 +177,13 @@ export function messageOfPublish(p: PublishInput, now: number): Message {
   if (props.priority !== undefined) msg.priority = props.priority;
   if (props.rawHeaders !== undefined && props.rawHeaders.length > 4) {
     msg.amqpHeaders = props.rawHeaders;
-    msg.headers = headersOf(props.headers ?? decodeTable(props.rawHeaders));
+    const table = props.headers ?? decodeTable(props.rawHeaders);
+    msg.headers = headersOf(table);
+    msg.amqpHeaderClasses = headerClassesOf(table);
   } else if (props.headers !== undefined && Object.keys(props.headers).length > 0) {
     msg.amqpHeaders = encodeTable(props.headers);
     msg.headers = headersOf(props.headers);
+    msg.amqpHeaderClasses = headerClassesOf(props.headers);
   }
   if (props.correlationId === undefined && msg.headers.length > 0) {
     // Binary correlation data (see the top of this file): the correlation again, not a user property.
