@@ -12,9 +12,9 @@
  * - transactions, as Kafka's cleaner: it cleans only below the last stable offset (an open transaction's records
  *   are not judged before its end); the records of aborted transactions go, and never count as a key's last record;
  *   a transaction's control marker stays while any batch of its transaction is in the cleaned segments, and goes,
- *   once a pass finds none (the records went in an earlier pass), past delete.retention.ms like tombstones. Such an
- *   aborted transaction also leaves the partition's aborted list (stored first), so that no fetch names an
- *   aborted transaction whose marker is gone;
+ *   once a pass finds none (the records went in an earlier pass), past delete.retention.ms like tombstones. An
+ *   aborted transaction with no batch left leaves the partition's aborted list (stored before any marker goes), so
+ *   that no fetch names an aborted transaction whose marker is gone;
  * - how: each segment whose content changes becomes a new object (its key carries the owner's epoch and a
  *   generation, `<base>-<epoch>-c<gen>.seg`, so it collides neither with a sealed segment nor with another pass),
  *   holding the same offsets: batches keep their base offsets and last offset deltas, records their offsets
@@ -29,7 +29,7 @@
  * crash before the delayed delete leaves the old one (neither is ever read); cleaned offsets are not persisted, so
  * the first pass after a restart reads every segment again.
  */
-import { ATTR_TRANSACTIONAL, filterBatch, readBatchInfo, type StreamDef, type TxnPartitions } from '../../core/index.js';
+import { ATTR_TRANSACTIONAL, filterBatch, readBatchInfo, type AbortedTxn, type StreamDef, type TxnPartitions } from '../../core/index.js';
 import type { SegmentMeta } from '../metastore/types.js';
 import { buildSegment, compactedKey } from './segment.js';
 import type { Partition } from './partition.js';
@@ -154,6 +154,7 @@ async function runPass(lm: LogState, p: Partition, force: boolean): Promise<void
   // aborted records left out. And the markers whose transaction has no batch left here (by offset).
   const last = new Map<string, number>();
   const emptied = new Set<number>();
+  const abortedAt = new Map<number, number[]>(); // producer id -> offsets of its aborted batches still here
   const open = new Set<bigint>(); // producers with a batch seen since their last marker
   for (const seg of segs) {
     for (const b of await segmentBatches(lm, seg)) {
@@ -164,8 +165,15 @@ async function runPass(lm: LogState, p: Partition, force: boolean): Promise<void
         continue;
       }
       if ((attributes & ATTR_TRANSACTIONAL) !== 0) {
-        open.add(readBatchInfo(b).producerId);
-        if (aborted(b)) continue;
+        const info = readBatchInfo(b);
+        open.add(info.producerId);
+        if (aborted(b)) {
+          const pid = Number(info.producerId);
+          const l = abortedAt.get(pid);
+          if (l) l.push(info.baseOffset);
+          else abortedAt.set(pid, [info.baseOffset]);
+          continue;
+        }
       }
       filterBatch(b, (r) => {
         if (r.key !== null) last.set(keyOf(r.key), r.offset);
@@ -174,8 +182,14 @@ async function runPass(lm: LogState, p: Partition, force: boolean): Promise<void
     }
     await pace.take(seg.size);
   }
-  // Aborted transactions whose records are all gone leave the list (stored) before their markers may go.
-  if (txns !== null && emptied.size > 0) await txns.dropAborted(stream, p.partition, (a) => emptied.has(a.lastOffset));
+  // Aborted transactions with no record left leave the list (stored) before any marker may go: those ending in the
+  // cleaned segments of which no batch was found (a marker written twice, by a coordinator completing an abort again
+  // after a crash, leaves the list entry to whichever batches remain).
+  if (txns !== null && segs.length > 0) {
+    const end = segs[segs.length - 1].endOffset;
+    const holds = (a: AbortedTxn) => (abortedAt.get(a.producerId) ?? []).some((o) => a.firstOffset <= o && o < a.lastOffset);
+    await txns.dropAborted(stream, p.partition, (a) => a.lastOffset < end && !holds(a));
+  }
   let removed = 0;
   for (const seg of segs) {
     if (lm.closed || p.fenced !== null) return;

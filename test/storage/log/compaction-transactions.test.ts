@@ -213,4 +213,36 @@ describe('log cleaner and transactions', () => {
     assert.deepEqual(s.engine.transactions.abortedIn('u', 0, 0, 100), [], 'but its transaction left the aborted list');
     await s.close();
   });
+
+  it('an abort whose marker was written twice keeps its records aborted until they are gone, then leaves the list', async () => {
+    const s = await open('c');
+    await s.engine.createStream({ name: 'v', partitions: 1 });
+    assert.equal(await produceTxn(s.engine, 'v', 3000, 0, [['k0', 'aborted']]), 0);
+    // A coordinator that crashed after writing its first marker (1) writes the markers again (2) at its restart and
+    // only then stores the aborted transaction, which names the second.
+    const again = s.engine.appendControl('v', 0, encodeControlBatch(3000, 0, false, 0, Date.now()));
+    await again.durable;
+    assert.equal(again.baseOffset, 1);
+    assert.equal(await endTxn(s.engine, 'v', 3000, false), 2);
+    assert.deepEqual(s.engine.transactions.abortedIn('v', 0, 0, 100), [{ producerId: 3000, firstOffset: 0, lastOffset: 2 }]);
+    assert.equal(await plain(s.engine, 'v', 'k1', 'one'), 3);
+    await s.log.flushAll();
+    await s.engine.setSettings('v', { configs: { 'cleanup.policy': 'compact', 'delete.retention.ms': '0' } });
+    await s.log.compact('v');
+    const pass1 = await readAll(s.log, 'v');
+    assert.deepEqual(
+      pass1.records.map((r) => r.offset),
+      [3],
+      'the aborted record is gone',
+    );
+    assert.deepEqual(pass1.markers, [1], 'the first marker stays (its batch was there), the second went');
+    assert.equal(s.engine.transactions.abortedIn('v', 0, 0, 100).length, 1, 'the aborted transaction is still listed');
+    assert.equal(await plain(s.engine, 'v', 'k2', 'two'), 4);
+    await s.log.flushAll();
+    await s.log.compact('v');
+    const pass2 = await readAll(s.log, 'v');
+    assert.deepEqual(pass2.markers, [], 'no marker left');
+    assert.deepEqual(s.engine.transactions.abortedIn('v', 0, 0, 100), [], 'and no aborted transaction naming it');
+    await s.close();
+  });
 });
