@@ -29,6 +29,12 @@ export class TxnPartitions {
    * list (the Kafka transaction coordinator's metastore documents). Without it the change stays in memory.
    */
   persistAborted: ((stream: string, partition: number, list: AbortedTxn[]) => Promise<void>) | null = null;
+  /**
+   * The aborted lists are loaded and what a previous run left open is ended (the Kafka transaction coordinator
+   * started): until then the log cleaner leaves partitions holding transactional batches alone, since it could not
+   * tell aborted or open records from committed ones.
+   */
+  loaded = false;
 
   /** A transactional batch was appended at `offset`: the first one of its transaction here holds the LSO. */
   onAppend(stream: string, partition: number, producerId: number, offset: number): void {

@@ -136,10 +136,15 @@ export class KafkaAdapter {
   /**
    * Loads the transaction coordinator's state and finishes what a previous run left in flight, once, before the
    * first listener accepts a client (a read_committed fetch must know the aborted transactions). Not in cluster
-   * mode, where transactions are refused.
+   * mode, where transactions are refused. From then on the log cleaner may judge transactional batches.
    */
   startTransactions(): Promise<void> {
-    return (this.txnStart ??= this.cluster !== null ? Promise.resolve() : this.transactions.start());
+    return (this.txnStart ??=
+      this.cluster !== null
+        ? Promise.resolve()
+        : this.transactions.start().then(() => {
+            this.engine.transactions.loaded = true;
+          }));
   }
 
   /** A listener starts using this adapter (several listeners, e.g. plaintext and TLS, share one). */

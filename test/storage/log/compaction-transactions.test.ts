@@ -3,7 +3,7 @@
  * aborted transaction go in the first pass and never count as a key's last record; a transaction's marker stays
  * while a batch of it is in the log and goes in a later pass past delete.retention.ms, the aborted transaction
  * leaving the partition's aborted list (stored) at the same time; nothing at or past the last stable offset (an open
- * transaction) is cleaned; kept records keep their offsets.
+ * transaction) is cleaned, nor anything before the transaction state is loaded; kept records keep their offsets.
  */
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -150,6 +150,10 @@ describe('log cleaner and transactions', () => {
     assert.deepEqual(before.markers, [4, 7, 9]);
 
     await s.engine.setSettings('t', { configs: { 'cleanup.policy': 'compact', 'delete.retention.ms': '0' } });
+    // Until the transaction state is loaded (the Kafka coordinator started), the partition is left alone.
+    await s.log.compact('t');
+    assert.deepEqual(await readAll(s.log, 't'), before, 'nothing cleaned before the transaction state is loaded');
+    s.engine.transactions.loaded = true;
     await s.log.compact('t');
     const pass1 = await readAll(s.log, 't');
     assert.deepEqual(
@@ -180,6 +184,7 @@ describe('log cleaner and transactions', () => {
 
   it('keeps markers of emptied transactions until delete.retention.ms, and cleans nothing past an open transaction', async () => {
     const s = await open('b');
+    s.engine.transactions.loaded = true;
     await s.engine.createStream({ name: 'u', partitions: 1 });
     assert.equal(await produceTxn(s.engine, 'u', 2000, 0, [['k0', 'x']]), 0);
     assert.equal(await endTxn(s.engine, 'u', 2000, false), 1);
@@ -216,6 +221,7 @@ describe('log cleaner and transactions', () => {
 
   it('an abort whose marker was written twice keeps its records aborted until they are gone, then leaves the list', async () => {
     const s = await open('c');
+    s.engine.transactions.loaded = true;
     await s.engine.createStream({ name: 'v', partitions: 1 });
     assert.equal(await produceTxn(s.engine, 'v', 3000, 0, [['k0', 'aborted']]), 0);
     // A coordinator that crashed after writing its first marker (1) writes the markers again (2) at its restart and
