@@ -2,9 +2,10 @@
  * Authorization of Kafka transactional ids (Kafka's TRANSACTIONAL_ID resource) with unmodified clients, KafkaJS
  * 2.2.4 and Debian's confluent-kafka (librdkafka 2.0.2), against a broker with users started in this process:
  * without `publish transactional-id:<id>` a transactional producer fails with TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
- * ACLs created with KafkaJS's admin client on TRANSACTIONAL_ID (prefixed, literal, a DENY) grant and refuse it, as do
- * policies naming `transactional-id:`, live on an open connection; the records still need WRITE on their topic; and
- * DescribeTransactions, ListTransactions and FindCoordinator answer only for ids the principal may describe.
+ * ACLs created (and deleted) with KafkaJS's admin client on TRANSACTIONAL_ID (prefixed, literal, a DENY) grant and
+ * refuse it, as do policies naming `transactional-id:`, live on an open connection; the records still need WRITE on
+ * their topic; and DescribeTransactions, ListTransactions and FindCoordinator answer only for ids the principal may
+ * describe (checked with the test's raw client: KafkaJS has no admin call for them).
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -239,6 +240,28 @@ describe('kafka transactional id authorization (KafkaJS, librdkafka)', () => {
     assert.deepEqual(await librdkafka('alice', 'look', 'txa.out'), { init: 'TRANSACTIONAL_ID_AUTHORIZATION_FAILED', fatal: true });
     // Another user has none of alice's ACLs.
     await assert.rejects(txnProducer('bob', 'etl-1'), noCoordinator);
+    // DeleteAcls of the literal ACL: solo is refused again.
+    const root2 = kafka(addr, 'root').admin();
+    await root2.connect();
+    try {
+      const deleted = await root2.deleteAcls({
+        filters: [
+          {
+            resourceType: AclResourceTypes.TRANSACTIONAL_ID,
+            resourceName: 'solo',
+            resourcePatternType: ResourcePatternTypes.LITERAL,
+            principal: 'User:alice',
+            host: '*',
+            operation: AclOperationTypes.ANY,
+            permissionType: AclPermissionTypes.ANY,
+          },
+        ],
+      });
+      assert.equal(deleted.filterResponses[0].matchingAcls.length, 1);
+    } finally {
+      await root2.disconnect();
+    }
+    await assert.rejects(txnProducer('alice', 'solo'), noCoordinator);
 
     // The records are still checked against the topic: WRITE on the id does not reach `secret`.
     const { p: q, t } = await txnProducer('alice', 'etl-3');
@@ -298,8 +321,9 @@ describe('kafka transactional id authorization (KafkaJS, librdkafka)', () => {
       );
       const list = async (c: RawClient) =>
         (await c.call(ListTransactionsApi, 0, { stateFilters: [], producerIdFilters: [], durationFilter: -1 })).transactionStates.map((s) => s.transactionalId);
-      // alice's WRITE implies DESCRIBE (etl-*, solo); bob's ids are left out. root (admins) sees all.
-      assert.deepEqual(await list(alice), ['etl-1', 'etl-2', 'etl-3', 'solo']);
+      // alice's WRITE implies DESCRIBE (etl-*); solo (its ACL deleted) and bob's ids are left out. root (admins)
+      // sees all.
+      assert.deepEqual(await list(alice), ['etl-1', 'etl-2', 'etl-3']);
       assert.deepEqual(await list(root), ['etl-1', 'etl-2', 'etl-3', 'pipe-a', 'pipe-b', 'solo']);
       const f = await alice.call(FindCoordinatorApi, 4, { key: '', keyType: 1, coordinatorKeys: ['etl-1', 'pipe-a'] });
       assert.deepEqual(
