@@ -18,6 +18,8 @@
  *   exchange       AMQP exchange names                        publish, create, delete, describe, alter
  *   group          consumer group names (Kafka, JetStream     subscribe (join, commit), describe, delete, alter
  *                  durable consumers)
+ *   transactional- Kafka transactional ids (a producer's      publish (InitProducerId, the transaction APIs,
+ *   id             transactional.id)                          transactional produce), describe (Describe/ListTransactions)
  *   cluster        `*` (the broker itself)                    create (Kafka CreateTopics' cluster check), describe,
  *                                                             alter, admin (users, policies, namespaces, tokens)
  *
@@ -30,7 +32,7 @@ import { FlowError } from '../core/index.js';
 export const ACTIONS = ['publish', 'subscribe', 'create', 'delete', 'describe', 'alter', 'admin'] as const;
 export type Action = (typeof ACTIONS)[number];
 
-export const RESOURCE_KINDS = ['topic', 'stream', 'queue', 'exchange', 'group', 'cluster'] as const;
+export const RESOURCE_KINDS = ['topic', 'stream', 'queue', 'exchange', 'group', 'transactional-id', 'cluster'] as const;
 export type ResourceKind = (typeof RESOURCE_KINDS)[number];
 
 /** The group whose members every policy check allows. */

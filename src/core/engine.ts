@@ -99,6 +99,7 @@ export class Engine implements Router {
     /** Makes queue runtimes; src/core/queue.ts's createQueue unless a test brings its own. */
     createQueue: QueueFactory = defaultCreateQueue,
   ) {
+    storage.useTransactions?.(this.transactions);
     this.router = new RouterCore(
       {
         publishUnified: (msg) => this.publishUnified(msg),

@@ -4,6 +4,7 @@
  * `StreamCatalog` (the metastore).
  */
 import { randomUUID } from 'node:crypto';
+import type { TxnPartitions } from './transactions.js';
 
 export interface StreamDef {
   /** Stream name; also its Kafka topic name (`a.b.c` is the unified topic `a/b/c`). */
@@ -165,6 +166,11 @@ export interface StreamStorage {
    * epoch.
    */
   locate?(stream: string, partition: number): PartitionLocation;
+  /**
+   * The engine's Kafka transaction state, handed over at its creation: the log cleaner of compacted streams removes
+   * aborted transactions' records and, past delete.retention.ms, the markers of transactions it emptied.
+   */
+  useTransactions?(txns: TxnPartitions): void;
   /** Broker-wide defaults for streams without settings of their own (retention, segments); absent: not supported. */
   setDefaults?(defaults: StreamDefaults): void;
   /**

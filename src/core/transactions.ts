@@ -24,6 +24,17 @@ export class TxnPartitions {
   /** Per partition: producer id -> first offset of its open transaction there. */
   private readonly open = new Map<string, Map<number, number>>();
   private readonly aborted = new Map<string, AbortedTxn[]>();
+  /**
+   * Stores a partition's aborted list after the log cleaner shortened it (dropAborted); set by whoever stores the
+   * list (the Kafka transaction coordinator's metastore documents). Without it the change stays in memory.
+   */
+  persistAborted: ((stream: string, partition: number, list: AbortedTxn[]) => Promise<void>) | null = null;
+  /**
+   * The aborted lists are loaded and what a previous run left open is ended (the Kafka transaction coordinator
+   * started): until then the log cleaner leaves partitions holding transactional batches alone, since it could not
+   * tell aborted or open records from committed ones.
+   */
+  loaded = false;
 
   /** A transactional batch was appended at `offset`: the first one of its transaction here holds the LSO. */
   onAppend(stream: string, partition: number, producerId: number, offset: number): void {
@@ -62,6 +73,21 @@ export class TxnPartitions {
   /** Loads a partition's aborted list (from the metastore at start). */
   setAborted(stream: string, partition: number, list: AbortedTxn[]): void {
     this.aborted.set(key(stream, partition), list);
+  }
+
+  /**
+   * The log cleaner removed every record of these aborted transactions (src/storage/log/compaction.ts): they leave
+   * the list, stored before the cleaner may remove their markers, so that no fetch names an aborted transaction whose
+   * abort marker is gone (a read_committed consumer would skip that producer's later records).
+   */
+  async dropAborted(stream: string, partition: number, drop: (a: AbortedTxn) => boolean): Promise<void> {
+    const k = key(stream, partition);
+    const l = this.aborted.get(k);
+    if (!l) return;
+    const kept = l.filter((a) => !drop(a));
+    if (kept.length === l.length) return;
+    this.aborted.set(k, kept);
+    await this.persistAborted?.(stream, partition, kept);
   }
 
   /** The last stable offset: the first offset of the oldest open transaction, else the high watermark. */

@@ -130,6 +130,22 @@ describe('PolicySet.allows', () => {
     assert.equal(deny.subscription(alice, 'a/#'), 'deny');
   });
 
+  it('transactional ids are a kind of their own (Kafka TRANSACTIONAL_ID): exact, prefix, not reached by group: or stream:', () => {
+    const set = new PolicySet([
+      pol({ name: 'a', actions: ['publish'], resources: ['transactional-id:etl-*', 'group:etl-*', 'stream:etl-*'], principals: ['user:alice'] }),
+      pol({ name: 'b', actions: ['describe'], resources: ['transactional-id:solo'], principals: ['user:bob'] }),
+      pol({ name: 'c', effect: 'deny', actions: ['publish'], resources: ['transactional-id:etl-9'], principals: ['everyone'] }),
+    ]);
+    assert.equal(set.allows(alice, 'publish', 'transactional-id', 'etl-1'), true);
+    assert.equal(set.allows(alice, 'publish', 'transactional-id', 'etl-9'), false, 'deny wins');
+    assert.equal(set.allows(alice, 'publish', 'transactional-id', 'other'), false);
+    assert.equal(set.allows(bob, 'describe', 'transactional-id', 'solo'), true);
+    assert.equal(set.allows(bob, 'publish', 'transactional-id', 'solo'), false);
+    const onlyGroup = new PolicySet([pol({ name: 'g', resources: ['group:*', 'stream:*'], principals: ['user:alice'] })]);
+    assert.equal(onlyGroup.allows(alice, 'publish', 'transactional-id', 'x'), false, 'group:/stream: policies do not name transactional ids');
+    assert.throws(() => validatePolicy(pol({ name: 'bad', resources: ['transactional-id:a*b'] })), invalid);
+  });
+
   it('deny wins over allow, whatever the order', () => {
     const allowAll = pol({ name: 'all' });
     const denyX = pol({ name: 'nox', effect: 'deny', actions: ['publish'], resources: ['topic:secret/#'], principals: ['user:alice'] });

@@ -5,7 +5,10 @@
  * KafkaStore require to be exactly "compact"); and a compacted topic written by KafkaJS with many versions per key
  * plus tombstones, cleaned by a pass asked for through the admin API, read from offset 0 by KafkaJS, kcat
  * (librdkafka) and kafka-python: the last record of each key at its original offset, tombstones kept (delete.retention.ms not
- * passed), the same after a restart. The end of each read is a marker record produced after the cleaner ran.
+ * passed), the same after a restart. And a compacted topic written by a KafkaJS transactional producer with one
+ * transaction aborted: after the cleaner, read_uncommitted readers (KafkaJS, kcat) no longer see the aborted records,
+ * which did not displace the committed ones either: those keep their offsets. The end of each read is a marker
+ * record produced after the cleaner ran.
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -26,9 +29,9 @@ interface Seen {
 }
 
 /** Everything a fresh KafkaJS consumer reads from offset 0 up to the record keyed `marker`. */
-async function consumeToMarker(brokers: string[], topic: string): Promise<Seen[]> {
+async function consumeToMarker(brokers: string[], topic: string, readUncommitted = false): Promise<Seen[]> {
   const kafka = new Kafka({ clientId: 'compaction-reader', brokers, logLevel: logLevel.NOTHING });
-  const consumer = kafka.consumer({ groupId: `reader-${Date.now()}-${Math.random()}`, maxWaitTimeInMs: 200 });
+  const consumer = kafka.consumer({ groupId: `reader-${Date.now()}-${Math.random()}`, maxWaitTimeInMs: 200, readUncommitted });
   const seen: Seen[] = [];
   await consumer.connect();
   await consumer.subscribe({ topics: [topic], fromBeginning: true });
@@ -192,5 +195,56 @@ for (const cfg of storageConfigs())
 
       broker = await broker.restart();
       check(await consumeToMarker([`127.0.0.1:${broker.ports.kafka}`], 'table'), 'KafkaJS after a restart');
+    });
+
+    it('removes the records of an aborted transaction, for read_uncommitted KafkaJS and kcat; committed ones keep their offsets, across a restart', async () => {
+      const brokers = [`127.0.0.1:${broker.ports.kafka}`];
+      const kafka = new Kafka({ clientId: 'compaction-txn', brokers, logLevel: logLevel.NOTHING, retry: { retries: 2, initialRetryTime: 100 } });
+      const admin = kafka.admin();
+      await admin.connect();
+      await admin.createTopics({ topics: [{ topic: 'txn.table', numPartitions: 1, configEntries: [{ name: 'cleanup.policy', value: 'compact' }] }] });
+      await admin.disconnect();
+      const producer = kafka.producer({ transactionalId: 'compaction-txn', idempotent: true, maxInFlightRequests: 1 });
+      await producer.connect();
+      // Committed k0-k9; aborted k0-k9 and k10 (only there); committed k5-k9 again.
+      const latest = new Map<string, { offset: number; value: string }>();
+      const txn = async (prefix: string, keys: number[], commit: boolean): Promise<void> => {
+        const t = await producer.transaction();
+        const messages = keys.map((k) => ({ key: `k${k}`, value: `${prefix}-k${k}` }));
+        const [meta] = await t.send({ topic: 'txn.table', messages });
+        if (commit) {
+          await t.commit();
+          messages.forEach((m, i) => latest.set(m.key, { offset: Number(meta.baseOffset) + i, value: m.value }));
+        } else await t.abort();
+      };
+      const range = (a: number, b: number) => Array.from({ length: b - a }, (_, i) => a + i);
+      await txn('c1', range(0, 10), true);
+      await txn('aborted', range(0, 11), false);
+      await txn('c3', range(5, 10), true);
+      await producer.disconnect();
+      const plain = kafka.producer();
+      await plain.connect();
+      await plain.send({ topic: 'txn.table', messages: [{ key: 'marker', value: 'before' }] });
+      // Before the cleaner, read_uncommitted sees the aborted records.
+      const before = await consumeToMarker(brokers, 'txn.table', true);
+      assert.equal(before.filter((r) => r.value?.startsWith('aborted-')).length, 11, 'the aborted records are in the log');
+
+      assert.ok((await broker.api('POST', '/api/v1/streams/txn.table/compact')) !== null);
+      await plain.send({ topic: 'txn.table', messages: [{ key: 'marker', value: 'end' }] });
+      await plain.disconnect();
+
+      const expected = [...latest.entries()].map(([key, x]) => ({ offset: x.offset, key, value: x.value })).sort((a, b) => a.offset - b.offset);
+      assert.equal(expected.length, 10);
+      assert.deepEqual(await consumeToMarker(brokers, 'txn.table', true), expected, 'KafkaJS read_uncommitted: the committed records at their offsets');
+      assert.deepEqual(await consumeToMarker(brokers, 'txn.table'), expected, 'KafkaJS read_committed: the same');
+      const viaKcat = (await kcatConsume(brokers[0], 'txn.table', ['-X', 'isolation.level=read_uncommitted']))
+        .filter((m) => m.key !== 'marker')
+        .map((m) => ({ offset: m.offset, key: m.key, value: m.payload }));
+      assert.deepEqual(viaKcat, expected, 'kcat read_uncommitted');
+      // Across a restart (the aborted list reloaded, the cleaner run again at the next compaction): the same.
+      broker = await broker.restart();
+      const after = [`127.0.0.1:${broker.ports.kafka}`];
+      assert.ok((await broker.api('POST', '/api/v1/streams/txn.table/compact')) !== null);
+      assert.deepEqual(await consumeToMarker(after, 'txn.table', true), expected, 'KafkaJS read_uncommitted after a restart');
     });
   });

@@ -19,7 +19,7 @@ import { KafkaCluster } from './cluster.js';
 import { KafkaBrokerConfigs } from './broker-configs.js';
 import { RuntimeSettings } from '../../control/index.js';
 import { FetchSessionCache } from './fetch-sessions.js';
-import { TransactionCoordinator } from './transactions/coordinator.js';
+import { TransactionCoordinator, abortedDocName } from './transactions/coordinator.js';
 import { MemoryControlStore, isControlStore } from '../../storage/metastore/control-store.js';
 // Registers the snappy, lz4 and zstd decompressors with the core.
 
@@ -102,12 +102,16 @@ export class KafkaAdapter {
       logger: ctx.logger,
     });
     const store = ctx.engine.store;
+    const txnStore = isControlStore(store) ? store : new MemoryControlStore();
     this.transactions = new TransactionCoordinator(
       ctx.engine,
-      isControlStore(store) ? store : new MemoryControlStore(),
+      txnStore,
       () => this.producerIdAllocator.allocate(),
       ctx.logger.child({ component: 'transactions' }),
     );
+    // The log cleaner shortens a partition's aborted list (compaction.ts): stored where the coordinator keeps it.
+    ctx.engine.transactions.persistAborted = (stream, partition, aborted) =>
+      txnStore.putControl('txn-aborted', abortedDocName(stream, partition), { stream, partition, aborted });
     this.fetchSessions = new FetchSessionCache({ maxSlots: options.fetchSessionCacheSlots, evictionMs: options.fetchSessionEvictionMs });
     this.cluster = options.cluster ? new KafkaCluster(options.cluster, this.groups, ctx.logger.child({ component: 'kafka-cluster' })) : null;
     // The SASL APIs are offered only when there is something to authenticate against; client quotas and SCRAM
@@ -132,10 +136,15 @@ export class KafkaAdapter {
   /**
    * Loads the transaction coordinator's state and finishes what a previous run left in flight, once, before the
    * first listener accepts a client (a read_committed fetch must know the aborted transactions). Not in cluster
-   * mode, where transactions are refused.
+   * mode, where transactions are refused. From then on the log cleaner may judge transactional batches.
    */
   startTransactions(): Promise<void> {
-    return (this.txnStart ??= this.cluster !== null ? Promise.resolve() : this.transactions.start());
+    return (this.txnStart ??=
+      this.cluster !== null
+        ? Promise.resolve()
+        : this.transactions.start().then(() => {
+            this.engine.transactions.loaded = true;
+          }));
   }
 
   /** A listener starts using this adapter (several listeners, e.g. plaintext and TLS, share one). */

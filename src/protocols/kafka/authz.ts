@@ -8,8 +8,11 @@
  * DescribeCluster/DescribeAcls/DescribeLogDirs, broker configs, client quotas and SCRAM credentials described →
  * `describe cluster:*`; CreateAcls/DeleteAcls, ElectLeaders, broker configs, client quotas and SCRAM credentials
  * altered → `alter cluster:*`; OffsetDelete → `delete group:` (and `subscribe stream:` per topic),
- * DescribeProducers → `subscribe stream:`. A refusal is the protocol's own error code:
- * TOPIC_/GROUP_/CLUSTER_AUTHORIZATION_FAILED.
+ * DescribeProducers → `subscribe stream:`; a transactional id (Kafka's TRANSACTIONAL_ID resource) → `publish
+ * transactional-id:` for InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit, EndTxn and a
+ * transactional Produce, `describe transactional-id:` (or publish, which implies it as Kafka's WRITE implies
+ * DESCRIBE) for FindCoordinator of a transaction, DescribeTransactions and ListTransactions' filter. A refusal is
+ * the protocol's own error code: TOPIC_/GROUP_/CLUSTER_/TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
  *
  * Checks go through the connection's Access, whose verdicts are cached per directory version: a policy changed
  * live applies to the next request of an open connection. Without access control everything is allowed.
@@ -49,3 +52,17 @@ export function mayCreateTopic(ctx: RequestContext, name: string): boolean {
 
 /** Kafka's cluster resource name (ACLs, DescribeConfigs of the cluster). */
 export const CLUSTER_NAME = 'kafka-cluster';
+
+/** May this connection use the transactional id (Kafka's WRITE on TRANSACTIONAL_ID)? */
+export function mayUseTransactionalId(ctx: RequestContext, id: string): boolean {
+  return allowed(ctx, 'publish', 'transactional-id', id);
+}
+
+/**
+ * May it describe the transactional id (Kafka's DESCRIBE, implied by WRITE)? `quiet`: for filtering a list, where
+ * what is left out is no denial.
+ */
+export function mayDescribeTransactionalId(ctx: RequestContext, id: string, quiet = false): boolean {
+  if (visible(ctx, 'describe', 'transactional-id', id) || visible(ctx, 'publish', 'transactional-id', id)) return true;
+  return !quiet && allowed(ctx, 'describe', 'transactional-id', id);
+}

@@ -7,8 +7,15 @@
  *   last pass are at least min.cleanable.dirty.ratio of them, or when a segment waited longer than
  *   max.compaction.lag.ms;
  * - what it keeps: per key, the record with the highest offset among those segments; records without a key (the
- *   Kafka Produce handler refuses them on compacted topics, other protocols may write some) and control batches;
- *   tombstones (a null value) until delete.retention.ms after their segment was sealed;
+ *   Kafka Produce handler refuses them on compacted topics, other protocols may write some); tombstones (a null
+ *   value) until delete.retention.ms after their segment was sealed;
+ * - transactions, as Kafka's cleaner (once the transaction state is loaded at start: TxnPartitions.loaded; a
+ *   partition holding transactional batches waits until then): it cleans only below the last stable offset (an open transaction's records
+ *   are not judged before its end); the records of aborted transactions go, and never count as a key's last record;
+ *   a transaction's control marker stays while any batch of its transaction is in the cleaned segments, and goes,
+ *   once a pass finds none (the records went in an earlier pass), past delete.retention.ms like tombstones. An
+ *   aborted transaction with no batch left leaves the partition's aborted list (stored before any marker goes), so
+ *   that no fetch names an aborted transaction whose marker is gone;
  * - how: each segment whose content changes becomes a new object (its key carries the owner's epoch and a
  *   generation, `<base>-<epoch>-c<gen>.seg`, so it collides neither with a sealed segment nor with another pass),
  *   holding the same offsets: batches keep their base offsets and last offset deltas, records their offsets
@@ -23,7 +30,7 @@
  * crash before the delayed delete leaves the old one (neither is ever read); cleaned offsets are not persisted, so
  * the first pass after a restart reads every segment again.
  */
-import { filterBatch, type StreamDef } from '../../core/index.js';
+import { ATTR_TRANSACTIONAL, filterBatch, readBatchInfo, type AbortedTxn, type StreamDef, type TxnPartitions } from '../../core/index.js';
 import type { SegmentMeta } from '../metastore/types.js';
 import { buildSegment, compactedKey } from './segment.js';
 import type { Partition } from './partition.js';
@@ -62,11 +69,15 @@ function settingsOf(def: StreamDef): CompactionSettings {
   };
 }
 
-/** The segments a pass may clean: committed ones from the first on, up to the first younger than min.compaction.lag.ms. */
-function cleanable(p: Partition, s: CompactionSettings, now: number): SegmentMeta[] {
+/**
+ * The segments a pass may clean: committed ones from the first on, up to the first younger than min.compaction.lag.ms
+ * or reaching past the last stable offset (records of an open transaction).
+ */
+function cleanable(p: Partition, s: CompactionSettings, now: number, txns: TxnPartitions | null): SegmentMeta[] {
   const out: SegmentMeta[] = [];
+  const lso = txns === null ? Number.MAX_SAFE_INTEGER : txns.lso(p.def.name, p.partition, Number.MAX_SAFE_INTEGER);
   for (const seg of p.segments) {
-    if (seg.maxTimestamp > now - s.minLagMs) break;
+    if (seg.maxTimestamp > now - s.minLagMs || seg.endOffset > lso) break;
     out.push(seg);
   }
   return out;
@@ -110,6 +121,7 @@ async function segmentBatches(lm: LogState, seg: SegmentMeta): Promise<Buffer[]>
 }
 
 const CONTROL = 0x20;
+const ATTRIBUTES = 21;
 const keyOf = (k: Buffer): string => k.toString('latin1');
 
 /**
@@ -133,20 +145,53 @@ export function compactPartition(lm: LogState, p: Partition, force = false): Pro
 async function runPass(lm: LogState, p: Partition, force: boolean): Promise<void> {
   const now = Date.now();
   const s = settingsOf(p.def);
-  const segs = cleanable(p, s, now);
+  const txns = lm.transactions;
+  const segs = cleanable(p, s, now, txns);
   if (!due(p, segs, s, now, force)) return;
   const pace = new Pace(lm.options.compactionBytesPerSec ?? 0);
-  // The offset map: the last offset of each key over the segments cleaned (Kafka's SkimpyOffsetMap, here exact).
+  const stream = p.def.name;
+  const aborted = (b: Buffer): boolean => txns !== null && txns.isAborted(stream, p.partition, readBatchInfo(b));
+  // The offset map: the last offset of each key over the segments cleaned (Kafka's SkimpyOffsetMap, here exact),
+  // aborted records left out. And the markers whose transaction has no batch left here (by offset).
   const last = new Map<string, number>();
+  const emptied = new Set<number>();
+  const abortedAt = new Map<number, number[]>(); // producer id -> offsets of its aborted batches still here
+  const open = new Set<bigint>(); // producers with a batch seen since their last marker
   for (const seg of segs) {
     for (const b of await segmentBatches(lm, seg)) {
-      if ((b.readInt16BE(21) & CONTROL) !== 0) continue;
+      const attributes = b.readInt16BE(ATTRIBUTES);
+      // Transaction state not loaded yet (a broker starting): this partition waits for a later pass.
+      if ((attributes & ATTR_TRANSACTIONAL) !== 0 && txns !== null && !txns.loaded) return;
+      if ((attributes & CONTROL) !== 0) {
+        const info = readBatchInfo(b);
+        if (!open.delete(info.producerId)) emptied.add(info.baseOffset);
+        continue;
+      }
+      if ((attributes & ATTR_TRANSACTIONAL) !== 0) {
+        const info = readBatchInfo(b);
+        open.add(info.producerId);
+        if (aborted(b)) {
+          const pid = Number(info.producerId);
+          const l = abortedAt.get(pid);
+          if (l) l.push(info.baseOffset);
+          else abortedAt.set(pid, [info.baseOffset]);
+          continue;
+        }
+      }
       filterBatch(b, (r) => {
         if (r.key !== null) last.set(keyOf(r.key), r.offset);
         return true;
       });
     }
     await pace.take(seg.size);
+  }
+  // Aborted transactions with no record left leave the list (stored) before any marker may go: those ending in the
+  // cleaned segments of which no batch was found (a marker written twice, by a coordinator completing an abort again
+  // after a crash, leaves the list entry to whichever batches remain).
+  if (txns !== null && segs.length > 0) {
+    const end = segs[segs.length - 1].endOffset;
+    const holds = (a: AbortedTxn) => (abortedAt.get(a.producerId) ?? []).some((o) => a.firstOffset <= o && o < a.lastOffset);
+    await txns.dropAborted(stream, p.partition, (a) => a.lastOffset < end && !holds(a));
   }
   let removed = 0;
   for (const seg of segs) {
@@ -155,8 +200,17 @@ async function runPass(lm: LogState, p: Partition, force: boolean): Promise<void
     const kept: Buffer[] = [];
     let changed = false;
     for (const b of await segmentBatches(lm, seg)) {
-      if ((b.readInt16BE(21) & CONTROL) !== 0) {
-        kept.push(b);
+      const attributes = b.readInt16BE(ATTRIBUTES);
+      if ((attributes & CONTROL) !== 0) {
+        if (tombstonesGo && emptied.has(readBatchInfo(b).baseOffset)) {
+          changed = true;
+          removed++;
+        } else kept.push(b);
+        continue;
+      }
+      if ((attributes & ATTR_TRANSACTIONAL) !== 0 && aborted(b)) {
+        changed = true;
+        removed += readBatchInfo(b).recordCount;
         continue;
       }
       const out = filterBatch(b, (r) => {

@@ -8,7 +8,7 @@
  * The rooms are functions over it (log-manager.ts lists them).
  */
 import type { Logger } from 'pino';
-import { CoalescingTask, FlowError, NO_STREAM_DEFAULTS, type StreamDef, type StreamDefaults } from '../../core/index.js';
+import { CoalescingTask, FlowError, NO_STREAM_DEFAULTS, type StreamDef, type StreamDefaults, type TxnPartitions } from '../../core/index.js';
 import type { Metastore } from '../metastore/types.js';
 import type { ObjectStore } from '../objects/types.js';
 import type { WalEntry, WriteAheadLog } from '../wal/types.js';
@@ -161,6 +161,8 @@ export abstract class LogState {
   /** Compaction: replaced segment objects waiting for their readers, by key; whether a cleaner round runs. */
   readonly pendingDeletes = new Map<string, NodeJS.Timeout>();
   compactionRunning = false;
+  /** The engine's Kafka transaction state (useTransactions): the cleaner drops aborted records with it. */
+  transactions: TxnPartitions | null = null;
   readonly recentBudget: number;
   memoryTrimmedAt = Date.now();
   readonly stats = newLogStats();
@@ -177,6 +179,11 @@ export abstract class LogState {
     this.defs = owned ? new Map() : null;
     this.recentBudget = options.recentBytes ?? Math.min(64 * 1024 * 1024, Math.floor(options.maxUnsealedBytes / 4));
     this.memory = new BatchMemory(options.batchMemoryBytes ?? options.maxUnsealedBytes + this.recentBudget + 64 * 1024 * 1024);
+  }
+
+  /** StreamStorage.useTransactions: the engine hands its transaction state over at its creation. */
+  useTransactions(txns: TxnPartitions): void {
+    this.transactions = txns;
   }
 
   /**

@@ -334,13 +334,21 @@ describe('kafka ACL ↔ policy mapping', () => {
     const cluster = bindingPolicy({ ...acl, resourceType: Res.CLUSTER, resourceName: 'kafka-cluster', operation: Op.ALTER });
     assert.deepEqual(cluster.resources, ['cluster:*']);
     assert.equal(bindingPolicy({ ...acl, operation: Op.IDEMPOTENT_WRITE }).actions[0], 'publish');
+    // Kafka's TRANSACTIONAL_ID resource: literal and prefixed, both ways.
+    const txn = { ...acl, resourceType: Res.TRANSACTIONAL_ID, resourceName: 'etl-', patternType: Pat.PREFIXED, operation: Op.WRITE };
+    const tp = bindingPolicy(txn);
+    assert.deepEqual([tp.actions, tp.resources], [['publish'], ['transactional-id:etl-*']]);
+    assert.deepEqual(policyBindings({ ...tp, createdAt: 0 }), [txn]);
+    const lit = { ...acl, resourceType: Res.TRANSACTIONAL_ID, resourceName: 'etl-1', operation: Op.DESCRIBE };
+    assert.deepEqual(bindingPolicy(lit).resources, ['transactional-id:etl-1']);
+    assert.deepEqual(policyBindings({ ...bindingPolicy(lit), createdAt: 0 }), [lit]);
   });
 
   it('refuses what does not map', () => {
     for (const bad of [
       { ...acl, host: '10.0.0.1' },
       { ...acl, principal: 'alice' },
-      { ...acl, resourceType: Res.TRANSACTIONAL_ID },
+      { ...acl, resourceType: Res.DELEGATION_TOKEN },
       { ...acl, operation: Op.CLUSTER_ACTION },
       { ...acl, resourceType: Res.CLUSTER, resourceName: 'other' },
       { ...acl, patternType: Pat.MATCH },

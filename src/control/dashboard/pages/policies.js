@@ -26,7 +26,11 @@ export async function render(view) {
       h('label.check', all, ' all (*)'),
       boxes.map((b) => h('label.check', b, ` ${b.value}`)),
     ),
-    field('Resources', resources, 'kind:pattern — kinds topic, stream, queue, exchange, group, cluster; topics take MQTT filters, others exact, prefix* or *'),
+    field(
+      'Resources',
+      resources,
+      'kind:pattern — kinds topic, stream, queue, exchange, group, transactional-id, cluster; topics take MQTT filters, others exact, prefix* or *',
+    ),
     field('Principals', principals, 'user:NAME, group:NAME or everyone'),
     field('Description', description),
     submit,

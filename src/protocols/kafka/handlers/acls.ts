@@ -4,7 +4,8 @@
  *
  * Mapping (one ACL binding ↔ one policy of one action, one resource, one principal):
  *   principal    User:alice ↔ user:alice, User:* ↔ everyone, Group:ops ↔ group:ops (FlowMQ's groups)
- *   resource     TOPIC ↔ stream:, GROUP ↔ group:, CLUSTER (kafka-cluster) ↔ cluster:*
+ *   resource     TOPIC ↔ stream:, GROUP ↔ group:, TRANSACTIONAL_ID ↔ transactional-id:, CLUSTER (kafka-cluster)
+ *                ↔ cluster:*
  *   pattern      LITERAL name ↔ exact name (`*` ↔ every name), PREFIXED name ↔ `name*`
  *   operation    READ ↔ subscribe, WRITE and IDEMPOTENT_WRITE ↔ publish, CREATE, DELETE, ALTER, DESCRIBE ↔ the
  *                same, DESCRIBE_CONFIGS ↔ describe, ALTER_CONFIGS ↔ alter, ALL ↔ every action (`*`)
@@ -83,6 +84,7 @@ const OPERATION_OF_ACTION = new Map<string, number>([
 const KIND_OF_TYPE = new Map<number, string>([
   [AclResourceType.TOPIC, 'stream'],
   [AclResourceType.GROUP, 'group'],
+  [AclResourceType.TRANSACTIONAL_ID, 'transactional-id'],
   [AclResourceType.CLUSTER, 'cluster'],
 ]);
 
@@ -105,8 +107,9 @@ function kafkaResources(r: string): Array<{ resourceType: number; resourceName: 
   const cluster = { resourceType: AclResourceType.CLUSTER, resourceName: CLUSTER_NAME, patternType: AclPatternType.LITERAL };
   if (kind === 'stream') return [named(AclResourceType.TOPIC)];
   if (kind === 'group') return [named(AclResourceType.GROUP)];
+  if (kind === 'transactional-id') return [named(AclResourceType.TRANSACTIONAL_ID)];
   if (kind === 'cluster') return [cluster];
-  if (kind === '*') return [named(AclResourceType.TOPIC), named(AclResourceType.GROUP), cluster];
+  if (kind === '*') return [named(AclResourceType.TOPIC), named(AclResourceType.GROUP), named(AclResourceType.TRANSACTIONAL_ID), cluster];
   return [];
 }
 
@@ -133,7 +136,7 @@ export function policyBindings(def: PolicyDef): AclBinding[] {
 /** The policy one CreateAcls binding becomes; throws AclProblem (INVALID_REQUEST) for what cannot map. */
 export function bindingPolicy(b: AclBinding): Omit<PolicyDef, 'createdAt'> {
   const kind = KIND_OF_TYPE.get(b.resourceType);
-  if (kind === undefined) throw new AclProblem(`resource type ${b.resourceType} is not supported (TOPIC, GROUP or CLUSTER)`);
+  if (kind === undefined) throw new AclProblem(`resource type ${b.resourceType} is not supported (TOPIC, GROUP, TRANSACTIONAL_ID or CLUSTER)`);
   let resource: string;
   if (kind === 'cluster') {
     if (b.resourceName !== CLUSTER_NAME || b.patternType !== AclPatternType.LITERAL)

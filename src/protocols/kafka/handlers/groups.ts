@@ -37,7 +37,7 @@ import type { RequestContext } from '../route.js';
 import { advertisedAddress } from './metadata.js';
 import type { GroupGate } from '../cluster.js';
 import { isFlowError, type OffsetCommit } from '../../../core/index.js';
-import { allowed, visible } from '../authz.js';
+import { allowed, mayDescribeTransactionalId, visible } from '../authz.js';
 import { streamByTopicId, topicIdOf } from '../topic-ids.js';
 
 const GROUP_DENIED = KafkaErrorCode.GROUP_AUTHORIZATION_FAILED;
@@ -69,13 +69,17 @@ export function handleFindCoordinator(ctx: RequestContext, req: FindCoordinatorR
     const valid = req.keyType === KEY_TYPE_GROUP || req.keyType === KEY_TYPE_TRANSACTION;
     // A group's coordinator is found by those who may use the group, or describe it (admin tools).
     const denied = valid && req.keyType === KEY_TYPE_GROUP && !visible(ctx, 'describe', 'group', key) && !mayUseGroup(ctx, key);
+    // A transaction's, by those who may describe its transactional id (Kafka's DESCRIBE, implied by WRITE).
+    const txnDenied = valid && req.keyType === KEY_TYPE_TRANSACTION && !mayDescribeTransactionalId(ctx, key);
     const errorCode = !valid
       ? KafkaErrorCode.INVALID_REQUEST
-      : denied
-        ? GROUP_DENIED
-        : ctx.adapter.groups.isClosed()
-          ? KafkaErrorCode.COORDINATOR_NOT_AVAILABLE
-          : KafkaErrorCode.NONE;
+      : txnDenied
+        ? KafkaErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        : denied
+          ? GROUP_DENIED
+          : ctx.adapter.groups.isClosed()
+            ? KafkaErrorCode.COORDINATOR_NOT_AVAILABLE
+            : KafkaErrorCode.NONE;
     const ok = errorCode === KafkaErrorCode.NONE;
     if (ok && kc !== null && nodes !== null && req.keyType === KEY_TYPE_GROUP) {
       // A group's coordinator is its placement broker (transactions are refused by any broker: this one answers).

@@ -31,7 +31,7 @@ import { kafkaErrorCode } from '../errors.js';
 import { CLOSE_CONNECTION, type HandlerResult, type RequestContext } from '../route.js';
 import { batchProblem } from '../validate.js';
 import { storageRefusal } from '../../storage-refusal.js';
-import { allowed, mayCreateTopic } from '../authz.js';
+import { allowed, mayCreateTopic, mayUseTransactionalId } from '../authz.js';
 import { produceLimits } from '../topic-configs.js';
 import { streamByTopicId } from '../topic-ids.js';
 import { brokerList } from './metadata.js';
@@ -193,11 +193,17 @@ export function handleProduce(ctx: RequestContext, req: ProduceRequest): Handler
   const deferred: Promise<void>[] = [];
   const tally: Tally = { records: 0, bytes: 0 };
   const byId = ctx.header.apiVersion >= 13;
+  // A transactional producer's records need its transactional id (Kafka's WRITE on it) besides each topic.
+  const txnDenied = req.transactionalId !== null && !mayUseTransactionalId(ctx, req.transactionalId);
   for (const t of req.topics) {
     const rs = t.partitions.map((p) => result(p.index));
     results.push(rs);
     if (!validAcks) {
       for (const r of rs) fail(r, KafkaErrorCode.INVALID_REQUIRED_ACKS, `acks must be 0, 1 or -1, not ${req.acks}`);
+      continue;
+    }
+    if (txnDenied) {
+      for (const r of rs) fail(r, KafkaErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, `not authorized to use transactional id "${req.transactionalId}"`);
       continue;
     }
     if (byId) {

@@ -8,15 +8,21 @@
  * (../transactions/coordinator.ts): a stable producer id per transactional id, its epoch bumped by every
  * initialization, which fences the previous incarnation. In cluster mode transactions are not coordinated yet: a
  * transactional id is refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED, a non-retriable error, so that a
- * transactional producer fails at once instead of retrying forever.
+ * transactional producer fails at once instead of retrying forever. A principal not allowed `publish
+ * transactional-id:<id>` (Kafka's WRITE on the TRANSACTIONAL_ID) gets the same error, as from Kafka.
  */
 import { KafkaErrorCode, type InitProducerIdRequest, type InitProducerIdResponse } from '../codec/index.js';
 import { kafkaErrorCode } from '../errors.js';
 import type { RequestContext } from '../route.js';
+import { mayUseTransactionalId } from '../authz.js';
 
 export async function handleInitProducerId(ctx: RequestContext, req: InitProducerIdRequest): Promise<InitProducerIdResponse> {
   const res = { throttleTimeMs: 0, errorCode: KafkaErrorCode.NONE as number, producerId: -1, producerEpoch: -1 };
   if (req.transactionalId !== null) {
+    if (!mayUseTransactionalId(ctx, req.transactionalId)) {
+      res.errorCode = KafkaErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
+      return res;
+    }
     if (ctx.adapter.cluster !== null) {
       res.errorCode = KafkaErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
       return res;

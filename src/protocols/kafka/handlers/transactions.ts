@@ -5,6 +5,10 @@
  *
  * An older epoch is PRODUCER_FENCED from the versions that know it (AddPartitionsToTxn and AddOffsetsToTxn v2,
  * EndTxn v2, TxnOffsetCommit v3; KIP-588), INVALID_PRODUCER_EPOCH before.
+ *
+ * Authorization (authz.ts): each request needs `publish transactional-id:<id>` first (Kafka's WRITE on the
+ * TRANSACTIONAL_ID), else TRANSACTIONAL_ID_AUTHORIZATION_FAILED; DescribeTransactions answers that per id without
+ * describe, ListTransactions leaves such ids out.
  */
 import {
   KafkaErrorCode,
@@ -24,7 +28,7 @@ import {
 import type { RequestContext } from '../route.js';
 import { TXN_STATES } from '../transactions/coordinator.js';
 import { mayUseGroup } from './groups.js';
-import { allowed } from '../authz.js';
+import { allowed, mayDescribeTransactionalId, mayUseTransactionalId } from '../authz.js';
 
 const fenced = (ctx: RequestContext, from: number): number =>
   ctx.header.apiVersion >= from ? KafkaErrorCode.PRODUCER_FENCED : KafkaErrorCode.INVALID_PRODUCER_EPOCH;
@@ -35,7 +39,7 @@ const unavailable = (ctx: RequestContext): boolean => ctx.adapter.cluster !== nu
 export async function handleAddPartitionsToTxn(ctx: RequestContext, req: AddPartitionsToTxnRequest): Promise<AddPartitionsToTxnResponse> {
   const parts = req.topics.flatMap((t) => t.partitions.map((partition) => ({ stream: t.name, partition })));
   let codes: number[];
-  if (unavailable(ctx)) codes = parts.map(() => KafkaErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED);
+  if (!mayUseTransactionalId(ctx, req.transactionalId) || unavailable(ctx)) codes = parts.map(() => KafkaErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED);
   else if (req.topics.some((t) => !allowed(ctx, 'publish', 'stream', t.name))) {
     codes = parts.map((p) =>
       allowed(ctx, 'publish', 'stream', p.stream) ? KafkaErrorCode.OPERATION_NOT_ATTEMPTED : KafkaErrorCode.TOPIC_AUTHORIZATION_FAILED,
@@ -49,7 +53,8 @@ export async function handleAddPartitionsToTxn(ctx: RequestContext, req: AddPart
 }
 
 export async function handleAddOffsetsToTxn(ctx: RequestContext, req: AddOffsetsToTxnRequest): Promise<AddOffsetsToTxnResponse> {
-  if (unavailable(ctx)) return { throttleTimeMs: 0, errorCode: KafkaErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED };
+  if (!mayUseTransactionalId(ctx, req.transactionalId) || unavailable(ctx))
+    return { throttleTimeMs: 0, errorCode: KafkaErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED };
   if (!mayUseGroup(ctx, req.groupId)) return { throttleTimeMs: 0, errorCode: KafkaErrorCode.GROUP_AUTHORIZATION_FAILED };
   const errorCode = await ctx.adapter.transactions.addOffsets(req.transactionalId, req.producerId, req.producerEpoch, req.groupId, fenced(ctx, 2));
   return { throttleTimeMs: 0, errorCode };
@@ -60,7 +65,7 @@ export async function handleTxnOffsetCommit(ctx: RequestContext, req: TxnOffsetC
     throttleTimeMs: 0,
     topics: req.topics.map((t) => ({ name: t.name, partitions: t.partitions.map((p) => ({ partitionIndex: p.partitionIndex, errorCode: code(t.name) })) })),
   });
-  if (unavailable(ctx)) return answer(() => KafkaErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED);
+  if (!mayUseTransactionalId(ctx, req.transactionalId) || unavailable(ctx)) return answer(() => KafkaErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED);
   if (!mayUseGroup(ctx, req.groupId)) return answer(() => KafkaErrorCode.GROUP_AUTHORIZATION_FAILED);
   const unknown = (name: string): boolean => ctx.adapter.engine.getStream(name) === undefined;
   if (req.topics.some((t) => unknown(t.name))) {
@@ -81,7 +86,8 @@ export async function handleTxnOffsetCommit(ctx: RequestContext, req: TxnOffsetC
 }
 
 export async function handleEndTxn(ctx: RequestContext, req: EndTxnRequest): Promise<EndTxnResponse> {
-  if (unavailable(ctx)) return { throttleTimeMs: 0, errorCode: KafkaErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED };
+  if (!mayUseTransactionalId(ctx, req.transactionalId) || unavailable(ctx))
+    return { throttleTimeMs: 0, errorCode: KafkaErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED };
   try {
     const errorCode = await ctx.adapter.transactions.endTxn(req.transactionalId, req.producerId, req.producerEpoch, req.committed, fenced(ctx, 2));
     return { throttleTimeMs: 0, errorCode };
@@ -96,10 +102,10 @@ export function handleDescribeTransactions(ctx: RequestContext, req: DescribeTra
   return {
     throttleTimeMs: 0,
     transactionStates: req.transactionalIds.map((id) => {
-      const m = ctx.adapter.transactions.get(id);
-      if (m === undefined) {
+      const m = mayDescribeTransactionalId(ctx, id) ? ctx.adapter.transactions.get(id) : null;
+      if (m === undefined || m === null) {
         return {
-          errorCode: KafkaErrorCode.TRANSACTIONAL_ID_NOT_FOUND,
+          errorCode: m === null ? KafkaErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED : KafkaErrorCode.TRANSACTIONAL_ID_NOT_FOUND,
           transactionalId: id,
           transactionState: '',
           transactionTimeoutMs: 0,
@@ -135,6 +141,7 @@ export function handleListTransactions(ctx: RequestContext, req: ListTransaction
   const durationFilter = req.durationFilter;
   const states = ctx.adapter.transactions
     .list()
+    .filter((m) => mayDescribeTransactionalId(ctx, m.transactionalId, true))
     .filter((m) => req.stateFilters.length === 0 || req.stateFilters.includes(m.state))
     .filter((m) => req.producerIdFilters.length === 0 || req.producerIdFilters.includes(m.producerId))
     // v1 (KIP-994): only transactions running longer than this many ms.
