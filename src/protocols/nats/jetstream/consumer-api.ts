@@ -10,9 +10,9 @@ import type { ConsumerGroupAdmin, GroupDetail, GroupSummary } from '../../../con
 import { FlowError, makeMessage } from '../../../core/index.js';
 import { consumerKey, targetOf } from './cluster.js';
 import { checkConsumerUpdate, normalizeConsumerConfig, type ConsumerConfig } from './config.js';
-import { Consumer, type PullRequest } from './consumer.js';
+import { Consumer, type LastPerSubject, type PullRequest } from './consumer.js';
 import { JsErr } from './errors.js';
-import { isoTime, lastMatching, streamSubjects } from './stream-info.js';
+import { isoTime, lastMatching, scanLog, streamSubjects } from './stream-info.js';
 import { isValidApiName, levelsToTokens, subjectMatches } from './subjects.js';
 import {
   BAD_JSON,
@@ -71,13 +71,19 @@ export async function consumerCreate(js: JetStreamState, t: string[], body: stri
     return typed(T_, consumerInfoJson(existing));
   }
   if (js.consumerCount() >= js.maxConsumers) return typed(T_, { error: JsErr.maximumConsumers() });
-  const floor = await startFloor(js, stream, cfg);
+  const lps = cfg.deliver_policy === 'last_per_subject' ? await lastPerSubject(js, stream, cfg.filter_subject) : null;
+  let floor: number;
+  if (lps !== null) {
+    floor = lps.until;
+    for (const q of lps.seqs) floor = Math.min(floor, q - 1);
+  } else floor = await startFloor(js, stream, cfg);
   const c = new Consumer(js, stream, name, cfg, Date.now(), !ephemeral, {
     deliveredSeq: floor,
     deliveredConsumerSeq: 0,
     ackFloor: floor,
     acked: [],
   });
+  c.lps = lps;
   // A name may have been taken while the start position was looked up.
   const raced = js.getConsumer(stream, name);
   if (raced) return typed(T_, consumerInfoJson(raced));
@@ -100,6 +106,20 @@ export async function consumerCreate(js: JetStreamState, t: string[], body: stri
     }
   }
   return typed(T_, consumerInfoJson(c));
+}
+
+/** The last sequence of each subject the filter matches, as the stream is now (deliver_policy last_per_subject). */
+export async function lastPerSubject(js: JetStreamState, stream: string, filter: string | undefined): Promise<LastPerSubject> {
+  await js.freshen(stream);
+  const view = await js.freshView(stream);
+  if (view !== null) return { until: view.scanned, seqs: view.lastPerSubject(filter) };
+  // No view: one pass over the log.
+  const { highWatermark } = js.engine.offsets(stream, 0);
+  const last = new Map<string, number>();
+  await scanLog(js.engine, stream, highWatermark, (seq, m) => {
+    if (filter === undefined || subjectMatches(filter, m.topic)) last.set(m.topic, seq);
+  });
+  return { until: highWatermark, seqs: new Set(last.values()) };
 }
 
 /** The ack floor a new consumer starts from (its deliver policy). */
