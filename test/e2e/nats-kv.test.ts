@@ -149,12 +149,20 @@ describe('e2e: NATS KV buckets over FlowMQ streams', () => {
     assert.deepEqual(seen, ['x=x2', 'y=y1', 'z=z1', 'x=DEL', 'end=.']);
   });
 
-  it('a bucket with max_bytes and ttl is created; a key expires with the ttl', async () => {
-    const kv = await nc.jetstream().views.kv('ttl', { ttl: 1000, history: 1 });
+  it('a bucket with max_bytes refuses puts past it; a bucket with a ttl reports it', async () => {
+    const kv = await nc.jetstream().views.kv('mb', { max_bytes: 200, history: 1 });
     const st = await kv.status();
-    assert.equal(st.ttl, 1000);
-    await kv.put('t', sc.encode('1'));
-    assert.equal(sc.decode((await kv.get('t'))!.value), '1');
+    assert.equal(st.max_bytes, 200);
+    await kv.put('a', new Uint8Array(100));
+    await assert.rejects(kv.put('b', new Uint8Array(100)), /maximum bytes exceeded/);
+    // A smaller value fits; a key at its history limit may be replaced (nats-server's rule).
+    await kv.put('b', new Uint8Array(10));
+    await kv.put('a', new Uint8Array(100));
+    assert.equal((await kv.status()).values, 2);
+    const t = await nc.jetstream().views.kv('ttl', { ttl: 60_000, history: 1 });
+    assert.equal((await t.status()).ttl, 60_000);
+    await t.put('t', sc.encode('1'));
+    assert.equal(sc.decode((await t.get('t'))!.value), '1');
   });
 
   it('enforces deny_delete, Nats-Rollup permission and purge by subject/keep at the stream level', async () => {

@@ -24,7 +24,7 @@ import { retriable } from './cluster.js';
 import { JsErr, type ApiError } from './errors.js';
 import { DEFAULT_DUPLICATE_WINDOW_NS, isoTime, lastMatching } from './stream-info.js';
 import { subjectMatches } from './subjects.js';
-import { jsOptions, type StreamView } from './stream-view.js';
+import { jsOptions, storedSize, type StreamView } from './stream-view.js';
 import { BAD_JSON, errText, isCount, JetStreamState, type Json, parseJson, typed } from './service-state.js';
 
 /** A JetStream publish whose PubAck (or error) goes to `to`: a reply topic, or (cluster mode) a callback. */
@@ -39,7 +39,7 @@ export function publishWith(js: JetStreamState, msg: Message, to: string | ((bod
   const expLastSubj = plain ? undefined : headerValue(msg, 'Nats-Expected-Last-Subject-Sequence');
   const rollup = plain ? undefined : headerValue(msg, 'Nats-Rollup');
   const view = plain && js.views.size === 0 ? null : viewTarget(js, msg.topic);
-  if (!checked && (expLastSubj !== undefined || rollup !== undefined || (view !== null && view.opts.discardNewPerSubject))) {
+  if (!checked && (expLastSubj !== undefined || rollup !== undefined || (view !== null && refusesNew(view)))) {
     const t = capturing(js, msg.topic)[0];
     const where = t === undefined || js.cluster === null || !forward ? undefined : js.engine.storage.locate?.(t.name, 0);
     // Cluster mode: checked where the partition is written (forwarded below).
@@ -138,6 +138,13 @@ export function publishWith(js: JetStreamState, msg: Message, to: string | ((bod
   return info;
 }
 
+/** Whether a stream refuses publishes at its limits (discard new), so that each must be checked against the view. */
+function refusesNew(v: StreamView | null): boolean {
+  if (v === null) return false;
+  const o = v.opts;
+  return o.discardNewPerSubject || (o.discardNew && (o.maxMsgs > 0 || o.maxBytes > 0));
+}
+
 /** The view (stream-view.ts) of the first stream capturing `topic`, or null. */
 function viewTarget(js: JetStreamState, topic: string): StreamView | null {
   const t = capturing(js, topic)[0];
@@ -167,7 +174,7 @@ function subjectChecked(
     // nats-server's order and texts (stream.go processJetStreamMsg).
     if (!opts.allowRollup || opts.denyPurge) return refuse(JsErr.rollupFailed('rollup not permitted'));
     if (rollup !== 'sub' && rollup !== 'all') return refuse(JsErr.rollupFailed(`rollup value invalid: ${JSON.stringify(rollup)}`));
-    if (expLastSubj === undefined && !opts.discardNewPerSubject) {
+    if (expLastSubj === undefined && !refusesNew(js.viewOf(stream))) {
       publishWith(js, msg, to, forward, true);
       return;
     }
@@ -190,6 +197,14 @@ function subjectChecked(
       if (expLastSubj !== undefined && expLastSubj.trim() !== String(last)) return refuse(JsErr.wrongLastSequence(last));
       if (v !== null && opts.discardNewPerSubject && opts.maxMsgsPerSubject > 0 && (v.bySubject.get(msg.topic)?.length ?? 0) >= opts.maxMsgsPerSubject) {
         return refuse(JsErr.streamStoreFailed('maximum messages per subject exceeded'));
+      }
+      // nats-server's discard new (filestore.go storeRawMsg): refused at a stream limit, unless the message replaces
+      // one of its subject's (at max_msgs_per_subject).
+      const atSubjectLimit = opts.maxMsgsPerSubject > 0 && (v?.bySubject.get(msg.topic)?.length ?? 0) >= opts.maxMsgsPerSubject;
+      if (v !== null && opts.discardNew && !atSubjectLimit) {
+        if (opts.maxMsgs > 0 && v.bySeq.size >= opts.maxMsgs) return refuse(JsErr.streamStoreFailed('maximum messages exceeded'));
+        const size = storedSize(msg.topic.length, msg.natsHeaders?.length ?? 0, msg.payload.length);
+        if (opts.maxBytes > 0 && v.bytes + size >= opts.maxBytes) return refuse(JsErr.streamStoreFailed('maximum bytes exceeded'));
       }
       const info = publishWith(js, msg, to, forward, true);
       // Nothing captured it (the stream went away meanwhile): the caller hears nothing else.

@@ -22,8 +22,8 @@ export function streamConfigJson(def: StreamDef, duplicateWindowNs: number): Rec
     subjects: streamSubjects(def),
     retention: 'limits',
     max_consumers: -1,
-    max_msgs: -1,
-    max_bytes: -1,
+    max_msgs: o.maxMsgs,
+    max_bytes: o.maxBytes,
     max_age: def.retentionMs === null ? 0 : def.retentionMs * 1e6,
     max_msgs_per_subject: o.maxMsgsPerSubject,
     max_msg_size: -1,
@@ -69,7 +69,7 @@ export async function streamState(engine: Engine, def: StreamDef, consumers: num
     const base = first > 0 ? first : highWatermark + 1;
     return {
       messages: live,
-      bytes: 0,
+      bytes: view.bytes,
       first_seq: highWatermark === 0 ? 0 : base,
       first_ts: live > 0 ? await timestampAt(engine, def.name, first - 1) : ZERO_TIME,
       last_seq: highWatermark,
@@ -109,8 +109,6 @@ export interface StreamSpecFromJs {
 const NEUTRAL: Array<[string, (v: unknown) => boolean, string]> = [
   ['retention', (v) => v === undefined || v === 'limits', 'retention policies other than limits'],
   ['max_consumers', (v) => v === undefined || v === -1 || v === 0, 'max_consumers'],
-  ['max_msgs', (v) => v === undefined || v === -1 || v === 0, 'max_msgs (use max_age)'],
-  ['max_bytes', (v) => v === undefined || v === -1 || v === 0, 'max_bytes (use max_age)'],
   ['max_msg_size', (v) => v === undefined || v === -1 || v === 0, 'max_msg_size'],
   ['mirror', (v) => v === undefined || v === null, 'mirrors'],
   ['sources', (v) => v === undefined || v === null || (Array.isArray(v) && v.length === 0), 'sources'],
@@ -161,6 +159,9 @@ export function parseStreamConfig(raw: unknown, subjectName: string): StreamSpec
   if (typeof dup !== 'number' || !Number.isSafeInteger(dup) || dup < 0) return JsErr.invalidJson();
   const perSubject = r.max_msgs_per_subject ?? -1;
   if (typeof perSubject !== 'number' || !Number.isSafeInteger(perSubject) || perSubject < -1) return JsErr.invalidJson();
+  const maxMsgs = r.max_msgs ?? -1;
+  const maxBytes = r.max_bytes ?? -1;
+  for (const v of [maxMsgs, maxBytes]) if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < -1) return JsErr.invalidJson();
   const flags: Record<string, boolean> = {};
   for (const k of ['allow_rollup_hdrs', 'deny_delete', 'deny_purge', 'allow_direct', 'discard_new_per_subject']) {
     const v = r[k] ?? false;
@@ -175,6 +176,8 @@ export function parseStreamConfig(raw: unknown, subjectName: string): StreamSpec
   }
   return {
     options: {
+      maxMsgs: (maxMsgs as number) > 0 ? (maxMsgs as number) : -1,
+      maxBytes: (maxBytes as number) > 0 ? (maxBytes as number) : -1,
       maxMsgsPerSubject: perSubject > 0 ? perSubject : -1,
       allowRollup: flags.allow_rollup_hdrs,
       denyDelete: flags.deny_delete,

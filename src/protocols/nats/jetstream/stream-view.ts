@@ -34,6 +34,9 @@ export interface DeleteRule {
 
 /** The JetStream stream options FlowMQ keeps in the stream's configs (`nats.*`). */
 export interface JsStreamOptions {
+  /** Stream limits on live messages and their bytes (-1: none): the oldest go (discard old) or publishes are refused. */
+  maxMsgs: number;
+  maxBytes: number;
   maxMsgsPerSubject: number;
   allowRollup: boolean;
   denyDelete: boolean;
@@ -59,7 +62,13 @@ export function jsOptions(def: StreamDef): JsStreamOptions {
     }
   }
   const n = Number(c['nats.max_msgs_per_subject'] ?? -1);
+  const limit = (k: string): number => {
+    const v = Number(c[k] ?? -1);
+    return Number.isSafeInteger(v) && v > 0 ? v : -1;
+  };
   return {
+    maxMsgs: limit('nats.max_msgs'),
+    maxBytes: limit('nats.max_bytes'),
     maxMsgsPerSubject: Number.isSafeInteger(n) && n > 0 ? n : -1,
     allowRollup: c['nats.allow_rollup_hdrs'] === 'true',
     denyDelete: c['nats.deny_delete'] === 'true',
@@ -74,6 +83,8 @@ export function jsOptions(def: StreamDef): JsStreamOptions {
 /** The `nats.*` configs of a stream with these options (the others of `configs` are kept by the caller). */
 export function optionConfigs(o: Omit<JsStreamOptions, 'rules'>, rules: DeleteRule[]): Record<string, string> {
   const out: Record<string, string> = {};
+  if (o.maxMsgs > 0) out['nats.max_msgs'] = String(o.maxMsgs);
+  if (o.maxBytes > 0) out['nats.max_bytes'] = String(o.maxBytes);
   if (o.maxMsgsPerSubject > 0) out['nats.max_msgs_per_subject'] = String(o.maxMsgsPerSubject);
   if (o.allowRollup) out['nats.allow_rollup_hdrs'] = 'true';
   if (o.denyDelete) out['nats.deny_delete'] = 'true';
@@ -86,7 +97,12 @@ export function optionConfigs(o: Omit<JsStreamOptions, 'rules'>, rules: DeleteRu
 }
 
 export function needsView(o: JsStreamOptions): boolean {
-  return o.maxMsgsPerSubject > 0 || o.allowRollup || o.rules.length > 0;
+  return o.maxMsgs > 0 || o.maxBytes > 0 || o.maxMsgsPerSubject > 0 || o.allowRollup || o.rules.length > 0;
+}
+
+/** A message's size as nats-server's file store counts it (stream bytes, max_bytes): its record plus framing. */
+export function storedSize(subjectLength: number, headerLength: number, payloadLength: number): number {
+  return subjectLength + headerLength + payloadLength + 30;
 }
 
 function ownTopic(stream: string): string {
@@ -98,6 +114,9 @@ export class StreamView {
   readonly bySeq = new Map<number, string>();
   /** Live sequences of each subject, ascending. */
   readonly bySubject = new Map<string, number[]>();
+  /** Live sequences to their stored size, and the sum (state.bytes, max_bytes). */
+  private readonly sizes = new Map<number, number>();
+  bytes = 0;
   /** Messages of the log applied: sequences 1..scanned. */
   scanned = 0;
   private nextRule = 0;
@@ -188,7 +207,8 @@ export class StreamView {
           const m = recordToMessage(rec, ownTopic(name));
           let rollup: string | undefined;
           if (this.opts.allowRollup) for (const h of m.headers) if (h.key === 'Nats-Rollup') rollup = h.value?.toString('utf8').toLowerCase();
-          this.add(seq, m.topic, rollup);
+          const hdrLen = m.natsHeaders?.length ?? m.headers.reduce((a, x) => a + x.key.length + (x.value?.length ?? 0) + 4, m.headers.length > 0 ? 12 : 0);
+          this.add(seq, m.topic, rollup, storedSize(m.topic.length, hdrLen, m.payload.length));
           this.scanned = seq;
           progressed = true;
         }
@@ -210,32 +230,47 @@ export class StreamView {
     const lso = this.engine.offsets(this.def.name, 0).logStartOffset;
     if (lso <= this.prunedAt) return;
     this.prunedAt = lso;
-    for (const seq of this.bySeq.keys()) {
+    for (const seq of [...this.bySeq.keys()]) {
       if (seq > lso) break;
       this.remove(seq);
     }
   }
 
-  private add(seq: number, topic: string, rollup: string | undefined): void {
+  private add(seq: number, topic: string, rollup: string | undefined, size: number): void {
     if (rollup === 'all') {
       this.bySeq.clear();
       this.bySubject.clear();
+      this.sizes.clear();
+      this.bytes = 0;
     } else if (rollup === 'sub') {
-      for (const s of this.bySubject.get(topic) ?? []) this.bySeq.delete(s);
+      for (const s of this.bySubject.get(topic) ?? []) this.drop(s);
       this.bySubject.delete(topic);
     }
     this.bySeq.set(seq, topic);
+    this.sizes.set(seq, size);
+    this.bytes += size;
     let l = this.bySubject.get(topic);
     if (l === undefined) this.bySubject.set(topic, (l = []));
     l.push(seq);
     const max = this.opts.maxMsgsPerSubject;
-    while (max > 0 && l.length > max) this.bySeq.delete(l.shift()!);
+    while (max > 0 && l.length > max) this.drop(l.shift()!);
+    // Discard old: the oldest messages go while the stream is over a limit (discard new refuses the publish instead).
+    if (this.opts.discardNew) return;
+    const { maxMsgs, maxBytes } = this.opts;
+    while ((maxMsgs > 0 && this.bySeq.size > maxMsgs) || (maxBytes > 0 && this.bytes > maxBytes && this.bySeq.size > 1)) this.remove(this.firstSeq);
+  }
+
+  /** Forgets a live sequence (not its subject's list: the caller's). */
+  private drop(seq: number): void {
+    this.bySeq.delete(seq);
+    this.bytes -= this.sizes.get(seq) ?? 0;
+    this.sizes.delete(seq);
   }
 
   remove(seq: number): boolean {
     const topic = this.bySeq.get(seq);
     if (topic === undefined) return false;
-    this.bySeq.delete(seq);
+    this.drop(seq);
     const l = this.bySubject.get(topic)!;
     const i = l.indexOf(seq);
     if (i >= 0) l.splice(i, 1);

@@ -95,6 +95,27 @@ describe('JetStream stream rules for key-value buckets', () => {
     assert.equal((await c.publish('d.b', '1')).seq, 2);
   });
 
+  it('applies max_msgs and max_bytes: the oldest go (discard old) or the publish is refused (discard new)', async () => {
+    const { c } = await env();
+    await c.api('$JS.API.STREAM.CREATE.MO', { name: 'MO', subjects: ['mo.>'], max_msgs: 2 });
+    for (let i = 1; i <= 4; i++) await c.publish(`mo.${i}`, 'x');
+    let st = (await c.api('$JS.API.STREAM.INFO.MO')).state;
+    assert.equal(st.messages, 2);
+    assert.equal(st.first_seq, 3);
+    // Each message counts subject + headers + payload + 30 bytes, as nats-server's file store does.
+    assert.equal(st.bytes, 2 * (4 + 1 + 30));
+    const cr = await c.api('$JS.API.STREAM.CREATE.MB', { name: 'MB', subjects: ['mb.>'], max_bytes: 120, discard: 'new' });
+    assert.equal(cr.config.max_bytes, 120);
+    assert.equal((await c.publish('mb.a', 'x'.repeat(40))).seq, 1);
+    assert.deepEqual((await c.publish('mb.b', 'x'.repeat(40))).error, { code: 503, err_code: 10077, description: 'maximum bytes exceeded' });
+    assert.equal((await c.publish('mb.c', 'x')).seq, 2);
+    await c.api('$JS.API.STREAM.CREATE.MN', { name: 'MN', subjects: ['mn'], max_msgs: 1, discard: 'new' });
+    await c.publish('mn', '1');
+    assert.equal((await c.publish('mn', '2')).error.description, 'maximum messages exceeded');
+    st = (await c.api('$JS.API.STREAM.INFO.MN')).state;
+    assert.equal(st.messages, 1);
+  });
+
   it('purges by subject, with keep and below a sequence; deletes single messages; deny_* refuse', async () => {
     const { c } = await env();
     await c.api('$JS.API.STREAM.CREATE.U', { name: 'U', subjects: ['u.>'] });
