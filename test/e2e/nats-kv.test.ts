@@ -1,8 +1,8 @@
 /**
  * JetStream key-value buckets end to end: the unmodified `nats` npm client's KV API (js.views.kv) against
  * bin/flowmq: a bucket with history, put/get/create/update with revisions, delete and purge markers, history, keys,
- * a watch seeing later puts, purgeDeletes, the stream-level rules under it (per-subject limits, direct get,
- * deny_delete), and an MQTT subscriber of the bucket's topics.
+ * a watch seeing later puts, purgeDeletes, max_bytes, the stream-level rules under it (per-subject limits, direct
+ * get, deny_delete), an object store, and an MQTT subscriber of the bucket's topics.
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -191,6 +191,24 @@ describe('e2e: NATS KV buckets over FlowMQ streams', () => {
     assert.equal(sc.decode((await jsm.streams.getMessage('PLAIN', { last_by_subj: 'plain.a' })).data), 'a2');
     // Sequences stay: the next publish is 7.
     assert.equal((await js.publish('plain.c', sc.encode('c'))).seq, 7);
+  });
+
+  it('object stores work over the same rules: put in chunks, get, list, delete (a rollup of the metadata)', async () => {
+    const os = await nc.jetstream().views.os('files');
+    const body = new TextEncoder().encode('hello world '.repeat(20000));
+    const info = await os.putBlob({ name: 'a.txt' }, body);
+    assert.equal(info.size, body.length);
+    assert.ok(info.chunks > 1);
+    const got = await os.getBlob('a.txt');
+    assert.ok(got);
+    assert.equal(Buffer.compare(Buffer.from(got), Buffer.from(body)), 0);
+    assert.deepEqual(
+      (await os.list()).map((e) => e.name),
+      ['a.txt'],
+    );
+    await os.delete('a.txt');
+    assert.equal((await os.info('a.txt'))?.deleted, true);
+    assert.equal(await os.getBlob('a.txt'), null);
   });
 
   it('an MQTT subscriber of $KV/<bucket>/# sees KV puts', async () => {
