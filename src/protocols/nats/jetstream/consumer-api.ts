@@ -73,10 +73,10 @@ export async function consumerCreate(js: JetStreamState, t: string[], body: stri
   if (js.consumerCount() >= js.maxConsumers) return typed(T_, { error: JsErr.maximumConsumers() });
   const lps = cfg.deliver_policy === 'last_per_subject' ? await lastPerSubject(js, stream, cfg.filter_subject) : null;
   let floor: number;
-  if (lps !== null) {
-    floor = lps.until;
-    for (const q of lps.seqs) floor = Math.min(floor, q - 1);
-  } else floor = await startFloor(js, stream, cfg);
+  if (lps !== null) floor = lps.sorted.length > 0 ? lps.sorted[0] - 1 : lps.until;
+  else floor = await startFloor(js, stream, cfg);
+  // num_pending in the answer counts live messages: the view caught up first.
+  await js.freshView(stream);
   const c = new Consumer(js, stream, name, cfg, Date.now(), !ephemeral, {
     deliveredSeq: floor,
     deliveredConsumerSeq: 0,
@@ -112,14 +112,18 @@ export async function consumerCreate(js: JetStreamState, t: string[], body: stri
 export async function lastPerSubject(js: JetStreamState, stream: string, filter: string | undefined): Promise<LastPerSubject> {
   await js.freshen(stream);
   const view = await js.freshView(stream);
-  if (view !== null) return { until: view.scanned, seqs: view.lastPerSubject(filter) };
+  if (view !== null) {
+    const seqs = view.lastPerSubject(filter);
+    return { until: view.scanned, seqs, sorted: [...seqs].sort((a, b) => a - b) };
+  }
   // No view: one pass over the log.
   const { highWatermark } = js.engine.offsets(stream, 0);
   const last = new Map<string, number>();
   await scanLog(js.engine, stream, highWatermark, (seq, m) => {
     if (filter === undefined || subjectMatches(filter, m.topic)) last.set(m.topic, seq);
   });
-  return { until: highWatermark, seqs: new Set(last.values()) };
+  const seqs = new Set(last.values());
+  return { until: highWatermark, seqs, sorted: [...seqs].sort((a, b) => a - b) };
 }
 
 /** The ack floor a new consumer starts from (its deliver policy). */

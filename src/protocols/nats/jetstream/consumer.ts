@@ -47,6 +47,8 @@ export interface ConsumerHost {
 export interface LastPerSubject {
   until: number;
   seqs: Set<number>;
+  /** The same, ascending. */
+  sorted: number[];
 }
 
 interface Pending {
@@ -210,9 +212,15 @@ export class Consumer {
     const unseen = Math.max(0, highWatermark - Math.max(view.scanned, this.cursor - 1));
     const lps = this.lps;
     if (lps !== null && this.cursor <= lps.until) {
-      let n = 0;
-      for (const s of lps.seqs) if (s >= this.cursor && !view.isDeleted(s)) n++;
-      return n + view.countFrom(lps.until + 1, f) + unseen;
+      // Those chosen at creation and not passed yet (one deleted meanwhile is still counted until passed).
+      let lo = 0;
+      let hi = lps.sorted.length;
+      while (lo < hi) {
+        const mid = (lo + hi) >> 1;
+        if (lps.sorted[mid] < this.cursor) lo = mid + 1;
+        else hi = mid;
+      }
+      return lps.sorted.length - lo + view.countFrom(lps.until + 1, f) + unseen;
     }
     return view.countFrom(this.cursor, f) + unseen;
   }

@@ -71,6 +71,8 @@ export class JetStream extends JetStreamState implements Subscriber, JetStreamPu
     }
     // This broker's clients only (`local`): in cluster mode every broker answers its own clients' requests and
     // forwards what another broker serves (see cluster.ts), so requests are never answered twice.
+    // Views known from the start: JetStream publishes to their streams are tracked from the first one on.
+    for (const d of this.engine.listStreams()) this.viewOf(d.name);
     this.subs.push(this.engine.subscribe('$JS.API.>', this, { qos: 0, rule: 'nats', local: true }));
     this.subs.push(this.engine.subscribe('$JS.ACK.>', this, { qos: 0, rule: 'nats', local: true }));
     this.ticker = setInterval(() => this.tick(), this.tickMs);
@@ -276,6 +278,7 @@ export class JetStream extends JetStreamState implements Subscriber, JetStreamPu
       if (t.length === 4) {
         if (b === 'INFO') {
           await this.freshen(c);
+          await this.freshView(c);
           return consumerInfoReq(this, c, t[3]);
         }
         if (b === 'DELETE') return consumerDelete(this, c, t[3]);

@@ -21,7 +21,7 @@
  * view and are read as before. Its memory is a map entry per live message.
  */
 import { decodeBatch, dotsToUnified, recordToMessage, type Engine, type StreamDef } from '../../../core/index.js';
-import { subjectMatches } from './subjects.js';
+import { subjectMatches, subjectToFilter } from './subjects.js';
 
 /** An explicit delete, applied once the log had `at` messages (sequences up to `at`). */
 export interface DeleteRule {
@@ -114,6 +114,8 @@ export class StreamView {
   readonly bySeq = new Map<number, string>();
   /** Live sequences of each subject, ascending. */
   readonly bySubject = new Map<string, number[]>();
+  /** Live sequences counted by position (a Fenwick tree over sequences): consumers' num_pending in O(log n). */
+  private tree = new Int32Array(1024);
   /** Live sequences to their stored size, and the sum (state.bytes, max_bytes). */
   private readonly sizes = new Map<number, number>();
   bytes = 0;
@@ -159,6 +161,11 @@ export class StreamView {
 
   /** Live messages with a sequence >= `from` whose subject matches the NATS subject `filter` (undefined: all). */
   countFrom(from: number, filter?: string): number {
+    if (filter === undefined || this.covers(filter)) return this.bySeq.size - this.prefix(Math.max(0, from - 1));
+    if (!/(^|\.)[*>](\.|$)/.test(filter)) {
+      const l = this.bySubject.get(dotsToUnified(filter));
+      return l === undefined ? 0 : l.length - lowerBound(l, from);
+    }
     let n = 0;
     for (const [s, l] of this.bySubject) {
       if (filter !== undefined && !subjectMatches(filter, s)) continue;
@@ -172,6 +179,41 @@ export class StreamView {
     const out = new Set<number>();
     for (const [s, l] of this.bySubject) if (l.length > 0 && (filter === undefined || subjectMatches(filter, s))) out.add(l[l.length - 1]);
     return out;
+  }
+
+  /** The filter is one of the stream's subjects and the stream has no other: it matches every message. */
+  private covers(filter: string): boolean {
+    const b = this.def.bindings;
+    if (b.length !== 1) return false;
+    try {
+      return subjectToFilter(filter) === b[0];
+    } catch {
+      return false;
+    }
+  }
+
+  private bump(seq: number, d: number): void {
+    if (seq >= this.tree.length) {
+      // Grown by doubling, rebuilt from the live sequences (amortized O(1) per message).
+      let n = this.tree.length;
+      while (seq >= n) n *= 2;
+      this.tree = new Int32Array(n);
+      for (const q of this.bySeq.keys()) if (q !== seq) this.treeAdd(q, 1);
+      if (d > 0) this.treeAdd(seq, d);
+      return;
+    }
+    this.treeAdd(seq, d);
+  }
+
+  private treeAdd(seq: number, d: number): void {
+    for (let i = seq; i < this.tree.length; i += i & -i) this.tree[i] += d;
+  }
+
+  /** Live sequences <= seq. */
+  private prefix(seq: number): number {
+    let n = 0;
+    for (let i = Math.min(seq, this.tree.length - 1); i > 0; i -= i & -i) n += this.tree[i];
+    return n;
   }
 
   get firstSeq(): number {
@@ -242,11 +284,13 @@ export class StreamView {
       this.bySubject.clear();
       this.sizes.clear();
       this.bytes = 0;
+      this.tree.fill(0);
     } else if (rollup === 'sub') {
       for (const s of this.bySubject.get(topic) ?? []) this.drop(s);
       this.bySubject.delete(topic);
     }
     this.bySeq.set(seq, topic);
+    this.bump(seq, 1);
     this.sizes.set(seq, size);
     this.bytes += size;
     let l = this.bySubject.get(topic);
@@ -262,7 +306,8 @@ export class StreamView {
 
   /** Forgets a live sequence (not its subject's list: the caller's). */
   private drop(seq: number): void {
-    this.bySeq.delete(seq);
+    if (!this.bySeq.delete(seq)) return;
+    this.bump(seq, -1);
     this.bytes -= this.sizes.get(seq) ?? 0;
     this.sizes.delete(seq);
   }

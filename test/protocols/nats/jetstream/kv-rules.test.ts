@@ -216,4 +216,18 @@ describe('JetStream stream rules for key-value buckets', () => {
     assert.equal(more[3].payload.toString(), 'b2');
     engine.unsubscribe(inbox.sub);
   });
+
+  it('counts num_pending over live messages only, past a thousand sequences, whole-stream, literal and wildcard filters', async () => {
+    const { c } = await env();
+    await c.api('$JS.API.STREAM.CREATE.NP', { name: 'NP', subjects: ['np.>'], max_msgs_per_subject: 1 });
+    for (let i = 0; i < 1500; i++) await c.publish(`np.${i % 2 === 0 ? 'even' : 'odd'}.k${i % 10}`, String(i));
+    const pending = async (cfg: Record<string, unknown>) =>
+      (await c.api('$JS.API.CONSUMER.CREATE.NP', { stream_name: 'NP', config: { ack_policy: 'none', deliver_policy: 'all', ...cfg } })).num_pending;
+    assert.equal(await pending({}), 10);
+    assert.equal(await pending({ filter_subject: 'np.>' }), 10);
+    assert.equal(await pending({ filter_subject: 'np.odd.k3' }), 1);
+    assert.equal(await pending({ filter_subject: 'np.even.*' }), 5);
+    assert.equal(await pending({ deliver_policy: 'by_start_sequence', opt_start_seq: 1495 }), 6);
+    assert.equal((await c.api('$JS.API.STREAM.INFO.NP')).state.messages, 10);
+  });
 });
