@@ -313,7 +313,8 @@ export abstract class JetStreamState implements ConsumerHost {
       const e = this.engine.getStream(name);
       if (e === undefined) return 'stream not found';
       const opts = jsOptions(e.def);
-      if (opts.rules.length >= MAX_DELETE_RULES) return `too many deletes on this stream (${MAX_DELETE_RULES}): purge it whole`;
+      const start = this.engine.offsets(name, 0).logStartOffset;
+      if (opts.rules.filter((r) => r.at > start).length >= MAX_DELETE_RULES) return `too many deletes on this stream (${MAX_DELETE_RULES}): purge it whole`;
       // The view as it will be with a rule: built (and caught up) before the rule is stored.
       const v = this.views.get(name)?.def === e.def ? this.views.get(name)! : new StreamView(e.def, this.engine);
       this.views.set(name, v);
@@ -322,7 +323,9 @@ export abstract class JetStreamState implements ConsumerHost {
       const rule = { ...make(v), at: v.scanned };
       const removed = v.apply(rule);
       const now = this.engine.getStream(name)?.def ?? e.def;
-      const rules = [...jsOptions(now).rules, rule];
+      // Rules wholly below the log start remove nothing any more (their messages are gone from the log): dropped.
+      const lso = this.engine.offsets(name, 0).logStartOffset;
+      const rules = [...jsOptions(now).rules.filter((r) => r.at > lso), rule];
       const { name: _n, partitions: _p, bindings: _b, createdAt: _c, id: _i, ...settings } = now;
       let def: StreamDef;
       try {
