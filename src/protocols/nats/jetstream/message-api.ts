@@ -38,8 +38,9 @@ export function publishWith(js: JetStreamState, msg: Message, to: string | ((bod
   const expLastId = plain ? undefined : headerValue(msg, 'Nats-Expected-Last-Msg-Id');
   const expLastSubj = plain ? undefined : headerValue(msg, 'Nats-Expected-Last-Subject-Sequence');
   const rollup = plain ? undefined : headerValue(msg, 'Nats-Rollup');
-  const view = plain && js.views.size === 0 ? null : viewTarget(js, msg.topic);
-  if (!checked && (expLastSubj !== undefined || rollup !== undefined || (view !== null && refusesNew(view)))) {
+  // Plain requests (most request/reply traffic) look for a target only while some stream refuses at its limits.
+  const view = plain && js.refusing.size === 0 ? null : viewTarget(js, msg.topic);
+  if (!checked && (expLastSubj !== undefined || rollup !== undefined || (view !== null && view.refusesNew))) {
     const t = capturing(js, msg.topic)[0];
     const where = t === undefined || js.cluster === null || !forward ? undefined : js.engine.storage.locate?.(t.name, 0);
     // Cluster mode: checked where the partition is written (forwarded below).
@@ -93,17 +94,9 @@ export function publishWith(js: JetStreamState, msg: Message, to: string | ((bod
     }
   }
   const durable = js.engine.publish(msg, info);
-  if (durable !== null && view !== null) {
+  if (durable !== null && js.views.size > 0) {
     // Publishes with a subject expectation wait for this one to be in the log (subjectChecked).
-    let set = js.inflight.get(view.def.name);
-    if (set === undefined) js.inflight.set(view.def.name, (set = new Set()));
-    const s = set;
-    const settled = durable.catch(() => undefined);
-    s.add(settled);
-    void settled.then(() => {
-      s.delete(settled);
-      if (s.size === 0 && js.inflight.get(view.def.name) === s) js.inflight.delete(view.def.name);
-    });
+    for (const c of info.captured) if (js.views.has(c.stream)) track(js, c.stream, durable);
   }
   if (info.captured.length === 0) return info;
   const first = info.captured[0];
@@ -138,11 +131,16 @@ export function publishWith(js: JetStreamState, msg: Message, to: string | ((bod
   return info;
 }
 
-/** Whether a stream refuses publishes at its limits (discard new), so that each must be checked against the view. */
-function refusesNew(v: StreamView | null): boolean {
-  if (v === null) return false;
-  const o = v.opts;
-  return o.discardNewPerSubject || (o.discardNew && (o.maxMsgs > 0 || o.maxBytes > 0));
+function track(js: JetStreamState, stream: string, durable: Promise<unknown>): void {
+  let set = js.inflight.get(stream);
+  if (set === undefined) js.inflight.set(stream, (set = new Set()));
+  const s = set;
+  const settled = durable.catch(() => undefined);
+  s.add(settled);
+  void settled.then(() => {
+    s.delete(settled);
+    if (s.size === 0 && js.inflight.get(stream) === s) js.inflight.delete(stream);
+  });
 }
 
 /** The view (stream-view.ts) of the first stream capturing `topic`, or null. */
@@ -174,7 +172,7 @@ function subjectChecked(
     // nats-server's order and texts (stream.go processJetStreamMsg).
     if (!opts.allowRollup || opts.denyPurge) return refuse(JsErr.rollupFailed('rollup not permitted'));
     if (rollup !== 'sub' && rollup !== 'all') return refuse(JsErr.rollupFailed(`rollup value invalid: ${JSON.stringify(rollup)}`));
-    if (expLastSubj === undefined && !refusesNew(js.viewOf(stream))) {
+    if (expLastSubj === undefined && !(js.viewOf(stream)?.refusesNew ?? false)) {
       publishWith(js, msg, to, forward, true);
       return;
     }

@@ -69,6 +69,8 @@ export abstract class JetStreamState implements ConsumerHost {
   readonly duplicateWindowNs = new Map<string, number>();
   /** Streams with per-subject limits, rollups or deletes (stream-view.ts), by name. */
   readonly views = new Map<string, StreamView>();
+  /** Streams whose view refuses publishes at a limit (discard new): every JetStream publish must look for them. */
+  readonly refusing = new Set<string>();
   /** Per stream: the last rule addition (they are serialized: each rewrites the stream's rule list). */
   private readonly ruleChain = new Map<string, Promise<unknown>>();
   /** Per stream with a view: JetStream publishes appended but not durable yet (expectations wait for them). */
@@ -246,7 +248,7 @@ export abstract class JetStreamState implements ConsumerHost {
     }
     this.consumers.delete(stream);
     this.dedup.delete(stream);
-    this.views.delete(stream);
+    this.dropView(stream);
   }
 
   consumerCount(stream?: string): number {
@@ -278,21 +280,32 @@ export abstract class JetStreamState implements ConsumerHost {
     await Promise.all(parts);
   }
 
+  private setView(name: string, v: StreamView): void {
+    this.views.set(name, v);
+    if (v.refusesNew) this.refusing.add(name);
+    else this.refusing.delete(name);
+  }
+
+  private dropView(name: string): void {
+    this.views.delete(name);
+    this.refusing.delete(name);
+  }
+
   /** The stream's view (stream-view.ts), or null when it needs none; not caught up (see freshView). */
   viewOf(name: string): StreamView | null {
     const e = this.engine.getStream(name);
     if (e === undefined) {
-      this.views.delete(name);
+      this.dropView(name);
       return null;
     }
     const have = this.views.get(name);
     if (have !== undefined && have.def === e.def) return have;
     if (!needsView(jsOptions(e.def))) {
-      this.views.delete(name);
+      this.dropView(name);
       return null;
     }
     const v = new StreamView(e.def, this.engine);
-    this.views.set(name, v);
+    this.setView(name, v);
     return v;
   }
 
@@ -317,7 +330,7 @@ export abstract class JetStreamState implements ConsumerHost {
       if (opts.rules.filter((r) => r.at > start).length >= MAX_DELETE_RULES) return `too many deletes on this stream (${MAX_DELETE_RULES}): purge it whole`;
       // The view as it will be with a rule: built (and caught up) before the rule is stored.
       const v = this.views.get(name)?.def === e.def ? this.views.get(name)! : new StreamView(e.def, this.engine);
-      this.views.set(name, v);
+      this.setView(name, v);
       await v.catchUp();
       // Applied where the log is now (what is appended meanwhile is not touched), then stored.
       const rule = { ...make(v), at: v.scanned };
@@ -332,7 +345,7 @@ export abstract class JetStreamState implements ConsumerHost {
         def = await this.engine.setSettings(name, { ...settings, configs: { ...(now.configs ?? {}), 'nats.deletes': JSON.stringify(rules) } });
       } catch (err) {
         // Not stored: the view must not keep it.
-        this.views.delete(name);
+        this.dropView(name);
         throw err;
       }
       if (this.views.get(name) === v) v.adopt(def);

@@ -133,6 +133,12 @@ export class StreamView {
     this.opts = jsOptions(def);
   }
 
+  /** The stream refuses publishes at its limits (discard new): each is checked against the view first. */
+  get refusesNew(): boolean {
+    const o = this.opts;
+    return o.discardNewPerSubject || (o.discardNew && (o.maxMsgs > 0 || o.maxBytes > 0));
+  }
+
   /** The stream's definition after a rule this view already applied was added to it. */
   adopt(def: StreamDef): void {
     this.def = def;
