@@ -120,7 +120,6 @@ export function normalizeConsumerConfig(raw: unknown, ephemeral: boolean, stream
 
   const deliver = (r.deliver_policy ?? 'all') as DeliverPolicy;
   if (!['all', 'last', 'new', 'by_start_sequence', 'by_start_time', 'last_per_subject'].includes(deliver)) return JsErr.invalidJson();
-  if (deliver === 'last_per_subject') return JsErr.consumerCreate('deliver policy last_per_subject is not supported by FlowMQ');
   const ack = (r.ack_policy ?? 'none') as AckPolicy;
   if (!['none', 'all', 'explicit'].includes(ack)) return JsErr.invalidJson();
   const replay = r.replay_policy ?? 'instant';

@@ -10,9 +10,9 @@ import type { ConsumerGroupAdmin, GroupDetail, GroupSummary } from '../../../con
 import { FlowError, makeMessage } from '../../../core/index.js';
 import { consumerKey, targetOf } from './cluster.js';
 import { checkConsumerUpdate, normalizeConsumerConfig, type ConsumerConfig } from './config.js';
-import { Consumer, type PullRequest } from './consumer.js';
+import { Consumer, type LastPerSubject, type PullRequest } from './consumer.js';
 import { JsErr } from './errors.js';
-import { isoTime, lastMatching, streamSubjects } from './stream-info.js';
+import { isoTime, lastMatching, scanLog, streamSubjects } from './stream-info.js';
 import { isValidApiName, levelsToTokens, subjectMatches } from './subjects.js';
 import {
   BAD_JSON,
@@ -71,13 +71,19 @@ export async function consumerCreate(js: JetStreamState, t: string[], body: stri
     return typed(T_, consumerInfoJson(existing));
   }
   if (js.consumerCount() >= js.maxConsumers) return typed(T_, { error: JsErr.maximumConsumers() });
-  const floor = await startFloor(js, stream, cfg);
+  const lps = cfg.deliver_policy === 'last_per_subject' ? await lastPerSubject(js, stream, cfg.filter_subject) : null;
+  let floor: number;
+  if (lps !== null) floor = lps.sorted.length > 0 ? lps.sorted[0] - 1 : lps.until;
+  else floor = await startFloor(js, stream, cfg);
+  // num_pending in the answer counts live messages: the view caught up first.
+  await js.freshView(stream);
   const c = new Consumer(js, stream, name, cfg, Date.now(), !ephemeral, {
     deliveredSeq: floor,
     deliveredConsumerSeq: 0,
     ackFloor: floor,
     acked: [],
   });
+  c.lps = lps;
   // A name may have been taken while the start position was looked up.
   const raced = js.getConsumer(stream, name);
   if (raced) return typed(T_, consumerInfoJson(raced));
@@ -100,6 +106,24 @@ export async function consumerCreate(js: JetStreamState, t: string[], body: stri
     }
   }
   return typed(T_, consumerInfoJson(c));
+}
+
+/** The last sequence of each subject the filter matches, as the stream is now (deliver_policy last_per_subject). */
+export async function lastPerSubject(js: JetStreamState, stream: string, filter: string | undefined): Promise<LastPerSubject> {
+  await js.freshen(stream);
+  const view = await js.freshView(stream);
+  if (view !== null) {
+    const seqs = view.lastPerSubject(filter);
+    return { until: view.scanned, seqs, sorted: [...seqs].sort((a, b) => a - b) };
+  }
+  // No view: one pass over the log.
+  const { highWatermark } = js.engine.offsets(stream, 0);
+  const last = new Map<string, number>();
+  await scanLog(js.engine, stream, highWatermark, (seq, m) => {
+    if (filter === undefined || subjectMatches(filter, m.topic)) last.set(m.topic, seq);
+  });
+  const seqs = new Set(last.values());
+  return { until: highWatermark, seqs, sorted: [...seqs].sort((a, b) => a - b) };
 }
 
 /** The ack floor a new consumer starts from (its deliver policy). */

@@ -24,6 +24,7 @@ import {
   type Message,
 } from '../../../core/index.js';
 import type { ConsumerConfig } from './config.js';
+import type { StreamView } from './stream-view.js';
 import { subjectMatches } from './subjects.js';
 
 /** What a consumer needs from the JetStream service. */
@@ -38,6 +39,16 @@ export interface ConsumerHost {
   changed(c: Consumer): void;
   /** A read failed or the stream vanished. */
   failed(c: Consumer, err: unknown): void;
+  /** The stream's view of deletes, limits and rollups (stream-view.ts), or null: every message of the log is live. */
+  viewOf(stream: string): StreamView | null;
+}
+
+/** deliver_policy last_per_subject: up to `until`, only these sequences (each subject's last when created). */
+export interface LastPerSubject {
+  until: number;
+  seqs: Set<number>;
+  /** The same, ascending. */
+  sorted: number[];
 }
 
 interface Pending {
@@ -91,6 +102,8 @@ export class Consumer {
   private earliest = Infinity;
   lastDelivered = 0;
   lastAcked = 0;
+  /** deliver_policy last_per_subject, until the consumer is past the sequences it chose at creation. */
+  lps: LastPerSubject | null = null;
   closed = false;
   /** Cluster mode: the epoch under which this broker owns the consumer; its state writes are fenced by it. */
   epoch: number | undefined = undefined;
@@ -187,10 +200,29 @@ export class Consumer {
     return (this.config.ack_wait ?? 30e9) / 1e6;
   }
 
-  /** Messages not delivered yet (an upper bound for a filtered consumer: the filter is applied when read). */
+  /**
+   * Messages not delivered yet. Without a view, an upper bound for a filtered consumer (the filter is applied when
+   * read); with one, the live messages the consumer will deliver (those the view has not seen yet counted as such).
+   */
   numPending(): number {
     const { highWatermark } = this.host.engine.offsets(this.stream, 0);
-    return Math.max(0, highWatermark - (this.cursor - 1));
+    const view = this.host.viewOf(this.stream);
+    if (view === null) return Math.max(0, highWatermark - (this.cursor - 1));
+    const f = this.config.filter_subject;
+    const unseen = Math.max(0, highWatermark - Math.max(view.scanned, this.cursor - 1));
+    const lps = this.lps;
+    if (lps !== null && this.cursor <= lps.until) {
+      // Those chosen at creation and not passed yet (one deleted meanwhile is still counted until passed).
+      let lo = 0;
+      let hi = lps.sorted.length;
+      while (lo < hi) {
+        const mid = (lo + hi) >> 1;
+        if (lps.sorted[mid] < this.cursor) lo = mid + 1;
+        else hi = mid;
+      }
+      return lps.sorted.length - lo + view.countFrom(lps.until + 1, f) + unseen;
+    }
+    return view.countFrom(this.cursor, f) + unseen;
   }
 
   // ------------------------------------------------------------ pull requests
@@ -460,6 +492,10 @@ export class Consumer {
         const stable = txns.lso(this.stream, 0, highWatermark);
         if (this.cursor - 1 >= stable) return null;
         const from = this.cursor;
+        // What the view removes is known once it has seen the log past what is read.
+        await this.host.viewOf(this.stream)?.catchUp();
+        if (this.closed) return null;
+        if (this.cursor !== from) continue;
         const batches = await this.host.engine.read(this.stream, 0, from - 1, READ_BYTES);
         if (this.closed) return null;
         if (this.cursor !== from) continue;
@@ -484,7 +520,7 @@ export class Consumer {
       }
       const head = this.buffer[this.bufAt];
       if (head.seq > this.cursor) this.cursor = head.seq;
-      if (this.acked.has(head.seq) || !this.accepts(head.msg)) {
+      if (this.acked.has(head.seq) || !this.accepts(head.msg) || this.skips(head.seq)) {
         this.cursor = head.seq + 1;
         this.bufAt++;
         this.host.changed(this);
@@ -492,6 +528,16 @@ export class Consumer {
       }
       return { seq: head.seq, msg: head.msg, redelivery: false };
     }
+  }
+
+  /** Not to be delivered: deleted (stream-view.ts), or not a subject's last while deliver last_per_subject. */
+  private skips(seq: number): boolean {
+    const lps = this.lps;
+    if (lps !== null) {
+      if (seq > lps.until) this.lps = null;
+      else if (!lps.seqs.has(seq)) return true;
+    }
+    return this.host.viewOf(this.stream)?.isDeleted(seq) ?? false;
   }
 
   accepts(msg: Message): boolean {
@@ -560,8 +606,7 @@ export class Consumer {
   }
 
   private numPendingAfter(): number {
-    const { highWatermark } = this.host.engine.offsets(this.stream, 0);
-    return Math.max(0, highWatermark - (this.cursor - 1));
+    return this.numPending();
   }
 
   /** The consumer is deleted (or its stream): waiting requests are told, as nats-server does. */

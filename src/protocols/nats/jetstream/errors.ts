@@ -46,6 +46,8 @@ export const JsErr = {
   invalidDeliverSubject: () => e(400, 10112, 'invalid push consumer deliver subject'),
   maximumConsumers: () => e(400, 10026, 'maximum consumers limit reached'),
   msgDeleteFailed: (d: string) => e(500, 10057, d),
+  rollupFailed: (d: string) => e(500, 10111, d),
+  sequenceNotFound: (seq: number) => e(400, 10067, `sequence ${seq} not found`),
   /**
    * A request the policies refuse. nats-server expresses JetStream permissions as publish permissions on the API
    * subjects (the client sees a Permissions Violation and its request times out); FlowMQ maps the request onto its

@@ -8,15 +8,27 @@
  */
 import type { Cluster } from '../../../cluster/index.js';
 import { call, encodeMessage, RPC } from '../../../cluster/index.js';
-import { decodeBatch, dotsToUnified, matches, newPublishInfo, recordToMessage, type Message, type PublishInfo, type StreamDef } from '../../../core/index.js';
+import {
+  decodeBatch,
+  dotsToUnified,
+  makeMessage,
+  matches,
+  newPublishInfo,
+  recordToMessage,
+  type Header,
+  type Message,
+  type PublishInfo,
+  type StreamDef,
+} from '../../../core/index.js';
 import { retriable } from './cluster.js';
 import { JsErr, type ApiError } from './errors.js';
 import { DEFAULT_DUPLICATE_WINDOW_NS, isoTime, lastMatching } from './stream-info.js';
 import { subjectMatches } from './subjects.js';
+import { jsOptions, storedSize, type StreamView } from './stream-view.js';
 import { BAD_JSON, errText, isCount, JetStreamState, type Json, parseJson, typed } from './service-state.js';
 
 /** A JetStream publish whose PubAck (or error) goes to `to`: a reply topic, or (cluster mode) a callback. */
-export function publishWith(js: JetStreamState, msg: Message, to: string | ((body: Json) => void), forward = true): PublishInfo {
+export function publishWith(js: JetStreamState, msg: Message, to: string | ((body: Json) => void), forward = true, checked = false): PublishInfo {
   const info = newPublishInfo();
   // Plain requests (no headers: request/reply traffic, acks, API calls) skip the header look-ups.
   const plain = msg.headers.length === 0;
@@ -25,7 +37,21 @@ export function publishWith(js: JetStreamState, msg: Message, to: string | ((bod
   const expLastSeq = plain ? undefined : headerValue(msg, 'Nats-Expected-Last-Sequence');
   const expLastId = plain ? undefined : headerValue(msg, 'Nats-Expected-Last-Msg-Id');
   const expLastSubj = plain ? undefined : headerValue(msg, 'Nats-Expected-Last-Subject-Sequence');
-  if (msgId !== undefined || expStream !== undefined || expLastSeq !== undefined || expLastId !== undefined || expLastSubj !== undefined) {
+  const rollup = plain ? undefined : headerValue(msg, 'Nats-Rollup');
+  // Plain requests (most request/reply traffic) look for a target only while some stream refuses at its limits.
+  const view = plain && js.refusing.size === 0 ? null : viewTarget(js, msg.topic);
+  if (!checked && (expLastSubj !== undefined || rollup !== undefined || (view !== null && view.refusesNew))) {
+    const t = capturing(js, msg.topic)[0];
+    const where = t === undefined || js.cluster === null || !forward ? undefined : js.engine.storage.locate?.(t.name, 0);
+    // Cluster mode: checked where the partition is written (forwarded below).
+    const remote = where !== undefined && !where.local && where.broker !== null;
+    if (t !== undefined && !remote) {
+      info.delivered++;
+      subjectChecked(js, t.name, msg, to, forward, expLastSubj, rollup);
+      return info;
+    }
+  }
+  if (msgId !== undefined || expStream !== undefined || expLastSeq !== undefined || expLastId !== undefined || (expLastSubj !== undefined && !checked)) {
     const targets = capturing(js, msg.topic);
     if (targets.length > 0) {
       const t = targets[0];
@@ -49,8 +75,6 @@ export function publishWith(js: JetStreamState, msg: Message, to: string | ((bod
         let last = '';
         if (ids) for (const k of ids.keys()) last = k;
         if (last !== expLastId) refusal = JsErr.wrongLastMsgId(last);
-      } else if (expLastSubj !== undefined) {
-        refusal = JsErr.badRequest('Nats-Expected-Last-Subject-Sequence is not supported by FlowMQ');
       }
       if (refusal !== null) {
         answer(js, to, { error: refusal, stream: t.name, seq: 0 });
@@ -70,6 +94,10 @@ export function publishWith(js: JetStreamState, msg: Message, to: string | ((bod
     }
   }
   const durable = js.engine.publish(msg, info);
+  if (durable !== null && js.views.size > 0) {
+    // Publishes with a subject expectation wait for this one to be in the log (subjectChecked).
+    for (const c of info.captured) if (js.views.has(c.stream)) track(js, c.stream, durable);
+  }
   if (info.captured.length === 0) return info;
   const first = info.captured[0];
   if (msgId !== undefined) {
@@ -101,6 +129,92 @@ export function publishWith(js: JetStreamState, msg: Message, to: string | ((bod
     );
   }
   return info;
+}
+
+function track(js: JetStreamState, stream: string, durable: Promise<unknown>): void {
+  let set = js.inflight.get(stream);
+  if (set === undefined) js.inflight.set(stream, (set = new Set()));
+  const s = set;
+  const settled = durable.catch(() => undefined);
+  s.add(settled);
+  void settled.then(() => {
+    s.delete(settled);
+    if (s.size === 0 && js.inflight.get(stream) === s) js.inflight.delete(stream);
+  });
+}
+
+/** The view (stream-view.ts) of the first stream capturing `topic`, or null. */
+function viewTarget(js: JetStreamState, topic: string): StreamView | null {
+  const t = capturing(js, topic)[0];
+  return t === undefined ? null : js.viewOf(t.name);
+}
+
+/**
+ * A publish whose checks need the stream's last message of its subject (Nats-Expected-Last-Subject-Sequence,
+ * discard new per subject) or its rollup permission. These publishes on one stream go one at a time: each waits for
+ * the publishes before it to be in the log and the view to have them, checks, and publishes (the rest of its
+ * checks, the PubAck) through publishWith.
+ */
+function subjectChecked(
+  js: JetStreamState,
+  stream: string,
+  msg: Message,
+  to: string | ((body: Json) => void),
+  forward: boolean,
+  expLastSubj: string | undefined,
+  rollup: string | undefined,
+): void {
+  const refuse = (error: ApiError): void => answer(js, to, { error, stream, seq: 0 });
+  const def = js.engine.getStream(stream)?.def;
+  if (def === undefined) return refuse(JsErr.streamNotFound());
+  const opts = jsOptions(def);
+  if (rollup !== undefined) {
+    // nats-server's order and texts (stream.go processJetStreamMsg).
+    if (!opts.allowRollup || opts.denyPurge) return refuse(JsErr.rollupFailed('rollup not permitted'));
+    if (rollup !== 'sub' && rollup !== 'all') return refuse(JsErr.rollupFailed(`rollup value invalid: ${JSON.stringify(rollup)}`));
+    if (expLastSubj === undefined && !(js.viewOf(stream)?.refusesNew ?? false)) {
+      publishWith(js, msg, to, forward, true);
+      return;
+    }
+  }
+  const prev = js.expectChain.get(stream) ?? Promise.resolve();
+  const next = prev.then(async () => {
+    for (;;) {
+      const waiting = js.inflight.get(stream);
+      if (waiting !== undefined && waiting.size > 0) await Promise.all([...waiting]);
+      const v = await js.freshView(stream);
+      const hw = js.engine.offsets(stream, 0).highWatermark;
+      if ((js.inflight.get(stream)?.size ?? 0) > 0 || (v !== null && v.scanned < hw)) continue;
+      let last: number;
+      if (v !== null) last = v.lastOf(msg.topic);
+      else {
+        const topic = msg.topic;
+        last = (await lastMatching(js.engine, stream, (m) => m.topic === topic)) + 1;
+        if (js.engine.offsets(stream, 0).highWatermark !== hw || (js.inflight.get(stream)?.size ?? 0) > 0) continue;
+      }
+      if (expLastSubj !== undefined && expLastSubj.trim() !== String(last)) return refuse(JsErr.wrongLastSequence(last));
+      if (v !== null && opts.discardNewPerSubject && opts.maxMsgsPerSubject > 0 && (v.bySubject.get(msg.topic)?.length ?? 0) >= opts.maxMsgsPerSubject) {
+        return refuse(JsErr.streamStoreFailed('maximum messages per subject exceeded'));
+      }
+      // nats-server's discard new (filestore.go storeRawMsg): refused at a stream limit, unless the message replaces
+      // one of its subject's (at max_msgs_per_subject).
+      const atSubjectLimit = opts.maxMsgsPerSubject > 0 && (v?.bySubject.get(msg.topic)?.length ?? 0) >= opts.maxMsgsPerSubject;
+      if (v !== null && opts.discardNew && !atSubjectLimit) {
+        if (opts.maxMsgs > 0 && v.bySeq.size >= opts.maxMsgs) return refuse(JsErr.streamStoreFailed('maximum messages exceeded'));
+        const size = storedSize(msg.topic.length, msg.natsHeaders?.length ?? 0, msg.payload.length);
+        if (opts.maxBytes > 0 && v.bytes + size >= opts.maxBytes) return refuse(JsErr.streamStoreFailed('maximum bytes exceeded'));
+      }
+      const info = publishWith(js, msg, to, forward, true);
+      // Nothing captured it (the stream went away meanwhile): the caller hears nothing else.
+      if (info.captured.length === 0 && info.delivered === 0) refuse(JsErr.streamNotFound());
+      return;
+    }
+  });
+  const settled = next.catch((err: unknown) => refuse(JsErr.streamStoreFailed(errText(err))));
+  js.expectChain.set(stream, settled);
+  void settled.then(() => {
+    if (js.expectChain.get(stream) === settled) js.expectChain.delete(stream);
+  });
 }
 
 /**
@@ -175,40 +289,126 @@ export async function msgGet(js: JetStreamState, name: string, body: string): Pr
   const raw = parseJson(body);
   if (raw === BAD_JSON || raw === null || typeof raw !== 'object') return typed(T_, { error: JsErr.invalidJson() });
   const r = raw as Json;
-  if (r.next_by_subj !== undefined) {
-    return typed(T_, { error: JsErr.badRequest('next_by_subj is not supported by FlowMQ streams') });
-  }
-  let seq: number;
+  const seq = await requestedSeq(js, name, r);
+  if (typeof seq !== 'number') return typed(T_, { error: seq });
+  const m = await readStored(js, name, seq);
+  if (m === null) return typed(T_, { error: JsErr.noMessageFound() });
+  const hdrs = encodeHeaderBlock(m);
+  return typed(T_, {
+    message: {
+      subject: dotsSubject(m.topic),
+      seq,
+      ...(hdrs !== null ? { hdrs: hdrs.toString('base64') } : {}),
+      data: m.payload.toString('base64'),
+      time: isoTime(m.timestamp),
+    },
+  });
+}
+
+/** The sequence a MSG.GET / DIRECT.GET request names (`seq` or `last_by_subj`), or its error. */
+async function requestedSeq(js: JetStreamState, name: string, r: Json): Promise<number | ApiError> {
+  if (r.next_by_subj !== undefined) return JsErr.badRequest('next_by_subj is not supported by FlowMQ streams');
   if (r.last_by_subj !== undefined) {
     const subj = r.last_by_subj;
-    if (typeof subj !== 'string' || subj === '') return typed(T_, { error: JsErr.badRequest() });
-    const last = await lastMatching(js.engine, name, (m) => subjectMatches(subj, m.topic));
-    if (last < 0) return typed(T_, { error: JsErr.noMessageFound() });
-    seq = last + 1;
-  } else {
-    if (!isCount(r.seq) || r.seq === 0) return typed(T_, { error: JsErr.badRequest() });
-    seq = r.seq;
-  }
-  const { logStartOffset, highWatermark } = js.engine.offsets(name, 0);
-  if (seq - 1 < logStartOffset || seq - 1 >= highWatermark) return typed(T_, { error: JsErr.noMessageFound() });
-  const batches = await js.engine.read(name, 0, seq - 1, 1);
-  for (const b of batches) {
-    for (const rec of decodeBatch(b)) {
-      if (rec.offset !== seq - 1) continue;
-      const m = recordToMessage(rec, name.split('.').join('/'));
-      const hdrs = encodeHeaderBlock(m);
-      return typed(T_, {
-        message: {
-          subject: dotsSubject(m.topic),
-          seq,
-          ...(hdrs !== null ? { hdrs: hdrs.toString('base64') } : {}),
-          data: m.payload.toString('base64'),
-          time: isoTime(m.timestamp),
-        },
-      });
+    if (typeof subj !== 'string' || subj === '') return JsErr.badRequest();
+    const view = await js.freshView(name);
+    if (view !== null) {
+      const last = view.lastMatching(subj);
+      return last > 0 ? last : JsErr.noMessageFound();
     }
+    const last = await lastMatching(js.engine, name, (m) => subjectMatches(subj, m.topic));
+    return last < 0 ? JsErr.noMessageFound() : last + 1;
   }
-  return typed(T_, { error: JsErr.noMessageFound() });
+  if (!isCount(r.seq) || r.seq === 0) return JsErr.badRequest();
+  return r.seq;
+}
+
+/** The stored message at `seq`, or null when the stream does not hold it (never written, trimmed or deleted). */
+async function readStored(js: JetStreamState, name: string, seq: number): Promise<Message | null> {
+  const { logStartOffset, highWatermark } = js.engine.offsets(name, 0);
+  if (seq - 1 < logStartOffset || seq - 1 >= highWatermark) return null;
+  const view = await js.freshView(name);
+  if (view !== null && view.isDeleted(seq)) return null;
+  const batches = await js.engine.read(name, 0, seq - 1, 1);
+  for (const b of batches) for (const rec of decodeBatch(b)) if (rec.offset === seq - 1) return recordToMessage(rec, name.split('.').join('/'));
+  return null;
+}
+
+/** STREAM.MSG.DELETE: the message becomes a gap (a delete rule, stream-view.ts); `no_erase` is implied. */
+export async function msgDelete(js: JetStreamState, name: string, body: string): Promise<Json> {
+  await js.freshen(name);
+  const T_ = 'stream_msg_delete_response';
+  const e = js.engine.getStream(name);
+  if (!e) return typed(T_, { error: JsErr.streamNotFound() });
+  const raw = parseJson(body);
+  if (raw === BAD_JSON || raw === null || typeof raw !== 'object') return typed(T_, { error: JsErr.invalidJson() });
+  if (jsOptions(e.def).denyDelete) return typed(T_, { error: JsErr.msgDeleteFailed('message delete not permitted') });
+  const seq = (raw as Json).seq;
+  if (!isCount(seq) || seq === 0) return typed(T_, { error: JsErr.badRequest() });
+  if (e.def.partitions !== 1) return typed(T_, { error: JsErr.msgDeleteFailed('deleting single messages needs a single-partition stream') });
+  // nats-server: past the last sequence the store's EOF; a sequence it no longer has, not found.
+  if (seq > js.engine.offsets(name, 0).highWatermark) return typed(T_, { error: JsErr.msgDeleteFailed('stream store EOF') });
+  if ((await readStored(js, name, seq)) === null) return typed(T_, { error: JsErr.sequenceNotFound(seq) });
+  let n: number | string;
+  try {
+    n = await js.addRule(name, () => ({ at: 0, seq }));
+  } catch (err) {
+    return typed(T_, { error: JsErr.msgDeleteFailed(errText(err)) });
+  }
+  if (typeof n === 'string') return typed(T_, { error: JsErr.msgDeleteFailed(n) });
+  if (n === 0) return typed(T_, { error: JsErr.sequenceNotFound(seq) });
+  return typed(T_, { success: true });
+}
+
+/**
+ * Direct get (`$JS.API.DIRECT.GET.<stream>` with a JSON body, `.<stream>.<subject...>` for the last message of a
+ * subject), served on streams with allow_direct as nats-server does: the stored message itself, its headers led by
+ * Nats-Stream, Nats-Subject, Nats-Sequence and Nats-Time-Stamp; `404 Message Not Found` or `408 Bad Request` as a
+ * status otherwise.
+ */
+export async function directGet(js: JetStreamState, t: string[], body: string, reply: string): Promise<void> {
+  const name = t[2];
+  const status = (s: string): void => js.send(makeMessage(reply, Buffer.alloc(0), { status: s }));
+  const e = name === undefined ? undefined : js.engine.getStream(name);
+  // nats-server serves direct gets only for streams that allow them: nobody else answers.
+  if (e === undefined || !jsOptions(e.def).allowDirect) return status('503');
+  await js.freshen(name);
+  let r: Json;
+  if (t.length > 3) {
+    if (body.trim() !== '') return status('408 Bad Request');
+    r = { last_by_subj: t.slice(3).join('.') };
+  } else {
+    const raw = parseJson(body);
+    if (raw === BAD_JSON || raw === null || typeof raw !== 'object' || Array.isArray(raw)) return status('408 Bad Request');
+    r = raw as Json;
+  }
+  const seq = await requestedSeq(js, name, r);
+  if (typeof seq !== 'number') return status(seq.code === 404 ? '404 Message Not Found' : '408 Bad Request');
+  const m = await readStored(js, name, seq);
+  if (m === null) return status('404 Message Not Found');
+  const own: Header[] = [
+    { key: 'Nats-Stream', value: Buffer.from(name) },
+    { key: 'Nats-Subject', value: Buffer.from(dotsSubject(m.topic)) },
+    { key: 'Nats-Sequence', value: Buffer.from(String(seq)) },
+    { key: 'Nats-Time-Stamp', value: Buffer.from(isoTime(m.timestamp)) },
+  ];
+  const { topic: _t, retain: _r, deliverTopic: _d, guardTopic: _g, status: _s, origin: _o, natsHeaders: _n, responseTopic: _rt, ...rest } = m;
+  const stored = m.natsHeaders !== undefined ? storedHeaders(m.natsHeaders) : m.headers;
+  // Only receivers allowed to read the stored message's own topic get it.
+  js.send({ ...rest, topic: reply, guardTopic: m.topic, headers: [...own, ...stored], retain: false, qos: 0 });
+}
+
+/** The entries of a NATS/1.0 header block as published (what FlowMQ could not parse is left out). */
+function storedHeaders(block: Buffer): Header[] {
+  const out: Header[] = [];
+  const lines = block.toString('utf8').split('\r\n');
+  for (let i = 1; i < lines.length; i++) {
+    const l = lines[i];
+    const c = l.indexOf(':');
+    if (c <= 0) continue;
+    out.push({ key: l.slice(0, c).trim(), value: Buffer.from(l.slice(c + 1).trim()) });
+  }
+  return out;
 }
 
 function headerValue(msg: Message, key: string): string | undefined {

@@ -16,10 +16,11 @@ import type { Cluster } from '../../../cluster/index.js';
 import { RPC } from '../../../cluster/index.js';
 import type { Access, AccessControl } from '../../../control/index.js';
 import { LogLimiter } from '../../../util/log-limit.js';
-import { FlowError, makeMessage, type Engine, type Message, type Subscription } from '../../../core/index.js';
+import { FlowError, makeMessage, type Engine, type Message, type StreamDef, type Subscription } from '../../../core/index.js';
 import { consumerKey, encodeDelivery } from './cluster.js';
 import { Consumer, type ConsumerHost } from './consumer.js';
 import type { ApiError } from './errors.js';
+import { jsOptions, MAX_DELETE_RULES, needsView, StreamView, type DeleteRule } from './stream-view.js';
 
 export interface JetStreamOptions {
   /** How often ack deadlines, pull request expiry, heartbeats and inactive consumers are looked at. Default 100 ms. */
@@ -66,6 +67,16 @@ export abstract class JetStreamState implements ConsumerHost {
   /** Per stream: Nats-Msg-Id → stream sequence and when it was stored, oldest first. */
   readonly dedup = new Map<string, Map<string, { seq: number; at: number }>>();
   readonly duplicateWindowNs = new Map<string, number>();
+  /** Streams with per-subject limits, rollups or deletes (stream-view.ts), by name. */
+  readonly views = new Map<string, StreamView>();
+  /** Streams whose view refuses publishes at a limit (discard new): every JetStream publish must look for them. */
+  readonly refusing = new Set<string>();
+  /** Per stream: the last rule addition (they are serialized: each rewrites the stream's rule list). */
+  private readonly ruleChain = new Map<string, Promise<unknown>>();
+  /** Per stream with a view: JetStream publishes appended but not durable yet (expectations wait for them). */
+  readonly inflight = new Map<string, Set<Promise<unknown>>>();
+  /** Per stream: the last publish waiting for its subject checks (message-api.ts subjectChecked). */
+  readonly expectChain = new Map<string, Promise<void>>();
   readonly api = { total: 0, errors: 0, denied: 0 };
   readonly dirty = new Set<Consumer>();
   private flushTimer: NodeJS.Timeout | null = null;
@@ -237,6 +248,7 @@ export abstract class JetStreamState implements ConsumerHost {
     }
     this.consumers.delete(stream);
     this.dedup.delete(stream);
+    this.dropView(stream);
   }
 
   consumerCount(stream?: string): number {
@@ -266,6 +278,85 @@ export abstract class JetStreamState implements ConsumerHost {
     const parts: Array<Promise<unknown>> = [];
     for (let p = 0; p < e.def.partitions; p++) parts.push(storage.fetchOffsets(stream, p).catch(() => undefined));
     await Promise.all(parts);
+  }
+
+  private setView(name: string, v: StreamView): void {
+    this.views.set(name, v);
+    if (v.refusesNew) this.refusing.add(name);
+    else this.refusing.delete(name);
+  }
+
+  private dropView(name: string): void {
+    this.views.delete(name);
+    this.refusing.delete(name);
+  }
+
+  /** The stream's view (stream-view.ts), or null when it needs none; not caught up (see freshView). */
+  viewOf(name: string): StreamView | null {
+    const e = this.engine.getStream(name);
+    if (e === undefined) {
+      this.dropView(name);
+      return null;
+    }
+    const have = this.views.get(name);
+    if (have !== undefined && have.def === e.def) return have;
+    if (!needsView(jsOptions(e.def))) {
+      this.dropView(name);
+      return null;
+    }
+    const v = new StreamView(e.def, this.engine);
+    this.setView(name, v);
+    return v;
+  }
+
+  /** The stream's view caught up with its log, or null. */
+  async freshView(name: string): Promise<StreamView | null> {
+    const v = this.viewOf(name);
+    if (v !== null) await v.catchUp();
+    return v;
+  }
+
+  /**
+   * Applies an explicit delete (STREAM.MSG.DELETE, a filtered purge) and stores it with the stream's definition;
+   * returns how many messages it removed, or an error text.
+   */
+  addRule(name: string, make: (v: StreamView) => DeleteRule): Promise<number | string> {
+    const prev = this.ruleChain.get(name) ?? Promise.resolve();
+    const next = prev.then(async () => {
+      const e = this.engine.getStream(name);
+      if (e === undefined) return 'stream not found';
+      const opts = jsOptions(e.def);
+      const start = this.engine.offsets(name, 0).logStartOffset;
+      if (opts.rules.filter((r) => r.at > start).length >= MAX_DELETE_RULES) return `too many deletes on this stream (${MAX_DELETE_RULES}): purge it whole`;
+      // The view as it will be with a rule: built (and caught up) before the rule is stored.
+      const v = this.views.get(name)?.def === e.def ? this.views.get(name)! : new StreamView(e.def, this.engine);
+      this.setView(name, v);
+      await v.catchUp();
+      // Applied where the log is now (what is appended meanwhile is not touched), then stored.
+      const rule = { ...make(v), at: v.scanned };
+      const removed = v.apply(rule);
+      const now = this.engine.getStream(name)?.def ?? e.def;
+      // Rules wholly below the log start remove nothing any more (their messages are gone from the log): dropped.
+      const lso = this.engine.offsets(name, 0).logStartOffset;
+      const rules = [...jsOptions(now).rules.filter((r) => r.at > lso), rule];
+      const { name: _n, partitions: _p, bindings: _b, createdAt: _c, id: _i, ...settings } = now;
+      let def: StreamDef;
+      try {
+        def = await this.engine.setSettings(name, { ...settings, configs: { ...(now.configs ?? {}), 'nats.deletes': JSON.stringify(rules) } });
+      } catch (err) {
+        // Not stored: the view must not keep it.
+        this.dropView(name);
+        throw err;
+      }
+      if (this.views.get(name) === v) v.adopt(def);
+      return removed;
+    });
+    const settled = next.catch(() => undefined);
+    this.ruleChain.set(name, settled);
+    void settled.then(() => {
+      if (this.ruleChain.get(name) === settled) this.ruleChain.delete(name);
+    });
+    return next;
   }
 
   sortedConsumers(stream: string): Consumer[] {

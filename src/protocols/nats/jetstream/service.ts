@@ -25,7 +25,7 @@ import { JsErr } from './errors.js';
 import { levelsToTokens } from './subjects.js';
 import { BAD_JSON, errText, JetStreamState, type Json, NO_ANSWER, parseJson, typed } from './service-state.js';
 import { streamCreate, streamDelete, streamInfo, streamList, streamNames, streamPurge, streamUpdate } from './stream-api.js';
-import { msgGet, publishWith, storedTopic } from './message-api.js';
+import { directGet, msgDelete, msgGet, publishWith, storedTopic } from './message-api.js';
 import { consumerCreate, groupAdmin, consumerDelete, consumerInfoReq, consumerList, consumerNames, onAck, pullRequest } from './consumer-api.js';
 import { joinCluster, routeConsumer } from './service-cluster.js';
 
@@ -71,6 +71,8 @@ export class JetStream extends JetStreamState implements Subscriber, JetStreamPu
     }
     // This broker's clients only (`local`): in cluster mode every broker answers its own clients' requests and
     // forwards what another broker serves (see cluster.ts), so requests are never answered twice.
+    // Views known from the start: JetStream publishes to their streams are tracked from the first one on.
+    for (const d of this.engine.listStreams()) this.viewOf(d.name);
     this.subs.push(this.engine.subscribe('$JS.API.>', this, { qos: 0, rule: 'nats', local: true }));
     this.subs.push(this.engine.subscribe('$JS.ACK.>', this, { qos: 0, rule: 'nats', local: true }));
     this.ticker = setInterval(() => this.tick(), this.tickMs);
@@ -161,6 +163,7 @@ export class JetStream extends JetStreamState implements Subscriber, JetStreamPu
       if (b === 'MSG' && c === 'DELETE') return stream(['delete'], t[3]);
       return [];
     }
+    if (a === 'DIRECT' && b === 'GET') return stream(['subscribe'], c);
     if (a === 'CONSUMER') {
       if (b === 'DURABLE' && c === 'CREATE') return [...stream(['subscribe'], t[3]), ...group(['subscribe'], t[4])];
       if (b === 'CREATE') {
@@ -259,10 +262,12 @@ export class JetStream extends JetStreamState implements Subscriber, JetStreamPu
       }
       if (b === 'MSG' && t.length === 4) {
         if (c === 'GET') return msgGet(this, t[3], body);
-        if (c === 'DELETE') {
-          return typed('stream_msg_delete_response', { error: JsErr.msgDeleteFailed('deleting single messages is not supported by FlowMQ streams') });
-        }
+        if (c === 'DELETE') return msgDelete(this, t[3], body);
       }
+    }
+    if (a === 'DIRECT' && b === 'GET' && t.length >= 3) {
+      await directGet(this, t, body, reply);
+      return NO_ANSWER;
     }
     if (a === 'CONSUMER') {
       if ((b === 'CREATE' && t.length >= 3) || (b === 'DURABLE' && c === 'CREATE' && t.length === 5)) {
@@ -273,6 +278,7 @@ export class JetStream extends JetStreamState implements Subscriber, JetStreamPu
       if (t.length === 4) {
         if (b === 'INFO') {
           await this.freshen(c);
+          await this.freshView(c);
           return consumerInfoReq(this, c, t[3]);
         }
         if (b === 'DELETE') return consumerDelete(this, c, t[3]);

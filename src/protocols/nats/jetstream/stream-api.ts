@@ -6,8 +6,18 @@
 import type { Access } from '../../../control/index.js';
 import { FlowError, type StreamDef } from '../../../core/index.js';
 import { JsErr, type ApiError } from './errors.js';
-import { DEFAULT_DUPLICATE_WINDOW_NS, isoTime, parseStreamConfig, sameBindings, streamConfigJson, streamState, streamSubjects } from './stream-info.js';
-import { filterToSubject, subjectsCollide } from './subjects.js';
+import {
+  DEFAULT_DUPLICATE_WINDOW_NS,
+  isoTime,
+  parseStreamConfig,
+  sameBindings,
+  streamConfigJson,
+  streamState,
+  streamSubjects,
+  type StreamSpecFromJs,
+} from './stream-info.js';
+import { filterToSubject, subjectsCollide, subjectToFilter } from './subjects.js';
+import { jsOptions, optionConfigs } from './stream-view.js';
 import { BAD_JSON, errText, isApiError, isCount, JetStreamState, type Json, LIST_LIMIT, NAMES_LIMIT, pageOffset, parseJson, typed } from './service-state.js';
 
 export async function streamInfoJson(js: JetStreamState, def: StreamDef): Promise<Json> {
@@ -15,7 +25,7 @@ export async function streamInfoJson(js: JetStreamState, def: StreamDef): Promis
   return {
     config: streamConfigJson(def, js.duplicateWindowNs.get(def.name) ?? DEFAULT_DUPLICATE_WINDOW_NS),
     created: isoTime(def.createdAt),
-    state: await streamState(js.engine, def, js.consumerCount(def.name)),
+    state: await streamState(js.engine, def, js.consumerCount(def.name), await js.freshView(def.name)),
   };
 }
 
@@ -29,14 +39,21 @@ export async function streamCreate(js: JetStreamState, name: string, body: strin
   if (unbindable !== null) return typed(T_, { error: unbindable });
   const existing = js.engine.getStream(name);
   if (existing) {
-    if (!sameBindings(existing.def.bindings, spec.bindings) || existing.def.retentionMs !== spec.retentionMs) {
+    if (!sameBindings(existing.def.bindings, spec.bindings) || existing.def.retentionMs !== spec.retentionMs || !sameOptions(existing.def, spec)) {
       return typed(T_, { error: JsErr.streamNameExist() });
     }
     return typed(T_, { ...(await streamInfoJson(js, existing.def)), did_create: true });
   }
   let def: StreamDef;
   try {
-    def = await js.engine.createStream({ name, partitions: 1, bindings: spec.bindings, retentionMs: spec.retentionMs });
+    const configs = optionConfigs(spec.options, []);
+    def = await js.engine.createStream({
+      name,
+      partitions: 1,
+      bindings: spec.bindings,
+      retentionMs: spec.retentionMs,
+      ...(Object.keys(configs).length > 0 ? { configs } : {}),
+    });
   } catch (err) {
     if (err instanceof FlowError && err.code === 'ALREADY_EXISTS') return typed(T_, { error: JsErr.streamNameExist() });
     return typed(T_, { error: JsErr.streamCreate(errText(err)) });
@@ -64,6 +81,13 @@ export async function streamUpdate(js: JetStreamState, name: string, body: strin
     // New subjects are new bindings: the stream captures what they match from the next publish on.
     if (!sameBindings(def.bindings, spec.bindings)) def = await js.engine.setBindings(name, spec.bindings);
     if (def.retentionMs !== spec.retentionMs) def = await js.engine.setRetention(name, spec.retentionMs);
+    if (!sameOptions(def, spec)) {
+      // The stream's other configs (Kafka's, the delete rules) are kept; a new per-subject limit applies to what
+      // the stream holds already, as in nats-server (the view is rebuilt from the log).
+      const keep = Object.fromEntries(Object.entries(def.configs ?? {}).filter(([k]) => !k.startsWith('nats.') || k === 'nats.deletes'));
+      const { name: _n, partitions: _p, bindings: _b, createdAt: _c, id: _i, ...settings } = def;
+      def = await js.engine.setSettings(name, { ...settings, configs: { ...keep, ...optionConfigs(spec.options, []) } });
+    }
   } catch (err) {
     return typed(T_, { error: JsErr.streamUpdate(errText(err)) });
   }
@@ -148,9 +172,9 @@ export async function streamPurge(js: JetStreamState, name: string, body: string
   const raw = body.trim() === '' ? {} : parseJson(body);
   if (raw === BAD_JSON || raw === null || typeof raw !== 'object') return typed(T_, { error: JsErr.invalidJson() });
   const r = raw as Json;
-  if (r.filter !== undefined && r.filter !== '' && r.filter !== '>') {
-    return typed(T_, { error: JsErr.streamPurge('purging by subject is not supported by FlowMQ streams') });
-  }
+  if (jsOptions(e.def).denyPurge) return typed(T_, { error: JsErr.streamPurge('stream purge not permitted') });
+  if (r.filter !== undefined && typeof r.filter !== 'string') return typed(T_, { error: JsErr.invalidJson() });
+  const filter = r.filter === undefined || r.filter === '' || r.filter === '>' ? undefined : r.filter;
   if (
     (r.seq !== undefined && r.seq !== 0 && r.keep !== undefined && r.keep !== 0) ||
     (r.seq !== undefined && !isCount(r.seq)) ||
@@ -158,7 +182,29 @@ export async function streamPurge(js: JetStreamState, name: string, body: string
   ) {
     return typed(T_, { error: JsErr.badRequest() });
   }
+  const seq = typeof r.seq === 'number' && r.seq > 0 ? r.seq : undefined;
+  const keep = typeof r.keep === 'number' && r.keep > 0 ? r.keep : undefined;
+  const view = await js.freshView(name);
+  if (filter !== undefined || (view !== null && (seq !== undefined || keep !== undefined))) {
+    // By subject, or on a stream with gaps: a delete rule (stream-view.ts); sequences stay.
+    try {
+      subjectToFilter(filter ?? '>');
+    } catch {
+      return typed(T_, { error: JsErr.badRequest('invalid subject filter') });
+    }
+    if (e.def.partitions !== 1) return typed(T_, { error: JsErr.streamPurge('purging by subject needs a single-partition stream') });
+    const purge = { ...(filter !== undefined ? { filter } : {}), ...(keep !== undefined ? { keep } : {}), ...(seq !== undefined ? { below: seq } : {}) };
+    let n: number | string;
+    try {
+      n = await js.addRule(name, () => ({ at: 0, purge }));
+    } catch (err) {
+      return typed(T_, { error: JsErr.streamPurge(errText(err)) });
+    }
+    if (typeof n === 'string') return typed(T_, { error: JsErr.streamPurge(n) });
+    return typed(T_, { success: true, purged: n });
+  }
   let purged = 0;
+  if (view !== null) purged = view.bySeq.size;
   try {
     for (let p = 0; p < e.def.partitions; p++) {
       const { logStartOffset, highWatermark } = js.engine.offsets(name, p);
@@ -168,7 +214,7 @@ export async function streamPurge(js: JetStreamState, name: string, body: string
       else if (typeof r.keep === 'number' && r.keep > 0) to = Math.max(0, highWatermark - r.keep);
       if (to <= logStartOffset) continue;
       await js.engine.deleteRecords(name, p, to);
-      purged += to - logStartOffset;
+      if (view === null) purged += to - logStartOffset;
     }
   } catch (err) {
     return typed(T_, { error: JsErr.streamPurge(errText(err)) });
@@ -180,4 +226,11 @@ export async function streamPurge(js: JetStreamState, name: string, body: string
 export function listable(js: JetStreamState, access: Access | null, name: string): boolean {
   if (access === null) return true;
   return js.authorizer!.control.directory.policies.allows(access.principal, 'describe', 'stream', name);
+}
+
+/** Whether a stream already has the JetStream options a create or update asks for. */
+function sameOptions(def: StreamDef, spec: StreamSpecFromJs): boolean {
+  const { rules: _r, ...have } = jsOptions(def);
+  const want = spec.options;
+  return (Object.keys(want) as Array<keyof typeof want>).every((k) => have[k] === want[k]);
 }

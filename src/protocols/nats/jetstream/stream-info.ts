@@ -5,6 +5,7 @@
 import { decodeBatch, isValidStreamName, recordToMessage, type Engine, type Message, type StreamDef } from '../../../core/index.js';
 import { JsErr, type ApiError } from './errors.js';
 import { filterToSubject, isValidApiName, subjectToFilter } from './subjects.js';
+import { jsOptions, type JsStreamOptions, type StreamView } from './stream-view.js';
 
 /** Go's zero time, which nats-server reports for "no message". */
 export const ZERO_TIME = '0001-01-01T00:00:00Z';
@@ -15,26 +16,28 @@ export function streamSubjects(def: StreamDef): string[] {
 }
 
 export function streamConfigJson(def: StreamDef, duplicateWindowNs: number): Record<string, unknown> {
+  const o = jsOptions(def);
   return {
     name: def.name,
     subjects: streamSubjects(def),
     retention: 'limits',
     max_consumers: -1,
-    max_msgs: -1,
-    max_bytes: -1,
+    max_msgs: o.maxMsgs,
+    max_bytes: o.maxBytes,
     max_age: def.retentionMs === null ? 0 : def.retentionMs * 1e6,
-    max_msgs_per_subject: -1,
+    max_msgs_per_subject: o.maxMsgsPerSubject,
     max_msg_size: -1,
-    discard: 'old',
+    discard: o.discardNew ? 'new' : 'old',
+    ...(o.discardNewPerSubject ? { discard_new_per_subject: true } : {}),
     storage: 'file',
     num_replicas: 1,
     duplicate_window: duplicateWindowNs,
-    allow_direct: false,
+    allow_direct: o.allowDirect,
     mirror_direct: false,
     sealed: false,
-    deny_delete: false,
-    deny_purge: false,
-    allow_rollup_hdrs: false,
+    deny_delete: o.denyDelete,
+    deny_purge: o.denyPurge,
+    allow_rollup_hdrs: o.allowRollup,
   };
 }
 
@@ -57,7 +60,25 @@ async function timestampAt(engine: Engine, stream: string, offset: number): Prom
  * have their own, which JetStream cannot express), message counts cover every partition; `bytes` is not tracked
  * per stream by FlowMQ's log and reads 0.
  */
-export async function streamState(engine: Engine, def: StreamDef, consumers: number): Promise<Record<string, unknown>> {
+export async function streamState(engine: Engine, def: StreamDef, consumers: number, view: StreamView | null = null): Promise<Record<string, unknown>> {
+  if (view !== null) {
+    // Deleted messages are gaps (stream-view.ts): counted from the view, first_seq the first live one.
+    const { highWatermark } = engine.offsets(def.name, 0);
+    const first = view.firstSeq;
+    const live = view.bySeq.size;
+    const base = first > 0 ? first : highWatermark + 1;
+    return {
+      messages: live,
+      bytes: view.bytes,
+      first_seq: highWatermark === 0 ? 0 : base,
+      first_ts: live > 0 ? await timestampAt(engine, def.name, first - 1) : ZERO_TIME,
+      last_seq: highWatermark,
+      last_ts: highWatermark > 0 ? await timestampAt(engine, def.name, highWatermark - 1) : ZERO_TIME,
+      ...(highWatermark + 1 - base - live > 0 ? { num_deleted: highWatermark + 1 - base - live } : {}),
+      num_subjects: view.bySubject.size,
+      consumer_count: consumers,
+    };
+  }
   let messages = 0;
   for (let p = 0; p < def.partitions; p++) {
     const o = engine.offsets(def.name, p);
@@ -77,6 +98,8 @@ export async function streamState(engine: Engine, def: StreamDef, consumers: num
 }
 
 export interface StreamSpecFromJs {
+  /** The options kept in the stream's `nats.*` configs (stream-view.ts). */
+  options: Omit<JsStreamOptions, 'rules'>;
   name: string;
   bindings: string[];
   retentionMs: number | null;
@@ -86,25 +109,17 @@ export interface StreamSpecFromJs {
 const NEUTRAL: Array<[string, (v: unknown) => boolean, string]> = [
   ['retention', (v) => v === undefined || v === 'limits', 'retention policies other than limits'],
   ['max_consumers', (v) => v === undefined || v === -1 || v === 0, 'max_consumers'],
-  ['max_msgs', (v) => v === undefined || v === -1 || v === 0, 'max_msgs (use max_age)'],
-  ['max_bytes', (v) => v === undefined || v === -1 || v === 0, 'max_bytes (use max_age)'],
-  ['max_msgs_per_subject', (v) => v === undefined || v === -1 || v === 0, 'max_msgs_per_subject'],
   ['max_msg_size', (v) => v === undefined || v === -1 || v === 0, 'max_msg_size'],
   ['mirror', (v) => v === undefined || v === null, 'mirrors'],
   ['sources', (v) => v === undefined || v === null || (Array.isArray(v) && v.length === 0), 'sources'],
   ['republish', (v) => v === undefined || v === null, 'republish'],
   ['subject_transform', (v) => v === undefined || v === null, 'subject transforms'],
   ['sealed', (v) => v === undefined || v === false, 'sealed streams'],
-  ['deny_delete', (v) => v === undefined || v === false, 'deny_delete'],
-  ['deny_purge', (v) => v === undefined || v === false, 'deny_purge'],
-  ['allow_rollup_hdrs', (v) => v === undefined || v === false, 'rollups'],
-  ['allow_direct', (v) => v === undefined || v === false, 'direct get'],
   ['mirror_direct', (v) => v === undefined || v === false, 'direct get'],
   ['no_ack', (v) => v === undefined || v === false, 'no_ack streams'],
   ['template_owner', (v) => v === undefined || v === '', 'stream templates'],
   ['compression', (v) => v === undefined || v === '' || v === 'none', 'compression'],
   ['first_seq', (v) => v === undefined || v === 0 || v === 1, 'first_seq'],
-  ['discard_new_per_subject', (v) => v === undefined || v === false, 'discard_new_per_subject'],
 ];
 
 /**
@@ -142,7 +157,35 @@ export function parseStreamConfig(raw: unknown, subjectName: string): StreamSpec
   if (maxAge > 0 && maxAge < 1e6) return JsErr.streamInvalidConfig('max_age must be at least 1ms on FlowMQ streams');
   const dup = r.duplicate_window ?? 0;
   if (typeof dup !== 'number' || !Number.isSafeInteger(dup) || dup < 0) return JsErr.invalidJson();
+  const perSubject = r.max_msgs_per_subject ?? -1;
+  if (typeof perSubject !== 'number' || !Number.isSafeInteger(perSubject) || perSubject < -1) return JsErr.invalidJson();
+  const maxMsgs = r.max_msgs ?? -1;
+  const maxBytes = r.max_bytes ?? -1;
+  for (const v of [maxMsgs, maxBytes]) if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < -1) return JsErr.invalidJson();
+  const flags: Record<string, boolean> = {};
+  for (const k of ['allow_rollup_hdrs', 'deny_delete', 'deny_purge', 'allow_direct', 'discard_new_per_subject']) {
+    const v = r[k] ?? false;
+    if (typeof v !== 'boolean') return JsErr.invalidJson();
+    flags[k] = v;
+  }
+  const discardNew = r.discard === 'new';
+  // nats-server's checks (stream.go checkStreamCfg), with its texts.
+  if (flags.discard_new_per_subject) {
+    if (!discardNew) return JsErr.streamInvalidConfig('discard new per subject requires discard new policy to be set');
+    if (perSubject <= 0) return JsErr.streamInvalidConfig('discard new per subject requires max msgs per subject > 0');
+  }
   return {
+    options: {
+      maxMsgs: (maxMsgs as number) > 0 ? (maxMsgs as number) : -1,
+      maxBytes: (maxBytes as number) > 0 ? (maxBytes as number) : -1,
+      maxMsgsPerSubject: perSubject > 0 ? perSubject : -1,
+      allowRollup: flags.allow_rollup_hdrs,
+      denyDelete: flags.deny_delete,
+      denyPurge: flags.deny_purge,
+      discardNew,
+      discardNewPerSubject: flags.discard_new_per_subject,
+      allowDirect: flags.allow_direct,
+    },
     name,
     bindings: [...new Set(bindings)],
     retentionMs: maxAge > 0 ? Math.round(maxAge / 1e6) : null,
@@ -186,4 +229,25 @@ export async function lastMatching(engine: Engine, stream: string, pred: (m: Mes
     hi = lo;
   }
   return -1;
+}
+
+/** Calls `fn` with every message of partition 0 below offset `to`, in order. */
+export async function scanLog(engine: Engine, stream: string, to: number, fn: (seq: number, m: Message) => void): Promise<void> {
+  const ownTopic = stream.split('.').join('/');
+  let offset = engine.offsets(stream, 0).logStartOffset;
+  while (offset < to) {
+    const batches = await engine.read(stream, 0, offset, 1024 * 1024);
+    const before = offset;
+    for (const b of batches) {
+      for (const rec of decodeBatch(b)) {
+        if (rec.offset < offset || rec.offset >= to) continue;
+        fn(rec.offset + 1, recordToMessage(rec, ownTopic));
+        offset = rec.offset + 1;
+      }
+    }
+    if (offset === before) {
+      if (batches.length === 0) break;
+      offset++;
+    }
+  }
 }

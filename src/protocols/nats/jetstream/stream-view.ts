@@ -1,0 +1,357 @@
+/**
+ * What a JetStream stream holds beyond its log: per-subject limits (max_msgs_per_subject), rollups (Nats-Rollup),
+ * single-message deletes and purges by subject or with `keep`, as nats-server applies them, over a FlowMQ stream
+ * whose log is append-only (sequence = offset + 1, never reused).
+ *
+ * Design (docs/nats.md, "Deletes, per-subject limits and rollups"): nothing is rewritten in the log. A stream's
+ * live messages are a function of its log and of a short list of explicit delete rules:
+ *
+ * - the log itself says what the limits and rollups remove: a message is gone once its subject has
+ *   `max_msgs_per_subject` later messages, or a later message of its subject carries `Nats-Rollup: sub` (of any
+ *   subject: `all`), on a stream that allows rollups. Replaying the log gives the same answer on every broker and
+ *   after every restart, so none of this is stored;
+ * - what only a request says (STREAM.MSG.DELETE, STREAM.PURGE with `filter`, `keep` or `seq`) is a rule kept with
+ *   the stream's definition (its `nats.deletes` config, in the metastore), each stamped with the last sequence the
+ *   log had when it was applied, and replayed at that point.
+ *
+ * The view is that replay, kept in memory per stream and caught up with the log before it is used: the live
+ * sequences per subject and in sequence order. Readers (MSG.GET, DIRECT.GET, consumers, stream state) skip what is
+ * not live; sequences stay where they were (a deleted message is a gap, as in nats-server). A purge of the whole
+ * stream still moves the log start (the log deletes those records). Streams without limits, rollups or rules have no
+ * view and are read as before. Its memory is a map entry per live message.
+ */
+import { decodeBatch, dotsToUnified, recordToMessage, type Engine, type StreamDef } from '../../../core/index.js';
+import { subjectMatches, subjectToFilter } from './subjects.js';
+
+/** An explicit delete, applied once the log had `at` messages (sequences up to `at`). */
+export interface DeleteRule {
+  at: number;
+  /** STREAM.MSG.DELETE of this sequence. */
+  seq?: number;
+  /** STREAM.PURGE: the subject filter (a NATS subject; absent: all), `keep` the last n, `below` a sequence. */
+  purge?: { filter?: string; keep?: number; below?: number };
+}
+
+/** The JetStream stream options FlowMQ keeps in the stream's configs (`nats.*`). */
+export interface JsStreamOptions {
+  /** Stream limits on live messages and their bytes (-1: none): the oldest go (discard old) or publishes are refused. */
+  maxMsgs: number;
+  maxBytes: number;
+  maxMsgsPerSubject: number;
+  allowRollup: boolean;
+  denyDelete: boolean;
+  denyPurge: boolean;
+  discardNew: boolean;
+  discardNewPerSubject: boolean;
+  allowDirect: boolean;
+  rules: DeleteRule[];
+}
+
+/** Explicit delete rules a stream may hold (each is a few dozen bytes of its definition). */
+export const MAX_DELETE_RULES = 4096;
+
+export function jsOptions(def: StreamDef): JsStreamOptions {
+  const c = def.configs ?? {};
+  let rules: DeleteRule[] = [];
+  if (c['nats.deletes'] !== undefined) {
+    try {
+      const v = JSON.parse(c['nats.deletes']) as unknown;
+      if (Array.isArray(v)) rules = v as DeleteRule[];
+    } catch {
+      rules = [];
+    }
+  }
+  const n = Number(c['nats.max_msgs_per_subject'] ?? -1);
+  const limit = (k: string): number => {
+    const v = Number(c[k] ?? -1);
+    return Number.isSafeInteger(v) && v > 0 ? v : -1;
+  };
+  return {
+    maxMsgs: limit('nats.max_msgs'),
+    maxBytes: limit('nats.max_bytes'),
+    maxMsgsPerSubject: Number.isSafeInteger(n) && n > 0 ? n : -1,
+    allowRollup: c['nats.allow_rollup_hdrs'] === 'true',
+    denyDelete: c['nats.deny_delete'] === 'true',
+    denyPurge: c['nats.deny_purge'] === 'true',
+    discardNew: c['nats.discard'] === 'new',
+    discardNewPerSubject: c['nats.discard_new_per_subject'] === 'true',
+    allowDirect: c['nats.allow_direct'] === 'true',
+    rules,
+  };
+}
+
+/** The `nats.*` configs of a stream with these options (the others of `configs` are kept by the caller). */
+export function optionConfigs(o: Omit<JsStreamOptions, 'rules'>, rules: DeleteRule[]): Record<string, string> {
+  const out: Record<string, string> = {};
+  if (o.maxMsgs > 0) out['nats.max_msgs'] = String(o.maxMsgs);
+  if (o.maxBytes > 0) out['nats.max_bytes'] = String(o.maxBytes);
+  if (o.maxMsgsPerSubject > 0) out['nats.max_msgs_per_subject'] = String(o.maxMsgsPerSubject);
+  if (o.allowRollup) out['nats.allow_rollup_hdrs'] = 'true';
+  if (o.denyDelete) out['nats.deny_delete'] = 'true';
+  if (o.denyPurge) out['nats.deny_purge'] = 'true';
+  if (o.discardNew) out['nats.discard'] = 'new';
+  if (o.discardNewPerSubject) out['nats.discard_new_per_subject'] = 'true';
+  if (o.allowDirect) out['nats.allow_direct'] = 'true';
+  if (rules.length > 0) out['nats.deletes'] = JSON.stringify(rules);
+  return out;
+}
+
+export function needsView(o: JsStreamOptions): boolean {
+  return o.maxMsgs > 0 || o.maxBytes > 0 || o.maxMsgsPerSubject > 0 || o.allowRollup || o.rules.length > 0;
+}
+
+/** A message's size as nats-server's file store counts it (stream bytes, max_bytes): its record plus framing. */
+export function storedSize(subjectLength: number, headerLength: number, payloadLength: number): number {
+  return subjectLength + headerLength + payloadLength + 30;
+}
+
+function ownTopic(stream: string): string {
+  return stream.split('.').join('/');
+}
+
+export class StreamView {
+  /** Live sequences, ascending (Map insertion order: appended in log order), to their subject (unified topic). */
+  readonly bySeq = new Map<number, string>();
+  /** Live sequences of each subject, ascending. */
+  readonly bySubject = new Map<string, number[]>();
+  /** Live sequences counted by position (a Fenwick tree over sequences): consumers' num_pending in O(log n). */
+  private tree = new Int32Array(1024);
+  /** Live sequences to their stored size, and the sum (state.bytes, max_bytes). */
+  private readonly sizes = new Map<number, number>();
+  bytes = 0;
+  /** Messages of the log applied: sequences 1..scanned. */
+  scanned = 0;
+  private nextRule = 0;
+  private prunedAt = 0;
+  private running: Promise<void> | null = null;
+  opts: JsStreamOptions;
+
+  constructor(
+    public def: StreamDef,
+    private readonly engine: Engine,
+  ) {
+    this.opts = jsOptions(def);
+  }
+
+  /** The stream refuses publishes at its limits (discard new): each is checked against the view first. */
+  get refusesNew(): boolean {
+    const o = this.opts;
+    return o.discardNewPerSubject || (o.discardNew && (o.maxMsgs > 0 || o.maxBytes > 0));
+  }
+
+  /** The stream's definition after a rule this view already applied was added to it. */
+  adopt(def: StreamDef): void {
+    this.def = def;
+    this.opts = jsOptions(def);
+    this.nextRule = this.opts.rules.length;
+  }
+
+  /** Whether `seq` (within the log's range, already applied) was removed. */
+  isDeleted(seq: number): boolean {
+    return seq <= this.scanned && !this.bySeq.has(seq);
+  }
+
+  /** The last live sequence of a subject (its unified topic), 0 when none. */
+  lastOf(subject: string): number {
+    const l = this.bySubject.get(subject);
+    return l === undefined || l.length === 0 ? 0 : l[l.length - 1];
+  }
+
+  /** The last live sequence whose subject the NATS subject `filter` matches, 0 when none. */
+  lastMatching(filter: string): number {
+    if (!/(^|\.)[*>](\.|$)/.test(filter)) return this.lastOf(dotsToUnified(filter));
+    let best = 0;
+    for (const [s, l] of this.bySubject) if (l.length > 0 && l[l.length - 1] > best && subjectMatches(filter, s)) best = l[l.length - 1];
+    return best;
+  }
+
+  /** Live messages with a sequence >= `from` whose subject matches the NATS subject `filter` (undefined: all). */
+  countFrom(from: number, filter?: string): number {
+    if (filter === undefined || this.covers(filter)) return this.bySeq.size - this.prefix(Math.max(0, from - 1));
+    if (!/(^|\.)[*>](\.|$)/.test(filter)) {
+      const l = this.bySubject.get(dotsToUnified(filter));
+      return l === undefined ? 0 : l.length - lowerBound(l, from);
+    }
+    let n = 0;
+    for (const [s, l] of this.bySubject) {
+      if (filter !== undefined && !subjectMatches(filter, s)) continue;
+      n += l.length - lowerBound(l, from);
+    }
+    return n;
+  }
+
+  /** The last live sequence of every subject `filter` matches, as of now. */
+  lastPerSubject(filter?: string): Set<number> {
+    const out = new Set<number>();
+    for (const [s, l] of this.bySubject) if (l.length > 0 && (filter === undefined || subjectMatches(filter, s))) out.add(l[l.length - 1]);
+    return out;
+  }
+
+  /** The filter is one of the stream's subjects and the stream has no other: it matches every message. */
+  private covers(filter: string): boolean {
+    const b = this.def.bindings;
+    if (b.length !== 1) return false;
+    try {
+      return subjectToFilter(filter) === b[0];
+    } catch {
+      return false;
+    }
+  }
+
+  private bump(seq: number, d: number): void {
+    if (seq >= this.tree.length) {
+      // Grown by doubling, rebuilt from the live sequences (amortized O(1) per message).
+      let n = this.tree.length;
+      while (seq >= n) n *= 2;
+      this.tree = new Int32Array(n);
+      for (const q of this.bySeq.keys()) if (q !== seq) this.treeAdd(q, 1);
+      if (d > 0) this.treeAdd(seq, d);
+      return;
+    }
+    this.treeAdd(seq, d);
+  }
+
+  private treeAdd(seq: number, d: number): void {
+    for (let i = seq; i < this.tree.length; i += i & -i) this.tree[i] += d;
+  }
+
+  /** Live sequences <= seq. */
+  private prefix(seq: number): number {
+    let n = 0;
+    for (let i = Math.min(seq, this.tree.length - 1); i > 0; i -= i & -i) n += this.tree[i];
+    return n;
+  }
+
+  get firstSeq(): number {
+    for (const k of this.bySeq.keys()) return k;
+    return 0;
+  }
+
+  /** Applies the log up to its high watermark (one pass at a time; callers share it). */
+  async catchUp(): Promise<void> {
+    while (this.running !== null) await this.running;
+    if (this.scanned >= this.engine.offsets(this.def.name, 0).highWatermark) {
+      this.prune();
+      return;
+    }
+    this.running = this.scan().finally(() => (this.running = null));
+    await this.running;
+  }
+
+  private async scan(): Promise<void> {
+    const name = this.def.name;
+    for (;;) {
+      const { logStartOffset, highWatermark } = this.engine.offsets(name, 0);
+      if (this.scanned < logStartOffset) this.scanned = logStartOffset;
+      if (this.scanned >= highWatermark) break;
+      const from = this.scanned;
+      const batches = await this.engine.read(name, 0, from, 1024 * 1024);
+      let progressed = false;
+      for (const b of batches) {
+        for (const rec of decodeBatch(b)) {
+          if (rec.offset < this.scanned || rec.offset >= highWatermark) continue;
+          const seq = rec.offset + 1;
+          this.applyRules(seq - 1);
+          const m = recordToMessage(rec, ownTopic(name));
+          let rollup: string | undefined;
+          if (this.opts.allowRollup) for (const h of m.headers) if (h.key === 'Nats-Rollup') rollup = h.value?.toString('utf8').toLowerCase();
+          const hdrLen = m.natsHeaders?.length ?? m.headers.reduce((a, x) => a + x.key.length + (x.value?.length ?? 0) + 4, m.headers.length > 0 ? 12 : 0);
+          this.add(seq, m.topic, rollup, storedSize(m.topic.length, hdrLen, m.payload.length));
+          this.scanned = seq;
+          progressed = true;
+        }
+      }
+      // A gap (records deleted or compacted away, transaction markers): go on past it.
+      if (!progressed) this.scanned = Math.min(highWatermark, from + 1);
+    }
+    this.applyRules(this.scanned);
+    this.prune();
+  }
+
+  private applyRules(upTo: number): void {
+    const rules = this.opts.rules;
+    while (this.nextRule < rules.length && rules[this.nextRule].at <= upTo) this.apply(rules[this.nextRule++]);
+  }
+
+  /** Drops what the log no longer has (a purge of the whole stream, retention by age). */
+  private prune(): void {
+    const lso = this.engine.offsets(this.def.name, 0).logStartOffset;
+    if (lso <= this.prunedAt) return;
+    this.prunedAt = lso;
+    for (const seq of [...this.bySeq.keys()]) {
+      if (seq > lso) break;
+      this.remove(seq);
+    }
+  }
+
+  private add(seq: number, topic: string, rollup: string | undefined, size: number): void {
+    if (rollup === 'all') {
+      this.bySeq.clear();
+      this.bySubject.clear();
+      this.sizes.clear();
+      this.bytes = 0;
+      this.tree.fill(0);
+    } else if (rollup === 'sub') {
+      for (const s of this.bySubject.get(topic) ?? []) this.drop(s);
+      this.bySubject.delete(topic);
+    }
+    this.bySeq.set(seq, topic);
+    this.bump(seq, 1);
+    this.sizes.set(seq, size);
+    this.bytes += size;
+    let l = this.bySubject.get(topic);
+    if (l === undefined) this.bySubject.set(topic, (l = []));
+    l.push(seq);
+    const max = this.opts.maxMsgsPerSubject;
+    while (max > 0 && l.length > max) this.drop(l.shift()!);
+    // Discard old: the oldest messages go while the stream is over a limit (discard new refuses the publish instead).
+    if (this.opts.discardNew) return;
+    const { maxMsgs, maxBytes } = this.opts;
+    while ((maxMsgs > 0 && this.bySeq.size > maxMsgs) || (maxBytes > 0 && this.bytes > maxBytes && this.bySeq.size > 1)) this.remove(this.firstSeq);
+  }
+
+  /** Forgets a live sequence (not its subject's list: the caller's). */
+  private drop(seq: number): void {
+    if (!this.bySeq.delete(seq)) return;
+    this.bump(seq, -1);
+    this.bytes -= this.sizes.get(seq) ?? 0;
+    this.sizes.delete(seq);
+  }
+
+  remove(seq: number): boolean {
+    const topic = this.bySeq.get(seq);
+    if (topic === undefined) return false;
+    this.drop(seq);
+    const l = this.bySubject.get(topic)!;
+    const i = l.indexOf(seq);
+    if (i >= 0) l.splice(i, 1);
+    if (l.length === 0) this.bySubject.delete(topic);
+    return true;
+  }
+
+  /** Applies a rule now (the view is caught up to `rule.at`); returns how many messages it removed. */
+  apply(rule: DeleteRule): number {
+    if (rule.seq !== undefined) return this.remove(rule.seq) ? 1 : 0;
+    const p = rule.purge;
+    if (p === undefined) return 0;
+    const victims: number[] = [];
+    for (const [seq, topic] of this.bySeq) {
+      if (p.below !== undefined && seq >= p.below) break;
+      if (p.filter === undefined || subjectMatches(p.filter, topic)) victims.push(seq);
+    }
+    if (p.keep !== undefined && p.keep > 0) victims.splice(Math.max(0, victims.length - p.keep));
+    for (const s of victims) this.remove(s);
+    return victims.length;
+  }
+}
+
+function lowerBound(a: number[], v: number): number {
+  let lo = 0;
+  let hi = a.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (a[mid] < v) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
