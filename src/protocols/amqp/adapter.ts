@@ -80,6 +80,11 @@ export class AmqpAdapter {
     this.router = ctx.engine as unknown as Router;
   }
 
+  /** The resource alarms raised now (the management API's mem_alarm / disk_free_alarm). */
+  get alarms(): { memory: boolean; disk: boolean } {
+    return { memory: this.memoryAlarm, disk: this.diskAlarmUntil !== 0 };
+  }
+
   /** The reason publishers are blocked now, or null. */
   get blocked(): string | null {
     return this.blockedReason;
