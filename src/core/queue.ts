@@ -118,9 +118,9 @@ export class Queue implements QueueRuntime {
   /**
    * Message counts since the queue opened in this process (not persisted), for the RabbitMQ management API's
    * message_stats: publish (enqueued), deliver / deliver_no_ack (to consumers), get / get_no_ack (basic.get and
-   * the like), redeliver (deliveries of a message delivered before), ack. Plain increments on paths that run anyway.
+   * the like; get_empty: found nothing), redeliver (deliveries of a message delivered before), ack. Plain increments on paths that run anyway.
    */
-  readonly counters = { publish: 0, deliver: 0, deliverNoAck: 0, get: 0, getNoAck: 0, redeliver: 0, ack: 0 };
+  readonly counters = { publish: 0, deliver: 0, deliverNoAck: 0, get: 0, getNoAck: 0, getEmpty: 0, redeliver: 0, ack: 0 };
 
   stats(): { ready: number; unacked: number; bytes: number; consumers: number } {
     return { ready: this.heap.size + this.beyond, unacked: this.unacked.size, bytes: this.heapBytes + this.beyondBytes, consumers: this.consumers.length };
@@ -348,7 +348,10 @@ export class Queue implements QueueRuntime {
         else this.counters.get++;
         return this.deliverEntry(e, owner, noAck);
       }
-      if (this.beyond === 0 || !this.store) return null;
+      if (this.beyond === 0 || !this.store) {
+        this.counters.getEmpty++;
+        return null;
+      }
       await this.load();
     }
   }

@@ -138,6 +138,7 @@ export interface QueueCounters {
   readonly deliverNoAck: number;
   readonly get: number;
   readonly getNoAck: number;
+  readonly getEmpty: number;
   readonly redeliver: number;
   readonly ack: number;
 }

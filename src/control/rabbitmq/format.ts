@@ -11,7 +11,7 @@
  */
 import { createHash } from 'node:crypto';
 import type { BindingDef, ExchangeDef, QueueCounters, QueueDef, QueueHandle } from '../../core/index.js';
-import type { AmqpChannelView, AmqpConnectionView } from './types.js';
+import type { AmqpChannelView, AmqpConnectionView, AmqpManagementView } from './types.js';
 
 export const VHOST = '/';
 export const SAMPLE_MS = 5000;
@@ -55,7 +55,7 @@ export class Rates {
   }
 }
 
-const NO_COUNTERS: QueueCounters = { publish: 0, deliver: 0, deliverNoAck: 0, get: 0, getNoAck: 0, redeliver: 0, ack: 0 };
+const NO_COUNTERS: QueueCounters = { publish: 0, deliver: 0, deliverNoAck: 0, get: 0, getNoAck: 0, getEmpty: 0, redeliver: 0, ack: 0 };
 
 /** The counters RabbitMQ's message_stats names, from a queue's. */
 export function messageStats(c: QueueCounters): Record<string, number> {
@@ -65,6 +65,7 @@ export function messageStats(c: QueueCounters): Record<string, number> {
     deliver_no_ack: c.deliverNoAck,
     get: c.get,
     get_no_ack: c.getNoAck,
+    get_empty: c.getEmpty,
     deliver_get: c.deliver + c.deliverNoAck + c.get + c.getNoAck,
     redeliver: c.redeliver,
     ack: c.ack,
@@ -83,6 +84,20 @@ export function withDetails(stats: Record<string, number>, rates: Rates, prefix:
 
 export function countersOf(h: QueueHandle | undefined): QueueCounters {
   return h?.counters ?? NO_COUNTERS;
+}
+
+/**
+ * The overview's message_stats: what went into AMQP channels (publish, confirm, return_unroutable, drop_unroutable:
+ * the AMQP module's counts, as RabbitMQ counts channel publishes) and what queues gave out (deliver..., get...,
+ * redeliver, ack: summed over `queues`).
+ */
+export function overviewStats(queues: Iterable<QueueHandle | undefined>, amqp: AmqpManagementView | undefined): Record<string, number> {
+  const t = amqp?.totals() ?? { publish: 0, confirm: 0, returnUnroutable: 0, dropUnroutable: 0 };
+  const out: Record<string, number> = { publish: t.publish, confirm: t.confirm, return_unroutable: t.returnUnroutable, drop_unroutable: t.dropUnroutable };
+  for (const h of queues) {
+    for (const [k, v] of Object.entries(messageStats(countersOf(h)))) if (k !== 'publish') out[k] = (out[k] ?? 0) + v;
+  }
+  return out;
 }
 
 /** Figures the sampler keeps for one queue. */

@@ -5,7 +5,6 @@
 import os from 'node:os';
 import { readdirSync, readFileSync } from 'node:fs';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import type { QueueCounters } from '../../core/index.js';
 import type { AmqpConnectionView } from './types.js';
 import {
   VHOST,
@@ -14,10 +13,9 @@ import {
   connectionJson,
   connectionName,
   consumerJson,
-  countersOf,
   defaultBindingJson,
   exchangeJson,
-  messageStats,
+  overviewStats,
   queueJson,
   withDetails,
 } from './format.js';
@@ -69,7 +67,6 @@ export function nodeJson(ctx: RabbitContext): Record<string, unknown> {
     name: ctx.node,
     type: 'disc',
     running: true,
-    being_drained: false,
     mem_used: process.memoryUsage.rss(),
     mem_limit: limit > 0 ? limit : os.totalmem(),
     mem_alarm: alarms.memory,
@@ -101,10 +98,6 @@ function listenersJson(ctx: RabbitContext): Array<Record<string, unknown>> {
   return ctx.listeners().map((l) => ({ node: ctx.node, protocol: PROTOCOL_NAMES[l.name] ?? l.name, ip_address: ctx.host, port: l.port }));
 }
 
-const sumCounters = (a: Record<string, number>, c: QueueCounters): void => {
-  for (const [k, v] of Object.entries(messageStats(c))) a[k] = (a[k] ?? 0) + v;
-};
-
 /** The caller's connections: all with `describe cluster:*`, else its own. */
 export function visibleConnections(ctx: RabbitContext, req: FastifyRequest): AmqpConnectionView[] {
   const all = ctx.amqp()?.connections() ?? [];
@@ -135,7 +128,6 @@ export function readRoutes(app: FastifyInstance, ctx: RabbitContext): void {
     let ready = 0;
     let unacked = 0;
     let consumers = 0;
-    const stats: Record<string, number> = {};
     for (const d of qs) {
       const h = engine.getQueue(d.name);
       const s = h?.stats() ?? { ready: 0, unacked: 0, bytes: 0, consumers: 0 };
@@ -143,8 +135,12 @@ export function readRoutes(app: FastifyInstance, ctx: RabbitContext): void {
       ready += s.ready;
       unacked += s.unacked;
       consumers += s.consumers;
-      sumCounters(stats, countersOf(h));
     }
+    // The AMQP module's publish counts are the broker's: for those who may describe it only.
+    const stats = overviewStats(
+      qs.map((d) => engine.getQueue(d.name)),
+      ctx.can(req, 'describe', 'cluster', '*') ? ctx.amqp() : undefined,
+    );
     const conns = visibleConnections(ctx, req);
     const admin = ctx.can(req, 'describe', 'cluster', '*');
     return {

@@ -100,7 +100,8 @@ function messageJson(msg: Message, redelivered: boolean, remaining: number, enco
     exchange: msg.exchange ?? '',
     routing_key: msg.routingKey ?? swapSeparators(msg.topic),
     message_count: remaining,
-    properties,
+    // RabbitMQ's JSON of an empty property list is [] (an empty Erlang list), not {}.
+    properties: Object.keys(properties).length === 0 ? [] : properties,
     payload: asString ? body.toString('utf8') : body.toString('base64'),
     payload_encoding: asString ? 'string' : 'base64',
   };

@@ -25,7 +25,7 @@ import { HTTP_TIMEOUTS, closeUnreadBody, httpServerOptions } from '../http-guard
 import { isLoopback } from '../../util/address.js';
 import { LogLimiter, logKey } from '../../util/log-limit.js';
 import { CHALLENGE, RabbitError, badRequest, nodeName, notFound, type Caller, type RabbitContext, type RabbitManagementOptions } from './context.js';
-import { Rates, connectionFigures, queueFigures } from './format.js';
+import { Rates, connectionFigures, overviewStats, queueFigures } from './format.js';
 import { readRoutes } from './routes-read.js';
 import { writeRoutes } from './routes-write.js';
 import { healthRoutes } from './routes-health.js';
@@ -47,15 +47,18 @@ export async function startRabbitManagement(opts: RabbitManagementOptions): Prom
     let messages = 0;
     let ready = 0;
     let unacked = 0;
+    const handles = [];
     for (const def of opts.engine.listQueues()) {
       const h = opts.engine.getQueue(def.name);
       if (h === undefined) continue;
+      handles.push(h);
       queueFigures(h, put);
       const s = h.stats();
       messages += s.ready + s.unacked;
       ready += s.ready;
       unacked += s.unacked;
     }
+    for (const [k, v] of Object.entries(overviewStats(handles, opts.amqp()))) put(`o.${k}`, v);
     put('t.messages', messages);
     put('t.messages_ready', ready);
     put('t.messages_unacknowledged', unacked);

@@ -64,6 +64,8 @@ export interface AmqpManagementView {
   connections(): AmqpConnectionView[];
   /** The AMQP module's resource alarms (publishers blocked). */
   alarms(): { memory: boolean; disk: boolean };
+  /** Publishes taken, confirmed, returned (mandatory, unroutable) and dropped (unroutable) since start. */
+  totals(): { publish: number; confirm: number; returnUnroutable: number; dropUnroutable: number };
   /** The memory high watermark publishers are blocked above, bytes (0: none). */
   memoryLimit(): number;
   /** connection.close 320 CONNECTION_FORCED with the reason; false when no such connection. */

@@ -50,6 +50,8 @@ export class AmqpAdapter {
     confirmsAcked: 0,
     confirmsNacked: 0,
     returned: 0,
+    /** Publishes that reached nothing and were not mandatory (dropped, as RabbitMQ's drop_unroutable). */
+    droppedUnroutable: 0,
     channelErrors: 0,
     connectionErrors: 0,
     blockedEvents: 0,

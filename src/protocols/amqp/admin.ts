@@ -74,6 +74,12 @@ export function managementView(adapter: AmqpAdapter): AmqpManagementView {
   return {
     connections: () => all().map(connectionView),
     alarms: () => adapter.alarms,
+    totals: () => ({
+      publish: adapter.stats.published,
+      confirm: adapter.stats.confirmsAcked,
+      returnUnroutable: adapter.stats.returned,
+      dropUnroutable: adapter.stats.droppedUnroutable,
+    }),
     memoryLimit: () => adapter.options.memoryHighWatermark,
     close(id, reason) {
       const c = all().find((x) => x.id === id);
