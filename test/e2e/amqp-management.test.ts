@@ -246,6 +246,39 @@ describe('RabbitMQ management API (bin/flowmq, amqplib, nagios-plugins-rabbitmq)
     assert.ok(nodes.json[0].mem_used > 0 && nodes.json[0].fd_used > 0 && nodes.json[0].sockets_used > 0);
   });
 
+  it('refuses a foreign Host name (DNS rebinding) and closes a connection on DELETE (320 CONNECTION_FORCED)', async () => {
+    const { request } = await import('node:http');
+    const status = await new Promise<number>((resolve, reject) => {
+      const req = request(
+        {
+          host: '127.0.0.1',
+          port,
+          path: '/api/overview',
+          headers: { host: 'evil.example', authorization: 'Basic ' + Buffer.from('root:root-pw').toString('base64') },
+        },
+        (res) => {
+          res.resume();
+          resolve(res.statusCode ?? 0);
+        },
+      );
+      req.on('error', reject);
+      req.end();
+    });
+    assert.equal(status, 421);
+    const victim = await amqp.connect(amqpUrl(broker, 'root', 'root-pw'), { clientProperties: { connection_name: 'victim' } });
+    // amqplib reports a server's connection.close 320 on 'close' (with the error), not on 'error'.
+    victim.on('error', () => undefined);
+    const closed = new Promise<Error>((resolve) => victim.on('close', resolve));
+    let name = '';
+    await eventually(async () => {
+      name = (await root('/api/connections')).json.find((c: Json) => c.user_provided_name === 'victim')?.name ?? '';
+      return name !== '';
+    });
+    assert.equal((await http(`/api/connections/${encodeURIComponent(name)}`, { user: 'alice', pass: 'alice-pw', method: 'DELETE' })).status, 401);
+    assert.equal((await root(`/api/connections/${encodeURIComponent(name)}`, { method: 'DELETE' })).status, 204);
+    assert.match(String((await closed)?.message), /320 \(CONNECTION-FORCED\).*Closed via management plugin/);
+  });
+
   it("passes Debian's nagios-plugins-rabbitmq checks run unchanged, and their thresholds see the real figures", async () => {
     const ok = async (check: string, args: string[], expect: RegExp) => {
       const r = await nagios(check, args);
