@@ -19,6 +19,8 @@ import {
   readUsersFile,
   seedDirectory,
   startAdminApi,
+  startRabbitManagement,
+  type RabbitManagement,
   WebhookAuthenticator,
   type AdminApi,
   type Metrics,
@@ -303,6 +305,30 @@ async function startServing(config: Config, logger: Logger, data: DataPlane, con
   // Stop taking traffic first (the API, then the protocols), then let storage finish what was acknowledged.
   closers.push('admin API', () => admin.close());
   logger.info({ protocol: 'http', address: formatAddress(admin.address()), auth: admin.auth }, 'listening (admin API)');
+  // RabbitMQ's management API subset on its own port (src/control/rabbitmq/server.ts says why not under the admin API).
+  let management: RabbitManagement | null = null;
+  if (config.amqpManagementPort !== null) {
+    management = await startRabbitManagement({
+      engine,
+      logger: logger.child({ component: 'amqp-management' }),
+      access,
+      host: config.httpHost,
+      port: config.amqpManagementPort,
+      allowedHosts: config.httpAllowedHosts,
+      amqp: () => running.find((r) => r.name === 'amqp')?.protocol.amqpManagement,
+      listeners: () => [
+        ...[...listeners].map(([name, l]) => ({ name, port: l.address().port })),
+        { name: 'http', port: admin.address().port },
+        ...(management !== null ? [{ name: 'management', port: management.address().port }] : []),
+      ],
+      disk: () => (config.wal === 'file' ? space.figures() : null),
+      version: BROKER_VERSION,
+      startedAt: started,
+    });
+    const m = management;
+    closers.push('amqp management API', () => m.close());
+    logger.info({ protocol: 'amqp-management', address: formatAddress(m.address()) }, 'listening (RabbitMQ management API)');
+  }
   if (directory.size === 0 && !access.hasUsers && config.httpHost !== '127.0.0.1' && config.httpHost !== 'localhost' && config.httpHost !== '::1') {
     logger.warn(
       { protocol: 'http', address: formatAddress(admin.address()) },
@@ -330,6 +356,7 @@ async function startServing(config: Config, logger: Logger, data: DataPlane, con
     ports: () => ({
       ...Object.fromEntries([...listeners].map(([k, l]) => [k, l.address().port])),
       http: admin.address().port,
+      ...(management !== null ? { 'amqp-management': management.address().port } : {}),
     }),
     close() {
       closing ??= (async () => {

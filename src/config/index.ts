@@ -50,6 +50,8 @@ export interface Config {
   amqpsPort: number;
   amqpTlsCert: string | null;
   amqpTlsKey: string | null;
+  /** The RabbitMQ management HTTP API subset (src/control/rabbitmq); null: not served. */
+  amqpManagementPort: number | null;
   /** Largest AMQP frame offered in connection.tune (bytes). */
   amqpFrameMax: number;
   amqpChannelMax: number;
@@ -363,6 +365,13 @@ export const OPTIONS: readonly OptionSpec[] = [
   { key: 'amqpsPort', name: 'amqps-port', kind: 'port', default: 5671, help: 'AMQP 0-9-1 over TLS; listens only when amqp-tls-cert and amqp-tls-key are set' },
   { key: 'amqpTlsCert', name: 'amqp-tls-cert', kind: 'string', default: null, help: 'PEM certificate (chain) file of the AMQP TLS listener' },
   { key: 'amqpTlsKey', name: 'amqp-tls-key', kind: 'string', default: null, help: 'PEM private key file of the AMQP TLS listener' },
+  {
+    key: 'amqpManagementPort',
+    name: 'amqp-management-port',
+    kind: 'port',
+    default: null,
+    help: "RabbitMQ management HTTP API subset (RabbitMQ's 15672: /api/overview, /api/queues, health checks...) on --http-host, HTTP Basic as FlowMQ users; unset: not served",
+  },
   {
     key: 'amqpFrameMax',
     name: 'amqp-frame-max',

@@ -115,6 +115,13 @@ export class Queue implements QueueRuntime {
     this.expiresTimer = null;
   }
 
+  /**
+   * Message counts since the queue opened in this process (not persisted), for the RabbitMQ management API's
+   * message_stats: publish (enqueued), deliver / deliver_no_ack (to consumers), get / get_no_ack (basic.get and
+   * the like; get_empty: found nothing), redeliver (deliveries of a message delivered before), ack. Plain increments on paths that run anyway.
+   */
+  readonly counters = { publish: 0, deliver: 0, deliverNoAck: 0, get: 0, getNoAck: 0, getEmpty: 0, redeliver: 0, ack: 0 };
+
   stats(): { ready: number; unacked: number; bytes: number; consumers: number } {
     return { ready: this.heap.size + this.beyond, unacked: this.unacked.size, bytes: this.heapBytes + this.beyondBytes, consumers: this.consumers.length };
   }
@@ -208,6 +215,7 @@ export class Queue implements QueueRuntime {
       }
     }
     const id = this.nextId++;
+    this.counters.publish++;
     const ttlAt = a.messageTtlMs !== undefined ? now + a.messageTtlMs : Infinity;
     const expiresAt = msg.expiresAt !== undefined && msg.expiresAt < ttlAt ? msg.expiresAt : ttlAt;
     let durable: Promise<void> | null = null;
@@ -335,8 +343,15 @@ export class Queue implements QueueRuntime {
     this.armExpires();
     for (;;) {
       const e = this.takeHead();
-      if (e) return this.deliverEntry(e, owner, noAck);
-      if (this.beyond === 0 || !this.store) return null;
+      if (e) {
+        if (noAck) this.counters.getNoAck++;
+        else this.counters.get++;
+        return this.deliverEntry(e, owner, noAck);
+      }
+      if (this.beyond === 0 || !this.store) {
+        this.counters.getEmpty++;
+        return null;
+      }
       await this.load();
     }
   }
@@ -347,6 +362,7 @@ export class Queue implements QueueRuntime {
     if (!e && this.destroyed) return Promise.resolve();
     if (!e) return Promise.reject(new FlowError('PRECONDITION_FAILED', `queue ${this.name}: no unacked delivery ${id}`));
     this.forgetUnacked(e);
+    this.counters.ack++;
     if (!e.stored) return Promise.resolve();
     return this.removeStored(e.id);
   }
@@ -441,6 +457,8 @@ export class Queue implements QueueRuntime {
           if (c === null) break;
           const e = this.takeHead(now);
           if (e === null) break;
+          if (c.noAck) this.counters.deliverNoAck++;
+          else this.counters.deliver++;
           c.deliver(this.deliverEntry(e, c.owner, c.noAck));
         }
       } while (this.redispatch);
@@ -477,6 +495,7 @@ export class Queue implements QueueRuntime {
   }
 
   private deliverEntry(e: Entry, owner: string, noAck: boolean): QueueDelivery {
+    if (e.deliveries > 0 || e.redelivered) this.counters.redeliver++;
     e.deliveries++;
     const d: QueueDelivery = {
       queue: this.name,

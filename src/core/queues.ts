@@ -131,11 +131,25 @@ export interface QueueConsumer {
   cancelled?(reason: string): void;
 }
 
+/** What a queue counted since it opened in this process (see Queue.counters). */
+export interface QueueCounters {
+  readonly publish: number;
+  readonly deliver: number;
+  readonly deliverNoAck: number;
+  readonly get: number;
+  readonly getNoAck: number;
+  readonly getEmpty: number;
+  readonly redeliver: number;
+  readonly ack: number;
+}
+
 /** A live queue's public surface: what adapters call. */
 export interface QueueHandle {
   readonly def: QueueDef;
   /** Ready and unacked message counts, ready payload bytes, consumers. */
   stats(): { ready: number; unacked: number; bytes: number; consumers: number };
+  /** Message counts since the queue opened in this process (the RabbitMQ management API's message_stats); absent: not counted. */
+  readonly counters?: QueueCounters;
   /** Adds a consumer (FlowError RESOURCE_LOCKED when the queue has an exclusive consumer). */
   consume(c: QueueConsumer, opts?: { exclusive?: boolean }): void;
   /** Removes a consumer; its unacked deliveries stay unacked until acked, nacked or released. */

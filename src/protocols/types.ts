@@ -5,7 +5,7 @@ import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import type { Engine } from '../core/index.js';
 import type { Config } from '../config/index.js';
-import type { AccessControl, BrokerConfigAdmin, ConsumerGroupAdmin, PasswordGuard, SessionAdmin } from '../control/index.js';
+import type { AccessControl, AmqpManagementView, BrokerConfigAdmin, ConsumerGroupAdmin, PasswordGuard, SessionAdmin } from '../control/index.js';
 import type { Cluster } from '../cluster/index.js';
 
 export interface AdapterContext {
@@ -70,6 +70,8 @@ export interface RunningProtocol {
   readonly sessions?: SessionAdmin;
   /** Broker configs altered at run time (Kafka's, by their names), for the admin API. */
   readonly brokerConfigs?: BrokerConfigAdmin;
+  /** AMQP's connections, channels and alarms, for the RabbitMQ management API (src/control/rabbitmq). */
+  readonly amqpManagement?: AmqpManagementView;
   /** The protocol's figures for GET /api/v1/broker (drops, latencies, pools), if it keeps any. */
   figures?(): unknown;
   /** Stops the listeners (closing their connections), then the protocol's shared state. */

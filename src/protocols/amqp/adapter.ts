@@ -50,6 +50,8 @@ export class AmqpAdapter {
     confirmsAcked: 0,
     confirmsNacked: 0,
     returned: 0,
+    /** Publishes that reached nothing and were not mandatory (dropped, as RabbitMQ's drop_unroutable). */
+    droppedUnroutable: 0,
     channelErrors: 0,
     connectionErrors: 0,
     blockedEvents: 0,
@@ -78,6 +80,11 @@ export class AmqpAdapter {
     this.logLimit = new LogLimiter(ctx.logger);
     // The Engine implements Router (src/core/exchanges.ts).
     this.router = ctx.engine as unknown as Router;
+  }
+
+  /** The resource alarms raised now (the management API's mem_alarm / disk_free_alarm). */
+  get alarms(): { memory: boolean; disk: boolean } {
+    return { memory: this.memoryAlarm, disk: this.diskAlarmUntil !== 0 };
   }
 
   /** The reason publishers are blocked now, or null. */

@@ -273,6 +273,35 @@ export abstract class AmqpConnectionState {
     return this.moreChannels?.get(ch);
   }
 
+  /** What the management API reports (admin.ts) of what is otherwise this class's own. */
+  managementFigures(): {
+    state: string;
+    channelMax: number;
+    heartbeatSec: number;
+    openedAt: number;
+    frames: { in: number; out: number };
+    channels: AmqpChannel[];
+  } {
+    const state =
+      this.st === St.Opened
+        ? (this.pausedFor & 2) !== 0
+          ? 'blocked'
+          : this.alarmReason !== null
+            ? 'blocking'
+            : 'running'
+        : this.st >= St.Closing
+          ? 'closing'
+          : 'starting';
+    return {
+      state,
+      channelMax: this.channelMax,
+      heartbeatSec: Math.round(this.heartbeatMs / 1000),
+      openedAt: this.openedAt,
+      frames: { in: this.inCount, out: this.outCount },
+      channels: this.channelList(),
+    };
+  }
+
   protected channelList(): AmqpChannel[] {
     const out = this.moreChannels === null ? [] : [...this.moreChannels.values()];
     if (this.firstChannel !== null) out.push(this.firstChannel);

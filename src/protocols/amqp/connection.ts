@@ -72,6 +72,8 @@ export class AmqpConnection extends AmqpConnectionState implements AlarmListener
   loginUsername = '';
   loginMechanism = '';
   secretChecking = false;
+  /** The client-properties of start-ok, as decoded (the management API shows them). */
+  clientProperties: Record<string, unknown> | null = null;
 
   constructor(stream: Duplex, adapter: AmqpAdapter, init: AmqpConnectionInit) {
     super(stream, adapter, init);
@@ -376,6 +378,7 @@ export class AmqpConnection extends AmqpConnectionState implements AlarmListener
 
   private startOk(m: Extract<AmqpMethod, { name: 'connection.start-ok' }>): void {
     const props = m.clientProperties as Record<string, unknown> | undefined;
+    this.clientProperties = props ?? null;
     const caps = props?.capabilities as Record<string, unknown> | undefined;
     const connectionName = props?.connection_name === undefined ? undefined : fieldString(props.connection_name as never);
     if (connectionName !== undefined && this.entry !== null) this.entry.clientId = connectionName;

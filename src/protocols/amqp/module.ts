@@ -11,6 +11,7 @@ import { tlsClientOptions } from '../../control/certs.js';
 import { startAmqpListener } from './server.js';
 import { replyTopics } from './direct-reply.js';
 import { REPLY_TOPIC_PREFIX } from './reply-registry.js';
+import { managementView } from './admin.js';
 
 export const amqpModule: ProtocolModule = {
   name: 'amqp',
@@ -58,6 +59,7 @@ export const amqpModule: ProtocolModule = {
     return {
       listeners,
       figures: () => adapter.figures(),
+      amqpManagement: managementView(adapter),
       close() {
         if (ctx.engine.direct?.prefix === REPLY_TOPIC_PREFIX) ctx.engine.direct = null;
         closing ??= Promise.allSettled([...listeners.values()].map((l) => l.close())).then(() => undefined);

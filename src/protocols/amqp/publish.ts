@@ -101,6 +101,7 @@ export function route(chan: AmqpChannelState, item: PublishItem): RouteResult {
 export function afterRoute(chan: AmqpChannelState, item: PublishItem, r: RouteResult): RouteResult {
   const m = item.method;
   chan.conn.adapter.stats.published++;
+  if (r.routed === 0 && !m.mandatory) chan.conn.adapter.stats.droppedUnroutable++;
   if (r.routed === 0 && m.mandatory) {
     chan.conn.adapter.stats.returned++;
     chan.conn.send(

@@ -1,0 +1,80 @@
+/**
+ * What the RabbitMQ management API's files share: its options, the context its routes get, RabbitMQ's error shape,
+ * and this node's name.
+ */
+import { hostname } from 'node:os';
+import type { FastifyRequest } from 'fastify';
+import type { Logger } from 'pino';
+import type { Engine } from '../../core/index.js';
+import type { AccessControl } from '../access.js';
+import type { Action, Principal, ResourceKind } from '../policy.js';
+import type { AmqpManagementView } from './types.js';
+import type { Rates } from './format.js';
+
+export interface RabbitManagementOptions {
+  engine: Engine;
+  logger: Logger;
+  access: AccessControl;
+  host: string;
+  port: number;
+  allowedHosts?: readonly string[];
+  /** The AMQP module's connections, channels and alarms; undefined while AMQP does not run. */
+  amqp: () => AmqpManagementView | undefined;
+  /** The broker's listeners: name ("amqp", "mqtts", "http"...) and port (health checks, overview). */
+  listeners: () => ReadonlyArray<{ name: string; port: number }>;
+  /** Free space where the broker writes, and the reserve (`--min-free-disk`); null when not watched. */
+  disk?: () => { freeBytes: number; minFreeBytes: number } | null;
+  /** FlowMQ's version (product_version). */
+  version: string;
+  startedAt: number;
+}
+
+/** A refusal in RabbitMQ's shape: `{"error": ..., "reason": ...}` with its status. */
+export class RabbitError extends Error {
+  constructor(
+    readonly status: number,
+    readonly error: string,
+    readonly reason: string,
+    readonly headers: Record<string, string> = {},
+  ) {
+    super(reason);
+  }
+}
+
+export const notFound = (): RabbitError => new RabbitError(404, 'Object Not Found', 'Not Found');
+export const badRequest = (reason: string): RabbitError => new RabbitError(400, 'bad_request', reason);
+
+export const CHALLENGE = { 'www-authenticate': 'Basic realm="RabbitMQ Management"' };
+
+/** Who is calling: a user's principal, or the bootstrap administrator (no user exists, loopback). */
+export interface Caller {
+  readonly principal: Principal | null;
+  readonly name: string;
+}
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    rabbitCaller: Caller | null;
+  }
+}
+
+/** What every route file gets. */
+export interface RabbitContext extends RabbitManagementOptions {
+  readonly node: string;
+  readonly rates: Rates;
+  /** May the caller do `action` on `kind:name`? (bootstrap: yes) */
+  can(req: FastifyRequest, action: Action, kind: ResourceKind, name: string): boolean;
+  /** 401 unless it may (RabbitMQ answers a permission refusal with 401 not_authorized). */
+  require(req: FastifyRequest, action: Action, kind: ResourceKind, name: string): void;
+  /** The `{vhost}` of a path: "/" or the caller's namespace name; else 404. */
+  vhost(req: FastifyRequest, vhost: string): void;
+  caller(req: FastifyRequest): Caller;
+}
+
+/** This node's name, as RabbitMQ's `rabbit@<short host name>`. */
+/** The RabbitMQ release whose management API shapes this one follows (management_version, rabbitmq_version). */
+export const RABBITMQ_API_VERSION = '3.10.8';
+
+export function nodeName(): string {
+  return `rabbit@${hostname().split('.')[0]}`;
+}

@@ -1,0 +1,298 @@
+/**
+ * RabbitMQ management JSON (3.x field names and types) built from the routing core's queues, exchanges and bindings
+ * and the AMQP module's connections and channels, and the rates its `*_details` objects carry.
+ *
+ * FlowMQ has one name space for queues and exchanges (names are not isolated per namespace, see docs/security.md),
+ * so every object is in the virtual host "/".
+ *
+ * Rates: RabbitMQ's "basic" rates mode reports, per figure, the change per second over the last sampling interval
+ * (5 s by default). The Rates sampler does the same: every 5 s it keeps the figures it reports rates of (queue depths
+ * and message counters, connection bytes, totals), and a rate is (latest − previous) / interval.
+ */
+import { createHash } from 'node:crypto';
+import type { BindingDef, ExchangeDef, QueueCounters, QueueDef, QueueHandle } from '../../core/index.js';
+import type { AmqpChannelView, AmqpConnectionView, AmqpManagementView } from './types.js';
+
+export const VHOST = '/';
+export const SAMPLE_MS = 5000;
+
+/** Two samples of named figures; rate(key) is the change per second between them. */
+export class Rates {
+  private prev = new Map<string, number>();
+  private last = new Map<string, number>();
+  private prevAt = 0;
+  private lastAt = 0;
+  private timer: NodeJS.Timeout | null = null;
+
+  constructor(private readonly collect: (put: (key: string, value: number) => void) => void) {}
+
+  start(): void {
+    this.sample();
+    this.timer = setInterval(() => this.sample(), SAMPLE_MS);
+    this.timer.unref();
+  }
+
+  stop(): void {
+    if (this.timer !== null) clearInterval(this.timer);
+    this.timer = null;
+  }
+
+  sample(now = Date.now()): void {
+    this.prev = this.last;
+    this.prevAt = this.lastAt;
+    const next = new Map<string, number>();
+    this.collect((k, v) => next.set(k, v));
+    this.last = next;
+    this.lastAt = now;
+  }
+
+  /** `{ rate }` of a figure: 0.0 until two samples hold it. */
+  details(key: string): { rate: number } {
+    const a = this.prev.get(key);
+    const b = this.last.get(key);
+    if (a === undefined || b === undefined || this.lastAt <= this.prevAt) return { rate: 0.0 };
+    return { rate: Math.round(((b - a) * 1000 * 10) / (this.lastAt - this.prevAt)) / 10 };
+  }
+}
+
+const NO_COUNTERS: QueueCounters = { publish: 0, deliver: 0, deliverNoAck: 0, get: 0, getNoAck: 0, getEmpty: 0, redeliver: 0, ack: 0 };
+
+/** The counters RabbitMQ's message_stats names, from a queue's. */
+export function messageStats(c: QueueCounters): Record<string, number> {
+  return {
+    publish: c.publish,
+    deliver: c.deliver,
+    deliver_no_ack: c.deliverNoAck,
+    get: c.get,
+    get_no_ack: c.getNoAck,
+    get_empty: c.getEmpty,
+    deliver_get: c.deliver + c.deliverNoAck + c.get + c.getNoAck,
+    redeliver: c.redeliver,
+    ack: c.ack,
+  };
+}
+
+/** message_stats with `<name>_details` after each counter (rates keyed `<prefix>.<name>`). */
+export function withDetails(stats: Record<string, number>, rates: Rates, prefix: string): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(stats)) {
+    out[k] = v;
+    out[`${k}_details`] = rates.details(`${prefix}.${k}`);
+  }
+  return out;
+}
+
+export function countersOf(h: QueueHandle | undefined): QueueCounters {
+  return h?.counters ?? NO_COUNTERS;
+}
+
+/**
+ * The overview's message_stats: what went into AMQP channels (publish, confirm, return_unroutable, drop_unroutable:
+ * the AMQP module's counts, as RabbitMQ counts channel publishes) and what queues gave out (deliver..., get...,
+ * redeliver, ack: summed over `queues`).
+ */
+export function overviewStats(queues: Iterable<QueueHandle | undefined>, amqp: AmqpManagementView | undefined): Record<string, number> {
+  const t = amqp?.totals() ?? { publish: 0, confirm: 0, returnUnroutable: 0, dropUnroutable: 0 };
+  const out: Record<string, number> = { publish: t.publish, confirm: t.confirm, return_unroutable: t.returnUnroutable, drop_unroutable: t.dropUnroutable };
+  for (const h of queues) {
+    for (const [k, v] of Object.entries(messageStats(countersOf(h)))) if (k !== 'publish') out[k] = (out[k] ?? 0) + v;
+  }
+  return out;
+}
+
+/** Figures the sampler keeps for one queue. */
+export function queueFigures(h: QueueHandle, put: (key: string, value: number) => void): void {
+  const s = h.stats();
+  const p = `q.${h.def.name}`;
+  put(`${p}.messages`, s.ready + s.unacked);
+  put(`${p}.messages_ready`, s.ready);
+  put(`${p}.messages_unacknowledged`, s.unacked);
+  for (const [k, v] of Object.entries(messageStats(countersOf(h)))) put(`${p}.ms.${k}`, v);
+}
+
+function queueType(def: QueueDef): string {
+  const t = def.rawArguments['x-queue-type'];
+  return t === 'quorum' ? 'quorum' : 'classic';
+}
+
+export function queueJson(def: QueueDef, h: QueueHandle | undefined, node: string, rates: Rates): Record<string, unknown> {
+  const s = h?.stats() ?? { ready: 0, unacked: 0, bytes: 0, consumers: 0 };
+  const p = `q.${def.name}`;
+  const c = countersOf(h);
+  const out: Record<string, unknown> = {
+    arguments: def.rawArguments,
+    auto_delete: def.autoDelete,
+    consumers: s.consumers,
+    durable: def.durable,
+    effective_policy_definition: {},
+    exclusive: def.exclusiveOwner !== null,
+    exclusive_consumer_tag: null,
+    message_bytes: s.bytes,
+    message_bytes_ready: s.bytes,
+    message_bytes_unacknowledged: 0,
+    messages: s.ready + s.unacked,
+    messages_details: rates.details(`${p}.messages`),
+    messages_ready: s.ready,
+    messages_ready_details: rates.details(`${p}.messages_ready`),
+    messages_unacknowledged: s.unacked,
+    messages_unacknowledged_details: rates.details(`${p}.messages_unacknowledged`),
+    name: def.name,
+    node,
+    operator_policy: null,
+    policy: null,
+    single_active_consumer_tag: null,
+    state: 'running',
+    type: queueType(def),
+    vhost: VHOST,
+  };
+  // RabbitMQ leaves message_stats out of a queue nothing went through yet.
+  if (c.publish + c.deliver + c.deliverNoAck + c.get + c.getNoAck + c.ack > 0) out.message_stats = withDetails(messageStats(c), rates, `${p}.ms`);
+  return out;
+}
+
+export function exchangeJson(def: ExchangeDef): Record<string, unknown> {
+  return {
+    arguments: def.alternateExchange !== undefined ? { 'alternate-exchange': def.alternateExchange, ...def.rawArguments } : def.rawArguments,
+    auto_delete: def.autoDelete,
+    durable: def.durable,
+    internal: def.internal,
+    name: def.name,
+    type: def.type,
+    user_who_performed_action: 'rmq-internal',
+    vhost: VHOST,
+  };
+}
+
+/**
+ * A binding's `properties_key`, which names it in DELETE /api/bindings/...: the routing key (%-encoded, "~" for an
+ * empty one) when it has no arguments, else the key, "~" and a hash of the arguments. RabbitMQ hashes the Erlang
+ * term; FlowMQ's hash is its own (SHA-256 of the JSON), as opaque to clients, who only send back what they read.
+ */
+export function propertiesKey(key: string, args: Record<string, unknown> | undefined): string {
+  const hasArgs = args !== undefined && Object.keys(args).length > 0;
+  const quoted = encodeURIComponent(key).replace(/~/g, '%7E');
+  if (!hasArgs) return key === '' ? '~' : quoted;
+  const hash = createHash('sha256').update(JSON.stringify(args)).digest('base64url').slice(0, 8);
+  return `${quoted}~${hash}`;
+}
+
+export function bindingJson(b: BindingDef): Record<string, unknown> {
+  const args = (b.arguments ?? {}) as Record<string, unknown>;
+  return {
+    source: b.source,
+    vhost: VHOST,
+    destination: b.destination,
+    destination_type: b.destinationKind === 'exchange' ? 'exchange' : 'queue',
+    routing_key: b.key,
+    arguments: args,
+    properties_key: propertiesKey(b.key, args),
+  };
+}
+
+/** The implicit binding of every queue to the default exchange that RabbitMQ lists first. */
+export function defaultBindingJson(queue: string): Record<string, unknown> {
+  return bindingJson({ source: '', destinationKind: 'queue', destination: queue, key: queue } as BindingDef);
+}
+
+/** RabbitMQ's connection name: "peer:port -> local:port". */
+export function connectionName(c: AmqpConnectionView): string {
+  const peer = c.peerHost.includes(':') ? `[${c.peerHost}]` : c.peerHost;
+  const local = c.host.includes(':') ? `[${c.host}]` : c.host;
+  return `${peer}:${c.peerPort} -> ${local}:${c.port}`;
+}
+
+export function connectionFigures(c: AmqpConnectionView, put: (key: string, value: number) => void): void {
+  put(`c.${c.id}.recv_oct`, c.recvOct);
+  put(`c.${c.id}.send_oct`, c.sendOct);
+}
+
+export function connectionJson(c: AmqpConnectionView, node: string, rates: Rates): Record<string, unknown> {
+  const name = connectionName(c);
+  const provided = c.clientProperties.connection_name;
+  return {
+    auth_mechanism: c.authMechanism,
+    channel_max: c.channelMax,
+    channels: c.channels.length,
+    client_properties: c.clientProperties,
+    connected_at: c.connectedAt,
+    frame_max: c.frameMax,
+    host: c.host,
+    name,
+    node,
+    peer_cert_issuer: null,
+    peer_cert_subject: null,
+    peer_cert_validity: null,
+    peer_host: c.peerHost,
+    peer_port: c.peerPort,
+    port: c.port,
+    protocol: 'AMQP 0-9-1',
+    recv_cnt: c.recvCnt,
+    recv_oct: c.recvOct,
+    recv_oct_details: rates.details(`c.${c.id}.recv_oct`),
+    send_cnt: c.sendCnt,
+    send_oct: c.sendOct,
+    send_oct_details: rates.details(`c.${c.id}.send_oct`),
+    send_pend: 0,
+    ssl: c.tls,
+    ssl_cipher: null,
+    ssl_hash: null,
+    ssl_key_exchange: null,
+    ssl_protocol: null,
+    state: c.state,
+    timeout: c.heartbeatSec,
+    type: 'network',
+    user: c.user,
+    user_provided_name: typeof provided === 'string' ? provided : null,
+    user_who_performed_action: c.user,
+    vhost: VHOST,
+  };
+}
+
+export function channelJson(c: AmqpConnectionView, ch: AmqpChannelView, node: string): Record<string, unknown> {
+  const name = connectionName(c);
+  return {
+    acks_uncommitted: ch.uncommittedAcks,
+    confirm: ch.confirm,
+    connection_details: { name, peer_host: c.peerHost, peer_port: c.peerPort },
+    consumer_count: ch.consumers.length,
+    global_prefetch_count: ch.globalPrefetchCount,
+    messages_unacknowledged: ch.unacked,
+    messages_uncommitted: ch.uncommittedMessages,
+    messages_unconfirmed: ch.unconfirmed,
+    name: `${name} (${ch.number})`,
+    node,
+    number: ch.number,
+    pending_raft_commands: 0,
+    prefetch_count: ch.prefetchCount,
+    state: c.state === 'running' ? 'running' : c.state,
+    transactional: ch.transactional,
+    user: c.user,
+    user_who_performed_action: c.user,
+    vhost: VHOST,
+  };
+}
+
+/** The consumers of a channel as /api/consumers and a queue's consumer_details list them. */
+export function consumerJson(c: AmqpConnectionView, ch: AmqpChannelView, index: number): Record<string, unknown> {
+  const k = ch.consumers[index];
+  const name = connectionName(c);
+  return {
+    arguments: k.priority !== 0 ? { 'x-priority': k.priority } : {},
+    ack_required: k.ackRequired,
+    active: true,
+    activity_status: 'up',
+    channel_details: {
+      connection_name: name,
+      name: `${name} (${ch.number})`,
+      node: '',
+      number: ch.number,
+      peer_host: c.peerHost,
+      peer_port: c.peerPort,
+      user: c.user,
+    },
+    consumer_tag: k.tag,
+    exclusive: false,
+    prefetch_count: k.prefetchCount,
+    queue: { name: k.queue, vhost: VHOST },
+  };
+}

@@ -1,0 +1,314 @@
+/**
+ * The write calls scripts use most: PUT/DELETE queues and exchanges, POST/DELETE bindings, POST
+ * /api/exchanges/{vhost}/{name}/publish, POST /api/queues/{vhost}/{name}/get, DELETE .../contents (purge), and
+ * DELETE /api/connections/{name}. Statuses as RabbitMQ's: 201 created, 204 existed / deleted, 400 inequivalent or
+ * malformed, 404 missing. Authorization as the admin API (create / delete on the queue or exchange; a binding on
+ * amq.topic also needs subscribe on every topic its key matches, as AMQP's queue.bind; publish on the exchange;
+ * subscribe on the queue for get).
+ */
+import { randomUUID } from 'node:crypto';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { makeMessage, swapSeparators, type BindingDef, type ExchangeType, type Header, type Message, type QueueArguments } from '../../core/index.js';
+import { bindingJson, connectionName, propertiesKey } from './format.js';
+import { RabbitError, badRequest, notFound, type RabbitContext } from './context.js';
+
+type VN = { vhost: string; name: string };
+type Body = Record<string, unknown> | undefined;
+
+const TOPIC_EXCHANGE = 'amq.topic';
+
+function int(args: Record<string, unknown>, k: string): number | undefined {
+  const v = args[k];
+  if (v === undefined) return undefined;
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < 0) throw badRequest(`invalid arg '${k}': expected a non-negative integer`);
+  return v;
+}
+function str(args: Record<string, unknown>, k: string): string | undefined {
+  const v = args[k];
+  if (v === undefined) return undefined;
+  if (typeof v !== 'string') throw badRequest(`invalid arg '${k}': expected a string`);
+  return v;
+}
+
+/** The x-arguments of a queue as the core's QueueArguments (unknown ones are kept in the raw arguments only). */
+export function queueArguments(args: Record<string, unknown>): QueueArguments {
+  const out: QueueArguments = {};
+  const set = <K extends keyof QueueArguments>(k: K, v: QueueArguments[K] | undefined) => {
+    if (v !== undefined) out[k] = v;
+  };
+  set('messageTtlMs', int(args, 'x-message-ttl'));
+  set('expiresMs', int(args, 'x-expires'));
+  set('maxLength', int(args, 'x-max-length'));
+  set('maxLengthBytes', int(args, 'x-max-length-bytes'));
+  const overflow = str(args, 'x-overflow');
+  if (overflow !== undefined && !['drop-head', 'reject-publish', 'reject-publish-dlx'].includes(overflow)) throw badRequest(`invalid arg 'x-overflow'`);
+  set('overflow', overflow as QueueArguments['overflow']);
+  set('deadLetterExchange', str(args, 'x-dead-letter-exchange'));
+  set('deadLetterRoutingKey', str(args, 'x-dead-letter-routing-key'));
+  if (args['x-single-active-consumer'] !== undefined) set('singleActiveConsumer', args['x-single-active-consumer'] === true);
+  const limit = int(args, 'x-delivery-limit');
+  if (limit !== undefined) set('deliveryLimit', limit);
+  const type = args['x-queue-type'];
+  if (type !== undefined && type !== 'classic' && type !== 'quorum')
+    throw badRequest(`invalid arg 'x-queue-type': FlowMQ declares ${String(type)} queues over AMQP only`);
+  return out;
+}
+
+function objectArg(body: Body, k: string): Record<string, unknown> {
+  const v = body?.[k];
+  if (v === undefined || v === null) return {};
+  if (typeof v !== 'object' || Array.isArray(v)) throw badRequest(`${k} must be an object`);
+  return v as Record<string, unknown>;
+}
+const bool = (body: Body, k: string, dflt: boolean): boolean => (typeof body?.[k] === 'boolean' ? (body[k] as boolean) : dflt);
+
+/** An amq.topic binding key as a filter of the unified topic space (`*` → `+`, `#` ends it: never a weaker check). */
+function bindingFilter(key: string): string {
+  const out: string[] = [];
+  for (const level of swapSeparators(key).split('/')) {
+    if (level === '#') {
+      out.push('#');
+      break;
+    }
+    out.push(level === '*' ? '+' : level);
+  }
+  return out.join('/');
+}
+
+/** A delivered message as RabbitMQ's /get answers it. */
+function messageJson(msg: Message, redelivered: boolean, remaining: number, encoding: string, truncate: number | undefined): Record<string, unknown> {
+  const text = msg.payload.toString('utf8');
+  const utf8 = Buffer.from(text, 'utf8').equals(msg.payload);
+  const asString = encoding === 'auto' && utf8;
+  let body = msg.payload;
+  if (truncate !== undefined && body.length > truncate) body = body.subarray(0, truncate);
+  const headers: Record<string, string> = {};
+  for (const h of msg.headers) if (h.value !== null) headers[h.key] = h.value.toString('utf8');
+  const properties: Record<string, unknown> = {};
+  if (msg.contentType !== undefined) properties.content_type = msg.contentType;
+  if (msg.contentEncoding !== undefined) properties.content_encoding = msg.contentEncoding;
+  if (msg.headers.length > 0) properties.headers = headers;
+  if (msg.persistent !== undefined) properties.delivery_mode = msg.persistent ? 2 : 1;
+  if (msg.priority !== undefined) properties.priority = msg.priority;
+  if (msg.correlationData !== undefined) properties.correlation_id = msg.correlationData.toString('utf8');
+  if (msg.responseTopic !== undefined) properties.reply_to = swapSeparators(msg.responseTopic);
+  if (msg.messageId !== undefined) properties.message_id = msg.messageId;
+  if (msg.type !== undefined) properties.type = msg.type;
+  return {
+    payload_bytes: msg.payload.length,
+    redelivered,
+    exchange: msg.exchange ?? '',
+    routing_key: msg.routingKey ?? swapSeparators(msg.topic),
+    message_count: remaining,
+    // RabbitMQ's JSON of an empty property list is [] (an empty Erlang list), not {}.
+    properties: Object.keys(properties).length === 0 ? [] : properties,
+    payload: asString ? body.toString('utf8') : body.toString('base64'),
+    payload_encoding: asString ? 'string' : 'base64',
+  };
+}
+
+/** A message from the /publish body's `properties`. */
+function publishMessage(exchange: string, key: string, payload: Buffer, props: Record<string, unknown>): Message {
+  const headers: Header[] = [];
+  const h = props.headers;
+  if (h !== undefined && h !== null && typeof h === 'object' && !Array.isArray(h)) {
+    for (const [k, v] of Object.entries(h)) headers.push({ key: k, value: Buffer.from(typeof v === 'string' ? v : JSON.stringify(v), 'utf8') });
+  }
+  const msg = makeMessage(exchange === TOPIC_EXCHANGE ? swapSeparators(key) : key, payload, { headers, exchange, routingKey: key });
+  const mode = props.delivery_mode;
+  if (mode === 1 || mode === 2 || mode === '1' || mode === '2') {
+    msg.persistent = Number(mode) === 2;
+    if (msg.persistent) msg.qos = 1;
+  }
+  if (typeof props.content_type === 'string') msg.contentType = props.content_type;
+  if (typeof props.content_encoding === 'string') msg.contentEncoding = props.content_encoding;
+  if (typeof props.message_id === 'string') msg.messageId = props.message_id;
+  if (typeof props.correlation_id === 'string') msg.correlationData = Buffer.from(props.correlation_id, 'utf8');
+  if (typeof props.reply_to === 'string') msg.responseTopic = swapSeparators(props.reply_to);
+  if (typeof props.type === 'string') msg.type = props.type;
+  if (typeof props.priority === 'number') msg.priority = props.priority;
+  if (typeof props.expiration === 'string' && /^\d+$/.test(props.expiration)) msg.expiresAt = Date.now() + Number(props.expiration);
+  return msg;
+}
+
+export function writeRoutes(app: FastifyInstance, ctx: RabbitContext): void {
+  const { engine } = ctx;
+
+  app.put<{ Params: VN; Body: Body }>('/api/queues/:vhost/:name', async (req, reply) => {
+    ctx.vhost(req, req.params.vhost);
+    const name = req.params.name;
+    ctx.require(req, 'create', 'queue', name);
+    const args = objectArg(req.body, 'arguments');
+    const existed = engine.getQueue(name) !== undefined;
+    await engine.declareQueue({
+      name,
+      durable: bool(req.body, 'durable', true),
+      autoDelete: bool(req.body, 'auto_delete', false),
+      exclusiveOwner: null,
+      arguments: queueArguments(args),
+      rawArguments: args,
+    });
+    return reply.code(existed ? 204 : 201).send();
+  });
+
+  app.delete<{ Params: VN; Querystring: Record<string, string> }>('/api/queues/:vhost/:name', async (req, reply) => {
+    ctx.vhost(req, req.params.vhost);
+    const name = req.params.name;
+    ctx.require(req, 'delete', 'queue', name);
+    if (engine.getQueue(name) === undefined) throw notFound();
+    await engine.deleteQueue(name, { ifUnused: req.query['if-unused'] === 'true', ifEmpty: req.query['if-empty'] === 'true' });
+    return reply.code(204).send();
+  });
+
+  app.delete<{ Params: VN }>('/api/queues/:vhost/:name/contents', async (req, reply) => {
+    ctx.vhost(req, req.params.vhost);
+    ctx.require(req, 'delete', 'queue', req.params.name);
+    if (engine.getQueue(req.params.name) === undefined) throw notFound();
+    await engine.purgeQueue(req.params.name);
+    return reply.code(204).send();
+  });
+
+  app.post<{ Params: VN; Body: Body }>('/api/queues/:vhost/:name/get', async (req) => {
+    ctx.vhost(req, req.params.vhost);
+    const name = req.params.name;
+    ctx.require(req, 'subscribe', 'queue', name);
+    const h = engine.getQueue(name);
+    if (h === undefined) throw notFound();
+    const b = req.body ?? {};
+    const count = typeof b.count === 'number' && Number.isInteger(b.count) && b.count > 0 ? Math.min(b.count, 10_000) : 1;
+    const mode = String(b.ackmode ?? '');
+    if (!['ack_requeue_true', 'ack_requeue_false', 'reject_requeue_true', 'reject_requeue_false'].includes(mode))
+      throw badRequest('ackmode must be ack_requeue_true, ack_requeue_false, reject_requeue_true or reject_requeue_false');
+    const encoding = String(b.encoding ?? 'auto');
+    if (encoding !== 'auto' && encoding !== 'base64') throw badRequest('encoding must be auto or base64');
+    const truncate = typeof b.truncate === 'number' ? b.truncate : undefined;
+    const owner = `management/${randomUUID()}`;
+    const out = [];
+    const ids: number[] = [];
+    for (let i = 0; i < count; i++) {
+      const d = await h.get(owner, false);
+      if (d === null) break;
+      ids.push(d.id);
+      out.push(messageJson(d.msg, d.redelivered, d.remaining, encoding, truncate));
+    }
+    // Requeued ones go back together at the end, as RabbitMQ's temporary channel closing does.
+    if (mode.endsWith('requeue_true')) h.release(owner);
+    else if (mode === 'ack_requeue_false') await Promise.all(ids.map((id) => h.ack(id)));
+    else await Promise.all(ids.map((id) => h.nack(id, false)));
+    return out;
+  });
+
+  app.put<{ Params: VN; Body: Body }>('/api/exchanges/:vhost/:name', async (req, reply) => {
+    ctx.vhost(req, req.params.vhost);
+    const name = req.params.name;
+    ctx.require(req, 'create', 'exchange', name);
+    const type = req.body?.type;
+    if (type !== 'direct' && type !== 'fanout' && type !== 'topic' && type !== 'headers') throw badRequest(`invalid exchange type: ${String(type)}`);
+    const args = objectArg(req.body, 'arguments');
+    const existed = engine.getExchange(name) !== undefined;
+    const alternate = args['alternate-exchange'];
+    await engine.declareExchange({
+      name,
+      type: type as ExchangeType,
+      durable: bool(req.body, 'durable', true),
+      autoDelete: bool(req.body, 'auto_delete', false),
+      internal: bool(req.body, 'internal', false),
+      ...(typeof alternate === 'string' ? { alternateExchange: alternate } : {}),
+      rawArguments: args,
+    });
+    return reply.code(existed ? 204 : 201).send();
+  });
+
+  app.delete<{ Params: VN; Querystring: Record<string, string> }>('/api/exchanges/:vhost/:name', async (req, reply) => {
+    ctx.vhost(req, req.params.vhost);
+    const name = req.params.name;
+    ctx.require(req, 'delete', 'exchange', name);
+    if (engine.getExchange(name) === undefined) throw notFound();
+    await engine.deleteExchange(name, { ifUnused: req.query['if-unused'] === 'true' });
+    return reply.code(204).send();
+  });
+
+  app.post<{ Params: VN; Body: Body }>('/api/exchanges/:vhost/:name/publish', async (req) => {
+    ctx.vhost(req, req.params.vhost);
+    const exchange = req.params.name === 'amq.default' ? '' : req.params.name;
+    ctx.require(req, 'publish', 'exchange', exchange);
+    const b = req.body ?? {};
+    const key = b.routing_key;
+    const payload = b.payload;
+    if (typeof key !== 'string' || typeof payload !== 'string') throw badRequest('routing_key and payload are required strings');
+    if (exchange === TOPIC_EXCHANGE) ctx.require(req, 'publish', 'topic', swapSeparators(key));
+    const encoding = b.payload_encoding ?? 'string';
+    if (encoding !== 'string' && encoding !== 'base64') throw badRequest('payload_encoding must be string or base64');
+    if (engine.getExchange(exchange) === undefined) throw notFound();
+    const msg = publishMessage(exchange, key, Buffer.from(payload, encoding === 'base64' ? 'base64' : 'utf8'), objectArg(b, 'properties'));
+    const r = engine.publishTo(exchange, key, msg);
+    if (r.durable !== null) await r.durable;
+    return { routed: r.routed > 0 };
+  });
+
+  const bindingRoute = (destKind: 'q' | 'e') => `/api/bindings/:vhost/e/:source/${destKind}/:destination`;
+  type BP = { vhost: string; source: string; destination: string };
+  const checkBinding = (req: FastifyRequest<{ Params: BP }>, destKind: 'q' | 'e', key: string, action: 'create' | 'delete') => {
+    const { source, destination } = req.params;
+    if (engine.getExchange(source) === undefined) throw notFound();
+    if (destKind === 'q' ? engine.getQueue(destination) === undefined : engine.getExchange(destination) === undefined) throw notFound();
+    ctx.require(req, action, destKind === 'q' ? 'queue' : 'exchange', destination);
+    ctx.require(req, 'describe', 'exchange', source);
+    if (action === 'create' && source === TOPIC_EXCHANGE && !ctx.can(req, 'subscribe', 'topic', bindingFilter(key))) {
+      throw new RabbitError(401, 'not_authorized', `Access refused: binding ${key} on ${TOPIC_EXCHANGE} needs subscribe on every topic it matches`);
+    }
+  };
+  const bindingsOf = (req: FastifyRequest<{ Params: BP }>, destKind: 'q' | 'e') =>
+    engine
+      .listBindings()
+      .filter(
+        (b) => b.source === req.params.source && b.destination === req.params.destination && b.destinationKind === (destKind === 'q' ? 'queue' : 'exchange'),
+      );
+  for (const destKind of ['q', 'e'] as const) {
+    app.get<{ Params: BP }>(bindingRoute(destKind), async (req) => {
+      ctx.vhost(req, req.params.vhost);
+      if (!ctx.can(req, 'describe', 'exchange', req.params.source)) throw notFound();
+      return bindingsOf(req, destKind).map(bindingJson);
+    });
+    app.post<{ Params: BP; Body: Body }>(bindingRoute(destKind), async (req, reply: FastifyReply) => {
+      ctx.vhost(req, req.params.vhost);
+      const key = req.body?.routing_key ?? '';
+      if (typeof key !== 'string') throw badRequest('routing_key must be a string');
+      const args = objectArg(req.body, 'arguments');
+      checkBinding(req, destKind, key, 'create');
+      const b: BindingDef = {
+        source: req.params.source,
+        destinationKind: destKind === 'q' ? 'queue' : 'exchange',
+        destination: req.params.destination,
+        key,
+        arguments: args,
+      };
+      await engine.bind(b);
+      return reply.code(201).header('location', propertiesKey(key, args)).send();
+    });
+    app.get<{ Params: BP & { props: string } }>(`${bindingRoute(destKind)}/:props`, async (req) => {
+      ctx.vhost(req, req.params.vhost);
+      if (!ctx.can(req, 'describe', 'exchange', req.params.source)) throw notFound();
+      const b = bindingsOf(req, destKind).find((x) => propertiesKey(x.key, x.arguments) === req.params.props);
+      if (b === undefined) throw notFound();
+      return bindingJson(b);
+    });
+    app.delete<{ Params: BP & { props: string } }>(`${bindingRoute(destKind)}/:props`, async (req, reply) => {
+      ctx.vhost(req, req.params.vhost);
+      const b = bindingsOf(req, destKind).find((x) => propertiesKey(x.key, x.arguments) === req.params.props);
+      if (b === undefined) throw notFound();
+      checkBinding(req, destKind, b.key, 'delete');
+      await engine.unbind(b);
+      return reply.code(204).send();
+    });
+  }
+
+  app.delete<{ Params: { name: string } }>('/api/connections/:name', async (req, reply) => {
+    ctx.require(req, 'admin', 'cluster', '*');
+    const view = ctx.amqp();
+    const c = view?.connections().find((x) => connectionName(x) === req.params.name);
+    if (view === undefined || c === undefined) throw notFound();
+    view.close(c.id, String(req.headers['x-reason'] ?? 'Closed via management plugin'));
+    return reply.code(204).send();
+  });
+}

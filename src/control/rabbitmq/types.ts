@@ -1,0 +1,73 @@
+/**
+ * What the AMQP module offers the RabbitMQ management API (src/control/rabbitmq): its live connections, channels and
+ * consumers, and its resource alarms. The control plane owns the contract (it is the lower layer); the AMQP
+ * module implements it (src/protocols/amqp/admin.ts) and the broker hands it over, as with consumer groups and
+ * MQTT sessions (RunningProtocol.amqpManagement).
+ */
+
+/** One consumer on a channel. */
+export interface AmqpConsumerView {
+  readonly tag: string;
+  readonly queue: string;
+  readonly ackRequired: boolean;
+  readonly prefetchCount: number;
+  readonly priority: number;
+}
+
+/** One open channel. */
+export interface AmqpChannelView {
+  readonly number: number;
+  readonly prefetchCount: number;
+  readonly globalPrefetchCount: number;
+  readonly unacked: number;
+  readonly confirm: boolean;
+  readonly transactional: boolean;
+  /** Publishes and acks held by an open transaction. */
+  readonly uncommittedMessages: number;
+  readonly uncommittedAcks: number;
+  /** Publisher confirms not sent yet. */
+  readonly unconfirmed: number;
+  readonly consumers: readonly AmqpConsumerView[];
+}
+
+/** One AMQP connection (open or still in its handshake). */
+export interface AmqpConnectionView {
+  readonly id: string;
+  /** "running" once opened, "starting" during the handshake, "blocked" while an alarm holds it, "closing". */
+  readonly state: string;
+  readonly user: string;
+  /** The virtual host as the client opened it. */
+  readonly vhost: string;
+  readonly namespace: string;
+  readonly peerHost: string;
+  readonly peerPort: number;
+  readonly host: string;
+  readonly port: number;
+  readonly tls: boolean;
+  readonly authMechanism: string;
+  readonly frameMax: number;
+  readonly channelMax: number;
+  /** Negotiated heartbeat, seconds. */
+  readonly heartbeatSec: number;
+  readonly connectedAt: number;
+  /** Bytes and frames (read calls / writes) since the connection opened. */
+  readonly recvOct: number;
+  readonly sendOct: number;
+  readonly recvCnt: number;
+  readonly sendCnt: number;
+  /** The client's start-ok client-properties, as JSON-safe values (strings, numbers, booleans, nested tables). */
+  readonly clientProperties: Record<string, unknown>;
+  readonly channels: readonly AmqpChannelView[];
+}
+
+export interface AmqpManagementView {
+  connections(): AmqpConnectionView[];
+  /** The AMQP module's resource alarms (publishers blocked). */
+  alarms(): { memory: boolean; disk: boolean };
+  /** Publishes taken, confirmed, returned (mandatory, unroutable) and dropped (unroutable) since start. */
+  totals(): { publish: number; confirm: number; returnUnroutable: number; dropUnroutable: number };
+  /** The memory high watermark publishers are blocked above, bytes (0: none). */
+  memoryLimit(): number;
+  /** connection.close 320 CONNECTION_FORCED with the reason; false when no such connection. */
+  close(id: string, reason: string): boolean;
+}

@@ -1,0 +1,60 @@
+/**
+ * The RabbitMQ management API's JSON helpers: rates over two samples, binding properties keys, message_stats from a
+ * queue's counters (counted by the core queue itself, checked here through a real Queue).
+ */
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { Queue, makeMessage, type QueueConsumer, type QueueDelivery } from '../../../src/core/index.js';
+import { Rates, messageStats, propertiesKey, queueJson } from '../../../src/control/rabbitmq/format.js';
+
+describe('RabbitMQ management format', () => {
+  it('reports a rate as the change per second between the last two samples, 0.0 before', () => {
+    let v = 0;
+    const r = new Rates((put) => put('x', v));
+    r.sample(1000);
+    assert.deepEqual(r.details('x'), { rate: 0 });
+    v = 50;
+    r.sample(6000);
+    assert.deepEqual(r.details('x'), { rate: 10 });
+    r.sample(11_000);
+    assert.deepEqual(r.details('x'), { rate: 0 });
+    assert.deepEqual(r.details('unknown'), { rate: 0 });
+  });
+
+  it('names bindings as RabbitMQ does without arguments, and by a stable hash with them', () => {
+    assert.equal(propertiesKey('', {}), '~');
+    assert.equal(propertiesKey('a.b', {}), 'a.b');
+    assert.equal(propertiesKey('a b~c', undefined), 'a%20b%7Ec');
+    const k = propertiesKey('k', { 'x-match': 'all', h: '1' });
+    assert.match(k, /^k~[A-Za-z0-9_-]{8}$/);
+    assert.equal(propertiesKey('k', { 'x-match': 'all', h: '1' }), k);
+    assert.notEqual(propertiesKey('k', { 'x-match': 'any', h: '1' }), k);
+  });
+
+  it("counts a queue's publishes, deliveries, gets, redeliveries and acks into message_stats", async () => {
+    const q = new Queue({ name: 'q', durable: false, autoDelete: false, exclusiveOwner: null, arguments: {}, rawArguments: {}, createdAt: 0 }, null, {
+      deadLetter: () => null,
+      expire: () => undefined,
+    });
+    await q.open();
+    for (let i = 0; i < 3; i++) q.enqueue(makeMessage('q', Buffer.from(`m${i}`)));
+    const got: QueueDelivery[] = [];
+    const c: QueueConsumer = { tag: 't', owner: 'o', noAck: false, hasCredit: () => got.length < 1, deliver: (d) => got.push(d) };
+    q.consume(c);
+    assert.equal(got.length, 1);
+    await q.nack(got[0].id, true); // requeued: its next delivery is a redelivery
+    q.cancel(c);
+    const g = await q.get('o2', false);
+    assert.ok(g);
+    await q.ack(g.id);
+    await q.get('o2', true);
+    await q.get('o2', true);
+    assert.equal(await q.get('o2', true), null);
+    const stats = messageStats(q.counters);
+    assert.deepEqual(stats, { publish: 3, deliver: 1, deliver_no_ack: 0, get: 1, get_no_ack: 2, get_empty: 1, deliver_get: 4, redeliver: 1, ack: 1 });
+    const json = queueJson(q.def, q, 'rabbit@n', new Rates(() => undefined));
+    assert.equal(json.messages, 0);
+    assert.equal((json.message_stats as Record<string, number>).ack, 1);
+    q.close();
+  });
+});
