@@ -8,6 +8,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { connect, StringCodec, type KV, type KvEntry, type NatsConnection } from 'nats';
 import mqtt from 'mqtt';
+import kafkajsPkg from 'kafkajs';
 import { FlowmqProcess } from './harness.js';
 
 const sc = StringCodec();
@@ -209,6 +210,28 @@ describe('e2e: NATS KV buckets over FlowMQ streams', () => {
     await os.delete('a.txt');
     assert.equal((await os.info('a.txt'))?.deleted, true);
     assert.equal(await os.getBlob('a.txt'), null);
+  });
+
+  it("a Kafka AlterConfigs of the bucket's stream (KafkaJS) keeps its JetStream options: history still 2", async () => {
+    const kv = await nc.jetstream().views.kv('altered', { history: 2 });
+    const { Kafka, logLevel, ConfigResourceTypes } = kafkajsPkg;
+    const admin = new Kafka({ clientId: 'kv-alter', brokers: [broker.kafka], logLevel: logLevel.NOTHING }).admin();
+    await admin.connect();
+    try {
+      await admin.alterConfigs({
+        validateOnly: false,
+        resources: [{ type: ConfigResourceTypes.TOPIC, name: 'KV_altered', configEntries: [{ name: 'retention.ms', value: '86400000' }] }],
+      });
+    } finally {
+      await admin.disconnect();
+    }
+    for (const v of ['1', '2', '3']) await kv.put('k', sc.encode(v));
+    const seen: string[] = [];
+    for await (const e of await kv.history({ key: 'k' })) seen.push(sc.decode(e.value));
+    assert.deepEqual(seen, ['2', '3']);
+    const si = await (await nc.jetstreamManager()).streams.info('KV_altered');
+    assert.equal(si.config.max_msgs_per_subject, 2);
+    assert.equal(si.config.max_age, 86_400_000 * 1e6);
   });
 
   it('an MQTT subscriber of $KV/<bucket>/# sees KV puts', async () => {

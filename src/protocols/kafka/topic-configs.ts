@@ -502,6 +502,16 @@ export function applyTopicConfigs(base: Map<string, string>, changes: Map<string
 }
 
 /** The stream settings that a full set of topic configs gives. */
+/**
+ * The stream's configs that are not Kafka topic configs (another protocol's options kept in the same map, such as
+ * the JetStream stream options `nats.*`): an AlterConfigs, which replaces the topic's whole set, keeps them.
+ */
+export function otherConfigsOf(def: StreamDef): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [k, v] of Object.entries(def.configs ?? {})) if (!BY_NAME.has(k)) out[k] = v;
+  return out;
+}
+
 export function streamSettingsOf(configs: Map<string, string>): StreamSettings {
   const rm = configs.get('retention.ms');
   const rb = configs.get('retention.bytes');

@@ -34,7 +34,15 @@ import { kafkaErrorCode } from '../errors.js';
 import type { RequestContext } from '../route.js';
 import { allowed } from '../authz.js';
 import { BrokerConfigError } from '../broker-configs.js';
-import { TopicConfigError, applyTopicConfigs, checkTopicConfig, describeTopicConfigs, streamSettingsOf, topicConfigsOf } from '../topic-configs.js';
+import {
+  TopicConfigError,
+  applyTopicConfigs,
+  checkTopicConfig,
+  describeTopicConfigs,
+  otherConfigsOf,
+  streamSettingsOf,
+  topicConfigsOf,
+} from '../topic-configs.js';
 
 const TOPIC_DENIED = KafkaErrorCode.TOPIC_AUTHORIZATION_FAILED;
 const CLUSTER_DENIED = KafkaErrorCode.CLUSTER_AUTHORIZATION_FAILED;
@@ -218,7 +226,9 @@ async function alterResource(
     const next = how.topic(current);
     const changed = next.size !== current.size || [...next].some(([k, v]) => current.get(k) !== v);
     if (!validateOnly && changed) {
-      await ctx.adapter.engine.setSettings(r.resourceName, streamSettingsOf(next));
+      const settings = streamSettingsOf(next);
+      // Kafka's configs are replaced as a set; other protocols' options in the same map (JetStream's) stay.
+      await ctx.adapter.engine.setSettings(r.resourceName, { ...settings, configs: { ...otherConfigsOf(entry.def), ...settings.configs } });
       ctx.conn.log.info({ topic: r.resourceName, configs: Object.fromEntries(next), by }, 'topic configs changed');
     }
   } catch (err) {
