@@ -320,12 +320,25 @@ describe('kafka in a cluster of three brokers (one process)', () => {
     assert.deepEqual((await dr(atLeader)).topics[0].partitions[0], { partitionIndex: 0, lowWatermark: 1, errorCode: E.NONE });
   });
 
-  it('refuses transactions in cluster mode (not coordinated across brokers yet), as a fatal error for the client', async () => {
-    const c = await connect(brokers[0]);
-    const init = await c.call(InitProducerIdApi, 4, { transactionalId: 'tx', transactionTimeoutMs: 60000, producerId: -1, producerEpoch: -1 });
-    assert.equal(init.errorCode, E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED);
-    const end = await c.call(EndTxnApi, 3, { transactionalId: 'tx', producerId: 1, producerEpoch: 0, committed: true });
-    assert.equal(end.errorCode, E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED);
+  it('serves a transactional id at its placement broker only (FindCoordinator TRANSACTION names it; elsewhere NOT_COORDINATOR)', async () => {
+    const id = 'tx-cluster-1';
+    const coordinator = brokers.find((b) => b.id === b.cluster.placement('txn', id))!;
+    for (const b of brokers) {
+      const c = await connect(b);
+      const fc = await c.call(FindCoordinatorApi, 3, { key: id, keyType: 1, coordinatorKeys: [] });
+      assert.deepEqual([fc.errorCode, fc.nodeId, fc.port], [E.NONE, coordinator.id, coordinator.port]);
+      if (b === coordinator) continue;
+      const init = await c.call(InitProducerIdApi, 4, { transactionalId: id, transactionTimeoutMs: 60000, producerId: -1, producerEpoch: -1 });
+      assert.equal(init.errorCode, E.NOT_COORDINATOR);
+      const end = await c.call(EndTxnApi, 3, { transactionalId: id, producerId: 1, producerEpoch: 0, committed: true });
+      assert.equal(end.errorCode, E.NOT_COORDINATOR);
+    }
+    const c = await connect(coordinator);
+    const init = await c.call(InitProducerIdApi, 4, { transactionalId: id, transactionTimeoutMs: 60000, producerId: -1, producerEpoch: -1 });
+    assert.deepEqual([init.errorCode, init.producerEpoch], [E.NONE, 0]);
+    assert.notEqual(coordinator.cluster.owns('txn', id), null, 'the coordinator took the id');
+    const again = await c.call(InitProducerIdApi, 4, { transactionalId: id, transactionTimeoutMs: 60000, producerId: -1, producerEpoch: -1 });
+    assert.deepEqual([again.errorCode, again.producerId, again.producerEpoch], [E.NONE, init.producerId, 1], 'the epoch is bumped');
     const idem = await c.call(InitProducerIdApi, 4, { transactionalId: null, transactionTimeoutMs: 60000, producerId: -1, producerEpoch: -1 });
     assert.equal(idem.errorCode, E.NONE, 'idempotent producers are served');
   });
