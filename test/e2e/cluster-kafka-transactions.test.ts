@@ -1,0 +1,177 @@
+/**
+ * Kafka transactions in cluster mode (issue 27), KafkaJS 2.2.4 against three `flowmq start --cluster` processes
+ * (test/helpers/cluster.ts: PostgreSQL, s3rver, separate broker processes):
+ *
+ * - a transactional producer writes to partitions led by different brokers: its transactional id's coordinator
+ *   (one broker, FindCoordinator TRANSACTION) has the markers written by each partition's leader; commit and abort,
+ *   offsets sent with the transaction reach the group; a read_committed consumer sees exactly the committed records
+ *   (proved by non-transactional marker records produced after them), read_uncommitted sees all;
+ * - kill -9 of the coordinator with a transaction open: the successor takes the transactional id over, the
+ *   producer's commit completes there (or, had it failed, the transaction is aborted): read_committed sees all of
+ *   the transaction's records or none, and a new producer with the same transactional.id works after the takeover.
+ */
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import kafkajsPkg from 'kafkajs';
+import type { Kafka as KafkaT } from 'kafkajs';
+import { startCluster, type TestCluster } from '../helpers/cluster.js';
+import { eventually } from './harness.js';
+
+const { Kafka, logLevel } = kafkajsPkg;
+const TOPIC = 'ctx';
+const PARTITIONS = 6;
+
+describe('cluster: Kafka transactions across broker processes', { timeout: 300_000 }, () => {
+  let c: TestCluster;
+  const kafka = (clientId: string): KafkaT =>
+    new Kafka({
+      brokers: c.running.map((b) => b.kafka),
+      clientId,
+      logLevel: logLevel.NOTHING,
+      retry: { retries: 20, initialRetryTime: 100, maxRetryTime: 2000 },
+    });
+
+  /** Reads the topic from the beginning until `until` holds; the values seen. */
+  async function readAll(readUncommitted: boolean, until: (values: string[]) => boolean): Promise<string[]> {
+    const consumer = kafka(`ctx-reader-${readUncommitted}`).consumer({
+      groupId: `ctx-reader-${readUncommitted}-${Math.random()}`,
+      readUncommitted,
+      maxWaitTimeInMs: 200,
+    });
+    const values: string[] = [];
+    await consumer.connect();
+    try {
+      await consumer.subscribe({ topic: TOPIC, fromBeginning: true });
+      await consumer.run({
+        eachMessage: async ({ message }) => {
+          values.push(message.value?.toString() ?? '');
+        },
+      });
+      await eventually(() => until(values), 60_000, `read_${readUncommitted ? 'uncommitted' : 'committed'}: ${JSON.stringify(values)}`);
+    } finally {
+      await consumer.disconnect();
+    }
+    return values;
+  }
+
+  /** One non-transactional record per partition, produced after what is under test: a reader that saw them all saw everything before. */
+  async function markers(tag: string): Promise<void> {
+    const p = kafka(`ctx-marker-${tag}`).producer();
+    await p.connect();
+    await p.send({ topic: TOPIC, acks: -1, messages: Array.from({ length: PARTITIONS }, (_, i) => ({ partition: i, value: `${tag}-p${i}` })) });
+    await p.disconnect();
+  }
+
+  const perPartition = (tag: string) => Array.from({ length: PARTITIONS }, (_, i) => ({ partition: i, value: `${tag}-p${i}` }));
+  const withTag = (values: string[], tag: string) => values.filter((v) => v.startsWith(`${tag}-`)).sort();
+  const expected = (tag: string) =>
+    perPartition(tag)
+      .map((m) => m.value)
+      .sort();
+
+  before(async () => {
+    c = await startCluster({ brokers: 3, haproxy: false, args: ['--kafka-group-initial-rebalance-delay', '0'] });
+    const admin = new Kafka({ brokers: [c.broker(1).kafka], clientId: 'ctx-admin', logLevel: logLevel.NOTHING }).admin();
+    await admin.connect();
+    await admin.createTopics({ topics: [{ topic: TOPIC, numPartitions: PARTITIONS }], waitForLeaders: true });
+    await admin.disconnect();
+    await c.waitCatalog({ streams: [TOPIC] });
+    await c.waitSettled({ min: { partition: PARTITIONS } });
+  });
+  after(async () => {
+    await c?.close();
+  });
+
+  it('commit and abort over partitions led by three brokers: read_committed sees exactly the committed records', async () => {
+    const { owners } = await c.owners('partition');
+    const leaders = new Set(owners.filter((o) => o.name.startsWith(`${TOPIC}/`)).map((o) => o.owner));
+    assert.ok(leaders.size >= 2, `the partitions are led by several brokers (${[...leaders]})`);
+
+    const producer = kafka('ctx-1').producer({ transactionalId: 'ctx-1', maxInFlightRequests: 1, idempotent: true });
+    await producer.connect();
+    try {
+      let txn = await producer.transaction();
+      await txn.send({ topic: TOPIC, messages: perPartition('c1') });
+      await txn.commit();
+      txn = await producer.transaction();
+      await txn.send({ topic: TOPIC, messages: perPartition('a1') });
+      await txn.abort();
+      txn = await producer.transaction();
+      await txn.send({ topic: TOPIC, messages: perPartition('c2') });
+      await txn.sendOffsets({ consumerGroupId: 'ctx-group', topics: [{ topic: TOPIC, partitions: [{ partition: 0, offset: '42' }] }] });
+      await txn.commit();
+    } finally {
+      await producer.disconnect();
+    }
+    const coordinator = await c.ownerOf('txn', 'ctx-1');
+    assert.ok(coordinator !== null, 'one broker coordinates the transactional id');
+    await markers('e1');
+
+    const committed = await readAll(false, (v) => withTag(v, 'e1').length === PARTITIONS);
+    assert.deepEqual(withTag(committed, 'c1'), expected('c1'));
+    assert.deepEqual(withTag(committed, 'c2'), expected('c2'));
+    assert.deepEqual(withTag(committed, 'a1'), [], 'no aborted record reaches read_committed');
+    assert.equal(committed.length, 3 * PARTITIONS, `exactly the committed records and the markers: ${JSON.stringify(committed)}`);
+
+    const all = await readAll(true, (v) => withTag(v, 'e1').length === PARTITIONS);
+    for (const tag of ['c1', 'a1', 'c2']) assert.deepEqual(withTag(all, tag), expected(tag), `read_uncommitted sees ${tag}`);
+
+    // The offsets sent with the committed transaction reached the group (at its coordinator).
+    const admin = kafka('ctx-admin2').admin();
+    await admin.connect();
+    try {
+      const offsets = await admin.fetchOffsets({ groupId: 'ctx-group', topics: [TOPIC] });
+      assert.equal(offsets[0].partitions.find((p) => p.partition === 0)?.offset, '42');
+    } finally {
+      await admin.disconnect();
+    }
+  });
+
+  it('kill -9 of the coordinator with a transaction open: the successor completes it, a new producer with the id works', async () => {
+    const id = 'ctx-fail';
+    const producer = kafka('ctx-fail-1').producer({ transactionalId: id, maxInFlightRequests: 1, idempotent: true, transactionTimeout: 30_000 });
+    await producer.connect();
+    let txn = await producer.transaction();
+    await txn.send({ topic: TOPIC, messages: perPartition('f1') });
+    await txn.commit();
+
+    const coordinator = await c.ownerOf('txn', id);
+    assert.ok(coordinator !== null);
+    txn = await producer.transaction();
+    await txn.send({ topic: TOPIC, messages: perPartition('f2') });
+    await c.kill(coordinator);
+
+    // The producer finds the successor (NOT_COORDINATOR / connection errors make it look again) and commits there.
+    let f2Committed = false;
+    try {
+      await txn.commit();
+      f2Committed = true;
+    } catch {
+      // Not committed: the successor aborts it (the next initialization of the id, or its timeout).
+    }
+    await producer.disconnect().catch(() => undefined);
+    await c.waitBrokerDead(coordinator, 30_000);
+
+    // A new incarnation of the transactional id works after the takeover.
+    const again = kafka('ctx-fail-2').producer({ transactionalId: id, maxInFlightRequests: 1, idempotent: true });
+    await again.connect();
+    try {
+      const t = await again.transaction();
+      await t.send({ topic: TOPIC, messages: perPartition('f3') });
+      await t.commit();
+    } finally {
+      await again.disconnect();
+    }
+    const successor = await c.ownerOf('txn', id);
+    assert.ok(successor !== null && successor !== coordinator, `another broker coordinates ${id} (${successor})`);
+    await markers('e2');
+
+    const committed = await readAll(false, (v) => withTag(v, 'e2').length === PARTITIONS);
+    assert.deepEqual(withTag(committed, 'f1'), expected('f1'));
+    assert.deepEqual(withTag(committed, 'f3'), expected('f3'));
+    const f2 = withTag(committed, 'f2');
+    assert.ok(f2.length === 0 || f2.length === PARTITIONS, `the transaction is all or nothing: ${JSON.stringify(f2)}`);
+    if (f2Committed) assert.deepEqual(f2, expected('f2'), 'the commit acknowledged after the takeover is visible');
+    assert.deepEqual(withTag(committed, 'a1'), []);
+  });
+});
