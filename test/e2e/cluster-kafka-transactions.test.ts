@@ -8,7 +8,10 @@
  *   (proved by non-transactional marker records produced after them), read_uncommitted sees all;
  * - kill -9 of the coordinator with a transaction open: the successor takes the transactional id over, the
  *   producer's commit completes there (or, had it failed, the transaction is aborted): read_committed sees all of
- *   the transaction's records or none, and a new producer with the same transactional.id works after the takeover.
+ *   the transaction's records or none, and a new producer with the same transactional.id works after the takeover;
+ * - kill -9 of a partition's leader (not the coordinator) after an abort and with a transaction open there: the new
+ *   leader holds read_committed at the open transaction's first offset (ListOffsets read_committed), the commit's
+ *   marker reaches it, and the aborted records stay hidden from read_committed.
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -16,6 +19,9 @@ import kafkajsPkg from 'kafkajs';
 import type { Kafka as KafkaT } from 'kafkajs';
 import { startCluster, type TestCluster } from '../helpers/cluster.js';
 import { eventually } from './harness.js';
+import { rendezvous } from '../../src/cluster/index.js';
+import { KafkaErrorCode as E, ListOffsetsApi } from '../../src/protocols/kafka/codec/index.js';
+import { RawClient } from '../protocols/kafka/helpers.js';
 
 const { Kafka, logLevel } = kafkajsPkg;
 const TOPIC = 'ctx';
@@ -172,6 +178,60 @@ describe('cluster: Kafka transactions across broker processes', { timeout: 300_0
     const f2 = withTag(committed, 'f2');
     assert.ok(f2.length === 0 || f2.length === PARTITIONS, `the transaction is all or nothing: ${JSON.stringify(f2)}`);
     if (f2Committed) assert.deepEqual(f2, expected('f2'), 'the commit acknowledged after the takeover is visible');
+    assert.deepEqual(withTag(committed, 'a1'), []);
+  });
+  it("kill -9 of a partition's leader with a transaction open there: the new leader keeps the LSO and the aborted list", async () => {
+    const { owners } = await c.owners('partition');
+    const leaderOf = (p: number) => owners.find((o) => o.name === `${TOPIC}/${p}`)!.owner!;
+    const live = c.running.map((b) => b.id);
+    // A partition led by one live broker and a transactional id coordinated by another.
+    const partition = Array.from({ length: PARTITIONS }, (_, i) => i).find((i) => live.includes(leaderOf(i)))!;
+    const victim = leaderOf(partition);
+    let id = '';
+    for (let n = 0; id === ''; n++) if (rendezvous('txn', `ctx-lead-${n}`, live) !== victim) id = `ctx-lead-${n}`;
+    const survivor = c.running.find((b) => b.id !== victim)!;
+
+    const producer = kafka(`${id}-p`).producer({ transactionalId: id, maxInFlightRequests: 1, idempotent: true, transactionTimeout: 60_000 });
+    await producer.connect();
+    try {
+      let txn = await producer.transaction();
+      await txn.send({ topic: TOPIC, messages: [{ partition, value: `la-p${partition}` }] });
+      await txn.abort();
+      txn = await producer.transaction();
+      await txn.send({ topic: TOPIC, messages: [{ partition, value: `lc-p${partition}` }] });
+      assert.equal(await c.ownerOf('txn', id), rendezvous('txn', id, live), 'the id is coordinated where placement puts it');
+
+      await c.kill(victim);
+      await c.waitBrokerDead(victim, 30_000);
+      await c.waitSettled({ timeoutMs: 60_000 });
+      // The new leader holds read_committed at the open transaction: its latest read_committed offset is below the
+      // high watermark (the transaction's record and nothing after it are stable).
+      const raw = await RawClient.connect(Number(survivor.kafka.split(':')[1]));
+      try {
+        const latest = async (isolationLevel: number) => {
+          const r = await raw.call(ListOffsetsApi, 4, {
+            replicaId: -1,
+            isolationLevel,
+            topics: [{ name: TOPIC, partitions: [{ partitionIndex: partition, currentLeaderEpoch: -1, timestamp: -1 }] }],
+          });
+          const p = r.topics[0].partitions[0];
+          assert.equal(p.errorCode, E.NONE);
+          return Number(p.offset);
+        };
+        const [lso, hw] = [await latest(1), await latest(0)];
+        assert.ok(lso < hw, `the LSO (${lso}) is held below the high watermark (${hw}) by the open transaction`);
+        await txn.commit();
+        await eventually(async () => (await latest(1)) === (await latest(0)), 20_000, 'the LSO reaches the high watermark at the commit');
+      } finally {
+        raw.close();
+      }
+    } finally {
+      await producer.disconnect();
+    }
+    await markers('e3');
+    const committed = await readAll(false, (v) => withTag(v, 'e3').length === PARTITIONS);
+    assert.deepEqual(withTag(committed, 'lc'), [`lc-p${partition}`], 'the committed record');
+    assert.deepEqual(withTag(committed, 'la'), [], 'the record aborted under the dead leader stays hidden');
     assert.deepEqual(withTag(committed, 'a1'), []);
   });
 });
