@@ -67,7 +67,7 @@ export class KafkaCluster {
     private readonly txns: TransactionCoordinator,
   ) {
     cluster.register('txn', {
-      acquire: (id) => this.txns.acquire(id),
+      acquire: (id, epoch) => this.txns.acquire(id, epoch),
       release: async (id, lost) => {
         await this.txns.release(id, lost);
         this.logger.debug({ transactionalId: id, lost }, 'transaction coordination moved away');
@@ -79,6 +79,8 @@ export class KafkaCluster {
       await this.txns.loadPartition(name.slice(0, slash), Number(name.slice(slash + 1)));
     });
     txns.markers = (t) => this.writeMarker(t);
+    // The id's document writes carry the owner epoch: one refused means the id moved; stop coordinating it here.
+    txns.onFenced = (id) => this.cluster.fenced('txn', id);
     cluster.register('group', {
       // Nothing to load: committed offsets are read from the metastore when asked for, and membership starts empty
       // (members rejoin). What an earlier ownership of this broker left in memory is stale.

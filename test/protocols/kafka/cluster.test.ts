@@ -659,4 +659,44 @@ describe('kafka in a cluster: offset commits fenced by the group epoch (PostgreS
       await clusterStore.close();
     }
   });
+
+  it('a transaction coordinator whose transactional id was taken over cannot write its state any more', async () => {
+    const url = await server.createDatabase();
+    const clusterStore = await PostgresClusterStore.open({ url, poolSize: 2, logger });
+    const metas: PostgresMetastore[] = [];
+    const brokers: Broker[] = [];
+    const clients: RawClient[] = [];
+    try {
+      for (const id of [1, 2]) {
+        const meta = await PostgresMetastore.open({ url, poolSize: 2 });
+        metas.push(meta);
+        brokers.push(await startBroker(clusterStore, id, new MemoryStreams(), meta, [['tfx', 1]]));
+      }
+      await settle(brokers, 1);
+      const id = 'fenced-txn';
+      const coord = brokers.find((b) => b.id === b.cluster.placement('txn', id))!;
+      const other = brokers.find((b) => b !== coord)!;
+      const c = await RawClient.connect(coord.port);
+      clients.push(c);
+      const init = (producerEpoch: number) => c.call(InitProducerIdApi, 4, { transactionalId: id, transactionTimeoutMs: 60000, producerId: -1, producerEpoch });
+      assert.equal((await init(-1)).errorCode, E.NONE);
+      const epoch = coord.cluster.owns('txn', id)!;
+      const stored = async () => (await metas[0].getControl('txn', id))?.data.producerEpoch;
+      assert.equal(await stored(), 0);
+
+      // Another broker takes the id while the coordinator still believes it owns it.
+      const row = await clusterStore.claim('txn', id, other.id, other.cluster.incarnation, { force: true });
+      assert.ok(row.epoch > epoch);
+      assert.equal(coord.cluster.owns('txn', id), epoch, 'the old coordinator has not noticed');
+      const late = await init(-1);
+      assert.equal(late.errorCode, E.NOT_COORDINATOR, 'the late InitProducerId is refused');
+      assert.equal(await stored(), 0, 'its epoch bump was not written');
+      assert.equal(coord.cluster.owns('txn', id), null, 'the fenced broker stops coordinating the id');
+    } finally {
+      for (const x of clients) x.close();
+      await stopAll(brokers);
+      for (const m of metas) await m.close();
+      await clusterStore.close();
+    }
+  });
 });

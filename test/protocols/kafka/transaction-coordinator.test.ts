@@ -140,7 +140,7 @@ describe('kafka transaction coordinator: cluster mode (takeover of a transaction
     };
     await c.start(0, true);
     assert.equal(c.get('tk.commit'), undefined, 'nothing loaded before the id is taken');
-    await c.acquire('tk.commit');
+    await c.acquire('tk.commit', 1);
     // The completion runs first on the id's chain: a request after the takeover sees it done.
     const code = await c.endTxn('tk.commit', 200, 0, true, 90);
     assert.equal(code, 0, 'a retried EndTxn(commit) is answered as it was decided');
@@ -150,7 +150,7 @@ describe('kafka transaction coordinator: cluster mode (takeover of a transaction
     assert.equal(await markerAt(engine, 'tk.a', 2), 1);
     assert.equal((await engine.store.fetchOffset('g', 'tk.a', 0))?.offset, 7, "the transaction's offsets reach the group at the commit");
 
-    await c.acquire('tk.open');
+    await c.acquire('tk.open', 1);
     assert.equal(c.get('tk.open')?.state, 'Ongoing', 'an open transaction goes on with the new coordinator');
     assert.equal(await c.endTxn('tk.open', 201, 0, false, 90), 0);
     assert.deepEqual(sent.slice(1), ['tk.a/0 201 abort']);

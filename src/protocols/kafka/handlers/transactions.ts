@@ -25,6 +25,7 @@ import {
   type TxnOffsetCommitResponse,
 } from '../codec/index.js';
 import type { RequestContext } from '../route.js';
+import { isFlowError } from '../../../core/index.js';
 import { TXN_STATES } from '../transactions/coordinator.js';
 import { mayUseGroup } from './groups.js';
 import { allowed } from '../authz.js';
@@ -42,7 +43,16 @@ const fenced = (ctx: RequestContext, from: number): number =>
 export function txnGated<T>(ctx: RequestContext, transactionalId: string, refuse: (errorCode: number) => T, fn: () => T | Promise<T>): T | Promise<T> {
   const kc = ctx.adapter.cluster;
   if (kc === null) return fn();
-  const decide = (g: GroupGate): T | Promise<T> => (g.errorCode !== KafkaErrorCode.NONE ? refuse(g.errorCode) : fn());
+  // A write of the id's document refused FENCED: another broker coordinates it now (and this one let it go).
+  const served = async (): Promise<T> => {
+    try {
+      return await fn();
+    } catch (err) {
+      if (isFlowError(err, 'FENCED')) return refuse(KafkaErrorCode.NOT_COORDINATOR);
+      throw err;
+    }
+  };
+  const decide = (g: GroupGate): T | Promise<T> => (g.errorCode !== KafkaErrorCode.NONE ? refuse(g.errorCode) : served());
   const g = kc.gate(transactionalId, 'txn');
   return g instanceof Promise ? g.then(decide) : decide(g);
 }

@@ -22,7 +22,7 @@
  * aborted list (loadPartition when it takes a partition over).
  */
 import type { Logger } from 'pino';
-import { ATTR_CONTROL, ATTR_TRANSACTIONAL, encodeControlBatch, readBatchInfo, type Engine, type OffsetCommit } from '../../../core/index.js';
+import { ATTR_CONTROL, ATTR_TRANSACTIONAL, encodeControlBatch, isFlowError, readBatchInfo, type Engine, type OffsetCommit } from '../../../core/index.js';
 import { KafkaErrorCode } from '../codec/index.js';
 import type { ControlRecord, ControlStore } from '../../../storage/metastore/control-store.js';
 import type { AbortedTxn, TxnPartitions } from '../../../core/index.js';
@@ -95,6 +95,10 @@ export class TransactionCoordinator {
    * (writeMarker), every partition being local on a single broker.
    */
   markers: ((t: MarkerTask) => Promise<number>) | null = null;
+  /** Cluster mode: the owner epoch of each transactional id coordinated here, which fences its document's writes. */
+  private readonly fences = new Map<string, number>();
+  /** Cluster mode: a write was fenced (another broker coordinates the id now): stop serving it here. */
+  onFenced: ((transactionalId: string) => void) | null = null;
 
   constructor(
     private readonly engine: Engine,
@@ -145,8 +149,9 @@ export class TransactionCoordinator {
    * chain, so that every request after the takeover sees it done. An open transaction stays open: its partitions
    * and offsets are in the document, and its producer goes on with this coordinator (or it times out here).
    */
-  async acquire(transactionalId: string): Promise<void> {
+  async acquire(transactionalId: string, epoch: number): Promise<void> {
     this.forget(transactionalId);
+    this.fences.set(transactionalId, epoch);
     const r = await this.store.getControl('txn', transactionalId);
     if (r === null) return;
     const m = r.data as unknown as TxnMeta;
@@ -155,9 +160,10 @@ export class TransactionCoordinator {
     if (m.state === 'PrepareCommit' || m.state === 'PrepareAbort') {
       const commit = m.state === 'PrepareCommit';
       this.logger.info({ transactionalId, state: m.state }, 'completing a transaction its previous coordinator left in flight');
-      void this.run(transactionalId, () => this.complete(m, commit)).catch((err: unknown) =>
-        this.logger.warn({ err, transactionalId }, 'completing a taken-over transaction failed; retried by the next request or takeover'),
-      );
+      void this.run(transactionalId, () => this.complete(m, commit)).catch((err: unknown) => {
+        this.logger.warn({ err, transactionalId }, 'completing a taken-over transaction failed; trying again');
+        this.retryLater(m);
+      });
     }
   }
 
@@ -172,6 +178,7 @@ export class TransactionCoordinator {
     const m = this.txns.get(transactionalId);
     if (m && this.byProducer.get(m.producerId) === transactionalId) this.byProducer.delete(m.producerId);
     this.txns.delete(transactionalId);
+    this.fences.delete(transactionalId);
   }
 
   /**
@@ -237,7 +244,13 @@ export class TransactionCoordinator {
 
   private async persist(m: TxnMeta): Promise<void> {
     m.updatedAt = Date.now();
-    await this.store.putControl('txn', m.transactionalId, m as unknown as Record<string, unknown>);
+    const id = m.transactionalId;
+    try {
+      await this.store.putControl('txn', id, m as unknown as Record<string, unknown>, this.fences.get(id));
+    } catch (err) {
+      if (isFlowError(err, 'FENCED')) this.onFenced?.(id);
+      throw err;
+    }
   }
 
   /**
@@ -397,9 +410,34 @@ export class TransactionCoordinator {
       if (m.state === 'CompleteCommit' && commit) return KafkaErrorCode.NONE;
       if (m.state === 'CompleteAbort' && !commit) return KafkaErrorCode.NONE;
       if (m.state !== 'Ongoing') return KafkaErrorCode.INVALID_TXN_STATE;
-      await this.complete(m, commit);
+      try {
+        await this.complete(m, commit);
+      } catch (err) {
+        this.retryLater(m);
+        throw err;
+      }
       return KafkaErrorCode.NONE;
     });
+  }
+
+  /**
+   * A decided transaction (Prepare*) whose markers could not all be written (storage, or a partition without a
+   * reachable leader): completed again in a few seconds, on the id's chain, until it is done or the id moves away
+   * (its next coordinator completes it at its takeover).
+   */
+  private retryLater(m: TxnMeta, delayMs = 5000): void {
+    if (this.closed) return;
+    const t = setTimeout(() => {
+      if (this.closed || this.txns.get(m.transactionalId) !== m) return;
+      void this.run(m.transactionalId, async () => {
+        if (this.txns.get(m.transactionalId) !== m || (m.state !== 'PrepareCommit' && m.state !== 'PrepareAbort')) return;
+        await this.complete(m, m.state === 'PrepareCommit');
+      }).catch((err: unknown) => {
+        this.logger.warn({ err, transactionalId: m.transactionalId }, 'completing a transaction failed again; trying again');
+        this.retryLater(m, delayMs);
+      });
+    }, delayMs);
+    t.unref();
   }
 
   /** Whether a transactional produce by this producer to this partition may be appended (an error code if not). */
@@ -520,7 +558,10 @@ export class TransactionCoordinator {
         this.logger.info({ transactionalId: m.transactionalId, timeoutMs: m.timeoutMs }, 'transaction timed out: aborting');
         await this.bump(m);
         await this.complete(m, false);
-      }).catch((err: unknown) => this.logger.warn({ err, transactionalId: m.transactionalId }, 'aborting a timed-out transaction failed'));
+      }).catch((err: unknown) => {
+        this.logger.warn({ err, transactionalId: m.transactionalId }, 'aborting a timed-out transaction failed');
+        if (m.state === 'PrepareAbort') this.retryLater(m);
+      });
     }
   }
 }
