@@ -11,7 +11,9 @@
  *   the transaction's records or none, and a new producer with the same transactional.id works after the takeover;
  * - kill -9 of a partition's leader (not the coordinator) after an abort and with a transaction open there: the new
  *   leader holds read_committed at the open transaction's first offset (ListOffsets read_committed), the commit's
- *   marker reaches it, and the aborted records stay hidden from read_committed.
+ *   marker reaches it, and the aborted records stay hidden from read_committed;
+ * - the coordinator killed mid-commit (PrepareCommit stored, one partition's leader frozen so its marker is not
+ *   written): the successor takes the id over by itself and completes the commit; read_committed sees all of it.
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -20,7 +22,7 @@ import type { Kafka as KafkaT } from 'kafkajs';
 import { startCluster, type TestCluster } from '../helpers/cluster.js';
 import { eventually } from './harness.js';
 import { rendezvous } from '../../src/cluster/index.js';
-import { KafkaErrorCode as E, ListOffsetsApi } from '../../src/protocols/kafka/codec/index.js';
+import { DescribeTransactionsApi, KafkaErrorCode as E, ListOffsetsApi } from '../../src/protocols/kafka/codec/index.js';
 import { RawClient } from '../protocols/kafka/helpers.js';
 
 const { Kafka, logLevel } = kafkajsPkg;
@@ -209,14 +211,21 @@ describe('cluster: Kafka transactions across broker processes', { timeout: 300_0
       const raw = await RawClient.connect(Number(survivor.kafka.split(':')[1]));
       try {
         const latest = async (isolationLevel: number) => {
-          const r = await raw.call(ListOffsetsApi, 4, {
-            replicaId: -1,
-            isolationLevel,
-            topics: [{ name: TOPIC, partitions: [{ partitionIndex: partition, currentLeaderEpoch: -1, timestamp: -1 }] }],
-          });
-          const p = r.topics[0].partitions[0];
-          assert.equal(p.errorCode, E.NONE);
-          return Number(p.offset);
+          // The owner row can name the new leader a moment before it serves the partition (it is loading it).
+          for (let tries = 0; ; tries++) {
+            const r = await raw.call(ListOffsetsApi, 4, {
+              replicaId: -1,
+              isolationLevel,
+              topics: [{ name: TOPIC, partitions: [{ partitionIndex: partition, currentLeaderEpoch: -1, timestamp: -1 }] }],
+            });
+            const p = r.topics[0].partitions[0];
+            if (p.errorCode === E.NOT_LEADER_OR_FOLLOWER && tries < 200) {
+              await new Promise((res) => setTimeout(res, 100));
+              continue;
+            }
+            assert.equal(p.errorCode, E.NONE);
+            return Number(p.offset);
+          }
         };
         const [lso, hw] = [await latest(1), await latest(0)];
         assert.ok(lso < hw, `the LSO (${lso}) is held below the high watermark (${hw}) by the open transaction`);
@@ -233,5 +242,123 @@ describe('cluster: Kafka transactions across broker processes', { timeout: 300_0
     assert.deepEqual(withTag(committed, 'lc'), [`lc-p${partition}`], 'the committed record');
     assert.deepEqual(withTag(committed, 'la'), [], 'the record aborted under the dead leader stays hidden');
     assert.deepEqual(withTag(committed, 'a1'), []);
+  });
+});
+
+describe('cluster: a Kafka transaction coordinator killed in the middle of a commit', { timeout: 300_000 }, () => {
+  let c: TestCluster;
+  before(async () => {
+    // An 8 s lease: the frozen leader keeps its partition (and the commit stays in PrepareCommit) long enough to
+    // see PrepareCommit and kill the coordinator in that state.
+    c = await startCluster({ brokers: 3, haproxy: false, leaseMs: 8000 });
+    const admin = new Kafka({ brokers: [c.broker(1).kafka], clientId: 'mid-admin', logLevel: logLevel.NOTHING }).admin();
+    await admin.connect();
+    await admin.createTopics({ topics: [{ topic: 'mid', numPartitions: 3 }], waitForLeaders: true });
+    await admin.disconnect();
+    await c.waitCatalog({ streams: ['mid'] });
+    await c.waitSettled({ min: { partition: 3 } });
+  });
+  after(async () => {
+    await c?.close();
+  });
+
+  it('PrepareCommit stored, a marker not yet written: the successor completes the commit', async () => {
+    const { owners } = await c.owners('partition');
+    const live = c.running.map((b) => b.id);
+    const leaderOf = (p: number) => owners.find((o) => o.name === `mid/${p}`)!.owner!;
+    // The transaction writes to a partition led by `stuck` and is coordinated by another broker, `coordinator`.
+    const partition = [0, 1, 2].find((p) => live.includes(leaderOf(p)))!;
+    const stuck = leaderOf(partition);
+    let id = '';
+    for (let n = 0; id === ''; n++) if (rendezvous('txn', `mid-${n}`, live) !== stuck) id = `mid-${n}`;
+    const coordinator = rendezvous('txn', id, live)!;
+    const kafka = new Kafka({
+      brokers: c.running.map((b) => b.kafka),
+      clientId: 'mid',
+      logLevel: logLevel.NOTHING,
+      // A request KafkaJS sends to the frozen broker (FindCoordinator goes to any connected broker) must time out
+      // and be retried elsewhere well within the test's waits.
+      requestTimeout: 3000,
+      retry: { retries: 30, initialRetryTime: 100, maxRetryTime: 2000 },
+    });
+    const producer = kafka.producer({ transactionalId: id, maxInFlightRequests: 1, idempotent: true, transactionTimeout: 60_000 });
+    await producer.connect();
+    const txn = await producer.transaction();
+    await txn.send({ topic: 'mid', messages: [0, 1, 2].map((p) => ({ partition: p, value: `m-p${p}` })) });
+
+    // The partition's leader freezes: the coordinator decides the commit (PrepareCommit, stored) and cannot finish.
+    c.pause(stuck);
+    let commitOutcome: string | null = null;
+    const commit = txn.commit().then(
+      () => (commitOutcome = 'committed'),
+      (err: Error) => (commitOutcome = `failed: ${err.message}`),
+    );
+    const raw = await RawClient.connect(Number(c.broker(coordinator).kafka.split(':')[1]));
+    try {
+      let seen = '';
+      await eventually(
+        async () => {
+          const d = (await raw.call(DescribeTransactionsApi, 0, { transactionalIds: [id] })).transactionStates[0];
+          seen = `${d.errorCode} ${d.transactionState}`;
+          return d.transactionState === 'PrepareCommit';
+        },
+        45_000,
+        'the coordinator stored PrepareCommit',
+      ).catch((err: Error) => {
+        throw new Error(`${err.message}; last seen: ${seen}; commit: ${String(commitOutcome)}`);
+      });
+    } finally {
+      raw.close();
+    }
+    await c.kill(coordinator);
+    c.resume(stuck);
+    // KafkaJS does not retry an EndTxn whose connection closed under it: the commit's outcome is the successor's.
+    const outcome = await commit;
+    assert.ok(outcome === 'committed' || /closed connection|connection error|ECONNRESET/i.test(outcome), outcome);
+    await producer.disconnect().catch(() => undefined);
+    // The successor takes the id over (a dead broker's ids are orphans, taken by their new placement broker) and
+    // completes the commit it finds decided, writing the marker at the partition's new leader.
+    let successor: number | null = null;
+    await eventually(
+      async () => {
+        successor = await c.ownerOf('txn', id);
+        return successor !== null && successor !== coordinator;
+      },
+      30_000,
+      'a successor coordinates the id',
+    );
+    const at = await RawClient.connect(Number(c.broker(successor!).kafka.split(':')[1]));
+    try {
+      await eventually(
+        async () => {
+          const d = await at.call(DescribeTransactionsApi, 0, { transactionalIds: [id] });
+          return d.transactionStates[0].transactionState === 'CompleteCommit';
+        },
+        60_000,
+        'the successor completed the commit',
+      );
+    } finally {
+      at.close();
+    }
+
+    const marker = kafka.producer();
+    await marker.connect();
+    await marker.send({ topic: 'mid', acks: -1, messages: [0, 1, 2].map((p) => ({ partition: p, value: `end-p${p}` })) });
+    await marker.disconnect();
+    const consumer = kafka.consumer({ groupId: `mid-reader-${Math.random()}`, readUncommitted: false, maxWaitTimeInMs: 200 });
+    const values: string[] = [];
+    await consumer.connect();
+    try {
+      await consumer.subscribe({ topic: 'mid', fromBeginning: true });
+      await consumer.run({
+        eachMessage: async ({ message }) => {
+          values.push(message.value?.toString() ?? '');
+        },
+      });
+      await eventually(() => values.filter((v) => v.startsWith('end-')).length === 3, 60_000, `read_committed: ${JSON.stringify(values)}`);
+    } finally {
+      await consumer.disconnect();
+    }
+    assert.deepEqual(values.filter((v) => v.startsWith('m-')).sort(), ['m-p0', 'm-p1', 'm-p2'], 'the whole transaction is committed');
   });
 });
