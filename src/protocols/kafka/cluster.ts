@@ -118,7 +118,7 @@ export class KafkaCluster {
    * Writes a transaction marker at the partition's leader: here, or over the channel. While the partition has no
    * live leader (its broker died and its lease has not expired, or the new one is loading it) the call is tried
    * again, for up to three leases and at least 30 s; then it fails and the transaction stays Prepare*, completed
-   * by the next EndTxn retry or takeover.
+   * again a few seconds later (TransactionCoordinator.retryLater) or by the id's next coordinator.
    */
   private async writeMarker(t: MarkerTask): Promise<number> {
     const deadline = Date.now() + Math.max(30_000, 3 * this.cluster.leaseMs);
