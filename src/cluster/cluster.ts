@@ -81,6 +81,8 @@ export class Cluster extends EventEmitter {
   private view: BrokerState[] = [];
   private placementIds: number[] = [];
   private readonly handlers = new Map<ResourceKind, OwnershipHandler>();
+  /** What other subsystems load when this broker acquires a resource of a kind, before serving it (onAcquire). */
+  private readonly loaders = new Map<ResourceKind, Array<(name: string, epoch: number) => Promise<void>>>();
   private readonly held = new Map<ResourceKind, Map<string, Held>>();
   /** Owner rows seen (placed kinds: all of them at each reconcile; others: looked up), by kind and name. */
   private readonly known = new Map<ResourceKind, Map<string, OwnerRecord>>();
@@ -150,6 +152,15 @@ export class Cluster extends EventEmitter {
   register(kind: ResourceKind, handler: OwnershipHandler): void {
     if (this.handlers.has(kind)) throw new Error(`cluster: ${kind} already has an ownership handler`);
     this.handlers.set(kind, handler);
+  }
+  /**
+   * Another subsystem's state of a resource to load when this broker acquires it, after the kind's handler and
+   * before the resource is served (a Kafka partition's transaction state, say). A throw gives the resource back.
+   */
+  onAcquire(kind: ResourceKind, fn: (name: string, epoch: number) => Promise<void>): void {
+    let l = this.loaders.get(kind);
+    if (!l) this.loaders.set(kind, (l = []));
+    l.push(fn);
   }
 
   /** Starts reconciling: called once storage and the protocols are ready to take resources. */
@@ -479,6 +490,7 @@ export class Cluster extends EventEmitter {
     h.busy = (async () => {
       try {
         await handler.acquire(name, row.epoch);
+        for (const load of this.loaders.get(kind) ?? []) await load(name, row.epoch);
         h.state = 'owned';
         this.stats.acquired++;
         this.logger.info({ kind, name, epoch: row.epoch }, 'cluster: owned here now');

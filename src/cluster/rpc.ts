@@ -18,7 +18,7 @@ import type { PeerChannel } from './types.js';
 import { decodeBody, encodeBody } from './wire.js';
 
 /** The newest channel version this broker speaks. */
-export const CHANNEL_VERSION = 1;
+export const CHANNEL_VERSION = 2;
 /** The oldest version a peer may speak and still be let in. */
 export const MIN_CHANNEL_VERSION = 1;
 
@@ -165,6 +165,15 @@ export interface QueueGetDelivery {
   deliveryCount: number;
   remaining: number;
 }
+/** kafka.txnMarker: stream, partition, producer id and epoch, commit (else abort), the offset the partition joined at. */
+export interface TxnMarkerHead {
+  s: string;
+  p: number;
+  pid: number;
+  e: number;
+  c: boolean;
+  o: number;
+}
 /** A JSON object (JetStream API bodies). */
 type Json = Record<string, unknown>;
 
@@ -286,6 +295,15 @@ export const RPC = {
   /** A publish for streams owned by the receiver; the tail is the stored message; the reply its PubAck or null. */
   jsPublish: rpc('js.publish', 1, json<null>({ type: 'null' }), json<Json | null>({ type: ['object', 'null'] })),
   jsConsumers: rpc('js.consumers', 1, json<{ stream: string }>(obj({ stream: str })), json<{ infos: Json[] }>(obj({ infos: arrayOf(jsonObject) }))),
+
+  // Kafka transactions (protocols/kafka/transactions): the transaction coordinator asks a partition's leader to
+  // write a commit or abort marker and update the partition's transaction state (version 2).
+  kafkaTxnMarker: rpc(
+    'kafka.txnMarker',
+    2,
+    json<TxnMarkerHead>(obj({ s: str, p: int, pid: int, e: int, c: bool, o: int })),
+    json<{ o: number }>(obj({ o: int })),
+  ),
 } as const;
 
 /** The request head of a catalogue entry. */

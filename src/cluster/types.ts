@@ -4,7 +4,7 @@
  * - Membership: every broker registers a row with a lease it renews by heartbeat (ClusterStore). A broker whose
  *   lease expired is dead, whatever it believes: its work moves, and its late writes are fenced.
  * - Ownership: exactly one live broker at a time writes a stream partition, a queue, a consumer group, a JetStream
- *   consumer or an MQTT session. It holds an owner row with an epoch, bumped at every change of hands; every write
+ *   consumer, an MQTT session or a Kafka transactional id. It holds an owner row with an epoch, bumped at every change of hands; every write
  *   to shared storage carries the epoch and one with an older epoch is refused (FENCED). Partitions are fenced by
  *   the metastore's partition epoch and the WAL's (Metastore.openPartition, WriteAheadLog.fence); the other kinds
  *   by the owner row itself (`flowmq_owner_check` in SQL, see pg-store.ts).
@@ -14,9 +14,10 @@
  */
 
 /** The kinds of resources with a single owner. */
-export type ResourceKind = 'partition' | 'queue' | 'group' | 'consumer' | 'session';
+export type ResourceKind = 'partition' | 'queue' | 'group' | 'consumer' | 'session' | 'txn';
 
-export const RESOURCE_KINDS: readonly ResourceKind[] = ['partition', 'queue', 'group', 'consumer', 'session'];
+/** `txn`: a Kafka transactional id, placed and owned like a group (its transaction coordinator). */
+export const RESOURCE_KINDS: readonly ResourceKind[] = ['partition', 'queue', 'group', 'consumer', 'session', 'txn'];
 
 /** A host and port a client or another broker connects to. */
 export interface Endpoint {

@@ -35,6 +35,26 @@ export class TxnPartitions {
    * tell aborted or open records from committed ones.
    */
   loaded = false;
+  /**
+   * Newest epoch seen per transactional producer id at this broker (its markers and batches), for a partition leader
+   * that does not coordinate the producer's transactional id (cluster mode): an older epoch is a fenced zombie.
+   */
+  private readonly epochs = new Map<number, number>();
+
+  /** Whether `epoch` is not older than the producer's newest one seen here; remembers it. */
+  admitEpoch(producerId: number, epoch: number): boolean {
+    const known = this.epochs.get(producerId);
+    if (known !== undefined && epoch < known) return false;
+    if (known === undefined || epoch > known) this.epochs.set(producerId, epoch);
+    return true;
+  }
+
+  /** Forgets what is known of a partition (it moved to another broker; the next owner loads it from the metastore). */
+  reset(stream: string, partition: number): void {
+    const k = key(stream, partition);
+    this.open.delete(k);
+    this.aborted.delete(k);
+  }
 
   /** A transactional batch was appended at `offset`: the first one of its transaction here holds the LSO. */
   onAppend(stream: string, partition: number, producerId: number, offset: number): void {

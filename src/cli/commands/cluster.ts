@@ -3,7 +3,7 @@ import { UsageError, type CommandGroup } from '../command.js';
 import { fmtAge, itemsTable, keyValues } from '../table.js';
 import type { ClusterBrokerView, ClusterOwnerView, ClusterStatusView } from '../../control/api/routes-cluster.js';
 
-const KINDS = ['partition', 'queue', 'group', 'consumer', 'session'] as const;
+const KINDS = ['partition', 'queue', 'group', 'consumer', 'session', 'txn'] as const;
 type Kind = (typeof KINDS)[number];
 
 type BrokerView = ClusterBrokerView;
@@ -77,7 +77,7 @@ export const clusterCommand: CommandGroup = {
       },
     },
     owners: {
-      usage: '[--kind partition|queue|group|consumer|session] [--broker ID]',
+      usage: '[--kind partition|queue|group|consumer|session|txn] [--broker ID]',
       summary: 'owner rows: resource, owner broker, epoch, since when, placement; rows whose owner is dead are marked',
       options: { kind: { type: 'string' }, broker: { type: 'string' } },
       async run(ctx) {

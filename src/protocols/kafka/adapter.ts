@@ -113,7 +113,7 @@ export class KafkaAdapter {
     ctx.engine.transactions.persistAborted = (stream, partition, aborted) =>
       txnStore.putControl('txn-aborted', abortedDocName(stream, partition), { stream, partition, aborted });
     this.fetchSessions = new FetchSessionCache({ maxSlots: options.fetchSessionCacheSlots, evictionMs: options.fetchSessionEvictionMs });
-    this.cluster = options.cluster ? new KafkaCluster(options.cluster, this.groups, ctx.logger.child({ component: 'kafka-cluster' })) : null;
+    this.cluster = options.cluster ? new KafkaCluster(options.cluster, this.groups, ctx.logger.child({ component: 'kafka-cluster' }), this.transactions) : null;
     // The SASL APIs are offered only when there is something to authenticate against; client quotas and SCRAM
     // credentials only with access control (a user directory, and the quota manager that enforces quotas).
     const sasl: readonly number[] = [ApiKey.SaslHandshake, ApiKey.SaslAuthenticate];
@@ -135,16 +135,20 @@ export class KafkaAdapter {
 
   /**
    * Loads the transaction coordinator's state and finishes what a previous run left in flight, once, before the
-   * first listener accepts a client (a read_committed fetch must know the aborted transactions). Not in cluster
-   * mode, where transactions are refused. From then on the log cleaner may judge transactional batches.
+   * first listener accepts a client (a read_committed fetch must know the aborted transactions). In cluster mode
+   * the state is loaded per transactional id and per partition as this broker takes them (cluster.ts). On a single
+   * broker the log cleaner may judge transactional batches from then on (not yet in cluster mode: it keeps them).
    */
   startTransactions(): Promise<void> {
-    return (this.txnStart ??=
-      this.cluster !== null
-        ? Promise.resolve()
-        : this.transactions.start().then(() => {
-            this.engine.transactions.loaded = true;
-          }));
+    const kc = this.cluster;
+    if (kc === null)
+      return (this.txnStart ??= this.transactions.start().then(() => {
+        this.engine.transactions.loaded = true;
+      }));
+    return (this.txnStart ??= (async () => {
+      kc.start();
+      await this.transactions.start(1000, true);
+    })());
   }
 
   /** A listener starts using this adapter (several listeners, e.g. plaintext and TLS, share one). */

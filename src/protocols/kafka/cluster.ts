@@ -20,12 +20,19 @@
  *   the shared metastore, so acquiring loads nothing and releasing drops the membership (members rejoin at the new
  *   coordinator, as after a coordinator change in Kafka) once the commits in flight are done. Every offset commit
  *   carries the group's epoch and is refused by the metastore (FENCED) once the group has moved.
+ * - Transactions: a transactional id's coordinator is placed, taken and moved exactly like a group ('txn' kind, the
+ *   same gate): FindCoordinator(TRANSACTION) names its placement broker, which takes the id at its first request
+ *   and loads its document (TransactionCoordinator.acquire, which completes a commit or abort a dead predecessor
+ *   left in flight); a dead coordinator's ids are orphans its successors take at their next reconcile. Markers go
+ *   to each partition's leader (kafka.txnMarker), which appends them and keeps the partition's LSO and aborted
+ *   list; a broker taking a partition over loads them before serving it (TransactionCoordinator.loadPartition).
  */
 import type { Logger } from 'pino';
-import type { Cluster, Endpoint } from '../../cluster/index.js';
-import { isFlowError } from '../../core/index.js';
+import { call, RPC, serve, type Cluster, type Endpoint, type ResourceKind } from '../../cluster/index.js';
+import { FlowError, isFlowError } from '../../core/index.js';
 import { KafkaErrorCode } from './codec/index.js';
 import type { GroupCoordinator } from './groups/coordinator.js';
+import type { MarkerTask, TransactionCoordinator } from './transactions/coordinator.js';
 
 export interface KafkaNode {
   nodeId: number;
@@ -57,7 +64,23 @@ export class KafkaCluster {
     readonly cluster: Cluster,
     private readonly groups: GroupCoordinator,
     private readonly logger: Logger,
+    private readonly txns: TransactionCoordinator,
   ) {
+    cluster.register('txn', {
+      acquire: (id, epoch) => this.txns.acquire(id, epoch),
+      release: async (id, lost) => {
+        await this.txns.release(id, lost);
+        this.logger.debug({ transactionalId: id, lost }, 'transaction coordination moved away');
+      },
+    });
+    // A partition's transaction state, loaded before this broker serves it as leader.
+    cluster.onAcquire('partition', async (name) => {
+      const slash = name.lastIndexOf('/');
+      await this.txns.loadPartition(name.slice(0, slash), Number(name.slice(slash + 1)));
+    });
+    txns.markers = (t) => this.writeMarker(t);
+    // The id's document writes carry the owner epoch: one refused means the id moved; stop coordinating it here.
+    txns.onFenced = (id) => this.cluster.fenced('txn', id);
     cluster.register('group', {
       // Nothing to load: committed offsets are read from the metastore when asked for, and membership starts empty
       // (members rejoin). What an earlier ownership of this broker left in memory is stale.
@@ -77,6 +100,48 @@ export class KafkaCluster {
 
   get id(): number {
     return this.cluster.id;
+  }
+
+  /** Serves kafka.txnMarker (the broker opens the internal channel before clients are let in; tests may have none). */
+  start(): void {
+    const channel = this.cluster.channel;
+    if (channel === null) return;
+    serve(channel, RPC.kafkaTxnMarker, async (_from, h) => {
+      // Only the leader writes the partition; the coordinator finds the new one and asks again.
+      if (this.leads(h.s, h.p) === null) throw new FlowError('NOT_OWNER', `broker ${this.id} does not lead ${partitionKey(h.s, h.p)}`);
+      const o = await this.txns.writeMarker({ stream: h.s, partition: h.p, producerId: h.pid, producerEpoch: h.e, commit: h.c, startOffset: h.o });
+      return { o };
+    });
+  }
+
+  /**
+   * Writes a transaction marker at the partition's leader: here, or over the channel. While the partition has no
+   * live leader (its broker died and its lease has not expired, or the new one is loading it) the call is tried
+   * again, for up to three leases and at least 30 s; then it fails and the transaction stays Prepare*, completed
+   * again a few seconds later (TransactionCoordinator.retryLater) or by the id's next coordinator.
+   */
+  private async writeMarker(t: MarkerTask): Promise<number> {
+    const deadline = Date.now() + Math.max(30_000, 3 * this.cluster.leaseMs);
+    let delay = 50;
+    for (;;) {
+      try {
+        if (this.leads(t.stream, t.partition) !== null) return await this.txns.writeMarker(t);
+        const leader = this.cluster.owner('partition', partitionKey(t.stream, t.partition));
+        const channel = this.cluster.channel;
+        if (leader === null || leader.broker === this.id || channel === null) {
+          throw new FlowError('NOT_OWNER', `${partitionKey(t.stream, t.partition)} has no live leader`);
+        }
+        const head = { s: t.stream, p: t.partition, pid: t.producerId, e: t.producerEpoch, c: t.commit, o: t.startOffset };
+        return (await call(channel, leader.broker, RPC.kafkaTxnMarker, head, { timeoutMs: 15_000 })).head.o;
+      } catch (err) {
+        if (Date.now() >= deadline || !(isFlowError(err, 'NOT_OWNER') || isFlowError(err, 'UNAVAILABLE') || isFlowError(err, 'FENCED'))) throw err;
+        this.logger.debug({ err, stream: t.stream, partition: t.partition }, 'transaction marker: leader not reachable yet, trying again');
+        await new Promise((r) => setTimeout(r, delay));
+        delay = Math.min(delay * 2, 1000);
+        // The owner rows move with reconciles; look the partition's up again.
+        await this.cluster.lookup('partition', partitionKey(t.stream, t.partition)).catch(() => null);
+      }
+    }
   }
 
   /** Live brokers with an endpoint for `listener`, by id; this broker with `self` if it registered none yet. */
@@ -131,9 +196,9 @@ export class KafkaCluster {
     return p === null ? null : { id: p, epoch: -1 };
   }
 
-  /** The broker that coordinates the group: its placement. */
-  coordinator(groupId: string): number | null {
-    return this.cluster.placement('group', groupId);
+  /** The broker that coordinates the group (or transactional id, kind 'txn'): its placement. */
+  coordinator(groupId: string, kind: 'group' | 'txn' = 'group'): number | null {
+    return this.cluster.placement(kind, groupId);
   }
 
   /**
@@ -141,15 +206,15 @@ export class KafkaCluster {
    * asks FindCoordinator again); COORDINATOR_LOAD_IN_PROGRESS while the previous coordinator still holds it (it
    * hands it over at its next reconcile; the client retries here). Synchronous when the group is owned already.
    */
-  gate(groupId: string): GroupGate | Promise<GroupGate> {
-    const epoch = this.cluster.owns('group', groupId);
+  gate(groupId: string, kind: ResourceKind & ('group' | 'txn') = 'group'): GroupGate | Promise<GroupGate> {
+    const epoch = this.cluster.owns(kind, groupId);
     if (epoch !== null) return { errorCode: 0, epoch };
-    if (this.cluster.placement('group', groupId) !== this.cluster.id) return { errorCode: KafkaErrorCode.NOT_COORDINATOR, epoch: -1 };
-    return this.cluster.ensure('group', groupId).then(
+    if (this.cluster.placement(kind, groupId) !== this.cluster.id) return { errorCode: KafkaErrorCode.NOT_COORDINATOR, epoch: -1 };
+    return this.cluster.ensure(kind, groupId).then(
       (e): GroupGate => ({ errorCode: 0, epoch: e }),
       (err: unknown): GroupGate => {
         if (isFlowError(err, 'NOT_OWNER')) return { errorCode: KafkaErrorCode.COORDINATOR_LOAD_IN_PROGRESS, epoch: -1 };
-        this.logger.warn({ err, group: groupId }, "cannot take the group's coordination");
+        this.logger.warn({ err, [kind === 'txn' ? 'transactionalId' : 'group']: groupId }, `cannot take the ${kind}'s coordination`);
         return { errorCode: KafkaErrorCode.COORDINATOR_NOT_AVAILABLE, epoch: -1 };
       },
     );

@@ -62,7 +62,12 @@ export interface ControlRecord {
 export interface ControlStore {
   listControl(kind: ControlKind): Promise<ControlRecord[]>;
   getControl(kind: ControlKind, name: string): Promise<ControlRecord | null>;
-  putControl(kind: ControlKind, name: string, data: Record<string, unknown>): Promise<void>;
+  /**
+   * `fence` (cluster mode, PostgreSQL; kind `txn` only): the cluster's owner row of the same kind and name must hold
+   * this epoch, checked in the same statement, else FENCED (a transaction coordinator whose id moved to another
+   * broker writes nothing). The other backends have no cluster and ignore it.
+   */
+  putControl(kind: ControlKind, name: string, data: Record<string, unknown>, fence?: number): Promise<void>;
   putControlIfAbsent(kind: ControlKind, name: string, data: Record<string, unknown>): Promise<boolean>;
   deleteControl(kind: ControlKind, name: string): Promise<boolean>;
   /** A number that grows with every change to any control document. */

@@ -2,7 +2,7 @@
  * The queue catalog (queues, exchanges, bindings: QueueCatalog) and the control plane documents (ControlStore) in
  * the PostgreSQL metastore: functions over its PostgresState (postgres-state.ts).
  */
-import type { BindingDef, ExchangeDef, QueueDef } from '../../core/index.js';
+import { FlowError, type BindingDef, type ExchangeDef, type QueueDef } from '../../core/index.js';
 import {
   bindingValues,
   checkExchangeDef,
@@ -147,23 +147,34 @@ export async function getControl(pg: PostgresState, kind: ControlKind, name: str
 // Each change is one statement: the document's change and, in a data-modifying CTE of the same statement (so the
 // same transaction), the version bump that other brokers poll. The bump happens only when a row changed.
 
-export async function putControl(pg: PostgresState, kind: ControlKind, name: string, data: Record<string, unknown>): Promise<void> {
+export async function putControl(pg: PostgresState, kind: ControlKind, name: string, data: Record<string, unknown>, fence?: number): Promise<void> {
   const json = checkControl(kind, name, data);
+  if (fence !== undefined && kind !== 'txn') throw new FlowError('INVALID_ARGUMENT', `a ${kind} document is not fenced by an owner row`);
   await pg.keyed(CONTROL, `${kind}\u0000${name}`, () =>
-    bumpsVersion(kind)
-      ? pg.q(
-          'putControl',
-          `WITH d AS (INSERT INTO control_docs (kind, name, data, updated_at) VALUES ($1, $2, $3, $4)
+    fence !== undefined
+      ? // Cluster mode: the transactional id's owner row (src/cluster/pg-store.ts) must still hold the coordinator's
+        // epoch; flowmq_owner_check raises FMF01 (FENCED) otherwise, and its row lock makes a claim wait for this.
+        pg.q(
+          'putControlFenced',
+          `WITH fence AS (SELECT flowmq_owner_check('txn', $2, $5))
+           INSERT INTO control_docs (kind, name, data, updated_at) SELECT $1, $2, $3, $4 FROM fence
+           ON CONFLICT (kind, name) DO UPDATE SET data = excluded.data, updated_at = excluded.updated_at`,
+          [kind, name, json, Date.now(), fence],
+        )
+      : bumpsVersion(kind)
+        ? pg.q(
+            'putControl',
+            `WITH d AS (INSERT INTO control_docs (kind, name, data, updated_at) VALUES ($1, $2, $3, $4)
                       ON CONFLICT (kind, name) DO UPDATE SET data = excluded.data, updated_at = excluded.updated_at)
            UPDATE control_version SET version = version + 1 WHERE id = 0`,
-          [kind, name, json, Date.now()],
-        )
-      : pg.q(
-          'putControlQuiet',
-          `INSERT INTO control_docs (kind, name, data, updated_at) VALUES ($1, $2, $3, $4)
+            [kind, name, json, Date.now()],
+          )
+        : pg.q(
+            'putControlQuiet',
+            `INSERT INTO control_docs (kind, name, data, updated_at) VALUES ($1, $2, $3, $4)
            ON CONFLICT (kind, name) DO UPDATE SET data = excluded.data, updated_at = excluded.updated_at`,
-          [kind, name, json, Date.now()],
-        ),
+            [kind, name, json, Date.now()],
+          ),
   );
 }
 

@@ -317,8 +317,8 @@ export class PostgresMetastore extends PostgresState implements Metastore {
     return getControl(this, kind, name);
   }
 
-  putControl(kind: ControlKind, name: string, data: Record<string, unknown>): Promise<void> {
-    return putControl(this, kind, name, data);
+  putControl(kind: ControlKind, name: string, data: Record<string, unknown>, fence?: number): Promise<void> {
+    return putControl(this, kind, name, data, fence);
   }
 
   putControlIfAbsent(kind: ControlKind, name: string, data: Record<string, unknown>): Promise<boolean> {

@@ -320,12 +320,25 @@ describe('kafka in a cluster of three brokers (one process)', () => {
     assert.deepEqual((await dr(atLeader)).topics[0].partitions[0], { partitionIndex: 0, lowWatermark: 1, errorCode: E.NONE });
   });
 
-  it('refuses transactions in cluster mode (not coordinated across brokers yet), as a fatal error for the client', async () => {
-    const c = await connect(brokers[0]);
-    const init = await c.call(InitProducerIdApi, 4, { transactionalId: 'tx', transactionTimeoutMs: 60000, producerId: -1, producerEpoch: -1 });
-    assert.equal(init.errorCode, E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED);
-    const end = await c.call(EndTxnApi, 3, { transactionalId: 'tx', producerId: 1, producerEpoch: 0, committed: true });
-    assert.equal(end.errorCode, E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED);
+  it('serves a transactional id at its placement broker only (FindCoordinator TRANSACTION names it; elsewhere NOT_COORDINATOR)', async () => {
+    const id = 'tx-cluster-1';
+    const coordinator = brokers.find((b) => b.id === b.cluster.placement('txn', id))!;
+    for (const b of brokers) {
+      const c = await connect(b);
+      const fc = await c.call(FindCoordinatorApi, 3, { key: id, keyType: 1, coordinatorKeys: [] });
+      assert.deepEqual([fc.errorCode, fc.nodeId, fc.port], [E.NONE, coordinator.id, coordinator.port]);
+      if (b === coordinator) continue;
+      const init = await c.call(InitProducerIdApi, 4, { transactionalId: id, transactionTimeoutMs: 60000, producerId: -1, producerEpoch: -1 });
+      assert.equal(init.errorCode, E.NOT_COORDINATOR);
+      const end = await c.call(EndTxnApi, 3, { transactionalId: id, producerId: 1, producerEpoch: 0, committed: true });
+      assert.equal(end.errorCode, E.NOT_COORDINATOR);
+    }
+    const c = await connect(coordinator);
+    const init = await c.call(InitProducerIdApi, 4, { transactionalId: id, transactionTimeoutMs: 60000, producerId: -1, producerEpoch: -1 });
+    assert.deepEqual([init.errorCode, init.producerEpoch], [E.NONE, 0]);
+    assert.notEqual(coordinator.cluster.owns('txn', id), null, 'the coordinator took the id');
+    const again = await c.call(InitProducerIdApi, 4, { transactionalId: id, transactionTimeoutMs: 60000, producerId: -1, producerEpoch: -1 });
+    assert.deepEqual([again.errorCode, again.producerId, again.producerEpoch], [E.NONE, init.producerId, 1], 'the epoch is bumped');
     const idem = await c.call(InitProducerIdApi, 4, { transactionalId: null, transactionTimeoutMs: 60000, producerId: -1, producerEpoch: -1 });
     assert.equal(idem.errorCode, E.NONE, 'idempotent producers are served');
   });
@@ -643,6 +656,46 @@ describe('kafka in a cluster: offset commits fenced by the group epoch (PostgreS
       for (const c of clients) c.close();
       await stopAll(brokers);
       for (const meta of metas) await meta.close();
+      await clusterStore.close();
+    }
+  });
+
+  it('a transaction coordinator whose transactional id was taken over cannot write its state any more', async () => {
+    const url = await server.createDatabase();
+    const clusterStore = await PostgresClusterStore.open({ url, poolSize: 2, logger });
+    const metas: PostgresMetastore[] = [];
+    const brokers: Broker[] = [];
+    const clients: RawClient[] = [];
+    try {
+      for (const id of [1, 2]) {
+        const meta = await PostgresMetastore.open({ url, poolSize: 2 });
+        metas.push(meta);
+        brokers.push(await startBroker(clusterStore, id, new MemoryStreams(), meta, [['tfx', 1]]));
+      }
+      await settle(brokers, 1);
+      const id = 'fenced-txn';
+      const coord = brokers.find((b) => b.id === b.cluster.placement('txn', id))!;
+      const other = brokers.find((b) => b !== coord)!;
+      const c = await RawClient.connect(coord.port);
+      clients.push(c);
+      const init = (producerEpoch: number) => c.call(InitProducerIdApi, 4, { transactionalId: id, transactionTimeoutMs: 60000, producerId: -1, producerEpoch });
+      assert.equal((await init(-1)).errorCode, E.NONE);
+      const epoch = coord.cluster.owns('txn', id)!;
+      const stored = async () => (await metas[0].getControl('txn', id))?.data.producerEpoch;
+      assert.equal(await stored(), 0);
+
+      // Another broker takes the id while the coordinator still believes it owns it.
+      const row = await clusterStore.claim('txn', id, other.id, other.cluster.incarnation, { force: true });
+      assert.ok(row.epoch > epoch);
+      assert.equal(coord.cluster.owns('txn', id), epoch, 'the old coordinator has not noticed');
+      const late = await init(-1);
+      assert.equal(late.errorCode, E.NOT_COORDINATOR, 'the late InitProducerId is refused');
+      assert.equal(await stored(), 0, 'its epoch bump was not written');
+      assert.equal(coord.cluster.owns('txn', id), null, 'the fenced broker stops coordinating the id');
+    } finally {
+      for (const x of clients) x.close();
+      await stopAll(brokers);
+      for (const m of metas) await m.close();
       await clusterStore.close();
     }
   });

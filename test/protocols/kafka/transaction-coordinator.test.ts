@@ -121,3 +121,62 @@ describe("kafka transactions: a partition's LSO and aborted list", () => {
     );
   });
 });
+
+describe('kafka transaction coordinator: cluster mode (takeover of a transactional id, of a partition)', () => {
+  it('a successor completes the PrepareCommit it takes over through the partition leaders, keeps an open transaction open', async () => {
+    const m = new MemoryStreams();
+    const engine = new Engine(m, m);
+    const store = new MemoryControlStore();
+    await engine.createStream({ name: 'tk.a', partitions: 1 });
+    engine.produce('tk.a', 0, txnBatch(200, ['a', 'b']));
+    await store.putControl('txn', 'tk.commit', meta('tk.commit', 200, 'PrepareCommit', 'tk.a') as unknown as Record<string, unknown>);
+    await store.putControl('txn', 'tk.open', meta('tk.open', 201, 'Ongoing', 'tk.a') as unknown as Record<string, unknown>);
+    const c = new TransactionCoordinator(engine, store, async () => 999, captureLogger().logger);
+    // The markers go to the partition's leader, wherever it is: here a stand-in that records them, then writes here.
+    const sent: string[] = [];
+    c.markers = async (t) => {
+      sent.push(`${t.stream}/${t.partition} ${t.producerId} ${t.commit ? 'commit' : 'abort'}`);
+      return c.writeMarker(t);
+    };
+    await c.start(0, true);
+    assert.equal(c.get('tk.commit'), undefined, 'nothing loaded before the id is taken');
+    await c.acquire('tk.commit', 1);
+    // The completion runs first on the id's chain: a request after the takeover sees it done.
+    const code = await c.endTxn('tk.commit', 200, 0, true, 90);
+    assert.equal(code, 0, 'a retried EndTxn(commit) is answered as it was decided');
+    assert.deepEqual(sent, ['tk.a/0 200 commit']);
+    assert.equal(c.get('tk.commit')?.state, 'CompleteCommit');
+    assert.equal((await store.getControl('txn', 'tk.commit'))?.data.state, 'CompleteCommit');
+    assert.equal(await markerAt(engine, 'tk.a', 2), 1);
+    assert.equal((await engine.store.fetchOffset('g', 'tk.a', 0))?.offset, 7, "the transaction's offsets reach the group at the commit");
+
+    await c.acquire('tk.open', 1);
+    assert.equal(c.get('tk.open')?.state, 'Ongoing', 'an open transaction goes on with the new coordinator');
+    assert.equal(await c.endTxn('tk.open', 201, 0, false, 90), 0);
+    assert.deepEqual(sent.slice(1), ['tk.a/0 201 abort']);
+
+    await c.release('tk.open', false);
+    assert.equal(c.get('tk.open'), undefined, 'released: forgotten here');
+    c.close();
+  });
+
+  it("a new leader of a partition loads its aborted list and the open transactions' first offsets (the LSO)", async () => {
+    const store = new MemoryControlStore();
+    await store.putControl('txn-aborted', '0:lp.a', { stream: 'lp.a', partition: 0, aborted: [{ producerId: 5, firstOffset: 1, lastOffset: 4 }] });
+    const open = meta('lp.open', 6, 'Ongoing', 'lp.a');
+    open.partitions = [{ stream: 'lp.a', partition: 0, startOffset: 9 }];
+    await store.putControl('txn', 'lp.open', open as unknown as Record<string, unknown>);
+    await store.putControl('txn', 'lp.done', meta('lp.done', 7, 'CompleteAbort', 'lp.a') as unknown as Record<string, unknown>);
+    const m = new MemoryStreams();
+    const c = new TransactionCoordinator(new Engine(m, m), store, async () => 999, captureLogger().logger);
+    c.partitions.onAppend('lp.a', 0, 77, 2); // stale state of an earlier leadership: dropped
+    await c.loadPartition('lp.a', 0);
+    assert.deepEqual(c.partitions.abortedIn('lp.a', 0, 0, 20), [{ producerId: 5, firstOffset: 1, lastOffset: 4 }]);
+    assert.equal(c.partitions.lso('lp.a', 0, 20), 9, 'the open transaction holds the LSO from where the partition joined it');
+    assert.equal(c.partitions.firstOffset('lp.a', 0, 77), undefined);
+    // A partition leader that does not coordinate the producer refuses an epoch older than one it saw.
+    c.markers = async () => 0;
+    assert.equal(c.checkProduce(6, 3, 'lp.a', 0), 0);
+    assert.equal(c.checkProduce(6, 2, 'lp.a', 0), 47, 'INVALID_PRODUCER_EPOCH');
+  });
+});

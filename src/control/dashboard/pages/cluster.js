@@ -4,7 +4,7 @@
 import { api } from '../api.js';
 import { duration, field, h, num, section, table } from '../dom.js';
 
-const KINDS = ['partition', 'queue', 'group', 'consumer', 'session'];
+const KINDS = ['partition', 'queue', 'group', 'consumer', 'session', 'txn'];
 
 function state(b) {
   return !b.alive ? 'dead' : b.leaving ? 'leaving' : 'alive';

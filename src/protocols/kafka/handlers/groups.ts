@@ -81,9 +81,9 @@ export function handleFindCoordinator(ctx: RequestContext, req: FindCoordinatorR
             ? KafkaErrorCode.COORDINATOR_NOT_AVAILABLE
             : KafkaErrorCode.NONE;
     const ok = errorCode === KafkaErrorCode.NONE;
-    if (ok && kc !== null && nodes !== null && req.keyType === KEY_TYPE_GROUP) {
-      // A group's coordinator is its placement broker (transactions are refused by any broker: this one answers).
-      const id = kc.coordinator(key);
+    if (ok && kc !== null && nodes !== null) {
+      // A group's or a transactional id's coordinator is its placement broker.
+      const id = kc.coordinator(key, req.keyType === KEY_TYPE_GROUP ? 'group' : 'txn');
       const node = nodes.find((n) => n.nodeId === id);
       if (!node) return { key, nodeId: -1, host: '', port: -1, errorCode: KafkaErrorCode.COORDINATOR_NOT_AVAILABLE, errorMessage: null };
       return { key, nodeId: node.nodeId, host: node.host, port: node.port, errorCode, errorMessage: null };

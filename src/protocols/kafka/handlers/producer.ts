@@ -6,15 +6,15 @@
  * For a producer without transactional id Kafka always allocates a new id, also when the request names its
  * current id and epoch (KIP-360); so does FlowMQ. A transactional id goes to the transaction coordinator
  * (../transactions/coordinator.ts): a stable producer id per transactional id, its epoch bumped by every
- * initialization, which fences the previous incarnation. In cluster mode transactions are not coordinated yet: a
- * transactional id is refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED, a non-retriable error, so that a
- * transactional producer fails at once instead of retrying forever. A principal not allowed `publish
- * transactional-id:<id>` (Kafka's WRITE on the TRANSACTIONAL_ID) gets the same error, as from Kafka.
+ * initialization, which fences the previous incarnation. In cluster mode it is served by the id's coordinator only
+ * (NOT_COORDINATOR elsewhere; see txnGated). A principal not allowed `publish transactional-id:<id>` (Kafka's WRITE
+ * on the TRANSACTIONAL_ID) gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as from Kafka.
  */
 import { KafkaErrorCode, type InitProducerIdRequest, type InitProducerIdResponse } from '../codec/index.js';
 import { kafkaErrorCode } from '../errors.js';
 import type { RequestContext } from '../route.js';
 import { mayUseTransactionalId } from '../authz.js';
+import { txnGated } from './transactions.js';
 
 export async function handleInitProducerId(ctx: RequestContext, req: InitProducerIdRequest): Promise<InitProducerIdResponse> {
   const res = { throttleTimeMs: 0, errorCode: KafkaErrorCode.NONE as number, producerId: -1, producerEpoch: -1 };
@@ -23,16 +23,19 @@ export async function handleInitProducerId(ctx: RequestContext, req: InitProduce
       res.errorCode = KafkaErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
       return res;
     }
-    if (ctx.adapter.cluster !== null) {
-      res.errorCode = KafkaErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
-      return res;
-    }
+    const transactionalId = req.transactionalId;
     try {
-      const out = await ctx.adapter.transactions.initProducerId(
-        req.transactionalId,
-        req.transactionTimeoutMs,
-        { producerId: req.producerId, producerEpoch: req.producerEpoch },
-        ctx.header.apiVersion,
+      const out = await txnGated(
+        ctx,
+        transactionalId,
+        (errorCode) => ({ errorCode, producerId: -1, producerEpoch: -1 }),
+        () =>
+          ctx.adapter.transactions.initProducerId(
+            transactionalId,
+            req.transactionTimeoutMs,
+            { producerId: req.producerId, producerEpoch: req.producerEpoch },
+            ctx.header.apiVersion,
+          ),
       );
       return { ...res, ...out };
     } catch (err) {

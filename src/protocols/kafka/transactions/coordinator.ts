@@ -15,10 +15,14 @@
  * INVALID_PRODUCER_EPOCH. A transaction open longer than its timeout is aborted with an epoch bump, fencing the
  * producer that forgot it, as Kafka's coordinator does.
  *
- * One broker coordinates every transactional id (in cluster mode transactions are refused; see handlers).
+ * On a single broker it coordinates every transactional id. In cluster mode (../cluster.ts) each transactional id
+ * is owned like a consumer group (its placement broker, fenced by the owner row's epoch): that broker loads the
+ * id's document when it takes it (acquire) and completes a commit or abort its predecessor left in flight; the
+ * markers are written by each partition's leader (kafka.txnMarker), which also keeps the partition's LSO and
+ * aborted list (loadPartition when it takes a partition over).
  */
 import type { Logger } from 'pino';
-import { ATTR_CONTROL, ATTR_TRANSACTIONAL, encodeControlBatch, readBatchInfo, type Engine, type OffsetCommit } from '../../../core/index.js';
+import { ATTR_CONTROL, ATTR_TRANSACTIONAL, encodeControlBatch, isFlowError, readBatchInfo, type Engine, type OffsetCommit } from '../../../core/index.js';
 import { KafkaErrorCode } from '../codec/index.js';
 import type { ControlRecord, ControlStore } from '../../../storage/metastore/control-store.js';
 import type { AbortedTxn, TxnPartitions } from '../../../core/index.js';
@@ -63,6 +67,17 @@ export const MAX_TRANSACTION_TIMEOUT_MS = 900_000;
 const MAX_EPOCH = 32767;
 
 export type TxnResult = { errorCode: number };
+
+/** One marker to write: into a partition, for a producer's transaction, commit or abort. */
+export interface MarkerTask {
+  stream: string;
+  partition: number;
+  producerId: number;
+  producerEpoch: number;
+  commit: boolean;
+  /** The partition's offset when it joined the transaction (used when its leader saw none of its records). */
+  startOffset: number;
+}
 type Check = { errorCode: number; meta: TxnMeta | null };
 
 export class TransactionCoordinator {
@@ -75,6 +90,15 @@ export class TransactionCoordinator {
   readonly partitions: TxnPartitions;
   private timer: NodeJS.Timeout | null = null;
   private closed = false;
+  /**
+   * Cluster mode: writes a marker at the partition's leader, wherever it is (../cluster.ts); null: here
+   * (writeMarker), every partition being local on a single broker.
+   */
+  markers: ((t: MarkerTask) => Promise<number>) | null = null;
+  /** Cluster mode: the owner epoch of each transactional id coordinated here, which fences its document's writes. */
+  private readonly fences = new Map<string, number>();
+  /** Cluster mode: a write was fenced (another broker coordinates the id now): stop serving it here. */
+  onFenced: ((transactionalId: string) => void) | null = null;
 
   constructor(
     private readonly engine: Engine,
@@ -85,32 +109,106 @@ export class TransactionCoordinator {
     this.partitions = engine.transactions;
   }
 
-  /** Loads the stored state; completes (PrepareCommit) or aborts (Ongoing, PrepareAbort) what was in flight. */
-  async start(expiryCheckMs = 1000): Promise<void> {
-    for (const r of await this.store.listControl('txn-aborted')) {
-      const { stream, partition, aborted } = r.data as { stream: string; partition: number; aborted: AbortedTxn[] };
-      this.partitions.setAborted(stream, partition, aborted);
-    }
-    const docs: ControlRecord[] = await this.store.listControl('txn');
-    for (const r of docs) {
-      const m = r.data as unknown as TxnMeta;
-      this.txns.set(m.transactionalId, m);
-      this.byProducer.set(m.producerId, m.transactionalId);
-    }
-    for (const m of this.txns.values()) {
-      if (m.state === 'Ongoing' || m.state === 'PrepareAbort' || m.state === 'PrepareCommit') {
-        const commit = m.state === 'PrepareCommit';
-        this.logger.info(
-          { transactionalId: m.transactionalId, state: m.state },
-          commit ? 'completing a transaction left in flight' : 'aborting a transaction left open',
-        );
-        await this.run(m.transactionalId, () => this.complete(m, commit));
+  /**
+   * Loads the stored state; completes (PrepareCommit) or aborts (Ongoing, PrepareAbort) what was in flight. In cluster
+   * mode (`cluster`) nothing is loaded here: a transactional id's state when this broker takes its ownership
+   * (acquire), a partition's when it takes the partition's leadership (loadPartition).
+   */
+  async start(expiryCheckMs = 1000, cluster = false): Promise<void> {
+    if (!cluster) {
+      for (const r of await this.store.listControl('txn-aborted')) {
+        const { stream, partition, aborted } = r.data as { stream: string; partition: number; aborted: AbortedTxn[] };
+        this.partitions.setAborted(stream, partition, aborted);
+      }
+      const docs: ControlRecord[] = await this.store.listControl('txn');
+      for (const r of docs) {
+        const m = r.data as unknown as TxnMeta;
+        this.txns.set(m.transactionalId, m);
+        this.byProducer.set(m.producerId, m.transactionalId);
+      }
+      for (const m of this.txns.values()) {
+        if (m.state === 'Ongoing' || m.state === 'PrepareAbort' || m.state === 'PrepareCommit') {
+          const commit = m.state === 'PrepareCommit';
+          this.logger.info(
+            { transactionalId: m.transactionalId, state: m.state },
+            commit ? 'completing a transaction left in flight' : 'aborting a transaction left open',
+          );
+          await this.run(m.transactionalId, () => this.complete(m, commit));
+        }
       }
     }
     if (expiryCheckMs > 0) {
       this.timer = setInterval(() => this.expire(), expiryCheckMs);
       this.timer.unref();
     }
+  }
+
+  /**
+   * Cluster mode: this broker now coordinates `transactionalId` (its 'txn' owner row). Loads its state; a commit or
+   * abort its previous coordinator decided (Prepare*, durable) but did not finish is completed, first on the id's
+   * chain, so that every request after the takeover sees it done. An open transaction stays open: its partitions
+   * and offsets are in the document, and its producer goes on with this coordinator (or it times out here).
+   */
+  async acquire(transactionalId: string, epoch: number): Promise<void> {
+    this.forget(transactionalId);
+    this.fences.set(transactionalId, epoch);
+    const r = await this.store.getControl('txn', transactionalId);
+    if (r === null) return;
+    const m = r.data as unknown as TxnMeta;
+    this.txns.set(transactionalId, m);
+    this.byProducer.set(m.producerId, transactionalId);
+    if (m.state === 'PrepareCommit' || m.state === 'PrepareAbort') {
+      const commit = m.state === 'PrepareCommit';
+      this.logger.info({ transactionalId, state: m.state }, 'completing a transaction its previous coordinator left in flight');
+      void this.run(transactionalId, () => this.complete(m, commit)).catch((err: unknown) => {
+        this.logger.warn({ err, transactionalId }, 'completing a taken-over transaction failed; trying again');
+        this.retryLater(m);
+      });
+    }
+  }
+
+  /** Cluster mode: another broker coordinates the id now. A handover waits for the operation under way. */
+  async release(transactionalId: string, lost: boolean): Promise<void> {
+    const chain = this.chains.get(transactionalId);
+    if (!lost && chain) await chain;
+    this.forget(transactionalId);
+  }
+
+  private forget(transactionalId: string): void {
+    const m = this.txns.get(transactionalId);
+    if (m && this.byProducer.get(m.producerId) === transactionalId) this.byProducer.delete(m.producerId);
+    this.txns.delete(transactionalId);
+    this.fences.delete(transactionalId);
+  }
+
+  /**
+   * Cluster mode: this broker now leads the partition. Loads its aborted list and the first offsets of the open
+   * transactions that added it (from their coordinators' documents: the offset the partition was at when it
+   * joined, a lower bound of the transaction's first record there), so that the last stable offset and
+   * read_committed stay right across a change of leader.
+   */
+  async loadPartition(stream: string, partition: number): Promise<void> {
+    this.partitions.reset(stream, partition);
+    const r = await this.store.getControl('txn-aborted', abortedDocName(stream, partition));
+    if (r !== null) this.partitions.setAborted(stream, partition, (r.data as { aborted: AbortedTxn[] }).aborted);
+    for (const d of await this.openTxnDocs()) {
+      const m = d.data as unknown as TxnMeta;
+      if (m.state !== 'Ongoing' && m.state !== 'PrepareCommit' && m.state !== 'PrepareAbort') continue;
+      const p = m.partitions.find((q) => q.stream === stream && q.partition === partition);
+      if (p) this.partitions.onAppend(stream, partition, m.producerId, p.startOffset);
+    }
+  }
+
+  /** The txn documents, read once for the partitions a failover moves here together (within a second). */
+  private txnDocs: { at: number; docs: Promise<ControlRecord[]> } | null = null;
+  private openTxnDocs(): Promise<ControlRecord[]> {
+    const now = Date.now();
+    if (this.txnDocs === null || now - this.txnDocs.at > 1000) this.txnDocs = { at: now, docs: this.store.listControl('txn') };
+    const docs = this.txnDocs.docs;
+    docs.catch(() => {
+      if (this.txnDocs?.docs === docs) this.txnDocs = null;
+    });
+    return docs;
   }
 
   close(): void {
@@ -146,7 +244,13 @@ export class TransactionCoordinator {
 
   private async persist(m: TxnMeta): Promise<void> {
     m.updatedAt = Date.now();
-    await this.store.putControl('txn', m.transactionalId, m as unknown as Record<string, unknown>);
+    const id = m.transactionalId;
+    try {
+      await this.store.putControl('txn', id, m as unknown as Record<string, unknown>, this.fences.get(id));
+    } catch (err) {
+      if (isFlowError(err, 'FENCED')) this.onFenced?.(id);
+      throw err;
+    }
   }
 
   /**
@@ -306,17 +410,48 @@ export class TransactionCoordinator {
       if (m.state === 'CompleteCommit' && commit) return KafkaErrorCode.NONE;
       if (m.state === 'CompleteAbort' && !commit) return KafkaErrorCode.NONE;
       if (m.state !== 'Ongoing') return KafkaErrorCode.INVALID_TXN_STATE;
-      await this.complete(m, commit);
+      try {
+        await this.complete(m, commit);
+      } catch (err) {
+        this.retryLater(m);
+        throw err;
+      }
       return KafkaErrorCode.NONE;
     });
+  }
+
+  /**
+   * A decided transaction (Prepare*) whose markers could not all be written (storage, or a partition without a
+   * reachable leader): completed again in a few seconds, on the id's chain, until it is done or the id moves away
+   * (its next coordinator completes it at its takeover).
+   */
+  private retryLater(m: TxnMeta, delayMs = 5000): void {
+    if (this.closed) return;
+    const t = setTimeout(() => {
+      if (this.closed || this.txns.get(m.transactionalId) !== m) return;
+      void this.run(m.transactionalId, async () => {
+        if (this.txns.get(m.transactionalId) !== m || (m.state !== 'PrepareCommit' && m.state !== 'PrepareAbort')) return;
+        await this.complete(m, m.state === 'PrepareCommit');
+      }).catch((err: unknown) => {
+        this.logger.warn({ err, transactionalId: m.transactionalId }, 'completing a transaction failed again; trying again');
+        this.retryLater(m, delayMs);
+      });
+    }, delayMs);
+    t.unref();
   }
 
   /** Whether a transactional produce by this producer to this partition may be appended (an error code if not). */
   checkProduce(producerId: number, producerEpoch: number, stream: string, partition: number): number {
     const id = this.byProducer.get(producerId);
     const m = id === undefined ? undefined : this.txns.get(id);
+    if (m === undefined && this.markers !== null) {
+      // Cluster mode, the producer's coordinator is another broker: as a Kafka partition leader, refuse only an epoch
+      // older than one seen here (a marker of a newer epoch fenced it); its coordinator checked the rest.
+      return this.partitions.admitEpoch(producerId, producerEpoch) ? KafkaErrorCode.NONE : KafkaErrorCode.INVALID_PRODUCER_EPOCH;
+    }
     if (m === undefined || m.producerId !== producerId) return KafkaErrorCode.INVALID_PRODUCER_ID_MAPPING;
     if (producerEpoch !== m.producerEpoch) return KafkaErrorCode.INVALID_PRODUCER_EPOCH;
+    this.partitions.admitEpoch(producerId, producerEpoch);
     if (m.state !== 'Ongoing' || !m.partitions.some((p) => p.stream === stream && p.partition === partition)) return KafkaErrorCode.INVALID_TXN_STATE;
     return KafkaErrorCode.NONE;
   }
@@ -328,30 +463,12 @@ export class TransactionCoordinator {
   private async complete(m: TxnMeta, commit: boolean): Promise<void> {
     m.state = commit ? 'PrepareCommit' : 'PrepareAbort';
     await this.persist(m);
-    const now = Date.now();
-    const durables: Promise<void>[] = [];
-    const committed: Array<{ stream: string; from: number; to: number; partition: number }> = [];
-    for (const p of m.partitions) {
-      if (this.engine.getStream(p.stream) === undefined) continue; // deleted meanwhile: nothing to mark
-      const first = this.partitions.firstOffset(p.stream, p.partition, m.producerId) ?? p.startOffset;
-      const res = this.engine.appendControl(p.stream, p.partition, encodeControlBatch(m.producerId, m.producerEpoch, commit, 0, now));
-      durables.push(res.durable);
-      if (commit) committed.push({ stream: p.stream, partition: p.partition, from: first, to: res.baseOffset });
-      if (!commit) {
-        const list = this.partitions.addAborted(
-          p.stream,
-          p.partition,
-          { producerId: m.producerId, firstOffset: first, lastOffset: res.baseOffset },
-          this.engine.offsets(p.stream, p.partition).logStartOffset,
-        );
-        durables.push(this.store.putControl('txn-aborted', abortedDocName(p.stream, p.partition), { stream: p.stream, partition: p.partition, aborted: list }));
-      }
-      // The marker is in the log: readers may pass the transaction's records (commit) or skip them (abort).
-      this.partitions.close(p.stream, p.partition, m.producerId);
-    }
-    await Promise.all(durables);
-    // The records become visible to the other protocols now (Engine.produce held them back).
-    for (const c of committed) await this.routeCommitted(c.stream, c.partition, m.producerId, c.from, c.to);
+    const write = this.markers ?? ((t: MarkerTask) => this.writeMarker(t));
+    await Promise.all(
+      m.partitions.map((p) =>
+        write({ stream: p.stream, partition: p.partition, producerId: m.producerId, producerEpoch: m.producerEpoch, commit, startOffset: p.startOffset }),
+      ),
+    );
     if (commit && m.offsets.length > 0) {
       const byGroup = new Map<string, OffsetCommit[]>();
       for (const o of m.offsets) {
@@ -359,6 +476,7 @@ export class TransactionCoordinator {
         if (!l) byGroup.set(o.group, (l = []));
         l.push({ stream: o.stream, partition: o.partition, offset: o.offset, metadata: o.metadata });
       }
+      // The shared metastore in cluster mode: the group's coordinator reads committed offsets from there.
       for (const [group, offsets] of byGroup) await this.engine.store.commitOffsets(group, offsets);
     }
     m.state = commit ? 'CompleteCommit' : 'CompleteAbort';
@@ -368,6 +486,35 @@ export class TransactionCoordinator {
     m.startTimeMs = -1;
     await this.persist(m);
     this.logger.debug({ transactionalId: m.transactionalId, commit }, 'transaction completed');
+  }
+
+  /**
+   * At the partition's leader (this broker, or the receiver of kafka.txnMarker in cluster mode): appends the marker,
+   * records an abort in the partition's aborted list (stored), closes the transaction there (the LSO moves on)
+   * and, at a commit, routes its records to the other protocols. Answers the marker's offset.
+   */
+  async writeMarker(t: MarkerTask): Promise<number> {
+    const { stream, partition, producerId } = t;
+    if (this.engine.getStream(stream) === undefined) return -1; // deleted meanwhile: nothing to mark
+    this.partitions.admitEpoch(producerId, t.producerEpoch);
+    const first = this.partitions.firstOffset(stream, partition, producerId) ?? t.startOffset;
+    const res = this.engine.appendControl(stream, partition, encodeControlBatch(producerId, t.producerEpoch, t.commit, 0, Date.now()));
+    const durables: Promise<void>[] = [res.durable];
+    if (!t.commit) {
+      const list = this.partitions.addAborted(
+        stream,
+        partition,
+        { producerId, firstOffset: first, lastOffset: res.baseOffset },
+        this.engine.offsets(stream, partition).logStartOffset,
+      );
+      durables.push(this.store.putControl('txn-aborted', abortedDocName(stream, partition), { stream, partition, aborted: list }));
+    }
+    // The marker is in the log: readers may pass the transaction's records (commit) or skip them (abort).
+    this.partitions.close(stream, partition, producerId);
+    await Promise.all(durables);
+    // The records become visible to the other protocols now (Engine.produce held them back).
+    if (t.commit) await this.routeCommitted(stream, partition, producerId, first, res.baseOffset);
+    return res.baseOffset;
   }
 
   /**
@@ -411,7 +558,10 @@ export class TransactionCoordinator {
         this.logger.info({ transactionalId: m.transactionalId, timeoutMs: m.timeoutMs }, 'transaction timed out: aborting');
         await this.bump(m);
         await this.complete(m, false);
-      }).catch((err: unknown) => this.logger.warn({ err, transactionalId: m.transactionalId }, 'aborting a timed-out transaction failed'));
+      }).catch((err: unknown) => {
+        this.logger.warn({ err, transactionalId: m.transactionalId }, 'aborting a timed-out transaction failed');
+        if (m.state === 'PrepareAbort') this.retryLater(m);
+      });
     }
   }
 }
