@@ -57,12 +57,14 @@ export class StreamConsumer {
   async begin(): Promise<void> {
     const o = this.engine.offsets(this.stream, 0);
     const s = this.start;
+    /** An interval (`1h`): the instant it starts from, parsed once. */
+    const since = typeof s === 'string' ? intervalStart(s) : undefined;
     if (s === undefined || s === 'next') this.next = o.highWatermark;
     else if (s === 'first') this.next = o.logStartOffset;
     else if (s === 'last') this.next = Math.max(o.logStartOffset, o.highWatermark - 1);
     else if (s instanceof Typed && s.type === 'T') this.next = await this.engine.offsetForTimestamp(this.stream, 0, Number(s.value as bigint) * 1000);
     else if (s instanceof Date) this.next = await this.engine.offsetForTimestamp(this.stream, 0, s.getTime());
-    else if (typeof s === 'string' && intervalStart(s) !== undefined) this.next = await this.engine.offsetForTimestamp(this.stream, 0, intervalStart(s)!);
+    else if (since !== undefined) this.next = await this.engine.offsetForTimestamp(this.stream, 0, since);
     else {
       const n = fieldInteger(s);
       if (n === undefined || n < 0) throw new AmqpError(406, `invalid x-stream-offset ${JSON.stringify(fieldString(s) ?? String(s))}`, 60, 20);
