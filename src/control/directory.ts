@@ -19,7 +19,16 @@ import { FlowError } from '../core/index.js';
 import { SCRAM_MECHANISMS, type ScramMechanism } from '../config/sasl-mechanisms.js';
 import { PolicySet, validatePolicy, type DefaultPolicy, type PolicyDef, type Principal } from './policy.js';
 import type { ControlRecord, ControlStore } from '../storage/metastore/control-store.js';
-import { DEFAULT_SCRAM_ITERATIONS, deriveScramCredential, type PasswordHash, type ScramCredential, type UserRecord, type UserStore } from './users.js';
+import { checkRabbitHash, rabbitHashOf, type RabbitHash } from './rabbit-hash.js';
+import {
+  DEFAULT_SCRAM_ITERATIONS,
+  DUMMY_PASSWORD_HASH,
+  deriveScramCredential,
+  type PasswordHash,
+  type ScramCredential,
+  type UserRecord,
+  type UserStore,
+} from './users.js';
 
 export const DEFAULT_NAMESPACE = 'default';
 
@@ -79,6 +88,10 @@ class DirectoryUser implements UserRecord {
     private readonly creds: ReadonlyMap<ScramMechanism, ScramCredential>,
     readonly passwordHash: PasswordHash,
     readonly passwordSource: string,
+    /** Its RabbitMQ password hash, when it came through the RabbitMQ management API (rabbit-hash.ts). */
+    readonly rabbitHash?: RabbitHash,
+    /** The RabbitMQ hash is all it has (imported with password_hash): logins are checked against it. */
+    readonly rabbitOnly?: RabbitHash,
   ) {}
   get username(): string {
     return this.info.username;
@@ -306,7 +319,9 @@ export class Directory implements UserStore {
   async setPassword(username: string, password: string, opts: { source?: string } = {}): Promise<void> {
     const rec = await this.mustGet('user', username, 'user');
     const data = await this.credentialDoc(validatePassword(password));
-    await this.opts.store.putControl('user', username, { ...rec.data, ...data, passwordSource: opts.source ?? 'api' });
+    // A RabbitMQ hash of the old password would be stale: it goes (rabbitmq/users.ts sets a new one when it sets it).
+    const { rabbitHash: _stale, ...kept } = rec.data;
+    await this.opts.store.putControl('user', username, { ...kept, ...data, passwordSource: opts.source ?? 'api' });
     await this.changed();
   }
 
@@ -348,6 +363,42 @@ export class Directory implements UserStore {
   /** Who set a user's password last (`api`, `file`), for the users file's refresh. */
   passwordSource(username: string): string | undefined {
     return this.users.get(username)?.passwordSource;
+  }
+
+  /** A user's RabbitMQ password hash (rabbit-hash.ts), if it has one. */
+  rabbitHash(username: string): RabbitHash | undefined {
+    return this.users.get(username)?.rabbitHash;
+  }
+
+  /**
+   * Creates or replaces a user as RabbitMQ's `PUT /api/users/{name}` does (and a definitions import): with a clear
+   * password (FlowMQ's credentials and a RabbitMQ hash of it), with a RabbitMQ hash only (logins checked against
+   * it), or with neither (a new user then has no password login; an existing one keeps its password). Groups replace
+   * the user's. Answers whether the user was created.
+   */
+  async putRabbitUser(u: { username: string; password?: string; hash?: RabbitHash; groups: string[] }): Promise<boolean> {
+    const username = validateUsername(u.username);
+    const groups = u.groups.map((g) => validateName('group', g));
+    const rec = await this.opts.store.getControl('user', username);
+    let cred: Record<string, unknown>;
+    if (u.password !== undefined) {
+      cred = { ...(await this.credentialDoc(validatePassword(u.password))), rabbitHash: rabbitHashOf(u.password), passwordSource: 'api' };
+    } else if (u.hash !== undefined) {
+      cred = { scram: {}, scrypt: null, rabbitHash: checkRabbitHash(u.hash), passwordSource: 'api' };
+    } else if (rec === null) {
+      cred = { scram: {}, scrypt: null, rabbitHash: { algorithm: 'rabbit_password_hashing_sha256', hash: '' }, passwordSource: 'api' };
+    } else cred = {};
+    if (rec === null) {
+      const doc = { ...cred, groups, namespace: DEFAULT_NAMESPACE, createdAt: this.now(), source: 'rabbitmq' };
+      if (await this.opts.store.putControlIfAbsent('user', username, doc)) {
+        await this.changed();
+        return true;
+      }
+      return this.putRabbitUser(u);
+    }
+    await this.opts.store.putControl('user', username, { ...rec.data, ...cred, groups });
+    await this.changed();
+    return false;
   }
 
   async updateUser(username: string, changes: { groups?: string[]; namespace?: string }): Promise<UserInfo> {
@@ -592,10 +643,19 @@ export class Directory implements UserStore {
   }
 }
 
+function parseRabbitHash(v: unknown): RabbitHash | undefined {
+  if (typeof v !== 'object' || v === null) return undefined;
+  const h = v as { algorithm?: unknown; hash?: unknown };
+  if (typeof h.hash !== 'string' || typeof h.algorithm !== 'string') return undefined;
+  return { algorithm: h.algorithm as RabbitHash['algorithm'], hash: h.hash };
+}
+
 function parseUser(r: ControlRecord): DirectoryUser | null {
   const d = r.data;
   const scryptDoc = d.scrypt as { salt?: string; hash?: string } | undefined;
-  if (!scryptDoc?.salt || !scryptDoc.hash) return null;
+  const rabbitHash = parseRabbitHash(d.rabbitHash);
+  const hasScrypt = scryptDoc?.salt !== undefined && scryptDoc.hash !== undefined;
+  if (!hasScrypt && rabbitHash === undefined) return null;
   const creds = new Map<ScramMechanism, ScramCredential>();
   const scram = (d.scram ?? {}) as Record<string, { salt: string; iterations: number; storedKey: string; serverKey: string }>;
   for (const m of SCRAM_MECHANISMS) {
@@ -606,12 +666,13 @@ function parseUser(r: ControlRecord): DirectoryUser | null {
     username: r.name,
     groups: Array.isArray(d.groups) ? (d.groups as string[]) : [],
     namespace: typeof d.namespace === 'string' ? d.namespace : DEFAULT_NAMESPACE,
-    mechanisms: ['PLAIN', ...creds.keys()],
+    mechanisms: hasScrypt || (rabbitHash?.hash ?? '') !== '' ? ['PLAIN', ...creds.keys()] : [...creds.keys()],
     createdAt: Number(d.createdAt ?? r.updatedAt),
     source: typeof d.source === 'string' ? d.source : 'api',
   };
   const passwordSource = typeof d.passwordSource === 'string' ? d.passwordSource : info.source;
-  return new DirectoryUser(info, creds, { salt: unb64(scryptDoc.salt), hash: unb64(scryptDoc.hash) }, passwordSource);
+  if (!hasScrypt) return new DirectoryUser(info, creds, DUMMY_PASSWORD_HASH, passwordSource, rabbitHash, rabbitHash);
+  return new DirectoryUser(info, creds, { salt: unb64(scryptDoc!.salt!), hash: unb64(scryptDoc!.hash!) }, passwordSource, rabbitHash);
 }
 
 function tokenInfo(t: StoredToken): TokenInfo {

@@ -17,6 +17,7 @@ import { LogLimiter, logKey } from '../util/log-limit.js';
 import { AuthThrottle, type AuthThrottleOptions } from './auth-throttle.js';
 import { PasswordVerifier, type PasswordVerifierOptions } from './password-verifier.js';
 import { DUMMY_PASSWORD_HASH, type UserStore } from './users.js';
+import { rabbitHashMatches } from './rabbit-hash.js';
 
 export type PasswordVerdict = 'ok' | 'bad' | 'busy';
 
@@ -67,7 +68,10 @@ export class PasswordGuard {
       const priority = remoteAddress !== undefined && pending === 0 && this.throttle.failures('address', remoteAddress) === 0;
       this.pending.set(key, pending + 1);
       try {
-        r = await this.verifier.verify(password, user?.passwordHash ?? DUMMY_PASSWORD_HASH, priority);
+        const legacy = user?.rabbitOnly;
+        // A user imported with a RabbitMQ hash only: one SHA-256 instead of scrypt (see rabbit-hash.ts).
+        if (legacy !== undefined) r = rabbitHashMatches(legacy, password) ? 'ok' : 'bad';
+        else r = await this.verifier.verify(password, user?.passwordHash ?? DUMMY_PASSWORD_HASH, priority);
       } finally {
         const left = (this.pending.get(key) ?? 1) - 1;
         if (left > 0) this.pending.set(key, left);

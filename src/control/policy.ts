@@ -24,7 +24,12 @@
  *                                                             alter, admin (users, policies, namespaces, tokens)
  *
  * Resource patterns are `kind:pattern`. For topics the pattern is an MQTT filter (exact topic, `+`, `#`). For the
- * other kinds it is an exact name, a prefix ending in `*` (`orders-*`), or `*` (every name). `*:*` is everything.
+ * other kinds it is an exact name, a prefix ending in `*` (`orders-*`), `*` (every name), or a regular expression
+ * after `~` (`queue:~^orders\.(eu|us)$`). A regular expression is matched as RabbitMQ matches its permission regexes
+ * (Erlang's re:run: a search, not anchored unless the expression says so; the empty expression matches only the
+ * empty name, as RabbitMQ's `""` = `^$`); the default exchange (`""`) is matched by the name `amq.default`, as
+ * RabbitMQ checks it. RabbitMQ user permissions become such policies (src/control/rabbitmq/permissions.ts).
+ * `*:*` is everything.
  * Principals are `user:NAME`, `group:NAME` or `everyone` (every client, anonymous ones included).
  */
 import { FlowError } from '../core/index.js';
@@ -80,11 +85,15 @@ interface ResourcePattern {
   kind: ResourceKind | '*';
   /** Topics: the filter's levels. */
   levels?: string[];
-  /** Other kinds: exact name, or prefix (when `prefix`), or any (`any`). */
+  /** Other kinds: exact name, or prefix (when `prefix`), or any (`any`), or a regular expression (`regex`). */
   name: string;
   prefix: boolean;
   any: boolean;
+  regex?: RegExp;
 }
+
+/** Longest regular expression a policy may hold (they are an administrator's, but every check runs them). */
+const MAX_REGEX = 1024;
 
 interface CompiledPolicy {
   def: PolicyDef;
@@ -139,6 +148,19 @@ function parseResource(text: string): ResourcePattern {
       }
     });
     return { kind, levels, name: pattern, prefix: false, any: pattern === '#' };
+  }
+  if (pattern.startsWith('~')) {
+    const source = pattern.slice(1);
+    if (source.length > MAX_REGEX)
+      throw new FlowError('INVALID_ARGUMENT', `resource "${kind}:~...": a regular expression holds at most ${MAX_REGEX} characters`);
+    let regex: RegExp;
+    try {
+      // RabbitMQ's "" means ^$ (nothing but the empty name); JavaScript's empty expression would match everything.
+      regex = new RegExp(source === '' ? '^$' : source);
+    } catch (e) {
+      throw new FlowError('INVALID_ARGUMENT', `resource "${text}": invalid regular expression: ${(e as Error).message}`);
+    }
+    return { kind: kind as ResourceKind | '*', name: pattern, prefix: false, any: false, regex };
   }
   const star = pattern.indexOf('*');
   if (star >= 0 && star !== pattern.length - 1) throw new FlowError('INVALID_ARGUMENT', `resource "${text}": "*" may only end a pattern (a prefix)`);
@@ -220,8 +242,9 @@ export function filtersIntersect(a: readonly string[], b: readonly string[]): bo
 
 // ------------------------------------------------------------------------------------------------ evaluation
 
-function nameMatches(r: ResourcePattern, name: string): boolean {
+function nameMatches(r: ResourcePattern, kind: ResourceKind, name: string): boolean {
   if (r.any) return true;
+  if (r.regex !== undefined) return r.regex.test(kind === 'exchange' && name === '' ? 'amq.default' : name);
   return r.prefix ? name.startsWith(r.name) : name === r.name;
 }
 
@@ -272,7 +295,7 @@ export class PolicySet {
         let hit: boolean;
         if (r.kind === '*') hit = true;
         else if (kind === 'topic') hit = filterMatches(r.levels!, (levels ??= name.split('/')));
-        else hit = nameMatches(r, name);
+        else hit = nameMatches(r, kind, name);
         if (!hit) continue;
         if (!c.allow) return false; // deny wins
         allowed = true;

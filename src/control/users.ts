@@ -12,6 +12,7 @@ import { readFile } from 'node:fs/promises';
 import { promisify } from 'node:util';
 import { FlowError } from '../core/index.js';
 import { SCRAM_MECHANISMS, type ScramMechanism } from '../config/sasl-mechanisms.js';
+import type { RabbitHash } from './rabbit-hash.js';
 
 const pbkdf2Async = promisify(pbkdf2);
 const scryptAsync = promisify(scrypt) as (
@@ -50,6 +51,11 @@ export interface UserRecord {
   scram(mechanism: ScramMechanism): ScramCredential | undefined;
   /** The slow hash a clear-text password (SASL PLAIN, MQTT CONNECT) is checked against, by the PasswordGuard. */
   readonly passwordHash: PasswordHash;
+  /**
+   * Set for a user imported with a RabbitMQ password hash alone (no clear password, so no scrypt hash or SCRAM keys):
+   * clear-text passwords are checked against it instead (rabbit-hash.ts).
+   */
+  readonly rabbitOnly?: RabbitHash;
 }
 
 /** The store adapters see; a metastore-backed one can replace the file-backed one without touching them. */

@@ -28,7 +28,7 @@ import {
 import { RetainedIndex } from './retained.js';
 import { decodeStoredMessage, encodeStoredMessage } from './sessions.js';
 import type { CoreStore } from './store.js';
-import type { QueueDef, QueueFactory, QueueHandle, QueueStore } from './queues.js';
+import type { QueueArguments, QueueDef, QueueFactory, QueueHandle, QueueStore } from './queues.js';
 import type { BindingDef, ExchangeDef, RouteResult, Router } from './exchanges.js';
 import { RouterCore } from './router.js';
 import { TxnPartitions } from './transactions.js';
@@ -588,6 +588,14 @@ export class Engine implements Router {
   }
   listQueues(): QueueDef[] {
     return this.router.listQueues();
+  }
+  /**
+   * Sets what decides the arguments queues act on beyond their declared ones (the RabbitMQ management API's
+   * policies; null: none) and applies it to every queue now; queues opened later get it as they open.
+   */
+  setQueuePolicy(policy: ((def: QueueDef) => QueueArguments | null) | null): void {
+    this.router.queuePolicy = policy;
+    this.router.applyQueuePolicies();
   }
   dropExclusive(owner: string): Promise<void> {
     return this.router.dropExclusive(owner);

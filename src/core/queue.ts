@@ -707,6 +707,15 @@ export class Queue implements QueueRuntime {
     }
   }
 
+  argumentsChanged(): void {
+    if (this.destroyed || this.closed) return;
+    const a = this.def.arguments;
+    if (a.maxLength !== undefined || a.maxLengthBytes !== undefined) this.enforceLimits();
+    if (this.expiresTimer) clearTimeout(this.expiresTimer);
+    this.expiresTimer = null;
+    this.armExpires();
+  }
+
   private armExpires(): void {
     const ms = this.def.arguments.expiresMs;
     if (ms === undefined || this.closed || this.consumers.length > 0) return;

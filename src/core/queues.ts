@@ -45,6 +45,11 @@ export interface QueueDef {
   autoDelete: boolean;
   arguments: QueueArguments;
   /**
+   * Set while a policy (the RabbitMQ management API's) changed `arguments`: the arguments as declared, which a
+   * redeclaration is compared with. Never persisted: a policy applies to a queue again whenever the queue opens.
+   */
+  declaredArguments?: QueueArguments;
+  /**
    * The arguments exactly as declared (AMQP field table as JSON-safe values), for redeclare equivalence checks
    * and display; the core acts only on `arguments`.
    */
@@ -206,6 +211,12 @@ export interface QueueRuntime extends QueueHandle {
   close(): void;
   /** Counts as a use for x-expires (RabbitMQ: a re-declaration does); optional for runtimes without expiry. */
   touch?(): void;
+  /**
+   * `def.arguments` changed (a policy applied or removed): length limits are enforced at once, the x-expires timer
+   * re-armed; message TTLs apply to messages enqueued from now on. Optional: a runtime without it takes new arguments
+   * at its next enqueue.
+   */
+  argumentsChanged?(): void;
   /**
    * Cluster mode: the queue was deleted by another broker: cancel the consumers here (cancelled()) and stop, without
    * touching its storage (its owner drops it).

@@ -18,7 +18,7 @@ import type { BindingDef, ExchangeDef, ExchangeType, RouteResult } from './excha
 import { DEFAULT_EXCHANGE, TOPIC_SPACE } from './exchanges.js';
 import type { Message } from './message.js';
 import { type MatchRule, parseBindingKey, parseHeadersBinding } from './matcher.js';
-import type { QueueDef, QueueFactory, QueueHandle, QueueHooks, QueueRuntime, QueueStore } from './queues.js';
+import type { QueueArguments, QueueDef, QueueFactory, QueueHandle, QueueHooks, QueueRuntime, QueueStore } from './queues.js';
 import { bindingKey, type CoreStore } from './store.js';
 import { swapSeparators } from './topic.js';
 import { TopicTrie } from './trie.js';
@@ -344,7 +344,7 @@ export class RouterCore implements RoutingTable {
           d.durable !== req.durable ||
           (d.exclusiveOwner !== null) !== (req.exclusiveOwner !== null) ||
           d.autoDelete !== req.autoDelete ||
-          !sameJson(d.arguments, req.arguments)
+          !sameJson(d.declaredArguments ?? d.arguments, req.arguments)
         ) {
           throw new FlowError('PRECONDITION_FAILED', `inequivalent arguments for queue '${req.name}'`);
         }
@@ -392,8 +392,35 @@ export class RouterCore implements RoutingTable {
     return this.factory;
   }
 
+  /**
+   * The arguments a queue acts on given its definition (declared arguments merged with the policy that applies, as
+   * the RabbitMQ management API's policies do); null: the declared ones. Applied to every queue as it opens.
+   */
+  queuePolicy: ((def: QueueDef) => QueueArguments | null) | null = null;
+
+  /** Sets `def.arguments` from the policy (see queuePolicy); answers whether they changed. */
+  private withPolicy(def: QueueDef): boolean {
+    const declared = def.declaredArguments ?? def.arguments;
+    const effective = this.queuePolicy?.({ ...def, arguments: declared }) ?? null;
+    const next = effective === null || sameJson(effective, declared) ? declared : effective;
+    if (sameJson(next, def.arguments)) return false;
+    def.arguments = next;
+    if (next === declared) delete def.declaredArguments;
+    else def.declaredArguments = declared;
+    return true;
+  }
+
+  /** Applies the queue policy again to every queue (a policy was added, changed or removed). */
+  applyQueuePolicies(): void {
+    for (const q of this.queues.values()) if (this.withPolicy(q.def)) q.argumentsChanged?.();
+  }
+
   private makeQueue(def: QueueDef): QueueRuntime {
     if (!this.factory) throw new FlowError('INVALID_ARGUMENT', 'this engine has no queue runtime');
+    if (this.queuePolicy !== null) {
+      def = { ...def, arguments: { ...def.arguments } };
+      this.withPolicy(def);
+    }
     if (this.cluster !== null && persisted(def)) return this.cluster.factory(def, this.queueStore, this.hooks);
     return this.factory(def, persisted(def) ? this.queueStore : null, this.hooks);
   }

@@ -291,3 +291,25 @@ describe('PolicySet.subscription', () => {
     assert.equal(s.subscription(bob, 'a'), 'allow');
   });
 });
+
+describe('regular-expression resources (`kind:~regex`, RabbitMQ permissions)', () => {
+  it('match as RabbitMQ matches permissions: a search, "" only the empty name, the default exchange as amq.default', () => {
+    const set = new PolicySet([
+      pol({ name: 'c', actions: ['create'], resources: ['queue:~q[0-9]$'], principals: ['user:alice'] }),
+      pol({ name: 'w', actions: ['publish'], resources: ['exchange:~^amq\\.default$'], principals: ['user:alice'] }),
+      pol({ name: 'r', actions: ['subscribe'], resources: ['queue:~'], principals: ['user:alice'] }),
+    ]);
+    assert.equal(set.allows(alice, 'create', 'queue', 'my-q1'), true, 'unanchored: a search, not a prefix');
+    assert.equal(set.allows(alice, 'create', 'queue', 'q1-mine'), false);
+    assert.equal(set.allows(alice, 'create', 'exchange', 'my-q1'), false, 'another kind');
+    assert.equal(set.allows(alice, 'publish', 'exchange', ''), true, 'the default exchange is amq.default');
+    assert.equal(set.allows(alice, 'publish', 'exchange', 'x'), false);
+    assert.equal(set.allows(alice, 'subscribe', 'queue', 'anything'), false, '"" is ^$');
+    assert.equal(set.allows(bob, 'create', 'queue', 'my-q1'), false, 'another principal');
+  });
+
+  it('refuses an invalid or oversized expression', () => {
+    assert.throws(() => validatePolicy(pol({ name: 'bad', resources: ['queue:~('] })), invalid);
+    assert.throws(() => validatePolicy(pol({ name: 'long', resources: [`queue:~${'a'.repeat(2000)}`] })), invalid);
+  });
+});

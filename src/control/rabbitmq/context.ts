@@ -10,6 +10,7 @@ import type { AccessControl } from '../access.js';
 import type { Action, Principal, ResourceKind } from '../policy.js';
 import type { AmqpManagementView } from './types.js';
 import type { Rates } from './format.js';
+import type { RabbitPolicies } from './policies.js';
 
 export interface RabbitManagementOptions {
   engine: Engine;
@@ -62,6 +63,8 @@ declare module 'fastify' {
 export interface RabbitContext extends RabbitManagementOptions {
   readonly node: string;
   readonly rates: Rates;
+  /** The RabbitMQ policies and operator policies (policies.ts). */
+  readonly policies: RabbitPolicies;
   /** May the caller do `action` on `kind:name`? (bootstrap: yes) */
   can(req: FastifyRequest, action: Action, kind: ResourceKind, name: string): boolean;
   /** 401 unless it may (RabbitMQ answers a permission refusal with 401 not_authorized). */

@@ -115,7 +115,16 @@ function queueType(def: QueueDef): string {
   return t === 'quorum' ? 'quorum' : 'classic';
 }
 
-export function queueJson(def: QueueDef, h: QueueHandle | undefined, node: string, rates: Rates): Record<string, unknown> {
+/** What /api/queues shows of the policies that apply to a queue (policies.ts). */
+export interface QueuePolicyView {
+  policy: string | null;
+  operator_policy: string | null;
+  effective_policy_definition: Record<string, unknown>;
+}
+
+const NO_POLICY: QueuePolicyView = { policy: null, operator_policy: null, effective_policy_definition: {} };
+
+export function queueJson(def: QueueDef, h: QueueHandle | undefined, node: string, rates: Rates, pol: QueuePolicyView = NO_POLICY): Record<string, unknown> {
   const s = h?.stats() ?? { ready: 0, unacked: 0, bytes: 0, consumers: 0 };
   const p = `q.${def.name}`;
   const c = countersOf(h);
@@ -124,7 +133,7 @@ export function queueJson(def: QueueDef, h: QueueHandle | undefined, node: strin
     auto_delete: def.autoDelete,
     consumers: s.consumers,
     durable: def.durable,
-    effective_policy_definition: {},
+    effective_policy_definition: pol.effective_policy_definition,
     exclusive: def.exclusiveOwner !== null,
     exclusive_consumer_tag: null,
     message_bytes: s.bytes,
@@ -138,8 +147,8 @@ export function queueJson(def: QueueDef, h: QueueHandle | undefined, node: strin
     messages_unacknowledged_details: rates.details(`${p}.messages_unacknowledged`),
     name: def.name,
     node,
-    operator_policy: null,
-    policy: null,
+    operator_policy: pol.operator_policy,
+    policy: pol.policy,
     single_active_consumer_tag: null,
     state: 'running',
     type: queueType(def),

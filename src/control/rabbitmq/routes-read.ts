@@ -113,7 +113,8 @@ function sortBy<T>(items: T[], key: (t: T) => string): T[] {
 export function readRoutes(app: FastifyInstance, ctx: RabbitContext): void {
   const { engine } = ctx;
   const queues = (req: FastifyRequest) => sortBy(engine.listQueues(), (d) => d.name).filter((d) => ctx.can(req, 'describe', 'queue', d.name));
-  const queueOut = (d: ReturnType<typeof engine.listQueues>[number]) => queueJson(d, engine.getQueue(d.name), ctx.node, ctx.rates);
+  const queueOut = (d: ReturnType<typeof engine.listQueues>[number]) =>
+    queueJson(d, engine.getQueue(d.name), ctx.node, ctx.rates, ctx.policies.describe(d.name));
   const exchanges = (req: FastifyRequest) =>
     sortBy(engine.listExchanges(), (d) => d.name).filter((d) => d.name === '' || ctx.can(req, 'describe', 'exchange', d.name));
   const bindings = (req: FastifyRequest) => {
@@ -314,12 +315,5 @@ export function readRoutes(app: FastifyInstance, ctx: RabbitContext): void {
     ctx.require(req, 'describe', 'cluster', '*');
     if (!isThisNode(req, req.params.name)) throw notFound();
     return nodeJson(ctx);
-  });
-
-  app.get('/api/whoami', async (req) => {
-    const c = ctx.caller(req);
-    const admin = ctx.can(req, 'admin', 'cluster', '*');
-    const monitoring = ctx.can(req, 'describe', 'cluster', '*');
-    return { name: c.name, tags: admin ? ['administrator'] : monitoring ? ['monitoring'] : ['management'] };
   });
 }

@@ -29,6 +29,9 @@ import { Rates, connectionFigures, overviewStats, queueFigures } from './format.
 import { readRoutes } from './routes-read.js';
 import { writeRoutes } from './routes-write.js';
 import { healthRoutes } from './routes-health.js';
+import { permissionRoutes } from './permissions.js';
+import { RabbitPolicies, policyRoutes } from './policies.js';
+import { definitionRoutes } from './definitions.js';
 
 export type { RabbitManagementOptions } from './context.js';
 
@@ -63,6 +66,21 @@ export async function startRabbitManagement(opts: RabbitManagementOptions): Prom
     put('t.messages_ready', ready);
     put('t.messages_unacknowledged', unacked);
     for (const c of opts.amqp()?.connections() ?? []) connectionFigures(c, put);
+  });
+
+  // Policies apply to queues from now on; another broker's change (the directory reloads) is picked up too.
+  const applyPolicies = () => opts.engine.setQueuePolicy((def) => policies.effectiveArguments(def));
+  const policies = new RabbitPolicies(access.directory.store, () => {
+    applyPolicies();
+    access.directory.announce?.();
+  });
+  await policies.reload();
+  applyPolicies();
+  const stopWatching = access.directory.onChange(() => {
+    policies
+      .reload()
+      .then(applyPolicies)
+      .catch((err: unknown) => logger.warn({ err }, 'RabbitMQ policies could not be reloaded; keeping the last ones'));
   });
 
   const app = Fastify({
@@ -141,12 +159,15 @@ export async function startRabbitManagement(opts: RabbitManagementOptions): Prom
   const can = (req: FastifyRequest, action: Action, kind: ResourceKind, name: string): boolean => {
     const c = caller(req);
     if (c.principal === null) return true;
+    // RabbitMQ's monitoring tag (a group here, see permissions.ts): node-wide figures.
+    if (action === 'describe' && kind === 'cluster' && c.principal.groups.includes('monitoring') && c.principal.removed !== true) return true;
     return access.accessFor(c.principal, 'http', req.ip).can(action, kind, name);
   };
   const ctx: RabbitContext = {
     ...opts,
     node,
     rates,
+    policies,
     can,
     caller,
     require(req, action, kind, name) {
@@ -163,6 +184,9 @@ export async function startRabbitManagement(opts: RabbitManagementOptions): Prom
   readRoutes(app, ctx);
   writeRoutes(app, ctx);
   healthRoutes(app, ctx);
+  permissionRoutes(app, ctx);
+  policyRoutes(app, ctx);
+  definitionRoutes(app, ctx);
 
   await app.listen({ host: opts.host, port: opts.port });
   hosts.setBound((app.server.address() as AddressInfo).address);
@@ -173,6 +197,8 @@ export async function startRabbitManagement(opts: RabbitManagementOptions): Prom
     close: async () => {
       rates.stop();
       refusals.stop();
+      stopWatching();
+      opts.engine.setQueuePolicy(null);
       app.server.closeAllConnections();
       await app.close();
     },

@@ -25,9 +25,10 @@ import { FlowError } from '../../core/index.js';
 /**
  * `txn` and `txn-aborted` are the Kafka transaction coordinator's durable state (src/protocols/kafka/transactions).
  * `quota` and `config` are the runtime settings (settings.ts): client quotas per user (and the default user's), and
- * broker configs altered at run time (cluster-wide and per broker).
+ * broker configs altered at run time (cluster-wide and per broker). `rabbitmq-policy` holds the RabbitMQ management
+ * API's queue policies and operator policies (src/control/rabbitmq/policies.ts).
  */
-export const CONTROL_KINDS = ['user', 'group', 'token', 'policy', 'namespace', 'session', 'quota', 'config', 'txn', 'txn-aborted'] as const;
+export const CONTROL_KINDS = ['user', 'group', 'token', 'policy', 'namespace', 'session', 'quota', 'config', 'txn', 'txn-aborted', 'rabbitmq-policy'] as const;
 export type ControlKind = (typeof CONTROL_KINDS)[number];
 
 /**

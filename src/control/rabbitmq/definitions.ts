@@ -1,0 +1,233 @@
+/**
+ * `/api/definitions` (and `/api/definitions/{vhost}`): the export and import that `rabbitmqadmin export` / `import`,
+ * the management UI's "Export/Import definitions" and RabbitMQ's `load_definitions` files use. GET answers users,
+ * vhosts, permissions, topic permissions, parameters (operator policies are parameters of component
+ * `operator_policy`, as RabbitMQ exports them), global parameters, policies, queues, exchanges and bindings in
+ * RabbitMQ 3.10's JSON; POST takes the same document and creates or replaces what it names (users, permissions,
+ * policies, exchanges, queues, bindings), answering 204 as RabbitMQ does.
+ *
+ * As RabbitMQ's export: only durable, non-exclusive queues; no built-in exchanges (`""`, `amq.*`); no bindings from
+ * the default exchange. Import order: users, permissions, policies and operator policies, exchanges, queues,
+ * bindings; a binding whose source or destination is missing is skipped (RabbitMQ answers 204 then too). What
+ * FlowMQ cannot hold is refused before anything changes (400): a vhost other than "/", topic permissions, runtime
+ * parameters other than operator policies (federation upstreams, shovels). Global parameters (cluster_name,
+ * internal_cluster_id) are RabbitMQ's own and are ignored. A user FlowMQ holds no RabbitMQ hash of is exported with an
+ * empty password_hash (RabbitMQ: no password login), and an empty one imported for an existing user keeps its password.
+ */
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { FlowError, type ExchangeType } from '../../core/index.js';
+import { RABBITMQ_API_VERSION, badRequest, notFound, type RabbitContext } from './context.js';
+import { VHOST } from './format.js';
+import { listPermissions, putPermission, putUser, userJson } from './permissions.js';
+import { parsePolicy, policyJson, type PolicyKind } from './policies.js';
+import { queueArguments } from './routes-write.js';
+
+type Doc = Record<string, unknown>;
+
+const isBuiltinExchange = (name: string) => name === '' || name.startsWith('amq.');
+
+export function exportDefinitions(ctx: RabbitContext, vhostOnly: boolean): Doc {
+  const { engine } = ctx;
+  const dir = ctx.access.directory;
+  const vh = (o: Doc): Doc => (vhostOnly ? o : { ...o, vhost: VHOST });
+  const operator = ctx.policies.list('operator').map((p) => {
+    const { vhost: _v, name, ...value } = policyJson(p);
+    return vh({
+      value: { pattern: value.pattern, definition: value.definition, priority: value.priority, 'apply-to': value['apply-to'] },
+      component: 'operator_policy',
+      name,
+    });
+  });
+  const policies = ctx.policies.list('policy').map((p) => {
+    const j = policyJson(p);
+    if (vhostOnly) delete j.vhost;
+    return j;
+  });
+  const queues = engine
+    .listQueues()
+    .filter((q) => q.durable && q.exclusiveOwner === null)
+    .sort((a, b) => (a.name < b.name ? -1 : 1))
+    .map((q) => vh({ name: q.name, durable: q.durable, auto_delete: q.autoDelete, arguments: q.rawArguments }));
+  const exchanges = engine
+    .listExchanges()
+    .filter((x) => !isBuiltinExchange(x.name))
+    .sort((a, b) => (a.name < b.name ? -1 : 1))
+    .map((x) =>
+      vh({
+        name: x.name,
+        type: x.type,
+        durable: x.durable,
+        auto_delete: x.autoDelete,
+        internal: x.internal,
+        arguments: x.alternateExchange !== undefined ? { 'alternate-exchange': x.alternateExchange, ...x.rawArguments } : x.rawArguments,
+      }),
+    );
+  const bindings = engine
+    .listBindings()
+    .filter((b) => b.source !== '')
+    .map((b) =>
+      vh({
+        source: b.source,
+        destination: b.destination,
+        destination_type: b.destinationKind === 'exchange' ? 'exchange' : 'queue',
+        routing_key: b.key,
+        arguments: (b.arguments ?? {}) as Doc,
+      }),
+    );
+  if (vhostOnly) return { rabbit_version: RABBITMQ_API_VERSION, parameters: operator, policies, queues, exchanges, bindings };
+  return {
+    rabbit_version: RABBITMQ_API_VERSION,
+    rabbitmq_version: RABBITMQ_API_VERSION,
+    product_name: 'FlowMQ',
+    product_version: ctx.version,
+    users: dir.listUsers().map((u) => userJson(ctx, u.username)),
+    vhosts: [{ name: VHOST }],
+    permissions: listPermissions(dir.policies.defs()),
+    topic_permissions: [],
+    parameters: operator,
+    global_parameters: [],
+    policies,
+    queues,
+    exchanges,
+    bindings,
+  };
+}
+
+function list(doc: Doc, key: string): Doc[] {
+  const v = doc[key];
+  if (v === undefined || v === null) return [];
+  if (!Array.isArray(v) || !v.every((x) => typeof x === 'object' && x !== null && !Array.isArray(x))) throw badRequest(`${key} must be a list of objects`);
+  return v as Doc[];
+}
+
+const str = (o: Doc, k: string): string => {
+  const v = o[k];
+  if (typeof v !== 'string') throw badRequest(`${k} must be a string`);
+  return v;
+};
+const obj = (o: Doc, k: string): Doc => {
+  const v = o[k];
+  if (v === undefined || v === null) return {};
+  if (typeof v !== 'object' || Array.isArray(v)) throw badRequest(`${k} must be an object`);
+  return v as Doc;
+};
+
+export async function importDefinitions(ctx: RabbitContext, doc: unknown, vhost: string | null): Promise<void> {
+  if (typeof doc !== 'object' || doc === null || Array.isArray(doc)) throw badRequest('failed_to_parse_json');
+  const d = doc as Doc;
+  const { engine } = ctx;
+  // Refuse what FlowMQ cannot hold before changing anything.
+  for (const key of ['vhosts', 'permissions', 'parameters', 'policies', 'queues', 'exchanges', 'bindings']) {
+    for (const o of list(d, key)) {
+      const v = key === 'vhosts' ? o.name : (o.vhost ?? vhost ?? VHOST);
+      if (v !== VHOST) throw badRequest(`no_such_vhost: ${String(v)} (FlowMQ has the one virtual host "/")`);
+    }
+  }
+  if (list(d, 'topic_permissions').length > 0) throw badRequest('topic permissions are not supported by FlowMQ (docs/limits.md)');
+  const params = list(d, 'parameters');
+  for (const p of params)
+    if (p.component !== 'operator_policy') throw badRequest(`runtime parameters of component ${String(p.component)} are not supported by FlowMQ`);
+  const policyBodies: Array<[PolicyKind, string, Doc]> = [
+    ...list(d, 'policies').map((p): [PolicyKind, string, Doc] => ['policy', str(p, 'name'), p]),
+    ...params.map((p): [PolicyKind, string, Doc] => ['operator', str(p, 'name'), obj(p, 'value')]),
+  ];
+  const parsed = policyBodies.map(([kind, name, body]) => [kind, parsePolicy(kind, name, body)] as const);
+
+  for (const u of list(d, 'users')) {
+    const name = str(u, 'name');
+    await putUser(ctx, name, { tags: u.tags ?? '', ...pickPassword(u, ctx.access.directory.user(name) !== undefined) });
+  }
+  for (const p of list(d, 'permissions')) {
+    await putPermission(ctx, { user: str(p, 'user'), vhost: VHOST, configure: str(p, 'configure'), write: str(p, 'write'), read: str(p, 'read') });
+  }
+  for (const [kind, p] of parsed) await ctx.policies.put(kind, p);
+  for (const x of list(d, 'exchanges')) {
+    const name = str(x, 'name');
+    if (isBuiltinExchange(name)) continue;
+    const type = x.type;
+    if (type !== 'direct' && type !== 'fanout' && type !== 'topic' && type !== 'headers') throw badRequest(`invalid exchange type: ${String(type)}`);
+    const args = obj(x, 'arguments');
+    const alternate = args['alternate-exchange'];
+    await engine.declareExchange({
+      name,
+      type: type as ExchangeType,
+      durable: x.durable !== false,
+      autoDelete: x.auto_delete === true,
+      internal: x.internal === true,
+      ...(typeof alternate === 'string' ? { alternateExchange: alternate } : {}),
+      rawArguments: args,
+    });
+  }
+  for (const q of list(d, 'queues')) {
+    const args = obj(q, 'arguments');
+    await engine.declareQueue({
+      name: str(q, 'name'),
+      durable: q.durable !== false,
+      autoDelete: q.auto_delete === true,
+      exclusiveOwner: null,
+      arguments: queueArguments(args),
+      rawArguments: args,
+    });
+  }
+  for (const b of list(d, 'bindings')) {
+    const kind = b.destination_type === 'exchange' ? 'exchange' : 'queue';
+    const source = str(b, 'source');
+    const destination = str(b, 'destination');
+    const there = kind === 'queue' ? engine.getQueue(destination) !== undefined : engine.getExchange(destination) !== undefined;
+    if (source === '' || engine.getExchange(source) === undefined || !there) continue;
+    try {
+      await engine.bind({
+        source,
+        destinationKind: kind,
+        destination,
+        key: typeof b.routing_key === 'string' ? b.routing_key : '',
+        arguments: obj(b, 'arguments'),
+      });
+    } catch (e) {
+      if (!(e instanceof FlowError && e.code === 'NOT_FOUND')) throw e;
+    }
+  }
+}
+
+/**
+ * The password fields of an imported user. An empty password_hash for a user that exists keeps its password: FlowMQ
+ * exports users it has no RabbitMQ hash of (made by the admin API or the users file) with an empty one, and
+ * re-importing its own export must not take their passwords away.
+ */
+function pickPassword(u: Doc, exists: boolean): Doc {
+  if (u.password !== undefined) return { password: u.password };
+  if (u.password_hash === '' && exists) return {};
+  if (u.password_hash !== undefined) return { password_hash: u.password_hash, hashing_algorithm: u.hashing_algorithm };
+  return {};
+}
+
+export function definitionRoutes(app: FastifyInstance, ctx: RabbitContext): void {
+  const admin = (req: FastifyRequest) => ctx.require(req, 'admin', 'cluster', '*');
+  const download = (req: FastifyRequest, reply: FastifyReply) => {
+    // The management UI asks for a file with ?download=<name>.
+    const name = (req.query as Record<string, string> | undefined)?.download;
+    if (typeof name === 'string' && name !== '') reply.header('content-disposition', `attachment; filename=${JSON.stringify(name)}`);
+  };
+  app.get('/api/definitions', async (req, reply) => {
+    admin(req);
+    download(req, reply);
+    return exportDefinitions(ctx, false);
+  });
+  app.get<{ Params: { vhost: string } }>('/api/definitions/:vhost', async (req, reply) => {
+    admin(req);
+    if (req.params.vhost !== VHOST) throw notFound();
+    download(req, reply);
+    return exportDefinitions(ctx, true);
+  });
+  app.post<{ Body: unknown }>('/api/definitions', async (req, reply) => {
+    admin(req);
+    await importDefinitions(ctx, req.body, null);
+    return reply.code(204).send();
+  });
+  app.post<{ Params: { vhost: string }; Body: unknown }>('/api/definitions/:vhost', async (req, reply) => {
+    admin(req);
+    if (req.params.vhost !== VHOST) throw notFound();
+    await importDefinitions(ctx, req.body, VHOST);
+    return reply.code(204).send();
+  });
+}
