@@ -10,7 +10,7 @@ import type { AccessControl } from '../access.js';
 import type { Action, Principal, ResourceKind } from '../policy.js';
 import type { AmqpManagementView } from './types.js';
 import type { Rates } from './format.js';
-import type { RabbitPolicies } from './policies.js';
+import type { RabbitPolicies } from './policy-store.js';
 
 export interface RabbitManagementOptions {
   engine: Engine;
@@ -30,22 +30,7 @@ export interface RabbitManagementOptions {
   startedAt: number;
 }
 
-/** A refusal in RabbitMQ's shape: `{"error": ..., "reason": ...}` with its status. */
-export class RabbitError extends Error {
-  constructor(
-    readonly status: number,
-    readonly error: string,
-    readonly reason: string,
-    readonly headers: Record<string, string> = {},
-  ) {
-    super(reason);
-  }
-}
-
-export const notFound = (): RabbitError => new RabbitError(404, 'Object Not Found', 'Not Found');
-export const badRequest = (reason: string): RabbitError => new RabbitError(400, 'bad_request', reason);
-
-export const CHALLENGE = { 'www-authenticate': 'Basic realm="RabbitMQ Management"' };
+export { CHALLENGE, RabbitError, badRequest, notFound } from './errors.js';
 
 /** Who is calling: a user's principal, or the bootstrap administrator (no user exists, loopback). */
 export interface Caller {
@@ -63,7 +48,7 @@ declare module 'fastify' {
 export interface RabbitContext extends RabbitManagementOptions {
   readonly node: string;
   readonly rates: Rates;
-  /** The RabbitMQ policies and operator policies (policies.ts). */
+  /** The RabbitMQ policies and operator policies (policy-store.ts). */
   readonly policies: RabbitPolicies;
   /** May the caller do `action` on `kind:name`? (bootstrap: yes) */
   can(req: FastifyRequest, action: Action, kind: ResourceKind, name: string): boolean;

@@ -19,7 +19,7 @@ import { FlowError, type ExchangeType } from '../../core/index.js';
 import { RABBITMQ_API_VERSION, badRequest, notFound, type RabbitContext } from './context.js';
 import { VHOST } from './format.js';
 import { listPermissions, putPermission, putUser, userJson } from './permissions.js';
-import { parsePolicy, policyJson, type PolicyKind } from './policies.js';
+import { parsePolicy, policyJson, type PolicyKind } from './policy-store.js';
 import { queueArguments } from './routes-write.js';
 
 type Doc = Record<string, unknown>;

@@ -115,7 +115,7 @@ function queueType(def: QueueDef): string {
   return t === 'quorum' ? 'quorum' : 'classic';
 }
 
-/** What /api/queues shows of the policies that apply to a queue (policies.ts). */
+/** What /api/queues shows of the policies that apply to a queue (policy-store.ts). */
 export interface QueuePolicyView {
   policy: string | null;
   operator_policy: string | null;

@@ -35,7 +35,7 @@ import { RabbitError, badRequest, notFound, type RabbitContext } from './context
 import { VHOST } from './format.js';
 
 export const PERMISSION_SOURCE = 'rabbitmq-permission';
-const PARTS = ['configure', 'write', 'publish', 'read', 'access', 'topics'] as const;
+type Part = 'configure' | 'write' | 'publish' | 'read' | 'access' | 'topics';
 const KINDS = ['queue', 'exchange', 'stream'] as const;
 
 export interface Permission {
@@ -64,7 +64,7 @@ function userId(user: string): string {
   return /^[A-Za-z0-9._@-]{1,96}$/.test(user) ? user : `h${createHash('sha256').update(user).digest('hex').slice(0, 24)}`;
 }
 
-const policyName = (user: string, part: (typeof PARTS)[number]) => `rabbitmq.${userId(user)}.${part}`;
+const policyName = (user: string, part: Part) => `rabbitmq.${userId(user)}.${part}`;
 
 /** Whether a RabbitMQ permission regex matches a name (as policy.ts matches `~` patterns). */
 function regexMatches(source: string, name: string): boolean {

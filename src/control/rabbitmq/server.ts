@@ -30,7 +30,8 @@ import { readRoutes } from './routes-read.js';
 import { writeRoutes } from './routes-write.js';
 import { healthRoutes } from './routes-health.js';
 import { permissionRoutes } from './permissions.js';
-import { RabbitPolicies, policyRoutes } from './policies.js';
+import { policyRoutes } from './policies.js';
+import { RabbitPolicies } from './policy-store.js';
 import { definitionRoutes } from './definitions.js';
 
 export type { RabbitManagementOptions } from './context.js';

@@ -185,6 +185,57 @@ const CASES = [
   ['/api/queues/no-such-vhost/cmp-q'],
 ];
 
+/** A hash RabbitMQ 3.10.8 made of the password "p1" (GET /api/users after PUT {"password":"p1"}). */
+const RABBIT_HASH = 'xLrBTbVBTCuLhgwbkwg8NhbGn/frG7EittRDT58aXCv2kAhg';
+const DEFINITIONS = {
+  users: [{ name: 'cmp-imp', password_hash: RABBIT_HASH, hashing_algorithm: 'rabbit_password_hashing_sha256', tags: ['management'] }],
+  vhosts: [{ name: '/' }],
+  permissions: [{ user: 'cmp-imp', vhost: '/', configure: '', write: '', read: '^cmp-iq$' }],
+  policies: [{ vhost: '/', name: 'cmp-ip', pattern: '^cmp-iq$', 'apply-to': 'queues', definition: { 'max-length': 3 }, priority: 0 }],
+  queues: [{ name: 'cmp-iq', vhost: '/', durable: true, auto_delete: false, arguments: {} }],
+  exchanges: [{ name: 'cmp-ix', vhost: '/', type: 'fanout', durable: true, auto_delete: false, internal: false, arguments: {} }],
+  bindings: [
+    { source: 'cmp-ix', vhost: '/', destination: 'cmp-iq', destination_type: 'queue', routing_key: '', arguments: {} },
+    { source: 'cmp-nox', vhost: '/', destination: 'cmp-iq', destination_type: 'queue', routing_key: '', arguments: {} },
+  ],
+};
+
+/**
+ * A max-length policy as amqplib sees it: 5 publishes to a queue the policy (max-length 2, operator max-length 5)
+ * matches, one whose own x-max-length 4 is larger; the counts left and the policy fields /api/queues shows.
+ */
+async function policyEffect(amqpUrl, httpBase) {
+  const conn = await amqp.connect(amqpUrl);
+  try {
+    const ch = await conn.createConfirmChannel();
+    await ch.assertQueue('cmp-pq2', { durable: true });
+    for (let i = 0; i < 5; i++) {
+      ch.sendToQueue('cmp-pq1', Buffer.from(`m${i}`));
+      ch.sendToQueue('cmp-pq2', Buffer.from(`m${i}`));
+    }
+    await ch.waitForConfirms();
+    const counts = [(await ch.checkQueue('cmp-pq1')).messageCount, (await ch.checkQueue('cmp-pq2')).messageCount];
+    await new Promise((r) => setTimeout(r, 5500)); // RabbitMQ's management figures are sampled every 5 s
+    const q = (await get(httpBase, '/api/queues/%2F/cmp-pq1')).json;
+    return { counts, policy: q.policy, operator_policy: q.operator_policy, effective_policy_definition: q.effective_policy_definition };
+  } finally {
+    await conn.close();
+  }
+}
+
+/** Logs in over AMQP as a user the definitions import made (RabbitMQ's hash of "p1"): true when it works. */
+async function importedLogin(amqpUrl) {
+  const u = new URL(amqpUrl);
+  u.username = 'cmp-imp';
+  u.password = 'p1';
+  try {
+    await (await amqp.connect(u.toString())).close();
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 const [rc, fc] = [await setUp(rabbitAmqp), await setUp(flowAmqp)];
 try {
   for (const [path, pred] of CASES) {
@@ -209,6 +260,59 @@ try {
     ['DELETE', '/api/queues/%2F/cmp-w'],
     ['DELETE', '/api/queues/%2F/cmp-w'],
     ['DELETE', '/api/exchanges/%2F/cmp-wx'],
+    // Users, permissions, policies and definitions (the calls of docs/amqp.md "Users, permissions, policies").
+    ['PUT', '/api/users/cmp-u', { password: 'cmp-pw', tags: 'monitoring' }],
+    ['PUT', '/api/users/cmp-u', { password: 'cmp-pw', tags: ['monitoring', 'policymaker'] }],
+    ['PUT', '/api/users/cmp-u2', { password: 'p' }],
+    ['PUT', '/api/users/cmp-u3', { password: 'p', password_hash: RABBIT_HASH, tags: '' }],
+    ['PUT', '/api/users/cmp-u4', { password_hash: RABBIT_HASH, hashing_algorithm: 'rabbit_password_hashing_sha256', tags: '' }],
+    ['PUT', '/api/users/cmp-u5', { password_hash: 'abc', tags: '' }],
+    ['GET', '/api/users/cmp-u'],
+    ['GET', '/api/users/cmp-u4'],
+    ['GET', '/api/users/no-such-user'],
+    ['GET', '/api/users'],
+    ['PUT', '/api/permissions/%2F/cmp-u', { configure: '^cmp-', write: '.*', read: '' }],
+    ['PUT', '/api/permissions/%2F/cmp-u', { configure: '^cmp-', write: '.*', read: '^cmp-q$' }],
+    ['PUT', '/api/permissions/%2F/no-such-user', { configure: '.*', write: '.*', read: '.*' }],
+    ['PUT', '/api/permissions/%2F/cmp-u', { configure: '(', write: '.*', read: '.*' }],
+    ['PUT', '/api/permissions/%2F/cmp-u', { configure: '.*' }],
+    ['PUT', '/api/permissions/no-such-vhost/cmp-u', { configure: '.*', write: '.*', read: '.*' }],
+    ['GET', '/api/permissions/%2F/cmp-u'],
+    ['GET', '/api/permissions/%2F/cmp-u4'],
+    ['GET', '/api/users/cmp-u/permissions'],
+    ['GET', '/api/users/no-such-user/permissions'],
+    ['GET', '/api/permissions'],
+    ['GET', '/api/topic-permissions'],
+    ['DELETE', '/api/permissions/%2F/cmp-u'],
+    ['DELETE', '/api/permissions/%2F/cmp-u'],
+    ['PUT', '/api/policies/%2F/cmp-p', { pattern: '^cmp-pq', definition: { 'max-length': 2 }, priority: 1, 'apply-to': 'queues' }],
+    ['PUT', '/api/policies/%2F/cmp-p', { pattern: '^cmp-pq', definition: { 'max-length': 2, 'message-ttl': 60000 }, priority: 1, 'apply-to': 'queues' }],
+    ['PUT', '/api/policies/%2F/cmp-bad', { pattern: '^x', definition: { 'max-length': 'x' } }],
+    ['PUT', '/api/policies/%2F/cmp-bad', { pattern: '^x', definition: { bogus: 1 } }],
+    ['PUT', '/api/policies/%2F/cmp-bad', { pattern: '^x', definition: {} }],
+    ['PUT', '/api/policies/%2F/cmp-bad', { pattern: '^x' }],
+    ['PUT', '/api/policies/%2F/cmp-bad', { pattern: '(', definition: { 'max-length': 1 } }],
+    ['PUT', '/api/policies/%2F/cmp-bad', { pattern: '^x', definition: { 'max-length': 1 }, 'apply-to': 'bad' }],
+    ['PUT', '/api/policies/%2F/cmp-bad', { pattern: '^x', definition: { expires: 0 } }],
+    ['PUT', '/api/policies/no-such-vhost/cmp-bad', { pattern: '^x', definition: { 'max-length': 1 } }],
+    ['PUT', '/api/operator-policies/%2F/cmp-op', { pattern: '^cmp-pq', definition: { 'max-length': 5 }, priority: 0, 'apply-to': 'queues' }],
+    ['PUT', '/api/operator-policies/%2F/cmp-op2', { pattern: '^cmp-pq', definition: { 'dead-letter-exchange': 'x' } }],
+    ['GET', '/api/policies'],
+    ['GET', '/api/policies/%2F'],
+    ['GET', '/api/policies/%2F/cmp-p'],
+    ['GET', '/api/policies/%2F/no-such-policy'],
+    ['GET', '/api/operator-policies'],
+    ['GET', '/api/operator-policies/%2F/cmp-op'],
+    ['PUT', '/api/queues/%2F/cmp-pq1', { durable: true, arguments: { 'x-max-length': 4 } }],
+    ['GET', '/api/definitions'],
+    ['GET', '/api/definitions/%2F'],
+    ['POST', '/api/definitions', DEFINITIONS],
+    ['POST', '/api/definitions', { queues: [{ name: 'cmp-iq2', vhost: 'no-such-vhost', durable: true, auto_delete: false, arguments: {} }] }],
+    ['POST', '/api/definitions', []],
+    ['GET', '/api/queues/%2F/cmp-iq'],
+    ['GET', '/api/bindings/%2F/e/cmp-ix/q/cmp-iq'],
+    ['GET', '/api/permissions/%2F/cmp-imp'],
+    ['DELETE', '/api/policies/%2F/no-such-policy'],
   ];
   for (const [method, path, body] of writes) {
     const [r, f] = [await get(rabbitHttp, path, method, body), await get(flowHttp, path, method, body)];
@@ -222,6 +326,25 @@ try {
         pick(r.json, () => true),
         pick(f.json, () => true),
       );
+  }
+  const [rp, fp] = [await policyEffect(rabbitAmqp, rabbitHttp), await policyEffect(flowAmqp, flowHttp)];
+  const same = JSON.stringify(rp) === JSON.stringify(fp);
+  diffs.push(`max-length policy through amqplib: RabbitMQ ${JSON.stringify(rp)}, FlowMQ ${same ? 'the same' : JSON.stringify(fp)}`);
+  if (!same) hardFailures++;
+  const [ri, fi] = [await importedLogin(rabbitAmqp), await importedLogin(flowAmqp)];
+  diffs.push(`AMQP login of the imported user with RabbitMQ's hash: RabbitMQ ${ri}, FlowMQ ${fi}`);
+  if (ri !== fi) hardFailures++;
+  for (const [method, path] of [
+    ['DELETE', '/api/policies/%2F/cmp-p'],
+    ['DELETE', '/api/policies/%2F/cmp-p'],
+    ['DELETE', '/api/users/cmp-u'],
+    ['DELETE', '/api/users/cmp-u'],
+  ]) {
+    const [r, f] = [await get(rabbitHttp, path, method), await get(flowHttp, path, method)];
+    if (r.status !== f.status) {
+      diffs.push(`${method} ${path}: status RabbitMQ ${r.status}, FlowMQ ${f.status}`);
+      hardFailures++;
+    } else diffs.push(`${method} ${path}: ${r.status} on both`);
   }
 } finally {
   await rc.close().catch(() => undefined);

@@ -13,7 +13,9 @@ env RABBITMQ_NODENAME=rmqcmp@localhost RABBITMQ_MNESIA_BASE="$WORK/mnesia" RABBI
   RABBITMQ_ENABLED_PLUGINS_FILE="$WORK/enabled_plugins" RABBITMQ_CONFIG_FILE="$WORK/rabbitmq" RABBITMQ_DIST_PORT=25682 \
   HOME="$WORK" /usr/lib/rabbitmq/bin/rabbitmq-server > "$WORK/rabbitmq.log" 2>&1 &
 RPID=$!
-"$ROOT/bin/flowmq" start --data-dir "$WORK/flowmq" --host 127.0.0.1 --mqtt-port 0 --mqtt-ws-port 0 --kafka-port 0 \
+# guest/guest as RabbitMQ's administrator: the users, permissions and policies calls end FlowMQ's no-user bootstrap.
+printf 'users:\n  - {username: guest, password: guest, groups: [admins]}\n' > "$WORK/flowmq-users.yaml"
+"$ROOT/bin/flowmq" start --data-dir "$WORK/flowmq" --users-file "$WORK/flowmq-users.yaml" --host 127.0.0.1 --mqtt-port 0 --mqtt-ws-port 0 --kafka-port 0 \
   --nats-port 0 --http-port 0 --amqp-port "$FPORT" --amqp-management-port "$FMGMT" > "$WORK/flowmq.log" 2>&1 &
 FPID=$!
 trap 'kill $FPID 2>/dev/null; /usr/lib/rabbitmq/bin/rabbitmqctl -n rmqcmp@localhost stop >/dev/null 2>&1 || kill $RPID; rm -rf "$WORK"' EXIT
