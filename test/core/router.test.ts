@@ -10,6 +10,7 @@ import {
   type BindingDef,
   type DeathRecord,
   MemoryQueueStore,
+  queueFactory,
   type QueueDelivery,
   type Message,
   type QueueDef,
@@ -730,5 +731,34 @@ describe('Router: authorization follows the data', () => {
     assert.deepEqual(bodies(q('everything')), ['secret data', 'public data', 'plain reply'], '# reaches the guard topics too');
     assert.equal(streams.offsets('inbox-log', 0).highWatermark, 1, 'a stream bound to _INBOX/# captured only the plain reply');
     assert.equal(streams.offsets('all-log', 0).highWatermark, 3);
+  });
+});
+
+describe('Router: queue policy (Engine.setQueuePolicy)', () => {
+  it('gives queues the policy arguments as they open and at once when it changes; a redeclare compares the declared ones', async () => {
+    const store = new MemoryStore();
+    const m = new MemoryStreams();
+    const engine = new Engine(m, store, undefined, queueFactory());
+    engine.setQueuePolicy((d) => (d.name.startsWith('lim-') ? { ...d.arguments, maxLength: Math.min(d.arguments.maxLength ?? Infinity, 2) } : null));
+    const h = await engine.declareQueue(qdef('lim-a', { arguments: { maxLength: 5 }, rawArguments: { 'x-max-length': 5 } }));
+    assert.deepEqual(h.def.arguments, { maxLength: 2 });
+    assert.deepEqual(h.def.declaredArguments, { maxLength: 5 });
+    await engine.declareQueue(qdef('lim-a', { arguments: { maxLength: 5 }, rawArguments: { 'x-max-length': 5 } }));
+    await assert.rejects(engine.declareQueue(qdef('lim-a', { arguments: { maxLength: 2 } })), { code: 'PRECONDITION_FAILED' });
+    const other = await engine.declareQueue(qdef('free'));
+    for (let i = 0; i < 4; i++) {
+      engine.publishTo('', 'lim-a', msg(`a${i}`));
+      engine.publishTo('', 'free', msg(`f${i}`));
+    }
+    assert.equal(h.stats().ready, 2);
+    assert.equal(other.stats().ready, 4);
+    // A policy now matching `free` trims it at once; removing every policy gives the declared arguments back.
+    engine.setQueuePolicy((d) => ({ ...d.arguments, maxLength: 1 }));
+    assert.equal(other.stats().ready, 1);
+    engine.setQueuePolicy(null);
+    assert.deepEqual(h.def.arguments, { maxLength: 5 });
+    assert.equal(h.def.declaredArguments, undefined);
+    for (let i = 0; i < 3; i++) engine.publishTo('', 'lim-a', msg(`b${i}`));
+    assert.equal(h.stats().ready, 4);
   });
 });
