@@ -203,6 +203,8 @@ async function openDataPlane(config: Config, logger: Logger, closers: Closers): 
   if (cluster) closers.push('cluster queues', await ClusterQueues.open(engine, cluster, logger.child({ component: 'cluster-queues' })));
   // Cluster: at close, everything is handed over first, while the log is still open to make it durable; then leave.
   if (clustered) closers.push('cluster handover', () => clustered.close());
+  // The queue store's worker has booted meanwhile (or the start fails here, naming it).
+  await storage.ready;
   await engine.load();
   log.finishRecovery();
   // Cluster mode, live side: interest and forwarding across brokers, retained messages (before any subscription).
@@ -229,7 +231,25 @@ async function startServing(config: Config, logger: Logger, data: DataPlane, con
   const running: Array<{ name: string; protocol: RunningProtocol }> = [];
   // What a flood of connections leaves behind is given back once it has gone (see src/control/memory.ts).
   const collector = new FloodCollector({ totals: connectionTotals, logger: logger.child({ component: 'memory' }) });
-  // Read at scrape only; `running` and `listeners` fill in below.
+  closers.push('protocols', async () => {
+    collector.stop();
+    await Promise.allSettled(running.map((r) => r.protocol.close()));
+  });
+  const enabled: readonly string[] = config.protocols;
+  // The protocols start side by side (one's listener binds while another reads its state), then are recorded in
+  // PROTOCOL_MODULES order; when one fails, the others that started are closed with the broker.
+  const modules = PROTOCOL_MODULES.filter((m) => enabled.includes(m.name));
+  for (const m of modules) m.check?.(config);
+  const starts = await Promise.allSettled(
+    modules.map((module) => module.start({ engine, logger, brokerId: config.brokerId, config, guard: protocolGuard, access, cluster })),
+  );
+  starts.forEach((s, i) => {
+    if (s.status === 'fulfilled') running.push({ name: modules[i].name, protocol: s.value });
+  });
+  for (const { protocol } of running) for (const [name, l] of protocol.listeners) listeners.set(name, l);
+  const failed = starts.find((s): s is PromiseRejectedResult => s.status === 'rejected');
+  if (failed) throw failed.reason;
+  // Made once the listeners are up (loading prom-client was ~22 ms of a restart's wait); read at scrape only.
   const metrics = createMetrics({
     clients: access.clients,
     engine,
@@ -243,17 +263,6 @@ async function startServing(config: Config, logger: Logger, data: DataPlane, con
     quotas: access.quotas,
     ready: () => ready,
   });
-  closers.push('protocols', async () => {
-    collector.stop();
-    await Promise.allSettled(running.map((r) => r.protocol.close()));
-  });
-  const enabled: readonly string[] = config.protocols;
-  for (const module of PROTOCOL_MODULES) {
-    if (!enabled.includes(module.name)) continue;
-    const protocol = await module.start({ engine, logger, brokerId: config.brokerId, config, guard: protocolGuard, access, cluster });
-    running.push({ name: module.name, protocol });
-    for (const [name, l] of protocol.listeners) listeners.set(name, l);
-  }
   const admin = await startAdminApi({
     engine,
     logger: logger.child({ component: 'admin' }),
