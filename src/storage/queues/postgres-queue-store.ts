@@ -136,6 +136,10 @@ const PURGE = `WITH d AS (DELETE FROM queue_messages WHERE queue = $1)
   UPDATE queue_counters c SET count = 0, bytes = 0 FROM (SELECT count AS old FROM queue_counters WHERE queue = $1) o
   WHERE c.queue = $1 RETURNING o.old`;
 const DROP = 'WITH d AS (DELETE FROM queue_messages WHERE queue = $1) DELETE FROM queue_counters WHERE queue = $1';
+/** dropQueues: the counters rows name every queue with messages (an append upserts its row). */
+const DROP_PREFIX = `WITH k AS (DELETE FROM queue_counters WHERE left(queue, char_length($1)) = $1 RETURNING queue),
+    d AS (DELETE FROM queue_messages m USING k WHERE m.queue = k.queue)
+  SELECT queue FROM k`;
 /** The highest ids of appends whose messages were all (or the last ones) taken out before they were written. */
 const MAX_IDS = `INSERT INTO queue_counters AS c (queue, count, bytes, max_id) SELECT q, 0, 0, m FROM unnest($1::text[], $2::bigint[]) AS r(q, m)
   ON CONFLICT (queue) DO UPDATE SET max_id = GREATEST(c.max_id, excluded.max_id)`;
@@ -352,6 +356,10 @@ export class PostgresQueueStore extends BatchedQueueStore {
         case 'drop':
           barrier();
           steps.push({ text: DROP, values: [op.q] });
+          break;
+        case 'dropPrefix':
+          barrier();
+          steps.push({ text: DROP_PREFIX, values: [op.q], done: (rows) => void (c.result = rows.length) });
           break;
       }
     }

@@ -98,6 +98,8 @@ const s = {
   deliveries: db.prepare('UPDATE messages SET deliveries = ? WHERE qkey = ? AND id = ?'),
   read: db.prepare('SELECT id, deliveries, data FROM messages WHERE qkey = ? AND id >= ? ORDER BY id LIMIT ?'),
   clear: db.prepare('DELETE FROM messages WHERE qkey = ?'),
+  // A scan of the queues table (one row per queue), not of the messages.
+  withPrefix: db.prepare('SELECT qkey, name FROM queues WHERE substr(name, 1, length(?)) = ?'),
 };
 
 /** Queue states read so far; counters changed by a batch are written once at its end. Dropped on a rollback. */
@@ -186,6 +188,15 @@ function runOp(op: WorkerOp, buf: ArrayBuffer | null, out: Buffer[], outBytes: {
       s.deleteQueue.run(st.qkey);
       cache.delete(op.q);
       return null;
+    }
+    case 'dropPrefix': {
+      const rows = s.withPrefix.all(op.q, op.q) as Array<{ qkey: number; name: string }>;
+      for (const r of rows) {
+        s.clear.run(r.qkey);
+        s.deleteQueue.run(r.qkey);
+        cache.delete(r.name);
+      }
+      return rows.length;
     }
     case 'crash':
       process.exit(70);
