@@ -104,6 +104,11 @@ function cost(op: Op): number {
   return PER_CALL;
 }
 
+/** Calls a removal does not elide across (see elide). */
+function isBarrier(op: Op): boolean {
+  return op.k === 'open' || op.k === 'read' || op.k === 'purge' || op.k === 'drop' || op.k === 'dropPrefix';
+}
+
 const insertTexts = new Map<number, string>();
 function insertText(n: number): string {
   let t = insertTexts.get(n);
@@ -248,7 +253,7 @@ export class PostgresQueueStore extends BatchedQueueStore {
   private elide(remove: { q: string; ids: number[] }, epoch: number | undefined): void {
     let barriers = 0;
     this.waiting.forWaiting(remove.q, (c) => {
-      if (c.op.k === 'open' || c.op.k === 'read' || c.op.k === 'purge' || c.op.k === 'drop') barriers++;
+      if (isBarrier(c.op)) barriers++;
       return 0;
     });
     const gone = new Set(remove.ids);
@@ -256,7 +261,7 @@ export class PostgresQueueStore extends BatchedQueueStore {
     let elided = 0;
     this.waiting.forWaiting(remove.q, (c) => {
       const op = c.op;
-      if (op.k === 'open' || op.k === 'read' || op.k === 'purge' || op.k === 'drop') seen++;
+      if (isBarrier(op)) seen++;
       if (seen < barriers || op.k !== 'append' || c.epoch !== epoch || gone.size === 0) return 0;
       let less = 0;
       let w = 0;

@@ -258,10 +258,18 @@ let elided = 0;
  * ids left are those of messages written, or of appends already in a group.
  */
 function elide(remove: Extract<WorkerOp, { k: 'remove' }>): void {
+  // Only appends after the lane's last open / read / purge / drop: a read made before the removal must see the message.
+  let barriers = 0;
+  waiting.forWaiting(remove.q, (p) => {
+    if (isBarrier(p.op)) barriers++;
+    return 0;
+  });
+  let seen = 0;
   const gone = new Set(remove.ids);
   waiting.forWaiting(remove.q, (p) => {
     const op = p.op;
-    if (op.k !== 'append' || gone.size === 0) return 0;
+    if (isBarrier(op)) seen++;
+    if (seen < barriers || op.k !== 'append' || gone.size === 0) return 0;
     let less = 0;
     let w = 0;
     for (let i = 0; i < op.ids.length; i++) {
@@ -283,6 +291,10 @@ function elide(remove: Extract<WorkerOp, { k: 'remove' }>): void {
     return less;
   });
   if (gone.size < remove.ids.length) remove.ids = remove.ids.filter((id) => gone.has(id));
+}
+
+function isBarrier(op: WorkerOp): boolean {
+  return op.k === 'open' || op.k === 'read' || op.k === 'purge' || op.k === 'drop' || op.k === 'dropPrefix';
 }
 
 function enqueue(b: WorkerBatch): void {
