@@ -1381,7 +1381,7 @@ const scenarios: Scenario[] = [
     title: 'queue store alone: persistent 1 KiB appends to one queue, embedded vs PostgreSQL',
     run: async () => {
       const o = defaultQueueStoreOptions(CFG.seconds);
-      const title = `queue store alone (no broker): 1 KiB appends to one queue by N publishers each awaiting its append (as a confirm), N = ${o.levels.join(', ')}, then ${o.ackLevel} publishers that also remove (ack) each message; appends/s and append → resolved p50 / p99`;
+      const title = `queue store alone (no broker): 1 KiB appends to one queue by N publishers each awaiting its append (as a confirm), N = ${o.levels.join(', ')}, then ${o.ackLevel} publishers that also remove (ack) each message once its append resolved, then before (early: elided); appends/s and append → resolved p50 / p99`;
       const outcome = async (run: () => Promise<QueueStoreLevel[]>): Promise<Outcome<QueueStoreLevel[]>> => {
         try {
           return { ok: true, value: await run() };

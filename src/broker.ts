@@ -6,7 +6,7 @@ import { mkdirSync, readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import type { Logger } from 'pino';
 import type { Config } from './config/index.js';
-import { Engine, FlowError, queueFactory } from './core/index.js';
+import { Engine, FlowError, queueFactory, type QueuePages, type QueueStore } from './core/index.js';
 import {
   AccessControl,
   createMetrics,
@@ -105,6 +105,20 @@ class Closers {
   }
 }
 
+/**
+ * Non-durable queues page past their window into the local queue store under `amq.page.<broker id>.` (QueuePages):
+ * what an earlier run of this broker left there is dropped first, since no non-durable queue survives a restart.
+ * Cluster mode: after registering (an id already live elsewhere stops the start before), and only this broker's
+ * prefix, so one broker's sweep never touches another's pages.
+ */
+async function sweepQueuePages(store: QueueStore, brokerId: number, logger: Logger): Promise<QueuePages | undefined> {
+  if (!store.dropQueues) return undefined;
+  const prefix = `amq.page.${brokerId}.`;
+  const swept = await store.dropQueues(prefix);
+  if (swept > 0) logger.info({ swept, prefix }, 'queue store: pages of non-durable queues of an earlier run dropped');
+  return { store, prefix };
+}
+
 export async function startBroker(config: Config, logger: Logger): Promise<Broker> {
   // The users file first: a bad one stops the broker before it opens storage. It seeds the directory below.
   const seedUsers = config.usersFile === null ? null : parseUsersFile(await readUsersFile(config.usersFile), config.usersFile);
@@ -155,6 +169,7 @@ async function openDataPlane(config: Config, logger: Logger, closers: Closers): 
   const clustered = config.cluster ? await openCluster(config, logger) : null;
   if (clustered) closers.push('cluster membership', () => clustered.close());
   const cluster = clustered?.cluster ?? null;
+  const pages = await sweepQueuePages(storage.queues, config.brokerId, logger);
   const logOptions = {
     segmentBytes: config.segmentBytes,
     segmentMs: config.segmentMs,
@@ -194,7 +209,7 @@ async function openDataPlane(config: Config, logger: Logger, closers: Closers): 
     clusterStreams ?? log,
     metastore,
     storage.queues,
-    queueFactory({ maxMessages: Math.max(1, config.queueWindowMessages), maxBytes: Math.max(1, config.queueWindowBytes) }),
+    queueFactory({ maxMessages: Math.max(1, config.queueWindowMessages), maxBytes: Math.max(1, config.queueWindowBytes) }, pages),
   );
   clusterStreams?.attach((defs) => engine.syncStreams(defs));
   // Durable queues are under the free-space reserve where they are on the local disk (the embedded queue store).
