@@ -109,14 +109,17 @@ class Closers {
  * Non-durable queues page past their window into the local queue store under `amq.page.<broker id>.` (QueuePages):
  * what an earlier run of this broker left there is dropped first, since no non-durable queue survives a restart.
  * Cluster mode: after registering (an id already live elsewhere stops the start before), and only this broker's
- * prefix, so one broker's sweep never touches another's pages.
+ * prefix, so one broker's sweep never touches another's pages. The sweep runs while the log recovers; `swept` is
+ * awaited before any queue opens.
  */
-async function sweepQueuePages(store: QueueStore, brokerId: number, logger: Logger): Promise<QueuePages | undefined> {
-  if (!store.dropQueues) return undefined;
+function sweepQueuePages(store: QueueStore, brokerId: number, logger: Logger): { pages: QueuePages | undefined; swept: Promise<void> } {
+  if (!store.dropQueues) return { pages: undefined, swept: Promise.resolve() };
   const prefix = `amq.page.${brokerId}.`;
-  const swept = await store.dropQueues(prefix);
-  if (swept > 0) logger.info({ swept, prefix }, 'queue store: pages of non-durable queues of an earlier run dropped');
-  return { store, prefix };
+  const swept = store.dropQueues(prefix).then((n) => {
+    if (n > 0) logger.info({ swept: n, prefix }, 'queue store: pages of non-durable queues of an earlier run dropped');
+  });
+  swept.catch(() => undefined);
+  return { pages: { store, prefix }, swept };
 }
 
 export async function startBroker(config: Config, logger: Logger): Promise<Broker> {
@@ -169,7 +172,7 @@ async function openDataPlane(config: Config, logger: Logger, closers: Closers): 
   const clustered = config.cluster ? await openCluster(config, logger) : null;
   if (clustered) closers.push('cluster membership', () => clustered.close());
   const cluster = clustered?.cluster ?? null;
-  const pages = await sweepQueuePages(storage.queues, config.brokerId, logger);
+  const { pages, swept } = sweepQueuePages(storage.queues, config.brokerId, logger);
   const logOptions = {
     segmentBytes: config.segmentBytes,
     segmentMs: config.segmentMs,
@@ -220,6 +223,7 @@ async function openDataPlane(config: Config, logger: Logger, closers: Closers): 
   if (clustered) closers.push('cluster handover', () => clustered.close());
   // The queue store's worker has booted meanwhile (or the start fails here, naming it).
   await storage.ready;
+  await swept;
   await engine.load();
   log.finishRecovery();
   // Cluster mode, live side: interest and forwarding across brokers, retained messages (before any subscription).
