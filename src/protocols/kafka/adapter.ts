@@ -137,7 +137,8 @@ export class KafkaAdapter {
    * Loads the transaction coordinator's state and finishes what a previous run left in flight, once, before the
    * first listener accepts a client (a read_committed fetch must know the aborted transactions). In cluster mode
    * the state is loaded per transactional id and per partition as this broker takes them (cluster.ts). On a single
-   * broker the log cleaner may judge transactional batches from then on (not yet in cluster mode: it keeps them).
+   * broker the log cleaner may judge transactional batches from then on; in cluster mode, a partition's once its
+   * leader loaded it.
    */
   startTransactions(): Promise<void> {
     const kc = this.cluster;

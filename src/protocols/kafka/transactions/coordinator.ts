@@ -197,6 +197,8 @@ export class TransactionCoordinator {
       const p = m.partitions.find((q) => q.stream === stream && q.partition === partition);
       if (p) this.partitions.onAppend(stream, partition, m.producerId, p.startOffset);
     }
+    // The log cleaner may judge the partition's transactional batches from now on.
+    this.partitions.setLoaded(stream, partition, true);
   }
 
   /** The txn documents, read once for the partitions a failover moves here together (within a second). */
