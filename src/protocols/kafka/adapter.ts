@@ -19,7 +19,7 @@ import { KafkaCluster } from './cluster.js';
 import { KafkaBrokerConfigs } from './broker-configs.js';
 import { RuntimeSettings } from '../../control/index.js';
 import { FetchSessionCache } from './fetch-sessions.js';
-import { TransactionCoordinator, abortedDocName } from './transactions/coordinator.js';
+import { TransactionCoordinator } from './transactions/coordinator.js';
 import { MemoryControlStore, isControlStore } from '../../storage/metastore/control-store.js';
 // Registers the snappy, lz4 and zstd decompressors with the core.
 
@@ -110,8 +110,7 @@ export class KafkaAdapter {
       ctx.logger.child({ component: 'transactions' }),
     );
     // The log cleaner shortens a partition's aborted list (compaction.ts): stored where the coordinator keeps it.
-    ctx.engine.transactions.persistAborted = (stream, partition, aborted) =>
-      txnStore.putControl('txn-aborted', abortedDocName(stream, partition), { stream, partition, aborted });
+    ctx.engine.transactions.persistAborted = (stream, partition, aborted) => this.transactions.storeAborted(stream, partition, aborted);
     this.fetchSessions = new FetchSessionCache({ maxSlots: options.fetchSessionCacheSlots, evictionMs: options.fetchSessionEvictionMs });
     this.cluster = options.cluster ? new KafkaCluster(options.cluster, this.groups, ctx.logger.child({ component: 'kafka-cluster' }), this.transactions) : null;
     // The SASL APIs are offered only when there is something to authenticate against; client quotas and SCRAM

@@ -15,7 +15,7 @@ import {
   type ExchangeDefRow,
   type QueueDefRow,
 } from './rows.js';
-import { bumpsVersion, checkControl, type ControlKind, type ControlRecord } from './control-store.js';
+import { bumpsVersion, checkControl, type ControlFence, type ControlKind, type ControlRecord } from './control-store.js';
 import { CATALOG, CONTROL, type PostgresState } from './postgres-state.js';
 
 interface ControlRow extends Record<string, unknown> {
@@ -147,19 +147,28 @@ export async function getControl(pg: PostgresState, kind: ControlKind, name: str
 // Each change is one statement: the document's change and, in a data-modifying CTE of the same statement (so the
 // same transaction), the version bump that other brokers poll. The bump happens only when a row changed.
 
-export async function putControl(pg: PostgresState, kind: ControlKind, name: string, data: Record<string, unknown>, fence?: number): Promise<void> {
+export async function putControl(
+  pg: PostgresState,
+  kind: ControlKind,
+  name: string,
+  data: Record<string, unknown>,
+  fence?: number | ControlFence,
+): Promise<void> {
   const json = checkControl(kind, name, data);
-  if (fence !== undefined && kind !== 'txn') throw new FlowError('INVALID_ARGUMENT', `a ${kind} document is not fenced by an owner row`);
+  if (fence !== undefined && kind !== 'txn' && kind !== 'txn-aborted')
+    throw new FlowError('INVALID_ARGUMENT', `a ${kind} document is not fenced by an owner row`);
+  const owner = fence === undefined ? null : typeof fence === 'number' ? { owner: kind, name, epoch: fence } : fence;
   await pg.keyed(CONTROL, `${kind}\u0000${name}`, () =>
-    fence !== undefined
-      ? // Cluster mode: the transactional id's owner row (src/cluster/pg-store.ts) must still hold the coordinator's
-        // epoch; flowmq_owner_check raises FMF01 (FENCED) otherwise, and its row lock makes a claim wait for this.
+    owner !== null
+      ? // Cluster mode: the owner row (src/cluster/pg-store.ts: the transactional id's, or the partition's for its
+        // aborted list) must still hold the writer's epoch; flowmq_owner_check raises FMF01 (FENCED) otherwise, and
+        // its row lock makes a claim wait for this write.
         pg.q(
           'putControlFenced',
-          `WITH fence AS (SELECT flowmq_owner_check('txn', $2, $5))
+          `WITH fence AS (SELECT flowmq_owner_check($5, $6, $7))
            INSERT INTO control_docs (kind, name, data, updated_at) SELECT $1, $2, $3, $4 FROM fence
            ON CONFLICT (kind, name) DO UPDATE SET data = excluded.data, updated_at = excluded.updated_at`,
-          [kind, name, json, Date.now(), fence],
+          [kind, name, json, Date.now(), owner.owner, owner.name, owner.epoch],
         )
       : bumpsVersion(kind)
         ? pg.q(

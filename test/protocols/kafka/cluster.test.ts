@@ -26,6 +26,7 @@ import {
   FindCoordinatorApi,
   InitProducerIdApi,
   EndTxnApi,
+  AddPartitionsToTxnApi,
   HeartbeatApi,
   JoinGroupApi,
   KafkaErrorCode as E,
@@ -695,6 +696,62 @@ describe('kafka in a cluster: offset commits fenced by the group epoch (PostgreS
     } finally {
       for (const x of clients) x.close();
       await stopAll(brokers);
+      for (const m of metas) await m.close();
+      await clusterStore.close();
+    }
+  });
+  it("a deposed partition leader cannot write the partition's aborted list (fenced by the partition's owner epoch)", async () => {
+    const url = await server.createDatabase();
+    const clusterStore = await PostgresClusterStore.open({ url, poolSize: 2, logger });
+    const metas: PostgresMetastore[] = [];
+    const brokers: Broker[] = [];
+    const clients: RawClient[] = [];
+    try {
+      for (const id of [1, 2]) {
+        const meta = await PostgresMetastore.open({ url, poolSize: 2 });
+        metas.push(meta);
+        brokers.push(await startBroker(clusterStore, id, new MemoryStreams(), meta, [['afx', 1]]));
+      }
+      await settle(brokers, 1);
+      const leader = ownerOf(brokers, 'afx/0');
+      const other = brokers.find((b) => b !== leader)!;
+      // A transactional id coordinated by the leader too: its abort markers are written there, not forwarded.
+      let id = '';
+      for (let i = 0; leader.cluster.placement('txn', (id = `afx-txn-${i}`)) !== leader.id; i++);
+      const c = await RawClient.connect(leader.port);
+      clients.push(c);
+      const init = await c.call(InitProducerIdApi, 4, { transactionalId: id, transactionTimeoutMs: 60000, producerId: -1, producerEpoch: -1 });
+      assert.equal(init.errorCode, E.NONE);
+      const txn = { transactionalId: id, producerId: init.producerId, producerEpoch: init.producerEpoch };
+      const add = async () => (await c.call(AddPartitionsToTxnApi, 3, { ...txn, topics: [{ name: 'afx', partitions: [0] }] })).results[0].results[0].errorCode;
+      const abort = () => c.call(EndTxnApi, 3, { ...txn, committed: false });
+      const stored = async () => ((await metas[0].getControl('txn-aborted', '0:afx'))?.data.aborted as unknown[] | undefined)?.length ?? 0;
+
+      assert.equal(await add(), E.NONE);
+      assert.equal((await abort()).errorCode, E.NONE);
+      assert.equal(await stored(), 1, "the leader stores the abort in the partition's aborted list");
+
+      // Another broker takes the partition while the leader still believes it leads it.
+      const epoch = leader.cluster.owns('partition', 'afx/0')!;
+      const row = await clusterStore.claim('partition', 'afx/0', other.id, other.cluster.incarnation, { force: true });
+      assert.ok(row.epoch > epoch);
+      assert.equal(leader.cluster.owns('partition', 'afx/0'), epoch, 'the deposed leader has not noticed');
+      assert.equal(await add(), E.NONE);
+      // Its abort marker's aborted-list write is refused; the EndTxn keeps looking for a leader (none is reachable here).
+      void abort().catch(() => undefined);
+      // Until the write was refused (the leader lets the partition go) or went through (the list grew).
+      for (const until = Date.now() + 10_000; leader.cluster.owns('partition', 'afx/0') !== null && (await stored()) === 1;) {
+        assert.ok(Date.now() < until, 'the marker was written and its aborted list write answered');
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      assert.equal(await stored(), 1, 'the deposed leader did not overwrite the aborted list');
+      assert.equal(leader.cluster.owns('partition', 'afx/0'), null, 'the fenced leader lets the partition go');
+    } finally {
+      for (const x of clients) x.close();
+      // The listeners first: the pending EndTxn's marker stops looking for a leader once its coordinator is closed
+      // (else the id's handover at the cluster's close would wait for it, up to three leases).
+      for (const b of brokers) await b.listener.close();
+      for (const b of brokers) await b.cluster.close();
       for (const m of metas) await m.close();
       await clusterStore.close();
     }

@@ -22,9 +22,18 @@
  * aborted list (loadPartition when it takes a partition over).
  */
 import type { Logger } from 'pino';
-import { ATTR_CONTROL, ATTR_TRANSACTIONAL, encodeControlBatch, isFlowError, readBatchInfo, type Engine, type OffsetCommit } from '../../../core/index.js';
+import {
+  ATTR_CONTROL,
+  ATTR_TRANSACTIONAL,
+  encodeControlBatch,
+  FlowError,
+  isFlowError,
+  readBatchInfo,
+  type Engine,
+  type OffsetCommit,
+} from '../../../core/index.js';
 import { KafkaErrorCode } from '../codec/index.js';
-import type { ControlRecord, ControlStore } from '../../../storage/metastore/control-store.js';
+import type { ControlFence, ControlRecord, ControlStore } from '../../../storage/metastore/control-store.js';
 import type { AbortedTxn, TxnPartitions } from '../../../core/index.js';
 
 /** The metastore document name of a partition's aborted list (a name may not hold NUL). */
@@ -99,6 +108,13 @@ export class TransactionCoordinator {
   private readonly fences = new Map<string, number>();
   /** Cluster mode: a write was fenced (another broker coordinates the id now): stop serving it here. */
   onFenced: ((transactionalId: string) => void) | null = null;
+  /**
+   * Cluster mode: the owner epoch under which this broker leads a partition (null: it does not lead it), which fences
+   * the writes of the partition's aborted list (storeAborted): a deposed leader overwrites nothing.
+   */
+  partitionEpoch: ((stream: string, partition: number) => number | null) | null = null;
+  /** Cluster mode: a write of a partition's aborted list was fenced (another broker leads it now): stop leading it. */
+  onPartitionFenced: ((stream: string, partition: number) => void) | null = null;
 
   constructor(
     private readonly engine: Engine,
@@ -201,6 +217,26 @@ export class TransactionCoordinator {
     this.partitions.setLoaded(stream, partition, true);
   }
 
+  /**
+   * Stores a partition's aborted list (after an abort marker, or the log cleaner's dropAborted). In cluster mode the
+   * write carries the partition's owner epoch (ControlFence on its 'partition' owner row), as the coordinator's own
+   * writes carry the transactional id's: once another broker took the partition, FENCED, and this one lets it go.
+   */
+  async storeAborted(stream: string, partition: number, aborted: AbortedTxn[]): Promise<void> {
+    let fence: ControlFence | undefined;
+    if (this.partitionEpoch !== null) {
+      const epoch = this.partitionEpoch(stream, partition);
+      if (epoch === null) throw new FlowError('NOT_OWNER', `this broker does not lead ${stream}/${partition}`);
+      fence = { owner: 'partition', name: `${stream}/${partition}`, epoch };
+    }
+    try {
+      await this.store.putControl('txn-aborted', abortedDocName(stream, partition), { stream, partition, aborted }, fence);
+    } catch (err) {
+      if (isFlowError(err, 'FENCED')) this.onPartitionFenced?.(stream, partition);
+      throw err;
+    }
+  }
+
   /** The txn documents, read once for the partitions a failover moves here together (within a second). */
   private txnDocs: { at: number; docs: Promise<ControlRecord[]> } | null = null;
   private openTxnDocs(): Promise<ControlRecord[]> {
@@ -211,6 +247,11 @@ export class TransactionCoordinator {
       if (this.txnDocs?.docs === docs) this.txnDocs = null;
     });
     return docs;
+  }
+
+  /** Closed (the broker stops): what is still to be done goes to the ids' and partitions' next owners. */
+  get isClosed(): boolean {
+    return this.closed;
   }
 
   close(): void {
@@ -509,7 +550,7 @@ export class TransactionCoordinator {
         { producerId, firstOffset: first, lastOffset: res.baseOffset },
         this.engine.offsets(stream, partition).logStartOffset,
       );
-      durables.push(this.store.putControl('txn-aborted', abortedDocName(stream, partition), { stream, partition, aborted: list }));
+      durables.push(this.storeAborted(stream, partition, list));
     }
     // The marker is in the log: readers may pass the transaction's records (commit) or skip them (abort).
     this.partitions.close(stream, partition, producerId);
