@@ -8,11 +8,9 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import kafkajs from 'kafkajs';
-import { pino } from 'pino';
-import { Cluster, MemoryClusterStore, type ClusterStore } from '../../../src/cluster/index.js';
+import { MemoryClusterStore } from '../../../src/cluster/index.js';
 import { PostgresClusterStore } from '../../../src/cluster/pg-store.js';
-import { Engine, MemoryOffsetStore, encodeBatch, type CoreStore, type StreamStorage } from '../../../src/core/index.js';
-import { startKafkaListener } from '../../../src/protocols/kafka/index.js';
+import { MemoryOffsetStore, encodeBatch } from '../../../src/core/index.js';
 import {
   ConsumerGroupDescribeApi,
   ConsumerGroupHeartbeatApi,
@@ -26,7 +24,6 @@ import {
   FindCoordinatorApi,
   InitProducerIdApi,
   EndTxnApi,
-  AddPartitionsToTxnApi,
   HeartbeatApi,
   JoinGroupApi,
   KafkaErrorCode as E,
@@ -45,95 +42,13 @@ import {
   type OffsetCommitRequest,
   type ProduceRequest,
 } from '../../../src/protocols/kafka/codec/index.js';
-import type { ProtocolListener } from '../../../src/protocols/types.js';
 import { PostgresMetastore } from '../../../src/storage/metastore/index.js';
 import { MemoryStreams } from '../../helpers/memory-storage.js';
 import { startPostgres, type PostgresServer } from '../../helpers/postgres.js';
-import { RawClient, captureLogger, metadataRequest as md } from './helpers.js';
+import { RawClient, metadataRequest as md } from './helpers.js';
+import { logger, ownerOf, settle, startBroker, stopAll, type Broker } from './cluster-helpers.js';
 
 const { Kafka, logLevel } = kafkajs;
-const logger = pino({ level: 'silent' });
-
-interface Broker {
-  id: number;
-  cluster: Cluster;
-  engine: Engine;
-  listener: ProtocolListener;
-  port: number;
-  /** Partitions this broker owns, with their epochs (what the streams part would serve). */
-  held: Map<string, number>;
-}
-
-/** Starts broker `id`: its Cluster (lease 60 s: nothing expires by itself), engine and Kafka listener. */
-async function startBroker(store: ClusterStore, id: number, streams: StreamStorage, catalog: CoreStore, topics: Array<[string, number]>): Promise<Broker> {
-  const engine = new Engine(streams, catalog);
-  await engine.load();
-  for (const [name, partitions] of topics) if (!engine.getStream(name)) await engine.createStream({ name, partitions });
-  const cluster = await Cluster.start({ store, info: { id, version: 'test', endpoints: {} }, leaseMs: 60_000, logger });
-  const held = new Map<string, number>();
-  cluster.register('partition', {
-    names: () => engine.listStreams().flatMap((d) => Array.from({ length: d.partitions }, (_, p) => `${d.name}/${p}`)),
-    async acquire(name, epoch) {
-      held.set(name, epoch);
-    },
-    async release(name) {
-      held.delete(name);
-    },
-  });
-  const listener = await startKafkaListener(
-    { engine, logger: captureLogger('warn').logger, brokerId: id },
-    { host: '127.0.0.1', port: 0 },
-    { cluster, groupInitialRebalanceDelayMs: 0, groupMinSessionTimeoutMs: 100 },
-  );
-  const port = listener.address().port;
-  await cluster.advertise({ kafka: { host: '127.0.0.1', port } });
-  cluster.begin();
-  return { id, cluster, engine, listener, port, held };
-}
-
-/**
- * Reconciles every broker until every partition of `topics` has one owner and every broker places over exactly
- * `brokers` (a broker that has not yet read the others' membership places every group on itself: a test that picks
- * a group's coordinator by asking the brokers would pick the wrong one; 20 ms after the last kick was not always
- * enough for that read on a loaded machine).
- */
-async function settle(brokers: Broker[], partitions: number): Promise<void> {
-  const deadline = Date.now() + 10_000;
-  const ids = brokers
-    .map((b) => b.id)
-    .sort((x, y) => x - y)
-    .join(',');
-  const viewsComplete = () => brokers.every((b) => [...b.cluster.placementBrokers()].sort((x, y) => x - y).join(',') === ids);
-  for (;;) {
-    for (const b of brokers) b.cluster.kick();
-    await new Promise((r) => setTimeout(r, 20));
-    const owned = brokers.reduce((n, b) => n + b.held.size, 0);
-    if (owned === partitions && viewsComplete()) {
-      // And every broker's view of the owners is fresh (rows read at its last reconcile).
-      for (const b of brokers) b.cluster.kick();
-      await new Promise((r) => setTimeout(r, 20));
-      if (viewsComplete()) return;
-    }
-    if (Date.now() > deadline)
-      throw new Error(
-        `ownership did not settle (${owned}/${partitions}; views ${brokers.map((b) => `${b.id}: ${b.cluster.placementBrokers().join(',')}`).join('; ')})`,
-      );
-  }
-}
-
-async function stopAll(brokers: Broker[]): Promise<void> {
-  for (const b of brokers) {
-    await b.cluster.close();
-    await b.listener.close();
-  }
-}
-
-const ownerOf = (brokers: Broker[], key: string): Broker => {
-  const b = brokers.find((x) => x.held.has(key));
-  assert.ok(b, `${key} has an owner`);
-  return b;
-};
-
 const records = (n: number, tag = 'v') =>
   encodeBatch(Array.from({ length: n }, (_, i) => ({ key: null, value: Buffer.from(`${tag}${i}`), headers: [], timestamp: Date.now() })));
 const produce = (topic: string, partition: number, n: number): ProduceRequest => ({
@@ -696,62 +611,6 @@ describe('kafka in a cluster: offset commits fenced by the group epoch (PostgreS
     } finally {
       for (const x of clients) x.close();
       await stopAll(brokers);
-      for (const m of metas) await m.close();
-      await clusterStore.close();
-    }
-  });
-  it("a deposed partition leader cannot write the partition's aborted list (fenced by the partition's owner epoch)", async () => {
-    const url = await server.createDatabase();
-    const clusterStore = await PostgresClusterStore.open({ url, poolSize: 2, logger });
-    const metas: PostgresMetastore[] = [];
-    const brokers: Broker[] = [];
-    const clients: RawClient[] = [];
-    try {
-      for (const id of [1, 2]) {
-        const meta = await PostgresMetastore.open({ url, poolSize: 2 });
-        metas.push(meta);
-        brokers.push(await startBroker(clusterStore, id, new MemoryStreams(), meta, [['afx', 1]]));
-      }
-      await settle(brokers, 1);
-      const leader = ownerOf(brokers, 'afx/0');
-      const other = brokers.find((b) => b !== leader)!;
-      // A transactional id coordinated by the leader too: its abort markers are written there, not forwarded.
-      let id = '';
-      for (let i = 0; leader.cluster.placement('txn', (id = `afx-txn-${i}`)) !== leader.id; i++);
-      const c = await RawClient.connect(leader.port);
-      clients.push(c);
-      const init = await c.call(InitProducerIdApi, 4, { transactionalId: id, transactionTimeoutMs: 60000, producerId: -1, producerEpoch: -1 });
-      assert.equal(init.errorCode, E.NONE);
-      const txn = { transactionalId: id, producerId: init.producerId, producerEpoch: init.producerEpoch };
-      const add = async () => (await c.call(AddPartitionsToTxnApi, 3, { ...txn, topics: [{ name: 'afx', partitions: [0] }] })).results[0].results[0].errorCode;
-      const abort = () => c.call(EndTxnApi, 3, { ...txn, committed: false });
-      const stored = async () => ((await metas[0].getControl('txn-aborted', '0:afx'))?.data.aborted as unknown[] | undefined)?.length ?? 0;
-
-      assert.equal(await add(), E.NONE);
-      assert.equal((await abort()).errorCode, E.NONE);
-      assert.equal(await stored(), 1, "the leader stores the abort in the partition's aborted list");
-
-      // Another broker takes the partition while the leader still believes it leads it.
-      const epoch = leader.cluster.owns('partition', 'afx/0')!;
-      const row = await clusterStore.claim('partition', 'afx/0', other.id, other.cluster.incarnation, { force: true });
-      assert.ok(row.epoch > epoch);
-      assert.equal(leader.cluster.owns('partition', 'afx/0'), epoch, 'the deposed leader has not noticed');
-      assert.equal(await add(), E.NONE);
-      // Its abort marker's aborted-list write is refused; the EndTxn keeps looking for a leader (none is reachable here).
-      void abort().catch(() => undefined);
-      // Until the write was refused (the leader lets the partition go) or went through (the list grew).
-      for (const until = Date.now() + 10_000; leader.cluster.owns('partition', 'afx/0') !== null && (await stored()) === 1;) {
-        assert.ok(Date.now() < until, 'the marker was written and its aborted list write answered');
-        await new Promise((r) => setTimeout(r, 20));
-      }
-      assert.equal(await stored(), 1, 'the deposed leader did not overwrite the aborted list');
-      assert.equal(leader.cluster.owns('partition', 'afx/0'), null, 'the fenced leader lets the partition go');
-    } finally {
-      for (const x of clients) x.close();
-      // The listeners first: the pending EndTxn's marker stops looking for a leader once its coordinator is closed
-      // (else the id's handover at the cluster's close would wait for it, up to three leases).
-      for (const b of brokers) await b.listener.close();
-      for (const b of brokers) await b.cluster.close();
       for (const m of metas) await m.close();
       await clusterStore.close();
     }
