@@ -109,6 +109,7 @@ export class KafkaAdapter {
       () => this.producerIdAllocator.allocate(),
       ctx.logger.child({ component: 'transactions' }),
     );
+    this.transactions.idExpirationMs = options.transactionalIdExpirationMs;
     // The log cleaner shortens a partition's aborted list (compaction.ts): stored where the coordinator keeps it.
     ctx.engine.transactions.persistAborted = (stream, partition, aborted) => this.transactions.storeAborted(stream, partition, aborted);
     this.fetchSessions = new FetchSessionCache({ maxSlots: options.fetchSessionCacheSlots, evictionMs: options.fetchSessionEvictionMs });

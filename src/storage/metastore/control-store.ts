@@ -81,7 +81,8 @@ export interface ControlStore {
    */
   putControl(kind: ControlKind, name: string, data: Record<string, unknown>, fence?: number | ControlFence): Promise<void>;
   putControlIfAbsent(kind: ControlKind, name: string, data: Record<string, unknown>): Promise<boolean>;
-  deleteControl(kind: ControlKind, name: string): Promise<boolean>;
+  /** `fence`: as putControl's (an expired transactional id's document is deleted by the id's owner only). */
+  deleteControl(kind: ControlKind, name: string, fence?: number | ControlFence): Promise<boolean>;
   /** A number that grows with every change to any control document. */
   controlVersion(): Promise<number>;
 }

@@ -325,8 +325,8 @@ export class PostgresMetastore extends PostgresState implements Metastore {
     return putControlIfAbsent(this, kind, name, data);
   }
 
-  deleteControl(kind: ControlKind, name: string): Promise<boolean> {
-    return deleteControl(this, kind, name);
+  deleteControl(kind: ControlKind, name: string, fence?: number | ControlFence): Promise<boolean> {
+    return deleteControl(this, kind, name, fence);
   }
 
   controlVersion(): Promise<number> {

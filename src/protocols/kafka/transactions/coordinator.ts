@@ -15,6 +15,12 @@
  * INVALID_PRODUCER_EPOCH. A transaction open longer than its timeout is aborted with an epoch bump, fencing the
  * producer that forgot it, as Kafka's coordinator does.
  *
+ * Expiration (transactional.id.expiration.ms, as Kafka): an id with no transaction activity for that long (its state
+ * Empty or Complete*, unchanged since) is removed from the store by its coordinator, at the same check as the
+ * timeouts; its next InitProducerId starts afresh with a new producer id. In cluster mode only the id's owner does it
+ * (the delete is fenced by the id's owner epoch); every stored id has an owner row, taken by a live broker even
+ * after its coordinator died (orphans are taken at a reconcile), so each one expires somewhere.
+ *
  * On a single broker it coordinates every transactional id. In cluster mode (../cluster.ts) each transactional id
  * is owned like a consumer group (its placement broker, fenced by the owner row's epoch): that broker loads the
  * id's document when it takes it (acquire) and completes a commit or abort its predecessor left in flight; the
@@ -69,7 +75,7 @@ export interface TxnMeta {
 }
 
 /** The store role the coordinator needs: the metastore's control documents. */
-export type TxnStore = Pick<ControlStore, 'getControl' | 'putControl' | 'listControl'>;
+export type TxnStore = Pick<ControlStore, 'getControl' | 'putControl' | 'listControl' | 'deleteControl'>;
 
 /** transaction.max.timeout.ms: a longer transaction.timeout.ms is INVALID_TRANSACTION_TIMEOUT. */
 export const MAX_TRANSACTION_TIMEOUT_MS = 900_000;
@@ -108,6 +114,11 @@ export class TransactionCoordinator {
   private readonly fences = new Map<string, number>();
   /** Cluster mode: a write was fenced (another broker coordinates the id now): stop serving it here. */
   onFenced: ((transactionalId: string) => void) | null = null;
+  /**
+   * transactional.id.expiration.ms: an id whose state has not changed for this long, with no transaction open or
+   * being completed, is removed from the store (expireIds).
+   */
+  idExpirationMs = 604_800_000;
   /**
    * Cluster mode: the owner epoch under which this broker leads a partition (null: it does not lead it), which fences
    * the writes of the partition's aborted list (storeAborted): a deposed leader overwrites nothing.
@@ -590,10 +601,40 @@ export class TransactionCoordinator {
     await Promise.all(copies);
   }
 
-  /** Aborts the transactions open longer than their timeout, bumping the epoch (the producer is fenced). */
+  /**
+   * Removes the transactional ids idle past transactional.id.expiration.ms (see the header), on each id's chain: a
+   * request queued behind the expiry finds no state and starts afresh. In cluster mode the id stays owned here (its
+   * owner row and fence kept), so such a request's writes stay fenced.
+   */
+  private expireIds(now: number): void {
+    const idle = (m: TxnMeta, at: number) =>
+      (m.state === 'Empty' || m.state === 'CompleteCommit' || m.state === 'CompleteAbort') && at - m.updatedAt > this.idExpirationMs;
+    for (const m of this.txns.values()) {
+      if (!idle(m, now)) continue;
+      const id = m.transactionalId;
+      void this.run(id, async () => {
+        if (this.closed || this.txns.get(id) !== m || !idle(m, Date.now())) return;
+        try {
+          await this.store.deleteControl('txn', id, this.fences.get(id));
+        } catch (err) {
+          if (isFlowError(err, 'FENCED')) this.onFenced?.(id);
+          throw err;
+        }
+        this.txns.delete(id);
+        if (this.byProducer.get(m.producerId) === id) this.byProducer.delete(m.producerId);
+        this.logger.info({ transactionalId: id, producerId: m.producerId, idleMs: Date.now() - m.updatedAt }, 'transactional id expired');
+      }).catch((err: unknown) => this.logger.warn({ err, transactionalId: id }, 'expiring a transactional id failed; trying again'));
+    }
+  }
+
+  /**
+   * Aborts the transactions open longer than their timeout, bumping the epoch (the producer is fenced); expires the
+   * idle transactional ids.
+   */
   private expire(): void {
     if (this.closed) return;
     const now = Date.now();
+    this.expireIds(now);
     for (const m of this.txns.values()) {
       if (m.state !== 'Ongoing' || m.startTimeMs < 0 || now - m.startTimeMs <= m.timeoutMs) continue;
       void this.run(m.transactionalId, async () => {
