@@ -7,7 +7,8 @@
  * each key at its offset. The end of each partition is a marker record produced after the cleaners ran.
  * And a compacted topic written by a KafkaJS transactional producer, with committed and aborted transactions over
  * partitions led by both brokers: each leader's cleaner has the partition's transaction state (aborted list, open
- * transactions, loaded when it took the partition), so the aborted records go and never displace committed values.
+ * transactions, loaded when it took the partition), so the aborted records go and never displace committed values;
+ * after the kill -9, broker 1 cleans an aborted transaction broker 2 left in the partitions it took over.
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -26,7 +27,7 @@ interface Seen {
   value: string | null;
 }
 
-async function consumeToMarkers(brokers: string[], topic: string, readUncommitted = false): Promise<Seen[]> {
+async function consumeToMarkers(brokers: string[], topic: string, readUncommitted = false, marker = 'marker'): Promise<Seen[]> {
   const kafka = new Kafka({ clientId: 'cluster-compaction-reader', brokers, logLevel: logLevel.NOTHING });
   const consumer = kafka.consumer({ groupId: `reader-${Date.now()}-${Math.random()}`, maxWaitTimeInMs: 200, readUncommitted });
   const seen: Seen[] = [];
@@ -40,7 +41,7 @@ async function consumeToMarkers(brokers: string[], topic: string, readUncommitte
         .run({
           eachMessage: async ({ partition, message }: EachMessagePayload) => {
             const key = message.key!.toString();
-            if (key === 'marker') {
+            if (key === marker) {
               markers.add(partition);
               if (markers.size === PARTITIONS) {
                 clearTimeout(timer);
@@ -61,6 +62,8 @@ async function consumeToMarkers(brokers: string[], topic: string, readUncommitte
 
 describe('compacted topics across broker processes', { timeout: 180_000 }, () => {
   let c: TestCluster;
+  /** The transactional topic's committed records, as the first test left them, for the last one. */
+  let committed: Seen[] = [];
   before(async () => {
     c = await startCluster({ brokers: 2, leaseMs: 1500, haproxy: false, args: ['--kafka-group-initial-rebalance-delay', '0'] });
   });
@@ -123,6 +126,17 @@ describe('compacted topics across broker processes', { timeout: 180_000 }, () =>
     );
     assert.deepEqual(uncommitted, expected, 'read_uncommitted: the last committed record of each key, at its offset');
     assert.deepEqual(await consumeToMarkers(brokers, 'ttable'), expected, 'read_committed: the same');
+    committed = expected;
+
+    // Left for the last test: one more aborted transaction, not cleaned before broker 2 dies (markers 'marker2' after it).
+    await producer.connect();
+    await txn('aborted2', 0, 11, false);
+    await producer.disconnect();
+    await plain.connect();
+    await plain.send({ topic: 'ttable', messages: Array.from({ length: PARTITIONS }, (_, p) => ({ key: 'marker2', value: 'end', partition: p })) });
+    await plain.disconnect();
+    const pending = await consumeToMarkers(brokers, 'ttable', true, 'marker2');
+    assert.equal(pending.filter((s) => s.value?.startsWith('aborted2-')).length, 11 * PARTITIONS);
   });
 
   it('each owner cleans its partitions; after kill -9 of one, the new owner serves the compacted data', async () => {
@@ -165,5 +179,18 @@ describe('compacted topics across broker processes', { timeout: 180_000 }, () =>
     const expected = [...latest.values()].sort((a, b) => a.partition - b.partition || a.offset - b.offset);
     assert.deepEqual(seen, expected, 'the last record of each key, at its offset, in every partition');
     assert.equal(seen.filter((s) => s.value === null).length, PARTITIONS, 'one tombstone per partition kept');
+  });
+
+  it("after kill -9 of a leader, the new leader's cleaner removes the aborted transaction it took over", async () => {
+    // Broker 2 died in the test above: broker 1 leads every partition of ttable now, having loaded their aborted
+    // lists (the abort of 'aborted2' was stored by broker 2) before serving them.
+    await c.broker(1).proc.api('POST', '/api/v1/streams/ttable/compact');
+    const seen = (await consumeToMarkers([c.broker(1).kafka], 'ttable', true, 'marker2')).filter((s) => s.key !== 'marker');
+    assert.deepEqual(
+      seen.filter((s) => s.value?.startsWith('aborted')),
+      [],
+      'read_uncommitted from offset 0 sees no aborted record',
+    );
+    assert.deepEqual(seen, committed, 'the committed records at their offsets');
   });
 });
