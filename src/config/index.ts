@@ -195,6 +195,7 @@ export interface Config {
   kafkaGroupMaxSessionTimeout: number;
   kafkaConsumerGroupSessionTimeout: number;
   kafkaConsumerGroupHeartbeatInterval: number;
+  kafkaTransactionalIdExpiration: number;
 }
 
 type Kind =
@@ -1000,6 +1001,13 @@ export const OPTIONS: readonly OptionSpec[] = [
     kind: 'duration',
     default: 5000,
     help: 'heartbeat interval told to members of consumer-protocol groups (group.consumer.heartbeat.interval.ms)',
+  },
+  {
+    key: 'kafkaTransactionalIdExpiration',
+    name: 'kafka-transactional-id-expiration',
+    kind: 'duration',
+    default: 604_800_000,
+    help: "a transactional id with no transaction for this long is removed from the coordinator's state (transactional.id.expiration.ms)",
   },
 ];
 
