@@ -5,6 +5,7 @@
  */
 import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { createUser } from 'nkeys.js';
 import { Directory, PasswordVerifier, parseUsersFile, seedDirectory, type UsersFile } from '../../src/control/index.js';
 import { MemoryControlStore } from '../../src/storage/metastore/control-store.js';
 
@@ -23,6 +24,15 @@ describe('users file: parsing', () => {
       namespaces: [],
       policies: [],
     });
+  });
+
+  it('parses users with an nkey, with or without a password', () => {
+    const a = createUser().getPublicKey();
+    const b = createUser().getPublicKey();
+    assert.deepEqual(parseUsersFile(`- {username: a, nkey: ${a}}\n- {username: b, password: x, nkey: ${b}}\n`, 'u.yaml').users, [
+      { username: 'a', nkey: a },
+      { username: 'b', password: 'x', nkey: b },
+    ]);
   });
 
   it('parses groups, namespaces with quotas, policies, and users with groups and a namespace', () => {
@@ -61,7 +71,11 @@ policies:
       ['users: {a: 1}', /users must be a list/],
       ['- {username: "", password: x}', /entry 1: username must be a non-empty string/],
       ['- {username: a, password: x}\n- {username: a, password: hunter2}', /entry 2: duplicate username a/],
-      ['- {username: a}', /entry 1 \(a\): password must be a non-empty string/],
+      ['- {username: a}', /entry 1 \(a\): a password or an nkey is needed/],
+      ['- {username: a, password: ""}', /entry 1 \(a\): password must be a non-empty string/],
+      ['- {username: a, nkey: UABC}', /entry 1 \(a\): nkey must be a user public NKey/],
+      // A key of another kind (A: an account's) is no user key.
+      ['- {username: a, nkey: ADGRMQC5RCLBDOLCSHO2WTDHPSRWZOBMHKGPDTRFUQK3BNODI7UDRWJU}', /nkey must be a user public NKey/],
       ['- [a, b]', /entry 1: expected \{username, password\}/],
       ['- {username: "a\\u0000", password: hunter2}', /control characters/],
       ['- {username: a, password: hunter2, groups: admins}', /entry 1 \(a\): groups must be a list/],
