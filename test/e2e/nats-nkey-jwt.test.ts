@@ -341,6 +341,31 @@ describe('NATS NKey and JWT logins with the nats client', () => {
     assert.deepEqual(await jwtScenario(broker.natsPort, k), expected, 'FlowMQ');
   });
 
+  it("a user JWT expiring while connected: -ERR 'User Authentication Expired' and close, on both", async () => {
+    const u = createUser();
+    const jwt = await encodeUser('soon', u, k.acme, {}, { exp: Math.floor(Date.now() / 1000) + 3 });
+    const lines = await Promise.all(
+      [opPort, broker.natsPort].map(async (port) => {
+        const raw = await RawNats.connect(port);
+        const info = await raw.info();
+        const sig = Buffer.from(u.sign(Buffer.from(info.nonce as string))).toString('base64url');
+        raw.send(`CONNECT {"verbose":false,"jwt":"${jwt}","sig":"${sig}"}\r\nPING\r\n`);
+        // nats-server PINGs a new client early (its first RTT measure): PINGs are not what is looked at here.
+        const got: string[] = [];
+        while (got.length < 2) {
+          const l = await raw.line();
+          if (l !== 'PING') got.push(l);
+        }
+        await raw.ended();
+        return got;
+      }),
+    );
+    assert.deepEqual(lines, [
+      ['PONG', "-ERR 'User Authentication Expired'"],
+      ['PONG', "-ERR 'User Authentication Expired'"],
+    ]);
+  });
+
   it("a JWT user is in its account's namespace; the nkey user is the directory user", async () => {
     const nc = await connect({
       servers: broker.natsServer,

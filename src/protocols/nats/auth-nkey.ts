@@ -6,13 +6,21 @@
  * throttled by the password guard like wrong passwords (per address and key), and answered with
  * `-ERR 'Authorization Violation'` by the connection.
  */
-import { parsePublicNkey, verifySignature } from '../../control/index.js';
-import { logKey } from '../../util/log-limit.js';
+import { parsePublicNkey, verifySignature, type AccessControl } from '../../control/index.js';
+import { logKey, type LogLimiter } from '../../util/log-limit.js';
 import type { ConnectOptions } from './codec/index.js';
-import type { NatsAuthOutcome, NatsConnectionMeta } from './types.js';
-import type { NatsAdapter } from './adapter.js';
+import type { NatsAuthOutcome, NatsConnectionMeta, NatsStats } from './types.js';
+import type { NatsOperators } from './auth-jwt.js';
 
-export async function nkeyLogin(adapter: NatsAdapter, o: ConnectOptions, meta: NatsConnectionMeta): Promise<NatsAuthOutcome> {
+/** What a login uses of the adapter. */
+export interface NkeyLoginHost {
+  readonly access: AccessControl;
+  readonly stats: NatsStats;
+  readonly logLimit: LogLimiter;
+  readonly operators: NatsOperators | null;
+}
+
+export async function nkeyLogin(adapter: NkeyLoginHost, o: ConnectOptions, meta: NatsConnectionMeta): Promise<NatsAuthOutcome> {
   const a = adapter.access;
   const remote = meta.remoteAddress;
   const jwt = o.jwt !== undefined && o.jwt !== '';

@@ -21,7 +21,7 @@ export function noteRequest(conn: NatsConnectionState, topic: string, reply: str
   if (access.permits('publish', 'topic', reply)) return;
   const limits = access.principal.responses ?? conn.adapter.responses;
   const now = Date.now();
-  const map = (conn.replies ??= new Map());
+  const map = (conn.replies ??= new Map<string, { left: number; until: number }>());
   if (map.size >= MAX_REPLIES) prune(map, now);
   map.delete(reply);
   map.set(reply, { left: limits.max < 0 ? Infinity : limits.max, until: limits.ttlMs > 0 ? now + limits.ttlMs : Infinity });
