@@ -131,6 +131,16 @@ async function jwtScenario(port: number, k: Keys): Promise<Record<string, unknow
   r.noCredentials = await outcome(port, {});
   r.password = await outcome(port, { user: 'full', pass: 'x' });
   Object.assign(r, await permissions(port, { authenticator: creds('full') }, { authenticator: creds('limited') }, { authenticator: creds('responder') }));
+  // A JWT's subject permissions cover the JetStream API's subjects too.
+  const lim = await connect({ servers: `127.0.0.1:${port}`, reconnect: false, authenticator: creds('limited') });
+  try {
+    const st = statuses(lim);
+    lim.publish('$JS.API.STREAM.CREATE.X', sc.encode('{"name":"X","subjects":["x.>"]}'));
+    await eventually(() => violations(st).length > 0, 10_000, 'the JetStream API refusal');
+    r.limitedJsApi = violations(st);
+  } finally {
+    await lim.close();
+  }
   return r;
 }
 
@@ -336,6 +346,7 @@ describe('NATS NKey and JWT logins with the nats client', () => {
       noCredentials: 'AUTHORIZATION_VIOLATION',
       password: 'AUTHORIZATION_VIOLATION',
       ...EXPECTED_PERMISSIONS,
+      limitedJsApi: ['publish $JS.API.STREAM.CREATE.X'],
     };
     assert.deepEqual(await jwtScenario(opPort, k), expected, 'nats-server');
     assert.deepEqual(await jwtScenario(broker.natsPort, k), expected, 'FlowMQ');
@@ -388,6 +399,20 @@ describe('NATS NKey and JWT logins with the nats client', () => {
       assert.equal(nkClient?.user, 'nk-limited');
     } finally {
       await Promise.allSettled([nc.close(), nk.close()]);
+    }
+  });
+
+  it('a JWT user without subject limits uses JetStream (a stream made, a publish acknowledged)', async () => {
+    const nc = await connect({ servers: broker.natsServer, reconnect: false, authenticator: credsAuthenticator(fmtCreds(k.jwts.full!, k.users.full!)) });
+    try {
+      const jsm = await nc.jetstreamManager();
+      await jsm.streams.add({ name: 'JWTORDERS', subjects: ['orders.>'] });
+      const ack = await nc.jetstream().publish('orders.js', sc.encode('stored'));
+      assert.equal(ack.stream, 'JWTORDERS');
+      const info = await jsm.streams.info('JWTORDERS');
+      assert.equal(info.state.messages, 1);
+    } finally {
+      await nc.close();
     }
   });
 
