@@ -1,22 +1,50 @@
 /**
  * NATS NKeys as the control plane keeps and checks them: a user's public NKey (`U...`, what nats-server's `nkey`
- * users and a user JWT's subject are) and the ed25519 signature a NATS client makes of the server's nonce. The
- * encoding (base32 with a prefix byte and a CRC16) and the signature check are nats-io's `nkeys.js`, not ours.
+ * users and a user JWT's subject are) and the ed25519 signature a NATS client makes of the server's nonce.
+ *
+ * nats-io's `nkeys.js` decodes a key (base32 with a prefix byte and a CRC16, all checked); the signature is checked by
+ * node:crypto's ed25519 with that raw key as a JWK. nkeys.js's own verify is tweetnacl in JavaScript: measured on
+ * the 2 shared cores (load ~10) at 6.0 ms of CPU per signature against 0.07 ms for node:crypto, and a JWT login checks two
+ * (the JWT's and the nonce's) on the event loop. Keys are cached (a user logging in again, the accounts' keys).
  */
-import { fromPublic, type KeyPair } from 'nkeys.js';
+import { createPublicKey, verify, type KeyObject } from 'node:crypto';
+import { Prefix } from 'nkeys.js';
+// The decoder of nkeys.js's public keys (its fromPublic keeps the decoded key to itself): no `exports` map, so the
+// module is reachable; pinned by the package version.
+import { Codec } from 'nkeys.js/lib/codec.js';
 import { FlowError } from '../core/index.js';
 
-/** The first letter of each kind of public NKey. */
+/** The first letter of each kind of public NKey, and its prefix byte. */
 export const NKEY_PREFIX = { operator: 'O', account: 'A', user: 'U', server: 'N' } as const;
+const PREFIX_BYTE = { operator: Prefix.Operator, account: Prefix.Account, user: Prefix.User, server: Prefix.Server } as const;
+
+/** A checked public NKey: its text and the ed25519 key it holds. */
+export interface PublicNkey {
+  readonly text: string;
+  readonly kind: keyof typeof NKEY_PREFIX;
+  readonly key: KeyObject;
+}
+
+const CACHE_LIMIT = 4096;
+const cache = new Map<string, PublicNkey>();
 
 /** A public NKey of the kind (its prefix letter), checksum and length checked; else null. */
-export function parsePublicNkey(text: unknown, kind: keyof typeof NKEY_PREFIX): KeyPair | null {
+export function parsePublicNkey(text: unknown, kind: keyof typeof NKEY_PREFIX): PublicNkey | null {
   if (typeof text !== 'string' || text.length !== 56 || text[0] !== NKEY_PREFIX[kind]) return null;
+  const hit = cache.get(text);
+  if (hit !== undefined) return hit.kind === kind ? hit : null;
+  let k: PublicNkey;
   try {
-    return fromPublic(text);
+    const raw = Codec.decode(PREFIX_BYTE[kind], Buffer.from(text, 'latin1'));
+    if (raw.length !== 32) return null;
+    const key = createPublicKey({ key: { kty: 'OKP', crv: 'Ed25519', x: Buffer.from(raw).toString('base64url') }, format: 'jwk' });
+    k = { text, kind, key };
   } catch {
     return null;
   }
+  if (cache.size >= CACHE_LIMIT) cache.clear();
+  cache.set(text, k);
+  return k;
 }
 
 /** Validates a user's public NKey (`U` and 55 base32 characters); INVALID_ARGUMENT otherwise. */
@@ -35,12 +63,12 @@ export function decodeSignature(text: string | undefined): Uint8Array | null {
   return b.length === 64 ? b : null;
 }
 
-/** Whether `sig` (as sent) is `key`'s signature of `data`. */
-export function verifySignature(key: KeyPair, data: Uint8Array, sig: string | Uint8Array | undefined): boolean {
+/** Whether `sig` (as sent, or decoded) is `key`'s ed25519 signature of `data`. */
+export function verifySignature(key: PublicNkey, data: Uint8Array, sig: string | Uint8Array | undefined): boolean {
   const s = typeof sig === 'string' || sig === undefined ? decodeSignature(sig) : sig;
   if (s === null || s.length !== 64) return false;
   try {
-    return key.verify(data, s);
+    return verify(null, data, key.key, s);
   } catch {
     return false;
   }
