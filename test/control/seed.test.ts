@@ -163,6 +163,20 @@ describe('users file: seeding the directory', () => {
     assert.equal((await seedDirectory(d, changed, 'u.yaml', verify)).passwords, 0);
   });
 
+  it("seeds an nkey user without a password, and applies the file's new nkey at the next start", async () => {
+    const store = new MemoryControlStore();
+    const k1 = createUser().getPublicKey();
+    const k2 = createUser().getPublicKey();
+    const d = await open(store);
+    const withKey = (k: string) => file({ users: [{ username: 'svc', nkey: k }] });
+    assert.equal((await seedDirectory(d, withKey(k1), 'u.yaml', verify)).users, 1);
+    assert.equal(d.userByNkey(k1), 'svc');
+    const again = await open(store);
+    await seedDirectory(again, withKey(k2), 'u.yaml', verify);
+    assert.equal(again.userByNkey(k2), 'svc');
+    assert.equal(again.userByNkey(k1), undefined);
+  });
+
   it('a user created through the API keeps its password whatever the file says', async () => {
     const store = new MemoryControlStore();
     const d = await open(store);
