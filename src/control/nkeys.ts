@@ -8,15 +8,29 @@
  * (the JWT's and the nonce's) on the event loop. Keys are cached (a user logging in again, the accounts' keys).
  */
 import { createPublicKey, verify, type KeyObject } from 'node:crypto';
-import { Prefix } from 'nkeys.js';
-// The decoder of nkeys.js's public keys (its fromPublic keeps the decoded key to itself): no `exports` map, so the
-// module is reachable; pinned by the package version.
-import { Codec } from 'nkeys.js/lib/codec.js';
+import { createRequire } from 'node:module';
+import type { Prefix } from 'nkeys.js';
+import type { Codec } from 'nkeys.js/lib/codec.js';
 import { FlowError } from '../core/index.js';
 
-/** The first letter of each kind of public NKey, and its prefix byte. */
+/** The first letter of each kind of public NKey. */
 export const NKEY_PREFIX = { operator: 'O', account: 'A', user: 'U', server: 'N' } as const;
-const PREFIX_BYTE = { operator: Prefix.Operator, account: Prefix.Account, user: Prefix.User, server: Prefix.Server } as const;
+
+/**
+ * nkeys.js, loaded on first use (50-75 ms of a start at load ~10, which most brokers never need: no user with an
+ * NKey, no operator), synchronously (the package is CommonJS). Its key decoder comes from `lib/codec.js` (fromPublic
+ * keeps the decoded key to itself; the package has no `exports` map and is pinned).
+ */
+let lib: { codec: typeof Codec; prefix: Record<keyof typeof NKEY_PREFIX, Prefix> } | null = null;
+function nkeys(): NonNullable<typeof lib> {
+  if (lib === null) {
+    const req = createRequire(import.meta.url);
+    const { Prefix: P } = req('nkeys.js') as typeof import('nkeys.js');
+    const { Codec: C } = req('nkeys.js/lib/codec.js') as typeof import('nkeys.js/lib/codec.js');
+    lib = { codec: C, prefix: { operator: P.Operator, account: P.Account, user: P.User, server: P.Server } };
+  }
+  return lib;
+}
 
 /** A checked public NKey: its text and the ed25519 key it holds. */
 export interface PublicNkey {
@@ -35,7 +49,8 @@ export function parsePublicNkey(text: unknown, kind: keyof typeof NKEY_PREFIX): 
   if (hit !== undefined) return hit.kind === kind ? hit : null;
   let k: PublicNkey;
   try {
-    const raw = Codec.decode(PREFIX_BYTE[kind], Buffer.from(text, 'latin1'));
+    const n = nkeys();
+    const raw = n.codec.decode(n.prefix[kind], Buffer.from(text, 'latin1'));
     if (raw.length !== 32) return null;
     const key = createPublicKey({ key: { kty: 'OKP', crv: 'Ed25519', x: Buffer.from(raw).toString('base64url') }, format: 'jwk' });
     k = { text, kind, key };
