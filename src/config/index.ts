@@ -5,7 +5,7 @@
  * (`npm run docs`).
  */
 import { readFileSync } from 'node:fs';
-import { parse as parseYaml } from 'yaml';
+import { parseYaml } from '../util/yaml.js';
 import { FlowError } from '../core/errors.js';
 import { SASL_MECHANISMS } from './sasl-mechanisms.js';
 import { addressFilter, hostName } from '../util/address.js';

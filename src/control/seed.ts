@@ -18,7 +18,7 @@
  * Errors name the file and the entry, never a password.
  */
 import { FlowError } from '../core/index.js';
-import { parse as parseYaml } from 'yaml';
+import { parseYaml } from '../util/yaml.js';
 import { validateName, validateQuotas, type Directory, type Quotas } from './directory.js';
 import { validatePolicy, type PolicyDef } from './policy.js';
 import { validateUserNkey } from './nkeys.js';

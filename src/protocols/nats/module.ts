@@ -3,6 +3,7 @@
  * the WebSocket listener, started from the broker's nats-* config.
  */
 import { readFileSync } from 'node:fs';
+import type { Config } from '../../config/index.js';
 import { FlowError } from '../../core/index.js';
 import { tlsClientOptions } from '../../control/certs.js';
 import { formatAddress as fmt } from '../listener.js';
@@ -18,16 +19,19 @@ import { newListenerCounts, startNatsListener, startNatsWsListener, type NatsLis
 
 export const natsModule: ProtocolModule = {
   name: 'nats',
-  async start(ctx: ProtocolModuleContext): Promise<RunningProtocol> {
-    const c = ctx.config;
-    // A half-configured TLS listener is refused before any listener opens (loadConfig checks it too; a Config built
-    // by hand does not go through it).
+  check(c: Config): void {
+    // loadConfig checks these too; a Config built by hand does not go through it.
     if ((c.natsTlsCert === null) !== (c.natsTlsKey === null)) {
       throw new FlowError('CONFIG_ERROR', 'NATS over TLS needs both nats-tls-cert and nats-tls-key');
     }
     if ((c.natsTlsRequired || c.natsTlsHandshakeFirst || c.natsWsTls) && c.natsTlsCert === null) {
       throw new FlowError('CONFIG_ERROR', 'nats-tls-required, nats-tls-handshake-first and nats-ws-tls need nats-tls-cert and nats-tls-key');
     }
+  },
+  async start(ctx: ProtocolModuleContext): Promise<RunningProtocol> {
+    const c = ctx.config;
+    // A half-configured TLS listener is refused before any listener opens.
+    natsModule.check!(c);
     // Read before anything listens: a missing file stops the start with nothing left open.
     const tlsSettings: NatsTlsSettings | undefined =
       c.natsTlsCert !== null && c.natsTlsKey !== null
