@@ -5,8 +5,8 @@
  * ~290 ms a broker spent loading modules before it listened, and a restarted broker's clients reconnect within a
  * few hundred milliseconds. Nor does it load, before its listeners are up, the packages only some brokers use: the
  * YAML parser (config and users files), Ajv (the cluster channel), prom-client (made after the listeners), ws (the
- * WebSocket listeners) and the snappy, LZ4 and zstd codecs (compressed Kafka batches): ~105 ms more, loaded with
- * their first use. This walks the static imports from the CLI's entry and from the broker module through the
+ * WebSocket listeners) and the snappy, LZ4 and zstd codecs (compressed Kafka batches): ~105 ms more; nor nkeys.js
+ * (NATS NKey and JWT logins: 50-75 ms at load ~10). All are loaded with their first use. This walks the static imports from the CLI's entry and from the broker module through the
  * compiled tree and fails on any path that reaches them, naming it.
  */
 import assert from 'node:assert/strict';
@@ -16,7 +16,7 @@ import { fileURLToPath } from 'node:url';
 import { describe, it } from 'node:test';
 
 const DIST_SRC = resolve(dirname(fileURLToPath(import.meta.url)), '../../src');
-const SERVICE_DRIVERS = new Set(['pg', '@aws-sdk/client-s3', 'fastify', 'yaml', 'ajv', 'prom-client', 'ws', 'snappyjs', 'lz4js', 'fzstd']);
+const SERVICE_DRIVERS = new Set(['pg', '@aws-sdk/client-s3', 'fastify', 'yaml', 'ajv', 'prom-client', 'ws', 'snappyjs', 'lz4js', 'fzstd', 'nkeys.js']);
 
 /** Static `import … from` / `export … from` and bare `import '…'` specifiers of a compiled module (not `import(…)`). */
 function staticImports(file: string): string[] {

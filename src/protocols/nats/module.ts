@@ -13,6 +13,8 @@ import { NatsAdapter } from './adapter.js';
 import { JetStream } from './jetstream/index.js';
 import { NatsMonitor } from './monitor.js';
 import { resolveNatsOptions } from './options.js';
+import { NatsOperators } from './auth-jwt.js';
+import type { Logger } from 'pino';
 import { newListenerCounts, startNatsListener, startNatsWsListener, type NatsListenerShared, type NatsTlsSettings } from './server.js';
 
 export const natsModule: ProtocolModule = {
@@ -60,7 +62,13 @@ export const natsModule: ProtocolModule = {
     const adapter = new NatsAdapter(
       { ...ctx, logger },
       options,
-      { access: ctx.access, token: c.natsToken, certUser: c.tlsClientCa === null ? null : c.tlsCertUser },
+      {
+        access: ctx.access,
+        token: c.natsToken,
+        certUser: c.tlsClientCa === null ? null : c.tlsCertUser,
+        operators: operatorMode(c.natsOperator, c.natsAccounts, logger),
+        responses: { max: c.natsResponseMax, ttlMs: c.natsResponseTtl },
+      },
       jetstream,
     );
     // JetStream API requests are authorized by who sent them: the adapter knows its connections' Access.
@@ -136,3 +144,19 @@ export const natsModule: ProtocolModule = {
     };
   },
 };
+
+/** Operator mode from --nats-operator and --nats-accounts (null when no operator is configured). */
+function operatorMode(operator: string | null, accounts: string | null, logger: Logger): NatsOperators | null {
+  const list = (v: string | null) =>
+    (v ?? '')
+      .split(',')
+      .map((x) => x.trim())
+      .filter((x) => x !== '');
+  if (list(operator).length === 0) {
+    if (list(accounts).length > 0) throw new FlowError('CONFIG_ERROR', 'nats-accounts needs nats-operator (the operator that signed them)');
+    return null;
+  }
+  const n = NatsOperators.load(list(operator), list(accounts));
+  logger.info({ accounts: n.accountCount }, 'nats operator mode: user JWTs of the preloaded accounts log in');
+  return n;
+}
