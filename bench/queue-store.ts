@@ -2,8 +2,10 @@
  * The QueueStore backends alone, without a broker (`npm run bench -- queue-store`): persistent 1 KiB messages
  * appended to one queue by N concurrent publishers, each waiting for its append to resolve before the next (as a
  * publisher waits for a confirm), at a few concurrency levels; then the steady state of a queue that is consumed
- * as fast as it is filled (each publisher also removes, i.e. acks, the message it appended before). Reports
- * appends/s and the p50 / p99 of append → resolved, for the embedded store (SQLite in a worker thread,
+ * as fast as it is filled (each publisher also removes, i.e. acks, the message it appended before); then the same
+ * with the ack coming before the append is durable (a consumer's ack arriving one tick after the append, as the
+ * broker delivers a message before its write), which the stores elide (neither is written: `elided`, issue 28).
+ * Reports appends/s and the p50 / p99 of append → resolved, for the embedded store (SQLite in a worker thread,
  * synchronous=FULL, on BENCH_DATA_DIR or the temp dir) and for PostgreSQL (a durable server started for the run:
  * fsync on).
  *
@@ -22,6 +24,10 @@ export interface QueueStoreLevel {
   concurrency: number;
   /** Append and remove (ack) per publisher round, not appends alone. */
   withAcks: boolean;
+  /** The remove is made one tick after its append, before the append has resolved (a fast consumer's ack). */
+  ackBeforeWritten?: boolean;
+  /** Share of the appends the store never wrote (removed while waiting for their group). */
+  elidedShare?: number;
   appendsPerSec: number;
   latencyMs: Percentiles;
   meanCallsPerCommit: number;
@@ -43,10 +49,21 @@ export const defaultQueueStoreOptions = (seconds = 3): QueueStoreBenchOptions =>
   messageBytes: 1024,
 });
 
-async function level(store: QueueStore, queue: string, concurrency: number, withAcks: boolean, o: QueueStoreBenchOptions): Promise<QueueStoreLevel> {
+/** Unresolved appends per publisher at most, in the early-ack level. */
+const EARLY_WINDOW = 8;
+
+async function level(
+  store: QueueStore,
+  queue: string,
+  concurrency: number,
+  withAcks: boolean,
+  o: QueueStoreBenchOptions,
+  ackBeforeWritten = false,
+): Promise<QueueStoreLevel> {
   await store.openQueue(queue);
   const data = Buffer.alloc(o.messageBytes, 0x5a);
   let nextId = (await store.openQueue(queue)).maxId + 1;
+  const firstId = nextId;
   const samples: number[] = [];
   const t0 = performance.now();
   const measureFrom = t0 + o.warmupS * 1000;
@@ -68,13 +85,43 @@ async function level(store: QueueStore, queue: string, concurrency: number, with
       previous = id;
     }
   };
-  await Promise.all(Array.from({ length: concurrency }, publisher));
+  // Early acks: appends arrive one per tick per publisher (as a broker's arrive from its sockets, not in step with
+  // the commits), at most EARLY_WINDOW unresolved each (a publisher's confirm window), and each is removed one tick
+  // after it was made (the consumer's ack: the broker delivers a message before its write is durable).
+  const removes: Array<Promise<void>> = [];
+  const earlyPublisher = async (): Promise<void> => {
+    const inFlight = new Set<Promise<void>>();
+    while (performance.now() < end) {
+      if (inFlight.size >= EARLY_WINDOW) {
+        await Promise.race(inFlight);
+        continue;
+      }
+      const id = nextId++;
+      const at = performance.now();
+      const p: Promise<void> = store.append(queue, [{ id, data }]).then(() => {
+        inFlight.delete(p);
+        if (at >= measureFrom) {
+          samples.push(performance.now() - at);
+          counted++;
+        }
+      });
+      inFlight.add(p);
+      setImmediate(() => removes.push(store.remove(queue, [id])));
+      await new Promise((r) => setImmediate(r));
+    }
+    await Promise.all(inFlight);
+  };
+  await Promise.all(Array.from({ length: concurrency }, ackBeforeWritten ? earlyPublisher : publisher));
+  await new Promise((r) => setImmediate(r));
+  await Promise.all(removes);
   const f1 = store.figures?.() ?? {};
   const calls = Number(f1.calls ?? 0) - Number(f0.calls ?? 0);
   const commits = Number(f1.commits ?? 0) - Number(f0.commits ?? 0);
+  const elided = Number(f1.elided ?? 0) - Number(f0.elided ?? 0);
   return {
     concurrency,
-    withAcks,
+    withAcks: withAcks || ackBeforeWritten,
+    ...(ackBeforeWritten ? { ackBeforeWritten, elidedShare: nextId > firstId ? elided / (nextId - firstId) : 0 } : {}),
     appendsPerSec: counted / o.seconds,
     latencyMs: percentiles(samples),
     meanCallsPerCommit: commits > 0 ? calls / commits : 0,
@@ -85,6 +132,7 @@ export async function runQueueStoreBench(store: QueueStore, o: QueueStoreBenchOp
   const out: QueueStoreLevel[] = [];
   for (const c of o.levels) out.push(await level(store, `bench-${c}`, c, false, o));
   out.push(await level(store, 'bench-acked', o.ackLevel, true, o));
+  out.push(await level(store, 'bench-acked-early', o.ackLevel, false, o, true));
   return out;
 }
 
@@ -117,7 +165,8 @@ export async function queueStorePostgres(o: QueueStoreBenchOptions): Promise<Que
 }
 
 export function levelCell(l: QueueStoreLevel): string {
-  return `${l.concurrency}${l.withAcks ? ' +acks' : ''}: ${Math.round(l.appendsPerSec)}/s, ${l.latencyMs.p50.toFixed(2)} / ${l.latencyMs.p99.toFixed(2)} ms`;
+  const acks = l.ackBeforeWritten ? ` +early acks (${(100 * (l.elidedShare ?? 0)).toFixed(0)}% elided)` : l.withAcks ? ' +acks' : '';
+  return `${l.concurrency}${acks}: ${Math.round(l.appendsPerSec)}/s, ${l.latencyMs.p50.toFixed(2)} / ${l.latencyMs.p99.toFixed(2)} ms`;
 }
 
 if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
@@ -130,8 +179,9 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
     console.log(`${name}:`);
     for (const l of levels) {
       console.log(
-        `  ${String(l.concurrency).padStart(4)} publishers${l.withAcks ? ' (append + ack)' : '               '}: ${Math.round(l.appendsPerSec).toString().padStart(7)} appends/s, ` +
-          `append → resolved p50 ${l.latencyMs.p50.toFixed(2)} / p99 ${l.latencyMs.p99.toFixed(2)} / max ${l.latencyMs.max.toFixed(1)} ms, ${l.meanCallsPerCommit.toFixed(1)} calls per commit`,
+        `  ${String(l.concurrency).padStart(4)} publishers${l.ackBeforeWritten ? ' (append + early ack)' : l.withAcks ? ' (append + ack)      ' : '                     '}: ${Math.round(l.appendsPerSec).toString().padStart(7)} appends/s, ` +
+          `append → resolved p50 ${l.latencyMs.p50.toFixed(2)} / p99 ${l.latencyMs.p99.toFixed(2)} / max ${l.latencyMs.max.toFixed(1)} ms, ${l.meanCallsPerCommit.toFixed(1)} calls per commit` +
+          (l.ackBeforeWritten ? `, ${(100 * (l.elidedShare ?? 0)).toFixed(1)}% never written` : ''),
       );
     }
   }

@@ -6,7 +6,7 @@ import { mkdirSync, readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import type { Logger } from 'pino';
 import type { Config } from './config/index.js';
-import { Engine, FlowError, queueFactory } from './core/index.js';
+import { Engine, FlowError, queueFactory, type QueuePages, type QueueStore } from './core/index.js';
 import {
   AccessControl,
   createMetrics,
@@ -105,6 +105,23 @@ class Closers {
   }
 }
 
+/**
+ * Non-durable queues page past their window into the local queue store under `amq.page.<broker id>.` (QueuePages):
+ * what an earlier run of this broker left there is dropped first, since no non-durable queue survives a restart.
+ * Cluster mode: after registering (an id already live elsewhere stops the start before), and only this broker's
+ * prefix, so one broker's sweep never touches another's pages. The sweep runs while the log recovers; `swept` is
+ * awaited before any queue opens.
+ */
+function sweepQueuePages(store: QueueStore, brokerId: number, logger: Logger): { pages: QueuePages | undefined; swept: Promise<void> } {
+  if (!store.dropQueues) return { pages: undefined, swept: Promise.resolve() };
+  const prefix = `amq.page.${brokerId}.`;
+  const swept = store.dropQueues(prefix).then((n) => {
+    if (n > 0) logger.info({ swept: n, prefix }, 'queue store: pages of non-durable queues of an earlier run dropped');
+  });
+  swept.catch(() => undefined);
+  return { pages: { store, prefix }, swept };
+}
+
 export async function startBroker(config: Config, logger: Logger): Promise<Broker> {
   // The users file first: a bad one stops the broker before it opens storage. It seeds the directory below.
   const seedUsers = config.usersFile === null ? null : parseUsersFile(await readUsersFile(config.usersFile), config.usersFile);
@@ -155,6 +172,7 @@ async function openDataPlane(config: Config, logger: Logger, closers: Closers): 
   const clustered = config.cluster ? await openCluster(config, logger) : null;
   if (clustered) closers.push('cluster membership', () => clustered.close());
   const cluster = clustered?.cluster ?? null;
+  const { pages, swept } = sweepQueuePages(storage.queues, config.brokerId, logger);
   const logOptions = {
     segmentBytes: config.segmentBytes,
     segmentMs: config.segmentMs,
@@ -194,7 +212,7 @@ async function openDataPlane(config: Config, logger: Logger, closers: Closers): 
     clusterStreams ?? log,
     metastore,
     storage.queues,
-    queueFactory({ maxMessages: Math.max(1, config.queueWindowMessages), maxBytes: Math.max(1, config.queueWindowBytes) }),
+    queueFactory({ maxMessages: Math.max(1, config.queueWindowMessages), maxBytes: Math.max(1, config.queueWindowBytes) }, pages),
   );
   clusterStreams?.attach((defs) => engine.syncStreams(defs));
   // Durable queues are under the free-space reserve where they are on the local disk (the embedded queue store).
@@ -203,6 +221,9 @@ async function openDataPlane(config: Config, logger: Logger, closers: Closers): 
   if (cluster) closers.push('cluster queues', await ClusterQueues.open(engine, cluster, logger.child({ component: 'cluster-queues' })));
   // Cluster: at close, everything is handed over first, while the log is still open to make it durable; then leave.
   if (clustered) closers.push('cluster handover', () => clustered.close());
+  // The queue store's worker has booted meanwhile (or the start fails here, naming it).
+  await storage.ready;
+  await swept;
   await engine.load();
   log.finishRecovery();
   // Cluster mode, live side: interest and forwarding across brokers, retained messages (before any subscription).
@@ -229,7 +250,25 @@ async function startServing(config: Config, logger: Logger, data: DataPlane, con
   const running: Array<{ name: string; protocol: RunningProtocol }> = [];
   // What a flood of connections leaves behind is given back once it has gone (see src/control/memory.ts).
   const collector = new FloodCollector({ totals: connectionTotals, logger: logger.child({ component: 'memory' }) });
-  // Read at scrape only; `running` and `listeners` fill in below.
+  closers.push('protocols', async () => {
+    collector.stop();
+    await Promise.allSettled(running.map((r) => r.protocol.close()));
+  });
+  const enabled: readonly string[] = config.protocols;
+  // The protocols start side by side (one's listener binds while another reads its state), then are recorded in
+  // PROTOCOL_MODULES order; when one fails, the others that started are closed with the broker.
+  const modules = PROTOCOL_MODULES.filter((m) => enabled.includes(m.name));
+  for (const m of modules) m.check?.(config);
+  const starts = await Promise.allSettled(
+    modules.map((module) => module.start({ engine, logger, brokerId: config.brokerId, config, guard: protocolGuard, access, cluster })),
+  );
+  starts.forEach((s, i) => {
+    if (s.status === 'fulfilled') running.push({ name: modules[i].name, protocol: s.value });
+  });
+  for (const { protocol } of running) for (const [name, l] of protocol.listeners) listeners.set(name, l);
+  const failed = starts.find((s): s is PromiseRejectedResult => s.status === 'rejected');
+  if (failed) throw failed.reason;
+  // Made once the listeners are up (loading prom-client was ~22 ms of a restart's wait); read at scrape only.
   const metrics = createMetrics({
     clients: access.clients,
     engine,
@@ -243,17 +282,6 @@ async function startServing(config: Config, logger: Logger, data: DataPlane, con
     quotas: access.quotas,
     ready: () => ready,
   });
-  closers.push('protocols', async () => {
-    collector.stop();
-    await Promise.allSettled(running.map((r) => r.protocol.close()));
-  });
-  const enabled: readonly string[] = config.protocols;
-  for (const module of PROTOCOL_MODULES) {
-    if (!enabled.includes(module.name)) continue;
-    const protocol = await module.start({ engine, logger, brokerId: config.brokerId, config, guard: protocolGuard, access, cluster });
-    running.push({ name: module.name, protocol });
-    for (const [name, l] of protocol.listeners) listeners.set(name, l);
-  }
   const admin = await startAdminApi({
     engine,
     logger: logger.child({ component: 'admin' }),

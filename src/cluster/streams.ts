@@ -40,6 +40,7 @@ import {
   type StreamDef,
   type StreamDefaults,
   type StreamStorage,
+  type TxnPartitions,
 } from '../core/index.js';
 import type { LogManager } from '../storage/log/index.js';
 import { backoffDelay } from '../util/backoff.js';
@@ -132,6 +133,8 @@ export class ClusterStreams implements StreamStorage {
   private pushTimer: NodeJS.Timeout | null = null;
   private pushes = 0;
   private closed = false;
+  /** The engine's Kafka transaction state (useTransactions), handed to the log's cleaner. */
+  private txns: TxnPartitions | null = null;
   readonly stats = {
     forwardedAppends: 0,
     forwardRequests: 0,
@@ -238,11 +241,14 @@ export class ClusterStreams implements StreamStorage {
         const { stream, partition } = parseName(name);
         const def = this.defs.get(stream);
         if (def === undefined || partition >= def.partitions) throw new FlowError('NOT_FOUND', `stream "${stream}" has no partition ${partition}`);
+        // What an earlier leadership here loaded is stale: the cleaner waits for this one's (loadPartition).
+        this.txns?.setLoaded(stream, partition, false);
         await this.log.acquirePartition(def, partition);
         this.remoteOffsets.delete(name);
       },
       release: async (name, lost) => {
         const { stream, partition } = parseName(name);
+        this.txns?.setLoaded(stream, partition, false);
         await this.log.releasePartition(stream, partition, lost);
       },
     };
@@ -254,6 +260,16 @@ export class ClusterStreams implements StreamStorage {
     const owner = this.cluster.owner('partition', name);
     if (owner !== null) return { local: local && owner.broker === this.cluster.id, broker: owner.broker, epoch: owner.epoch };
     return { local: false, broker: null, epoch: 0 };
+  }
+
+  /**
+   * The engine's transaction state goes to the log, whose cleaner removes aborted transactions' records from the
+   * compacted partitions led here, each once its leader loaded the partition's state (TxnPartitions.setLoaded, by the
+   * Kafka adapter's partition loader; Cluster.onAcquire runs it after acquire below).
+   */
+  useTransactions(txns: TxnPartitions): void {
+    this.txns = txns;
+    this.log.useTransactions(txns);
   }
 
   /** Broker-wide stream defaults apply to the partitions this broker writes (every broker is given the same). */

@@ -5,7 +5,7 @@
  * (`npm run docs`).
  */
 import { readFileSync } from 'node:fs';
-import { parse as parseYaml } from 'yaml';
+import { parseYaml } from '../util/yaml.js';
 import { FlowError } from '../core/errors.js';
 import { SASL_MECHANISMS } from './sasl-mechanisms.js';
 import { addressFilter, hostName } from '../util/address.js';
@@ -80,6 +80,13 @@ export interface Config {
   natsMonitorAllow: string[];
   /** The token a NATS CONNECT may carry in auth_token (instead of a user and password). */
   natsToken: string | null;
+  /** Operator mode: operator JWT files (comma-separated); null: off. */
+  natsOperator: string | null;
+  /** Account JWT files or directories (comma-separated), the preloaded resolver of operator mode. */
+  natsAccounts: string | null;
+  /** allow_responses (the `respond` action): replies per request received, and for how long (ms; 0: no limit). */
+  natsResponseMax: number;
+  natsResponseTtl: number;
   natsMaxPayload: number;
   natsMaxControlLine: number;
   natsMaxPending: number;
@@ -195,6 +202,7 @@ export interface Config {
   kafkaGroupMaxSessionTimeout: number;
   kafkaConsumerGroupSessionTimeout: number;
   kafkaConsumerGroupHeartbeatInterval: number;
+  kafkaTransactionalIdExpiration: number;
 }
 
 type Kind =
@@ -480,6 +488,34 @@ export const OPTIONS: readonly OptionSpec[] = [
     kind: 'string',
     default: null,
     help: 'token a NATS client may present in CONNECT auth_token instead of a user and password (prefer the environment: FLOWMQ_NATS_TOKEN)',
+  },
+  {
+    key: 'natsOperator',
+    name: 'nats-operator',
+    kind: 'string',
+    default: null,
+    help: "operator mode (nats-server's operator): operator JWT file(s), comma-separated; NATS clients may then log in with user JWTs of the accounts in nats-accounts (see docs/nats.md)",
+  },
+  {
+    key: 'natsAccounts',
+    name: 'nats-accounts',
+    kind: 'string',
+    default: null,
+    help: "account JWT files or directories of them, comma-separated, read at start (nats-server's resolver MEMORY with resolver_preload); each account is the namespace of its name",
+  },
+  {
+    key: 'natsResponseMax',
+    name: 'nats-response-max',
+    kind: 'int',
+    default: 1,
+    help: "allow_responses: replies a NATS client may publish to the reply subject of each request it received on a topic it may 'respond' to (a user JWT's resp overrides it)",
+  },
+  {
+    key: 'natsResponseTtl',
+    name: 'nats-response-ttl',
+    kind: 'duration',
+    default: 120_000,
+    help: "allow_responses: how long after the request its replies may be published (0: no limit; nats-server's default 2m)",
   },
   {
     key: 'natsMaxPayload',
@@ -1000,6 +1036,13 @@ export const OPTIONS: readonly OptionSpec[] = [
     kind: 'duration',
     default: 5000,
     help: 'heartbeat interval told to members of consumer-protocol groups (group.consumer.heartbeat.interval.ms)',
+  },
+  {
+    key: 'kafkaTransactionalIdExpiration',
+    name: 'kafka-transactional-id-expiration',
+    kind: 'duration',
+    default: 604_800_000,
+    help: "a transactional id with no transaction for this long is removed from the coordinator's state (transactional.id.expiration.ms)",
   },
 ];
 

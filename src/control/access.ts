@@ -12,7 +12,7 @@ import type { Logger } from 'pino';
 import { LogLimiter, logKey } from '../util/log-limit.js';
 import type { Directory } from './directory.js';
 import type { PasswordGuard } from './password-guard.js';
-import { ANONYMOUS, type Action, type Principal, type ResourceKind, type SubscriptionVerdict } from './policy.js';
+import { ANONYMOUS, type Action, type PolicySet, type Principal, type ResourceKind, type SubscriptionVerdict } from './policy.js';
 import { QuotaManager } from './quotas.js';
 import { RuntimeSettings } from './settings.js';
 import { ClientRegistry } from './clients.js';
@@ -149,7 +149,7 @@ export class AccessControl {
    * judged the same way by the publish denies: a Kafka produce is delivered live on the stream's topic.
    */
   allows(p: Principal, action: Action, kind: ResourceKind, name: string): boolean {
-    const set = this.directory.policies;
+    const set = p.own ?? this.directory.policies;
     if (!set.allows(p, action, kind, name)) return false;
     if (this.sources === null) return true;
     // Reading a stream or queue reads what its topics carried; writing a stream (a Kafka produce) publishes on its
@@ -227,15 +227,39 @@ export class Access {
     return this.current;
   }
 
+  /** The policies that decide for this connection: its own (a NATS user JWT's), else the directory's. */
+  private get set(): PolicySet {
+    return this.current.own ?? this.ac.directory.policies;
+  }
+
   /** Nothing is ever denied right now (no policies, default allow): callers may skip per-message checks. */
   get open(): boolean {
-    return this.ac.directory.policies.open;
+    return this.set.open;
   }
 
   /** May this connection do `action` on the resource? Denials are logged (rate-limited) and counted. */
   can(action: Action, kind: ResourceKind, name: string): boolean {
-    const set = this.ac.directory.policies;
-    if (set.open) return true;
+    if (this.set.open) return true;
+    const v = this.verdict(action, kind, name);
+    if (v) this.ac.stats.allowed++;
+    else this.ac.logDenial(this, action, kind, name);
+    return v;
+  }
+
+  /** `can` without logging or counting: a question the broker asks itself (NATS allow_responses), not a request. */
+  permits(action: Action, kind: ResourceKind, name: string): boolean {
+    return this.set.open || this.verdict(action, kind, name);
+  }
+
+  /** Whether a deny policy of this connection names the topic (what no allow reaches is not "denied" here). */
+  deniesTopic(action: Action, topic: string): boolean {
+    const set = this.set;
+    if (set.open) return false;
+    this.sync();
+    return set.deniesWithin(this.current, action, topic);
+  }
+
+  private verdict(action: Action, kind: ResourceKind, name: string): boolean {
     this.sync();
     const key = `${action}\u0000${kind}\u0000${name}`;
     const cache = (this.cache ??= new Map<string, boolean>());
@@ -245,8 +269,6 @@ export class Access {
       if (cache.size >= CACHE_LIMIT) cache.clear();
       cache.set(key, v);
     }
-    if (v) this.ac.stats.allowed++;
-    else this.ac.logDenial(this, action, kind, name);
     return v;
   }
 
@@ -257,7 +279,7 @@ export class Access {
    * key built per check (measured by the MQTT part: 1000 sessions, 10M deliveries, 26-29 s → 9-12 s).
    */
   admits(topic: string): boolean {
-    const set = this.ac.directory.policies;
+    const set = this.set;
     if (set.open) return true;
     this.sync();
     const admitted = (this.admitted ??= new Map<string, boolean>());
@@ -276,7 +298,7 @@ export class Access {
    * standing subscription whose readers nobody filters. Denials are logged.
    */
   mayBind(filter: string): boolean {
-    const set = this.ac.directory.policies;
+    const set = this.set;
     if (set.open) return true;
     this.sync();
     const v = set.subscription(this.current, filter);
@@ -291,7 +313,7 @@ export class Access {
    * names and say nothing of topics keep creating topics). Denials are logged.
    */
   mayCapture(filter: string): boolean {
-    const set = this.ac.directory.policies;
+    const set = this.set;
     if (set.open) return true;
     this.sync();
     if (!set.deniesWithin(this.current, 'subscribe', filter)) return true;
@@ -301,7 +323,7 @@ export class Access {
 
   /** The verdict for a live subscription to a unified MQTT-syntax filter (see PolicySet.subscription). */
   subscription(filter: string): SubscriptionVerdict {
-    const set = this.ac.directory.policies;
+    const set = this.set;
     if (set.open) return 'allow';
     this.sync();
     const v = set.subscription(this.current, filter);
@@ -319,6 +341,7 @@ export class Access {
     if (this.directoryVersion === d) return;
     this.directoryVersion = d;
     this.admitted?.clear();
-    if (this.current.user !== null) this.current = this.ac.principal(this.current.user);
+    // An identity with its own policies (a NATS user JWT) is no directory user: it stays as it logged in.
+    if (this.current.user !== null && this.current.own === undefined) this.current = this.ac.principal(this.current.user);
   }
 }

@@ -20,6 +20,7 @@ import { SCRAM_MECHANISMS, type ScramMechanism } from '../config/sasl-mechanisms
 import { PolicySet, validatePolicy, type DefaultPolicy, type PolicyDef, type Principal } from './policy.js';
 import type { ControlRecord, ControlStore } from '../storage/metastore/control-store.js';
 import { checkRabbitHash, rabbitHashOf, type RabbitHash } from './rabbit-hash.js';
+import { validateUserNkey } from './nkeys.js';
 import {
   DEFAULT_SCRAM_ITERATIONS,
   DUMMY_PASSWORD_HASH,
@@ -80,6 +81,8 @@ export interface UserInfo {
   readonly createdAt: number;
   /** Where the user came from: `api`, `file` (the users file seeded it), `webhook`. */
   readonly source: string;
+  /** The user's public NKey (`U...`): a NATS client proving it holds the key logs in as this user. */
+  readonly nkey?: string;
 }
 
 class DirectoryUser implements UserRecord {
@@ -148,6 +151,8 @@ export interface DirectoryOptions {
 
 export class Directory implements UserStore {
   private users = new Map<string, DirectoryUser>();
+  /** Usernames by public NKey (NATS NKey logins name no user). */
+  private nkeys = new Map<string, string>();
   private groupDefs = new Map<string, GroupDef>();
   private namespaceDefs = new Map<string, NamespaceDef>();
   private tokens = new Map<string, StoredToken>();
@@ -194,6 +199,16 @@ export class Directory implements UserStore {
 
   user(username: string): UserInfo | undefined {
     return this.users.get(username)?.info;
+  }
+
+  /** Users with a public NKey (NATS INFO then carries a nonce to sign). */
+  get nkeyUsers(): number {
+    return this.nkeys.size;
+  }
+
+  /** The user whose public NKey this is, or undefined. */
+  userByNkey(nkey: string): string | undefined {
+    return this.nkeys.get(nkey);
   }
 
   listUsers(): UserInfo[] {
@@ -259,23 +274,29 @@ export class Directory implements UserStore {
 
   // -------------------------------------------------------------------------------------------- writing
 
-  async addUser(u: { username: string; password: string; groups?: string[]; namespace?: string; source?: string }): Promise<UserInfo> {
+  /**
+   * Adds a user with a password, a public NKey (NATS NKey login), or both. A user with an NKey and no password gets
+   * a random one nobody knows (every user has the same credential documents; its password logins simply fail).
+   */
+  async addUser(u: { username: string; password?: string; nkey?: string; groups?: string[]; namespace?: string; source?: string }): Promise<UserInfo> {
     const username = validateUsername(u.username);
-    const password = validatePassword(u.password);
+    if (u.password === undefined && u.nkey === undefined) throw new FlowError('INVALID_ARGUMENT', 'a user needs a password or an nkey');
+    const nkey = u.nkey === undefined ? undefined : this.freeNkey(validateUserNkey(u.nkey), username);
+    const password = u.password === undefined ? randomBytes(32).toString('base64url') : validatePassword(u.password);
     const groups = (u.groups ?? []).map((g) => validateName('group', g));
     const namespace = u.namespace === undefined ? DEFAULT_NAMESPACE : validateName('namespace', u.namespace);
     if (!this.namespace(namespace)) throw new FlowError('NOT_FOUND', `namespace "${namespace}" does not exist`);
     const data = await this.credentialDoc(password);
     const source = u.source ?? 'api';
     // passwordSource: who set the password last (see setPassword and the users file's refresh in seed.ts).
-    const doc = { ...data, groups, namespace, createdAt: this.now(), source, passwordSource: source };
+    const doc = { ...data, groups, namespace, createdAt: this.now(), source, passwordSource: source, ...(nkey === undefined ? {} : { nkey }) };
     if (!(await this.opts.store.putControlIfAbsent('user', username, doc))) throw new FlowError('ALREADY_EXISTS', `user "${username}" already exists`);
     await this.changed();
     return this.user(username)!;
   }
 
   /** Seeds a user unless one of that name exists (the users file): answers whether it was added. */
-  async seedUser(u: { username: string; password: string; groups?: string[]; namespace?: string }): Promise<boolean> {
+  async seedUser(u: { username: string; password?: string; nkey?: string; groups?: string[]; namespace?: string }): Promise<boolean> {
     if (this.users.has(u.username)) return false;
     try {
       await this.addUser({ ...u, source: 'file' });
@@ -346,6 +367,23 @@ export class Directory implements UserStore {
     }
     await this.opts.store.putControl('user', username, { ...rec.data, scram });
     await this.changed();
+  }
+
+  /** Sets (or with null removes) a user's public NKey; another user's key is refused. */
+  async setNkey(username: string, nkey: string | null): Promise<void> {
+    const rec = await this.mustGet('user', username, 'user');
+    const next: Record<string, unknown> = { ...rec.data };
+    if (nkey === null) delete next.nkey;
+    else next.nkey = this.freeNkey(validateUserNkey(nkey), username);
+    await this.opts.store.putControl('user', username, next);
+    await this.changed();
+  }
+
+  /** The key, unless another user has it (one key names one user). */
+  private freeNkey(nkey: string, username: string): string {
+    const owner = this.nkeys.get(nkey);
+    if (owner !== undefined && owner !== username) throw new FlowError('ALREADY_EXISTS', `user "${owner}" already has this nkey`);
+    return nkey;
   }
 
   /** A user's SCRAM credentials by mechanism (iterations only: what Kafka's DescribeUserScramCredentials shows). */
@@ -586,6 +624,8 @@ export class Directory implements UserStore {
       }
     }
     this.users = nextUsers;
+    this.nkeys = new Map();
+    for (const u of nextUsers.values()) if (u.info.nkey !== undefined && !this.nkeys.has(u.info.nkey)) this.nkeys.set(u.info.nkey, u.info.username);
     this.groupDefs = new Map(
       groups.map((r) => [r.name, { name: r.name, description: (r.data.description as string | null) ?? undefined, createdAt: Number(r.data.createdAt ?? 0) }]),
     );
@@ -666,9 +706,10 @@ function parseUser(r: ControlRecord): DirectoryUser | null {
     username: r.name,
     groups: Array.isArray(d.groups) ? (d.groups as string[]) : [],
     namespace: typeof d.namespace === 'string' ? d.namespace : DEFAULT_NAMESPACE,
-    mechanisms: hasScrypt || (rabbitHash?.hash ?? '') !== '' ? ['PLAIN', ...creds.keys()] : [...creds.keys()],
+    mechanisms: [...(hasScrypt || (rabbitHash?.hash ?? '') !== '' ? ['PLAIN'] : []), ...creds.keys(), ...(typeof d.nkey === 'string' ? ['NKEY'] : [])],
     createdAt: Number(d.createdAt ?? r.updatedAt),
     source: typeof d.source === 'string' ? d.source : 'api',
+    ...(typeof d.nkey === 'string' ? { nkey: d.nkey } : {}),
   };
   const passwordSource = typeof d.passwordSource === 'string' ? d.passwordSource : info.source;
   if (!hasScrypt) return new DirectoryUser(info, creds, DUMMY_PASSWORD_HASH, passwordSource, rabbitHash, rabbitHash);

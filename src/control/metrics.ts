@@ -12,7 +12,8 @@
  * `le` per doubling (20 µs .. ~170 s), rather than observed a second time into a prom-client Histogram.
  */
 import { performance, type EventLoopUtilization } from 'node:perf_hooks';
-import { collectDefaultMetrics, Counter, Gauge, Registry } from 'prom-client';
+import { createRequire } from 'node:module';
+import type { Registry } from 'prom-client';
 import { HISTOGRAM_BOUNDS_MS, type HistogramSnapshot } from '../core/index.js';
 import type { ClientRegistry } from './clients.js';
 import type { QuotaManager } from './quotas.js';
@@ -78,7 +79,11 @@ const LAG_WAIT_MS = 2000;
 type Labels = Record<string, string>;
 
 export function createMetrics(sources: MetricsSources): Metrics {
-  const registry = new Registry();
+  // prom-client is loaded here, not with the module (synchronously: it is CommonJS): it was ~22 ms of a broker's
+  // start, and the broker makes its metrics once the protocol listeners are up (test/storage/open-imports.test.ts).
+  const prom = createRequire(import.meta.url)('prom-client') as typeof import('prom-client');
+  const { collectDefaultMetrics, Counter, Gauge } = prom;
+  const registry = new prom.Registry();
   /** Scrapes through text() so far: figures shared by several metrics are read once per scrape. */
   let scrapes = 0;
   // Process and runtime: CPU, memory, heap spaces, event-loop lag, GC durations, handles (prom-client's set).

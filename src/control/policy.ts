@@ -11,7 +11,9 @@
  *
  *   resource kind  names                                      actions checked
  *   topic          unified topic names (`a/b/c`); patterns    publish (MQTT, NATS, AMQP amq.topic publish),
- *                  are MQTT filters (`a/+/#`)                 subscribe (a live subscription's filter)
+ *                  are MQTT filters (`a/+/#`)                 subscribe (a live subscription's filter),
+ *                                                             respond (NATS allow_responses: a request received on
+ *                                                             the topic may be answered on its reply subject)
  *   stream         stream names (a Kafka topic, a JetStream   publish (produce), subscribe (fetch, consume), create,
  *                  stream)                                    delete, describe, alter
  *   queue          durable queue names                        publish (send to it), subscribe (consume), create, delete, ...
@@ -34,7 +36,7 @@
  */
 import { FlowError } from '../core/index.js';
 
-export const ACTIONS = ['publish', 'subscribe', 'create', 'delete', 'describe', 'alter', 'admin'] as const;
+export const ACTIONS = ['publish', 'subscribe', 'create', 'delete', 'describe', 'alter', 'admin', 'respond'] as const;
 export type Action = (typeof ACTIONS)[number];
 
 export const RESOURCE_KINDS = ['topic', 'stream', 'queue', 'exchange', 'group', 'transactional-id', 'cluster'] as const;
@@ -72,6 +74,13 @@ export interface Principal {
    * name), so an open connection of a deleted user loses its rights at its next request, before anyone kicks it.
    */
   readonly removed?: boolean;
+  /**
+   * The connection's own policies, in place of the directory's (a NATS user JWT's permissions, as nats-server takes
+   * them from the JWT alone): the identity is not a directory user, and what it may do travels with it.
+   */
+  readonly own?: PolicySet;
+  /** NATS allow_responses limits of this identity (a user JWT's `resp`); absent: the broker's defaults. */
+  readonly responses?: { readonly max: number; readonly ttlMs: number };
 }
 
 export const ANONYMOUS: Principal = Object.freeze({ user: null, groups: Object.freeze([]) as readonly string[], namespace: 'default' });

@@ -2,7 +2,7 @@
  * The users file (`--users-file`): a way to seed the directory from a file kept with the deployment, read at each
  * start. YAML or JSON, either a list of users or a mapping:
  *
- *   users:                       # {username, password, groups?, namespace?}
+ *   users:                       # {username, password and/or nkey (NATS user public NKey), groups?, namespace?}
  *     - {username: admin, password: change-me, groups: [admins]}
  *     - {username: sensor-1, password: s1, namespace: plant-a}
  *   groups: [ops, {name: devs, description: developers}]
@@ -18,14 +18,18 @@
  * Errors name the file and the entry, never a password.
  */
 import { FlowError } from '../core/index.js';
-import { parse as parseYaml } from 'yaml';
+import { parseYaml } from '../util/yaml.js';
 import { validateName, validateQuotas, type Directory, type Quotas } from './directory.js';
 import { validatePolicy, type PolicyDef } from './policy.js';
+import { validateUserNkey } from './nkeys.js';
 import { MemoryUserStore, readUsersFile, type PasswordHash } from './users.js';
 
 export interface SeedUser {
   username: string;
-  password: string;
+  /** At least one of password and nkey. */
+  password?: string;
+  /** A NATS user public NKey (`U...`). */
+  nkey?: string;
   groups?: string[];
   namespace?: string;
 }
@@ -101,16 +105,20 @@ export function parseUsersFile(text: string, source: string): UsersFile {
   const users = list(doc, 'users', source).map((e: unknown, i) => {
     const where = `users file ${source}: entry ${i + 1}`;
     if (!isObject(e)) throw new FlowError('CONFIG_ERROR', `${where}: expected {username, password}`);
-    const { username, password, groups: ug, namespace } = e;
+    const { username, password, nkey, groups: ug, namespace } = e;
     // A username travels in SASL PLAIN (NUL-separated) and SCRAM (',' and '=' escaped): refuse control characters.
     // eslint-disable-next-line no-control-regex
     if (typeof username !== 'string' || username === '' || /[\u0000-\u001f\u007f]/.test(username)) {
       throw new FlowError('CONFIG_ERROR', `${where}: username must be a non-empty string without control characters`);
     }
-    if (typeof password !== 'string' || password === '') throw new FlowError('CONFIG_ERROR', `${where} (${username}): password must be a non-empty string`);
+    if (password === undefined && nkey === undefined) throw new FlowError('CONFIG_ERROR', `${where} (${username}): a password or an nkey is needed`);
+    if (password !== undefined && (typeof password !== 'string' || password === '')) {
+      throw new FlowError('CONFIG_ERROR', `${where} (${username}): password must be a non-empty string`);
+    }
     if (seen.has(username)) throw new FlowError('CONFIG_ERROR', `${where}: duplicate username ${username}`);
     seen.add(username);
-    const u: SeedUser = { username, password };
+    const u: SeedUser = { username, ...(password === undefined ? {} : { password: password as string }) };
+    if (nkey !== undefined) u.nkey = checked(`${where} (${username})`, () => validateUserNkey(nkey));
     if (ug !== undefined) {
       if (!Array.isArray(ug)) throw new FlowError('CONFIG_ERROR', `${where} (${username}): groups must be a list`);
       u.groups = ug.map((g) => checked(`${where} (${username})`, () => validateName('group', g)));
@@ -123,7 +131,8 @@ export function parseUsersFile(text: string, source: string): UsersFile {
 }
 
 export async function loadUsersFile(path: string): Promise<MemoryUserStore> {
-  return MemoryUserStore.fromPasswords(parseUsersFile(await readUsersFile(path), path).users);
+  const users = parseUsersFile(await readUsersFile(path), path).users;
+  return MemoryUserStore.fromPasswords(users.flatMap((u) => (u.password === undefined ? [] : [{ username: u.username, password: u.password }])));
 }
 
 export interface SeedFigures {
@@ -158,7 +167,10 @@ export async function seedDirectory(
     }
     const info = directory.user(u.username);
     const rec = directory.lookup(u.username);
-    if (!info || !rec || info.source !== 'file' || directory.passwordSource(u.username) !== 'file') continue;
+    if (!info || !rec || info.source !== 'file') continue;
+    // The file's nkey wins for a user the file made (the key is public: nothing to verify).
+    if (u.nkey !== undefined && info.nkey !== u.nkey) await directory.setNkey(u.username, u.nkey);
+    if (u.password === undefined || directory.passwordSource(u.username) !== 'file') continue;
     let v = await verify(u.password, rec.passwordHash);
     // Nothing else checks passwords at start, but a full queue is still possible in principle: ask once more.
     if (v === 'busy') v = await verify(u.password, rec.passwordHash);

@@ -10,9 +10,22 @@
  *
  * Pure-JavaScript libraries (snappyjs, lz4js, fzstd) keep installation free of native builds and downloads.
  */
-import snappy from 'snappyjs';
-import lz4 from 'lz4js';
-import { decompress as zstdDecompress } from 'fzstd';
+import { createRequire } from 'node:module';
+
+/**
+ * The codecs are loaded on first use, synchronously (all three are CommonJS): together they were ~18 ms of a broker's
+ * start, and most brokers never see a compressed batch (test/storage/open-imports.test.ts keeps them off the start
+ * path).
+ */
+const requireCodec = createRequire(import.meta.url);
+type Snappy = (typeof import('snappyjs'))['default'];
+type Lz4 = (typeof import('lz4js'))['default'];
+let snappyLib: Snappy | null = null;
+let lz4Lib: Lz4 | null = null;
+let zstdLib: typeof import('fzstd') | null = null;
+const snappy = (): Snappy => (snappyLib ??= requireCodec('snappyjs') as Snappy);
+const lz4 = (): Lz4 => (lz4Lib ??= requireCodec('lz4js') as Lz4);
+const zstdDecompress = (b: Uint8Array): Uint8Array => (zstdLib ??= requireCodec('fzstd') as typeof import('fzstd')).decompress(b);
 
 /**
  * Largest decompressed batch body accepted, by every codec: a small compressed batch must not make the broker
@@ -85,7 +98,7 @@ export function snappyDecompress(b: Buffer): Buffer {
       if (len < 0 || pos + len > b.length) throw new Error('xerial snappy block does not fit');
       const block = b.subarray(pos, pos + len);
       checkSnappyElements(block);
-      const part = asBuffer(snappy.uncompress(block, Math.min(MAX_DECOMPRESSED_BYTES - total, snappyBound(len))));
+      const part = asBuffer(snappy().uncompress(block, Math.min(MAX_DECOMPRESSED_BYTES - total, snappyBound(len))));
       total += part.length;
       parts.push(part);
       pos += len;
@@ -93,7 +106,7 @@ export function snappyDecompress(b: Buffer): Buffer {
     return Buffer.concat(parts, total);
   }
   checkSnappyElements(b);
-  return asBuffer(snappy.uncompress(b, Math.min(MAX_DECOMPRESSED_BYTES, snappyBound(b.length))));
+  return asBuffer(snappy().uncompress(b, Math.min(MAX_DECOMPRESSED_BYTES, snappyBound(b.length))));
 }
 
 /**
@@ -122,9 +135,9 @@ export function checkLz4Frame(b: Buffer): void {
 
 export function lz4Decompress(b: Buffer): Buffer {
   checkLz4Frame(b);
-  const bound = lz4.decompressBound(b);
+  const bound = lz4().decompressBound(b);
   if (!Number.isFinite(bound) || bound > MAX_DECOMPRESSED_BYTES) throw new Error(`lz4 frame too large (${bound} bytes)`);
-  return asBuffer(lz4.decompress(b, Math.min(bound, lz4Bound(b.length))));
+  return asBuffer(lz4().decompress(b, Math.min(bound, lz4Bound(b.length))));
 }
 
 /** Block_Maximum_Size (RFC 8878 3.1.1.2.3): no block decompresses to more. */

@@ -124,6 +124,17 @@ export class MemoryQueueStore implements QueueStore {
     this.queues.delete(queue);
   }
 
+  async dropQueues(prefix: string): Promise<number> {
+    if (this.closed) throw new FlowError('CLOSED', 'queue store is closed');
+    let n = 0;
+    for (const name of [...this.queues.keys()]) {
+      if (!name.startsWith(prefix)) continue;
+      this.queues.delete(name);
+      n++;
+    }
+    return n;
+  }
+
   async close(): Promise<void> {
     this.closed = true;
   }

@@ -3,8 +3,9 @@
  * by id so that requeued messages (lower ids) come out ahead of newer ones.
  */
 import type { Message } from './message.js';
+import type { QueueStore } from './queues.js';
 
-/** Bounds of the in-memory window of ready messages of a durable queue. */
+/** Bounds of the in-memory window of ready messages of a queue (durable, or paging: see QueuePages). */
 export interface QueueWindowOptions {
   /** Ready messages kept in memory at most (requeued ones may exceed it by the unacked count). */
   maxMessages: number;
@@ -12,6 +13,24 @@ export interface QueueWindowOptions {
   maxBytes: number;
   /** Messages read from the store per refill. */
   readBatch: number;
+}
+
+/**
+ * Where the queues without a durable store (non-durable and exclusive ones) page the messages beyond their window:
+ * the broker's local queue store, under keys starting with `prefix`. The prefix names this broker (cluster mode:
+ * several brokers share one store) and starts with "amq.", which no declared queue name can (the router refuses it,
+ * except for its own "amq.gen-" names), so a page never meets a durable queue's messages. Nothing there outlives the
+ * process: the broker drops every key under its prefix at start (QueueStore.dropQueues), before any queue opens.
+ */
+export interface QueuePages {
+  store: QueueStore;
+  prefix: string;
+}
+
+/** One runtime's pages: the store and its key there. */
+export interface QueuePaging {
+  store: QueueStore;
+  key: string;
 }
 
 export const DEFAULT_QUEUE_WINDOW: QueueWindowOptions = { maxMessages: 20_000, maxBytes: 64 * 1024 * 1024, readBatch: 1000 };

@@ -8,6 +8,11 @@
  * ready and beyond the window). Requeued messages have ids below that point, so they go back into the heap and
  * come out ahead of newer ones: merge by id. Every operation is O(log n) in the window (heap) or O(1).
  *
+ * Non-durable queues (and exclusive ones: neither survives a restart) page the same way when the broker gives them a
+ * page store (QueuePaging: the local queue store under a key of their own, which a restart sweeps away): only the
+ * messages beyond the window are written there, and no publisher confirm waits for them. Without one they hold
+ * every message in memory.
+ *
  * Store writes are issued in the order they happen (the QueueStore keeps per-queue order): an append at
  * enqueue, setDeliveries at a requeue, removes (batched per tick) at ack / drop. A delivery never waits for the
  * store: a message can be delivered before its append is durable, as RabbitMQ does; the publisher's confirm
@@ -21,14 +26,21 @@ import { FlowError } from './errors.js';
 import type { DeathRecord, Message } from './message.js';
 import type { EnqueueResult, QueueConsumer, QueueDef, QueueDelivery, QueueHooks, QueueRuntime, QueueStore } from './queues.js';
 import { deadLettered } from './queue-dead-letter.js';
-import { DEFAULT_QUEUE_WINDOW, IdHeap, type Entry, type QueueWindowOptions } from './queue-window.js';
+import { DEFAULT_QUEUE_WINDOW, IdHeap, type Entry, type QueuePages, type QueuePaging, type QueueWindowOptions } from './queue-window.js';
 import { decodeStoredMessage, encodeStoredMessage } from './sessions.js';
 
-export { DEFAULT_QUEUE_WINDOW, type QueueWindowOptions } from './queue-window.js';
+export { DEFAULT_QUEUE_WINDOW, type QueuePages, type QueuePaging, type QueueWindowOptions } from './queue-window.js';
 
 export class Queue implements QueueRuntime {
   readonly def: QueueDef;
+  /** The queue's durable store, or its page store (paging), or null: everything in memory. */
   private readonly store: QueueStore | null;
+  /** Its key in `store`: the queue's name, or the page key of this runtime. */
+  private readonly key: string;
+  /** `store` holds pages of a non-durable queue: only messages beyond the window, nothing recovered at open. */
+  private readonly paging: boolean;
+  /** Paging: something was written under `key` (destroy drops it then, and only then). */
+  private paged = false;
   private readonly hooks: QueueHooks;
   private readonly win: QueueWindowOptions;
   private readonly name: string;
@@ -73,10 +85,18 @@ export class Queue implements QueueRuntime {
   private closed = false;
   private destroyed = false;
 
-  constructor(def: QueueDef, store: QueueStore | null, hooks: QueueHooks, win: QueueWindowOptions = DEFAULT_QUEUE_WINDOW) {
+  constructor(def: QueueDef, store: QueueStore | null, hooks: QueueHooks, win: QueueWindowOptions = DEFAULT_QUEUE_WINDOW, paging?: QueuePaging) {
     this.def = def;
     this.name = def.name;
-    this.store = def.durable ? store : null;
+    if (def.durable && store !== null) {
+      this.store = store;
+      this.key = def.name;
+      this.paging = false;
+    } else {
+      this.store = paging?.store ?? null;
+      this.key = paging?.key ?? def.name;
+      this.paging = paging !== undefined;
+    }
     this.hooks = hooks;
     this.win = win;
     this.onTtlTimer = this.onTtlTimer.bind(this);
@@ -88,8 +108,8 @@ export class Queue implements QueueRuntime {
   // lifecycle
 
   async open(): Promise<void> {
-    if (this.store) {
-      const r = await this.store.openQueue(this.name);
+    if (this.store && !this.paging) {
+      const r = await this.store.openQueue(this.key);
       this.nextId = r.maxId + 1;
       this.recoveredMaxId = r.maxId;
       this.nextLoadId = 1;
@@ -142,11 +162,11 @@ export class Queue implements QueueRuntime {
     this.loading = false;
     this.loadPromise = null;
     this.enqueueTimes.length = 0;
-    if (!this.store) return n;
+    if (!this.store || (this.paging && !this.paged)) return n;
     if (this.unacked.size === 0) {
       // Nothing in the store needs keeping: one call, whatever the length.
       const flushed = this.flushRemoves();
-      await this.store.purge(this.name);
+      await this.store.purge(this.key);
       await flushed;
       this.nextLoadId = this.nextId;
       return n;
@@ -161,9 +181,9 @@ export class Queue implements QueueRuntime {
       // Everything stored in [from, until) was ready beyond the window.
       let cursor = from;
       for (;;) {
-        const rows = await this.store.read(this.name, cursor, 1000);
+        const rows = await this.store.read(this.key, cursor, 1000);
         const ids = rows.filter((r) => r.id < until).map((r) => r.id);
-        if (ids.length) await this.store.remove(this.name, ids);
+        if (ids.length) await this.store.remove(this.key, ids);
         if (rows.length < 1000 || rows[rows.length - 1].id >= until) break;
         cursor = rows[rows.length - 1].id + 1;
       }
@@ -193,7 +213,7 @@ export class Queue implements QueueRuntime {
     this.unacked.clear();
     this.byOwner.clear();
     this.pendingRemoves = [];
-    if (this.store) await this.store.dropQueue(this.name);
+    if (this.store && (!this.paging || this.paged)) await this.store.dropQueue(this.key);
     return n;
   }
 
@@ -230,9 +250,12 @@ export class Queue implements QueueRuntime {
     const toStoreOnly =
       store !== null && (this.beyond > 0 || this.loading || this.heap.size >= this.win.maxMessages || this.heapBytes + bytes > this.win.maxBytes);
     if (toStoreOnly) {
-      const p = store.append(this.name, [{ id, data: encodeStoredMessage(msg) }]);
-      durable = persistent ? p : null;
-      if (!persistent) {
+      const p = store.append(this.key, [{ id, data: encodeStoredMessage(msg) }]);
+      // A page of a non-durable queue is no promise of durability: it is counted as a transient message's write.
+      const confirms = persistent && !this.paging;
+      this.paged ||= this.paging;
+      durable = confirms ? p : null;
+      if (!confirms) {
         p.catch(ignore);
         written = p;
       }
@@ -241,8 +264,8 @@ export class Queue implements QueueRuntime {
       if (expiresAt !== Infinity) this.noteEnqueueTime(id, now);
     } else {
       let stored = false;
-      if (store !== null && persistent) {
-        durable = store.append(this.name, [{ id, data: encodeStoredMessage(msg) }]);
+      if (store !== null && persistent && !this.paging) {
+        durable = store.append(this.key, [{ id, data: encodeStoredMessage(msg) }]);
         stored = true;
       }
       this.nextLoadId = id + 1;
@@ -416,7 +439,7 @@ export class Queue implements QueueRuntime {
       return;
     }
     e.redelivered = true;
-    if (e.stored && this.store) this.store.setDeliveries(this.name, e.id, e.deliveries).catch(ignore);
+    if (e.stored && this.store) this.store.setDeliveries(this.key, e.id, e.deliveries).catch(ignore);
     this.heap.push(e);
     this.heapBytes += e.bytes;
     if (e.expiresAt !== Infinity && this.heap.peek() === e) this.armTtl(e.expiresAt);
@@ -581,7 +604,7 @@ export class Queue implements QueueRuntime {
     this.removesDone = null;
     this.removesSettle = null;
     this.pendingRemoves = [];
-    const p = ids.length === 0 || !this.store || this.destroyed ? Promise.resolve() : this.store.remove(this.name, ids);
+    const p = ids.length === 0 || !this.store || this.destroyed ? Promise.resolve() : this.store.remove(this.key, ids);
     settle?.(p);
     return p;
   }
@@ -605,7 +628,7 @@ export class Queue implements QueueRuntime {
     this.loading = true;
     const gen = this.generation;
     const limit = Math.max(1, Math.min(this.win.readBatch, this.win.maxMessages - this.heap.size));
-    const p = store.read(this.name, this.nextLoadId, limit).then(
+    const p = store.read(this.key, this.nextLoadId, limit).then(
       (rows) => {
         if (this.loadPromise === p) this.loadPromise = null;
         this.onLoaded(rows, gen);
@@ -644,7 +667,7 @@ export class Queue implements QueueRuntime {
         if (recovered) {
           this.beyondBytes -= r.data.length;
         }
-        this.store?.remove(this.name, [r.id]).catch(ignore);
+        this.store?.remove(this.key, [r.id]).catch(ignore);
         continue;
       }
       const bytes = msg.payload.length;
@@ -737,10 +760,22 @@ function ignore(): void {
   // Errors of writes nobody waits for: the next recovery shows the store's truth.
 }
 
-/** A QueueFactory with its own window bounds (tests use small ones). */
-export function queueFactory(win: Partial<QueueWindowOptions> = {}): (def: QueueDef, store: QueueStore | null, hooks: QueueHooks) => QueueRuntime {
+/**
+ * A QueueFactory with its own window bounds (tests use small ones) and, when `pages` is given, paging for the queues
+ * given no durable store (non-durable and exclusive ones): each runtime pages under a key of its own,
+ * `<prefix><n>.<name>` (n counts the runtimes made), so that a queue deleted and declared again never meets its
+ * predecessor's pages, even while their drop is still under way.
+ */
+export function queueFactory(
+  win: Partial<QueueWindowOptions> = {},
+  pages?: QueuePages,
+): (def: QueueDef, store: QueueStore | null, hooks: QueueHooks) => QueueRuntime {
   const w = { ...DEFAULT_QUEUE_WINDOW, ...win };
-  return (def, store, hooks) => new Queue(def, store, hooks, w);
+  let made = 0;
+  return (def, store, hooks) => {
+    const paging = pages !== undefined && !(def.durable && store !== null) ? { store: pages.store, key: `${pages.prefix}${++made}.${def.name}` } : undefined;
+    return new Queue(def, store, hooks, w, paging);
+  };
 }
 
 /** The core's QueueFactory (the Engine creates every queue through it). */

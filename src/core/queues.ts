@@ -91,6 +91,11 @@ export interface QueueStore {
   purge(queue: string): Promise<number>;
   /** Removes the queue's storage and messages (no error when absent). */
   dropQueue(queue: string): Promise<void>;
+  /**
+   * Removes every queue whose name starts with `prefix`, and its messages; returns how many queues. What the broker
+   * sweeps at start: the pages of its non-durable queues (QueuePages). Backends without it give no paging.
+   */
+  dropQueues?(prefix: string): Promise<number>;
   close(): Promise<void>;
   figures?(): Record<string, unknown>;
   /**

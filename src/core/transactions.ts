@@ -32,9 +32,12 @@ export class TxnPartitions {
   /**
    * The aborted lists are loaded and what a previous run left open is ended (the Kafka transaction coordinator
    * started): until then the log cleaner leaves partitions holding transactional batches alone, since it could not
-   * tell aborted or open records from committed ones.
+   * tell aborted or open records from committed ones. A single broker sets it once; in cluster mode it stays false
+   * and each partition is marked by itself (setLoaded) once its leader loaded its state.
    */
   loaded = false;
+  /** Cluster mode: the partitions whose transaction state this broker, their leader, has loaded. */
+  private readonly ready = new Set<string>();
   /**
    * Newest epoch seen per transactional producer id at this broker (its markers and batches), for a partition leader
    * that does not coordinate the producer's transactional id (cluster mode): an older epoch is a fenced zombie.
@@ -54,6 +57,22 @@ export class TxnPartitions {
     const k = key(stream, partition);
     this.open.delete(k);
     this.aborted.delete(k);
+    this.ready.delete(k);
+  }
+
+  /**
+   * Cluster mode: whether this broker holds the partition's transaction state now: set once its leader loaded it
+   * (TransactionCoordinator.loadPartition), unset as soon as the partition is being taken or let go (ClusterStreams),
+   * so that the cleaner never judges a partition by another leadership's state.
+   */
+  setLoaded(stream: string, partition: number, loaded: boolean): void {
+    if (loaded) this.ready.add(key(stream, partition));
+    else this.ready.delete(key(stream, partition));
+  }
+
+  /** Whether the log cleaner may judge the partition's transactional batches (see `loaded`). */
+  isLoaded(stream: string, partition: number): boolean {
+    return this.loaded || this.ready.has(key(stream, partition));
   }
 
   /** A transactional batch was appended at `offset`: the first one of its transaction here holds the LSO. */

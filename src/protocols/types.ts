@@ -51,13 +51,21 @@ export interface ProtocolModuleContext extends AdapterContext {
 }
 
 /**
- * One protocol, as the broker starts it: the broker keeps a list of modules and starts the enabled ones in
- * order, so adding a protocol adds a module, not another block in startBroker.
+ * One protocol, as the broker starts it: the broker keeps a list of modules and starts the enabled ones, so
+ * adding a protocol adds a module, not another block in startBroker.
  */
 export interface ProtocolModule {
   /** "mqtt", "kafka", "amqp", "nats": the name in --protocols and the key of its figures in /api/v1/broker. */
   readonly name: string;
-  /** Starts the protocol's shared state and its listeners as configured. A failure leaves nothing open. */
+  /**
+   * Refuses a configuration the module cannot run with (a half-configured TLS listener), with a CONFIG_ERROR. The
+   * broker checks every enabled module before it starts any, so such a start opens no listener at all.
+   */
+  check?(config: Config): void;
+  /**
+   * Starts the protocol's shared state and its listeners as configured. A failure leaves nothing open. The broker
+   * starts the enabled modules side by side; when one fails, it closes the others.
+   */
   start(ctx: ProtocolModuleContext): Promise<RunningProtocol>;
 }
 

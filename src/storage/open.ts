@@ -34,6 +34,11 @@ export interface Storage {
    * beside a SQLite metastore, PostgreSQL beside a PostgreSQL one.
    */
   queues: QueueStore;
+  /**
+   * Settles once every backend opened in the background can be used (the SQLite queue store's worker thread boots
+   * while the broker opens the rest); rejects, naming the backend, when one cannot be opened.
+   */
+  ready: Promise<void>;
   /** The configured WAL; `layout` picks the file layout (the broker opens the other one to drain it). */
   openWal(layout?: 'partition' | 'shared'): Promise<WriteAheadLog>;
   /** One phrase for the start-up line, e.g. "postgres metastore, postgres WAL, s3 objects (bucket/prefix)". */
@@ -59,6 +64,14 @@ async function reach<T>(what: string, open: () => Promise<T>): Promise<T> {
 
 export async function openStorage(config: Config, dataDir: string, logger: Logger): Promise<Storage> {
   const opened: Array<{ close(): Promise<void> }> = [];
+  /** The SQLite queue store's worker boots beside the rest of the start (Storage.ready). */
+  let ready: Promise<void> = Promise.resolve();
+  const startSqliteQueues = (file: string): QueueStore => {
+    const started = SqliteQueueStore.start(file);
+    ready = reach(`queue store ${file}`, () => started.ready);
+    ready.catch(() => undefined);
+    return started.store;
+  };
   try {
     const pg = config.metastore.kind === 'postgres' ? config.metastore : null;
     const pgOptions = pg ? { url: pg.url, poolSize: config.pgPoolSize, statementTimeoutMs: config.pgStatementTimeout, connectTimeoutMs: 10_000 } : null;
@@ -77,7 +90,7 @@ export async function openStorage(config: Config, dataDir: string, logger: Logge
             PostgresQueueStore.open({ ...pgOptions, logger: logger.child({ component: 'queues' }) }),
           ),
         )
-      : await reach(`queue store ${join(dataDir, 'queues.db')}`, () => SqliteQueueStore.open(join(dataDir, 'queues.db')));
+      : startSqliteQueues(join(dataDir, 'queues.db'));
     opened.push(queues);
 
     let objects: ObjectStore;
@@ -128,6 +141,7 @@ export async function openStorage(config: Config, dataDir: string, logger: Logge
       metastore,
       objects,
       queues,
+      ready,
       openWal,
       description,
       figures() {

@@ -212,6 +212,26 @@ export function queueStoreConformance(name: string, durable: boolean, open: (dir
       await s.close();
     });
 
+    it('dropQueues drops every queue whose name starts with the prefix (appended to without an open too), and no other', async () => {
+      const s = await open(freshDir());
+      const gone = ['amq.page.1.1.a', 'amq.page.1.2.b', 'amq.page.1.3.é✓', 'x%_.1'];
+      const kept = ['amq.page.12.1.a', 'amq.page.1x', 'amq.page.1', 'plain', 'xab.1'];
+      for (const q of [...gone, ...kept]) await s.append(q, msgs(1, 3));
+      await s.openQueue('amq.page.1.4.opened');
+      assert.equal(await s.dropQueues!('amq.page.1.'), 4);
+      // Characters LIKE would take as wildcards are plain characters of the prefix.
+      assert.equal(await s.dropQueues!('x%_.'), 1);
+      for (const q of gone) {
+        assert.deepEqual(await s.openQueue(q), { count: 0, bytes: 0, maxId: 0 }, q);
+        assert.deepEqual(await s.read(q, 0, 10), [], q);
+      }
+      for (const q of kept) {
+        assert.deepEqual(await s.openQueue(q), { count: 3, bytes: 48, maxId: 3 }, q);
+        assert.deepEqual(ids(await s.read(q, 0, 10)), [1, 2, 3], q);
+      }
+      await s.close();
+    });
+
     it('refuses calls after close with CLOSED', async () => {
       const s = await open(freshDir());
       await s.openQueue('q');

@@ -5,6 +5,7 @@
  */
 import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { createAccount, createUser } from 'nkeys.js';
 import { isFlowError } from '../../src/core/index.js';
 import { Directory, PasswordVerifier, TOKEN_PREFIX } from '../../src/control/index.js';
 import { MemoryControlStore, type ControlKind, type ControlRecord, type ControlStore } from '../../src/storage/metastore/control-store.js';
@@ -45,6 +46,29 @@ describe('Directory: users', () => {
     assert.ok(!stored.includes('s3cret-pass'), 'the password is not in the store');
     assert.equal(d.size, 1);
     assert.deepEqual(d.principal('alice@example.com'), { user: 'alice@example.com', groups: ['ops'], namespace: 'default' });
+  });
+
+  it('keeps a NATS nkey: a user with a key and no password, one key per user, changed and removed', async () => {
+    const d = await dir();
+    const k1 = createUser().getPublicKey();
+    const k2 = createUser().getPublicKey();
+    const info = await d.addUser({ username: 'svc', nkey: k1 });
+    assert.equal(info.nkey, k1);
+    assert.deepEqual(info.mechanisms, ['PLAIN', 'SCRAM-SHA-256', 'SCRAM-SHA-512', 'NKEY']);
+    assert.equal(d.userByNkey(k1), 'svc');
+    assert.equal(d.nkeyUsers, 1);
+    // Its password is random: no password logs it in (an empty one is no password at all).
+    assert.equal(await verifier.verify('', d.lookup('svc')!.passwordHash), 'bad');
+    await assert.rejects(d.addUser({ username: 'other', nkey: k1 }), code('ALREADY_EXISTS'));
+    await assert.rejects(d.addUser({ username: 'none' }), code('INVALID_ARGUMENT'));
+    await assert.rejects(d.addUser({ username: 'bad', nkey: 'UABC' }), code('INVALID_ARGUMENT'));
+    await assert.rejects(d.addUser({ username: 'acct', nkey: createAccount().getPublicKey() }), code('INVALID_ARGUMENT'));
+    await d.setNkey('svc', k2);
+    assert.equal(d.userByNkey(k1), undefined);
+    assert.equal(d.userByNkey(k2), 'svc');
+    await d.setNkey('svc', null);
+    assert.equal(d.userByNkey(k2), undefined);
+    assert.equal(d.user('svc')!.nkey, undefined);
   });
 
   it('refuses duplicates, bad names, bad passwords and unknown namespaces', async () => {

@@ -5,6 +5,7 @@
  */
 import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { createUser } from 'nkeys.js';
 import { Directory, PasswordVerifier, parseUsersFile, seedDirectory, type UsersFile } from '../../src/control/index.js';
 import { MemoryControlStore } from '../../src/storage/metastore/control-store.js';
 
@@ -23,6 +24,15 @@ describe('users file: parsing', () => {
       namespaces: [],
       policies: [],
     });
+  });
+
+  it('parses users with an nkey, with or without a password', () => {
+    const a = createUser().getPublicKey();
+    const b = createUser().getPublicKey();
+    assert.deepEqual(parseUsersFile(`- {username: a, nkey: ${a}}\n- {username: b, password: x, nkey: ${b}}\n`, 'u.yaml').users, [
+      { username: 'a', nkey: a },
+      { username: 'b', password: 'x', nkey: b },
+    ]);
   });
 
   it('parses groups, namespaces with quotas, policies, and users with groups and a namespace', () => {
@@ -61,7 +71,11 @@ policies:
       ['users: {a: 1}', /users must be a list/],
       ['- {username: "", password: x}', /entry 1: username must be a non-empty string/],
       ['- {username: a, password: x}\n- {username: a, password: hunter2}', /entry 2: duplicate username a/],
-      ['- {username: a}', /entry 1 \(a\): password must be a non-empty string/],
+      ['- {username: a}', /entry 1 \(a\): a password or an nkey is needed/],
+      ['- {username: a, password: ""}', /entry 1 \(a\): password must be a non-empty string/],
+      ['- {username: a, nkey: UABC}', /entry 1 \(a\): nkey must be a user public NKey/],
+      // A key of another kind (A: an account's) is no user key.
+      ['- {username: a, nkey: ADGRMQC5RCLBDOLCSHO2WTDHPSRWZOBMHKGPDTRFUQK3BNODI7UDRWJU}', /nkey must be a user public NKey/],
       ['- [a, b]', /entry 1: expected \{username, password\}/],
       ['- {username: "a\\u0000", password: hunter2}', /control characters/],
       ['- {username: a, password: hunter2, groups: admins}', /entry 1 \(a\): groups must be a list/],
@@ -147,6 +161,20 @@ describe('users file: seeding the directory', () => {
     assert.deepEqual(d.lookup('s1')!.passwordHash, hashBefore, 'the API-set password is left alone');
     // The same file again: the passwords match, nothing is rehashed.
     assert.equal((await seedDirectory(d, changed, 'u.yaml', verify)).passwords, 0);
+  });
+
+  it("seeds an nkey user without a password, and applies the file's new nkey at the next start", async () => {
+    const store = new MemoryControlStore();
+    const k1 = createUser().getPublicKey();
+    const k2 = createUser().getPublicKey();
+    const d = await open(store);
+    const withKey = (k: string) => file({ users: [{ username: 'svc', nkey: k }] });
+    assert.equal((await seedDirectory(d, withKey(k1), 'u.yaml', verify)).users, 1);
+    assert.equal(d.userByNkey(k1), 'svc');
+    const again = await open(store);
+    await seedDirectory(again, withKey(k2), 'u.yaml', verify);
+    assert.equal(again.userByNkey(k2), 'svc');
+    assert.equal(again.userByNkey(k1), undefined);
   });
 
   it('a user created through the API keeps its password whatever the file says', async () => {

@@ -80,7 +80,7 @@ const policyText = (p: PolicyView) =>
 export const policyCommand: CommandGroup = {
   name: 'policy',
   aliases: ['policies'],
-  summary: 'Authorization policies (actions: publish subscribe create delete describe alter admin; resources kind:pattern).',
+  summary: 'Authorization policies (actions: publish subscribe create delete describe alter admin respond; resources kind:pattern).',
   subs: {
     add: {
       usage:

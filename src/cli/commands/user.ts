@@ -27,19 +27,22 @@ export const userCommand: CommandGroup = {
   summary: 'Users (passwords kept as scrypt and SCRAM credentials, never in clear).',
   subs: {
     add: {
-      usage: 'NAME [--group G]... [--namespace NS]',
-      summary: 'add a user; the password from FLOWMQ_NEW_PASSWORD, else asked twice on the terminal',
+      usage: 'NAME [--group G]... [--namespace NS] [--nkey U...]',
+      summary:
+        'add a user; the password from FLOWMQ_NEW_PASSWORD, else asked twice on the terminal (with --nkey, a NATS user public NKey, no password is asked for)',
       args: [1, 1],
-      options: { group: { type: 'string', multiple: true, short: 'g' }, namespace: { type: 'string' } },
+      options: { group: { type: 'string', multiple: true, short: 'g' }, namespace: { type: 'string' }, nkey: { type: 'string' } },
       async run(ctx) {
         const name = ctx.positionals[0];
         const api = await ctx.api();
-        const password = await newPassword(name);
+        const nkey = ctx.str('nkey');
+        const password = nkey ? undefined : await newPassword(name);
         const groups = ctx.list('group');
         const namespace = ctx.str('namespace');
         const u = await api.request<UserView>('POST', '/api/v1/users', {
           username: name,
-          password,
+          ...(password !== undefined ? { password } : {}),
+          ...(nkey ? { nkey } : {}),
           ...(groups ? { groups } : {}),
           ...(namespace ? { namespace } : {}),
         });
@@ -76,6 +79,16 @@ export const userCommand: CommandGroup = {
         const password = await newPassword(name);
         const u = await api.request<UserView>('PATCH', `/api/v1/users/${seg(name)}`, { password });
         ctx.print(u, () => `changed the password of ${name}`);
+      },
+    },
+    'set-nkey': {
+      usage: 'NAME [NKEY]',
+      summary: "set a user's NATS public NKey (U...), with which a NATS client signing the server's nonce logs in; none given: removed",
+      args: [1, 2],
+      async run(ctx) {
+        const [name, nkey] = ctx.positionals;
+        const u = await (await ctx.api()).request<UserView>('PATCH', `/api/v1/users/${seg(name)}`, { nkey: nkey ?? null });
+        ctx.print(u, () => (nkey ? `user ${name} logs in to NATS with nkey ${nkey}` : `removed the nkey of ${name}`));
       },
     },
     'set-groups': {

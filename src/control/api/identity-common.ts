@@ -13,6 +13,7 @@ export const userView = (u: UserInfo) => ({
   groups: u.groups,
   namespace: u.namespace,
   mechanisms: u.mechanisms,
+  nkey: u.nkey ?? null,
   source: u.source,
   createdAt: iso(u.createdAt),
 });
@@ -50,7 +51,7 @@ export const QUOTAS = {
 } as const;
 export const POLICY_BODY = {
   effect: { type: 'string', enum: ['allow', 'deny'] },
-  actions: { ...STRINGS, minItems: 1, description: 'publish, subscribe, create, delete, describe, alter, admin or *' },
+  actions: { ...STRINGS, minItems: 1, description: 'publish, subscribe, create, delete, describe, alter, admin, respond or *' },
   resources: { ...STRINGS, minItems: 1, description: 'kind:pattern (topic:a/+/#, stream:orders-*, queue:q, exchange:x, group:g, cluster:*, *:*)' },
   principals: { ...STRINGS, minItems: 1, description: 'user:NAME, group:NAME or everyone' },
   description: { type: 'string', maxLength: 1024 },

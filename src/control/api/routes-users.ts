@@ -4,6 +4,9 @@ import { NAME_PARAM, PAGE_QUERY, authorizeAdmin, notFound, paginate } from './co
 import type { ApiContext } from './types.js';
 import { isSelf, userView, STRINGS } from './identity-common.js';
 
+/** A NATS user public NKey: `U` and 55 base32 letters (checked fully by the directory). */
+const NKEY = { type: 'string', pattern: '^U[A-Z2-7]{55}$', description: 'NATS user public NKey (U...)' } as const;
+
 export function userRoutes(app: FastifyInstance, ctx: ApiContext): void {
   const { access } = ctx;
   const dir = access.directory;
@@ -17,19 +20,21 @@ export function userRoutes(app: FastifyInstance, ctx: ApiContext): void {
     },
   );
 
-  app.post<{ Body: { username: string; password: string; groups?: string[]; namespace?: string } }>(
+  app.post<{ Body: { username: string; password?: string; nkey?: string; groups?: string[]; namespace?: string } }>(
     '/api/v1/users',
     {
       schema: {
         tags: ['users'],
-        summary: 'Add a user (the password is stored as scrypt and SCRAM credentials only)',
+        summary: 'Add a user (the password is stored as scrypt and SCRAM credentials only; nkey: a NATS user public NKey)',
         body: {
           type: 'object',
-          required: ['username', 'password'],
+          required: ['username'],
+          anyOf: [{ required: ['password'] }, { required: ['nkey'] }],
           additionalProperties: false,
           properties: {
             username: { type: 'string', minLength: 1, maxLength: 256 },
             password: { type: 'string', minLength: 1, maxLength: 1024 },
+            nkey: NKEY,
             groups: STRINGS,
             namespace: { type: 'string' },
           },
@@ -51,28 +56,34 @@ export function userRoutes(app: FastifyInstance, ctx: ApiContext): void {
     return userView(u);
   });
 
-  app.patch<{ Params: { name: string }; Body: { password?: string; groups?: string[]; namespace?: string } }>(
+  app.patch<{ Params: { name: string }; Body: { password?: string; nkey?: string | null; groups?: string[]; namespace?: string } }>(
     '/api/v1/users/:name',
     {
       schema: {
         tags: ['users'],
-        summary: 'Change a password (a user may change its own), groups or namespace',
+        summary: 'Change a password (a user may change its own), NATS nkey (null removes it), groups or namespace',
         params: NAME_PARAM,
         body: {
           type: 'object',
           additionalProperties: false,
-          properties: { password: { type: 'string', minLength: 1, maxLength: 1024 }, groups: STRINGS, namespace: { type: 'string' } },
+          properties: {
+            password: { type: 'string', minLength: 1, maxLength: 1024 },
+            nkey: { ...NKEY, type: ['string', 'null'] },
+            groups: STRINGS,
+            namespace: { type: 'string' },
+          },
         },
       },
     },
     async (req) => {
       const { name } = req.params;
-      const { password, groups, namespace } = req.body ?? {};
-      if (groups !== undefined || namespace !== undefined || !isSelf(req, name)) authorizeAdmin(access, req);
+      const { password, nkey, groups, namespace } = req.body ?? {};
+      if (groups !== undefined || namespace !== undefined || nkey !== undefined || !isSelf(req, name)) authorizeAdmin(access, req);
       if (!dir.user(name)) throw notFound('user', name);
       if (password !== undefined) await dir.setPassword(name, password);
+      if (nkey !== undefined) await dir.setNkey(name, nkey);
       if (groups !== undefined || namespace !== undefined) await dir.updateUser(name, { groups, namespace });
-      ctx.logger.info({ user: name, password: password !== undefined, groups, namespace, by: req.auth?.principal.user ?? null }, 'user changed');
+      ctx.logger.info({ user: name, password: password !== undefined, nkey, groups, namespace, by: req.auth?.principal.user ?? null }, 'user changed');
       return userView(dir.user(name)!);
     },
   );

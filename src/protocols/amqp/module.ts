@@ -2,6 +2,7 @@
  * AMQP 0-9-1 as a protocol module: the broker starts it when `amqp` is in --protocols.
  */
 import { readFileSync } from 'node:fs';
+import type { Config } from '../../config/index.js';
 import { FlowError } from '../../core/index.js';
 import { formatAddress as fmt } from '../listener.js';
 import type { ProtocolListener, ProtocolModule, ProtocolModuleContext, RunningProtocol } from '../types.js';
@@ -15,12 +16,15 @@ import { managementView } from './admin.js';
 
 export const amqpModule: ProtocolModule = {
   name: 'amqp',
-  async start(ctx: ProtocolModuleContext): Promise<RunningProtocol> {
-    const c = ctx.config;
-    // A half-configured TLS listener is refused before any listener opens.
+  check(c: Config): void {
     if ((c.amqpTlsCert === null) !== (c.amqpTlsKey === null)) {
       throw new FlowError('CONFIG_ERROR', 'AMQP over TLS needs both amqp-tls-cert and amqp-tls-key');
     }
+  },
+  async start(ctx: ProtocolModuleContext): Promise<RunningProtocol> {
+    const c = ctx.config;
+    // A half-configured TLS listener is refused before any listener opens.
+    amqpModule.check!(c);
     const logger = ctx.logger.child({ protocol: 'amqp' });
     const options = resolveAmqpOptions({
       frameMax: c.amqpFrameMax,

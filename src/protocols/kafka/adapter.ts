@@ -19,7 +19,7 @@ import { KafkaCluster } from './cluster.js';
 import { KafkaBrokerConfigs } from './broker-configs.js';
 import { RuntimeSettings } from '../../control/index.js';
 import { FetchSessionCache } from './fetch-sessions.js';
-import { TransactionCoordinator, abortedDocName } from './transactions/coordinator.js';
+import { TransactionCoordinator } from './transactions/coordinator.js';
 import { MemoryControlStore, isControlStore } from '../../storage/metastore/control-store.js';
 // Registers the snappy, lz4 and zstd decompressors with the core.
 
@@ -109,9 +109,9 @@ export class KafkaAdapter {
       () => this.producerIdAllocator.allocate(),
       ctx.logger.child({ component: 'transactions' }),
     );
+    this.transactions.idExpirationMs = options.transactionalIdExpirationMs;
     // The log cleaner shortens a partition's aborted list (compaction.ts): stored where the coordinator keeps it.
-    ctx.engine.transactions.persistAborted = (stream, partition, aborted) =>
-      txnStore.putControl('txn-aborted', abortedDocName(stream, partition), { stream, partition, aborted });
+    ctx.engine.transactions.persistAborted = (stream, partition, aborted) => this.transactions.storeAborted(stream, partition, aborted);
     this.fetchSessions = new FetchSessionCache({ maxSlots: options.fetchSessionCacheSlots, evictionMs: options.fetchSessionEvictionMs });
     this.cluster = options.cluster ? new KafkaCluster(options.cluster, this.groups, ctx.logger.child({ component: 'kafka-cluster' }), this.transactions) : null;
     // The SASL APIs are offered only when there is something to authenticate against; client quotas and SCRAM
@@ -137,7 +137,8 @@ export class KafkaAdapter {
    * Loads the transaction coordinator's state and finishes what a previous run left in flight, once, before the
    * first listener accepts a client (a read_committed fetch must know the aborted transactions). In cluster mode
    * the state is loaded per transactional id and per partition as this broker takes them (cluster.ts). On a single
-   * broker the log cleaner may judge transactional batches from then on (not yet in cluster mode: it keeps them).
+   * broker the log cleaner may judge transactional batches from then on; in cluster mode, a partition's once its
+   * leader loaded it.
    */
   startTransactions(): Promise<void> {
     const kc = this.cluster;

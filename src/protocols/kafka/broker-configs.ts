@@ -495,6 +495,7 @@ function staticValues(ctx: BrokerConfigsContext): Map<string, string | null> {
     ['group.min.session.timeout.ms', String(o.groupMinSessionTimeoutMs)],
     ['group.max.session.timeout.ms', String(o.groupMaxSessionTimeoutMs)],
     ['group.initial.rebalance.delay.ms', String(o.groupInitialRebalanceDelayMs)],
+    ['transactional.id.expiration.ms', String(o.transactionalIdExpirationMs)],
     ['group.consumer.session.timeout.ms', String(o.consumerGroupSessionTimeoutMs)],
     ['group.consumer.heartbeat.interval.ms', String(o.consumerGroupHeartbeatIntervalMs)],
     ['sasl.enabled.mechanisms', mechanisms],

@@ -79,6 +79,9 @@ export class KafkaCluster {
       await this.txns.loadPartition(name.slice(0, slash), Number(name.slice(slash + 1)));
     });
     txns.markers = (t) => this.writeMarker(t);
+    // A partition's aborted list is written by its leader under the partition's owner epoch (fenced).
+    txns.partitionEpoch = (stream, partition) => this.leads(stream, partition);
+    txns.onPartitionFenced = (stream, partition) => this.cluster.fenced('partition', partitionKey(stream, partition));
     // The id's document writes carry the owner epoch: one refused means the id moved; stop coordinating it here.
     txns.onFenced = (id) => this.cluster.fenced('txn', id);
     cluster.register('group', {
@@ -134,7 +137,8 @@ export class KafkaCluster {
         const head = { s: t.stream, p: t.partition, pid: t.producerId, e: t.producerEpoch, c: t.commit, o: t.startOffset };
         return (await call(channel, leader.broker, RPC.kafkaTxnMarker, head, { timeoutMs: 15_000 })).head.o;
       } catch (err) {
-        if (Date.now() >= deadline || !(isFlowError(err, 'NOT_OWNER') || isFlowError(err, 'UNAVAILABLE') || isFlowError(err, 'FENCED'))) throw err;
+        if (Date.now() >= deadline || this.txns.isClosed || !(isFlowError(err, 'NOT_OWNER') || isFlowError(err, 'UNAVAILABLE') || isFlowError(err, 'FENCED')))
+          throw err;
         this.logger.debug({ err, stream: t.stream, partition: t.partition }, 'transaction marker: leader not reachable yet, trying again');
         await new Promise((r) => setTimeout(r, delay));
         delay = Math.min(delay * 2, 1000);

@@ -27,6 +27,7 @@ export const kafkaModule: ProtocolModule = {
       autoCreateTopics: config.kafkaAutoCreateTopics,
       defaultPartitions: config.kafkaDefaultPartitions,
       groupInitialRebalanceDelayMs: config.kafkaGroupInitialRebalanceDelay,
+      transactionalIdExpirationMs: config.kafkaTransactionalIdExpiration,
       groupMinSessionTimeoutMs: config.kafkaGroupMinSessionTimeout,
       groupMaxSessionTimeoutMs: config.kafkaGroupMaxSessionTimeout,
       consumerGroupSessionTimeoutMs: config.kafkaConsumerGroupSessionTimeout,

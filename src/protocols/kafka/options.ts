@@ -74,6 +74,11 @@ export interface KafkaOptions {
   groupMinSessionTimeoutMs?: number;
   /** group.max.session.timeout.ms. Default 1800000. */
   groupMaxSessionTimeoutMs?: number;
+  /**
+   * transactional.id.expiration.ms: a transactional id whose state has not changed for this long, with no
+   * transaction open, is removed from the coordinator's state (the metastore). Default 604800000 (7 days).
+   */
+  transactionalIdExpirationMs?: number;
   /** group.initial.rebalance.delay.ms (KIP-134). Default 3000. */
   groupInitialRebalanceDelayMs?: number;
   /** group.consumer.session.timeout.ms: consumer-protocol members (KIP-848) silent this long are removed. Default 45000. */
@@ -152,6 +157,7 @@ export function resolveKafkaOptions(opts: KafkaOptions = {}): ResolvedKafkaOptio
     groupMinSessionTimeoutMs: opts.groupMinSessionTimeoutMs ?? 6000,
     groupMaxSessionTimeoutMs: opts.groupMaxSessionTimeoutMs ?? 1_800_000,
     groupInitialRebalanceDelayMs: opts.groupInitialRebalanceDelayMs ?? 3000,
+    transactionalIdExpirationMs: opts.transactionalIdExpirationMs ?? 604_800_000,
     consumerGroupSessionTimeoutMs: opts.consumerGroupSessionTimeoutMs ?? 45_000,
     consumerGroupHeartbeatIntervalMs: opts.consumerGroupHeartbeatIntervalMs ?? 5000,
     logSegmentBytes: opts.logSegmentBytes ?? 16 * 1024 * 1024,
@@ -187,6 +193,10 @@ export function resolveKafkaOptions(opts: KafkaOptions = {}): ResolvedKafkaOptio
   }
   if (!int(r.groupMinSessionTimeoutMs, 1, 0x7fffffff) || !int(r.groupMaxSessionTimeoutMs, r.groupMinSessionTimeoutMs, 0x7fffffff)) {
     throw new FlowError('CONFIG_ERROR', 'kafka group session timeouts must be integers with 1 <= min <= max');
+  }
+  // An INT in Kafka: at most 2^31-1 ms (about 24.8 days).
+  if (!int(r.transactionalIdExpirationMs, 1, 0x7fffffff)) {
+    throw new FlowError('CONFIG_ERROR', 'kafka transactionalIdExpirationMs must be an integer in 1..2147483647');
   }
   if (!int(r.groupInitialRebalanceDelayMs, 0, 0x7fffffff)) {
     throw new FlowError('CONFIG_ERROR', 'kafka groupInitialRebalanceDelayMs must be a non-negative integer');

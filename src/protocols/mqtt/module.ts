@@ -5,6 +5,7 @@
 import { readFileSync } from 'node:fs';
 import type { TLSSocket } from 'node:tls';
 import { certificateLogin, tlsClientOptions } from '../../control/certs.js';
+import type { Config } from '../../config/index.js';
 import { FlowError } from '../../core/index.js';
 import type { AdapterContext, ProtocolListener, ProtocolModule, ProtocolModuleContext, RunningProtocol } from '../types.js';
 import { formatAddress } from '../listener.js';
@@ -12,12 +13,15 @@ import { createMqttHub, startMqttListener, startMqttTlsListener, startMqttWsList
 
 export const mqttModule: ProtocolModule = {
   name: 'mqtt',
-  async start(ctx: ProtocolModuleContext): Promise<RunningProtocol> {
-    const { config } = ctx;
-    // Checked before anything opens, so that a half-configured TLS listener leaves no other listener behind.
+  check(config: Config): void {
     if ((config.mqttTlsCert === null) !== (config.mqttTlsKey === null)) {
       throw new FlowError('CONFIG_ERROR', 'MQTT over TLS needs both mqtt-tls-cert and mqtt-tls-key');
     }
+  },
+  async start(ctx: ProtocolModuleContext): Promise<RunningProtocol> {
+    const { config } = ctx;
+    // Checked before anything opens, so that a half-configured TLS listener leaves no other listener behind.
+    mqttModule.check!(config);
     const mctx: AdapterContext = { engine: ctx.engine, brokerId: ctx.brokerId, logger: ctx.logger.child({ protocol: 'mqtt' }) };
     const hub = await createMqttHub(mctx, {
       maxPacketSize: config.mqttMaxPacketSize,

@@ -8,7 +8,6 @@ import net from 'node:net';
 import tls from 'node:tls';
 import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
-import { WebSocketServer, createWebSocketStream } from 'ws';
 import { ConnectionSet, TLS_HANDSHAKE_TIMEOUT_MS, listenOn, type TlsServerFiles } from '../listener.js';
 import { logKey } from '../../util/log-limit.js';
 import type { AdapterContext, ListenOptions, ProtocolListener } from '../types.js';
@@ -75,6 +74,8 @@ export async function startMqttTlsListener(ctx: AdapterContext, listen: TlsListe
 
 /** MQTT over WebSocket: binary frames carry the MQTT byte stream [MQTT-6.0.0-1] [MQTT-6.0.0-2]. */
 export async function startMqttWsListener(ctx: AdapterContext, listen: WsListenOptions, hub: MqttHub): Promise<MqttListener> {
+  // ws is loaded with the first WebSocket listener, not at start (~23 ms of a broker's start without one).
+  const { WebSocketServer, createWebSocketStream } = await import('ws');
   const path = listen.path ?? '/mqtt';
   // Idle and half-sent requests time out; a request that is not an upgrade is answered without reading its body,
   // and the connection closed (see control/http-guard.ts).

@@ -19,7 +19,6 @@
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import type { Duplex } from 'node:stream';
-import type { TLSSocket } from 'node:tls';
 import type { Logger } from 'pino';
 import { newPublishInfo, type Engine, type Message, type PublishInfo } from '../../core/index.js';
 import { certificateLogin, type CertUserField } from '../../control/certs.js';
@@ -28,6 +27,8 @@ import { LogLimiter, logKey } from '../../util/log-limit.js';
 import type { AdapterContext } from '../types.js';
 import { PayloadBudget, type ConnectOptions } from './codec/index.js';
 import { NatsConnection } from './connection.js';
+import { DEFAULT_RESPONSES, type NatsOperators } from './auth-jwt.js';
+import { nkeyLogin } from './auth-nkey.js';
 import { NatsErr } from './errors.js';
 import type { ResolvedNatsOptions } from './options.js';
 import { newNatsStats, type NatsAuthOutcome, type NatsConnectionHost, type NatsConnectionMeta, type NatsListenerTls, type NatsPublisher } from './types.js';
@@ -67,6 +68,10 @@ export interface NatsAuth {
   token: string | null;
   /** mTLS: which field of a verified client certificate names the user (null: certificates are not looked at). */
   certUser?: CertUserField | null;
+  /** Operator mode (--nats-operator, --nats-accounts): user JWTs of these accounts log in. */
+  operators?: NatsOperators | null;
+  /** allow_responses limits of directory users (--nats-response-max, --nats-response-ttl); default 1 within 2 min. */
+  responses?: { max: number; ttlMs: number };
 }
 
 /** Base32 (RFC 4648) letters: a server id looks like nats-server's (an nkey: 'N' and 55 of these). */
@@ -96,6 +101,8 @@ export class NatsAdapter implements NatsConnectionHost {
   /** `--nats-token`, or null. */
   readonly token: string | null;
   readonly certUser: CertUserField | null;
+  readonly operators: NatsOperators | null;
+  readonly responses: { readonly max: number; readonly ttlMs: number };
   /** Open connections by client id (JetStream finds the Access of a request's origin here). */
   private readonly byClientId = new Map<number, NatsConnection>();
   /** Payload memory all connections together may take ahead of its bytes (see codec/parser-base.ts, "Payload memory"). */
@@ -113,6 +120,8 @@ export class NatsAdapter implements NatsConnectionHost {
     this.access = auth.access;
     this.token = auth.token;
     this.certUser = auth.certUser ?? null;
+    this.operators = auth.operators ?? null;
+    this.responses = auth.responses ?? DEFAULT_RESPONSES;
     this.logger = ctx.logger;
     this.engine = ctx.engine;
     this.logLimit = new LogLimiter(ctx.logger);
@@ -130,7 +139,7 @@ export class NatsAdapter implements NatsConnectionHost {
 
   /** Whether a CONNECT must carry credentials: a token is configured, or anonymous NATS clients are not allowed. */
   get authRequired(): boolean {
-    return this.token !== null || !this.access.anonymousAllowed('nats');
+    return this.token !== null || this.operators !== null || !this.access.anonymousAllowed('nats');
   }
 
   /**
@@ -169,6 +178,8 @@ export class NatsAdapter implements NatsConnectionHost {
       flowmq_version: FLOWMQ_VERSION,
     };
     if (this.authRequired) o.auth_required = true;
+    // NKey and JWT logins sign this (nats-server sends one when nkey users or operator mode are configured).
+    if (this.operators !== null || this.access.directory.nkeyUsers > 0) o.nonce = meta.nonce ??= randomBytes(11).toString('base64url');
     if (tls.required) o.tls_required = true;
     else if (tls.available) o.tls_available = true;
     if (this.jetstream) o.jetstream = true;
@@ -254,8 +265,11 @@ export class NatsAdapter implements NatsConnectionHost {
    * without credentials the client is anonymous, if anonymous NATS clients are allowed. While no user exists at all
    * (and no webhook), a user/pass is let in under that name, as MQTT and AMQP do on a zero-setup broker.
    */
-  authenticate(o: ConnectOptions, remoteAddress: string, tlsSocket?: TLSSocket): NatsAuthOutcome | Promise<NatsAuthOutcome> {
+  authenticate(o: ConnectOptions, meta: NatsConnectionMeta): NatsAuthOutcome | Promise<NatsAuthOutcome> {
     const a = this.access;
+    const { remoteAddress, tlsSocket } = meta;
+    // A user JWT (operator mode) or an NKey: the client signed the nonce INFO sent it (auth-nkey.ts).
+    if ((o.jwt !== undefined && o.jwt !== '') || (o.nkey !== undefined && o.nkey !== '')) return nkeyLogin(this, o, meta);
     // A verified client certificate logs in as the user it names, unless the client sent credentials (they win).
     const credentials = (o.auth_token !== undefined && o.auth_token !== '') || (o.user !== undefined && o.user !== '');
     if (!credentials && tlsSocket !== undefined && this.certUser !== null) {

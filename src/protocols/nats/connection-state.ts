@@ -119,6 +119,10 @@ export abstract class NatsConnectionState implements Subscriber, NatsServerHandl
   quotaTimer: NodeJS.Timeout | null = null;
   /** Per-delivery policy check of every subscription of this connection (made at the first SUB). */
   admitFn: ((topic: string) => boolean) | null = null;
+  /** allow_responses: reply topics of requests delivered here, with replies left and until when (responses.ts). */
+  replies: Map<string, { left: number; until: number }> | null = null;
+  /** When the login's credentials expire (a user JWT's exp, ms; 0: never): -ERR 'User Authentication Expired'. */
+  expiresAt = 0;
 
   // output
   flushScheduled = false;
@@ -479,6 +483,7 @@ export abstract class NatsConnectionState implements Subscriber, NatsServerHandl
       }
       if (!this.authed) return;
     }
+    if (this.expiresAt !== 0 && now >= this.expiresAt) return this.fatal(NatsErr.AUTH_EXPIRED, 'nats: user JWT expired');
     if (o.pingIntervalMs <= 0 || now - this.lastPingAt < o.pingIntervalMs) return;
     this.lastPingAt = now;
     // nats-server skips the PING when the client was heard from in the interval (and a silent client is pinged).

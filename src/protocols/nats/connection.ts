@@ -116,7 +116,7 @@ export class NatsConnection extends NatsConnectionState {
       if (this.verbose) this.send(OK);
       return;
     }
-    const r = this.adapter.authenticate(o, this.remoteAddress, this.meta.tlsSocket);
+    const r = this.adapter.authenticate(o, this.meta);
     if (r instanceof Promise) {
       this.pauseReading(PAUSE_AUTH);
       r.then(
@@ -144,6 +144,7 @@ export class NatsConnection extends NatsConnectionState {
       return this.fatal(NatsErr.AUTH_VIOLATION, null);
     }
     if (!login(this, r.principal)) return;
+    if (r.expiresAt != null) this.expiresAt = r.expiresAt;
     this.authed = true;
     if (this.verbose) this.send(OK);
     this.resumeReading(PAUSE_AUTH);

@@ -59,10 +59,13 @@ export function kick(conn: NatsConnectionState, reason: string): void {
 /**
  * May this connection publish on `topic`? JetStream API and ack subjects are not topics a policy names: with
  * JetStream on, the service checks each request against the stream and consumer it acts on (`subscribe
- * stream:`, `create stream:`, ...), so they pass here.
+ * stream:`, `create stream:`, ...), so they pass here; except for a user JWT, whose subject permissions cover them.
  */
 export function mayPublish(conn: NatsConnectionState, topic: string): boolean {
-  if (conn.adapter.hasJetStream && topic.charCodeAt(0) === 0x24 && (topic.startsWith('$JS/API/') || topic.startsWith('$JS/ACK/'))) return true;
+  if (conn.adapter.hasJetStream && topic.charCodeAt(0) === 0x24 && (topic.startsWith('$JS/API/') || topic.startsWith('$JS/ACK/'))) {
+    // A user JWT's permissions name subjects, the JetStream API's too (as nats-server checks them): checked as topics.
+    return conn.access.principal.own === undefined || conn.access.can('publish', 'topic', topic);
+  }
   return conn.access.can('publish', 'topic', topic);
 }
 

@@ -7,6 +7,7 @@ import type { Message, Subscription } from '../../core/index.js';
 import { natsHeaderBlock, topicToSubject } from './mapping.js';
 import { deliverableSubject, NatsConnectionState, type NatsSub, St } from './connection-state.js';
 import { quotaWait } from './control.js';
+import { noteRequest } from './responses.js';
 
 /** The engine's delivery: one MSG/HMSG per matching subscription of this connection. Never throws. */
 export function deliver(conn: NatsConnectionState, msg: Message, subs: Subscription[]): void {
@@ -48,6 +49,8 @@ export function deliver(conn: NatsConnectionState, msg: Message, subs: Subscript
     countDelivery(conn, ns);
   }
   const sent = stats.msgsOut - before;
+  // A request reached this connection: it may answer it (allow_responses) if its policies let it respond.
+  if (sent > 0 && reply !== null && !conn.access.open) noteRequest(conn, msg.topic, msg.responseTopic!);
   if (sent > 0) {
     conn.outMsgs += sent;
     conn.outBytes += sent * size;

@@ -8,6 +8,8 @@ import { isFlowError } from '../../core/index.js';
 export const NatsErr = {
   /** Bad credentials, or an operation before CONNECT when authentication is required. Fatal. */
   AUTH_VIOLATION: 'Authorization Violation',
+  /** A user JWT expired while connected (nats-server closes at its exp). Fatal. */
+  AUTH_EXPIRED: 'User Authentication Expired',
   /** No CONNECT within the auth timeout. Fatal. */
   AUTH_TIMEOUT: 'Authentication Timeout',
   /** Too many PINGs left unanswered. Fatal. */

@@ -3,6 +3,7 @@
  * the WebSocket listener, started from the broker's nats-* config.
  */
 import { readFileSync } from 'node:fs';
+import type { Config } from '../../config/index.js';
 import { FlowError } from '../../core/index.js';
 import { tlsClientOptions } from '../../control/certs.js';
 import { formatAddress as fmt } from '../listener.js';
@@ -12,20 +13,25 @@ import { NatsAdapter } from './adapter.js';
 import { JetStream } from './jetstream/index.js';
 import { NatsMonitor } from './monitor.js';
 import { resolveNatsOptions } from './options.js';
+import { NatsOperators } from './auth-jwt.js';
+import type { Logger } from 'pino';
 import { newListenerCounts, startNatsListener, startNatsWsListener, type NatsListenerShared, type NatsTlsSettings } from './server.js';
 
 export const natsModule: ProtocolModule = {
   name: 'nats',
-  async start(ctx: ProtocolModuleContext): Promise<RunningProtocol> {
-    const c = ctx.config;
-    // A half-configured TLS listener is refused before any listener opens (loadConfig checks it too; a Config built
-    // by hand does not go through it).
+  check(c: Config): void {
+    // loadConfig checks these too; a Config built by hand does not go through it.
     if ((c.natsTlsCert === null) !== (c.natsTlsKey === null)) {
       throw new FlowError('CONFIG_ERROR', 'NATS over TLS needs both nats-tls-cert and nats-tls-key');
     }
     if ((c.natsTlsRequired || c.natsTlsHandshakeFirst || c.natsWsTls) && c.natsTlsCert === null) {
       throw new FlowError('CONFIG_ERROR', 'nats-tls-required, nats-tls-handshake-first and nats-ws-tls need nats-tls-cert and nats-tls-key');
     }
+  },
+  async start(ctx: ProtocolModuleContext): Promise<RunningProtocol> {
+    const c = ctx.config;
+    // A half-configured TLS listener is refused before any listener opens.
+    natsModule.check!(c);
     // Read before anything listens: a missing file stops the start with nothing left open.
     const tlsSettings: NatsTlsSettings | undefined =
       c.natsTlsCert !== null && c.natsTlsKey !== null
@@ -56,7 +62,13 @@ export const natsModule: ProtocolModule = {
     const adapter = new NatsAdapter(
       { ...ctx, logger },
       options,
-      { access: ctx.access, token: c.natsToken, certUser: c.tlsClientCa === null ? null : c.tlsCertUser },
+      {
+        access: ctx.access,
+        token: c.natsToken,
+        certUser: c.tlsClientCa === null ? null : c.tlsCertUser,
+        operators: operatorMode(c.natsOperator, c.natsAccounts, logger),
+        responses: { max: c.natsResponseMax, ttlMs: c.natsResponseTtl },
+      },
       jetstream,
     );
     // JetStream API requests are authorized by who sent them: the adapter knows its connections' Access.
@@ -132,3 +144,19 @@ export const natsModule: ProtocolModule = {
     };
   },
 };
+
+/** Operator mode from --nats-operator and --nats-accounts (null when no operator is configured). */
+function operatorMode(operator: string | null, accounts: string | null, logger: Logger): NatsOperators | null {
+  const list = (v: string | null) =>
+    (v ?? '')
+      .split(',')
+      .map((x) => x.trim())
+      .filter((x) => x !== '');
+  if (list(operator).length === 0) {
+    if (list(accounts).length > 0) throw new FlowError('CONFIG_ERROR', 'nats-accounts needs nats-operator (the operator that signed them)');
+    return null;
+  }
+  const n = NatsOperators.load(list(operator), list(accounts));
+  logger.info({ accounts: n.accountCount }, 'nats operator mode: user JWTs of the preloaded accounts log in');
+  return n;
+}

@@ -9,7 +9,8 @@ import { OK, isValidLiteralSubject, parseHeaders } from './codec/index.js';
 import { applyNatsHeaders, subjectToTopic } from './mapping.js';
 import { NatsErr, natsErrTextOf } from './errors.js';
 import { EMPTY, MAX_PENDING_WRITES, NatsConnectionState, natsMatch, NO_RESPONDERS_BLOCK, PAUSE_WRITES, quote, St } from './connection-state.js';
-import { mayPublish, permissionViolation, quotaWait } from './control.js';
+import { permissionViolation, quotaWait } from './control.js';
+import { mayPublishOrReply } from './responses.js';
 import { countDelivery } from './deliver.js';
 
 export function publish(conn: NatsConnectionState, subject: string, reply: string | null, hdr: Buffer | null, payload: Buffer): void {
@@ -22,7 +23,7 @@ export function publish(conn: NatsConnectionState, subject: string, reply: strin
     conn.lastPubSubject = subject;
     conn.lastPubTopic = t;
   }
-  if (!conn.access.open && !mayPublish(conn, topic)) return permissionViolation(conn, `Publish to ${quote(subject)}`, 'publish', subject);
+  if (!conn.access.open && !mayPublishOrReply(conn, topic)) return permissionViolation(conn, `Publish to ${quote(subject)}`, 'publish', subject);
   const stats = conn.adapter.stats;
   const size = payload.length + (hdr === null ? 0 : hdr.length);
   stats.msgsIn++;

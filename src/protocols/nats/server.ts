@@ -27,7 +27,6 @@ import https from 'node:https';
 import { createServer, type AddressInfo, type Server, type Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import tls from 'node:tls';
-import { WebSocketServer, createWebSocketStream } from 'ws';
 import { ConnectionSet, TLS_HANDSHAKE_TIMEOUT_MS, listenOn } from '../listener.js';
 import { logKey, type LogLimiter } from '../../util/log-limit.js';
 import type { ListenOptions, ProtocolListener } from '../types.js';
@@ -338,6 +337,8 @@ export interface NatsWsListenOptions extends ListenOptions {
  * `listen.tls`, wss:// (TLS from the first byte, as HTTPS).
  */
 export async function startNatsWsListener(shared: NatsListenerShared, listen: NatsWsListenOptions): Promise<ProtocolListener> {
+  // ws is loaded with the first WebSocket listener, not at start (~23 ms of a broker's start without one).
+  const { WebSocketServer, createWebSocketStream } = await import('ws');
   const { adapter, counts } = shared;
   const conns = new ConnectionSet<NatsConnection>();
   // Idle and half-sent requests time out; a request that is not an upgrade is answered without reading its body,

@@ -29,6 +29,8 @@ export interface NatsConnectionMeta {
    * sends INFO itself passes the same meta object to both.
    */
   clientId?: number;
+  /** The nonce INFO sent (NKey and JWT logins sign it); absent when no such login is possible. */
+  nonce?: string;
 }
 
 /** What INFO says about TLS on the listener the client came in on. */
@@ -49,7 +51,7 @@ export interface NatsPublisher {
 }
 
 /** The outcome of a CONNECT's credentials. */
-export type NatsAuthOutcome = { ok: true; principal: Principal } | { ok: false; busy: boolean };
+export type NatsAuthOutcome = { ok: true; principal: Principal; expiresAt?: number | null } | { ok: false; busy: boolean };
 
 /** The adapter's counters (figures for /api/v1/broker), kept by its connections. */
 export function newNatsStats() {
@@ -105,7 +107,9 @@ export interface NatsConnectionHost {
   /** The INFO object for a new connection. */
   info(meta: NatsConnectionMeta, tls: NatsListenerTls): Record<string, unknown>;
   /** Checks a CONNECT's credentials. */
-  authenticate(o: ConnectOptions, remoteAddress: string, tlsSocket?: TLSSocket): NatsAuthOutcome | Promise<NatsAuthOutcome>;
+  authenticate(o: ConnectOptions, meta: NatsConnectionMeta): NatsAuthOutcome | Promise<NatsAuthOutcome>;
+  /** allow_responses limits for identities whose own are not set (nats-response-max, nats-response-ttl). */
+  readonly responses: { readonly max: number; readonly ttlMs: number };
   /** A durable write of a publish failed. */
   writeFailed(err: unknown): void;
   /** A connection is gone (its teardown says so). */

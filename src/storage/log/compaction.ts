@@ -9,8 +9,9 @@
  * - what it keeps: per key, the record with the highest offset among those segments; records without a key (the
  *   Kafka Produce handler refuses them on compacted topics, other protocols may write some); tombstones (a null
  *   value) until delete.retention.ms after their segment was sealed;
- * - transactions, as Kafka's cleaner (once the transaction state is loaded at start: TxnPartitions.loaded; a
- *   partition holding transactional batches waits until then): it cleans only below the last stable offset (an open transaction's records
+ * - transactions, as Kafka's cleaner (once the transaction state is loaded: at start on a single broker, by the
+ *   partition's leader when it takes it over in cluster mode, TxnPartitions.isLoaded; a partition holding
+ *   transactional batches waits until then): it cleans only below the last stable offset (an open transaction's records
  *   are not judged before its end); the records of aborted transactions go, and never count as a key's last record;
  *   a transaction's control marker stays while any batch of its transaction is in the cleaned segments, and goes,
  *   once a pass finds none (the records went in an earlier pass), past delete.retention.ms like tombstones. An
@@ -161,7 +162,7 @@ async function runPass(lm: LogState, p: Partition, force: boolean): Promise<void
     for (const b of await segmentBatches(lm, seg)) {
       const attributes = b.readInt16BE(ATTRIBUTES);
       // Transaction state not loaded yet (a broker starting): this partition waits for a later pass.
-      if ((attributes & ATTR_TRANSACTIONAL) !== 0 && txns !== null && !txns.loaded) return;
+      if ((attributes & ATTR_TRANSACTIONAL) !== 0 && txns !== null && !txns.isLoaded(stream, p.partition)) return;
       if ((attributes & CONTROL) !== 0) {
         const info = readBatchInfo(b);
         if (!open.delete(info.producerId)) emptied.add(info.baseOffset);

@@ -60,17 +60,30 @@ export interface ControlRecord {
   readonly updatedAt: number;
 }
 
+/**
+ * The cluster's owner row a fenced control write is checked against (src/cluster: kind, name) and the epoch the
+ * writer holds it under.
+ */
+export interface ControlFence {
+  owner: string;
+  name: string;
+  epoch: number;
+}
+
 export interface ControlStore {
   listControl(kind: ControlKind): Promise<ControlRecord[]>;
   getControl(kind: ControlKind, name: string): Promise<ControlRecord | null>;
   /**
-   * `fence` (cluster mode, PostgreSQL; kind `txn` only): the cluster's owner row of the same kind and name must hold
-   * this epoch, checked in the same statement, else FENCED (a transaction coordinator whose id moved to another
-   * broker writes nothing). The other backends have no cluster and ignore it.
+   * `fence` (cluster mode, PostgreSQL; kinds `txn` and `txn-aborted` only): the cluster's owner row must hold the
+   * epoch, checked in the same statement, else FENCED. A number names the owner row of the same kind and name (a
+   * transaction coordinator whose id moved to another broker writes nothing); a ControlFence names another (a
+   * partition's aborted list is fenced by the partition's owner row, so a deposed leader writes nothing). The
+   * other backends have no cluster and ignore it.
    */
-  putControl(kind: ControlKind, name: string, data: Record<string, unknown>, fence?: number): Promise<void>;
+  putControl(kind: ControlKind, name: string, data: Record<string, unknown>, fence?: number | ControlFence): Promise<void>;
   putControlIfAbsent(kind: ControlKind, name: string, data: Record<string, unknown>): Promise<boolean>;
-  deleteControl(kind: ControlKind, name: string): Promise<boolean>;
+  /** `fence`: as putControl's (an expired transactional id's document is deleted by the id's owner only). */
+  deleteControl(kind: ControlKind, name: string, fence?: number | ControlFence): Promise<boolean>;
   /** A number that grows with every change to any control document. */
   controlVersion(): Promise<number>;
 }

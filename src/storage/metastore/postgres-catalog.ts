@@ -15,7 +15,7 @@ import {
   type ExchangeDefRow,
   type QueueDefRow,
 } from './rows.js';
-import { bumpsVersion, checkControl, type ControlKind, type ControlRecord } from './control-store.js';
+import { bumpsVersion, checkControl, type ControlFence, type ControlKind, type ControlRecord } from './control-store.js';
 import { CATALOG, CONTROL, type PostgresState } from './postgres-state.js';
 
 interface ControlRow extends Record<string, unknown> {
@@ -147,19 +147,35 @@ export async function getControl(pg: PostgresState, kind: ControlKind, name: str
 // Each change is one statement: the document's change and, in a data-modifying CTE of the same statement (so the
 // same transaction), the version bump that other brokers poll. The bump happens only when a row changed.
 
-export async function putControl(pg: PostgresState, kind: ControlKind, name: string, data: Record<string, unknown>, fence?: number): Promise<void> {
+/** The owner row a fenced write checks (a number: the row of the same kind and name); only the data-path kinds. */
+function fencedBy(kind: ControlKind, name: string, fence: number | ControlFence | undefined): ControlFence | null {
+  if (fence === undefined) return null;
+  if (kind !== 'txn' && kind !== 'txn-aborted') throw new FlowError('INVALID_ARGUMENT', `a ${kind} document is not fenced by an owner row`);
+  return typeof fence === 'number' ? { owner: kind, name, epoch: fence } : fence;
+}
+
+export async function putControl(
+  pg: PostgresState,
+  kind: ControlKind,
+  name: string,
+  data: Record<string, unknown>,
+  fence?: number | ControlFence,
+): Promise<void> {
   const json = checkControl(kind, name, data);
-  if (fence !== undefined && kind !== 'txn') throw new FlowError('INVALID_ARGUMENT', `a ${kind} document is not fenced by an owner row`);
+  if (fence !== undefined && kind !== 'txn' && kind !== 'txn-aborted')
+    throw new FlowError('INVALID_ARGUMENT', `a ${kind} document is not fenced by an owner row`);
+  const owner = fence === undefined ? null : typeof fence === 'number' ? { owner: kind, name, epoch: fence } : fence;
   await pg.keyed(CONTROL, `${kind}\u0000${name}`, () =>
-    fence !== undefined
-      ? // Cluster mode: the transactional id's owner row (src/cluster/pg-store.ts) must still hold the coordinator's
-        // epoch; flowmq_owner_check raises FMF01 (FENCED) otherwise, and its row lock makes a claim wait for this.
+    owner !== null
+      ? // Cluster mode: the owner row (src/cluster/pg-store.ts: the transactional id's, or the partition's for its
+        // aborted list) must still hold the writer's epoch; flowmq_owner_check raises FMF01 (FENCED) otherwise, and
+        // its row lock makes a claim wait for this write.
         pg.q(
           'putControlFenced',
-          `WITH fence AS (SELECT flowmq_owner_check('txn', $2, $5))
+          `WITH fence AS (SELECT flowmq_owner_check($5, $6, $7))
            INSERT INTO control_docs (kind, name, data, updated_at) SELECT $1, $2, $3, $4 FROM fence
            ON CONFLICT (kind, name) DO UPDATE SET data = excluded.data, updated_at = excluded.updated_at`,
-          [kind, name, json, Date.now(), fence],
+          [kind, name, json, Date.now(), owner.owner, owner.name, owner.epoch],
         )
       : bumpsVersion(kind)
         ? pg.q(
@@ -194,16 +210,27 @@ export async function putControlIfAbsent(pg: PostgresState, kind: ControlKind, n
   });
 }
 
-export async function deleteControl(pg: PostgresState, kind: ControlKind, name: string): Promise<boolean> {
+export async function deleteControl(pg: PostgresState, kind: ControlKind, name: string, fence?: number | ControlFence): Promise<boolean> {
   checkControl(kind, name);
+  const owner = fencedBy(kind, name, fence);
   return pg.keyed(CONTROL, `${kind}\u0000${name}`, async () => {
-    const r = await pg.q<{ n: number }>(
-      'deleteControl',
-      `WITH d AS (DELETE FROM control_docs WHERE kind = $1 AND name = $2 RETURNING 1),
+    const r =
+      owner === null
+        ? await pg.q<{ n: number }>(
+            'deleteControl',
+            `WITH d AS (DELETE FROM control_docs WHERE kind = $1 AND name = $2 RETURNING 1),
             v AS (UPDATE control_version SET version = version + 1 WHERE id = 0 AND $3::boolean AND EXISTS (SELECT 1 FROM d))
        SELECT count(*)::int AS n FROM d`,
-      [kind, name, bumpsVersion(kind)],
-    );
+            [kind, name, bumpsVersion(kind)],
+          )
+        : // The fenced kinds do not bump the version. The owner check runs first (it raises FENCED, see putControl).
+          await pg.q<{ n: number }>(
+            'deleteControlFenced',
+            `WITH fence AS (SELECT flowmq_owner_check($3, $4, $5) AS ok),
+            d AS (DELETE FROM control_docs WHERE kind = $1 AND name = $2 AND EXISTS (SELECT 1 FROM fence) RETURNING 1)
+       SELECT count(*)::int AS n FROM d`,
+            [kind, name, owner.owner, owner.name, owner.epoch],
+          );
     return r.rows[0].n > 0;
   });
 }

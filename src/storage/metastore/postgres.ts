@@ -33,7 +33,7 @@ import type {
 import { connectPool, migratePostgres, type PostgresOptions } from '../postgres-util.js';
 import { postgresMigrations } from './postgres-migrations.js';
 import type { ConsumerOffset, Metastore, PartitionState, SegmentMeta, StreamDef } from './types.js';
-import { type ControlKind, type ControlRecord } from './control-store.js';
+import { type ControlFence, type ControlKind, type ControlRecord } from './control-store.js';
 import { PostgresState } from './postgres-state.js';
 import {
   allocateProducerIds,
@@ -317,7 +317,7 @@ export class PostgresMetastore extends PostgresState implements Metastore {
     return getControl(this, kind, name);
   }
 
-  putControl(kind: ControlKind, name: string, data: Record<string, unknown>, fence?: number): Promise<void> {
+  putControl(kind: ControlKind, name: string, data: Record<string, unknown>, fence?: number | ControlFence): Promise<void> {
     return putControl(this, kind, name, data, fence);
   }
 
@@ -325,8 +325,8 @@ export class PostgresMetastore extends PostgresState implements Metastore {
     return putControlIfAbsent(this, kind, name, data);
   }
 
-  deleteControl(kind: ControlKind, name: string): Promise<boolean> {
-    return deleteControl(this, kind, name);
+  deleteControl(kind: ControlKind, name: string, fence?: number | ControlFence): Promise<boolean> {
+    return deleteControl(this, kind, name, fence);
   }
 
   controlVersion(): Promise<number> {

@@ -13,7 +13,9 @@ export type CommonOp =
   | { k: 'deliveries'; q: string; id: number; n: number }
   | { k: 'read'; q: string; from: number; limit: number }
   | { k: 'purge'; q: string }
-  | { k: 'drop'; q: string };
+  | { k: 'drop'; q: string }
+  /** Every queue whose name starts with `q` (dropQueues). */
+  | { k: 'dropPrefix'; q: string };
 
 export function checkId(what: string, n: number): void {
   if (!Number.isSafeInteger(n) || n < 0) throw new FlowError('INVALID_ARGUMENT', `${what} must be a non-negative integer, not ${n}`);
@@ -80,6 +82,11 @@ export abstract class BatchedQueueStore implements QueueStore {
 
   dropQueue(queue: string): Promise<void> {
     return this.call({ k: 'drop', q: queue });
+  }
+
+  dropQueues(prefix: string): Promise<number> {
+    if (prefix === '') return Promise.reject(new FlowError('INVALID_ARGUMENT', 'dropQueues needs a prefix'));
+    return this.call({ k: 'dropPrefix', q: prefix });
   }
 
   /** A call with nothing to do: resolves at once, or rejects with CLOSED as every call does once closed. */

@@ -57,7 +57,11 @@ export const queueStoreMigrations: readonly PgMigration[] = [
   },
 ];
 
-type Op = CommonOp | { k: 'append'; q: string; ids: number[]; bodies: Buffer[] };
+/**
+ * `maxId` of an append: set when messages were taken out of it before it was written (elide), so that the queue's
+ * highest id still counts them.
+ */
+type Op = CommonOp | { k: 'append'; q: string; ids: number[]; bodies: Buffer[]; maxId?: number };
 
 interface Call {
   op: Op;
@@ -100,6 +104,11 @@ function cost(op: Op): number {
   return PER_CALL;
 }
 
+/** Calls a removal does not elide across (see elide). */
+function isBarrier(op: Op): boolean {
+  return op.k === 'open' || op.k === 'read' || op.k === 'purge' || op.k === 'drop' || op.k === 'dropPrefix';
+}
+
 const insertTexts = new Map<number, string>();
 function insertText(n: number): string {
   let t = insertTexts.get(n);
@@ -132,6 +141,13 @@ const PURGE = `WITH d AS (DELETE FROM queue_messages WHERE queue = $1)
   UPDATE queue_counters c SET count = 0, bytes = 0 FROM (SELECT count AS old FROM queue_counters WHERE queue = $1) o
   WHERE c.queue = $1 RETURNING o.old`;
 const DROP = 'WITH d AS (DELETE FROM queue_messages WHERE queue = $1) DELETE FROM queue_counters WHERE queue = $1';
+/** dropQueues: the counters rows name every queue with messages (an append upserts its row). */
+const DROP_PREFIX = `WITH k AS (DELETE FROM queue_counters WHERE left(queue, char_length($1)) = $1 RETURNING queue),
+    d AS (DELETE FROM queue_messages m USING k WHERE m.queue = k.queue)
+  SELECT queue FROM k`;
+/** The highest ids of appends whose messages were all (or the last ones) taken out before they were written. */
+const MAX_IDS = `INSERT INTO queue_counters AS c (queue, count, bytes, max_id) SELECT q, 0, 0, m FROM unnest($1::text[], $2::bigint[]) AS r(q, m)
+  ON CONFLICT (queue) DO UPDATE SET max_id = GREATEST(c.max_id, excluded.max_id)`;
 /** Cluster mode: every fenced queue a group writes, checked (and its owner row locked FOR SHARE) before its writes. */
 const FENCE = "SELECT flowmq_owner_check('queue', f.q, f.e) FROM unnest($1::text[], $2::bigint[]) AS f(q, e)";
 
@@ -141,8 +157,13 @@ class Run {
   deliveries = new Map<string, { q: string; id: number; n: number }>();
   removes: Array<{ q: string; id: number }> = [];
   removedFrom = new Set<string>();
+  /** Per queue, the highest id of its appends here whose messages were taken out (elided) and not inserted. */
+  maxIds = new Map<string, number>();
 
   steps(out: Step[]): void {
+    if (this.maxIds.size > 0) {
+      out.push({ text: MAX_IDS, values: [[...this.maxIds.keys()], [...this.maxIds.values()]] });
+    }
     for (let i = 0; i < this.appends.length; i += ROWS_PER_INSERT) {
       const part = this.appends.slice(i, i + ROWS_PER_INSERT);
       const values: unknown[] = [];
@@ -163,7 +184,8 @@ export class PostgresQueueStore extends BatchedQueueStore {
   private readonly waiting = new FairGroups<Call>(QUANTUM, GROUP_LIMIT, HOLD_MS);
   private running: Promise<void> | null = null;
   private scheduled = false;
-  private stats = { calls: 0, commits: 0, statements: 0, failedGroups: 0, fenced: 0 };
+  /** elided: messages removed before their append was written, so neither was (see elide). */
+  private stats = { calls: 0, commits: 0, statements: 0, failedGroups: 0, fenced: 0, elided: 0 };
   /** Cluster mode: queues whose writes are fenced by their owner epoch (see QueueStore.fence). */
   private readonly fences = new Map<string, number>();
   private idleWaiters: Array<() => void> = [];
@@ -203,6 +225,7 @@ export class PostgresQueueStore extends BatchedQueueStore {
     if (this.closed) return Promise.reject(new FlowError('CLOSED', 'queue store is closed'));
     // The epoch in force when the call is made: a write issued before a handover is checked against its own epoch.
     const epoch = this.fences.size > 0 && op.k !== 'open' && op.k !== 'read' ? this.fences.get(op.q) : undefined;
+    if (op.k === 'remove') this.elide(op, epoch);
     return new Promise<T>((resolve, reject) => {
       this.waiting.push(op.q, { op, epoch, result: null, resolve: resolve as (v: unknown) => void, reject }, cost(op));
       this.stats.calls++;
@@ -215,6 +238,54 @@ export class PostgresQueueStore extends BatchedQueueStore {
         });
       }
     });
+  }
+
+  /**
+   * A removal of messages whose append still waits for its group (a consumer acked them before their write was due:
+   * the core delivers a message before its append is durable, as RabbitMQ does) takes them out of that append, so
+   * neither is written, as the embedded store does (sqlite-worker.ts) and as RabbitMQ's message store skips writing a
+   * persistent message acked before its write. Both calls still resolve with their groups: the publisher's confirm
+   * waits for the append's group as before, and the message it confirms has by then been delivered and acked. Only
+   * appends after the lane's last waiting open / read / purge / drop are looked at (a read made before the removal
+   * must still see the message), and only those made under the same owner epoch (cluster mode: a write fenced as a
+   * whole stays fenced as a whole). The removal keeps the ids not found: written already, or in a group under way.
+   */
+  private elide(remove: { q: string; ids: number[] }, epoch: number | undefined): void {
+    let barriers = 0;
+    this.waiting.forWaiting(remove.q, (c) => {
+      if (isBarrier(c.op)) barriers++;
+      return 0;
+    });
+    const gone = new Set(remove.ids);
+    let seen = 0;
+    let elided = 0;
+    this.waiting.forWaiting(remove.q, (c) => {
+      const op = c.op;
+      if (isBarrier(op)) seen++;
+      if (seen < barriers || op.k !== 'append' || c.epoch !== epoch || gone.size === 0) return 0;
+      let less = 0;
+      let w = 0;
+      for (let i = 0; i < op.ids.length; i++) {
+        const id = op.ids[i];
+        const body = op.bodies[i];
+        if (gone.delete(id)) {
+          less += body.length + PER_CALL;
+          if (op.maxId === undefined || id > op.maxId) op.maxId = id;
+          elided++;
+          continue;
+        }
+        op.ids[w] = id;
+        op.bodies[w] = body;
+        w++;
+      }
+      op.ids.length = w;
+      op.bodies.length = w;
+      return less;
+    });
+    if (elided > 0) {
+      this.stats.elided += elided;
+      remove.ids = remove.ids.filter((id) => gone.has(id));
+    }
   }
 
   private kick(): void {
@@ -249,14 +320,20 @@ export class PostgresQueueStore extends BatchedQueueStore {
     for (const c of group) {
       const op = c.op;
       switch (op.k) {
-        case 'append':
+        case 'append': {
           if (run.removedFrom.has(op.q)) barrier();
           for (let i = 0; i < op.ids.length; i++) run.appends.push({ q: op.q, id: op.ids[i], body: op.bodies[i] });
+          // Elided messages above the last one inserted: the insert's own maximum would not count them.
+          const last = op.ids.length > 0 ? op.ids[op.ids.length - 1] : 0;
+          if (op.maxId !== undefined && op.maxId > last && op.maxId > (run.maxIds.get(op.q) ?? 0)) run.maxIds.set(op.q, op.maxId);
           break;
+        }
         case 'deliveries':
           run.deliveries.set(`${op.id}\u0000${op.q}`, { q: op.q, id: op.id, n: op.n });
           break;
         case 'remove':
+          // Empty when every message it named was elided (never written).
+          if (op.ids.length === 0) break;
           for (const id of op.ids) run.removes.push({ q: op.q, id });
           run.removedFrom.add(op.q);
           break;
@@ -284,6 +361,10 @@ export class PostgresQueueStore extends BatchedQueueStore {
         case 'drop':
           barrier();
           steps.push({ text: DROP, values: [op.q] });
+          break;
+        case 'dropPrefix':
+          barrier();
+          steps.push({ text: DROP_PREFIX, values: [op.q], done: (rows) => void (c.result = rows.length) });
           break;
       }
     }

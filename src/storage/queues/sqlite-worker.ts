@@ -98,6 +98,8 @@ const s = {
   deliveries: db.prepare('UPDATE messages SET deliveries = ? WHERE qkey = ? AND id = ?'),
   read: db.prepare('SELECT id, deliveries, data FROM messages WHERE qkey = ? AND id >= ? ORDER BY id LIMIT ?'),
   clear: db.prepare('DELETE FROM messages WHERE qkey = ?'),
+  // A scan of the queues table (one row per queue), not of the messages.
+  withPrefix: db.prepare('SELECT qkey, name FROM queues WHERE substr(name, 1, length(?)) = ?'),
 };
 
 /** Queue states read so far; counters changed by a batch are written once at its end. Dropped on a rollback. */
@@ -187,6 +189,15 @@ function runOp(op: WorkerOp, buf: ArrayBuffer | null, out: Buffer[], outBytes: {
       cache.delete(op.q);
       return null;
     }
+    case 'dropPrefix': {
+      const rows = s.withPrefix.all(op.q, op.q) as Array<{ qkey: number; name: string }>;
+      for (const r of rows) {
+        s.clear.run(r.qkey);
+        s.deleteQueue.run(r.qkey);
+        cache.delete(r.name);
+      }
+      return rows.length;
+    }
     case 'crash':
       process.exit(70);
   }
@@ -247,10 +258,18 @@ let elided = 0;
  * ids left are those of messages written, or of appends already in a group.
  */
 function elide(remove: Extract<WorkerOp, { k: 'remove' }>): void {
+  // Only appends after the lane's last open / read / purge / drop: a read made before the removal must see the message.
+  let barriers = 0;
+  waiting.forWaiting(remove.q, (p) => {
+    if (isBarrier(p.op)) barriers++;
+    return 0;
+  });
+  let seen = 0;
   const gone = new Set(remove.ids);
   waiting.forWaiting(remove.q, (p) => {
     const op = p.op;
-    if (op.k !== 'append' || gone.size === 0) return 0;
+    if (isBarrier(op)) seen++;
+    if (seen < barriers || op.k !== 'append' || gone.size === 0) return 0;
     let less = 0;
     let w = 0;
     for (let i = 0; i < op.ids.length; i++) {
@@ -272,6 +291,10 @@ function elide(remove: Extract<WorkerOp, { k: 'remove' }>): void {
     return less;
   });
   if (gone.size < remove.ids.length) remove.ids = remove.ids.filter((id) => gone.has(id));
+}
+
+function isBarrier(op: WorkerOp): boolean {
+  return op.k === 'open' || op.k === 'read' || op.k === 'purge' || op.k === 'drop' || op.k === 'dropPrefix';
 }
 
 function enqueue(b: WorkerBatch): void {

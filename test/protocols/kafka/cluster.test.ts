@@ -8,11 +8,9 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import kafkajs from 'kafkajs';
-import { pino } from 'pino';
-import { Cluster, MemoryClusterStore, type ClusterStore } from '../../../src/cluster/index.js';
+import { MemoryClusterStore } from '../../../src/cluster/index.js';
 import { PostgresClusterStore } from '../../../src/cluster/pg-store.js';
-import { Engine, MemoryOffsetStore, encodeBatch, type CoreStore, type StreamStorage } from '../../../src/core/index.js';
-import { startKafkaListener } from '../../../src/protocols/kafka/index.js';
+import { MemoryOffsetStore, encodeBatch } from '../../../src/core/index.js';
 import {
   ConsumerGroupDescribeApi,
   ConsumerGroupHeartbeatApi,
@@ -44,95 +42,13 @@ import {
   type OffsetCommitRequest,
   type ProduceRequest,
 } from '../../../src/protocols/kafka/codec/index.js';
-import type { ProtocolListener } from '../../../src/protocols/types.js';
 import { PostgresMetastore } from '../../../src/storage/metastore/index.js';
 import { MemoryStreams } from '../../helpers/memory-storage.js';
 import { startPostgres, type PostgresServer } from '../../helpers/postgres.js';
-import { RawClient, captureLogger, metadataRequest as md } from './helpers.js';
+import { RawClient, metadataRequest as md } from './helpers.js';
+import { logger, ownerOf, settle, startBroker, stopAll, type Broker } from './cluster-helpers.js';
 
 const { Kafka, logLevel } = kafkajs;
-const logger = pino({ level: 'silent' });
-
-interface Broker {
-  id: number;
-  cluster: Cluster;
-  engine: Engine;
-  listener: ProtocolListener;
-  port: number;
-  /** Partitions this broker owns, with their epochs (what the streams part would serve). */
-  held: Map<string, number>;
-}
-
-/** Starts broker `id`: its Cluster (lease 60 s: nothing expires by itself), engine and Kafka listener. */
-async function startBroker(store: ClusterStore, id: number, streams: StreamStorage, catalog: CoreStore, topics: Array<[string, number]>): Promise<Broker> {
-  const engine = new Engine(streams, catalog);
-  await engine.load();
-  for (const [name, partitions] of topics) if (!engine.getStream(name)) await engine.createStream({ name, partitions });
-  const cluster = await Cluster.start({ store, info: { id, version: 'test', endpoints: {} }, leaseMs: 60_000, logger });
-  const held = new Map<string, number>();
-  cluster.register('partition', {
-    names: () => engine.listStreams().flatMap((d) => Array.from({ length: d.partitions }, (_, p) => `${d.name}/${p}`)),
-    async acquire(name, epoch) {
-      held.set(name, epoch);
-    },
-    async release(name) {
-      held.delete(name);
-    },
-  });
-  const listener = await startKafkaListener(
-    { engine, logger: captureLogger('warn').logger, brokerId: id },
-    { host: '127.0.0.1', port: 0 },
-    { cluster, groupInitialRebalanceDelayMs: 0, groupMinSessionTimeoutMs: 100 },
-  );
-  const port = listener.address().port;
-  await cluster.advertise({ kafka: { host: '127.0.0.1', port } });
-  cluster.begin();
-  return { id, cluster, engine, listener, port, held };
-}
-
-/**
- * Reconciles every broker until every partition of `topics` has one owner and every broker places over exactly
- * `brokers` (a broker that has not yet read the others' membership places every group on itself: a test that picks
- * a group's coordinator by asking the brokers would pick the wrong one; 20 ms after the last kick was not always
- * enough for that read on a loaded machine).
- */
-async function settle(brokers: Broker[], partitions: number): Promise<void> {
-  const deadline = Date.now() + 10_000;
-  const ids = brokers
-    .map((b) => b.id)
-    .sort((x, y) => x - y)
-    .join(',');
-  const viewsComplete = () => brokers.every((b) => [...b.cluster.placementBrokers()].sort((x, y) => x - y).join(',') === ids);
-  for (;;) {
-    for (const b of brokers) b.cluster.kick();
-    await new Promise((r) => setTimeout(r, 20));
-    const owned = brokers.reduce((n, b) => n + b.held.size, 0);
-    if (owned === partitions && viewsComplete()) {
-      // And every broker's view of the owners is fresh (rows read at its last reconcile).
-      for (const b of brokers) b.cluster.kick();
-      await new Promise((r) => setTimeout(r, 20));
-      if (viewsComplete()) return;
-    }
-    if (Date.now() > deadline)
-      throw new Error(
-        `ownership did not settle (${owned}/${partitions}; views ${brokers.map((b) => `${b.id}: ${b.cluster.placementBrokers().join(',')}`).join('; ')})`,
-      );
-  }
-}
-
-async function stopAll(brokers: Broker[]): Promise<void> {
-  for (const b of brokers) {
-    await b.cluster.close();
-    await b.listener.close();
-  }
-}
-
-const ownerOf = (brokers: Broker[], key: string): Broker => {
-  const b = brokers.find((x) => x.held.has(key));
-  assert.ok(b, `${key} has an owner`);
-  return b;
-};
-
 const records = (n: number, tag = 'v') =>
   encodeBatch(Array.from({ length: n }, (_, i) => ({ key: null, value: Buffer.from(`${tag}${i}`), headers: [], timestamp: Date.now() })));
 const produce = (topic: string, partition: number, n: number): ProduceRequest => ({

@@ -6,6 +6,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { connect } from 'node:net';
+import { createUser } from 'nkeys.js';
 import { natsFilterToUnified } from '../../../src/protocols/nats/connection.js';
 import { RawClient, makeAccess, startNats, until, type TestAccess } from './helpers.js';
 
@@ -71,6 +72,35 @@ describe('NATS authentication through the control plane', () => {
       assert.ok(a.guard.stats.throttled > 0, `the throttle refused some as busy (${JSON.stringify(a.guard.stats)})`);
       assert.ok(a.guard.stats.bad > 1, `and checked others (${JSON.stringify(a.guard.stats)})`);
       for (const c of clients) assert.deepEqual(c.errors(), ['Authorization Violation']);
+    } finally {
+      await s.close();
+      await a.close();
+    }
+  });
+
+  it("an NKey signature that is not the key holder's: Authorization Violation, throttled as wrong passwords are", async () => {
+    const a = await makeAccess({ users, anonymous: false, guard: { throttle: { freeFailures: 0, baseDelayMs: 100, maxDelayMs: 200 } } });
+    const key = createUser();
+    const thief = createUser();
+    await a.directory.setNkey('alice', key.getPublicKey());
+    const s = await startNats({}, { access: a });
+    try {
+      const signed = async (kp: typeof key): Promise<RawClient> => {
+        const c = await RawClient.connect(s.port);
+        const info = (await c.waitFor((o) => o.op === 'info')) as { info: { nonce?: string } };
+        assert.equal(typeof info.info.nonce, 'string', 'INFO carries a nonce once a user has an nkey');
+        const sig = Buffer.from(kp.sign(Buffer.from(info.info.nonce!))).toString('base64url');
+        c.send(`CONNECT {"nkey":"${key.getPublicKey()}","sig":"${sig}"}\r\nPING\r\n`);
+        return c;
+      };
+      const good = await signed(key);
+      await good.waitFor((o) => o.op === 'pong');
+      assert.equal(a.access.clients.list().find((e) => e.user === 'alice')?.reg.protocol, 'nats');
+      good.close();
+      const clients = await Promise.all(Array.from({ length: 8 }, () => signed(thief)));
+      await Promise.all(clients.map((c) => c.closed));
+      for (const c of clients) assert.deepEqual(c.errors(), ['Authorization Violation']);
+      assert.ok(a.guard.stats.throttled > 0, `the throttle refused some as busy (${JSON.stringify(a.guard.stats)})`);
     } finally {
       await s.close();
       await a.close();

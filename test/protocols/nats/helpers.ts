@@ -46,7 +46,13 @@ export function makeAccess(
 
 export async function startNats(
   opts: NatsOptions = {},
-  auth: { access?: TestAccess; allowAnonymous?: boolean; token?: string | null; tls?: { available: boolean; required: boolean } } = {},
+  auth: {
+    access?: TestAccess;
+    allowAnonymous?: boolean;
+    token?: string | null;
+    tls?: { available: boolean; required: boolean };
+    responses?: { max: number; ttlMs: number };
+  } = {},
   publisher?: (engine: Engine) => NatsPublisher,
   storage: MemoryStreams = new MemoryStreams(),
 ): Promise<NatsTestServer> {
@@ -58,7 +64,7 @@ export async function startNats(
   const adapter = new NatsAdapter(
     { engine, logger, brokerId: 1 },
     resolveNatsOptions(opts),
-    { access: testAccess.access, token: auth.token ?? null },
+    { access: testAccess.access, token: auth.token ?? null, ...(auth.responses ? { responses: auth.responses } : {}) },
     publisher?.(engine),
   );
   const tls = auth.tls ?? { available: false, required: false };

@@ -55,6 +55,41 @@ describe('PostgresQueueStore', () => {
     assert.deepEqual(await s.openQueue('q'), { count: 3, bytes: 6, maxId: 3 });
     await s.close();
   });
+
+  it('does not write messages removed before their append was written (acked before the write was due), keeps their ids counted, and leaves those a read made before the removal must see', async () => {
+    const url = await server.createDatabase();
+    const s = await PostgresQueueStore.open({ url });
+    await s.openQueue('q');
+    await s.append('q', msgs(1, 2));
+    // One tick: the appends of 3..6 and the removal of 4, 6 and of 1 (written already) wait for one group.
+    const appended = s.append('q', msgs(3, 6));
+    const removed = s.remove('q', [1, 4, 6]);
+    await Promise.all([appended, removed]);
+    assert.equal(s.figures().elided, 2);
+    assert.deepEqual(
+      (await s.read('q', 0, 100)).map((m) => m.id),
+      [2, 3, 5],
+    );
+    // An append all of whose messages are removed before it is written: nothing is inserted, the highest id counts it.
+    await Promise.all([s.append('q', msgs(7, 7)), s.remove('q', [7])]);
+    assert.equal(s.figures().elided, 3);
+    // A read made between the append and the removal sees the message: it is written, then removed.
+    const [, seen] = await Promise.all([s.append('q', msgs(8, 8)), s.read('q', 0, 100), s.remove('q', [8])]);
+    assert.deepEqual(
+      seen.map((m) => m.id),
+      [2, 3, 5, 8],
+    );
+    assert.equal(s.figures().elided, 3);
+    await s.close();
+    // What PostgreSQL holds: the counters match the rows, and the highest id counts 7 and 8 (never reused).
+    const again = await PostgresQueueStore.open({ url });
+    assert.deepEqual(await again.openQueue('q'), { count: 3, bytes: 6, maxId: 8 });
+    assert.deepEqual(
+      (await again.read('q', 0, 100)).map((m) => m.id),
+      [2, 3, 5],
+    );
+    await again.close();
+  });
 });
 
 /** Issue 24: a queue flooded with appends does not make another queue's appends wait behind its whole backlog. */

@@ -96,10 +96,17 @@ describe('SqliteQueueStore', () => {
       (await s.read('q', 0, 100)).map((m) => m.id),
       [2, 3, 5],
     );
+    // A read made between the append and the removal sees the message: it is written, then removed.
+    const [, seen] = await Promise.all([s.append('q', msgs(7, 7)), s.read('q', 0, 100), s.remove('q', [7])]);
+    assert.deepEqual(
+      seen.map((m) => m.id),
+      [2, 3, 5, 7],
+    );
+    assert.equal(s.figures().elided, 2);
     await s.close();
-    // After a restart: the counters match what is stored, and the highest id still counts 6 (never reused).
+    // After a restart: the counters match what is stored, and the highest id still counts 6 and 7 (never reused).
     const again = await SqliteQueueStore.open(file);
-    assert.deepEqual(await again.openQueue('q'), { count: 3, bytes: 6, maxId: 6 });
+    assert.deepEqual(await again.openQueue('q'), { count: 3, bytes: 6, maxId: 7 });
     await again.close();
   });
 

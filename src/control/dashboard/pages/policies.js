@@ -3,7 +3,7 @@
 import { api, enc, list } from '../api.js';
 import { act, button, chips, field, h, splitList, table, section } from '../dom.js';
 
-const ACTIONS = ['publish', 'subscribe', 'create', 'delete', 'describe', 'alter', 'admin'];
+const ACTIONS = ['publish', 'subscribe', 'create', 'delete', 'describe', 'alter', 'admin', 'respond'];
 
 export async function render(view) {
   const box = h('div');

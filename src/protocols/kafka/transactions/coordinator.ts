@@ -15,6 +15,12 @@
  * INVALID_PRODUCER_EPOCH. A transaction open longer than its timeout is aborted with an epoch bump, fencing the
  * producer that forgot it, as Kafka's coordinator does.
  *
+ * Expiration (transactional.id.expiration.ms, as Kafka): an id with no transaction activity for that long (its state
+ * Empty or Complete*, unchanged since) is removed from the store by its coordinator, at the same check as the
+ * timeouts; its next InitProducerId starts afresh with a new producer id. In cluster mode only the id's owner does it
+ * (the delete is fenced by the id's owner epoch); every stored id has an owner row, taken by a live broker even
+ * after its coordinator died (orphans are taken at a reconcile), so each one expires somewhere.
+ *
  * On a single broker it coordinates every transactional id. In cluster mode (../cluster.ts) each transactional id
  * is owned like a consumer group (its placement broker, fenced by the owner row's epoch): that broker loads the
  * id's document when it takes it (acquire) and completes a commit or abort its predecessor left in flight; the
@@ -22,9 +28,18 @@
  * aborted list (loadPartition when it takes a partition over).
  */
 import type { Logger } from 'pino';
-import { ATTR_CONTROL, ATTR_TRANSACTIONAL, encodeControlBatch, isFlowError, readBatchInfo, type Engine, type OffsetCommit } from '../../../core/index.js';
+import {
+  ATTR_CONTROL,
+  ATTR_TRANSACTIONAL,
+  encodeControlBatch,
+  FlowError,
+  isFlowError,
+  readBatchInfo,
+  type Engine,
+  type OffsetCommit,
+} from '../../../core/index.js';
 import { KafkaErrorCode } from '../codec/index.js';
-import type { ControlRecord, ControlStore } from '../../../storage/metastore/control-store.js';
+import type { ControlFence, ControlRecord, ControlStore } from '../../../storage/metastore/control-store.js';
 import type { AbortedTxn, TxnPartitions } from '../../../core/index.js';
 
 /** The metastore document name of a partition's aborted list (a name may not hold NUL). */
@@ -60,7 +75,7 @@ export interface TxnMeta {
 }
 
 /** The store role the coordinator needs: the metastore's control documents. */
-export type TxnStore = Pick<ControlStore, 'getControl' | 'putControl' | 'listControl'>;
+export type TxnStore = Pick<ControlStore, 'getControl' | 'putControl' | 'listControl' | 'deleteControl'>;
 
 /** transaction.max.timeout.ms: a longer transaction.timeout.ms is INVALID_TRANSACTION_TIMEOUT. */
 export const MAX_TRANSACTION_TIMEOUT_MS = 900_000;
@@ -99,6 +114,18 @@ export class TransactionCoordinator {
   private readonly fences = new Map<string, number>();
   /** Cluster mode: a write was fenced (another broker coordinates the id now): stop serving it here. */
   onFenced: ((transactionalId: string) => void) | null = null;
+  /**
+   * transactional.id.expiration.ms: an id whose state has not changed for this long, with no transaction open or
+   * being completed, is removed from the store (expireIds).
+   */
+  idExpirationMs = 604_800_000;
+  /**
+   * Cluster mode: the owner epoch under which this broker leads a partition (null: it does not lead it), which fences
+   * the writes of the partition's aborted list (storeAborted): a deposed leader overwrites nothing.
+   */
+  partitionEpoch: ((stream: string, partition: number) => number | null) | null = null;
+  /** Cluster mode: a write of a partition's aborted list was fenced (another broker leads it now): stop leading it. */
+  onPartitionFenced: ((stream: string, partition: number) => void) | null = null;
 
   constructor(
     private readonly engine: Engine,
@@ -197,6 +224,28 @@ export class TransactionCoordinator {
       const p = m.partitions.find((q) => q.stream === stream && q.partition === partition);
       if (p) this.partitions.onAppend(stream, partition, m.producerId, p.startOffset);
     }
+    // The log cleaner may judge the partition's transactional batches from now on.
+    this.partitions.setLoaded(stream, partition, true);
+  }
+
+  /**
+   * Stores a partition's aborted list (after an abort marker, or the log cleaner's dropAborted). In cluster mode the
+   * write carries the partition's owner epoch (ControlFence on its 'partition' owner row), as the coordinator's own
+   * writes carry the transactional id's: once another broker took the partition, FENCED, and this one lets it go.
+   */
+  async storeAborted(stream: string, partition: number, aborted: AbortedTxn[]): Promise<void> {
+    let fence: ControlFence | undefined;
+    if (this.partitionEpoch !== null) {
+      const epoch = this.partitionEpoch(stream, partition);
+      if (epoch === null) throw new FlowError('NOT_OWNER', `this broker does not lead ${stream}/${partition}`);
+      fence = { owner: 'partition', name: `${stream}/${partition}`, epoch };
+    }
+    try {
+      await this.store.putControl('txn-aborted', abortedDocName(stream, partition), { stream, partition, aborted }, fence);
+    } catch (err) {
+      if (isFlowError(err, 'FENCED')) this.onPartitionFenced?.(stream, partition);
+      throw err;
+    }
   }
 
   /** The txn documents, read once for the partitions a failover moves here together (within a second). */
@@ -209,6 +258,11 @@ export class TransactionCoordinator {
       if (this.txnDocs?.docs === docs) this.txnDocs = null;
     });
     return docs;
+  }
+
+  /** Closed (the broker stops): what is still to be done goes to the ids' and partitions' next owners. */
+  get isClosed(): boolean {
+    return this.closed;
   }
 
   close(): void {
@@ -507,7 +561,7 @@ export class TransactionCoordinator {
         { producerId, firstOffset: first, lastOffset: res.baseOffset },
         this.engine.offsets(stream, partition).logStartOffset,
       );
-      durables.push(this.store.putControl('txn-aborted', abortedDocName(stream, partition), { stream, partition, aborted: list }));
+      durables.push(this.storeAborted(stream, partition, list));
     }
     // The marker is in the log: readers may pass the transaction's records (commit) or skip them (abort).
     this.partitions.close(stream, partition, producerId);
@@ -547,10 +601,40 @@ export class TransactionCoordinator {
     await Promise.all(copies);
   }
 
-  /** Aborts the transactions open longer than their timeout, bumping the epoch (the producer is fenced). */
+  /**
+   * Removes the transactional ids idle past transactional.id.expiration.ms (see the header), on each id's chain: a
+   * request queued behind the expiry finds no state and starts afresh. In cluster mode the id stays owned here (its
+   * owner row and fence kept), so such a request's writes stay fenced.
+   */
+  private expireIds(now: number): void {
+    const idle = (m: TxnMeta, at: number) =>
+      (m.state === 'Empty' || m.state === 'CompleteCommit' || m.state === 'CompleteAbort') && at - m.updatedAt > this.idExpirationMs;
+    for (const m of this.txns.values()) {
+      if (!idle(m, now)) continue;
+      const id = m.transactionalId;
+      void this.run(id, async () => {
+        if (this.closed || this.txns.get(id) !== m || !idle(m, Date.now())) return;
+        try {
+          await this.store.deleteControl('txn', id, this.fences.get(id));
+        } catch (err) {
+          if (isFlowError(err, 'FENCED')) this.onFenced?.(id);
+          throw err;
+        }
+        this.txns.delete(id);
+        if (this.byProducer.get(m.producerId) === id) this.byProducer.delete(m.producerId);
+        this.logger.info({ transactionalId: id, producerId: m.producerId, idleMs: Date.now() - m.updatedAt }, 'transactional id expired');
+      }).catch((err: unknown) => this.logger.warn({ err, transactionalId: id }, 'expiring a transactional id failed; trying again'));
+    }
+  }
+
+  /**
+   * Aborts the transactions open longer than their timeout, bumping the epoch (the producer is fenced); expires the
+   * idle transactional ids.
+   */
   private expire(): void {
     if (this.closed) return;
     const now = Date.now();
+    this.expireIds(now);
     for (const m of this.txns.values()) {
       if (m.state !== 'Ongoing' || m.startTimeMs < 0 || now - m.startTimeMs <= m.timeoutMs) continue;
       void this.run(m.transactionalId, async () => {

@@ -225,7 +225,7 @@ export async function streamPurge(js: JetStreamState, name: string, body: string
 /** Whether a stream appears in STREAM.NAMES/LIST for `access` (describe; not logged: a list is not a request for it). */
 export function listable(js: JetStreamState, access: Access | null, name: string): boolean {
   if (access === null) return true;
-  return js.authorizer!.control.directory.policies.allows(access.principal, 'describe', 'stream', name);
+  return js.authorizer!.control.allows(access.principal, 'describe', 'stream', name);
 }
 
 /** Whether a stream already has the JetStream options a create or update asks for. */
