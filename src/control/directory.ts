@@ -458,6 +458,11 @@ export class Directory implements UserStore {
     // The user's tokens as the store has them, not this copy: one made through another broker since the last
     // refresh would otherwise survive and be valid again for a new user of the same name.
     for (const t of await this.opts.store.listControl('token')) if (t.data.user === username) await this.opts.store.deleteControl('token', t.name);
+    // Its RabbitMQ permissions go with it, as in RabbitMQ (a new user of the same name does not inherit them).
+    for (const p of this.policySet.defs()) {
+      if (p.source === 'rabbitmq-permission' && p.principals.length === 1 && p.principals[0] === `user:${username}`)
+        await this.opts.store.deleteControl('policy', p.name);
+    }
     await this.changed();
   }
 

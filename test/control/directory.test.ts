@@ -326,3 +326,25 @@ describe('Directory: two brokers on one store', () => {
     );
   });
 });
+
+describe('Directory: RabbitMQ users', () => {
+  it('a user with a RabbitMQ hash only; its RabbitMQ permission policies go when it is deleted, other policies stay', async () => {
+    const d = await dir();
+    // A hash RabbitMQ 3.10.8 made of "p1".
+    const hash = { algorithm: 'rabbit_password_hashing_sha256' as const, hash: 'xLrBTbVBTCuLhgwbkwg8NhbGn/frG7EittRDT58aXCv2kAhg' };
+    assert.equal(await d.putRabbitUser({ username: 'r', hash, groups: ['admins'] }), true);
+    assert.deepEqual(d.lookup('r')?.rabbitOnly, hash);
+    assert.deepEqual(d.user('r')?.mechanisms, ['PLAIN']);
+    assert.equal(await d.putRabbitUser({ username: 'r', password: 'new-pw', groups: [] }), false);
+    assert.equal(d.lookup('r')?.rabbitOnly, undefined, 'a clear password gives FlowMQ credentials');
+    assert.notEqual(d.rabbitHash('r')?.hash, hash.hash);
+    const mine = { effect: 'allow' as const, actions: ['subscribe'], resources: ['queue:~^r$'], principals: ['user:r'], source: 'rabbitmq-permission' };
+    await d.putPolicy({ ...mine, name: 'rabbitmq.r.read' });
+    await d.putPolicy({ ...mine, name: 'kept', source: 'api' });
+    await d.deleteUser('r');
+    assert.deepEqual(
+      d.policies.defs().map((p) => p.name),
+      ['kept'],
+    );
+  });
+});
