@@ -46,6 +46,12 @@ export const JsErr = {
   invalidDeliverSubject: () => e(400, 10112, 'invalid push consumer deliver subject'),
   maximumConsumers: () => e(400, 10026, 'maximum consumers limit reached'),
   msgDeleteFailed: (d: string) => e(500, 10057, d),
+  streamSealed: () => e(400, 10109, 'invalid operation on sealed stream'),
+  messageTooBig: () => e(400, 10054, 'message size exceeds maximum allowed'),
+  wqRequiresExplicitAck: () => e(400, 10098, 'workqueue stream requires explicit ack'),
+  wqMultipleUnfiltered: () => e(400, 10099, 'multiple non-filtered consumers not allowed on workqueue stream'),
+  wqNotUnique: () => e(400, 10100, 'filtered consumer not unique on workqueue stream'),
+  wqNotDeliverAll: () => e(400, 10101, 'consumer must be deliver all on workqueue stream'),
   rollupFailed: (d: string) => e(500, 10111, d),
   sequenceNotFound: (seq: number) => e(400, 10067, `sequence ${seq} not found`),
   /**

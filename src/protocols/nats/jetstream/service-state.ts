@@ -21,6 +21,7 @@ import { consumerKey, encodeDelivery } from './cluster.js';
 import { Consumer, type ConsumerHost } from './consumer.js';
 import type { ApiError } from './errors.js';
 import { jsOptions, MAX_DELETE_RULES, needsView, StreamView, type DeleteRule } from './stream-view.js';
+import { consumedBy, trimConsumed, workqueueLegacy } from './retention.js';
 
 export interface JetStreamOptions {
   /** How often ack deadlines, pull request expiry, heartbeats and inactive consumers are looked at. Default 100 ms. */
@@ -71,6 +72,11 @@ export abstract class JetStreamState implements ConsumerHost {
   readonly views = new Map<string, StreamView>();
   /** Streams whose view refuses publishes at a limit (discard new): every JetStream publish must look for them. */
   readonly refusing = new Set<string>();
+  /** Streams that refuse some JetStream publishes outright (sealed, max_msg_size): refreshGuards(). */
+  readonly guards = new Map<string, { sealed: boolean; maxMsgSize: number }>();
+  /** Streams whose consumed prefix is being deleted from the log (trimStreams). */
+  private readonly trimming = new Set<string>();
+  private lastSlowTick = 0;
   /** Per stream: the last rule addition (they are serialized: each rewrites the stream's rule list). */
   private readonly ruleChain = new Map<string, Promise<unknown>>();
   /** Per stream with a view: JetStream publishes appended but not durable yet (expectations wait for them). */
@@ -194,6 +200,12 @@ export abstract class JetStreamState implements ConsumerHost {
 
   tick(): void {
     const now = Date.now();
+    if (now - this.lastSlowTick >= 1000) {
+      this.lastSlowTick = now;
+      this.trimStreams();
+      // Cluster mode: another broker may have sealed a stream or set its max_msg_size.
+      if (this.cluster !== null) this.refreshGuards();
+    }
     for (const [stream, m] of this.consumers) {
       if (!this.engine.getStream(stream)) {
         this.removeConsumersOf(stream);
@@ -224,7 +236,10 @@ export abstract class JetStreamState implements ConsumerHost {
     c.close(notify);
     this.dirty.delete(c);
     const m = this.consumers.get(c.stream);
-    if (m?.get(c.name) === c) m.delete(c.name);
+    if (m?.get(c.name) === c) {
+      m.delete(c.name);
+      this.retentionAfterDelete(c);
+    }
     if (m?.size === 0) this.consumers.delete(c.stream);
     if (this.cluster !== null) {
       // The record first (fenced by the owner row), then the owner row itself.
@@ -235,6 +250,44 @@ export abstract class JetStreamState implements ConsumerHost {
     }
     if (!c.durable) return Promise.resolve();
     return this.engine.store.deleteConsumer(c.stream, c.name);
+  }
+
+  /** A consumer of a workqueue or interest stream went away (retention.ts). */
+  private retentionAfterDelete(c: Consumer): void {
+    const def = this.engine.getStream(c.stream)?.def;
+    if (def === undefined) return;
+    const retention = jsOptions(def).retention;
+    if (retention === 'workqueue') {
+      // What it consumed stays consumed (the view forgets its acks with it): kept as a rule of the stream.
+      const legacy = workqueueLegacy(c);
+      if (legacy !== null) {
+        this.addRule(c.stream, () => ({ ...legacy, at: 0 })).catch((err: unknown) =>
+          this.logLimit.log('warn', `jetstream-wq-rule|${c.stream}`, { err, stream: c.stream }, 'JetStream workqueue consumer acks not kept'),
+        );
+      }
+    } else if (retention === 'interest') {
+      // Its interest goes with it: what only it was waiting for is gone.
+      this.views.get(c.stream)?.recheckFrom(c.ackFloor + 1);
+    }
+  }
+
+  /** ConsumerHost: `c` is done with `seq` (workqueue and interest streams drop it when nobody else needs it). */
+  consumed(c: Consumer, seq: number): void {
+    const v = this.views.get(c.stream);
+    if (v !== undefined && v.opts.retention !== 'limits') v.recheck(seq);
+  }
+
+  /** Deletes from the log what no consumer of a workqueue or interest stream needs (retention.ts), one at a time. */
+  private trimStreams(): void {
+    for (const [name, v] of this.views) {
+      if (v.opts.retention === 'limits' || this.trimming.has(name)) continue;
+      const p = trimConsumed(this.engine, name, v);
+      if (p === null) continue;
+      this.trimming.add(name);
+      p.catch((err: unknown) => this.logLimit.log('warn', `jetstream-trim|${name}`, { err, stream: name }, 'JetStream consumed messages not trimmed')).finally(
+        () => this.trimming.delete(name),
+      );
+    }
   }
 
   removeConsumersOf(stream: string): void {
@@ -304,9 +357,14 @@ export abstract class JetStreamState implements ConsumerHost {
       this.dropView(name);
       return null;
     }
-    const v = new StreamView(e.def, this.engine);
+    const v = this.newView(e.def);
     this.setView(name, v);
     return v;
+  }
+
+  private newView(def: StreamDef): StreamView {
+    const name = def.name;
+    return new StreamView(def, this.engine, (seq, topic, retention) => consumedBy(this.consumers.get(name)?.values() ?? [], seq, topic, retention));
   }
 
   /** The stream's view caught up with its log, or null. */
@@ -329,7 +387,7 @@ export abstract class JetStreamState implements ConsumerHost {
       const start = this.engine.offsets(name, 0).logStartOffset;
       if (opts.rules.filter((r) => r.at > start).length >= MAX_DELETE_RULES) return `too many deletes on this stream (${MAX_DELETE_RULES}): purge it whole`;
       // The view as it will be with a rule: built (and caught up) before the rule is stored.
-      const v = this.views.get(name)?.def === e.def ? this.views.get(name)! : new StreamView(e.def, this.engine);
+      const v = this.views.get(name)?.def === e.def ? this.views.get(name)! : this.newView(e.def);
       this.setView(name, v);
       await v.catchUp();
       // Applied where the log is now (what is appended meanwhile is not touched), then stored.
@@ -357,6 +415,15 @@ export abstract class JetStreamState implements ConsumerHost {
       if (this.ruleChain.get(name) === settled) this.ruleChain.delete(name);
     });
     return next;
+  }
+
+  /** Looks the streams' sealed and max_msg_size settings up again (after a stream request, and on the tick). */
+  refreshGuards(): void {
+    this.guards.clear();
+    for (const d of this.engine.listStreams()) {
+      const o = jsOptions(d);
+      if (o.sealed || o.maxMsgSize >= 0) this.guards.set(d.name, { sealed: o.sealed, maxMsgSize: o.maxMsgSize });
+    }
   }
 
   sortedConsumers(stream: string): Consumer[] {

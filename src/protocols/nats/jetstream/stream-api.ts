@@ -17,7 +17,7 @@ import {
   type StreamSpecFromJs,
 } from './stream-info.js';
 import { filterToSubject, subjectsCollide, subjectToFilter } from './subjects.js';
-import { jsOptions, optionConfigs } from './stream-view.js';
+import { jsOptions, optionConfigs, type JsStreamOptions } from './stream-view.js';
 import { BAD_JSON, errText, isApiError, isCount, JetStreamState, type Json, LIST_LIMIT, NAMES_LIMIT, pageOffset, parseJson, typed } from './service-state.js';
 
 export async function streamInfoJson(js: JetStreamState, def: StreamDef): Promise<Json> {
@@ -35,6 +35,11 @@ export async function streamCreate(js: JetStreamState, name: string, body: strin
   if (raw === BAD_JSON) return typed(T_, { error: JsErr.invalidJson() });
   const spec = parseStreamConfig(raw, name);
   if (isApiError(spec)) return typed(T_, { error: spec });
+  if (spec.options.sealed) return typed(T_, { error: JsErr.streamInvalidConfig('stream configuration for create can not be sealed') });
+  if (spec.options.retention !== 'limits' && js.cluster !== null) {
+    // A message's removal depends on every consumer's acks, and consumers live on different brokers.
+    return typed(T_, { error: JsErr.streamInvalidConfig(`${spec.options.retention} retention is not supported by FlowMQ in cluster mode`) });
+  }
   const unbindable = bindRefusal(js, access, spec.bindings);
   if (unbindable !== null) return typed(T_, { error: unbindable });
   const existing = js.engine.getStream(name);
@@ -70,6 +75,8 @@ export async function streamUpdate(js: JetStreamState, name: string, body: strin
   if (isApiError(spec)) return typed(T_, { error: spec });
   const e = js.engine.getStream(name);
   if (!e) return typed(T_, { error: JsErr.streamNotFound() });
+  const refusal = updateRefusal(jsOptions(e.def), spec);
+  if (refusal !== null) return typed(T_, { error: refusal });
   const unbindable = bindRefusal(
     js,
     access,
@@ -93,6 +100,24 @@ export async function streamUpdate(js: JetStreamState, name: string, body: strin
   }
   js.duplicateWindowNs.set(name, spec.duplicateWindowNs);
   return typed(T_, await streamInfoJson(js, def));
+}
+
+/**
+ * What nats-server 2.9 refuses in an update (stream.go update), in its order and words; a sealed stream's other
+ * settings are then set as sealing sets them (no age limit, discard new, no deletes, purges or rollups).
+ */
+function updateRefusal(old: JsStreamOptions, spec: StreamSpecFromJs): ApiError | null {
+  const o = spec.options;
+  const no = (what: string): ApiError => JsErr.streamInvalidConfig(`stream configuration update can not ${what}`);
+  if (o.retention !== old.retention) return no('change retention policy');
+  if (old.sealed && !o.sealed) return no('unseal a sealed stream');
+  if (old.denyDelete && !o.denyDelete) return no('cancel deny message deletes');
+  if (old.denyPurge && !o.denyPurge) return no('cancel deny purge');
+  if (o.sealed) {
+    spec.options = { ...o, discardNew: true, denyDelete: true, denyPurge: true, allowRollup: false };
+    spec.retentionMs = null;
+  }
+  return null;
 }
 
 /**
@@ -172,6 +197,7 @@ export async function streamPurge(js: JetStreamState, name: string, body: string
   const raw = body.trim() === '' ? {} : parseJson(body);
   if (raw === BAD_JSON || raw === null || typeof raw !== 'object') return typed(T_, { error: JsErr.invalidJson() });
   const r = raw as Json;
+  if (jsOptions(e.def).sealed) return typed(T_, { error: JsErr.streamSealed() });
   if (jsOptions(e.def).denyPurge) return typed(T_, { error: JsErr.streamPurge('stream purge not permitted') });
   if (r.filter !== undefined && typeof r.filter !== 'string') return typed(T_, { error: JsErr.invalidJson() });
   const filter = r.filter === undefined || r.filter === '' || r.filter === '>' ? undefined : r.filter;

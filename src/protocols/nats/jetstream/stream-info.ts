@@ -20,13 +20,13 @@ export function streamConfigJson(def: StreamDef, duplicateWindowNs: number): Rec
   return {
     name: def.name,
     subjects: streamSubjects(def),
-    retention: 'limits',
+    retention: o.retention,
     max_consumers: -1,
     max_msgs: o.maxMsgs,
     max_bytes: o.maxBytes,
     max_age: def.retentionMs === null ? 0 : def.retentionMs * 1e6,
     max_msgs_per_subject: o.maxMsgsPerSubject,
-    max_msg_size: -1,
+    max_msg_size: o.maxMsgSize,
     discard: o.discardNew ? 'new' : 'old',
     ...(o.discardNewPerSubject ? { discard_new_per_subject: true } : {}),
     storage: 'file',
@@ -34,7 +34,7 @@ export function streamConfigJson(def: StreamDef, duplicateWindowNs: number): Rec
     duplicate_window: duplicateWindowNs,
     allow_direct: o.allowDirect,
     mirror_direct: false,
-    sealed: false,
+    sealed: o.sealed,
     deny_delete: o.denyDelete,
     deny_purge: o.denyPurge,
     allow_rollup_hdrs: o.allowRollup,
@@ -107,14 +107,11 @@ export interface StreamSpecFromJs {
 }
 
 const NEUTRAL: Array<[string, (v: unknown) => boolean, string]> = [
-  ['retention', (v) => v === undefined || v === 'limits', 'retention policies other than limits'],
   ['max_consumers', (v) => v === undefined || v === -1 || v === 0, 'max_consumers'],
-  ['max_msg_size', (v) => v === undefined || v === -1 || v === 0, 'max_msg_size'],
   ['mirror', (v) => v === undefined || v === null, 'mirrors'],
   ['sources', (v) => v === undefined || v === null || (Array.isArray(v) && v.length === 0), 'sources'],
   ['republish', (v) => v === undefined || v === null, 'republish'],
   ['subject_transform', (v) => v === undefined || v === null, 'subject transforms'],
-  ['sealed', (v) => v === undefined || v === false, 'sealed streams'],
   ['mirror_direct', (v) => v === undefined || v === false, 'direct get'],
   ['no_ack', (v) => v === undefined || v === false, 'no_ack streams'],
   ['template_owner', (v) => v === undefined || v === '', 'stream templates'],
@@ -140,6 +137,10 @@ export function parseStreamConfig(raw: unknown, subjectName: string): StreamSpec
   }
   if (r.storage !== undefined && r.storage !== 'file' && r.storage !== 'memory') return JsErr.invalidJson();
   if (r.discard !== undefined && r.discard !== 'old' && r.discard !== 'new') return JsErr.invalidJson();
+  const retention = r.retention ?? 'limits';
+  if (retention !== 'limits' && retention !== 'workqueue' && retention !== 'interest') return JsErr.invalidJson();
+  const maxMsgSize = r.max_msg_size ?? -1;
+  if (typeof maxMsgSize !== 'number' || !Number.isSafeInteger(maxMsgSize) || maxMsgSize > 2 ** 31 - 1 || maxMsgSize < -(2 ** 31)) return JsErr.invalidJson();
   let subjects: string[];
   if (r.subjects === undefined || r.subjects === null || (Array.isArray(r.subjects) && r.subjects.length === 0)) subjects = [name];
   else if (Array.isArray(r.subjects) && r.subjects.every((s) => typeof s === 'string')) subjects = r.subjects as string[];
@@ -163,7 +164,7 @@ export function parseStreamConfig(raw: unknown, subjectName: string): StreamSpec
   const maxBytes = r.max_bytes ?? -1;
   for (const v of [maxMsgs, maxBytes]) if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < -1) return JsErr.invalidJson();
   const flags: Record<string, boolean> = {};
-  for (const k of ['allow_rollup_hdrs', 'deny_delete', 'deny_purge', 'allow_direct', 'discard_new_per_subject']) {
+  for (const k of ['allow_rollup_hdrs', 'deny_delete', 'deny_purge', 'allow_direct', 'discard_new_per_subject', 'sealed']) {
     const v = r[k] ?? false;
     if (typeof v !== 'boolean') return JsErr.invalidJson();
     flags[k] = v;
@@ -185,6 +186,9 @@ export function parseStreamConfig(raw: unknown, subjectName: string): StreamSpec
       discardNew,
       discardNewPerSubject: flags.discard_new_per_subject,
       allowDirect: flags.allow_direct,
+      retention,
+      maxMsgSize: maxMsgSize === 0 ? -1 : maxMsgSize,
+      sealed: flags.sealed,
     },
     name,
     bindings: [...new Set(bindings)],
@@ -227,6 +231,29 @@ export async function lastMatching(engine: Engine, stream: string, pred: (m: Mes
     }
     if (best >= 0) return best;
     hi = lo;
+  }
+  return -1;
+}
+
+/** The lowest offset >= `from` of partition 0 whose message satisfies `pred`, or -1 (a forward scan of the log). */
+export async function firstMatching(engine: Engine, stream: string, from: number, pred: (m: Message) => boolean): Promise<number> {
+  const ownTopic = stream.split('.').join('/');
+  const { logStartOffset, highWatermark } = engine.offsets(stream, 0);
+  let offset = Math.max(from, logStartOffset);
+  while (offset < highWatermark) {
+    const batches = await engine.read(stream, 0, offset, 1024 * 1024);
+    const before = offset;
+    for (const b of batches) {
+      for (const rec of decodeBatch(b)) {
+        if (rec.offset < offset || rec.offset >= highWatermark) continue;
+        if (pred(recordToMessage(rec, ownTopic))) return rec.offset;
+        offset = rec.offset + 1;
+      }
+    }
+    if (offset === before) {
+      if (batches.length === 0) break;
+      offset++;
+    }
   }
   return -1;
 }
