@@ -193,10 +193,58 @@ async function scenario(server: string): Promise<Entry[]> {
       log(`msg get ${JSON.stringify(g)}`, r.err_code !== undefined ? outcome(r) : (r.message as { seq: number }).seq);
       log(`direct get ${JSON.stringify(g)}`, await directGet(nc, 'NX', g));
     }
+
+    // ---------------------------------------------------------------- mirrors and sources
+    await jsm.streams.add({ name: 'O1', subjects: ['o1.>'] });
+    await jsm.streams.add({ name: 'O2', subjects: ['o2.>'] });
+    for (const s of ['o1.a', 'o1.b', 'o1.a', 'o2.x']) await pub(nc, s, s);
+    log('mirror with subjects', outcome(await api(nc, 'STREAM.CREATE.M2', { name: 'M2', subjects: ['m2'], mirror: { name: 'O1' } })));
+    log('mirror with sources', outcome(await api(nc, 'STREAM.CREATE.M2', { name: 'M2', mirror: { name: 'O1' }, sources: [{ name: 'O2' }] })));
+    const m1 = await api(nc, 'STREAM.CREATE.M1', { name: 'M1', mirror: { name: 'O1', filter_subject: 'o1.a' } });
+    log('mirror config', [(m1.config as Record<string, unknown>).mirror, (m1.config as Record<string, unknown>).subjects]);
+    const s1 = await api(nc, 'STREAM.CREATE.S1', {
+      name: 'S1',
+      subjects: ['s1'],
+      sources: [
+        { name: 'O1', filter_subject: 'o1.b' },
+        { name: 'O2', opt_start_seq: 1 },
+      ],
+    });
+    log('sources config', (s1.config as Record<string, unknown>).sources);
+    await until(nc, 'M1', 2);
+    await until(nc, 'S1', 2);
+    log('mirror state', await state(nc, 'M1'));
+    log('sources state', await state(nc, 'S1', false));
+    const mi = await api(nc, 'STREAM.INFO.M1');
+    log('mirror info', [(mi.mirror as { name: string }).name, (mi.mirror as { lag: number }).lag]);
+    const si = await api(nc, 'STREAM.INFO.S1');
+    log('sources info', (si.sources as Array<{ name: string; lag: number }>).map((x) => [x.name, x.lag]).sort());
+    const copies: unknown[] = [];
+    for (const seq of [1, 2]) {
+      const m = (await api(nc, 'STREAM.MSG.GET.S1', { seq })).message as { subject: string; hdrs?: string };
+      copies.push([m.subject, Buffer.from(m.hdrs ?? '', 'base64').toString()]);
+    }
+    log('sourced messages', copies.sort());
+    for (const seq of [1, 2, 3]) {
+      const r = await api(nc, 'STREAM.MSG.GET.M1', { seq });
+      log(`mirror get ${seq}`, r.err_code !== undefined ? outcome(r) : (r.message as { subject: string }).subject);
+    }
+    log('sourced stream own publish', await pub(nc, 's1', 'own'));
+    log('origin publish', await pub(nc, 'o1.a', 'later'));
+    await until(nc, 'M1', 3);
+    log('mirror state later', await state(nc, 'M1'));
+    log('mirror update', outcome(await api(nc, 'STREAM.UPDATE.M1', { name: 'M1', mirror: { name: 'O2' } })));
+    await jsm.consumers.add('M1', { durable_name: 'm', ack_policy: AckPolicy.Explicit, filter_subject: 'o1.a' });
+    log('mirror consumer gets', await fetchSeqs(nc, 'M1', 'm', 3));
   } finally {
     await nc.close();
   }
   return out;
+}
+
+/** Waits (up to 10 s) for a mirror or sourced stream to hold `n` messages: copies are made in the background. */
+async function until(nc: NatsConnection, stream: string, n: number): Promise<void> {
+  await eventually(async () => ((await api(nc, `STREAM.INFO.${stream}`)).state as { messages: number }).messages >= n, 10_000, `${stream} holds ${n}`);
 }
 
 const get = (t: Entry[], label: string): unknown => {
@@ -273,6 +321,17 @@ describe('e2e: JetStream retention policies and stream guards beside nats-server
     assert.deepEqual(get(ours, 'dd cancel purge'), [500, 10052, 'stream configuration update can not cancel deny purge']);
   });
 
+  it('mirrors keep their origin’s sequences; sources mark their copies', () => {
+    assert.deepEqual(get(ours, 'mirror with subjects'), [400, 10034, 'stream mirrors can not contain subjects']);
+    assert.deepEqual(get(ours, 'mirror state'), { messages: 2, bytes: 76, first_seq: 1, last_seq: 3, num_deleted: 1 });
+    assert.deepEqual(get(ours, 'sourced messages'), [
+      ['o1.b', 'NATS/1.0\r\nNats-Stream-Source: O1 2\r\n\r\n'],
+      ['o2.x', 'NATS/1.0\r\nNats-Stream-Source: O2 1\r\n\r\n'],
+    ]);
+    assert.deepEqual(get(ours, 'mirror consumer gets'), [1, 3, 4]);
+    assert.deepEqual(get(ours, 'mirror update'), [400, 10055, 'stream mirror configuration can not be updated']);
+  });
+
   it('MSG.GET and DIRECT.GET next_by_subj', () => {
     assert.equal(get(ours, 'msg get {"seq":2,"next_by_subj":"nx.a"}'), 3);
     assert.equal(get(ours, 'direct get {"next_by_subj":"nx.b"}'), 2);
@@ -293,6 +352,12 @@ describe('e2e: FlowMQ workqueue and interest streams over a restart', () => {
     const jsm = await nc.jetstreamManager();
     await jsm.streams.add({ name: 'RW', subjects: ['rw.>'], retention: RetentionPolicy.Workqueue });
     await jsm.streams.add({ name: 'RI', subjects: ['ri.>'], retention: RetentionPolicy.Interest });
+    await jsm.streams.add({ name: 'RO', subjects: ['ro.>'] });
+    await jsm.streams.add({ name: 'RM', mirror: { name: 'RO' } });
+    await jsm.streams.add({ name: 'RS', subjects: ['rs'], sources: [{ name: 'RO', filter_subject: 'ro.b' }] });
+    for (const s of ['ro.a', 'ro.b', 'ro.b']) await pub(nc, s, s);
+    await until(nc, 'RM', 3);
+    await until(nc, 'RS', 2);
     await jsm.consumers.add('RW', { durable_name: 'w', ack_policy: AckPolicy.Explicit });
     await jsm.consumers.add('RI', { durable_name: 'i', ack_policy: AckPolicy.Explicit });
     for (let i = 0; i < 6; i++) {
@@ -311,6 +376,22 @@ describe('e2e: FlowMQ workqueue and interest streams over a restart', () => {
     broker = await broker.restart();
     nc = await connect({ servers: broker.natsServer });
     assert.deepEqual([await state(nc, 'RW'), await state(nc, 'RI')], before);
+    // Mirror and source go on where they stopped: the next origin message is copied once, nothing twice.
+    await pub(nc, 'ro.b', 'after');
+    await until(nc, 'RM', 4);
+    await until(nc, 'RS', 3);
+    await pub(nc, 'rs', 'marker');
+    await until(nc, 'RS', 4);
+    assert.deepEqual(
+      [await state(nc, 'RM'), await state(nc, 'RS', false)],
+      [
+        { messages: 4, bytes: 3 * 38 + 39, first_seq: 1, last_seq: 4, num_deleted: 0 },
+        { messages: 4, first_seq: 1, last_seq: 4, num_deleted: 0 },
+      ],
+    );
+    const subjects: string[] = [];
+    for (let seq = 1; seq <= 4; seq++) subjects.push(((await api(nc, 'STREAM.MSG.GET.RS', { seq })).message as { subject: string }).subject);
+    assert.deepEqual(subjects, ['ro.b', 'ro.b', 'ro.b', 'rs']);
     // What was not acked comes again (after the restart), what was acked does not.
     assert.deepEqual(await fetchSeqs(nc, 'RW', 'w', 6), [1, 3, 4, 6]);
     assert.deepEqual(await fetchSeqs(nc, 'RI', 'i', 6), [4, 5, 6]);

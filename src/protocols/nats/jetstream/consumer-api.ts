@@ -54,7 +54,9 @@ export async function consumerCreate(js: JetStreamState, t: string[], body: stri
     if (subjectFilter !== undefined && rc.filter_subject !== subjectFilter) return typed(T_, { error: JsErr.filterMismatch() });
   }
   const ephemeral = typeof rc.durable_name !== 'string' || rc.durable_name === '';
-  const cfg = normalizeConsumerConfig(rc, ephemeral, streamSubjects(e.def));
+  // A mirror's or sourced stream's messages have their origins' subjects.
+  const copies = jsOptions(e.def).mirror !== null || jsOptions(e.def).sources.length > 0;
+  const cfg = normalizeConsumerConfig(rc, ephemeral, copies ? ['>'] : streamSubjects(e.def));
   if (isApiError(cfg)) return typed(T_, { error: cfg });
   if (e.def.partitions !== 1) {
     return typed(T_, {

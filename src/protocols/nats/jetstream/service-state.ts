@@ -22,6 +22,7 @@ import { Consumer, type ConsumerHost } from './consumer.js';
 import type { ApiError } from './errors.js';
 import { jsOptions, MAX_DELETE_RULES, needsView, StreamView, type DeleteRule } from './stream-view.js';
 import { consumedBy, trimConsumed, workqueueLegacy } from './retention.js';
+import { SourceCopier } from './sources.js';
 
 export interface JetStreamOptions {
   /** How often ack deadlines, pull request expiry, heartbeats and inactive consumers are looked at. Default 100 ms. */
@@ -74,6 +75,8 @@ export abstract class JetStreamState implements ConsumerHost {
   readonly refusing = new Set<string>();
   /** Streams that refuse some JetStream publishes outright (sealed, max_msg_size): refreshGuards(). */
   readonly guards = new Map<string, { sealed: boolean; maxMsgSize: number }>();
+  /** Mirrors and sources being copied, by target stream (sources.ts), with the configuration they copy. */
+  readonly copiers = new Map<string, { key: string; copiers: SourceCopier[] }>();
   /** Streams whose consumed prefix is being deleted from the log (trimStreams). */
   private readonly trimming = new Set<string>();
   private lastSlowTick = 0;
@@ -203,6 +206,7 @@ export abstract class JetStreamState implements ConsumerHost {
     if (now - this.lastSlowTick >= 1000) {
       this.lastSlowTick = now;
       this.trimStreams();
+      this.syncSources();
       // Cluster mode: another broker may have sealed a stream or set its max_msg_size.
       if (this.cluster !== null) this.refreshGuards();
     }
@@ -424,6 +428,33 @@ export abstract class JetStreamState implements ConsumerHost {
       const o = jsOptions(d);
       if (o.sealed || o.maxMsgSize >= 0) this.guards.set(d.name, { sealed: o.sealed, maxMsgSize: o.maxMsgSize });
     }
+  }
+
+  /** Starts and stops the copiers of mirrors and sources as the streams' configurations say (sources.ts). */
+  syncSources(): void {
+    const seen = new Set<string>();
+    if (!this.closed) {
+      for (const d of this.engine.listStreams()) {
+        const o = jsOptions(d);
+        if (o.mirror === null && o.sources.length === 0) continue;
+        seen.add(d.name);
+        const key = JSON.stringify([o.mirror, o.sources]);
+        const have = this.copiers.get(d.name);
+        if (have?.key === key) continue;
+        for (const c of have?.copiers ?? []) c.stop();
+        const specs = o.mirror !== null ? [o.mirror] : o.sources;
+        this.copiers.set(d.name, { key, copiers: specs.map((spec) => new SourceCopier(this, d.name, spec, o.mirror !== null)) });
+      }
+    }
+    for (const [name, have] of this.copiers) {
+      if (seen.has(name)) continue;
+      for (const c of have.copiers) c.stop();
+      this.copiers.delete(name);
+    }
+  }
+
+  sourceFailed(target: string, origin: string, err: unknown): void {
+    this.logLimit.log('warn', `jetstream-source|${target}|${origin}`, { err, stream: target, origin }, 'JetStream mirror or source copy failed');
   }
 
   sortedConsumers(stream: string): Consumer[] {

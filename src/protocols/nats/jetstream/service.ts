@@ -74,6 +74,7 @@ export class JetStream extends JetStreamState implements Subscriber, JetStreamPu
     // Views known from the start: JetStream publishes to their streams are tracked from the first one on.
     for (const d of this.engine.listStreams()) this.viewOf(d.name);
     this.refreshGuards();
+    this.syncSources();
     this.subs.push(this.engine.subscribe('$JS.API.>', this, { qos: 0, rule: 'nats', local: true }));
     this.subs.push(this.engine.subscribe('$JS.ACK.>', this, { qos: 0, rule: 'nats', local: true }));
     this.ticker = setInterval(() => this.tick(), this.tickMs);
@@ -87,6 +88,7 @@ export class JetStream extends JetStreamState implements Subscriber, JetStreamPu
     for (const s of this.subs) this.engine.unsubscribe(s);
     this.subs.length = 0;
     if (this.ticker) clearInterval(this.ticker);
+    this.syncSources();
     this.logLimit.stop();
     for (const m of this.consumers.values()) for (const c of m.values()) c.close(false);
     this.flush();
@@ -262,6 +264,7 @@ export class JetStream extends JetStreamState implements Subscriber, JetStreamPu
               ? streamUpdate(this, c, body, access)
               : streamDelete(this, c));
           this.refreshGuards();
+          this.syncSources();
           return out;
         }
         if (b === 'INFO') return streamInfo(this, c);

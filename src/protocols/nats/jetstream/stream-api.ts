@@ -22,10 +22,15 @@ import { BAD_JSON, errText, isApiError, isCount, JetStreamState, type Json, LIST
 
 export async function streamInfoJson(js: JetStreamState, def: StreamDef): Promise<Json> {
   await js.freshen(def.name);
+  const now = Date.now();
+  const copiers = js.copiers.get(def.name)?.copiers ?? [];
+  const mirror = jsOptions(def).mirror !== null;
   return {
     config: streamConfigJson(def, js.duplicateWindowNs.get(def.name) ?? DEFAULT_DUPLICATE_WINDOW_NS),
     created: isoTime(def.createdAt),
     state: await streamState(js.engine, def, js.consumerCount(def.name), await js.freshView(def.name)),
+    ...(mirror && copiers.length > 0 ? { mirror: copiers[0].info(now) } : {}),
+    ...(!mirror && copiers.length > 0 ? { sources: copiers.map((c) => c.info(now)) } : {}),
   };
 }
 
@@ -39,6 +44,9 @@ export async function streamCreate(js: JetStreamState, name: string, body: strin
   if (spec.options.retention !== 'limits' && js.cluster !== null) {
     // A message's removal depends on every consumer's acks, and consumers live on different brokers.
     return typed(T_, { error: JsErr.streamInvalidConfig(`${spec.options.retention} retention is not supported by FlowMQ in cluster mode`) });
+  }
+  if ((spec.options.mirror !== null || spec.options.sources.length > 0) && js.cluster !== null) {
+    return typed(T_, { error: JsErr.streamInvalidConfig('mirrors and sources are not supported by FlowMQ in cluster mode') });
   }
   const unbindable = bindRefusal(js, access, spec.bindings);
   if (unbindable !== null) return typed(T_, { error: unbindable });
@@ -109,6 +117,7 @@ export async function streamUpdate(js: JetStreamState, name: string, body: strin
 function updateRefusal(old: JsStreamOptions, spec: StreamSpecFromJs): ApiError | null {
   const o = spec.options;
   const no = (what: string): ApiError => JsErr.streamInvalidConfig(`stream configuration update can not ${what}`);
+  if (JSON.stringify(o.mirror) !== JSON.stringify(old.mirror)) return JsErr.mirrorUpdate();
   if (o.retention !== old.retention) return no('change retention policy');
   if (old.sealed && !o.sealed) return no('unseal a sealed stream');
   if (old.denyDelete && !o.denyDelete) return no('cancel deny message deletes');
@@ -258,5 +267,5 @@ export function listable(js: JetStreamState, access: Access | null, name: string
 function sameOptions(def: StreamDef, spec: StreamSpecFromJs): boolean {
   const { rules: _r, ...have } = jsOptions(def);
   const want = spec.options;
-  return (Object.keys(want) as Array<keyof typeof want>).every((k) => have[k] === want[k]);
+  return (Object.keys(want) as Array<keyof typeof want>).every((k) => JSON.stringify(have[k]) === JSON.stringify(want[k]));
 }

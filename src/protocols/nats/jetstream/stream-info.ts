@@ -5,7 +5,7 @@
 import { decodeBatch, isValidStreamName, recordToMessage, type Engine, type Message, type StreamDef } from '../../../core/index.js';
 import { JsErr, type ApiError } from './errors.js';
 import { filterToSubject, isValidApiName, subjectToFilter } from './subjects.js';
-import { jsOptions, type JsStreamOptions, type StreamView } from './stream-view.js';
+import { jsOptions, mirrorBinding, type JsStreamOptions, type SourceSpec, type StreamView } from './stream-view.js';
 
 /** Go's zero time, which nats-server reports for "no message". */
 export const ZERO_TIME = '0001-01-01T00:00:00Z';
@@ -19,7 +19,7 @@ export function streamConfigJson(def: StreamDef, duplicateWindowNs: number): Rec
   const o = jsOptions(def);
   return {
     name: def.name,
-    subjects: streamSubjects(def),
+    ...(o.mirror === null ? { subjects: streamSubjects(def) } : {}),
     retention: o.retention,
     max_consumers: -1,
     max_msgs: o.maxMsgs,
@@ -38,6 +38,8 @@ export function streamConfigJson(def: StreamDef, duplicateWindowNs: number): Rec
     deny_delete: o.denyDelete,
     deny_purge: o.denyPurge,
     allow_rollup_hdrs: o.allowRollup,
+    ...(o.mirror !== null ? { mirror: o.mirror } : {}),
+    ...(o.sources.length > 0 ? { sources: o.sources } : {}),
   };
 }
 
@@ -108,8 +110,6 @@ export interface StreamSpecFromJs {
 
 const NEUTRAL: Array<[string, (v: unknown) => boolean, string]> = [
   ['max_consumers', (v) => v === undefined || v === -1 || v === 0, 'max_consumers'],
-  ['mirror', (v) => v === undefined || v === null, 'mirrors'],
-  ['sources', (v) => v === undefined || v === null || (Array.isArray(v) && v.length === 0), 'sources'],
   ['republish', (v) => v === undefined || v === null, 'republish'],
   ['subject_transform', (v) => v === undefined || v === null, 'subject transforms'],
   ['mirror_direct', (v) => v === undefined || v === false, 'direct get'],
@@ -141,8 +141,23 @@ export function parseStreamConfig(raw: unknown, subjectName: string): StreamSpec
   if (retention !== 'limits' && retention !== 'workqueue' && retention !== 'interest') return JsErr.invalidJson();
   const maxMsgSize = r.max_msg_size ?? -1;
   if (typeof maxMsgSize !== 'number' || !Number.isSafeInteger(maxMsgSize) || maxMsgSize > 2 ** 31 - 1 || maxMsgSize < -(2 ** 31)) return JsErr.invalidJson();
+  const mirror = r.mirror === undefined || r.mirror === null ? null : sourceSpec(r.mirror);
+  if (mirror !== null && 'err_code' in mirror) return mirror;
+  const sources: SourceSpec[] = [];
+  if (r.sources !== undefined && r.sources !== null) {
+    if (!Array.isArray(r.sources)) return JsErr.invalidJson();
+    for (const x of r.sources) {
+      const spec = sourceSpec(x);
+      if ('err_code' in spec) return spec;
+      sources.push(spec);
+    }
+  }
+  const hasSubjects = Array.isArray(r.subjects) && r.subjects.length > 0;
+  if (mirror !== null && hasSubjects) return JsErr.mirrorWithSubjects();
+  if (mirror !== null && sources.length > 0) return JsErr.mirrorWithSources();
   let subjects: string[];
-  if (r.subjects === undefined || r.subjects === null || (Array.isArray(r.subjects) && r.subjects.length === 0)) subjects = [name];
+  if (mirror !== null) subjects = [];
+  else if (r.subjects === undefined || r.subjects === null || (Array.isArray(r.subjects) && r.subjects.length === 0)) subjects = [name];
   else if (Array.isArray(r.subjects) && r.subjects.every((s) => typeof s === 'string')) subjects = r.subjects as string[];
   else return JsErr.invalidJson();
   const bindings: string[] = [];
@@ -189,11 +204,33 @@ export function parseStreamConfig(raw: unknown, subjectName: string): StreamSpec
       retention,
       maxMsgSize: maxMsgSize === 0 ? -1 : maxMsgSize,
       sealed: flags.sealed,
+      mirror,
+      sources,
     },
     name,
-    bindings: [...new Set(bindings)],
+    bindings: mirror !== null ? [mirrorBinding(name)] : [...new Set(bindings)],
     retentionMs: maxAge > 0 ? Math.round(maxAge / 1e6) : null,
     duplicateWindowNs: dup > 0 ? dup : maxAge > 0 && maxAge < DEFAULT_DUPLICATE_WINDOW_NS ? maxAge : DEFAULT_DUPLICATE_WINDOW_NS,
+  };
+}
+
+/** A mirror's or source's configuration (nats-server's StreamSource; `external` is not supported). */
+function sourceSpec(v: unknown): SourceSpec | ApiError {
+  if (v === null || typeof v !== 'object' || Array.isArray(v)) return JsErr.invalidJson();
+  const r = v as Record<string, unknown>;
+  if (typeof r.name !== 'string' || r.name === '') return JsErr.streamInvalidConfig('stream source name is required');
+  if (r.external !== undefined && r.external !== null) return JsErr.streamInvalidConfig('external stream sources are not supported by FlowMQ streams');
+  const seq = r.opt_start_seq ?? 0;
+  if (typeof seq !== 'number' || !Number.isSafeInteger(seq) || seq < 0) return JsErr.invalidJson();
+  const time = r.opt_start_time ?? '';
+  if (typeof time !== 'string' || (time !== '' && !Number.isFinite(Date.parse(time)))) return JsErr.invalidJson();
+  const filter = r.filter_subject ?? '';
+  if (typeof filter !== 'string') return JsErr.invalidJson();
+  return {
+    name: r.name,
+    ...(seq > 0 ? { opt_start_seq: seq } : {}),
+    ...(time !== '' ? { opt_start_time: time } : {}),
+    ...(filter !== '' ? { filter_subject: filter } : {}),
   };
 }
 

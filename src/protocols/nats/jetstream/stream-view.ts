@@ -23,6 +23,22 @@
 import { decodeBatch, dotsToUnified, recordToMessage, type Engine, type StreamDef } from '../../../core/index.js';
 import { subjectMatches, subjectToFilter } from './subjects.js';
 
+/** A mirror or source as nats-server configures it (StreamSource; sources.ts copies it). */
+export interface SourceSpec {
+  name: string;
+  opt_start_seq?: number;
+  opt_start_time?: string;
+  filter_subject?: string;
+}
+
+/** Marks a mirror's placeholder record for an origin sequence it did not take (sources.ts): never live. */
+export const GAP_HEADER = 'Flowmq-Mirror-Gap';
+
+/** The topic a mirror is bound to (nothing is published there: it only takes its copies, sources.ts). */
+export function mirrorBinding(name: string): string {
+  return `$FLOWMQ/mirror/${name}`;
+}
+
 /** An explicit delete, applied once the log had `at` messages (sequences up to `at`). */
 export interface DeleteRule {
   at: number;
@@ -52,6 +68,9 @@ export interface JsStreamOptions {
   maxMsgSize: number;
   /** No more writes, deletes or purges (nats-server's sealed stream). */
   sealed: boolean;
+  /** The stream mirrors this one (sources.ts), or copies from these; null / empty: none. */
+  mirror: SourceSpec | null;
+  sources: SourceSpec[];
   rules: DeleteRule[];
 }
 
@@ -90,6 +109,8 @@ export function jsOptions(def: StreamDef): JsStreamOptions {
     maxMsgSize:
       Number.isSafeInteger(Number(c['nats.max_msg_size'] ?? -1)) && Number(c['nats.max_msg_size'] ?? -1) !== 0 ? Number(c['nats.max_msg_size'] ?? -1) : -1,
     sealed: c['nats.sealed'] === 'true',
+    mirror: parseSpecs(c['nats.mirror'])[0] ?? null,
+    sources: parseSpecs(c['nats.sources']),
     rules,
   };
 }
@@ -109,12 +130,26 @@ export function optionConfigs(o: Omit<JsStreamOptions, 'rules'>, rules: DeleteRu
   if (o.retention !== 'limits') out['nats.retention'] = o.retention;
   if (o.maxMsgSize !== -1) out['nats.max_msg_size'] = String(o.maxMsgSize);
   if (o.sealed) out['nats.sealed'] = 'true';
+  if (o.mirror !== null) out['nats.mirror'] = JSON.stringify(o.mirror);
+  if (o.sources.length > 0) out['nats.sources'] = JSON.stringify(o.sources);
   if (rules.length > 0) out['nats.deletes'] = JSON.stringify(rules);
   return out;
 }
 
+/** Mirror and source specs as stored (one object or an array); what cannot be read is none. */
+function parseSpecs(text: string | undefined): SourceSpec[] {
+  if (text === undefined) return [];
+  try {
+    const v = JSON.parse(text) as unknown;
+    const all = Array.isArray(v) ? v : [v];
+    return all.filter((x): x is SourceSpec => x !== null && typeof x === 'object' && typeof (x as SourceSpec).name === 'string');
+  } catch {
+    return [];
+  }
+}
+
 export function needsView(o: JsStreamOptions): boolean {
-  return o.maxMsgs > 0 || o.maxBytes > 0 || o.maxMsgsPerSubject > 0 || o.allowRollup || o.rules.length > 0 || o.retention !== 'limits';
+  return o.maxMsgs > 0 || o.maxBytes > 0 || o.maxMsgsPerSubject > 0 || o.allowRollup || o.rules.length > 0 || o.retention !== 'limits' || o.mirror !== null;
 }
 
 /** A message's size as nats-server's file store counts it (stream bytes, max_bytes): its record plus framing. */
@@ -305,6 +340,12 @@ export class StreamView {
           const seq = rec.offset + 1;
           this.applyRules(seq - 1);
           const m = recordToMessage(rec, ownTopic(name));
+          if (m.headers.length > 0 && m.headers.some((h) => h.key === GAP_HEADER)) {
+            // A mirror's placeholder for an origin sequence it did not take (sources.ts): a gap.
+            this.scanned = seq;
+            progressed = true;
+            continue;
+          }
           let rollup: string | undefined;
           if (this.opts.allowRollup) for (const h of m.headers) if (h.key === 'Nats-Rollup') rollup = h.value?.toString('utf8').toLowerCase();
           const hdrLen = m.natsHeaders?.length ?? m.headers.reduce((a, x) => a + x.key.length + (x.value?.length ?? 0) + 4, m.headers.length > 0 ? 12 : 0);
