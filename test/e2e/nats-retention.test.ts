@@ -236,6 +236,43 @@ async function scenario(server: string): Promise<Entry[]> {
     log('mirror update', outcome(await api(nc, 'STREAM.UPDATE.M1', { name: 'M1', mirror: { name: 'O2' } })));
     await jsm.consumers.add('M1', { durable_name: 'm', ack_policy: AckPolicy.Explicit, filter_subject: 'o1.a' });
     log('mirror consumer gets', await fetchSeqs(nc, 'M1', 'm', 3));
+
+    // ---------------------------------------------------------------- advisories
+    const events: unknown[] = [];
+    const seen: string[] = [];
+    const sub = nc.subscribe('$JS.EVENT.ADVISORY.>');
+    void (async () => {
+      for await (const m of sub) {
+        // nats-server's API audit events (every API request) are not published by FlowMQ (docs/nats.md).
+        if (m.subject === '$JS.EVENT.ADVISORY.API') continue;
+        const { id, timestamp, ...rest } = JSON.parse(sc.decode(m.data)) as Record<string, unknown>;
+        assert.equal(typeof id, 'string');
+        assert.ok(Number.isFinite(Date.parse(String(timestamp))));
+        events.push([m.subject, rest]);
+        seen.push(m.subject);
+      }
+    })();
+    await nc.flush();
+    await jsm.streams.add({ name: 'AD', subjects: ['ad'] });
+    await jsm.streams.update('AD', { subjects: ['ad', 'ad2'] });
+    await jsm.consumers.add('AD', { durable_name: 'c', ack_policy: AckPolicy.Explicit, max_deliver: 2, ack_wait: 300e6 });
+    await pub(nc, 'ad', 'x');
+    await pub(nc, 'ad', 'y');
+    const ad = await nc.jetstream().consumers.get('AD', 'c');
+    for await (const m of await ad.fetch({ max_messages: 2, expires: 1000 })) if (m.seq === 2) m.term();
+    await nc.flush();
+    // seq 1 is never acked: delivered again after ack_wait, then dropped at max_deliver 2 (advised).
+    log('advisory redelivery', await fetchSeqs(nc, 'AD', 'c', 1, () => false));
+    // nats-server notices max_deliver when it would deliver again: a pull waiting; then nothing comes.
+    log('advisory after max deliveries', await fetchSeqs(nc, 'AD', 'c', 1, () => false));
+    await eventually(() => seen.some((x) => x.startsWith('$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.')), 10_000, 'max deliveries advisory');
+    await jsm.streams.delete('AD');
+    // A marker: its deletion is the last advisory, so everything before it has arrived.
+    await jsm.streams.add({ name: 'ADM', subjects: ['adm'] });
+    await jsm.streams.delete('ADM');
+    await eventually(() => seen.includes('$JS.EVENT.ADVISORY.STREAM.DELETED.ADM'), 10_000, 'marker advisory');
+    sub.unsubscribe();
+    log('advisories', events);
   } finally {
     await nc.close();
   }
@@ -330,6 +367,21 @@ describe('e2e: JetStream retention policies and stream guards beside nats-server
     ]);
     assert.deepEqual(get(ours, 'mirror consumer gets'), [1, 3, 4]);
     assert.deepEqual(get(ours, 'mirror update'), [400, 10055, 'stream mirror configuration can not be updated']);
+  });
+
+  it('publishes JetStream advisories for streams, consumers, terminated messages and max deliveries', () => {
+    const subjects = (get(ours, 'advisories') as Array<[string, unknown]>).map(([s]) => s.replace('$JS.EVENT.ADVISORY.', ''));
+    assert.deepEqual(subjects, [
+      'STREAM.CREATED.AD',
+      'STREAM.UPDATED.AD',
+      'CONSUMER.CREATED.AD.c',
+      'CONSUMER.MSG_TERMINATED.AD.c',
+      'CONSUMER.MAX_DELIVERIES.AD.c',
+      'CONSUMER.DELETED.AD.c',
+      'STREAM.DELETED.AD',
+      'STREAM.CREATED.ADM',
+      'STREAM.DELETED.ADM',
+    ]);
   });
 
   it('MSG.GET and DIRECT.GET next_by_subj', () => {

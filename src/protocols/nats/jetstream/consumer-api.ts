@@ -106,6 +106,7 @@ export async function consumerCreate(js: JetStreamState, t: string[], body: stri
     c.epoch = epoch;
   }
   js.add(c);
+  js.consumerAction(c, 'create');
   if (c.isPush) c.pump();
   if (c.durable) {
     try {

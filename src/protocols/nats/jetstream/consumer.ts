@@ -41,6 +41,8 @@ export interface ConsumerHost {
   failed(c: Consumer, err: unknown): void;
   /** The stream's view of deletes, limits and rollups (stream-view.ts), or null: every message of the log is live. */
   viewOf(stream: string): StreamView | null;
+  /** Publishes a JetStream advisory (`$JS.EVENT.ADVISORY.<what>`, body of nats-server's advisory `type`). */
+  advise(what: string, type: string, body: Record<string, unknown>): void;
   /** The consumer is done with `seq` (acked, terminated, delivered without acks): workqueue and interest streams. */
   consumed(c: Consumer, seq: number): void;
 }
@@ -327,6 +329,12 @@ export class Consumer {
       const max = this.config.max_deliver;
       if (max > 0 && p.deliveries >= max) {
         // Delivered as often as allowed: it leaves the pending set (nats-server drops it the same way).
+        this.host.advise(`CONSUMER.MAX_DELIVERIES.${this.stream}.${this.name}`, 'max_deliver', {
+          stream: this.stream,
+          consumer: this.name,
+          stream_seq: seq,
+          deliveries: p.deliveries,
+        });
         this.pending.delete(seq);
         this.acked.add(seq);
         this.host.changed(this);
@@ -383,6 +391,16 @@ export class Consumer {
       return { ok: true };
     }
     if (kind === '+TER') {
+      const p = this.pending.get(seq);
+      if (p !== undefined) {
+        this.host.advise(`CONSUMER.MSG_TERMINATED.${this.stream}.${this.name}`, 'terminated', {
+          stream: this.stream,
+          consumer: this.name,
+          consumer_seq: p.cseq,
+          stream_seq: seq,
+          deliveries: p.deliveries,
+        });
+      }
       this.acknowledge(seq);
       return { ok: true };
     }

@@ -16,7 +16,7 @@ import type { Cluster } from '../../../cluster/index.js';
 import { RPC } from '../../../cluster/index.js';
 import type { Access, AccessControl } from '../../../control/index.js';
 import { LogLimiter } from '../../../util/log-limit.js';
-import { FlowError, makeMessage, type Engine, type Message, type StreamDef, type Subscription } from '../../../core/index.js';
+import { dotsToUnified, FlowError, makeMessage, type Engine, type Message, type StreamDef, type Subscription } from '../../../core/index.js';
 import { consumerKey, encodeDelivery } from './cluster.js';
 import { Consumer, type ConsumerHost } from './consumer.js';
 import type { ApiError } from './errors.js';
@@ -243,6 +243,7 @@ export abstract class JetStreamState implements ConsumerHost {
     if (m?.get(c.name) === c) {
       m.delete(c.name);
       this.retentionAfterDelete(c);
+      this.consumerAction(c, 'delete');
     }
     if (m?.size === 0) this.consumers.delete(c.stream);
     if (this.cluster !== null) {
@@ -254,6 +255,29 @@ export abstract class JetStreamState implements ConsumerHost {
     }
     if (!c.durable) return Promise.resolve();
     return this.engine.store.deleteConsumer(c.stream, c.name);
+  }
+
+  /**
+   * A JetStream advisory as nats-server 2.9 publishes it on `$JS.EVENT.ADVISORY.<what>`: JSON with its `type`
+   * (`io.nats.jetstream.advisory.v1.<type>`), a unique `id` and the `timestamp`, then `body`.
+   */
+  advise(what: string, type: string, body: Json): void {
+    if (this.closed) return;
+    const json = { type: `io.nats.jetstream.advisory.v1.${type}`, id: randomId(22), timestamp: new Date().toISOString(), ...body };
+    this.sendLocal(makeMessage(dotsToUnified(`$JS.EVENT.ADVISORY.${what}`), Buffer.from(JSON.stringify(json))));
+  }
+
+  consumerAction(c: Consumer, action: 'create' | 'delete'): void {
+    this.advise(`CONSUMER.${action === 'create' ? 'CREATED' : 'DELETED'}.${c.stream}.${c.name}`, 'consumer_action', {
+      stream: c.stream,
+      consumer: c.name,
+      action,
+    });
+  }
+
+  streamAction(name: string, action: 'create' | 'modify' | 'delete'): void {
+    const what = action === 'create' ? 'CREATED' : action === 'modify' ? 'UPDATED' : 'DELETED';
+    this.advise(`STREAM.${what}.${name}`, 'stream_action', { stream: name, action });
   }
 
   /** A consumer of a workqueue or interest stream went away (retention.ts). */
@@ -300,6 +324,7 @@ export abstract class JetStreamState implements ConsumerHost {
     for (const c of m.values()) {
       c.close(true);
       this.dirty.delete(c);
+      this.consumerAction(c, 'delete');
       // Its stream is gone: so is its owner row (the deleting broker removed the records).
       if (this.cluster !== null) void this.cluster.forget('consumer', consumerKey(c.stream, c.name)).catch(() => undefined);
     }
@@ -497,8 +522,12 @@ export function errText(err: unknown): string {
 }
 
 export function randomName(): string {
+  return randomId(8);
+}
+
+export function randomId(n: number): string {
   const a = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789';
   let s = '';
-  for (let i = 0; i < 8; i++) s += a[Math.floor(Math.random() * a.length)];
+  for (let i = 0; i < n; i++) s += a[Math.floor(Math.random() * a.length)];
   return s;
 }

@@ -72,6 +72,7 @@ export async function streamCreate(js: JetStreamState, name: string, body: strin
     return typed(T_, { error: JsErr.streamCreate(errText(err)) });
   }
   js.duplicateWindowNs.set(name, spec.duplicateWindowNs);
+  js.streamAction(name, 'create');
   return typed(T_, { ...(await streamInfoJson(js, def)), did_create: true });
 }
 
@@ -107,6 +108,7 @@ export async function streamUpdate(js: JetStreamState, name: string, body: strin
     return typed(T_, { error: JsErr.streamUpdate(errText(err)) });
   }
   js.duplicateWindowNs.set(name, spec.duplicateWindowNs);
+  js.streamAction(name, 'modify');
   return typed(T_, await streamInfoJson(js, def));
 }
 
@@ -195,6 +197,7 @@ export async function streamDelete(js: JetStreamState, name: string): Promise<Js
     return typed(T_, { error: JsErr.streamDelete(errText(err)) });
   }
   await js.engine.store.deleteConsumers(name).catch((err: unknown) => js.warnStore(err));
+  js.streamAction(name, 'delete');
   return typed(T_, { success: true });
 }
 
