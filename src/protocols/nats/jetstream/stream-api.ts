@@ -48,7 +48,7 @@ export async function streamCreate(js: JetStreamState, name: string, body: strin
   if ((spec.options.mirror !== null || spec.options.sources.length > 0) && js.cluster !== null) {
     return typed(T_, { error: JsErr.streamInvalidConfig('mirrors and sources are not supported by FlowMQ in cluster mode') });
   }
-  const unbindable = bindRefusal(js, access, spec.bindings);
+  const unbindable = bindRefusal(js, access, ownBindings(spec)) ?? sourceRefusal(js, access, spec);
   if (unbindable !== null) return typed(T_, { error: unbindable });
   const existing = js.engine.getStream(name);
   if (existing) {
@@ -86,11 +86,12 @@ export async function streamUpdate(js: JetStreamState, name: string, body: strin
   if (!e) return typed(T_, { error: JsErr.streamNotFound() });
   const refusal = updateRefusal(jsOptions(e.def), spec);
   if (refusal !== null) return typed(T_, { error: refusal });
-  const unbindable = bindRefusal(
-    js,
-    access,
-    spec.bindings.filter((f) => !e.def.bindings.includes(f)),
-  );
+  const unbindable =
+    bindRefusal(
+      js,
+      access,
+      ownBindings(spec).filter((f) => !e.def.bindings.includes(f)),
+    ) ?? sourceRefusal(js, access, spec);
   if (unbindable !== null) return typed(T_, { error: unbindable });
   let def = e.def;
   try {
@@ -136,6 +137,31 @@ function updateRefusal(old: JsStreamOptions, spec: StreamSpecFromJs): ApiError |
  * would collect a denied topic for whoever reads it. The refusal names the subject, as nats-server's permission
  * errors do.
  */
+/** The bindings a client asks for (a mirror's internal binding is none: it takes only copies). */
+function ownBindings(spec: StreamSpecFromJs): string[] {
+  return spec.options.mirror === null ? spec.bindings : [];
+}
+
+/**
+ * A mirror or sources read their origins: whoever configures them needs `subscribe` on each origin stream, or a
+ * stream they may create would hand them one they may not read (a deny holds wherever the data goes).
+ */
+function sourceRefusal(js: JetStreamState, access: Access | null, spec: StreamSpecFromJs): ApiError | null {
+  if (access === null) return null;
+  const control = js.authorizer!.control;
+  const origins = spec.options.mirror !== null ? [spec.options.mirror] : spec.options.sources;
+  for (const o of origins) {
+    if (control.allows(access.principal, 'subscribe', 'stream', o.name)) continue;
+    control.logDenial(access, 'subscribe', 'stream', o.name);
+    js.api.denied++;
+    const user = access.principal.user;
+    return JsErr.accessDenied(
+      `Permissions Violation for subscribe on stream ${JSON.stringify(o.name)}${user === null ? '' : ` for user ${JSON.stringify(user)}`}`,
+    );
+  }
+  return null;
+}
+
 export function bindRefusal(js: JetStreamState, access: Access | null, filters: readonly string[]): ApiError | null {
   if (access === null) return null;
   for (const f of filters) {
