@@ -67,14 +67,15 @@ export function workqueueLegacy(c: Consumer): Omit<DeleteRule, 'at'> | null {
 
 /**
  * Deletes from the log what precedes the first message the view still holds (nothing a consumer still needs: a
- * pending delivery is a live message), stopping at an open Kafka transaction. Returns the promise of the deletion,
+ * pending delivery is a live message), keeping the last record and stopping at an open Kafka transaction. Returns the promise of the deletion,
  * or null when there is nothing to delete.
  */
 export function trimConsumed(engine: Engine, name: string, view: StreamView): Promise<number> | null {
   const { logStartOffset, highWatermark } = engine.offsets(name, 0);
   const first = view.firstSeq;
   let to = first > 0 ? first - 1 : Math.min(view.scanned, highWatermark);
-  to = Math.min(to, engine.transactions.lso(name, 0, highWatermark));
+  // The last record stays (state's last_ts is read from it, as nats-server keeps it), and an open transaction.
+  to = Math.min(to, highWatermark - 1, engine.transactions.lso(name, 0, highWatermark));
   if (to <= logStartOffset) return null;
   return engine.deleteRecords(name, 0, to);
 }

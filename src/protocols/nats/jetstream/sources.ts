@@ -161,12 +161,18 @@ export class SourceCopier {
       }
     }
     if (this.stopped || upTo < from) return 0;
+    // Moved on as the append is made (lag counts what is not in the log yet); back if it fails.
+    this.next = upTo + 1;
     if (out.length > 0) {
       const batch = encodeBatch(out.map((m) => messageToRecord(m, this.ownTopic)));
-      await engine.appendControl(this.target, 0, batch).durable;
+      try {
+        await engine.appendControl(this.target, 0, batch).durable;
+      } catch (err) {
+        this.next = from;
+        throw err;
+      }
       this.lastActive = Date.now();
     }
-    this.next = upTo + 1;
     return upTo - from + 1;
   }
 
