@@ -12,6 +12,8 @@ import { consumerKey, targetOf } from './cluster.js';
 import { checkConsumerUpdate, normalizeConsumerConfig, type ConsumerConfig } from './config.js';
 import { Consumer, type LastPerSubject, type PullRequest } from './consumer.js';
 import { JsErr } from './errors.js';
+import { workqueueRefusal } from './retention.js';
+import { jsOptions } from './stream-view.js';
 import { isoTime, lastMatching, scanLog, streamSubjects } from './stream-info.js';
 import { isValidApiName, levelsToTokens, subjectMatches } from './subjects.js';
 import {
@@ -52,7 +54,9 @@ export async function consumerCreate(js: JetStreamState, t: string[], body: stri
     if (subjectFilter !== undefined && rc.filter_subject !== subjectFilter) return typed(T_, { error: JsErr.filterMismatch() });
   }
   const ephemeral = typeof rc.durable_name !== 'string' || rc.durable_name === '';
-  const cfg = normalizeConsumerConfig(rc, ephemeral, streamSubjects(e.def));
+  // A mirror's or sourced stream's messages have their origins' subjects.
+  const copies = jsOptions(e.def).mirror !== null || jsOptions(e.def).sources.length > 0;
+  const cfg = normalizeConsumerConfig(rc, ephemeral, copies ? ['>'] : streamSubjects(e.def));
   if (isApiError(cfg)) return typed(T_, { error: cfg });
   if (e.def.partitions !== 1) {
     return typed(T_, {
@@ -70,6 +74,11 @@ export async function consumerCreate(js: JetStreamState, t: string[], body: stri
     js.changed(existing);
     return typed(T_, consumerInfoJson(existing));
   }
+  const retention = jsOptions(e.def).retention;
+  if (retention === 'workqueue') {
+    const refusal = workqueueRefusal(cfg, js.sortedConsumers(stream));
+    if (refusal !== null) return typed(T_, { error: refusal });
+  }
   if (js.consumerCount() >= js.maxConsumers) return typed(T_, { error: JsErr.maximumConsumers() });
   const lps = cfg.deliver_policy === 'last_per_subject' ? await lastPerSubject(js, stream, cfg.filter_subject) : null;
   let floor: number;
@@ -84,6 +93,8 @@ export async function consumerCreate(js: JetStreamState, t: string[], body: stri
     acked: [],
   });
   c.lps = lps;
+  // Interest streams: later messages wait for this consumer (retention.ts).
+  if (retention === 'interest') c.since = js.engine.offsets(stream, 0).highWatermark;
   // A name may have been taken while the start position was looked up.
   const raced = js.getConsumer(stream, name);
   if (raced) return typed(T_, consumerInfoJson(raced));
@@ -95,6 +106,7 @@ export async function consumerCreate(js: JetStreamState, t: string[], body: stri
     c.epoch = epoch;
   }
   js.add(c);
+  js.consumerAction(c, 'create');
   if (c.isPush) c.pump();
   if (c.durable) {
     try {

@@ -41,6 +41,10 @@ export interface ConsumerHost {
   failed(c: Consumer, err: unknown): void;
   /** The stream's view of deletes, limits and rollups (stream-view.ts), or null: every message of the log is live. */
   viewOf(stream: string): StreamView | null;
+  /** Publishes a JetStream advisory (`$JS.EVENT.ADVISORY.<what>`, body of nats-server's advisory `type`). */
+  advise(what: string, type: string, body: Record<string, unknown>): void;
+  /** The consumer is done with `seq` (acked, terminated, delivered without acks): workqueue and interest streams. */
+  consumed(c: Consumer, seq: number): void;
 }
 
 /** deliver_policy last_per_subject: up to `until`, only these sequences (each subject's last when created). */
@@ -105,6 +109,11 @@ export class Consumer {
   /** deliver_policy last_per_subject, until the consumer is past the sequences it chose at creation. */
   lps: LastPerSubject | null = null;
   closed = false;
+  /**
+   * Interest streams: the stream's last sequence when the consumer was created. Only later messages wait for its
+   * acks (a message is kept until every consumer that existed when it was stored is done with it).
+   */
+  since = 0;
   /** Cluster mode: the epoch under which this broker owns the consumer; its state writes are fenced by it. */
   epoch: number | undefined = undefined;
   /** Records read ahead, from `bufAt` on (an index rather than shift(): a read holds a thousand records or more). */
@@ -127,6 +136,13 @@ export class Consumer {
     this.cseq = state.deliveredConsumerSeq;
     this.replayUpTo = state.deliveredSeq;
     for (const s of state.acked) if (s > state.ackFloor) this.acked.add(s);
+    const stored = config as ConsumerConfig & { [SINCE_KEY]?: unknown };
+    if (stored[SINCE_KEY] !== undefined) {
+      // A configuration loaded from the store: `since` out of it (see record()).
+      const { [SINCE_KEY]: since, ...rest } = stored;
+      if (typeof since === 'number' && Number.isSafeInteger(since)) this.since = since;
+      config = rest;
+    }
     this.setConfig(config);
   }
 
@@ -181,13 +197,24 @@ export class Consumer {
     return Math.max(this.cursor - 1, this.replayUpTo);
   }
 
+  /** Whether the consumer is done with stream sequence `seq` (acked, or passed without a pending delivery). */
+  hasAcked(seq: number): boolean {
+    return seq <= this.ackFloor || this.acked.has(seq);
+  }
+
+  acceptsTopic(topic: string): boolean {
+    const f = this.config.filter_subject;
+    return f === undefined || subjectMatches(f, topic);
+  }
+
   record(): ConsumerRecord {
     const floor = this.ackFloor;
     const acked = [...this.acked].filter((s) => s > floor).sort((a, b) => a - b);
     return {
       stream: this.stream,
       name: this.name,
-      config: JSON.stringify(this.config),
+      // `since` rides with the configuration (the store keeps it as opaque JSON); taken out again when loaded.
+      config: JSON.stringify(this.since > 0 ? { ...this.config, [SINCE_KEY]: this.since } : this.config),
       createdAt: this.created,
       deliveredSeq: this.deliveredSeq,
       deliveredConsumerSeq: this.cseq,
@@ -302,9 +329,16 @@ export class Consumer {
       const max = this.config.max_deliver;
       if (max > 0 && p.deliveries >= max) {
         // Delivered as often as allowed: it leaves the pending set (nats-server drops it the same way).
+        this.host.advise(`CONSUMER.MAX_DELIVERIES.${this.stream}.${this.name}`, 'max_deliver', {
+          stream: this.stream,
+          consumer: this.name,
+          stream_seq: seq,
+          deliveries: p.deliveries,
+        });
         this.pending.delete(seq);
         this.acked.add(seq);
         this.host.changed(this);
+        this.host.consumed(this, seq);
         continue;
       }
       p.deadline = Infinity;
@@ -357,6 +391,16 @@ export class Consumer {
       return { ok: true };
     }
     if (kind === '+TER') {
+      const p = this.pending.get(seq);
+      if (p !== undefined) {
+        this.host.advise(`CONSUMER.MSG_TERMINATED.${this.stream}.${this.name}`, 'terminated', {
+          stream: this.stream,
+          consumer: this.name,
+          consumer_seq: p.cseq,
+          stream_seq: seq,
+          deliveries: p.deliveries,
+        });
+      }
       this.acknowledge(seq);
       return { ok: true };
     }
@@ -394,6 +438,7 @@ export class Consumer {
       if (i >= 0) this.redeliver.splice(i, 1);
     }
     this.acked.add(seq);
+    this.host.consumed(this, seq);
     return true;
   }
 
@@ -576,6 +621,8 @@ export class Consumer {
       deliveries = seq <= this.replayUpTo ? 2 : 1;
       p = { cseq: this.cseq, deliveries, deadline: 0, ts: stored.timestamp };
       if (this.config.ack_policy !== 'none') this.pending.set(seq, p);
+      // Without acks a delivered message is done with (nats-server: interest and workqueue streams drop it).
+      else this.host.consumed(this, seq);
     }
     if (deliveries > 1) this.rdc.set(seq, deliveries);
     const backoff = this.config.backoff;
@@ -617,6 +664,9 @@ export class Consumer {
     this.waiting.length = 0;
   }
 }
+
+/** The key under which a stored consumer configuration carries `since` (not part of nats-server's config). */
+export const SINCE_KEY = 'flowmq_interest_since';
 
 function ownTopic(stream: string): string {
   return stream.split('.').join('/');

@@ -22,7 +22,7 @@ import {
 } from '../../../core/index.js';
 import { retriable } from './cluster.js';
 import { JsErr, type ApiError } from './errors.js';
-import { DEFAULT_DUPLICATE_WINDOW_NS, isoTime, lastMatching } from './stream-info.js';
+import { DEFAULT_DUPLICATE_WINDOW_NS, firstMatching, isoTime, lastMatching } from './stream-info.js';
 import { subjectMatches } from './subjects.js';
 import { jsOptions, storedSize, type StreamView } from './stream-view.js';
 import { BAD_JSON, errText, isCount, JetStreamState, type Json, parseJson, typed } from './service-state.js';
@@ -38,6 +38,21 @@ export function publishWith(js: JetStreamState, msg: Message, to: string | ((bod
   const expLastId = plain ? undefined : headerValue(msg, 'Nats-Expected-Last-Msg-Id');
   const expLastSubj = plain ? undefined : headerValue(msg, 'Nats-Expected-Last-Subject-Sequence');
   const rollup = plain ? undefined : headerValue(msg, 'Nats-Rollup');
+  if (js.guards.size > 0) {
+    // nats-server's first checks (stream.go processJetStreamMsg): a sealed stream, a message over max_msg_size.
+    const t = capturing(js, msg.topic)[0];
+    const g = t === undefined ? undefined : js.guards.get(t.name);
+    if (t !== undefined && g !== undefined) {
+      let error: ApiError | null = null;
+      if (g.sealed) error = JsErr.streamSealed();
+      else if (g.maxMsgSize >= 0 && (msg.natsHeaders?.length ?? 0) + msg.payload.length > g.maxMsgSize) error = JsErr.messageTooBig();
+      if (error !== null) {
+        answer(js, to, { error, stream: t.name, seq: 0 });
+        info.delivered++;
+        return info;
+      }
+    }
+  }
   // Plain requests (most request/reply traffic) look for a target only while some stream refuses at its limits.
   const view = plain && js.refusing.size === 0 ? null : viewTarget(js, msg.topic);
   if (!checked && (expLastSubj !== undefined || rollup !== undefined || (view !== null && view.refusesNew))) {
@@ -307,20 +322,32 @@ export async function msgGet(js: JetStreamState, name: string, body: string): Pr
 
 /** The sequence a MSG.GET / DIRECT.GET request names (`seq` or `last_by_subj`), or its error. */
 async function requestedSeq(js: JetStreamState, name: string, r: Json): Promise<number | ApiError> {
-  if (r.next_by_subj !== undefined) return JsErr.badRequest('next_by_subj is not supported by FlowMQ streams');
-  if (r.last_by_subj !== undefined) {
-    const subj = r.last_by_subj;
-    if (typeof subj !== 'string' || subj === '') return JsErr.badRequest();
+  // nats-server 2.9 (jetstream_api.go jsMsgGetRequest): a sequence or last_by_subj, or next_by_subj from a sequence
+  // (0: the first); last and next together, or a sequence with last, are a bad request.
+  const seq = r.seq ?? 0;
+  const last = r.last_by_subj ?? '';
+  const next = r.next_by_subj ?? '';
+  if (!isCount(seq) || typeof last !== 'string' || typeof next !== 'string') return JsErr.badRequest();
+  if ((seq > 0 && last !== '') || (seq === 0 && last === '' && next === '') || (last !== '' && next !== '')) return JsErr.badRequest();
+  if (last !== '') {
     const view = await js.freshView(name);
     if (view !== null) {
-      const last = view.lastMatching(subj);
-      return last > 0 ? last : JsErr.noMessageFound();
+      const l = view.lastMatching(last);
+      return l > 0 ? l : JsErr.noMessageFound();
     }
-    const last = await lastMatching(js.engine, name, (m) => subjectMatches(subj, m.topic));
-    return last < 0 ? JsErr.noMessageFound() : last + 1;
+    const l = await lastMatching(js.engine, name, (m) => subjectMatches(last, m.topic));
+    return l < 0 ? JsErr.noMessageFound() : l + 1;
   }
-  if (!isCount(r.seq) || r.seq === 0) return JsErr.badRequest();
-  return r.seq;
+  if (next !== '') {
+    const view = await js.freshView(name);
+    if (view !== null) {
+      const n = view.nextMatching(next, seq);
+      return n > 0 ? n : JsErr.noMessageFound();
+    }
+    const n = await firstMatching(js.engine, name, Math.max(0, seq - 1), (m) => subjectMatches(next, m.topic));
+    return n < 0 ? JsErr.noMessageFound() : n + 1;
+  }
+  return seq;
 }
 
 /** The stored message at `seq`, or null when the stream does not hold it (never written, trimmed or deleted). */
@@ -342,6 +369,7 @@ export async function msgDelete(js: JetStreamState, name: string, body: string):
   if (!e) return typed(T_, { error: JsErr.streamNotFound() });
   const raw = parseJson(body);
   if (raw === BAD_JSON || raw === null || typeof raw !== 'object') return typed(T_, { error: JsErr.invalidJson() });
+  if (jsOptions(e.def).sealed) return typed(T_, { error: JsErr.streamSealed() });
   if (jsOptions(e.def).denyDelete) return typed(T_, { error: JsErr.msgDeleteFailed('message delete not permitted') });
   const seq = (raw as Json).seq;
   if (!isCount(seq) || seq === 0) return typed(T_, { error: JsErr.badRequest() });
@@ -382,6 +410,8 @@ export async function directGet(js: JetStreamState, t: string[], body: string, r
     if (raw === BAD_JSON || raw === null || typeof raw !== 'object' || Array.isArray(raw)) return status('408 Bad Request');
     r = raw as Json;
   }
+  // Nothing asked for (nats-server 2.9 has no multi_last: such a request asks for nothing it knows).
+  if ((r.seq ?? 0) === 0 && (r.last_by_subj ?? '') === '' && (r.next_by_subj ?? '') === '') return status('408 Empty Request');
   const seq = await requestedSeq(js, name, r);
   if (typeof seq !== 'number') return status(seq.code === 404 ? '404 Message Not Found' : '408 Bad Request');
   const m = await readStored(js, name, seq);

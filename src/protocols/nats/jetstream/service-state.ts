@@ -16,11 +16,13 @@ import type { Cluster } from '../../../cluster/index.js';
 import { RPC } from '../../../cluster/index.js';
 import type { Access, AccessControl } from '../../../control/index.js';
 import { LogLimiter } from '../../../util/log-limit.js';
-import { FlowError, makeMessage, type Engine, type Message, type StreamDef, type Subscription } from '../../../core/index.js';
+import { dotsToUnified, FlowError, makeMessage, type Engine, type Message, type StreamDef, type Subscription } from '../../../core/index.js';
 import { consumerKey, encodeDelivery } from './cluster.js';
 import { Consumer, type ConsumerHost } from './consumer.js';
 import type { ApiError } from './errors.js';
 import { jsOptions, MAX_DELETE_RULES, needsView, StreamView, type DeleteRule } from './stream-view.js';
+import { consumedBy, trimConsumed, workqueueLegacy } from './retention.js';
+import { SourceCopier } from './sources.js';
 
 export interface JetStreamOptions {
   /** How often ack deadlines, pull request expiry, heartbeats and inactive consumers are looked at. Default 100 ms. */
@@ -71,6 +73,13 @@ export abstract class JetStreamState implements ConsumerHost {
   readonly views = new Map<string, StreamView>();
   /** Streams whose view refuses publishes at a limit (discard new): every JetStream publish must look for them. */
   readonly refusing = new Set<string>();
+  /** Streams that refuse some JetStream publishes outright (sealed, max_msg_size): refreshGuards(). */
+  readonly guards = new Map<string, { sealed: boolean; maxMsgSize: number }>();
+  /** Mirrors and sources being copied, by target stream (sources.ts), with the configuration they copy. */
+  readonly copiers = new Map<string, { key: string; copiers: SourceCopier[] }>();
+  /** Streams whose consumed prefix is being deleted from the log (trimStreams). */
+  private readonly trimming = new Set<string>();
+  private lastSlowTick = 0;
   /** Per stream: the last rule addition (they are serialized: each rewrites the stream's rule list). */
   private readonly ruleChain = new Map<string, Promise<unknown>>();
   /** Per stream with a view: JetStream publishes appended but not durable yet (expectations wait for them). */
@@ -194,6 +203,13 @@ export abstract class JetStreamState implements ConsumerHost {
 
   tick(): void {
     const now = Date.now();
+    if (now - this.lastSlowTick >= 1000) {
+      this.lastSlowTick = now;
+      this.trimStreams();
+      this.syncSources();
+      // Cluster mode: another broker may have sealed a stream or set its max_msg_size.
+      if (this.cluster !== null) this.refreshGuards();
+    }
     for (const [stream, m] of this.consumers) {
       if (!this.engine.getStream(stream)) {
         this.removeConsumersOf(stream);
@@ -224,7 +240,11 @@ export abstract class JetStreamState implements ConsumerHost {
     c.close(notify);
     this.dirty.delete(c);
     const m = this.consumers.get(c.stream);
-    if (m?.get(c.name) === c) m.delete(c.name);
+    if (m?.get(c.name) === c) {
+      m.delete(c.name);
+      this.retentionAfterDelete(c);
+      this.consumerAction(c, 'delete');
+    }
     if (m?.size === 0) this.consumers.delete(c.stream);
     if (this.cluster !== null) {
       // The record first (fenced by the owner row), then the owner row itself.
@@ -237,12 +257,74 @@ export abstract class JetStreamState implements ConsumerHost {
     return this.engine.store.deleteConsumer(c.stream, c.name);
   }
 
+  /**
+   * A JetStream advisory as nats-server 2.9 publishes it on `$JS.EVENT.ADVISORY.<what>`: JSON with its `type`
+   * (`io.nats.jetstream.advisory.v1.<type>`), a unique `id` and the `timestamp`, then `body`.
+   */
+  advise(what: string, type: string, body: Json): void {
+    if (this.closed) return;
+    const json = { type: `io.nats.jetstream.advisory.v1.${type}`, id: randomId(22), timestamp: new Date().toISOString(), ...body };
+    this.sendLocal(makeMessage(dotsToUnified(`$JS.EVENT.ADVISORY.${what}`), Buffer.from(JSON.stringify(json))));
+  }
+
+  consumerAction(c: Consumer, action: 'create' | 'delete'): void {
+    this.advise(`CONSUMER.${action === 'create' ? 'CREATED' : 'DELETED'}.${c.stream}.${c.name}`, 'consumer_action', {
+      stream: c.stream,
+      consumer: c.name,
+      action,
+    });
+  }
+
+  streamAction(name: string, action: 'create' | 'modify' | 'delete'): void {
+    const what = action === 'create' ? 'CREATED' : action === 'modify' ? 'UPDATED' : 'DELETED';
+    this.advise(`STREAM.${what}.${name}`, 'stream_action', { stream: name, action });
+  }
+
+  /** A consumer of a workqueue or interest stream went away (retention.ts). */
+  private retentionAfterDelete(c: Consumer): void {
+    const def = this.engine.getStream(c.stream)?.def;
+    if (def === undefined) return;
+    const retention = jsOptions(def).retention;
+    if (retention === 'workqueue') {
+      // What it consumed stays consumed (the view forgets its acks with it): kept as a rule of the stream.
+      const legacy = workqueueLegacy(c);
+      if (legacy !== null) {
+        this.addRule(c.stream, () => ({ ...legacy, at: 0 })).catch((err: unknown) =>
+          this.logLimit.log('warn', `jetstream-wq-rule|${c.stream}`, { err, stream: c.stream }, 'JetStream workqueue consumer acks not kept'),
+        );
+      }
+    } else if (retention === 'interest') {
+      // Its interest goes with it: what only it was waiting for is gone.
+      this.views.get(c.stream)?.recheckFrom(c.ackFloor + 1);
+    }
+  }
+
+  /** ConsumerHost: `c` is done with `seq` (workqueue and interest streams drop it when nobody else needs it). */
+  consumed(c: Consumer, seq: number): void {
+    const v = this.views.get(c.stream);
+    if (v !== undefined && v.opts.retention !== 'limits') v.recheck(seq);
+  }
+
+  /** Deletes from the log what no consumer of a workqueue or interest stream needs (retention.ts), one at a time. */
+  private trimStreams(): void {
+    for (const [name, v] of this.views) {
+      if (v.opts.retention === 'limits' || this.trimming.has(name)) continue;
+      const p = trimConsumed(this.engine, name, v);
+      if (p === null) continue;
+      this.trimming.add(name);
+      p.catch((err: unknown) => this.logLimit.log('warn', `jetstream-trim|${name}`, { err, stream: name }, 'JetStream consumed messages not trimmed')).finally(
+        () => this.trimming.delete(name),
+      );
+    }
+  }
+
   removeConsumersOf(stream: string): void {
     const m = this.consumers.get(stream);
     if (!m) return;
     for (const c of m.values()) {
       c.close(true);
       this.dirty.delete(c);
+      this.consumerAction(c, 'delete');
       // Its stream is gone: so is its owner row (the deleting broker removed the records).
       if (this.cluster !== null) void this.cluster.forget('consumer', consumerKey(c.stream, c.name)).catch(() => undefined);
     }
@@ -304,9 +386,14 @@ export abstract class JetStreamState implements ConsumerHost {
       this.dropView(name);
       return null;
     }
-    const v = new StreamView(e.def, this.engine);
+    const v = this.newView(e.def);
     this.setView(name, v);
     return v;
+  }
+
+  private newView(def: StreamDef): StreamView {
+    const name = def.name;
+    return new StreamView(def, this.engine, (seq, topic, retention) => consumedBy(this.consumers.get(name)?.values() ?? [], seq, topic, retention));
   }
 
   /** The stream's view caught up with its log, or null. */
@@ -329,7 +416,7 @@ export abstract class JetStreamState implements ConsumerHost {
       const start = this.engine.offsets(name, 0).logStartOffset;
       if (opts.rules.filter((r) => r.at > start).length >= MAX_DELETE_RULES) return `too many deletes on this stream (${MAX_DELETE_RULES}): purge it whole`;
       // The view as it will be with a rule: built (and caught up) before the rule is stored.
-      const v = this.views.get(name)?.def === e.def ? this.views.get(name)! : new StreamView(e.def, this.engine);
+      const v = this.views.get(name)?.def === e.def ? this.views.get(name)! : this.newView(e.def);
       this.setView(name, v);
       await v.catchUp();
       // Applied where the log is now (what is appended meanwhile is not touched), then stored.
@@ -357,6 +444,42 @@ export abstract class JetStreamState implements ConsumerHost {
       if (this.ruleChain.get(name) === settled) this.ruleChain.delete(name);
     });
     return next;
+  }
+
+  /** Looks the streams' sealed and max_msg_size settings up again (after a stream request, and on the tick). */
+  refreshGuards(): void {
+    this.guards.clear();
+    for (const d of this.engine.listStreams()) {
+      const o = jsOptions(d);
+      if (o.sealed || o.maxMsgSize >= 0) this.guards.set(d.name, { sealed: o.sealed, maxMsgSize: o.maxMsgSize });
+    }
+  }
+
+  /** Starts and stops the copiers of mirrors and sources as the streams' configurations say (sources.ts). */
+  syncSources(): void {
+    const seen = new Set<string>();
+    if (!this.closed) {
+      for (const d of this.engine.listStreams()) {
+        const o = jsOptions(d);
+        if (o.mirror === null && o.sources.length === 0) continue;
+        seen.add(d.name);
+        const key = JSON.stringify([o.mirror, o.sources]);
+        const have = this.copiers.get(d.name);
+        if (have?.key === key) continue;
+        for (const c of have?.copiers ?? []) c.stop();
+        const specs = o.mirror !== null ? [o.mirror] : o.sources;
+        this.copiers.set(d.name, { key, copiers: specs.map((spec) => new SourceCopier(this, d.name, spec, o.mirror !== null)) });
+      }
+    }
+    for (const [name, have] of this.copiers) {
+      if (seen.has(name)) continue;
+      for (const c of have.copiers) c.stop();
+      this.copiers.delete(name);
+    }
+  }
+
+  sourceFailed(target: string, origin: string, err: unknown): void {
+    this.logLimit.log('warn', `jetstream-source|${target}|${origin}`, { err, stream: target, origin }, 'JetStream mirror or source copy failed');
   }
 
   sortedConsumers(stream: string): Consumer[] {
@@ -399,8 +522,12 @@ export function errText(err: unknown): string {
 }
 
 export function randomName(): string {
+  return randomId(8);
+}
+
+export function randomId(n: number): string {
   const a = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789';
   let s = '';
-  for (let i = 0; i < 8; i++) s += a[Math.floor(Math.random() * a.length)];
+  for (let i = 0; i < n; i++) s += a[Math.floor(Math.random() * a.length)];
   return s;
 }

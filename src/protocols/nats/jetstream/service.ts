@@ -73,6 +73,8 @@ export class JetStream extends JetStreamState implements Subscriber, JetStreamPu
     // forwards what another broker serves (see cluster.ts), so requests are never answered twice.
     // Views known from the start: JetStream publishes to their streams are tracked from the first one on.
     for (const d of this.engine.listStreams()) this.viewOf(d.name);
+    this.refreshGuards();
+    this.syncSources();
     this.subs.push(this.engine.subscribe('$JS.API.>', this, { qos: 0, rule: 'nats', local: true }));
     this.subs.push(this.engine.subscribe('$JS.ACK.>', this, { qos: 0, rule: 'nats', local: true }));
     this.ticker = setInterval(() => this.tick(), this.tickMs);
@@ -86,6 +88,7 @@ export class JetStream extends JetStreamState implements Subscriber, JetStreamPu
     for (const s of this.subs) this.engine.unsubscribe(s);
     this.subs.length = 0;
     if (this.ticker) clearInterval(this.ticker);
+    this.syncSources();
     this.logLimit.stop();
     for (const m of this.consumers.values()) for (const c of m.values()) c.close(false);
     this.flush();
@@ -254,10 +257,17 @@ export class JetStream extends JetStreamState implements Subscriber, JetStreamPu
       if (b === 'NAMES' && t.length === 2) return streamNames(this, body, access);
       if (b === 'LIST' && t.length === 2) return streamList(this, body, access);
       if (t.length === 3) {
-        if (b === 'CREATE') return streamCreate(this, c, body, access);
-        if (b === 'UPDATE') return streamUpdate(this, c, body, access);
+        if (b === 'CREATE' || b === 'UPDATE' || b === 'DELETE') {
+          const out = await (b === 'CREATE'
+            ? streamCreate(this, c, body, access)
+            : b === 'UPDATE'
+              ? streamUpdate(this, c, body, access)
+              : streamDelete(this, c));
+          this.refreshGuards();
+          this.syncSources();
+          return out;
+        }
         if (b === 'INFO') return streamInfo(this, c);
-        if (b === 'DELETE') return streamDelete(this, c);
         if (b === 'PURGE') return streamPurge(this, c, body);
       }
       if (b === 'MSG' && t.length === 4) {

@@ -17,15 +17,20 @@ import {
   type StreamSpecFromJs,
 } from './stream-info.js';
 import { filterToSubject, subjectsCollide, subjectToFilter } from './subjects.js';
-import { jsOptions, optionConfigs } from './stream-view.js';
+import { jsOptions, optionConfigs, type JsStreamOptions } from './stream-view.js';
 import { BAD_JSON, errText, isApiError, isCount, JetStreamState, type Json, LIST_LIMIT, NAMES_LIMIT, pageOffset, parseJson, typed } from './service-state.js';
 
 export async function streamInfoJson(js: JetStreamState, def: StreamDef): Promise<Json> {
   await js.freshen(def.name);
+  const now = Date.now();
+  const copiers = js.copiers.get(def.name)?.copiers ?? [];
+  const mirror = jsOptions(def).mirror !== null;
   return {
     config: streamConfigJson(def, js.duplicateWindowNs.get(def.name) ?? DEFAULT_DUPLICATE_WINDOW_NS),
     created: isoTime(def.createdAt),
     state: await streamState(js.engine, def, js.consumerCount(def.name), await js.freshView(def.name)),
+    ...(mirror && copiers.length > 0 ? { mirror: copiers[0].info(now) } : {}),
+    ...(!mirror && copiers.length > 0 ? { sources: copiers.map((c) => c.info(now)) } : {}),
   };
 }
 
@@ -35,7 +40,15 @@ export async function streamCreate(js: JetStreamState, name: string, body: strin
   if (raw === BAD_JSON) return typed(T_, { error: JsErr.invalidJson() });
   const spec = parseStreamConfig(raw, name);
   if (isApiError(spec)) return typed(T_, { error: spec });
-  const unbindable = bindRefusal(js, access, spec.bindings);
+  if (spec.options.sealed) return typed(T_, { error: JsErr.streamInvalidConfig('stream configuration for create can not be sealed') });
+  if (spec.options.retention !== 'limits' && js.cluster !== null) {
+    // A message's removal depends on every consumer's acks, and consumers live on different brokers.
+    return typed(T_, { error: JsErr.streamInvalidConfig(`${spec.options.retention} retention is not supported by FlowMQ in cluster mode`) });
+  }
+  if ((spec.options.mirror !== null || spec.options.sources.length > 0) && js.cluster !== null) {
+    return typed(T_, { error: JsErr.streamInvalidConfig('mirrors and sources are not supported by FlowMQ in cluster mode') });
+  }
+  const unbindable = bindRefusal(js, access, ownBindings(spec)) ?? sourceRefusal(js, access, spec);
   if (unbindable !== null) return typed(T_, { error: unbindable });
   const existing = js.engine.getStream(name);
   if (existing) {
@@ -59,6 +72,7 @@ export async function streamCreate(js: JetStreamState, name: string, body: strin
     return typed(T_, { error: JsErr.streamCreate(errText(err)) });
   }
   js.duplicateWindowNs.set(name, spec.duplicateWindowNs);
+  js.streamAction(name, 'create');
   return typed(T_, { ...(await streamInfoJson(js, def)), did_create: true });
 }
 
@@ -70,11 +84,14 @@ export async function streamUpdate(js: JetStreamState, name: string, body: strin
   if (isApiError(spec)) return typed(T_, { error: spec });
   const e = js.engine.getStream(name);
   if (!e) return typed(T_, { error: JsErr.streamNotFound() });
-  const unbindable = bindRefusal(
-    js,
-    access,
-    spec.bindings.filter((f) => !e.def.bindings.includes(f)),
-  );
+  const refusal = updateRefusal(jsOptions(e.def), spec);
+  if (refusal !== null) return typed(T_, { error: refusal });
+  const unbindable =
+    bindRefusal(
+      js,
+      access,
+      ownBindings(spec).filter((f) => !e.def.bindings.includes(f)),
+    ) ?? sourceRefusal(js, access, spec);
   if (unbindable !== null) return typed(T_, { error: unbindable });
   let def = e.def;
   try {
@@ -92,7 +109,27 @@ export async function streamUpdate(js: JetStreamState, name: string, body: strin
     return typed(T_, { error: JsErr.streamUpdate(errText(err)) });
   }
   js.duplicateWindowNs.set(name, spec.duplicateWindowNs);
+  js.streamAction(name, 'modify');
   return typed(T_, await streamInfoJson(js, def));
+}
+
+/**
+ * What nats-server 2.9 refuses in an update (stream.go update), in its order and words; a sealed stream's other
+ * settings are then set as sealing sets them (no age limit, discard new, no deletes, purges or rollups).
+ */
+function updateRefusal(old: JsStreamOptions, spec: StreamSpecFromJs): ApiError | null {
+  const o = spec.options;
+  const no = (what: string): ApiError => JsErr.streamInvalidConfig(`stream configuration update can not ${what}`);
+  if (JSON.stringify(o.mirror) !== JSON.stringify(old.mirror)) return JsErr.mirrorUpdate();
+  if (o.retention !== old.retention) return no('change retention policy');
+  if (old.sealed && !o.sealed) return no('unseal a sealed stream');
+  if (old.denyDelete && !o.denyDelete) return no('cancel deny message deletes');
+  if (old.denyPurge && !o.denyPurge) return no('cancel deny purge');
+  if (o.sealed) {
+    spec.options = { ...o, discardNew: true, denyDelete: true, denyPurge: true, allowRollup: false };
+    spec.retentionMs = null;
+  }
+  return null;
 }
 
 /**
@@ -100,6 +137,31 @@ export async function streamUpdate(js: JetStreamState, name: string, body: strin
  * would collect a denied topic for whoever reads it. The refusal names the subject, as nats-server's permission
  * errors do.
  */
+/** The bindings a client asks for (a mirror's internal binding is none: it takes only copies). */
+function ownBindings(spec: StreamSpecFromJs): string[] {
+  return spec.options.mirror === null ? spec.bindings : [];
+}
+
+/**
+ * A mirror or sources read their origins: whoever configures them needs `subscribe` on each origin stream, or a
+ * stream they may create would hand them one they may not read (a deny holds wherever the data goes).
+ */
+function sourceRefusal(js: JetStreamState, access: Access | null, spec: StreamSpecFromJs): ApiError | null {
+  if (access === null) return null;
+  const control = js.authorizer!.control;
+  const origins = spec.options.mirror !== null ? [spec.options.mirror] : spec.options.sources;
+  for (const o of origins) {
+    if (control.allows(access.principal, 'subscribe', 'stream', o.name)) continue;
+    control.logDenial(access, 'subscribe', 'stream', o.name);
+    js.api.denied++;
+    const user = access.principal.user;
+    return JsErr.accessDenied(
+      `Permissions Violation for subscribe on stream ${JSON.stringify(o.name)}${user === null ? '' : ` for user ${JSON.stringify(user)}`}`,
+    );
+  }
+  return null;
+}
+
 export function bindRefusal(js: JetStreamState, access: Access | null, filters: readonly string[]): ApiError | null {
   if (access === null) return null;
   for (const f of filters) {
@@ -161,6 +223,7 @@ export async function streamDelete(js: JetStreamState, name: string): Promise<Js
     return typed(T_, { error: JsErr.streamDelete(errText(err)) });
   }
   await js.engine.store.deleteConsumers(name).catch((err: unknown) => js.warnStore(err));
+  js.streamAction(name, 'delete');
   return typed(T_, { success: true });
 }
 
@@ -172,6 +235,7 @@ export async function streamPurge(js: JetStreamState, name: string, body: string
   const raw = body.trim() === '' ? {} : parseJson(body);
   if (raw === BAD_JSON || raw === null || typeof raw !== 'object') return typed(T_, { error: JsErr.invalidJson() });
   const r = raw as Json;
+  if (jsOptions(e.def).sealed) return typed(T_, { error: JsErr.streamSealed() });
   if (jsOptions(e.def).denyPurge) return typed(T_, { error: JsErr.streamPurge('stream purge not permitted') });
   if (r.filter !== undefined && typeof r.filter !== 'string') return typed(T_, { error: JsErr.invalidJson() });
   const filter = r.filter === undefined || r.filter === '' || r.filter === '>' ? undefined : r.filter;
@@ -232,5 +296,5 @@ export function listable(js: JetStreamState, access: Access | null, name: string
 function sameOptions(def: StreamDef, spec: StreamSpecFromJs): boolean {
   const { rules: _r, ...have } = jsOptions(def);
   const want = spec.options;
-  return (Object.keys(want) as Array<keyof typeof want>).every((k) => have[k] === want[k]);
+  return (Object.keys(want) as Array<keyof typeof want>).every((k) => JSON.stringify(have[k]) === JSON.stringify(want[k]));
 }

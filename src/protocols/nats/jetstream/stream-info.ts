@@ -5,7 +5,7 @@
 import { decodeBatch, isValidStreamName, recordToMessage, type Engine, type Message, type StreamDef } from '../../../core/index.js';
 import { JsErr, type ApiError } from './errors.js';
 import { filterToSubject, isValidApiName, subjectToFilter } from './subjects.js';
-import { jsOptions, type JsStreamOptions, type StreamView } from './stream-view.js';
+import { jsOptions, mirrorBinding, type JsStreamOptions, type SourceSpec, type StreamView } from './stream-view.js';
 
 /** Go's zero time, which nats-server reports for "no message". */
 export const ZERO_TIME = '0001-01-01T00:00:00Z';
@@ -19,14 +19,14 @@ export function streamConfigJson(def: StreamDef, duplicateWindowNs: number): Rec
   const o = jsOptions(def);
   return {
     name: def.name,
-    subjects: streamSubjects(def),
-    retention: 'limits',
+    ...(o.mirror === null ? { subjects: streamSubjects(def) } : {}),
+    retention: o.retention,
     max_consumers: -1,
     max_msgs: o.maxMsgs,
     max_bytes: o.maxBytes,
     max_age: def.retentionMs === null ? 0 : def.retentionMs * 1e6,
     max_msgs_per_subject: o.maxMsgsPerSubject,
-    max_msg_size: -1,
+    max_msg_size: o.maxMsgSize,
     discard: o.discardNew ? 'new' : 'old',
     ...(o.discardNewPerSubject ? { discard_new_per_subject: true } : {}),
     storage: 'file',
@@ -34,10 +34,12 @@ export function streamConfigJson(def: StreamDef, duplicateWindowNs: number): Rec
     duplicate_window: duplicateWindowNs,
     allow_direct: o.allowDirect,
     mirror_direct: false,
-    sealed: false,
+    sealed: o.sealed,
     deny_delete: o.denyDelete,
     deny_purge: o.denyPurge,
     allow_rollup_hdrs: o.allowRollup,
+    ...(o.mirror !== null ? { mirror: o.mirror } : {}),
+    ...(o.sources.length > 0 ? { sources: o.sources } : {}),
   };
 }
 
@@ -75,7 +77,8 @@ export async function streamState(engine: Engine, def: StreamDef, consumers: num
       last_seq: highWatermark,
       last_ts: highWatermark > 0 ? await timestampAt(engine, def.name, highWatermark - 1) : ZERO_TIME,
       ...(highWatermark + 1 - base - live > 0 ? { num_deleted: highWatermark + 1 - base - live } : {}),
-      num_subjects: view.bySubject.size,
+      // Left out at 0, as nats-server leaves it out.
+      ...(view.bySubject.size > 0 ? { num_subjects: view.bySubject.size } : {}),
       consumer_count: consumers,
     };
   }
@@ -107,14 +110,9 @@ export interface StreamSpecFromJs {
 }
 
 const NEUTRAL: Array<[string, (v: unknown) => boolean, string]> = [
-  ['retention', (v) => v === undefined || v === 'limits', 'retention policies other than limits'],
   ['max_consumers', (v) => v === undefined || v === -1 || v === 0, 'max_consumers'],
-  ['max_msg_size', (v) => v === undefined || v === -1 || v === 0, 'max_msg_size'],
-  ['mirror', (v) => v === undefined || v === null, 'mirrors'],
-  ['sources', (v) => v === undefined || v === null || (Array.isArray(v) && v.length === 0), 'sources'],
   ['republish', (v) => v === undefined || v === null, 'republish'],
   ['subject_transform', (v) => v === undefined || v === null, 'subject transforms'],
-  ['sealed', (v) => v === undefined || v === false, 'sealed streams'],
   ['mirror_direct', (v) => v === undefined || v === false, 'direct get'],
   ['no_ack', (v) => v === undefined || v === false, 'no_ack streams'],
   ['template_owner', (v) => v === undefined || v === '', 'stream templates'],
@@ -140,8 +138,27 @@ export function parseStreamConfig(raw: unknown, subjectName: string): StreamSpec
   }
   if (r.storage !== undefined && r.storage !== 'file' && r.storage !== 'memory') return JsErr.invalidJson();
   if (r.discard !== undefined && r.discard !== 'old' && r.discard !== 'new') return JsErr.invalidJson();
+  const retention = r.retention ?? 'limits';
+  if (retention !== 'limits' && retention !== 'workqueue' && retention !== 'interest') return JsErr.invalidJson();
+  const maxMsgSize = r.max_msg_size ?? -1;
+  if (typeof maxMsgSize !== 'number' || !Number.isSafeInteger(maxMsgSize) || maxMsgSize > 2 ** 31 - 1 || maxMsgSize < -(2 ** 31)) return JsErr.invalidJson();
+  const mirror = r.mirror === undefined || r.mirror === null ? null : sourceSpec(r.mirror);
+  if (mirror !== null && 'err_code' in mirror) return mirror;
+  const sources: SourceSpec[] = [];
+  if (r.sources !== undefined && r.sources !== null) {
+    if (!Array.isArray(r.sources)) return JsErr.invalidJson();
+    for (const x of r.sources) {
+      const spec = sourceSpec(x);
+      if ('err_code' in spec) return spec;
+      sources.push(spec);
+    }
+  }
+  const hasSubjects = Array.isArray(r.subjects) && r.subjects.length > 0;
+  if (mirror !== null && hasSubjects) return JsErr.mirrorWithSubjects();
+  if (mirror !== null && sources.length > 0) return JsErr.mirrorWithSources();
   let subjects: string[];
-  if (r.subjects === undefined || r.subjects === null || (Array.isArray(r.subjects) && r.subjects.length === 0)) subjects = [name];
+  if (mirror !== null) subjects = [];
+  else if (r.subjects === undefined || r.subjects === null || (Array.isArray(r.subjects) && r.subjects.length === 0)) subjects = [name];
   else if (Array.isArray(r.subjects) && r.subjects.every((s) => typeof s === 'string')) subjects = r.subjects as string[];
   else return JsErr.invalidJson();
   const bindings: string[] = [];
@@ -163,7 +180,7 @@ export function parseStreamConfig(raw: unknown, subjectName: string): StreamSpec
   const maxBytes = r.max_bytes ?? -1;
   for (const v of [maxMsgs, maxBytes]) if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < -1) return JsErr.invalidJson();
   const flags: Record<string, boolean> = {};
-  for (const k of ['allow_rollup_hdrs', 'deny_delete', 'deny_purge', 'allow_direct', 'discard_new_per_subject']) {
+  for (const k of ['allow_rollup_hdrs', 'deny_delete', 'deny_purge', 'allow_direct', 'discard_new_per_subject', 'sealed']) {
     const v = r[k] ?? false;
     if (typeof v !== 'boolean') return JsErr.invalidJson();
     flags[k] = v;
@@ -185,11 +202,36 @@ export function parseStreamConfig(raw: unknown, subjectName: string): StreamSpec
       discardNew,
       discardNewPerSubject: flags.discard_new_per_subject,
       allowDirect: flags.allow_direct,
+      retention,
+      maxMsgSize: maxMsgSize === 0 ? -1 : maxMsgSize,
+      sealed: flags.sealed,
+      mirror,
+      sources,
     },
     name,
-    bindings: [...new Set(bindings)],
+    bindings: mirror !== null ? [mirrorBinding(name)] : [...new Set(bindings)],
     retentionMs: maxAge > 0 ? Math.round(maxAge / 1e6) : null,
     duplicateWindowNs: dup > 0 ? dup : maxAge > 0 && maxAge < DEFAULT_DUPLICATE_WINDOW_NS ? maxAge : DEFAULT_DUPLICATE_WINDOW_NS,
+  };
+}
+
+/** A mirror's or source's configuration (nats-server's StreamSource; `external` is not supported). */
+function sourceSpec(v: unknown): SourceSpec | ApiError {
+  if (v === null || typeof v !== 'object' || Array.isArray(v)) return JsErr.invalidJson();
+  const r = v as Record<string, unknown>;
+  if (typeof r.name !== 'string' || r.name === '') return JsErr.streamInvalidConfig('stream source name is required');
+  if (r.external !== undefined && r.external !== null) return JsErr.streamInvalidConfig('external stream sources are not supported by FlowMQ streams');
+  const seq = r.opt_start_seq ?? 0;
+  if (typeof seq !== 'number' || !Number.isSafeInteger(seq) || seq < 0) return JsErr.invalidJson();
+  const time = r.opt_start_time ?? '';
+  if (typeof time !== 'string' || (time !== '' && !Number.isFinite(Date.parse(time)))) return JsErr.invalidJson();
+  const filter = r.filter_subject ?? '';
+  if (typeof filter !== 'string') return JsErr.invalidJson();
+  return {
+    name: r.name,
+    ...(seq > 0 ? { opt_start_seq: seq } : {}),
+    ...(time !== '' ? { opt_start_time: time } : {}),
+    ...(filter !== '' ? { filter_subject: filter } : {}),
   };
 }
 
@@ -227,6 +269,29 @@ export async function lastMatching(engine: Engine, stream: string, pred: (m: Mes
     }
     if (best >= 0) return best;
     hi = lo;
+  }
+  return -1;
+}
+
+/** The lowest offset >= `from` of partition 0 whose message satisfies `pred`, or -1 (a forward scan of the log). */
+export async function firstMatching(engine: Engine, stream: string, from: number, pred: (m: Message) => boolean): Promise<number> {
+  const ownTopic = stream.split('.').join('/');
+  const { logStartOffset, highWatermark } = engine.offsets(stream, 0);
+  let offset = Math.max(from, logStartOffset);
+  while (offset < highWatermark) {
+    const batches = await engine.read(stream, 0, offset, 1024 * 1024);
+    const before = offset;
+    for (const b of batches) {
+      for (const rec of decodeBatch(b)) {
+        if (rec.offset < offset || rec.offset >= highWatermark) continue;
+        if (pred(recordToMessage(rec, ownTopic))) return rec.offset;
+        offset = rec.offset + 1;
+      }
+    }
+    if (offset === before) {
+      if (batches.length === 0) break;
+      offset++;
+    }
   }
   return -1;
 }

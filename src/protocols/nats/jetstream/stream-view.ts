@@ -23,11 +23,29 @@
 import { decodeBatch, dotsToUnified, recordToMessage, type Engine, type StreamDef } from '../../../core/index.js';
 import { subjectMatches, subjectToFilter } from './subjects.js';
 
+/** A mirror or source as nats-server configures it (StreamSource; sources.ts copies it). */
+export interface SourceSpec {
+  name: string;
+  opt_start_seq?: number;
+  opt_start_time?: string;
+  filter_subject?: string;
+}
+
+/** Marks a mirror's placeholder record for an origin sequence it did not take (sources.ts): never live. */
+export const GAP_HEADER = 'Flowmq-Mirror-Gap';
+
+/** The topic a mirror is bound to (nothing is published there: it only takes its copies, sources.ts). */
+export function mirrorBinding(name: string): string {
+  return `$FLOWMQ/mirror/${name}`;
+}
+
 /** An explicit delete, applied once the log had `at` messages (sequences up to `at`). */
 export interface DeleteRule {
   at: number;
   /** STREAM.MSG.DELETE of this sequence. */
   seq?: number;
+  /** Sequences a workqueue consumer acknowledged out of order before it was deleted. */
+  seqs?: number[];
   /** STREAM.PURGE: the subject filter (a NATS subject; absent: all), `keep` the last n, `below` a sequence. */
   purge?: { filter?: string; keep?: number; below?: number };
 }
@@ -44,8 +62,19 @@ export interface JsStreamOptions {
   discardNew: boolean;
   discardNewPerSubject: boolean;
   allowDirect: boolean;
+  /** Retention policy: `limits` (the log's own), or messages removed once consumed (workqueue, interest). */
+  retention: Retention;
+  /** Largest message (headers + payload) a JetStream publish may store; negative: none (kept as given, as nats-server). */
+  maxMsgSize: number;
+  /** No more writes, deletes or purges (nats-server's sealed stream). */
+  sealed: boolean;
+  /** The stream mirrors this one (sources.ts), or copies from these; null / empty: none. */
+  mirror: SourceSpec | null;
+  sources: SourceSpec[];
   rules: DeleteRule[];
 }
+
+export type Retention = 'limits' | 'workqueue' | 'interest';
 
 /** Explicit delete rules a stream may hold (each is a few dozen bytes of its definition). */
 export const MAX_DELETE_RULES = 4096;
@@ -76,6 +105,12 @@ export function jsOptions(def: StreamDef): JsStreamOptions {
     discardNew: c['nats.discard'] === 'new',
     discardNewPerSubject: c['nats.discard_new_per_subject'] === 'true',
     allowDirect: c['nats.allow_direct'] === 'true',
+    retention: c['nats.retention'] === 'workqueue' || c['nats.retention'] === 'interest' ? c['nats.retention'] : 'limits',
+    maxMsgSize:
+      Number.isSafeInteger(Number(c['nats.max_msg_size'] ?? -1)) && Number(c['nats.max_msg_size'] ?? -1) !== 0 ? Number(c['nats.max_msg_size'] ?? -1) : -1,
+    sealed: c['nats.sealed'] === 'true',
+    mirror: parseSpecs(c['nats.mirror'])[0] ?? null,
+    sources: parseSpecs(c['nats.sources']),
     rules,
   };
 }
@@ -92,12 +127,29 @@ export function optionConfigs(o: Omit<JsStreamOptions, 'rules'>, rules: DeleteRu
   if (o.discardNew) out['nats.discard'] = 'new';
   if (o.discardNewPerSubject) out['nats.discard_new_per_subject'] = 'true';
   if (o.allowDirect) out['nats.allow_direct'] = 'true';
+  if (o.retention !== 'limits') out['nats.retention'] = o.retention;
+  if (o.maxMsgSize !== -1) out['nats.max_msg_size'] = String(o.maxMsgSize);
+  if (o.sealed) out['nats.sealed'] = 'true';
+  if (o.mirror !== null) out['nats.mirror'] = JSON.stringify(o.mirror);
+  if (o.sources.length > 0) out['nats.sources'] = JSON.stringify(o.sources);
   if (rules.length > 0) out['nats.deletes'] = JSON.stringify(rules);
   return out;
 }
 
+/** Mirror and source specs as stored (one object or an array); what cannot be read is none. */
+function parseSpecs(text: string | undefined): SourceSpec[] {
+  if (text === undefined) return [];
+  try {
+    const v = JSON.parse(text) as unknown;
+    const all = Array.isArray(v) ? v : [v];
+    return all.filter((x): x is SourceSpec => x !== null && typeof x === 'object' && typeof (x as SourceSpec).name === 'string');
+  } catch {
+    return [];
+  }
+}
+
 export function needsView(o: JsStreamOptions): boolean {
-  return o.maxMsgs > 0 || o.maxBytes > 0 || o.maxMsgsPerSubject > 0 || o.allowRollup || o.rules.length > 0;
+  return o.maxMsgs > 0 || o.maxBytes > 0 || o.maxMsgsPerSubject > 0 || o.allowRollup || o.rules.length > 0 || o.retention !== 'limits' || o.mirror !== null;
 }
 
 /** A message's size as nats-server's file store counts it (stream bytes, max_bytes): its record plus framing. */
@@ -126,11 +178,30 @@ export class StreamView {
   private running: Promise<void> | null = null;
   opts: JsStreamOptions;
 
+  /**
+   * @param consumed workqueue and interest streams: whether the stream's consumers are done with a message (the
+   *   service asks its consumers: their ack floors and acks are stored, so a view rebuilt after a restart agrees).
+   */
   constructor(
     public def: StreamDef,
     private readonly engine: Engine,
+    private readonly consumed: ((seq: number, topic: string, retention: Retention) => boolean) | null = null,
   ) {
     this.opts = jsOptions(def);
+  }
+
+  /** Workqueue and interest streams: removes `seq` if its consumers are done with it; whether it did. */
+  recheck(seq: number): boolean {
+    const topic = this.bySeq.get(seq);
+    if (topic === undefined || this.consumed === null || this.opts.retention === 'limits' || !this.consumed(seq, topic, this.opts.retention)) return false;
+    return this.remove(seq);
+  }
+
+  /** recheck() of every live message from `from` on (a consumer went away: its interest with it). */
+  recheckFrom(from: number): number {
+    let n = 0;
+    for (const seq of [...this.bySeq.keys()]) if (seq >= from && this.recheck(seq)) n++;
+    return n;
   }
 
   /** The stream refuses publishes at its limits (discard new): each is checked against the view first. */
@@ -162,6 +233,22 @@ export class StreamView {
     if (!/(^|\.)[*>](\.|$)/.test(filter)) return this.lastOf(dotsToUnified(filter));
     let best = 0;
     for (const [s, l] of this.bySubject) if (l.length > 0 && l[l.length - 1] > best && subjectMatches(filter, s)) best = l[l.length - 1];
+    return best;
+  }
+
+  /** The first live sequence >= `from` whose subject the NATS subject `filter` matches, 0 when none. */
+  nextMatching(filter: string, from: number): number {
+    if (!/(^|\.)[*>](\.|$)/.test(filter)) {
+      const l = this.bySubject.get(dotsToUnified(filter));
+      if (l === undefined) return 0;
+      const i = lowerBound(l, from);
+      return i < l.length ? l[i] : 0;
+    }
+    let best = 0;
+    for (const [s, l] of this.bySubject) {
+      const i = lowerBound(l, from);
+      if (i < l.length && (best === 0 || l[i] < best) && subjectMatches(filter, s)) best = l[i];
+    }
     return best;
   }
 
@@ -253,6 +340,12 @@ export class StreamView {
           const seq = rec.offset + 1;
           this.applyRules(seq - 1);
           const m = recordToMessage(rec, ownTopic(name));
+          if (m.headers.length > 0 && m.headers.some((h) => h.key === GAP_HEADER)) {
+            // A mirror's placeholder for an origin sequence it did not take (sources.ts): a gap.
+            this.scanned = seq;
+            progressed = true;
+            continue;
+          }
           let rollup: string | undefined;
           if (this.opts.allowRollup) for (const h of m.headers) if (h.key === 'Nats-Rollup') rollup = h.value?.toString('utf8').toLowerCase();
           const hdrLen = m.natsHeaders?.length ?? m.headers.reduce((a, x) => a + x.key.length + (x.value?.length ?? 0) + 4, m.headers.length > 0 ? 12 : 0);
@@ -305,9 +398,12 @@ export class StreamView {
     const max = this.opts.maxMsgsPerSubject;
     while (max > 0 && l.length > max) this.drop(l.shift()!);
     // Discard old: the oldest messages go while the stream is over a limit (discard new refuses the publish instead).
-    if (this.opts.discardNew) return;
-    const { maxMsgs, maxBytes } = this.opts;
-    while ((maxMsgs > 0 && this.bySeq.size > maxMsgs) || (maxBytes > 0 && this.bytes > maxBytes && this.bySeq.size > 1)) this.remove(this.firstSeq);
+    if (!this.opts.discardNew) {
+      const { maxMsgs, maxBytes } = this.opts;
+      while ((maxMsgs > 0 && this.bySeq.size > maxMsgs) || (maxBytes > 0 && this.bytes > maxBytes && this.bySeq.size > 1)) this.remove(this.firstSeq);
+    }
+    // Workqueue, interest: already consumed (a view rebuilt after acks), or nobody to consume it (interest).
+    this.recheck(seq);
   }
 
   /** Forgets a live sequence (not its subject's list: the caller's). */
@@ -332,8 +428,10 @@ export class StreamView {
   /** Applies a rule now (the view is caught up to `rule.at`); returns how many messages it removed. */
   apply(rule: DeleteRule): number {
     if (rule.seq !== undefined) return this.remove(rule.seq) ? 1 : 0;
+    let n = 0;
+    for (const seq of rule.seqs ?? []) if (this.remove(seq)) n++;
     const p = rule.purge;
-    if (p === undefined) return 0;
+    if (p === undefined) return n;
     const victims: number[] = [];
     for (const [seq, topic] of this.bySeq) {
       if (p.below !== undefined && seq >= p.below) break;
@@ -341,7 +439,7 @@ export class StreamView {
     }
     if (p.keep !== undefined && p.keep > 0) victims.splice(Math.max(0, victims.length - p.keep));
     for (const s of victims) this.remove(s);
-    return victims.length;
+    return n + victims.length;
   }
 }
 

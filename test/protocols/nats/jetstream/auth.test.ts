@@ -62,4 +62,26 @@ describe('JetStream API authorization', () => {
     as(null);
     assert.equal(json(await c.request('$JS.API.STREAM.INFO.B', '')).config.name, 'B');
   });
+
+  it('a mirror or sources need subscribe on every origin (a deny holds wherever the data goes)', async () => {
+    const { c, a, as, alice } = await env();
+    await c.api('$JS.API.STREAM.CREATE.SECRET', { name: 'SECRET', subjects: ['secret.>'] });
+    await c.api('$JS.API.STREAM.CREATE.OPEN', { name: 'OPEN', subjects: ['open.>'] });
+    await a.directory.putPolicy({
+      name: 'p',
+      effect: 'allow',
+      actions: ['create', 'alter', 'describe', 'subscribe'],
+      resources: ['stream:M', 'stream:S', 'stream:OPEN', 'topic:s/#'],
+      principals: ['user:alice'],
+    });
+    as(alice());
+    const mirror = await c.api('$JS.API.STREAM.CREATE.M', { name: 'M', mirror: { name: 'SECRET' } });
+    assert.deepEqual(mirror.error, { code: 403, err_code: 10003, description: 'Permissions Violation for subscribe on stream "SECRET" for user "alice"' });
+    const sources = await c.api('$JS.API.STREAM.CREATE.S', { name: 'S', subjects: ['s.x'], sources: [{ name: 'OPEN' }, { name: 'SECRET' }] });
+    assert.equal(sources.error.code, 403);
+    assert.equal((await c.api('$JS.API.STREAM.CREATE.S', { name: 'S', subjects: ['s.x'], sources: [{ name: 'OPEN' }] })).config.name, 'S');
+    const widened = await c.api('$JS.API.STREAM.UPDATE.S', { name: 'S', subjects: ['s.x'], sources: [{ name: 'OPEN' }, { name: 'SECRET' }] });
+    assert.equal(widened.error.code, 403);
+    assert.equal((await c.api('$JS.API.STREAM.CREATE.M', { name: 'M', mirror: { name: 'OPEN' } })).config.mirror.name, 'OPEN');
+  });
 });

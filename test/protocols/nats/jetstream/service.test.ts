@@ -60,10 +60,16 @@ describe('JetStream API: account and streams', () => {
     });
     assert.equal((await c.api('$JS.API.STREAM.CREATE.S2', { name: 'S1' })).error.err_code, 10056);
     assert.deepEqual((await c.api('$JS.API.STREAM.CREATE.S4', 'not json')).error, { code: 400, err_code: 10025, description: 'invalid JSON' });
-    const mirror = await c.api('$JS.API.STREAM.CREATE.S5', { name: 'S5', mirror: { name: 'S1' } });
-    assert.equal(mirror.error.err_code, 10052);
-    assert.match(mirror.error.description, /mirrors are not supported by FlowMQ/);
-    assert.equal((await c.api('$JS.API.STREAM.CREATE.S6', { name: 'S6', retention: 'workqueue' })).error.err_code, 10052);
+    const mirror = await c.api('$JS.API.STREAM.CREATE.S5', { name: 'S5', subjects: ['s5'], mirror: { name: 'S1' } });
+    assert.deepEqual(mirror.error, { code: 400, err_code: 10034, description: 'stream mirrors can not contain subjects' });
+    const republish = await c.api('$JS.API.STREAM.CREATE.S5', { name: 'S5', republish: { src: '>', dest: 'x.>' } });
+    assert.equal(republish.error.err_code, 10052);
+    assert.match(republish.error.description, /republish is not supported by FlowMQ/);
+    assert.deepEqual((await c.api('$JS.API.STREAM.CREATE.S6', { name: 'S6', sealed: true })).error, {
+      code: 500,
+      err_code: 10052,
+      description: 'stream configuration for create can not be sealed',
+    });
 
     await c.api('$JS.API.STREAM.CREATE.S7', { name: 'S7' });
     const names = await c.api('$JS.API.STREAM.NAMES');
