@@ -117,11 +117,11 @@ export function serverCancel(chan: AmqpChannelState, c: AmqpConsumer, _reason: s
   }
 }
 
-export async function consumeStream(chan: AmqpChannelState, m: MethodOf<'basic.consume'>, stream: string): Promise<void> {
+export async function consumeStream(chan: AmqpChannelState, m: MethodOf<'basic.consume'>, stream: string, partition = 0): Promise<void> {
   const tag = m.consumerTag === '' ? randomName('amq.ctag-') : m.consumerTag;
   if (tagTaken(chan, tag)) throw new AmqpError(530, `attempt to reuse consumer tag '${tag}'`, 60, 20);
   const args = (m.arguments ?? {}) as FieldTable;
-  const c = new StreamConsumer(chan.engine, chan, tag, stream, m.noAck, chan.consumerPrefetch, args['x-stream-offset']);
+  const c = new StreamConsumer(chan.engine, chan, tag, stream, m.noAck, chan.consumerPrefetch, args['x-stream-offset'], partition);
   await c.begin();
   if (chan.closing) return;
   (chan.streamConsumers ??= new Map()).set(tag, c);
@@ -190,7 +190,15 @@ export function consume(chan: AmqpChannelState, m: MethodOf<'basic.consume'>): v
   const stream = chan.streamOf(m.queue);
   if (stream !== null) {
     chan.authorize('subscribe', 'stream', stream, 'basic.consume');
+    const n = chan.engine.getStream(stream)!.def.partitions;
+    // A stream queue reads one partition: a super stream is read through its partition queues (super-stream.ts).
+    if (n > 1) throw new AmqpError(406, `stream '${stream}' has ${n} partitions: consume the partition queues of super stream '${stream}'`, 60, 20);
     return consumeStream(chan, m, stream);
+  }
+  const part = chan.partitionOf(m.queue);
+  if (part !== null) {
+    chan.authorize('subscribe', 'stream', part.stream, 'basic.consume');
+    return consumeStream(chan, m, part.stream, part.partition);
   }
   chan.authorize('subscribe', 'queue', chan.queueName(m.queue), 'basic.consume');
   const h = chan.queueOf(m.queue, 'basic.consume');
