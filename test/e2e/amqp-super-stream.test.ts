@@ -8,9 +8,18 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import kafkajsPkg from 'kafkajs';
 import type { Channel, ConsumeMessage } from 'amqplib';
+import { execFile } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { AckPolicy } from 'nats';
 import { amqpFixture, connectAmqp } from './amqp-helpers.js';
+import { crossFixture } from './cross-nats-helpers.js';
+import { ROOT } from './harness.js';
 
 const { Kafka, logLevel } = kafkajsPkg;
+// Debian's interpreter, where python3-pika is installed (a python3 earlier in PATH may be another one).
+const PYTHON = existsSync('/usr/bin/python3') ? '/usr/bin/python3' : 'python3';
+const PIKA_SCRIPT = join(ROOT, 'test/e2e/amqp-super-stream-pika.py');
 
 /** Declares a super stream as RabbitMQ's tools do: the exchange, then each partition queue and its binding. */
 async function declareSuperStream(ch: Channel, name: string, keys: string[], queueArgs: Record<string, unknown> = {}): Promise<void> {
@@ -261,5 +270,73 @@ describe('e2e: AMQP super streams', () => {
     );
     assert.equal((await ch2.checkQueue('kept-x')).messageCount, 0);
     await ch2.close();
+  });
+});
+
+describe('e2e: AMQP super streams with pika and JetStream', () => {
+  const f = crossFixture('super-stream');
+
+  it('pika declares and uses a super stream as on RabbitMQ (test/interop/rabbitmq-super-stream compares the two)', async () => {
+    const out = await new Promise<string>((resolve, reject) =>
+      execFile(PYTHON, [PIKA_SCRIPT, String(f.broker.ports.amqp), 'pk'], { timeout: 60_000 }, (err, stdout, stderr) =>
+        err ? reject(new Error(`${err.message}\n${stderr}`)) : resolve(stdout),
+      ),
+    );
+    const r = JSON.parse(out) as Record<string, unknown>;
+    assert.deepEqual(r.partitions, [
+      [
+        ['m0', 0, '0', 'pk'],
+        ['m3', 1, '0', 'pk'],
+      ],
+      [
+        ['m1', 0, '1', 'pk'],
+        ['m4', 1, '1', 'pk'],
+      ],
+      [
+        ['m2', 0, '2', 'pk'],
+        ['m5', 1, '2', 'pk'],
+      ],
+    ]);
+    // As RabbitMQ 3.10 answers (see docs/amqp.md for the differences: message counts, extra bindings).
+    assert.equal(r.unroutable, 'returned');
+    assert.equal(r.redeclare_same, 'ok');
+    assert.equal(r.redeclare_other_age, 406);
+    assert.equal(r.redeclare_classic, 406);
+    assert.equal(r.redeclare_transient, 406);
+    assert.equal(r.exchange_passive, 'ok');
+    assert.equal(r.exchange_other_type, 406);
+    assert.equal(r.get_from_partition, 'connection 540');
+    assert.equal(r.passive_deleted_0, 404);
+    assert.equal(r.publish_deleted_0, 'returned');
+    // FlowMQ's own answers: a stream queue counts its records; a second binding of a partition is refused.
+    assert.deepEqual(r.passive_counts, [2, 2, 2]);
+    assert.equal(r.delete_partition_0, 2);
+    assert.equal(r.bind_other_key, 406);
+    assert.equal(r.bind_other_order, 406);
+    // The script deleted every partition queue: the stream went with the last.
+    await assert.rejects((await f.nc.jetstreamManager()).streams.info('pk'), /not found/);
+  });
+
+  it('JetStream reads a one-partition super stream; one of several partitions has info but no consumers', async () => {
+    const ch = await f.conn.createConfirmChannel();
+    await declareSuperStream(ch, 'solo', ['0']);
+    await declareSuperStream(ch, 'multi', ['0', '1', '2']);
+    ch.publish('solo', '0', Buffer.from('s1'));
+    ch.publish('solo', '0', Buffer.from('s2'));
+    for (let i = 0; i < 3; i++) ch.publish('multi', String(i), Buffer.from(`m${i}`));
+    await ch.waitForConfirms();
+    await ch.close();
+    const jsm = await f.nc.jetstreamManager();
+    assert.equal((await jsm.streams.info('solo')).state.messages, 2);
+    await jsm.consumers.add('solo', { durable_name: 'r', ack_policy: AckPolicy.Explicit });
+    const c = await f.nc.jetstream().consumers.get('solo', 'r');
+    const got: string[] = [];
+    for await (const m of await c.fetch({ max_messages: 2, expires: 10_000 })) {
+      got.push(m.string());
+      m.ack();
+    }
+    assert.deepEqual(got, ['s1', 's2']);
+    assert.equal((await jsm.streams.info('multi')).state.messages, 3);
+    await assert.rejects(jsm.consumers.add('multi', { durable_name: 'r', ack_policy: AckPolicy.Explicit }), /single-partition/);
   });
 });

@@ -225,6 +225,10 @@ export function consume(chan: AmqpChannelState, m: MethodOf<'basic.consume'>): v
 }
 
 export async function get(chan: AmqpChannelState, m: MethodOf<'basic.get'>): Promise<void> {
+  if (chan.streamOf(m.queue) !== null || chan.partitionOf(m.queue) !== null) {
+    // RabbitMQ closes the connection: stream queues are read by consumers only.
+    throw new AmqpError(540, `basic.get not supported by stream queues queue '${chan.queueName(m.queue)}' in vhost '${chan.conn.vhost}'`, 60, 70);
+  }
   chan.authorize('subscribe', 'queue', chan.queueName(m.queue), 'basic.get');
   const h = chan.queueOf(m.queue, 'basic.get');
   (chan.touched ??= new Set()).add(h);
