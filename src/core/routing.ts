@@ -6,7 +6,7 @@
  * a RoutingTable, which the RouterCore is; the binding entries the exchanges hold are defined here.
  */
 import { FlowError } from './errors.js';
-import { DEFAULT_EXCHANGE, TOPIC_SPACE, pinnedPartition, type BindingDef, type ExchangeDef, type RouteResult } from './exchanges.js';
+import { DEFAULT_EXCHANGE, TOPIC_SPACE, type BindingDef, type ExchangeDef, type RouteResult } from './exchanges.js';
 import type { Message } from './message.js';
 import { headersMatch, type HeadersPattern, type MatchRule, mqttAccepts, routingKeyLevels } from './matcher.js';
 import type { QueueDef, QueueRuntime } from './queues.js';

@@ -197,6 +197,14 @@ describe('e2e: AMQP super streams', () => {
       quietChannel(f).then((c) => c.checkQueue('orders-4')),
       /404/,
     );
+    // FlowMQ's control plane makes one too (`flowmq stream create NAME --partitions N` calls the same admin API).
+    await f.broker.api('POST', '/api/v1/streams', { name: 'shipments', partitions: 2 });
+    await ch.checkExchange('shipments');
+    assert.equal((await ch.checkQueue('shipments-1')).messageCount, 0);
+    await assert.rejects(
+      quietChannel(f).then((c) => c.checkQueue('shipments-2')),
+      /404/,
+    );
     // The stream itself reads one partition only: refused rather than half read.
     const c2 = await quietChannel(f);
     await assert.rejects(
@@ -248,6 +256,12 @@ describe('e2e: AMQP super streams', () => {
     assert.ok((await admin.listTopics()).includes('edges'));
     assert.equal((await ch.deleteQueue('edges-1')).messageCount, 2);
     assert.ok(!(await admin.listTopics()).includes('edges'));
+    // RabbitMQ's teardown order (delete_super_stream: the exchange, then each partition queue) deletes it too.
+    await declareSuperStream(ch, 'td', ['0', '1', '2']);
+    await ch.deleteExchange('td');
+    await ch.checkQueue('td-1');
+    for (const q of ['td-0', 'td-1', 'td-2']) await ch.deleteQueue(q);
+    assert.ok(!(await admin.listTopics()).includes('td'));
     await admin.disconnect();
     await ch.close();
   });

@@ -59,7 +59,8 @@ export function publish(chan: AmqpChannelState, item: PublishItem): void {
   chan.conn.chargeIn(item.body.length);
   if (chan.tx) {
     // Checked now (a missing exchange fails the publish, not the commit), routed at commit.
-    if (chan.router.getExchange(m.exchange) === undefined && superStreamPartitions(chan, m.exchange) === null) throw new AmqpError(404, `no exchange '${m.exchange}' in vhost '${chan.conn.vhost}'`, 60, 40);
+    if (chan.router.getExchange(m.exchange) === undefined && superStreamPartitions(chan, m.exchange) === null)
+      throw new AmqpError(404, `no exchange '${m.exchange}' in vhost '${chan.conn.vhost}'`, 60, 40);
     (chan.txPublishes ??= []).push(item);
     return;
   }

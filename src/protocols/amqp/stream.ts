@@ -65,7 +65,8 @@ export class StreamConsumer {
     if (s === undefined || s === 'next') this.next = o.highWatermark;
     else if (s === 'first') this.next = o.logStartOffset;
     else if (s === 'last') this.next = Math.max(o.logStartOffset, o.highWatermark - 1);
-    else if (s instanceof Typed && s.type === 'T') this.next = await this.engine.offsetForTimestamp(this.stream, this.partition, Number(s.value as bigint) * 1000);
+    else if (s instanceof Typed && s.type === 'T')
+      this.next = await this.engine.offsetForTimestamp(this.stream, this.partition, Number(s.value as bigint) * 1000);
     else if (s instanceof Date) this.next = await this.engine.offsetForTimestamp(this.stream, this.partition, s.getTime());
     else if (since !== undefined) this.next = await this.engine.offsetForTimestamp(this.stream, this.partition, since);
     else {
