@@ -71,6 +71,8 @@ out['redeclare_classic'] = soft_error(lambda c: c.queue_declare(
     '%s-1' % name, durable=True, arguments={'x-queue-type': 'classic'}))
 out['redeclare_transient'] = soft_error(lambda c: c.queue_declare(
     '%s-1' % name, durable=False, arguments={'x-queue-type': 'stream'}))
+out['redeclare_no_type'] = soft_error(lambda c: c.queue_declare('%s-1' % name, durable=True))
+out['queue_named_as_stream'] = soft_error(lambda c: c.queue_declare(name, passive=True))
 out['exchange_passive'] = soft_error(lambda c: c.exchange_declare(name, passive=True))
 out['exchange_other_type'] = soft_error(lambda c: c.exchange_declare(
     name, 'topic', durable=True, arguments={'x-super-stream': True}))

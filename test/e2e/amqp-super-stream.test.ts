@@ -222,6 +222,10 @@ describe('e2e: AMQP super streams', () => {
     const bad = [
       (c: Channel) => c.assertQueue('edges-1', { durable: true, arguments: { 'x-queue-type': 'stream', 'x-max-age': '1D' } }),
       (c: Channel) => c.assertQueue('edges-1', { durable: true, arguments: { 'x-queue-type': 'classic' } }),
+      (c: Channel) => c.assertQueue('edges-1', { durable: true }),
+      // A plain stream queue too: declared again without its type is 406, not a classic queue beside the stream.
+      (c: Channel) =>
+        c.assertQueue('plain-stream', { durable: true, arguments: { 'x-queue-type': 'stream' } }).then(() => c.assertQueue('plain-stream', { durable: true })),
       (c: Channel) => c.assertQueue('edges-1', { durable: false, arguments: { 'x-queue-type': 'stream' } }),
       (c: Channel) => c.bindQueue('edges-1', 'edges', '1', { 'x-stream-partition-order': 0 }),
       (c: Channel) => c.bindQueue('edges-1', 'edges', 'other'),
@@ -317,6 +321,7 @@ describe('e2e: AMQP super streams with pika and JetStream', () => {
     assert.equal(r.redeclare_other_age, 406);
     assert.equal(r.redeclare_classic, 406);
     assert.equal(r.redeclare_transient, 406);
+    assert.equal(r.redeclare_no_type, 406);
     assert.equal(r.exchange_passive, 'ok');
     assert.equal(r.exchange_other_type, 406);
     assert.equal(r.get_from_partition, 'connection 540');
@@ -327,6 +332,7 @@ describe('e2e: AMQP super streams with pika and JetStream', () => {
     assert.equal(r.delete_partition_0, 2);
     assert.equal(r.bind_other_key, 406);
     assert.equal(r.bind_other_order, 406);
+    assert.equal(r.queue_named_as_stream, 'ok', "the stream's own name is a queue for declare and delete (RabbitMQ: 404)");
     // The script deleted every partition queue: the stream went with the last.
     await assert.rejects((await f.nc.jetstreamManager()).streams.info('pk'), /not found/);
   });

@@ -15,7 +15,7 @@ import { fieldBoolean, fieldInteger, fieldString, type FieldTable } from './code
 import { AmqpChannelState } from './channel-state.js';
 import { checkEquivalent, streamQueueSettings } from './stream-args.js';
 import { partitionQueue, partitionTarget, superStreamPartitions } from './super-stream.js';
-import { adoptStream, bindPartition, declareExistingPartition, declareNewPartition, deletePartition } from './super-stream-declare.js';
+import { adoptStream, bindPartition, checkStreamType, declareExistingPartition, declareNewPartition, deletePartition } from './super-stream-declare.js';
 
 const EXCHANGE_TYPES: ReadonlySet<string> = new Set(['direct', 'fanout', 'topic', 'headers']);
 const OVERFLOWS: ReadonlySet<string> = new Set(['drop-head', 'reject-publish', 'reject-publish-dlx']);
@@ -102,6 +102,10 @@ export async function queueDeclare(chan: AmqpChannelState, m: MethodOf<'queue.de
     if (p !== null) return declareExistingPartition(chan, m, p);
     const t = m.passive || fieldString(args['x-queue-type'] as never) !== 'stream' ? null : partitionTarget(chan, name);
     if (t !== null) return declareNewPartition(chan, m, t.stream, t.key);
+  }
+  // A stream queue declared again as another type (or none): 406, as RabbitMQ (not a classic queue beside it).
+  if (!m.passive && name !== '' && chan.router.getQueue(name) === undefined && chan.engine.getStream(name) !== undefined) {
+    checkStreamType(name, args, chan.conn.vhost);
   }
   if (m.passive || fieldString(args['x-queue-type'] as never) === 'stream') {
     const stream = name === '' ? null : chan.engine.getStream(name);

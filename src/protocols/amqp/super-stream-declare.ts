@@ -18,15 +18,20 @@ const STREAM_ONLY = 'a stream is named, durable, not exclusive, not auto-delete'
 /** RabbitMQ's checks of a stream queue's properties and type, for a partition queue. */
 function checkStreamQueue(chan: AmqpChannelState, m: MethodOf<'queue.declare'>, args: FieldTable): void {
   if (!m.durable || m.exclusive || m.autoDelete) throw new AmqpError(406, `invalid property for stream queue '${m.queue}': ${STREAM_ONLY}`, 50, 10);
+  checkStreamType(m.queue, args, chan.conn.vhost);
+}
+
+/** An existing stream queue is declared again with `x-queue-type: stream` (RabbitMQ: 406 for none or another). */
+export function checkStreamType(queue: string, args: FieldTable, vhost: string): void {
   const type = args['x-queue-type'];
-  if (type !== undefined && fieldString(type) !== 'stream') {
-    throw new AmqpError(
-      406,
-      `inequivalent arg 'x-queue-type' for queue '${m.queue}' in vhost '${chan.conn.vhost}': received '${fieldString(type) ?? String(type)}' but current is 'stream'`,
-      50,
-      10,
-    );
-  }
+  if (type !== undefined && fieldString(type) === 'stream') return;
+  const got = type === undefined ? 'none' : `the value '${fieldString(type) ?? String(type)}'`;
+  throw new AmqpError(
+    406,
+    `inequivalent arg 'x-queue-type' for queue '${queue}' in vhost '${vhost}': received ${got} but current is the value 'stream' of type 'longstr'`,
+    50,
+    10,
+  );
 }
 
 function declareOk(chan: AmqpChannelState, m: MethodOf<'queue.declare'>, p: SuperPartition): void {
