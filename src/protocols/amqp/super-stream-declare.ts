@@ -4,14 +4,22 @@
  * super-stream exchange over a stream that already has partitions. Called from declare.ts once it knows the name
  * is no queue or stream of its own.
  */
-import { isFlowError, MAX_PARTITIONS, STREAM_PARTITION_ARG, type StreamDef } from '../../core/index.js';
+import { isFlowError, MAX_PARTITIONS, STREAM_PARTITION_ARG, type BindingDef, type StreamDef } from '../../core/index.js';
 import { AmqpError } from './errors.js';
 import type { AmqpMethod, MethodOf } from './wire.js';
 import { fieldInteger, fieldString, type FieldTable } from './codec/index.js';
 import type { AmqpChannelState } from './channel-state.js';
 import { checkEquivalent, streamQueueSettings } from './stream-args.js';
 import { tableToJson } from './properties.js';
-import { isPartitionBinding, isSuperStreamExchange, newPartitionIndex, partitionBinding, superStreamPartitions, type SuperPartition } from './super-stream.js';
+import {
+  isPartitionBinding,
+  isSuperStreamExchange,
+  newPartitionIndex,
+  partitionBinding,
+  PARTITION_QUEUE_ARG,
+  superStreamPartitions,
+  type SuperPartition,
+} from './super-stream.js';
 
 const STREAM_ONLY = 'a stream is named, durable, not exclusive, not auto-delete';
 
@@ -94,9 +102,10 @@ export async function declareNewPartition(chan: AmqpChannelState, m: MethodOf<'q
 }
 
 /**
- * queue.bind / queue.unbind of a partition queue. To its own super-stream exchange: only its own key, with its own
- * order if it gives one (that binding exists since the declare; unbinding it is refused: delete the queue instead).
- * To any other exchange: a binding to the stream pinned to the partition.
+ * queue.bind / queue.unbind of a partition queue. Its own key on its own super-stream exchange: that binding exists
+ * since the declare (unbinding it is refused: delete the queue instead). Any other binding (another key, another
+ * exchange) is a binding to the stream pinned to the partition, with the client's arguments; on its own exchange an
+ * `x-stream-partition-order` other than the partition is refused (here the order is the partition it routes to).
  */
 export async function bindPartition(chan: AmqpChannelState, m: MethodOf<'queue.bind'> | MethodOf<'queue.unbind'>, p: SuperPartition): Promise<void> {
   const bind = m.name === 'queue.bind';
@@ -105,31 +114,30 @@ export async function bindPartition(chan: AmqpChannelState, m: MethodOf<'queue.b
   const args = (m.arguments ?? {}) as FieldTable;
   const queue = `${p.stream}-${p.key}`;
   const methodId = bind ? 20 : 50;
-  if (m.exchange === p.stream) {
-    if (m.routingKey !== p.key) {
-      if (!bind) return sendBound(chan, m);
-      throw new AmqpError(
-        406,
-        `queue '${queue}' is partition ${p.partition} of super stream '${p.stream}': its exchange routes to it by its key '${p.key}' only`,
-        50,
-        methodId,
-      );
-    }
+  const order = args[STREAM_PARTITION_ARG];
+  if (m.exchange === p.stream && order !== undefined && fieldInteger(order) !== p.partition) {
+    throw new AmqpError(
+      406,
+      `inequivalent arg '${STREAM_PARTITION_ARG}' for the binding of queue '${queue}': it is partition ${p.partition} of super stream '${p.stream}'`,
+      50,
+      methodId,
+    );
+  }
+  if (m.exchange === p.stream && m.routingKey === p.key) {
     if (!bind)
       throw new AmqpError(406, `the binding of partition queue '${queue}' to its super stream '${p.stream}' cannot be removed; delete the queue`, 50, methodId);
-    const order = args[STREAM_PARTITION_ARG];
-    if (order !== undefined && fieldInteger(order) !== p.partition) {
-      throw new AmqpError(
-        406,
-        `inequivalent arg '${STREAM_PARTITION_ARG}' for the binding of queue '${queue}': it is partition ${p.partition} of super stream '${p.stream}'`,
-        50,
-        methodId,
-      );
-    }
     return sendBound(chan, m);
   }
-  const b = { ...partitionBinding(p.stream, m.routingKey, p.partition), source: m.exchange };
-  b.arguments = { ...tableToJson(args), [STREAM_PARTITION_ARG]: p.partition };
+  const b: BindingDef = {
+    source: m.exchange,
+    destinationKind: 'stream',
+    destination: p.stream,
+    key: m.routingKey,
+    rule: 'amqp',
+    arguments: { ...tableToJson(args), [STREAM_PARTITION_ARG]: p.partition },
+  };
+  // Only a declare names a partition queue.
+  delete b.arguments[PARTITION_QUEUE_ARG];
   if (bind) await chan.router.bind(b);
   else await chan.router.unbind(b);
   sendBound(chan, m);

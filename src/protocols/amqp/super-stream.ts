@@ -27,6 +27,12 @@ import { STREAM_PARTITION_ARG, pinnedPartition, type BindingDef, type Engine, ty
 
 /** The exchange argument that marks a super stream's exchange (RabbitMQ's). */
 export const SUPER_STREAM_ARG = 'x-super-stream';
+/**
+ * The argument FlowMQ adds to the binding a partition queue's declare makes: the queue it stands for. It tells that
+ * binding from further bindings of the same partition (other keys, as RabbitMQ allows), which route to the partition
+ * but name no queue.
+ */
+export const PARTITION_QUEUE_ARG = 'x-flowmq-partition-queue';
 
 /** What the super-stream view needs: the engine's streams and the router's exchanges and bindings. */
 export interface SuperStreamCtx {
@@ -52,7 +58,13 @@ export function isSuperStreamExchange(def: ExchangeDef | undefined): boolean {
 
 /** Whether a binding is one that names a partition of super stream `s` (its own exchange to its own stream). */
 export function isPartitionBinding(b: BindingDef, s: string): boolean {
-  return b.source === s && b.destinationKind === 'stream' && b.destination === s && pinnedPartition(b.arguments) >= 0;
+  return (
+    b.source === s &&
+    b.destinationKind === 'stream' &&
+    b.destination === s &&
+    pinnedPartition(b.arguments) >= 0 &&
+    b.arguments[PARTITION_QUEUE_ARG] === `${s}-${b.key}`
+  );
 }
 
 /**
@@ -119,5 +131,12 @@ export function newPartitionIndex(key: string, taken: ReadonlySet<number>, max: 
 
 /** The router binding that makes partition `index` of super stream `s` reachable by `key` (and names its queue). */
 export function partitionBinding(s: string, key: string, index: number): BindingDef {
-  return { source: s, destinationKind: 'stream', destination: s, key, rule: 'amqp', arguments: { [STREAM_PARTITION_ARG]: index } };
+  return {
+    source: s,
+    destinationKind: 'stream',
+    destination: s,
+    key,
+    rule: 'amqp',
+    arguments: { [STREAM_PARTITION_ARG]: index, [PARTITION_QUEUE_ARG]: `${s}-${key}` },
+  };
 }

@@ -54,8 +54,11 @@ describe('AMQP super streams: the mapping', () => {
     await c.engine.createStream({ name: 'my-ss', partitions: 2 });
     await c.engine.bind(partitionBinding('my-ss', 'us-east', 0));
     await c.engine.bind(partitionBinding('my-ss', 'eu', 1));
-    // Another exchange's binding to the stream names no partition queue.
+    // Another exchange's binding to the stream names no partition queue; nor does another key of the same exchange
+    // without the queue it stands for (a client's extra binding).
     await c.engine.bind({ ...partitionBinding('my-ss', 'zz', 1), source: 'amq.direct' });
+    await c.engine.bind({ ...partitionBinding('my-ss', 'extra', 1), arguments: { 'x-stream-partition-order': 1 } });
+    await c.engine.bind({ ...partitionBinding('my-ss', 'forged', 1), arguments: { 'x-stream-partition-order': 1, 'x-flowmq-partition-queue': 'my-ss-eu' } });
     assert.deepEqual(
       superStreamPartitions(c, 'my-ss')!.map((p) => [p.partition, p.key, p.bound]),
       [
@@ -66,6 +69,8 @@ describe('AMQP super streams: the mapping', () => {
     assert.deepEqual(partitionQueue(c, 'my-ss-us-east'), { stream: 'my-ss', partition: 0, key: 'us-east', bound: true });
     assert.equal(partitionQueue(c, 'my-ss-eu')?.partition, 1);
     assert.equal(partitionQueue(c, 'my-ss-zz'), null);
+    assert.equal(partitionQueue(c, 'my-ss-extra'), null);
+    assert.equal(partitionQueue(c, 'my-ss-forged'), null);
     assert.equal(partitionQueue(c, 'my-ss-'), null);
     assert.equal(partitionQueue(c, 'my-ss'), null);
     assert.deepEqual(partitionTarget(c, 'my-ss-apac'), { stream: 'my-ss', key: 'apac' });
