@@ -170,6 +170,19 @@ describe('e2e: AMQP super streams', () => {
       [1, '2'],
       [2, '2'],
     ]);
+    // Partition queues declared at once, on several channels: one partition each.
+    await ch.assertExchange('burst', 'direct', { durable: true, arguments: { 'x-super-stream': true } });
+    const keys = ['k0', 'k1', 'k2', 'k3', 'k4'];
+    const chans = await Promise.all(keys.map(() => f.conn.createChannel()));
+    await Promise.all(chans.map((c, i) => c.assertQueue(`burst-${keys[i]}`, { durable: true, arguments: { 'x-queue-type': 'stream' } })));
+    for (const k of keys) ch.publish('burst', k, Buffer.from(k));
+    await ch.waitForConfirms();
+    const burst = await admin.fetchTopicOffsets('burst');
+    assert.deepEqual(
+      burst.map((o) => o.high),
+      ['1', '1', '1', '1', '1'],
+    );
+    await Promise.all(chans.map((c) => c.close()));
     await admin.disconnect();
     await ch.close();
   });

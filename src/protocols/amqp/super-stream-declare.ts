@@ -75,30 +75,58 @@ export async function declareNewPartition(chan: AmqpChannelState, m: MethodOf<'q
   chan.authorize('create', 'stream', s, 'queue.declare');
   checkStreamQueue(chan, m, args);
   const settings = streamQueueSettings(args, m.queue, chan.conn.vhost);
-  const taken = new Set((superStreamPartitions(chan, s) ?? []).map((p) => p.partition));
-  const index = newPartitionIndex(key, taken, MAX_PARTITIONS);
-  if (index >= MAX_PARTITIONS) throw new AmqpError(406, `super stream '${s}' has ${MAX_PARTITIONS} partitions already`, 50, 10);
-  const existing = chan.engine.getStream(s);
-  try {
-    if (existing === undefined) {
-      await chan.engine.createStream({ name: s, partitions: index + 1, ...settings });
-    } else {
-      // One stream, one set of settings: a partition declared with other ones than the stream has is 406 (RabbitMQ
-      // would let each partition stream differ).
-      checkEquivalent(renamed(existing.def, m.queue), args, settings, chan.conn.vhost);
-      if (existing.def.partitions <= index) await chan.engine.addPartitions(s, index + 1);
+  // One declare of a super stream's partition at a time in this broker: two new queues must not take one index.
+  const p = await serialized(s, async () => {
+    // Declared meanwhile (the queue waited its turn behind its own twin): as a declare of an existing partition.
+    const known = superStreamPartitions(chan, s)?.find((x) => x.key === key);
+    if (known !== undefined) {
+      const def = chan.engine.getStream(s)?.def;
+      if (def !== undefined) checkEquivalent(renamed(def, m.queue), args, settings, chan.conn.vhost);
+      return known;
     }
-  } catch (err) {
-    // Made or grown by someone else meanwhile: fine as long as the partition is there.
-    const now = chan.engine.getStream(s);
-    const raced = now !== undefined && now.def.partitions > index;
-    if (!raced || !(isFlowError(err, 'ALREADY_EXISTS') || isFlowError(err, 'INVALID_ARGUMENT'))) {
-      if (isFlowError(err, 'INVALID_ARGUMENT')) throw new AmqpError(406, `super stream '${s}': ${(err as Error).message}`, 50, 10);
-      throw err;
+    const taken = new Set((superStreamPartitions(chan, s) ?? []).map((x) => x.partition));
+    const index = newPartitionIndex(key, taken, MAX_PARTITIONS);
+    if (index >= MAX_PARTITIONS) throw new AmqpError(406, `super stream '${s}' has ${MAX_PARTITIONS} partitions already`, 50, 10);
+    try {
+      const existing = chan.engine.getStream(s);
+      if (existing === undefined) await chan.engine.createStream({ name: s, partitions: index + 1, ...settings });
+      else {
+        // One stream, one set of settings: a partition declared with other ones than the stream has is 406 (RabbitMQ
+        // would let each partition stream differ).
+        checkEquivalent(renamed(existing.def, m.queue), args, settings, chan.conn.vhost);
+        if (existing.def.partitions <= index) await chan.engine.addPartitions(s, index + 1);
+      }
+    } catch (err) {
+      // Made or grown by another broker meanwhile: grown once more if it still lacks the partition.
+      const now = chan.engine.getStream(s);
+      if (!isFlowError(err, 'ALREADY_EXISTS') && !(isFlowError(err, 'INVALID_ARGUMENT') && now !== undefined && now.def.partitions > index)) {
+        if (isFlowError(err, 'INVALID_ARGUMENT')) throw new AmqpError(406, `super stream '${s}': ${(err as Error).message}`, 50, 10);
+        throw err;
+      }
+      if (now !== undefined && now.def.partitions <= index) await chan.engine.addPartitions(s, index + 1);
     }
-  }
-  await chan.router.bind(partitionBinding(s, key, index));
-  declareOk(chan, m, { stream: s, partition: index, key, bound: true });
+    await chan.router.bind(partitionBinding(s, key, index));
+    return { stream: s, partition: index, key, bound: true };
+  });
+  declareOk(chan, m, p);
+}
+
+/** The partition declares running in this process, by super stream (their tails). */
+const declaring = new Map<string, Promise<unknown>>();
+
+/** Runs `fn` after every earlier call for the same super stream has settled. */
+function serialized<T>(s: string, fn: () => Promise<T>): Promise<T> {
+  const prev = declaring.get(s) ?? Promise.resolve();
+  const run = prev.then(fn, fn);
+  const tail = run.then(
+    () => undefined,
+    () => undefined,
+  );
+  declaring.set(s, tail);
+  void tail.then(() => {
+    if (declaring.get(s) === tail) declaring.delete(s);
+  });
+  return run;
 }
 
 /**
