@@ -104,7 +104,7 @@ export class Engine implements Router {
       {
         publishUnified: (msg) => this.publishUnified(msg),
         hasStream: (name) => this.streams.has(name),
-        appendToStream: (name, msg) => this.appendToStream(name, msg),
+        appendToStream: (name, msg, partition) => this.appendToStream(name, msg, partition),
         writeRefusal: () => this.writeRefusal(),
       },
       store,
@@ -384,11 +384,12 @@ export class Engine implements Router {
     return { count, durable };
   }
 
-  /** A message routed to a stream by an exchange binding. */
-  private appendToStream(name: string, msg: Message): Promise<void> | null {
+  /** A message routed to a stream by an exchange binding (to the partition it pins, when the stream has it). */
+  private appendToStream(name: string, msg: Message, partition = -1): Promise<void> | null {
     const e = this.streams.get(name);
     if (!e) return null;
-    const { durable } = this.storage.append(name, partitionFor(msg, e.def.partitions), encodeBatch([messageToRecord(msg, e.ownTopic)]));
+    const p = partition >= 0 && partition < e.def.partitions ? partition : partitionFor(msg, e.def.partitions);
+    const { durable } = this.storage.append(name, p, encodeBatch([messageToRecord(msg, e.ownTopic)]));
     this.stats.captured++;
     return durable;
   }

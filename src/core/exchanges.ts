@@ -32,6 +32,20 @@ export interface ExchangeDef {
 
 export type DestinationKind = 'queue' | 'exchange' | 'stream';
 
+/**
+ * A binding to a stream whose arguments hold this whole number appends to that partition of the stream instead of
+ * choosing one by key: RabbitMQ's super-stream binding argument (there it orders the partition streams; a FlowMQ
+ * super stream is one stream whose partition index is that order). Out of range, or not a whole number: ignored.
+ */
+export const STREAM_PARTITION_ARG = 'x-stream-partition-order';
+
+/** The partition a binding to a stream pins (STREAM_PARTITION_ARG), or -1. */
+export function pinnedPartition(args: Readonly<Record<string, unknown>>): number {
+  const v = args[STREAM_PARTITION_ARG];
+  const n = typeof v === 'string' && /^\d{1,9}$/.test(v) ? Number(v) : v;
+  return typeof n === 'number' && Number.isSafeInteger(n) && n >= 0 ? n : -1;
+}
+
 export interface BindingDef {
   /** Source exchange. */
   source: string;

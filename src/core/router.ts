@@ -15,7 +15,7 @@
 import { randomBytes } from 'node:crypto';
 import { FlowError } from './errors.js';
 import type { BindingDef, ExchangeDef, ExchangeType, RouteResult } from './exchanges.js';
-import { DEFAULT_EXCHANGE, TOPIC_SPACE } from './exchanges.js';
+import { DEFAULT_EXCHANGE, TOPIC_SPACE, pinnedPartition } from './exchanges.js';
 import type { Message } from './message.js';
 import { type MatchRule, parseBindingKey, parseHeadersBinding } from './matcher.js';
 import type { QueueArguments, QueueDef, QueueFactory, QueueHandle, QueueHooks, QueueRuntime, QueueStore } from './queues.js';
@@ -490,6 +490,7 @@ export class RouterCore implements RoutingTable {
       rule,
       levels: x.def.type === 'topic' ? parseBindingKey(b.key, rule, x === this.topicSpace) : null,
       headers: x.def.type === 'headers' ? parseHeadersBinding(b.arguments) : null,
+      partition: b.destinationKind === 'stream' ? pinnedPartition(b.arguments) : -1,
     };
   }
 

@@ -21,8 +21,11 @@ export interface RouterHost {
    */
   publishUnified(msg: Message): { count: number; durable: Promise<void> | null };
   hasStream(name: string): boolean;
-  /** Appends a message to a stream (a stream destination of an exchange binding). */
-  appendToStream(name: string, msg: Message): Promise<void> | null;
+  /**
+   * Appends a message to a stream (a stream destination of an exchange binding): to `partition` when the binding
+   * pins one (STREAM_PARTITION_ARG) and the stream has it, else to the partition its key or topic picks.
+   */
+  appendToStream(name: string, msg: Message, partition?: number): Promise<void> | null;
   /**
    * Why durable queue writes are refused now (the broker's free-space reserve: STORAGE_FULL), or null. Asked once
    * per publish that reaches a durable queue with a persistent message.
@@ -36,6 +39,8 @@ export interface BindingEntry {
   readonly rule: MatchRule;
   readonly levels: Level[] | null;
   readonly headers: HeadersPattern | null;
+  /** A binding to a stream: the partition it pins (STREAM_PARTITION_ARG), else -1. */
+  readonly partition: number;
 }
 
 export interface XState {
@@ -62,6 +67,8 @@ export interface RoutingTable {
 class Route {
   readonly queues: QueueRuntime[] = [];
   readonly streams: string[] = [];
+  /** The partition each of `streams` is appended to (-1: by key), one stream partition reached once. */
+  readonly parts: number[] = [];
   readonly seen = new Set<XState>();
   live = 0;
   liveDurable: Promise<void> | null = null;
@@ -141,7 +148,11 @@ function toDestination(t: RoutingTable, e: BindingEntry, rk: string, msg: Messag
   } else if (d.destinationKind === 'exchange') {
     const x = t.exchanges.get(d.destination);
     if (x) routeExchange(t, x, rk, msg, r);
-  } else if (!r.streams.includes(d.destination)) r.streams.push(d.destination);
+  } else {
+    for (let i = 0; i < r.streams.length; i++) if (r.streams[i] === d.destination && r.parts[i] === e.partition) return;
+    r.streams.push(d.destination);
+    r.parts.push(e.partition);
+  }
 }
 
 /** Routes through one exchange (and, recursively, the exchanges bound to it and its alternate exchange). */
@@ -220,8 +231,8 @@ function deliver(t: RoutingTable, r: Route, msg: Message, deadLettered: boolean)
     if (res.durable) (durable ??= []).push(res.durable);
     if (res.written) (written ??= []).push(res.written);
   }
-  for (const s of r.streams) {
-    const d = t.host.appendToStream(s, msg);
+  for (let i = 0; i < r.streams.length; i++) {
+    const d = t.host.appendToStream(r.streams[i], msg, r.parts[i]);
     routed++;
     if (d) (durable ??= []).push(d);
   }

@@ -405,6 +405,49 @@ describe('Router: stream destinations', () => {
     assert.deepEqual(engine.listBindings(), []);
     assert.deepEqual(await store.listBindings(), []);
   });
+
+  it('a binding with x-stream-partition-order appends to that partition; one out of range or not a number picks by key', async () => {
+    const { engine, streams } = setup();
+    await engine.createStream({ name: 'ss', partitions: 3 });
+    await engine.declareExchange(xdef('ss', 'direct'));
+    const sb = (key: string, order: unknown): BindingDef => ({
+      source: 'ss',
+      destinationKind: 'stream',
+      destination: 'ss',
+      key,
+      arguments: { 'x-stream-partition-order': order },
+    });
+    await engine.bind(sb('a', 2));
+    await engine.bind(sb('b', '1'));
+    await engine.bind(sb('c', 7));
+    await engine.bind(sb('d', 'x'));
+    // Two bindings reaching the same partition append once; two partitions of one stream get one copy each.
+    await engine.bind(sb('two', 0));
+    await engine.bind({ ...sb('two', 0), arguments: { 'x-stream-partition-order': 0, other: 1 } });
+    await engine.bind(sb('two', 1));
+    for (let i = 0; i < 4; i++) await engine.publishTo('ss', 'a', msg(`a${i}`)).durable;
+    await engine.publishTo('ss', 'b', msg('b')).durable;
+    assert.deepEqual(
+      [0, 1, 2].map((p) => streams.offsets('ss', p).highWatermark),
+      [0, 1, 4],
+    );
+    const r = engine.publishTo('ss', 'two', msg('t'));
+    assert.equal(r.routed, 2);
+    await r.durable;
+    assert.deepEqual(
+      [0, 1, 2].map((p) => streams.offsets('ss', p).highWatermark),
+      [1, 2, 4],
+    );
+    // Unpinned (out of range, not a number): one append, by key (no key: by topic), as a plain stream binding.
+    const m = msg('k', { key: Buffer.from('same') });
+    await engine.publishTo('ss', 'c', m).durable;
+    await engine.publishTo('ss', 'd', msg('k', { key: Buffer.from('same') })).durable;
+    const total = [0, 1, 2].map((p) => streams.offsets('ss', p).highWatermark);
+    assert.equal(
+      total.reduce((a, b) => a + b),
+      9,
+    );
+  });
 });
 
 describe('Router: queues', () => {

@@ -15,6 +15,7 @@ import type { AmqpMethod, BasicProperties, MethodOf } from './wire.js';
 import { StreamConsumer, type StreamSink } from './stream.js';
 import { PartialBody } from './intake.js';
 import type { ReplyConsumer } from './reply-registry.js';
+import { partitionQueue, type SuperPartition } from './super-stream.js';
 
 /** Class and method ids (amqp0-9-1.xml) of the methods a channel can fail on, for channel.close. */
 export const IDS: Record<string, [number, number]> = {
@@ -282,6 +283,16 @@ export abstract class AmqpChannelState implements StreamSink {
     const q = name === '' ? this.lastQueue : name;
     if (q === null || this.router.getQueue(q) !== undefined) return null;
     return this.engine.getStream(q) !== undefined ? q : null;
+  }
+
+  /**
+   * The super-stream partition behind a queue name (`<stream>-<key>`, super-stream.ts), when it names no queue and no
+   * stream of its own.
+   */
+  partitionOf(name: string): SuperPartition | null {
+    const q = name === '' ? this.lastQueue : name;
+    if (q === null || this.router.getQueue(q) !== undefined || this.engine.getStream(q) !== undefined) return null;
+    return partitionQueue(this, q);
   }
 
   // ------------------------------------------------------------------ exchanges and queues

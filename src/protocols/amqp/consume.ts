@@ -117,11 +117,11 @@ export function serverCancel(chan: AmqpChannelState, c: AmqpConsumer, _reason: s
   }
 }
 
-export async function consumeStream(chan: AmqpChannelState, m: MethodOf<'basic.consume'>, stream: string): Promise<void> {
+export async function consumeStream(chan: AmqpChannelState, m: MethodOf<'basic.consume'>, stream: string, partition = 0): Promise<void> {
   const tag = m.consumerTag === '' ? randomName('amq.ctag-') : m.consumerTag;
   if (tagTaken(chan, tag)) throw new AmqpError(530, `attempt to reuse consumer tag '${tag}'`, 60, 20);
   const args = (m.arguments ?? {}) as FieldTable;
-  const c = new StreamConsumer(chan.engine, chan, tag, stream, m.noAck, chan.consumerPrefetch, args['x-stream-offset']);
+  const c = new StreamConsumer(chan.engine, chan, tag, stream, m.noAck, chan.consumerPrefetch, args['x-stream-offset'], partition);
   await c.begin();
   if (chan.closing) return;
   (chan.streamConsumers ??= new Map()).set(tag, c);
@@ -190,7 +190,15 @@ export function consume(chan: AmqpChannelState, m: MethodOf<'basic.consume'>): v
   const stream = chan.streamOf(m.queue);
   if (stream !== null) {
     chan.authorize('subscribe', 'stream', stream, 'basic.consume');
+    const n = chan.engine.getStream(stream)!.def.partitions;
+    // A stream queue reads one partition: a super stream is read through its partition queues (super-stream.ts).
+    if (n > 1) throw new AmqpError(406, `stream '${stream}' has ${n} partitions: consume the partition queues of super stream '${stream}'`, 60, 20);
     return consumeStream(chan, m, stream);
+  }
+  const part = chan.partitionOf(m.queue);
+  if (part !== null) {
+    chan.authorize('subscribe', 'stream', part.stream, 'basic.consume');
+    return consumeStream(chan, m, part.stream, part.partition);
   }
   chan.authorize('subscribe', 'queue', chan.queueName(m.queue), 'basic.consume');
   const h = chan.queueOf(m.queue, 'basic.consume');
@@ -217,6 +225,10 @@ export function consume(chan: AmqpChannelState, m: MethodOf<'basic.consume'>): v
 }
 
 export async function get(chan: AmqpChannelState, m: MethodOf<'basic.get'>): Promise<void> {
+  if (chan.streamOf(m.queue) !== null || chan.partitionOf(m.queue) !== null) {
+    // RabbitMQ closes the connection: stream queues are read by consumers only.
+    throw new AmqpError(540, `basic.get not supported by stream queues queue '${chan.queueName(m.queue)}' in vhost '${chan.conn.vhost}'`, 60, 70);
+  }
   chan.authorize('subscribe', 'queue', chan.queueName(m.queue), 'basic.get');
   const h = chan.queueOf(m.queue, 'basic.get');
   (chan.touched ??= new Set()).add(h);

@@ -1,7 +1,8 @@
 /**
  * Declarations on an AMQP channel through the core's Router: exchange.declare / delete / bind / unbind, and
- * queue.declare (classic, quorum accepted as durable, and stream queues: a FlowMQ stream of one partition) / bind /
- * unbind / purge / delete, with RabbitMQ's checks and errors, and the x-arguments of queue.declare.
+ * queue.declare (classic, quorum accepted as durable, and stream queues: a FlowMQ stream of one partition, or a
+ * super stream's partition queue: super-stream-declare.ts) / bind / unbind / purge / delete, with RabbitMQ's checks
+ * and errors, and the x-arguments of queue.declare.
  */
 import type { ExchangeType, QueueArguments } from '../../core/index.js';
 import { isFlowError } from '../../core/index.js';
@@ -13,6 +14,8 @@ import type { AmqpMethod, MethodOf } from './wire.js';
 import { fieldBoolean, fieldInteger, fieldString, type FieldTable } from './codec/index.js';
 import { AmqpChannelState } from './channel-state.js';
 import { checkEquivalent, streamQueueSettings } from './stream-args.js';
+import { partitionQueue, partitionTarget, superStreamPartitions } from './super-stream.js';
+import { adoptStream, bindPartition, checkStreamType, declareExistingPartition, declareNewPartition, deletePartition } from './super-stream-declare.js';
 
 const EXCHANGE_TYPES: ReadonlySet<string> = new Set(['direct', 'fanout', 'topic', 'headers']);
 const OVERFLOWS: ReadonlySet<string> = new Set(['drop-head', 'reject-publish', 'reject-publish-dlx']);
@@ -23,6 +26,11 @@ export async function exchangeDeclare(chan: AmqpChannelState, m: MethodOf<'excha
   } else {
     chan.authorize(m.passive ? 'describe' : 'create', 'exchange', m.exchange, 'exchange.declare');
     if (!m.passive && !EXCHANGE_TYPES.has(m.type)) throw new AmqpError(503, `invalid exchange type '${m.type}'`, 40, 10);
+    // A FlowMQ stream of several partitions is a super stream's exchange until one is declared (super-stream.ts).
+    if (m.passive && chan.router.getExchange(m.exchange) === undefined && superStreamPartitions(chan, m.exchange) !== null) {
+      if (!m.noWait && !chan.closing) chan.conn.sendMethod(chan.ch, { name: 'exchange.declare-ok' } as AmqpMethod);
+      return;
+    }
     const args = (m.arguments ?? {}) as FieldTable;
     const ae = args['alternate-exchange'];
     const alternateExchange = ae === undefined ? undefined : fieldString(ae);
@@ -43,6 +51,7 @@ export async function exchangeDeclare(chan: AmqpChannelState, m: MethodOf<'excha
         if (m.passive && isFlowError(err, 'NOT_FOUND')) throw new AmqpError(404, `no exchange '${m.exchange}' in vhost '${chan.conn.vhost}'`, 40, 10);
         throw err;
       });
+    if (!m.passive) await adoptStream(chan, m.exchange);
   }
   if (!m.noWait && !chan.closing) chan.conn.sendMethod(chan.ch, { name: 'exchange.declare-ok' } as AmqpMethod);
 }
@@ -87,6 +96,17 @@ export async function queueDeclare(chan: AmqpChannelState, m: MethodOf<'queue.de
   }
   const args = (m.arguments ?? {}) as FieldTable;
   const action = m.passive ? 'describe' : 'create';
+  if (name !== '' && chan.router.getQueue(name) === undefined && chan.engine.getStream(name) === undefined) {
+    // A super stream's partition queue `<stream>-<key>` (super-stream.ts): one that exists, or a new one.
+    const p = partitionQueue(chan, name);
+    if (p !== null) return declareExistingPartition(chan, m, p);
+    const t = m.passive || fieldString(args['x-queue-type'] as never) !== 'stream' ? null : partitionTarget(chan, name);
+    if (t !== null) return declareNewPartition(chan, m, t.stream, t.key);
+  }
+  // A stream queue declared again as another type (or none): 406, as RabbitMQ (not a classic queue beside it).
+  if (!m.passive && name !== '' && chan.router.getQueue(name) === undefined && chan.engine.getStream(name) !== undefined) {
+    checkStreamType(name, args, chan.conn.vhost);
+  }
   if (m.passive || fieldString(args['x-queue-type'] as never) === 'stream') {
     const stream = name === '' ? null : chan.engine.getStream(name);
     if (stream !== undefined && stream !== null && chan.router.getQueue(name) === undefined) {
@@ -156,6 +176,8 @@ export function streamDeclared(chan: AmqpChannelState, m: MethodOf<'queue.declar
 export async function queueBind(chan: AmqpChannelState, m: MethodOf<'queue.bind'> | MethodOf<'queue.unbind'>): Promise<void> {
   const bind = m.name === 'queue.bind';
   if (m.exchange === '') throw new AmqpError(403, 'operation not permitted on the default exchange', 50, bind ? 20 : 50);
+  const part = chan.partitionOf(m.queue);
+  if (part !== null) return bindPartition(chan, m, part);
   const stream = chan.streamOf(m.queue);
   chan.authorize('alter', stream !== null ? 'stream' : 'queue', stream ?? chan.queueName(m.queue), m.name);
   chan.authorize('subscribe', 'exchange', m.exchange, m.name);
@@ -192,6 +214,12 @@ export async function queueDelete(chan: AmqpChannelState, m: MethodOf<'queue.del
   const name = m.queue === '' ? chan.lastQueue : m.queue;
   if (name === null) throw new AmqpError(404, 'no previously declared queue (queue.delete names none)', 50, 40);
   const h = chan.router.getQueue(name);
+  const part = h === undefined ? chan.partitionOf(name) : null;
+  if (part !== null) {
+    const n = await deletePartition(chan, part);
+    if (!m.noWait && !chan.closing) chan.conn.sendMethod(chan.ch, { name: 'queue.delete-ok', messageCount: n } as AmqpMethod);
+    return;
+  }
   chan.authorize('delete', h === undefined && chan.engine.getStream(name) !== undefined ? 'stream' : 'queue', name, 'queue.delete');
   let n = 0;
   if (h === undefined && chan.engine.getStream(name) !== undefined) {

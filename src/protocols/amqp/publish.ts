@@ -6,10 +6,11 @@
  * transaction (tx.select) publishes and settlements wait for tx.commit, tx.rollback drops the publishes and puts the
  * acks back.
  */
-import type { RouteResult } from '../../core/index.js';
+import type { Message, RouteResult } from '../../core/index.js';
 import { isFlowError } from '../../core/index.js';
 import { storageRefusal } from '../storage-refusal.js';
 import { AmqpError } from './errors.js';
+import { superStreamPartitions } from './super-stream.js';
 import { deliverReply, replyAddress } from './direct-reply.js';
 import { REPLY_PREFIX, REPLY_QUEUE } from './reply-registry.js';
 import { TOPIC_EXCHANGE, messageOfPublish } from './properties.js';
@@ -44,7 +45,10 @@ export function publish(chan: AmqpChannelState, item: PublishItem): void {
   if (!chan.conn.access.open) {
     if (m.exchange === '') {
       const stream = chan.router.getQueue(m.routingKey) === undefined && chan.engine.getStream(m.routingKey) !== undefined;
-      chan.authorize('publish', stream ? 'stream' : 'queue', m.routingKey, 'basic.publish');
+      // A super stream's partition queue is its stream (super-stream.ts).
+      const part = stream ? null : chan.partitionOf(m.routingKey);
+      if (part !== null) chan.authorize('publish', 'stream', part.stream, 'basic.publish');
+      else chan.authorize('publish', stream ? 'stream' : 'queue', m.routingKey, 'basic.publish');
     } else {
       chan.authorize('publish', 'exchange', m.exchange, 'basic.publish');
       if (m.exchange === TOPIC_EXCHANGE) chan.authorizeTopicPublish(m.routingKey);
@@ -55,7 +59,8 @@ export function publish(chan: AmqpChannelState, item: PublishItem): void {
   chan.conn.chargeIn(item.body.length);
   if (chan.tx) {
     // Checked now (a missing exchange fails the publish, not the commit), routed at commit.
-    if (chan.router.getExchange(m.exchange) === undefined) throw new AmqpError(404, `no exchange '${m.exchange}' in vhost '${chan.conn.vhost}'`, 60, 40);
+    if (chan.router.getExchange(m.exchange) === undefined && superStreamPartitions(chan, m.exchange) === null)
+      throw new AmqpError(404, `no exchange '${m.exchange}' in vhost '${chan.conn.vhost}'`, 60, 40);
     (chan.txPublishes ??= []).push(item);
     return;
   }
@@ -82,7 +87,7 @@ export function route(chan: AmqpChannelState, item: PublishItem): RouteResult {
       msg.routingKey = m.routingKey;
       const own = chan.engine.getStream(m.routingKey)!.ownTopic;
       r = { routed: 1, durable: chan.engine.produce(m.routingKey, 0, encodeBatch([messageToRecord(msg, own)])).durable, rejected: false };
-    } else r = chan.router.publishTo(m.exchange, m.routingKey, msg);
+    } else r = superStreamRoute(chan, m.exchange, m.routingKey, msg) ?? chan.router.publishTo(m.exchange, m.routingKey, msg);
   } catch (err) {
     if (storageRefusal(err) !== null) {
       // Refused at once (the free-space reserve, a partition backing off): as a failed write, a nack.
@@ -222,4 +227,32 @@ export function rollback(chan: AmqpChannelState): void {
   for (; k < back.length; k++) all.set(back[k]!.tag, back[k]!.u);
   for (const s of back) if (s.u.consumer) s.u.consumer.unacked++;
   chan.unacked = all;
+}
+
+/**
+ * A publish the router cannot route because its target is a super stream's view (super-stream.ts): through the
+ * default exchange to a partition queue, or through the exchange of a FlowMQ stream of several partitions that no
+ * exchange was declared for (routing key = a partition's key, else unroutable). Null for every other publish.
+ */
+function superStreamRoute(chan: AmqpChannelState, exchange: string, routingKey: string, msg: Message): RouteResult | null {
+  let stream: string;
+  let partition: number;
+  if (exchange === '') {
+    const p = chan.router.getQueue(routingKey) === undefined ? chan.partitionOf(routingKey) : null;
+    if (p === null) return null;
+    stream = p.stream;
+    partition = p.partition;
+  } else {
+    if (chan.router.getExchange(exchange) !== undefined) return null;
+    const parts = superStreamPartitions(chan, exchange);
+    if (parts === null) return null;
+    const p = parts.find((x) => x.key === routingKey);
+    if (p === undefined) return { routed: 0, durable: null, rejected: false };
+    stream = exchange;
+    partition = p.partition;
+  }
+  msg.exchange = exchange;
+  msg.routingKey = routingKey;
+  const own = chan.engine.getStream(stream)!.ownTopic;
+  return { routed: 1, durable: chan.engine.produce(stream, partition, encodeBatch([messageToRecord(msg, own)])).durable, rejected: false };
 }

@@ -6,7 +6,8 @@
  * and every delivery carries its offset in the `x-stream-offset` header, as RabbitMQ's do. Reading a stream does not
  * consume it: acks only open the consumer's prefetch window again (RabbitMQ requires one; without basic.qos the
  * window is 1000 messages here), and a channel may read the same stream from any offset again. The stream is also
- * a Kafka topic of the same name and captures MQTT publishes on its name as a topic.
+ * a Kafka topic of the same name and captures MQTT publishes on its name as a topic. A consumer of a super stream's
+ * partition queue reads that one partition (super-stream.ts).
  */
 import { decodeBatch, readBatchInfo, recordToMessage, type Engine, type Message } from '../../core/index.js';
 import { AmqpError } from './errors.js';
@@ -47,6 +48,8 @@ export class StreamConsumer {
     readonly noAck: boolean,
     private readonly window: number,
     private readonly start: FieldValue | undefined,
+    /** The partition read: 0, or a super stream's partition (its partition queue `<stream>-<key>`, super-stream.ts). */
+    readonly partition = 0,
   ) {
     this.ownTopic = engine.getStream(stream)?.ownTopic ?? stream;
   }
@@ -55,16 +58,17 @@ export class StreamConsumer {
 
   /** Resolves the start offset, then delivers as long as the window allows and records arrive. */
   async begin(): Promise<void> {
-    const o = this.engine.offsets(this.stream, 0);
+    const o = this.engine.offsets(this.stream, this.partition);
     const s = this.start;
     /** An interval (`1h`): the instant it starts from, parsed once. */
     const since = typeof s === 'string' ? intervalStart(s) : undefined;
     if (s === undefined || s === 'next') this.next = o.highWatermark;
     else if (s === 'first') this.next = o.logStartOffset;
     else if (s === 'last') this.next = Math.max(o.logStartOffset, o.highWatermark - 1);
-    else if (s instanceof Typed && s.type === 'T') this.next = await this.engine.offsetForTimestamp(this.stream, 0, Number(s.value as bigint) * 1000);
-    else if (s instanceof Date) this.next = await this.engine.offsetForTimestamp(this.stream, 0, s.getTime());
-    else if (since !== undefined) this.next = await this.engine.offsetForTimestamp(this.stream, 0, since);
+    else if (s instanceof Typed && s.type === 'T')
+      this.next = await this.engine.offsetForTimestamp(this.stream, this.partition, Number(s.value as bigint) * 1000);
+    else if (s instanceof Date) this.next = await this.engine.offsetForTimestamp(this.stream, this.partition, s.getTime());
+    else if (since !== undefined) this.next = await this.engine.offsetForTimestamp(this.stream, this.partition, since);
     else {
       const n = fieldInteger(s);
       if (n === undefined || n < 0) throw new AmqpError(406, `invalid x-stream-offset ${JSON.stringify(fieldString(s) ?? String(s))}`, 60, 20);
@@ -93,25 +97,25 @@ export class StreamConsumer {
 
   private async loop(): Promise<void> {
     while (!this.closed && this.hasCredit) {
-      const o = this.engine.offsets(this.stream, 0);
+      const o = this.engine.offsets(this.stream, this.partition);
       if (this.next < o.logStartOffset) this.next = o.logStartOffset;
       // Kafka transactions (KIP-98): read as a read_committed Kafka consumer does, up to the last stable offset
       // (nothing of an open transaction), skipping what was aborted.
       const txns = this.engine.transactions;
-      const stable = txns.lso(this.stream, 0, o.highWatermark);
+      const stable = txns.lso(this.stream, this.partition, o.highWatermark);
       if (this.next >= stable) {
         // Caught up, or held at an open transaction until its marker moves the high watermark.
-        await this.engine.waitFor(this.stream, 0, this.next >= o.highWatermark ? this.next : o.highWatermark, WAIT_MS);
+        await this.engine.waitFor(this.stream, this.partition, this.next >= o.highWatermark ? this.next : o.highWatermark, WAIT_MS);
         continue;
       }
-      const batches = await this.engine.read(this.stream, 0, this.next, READ_BYTES);
+      const batches = await this.engine.read(this.stream, this.partition, this.next, READ_BYTES);
       if (this.closed) return;
       let progressed = false;
       for (const batch of batches) {
         const info = readBatchInfo(batch);
         if (info.baseOffset >= stable) break;
         const end = info.baseOffset + info.lastOffsetDelta + 1;
-        const aborted = txns.isAborted(this.stream, 0, info);
+        const aborted = txns.isAborted(this.stream, this.partition, info);
         // A transaction marker (a control batch) decodes to no message; an aborted transaction's batch is skipped.
         const records = aborted ? [] : decodeBatch(batch);
         if (records.length === 0) {
@@ -129,7 +133,7 @@ export class StreamConsumer {
           this.sink.deliverStream(this, recordToMessage(rec, this.ownTopic), rec.offset);
         }
       }
-      if (!progressed) await this.engine.waitFor(this.stream, 0, this.next + 1, WAIT_MS);
+      if (!progressed) await this.engine.waitFor(this.stream, this.partition, this.next + 1, WAIT_MS);
     }
   }
 
