@@ -32,8 +32,8 @@ const { values } = parseArgs({
 });
 if (values.scenario === 'eos-cluster') {
   const s = await runEosClusterCrash({
-    records: Number(values.records ?? '20000'),
-    kills: Number(values.kills ?? '6'),
+    records: Number(values.records ?? '40000'),
+    kills: Number(values.kills ?? '9'),
     killPipelineEvery: Number(values['kill-pipeline-every']),
     seed: Number(values.seed),
     keep: values.keep,

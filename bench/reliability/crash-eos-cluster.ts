@@ -6,10 +6,13 @@
  *
  * The input topic is filled first; while the pipeline copies it, each round kills -9 one broker chosen by its role,
  * in turn the transaction coordinator of the pipeline's transactional.id, a broker leading input partitions and one
- * leading output partitions (the victim's other roles are reported: with three brokers they overlap), a random
- * 0.1–1.6 s after the first commit following the previous restart. Every other round the broker is restarted at
- * once (same broker id and Kafka port, a new process), before the cluster saw it die; otherwise after its lease
- * expired and its work moved. When the group's committed offsets reach the end of every input partition, kcat
+ * leading output partitions (not the coordinator when another broker leads some; the victim's other roles are
+ * reported: with three brokers they overlap), a random 0.1–1.6 s after the first commit following the previous
+ * restart. The broker is restarted on the same broker id and Kafka port (a new process): every other round as soon
+ * as the cluster frees its id (a live lease holds it), otherwise after its lease expired and its work moved. Every
+ * third round (killPipelineEvery) the pipeline process is killed -9 too, holding a transaction open with its
+ * records written, and a new one started at once: its init_transactions aborts that transaction at the partitions'
+ * leaders of the moment. When the group's committed offsets reach the end of every input partition, kcat
  * (librdkafka) reads the output with `isolation.level=read_committed`: every input record must be there exactly
  * once, nothing else, and the committed offsets must equal the input's ends.
  */
@@ -19,7 +22,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import kafkajs from 'kafkajs';
 import { eachLine, kcatConsume, ROOT, sleep } from '../../test/e2e/harness.js';
-import { startCluster, type TestCluster } from '../../test/helpers/cluster.js';
+import { startCluster } from '../../test/helpers/cluster.js';
 import { prng } from '../../test/helpers/prng.js';
 
 const { Kafka, logLevel } = kafkajs;
@@ -292,7 +295,9 @@ export async function runEosClusterCrash(opts: EosClusterOptions): Promise<EosCl
     // The offsets again, after the pipeline's last transaction.
     const ends = await admin.fetchTopicOffsets(IN);
     const [got] = await admin.fetchOffsets({ groupId: GROUP, topics: [IN] });
-    offsets = ends.map((e) => ({ partition: e.partition, end: e.high, committed: got!.partitions.find((x) => x.partition === e.partition)?.offset ?? '?' }));
+    offsets = ends
+      .map((e) => ({ partition: e.partition, end: e.high, committed: got!.partitions.find((x) => x.partition === e.partition)?.offset ?? '?' }))
+      .sort((a, b) => a.partition - b.partition);
     await admin.disconnect();
     const offsetsOk = offsets.every((o) => o.committed === o.end) && offsets.reduce((s, o) => s + Number(o.end), 0) === opts.records;
 
