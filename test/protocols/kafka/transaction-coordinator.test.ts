@@ -7,7 +7,7 @@
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { ATTR_CONTROL, Engine, TxnPartitions, crc32c, encodeBatch, readBatchInfo, ATTR_TRANSACTIONAL } from '../../../src/core/index.js';
+import { ATTR_CONTROL, Engine, TxnPartitions, crc32c, encodeBatch, encodeControlBatch, readBatchInfo, ATTR_TRANSACTIONAL } from '../../../src/core/index.js';
 import { MemoryControlStore } from '../../../src/storage/metastore/control-store.js';
 import { TransactionCoordinator, type TxnMeta } from '../../../src/protocols/kafka/transactions/coordinator.js';
 import { MemoryStreams } from '../../helpers/memory-storage.js';
@@ -168,15 +168,49 @@ describe('kafka transaction coordinator: cluster mode (takeover of a transaction
     await store.putControl('txn', 'lp.open', open as unknown as Record<string, unknown>);
     await store.putControl('txn', 'lp.done', meta('lp.done', 7, 'CompleteAbort', 'lp.a') as unknown as Record<string, unknown>);
     const m = new MemoryStreams();
-    const c = new TransactionCoordinator(new Engine(m, m), store, async () => 999, captureLogger().logger);
+    const engine = new Engine(m, m);
+    await engine.createStream({ name: 'lp.a', partitions: 1 });
+    engine.produce('lp.a', 0, encodeBatch(Array.from({ length: 9 }, (_, i) => ({ key: null, value: Buffer.from(`r${i}`), headers: [], timestamp: 1000 }))));
+    engine.produce('lp.a', 0, txnBatch(6, ['open'])); // the open transaction's record, at 9
+    const c = new TransactionCoordinator(engine, store, async () => 999, captureLogger().logger);
     c.partitions.onAppend('lp.a', 0, 77, 2); // stale state of an earlier leadership: dropped
     await c.loadPartition('lp.a', 0);
     assert.deepEqual(c.partitions.abortedIn('lp.a', 0, 0, 20), [{ producerId: 5, firstOffset: 1, lastOffset: 4 }]);
-    assert.equal(c.partitions.lso('lp.a', 0, 20), 9, 'the open transaction holds the LSO from where the partition joined it');
+    assert.equal(c.partitions.lso('lp.a', 0, 20), 9, 'the open transaction holds the LSO from its first record');
     assert.equal(c.partitions.firstOffset('lp.a', 0, 77), undefined);
     // A partition leader that does not coordinate the producer refuses an epoch older than one it saw.
     c.markers = async () => 0;
     assert.equal(c.checkProduce(6, 3, 'lp.a', 0), 0);
     assert.equal(c.checkProduce(6, 2, 'lp.a', 0), 47, 'INVALID_PRODUCER_EPOCH');
+  });
+  it("a new leader takes the open transaction's first offset from the log, not from the coordinator's old view", async () => {
+    const m = new MemoryStreams();
+    const engine = new Engine(m, m);
+    const store = new MemoryControlStore();
+    await engine.createStream({ name: 'st.a', partitions: 1 });
+    // Producer 8's earlier transactions, committed (records 0-1, marker 2; records 3-4, marker 5), another
+    // producer's record (6), then the open transaction's records (7-8).
+    engine.produce('st.a', 0, txnBatch(8, ['c1', 'c1']));
+    engine.appendControl('st.a', 0, encodeControlBatch(8, 0, true, 0, 1000));
+    engine.produce('st.a', 0, txnBatch(8, ['c2', 'c2']));
+    engine.appendControl('st.a', 0, encodeControlBatch(8, 0, true, 0, 1000));
+    engine.produce('st.a', 0, encodeBatch([{ key: null, value: Buffer.from('other'), headers: [], timestamp: 1000 }]));
+    engine.produce('st.a', 0, txnBatch(8, ['open', 'open']));
+    // Its coordinator, on another broker, saw the partition at 0 when it joined the transaction (a cluster broker's
+    // offsets of a partition led elsewhere come from a cache, 0 when never asked).
+    const open = meta('st.open', 8, 'Ongoing', 'st.a');
+    open.partitions = [{ stream: 'st.a', partition: 0, startOffset: 0 }];
+    await store.putControl('txn', 'st.open', open as unknown as Record<string, unknown>);
+    const c = new TransactionCoordinator(engine, store, async () => 999, captureLogger().logger);
+    await c.loadPartition('st.a', 0);
+    assert.equal(c.partitions.lso('st.a', 0, 9), 7, "the LSO is held at the open transaction's first record");
+    // The next incarnation of the producer aborts it: the abort covers its records only, not the committed ones.
+    const marker = await c.writeMarker({ stream: 'st.a', partition: 0, producerId: 8, producerEpoch: 1, commit: false, startOffset: 0 });
+    assert.equal(marker, 9);
+    assert.deepEqual(c.partitions.abortedIn('st.a', 0, 0, 10), [{ producerId: 8, firstOffset: 7, lastOffset: 9 }]);
+
+    // A transaction that added the partition and wrote nothing there: its abort covers nothing but its marker.
+    const none = await c.writeMarker({ stream: 'st.a', partition: 0, producerId: 8, producerEpoch: 2, commit: false, startOffset: 0 });
+    assert.deepEqual(c.partitions.abortedIn('st.a', 0, 10, 11), [{ producerId: 8, firstOffset: none, lastOffset: none }]);
   });
 });

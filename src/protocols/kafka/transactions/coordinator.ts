@@ -210,9 +210,9 @@ export class TransactionCoordinator {
 
   /**
    * Cluster mode: this broker now leads the partition. Loads its aborted list and the first offsets of the open
-   * transactions that added it (from their coordinators' documents: the offset the partition was at when it
-   * joined, a lower bound of the transaction's first record there), so that the last stable offset and
-   * read_committed stay right across a change of leader.
+   * transactions that added it, found in the log (firstInLog) from the offset their coordinators' documents say the
+   * partition was at when it joined, so that the last stable offset and read_committed stay right across a change
+   * of leader. A transaction with no record here yet holds nothing (its first append will).
    */
   async loadPartition(stream: string, partition: number): Promise<void> {
     this.partitions.reset(stream, partition);
@@ -222,7 +222,8 @@ export class TransactionCoordinator {
       const m = d.data as unknown as TxnMeta;
       if (m.state !== 'Ongoing' && m.state !== 'PrepareCommit' && m.state !== 'PrepareAbort') continue;
       const p = m.partitions.find((q) => q.stream === stream && q.partition === partition);
-      if (p) this.partitions.onAppend(stream, partition, m.producerId, p.startOffset);
+      const first = p ? await this.firstInLog(stream, partition, m.producerId, p.startOffset) : null;
+      if (first !== null) this.partitions.onAppend(stream, partition, m.producerId, first);
     }
     // The log cleaner may judge the partition's transactional batches from now on.
     this.partitions.setLoaded(stream, partition, true);
@@ -246,6 +247,35 @@ export class TransactionCoordinator {
       if (isFlowError(err, 'FENCED')) this.onPartitionFenced?.(stream, partition);
       throw err;
     }
+  }
+
+  /**
+   * The offset of the producer's open transaction's first record in the partition, read from the log: its first
+   * transactional batch after its last marker, at or after `from`; null when it wrote nothing there. `from` is the
+   * partition's high watermark as the coordinator saw it when the partition joined: exact on one broker, but in
+   * cluster mode the coordinator's view of a partition led elsewhere may be old (or 0), so the producer's earlier,
+   * completed transactions can lie above it. Taking `from` itself as the first offset put them inside the abort's
+   * range: a read_committed consumer skipped committed records (the eos-cluster crash test lost 320 of 40,000).
+   */
+  private async firstInLog(stream: string, partition: number, producerId: number, from: number): Promise<number | null> {
+    const { logStartOffset, highWatermark } = this.engine.offsets(stream, partition);
+    let offset = Math.max(from, logStartOffset);
+    let first: number | null = null;
+    while (offset < highWatermark) {
+      const batches = await this.engine.read(stream, partition, offset, 1 << 20);
+      let next = offset;
+      for (const b of batches) {
+        const info = readBatchInfo(b);
+        next = Math.max(next, info.baseOffset + info.lastOffsetDelta + 1);
+        if (Number(info.producerId) !== producerId || (info.attributes & ATTR_TRANSACTIONAL) === 0) continue;
+        // A marker (control batches are transactional too) ends the producer's earlier transaction.
+        if ((info.attributes & ATTR_CONTROL) !== 0) first = null;
+        else first ??= info.baseOffset;
+      }
+      if (next <= offset) break;
+      offset = next;
+    }
+    return first;
   }
 
   /** The txn documents, read once for the partitions a failover moves here together (within a second). */
@@ -551,8 +581,11 @@ export class TransactionCoordinator {
     const { stream, partition, producerId } = t;
     if (this.engine.getStream(stream) === undefined) return -1; // deleted meanwhile: nothing to mark
     this.partitions.admitEpoch(producerId, t.producerEpoch);
-    const first = this.partitions.firstOffset(stream, partition, producerId) ?? t.startOffset;
+    // Not known here (a restart, or no record of the transaction since this broker took the partition): from the
+    // log, before the marker is appended; nothing of it in the log: the range starts at the marker (as Kafka's does).
+    const known = this.partitions.firstOffset(stream, partition, producerId) ?? (await this.firstInLog(stream, partition, producerId, t.startOffset));
     const res = this.engine.appendControl(stream, partition, encodeControlBatch(producerId, t.producerEpoch, t.commit, 0, Date.now()));
+    const first = known ?? res.baseOffset;
     const durables: Promise<void>[] = [res.durable];
     if (!t.commit) {
       const list = this.partitions.addAborted(
