@@ -1,6 +1,6 @@
 /** Small file-system helpers shared by the local storage backends. */
 import { open, type FileHandle } from 'node:fs/promises';
-import { FlowError } from '../core/index.js';
+import { FlowError } from '../core/errors.js';
 
 /** The errno code of a failed file-system call (ENOENT, EINVAL...), if it has one. */
 export function errnoCode(err: unknown): string | undefined {

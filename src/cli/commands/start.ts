@@ -1,8 +1,10 @@
 /** `flowmq start`: runs a broker in this process until SIGINT/SIGTERM. */
+import { join, resolve } from 'node:path';
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { pino } from 'pino';
 import { envName, formatDefault, loadConfig, OPTIONS } from '../../config/index.js';
 import { UsageError } from '../command.js';
+import { prestartQueueWorker } from '../../storage/queues/sqlite-worker-boot.js';
 
 function startHelp(): string {
   const lines = OPTIONS.map((o) => `  --${o.name.padEnd(26)} ${o.help} [default: ${formatDefault(o)}; env ${envName(o.name)}]`);
@@ -43,6 +45,8 @@ export async function cmdStart(argv: string[]): Promise<number> {
   const logger = pino({ level: config.logLevel, base: { broker: config.brokerId } });
   // Loaded here, not at the top: every other command only talks HTTP, and the broker's modules (storage backends,
   // the AWS SDK, fastify, four protocols) take ~0.5 s to load, which each CLI call would pay.
+  // The embedded queue store's worker thread boots while the broker's modules load (sqlite-worker-boot.ts).
+  if (config.metastore.kind === 'sqlite') prestartQueueWorker(join(resolve(config.dataDir), 'queues.db'));
   const { startBroker } = await import('../../broker.js');
   const broker = await startBroker(config, logger);
   return new Promise<number>((resolve) => {

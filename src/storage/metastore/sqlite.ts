@@ -33,7 +33,9 @@ import type {
   RetainedEntry,
   SessionRecord,
 } from '../../core/index.js';
-import { migrations, type Migration } from './migrations.js';
+import { migrate } from './sqlite-migrate.js';
+
+export { migrate };
 import type { ConsumerOffset, Metastore, PartitionState, SegmentMeta, StreamDef } from './types.js';
 import { type ControlKind, type ControlRecord } from './control-store.js';
 import { SqliteState } from './sqlite-state.js';
@@ -96,40 +98,6 @@ import {
   putExchange,
   putQueue,
 } from './sqlite-catalog.js';
-
-/**
- * Brings the schema up to date, all pending migrations in one transaction so a failure leaves the database as
- * it was. Exported for tests.
- */
-export function migrate(db: Database.Database, list: readonly Migration[] = migrations): number {
-  list.forEach((m, i) => {
-    if (m.version !== i + 1) throw new Error(`metastore migration list out of order at ${m.name}`);
-  });
-  const latest = list.length;
-  const run = db.transaction(() => {
-    db.exec(`CREATE TABLE IF NOT EXISTS schema_migrations (
-      version    INTEGER PRIMARY KEY,
-      name       TEXT    NOT NULL,
-      applied_at INTEGER NOT NULL
-    )`);
-    const row = db.prepare('SELECT MAX(version) AS v FROM schema_migrations').get() as { v: number | null };
-    const current = row.v ?? 0;
-    if (current > latest) {
-      throw new FlowError(
-        'STORAGE_ERROR',
-        `metastore schema version ${current} is newer than this FlowMQ knows (${latest}); upgrade FlowMQ or use another data directory`,
-      );
-    }
-    const record = db.prepare('INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)');
-    for (const m of list.slice(current)) {
-      db.exec(m.sql);
-      record.run(m.version, m.name, Date.now());
-    }
-    return latest;
-  });
-  // IMMEDIATE takes the write lock up front, so two processes opening one file cannot both migrate it.
-  return run.immediate();
-}
 
 export class SqliteMetastore extends SqliteState implements Metastore {
   readonly kind = 'sqlite';

@@ -18,12 +18,11 @@
  * a no-op for those already stored) and the next call starts a new worker on the same file. What a call that
  * resolved wrote was committed and fsync'd: nothing acknowledged is lost. close() ends the worker.
  */
-import { mkdirSync } from 'node:fs';
-import { dirname } from 'node:path';
-import { Worker } from 'node:worker_threads';
+import type { Worker } from 'node:worker_threads';
 import { FlowError } from '../../core/index.js';
 import type { StoredQueueMessage } from '../../core/index.js';
 import { BatchedQueueStore } from './batched-store.js';
+import { bootQueueWorker, takeQueueWorker } from './sqlite-worker-boot.js';
 import type { OpError, OpResult, ReadResult, WorkerBatch, WorkerOp, WorkerReply, WorkerRequest } from './protocol.js';
 
 interface Call {
@@ -36,8 +35,6 @@ interface Sent {
   calls: Array<Call | null>;
   left: number;
 }
-
-const WORKER_URL = new URL('./sqlite-worker.js', import.meta.url);
 
 export class SqliteQueueStore extends BatchedQueueStore {
   readonly kind = 'sqlite';
@@ -72,39 +69,41 @@ export class SqliteQueueStore extends BatchedQueueStore {
    * once the worker has opened the file and rejects when it cannot (its rejection is left for the caller to see).
    */
   static start(file: string): { store: SqliteQueueStore; ready: Promise<void> } {
-    mkdirSync(dirname(file), { recursive: true });
     const store = new SqliteQueueStore(file);
     const ready = store.startWorker();
     ready.catch(() => undefined);
     return { store, ready };
   }
 
+  /** Takes the worker `flowmq start` booted early for this file (sqlite-worker-boot.ts), else boots one. */
   private startWorker(): Promise<void> {
-    const w = new Worker(WORKER_URL, { workerData: { file: this.file } });
-    this.worker = w;
-    w.unref();
     return new Promise<void>((resolve, reject) => {
       let ready = false;
-      w.on('message', (m: WorkerReply) => {
-        if (m.seq === -1) {
-          ready = true;
-          if (m.ok) resolve();
-          else reject(new FlowError(m.code, m.message));
-          return;
-        }
-        this.onReply(m as WorkerReply & { seq: 0 });
-      });
-      const fail = (why: string, cause?: unknown): void => {
-        if (this.worker !== w) return;
-        this.worker = null;
-        this.stats.workerFailures++;
-        const err = new FlowError('STORAGE_ERROR', `queue store worker ${why}; the calls it had not answered failed (retriable)`, { cause });
-        if (!ready) reject(err);
-        this.failSent(err);
+      const attach = (w: Worker): void => {
+        this.worker = w;
+        w.unref();
+        w.on('message', (m: WorkerReply) => {
+          if (m.seq === -1) {
+            ready = true;
+            if (m.ok) resolve();
+            else reject(new FlowError(m.code, m.message));
+            return;
+          }
+          this.onReply(m as WorkerReply & { seq: 0 });
+        });
+        const fail = (why: string, cause?: unknown): void => {
+          if (this.worker !== w) return;
+          this.worker = null;
+          this.stats.workerFailures++;
+          const err = new FlowError('STORAGE_ERROR', `queue store worker ${why}; the calls it had not answered failed (retriable)`, { cause });
+          if (!ready) reject(err);
+          this.failSent(err);
+        };
+        w.on('error', (err) => fail(`failed: ${err.message}`, err));
+        w.on('messageerror', (err) => fail(`could not read a message: ${err.message}`, err));
+        w.on('exit', (code) => fail(`exited (code ${code})`));
       };
-      w.on('error', (err) => fail(`failed: ${err.message}`, err));
-      w.on('messageerror', (err) => fail(`could not read a message: ${err.message}`, err));
-      w.on('exit', (code) => fail(`exited (code ${code})`));
+      if (!takeQueueWorker(this.file, attach)) attach(bootQueueWorker(this.file));
     });
   }
 

@@ -21,7 +21,7 @@
 import { parentPort, receiveMessageOnPort, workerData } from 'node:worker_threads';
 import Database from 'better-sqlite3';
 import { isNoSpace } from '../fs-util.js';
-import { migrate } from '../metastore/sqlite.js';
+import { migrate } from '../metastore/sqlite-migrate.js';
 import type { Migration } from '../metastore/migrations.js';
 import { FairGroups } from './fair-groups.js';
 import type { OpError, OpResult, ReadResult, WorkerBatch, WorkerInit, WorkerOp, WorkerReply, WorkerRequest } from './protocol.js';
