@@ -4,6 +4,7 @@
  */
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -200,6 +201,18 @@ export function eachLine(stream: NodeJS.ReadableStream, fn: (line: string) => vo
       buf = buf.slice(i + 1);
       fn(line);
     }
+  });
+}
+
+/** A free loopback port, for a server that is told its port (nats-server, RabbitMQ). */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const p = (s.address() as AddressInfo).port;
+      s.close(() => resolve(p));
+    });
   });
 }
 

@@ -9,12 +9,11 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, writeFileSync } from 'node:fs';
-import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { AckPolicy, connect, headers as natsHeaders, type NatsConnection, type Subscription } from 'nats';
 import { loadConfig } from '../../src/config/index.js';
-import { eventually, FlowmqProcess } from './harness.js';
+import { eventually, FlowmqProcess, freePort } from './harness.js';
 
 type J = Record<string, unknown>;
 const PASSWORD = 'never-shown-pw-5f1c';
@@ -130,18 +129,6 @@ function compareShapes(ours: unknown, theirs: unknown, path: string, out: { extr
     }
     for (const k of Object.keys(t)) if (!(k in o)) out.missing.push(`${path}.${k}`);
   }
-}
-
-/** A free loopback port (for nats-server, which is told its ports). */
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const p = (s.address() as AddressInfo).port;
-      s.close(() => resolve(p));
-    });
-  });
 }
 
 describe('NATS monitoring port', () => {

@@ -12,27 +12,15 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, mkdirSync, writeFileSync } from 'node:fs';
-import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { connect, credsAuthenticator, jwtAuthenticator, nkeyAuthenticator, StringCodec, type NatsConnection, type Status } from 'nats';
 import { createAccount, createOperator, createUser, encodeAccount, encodeOperator, encodeUser, fmtCreds, type KeyPair, type User } from '@nats-io/jwt';
-import { FlowmqProcess, eventually } from './harness.js';
+import { FlowmqProcess, eventually, freePort } from './harness.js';
 import { RawNats } from './nats-wire.js';
 
 const sc = StringCodec();
 const LIMITS = { subs: -1, data: -1, payload: -1, imports: -1, exports: -1, wildcards: true, conn: -1, leaf: -1 };
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const p = (s.address() as AddressInfo).port;
-      s.close(() => resolve(p));
-    });
-  });
-}
 
 /** The status events of a connection, collected as they come. */
 function statuses(nc: NatsConnection): Status[] {

@@ -12,25 +12,13 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, writeFileSync } from 'node:fs';
-import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { AckPolicy, connect, DeliverPolicy, headers, RetentionPolicy, StringCodec, type JsMsg, type NatsConnection } from 'nats';
-import { eventually, FlowmqProcess } from './harness.js';
+import { eventually, FlowmqProcess, freePort } from './harness.js';
 
 const sc = StringCodec();
 type Entry = [string, unknown];
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const p = (s.address() as AddressInfo).port;
-      s.close(() => resolve(p));
-    });
-  });
-}
 
 /** A raw JetStream API request: the answer's error, or the answer. */
 async function api(nc: NatsConnection, subject: string, body?: unknown): Promise<Record<string, unknown>> {
