@@ -174,6 +174,16 @@ describe('RabbitMQ management API: stream queues and super streams (bin/flowmq, 
     assert.equal((await http('/api/queues/%2F/ms-s')).json.type, 'stream');
   });
 
+  it('lists a stream FlowMQ made with 3 partitions as the super stream AMQP sees (S-0..S-2)', async () => {
+    broker.credentials = { username: 'root', password: 'root-pw' };
+    await broker.api('POST', '/api/v1/streams', { name: 'ms-made', partitions: 3 });
+    const names = ((await http('/api/queues')).json as unknown as Json[]).map((q) => q.name).filter((n) => n.startsWith('ms-made'));
+    assert.deepEqual(names, ['ms-made-0', 'ms-made-1', 'ms-made-2']);
+    // No exchange binding exists yet (a derived view); AMQP reads the same partition queue.
+    assert.equal((await ch.checkQueue('ms-made-2')).messageCount, 0);
+    assert.equal((await http('/api/queues/%2F/ms-made-2')).json.type, 'stream');
+  });
+
   it('keeps stream queues from a user who may not describe them', async () => {
     const list = await http('/api/queues', { user: 'alice', pass: 'alice-pw' });
     assert.equal(list.status, 200);
