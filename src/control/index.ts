@@ -34,6 +34,6 @@ export { createMetrics, type Metrics } from './metrics.js';
 export { ClientEntry, ClientRegistry, type ClientRegistration } from './clients.js';
 export { parseUsersFile, seedDirectory, type UsersFile } from './seed.js';
 export { WebhookAuthenticator } from './webhook.js';
-export type { AmqpChannelView, AmqpConnectionView, AmqpConsumerView, AmqpManagementView } from './rabbitmq/types.js';
+export type { AmqpChannelView, AmqpConnectionView, AmqpConsumerView, AmqpManagementView, AmqpStreamQueueView } from './rabbitmq/types.js';
 export { startRabbitManagement, type RabbitManagement, type RabbitManagementOptions } from './rabbit-management.js';
 export { certificateLogin, tlsClientOptions, type CertUserField } from './certs.js';

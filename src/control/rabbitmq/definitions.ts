@@ -17,7 +17,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { FlowError, type ExchangeType } from '../../core/index.js';
 import { RABBITMQ_API_VERSION, badRequest, notFound, type RabbitContext } from './context.js';
-import { VHOST } from './format.js';
+import { VHOST, bindingView, partitionQueues } from './format.js';
 import { listPermissions, putPermission, putUser, userJson } from './permissions.js';
 import { parsePolicy, policyJson, type PolicyKind } from './policy-store.js';
 import { queueArguments } from './routes-write.js';
@@ -43,11 +43,18 @@ export function exportDefinitions(ctx: RabbitContext, vhostOnly: boolean): Doc {
     if (vhostOnly) delete j.vhost;
     return j;
   });
-  const queues = engine
-    .listQueues()
-    .filter((q) => q.durable && q.exclusiveOwner === null)
+  // Stream queues and super-stream partition queues (durable, never exclusive) with their x-queue-type, as RabbitMQ.
+  const streams = ctx.amqp()?.streamQueues() ?? [];
+  const queues = [
+    ...engine
+      .listQueues()
+      .filter((q) => q.durable && q.exclusiveOwner === null)
+      .map((q) => ({ name: q.name, durable: q.durable, auto_delete: q.autoDelete, arguments: q.rawArguments })),
+    ...streams.map((v) => ({ name: v.name, durable: true, auto_delete: false, arguments: v.arguments })),
+  ]
     .sort((a, b) => (a.name < b.name ? -1 : 1))
-    .map((q) => vh({ name: q.name, durable: q.durable, auto_delete: q.autoDelete, arguments: q.rawArguments }));
+    .map((q) => vh(q));
+  const pq = partitionQueues(streams);
   const exchanges = engine
     .listExchanges()
     .filter((x) => !isBuiltinExchange(x.name))
@@ -65,15 +72,16 @@ export function exportDefinitions(ctx: RabbitContext, vhostOnly: boolean): Doc {
   const bindings = engine
     .listBindings()
     .filter((b) => b.source !== '')
-    .map((b) =>
-      vh({
+    .map((b) => {
+      const v = bindingView(b, pq);
+      return vh({
         source: b.source,
-        destination: b.destination,
+        destination: v.destination,
         destination_type: b.destinationKind === 'exchange' ? 'exchange' : 'queue',
         routing_key: b.key,
-        arguments: (b.arguments ?? {}) as Doc,
-      }),
-    );
+        arguments: v.arguments,
+      });
+    });
   if (vhostOnly) return { rabbit_version: RABBITMQ_API_VERSION, parameters: operator, policies, queues, exchanges, bindings };
   return {
     rabbit_version: RABBITMQ_API_VERSION,
@@ -123,6 +131,12 @@ export async function importDefinitions(ctx: RabbitContext, doc: unknown, vhost:
       if (v !== VHOST) throw badRequest(`no_such_vhost: ${String(v)} (FlowMQ has the one virtual host "/")`);
     }
   }
+  // A stream queue is declared over AMQP (it is a FlowMQ stream): one that exists is left as it is, a new one refused.
+  const streamNames = new Set((ctx.amqp()?.streamQueues() ?? []).map((v) => v.name));
+  for (const q of list(d, 'queues')) {
+    if (obj(q, 'arguments')['x-queue-type'] === 'stream' && !streamNames.has(str(q, 'name')))
+      throw badRequest(`stream queue ${str(q, 'name')}: FlowMQ declares stream queues over AMQP only (docs/amqp.md)`);
+  }
   if (list(d, 'topic_permissions').length > 0) throw badRequest('topic permissions are not supported by FlowMQ (docs/limits.md)');
   const params = list(d, 'parameters');
   for (const p of params)
@@ -160,6 +174,7 @@ export async function importDefinitions(ctx: RabbitContext, doc: unknown, vhost:
   }
   for (const q of list(d, 'queues')) {
     const args = obj(q, 'arguments');
+    if (args['x-queue-type'] === 'stream') continue; // one that exists (checked above)
     await engine.declareQueue({
       name: str(q, 'name'),
       durable: q.durable !== false,

@@ -10,8 +10,8 @@
  * and message counters, connection bytes, totals), and a rate is (latest − previous) / interval.
  */
 import { createHash } from 'node:crypto';
-import type { BindingDef, ExchangeDef, QueueCounters, QueueDef, QueueHandle } from '../../core/index.js';
-import type { AmqpChannelView, AmqpConnectionView, AmqpManagementView } from './types.js';
+import { pinnedPartition, type BindingDef, type ExchangeDef, type QueueCounters, type QueueDef, type QueueHandle } from '../../core/index.js';
+import type { AmqpChannelView, AmqpConnectionView, AmqpManagementView, AmqpStreamQueueView } from './types.js';
 
 export const VHOST = '/';
 export const SAMPLE_MS = 5000;
@@ -159,6 +159,56 @@ export function queueJson(def: QueueDef, h: QueueHandle | undefined, node: strin
   return out;
 }
 
+/** Figures the sampler keeps for one stream queue (a stream's records are all ready: nothing is unacked). */
+export function streamQueueFigures(v: AmqpStreamQueueView, put: (key: string, value: number) => void): void {
+  put(`q.${v.name}.messages`, v.messages);
+  put(`q.${v.name}.messages_ready`, v.messages);
+  put(`q.${v.name}.messages_unacknowledged`, 0);
+}
+
+/**
+ * A stream queue (or super-stream partition queue) as RabbitMQ 3.10 lists one: type "stream", its members (this
+ * node), `messages` = `messages_ready` = the records in its partition, no byte counts. `consumers`: AMQP consumers
+ * reading it. No policy applies to a stream queue in FlowMQ (policies act on queues).
+ */
+export function streamQueueJson(v: AmqpStreamQueueView, consumers: number, node: string, rates: Rates): Record<string, unknown> {
+  const p = `q.${v.name}`;
+  return {
+    arguments: v.arguments,
+    auto_delete: false,
+    consumers,
+    durable: true,
+    effective_policy_definition: {},
+    exclusive: false,
+    members: [node],
+    messages: v.messages,
+    messages_details: rates.details(`${p}.messages`),
+    messages_ready: v.messages,
+    messages_ready_details: rates.details(`${p}.messages_ready`),
+    messages_unacknowledged: 0,
+    messages_unacknowledged_details: rates.details(`${p}.messages_unacknowledged`),
+    name: v.name,
+    node,
+    online: [node],
+    operator_policy: null,
+    policy: null,
+    readers: { [node]: consumers },
+    state: 'running',
+    type: 'stream',
+    vhost: VHOST,
+  };
+}
+
+/** The partition queue (`S-<key>`) of partition `partition` of super stream `stream`, if there is one. */
+export type PartitionQueueOf = (stream: string, partition: number) => string | undefined;
+
+/** A PartitionQueueOf over the stream queues the AMQP module lists. */
+export function partitionQueues(views: readonly AmqpStreamQueueView[]): PartitionQueueOf {
+  const m = new Map<string, string>();
+  for (const v of views) if (v.superStream !== null) m.set(`${v.stream}\0${v.partition}`, v.name);
+  return (stream, partition) => m.get(`${stream}\0${partition}`);
+}
+
 export function exchangeJson(def: ExchangeDef): Record<string, unknown> {
   return {
     arguments: def.alternateExchange !== undefined ? { 'alternate-exchange': def.alternateExchange, ...def.rawArguments } : def.rawArguments,
@@ -185,12 +235,27 @@ export function propertiesKey(key: string, args: Record<string, unknown> | undef
   return `${quoted}~${hash}`;
 }
 
-export function bindingJson(b: BindingDef): Record<string, unknown> {
-  const args = (b.arguments ?? {}) as Record<string, unknown>;
+/**
+ * A binding's destination and arguments as RabbitMQ shows them: a binding to a super stream's partition (the core's
+ * `x-stream-partition-order` binding to the stream `S`) has the partition queue `S-<key>` as its destination, as
+ * RabbitMQ binds the exchange to that queue; FlowMQ's own binding arguments (`x-flowmq-*`) are left out.
+ */
+export function bindingView(b: BindingDef, partitionQueue?: PartitionQueueOf): { destination: string; arguments: Record<string, unknown> } {
+  const raw = (b.arguments ?? {}) as Record<string, unknown>;
+  if (b.destinationKind !== 'stream') return { destination: b.destination, arguments: raw };
+  const args: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(raw)) if (!k.startsWith('x-flowmq-')) args[k] = v;
+  const p = pinnedPartition(raw);
+  const q = p >= 0 ? partitionQueue?.(b.destination, p) : undefined;
+  return { destination: q ?? b.destination, arguments: args };
+}
+
+export function bindingJson(b: BindingDef, partitionQueue?: PartitionQueueOf): Record<string, unknown> {
+  const { destination, arguments: args } = bindingView(b, partitionQueue);
   return {
     source: b.source,
     vhost: VHOST,
-    destination: b.destination,
+    destination,
     destination_type: b.destinationKind === 'exchange' ? 'exchange' : 'queue',
     routing_key: b.key,
     arguments: args,

@@ -5,7 +5,7 @@
 import os from 'node:os';
 import { readdirSync, readFileSync } from 'node:fs';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import type { AmqpConnectionView } from './types.js';
+import type { AmqpConnectionView, AmqpStreamQueueView } from './types.js';
 import {
   VHOST,
   bindingJson,
@@ -16,7 +16,9 @@ import {
   defaultBindingJson,
   exchangeJson,
   overviewStats,
+  partitionQueues,
   queueJson,
+  streamQueueJson,
   withDetails,
 } from './format.js';
 import { RABBITMQ_API_VERSION, notFound, type RabbitContext } from './context.js';
@@ -115,11 +117,30 @@ export function readRoutes(app: FastifyInstance, ctx: RabbitContext): void {
   const queues = (req: FastifyRequest) => sortBy(engine.listQueues(), (d) => d.name).filter((d) => ctx.can(req, 'describe', 'queue', d.name));
   const queueOut = (d: ReturnType<typeof engine.listQueues>[number]) =>
     queueJson(d, engine.getQueue(d.name), ctx.node, ctx.rates, ctx.policies.describe(d.name));
+  /** Stream queues and super-stream partition queues (the AMQP module's view) the caller may describe. */
+  const allStreams = (): AmqpStreamQueueView[] => ctx.amqp()?.streamQueues() ?? [];
+  const streams = (req: FastifyRequest) => allStreams().filter((v) => ctx.can(req, 'describe', 'stream', v.stream));
+  /** AMQP consumers by the queue they read (every connection's: a queue's consumer count is not the caller's). */
+  const consumerCounts = (): Map<string, number> => {
+    const n = new Map<string, number>();
+    for (const c of ctx.amqp()?.connections() ?? []) for (const ch of c.channels) for (const k of ch.consumers) n.set(k.queue, (n.get(k.queue) ?? 0) + 1);
+    return n;
+  };
+  const streamOut = (v: AmqpStreamQueueView, counts: Map<string, number>) => streamQueueJson(v, counts.get(v.name) ?? 0, ctx.node, ctx.rates);
+  /** Every queue the caller may describe, classic and stream, by name (as RabbitMQ lists them). */
+  const allQueuesOut = (req: FastifyRequest) => {
+    const counts = consumerCounts();
+    const out = [...queues(req).map(queueOut), ...streams(req).map((v) => streamOut(v, counts))];
+    return sortBy(out, (q) => q.name as string);
+  };
   const exchanges = (req: FastifyRequest) =>
     sortBy(engine.listExchanges(), (d) => d.name).filter((d) => d.name === '' || ctx.can(req, 'describe', 'exchange', d.name));
   const bindings = (req: FastifyRequest) => {
-    const out = queues(req).map((q) => defaultBindingJson(q.name));
-    for (const b of engine.listBindings()) if (ctx.can(req, 'describe', 'exchange', b.source)) out.push(bindingJson(b));
+    const sv = streams(req);
+    const names = sortBy([...queues(req).map((q) => q.name), ...sv.map((v) => v.name)], (n) => n);
+    const out = names.map((n) => defaultBindingJson(n));
+    const pq = partitionQueues(allStreams());
+    for (const b of engine.listBindings()) if (ctx.can(req, 'describe', 'exchange', b.source)) out.push(bindingJson(b, pq));
     return out;
   };
 
@@ -136,6 +157,11 @@ export function readRoutes(app: FastifyInstance, ctx: RabbitContext): void {
       ready += s.ready;
       unacked += s.unacked;
       consumers += s.consumers;
+    }
+    const sv = streams(req);
+    for (const v of sv) {
+      messages += v.messages;
+      ready += v.messages;
     }
     // The AMQP module's publish counts are the broker's: for those who may describe it only.
     const stats = overviewStats(
@@ -170,7 +196,7 @@ export function readRoutes(app: FastifyInstance, ctx: RabbitContext): void {
         connections: conns.length,
         consumers,
         exchanges: exchanges(req).length,
-        queues: qs.length,
+        queues: qs.length + sv.length,
       },
       statistics_db_event_queue: 0,
       node: ctx.node,
@@ -179,32 +205,43 @@ export function readRoutes(app: FastifyInstance, ctx: RabbitContext): void {
     };
   });
 
-  app.get('/api/queues', async (req) => queues(req).map(queueOut));
+  app.get('/api/queues', async (req) => allQueuesOut(req));
   app.get<{ Params: V }>('/api/queues/:vhost', async (req) => {
     ctx.vhost(req, req.params.vhost);
-    return queues(req).map(queueOut);
+    return allQueuesOut(req);
   });
+  /** The stream queue `name` the caller may describe (when no classic queue has that name). */
+  const streamNamed = (req: FastifyRequest, name: string): AmqpStreamQueueView | undefined =>
+    engine.getQueue(name) !== undefined ? undefined : streams(req).find((v) => v.name === name);
   app.get<{ Params: VN }>('/api/queues/:vhost/:name', async (req) => {
     ctx.vhost(req, req.params.vhost);
     const d = engine.getQueue(req.params.name)?.def;
-    if (d === undefined || !ctx.can(req, 'describe', 'queue', d.name)) throw notFound();
-    const out = queueOut(d);
+    const sv = d === undefined ? streamNamed(req, req.params.name) : undefined;
+    if (sv === undefined && (d === undefined || !ctx.can(req, 'describe', 'queue', d.name))) throw notFound();
+    const name = d?.name ?? req.params.name;
+    const out = d !== undefined ? queueOut(d) : streamOut(sv!, consumerCounts());
     const details: Array<Record<string, unknown>> = [];
     for (const c of visibleConnections(ctx, req))
-      for (const ch of c.channels) ch.consumers.forEach((k, i) => k.queue === d.name && details.push(consumerJson(c, ch, i)));
+      for (const ch of c.channels) ch.consumers.forEach((k, i) => k.queue === name && details.push(consumerJson(c, ch, i)));
     out.consumer_details = details;
     return out;
   });
   app.get<{ Params: VN }>('/api/queues/:vhost/:name/bindings', async (req) => {
     ctx.vhost(req, req.params.vhost);
     const name = req.params.name;
-    if (engine.getQueue(name) === undefined || !ctx.can(req, 'describe', 'queue', name)) throw notFound();
+    const pq = partitionQueues(allStreams());
+    if (engine.getQueue(name) === undefined) {
+      if (streamNamed(req, name) === undefined) throw notFound();
+      const own = engine.listBindings().filter((b) => b.destinationKind === 'stream' && bindingJson(b, pq).destination === name);
+      return [defaultBindingJson(name), ...own.map((b) => bindingJson(b, pq))];
+    }
+    if (!ctx.can(req, 'describe', 'queue', name)) throw notFound();
     return [
       defaultBindingJson(name),
       ...engine
         .listBindings()
         .filter((b) => b.destinationKind === 'queue' && b.destination === name)
-        .map(bindingJson),
+        .map((b) => bindingJson(b)),
     ];
   });
 
@@ -225,10 +262,11 @@ export function readRoutes(app: FastifyInstance, ctx: RabbitContext): void {
       ctx.vhost(req, req.params.vhost);
       const name = req.params.name;
       if (engine.getExchange(name) === undefined || !ctx.can(req, 'describe', 'exchange', name)) throw notFound();
+      const pq = partitionQueues(allStreams());
       return engine
         .listBindings()
         .filter((b) => (side === 'source' ? b.source === name : b.destinationKind === 'exchange' && b.destination === name))
-        .map(bindingJson);
+        .map((b) => bindingJson(b, pq));
     });
   }
 

@@ -154,8 +154,19 @@ export function writeRoutes(app: FastifyInstance, ctx: RabbitContext): void {
   app.delete<{ Params: VN; Querystring: Record<string, string> }>('/api/queues/:vhost/:name', async (req, reply) => {
     ctx.vhost(req, req.params.vhost);
     const name = req.params.name;
+    if (engine.getQueue(name) === undefined) {
+      // A stream queue or super-stream partition queue: deleted as AMQP queue.delete deletes it (`stream:` resource).
+      const sv = ctx
+        .amqp()
+        ?.streamQueues()
+        .find((v) => v.name === name);
+      if (sv === undefined) throw notFound();
+      ctx.require(req, 'delete', 'stream', sv.stream);
+      if (req.query['if-empty'] === 'true' && sv.messages > 0) throw badRequest(`queue '${name}' in vhost '/' is not empty`);
+      if ((await ctx.amqp()?.deleteStreamQueue(name)) == null) throw notFound();
+      return reply.code(204).send();
+    }
     ctx.require(req, 'delete', 'queue', name);
-    if (engine.getQueue(name) === undefined) throw notFound();
     await engine.deleteQueue(name, { ifUnused: req.query['if-unused'] === 'true', ifEmpty: req.query['if-empty'] === 'true' });
     return reply.code(204).send();
   });
@@ -268,7 +279,7 @@ export function writeRoutes(app: FastifyInstance, ctx: RabbitContext): void {
     app.get<{ Params: BP }>(bindingRoute(destKind), async (req) => {
       ctx.vhost(req, req.params.vhost);
       if (!ctx.can(req, 'describe', 'exchange', req.params.source)) throw notFound();
-      return bindingsOf(req, destKind).map(bindingJson);
+      return bindingsOf(req, destKind).map((b) => bindingJson(b));
     });
     app.post<{ Params: BP; Body: Body }>(bindingRoute(destKind), async (req, reply: FastifyReply) => {
       ctx.vhost(req, req.params.vhost);

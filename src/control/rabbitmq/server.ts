@@ -25,7 +25,7 @@ import { HTTP_TIMEOUTS, closeUnreadBody, httpServerOptions } from '../http-guard
 import { isLoopback } from '../../util/address.js';
 import { LogLimiter, logKey } from '../../util/log-limit.js';
 import { CHALLENGE, RabbitError, badRequest, nodeName, notFound, type Caller, type RabbitContext, type RabbitManagementOptions } from './context.js';
-import { Rates, connectionFigures, overviewStats, queueFigures } from './format.js';
+import { Rates, connectionFigures, overviewStats, queueFigures, streamQueueFigures } from './format.js';
 import { readRoutes } from './routes-read.js';
 import { writeRoutes } from './routes-write.js';
 import { healthRoutes } from './routes-health.js';
@@ -61,6 +61,11 @@ export async function startRabbitManagement(opts: RabbitManagementOptions): Prom
       messages += s.ready + s.unacked;
       ready += s.ready;
       unacked += s.unacked;
+    }
+    for (const v of opts.amqp()?.streamQueues() ?? []) {
+      streamQueueFigures(v, put);
+      messages += v.messages;
+      ready += v.messages;
     }
     for (const [k, v] of Object.entries(overviewStats(handles, opts.amqp()))) put(`o.${k}`, v);
     put('t.messages', messages);

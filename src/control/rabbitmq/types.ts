@@ -60,8 +60,35 @@ export interface AmqpConnectionView {
   readonly channels: readonly AmqpChannelView[];
 }
 
+/**
+ * A FlowMQ stream as AMQP 0-9-1 sees it: a stream queue (x-queue-type=stream, one partition) or one partition queue
+ * `S-<key>` of a super stream S (src/protocols/amqp/super-stream.ts).
+ */
+export interface AmqpStreamQueueView {
+  /** The queue name clients use: the stream's own, or `S-<key>`. */
+  readonly name: string;
+  /** The FlowMQ stream it reads (`S` for a partition queue) and the partition. */
+  readonly stream: string;
+  readonly partition: number;
+  /** The super stream (its exchange) when this is a partition queue, and its routing key there; else null. */
+  readonly superStream: string | null;
+  readonly key: string | null;
+  /** RabbitMQ's arguments of the queue: x-queue-type "stream" and the stream's settings (x-max-age...). */
+  readonly arguments: Record<string, unknown>;
+  /** Records in the partition (high watermark − log start). */
+  readonly messages: number;
+}
+
 export interface AmqpManagementView {
   connections(): AmqpConnectionView[];
+  /** Every stream queue and super-stream partition queue AMQP clients can declare passively, consume and delete. */
+  streamQueues(): AmqpStreamQueueView[];
+  /**
+   * Deletes a stream queue or partition queue as AMQP queue.delete does (a partition queue of a declared super stream
+   * unbinds its partition; the last one, or one of a derived view, deletes the stream). Its records, or null when
+   * `name` is no stream queue.
+   */
+  deleteStreamQueue(name: string): Promise<number | null>;
   /** The AMQP module's resource alarms (publishers blocked). */
   alarms(): { memory: boolean; disk: boolean };
   /** Publishes taken, confirmed, returned (mandatory, unroutable) and dropped (unroutable) since start. */

@@ -3,15 +3,98 @@
  * src/control/rabbitmq/types.ts): live connections with their channels and consumers, read from the adapter's
  * connection set when asked (nothing is kept or counted for it), and the resource alarms.
  */
-import type { AmqpChannelView, AmqpConnectionView, AmqpManagementView } from '../../control/index.js';
+import type { AmqpChannelView, AmqpConnectionView, AmqpManagementView, AmqpStreamQueueView } from '../../control/index.js';
+import type { StreamDef } from '../../core/index.js';
 import type { AmqpAdapter } from './adapter.js';
 import type { AmqpChannel } from './channel.js';
 import { AmqpConnection } from './connection.js';
 import { tableToJson } from './properties.js';
 import type { FieldTable } from './codec/index.js';
 import { AmqpConsumer } from './consume.js';
+import { partitionQueue, superStreamPartitions, type SuperStreamCtx } from './super-stream.js';
+import { removePartition } from './super-stream-declare.js';
 
-function channelView(ch: AmqpChannel): AmqpChannelView {
+/** A duration in RabbitMQ's form (x-max-age): the largest unit that divides it. */
+function durationText(ms: number): string {
+  for (const [u, n] of [
+    ['Y', 365 * 86_400_000],
+    ['M', 30 * 86_400_000],
+    ['D', 86_400_000],
+    ['h', 3_600_000],
+    ['m', 60_000],
+  ] as const)
+    if (ms % n === 0) return `${ms / n}${u}`;
+  return `${Math.max(1, Math.round(ms / 1000))}s`;
+}
+
+/** A stream's settings as the arguments of its stream queue (stream-args.ts reads them the other way). */
+function streamArguments(def: StreamDef): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  if (def.retentionMs !== null && def.retentionMs > 0) out['x-max-age'] = durationText(def.retentionMs);
+  if (typeof def.retentionBytes === 'number' && def.retentionBytes > 0) out['x-max-length-bytes'] = def.retentionBytes;
+  if (typeof def.segmentBytes === 'number' && def.segmentBytes > 0) out['x-stream-max-segment-size-bytes'] = def.segmentBytes;
+  out['x-queue-type'] = 'stream';
+  return out;
+}
+
+/**
+ * Every stream as AMQP sees it: a super stream's partitions as their queues `S-<key>` (a queue or stream of that
+ * exact name wins, as in declare.ts), any other stream as the stream queue of its name (a classic queue of the same
+ * name wins).
+ */
+function streamQueues(ctx: SuperStreamCtx): AmqpStreamQueueView[] {
+  const { engine, router } = ctx;
+  const records = (s: string, p: number) => {
+    const o = engine.offsets(s, p);
+    return Math.max(0, o.highWatermark - o.logStartOffset);
+  };
+  const out: AmqpStreamQueueView[] = [];
+  for (const def of engine.listStreams()) {
+    const parts = superStreamPartitions(ctx, def.name);
+    if (parts !== null && parts.length > 0) {
+      for (const p of parts) {
+        const name = `${def.name}-${p.key}`;
+        if (router.getQueue(name) !== undefined || engine.getStream(name) !== undefined) continue;
+        if (p.partition >= def.partitions) continue;
+        const args = streamArguments(def);
+        out.push({
+          name,
+          stream: def.name,
+          partition: p.partition,
+          superStream: def.name,
+          key: p.key,
+          arguments: args,
+          messages: records(def.name, p.partition),
+        });
+      }
+      continue;
+    }
+    if (router.getQueue(def.name) !== undefined) continue;
+    out.push({ name: def.name, stream: def.name, partition: 0, superStream: null, key: null, arguments: streamArguments(def), messages: records(def.name, 0) });
+  }
+  return out.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+}
+
+/** queue.delete of a stream queue or partition queue, without a channel (the caller checked permissions). */
+async function deleteStreamQueue(ctx: SuperStreamCtx, name: string): Promise<number | null> {
+  const { engine, router } = ctx;
+  if (router.getQueue(name) !== undefined) return null;
+  if (engine.getStream(name) !== undefined) {
+    const o = engine.offsets(name, 0);
+    await engine.deleteStream(name);
+    return o.highWatermark - o.logStartOffset;
+  }
+  const p = partitionQueue(ctx, name);
+  return p === null ? null : removePartition(ctx, p);
+}
+
+/** The queue a stream consumer reads: a super stream's partition queue `S-<key>`, else the stream's own name. */
+function streamConsumerQueue(ctx: SuperStreamCtx, stream: string, partition: number): string {
+  const p = superStreamPartitions(ctx, stream)?.find((x) => x.partition === partition);
+  return p === undefined ? stream : `${stream}-${p.key}`;
+}
+
+function channelView(ch: AmqpChannel, ctx: SuperStreamCtx): AmqpChannelView {
   const consumers = [];
   for (const c of ch.consumers?.values() ?? []) {
     consumers.push({
@@ -23,7 +106,7 @@ function channelView(ch: AmqpChannel): AmqpChannelView {
     });
   }
   for (const [tag, c] of ch.streamConsumers ?? []) {
-    consumers.push({ tag, queue: c.stream, ackRequired: !c.noAck, prefetchCount: ch.consumerPrefetch, priority: 0 });
+    consumers.push({ tag, queue: streamConsumerQueue(ctx, c.stream, c.partition), ackRequired: !c.noAck, prefetchCount: ch.consumerPrefetch, priority: 0 });
   }
   let unconfirmed = 0;
   for (let i = ch.confirmHead; i < ch.confirms.length; i++) if (ch.confirms[i].state === 0) unconfirmed++;
@@ -41,7 +124,7 @@ function channelView(ch: AmqpChannel): AmqpChannelView {
   };
 }
 
-function connectionView(c: AmqpConnection): AmqpConnectionView {
+function connectionView(c: AmqpConnection, ctx: SuperStreamCtx): AmqpConnectionView {
   const f = c.managementFigures();
   const s = c.stream as unknown as { localAddress?: string; localPort?: number; bytesRead?: number; bytesWritten?: number };
   return {
@@ -65,14 +148,15 @@ function connectionView(c: AmqpConnection): AmqpConnectionView {
     recvCnt: f.frames.in,
     sendCnt: f.frames.out,
     clientProperties: c.clientProperties === null ? {} : tableToJson(c.clientProperties as FieldTable),
-    channels: f.channels.map(channelView),
+    channels: f.channels.map((ch) => channelView(ch, ctx)),
   };
 }
 
 export function managementView(adapter: AmqpAdapter): AmqpManagementView {
+  const ctx: SuperStreamCtx = { engine: adapter.ctx.engine, router: adapter.router };
   const all = (): AmqpConnection[] => [...adapter.connections].filter((c): c is AmqpConnection => c instanceof AmqpConnection);
   return {
-    connections: () => all().map(connectionView),
+    connections: () => all().map((c) => connectionView(c, ctx)),
     alarms: () => adapter.alarms,
     totals: () => ({
       publish: adapter.stats.published,
@@ -81,6 +165,8 @@ export function managementView(adapter: AmqpAdapter): AmqpManagementView {
       dropUnroutable: adapter.stats.droppedUnroutable,
     }),
     memoryLimit: () => adapter.options.memoryHighWatermark,
+    streamQueues: () => streamQueues(ctx),
+    deleteStreamQueue: (name) => deleteStreamQueue(ctx, name),
     close(id, reason) {
       const c = all().find((x) => x.id === id);
       if (c === undefined) return false;

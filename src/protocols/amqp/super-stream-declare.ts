@@ -19,6 +19,7 @@ import {
   PARTITION_QUEUE_ARG,
   superStreamPartitions,
   type SuperPartition,
+  type SuperStreamCtx,
 } from './super-stream.js';
 
 const STREAM_ONLY = 'a stream is named, durable, not exclusive, not auto-delete';
@@ -186,16 +187,21 @@ function sendBound(chan: AmqpChannelState, m: MethodOf<'queue.bind'> | MethodOf<
  */
 export async function deletePartition(chan: AmqpChannelState, p: SuperPartition): Promise<number> {
   chan.authorize('delete', 'stream', p.stream, 'queue.delete');
-  const o = chan.engine.offsets(p.stream, p.partition);
+  return removePartition(chan, p);
+}
+
+/** deletePartition without the permission check (the management API checks its caller's own). */
+export async function removePartition(ctx: SuperStreamCtx, p: SuperPartition): Promise<number> {
+  const o = ctx.engine.offsets(p.stream, p.partition);
   const n = o.highWatermark - o.logStartOffset;
   if (!p.bound) {
-    await chan.engine.deleteStream(p.stream);
+    await ctx.engine.deleteStream(p.stream);
     return n;
   }
-  for (const b of chan.router.listBindings()) {
-    if (b.destinationKind === 'stream' && b.destination === p.stream && isPinnedTo(b.arguments, p.partition)) await chan.router.unbind(b);
+  for (const b of ctx.router.listBindings()) {
+    if (b.destinationKind === 'stream' && b.destination === p.stream && isPinnedTo(b.arguments, p.partition)) await ctx.router.unbind(b);
   }
-  if (!chan.router.listBindings().some((b) => isPartitionBinding(b, p.stream))) await chan.engine.deleteStream(p.stream).catch(ignoreNotFound);
+  if (!ctx.router.listBindings().some((b) => isPartitionBinding(b, p.stream))) await ctx.engine.deleteStream(p.stream).catch(ignoreNotFound);
   return n;
 }
 

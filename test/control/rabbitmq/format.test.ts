@@ -5,7 +5,8 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Queue, makeMessage, type QueueConsumer, type QueueDelivery } from '../../../src/core/index.js';
-import { Rates, messageStats, propertiesKey, queueJson } from '../../../src/control/rabbitmq/format.js';
+import { Rates, bindingJson, messageStats, partitionQueues, propertiesKey, queueJson, streamQueueJson } from '../../../src/control/rabbitmq/format.js';
+import type { AmqpStreamQueueView } from '../../../src/control/index.js';
 
 describe('RabbitMQ management format', () => {
   it('reports a rate as the change per second between the last two samples, 0.0 before', () => {
@@ -56,5 +57,40 @@ describe('RabbitMQ management format', () => {
     assert.equal(json.messages, 0);
     assert.equal((json.message_stats as Record<string, number>).ack, 1);
     q.close();
+  });
+  it('shows a super-stream partition binding destined to its partition queue, without FlowMQ arguments', () => {
+    const part = (partition: number, key: string): AmqpStreamQueueView => ({
+      name: `ss-${key}`,
+      stream: 'ss',
+      partition,
+      superStream: 'ss',
+      key,
+      arguments: { 'x-queue-type': 'stream' },
+      messages: 4,
+    });
+    const pq = partitionQueues([part(0, 'a'), part(1, 'b')]);
+    const b = (p: number | undefined, key: string) => ({
+      source: 'ss',
+      destinationKind: 'stream' as const,
+      destination: 'ss',
+      key,
+      rule: 'amqp' as const,
+      arguments: p === undefined ? {} : { 'x-stream-partition-order': p, 'x-flowmq-partition-queue': `ss-${key}` },
+    });
+    const j = bindingJson(b(1, 'b'), pq);
+    assert.equal(j.destination, 'ss-b');
+    assert.equal(j.destination_type, 'queue');
+    assert.deepEqual(j.arguments, { 'x-stream-partition-order': 1 });
+    assert.equal(j.properties_key, propertiesKey('b', { 'x-stream-partition-order': 1 }));
+    // A binding to a stream that pins no partition, or one with no partition queue, keeps the stream as destination.
+    assert.equal(bindingJson(b(undefined, 'k'), pq).destination, 'ss');
+    assert.equal(bindingJson(b(7, 'z'), pq).destination, 'ss');
+    const q = streamQueueJson(part(1, 'b'), 2, 'rabbit@n', new Rates(() => undefined));
+    assert.equal(q.type, 'stream');
+    assert.equal(q.messages, 4);
+    assert.equal(q.messages_ready, 4);
+    assert.equal(q.messages_unacknowledged, 0);
+    assert.deepEqual(q.readers, { 'rabbit@n': 2 });
+    assert.equal(q.consumers, 2);
   });
 });

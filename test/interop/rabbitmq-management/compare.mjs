@@ -126,6 +126,18 @@ async function setUp(url) {
   await ch.bindQueue('cmp-q', 'cmp-x', 'a.*');
   for (let i = 0; i < 3; i++) ch.publish('cmp-x', 'a.b', Buffer.from(`m${i}`));
   await ch.assertQueue('cmp-q'); // a round trip: the publishes are in
+  // A stream queue and a super stream laid out as `rabbitmq-streams add_super_stream cmp-ss --partitions 2` does.
+  const conf = await conn.createConfirmChannel();
+  await conf.assertQueue('cmp-sq', { durable: true, arguments: { 'x-queue-type': 'stream', 'x-max-age': '7D' } });
+  await conf.assertExchange('cmp-ss', 'direct', { durable: true, arguments: { 'x-super-stream': true } });
+  for (const i of [0, 1]) {
+    await conf.assertQueue(`cmp-ss-${i}`, { durable: true, arguments: { 'x-queue-type': 'stream' } });
+    await conf.bindQueue(`cmp-ss-${i}`, 'cmp-ss', String(i), { 'x-stream-partition-order': i });
+  }
+  for (let i = 0; i < 3; i++) conf.sendToQueue('cmp-sq', Buffer.from(`s${i}`));
+  conf.publish('cmp-ss', '1', Buffer.from('p1'));
+  await conf.waitForConfirms();
+  await conf.close();
   const sub = await conn.createChannel();
   await sub.prefetch(1);
   await sub.consume('cmp-q', () => undefined, { consumerTag: 'cmp-tag' });
@@ -181,6 +193,13 @@ const CASES = [
   ['/api/health/checks/protocol-listener/amqp'],
   ['/api/health/checks/protocol-listener/stomp'],
   ['/api/health/checks/port-listener/1'],
+  ['/api/queues', (x) => x.name === 'cmp-sq'],
+  ['/api/queues/%2F/cmp-sq'],
+  ['/api/queues', (x) => x.name === 'cmp-ss-0'],
+  ['/api/queues/%2F/cmp-ss-1'],
+  ['/api/queues/%2F/cmp-ss'],
+  ['/api/exchanges/%2F/cmp-ss/bindings/source'],
+  ['/api/bindings', (x) => x.source === 'cmp-ss'],
   ['/api/queues/%2F/no-such-queue'],
   ['/api/queues/no-such-vhost/cmp-q'],
 ];
@@ -246,6 +265,42 @@ try {
     }
     compare(path, pick(r.json, pred ?? (() => true)), pick(f.json, pred ?? (() => true)));
   }
+  // The stream queues' figures and the partition bindings, value by value (not only names and types).
+  const streamFigures = async (base) => {
+    const qs = (await get(base, '/api/queues')).json;
+    const out = {};
+    for (const n of ['cmp-sq', 'cmp-ss-0', 'cmp-ss-1']) {
+      const q = qs.find((x) => x.name === n);
+      out[n] = q && {
+        type: q.type,
+        arguments: q.arguments,
+        durable: q.durable,
+        messages: q.messages,
+        ready: q.messages_ready,
+        unacked: q.messages_unacknowledged,
+      };
+    }
+    out.listed = qs.filter((x) => x.name.startsWith('cmp-s')).map((x) => x.name);
+    out.bindings = (await get(base, '/api/exchanges/%2F/cmp-ss/bindings/source')).json.map((b) => [
+      b.destination,
+      b.destination_type,
+      b.routing_key,
+      b.arguments,
+    ]);
+    const d = (await get(base, '/api/definitions')).json;
+    out.definitions = d.queues
+      .filter((x) => x.name.startsWith('cmp-s'))
+      .map((x) => [x.name, x.arguments])
+      .sort();
+    out.definitionBindings = d.bindings.filter((x) => x.source === 'cmp-ss').map((x) => [x.destination, x.destination_type, x.arguments]);
+    return out;
+  };
+  const [rs, fs] = [await streamFigures(rabbitHttp), await streamFigures(flowHttp)];
+  for (const k of Object.keys(rs)) {
+    const same = JSON.stringify(rs[k]) === JSON.stringify(fs[k]);
+    diffs.push(`stream figures ${k}: RabbitMQ ${JSON.stringify(rs[k])}, FlowMQ ${same ? 'the same' : JSON.stringify(fs[k])}`);
+    if (!same) hardFailures++;
+  }
   // Status codes of the write calls.
   const writes = [
     ['PUT', '/api/queues/%2F/cmp-w', { durable: true }],
@@ -260,6 +315,10 @@ try {
     ['DELETE', '/api/queues/%2F/cmp-w'],
     ['DELETE', '/api/queues/%2F/cmp-w'],
     ['DELETE', '/api/exchanges/%2F/cmp-wx'],
+    ['DELETE', '/api/queues/%2F/cmp-ss-0'],
+    ['GET', '/api/queues/%2F/cmp-ss-0'],
+    ['DELETE', '/api/queues/%2F/cmp-sq'],
+    ['DELETE', '/api/queues/%2F/cmp-sq'],
     // Users, permissions, policies and definitions (the calls of docs/amqp.md "Users, permissions, policies").
     ['PUT', '/api/users/cmp-u', { password: 'cmp-pw', tags: 'monitoring' }],
     ['PUT', '/api/users/cmp-u', { password: 'cmp-pw', tags: ['monitoring', 'policymaker'] }],
