@@ -7,8 +7,11 @@
  * deliveries not acked yet (in first-delivery order, so its first key is the lowest), `acked` the sequences above
  * the ack floor acked out of order. The ack floor is derived: one below the lowest pending sequence, or one below
  * the cursor. What survives a restart is the ack floor, the out-of-order acks and the highest delivered sequence
- * (ConsumerStateStore): at start the cursor goes back to the floor, and everything delivered but not acked is
- * delivered again (at least once; the delivery count starts over, as the store keeps no per-message counts).
+ * (ConsumerStateStore), with the delivery counts above 1 of the deliveries not acked yet (`rdc`, carried in the
+ * stored configuration under DELIVERIES_KEY as flat [seq, count, ...] pairs: the store keeps the config as opaque
+ * JSON). At start the cursor goes back to the floor, and everything delivered but not acked is delivered again (at
+ * least once), counted on from its stored count (2 for one delivered once); one that reached max_deliver is not
+ * delivered again.
  *
  * Messages are not kept in memory while they wait for an ack: a redelivery reads the stream again.
  */
@@ -136,11 +139,19 @@ export class Consumer {
     this.cseq = state.deliveredConsumerSeq;
     this.replayUpTo = state.deliveredSeq;
     for (const s of state.acked) if (s > state.ackFloor) this.acked.add(s);
-    const stored = config as ConsumerConfig & { [SINCE_KEY]?: unknown };
-    if (stored[SINCE_KEY] !== undefined) {
-      // A configuration loaded from the store: `since` out of it (see record()).
-      const { [SINCE_KEY]: since, ...rest } = stored;
+    const stored = config as ConsumerConfig & { [SINCE_KEY]?: unknown; [DELIVERIES_KEY]?: unknown };
+    if (stored[SINCE_KEY] !== undefined || stored[DELIVERIES_KEY] !== undefined) {
+      // A configuration loaded from the store: `since` and the delivery counts out of it (see record()).
+      const { [SINCE_KEY]: since, [DELIVERIES_KEY]: counts, ...rest } = stored;
       if (typeof since === 'number' && Number.isSafeInteger(since)) this.since = since;
+      if (Array.isArray(counts)) {
+        for (let i = 0; i + 1 < counts.length; i += 2) {
+          const seq: unknown = counts[i];
+          const n: unknown = counts[i + 1];
+          if (typeof seq !== 'number' || typeof n !== 'number' || !Number.isSafeInteger(seq) || !Number.isSafeInteger(n)) continue;
+          if (seq > state.ackFloor && seq <= state.deliveredSeq && n > 1 && !this.acked.has(seq)) this.rdc.set(seq, n);
+        }
+      }
       config = rest;
     }
     this.setConfig(config);
@@ -210,11 +221,17 @@ export class Consumer {
   record(): ConsumerRecord {
     const floor = this.ackFloor;
     const acked = [...this.acked].filter((s) => s > floor).sort((a, b) => a - b);
+    const counts: number[] = [];
+    for (const seq of [...this.rdc.keys()].sort((a, b) => a - b)) if (seq > floor) counts.push(seq, this.rdc.get(seq) as number);
+    const extra: Record<string, unknown> = {};
+    if (this.since > 0) extra[SINCE_KEY] = this.since;
+    if (counts.length > 0) extra[DELIVERIES_KEY] = counts;
     return {
       stream: this.stream,
       name: this.name,
-      // `since` rides with the configuration (the store keeps it as opaque JSON); taken out again when loaded.
-      config: JSON.stringify(this.since > 0 ? { ...this.config, [SINCE_KEY]: this.since } : this.config),
+      // `since` and the delivery counts ride with the configuration (the store keeps it as opaque JSON); taken out
+      // again when loaded.
+      config: JSON.stringify({ ...this.config, ...extra }),
       createdAt: this.created,
       deliveredSeq: this.deliveredSeq,
       deliveredConsumerSeq: this.cseq,
@@ -336,6 +353,7 @@ export class Consumer {
           deliveries: p.deliveries,
         });
         this.pending.delete(seq);
+        this.rdc.delete(seq);
         this.acked.add(seq);
         this.host.changed(this);
         this.host.consumed(this, seq);
@@ -565,14 +583,35 @@ export class Consumer {
       }
       const head = this.buffer[this.bufAt];
       if (head.seq > this.cursor) this.cursor = head.seq;
-      if (this.acked.has(head.seq) || !this.accepts(head.msg) || this.skips(head.seq)) {
+      if (this.acked.has(head.seq) || !this.accepts(head.msg) || this.skips(head.seq) || this.exhausted(head.seq)) {
         this.cursor = head.seq + 1;
         this.bufAt++;
+        this.rdc.delete(head.seq);
         this.host.changed(this);
         continue;
       }
       return { seq: head.seq, msg: head.msg, redelivery: false };
     }
+  }
+
+  /**
+   * A delivery of a previous run (before a restart) that reached max_deliver: done with, as when its ack wait ends
+   * (the advisory then, and the consumer passes it).
+   */
+  private exhausted(seq: number): boolean {
+    const max = this.config.max_deliver;
+    if (!(max > 0) || seq > this.replayUpTo || this.pending.has(seq)) return false;
+    const deliveries = this.rdc.get(seq) ?? 1;
+    if (deliveries < max) return false;
+    this.host.advise(`CONSUMER.MAX_DELIVERIES.${this.stream}.${this.name}`, 'max_deliver', {
+      stream: this.stream,
+      consumer: this.name,
+      stream_seq: seq,
+      deliveries,
+    });
+    this.acked.add(seq);
+    this.host.consumed(this, seq);
+    return true;
   }
 
   /** Not to be delivered: deleted (stream-view.ts), or not a subject's last while deliver last_per_subject. */
@@ -618,7 +657,8 @@ export class Consumer {
       p.cseq = this.cseq;
       deliveries = p.deliveries;
     } else {
-      deliveries = seq <= this.replayUpTo ? 2 : 1;
+      // After a restart: counted on from the stored count (1 when none was stored: delivered once).
+      deliveries = seq <= this.replayUpTo ? (this.rdc.get(seq) ?? 1) + 1 : 1;
       p = { cseq: this.cseq, deliveries, deadline: 0, ts: stored.timestamp };
       if (this.config.ack_policy !== 'none') this.pending.set(seq, p);
       // Without acks a delivered message is done with (nats-server: interest and workqueue streams drop it).
@@ -667,6 +707,8 @@ export class Consumer {
 
 /** The key under which a stored consumer configuration carries `since` (not part of nats-server's config). */
 export const SINCE_KEY = 'flowmq_interest_since';
+/** The key under which it carries the delivery counts above 1 of unacked deliveries, flat [seq, count, ...]. */
+export const DELIVERIES_KEY = 'flowmq_deliveries';
 
 function ownTopic(stream: string): string {
   return stream.split('.').join('/');
