@@ -4,7 +4,7 @@
  */
 import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { AckPolicy, connect, StringCodec, type JsMsg, type NatsConnection } from 'nats';
+import { AckPolicy, connect, nanos, StringCodec, type JsMsg, type NatsConnection } from 'nats';
 import { FlowmqProcess } from './harness.js';
 
 const sc = StringCodec();
@@ -68,6 +68,48 @@ describe('e2e: a durable JetStream consumer over a restart', () => {
     for (const m of after.msgs) await m.ackAck();
     const done = await (await nc.jetstreamManager()).consumers.info('DR', 'c');
     assert.deepEqual([done.num_ack_pending, done.num_redelivered, done.ack_floor.stream_seq], [0, 0, 4]);
+    await nc.close();
+  });
+});
+
+describe('e2e: a duplicate window over a restart', () => {
+  let broker: FlowmqProcess;
+  after(async () => {
+    await broker?.stop();
+    broker?.cleanup();
+  });
+
+  it('keeps its length and its ids: a retried Nats-Msg-Id is still a duplicate, not stored twice', async () => {
+    broker = await FlowmqProcess.start();
+    let nc = await connect({ servers: broker.natsServer });
+    const jsm = await nc.jetstreamManager();
+    await jsm.streams.add({ name: 'DW', subjects: ['dw.>'], duplicate_window: nanos(60_000) });
+    await jsm.streams.add({ name: 'DX', subjects: ['dx.>'], duplicate_window: nanos(400) });
+    const js = nc.jetstream();
+    const t0 = Date.now();
+    const ack = (a: { seq: number; duplicate: boolean }) => [a.seq, a.duplicate];
+    assert.deepEqual(ack(await js.publish('dx.1', sc.encode('x'), { msgID: 'x' })), [1, false]);
+    assert.deepEqual(ack(await js.publish('dw.1', sc.encode('a'), { msgID: 'a' })), [1, false]);
+    assert.deepEqual(ack(await js.publish('dw.2', sc.encode('b'), { msgID: 'b' })), [2, false]);
+    assert.deepEqual(ack(await js.publish('dw.3', sc.encode('plain'))), [3, false]);
+    assert.deepEqual(ack(await js.publish('dw.1', sc.encode('a'), { msgID: 'a' })), [1, true]);
+    await nc.close();
+
+    broker = await broker.restart();
+    nc = await connect({ servers: broker.natsServer });
+    const jsm2 = await nc.jetstreamManager();
+    const js2 = nc.jetstream();
+    assert.equal((await jsm2.streams.info('DW')).config.duplicate_window, nanos(60_000));
+    assert.equal((await jsm2.streams.info('DX')).config.duplicate_window, nanos(400));
+    assert.deepEqual(ack(await js2.publish('dw.1', sc.encode('a'), { msgID: 'a' })), [1, true]);
+    assert.deepEqual(ack(await js2.publish('dw.2', sc.encode('b'), { msgID: 'b' })), [2, true]);
+    assert.deepEqual(ack(await js2.publish('dw.4', sc.encode('c'), { msgID: 'c' })), [4, false]);
+    // The last id is known again (Nats-Expected-Last-Msg-Id).
+    assert.deepEqual(ack(await js2.publish('dw.5', sc.encode('d'), { msgID: 'd', expect: { lastMsgID: 'c' } })), [5, false]);
+    assert.equal((await jsm2.streams.info('DW')).state.messages, 5);
+    // An id leaves the window when its record's time is past it, restart or not.
+    while (Date.now() - t0 < 600) await new Promise((r) => setTimeout(r, 50));
+    assert.deepEqual(ack(await js2.publish('dx.1', sc.encode('x'), { msgID: 'x' })), [2, false]);
     await nc.close();
   });
 });
