@@ -48,6 +48,8 @@ export interface ConsumerHost {
   advise(what: string, type: string, body: Record<string, unknown>): void;
   /** The consumer is done with `seq` (acked, terminated, delivered without acks): workqueue and interest streams. */
   consumed(c: Consumer, seq: number): void;
+  /** Cluster mode (non-null): push flow control is off (an answer may reach another broker). */
+  readonly cluster: object | null;
 }
 
 /** deliver_policy last_per_subject: up to `until`, only these sequences (each subject's last when created). */
@@ -91,6 +93,12 @@ export interface PullRequest {
 const READ_BYTES = 256 * 1024;
 /** Longest wait for new records before looking again. */
 const WAIT_MS = 5000;
+/**
+ * Push flow control (flow_control: true): payload bytes a push consumer may have delivered and not confirmed by an
+ * answered flow-control request. A request goes out at half of it; deliveries pause at all of it until answered.
+ */
+export const FLOW_WINDOW_BYTES = 1024 * 1024;
+let flowIds = 0;
 
 export class Consumer {
   cursor: number;
@@ -125,6 +133,10 @@ export class Consumer {
   private pumping = false;
   private again = false;
   private waitingForData = false;
+  /** Push flow control: payload bytes delivered and not confirmed yet. */
+  private flowBytes = 0;
+  /** The flow-control request waiting for its answer (`$JS.FC.<stream>.<consumer>.<id>`), and the bytes it confirms. */
+  private flowOpen: { subject: string; bytes: number } | null = null;
 
   constructor(
     private readonly host: ConsumerHost,
@@ -313,8 +325,13 @@ export class Consumer {
   tick(now: number): void {
     for (const req of this.waiting.slice()) {
       if (req.push === true) {
-        // Deliveries wait for interest on the deliver subject; look again now and then.
-        if (!this.host.engine.hasLiveSubscribers(req.reply)) continue;
+        // Deliveries wait for interest on the deliver subject; look again now and then. Nothing is in flight to
+        // nobody: flow control starts over with the next listener.
+        if (!this.host.engine.hasLiveSubscribers(req.reply)) {
+          this.flowBytes = 0;
+          this.flowOpen = null;
+          continue;
+        }
         this.lastActive = now;
         this.pump();
       }
@@ -328,6 +345,8 @@ export class Consumer {
             headers: [
               { key: 'Nats-Last-Consumer', value: Buffer.from(String(this.cseq)) },
               { key: 'Nats-Last-Stream', value: Buffer.from(String(this.lastDelivered)) },
+              // A flow-control request not answered (lost, or sent before the client listened): named again.
+              ...(req.push === true && this.flowOpen !== null ? [{ key: 'Nats-Consumer-Stalled', value: Buffer.from(this.flowOpen.subject) }] : []),
             ],
           }),
           req.origin,
@@ -492,6 +511,7 @@ export class Consumer {
         if (req === undefined) break;
         // A push consumer nobody listens to keeps its messages (the ticker looks for interest again).
         if (req.push === true && !this.host.engine.hasLiveSubscribers(req.reply)) break;
+        if (req.push === true && this.flowStalled) break;
         if (req.push !== true && this.lapsed(req)) continue;
         this.deliver(req, next.seq, next.msg, next.redelivery);
       }
@@ -503,7 +523,7 @@ export class Consumer {
         if (req.delivered === 0) this.finish(req, '404 No Messages', false);
         else this.finish(req, '408 Request Timeout', true);
       }
-      if (this.waiting.length > 0 && !this.again && !(this.waiting[0].push === true && !this.pushBound)) this.waitForData();
+      if (this.waiting.length > 0 && !this.again && !(this.waiting[0].push === true && (!this.pushBound || this.flowStalled))) this.waitForData();
     } while (this.again && !this.closed);
   }
 
@@ -689,7 +709,36 @@ export class Consumer {
     }
     this.lastActive = now;
     this.host.send(out, req.origin);
+    if (req.push === true && this.flowControlled) this.flowCount(req, stored.payload.length);
     this.host.changed(this);
+  }
+
+  private get flowControlled(): boolean {
+    return this.config.flow_control === true && this.host.cluster === null;
+  }
+
+  /** Push flow control: deliveries wait for the open request's answer. */
+  private get flowStalled(): boolean {
+    return this.flowOpen !== null && this.flowBytes >= FLOW_WINDOW_BYTES;
+  }
+
+  /** After a push delivery of `bytes`: a flow-control request once half the window is used (nats-server's). */
+  private flowCount(req: PullRequest, bytes: number): void {
+    this.flowBytes += bytes;
+    if (this.flowOpen !== null || this.flowBytes < FLOW_WINDOW_BYTES / 2) return;
+    const subject = `$JS.FC.${this.stream}.${this.name}.${(++flowIds).toString(36)}`;
+    this.flowOpen = { subject, bytes: this.flowBytes };
+    this.host.send(makeMessage(req.reply, Buffer.alloc(0), { status: '100 FlowControl Request', responseTopic: dotsToUnified(subject) }));
+  }
+
+  /** A message on `$JS.FC.<stream>.<consumer>.<id>`: the open request answered, deliveries go on. */
+  flowAnswer(subject: string): void {
+    const open = this.flowOpen;
+    if (open === null || open.subject !== subject) return;
+    this.flowOpen = null;
+    this.flowBytes = Math.max(0, this.flowBytes - open.bytes);
+    this.lastActive = Date.now();
+    this.pump();
   }
 
   private numPendingAfter(): number {

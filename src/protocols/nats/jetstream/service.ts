@@ -85,6 +85,8 @@ export class JetStream extends JetStreamState implements Subscriber, JetStreamPu
     this.syncSources();
     this.subs.push(this.engine.subscribe('$JS.API.>', this, { qos: 0, rule: 'nats', local: true }));
     this.subs.push(this.engine.subscribe('$JS.ACK.>', this, { qos: 0, rule: 'nats', local: true }));
+    // Answers to push consumers' flow-control requests (consumer.ts; a single broker only).
+    if (this.cluster === null) this.subs.push(this.engine.subscribe('$JS.FC.>', this, { qos: 0, rule: 'nats', local: true }));
     this.ticker = setInterval(() => this.tick(), this.tickMs);
     this.ticker.unref();
   }
@@ -145,6 +147,14 @@ export class JetStream extends JetStreamState implements Subscriber, JetStreamPu
         if (this.denied(access, [{ actions: ['subscribe'], kind: 'group', name: t[1] }]) !== null) return;
       }
       onAck(this, levels, body, msg.responseTopic);
+      return;
+    }
+    if (levels[1] === 'FC') {
+      // $JS/FC/<stream>/<consumer>/<id>: a push consumer's flow-control request answered.
+      if (levels.length !== 5) return;
+      const t = levelsToTokens(levels);
+      if (access !== null && this.denied(access, [{ actions: ['subscribe'], kind: 'group', name: t[3] }]) !== null) return;
+      this.getConsumer(t[2], t[3])?.flowAnswer(t.join('.'));
       return;
     }
     const reply = msg.responseTopic;
