@@ -57,12 +57,16 @@ export function kick(conn: NatsConnectionState, reason: string): void {
 }
 
 /**
- * May this connection publish on `topic`? JetStream API and ack subjects are not topics a policy names: with
+ * May this connection publish on `topic`? JetStream API, ack and flow-control subjects are not topics a policy names: with
  * JetStream on, the service checks each request against the stream and consumer it acts on (`subscribe
  * stream:`, `create stream:`, ...), so they pass here; except for a user JWT, whose subject permissions cover them.
  */
 export function mayPublish(conn: NatsConnectionState, topic: string): boolean {
-  if (conn.adapter.hasJetStream && topic.charCodeAt(0) === 0x24 && (topic.startsWith('$JS/API/') || topic.startsWith('$JS/ACK/'))) {
+  if (
+    conn.adapter.hasJetStream &&
+    topic.charCodeAt(0) === 0x24 &&
+    (topic.startsWith('$JS/API/') || topic.startsWith('$JS/ACK/') || topic.startsWith('$JS/FC/'))
+  ) {
     // A user JWT's permissions name subjects, the JetStream API's too (as nats-server checks them): checked as topics.
     return conn.access.principal.own === undefined || conn.access.can('publish', 'topic', topic);
   }

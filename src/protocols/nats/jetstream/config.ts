@@ -1,8 +1,8 @@
 /**
  * JetStream consumer configuration (nats-server 2.9's ConsumerConfig, JSON field names) as FlowMQ accepts it:
  * validation with nats-server's errors, defaults as nats-server fills them, and the JSON rendering in nats-server's
- * field order. Pull consumers, and push consumers (deliver_subject) without flow control requests (flow_control is
- * accepted: FlowMQ bounds a push consumer by max_ack_pending and the connection's own slow-consumer limit).
+ * field order. Pull consumers, and push consumers (deliver_subject), with flow-control requests when flow_control is
+ * set (consumer.ts; not in cluster mode, where max_ack_pending and the connection's slow-consumer limit bound them).
  */
 import { JsErr, type ApiError } from './errors.js';
 import { isValidApiName, subjectsCollide } from './subjects.js';

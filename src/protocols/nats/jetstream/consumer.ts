@@ -7,8 +7,11 @@
  * deliveries not acked yet (in first-delivery order, so its first key is the lowest), `acked` the sequences above
  * the ack floor acked out of order. The ack floor is derived: one below the lowest pending sequence, or one below
  * the cursor. What survives a restart is the ack floor, the out-of-order acks and the highest delivered sequence
- * (ConsumerStateStore): at start the cursor goes back to the floor, and everything delivered but not acked is
- * delivered again (at least once; the delivery count starts over, as the store keeps no per-message counts).
+ * (ConsumerStateStore), with the delivery counts above 1 of the deliveries not acked yet (`rdc`, carried in the
+ * stored configuration under DELIVERIES_KEY as flat [seq, count, ...] pairs: the store keeps the config as opaque
+ * JSON). At start the cursor goes back to the floor, and everything delivered but not acked is delivered again (at
+ * least once), counted on from its stored count (2 for one delivered once); one that reached max_deliver is not
+ * delivered again.
  *
  * Messages are not kept in memory while they wait for an ack: a redelivery reads the stream again.
  */
@@ -45,6 +48,8 @@ export interface ConsumerHost {
   advise(what: string, type: string, body: Record<string, unknown>): void;
   /** The consumer is done with `seq` (acked, terminated, delivered without acks): workqueue and interest streams. */
   consumed(c: Consumer, seq: number): void;
+  /** Cluster mode (non-null): push flow control is off (an answer may reach another broker). */
+  readonly cluster: object | null;
 }
 
 /** deliver_policy last_per_subject: up to `until`, only these sequences (each subject's last when created). */
@@ -88,6 +93,12 @@ export interface PullRequest {
 const READ_BYTES = 256 * 1024;
 /** Longest wait for new records before looking again. */
 const WAIT_MS = 5000;
+/**
+ * Push flow control (flow_control: true): payload bytes a push consumer may have delivered and not confirmed by an
+ * answered flow-control request. A request goes out at half of it; deliveries pause at all of it until answered.
+ */
+export const FLOW_WINDOW_BYTES = 1024 * 1024;
+let flowIds = 0;
 
 export class Consumer {
   cursor: number;
@@ -122,6 +133,10 @@ export class Consumer {
   private pumping = false;
   private again = false;
   private waitingForData = false;
+  /** Push flow control: payload bytes delivered and not confirmed yet. */
+  private flowBytes = 0;
+  /** The flow-control request waiting for its answer (`$JS.FC.<stream>.<consumer>.<id>`), and the bytes it confirms. */
+  private flowOpen: { subject: string; bytes: number } | null = null;
 
   constructor(
     private readonly host: ConsumerHost,
@@ -136,11 +151,19 @@ export class Consumer {
     this.cseq = state.deliveredConsumerSeq;
     this.replayUpTo = state.deliveredSeq;
     for (const s of state.acked) if (s > state.ackFloor) this.acked.add(s);
-    const stored = config as ConsumerConfig & { [SINCE_KEY]?: unknown };
-    if (stored[SINCE_KEY] !== undefined) {
-      // A configuration loaded from the store: `since` out of it (see record()).
-      const { [SINCE_KEY]: since, ...rest } = stored;
+    const stored = config as ConsumerConfig & { [SINCE_KEY]?: unknown; [DELIVERIES_KEY]?: unknown };
+    if (stored[SINCE_KEY] !== undefined || stored[DELIVERIES_KEY] !== undefined) {
+      // A configuration loaded from the store: `since` and the delivery counts out of it (see record()).
+      const { [SINCE_KEY]: since, [DELIVERIES_KEY]: counts, ...rest } = stored;
       if (typeof since === 'number' && Number.isSafeInteger(since)) this.since = since;
+      if (Array.isArray(counts)) {
+        for (let i = 0; i + 1 < counts.length; i += 2) {
+          const seq: unknown = counts[i];
+          const n: unknown = counts[i + 1];
+          if (typeof seq !== 'number' || typeof n !== 'number' || !Number.isSafeInteger(seq) || !Number.isSafeInteger(n)) continue;
+          if (seq > state.ackFloor && seq <= state.deliveredSeq && n > 1 && !this.acked.has(seq)) this.rdc.set(seq, n);
+        }
+      }
       config = rest;
     }
     this.setConfig(config);
@@ -210,11 +233,17 @@ export class Consumer {
   record(): ConsumerRecord {
     const floor = this.ackFloor;
     const acked = [...this.acked].filter((s) => s > floor).sort((a, b) => a - b);
+    const counts: number[] = [];
+    for (const seq of [...this.rdc.keys()].sort((a, b) => a - b)) if (seq > floor) counts.push(seq, this.rdc.get(seq) as number);
+    const extra: Record<string, unknown> = {};
+    if (this.since > 0) extra[SINCE_KEY] = this.since;
+    if (counts.length > 0) extra[DELIVERIES_KEY] = counts;
     return {
       stream: this.stream,
       name: this.name,
-      // `since` rides with the configuration (the store keeps it as opaque JSON); taken out again when loaded.
-      config: JSON.stringify(this.since > 0 ? { ...this.config, [SINCE_KEY]: this.since } : this.config),
+      // `since` and the delivery counts ride with the configuration (the store keeps it as opaque JSON); taken out
+      // again when loaded.
+      config: JSON.stringify({ ...this.config, ...extra }),
       createdAt: this.created,
       deliveredSeq: this.deliveredSeq,
       deliveredConsumerSeq: this.cseq,
@@ -296,8 +325,13 @@ export class Consumer {
   tick(now: number): void {
     for (const req of this.waiting.slice()) {
       if (req.push === true) {
-        // Deliveries wait for interest on the deliver subject; look again now and then.
-        if (!this.host.engine.hasLiveSubscribers(req.reply)) continue;
+        // Deliveries wait for interest on the deliver subject; look again now and then. Nothing is in flight to
+        // nobody: flow control starts over with the next listener.
+        if (!this.host.engine.hasLiveSubscribers(req.reply)) {
+          this.flowBytes = 0;
+          this.flowOpen = null;
+          continue;
+        }
         this.lastActive = now;
         this.pump();
       }
@@ -311,6 +345,8 @@ export class Consumer {
             headers: [
               { key: 'Nats-Last-Consumer', value: Buffer.from(String(this.cseq)) },
               { key: 'Nats-Last-Stream', value: Buffer.from(String(this.lastDelivered)) },
+              // A flow-control request not answered (lost, or sent before the client listened): named again.
+              ...(req.push === true && this.flowOpen !== null ? [{ key: 'Nats-Consumer-Stalled', value: Buffer.from(this.flowOpen.subject) }] : []),
             ],
           }),
           req.origin,
@@ -336,6 +372,7 @@ export class Consumer {
           deliveries: p.deliveries,
         });
         this.pending.delete(seq);
+        this.rdc.delete(seq);
         this.acked.add(seq);
         this.host.changed(this);
         this.host.consumed(this, seq);
@@ -474,6 +511,7 @@ export class Consumer {
         if (req === undefined) break;
         // A push consumer nobody listens to keeps its messages (the ticker looks for interest again).
         if (req.push === true && !this.host.engine.hasLiveSubscribers(req.reply)) break;
+        if (req.push === true && this.flowStalled) break;
         if (req.push !== true && this.lapsed(req)) continue;
         this.deliver(req, next.seq, next.msg, next.redelivery);
       }
@@ -485,7 +523,7 @@ export class Consumer {
         if (req.delivered === 0) this.finish(req, '404 No Messages', false);
         else this.finish(req, '408 Request Timeout', true);
       }
-      if (this.waiting.length > 0 && !this.again && !(this.waiting[0].push === true && !this.pushBound)) this.waitForData();
+      if (this.waiting.length > 0 && !this.again && !(this.waiting[0].push === true && (!this.pushBound || this.flowStalled))) this.waitForData();
     } while (this.again && !this.closed);
   }
 
@@ -565,14 +603,35 @@ export class Consumer {
       }
       const head = this.buffer[this.bufAt];
       if (head.seq > this.cursor) this.cursor = head.seq;
-      if (this.acked.has(head.seq) || !this.accepts(head.msg) || this.skips(head.seq)) {
+      if (this.acked.has(head.seq) || !this.accepts(head.msg) || this.skips(head.seq) || this.exhausted(head.seq)) {
         this.cursor = head.seq + 1;
         this.bufAt++;
+        this.rdc.delete(head.seq);
         this.host.changed(this);
         continue;
       }
       return { seq: head.seq, msg: head.msg, redelivery: false };
     }
+  }
+
+  /**
+   * A delivery of a previous run (before a restart) that reached max_deliver: done with, as when its ack wait ends
+   * (the advisory then, and the consumer passes it).
+   */
+  private exhausted(seq: number): boolean {
+    const max = this.config.max_deliver;
+    if (!(max > 0) || seq > this.replayUpTo || this.pending.has(seq)) return false;
+    const deliveries = this.rdc.get(seq) ?? 1;
+    if (deliveries < max) return false;
+    this.host.advise(`CONSUMER.MAX_DELIVERIES.${this.stream}.${this.name}`, 'max_deliver', {
+      stream: this.stream,
+      consumer: this.name,
+      stream_seq: seq,
+      deliveries,
+    });
+    this.acked.add(seq);
+    this.host.consumed(this, seq);
+    return true;
   }
 
   /** Not to be delivered: deleted (stream-view.ts), or not a subject's last while deliver last_per_subject. */
@@ -618,7 +677,8 @@ export class Consumer {
       p.cseq = this.cseq;
       deliveries = p.deliveries;
     } else {
-      deliveries = seq <= this.replayUpTo ? 2 : 1;
+      // After a restart: counted on from the stored count (1 when none was stored: delivered once).
+      deliveries = seq <= this.replayUpTo ? (this.rdc.get(seq) ?? 1) + 1 : 1;
       p = { cseq: this.cseq, deliveries, deadline: 0, ts: stored.timestamp };
       if (this.config.ack_policy !== 'none') this.pending.set(seq, p);
       // Without acks a delivered message is done with (nats-server: interest and workqueue streams drop it).
@@ -649,7 +709,36 @@ export class Consumer {
     }
     this.lastActive = now;
     this.host.send(out, req.origin);
+    if (req.push === true && this.flowControlled) this.flowCount(req, stored.payload.length);
     this.host.changed(this);
+  }
+
+  private get flowControlled(): boolean {
+    return this.config.flow_control === true && this.host.cluster === null;
+  }
+
+  /** Push flow control: deliveries wait for the open request's answer. */
+  private get flowStalled(): boolean {
+    return this.flowOpen !== null && this.flowBytes >= FLOW_WINDOW_BYTES;
+  }
+
+  /** After a push delivery of `bytes`: a flow-control request once half the window is used (nats-server's). */
+  private flowCount(req: PullRequest, bytes: number): void {
+    this.flowBytes += bytes;
+    if (this.flowOpen !== null || this.flowBytes < FLOW_WINDOW_BYTES / 2) return;
+    const subject = `$JS.FC.${this.stream}.${this.name}.${(++flowIds).toString(36)}`;
+    this.flowOpen = { subject, bytes: this.flowBytes };
+    this.host.send(makeMessage(req.reply, Buffer.alloc(0), { status: '100 FlowControl Request', responseTopic: dotsToUnified(subject) }));
+  }
+
+  /** A message on `$JS.FC.<stream>.<consumer>.<id>`: the open request answered, deliveries go on. */
+  flowAnswer(subject: string): void {
+    const open = this.flowOpen;
+    if (open === null || open.subject !== subject) return;
+    this.flowOpen = null;
+    this.flowBytes = Math.max(0, this.flowBytes - open.bytes);
+    this.lastActive = Date.now();
+    this.pump();
   }
 
   private numPendingAfter(): number {
@@ -667,6 +756,8 @@ export class Consumer {
 
 /** The key under which a stored consumer configuration carries `since` (not part of nats-server's config). */
 export const SINCE_KEY = 'flowmq_interest_since';
+/** The key under which it carries the delivery counts above 1 of unacked deliveries, flat [seq, count, ...]. */
+export const DELIVERIES_KEY = 'flowmq_deliveries';
 
 function ownTopic(stream: string): string {
   return stream.split('.').join('/');

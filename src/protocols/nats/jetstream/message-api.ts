@@ -1,7 +1,7 @@
 /**
  * Messages of JetStream streams: the JetStream publish (a NATS publish with a reply subject, as nats-server's
  * stream.go processJetStreamMsg): expectations (Nats-Expected-Stream, -Last-Sequence, -Last-Msg-Id), duplicate
- * detection by Nats-Msg-Id within the stream's duplicate window (in memory), the core's publish, and the PubAck once
+ * detection by Nats-Msg-Id within the stream's duplicate window (in memory; dedup.ts rebuilds it at start), the core's publish, and the PubAck once
  * every capturing stream has the message durably (in cluster mode checked where the partition is written); and the
  * message API, STREAM.MSG.GET (by sequence or last by subject) and STREAM.MSG.DELETE (refused: FlowMQ streams do
  * not delete single messages).
@@ -24,6 +24,7 @@ import { retriable } from './cluster.js';
 import { JsErr, type ApiError } from './errors.js';
 import { DEFAULT_DUPLICATE_WINDOW_NS, firstMatching, isoTime, lastMatching } from './stream-info.js';
 import { subjectMatches } from './subjects.js';
+import { storedWindowNs } from './dedup.js';
 import { jsOptions, storedSize, type StreamView } from './stream-view.js';
 import { BAD_JSON, errText, isCount, JetStreamState, type Json, parseJson, typed } from './service-state.js';
 
@@ -262,7 +263,13 @@ export function capturing(js: JetStreamState, topic: string): StreamDef[] {
 }
 
 export function windowMs(js: JetStreamState, stream: string): number {
-  return (js.duplicateWindowNs.get(stream) ?? DEFAULT_DUPLICATE_WINDOW_NS) / 1e6;
+  // Cluster mode: a stream created through another broker has its length in its stored configs.
+  let ns = js.duplicateWindowNs.get(stream);
+  if (ns === undefined) {
+    const def = js.engine.getStream(stream)?.def;
+    ns = def === undefined ? DEFAULT_DUPLICATE_WINDOW_NS : storedWindowNs(def);
+  }
+  return ns / 1e6;
 }
 
 export function seenSeq(js: JetStreamState, stream: string, id: string, now: number): number | undefined {

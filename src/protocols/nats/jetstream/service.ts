@@ -9,8 +9,8 @@
  * consumers on single-partition streams, their state in the metastore's ConsumerStateStore (engine.store).
  *
  * JetStream publishes (a NATS publish with a reply subject) come through `publish`, called by the NATS connection:
- * duplicate detection by Nats-Msg-Id within the stream's duplicate window (kept in memory: empty again after a
- * restart), then the core's publish, then a PubAck to the reply subject once every capturing stream has the message
+ * duplicate detection by Nats-Msg-Id within the stream's duplicate window (kept in memory, rebuilt at start from
+ * the stream's recent records: dedup.ts), then the core's publish, then a PubAck to the reply subject once every capturing stream has the message
  * durably.
  *
  * The API is split as nats-server's is (see service-state.ts): this file is the subscriber, the authorization of
@@ -28,6 +28,7 @@ import { streamCreate, streamDelete, streamInfo, streamList, streamNames, stream
 import { directGet, msgDelete, msgGet, publishWith, storedTopic } from './message-api.js';
 import { consumerCreate, groupAdmin, consumerDelete, consumerInfoReq, consumerList, consumerNames, onAck, pullRequest } from './consumer-api.js';
 import { joinCluster, routeConsumer } from './service-cluster.js';
+import { rebuildWindows } from './dedup.js';
 
 export { MAX_CONSUMERS, type JetStreamAuthorizer, type JetStreamOptions } from './service-state.js';
 
@@ -73,10 +74,19 @@ export class JetStream extends JetStreamState implements Subscriber, JetStreamPu
     // forwards what another broker serves (see cluster.ts), so requests are never answered twice.
     // Views known from the start: JetStream publishes to their streams are tracked from the first one on.
     for (const d of this.engine.listStreams()) this.viewOf(d.name);
+    // Duplicate windows: their lengths, and the ids still inside them (dedup.ts), before any publish is taken.
+    try {
+      const ids = await rebuildWindows(this);
+      if (ids > 0) this.logger.debug({ ids }, 'JetStream duplicate windows rebuilt');
+    } catch (err) {
+      this.logger.warn({ err }, 'JetStream duplicate windows not rebuilt');
+    }
     this.refreshGuards();
     this.syncSources();
     this.subs.push(this.engine.subscribe('$JS.API.>', this, { qos: 0, rule: 'nats', local: true }));
     this.subs.push(this.engine.subscribe('$JS.ACK.>', this, { qos: 0, rule: 'nats', local: true }));
+    // Answers to push consumers' flow-control requests (consumer.ts; a single broker only).
+    if (this.cluster === null) this.subs.push(this.engine.subscribe('$JS.FC.>', this, { qos: 0, rule: 'nats', local: true }));
     this.ticker = setInterval(() => this.tick(), this.tickMs);
     this.ticker.unref();
   }
@@ -137,6 +147,14 @@ export class JetStream extends JetStreamState implements Subscriber, JetStreamPu
         if (this.denied(access, [{ actions: ['subscribe'], kind: 'group', name: t[1] }]) !== null) return;
       }
       onAck(this, levels, body, msg.responseTopic);
+      return;
+    }
+    if (levels[1] === 'FC') {
+      // $JS/FC/<stream>/<consumer>/<id>: a push consumer's flow-control request answered.
+      if (levels.length !== 5) return;
+      const t = levelsToTokens(levels);
+      if (access !== null && this.denied(access, [{ actions: ['subscribe'], kind: 'group', name: t[3] }]) !== null) return;
+      this.getConsumer(t[2], t[3])?.flowAnswer(t.join('.'));
       return;
     }
     const reply = msg.responseTopic;

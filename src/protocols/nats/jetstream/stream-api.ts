@@ -16,6 +16,7 @@ import {
   streamSubjects,
   type StreamSpecFromJs,
 } from './stream-info.js';
+import { keepWindow, WINDOW_KEY } from './dedup.js';
 import { filterToSubject, subjectsCollide, subjectToFilter } from './subjects.js';
 import { jsOptions, optionConfigs, type JsStreamOptions } from './stream-view.js';
 import { BAD_JSON, errText, isApiError, isCount, JetStreamState, type Json, LIST_LIMIT, NAMES_LIMIT, pageOffset, parseJson, typed } from './service-state.js';
@@ -71,7 +72,11 @@ export async function streamCreate(js: JetStreamState, name: string, body: strin
     if (err instanceof FlowError && err.code === 'ALREADY_EXISTS') return typed(T_, { error: JsErr.streamNameExist() });
     return typed(T_, { error: JsErr.streamCreate(errText(err)) });
   }
-  js.duplicateWindowNs.set(name, spec.duplicateWindowNs);
+  try {
+    def = await keepWindow(js, def, spec.duplicateWindowNs);
+  } catch (err) {
+    return typed(T_, { error: JsErr.streamCreate(errText(err)) });
+  }
   js.streamAction(name, 'create');
   return typed(T_, { ...(await streamInfoJson(js, def)), did_create: true });
 }
@@ -101,14 +106,14 @@ export async function streamUpdate(js: JetStreamState, name: string, body: strin
     if (!sameOptions(def, spec)) {
       // The stream's other configs (Kafka's, the delete rules) are kept; a new per-subject limit applies to what
       // the stream holds already, as in nats-server (the view is rebuilt from the log).
-      const keep = Object.fromEntries(Object.entries(def.configs ?? {}).filter(([k]) => !k.startsWith('nats.') || k === 'nats.deletes'));
+      const keep = Object.fromEntries(Object.entries(def.configs ?? {}).filter(([k]) => !k.startsWith('nats.') || k === 'nats.deletes' || k === WINDOW_KEY));
       const { name: _n, partitions: _p, bindings: _b, createdAt: _c, id: _i, ...settings } = def;
       def = await js.engine.setSettings(name, { ...settings, configs: { ...keep, ...optionConfigs(spec.options, []) } });
     }
+    def = await keepWindow(js, def, spec.duplicateWindowNs);
   } catch (err) {
     return typed(T_, { error: JsErr.streamUpdate(errText(err)) });
   }
-  js.duplicateWindowNs.set(name, spec.duplicateWindowNs);
   js.streamAction(name, 'modify');
   return typed(T_, await streamInfoJson(js, def));
 }
