@@ -5,7 +5,9 @@
  *   kept in the stream's stored configs under WINDOW_KEY, read back at start;
  * - its ids: not stored, but rebuilt at start from the headers of the stream's records still inside the window,
  *   reading at most the last `maxDedupIds` (200,000) records, the bound the window has in memory anyway. The ids
- *   keep their records' timestamps, so they leave the window when they would have without the restart.
+ *   keep their records' timestamps, so they leave the window when they would have without the restart. Only streams
+ *   marked with IDS_KEY are read (set once a publish with a Nats-Msg-Id reached the stream): a Kafka topic or MQTT
+ *   stream of 200,000 fresh records held the NATS listener of a restarting broker ~350 ms while it was read.
  *
  * Cluster mode keeps the window in the memory of the partition's owner (docs/nats.md): nothing is rebuilt there.
  */
@@ -15,6 +17,30 @@ import { DEFAULT_DUPLICATE_WINDOW_NS } from './stream-info.js';
 
 /** The stream config holding a non-default duplicate window, in ns. */
 export const WINDOW_KEY = 'nats.duplicate_window';
+
+/** Set (to "true") in a stream's configs once a publish with a Nats-Msg-Id reached it: its ids are rebuilt at start. */
+export const IDS_KEY = 'nats.msg_ids';
+
+/** Streams whose IDS_KEY is being written, per JetStream service (written once each). */
+const marking = new WeakMap<JetStreamState, Set<string>>();
+
+/** Marks `stream` as holding Nats-Msg-Ids (IDS_KEY), once; a failed write is logged and tried again by a later id. */
+export function markIds(js: JetStreamState, stream: string): void {
+  const e = js.engine.getStream(stream);
+  if (e === undefined || e.def.configs?.[IDS_KEY] === 'true' || js.cluster !== null) return;
+  let busy = marking.get(js);
+  if (!busy) marking.set(js, (busy = new Set()));
+  if (busy.has(stream)) return;
+  busy.add(stream);
+  const { name: _n, partitions: _p, bindings: _b, createdAt: _c, id: _i, ...settings } = e.def;
+  js.engine.setSettings(stream, { ...settings, configs: { ...(e.def.configs ?? {}), [IDS_KEY]: 'true' } }).then(
+    () => busy.delete(stream),
+    (err: unknown) => {
+      busy.delete(stream);
+      js.logger.warn({ err, stream }, 'JetStream: the mark of a stream holding message ids was not stored');
+    },
+  );
+}
 
 /** Bytes read per step while rebuilding. */
 const READ_BYTES = 1024 * 1024;
@@ -46,7 +72,7 @@ export async function rebuildWindows(js: JetStreamState): Promise<number> {
   for (const d of js.engine.listStreams()) {
     const ns = storedWindowNs(d);
     js.duplicateWindowNs.set(d.name, ns);
-    if (d.partitions !== 1 || js.cluster !== null) continue;
+    if (d.partitions !== 1 || js.cluster !== null || d.configs?.[IDS_KEY] !== 'true') continue;
     found += await rebuildIds(js, d.name, ns / 1e6);
   }
   return found;

@@ -24,7 +24,7 @@ import { retriable } from './cluster.js';
 import { JsErr, type ApiError } from './errors.js';
 import { DEFAULT_DUPLICATE_WINDOW_NS, firstMatching, isoTime, lastMatching } from './stream-info.js';
 import { subjectMatches } from './subjects.js';
-import { storedWindowNs } from './dedup.js';
+import { markIds, storedWindowNs } from './dedup.js';
 import { jsOptions, storedSize, type StreamView } from './stream-view.js';
 import { BAD_JSON, errText, isCount, JetStreamState, type Json, parseJson, typed } from './service-state.js';
 
@@ -280,6 +280,7 @@ export function seenSeq(js: JetStreamState, stream: string, id: string, now: num
 }
 
 export function remember(js: JetStreamState, stream: string, id: string, seq: number, now: number): void {
+  markIds(js, stream);
   let ids = js.dedup.get(stream);
   if (!ids) js.dedup.set(stream, (ids = new Map<string, { seq: number; at: number }>()));
   ids.delete(id);

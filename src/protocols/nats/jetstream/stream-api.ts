@@ -16,7 +16,7 @@ import {
   streamSubjects,
   type StreamSpecFromJs,
 } from './stream-info.js';
-import { keepWindow, WINDOW_KEY } from './dedup.js';
+import { IDS_KEY, keepWindow, WINDOW_KEY } from './dedup.js';
 import { filterToSubject, subjectsCollide, subjectToFilter } from './subjects.js';
 import { jsOptions, optionConfigs, type JsStreamOptions } from './stream-view.js';
 import { BAD_JSON, errText, isApiError, isCount, JetStreamState, type Json, LIST_LIMIT, NAMES_LIMIT, pageOffset, parseJson, typed } from './service-state.js';
@@ -106,7 +106,9 @@ export async function streamUpdate(js: JetStreamState, name: string, body: strin
     if (!sameOptions(def, spec)) {
       // The stream's other configs (Kafka's, the delete rules) are kept; a new per-subject limit applies to what
       // the stream holds already, as in nats-server (the view is rebuilt from the log).
-      const keep = Object.fromEntries(Object.entries(def.configs ?? {}).filter(([k]) => !k.startsWith('nats.') || k === 'nats.deletes' || k === WINDOW_KEY));
+      const keep = Object.fromEntries(
+        Object.entries(def.configs ?? {}).filter(([k]) => !k.startsWith('nats.') || k === 'nats.deletes' || k === WINDOW_KEY || k === IDS_KEY),
+      );
       const { name: _n, partitions: _p, bindings: _b, createdAt: _c, id: _i, ...settings } = def;
       def = await js.engine.setSettings(name, { ...settings, configs: { ...keep, ...optionConfigs(spec.options, []) } });
     }
