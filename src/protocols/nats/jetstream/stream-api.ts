@@ -16,19 +16,57 @@ import {
   streamSubjects,
   type StreamSpecFromJs,
 } from './stream-info.js';
+import { subjectTotals } from './subject-tally.js';
 import { filterToSubject, subjectsCollide, subjectToFilter } from './subjects.js';
 import { jsOptions, optionConfigs, type JsStreamOptions } from './stream-view.js';
 import { BAD_JSON, errText, isApiError, isCount, JetStreamState, type Json, LIST_LIMIT, NAMES_LIMIT, pageOffset, parseJson, typed } from './service-state.js';
 
-export async function streamInfoJson(js: JetStreamState, def: StreamDef): Promise<Json> {
+/** What a STREAM.INFO request may ask for beyond the stream (nats-server's JSApiStreamInfoRequest). */
+export interface InfoRequest {
+  /** Report `state.subjects`: the messages per subject matching this NATS subject filter. */
+  subjectsFilter: string;
+  /** Skip the first `offset` of those subjects (sorted), as nats-server pages them. */
+  offset: number;
+}
+
+/** At most this many subjects in one answer (nats-server's JSMaxSubjectDetails); `offset` pages on. */
+export const SUBJECTS_LIMIT = 100_000;
+
+export async function streamInfoJson(js: JetStreamState, def: StreamDef, req: InfoRequest | null = null): Promise<Json> {
   await js.freshen(def.name);
   const now = Date.now();
   const copiers = js.copiers.get(def.name)?.copiers ?? [];
   const mirror = jsOptions(def).mirror !== null;
+  const view = await js.freshView(def.name);
+  const { consumer_count, num_deleted, ...state } = await streamState(js.engine, def, js.consumerCount(def.name), view);
+  const counts = await js.subjectCounts(def, view);
+  let numSubjects = 0;
+  for (const [, n] of counts) if (n > 0) numSubjects++;
+  // nats-server's answer: the page's fields when some subject matched the filter, state.subjects sorted by subject.
+  let page: Json = {};
+  let subjects: Record<string, number> | null = null;
+  if (req !== null && req.subjectsFilter !== '') {
+    const totals = subjectTotals(counts, req.subjectsFilter);
+    if (totals.size > 0) {
+      const names = [...totals.keys()].sort();
+      const from = Math.min(req.offset, names.length);
+      const slice = names.slice(from, from + SUBJECTS_LIMIT);
+      page = { total: names.length, offset: from, limit: SUBJECTS_LIMIT };
+      if (slice.length > 0) subjects = Object.fromEntries(slice.map((s) => [s, totals.get(s)!]));
+    }
+  }
   return {
+    ...page,
     config: streamConfigJson(def, js.duplicateWindowNs.get(def.name) ?? DEFAULT_DUPLICATE_WINDOW_NS),
     created: isoTime(def.createdAt),
-    state: await streamState(js.engine, def, js.consumerCount(def.name), await js.freshView(def.name)),
+    state: {
+      ...state,
+      // Left out at 0, as nats-server leaves them out.
+      ...(numSubjects > 0 ? { num_subjects: numSubjects } : {}),
+      ...(subjects !== null ? { subjects } : {}),
+      ...(num_deleted !== undefined ? { num_deleted } : {}),
+      consumer_count,
+    },
     ...(mirror && copiers.length > 0 ? { mirror: copiers[0].info(now) } : {}),
     ...(!mirror && copiers.length > 0 ? { sources: copiers.map((c) => c.info(now)) } : {}),
   };
@@ -205,10 +243,17 @@ export async function streamList(js: JetStreamState, body: string, access: Acces
   return typed('stream_list_response', { total: defs.length, offset, limit: LIST_LIMIT, streams });
 }
 
-export async function streamInfo(js: JetStreamState, name: string): Promise<Json> {
+export async function streamInfo(js: JetStreamState, name: string, body: string): Promise<Json> {
+  const T_ = 'stream_info_response';
+  const raw = body.trim() === '' ? {} : parseJson(body);
+  if (raw === BAD_JSON || raw === null || typeof raw !== 'object' || Array.isArray(raw))
+    return typed(T_, { error: JsErr.invalidJson(), total: 0, offset: 0, limit: 0 });
+  const r = raw as Json;
+  const filter = typeof r.subjects_filter === 'string' ? r.subjects_filter : '';
+  const offset = isCount(r.offset) ? r.offset : 0;
   const e = js.engine.getStream(name);
-  if (!e) return typed('stream_info_response', { error: JsErr.streamNotFound(), total: 0, offset: 0, limit: 0 });
-  return typed('stream_info_response', { total: 0, offset: 0, limit: 0, ...(await streamInfoJson(js, e.def)) });
+  if (!e) return typed(T_, { error: JsErr.streamNotFound(), total: 0, offset: 0, limit: 0 });
+  return typed(T_, { total: 0, offset: 0, limit: 0, ...(await streamInfoJson(js, e.def, { subjectsFilter: filter, offset })) });
 }
 
 export async function streamDelete(js: JetStreamState, name: string): Promise<Json> {
@@ -216,6 +261,7 @@ export async function streamDelete(js: JetStreamState, name: string): Promise<Js
   if (!js.engine.getStream(name)) return typed(T_, { error: JsErr.streamNotFound() });
   js.removeConsumersOf(name);
   js.duplicateWindowNs.delete(name);
+  js.tallies.delete(name);
   try {
     await js.engine.deleteStream(name);
   } catch (err) {

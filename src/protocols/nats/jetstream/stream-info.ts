@@ -77,8 +77,6 @@ export async function streamState(engine: Engine, def: StreamDef, consumers: num
       last_seq: highWatermark,
       last_ts: highWatermark > 0 ? await timestampAt(engine, def.name, highWatermark - 1) : ZERO_TIME,
       ...(highWatermark + 1 - base - live > 0 ? { num_deleted: highWatermark + 1 - base - live } : {}),
-      // Left out at 0, as nats-server leaves it out.
-      ...(view.bySubject.size > 0 ? { num_subjects: view.bySubject.size } : {}),
       consumer_count: consumers,
     };
   }

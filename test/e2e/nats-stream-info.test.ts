@@ -1,0 +1,181 @@
+/**
+ * JetStream stream info side by side: the same nats.js calls (jsm.streams.add/update/info with `subjects_filter`,
+ * raw STREAM.INFO requests with `offset`, bad configurations) run against bin/flowmq and against Debian's
+ * nats-server 2.9.10, and the two transcripts must be equal: `state.subjects` and `num_subjects`, the paging fields
+ * (total, offset, limit), every configuration field as created and updated (description, memory storage, ...), and
+ * the refusals' codes and texts. Absolute checks on the transcript make it fail should both be wrong the same way.
+ */
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { createServer, type AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { connect, StorageType, StringCodec, type NatsConnection } from 'nats';
+import { eventually, FlowmqProcess } from './harness.js';
+
+const sc = StringCodec();
+type Entry = [string, unknown];
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const p = (s.address() as AddressInfo).port;
+      s.close(() => resolve(p));
+    });
+  });
+}
+
+/** A raw JetStream API request's answer. */
+async function api(nc: NatsConnection, subject: string, body?: unknown): Promise<Record<string, unknown>> {
+  const m = await nc.request(`$JS.API.${subject}`, sc.encode(body === undefined ? '' : JSON.stringify(body)), { timeout: 3000 });
+  return JSON.parse(sc.decode(m.data)) as Record<string, unknown>;
+}
+
+/** The error of an answer as [code, err_code, description], or 'ok'. */
+function outcome(r: Record<string, unknown>): unknown {
+  const e = r.error as Record<string, unknown> | undefined;
+  return e !== undefined ? [e.code, e.err_code, e.description] : 'ok';
+}
+
+/** A STREAM.INFO answer without its times: paging fields, and the state's counts and subjects. */
+function infoFigures(r: Record<string, unknown>): unknown {
+  if (r.error !== undefined) return outcome(r);
+  const s = r.state as Record<string, unknown>;
+  return {
+    total: r.total,
+    offset: r.offset,
+    limit: r.limit,
+    messages: s.messages,
+    num_subjects: s.num_subjects,
+    subjects: s.subjects,
+  };
+}
+
+async function scenario(server: string): Promise<Entry[]> {
+  const nc = await connect({ servers: server });
+  const jsm = await nc.jetstreamManager();
+  const out: Entry[] = [];
+  const log = (label: string, v: unknown): void => void out.push([label, v]);
+  const raw = async (label: string, subject: string, body?: unknown): Promise<void> => log(label, outcome(await api(nc, subject, body)));
+  try {
+    // ---------------------------------------------------------------- state.subjects and paging
+    await jsm.streams.add({ name: 'SI', subjects: ['si.>'] });
+    for (const s of ['si.a', 'si.b', 'si.a', 'si.c.d', 'si.a', 'si.b']) await nc.request(s, sc.encode(s), { timeout: 3000 });
+    log('info', infoFigures(await api(nc, 'STREAM.INFO.SI')));
+    log('info >', infoFigures(await api(nc, 'STREAM.INFO.SI', { subjects_filter: '>' })));
+    log('info si.*', infoFigures(await api(nc, 'STREAM.INFO.SI', { subjects_filter: 'si.*' })));
+    log('info si.a', infoFigures(await api(nc, 'STREAM.INFO.SI', { subjects_filter: 'si.a' })));
+    log('info no match', infoFigures(await api(nc, 'STREAM.INFO.SI', { subjects_filter: 'other.x' })));
+    log('info > offset 1', infoFigures(await api(nc, 'STREAM.INFO.SI', { subjects_filter: '>', offset: 1 })));
+    log('info > offset 9', infoFigures(await api(nc, 'STREAM.INFO.SI', { subjects_filter: '>', offset: 9 })));
+    log('info offset without filter', infoFigures(await api(nc, 'STREAM.INFO.SI', { offset: 2 })));
+    const si = await jsm.streams.info('SI', { subjects_filter: '>' });
+    log('jsm info subjects', [si.state.subjects, si.state.num_subjects]);
+    await jsm.streams.purge('SI', { filter: 'si.b' });
+    log('info > after purge si.b', infoFigures(await api(nc, 'STREAM.INFO.SI', { subjects_filter: '>' })));
+    await jsm.streams.purge('SI');
+    log('info > after purge', infoFigures(await api(nc, 'STREAM.INFO.SI', { subjects_filter: '>' })));
+    await nc.request('si.z', sc.encode('z'), { timeout: 3000 });
+    log('info > after purge and publish', infoFigures(await api(nc, 'STREAM.INFO.SI', { subjects_filter: '>' })));
+
+    // ---------------------------------------------------------------- configuration kept
+    const created = await jsm.streams.add({ name: 'CF', subjects: ['cf.a'], description: 'first text', storage: StorageType.Memory });
+    log('create config', created.config);
+    log('info config', (await jsm.streams.info('CF')).config);
+    const updated = await jsm.streams.update('CF', { ...created.config, description: 'second text', subjects: ['cf.a', 'cf.b'] });
+    log('update config', updated.config);
+    log('info config after update', (await jsm.streams.info('CF')).config);
+    log('create again same', outcome(await api(nc, 'STREAM.CREATE.CF', { ...updated.config })));
+    log('update without description', (await jsm.streams.update('CF', { ...updated.config, description: undefined })).config);
+    const listed = (await api(nc, 'STREAM.LIST')).streams as Array<{ config: { name: string } }>;
+    log('list config', listed.find((s) => s.config.name === 'CF')?.config);
+    await raw('update storage', 'STREAM.UPDATE.CF', { ...updated.config, storage: 'file' });
+
+    // ---------------------------------------------------------------- refusals
+    await raw('create overlapping subjects', 'STREAM.CREATE.OV', { name: 'OV', subjects: ['si.a'] });
+    await raw('update overlapping subjects', 'STREAM.UPDATE.CF', { ...updated.config, subjects: ['cf.a', 'si.*'] });
+    await raw('update missing stream', 'STREAM.UPDATE.NOPE', { name: 'NOPE', subjects: ['nope'] });
+    await raw('info missing stream', 'STREAM.INFO.NOPE', { subjects_filter: '>' });
+    await raw('create replicas 3', 'STREAM.CREATE.R3', { name: 'R3', subjects: ['r3'], num_replicas: 3 });
+    await raw('create replicas 9', 'STREAM.CREATE.R9', { name: 'R9', subjects: ['r9'], num_replicas: 9 });
+    await raw('create dup window over max age', 'STREAM.CREATE.DW', { name: 'DW', subjects: ['dw'], max_age: 1e9, duplicate_window: 5e9 });
+    await raw('create api subject', 'STREAM.CREATE.API', { name: 'API', subjects: ['$JS.API.>'] });
+    await raw('create repeated subject', 'STREAM.CREATE.RS', { name: 'RS', subjects: ['rs.a', 'rs.a'] });
+    await raw('create bad subject', 'STREAM.CREATE.BS', { name: 'BS', subjects: ['bs..a'] });
+    await raw('create name mismatch', 'STREAM.CREATE.NM', { name: 'OTHER', subjects: ['nm'] });
+    await raw('create negative max age', 'STREAM.CREATE.NA', { name: 'NA', subjects: ['na'], max_age: -1 });
+  } finally {
+    await nc.close();
+  }
+  return out;
+}
+
+const get = (t: Entry[], label: string): unknown => {
+  const e = t.find(([l]) => l === label);
+  assert.ok(e, `transcript has ${label}`);
+  return e[1];
+};
+
+describe('e2e: JetStream stream info, configuration and refusals beside nats-server 2.9.10', () => {
+  let broker: FlowmqProcess;
+  let server: ChildProcess | undefined;
+  let ours: Entry[];
+  let theirs: Entry[];
+
+  before(async () => {
+    broker = await FlowmqProcess.start();
+    const port = await freePort();
+    const dir = mkdtempSync(join(tmpdir(), 'nats-server-info-'));
+    const conf = join(dir, 'nats.conf');
+    writeFileSync(conf, `listen: "127.0.0.1:${port}"\njetstream { store_dir: "${join(dir, 'js')}" }\n`);
+    server = spawn('nats-server', ['-c', conf], { stdio: 'ignore' });
+    await eventually(
+      async () => {
+        try {
+          await (await connect({ servers: `127.0.0.1:${port}`, reconnect: false })).close();
+          return true;
+        } catch {
+          return false;
+        }
+      },
+      10_000,
+      'nats-server up',
+    );
+    ours = await scenario(broker.natsServer);
+    theirs = await scenario(`127.0.0.1:${port}`);
+  });
+  after(async () => {
+    server?.kill('SIGTERM');
+    await broker?.stop();
+    broker?.cleanup();
+  });
+
+  it('answers every step as nats-server does', () => {
+    if (process.env.INFO_DEBUG) for (let i = 0; i < theirs.length; i++) console.log(`OURS   ${JSON.stringify(ours[i])}\nTHEIRS ${JSON.stringify(theirs[i])}`);
+    assert.deepEqual(ours, theirs);
+  });
+
+  it('reports state.subjects by subjects_filter, num_subjects, and pages them as nats-server 2.9 does', () => {
+    assert.deepEqual(get(ours, 'info'), { total: 0, offset: 0, limit: 0, messages: 6, num_subjects: 3, subjects: undefined });
+    assert.deepEqual(get(ours, 'info >'), {
+      total: 3,
+      offset: 0,
+      limit: 100000,
+      messages: 6,
+      num_subjects: 3,
+      subjects: { 'si.a': 3, 'si.b': 2, 'si.c.d': 1 },
+    });
+    assert.deepEqual(get(ours, 'info si.*'), { total: 2, offset: 0, limit: 100000, messages: 6, num_subjects: 3, subjects: { 'si.a': 3, 'si.b': 2 } });
+    assert.deepEqual(get(ours, 'info no match'), { total: 0, offset: 0, limit: 0, messages: 6, num_subjects: 3, subjects: undefined });
+    assert.deepEqual(get(ours, 'info > offset 1'), { total: 3, offset: 1, limit: 100000, messages: 6, num_subjects: 3, subjects: { 'si.b': 2, 'si.c.d': 1 } });
+    assert.deepEqual(get(ours, 'info > offset 9'), { total: 3, offset: 3, limit: 100000, messages: 6, num_subjects: 3, subjects: undefined });
+    assert.deepEqual(get(ours, 'jsm info subjects'), [{ 'si.a': 3, 'si.b': 2, 'si.c.d': 1 }, 3]);
+    assert.deepEqual((get(ours, 'info > after purge si.b') as { subjects: unknown }).subjects, { 'si.a': 3, 'si.c.d': 1 });
+    assert.deepEqual(get(ours, 'info > after purge'), { total: 0, offset: 0, limit: 0, messages: 0, num_subjects: undefined, subjects: undefined });
+    assert.deepEqual((get(ours, 'info > after purge and publish') as { subjects: unknown }).subjects, { 'si.z': 1 });
+  });
+});
