@@ -178,4 +178,16 @@ describe('e2e: JetStream stream info, configuration and refusals beside nats-ser
     assert.deepEqual(get(ours, 'info > after purge'), { total: 0, offset: 0, limit: 0, messages: 0, num_subjects: undefined, subjects: undefined });
     assert.deepEqual((get(ours, 'info > after purge and publish') as { subjects: unknown }).subjects, { 'si.z': 1 });
   });
+
+  it('keeps description and memory storage through create, update, info and list', () => {
+    const cfg = (label: string) => get(ours, label) as { description?: string; storage: string; subjects: string[] };
+    assert.deepEqual([cfg('create config').description, cfg('create config').storage], ['first text', 'memory']);
+    assert.deepEqual([cfg('info config').description, cfg('info config').storage], ['first text', 'memory']);
+    assert.deepEqual([cfg('update config').description, cfg('update config').storage], ['second text', 'memory']);
+    assert.deepEqual(cfg('info config after update').subjects, ['cf.a', 'cf.b']);
+    assert.equal(cfg('info config after update').description, 'second text');
+    assert.equal(get(ours, 'create again same'), 'ok');
+    assert.deepEqual([cfg('update without description').description, cfg('list config').storage], [undefined, 'memory']);
+    assert.deepEqual(get(ours, 'update storage'), [500, 10052, 'stream configuration update can not change storage type']);
+  });
 });

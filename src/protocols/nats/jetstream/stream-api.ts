@@ -159,6 +159,7 @@ function updateRefusal(old: JsStreamOptions, spec: StreamSpecFromJs): ApiError |
   const o = spec.options;
   const no = (what: string): ApiError => JsErr.streamInvalidConfig(`stream configuration update can not ${what}`);
   if (JSON.stringify(o.mirror) !== JSON.stringify(old.mirror)) return JsErr.mirrorUpdate();
+  if (o.memory !== old.memory) return no('change storage type');
   if (o.retention !== old.retention) return no('change retention policy');
   if (old.sealed && !o.sealed) return no('unseal a sealed stream');
   if (old.denyDelete && !o.denyDelete) return no('cancel deny message deletes');

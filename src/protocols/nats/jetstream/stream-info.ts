@@ -19,6 +19,7 @@ export function streamConfigJson(def: StreamDef, duplicateWindowNs: number): Rec
   const o = jsOptions(def);
   return {
     name: def.name,
+    ...(o.description !== '' ? { description: o.description } : {}),
     ...(o.mirror === null ? { subjects: streamSubjects(def) } : {}),
     retention: o.retention,
     max_consumers: -1,
@@ -29,7 +30,7 @@ export function streamConfigJson(def: StreamDef, duplicateWindowNs: number): Rec
     max_msg_size: o.maxMsgSize,
     discard: o.discardNew ? 'new' : 'old',
     ...(o.discardNewPerSubject ? { discard_new_per_subject: true } : {}),
-    storage: 'file',
+    storage: o.memory ? 'memory' : 'file',
     num_replicas: 1,
     duplicate_window: duplicateWindowNs,
     allow_direct: o.allowDirect,
@@ -120,8 +121,8 @@ const NEUTRAL: Array<[string, (v: unknown) => boolean, string]> = [
 
 /**
  * Checks a STREAM.CREATE / STREAM.UPDATE body against the subject's stream name and what FlowMQ streams can be.
- * Accepted and ignored where harmless: storage (FlowMQ streams are always on its durable storage), num_replicas
- * (durability is the storage's), discard (without limits nothing is discarded), description, placement.
+ * Kept and reported back: description and storage (`memory` is reported as memory; FlowMQ streams are always on
+ * its durable storage). Accepted and ignored where harmless: num_replicas 1 (durability is the storage's), placement.
  */
 export function parseStreamConfig(raw: unknown, subjectName: string): StreamSpecFromJs | ApiError {
   if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) return JsErr.invalidJson();
@@ -135,6 +136,8 @@ export function parseStreamConfig(raw: unknown, subjectName: string): StreamSpec
     if (!ok(r[k])) return JsErr.streamInvalidConfig(`${what} ${what.endsWith('s') ? 'are' : 'is'} not supported by FlowMQ streams`);
   }
   if (r.storage !== undefined && r.storage !== 'file' && r.storage !== 'memory') return JsErr.invalidJson();
+  const description = r.description ?? '';
+  if (typeof description !== 'string') return JsErr.invalidJson();
   if (r.discard !== undefined && r.discard !== 'old' && r.discard !== 'new') return JsErr.invalidJson();
   const retention = r.retention ?? 'limits';
   if (retention !== 'limits' && retention !== 'workqueue' && retention !== 'interest') return JsErr.invalidJson();
@@ -205,6 +208,8 @@ export function parseStreamConfig(raw: unknown, subjectName: string): StreamSpec
       sealed: flags.sealed,
       mirror,
       sources,
+      description,
+      memory: r.storage === 'memory',
     },
     name,
     bindings: mirror !== null ? [mirrorBinding(name)] : [...new Set(bindings)],
