@@ -96,8 +96,6 @@ async function scenario(server: string): Promise<Entry[]> {
     await raw('update storage', 'STREAM.UPDATE.CF', { ...updated.config, storage: 'file' });
 
     // ---------------------------------------------------------------- refusals
-    await raw('create overlapping subjects', 'STREAM.CREATE.OV', { name: 'OV', subjects: ['si.a'] });
-    await raw('update overlapping subjects', 'STREAM.UPDATE.CF', { ...updated.config, subjects: ['cf.a', 'si.*'] });
     await raw('update missing stream', 'STREAM.UPDATE.NOPE', { name: 'NOPE', subjects: ['nope'] });
     await raw('info missing stream', 'STREAM.INFO.NOPE', { subjects_filter: '>' });
     await raw('create replicas 3', 'STREAM.CREATE.R3', { name: 'R3', subjects: ['r3'], num_replicas: 3 });
@@ -189,5 +187,15 @@ describe('e2e: JetStream stream info, configuration and refusals beside nats-ser
     assert.equal(get(ours, 'create again same'), 'ok');
     assert.deepEqual([cfg('update without description').description, cfg('list config').storage], [undefined, 'memory']);
     assert.deepEqual(get(ours, 'update storage'), [500, 10052, 'stream configuration update can not change storage type']);
+  });
+
+  it('refuses bad configurations with nats-server’s codes and texts', () => {
+    assert.deepEqual(get(ours, 'create replicas 3'), [500, 10074, 'replicas > 1 not supported in non-clustered mode']);
+    assert.deepEqual(get(ours, 'create replicas 9'), [500, 10052, 'maximum replicas is 5']);
+    assert.deepEqual(get(ours, 'create dup window over max age'), [500, 10052, 'duplicates window can not be larger then max age']);
+    assert.deepEqual(get(ours, 'create api subject'), [500, 10052, 'subjects overlap with jetstream api']);
+    assert.deepEqual(get(ours, 'create repeated subject'), [500, 10052, 'duplicate subjects detected']);
+    assert.deepEqual(get(ours, 'create bad subject'), [500, 10052, 'invalid subject']);
+    assert.deepEqual(get(ours, 'create negative max age'), [500, 10052, 'duplicates window can not be negative']);
   });
 });

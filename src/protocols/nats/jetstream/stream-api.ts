@@ -78,6 +78,7 @@ export async function streamCreate(js: JetStreamState, name: string, body: strin
   if (raw === BAD_JSON) return typed(T_, { error: JsErr.invalidJson() });
   const spec = parseStreamConfig(raw, name);
   if (isApiError(spec)) return typed(T_, { error: spec });
+  if (spec.replicas > 1 && js.cluster === null) return typed(T_, { error: JsErr.replicasNotSupported() });
   if (spec.options.sealed) return typed(T_, { error: JsErr.streamInvalidConfig('stream configuration for create can not be sealed') });
   if (spec.options.retention !== 'limits' && js.cluster !== null) {
     // A message's removal depends on every consumer's acks, and consumers live on different brokers.
@@ -120,6 +121,7 @@ export async function streamUpdate(js: JetStreamState, name: string, body: strin
   if (raw === BAD_JSON) return typed(T_, { error: JsErr.invalidJson() });
   const spec = parseStreamConfig(raw, name);
   if (isApiError(spec)) return typed(T_, { error: spec });
+  if (spec.replicas > 1 && js.cluster === null) return typed(T_, { error: JsErr.replicasNotSupported() });
   const e = js.engine.getStream(name);
   if (!e) return typed(T_, { error: JsErr.streamNotFound() });
   const refusal = updateRefusal(jsOptions(e.def), spec);

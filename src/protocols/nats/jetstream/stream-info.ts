@@ -104,8 +104,20 @@ export interface StreamSpecFromJs {
   options: Omit<JsStreamOptions, 'rules'>;
   name: string;
   bindings: string[];
+  /** num_replicas as asked (0 is 1): more than one needs a cluster (stream-api.ts). */
+  replicas: number;
   retentionMs: number | null;
   duplicateWindowNs: number;
+}
+
+/** nats-server's StreamMaxReplicas. */
+export const MAX_REPLICAS = 5;
+
+/** A NATS subject as nats-server's IsValidSubject takes it: tokens not empty, no white space, `>` last. */
+function isNatsSubject(s: string): boolean {
+  if (s === '' || /\s/.test(s)) return false;
+  const t = s.split('.');
+  return t.every((x, i) => x !== '' && (x !== '>' || i === t.length - 1));
 }
 
 const NEUTRAL: Array<[string, (v: unknown) => boolean, string]> = [
@@ -154,6 +166,23 @@ export function parseStreamConfig(raw: unknown, subjectName: string): StreamSpec
       sources.push(spec);
     }
   }
+  const replicas = r.num_replicas ?? 1;
+  if (typeof replicas !== 'number' || !Number.isSafeInteger(replicas)) return JsErr.invalidJson();
+  if (replicas > MAX_REPLICAS) return JsErr.streamInvalidConfig(`maximum replicas is ${MAX_REPLICAS}`);
+  const maxAge = r.max_age ?? 0;
+  const dupAsked = r.duplicate_window ?? 0;
+  for (const v of [maxAge, dupAsked]) if (typeof v !== 'number' || !Number.isSafeInteger(v)) return JsErr.invalidJson();
+  // The duplicate window as nats-server fills it in: the max age when that is shorter than the default.
+  const dup =
+    (dupAsked as number) !== 0
+      ? (dupAsked as number)
+      : maxAge !== 0 && (maxAge as number) < DEFAULT_DUPLICATE_WINDOW_NS
+        ? (maxAge as number)
+        : DEFAULT_DUPLICATE_WINDOW_NS;
+  if (dup < 0) return JsErr.streamInvalidConfig('duplicates window can not be negative');
+  if (maxAge !== 0 && dup > (maxAge as number)) return JsErr.streamInvalidConfig('duplicates window can not be larger then max age');
+  if ((maxAge as number) < 0) return JsErr.invalidJson();
+  if ((maxAge as number) > 0 && (maxAge as number) < 1e6) return JsErr.streamInvalidConfig('max_age must be at least 1ms on FlowMQ streams');
   const hasSubjects = Array.isArray(r.subjects) && r.subjects.length > 0;
   if (mirror !== null && hasSubjects) return JsErr.mirrorWithSubjects();
   if (mirror !== null && sources.length > 0) return JsErr.mirrorWithSources();
@@ -162,6 +191,15 @@ export function parseStreamConfig(raw: unknown, subjectName: string): StreamSpec
   else if (r.subjects === undefined || r.subjects === null || (Array.isArray(r.subjects) && r.subjects.length === 0)) subjects = [name];
   else if (Array.isArray(r.subjects) && r.subjects.every((s) => typeof s === 'string')) subjects = r.subjects as string[];
   else return JsErr.invalidJson();
+  // nats-server's subject checks (checkStreamCfg), in its order and words; FlowMQ's own refusals follow.
+  const seen = new Set<string>();
+  for (const s of subjects) {
+    if (seen.has(s)) return JsErr.streamInvalidConfig('duplicate subjects detected');
+    const t = s.split('.');
+    if (t.length >= 3 && t[0] === '$JS' && t[1] === 'API') return JsErr.streamInvalidConfig('subjects overlap with jetstream api');
+    if (!isNatsSubject(s)) return JsErr.streamInvalidConfig('invalid subject');
+    seen.add(s);
+  }
   const bindings: string[] = [];
   for (const s of subjects) {
     try {
@@ -170,11 +208,6 @@ export function parseStreamConfig(raw: unknown, subjectName: string): StreamSpec
       return JsErr.streamInvalidConfig(`invalid subject "${s}": ${(err as Error).message}`);
     }
   }
-  const maxAge = r.max_age ?? 0;
-  if (typeof maxAge !== 'number' || !Number.isSafeInteger(maxAge) || maxAge < 0) return JsErr.invalidJson();
-  if (maxAge > 0 && maxAge < 1e6) return JsErr.streamInvalidConfig('max_age must be at least 1ms on FlowMQ streams');
-  const dup = r.duplicate_window ?? 0;
-  if (typeof dup !== 'number' || !Number.isSafeInteger(dup) || dup < 0) return JsErr.invalidJson();
   const perSubject = r.max_msgs_per_subject ?? -1;
   if (typeof perSubject !== 'number' || !Number.isSafeInteger(perSubject) || perSubject < -1) return JsErr.invalidJson();
   const maxMsgs = r.max_msgs ?? -1;
@@ -213,8 +246,9 @@ export function parseStreamConfig(raw: unknown, subjectName: string): StreamSpec
     },
     name,
     bindings: mirror !== null ? [mirrorBinding(name)] : [...new Set(bindings)],
-    retentionMs: maxAge > 0 ? Math.round(maxAge / 1e6) : null,
-    duplicateWindowNs: dup > 0 ? dup : maxAge > 0 && maxAge < DEFAULT_DUPLICATE_WINDOW_NS ? maxAge : DEFAULT_DUPLICATE_WINDOW_NS,
+    replicas,
+    retentionMs: (maxAge as number) > 0 ? Math.round((maxAge as number) / 1e6) : null,
+    duplicateWindowNs: dup,
   };
 }
 
