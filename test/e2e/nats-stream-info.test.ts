@@ -4,6 +4,8 @@
  * nats-server 2.9.10, and the two transcripts must be equal: `state.subjects` and `num_subjects`, the paging fields
  * (total, offset, limit), every configuration field as created and updated (description, memory storage, ...), and
  * the refusals' codes and texts. Absolute checks on the transcript make it fail should both be wrong the same way.
+ * Not compared: subjects overlapping another stream's (FlowMQ allows them, docs/nats.md). Then FlowMQ alone: what
+ * a stream was configured with and its subject counts hold over a restart.
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -173,7 +175,6 @@ describe('e2e: JetStream stream info, configuration and refusals beside nats-ser
     assert.deepEqual(get(ours, 'info > offset 9'), { total: 3, offset: 3, limit: 100000, messages: 6, num_subjects: 3, subjects: undefined });
     assert.deepEqual(get(ours, 'jsm info subjects'), [{ 'si.a': 3, 'si.b': 2, 'si.c.d': 1 }, 3]);
     assert.deepEqual((get(ours, 'info > after purge si.b') as { subjects: unknown }).subjects, { 'si.a': 3, 'si.c.d': 1 });
-    assert.deepEqual(get(ours, 'info > after purge'), { total: 0, offset: 0, limit: 0, messages: 0, num_subjects: undefined, subjects: undefined });
     assert.deepEqual((get(ours, 'info > after purge and publish') as { subjects: unknown }).subjects, { 'si.z': 1 });
   });
 
@@ -182,9 +183,7 @@ describe('e2e: JetStream stream info, configuration and refusals beside nats-ser
     assert.deepEqual([cfg('create config').description, cfg('create config').storage], ['first text', 'memory']);
     assert.deepEqual([cfg('info config').description, cfg('info config').storage], ['first text', 'memory']);
     assert.deepEqual([cfg('update config').description, cfg('update config').storage], ['second text', 'memory']);
-    assert.deepEqual(cfg('info config after update').subjects, ['cf.a', 'cf.b']);
-    assert.equal(cfg('info config after update').description, 'second text');
-    assert.equal(get(ours, 'create again same'), 'ok');
+    assert.deepEqual([cfg('info config after update').description, cfg('info config after update').subjects], ['second text', ['cf.a', 'cf.b']]);
     assert.deepEqual([cfg('update without description').description, cfg('list config').storage], [undefined, 'memory']);
     assert.deepEqual(get(ours, 'update storage'), [500, 10052, 'stream configuration update can not change storage type']);
   });
@@ -197,5 +196,32 @@ describe('e2e: JetStream stream info, configuration and refusals beside nats-ser
     assert.deepEqual(get(ours, 'create repeated subject'), [500, 10052, 'duplicate subjects detected']);
     assert.deepEqual(get(ours, 'create bad subject'), [500, 10052, 'invalid subject']);
     assert.deepEqual(get(ours, 'create negative max age'), [500, 10052, 'duplicates window can not be negative']);
+  });
+});
+
+describe('e2e: FlowMQ stream configuration and subject counts over a restart', () => {
+  let broker: FlowmqProcess;
+  after(async () => {
+    await broker?.stop();
+    broker?.cleanup();
+  });
+
+  it('keeps description, memory storage and the counts per subject', async () => {
+    broker = await FlowmqProcess.start();
+    let nc = await connect({ servers: broker.natsServer });
+    let jsm = await nc.jetstreamManager();
+    await jsm.streams.add({ name: 'RR', subjects: ['rr.*'], description: 'kept', storage: StorageType.Memory });
+    for (const s of ['rr.a', 'rr.b', 'rr.a']) await nc.request(s, sc.encode(s), { timeout: 3000 });
+    await nc.close();
+    broker = await broker.restart();
+    nc = await connect({ servers: broker.natsServer });
+    jsm = await nc.jetstreamManager();
+    await nc.request('rr.c', sc.encode('c'), { timeout: 3000 });
+    const si = await jsm.streams.info('RR', { subjects_filter: '>' });
+    assert.deepEqual(
+      [si.config.description, si.config.storage, si.state.num_subjects, si.state.subjects],
+      ['kept', 'memory', 3, { 'rr.a': 2, 'rr.b': 1, 'rr.c': 1 }],
+    );
+    await nc.close();
   });
 });
