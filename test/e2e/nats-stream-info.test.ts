@@ -96,6 +96,29 @@ async function scenario(server: string): Promise<Entry[]> {
     const listed = (await api(nc, 'STREAM.LIST')).streams as Array<{ config: { name: string } }>;
     log('list config', listed.find((s) => s.config.name === 'CF')?.config);
     await raw('update storage', 'STREAM.UPDATE.CF', { ...updated.config, storage: 'file' });
+    const wide = {
+      name: 'WI',
+      subjects: ['wi.>'],
+      description: 'wide',
+      max_msgs: 100,
+      max_bytes: 0,
+      max_age: 3_600_000_000_000,
+      max_msgs_per_subject: 5,
+      max_msg_size: 0,
+      discard: 'new',
+      discard_new_per_subject: true,
+      duplicate_window: 30_000_000_000,
+      allow_direct: true,
+      allow_rollup_hdrs: true,
+      deny_delete: true,
+      num_replicas: 0,
+    };
+    log('wide create', (await api(nc, 'STREAM.CREATE.WI', wide)).config);
+    const wu = await api(nc, 'STREAM.UPDATE.WI', { ...wide, description: '', max_msgs: 0, deny_purge: true, max_age: 0 });
+    log('wide update rollup and deny purge', [outcome(wu), wu.config]);
+    const wu2 = await api(nc, 'STREAM.UPDATE.WI', { ...wide, description: '', max_msgs: 0, max_age: 0, allow_rollup_hdrs: false });
+    log('wide update', [outcome(wu2), wu2.config]);
+    log('wide info', ((await api(nc, 'STREAM.INFO.WI')) as { config: unknown }).config);
 
     // ---------------------------------------------------------------- refusals
     await raw('update missing stream', 'STREAM.UPDATE.NOPE', { name: 'NOPE', subjects: ['nope'] });
@@ -185,6 +208,7 @@ describe('e2e: JetStream stream info, configuration and refusals beside nats-ser
     assert.deepEqual([cfg('update config').description, cfg('update config').storage], ['second text', 'memory']);
     assert.deepEqual([cfg('info config after update').description, cfg('info config after update').subjects], ['second text', ['cf.a', 'cf.b']]);
     assert.deepEqual([cfg('update without description').description, cfg('list config').storage], [undefined, 'memory']);
+    assert.deepEqual([cfg('wide create').description, (get(ours, 'wide info') as { description?: string }).description], ['wide', undefined]);
     assert.deepEqual(get(ours, 'update storage'), [500, 10052, 'stream configuration update can not change storage type']);
   });
 
@@ -196,6 +220,7 @@ describe('e2e: JetStream stream info, configuration and refusals beside nats-ser
     assert.deepEqual(get(ours, 'create repeated subject'), [500, 10052, 'duplicate subjects detected']);
     assert.deepEqual(get(ours, 'create bad subject'), [500, 10052, 'invalid subject']);
     assert.deepEqual(get(ours, 'create negative max age'), [500, 10052, 'duplicates window can not be negative']);
+    assert.deepEqual(get(ours, 'wide update rollup and deny purge'), [[500, 10052, 'roll-ups require the purge permission'], undefined]);
   });
 });
 

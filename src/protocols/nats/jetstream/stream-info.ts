@@ -29,12 +29,12 @@ export function streamConfigJson(def: StreamDef, duplicateWindowNs: number): Rec
     max_msgs_per_subject: o.maxMsgsPerSubject,
     max_msg_size: o.maxMsgSize,
     discard: o.discardNew ? 'new' : 'old',
-    ...(o.discardNewPerSubject ? { discard_new_per_subject: true } : {}),
     storage: o.memory ? 'memory' : 'file',
     num_replicas: 1,
     duplicate_window: duplicateWindowNs,
     allow_direct: o.allowDirect,
     mirror_direct: false,
+    ...(o.discardNewPerSubject ? { discard_new_per_subject: true } : {}),
     sealed: o.sealed,
     deny_delete: o.denyDelete,
     deny_purge: o.denyPurge,
@@ -221,6 +221,7 @@ export function parseStreamConfig(raw: unknown, subjectName: string): StreamSpec
   }
   const discardNew = r.discard === 'new';
   // nats-server's checks (stream.go checkStreamCfg), with its texts.
+  if (flags.allow_rollup_hdrs && flags.deny_purge) return JsErr.streamInvalidConfig('roll-ups require the purge permission');
   if (flags.discard_new_per_subject) {
     if (!discardNew) return JsErr.streamInvalidConfig('discard new per subject requires discard new policy to be set');
     if (perSubject <= 0) return JsErr.streamInvalidConfig('discard new per subject requires max msgs per subject > 0');
