@@ -62,6 +62,9 @@ export interface JetStreamAuthorizer {
   accessOf(origin: string | undefined): Access | 'gone' | null;
 }
 
+/** Messages a STREAM.INFO without subjects_filter (or LIST, /jsz) reads to count subjects before answering. */
+const TALLY_BACKLOG = 100_000;
+
 /** The service's state (see the file header); `JetStream` (service.ts) is its one subclass. */
 export abstract class JetStreamState implements ConsumerHost {
   readonly id = 'nats:jetstream';
@@ -399,15 +402,18 @@ export abstract class JetStreamState implements ConsumerHost {
     return new StreamView(def, this.engine, (seq, topic, retention) => consumedBy(this.consumers.get(name)?.values() ?? [], seq, topic, retention));
   }
 
-  /** Messages per subject (unified topics) of partition 0's live messages: the view's, or a tally of the log. */
-  async subjectCounts(def: StreamDef, view: StreamView | null): Promise<Iterable<[string, number]>> {
+  /**
+   * Messages per subject (unified topics) of partition 0's live messages: the view's, or a tally of the log; with
+   * `wait` false, null while the tally has more than TALLY_BACKLOG messages left to read (it reads on meanwhile).
+   */
+  async subjectCounts(def: StreamDef, view: StreamView | null, wait: boolean): Promise<Iterable<[string, number]> | null> {
     if (view !== null) {
       this.tallies.delete(def.name);
       return [...view.bySubject].map(([s, l]): [string, number] => [s, l.length]);
     }
     let t = this.tallies.get(def.name);
     if (t === undefined || t.def.createdAt !== def.createdAt) this.tallies.set(def.name, (t = new SubjectTally(def, this.engine)));
-    return t.current();
+    return wait ? t.current() : t.soon(TALLY_BACKLOG);
   }
 
   /** The stream's view caught up with its log, or null. */

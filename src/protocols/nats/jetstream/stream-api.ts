@@ -39,13 +39,14 @@ export async function streamInfoJson(js: JetStreamState, def: StreamDef, req: In
   const mirror = jsOptions(def).mirror !== null;
   const view = await js.freshView(def.name);
   const { consumer_count, num_deleted, ...state } = await streamState(js.engine, def, js.consumerCount(def.name), view);
-  const counts = await js.subjectCounts(def, view);
+  const asked = req !== null && req.subjectsFilter !== '';
+  const counts = (await js.subjectCounts(def, view, asked)) ?? [];
   let numSubjects = 0;
   for (const [, n] of counts) if (n > 0) numSubjects++;
   // nats-server's answer: the page's fields when some subject matched the filter, state.subjects sorted by subject.
   let page: Json = {};
   let subjects: Record<string, number> | null = null;
-  if (req !== null && req.subjectsFilter !== '') {
+  if (asked) {
     const totals = subjectTotals(counts, req.subjectsFilter);
     if (totals.size > 0) {
       const names = [...totals.keys()].sort();

@@ -2,7 +2,8 @@
  * Messages per subject of a stream that has no view (stream-view.ts keeps its own): what STREAM.INFO reports as
  * `state.num_subjects` and, asked with `subjects_filter`, `state.subjects`. Counted from partition 0's log and kept
  * per stream; each request reads only what was appended since the last one, and a moved log start (a purge,
- * retention by age or size) starts the count over. Its memory is a map entry per subject.
+ * retention by age or size) starts the count over. A request that did not ask for subjects does not wait for a
+ * long first read (soon()). Its memory is a map entry per subject.
  */
 import { decodeBatch, recordToMessage, unifiedToDots, type Engine, type StreamDef } from '../../../core/index.js';
 import { subjectMatches } from './subjects.js';
@@ -18,6 +19,18 @@ export class SubjectTally {
     readonly def: StreamDef,
     private readonly engine: Engine,
   ) {}
+
+  /**
+   * The counts caught up with the log when at most `maxBacklog` messages are left to read (a first look at a long
+   * stream reads it whole); otherwise null, and the reading goes on in the background for the next request.
+   */
+  async soon(maxBacklog: number): Promise<ReadonlyMap<string, number> | null> {
+    const { logStartOffset, highWatermark } = this.engine.offsets(this.def.name, 0);
+    const from = logStartOffset !== this.start || highWatermark < this.scanned ? logStartOffset : this.scanned;
+    if (highWatermark - from <= maxBacklog) return this.current();
+    if (this.running === null) void this.current().catch(() => undefined);
+    return null;
+  }
 
   /** The counts, caught up with the log. */
   async current(): Promise<ReadonlyMap<string, number>> {
