@@ -412,7 +412,11 @@ export abstract class JetStreamState implements ConsumerHost {
       return [...view.bySubject].map(([s, l]): [string, number] => [s, l.length]);
     }
     let t = this.tallies.get(def.name);
-    if (t === undefined || t.def.createdAt !== def.createdAt) this.tallies.set(def.name, (t = new SubjectTally(def, this.engine)));
+    if (t === undefined || t.def.createdAt !== def.createdAt) {
+      // Tallies of streams deleted meanwhile (by any protocol) go when a new one starts.
+      for (const k of this.tallies.keys()) if (this.engine.getStream(k) === undefined) this.tallies.delete(k);
+      this.tallies.set(def.name, (t = new SubjectTally(def, this.engine)));
+    }
     return wait ? t.current() : t.soon(TALLY_BACKLOG);
   }
 
