@@ -1,7 +1,7 @@
 /**
  * JetStream stream info side by side: the same nats.js calls (jsm.streams.add/update/info with `subjects_filter`,
- * raw STREAM.INFO requests with `offset`, bad configurations) run against bin/flowmq and against Debian's
- * nats-server 2.9.10, and the two transcripts must be equal: `state.subjects` and `num_subjects`, the paging fields
+ * raw STREAM.INFO requests with `offset` and `deleted_details`, bad configurations) run against bin/flowmq and
+ * against Debian's nats-server 2.9.10, and the two transcripts must be equal: `state.subjects` and `num_subjects`, the paging fields
  * (total, offset, limit), every configuration field as created and updated (description, memory storage, ...), and
  * the refusals' codes and texts. Absolute checks on the transcript make it fail should both be wrong the same way.
  * Not compared: subjects overlapping another stream's (FlowMQ allows them, docs/nats.md). Then FlowMQ alone: what
@@ -79,6 +79,8 @@ async function scenario(server: string): Promise<Entry[]> {
     log('jsm info subjects', [si.state.subjects, si.state.num_subjects]);
     await jsm.streams.purge('SI', { filter: 'si.b' });
     log('info > after purge si.b', infoFigures(await api(nc, 'STREAM.INFO.SI', { subjects_filter: '>' })));
+    const dd = (await api(nc, 'STREAM.INFO.SI', { deleted_details: true })).state as Record<string, unknown>;
+    log('info deleted_details', [dd.first_seq, dd.last_seq, dd.num_deleted, dd.deleted]);
     await jsm.streams.purge('SI');
     log('info > after purge', infoFigures(await api(nc, 'STREAM.INFO.SI', { subjects_filter: '>' })));
     await nc.request('si.z', sc.encode('z'), { timeout: 3000 });
@@ -198,6 +200,7 @@ describe('e2e: JetStream stream info, configuration and refusals beside nats-ser
     assert.deepEqual(get(ours, 'info > offset 9'), { total: 3, offset: 3, limit: 100000, messages: 6, num_subjects: 3, subjects: undefined });
     assert.deepEqual(get(ours, 'jsm info subjects'), [{ 'si.a': 3, 'si.b': 2, 'si.c.d': 1 }, 3]);
     assert.deepEqual((get(ours, 'info > after purge si.b') as { subjects: unknown }).subjects, { 'si.a': 3, 'si.c.d': 1 });
+    assert.deepEqual(get(ours, 'info deleted_details'), [1, 6, 2, [2, 6]]);
     assert.deepEqual((get(ours, 'info > after purge and publish') as { subjects: unknown }).subjects, { 'si.z': 1 });
   });
 

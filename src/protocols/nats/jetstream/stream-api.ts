@@ -18,7 +18,7 @@ import {
 } from './stream-info.js';
 import { subjectTotals } from './subject-tally.js';
 import { filterToSubject, subjectsCollide, subjectToFilter } from './subjects.js';
-import { jsOptions, optionConfigs, type JsStreamOptions } from './stream-view.js';
+import { jsOptions, optionConfigs, type JsStreamOptions, type StreamView } from './stream-view.js';
 import { BAD_JSON, errText, isApiError, isCount, JetStreamState, type Json, LIST_LIMIT, NAMES_LIMIT, pageOffset, parseJson, typed } from './service-state.js';
 
 /** What a STREAM.INFO request may ask for beyond the stream (nats-server's JSApiStreamInfoRequest). */
@@ -26,7 +26,8 @@ export interface InfoRequest {
   /** Report `state.subjects`: the messages per subject matching this NATS subject filter. */
   subjectsFilter: string;
   /** Skip the first `offset` of those subjects (sorted), as nats-server pages them. */
-  offset: number;
+  offset: number; /** Report `state.deleted`: the sequences between the first and the last that are gone. */
+  deletedDetails: boolean;
 }
 
 /** At most this many subjects in one answer (nats-server's JSMaxSubjectDetails); `offset` pages on. */
@@ -66,11 +67,19 @@ export async function streamInfoJson(js: JetStreamState, def: StreamDef, req: In
       ...(numSubjects > 0 ? { num_subjects: numSubjects } : {}),
       ...(subjects !== null ? { subjects } : {}),
       ...(num_deleted !== undefined ? { num_deleted } : {}),
+      ...(num_deleted !== undefined && req?.deletedDetails === true && view !== null ? { deleted: deletedSeqs(view, state.last_seq as number) } : {}),
       consumer_count,
     },
     ...(mirror && copiers.length > 0 ? { mirror: copiers[0].info(now) } : {}),
     ...(!mirror && copiers.length > 0 ? { sources: copiers.map((c) => c.info(now)) } : {}),
   };
+}
+
+/** The sequences from the first live one up to `last` that are not live (nats-server's `deleted`). */
+function deletedSeqs(view: StreamView, last: number): number[] {
+  const out: number[] = [];
+  for (let seq = view.firstSeq; seq > 0 && seq <= last; seq++) if (!view.bySeq.has(seq)) out.push(seq);
+  return out;
 }
 
 export async function streamCreate(js: JetStreamState, name: string, body: string, access: Access | null): Promise<Json> {
@@ -255,9 +264,10 @@ export async function streamInfo(js: JetStreamState, name: string, body: string)
   const r = raw as Json;
   const filter = typeof r.subjects_filter === 'string' ? r.subjects_filter : '';
   const offset = isCount(r.offset) ? r.offset : 0;
+  const deletedDetails = r.deleted_details === true;
   const e = js.engine.getStream(name);
   if (!e) return typed(T_, { error: JsErr.streamNotFound(), total: 0, offset: 0, limit: 0 });
-  return typed(T_, { total: 0, offset: 0, limit: 0, ...(await streamInfoJson(js, e.def, { subjectsFilter: filter, offset })) });
+  return typed(T_, { total: 0, offset: 0, limit: 0, ...(await streamInfoJson(js, e.def, { subjectsFilter: filter, offset, deletedDetails })) });
 }
 
 export async function streamDelete(js: JetStreamState, name: string): Promise<Json> {
