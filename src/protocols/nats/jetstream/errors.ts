@@ -27,6 +27,7 @@ export const JsErr = {
   streamUpdate: (d: string) => e(500, 10069, d),
   streamDelete: (d: string) => e(500, 10050, d),
   streamPurge: (d: string) => e(500, 10110, d),
+  replicasNotSupported: () => e(500, 10074, 'replicas > 1 not supported in non-clustered mode'),
   streamNameInvalid: () => e(400, 10128, 'Stream name can not contain path separators'),
   streamGeneral: (d: string) => e(500, 10051, d),
   streamStoreFailed: (d: string) => e(503, 10077, d),

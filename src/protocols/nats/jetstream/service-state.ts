@@ -20,6 +20,7 @@ import { dotsToUnified, FlowError, makeMessage, type Engine, type Message, type 
 import { consumerKey, encodeDelivery } from './cluster.js';
 import { Consumer, type ConsumerHost } from './consumer.js';
 import type { ApiError } from './errors.js';
+import { SubjectTally } from './subject-tally.js';
 import { jsOptions, MAX_DELETE_RULES, needsView, StreamView, type DeleteRule } from './stream-view.js';
 import { consumedBy, trimConsumed, workqueueLegacy } from './retention.js';
 import { SourceCopier } from './sources.js';
@@ -61,6 +62,9 @@ export interface JetStreamAuthorizer {
   accessOf(origin: string | undefined): Access | 'gone' | null;
 }
 
+/** Messages a STREAM.INFO without subjects_filter (or LIST, /jsz) reads to count subjects before answering. */
+const TALLY_BACKLOG = 100_000;
+
 /** The service's state (see the file header); `JetStream` (service.ts) is its one subclass. */
 export abstract class JetStreamState implements ConsumerHost {
   readonly id = 'nats:jetstream';
@@ -71,6 +75,8 @@ export abstract class JetStreamState implements ConsumerHost {
   readonly duplicateWindowNs = new Map<string, number>();
   /** Streams with per-subject limits, rollups or deletes (stream-view.ts), by name. */
   readonly views = new Map<string, StreamView>();
+  /** Messages per subject of streams without a view (subject-tally.ts), by name. */
+  readonly tallies = new Map<string, SubjectTally>();
   /** Streams whose view refuses publishes at a limit (discard new): every JetStream publish must look for them. */
   readonly refusing = new Set<string>();
   /** Streams that refuse some JetStream publishes outright (sealed, max_msg_size): refreshGuards(). */
@@ -394,6 +400,24 @@ export abstract class JetStreamState implements ConsumerHost {
   private newView(def: StreamDef): StreamView {
     const name = def.name;
     return new StreamView(def, this.engine, (seq, topic, retention) => consumedBy(this.consumers.get(name)?.values() ?? [], seq, topic, retention));
+  }
+
+  /**
+   * Messages per subject (unified topics) of partition 0's live messages: the view's, or a tally of the log; with
+   * `wait` false, null while the tally has more than TALLY_BACKLOG messages left to read (it reads on meanwhile).
+   */
+  async subjectCounts(def: StreamDef, view: StreamView | null, wait: boolean): Promise<Iterable<[string, number]> | null> {
+    if (view !== null) {
+      this.tallies.delete(def.name);
+      return [...view.bySubject].map(([s, l]): [string, number] => [s, l.length]);
+    }
+    let t = this.tallies.get(def.name);
+    if (t === undefined || t.def.createdAt !== def.createdAt) {
+      // Tallies of streams deleted meanwhile (by any protocol) go when a new one starts.
+      for (const k of this.tallies.keys()) if (this.engine.getStream(k) === undefined) this.tallies.delete(k);
+      this.tallies.set(def.name, (t = new SubjectTally(def, this.engine)));
+    }
+    return wait ? t.current() : t.soon(TALLY_BACKLOG);
   }
 
   /** The stream's view caught up with its log, or null. */

@@ -285,7 +285,7 @@ export class JetStream extends JetStreamState implements Subscriber, JetStreamPu
           this.syncSources();
           return out;
         }
-        if (b === 'INFO') return streamInfo(this, c);
+        if (b === 'INFO') return streamInfo(this, c, body);
         if (b === 'PURGE') return streamPurge(this, c, body);
       }
       if (b === 'MSG' && t.length === 4) {

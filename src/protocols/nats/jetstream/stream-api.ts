@@ -17,22 +17,71 @@ import {
   type StreamSpecFromJs,
 } from './stream-info.js';
 import { IDS_KEY, keepWindow, WINDOW_KEY } from './dedup.js';
+import { subjectTotals } from './subject-tally.js';
 import { filterToSubject, subjectsCollide, subjectToFilter } from './subjects.js';
-import { jsOptions, optionConfigs, type JsStreamOptions } from './stream-view.js';
+import { jsOptions, optionConfigs, type JsStreamOptions, type StreamView } from './stream-view.js';
 import { BAD_JSON, errText, isApiError, isCount, JetStreamState, type Json, LIST_LIMIT, NAMES_LIMIT, pageOffset, parseJson, typed } from './service-state.js';
 
-export async function streamInfoJson(js: JetStreamState, def: StreamDef): Promise<Json> {
+/** What a STREAM.INFO request may ask for beyond the stream (nats-server's JSApiStreamInfoRequest). */
+export interface InfoRequest {
+  /** Report `state.subjects`: the messages per subject matching this NATS subject filter. */
+  subjectsFilter: string;
+  /** Skip the first `offset` of those subjects (sorted), as nats-server pages them. */
+  offset: number;
+  /** Report `state.deleted`: the sequences between the first and the last that are gone. */
+  deletedDetails: boolean;
+}
+
+/** At most this many subjects in one answer (nats-server's JSMaxSubjectDetails); `offset` pages on. */
+export const SUBJECTS_LIMIT = 100_000;
+
+export async function streamInfoJson(js: JetStreamState, def: StreamDef, req: InfoRequest | null = null): Promise<Json> {
   await js.freshen(def.name);
   const now = Date.now();
   const copiers = js.copiers.get(def.name)?.copiers ?? [];
   const mirror = jsOptions(def).mirror !== null;
+  const view = await js.freshView(def.name);
+  const { consumer_count, num_deleted, ...state } = await streamState(js.engine, def, js.consumerCount(def.name), view);
+  const asked = req !== null && req.subjectsFilter !== '';
+  const counts = (await js.subjectCounts(def, view, asked)) ?? [];
+  let numSubjects = 0;
+  for (const [, n] of counts) if (n > 0) numSubjects++;
+  // nats-server's answer: the page's fields when some subject matched the filter, state.subjects sorted by subject.
+  let page: Json = {};
+  let subjects: Record<string, number> | null = null;
+  if (asked) {
+    const totals = subjectTotals(counts, req.subjectsFilter);
+    if (totals.size > 0) {
+      const names = [...totals.keys()].sort();
+      const from = Math.min(req.offset, names.length);
+      const slice = names.slice(from, from + SUBJECTS_LIMIT);
+      page = { total: names.length, offset: from, limit: SUBJECTS_LIMIT };
+      if (slice.length > 0) subjects = Object.fromEntries(slice.map((s) => [s, totals.get(s)!]));
+    }
+  }
   return {
+    ...page,
     config: streamConfigJson(def, js.duplicateWindowNs.get(def.name) ?? DEFAULT_DUPLICATE_WINDOW_NS),
     created: isoTime(def.createdAt),
-    state: await streamState(js.engine, def, js.consumerCount(def.name), await js.freshView(def.name)),
+    state: {
+      ...state,
+      // Left out at 0, as nats-server leaves them out.
+      ...(numSubjects > 0 ? { num_subjects: numSubjects } : {}),
+      ...(subjects !== null ? { subjects } : {}),
+      ...(num_deleted !== undefined ? { num_deleted } : {}),
+      ...(num_deleted !== undefined && req?.deletedDetails === true && view !== null ? { deleted: deletedSeqs(view, state.last_seq as number) } : {}),
+      consumer_count,
+    },
     ...(mirror && copiers.length > 0 ? { mirror: copiers[0].info(now) } : {}),
     ...(!mirror && copiers.length > 0 ? { sources: copiers.map((c) => c.info(now)) } : {}),
   };
+}
+
+/** The sequences from the first live one up to `last` that are not live (nats-server's `deleted`). */
+function deletedSeqs(view: StreamView, last: number): number[] {
+  const out: number[] = [];
+  for (let seq = view.firstSeq; seq > 0 && seq <= last; seq++) if (!view.bySeq.has(seq)) out.push(seq);
+  return out;
 }
 
 export async function streamCreate(js: JetStreamState, name: string, body: string, access: Access | null): Promise<Json> {
@@ -41,6 +90,7 @@ export async function streamCreate(js: JetStreamState, name: string, body: strin
   if (raw === BAD_JSON) return typed(T_, { error: JsErr.invalidJson() });
   const spec = parseStreamConfig(raw, name);
   if (isApiError(spec)) return typed(T_, { error: spec });
+  if (spec.replicas > 1 && js.cluster === null) return typed(T_, { error: JsErr.replicasNotSupported() });
   if (spec.options.sealed) return typed(T_, { error: JsErr.streamInvalidConfig('stream configuration for create can not be sealed') });
   if (spec.options.retention !== 'limits' && js.cluster !== null) {
     // A message's removal depends on every consumer's acks, and consumers live on different brokers.
@@ -87,6 +137,7 @@ export async function streamUpdate(js: JetStreamState, name: string, body: strin
   if (raw === BAD_JSON) return typed(T_, { error: JsErr.invalidJson() });
   const spec = parseStreamConfig(raw, name);
   if (isApiError(spec)) return typed(T_, { error: spec });
+  if (spec.replicas > 1 && js.cluster === null) return typed(T_, { error: JsErr.replicasNotSupported() });
   const e = js.engine.getStream(name);
   if (!e) return typed(T_, { error: JsErr.streamNotFound() });
   const refusal = updateRefusal(jsOptions(e.def), spec);
@@ -128,6 +179,7 @@ function updateRefusal(old: JsStreamOptions, spec: StreamSpecFromJs): ApiError |
   const o = spec.options;
   const no = (what: string): ApiError => JsErr.streamInvalidConfig(`stream configuration update can not ${what}`);
   if (JSON.stringify(o.mirror) !== JSON.stringify(old.mirror)) return JsErr.mirrorUpdate();
+  if (o.memory !== old.memory) return no('change storage type');
   if (o.retention !== old.retention) return no('change retention policy');
   if (old.sealed && !o.sealed) return no('unseal a sealed stream');
   if (old.denyDelete && !o.denyDelete) return no('cancel deny message deletes');
@@ -212,10 +264,18 @@ export async function streamList(js: JetStreamState, body: string, access: Acces
   return typed('stream_list_response', { total: defs.length, offset, limit: LIST_LIMIT, streams });
 }
 
-export async function streamInfo(js: JetStreamState, name: string): Promise<Json> {
+export async function streamInfo(js: JetStreamState, name: string, body: string): Promise<Json> {
+  const T_ = 'stream_info_response';
+  const raw = body.trim() === '' ? {} : parseJson(body);
+  if (raw === BAD_JSON || raw === null || typeof raw !== 'object' || Array.isArray(raw))
+    return typed(T_, { error: JsErr.invalidJson(), total: 0, offset: 0, limit: 0 });
+  const r = raw as Json;
+  const filter = typeof r.subjects_filter === 'string' ? r.subjects_filter : '';
+  const offset = isCount(r.offset) ? r.offset : 0;
+  const deletedDetails = r.deleted_details === true;
   const e = js.engine.getStream(name);
-  if (!e) return typed('stream_info_response', { error: JsErr.streamNotFound(), total: 0, offset: 0, limit: 0 });
-  return typed('stream_info_response', { total: 0, offset: 0, limit: 0, ...(await streamInfoJson(js, e.def)) });
+  if (!e) return typed(T_, { error: JsErr.streamNotFound(), total: 0, offset: 0, limit: 0 });
+  return typed(T_, { total: 0, offset: 0, limit: 0, ...(await streamInfoJson(js, e.def, { subjectsFilter: filter, offset, deletedDetails })) });
 }
 
 export async function streamDelete(js: JetStreamState, name: string): Promise<Json> {
@@ -223,6 +283,7 @@ export async function streamDelete(js: JetStreamState, name: string): Promise<Js
   if (!js.engine.getStream(name)) return typed(T_, { error: JsErr.streamNotFound() });
   js.removeConsumersOf(name);
   js.duplicateWindowNs.delete(name);
+  js.tallies.delete(name);
   try {
     await js.engine.deleteStream(name);
   } catch (err) {

@@ -19,6 +19,7 @@ export function streamConfigJson(def: StreamDef, duplicateWindowNs: number): Rec
   const o = jsOptions(def);
   return {
     name: def.name,
+    ...(o.description !== '' ? { description: o.description } : {}),
     ...(o.mirror === null ? { subjects: streamSubjects(def) } : {}),
     retention: o.retention,
     max_consumers: -1,
@@ -28,12 +29,12 @@ export function streamConfigJson(def: StreamDef, duplicateWindowNs: number): Rec
     max_msgs_per_subject: o.maxMsgsPerSubject,
     max_msg_size: o.maxMsgSize,
     discard: o.discardNew ? 'new' : 'old',
-    ...(o.discardNewPerSubject ? { discard_new_per_subject: true } : {}),
-    storage: 'file',
+    storage: o.memory ? 'memory' : 'file',
     num_replicas: 1,
     duplicate_window: duplicateWindowNs,
     allow_direct: o.allowDirect,
     mirror_direct: false,
+    ...(o.discardNewPerSubject ? { discard_new_per_subject: true } : {}),
     sealed: o.sealed,
     deny_delete: o.denyDelete,
     deny_purge: o.denyPurge,
@@ -77,8 +78,6 @@ export async function streamState(engine: Engine, def: StreamDef, consumers: num
       last_seq: highWatermark,
       last_ts: highWatermark > 0 ? await timestampAt(engine, def.name, highWatermark - 1) : ZERO_TIME,
       ...(highWatermark + 1 - base - live > 0 ? { num_deleted: highWatermark + 1 - base - live } : {}),
-      // Left out at 0, as nats-server leaves it out.
-      ...(view.bySubject.size > 0 ? { num_subjects: view.bySubject.size } : {}),
       consumer_count: consumers,
     };
   }
@@ -105,8 +104,20 @@ export interface StreamSpecFromJs {
   options: Omit<JsStreamOptions, 'rules'>;
   name: string;
   bindings: string[];
+  /** num_replicas as asked (0 is 1): more than one needs a cluster (stream-api.ts). */
+  replicas: number;
   retentionMs: number | null;
   duplicateWindowNs: number;
+}
+
+/** nats-server's StreamMaxReplicas. */
+export const MAX_REPLICAS = 5;
+
+/** A NATS subject as nats-server's IsValidSubject takes it: tokens not empty, no white space, `>` last. */
+function isNatsSubject(s: string): boolean {
+  if (s === '' || /\s/.test(s)) return false;
+  const t = s.split('.');
+  return t.every((x, i) => x !== '' && (x !== '>' || i === t.length - 1));
 }
 
 const NEUTRAL: Array<[string, (v: unknown) => boolean, string]> = [
@@ -122,8 +133,8 @@ const NEUTRAL: Array<[string, (v: unknown) => boolean, string]> = [
 
 /**
  * Checks a STREAM.CREATE / STREAM.UPDATE body against the subject's stream name and what FlowMQ streams can be.
- * Accepted and ignored where harmless: storage (FlowMQ streams are always on its durable storage), num_replicas
- * (durability is the storage's), discard (without limits nothing is discarded), description, placement.
+ * Kept and reported back: description and storage (`memory` is reported as memory; FlowMQ streams are always on
+ * its durable storage). Accepted and ignored where harmless: num_replicas 1 (durability is the storage's), placement.
  */
 export function parseStreamConfig(raw: unknown, subjectName: string): StreamSpecFromJs | ApiError {
   if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) return JsErr.invalidJson();
@@ -137,6 +148,8 @@ export function parseStreamConfig(raw: unknown, subjectName: string): StreamSpec
     if (!ok(r[k])) return JsErr.streamInvalidConfig(`${what} ${what.endsWith('s') ? 'are' : 'is'} not supported by FlowMQ streams`);
   }
   if (r.storage !== undefined && r.storage !== 'file' && r.storage !== 'memory') return JsErr.invalidJson();
+  const description = r.description ?? '';
+  if (typeof description !== 'string') return JsErr.invalidJson();
   if (r.discard !== undefined && r.discard !== 'old' && r.discard !== 'new') return JsErr.invalidJson();
   const retention = r.retention ?? 'limits';
   if (retention !== 'limits' && retention !== 'workqueue' && retention !== 'interest') return JsErr.invalidJson();
@@ -153,6 +166,23 @@ export function parseStreamConfig(raw: unknown, subjectName: string): StreamSpec
       sources.push(spec);
     }
   }
+  const replicas = r.num_replicas ?? 1;
+  if (typeof replicas !== 'number' || !Number.isSafeInteger(replicas)) return JsErr.invalidJson();
+  if (replicas > MAX_REPLICAS) return JsErr.streamInvalidConfig(`maximum replicas is ${MAX_REPLICAS}`);
+  const maxAge = r.max_age ?? 0;
+  const dupAsked = r.duplicate_window ?? 0;
+  for (const v of [maxAge, dupAsked]) if (typeof v !== 'number' || !Number.isSafeInteger(v)) return JsErr.invalidJson();
+  // The duplicate window as nats-server fills it in: the max age when that is shorter than the default.
+  const dup =
+    (dupAsked as number) !== 0
+      ? (dupAsked as number)
+      : maxAge !== 0 && (maxAge as number) < DEFAULT_DUPLICATE_WINDOW_NS
+        ? (maxAge as number)
+        : DEFAULT_DUPLICATE_WINDOW_NS;
+  if (dup < 0) return JsErr.streamInvalidConfig('duplicates window can not be negative');
+  if (maxAge !== 0 && dup > (maxAge as number)) return JsErr.streamInvalidConfig('duplicates window can not be larger then max age');
+  if ((maxAge as number) < 0) return JsErr.invalidJson();
+  if ((maxAge as number) > 0 && (maxAge as number) < 1e6) return JsErr.streamInvalidConfig('max_age must be at least 1ms on FlowMQ streams');
   const hasSubjects = Array.isArray(r.subjects) && r.subjects.length > 0;
   if (mirror !== null && hasSubjects) return JsErr.mirrorWithSubjects();
   if (mirror !== null && sources.length > 0) return JsErr.mirrorWithSources();
@@ -161,6 +191,15 @@ export function parseStreamConfig(raw: unknown, subjectName: string): StreamSpec
   else if (r.subjects === undefined || r.subjects === null || (Array.isArray(r.subjects) && r.subjects.length === 0)) subjects = [name];
   else if (Array.isArray(r.subjects) && r.subjects.every((s) => typeof s === 'string')) subjects = r.subjects as string[];
   else return JsErr.invalidJson();
+  // nats-server's subject checks (checkStreamCfg), in its order and words; FlowMQ's own refusals follow.
+  const seen = new Set<string>();
+  for (const s of subjects) {
+    if (seen.has(s)) return JsErr.streamInvalidConfig('duplicate subjects detected');
+    const t = s.split('.');
+    if (t.length >= 3 && t[0] === '$JS' && t[1] === 'API') return JsErr.streamInvalidConfig('subjects overlap with jetstream api');
+    if (!isNatsSubject(s)) return JsErr.streamInvalidConfig('invalid subject');
+    seen.add(s);
+  }
   const bindings: string[] = [];
   for (const s of subjects) {
     try {
@@ -169,11 +208,6 @@ export function parseStreamConfig(raw: unknown, subjectName: string): StreamSpec
       return JsErr.streamInvalidConfig(`invalid subject "${s}": ${(err as Error).message}`);
     }
   }
-  const maxAge = r.max_age ?? 0;
-  if (typeof maxAge !== 'number' || !Number.isSafeInteger(maxAge) || maxAge < 0) return JsErr.invalidJson();
-  if (maxAge > 0 && maxAge < 1e6) return JsErr.streamInvalidConfig('max_age must be at least 1ms on FlowMQ streams');
-  const dup = r.duplicate_window ?? 0;
-  if (typeof dup !== 'number' || !Number.isSafeInteger(dup) || dup < 0) return JsErr.invalidJson();
   const perSubject = r.max_msgs_per_subject ?? -1;
   if (typeof perSubject !== 'number' || !Number.isSafeInteger(perSubject) || perSubject < -1) return JsErr.invalidJson();
   const maxMsgs = r.max_msgs ?? -1;
@@ -187,6 +221,7 @@ export function parseStreamConfig(raw: unknown, subjectName: string): StreamSpec
   }
   const discardNew = r.discard === 'new';
   // nats-server's checks (stream.go checkStreamCfg), with its texts.
+  if (flags.allow_rollup_hdrs && flags.deny_purge) return JsErr.streamInvalidConfig('roll-ups require the purge permission');
   if (flags.discard_new_per_subject) {
     if (!discardNew) return JsErr.streamInvalidConfig('discard new per subject requires discard new policy to be set');
     if (perSubject <= 0) return JsErr.streamInvalidConfig('discard new per subject requires max msgs per subject > 0');
@@ -207,11 +242,14 @@ export function parseStreamConfig(raw: unknown, subjectName: string): StreamSpec
       sealed: flags.sealed,
       mirror,
       sources,
+      description,
+      memory: r.storage === 'memory',
     },
     name,
     bindings: mirror !== null ? [mirrorBinding(name)] : [...new Set(bindings)],
-    retentionMs: maxAge > 0 ? Math.round(maxAge / 1e6) : null,
-    duplicateWindowNs: dup > 0 ? dup : maxAge > 0 && maxAge < DEFAULT_DUPLICATE_WINDOW_NS ? maxAge : DEFAULT_DUPLICATE_WINDOW_NS,
+    replicas,
+    retentionMs: (maxAge as number) > 0 ? Math.round((maxAge as number) / 1e6) : null,
+    duplicateWindowNs: dup,
   };
 }
 

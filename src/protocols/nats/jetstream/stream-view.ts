@@ -71,6 +71,13 @@ export interface JsStreamOptions {
   /** The stream mirrors this one (sources.ts), or copies from these; null / empty: none. */
   mirror: SourceSpec | null;
   sources: SourceSpec[];
+  /** What the client said about the stream, reported back as given ('' : none). */
+  description: string;
+  /**
+   * Storage the client asked for (`memory`): reported back, and fixed as in nats-server. FlowMQ keeps a memory
+   * stream's messages in its log like any other's (docs/nats.md).
+   */
+  memory: boolean;
   rules: DeleteRule[];
 }
 
@@ -111,6 +118,8 @@ export function jsOptions(def: StreamDef): JsStreamOptions {
     sealed: c['nats.sealed'] === 'true',
     mirror: parseSpecs(c['nats.mirror'])[0] ?? null,
     sources: parseSpecs(c['nats.sources']),
+    description: c['nats.description'] ?? '',
+    memory: c['nats.storage'] === 'memory',
     rules,
   };
 }
@@ -132,6 +141,8 @@ export function optionConfigs(o: Omit<JsStreamOptions, 'rules'>, rules: DeleteRu
   if (o.sealed) out['nats.sealed'] = 'true';
   if (o.mirror !== null) out['nats.mirror'] = JSON.stringify(o.mirror);
   if (o.sources.length > 0) out['nats.sources'] = JSON.stringify(o.sources);
+  if (o.description !== '') out['nats.description'] = o.description;
+  if (o.memory) out['nats.storage'] = 'memory';
   if (rules.length > 0) out['nats.deletes'] = JSON.stringify(rules);
   return out;
 }
