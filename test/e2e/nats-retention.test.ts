@@ -10,15 +10,11 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { AckPolicy, connect, DeliverPolicy, headers, RetentionPolicy, StringCodec, type JsMsg, type NatsConnection } from 'nats';
-import { eventually, FlowmqProcess, freePort } from './harness.js';
+import { eventually, FlowmqProcess } from './harness.js';
+import { startNatsServerJs, step, type Entry, type NatsServerJs } from './nats-side-by-side.js';
 
 const sc = StringCodec();
-type Entry = [string, unknown];
 
 /** A raw JetStream API request: the answer's error, or the answer. */
 async function api(nc: NatsConnection, subject: string, body?: unknown): Promise<Record<string, unknown>> {
@@ -272,42 +268,20 @@ async function until(nc: NatsConnection, stream: string, n: number): Promise<voi
   await eventually(async () => ((await api(nc, `STREAM.INFO.${stream}`)).state as { messages: number }).messages >= n, 10_000, `${stream} holds ${n}`);
 }
 
-const get = (t: Entry[], label: string): unknown => {
-  const e = t.find(([l]) => l === label);
-  assert.ok(e, `transcript has ${label}`);
-  return e[1];
-};
-
 describe('e2e: JetStream retention policies and stream guards beside nats-server 2.9.10', () => {
   let broker: FlowmqProcess;
-  let server: ChildProcess | undefined;
+  let server: NatsServerJs | undefined;
   let ours: Entry[];
   let theirs: Entry[];
 
   before(async () => {
     broker = await FlowmqProcess.start();
-    const port = await freePort();
-    const dir = mkdtempSync(join(tmpdir(), 'nats-server-ret-'));
-    const conf = join(dir, 'nats.conf');
-    writeFileSync(conf, `listen: "127.0.0.1:${port}"\njetstream { store_dir: "${join(dir, 'js')}" }\n`);
-    server = spawn('nats-server', ['-c', conf], { stdio: 'ignore' });
-    await eventually(
-      async () => {
-        try {
-          await (await connect({ servers: `127.0.0.1:${port}`, reconnect: false })).close();
-          return true;
-        } catch {
-          return false;
-        }
-      },
-      10_000,
-      'nats-server up',
-    );
+    server = await startNatsServerJs('nats-server-ret-');
     ours = await scenario(broker.natsServer);
-    theirs = await scenario(`127.0.0.1:${port}`);
+    theirs = await scenario(server.url);
   });
   after(async () => {
-    server?.kill('SIGTERM');
+    server?.stop();
     await broker?.stop();
     broker?.cleanup();
   });
@@ -318,47 +292,47 @@ describe('e2e: JetStream retention policies and stream guards beside nats-server
   });
 
   it('workqueue: refusals with their codes, a message gone once acked, a deleted consumer’s acks kept', () => {
-    assert.deepEqual(get(ours, 'wq ack all'), [400, 10098, 'workqueue stream requires explicit ack']);
-    assert.deepEqual(get(ours, 'wq deliver new'), [400, 10101, 'consumer must be deliver all on workqueue stream']);
-    assert.deepEqual(get(ours, 'wq c2 unfiltered'), [400, 10099, 'multiple non-filtered consumers not allowed on workqueue stream']);
-    assert.deepEqual(get(ours, 'wq c3 wq.* overlaps'), [400, 10100, 'filtered consumer not unique on workqueue stream']);
-    assert.equal(get(ours, 'wq c3 wq.b'), 'ok');
-    assert.deepEqual(get(ours, 'wq c2 gets'), [1, 3]);
-    assert.deepEqual(get(ours, 'wq state after ack 3'), { messages: 3, bytes: 114, first_seq: 1, last_seq: 4, num_deleted: 1 });
+    assert.deepEqual(step(ours, 'wq ack all'), [400, 10098, 'workqueue stream requires explicit ack']);
+    assert.deepEqual(step(ours, 'wq deliver new'), [400, 10101, 'consumer must be deliver all on workqueue stream']);
+    assert.deepEqual(step(ours, 'wq c2 unfiltered'), [400, 10099, 'multiple non-filtered consumers not allowed on workqueue stream']);
+    assert.deepEqual(step(ours, 'wq c3 wq.* overlaps'), [400, 10100, 'filtered consumer not unique on workqueue stream']);
+    assert.equal(step(ours, 'wq c3 wq.b'), 'ok');
+    assert.deepEqual(step(ours, 'wq c2 gets'), [1, 3]);
+    assert.deepEqual(step(ours, 'wq state after ack 3'), { messages: 3, bytes: 114, first_seq: 1, last_seq: 4, num_deleted: 1 });
     // 1 (never acked) and 4 (no consumer had it) stay; nothing acked comes back.
-    assert.deepEqual(get(ours, 'wq W gets'), [1, 4]);
-    assert.deepEqual(get(ours, 'wq W gets marker only'), [5]);
+    assert.deepEqual(step(ours, 'wq W gets'), [1, 4]);
+    assert.deepEqual(step(ours, 'wq W gets marker only'), [5]);
   });
 
   it('interest: dropped without consumers, kept until each consumer acked, gone with the last interest', () => {
-    assert.deepEqual(get(ours, 'in pub no consumers'), [1, 2]);
-    assert.deepEqual(get(ours, 'in state dropped'), { messages: 0, bytes: 0, first_seq: 3, last_seq: 2, num_deleted: 0 });
-    assert.deepEqual(get(ours, 'in state after A'), { messages: 3, bytes: 114, first_seq: 3, last_seq: 5, num_deleted: 0 });
-    assert.deepEqual(get(ours, 'in state after B acked 3'), { messages: 2, bytes: 76, first_seq: 4, last_seq: 5, num_deleted: 0 });
-    assert.deepEqual(get(ours, 'in state after delete B'), { messages: 0, bytes: 0, first_seq: 6, last_seq: 5, num_deleted: 0 });
-    assert.deepEqual(get(ours, 'in A gets new'), [7]);
+    assert.deepEqual(step(ours, 'in pub no consumers'), [1, 2]);
+    assert.deepEqual(step(ours, 'in state dropped'), { messages: 0, bytes: 0, first_seq: 3, last_seq: 2, num_deleted: 0 });
+    assert.deepEqual(step(ours, 'in state after A'), { messages: 3, bytes: 114, first_seq: 3, last_seq: 5, num_deleted: 0 });
+    assert.deepEqual(step(ours, 'in state after B acked 3'), { messages: 2, bytes: 76, first_seq: 4, last_seq: 5, num_deleted: 0 });
+    assert.deepEqual(step(ours, 'in state after delete B'), { messages: 0, bytes: 0, first_seq: 6, last_seq: 5, num_deleted: 0 });
+    assert.deepEqual(step(ours, 'in A gets new'), [7]);
   });
 
   it('sealed streams, max_msg_size and deny flags refuse with nats-server’s codes', () => {
-    assert.deepEqual(get(ours, 'ms pub 11 bytes'), [400, 10054, 'message size exceeds maximum allowed']);
-    assert.deepEqual(get(ours, 'ms pub sealed'), [400, 10109, 'invalid operation on sealed stream']);
-    assert.deepEqual(get(ours, 'ms unseal'), [500, 10052, 'stream configuration update can not unseal a sealed stream']);
-    assert.deepEqual(get(ours, 'dd cancel purge'), [500, 10052, 'stream configuration update can not cancel deny purge']);
+    assert.deepEqual(step(ours, 'ms pub 11 bytes'), [400, 10054, 'message size exceeds maximum allowed']);
+    assert.deepEqual(step(ours, 'ms pub sealed'), [400, 10109, 'invalid operation on sealed stream']);
+    assert.deepEqual(step(ours, 'ms unseal'), [500, 10052, 'stream configuration update can not unseal a sealed stream']);
+    assert.deepEqual(step(ours, 'dd cancel purge'), [500, 10052, 'stream configuration update can not cancel deny purge']);
   });
 
   it('mirrors keep their origin’s sequences; sources mark their copies', () => {
-    assert.deepEqual(get(ours, 'mirror with subjects'), [400, 10034, 'stream mirrors can not contain subjects']);
-    assert.deepEqual(get(ours, 'mirror state'), { messages: 2, bytes: 76, first_seq: 1, last_seq: 3, num_deleted: 1 });
-    assert.deepEqual(get(ours, 'sourced messages'), [
+    assert.deepEqual(step(ours, 'mirror with subjects'), [400, 10034, 'stream mirrors can not contain subjects']);
+    assert.deepEqual(step(ours, 'mirror state'), { messages: 2, bytes: 76, first_seq: 1, last_seq: 3, num_deleted: 1 });
+    assert.deepEqual(step(ours, 'sourced messages'), [
       ['o1.b', 'NATS/1.0\r\nNats-Stream-Source: O1 2\r\n\r\n'],
       ['o2.x', 'NATS/1.0\r\nNats-Stream-Source: O2 1\r\n\r\n'],
     ]);
-    assert.deepEqual(get(ours, 'mirror consumer gets'), [1, 3, 4]);
-    assert.deepEqual(get(ours, 'mirror update'), [400, 10055, 'stream mirror configuration can not be updated']);
+    assert.deepEqual(step(ours, 'mirror consumer gets'), [1, 3, 4]);
+    assert.deepEqual(step(ours, 'mirror update'), [400, 10055, 'stream mirror configuration can not be updated']);
   });
 
   it('publishes JetStream advisories for streams, consumers, terminated messages and max deliveries', () => {
-    const subjects = (get(ours, 'advisories') as Array<[string, unknown]>).map(([s]) => s.replace('$JS.EVENT.ADVISORY.', ''));
+    const subjects = (step(ours, 'advisories') as Array<[string, unknown]>).map(([s]) => s.replace('$JS.EVENT.ADVISORY.', ''));
     assert.deepEqual(subjects, [
       'STREAM.CREATED.AD',
       'STREAM.UPDATED.AD',
@@ -373,9 +347,9 @@ describe('e2e: JetStream retention policies and stream guards beside nats-server
   });
 
   it('MSG.GET and DIRECT.GET next_by_subj', () => {
-    assert.equal(get(ours, 'msg get {"seq":2,"next_by_subj":"nx.a"}'), 3);
-    assert.equal(get(ours, 'direct get {"next_by_subj":"nx.b"}'), 2);
-    assert.deepEqual(get(ours, 'direct get {"multi_last":["nx.a"]}'), [408, 'Empty Request']);
+    assert.equal(step(ours, 'msg get {"seq":2,"next_by_subj":"nx.a"}'), 3);
+    assert.equal(step(ours, 'direct get {"next_by_subj":"nx.b"}'), 2);
+    assert.deepEqual(step(ours, 'direct get {"multi_last":["nx.a"]}'), [408, 'Empty Request']);
   });
 });
 

@@ -9,27 +9,11 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
-import { createServer, type AddressInfo } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { connect, StorageType, StringCodec, type NatsConnection } from 'nats';
-import { eventually, FlowmqProcess } from './harness.js';
+import { FlowmqProcess } from './harness.js';
+import { startNatsServerJs, step, type Entry, type NatsServerJs } from './nats-side-by-side.js';
 
 const sc = StringCodec();
-type Entry = [string, unknown];
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const p = (s.address() as AddressInfo).port;
-      s.close(() => resolve(p));
-    });
-  });
-}
 
 /** A raw JetStream API request's answer. */
 async function api(nc: NatsConnection, subject: string, body?: unknown): Promise<Record<string, unknown>> {
@@ -139,42 +123,20 @@ async function scenario(server: string): Promise<Entry[]> {
   return out;
 }
 
-const get = (t: Entry[], label: string): unknown => {
-  const e = t.find(([l]) => l === label);
-  assert.ok(e, `transcript has ${label}`);
-  return e[1];
-};
-
 describe('e2e: JetStream stream info, configuration and refusals beside nats-server 2.9.10', () => {
   let broker: FlowmqProcess;
-  let server: ChildProcess | undefined;
+  let server: NatsServerJs | undefined;
   let ours: Entry[];
   let theirs: Entry[];
 
   before(async () => {
     broker = await FlowmqProcess.start();
-    const port = await freePort();
-    const dir = mkdtempSync(join(tmpdir(), 'nats-server-info-'));
-    const conf = join(dir, 'nats.conf');
-    writeFileSync(conf, `listen: "127.0.0.1:${port}"\njetstream { store_dir: "${join(dir, 'js')}" }\n`);
-    server = spawn('nats-server', ['-c', conf], { stdio: 'ignore' });
-    await eventually(
-      async () => {
-        try {
-          await (await connect({ servers: `127.0.0.1:${port}`, reconnect: false })).close();
-          return true;
-        } catch {
-          return false;
-        }
-      },
-      10_000,
-      'nats-server up',
-    );
+    server = await startNatsServerJs('nats-server-info-');
     ours = await scenario(broker.natsServer);
-    theirs = await scenario(`127.0.0.1:${port}`);
+    theirs = await scenario(server.url);
   });
   after(async () => {
-    server?.kill('SIGTERM');
+    server?.stop();
     await broker?.stop();
     broker?.cleanup();
   });
@@ -185,8 +147,8 @@ describe('e2e: JetStream stream info, configuration and refusals beside nats-ser
   });
 
   it('reports state.subjects by subjects_filter, num_subjects, and pages them as nats-server 2.9 does', () => {
-    assert.deepEqual(get(ours, 'info'), { total: 0, offset: 0, limit: 0, messages: 6, num_subjects: 3, subjects: undefined });
-    assert.deepEqual(get(ours, 'info >'), {
+    assert.deepEqual(step(ours, 'info'), { total: 0, offset: 0, limit: 0, messages: 6, num_subjects: 3, subjects: undefined });
+    assert.deepEqual(step(ours, 'info >'), {
       total: 3,
       offset: 0,
       limit: 100000,
@@ -194,36 +156,36 @@ describe('e2e: JetStream stream info, configuration and refusals beside nats-ser
       num_subjects: 3,
       subjects: { 'si.a': 3, 'si.b': 2, 'si.c.d': 1 },
     });
-    assert.deepEqual(get(ours, 'info si.*'), { total: 2, offset: 0, limit: 100000, messages: 6, num_subjects: 3, subjects: { 'si.a': 3, 'si.b': 2 } });
-    assert.deepEqual(get(ours, 'info no match'), { total: 0, offset: 0, limit: 0, messages: 6, num_subjects: 3, subjects: undefined });
-    assert.deepEqual(get(ours, 'info > offset 1'), { total: 3, offset: 1, limit: 100000, messages: 6, num_subjects: 3, subjects: { 'si.b': 2, 'si.c.d': 1 } });
-    assert.deepEqual(get(ours, 'info > offset 9'), { total: 3, offset: 3, limit: 100000, messages: 6, num_subjects: 3, subjects: undefined });
-    assert.deepEqual(get(ours, 'jsm info subjects'), [{ 'si.a': 3, 'si.b': 2, 'si.c.d': 1 }, 3]);
-    assert.deepEqual((get(ours, 'info > after purge si.b') as { subjects: unknown }).subjects, { 'si.a': 3, 'si.c.d': 1 });
-    assert.deepEqual(get(ours, 'info deleted_details'), [1, 6, 2, [2, 6]]);
-    assert.deepEqual((get(ours, 'info > after purge and publish') as { subjects: unknown }).subjects, { 'si.z': 1 });
+    assert.deepEqual(step(ours, 'info si.*'), { total: 2, offset: 0, limit: 100000, messages: 6, num_subjects: 3, subjects: { 'si.a': 3, 'si.b': 2 } });
+    assert.deepEqual(step(ours, 'info no match'), { total: 0, offset: 0, limit: 0, messages: 6, num_subjects: 3, subjects: undefined });
+    assert.deepEqual(step(ours, 'info > offset 1'), { total: 3, offset: 1, limit: 100000, messages: 6, num_subjects: 3, subjects: { 'si.b': 2, 'si.c.d': 1 } });
+    assert.deepEqual(step(ours, 'info > offset 9'), { total: 3, offset: 3, limit: 100000, messages: 6, num_subjects: 3, subjects: undefined });
+    assert.deepEqual(step(ours, 'jsm info subjects'), [{ 'si.a': 3, 'si.b': 2, 'si.c.d': 1 }, 3]);
+    assert.deepEqual((step(ours, 'info > after purge si.b') as { subjects: unknown }).subjects, { 'si.a': 3, 'si.c.d': 1 });
+    assert.deepEqual(step(ours, 'info deleted_details'), [1, 6, 2, [2, 6]]);
+    assert.deepEqual((step(ours, 'info > after purge and publish') as { subjects: unknown }).subjects, { 'si.z': 1 });
   });
 
   it('keeps description and memory storage through create, update, info and list', () => {
-    const cfg = (label: string) => get(ours, label) as { description?: string; storage: string; subjects: string[] };
+    const cfg = (label: string) => step(ours, label) as { description?: string; storage: string; subjects: string[] };
     assert.deepEqual([cfg('create config').description, cfg('create config').storage], ['first text', 'memory']);
     assert.deepEqual([cfg('info config').description, cfg('info config').storage], ['first text', 'memory']);
     assert.deepEqual([cfg('update config').description, cfg('update config').storage], ['second text', 'memory']);
     assert.deepEqual([cfg('info config after update').description, cfg('info config after update').subjects], ['second text', ['cf.a', 'cf.b']]);
     assert.deepEqual([cfg('update without description').description, cfg('list config').storage], [undefined, 'memory']);
-    assert.deepEqual([cfg('wide create').description, (get(ours, 'wide info') as { description?: string }).description], ['wide', undefined]);
-    assert.deepEqual(get(ours, 'update storage'), [500, 10052, 'stream configuration update can not change storage type']);
+    assert.deepEqual([cfg('wide create').description, (step(ours, 'wide info') as { description?: string }).description], ['wide', undefined]);
+    assert.deepEqual(step(ours, 'update storage'), [500, 10052, 'stream configuration update can not change storage type']);
   });
 
   it('refuses bad configurations with nats-server’s codes and texts', () => {
-    assert.deepEqual(get(ours, 'create replicas 3'), [500, 10074, 'replicas > 1 not supported in non-clustered mode']);
-    assert.deepEqual(get(ours, 'create replicas 9'), [500, 10052, 'maximum replicas is 5']);
-    assert.deepEqual(get(ours, 'create dup window over max age'), [500, 10052, 'duplicates window can not be larger then max age']);
-    assert.deepEqual(get(ours, 'create api subject'), [500, 10052, 'subjects overlap with jetstream api']);
-    assert.deepEqual(get(ours, 'create repeated subject'), [500, 10052, 'duplicate subjects detected']);
-    assert.deepEqual(get(ours, 'create bad subject'), [500, 10052, 'invalid subject']);
-    assert.deepEqual(get(ours, 'create negative max age'), [500, 10052, 'duplicates window can not be negative']);
-    assert.deepEqual(get(ours, 'wide update rollup and deny purge'), [[500, 10052, 'roll-ups require the purge permission'], undefined]);
+    assert.deepEqual(step(ours, 'create replicas 3'), [500, 10074, 'replicas > 1 not supported in non-clustered mode']);
+    assert.deepEqual(step(ours, 'create replicas 9'), [500, 10052, 'maximum replicas is 5']);
+    assert.deepEqual(step(ours, 'create dup window over max age'), [500, 10052, 'duplicates window can not be larger then max age']);
+    assert.deepEqual(step(ours, 'create api subject'), [500, 10052, 'subjects overlap with jetstream api']);
+    assert.deepEqual(step(ours, 'create repeated subject'), [500, 10052, 'duplicate subjects detected']);
+    assert.deepEqual(step(ours, 'create bad subject'), [500, 10052, 'invalid subject']);
+    assert.deepEqual(step(ours, 'create negative max age'), [500, 10052, 'duplicates window can not be negative']);
+    assert.deepEqual(step(ours, 'wide update rollup and deny purge'), [[500, 10052, 'roll-ups require the purge permission'], undefined]);
   });
 });
 
