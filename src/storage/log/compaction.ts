@@ -197,7 +197,7 @@ async function runPass(lm: LogState, p: Partition, force: boolean): Promise<void
   let removed = 0;
   for (const seg of segs) {
     if (lm.closed || p.fenced !== null) return;
-    const tombstonesGo = seg.createdAt < now - s.deleteRetentionMs;
+    const tombstonesGo = seg.createdAt <= now - s.deleteRetentionMs; // 0: at once, even within the millisecond of the seal
     const kept: Buffer[] = [];
     let changed = false;
     for (const b of await segmentBatches(lm, seg)) {
