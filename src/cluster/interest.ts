@@ -14,7 +14,7 @@
  * same `$` rule, so a broker is sent exactly what its own engine would deliver to some subscription (before
  * authorization, which the receiving broker applies).
  */
-import { liveKey, parseBindingKey, TopicTrie, type Level } from '../core/index.js';
+import { isReservedTopic, liveKey, parseBindingKey, TopicTrie, type Level } from '../core/index.js';
 
 export type Rule = 'mqtt' | 'nats';
 
@@ -191,14 +191,16 @@ export class RemoteInterest {
   /** Calls `fn` for every entry matching `topic`, with the MQTT `$` rule applied as the engine applies it. */
   match(topic: string, fn: (e: RemoteEntry) => void): void {
     const dollar = topic.charCodeAt(0) === 0x24;
+    const reserved = dollar && isReservedTopic(topic);
     this.trie.match(topic, (e, firstWild) => {
-      if (firstWild && dollar && !e.nats) return;
+      if (firstWild && dollar && (!e.nats || reserved)) return;
       fn(e);
     });
   }
 
   wants(topic: string): boolean {
     const dollar = topic.charCodeAt(0) === 0x24;
-    return this.trie.hasMatch(topic, (e, firstWild) => !(firstWild && dollar && !e.nats));
+    const reserved = dollar && isReservedTopic(topic);
+    return this.trie.hasMatch(topic, (e, firstWild) => !(firstWild && dollar && (!e.nats || reserved)));
   }
 }

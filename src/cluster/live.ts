@@ -25,7 +25,7 @@
  * single broker to a subscriber whose connection drops.
  */
 import type { Logger } from 'pino';
-import { FlowError, type Engine, type LiveHook, type Message } from '../core/index.js';
+import { FlowError, isReservedTopic, type Engine, type LiveHook, type Message } from '../core/index.js';
 import type { Cluster } from './cluster.js';
 import { LocalInterest, RemoteInterest, type InterestMessage, type RemoteEntry, type Rule } from './interest.js';
 import type { PeerChannel } from './types.js';
@@ -154,11 +154,13 @@ export class Live implements LiveHook {
 
   // The match of one forward, in fields reused from message to message (no closure or array per publish).
   private mDollar = false;
+  private mReserved = false;
   private readonly mPlain: number[] = [];
   private mGroups: Map<string, number[]> | null = null;
   private readonly onMatch = (e: RemoteEntry, firstWild: boolean): void => {
     // [MQTT-4.7.2-1] as the engine applies it: MQTT filters' first-level wildcards do not match `$` topics.
-    if (firstWild && this.mDollar && !e.nats) return;
+    // The `$ns` rule (core namespaces.ts) for NATS entries too.
+    if (firstWild && this.mDollar && (!e.nats || this.mReserved)) return;
     if (e.group === null) {
       if (!this.mPlain.includes(e.broker)) this.mPlain.push(e.broker);
       return;
@@ -176,6 +178,7 @@ export class Live implements LiveHook {
     if (msg.topic.startsWith(SYS_PREFIX)) return 0;
     // Brokers with plain interest, and shared groups with their remote candidates.
     this.mDollar = msg.topic.charCodeAt(0) === 0x24;
+    this.mReserved = this.mDollar && isReservedTopic(msg.topic);
     this.mPlain.length = 0;
     this.mGroups = null;
     this.remoteInterest.trie.match(msg.topic, this.onMatch);

@@ -9,6 +9,7 @@
  * Map lookup per message (nothing at all while no policy exists and the default allows: `open`).
  */
 import type { Logger } from 'pino';
+import type { NamespaceNames } from '../core/index.js';
 import { LogLimiter, logKey } from '../util/log-limit.js';
 import type { Directory } from './directory.js';
 import type { PasswordGuard } from './password-guard.js';
@@ -148,7 +149,7 @@ export class AccessControl {
    * fetch or subscription is set up, and again when policies or bindings change). Writing a stream (`publish`) is
    * judged the same way by the publish denies: a Kafka produce is delivered live on the stream's topic.
    */
-  allows(p: Principal, action: Action, kind: ResourceKind, name: string): boolean {
+  allows(p: Principal, action: Action, kind: ResourceKind, name: string, names: NamespaceNames | null = null): boolean {
     const set = p.own ?? this.directory.policies;
     if (!set.allows(p, action, kind, name)) return false;
     if (this.sources === null) return true;
@@ -158,7 +159,16 @@ export class AccessControl {
     if (!judged) return true;
     // No deny of this principal names a topic (the usual case): nothing that feeds the destination can matter.
     if (!set.deniesTopics(p, action)) return true;
-    for (const f of this.sources.topicFiltersFeeding(kind as 'stream' | 'queue', name)) if (set.deniesWithin(p, action, f)) return false;
+    // A namespaced connection (core namespaces.ts) names the stream or queue as its tenant sees it; the engine knows
+    // it by its qualified name, and its feeding filters are judged as the tenant's policies name them (unqualified).
+    if (names === null || names.isDefault) {
+      for (const f of this.sources.topicFiltersFeeding(kind as 'stream' | 'queue', name)) if (set.deniesWithin(p, action, f)) return false;
+      return true;
+    }
+    const internal = kind === 'stream' ? names.stream(name) : names.name(name);
+    for (const f of this.sources.topicFiltersFeeding(kind as 'stream' | 'queue', internal)) {
+      if (set.deniesWithin(p, action, names.ownTopic(f) ?? f)) return false;
+    }
     return true;
   }
 
@@ -180,6 +190,16 @@ export class AccessControl {
   /** A connection's authorization handle. */
   accessFor(principal: Principal, protocol: string, remoteAddress?: string): Access {
     return new Access(this, principal, protocol, remoteAddress);
+  }
+
+  /**
+   * As accessFor, for an adapter that isolates namespaces (core namespaces.ts): the connection names streams and
+   * queues as its tenant sees them, and their feeding filters are judged unqualified.
+   */
+  namespacedAccessFor(principal: Principal, names: NamespaceNames, protocol: string, remoteAddress?: string): Access {
+    const a = new Access(this, principal, protocol, remoteAddress);
+    a.names = names;
+    return a;
   }
 
   /** Logs a denial, rate-limited per address (a client can trigger it at will). */
@@ -211,6 +231,8 @@ export class Access {
   private version = -1;
   private directoryVersion = -1;
   private current: Principal;
+  /** Set by namespacedAccessFor: the connection's namespace names (null: names are the core's own). */
+  names: NamespaceNames | null = null;
 
   constructor(
     private readonly ac: AccessControl,
@@ -265,7 +287,7 @@ export class Access {
     const cache = (this.cache ??= new Map<string, boolean>());
     let v = cache.get(key);
     if (v === undefined) {
-      v = this.ac.allows(this.current, action, kind, name);
+      v = this.ac.allows(this.current, action, kind, name, this.names);
       if (cache.size >= CACHE_LIMIT) cache.clear();
       cache.set(key, v);
     }

@@ -33,7 +33,8 @@ import type { BindingDef, ExchangeDef, RouteResult, Router } from './exchanges.j
 import { RouterCore } from './router.js';
 import { TxnPartitions } from './transactions.js';
 import { createQueue as defaultCreateQueue } from './queue.js';
-import { isValidStreamName, kafkaToUnified, validateFilter, validateTopic } from './topic.js';
+import { isValidInternalStreamName, streamOwnTopic } from './namespaces.js';
+import { validateFilter, validateTopic } from './topic.js';
 import { TopicTrie } from './trie.js';
 import {
   deliverLive,
@@ -140,14 +141,14 @@ export class Engine implements Router {
   }
 
   async createStream(spec: StreamSpec): Promise<StreamDef> {
-    if (!isValidStreamName(spec.name)) {
+    if (!isValidInternalStreamName(spec.name)) {
       throw new FlowError('INVALID_ARGUMENT', `invalid stream name "${spec.name}": use 1-249 of [a-zA-Z0-9._-] (dots are topic levels)`);
     }
     if (!Number.isInteger(spec.partitions) || spec.partitions < 1 || spec.partitions > MAX_PARTITIONS) {
       throw new FlowError('INVALID_ARGUMENT', `partitions must be an integer in 1..${MAX_PARTITIONS}`);
     }
     if (this.streams.has(spec.name)) throw new FlowError('ALREADY_EXISTS', `stream "${spec.name}" already exists`);
-    const bindings = spec.bindings && spec.bindings.length > 0 ? [...new Set(spec.bindings)] : [kafkaToUnified(spec.name)];
+    const bindings = spec.bindings && spec.bindings.length > 0 ? [...new Set(spec.bindings)] : [streamOwnTopic(spec.name)];
     for (const b of bindings) validateFilter(b);
     const { retentionMs, ...settings } = streamSettings(spec);
     const def: StreamDef = { name: spec.name, partitions: spec.partitions, bindings, retentionMs, createdAt: Date.now(), ...settings, id: newStreamId() };
@@ -211,7 +212,7 @@ export class Engine implements Router {
   async setBindings(name: string, bindings: string[]): Promise<StreamDef> {
     const e = this.streams.get(name);
     if (!e) throw new FlowError('NOT_FOUND', `stream "${name}" does not exist`);
-    const list = bindings.length > 0 ? [...new Set(bindings)] : [kafkaToUnified(name)];
+    const list = bindings.length > 0 ? [...new Set(bindings)] : [streamOwnTopic(name)];
     for (const b of list) validateFilter(b);
     return this.redefine(e, { ...e.def, bindings: list });
   }
@@ -295,7 +296,7 @@ export class Engine implements Router {
 
   private index(def: StreamDef): void {
     this.streamsVersion++;
-    const entry: StreamEntry = { def, ownTopic: kafkaToUnified(def.name) };
+    const entry: StreamEntry = { def, ownTopic: streamOwnTopic(def.name) };
     this.streams.set(def.name, entry);
     if (def.id !== undefined) this.streamsById.set(def.id, entry);
     for (const b of def.bindings) this.bindings.add(b, entry);

@@ -19,6 +19,7 @@ export { CoalescingTask } from './coalescing-task.js';
 export * from './queues.js';
 export * from './exchanges.js';
 export * from './matcher.js';
+export * from './namespaces.js';
 export { RouterCore } from './router.js';
 export { isDeadLetterCycle, type RouterHost } from './routing.js';
 export * from './queue.js';

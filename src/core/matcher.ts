@@ -14,6 +14,7 @@
  * levels of unified topics.
  */
 import { FlowError } from './errors.js';
+import { isReservedTopic } from './namespaces.js';
 import { validateFilter } from './topic.js';
 import { ANY, type Level, mqttLevels, ONE, REST } from './trie.js';
 
@@ -76,6 +77,16 @@ export function routingKeyLevels(routingKey: string): string[] {
 /** The MQTT `$` rule: a value matched through a first-level wildcard is refused for a `$` topic. */
 export function mqttAccepts(topic: string, firstWild: boolean): boolean {
   return !firstWild || topic.charCodeAt(0) !== 0x24;
+}
+
+/**
+ * The rule of every binding: MQTT's `$` rule for 'mqtt', and for every rule the namespace rule (namespaces.ts): a
+ * first-level wildcard (AMQP `#`, NATS `>`) never matches a topic of the reserved `$ns` space, so no binding or
+ * subscription of one namespace reaches another namespace's topics.
+ */
+export function ruleAccepts(rule: MatchRule, topic: string, firstWild: boolean): boolean {
+  if (!firstWild || topic.charCodeAt(0) !== 0x24) return true;
+  return rule !== 'mqtt' && !isReservedTopic(topic);
 }
 
 // ---------------------------------------------------------------- headers exchanges

@@ -8,7 +8,7 @@
 import { FlowError } from './errors.js';
 import { DEFAULT_EXCHANGE, TOPIC_SPACE, type BindingDef, type ExchangeDef, type RouteResult } from './exchanges.js';
 import type { Message } from './message.js';
-import { headersMatch, type HeadersPattern, type MatchRule, mqttAccepts, routingKeyLevels } from './matcher.js';
+import { headersMatch, type HeadersPattern, type MatchRule, routingKeyLevels, ruleAccepts } from './matcher.js';
 import type { QueueDef, QueueRuntime } from './queues.js';
 import { dotsToUnified, isValidTopic, unifiedToDots } from './topic.js';
 import type { Level, TopicTrie } from './trie.js';
@@ -124,11 +124,11 @@ export function routeTopicSpace(t: RoutingTable, msg: Message): RouteResult {
   if (guard !== undefined) {
     const g = (reach = new Set());
     t.topicSpace.trie!.match(guard, (e, w) => {
-      if (e.rule !== 'mqtt' || mqttAccepts(guard, w)) g.add(e);
+      if (ruleAccepts(e.rule, guard, w)) g.add(e);
     });
   }
   t.topicSpace.trie!.match(topic, (e, w) => {
-    if (e.rule === 'mqtt' && !mqttAccepts(topic, w)) return;
+    if (!ruleAccepts(e.rule, topic, w)) return;
     if (reach !== null && !reach.has(e)) return;
     follow.push(e);
   });
@@ -193,7 +193,7 @@ function routeExchange(t: RoutingTable, x: XState, rk: string, msg: Message, r: 
       if (res.durable) r.liveDurable = r.liveDurable === null ? res.durable : Promise.all([r.liveDurable, res.durable]).then(() => undefined);
     }
     const fn = (e: BindingEntry, w: boolean) => {
-      if (e.rule === 'mqtt' && (!mqttOk || !mqttAccepts(topic, w))) return;
+      if ((e.rule === 'mqtt' && !mqttOk) || !ruleAccepts(e.rule, topic, w)) return;
       visit(e);
     };
     if (rk.length === 0) x.trie!.matchLevels([], fn);

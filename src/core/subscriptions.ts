@@ -6,6 +6,7 @@
  */
 import type { Message, QoS } from './message.js';
 import { mqttAccepts, parseBindingKey } from './matcher.js';
+import { isReservedTopic } from './namespaces.js';
 import { validateFilter } from './topic.js';
 import type { TopicTrie } from './trie.js';
 
@@ -204,7 +205,8 @@ export function deliverLive(t: LiveTable, msg: Message, forwarded?: ReadonlySet<
   // [MQTT-4.7.2-1]: live subscriptions are MQTT filters; their first-level wildcards do not match `$` topics.
   const dollar = msg.topic.charCodeAt(0) === 0x24;
   t.subs.match(msg.topic, (v, firstWild) => {
-    if (firstWild && dollar && !('members' in v ? v.nats : v.options.rule === 'nats')) return;
+    // The `$ns` rule (namespaces.ts) holds for NATS subscriptions too: `>` of one namespace is not another's.
+    if (firstWild && dollar && (!('members' in v ? v.nats : v.options.rule === 'nats') || isReservedTopic(msg.topic))) return;
     if ('members' in v) {
       if (forwarded !== undefined ? !forwarded.has(v.key) : skip !== null && skip.has(v.key)) return;
       const s = pickMember(v, undefined);
@@ -242,7 +244,8 @@ export function redeliverShared(t: LiveTable, sub: Subscription, msg: Message): 
 }
 
 export function hasLiveSubscribers(t: LiveTable, topic: string): boolean {
-  if (t.subs.hasMatch(topic, (v, firstWild) => ('members' in v ? v.nats : v.options.rule === 'nats') || mqttAccepts(topic, firstWild))) return true;
+  if (t.subs.hasMatch(topic, (v, w) => mqttAccepts(topic, w) || (('members' in v ? v.nats : v.options.rule === 'nats') && !isReservedTopic(topic))))
+    return true;
   return t.live !== null && t.live.remote > 0 && t.live.wants(topic);
 }
 

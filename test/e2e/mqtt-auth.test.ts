@@ -241,7 +241,10 @@ describe('e2e: MQTT authorization, live policy changes, quotas and kick (the who
     await d.putNamespace({ name: 'metered', quotas: { publishRate: 50 } });
     await d.addUser({ username: 'mia', password: 'mia-pw', namespace: 'metered' });
     await d.putPolicy({ name: 'mia-all', effect: 'allow', actions: ['publish'], resources: ['topic:m/#'], principals: ['user:mia'] });
-    const watcher = await as('root');
+    // A namespace is a tenant (core namespaces.ts): the watcher is in `metered` too.
+    await d.addUser({ username: 'mio', password: 'mio-pw', namespace: 'metered' });
+    await d.putPolicy({ name: 'mio-all', effect: 'allow', actions: ['subscribe'], resources: ['topic:m/#'], principals: ['user:mio'] });
+    const watcher = await as('mio');
     const got = collect(watcher);
     await watcher.subscribeAsync('m/#', { qos: 1 });
     try {

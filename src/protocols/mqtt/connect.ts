@@ -8,7 +8,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { startSaslExchange, type AccessControl, type Principal } from '../../control/index.js';
-import { isFlowError } from '../../core/index.js';
+import { isFlowError, isReservedName, isReservedTopic, namespaceNames } from '../../core/index.js';
 import {
   ConnackCode,
   MqttProtocolError,
@@ -41,6 +41,17 @@ export function onConnect(conn: MqttLink, p: ConnectPacket): void {
     // [MQTT-3.1.3-6] (v5 [MQTT-3.1.3-6] too, returned as Assigned Client Identifier [MQTT-3.2.2-16]).
     clientId = `flowmq-${randomBytes(8).toString('hex')}`;
     conn.assignedId = clientId;
+  }
+  if (isReservedName(clientId)) {
+    // `$ns/...` is how the session of another namespace's client is keyed (core namespaces.ts): no client, of any
+    // namespace, names one. [MQTT-3.1.3-9] 3.1.1 0x02 Identifier rejected, v5 0x85 Client Identifier not valid.
+    refuse(conn, conn.level === 5 ? ReasonCode.CLIENT_IDENTIFIER_NOT_VALID : ConnackCode.IDENTIFIER_REJECTED, 'client id in the reserved $ns/ space');
+    return;
+  }
+  if (p.will !== null && isReservedTopic(p.will.topic)) {
+    // A will on another namespace's topic: refused as a will on a denied topic is (v5 0x87, 3.1.1 0x05).
+    refuse(conn, conn.level === 5 ? ReasonCode.NOT_AUTHORIZED : ConnackCode.NOT_AUTHORIZED, 'will topic in the reserved $ns/ space');
+    return;
   }
   conn.clientId = clientId;
   conn.keepaliveMs = p.keepalive * 1000;
@@ -157,7 +168,9 @@ function login(conn: MqttLink, ac: AccessControl, p: ConnectPacket): void {
 function loggedIn(conn: MqttLink, principal: Principal, authProps: Properties | undefined): void {
   if (conn.state === State.Closed) return;
   const ac = conn.opts.access!;
-  const access = ac.accessFor(principal, 'mqtt', conn.address);
+  // The namespace of the identity (core namespaces.ts): names are qualified with it from here on.
+  const names = namespaceNames(principal.namespace);
+  const access = names.isDefault ? ac.accessFor(principal, 'mqtt', conn.address) : ac.namespacedAccessFor(principal, names, 'mqtt', conn.address);
   const v5 = conn.level === 5;
   const will = conn.pendingConnect?.will ?? null;
   if (will !== null && !access.can('publish', 'topic', will.topic)) {
@@ -170,6 +183,7 @@ function loggedIn(conn: MqttLink, principal: Principal, authProps: Properties | 
     return;
   }
   conn.access = access;
+  conn.names = names;
   conn.lease = lease;
   if (conn.client !== null) {
     conn.client.user = principal.user;
@@ -334,7 +348,7 @@ function accept(conn: MqttLink, auth: AuthResult, authProps: Properties | undefi
   // Session lifetime: 3.1.1 Clean Session 0 keeps it (up to the configured maximum); v5 says how long.
   const requested = conn.level === 5 ? (props.sessionExpiryInterval ?? 0) : p.cleanSession ? 0 : EXPIRY_NEVER;
   const expiry = Math.min(requested, conn.opts.maxSessionExpiry);
-  conn.hub.attach(conn, conn.clientId, p.cleanSession, expiry, conn.level, conn.access).then(
+  conn.hub.attach(conn, conn.names.name(conn.clientId), p.cleanSession, expiry, conn.level, conn.access).then(
     ({ session, present }) => connected(conn, session, present, requested, expiry, authProps),
     (err: unknown) => {
       // Cluster mode: UNAVAILABLE is another broker holding the session and not handing it over yet (retriable).

@@ -238,7 +238,8 @@ export class MqttHub implements MqttClusterHost<MqttSession> {
     if (ac !== null) {
       // Until a connection resumes it, the session follows the policies of the user it was last connected as.
       s.user = st.u ?? null;
-      s.access = ac.accessFor(ac.principal(s.user), 'mqtt');
+      const principal = ac.principal(s.user);
+      s.access = s.names.isDefault ? ac.accessFor(principal, 'mqtt') : ac.namespacedAccessFor(principal, s.names, 'mqtt');
     }
     for (const p of st.subs) {
       const data: SubData = {
@@ -252,7 +253,11 @@ export class MqttHub implements MqttClusterHost<MqttSession> {
       try {
         s.subs.set(
           p.f,
-          this.ctx.engine.subscribe(filter, s, this.opts.access !== null ? { qos: p.q, group, data, admit: s.admit } : { qos: p.q, group, data }),
+          this.ctx.engine.subscribe(
+            s.names.topic(filter),
+            s,
+            this.opts.access !== null ? { qos: p.q, group, data, admit: s.admit } : { qos: p.q, group, data },
+          ),
         );
       } catch (err) {
         this.ctx.logger.warn({ clientId, filter: p.f, err: String(err) }, 'mqtt stored subscription refused, dropping it');
@@ -688,7 +693,7 @@ export class MqttHub implements MqttClusterHost<MqttSession> {
       return;
     }
     try {
-      const durable = this.ctx.engine.publish(willMessage(will, s.id));
+      const durable = this.ctx.engine.publish(willMessage(will, s.id, s.names));
       if (durable !== null) {
         durable.then(undefined, (err: unknown) => this.ctx.logger.warn({ clientId: s.clientId, err: String(err) }, 'mqtt will could not be stored'));
       }

@@ -19,7 +19,7 @@
  */
 import type { Duplex } from 'node:stream';
 import type { Access, ClientEntry, Principal, QuotaLease, SaslExchange } from '../../control/index.js';
-import type { Message, QueueDelivery, Subscription } from '../../core/index.js';
+import { namespaceNames, type Message, type NamespaceNames, type QueueDelivery, type Subscription } from '../../core/index.js';
 import { logKey } from '../../util/log-limit.js';
 import type { AdapterContext } from '../types.js';
 import { CloseSignal } from '../listener.js';
@@ -130,6 +130,11 @@ export type CertificateLogin = { verdict: 'ok'; user: string; principal: Princip
 /** The state and life (see the file header); `MqttConnection` is the one subclass. */
 export abstract class MqttLink implements QueueConsumerHost, SessionConnection {
   clientId = '';
+  /**
+   * The namespace of the identity that logged in (core namespaces.ts): topics, filters, `$queue/` names and the
+   * session key are qualified with it on the way in and stripped on the way out. `default`: names unchanged.
+   */
+  names: NamespaceNames = namespaceNames('default');
   readonly remote: string;
   /**
    * The peer's address without its port (undefined when unknown): the key of its rate-limited log lines and of

@@ -9,7 +9,7 @@
  * This is the per-message path: nothing here allocates per delivery beyond the Delivery itself (none at all for a
  * plain QoS 0 message, whose frame is encoded once for every subscriber).
  */
-import type { Message, QoS, QueueDelivery, Subscription } from '../../core/index.js';
+import type { Message, NamespaceNames, QoS, QueueDelivery, Subscription } from '../../core/index.js';
 import { ReasonCode, encodeIdOnly, encodePublishFrame, type Properties } from './codec/index.js';
 import type { MqttDropCounts } from './hub.js';
 import { newDelivery, type Delivery, type MqttSession, type SubData } from './session.js';
@@ -22,17 +22,22 @@ import { NO_INFLIGHT, State, errText, type MqttLink } from './link.js';
  * once per protocol generation.
  */
 let lastFrameMsg: Message | null = null;
+let lastFrameNames: NamespaceNames | null = null;
 let lastFrame4: Buffer | null = null;
 let lastFrame5: Buffer | null = null;
 
-function plainQos0Frame(msg: Message, v5: boolean): Buffer {
-  if (msg !== lastFrameMsg) {
+function plainQos0Frame(msg: Message, v5: boolean, names: NamespaceNames): Buffer {
+  // One message's subscribers are all of its topic's namespace (core namespaces.ts: `$ns/` is refused to every
+  // client and no wildcard reaches into it); the names are part of the key all the same.
+  if (msg !== lastFrameMsg || names !== lastFrameNames) {
     lastFrameMsg = msg;
+    lastFrameNames = names;
     lastFrame4 = lastFrame5 = null;
   }
+  const topic = names.isDefault ? msg.topic : names.outTopic(msg.topic);
   // [MQTT-3.3.1-9] live deliveries carry RETAIN 0 (unless Retain As Published, which takes the slow path).
-  if (v5) return (lastFrame5 ??= encodePublishFrame(msg.topic, msg.payload, 0, false, false, 0, messageProps(msg, Date.now())));
-  return (lastFrame4 ??= encodePublishFrame(msg.topic, msg.payload, 0, false, false, 0));
+  if (v5) return (lastFrame5 ??= encodePublishFrame(topic, msg.payload, 0, false, false, 0, messageProps(msg, Date.now(), names)));
+  return (lastFrame4 ??= encodePublishFrame(topic, msg.payload, 0, false, false, 0));
 }
 
 /**
@@ -43,14 +48,14 @@ function plainQos0Frame(msg: Message, v5: boolean): Buffer {
  * topic name, strings with U+0000 or over 65535 bytes, binary data over 65535 bytes. The expiry is capped at the
  * largest interval MQTT can say (about 136 years).
  */
-function messageProps(msg: Message, now: number): Properties {
+function messageProps(msg: Message, now: number, names: NamespaceNames): Properties {
   const p: Properties = {};
   if (msg.payloadFormat === 0 || msg.payloadFormat === 1) p.payloadFormatIndicator = msg.payloadFormat;
   // [MQTT-3.3.2-6] the interval sent is the time the message has left.
   if (msg.expiresAt !== undefined) p.messageExpiryInterval = Math.min(0xffffffff, Math.max(1, Math.ceil((msg.expiresAt - now) / 1000)));
   if (msg.contentType !== undefined && isMqttString(msg.contentType)) p.contentType = msg.contentType;
   if (msg.responseTopic !== undefined && isMqttString(msg.responseTopic) && msg.responseTopic !== '' && !/[+#]/.test(msg.responseTopic)) {
-    p.responseTopic = msg.responseTopic;
+    p.responseTopic = names.isDefault ? msg.responseTopic : names.outTopic(msg.responseTopic);
   }
   if (msg.correlationData !== undefined && msg.correlationData.length <= 0xffff) p.correlationData = msg.correlationData;
   // [MQTT-3.3.2-17] [MQTT-3.3.2-18] user properties are forwarded unaltered and in order.
@@ -227,7 +232,7 @@ function sendQos0Plain(conn: MqttLink, msg: Message): void {
     } else drop(conn, 'writeBuffer', true);
     return;
   }
-  const frame = plainQos0Frame(msg, conn.level === 5);
+  const frame = plainQos0Frame(msg, conn.level === 5, conn.names);
   // [MQTT-3.1.2-24] nothing larger than the client's Maximum Packet Size is sent; it is discarded.
   if (frame.length > conn.clientMaxPacket) {
     drop(conn, 'tooLarge', true);
@@ -280,9 +285,10 @@ function writePublish(conn: MqttLink, d: Delivery, id: number, dup: boolean, now
   const msg = d.msg;
   let frame: Buffer;
   if (conn.level === 5) {
-    const props = messageProps(msg, now);
+    const names = conn.names;
+    const props = messageProps(msg, now, names);
     if (d.subIds !== null) props.subscriptionIdentifiers = d.subIds;
-    let topic = msg.topic;
+    let topic = names.isDefault ? msg.topic : names.outTopic(msg.topic);
     // Server -> client topic aliases, never on re-sends (aliases do not outlive a connection [MQTT-3.3.2-7]).
     if (conn.clientAliasMax > 0 && !dup) {
       conn.outAliases ??= new Map();
@@ -298,7 +304,7 @@ function writePublish(conn: MqttLink, d: Delivery, id: number, dup: boolean, now
     }
     frame = encodePublishFrame(topic, msg.payload, d.qos, d.retain, dup, id, props);
   } else {
-    frame = encodePublishFrame(msg.topic, msg.payload, d.qos, d.retain, dup, id);
+    frame = encodePublishFrame(conn.names.isDefault ? msg.topic : conn.names.outTopic(msg.topic), msg.payload, d.qos, d.retain, dup, id);
   }
   // [MQTT-3.1.2-24] a packet over the client's Maximum Packet Size is discarded, as if it had been sent.
   if (frame.length > conn.clientMaxPacket) {
@@ -459,7 +465,7 @@ export function queueCredit(conn: MqttLink, c: MqttQueueConsumer): boolean {
 export function deliverFromQueue(conn: MqttLink, c: MqttQueueConsumer, qd: QueueDelivery): void {
   try {
     const access = conn.access;
-    if (access !== null && !access.open && !access.can('subscribe', 'queue', c.handle.def.name)) {
+    if (access !== null && !access.open && !access.can('subscribe', 'queue', conn.names.ownName(c.handle.def.name) ?? c.handle.def.name)) {
       // The policy changed since the SUBSCRIBE: the message goes back to its queue and the subscription ends.
       c.handle.nack(qd.id, true).catch(() => undefined);
       if (conn.queueSubs?.get(c.filter) === c) {

@@ -6,7 +6,7 @@
  * `flushAcks()`), reading paused while too many wait. Storage refusals become v5 negative acks (3.1.1: a close).
  */
 import type { Message } from '../../core/index.js';
-import { isFlowError } from '../../core/index.js';
+import { isFlowError, isReservedTopic } from '../../core/index.js';
 import { storageRefusal } from '../storage-refusal.js';
 import { MqttProtocolError, ReasonCode, encodeIdOnly, type PublishPacket } from './codec/index.js';
 import { State, errText, levels, type MqttLink, type PendingAck } from './link.js';
@@ -66,7 +66,9 @@ export function onPublish(conn: MqttLink, p: PublishPacket): void {
     return;
   }
   const access = conn.access;
-  if (access !== null && !access.open && !access.can('publish', 'topic', topic)) {
+  // A topic under `$ns/` is another namespace's (core namespaces.ts): refused as a deny, whoever asks. Only topics
+  // starting with `$` pay for the check.
+  if ((topic.charCodeAt(0) === 0x24 && isReservedTopic(topic)) || (access !== null && !access.open && !access.can('publish', 'topic', topic))) {
     conn.hub.stats.publishesDenied++;
     // v5 refuses the message alone: PUBACK / PUBREC 0x87 Not authorized (a PUBREC >= 0x80 ends a QoS 2 exchange,
     // section 4.3.3). 3.1.1 has no refusal for a PUBLISH: the message is acknowledged and dropped, as Mosquitto
@@ -87,8 +89,9 @@ export function onPublish(conn: MqttLink, p: PublishPacket): void {
     const wait = conn.lease.chargeIn(1, p.payload.length);
     if (wait > 0) conn.throttle(wait);
   }
+  const names = conn.names;
   const msg: Message = {
-    topic,
+    topic: names.isDefault ? topic : names.topicPrefix + topic,
     payload: p.payload,
     key: null,
     headers: [],
@@ -106,7 +109,9 @@ export function onPublish(conn: MqttLink, p: PublishPacket): void {
       if (/[+#]/.test(props.responseTopic)) {
         throw new MqttProtocolError('response topic with wildcards', '[MQTT-3.3.2-14]', undefined, ReasonCode.PROTOCOL_ERROR);
       }
-      msg.responseTopic = props.responseTopic;
+      // A response topic is a topic of the publisher's namespace; its responders (of the same namespace) are told
+      // it unqualified (outbound.ts messageProps).
+      msg.responseTopic = names.topic(props.responseTopic);
     }
     if (props.correlationData !== undefined) msg.correlationData = Buffer.from(props.correlationData);
     if (props.payloadFormatIndicator !== undefined) msg.payloadFormat = props.payloadFormatIndicator;

@@ -12,7 +12,7 @@
  */
 import type { Access } from '../../control/index.js';
 import type { Message, QoS, Subscriber, Subscription } from '../../core/index.js';
-import { decodeStoredMessage, encodeStoredMessage } from '../../core/index.js';
+import { decodeStoredMessage, encodeStoredMessage, namespaceNames, splitName, type NamespaceNames } from '../../core/index.js';
 import type { Properties, ProtocolLevel, Will } from './codec/index.js';
 import type { SessionConnection } from './types.js';
 
@@ -172,13 +172,20 @@ export class MqttSession implements Subscriber {
    * The admit predicate of every subscription of this session (engine SubscribeOptions.admit): a delivery on a
    * topic the identity may not subscribe to is skipped, so a policy changed live stops deliveries at once.
    */
-  readonly admit = (topic: string): boolean => this.access === null || this.access.admits(topic);
+  readonly admit = (topic: string): boolean => this.access === null || this.access.admits(this.names.isDefault ? topic : this.names.outTopic(topic));
+  /**
+   * The session's namespace (core namespaces.ts), read from its key: a session of namespace `t1` is keyed
+   * `$ns/t1/<client id>`, so two tenants' client id `c1` are two sessions, in the store and in cluster ownership.
+   */
+  readonly names: NamespaceNames;
 
   constructor(
+    /** The session key: the client id, qualified by its namespace (NamespaceNames.name). */
     readonly clientId: string,
     private readonly hub: SessionHub,
   ) {
     this.id = `mqtt:${clientId}`;
+    this.names = namespaceNames(splitName(clientId).namespace);
   }
 
   get persistent(): boolean {
@@ -275,10 +282,11 @@ export function willFromJson(j: PersistedWill): Will {
 }
 
 /** The message a will becomes, with its v5 properties [MQTT-3.1.3-9]. */
-export function willMessage(w: Will, origin: string): Message {
+export function willMessage(w: Will, origin: string, names: NamespaceNames): Message {
   const p = w.properties;
   const msg: Message = {
-    topic: w.topic,
+    // The will is kept as the client wrote it; its topics are qualified when it is published.
+    topic: names.topic(w.topic),
     payload: w.payload,
     key: null,
     headers: p?.userProperties ? p.userProperties.map(([k, v]) => ({ key: k, value: Buffer.from(v) })) : [],
@@ -289,7 +297,7 @@ export function willMessage(w: Will, origin: string): Message {
   };
   if (p?.messageExpiryInterval !== undefined) msg.expiresAt = Date.now() + p.messageExpiryInterval * 1000;
   if (p?.contentType !== undefined) msg.contentType = p.contentType;
-  if (p?.responseTopic !== undefined) msg.responseTopic = p.responseTopic;
+  if (p?.responseTopic !== undefined) msg.responseTopic = names.topic(p.responseTopic);
   if (p?.correlationData !== undefined) msg.correlationData = p.correlationData;
   if (p?.payloadFormatIndicator !== undefined) msg.payloadFormat = p.payloadFormatIndicator;
   return msg;

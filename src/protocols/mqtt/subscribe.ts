@@ -5,7 +5,7 @@
  * messages of new subscriptions (Retain Handling) and the start of new queue consumers.
  */
 import type { QoS, Subscription } from '../../core/index.js';
-import { isFlowError, validateFilter } from '../../core/index.js';
+import { isFlowError, isReservedName, isReservedTopic, validateFilter } from '../../core/index.js';
 import {
   MqttProtocolError,
   ReasonCode,
@@ -59,6 +59,8 @@ function subscribeOne(conn: MqttLink, req: SubscriptionRequest, subId: number | 
   if (levels(filter) > conn.opts.maxTopicLevels) return invalidFilter;
   // A shared subscription is authorized by its filter (the group name is not a resource). 'filter': granted, and
   // each delivery is checked by the admit predicate every subscription of the session carries.
+  // `$ns/...` is the reserved space of namespaces (core namespaces.ts): refused as a deny, whoever asks.
+  if (isReservedTopic(filter)) return v5 ? ReasonCode.NOT_AUTHORIZED : SUBACK_FAILURE;
   if (conn.access !== null && conn.access.subscription(filter) === 'deny') return v5 ? ReasonCode.NOT_AUTHORIZED : SUBACK_FAILURE;
   const granted = (req.qos < conn.opts.maxQos ? req.qos : conn.opts.maxQos) as QoS;
   const data: SubData = {
@@ -71,7 +73,11 @@ function subscribeOne(conn: MqttLink, req: SubscriptionRequest, subId: number | 
   const s = conn.session!;
   let sub: Subscription;
   try {
-    sub = conn.ctx.engine.subscribe(filter, s, conn.access !== null ? { qos: granted, group, data, admit: s.admit } : { qos: granted, group, data });
+    sub = conn.ctx.engine.subscribe(
+      conn.names.topic(filter),
+      s,
+      conn.access !== null ? { qos: granted, group, data, admit: s.admit } : { qos: granted, group, data },
+    );
   } catch (err) {
     if (!isFlowError(err)) throw err;
     conn.logLimited(
@@ -101,8 +107,10 @@ function subscribeOne(conn: MqttLink, req: SubscriptionRequest, subId: number | 
 function subscribeQueue(conn: MqttLink, req: SubscriptionRequest): number {
   const refused = conn.level === 5 ? ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR : SUBACK_FAILURE;
   const name = req.filter.slice(QUEUE_PREFIX.length);
-  if (conn.access !== null && !conn.access.can('subscribe', 'queue', name)) return conn.level === 5 ? ReasonCode.NOT_AUTHORIZED : SUBACK_FAILURE;
-  const handle = name.length > 0 ? conn.ctx.engine.getQueue(name) : undefined;
+  if (isReservedName(name) || (conn.access !== null && !conn.access.can('subscribe', 'queue', name))) {
+    return conn.level === 5 ? ReasonCode.NOT_AUTHORIZED : SUBACK_FAILURE;
+  }
+  const handle = name.length > 0 ? conn.ctx.engine.getQueue(conn.names.name(name)) : undefined;
   if (handle === undefined || handle.def.exclusiveOwner !== null) {
     conn.logLimited(
       'debug',
@@ -114,7 +122,7 @@ function subscribeQueue(conn: MqttLink, req: SubscriptionRequest): number {
   }
   const max = conn.opts.maxQos < 1 ? conn.opts.maxQos : 1;
   const granted = (req.qos < max ? req.qos : max) as QoS;
-  const c = new MqttQueueConsumer(handle, req.filter, conn.clientId, granted === 0, conn);
+  const c = new MqttQueueConsumer(handle, req.filter, conn.session!.clientId, granted === 0, conn);
   const subs = (conn.queueSubs ??= new Map<string, MqttQueueConsumer>());
   // [MQTT-3.8.4-3] the same filter again replaces the subscription (deliveries in flight stay acknowledgeable).
   const old = subs.get(req.filter);

@@ -473,7 +473,8 @@ describe('mqtt under the control plane', () => {
     test('the publish-rate quota holds the publisher back (reading paused), and every message still arrives', async () => {
       await ctl.directory.putNamespace({ name: 'slow', quotas: { publishRate: 20 } });
       await ctl.directory.addUser({ username: 'dave', password: 'dave-pw', namespace: 'slow' });
-      const sub = await connect(b, 5, { username: 'root', password: 'root-pw' });
+      // A namespace is a tenant: the subscriber is in it too (core namespaces.ts).
+      const sub = await connect(b, 5, { username: 'dave', password: 'dave-pw' });
       const got = collect(sub);
       await sub.subscribeAsync('rate/#', { qos: 1 });
       const pub = await connect(b, 5, { username: 'dave', password: 'dave-pw' });
@@ -495,15 +496,19 @@ describe('mqtt under the control plane', () => {
       const sub = await connect(b, 5, { username: 'nora', password: 'nora-pw' });
       const got = collect(sub);
       await sub.subscribeAsync('wide/#', { qos: 1 });
-      const pub = await connect(b, 5, { username: 'root', password: 'root-pw' });
+      // A namespace is a tenant: the publisher is in it too (core namespaces.ts).
+      const pub = await connect(b, 5, { username: 'nora', password: 'nora-pw' });
       try {
         const before = ctl.access.quotas.figures().narrow?.throttled ?? 0;
         // 10 x 500 bytes: over two seconds' worth of the subscriber's namespace rate.
         for (let i = 0; i < 10; i++) await pub.publishAsync('wide/x', Buffer.alloc(500, i), { qos: 1 });
         await until(() => got.length === 10, 'all 10 delivered', 15_000);
         assert.ok(ctl.access.quotas.figures().narrow.throttled > before, 'the subscriber was held back');
-        const e = ctl.access.clients.list().find((x) => x.user === 'nora');
-        assert.equal(e?.messagesOut, 10);
+        const out = ctl.access.clients
+          .list()
+          .filter((x) => x.user === 'nora')
+          .reduce((n, x) => n + x.messagesOut, 0);
+        assert.equal(out, 10);
       } finally {
         await Promise.all([sub.endAsync(), pub.endAsync()]);
       }

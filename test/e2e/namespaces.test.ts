@@ -1,0 +1,239 @@
+/**
+ * Namespaces as tenants (issue 29, first slice: MQTT and Kafka), with real clients: MQTT.js, KafkaJS and kcat.
+ * One broker in this process with three namespaces in use: `default` (user dee), `t1` (user ann) and `t2` (user
+ * bob). Every tenant runs the same names (topic `orders/...`, retained `state/x`, client id `c1`, stream `orders`,
+ * group `g`) and sees exactly its own messages and names; MQTT -> Kafka inside t1 works; a client spelling the
+ * internal name of another namespace's topic, client id, stream or group is refused. The first part writes data
+ * while every user is in `default` (the layout of the version before namespaces), then restarts the broker on the
+ * same data directory with the namespaces added: what was there is `default`'s.
+ */
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import mqtt, { type IPublishPacket, type MqttClient } from 'mqtt';
+import { pino } from 'pino';
+import kafkajsPkg, { type Kafka as KafkaClient } from 'kafkajs';
+import { startBroker, type Broker } from '../../src/broker.js';
+import { loadConfig } from '../../src/config/index.js';
+import { run } from './harness.js';
+
+const { Kafka, logLevel } = kafkajsPkg;
+
+const USERS = { dee: 'default', ann: 't1', bob: 't2' } as const;
+type User = keyof typeof USERS;
+const TENANTS = Object.keys(USERS) as User[];
+
+function collect(c: MqttClient): IPublishPacket[] {
+  const got: IPublishPacket[] = [];
+  c.on('message', (_t, _p, packet) => got.push(packet));
+  return got;
+}
+/** Retries `fn` (assertions) until it passes; after 10 s its last failure is the test's. */
+async function until(fn: () => void): Promise<void> {
+  const deadline = Date.now() + 10_000;
+  for (;;) {
+    try {
+      fn();
+      return;
+    } catch (err) {
+      if (Date.now() > deadline) throw err;
+      await new Promise((r) => setTimeout(r, 25));
+    }
+  }
+}
+
+const seen = (got: IPublishPacket[]) => got.map((p) => `${p.topic}=${p.payload.toString()}`);
+
+describe('e2e: namespaces isolate tenants on MQTT and Kafka', () => {
+  let dir = '';
+  let broker: Broker;
+  let mqttUrl = '';
+  let kafkaAddr = '';
+  const clients: MqttClient[] = [];
+
+  async function start(): Promise<void> {
+    const flags = {
+      'data-dir': join(dir, 'data'),
+      host: '127.0.0.1',
+      protocols: 'mqtt,kafka',
+      'mqtt-port': '0',
+      'kafka-port': '0',
+      'http-port': '0',
+      'users-file': join(dir, 'users.yaml'),
+      'kafka-group-initial-rebalance-delay': '0',
+    };
+    broker = await startBroker(loadConfig({ flags, env: {} }), pino({ level: 'silent' }));
+    mqttUrl = `mqtt://127.0.0.1:${broker.listeners.get('mqtt')!.address().port}`;
+    kafkaAddr = `127.0.0.1:${broker.listeners.get('kafka')!.address().port}`;
+  }
+
+  async function connect(user: User, opts: mqtt.IClientOptions = {}): Promise<MqttClient> {
+    return (await connectAck(user, opts)).client;
+  }
+
+  /** Connects and answers the CONNACK too (Session Present). */
+  function connectAck(user: User, opts: mqtt.IClientOptions = {}): Promise<{ client: MqttClient; present: boolean }> {
+    return new Promise((resolve, reject) => {
+      const c = mqtt.connect(mqttUrl, { protocolVersion: 5, reconnectPeriod: 0, username: user, password: `${user}-pw`, ...opts });
+      clients.push(c);
+      c.once('connect', (ack) => resolve({ client: c, present: ack.sessionPresent }));
+      c.once('error', reject);
+    });
+  }
+
+  function kafka(user: User): KafkaClient {
+    return new Kafka({
+      clientId: `ns-${user}`,
+      brokers: [kafkaAddr],
+      sasl: { mechanism: 'plain', username: user, password: `${user}-pw` },
+      logLevel: logLevel.NOTHING,
+      retry: { retries: 2 },
+      connectionTimeout: 5000,
+    });
+  }
+
+  before(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'flowmq-ns-'));
+    // The previous version's world: every user in `default`.
+    writeFileSync(join(dir, 'users.yaml'), ['users:', '  - {username: dee, password: dee-pw}', ''].join('\n'));
+    await start();
+    // Data written before namespaces: a retained message, a stream with a record, a persistent session.
+    const old = await connect('dee', { clientId: 'c1', clean: false, properties: { sessionExpiryInterval: 600 } });
+    await old.subscribeAsync('orders/#', { qos: 1 });
+    await old.publishAsync('state/x', 'old', { qos: 1, retain: true });
+    await old.endAsync();
+    const p = kafka('dee').producer();
+    await p.connect();
+    await p.send({ topic: 'orders', messages: [{ value: 'old-record' }] });
+    await p.disconnect();
+    await broker.close();
+    // This version: namespaces t1 and t2 with a user each, next to dee.
+    writeFileSync(
+      join(dir, 'users.yaml'),
+      [
+        'users:',
+        '  - {username: dee, password: dee-pw}',
+        '  - {username: ann, password: ann-pw, namespace: t1}',
+        '  - {username: bob, password: bob-pw, namespace: t2}',
+        'namespaces:',
+        '  - {name: t1}',
+        '  - {name: t2}',
+        '',
+      ].join('\n'),
+    );
+    await start();
+  });
+
+  after(async () => {
+    for (const c of clients) c.end(true);
+    await broker?.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  test("data written before namespaces is default's: its session, retained message and stream", async () => {
+    const c = await connect('dee', { clientId: 'c1', clean: false, properties: { sessionExpiryInterval: 600 } });
+    const got = collect(c);
+    // The stored session was resumed (its subscription is there: a publish on orders/ reaches it).
+    await c.publishAsync('orders/resumed', 'r', { qos: 1 });
+    await until(() => assert.deepEqual(seen(got), ['orders/resumed=r']));
+    const r = await connect('dee');
+    const rgot = collect(r);
+    await r.subscribeAsync('state/x', { qos: 1 });
+    await until(() => assert.deepEqual(seen(rgot), ['state/x=old']));
+    // t1 and t2 see neither the retained message nor the session.
+    for (const u of ['ann', 'bob'] as const) {
+      const t = await connect(u);
+      const tgot = collect(t);
+      await t.subscribeAsync('state/x', { qos: 1 });
+      await t.publishAsync('state/marker', 'm', { qos: 1 });
+      await t.subscribeAsync('state/marker', { qos: 1 });
+      await t.publishAsync('state/marker', 'm2', { qos: 1 });
+      await until(() => assert.ok(seen(tgot).includes('state/marker=m2')));
+      assert.ok(!seen(tgot).some((s) => s.startsWith('state/x')), `${u} saw default's retained message`);
+      await t.endAsync();
+      // The same client id in another namespace is another session: not present there, and default's stays.
+      const s = await connectAck(u, { clientId: 'c1', clean: false, properties: { sessionExpiryInterval: 60 } });
+      assert.equal(s.present, false);
+      assert.equal(c.connected, true, 'default c1 was not taken over');
+      await s.client.endAsync();
+    }
+    await c.endAsync();
+    await r.endAsync();
+  });
+
+  test('MQTT: the same topics, retained message and shared group in three namespaces; each sees only its own', async () => {
+    const subs = new Map<User, IPublishPacket[]>();
+    const pubs = new Map<User, MqttClient>();
+    for (const u of TENANTS) {
+      const s = await connect(u, { clientId: `sub-${u}` });
+      subs.set(u, collect(s));
+      // `#` too: a first-level wildcard of one namespace reaches no other namespace's topics.
+      await s.subscribeAsync(['orders/#', '#', '$share/g/orders/#'], { qos: 1 });
+      pubs.set(u, await connect(u, { clientId: 'c1' }));
+    }
+    for (const u of TENANTS) {
+      await pubs.get(u)!.publishAsync('orders/new', `from-${u}`, { qos: 1 });
+      await pubs.get(u)!.publishAsync('state/x', `retained-${u}`, { qos: 1, retain: true });
+    }
+    for (const u of TENANTS) await pubs.get(u)!.publishAsync('marker', 'end', { qos: 1 });
+    for (const u of TENANTS) {
+      const got = subs.get(u)!;
+      await until(() => assert.ok(seen(got).includes('marker=end'), `${u}: ${seen(got).join(', ')}`));
+      // orders/new once (one PUBLISH for the session's overlapping subscriptions), state/x and the marker through
+      // `#`: all its own (and default's retained state/x of before namespaces, sent at the subscribe).
+      const want = [`orders/new=from-${u}`, `state/x=retained-${u}`, 'marker=end', ...(u === 'dee' ? ['state/x=old'] : [])];
+      assert.deepEqual(seen(got).sort(), want.sort());
+    }
+    // Retained `state/x` for a new subscriber: its own namespace's value only.
+    for (const u of TENANTS) {
+      const r = await connect(u);
+      const got = collect(r);
+      await r.subscribeAsync('state/x', { qos: 1 });
+      await until(() => assert.deepEqual(seen(got), [`state/x=retained-${u}`]));
+      await r.endAsync();
+    }
+  });
+
+  test('MQTT: a will goes to its own namespace', async () => {
+    const watch = new Map<User, IPublishPacket[]>();
+    for (const u of TENANTS) {
+      const w = await connect(u);
+      watch.set(u, collect(w));
+      await w.subscribeAsync('will/+', { qos: 1 });
+    }
+    const dying = await connect('ann', { clientId: 'dying', will: { topic: 'will/ann', payload: Buffer.from('gone'), qos: 1, retain: false } });
+    (dying as unknown as { stream: { destroy(): void } }).stream.destroy();
+    await until(() => assert.deepEqual(seen(watch.get('ann')!), ['will/ann=gone']));
+    for (const u of ['dee', 'bob'] as const) {
+      const p = await connect(u);
+      await p.publishAsync('will/marker', 'm', { qos: 1 });
+      await until(() => assert.deepEqual(seen(watch.get(u)!), ['will/marker=m']));
+      await p.endAsync();
+    }
+  });
+
+  test('MQTT: spelling the reserved $ns/ space is refused (publish 0x87, subscribe 0x87, client id 0x85, mosquitto 3.1.1)', async () => {
+    const watch = await connect('ann');
+    const got = collect(watch);
+    await watch.subscribeAsync('orders/#', { qos: 1 });
+    for (const u of TENANTS) {
+      const c = await connect(u);
+      // MQTT.js fails the publish with the PUBACK's reason code.
+      await assert.rejects(c.publishAsync('$ns/t1/orders/evil', `evil-${u}`, { qos: 1 }), (err: { code?: number }) => err.code === 0x87);
+      await assert.rejects(c.subscribeAsync('$ns/t1/#', { qos: 1 }), /Not authorized/);
+      await assert.rejects(c.subscribeAsync('$share/g/$ns/t1/#', { qos: 1 }), /Not authorized/);
+      await c.endAsync();
+      await assert.rejects(connect(u, { clientId: '$ns/t1/c1' }), (err: { code?: number }) => err.code === 0x85);
+    }
+    // MQTT 3.1.1 (mosquitto_pub): acknowledged and dropped, as a denied publish.
+    const port = mqttUrl.split(':').pop()!;
+    const r = await run('mosquitto_pub', ['-V', 'mqttv311', '-p', port, '-u', 'dee', '-P', 'dee-pw', '-t', '$ns/t1/orders/evil', '-m', 'evil-311', '-q', '1']);
+    assert.equal(r.code, 0, r.stderr);
+    const ann = await connect('ann');
+    await ann.publishAsync('orders/marker', 'm', { qos: 1 });
+    await until(() => assert.deepEqual(seen(got), ['orders/marker=m']));
+    await ann.endAsync();
+  });
+});
