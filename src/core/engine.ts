@@ -33,8 +33,8 @@ import type { BindingDef, ExchangeDef, RouteResult, Router } from './exchanges.j
 import { RouterCore } from './router.js';
 import { TxnPartitions } from './transactions.js';
 import { createQueue as defaultCreateQueue } from './queue.js';
-import { isValidInternalStreamName, streamOwnTopic } from './namespaces.js';
-import { validateFilter, validateTopic } from './topic.js';
+import { isReservedTopic, isValidInternalStreamName, NS_PREFIX, streamOwnTopic, validateStreamBinding } from './namespaces.js';
+import { isValidStreamName, validateTopic } from './topic.js';
 import { TopicTrie } from './trie.js';
 import {
   deliverLive,
@@ -141,7 +141,7 @@ export class Engine implements Router {
   }
 
   async createStream(spec: StreamSpec): Promise<StreamDef> {
-    if (!isValidInternalStreamName(spec.name)) {
+    if (spec.namespaced === true ? !isValidInternalStreamName(spec.name) : !isValidStreamName(spec.name)) {
       throw new FlowError('INVALID_ARGUMENT', `invalid stream name "${spec.name}": use 1-249 of [a-zA-Z0-9._-] (dots are topic levels)`);
     }
     if (!Number.isInteger(spec.partitions) || spec.partitions < 1 || spec.partitions > MAX_PARTITIONS) {
@@ -149,7 +149,7 @@ export class Engine implements Router {
     }
     if (this.streams.has(spec.name)) throw new FlowError('ALREADY_EXISTS', `stream "${spec.name}" already exists`);
     const bindings = spec.bindings && spec.bindings.length > 0 ? [...new Set(spec.bindings)] : [streamOwnTopic(spec.name)];
-    for (const b of bindings) validateFilter(b);
+    for (const b of bindings) validateStreamBinding(spec.name, b);
     const { retentionMs, ...settings } = streamSettings(spec);
     const def: StreamDef = { name: spec.name, partitions: spec.partitions, bindings, retentionMs, createdAt: Date.now(), ...settings, id: newStreamId() };
     await this.store.createStream(def);
@@ -213,7 +213,7 @@ export class Engine implements Router {
     const e = this.streams.get(name);
     if (!e) throw new FlowError('NOT_FOUND', `stream "${name}" does not exist`);
     const list = bindings.length > 0 ? [...new Set(bindings)] : [streamOwnTopic(name)];
-    for (const b of list) validateFilter(b);
+    for (const b of list) validateStreamBinding(name, b);
     return this.redefine(e, { ...e.def, bindings: list });
   }
 
@@ -349,6 +349,15 @@ export class Engine implements Router {
    */
   publish(msg: Message, info?: PublishInfo): Promise<void> | null {
     validateTopic(msg.topic);
+    // A namespace's topics (namespaces.ts) take only its own adapters' publishes: not a NATS or AMQP client of
+    // another namespace spelling `$ns.<ns>.x`. Topics not starting with `$` pay one comparison.
+    if (
+      msg.topic.charCodeAt(0) === 0x24 &&
+      isReservedTopic(msg.topic) &&
+      !(msg.namespace !== undefined && msg.topic.startsWith(`${NS_PREFIX}${msg.namespace}/`))
+    ) {
+      throw new FlowError('INVALID_TOPIC', `topic "${msg.topic}" is in the reserved $ns space`);
+    }
     this.stats.published++;
     // A reserved prefix (AMQP direct reply-to): its one handler, and nothing else sees the message.
     const d = this.direct;
@@ -612,6 +621,10 @@ export class Engine implements Router {
     return this.router.listBindings();
   }
   publishTo(exchange: string, routingKey: string, msg: Message): RouteResult {
+    // The unified topic space's `$ns` level (namespaces.ts) is no AMQP client's to publish on: no route.
+    if (routingKey.charCodeAt(0) === 0x24 && exchange === 'amq.topic' && (routingKey === '$ns' || routingKey.startsWith('$ns.'))) {
+      return { routed: 0, durable: null, rejected: false };
+    }
     return this.router.publishTo(exchange, routingKey, msg);
   }
 

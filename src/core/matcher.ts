@@ -14,7 +14,7 @@
  * levels of unified topics.
  */
 import { FlowError } from './errors.js';
-import { isReservedTopic } from './namespaces.js';
+import { isReservedTopic, NS_ROOT } from './namespaces.js';
 import { validateFilter } from './topic.js';
 import { ANY, type Level, mqttLevels, ONE, REST } from './trie.js';
 
@@ -36,6 +36,9 @@ export function parseBindingKey(key: string, rule: MatchRule, swap: boolean): Le
     return [];
   }
   const words = key.split('.');
+  // The unified topic space's `$ns` level (namespaces.ts) is no AMQP or NATS client's to bind: those adapters do not
+  // isolate namespaces yet, so a key spelling it can only reach into another namespace.
+  if ((rule === 'nats' || swap) && words[0] === NS_ROOT) throw new FlowError('INVALID_FILTER', `"${key}" is in the reserved $ns space`);
   const out: Level[] = [];
   for (let i = 0; i < words.length; i++) {
     const w = words[i];

@@ -24,6 +24,11 @@ export interface Message {
   /** Identifier of the publishing connection, so adapters can implement "no local". */
   origin?: string;
   /**
+   * The namespace of a publisher whose adapter isolates namespaces (namespaces.ts), set by it for namespaces other
+   * than `default`: only such a message may be published on that namespace's `$ns/<ns>/` topics.
+   */
+  namespace?: string;
+  /**
    * Absolute expiry, ms since epoch: not delivered after it (MQTT v5 Message Expiry Interval, AMQP
    * expiration). Absent: never expires.
    */
@@ -133,6 +138,7 @@ export function makeMessage(topic: string, payload: Buffer, init: Partial<Messag
     origin: init.origin,
     // Optional properties are copied only when set, so plain messages keep their plain shape.
     ...(init.expiresAt !== undefined ? { expiresAt: init.expiresAt } : {}),
+    ...(init.namespace !== undefined ? { namespace: init.namespace } : {}),
     ...(init.contentType !== undefined ? { contentType: init.contentType } : {}),
     ...(init.responseTopic !== undefined ? { responseTopic: init.responseTopic } : {}),
     ...(init.correlationData !== undefined ? { correlationData: init.correlationData } : {}),

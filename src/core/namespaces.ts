@@ -17,6 +17,8 @@
  *   of `t1` are `$ns/t1/<name>`; a client-written name starting with `$ns/` is refused in every namespace
  *   (`isReservedName`), with the protocol's own error.
  */
+import { FlowError } from './errors.js';
+import { validateFilter } from './topic.js';
 
 export const DEFAULT_NAMESPACE = 'default';
 /** The first topic level of every qualified topic, and the start of every qualified arbitrary name. */
@@ -140,6 +142,17 @@ export function streamOwnTopic(internal: string): string {
     .slice(i + 1)
     .split('.')
     .join('/')}`;
+}
+
+/**
+ * A stream's binding stays inside the stream's namespace: a `default` stream binds no `$ns/...` filter, a stream
+ * `t1~x` only `$ns/t1/...` ones (its adapter qualifies what its client wrote). Throws INVALID_FILTER otherwise.
+ */
+export function validateStreamBinding(stream: string, filter: string): void {
+  validateFilter(filter);
+  const i = stream.indexOf(STREAM_SEPARATOR);
+  const inside = i < 0 ? !isReservedTopic(filter) : filter.startsWith(`${NS_PREFIX}${stream.slice(0, i)}/`);
+  if (!inside) throw new FlowError('INVALID_FILTER', `binding "${filter}" is outside the stream's namespace`);
 }
 
 /** Namespace names as the directory allows them (src/control/directory.ts validateName). */

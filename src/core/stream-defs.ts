@@ -17,6 +17,11 @@ export interface StreamSpec {
   segmentBytes?: number | null;
   segmentMs?: number | null;
   configs?: Readonly<Record<string, string>>;
+  /**
+   * The name is namespace-qualified (`<ns>~<name>`, namespaces.ts), made by an adapter that isolates namespaces;
+   * without it such a name is refused, so no client of an adapter that does not isolate them can make one.
+   */
+  namespaced?: boolean;
 }
 
 /**

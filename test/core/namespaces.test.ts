@@ -123,7 +123,7 @@ describe('Engine: no wildcard reaches another namespace', () => {
     await engine.bind({ source: 'amq.topic', destinationKind: 'queue', destination: 'q', key: '#', arguments: {} });
     await engine.bind({ source: 'amq.topic', destinationKind: 'queue', destination: 'q', key: '*.t1.#', arguments: {} });
     const info = newPublishInfo();
-    await engine.publish(makeMessage('$ns/t1/orders/x', Buffer.from('t1')), info);
+    await engine.publish(makeMessage('$ns/t1/orders/x', Buffer.from('t1'), { namespace: 't1' }), info);
     assert.deepEqual(info, { delivered: 1, captured: [], queued: 0 }, "only the namespace's own subscriber");
     assert.deepEqual(
       t1.got.map((x) => x.topic),
@@ -145,17 +145,45 @@ describe('Engine: no wildcard reaches another namespace', () => {
   it('a namespaced stream binds its own name inside the namespace; names outside the encoding are refused', async () => {
     const m = new MemoryStreams();
     const engine = new Engine(m, new MemoryStore());
-    const def = await engine.createStream({ name: 't1~orders', partitions: 1 });
+    await assert.rejects(engine.createStream({ name: 't1~orders', partitions: 1 }), { code: 'INVALID_ARGUMENT' }, 'only an isolating adapter makes one');
+    const def = await engine.createStream({ name: 't1~orders', partitions: 1, namespaced: true });
     assert.deepEqual(def.bindings, ['$ns/t1/orders']);
     assert.deepEqual(engine.topicFiltersFeeding('stream', 't1~orders'), ['$ns/t1/orders']);
     await engine.createStream({ name: 'orders', partitions: 1 });
     const info = newPublishInfo();
-    await engine.publish(makeMessage('$ns/t1/orders', Buffer.from('x')), info);
+    await engine.publish(makeMessage('$ns/t1/orders', Buffer.from('x'), { namespace: 't1' }), info);
     assert.deepEqual(
       info.captured.map((c) => c.stream),
       ['t1~orders'],
     );
-    await assert.rejects(engine.createStream({ name: '~orders', partitions: 1 }), { code: 'INVALID_ARGUMENT' });
-    await assert.rejects(engine.createStream({ name: 't1~a~b', partitions: 1 }), { code: 'INVALID_ARGUMENT' });
+    await assert.rejects(engine.createStream({ name: '~orders', partitions: 1, namespaced: true }), { code: 'INVALID_ARGUMENT' });
+    await assert.rejects(engine.createStream({ name: 't1~a~b', partitions: 1, namespaced: true }), { code: 'INVALID_ARGUMENT' });
+    // Bindings stay inside the stream's namespace.
+    await assert.rejects(engine.createStream({ name: 'spy', partitions: 1, bindings: ['$ns/t1/#'] }), { code: 'INVALID_FILTER' });
+    await assert.rejects(engine.createStream({ name: 't2~spy', partitions: 1, bindings: ['$ns/t1/#'], namespaced: true }), { code: 'INVALID_FILTER' });
+    await assert.rejects(engine.setBindings('orders', ['$ns/t1/orders']), { code: 'INVALID_FILTER' });
+  });
+
+  it('adapters that do not isolate namespaces cannot spell $ns: NATS and amq.topic keys refused, publishes refused or unrouted', async () => {
+    const m = new MemoryStreams();
+    const engine = new Engine(m, new MemoryStore(), new MemoryQueueStore());
+    const s = new Sink('n');
+    assert.throws(() => engine.subscribe('$ns.t1.>', s, { qos: 0, rule: 'nats' }), { code: 'INVALID_FILTER' });
+    assert.throws(() => engine.subscribe('$ns', s, { qos: 0, rule: 'nats' }), { code: 'INVALID_FILTER' });
+    await engine.declareQueue({ name: 'q', durable: true, exclusiveOwner: null, autoDelete: false, arguments: {}, rawArguments: {} });
+    await assert.rejects(engine.bind({ source: 'amq.topic', destinationKind: 'queue', destination: 'q', key: '$ns.t1.#', arguments: {} }), {
+      code: 'INVALID_FILTER',
+    });
+    // A publish on a namespace's topic without that namespace (a NATS or AMQP client of default spelling it).
+    const t1 = new Sink('t1');
+    engine.subscribe('$ns/t1/#', t1, { qos: 0 });
+    assert.throws(() => engine.publish(makeMessage('$ns/t1/x', Buffer.from('evil'))), { code: 'INVALID_TOPIC' });
+    assert.throws(() => engine.publish(makeMessage('$ns/t1/x', Buffer.from('evil'), { namespace: 't2' })), { code: 'INVALID_TOPIC' });
+    assert.equal(engine.publishTo('amq.topic', '$ns.t1.x', makeMessage('', Buffer.from('evil'))).routed, 0);
+    await engine.publish(makeMessage('$ns/t1/x', Buffer.from('ok'), { namespace: 't1' }));
+    assert.deepEqual(
+      t1.got.map((x) => x.payload.toString()),
+      ['ok'],
+    );
   });
 });

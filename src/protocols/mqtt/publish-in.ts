@@ -100,6 +100,7 @@ export function onPublish(conn: MqttLink, p: PublishPacket): void {
     retain: p.retain,
     origin: conn.session!.id,
   };
+  if (!names.isDefault) msg.namespace = names.namespace;
   if (props !== undefined) {
     if (props.userProperties) msg.headers = props.userProperties.map(([k, v]) => ({ key: k, value: Buffer.from(v) }));
     if (props.messageExpiryInterval !== undefined) msg.expiresAt = msg.timestamp + props.messageExpiryInterval * 1000;

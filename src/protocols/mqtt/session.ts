@@ -295,6 +295,7 @@ export function willMessage(w: Will, origin: string, names: NamespaceNames): Mes
     retain: w.retain,
     origin,
   };
+  if (!names.isDefault) msg.namespace = names.namespace;
   if (p?.messageExpiryInterval !== undefined) msg.expiresAt = Date.now() + p.messageExpiryInterval * 1000;
   if (p?.contentType !== undefined) msg.contentType = p.contentType;
   if (p?.responseTopic !== undefined) msg.responseTopic = names.topic(p.responseTopic);
