@@ -117,6 +117,43 @@ export class NamespaceNames {
   ownName(internal: string): string | null {
     return this.ownTopic(internal);
   }
+
+  /**
+   * A Kafka client's topic name as the core knows it. In `default` a name holding `~` (never a valid Kafka name) is
+   * escaped to `~<name>`, which no namespace owns and the core refuses as a stream name: a `default` client cannot
+   * reach `t1~orders` by spelling it, and gets INVALID_TOPIC_EXCEPTION under the name it wrote.
+   */
+  kafkaStream(n: string): string {
+    if (this.isDefault) return n.includes(STREAM_SEPARATOR) ? STREAM_SEPARATOR + n : n;
+    return this.streamPrefix + n;
+  }
+
+  /** The Kafka client's name of a core stream name (escaped ones included); null: another namespace's. */
+  kafkaOwnStream(internal: string): string | null {
+    if (this.isDefault) {
+      if (internal.charCodeAt(0) === 0x7e) return internal.slice(1);
+      return internal.includes(STREAM_SEPARATOR) ? null : internal;
+    }
+    return internal.startsWith(this.streamPrefix) ? internal.slice(this.streamPrefix.length) : null;
+  }
+
+  /**
+   * A Kafka client's group id or transactional id as the core knows it. In `default` an id spelling the reserved
+   * `$ns/` space is kept apart as `$ns//<id>` (no namespace has an empty name): it reaches nothing of a tenant's.
+   */
+  kafkaName(n: string): string {
+    if (this.isDefault) return isReservedName(n) ? `${NS_PREFIX}/${n}` : n;
+    return this.topicPrefix + n;
+  }
+
+  /** The Kafka client's group or transactional id of a core one; null: another namespace's. */
+  kafkaOwnName(internal: string): string | null {
+    if (this.isDefault) {
+      if (!isReservedName(internal)) return internal;
+      return internal.startsWith(`${NS_PREFIX}/`) ? internal.slice(NS_PREFIX.length + 1) : null;
+    }
+    return internal.startsWith(this.topicPrefix) ? internal.slice(this.topicPrefix.length) : null;
+  }
 }
 
 const DEFAULT_NAMES = new NamespaceNames(DEFAULT_NAMESPACE);

@@ -44,6 +44,30 @@ async function until(fn: () => void): Promise<void> {
   }
 }
 
+/**
+ * Reads a topic from the beginning with a consumer group until a record `end` (sent by the caller after everything
+ * else) arrives; answers the values before it. Without `end`, until the first `want` records.
+ */
+async function consumeAll(k: KafkaClient, topic: string, groupId: string, want = 1, end?: string): Promise<string[]> {
+  const consumer = k.consumer({ groupId, maxWaitTimeInMs: 100 });
+  await consumer.connect();
+  await consumer.subscribe({ topic, fromBeginning: true });
+  const got: string[] = [];
+  let done!: () => void;
+  const finished = new Promise<void>((r) => (done = r));
+  await consumer.run({
+    eachMessage: async ({ message }) => {
+      const v = message.value?.toString() ?? '';
+      if (end !== undefined && v === end) done();
+      else got.push(v);
+      if (end === undefined && got.length >= want) done();
+    },
+  });
+  await Promise.race([finished, new Promise((_, reject) => setTimeout(() => reject(new Error(`${topic}: only ${got.join(',')}`)), 15_000))]);
+  await consumer.disconnect();
+  return got;
+}
+
 const seen = (got: IPublishPacket[]) => got.map((p) => `${p.topic}=${p.payload.toString()}`);
 
 describe('e2e: namespaces isolate tenants on MQTT and Kafka', () => {
@@ -161,6 +185,12 @@ describe('e2e: namespaces isolate tenants on MQTT and Kafka', () => {
     }
     await c.endAsync();
     await r.endAsync();
+    // The Kafka topic `orders` written before is default's: its record is there for dee, and not for the tenants.
+    assert.deepEqual(await consumeAll(kafka('dee'), 'orders', 'g-old'), ['old-record']);
+    const admin = kafka('ann').admin();
+    await admin.connect();
+    assert.ok(!(await admin.listTopics()).includes('orders'), 't1 does not see default\'s orders');
+    await admin.disconnect();
   });
 
   test('MQTT: the same topics, retained message and shared group in three namespaces; each sees only its own', async () => {
@@ -235,5 +265,72 @@ describe('e2e: namespaces isolate tenants on MQTT and Kafka', () => {
     await ann.publishAsync('orders/marker', 'm', { qos: 1 });
     await until(() => assert.deepEqual(seen(got), ['orders/marker=m']));
     await ann.endAsync();
+  });
+
+  test('Kafka: the same topic and group in three namespaces; Metadata, ListGroups and kcat -L list only the tenant\'s own names', async () => {
+    for (const u of TENANTS) {
+      const admin = kafka(u).admin();
+      await admin.connect();
+      await admin.createTopics({ topics: [{ topic: 'sensors', numPartitions: 1 }] });
+      await admin.disconnect();
+      const p = kafka(u).producer();
+      await p.connect();
+      await p.send({ topic: 'orders', messages: [{ value: `k-${u}` }] });
+      await p.disconnect();
+    }
+    // MQTT -> Kafka inside t1: a publish on `sensors` is captured by t1's topic `sensors` only.
+    const m = await connect('ann');
+    await m.publishAsync('sensors', 'mqtt-ann', { qos: 1 });
+    await m.endAsync();
+    for (const u of TENANTS) {
+      const p = kafka(u).producer();
+      await p.connect();
+      await p.send({ topic: 'sensors', messages: [{ value: 'end' }] });
+      await p.send({ topic: 'orders', messages: [{ value: 'end' }] });
+      await p.disconnect();
+    }
+    const results = await Promise.all(
+      TENANTS.map(async (u) => ({ u, orders: await consumeAll(kafka(u), 'orders', 'g', 0, 'end'), sensors: await consumeAll(kafka(u), 'sensors', 'g2', 0, 'end') })),
+    );
+    for (const r of results) {
+      assert.deepEqual(r.orders, r.u === 'dee' ? ['old-record', 'k-dee'] : [`k-${r.u}`], r.u);
+      assert.deepEqual(r.sensors, r.u === 'ann' ? ['mqtt-ann'] : [], r.u);
+    }
+    for (const u of TENANTS) {
+      const admin = kafka(u).admin();
+      await admin.connect();
+      const topics = (await admin.listTopics()).filter((t) => !t.startsWith('__')).sort();
+      assert.deepEqual(topics.filter((t) => t === 'orders' || t === 'sensors'), ['orders', 'sensors'], u);
+      assert.ok(!topics.some((t) => t.includes('~')), `${u}: ${topics.join(',')}`);
+      const groups = (await admin.listGroups()).groups.map((g) => g.groupId).sort();
+      assert.deepEqual(groups, u === 'dee' ? ['g', 'g-old', 'g2'] : ['g', 'g2'], u);
+      const [g] = (await admin.describeGroups(['g'])).groups;
+      assert.equal(g.groupId, 'g');
+      const offsets = await admin.fetchOffsets({ groupId: 'g', topics: ['orders'] });
+      assert.equal(offsets[0].topic, 'orders');
+      assert.equal(offsets[0].partitions[0].offset, u === 'dee' ? '3' : '2', u);
+      await admin.disconnect();
+    }
+    // kcat -L (librdkafka's Metadata of every topic) as ann: t1's names, as t1 writes them.
+    const r = await run('kcat', ['-b', kafkaAddr, '-L', '-J', '-X', 'security.protocol=SASL_PLAINTEXT', '-X', 'sasl.mechanisms=PLAIN', '-X', 'sasl.username=ann', '-X', 'sasl.password=ann-pw']);
+    assert.equal(r.code, 0, r.stderr);
+    const listed = (JSON.parse(r.stdout) as { topics: Array<{ topic: string }> }).topics.map((t) => t.topic).sort();
+    assert.deepEqual(listed, ['orders', 'sensors']);
+  });
+
+  test('Kafka: spelling an internal name is refused (INVALID_TOPIC_EXCEPTION), a spelled-out group id stays apart', async () => {
+    for (const u of TENANTS) {
+      const p = kafka(u).producer();
+      await p.connect();
+      await assert.rejects(p.send({ topic: 't1~orders', messages: [{ value: `evil-${u}` }] }), /INVALID_TOPIC|not valid|Invalid topic/i, u);
+      await p.disconnect();
+    }
+    const admin = kafka('dee').admin();
+    await admin.connect();
+    const offsets = await admin.fetchOffsets({ groupId: '$ns/t1/g', topics: ['orders'] });
+    assert.equal(offsets[0].partitions[0].offset, '-1', 'default reaches no offsets of t1\'s group g');
+    await admin.disconnect();
+    // t1's orders still holds only its own record and marker.
+    assert.deepEqual(await consumeAll(kafka('ann'), 'orders', 'g-check', 2), ['k-ann', 'end']);
   });
 });

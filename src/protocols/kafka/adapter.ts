@@ -3,7 +3,7 @@
  * auto-creation (deduplicated, so concurrent requests naming the same new topic create it once).
  */
 import type { Logger } from 'pino';
-import { LatencyHistogram, isFlowError, isValidStreamName, type Engine, type ProducerIdStore, type StreamDef, type StreamEntry } from '../../core/index.js';
+import { LatencyHistogram, isFlowError, isQualifiedStream, isValidInternalStreamName, type Engine, type ProducerIdStore, type StreamDef, type StreamEntry } from '../../core/index.js';
 import type { AdapterContext } from '../types.js';
 import { ApiKey, KafkaErrorCode, type ApiVersionRange } from './codec/index.js';
 import { kafkaErrorCode } from './errors.js';
@@ -175,13 +175,13 @@ export class KafkaAdapter {
   lookup(name: string): TopicResult {
     const entry = this.engine.getStream(name);
     if (entry) return { entry, errorCode: 0 };
-    if (!isValidStreamName(name)) return { entry: null, errorCode: KafkaErrorCode.INVALID_TOPIC_EXCEPTION };
+    if (!isValidInternalStreamName(name)) return { entry: null, errorCode: KafkaErrorCode.INVALID_TOPIC_EXCEPTION };
     return { entry: null, errorCode: KafkaErrorCode.UNKNOWN_TOPIC_OR_PARTITION };
   }
 
   /** Whether an unknown topic would be created by `resolve(name, true)`. */
   wouldCreate(name: string): boolean {
-    return this.options.autoCreateTopics && isValidStreamName(name) && this.engine.getStream(name) === undefined;
+    return this.options.autoCreateTopics && isValidInternalStreamName(name) && this.engine.getStream(name) === undefined;
   }
 
   /**
@@ -195,7 +195,8 @@ export class KafkaAdapter {
     let p = this.creating.get(name);
     if (!p) {
       p = this.engine
-        .createStream({ name, partitions: this.options.defaultPartitions })
+        // A namespace's topic (namespaces.ts: route.ts qualified the client's name) is `<ns>~<name>`.
+        .createStream({ name, partitions: this.options.defaultPartitions, namespaced: isQualifiedStream(name) })
         .then(
           (def) => {
             this.logger.info({ topic: name, partitions: def.partitions }, 'auto-created topic');

@@ -24,7 +24,19 @@ import type { RequestContext } from './route.js';
 /** May this connection do `action` on the resource? A denial is logged (rate-limited) by the control plane. */
 export function allowed(ctx: RequestContext, action: Action, kind: ResourceKind, name: string): boolean {
   const a = ctx.conn.access;
-  return a === null || a.can(action, kind, name);
+  return a === null || a.can(action, kind, policyName(ctx, kind, name));
+}
+
+/**
+ * Handlers name streams, groups and transactional ids as the core knows them (route.ts qualified them); a
+ * namespace's policies name them as its clients do (core namespaces.ts).
+ */
+function policyName(ctx: RequestContext, kind: ResourceKind, name: string): string {
+  const n = ctx.conn.names;
+  if (n.isDefault) return name;
+  if (kind === 'stream') return n.kafkaOwnStream(name) ?? name;
+  if (kind === 'group' || kind === 'transactional-id') return n.kafkaOwnName(name) ?? name;
+  return name;
 }
 
 /**
@@ -35,7 +47,7 @@ export function visible(ctx: RequestContext, action: Action, kind: ResourceKind,
   const a = ctx.conn.access;
   if (a === null || a.open) return true;
   const ac = ctx.adapter.options.access;
-  return ac === undefined || ac.allows(a.principal, action, kind, name);
+  return ac === undefined || ac.allows(a.principal, action, kind, policyName(ctx, kind, name), a.names);
 }
 
 /**
@@ -47,7 +59,7 @@ export function visible(ctx: RequestContext, action: Action, kind: ResourceKind,
 export function mayCreateTopic(ctx: RequestContext, name: string): boolean {
   if (!(visible(ctx, 'create', 'cluster', '*') || allowed(ctx, 'create', 'stream', name))) return false;
   const a = ctx.conn.access;
-  return a === null || a.mayCapture(kafkaToUnified(name));
+  return a === null || a.mayCapture(kafkaToUnified(policyName(ctx, 'stream', name)));
 }
 
 /** Kafka's cluster resource name (ACLs, DescribeConfigs of the cluster). */

@@ -52,7 +52,7 @@ import {
 } from './codec/index.js';
 import { CLOSE_CONNECTION, type ConnectionInfo, type KafkaListenerInfo, type RouteResult } from './route.js';
 import { SaslSession, stepRawToken } from './sasl.js';
-import { ReadLease } from '../../core/index.js';
+import { DEFAULT_NAMESPACE, namespaceNames, ReadLease, type NamespaceNames } from '../../core/index.js';
 import { MAX_FRAME_BYTES } from './frame-pool.js';
 import { CloseSignal } from '../listener.js';
 import { logKey } from '../../util/log-limit.js';
@@ -173,6 +173,7 @@ export class KafkaConnection implements ConnectionInfo {
   private closeListeners: Set<() => void> = NO_LISTENERS;
   /** Control plane (see ConnectionInfo): set by `openSession` before the first API that needs a principal. */
   access: Access | null = null;
+  names: NamespaceNames = namespaceNames(DEFAULT_NAMESPACE);
   quota: QuotaLease | null = null;
   readonly client: ClientEntry | null = null;
   /** The user of a verified client certificate (mTLS): authenticated without SASL, as Kafka's SSL principal. */
@@ -623,7 +624,9 @@ export class KafkaConnection implements ConnectionInfo {
     }
     this.quota?.release();
     this.quota = lease;
-    this.access = ac.accessFor(principal, 'kafka', this.remoteAddress);
+    const names = namespaceNames(principal.namespace);
+    this.names = names;
+    this.access = names.isDefault ? ac.accessFor(principal, 'kafka', this.remoteAddress) : ac.namespacedAccessFor(principal, names, 'kafka', this.remoteAddress);
     if (this.client) {
       this.client.user = principal.user;
       this.client.namespace = principal.namespace;

@@ -5,6 +5,7 @@
 import type { KafkaAdapter } from './adapter.js';
 import { CLOSE_CONNECTION, ThenClose, type ConnectionInfo, type HandlerResult, type Route as AnyRoute, type RouteResult } from './types.js';
 import type { ReadLease } from '../../core/index.js';
+import { NOT_NAMESPACED, TRANSLATORS } from './namespaces.js';
 import { decodeRequestWith, encodeResponse, type ApiCodec, type RequestHeader } from './codec/index.js';
 
 export { CLOSE_CONNECTION, ThenClose, thenClose, type ConnectionInfo, type HandlerResult, type KafkaListenerInfo, type RouteResult } from './types.js';
@@ -27,6 +28,9 @@ export interface RequestContext {
 export type Handler<Req, Res> = (ctx: RequestContext, req: Req) => HandlerResult<Res> | Promise<HandlerResult<Res>>;
 
 export function route<Req, Res>(codec: ApiCodec<Req, Res>, handler: Handler<Req, Res>): Route {
+  // Namespaces (namespaces.ts): the API's names are qualified on the way in and stripped on the way out.
+  const names = TRANSLATORS.get(codec.apiKey);
+  const notNamespaced = NOT_NAMESPACED.has(codec.apiKey);
   return {
     codec,
     run(adapter, conn, frame, lease) {
@@ -37,8 +41,14 @@ export function route<Req, Res>(codec: ApiCodec<Req, Res>, handler: Handler<Req,
       }
       // The client registry shows Kafka's client.id (the first one a request names).
       if (conn.client !== null && conn.client.clientId === null && header.clientId) conn.client.clientId = header.clientId;
+      const ns = conn.names;
+      if (notNamespaced && !ns.isDefault) {
+        conn.limitedLog('info', { api: codec.name, namespace: ns.namespace }, 'Kafka API not offered to a namespace other than default yet: closing connection');
+        return Promise.resolve(CLOSE_CONNECTION);
+      }
       let out: HandlerResult<Res> | Promise<HandlerResult<Res>>;
       try {
+        if (names !== undefined) names.in(body, ns, adapter);
         out = handler({ adapter, conn, header, lease }, body);
       } catch (err) {
         return Promise.reject(err);
@@ -46,6 +56,7 @@ export function route<Req, Res>(codec: ApiCodec<Req, Res>, handler: Handler<Req,
       return Promise.resolve(out).then((res): RouteResult => {
         if (res === null) return null;
         if (res === CLOSE_CONNECTION) return CLOSE_CONNECTION;
+        if (names !== undefined) names.out(res instanceof ThenClose ? (res as ThenClose<Res>).response : res, ns);
         if (res instanceof ThenClose) {
           return { frame: encodeResponse(codec, header.apiVersion, header.correlationId, (res as ThenClose<Res>).response), close: true };
         }

@@ -4,7 +4,7 @@
  * them by API key).
  */
 import type { Logger } from 'pino';
-import type { ReadLease } from '../../core/index.js';
+import type { NamespaceNames, ReadLease } from '../../core/index.js';
 import type { Access, ClientEntry, QuotaLease } from '../../control/index.js';
 import type { AnyApiCodec } from './codec/index.js';
 import type { SaslSession } from './sasl-session.js';
@@ -53,6 +53,11 @@ export interface ConnectionInfo {
    * runs (the SASL principal, else anonymous); null when the adapter has no access control (everything allowed).
    */
   readonly access: Access | null;
+  /**
+   * The namespace of the connection's principal (core namespaces.ts): route.ts qualifies the names of its requests
+   * and strips those of its responses with it. `default` until a principal of another namespace logs in.
+   */
+  readonly names: NamespaceNames;
   /** The namespace quota lease taken with `access` (null: no access control). */
   readonly quota: QuotaLease | null;
   /** The connection's entry in the client registry (null: no access control). */

@@ -8,7 +8,7 @@
  * other than 1 (or -1, "the default", KIP-464) is refused, and so is an assignment naming a broker that is not one
  * of the cluster's (on a single broker: not this one). In a cluster, DescribeCluster names every live broker.
  */
-import { isValidStreamName, type StreamDef } from '../../../core/index.js';
+import { isQualifiedStream, isValidInternalStreamName, type StreamDef } from '../../../core/index.js';
 import {
   KafkaErrorCode,
   ZERO_UUID,
@@ -61,7 +61,7 @@ export async function handleCreateTopics(ctx: RequestContext, req: CreateTopicsR
     try {
       if ((counts.get(t.name) ?? 0) > 1) throw new ConfigProblem(KafkaErrorCode.INVALID_REQUEST, `topic "${t.name}" appears more than once`);
       if (!mayCreateTopic(ctx, t.name)) throw new ConfigProblem(TOPIC_DENIED, `not authorized to create topic "${t.name}"`);
-      if (!isValidStreamName(t.name)) {
+      if (!isValidInternalStreamName(t.name)) {
         throw new ConfigProblem(KafkaErrorCode.INVALID_TOPIC_EXCEPTION, `invalid topic name "${t.name}": use 1-249 of [a-zA-Z0-9._-]`);
       }
       if (engine.getStream(t.name)) throw new ConfigProblem(KafkaErrorCode.TOPIC_ALREADY_EXISTS, `topic "${t.name}" already exists`);
@@ -89,7 +89,7 @@ export async function handleCreateTopics(ctx: RequestContext, req: CreateTopicsR
       const settings = settingsOf(checkedConfigs(t.configs, false));
       let def: StreamDef = { name: t.name, partitions, bindings: [], createdAt: Date.now(), ...settings };
       if (!req.validateOnly) {
-        def = await engine.createStream({ name: t.name, partitions, ...settings });
+        def = await engine.createStream({ name: t.name, partitions, ...settings, namespaced: isQualifiedStream(t.name) });
         res.topicId = topicIdOf(def);
         ctx.conn.log.info(
           { topic: t.name, partitions, configs: t.configs.length > 0 ? Object.fromEntries(t.configs.map((c) => [c.name, c.value])) : undefined },
