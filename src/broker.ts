@@ -233,7 +233,7 @@ async function openDataPlane(config: Config, logger: Logger, closers: Closers): 
   if (live) closers.push('live forwarding', () => live.close());
   // Queue timers (TTL, x-expires) stop before the stores close; nothing is deleted.
   closers.push('routing core', () => engine.close());
-  logger.info({ dataDir, streams: engine.listStreams().length, recoveredBatches: log.stats.recoveredBatches }, `storage ready (${storage.description})`);
+  logger.info({ dataDir, streams: engine.listAllStreams().length, recoveredBatches: log.stats.recoveredBatches }, `storage ready (${storage.description})`);
   return { storage, wal, space, log, engine, cluster: clustered, clusterStreams, live };
 }
 

@@ -33,7 +33,7 @@ import type { BindingDef, ExchangeDef, RouteResult, Router } from './exchanges.j
 import { RouterCore } from './router.js';
 import { TxnPartitions } from './transactions.js';
 import { createQueue as defaultCreateQueue } from './queue.js';
-import { isReservedTopic, isValidInternalStreamName, NS_PREFIX, streamOwnTopic, validateStreamBinding } from './namespaces.js';
+import { isQualifiedStream, isReservedTopic, isValidInternalStreamName, NS_PREFIX, streamOwnTopic, validateStreamBinding } from './namespaces.js';
 import { isValidStreamName, validateTopic } from './topic.js';
 import { TopicTrie } from './trie.js';
 import {
@@ -258,17 +258,40 @@ export class Engine implements Router {
     return this.storage.deleteRecordsBefore(stream, partition, offset);
   }
 
+  /**
+   * A stream of the `default` namespace's names. Namespaces (namespaces.ts): a stream of another namespace
+   * (`<ns>~<name>`) is not found here, so an adapter that does not isolate namespaces yet (AMQP stream queues,
+   * JetStream) cannot reach a tenant's stream by spelling its internal name. Isolating adapters (Kafka), the admin
+   * API and the broker use getAnyStream.
+   */
   getStream(name: string): StreamEntry | undefined {
+    return isQualifiedStream(name) ? undefined : this.streams.get(name);
+  }
+
+  /** A stream of any namespace, by its internal name. */
+  getAnyStream(name: string): StreamEntry | undefined {
     return this.streams.get(name);
   }
 
-  /** The stream whose identity (StreamDef.id) this is; undefined for one deleted (or never made). */
+  /** The `default` stream whose identity (StreamDef.id) this is; undefined for one deleted (or never made). */
   getStreamById(id: string): StreamEntry | undefined {
+    const e = this.streamsById.get(id);
+    return e === undefined || isQualifiedStream(e.def.name) ? undefined : e;
+  }
+
+  /** The stream of any namespace whose identity this is. */
+  getAnyStreamById(id: string): StreamEntry | undefined {
     return this.streamsById.get(id);
   }
   private readonly streamsById = new Map<string, StreamEntry>();
 
+  /** The `default` namespace's streams (see getStream). */
   listStreams(): StreamDef[] {
+    return this.listAllStreams().filter((d) => !isQualifiedStream(d.name));
+  }
+
+  /** Every namespace's streams, by internal name. */
+  listAllStreams(): StreamDef[] {
     return [...this.streams.values()].map((e) => e.def).sort((a, b) => a.name.localeCompare(b.name));
   }
 

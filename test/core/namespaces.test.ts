@@ -70,6 +70,28 @@ describe('namespace names', () => {
     assert.equal(d.ownName('$ns/t1/g'), null);
   });
 
+  it('Kafka names: default escapes what spells another namespace; tenants qualify; the way back inverts both', () => {
+    const d = namespaceNames('default');
+    const t1 = namespaceNames('t1');
+    assert.equal(d.kafkaStream('orders'), 'orders');
+    assert.equal(d.kafkaStream('t1~orders'), '~t1~orders');
+    assert.equal(isValidInternalStreamName(d.kafkaStream('t1~orders')), false, 'an escaped name stays invalid');
+    assert.equal(d.kafkaOwnStream('~t1~orders'), 't1~orders');
+    assert.equal(d.kafkaOwnStream('t1~orders'), null);
+    assert.equal(t1.kafkaStream('orders'), 't1~orders');
+    assert.equal(isValidInternalStreamName(t1.kafkaStream('t2~orders')), false);
+    assert.equal(t1.kafkaOwnStream('t1~orders'), 'orders');
+    assert.equal(t1.kafkaOwnStream('orders'), null);
+    assert.equal(d.kafkaName('g'), 'g');
+    assert.equal(d.kafkaName('$ns/t1/g'), '$ns//$ns/t1/g');
+    assert.equal(d.kafkaOwnName('$ns//$ns/t1/g'), '$ns/t1/g');
+    assert.equal(d.kafkaOwnName('$ns/t1/g'), null);
+    assert.equal(t1.kafkaName('g'), '$ns/t1/g');
+    assert.equal(t1.kafkaOwnName('$ns/t1/g'), 'g');
+    assert.equal(t1.kafkaOwnName('$ns//g'), null);
+    assert.equal(t1.kafkaOwnName('g'), null);
+  });
+
   it('splits internal names into namespace and name', () => {
     assert.deepEqual(splitTopic('$ns/t1/a/b'), { namespace: 't1', topic: 'a/b' });
     assert.deepEqual(splitTopic('a/b'), { namespace: 'default', topic: 'a/b' });
@@ -148,8 +170,21 @@ describe('Engine: no wildcard reaches another namespace', () => {
     await assert.rejects(engine.createStream({ name: 't1~orders', partitions: 1 }), { code: 'INVALID_ARGUMENT' }, 'only an isolating adapter makes one');
     const def = await engine.createStream({ name: 't1~orders', partitions: 1, namespaced: true });
     assert.deepEqual(def.bindings, ['$ns/t1/orders']);
+    // Adapters that do not isolate namespaces (AMQP, JetStream) look streams up in default's names only.
+    assert.equal(engine.getStream('t1~orders'), undefined);
+    assert.equal(engine.getStreamById(def.id!), undefined);
+    assert.equal(engine.getAnyStream('t1~orders')?.def.name, 't1~orders');
+    assert.equal(engine.getAnyStreamById(def.id!)?.def.name, 't1~orders');
     assert.deepEqual(engine.topicFiltersFeeding('stream', 't1~orders'), ['$ns/t1/orders']);
     await engine.createStream({ name: 'orders', partitions: 1 });
+    assert.deepEqual(
+      engine.listStreams().map((d) => d.name),
+      ['orders'],
+    );
+    assert.deepEqual(
+      engine.listAllStreams().map((d) => d.name),
+      ['orders', 't1~orders'],
+    );
     const info = newPublishInfo();
     await engine.publish(makeMessage('$ns/t1/orders', Buffer.from('x'), { namespace: 't1' }), info);
     assert.deepEqual(

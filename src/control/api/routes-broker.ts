@@ -53,7 +53,7 @@ export function brokerRoutes(app: FastifyInstance, ctx: ApiContext): void {
         at: Date.now(),
         connections: access.clients.size,
         byProtocol: access.clients.totals(),
-        streams: engine.listStreams().length,
+        streams: engine.listAllStreams().length,
         queues: engine.listQueues().length,
         users: access.directory.size,
         policies: access.directory.policies.size,

@@ -9,7 +9,7 @@
  * session does not land after the delete.
  */
 import type { FastifyInstance } from 'fastify';
-import { FlowError, type SessionRecord } from '../../core/index.js';
+import { FlowError, splitName, type SessionRecord } from '../../core/index.js';
 import { PAGE_QUERY, authorize, authorizeAdmin, may, notFound, paginate } from './common.js';
 import type { ApiContext } from './types.js';
 
@@ -23,6 +23,8 @@ function sessionView(r: SessionRecord, connected: boolean): Record<string, unkno
   }
   return {
     clientId: r.clientId,
+    // Namespaces (core namespaces.ts): a tenant's session is keyed `$ns/<ns>/<client id>`.
+    namespace: splitName(r.clientId).namespace,
     connected,
     expiresAt: r.expiresAt === null ? null : new Date(r.expiresAt).toISOString(),
     updatedAt: new Date(r.updatedAt).toISOString(),

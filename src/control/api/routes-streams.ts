@@ -5,7 +5,7 @@
  */
 import { isUtf8 } from 'node:buffer';
 import type { FastifyInstance } from 'fastify';
-import { FlowError, decodeBatch, recordToMessage, splitBatches, type StreamDef } from '../../core/index.js';
+import { FlowError, decodeBatch, recordToMessage, splitBatches, splitStreamName, type StreamDef } from '../../core/index.js';
 import { parseDuration } from '../../util/units.js';
 import { NAME_PARAM, PAGE_QUERY, authorize, authorizeBindings, may, notFound, paginate } from './common.js';
 import type { ApiContext } from './types.js';
@@ -13,6 +13,8 @@ import type { ApiContext } from './types.js';
 export function streamView(def: StreamDef): Record<string, unknown> {
   return {
     name: def.name,
+    // Namespaces (core namespaces.ts): the admin API lists every namespace's streams under their internal names.
+    namespace: splitStreamName(def.name).namespace,
     partitions: def.partitions,
     bindings: def.bindings,
     retentionMs: def.retentionMs,
@@ -38,7 +40,7 @@ export function streamRoutes(app: FastifyInstance, ctx: ApiContext): void {
   const { engine, access } = ctx;
 
   const describe = (name: string) => {
-    const e = engine.getStream(name);
+    const e = engine.getAnyStream(name);
     if (!e) throw notFound('stream', name);
     const detail = ctx.storage?.describe(name);
     const partitions = detail ?? Array.from({ length: e.def.partitions }, (_, p) => ({ partition: p, ...engine.offsets(name, p) }));
@@ -55,7 +57,7 @@ export function streamRoutes(app: FastifyInstance, ctx: ApiContext): void {
       },
     },
     async (req) => {
-      const list = engine.listStreams().filter((d) => may(access, req, 'describe', 'stream', d.name));
+      const list = engine.listAllStreams().filter((d) => may(access, req, 'describe', 'stream', d.name));
       return paginate(list.map(streamView), (s) => String(s.name), req.query);
     },
   );
@@ -120,7 +122,7 @@ export function streamRoutes(app: FastifyInstance, ctx: ApiContext): void {
     async (req) => {
       const { name } = req.params;
       authorize(access, req, 'alter', 'stream', name);
-      const e = engine.getStream(name);
+      const e = engine.getAnyStream(name);
       if (!e) throw notFound('stream', name);
       const b = req.body ?? {};
       const retention = retentionMs(b.retention);
@@ -158,7 +160,7 @@ export function streamRoutes(app: FastifyInstance, ctx: ApiContext): void {
     { schema: { tags: ['streams'], summary: 'Seal hot data of every stream into the object store now; answers this stream', params: NAME_PARAM } },
     async (req) => {
       authorize(access, req, 'alter', 'stream', req.params.name);
-      if (!engine.getStream(req.params.name)) throw notFound('stream', req.params.name);
+      if (!engine.getAnyStream(req.params.name)) throw notFound('stream', req.params.name);
       await ctx.storage?.flushAll();
       return describe(req.params.name);
     },
@@ -175,7 +177,7 @@ export function streamRoutes(app: FastifyInstance, ctx: ApiContext): void {
     },
     async (req) => {
       authorize(access, req, 'alter', 'stream', req.params.name);
-      if (!engine.getStream(req.params.name)) throw notFound('stream', req.params.name);
+      if (!engine.getAnyStream(req.params.name)) throw notFound('stream', req.params.name);
       await ctx.storage?.flushAll();
       await ctx.storage?.compact(req.params.name);
       return describe(req.params.name);
@@ -203,7 +205,7 @@ export function streamRoutes(app: FastifyInstance, ctx: ApiContext): void {
     async (req) => {
       const { name } = req.params;
       authorize(access, req, 'subscribe', 'stream', name);
-      const e = engine.getStream(name);
+      const e = engine.getAnyStream(name);
       if (!e) throw notFound('stream', name);
       const { partition, limit } = req.query;
       if (partition >= e.def.partitions) throw new FlowError('INVALID_ARGUMENT', `stream "${name}" has partitions 0..${e.def.partitions - 1}`);

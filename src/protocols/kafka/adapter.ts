@@ -3,7 +3,16 @@
  * auto-creation (deduplicated, so concurrent requests naming the same new topic create it once).
  */
 import type { Logger } from 'pino';
-import { LatencyHistogram, isFlowError, isQualifiedStream, isValidInternalStreamName, type Engine, type ProducerIdStore, type StreamDef, type StreamEntry } from '../../core/index.js';
+import {
+  LatencyHistogram,
+  isFlowError,
+  isQualifiedStream,
+  isValidInternalStreamName,
+  type Engine,
+  type ProducerIdStore,
+  type StreamDef,
+  type StreamEntry,
+} from '../../core/index.js';
 import type { AdapterContext } from '../types.js';
 import { ApiKey, KafkaErrorCode, type ApiVersionRange } from './codec/index.js';
 import { kafkaErrorCode } from './errors.js';
@@ -30,9 +39,9 @@ function streamCatalog(engine: Engine): TopicCatalog {
   const topic = (def: StreamDef | undefined): AssignorTopic | undefined =>
     def?.id !== undefined ? { id: def.id, name: def.name, partitions: def.partitions } : undefined;
   return {
-    byName: (name) => topic(engine.getStream(name)?.def),
-    byId: (id) => topic(engine.getStreamById(id)?.def),
-    all: () => engine.listStreams().flatMap((d) => topic(d) ?? []),
+    byName: (name) => topic(engine.getAnyStream(name)?.def),
+    byId: (id) => topic(engine.getAnyStreamById(id)?.def),
+    all: () => engine.listAllStreams().flatMap((d) => topic(d) ?? []),
   };
 }
 
@@ -173,7 +182,7 @@ export class KafkaAdapter {
 
   /** The stream of a Kafka topic, without creating it. */
   lookup(name: string): TopicResult {
-    const entry = this.engine.getStream(name);
+    const entry = this.engine.getAnyStream(name);
     if (entry) return { entry, errorCode: 0 };
     if (!isValidInternalStreamName(name)) return { entry: null, errorCode: KafkaErrorCode.INVALID_TOPIC_EXCEPTION };
     return { entry: null, errorCode: KafkaErrorCode.UNKNOWN_TOPIC_OR_PARTITION };
@@ -181,7 +190,7 @@ export class KafkaAdapter {
 
   /** Whether an unknown topic would be created by `resolve(name, true)`. */
   wouldCreate(name: string): boolean {
-    return this.options.autoCreateTopics && isValidInternalStreamName(name) && this.engine.getStream(name) === undefined;
+    return this.options.autoCreateTopics && isValidInternalStreamName(name) && this.engine.getAnyStream(name) === undefined;
   }
 
   /**

@@ -117,7 +117,7 @@ export class KafkaGroupAdmin implements ConsumerGroupAdmin {
     if (d && d.members.length > 0) {
       throw new FlowError('INVALID_ARGUMENT', `group "${name}" has active members: stop its consumers before resetting offsets`);
     }
-    const entry = this.engine.getStream(stream);
+    const entry = this.engine.getAnyStream(stream);
     if (!entry) throw new FlowError('NOT_FOUND', `stream "${stream}" does not exist`);
     const total = entry.def.partitions;
     for (let partition = 0; partition < total; partition++) {

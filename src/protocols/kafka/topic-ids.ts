@@ -18,5 +18,5 @@ export function topicIdHex(id: Uuid): string {
 /** The stream a topic id names now; undefined for ZERO_UUID, a deleted topic's id, or one never made. */
 export function streamByTopicId(engine: Engine, id: Uuid): StreamEntry | undefined {
   if (id.equals(ZERO_UUID)) return undefined;
-  return engine.getStreamById(topicIdHex(id));
+  return engine.getAnyStreamById(topicIdHex(id));
 }

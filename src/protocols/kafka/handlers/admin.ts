@@ -64,7 +64,7 @@ export async function handleCreateTopics(ctx: RequestContext, req: CreateTopicsR
       if (!isValidInternalStreamName(t.name)) {
         throw new ConfigProblem(KafkaErrorCode.INVALID_TOPIC_EXCEPTION, `invalid topic name "${t.name}": use 1-249 of [a-zA-Z0-9._-]`);
       }
-      if (engine.getStream(t.name)) throw new ConfigProblem(KafkaErrorCode.TOPIC_ALREADY_EXISTS, `topic "${t.name}" already exists`);
+      if (engine.getAnyStream(t.name)) throw new ConfigProblem(KafkaErrorCode.TOPIC_ALREADY_EXISTS, `topic "${t.name}" already exists`);
       let partitions: number;
       if (t.assignments.length > 0) {
         // Kafka: with a manual assignment, partitions and replication factor must be left at -1.
@@ -147,7 +147,7 @@ export async function handleDeleteTopics(ctx: RequestContext, req: DeleteTopicsR
       continue;
     }
     try {
-      const entryBefore = ctx.adapter.engine.getStream(t.name);
+      const entryBefore = ctx.adapter.engine.getAnyStream(t.name);
       if (!entryBefore) {
         res.errorCode = KafkaErrorCode.UNKNOWN_TOPIC_OR_PARTITION;
         continue;
@@ -175,7 +175,7 @@ export async function handleCreatePartitions(ctx: RequestContext, req: CreatePar
     try {
       if ((counts.get(t.name) ?? 0) > 1) throw new ConfigProblem(KafkaErrorCode.INVALID_REQUEST, `topic "${t.name}" appears more than once`);
       if (!allowed(ctx, 'alter', 'stream', t.name)) throw new ConfigProblem(TOPIC_DENIED, `not authorized to alter topic "${t.name}"`);
-      const entry = engine.getStream(t.name);
+      const entry = engine.getAnyStream(t.name);
       if (!entry) throw new ConfigProblem(KafkaErrorCode.UNKNOWN_TOPIC_OR_PARTITION, `topic "${t.name}" does not exist`);
       const current = entry.def.partitions;
       if (t.count <= current) {
@@ -209,7 +209,7 @@ export async function handleDeleteRecords(ctx: RequestContext, req: DeleteRecord
   const { engine } = ctx.adapter;
   const topics = [];
   for (const t of req.topics) {
-    const entry = engine.getStream(t.name);
+    const entry = engine.getAnyStream(t.name);
     const partitions = [];
     const authorized = allowed(ctx, 'delete', 'stream', t.name);
     for (const p of t.partitions) {
@@ -323,7 +323,7 @@ export function handleOffsetForLeaderEpoch(ctx: RequestContext, req: OffsetForLe
   return {
     throttleTimeMs: 0,
     topics: req.topics.map((t) => {
-      const entry = engine.getStream(t.topic);
+      const entry = engine.getAnyStream(t.topic);
       const authorized = allowed(ctx, 'subscribe', 'stream', t.topic);
       return {
         topic: t.topic,

@@ -139,7 +139,7 @@ export function handleDescribeConfigs(ctx: RequestContext, req: DescribeConfigsR
     try {
       if (r.resourceType === ConfigResourceType.TOPIC) {
         if (!allowed(ctx, 'describe', 'stream', r.resourceName)) throw new ConfigProblem(TOPIC_DENIED, `not authorized to describe topic "${r.resourceName}"`);
-        const entry = ctx.adapter.engine.getStream(r.resourceName);
+        const entry = ctx.adapter.engine.getAnyStream(r.resourceName);
         if (!entry) throw new ConfigProblem(KafkaErrorCode.UNKNOWN_TOPIC_OR_PARTITION, `topic "${r.resourceName}" does not exist`);
         base.configs = describeTopicConfigs(
           entry.def,
@@ -220,7 +220,7 @@ async function alterResource(
     if (r.resourceType !== ConfigResourceType.TOPIC)
       throw new ConfigProblem(KafkaErrorCode.INVALID_REQUEST, `config resource type ${r.resourceType} is not supported`);
     if (!allowed(ctx, 'alter', 'stream', r.resourceName)) throw new ConfigProblem(TOPIC_DENIED, `not authorized to alter topic "${r.resourceName}"`);
-    const entry = ctx.adapter.engine.getStream(r.resourceName);
+    const entry = ctx.adapter.engine.getAnyStream(r.resourceName);
     if (!entry) throw new ConfigProblem(KafkaErrorCode.UNKNOWN_TOPIC_OR_PARTITION, `topic "${r.resourceName}" does not exist`);
     const current = topicConfigsOf(entry.def);
     const next = how.topic(current);

@@ -88,7 +88,7 @@ export function handleConsumerGroupDescribe(ctx: RequestContext, req: ConsumerGr
   const { groups } = ctx.adapter;
   const describeAssignment = (a: Assignment): ConsumerGroupDescribedAssignment => ({
     topicPartitions: [...a].flatMap(([t, ps]) => {
-      const topic = ctx.adapter.engine.getStreamById(t);
+      const topic = ctx.adapter.engine.getAnyStreamById(t);
       return topic ? [{ topicId: Buffer.from(t, 'hex'), topicName: topic.def.name, partitions: [...ps].sort((x, y) => x - y) }] : [];
     }),
   });
@@ -122,7 +122,7 @@ export function handleConsumerGroupDescribe(ctx: RequestContext, req: ConsumerGr
     const topics = new Set<string>();
     for (const m of d.members) {
       for (const t of m.subscribedTopicNames) topics.add(t);
-      for (const a of [m.assignment, m.targetAssignment]) for (const id of a.keys()) topics.add(ctx.adapter.engine.getStreamById(id)?.def.name ?? '');
+      for (const a of [m.assignment, m.targetAssignment]) for (const id of a.keys()) topics.add(ctx.adapter.engine.getAnyStreamById(id)?.def.name ?? '');
     }
     topics.delete('');
     if ([...topics].some((t) => !visible(ctx, 'describe', 'stream', t))) return { ...base, errorCode: KafkaErrorCode.TOPIC_AUTHORIZATION_FAILED };

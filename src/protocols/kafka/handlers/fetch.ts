@@ -94,7 +94,7 @@ interface Work {
 function resolveWork(ctx: RequestContext, part: SessionPartition, byId: boolean): Work {
   const { engine } = ctx.adapter;
   if (!byId) {
-    const entry = engine.getStream(part.topic);
+    const entry = engine.getAnyStream(part.topic);
     const known = entry !== undefined && part.partition >= 0 && part.partition < entry.def.partitions;
     return {
       part,
@@ -105,10 +105,10 @@ function resolveWork(ctx: RequestContext, part: SessionPartition, byId: boolean)
     };
   }
   const topicId = Buffer.from(part.topicId, 'hex');
-  const entry = part.topicId === ZERO_HEX ? undefined : engine.getStreamById(part.topicId);
+  const entry = part.topicId === ZERO_HEX ? undefined : engine.getAnyStreamById(part.topicId);
   if (entry === undefined) {
     // Known by name when it joined the session, and that name is another stream now: the topic was re-created.
-    const moved = part.topic !== '' && engine.getStream(part.topic) !== undefined;
+    const moved = part.topic !== '' && engine.getAnyStream(part.topic) !== undefined;
     return { part, topic: '', topicId, stream: null, errorCode: moved ? KafkaErrorCode.INCONSISTENT_TOPIC_ID : KafkaErrorCode.UNKNOWN_TOPIC_ID };
   }
   if (part.partition < 0 || part.partition >= entry.def.partitions) {
@@ -251,7 +251,7 @@ function requestPartition(topic: string, topicId: string, p: FetchRequest['topic
 
 /** The name a topic id has now ("" when none): what a session remembers of it. */
 function nameOf(ctx: RequestContext, idHex: string): string {
-  return ctx.adapter.engine.getStreamById(idHex)?.def.name ?? '';
+  return ctx.adapter.engine.getAnyStreamById(idHex)?.def.name ?? '';
 }
 
 function sessionError(errorCode: number): FetchResponse {

@@ -261,7 +261,7 @@ export async function handleOffsetCommit(ctx: RequestContext, req: OffsetCommitR
   // v10+ (KIP-848): topics by id; an id no stream has is UNKNOWN_TOPIC_ID.
   const byId = ctx.header.apiVersion >= 10;
   const topics = req.topics.map((t) => {
-    const entry = byId ? streamByTopicId(engine, t.topicId ?? ZERO_UUID) : engine.getStream(t.name);
+    const entry = byId ? streamByTopicId(engine, t.topicId ?? ZERO_UUID) : engine.getAnyStream(t.name);
     const name = byId ? (entry?.def.name ?? '') : t.name;
     return {
       name: byId ? '' : t.name,
@@ -357,7 +357,7 @@ async function fetchGroupOffsets(
         list.push({ ...noOffset(o.partition), committedOffset: o.offset, metadata: o.metadata });
       }
       const all = [...byTopic].map(([name, partitions]) => {
-        const def = engine.getStream(name)?.def;
+        const def = engine.getAnyStream(name)?.def;
         return { name: byId ? '' : name, topicId: def ? topicIdOf(def) : ZERO_UUID, partitions };
       });
       // By id, a topic without a stream any more (deleted meanwhile) cannot be named.

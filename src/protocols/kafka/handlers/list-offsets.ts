@@ -88,7 +88,7 @@ async function listPartition(
     leaderEpoch: -1,
   };
   const { engine } = ctx.adapter;
-  const entry = engine.getStream(topic);
+  const entry = engine.getAnyStream(topic);
   if (!entry || partitionIndex < 0 || partitionIndex >= entry.def.partitions) {
     res.errorCode = KafkaErrorCode.UNKNOWN_TOPIC_OR_PARTITION;
     return res;

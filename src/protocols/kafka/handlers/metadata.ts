@@ -139,7 +139,7 @@ export async function handleMetadata(ctx: RequestContext, req: MetadataRequest):
   } else if (req.topics === null) {
     // Topics the client may not describe are left out, as Kafka does.
     topics = adapter.engine
-      .listStreams()
+      .listAllStreams()
       .filter((def) => visible(ctx, 'describe', 'stream', def.name))
       .map(describe);
   } else {

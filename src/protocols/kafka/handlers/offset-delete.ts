@@ -95,7 +95,7 @@ export async function handleOffsetDelete(ctx: RequestContext, req: OffsetDeleteR
   const pending: Array<{ errorCode: number }> = [];
   const topics = req.topics.map((t) => {
     const authorized = allowed(ctx, 'subscribe', 'stream', t.name);
-    const entry = engine.getStream(t.name);
+    const entry = engine.getAnyStream(t.name);
     const taken = isSubscribed(t.name);
     return {
       name: t.name,

@@ -43,10 +43,10 @@ export async function handleDescribeLogDirs(ctx: RequestContext, req: DescribeLo
   if (!allowed(ctx, 'describe', 'cluster', '*')) return { throttleTimeMs: 0, errorCode: CLUSTER_DENIED, results: [] };
   const { engine, options } = ctx.adapter;
   const kc = ctx.adapter.cluster;
-  const wanted = req.topics === null ? engine.listStreams().map((d) => ({ topic: d.name, partitions: null as number[] | null })) : req.topics;
+  const wanted = req.topics === null ? engine.listAllStreams().map((d) => ({ topic: d.name, partitions: null as number[] | null })) : req.topics;
   const topics: DescribeLogDirsResponse['results'][number]['topics'] = [];
   for (const t of wanted) {
-    const entry = engine.getStream(t.topic);
+    const entry = engine.getAnyStream(t.topic);
     // Topics and partitions this log dir does not hold are left out, as Kafka does.
     if (!entry) continue;
     const indexes = t.partitions ?? Array.from({ length: entry.def.partitions }, (_, i) => i);
@@ -88,7 +88,7 @@ export async function handleElectLeaders(ctx: RequestContext, req: ElectLeadersR
   const { engine } = ctx.adapter;
   const all = req.topicPartitions === null;
   const asked = all
-    ? engine.listStreams().map((d) => ({ topic: d.name, partitions: Array.from({ length: d.partitions }, (_, i) => i) }))
+    ? engine.listAllStreams().map((d) => ({ topic: d.name, partitions: Array.from({ length: d.partitions }, (_, i) => i) }))
     : req.topicPartitions!;
   if (!allowed(ctx, 'alter', 'cluster', '*')) {
     return {
@@ -108,7 +108,7 @@ export async function handleElectLeaders(ctx: RequestContext, req: ElectLeadersR
   }
   const results: ElectLeadersResponse['replicaElectionResults'] = [];
   for (const t of asked) {
-    const entry = engine.getStream(t.topic);
+    const entry = engine.getAnyStream(t.topic);
     const partitionResult: ElectResult[] = [];
     for (const p of t.partitions) {
       const r = entry === undefined || p < 0 || p >= entry.def.partitions ? unknown(t.topic, p) : await elect(ctx, t.topic, p, req.electionType);
@@ -161,7 +161,7 @@ export function handleDescribeProducers(ctx: RequestContext, req: DescribeProduc
   return {
     throttleTimeMs: 0,
     topics: req.topics.map((t) => {
-      const entry = engine.getStream(t.name);
+      const entry = engine.getAnyStream(t.name);
       const authorized = allowed(ctx, 'subscribe', 'stream', t.name);
       return {
         name: t.name,

@@ -103,7 +103,7 @@ export async function handleTxnOffsetCommit(ctx: RequestContext, req: TxnOffsetC
   });
   if (!mayUseTransactionalId(ctx, req.transactionalId)) return answer(() => KafkaErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED);
   if (!mayUseGroup(ctx, req.groupId)) return answer(() => KafkaErrorCode.GROUP_AUTHORIZATION_FAILED);
-  const unknown = (name: string): boolean => ctx.adapter.engine.getStream(name) === undefined;
+  const unknown = (name: string): boolean => ctx.adapter.engine.getAnyStream(name) === undefined;
   if (req.topics.some((t) => unknown(t.name))) {
     return answer((name) => (unknown(name) ? KafkaErrorCode.UNKNOWN_TOPIC_OR_PARTITION : KafkaErrorCode.OPERATION_NOT_ATTEMPTED));
   }

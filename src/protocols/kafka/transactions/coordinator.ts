@@ -429,7 +429,7 @@ export class TransactionCoordinator {
       if (c.errorCode !== KafkaErrorCode.NONE || c.meta === null) return parts.map(() => c.errorCode);
       const m = c.meta;
       const unknown = parts.map((p) => {
-        const e = this.engine.getStream(p.stream);
+        const e = this.engine.getAnyStream(p.stream);
         return e === undefined || p.partition < 0 || p.partition >= e.def.partitions;
       });
       if (unknown.some((u) => u)) {
@@ -579,7 +579,7 @@ export class TransactionCoordinator {
    */
   async writeMarker(t: MarkerTask): Promise<number> {
     const { stream, partition, producerId } = t;
-    if (this.engine.getStream(stream) === undefined) return -1; // deleted meanwhile: nothing to mark
+    if (this.engine.getAnyStream(stream) === undefined) return -1; // deleted meanwhile: nothing to mark
     this.partitions.admitEpoch(producerId, t.producerEpoch);
     // Not known here (a restart, or no record of the transaction since this broker took the partition): from the
     // log, before the marker is appended; nothing of it in the log: the range starts at the marker (as Kafka's does).
