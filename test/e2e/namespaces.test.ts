@@ -189,7 +189,7 @@ describe('e2e: namespaces isolate tenants on MQTT and Kafka', () => {
     assert.deepEqual(await consumeAll(kafka('dee'), 'orders', 'g-old'), ['old-record']);
     const admin = kafka('ann').admin();
     await admin.connect();
-    assert.ok(!(await admin.listTopics()).includes('orders'), 't1 does not see default\'s orders');
+    assert.ok(!(await admin.listTopics()).includes('orders'), "t1 does not see default's orders");
     await admin.disconnect();
   });
 
@@ -267,7 +267,7 @@ describe('e2e: namespaces isolate tenants on MQTT and Kafka', () => {
     await ann.endAsync();
   });
 
-  test('Kafka: the same topic and group in three namespaces; Metadata, ListGroups and kcat -L list only the tenant\'s own names', async () => {
+  test("Kafka: the same topic and group in three namespaces; Metadata, ListGroups and kcat -L list only the tenant's own names", async () => {
     for (const u of TENANTS) {
       const admin = kafka(u).admin();
       await admin.connect();
@@ -290,7 +290,11 @@ describe('e2e: namespaces isolate tenants on MQTT and Kafka', () => {
       await p.disconnect();
     }
     const results = await Promise.all(
-      TENANTS.map(async (u) => ({ u, orders: await consumeAll(kafka(u), 'orders', 'g', 0, 'end'), sensors: await consumeAll(kafka(u), 'sensors', 'g2', 0, 'end') })),
+      TENANTS.map(async (u) => ({
+        u,
+        orders: await consumeAll(kafka(u), 'orders', 'g', 0, 'end'),
+        sensors: await consumeAll(kafka(u), 'sensors', 'g2', 0, 'end'),
+      })),
     );
     for (const r of results) {
       assert.deepEqual(r.orders, r.u === 'dee' ? ['old-record', 'k-dee'] : [`k-${r.u}`], r.u);
@@ -300,7 +304,11 @@ describe('e2e: namespaces isolate tenants on MQTT and Kafka', () => {
       const admin = kafka(u).admin();
       await admin.connect();
       const topics = (await admin.listTopics()).filter((t) => !t.startsWith('__')).sort();
-      assert.deepEqual(topics.filter((t) => t === 'orders' || t === 'sensors'), ['orders', 'sensors'], u);
+      assert.deepEqual(
+        topics.filter((t) => t === 'orders' || t === 'sensors'),
+        ['orders', 'sensors'],
+        u,
+      );
       assert.ok(!topics.some((t) => t.includes('~')), `${u}: ${topics.join(',')}`);
       const groups = (await admin.listGroups()).groups.map((g) => g.groupId).sort();
       assert.deepEqual(groups, u === 'dee' ? ['g', 'g-old', 'g2'] : ['g', 'g2'], u);
@@ -312,7 +320,20 @@ describe('e2e: namespaces isolate tenants on MQTT and Kafka', () => {
       await admin.disconnect();
     }
     // kcat -L (librdkafka's Metadata of every topic) as ann: t1's names, as t1 writes them.
-    const r = await run('kcat', ['-b', kafkaAddr, '-L', '-J', '-X', 'security.protocol=SASL_PLAINTEXT', '-X', 'sasl.mechanisms=PLAIN', '-X', 'sasl.username=ann', '-X', 'sasl.password=ann-pw']);
+    const r = await run('kcat', [
+      '-b',
+      kafkaAddr,
+      '-L',
+      '-J',
+      '-X',
+      'security.protocol=SASL_PLAINTEXT',
+      '-X',
+      'sasl.mechanisms=PLAIN',
+      '-X',
+      'sasl.username=ann',
+      '-X',
+      'sasl.password=ann-pw',
+    ]);
     assert.equal(r.code, 0, r.stderr);
     const listed = (JSON.parse(r.stdout) as { topics: Array<{ topic: string }> }).topics.map((t) => t.topic).sort();
     assert.deepEqual(listed, ['orders', 'sensors']);
@@ -328,7 +349,7 @@ describe('e2e: namespaces isolate tenants on MQTT and Kafka', () => {
     const admin = kafka('dee').admin();
     await admin.connect();
     const offsets = await admin.fetchOffsets({ groupId: '$ns/t1/g', topics: ['orders'] });
-    assert.equal(offsets[0].partitions[0].offset, '-1', 'default reaches no offsets of t1\'s group g');
+    assert.equal(offsets[0].partitions[0].offset, '-1', "default reaches no offsets of t1's group g");
     await admin.disconnect();
     // t1's orders still holds only its own record and marker.
     assert.deepEqual(await consumeAll(kafka('ann'), 'orders', 'g-check', 2), ['k-ann', 'end']);

@@ -626,7 +626,9 @@ export class KafkaConnection implements ConnectionInfo {
     this.quota = lease;
     const names = namespaceNames(principal.namespace);
     this.names = names;
-    this.access = names.isDefault ? ac.accessFor(principal, 'kafka', this.remoteAddress) : ac.namespacedAccessFor(principal, names, 'kafka', this.remoteAddress);
+    this.access = names.isDefault
+      ? ac.accessFor(principal, 'kafka', this.remoteAddress)
+      : ac.namespacedAccessFor(principal, names, 'kafka', this.remoteAddress);
     if (this.client) {
       this.client.user = principal.user;
       this.client.namespace = principal.namespace;

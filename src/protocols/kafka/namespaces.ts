@@ -26,7 +26,6 @@ import {
   type DeleteGroupsResponse,
   type DeleteTopicsRequest,
   type DeleteTopicsResponse,
-  type DescribeConfigsRequest,
   type DescribeConfigsResponse,
   type DescribeGroupsRequest,
   type DescribeGroupsResponse,
@@ -96,7 +95,10 @@ function t<Req, Res>(inFn: (req: Req, n: NamespaceNames, a: KafkaAdapter) => voi
 }
 
 /** Topic arrays of `{ name }` in and out (ListOffsets, DeleteRecords, CreatePartitions, DescribeProducers...). */
-const namedTopics = t<{ topics: Array<{ name: string }> }, { topics?: Array<{ name: string }>; results?: Array<{ name: string; errorMessage?: string | null }> }>(
+const namedTopics = t<
+  { topics: Array<{ name: string }> },
+  { topics?: Array<{ name: string }>; results?: Array<{ name: string; errorMessage?: string | null }> }
+>(
   (req, n) => {
     for (const x of req.topics) x.name = stream(n, x.name);
   },
@@ -134,7 +136,10 @@ const txn = t<
 );
 
 /** Config resources: topics are streams; broker resources are not named by a namespace. */
-const configs = t<{ resources: Array<{ resourceType: number; resourceName: string }> }, Partial<DescribeConfigsResponse> & { responses?: Array<{ resourceType: number; resourceName: string; errorMessage: string | null }> }>(
+const configs = t<
+  { resources: Array<{ resourceType: number; resourceName: string }> },
+  Partial<DescribeConfigsResponse> & { responses?: Array<{ resourceType: number; resourceName: string; errorMessage: string | null }> }
+>(
   (req, n) => {
     for (const r of req.resources) if (r.resourceType === ConfigResourceType.TOPIC) r.resourceName = stream(n, r.resourceName);
   },

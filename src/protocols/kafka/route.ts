@@ -43,7 +43,11 @@ export function route<Req, Res>(codec: ApiCodec<Req, Res>, handler: Handler<Req,
       if (conn.client !== null && conn.client.clientId === null && header.clientId) conn.client.clientId = header.clientId;
       const ns = conn.names;
       if (notNamespaced && !ns.isDefault) {
-        conn.limitedLog('info', { api: codec.name, namespace: ns.namespace }, 'Kafka API not offered to a namespace other than default yet: closing connection');
+        conn.limitedLog(
+          'info',
+          { api: codec.name, namespace: ns.namespace },
+          'Kafka API not offered to a namespace other than default yet: closing connection',
+        );
         return Promise.resolve(CLOSE_CONNECTION);
       }
       let out: HandlerResult<Res> | Promise<HandlerResult<Res>>;
