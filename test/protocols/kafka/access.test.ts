@@ -222,6 +222,69 @@ describe('kafka access control', () => {
     }
   });
 
+  it('namespaces: a tenant lists and reads only its own topics (by name and by id); default cannot spell them; unoffered APIs close', async () => {
+    await directory.putNamespace({ name: 'ten', quotas: {} });
+    if (directory.lookup('tina') === undefined) await directory.addUser({ username: 'tina', password: 'tina-pw', namespace: 'ten' });
+    const own = await engine.createStream({ name: 'ten~orders', partitions: 1, namespaced: true });
+    try {
+      const t = await RawClient.connect(listener.address().port);
+      try {
+        await t.call(SaslHandshakeApi, 1, { mechanism: 'PLAIN' });
+        assert.equal((await t.call(SaslAuthenticateApi, 2, { authBytes: plainToken('tina', 'tina-pw') })).errorCode, E.NONE);
+        // Metadata of every topic (v12, with topic ids): the namespace's one, under the name its clients write.
+        const all = await t.call(MetadataApi, 12, md(null));
+        assert.deepEqual(
+          all.topics.map((x) => x.name),
+          ['orders'],
+        );
+        assert.equal(all.topics[0].topicId.toString('hex'), own.id);
+        // Fetch v13 by topic id: its own topic is read; default's pub.a is an unknown id.
+        const byId = (id: Buffer): FetchRequest => ({ ...fetchReq(''), topics: [{ ...fetchReq('').topics[0], topic: '', topicId: id }] });
+        const mine = await t.call(FetchApi, 13, byId(Buffer.from(own.id!, 'hex')));
+        assert.equal(mine.responses[0].partitions[0].errorCode, E.NONE);
+        const theirs = await t.call(FetchApi, 13, byId(Buffer.from(engine.getStream('pub.a')!.def.id!, 'hex')));
+        assert.equal(theirs.responses[0].partitions[0].errorCode, E.UNKNOWN_TOPIC_ID);
+        // By name, default's pub.a does not exist here (auto-creation makes the tenant's own).
+        const m = await t.call(MetadataApi, 9, { ...md(['pub.a']), allowAutoTopicCreation: false });
+        assert.deepEqual(
+          m.topics.map((x) => [x.name, x.errorCode]),
+          [['pub.a', E.UNKNOWN_TOPIC_OR_PARTITION]],
+        );
+        // An API without a namespace translator yet closes the tenant's connection.
+        await assert.rejects(
+          t.call(DescribeAclsApi, 1, {
+            resourceTypeFilter: Res.ANY,
+            resourceNameFilter: null,
+            patternTypeFilter: Pat.ANY,
+            principalFilter: null,
+            hostFilter: null,
+            operation: Op.ANY,
+            permissionType: Perm.ANY,
+          }),
+        );
+      } finally {
+        t.close();
+      }
+      const d = await RawClient.connect(listener.address().port);
+      try {
+        assert.ok(!(await d.call(MetadataApi, 9, md(null))).topics.some((x) => x.name!.includes('~')), 'default lists no tenant topic');
+        const m = await d.call(MetadataApi, 9, md(['ten~orders']));
+        assert.deepEqual(
+          m.topics.map((x) => [x.name, x.errorCode]),
+          [['ten~orders', E.INVALID_TOPIC_EXCEPTION]],
+        );
+        const p = await d.call(ProduceApi, 7, produce('ten~orders', batch(1)));
+        assert.equal(p.topics[0].partitions[0].errorCode, E.INVALID_TOPIC_EXCEPTION);
+        assert.equal(engine.offsets('ten~orders', 0).highWatermark, 0);
+      } finally {
+        d.close();
+      }
+    } finally {
+      await engine.deleteStream('ten~orders');
+      await directory.deleteUser('tina');
+    }
+  });
+
   it('PLAIN goes through access.password: a directory user and a user of the external authenticator get their principal', async () => {
     await directory.putPolicy({ name: 'ext', effect: 'allow', actions: ['describe'], resources: ['stream:hidden'], principals: ['group:ext-group'] });
     for (const [user, pw, sees] of [
