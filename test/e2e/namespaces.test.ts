@@ -204,7 +204,7 @@ describe('e2e: namespaces isolate tenants on MQTT and Kafka', () => {
       pubs.set(u, await connect(u, { clientId: 'c1' }));
     }
     for (const u of TENANTS) {
-      await pubs.get(u)!.publishAsync('orders/new', `from-${u}`, { qos: 1 });
+      await pubs.get(u)!.publishAsync('orders/new', `from-${u}`, { qos: 1, properties: { responseTopic: `reply/${u}` } });
       await pubs.get(u)!.publishAsync('state/x', `retained-${u}`, { qos: 1, retain: true });
     }
     for (const u of TENANTS) await pubs.get(u)!.publishAsync('marker', 'end', { qos: 1 });
@@ -215,6 +215,8 @@ describe('e2e: namespaces isolate tenants on MQTT and Kafka', () => {
       // `#`: all its own (and default's retained state/x of before namespaces, sent at the subscribe).
       const want = [`orders/new=from-${u}`, `state/x=retained-${u}`, 'marker=end', ...(u === 'dee' ? ['state/x=old'] : [])];
       assert.deepEqual(seen(got).sort(), want.sort());
+      // The v5 Response Topic went in qualified and comes out as the publisher wrote it.
+      assert.equal(got.find((p) => p.topic === 'orders/new')?.properties?.responseTopic, `reply/${u}`);
     }
     // Retained `state/x` for a new subscriber: its own namespace's value only.
     for (const u of TENANTS) {
@@ -353,5 +355,32 @@ describe('e2e: namespaces isolate tenants on MQTT and Kafka', () => {
     await admin.disconnect();
     // t1's orders still holds only its own record and marker.
     assert.deepEqual(await consumeAll(kafka('ann'), 'orders', 'g-check', 2), ['k-ann', 'end']);
+  });
+
+  test("policies name the tenant's own names, and a deny holds on MQTT and on a Kafka topic fed by the denied topic", async () => {
+    const d = broker.access.directory;
+    await d.putPolicy({ name: 'ns-all', effect: 'allow', actions: ['*'], resources: ['*:*'], principals: ['everyone'] });
+    await d.putPolicy({ name: 'ns-vault', effect: 'deny', actions: ['subscribe'], resources: ['topic:vault/#'], principals: ['user:ann'] });
+    // t1's topic `vault` (made here: ann may not make a topic capturing what she may not read).
+    await broker.engine.createStream({ name: 't1~vault', partitions: 1, namespaced: true });
+    const c = await connect('ann');
+    await assert.rejects(c.subscribeAsync('vault/x', { qos: 1 }), /Not authorized/);
+    await c.subscribeAsync('open/x', { qos: 1 });
+    await c.endAsync();
+    const consumer = kafka('ann').consumer({ groupId: 'g-vault', maxWaitTimeInMs: 100, retry: { retries: 0 } });
+    const crashed = new Promise<string>((resolve) =>
+      consumer.on(consumer.events.CRASH, (e) => resolve(String((e.payload.error as { type?: string }).type ?? e.payload.error))),
+    );
+    await consumer.connect();
+    await consumer.subscribe({ topic: 'vault', fromBeginning: true });
+    await consumer.run({ eachMessage: async () => undefined });
+    assert.match(await crashed, /Not authorized to access topics/);
+    await consumer.disconnect();
+    // Under the same policies ann reads t1's orders (not fed by vault/#).
+    assert.deepEqual(await consumeAll(kafka('ann'), 'orders', 'g-open', 1), ['k-ann']);
+    // bob (t2) is not named by the deny: t2's vault/x is his to read.
+    const b = await connect('bob');
+    await b.subscribeAsync('vault/x', { qos: 1 });
+    await b.endAsync();
   });
 });
