@@ -110,6 +110,14 @@ export abstract class JetStreamState implements ConsumerHost {
   readonly cluster: Cluster | null;
   /** Cluster mode: consumers ("<stream>/<name>") being created here (claimed before they exist in the store). */
   readonly creating = new Set<string>();
+  /**
+   * Cluster mode: workqueue and interest streams whose removals this broker decides now: it owns the stream's
+   * partition and serves every consumer of it (service-cluster.ts checkRetention). Elsewhere their views remove
+   * nothing by retention, and their STREAM.INFO is answered by the owner.
+   */
+  readonly retentionHere = new Set<string>();
+  /** Run with the once-a-second part of the tick (cluster mode's retention check). */
+  readonly slowTicks: Array<() => void> = [];
   readonly clusterStats = {
     forwarded: 0,
     served: 0,
@@ -191,6 +199,12 @@ export abstract class JetStreamState implements ConsumerHost {
     this.dirty.clear();
   }
 
+  /** Settles once the consumer's state as of now is written (or its write failed), writing it at once. */
+  async written(c: Consumer): Promise<void> {
+    if (this.dirty.has(c)) this.flush();
+    await Promise.all([...this.writes]);
+  }
+
   /** A state write failed: FENCED means another broker owns the consumer now (stop serving it), else warn. */
   private writeFailed(c: Consumer, err: unknown): void {
     if (this.cluster !== null && err instanceof FlowError && err.code === 'FENCED') {
@@ -215,6 +229,7 @@ export abstract class JetStreamState implements ConsumerHost {
       this.syncSources();
       // Cluster mode: another broker may have sealed a stream or set its max_msg_size.
       if (this.cluster !== null) this.refreshGuards();
+      for (const f of this.slowTicks) f();
     }
     for (const [stream, m] of this.consumers) {
       if (!this.engine.getStream(stream)) {
@@ -315,6 +330,7 @@ export abstract class JetStreamState implements ConsumerHost {
   private trimStreams(): void {
     for (const [name, v] of this.views) {
       if (v.opts.retention === 'limits' || this.trimming.has(name)) continue;
+      if (this.cluster !== null && !this.retentionHere.has(name)) continue;
       const p = trimConsumed(this.engine, name, v);
       if (p === null) continue;
       this.trimming.add(name);
@@ -399,7 +415,12 @@ export abstract class JetStreamState implements ConsumerHost {
 
   private newView(def: StreamDef): StreamView {
     const name = def.name;
-    return new StreamView(def, this.engine, (seq, topic, retention) => consumedBy(this.consumers.get(name)?.values() ?? [], seq, topic, retention));
+    return new StreamView(
+      def,
+      this.engine,
+      (seq, topic, retention) =>
+        (this.cluster === null || this.retentionHere.has(name)) && consumedBy(this.consumers.get(name)?.values() ?? [], seq, topic, retention),
+    );
   }
 
   /**
@@ -486,6 +507,8 @@ export abstract class JetStreamState implements ConsumerHost {
       for (const d of this.engine.listStreams()) {
         const o = jsOptions(d);
         if (o.mirror === null && o.sources.length === 0) continue;
+        // Cluster mode: copied by the owner of the stream's partition only (it follows the partition).
+        if (!this.copiesHere(d.name)) continue;
         seen.add(d.name);
         const key = JSON.stringify([o.mirror, o.sources]);
         const have = this.copiers.get(d.name);
@@ -500,6 +523,11 @@ export abstract class JetStreamState implements ConsumerHost {
       for (const c of have.copiers) c.stop();
       this.copiers.delete(name);
     }
+  }
+
+  /** Whether this broker copies into `target` (SourceHost): the owner of its partition in cluster mode. */
+  copiesHere(target: string): boolean {
+    return this.cluster === null || this.cluster.owns('partition', `${target}/0`) !== null;
   }
 
   sourceFailed(target: string, origin: string, err: unknown): void {

@@ -27,7 +27,7 @@ import { BAD_JSON, errText, JetStreamState, type Json, NO_ANSWER, parseJson, typ
 import { streamCreate, streamDelete, streamInfo, streamList, streamNames, streamPurge, streamUpdate } from './stream-api.js';
 import { directGet, msgDelete, msgGet, publishWith, storedTopic } from './message-api.js';
 import { consumerCreate, groupAdmin, consumerDelete, consumerInfoReq, consumerList, consumerNames, onAck, pullRequest } from './consumer-api.js';
-import { joinCluster, routeConsumer } from './service-cluster.js';
+import { joinCluster, routeConsumer, routeStream } from './service-cluster.js';
 import { rebuildWindows } from './dedup.js';
 
 export { MAX_CONSUMERS, type JetStreamAuthorizer, type JetStreamOptions } from './service-state.js';
@@ -263,6 +263,10 @@ export class JetStream extends JetStreamState implements Subscriber, JetStreamPu
         }
       }
       return routeConsumer(this, cl, t, body, reply);
+    }
+    if (cl !== null && t[0] === 'STREAM' && ((t[1] === 'INFO' && t.length === 3) || (t[1] === 'MSG' && t[2] === 'GET' && t.length === 4))) {
+      const out = await routeStream(this, cl, t, body, reply);
+      if (out !== null) return out;
     }
     return this.routeLocal(t, body, reply, undefined, access);
   }

@@ -92,13 +92,6 @@ export async function streamCreate(js: JetStreamState, name: string, body: strin
   if (isApiError(spec)) return typed(T_, { error: spec });
   if (spec.replicas > 1 && js.cluster === null) return typed(T_, { error: JsErr.replicasNotSupported() });
   if (spec.options.sealed) return typed(T_, { error: JsErr.streamInvalidConfig('stream configuration for create can not be sealed') });
-  if (spec.options.retention !== 'limits' && js.cluster !== null) {
-    // A message's removal depends on every consumer's acks, and consumers live on different brokers.
-    return typed(T_, { error: JsErr.streamInvalidConfig(`${spec.options.retention} retention is not supported by FlowMQ in cluster mode`) });
-  }
-  if ((spec.options.mirror !== null || spec.options.sources.length > 0) && js.cluster !== null) {
-    return typed(T_, { error: JsErr.streamInvalidConfig('mirrors and sources are not supported by FlowMQ in cluster mode') });
-  }
   const unbindable = bindRefusal(js, access, ownBindings(spec)) ?? sourceRefusal(js, access, spec);
   if (unbindable !== null) return typed(T_, { error: unbindable });
   const existing = js.engine.getStream(name);
