@@ -175,7 +175,10 @@ describe('e2e cluster: JetStream retention, mirrors and sources across three bro
     });
 
     // Interest: n3 and n4 wait for i2 only; once it acks them they go.
-    assert.equal((await (await jsm(2)).streams.info(INT)).state.messages, 2);
+    await until('n1 and n2 stay gone, n3 and n4 stay', async () => {
+      const st = (await (await jsm(2)).streams.info(INT)).state;
+      return st.messages === 2 && st.first_seq === 3 && st;
+    });
     const rest = await until('i2 serves again', async () => {
       const got = await fetch(3, INT, 'i2', 2, 2000);
       return got.length === 2 && got;

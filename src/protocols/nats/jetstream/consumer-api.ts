@@ -307,7 +307,8 @@ export function onAck(js: JetStreamState, levels: string[], body: string, reply:
   const confirm = (): void => js.send(makeMessage(reply, Buffer.alloc(0)), origin);
   // Cluster mode, workqueue and interest streams: confirmed once stored, so that what a client saw confirmed is
   // removed by whichever broker owns the stream after a crash (service-cluster.ts checkRetention).
-  if (js.cluster !== null && js.retentionHere.has(c.stream)) void js.written(c).then(confirm);
+  const def = js.cluster !== null && c.durable ? js.engine.getStream(c.stream)?.def : undefined;
+  if (def !== undefined && jsOptions(def).retention !== 'limits') void js.written(c).then(confirm);
   else confirm();
 }
 

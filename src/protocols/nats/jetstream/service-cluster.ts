@@ -224,6 +224,14 @@ function retentionStream(js: JetStreamState, key: string): string | null {
 }
 
 const checking = new WeakMap<JetStreamState, Promise<void>>();
+/** When each stream decided here was last checked against the store, per service. */
+const verified = new WeakMap<JetStreamState, Map<string, number>>();
+/**
+ * A stream decided here is checked against the store again after this long: its consumers are created here (placed
+ * with its partition), so a stored one served elsewhere only appears when brokers disagreed on the stream for a
+ * moment (one had not heard of it yet); it moves here at the next reconcile. One query per stream, not per tick.
+ */
+const VERIFY_MS = 10_000;
 
 /**
  * Cluster mode: which workqueue and interest streams this broker decides retention for (js.retentionHere). It must
@@ -244,16 +252,17 @@ export function checkRetention(js: JetStreamState): Promise<void> {
 async function runCheck(js: JetStreamState): Promise<void> {
   const cl = js.cluster;
   if (cl === null || js.closed) return;
+  let seen = verified.get(js);
+  if (seen === undefined) verified.set(js, (seen = new Map()));
+  const now = Date.now();
   for (const d of js.engine.listStreams()) {
     const name = d.name;
-    if (jsOptions(d).retention === 'limits' || d.partitions !== 1) {
+    if (jsOptions(d).retention === 'limits' || d.partitions !== 1 || cl.owns('partition', partitionKey(name)) === null) {
       js.retentionHere.delete(name);
+      seen.delete(name);
       continue;
     }
-    if (cl.owns('partition', partitionKey(name)) === null) {
-      js.retentionHere.delete(name);
-      continue;
-    }
+    if (js.retentionHere.has(name) && now - (seen.get(name) ?? 0) < VERIFY_MS) continue;
     let ready = true;
     try {
       for (const r of await js.engine.store.listConsumers(name)) {
@@ -271,8 +280,10 @@ async function runCheck(js: JetStreamState): Promise<void> {
       js.retentionHere.delete(name);
       continue;
     }
+    seen.set(name, now);
     if (js.retentionHere.has(name)) continue;
     js.retentionHere.add(name);
+    // Held back until now: what the consumers' stored acks (or, on an interest stream, nobody) let go.
     const v = await js.freshView(name);
     v?.recheckFrom(1);
   }
