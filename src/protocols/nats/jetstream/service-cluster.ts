@@ -253,7 +253,7 @@ async function runCheck(js: JetStreamState): Promise<void> {
   const cl = js.cluster;
   if (cl === null || js.closed) return;
   let seen = verified.get(js);
-  if (seen === undefined) verified.set(js, (seen = new Map()));
+  if (seen === undefined) verified.set(js, (seen = new Map<string, number>()));
   const now = Date.now();
   for (const d of js.engine.listStreams()) {
     const name = d.name;
