@@ -4,7 +4,8 @@
  * (PostgreSQL, s3rver; test/helpers/cluster.ts), driven by the `nats` npm client. Every target stream is placed on
  * broker 1 (names picked by the placement function), which is then killed with kill -9 mid-run: its successor
  * decides retention from the stored acks (nothing unacked lost, nothing acked back) and copies on from where the
- * mirror's and the source's logs stopped (no gap, no duplicate).
+ * mirror's and the source's logs stopped (no gap, no duplicate); a graceful stop of that successor then moves it all
+ * to the last broker.
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -216,5 +217,27 @@ describe('e2e cluster: JetStream retention, mirrors and sources across three bro
     );
     const si = await (await jsm(3)).streams.info(SRC);
     assert.equal(si.state.last_seq, 10, 'no duplicate copy');
+
+    // ------------------------------------------------ a graceful stop of the successor: everything moves to the last broker
+    const last = [2, 3].find((id) => id !== survivor)!;
+    const ncs = conns.get(survivor);
+    conns.delete(survivor);
+    await ncs?.close().catch(() => undefined);
+    await c.stop(survivor);
+    const jsl = (await nats(last)).jetstream();
+    assert.equal((await jsl.publish('wq.a.12', sc.encode('w12'))).seq, 12);
+    await jsl.publish('orig.11', sc.encode('o11'));
+    const w12 = await until('the workqueue consumer on the last broker', async () => {
+      const got = await fetch(last, WQ, 'w', 1, 2000);
+      return got.length === 1 && got;
+    });
+    assert.equal(sc.decode(w12[0].data), 'w12', 'nothing acked before comes back');
+    await w12[0].ackAck();
+    await until('everything decided and copied by the last broker', async () => {
+      const j = await jsm(last);
+      const [w, m, so] = [await j.streams.info(WQ), await j.streams.info(MIR), await j.streams.info(SRC)];
+      return w.state.messages === 0 && m.state.last_seq === 11 && m.state.messages === 11 && so.state.last_seq === 11 && [w, m, so];
+    });
+    assert.equal(await c.ownerOf('consumer', `${WQ}/w`, last), last);
   });
 });
