@@ -150,7 +150,8 @@ describe('e2e cluster: JetStream retention, mirrors and sources across three bro
 
     // Workqueue: the successor serves w5..w10 again (w5, w6 redelivered), never w1..w4; a publish after the kill too.
     const js3 = (await nats(3)).jetstream();
-    await until('the workqueue stream takes publishes again', async () => (await js3.publish('wq.a.11', sc.encode('w11'))).seq === 11);
+    // With a Nats-Msg-Id: a try that timed out during the failover but was stored is a duplicate when retried.
+    await until('the workqueue stream takes publishes again', async () => (await js3.publish('wq.a.11', sc.encode('w11'), { msgID: 'w11' })).seq === 11);
     const again: JsMsg[] = [];
     await until(
       'the workqueue consumer serves again',
