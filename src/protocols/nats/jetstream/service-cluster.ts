@@ -266,7 +266,7 @@ async function runCheck(js: JetStreamState): Promise<void> {
     let ready = true;
     try {
       for (const r of await js.engine.store.listConsumers(name)) {
-        if (js.getConsumer(name, r.name) !== undefined) continue;
+        if (js.getConsumer(name, r.name) !== undefined || !readable(r.config)) continue;
         // Placed here with the partition: taken now rather than at the next reconcile.
         await cl.ensure('consumer', consumerKey(name, r.name)).catch(() => undefined);
         if (js.getConsumer(name, r.name) === undefined) ready = false;
@@ -286,6 +286,16 @@ async function runCheck(js: JetStreamState): Promise<void> {
     // Held back until now: what the consumers' stored acks (or, on an interest stream, nobody) let go.
     const v = await js.freshView(name);
     v?.recheckFrom(1);
+  }
+}
+
+/** A stored consumer configuration acquireConsumer can load (one it cannot is skipped, as at a single broker's start). */
+function readable(config: string): boolean {
+  try {
+    JSON.parse(config);
+    return true;
+  } catch {
+    return false;
   }
 }
 

@@ -95,6 +95,7 @@ export abstract class JetStreamState implements ConsumerHost {
   readonly api = { total: 0, errors: 0, denied: 0 };
   readonly dirty = new Set<Consumer>();
   private flushTimer: NodeJS.Timeout | null = null;
+  private soonFlush: Promise<void> | null = null;
   readonly writes = new Set<Promise<void>>();
   ticker: NodeJS.Timeout | null = null;
   readonly tickMs: number;
@@ -199,9 +200,21 @@ export abstract class JetStreamState implements ConsumerHost {
     this.dirty.clear();
   }
 
-  /** Settles once the consumer's state as of now is written (or its write failed), writing it at once. */
+  /**
+   * Settles once the consumer's state as of now is written (or its write failed), written at the end of this turn
+   * of the event loop: the acks that arrive together are stored in one write per consumer.
+   */
   async written(c: Consumer): Promise<void> {
-    if (this.dirty.has(c)) this.flush();
+    if (this.dirty.has(c)) {
+      this.soonFlush ??= new Promise<void>((resolve) =>
+        setImmediate(() => {
+          this.soonFlush = null;
+          this.flush();
+          resolve();
+        }),
+      );
+      await this.soonFlush;
+    }
     await Promise.all([...this.writes]);
   }
 
