@@ -39,7 +39,7 @@ export function joinCluster(js: JetStreamState, cl: Cluster): void {
     }
     if (kind !== 'consumer' || js.creating.has(key)) return;
     const [stream, name] = splitConsumerKey(key);
-    if (js.getConsumer(stream, name) === undefined) void cl.forget('consumer', key).catch(() => undefined);
+    if (js.getConsumer(stream, name) === undefined) forgetUnserved(js, cl, key);
   });
   js.slowTicks.push(() => void checkRetention(js));
   cl.on('released', (kind: string, key: string) => {
@@ -181,6 +181,16 @@ export async function routeConsumer(js: JetStreamState, cl: Cluster, t: string[]
   }
 }
 
+/** Gives up the owner row of a consumer nothing is served for; a create of the same consumer waits for it. */
+function forgetUnserved(js: JetStreamState, cl: Cluster, key: string): void {
+  if (js.forgetting.has(key)) return;
+  const done = cl
+    .forget('consumer', key)
+    .catch(() => undefined)
+    .finally(() => js.forgetting.delete(key));
+  js.forgetting.set(key, done);
+}
+
 /**
  * Serves a consumer request here (from this broker's client, or forwarded by broker `from`): claims the consumer
  * first when this broker does not own it yet (NOT_OWNER when another broker should: the requester retries).
@@ -193,6 +203,9 @@ export async function serveConsumer(js: JetStreamState, from: number, t: string[
   const create = t[1] === 'CREATE' || t[1] === 'DURABLE';
   if (create) js.creating.add(key);
   try {
+    // An earlier request (an INFO of the consumer before it existed) claimed it and is giving the row up: a create
+    // must not run under that claim, or the forget that lands next fences the new consumer's writes.
+    if (create) await js.forgetting.get(key);
     if (cl.owns('consumer', key) === null) {
       const [stream] = splitConsumerKey(key);
       // The stream must be known here before its consumer can be loaded or made.
@@ -205,7 +218,7 @@ export async function serveConsumer(js: JetStreamState, from: number, t: string[
       js.creating.delete(key);
       const [stream, name] = splitConsumerKey(key);
       // A create that made nothing (refused) leaves no owner row behind.
-      if (cl.owns('consumer', key) !== null && js.getConsumer(stream, name) === undefined) void cl.forget('consumer', key).catch(() => undefined);
+      if (cl.owns('consumer', key) !== null && js.getConsumer(stream, name) === undefined) forgetUnserved(js, cl, key);
     }
   }
 }

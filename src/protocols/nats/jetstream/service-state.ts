@@ -111,6 +111,8 @@ export abstract class JetStreamState implements ConsumerHost {
   readonly cluster: Cluster | null;
   /** Cluster mode: consumers ("<stream>/<name>") being created here (claimed before they exist in the store). */
   readonly creating = new Set<string>();
+  /** Cluster mode: owner rows being given up because nothing was served (service-cluster.ts forgetUnserved). */
+  readonly forgetting = new Map<string, Promise<void>>();
   /**
    * Cluster mode: workqueue and interest streams whose removals this broker decides now: it owns the stream's
    * partition and serves every consumer of it (service-cluster.ts checkRetention). Elsewhere their views remove
