@@ -158,6 +158,16 @@ export function streamLimitRefusal(
 }
 
 /**
+ * Cluster mode: the stream catalog read again from the metastore before the account's streams are looked at, so
+ * that a stream another broker has just made counts (a create racing another broker's is not seen: no lock).
+ */
+export async function freshCatalog(js: JetStreamState): Promise<void> {
+  if (js.cluster === null) return;
+  const storage = js.engine.storage as { refresh?(): Promise<void> };
+  await storage.refresh?.();
+}
+
+/**
  * Subjects of another stream made through the JetStream API that overlap the asked ones (nats-server's
  * subjectsOverlap: some message could be captured by both). Streams of Kafka, AMQP or MQTT bindings, and JetStream
  * streams made before FlowMQ marked them (API_STREAM_KEY), may share filters with anything and are not looked at.

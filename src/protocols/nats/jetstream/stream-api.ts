@@ -18,7 +18,7 @@ import {
 } from './stream-info.js';
 import { IDS_KEY, keepWindow, WINDOW_KEY } from './dedup.js';
 import { subjectTotals } from './subject-tally.js';
-import { accountLimits, API_STREAM_KEY, bytesOf, overlapRefusal, streamConfigRefusal, streamLimitRefusal } from './account.js';
+import { accountLimits, API_STREAM_KEY, bytesOf, freshCatalog, overlapRefusal, streamConfigRefusal, streamLimitRefusal } from './account.js';
 import { filterToSubject, subjectsCollide, subjectToFilter } from './subjects.js';
 import { jsOptions, optionConfigs, type JsStreamOptions, type StreamView } from './stream-view.js';
 import { BAD_JSON, errText, isApiError, isCount, JetStreamState, type Json, LIST_LIMIT, NAMES_LIMIT, pageOffset, parseJson, typed } from './service-state.js';
@@ -141,6 +141,7 @@ export async function streamCreate(js: JetStreamState, name: string, body: strin
   }
   // The account's limits (account.ts), then nats-server's subject overlap, in its order.
   const limits = accountLimits(js, namespace);
+  await freshCatalog(js);
   const refusal = streamLimitRefusal(js, limits, namespace, name, spec, null) ?? streamConfigRefusal(limits, spec) ?? overlapRefusal(js, name, spec);
   if (refusal !== null) return typed(T_, { error: refusal });
   let def: StreamDef;
@@ -179,6 +180,7 @@ export async function streamUpdate(js: JetStreamState, name: string, body: strin
   if (refusal !== null) return typed(T_, { error: refusal });
   spec.options.mirrorDirect = mirrorDirectOf(js, spec);
   const limits = accountLimits(js, namespace);
+  await freshCatalog(js);
   const over = streamConfigRefusal(limits, spec) ?? streamLimitRefusal(js, limits, namespace, name, spec, e.def) ?? overlapRefusal(js, name, spec);
   if (over !== null) return typed(T_, { error: over });
   const unbindable =
