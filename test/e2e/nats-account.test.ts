@@ -15,7 +15,10 @@ import { startNatsServerJs, step, type Entry, type NatsServerJs } from './nats-s
 
 const sc = StringCodec();
 
-/** nats-server: anonymous clients in account A (no limits), user t in account T with these JetStream limits. */
+/**
+ * nats-server: anonymous clients in account A (no limits), user t in account T with these JetStream limits, user u
+ * in account U with only a storage limit.
+ */
 const ACCOUNTS = `no_auth_user: a
 accounts {
   A: { jetstream: enabled, users: [{ user: a, password: a }] }
@@ -24,10 +27,11 @@ accounts {
                  store_max_stream_bytes: 1500, memory_max_stream_bytes: 1500, max_ack_pending: 50 }
     users: [{ user: t, password: t }]
   }
+  U: { jetstream: { max_file: 300 }, users: [{ user: u, password: u }] }
 }
 `;
 
-/** FlowMQ: the same limits as quotas of namespace `team`, user t in it. */
+/** FlowMQ: the same limits as quotas of namespaces `team` (user t) and `small` (user u). */
 const QUOTAS = { maxStreams: 2, maxConsumers: 1, maxStorageBytes: 2000, maxMemoryBytes: 1000, maxBytesRequired: 1, maxStreamBytes: 1500, maxAckPending: 50 };
 
 async function api(nc: NatsConnection, subject: string, body?: unknown): Promise<Record<string, unknown>> {
@@ -52,6 +56,12 @@ async function pub(nc: NatsConnection, subject: string, data: string, hdrs?: Rec
   await nc.request(subject, sc.encode(data), { timeout: 3000, ...(hdrs !== undefined ? { headers: h } : {}) });
 }
 
+/** A JetStream publish's answer: its sequence, or its error. */
+async function pubAck(nc: NatsConnection, subject: string, data: string): Promise<unknown> {
+  const j = JSON.parse(sc.decode((await nc.request(subject, sc.encode(data), { timeout: 3000 })).data)) as Record<string, unknown>;
+  return j.error !== undefined ? [j.stream, outcome(j)] : j.seq;
+}
+
 /** A direct get's answer: [Nats-Stream, Nats-Sequence, data], or the status it failed with. */
 async function directGet(nc: NatsConnection, stream: string, seq: number): Promise<unknown> {
   try {
@@ -66,6 +76,9 @@ async function directGet(nc: NatsConnection, stream: string, seq: number): Promi
 async function bytes(nc: NatsConnection, stream: string): Promise<unknown> {
   return ((await api(nc, `STREAM.INFO.${stream}`)).state as { bytes: number }).bytes;
 }
+
+/** FlowMQ's sequences where they differ from nats-server's (see the scenario). */
+const seqs: unknown[] = [];
 
 async function scenario(server: string): Promise<Entry[]> {
   const out: Entry[] = [];
@@ -146,6 +159,25 @@ async function scenario(server: string): Promise<Entry[]> {
   } finally {
     await tc.close();
   }
+
+  // ---------------------------------------------------------------- publishes over the account's storage
+  const uc = await connect({ servers: server, user: 'u', pass: 'u' });
+  try {
+    log('create U1', outcome(await api(uc, 'STREAM.CREATE.U1', { name: 'U1', subjects: ['u1.*'] })));
+    const acks: unknown[] = [];
+    // 84 bytes each (22 + 4 + 50 + 8): three fit in 300, the fourth is refused; a 35-byte one still fits.
+    for (let i = 0; i < 4; i++) acks.push(await pubAck(uc, 'u1.a', 'x'.repeat(50)));
+    log('publishes over max_storage', acks);
+    // nats-server stored the refused message before removing it: its sequence is a gap; FlowMQ did not store it.
+    const next = await pubAck(uc, 'u1.b', 'y');
+    log('publish after the refusal', typeof next === 'number' ? 'stored' : next);
+    seqs.push(next);
+    const st = (await api(uc, 'STREAM.INFO.U1')).state as { messages: number; bytes: number };
+    log('stream over max_storage', [st.messages, st.bytes]);
+    log('account over max_storage', account(await api(uc, 'INFO')));
+  } finally {
+    await uc.close();
+  }
   return out;
 }
 
@@ -157,9 +189,13 @@ describe('e2e: JetStream account info, limits, bytes, overlapping subjects and m
 
   before(async () => {
     broker = await FlowmqProcess.start();
-    // Nobody exists yet: loopback may use the admin API (the namespace first, then its user).
+    // Nobody exists yet: loopback may use the admin API to make the first user, an admin who makes the rest.
+    await broker.api('POST', '/api/v1/users', { username: 'admin', password: 'admin-pw', groups: ['admins'] });
+    broker.credentials = { username: 'admin', password: 'admin-pw' };
     await broker.api('POST', '/api/v1/namespaces', { name: 'team', quotas: QUOTAS });
     await broker.api('POST', '/api/v1/users', { username: 't', password: 't', namespace: 'team' });
+    await broker.api('POST', '/api/v1/namespaces', { name: 'small', quotas: { maxStorageBytes: 300 } });
+    await broker.api('POST', '/api/v1/users', { username: 'u', password: 'u', namespace: 'small' });
     server = await startNatsServerJs('nats-server-account-', ACCOUNTS);
     ours = await scenario(broker.natsServer);
     theirs = await scenario(server.url);
@@ -204,5 +240,9 @@ describe('e2e: JetStream account info, limits, bytes, overlapping subjects and m
     assert.deepEqual(step(ours, 'third stream'), [400, 10027, 'maximum number of streams reached']);
     assert.deepEqual(step(ours, 'second consumer'), [400, 10026, 'maximum consumers limit reached']);
     assert.deepEqual(step(ours, 'consumer with the account max ack pending'), ['ok', 50]);
+    const over = ['U1', [400, 10002, 'resource limits exceeded for account']];
+    assert.deepEqual(step(ours, 'publishes over max_storage'), [1, 2, 3, over]);
+    assert.deepEqual([step(ours, 'publish after the refusal'), seqs], ['stored', [4, 5]]);
+    assert.deepEqual(step(ours, 'stream over max_storage'), [4, 3 * 84 + 35]);
   });
 });

@@ -16,11 +16,11 @@
  * stream is still listed to everyone (STREAM.NAMES, LIST), only usage and limits are counted per account.
  */
 import { ANONYMOUS, type Access } from '../../../control/index.js';
-import type { StreamDef } from '../../../core/index.js';
+import type { Message, StreamDef } from '../../../core/index.js';
 import { JsErr, type ApiError } from './errors.js';
-import { BAD_JSON, type JetStreamState, type Json, parseJson, typed } from './service-state.js';
+import { type AccountUsage, BAD_JSON, type JetStreamState, type Json, parseJson, typed } from './service-state.js';
 import type { StreamSpecFromJs } from './stream-info.js';
-import { jsOptions, type StreamView } from './stream-view.js';
+import { jsOptions, storedSize, type StreamView } from './stream-view.js';
 import { filterToSubject, subjectsCollide } from './subjects.js';
 
 /** nats-server's JetStreamAccountLimits as INFO reports them (-1: none). */
@@ -217,4 +217,49 @@ export function consumerLimitCheck(js: JetStreamState, l: AccountLimits, t: stri
     return { body: JSON.stringify({ ...req, config: { ...c, max_ack_pending: l.maxAckPending } }) };
   }
   return { body };
+}
+
+/**
+ * The accounts' usage against their storage limits, for accountRefusal: each account with `max_storage`,
+ * `max_memory` or a max stream bytes gets its streams' bytes summed (streamBytes), per storage type. Run about once a
+ * second (service.ts); JetStream publishes accepted meanwhile are added as they come.
+ */
+export async function checkAccounts(js: JetStreamState): Promise<void> {
+  const byNamespace = new Map<string, StreamDef[]>();
+  for (const d of js.engine.listStreams()) {
+    const ns = d.configs?.[API_STREAM_KEY] ?? ANONYMOUS.namespace;
+    let l = byNamespace.get(ns);
+    if (l === undefined) byNamespace.set(ns, (l = []));
+    l.push(d);
+  }
+  const next = new Map<string, AccountUsage>();
+  for (const [ns, defs] of byNamespace) {
+    const l = accountLimits(js, ns);
+    // nats-server's limitsExceeded: over the account's limit, or (sic) over the max stream bytes, for the storage type.
+    const limitOf = (max: number): number => Math.min(max >= 0 ? max : Infinity, l.maxStreamBytes > 0 ? l.maxStreamBytes : Infinity);
+    const limits = { memory: limitOf(l.maxMemory), file: limitOf(l.maxStorage) };
+    if (limits.memory === Infinity && limits.file === Infinity) continue;
+    const use = { memory: { used: 0, limit: limits.memory, memory: true }, file: { used: 0, limit: limits.file, memory: false } };
+    for (const d of defs) {
+      const u = jsOptions(d).memory ? use.memory : use.file;
+      u.used += await streamBytes(js, d);
+      if (u.limit !== Infinity) next.set(d.name, u);
+    }
+  }
+  js.accountUsage.clear();
+  for (const [k, v] of next) js.accountUsage.set(k, v);
+}
+
+/**
+ * A JetStream publish to `stream` that would take its account over a storage limit: nats-server stores it, sees
+ * the account over, removes it and answers `resource limits exceeded for account` (10002); FlowMQ answers the same
+ * without storing it. Counted otherwise (until the next checkAccounts).
+ */
+export function accountRefusal(js: JetStreamState, stream: string, msg: Message): ApiError | null {
+  const u = js.accountUsage.get(stream);
+  if (u === undefined) return null;
+  const size = storedSize(msg.topic.length, msg.natsHeaders?.length ?? 0, msg.payload.length, u.memory);
+  if (u.used + size > u.limit) return JsErr.accountResourcesExceeded();
+  u.used += size;
+  return null;
 }

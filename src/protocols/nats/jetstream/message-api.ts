@@ -26,6 +26,7 @@ import { DEFAULT_DUPLICATE_WINDOW_NS, firstMatching, isoTime, lastMatching } fro
 import { subjectMatches } from './subjects.js';
 import { markIds, storedWindowNs } from './dedup.js';
 import { jsOptions, storedSize, type StreamView } from './stream-view.js';
+import { accountRefusal } from './account.js';
 import { BAD_JSON, errText, isCount, JetStreamState, type Json, parseJson, typed } from './service-state.js';
 
 /** A JetStream publish whose PubAck (or error) goes to `to`: a reply topic, or (cluster mode) a callback. */
@@ -52,6 +53,16 @@ export function publishWith(js: JetStreamState, msg: Message, to: string | ((bod
         info.delivered++;
         return info;
       }
+    }
+  }
+  if (js.accountUsage.size > 0) {
+    // The account's storage limits (account.ts), checked as nats-server checks them after the guards.
+    const t = capturing(js, msg.topic)[0];
+    const error = t === undefined ? null : accountRefusal(js, t.name, msg);
+    if (error !== null) {
+      answer(js, to, { error, stream: t!.name, seq: 0 });
+      info.delivered++;
+      return info;
     }
   }
   // Plain requests (most request/reply traffic) look for a target only while some stream refuses at its limits.

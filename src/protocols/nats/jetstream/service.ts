@@ -25,7 +25,7 @@ import { JsErr } from './errors.js';
 import { levelsToTokens } from './subjects.js';
 import { BAD_JSON, errText, JetStreamState, type Json, NO_ANSWER, parseJson, typed } from './service-state.js';
 import { directServer, streamCreate, streamDelete, streamInfo, streamList, streamNames, streamPurge, streamUpdate } from './stream-api.js';
-import { accountInfo, accountLimits, consumerLimitCheck, namespaceOf } from './account.js';
+import { accountInfo, accountLimits, checkAccounts, consumerLimitCheck, namespaceOf } from './account.js';
 import { directGet, msgDelete, msgGet, publishWith, storedTopic } from './message-api.js';
 import { consumerCreate, groupAdmin, consumerDelete, consumerInfoReq, consumerList, consumerNames, onAck, pullRequest } from './consumer-api.js';
 import { joinCluster, routeConsumer } from './service-cluster.js';
@@ -49,6 +49,8 @@ interface ApiCheck {
 }
 
 export class JetStream extends JetStreamState implements Subscriber, JetStreamPublisher {
+  private accountTimer: NodeJS.Timeout | null = null;
+  private accountCheck: Promise<void> | null = null;
   /** Loads durable consumers from the store, then starts answering the API. */
   async start(): Promise<void> {
     if (this.cluster !== null) joinCluster(this, this.cluster);
@@ -90,6 +92,22 @@ export class JetStream extends JetStreamState implements Subscriber, JetStreamPu
     if (this.cluster === null) this.subs.push(this.engine.subscribe('$JS.FC.>', this, { qos: 0, rule: 'nats', local: true }));
     this.ticker = setInterval(() => this.tick(), this.tickMs);
     this.ticker.unref();
+    // The accounts' storage usage (account.ts), for their limits on publish: once a second, one run at a time.
+    this.accountTimer = setInterval(() => {
+      if (this.accountCheck === null && !this.closed) void this.countAccounts();
+    }, 1000);
+    this.accountTimer.unref();
+  }
+
+  /** Counts the accounts' usage again (account.ts checkAccounts), after a run under way. */
+  private async countAccounts(): Promise<void> {
+    while (this.accountCheck !== null) await this.accountCheck;
+    this.accountCheck = checkAccounts(this)
+      .catch((err: unknown) => {
+        this.logLimit.log('warn', 'jetstream-accounts', { err }, 'JetStream account usage not counted');
+      })
+      .finally(() => (this.accountCheck = null));
+    await this.accountCheck;
   }
 
   /** Stops answering and writes every consumer's state. */
@@ -99,6 +117,8 @@ export class JetStream extends JetStreamState implements Subscriber, JetStreamPu
     for (const s of this.subs) this.engine.unsubscribe(s);
     this.subs.length = 0;
     if (this.ticker) clearInterval(this.ticker);
+    if (this.accountTimer) clearInterval(this.accountTimer);
+    await this.accountCheck;
     this.syncSources();
     this.logLimit.stop();
     for (const m of this.consumers.values()) for (const c of m.values()) c.close(false);
@@ -301,6 +321,8 @@ export class JetStream extends JetStreamState implements Subscriber, JetStreamPu
               : streamDelete(this, c));
           this.refreshGuards();
           this.syncSources();
+          // A stream of an account with storage limits is checked from its first publish on.
+          await this.countAccounts();
           return out;
         }
         if (b === 'INFO') return streamInfo(this, c, body);

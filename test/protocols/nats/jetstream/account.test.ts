@@ -7,6 +7,7 @@
 import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { makeMessage } from '../../../../src/core/index.js';
+import { checkAccounts } from '../../../../src/protocols/nats/jetstream/account.js';
 import { headerBlockLength, storedSize } from '../../../../src/protocols/nats/jetstream/stream-view.js';
 import { setup } from './harness.js';
 
@@ -86,6 +87,27 @@ describe('JetStream account limits and overlapping subjects', () => {
     withQuotas(js, {});
     assert.equal((await c.api('$JS.API.STREAM.CREATE.B', { name: 'B', subjects: ['b'] })).error, undefined);
     assert.deepEqual((await c.api('$JS.API.INFO')).limits.max_streams, -1);
+  });
+
+  it('refuses a JetStream publish that would take the account over max_storage (10002), not storing it', async () => {
+    const { c, js } = await env();
+    withQuotas(js, { default: { maxStorageBytes: 200 } });
+    await c.api('$JS.API.STREAM.CREATE.S', { name: 'S', subjects: ['s.*'] });
+    const big = 'x'.repeat(40);
+    assert.equal((await c.publish('s.a', big)).seq, 1);
+    assert.equal((await c.publish('s.a', big)).seq, 2);
+    await checkAccounts(js);
+    // 2 × 73 bytes stored: one more 73 would be 219 > 200; a 34-byte one fits (180), the next does not (214).
+    const over = { code: 400, err_code: 10002, description: 'resource limits exceeded for account' };
+    assert.deepEqual(await c.publish('s.a', big), { error: over, stream: 'S', seq: 0 });
+    assert.equal((await c.publish('s.b', 'y')).seq, 3);
+    assert.deepEqual((await c.publish('s.b', 'y')).error, over);
+    const st = (await c.api('$JS.API.STREAM.INFO.S')).state;
+    assert.deepEqual([st.messages, st.bytes], [3, 2 * 73 + 34]);
+    // The limit lifted: publishes go through again at the next count.
+    withQuotas(js, {});
+    await checkAccounts(js);
+    assert.equal((await c.publish('s.b', big)).seq, 4);
   });
 
   it('refuses subjects overlapping another JetStream stream’s, not those of streams other protocols made', async () => {
