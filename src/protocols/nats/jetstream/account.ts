@@ -80,9 +80,15 @@ export function bytesOf(js: JetStreamState, def: StreamDef, view: StreamView | n
   return bytes;
 }
 
-/** A stream's `state.bytes` (bytesOf), the tally read on for at most its backlog limit (service-state.ts). */
+/**
+ * A stream's bytes in the account's sums (INFO, /jsz, checkAccounts): its `state.bytes` (bytesOf, the tally read on
+ * for at most its backlog limit, service-state.ts) for streams made through the JetStream API and streams with a
+ * view; the stored-size estimate for the others (a Kafka topic, an AMQP stream queue: summing them exactly would read
+ * everything their producers append at every look; STREAM.INFO of one of them is still exact).
+ */
 export async function streamBytes(js: JetStreamState, def: StreamDef): Promise<number> {
   const view = await js.freshView(def.name);
+  if (view === null && def.configs?.[API_STREAM_KEY] === undefined) return bytesOf(js, def, null, false);
   const counted = await js.subjectCounts(def, view, false);
   return bytesOf(js, def, view, counted !== null);
 }
