@@ -9,6 +9,7 @@
  *   stream-api.ts       STREAM.CREATE / UPDATE / NAMES / LIST / INFO / DELETE / PURGE
  *   message-api.ts      the JetStream publish (PubAck, Nats-Msg-Id duplicates, expectations), STREAM.MSG.GET / DELETE
  *   consumer-api.ts     CONSUMER.CREATE / NAMES / LIST / INFO / DELETE, pull requests, acks, consumer groups
+ *   account.ts          $JS.API.INFO, the account's limits (the namespace's quotas) and usage, overlapping subjects
  *   service-cluster.ts  cluster mode: consumer ownership, requests routed to a consumer's owner, the channel
  */
 import type { Logger } from 'pino';
