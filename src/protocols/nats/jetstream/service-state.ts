@@ -9,6 +9,7 @@
  *   stream-api.ts       STREAM.CREATE / UPDATE / NAMES / LIST / INFO / DELETE / PURGE
  *   message-api.ts      the JetStream publish (PubAck, Nats-Msg-Id duplicates, expectations), STREAM.MSG.GET / DELETE
  *   consumer-api.ts     CONSUMER.CREATE / NAMES / LIST / INFO / DELETE, pull requests, acks, consumer groups
+ *   account.ts          $JS.API.INFO, the account's limits (the namespace's quotas) and usage, overlapping subjects
  *   service-cluster.ts  cluster mode: consumer ownership, requests routed to a consumer's owner, the channel
  */
 import type { Logger } from 'pino';
@@ -57,6 +58,13 @@ export type Json = Record<string, unknown>;
  * request's origin (a NATS connection of this broker), `'gone'` when that connection has closed, null for origins
  * that are not NATS clients (another protocol's publish, checked on its topic by that protocol, or the broker).
  */
+/** An account's bytes of one storage type and the most it may hold (account.ts checkAccounts). */
+export interface AccountUsage {
+  used: number;
+  limit: number;
+  memory: boolean;
+}
+
 export interface JetStreamAuthorizer {
   control: AccessControl;
   accessOf(origin: string | undefined): Access | 'gone' | null;
@@ -81,6 +89,8 @@ export abstract class JetStreamState implements ConsumerHost {
   readonly refusing = new Set<string>();
   /** Streams that refuse some JetStream publishes outright (sealed, max_msg_size): refreshGuards(). */
   readonly guards = new Map<string, { sealed: boolean; maxMsgSize: number }>();
+  /** Streams whose account has storage limits, to their account's usage (account.ts checkAccounts). */
+  readonly accountUsage = new Map<string, AccountUsage>();
   /** Mirrors and sources being copied, by target stream (sources.ts), with the configuration they copy. */
   readonly copiers = new Map<string, { key: string; copiers: SourceCopier[] }>();
   /** Streams whose consumed prefix is being deleted from the log (trimStreams). */
