@@ -259,6 +259,8 @@ export class Access {
     const set = this.set;
     if (set.open) return false;
     this.sync();
+    // No deny names the kind (no topic permission at all, the usual case): nothing to look up per publish.
+    if (this.current.removed !== true && !set.mayDeny(kind)) return false;
     const key = `!${action}\u0000${kind}\u0000${name}`;
     const cache = (this.cache ??= new Map<string, boolean>());
     let v = cache.get(key);

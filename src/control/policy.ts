@@ -342,12 +342,15 @@ function nameMatches(r: ResourcePattern, kind: ResourceKind, name: string, user:
 export class PolicySet {
   private readonly compiled: CompiledPolicy[];
   readonly defaultAllow: boolean;
+  /** The resource kinds deny policies name (`*` for `*:*`): denies() of another kind is false without a scan. */
+  private readonly denyKinds = new Set<string>();
 
   constructor(
     defs: readonly PolicyDef[],
     readonly mode: DefaultPolicy = 'auto',
   ) {
     this.compiled = defs.map(compile);
+    for (const c of this.compiled) if (!c.allow) for (const r of c.resources) this.denyKinds.add(r.kind);
     this.defaultAllow = mode === 'allow' || (mode === 'auto' && defs.length === 0);
   }
 
@@ -410,6 +413,7 @@ export class PolicySet {
    */
   denies(p: Principal, action: Action, kind: ResourceKind, name: string): boolean {
     if (p.removed === true) return true;
+    if (!this.mayDeny(kind)) return false;
     if (p.groups.includes(ADMIN_GROUP)) return false;
     for (const c of this.compiled) {
       if (c.allow || !this.applies(c, p, action)) continue;
@@ -419,6 +423,11 @@ export class PolicySet {
       }
     }
     return false;
+  }
+
+  /** Whether some deny policy names the kind (or everything): else denies() of that kind is false for everyone. */
+  mayDeny(kind: ResourceKind): boolean {
+    return this.denyKinds.has(kind) || this.denyKinds.has('*');
   }
 
   /**

@@ -246,6 +246,9 @@ describe('PolicySet.allows', () => {
     assert.equal(set.denies(bob, 'subscribe', 'routing-key', routingKeyName('amq.topic', 'bob.x')), false);
     // The user's name goes in as text (String.replace would read `$&` in it as "the matched text").
     assert.equal(set.denies(user('$&'), 'subscribe', 'routing-key', routingKeyName('amq.topic', '{username}.x')), true);
+    // Only denies count: an allow of every kind refuses nothing, a deny of everything (`*:*`) refuses every key.
+    assert.equal(new PolicySet([pol({ name: 'all' })]).denies(alice, 'publish', 'routing-key', 'x:y'), false);
+    assert.equal(new PolicySet([pol({ name: 'none', effect: 'deny' })]).denies(alice, 'publish', 'routing-key', 'x:y'), true);
     assert.throws(() => validatePolicy(pol({ name: 'x', resources: ['routing-key:amq.topic'] })), invalid);
     assert.throws(() => validatePolicy(pol({ name: 'x', resources: ['routing-key:amq.topic:!~('] })), invalid);
   });
