@@ -259,6 +259,86 @@ async function importedLogin(amqpUrl) {
   }
 }
 
+/**
+ * Topic permissions as amqplib sees them: a user with every permission and topic permissions on amq.topic
+ * (`^{username}\.`), a topic exchange (`^ok\.`) and a direct one (where they do not apply) binds and publishes;
+ * each step's outcome (ok or the channel's error text), what reached the queue, and an AMQP login refused at
+ * connection.open to a user without permissions.
+ */
+async function topicEffect(amqpUrl, httpBase) {
+  const json = (method, path, body) => get(httpBase, path, method, body);
+  await json('PUT', '/api/users/cmp-t', { password: 'cmp-t-pw', tags: '' });
+  await json('PUT', '/api/users/cmp-t0', { password: 'cmp-t-pw', tags: '' });
+  await json('PUT', '/api/permissions/%2F/cmp-t', { configure: '.*', write: '.*', read: '.*' });
+  for (const [exchange, re] of [
+    ['amq.topic', '^{username}\\.'],
+    ['cmp-tx', '^ok\\.'],
+    ['cmp-tdx', '^ok\\.'],
+  ])
+    await json('PUT', '/api/topic-permissions/%2F/cmp-t', { exchange, write: re, read: re });
+  const admin = await amqp.connect(amqpUrl);
+  const as = (user) => {
+    const u = new URL(amqpUrl);
+    u.username = user;
+    u.password = 'cmp-t-pw';
+    return u.toString();
+  };
+  const out = [];
+  try {
+    const a = await admin.createChannel();
+    await a.assertExchange('cmp-tx', 'topic', { durable: true });
+    await a.assertExchange('cmp-ty', 'topic', { durable: true });
+    await a.assertExchange('cmp-tdx', 'direct', { durable: true });
+    await a.assertQueue('cmp-tq', { durable: true });
+    await a.bindQueue('cmp-tq', 'cmp-tdx', 'bad.1');
+    const t = await amqp.connect(as('cmp-t'));
+    const attempt = async (what, fn) => {
+      const c = await t.createChannel();
+      c.on('error', () => undefined);
+      try {
+        await fn(c);
+        await c.close();
+        out.push(`${what}: ok`);
+      } catch (e) {
+        out.push(`${what}: ${e.message}`);
+      }
+    };
+    await attempt('bind cmp-tx ok.#', (c) => c.bindQueue('cmp-tq', 'cmp-tx', 'ok.#'));
+    await attempt('bind cmp-tx bad.#', (c) => c.bindQueue('cmp-tq', 'cmp-tx', 'bad.#'));
+    await attempt('bind amq.topic cmp-t.#', (c) => c.bindQueue('cmp-tq', 'amq.topic', 'cmp-t.#'));
+    await attempt('bind amq.topic other.#', (c) => c.bindQueue('cmp-tq', 'amq.topic', 'other.#'));
+    await attempt('bind cmp-ty any.#', (c) => c.bindQueue('cmp-tq', 'cmp-ty', 'any.#'));
+    await attempt('unbind cmp-tx bad.#', (c) => c.unbindQueue('cmp-tq', 'cmp-tx', 'bad.#'));
+    await attempt('exchange.bind from cmp-tx bad.#', (c) => c.bindExchange('cmp-ty', 'cmp-tx', 'bad.#'));
+    for (const [x, k] of [
+      ['cmp-tx', 'ok.1'],
+      ['cmp-tx', 'bad.1'],
+      ['amq.topic', 'cmp-t.1'],
+      ['amq.topic', 'other.1'],
+      ['cmp-ty', 'any.1'],
+      ['cmp-tdx', 'bad.1'],
+    ])
+      await attempt(`publish ${x} ${k}`, async (c) => {
+        c.publish(x, k, Buffer.from(`${x}/${k}`));
+        await c.checkQueue('cmp-tq');
+      });
+    await t.close();
+    out.push(`cmp-tq holds ${(await a.checkQueue('cmp-tq')).messageCount}`);
+    await a.deleteQueue('cmp-tq');
+    try {
+      await (await amqp.connect(as('cmp-t0'))).close();
+      out.push('login without permissions: opened');
+    } catch (e) {
+      out.push(`login without permissions: ${e.message}`);
+    }
+  } finally {
+    await admin.close();
+    await json('DELETE', '/api/users/cmp-t');
+    await json('DELETE', '/api/users/cmp-t0');
+  }
+  return out;
+}
+
 const [rc, fc] = [await setUp(rabbitAmqp), await setUp(flowAmqp)];
 try {
   for (const [path, pred] of CASES) {
@@ -423,6 +503,11 @@ try {
   const same = JSON.stringify(rp) === JSON.stringify(fp);
   diffs.push(`max-length policy through amqplib: RabbitMQ ${JSON.stringify(rp)}, FlowMQ ${same ? 'the same' : JSON.stringify(fp)}`);
   if (!same) hardFailures++;
+  const [rt, ft] = [await topicEffect(rabbitAmqp, rabbitHttp), await topicEffect(flowAmqp, flowHttp)];
+  for (const [i, line] of rt.entries()) {
+    diffs.push(`topic permissions through amqplib, ${line}${ft[i] === line ? ' (the same on FlowMQ)' : `; FlowMQ: ${ft[i]}`}`);
+    if (ft[i] !== line) hardFailures++;
+  }
   const [ri, fi] = [await importedLogin(rabbitAmqp), await importedLogin(flowAmqp)];
   diffs.push(`AMQP login of the imported user with RabbitMQ's hash: RabbitMQ ${ri}, FlowMQ ${fi}`);
   if (ri !== fi) hardFailures++;
