@@ -87,6 +87,8 @@ export class Cluster extends EventEmitter {
   /** Owner rows seen (placed kinds: all of them at each reconcile; others: looked up), by kind and name. */
   private readonly known = new Map<ResourceKind, Map<string, OwnerRecord>>();
   private readonly retryAt = new Map<string, number>();
+  /** Kinds whose resources may be placed with another resource (colocate()). */
+  private readonly colocation = new Map<ResourceKind, (name: string) => { kind: ResourceKind; name: string } | null>();
   private readonly logger: Logger;
   private heartbeatTimer: NodeJS.Timeout | null = null;
   private lastRenewal = 0;
@@ -183,9 +185,22 @@ export class Cluster extends EventEmitter {
     return this.placementIds;
   }
 
-  /** The broker that should own the resource: rendezvous over the live brokers not leaving. */
+  /**
+   * The broker that should own the resource: rendezvous over the live brokers not leaving (of the resource it is
+   * colocated with, when colocate() names one).
+   */
   placement(kind: ResourceKind, name: string): number | null {
-    return rendezvous(kind, name, this.placementIds);
+    const at = this.colocation.get(kind)?.(name) ?? null;
+    return at !== null ? rendezvous(at.kind, at.name, this.placementIds) : rendezvous(kind, name, this.placementIds);
+  }
+
+  /**
+   * Places some resources of `kind` where another resource is placed (`at` names it, or null: placed on their own),
+   * so that a subsystem finds them on the same broker: the consumers of a JetStream workqueue or interest stream with
+   * the stream's partition, whose owner decides what their acks remove. `at` must answer the same on every broker.
+   */
+  colocate(kind: ResourceKind, at: (name: string) => { kind: ResourceKind; name: string } | null): void {
+    this.colocation.set(kind, at);
   }
 
   /** The epoch under which this broker owns the resource and serves it now, or null. */

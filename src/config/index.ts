@@ -8,7 +8,7 @@ import { readFileSync } from 'node:fs';
 import { parseYaml } from '../util/yaml.js';
 import { FlowError } from '../core/errors.js';
 import { SASL_MECHANISMS } from './sasl-mechanisms.js';
-import { addressFilter, hostName } from '../util/address.js';
+import { ANY_ADDRESS, addressFilter, hostName } from '../util/address.js';
 import { parseDuration, parseSize } from '../util/units.js';
 
 export { parseDuration, parseSize } from '../util/units.js';
@@ -366,7 +366,14 @@ export const OPTIONS: readonly OptionSpec[] = [
     default: 30_000,
     help: "PostgreSQL statement_timeout of the broker's connections",
   },
-  { key: 'host', name: 'host', kind: 'string', default: '0.0.0.0', help: 'address the protocol listeners bind (the admin API binds --http-host)' },
+  {
+    key: 'host',
+    name: 'host',
+    kind: 'string',
+    default: ANY_ADDRESS,
+    defaultText: ':: (every address, IPv6 and IPv4; 0.0.0.0 on a host without IPv6)',
+    help: 'address the protocol listeners bind (the admin API binds --http-host); 0.0.0.0 is every IPv4 address only',
+  },
   { key: 'mqttPort', name: 'mqtt-port', kind: 'port', default: 1883, help: 'MQTT over TCP' },
   { key: 'kafkaPort', name: 'kafka-port', kind: 'port', default: 9092, help: 'Kafka wire protocol' },
   { key: 'amqpPort', name: 'amqp-port', kind: 'port', default: 5672, help: 'AMQP 0-9-1 (listens when amqp is in --protocols)' },
@@ -637,7 +644,7 @@ export const OPTIONS: readonly OptionSpec[] = [
     kind: 'string',
     default: null,
     defaultText: '--host (127.0.0.1 for a wildcard)',
-    help: 'host clients and other brokers are told to connect to (default: --host, or 127.0.0.1 when --host is 0.0.0.0)',
+    help: 'host clients and other brokers are told to connect to (default: --host, or 127.0.0.1 when --host is :: or 0.0.0.0)',
   },
   {
     key: 'advertisedListeners',

@@ -273,6 +273,36 @@ export class Access {
     return this.set.open || this.verdict(action, kind, name);
   }
 
+  /**
+   * Whether a deny policy refuses `action` on the resource (PolicySet.denies: what no allow names is not refused).
+   * RabbitMQ topic permissions are checked so (kind `routing-key`). Refusals are logged and counted as denials.
+   */
+  refuses(action: Action, kind: ResourceKind, name: string): boolean {
+    const set = this.set;
+    if (set.open) return false;
+    this.sync();
+    // No deny names the kind (no topic permission at all, the usual case): nothing to look up per publish.
+    if (this.current.removed !== true && !set.mayDeny(kind)) return false;
+    const key = `!${action}\u0000${kind}\u0000${name}`;
+    const cache = (this.cache ??= new Map<string, boolean>());
+    let v = cache.get(key);
+    if (v === undefined) {
+      v = set.denies(this.current, action, kind, name);
+      if (cache.size >= CACHE_LIMIT) cache.clear();
+      cache.set(key, v);
+    }
+    if (v) this.ac.logDenial(this, action, kind, name);
+    return v;
+  }
+
+  /** Whether any allow policy (or the default) gives this connection anything (PolicySet.grantsAny). */
+  grantsAny(): boolean {
+    const set = this.set;
+    if (set.open) return true;
+    this.sync();
+    return set.grantsAny(this.current);
+  }
+
   /** Whether a deny policy of this connection names the topic (what no allow reaches is not "denied" here). */
   deniesTopic(action: Action, topic: string): boolean {
     const set = this.set;

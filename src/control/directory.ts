@@ -45,9 +45,36 @@ export interface Quotas {
   bytesInRate?: number;
   /** Bytes sent per second (deliveries, fetches). */
   bytesOutRate?: number;
-  /** Bytes stored in the namespace's streams. */
+  /** Bytes stored in the namespace's streams (JetStream: the account's max_storage, see docs/nats.md). */
   maxStorageBytes?: number;
+  /** JetStream account limits (nats-server's, per NATS account = namespace): streams of the account. */
+  maxStreams?: number;
+  /** Consumers per stream (nats-server's account max_consumers applies per stream). */
+  maxConsumers?: number;
+  /** Bytes of the account's memory-storage streams (max_memory). */
+  maxMemoryBytes?: number;
+  /** A stream's max_bytes may not exceed this (memory_max_stream_bytes and storage_max_stream_bytes). */
+  maxStreamBytes?: number;
+  /** A consumer's max_ack_pending may not exceed this (and is its default when lower than nats-server's 1000). */
+  maxAckPending?: number;
+  /** 1: every stream must set max_bytes (max_bytes_required); 0: not. */
+  maxBytesRequired?: number;
 }
+
+/** The quota keys a namespace may carry. */
+export const QUOTA_KEYS: ReadonlyArray<keyof Quotas> = [
+  'maxConnections',
+  'publishRate',
+  'bytesInRate',
+  'bytesOutRate',
+  'maxStorageBytes',
+  'maxStreams',
+  'maxConsumers',
+  'maxMemoryBytes',
+  'maxStreamBytes',
+  'maxAckPending',
+  'maxBytesRequired',
+];
 
 export interface NamespaceDef {
   readonly name: string;
@@ -729,8 +756,8 @@ export function validateQuotas(q: unknown): Quotas {
   if (typeof q !== 'object' || q === null || Array.isArray(q)) throw new FlowError('INVALID_ARGUMENT', 'quotas must be an object');
   const out: Record<string, number> = {};
   for (const [k, v] of Object.entries(q)) {
-    if (!['maxConnections', 'publishRate', 'bytesInRate', 'bytesOutRate', 'maxStorageBytes'].includes(k)) {
-      throw new FlowError('INVALID_ARGUMENT', `unknown quota "${k}" (maxConnections, publishRate, bytesInRate, bytesOutRate, maxStorageBytes)`);
+    if (!(QUOTA_KEYS as readonly string[]).includes(k)) {
+      throw new FlowError('INVALID_ARGUMENT', `unknown quota "${k}" (${QUOTA_KEYS.join(', ')})`);
     }
     if (v === null || v === undefined) continue;
     if (typeof v !== 'number' || !Number.isFinite(v) || v < 0) throw new FlowError('INVALID_ARGUMENT', `quota ${k} must be a number >= 0`);

@@ -24,6 +24,10 @@
  *   id             transactional.id)                          transactional produce), describe (Describe/ListTransactions)
  *   cluster        `*` (the broker itself)                    create (Kafka CreateTopics' cluster check), describe,
  *                                                             alter, admin (users, policies, namespaces, tokens)
+ *   routing-key    `<exchange>:<routing key>` of an AMQP      publish (basic.publish to the exchange), subscribe
+ *                  topic exchange (RabbitMQ's topic           (queue.bind/unbind, exchange.bind/unbind from it)
+ *                  permissions); checked for denials only:
+ *                  an allow of this kind grants nothing
  *
  * Resource patterns are `kind:pattern`. For topics the pattern is an MQTT filter (exact topic, `+`, `#`). For the
  * other kinds it is an exact name, a prefix ending in `*` (`orders-*`), `*` (every name), or a regular expression
@@ -31,6 +35,11 @@
  * (Erlang's re:run: a search, not anchored unless the expression says so; the empty expression matches only the
  * empty name, as RabbitMQ's `""` = `^$`); the default exchange (`""`) is matched by the name `amq.default`, as
  * RabbitMQ checks it. RabbitMQ user permissions become such policies (src/control/rabbitmq/permissions.ts).
+ * `!~` negates a regular expression: `queue:!~^tmp\.` names every queue whose name it does not match.
+ * A `routing-key` pattern is `routing-key:<exchange>:<key pattern>`: the exchange named exactly (`%` and `:` in it
+ * written `%25` and `%3A`), the key pattern any of the forms above; in its regular expressions `{username}` stands
+ * for the asking user's name and `{vhost}` for `/`, as RabbitMQ expands its topic permissions. RabbitMQ topic
+ * permissions become deny policies of this kind (a write regex W: deny publish on `routing-key:<x>:!~W`).
  * `*:*` is everything.
  * Principals are `user:NAME`, `group:NAME` or `everyone` (every client, anonymous ones included).
  */
@@ -39,7 +48,7 @@ import { FlowError } from '../core/index.js';
 export const ACTIONS = ['publish', 'subscribe', 'create', 'delete', 'describe', 'alter', 'admin', 'respond'] as const;
 export type Action = (typeof ACTIONS)[number];
 
-export const RESOURCE_KINDS = ['topic', 'stream', 'queue', 'exchange', 'group', 'transactional-id', 'cluster'] as const;
+export const RESOURCE_KINDS = ['topic', 'stream', 'queue', 'exchange', 'group', 'transactional-id', 'cluster', 'routing-key'] as const;
 export type ResourceKind = (typeof RESOURCE_KINDS)[number];
 
 /** The group whose members every policy check allows. */
@@ -99,6 +108,44 @@ interface ResourcePattern {
   prefix: boolean;
   any: boolean;
   regex?: RegExp;
+  /** `!~`: the name matches when the regular expression does not. */
+  negate?: boolean;
+  /** routing-key: the exchange part (escaped as written). */
+  exchange?: string;
+  /** routing-key: a regular expression with `{username}` / `{vhost}` in it, compiled per user (`regex` unset). */
+  template?: string;
+  perUser?: Map<string, RegExp>;
+}
+
+/** An exchange name as a `routing-key` resource writes it (`%` and `:` escaped). */
+export function escapeExchange(exchange: string): string {
+  return exchange.replace(/%/g, '%25').replace(/:/g, '%3A');
+}
+
+/** The name a routing-key check is asked about: `<escaped exchange>:<routing key>`. */
+export function routingKeyName(exchange: string, key: string): string {
+  return `${escapeExchange(exchange)}:${key}`;
+}
+
+/** RabbitMQ's topic-permission variables (rabbit_auth_backend_internal expands them before matching). */
+const TOPIC_VARIABLES = /\{(username|vhost)\}/;
+
+function expandTemplate(r: ResourcePattern, user: string | null): RegExp {
+  const u = user ?? '';
+  const cache = (r.perUser ??= new Map<string, RegExp>());
+  let re = cache.get(u);
+  if (re === undefined) {
+    const source = r.template!.replace(/\{username\}/g, () => u).replace(/\{vhost\}/g, '/');
+    try {
+      re = new RegExp(source === '' ? '^$' : source);
+    } catch {
+      // A user name that makes the expression invalid: nothing matches (a negated pattern then matches everything).
+      re = /(?!)/;
+    }
+    if (cache.size >= 1024) cache.clear();
+    cache.set(u, re);
+  }
+  return re;
 }
 
 /** Longest regular expression a policy may hold (they are an administrator's, but every check runs them). */
@@ -149,6 +196,28 @@ function parseResource(text: string): ResourcePattern {
   }
   if (pattern === '') throw new FlowError('INVALID_ARGUMENT', `resource "${text}": empty pattern`);
   if (kind === '*' && pattern !== '*') throw new FlowError('INVALID_ARGUMENT', `resource "${text}": kind * takes only the pattern * (everything)`);
+  if (kind === 'routing-key') {
+    const sep = pattern.indexOf(':');
+    if (sep < 0) {
+      if (pattern !== '*') throw new FlowError('INVALID_ARGUMENT', `resource "${text}": a routing-key pattern is <exchange>:<key pattern> (or *)`);
+      return { kind, name: pattern, prefix: false, any: true };
+    }
+    const exchange = pattern.slice(0, sep);
+    const key = pattern.slice(sep + 1);
+    if (key === '') throw new FlowError('INVALID_ARGUMENT', `resource "${text}": empty routing-key pattern`);
+    const r = parseNamePattern(kind, key, text);
+    r.exchange = exchange;
+    const source = r.regex !== undefined ? key.slice(key.indexOf('~') + 1) : null;
+    if (source !== null && TOPIC_VARIABLES.test(source)) {
+      r.template = source;
+      r.regex = undefined;
+    }
+    return r;
+  }
+  return parseNamePattern(kind as ResourceKind | '*', pattern, text);
+}
+
+function parseNamePattern(kind: ResourceKind | '*', pattern: string, text: string): ResourcePattern {
   if (kind === 'topic') {
     const levels = pattern.split('/');
     levels.forEach((l, i) => {
@@ -158,6 +227,8 @@ function parseResource(text: string): ResourcePattern {
     });
     return { kind, levels, name: pattern, prefix: false, any: pattern === '#' };
   }
+  const negate = pattern.startsWith('!~');
+  if (negate) pattern = pattern.slice(1);
   if (pattern.startsWith('~')) {
     const source = pattern.slice(1);
     if (source.length > MAX_REGEX)
@@ -169,7 +240,7 @@ function parseResource(text: string): ResourcePattern {
     } catch (e) {
       throw new FlowError('INVALID_ARGUMENT', `resource "${text}": invalid regular expression: ${(e as Error).message}`);
     }
-    return { kind: kind as ResourceKind | '*', name: pattern, prefix: false, any: false, regex };
+    return { kind: kind as ResourceKind | '*', name: pattern, prefix: false, any: false, regex, ...(negate ? { negate } : {}) };
   }
   const star = pattern.indexOf('*');
   if (star >= 0 && star !== pattern.length - 1) throw new FlowError('INVALID_ARGUMENT', `resource "${text}": "*" may only end a pattern (a prefix)`);
@@ -251,9 +322,16 @@ export function filtersIntersect(a: readonly string[], b: readonly string[]): bo
 
 // ------------------------------------------------------------------------------------------------ evaluation
 
-function nameMatches(r: ResourcePattern, kind: ResourceKind, name: string): boolean {
+function nameMatches(r: ResourcePattern, kind: ResourceKind, name: string, user: string | null): boolean {
+  if (r.exchange !== undefined) {
+    // routing-key: `<escaped exchange>:<key>`; the exchange part exactly, then the key.
+    const sep = name.indexOf(':');
+    if (sep < 0 || name.slice(0, sep) !== r.exchange) return false;
+    name = name.slice(sep + 1);
+    if (r.template !== undefined) return expandTemplate(r, user).test(name) !== (r.negate === true);
+  }
   if (r.any) return true;
-  if (r.regex !== undefined) return r.regex.test(kind === 'exchange' && name === '' ? 'amq.default' : name);
+  if (r.regex !== undefined) return r.regex.test(kind === 'exchange' && name === '' ? 'amq.default' : name) !== (r.negate === true);
   return r.prefix ? name.startsWith(r.name) : name === r.name;
 }
 
@@ -264,12 +342,15 @@ function nameMatches(r: ResourcePattern, kind: ResourceKind, name: string): bool
 export class PolicySet {
   private readonly compiled: CompiledPolicy[];
   readonly defaultAllow: boolean;
+  /** The resource kinds deny policies name (`*` for `*:*`): denies() of another kind is false without a scan. */
+  private readonly denyKinds = new Set<string>();
 
   constructor(
     defs: readonly PolicyDef[],
     readonly mode: DefaultPolicy = 'auto',
   ) {
     this.compiled = defs.map(compile);
+    for (const c of this.compiled) if (!c.allow) for (const r of c.resources) this.denyKinds.add(r.kind);
     this.defaultAllow = mode === 'allow' || (mode === 'auto' && defs.length === 0);
   }
 
@@ -290,6 +371,17 @@ export class PolicySet {
     return false;
   }
 
+  /**
+   * Whether anything at all may be allowed to `p`: the default allows, or some allow policy names the principal (by
+   * user, group or everyone), whatever its actions and resources. An AMQP connection.open is refused without it, as
+   * RabbitMQ refuses a user with no permissions in the virtual host.
+   */
+  grantsAny(p: Principal): boolean {
+    if (p.removed === true) return false;
+    if (p.groups.includes(ADMIN_GROUP) || this.defaultAllow) return true;
+    return this.compiled.some((c) => c.allow && (c.everyone || (p.user !== null && c.users.has(p.user)) || p.groups.some((g) => c.groups.has(g))));
+  }
+
   /** The decision for one request on one named resource (a topic name for kind topic). */
   allows(p: Principal, action: Action, kind: ResourceKind, name: string): boolean {
     if (p.removed === true) return false;
@@ -304,7 +396,7 @@ export class PolicySet {
         let hit: boolean;
         if (r.kind === '*') hit = true;
         else if (kind === 'topic') hit = filterMatches(r.levels!, (levels ??= name.split('/')));
-        else hit = nameMatches(r, kind, name);
+        else hit = nameMatches(r, kind, name, p.user);
         if (!hit) continue;
         if (!c.allow) return false; // deny wins
         allowed = true;
@@ -313,6 +405,29 @@ export class PolicySet {
     }
     // A matching deny returned above, so what is left is the allows or the default.
     return allowed || this.defaultAllow;
+  }
+
+  /**
+   * Whether a deny policy for `action` that applies to `p` matches the resource (what no policy allows is not
+   * "denied" here). `routing-key` resources are checked this way: RabbitMQ's topic permissions only narrow.
+   */
+  denies(p: Principal, action: Action, kind: ResourceKind, name: string): boolean {
+    if (p.removed === true) return true;
+    if (!this.mayDeny(kind)) return false;
+    if (p.groups.includes(ADMIN_GROUP)) return false;
+    for (const c of this.compiled) {
+      if (c.allow || !this.applies(c, p, action)) continue;
+      for (const r of c.resources) {
+        if (r.kind === '*') return true;
+        if (r.kind === kind && kind !== 'topic' && nameMatches(r, kind, name, p.user)) return true;
+      }
+    }
+    return false;
+  }
+
+  /** Whether some deny policy names the kind (or everything): else denies() of that kind is false for everyone. */
+  mayDeny(kind: ResourceKind): boolean {
+    return this.denyKinds.has(kind) || this.denyKinds.has('*');
   }
 
   /**

@@ -3,6 +3,7 @@
  * IP literal, loopback and wildcard addresses, and address filters from CIDR blocks.
  */
 import { BlockList, isIP } from 'node:net';
+import { networkInterfaces } from 'node:os';
 import { FlowError } from '../core/errors.js';
 
 /**
@@ -38,6 +39,27 @@ export function isLoopback(address: string | undefined): boolean {
   if (address === undefined) return false;
   const a = address.startsWith('::ffff:') ? address.slice(7) : address;
   return a === '::1' || (isIP(a) === 4 && a.startsWith('127.'));
+}
+
+/**
+ * The default bind address of the protocol listeners: `::`, which Node binds dual-stack (IPv6 and IPv4-mapped IPv4:
+ * clients of `[::1]` and of 127.0.0.1 both reach it), or `0.0.0.0` on a host without any IPv6 address (a kernel booted
+ * with IPv6 off), where binding `::` fails with EAFNOSUPPORT. Decided once, here, so every listener (and the cluster
+ * channel, which binds --host too) gets the same.
+ */
+export const ANY_ADDRESS: string = hasIpv6() ? '::' : '0.0.0.0';
+
+function hasIpv6(): boolean {
+  try {
+    return Object.values(networkInterfaces()).some((list) => (list ?? []).some((a) => a.family === 'IPv6'));
+  } catch {
+    return false;
+  }
+}
+
+/** A peer address as people read it: an IPv4 client of a dual-stack listener (`::ffff:10.0.0.1`) as `10.0.0.1`. */
+export function plainAddress(address: string | undefined): string | undefined {
+  return address !== undefined && address.startsWith('::ffff:') && isIP(address.slice(7)) === 4 ? address.slice(7) : address;
 }
 
 export function isWildcard(address: string): boolean {

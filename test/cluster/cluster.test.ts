@@ -165,4 +165,27 @@ describe('Cluster ownership over one store', () => {
     await a.close();
     await b.close();
   });
+
+  it('colocate() places a lazy resource where another resource is placed', async () => {
+    const store = new MemoryClusterStore();
+    const cs = await Promise.all([1, 2, 3].map((id) => Cluster.start({ store, info: { id, version: 't', endpoints: {} }, leaseMs: 60_000, logger })));
+    for (const c of cs) {
+      // Consumers of streams named "wq*" go with partition 0 of their stream; the others are placed on their own.
+      c.colocate('consumer', (key) => (key.startsWith('wq') ? { kind: 'partition', name: `${key.split('/')[0]}/0` } : null));
+      c.begin();
+    }
+    await settle(...cs);
+    let differs = 0;
+    for (let i = 0; i < 40; i++) {
+      const [a, b] = [`wq${i}/c`, `lim${i}/c`];
+      for (const c of cs) {
+        assert.equal(c.placement('consumer', a), rendezvous('partition', `wq${i}/0`, [1, 2, 3]), a);
+        assert.equal(c.placement('consumer', b), rendezvous('consumer', b, [1, 2, 3]), b);
+      }
+      if (rendezvous('consumer', a, [1, 2, 3]) !== rendezvous('partition', `wq${i}/0`, [1, 2, 3])) differs++;
+    }
+    // The colocation changed where some consumers go (else the test proves nothing).
+    assert.ok(differs > 5, `${differs} of 40 moved`);
+    for (const c of cs) await c.close();
+  });
 });

@@ -1,9 +1,10 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { networkInterfaces, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { loadConfig, parseDuration, parseSize, redactUrl } from '../../src/config/index.js';
+import { ANY_ADDRESS } from '../../src/util/address.js';
 
 describe('config', () => {
   it('has working defaults', () => {
@@ -155,7 +156,10 @@ describe('config: users, SASL and Kafka TLS options', () => {
 describe('config: admin API bind address and allowed hosts', () => {
   it('binds the admin API to loopback by default, apart from --host', () => {
     const d = loadConfig();
-    assert.deepEqual([d.host, d.httpHost, d.httpAllowedHosts], ['0.0.0.0', '127.0.0.1', []]);
+    // Every address of both families (`::`, dual-stack) where the host has IPv6, else every IPv4 one.
+    assert.deepEqual([d.host, d.httpHost, d.httpAllowedHosts], [ANY_ADDRESS, '127.0.0.1', []]);
+    const v6 = Object.values(networkInterfaces()).some((l) => (l ?? []).some((a) => a.family === 'IPv6'));
+    assert.equal(ANY_ADDRESS, v6 ? '::' : '0.0.0.0');
     const c = loadConfig({
       flags: { host: '127.0.0.1', 'http-host': '0.0.0.0' },
       env: { FLOWMQ_HTTP_ALLOWED_HOSTS: 'FlowMQ.internal, 10.0.0.5:8080,[::1],, flowmq.internal' },

@@ -6,7 +6,16 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { isFlowError } from '../../src/core/index.js';
-import { ANONYMOUS, PolicySet, filterCovers, filtersIntersect, validatePolicy, type PolicyDef, type Principal } from '../../src/control/policy.js';
+import {
+  ANONYMOUS,
+  PolicySet,
+  filterCovers,
+  filtersIntersect,
+  routingKeyName,
+  validatePolicy,
+  type PolicyDef,
+  type Principal,
+} from '../../src/control/policy.js';
 
 const pol = (over: Partial<PolicyDef> & Pick<PolicyDef, 'name'>): PolicyDef => ({
   effect: 'allow',
@@ -211,6 +220,49 @@ describe('PolicySet.allows', () => {
     assert.equal(set.allows(alice, 'subscribe', 'stream', 'logs'), false);
     assert.equal(set.allows(alice, 'describe', 'group', 'anything'), true);
     assert.equal(set.allows(alice, 'delete', 'group', 'anything'), false, 'action not granted');
+  });
+
+  it('!~ negates a regular expression; routing-key patterns name an exchange exactly, then its keys', () => {
+    const set = new PolicySet([
+      pol({ name: 'not-tmp', actions: ['create'], resources: ['queue:!~^tmp\\.'] }),
+      pol({ name: 'rk', effect: 'deny', actions: ['publish'], resources: ['routing-key:tp.x:!~^ok\\.'] }),
+      pol({ name: 'rk-colon', effect: 'deny', actions: ['publish'], resources: ['routing-key:a%3Ab%25:*'] }),
+      pol({ name: 'rk-user', effect: 'deny', actions: ['subscribe'], resources: ['routing-key:amq.topic:!~^{username}\\.'] }),
+    ]);
+    assert.equal(set.allows(alice, 'create', 'queue', 'orders'), true);
+    assert.equal(set.allows(alice, 'create', 'queue', 'tmp.1'), false);
+    // denies(): what a deny names; the exchange part exactly (tp.x is not a regex, tpAx another exchange).
+    assert.equal(set.denies(alice, 'publish', 'routing-key', routingKeyName('tp.x', 'ok.1')), false);
+    assert.equal(set.denies(alice, 'publish', 'routing-key', routingKeyName('tp.x', 'bad.1')), true);
+    assert.equal(set.denies(alice, 'publish', 'routing-key', routingKeyName('tpAx', 'bad.1')), false);
+    assert.equal(set.denies(alice, 'subscribe', 'routing-key', routingKeyName('tp.x', 'bad.1')), false, 'other action');
+    // `:` and `%` in an exchange name are escaped; the key may hold `:`.
+    assert.equal(routingKeyName('a:b%', 'k:1'), 'a%3Ab%25:k:1');
+    assert.equal(set.denies(alice, 'publish', 'routing-key', routingKeyName('a:b%', 'k:1')), true);
+    assert.equal(set.denies(alice, 'publish', 'routing-key', routingKeyName('a', 'b%:k')), false);
+    // {username} is the asking user's name, per user.
+    assert.equal(set.denies(alice, 'subscribe', 'routing-key', routingKeyName('amq.topic', 'alice.x')), false);
+    assert.equal(set.denies(alice, 'subscribe', 'routing-key', routingKeyName('amq.topic', 'bob.x')), true);
+    assert.equal(set.denies(bob, 'subscribe', 'routing-key', routingKeyName('amq.topic', 'bob.x')), false);
+    // The user's name goes in as text (String.replace would read `$&` in it as "the matched text").
+    assert.equal(set.denies(user('$&'), 'subscribe', 'routing-key', routingKeyName('amq.topic', '{username}.x')), true);
+    // Only denies count: an allow of every kind refuses nothing, a deny of everything (`*:*`) refuses every key.
+    assert.equal(new PolicySet([pol({ name: 'all' })]).denies(alice, 'publish', 'routing-key', 'x:y'), false);
+    assert.equal(new PolicySet([pol({ name: 'none', effect: 'deny' })]).denies(alice, 'publish', 'routing-key', 'x:y'), true);
+    assert.throws(() => validatePolicy(pol({ name: 'x', resources: ['routing-key:amq.topic'] })), invalid);
+    assert.throws(() => validatePolicy(pol({ name: 'x', resources: ['routing-key:amq.topic:!~('] })), invalid);
+  });
+
+  it('grantsAny: the default allows, or an allow names the principal (by user, group or everyone)', () => {
+    assert.equal(new PolicySet([]).grantsAny(alice), true);
+    const set = new PolicySet([
+      pol({ name: 'ops', principals: ['group:ops'], actions: ['describe'], resources: ['queue:*'] }),
+      pol({ name: 'no-alice', effect: 'deny', principals: ['user:alice'] }),
+    ]);
+    assert.equal(set.grantsAny(bob), true);
+    assert.equal(set.grantsAny(alice), false, 'a deny grants nothing');
+    assert.equal(set.grantsAny(user('admin', 'admins')), true);
+    assert.equal(new PolicySet([pol({ name: 'ops' })], 'allow').grantsAny(alice), true);
   });
 
   it('topic patterns are MQTT filters on unified names, with `$` topics outside first-level wildcards', () => {

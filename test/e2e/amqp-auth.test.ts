@@ -23,6 +23,8 @@ namespaces:
   - {name: one, quotas: {maxConnections: 1}}
 policies:
   - {name: alice-own, effect: allow, actions: [publish, subscribe, create, describe, delete, alter], resources: ["queue:alice-*"], principals: ["user:alice"]}
+  # A user no policy allows anything is refused the vhost at connection.open (530, as RabbitMQ without permissions).
+  - {name: solo-describe, effect: allow, actions: [describe], resources: ["queue:*"], principals: ["user:solo"]}
 `;
 
 /** A channel whose closing error (channel.close from the broker) is kept. */

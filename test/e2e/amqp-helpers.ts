@@ -21,8 +21,8 @@ const defs = require('amqplib/lib/defs') as {
 };
 export { defs };
 
-export async function startAmqpBroker(args: string[] = []): Promise<FlowmqProcess> {
-  return FlowmqProcess.start({ args: ['--protocols', 'mqtt,kafka,amqp', '--amqp-port', '0', '--amqp-heartbeat', '0', ...args] });
+export async function startAmqpBroker(args: string[] = [], opts: { defaultHost?: boolean } = {}): Promise<FlowmqProcess> {
+  return FlowmqProcess.start({ args: ['--protocols', 'mqtt,kafka,amqp', '--amqp-port', '0', '--amqp-heartbeat', '0', ...args], ...opts });
 }
 
 /** What a describe block of AMQP tests shares: one broker and, when asked, one amqplib connection and channel. */

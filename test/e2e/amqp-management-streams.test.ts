@@ -30,9 +30,12 @@ describe('RabbitMQ management API: stream queues and super streams (bin/flowmq, 
   let ch: ConfirmChannel;
   let base: string;
 
-  const http = async (path: string, opts: { user?: string; pass?: string; method?: string } = {}) => {
+  const http = async (path: string, opts: { user?: string; pass?: string; method?: string; body?: unknown } = {}) => {
     const auth = 'Basic ' + Buffer.from(`${opts.user ?? 'root'}:${opts.pass ?? 'root-pw'}`).toString('base64');
-    const res = await fetch(base + path, { method: opts.method ?? 'GET', headers: { authorization: auth } });
+    const headers: Record<string, string> = { authorization: auth };
+    if (opts.body !== undefined) headers['content-type'] = 'application/json';
+    const body = opts.body === undefined ? undefined : JSON.stringify(opts.body);
+    const res = await fetch(base + path, { method: opts.method ?? 'GET', headers, body });
     const text = await res.text();
     return { status: res.status, json: (text === '' ? null : JSON.parse(text)) as Json };
   };
@@ -190,6 +193,48 @@ describe('RabbitMQ management API: stream queues and super streams (bin/flowmq, 
     assert.ok(!(list.json as unknown as Json[]).some((q) => q.name.startsWith('ms-')));
     assert.equal((await http('/api/queues/%2F/ms-s', { user: 'alice', pass: 'alice-pw' })).status, 404);
     assert.equal((await http('/api/queues/%2F/ms-s', { user: 'alice', pass: 'alice-pw', method: 'DELETE' })).status, 401);
+  });
+
+  it('PUT /api/queues and a definitions import make stream queues as queue.declare does (RabbitMQ 3.10.8 codes and texts)', async () => {
+    const put = (name: string, body: unknown) => http(`/api/queues/%2F/${name}`, { method: 'PUT', body });
+    const args = { 'x-queue-type': 'stream', 'x-max-age': '1D', 'x-max-length-bytes': 100000 };
+    assert.equal((await put('ms-put', { durable: true, arguments: args })).status, 201);
+    assert.equal((await put('ms-put', { durable: true, arguments: args })).status, 204);
+    const one = await http('/api/queues/%2F/ms-put');
+    assert.equal(one.json.type, 'stream');
+    assert.deepEqual(one.json.arguments, args);
+    // RabbitMQ 3.10.8's answers to the same bodies (run side by side, see docs/amqp.md).
+    const refused = [
+      [{ durable: false, arguments: { 'x-queue-type': 'stream' } }, "invalid property 'non-durable' for queue 'ms-bad' in vhost '/'"],
+      [
+        { arguments: { 'x-queue-type': 'stream', 'x-max-length': 5 } },
+        "invalid arg 'x-max-length' for queue 'ms-bad' in vhost '/' of queue type rabbit_stream_queue",
+      ],
+    ] as const;
+    for (const [body, reason] of refused) assert.deepEqual((await put('ms-bad', body)).json, { error: 'bad_request', reason });
+    assert.equal((await put('ms-put', { durable: true, arguments: { ...args, 'x-max-age': '2D' } })).status, 400);
+    assert.equal((await http('/api/queues/%2F/ms-bad')).status, 404);
+    // A real stream queue: amqplib publishes through the default exchange and reads it from the first offset.
+    ch.sendToQueue('ms-put', Buffer.from('p0'));
+    await ch.waitForConfirms();
+    const reader = await conn.createChannel();
+    await reader.prefetch(10);
+    const got: string[] = [];
+    await reader.consume('ms-put', (m) => m && got.push(m.content.toString()), { arguments: { 'x-stream-offset': 'first' } });
+    await eventually(() => got.length === 1, 10_000, 'the stream queue made by PUT read from first');
+    assert.deepEqual(got, ['p0']);
+    await reader.close();
+    // Definitions import: deleted, then made again from its exported entry.
+    const exported = ((await http('/api/definitions')).json.queues as Json[]).find((q) => q.name === 'ms-put');
+    assert.deepEqual(exported?.arguments, args);
+    assert.equal((await http('/api/queues/%2F/ms-put', { method: 'DELETE' })).status, 204);
+    assert.equal((await http('/api/definitions', { method: 'POST', body: { queues: [exported] } })).status, 204);
+    const back = await http('/api/queues/%2F/ms-put');
+    assert.equal(back.json.type, 'stream');
+    assert.deepEqual(back.json.arguments, args);
+    assert.equal((await ch.checkQueue('ms-put')).messageCount, 0);
+    // alice may create queues alice-* only: a stream queue is a `stream:` resource.
+    assert.equal((await http('/api/queues/%2F/alice-s', { user: 'alice', pass: 'alice-pw', method: 'PUT', body: { arguments: args } })).status, 401);
   });
 
   it('DELETE removes a partition queue and a stream queue as AMQP queue.delete does', async () => {

@@ -8,12 +8,24 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import amqp, { type Channel, type ChannelModel, type ConfirmChannel } from 'amqplib';
 import { amqpUrl, startAmqpBroker, takeUntil } from './amqp-helpers.js';
-import { eventually, type FlowmqProcess } from './harness.js';
+import { eventually, run, type FlowmqProcess } from './harness.js';
+
+/** Opens a pika connection; prints "opened" or the exception pika raised. */
+const PIKA_OPEN = `
+import pika, sys
+try:
+    pika.BlockingConnection(pika.ConnectionParameters(host='127.0.0.1', port=int(sys.argv[1]), credentials=pika.PlainCredentials(sys.argv[2], sys.argv[3])))
+    print('opened')
+except Exception as e:
+    print(type(e).__name__, repr(e.args))
+`;
+// Debian's interpreter, where python3-pika is installed (as amqp-pika.test.ts).
+const PYTHON = existsSync('/usr/bin/python3') ? '/usr/bin/python3' : 'python3';
 
 type Json = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
 
@@ -61,7 +73,8 @@ describe('RabbitMQ management API: users, permissions, policies, definitions (bi
   before(async () => {
     dir = mkdtempSync(join(tmpdir(), 'flowmq-amqp-mgmt-users-'));
     writeFileSync(join(dir, 'users.yaml'), 'users:\n  - {username: root, password: root-pw, groups: [admins]}\n');
-    broker = await startAmqpBroker(['--users-file', join(dir, 'users.yaml'), '--amqp-management-port', '0']);
+    // --host at its default: every address of both families (the AMQP listener is reached on [::1] and 127.0.0.1 below).
+    broker = await startAmqpBroker(['--users-file', join(dir, 'users.yaml'), '--amqp-management-port', '0'], { defaultHost: true });
     await eventually(() => broker.ports['amqp-management'] !== undefined, 10_000, 'the management listener');
     base = `http://127.0.0.1:${broker.ports['amqp-management']}`;
     admin = await amqp.connect(amqpUrl(broker, 'root', 'root-pw'));
@@ -105,6 +118,26 @@ describe('RabbitMQ management API: users, permissions, policies, definitions (bi
     assert.equal((await http('/api/users/dave', { method: 'DELETE' })).status, 204);
     assert.equal((await http('/api/users/dave', { method: 'DELETE' })).status, 404);
     assert.ok((await login('dave', 'dave-pw')) instanceof Error);
+  });
+
+  it('the default --host listens on IPv6 and IPv4 (amqplib on [::1] and 127.0.0.1, as its ipv6 test); peers show as RabbitMQ shows them', async () => {
+    assert.ok(
+      broker.logs.some((l) => l.protocol === 'amqp' && String(l.address).startsWith('[::]:')),
+      'bound to ::',
+    );
+    const v6 = await amqp.connect(`amqp://root:root-pw@[::1]:${broker.ports.amqp}`);
+    const v4 = await amqp.connect(amqpUrl(broker, 'root', 'root-pw'));
+    try {
+      const c = await v6.createChannel();
+      await c.checkQueue((await c.assertQueue('', { exclusive: true })).queue);
+      await eventually(async () => ((await http('/api/connections')).json as unknown as Json[]).length >= 3, 10_000, 'the connections listed');
+      const peers = ((await http('/api/connections')).json as unknown as Json[]).map((x) => x.peer_host as string);
+      // An IPv4 client of the dual-stack listener is 127.0.0.1 (not ::ffff:127.0.0.1), as RabbitMQ shows it.
+      assert.ok(peers.includes('::1') && peers.includes('127.0.0.1') && !peers.some((p) => p.startsWith('::ffff:')), peers.join(','));
+    } finally {
+      await v6.close();
+      await v4.close();
+    }
   });
 
   it('a password_hash RabbitMQ made logs in with its password over AMQP and HTTP; an empty one never does', async () => {
@@ -266,6 +299,131 @@ describe('RabbitMQ management API: users, permissions, policies, definitions (bi
     assert.equal((await http('/api/operator-policies/%2F/op')).json.definition['max-length'], 50);
   });
 
+  it('topic permissions: the management calls answer as RabbitMQ 3.10.8; write and read regexes judge routing keys on every topic exchange', async () => {
+    assert.equal((await put('/api/users/tina', { password: 'tina-pw', tags: '' })).status, 201);
+    assert.equal((await put('/api/permissions/%2F/tina', { configure: '.*', write: '.*', read: '.*' })).status, 201);
+    assert.equal((await http('/api/topic-permissions/%2F/tina')).status, 404);
+    // {username} is expanded per user, as RabbitMQ does; "dx" is a direct exchange, where topic permissions do not apply.
+    const onTopic = { exchange: 'amq.topic', write: '^{username}\\.', read: '^{username}\\.' };
+    const onTx = { exchange: 'tp-x', write: '^ok\\.', read: '^ok\\.' };
+    const onDx = { exchange: 'tp-dx', write: '^ok\\.', read: '^ok\\.' };
+    assert.equal((await put('/api/topic-permissions/%2F/tina', onTopic)).status, 201);
+    assert.equal((await put('/api/topic-permissions/%2F/tina', onTx)).status, 204);
+    assert.equal((await put('/api/topic-permissions/%2F/tina', onDx)).status, 204);
+    const mine = [onTopic, onDx, onTx].map((t) => ({ user: 'tina', vhost: '/', ...t }));
+    assert.deepEqual((await http('/api/topic-permissions/%2F/tina')).json, mine);
+    assert.deepEqual((await http('/api/users/tina/topic-permissions')).json, mine);
+    assert.deepEqual(
+      ((await http('/api/topic-permissions')).json as unknown as Json[]).filter((t) => t.user === 'tina'),
+      mine,
+    );
+    const inVhost = ((await http('/api/vhosts/%2F/topic-permissions')).json as unknown as Json[]).filter((t) => t.user === 'tina');
+    assert.deepEqual(Object.keys(inVhost[0]), ['vhost', 'user', 'exchange', 'write', 'read'], 'RabbitMQ lists vhost first here');
+    // RabbitMQ 3.10.8's answers to bad bodies.
+    const bad = async (path: string, body: unknown) => (await put(path, body)).json;
+    assert.deepEqual(await bad('/api/topic-permissions/%2F/tina', { write: 'a', read: 'b' }), { error: 'bad_request', reason: '[{key_missing,exchange}]' });
+    assert.deepEqual(await bad('/api/topic-permissions/%2F/tina', { exchange: 'amq.topic', read: 'b' }), {
+      error: 'bad_request',
+      reason: '[{key_missing,write}]',
+    });
+    assert.deepEqual(await bad('/api/topic-permissions/%2F/nobody', onTx), { error: 'bad_request', reason: 'vhost_or_user_not_found' });
+    assert.equal((await put('/api/topic-permissions/%2F/tina', { ...onTx, write: '(' })).status, 400);
+
+    await ch.assertExchange('tp-x', 'topic', { durable: true });
+    await ch.assertExchange('tp-y', 'topic', { durable: true });
+    await ch.assertExchange('tp-dx', 'direct', { durable: true });
+    await ch.assertQueue('tp-q', { durable: true });
+    await ch.bindQueue('tp-q', 'tp-dx', 'bad.1');
+    const tina = await amqp.connect(amqpUrl(broker, 'tina', 'tina-pw'));
+    try {
+      const publish = (x: string, key: string) =>
+        attempt(tina, async (c) => {
+          c.publish(x, key, Buffer.from(`${x}/${key}`));
+          await c.checkQueue('tp-q');
+        });
+      assert.equal(await attempt(tina, (c) => c.bindQueue('tp-q', 'tp-x', 'ok.#')), null);
+      assert.equal(await attempt(tina, (c) => c.bindQueue('tp-q', 'tp-x', 'bad.#')), 403, 'read ^ok\. refuses the binding key bad.#');
+      assert.equal(await attempt(tina, (c) => c.bindQueue('tp-q', 'amq.topic', 'tina.#')), null, '{username} expanded');
+      assert.equal(await attempt(tina, (c) => c.bindQueue('tp-q', 'amq.topic', 'tom.#')), 403);
+      assert.equal(await attempt(tina, (c) => c.bindQueue('tp-q', 'tp-y', 'any.#')), null, 'no topic permission on tp-y: every key');
+      assert.equal(await attempt(tina, (c) => c.unbindQueue('tp-q', 'tp-x', 'bad.#')), 403, 'unbind is checked too');
+      assert.equal(await attempt(tina, (c) => c.bindExchange('tp-y', 'tp-x', 'bad.#')), 403, 'and exchange.bind from a topic exchange');
+      assert.equal(await publish('tp-x', 'ok.1'), null);
+      assert.equal(await publish('tp-x', 'bad.1'), 403);
+      assert.equal(await publish('amq.topic', 'tina.1'), null);
+      assert.equal(await publish('amq.topic', 'tom.1'), 403);
+      assert.equal(await publish('tp-y', 'any.1'), null);
+      assert.equal(await publish('tp-dx', 'bad.1'), null, 'a direct exchange is not judged by topic permissions');
+      // RabbitMQ's channel.close text.
+      const c = await tina.createChannel();
+      const closed = new Promise<Error>((resolve) => c.on('error', resolve));
+      c.publish('tp-x', 'bad.2', Buffer.from('x'));
+      assert.match(
+        (await closed).message,
+        /403 \(ACCESS-REFUSED\) with message "ACCESS_REFUSED - access to topic 'bad\.2' in exchange 'tp-x' in vhost '\/' refused for user 'tina'"/,
+      );
+      // What reached tp-q is what was allowed (a marker last).
+      assert.equal(await publish('tp-x', 'ok.end'), null);
+      const got = await takeUntil(await tina.createChannel(), 'tp-q', 'tp-x/ok.end');
+      assert.deepEqual(
+        got.map((m) => m.content.toString()),
+        ['tp-x/ok.1', 'amq.topic/tina.1', 'tp-y/any.1', 'tp-dx/bad.1'],
+      );
+      // Deleting the one on tp-x frees it for the open connection (a policy change applies at the next request).
+      assert.equal((await http('/api/topic-permissions/%2F/tina/tp-x', { method: 'DELETE' })).status, 204);
+      assert.equal(await publish('tp-x', 'bad.3'), null);
+      assert.equal(await publish('amq.topic', 'tom.2'), 403, 'the one on amq.topic stays');
+      assert.deepEqual(
+        ((await http('/api/topic-permissions/%2F/tina')).json as unknown as Json[]).map((t) => t.exchange),
+        ['amq.topic', 'tp-dx'],
+      );
+    } finally {
+      await tina.close().catch(() => undefined);
+    }
+    // Exported, deleted (all of them), imported back.
+    const exported = ((await http('/api/definitions')).json.topic_permissions as Json[]).filter((t) => t.user === 'tina');
+    assert.deepEqual(
+      exported,
+      [onTopic, onDx].map((t) => ({ user: 'tina', vhost: '/', ...t })),
+    );
+    assert.equal((await http('/api/topic-permissions/%2F/tina', { method: 'DELETE' })).status, 204);
+    assert.equal((await http('/api/topic-permissions/%2F/tina', { method: 'DELETE' })).status, 404);
+    assert.equal((await http('/api/definitions', { method: 'POST', body: { topic_permissions: exported } })).status, 204);
+    assert.deepEqual((await http('/api/topic-permissions/%2F/tina')).json, exported);
+    // Deleting the user takes them.
+    assert.equal((await http('/api/users/tina', { method: 'DELETE' })).status, 204);
+    assert.ok(!((await http('/api/topic-permissions')).json as unknown as Json[]).some((t) => t.user === 'tina'));
+  });
+
+  it('a user without permissions is refused the vhost at connection.open (530), as RabbitMQ; queue.purge needs read', async () => {
+    assert.equal((await put('/api/users/nina', { password: 'nina-pw', tags: '' })).status, 201);
+    // Someone's permission, so that policies exist: with none at all FlowMQ's default mode (auto) allows everyone.
+    assert.equal((await put('/api/users/olga', { password: 'olga-pw', tags: '' })).status, 201);
+    assert.equal((await put('/api/permissions/%2F/olga', { configure: '.*', write: '.*', read: '.*' })).status, 201);
+    // amqplib and pika see what they see from RabbitMQ 3.10.8 (run by hand against it with the same user).
+    const refused = await login('nina', 'nina-pw');
+    assert.equal(refused instanceof Error ? refused.message : 'opened', 'Expected ConnectionOpenOk; got <ConnectionClose channel:0>');
+    const pika = await run(PYTHON, ['-c', PIKA_OPEN, String(broker.ports.amqp), 'nina', 'nina-pw'], { timeoutMs: 30_000 });
+    assert.equal(
+      pika.stdout.trim(),
+      `ProbableAccessDeniedError ('ConnectionClosedByBroker: (530) "NOT_ALLOWED - access to vhost \\'/\\' refused for user \\'nina\\'"',)`,
+    );
+    // Read but not configure: may purge; configure but not read: may not.
+    await ch.assertQueue('purge-q', { durable: true });
+    assert.equal((await put('/api/permissions/%2F/nina', { configure: '', write: '', read: '^purge-q$' })).status, 201);
+    const nina = await login('nina', 'nina-pw');
+    assert.ok(!(nina instanceof Error), String(nina));
+    try {
+      assert.equal(await attempt(nina, (c) => c.purgeQueue('purge-q')), null);
+      assert.equal((await put('/api/permissions/%2F/nina', { configure: '^purge-q$', write: '', read: '' })).status, 204);
+      assert.equal(await attempt(nina, (c) => c.purgeQueue('purge-q')), 403);
+    } finally {
+      await nina.close().catch(() => undefined);
+    }
+    assert.equal((await http('/api/permissions/%2F/nina', { method: 'DELETE' })).status, 204);
+    assert.ok((await login('nina', 'nina-pw')) instanceof Error, 'refused again once its permission is gone');
+  });
+
   it('definitions: export holds what was made; import recreates deleted objects, users, permissions and policies', async () => {
     await ch.assertExchange('def-x', 'topic', { durable: true });
     await ch.assertQueue('def-q', { durable: true, arguments: { 'x-message-ttl': 60000 } });
@@ -304,6 +462,7 @@ describe('RabbitMQ management API: users, permissions, policies, definitions (bi
       tags: ['management'],
       limits: {},
     });
+    d.permissions.push({ user: 'from-rabbit', vhost: '/', configure: '', write: '', read: '' });
     assert.equal((await http('/api/definitions', { method: 'POST', body: d })).status, 204);
     assert.equal((await ch.checkQueue('def-q')).messageCount, 0);
     await ch.checkExchange('def-x');

@@ -111,6 +111,14 @@ describe('e2e cluster: NATS and JetStream across three brokers', { timeout: 180_
     assert.equal((await jsm1.streams.info('ORDERS')).state.last_seq, 10);
   });
 
+  it('JetStream: subjects overlapping a stream made through another broker are refused (10065), as nats-server does', async () => {
+    await (await (await nats(1)).jetstreamManager()).streams.add({ name: 'OVA', subjects: ['ova.>'] });
+    const jsm3 = await (await nats(3)).jetstreamManager();
+    await assert.rejects(jsm3.streams.add({ name: 'OVB', subjects: ['ova.x'] }), /subjects overlap with an existing stream/);
+    await jsm3.streams.add({ name: 'OVB', subjects: ['ovb'] });
+    await assert.rejects(jsm3.streams.update('OVB', { subjects: ['ovb', '*.y'] }), /subjects overlap with an existing stream/);
+  });
+
   it('core NATS: a queue group with members on two brokers gets each message published on a third once', async () => {
     const [n1, n2, n3] = [await nats(1), await nats(2), await nats(3)];
     const on2: string[] = [];

@@ -76,14 +76,14 @@ export class FlowmqProcess {
   }
 
   /** Starts a broker on free loopback ports and waits until its MQTT, Kafka and HTTP listeners are up. */
-  static async start(opts: { dataDir?: string; args?: string[]; env?: NodeJS.ProcessEnv } = {}): Promise<FlowmqProcess> {
+  static async start(opts: { dataDir?: string; args?: string[]; env?: NodeJS.ProcessEnv; defaultHost?: boolean } = {}): Promise<FlowmqProcess> {
     const dataDir = opts.dataDir ?? mkdtempSync(join(tmpdir(), 'flowmq-e2e-'));
     const args = [
       'start',
       '--data-dir',
       dataDir,
-      '--host',
-      '127.0.0.1',
+      // defaultHost: --host left at its default (every address, both families).
+      ...(opts.defaultHost === true ? [] : ['--host', '127.0.0.1']),
       '--mqtt-port',
       '0',
       '--mqtt-ws-port',

@@ -20,12 +20,15 @@ export interface NatsServerJs {
   stop(): void;
 }
 
-/** Starts nats-server with JetStream and resolves once a nats.js client can connect (10 s at most). */
-export async function startNatsServerJs(prefix: string): Promise<NatsServerJs> {
+/**
+ * Starts nats-server with JetStream and resolves once a nats.js client can connect (10 s at most); `extra`: more of
+ * its configuration (accounts, say).
+ */
+export async function startNatsServerJs(prefix: string, extra = ''): Promise<NatsServerJs> {
   const port = await freePort();
   const dir = mkdtempSync(join(tmpdir(), prefix));
   const conf = join(dir, 'nats.conf');
-  writeFileSync(conf, `listen: "127.0.0.1:${port}"\njetstream { store_dir: "${join(dir, 'js')}" }\n`);
+  writeFileSync(conf, `listen: "127.0.0.1:${port}"\njetstream { store_dir: "${join(dir, 'js')}" }\n${extra}`);
   const server = spawn('nats-server', ['-c', conf], { stdio: 'ignore' });
   const url = `127.0.0.1:${port}`;
   await eventually(

@@ -4,8 +4,8 @@
  * against Debian's nats-server 2.9.10, and the two transcripts must be equal: `state.subjects` and `num_subjects`, the paging fields
  * (total, offset, limit), every configuration field as created and updated (description, memory storage, ...), and
  * the refusals' codes and texts. Absolute checks on the transcript make it fail should both be wrong the same way.
- * Not compared: subjects overlapping another stream's (FlowMQ allows them, docs/nats.md). Then FlowMQ alone: what
- * a stream was configured with and its subject counts hold over a restart.
+ * Overlapping subjects, bytes and account limits: nats-account.test.ts. Then FlowMQ alone: what a stream was
+ * configured with and its subject counts hold over a restart.
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';

@@ -10,6 +10,12 @@ interface Quotas {
   bytesInRate?: number;
   bytesOutRate?: number;
   maxStorageBytes?: number;
+  maxStreams?: number;
+  maxConsumers?: number;
+  maxMemoryBytes?: number;
+  maxStreamBytes?: number;
+  maxAckPending?: number;
+  maxBytesRequired?: number;
 }
 
 interface NamespaceView {
@@ -27,6 +33,13 @@ const QUOTA_FLAGS: ReadonlyArray<[flag: string, key: keyof Quotas, size: boolean
   ['bytes-in-rate', 'bytesInRate', true],
   ['bytes-out-rate', 'bytesOutRate', true],
   ['max-storage', 'maxStorageBytes', true],
+  // JetStream account limits of the namespace (docs/nats.md, "Account info and limits").
+  ['max-streams', 'maxStreams', false],
+  ['max-consumers', 'maxConsumers', false],
+  ['max-memory', 'maxMemoryBytes', true],
+  ['max-stream-bytes', 'maxStreamBytes', true],
+  ['max-ack-pending', 'maxAckPending', false],
+  ['max-bytes-required', 'maxBytesRequired', false],
 ];
 
 const QUOTA_OPTIONS = Object.fromEntries(QUOTA_FLAGS.map(([f]) => [f, { type: 'string' as const }]));
@@ -56,6 +69,12 @@ const quotaText = (q: Quotas) => {
   if (q.bytesInRate !== undefined && q.bytesInRate !== null) parts.push(`in ${fmtBytes(q.bytesInRate)}/s`);
   if (q.bytesOutRate !== undefined && q.bytesOutRate !== null) parts.push(`out ${fmtBytes(q.bytesOutRate)}/s`);
   if (q.maxStorageBytes !== undefined && q.maxStorageBytes !== null) parts.push(`storage ${fmtBytes(q.maxStorageBytes)}`);
+  if (q.maxStreams !== undefined && q.maxStreams !== null) parts.push(`${q.maxStreams} streams`);
+  if (q.maxConsumers !== undefined && q.maxConsumers !== null) parts.push(`${q.maxConsumers} consumers/stream`);
+  if (q.maxMemoryBytes !== undefined && q.maxMemoryBytes !== null) parts.push(`memory ${fmtBytes(q.maxMemoryBytes)}`);
+  if (q.maxStreamBytes !== undefined && q.maxStreamBytes !== null) parts.push(`stream ${fmtBytes(q.maxStreamBytes)}`);
+  if (q.maxAckPending !== undefined && q.maxAckPending !== null) parts.push(`${q.maxAckPending} ack pending`);
+  if (q.maxBytesRequired !== undefined && q.maxBytesRequired !== null && q.maxBytesRequired > 0) parts.push('max_bytes required');
   return parts.length > 0 ? parts.join(', ') : 'none';
 };
 
@@ -65,7 +84,8 @@ export const namespaceCommand: CommandGroup = {
   summary: "Namespaces with quotas; users belong to one ('default' unless said otherwise).",
   subs: {
     add: {
-      usage: 'NAME [--description TEXT] [--max-connections N] [--publish-rate N] [--bytes-in-rate SIZE] [--bytes-out-rate SIZE] [--max-storage SIZE]',
+      usage:
+        'NAME [--description TEXT] [--max-connections N] [--publish-rate N] [--bytes-in-rate SIZE] [--bytes-out-rate SIZE] [--max-storage SIZE] [--max-streams N] [--max-consumers N] [--max-memory SIZE] [--max-stream-bytes SIZE] [--max-ack-pending N] [--max-bytes-required 0|1]',
       summary: 'add a namespace, optionally with quotas',
       args: [1, 1],
       options: { description: { type: 'string', short: 'd' }, ...QUOTA_OPTIONS },
@@ -115,7 +135,8 @@ export const namespaceCommand: CommandGroup = {
       },
     },
     'set-quota': {
-      usage: 'NAME [--max-connections N] [--publish-rate N] [--bytes-in-rate SIZE] [--bytes-out-rate SIZE] [--max-storage SIZE]   (none: lift one)',
+      usage:
+        'NAME [--max-connections N] [--publish-rate N] [--bytes-in-rate SIZE] [--bytes-out-rate SIZE] [--max-storage SIZE] [--max-streams N] [--max-consumers N] [--max-memory SIZE] [--max-stream-bytes SIZE] [--max-ack-pending N] [--max-bytes-required 0|1]   (none: lift one)',
       summary: 'change quotas live (the others stay as they are)',
       args: [1, 1],
       options: QUOTA_OPTIONS,

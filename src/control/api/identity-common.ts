@@ -2,7 +2,7 @@
 import type { FastifyRequest } from 'fastify';
 import { FlowError } from '../../core/index.js';
 import { parseDuration } from '../../util/units.js';
-import type { GroupDef, TokenInfo, UserInfo } from '../directory.js';
+import { QUOTA_KEYS, type GroupDef, type TokenInfo, type UserInfo } from '../directory.js';
 import type { PolicyDef } from '../policy.js';
 import { authOf } from './common.js';
 
@@ -45,9 +45,7 @@ export const STRINGS = { type: 'array', items: { type: 'string', minLength: 1, m
 export const QUOTAS = {
   type: 'object',
   additionalProperties: false,
-  properties: Object.fromEntries(
-    ['maxConnections', 'publishRate', 'bytesInRate', 'bytesOutRate', 'maxStorageBytes'].map((k) => [k, { type: ['number', 'null'], minimum: 0 }]),
-  ),
+  properties: Object.fromEntries(QUOTA_KEYS.map((k) => [k, { type: ['number', 'null'], minimum: 0 }])),
 } as const;
 export const POLICY_BODY = {
   effect: { type: 'string', enum: ['allow', 'deny'] },

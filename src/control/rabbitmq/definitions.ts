@@ -7,10 +7,11 @@
  * policies, exchanges, queues, bindings), answering 204 as RabbitMQ does.
  *
  * As RabbitMQ's export: only durable, non-exclusive queues; no built-in exchanges (`""`, `amq.*`); no bindings from
- * the default exchange. Import order: users, permissions, policies and operator policies, exchanges, queues,
+ * the default exchange. Import order: users, permissions, topic permissions, policies and operator policies, exchanges, queues,
  * bindings; a binding whose source or destination is missing is skipped (RabbitMQ answers 204 then too). What
- * FlowMQ cannot hold is refused before anything changes (400): a vhost other than "/", topic permissions, runtime
- * parameters other than operator policies (federation upstreams, shovels). Global parameters (cluster_name,
+ * FlowMQ cannot hold is refused before anything changes (400): a vhost other than "/", runtime parameters other
+ * than operator policies (federation upstreams, shovels). Topic permissions are imported after the permissions;
+ * stream queues (x-queue-type stream) are made as AMQP's queue.declare makes them (src/protocols/amqp/admin.ts). Global parameters (cluster_name,
  * internal_cluster_id) are RabbitMQ's own and are ignored. A user FlowMQ holds no RabbitMQ hash of is exported with an
  * empty password_hash (RabbitMQ: no password login), and an empty one imported for an existing user keeps its password.
  */
@@ -21,6 +22,7 @@ import { VHOST, bindingView, partitionQueues } from './format.js';
 import { listPermissions, putPermission, putUser, userJson } from './permissions.js';
 import { parsePolicy, policyJson, type PolicyKind } from './policy-store.js';
 import { queueArguments } from './routes-write.js';
+import { listTopicPermissions, putTopicPermission, topicPermissionBody } from './topic-permissions.js';
 
 type Doc = Record<string, unknown>;
 
@@ -91,7 +93,7 @@ export function exportDefinitions(ctx: RabbitContext, vhostOnly: boolean): Doc {
     users: dir.listUsers().map((u) => userJson(ctx, u.username)),
     vhosts: [{ name: VHOST }],
     permissions: listPermissions(dir.policies.defs()),
-    topic_permissions: [],
+    topic_permissions: listTopicPermissions(dir.policies.defs()),
     parameters: operator,
     global_parameters: [],
     policies,
@@ -131,13 +133,16 @@ export async function importDefinitions(ctx: RabbitContext, doc: unknown, vhost:
       if (v !== VHOST) throw badRequest(`no_such_vhost: ${String(v)} (FlowMQ has the one virtual host "/")`);
     }
   }
-  // A stream queue is declared over AMQP (it is a FlowMQ stream): one that exists is left as it is, a new one refused.
-  const streamNames = new Set((ctx.amqp()?.streamQueues() ?? []).map((v) => v.name));
+  // A stream queue is a FlowMQ stream made through the AMQP module: it needs AMQP running.
+  const amqp = ctx.amqp();
   for (const q of list(d, 'queues')) {
-    if (obj(q, 'arguments')['x-queue-type'] === 'stream' && !streamNames.has(str(q, 'name')))
-      throw badRequest(`stream queue ${str(q, 'name')}: FlowMQ declares stream queues over AMQP only (docs/amqp.md)`);
+    if (obj(q, 'arguments')['x-queue-type'] === 'stream' && amqp === undefined)
+      throw badRequest(`stream queue ${str(q, 'name')}: stream queues need the AMQP protocol (--protocols)`);
   }
-  if (list(d, 'topic_permissions').length > 0) throw badRequest('topic permissions are not supported by FlowMQ (docs/limits.md)');
+  const topicPermissions = list(d, 'topic_permissions').map((t) => {
+    if ((t.vhost ?? vhost ?? VHOST) !== VHOST) throw badRequest(`no_such_vhost: ${String(t.vhost)} (FlowMQ has the one virtual host "/")`);
+    return { user: str(t, 'user'), vhost: VHOST, ...topicPermissionBody(t) };
+  });
   const params = list(d, 'parameters');
   for (const p of params)
     if (p.component !== 'operator_policy') throw badRequest(`runtime parameters of component ${String(p.component)} are not supported by FlowMQ`);
@@ -154,6 +159,7 @@ export async function importDefinitions(ctx: RabbitContext, doc: unknown, vhost:
   for (const p of list(d, 'permissions')) {
     await putPermission(ctx, { user: str(p, 'user'), vhost: VHOST, configure: str(p, 'configure'), write: str(p, 'write'), read: str(p, 'read') });
   }
+  for (const t of topicPermissions) await putTopicPermission(ctx, t);
   for (const [kind, p] of parsed) await ctx.policies.put(kind, p);
   for (const x of list(d, 'exchanges')) {
     const name = str(x, 'name');
@@ -174,7 +180,11 @@ export async function importDefinitions(ctx: RabbitContext, doc: unknown, vhost:
   }
   for (const q of list(d, 'queues')) {
     const args = obj(q, 'arguments');
-    if (args['x-queue-type'] === 'stream') continue; // one that exists (checked above)
+    if (args['x-queue-type'] === 'stream') {
+      const r = await amqp!.declareStreamQueue(str(q, 'name'), args, q.durable !== false, q.auto_delete === true);
+      if ('error' in r) throw badRequest(r.error);
+      continue;
+    }
     await engine.declareQueue({
       name: str(q, 'name'),
       durable: q.durable !== false,

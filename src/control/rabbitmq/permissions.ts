@@ -21,7 +21,9 @@
  *   rabbitmq.<u>.read   subscribe           queue|exchange|stream:~read      consume, get, bind from it (source)
  *   rabbitmq.<u>.access describe            queue:*, exchange:*, stream:*    passive declares, management listings
  *   rabbitmq.<u>.topics publish, subscribe  topic:#                          amq.topic routing keys (RabbitMQ without
- *                                                                            topic permissions allows every key)
+ *                                                                            topic permissions allows every key; a
+ *                                                                            topic permission narrows it with a deny
+ *                                                                            policy: topic-permissions.ts)
  *
  * Being policies, they hold on every protocol that names queues and exchanges (MQTT `$queue/...` too), and, as every
  * policy, the first one ends the open default of mode `auto` (docs/security.md).
@@ -33,6 +35,7 @@ import { ADMIN_GROUP, type PolicyDef } from '../policy.js';
 import { rabbitAlgorithm, type RabbitHash } from '../rabbit-hash.js';
 import { RabbitError, badRequest, notFound, type RabbitContext } from './context.js';
 import { VHOST } from './format.js';
+import { deleteTopicPermissions } from './topic-permissions.js';
 
 export const PERMISSION_SOURCE = 'rabbitmq-permission';
 type Part = 'configure' | 'write' | 'publish' | 'read' | 'access' | 'topics';
@@ -218,6 +221,7 @@ export function permissionRoutes(app: FastifyInstance, ctx: RabbitContext): void
     admin(req);
     if (dir.user(req.params.name) === undefined) throw notFound();
     await deletePermission(ctx, req.params.name);
+    await deleteTopicPermissions(ctx, req.params.name);
     await dir.deleteUser(req.params.name);
     return reply.code(204).send();
   });
@@ -228,6 +232,7 @@ export function permissionRoutes(app: FastifyInstance, ctx: RabbitContext): void
     for (const u of users.map(String)) {
       if (dir.user(u) === undefined) continue;
       await deletePermission(ctx, u);
+      await deleteTopicPermissions(ctx, u);
       await dir.deleteUser(u);
     }
     return reply.code(204).send();
@@ -236,11 +241,6 @@ export function permissionRoutes(app: FastifyInstance, ctx: RabbitContext): void
     admin(req);
     if (dir.user(req.params.name) === undefined) throw notFound();
     return perms().filter((p) => p.user === req.params.name);
-  });
-  app.get<{ Params: { name: string } }>('/api/users/:name/topic-permissions', async (req) => {
-    admin(req);
-    if (dir.user(req.params.name) === undefined) throw notFound();
-    return [];
   });
 
   app.get('/api/permissions', async (req) => {
@@ -267,10 +267,5 @@ export function permissionRoutes(app: FastifyInstance, ctx: RabbitContext): void
     admin(req);
     if (req.params.vhost !== VHOST || !(await deletePermission(ctx, req.params.user))) throw notFound();
     return reply.code(204).send();
-  });
-  // Topic permissions are not kept (docs/limits.md): none to list, as on a RabbitMQ that has none.
-  app.get('/api/topic-permissions', async (req) => {
-    admin(req);
-    return [];
   });
 }

@@ -50,7 +50,7 @@ export function queueArguments(args: Record<string, unknown>): QueueArguments {
   if (limit !== undefined) set('deliveryLimit', limit);
   const type = args['x-queue-type'];
   if (type !== undefined && type !== 'classic' && type !== 'quorum')
-    throw badRequest(`invalid arg 'x-queue-type': FlowMQ declares ${String(type)} queues over AMQP only`);
+    throw badRequest(`invalid arg 'x-queue-type': ${String(type)} is not a queue type FlowMQ makes (classic, quorum, stream)`);
   return out;
 }
 
@@ -137,8 +137,18 @@ export function writeRoutes(app: FastifyInstance, ctx: RabbitContext): void {
   app.put<{ Params: VN; Body: Body }>('/api/queues/:vhost/:name', async (req, reply) => {
     ctx.vhost(req, req.params.vhost);
     const name = req.params.name;
-    ctx.require(req, 'create', 'queue', name);
     const args = objectArg(req.body, 'arguments');
+    if (args['x-queue-type'] === 'stream' || (engine.getQueue(name) === undefined && engine.getStream(name) !== undefined)) {
+      // A stream queue: a FlowMQ stream of one partition, made as AMQP's queue.declare makes one (`stream:` resource).
+      ctx.require(req, 'create', 'stream', name);
+      const amqp = ctx.amqp();
+      if (amqp === undefined) throw badRequest('stream queues need the AMQP protocol (--protocols)');
+      if (args['x-queue-type'] !== 'stream') throw badRequest(`inequivalent arg 'x-queue-type' for queue '${name}' in vhost '/'`);
+      const r = await amqp.declareStreamQueue(name, args, bool(req.body, 'durable', true), bool(req.body, 'auto_delete', false));
+      if ('error' in r) throw badRequest(r.error);
+      return reply.code(r.created ? 201 : 204).send();
+    }
+    ctx.require(req, 'create', 'queue', name);
     const existed = engine.getQueue(name) !== undefined;
     await engine.declareQueue({
       name,
@@ -173,7 +183,8 @@ export function writeRoutes(app: FastifyInstance, ctx: RabbitContext): void {
 
   app.delete<{ Params: VN }>('/api/queues/:vhost/:name/contents', async (req, reply) => {
     ctx.vhost(req, req.params.vhost);
-    ctx.require(req, 'delete', 'queue', req.params.name);
+    // RabbitMQ's purge needs the read permission (queue.purge): here subscribe, as AMQP's queue.purge.
+    ctx.require(req, 'subscribe', 'queue', req.params.name);
     if (engine.getQueue(req.params.name) === undefined) throw notFound();
     await engine.purgeQueue(req.params.name);
     return reply.code(204).send();

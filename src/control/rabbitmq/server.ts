@@ -30,6 +30,7 @@ import { readRoutes } from './routes-read.js';
 import { writeRoutes } from './routes-write.js';
 import { healthRoutes } from './routes-health.js';
 import { permissionRoutes } from './permissions.js';
+import { topicPermissionRoutes } from './topic-permissions.js';
 import { policyRoutes } from './policies.js';
 import { RabbitPolicies } from './policy-store.js';
 import { definitionRoutes } from './definitions.js';
@@ -191,6 +192,7 @@ export async function startRabbitManagement(opts: RabbitManagementOptions): Prom
   writeRoutes(app, ctx);
   healthRoutes(app, ctx);
   permissionRoutes(app, ctx);
+  topicPermissionRoutes(app, ctx);
   policyRoutes(app, ctx);
   definitionRoutes(app, ctx);
 

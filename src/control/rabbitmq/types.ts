@@ -89,6 +89,11 @@ export interface AmqpManagementView {
    * `name` is no stream queue.
    */
   deleteStreamQueue(name: string): Promise<number | null>;
+  /**
+   * Makes a stream queue (x-queue-type stream) as AMQP queue.declare makes one, from RabbitMQ's JSON arguments;
+   * `created: false` when it exists with equivalent arguments, `error` (RabbitMQ's text) when refused.
+   */
+  declareStreamQueue(name: string, args: Record<string, unknown>, durable: boolean, autoDelete: boolean): Promise<{ created: boolean } | { error: string }>;
   /** The AMQP module's resource alarms (publishers blocked). */
   alarms(): { memory: boolean; disk: boolean };
   /** Publishes taken, confirmed, returned (mandatory, unroutable) and dropped (unroutable) since start. */

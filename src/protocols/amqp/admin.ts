@@ -4,7 +4,7 @@
  * connection set when asked (nothing is kept or counted for it), and the resource alarms.
  */
 import type { AmqpChannelView, AmqpConnectionView, AmqpManagementView, AmqpStreamQueueView } from '../../control/index.js';
-import type { StreamDef } from '../../core/index.js';
+import { isFlowError, type StreamDef } from '../../core/index.js';
 import type { AmqpAdapter } from './adapter.js';
 import type { AmqpChannel } from './channel.js';
 import { AmqpConnection } from './connection.js';
@@ -13,6 +13,8 @@ import type { FieldTable } from './codec/index.js';
 import { AmqpConsumer } from './consume.js';
 import { partitionQueue, superStreamPartitions, type SuperStreamCtx } from './super-stream.js';
 import { removePartition } from './super-stream-declare.js';
+import { checkEquivalent, streamQueueSettings } from './stream-args.js';
+import { AmqpError } from './errors.js';
 
 /** A duration in RabbitMQ's form (x-max-age): the largest unit that divides it. */
 function durationText(ms: number): string {
@@ -76,6 +78,41 @@ function streamQueues(ctx: SuperStreamCtx): AmqpStreamQueueView[] {
 }
 
 /** queue.delete of a stream queue or partition queue, without a channel (the caller checked permissions). */
+/**
+ * A stream queue made by the management API (PUT /api/queues, definitions import): the checks and the stream of an
+ * AMQP queue.declare with x-queue-type stream (declare.ts), RabbitMQ's texts as the 400's reason.
+ */
+async function declareStreamQueue(
+  ctx: SuperStreamCtx,
+  name: string,
+  args: Record<string, unknown>,
+  durable: boolean,
+  autoDelete: boolean,
+): Promise<{ created: boolean } | { error: string }> {
+  const { engine, router } = ctx;
+  if (!durable) return { error: `invalid property 'non-durable' for queue '${name}' in vhost '/'` };
+  if (autoDelete) return { error: `invalid property 'auto-delete' for queue '${name}' in vhost '/'` };
+  if (router.getQueue(name) !== undefined) return { error: `inequivalent arg 'x-queue-type' for queue '${name}' in vhost '/'` };
+  // A super stream's partition queue that exists (an import of an export holds them): left as it is.
+  if (engine.getStream(name) === undefined && partitionQueue(ctx, name) !== null) return { created: false };
+  const table = args as FieldTable;
+  try {
+    const settings = streamQueueSettings(table, name, '/');
+    const existing = engine.getStream(name);
+    if (existing !== undefined) {
+      checkEquivalent(existing.def, table, settings, '/');
+      return { created: false };
+    }
+    await engine.createStream({ name, partitions: 1, ...settings });
+    return { created: true };
+  } catch (err) {
+    if (err instanceof AmqpError) return { error: err.message };
+    if (isFlowError(err, 'INVALID_ARGUMENT')) return { error: `stream queue name '${name}': ${(err as Error).message}` };
+    if (isFlowError(err, 'ALREADY_EXISTS')) return { created: false };
+    throw err;
+  }
+}
+
 async function deleteStreamQueue(ctx: SuperStreamCtx, name: string): Promise<number | null> {
   const { engine, router } = ctx;
   if (router.getQueue(name) !== undefined) return null;
@@ -167,6 +204,7 @@ export function managementView(adapter: AmqpAdapter): AmqpManagementView {
     memoryLimit: () => adapter.options.memoryHighWatermark,
     streamQueues: () => streamQueues(ctx),
     deleteStreamQueue: (name) => deleteStreamQueue(ctx, name),
+    declareStreamQueue: (name, args, durable, autoDelete) => declareStreamQueue(ctx, name, args, durable, autoDelete),
     close(id, reason) {
       const c = all().find((x) => x.id === id);
       if (c === undefined) return false;

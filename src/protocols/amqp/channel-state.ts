@@ -6,7 +6,7 @@
  */
 import type { Message, QueueConsumer, QueueHandle } from '../../core/index.js';
 import { dotsToUnified } from '../../core/index.js';
-import type { Action, ResourceKind } from '../../control/index.js';
+import { routingKeyName, type Action, type ResourceKind } from '../../control/index.js';
 import { logKey } from '../../util/log-limit.js';
 import type { AmqpChannelHost } from './types.js';
 import { AmqpError, replyText } from './errors.js';
@@ -203,33 +203,45 @@ export abstract class AmqpChannelState implements StreamSink {
     throw new AmqpError(403, `access to ${kind} '${name}' in vhost '${this.conn.vhost}' refused for user '${this.conn.loginName}'`, classId, methodId);
   }
 
-  /** basic.publish to amq.topic: the routing key is a topic of the unified space (RabbitMQ's topic permissions). */
-  authorizeTopicPublish(routingKey: string): void {
-    if (this.conn.access.can('publish', 'topic', dotsToUnified(routingKey))) return;
-    throw new AmqpError(
+  /** Whether RabbitMQ's topic permissions apply to the exchange: it is of type topic. */
+  private topicExchange(exchange: string): boolean {
+    return exchange === TOPIC_EXCHANGE || this.router.getExchange(exchange)?.type === 'topic';
+  }
+
+  private topicRefused(exchange: string, key: string, classId: number, methodId: number): AmqpError {
+    return new AmqpError(
       403,
-      `access to topic '${routingKey}' in exchange '${TOPIC_EXCHANGE}' in vhost '${this.conn.vhost}' refused for user '${this.conn.loginName}'`,
-      60,
-      40,
+      `access to topic '${key}' in exchange '${exchange}' in vhost '${this.conn.vhost}' refused for user '${this.conn.loginName}'`,
+      classId,
+      methodId,
     );
   }
 
   /**
-   * A binding on amq.topic subscribes its destination to the unified topic space: the key, read as a filter, must
-   * not reach a denied topic. 'filter' (some topics under it denied) is refused too: the queue is shared, so there
-   * is nobody to filter deliveries for.
+   * basic.publish to a topic exchange: RabbitMQ's topic permissions (the write regex of the user's topic permission
+   * on that exchange, a deny policy of kind routing-key: src/control/rabbitmq/topic-permissions.ts) judge the routing
+   * key; on amq.topic the key is also a topic of the unified space, which the topic policies judge.
    */
-  authorizeTopicBinding(key: string, method: string): void {
+  authorizeTopicPublish(exchange: string, routingKey: string): void {
+    const a = this.conn.access;
+    if (exchange === TOPIC_EXCHANGE && !a.can('publish', 'topic', dotsToUnified(routingKey))) throw this.topicRefused(exchange, routingKey, 60, 40);
+    if (this.topicExchange(exchange) && a.refuses('publish', 'routing-key', routingKeyName(exchange, routingKey)))
+      throw this.topicRefused(exchange, routingKey, 60, 40);
+  }
+
+  /**
+   * queue.bind/unbind and exchange.bind/unbind from a topic exchange: the binding key against the read regex of the
+   * user's topic permission on it (RabbitMQ checks both bind and unbind). A binding on amq.topic also subscribes its
+   * destination to the unified topic space: the key, read as a filter, must not reach a denied topic. 'filter' (some
+   * topics under it denied) is refused too: the queue is shared, so there is nobody to filter deliveries for.
+   */
+  authorizeTopicBinding(exchange: string, key: string, method: string, bind: boolean): void {
     const a = this.conn.access;
     if (a.open) return;
-    if (a.subscription(bindingFilter(key)) === 'allow') return;
     const [classId, methodId] = IDS[method] ?? [0, 0];
-    throw new AmqpError(
-      403,
-      `access to topic '${key}' in exchange '${TOPIC_EXCHANGE}' in vhost '${this.conn.vhost}' refused for user '${this.conn.loginName}'`,
-      classId,
-      methodId,
-    );
+    if (bind && exchange === TOPIC_EXCHANGE && a.subscription(bindingFilter(key)) !== 'allow') throw this.topicRefused(exchange, key, classId, methodId);
+    if (this.topicExchange(exchange) && a.refuses('subscribe', 'routing-key', routingKeyName(exchange, key)))
+      throw this.topicRefused(exchange, key, classId, methodId);
   }
 
   /**

@@ -341,6 +341,8 @@ export class AmqpConnection extends AmqpConnectionState implements AlarmListener
         if (vh !== '/' && vh !== '' && vh !== ns) {
           throw new AmqpError(530, `access to vhost '${vh}' refused for user '${this.loginName}'`, 10, 40);
         }
+        // RabbitMQ refuses the virtual host to a user without permissions in it: here, one no policy allows anything.
+        if (!this.access.grantsAny()) throw new AmqpError(530, `access to vhost '${vh === '' ? '/' : vh}' refused for user '${this.loginName}'`, 10, 40);
         this.vhost = vh === '' ? '/' : vh;
         const lease = this.adapter.access.quotas.connect(this.principal);
         if ('refused' in lease) {

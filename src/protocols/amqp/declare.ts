@@ -9,7 +9,7 @@ import { isFlowError } from '../../core/index.js';
 import { AmqpError } from './errors.js';
 import { declareReplyQueue } from './direct-reply.js';
 import { REPLY_PREFIX, REPLY_QUEUE } from './reply-registry.js';
-import { TOPIC_EXCHANGE, tableToJson } from './properties.js';
+import { tableToJson } from './properties.js';
 import type { AmqpMethod, MethodOf } from './wire.js';
 import { fieldBoolean, fieldInteger, fieldString, type FieldTable } from './codec/index.js';
 import { AmqpChannelState } from './channel-state.js';
@@ -71,7 +71,7 @@ export async function exchangeBind(chan: AmqpChannelState, m: MethodOf<'exchange
     throw new AmqpError(403, 'operation not permitted on the default exchange', 40, m.name === 'exchange.bind' ? 30 : 40);
   chan.authorize('subscribe', 'exchange', m.source, m.name);
   chan.authorize('alter', 'exchange', m.destination, m.name);
-  if (m.source === TOPIC_EXCHANGE && m.name === 'exchange.bind') chan.authorizeTopicBinding(m.routingKey, m.name);
+  chan.authorizeTopicBinding(m.source, m.routingKey, m.name, m.name === 'exchange.bind');
   const b = {
     source: m.source,
     destinationKind: 'exchange' as const,
@@ -184,7 +184,7 @@ export async function queueBind(chan: AmqpChannelState, m: MethodOf<'queue.bind'
   const dest = stream ?? chan.queueOf(m.queue, m.name).def.name;
   // §queue.bind: an empty queue name and routing key mean the last declared queue for both.
   const key = m.queue === '' && m.routingKey === '' ? dest : m.routingKey;
-  if (bind && m.exchange === TOPIC_EXCHANGE) chan.authorizeTopicBinding(key, m.name);
+  chan.authorizeTopicBinding(m.exchange, key, m.name, bind);
   const b = {
     source: m.exchange,
     destinationKind: stream !== null ? ('stream' as const) : ('queue' as const),
@@ -204,7 +204,8 @@ export async function queueBind(chan: AmqpChannelState, m: MethodOf<'queue.bind'
 }
 
 export async function queuePurge(chan: AmqpChannelState, m: MethodOf<'queue.purge'>): Promise<void> {
-  chan.authorize('delete', 'queue', chan.queueName(m.queue), 'queue.purge');
+  // RabbitMQ checks read on queue.purge (rabbit_channel): here the subscribe action, as basic.get and basic.consume.
+  chan.authorize('subscribe', 'queue', chan.queueName(m.queue), 'queue.purge');
   const h = chan.queueOf(m.queue, 'queue.purge');
   const n = await chan.router.purgeQueue(h.def.name);
   if (!m.noWait && !chan.closing) chan.conn.sendMethod(chan.ch, { name: 'queue.purge-ok', messageCount: n } as AmqpMethod);

@@ -51,7 +51,7 @@ export function publish(chan: AmqpChannelState, item: PublishItem): void {
       else chan.authorize('publish', stream ? 'stream' : 'queue', m.routingKey, 'basic.publish');
     } else {
       chan.authorize('publish', 'exchange', m.exchange, 'basic.publish');
-      if (m.exchange === TOPIC_EXCHANGE) chan.authorizeTopicPublish(m.routingKey);
+      chan.authorizeTopicPublish(m.exchange, m.routingKey);
     }
   }
   // Direct reply-to: the requester's reply-to becomes its channel's own reply address (direct-reply.ts).

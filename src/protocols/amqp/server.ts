@@ -6,6 +6,7 @@ import { createServer, type AddressInfo, type Server, type Socket } from 'node:n
 import tls from 'node:tls';
 import { ConnectionSet, TLS_HANDSHAKE_TIMEOUT_MS, listenOn, type TlsServerFiles } from '../listener.js';
 import { logKey } from '../../util/log-limit.js';
+import { plainAddress } from '../../util/address.js';
 import { readInto } from '../read-into.js';
 import type { ListenOptions, ProtocolListener } from '../types.js';
 import type { AmqpAdapter } from './adapter.js';
@@ -30,7 +31,7 @@ export async function startAmqpListener(adapter: AmqpAdapter, listen: AmqpListen
     conns.add(
       new AmqpConnection(socket, adapter, {
         id: `${prefix}${++seq}`,
-        remoteAddress: socket.remoteAddress,
+        remoteAddress: plainAddress(socket.remoteAddress),
         remotePort: socket.remotePort,
         listener: name,
         attachInput: isTls ? undefined : (receive) => readInto(socket, receive),

@@ -11,6 +11,7 @@ import { KafkaAdapter } from './adapter.js';
 import { KafkaConnection } from './connection.js';
 import { readInto } from '../read-into.js';
 import { logKey } from '../../util/log-limit.js';
+import { plainAddress } from '../../util/address.js';
 import { resolveKafkaOptions, type KafkaOptions } from './options.js';
 import type { KafkaListenerInfo } from './route.js';
 import { KAFKA_ROUTES } from './routes.js';
@@ -90,7 +91,7 @@ export async function startKafkaListener(
         id: `${prefix}${++seq}`,
         localAddress: socket.localAddress,
         localPort: socket.localPort,
-        remoteAddress: socket.remoteAddress,
+        remoteAddress: plainAddress(socket.remoteAddress),
         remotePort: socket.remotePort,
         listener: info,
         socket,

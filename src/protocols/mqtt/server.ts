@@ -10,6 +10,7 @@ import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { ConnectionSet, TLS_HANDSHAKE_TIMEOUT_MS, listenOn, type TlsServerFiles } from '../listener.js';
 import { logKey } from '../../util/log-limit.js';
+import { plainAddress } from '../../util/address.js';
 import type { AdapterContext, ListenOptions, ProtocolListener } from '../types.js';
 import { MqttConnection, type CertificateLogin } from './connection.js';
 import { resolveMqttOptions, type MqttOptions } from './options.js';
@@ -93,7 +94,7 @@ export async function startMqttWsListener(ctx: AdapterContext, listen: WsListenO
   const l = await serve('mqtt-ws', server, null, hub, false, ctx, listen);
   wss.on('connection', (ws, req) => {
     const stream = createWebSocketStream(ws);
-    l.accept(stream, `${req.socket.remoteAddress ?? '?'}:${req.socket.remotePort ?? '?'}`, req.socket);
+    l.accept(stream, `${plainAddress(req.socket.remoteAddress) ?? '?'}:${req.socket.remotePort ?? '?'}`, req.socket);
   });
   const close = l.close;
   return {
@@ -124,7 +125,7 @@ async function serve(
   if (event !== null) {
     server.on(event, (socket: net.Socket) => {
       socket.setNoDelay(true);
-      accept(socket, `${socket.remoteAddress ?? '?'}:${socket.remotePort ?? '?'}`, socket);
+      accept(socket, `${plainAddress(socket.remoteAddress) ?? '?'}:${socket.remotePort ?? '?'}`, socket);
     });
   }
   await listenOn(server, listen, (err) => ctx.logger.error({ err, protocol }, 'mqtt listener error'));

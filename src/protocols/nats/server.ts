@@ -29,6 +29,7 @@ import type { Duplex } from 'node:stream';
 import tls from 'node:tls';
 import { ConnectionSet, TLS_HANDSHAKE_TIMEOUT_MS, listenOn } from '../listener.js';
 import { logKey, type LogLimiter } from '../../util/log-limit.js';
+import { plainAddress } from '../../util/address.js';
 import type { ListenOptions, ProtocolListener } from '../types.js';
 import type { NatsAdapter } from './adapter.js';
 import type { NatsConnectionMeta, NatsListenerTls } from './types.js';
@@ -262,7 +263,7 @@ export async function startNatsListener(shared: NatsListenerShared, listen: Nats
   const accept = (socket: Socket) => {
     // Deliveries are batched by the connection's writer; Nagle would only delay each batch.
     socket.setNoDelay(true);
-    const meta: NatsConnectionMeta = { remoteAddress: socket.remoteAddress ?? '?', remotePort: socket.remotePort ?? 0, tls: false };
+    const meta: NatsConnectionMeta = { remoteAddress: plainAddress(socket.remoteAddress) ?? '?', remotePort: socket.remotePort ?? 0, tls: false };
     if (!underLimit(shared)) {
       refuseMaxConnections(shared, socket, meta, listenerTls);
       return;
@@ -384,7 +385,7 @@ export async function startNatsWsListener(shared: NatsListenerShared, listen: Na
     req.socket.setNoDelay(true);
     const stream = createWebSocketStream(ws);
     const meta: NatsConnectionMeta = {
-      remoteAddress: req.socket.remoteAddress ?? '?',
+      remoteAddress: plainAddress(req.socket.remoteAddress) ?? '?',
       remotePort: req.socket.remotePort ?? 0,
       tls: listen.tls !== undefined,
       websocket: true,

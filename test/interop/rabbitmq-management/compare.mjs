@@ -210,8 +210,12 @@ const DEFINITIONS = {
   users: [{ name: 'cmp-imp', password_hash: RABBIT_HASH, hashing_algorithm: 'rabbit_password_hashing_sha256', tags: ['management'] }],
   vhosts: [{ name: '/' }],
   permissions: [{ user: 'cmp-imp', vhost: '/', configure: '', write: '', read: '^cmp-iq$' }],
+  topic_permissions: [{ user: 'cmp-imp', vhost: '/', exchange: 'amq.topic', write: '^a', read: '^b' }],
   policies: [{ vhost: '/', name: 'cmp-ip', pattern: '^cmp-iq$', 'apply-to': 'queues', definition: { 'max-length': 3 }, priority: 0 }],
-  queues: [{ name: 'cmp-iq', vhost: '/', durable: true, auto_delete: false, arguments: {} }],
+  queues: [
+    { name: 'cmp-iq', vhost: '/', durable: true, auto_delete: false, arguments: {} },
+    { name: 'cmp-is', vhost: '/', durable: true, auto_delete: false, arguments: { 'x-queue-type': 'stream', 'x-max-age': '7D' } },
+  ],
   exchanges: [{ name: 'cmp-ix', vhost: '/', type: 'fanout', durable: true, auto_delete: false, internal: false, arguments: {} }],
   bindings: [
     { source: 'cmp-ix', vhost: '/', destination: 'cmp-iq', destination_type: 'queue', routing_key: '', arguments: {} },
@@ -253,6 +257,86 @@ async function importedLogin(amqpUrl) {
   } catch {
     return false;
   }
+}
+
+/**
+ * Topic permissions as amqplib sees them: a user with every permission and topic permissions on amq.topic
+ * (`^{username}\.`), a topic exchange (`^ok\.`) and a direct one (where they do not apply) binds and publishes;
+ * each step's outcome (ok or the channel's error text), what reached the queue, and an AMQP login refused at
+ * connection.open to a user without permissions.
+ */
+async function topicEffect(amqpUrl, httpBase) {
+  const json = (method, path, body) => get(httpBase, path, method, body);
+  await json('PUT', '/api/users/cmp-t', { password: 'cmp-t-pw', tags: '' });
+  await json('PUT', '/api/users/cmp-t0', { password: 'cmp-t-pw', tags: '' });
+  await json('PUT', '/api/permissions/%2F/cmp-t', { configure: '.*', write: '.*', read: '.*' });
+  for (const [exchange, re] of [
+    ['amq.topic', '^{username}\\.'],
+    ['cmp-tx', '^ok\\.'],
+    ['cmp-tdx', '^ok\\.'],
+  ])
+    await json('PUT', '/api/topic-permissions/%2F/cmp-t', { exchange, write: re, read: re });
+  const admin = await amqp.connect(amqpUrl);
+  const as = (user) => {
+    const u = new URL(amqpUrl);
+    u.username = user;
+    u.password = 'cmp-t-pw';
+    return u.toString();
+  };
+  const out = [];
+  try {
+    const a = await admin.createChannel();
+    await a.assertExchange('cmp-tx', 'topic', { durable: true });
+    await a.assertExchange('cmp-ty', 'topic', { durable: true });
+    await a.assertExchange('cmp-tdx', 'direct', { durable: true });
+    await a.assertQueue('cmp-tq', { durable: true });
+    await a.bindQueue('cmp-tq', 'cmp-tdx', 'bad.1');
+    const t = await amqp.connect(as('cmp-t'));
+    const attempt = async (what, fn) => {
+      const c = await t.createChannel();
+      c.on('error', () => undefined);
+      try {
+        await fn(c);
+        await c.close();
+        out.push(`${what}: ok`);
+      } catch (e) {
+        out.push(`${what}: ${e.message}`);
+      }
+    };
+    await attempt('bind cmp-tx ok.#', (c) => c.bindQueue('cmp-tq', 'cmp-tx', 'ok.#'));
+    await attempt('bind cmp-tx bad.#', (c) => c.bindQueue('cmp-tq', 'cmp-tx', 'bad.#'));
+    await attempt('bind amq.topic cmp-t.#', (c) => c.bindQueue('cmp-tq', 'amq.topic', 'cmp-t.#'));
+    await attempt('bind amq.topic other.#', (c) => c.bindQueue('cmp-tq', 'amq.topic', 'other.#'));
+    await attempt('bind cmp-ty any.#', (c) => c.bindQueue('cmp-tq', 'cmp-ty', 'any.#'));
+    await attempt('unbind cmp-tx bad.#', (c) => c.unbindQueue('cmp-tq', 'cmp-tx', 'bad.#'));
+    await attempt('exchange.bind from cmp-tx bad.#', (c) => c.bindExchange('cmp-ty', 'cmp-tx', 'bad.#'));
+    for (const [x, k] of [
+      ['cmp-tx', 'ok.1'],
+      ['cmp-tx', 'bad.1'],
+      ['amq.topic', 'cmp-t.1'],
+      ['amq.topic', 'other.1'],
+      ['cmp-ty', 'any.1'],
+      ['cmp-tdx', 'bad.1'],
+    ])
+      await attempt(`publish ${x} ${k}`, async (c) => {
+        c.publish(x, k, Buffer.from(`${x}/${k}`));
+        await c.checkQueue('cmp-tq');
+      });
+    await t.close();
+    out.push(`cmp-tq holds ${(await a.checkQueue('cmp-tq')).messageCount}`);
+    await a.deleteQueue('cmp-tq');
+    try {
+      await (await amqp.connect(as('cmp-t0'))).close();
+      out.push('login without permissions: opened');
+    } catch (e) {
+      out.push(`login without permissions: ${e.message}`);
+    }
+  } finally {
+    await admin.close();
+    await json('DELETE', '/api/users/cmp-t');
+    await json('DELETE', '/api/users/cmp-t0');
+  }
+  return out;
 }
 
 const [rc, fc] = [await setUp(rabbitAmqp), await setUp(flowAmqp)];
@@ -319,6 +403,13 @@ try {
     ['GET', '/api/queues/%2F/cmp-ss-0'],
     ['DELETE', '/api/queues/%2F/cmp-sq'],
     ['DELETE', '/api/queues/%2F/cmp-sq'],
+    // Stream queues made by PUT.
+    ['PUT', '/api/queues/%2F/cmp-ws', { durable: true, arguments: { 'x-queue-type': 'stream', 'x-max-age': '1D' } }],
+    ['PUT', '/api/queues/%2F/cmp-ws', { durable: true, arguments: { 'x-queue-type': 'stream', 'x-max-age': '1D' } }],
+    ['PUT', '/api/queues/%2F/cmp-ws2', { durable: false, arguments: { 'x-queue-type': 'stream' } }],
+    ['PUT', '/api/queues/%2F/cmp-ws2', { durable: true, arguments: { 'x-queue-type': 'stream', 'x-max-length': 5 } }],
+    ['GET', '/api/queues/%2F/cmp-ws2'],
+    ['DELETE', '/api/queues/%2F/cmp-ws'],
     // Users, permissions, policies and definitions (the calls of docs/amqp.md "Users, permissions, policies").
     ['PUT', '/api/users/cmp-u', { password: 'cmp-pw', tags: 'monitoring' }],
     ['PUT', '/api/users/cmp-u', { password: 'cmp-pw', tags: ['monitoring', 'policymaker'] }],
@@ -341,6 +432,25 @@ try {
     ['GET', '/api/users/cmp-u/permissions'],
     ['GET', '/api/users/no-such-user/permissions'],
     ['GET', '/api/permissions'],
+    // Topic permissions (docs/amqp.md "Topic permissions become deny policies").
+    ['GET', '/api/topic-permissions/%2F/cmp-u'],
+    ['PUT', '/api/topic-permissions/%2F/cmp-u', { exchange: 'amq.topic', write: '^{username}\\.', read: '.*' }],
+    ['PUT', '/api/topic-permissions/%2F/cmp-u', { exchange: 'amq.topic', write: '^{username}\\.', read: '.*' }],
+    ['PUT', '/api/topic-permissions/%2F/cmp-u', { write: 'a', read: 'b' }],
+    ['PUT', '/api/topic-permissions/%2F/cmp-u', { exchange: 'cmp-x', read: 'b' }],
+    ['PUT', '/api/topic-permissions/%2F/cmp-u', { exchange: 'cmp-x', write: '(', read: 'b' }],
+    ['PUT', '/api/topic-permissions/%2F/no-such-user', { exchange: 'cmp-x', write: 'a', read: 'b' }],
+    ['PUT', '/api/topic-permissions/no-such-vhost/cmp-u', { exchange: 'cmp-x', write: 'a', read: 'b' }],
+    ['GET', '/api/topic-permissions'],
+    ['GET', '/api/topic-permissions/%2F/cmp-u'],
+    ['GET', '/api/users/cmp-u/topic-permissions'],
+    ['GET', '/api/vhosts/%2F/topic-permissions'],
+    ['PUT', '/api/topic-permissions/%2F/cmp-u', { exchange: 'cmp-x', write: '^a', read: '^b' }],
+    ['DELETE', '/api/topic-permissions/%2F/cmp-u/cmp-x'],
+    ['GET', '/api/topic-permissions/%2F/cmp-u'],
+    ['DELETE', '/api/topic-permissions/%2F/cmp-u'],
+    ['DELETE', '/api/topic-permissions/%2F/cmp-u'],
+    ['GET', '/api/topic-permissions/%2F/cmp-u'],
     ['GET', '/api/topic-permissions'],
     ['DELETE', '/api/permissions/%2F/cmp-u'],
     ['DELETE', '/api/permissions/%2F/cmp-u'],
@@ -371,6 +481,9 @@ try {
     ['GET', '/api/queues/%2F/cmp-iq'],
     ['GET', '/api/bindings/%2F/e/cmp-ix/q/cmp-iq'],
     ['GET', '/api/permissions/%2F/cmp-imp'],
+    ['GET', '/api/topic-permissions/%2F/cmp-imp'],
+    ['GET', '/api/queues/%2F/cmp-is'],
+    ['DELETE', '/api/queues/%2F/cmp-is'],
     ['DELETE', '/api/policies/%2F/no-such-policy'],
   ];
   for (const [method, path, body] of writes) {
@@ -390,6 +503,11 @@ try {
   const same = JSON.stringify(rp) === JSON.stringify(fp);
   diffs.push(`max-length policy through amqplib: RabbitMQ ${JSON.stringify(rp)}, FlowMQ ${same ? 'the same' : JSON.stringify(fp)}`);
   if (!same) hardFailures++;
+  const [rt, ft] = [await topicEffect(rabbitAmqp, rabbitHttp), await topicEffect(flowAmqp, flowHttp)];
+  for (const [i, line] of rt.entries()) {
+    diffs.push(`topic permissions through amqplib, ${line}${ft[i] === line ? ' (the same on FlowMQ)' : `; FlowMQ: ${ft[i]}`}`);
+    if (ft[i] !== line) hardFailures++;
+  }
   const [ri, fi] = [await importedLogin(rabbitAmqp), await importedLogin(flowAmqp)];
   diffs.push(`AMQP login of the imported user with RabbitMQ's hash: RabbitMQ ${ri}, FlowMQ ${fi}`);
   if (ri !== fi) hardFailures++;

@@ -29,7 +29,7 @@ export async function render(view) {
     field(
       'Resources',
       resources,
-      'kind:pattern — kinds topic, stream, queue, exchange, group, transactional-id, cluster; topics take MQTT filters, others exact, prefix* or *',
+      'kind:pattern — kinds topic, stream, queue, exchange, group, transactional-id, cluster, routing-key (exchange:key, denies only); topics take MQTT filters, others exact, prefix*, *, ~regex or !~regex',
     ),
     field('Principals', principals, 'user:NAME, group:NAME or everyone'),
     field('Description', description),

@@ -12,7 +12,7 @@ import { consumerKey, targetOf } from './cluster.js';
 import { checkConsumerUpdate, normalizeConsumerConfig, type ConsumerConfig } from './config.js';
 import { Consumer, type LastPerSubject, type PullRequest } from './consumer.js';
 import { JsErr } from './errors.js';
-import { workqueueRefusal } from './retention.js';
+import { storedOthers, workqueueRefusal } from './retention.js';
 import { jsOptions } from './stream-view.js';
 import { isoTime, lastMatching, scanLog, streamSubjects } from './stream-info.js';
 import { isValidApiName, levelsToTokens, subjectMatches } from './subjects.js';
@@ -76,7 +76,9 @@ export async function consumerCreate(js: JetStreamState, t: string[], body: stri
   }
   const retention = jsOptions(e.def).retention;
   if (retention === 'workqueue') {
-    const refusal = workqueueRefusal(cfg, js.sortedConsumers(stream));
+    // Cluster mode: consumers stored but not served here count too (nats-server checks every consumer).
+    const stored = js.cluster !== null ? await storedOthers(js.engine, stream, name, (n) => js.getConsumer(stream, n) !== undefined) : [];
+    const refusal = workqueueRefusal(cfg, [...js.sortedConsumers(stream), ...stored]);
     if (refusal !== null) return typed(T_, { error: refusal });
   }
   if (js.consumerCount() >= js.maxConsumers) return typed(T_, { error: JsErr.maximumConsumers() });
@@ -301,7 +303,13 @@ export function onAck(js: JetStreamState, levels: string[], body: string, reply:
     return;
   }
   // An ack with a reply subject (nats.this ackAck) is confirmed with an empty message, a repeated one too.
-  if (reply !== undefined) js.send(makeMessage(reply, Buffer.alloc(0)), origin);
+  if (reply === undefined) return;
+  const confirm = (): void => js.send(makeMessage(reply, Buffer.alloc(0)), origin);
+  // Cluster mode, workqueue and interest streams: confirmed once stored, so that what a client saw confirmed is
+  // removed by whichever broker owns the stream after a crash (service-cluster.ts checkRetention).
+  const def = js.cluster !== null && c.durable ? js.engine.getStream(c.stream)?.def : undefined;
+  if (def !== undefined && jsOptions(def).retention !== 'limits') void js.written(c).then(confirm);
+  else confirm();
 }
 
 export function forwardAck(js: JetStreamState, cl: Cluster, key: string, levels: string[], body: string, reply: string | undefined): void {

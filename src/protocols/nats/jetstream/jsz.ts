@@ -2,11 +2,14 @@
  * /jsz of the NATS monitoring port (nats-server 2.9.10's JSInfo, server/monitor.go): the JetStream summary over
  * FlowMQ streams, and with `accounts`, `streams`, `consumers`, `config` the one account's details. Every FlowMQ
  * stream is a JetStream stream (also one a Kafka client made), all in nats-server's global account `$G` (FlowMQ's
- * namespaces do not isolate stream names). Sizes FlowMQ does not track per stream read 0 (see stream-info.ts).
+ * namespaces do not isolate stream names). Bytes are counted as nats-server counts them (account.ts bytesOf); /varz's
+ * `jetstream.stats` reports 0 for them (it is answered without reading the streams).
  */
 import type { JetStreamState, Json } from './service-state.js';
 import { consumerInfoJson } from './consumer-api.js';
 import { streamInfoJson } from './stream-api.js';
+import { streamBytes } from './account.js';
+import { jsOptions } from './stream-view.js';
 
 /** Streams, and consumers per stream, detailed in one /jsz answer (nats-server lists all of them). */
 export const MAX_JSZ_DETAIL = 1024;
@@ -41,7 +44,12 @@ export async function jsz(js: JetStreamState, serverId: string, o: JszOptions): 
   const { config, stats } = jetstreamStats(js);
   const defs = js.engine.listStreams().sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
   let messages = 0;
+  let memory = 0;
+  let storage = 0;
   for (const d of defs) {
+    const bytes = await streamBytes(js, d);
+    if (jsOptions(d).memory) memory += bytes;
+    else storage += bytes;
     for (let p = 0; p < d.partitions; p++) {
       const off = js.engine.offsets(d.name, p);
       messages += off.highWatermark - off.logStartOffset;
@@ -52,16 +60,18 @@ export async function jsz(js: JetStreamState, serverId: string, o: JszOptions): 
     now: new Date().toISOString(),
     config,
     ...stats,
+    memory,
+    storage,
     streams: defs.length,
     consumers: js.consumerCount(),
     messages,
-    bytes: 0,
+    bytes: memory + storage,
   };
   const streams = o.streams || o.consumers;
   const accounts = o.accounts || streams || o.account !== '';
   if (!accounts || (o.account !== '' && o.account !== '$G')) return out;
   // nats-server's account detail counts no accounts of its own.
-  const detail: Json = { name: '$G', id: '$G', ...stats, accounts: 0 };
+  const detail: Json = { name: '$G', id: '$G', ...stats, memory, storage, accounts: 0 };
   if (streams) {
     const list: Json[] = [];
     for (const d of defs.slice(0, MAX_JSZ_DETAIL)) {

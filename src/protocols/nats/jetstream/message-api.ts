@@ -26,6 +26,7 @@ import { DEFAULT_DUPLICATE_WINDOW_NS, firstMatching, isoTime, lastMatching } fro
 import { subjectMatches } from './subjects.js';
 import { markIds, storedWindowNs } from './dedup.js';
 import { jsOptions, storedSize, type StreamView } from './stream-view.js';
+import { accountRefusal } from './account.js';
 import { BAD_JSON, errText, isCount, JetStreamState, type Json, parseJson, typed } from './service-state.js';
 
 /** A JetStream publish whose PubAck (or error) goes to `to`: a reply topic, or (cluster mode) a callback. */
@@ -52,6 +53,16 @@ export function publishWith(js: JetStreamState, msg: Message, to: string | ((bod
         info.delivered++;
         return info;
       }
+    }
+  }
+  if (js.accountUsage.size > 0) {
+    // The account's storage limits (account.ts), checked as nats-server checks them after the guards.
+    const t = capturing(js, msg.topic)[0];
+    const error = t === undefined ? null : accountRefusal(js, t.name, msg);
+    if (error !== null) {
+      answer(js, to, { error, stream: t!.name, seq: 0 });
+      info.delivered++;
+      return info;
     }
   }
   // Plain requests (most request/reply traffic) look for a target only while some stream refuses at its limits.
@@ -217,7 +228,7 @@ function subjectChecked(
       const atSubjectLimit = opts.maxMsgsPerSubject > 0 && (v?.bySubject.get(msg.topic)?.length ?? 0) >= opts.maxMsgsPerSubject;
       if (v !== null && opts.discardNew && !atSubjectLimit) {
         if (opts.maxMsgs > 0 && v.bySeq.size >= opts.maxMsgs) return refuse(JsErr.streamStoreFailed('maximum messages exceeded'));
-        const size = storedSize(msg.topic.length, msg.natsHeaders?.length ?? 0, msg.payload.length);
+        const size = storedSize(msg.topic.length, msg.natsHeaders?.length ?? 0, msg.payload.length, opts.memory);
         if (opts.maxBytes > 0 && v.bytes + size >= opts.maxBytes) return refuse(JsErr.streamStoreFailed('maximum bytes exceeded'));
       }
       const info = publishWith(js, msg, to, forward, true);
@@ -402,12 +413,15 @@ export async function msgDelete(js: JetStreamState, name: string, body: string):
  * Nats-Stream, Nats-Subject, Nats-Sequence and Nats-Time-Stamp; `404 Message Not Found` or `408 Bad Request` as a
  * status otherwise.
  */
-export async function directGet(js: JetStreamState, t: string[], body: string, reply: string): Promise<void> {
-  const name = t[2];
+export async function directGet(js: JetStreamState, t: string[], body: string, reply: string, server: string | undefined = t[2]): Promise<void> {
+  // `server`: the stream that answers (stream-api.ts directServer): this one, or a mirror of it with mirror_direct.
+  const asked = t[2];
+  const name = server;
   const status = (s: string): void => js.send(makeMessage(reply, Buffer.alloc(0), { status: s }));
   const e = name === undefined ? undefined : js.engine.getStream(name);
-  // nats-server serves direct gets only for streams that allow them: nobody else answers.
-  if (e === undefined || !jsOptions(e.def).allowDirect) return status('503');
+  const o = e === undefined ? null : jsOptions(e.def);
+  // nats-server serves direct gets only for streams that allow them (or their mirrors): nobody else answers.
+  if (name === undefined || o === null || !(name === asked ? o.allowDirect : o.mirrorDirect && o.mirror?.name === asked)) return status('503');
   await js.freshen(name);
   let r: Json;
   if (t.length > 3) {

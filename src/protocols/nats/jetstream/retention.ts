@@ -36,7 +36,7 @@ export function consumedBy(consumers: Iterable<Consumer>, seq: number, topic: st
  * A consumer about to be created on a workqueue stream (nats-server's checks, order and errors); `others`: the
  * stream's consumers but the one of that name (an existing consumer may be created again).
  */
-export function workqueueRefusal(cfg: ConsumerConfig, others: Consumer[]): ApiError | null {
+export function workqueueRefusal(cfg: ConsumerConfig, others: ReadonlyArray<{ config: ConsumerConfig }>): ApiError | null {
   if (cfg.ack_policy !== 'explicit') return JsErr.wqRequiresExplicitAck();
   if (others.length > 0) {
     const f = cfg.filter_subject;
@@ -48,6 +48,32 @@ export function workqueueRefusal(cfg: ConsumerConfig, others: Consumer[]): ApiEr
   }
   if (cfg.deliver_policy !== 'all') return JsErr.wqNotDeliverAll();
   return null;
+}
+
+/**
+ * Cluster mode: the stored durable consumers of the stream that this broker does not serve (`here` says which it
+ * does), as far as workqueueRefusal needs them. The broker creating a workqueue stream's consumer serves the others
+ * too (they are placed with the stream's partition), but one not loaded yet must still count cluster-wide.
+ */
+export async function storedOthers(
+  engine: Engine,
+  stream: string,
+  except: string,
+  here: (name: string) => boolean,
+): Promise<Array<{ config: ConsumerConfig }>> {
+  const out: Array<{ config: ConsumerConfig }> = [];
+  for (const r of await engine.store.listConsumers(stream)) {
+    if (r.name === except || here(r.name)) continue;
+    let config: ConsumerConfig;
+    try {
+      config = JSON.parse(r.config) as ConsumerConfig;
+    } catch {
+      // Unreadable: no filter known, so it overlaps with everything.
+      config = {} as ConsumerConfig;
+    }
+    out.push({ config });
+  }
+  return out;
 }
 
 /**

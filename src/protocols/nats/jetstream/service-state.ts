@@ -9,6 +9,7 @@
  *   stream-api.ts       STREAM.CREATE / UPDATE / NAMES / LIST / INFO / DELETE / PURGE
  *   message-api.ts      the JetStream publish (PubAck, Nats-Msg-Id duplicates, expectations), STREAM.MSG.GET / DELETE
  *   consumer-api.ts     CONSUMER.CREATE / NAMES / LIST / INFO / DELETE, pull requests, acks, consumer groups
+ *   account.ts          $JS.API.INFO, the account's limits (the namespace's quotas) and usage, overlapping subjects
  *   service-cluster.ts  cluster mode: consumer ownership, requests routed to a consumer's owner, the channel
  */
 import type { Logger } from 'pino';
@@ -57,6 +58,13 @@ export type Json = Record<string, unknown>;
  * request's origin (a NATS connection of this broker), `'gone'` when that connection has closed, null for origins
  * that are not NATS clients (another protocol's publish, checked on its topic by that protocol, or the broker).
  */
+/** An account's bytes of one storage type and the most it may hold (account.ts checkAccounts). */
+export interface AccountUsage {
+  used: number;
+  limit: number;
+  memory: boolean;
+}
+
 export interface JetStreamAuthorizer {
   control: AccessControl;
   accessOf(origin: string | undefined): Access | 'gone' | null;
@@ -81,6 +89,8 @@ export abstract class JetStreamState implements ConsumerHost {
   readonly refusing = new Set<string>();
   /** Streams that refuse some JetStream publishes outright (sealed, max_msg_size): refreshGuards(). */
   readonly guards = new Map<string, { sealed: boolean; maxMsgSize: number }>();
+  /** Streams whose account has storage limits, to their account's usage (account.ts checkAccounts). */
+  readonly accountUsage = new Map<string, AccountUsage>();
   /** Mirrors and sources being copied, by target stream (sources.ts), with the configuration they copy. */
   readonly copiers = new Map<string, { key: string; copiers: SourceCopier[] }>();
   /** Streams whose consumed prefix is being deleted from the log (trimStreams). */
@@ -95,6 +105,7 @@ export abstract class JetStreamState implements ConsumerHost {
   readonly api = { total: 0, errors: 0, denied: 0 };
   readonly dirty = new Set<Consumer>();
   private flushTimer: NodeJS.Timeout | null = null;
+  private soonFlush: Promise<void> | null = null;
   readonly writes = new Set<Promise<void>>();
   ticker: NodeJS.Timeout | null = null;
   readonly tickMs: number;
@@ -110,6 +121,16 @@ export abstract class JetStreamState implements ConsumerHost {
   readonly cluster: Cluster | null;
   /** Cluster mode: consumers ("<stream>/<name>") being created here (claimed before they exist in the store). */
   readonly creating = new Set<string>();
+  /** Cluster mode: owner rows being given up because nothing was served (service-cluster.ts forgetUnserved). */
+  readonly forgetting = new Map<string, Promise<void>>();
+  /**
+   * Cluster mode: workqueue and interest streams whose removals this broker decides now: it owns the stream's
+   * partition and serves every consumer of it (service-cluster.ts checkRetention). Elsewhere their views remove
+   * nothing by retention, and their STREAM.INFO is answered by the owner.
+   */
+  readonly retentionHere = new Set<string>();
+  /** Run with the once-a-second part of the tick (cluster mode's retention check). */
+  readonly slowTicks: Array<() => void> = [];
   readonly clusterStats = {
     forwarded: 0,
     served: 0,
@@ -191,6 +212,24 @@ export abstract class JetStreamState implements ConsumerHost {
     this.dirty.clear();
   }
 
+  /**
+   * Settles once the consumer's state as of now is written (or its write failed), written at the end of this turn
+   * of the event loop: the acks that arrive together are stored in one write per consumer.
+   */
+  async written(c: Consumer): Promise<void> {
+    if (this.dirty.has(c)) {
+      this.soonFlush ??= new Promise<void>((resolve) =>
+        setImmediate(() => {
+          this.soonFlush = null;
+          this.flush();
+          resolve();
+        }),
+      );
+      await this.soonFlush;
+    }
+    await Promise.all([...this.writes]);
+  }
+
   /** A state write failed: FENCED means another broker owns the consumer now (stop serving it), else warn. */
   private writeFailed(c: Consumer, err: unknown): void {
     if (this.cluster !== null && err instanceof FlowError && err.code === 'FENCED') {
@@ -215,6 +254,7 @@ export abstract class JetStreamState implements ConsumerHost {
       this.syncSources();
       // Cluster mode: another broker may have sealed a stream or set its max_msg_size.
       if (this.cluster !== null) this.refreshGuards();
+      for (const f of this.slowTicks) f();
     }
     for (const [stream, m] of this.consumers) {
       if (!this.engine.getStream(stream)) {
@@ -315,6 +355,7 @@ export abstract class JetStreamState implements ConsumerHost {
   private trimStreams(): void {
     for (const [name, v] of this.views) {
       if (v.opts.retention === 'limits' || this.trimming.has(name)) continue;
+      if (this.cluster !== null && !this.retentionHere.has(name)) continue;
       const p = trimConsumed(this.engine, name, v);
       if (p === null) continue;
       this.trimming.add(name);
@@ -399,7 +440,12 @@ export abstract class JetStreamState implements ConsumerHost {
 
   private newView(def: StreamDef): StreamView {
     const name = def.name;
-    return new StreamView(def, this.engine, (seq, topic, retention) => consumedBy(this.consumers.get(name)?.values() ?? [], seq, topic, retention));
+    return new StreamView(
+      def,
+      this.engine,
+      (seq, topic, retention) =>
+        (this.cluster === null || this.retentionHere.has(name)) && consumedBy(this.consumers.get(name)?.values() ?? [], seq, topic, retention),
+    );
   }
 
   /**
@@ -486,6 +532,8 @@ export abstract class JetStreamState implements ConsumerHost {
       for (const d of this.engine.listStreams()) {
         const o = jsOptions(d);
         if (o.mirror === null && o.sources.length === 0) continue;
+        // Cluster mode: copied by the owner of the stream's partition only (it follows the partition).
+        if (!this.copiesHere(d.name)) continue;
         seen.add(d.name);
         const key = JSON.stringify([o.mirror, o.sources]);
         const have = this.copiers.get(d.name);
@@ -500,6 +548,11 @@ export abstract class JetStreamState implements ConsumerHost {
       for (const c of have.copiers) c.stop();
       this.copiers.delete(name);
     }
+  }
+
+  /** Whether this broker copies into `target` (SourceHost): the owner of its partition in cluster mode. */
+  copiesHere(target: string): boolean {
+    return this.cluster === null || this.cluster.owns('partition', `${target}/0`) !== null;
   }
 
   sourceFailed(target: string, origin: string, err: unknown): void {

@@ -24,10 +24,11 @@ import { Consumer } from './consumer.js';
 import { JsErr } from './errors.js';
 import { levelsToTokens } from './subjects.js';
 import { BAD_JSON, errText, JetStreamState, type Json, NO_ANSWER, parseJson, typed } from './service-state.js';
-import { streamCreate, streamDelete, streamInfo, streamList, streamNames, streamPurge, streamUpdate } from './stream-api.js';
+import { directServer, streamCreate, streamDelete, streamInfo, streamList, streamNames, streamPurge, streamUpdate } from './stream-api.js';
+import { accountInfo, accountLimits, checkAccounts, consumerLimitCheck, namespaceOf } from './account.js';
 import { directGet, msgDelete, msgGet, publishWith, storedTopic } from './message-api.js';
 import { consumerCreate, groupAdmin, consumerDelete, consumerInfoReq, consumerList, consumerNames, onAck, pullRequest } from './consumer-api.js';
-import { joinCluster, routeConsumer } from './service-cluster.js';
+import { joinCluster, routeConsumer, routeStream } from './service-cluster.js';
 import { rebuildWindows } from './dedup.js';
 
 export { MAX_CONSUMERS, type JetStreamAuthorizer, type JetStreamOptions } from './service-state.js';
@@ -48,6 +49,8 @@ interface ApiCheck {
 }
 
 export class JetStream extends JetStreamState implements Subscriber, JetStreamPublisher {
+  private accountTimer: NodeJS.Timeout | null = null;
+  private accountCheck: Promise<void> | null = null;
   /** Loads durable consumers from the store, then starts answering the API. */
   async start(): Promise<void> {
     if (this.cluster !== null) joinCluster(this, this.cluster);
@@ -89,6 +92,22 @@ export class JetStream extends JetStreamState implements Subscriber, JetStreamPu
     if (this.cluster === null) this.subs.push(this.engine.subscribe('$JS.FC.>', this, { qos: 0, rule: 'nats', local: true }));
     this.ticker = setInterval(() => this.tick(), this.tickMs);
     this.ticker.unref();
+    // The accounts' storage usage (account.ts), for their limits on publish: once a second, one run at a time.
+    this.accountTimer = setInterval(() => {
+      if (this.accountCheck === null && !this.closed) void this.countAccounts();
+    }, 1000);
+    this.accountTimer.unref();
+  }
+
+  /** Counts the accounts' usage again (account.ts checkAccounts), after a run under way. */
+  private async countAccounts(): Promise<void> {
+    while (this.accountCheck !== null) await this.accountCheck;
+    this.accountCheck = checkAccounts(this)
+      .catch((err: unknown) => {
+        this.logLimit.log('warn', 'jetstream-accounts', { err }, 'JetStream account usage not counted');
+      })
+      .finally(() => (this.accountCheck = null));
+    await this.accountCheck;
   }
 
   /** Stops answering and writes every consumer's state. */
@@ -98,6 +117,8 @@ export class JetStream extends JetStreamState implements Subscriber, JetStreamPu
     for (const s of this.subs) this.engine.unsubscribe(s);
     this.subs.length = 0;
     if (this.ticker) clearInterval(this.ticker);
+    if (this.accountTimer) clearInterval(this.accountTimer);
+    await this.accountCheck;
     this.syncSources();
     this.logLimit.stop();
     for (const m of this.consumers.values()) for (const c of m.values()) c.close(false);
@@ -135,9 +156,12 @@ export class JetStream extends JetStreamState implements Subscriber, JetStreamPu
     const levels = msg.topic.split('/');
     // Who asks, looked up now: the connection may close while the request is served.
     let access: Access | null = null;
+    // The NATS account of the request: the asker's namespace (account.ts), also with no policies to check.
+    let namespace = namespaceOf(null);
     if (this.authorizer !== null) {
       const a = this.authorizer.accessOf(msg.origin);
       if (a === 'gone') return;
+      if (a !== null) namespace = namespaceOf(a);
       if (a !== null && !a.open) access = a;
     }
     if (levels[1] === 'ACK') {
@@ -160,7 +184,7 @@ export class JetStream extends JetStreamState implements Subscriber, JetStreamPu
     const reply = msg.responseTopic;
     if (reply === undefined) return;
     const tokens = levelsToTokens(levels.slice(2));
-    void this.onApi(tokens, body, reply, access);
+    void this.onApi(tokens, body, reply, access, namespace);
   }
 
   /**
@@ -184,7 +208,8 @@ export class JetStream extends JetStreamState implements Subscriber, JetStreamPu
       if (b === 'MSG' && c === 'DELETE') return stream(['delete'], t[3]);
       return [];
     }
-    if (a === 'DIRECT' && b === 'GET') return stream(['subscribe'], c);
+    // Read from the stream that answers: the one asked, or a mirror of it with mirror_direct.
+    if (a === 'DIRECT' && b === 'GET') return stream(['subscribe'], c === undefined ? c : directServer(this, c));
     if (a === 'CONSUMER') {
       if (b === 'DURABLE' && c === 'CREATE') return [...stream(['subscribe'], t[3]), ...group(['subscribe'], t[4])];
       if (b === 'CREATE') {
@@ -219,7 +244,7 @@ export class JetStream extends JetStreamState implements Subscriber, JetStreamPu
     return null;
   }
 
-  private async onApi(t: string[], body: string, reply: string, access: Access | null): Promise<void> {
+  private async onApi(t: string[], body: string, reply: string, access: Access | null, namespace: string): Promise<void> {
     this.api.total++;
     let out: Json;
     try {
@@ -233,7 +258,7 @@ export class JetStream extends JetStreamState implements Subscriber, JetStreamPu
           return;
         }
         out = { error: JsErr.accessDenied(text) };
-      } else out = await this.route(t, body, reply, access);
+      } else out = await this.route(t, body, reply, access, namespace);
     } catch (err) {
       this.logLimit.log('warn', `jetstream-api|${t[0]}.${t[1] ?? ''}`, { err, request: t.join('.') }, 'JetStream API request failed');
       out = { error: JsErr.streamGeneral(errText(err)) };
@@ -243,7 +268,13 @@ export class JetStream extends JetStreamState implements Subscriber, JetStreamPu
     this.reply(reply, out, t[0] === 'STREAM' && t[1] === 'MSG' && t[2] === 'GET' ? storedTopic(out) : undefined);
   }
 
-  private async route(t: string[], body: string, reply: string, access: Access | null): Promise<Json> {
+  private async route(t: string[], body: string, reply: string, access: Access | null, namespace: string): Promise<Json> {
+    if (t[0] === 'CONSUMER' && (t[1] === 'CREATE' || (t[1] === 'DURABLE' && t[2] === 'CREATE'))) {
+      // The account's consumer limits, checked where the request arrives (also before a cluster forward).
+      const checked = consumerLimitCheck(this, accountLimits(this, namespace), t, body);
+      if ('error' in checked) return typed('consumer_create_response', { error: checked.error });
+      body = checked.body;
+    }
     const cl = this.cluster;
     if (cl !== null && t[0] === 'CONSUMER') {
       if ((t[1] === 'NAMES' || t[1] === 'LIST') && t.length === 3) return this.routeLocal(t, body, reply, undefined, access);
@@ -264,25 +295,38 @@ export class JetStream extends JetStreamState implements Subscriber, JetStreamPu
       }
       return routeConsumer(this, cl, t, body, reply);
     }
-    return this.routeLocal(t, body, reply, undefined, access);
+    if (cl !== null && t[0] === 'STREAM' && ((t[1] === 'INFO' && t.length === 3) || (t[1] === 'MSG' && t[2] === 'GET' && t.length === 4))) {
+      const out = await routeStream(this, cl, t, body, reply);
+      if (out !== null) return out;
+    }
+    return this.routeLocal(t, body, reply, undefined, access, namespace);
   }
 
   /** Serves a request here. `origin`: the broker a consumer request came from (cluster mode). */
-  async routeLocal(t: string[], body: string, reply: string, origin: number | undefined, access: Access | null = null): Promise<Json> {
+  async routeLocal(
+    t: string[],
+    body: string,
+    reply: string,
+    origin: number | undefined,
+    access: Access | null = null,
+    namespace = namespaceOf(access),
+  ): Promise<Json> {
     const [a, b, c] = t;
-    if (a === 'INFO' && t.length === 1) return this.accountInfo();
+    if (a === 'INFO' && t.length === 1) return accountInfo(this, namespace);
     if (a === 'STREAM') {
       if (b === 'NAMES' && t.length === 2) return streamNames(this, body, access);
       if (b === 'LIST' && t.length === 2) return streamList(this, body, access);
       if (t.length === 3) {
         if (b === 'CREATE' || b === 'UPDATE' || b === 'DELETE') {
           const out = await (b === 'CREATE'
-            ? streamCreate(this, c, body, access)
+            ? streamCreate(this, c, body, access, namespace)
             : b === 'UPDATE'
-              ? streamUpdate(this, c, body, access)
+              ? streamUpdate(this, c, body, access, namespace)
               : streamDelete(this, c));
           this.refreshGuards();
           this.syncSources();
+          // A stream of an account with storage limits is checked from its first publish on.
+          await this.countAccounts();
           return out;
         }
         if (b === 'INFO') return streamInfo(this, c, body);
@@ -294,7 +338,7 @@ export class JetStream extends JetStreamState implements Subscriber, JetStreamPu
       }
     }
     if (a === 'DIRECT' && b === 'GET' && t.length >= 3) {
-      await directGet(this, t, body, reply);
+      await directGet(this, t, body, reply, directServer(this, c));
       return NO_ANSWER;
     }
     if (a === 'CONSUMER') {
@@ -317,25 +361,5 @@ export class JetStream extends JetStreamState implements Subscriber, JetStreamPu
       }
     }
     return { error: JsErr.badRequest(`JetStream API $JS.API.${t.join('.')} is not supported by FlowMQ`) };
-  }
-
-  private accountInfo(): Json {
-    return typed('account_info_response', {
-      memory: 0,
-      storage: 0,
-      streams: this.engine.listStreams().length,
-      consumers: this.consumerCount(),
-      limits: {
-        max_memory: -1,
-        max_storage: -1,
-        max_streams: -1,
-        max_consumers: -1,
-        max_ack_pending: -1,
-        memory_max_stream_bytes: -1,
-        storage_max_stream_bytes: -1,
-        max_bytes_required: false,
-      },
-      api: { total: this.api.total, errors: this.api.errors },
-    });
   }
 }

@@ -32,6 +32,8 @@ const WAIT_MS = 1000;
 export interface SourceHost {
   readonly engine: Engine;
   freshView(name: string): Promise<StreamView | null>;
+  /** Whether this broker copies into `target` now (cluster mode: it owns the target's partition). */
+  copiesHere(target: string): boolean;
   sourceFailed(target: string, origin: string, err: unknown): void;
 }
 
@@ -160,7 +162,10 @@ export class SourceCopier {
         if (this.mirror) out.push(this.gap());
       }
     }
-    if (this.stopped || upTo < from) return 0;
+    // Checked as the append is issued: a copier whose broker let the partition go must not append through the new
+    // owner, whose own copier continues from the log (an append issued while owned is local: made durable before
+    // the release, or fenced).
+    if (this.stopped || upTo < from || !this.host.copiesHere(this.target)) return 0;
     // Moved on as the append is made (lag counts what is not in the log yet); back if it fails.
     this.next = upTo + 1;
     if (out.length > 0) {

@@ -18,6 +18,7 @@ import {
 } from './stream-info.js';
 import { IDS_KEY, keepWindow, WINDOW_KEY } from './dedup.js';
 import { subjectTotals } from './subject-tally.js';
+import { accountLimits, API_STREAM_KEY, bytesOf, freshCatalog, overlapRefusal, streamConfigRefusal, streamLimitRefusal } from './account.js';
 import { filterToSubject, subjectsCollide, subjectToFilter } from './subjects.js';
 import { jsOptions, optionConfigs, type JsStreamOptions, type StreamView } from './stream-view.js';
 import { BAD_JSON, errText, isApiError, isCount, JetStreamState, type Json, LIST_LIMIT, NAMES_LIMIT, pageOffset, parseJson, typed } from './service-state.js';
@@ -43,7 +44,9 @@ export async function streamInfoJson(js: JetStreamState, def: StreamDef, req: In
   const view = await js.freshView(def.name);
   const { consumer_count, num_deleted, ...state } = await streamState(js.engine, def, js.consumerCount(def.name), view);
   const asked = req !== null && req.subjectsFilter !== '';
-  const counts = (await js.subjectCounts(def, view, asked)) ?? [];
+  const counted = await js.subjectCounts(def, view, asked);
+  const counts = counted ?? [];
+  state.bytes = bytesOf(js, def, view, counted !== null);
   let numSubjects = 0;
   for (const [, n] of counts) if (n > 0) numSubjects++;
   // nats-server's answer: the page's fields when some subject matched the filter, state.subjects sorted by subject.
@@ -77,6 +80,32 @@ export async function streamInfoJson(js: JetStreamState, def: StreamDef, req: In
   };
 }
 
+/**
+ * A mirror's mirror_direct as nats-server 2.9 sets it (stream.go checkStreamCfg): whether its origin allows direct
+ * gets now, whatever the client asked.
+ */
+function mirrorDirectOf(js: JetStreamState, spec: StreamSpecFromJs): boolean {
+  const m = spec.options.mirror;
+  if (m === null) return false;
+  const origin = js.engine.getStream(m.name);
+  return origin !== undefined && jsOptions(origin.def).allowDirect;
+}
+
+/**
+ * The stream that answers `$JS.API.DIRECT.GET.<name>`: the stream itself when it allows direct gets, else a mirror
+ * of it with mirror_direct (nats-server's mirrors listen on their origin's direct get subjects in the origin's queue
+ * group; FlowMQ lets the origin answer while it can, it is never behind its mirrors), else `name` (which answers 503).
+ */
+export function directServer(js: JetStreamState, name: string): string {
+  const e = js.engine.getStream(name);
+  if (e !== undefined && jsOptions(e.def).allowDirect) return name;
+  for (const d of js.engine.listStreams()) {
+    const o = jsOptions(d);
+    if (o.mirrorDirect && o.mirror?.name === name) return d.name;
+  }
+  return name;
+}
+
 /** The sequences from the first live one up to `last` that are not live (nats-server's `deleted`). */
 function deletedSeqs(view: StreamView, last: number): number[] {
   const out: number[] = [];
@@ -84,7 +113,7 @@ function deletedSeqs(view: StreamView, last: number): number[] {
   return out;
 }
 
-export async function streamCreate(js: JetStreamState, name: string, body: string, access: Access | null): Promise<Json> {
+export async function streamCreate(js: JetStreamState, name: string, body: string, access: Access | null, namespace: string): Promise<Json> {
   const T_ = 'stream_create_response';
   const raw = parseJson(body);
   if (raw === BAD_JSON) return typed(T_, { error: JsErr.invalidJson() });
@@ -92,15 +121,10 @@ export async function streamCreate(js: JetStreamState, name: string, body: strin
   if (isApiError(spec)) return typed(T_, { error: spec });
   if (spec.replicas > 1 && js.cluster === null) return typed(T_, { error: JsErr.replicasNotSupported() });
   if (spec.options.sealed) return typed(T_, { error: JsErr.streamInvalidConfig('stream configuration for create can not be sealed') });
-  if (spec.options.retention !== 'limits' && js.cluster !== null) {
-    // A message's removal depends on every consumer's acks, and consumers live on different brokers.
-    return typed(T_, { error: JsErr.streamInvalidConfig(`${spec.options.retention} retention is not supported by FlowMQ in cluster mode`) });
-  }
-  if ((spec.options.mirror !== null || spec.options.sources.length > 0) && js.cluster !== null) {
-    return typed(T_, { error: JsErr.streamInvalidConfig('mirrors and sources are not supported by FlowMQ in cluster mode') });
-  }
+  if (spec.options.mirrorDirect && spec.options.mirror === null) return typed(T_, { error: JsErr.mirrorDirectWithoutMirror() });
   const unbindable = bindRefusal(js, access, ownBindings(spec)) ?? sourceRefusal(js, access, spec);
   if (unbindable !== null) return typed(T_, { error: unbindable });
+  spec.options.mirrorDirect = mirrorDirectOf(js, spec);
   const existing = js.engine.getStream(name);
   if (existing) {
     if (!sameBindings(existing.def.bindings, spec.bindings) || existing.def.retentionMs !== spec.retentionMs || !sameOptions(existing.def, spec)) {
@@ -108,15 +132,20 @@ export async function streamCreate(js: JetStreamState, name: string, body: strin
     }
     return typed(T_, { ...(await streamInfoJson(js, existing.def)), did_create: true });
   }
+  // The account's limits (account.ts), then nats-server's subject overlap, in its order.
+  const limits = accountLimits(js, namespace);
+  await freshCatalog(js);
+  const refusal = streamLimitRefusal(js, limits, namespace, name, spec, null) ?? streamConfigRefusal(limits, spec) ?? overlapRefusal(js, name, spec);
+  if (refusal !== null) return typed(T_, { error: refusal });
   let def: StreamDef;
   try {
-    const configs = optionConfigs(spec.options, []);
+    const configs = { ...optionConfigs(spec.options, []), [API_STREAM_KEY]: namespace };
     def = await js.engine.createStream({
       name,
       partitions: 1,
       bindings: spec.bindings,
       retentionMs: spec.retentionMs,
-      ...(Object.keys(configs).length > 0 ? { configs } : {}),
+      configs,
     });
   } catch (err) {
     if (err instanceof FlowError && err.code === 'ALREADY_EXISTS') return typed(T_, { error: JsErr.streamNameExist() });
@@ -131,7 +160,7 @@ export async function streamCreate(js: JetStreamState, name: string, body: strin
   return typed(T_, { ...(await streamInfoJson(js, def)), did_create: true });
 }
 
-export async function streamUpdate(js: JetStreamState, name: string, body: string, access: Access | null): Promise<Json> {
+export async function streamUpdate(js: JetStreamState, name: string, body: string, access: Access | null, namespace: string): Promise<Json> {
   const T_ = 'stream_update_response';
   const raw = parseJson(body);
   if (raw === BAD_JSON) return typed(T_, { error: JsErr.invalidJson() });
@@ -142,6 +171,11 @@ export async function streamUpdate(js: JetStreamState, name: string, body: strin
   if (!e) return typed(T_, { error: JsErr.streamNotFound() });
   const refusal = updateRefusal(jsOptions(e.def), spec);
   if (refusal !== null) return typed(T_, { error: refusal });
+  spec.options.mirrorDirect = mirrorDirectOf(js, spec);
+  const limits = accountLimits(js, namespace);
+  await freshCatalog(js);
+  const over = streamConfigRefusal(limits, spec) ?? streamLimitRefusal(js, limits, namespace, name, spec, e.def) ?? overlapRefusal(js, name, spec);
+  if (over !== null) return typed(T_, { error: over });
   const unbindable =
     bindRefusal(
       js,
@@ -158,7 +192,9 @@ export async function streamUpdate(js: JetStreamState, name: string, body: strin
       // The stream's other configs (Kafka's, the delete rules) are kept; a new per-subject limit applies to what
       // the stream holds already, as in nats-server (the view is rebuilt from the log).
       const keep = Object.fromEntries(
-        Object.entries(def.configs ?? {}).filter(([k]) => !k.startsWith('nats.') || k === 'nats.deletes' || k === WINDOW_KEY || k === IDS_KEY),
+        Object.entries(def.configs ?? {}).filter(
+          ([k]) => !k.startsWith('nats.') || k === 'nats.deletes' || k === WINDOW_KEY || k === IDS_KEY || k === API_STREAM_KEY,
+        ),
       );
       const { name: _n, partitions: _p, bindings: _b, createdAt: _c, id: _i, ...settings } = def;
       def = await js.engine.setSettings(name, { ...settings, configs: { ...keep, ...optionConfigs(spec.options, []) } });

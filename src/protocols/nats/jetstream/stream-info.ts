@@ -33,7 +33,7 @@ export function streamConfigJson(def: StreamDef, duplicateWindowNs: number): Rec
     num_replicas: 1,
     duplicate_window: duplicateWindowNs,
     allow_direct: o.allowDirect,
-    mirror_direct: false,
+    mirror_direct: o.mirrorDirect,
     ...(o.discardNewPerSubject ? { discard_new_per_subject: true } : {}),
     sealed: o.sealed,
     deny_delete: o.denyDelete,
@@ -60,8 +60,8 @@ async function timestampAt(engine: Engine, stream: string, offset: number): Prom
 
 /**
  * The stream's state. Sequences are those of partition 0 (offset + 1; a multi-partition stream's other partitions
- * have their own, which JetStream cannot express), message counts cover every partition; `bytes` is not tracked
- * per stream by FlowMQ's log and reads 0.
+ * have their own, which JetStream cannot express), message counts cover every partition; `bytes` is the view's,
+ * else 0 here: stream-api.ts fills it in from the subject tally (account.ts bytesOf).
  */
 export async function streamState(engine: Engine, def: StreamDef, consumers: number, view: StreamView | null = null): Promise<Record<string, unknown>> {
   if (view !== null) {
@@ -124,7 +124,6 @@ const NEUTRAL: Array<[string, (v: unknown) => boolean, string]> = [
   ['max_consumers', (v) => v === undefined || v === -1 || v === 0, 'max_consumers'],
   ['republish', (v) => v === undefined || v === null, 'republish'],
   ['subject_transform', (v) => v === undefined || v === null, 'subject transforms'],
-  ['mirror_direct', (v) => v === undefined || v === false, 'direct get'],
   ['no_ack', (v) => v === undefined || v === false, 'no_ack streams'],
   ['template_owner', (v) => v === undefined || v === '', 'stream templates'],
   ['compression', (v) => v === undefined || v === '' || v === 'none', 'compression'],
@@ -214,7 +213,7 @@ export function parseStreamConfig(raw: unknown, subjectName: string): StreamSpec
   const maxBytes = r.max_bytes ?? -1;
   for (const v of [maxMsgs, maxBytes]) if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < -1) return JsErr.invalidJson();
   const flags: Record<string, boolean> = {};
-  for (const k of ['allow_rollup_hdrs', 'deny_delete', 'deny_purge', 'allow_direct', 'discard_new_per_subject', 'sealed']) {
+  for (const k of ['allow_rollup_hdrs', 'deny_delete', 'deny_purge', 'allow_direct', 'mirror_direct', 'discard_new_per_subject', 'sealed']) {
     const v = r[k] ?? false;
     if (typeof v !== 'boolean') return JsErr.invalidJson();
     flags[k] = v;
@@ -237,6 +236,8 @@ export function parseStreamConfig(raw: unknown, subjectName: string): StreamSpec
       discardNew,
       discardNewPerSubject: flags.discard_new_per_subject,
       allowDirect: flags.allow_direct,
+      // As asked: stream-api.ts refuses it without a mirror and sets it from the origin (mirrorDirectOf).
+      mirrorDirect: flags.mirror_direct,
       retention,
       maxMsgSize: maxMsgSize === 0 ? -1 : maxMsgSize,
       sealed: flags.sealed,

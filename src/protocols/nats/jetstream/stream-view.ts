@@ -20,7 +20,7 @@
  * stream still moves the log start (the log deletes those records). Streams without limits, rollups or rules have no
  * view and are read as before. Its memory is a map entry per live message.
  */
-import { decodeBatch, dotsToUnified, recordToMessage, type Engine, type StreamDef } from '../../../core/index.js';
+import { decodeBatch, dotsToUnified, recordToMessage, type Engine, type Message, type StreamDef } from '../../../core/index.js';
 import { subjectMatches, subjectToFilter } from './subjects.js';
 
 /** A mirror or source as nats-server configures it (StreamSource; sources.ts copies it). */
@@ -62,6 +62,11 @@ export interface JsStreamOptions {
   discardNew: boolean;
   discardNewPerSubject: boolean;
   allowDirect: boolean;
+  /**
+   * A mirror answers direct gets for its origin (nats-server 2.9's mirror_direct: set when the origin allows direct
+   * gets at the mirror's create or update, whatever the client asked; message-api.ts directGet).
+   */
+  mirrorDirect: boolean;
   /** Retention policy: `limits` (the log's own), or messages removed once consumed (workqueue, interest). */
   retention: Retention;
   /** Largest message (headers + payload) a JetStream publish may store; negative: none (kept as given, as nats-server). */
@@ -112,6 +117,7 @@ export function jsOptions(def: StreamDef): JsStreamOptions {
     discardNew: c['nats.discard'] === 'new',
     discardNewPerSubject: c['nats.discard_new_per_subject'] === 'true',
     allowDirect: c['nats.allow_direct'] === 'true',
+    mirrorDirect: c['nats.mirror_direct'] === 'true',
     retention: c['nats.retention'] === 'workqueue' || c['nats.retention'] === 'interest' ? c['nats.retention'] : 'limits',
     maxMsgSize:
       Number.isSafeInteger(Number(c['nats.max_msg_size'] ?? -1)) && Number(c['nats.max_msg_size'] ?? -1) !== 0 ? Number(c['nats.max_msg_size'] ?? -1) : -1,
@@ -136,6 +142,7 @@ export function optionConfigs(o: Omit<JsStreamOptions, 'rules'>, rules: DeleteRu
   if (o.discardNew) out['nats.discard'] = 'new';
   if (o.discardNewPerSubject) out['nats.discard_new_per_subject'] = 'true';
   if (o.allowDirect) out['nats.allow_direct'] = 'true';
+  if (o.mirrorDirect) out['nats.mirror_direct'] = 'true';
   if (o.retention !== 'limits') out['nats.retention'] = o.retention;
   if (o.maxMsgSize !== -1) out['nats.max_msg_size'] = String(o.maxMsgSize);
   if (o.sealed) out['nats.sealed'] = 'true';
@@ -163,9 +170,25 @@ export function needsView(o: JsStreamOptions): boolean {
   return o.maxMsgs > 0 || o.maxBytes > 0 || o.maxMsgsPerSubject > 0 || o.allowRollup || o.rules.length > 0 || o.retention !== 'limits' || o.mirror !== null;
 }
 
-/** A message's size as nats-server's file store counts it (stream bytes, max_bytes): its record plus framing. */
-export function storedSize(subjectLength: number, headerLength: number, payloadLength: number): number {
-  return subjectLength + headerLength + payloadLength + 30;
+/**
+ * A message's size as nats-server 2.9 counts it (stream `bytes`, account usage, max_bytes). The file store counts its
+ * record (filestore.go fileStoreMsgSize): length 4 + sequence 8 + timestamp 8 + subject length 2 + subject, with
+ * headers 4 + the header block, then the data and an 8-byte checksum; the memory store (memstore.go
+ * memStoreMsgSize) subject + headers + data + 16. A message stored without a header block has `headerLength` 0.
+ */
+export function storedSize(subjectLength: number, headerLength: number, payloadLength: number, memory = false): number {
+  if (memory) return subjectLength + headerLength + payloadLength + 16;
+  return 22 + subjectLength + (headerLength > 0 ? 4 + headerLength : 0) + payloadLength + 8;
+}
+
+/**
+ * The length of the header block a stored message had (or would have) as a NATS publish: the block itself when it
+ * came through NATS, else `NATS/1.0\r\n` + `key: value\r\n` per header + `\r\n` (what a NATS reader of it gets).
+ */
+export function headerBlockLength(m: Message): number {
+  if (m.natsHeaders !== undefined) return m.natsHeaders.length;
+  if (m.headers.length === 0) return 0;
+  return m.headers.reduce((a, x) => a + x.key.length + (x.value?.length ?? 0) + 4, 12);
 }
 
 function ownTopic(stream: string): string {
@@ -359,8 +382,7 @@ export class StreamView {
           }
           let rollup: string | undefined;
           if (this.opts.allowRollup) for (const h of m.headers) if (h.key === 'Nats-Rollup') rollup = h.value?.toString('utf8').toLowerCase();
-          const hdrLen = m.natsHeaders?.length ?? m.headers.reduce((a, x) => a + x.key.length + (x.value?.length ?? 0) + 4, m.headers.length > 0 ? 12 : 0);
-          this.add(seq, m.topic, rollup, storedSize(m.topic.length, hdrLen, m.payload.length));
+          this.add(seq, m.topic, rollup, storedSize(m.topic.length, headerBlockLength(m), m.payload.length, this.opts.memory));
           this.scanned = seq;
           progressed = true;
         }

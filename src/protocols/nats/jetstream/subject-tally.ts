@@ -3,14 +3,19 @@
  * `state.num_subjects` and, asked with `subjects_filter`, `state.subjects`. Counted from partition 0's log and kept
  * per stream; each request reads only what was appended since the last one, and a moved log start (a purge,
  * retention by age or size) starts the count over. A request that did not ask for subjects does not wait for a
- * long first read (soon()). Its memory is a map entry per subject.
+ * long first read (soon()). Its memory is a map entry per subject. It also sums the messages' sizes as nats-server
+ * counts them (storedSize): the stream's `state.bytes`.
  */
 import { decodeBatch, recordToMessage, unifiedToDots, type Engine, type StreamDef } from '../../../core/index.js';
 import { subjectMatches } from './subjects.js';
+import { headerBlockLength, jsOptions, storedSize } from './stream-view.js';
 
 export class SubjectTally {
   /** Messages per subject (unified topic) among offsets [start, scanned). */
   private readonly counts = new Map<string, number>();
+  /** The sizes of the messages among offsets [start, scanned) (storedSize). */
+  private size = 0;
+  private readonly memory: boolean;
   private start = -1;
   private scanned = 0;
   private running: Promise<void> | null = null;
@@ -18,7 +23,14 @@ export class SubjectTally {
   constructor(
     readonly def: StreamDef,
     private readonly engine: Engine,
-  ) {}
+  ) {
+    this.memory = jsOptions(def).memory;
+  }
+
+  /** The bytes of the messages counted so far (caught up by soon() or current()). */
+  get bytes(): number {
+    return this.size;
+  }
 
   /**
    * The counts caught up with the log when at most `maxBacklog` messages are left to read (a first look at a long
@@ -38,6 +50,7 @@ export class SubjectTally {
     const { logStartOffset, highWatermark } = this.engine.offsets(this.def.name, 0);
     if (logStartOffset !== this.start || highWatermark < this.scanned) {
       this.counts.clear();
+      this.size = 0;
       this.start = logStartOffset;
       this.scanned = logStartOffset;
     }
@@ -57,8 +70,10 @@ export class SubjectTally {
       for (const b of batches) {
         for (const rec of decodeBatch(b)) {
           if (rec.offset < this.scanned || rec.offset >= to) continue;
-          const topic = recordToMessage(rec, own).topic;
+          const m = recordToMessage(rec, own);
+          const topic = m.topic;
           this.counts.set(topic, (this.counts.get(topic) ?? 0) + 1);
+          this.size += storedSize(topic.length, headerBlockLength(m), m.payload.length, this.memory);
           this.scanned = rec.offset + 1;
         }
       }

@@ -6,7 +6,7 @@
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { Cluster, Live, LocalHub, MemoryClusterStore } from '../../../../src/cluster/index.js';
+import { Cluster, Live, LocalHub, MemoryClusterStore, rendezvous } from '../../../../src/cluster/index.js';
 import { dotsToUnified, Engine, makeMessage } from '../../../../src/core/index.js';
 import { JetStream } from '../../../../src/protocols/nats/jetstream/index.js';
 import { MemoryStreams } from '../../../helpers/memory-storage.js';
@@ -88,6 +88,41 @@ async function world(ids: number[], flushDelayMs = 5) {
 }
 
 describe('JetStream consumers in cluster mode', () => {
+  it("a workqueue stream's consumers are placed with its partition; an overlapping one is refused, a stored one not served yet counting too", async () => {
+    const w = await world([1, 2]);
+    try {
+      const [a, b] = w.nodes;
+      const created = await a.c.api('$JS.API.STREAM.CREATE.WQ', { name: 'WQ', subjects: ['wq.>'], retention: 'workqueue' });
+      assert.equal(created.error, undefined, JSON.stringify(created.error));
+      await b.engine.load();
+      const home = rendezvous('partition', 'WQ/0', [1, 2]);
+      const cfg = (name: string, filter: string) => ({ stream_name: 'WQ', config: { durable_name: name, ack_policy: 'explicit', filter_subject: filter } });
+      assert.equal((await b.c.api('$JS.API.CONSUMER.CREATE.WQ.x', cfg('x', 'wq.x.>'))).name, 'x');
+      assert.equal((await w.store.owner('consumer', 'WQ/x'))?.owner, home, "placed with the stream's partition");
+      // Overlapping with x through either broker: refused as nats-server refuses it.
+      for (const n of [a, b]) {
+        const r = await n.c.api('$JS.API.CONSUMER.CREATE.WQ.y', cfg('y', 'wq.>'));
+        assert.deepEqual([r.error?.err_code, r.error?.description], [10100, 'filtered consumer not unique on workqueue stream']);
+      }
+      // A consumer stored but served by no broker yet (as after a failover, before it is taken) counts too.
+      await w.m.consumerStore.putConsumer({
+        stream: 'WQ',
+        name: 'z',
+        config: JSON.stringify({ durable_name: 'z', ack_policy: 'explicit', filter_subject: 'wq.z' }),
+        createdAt: Date.now(),
+        deliveredSeq: 0,
+        deliveredConsumerSeq: 0,
+        ackFloor: 0,
+        acked: [],
+      });
+      const r = await a.c.api('$JS.API.CONSUMER.CREATE.WQ.y', cfg('y', 'wq.*'));
+      assert.equal(r.error?.err_code, 10100, JSON.stringify(r));
+      assert.equal((await b.c.api('$JS.API.CONSUMER.CREATE.WQ.y', cfg('y', 'wq.y'))).name, 'y', 'a disjoint filter is taken');
+    } finally {
+      await w.close();
+    }
+  });
+
   it('a durable consumer is created, fetched from and acked through a broker that does not own it', async () => {
     const w = await world([1, 2]);
     try {
