@@ -150,19 +150,22 @@ export class AccessControl {
   async bearer(token: string, remoteAddress: string | undefined, protocol: string): Promise<AuthOutcome> {
     const oidc = this.oidc;
     if (oidc === null) return { verdict: 'bad' };
-    if (!(await this.guard.admit('(jwt)', remoteAddress, protocol))) return { verdict: 'busy' };
+    // Throttled under the user the token claims (unverified; "(jwt)" when it names none), like a password under its
+    // username: failures slow down that user and the address, not every token user.
+    const who = `(jwt)${oidc.claimedUser(token) ?? ''}`;
+    if (!(await this.guard.admit(who, remoteAddress, protocol))) return { verdict: 'busy' };
     const v = await oidc.verify(token);
     if (v.verdict === 'ok') {
       const id = v.identity;
       if (this.directory.namespace(id.namespace) === undefined) {
-        this.guard.failed('(jwt)', remoteAddress, protocol);
+        this.guard.failed(who, remoteAddress, protocol);
         this.logTokenRefusal(protocol, remoteAddress, `unknown namespace ${id.namespace}`, id.user);
         return { verdict: 'bad' };
       }
-      this.guard.succeeded('(jwt)', remoteAddress);
+      this.guard.succeeded(who, remoteAddress);
       return { verdict: 'ok', principal: { user: id.user, groups: id.groups, namespace: id.namespace, expiresAt: id.expiresAt } };
     }
-    if (v.verdict === 'bad') this.guard.failed('(jwt)', remoteAddress, protocol);
+    if (v.verdict === 'bad') this.guard.failed(who, remoteAddress, protocol);
     this.logTokenRefusal(protocol, remoteAddress, v.reason);
     return { verdict: v.verdict };
   }

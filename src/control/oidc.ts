@@ -18,6 +18,7 @@ import { readFile } from 'node:fs/promises';
 import {
   createLocalJWKSet,
   createRemoteJWKSet,
+  decodeJwt,
   errors as joseErrors,
   jwtVerify,
   type JSONWebKeySet,
@@ -138,6 +139,20 @@ export class OidcVerifier {
       return this.local(header, token);
     }
   };
+
+  /**
+   * The user a token claims to be, unverified: the key its failures are throttled under (as a password's are under
+   * its username), so a stranger's bad tokens slow down the user they name, not every token user. Null when the
+   * token names none.
+   */
+  claimedUser(token: string): string | null {
+    try {
+      const u = decodeJwt(token)[this.opts.usernameClaim ?? 'sub'];
+      return typeof u === 'string' && u !== '' && u.length <= 256 ? u : null;
+    } catch {
+      return null;
+    }
+  }
 
   /** Verifies a token and maps its claims; never throws. */
   async verify(token: string): Promise<TokenVerdict> {

@@ -66,7 +66,7 @@ export function sessionRoutes(app: FastifyInstance, ctx: ApiContext): void {
       namespace: a.principal.namespace,
       via: a.via,
       csrfToken: a.session?.csrfToken ?? null,
-      expiresAt: iso(a.session?.expiresAt),
+      expiresAt: iso(a.session?.expiresAt ?? a.principal.expiresAt),
       admin: may(access, req, 'admin', 'cluster', '*'),
     };
   });

@@ -61,6 +61,7 @@ class OAuthBearerExchange implements KafkaSaslExchange {
     if (this.state === 'done') return { state: 'failed', reason: 'OAUTHBEARER exchange already finished' };
     this.state = 'done';
     const msg = token.toString('utf8');
+    // eslint-disable-next-line no-control-regex -- %x01 is RFC 7628's separator
     const m = /^([nyp])(?:=[^,]*)?,(?:a=([^,]*))?,\x01(.*)$/s.exec(msg);
     if (!m || !m[3].endsWith('\x01\x01')) return { state: 'failed', reason: 'malformed OAUTHBEARER message' };
     if (m[1] === 'p') return { state: 'failed', reason: 'channel binding is not supported' };
