@@ -200,7 +200,12 @@ export async function authenticate(a: Authenticator, req: FastifyRequest): Promi
     if (outcome.verdict !== 'ok') {
       const username = basic?.username ?? (bearer !== null ? '(token)' : null);
       a.refusals.log('warn', logKey('admin login refused', remote), { remote, username }, 'admin API login refused: invalid username or password');
-      throw new HttpError(401, 'UNAUTHENTICATED', bearer !== null ? 'invalid or expired API token or JWT' : 'invalid username or password', challenge(req));
+      throw new HttpError(
+        401,
+        'UNAUTHENTICATED',
+        bearer !== null ? (a.access.oidc !== null ? 'invalid or expired API token or JWT' : 'invalid or expired API token') : 'invalid username or password',
+        challenge(req),
+      );
     }
     // An OIDC JWT (its principal carries the token's expiry) is no API token: it has no id to show or delete.
     if (outcome.principal.expiresAt !== undefined) return { principal: outcome.principal, via: 'jwt' };
