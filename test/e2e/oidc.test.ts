@@ -1,8 +1,10 @@
 /**
  * OIDC identities on every protocol against a real `flowmq start`: the test is its own identity provider (a key pair
  * made by jose, its public half served as a JWKS by a node:http server) and signs the tokens that unmodified clients
- * log in with: KafkaJS (SASL OAUTHBEARER through oauthBearerProvider, with a KIP-368 re-authentication), Debian's
- * python3-confluent-kafka (librdkafka 2.0.2, oauth_cb), mqtt.js (the token as the password), amqplib (PLAIN password,
+ * log in with: KafkaJS (SASL OAUTHBEARER through oauthBearerProvider, with a KIP-368 re-authentication), a current
+ * librdkafka (@confluentinc/kafka-javascript from test/interop, which re-authenticates before its session ends),
+ * Debian's python3-confluent-kafka (librdkafka 2.0.2, oauth_cb, no KIP-368: its expired session is closed and it
+ * reconnects with the next token), mqtt.js (the token as the password), amqplib (PLAIN password,
  * then connection.update-secret), nats.js (auth_token, and as a password) and fetch on the admin API (Bearer).
  * Refused: a wrong issuer, a wrong audience, an expired token, an unknown kid, a bad signature, a namespace the
  * broker does not know. A session that outlives its token without renewing it is closed, on each protocol.
@@ -11,6 +13,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { join } from 'node:path';
 import amqp from 'amqplib';
 import { Kafka, logLevel, type SASLOptions } from 'kafkajs';
@@ -21,6 +24,26 @@ import { makeKey, TestIdp, type IdpKey } from '../control/oidc-idp.js';
 
 const PYTHON = existsSync('/usr/bin/python3') ? '/usr/bin/python3' : 'python3';
 const PY_CLIENT = join(ROOT, 'test/e2e/kafka-oauth-client.py');
+/** A current librdkafka (2.15, KIP-368 since 2.2): the interop package kafka-librdkafka-current.test.ts uses. */
+const INTEROP = join(ROOT, 'test/interop/confluent-kafka-javascript');
+
+interface CkProducer {
+  connect(): Promise<void>;
+  disconnect(): Promise<void>;
+  send(r: { topic: string; messages: Array<{ value: string }> }): Promise<unknown>;
+}
+type CkKafka = new (c: Record<string, unknown>) => { producer(c?: Record<string, unknown>): CkProducer };
+
+function currentLibrdkafka(): CkKafka {
+  const require = createRequire(join(INTEROP, 'package.json'));
+  try {
+    return (require('@confluentinc/kafka-javascript') as { KafkaJS: { Kafka: CkKafka } }).KafkaJS.Kafka;
+  } catch (err) {
+    throw new Error(`@confluentinc/kafka-javascript is not installed in ${INTEROP}: run test/interop/confluent-kafka-javascript/install.sh`, {
+      cause: err,
+    });
+  }
+}
 
 let idp: TestIdp;
 let rsa: IdpKey;
@@ -297,6 +320,32 @@ describe('OIDC JWT identities on every protocol (bin/flowmq, a local JWKS endpoi
     const natsGone = nc.closed();
     // Kafka, librdkafka 2.0.2 (no KIP-368): the broker closes the expired session, the client reconnects with the
     // next token oauth_cb hands it and the second record goes through.
+    // Kafka, a current librdkafka: it re-authenticates (KIP-368) before the session's lifetime ends, on the same
+    // connection, with the token its provider refreshed; the session never expires.
+    const quiet = { info: () => undefined, warn: () => undefined, error: () => undefined, debug: () => undefined };
+    const logger = { ...quiet, namespace: () => logger, setLogLevel: () => undefined };
+    let refreshes = 0;
+    const Ck = currentLibrdkafka();
+    const ck = new Ck({
+      kafkaJS: {
+        brokers: [broker.kafka],
+        logger,
+        sasl: {
+          mechanism: 'oauthbearer',
+          oauthBearerProvider: async () => {
+            refreshes++;
+            const value = await token('gina', {}, 4);
+            return { value, principal: 'gina', lifetime: expOf(value) * 1000 };
+          },
+        },
+      },
+    }).producer();
+    const ckRun = (async () => {
+      await ck.connect();
+      await ck.send({ topic: 'oidc-reauth', messages: [{ value: 'before' }] });
+      await new Promise((r) => setTimeout(r, 5000));
+      await ck.send({ topic: 'oidc-reauth', messages: [{ value: 'after' }] });
+    })();
     const t1 = await short();
     const t2 = await token('frank', {}, 300);
     const py = python(
@@ -316,12 +365,21 @@ describe('OIDC JWT identities on every protocol (bin/flowmq, a local JWKS endpoi
       assert.equal((r.second as { err: unknown }).err, null, JSON.stringify(r));
       assert.ok((r.calls as number) >= 2, JSON.stringify(r));
       await broker.waitForLog((l) => /SASL session expired|request on an expired SASL session/.test(l.msg) && l.principal === 'frank');
+      await ckRun;
+      assert.ok(refreshes >= 2, `the provider refreshed the token (${refreshes} calls)`);
+      await broker.waitForLog((l) => l.msg === 'SASL authentication succeeded' && l.reauthentication === true && l.principal === 'gina');
+      assert.equal(
+        broker.logs.some((l) => /expired SASL session|SASL session expired/.test(l.msg) && l.principal === 'gina'),
+        false,
+        'the re-authenticated session did not expire',
+      );
       // The refreshed AMQP connection is still there, past the first token's expiry.
       const ch = await fresh.createChannel();
       await ch.checkQueue((await ch.assertQueue('', { exclusive: true })).queue);
     } finally {
       await fresh.close().catch(() => undefined);
       await m.endAsync().catch(() => undefined);
+      await ck.disconnect().catch(() => undefined);
     }
   });
 });
