@@ -174,6 +174,17 @@ describe('OIDC JWT identities on every protocol (bin/flowmq, a local JWKS endpoi
     const plain = await token('dora', { groups: ['devs'] });
     assert.equal((await api('/api/v1/namespaces', plain, 'POST', { name: 'team-b' })).status, 403);
     for (const [what, bad] of await badTokens()) assert.equal((await api('/api/v1/session', bad)).status, 401, what);
+    // The dashboard: its login form takes the token as the password; the session keeps the token's claims.
+    const login = await fetch(`${broker.http}/api/v1/login`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ username: 'whoever', password: admin }),
+    });
+    assert.equal(login.status, 200, await login.clone().text());
+    assert.equal(((await login.json()) as { user: string }).user, 'root');
+    const cookie = (login.headers.get('set-cookie') ?? '').split(';')[0];
+    const viaCookie = (await (await fetch(`${broker.http}/api/v1/session`, { headers: { cookie } })).json()) as { user: string; via: string; admin: boolean };
+    assert.deepEqual([viaCookie.user, viaCookie.via, viaCookie.admin], ['root', 'session', true]);
     // No users table row was needed for any of them.
     assert.deepEqual(((await api('/api/v1/users', admin)).json as { items: unknown[] }).items, []);
   });
