@@ -190,6 +190,12 @@ describe('AccessControl with OIDC', () => {
       assert.equal((await ac.bearer(other, '10.0.0.1', 'kafka')).verdict, 'bad');
       // A password that is no JWT still goes to the directory.
       assert.equal((await ac.password('someone', 'pw', '10.0.0.2', 'mqtt')).verdict, 'ok');
+      // Refusals count in the password guard's throttle: per address, and per the user the token claims.
+      const stale = await idp.sign(rsa, { sub: 'victim' }, -60);
+      for (let i = 0; i < 2; i++) assert.equal((await ac.bearer(stale, '10.0.0.9', 'kafka')).verdict, 'bad');
+      assert.equal(guard.throttle.failures('address', '10.0.0.9'), 2);
+      assert.equal(guard.throttle.failures('user', '(jwt)victim'), 2);
+      assert.equal(guard.throttle.failures('user', '(jwt)'), 0, 'not in a bucket every token user shares');
     } finally {
       await guard.close();
       ac.close();
