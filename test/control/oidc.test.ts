@@ -202,3 +202,27 @@ describe('AccessControl with OIDC', () => {
     }
   });
 });
+
+describe('OIDC configuration', () => {
+  it('reads the oidc-* options from flags and the environment, and refuses an issuer without keys', async () => {
+    const { loadConfig } = await import('../../src/config/index.js');
+    const c = loadConfig({
+      flags: { 'oidc-issuer': 'https://idp.example/', 'oidc-jwks-url': 'https://idp.example/jwks', 'oidc-clock-skew': '0s' },
+      env: { FLOWMQ_OIDC_NAMESPACE_CLAIM: 'tenant', FLOWMQ_OIDC_MAX_SESSION: '15m' },
+    });
+    assert.equal(c.oidcIssuer, 'https://idp.example/');
+    assert.equal(c.oidcJwksUrl, 'https://idp.example/jwks');
+    assert.equal(c.oidcUsernameClaim, 'sub');
+    assert.equal(c.oidcGroupsClaim, 'groups');
+    assert.equal(c.oidcNamespaceClaim, 'tenant');
+    assert.equal(c.oidcClockSkew, 0);
+    assert.equal(c.oidcMaxSession, 900_000);
+    assert.equal(c.oidcJwksRefresh, 30_000);
+    assert.throws(
+      () => loadConfig({ flags: { 'oidc-issuer': 'https://idp.example/' } }),
+      /oidc-issuer needs oidc-jwks-url, oidc-jwks-file or oidc-hmac-secret/,
+    );
+    assert.throws(() => loadConfig({ flags: { 'oidc-jwks-file': '/tmp/jwks.json' } }), /need oidc-issuer/);
+    assert.throws(() => loadConfig({ flags: { 'oidc-issuer': 'x', 'oidc-jwks-url': 'ftp://idp/jwks' } }), /http/);
+  });
+});
