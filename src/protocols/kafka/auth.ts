@@ -7,7 +7,7 @@
  * The exchange answers the username as its principal; the connection turns it into a `Principal` (groups,
  * namespace) with `access.principal`, which also knows the principals the webhook let in.
  */
-import { isSaslMechanism, startSaslExchange, type AccessControl, type SaslMechanism } from '../../control/index.js';
+import { isSaslMechanism, startSaslExchange, type AccessControl, type Principal, type SaslMechanism } from '../../control/index.js';
 import type { KafkaSaslExchange, KafkaSaslOptions, KafkaSaslStep } from './sasl.js';
 
 export const OAUTHBEARER = 'OAUTHBEARER';
@@ -26,11 +26,26 @@ export function accessSaslProvider(access: AccessControl, mechanisms: readonly s
       if (!isSaslMechanism(mechanism) || !offered.includes(mechanism)) {
         return { step: () => ({ state: 'failed', reason: `mechanism ${mechanism} not offered` }) };
       }
-      // PLAIN's password goes through access.password, so users only the webhook knows can log in too.
-      return startSaslExchange(access.guard, mechanism as SaslMechanism, remoteAddress, {
+      // PLAIN's password goes through access.password, so users only the webhook knows can log in too. An OIDC
+      // token as the password names its own user and claims: the exchange then answers the token's principal, never
+      // the username typed beside it (which access.password does not look at for a token).
+      let identity: Principal | null = null;
+      const inner = startSaslExchange(access.guard, mechanism as SaslMechanism, remoteAddress, {
         protocol: 'kafka',
-        checkPassword: (u, p, r) => access.password(u, p, r, 'kafka').then((x) => x.verdict),
+        checkPassword: (u, p, r) =>
+          access.password(u, p, r, 'kafka').then((x) => {
+            if (x.verdict === 'ok' && x.principal.expiresAt !== undefined) identity = x.principal;
+            return x.verdict;
+          }),
       });
+      return {
+        async step(token: Buffer): Promise<KafkaSaslStep> {
+          const r = await inner.step(token);
+          const id = identity as Principal | null;
+          if (r.state !== 'done' || id === null || id.user === null) return r;
+          return { state: 'done', challenge: r.challenge, principal: id.user, identity: id, expiresAt: id.expiresAt };
+        },
+      };
     },
   };
 }

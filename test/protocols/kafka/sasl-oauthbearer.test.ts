@@ -130,6 +130,23 @@ describe('kafka SASL OAUTHBEARER and KIP-368', () => {
     }
   });
 
+  it('PLAIN with a token as the password logs in as the token user, never as the username typed beside it', async () => {
+    const c = await RawClient.connect(listener.address().port);
+    try {
+      await c.call(SaslHandshakeApi, 1, { mechanism: 'PLAIN' });
+      // "pat" is a directory user: the token of quinn must not make the connection pat.
+      const jwt = await idp.sign(key, { sub: 'quinn' }, 60);
+      const r = await c.call(SaslAuthenticateApi, 1, { authBytes: Buffer.from(`\0pat\0${jwt}`) });
+      assert.equal(r.errorCode, E.NONE);
+      assert.ok(Number(r.sessionLifetimeMs) > 50_000, 'the token gives the session its lifetime');
+      const line = log.entries('SASL authentication succeeded').at(-1);
+      assert.equal(line?.principal, 'quinn');
+      assert.equal(line?.mechanism, 'PLAIN');
+    } finally {
+      c.close();
+    }
+  });
+
   it('closes a session that outlives its token without re-authenticating', async () => {
     // exp is in whole seconds: this token lives at most 2 s, and at least 1 s.
     const { c, errorCode, lifetime } = await login(await idp.sign(key, { sub: 'quinn' }, 2));
