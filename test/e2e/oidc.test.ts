@@ -394,4 +394,14 @@ describe('OIDC JWT identities on every protocol (bin/flowmq, a local JWKS endpoi
       await ck.disconnect().catch(() => undefined);
     }
   });
+
+  it('logs refusals with their reason, rate-limited, and never a token', () => {
+    const refused = broker.logs.filter((l) => l.msg === 'OIDC token refused');
+    assert.ok(refused.length >= 1, 'refusals are logged');
+    for (const l of refused) assert.equal(typeof l.reason, 'string');
+    // Six refusals per protocol came from one address: the limiter keeps the lines far fewer.
+    assert.ok(refused.length < 30, `${refused.length} lines`);
+    const leaked = broker.logs.filter((l) => JSON.stringify(l).includes('eyJ'));
+    assert.deepEqual(leaked, [], 'no token text in the logs');
+  });
 });
