@@ -280,6 +280,7 @@ async function startServing(config: Config, logger: Logger, data: DataPlane, con
     protocols: () => running,
     auth: { stats: guard.stats, verifier: guard.verifier },
     access,
+    ...(access.oidc !== null ? { oidc: access.oidc } : {}),
     quotas: access.quotas,
     ready: () => ready,
   });

@@ -154,14 +154,9 @@ export class AccessControl {
     // username: failures slow down that user and the address, not every token user.
     const who = `(jwt)${oidc.claimedUser(token) ?? ''}`;
     if (!(await this.guard.admit(who, remoteAddress, protocol))) return { verdict: 'busy' };
-    const v = await oidc.verify(token);
+    const v = await oidc.verify(token, (ns) => this.directory.namespace(ns) !== undefined);
     if (v.verdict === 'ok') {
       const id = v.identity;
-      if (this.directory.namespace(id.namespace) === undefined) {
-        this.guard.failed(who, remoteAddress, protocol);
-        this.logTokenRefusal(protocol, remoteAddress, `unknown namespace ${id.namespace}`, id.user);
-        return { verdict: 'bad' };
-      }
       this.guard.succeeded(who, remoteAddress);
       return { verdict: 'ok', principal: { user: id.user, groups: id.groups, namespace: id.namespace, expiresAt: id.expiresAt } };
     }

@@ -154,8 +154,11 @@ export class OidcVerifier {
     }
   }
 
-  /** Verifies a token and maps its claims; never throws. */
-  async verify(token: string): Promise<TokenVerdict> {
+  /**
+   * Verifies a token and maps its claims; never throws. `namespaceExists`: the directory's answer, so that a token
+   * naming a namespace it does not know is refused (and counted) here.
+   */
+  async verify(token: string, namespaceExists?: (name: string) => boolean): Promise<TokenVerdict> {
     if (!looksLikeJwt(token)) return this.refuse('not a JWT');
     let payload: JWTPayload;
     try {
@@ -185,6 +188,7 @@ export class OidcVerifier {
         namespace = ns;
       }
     }
+    if (namespaceExists !== undefined && !namespaceExists(namespace)) return this.refuse(`unknown namespace ${namespace}`);
     let expiresAt = (payload.exp as number) * 1000;
     if (o.maxSessionMs !== undefined && o.maxSessionMs > 0) expiresAt = Math.min(expiresAt, this.now() + o.maxSessionMs);
     this.stats.verified++;

@@ -395,6 +395,14 @@ describe('OIDC JWT identities on every protocol (bin/flowmq, a local JWKS endpoi
     }
   });
 
+  it('counts tokens in /metrics: verified and refused', async () => {
+    const text = await (await fetch(`${broker.http}/metrics`)).text();
+    const figure = (result: string) => Number(new RegExp(`^flowmq_oidc_tokens_total\\{result="${result}"\\} (\\d+)$`, 'm').exec(text)?.[1] ?? NaN);
+    assert.ok(figure('verified') > 10, `verified ${figure('verified')}`);
+    // Six bad tokens on each of the admin API, KafkaJS, MQTT, AMQP and NATS, one through librdkafka.
+    assert.ok(figure('refused') >= 31, `refused ${figure('refused')}`);
+  });
+
   it('logs refusals with their reason, rate-limited, and never a token', () => {
     const refused = broker.logs.filter((l) => l.msg === 'OIDC token refused');
     assert.ok(refused.length >= 1, 'refusals are logged');
