@@ -22,6 +22,7 @@ import {
   startRabbitManagement,
   type RabbitManagement,
   WebhookAuthenticator,
+  OidcVerifier,
   type AdminApi,
   type Metrics,
   type UsersFile,
@@ -279,6 +280,7 @@ async function startServing(config: Config, logger: Logger, data: DataPlane, con
     protocols: () => running,
     auth: { stats: guard.stats, verifier: guard.verifier },
     access,
+    ...(access.oidc !== null ? { oidc: access.oidc } : {}),
     quotas: access.quotas,
     ready: () => ready,
   });
@@ -513,7 +515,7 @@ async function openControlPlane(config: Config, logger: Logger, metastore: objec
   // Cluster mode polls slowly as a safety net behind the `control` notify (followControl in startBroker).
   if (config.metastore.kind !== 'sqlite' && !config.cluster) directory.startPolling(config.controlRefresh);
   // Anonymous access: as configured, else allowed exactly while nobody could log in (zero setup).
-  const usersExist = directory.size > 0 || config.authWebhook !== null;
+  const usersExist = directory.size > 0 || config.authWebhook !== null || config.oidcIssuer !== null;
   const anonymousAll = config.allowAnonymous ?? !usersExist;
   // The admin API is not among them: once users exist it always wants credentials (--allow-anonymous does not open it).
   const anonymous = new Set<string>(config.anonymousProtocols ?? (anonymousAll ? config.protocols : []));
@@ -531,7 +533,28 @@ async function openControlPlane(config: Config, logger: Logger, metastore: objec
         });
   // Runtime settings (client quotas, broker configs set at run time), in the same store, reloaded with the directory.
   const settings = await RuntimeSettings.open(controlStore, directory, logger.child({ component: 'settings' }));
-  const access = new AccessControl({ directory, guard, anonymous, external, settings, logger: logger.child({ component: 'access' }) });
+  // JWTs of the company's identity provider, accepted wherever a password or token is (src/control/oidc.ts).
+  const oidc =
+    config.oidcIssuer === null
+      ? null
+      : new OidcVerifier({
+          issuer: config.oidcIssuer,
+          audience: config.oidcAudience,
+          jwksUrl: config.oidcJwksUrl,
+          jwksFile: config.oidcJwksFile,
+          hmacSecret: config.oidcHmacSecret,
+          usernameClaim: config.oidcUsernameClaim,
+          groupsClaim: config.oidcGroupsClaim,
+          namespaceClaim: config.oidcNamespaceClaim,
+          adminGroups: (config.oidcAdminGroups ?? '')
+            .split(',')
+            .map((g) => g.trim())
+            .filter((g) => g !== ''),
+          clockSkewMs: config.oidcClockSkew,
+          maxSessionMs: config.oidcMaxSession,
+          refreshCooldownMs: config.oidcJwksRefresh,
+        });
+  const access = new AccessControl({ directory, guard, anonymous, external, settings, oidc, logger: logger.child({ component: 'access' }) });
   logger.info(
     { users: directory.size, policies: directory.policies.size, defaultPolicy: config.defaultPolicy, anonymous: [...anonymous] },
     'control plane ready',

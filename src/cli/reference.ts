@@ -70,6 +70,7 @@ export function metricsReference(): string {
     protocols: none,
     auth: { stats: { ok: 0, bad: 0, busy: 0, throttled: 0 }, verifier: { stats: { checked: 0, busy: 0 }, queued: 0 } },
     access: { stats: { denied: 0 } },
+    oidc: { stats: { verified: 0, refused: 0, jwksErrors: 0 } },
     quotas: { figures: none },
     ready: () => true,
   });

@@ -173,6 +173,21 @@ export interface Config {
   authWebhook: string | null;
   authWebhookTimeout: number;
   authWebhookCacheTtl: number;
+  /** OIDC: JWTs from this issuer are accepted as credentials on every protocol (src/control/oidc.ts); null: off. */
+  oidcIssuer: string | null;
+  oidcAudience: string | null;
+  oidcJwksUrl: string | null;
+  oidcJwksFile: string | null;
+  oidcHmacSecret: string | null;
+  oidcUsernameClaim: string;
+  oidcGroupsClaim: string | null;
+  oidcNamespaceClaim: string | null;
+  /** Comma-separated claim groups whose members are FlowMQ administrators. */
+  oidcAdminGroups: string | null;
+  oidcClockSkew: number;
+  /** Longest session a token opens whatever its exp (0: its exp alone), ms. */
+  oidcMaxSession: number;
+  oidcJwksRefresh: number;
   /** How often a broker re-reads the control plane's version from a shared metastore (cluster changes). */
   controlRefresh: number;
   /** mTLS on every TLS listener: PEM file of the CAs client certificates must chain to; null: no client certificates. */
@@ -901,6 +916,72 @@ export const OPTIONS: readonly OptionSpec[] = [
     help: 'how long a webhook yes is reused for the same username and password (0: ask every time)',
   },
   {
+    key: 'oidcIssuer',
+    name: 'oidc-issuer',
+    kind: 'string',
+    default: null,
+    help: 'OIDC: accept JWTs whose iss is exactly this as credentials on every protocol (Kafka SASL OAUTHBEARER, MQTT/AMQP/NATS password, NATS auth_token, admin API Bearer); needs oidc-jwks-url, oidc-jwks-file or oidc-hmac-secret',
+  },
+  { key: 'oidcAudience', name: 'oidc-audience', kind: 'string', default: null, help: "OIDC: a token's aud must contain this (unset: aud is not checked)" },
+  {
+    key: 'oidcJwksUrl',
+    name: 'oidc-jwks-url',
+    kind: 'url',
+    default: null,
+    help: "OIDC: the IdP's JSON Web Key Set (jwks_uri), fetched and cached; fetched again when a token names an unknown kid, at most once per oidc-jwks-refresh",
+  },
+  {
+    key: 'oidcJwksFile',
+    name: 'oidc-jwks-file',
+    kind: 'string',
+    default: null,
+    help: 'OIDC: a JWKS file instead of a URL (read again on an unknown kid, at most once per oidc-jwks-refresh)',
+  },
+  {
+    key: 'oidcHmacSecret',
+    name: 'oidc-hmac-secret',
+    kind: 'string',
+    default: null,
+    help: 'OIDC: a shared secret that also accepts HS256/384/512 tokens (without it only RS*, PS*, ES* and EdDSA are accepted; never none)',
+  },
+  { key: 'oidcUsernameClaim', name: 'oidc-username-claim', kind: 'string', default: 'sub', help: 'OIDC: the claim naming the user' },
+  {
+    key: 'oidcGroupsClaim',
+    name: 'oidc-groups-claim',
+    kind: 'string',
+    default: 'groups',
+    help: "OIDC: the claim listing the user's groups (an array, or names separated by spaces or commas); they are FlowMQ group names for policies",
+  },
+  {
+    key: 'oidcNamespaceClaim',
+    name: 'oidc-namespace-claim',
+    kind: 'string',
+    default: null,
+    help: "OIDC: the claim naming the user's namespace (unset or absent: default); a namespace the directory does not know is refused",
+  },
+  {
+    key: 'oidcAdminGroups',
+    name: 'oidc-admin-groups',
+    kind: 'string',
+    default: null,
+    help: 'OIDC: claim groups (comma-separated) whose members are FlowMQ administrators (get the admins group)',
+  },
+  { key: 'oidcClockSkew', name: 'oidc-clock-skew', kind: 'delay', default: 30_000, help: 'OIDC: tolerance on exp and nbf for clocks that differ' },
+  {
+    key: 'oidcMaxSession',
+    name: 'oidc-max-session',
+    kind: 'delay',
+    default: 0,
+    help: "OIDC: longest a token's session lasts whatever its exp says (Kafka session_lifetime_ms; 0: until exp); a connection not re-authenticated by then is closed",
+  },
+  {
+    key: 'oidcJwksRefresh',
+    name: 'oidc-jwks-refresh',
+    kind: 'delay',
+    default: 30_000,
+    help: 'OIDC: shortest time between two JWKS fetches caused by tokens naming an unknown kid',
+  },
+  {
     key: 'tlsClientCa',
     name: 'tls-client-ca',
     kind: 'string',
@@ -1313,6 +1394,11 @@ export function loadConfig(src: ConfigSources = {}): Config {
   // Options whose default depends on others (their table default is null: "derived").
   // allow-anonymous and kafka-sasl stay null when unset: the broker derives them from the directory at start (users
   // may live in the metastore, added by `flowmq user add`, with no users file at all).
+  if (cfg.oidcIssuer !== null && cfg.oidcJwksUrl === null && cfg.oidcJwksFile === null && cfg.oidcHmacSecret === null) {
+    throw new ConfigError('oidc-issuer needs oidc-jwks-url, oidc-jwks-file or oidc-hmac-secret');
+  }
+  if (cfg.oidcIssuer === null && (cfg.oidcJwksUrl !== null || cfg.oidcJwksFile !== null))
+    throw new ConfigError('oidc-jwks-url and oidc-jwks-file need oidc-issuer');
   if ((cfg.authThreads as number) < 1) throw new ConfigError('auth-threads must be at least 1');
   if ((cfg.authNice as number) > 19) throw new ConfigError('auth-nice must be 0..19');
   if (cfg.s3PathStyle === null) cfg.s3PathStyle = cfg.s3Endpoint !== null;

@@ -17,6 +17,7 @@ import { ANONYMOUS, type Action, type PolicySet, type Principal, type ResourceKi
 import { QuotaManager } from './quotas.js';
 import { RuntimeSettings } from './settings.js';
 import { ClientRegistry } from './clients.js';
+import { looksLikeJwt, type OidcVerifier } from './oidc.js';
 
 /**
  * What feeds streams and queues (the routing engine, set by the broker): reading one is judged by the topic filters
@@ -51,6 +52,8 @@ export interface AccessControlOptions {
   logger?: Logger;
   /** Runtime settings (user quotas, broker configs); default: an empty in-memory set. */
   settings?: RuntimeSettings;
+  /** OIDC: JWTs accepted wherever a password or a token is (src/control/oidc.ts); null: none. */
+  oidc?: OidcVerifier | null;
 }
 
 const CACHE_LIMIT = 4096;
@@ -64,6 +67,8 @@ export class AccessControl {
   readonly clients = new ClientRegistry();
   private readonly anonymous: ReadonlySet<string>;
   private readonly external: ExternalAuthenticator | null;
+  /** The OIDC token verifier, when --oidc-issuer is set. */
+  readonly oidc: OidcVerifier | null;
   private readonly denials: LogLimiter | null;
   /** Principals of users the webhook let in (not in the directory), by username. */
   private readonly externalPrincipals = new Map<string, Principal>();
@@ -77,6 +82,7 @@ export class AccessControl {
     this.guard = opts.guard;
     this.anonymous = opts.anonymous;
     this.external = opts.external ?? null;
+    this.oidc = opts.oidc ?? null;
     this.settings = opts.settings ?? new RuntimeSettings();
     this.quotas = new QuotaManager(opts.directory, Date.now, this.settings);
     this.denials = opts.logger ? new LogLimiter(opts.logger) : null;
@@ -94,7 +100,7 @@ export class AccessControl {
 
   /** True when some protocol needs credentials, or users exist: adapters then offer/require authentication. */
   get hasUsers(): boolean {
-    return this.directory.size > 0 || this.external !== null;
+    return this.directory.size > 0 || this.external !== null || this.oidc !== null;
   }
 
   /**
@@ -103,6 +109,11 @@ export class AccessControl {
    * authenticator when one is configured.
    */
   async password(username: string, password: Buffer | string | null, remoteAddress: string | undefined, protocol: string): Promise<AuthOutcome> {
+    // A JWT as the password (MQTT, AMQP PLAIN, NATS user/pass, Kafka PLAIN, HTTP Basic): the token alone says who the
+    // client is; the username sent beside it is not looked at (clients must send one, any will do).
+    if (this.oidc !== null && password !== null && looksLikeJwt(password)) {
+      return this.bearer(typeof password === 'string' ? password : password.toString('latin1'), remoteAddress, protocol);
+    }
     if (this.external !== null && this.directory.lookup(username) === undefined && password !== null && password.length > 0) {
       if (!(await this.guard.admit(username, remoteAddress, protocol))) return { verdict: 'busy' };
       const r = await this.external.check(username, password, { remoteAddress, protocol });
@@ -121,6 +132,7 @@ export class AccessControl {
 
   /** Checks an API token (HTTP Bearer, NATS auth_token); failures are throttled like passwords. */
   async token(token: string, remoteAddress: string | undefined, protocol: string): Promise<AuthOutcome> {
+    if (this.oidc !== null && looksLikeJwt(token)) return this.bearer(token, remoteAddress, protocol);
     if (!(await this.guard.admit('(token)', remoteAddress, protocol))) return { verdict: 'busy' };
     const t = this.directory.verifyToken(token);
     if (t === null) {
@@ -129,6 +141,33 @@ export class AccessControl {
     }
     this.guard.succeeded('(token)', remoteAddress);
     return { verdict: 'ok', principal: this.principal(t.user) };
+  }
+
+  /**
+   * Checks an OIDC JWT (Kafka OAUTHBEARER, and what `password` and `token` recognise as one): throttled like a
+   * password (failures slow the address down), refusals logged rate-limited with the reason and never the token.
+   * The principal carries the token's claims and its expiry; a namespace the directory does not know is refused.
+   */
+  async bearer(token: string, remoteAddress: string | undefined, protocol: string): Promise<AuthOutcome> {
+    const oidc = this.oidc;
+    if (oidc === null) return { verdict: 'bad' };
+    // Throttled under the user the token claims (unverified; "(jwt)" when it names none), like a password under its
+    // username: failures slow down that user and the address, not every token user.
+    const who = `(jwt)${oidc.claimedUser(token) ?? ''}`;
+    if (!(await this.guard.admit(who, remoteAddress, protocol))) return { verdict: 'busy' };
+    const v = await oidc.verify(token, (ns) => this.directory.namespace(ns) !== undefined);
+    if (v.verdict === 'ok') {
+      const id = v.identity;
+      this.guard.succeeded(who, remoteAddress);
+      return { verdict: 'ok', principal: { user: id.user, groups: id.groups, namespace: id.namespace, expiresAt: id.expiresAt } };
+    }
+    if (v.verdict === 'bad') this.guard.failed(who, remoteAddress, protocol);
+    this.logTokenRefusal(protocol, remoteAddress, v.reason);
+    return { verdict: v.verdict };
+  }
+
+  private logTokenRefusal(protocol: string, remote: string | undefined, reason: string, user?: string): void {
+    this.denials?.log('info', logKey('token refused', remote), { protocol, remote, reason, user }, 'OIDC token refused');
   }
 
   /** The principal of a user authenticated by other means (SCRAM, a client certificate). */
@@ -393,7 +432,9 @@ export class Access {
     if (this.directoryVersion === d) return;
     this.directoryVersion = d;
     this.admitted?.clear();
-    // An identity with its own policies (a NATS user JWT) is no directory user: it stays as it logged in.
-    if (this.current.user !== null && this.current.own === undefined) this.current = this.ac.principal(this.current.user);
+    // An identity with its own policies (a NATS user JWT), or an OIDC token's, is no directory user: it stays as it
+    // logged in.
+    if (this.current.user !== null && this.current.own === undefined && this.current.expiresAt === undefined)
+      this.current = this.ac.principal(this.current.user);
   }
 }

@@ -49,6 +49,8 @@ export interface MetricsSources {
   };
   /** Authorization denials (access.stats). */
   access?: { readonly stats: { denied: number } };
+  /** OIDC tokens checked (the verifier's stats), when --oidc-issuer is set. */
+  oidc?: { readonly stats: { verified: number; refused: number; jwksErrors: number } };
   quotas?: Pick<QuotaManager, 'figures'>;
   /** Whether the broker is ready (storage recovered, listeners up): flowmq_ready 1/0. */
   ready?: () => boolean;
@@ -316,6 +318,16 @@ export function createMetrics(sources: MetricsSources): Metrics {
       const v = auth.verifier;
       gauge('auth_verifier_queued', 'Password checks waiting for the verifier thread', [], () => one(v.queued ?? 0));
     }
+  }
+
+  if (sources.oidc) {
+    const oidc = sources.oidc;
+    counter('oidc_tokens_total', 'OIDC tokens checked, by result: verified, refused (signature, claims, expiry, unknown namespace)', ['result'], () =>
+      (['verified', 'refused'] as const).map((k): [Labels, number] => [{ result: k }, oidc.stats[k]]),
+    );
+    counter('oidc_jwks_errors_total', "Tokens answered busy because the identity provider's JWKS could not be fetched or read", [], () =>
+      one(oidc.stats.jwksErrors),
+    );
   }
 
   if (sources.access) {

@@ -88,6 +88,11 @@ export interface Principal {
    * them from the JWT alone): the identity is not a directory user, and what it may do travels with it.
    */
   readonly own?: PolicySet;
+  /**
+   * A token identity (an OIDC JWT, src/control/oidc.ts): no directory user, its groups and namespace are the token's
+   * claims, kept as they logged in; ms since the epoch at which the token (its session) expires.
+   */
+  readonly expiresAt?: number;
   /** NATS allow_responses limits of this identity (a user JWT's `resp`); absent: the broker's defaults. */
   readonly responses?: { readonly max: number; readonly ttlMs: number };
 }

@@ -106,6 +106,13 @@ export class HostCheck {
 
 const sha256 = (s: string) => createHash('sha256').update(s).digest('hex');
 
+/** What a dashboard session of an OIDC token user keeps of the token: its claims, and when it expires. */
+export interface TokenSession {
+  groups: string[];
+  namespace: string;
+  expiresAt: number;
+}
+
 /**
  * Dashboard login sessions, kept in the control store as kind `session` under the SHA-256 of the cookie value (the
  * store never holds a usable cookie). A session names its user: deleting the user ends it.
@@ -117,18 +124,22 @@ export class Sessions {
     private readonly now: () => number = Date.now,
   ) {}
 
-  async create(user: string): Promise<{ cookie: string; key: string; csrfToken: string; expiresAt: number }> {
+  /**
+   * `token`: the session of an OIDC token user (no directory user): it keeps the token's groups and namespace and
+   * ends when the token expires, if that comes before the session's own end.
+   */
+  async create(user: string, token?: TokenSession): Promise<{ cookie: string; key: string; csrfToken: string; expiresAt: number }> {
     const cookie = randomBytes(32).toString('base64url');
     const csrfToken = randomBytes(24).toString('base64url');
     const key = sha256(cookie);
     const at = this.now();
-    const expiresAt = at + this.ttlMs;
-    await this.store.putControl('session', key, { user, csrfToken, createdAt: at, expiresAt });
+    const expiresAt = Math.min(at + this.ttlMs, token?.expiresAt ?? Infinity);
+    await this.store.putControl('session', key, { user, csrfToken, createdAt: at, expiresAt, ...(token ? { token } : {}) });
     this.sweep().catch(() => undefined);
     return { cookie, key, csrfToken, expiresAt };
   }
 
-  async get(cookie: string): Promise<{ key: string; user: string; csrfToken: string; expiresAt: number } | null> {
+  async get(cookie: string): Promise<{ key: string; user: string; csrfToken: string; expiresAt: number; token?: TokenSession } | null> {
     if (!/^[A-Za-z0-9_-]{20,100}$/.test(cookie)) return null;
     const key = sha256(cookie);
     const rec = await this.store.getControl('session', key);
@@ -138,7 +149,9 @@ export class Sessions {
       await this.store.deleteControl('session', key);
       return null;
     }
-    return { key, user: String(rec.data.user), csrfToken: String(rec.data.csrfToken), expiresAt };
+    const t = rec.data.token as TokenSession | undefined;
+    const token = t && Array.isArray(t.groups) ? { groups: t.groups.map(String), namespace: String(t.namespace), expiresAt: Number(t.expiresAt) } : undefined;
+    return { key, user: String(rec.data.user), csrfToken: String(rec.data.csrfToken), expiresAt, ...(token ? { token } : {}) };
   }
 
   async delete(key: string): Promise<void> {
@@ -200,8 +213,15 @@ export async function authenticate(a: Authenticator, req: FastifyRequest): Promi
     if (outcome.verdict !== 'ok') {
       const username = basic?.username ?? (bearer !== null ? '(token)' : null);
       a.refusals.log('warn', logKey('admin login refused', remote), { remote, username }, 'admin API login refused: invalid username or password');
-      throw new HttpError(401, 'UNAUTHENTICATED', bearer !== null ? 'invalid or expired API token' : 'invalid username or password', challenge(req));
+      throw new HttpError(
+        401,
+        'UNAUTHENTICATED',
+        bearer !== null ? (a.access.oidc !== null ? 'invalid or expired API token or JWT' : 'invalid or expired API token') : 'invalid username or password',
+        challenge(req),
+      );
     }
+    // An OIDC JWT (its principal carries the token's expiry) is no API token: it has no id to show or delete.
+    if (outcome.principal.expiresAt !== undefined) return { principal: outcome.principal, via: 'jwt' };
     return bearer !== null
       ? { principal: outcome.principal, via: 'token', tokenId: bearer.slice(4, bearer.indexOf('.')) }
       : { principal: outcome.principal, via: 'basic' };
@@ -209,7 +229,7 @@ export async function authenticate(a: Authenticator, req: FastifyRequest): Promi
   const cookie = req.cookies?.[SESSION_COOKIE];
   if (cookie !== undefined && cookie !== '') {
     const s = await a.sessions.get(cookie);
-    if (s === null || a.access.directory.lookup(s.user) === undefined) {
+    if (s === null || (s.token === undefined && a.access.directory.lookup(s.user) === undefined)) {
       throw new HttpError(401, 'UNAUTHENTICATED', 'the session has expired or ended: log in again');
     }
     if (req.method !== 'GET' && req.method !== 'HEAD') {
@@ -218,7 +238,11 @@ export async function authenticate(a: Authenticator, req: FastifyRequest): Promi
         throw new HttpError(403, 'CSRF_TOKEN_MISMATCH', `a request with the session cookie must carry the session's ${CSRF_HEADER} header`);
       }
     }
-    return { principal: a.access.principal(s.user), via: 'session', session: { key: s.key, csrfToken: s.csrfToken, expiresAt: s.expiresAt } };
+    // An OIDC token user's session carries the token's claims (there is no directory user to read them from).
+    const principal = s.token
+      ? { user: s.user, groups: s.token.groups, namespace: s.token.namespace, expiresAt: s.token.expiresAt }
+      : a.access.principal(s.user);
+    return { principal, via: 'session', session: { key: s.key, csrfToken: s.csrfToken, expiresAt: s.expiresAt } };
   }
   if (!a.access.hasUsers) {
     if (isLoopback(remote)) return { principal: BOOTSTRAP, via: 'bootstrap' };

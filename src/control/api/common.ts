@@ -35,7 +35,7 @@ export const STATUS: Record<string, number> = {
 };
 
 /** How a request authenticated. `bootstrap`: loopback while no user exists; `anonymous`: no credentials, allowed. */
-export type AuthVia = 'basic' | 'token' | 'session' | 'bootstrap' | 'anonymous';
+export type AuthVia = 'basic' | 'token' | 'jwt' | 'session' | 'bootstrap' | 'anonymous';
 
 export interface AuthState {
   principal: Principal;
@@ -64,7 +64,8 @@ export function authOf(req: FastifyRequest): AuthState {
 export function may(access: AccessControl, req: FastifyRequest, action: Action, kind: ResourceKind, name: string): boolean {
   const a = authOf(req);
   if (a.via === 'bootstrap') return true;
-  return access.allows(access.principal(a.principal.user), action, kind, name);
+  // A token identity (OIDC) is no directory user: its claims are its principal.
+  return access.allows(a.principal.expiresAt !== undefined ? a.principal : access.principal(a.principal.user), action, kind, name);
 }
 
 /** Throws 403 FORBIDDEN unless the request's principal may do `action` on `kind:name` (denials are logged). */

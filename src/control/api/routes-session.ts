@@ -37,8 +37,12 @@ export function sessionRoutes(app: FastifyInstance, ctx: ApiContext): void {
         ctx.logger.warn({ remote: req.socket.remoteAddress, username }, 'admin API login refused: invalid username or password');
         throw new HttpError(401, 'UNAUTHENTICATED', 'invalid username or password');
       }
-      if (dir.lookup(username) === undefined) throw new HttpError(403, 'FORBIDDEN', 'dashboard sessions are for users of the directory');
-      const s = await sessions.create(username);
+      // An OIDC token (the password field holds it) opens a session for the token's user, with its claims.
+      const p = outcome.principal;
+      const viaToken = p.expiresAt !== undefined && p.user !== null;
+      if (!viaToken && dir.lookup(username) === undefined) throw new HttpError(403, 'FORBIDDEN', 'dashboard sessions are for users of the directory');
+      const user = viaToken ? p.user! : username;
+      const s = await sessions.create(user, viaToken ? { groups: [...p.groups], namespace: p.namespace, expiresAt: p.expiresAt! } : undefined);
       void reply.setCookie(SESSION_COOKIE, s.cookie, {
         httpOnly: true,
         sameSite: 'strict',
@@ -46,8 +50,8 @@ export function sessionRoutes(app: FastifyInstance, ctx: ApiContext): void {
         expires: new Date(s.expiresAt),
         secure: req.protocol === 'https',
       });
-      ctx.logger.info({ user: username, remote: req.socket.remoteAddress }, 'dashboard login');
-      return { user: username, groups: outcome.principal.groups, namespace: outcome.principal.namespace, csrfToken: s.csrfToken, expiresAt: iso(s.expiresAt) };
+      ctx.logger.info({ user, remote: req.socket.remoteAddress, token: viaToken || undefined }, 'dashboard login');
+      return { user, groups: outcome.principal.groups, namespace: outcome.principal.namespace, csrfToken: s.csrfToken, expiresAt: iso(s.expiresAt) };
     },
   );
 
@@ -66,7 +70,7 @@ export function sessionRoutes(app: FastifyInstance, ctx: ApiContext): void {
       namespace: a.principal.namespace,
       via: a.via,
       csrfToken: a.session?.csrfToken ?? null,
-      expiresAt: iso(a.session?.expiresAt),
+      expiresAt: iso(a.session?.expiresAt ?? a.principal.expiresAt),
       admin: may(access, req, 'admin', 'cluster', '*'),
     };
   });

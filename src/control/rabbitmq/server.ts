@@ -156,7 +156,8 @@ export async function startRabbitManagement(opts: RabbitManagementOptions): Prom
       refusals.log('warn', logKey('rabbit login refused', remote), { remote, username: basic.username }, 'management API login refused');
       throw new RabbitError(401, 'not_authorized', 'Login failed', CHALLENGE);
     }
-    req.rabbitCaller = { principal: outcome.principal, name: basic.username };
+    // An OIDC token in the password names its user itself (the Basic username is not looked at).
+    req.rabbitCaller = { principal: outcome.principal, name: outcome.principal.user ?? basic.username };
   });
 
   const caller = (req: FastifyRequest): Caller => {

@@ -75,6 +75,8 @@ export abstract class AmqpConnectionState {
   user: string | null = null;
   /** Who the connection acts as, and its view of the policies (set at login). */
   principal: Principal = ANONYMOUS;
+  /** A connection.update-secret is being checked (update-secret.ts). */
+  secretChecking = false;
   access!: Access;
   /** The name the client logged in with, for refusal texts ("guest" for anonymous, as RabbitMQ's default user). */
   loginName = 'guest';
@@ -509,6 +511,19 @@ export abstract class AmqpConnectionState {
         this.adapter.logLimit.log('info', logKey('amqp handshake timeout', this.remoteAddress), { remote: this.remoteAddress }, 'amqp: handshake timed out');
         this.destroy();
       }
+      return;
+    }
+    // An OIDC token's session ends at its expiry unless connection.update-secret renewed it (RabbitMQ's OAuth 2
+    // backend closes such a connection likewise): the client is told why in connection.close.
+    const exp = this.principal.expiresAt;
+    if (exp !== undefined && now >= exp && !this.secretChecking) {
+      this.adapter.logLimit.log(
+        'info',
+        logKey('amqp credential expired', this.remoteAddress),
+        { remote: this.remoteAddress, user: this.principal.user },
+        'amqp: credential expired, closing',
+      );
+      this.closeWith(320, 'credential expired: renew it with connection.update-secret before it expires');
       return;
     }
     if (this.inCount !== this.seenIn) {

@@ -71,7 +71,6 @@ export class AmqpConnection extends AmqpConnectionState implements AlarmListener
   /** The username and mechanism of the login (connection.update-secret checks a new secret for the same username). */
   loginUsername = '';
   loginMechanism = '';
-  secretChecking = false;
   /** The client-properties of start-ok, as decoded (the management API shows them). */
   clientProperties: Record<string, unknown> | null = null;
 

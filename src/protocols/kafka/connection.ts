@@ -326,6 +326,10 @@ export class KafkaConnection implements ConnectionInfo {
         'request not received whole in time: closing connection',
       );
       this.destroy();
+    } else if (this.saslSession !== null && this.saslSession.expired(now)) {
+      // KIP-368: the session's credential expired and the client did not re-authenticate in time.
+      this.limitedLog('info', { principal: this.saslSession.principal }, 'SASL session expired without re-authentication: closing connection');
+      this.destroy();
     } else if (this.listener.saslRequired && !this.isAuthenticated && now - this.openedAt >= o.authTimeoutMs) {
       this.limitedLog('info', { listener: this.listener.name, limitMs: o.authTimeoutMs }, 'no SASL authentication in time: closing connection');
       this.destroy();
@@ -486,6 +490,12 @@ export class KafkaConnection implements ConnectionInfo {
     if (this.adapter.logger.isLevelEnabled('trace')) {
       this.log.trace({ api: apiName(prefix.apiKey), version: prefix.apiVersion, correlationId: prefix.correlationId }, 'request');
     }
+    if (this.saslSession !== null && this.saslSession.expired(Date.now()) && !PRE_AUTH_APIS.has(prefix.apiKey)) {
+      // KIP-368: a request on a session whose credential expired closes the connection, as Kafka does.
+      this.limitedLog('info', { api: apiName(prefix.apiKey), principal: this.saslSession.principal }, 'request on an expired SASL session: closing connection');
+      this.destroy();
+      return;
+    }
     if (this.listener.saslRequired && !this.isAuthenticated && !PRE_AUTH_APIS.has(prefix.apiKey)) {
       this.limitedLog(
         'warn',
@@ -608,7 +618,8 @@ export class KafkaConnection implements ConnectionInfo {
     if (!ac) return true;
     let principal: Principal;
     const sasl = this.saslSession;
-    if (sasl !== null && sasl.authenticated && sasl.principal !== null) principal = ac.principal(sasl.principal);
+    if (sasl !== null && sasl.authenticated && sasl.identity !== null) principal = sasl.identity;
+    else if (sasl !== null && sasl.authenticated && sasl.principal !== null) principal = ac.principal(sasl.principal);
     else if (this.certUser !== null) principal = ac.principal(this.certUser);
     else if (this.adapter.options.anonymous) principal = ANONYMOUS;
     else {
@@ -643,6 +654,17 @@ export class KafkaConnection implements ConnectionInfo {
     this.quota = null;
     this.access = null;
     return this.openSession();
+  }
+
+  /**
+   * A KIP-368 re-authentication succeeded: the same principal, a new credential (its groups may have changed with
+   * the token); the quota lease stays.
+   */
+  reauthenticated(): void {
+    const ac = this.adapter.options.access;
+    const sasl = this.saslSession;
+    if (!ac || sasl === null || sasl.identity === null) return;
+    this.access = ac.accessFor(sasl.identity, 'kafka', this.remoteAddress);
   }
 
   throttle(ms: number): void {

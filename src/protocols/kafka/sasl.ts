@@ -8,8 +8,11 @@
  *   header, as before KIP-152 (clients fall back to it when a broker does not list SaslAuthenticate).
  * Failures are answered (SaslHandshake: UNSUPPORTED_SASL_MECHANISM / ILLEGAL_SASL_STATE; SaslAuthenticate:
  * SASL_AUTHENTICATION_FAILED / ILLEGAL_SASL_STATE) and the connection is then closed, as Kafka does; with raw
- * v0 tokens there is no way to answer, so the connection is just closed. Re-authentication (KIP-368) is not
- * offered: SaslAuthenticate v1+ reports a session lifetime of 0.
+ * v0 tokens there is no way to answer, so the connection is just closed. Re-authentication (KIP-368) is offered
+ * to sessions whose credential expires (OAUTHBEARER with an OIDC token): SaslAuthenticate v1+ reports the session
+ * lifetime (the token's expiry, capped by --oidc-max-session), the client renews it with SaslHandshake v1 and
+ * SaslAuthenticate on the same connection, and a session that outlives it is closed (connection.ts). PLAIN and
+ * SCRAM sessions have no lifetime (0), as in Kafka without connections.max.reauth.ms.
  *
  * When the control plane's password guard cannot check a token now (its queue is full, or the client's address has
  * failed so often that its next check is booked too far ahead), the connection is closed without an answer. That
@@ -46,6 +49,7 @@ export function handleSaslHandshake(ctx: RequestContext, req: SaslHandshakeReque
 
 export async function handleSaslAuthenticate(ctx: RequestContext, req: SaslAuthenticateRequest): Promise<HandlerResult<SaslAuthenticateResponse>> {
   const { conn } = ctx;
+  const reauth = conn.sasl.reauthenticating;
   const r = await conn.sasl.step(req.authBytes);
   if (r === 'illegal') {
     conn.limitedLog('warn', {}, 'SaslAuthenticate without a pending SASL exchange: closing connection');
@@ -67,12 +71,18 @@ export async function handleSaslAuthenticate(ctx: RequestContext, req: SaslAuthe
       sessionLifetimeMs: 0,
     });
   }
+  let sessionLifetimeMs = 0;
   if (r.state === 'done') {
-    conn.log.info({ principal: r.principal, mechanism: conn.sasl.mechanism }, 'SASL authentication succeeded');
+    const renewed = reauth;
+    conn.log.info({ principal: r.principal, mechanism: conn.sasl.mechanism, reauthentication: renewed || undefined }, 'SASL authentication succeeded');
+    if (renewed) conn.reauthenticated();
     // The principal's session (access, quota lease); a full namespace closes the connection after the SASL step.
-    if (!conn.authenticated()) return CLOSE_CONNECTION;
+    else if (!conn.authenticated()) return CLOSE_CONNECTION;
+    // KIP-368: a credential that expires (an OIDC token) gives the session a lifetime; the client re-authenticates
+    // before it ends, or the connection is closed. At least 1 ms: 0 would mean "no lifetime".
+    if (r.expiresAt !== undefined) sessionLifetimeMs = Math.max(1, r.expiresAt - Date.now());
   }
-  return { errorCode: KafkaErrorCode.NONE, errorMessage: null, authBytes: r.challenge, sessionLifetimeMs: 0 };
+  return { errorCode: KafkaErrorCode.NONE, errorMessage: null, authBytes: r.challenge, sessionLifetimeMs };
 }
 
 /**

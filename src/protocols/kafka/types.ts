@@ -72,6 +72,8 @@ export interface ConnectionInfo {
    * the namespace's connection quota refused it: the caller closes the connection.
    */
   authenticated(): boolean;
+  /** A KIP-368 re-authentication succeeded: the connection takes the renewed principal (same user). */
+  reauthenticated(): void;
 }
 
 /**

@@ -418,6 +418,14 @@ export abstract class MqttLink implements QueueConsumerHost, SessionConnection {
       }
       return;
     }
+    // An OIDC token's session ends at its expiry (v5 DISCONNECT 0xA0 Maximum connect time): the client reconnects
+    // with a fresh token.
+    const exp = this.state === State.Connected ? this.access?.principal.expiresAt : undefined;
+    if (exp !== undefined && now >= exp) {
+      this.logLimited('info', 'token expired', { clientId: this.clientId, remote: this.remote }, 'mqtt client token expired, closing connection');
+      this.disconnectWith(ReasonCode.MAXIMUM_CONNECT_TIME, 'token expired');
+      return;
+    }
     if (this.state !== State.Connected || this.keepaliveMs === 0 || this.readPaused) return;
     // [MQTT-3.1.2-24] close if nothing arrives for 1.5 x keep-alive. While we hold reading paused the
     // client's packets wait in the socket: not its fault.

@@ -22,7 +22,7 @@ import type { Duplex } from 'node:stream';
 import type { Logger } from 'pino';
 import { newPublishInfo, type Engine, type Message, type PublishInfo } from '../../core/index.js';
 import { certificateLogin, type CertUserField } from '../../control/certs.js';
-import { ANONYMOUS, TOKEN_PREFIX, type Access, type AccessControl, type AuthOutcome } from '../../control/index.js';
+import { ANONYMOUS, TOKEN_PREFIX, looksLikeJwt, type Access, type AccessControl, type AuthOutcome } from '../../control/index.js';
 import { LogLimiter, logKey } from '../../util/log-limit.js';
 import type { AdapterContext } from '../types.js';
 import { PayloadBudget, type ConnectOptions } from './codec/index.js';
@@ -277,7 +277,9 @@ export class NatsAdapter implements NatsConnectionHost {
       if (c !== null) return c.verdict === 'ok' ? { ok: true, principal: c.principal } : this.refused();
     }
     if (o.auth_token !== undefined && o.auth_token !== '') {
-      if (o.auth_token.startsWith(TOKEN_PREFIX)) return this.outcome(a.token(o.auth_token, remoteAddress, 'nats'));
+      // An API token, or an OIDC JWT (access.token verifies either).
+      if (o.auth_token.startsWith(TOKEN_PREFIX) || (a.oidc !== null && looksLikeJwt(o.auth_token)))
+        return this.outcome(a.token(o.auth_token, remoteAddress, 'nats'));
       if (this.tokenBytes !== null) return this.checkToken(o.auth_token, remoteAddress);
     }
     if (o.user !== undefined && o.user !== '') {

@@ -144,7 +144,9 @@ export class NatsConnection extends NatsConnectionState {
       return this.fatal(NatsErr.AUTH_VIOLATION, null);
     }
     if (!login(this, r.principal)) return;
-    if (r.expiresAt != null) this.expiresAt = r.expiresAt;
+    // A user JWT's exp (operator mode), or an OIDC token's: -ERR 'User Authentication Expired' then (the sweep).
+    const exp = r.expiresAt ?? r.principal.expiresAt;
+    if (exp != null) this.expiresAt = exp;
     this.authed = true;
     if (this.verbose) this.send(OK);
     this.resumeReading(PAUSE_AUTH);
