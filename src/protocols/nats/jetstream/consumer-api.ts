@@ -11,9 +11,10 @@ import { FlowError, makeMessage } from '../../../core/index.js';
 import { consumerKey, targetOf } from './cluster.js';
 import { checkConsumerUpdate, normalizeConsumerConfig, type ConsumerConfig } from './config.js';
 import { Consumer, type LastPerSubject, type PullRequest } from './consumer.js';
+import { lastPerSubjectParts, startFloors } from './consumer-start.js';
 import { JsErr } from './errors.js';
 import { workqueueRefusal } from './retention.js';
-import { jsOptions } from './stream-view.js';
+import { jsOptions, needsView } from './stream-view.js';
 import { isoTime, lastMatching, scanLog, streamSubjects } from './stream-info.js';
 import { isValidApiName, levelsToTokens, subjectMatches } from './subjects.js';
 import {
@@ -58,9 +59,14 @@ export async function consumerCreate(js: JetStreamState, t: string[], body: stri
   const copies = jsOptions(e.def).mirror !== null || jsOptions(e.def).sources.length > 0;
   const cfg = normalizeConsumerConfig(rc, ephemeral, copies ? ['>'] : streamSubjects(e.def));
   if (isApiError(cfg)) return typed(T_, { error: cfg });
-  if (e.def.partitions !== 1) {
+  // A multi-partition stream is numbered as partition-seq.ts says; what a stream view keeps (deletes, limits, rollups,
+  // workqueue and interest retention, mirrors) is partition 0's only, so those streams keep one partition.
+  const parts = e.def.partitions;
+  if (parts !== 1 && needsView(jsOptions(e.def))) {
     return typed(T_, {
-      error: JsErr.badRequest(`stream has ${e.def.partitions} partitions: JetStream consumers need a single-partition stream`),
+      error: JsErr.badRequest(
+        `stream has ${parts} partitions and JetStream limits, retention, deletes or a mirror: JetStream consumers need a single-partition stream there`,
+      ),
     });
   }
   const name = cfg.name ?? randomName();
@@ -80,10 +86,17 @@ export async function consumerCreate(js: JetStreamState, t: string[], body: stri
     if (refusal !== null) return typed(T_, { error: refusal });
   }
   if (js.consumerCount() >= js.maxConsumers) return typed(T_, { error: JsErr.maximumConsumers() });
-  const lps = cfg.deliver_policy === 'last_per_subject' ? await lastPerSubject(js, stream, cfg.filter_subject) : null;
-  let floor: number;
-  if (lps !== null) floor = lps.sorted.length > 0 ? lps.sorted[0] - 1 : lps.until;
-  else floor = await startFloor(js, stream, cfg);
+  let lps: LastPerSubject | null = null;
+  let floor = 0;
+  let floors: number[] | undefined;
+  if (parts !== 1) {
+    await js.freshen(stream);
+    if (cfg.deliver_policy === 'last_per_subject') ({ lps, floors } = await lastPerSubjectParts(js.engine, stream, parts, cfg.filter_subject));
+    else floors = await startFloors(js.engine, stream, parts, cfg);
+  } else if (cfg.deliver_policy === 'last_per_subject') {
+    lps = await lastPerSubject(js, stream, cfg.filter_subject);
+    floor = lps.sorted.length > 0 ? lps.sorted[0] - 1 : lps.until;
+  } else floor = await startFloor(js, stream, cfg);
   // num_pending in the answer counts live messages: the view caught up first.
   await js.freshView(stream);
   const c = new Consumer(js, stream, name, cfg, Date.now(), !ephemeral, {
@@ -91,7 +104,10 @@ export async function consumerCreate(js: JetStreamState, t: string[], body: stri
     deliveredConsumerSeq: 0,
     ackFloor: floor,
     acked: [],
+    ...(floors !== undefined ? { floors } : {}),
   });
+  // The stream may have grown (CreatePartitions) while the start was looked up: made again over the new count.
+  if (c.partitions !== parts) return typed(T_, { error: JsErr.consumerCreate('the stream changed its partition count meanwhile: try again') });
   c.lps = lps;
   // Interest streams: later messages wait for this consumer (retention.ts).
   if (retention === 'interest') c.since = js.engine.offsets(stream, 0).highWatermark;
@@ -368,16 +384,29 @@ export function groupAdmin(js: JetStreamState): ConsumerGroupAdmin {
         id: `${c.stream}/${c.name}`,
         clientId: c.isPush ? (c.config.deliver_subject ?? '') : 'pull',
         host: '',
-        assignments: [{ stream: c.stream, partition: 0 }],
+        assignments: c.parts.map((pt) => ({ stream: c.stream, partition: pt.index })),
       })),
-    offsets: cs.map((c) => {
+    offsets: cs.flatMap((c) => {
+      if (c.partitions > 1) {
+        // Per partition: offsets done, and what is not done (delivered or not) as its lag.
+        const floors = c.floors();
+        return c.parts.map((pt) => {
+          let end = 0;
+          try {
+            end = js.engine.offsets(c.stream, pt.index).highWatermark;
+          } catch {
+            // stream gone
+          }
+          return { stream: c.stream, partition: pt.index, committed: floors[pt.index], end, lag: Math.max(0, end - floors[pt.index]) };
+        });
+      }
       let end = 0;
       try {
         end = js.engine.offsets(c.stream, 0).highWatermark;
       } catch {
         // stream gone
       }
-      return { stream: c.stream, partition: 0, committed: c.ackFloor, end, lag: lagOf(c) };
+      return [{ stream: c.stream, partition: 0, committed: c.ackFloor, end, lag: lagOf(c) }];
     }),
   });
   const unsupported = () =>

@@ -21,6 +21,8 @@ import {
   type StreamDef,
 } from '../../../core/index.js';
 import { retriable } from './cluster.js';
+import { readAt } from './consumer-parts.js';
+import { placeOf } from './partition-seq.js';
 import { JsErr, type ApiError } from './errors.js';
 import { DEFAULT_DUPLICATE_WINDOW_NS, firstMatching, isoTime, lastMatching } from './stream-info.js';
 import { subjectMatches } from './subjects.js';
@@ -360,6 +362,12 @@ async function requestedSeq(js: JetStreamState, name: string, r: Json): Promise<
 
 /** The stored message at `seq`, or null when the stream does not hold it (never written, trimmed or deleted). */
 async function readStored(js: JetStreamState, name: string, seq: number): Promise<Message | null> {
+  const parts = js.engine.getStream(name)?.def.partitions ?? 1;
+  if (parts > 1) {
+    // A multi-partition stream's sequences (partition-seq.ts); it has no view (consumer-api.ts).
+    const { partition, offset } = placeOf(parts, seq);
+    return readAt(js.engine, name, partition, offset);
+  }
   const { logStartOffset, highWatermark } = js.engine.offsets(name, 0);
   if (seq - 1 < logStartOffset || seq - 1 >= highWatermark) return null;
   const view = await js.freshView(name);

@@ -60,7 +60,7 @@ export class JetStream extends JetStreamState implements Subscriber, JetStreamPu
     }
     for (const r of recs) {
       const def = this.engine.getStream(r.stream);
-      if (!def || def.def.partitions !== 1) continue;
+      if (!def) continue;
       let config: ConsumerConfig;
       try {
         config = JSON.parse(r.config) as ConsumerConfig;

@@ -280,11 +280,12 @@ export function sameBindings(a: string[], b: string[]): boolean {
 }
 
 /**
- * The highest offset of partition 0 whose message satisfies `pred`, or -1: read backwards in windows of offsets
- * from the end (FlowMQ keeps no per-subject index, so "last by subject" costs a scan of what follows the match).
+ * The highest offset of partition 0 (or `partition`) whose message satisfies `pred`, or -1: read backwards in windows
+ * of offsets from the end (FlowMQ keeps no per-subject index, so "last by subject" costs a scan of what follows the
+ * match).
  */
-export async function lastMatching(engine: Engine, stream: string, pred: (m: Message) => boolean): Promise<number> {
-  const { logStartOffset, highWatermark } = engine.offsets(stream, 0);
+export async function lastMatching(engine: Engine, stream: string, pred: (m: Message) => boolean, partition = 0): Promise<number> {
+  const { logStartOffset, highWatermark } = engine.offsets(stream, partition);
   const ownTopic = stream.split('.').join('/');
   const WINDOW = 1024;
   let hi = highWatermark;
@@ -293,7 +294,7 @@ export async function lastMatching(engine: Engine, stream: string, pred: (m: Mes
     let best = -1;
     let offset = lo;
     while (offset < hi) {
-      const batches = await engine.read(stream, 0, offset, 1024 * 1024);
+      const batches = await engine.read(stream, partition, offset, 1024 * 1024);
       if (batches.length === 0) break;
       const before = offset;
       for (const b of batches) {
@@ -334,12 +335,12 @@ export async function firstMatching(engine: Engine, stream: string, from: number
   return -1;
 }
 
-/** Calls `fn` with every message of partition 0 below offset `to`, in order. */
-export async function scanLog(engine: Engine, stream: string, to: number, fn: (seq: number, m: Message) => void): Promise<void> {
+/** Calls `fn` with every message of partition 0 (or `partition`) below offset `to`, in order (seq: offset + 1). */
+export async function scanLog(engine: Engine, stream: string, to: number, fn: (seq: number, m: Message) => void, partition = 0): Promise<void> {
   const ownTopic = stream.split('.').join('/');
-  let offset = engine.offsets(stream, 0).logStartOffset;
+  let offset = engine.offsets(stream, partition).logStartOffset;
   while (offset < to) {
-    const batches = await engine.read(stream, 0, offset, 1024 * 1024);
+    const batches = await engine.read(stream, partition, offset, 1024 * 1024);
     const before = offset;
     for (const b of batches) {
       for (const rec of decodeBatch(b)) {
