@@ -92,7 +92,7 @@ export async function consumerCreate(js: JetStreamState, t: string[], body: stri
   if (parts !== 1) {
     await js.freshen(stream);
     if (cfg.deliver_policy === 'last_per_subject') ({ lps, floors } = await lastPerSubjectParts(js.engine, stream, parts, cfg.filter_subject));
-    else floors = await startFloors(js.engine, stream, parts, cfg);
+    else floors = continuation(js, stream, cfg) ?? (await startFloors(js.engine, stream, parts, cfg));
   } else if (cfg.deliver_policy === 'last_per_subject') {
     lps = await lastPerSubject(js, stream, cfg.filter_subject);
     floor = lps.sorted.length > 0 ? lps.sorted[0] - 1 : lps.until;
@@ -135,6 +135,33 @@ export async function consumerCreate(js: JetStreamState, t: string[], body: stri
   }
   return typed(T_, consumerInfoJson(c));
 }
+
+/**
+ * A new consumer of a multi-partition stream from opt_start_seq S, where another consumer without acks of the same
+ * stream and filter (live, or deleted within CONTINUE_MS) last delivered S - 1: it starts where that one was
+ * (Consumer.continuationFrom), so that an ordered consumer's reset neither skips nor repeats a record.
+ */
+function continuation(js: JetStreamState, stream: string, cfg: ConsumerConfig): number[] | null {
+  if (cfg.deliver_policy !== 'by_start_sequence' || cfg.ack_policy !== 'none') return null;
+  const seq = cfg.opt_start_seq ?? 1;
+  const now = Date.now();
+  const candidates = [
+    ...js.ended
+      .filter((e) => now - e.at <= CONTINUE_MS)
+      .map((e) => e.c)
+      .reverse(),
+    ...js.sortedConsumers(stream),
+  ];
+  for (const c of candidates) {
+    if (c.stream !== stream || c.config.filter_subject !== cfg.filter_subject || c.lastDelivered !== seq - 1) continue;
+    const floors = c.continuationFrom(seq);
+    if (floors !== null && floors.length === js.engine.getStream(stream)?.def.partitions) return floors;
+  }
+  return null;
+}
+
+/** How long a deleted consumer may be continued (an ordered consumer resets within seconds). */
+const CONTINUE_MS = 10 * 60_000;
 
 /** The last sequence of each subject the filter matches, as the stream is now (deliver_policy last_per_subject). */
 export async function lastPerSubject(js: JetStreamState, stream: string, filter: string | undefined): Promise<LastPerSubject> {

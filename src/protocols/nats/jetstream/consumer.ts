@@ -127,6 +127,11 @@ export class Consumer {
   private earliest = Infinity;
   lastDelivered = 0;
   lastAcked = 0;
+  /**
+   * A consumer without acks (what ordered consumers are) of a multi-partition stream: the stream sequences it
+   * delivered lately, in order (continuationFrom); null for the others.
+   */
+  private recent: number[] | null = null;
   /** deliver_policy last_per_subject, until the consumer is past the sequences it chose at creation. */
   lps: LastPerSubject | null = null;
   closed = false;
@@ -237,6 +242,8 @@ export class Consumer {
    */
   setConfig(config: ConsumerConfig): void {
     this.config = config;
+    if (this.partitions > 1 && config.ack_policy === 'none') this.recent ??= [];
+    else this.recent = null;
     const i = this.waiting.findIndex((r) => r.push === true);
     if (i >= 0) this.waiting.splice(i, 1);
     const subject = config.deliver_subject;
@@ -785,6 +792,10 @@ export class Consumer {
     const waitMs = backoff !== undefined ? backoff[Math.min(deliveries - 1, backoff.length - 1)] / 1e6 : this.ackWaitMs;
     this.setDeadline(p, now + waitMs);
     this.lastDelivered = seq;
+    if (this.recent !== null) {
+      this.recent.push(seq);
+      if (this.recent.length > 2 * RECENT) this.recent.splice(0, this.recent.length - RECENT);
+    }
     const pendingAfter = redelivery ? 0 : this.numPendingAfter();
     const ack = `$JS/ACK/${this.stream}/${this.name}/${deliveries}/${seq}/${this.cseq}/${stored.timestamp}000000/${pendingAfter}`;
     const { topic: _t, retain: _r, deliverTopic: _d, guardTopic: _g, status: _s, origin: _o, ...rest } = stored;
@@ -847,8 +858,39 @@ export class Consumer {
     this.closed = true;
     if (notify) for (const req of this.waiting.slice()) if (req.push !== true) this.finish(req, '409 Consumer Deleted', false);
     this.waiting.length = 0;
+    for (const pt of this.parts) {
+      pt.buffer = [];
+      pt.bufAt = 0;
+    }
+  }
+
+  /**
+   * Where a consumer continuing this one after stream sequence `seq - 1` starts (an ordered consumer's reset: a new
+   * consumer from its last stream sequence + 1): the offsets done in each partition right after this consumer
+   * delivered `seq - 1`, or null when it did not deliver it lately. A multi-partition stream's delivery order is not
+   * its sequence order for records arriving in a partition behind the others (docs/nats.md), so "every record from
+   * seq on" would skip or repeat some; this is exactly what the client had not seen yet.
+   */
+  continuationFrom(seq: number): number[] | null {
+    const recent = this.recent;
+    if (recent === null || seq < 2) return null;
+    const j = recent.lastIndexOf(seq - 1);
+    if (j < 0) return null;
+    const floors = this.parts.map((pt) => pt.cursor - 1);
+    // Each partition back to before its first delivery after seq - 1 (the cursor went past it since).
+    const seen = new Set<number>();
+    for (let k = j + 1; k < recent.length && seen.size < this.partitions; k++) {
+      const { pt, local } = this.locate(recent[k]);
+      if (seen.has(pt.index)) continue;
+      seen.add(pt.index);
+      floors[pt.index] = Math.min(floors[pt.index], local - 1);
+    }
+    return floors;
   }
 }
+
+/** Deliveries a consumer without acks of a multi-partition stream remembers for continuationFrom(). */
+const RECENT = 4096;
 
 /** The key under which a stored consumer configuration carries `since` (not part of nats-server's config). */
 export const SINCE_KEY = 'flowmq_interest_since';

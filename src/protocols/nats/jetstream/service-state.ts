@@ -66,6 +66,9 @@ export interface JetStreamAuthorizer {
 const TALLY_BACKLOG = 100_000;
 
 /** The service's state (see the file header); `JetStream` (service.ts) is its one subclass. */
+/** Deleted consumers of multi-partition streams kept for an ordered consumer's reset (JetStreamState.ended). */
+const ENDED_KEPT = 64;
+
 export abstract class JetStreamState implements ConsumerHost {
   readonly id = 'nats:jetstream';
   readonly consumers = new Map<string, Map<string, Consumer>>();
@@ -94,6 +97,11 @@ export abstract class JetStreamState implements ConsumerHost {
   readonly expectChain = new Map<string, Promise<void>>();
   readonly api = { total: 0, errors: 0, denied: 0 };
   readonly dirty = new Set<Consumer>();
+  /**
+   * Consumers of multi-partition streams deleted lately, newest last (at most ENDED_KEPT): a new consumer may continue
+   * one of them (an ordered consumer's reset deletes its consumer, then makes one from its last sequence + 1).
+   */
+  readonly ended: Array<{ c: Consumer; at: number }> = [];
   private flushTimer: NodeJS.Timeout | null = null;
   readonly writes = new Set<Promise<void>>();
   ticker: NodeJS.Timeout | null = null;
@@ -248,6 +256,10 @@ export abstract class JetStreamState implements ConsumerHost {
     const m = this.consumers.get(c.stream);
     if (m?.get(c.name) === c) {
       m.delete(c.name);
+      if (c.partitions > 1 && c.config.ack_policy === 'none') {
+        this.ended.push({ c, at: Date.now() });
+        if (this.ended.length > ENDED_KEPT) this.ended.shift();
+      }
       this.retentionAfterDelete(c);
       this.consumerAction(c, 'delete');
     }
@@ -335,6 +347,7 @@ export abstract class JetStreamState implements ConsumerHost {
       if (this.cluster !== null) void this.cluster.forget('consumer', consumerKey(c.stream, c.name)).catch(() => undefined);
     }
     this.consumers.delete(stream);
+    for (let i = this.ended.length - 1; i >= 0; i--) if (this.ended[i].c.stream === stream) this.ended.splice(i, 1);
     this.dedup.delete(stream);
     this.dropView(stream);
   }

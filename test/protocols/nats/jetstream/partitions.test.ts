@@ -215,3 +215,32 @@ describe('JetStream consumers on a multi-partition stream', () => {
     assert.match(r.error.description, /stream has 3 partitions and JetStream limits/);
   });
 });
+
+describe('an ordered consumer reset on a multi-partition stream', () => {
+  it('a consumer without acks from the last sequence + 1 of a deleted one continues it: nothing skipped, nothing twice', async () => {
+    const { c, engine } = await threeParts();
+    const make = async (name: string, config: Record<string, unknown>) => {
+      const cr = await c.api(`$JS.API.CONSUMER.CREATE.P.${name}`, { stream_name: 'P', config: { name, ack_policy: 'none', max_deliver: 1, ...config } });
+      assert.equal(cr.error, undefined, JSON.stringify(cr.error));
+    };
+    const take = async (name: string, n: number) =>
+      (await c.fetch('P', name, { batch: n, expires: ns(3000) }, n)).map((m) => `${m.payload.toString()}@${sseqOf(m)}`);
+    await make('o1', { deliver_policy: 'by_start_sequence', opt_start_seq: 1 });
+    assert.deepEqual(await take('o1', 6), ['a0@1', 'b0@2', 'a1@4', 'b1@5', 'a2@7', 'a3@10']);
+    // Partition 2 (behind) gets a record numbered below what was delivered; then partition 0 one above.
+    await put(engine, 'P', 2, 'c0');
+    await put(engine, 'P', 0, 'a4');
+    assert.deepEqual(await take('o1', 2), ['c0@3', 'a4@13']);
+    await put(engine, 'P', 2, 'c1');
+    await put(engine, 'P', 1, 'b2');
+    assert.deepEqual(await take('o1', 1), ['c1@6']);
+    // The client saw up to 6; the reset deletes o1 and makes o2 from 7: b2 (8) is what it has not seen.
+    assert.equal((await c.api('$JS.API.CONSUMER.DELETE.P.o1')).success, true);
+    await make('o2', { deliver_policy: 'by_start_sequence', opt_start_seq: 7 });
+    await put(engine, 'P', 0, 'a5');
+    assert.deepEqual(await take('o2', 2), ['b2@8', 'a5@16']);
+    // No consumer delivered 9 last: "every record from 10 on", partition by partition.
+    await make('o3', { deliver_policy: 'by_start_sequence', opt_start_seq: 10 });
+    assert.deepEqual(await take('o3', 3), ['a3@10', 'a4@13', 'a5@16']);
+  });
+});
