@@ -4,6 +4,7 @@
  */
 import { decodeBatch, isValidStreamName, recordToMessage, type Engine, type Message, type StreamDef } from '../../../core/index.js';
 import { JsErr, type ApiError } from './errors.js';
+import { seqOf } from './partition-seq.js';
 import { filterToSubject, isValidApiName, subjectToFilter } from './subjects.js';
 import { jsOptions, mirrorBinding, type JsStreamOptions, type SourceSpec, type StreamView } from './stream-view.js';
 
@@ -48,9 +49,9 @@ export function isoTime(ms: number): string {
   return new Date(ms).toISOString();
 }
 
-async function timestampAt(engine: Engine, stream: string, offset: number): Promise<string> {
+async function timestampAt(engine: Engine, stream: string, offset: number, partition = 0): Promise<string> {
   try {
-    const batches = await engine.read(stream, 0, offset, 1);
+    const batches = await engine.read(stream, partition, offset, 1);
     for (const b of batches) for (const r of decodeBatch(b)) if (r.offset === offset) return isoTime(recordToMessage(r, stream).timestamp);
   } catch {
     // The stream went away meanwhile: no timestamp.
@@ -59,9 +60,9 @@ async function timestampAt(engine: Engine, stream: string, offset: number): Prom
 }
 
 /**
- * The stream's state. Sequences are those of partition 0 (offset + 1; a multi-partition stream's other partitions
- * have their own, which JetStream cannot express), message counts cover every partition; `bytes` is not tracked
- * per stream by FlowMQ's log and reads 0.
+ * The stream's state. Sequences are offset + 1 on one partition, partition-seq.ts's over several (first_seq the
+ * lowest first record's, last_seq the highest last record's); message counts cover every partition; `bytes` is not
+ * tracked per stream by FlowMQ's log and reads 0.
  */
 export async function streamState(engine: Engine, def: StreamDef, consumers: number, view: StreamView | null = null): Promise<Record<string, unknown>> {
   if (view !== null) {
@@ -86,6 +87,7 @@ export async function streamState(engine: Engine, def: StreamDef, consumers: num
     const o = engine.offsets(def.name, p);
     messages += o.highWatermark - o.logStartOffset;
   }
+  if (def.partitions > 1) return { messages, bytes: 0, ...(await partitionedEnds(engine, def)), consumer_count: consumers };
   const { logStartOffset, highWatermark } = engine.offsets(def.name, 0);
   const has = highWatermark > logStartOffset;
   return {
@@ -96,6 +98,35 @@ export async function streamState(engine: Engine, def: StreamDef, consumers: num
     last_seq: highWatermark,
     last_ts: highWatermark > 0 && has ? await timestampAt(engine, def.name, highWatermark - 1) : ZERO_TIME,
     consumer_count: consumers,
+  };
+}
+
+/** first_seq/last_seq (and their times) of a multi-partition stream without a view, in partition-seq.ts's numbering. */
+async function partitionedEnds(engine: Engine, def: StreamDef): Promise<Record<string, unknown>> {
+  const n = def.partitions;
+  let first: { seq: number; p: number; offset: number } | null = null;
+  let last: { seq: number; p: number; offset: number } | null = null;
+  let lastEmpty = 0;
+  for (let p = 0; p < n; p++) {
+    const { logStartOffset, highWatermark } = engine.offsets(def.name, p);
+    if (highWatermark <= logStartOffset) {
+      // Emptied (or never written): nothing to show, but its end still numbers what comes next.
+      if (highWatermark > 0) lastEmpty = Math.max(lastEmpty, seqOf(n, p, highWatermark - 1));
+      continue;
+    }
+    const lo = seqOf(n, p, logStartOffset);
+    const hi = seqOf(n, p, highWatermark - 1);
+    if (first === null || lo < first.seq) first = { seq: lo, p, offset: logStartOffset };
+    if (last === null || hi > last.seq) last = { seq: hi, p, offset: highWatermark - 1 };
+  }
+  if (first === null || last === null) {
+    return { first_seq: lastEmpty === 0 ? 0 : lastEmpty + 1, first_ts: ZERO_TIME, last_seq: lastEmpty, last_ts: ZERO_TIME };
+  }
+  return {
+    first_seq: first.seq,
+    first_ts: await timestampAt(engine, def.name, first.offset, first.p),
+    last_seq: Math.max(last.seq, lastEmpty),
+    last_ts: await timestampAt(engine, def.name, last.offset, last.p),
   };
 }
 

@@ -149,6 +149,9 @@ describe('JetStream consumers on a multi-partition stream', () => {
     );
     c.engine.unsubscribe(live.sub);
 
+    // STREAM.INFO: first and last in the same numbering (p0 holds a0..a4: 13 is the highest).
+    const st = (await c.api('$JS.API.STREAM.INFO.P')).state;
+    assert.deepEqual([st.messages, st.first_seq, st.last_seq], [8, 1, 13]);
     // STREAM.MSG.GET names a record by the same sequence.
     const get = await c.api('$JS.API.STREAM.MSG.GET.P', { seq: 5 });
     assert.equal(Buffer.from(get.message.data, 'base64').toString(), 'b1');
