@@ -18,6 +18,7 @@ import type { Access, AccessControl } from '../../../control/index.js';
 import { LogLimiter } from '../../../util/log-limit.js';
 import { dotsToUnified, FlowError, makeMessage, type Engine, type Message, type StreamDef, type Subscription } from '../../../core/index.js';
 import { consumerKey, encodeDelivery } from './cluster.js';
+import type { ConsumerConfig } from './config.js';
 import { Consumer, type ConsumerHost } from './consumer.js';
 import type { ApiError } from './errors.js';
 import { SubjectTally } from './subject-tally.js';
@@ -229,7 +230,9 @@ export abstract class JetStreamState implements ConsumerHost {
         this.removeConsumersOf(stream);
         continue;
       }
-      for (const c of m.values()) {
+      const partitions = this.engine.getStream(stream)?.def.partitions ?? 1;
+      for (const was of [...m.values()]) {
+        const c = was.partitions === partitions ? was : this.regrown(was);
         c.tick(now);
         const thr = c.config.inactive_threshold;
         const idle = c.isPush ? !c.pushBound : c.waiting.length === 0;
@@ -238,6 +241,26 @@ export abstract class JetStreamState implements ConsumerHost {
         }
       }
     }
+  }
+
+  /**
+   * The consumer's stream grew (Kafka CreatePartitions): the consumer is made again from its record, over the new
+   * partition count (its positions are per partition: consumer.ts PARTS_KEY). Its pull requests carry over; what
+   * waited for an ack is delivered again under its new number (an ack naming the old one is ignored).
+   */
+  private regrown(c: Consumer): Consumer {
+    const r = c.record();
+    const n = new Consumer(this, c.stream, c.name, JSON.parse(r.config) as ConsumerConfig, c.created, c.durable, r);
+    n.epoch = c.epoch;
+    n.lastActive = c.lastActive;
+    const pulls = c.waiting.filter((req) => req.push !== true);
+    c.close(false);
+    this.dirty.delete(c);
+    n.waiting.push(...pulls);
+    this.consumers.get(c.stream)?.set(c.name, n);
+    this.changed(n);
+    n.pump();
+    return n;
   }
 
   add(c: Consumer): void {

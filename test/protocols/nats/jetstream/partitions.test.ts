@@ -247,3 +247,35 @@ describe('an ordered consumer reset on a multi-partition stream', () => {
     assert.deepEqual(await take('o3', 3), ['a3@10', 'a4@13', 'a5@16']);
   });
 });
+
+describe('a multi-partition stream growing (Kafka CreatePartitions)', () => {
+  it('a running consumer is numbered anew over the new count, keeping its place in each partition', async () => {
+    const e = await setup();
+    closers.push(() => e.js.close());
+    const { c, engine } = e;
+    await engine.createStream({ name: 'G', partitions: 2, bindings: ['G'] });
+    await put(engine, 'G', 0, 'x0');
+    await put(engine, 'G', 0, 'x1');
+    await put(engine, 'G', 1, 'y0');
+    await c.api('$JS.API.CONSUMER.CREATE.G.g', { stream_name: 'G', config: { durable_name: 'g', ack_policy: 'explicit', ack_wait: ns(60_000) } });
+    const got = await c.fetch('G', 'g', { batch: 3, no_wait: true }, 3);
+    assert.deepEqual(
+      got.map((m) => `${m.payload.toString()}@${sseqOf(m)}`),
+      ['x0@1', 'y0@2', 'x1@3'],
+    );
+    await c.ackSync(got[0]);
+    await c.ackSync(got[1]);
+    await engine.addPartitions('G', 3);
+    await put(engine, 'G', 2, 'z0');
+    // Over 3 partitions: z0 is 3, x1 (delivered, not acked) 4, delivered again.
+    const next = await c.fetch('G', 'g', { batch: 2, expires: ns(3000) }, 2);
+    assert.deepEqual(
+      next.map((m) => `${m.payload.toString()}@${sseqOf(m)}x${field(m, 4)}`),
+      ['z0@3x1', 'x1@4x2'],
+    );
+    assert.deepEqual([field(next[0], 6), field(next[1], 6)], [4, 5], 'the consumer sequence goes on');
+    for (const m of next) await c.ackSync(m);
+    const info = await c.api('$JS.API.CONSUMER.INFO.G.g');
+    assert.deepEqual([info.num_ack_pending, info.num_pending, info.delivered.stream_seq], [0, 0, 4]);
+  });
+});
