@@ -696,7 +696,7 @@ export class Consumer {
 
   /** The next message of partition `pt` this consumer delivers, read if need be, or null when it has none now. */
   private async headOf(pt: Part): Promise<Entry | null> {
-    const bytes = this.partitions === 1 ? READ_BYTES : Math.max(READ_BYTES / this.partitions, 32 * 1024);
+    const bytes = this.partitions === 1 ? READ_BYTES : Math.max(Math.floor(READ_BYTES / this.partitions), 32 * 1024);
     for (;;) {
       while (pt.bufAt < pt.buffer.length && pt.buffer[pt.bufAt].local < pt.cursor) pt.bufAt++;
       if (pt.bufAt >= pt.buffer.length) {
