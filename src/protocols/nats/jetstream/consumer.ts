@@ -1,6 +1,7 @@
 /**
- * One JetStream pull consumer over a single-partition FlowMQ stream: its position, the deliveries waiting for an
- * ack, and the pull requests waiting for messages.
+ * One JetStream consumer (pull, or push through a standing request) over a FlowMQ stream: its position, the
+ * deliveries waiting for an ack, and the pull requests waiting for messages. What follows is the single-partition
+ * model; a stream of several partitions (last paragraph) keeps one such position per partition.
  *
  * Position (JetStream's model, stream sequence = offset + 1): `cursor` is the next stream sequence to look at;
  * every sequence below it was delivered, skipped by the filter, or acked before a restart. `pending` holds the
@@ -570,8 +571,12 @@ export class Consumer {
     if (!any) return;
     this.lastAcked = Date.now();
     if (this.partitions > 1) {
-      const floors = this.floors();
-      for (const s of this.acked) if (this.belowFloor(s, floors)) this.acked.delete(s);
+      // Pruned now and then: finding each partition's floor walks the pending deliveries, and an ack below its floor
+      // left in the set changes nothing (record() leaves such acks out).
+      if (this.acked.size > ACKED_PRUNE) {
+        const floors = this.floors();
+        for (const s of this.acked) if (this.belowFloor(s, floors)) this.acked.delete(s);
+      }
     } else {
       const floor = this.ackFloor;
       if (floor !== before) for (const s of this.acked) if (s <= floor) this.acked.delete(s);
@@ -889,6 +894,8 @@ export class Consumer {
   }
 }
 
+/** Multi-partition consumers: acks kept before those below their partition's floor are dropped from the set. */
+const ACKED_PRUNE = 1024;
 /** Deliveries a consumer without acks of a multi-partition stream remembers for continuationFrom(). */
 const RECENT = 4096;
 
