@@ -82,7 +82,7 @@ describe('e2e: nats.js JetStream consumers on a 3-partition Kafka topic', () => 
 
   it('pull consume(): every record once, partitions in order, a nak and an ack_wait expiry redelivered, max_deliver', async () => {
     const jsm = await nc.jetstreamManager();
-    await jsm.consumers.add(STREAM, { durable_name: 'pull', ack_policy: AckPolicy.Explicit, ack_wait: nanos(400), max_deliver: 2 });
+    await jsm.consumers.add(STREAM, { durable_name: 'pull', ack_policy: AckPolicy.Explicit, ack_wait: nanos(1000), max_deliver: 2 });
     const c = await nc.jetstream().consumers.get(STREAM, 'pull');
     const first: JsMsg[] = [];
     const again: JsMsg[] = [];
@@ -119,7 +119,7 @@ describe('e2e: nats.js JetStream consumers on a 3-partition Kafka topic', () => 
     );
   });
 
-  it('push consumer with acks: every record once, partitions in order', async () => {
+  it('push consumers, with acks and ordered: every record once, partitions in order', async () => {
     const inbox = createInbox();
     const opts = consumerOpts().durable('push').deliverTo(inbox).ackExplicit().deliverAll().bindStream(STREAM);
     const sub = await nc.jetstream().subscribe(STREAM, opts);
@@ -132,6 +132,14 @@ describe('e2e: nats.js JetStream consumers on a 3-partition Kafka topic', () => 
     assertOrderedOnce(got, sent, 'push');
     const info = await (await nc.jetstreamManager()).consumers.info(STREAM, 'push');
     assert.equal(info.num_pending, 0);
+    // nats.js's ordered push consumer (flow control, heartbeats, no acks) too.
+    const ordered = await nc.jetstream().subscribe(STREAM, consumerOpts().orderedConsumer().bindStream(STREAM));
+    const seen: JsMsg[] = [];
+    for await (const m of ordered) {
+      seen.push(m);
+      if (seen.length === sent.length) break;
+    }
+    assertOrderedOnce(seen, sent, 'ordered push');
   });
 
   it('ordered consumer (js.consumers.get): reset after records arrived in a partition behind: nothing skipped, nothing twice', async () => {
