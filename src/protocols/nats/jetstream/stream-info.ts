@@ -343,13 +343,16 @@ export async function lastMatching(engine: Engine, stream: string, pred: (m: Mes
   return -1;
 }
 
-/** The lowest offset >= `from` of partition 0 whose message satisfies `pred`, or -1 (a forward scan of the log). */
-export async function firstMatching(engine: Engine, stream: string, from: number, pred: (m: Message) => boolean): Promise<number> {
+/**
+ * The lowest offset >= `from` of partition 0 (or `partition`) whose message satisfies `pred`, or -1 (a forward scan
+ * of the log).
+ */
+export async function firstMatching(engine: Engine, stream: string, from: number, pred: (m: Message) => boolean, partition = 0): Promise<number> {
   const ownTopic = stream.split('.').join('/');
-  const { logStartOffset, highWatermark } = engine.offsets(stream, 0);
+  const { logStartOffset, highWatermark } = engine.offsets(stream, partition);
   let offset = Math.max(from, logStartOffset);
   while (offset < highWatermark) {
-    const batches = await engine.read(stream, 0, offset, 1024 * 1024);
+    const batches = await engine.read(stream, partition, offset, 1024 * 1024);
     const before = offset;
     for (const b of batches) {
       for (const rec of decodeBatch(b)) {

@@ -69,8 +69,8 @@ after(async () => {
 });
 
 /** Appends one record to partition `p` of stream `s` (as a Kafka producer with a key hashed there would). */
-async function put(engine: Engine, s: string, p: number, payload: string, timestamp = Date.now()): Promise<void> {
-  const msg = makeMessage(s.split('.').join('/'), Buffer.from(payload), { timestamp });
+async function put(engine: Engine, s: string, p: number, payload: string, timestamp = Date.now(), topic = s.split('.').join('/')): Promise<void> {
+  const msg = makeMessage(topic, Buffer.from(payload), { timestamp });
   await engine.produce(s, p, encodeBatch([messageToRecord(msg, s.split('.').join('/'))])).durable;
 }
 
@@ -216,6 +216,31 @@ describe('JetStream consumers on a multi-partition stream', () => {
     const r = await c.api('$JS.API.CONSUMER.CREATE.V.k', { stream_name: 'V', config: { durable_name: 'k', ack_policy: 'explicit' } });
     assert.equal(r.error.code, 400);
     assert.match(r.error.description, /stream has 3 partitions and JetStream limits/);
+  });
+});
+
+describe('STREAM.MSG.GET by subject on a multi-partition stream', () => {
+  it('last_by_subj is the latest record of the subject by timestamp; next_by_subj the lowest sequence from a sequence', async () => {
+    const e = await setup();
+    closers.push(() => e.js.close());
+    const { c, engine } = e;
+    await engine.createStream({ name: 'S', partitions: 3, bindings: ['s/#'] });
+    const t0 = Date.now();
+    await put(engine, 'S', 0, 'a1', t0, 's/a');
+    await put(engine, 'S', 1, 'b1', t0 + 1, 's/b');
+    await put(engine, 'S', 2, 'a2', t0 + 3, 's/a');
+    await put(engine, 'S', 0, 'a3', t0 + 2, 's/a');
+    const get = async (req: Record<string, unknown>) => {
+      const r = await c.api('$JS.API.STREAM.MSG.GET.S', req);
+      return r.error !== undefined ? r.error.err_code : `${Buffer.from(r.message.data, 'base64').toString()}@${r.message.seq}:${r.message.subject}`;
+    };
+    assert.equal(await get({ last_by_subj: 's.a' }), 'a2@3:s.a', 'a2 is the latest by time though a3 (4) has the higher sequence');
+    assert.equal(await get({ last_by_subj: 's.b' }), 'b1@2:s.b');
+    assert.equal(await get({ next_by_subj: 's.a' }), 'a1@1:s.a');
+    assert.equal(await get({ next_by_subj: 's.a', seq: 2 }), 'a2@3:s.a');
+    assert.equal(await get({ next_by_subj: 's.a', seq: 4 }), 'a3@4:s.a');
+    assert.equal(await get({ next_by_subj: 's.b', seq: 3 }), 10037);
+    assert.equal(await get({ last_by_subj: 's.c' }), 10037);
   });
 });
 
