@@ -21,11 +21,11 @@
  * offset (under PARTS_KEY in the stored configuration, with the partition count they were numbered with), the
  * scalar ack floor and delivered sequence being derived from them.
  */
-import { dotsToUnified, makeMessage, type ConsumerRecord, type Engine, type Header, type Message } from '../../../core/index.js';
+import { dotsToUnified, makeMessage, type ConsumerRecord, type Engine, type Header, type Message, type StreamDef } from '../../../core/index.js';
 import type { ConsumerConfig } from './config.js';
 import { fillPart, newPart, readAt, type Entry, type Part } from './consumer-parts.js';
 import { floorSeq, placeOf, seqOf } from './partition-seq.js';
-import type { StreamView } from './stream-view.js';
+import { jsOptions, needsView, type StreamView } from './stream-view.js';
 import { subjectMatches } from './subjects.js';
 
 /** What a consumer needs from the JetStream service. */
@@ -159,7 +159,8 @@ export class Consumer {
     readonly durable: boolean,
     state: ConsumerStart,
   ) {
-    const n = Math.max(1, host.engine.getStream(stream)?.def.partitions ?? 1);
+    const def = host.engine.getStream(stream)?.def;
+    const n = def === undefined ? 1 : consumedPartitions(def);
     this.partitions = n;
     this.cseq = state.deliveredConsumerSeq;
     const stored = config as ConsumerConfig & { [SINCE_KEY]?: unknown; [DELIVERIES_KEY]?: unknown; [PARTS_KEY]?: unknown };
@@ -908,6 +909,15 @@ export const DELIVERIES_KEY = 'flowmq_deliveries';
  * numbering), and per partition the offsets done (`floors`) and the highest delivered offset + 1 (`delivered`).
  */
 export const PARTS_KEY = 'flowmq_partitions';
+
+/**
+ * The partitions a consumer of the stream reads: all of them, or partition 0 alone on a stream with a view (deletes,
+ * limits, rollups, retention, mirrors: stream-view.ts numbers partition 0 only). Consumers are not made on such a
+ * stream of several partitions (consumer-api.ts); one made before the stream grew through Kafka goes on as it was.
+ */
+export function consumedPartitions(def: StreamDef): number {
+  return def.partitions > 1 && needsView(jsOptions(def)) ? 1 : Math.max(1, def.partitions);
+}
 
 /** PARTS_KEY's value, checked (null: absent or unreadable). */
 function storedParts(v: unknown): { n: number; floors: number[]; delivered: number[] } | null {

@@ -21,6 +21,7 @@ import {
   type StreamDef,
 } from '../../../core/index.js';
 import { retriable } from './cluster.js';
+import { consumedPartitions } from './consumer.js';
 import { readAt } from './consumer-parts.js';
 import { firstOffsetFrom, placeOf, seqOf } from './partition-seq.js';
 import { JsErr, type ApiError } from './errors.js';
@@ -339,7 +340,8 @@ async function requestedSeq(js: JetStreamState, name: string, r: Json): Promise<
   const next = r.next_by_subj ?? '';
   if (!isCount(seq) || typeof last !== 'string' || typeof next !== 'string') return JsErr.badRequest();
   if ((seq > 0 && last !== '') || (seq === 0 && last === '' && next === '') || (last !== '' && next !== '')) return JsErr.badRequest();
-  const parts = js.engine.getStream(name)?.def.partitions ?? 1;
+  const def = js.engine.getStream(name)?.def;
+  const parts = def === undefined ? 1 : consumedPartitions(def);
   if (parts > 1 && (last !== '' || next !== '')) return partitionedSeq(js, name, parts, last, next, seq);
   if (last !== '') {
     const view = await js.freshView(name);
@@ -390,7 +392,8 @@ async function partitionedSeq(js: JetStreamState, name: string, parts: number, l
 
 /** The stored message at `seq`, or null when the stream does not hold it (never written, trimmed or deleted). */
 async function readStored(js: JetStreamState, name: string, seq: number): Promise<Message | null> {
-  const parts = js.engine.getStream(name)?.def.partitions ?? 1;
+  const def = js.engine.getStream(name)?.def;
+  const parts = def === undefined ? 1 : consumedPartitions(def);
   if (parts > 1) {
     // A multi-partition stream's sequences (partition-seq.ts); it has no view (consumer-api.ts).
     const { partition, offset } = placeOf(parts, seq);

@@ -19,7 +19,7 @@ import { LogLimiter } from '../../../util/log-limit.js';
 import { dotsToUnified, FlowError, makeMessage, type Engine, type Message, type StreamDef, type Subscription } from '../../../core/index.js';
 import { consumerKey, encodeDelivery } from './cluster.js';
 import type { ConsumerConfig } from './config.js';
-import { Consumer, type ConsumerHost } from './consumer.js';
+import { Consumer, consumedPartitions, type ConsumerHost } from './consumer.js';
 import type { ApiError } from './errors.js';
 import { SubjectTally } from './subject-tally.js';
 import { jsOptions, MAX_DELETE_RULES, needsView, StreamView, type DeleteRule } from './stream-view.js';
@@ -230,7 +230,8 @@ export abstract class JetStreamState implements ConsumerHost {
         this.removeConsumersOf(stream);
         continue;
       }
-      const partitions = this.engine.getStream(stream)?.def.partitions ?? 1;
+      const def = this.engine.getStream(stream)?.def;
+      const partitions = def === undefined ? 1 : consumedPartitions(def);
       for (const was of [...m.values()]) {
         const c = was.partitions === partitions ? was : this.regrown(was);
         c.tick(now);

@@ -212,7 +212,18 @@ describe('JetStream consumers on a multi-partition stream', () => {
     const { c, engine, js } = await setup();
     closers.push(() => js.close());
     await c.api('$JS.API.STREAM.CREATE.V', { name: 'V', subjects: ['v.>'], max_msgs: 10 });
+    await c.api('$JS.API.CONSUMER.CREATE.V.old', { stream_name: 'V', config: { durable_name: 'old', ack_policy: 'explicit' } });
+    await c.publish('v.1', 'one');
+    await c.publish('v.1', 'two');
     await engine.addPartitions('V', 3);
+    // A consumer made before the stream grew goes on over partition 0, numbered offset + 1, as the view is (a tick,
+    // which makes a consumer whose stream grew again, changes nothing for it).
+    js.tick();
+    const old = await c.fetch('V', 'old', { batch: 2, expires: ns(2000) }, 2);
+    assert.deepEqual(
+      old.map((m) => `${m.payload.toString()}@${sseqOf(m)}`),
+      ['one@1', 'two@2'],
+    );
     const r = await c.api('$JS.API.CONSUMER.CREATE.V.k', { stream_name: 'V', config: { durable_name: 'k', ack_policy: 'explicit' } });
     assert.equal(r.error.code, 400);
     assert.match(r.error.description, /stream has 3 partitions and JetStream limits/);
