@@ -89,7 +89,7 @@ async function threeParts() {
 
 describe('JetStream consumers on a multi-partition stream', () => {
   it('delivers every record once, in ascending stream sequence, each partition in order; acks, naks, info', async () => {
-    const { c } = await threeParts();
+    const { c, js } = await threeParts();
     const cr = await c.api('$JS.API.CONSUMER.CREATE.P.k', { stream_name: 'P', config: { durable_name: 'k', ack_policy: 'explicit', ack_wait: ns(30_000) } });
     assert.equal(cr.error, undefined);
     assert.equal(cr.num_pending, 6);
@@ -135,6 +135,16 @@ describe('JetStream consumers on a multi-partition stream', () => {
     // Everything stored is done; partition 2 has no record yet: the floor is below its next sequence (3).
     assert.equal(info.ack_floor.stream_seq, 2);
 
+    // The admin API's consumer groups: one offset row per partition (offsets done, end, lag).
+    const group = await js.groupAdmin().describe('k');
+    assert.deepEqual(
+      group?.offsets.map((o) => [o.partition, o.committed, o.end, o.lag]),
+      [
+        [0, 4, 4, 0],
+        [1, 2, 2, 0],
+        [2, 0, 0, 0],
+      ],
+    );
     // A record arriving in the partition behind the others is delivered with its own (lower) sequence.
     const live = c.pull('P', 'k', { batch: 2, expires: ns(5000) });
     await put(c.engine, 'P', 2, 'c0');
