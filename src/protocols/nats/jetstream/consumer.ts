@@ -21,11 +21,24 @@
  * offset (under PARTS_KEY in the stored configuration, with the partition count they were numbered with), the
  * scalar ack floor and delivered sequence being derived from them.
  */
-import { dotsToUnified, makeMessage, type ConsumerRecord, type Engine, type Header, type Message, type StreamDef } from '../../../core/index.js';
+import { dotsToUnified, makeMessage, type ConsumerRecord, type Engine, type Header, type Message } from '../../../core/index.js';
 import type { ConsumerConfig } from './config.js';
-import { fillPart, newPart, readAt, type Entry, type Part } from './consumer-parts.js';
-import { floorSeq, placeOf, seqOf } from './partition-seq.js';
-import { jsOptions, needsView, type StreamView } from './stream-view.js';
+import { fillPart, readAt, type Entry, type Part } from './consumer-parts.js';
+import {
+  consumedPartitions,
+  continuationOf,
+  DELIVERIES_KEY,
+  locate,
+  partFloors,
+  PARTS_KEY,
+  pendingOverParts,
+  restoreState,
+  SINCE_KEY,
+  type ConsumerStart,
+  type LastPerSubject,
+} from './consumer-state.js';
+import { floorSeq, seqOf } from './partition-seq.js';
+import type { StreamView } from './stream-view.js';
 import { subjectMatches } from './subjects.js';
 
 /** What a consumer needs from the JetStream service. */
@@ -48,16 +61,6 @@ export interface ConsumerHost {
   consumed(c: Consumer, seq: number): void;
   /** Cluster mode (non-null): push flow control is off (an answer may reach another broker). */
   readonly cluster: object | null;
-}
-
-/** deliver_policy last_per_subject: up to `until`, only these sequences (each subject's last when created). */
-export interface LastPerSubject {
-  until: number;
-  /** A multi-partition stream: `until` of each partition, as local sequences (offset + 1). */
-  untils?: number[];
-  seqs: Set<number>;
-  /** The same, ascending. */
-  sorted: number[];
 }
 
 interface Pending {
@@ -99,16 +102,6 @@ const WAIT_MS = 5000;
  */
 export const FLOW_WINDOW_BYTES = 1024 * 1024;
 let flowIds = 0;
-
-/** What a consumer starts from: a stored record, or a new consumer's floor (with one per partition on P > 1). */
-export interface ConsumerStart {
-  deliveredSeq: number;
-  deliveredConsumerSeq: number;
-  ackFloor: number;
-  acked: number[];
-  /** A new consumer of a multi-partition stream: offsets done in each partition (its deliver policy). */
-  floors?: number[];
-}
 
 export class Consumer {
   /** Partitions of the stream when the consumer was made (its sequences are numbered over this many). */
@@ -163,73 +156,23 @@ export class Consumer {
     const n = def === undefined ? 1 : consumedPartitions(def);
     this.partitions = n;
     this.cseq = state.deliveredConsumerSeq;
-    const stored = config as ConsumerConfig & { [SINCE_KEY]?: unknown; [DELIVERIES_KEY]?: unknown; [PARTS_KEY]?: unknown };
-    // Each partition's done offsets and highest delivered offset + 1, numbered over `was` partitions: a stored
-    // single-partition state is partition 0's (a stream grown by CreatePartitions starts its new partitions at 0).
-    let was = 1;
-    let floors = [state.ackFloor];
-    let delivered = [state.deliveredSeq];
-    const kept = storedParts(stored[PARTS_KEY]);
-    if (state.floors !== undefined) {
-      was = n;
-      floors = state.floors;
-      delivered = state.floors;
-    } else if (kept !== null) ({ n: was, floors, delivered } = kept);
-    for (let p = 0; p < n; p++) this.parts.push(newPart(p, floors[p] ?? 0, delivered[p] ?? 0));
-    /** A stored sequence renumbered over the partitions now, with its local place; null when done or unknown. */
-    const renumber = (seq: number, upToDelivered: boolean): number | null => {
-      const { partition, offset } = placeOf(was, seq);
-      const pt = this.parts[partition];
-      if (pt === undefined || offset + 1 <= (floors[partition] ?? 0)) return null;
-      if (upToDelivered && offset + 1 > pt.replayUpTo) return null;
-      return seqOf(n, partition, offset);
-    };
-    for (const s of state.acked) {
-      const r = Number.isSafeInteger(s) && s >= 1 ? renumber(s, false) : null;
-      if (r !== null) this.acked.add(r);
-    }
-    if (stored[SINCE_KEY] !== undefined || stored[DELIVERIES_KEY] !== undefined || stored[PARTS_KEY] !== undefined) {
-      // A configuration loaded from the store: `since`, the positions and the delivery counts out of it (record()).
-      const { [SINCE_KEY]: since, [DELIVERIES_KEY]: counts, [PARTS_KEY]: _parts, ...rest } = stored;
-      if (typeof since === 'number' && Number.isSafeInteger(since)) this.since = since;
-      if (Array.isArray(counts)) {
-        for (let i = 0; i + 1 < counts.length; i += 2) {
-          const seq: unknown = counts[i];
-          const c: unknown = counts[i + 1];
-          if (typeof seq !== 'number' || typeof c !== 'number' || !Number.isSafeInteger(seq) || !Number.isSafeInteger(c) || seq < 1) continue;
-          const r = renumber(seq, true);
-          if (r !== null && c > 1 && !this.acked.has(r)) this.rdc.set(r, c);
-        }
-      }
-      config = rest;
-    }
+    const r = restoreState(n, config, state);
+    this.parts.push(...r.parts);
+    for (const seq of r.acked) this.acked.add(seq);
+    for (const [seq, count] of r.rdc) this.rdc.set(seq, count);
+    this.since = r.since;
+    config = r.config;
     this.setConfig(config);
   }
 
   /** The partition and local sequence (offset + 1) of stream sequence `seq`. */
   private locate(seq: number): { pt: Part; local: number } {
-    if (this.partitions === 1) return { pt: this.parts[0], local: seq };
-    const { partition, offset } = placeOf(this.partitions, seq);
-    return { pt: this.parts[partition], local: offset + 1 };
+    return locate(this.parts, seq);
   }
 
   /** Offsets done in each partition (the per-partition ack floors, as local sequences). */
   floors(): number[] {
-    const out = this.parts.map((pt) => pt.cursor - 1);
-    if (this.partitions === 1) {
-      for (const k of this.pending.keys()) return [k - 1];
-      return out;
-    }
-    // Per partition, first deliveries are in offset order: a partition's first pending key is its lowest.
-    const seen = new Set<number>();
-    for (const k of this.pending.keys()) {
-      const { pt, local } = this.locate(k);
-      if (seen.has(pt.index)) continue;
-      seen.add(pt.index);
-      out[pt.index] = Math.min(out[pt.index], local - 1);
-      if (seen.size === this.partitions) break;
-    }
-    return out;
+    return partFloors(this.parts, this.pending.keys());
   }
 
   /** Whether `seq` is at or below its partition's ack floor (`floors` from floors()). */
@@ -374,20 +317,7 @@ export class Consumer {
    * past its cursor (an upper bound for a filtered consumer), deliver last_per_subject's choice while not passed.
    */
   private numPendingParts(): number {
-    const lps = this.lps;
-    let n = 0;
-    for (const pt of this.parts) {
-      const { highWatermark } = this.host.engine.offsets(this.stream, pt.index);
-      const until = lps?.untils?.[pt.index] ?? 0;
-      n += Math.max(0, highWatermark - Math.max(pt.cursor - 1, until));
-    }
-    if (lps !== null) {
-      for (const seq of lps.sorted) {
-        const { pt, local } = this.locate(seq);
-        if (local >= pt.cursor) n++;
-      }
-    }
-    return n;
+    return pendingOverParts(this.host.engine, this.stream, this.parts, this.lps);
   }
 
   // ------------------------------------------------------------ pull requests
@@ -878,20 +808,7 @@ export class Consumer {
    * seq on" would skip or repeat some; this is exactly what the client had not seen yet.
    */
   continuationFrom(seq: number): number[] | null {
-    const recent = this.recent;
-    if (recent === null || seq < 2) return null;
-    const j = recent.lastIndexOf(seq - 1);
-    if (j < 0) return null;
-    const floors = this.parts.map((pt) => pt.cursor - 1);
-    // Each partition back to before its first delivery after seq - 1 (the cursor went past it since).
-    const seen = new Set<number>();
-    for (let k = j + 1; k < recent.length && seen.size < this.partitions; k++) {
-      const { pt, local } = this.locate(recent[k]);
-      if (seen.has(pt.index)) continue;
-      seen.add(pt.index);
-      floors[pt.index] = Math.min(floors[pt.index], local - 1);
-    }
-    return floors;
+    return this.recent === null ? null : continuationOf(this.parts, this.recent, seq);
   }
 }
 
@@ -900,34 +817,7 @@ const ACKED_PRUNE = 1024;
 /** Deliveries a consumer without acks of a multi-partition stream remembers for continuationFrom(). */
 const RECENT = 4096;
 
-/** The key under which a stored consumer configuration carries `since` (not part of nats-server's config). */
-export const SINCE_KEY = 'flowmq_interest_since';
-/** The key under which it carries the delivery counts above 1 of unacked deliveries, flat [seq, count, ...]. */
-export const DELIVERIES_KEY = 'flowmq_deliveries';
-/**
- * The key under which a consumer of a multi-partition stream carries its positions: `n` partitions (its sequences'
- * numbering), and per partition the offsets done (`floors`) and the highest delivered offset + 1 (`delivered`).
- */
-export const PARTS_KEY = 'flowmq_partitions';
-
-/**
- * The partitions a consumer of the stream reads: all of them, or partition 0 alone on a stream with a view (deletes,
- * limits, rollups, retention, mirrors: stream-view.ts numbers partition 0 only). Consumers are not made on such a
- * stream of several partitions (consumer-api.ts); one made before the stream grew through Kafka goes on as it was.
- */
-export function consumedPartitions(def: StreamDef): number {
-  return def.partitions > 1 && needsView(jsOptions(def)) ? 1 : Math.max(1, def.partitions);
-}
-
-/** PARTS_KEY's value, checked (null: absent or unreadable). */
-function storedParts(v: unknown): { n: number; floors: number[]; delivered: number[] } | null {
-  if (v === null || typeof v !== 'object') return null;
-  const { n, floors, delivered } = v as { n?: unknown; floors?: unknown; delivered?: unknown };
-  const counts = (a: unknown): a is number[] => Array.isArray(a) && a.every((x) => typeof x === 'number' && Number.isSafeInteger(x) && x >= 0);
-  if (typeof n !== 'number' || !Number.isSafeInteger(n) || n < 1 || !counts(floors) || !counts(delivered)) return null;
-  if (floors.length !== n || delivered.length !== n) return null;
-  return { n, floors, delivered };
-}
+export { consumedPartitions, DELIVERIES_KEY, PARTS_KEY, SINCE_KEY, type ConsumerStart, type LastPerSubject };
 
 function insertSorted(a: number[], v: number): void {
   let i = a.length;
