@@ -360,7 +360,7 @@ describe('e2e: AMQP super streams with pika and JetStream', () => {
     await assert.rejects((await f.nc.jetstreamManager()).streams.info('pk'), /not found/);
   });
 
-  it('JetStream reads a one-partition super stream; one of several partitions has info but no consumers', async () => {
+  it('JetStream reads a one-partition super stream, and one of several partitions (sequence offset * 3 + partition + 1)', async () => {
     const ch = await f.conn.createConfirmChannel();
     await declareSuperStream(ch, 'solo', ['0']);
     await declareSuperStream(ch, 'multi', ['0', '1', '2']);
@@ -380,6 +380,18 @@ describe('e2e: AMQP super streams with pika and JetStream', () => {
     }
     assert.deepEqual(got, ['s1', 's2']);
     assert.equal((await jsm.streams.info('multi')).state.messages, 3);
-    await assert.rejects(jsm.consumers.add('multi', { durable_name: 'r', ack_policy: AckPolicy.Explicit }), /single-partition/);
+    await jsm.consumers.add('multi', { durable_name: 'r', ack_policy: AckPolicy.Explicit });
+    const mc = await f.nc.jetstream().consumers.get('multi', 'r');
+    const multi: Array<[string, number]> = [];
+    for await (const m of await mc.fetch({ max_messages: 3, expires: 10_000 })) {
+      multi.push([m.string(), m.seq]);
+      m.ack();
+    }
+    // One record in each partition, at offset 0: sequences 1, 2, 3 (docs/nats.md, "Multi-partition streams").
+    assert.deepEqual(multi, [
+      ['m0', 1],
+      ['m1', 2],
+      ['m2', 3],
+    ]);
   });
 });

@@ -119,6 +119,38 @@ describe('e2e cluster: NATS and JetStream across three brokers', { timeout: 180_
     await assert.rejects(jsm3.streams.update('OVB', { subjects: ['ovb', '*.y'] }), /subjects overlap with an existing stream/);
   });
 
+  it('JetStream on a 3-partition stream: a durable pull consumer through every broker gets each record once, partitions in order', async () => {
+    await c.broker(1).proc.api('POST', '/api/v1/streams', { name: 'PARTS', partitions: 3, bindings: ['parts/#'] });
+    await c.waitSettled({ min: { partition: 3 } });
+    // Subjects spread over the partitions (by topic hash); published through every broker in turn.
+    const sent: string[] = [];
+    for (let i = 1; i <= 12; i++) {
+      await (await nats(((i - 1) % 3) + 1)).jetstream().publish(`parts.${i}`, sc.encode(`p${i}`));
+      sent.push(`p${i}`);
+    }
+    const jsm2 = await (await nats(2)).jetstreamManager();
+    await jsm2.consumers.add('PARTS', { durable_name: 'all', ack_policy: AckPolicy.Explicit, ack_wait: nanos(30_000) });
+    const got: JsMsg[] = [];
+    for (const id of [3, 1, 2]) {
+      const cons = await (await nats(id)).jetstream().consumers.get('PARTS', 'all');
+      got.push(...(await collect(await cons.fetch({ max_messages: 4, expires: 5000 }), 4, (m) => m.ackAck().then(() => undefined))));
+    }
+    assert.deepEqual(got.map((m) => sc.decode(m.data)).sort(), [...sent].sort());
+    // seq = offset * 3 + partition + 1: each partition's offsets ascend, and the records of one subject (one
+    // partition) come in the order they were published.
+    const last = new Map<number, number>();
+    for (const m of got) {
+      const p = (m.seq - 1) % 3;
+      assert.ok((last.get(p) ?? -1) < Math.floor((m.seq - 1) / 3), `partition ${p} in order`);
+      last.set(p, Math.floor((m.seq - 1) / 3));
+    }
+    assert.ok(last.size >= 2, 'the records went to more than one partition');
+    for (const id of [1, 2, 3]) {
+      const ci = await (await (await nats(id)).jetstreamManager()).consumers.info('PARTS', 'all');
+      assert.deepEqual([ci.num_pending, ci.num_ack_pending, ci.delivered.consumer_seq], [0, 0, 12], `consumer info through broker ${id}`);
+    }
+  });
+
   it('core NATS: a queue group with members on two brokers gets each message published on a third once', async () => {
     const [n1, n2, n3] = [await nats(1), await nats(2), await nats(3)];
     const on2: string[] = [];

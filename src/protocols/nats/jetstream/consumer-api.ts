@@ -11,9 +11,10 @@ import { FlowError, makeMessage } from '../../../core/index.js';
 import { consumerKey, targetOf } from './cluster.js';
 import { checkConsumerUpdate, normalizeConsumerConfig, type ConsumerConfig } from './config.js';
 import { Consumer, type LastPerSubject, type PullRequest } from './consumer.js';
+import { lastPerSubjectParts, startFloors } from './consumer-start.js';
 import { JsErr } from './errors.js';
 import { storedOthers, workqueueRefusal } from './retention.js';
-import { jsOptions } from './stream-view.js';
+import { jsOptions, needsView } from './stream-view.js';
 import { isoTime, lastMatching, scanLog, streamSubjects } from './stream-info.js';
 import { isValidApiName, levelsToTokens, subjectMatches } from './subjects.js';
 import {
@@ -58,9 +59,14 @@ export async function consumerCreate(js: JetStreamState, t: string[], body: stri
   const copies = jsOptions(e.def).mirror !== null || jsOptions(e.def).sources.length > 0;
   const cfg = normalizeConsumerConfig(rc, ephemeral, copies ? ['>'] : streamSubjects(e.def));
   if (isApiError(cfg)) return typed(T_, { error: cfg });
-  if (e.def.partitions !== 1) {
+  // A multi-partition stream is numbered as partition-seq.ts says; what a stream view keeps (deletes, limits, rollups,
+  // workqueue and interest retention, mirrors) is partition 0's only, so those streams keep one partition.
+  const parts = e.def.partitions;
+  if (parts !== 1 && needsView(jsOptions(e.def))) {
     return typed(T_, {
-      error: JsErr.badRequest(`stream has ${e.def.partitions} partitions: JetStream consumers need a single-partition stream`),
+      error: JsErr.badRequest(
+        `stream has ${parts} partitions and JetStream limits, retention, deletes or a mirror: JetStream consumers need a single-partition stream there`,
+      ),
     });
   }
   const name = cfg.name ?? randomName();
@@ -82,10 +88,17 @@ export async function consumerCreate(js: JetStreamState, t: string[], body: stri
     if (refusal !== null) return typed(T_, { error: refusal });
   }
   if (js.consumerCount() >= js.maxConsumers) return typed(T_, { error: JsErr.maximumConsumers() });
-  const lps = cfg.deliver_policy === 'last_per_subject' ? await lastPerSubject(js, stream, cfg.filter_subject) : null;
-  let floor: number;
-  if (lps !== null) floor = lps.sorted.length > 0 ? lps.sorted[0] - 1 : lps.until;
-  else floor = await startFloor(js, stream, cfg);
+  let lps: LastPerSubject | null = null;
+  let floor = 0;
+  let floors: number[] | undefined;
+  if (parts !== 1) {
+    await js.freshen(stream);
+    if (cfg.deliver_policy === 'last_per_subject') ({ lps, floors } = await lastPerSubjectParts(js.engine, stream, parts, cfg.filter_subject));
+    else floors = continuation(js, stream, cfg) ?? (await startFloors(js.engine, stream, parts, cfg));
+  } else if (cfg.deliver_policy === 'last_per_subject') {
+    lps = await lastPerSubject(js, stream, cfg.filter_subject);
+    floor = lps.sorted.length > 0 ? lps.sorted[0] - 1 : lps.until;
+  } else floor = await startFloor(js, stream, cfg);
   // num_pending in the answer counts live messages: the view caught up first.
   await js.freshView(stream);
   const c = new Consumer(js, stream, name, cfg, Date.now(), !ephemeral, {
@@ -93,7 +106,10 @@ export async function consumerCreate(js: JetStreamState, t: string[], body: stri
     deliveredConsumerSeq: 0,
     ackFloor: floor,
     acked: [],
+    ...(floors !== undefined ? { floors } : {}),
   });
+  // The stream may have grown (CreatePartitions) while the start was looked up: made again over the new count.
+  if (c.partitions !== parts) return typed(T_, { error: JsErr.consumerCreate('the stream changed its partition count meanwhile: try again') });
   c.lps = lps;
   // Interest streams: later messages wait for this consumer (retention.ts).
   if (retention === 'interest') c.since = js.engine.offsets(stream, 0).highWatermark;
@@ -121,6 +137,33 @@ export async function consumerCreate(js: JetStreamState, t: string[], body: stri
   }
   return typed(T_, consumerInfoJson(c));
 }
+
+/**
+ * A new consumer of a multi-partition stream from opt_start_seq S, where another consumer without acks of the same
+ * stream and filter (live, or deleted within CONTINUE_MS) last delivered S - 1: it starts where that one was
+ * (Consumer.continuationFrom), so that an ordered consumer's reset neither skips nor repeats a record.
+ */
+function continuation(js: JetStreamState, stream: string, cfg: ConsumerConfig): number[] | null {
+  if (cfg.deliver_policy !== 'by_start_sequence' || cfg.ack_policy !== 'none') return null;
+  const seq = cfg.opt_start_seq ?? 1;
+  const now = Date.now();
+  const candidates = [
+    ...js.ended
+      .filter((e) => now - e.at <= CONTINUE_MS)
+      .map((e) => e.c)
+      .reverse(),
+    ...js.sortedConsumers(stream),
+  ];
+  for (const c of candidates) {
+    if (c.stream !== stream || c.config.filter_subject !== cfg.filter_subject || c.lastDelivered !== seq - 1) continue;
+    const floors = c.continuationFrom(seq);
+    if (floors !== null && floors.length === js.engine.getStream(stream)?.def.partitions) return floors;
+  }
+  return null;
+}
+
+/** How long a deleted consumer may be continued (an ordered consumer resets within seconds). */
+const CONTINUE_MS = 10 * 60_000;
 
 /** The last sequence of each subject the filter matches, as the stream is now (deliver_policy last_per_subject). */
 export async function lastPerSubject(js: JetStreamState, stream: string, filter: string | undefined): Promise<LastPerSubject> {
@@ -376,16 +419,29 @@ export function groupAdmin(js: JetStreamState): ConsumerGroupAdmin {
         id: `${c.stream}/${c.name}`,
         clientId: c.isPush ? (c.config.deliver_subject ?? '') : 'pull',
         host: '',
-        assignments: [{ stream: c.stream, partition: 0 }],
+        assignments: c.parts.map((pt) => ({ stream: c.stream, partition: pt.index })),
       })),
-    offsets: cs.map((c) => {
+    offsets: cs.flatMap((c) => {
+      if (c.partitions > 1) {
+        // Per partition: offsets done, and what is not done (delivered or not) as its lag.
+        const floors = c.floors();
+        return c.parts.map((pt) => {
+          let end = 0;
+          try {
+            end = js.engine.offsets(c.stream, pt.index).highWatermark;
+          } catch {
+            // stream gone
+          }
+          return { stream: c.stream, partition: pt.index, committed: floors[pt.index], end, lag: Math.max(0, end - floors[pt.index]) };
+        });
+      }
       let end = 0;
       try {
         end = js.engine.offsets(c.stream, 0).highWatermark;
       } catch {
         // stream gone
       }
-      return { stream: c.stream, partition: 0, committed: c.ackFloor, end, lag: lagOf(c) };
+      return [{ stream: c.stream, partition: 0, committed: c.ackFloor, end, lag: lagOf(c) }];
     }),
   });
   const unsupported = () =>

@@ -1,6 +1,7 @@
 /**
- * One JetStream pull consumer over a single-partition FlowMQ stream: its position, the deliveries waiting for an
- * ack, and the pull requests waiting for messages.
+ * One JetStream consumer (pull, or push through a standing request) over a FlowMQ stream: its position, the
+ * deliveries waiting for an ack, and the pull requests waiting for messages. What follows is the single-partition
+ * model; a stream of several partitions (last paragraph) keeps one such position per partition.
  *
  * Position (JetStream's model, stream sequence = offset + 1): `cursor` is the next stream sequence to look at;
  * every sequence below it was delivered, skipped by the filter, or acked before a restart. `pending` holds the
@@ -14,19 +15,29 @@
  * delivered again.
  *
  * Messages are not kept in memory while they wait for an ack: a redelivery reads the stream again.
+ *
+ * A stream of P > 1 partitions (docs/nats.md): the position is one cursor per partition (consumer-parts.ts), the
+ * sequences are partition-seq.ts's, and what survives a restart is each partition's ack floor and highest delivered
+ * offset (under PARTS_KEY in the stored configuration, with the partition count they were numbered with), the
+ * scalar ack floor and delivered sequence being derived from them.
  */
-import {
-  decodeBatch,
-  dotsToUnified,
-  makeMessage,
-  readBatchInfo,
-  recordToMessage,
-  type ConsumerRecord,
-  type Engine,
-  type Header,
-  type Message,
-} from '../../../core/index.js';
+import { dotsToUnified, makeMessage, type ConsumerRecord, type Engine, type Header, type Message } from '../../../core/index.js';
 import type { ConsumerConfig } from './config.js';
+import { fillPart, readAt, type Entry, type Part } from './consumer-parts.js';
+import {
+  consumedPartitions,
+  continuationOf,
+  DELIVERIES_KEY,
+  locate,
+  partFloors,
+  PARTS_KEY,
+  pendingOverParts,
+  restoreState,
+  SINCE_KEY,
+  type ConsumerStart,
+  type LastPerSubject,
+} from './consumer-state.js';
+import { floorSeq, seqOf } from './partition-seq.js';
 import type { StreamView } from './stream-view.js';
 import { subjectMatches } from './subjects.js';
 
@@ -50,14 +61,6 @@ export interface ConsumerHost {
   consumed(c: Consumer, seq: number): void;
   /** Cluster mode (non-null): push flow control is off (an answer may reach another broker). */
   readonly cluster: object | null;
-}
-
-/** deliver_policy last_per_subject: up to `until`, only these sequences (each subject's last when created). */
-export interface LastPerSubject {
-  until: number;
-  seqs: Set<number>;
-  /** The same, ascending. */
-  sorted: number[];
 }
 
 interface Pending {
@@ -101,7 +104,10 @@ export const FLOW_WINDOW_BYTES = 1024 * 1024;
 let flowIds = 0;
 
 export class Consumer {
-  cursor: number;
+  /** Partitions of the stream when the consumer was made (its sequences are numbered over this many). */
+  readonly partitions: number;
+  /** One per partition. */
+  readonly parts: Part[] = [];
   cseq: number;
   readonly acked = new Set<number>();
   readonly pending = new Map<number, Pending>();
@@ -110,13 +116,16 @@ export class Consumer {
   /** Delivery counts above 1 of messages not acked yet (num_redelivered). */
   readonly rdc = new Map<number, number>();
   readonly waiting: PullRequest[] = [];
-  /** Deliveries up to this stream sequence are redeliveries of a previous run (after a restart). */
-  private replayUpTo: number;
   lastActive = Date.now();
   /** No pending delivery's deadline is before this (the ticker skips the scan until then). */
   private earliest = Infinity;
   lastDelivered = 0;
   lastAcked = 0;
+  /**
+   * A consumer without acks (what ordered consumers are) of a multi-partition stream: the stream sequences it
+   * delivered lately, in order (continuationFrom); null for the others.
+   */
+  private recent: number[] | null = null;
   /** deliver_policy last_per_subject, until the consumer is past the sequences it chose at creation. */
   lps: LastPerSubject | null = null;
   closed = false;
@@ -127,12 +136,8 @@ export class Consumer {
   since = 0;
   /** Cluster mode: the epoch under which this broker owns the consumer; its state writes are fenced by it. */
   epoch: number | undefined = undefined;
-  /** Records read ahead, from `bufAt` on (an index rather than shift(): a read holds a thousand records or more). */
-  private buffer: Array<{ seq: number; msg: Message }> = [];
-  private bufAt = 0;
   private pumping = false;
   private again = false;
-  private waitingForData = false;
   /** Push flow control: payload bytes delivered and not confirmed yet. */
   private flowBytes = 0;
   /** The flow-control request waiting for its answer (`$JS.FC.<stream>.<consumer>.<id>`), and the bytes it confirms. */
@@ -145,28 +150,35 @@ export class Consumer {
     public config: ConsumerConfig,
     readonly created: number,
     readonly durable: boolean,
-    state: { deliveredSeq: number; deliveredConsumerSeq: number; ackFloor: number; acked: number[] },
+    state: ConsumerStart,
   ) {
-    this.cursor = state.ackFloor + 1;
+    const def = host.engine.getStream(stream)?.def;
+    const n = def === undefined ? 1 : consumedPartitions(def);
+    this.partitions = n;
     this.cseq = state.deliveredConsumerSeq;
-    this.replayUpTo = state.deliveredSeq;
-    for (const s of state.acked) if (s > state.ackFloor) this.acked.add(s);
-    const stored = config as ConsumerConfig & { [SINCE_KEY]?: unknown; [DELIVERIES_KEY]?: unknown };
-    if (stored[SINCE_KEY] !== undefined || stored[DELIVERIES_KEY] !== undefined) {
-      // A configuration loaded from the store: `since` and the delivery counts out of it (see record()).
-      const { [SINCE_KEY]: since, [DELIVERIES_KEY]: counts, ...rest } = stored;
-      if (typeof since === 'number' && Number.isSafeInteger(since)) this.since = since;
-      if (Array.isArray(counts)) {
-        for (let i = 0; i + 1 < counts.length; i += 2) {
-          const seq: unknown = counts[i];
-          const n: unknown = counts[i + 1];
-          if (typeof seq !== 'number' || typeof n !== 'number' || !Number.isSafeInteger(seq) || !Number.isSafeInteger(n)) continue;
-          if (seq > state.ackFloor && seq <= state.deliveredSeq && n > 1 && !this.acked.has(seq)) this.rdc.set(seq, n);
-        }
-      }
-      config = rest;
-    }
+    const r = restoreState(n, config, state);
+    this.parts.push(...r.parts);
+    for (const seq of r.acked) this.acked.add(seq);
+    for (const [seq, count] of r.rdc) this.rdc.set(seq, count);
+    this.since = r.since;
+    config = r.config;
     this.setConfig(config);
+  }
+
+  /** The partition and local sequence (offset + 1) of stream sequence `seq`. */
+  private locate(seq: number): { pt: Part; local: number } {
+    return locate(this.parts, seq);
+  }
+
+  /** Offsets done in each partition (the per-partition ack floors, as local sequences). */
+  floors(): number[] {
+    return partFloors(this.parts, this.pending.keys());
+  }
+
+  /** Whether `seq` is at or below its partition's ack floor (`floors` from floors()). */
+  private belowFloor(seq: number, floors: number[]): boolean {
+    const { pt, local } = this.locate(seq);
+    return pt === undefined || local <= floors[pt.index];
   }
 
   /**
@@ -175,6 +187,8 @@ export class Consumer {
    */
   setConfig(config: ConsumerConfig): void {
     this.config = config;
+    if (this.partitions > 1 && config.ack_policy === 'none') this.recent ??= [];
+    else this.recent = null;
     const i = this.waiting.findIndex((r) => r.push === true);
     if (i >= 0) this.waiting.splice(i, 1);
     const subject = config.deliver_subject;
@@ -204,9 +218,13 @@ export class Consumer {
     return r?.push === true && this.host.engine.hasLiveSubscribers(r.reply);
   }
 
+  /** Every stream sequence up to this one is done with (partition-seq.ts floorSeq over P > 1 partitions). */
   get ackFloor(): number {
-    for (const k of this.pending.keys()) return k - 1;
-    return this.cursor - 1;
+    if (this.partitions === 1) {
+      for (const k of this.pending.keys()) return k - 1;
+      return this.parts[0].cursor - 1;
+    }
+    return floorSeq(this.floors());
   }
 
   /** Consumer sequence at the ack floor (derived: the store keeps no per-delivery consumer sequences). */
@@ -217,12 +235,19 @@ export class Consumer {
 
   /** Highest stream sequence handed out (survives restarts). */
   get deliveredSeq(): number {
-    return Math.max(this.cursor - 1, this.replayUpTo);
+    if (this.partitions === 1) return Math.max(this.parts[0].cursor - 1, this.parts[0].replayUpTo);
+    let max = 0;
+    for (const pt of this.parts) {
+      const local = Math.max(pt.cursor - 1, pt.replayUpTo);
+      if (local > 0) max = Math.max(max, seqOf(this.partitions, pt.index, local - 1));
+    }
+    return max;
   }
 
   /** Whether the consumer is done with stream sequence `seq` (acked, or passed without a pending delivery). */
   hasAcked(seq: number): boolean {
-    return seq <= this.ackFloor || this.acked.has(seq);
+    if (this.partitions === 1) return seq <= this.ackFloor || this.acked.has(seq);
+    return this.belowFloor(seq, this.floors()) || this.acked.has(seq);
   }
 
   acceptsTopic(topic: string): boolean {
@@ -231,13 +256,17 @@ export class Consumer {
   }
 
   record(): ConsumerRecord {
-    const floor = this.ackFloor;
-    const acked = [...this.acked].filter((s) => s > floor).sort((a, b) => a - b);
+    const floors = this.floors();
+    const floor = floorSeq(floors);
+    const acked = [...this.acked].filter((s) => !this.belowFloor(s, floors)).sort((a, b) => a - b);
     const counts: number[] = [];
-    for (const seq of [...this.rdc.keys()].sort((a, b) => a - b)) if (seq > floor) counts.push(seq, this.rdc.get(seq) as number);
+    for (const seq of [...this.rdc.keys()].sort((a, b) => a - b)) if (!this.belowFloor(seq, floors)) counts.push(seq, this.rdc.get(seq) as number);
     const extra: Record<string, unknown> = {};
     if (this.since > 0) extra[SINCE_KEY] = this.since;
     if (counts.length > 0) extra[DELIVERIES_KEY] = counts;
+    if (this.partitions > 1) {
+      extra[PARTS_KEY] = { n: this.partitions, floors, delivered: this.parts.map((pt) => Math.max(pt.cursor - 1, pt.replayUpTo)) };
+    }
     return {
       stream: this.stream,
       name: this.name,
@@ -261,24 +290,34 @@ export class Consumer {
    * read); with one, the live messages the consumer will deliver (those the view has not seen yet counted as such).
    */
   numPending(): number {
+    if (this.partitions > 1) return this.numPendingParts();
+    const cursor = this.parts[0].cursor;
     const { highWatermark } = this.host.engine.offsets(this.stream, 0);
     const view = this.host.viewOf(this.stream);
-    if (view === null) return Math.max(0, highWatermark - (this.cursor - 1));
+    if (view === null) return Math.max(0, highWatermark - (cursor - 1));
     const f = this.config.filter_subject;
-    const unseen = Math.max(0, highWatermark - Math.max(view.scanned, this.cursor - 1));
+    const unseen = Math.max(0, highWatermark - Math.max(view.scanned, cursor - 1));
     const lps = this.lps;
-    if (lps !== null && this.cursor <= lps.until) {
+    if (lps !== null && cursor <= lps.until) {
       // Those chosen at creation and not passed yet (one deleted meanwhile is still counted until passed).
       let lo = 0;
       let hi = lps.sorted.length;
       while (lo < hi) {
         const mid = (lo + hi) >> 1;
-        if (lps.sorted[mid] < this.cursor) lo = mid + 1;
+        if (lps.sorted[mid] < cursor) lo = mid + 1;
         else hi = mid;
       }
       return lps.sorted.length - lo + view.countFrom(lps.until + 1, f) + unseen;
     }
-    return view.countFrom(this.cursor, f) + unseen;
+    return view.countFrom(cursor, f) + unseen;
+  }
+
+  /**
+   * num_pending over P > 1 partitions (no view: consumer-api.ts refuses those streams): what each partition holds
+   * past its cursor (an upper bound for a filtered consumer), deliver last_per_subject's choice while not passed.
+   */
+  private numPendingParts(): number {
+    return pendingOverParts(this.host.engine, this.stream, this.parts, this.lps);
   }
 
   // ------------------------------------------------------------ pull requests
@@ -451,15 +490,28 @@ export class Consumer {
 
   private acknowledge(seq: number): void {
     if (this.config.ack_policy === 'none') return;
-    const before = this.ackFloor;
+    const before = this.partitions === 1 ? this.ackFloor : 0;
     let any = false;
-    if (this.config.ack_policy === 'all') {
+    if (this.config.ack_policy === 'all' && this.partitions === 1) {
       for (const s of [...this.pending.keys()]) if (s <= seq) any = this.drop(s) || any;
+    } else if (this.config.ack_policy === 'all') {
+      // Over partitions, "all up to this one" is in delivery order: every pending delivery with a lower consumer seq.
+      const upTo = this.pending.get(seq)?.cseq ?? 0;
+      for (const [s, p] of [...this.pending]) if (p.cseq <= upTo) any = this.drop(s) || any;
     } else any = this.drop(seq);
     if (!any) return;
     this.lastAcked = Date.now();
-    const floor = this.ackFloor;
-    if (floor !== before) for (const s of this.acked) if (s <= floor) this.acked.delete(s);
+    if (this.partitions > 1) {
+      // Pruned now and then: finding each partition's floor walks the pending deliveries, and an ack below its floor
+      // left in the set changes nothing (record() leaves such acks out).
+      if (this.acked.size > ACKED_PRUNE) {
+        const floors = this.floors();
+        for (const s of this.acked) if (this.belowFloor(s, floors)) this.acked.delete(s);
+      }
+    } else {
+      const floor = this.ackFloor;
+      if (floor !== before) for (const s of this.acked) if (s <= floor) this.acked.delete(s);
+    }
     this.host.changed(this);
     // max_ack_pending may have held deliveries back.
     if (this.waiting.length > 0) this.pump();
@@ -528,21 +580,24 @@ export class Consumer {
   }
 
   private waitForData(): void {
-    if (this.waitingForData) return;
     if (this.redeliver.length > 0) return;
     if (this.config.ack_policy !== 'none' && this.pending.size >= (this.config.max_ack_pending ?? Infinity)) return;
-    this.waitingForData = true;
-    // Held at an open Kafka transaction (the last stable offset is below the high watermark): wait for the log to
-    // grow (its marker), not for what is already there.
-    const { highWatermark } = this.host.engine.offsets(this.stream, 0);
-    const held = this.cursor - 1 >= this.host.engine.transactions.lso(this.stream, 0, highWatermark);
-    void this.host.engine
-      .waitFor(this.stream, 0, held ? Math.max(this.cursor - 1, highWatermark) : this.cursor - 1, WAIT_MS)
-      .catch(() => undefined)
-      .then(() => {
-        this.waitingForData = false;
-        if (!this.closed && this.waiting.length > 0) this.pump();
-      });
+    // One wait per partition at a time: whichever partition grows first wakes the consumer.
+    for (const pt of this.parts) {
+      if (pt.waiting) continue;
+      pt.waiting = true;
+      // Held at an open Kafka transaction (the last stable offset is below the high watermark): wait for the log to
+      // grow (its marker), not for what is already there.
+      const { highWatermark } = this.host.engine.offsets(this.stream, pt.index);
+      const held = pt.cursor - 1 >= this.host.engine.transactions.lso(this.stream, pt.index, highWatermark);
+      void this.host.engine
+        .waitFor(this.stream, pt.index, held ? Math.max(pt.cursor - 1, highWatermark) : pt.cursor - 1, WAIT_MS)
+        .catch(() => undefined)
+        .then(() => {
+          pt.waiting = false;
+          if (!this.closed && this.waiting.length > 0) this.pump();
+        });
+    }
   }
 
   /** The next message to hand out (a redelivery first), without taking it. */
@@ -563,54 +618,37 @@ export class Consumer {
         return { seq, msg, redelivery: true };
       }
       if (this.config.ack_policy !== 'none' && this.pending.size >= (this.config.max_ack_pending ?? Infinity)) return null;
-      while (this.bufAt < this.buffer.length && this.buffer[this.bufAt].seq < this.cursor) this.bufAt++;
-      if (this.bufAt >= this.buffer.length) {
-        this.buffer = [];
-        this.bufAt = 0;
-        const { logStartOffset, highWatermark } = this.host.engine.offsets(this.stream, 0);
-        if (this.cursor - 1 < logStartOffset) this.cursor = logStartOffset + 1;
-        // Kafka transactions (KIP-98): delivered as a read_committed Kafka consumer reads them, up to the last stable
-        // offset (nothing of an open transaction) and without the records of aborted ones.
-        const txns = this.host.engine.transactions;
-        const stable = txns.lso(this.stream, 0, highWatermark);
-        if (this.cursor - 1 >= stable) return null;
-        const from = this.cursor;
-        // What the view removes is known once it has seen the log past what is read.
-        await this.host.viewOf(this.stream)?.catchUp();
+      // The lowest stream sequence among the partitions' next messages (consumer-parts.ts).
+      let best: Entry | null = null;
+      for (const pt of this.parts) {
+        const head = await this.headOf(pt);
         if (this.closed) return null;
-        if (this.cursor !== from) continue;
-        const batches = await this.host.engine.read(this.stream, 0, from - 1, READ_BYTES);
-        if (this.closed) return null;
-        if (this.cursor !== from) continue;
-        /** One past the last offset of the batches looked at (markers and aborted batches included). */
-        let scanned = from - 1;
-        for (const b of batches) {
-          const info = readBatchInfo(b);
-          if (info.baseOffset >= stable) break;
-          scanned = Math.max(scanned, info.baseOffset + info.lastOffsetDelta + 1);
-          if (txns.isAborted(this.stream, 0, info)) continue;
-          for (const rec of decodeBatch(b)) {
-            if (rec.offset + 1 >= from) this.buffer.push({ seq: rec.offset + 1, msg: recordToMessage(rec, ownTopic(this.stream)) });
-          }
-        }
-        if (this.buffer.length === 0) {
-          // A gap (compacted or deleted records, transaction markers, aborted records): move on to what the log has.
-          if (scanned > from - 1) this.cursor = scanned + 1;
-          else if (this.cursor - 1 < txns.lso(this.stream, 0, this.host.engine.offsets(this.stream, 0).highWatermark)) this.cursor++;
-          else return null;
-          continue;
-        }
+        if (head !== null && (best === null || head.seq < best.seq)) best = head;
       }
-      const head = this.buffer[this.bufAt];
-      if (head.seq > this.cursor) this.cursor = head.seq;
-      if (this.acked.has(head.seq) || !this.accepts(head.msg) || this.skips(head.seq) || this.exhausted(head.seq)) {
-        this.cursor = head.seq + 1;
-        this.bufAt++;
+      if (best === null) return null;
+      return { seq: best.seq, msg: best.msg, redelivery: false };
+    }
+  }
+
+  /** The next message of partition `pt` this consumer delivers, read if need be, or null when it has none now. */
+  private async headOf(pt: Part): Promise<Entry | null> {
+    const bytes = this.partitions === 1 ? READ_BYTES : Math.max(Math.floor(READ_BYTES / this.partitions), 32 * 1024);
+    for (;;) {
+      while (pt.bufAt < pt.buffer.length && pt.buffer[pt.bufAt].local < pt.cursor) pt.bufAt++;
+      if (pt.bufAt >= pt.buffer.length) {
+        if (!(await fillPart(this.host, this.stream, this.partitions, pt, bytes, () => this.closed))) return null;
+        continue;
+      }
+      const head = pt.buffer[pt.bufAt];
+      if (head.local > pt.cursor) pt.cursor = head.local;
+      if (this.acked.has(head.seq) || !this.accepts(head.msg) || this.skips(head.seq, pt, head.local) || this.exhausted(head.seq, pt, head.local)) {
+        pt.cursor = head.local + 1;
+        pt.bufAt++;
         this.rdc.delete(head.seq);
         this.host.changed(this);
         continue;
       }
-      return { seq: head.seq, msg: head.msg, redelivery: false };
+      return head;
     }
   }
 
@@ -618,9 +656,9 @@ export class Consumer {
    * A delivery of a previous run (before a restart) that reached max_deliver: done with, as when its ack wait ends
    * (the advisory then, and the consumer passes it).
    */
-  private exhausted(seq: number): boolean {
+  private exhausted(seq: number, pt: Part, local: number): boolean {
     const max = this.config.max_deliver;
-    if (!(max > 0) || seq > this.replayUpTo || this.pending.has(seq)) return false;
+    if (!(max > 0) || local > pt.replayUpTo || this.pending.has(seq)) return false;
     const deliveries = this.rdc.get(seq) ?? 1;
     if (deliveries < max) return false;
     this.host.advise(`CONSUMER.MAX_DELIVERIES.${this.stream}.${this.name}`, 'max_deliver', {
@@ -635,11 +673,14 @@ export class Consumer {
   }
 
   /** Not to be delivered: deleted (stream-view.ts), or not a subject's last while deliver last_per_subject. */
-  private skips(seq: number): boolean {
+  private skips(seq: number, pt: Part, local: number): boolean {
     const lps = this.lps;
     if (lps !== null) {
-      if (seq > lps.until) this.lps = null;
-      else if (!lps.seqs.has(seq)) return true;
+      const untils = lps.untils;
+      if (untils === undefined) {
+        if (seq > lps.until) this.lps = null;
+        else if (!lps.seqs.has(seq)) return true;
+      } else if (local <= (untils[pt.index] ?? 0) && !lps.seqs.has(seq)) return true;
     }
     return this.host.viewOf(this.stream)?.isDeleted(seq) ?? false;
   }
@@ -649,26 +690,24 @@ export class Consumer {
     return f === undefined || subjectMatches(f, msg.topic);
   }
 
-  private async readOne(seq: number): Promise<Message | null> {
-    const { logStartOffset, highWatermark } = this.host.engine.offsets(this.stream, 0);
-    if (seq - 1 < logStartOffset || seq - 1 >= highWatermark) return null;
-    const batches = await this.host.engine.read(this.stream, 0, seq - 1, 1);
-    for (const b of batches) for (const rec of decodeBatch(b)) if (rec.offset === seq - 1) return recordToMessage(rec, ownTopic(this.stream));
-    return null;
+  private readOne(seq: number): Promise<Message | null> {
+    const { pt, local } = this.locate(seq);
+    return readAt(this.host.engine, this.stream, pt.index, local - 1);
   }
 
   private deliver(req: PullRequest, seq: number, stored: Message, redelivery: boolean): void {
     const now = Date.now();
     let p = this.pending.get(seq);
+    const { pt, local } = this.locate(seq);
     // Acks may have run between the read and now: what was taken meanwhile is not delivered.
     if (redelivery) {
       const i = this.redeliver.indexOf(seq);
       if (p === undefined || i < 0) return;
       this.redeliver.splice(i, 1);
     } else {
-      if (seq < this.cursor || p !== undefined) return;
-      this.cursor = seq + 1;
-      if (this.buffer[this.bufAt]?.seq === seq) this.bufAt++;
+      if (local < pt.cursor || p !== undefined) return;
+      pt.cursor = local + 1;
+      if (pt.buffer[pt.bufAt]?.seq === seq) pt.bufAt++;
     }
     this.cseq++;
     let deliveries: number;
@@ -678,7 +717,7 @@ export class Consumer {
       deliveries = p.deliveries;
     } else {
       // After a restart: counted on from the stored count (1 when none was stored: delivered once).
-      deliveries = seq <= this.replayUpTo ? (this.rdc.get(seq) ?? 1) + 1 : 1;
+      deliveries = local <= pt.replayUpTo ? (this.rdc.get(seq) ?? 1) + 1 : 1;
       p = { cseq: this.cseq, deliveries, deadline: 0, ts: stored.timestamp };
       if (this.config.ack_policy !== 'none') this.pending.set(seq, p);
       // Without acks a delivered message is done with (nats-server: interest and workqueue streams drop it).
@@ -689,6 +728,10 @@ export class Consumer {
     const waitMs = backoff !== undefined ? backoff[Math.min(deliveries - 1, backoff.length - 1)] / 1e6 : this.ackWaitMs;
     this.setDeadline(p, now + waitMs);
     this.lastDelivered = seq;
+    if (this.recent !== null) {
+      this.recent.push(seq);
+      if (this.recent.length > 2 * RECENT) this.recent.splice(0, this.recent.length - RECENT);
+    }
     const pendingAfter = redelivery ? 0 : this.numPendingAfter();
     const ack = `$JS/ACK/${this.stream}/${this.name}/${deliveries}/${seq}/${this.cseq}/${stored.timestamp}000000/${pendingAfter}`;
     const { topic: _t, retain: _r, deliverTopic: _d, guardTopic: _g, status: _s, origin: _o, ...rest } = stored;
@@ -751,17 +794,30 @@ export class Consumer {
     this.closed = true;
     if (notify) for (const req of this.waiting.slice()) if (req.push !== true) this.finish(req, '409 Consumer Deleted', false);
     this.waiting.length = 0;
+    for (const pt of this.parts) {
+      pt.buffer = [];
+      pt.bufAt = 0;
+    }
+  }
+
+  /**
+   * Where a consumer continuing this one after stream sequence `seq - 1` starts (an ordered consumer's reset: a new
+   * consumer from its last stream sequence + 1): the offsets done in each partition right after this consumer
+   * delivered `seq - 1`, or null when it did not deliver it lately. A multi-partition stream's delivery order is not
+   * its sequence order for records arriving in a partition behind the others (docs/nats.md), so "every record from
+   * seq on" would skip or repeat some; this is exactly what the client had not seen yet.
+   */
+  continuationFrom(seq: number): number[] | null {
+    return this.recent === null ? null : continuationOf(this.parts, this.recent, seq);
   }
 }
 
-/** The key under which a stored consumer configuration carries `since` (not part of nats-server's config). */
-export const SINCE_KEY = 'flowmq_interest_since';
-/** The key under which it carries the delivery counts above 1 of unacked deliveries, flat [seq, count, ...]. */
-export const DELIVERIES_KEY = 'flowmq_deliveries';
+/** Multi-partition consumers: acks kept before those below their partition's floor are dropped from the set. */
+const ACKED_PRUNE = 1024;
+/** Deliveries a consumer without acks of a multi-partition stream remembers for continuationFrom(). */
+const RECENT = 4096;
 
-function ownTopic(stream: string): string {
-  return stream.split('.').join('/');
-}
+export { consumedPartitions, DELIVERIES_KEY, PARTS_KEY, SINCE_KEY, type ConsumerStart, type LastPerSubject };
 
 function insertSorted(a: number[], v: number): void {
   let i = a.length;

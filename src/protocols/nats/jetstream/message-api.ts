@@ -21,6 +21,9 @@ import {
   type StreamDef,
 } from '../../../core/index.js';
 import { retriable } from './cluster.js';
+import { consumedPartitions } from './consumer.js';
+import { readAt } from './consumer-parts.js';
+import { firstOffsetFrom, placeOf, seqOf } from './partition-seq.js';
 import { JsErr, type ApiError } from './errors.js';
 import { DEFAULT_DUPLICATE_WINDOW_NS, firstMatching, isoTime, lastMatching } from './stream-info.js';
 import { subjectMatches } from './subjects.js';
@@ -348,6 +351,9 @@ async function requestedSeq(js: JetStreamState, name: string, r: Json): Promise<
   const next = r.next_by_subj ?? '';
   if (!isCount(seq) || typeof last !== 'string' || typeof next !== 'string') return JsErr.badRequest();
   if ((seq > 0 && last !== '') || (seq === 0 && last === '' && next === '') || (last !== '' && next !== '')) return JsErr.badRequest();
+  const def = js.engine.getStream(name)?.def;
+  const parts = def === undefined ? 1 : consumedPartitions(def);
+  if (parts > 1 && (last !== '' || next !== '')) return partitionedSeq(js, name, parts, last, next, seq);
   if (last !== '') {
     const view = await js.freshView(name);
     if (view !== null) {
@@ -369,8 +375,41 @@ async function requestedSeq(js: JetStreamState, name: string, r: Json): Promise<
   return seq;
 }
 
+/**
+ * last_by_subj / next_by_subj on a multi-partition stream (partition-seq.ts numbering; no view): the last is the
+ * latest record of the subject by timestamp over the partitions (the higher sequence on a tie), as deliver_policy
+ * last takes it; the next from `seq` is the lowest sequence at or above it.
+ */
+async function partitionedSeq(js: JetStreamState, name: string, parts: number, last: string, next: string, seq: number): Promise<number | ApiError> {
+  let best = -1;
+  let bestTs = -Infinity;
+  for (let p = 0; p < parts; p++) {
+    if (last !== '') {
+      const o = await lastMatching(js.engine, name, (m) => subjectMatches(last, m.topic), p);
+      if (o < 0) continue;
+      const m = await readAt(js.engine, name, p, o);
+      const s = seqOf(parts, p, o);
+      if (m !== null && (m.timestamp > bestTs || (m.timestamp === bestTs && s > best))) {
+        best = s;
+        bestTs = m.timestamp;
+      }
+    } else {
+      const o = await firstMatching(js.engine, name, firstOffsetFrom(parts, p, Math.max(1, seq)), (m) => subjectMatches(next, m.topic), p);
+      if (o >= 0 && (best < 0 || seqOf(parts, p, o) < best)) best = seqOf(parts, p, o);
+    }
+  }
+  return best > 0 ? best : JsErr.noMessageFound();
+}
+
 /** The stored message at `seq`, or null when the stream does not hold it (never written, trimmed or deleted). */
 async function readStored(js: JetStreamState, name: string, seq: number): Promise<Message | null> {
+  const def = js.engine.getStream(name)?.def;
+  const parts = def === undefined ? 1 : consumedPartitions(def);
+  if (parts > 1) {
+    // A multi-partition stream's sequences (partition-seq.ts); it has no view (consumer-api.ts).
+    const { partition, offset } = placeOf(parts, seq);
+    return readAt(js.engine, name, partition, offset);
+  }
   const { logStartOffset, highWatermark } = js.engine.offsets(name, 0);
   if (seq - 1 < logStartOffset || seq - 1 >= highWatermark) return null;
   const view = await js.freshView(name);

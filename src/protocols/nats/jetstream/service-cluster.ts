@@ -81,7 +81,7 @@ export async function acquireConsumer(js: JetStreamState, key: string, epoch: nu
     return;
   }
   const e = await streamKnown(js, stream);
-  if (!e || e.def.partitions !== 1) return;
+  if (!e) return;
   const r = await js.engine.store.getConsumer(stream, name);
   if (r === null || js.getConsumer(stream, name) !== undefined) return;
   let config: ConsumerConfig;

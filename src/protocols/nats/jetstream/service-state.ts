@@ -19,7 +19,8 @@ import type { Access, AccessControl } from '../../../control/index.js';
 import { LogLimiter } from '../../../util/log-limit.js';
 import { dotsToUnified, FlowError, makeMessage, type Engine, type Message, type StreamDef, type Subscription } from '../../../core/index.js';
 import { consumerKey, encodeDelivery } from './cluster.js';
-import { Consumer, type ConsumerHost } from './consumer.js';
+import type { ConsumerConfig } from './config.js';
+import { Consumer, consumedPartitions, type ConsumerHost } from './consumer.js';
 import type { ApiError } from './errors.js';
 import { SubjectTally } from './subject-tally.js';
 import { jsOptions, MAX_DELETE_RULES, needsView, StreamView, type DeleteRule } from './stream-view.js';
@@ -74,6 +75,9 @@ export interface JetStreamAuthorizer {
 const TALLY_BACKLOG = 100_000;
 
 /** The service's state (see the file header); `JetStream` (service.ts) is its one subclass. */
+/** Deleted consumers of multi-partition streams kept for an ordered consumer's reset (JetStreamState.ended). */
+const ENDED_KEPT = 64;
+
 export abstract class JetStreamState implements ConsumerHost {
   readonly id = 'nats:jetstream';
   readonly consumers = new Map<string, Map<string, Consumer>>();
@@ -104,6 +108,11 @@ export abstract class JetStreamState implements ConsumerHost {
   readonly expectChain = new Map<string, Promise<void>>();
   readonly api = { total: 0, errors: 0, denied: 0 };
   readonly dirty = new Set<Consumer>();
+  /**
+   * Consumers of multi-partition streams deleted lately, newest last (at most ENDED_KEPT): a new consumer may continue
+   * one of them (an ordered consumer's reset deletes its consumer, then makes one from its last sequence + 1).
+   */
+  readonly ended: Array<{ c: Consumer; at: number }> = [];
   private flushTimer: NodeJS.Timeout | null = null;
   private soonFlush: Promise<void> | null = null;
   readonly writes = new Set<Promise<void>>();
@@ -261,7 +270,10 @@ export abstract class JetStreamState implements ConsumerHost {
         this.removeConsumersOf(stream);
         continue;
       }
-      for (const c of m.values()) {
+      const def = this.engine.getStream(stream)?.def;
+      const partitions = def === undefined ? 1 : consumedPartitions(def);
+      for (const was of [...m.values()]) {
+        const c = was.partitions === partitions ? was : this.regrown(was);
         c.tick(now);
         const thr = c.config.inactive_threshold;
         const idle = c.isPush ? !c.pushBound : c.waiting.length === 0;
@@ -270,6 +282,26 @@ export abstract class JetStreamState implements ConsumerHost {
         }
       }
     }
+  }
+
+  /**
+   * The consumer's stream grew (Kafka CreatePartitions): the consumer is made again from its record, over the new
+   * partition count (its positions are per partition: consumer.ts PARTS_KEY). Its pull requests carry over; what
+   * waited for an ack is delivered again under its new number (an ack naming the old one is ignored).
+   */
+  private regrown(c: Consumer): Consumer {
+    const r = c.record();
+    const n = new Consumer(this, c.stream, c.name, JSON.parse(r.config) as ConsumerConfig, c.created, c.durable, r);
+    n.epoch = c.epoch;
+    n.lastActive = c.lastActive;
+    const pulls = c.waiting.filter((req) => req.push !== true);
+    c.close(false);
+    this.dirty.delete(c);
+    n.waiting.push(...pulls);
+    this.consumers.get(c.stream)?.set(c.name, n);
+    this.changed(n);
+    n.pump();
+    return n;
   }
 
   add(c: Consumer): void {
@@ -288,6 +320,10 @@ export abstract class JetStreamState implements ConsumerHost {
     const m = this.consumers.get(c.stream);
     if (m?.get(c.name) === c) {
       m.delete(c.name);
+      if (c.partitions > 1 && c.config.ack_policy === 'none') {
+        this.ended.push({ c, at: Date.now() });
+        if (this.ended.length > ENDED_KEPT) this.ended.shift();
+      }
       this.retentionAfterDelete(c);
       this.consumerAction(c, 'delete');
     }
@@ -376,6 +412,7 @@ export abstract class JetStreamState implements ConsumerHost {
       if (this.cluster !== null) void this.cluster.forget('consumer', consumerKey(c.stream, c.name)).catch(() => undefined);
     }
     this.consumers.delete(stream);
+    for (let i = this.ended.length - 1; i >= 0; i--) if (this.ended[i].c.stream === stream) this.ended.splice(i, 1);
     this.dedup.delete(stream);
     this.dropView(stream);
   }

@@ -5,8 +5,9 @@
  *
  * Requests and acks travel through the core like any message: the service subscribes with the NATS rule and
  * answers with engine.publish to the request's response topic, so they work the same whichever listener or broker
- * the client is on. A JetStream stream is a FlowMQ stream (its subjects are its bindings); consumers are pull
- * consumers on single-partition streams, their state in the metastore's ConsumerStateStore (engine.store).
+ * the client is on. A JetStream stream is a FlowMQ stream (its subjects are its bindings); consumers are pull and
+ * push consumers on streams of one partition or several (partition-seq.ts numbers the latter), their state in the
+ * metastore's ConsumerStateStore (engine.store).
  *
  * JetStream publishes (a NATS publish with a reply subject) come through `publish`, called by the NATS connection:
  * duplicate detection by Nats-Msg-Id within the stream's duplicate window (kept in memory, rebuilt at start from
@@ -63,7 +64,7 @@ export class JetStream extends JetStreamState implements Subscriber, JetStreamPu
     }
     for (const r of recs) {
       const def = this.engine.getStream(r.stream);
-      if (!def || def.def.partitions !== 1) continue;
+      if (!def) continue;
       let config: ConsumerConfig;
       try {
         config = JSON.parse(r.config) as ConsumerConfig;

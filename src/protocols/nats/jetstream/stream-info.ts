@@ -4,6 +4,7 @@
  */
 import { decodeBatch, isValidStreamName, recordToMessage, type Engine, type Message, type StreamDef } from '../../../core/index.js';
 import { JsErr, type ApiError } from './errors.js';
+import { seqOf } from './partition-seq.js';
 import { filterToSubject, isValidApiName, subjectToFilter } from './subjects.js';
 import { jsOptions, mirrorBinding, type JsStreamOptions, type SourceSpec, type StreamView } from './stream-view.js';
 
@@ -48,9 +49,9 @@ export function isoTime(ms: number): string {
   return new Date(ms).toISOString();
 }
 
-async function timestampAt(engine: Engine, stream: string, offset: number): Promise<string> {
+async function timestampAt(engine: Engine, stream: string, offset: number, partition = 0): Promise<string> {
   try {
-    const batches = await engine.read(stream, 0, offset, 1);
+    const batches = await engine.read(stream, partition, offset, 1);
     for (const b of batches) for (const r of decodeBatch(b)) if (r.offset === offset) return isoTime(recordToMessage(r, stream).timestamp);
   } catch {
     // The stream went away meanwhile: no timestamp.
@@ -59,9 +60,9 @@ async function timestampAt(engine: Engine, stream: string, offset: number): Prom
 }
 
 /**
- * The stream's state. Sequences are those of partition 0 (offset + 1; a multi-partition stream's other partitions
- * have their own, which JetStream cannot express), message counts cover every partition; `bytes` is the view's,
- * else 0 here: stream-api.ts fills it in from the subject tally (account.ts bytesOf).
+ * The stream's state. Sequences are offset + 1 on one partition, partition-seq.ts's over several (first_seq the
+ * lowest first record's, last_seq the highest last record's); message counts cover every partition; `bytes` is the
+ * view's, else 0 here: stream-api.ts fills it in from the subject tally (account.ts bytesOf).
  */
 export async function streamState(engine: Engine, def: StreamDef, consumers: number, view: StreamView | null = null): Promise<Record<string, unknown>> {
   if (view !== null) {
@@ -86,6 +87,7 @@ export async function streamState(engine: Engine, def: StreamDef, consumers: num
     const o = engine.offsets(def.name, p);
     messages += o.highWatermark - o.logStartOffset;
   }
+  if (def.partitions > 1) return { messages, bytes: 0, ...(await partitionedEnds(engine, def)), consumer_count: consumers };
   const { logStartOffset, highWatermark } = engine.offsets(def.name, 0);
   const has = highWatermark > logStartOffset;
   return {
@@ -96,6 +98,35 @@ export async function streamState(engine: Engine, def: StreamDef, consumers: num
     last_seq: highWatermark,
     last_ts: highWatermark > 0 && has ? await timestampAt(engine, def.name, highWatermark - 1) : ZERO_TIME,
     consumer_count: consumers,
+  };
+}
+
+/** first_seq/last_seq (and their times) of a multi-partition stream without a view, in partition-seq.ts's numbering. */
+async function partitionedEnds(engine: Engine, def: StreamDef): Promise<Record<string, unknown>> {
+  const n = def.partitions;
+  let first: { seq: number; p: number; offset: number } | null = null;
+  let last: { seq: number; p: number; offset: number } | null = null;
+  let lastEmpty = 0;
+  for (let p = 0; p < n; p++) {
+    const { logStartOffset, highWatermark } = engine.offsets(def.name, p);
+    if (highWatermark <= logStartOffset) {
+      // Emptied (or never written): nothing to show, but its end still numbers what comes next.
+      if (highWatermark > 0) lastEmpty = Math.max(lastEmpty, seqOf(n, p, highWatermark - 1));
+      continue;
+    }
+    const lo = seqOf(n, p, logStartOffset);
+    const hi = seqOf(n, p, highWatermark - 1);
+    if (first === null || lo < first.seq) first = { seq: lo, p, offset: logStartOffset };
+    if (last === null || hi > last.seq) last = { seq: hi, p, offset: highWatermark - 1 };
+  }
+  if (first === null || last === null) {
+    return { first_seq: lastEmpty === 0 ? 0 : lastEmpty + 1, first_ts: ZERO_TIME, last_seq: lastEmpty, last_ts: ZERO_TIME };
+  }
+  return {
+    first_seq: first.seq,
+    first_ts: await timestampAt(engine, def.name, first.offset, first.p),
+    last_seq: Math.max(last.seq, lastEmpty),
+    last_ts: await timestampAt(engine, def.name, last.offset, last.p),
   };
 }
 
@@ -281,11 +312,12 @@ export function sameBindings(a: string[], b: string[]): boolean {
 }
 
 /**
- * The highest offset of partition 0 whose message satisfies `pred`, or -1: read backwards in windows of offsets
- * from the end (FlowMQ keeps no per-subject index, so "last by subject" costs a scan of what follows the match).
+ * The highest offset of partition 0 (or `partition`) whose message satisfies `pred`, or -1: read backwards in windows
+ * of offsets from the end (FlowMQ keeps no per-subject index, so "last by subject" costs a scan of what follows the
+ * match).
  */
-export async function lastMatching(engine: Engine, stream: string, pred: (m: Message) => boolean): Promise<number> {
-  const { logStartOffset, highWatermark } = engine.offsets(stream, 0);
+export async function lastMatching(engine: Engine, stream: string, pred: (m: Message) => boolean, partition = 0): Promise<number> {
+  const { logStartOffset, highWatermark } = engine.offsets(stream, partition);
   const ownTopic = stream.split('.').join('/');
   const WINDOW = 1024;
   let hi = highWatermark;
@@ -294,7 +326,7 @@ export async function lastMatching(engine: Engine, stream: string, pred: (m: Mes
     let best = -1;
     let offset = lo;
     while (offset < hi) {
-      const batches = await engine.read(stream, 0, offset, 1024 * 1024);
+      const batches = await engine.read(stream, partition, offset, 1024 * 1024);
       if (batches.length === 0) break;
       const before = offset;
       for (const b of batches) {
@@ -312,13 +344,16 @@ export async function lastMatching(engine: Engine, stream: string, pred: (m: Mes
   return -1;
 }
 
-/** The lowest offset >= `from` of partition 0 whose message satisfies `pred`, or -1 (a forward scan of the log). */
-export async function firstMatching(engine: Engine, stream: string, from: number, pred: (m: Message) => boolean): Promise<number> {
+/**
+ * The lowest offset >= `from` of partition 0 (or `partition`) whose message satisfies `pred`, or -1 (a forward scan
+ * of the log).
+ */
+export async function firstMatching(engine: Engine, stream: string, from: number, pred: (m: Message) => boolean, partition = 0): Promise<number> {
   const ownTopic = stream.split('.').join('/');
-  const { logStartOffset, highWatermark } = engine.offsets(stream, 0);
+  const { logStartOffset, highWatermark } = engine.offsets(stream, partition);
   let offset = Math.max(from, logStartOffset);
   while (offset < highWatermark) {
-    const batches = await engine.read(stream, 0, offset, 1024 * 1024);
+    const batches = await engine.read(stream, partition, offset, 1024 * 1024);
     const before = offset;
     for (const b of batches) {
       for (const rec of decodeBatch(b)) {
@@ -335,12 +370,12 @@ export async function firstMatching(engine: Engine, stream: string, from: number
   return -1;
 }
 
-/** Calls `fn` with every message of partition 0 below offset `to`, in order. */
-export async function scanLog(engine: Engine, stream: string, to: number, fn: (seq: number, m: Message) => void): Promise<void> {
+/** Calls `fn` with every message of partition 0 (or `partition`) below offset `to`, in order (seq: offset + 1). */
+export async function scanLog(engine: Engine, stream: string, to: number, fn: (seq: number, m: Message) => void, partition = 0): Promise<void> {
   const ownTopic = stream.split('.').join('/');
-  let offset = engine.offsets(stream, 0).logStartOffset;
+  let offset = engine.offsets(stream, partition).logStartOffset;
   while (offset < to) {
-    const batches = await engine.read(stream, 0, offset, 1024 * 1024);
+    const batches = await engine.read(stream, partition, offset, 1024 * 1024);
     const before = offset;
     for (const b of batches) {
       for (const rec of decodeBatch(b)) {
