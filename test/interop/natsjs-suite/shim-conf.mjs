@@ -98,14 +98,14 @@ const toTopic = (subject) => {
 };
 const list = (v) => (v === undefined ? undefined : Array.isArray(v) ? v : [v]);
 function addUser(u) {
-  const known = new Set(['user', 'password', 'nkey', 'permissions']);
+  const known = new Set(['user', 'password', 'nkey', 'permissions', 'permission']);
   for (const k of Object.keys(u)) if (!known.has(k)) refuse(`user key ${k}`);
   const username = u.user ?? u.nkey;
   if (!username) refuse('a user without user or nkey');
   users.push({ username: String(username), ...(u.password !== undefined ? { password: String(u.password) } : {}), ...(u.nkey ? { nkey: u.nkey } : {}) });
   const principals = [`user:${username}`];
   // nats-server: no permissions, everything allowed; a publish or subscribe list allows only what it names.
-  const perms = u.permissions ?? {};
+  const perms = u.permissions ?? u.permission ?? {}; // nats-server reads both spellings
   for (const k of Object.keys(perms)) if (k !== 'publish' && k !== 'subscribe') refuse(`permissions.${k}`);
   for (const action of ['publish', 'subscribe']) {
     const p = perms[action];
