@@ -6,7 +6,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 
 const [label, file, failuresOut] = process.argv.slice(2);
 const lines = readFileSync(file, 'utf8').split('\n');
-const counts = { passed: 0, failed: 0, ignored: 0 };
+const counts = { passed: 0, failed: 0, ignored: 0, cancelled: 0 };
 const failed = new Map(); // name -> test file (first seen)
 let current = '?';
 let running;
@@ -16,10 +16,11 @@ for (const l of lines) {
     current = m[1].replace(/^\.\//, '');
     continue;
   }
-  m = /^(\S.*?) \.\.\. (ok|FAILED|ignored) \(/.exec(l);
+  m = /^(\S.*?) \.\.\. (ok|FAILED|ignored|cancelled) \(/.exec(l);
   if (m) {
     running = undefined;
     if (m[2] === 'ok') counts.passed++;
+    else if (m[2] === 'cancelled') counts.cancelled++;
     else if (m[2] === 'ignored') counts.ignored++;
     else {
       counts.failed++;
@@ -52,12 +53,16 @@ if (start >= 0) {
     }
   }
 }
+// A test file whose dangling promise fails after its test ended stops there: Deno reports "(uncaught error)" and
+// cancels the file's remaining tests.
+const uncaught = [...new Set(lines.filter((l) => / \(uncaught error\)$/.test(l)).map((l) => l.replace(/^\.\//, '').replace(/ \(uncaught error\)$/, '')))];
+const stopped = uncaught.length ? `, ${counts.cancelled} cancelled (${uncaught.join(', ')} stopped by an uncaught error)` : '';
 const cut = running ? ` 1 cut off (${running.file}: ${running.name})` : '';
 // nst's notCompatible(): a test needing a newer server than the one announced (/varz version) returns at once and
 // passes; FlowMQ announces 2.9.10 like the reference, so the same tests return early on both.
 const early = (readFileSync(file, 'utf8').match(/skipping test as server \(/g) ?? []).length;
 console.log(
-  `== ${label}: ${counts.passed} passed (${early} of them returned early: server below the test's version), ${counts.failed} failed, ${counts.ignored} ignored${cut}`,
+  `== ${label}: ${counts.passed} passed (${early} of them returned early: server below the test's version), ${counts.failed} failed, ${counts.ignored} ignored${stopped}${cut}`,
 );
 const rows = [...failed].map(([name, f]) => `${f}\t${name}\t${errors.get(name) ?? '(no error text: the run ended first)'}`);
 if (running) rows.push(`${running.file}\t${running.name}\t(cut off by the suite's time box)`);

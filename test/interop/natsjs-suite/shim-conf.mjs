@@ -4,7 +4,7 @@
 // FlowMQ keeps by exec). Keys FlowMQ cannot express make it exit 1 with one line on stderr and in NATSJS_SHIM_LOG,
 // so that the test fails at its start, visibly for that reason, instead of running against another configuration.
 // Usage: node shim-conf.mjs <config file> <pid>
-import { appendFileSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { appendFileSync, mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -88,6 +88,10 @@ args.push('--nats-port', String(port), '--nats-monitor-port', String(monitor));
 // Keys without meaning for one FlowMQ broker started for one test, or that FlowMQ has without a setting.
 const ignored = new Set(['host', 'port', 'http', 'ports_file_dir', 'server_tags', 'server_name', 'leafnodes', 'debug', 'trace', 'logtime']);
 const users = [];
+let responseMax;
+let responseTtl;
+let operator;
+let resolverPreload;
 const policies = [];
 const toTopic = (subject) => {
   if (/\s/.test(subject)) refuse(`permission with a queue group: ${subject}`);
@@ -106,7 +110,17 @@ function addUser(u) {
   const principals = [`user:${username}`];
   // nats-server: no permissions, everything allowed; a publish or subscribe list allows only what it names.
   const perms = u.permissions ?? u.permission ?? {}; // nats-server reads both spellings
-  for (const k of Object.keys(perms)) if (k !== 'publish' && k !== 'subscribe') refuse(`permissions.${k}`);
+  for (const k of Object.keys(perms)) if (!['publish', 'subscribe', 'allow_responses'].includes(k)) refuse(`permissions.${k}`);
+  // allow_responses: replies to the requests it receives, on any subject (FlowMQ's `respond` action); its max and
+  // expires are FlowMQ's --nats-response-max and --nats-response-ttl (one setting for every user).
+  const ar = perms.allow_responses;
+  if (ar) {
+    policies.push({ name: `${username}-respond`, effect: 'allow', actions: ['respond'], resources: ['topic:#'], principals });
+    if (typeof ar === 'object') {
+      if (ar.max !== undefined) responseMax = String(ar.max);
+      if (ar.expires !== undefined) responseTtl = typeof ar.expires === 'number' ? `${Math.round(ar.expires / 1e6)}ms` : String(ar.expires);
+    }
+  }
   for (const action of ['publish', 'subscribe']) {
     const p = perms[action];
     const spec = p === undefined ? { allow: ['>'] } : Array.isArray(p) || typeof p === 'string' ? { allow: list(p) } : p;
@@ -130,10 +144,11 @@ for (const [k, v] of Object.entries(conf)) {
       if (process.env.websocket) refuse('websocket tests are not mapped');
       break;
     case 'authorization': {
-      const known = new Set(['token', 'user', 'password', 'users', 'timeout']);
+      const known = new Set(['token', 'user', 'username', 'password', 'users', 'timeout']);
       for (const ak of Object.keys(v)) if (!known.has(ak)) refuse(`authorization.${ak}`);
       if (v.token !== undefined) args.push('--nats-token', String(v.token));
-      if (v.user !== undefined) addUser({ user: v.user, password: v.password });
+      const user = v.user ?? v.username; // nats-server reads both spellings
+      if (user !== undefined) addUser({ user, password: v.password });
       for (const u of v.users ?? []) addUser(u);
       if (v.timeout !== undefined) args.push('--nats-auth-timeout', `${v.timeout}s`);
       args.push('--allow-anonymous', 'false');
@@ -147,6 +162,15 @@ for (const [k, v] of Object.entries(conf)) {
       if (v.handshake_first) args.push('--nats-tls-handshake-first');
       break;
     }
+    case 'operator':
+      operator = v;
+      break;
+    case 'resolver':
+      if (v !== 'MEMORY') refuse(`resolver: ${v} (FlowMQ reads account JWTs at start: MEMORY with resolver_preload)`);
+      break;
+    case 'resolver_preload':
+      resolverPreload = v;
+      break;
     case 'max_payload':
       args.push('--nats-max-payload', String(v));
       break;
@@ -176,6 +200,18 @@ for (const [k, v] of Object.entries(conf)) {
 
 const dataDir = typeof conf.jetstream?.store_dir === 'string' ? conf.jetstream.store_dir : mkdtempSync(join(tmpdir(), 'flowmq-shim-'));
 args.push('--data-dir', dataDir);
+if (operator !== undefined) {
+  // Operator mode: the operator JWT and the preloaded account JWTs as files (--nats-operator, --nats-accounts).
+  const dir = join(dataDir, 'shim-operator');
+  mkdirSync(join(dir, 'accounts'), { recursive: true });
+  writeFileSync(join(dir, 'operator.jwt'), String(operator));
+  args.push('--nats-operator', join(dir, 'operator.jwt'));
+  const accounts = Object.entries(resolverPreload ?? {});
+  for (const [id, jwt] of accounts) writeFileSync(join(dir, 'accounts', `${id}.jwt`), String(jwt));
+  if (accounts.length) args.push('--nats-accounts', join(dir, 'accounts'));
+} else if (resolverPreload !== undefined) refuse('resolver_preload without operator');
+if (responseMax !== undefined) args.push('--nats-response-max', responseMax);
+if (responseTtl !== undefined) args.push('--nats-response-ttl', responseTtl);
 if (users.length) {
   const f = join(dataDir, 'shim-users.json');
   writeFileSync(f, JSON.stringify({ users, policies }));
