@@ -88,6 +88,9 @@ args.push('--nats-port', String(port), '--nats-monitor-port', String(monitor));
 // Keys without meaning for one FlowMQ broker started for one test, or that FlowMQ has without a setting.
 const ignored = new Set(['host', 'port', 'http', 'ports_file_dir', 'server_tags', 'server_name', 'leafnodes', 'debug', 'trace', 'logtime']);
 const users = [];
+let websocket;
+let tlsRequired = false;
+let allowNonTls = false;
 let responseMax;
 let responseTtl;
 let operator;
@@ -140,8 +143,16 @@ for (const [k, v] of Object.entries(conf)) {
       // FlowMQ's JetStream is always on, on its data directory; max_file_store/max_mem_store have no setting.
       if (v === 'disabled' || v === false) refuse('jetstream disabled (FlowMQ has no switch for it)');
       break;
-    case 'websocket':
-      if (process.env.websocket) refuse('websocket tests are not mapped');
+    case 'websocket': {
+      const known = new Set(['port', 'no_tls']);
+      for (const wk of Object.keys(v)) if (!known.has(wk)) refuse(`websocket.${wk}`);
+      if (v.no_tls !== true) refuse('websocket with TLS');
+      websocket = await portOf(v.port);
+      args.push('--nats-ws-port', String(websocket));
+      break;
+    }
+    case 'allow_non_tls':
+      allowNonTls = v === true;
       break;
     case 'authorization': {
       const known = new Set(['token', 'user', 'username', 'password', 'users', 'timeout']);
@@ -157,7 +168,8 @@ for (const [k, v] of Object.entries(conf)) {
     case 'tls': {
       const known = new Set(['cert_file', 'key_file', 'ca_file', 'verify', 'handshake_first', 'timeout']);
       for (const tk of Object.keys(v)) if (!known.has(tk)) refuse(`tls.${tk}`);
-      args.push('--nats-tls-cert', v.cert_file, '--nats-tls-key', v.key_file, '--nats-tls-required');
+      args.push('--nats-tls-cert', v.cert_file, '--nats-tls-key', v.key_file);
+      tlsRequired = true;
       if (v.verify) args.push('--tls-client-ca', v.ca_file, '--tls-client-auth', 'require');
       if (v.handshake_first) args.push('--nats-tls-handshake-first');
       break;
@@ -210,6 +222,8 @@ if (operator !== undefined) {
   for (const [id, jwt] of accounts) writeFileSync(join(dir, 'accounts', `${id}.jwt`), String(jwt));
   if (accounts.length) args.push('--nats-accounts', join(dir, 'accounts'));
 } else if (resolverPreload !== undefined) refuse('resolver_preload without operator');
+// nats-server requires TLS when it has a tls block, unless allow_non_tls (then INFO says tls_available).
+if (tlsRequired && !allowNonTls) args.push('--nats-tls-required');
 if (responseMax !== undefined) args.push('--nats-response-max', responseMax);
 if (responseTtl !== undefined) args.push('--nats-response-ttl', responseTtl);
 if (users.length) {
@@ -218,5 +232,12 @@ if (users.length) {
   args.push('--users-file', f);
 }
 const portsDir = conf.ports_file_dir ?? tmpdir();
-writeFileSync(join(portsDir, `nats-server_${pid}.ports`), JSON.stringify({ nats: [`nats://127.0.0.1:${port}`], monitoring: [`http://127.0.0.1:${monitor}`] }));
+writeFileSync(
+  join(portsDir, `nats-server_${pid}.ports`),
+  JSON.stringify({
+    nats: [`nats://127.0.0.1:${port}`],
+    monitoring: [`http://127.0.0.1:${monitor}`],
+    ...(websocket ? { websocket: [`ws://127.0.0.1:${websocket}`] } : {}),
+  }),
+);
 process.stdout.write(args.join('\n') + '\n');
