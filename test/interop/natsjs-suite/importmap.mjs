@@ -81,5 +81,9 @@ for (const m of ['.', ...(rootJson.workspace ?? [])]) {
   }
   writeFileSync(f, JSON.stringify(j, null, 2) + '\n');
 }
-console.log(`local packages: ${[...local].map(([n, p]) => `${n}@${p.version}`).join(' ')}`);
+const names = [...local].map(([n, p]) => `${n}@${p.version}`);
+const std = names.filter((n) => n.startsWith('@std/'));
+console.log(
+  `local packages: ${std.length} of @std (${std.filter((n) => /^@std\/(assert|async|bytes|fmt|io|path)@/.test(n)).join(' ')}...), ${names.filter((n) => !n.startsWith('@std/')).join(' ')}`,
+);
 if (dropped.size) console.log(`dropped (not available here): ${[...dropped].join(', ')}`);

@@ -6,10 +6,20 @@
 // Usage: node shim-conf.mjs <config file> <pid>
 import { appendFileSync, mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
+import { spawn } from 'node:child_process';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
 const [confFile, pid] = process.argv.slice(2);
+const WAITER = `
+const [file, ports, list] = process.argv.slice(1);
+const net = require('node:net');
+const open = (p) => new Promise((r) => { const s = net.connect(+p, '127.0.0.1'); s.on('connect', () => { s.destroy(); r(true); }); s.on('error', () => r(false)); });
+(async () => {
+  for (const end = Date.now() + 20000; Date.now() < end; await new Promise((r) => setTimeout(r, 50))) {
+    if ((await Promise.all(list.split(',').map(open))).every(Boolean)) return require('node:fs').writeFileSync(file, ports);
+  }
+})();`;
 const text = (await import('node:fs')).readFileSync(confFile, 'utf8');
 
 /** Parses the subset nst's toConf writes: `k: v`, `k {`...`}`, `k [`...`]`, one item a line. */
@@ -231,13 +241,18 @@ if (users.length) {
   writeFileSync(f, JSON.stringify({ users, policies }));
   args.push('--users-file', f);
 }
+// The ports file once every listener accepts (nats-server writes it after opening them all; FlowMQ opens the NATS
+// port before the monitoring one, and the launcher waits for the NATS port only): a child that outlives this
+// process polls the ports for up to 20 s, then writes it.
 const portsDir = conf.ports_file_dir ?? tmpdir();
-writeFileSync(
-  join(portsDir, `nats-server_${pid}.ports`),
-  JSON.stringify({
-    nats: [`nats://127.0.0.1:${port}`],
-    monitoring: [`http://127.0.0.1:${monitor}`],
-    ...(websocket ? { websocket: [`ws://127.0.0.1:${websocket}`] } : {}),
-  }),
-);
+const ports = {
+  nats: [`nats://127.0.0.1:${port}`],
+  monitoring: [`http://127.0.0.1:${monitor}`],
+  ...(websocket ? { websocket: [`ws://127.0.0.1:${websocket}`] } : {}),
+};
+const listening = [port, monitor, websocket].filter(Boolean).join(',');
+spawn(process.execPath, ['-e', WAITER, join(portsDir, `nats-server_${pid}.ports`), JSON.stringify(ports), listening], {
+  detached: true,
+  stdio: 'ignore',
+}).unref();
 process.stdout.write(args.join('\n') + '\n');
