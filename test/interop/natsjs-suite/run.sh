@@ -33,7 +33,8 @@ REAL=${NATS_SERVER:-$(PATH="$PATH:/usr/sbin" command -v nats-server)}
 WORK=$(mktemp -d)
 OUT=${OUT:-$WORK/out}
 mkdir -p "$OUT"
-trap 'rm -rf "$WORK/natsjs" "$WORK/deno" "$WORK/deno-dir" "$WORK/tmp"' EXIT
+# Everything but the logs (kept in $OUT, which may be inside $WORK) goes at the end.
+trap 'rm -rf "$WORK/natsjs" "$WORK/deno" "$WORK/deno-dir" "$WORK/tmp" "$WORK/bin-nats-server" "$WORK/bin-flowmq" "$WORK/pgid"; rmdir "$WORK" 2>/dev/null || true' EXIT
 
 cp -r "$SRC" "$WORK/natsjs"
 # shellcheck disable=SC2086
