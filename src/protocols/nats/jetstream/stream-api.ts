@@ -172,10 +172,7 @@ export async function streamUpdate(js: JetStreamState, name: string, body: strin
   const refusal = updateRefusal(jsOptions(e.def), spec);
   if (refusal !== null) return typed(T_, { error: refusal });
   spec.options.mirrorDirect = mirrorDirectOf(js, spec);
-  const limits = accountLimits(js, namespace);
-  await freshCatalog(js);
-  const over = streamConfigRefusal(limits, spec) ?? streamLimitRefusal(js, limits, namespace, name, spec, e.def) ?? overlapRefusal(js, name, spec);
-  if (over !== null) return typed(T_, { error: over });
+  // Permissions first (as on create): a refused caller learns nothing of other streams' subjects.
   const unbindable =
     bindRefusal(
       js,
@@ -183,6 +180,10 @@ export async function streamUpdate(js: JetStreamState, name: string, body: strin
       ownBindings(spec).filter((f) => !e.def.bindings.includes(f)),
     ) ?? sourceRefusal(js, access, spec);
   if (unbindable !== null) return typed(T_, { error: unbindable });
+  const limits = accountLimits(js, namespace);
+  await freshCatalog(js);
+  const over = streamConfigRefusal(limits, spec) ?? streamLimitRefusal(js, limits, namespace, name, spec, e.def) ?? overlapRefusal(js, name, spec);
+  if (over !== null) return typed(T_, { error: over });
   let def = e.def;
   try {
     // New subjects are new bindings: the stream captures what they match from the next publish on.
