@@ -14,7 +14,8 @@
 # Environment: SUITES (default "core jetstream kv obj"), SERVERS (default "nats-server flowmq"), NATSJS_TEST_TIMEOUT
 #   (seconds a test may run, default 30: tests waiting for what a server never sends fail with "timed out"),
 #   SUITE_TIMEOUT (seconds per suite run, default 1500), NATS_SERVER (default: nats-server on PATH, /usr/sbin),
-#   OUT (directory kept for the logs and failure lists; default a temporary one, printed).
+#   OUT (directory kept for the logs and failure lists; default a temporary one, printed), FILES (test files of the
+#   suite to run instead of all, relative to the nats.js tree, e.g. "kv/tests/kv_test.ts"; with one suite in SUITES).
 # Deno is installed from npm (package `deno`) into a temporary directory. Needs a FlowMQ build (npm run build).
 set -eu
 usage="usage: run.sh <nats.js tree> <std tree> <nkeys.js tree> <nuid.js tree> <jwt.js tree>"
@@ -63,8 +64,8 @@ for suite in $SUITES; do
     # server and some are CPU-bound for a minute: left out on both (listed once, below the counts).
     ignore=$(cd "$WORK/natsjs" && for f in "$suite"/tests/*_test.ts; do grep -qE 'NatsServer|setup\(|connect\(' "$f" || printf '%s,' "$f"; done)
     export NATSJS_SHIM_LOG="$OUT/$server-$suite.shim.log"
-    (cd "$WORK/natsjs" && TMPDIR="$WORK/tmp" PATH="$WORK/bin-$server:$PATH" setsid sh -c 'echo $$ >"$0"; exec timeout -s KILL "$1" "$2" test -A --no-check --preload "$3" ${5:+"--ignore=$5"} "$4/tests/"' \
-      "$WORK/pgid" "$SUITE_TIMEOUT" "$DENO" "$HERE/timeout.js" "$suite" "${ignore%,}" >"$log" 2>&1) || true
+    (cd "$WORK/natsjs" && TMPDIR="$WORK/tmp" PATH="$WORK/bin-$server:$PATH" setsid sh -c 'echo $$ >"$0"; exec timeout -s KILL "$1" "$2" test -A --no-check --preload "$3" ${5:+"--ignore=$5"} ${6:-"$4/tests/"}' \
+      "$WORK/pgid" "$SUITE_TIMEOUT" "$DENO" "$HERE/timeout.js" "$suite" "${ignore%,}" "${FILES:-}" >"$log" 2>&1) || true
     kill -KILL -- "-$(cat "$WORK/pgid")" 2>/dev/null || true
     rm -rf "$WORK/tmp"
     node "$HERE/report.mjs" "$suite on $label" "$log" "$OUT/$server-$suite.failures"
