@@ -60,6 +60,31 @@ interface Keys {
   jwts: Record<string, string>;
   operatorJwt: string;
   accountJwts: Record<string, string>;
+  /** nats' v1 format (see v1Jwt): the operator, an account, a user of it and one signed by a stranger account. */
+  v1: { operatorJwt: string; account: KeyPair; accountJwt: string; user: KeyPair; userJwt: string; strangerUserJwt: string };
+  /** An account whose JWT expires a few seconds after the start, and a bearer user of it. */
+  brief: { account: KeyPair; accountJwt: string; userJwt: string };
+}
+
+/**
+ * A JWT in nats' v1 format, as nats-server 2.9 still accepts it (nats.js's auth tests use such tokens): `type` at
+ * the top level of the claims, no `nats.version`, the header's alg `ed25519`, the signature over the claims part alone. @nats-io/jwt writes v2 only, so the
+ * claims are laid out here and signed with the issuer's KeyPair.
+ */
+function v1Jwt(issuer: KeyPair, subject: string, type: string, name: string, nats: object): string {
+  const b64 = (o: object) => Buffer.from(JSON.stringify(o)).toString('base64url');
+  const claims = {
+    jti: `v1${Math.random().toString(36).slice(2)}`,
+    iat: Math.floor(Date.now() / 1000) - 5,
+    iss: issuer.getPublicKey(),
+    name,
+    sub: subject,
+    type,
+    nats,
+  };
+  // v1 signs the claims part alone.
+  const payload = b64(claims);
+  return `${b64({ typ: 'jwt', alg: 'ed25519' })}.${payload}.${Buffer.from(issuer.sign(Buffer.from(payload))).toString('base64url')}`;
 }
 
 async function makeKeys(): Promise<Keys> {
@@ -91,7 +116,27 @@ async function makeKeys(): Promise<Keys> {
     scoped: await encodeUser('scoped', users.scoped!, acme, {}, { signer: acmeSigner }),
     outsider: await encodeUser('outsider', users.outsider!, stranger),
   };
+  const v1Account = createAccount();
+  const v1User = createUser();
+  const v1 = {
+    // The same operator and signing key as operatorJwt's (nats-server 2.9.10 reads one operator file): nats-server
+    // gets this one, FlowMQ both.
+    operatorJwt: v1Jwt(operator, operator.getPublicKey(), 'operator', 'v1-operator', { signing_keys: [operatorSigner.getPublicKey()] }),
+    account: v1Account,
+    accountJwt: v1Jwt(operatorSigner, v1Account.getPublicKey(), 'account', 'v1acct', { limits: LIMITS }),
+    user: v1User,
+    userJwt: v1Jwt(v1Account, v1User.getPublicKey(), 'user', 'v1-user', { pub: {}, sub: {} }),
+    strangerUserJwt: v1Jwt(stranger, v1User.getPublicKey(), 'user', 'v1-stranger', { pub: {}, sub: {} }),
+  };
+  const briefAccount = createAccount();
+  const brief = {
+    account: briefAccount,
+    accountJwt: await encodeAccount('brief', briefAccount, { limits: LIMITS }, { signer: operator, exp: now + 6 }),
+    userJwt: await encodeUser('brief-user', createUser(), briefAccount, { bearer_token: true }),
+  };
   return {
+    v1,
+    brief,
     operator,
     operatorSigner,
     acme,
@@ -223,11 +268,21 @@ describe('NATS NKey and JWT logins with the nats client', () => {
     k = await makeKeys();
     dir = mkdtempSync(join(tmpdir(), 'nats-jwt-'));
     writeFileSync(join(dir, 'operator.jwt'), k.operatorJwt);
+    writeFileSync(join(dir, 'operator-v1.jwt'), k.v1.operatorJwt);
     mkdirSync(join(dir, 'accounts'));
+    writeFileSync(join(dir, 'accounts', `${k.v1.account.getPublicKey()}.jwt`), k.v1.accountJwt);
+    writeFileSync(join(dir, 'accounts', `${k.brief.account.getPublicKey()}.jwt`), k.brief.accountJwt);
     // The stranger account (another operator's) is not preloaded: its users are users of an unknown account.
     writeFileSync(join(dir, 'accounts', `${k.acme.getPublicKey()}.jwt`), k.accountJwts[k.acme.getPublicKey()]!);
     broker = await FlowmqProcess.start({
-      args: ['--allow-anonymous', 'false', '--nats-operator', join(dir, 'operator.jwt'), '--nats-accounts', join(dir, 'accounts')],
+      args: [
+        '--allow-anonymous',
+        'false',
+        '--nats-operator',
+        `${join(dir, 'operator.jwt')},${join(dir, 'operator-v1.jwt')}`,
+        '--nats-accounts',
+        join(dir, 'accounts'),
+      ],
     });
     await broker.api('POST', '/api/v1/users', { username: 'admin', password: 'admin-pw', groups: ['admins'] });
     broker.credentials = { username: 'admin', password: 'admin-pw' };
@@ -242,13 +297,13 @@ describe('NATS NKey and JWT logins with the nats client', () => {
 
     // nats-server in operator mode with the same operator and accounts, and one with the same nkey users.
     [opPort, nkPort] = [await freePort(), await freePort()];
-    const preload = Object.entries(k.accountJwts)
-      .filter(([pub]) => pub === k.acme.getPublicKey())
+    const preload = Object.entries({ ...k.accountJwts, [k.v1.account.getPublicKey()]: k.v1.accountJwt, [k.brief.account.getPublicKey()]: k.brief.accountJwt })
+      .filter(([pub]) => pub !== k.stranger.getPublicKey())
       .map(([pub, jwt]) => `  ${pub}: "${jwt}"`)
       .join('\n');
     writeFileSync(
       join(dir, 'op.conf'),
-      `listen: "127.0.0.1:${opPort}"\noperator: "${join(dir, 'operator.jwt')}"\nresolver: MEMORY\nresolver_preload: {\n${preload}\n}\n`,
+      `listen: "127.0.0.1:${opPort}"\noperator: "${join(dir, 'operator-v1.jwt')}"\nresolver: MEMORY\nresolver_preload: {\n${preload}\n}\n`,
     );
     const pk = (n: string) => k.users[n]!.getPublicKey();
     writeFileSync(
@@ -274,6 +329,15 @@ describe('NATS NKey and JWT logins with the nats client', () => {
         10_000,
         'nats-server up',
       );
+    }
+  });
+
+  // Clients of the `brief` account, connected at once: its JWT expires while they are connected.
+  const briefClosed: Array<Promise<unknown>> = [];
+  before(async () => {
+    for (const port of [opPort, broker.natsPort]) {
+      const nc = await connect({ servers: `127.0.0.1:${port}`, reconnect: false, authenticator: jwtAuthenticator(k.brief.userJwt) });
+      briefClosed.push(nc.closed());
     }
   });
 
@@ -363,6 +427,30 @@ describe('NATS NKey and JWT logins with the nats client', () => {
       ['PONG', "-ERR 'User Authentication Expired'"],
       ['PONG', "-ERR 'User Authentication Expired'"],
     ]);
+  });
+
+  it("an account JWT expiring while its clients are connected: 'Account Authentication Expired' and close, on both", async () => {
+    const ends = await Promise.all(briefClosed);
+    assert.deepEqual(
+      ends.map((e) => (e as Error | undefined)?.message),
+      ["'Account Authentication Expired'", "'Account Authentication Expired'"],
+    );
+    // A new client of the expired account is refused.
+    for (const port of [opPort, broker.natsPort]) {
+      assert.equal(await outcome(port, { authenticator: jwtAuthenticator(k.brief.userJwt) }), 'AUTHORIZATION_VIOLATION', `port ${port}`);
+    }
+  });
+
+  it('JWTs in the v1 format (type at the top of the claims): accepted as nats-server 2.9 accepts them', async () => {
+    for (const port of [opPort, broker.natsPort]) {
+      const seed = k.v1.user.getSeed();
+      const r = {
+        creds: await outcome(port, { authenticator: credsAuthenticator(fmtCreds(k.v1.userJwt, k.v1.user)) }),
+        jwt: await outcome(port, { authenticator: jwtAuthenticator(k.v1.userJwt, seed) }),
+        wrongAccount: await outcome(port, { authenticator: jwtAuthenticator(k.v1.strangerUserJwt, seed) }),
+      };
+      assert.deepEqual(r, { creds: 'ok', jwt: 'ok', wrongAccount: 'AUTHORIZATION_VIOLATION' }, `port ${port}`);
+    }
   });
 
   it("a JWT user is in its account's namespace; the nkey user is the directory user", async () => {

@@ -9,7 +9,8 @@
  * expired (`exp`), valid already (`nbf`), not revoked by its account (`revocations`: a user key, or `*`, with a time
  * at or after the JWT's `iat`), of an allowed connection type, from an allowed address (`src`); and the nonce
  * signature is the user key's (unless the JWT is a bearer token its account allows). JWT signatures are ed25519
- * over `header.payload` by the issuer's NKey (nkeys.js verifies them).
+ * over `header.payload` by the issuer's NKey (nkeys.js verifies them); nats' v1 JWTs (header alg `ed25519`, the
+ * claim's `type` at its top level), which nats-server 2.9 still accepts, sign the payload alone.
  *
  * What the user may do is its JWT's permissions (a scoped signing key's template instead, when a scoped key signed
  * it; the account's `default_permissions` when the user has none), turned into FlowMQ policies that this
@@ -36,7 +37,21 @@ interface Claims {
   exp?: number;
   nbf?: number;
   name?: string;
+  /** nats' v1 claims: the type at the top level (v2 moved it into `nats`, beside `version: 2`). */
+  type?: string;
   nats?: Record<string, unknown>;
+}
+
+/**
+ * A claim's type as nats-server reads it: v2 claims (`nats.version` 2 or more) carry it as `nats.type`, v1 claims
+ * (no version) as `type` at the top level; the rest of the claim (permissions, signing keys, limits, revocations)
+ * is under `nats` in both.
+ */
+function claimType(c: Claims): string | undefined {
+  const v = c.nats?.version;
+  const inner = typeof c.nats?.type === 'string' ? c.nats.type : undefined;
+  if (typeof v === 'number' && v >= 2) return inner;
+  return typeof c.type === 'string' ? c.type : inner;
 }
 
 interface Permission {
@@ -64,6 +79,8 @@ export interface JwtLogin {
   readonly principal: Principal;
   /** ms since the epoch; null: no expiry. */
   readonly expiresAt: number | null;
+  /** The account JWT's exp (ms since the epoch; null: none): its clients are closed then, as nats-server does. */
+  readonly accountExpiresAt: number | null;
   readonly account: string;
 }
 
@@ -77,7 +94,9 @@ function decode(token: string): { claims: Claims; signed: Buffer; sig: Buffer } 
     if (String(header.typ).toUpperCase() !== 'JWT' || (header.alg !== 'ed25519-nkey' && header.alg !== 'ed25519')) return null;
     const claims = JSON.parse(Buffer.from(parts[1]!, 'base64url').toString('utf8')) as Claims;
     if (typeof claims !== 'object' || claims === null || typeof claims.iss !== 'string' || typeof claims.sub !== 'string') return null;
-    return { claims, signed: Buffer.from(`${parts[0]}.${parts[1]}`, 'utf8'), sig: Buffer.from(parts[2]!, 'base64url') };
+    // v1 tokens (alg `ed25519`) are signed over the claims part alone, v2 (`ed25519-nkey`) over `header.claims`.
+    const signed = header.alg === 'ed25519' ? parts[1]! : `${parts[0]}.${parts[1]}`;
+    return { claims, signed: Buffer.from(signed, 'utf8'), sig: Buffer.from(parts[2]!, 'base64url') };
   } catch {
     return null;
   }
@@ -86,7 +105,7 @@ function decode(token: string): { claims: Claims; signed: Buffer; sig: Buffer } 
 /** The claims when `token` is signed by its issuer, of the type, and the issuer is one `trusted` accepts; else null. */
 function verified(token: string, type: string, subjectKind: 'operator' | 'account' | 'user', trusted: (iss: string, c: Claims) => boolean): Claims | null {
   const d = decode(token);
-  if (d === null || d.claims.nats?.type !== type || parsePublicNkey(d.claims.sub, subjectKind) === null) return null;
+  if (d === null || claimType(d.claims) !== type || parsePublicNkey(d.claims.sub, subjectKind) === null) return null;
   const issuer = parsePublicNkey(d.claims.iss, subjectKind === 'user' ? 'account' : 'operator');
   if (issuer === null || !trusted(d.claims.iss, d.claims)) return null;
   return verifySignature(issuer, d.signed, d.sig) ? d.claims : null;
@@ -183,9 +202,9 @@ export class NatsOperators {
   login(o: ConnectOptions, nonce: string | undefined, remoteAddress: string, websocket: boolean, nowMs = Date.now()): JwtLogin | { refused: string } {
     const nowSec = Math.floor(nowMs / 1000);
     const d = decode(o.jwt ?? '');
-    if (d === null || d.claims.nats?.type !== 'user' || parsePublicNkey(d.claims.sub, 'user') === null) return { refused: 'not a user JWT' };
+    if (d === null || claimType(d.claims) !== 'user' || parsePublicNkey(d.claims.sub, 'user') === null) return { refused: 'not a user JWT' };
     const c = d.claims;
-    const nats = c.nats!;
+    const nats = c.nats ?? {};
     const accountKey = typeof nats.issuer_account === 'string' && nats.issuer_account !== '' ? nats.issuer_account : c.iss;
     const acc = this.accounts.get(accountKey);
     if (acc === undefined) return { refused: `account ${accountKey} unknown` };
@@ -231,7 +250,8 @@ export class NatsOperators {
       return { refused: 'permissions not readable' };
     }
     const principal: Principal = { user: c.sub, groups: [], namespace: acc.namespace, ...policies };
-    return { principal, expiresAt: typeof c.exp === 'number' && c.exp > 0 ? c.exp * 1000 : null, account: acc.key };
+    const expMs = (x: Claims) => (typeof x.exp === 'number' && x.exp > 0 ? x.exp * 1000 : null);
+    return { principal, expiresAt: expMs(c), accountExpiresAt: expMs(acc.claims), account: acc.key };
   }
 }
 

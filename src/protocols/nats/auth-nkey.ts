@@ -44,7 +44,7 @@ export async function nkeyLogin(adapter: NkeyLoginHost, o: ConnectOptions, meta:
     const r = adapter.operators.login(o, meta.nonce, remote, meta.websocket === true);
     if ('refused' in r) return refuse(r.refused);
     a.guard.succeeded(key, remote);
-    return { ok: true, principal: r.principal, expiresAt: r.expiresAt };
+    return { ok: true, principal: r.principal, expiresAt: r.expiresAt, accountExpiresAt: r.accountExpiresAt };
   }
   const pub = parsePublicNkey(o.nkey, 'user');
   if (user === undefined || pub === null) return refuse('unknown nkey');

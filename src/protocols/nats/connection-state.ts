@@ -123,6 +123,8 @@ export abstract class NatsConnectionState implements Subscriber, NatsServerHandl
   replies: Map<string, { left: number; until: number }> | null = null;
   /** When the login's credentials expire (a user JWT's exp, ms; 0: never): -ERR 'User Authentication Expired'. */
   expiresAt = 0;
+  /** When the account JWT of a JWT login expires (ms; 0: never): -ERR 'Account Authentication Expired'. */
+  accountExpiresAt = 0;
 
   // output
   flushScheduled = false;
@@ -484,6 +486,7 @@ export abstract class NatsConnectionState implements Subscriber, NatsServerHandl
       if (!this.authed) return;
     }
     if (this.expiresAt !== 0 && now >= this.expiresAt) return this.fatal(NatsErr.AUTH_EXPIRED, 'nats: user JWT expired');
+    if (this.accountExpiresAt !== 0 && now >= this.accountExpiresAt) return this.fatal(NatsErr.ACCOUNT_EXPIRED, 'nats: account JWT expired');
     if (o.pingIntervalMs <= 0 || now - this.lastPingAt < o.pingIntervalMs) return;
     this.lastPingAt = now;
     // nats-server skips the PING when the client was heard from in the interval (and a silent client is pinged).

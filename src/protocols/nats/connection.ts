@@ -147,6 +147,8 @@ export class NatsConnection extends NatsConnectionState {
     // A user JWT's exp (operator mode), or an OIDC token's: -ERR 'User Authentication Expired' then (the sweep).
     const exp = r.expiresAt ?? r.principal.expiresAt;
     if (exp != null) this.expiresAt = exp;
+    // Its account JWT's exp: -ERR 'Account Authentication Expired' then.
+    if (r.accountExpiresAt != null) this.accountExpiresAt = r.accountExpiresAt;
     this.authed = true;
     if (this.verbose) this.send(OK);
     this.resumeReading(PAUSE_AUTH);

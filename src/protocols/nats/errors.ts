@@ -10,6 +10,8 @@ export const NatsErr = {
   AUTH_VIOLATION: 'Authorization Violation',
   /** A user JWT expired while connected (nats-server closes at its exp). Fatal. */
   AUTH_EXPIRED: 'User Authentication Expired',
+  /** The account JWT of a JWT user expired while connected (nats-server closes its clients). Fatal. */
+  ACCOUNT_EXPIRED: 'Account Authentication Expired',
   /** No CONNECT within the auth timeout. Fatal. */
   AUTH_TIMEOUT: 'Authentication Timeout',
   /** Too many PINGs left unanswered. Fatal. */

@@ -51,7 +51,7 @@ export interface NatsPublisher {
 }
 
 /** The outcome of a CONNECT's credentials. */
-export type NatsAuthOutcome = { ok: true; principal: Principal; expiresAt?: number | null } | { ok: false; busy: boolean };
+export type NatsAuthOutcome = { ok: true; principal: Principal; expiresAt?: number | null; accountExpiresAt?: number | null } | { ok: false; busy: boolean };
 
 /** The adapter's counters (figures for /api/v1/broker), kept by its connections. */
 export function newNatsStats() {
