@@ -108,6 +108,34 @@ describe('NATS authentication and authorization with the nats client', () => {
     assert.equal(nc.isClosed(), false);
   });
 
+  it('queue-group permissions (nats-server\'s "subject queue" entries) allow a subject in that queue group only', async () => {
+    await broker.api('POST', '/api/v1/users', { username: 'carol', password: 'carol-pw' });
+    const policy = (name: string, effect: string, actions: string[], resources: string[]) =>
+      broker.api('POST', '/api/v1/policies', { name, effect, actions, resources, principals: ['user:carol'] });
+    // "q A" allowed; r.> allowed but "r.x B" denied; publish anywhere.
+    await policy('carol-sub', 'allow', ['subscribe'], ['topic:$nats-queue/A/q', 'topic:r/#', 'topic:marker']);
+    await policy('carol-deny', 'deny', ['subscribe'], ['topic:$nats-queue/B/r/x']);
+    await policy('carol-pub', 'allow', ['publish'], ['topic:#']);
+    const nc = await open({ user: 'carol', pass: 'carol-pw' });
+    const inA = collect(nc.subscribe('q', { queue: 'A' }));
+    const inBad = collect(nc.subscribe('q', { queue: 'bad' }));
+    const plain = collect(nc.subscribe('q'));
+    const rB = collect(nc.subscribe('r.x', { queue: 'B' }));
+    const rC = collect(nc.subscribe('r.x', { queue: 'C' }));
+    const marker = collect(nc.subscribe('marker'));
+    await nc.flush();
+    nc.publish('q', sc.encode('1'));
+    nc.publish('r.x', sc.encode('2'));
+    nc.publish('marker', sc.encode('m'));
+    await until(() => marker.got.length === 1, 'the marker');
+    await Promise.all([inBad.done, plain.done, rB.done]);
+    assert.match(inBad.error!.message, /Permissions Violation for Subscription to "q" using queue "bad"/);
+    assert.match(plain.error!.message, /Permissions Violation for Subscription to "q"'?$/);
+    assert.match(rB.error!.message, /Permissions Violation for Subscription to "r\.x" using queue "B"/);
+    assert.deepEqual([inA.got, rC.got, inA.error, rC.error], [['q=1'], ['r.x=2'], null, null]);
+    assert.equal(nc.isClosed(), false);
+  });
+
   it('a policy changed live through the admin API applies to an open connection', async () => {
     const nc = await open({ user: 'alice', pass: 'alice-pw' });
     const st = statuses(nc);

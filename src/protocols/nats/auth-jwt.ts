@@ -24,7 +24,7 @@ import { FlowError } from '../../core/index.js';
 import { PolicySet, parsePublicNkey, validateName, verifySignature, type PolicyDef, type Principal } from '../../control/index.js';
 import { addressFilter } from '../../util/address.js';
 import type { ConnectOptions } from './codec/index.js';
-import { natsFilterToUnified } from './connection-state.js';
+import { natsPermissionTopic } from './connection-state.js';
 
 /** The largest JWT read (a CONNECT line is bounded by max_control_line anyway; files are read at start). */
 const MAX_JWT = 64 * 1024;
@@ -271,10 +271,10 @@ function patterns(list: unknown): string[] {
   const out: string[] = [];
   for (const s of list) {
     if (typeof s !== 'string') continue;
-    // A sub permission may be "subject queue": the subject decides here.
+    // A sub permission may be "subject queue": that queue group only (natsQueueTopic).
     const subject = s.trim().split(/\s+/)[0] ?? '';
     if (subject === '' || subject.split('.').some((t) => t !== '*' && t !== '>' && (t.includes('+') || t.includes('#')))) continue;
-    out.push(`topic:${natsFilterToUnified(subject)}`);
+    out.push(`topic:${natsPermissionTopic(s)}`);
   }
   return out;
 }
@@ -318,5 +318,5 @@ export function permissionPolicies(p: Permissions): { own: PolicySet; responses?
 /** Deny entries: every one must be expressible (a wildcard-looking token denies the whole level, the safe side). */
 function denyPatterns(list: unknown): string[] {
   if (!Array.isArray(list)) return [];
-  return list.filter((s): s is string => typeof s === 'string' && s.trim() !== '').map((s) => `topic:${natsFilterToUnified(s.trim().split(/\s+/)[0]!)}`);
+  return list.filter((s): s is string => typeof s === 'string' && s.trim() !== '').map((s) => `topic:${natsPermissionTopic(s)}`);
 }

@@ -627,6 +627,25 @@ export function natsFilterToUnified(subject: string): string {
   return tokens.join('/');
 }
 
+/**
+ * nats-server's queue-group permissions ("subject queue" entries of a subscribe allow or deny list: a subscription
+ * to the subject in that queue group only) as FlowMQ topic resources: `topic:$nats-queue/<queue>/<subject>`. A
+ * queue subscription is allowed when its subject is allowed, or when this topic of its queue and subject is; it is
+ * refused when a deny reaches into this topic. `*` (or `>`) as the queue stands for every queue; a queue name
+ * holding `+` or `#` is checked as `+` (what could match it).
+ */
+export const NATS_QUEUE_ROOT = '$nats-queue';
+export function natsQueueTopic(queue: string, subject: string): string {
+  const q = queue === '*' || queue === '>' || queue.includes('+') || queue.includes('#') ? '+' : queue.replaceAll('/', '.');
+  return `${NATS_QUEUE_ROOT}/${q}/${natsFilterToUnified(subject)}`;
+}
+
+/** A permission entry "subject" or "subject queue" as a topic pattern (see natsQueueTopic). */
+export function natsPermissionTopic(entry: string): string {
+  const [subject = '', queue] = entry.trim().split(/\s+/);
+  return queue === undefined ? natsFilterToUnified(subject) : natsQueueTopic(queue, subject);
+}
+
 /** The first line starts with CONNECT (any case) and a blank. */
 export function startsWithConnect(b: Buffer): boolean {
   if (b.length < 8) return false;

@@ -51,7 +51,7 @@ import { logKey } from '../../util/log-limit.js';
 import { OK, PONG, encodeErr, encodeInfo, isValidQueueName, isValidSubject, type ConnectOptions } from './codec/index.js';
 import type { NatsAuthOutcome } from './types.js';
 import { NatsErr, natsErrTextOf } from './errors.js';
-import { hasWildcardToken, NatsConnectionState, natsFilterToUnified, type NatsSub, PAUSE_AUTH, quote, St } from './connection-state.js';
+import { hasWildcardToken, NatsConnectionState, natsFilterToUnified, natsQueueTopic, type NatsSub, PAUSE_AUTH, quote, St } from './connection-state.js';
 import { login, permissionViolation, register } from './control.js';
 import { admit, publish } from './publish.js';
 import { deliver, removeSub } from './deliver.js';
@@ -184,7 +184,24 @@ export class NatsConnection extends NatsConnectionState {
       this.send(encodeErr(NatsErr.MAX_SUBS));
       return;
     }
-    if (!this.access.open && this.access.subscription(natsFilterToUnified(subject)) === 'deny') {
+    // A queue subscription: its queue-group permissions too (natsQueueTopic); deliveries then pass the subject's
+    // topic or the queue's.
+    let queueAdmit: ((topic: string) => boolean) | null = null;
+    let refused = false;
+    if (!this.access.open) {
+      const plain = this.access.subscription(natsFilterToUnified(subject));
+      if (queue === null) refused = plain === 'deny';
+      else {
+        const qt = natsQueueTopic(queue, subject);
+        if (!this.access.mayCapture(qt)) refused = true;
+        else if (plain === 'deny') {
+          refused = this.access.subscription(qt) === 'deny';
+          const prefix = qt.slice(0, qt.length - natsFilterToUnified(subject).length);
+          queueAdmit = (topic) => this.access.admits(topic) || this.access.admits(prefix + topic);
+        }
+      }
+    }
+    if (refused) {
       const what = queue === null ? `Subscription to ${quote(subject)}` : `Subscription to ${quote(subject)} using queue ${quote(queue)}`;
       return permissionViolation(this, what, 'subscribe', subject);
     }
@@ -205,7 +222,9 @@ export class NatsConnection extends NatsConnectionState {
       ns.sub = this.adapter.engine.subscribe(
         subject,
         this,
-        queue === null ? { qos: 0, rule: 'nats', data: ns, admit: admit(this) } : { qos: 0, rule: 'nats', group: queue, data: ns, admit: admit(this) },
+        queue === null
+          ? { qos: 0, rule: 'nats', data: ns, admit: admit(this) }
+          : { qos: 0, rule: 'nats', group: queue, data: ns, admit: queueAdmit ?? admit(this) },
       );
     } catch (err) {
       const text = natsErrTextOf(err);

@@ -106,12 +106,17 @@ let responseTtl;
 let operator;
 let resolverPreload;
 const policies = [];
-const toTopic = (subject) => {
-  if (/\s/.test(subject)) refuse(`permission with a queue group: ${subject}`);
-  return `topic:${subject
+const levels = (subject) =>
+  subject
     .split('.')
     .map((t) => (t === '*' ? '+' : t === '>' ? '#' : t.replace(/\//g, '.')))
-    .join('/')}`;
+    .join('/');
+// "subject queue" (a subscription in that queue group only): FlowMQ's `$nats-queue/<queue>/<subject>` topic.
+const toTopic = (entry) => {
+  const [subject, queue, extra] = String(entry).trim().split(/\s+/);
+  if (extra !== undefined) refuse(`permission entry: ${entry}`);
+  if (queue === undefined) return `topic:${levels(subject)}`;
+  return `topic:$nats-queue/${queue === '*' || queue === '>' ? '+' : queue.replace(/\//g, '.')}/${levels(subject)}`;
 };
 const list = (v) => (v === undefined ? undefined : Array.isArray(v) ? v : [v]);
 function addUser(u) {
