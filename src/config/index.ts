@@ -80,6 +80,7 @@ export interface Config {
   natsMonitorAllow: string[];
   /** The token a NATS CONNECT may carry in auth_token (instead of a user and password). */
   natsToken: string | null;
+  natsNoAuthUser: string | null;
   /** Operator mode: operator JWT files (comma-separated); null: off. */
   natsOperator: string | null;
   /** Account JWT files or directories (comma-separated), the preloaded resolver of operator mode. */
@@ -510,6 +511,13 @@ export const OPTIONS: readonly OptionSpec[] = [
     kind: 'string',
     default: null,
     help: 'token a NATS client may present in CONNECT auth_token instead of a user and password (prefer the environment: FLOWMQ_NATS_TOKEN)',
+  },
+  {
+    key: 'natsNoAuthUser',
+    name: 'nats-no-auth-user',
+    kind: 'string',
+    default: null,
+    help: "user a NATS client without any credentials logs in as (nats-server's no_auth_user): its policies apply; a user not in the directory refuses such clients",
   },
   {
     key: 'natsOperator',

@@ -53,7 +53,8 @@ describe('NATS authentication and authorization with the nats client', () => {
   };
 
   before(async () => {
-    broker = await FlowmqProcess.start({ args: ['--allow-anonymous', 'false'] });
+    // dave, the no_auth_user, is made by its test: until then clients without credentials are refused.
+    broker = await FlowmqProcess.start({ args: ['--allow-anonymous', 'false', '--nats-no-auth-user', 'dave'] });
     // Nobody exists yet: the admin API lets loopback in to create the first (admin) user.
     await broker.api('POST', '/api/v1/users', { username: 'admin', password: 'admin-pw', groups: ['admins'] });
     broker.credentials = { username: 'admin', password: 'admin-pw' };
@@ -134,6 +135,38 @@ describe('NATS authentication and authorization with the nats client', () => {
     assert.match(rB.error!.message, /Permissions Violation for Subscription to "r\.x" using queue "B"/);
     assert.deepEqual([inA.got, rC.got, inA.error, rC.error], [['q=1'], ['r.x=2'], null, null]);
     assert.equal(nc.isClosed(), false);
+  });
+
+  it("a client without credentials is the no_auth_user (--nats-no-auth-user), with that user's permissions", async () => {
+    await broker.api('POST', '/api/v1/users', { username: 'dave', password: 'dave-pw' });
+    await broker.api('POST', '/api/v1/policies', {
+      name: 'dave-pub-sub',
+      effect: 'allow',
+      actions: ['publish', 'subscribe'],
+      resources: ['topic:dave/#'],
+      principals: ['user:dave'],
+    });
+    const nc = await open({});
+    const st = statuses(nc);
+    const mine = collect(nc.subscribe('dave.>'));
+    const other = collect(nc.subscribe('orders.>'));
+    nc.publish('orders.x', sc.encode('no'));
+    nc.publish('dave.a', sc.encode('yes'));
+    await until(() => mine.got.length === 1, "dave's message");
+    await other.done;
+    assert.match(other.error!.message, /Permissions Violation for Subscription to "orders\.>"/);
+    await until(() => st.some((s) => (s as { permissionContext?: { subject: string } }).permissionContext?.subject === 'orders.x'), 'the refused publish');
+    assert.deepEqual(mine.got, ['dave.a=yes']);
+    // Credentials still decide when given: a wrong password is refused, alice is alice.
+    await assert.rejects(
+      connect({ servers: broker.natsServer, user: 'dave', pass: 'wrong', reconnect: false }),
+      (err: NatsError) => err.code === 'AUTHORIZATION_VIOLATION',
+    );
+    const alice = await open({ user: 'alice', pass: 'alice-pw' });
+    const aliceSub = collect(alice.subscribe('dave.>'));
+    await alice.flush();
+    await aliceSub.done;
+    assert.match(aliceSub.error!.message, /Permissions Violation for Subscription to "dave\.>"/);
   });
 
   it('a policy changed live through the admin API applies to an open connection', async () => {

@@ -68,6 +68,8 @@ export interface NatsAuth {
   token: string | null;
   /** mTLS: which field of a verified client certificate names the user (null: certificates are not looked at). */
   certUser?: CertUserField | null;
+  /** nats-server's no_auth_user: the directory user a CONNECT without any credentials logs in as (null: none). */
+  noAuthUser?: string | null;
   /** Operator mode (--nats-operator, --nats-accounts): user JWTs of these accounts log in. */
   operators?: NatsOperators | null;
   /** allow_responses limits of directory users (--nats-response-max, --nats-response-ttl); default 1 within 2 min. */
@@ -101,6 +103,7 @@ export class NatsAdapter implements NatsConnectionHost {
   /** `--nats-token`, or null. */
   readonly token: string | null;
   readonly certUser: CertUserField | null;
+  readonly noAuthUser: string | null;
   readonly operators: NatsOperators | null;
   readonly responses: { readonly max: number; readonly ttlMs: number };
   /** Open connections by client id (JetStream finds the Access of a request's origin here). */
@@ -120,6 +123,7 @@ export class NatsAdapter implements NatsConnectionHost {
     this.access = auth.access;
     this.token = auth.token;
     this.certUser = auth.certUser ?? null;
+    this.noAuthUser = auth.noAuthUser ?? null;
     this.operators = auth.operators ?? null;
     this.responses = auth.responses ?? DEFAULT_RESPONSES;
     this.logger = ctx.logger;
@@ -285,6 +289,10 @@ export class NatsAdapter implements NatsConnectionHost {
     if (o.user !== undefined && o.user !== '') {
       if (!a.hasUsers) return this.authRequired ? this.refused() : { ok: true, principal: a.principal(o.user) };
       return this.outcome(a.password(o.user, o.pass ?? null, remoteAddress, 'nats'));
+    }
+    // No credentials at all (a password alone counts as one): the no_auth_user, when it is a directory user.
+    if (this.noAuthUser !== null && (o.pass === undefined || o.pass === '') && !credentials) {
+      return a.directory.lookup(this.noAuthUser) === undefined ? this.refused() : { ok: true, principal: a.principal(this.noAuthUser) };
     }
     if (this.authRequired) return this.refused();
     return { ok: true, principal: ANONYMOUS };

@@ -66,6 +66,7 @@ export const natsModule: ProtocolModule = {
         access: ctx.access,
         token: c.natsToken,
         certUser: c.tlsClientCa === null ? null : c.tlsCertUser,
+        noAuthUser: c.natsNoAuthUser,
         operators: operatorMode(c.natsOperator, c.natsAccounts, logger),
         responses: { max: c.natsResponseMax, ttlMs: c.natsResponseTtl },
       },

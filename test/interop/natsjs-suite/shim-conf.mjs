@@ -198,6 +198,9 @@ for (const [k, v] of Object.entries(conf)) {
     case 'resolver_preload':
       resolverPreload = v;
       break;
+    case 'no_auth_user':
+      args.push('--nats-no-auth-user', String(v));
+      break;
     case 'max_payload':
       args.push('--nats-max-payload', String(v));
       break;
