@@ -18,6 +18,7 @@ import {
   processMemory,
   readUsersFile,
   seedDirectory,
+  reloadDirectory,
   startAdminApi,
   startRabbitManagement,
   type RabbitManagement,
@@ -55,6 +56,12 @@ export interface Broker {
   readonly cluster: Cluster | null;
   /** Port actually bound per listener ("mqtt", "kafka", "http"). */
   ports(): Record<string, number>;
+  /**
+   * A configuration reload (SIGHUP): the users file read again (reloadDirectory), then each protocol's reload (NATS:
+   * its operator and account JWT files, and every subscription checked against the permissions now in force).
+   * Settings given as flags or environment stay as they are. What failed is logged; the broker runs on.
+   */
+  reload(): Promise<Record<string, unknown>>;
   close(): Promise<void>;
 }
 
@@ -374,7 +381,35 @@ async function startServing(config: Config, logger: Logger, data: DataPlane, con
   ready = true;
 
   let closing: Promise<void> | null = null;
+  let reloading: Promise<Record<string, unknown>> = Promise.resolve({});
+  const reloadOnce = async (): Promise<Record<string, unknown>> => {
+    const figures: Record<string, unknown> = {};
+    if (config.usersFile !== null) {
+      try {
+        const file = parseUsersFile(await readUsersFile(config.usersFile), config.usersFile);
+        figures.usersFile = await reloadDirectory(directory, file, config.usersFile, (password, stored) => guard.verifier.verify(password, stored));
+      } catch (err) {
+        logger.warn({ err, usersFile: config.usersFile }, 'reload: the users file did not load; the directory stays as it was');
+        figures.usersFile = { error: (err as Error).message };
+      }
+    }
+    for (const r of running) {
+      if (r.protocol.reload === undefined) continue;
+      try {
+        figures[r.name] = await r.protocol.reload();
+      } catch (err) {
+        logger.warn({ err, protocol: r.name }, 'reload failed for a protocol');
+      }
+    }
+    logger.info(figures, 'configuration reloaded');
+    return figures;
+  };
   return {
+    reload() {
+      // One reload at a time, in order: a second signal during one runs after it.
+      reloading = reloading.then(reloadOnce, reloadOnce);
+      return reloading;
+    },
     config,
     engine,
     log,

@@ -32,7 +32,7 @@ export { QuotaManager, type QuotaLease } from './quotas.js';
 export { RuntimeSettings, type BrokerConfigAdmin, type ConfigScope, type QuotaChange, type QuotaEntity } from './settings.js';
 export { createMetrics, type Metrics } from './metrics.js';
 export { ClientEntry, ClientRegistry, type ClientRegistration } from './clients.js';
-export { parseUsersFile, seedDirectory, type UsersFile } from './seed.js';
+export { parseUsersFile, reloadDirectory, seedDirectory, type UsersFile } from './seed.js';
 export { WebhookAuthenticator } from './webhook.js';
 export type { AmqpChannelView, AmqpConnectionView, AmqpConsumerView, AmqpManagementView, AmqpStreamQueueView } from './rabbitmq/types.js';
 export { startRabbitManagement, type RabbitManagement, type RabbitManagementOptions } from './rabbit-management.js';

@@ -182,3 +182,51 @@ export async function seedDirectory(
   for (const p of file.policies) if (await directory.seedPolicy(p)) figures.policies++;
   return figures;
 }
+
+/** What a reload of the users file changed beyond seedDirectory's figures. */
+export interface ReloadFigures extends SeedFigures {
+  policiesUpdated: number;
+  policiesRemoved: number;
+}
+
+/** A policy as JSON with sorted keys, without createdAt: equal strings, the same policy. */
+function policyKey(p: PolicyDef): string {
+  const { createdAt: _c, ...rest } = p;
+  return JSON.stringify(rest, (_k, v: unknown) =>
+    v !== null && typeof v === 'object' && !Array.isArray(v)
+      ? Object.fromEntries(Object.entries(v as Record<string, unknown>).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)))
+      : v,
+  );
+}
+
+/**
+ * The users file read again while the broker runs (SIGHUP): seeded as at start (what is absent is created, file
+ * passwords set again), and its policies made the truth for the policies the file made (`source` file): a changed
+ * one is replaced, one the file no longer names is removed. Policies made through the API or the CLI, and users,
+ * are left alone (a user the file no longer names keeps its account: removing logins is the administrator's call).
+ */
+export async function reloadDirectory(
+  directory: Directory,
+  file: UsersFile,
+  source: string,
+  verify: (password: string, stored: PasswordHash) => Promise<'ok' | 'bad' | 'busy'>,
+): Promise<ReloadFigures> {
+  const figures: ReloadFigures = { ...(await seedDirectory(directory, file, source, verify)), policiesUpdated: 0, policiesRemoved: 0 };
+  const current = new Map(directory.policies.defs().map((p) => [p.name, p]));
+  const named = new Set<string>();
+  for (const p of file.policies) {
+    named.add(p.name);
+    const have = current.get(p.name);
+    if (have === undefined || have.source !== 'file') continue;
+    const want = validatePolicy({ ...p, source: p.source ?? 'file', createdAt: have.createdAt });
+    if (policyKey(want) === policyKey(have)) continue;
+    await directory.putPolicy(want);
+    figures.policiesUpdated++;
+  }
+  for (const [name, p] of current) {
+    if (p.source !== 'file' || named.has(name)) continue;
+    await directory.deletePolicy(name);
+    figures.policiesRemoved++;
+  }
+  return figures;
+}

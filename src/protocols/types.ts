@@ -82,6 +82,11 @@ export interface RunningProtocol {
   readonly amqpManagement?: AmqpManagementView;
   /** The protocol's figures for GET /api/v1/broker (drops, latencies, pools), if it keeps any. */
   figures?(): unknown;
+  /**
+   * A configuration reload (SIGHUP), after the users file was read again: the protocol reloads what it can (its own
+   * files) and checks its clients against the permissions now in force. Answers figures for the log.
+   */
+  reload?(): Promise<Record<string, unknown>>;
   /** Stops the listeners (closing their connections), then the protocol's shared state. */
   close(): Promise<void>;
 }

@@ -221,8 +221,9 @@ describe('NATS core with the nats client', () => {
 
 describe('NATS authentication', () => {
   let broker: FlowmqProcess;
+  let dir: string;
   before(async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'flowmq-nats-auth-'));
+    dir = mkdtempSync(join(tmpdir(), 'flowmq-nats-auth-'));
     writeFileSync(join(dir, 'users.yaml'), '- username: alice\n  password: wonderland\n');
     broker = await FlowmqProcess.start({ args: ['--users-file', join(dir, 'users.yaml'), '--nats-token', 's3cret'] });
   });
@@ -241,6 +242,65 @@ describe('NATS authentication', () => {
       (e: Error & { code?: string }) => e.code === 'AUTHORIZATION_VIOLATION',
     );
     await assert.rejects(connect({ servers: broker.natsServer, reconnect: false }), (e: Error & { code?: string }) => e.code === 'AUTHORIZATION_VIOLATION');
+  });
+
+  it('SIGHUP reloads the users file (as nats-server reloads its config): the broker lives on, and a subscription whose permission went gets the Permissions Violation', async () => {
+    const file = join(dir, 'users.yaml');
+    const write = (deny: string | null) =>
+      writeFileSync(
+        file,
+        'users:\n  - {username: alice, password: wonderland}\n  - {username: bob, password: builder}\npolicies:\n' +
+          '  - {name: alice-all, effect: allow, actions: [publish, subscribe], resources: ["topic:#"], principals: ["user:alice", "user:bob"]}\n' +
+          (deny === null ? '' : `  - {name: alice-deny, effect: deny, actions: [subscribe], resources: ["${deny}"], principals: ["user:alice"]}\n`),
+      );
+    const reloads = () => broker.logs.filter((l) => l.msg === 'configuration reloaded').length;
+    const hup = async () => {
+      const before = reloads();
+      broker.proc.kill('SIGHUP');
+      await until(() => reloads() > before, 'the reload');
+    };
+    write(null);
+    await hup();
+    // bob, new in the file, logs in.
+    await (await connect({ servers: broker.natsServer, user: 'bob', pass: 'builder', reconnect: false })).close();
+    const nc = await connect({ servers: broker.natsServer, user: 'alice', pass: 'wonderland', reconnect: false });
+    const errors: string[] = [];
+    const watch = (subject: string) => {
+      const got: string[] = [];
+      nc.subscribe(subject, { callback: (err, m) => (err ? errors.push(err.message) : got.push(sc.decode(m.data))) });
+      return got;
+    };
+    const secret = watch('secret.x');
+    const open = watch('open.x');
+    await nc.flush();
+    // A policy added (secret/# denied): the secret.x subscription ends, open.x goes on.
+    write('topic:secret/#');
+    await hup();
+    await until(() => errors.length === 1, 'the violation');
+    assert.match(errors[0]!, /Permissions Violation for Subscription to "secret\.x"/);
+    nc.publish('secret.x', sc.encode('s1'));
+    nc.publish('open.x', sc.encode('o1'));
+    await until(() => open.length === 1, 'the open message');
+    // The policy changed (open/# denied instead): open.x ends; a new secret.x subscription is allowed again.
+    write('topic:open/#');
+    await hup();
+    await until(() => errors.length === 2, 'the second violation');
+    assert.match(errors[1]!, /Permissions Violation for Subscription to "open\.x"/);
+    const secret2 = watch('secret.x');
+    await nc.flush();
+    nc.publish('secret.x', sc.encode('s2'));
+    nc.publish('open.x', sc.encode('o2'));
+    await until(() => secret2.length === 1, 'the second secret message');
+    // The policy removed from the file: removed from the directory, open.x allowed again.
+    write(null);
+    await hup();
+    const open2 = watch('open.x');
+    await nc.flush();
+    nc.publish('open.x', sc.encode('o3'));
+    await until(() => open2.length === 1, 'the open message after the removal');
+    assert.deepEqual({ secret, open, secret2, open2, errors: errors.length }, { secret: [], open: ['o1'], secret2: ['s2'], open2: ['o3'], errors: 2 });
+    assert.equal(broker.proc.exitCode, null);
+    await nc.close();
   });
 
   it('token: the configured one gets in, another is refused', async () => {

@@ -1,4 +1,4 @@
-/** `flowmq start`: runs a broker in this process until SIGINT/SIGTERM. */
+/** `flowmq start`: runs a broker in this process until SIGINT/SIGTERM; SIGHUP reloads its files (Broker.reload). */
 import { join, resolve } from 'node:path';
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { pino } from 'pino';
@@ -66,6 +66,12 @@ export async function cmdStart(argv: string[]): Promise<number> {
         },
       );
     };
+    // SIGHUP reloads what can be reloaded (as nats-server reloads its configuration) instead of ending the process.
+    process.on('SIGHUP', () => {
+      if (stopping) return;
+      logger.info({ signal: 'SIGHUP' }, 'reloading the configuration');
+      void broker.reload().catch((err: unknown) => logger.error({ err }, 'reload failed'));
+    });
     process.once('SIGINT', () => stop('SIGINT'));
     process.once('SIGTERM', () => stop('SIGTERM'));
   });

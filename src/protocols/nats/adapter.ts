@@ -104,7 +104,8 @@ export class NatsAdapter implements NatsConnectionHost {
   readonly token: string | null;
   readonly certUser: CertUserField | null;
   readonly noAuthUser: string | null;
-  readonly operators: NatsOperators | null;
+  /** Operator mode's trust chain; replaced by a reload (SIGHUP) that reads the JWT files again. */
+  operators: NatsOperators | null;
   readonly responses: { readonly max: number; readonly ttlMs: number };
   /** Open connections by client id (JetStream finds the Access of a request's origin here). */
   private readonly byClientId = new Map<number, NatsConnection>();
@@ -343,6 +344,13 @@ export class NatsAdapter implements NatsConnectionHost {
   }
 
   /** Broker shutdown: closes every connection; resolves when all are gone. */
+  /** After a reload: every connection's subscriptions checked again (recheckSubscriptions); answers how many ended. */
+  recheckSubscriptions(): number {
+    let n = 0;
+    for (const c of this.conns) n += c.recheckSubscriptions();
+    return n;
+  }
+
   async closeAll(): Promise<void> {
     const all = [...this.conns];
     await Promise.all(all.map((c) => c.close()));

@@ -184,23 +184,7 @@ export class NatsConnection extends NatsConnectionState {
       this.send(encodeErr(NatsErr.MAX_SUBS));
       return;
     }
-    // A queue subscription: its queue-group permissions too (natsQueueTopic); deliveries then pass the subject's
-    // topic or the queue's.
-    let queueAdmit: ((topic: string) => boolean) | null = null;
-    let refused = false;
-    if (!this.access.open) {
-      const plain = this.access.subscription(natsFilterToUnified(subject));
-      if (queue === null) refused = plain === 'deny';
-      else {
-        const qt = natsQueueTopic(queue, subject);
-        if (!this.access.mayCapture(qt)) refused = true;
-        else if (plain === 'deny') {
-          refused = this.access.subscription(qt) === 'deny';
-          const prefix = qt.slice(0, qt.length - natsFilterToUnified(subject).length);
-          queueAdmit = (topic) => this.access.admits(topic) || this.access.admits(prefix + topic);
-        }
-      }
-    }
+    const { refused, queueAdmit } = this.subscribeVerdict(subject, queue);
     if (refused) {
       const what = queue === null ? `Subscription to ${quote(subject)}` : `Subscription to ${quote(subject)} using queue ${quote(queue)}`;
       return permissionViolation(this, what, 'subscribe', subject);
@@ -236,6 +220,39 @@ export class NatsConnection extends NatsConnectionState {
     this.adapter.stats.subInserts++;
     this.lastActivity = this.now;
     this.ok();
+  }
+
+  /**
+   * May this connection subscribe to `subject` (in `queue`)? A queue subscription has its queue-group permissions
+   * too (natsQueueTopic): allowed by the subject's topic or the queue's, refused by a deny reaching into the queue's;
+   * allowed by the queue's alone, its deliveries then pass the subject's topic or the queue's (queueAdmit).
+   */
+  private subscribeVerdict(subject: string, queue: string | null): { refused: boolean; queueAdmit: ((topic: string) => boolean) | null } {
+    if (this.access.open) return { refused: false, queueAdmit: null };
+    const plain = this.access.subscription(natsFilterToUnified(subject));
+    if (queue === null) return { refused: plain === 'deny', queueAdmit: null };
+    const qt = natsQueueTopic(queue, subject);
+    if (!this.access.mayCapture(qt)) return { refused: true, queueAdmit: null };
+    if (plain !== 'deny') return { refused: false, queueAdmit: null };
+    const prefix = qt.slice(0, qt.length - natsFilterToUnified(subject).length);
+    return { refused: this.access.subscription(qt) === 'deny', queueAdmit: (topic) => this.access.admits(topic) || this.access.admits(prefix + topic) };
+  }
+
+  /**
+   * After a configuration reload (SIGHUP): each subscription the permissions no longer allow ends with nats-server's
+   * Permissions Violation (the connection stays), as nats-server does on reload. Answers how many ended.
+   */
+  recheckSubscriptions(): number {
+    if (!this.authed || this.st !== St.Live || this.access.open) return 0;
+    let ended = 0;
+    for (const ns of [...this.subs.values()]) {
+      if (!this.subscribeVerdict(ns.subject, ns.queue).refused) continue;
+      const what = ns.queue === null ? `Subscription to ${quote(ns.subject)}` : `Subscription to ${quote(ns.subject)} using queue ${quote(ns.queue)}`;
+      removeSub(this, ns);
+      permissionViolation(this, what, 'subscribe', ns.subject);
+      ended++;
+    }
+    return ended;
   }
 
   onUnsub(sid: string, max: number | null): void {

@@ -141,6 +141,22 @@ export const natsModule: ProtocolModule = {
           listener: { ...refusals, handshaking: pending, logLinesSuppressed: logLimit.suppressedTotal },
         };
       },
+      reload: () => {
+        // The operator's and accounts' JWT files read again (a bad one keeps the chain in force), then every
+        // subscription checked against the permissions now in force (the users file was reloaded before).
+        const figures: Record<string, unknown> = {};
+        if (adapter.operators !== null) {
+          try {
+            adapter.operators = operatorMode(c.natsOperator, c.natsAccounts, logger);
+            figures.accounts = adapter.operators?.accountCount ?? 0;
+          } catch (err) {
+            logger.warn({ err }, 'nats reload: the operator or account JWTs did not load; the previous ones stay in force');
+            figures.accountsError = (err as Error).message;
+          }
+        }
+        figures.subscriptionsEnded = adapter.recheckSubscriptions();
+        return Promise.resolve(figures);
+      },
       close,
     };
   },

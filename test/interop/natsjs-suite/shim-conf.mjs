@@ -4,13 +4,34 @@
 // FlowMQ keeps by exec). Keys FlowMQ cannot express make it exit 1 with one line on stderr and in NATSJS_SHIM_LOG,
 // so that the test fails at its start, visibly for that reason, instead of running against another configuration.
 // Usage: node shim-conf.mjs <config file> <pid>
+//
+// A config reload (the launcher's ns.reload(): the file rewritten, then SIGHUP to the pid, FlowMQ): FlowMQ reloads
+// its users file and JWT files on SIGHUP, so they must hold the new config's translation. A watcher child started
+// here (RELOADER) polls the config file and, when it changes, runs `node shim-conf.mjs --reload <config> <pid>
+// <data dir>`, which writes the files again and sends FlowMQ a second SIGHUP (the launcher's own may come first,
+// while the files are still the old ones; reloading twice is harmless). Flags FlowMQ was started with stay.
 import { appendFileSync, mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { spawn } from 'node:child_process';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
-const [confFile, pid] = process.argv.slice(2);
+const reloading = process.argv[2] === '--reload';
+const [confFile, pid, reloadDataDir] = process.argv.slice(reloading ? 3 : 2);
+const RELOADER = `
+const [conf, pid, dataDir, shim] = process.argv.slice(1);
+const fs = require('node:fs');
+const { execFileSync } = require('node:child_process');
+const alive = () => { try { process.kill(+pid, 0); return true; } catch { return false; } };
+let seen = fs.statSync(conf).mtimeMs;
+const timer = setInterval(() => {
+  if (!alive()) return clearInterval(timer);
+  let m;
+  try { m = fs.statSync(conf).mtimeMs; } catch { return; }
+  if (m === seen) return;
+  seen = m;
+  try { execFileSync(process.execPath, [shim, '--reload', conf, pid, dataDir], { stdio: 'ignore' }); } catch {}
+}, 50);`;
 const WAITER = `
 const [file, ports, list] = process.argv.slice(1);
 const net = require('node:net');
@@ -228,7 +249,11 @@ for (const [k, v] of Object.entries(conf)) {
   }
 }
 
-const dataDir = typeof conf.jetstream?.store_dir === 'string' ? conf.jetstream.store_dir : mkdtempSync(join(tmpdir(), 'flowmq-shim-'));
+const dataDir = reloading
+  ? reloadDataDir
+  : typeof conf.jetstream?.store_dir === 'string'
+    ? conf.jetstream.store_dir
+    : mkdtempSync(join(tmpdir(), 'flowmq-shim-'));
 args.push('--data-dir', dataDir);
 if (operator !== undefined) {
   // Operator mode: the operator JWT and the preloaded account JWTs as files (--nats-operator, --nats-accounts).
@@ -249,6 +274,12 @@ if (users.length) {
   writeFileSync(f, JSON.stringify({ users, policies }));
   args.push('--users-file', f);
 }
+if (reloading) {
+  // The files are written again (above); FlowMQ reads them on SIGHUP.
+  process.kill(Number(pid), 'SIGHUP');
+  process.exit(0);
+}
+spawn(process.execPath, ['-e', RELOADER, confFile, pid, dataDir, new URL(import.meta.url).pathname], { detached: true, stdio: 'ignore' }).unref();
 // The ports file once every listener accepts (nats-server writes it after opening them all; FlowMQ opens the NATS
 // port before the monitoring one, and the launcher waits for the NATS port only): a child that outlives this
 // process polls the ports for up to 20 s, then writes it.
