@@ -6,7 +6,7 @@
 import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { createUser } from 'nkeys.js';
-import { Directory, PasswordVerifier, parseUsersFile, seedDirectory, type UsersFile } from '../../src/control/index.js';
+import { Directory, PasswordVerifier, parseUsersFile, reloadDirectory, seedDirectory, type UsersFile } from '../../src/control/index.js';
 import { MemoryControlStore } from '../../src/storage/metastore/control-store.js';
 
 const verifier = new PasswordVerifier({ scrypt: { N: 1024, r: 8, p: 1 } });
@@ -140,6 +140,32 @@ describe('users file: seeding the directory', () => {
     assert.equal(again.policies.defs()[0].effect, 'deny');
     assert.deepEqual(again.namespace('plant-a')?.quotas, { maxConnections: 50 });
     assert.deepEqual(again.user('s1')?.groups, []);
+  });
+
+  it("a reload (SIGHUP) makes the file's policies the truth for the policies the file made; the API's stay", async () => {
+    const d = await open();
+    await seedDirectory(d, file(), 'u.yaml', verify);
+    await d.putPolicy({ name: 'api', effect: 'allow', actions: ['subscribe'], resources: ['topic:x'], principals: ['user:admin'], source: 'api' });
+    const q = { name: 'q', effect: 'deny' as const, actions: ['subscribe'], resources: ['topic:q'], principals: ['user:admin'], source: 'file' };
+    const changed = file({ policies: [{ ...file().policies[0]!, resources: ['topic:other/#'] }, q] });
+    assert.deepEqual(await reloadDirectory(d, changed, 'u.yaml', verify), {
+      users: 0,
+      passwords: 0,
+      groups: 0,
+      namespaces: 0,
+      policies: 1,
+      policiesUpdated: 1,
+      policiesRemoved: 0,
+    });
+    assert.deepEqual(d.policies.defs().find((x) => x.name === 'p')?.resources, ['topic:other/#']);
+    const same = await reloadDirectory(d, changed, 'u.yaml', verify);
+    assert.equal(same.policiesUpdated + same.policiesRemoved + same.policies, 0, 'the same file changes nothing');
+    const removed = await reloadDirectory(d, file({ policies: [] }), 'u.yaml', verify);
+    assert.equal(removed.policiesRemoved, 2);
+    assert.deepEqual(
+      d.policies.defs().map((x) => x.name),
+      ['api'],
+    );
   });
 
   it('sets the password of a file user again when the file changed it, unless it was set through the API since', async () => {

@@ -155,6 +155,16 @@ describe('NATS permissions as policies', () => {
     assert.ok(!own.allows(p, 'respond', 'topic', 'a/x'));
   });
 
+  it('"subject queue" entries: that subject in that queue group only (the $nats-queue topic), a deny likewise', () => {
+    const { own } = permissionPolicies({ sub: { allow: ['q A', 'r.>'], deny: ['r.x B'] } });
+    assert.equal(own.subscription(p, 'q'), 'deny', 'no plain subscription to q');
+    assert.equal(own.subscription(p, '$nats-queue/A/q'), 'allow');
+    assert.equal(own.subscription(p, '$nats-queue/bad/q'), 'deny');
+    assert.equal(own.subscription(p, 'r/x'), 'allow', 'the queue deny leaves plain r.x');
+    assert.ok(own.deniesWithin(p, 'subscribe', '$nats-queue/B/r/x'));
+    assert.ok(!own.deniesWithin(p, 'subscribe', '$nats-queue/C/r/x'));
+  });
+
   it('resp: respond allowed, no blanket publish, max and ttl (ns) as given or nats-server defaults', () => {
     const r = permissionPolicies({ sub: { allow: ['svc.>'] }, resp: { max: 3, ttl: 5_000_000_000 } });
     assert.ok(r.own.allows(p, 'respond', 'topic', 'svc/a'));
