@@ -48,6 +48,8 @@ export function publishWith(js: JetStreamState, msg: Message, to: string | ((bod
     const t = capturing(js, msg.topic)[0];
     const g = t === undefined ? undefined : js.guards.get(t.name);
     if (t !== undefined && g !== undefined) {
+      // no_ack: nothing is answered, not even an error (nats-server answers only when the stream acks).
+      if (g.noAck) to = () => undefined;
       let error: ApiError | null = null;
       if (g.sealed) error = JsErr.streamSealed();
       else if (g.maxMsgSize >= 0 && (msg.natsHeaders?.length ?? 0) + msg.payload.length > g.maxMsgSize) error = JsErr.messageTooBig();
