@@ -270,6 +270,8 @@ export function forwardPublish(js: JetStreamState, cl: Cluster, broker: number, 
 }
 
 export function answer(js: JetStreamState, to: string | ((body: Json) => void), body: Json): void {
+  // A PubAck names the domain (nats-server puts it after the stream; errors have none).
+  if (js.domain !== null && body.error === undefined && body.stream !== undefined) body = { stream: body.stream, domain: js.domain, ...body };
   if (typeof to === 'string') js.reply(to, body);
   else to(body);
 }

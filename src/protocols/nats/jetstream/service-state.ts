@@ -42,6 +42,10 @@ export interface JetStreamOptions {
    * start), requests for them forwarded to their owner, their state writes fenced by the owner epoch.
    */
   cluster?: Cluster | null;
+  /** JetStream domain (nats-server's jetstream.domain): the API answers on $JS.<domain>.API.> too. */
+  domain?: string | null;
+  /** Whether the API answers NATS clients (default true; false: --nats-jetstream false). */
+  enabled?: boolean;
 }
 
 const T = 'io.nats.jetstream.api.v1.';
@@ -128,6 +132,9 @@ export abstract class JetStreamState implements ConsumerHost {
   closed = false;
   /** Failures a client can trigger are logged rate limited. */
   readonly logLimit: LogLimiter;
+  /** The JetStream domain, named in PubAcks and account info; null: none. */
+  readonly domain: string | null;
+  readonly enabled: boolean;
   /** Policies on the API (null: every request is served, as before the control plane). */
   authorizer: JetStreamAuthorizer | null = null;
   readonly cluster: Cluster | null;
@@ -165,6 +172,8 @@ export abstract class JetStreamState implements ConsumerHost {
     this.maxDedupIds = options.maxDedupIds ?? 200_000;
     this.flushDelayMs = options.flushDelayMs ?? 20;
     this.cluster = options.cluster ?? null;
+    this.domain = options.domain ?? null;
+    this.enabled = options.enabled ?? true;
   }
 
   /** Serves a request here (service.ts). `origin`: the broker a consumer request came from (cluster mode). */
