@@ -132,6 +132,19 @@ async function scenario(server: string): Promise<Entry[]> {
     );
     await raw('republish cycle', 'STREAM.CREATE.RC', { name: 'RC', subjects: ['rc.>'], republish: { src: '>', dest: 'rc.x' } });
     await raw('republish bad transform', 'STREAM.CREATE.RT', { name: 'RT', subjects: ['rt.>'], republish: { src: 'rt.*', dest: 'o.*.*' } });
+    // Republished into a KV bucket's subjects: a direct get (nats.js reads the last Nats-Subject) finds the key.
+    await jsm.streams.add({ name: 'RK', subjects: ['rk.>'], republish: { src: '>', dest: '$KV.RKV.>' } });
+    const kv = await nc.jetstream().views.kv('RKV');
+    nc.publish('rk.orange', sc.encode('hey'));
+    await nc.request('rk.tomato', sc.encode('hello'), { timeout: 3000 });
+    const entries: unknown[] = [];
+    for (const key of ['rk.orange', 'rk.tomato']) {
+      // Republished after the store (FlowMQ: by the stream's republisher): polled with a deadline.
+      let e = await kv.get(key);
+      for (const end = Date.now() + 3000; e === null && Date.now() < end; e = await kv.get(key)) await new Promise((r) => setTimeout(r, 20));
+      entries.push(e === null ? null : [e.key, sc.decode(e.value), e.operation]);
+    }
+    log('republished into kv', entries);
     const na = await jsm.streams.add({ name: 'NA', subjects: ['na'], no_ack: true });
     log('no_ack create', na.config.no_ack);
     nc.publish('na', sc.encode('x'));
@@ -226,6 +239,10 @@ describe('e2e: JetStream stream info, configuration and refusals beside nats-ser
     ]);
     assert.deepEqual(step(ours, 'republish cycle'), [500, 10052, 'stream configuration for republish destination forms a cycle']);
     assert.deepEqual([step(ours, 'no_ack create'), step(ours, 'no_ack stored')], [true, 1]);
+    assert.deepEqual(step(ours, 'republished into kv'), [
+      ['rk.orange', 'hey', 'PUT'],
+      ['rk.tomato', 'hello', 'PUT'],
+    ]);
   });
 
   it('refuses bad configurations with nats-server’s codes and texts', () => {

@@ -490,7 +490,10 @@ export async function directGet(js: JetStreamState, t: string[], body: string, r
   const { topic: _t, retain: _r, deliverTopic: _d, guardTopic: _g, status: _s, origin: _o, natsHeaders: _n, responseTopic: _rt, ...rest } = m;
   const stored = m.natsHeaders !== undefined ? storedHeaders(m.natsHeaders) : m.headers;
   // Only receivers allowed to read the stored message's own topic get it.
-  js.send({ ...rest, topic: reply, guardTopic: m.topic, headers: [...own, ...stored], retain: false, qos: 0 });
+  // A republished message stored here carries its origin's Nats-Stream, Nats-Subject, ...: the answer's own replace
+  // them (nats.js reads the last value; nats-server sets, not adds, these headers).
+  const kept = stored.filter((h) => !own.some((o) => o.key === h.key));
+  js.send({ ...rest, topic: reply, guardTopic: m.topic, headers: [...own, ...kept], retain: false, qos: 0 });
 }
 
 /** The entries of a NATS/1.0 header block as published (what FlowMQ could not parse is left out). */

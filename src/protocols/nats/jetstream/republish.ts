@@ -138,7 +138,8 @@ export class Republisher {
             const m = recordToMessage(rec, this.ownTopic);
             const subject = m.topic.split('/').join('.');
             if (!subjectMatches(this.spec.src, m.topic)) continue;
-            engine.publish(this.republished(m, subject, rec.offset + 1));
+            // A stream bound to dest stores it: a failed write there is logged, the republishing goes on.
+            engine.publish(this.republished(m, subject, rec.offset + 1))?.catch((err: unknown) => this.host.republishFailed(this.stream, err));
           }
         }
         if (this.next === before) this.next = batches.length === 0 ? highWatermark : before + 1;
