@@ -85,6 +85,10 @@ export interface Config {
   natsOperator: string | null;
   /** Account JWT files or directories (comma-separated), the preloaded resolver of operator mode. */
   natsAccounts: string | null;
+  /** The JetStream API over FlowMQ streams answers NATS clients (off: as a nats-server without JetStream). */
+  natsJetstream: boolean;
+  /** JetStream domain (nats-server's jetstream.domain): the API answers on $JS.<domain>.API.> too; null: none. */
+  natsJetstreamDomain: string | null;
   /** allow_responses (the `respond` action): replies per request received, and for how long (ms; 0: no limit). */
   natsResponseMax: number;
   natsResponseTtl: number;
@@ -532,6 +536,20 @@ export const OPTIONS: readonly OptionSpec[] = [
     kind: 'string',
     default: null,
     help: "account JWT files or directories of them, comma-separated, read at start (nats-server's resolver MEMORY with resolver_preload); each account is the namespace of its name",
+  },
+  {
+    key: 'natsJetstream',
+    name: 'nats-jetstream',
+    kind: 'bool',
+    default: true,
+    help: 'the JetStream API for NATS clients (off: $JS.API requests get no responder and INFO says no jetstream, as a nats-server without JetStream; the streams stay, for the other protocols)',
+  },
+  {
+    key: 'natsJetstreamDomain',
+    name: 'nats-jetstream-domain',
+    kind: 'string',
+    default: null,
+    help: "JetStream domain (nats-server's jetstream.domain): the API answers on $JS.<domain>.API.> as well, and PubAcks and account info name it",
   },
   {
     key: 'natsResponseMax',

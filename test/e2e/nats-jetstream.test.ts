@@ -57,7 +57,7 @@ describe('e2e: NATS JetStream over FlowMQ streams', () => {
     assert.equal(m.subject, 'orders.2');
     assert.equal(sc.decode(m.data), 'o2');
     assert.equal((await jsm.streams.purge('ORDERS')).purged, 3);
-    await assert.rejects(jsm.streams.add({ name: 'REPUB', subjects: ['repub'], republish: { src: '>', dest: 'x.>' } }), /not supported by FlowMQ/i);
+    await assert.rejects(jsm.streams.add({ name: 'REPUB', subjects: ['repub'], republish: { src: '>', dest: 'repub' } }), /forms a cycle/i);
     assert.equal(await jsm.streams.delete('ORDERS'), true);
     await assert.rejects(jsm.streams.info('ORDERS'), /stream not found/);
   });
@@ -254,5 +254,73 @@ describe('e2e: NATS JetStream over FlowMQ streams', () => {
       ['t2', 't3', 't4'],
     );
     assert.equal((await c.info()).num_pending, 0);
+  });
+});
+
+describe('e2e: JetStream domain, republish under a deny, and JetStream switched off', () => {
+  const brokers: FlowmqProcess[] = [];
+  const conns: NatsConnection[] = [];
+  after(async () => {
+    await Promise.allSettled(conns.map((c) => c.close()));
+    for (const b of brokers) {
+      await b.stop();
+      b.cleanup();
+    }
+  });
+
+  it('answers the API on $JS.<domain>.API too, and names the domain in PubAcks and account info', async () => {
+    const broker = await FlowmqProcess.start({ args: ['--nats-jetstream-domain', 'afton', '--allow-anonymous', 'false'] });
+    brokers.push(broker);
+    await broker.api('POST', '/api/v1/users', { username: 'admin', password: 'admin-pw', groups: ['admins'] });
+    broker.credentials = { username: 'admin', password: 'admin-pw' };
+    await broker.api('POST', '/api/v1/users', { username: 'carol', password: 'carol-pw' });
+    await broker.api('POST', '/api/v1/policies', {
+      name: 'carol-all',
+      effect: 'allow',
+      actions: ['*'],
+      resources: ['topic:#', 'stream:*', 'group:*'],
+      principals: ['user:carol'],
+    });
+    await broker.api('POST', '/api/v1/policies', {
+      name: 'carol-no-secret',
+      effect: 'deny',
+      actions: ['publish'],
+      resources: ['topic:secret/#'],
+      principals: ['user:carol'],
+    });
+    const nc = await connect({ servers: broker.natsServer, user: 'carol', pass: 'carol-pw' });
+    conns.push(nc);
+    const jsm = await nc.jetstreamManager({ domain: 'afton' });
+    const ai = await jsm.getAccountInfo();
+    assert.equal(ai.domain, 'afton');
+    await jsm.streams.add({ name: 'DOM', subjects: ['dom.>'] });
+    // The plain API prefix reaches the same streams.
+    assert.equal((await (await nc.jetstreamManager()).streams.info('DOM')).config.name, 'DOM');
+    const ack = await nc.jetstream({ domain: 'afton' }).publish('dom.a', sc.encode('x'));
+    assert.deepEqual([ack.stream, ack.seq, ack.domain], ['DOM', 1, 'afton']);
+    const raw = JSON.parse(sc.decode((await nc.request('dom.b', sc.encode('y'), { timeout: 3000 })).data)) as Record<string, unknown>;
+    assert.deepEqual(raw, { stream: 'DOM', domain: 'afton', seq: 2 });
+
+    // Republished messages go where their configurer may publish: a publish deny on dest refuses the stream.
+    await assert.rejects(
+      jsm.streams.add({ name: 'SEC', subjects: ['sec.>'], republish: { src: '>', dest: 'secret.>' } }),
+      /permissions violation for publish on subject "secret.>" for user "carol"/i,
+    );
+    const si = await jsm.streams.add({ name: 'PUB', subjects: ['pub.>'], republish: { src: '>', dest: 'open.>' } });
+    assert.deepEqual(si.config.republish, { src: '>', dest: 'open.>' });
+    const sub = nc.subscribe('open.>', { max: 1 });
+    await nc.request('pub.z', sc.encode('z'), { timeout: 3000 });
+    for await (const m of sub) assert.deepEqual([m.subject, m.headers?.get('Nats-Stream'), m.headers?.get('Nats-Sequence')], ['open.pub.z', 'PUB', '1']);
+  });
+
+  it('switched off: INFO says no jetstream and the API has no responders (nats.js: jetstream not enabled)', async () => {
+    const broker = await FlowmqProcess.start({ args: ['--nats-jetstream', 'false'] });
+    brokers.push(broker);
+    const nc = await connect({ servers: broker.natsServer });
+    conns.push(nc);
+    assert.equal(nc.info?.jetstream, undefined);
+    // npm nats 2.x reports the no-responders status as code 503 (nats.js 3 names it JetStreamNotEnabled).
+    await assert.rejects(nc.jetstreamManager(), (e: Error & { code?: string }) => e.code === '503');
+    await assert.rejects(nc.request('$JS.API.INFO', sc.encode(''), { timeout: 3000 }), (e: Error & { code?: string }) => e.code === '503');
   });
 });

@@ -9,7 +9,7 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { connect, StorageType, StringCodec, type NatsConnection } from 'nats';
+import { connect, headers, StorageType, StringCodec, type Msg, type NatsConnection } from 'nats';
 import { FlowmqProcess } from './harness.js';
 import { startNatsServerJs, step, type Entry, type NatsServerJs } from './nats-side-by-side.js';
 
@@ -106,6 +106,57 @@ async function scenario(server: string): Promise<Entry[]> {
     log('wide update', [outcome(wu2), wu2.config]);
     log('wide info', ((await api(nc, 'STREAM.INFO.WI')) as { config: unknown }).config);
 
+    // ---------------------------------------------------------------- republish and no_ack
+    const rp = await jsm.streams.add({ name: 'RP', subjects: ['rp.>'], republish: { src: 'rp.*', dest: 'out.{{wildcard(1)}}' } });
+    log('republish create', rp.config.republish);
+    const got: Msg[] = [];
+    const sub = nc.subscribe('out.>', { max: 3, callback: (_e, m) => void got.push(m) });
+    const h = headers();
+    h.set('X-Own', 'kept');
+    nc.publish('rp.a', sc.encode('one'), { headers: h });
+    await nc.request('rp.b', sc.encode('two'), { timeout: 3000 });
+    // Not matching src (two tokens under rp): stored, not republished.
+    await nc.request('rp.c.d', sc.encode('three'), { timeout: 3000 });
+    await raw('republish update refused', 'STREAM.UPDATE.RP', { ...rp.config, republish: { src: '>', dest: 'out.x' } });
+    const up = await jsm.streams.update('RP', { ...rp.config, description: 'kept' });
+    log('republish update', up.config.republish);
+    log('republish info', (await jsm.streams.info('RP')).config.republish);
+    const ho = await jsm.streams.add({ name: 'HO', subjects: ['ho.*'], republish: { src: 'ho.*', dest: 'out.{{wildcard(1)}}', headers_only: true } });
+    log('republish headers_only', ho.config.republish);
+    await nc.request('ho.e', sc.encode('four'), { timeout: 3000 });
+    await sub.closed;
+    const keys = ['Nats-Stream', 'Nats-Subject', 'Nats-Sequence', 'Nats-Last-Sequence', 'Nats-Msg-Size', 'X-Own'];
+    log(
+      'republished',
+      got.map((m) => [m.subject, sc.decode(m.data), keys.map((k) => m.headers?.get(k) ?? '')]),
+    );
+    await raw('republish cycle', 'STREAM.CREATE.RC', { name: 'RC', subjects: ['rc.>'], republish: { src: '>', dest: 'rc.x' } });
+    await raw('republish bad transform', 'STREAM.CREATE.RT', { name: 'RT', subjects: ['rt.>'], republish: { src: 'rt.*', dest: 'o.*.*' } });
+    // Republished into a KV bucket's subjects: a direct get (nats.js reads the last Nats-Subject) finds the key.
+    await jsm.streams.add({ name: 'RK', subjects: ['rk.>'], republish: { src: '>', dest: '$KV.RKV.>' } });
+    const kv = await nc.jetstream().views.kv('RKV');
+    nc.publish('rk.orange', sc.encode('hey'));
+    await nc.request('rk.tomato', sc.encode('hello'), { timeout: 3000 });
+    const entries: unknown[] = [];
+    for (const key of ['rk.orange', 'rk.tomato']) {
+      // Republished after the store (FlowMQ: by the stream's republisher): polled with a deadline.
+      let e = await kv.get(key);
+      for (const end = Date.now() + 3000; e === null && Date.now() < end; e = await kv.get(key)) await new Promise((r) => setTimeout(r, 20));
+      entries.push(e === null ? null : [e.key, sc.decode(e.value), e.operation]);
+    }
+    log('republished into kv', entries);
+    const na = await jsm.streams.add({ name: 'NA', subjects: ['na'], no_ack: true });
+    log('no_ack create', na.config.no_ack);
+    nc.publish('na', sc.encode('x'));
+    await nc.flush();
+    // Stored asynchronously: polled with a deadline.
+    let stored = 0;
+    for (const end = Date.now() + 3000; stored === 0 && Date.now() < end;) {
+      stored = (await jsm.streams.info('NA')).state.messages;
+      if (stored === 0) await new Promise((r) => setTimeout(r, 20));
+    }
+    log('no_ack stored', stored);
+
     // ---------------------------------------------------------------- refusals
     await raw('update missing stream', 'STREAM.UPDATE.NOPE', { name: 'NOPE', subjects: ['nope'] });
     await raw('info missing stream', 'STREAM.INFO.NOPE', { subjects_filter: '>' });
@@ -175,6 +226,23 @@ describe('e2e: JetStream stream info, configuration and refusals beside nats-ser
     assert.deepEqual([cfg('update without description').description, cfg('list config').storage], [undefined, 'memory']);
     assert.deepEqual([cfg('wide create').description, (step(ours, 'wide info') as { description?: string }).description], ['wide', undefined]);
     assert.deepEqual(step(ours, 'update storage'), [500, 10052, 'stream configuration update can not change storage type']);
+  });
+
+  it('republishes stored messages with the stream headers, keeps the configuration, and stores no_ack streams', () => {
+    assert.deepEqual(step(ours, 'republish create'), { src: 'rp.*', dest: 'out.{{wildcard(1)}}' });
+    assert.deepEqual(step(ours, 'republish info'), { src: 'rp.*', dest: 'out.{{wildcard(1)}}' });
+    assert.deepEqual(step(ours, 'republish update refused'), [500, 10052, 'stream configuration for republish not valid']);
+    assert.deepEqual(step(ours, 'republished'), [
+      ['out.a', 'one', ['RP', 'rp.a', '1', '0', '', 'kept']],
+      ['out.b', 'two', ['RP', 'rp.b', '2', '0', '', '']],
+      ['out.e', '', ['HO', 'ho.e', '1', '0', '4', '']],
+    ]);
+    assert.deepEqual(step(ours, 'republish cycle'), [500, 10052, 'stream configuration for republish destination forms a cycle']);
+    assert.deepEqual([step(ours, 'no_ack create'), step(ours, 'no_ack stored')], [true, 1]);
+    assert.deepEqual(step(ours, 'republished into kv'), [
+      ['rk.orange', 'hey', 'PUT'],
+      ['rk.tomato', 'hello', 'PUT'],
+    ]);
   });
 
   it('refuses bad configurations with nats-server’s codes and texts', () => {

@@ -99,6 +99,7 @@ export class NatsAdapter implements NatsConnectionHost {
   private timer: NodeJS.Timeout | null = null;
   private readonly tokenBytes: Buffer | null;
   private readonly jetstream: boolean;
+  readonly jsDomainApi: string | null;
   readonly access: AccessControl;
   /** `--nats-token`, or null. */
   readonly token: string | null;
@@ -133,6 +134,7 @@ export class NatsAdapter implements NatsConnectionHost {
     this.serverName = `flowmq-${ctx.brokerId}`;
     this.tokenBytes = auth.token === null ? null : Buffer.from(auth.token, 'utf8');
     this.jetstream = publisher !== undefined;
+    this.jsDomainApi = publisher?.domain ? `$JS/${publisher.domain}/API/` : null;
     this.payloads = new PayloadBudget(options.payloadReserveBytes);
     this.publisher = publisher ?? new EnginePublisher(ctx.engine, (err) => this.writeFailed(err));
   }

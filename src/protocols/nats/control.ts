@@ -65,7 +65,10 @@ export function mayPublish(conn: NatsConnectionState, topic: string): boolean {
   if (
     conn.adapter.hasJetStream &&
     topic.charCodeAt(0) === 0x24 &&
-    (topic.startsWith('$JS/API/') || topic.startsWith('$JS/ACK/') || topic.startsWith('$JS/FC/'))
+    (topic.startsWith('$JS/API/') ||
+      topic.startsWith('$JS/ACK/') ||
+      topic.startsWith('$JS/FC/') ||
+      (conn.adapter.jsDomainApi !== null && topic.startsWith(conn.adapter.jsDomainApi)))
   ) {
     // A user JWT's permissions name subjects, the JetStream API's too (as nats-server checks them): checked as topics.
     return conn.access.principal.own === undefined || conn.access.can('publish', 'topic', topic);

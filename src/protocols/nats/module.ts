@@ -24,6 +24,9 @@ export const natsModule: ProtocolModule = {
     if ((c.natsTlsCert === null) !== (c.natsTlsKey === null)) {
       throw new FlowError('CONFIG_ERROR', 'NATS over TLS needs both nats-tls-cert and nats-tls-key');
     }
+    if (c.natsJetstreamDomain !== null && !/^[A-Za-z0-9_-]+$/.test(c.natsJetstreamDomain)) {
+      throw new FlowError('CONFIG_ERROR', `nats-jetstream-domain ${JSON.stringify(c.natsJetstreamDomain)}: one subject token of [A-Za-z0-9_-]`);
+    }
     if ((c.natsTlsRequired || c.natsTlsHandshakeFirst || c.natsWsTls) && c.natsTlsCert === null) {
       throw new FlowError('CONFIG_ERROR', 'nats-tls-required, nats-tls-handshake-first and nats-ws-tls need nats-tls-cert and nats-tls-key');
     }
@@ -57,7 +60,11 @@ export const natsModule: ProtocolModule = {
     });
     // The JetStream API over FlowMQ streams: the adapter hands it every publish with a reply subject (PubAcks).
     // Cluster mode: consumers owned by one broker each, requests for them forwarded there (jetstream/cluster.ts).
-    const jetstream = new JetStream(ctx.engine, logger.child({ component: 'jetstream' }), { cluster: ctx.cluster });
+    const jetstream = new JetStream(ctx.engine, logger.child({ component: 'jetstream' }), {
+      cluster: ctx.cluster,
+      domain: c.natsJetstreamDomain,
+      enabled: c.natsJetstream,
+    });
     await jetstream.start();
     const adapter = new NatsAdapter(
       { ...ctx, logger },
@@ -70,7 +77,8 @@ export const natsModule: ProtocolModule = {
         operators: operatorMode(c.natsOperator, c.natsAccounts, logger),
         responses: { max: c.natsResponseMax, ttlMs: c.natsResponseTtl },
       },
-      jetstream,
+      // Off: publishes with a reply are plain publishes (no PubAck) and INFO says no jetstream.
+      c.natsJetstream ? jetstream : undefined,
     );
     // JetStream API requests are authorized by who sent them: the adapter knows its connections' Access.
     jetstream.authorizer = { control: ctx.access, accessOf: (origin) => adapter.accessOf(origin) };

@@ -48,6 +48,8 @@ export interface NatsListenerTls {
  */
 export interface NatsPublisher {
   publish(msg: Message, reply: string): PublishInfo;
+  /** The JetStream domain whose API ($JS.<domain>.API.>) it answers too, if any. */
+  readonly domain?: string | null;
 }
 
 /** The outcome of a CONNECT's credentials. */
@@ -102,6 +104,8 @@ export interface NatsConnectionHost {
   readonly payloads: PayloadBudget;
   readonly stats: NatsStats;
   readonly hasJetStream: boolean;
+  /** `$JS/<domain>/API/` when JetStream answers a domain's API subjects too, else null. */
+  readonly jsDomainApi: string | null;
   readonly authRequired: boolean;
   readonly credentialsChecked: boolean;
   /** The INFO object for a new connection. */

@@ -176,8 +176,9 @@ for (const [k, v] of Object.entries(conf)) {
   if (ignored.has(k)) continue;
   switch (k) {
     case 'jetstream':
-      // FlowMQ's JetStream is always on, on its data directory; max_file_store/max_mem_store have no setting.
-      if (v === 'disabled' || v === false) refuse('jetstream disabled (FlowMQ has no switch for it)');
+      // FlowMQ's JetStream works on its data directory; max_file_store/max_mem_store have no setting.
+      if (v === 'disabled' || v === false) args.push('--nats-jetstream', 'false');
+      else if (typeof v === 'object' && v !== null && v.domain !== undefined) args.push('--nats-jetstream-domain', String(v.domain));
       break;
     case 'websocket': {
       const known = new Set(['port', 'no_tls']);
@@ -249,6 +250,8 @@ for (const [k, v] of Object.entries(conf)) {
   }
 }
 
+// No jetstream block: nats-server runs without JetStream.
+if (conf.jetstream === undefined) args.push('--nats-jetstream', 'false');
 const dataDir = reloading
   ? reloadDataDir
   : typeof conf.jetstream?.store_dir === 'string'

@@ -121,6 +121,7 @@ export async function accountInfo(js: JetStreamState, namespace: string): Promis
       storage_max_stream_bytes: l.maxStreamBytes,
       max_bytes_required: l.maxBytesRequired,
     },
+    ...(js.domain !== null ? { domain: js.domain } : {}),
     api: { total: js.api.total, errors: js.api.errors },
   });
 }

@@ -48,6 +48,8 @@ export function publishWith(js: JetStreamState, msg: Message, to: string | ((bod
     const t = capturing(js, msg.topic)[0];
     const g = t === undefined ? undefined : js.guards.get(t.name);
     if (t !== undefined && g !== undefined) {
+      // no_ack: nothing is answered, not even an error (nats-server answers only when the stream acks).
+      if (g.noAck) to = () => undefined;
       let error: ApiError | null = null;
       if (g.sealed) error = JsErr.streamSealed();
       else if (g.maxMsgSize >= 0 && (msg.natsHeaders?.length ?? 0) + msg.payload.length > g.maxMsgSize) error = JsErr.messageTooBig();
@@ -268,6 +270,8 @@ export function forwardPublish(js: JetStreamState, cl: Cluster, broker: number, 
 }
 
 export function answer(js: JetStreamState, to: string | ((body: Json) => void), body: Json): void {
+  // A PubAck names the domain (nats-server puts it after the stream; errors have none).
+  if (js.domain !== null && body.error === undefined && body.stream !== undefined) body = { stream: body.stream, domain: js.domain, ...body };
   if (typeof to === 'string') js.reply(to, body);
   else to(body);
 }
@@ -486,7 +490,10 @@ export async function directGet(js: JetStreamState, t: string[], body: string, r
   const { topic: _t, retain: _r, deliverTopic: _d, guardTopic: _g, status: _s, origin: _o, natsHeaders: _n, responseTopic: _rt, ...rest } = m;
   const stored = m.natsHeaders !== undefined ? storedHeaders(m.natsHeaders) : m.headers;
   // Only receivers allowed to read the stored message's own topic get it.
-  js.send({ ...rest, topic: reply, guardTopic: m.topic, headers: [...own, ...stored], retain: false, qos: 0 });
+  // A republished message stored here carries its origin's Nats-Stream, Nats-Subject, ...: the answer's own replace
+  // them (nats.js reads the last value; nats-server sets, not adds, these headers).
+  const kept = stored.filter((h) => !own.some((o) => o.key === h.key));
+  js.send({ ...rest, topic: reply, guardTopic: m.topic, headers: [...own, ...kept], retain: false, qos: 0 });
 }
 
 /** The entries of a NATS/1.0 header block as published (what FlowMQ could not parse is left out). */

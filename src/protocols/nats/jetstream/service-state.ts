@@ -26,6 +26,7 @@ import { SubjectTally } from './subject-tally.js';
 import { jsOptions, MAX_DELETE_RULES, needsView, StreamView, type DeleteRule } from './stream-view.js';
 import { consumedBy, trimConsumed, workqueueLegacy } from './retention.js';
 import { SourceCopier } from './sources.js';
+import { Republisher } from './republish.js';
 
 export interface JetStreamOptions {
   /** How often ack deadlines, pull request expiry, heartbeats and inactive consumers are looked at. Default 100 ms. */
@@ -41,6 +42,10 @@ export interface JetStreamOptions {
    * start), requests for them forwarded to their owner, their state writes fenced by the owner epoch.
    */
   cluster?: Cluster | null;
+  /** JetStream domain (nats-server's jetstream.domain): the API answers on $JS.<domain>.API.> too. */
+  domain?: string | null;
+  /** Whether the API answers NATS clients (default true; false: --nats-jetstream false). */
+  enabled?: boolean;
 }
 
 const T = 'io.nats.jetstream.api.v1.';
@@ -92,7 +97,9 @@ export abstract class JetStreamState implements ConsumerHost {
   /** Streams whose view refuses publishes at a limit (discard new): every JetStream publish must look for them. */
   readonly refusing = new Set<string>();
   /** Streams that refuse some JetStream publishes outright (sealed, max_msg_size): refreshGuards(). */
-  readonly guards = new Map<string, { sealed: boolean; maxMsgSize: number }>();
+  readonly guards = new Map<string, { sealed: boolean; maxMsgSize: number; noAck: boolean }>();
+  /** Streams whose stored messages are republished (republish.ts), with the configuration they follow. */
+  readonly republishers = new Map<string, { key: string; r: Republisher }>();
   /** Streams whose account has storage limits, to their account's usage (account.ts checkAccounts). */
   readonly accountUsage = new Map<string, AccountUsage>();
   /** Mirrors and sources being copied, by target stream (sources.ts), with the configuration they copy. */
@@ -125,6 +132,9 @@ export abstract class JetStreamState implements ConsumerHost {
   closed = false;
   /** Failures a client can trigger are logged rate limited. */
   readonly logLimit: LogLimiter;
+  /** The JetStream domain, named in PubAcks and account info; null: none. */
+  readonly domain: string | null;
+  readonly enabled: boolean;
   /** Policies on the API (null: every request is served, as before the control plane). */
   authorizer: JetStreamAuthorizer | null = null;
   readonly cluster: Cluster | null;
@@ -162,6 +172,8 @@ export abstract class JetStreamState implements ConsumerHost {
     this.maxDedupIds = options.maxDedupIds ?? 200_000;
     this.flushDelayMs = options.flushDelayMs ?? 20;
     this.cluster = options.cluster ?? null;
+    this.domain = options.domain ?? null;
+    this.enabled = options.enabled ?? true;
   }
 
   /** Serves a request here (service.ts). `origin`: the broker a consumer request came from (cluster mode). */
@@ -558,7 +570,7 @@ export abstract class JetStreamState implements ConsumerHost {
     this.guards.clear();
     for (const d of this.engine.listStreams()) {
       const o = jsOptions(d);
-      if (o.sealed || o.maxMsgSize >= 0) this.guards.set(d.name, { sealed: o.sealed, maxMsgSize: o.maxMsgSize });
+      if (o.sealed || o.maxMsgSize >= 0 || o.noAck) this.guards.set(d.name, { sealed: o.sealed, maxMsgSize: o.maxMsgSize, noAck: o.noAck });
     }
   }
 
@@ -585,6 +597,33 @@ export abstract class JetStreamState implements ConsumerHost {
       for (const c of have.copiers) c.stop();
       this.copiers.delete(name);
     }
+    this.syncRepublish();
+  }
+
+  /** Starts and stops the republishers as the streams' configurations say (republish.ts). */
+  private syncRepublish(): void {
+    const seen = new Set<string>();
+    if (!this.closed) {
+      for (const d of this.engine.listStreams()) {
+        const spec = jsOptions(d).republish;
+        if (spec === null) continue;
+        seen.add(d.name);
+        const key = JSON.stringify(spec);
+        const have = this.republishers.get(d.name);
+        if (have?.key === key) continue;
+        have?.r.stop();
+        this.republishers.set(d.name, { key, r: new Republisher(this, d.name, spec) });
+      }
+    }
+    for (const [name, have] of this.republishers) {
+      if (seen.has(name)) continue;
+      have.r.stop();
+      this.republishers.delete(name);
+    }
+  }
+
+  republishFailed(stream: string, err: unknown): void {
+    this.logLimit.log('warn', `jetstream-republish|${stream}`, { err, stream }, 'JetStream republish failed');
   }
 
   /** Whether this broker copies into `target` (SourceHost): the owner of its partition in cluster mode. */

@@ -87,10 +87,15 @@ export class JetStream extends JetStreamState implements Subscriber, JetStreamPu
     }
     this.refreshGuards();
     this.syncSources();
-    this.subs.push(this.engine.subscribe('$JS.API.>', this, { qos: 0, rule: 'nats', local: true }));
-    this.subs.push(this.engine.subscribe('$JS.ACK.>', this, { qos: 0, rule: 'nats', local: true }));
-    // Answers to push consumers' flow-control requests (consumer.ts; a single broker only).
-    if (this.cluster === null) this.subs.push(this.engine.subscribe('$JS.FC.>', this, { qos: 0, rule: 'nats', local: true }));
+    // Switched off (--nats-jetstream false): nothing answers the API, as on a nats-server without JetStream.
+    if (this.enabled) {
+      this.subs.push(this.engine.subscribe('$JS.API.>', this, { qos: 0, rule: 'nats', local: true }));
+      // A domain's API subjects: the same API (nats-server's $JS.<domain>.API.> mapping onto $JS.API.>).
+      if (this.domain !== null) this.subs.push(this.engine.subscribe(`$JS.${this.domain}.API.>`, this, { qos: 0, rule: 'nats', local: true }));
+      this.subs.push(this.engine.subscribe('$JS.ACK.>', this, { qos: 0, rule: 'nats', local: true }));
+      // Answers to push consumers' flow-control requests (consumer.ts; a single broker only).
+      if (this.cluster === null) this.subs.push(this.engine.subscribe('$JS.FC.>', this, { qos: 0, rule: 'nats', local: true }));
+    }
     this.ticker = setInterval(() => this.tick(), this.tickMs);
     this.ticker.unref();
     // The accounts' storage usage (account.ts), for their limits on publish: once a second, one run at a time.
@@ -184,7 +189,7 @@ export class JetStream extends JetStreamState implements Subscriber, JetStreamPu
     }
     const reply = msg.responseTopic;
     if (reply === undefined) return;
-    const tokens = levelsToTokens(levels.slice(2));
+    const tokens = levelsToTokens(levels.slice(this.domain !== null && levels[1] === this.domain && levels[2] === 'API' ? 3 : 2));
     void this.onApi(tokens, body, reply, access, namespace);
   }
 

@@ -122,7 +122,7 @@ export async function streamCreate(js: JetStreamState, name: string, body: strin
   if (spec.replicas > 1 && js.cluster === null) return typed(T_, { error: JsErr.replicasNotSupported() });
   if (spec.options.sealed) return typed(T_, { error: JsErr.streamInvalidConfig('stream configuration for create can not be sealed') });
   if (spec.options.mirrorDirect && spec.options.mirror === null) return typed(T_, { error: JsErr.mirrorDirectWithoutMirror() });
-  const unbindable = bindRefusal(js, access, ownBindings(spec)) ?? sourceRefusal(js, access, spec);
+  const unbindable = bindRefusal(js, access, ownBindings(spec)) ?? sourceRefusal(js, access, spec) ?? republishRefusal(js, access, spec);
   if (unbindable !== null) return typed(T_, { error: unbindable });
   spec.options.mirrorDirect = mirrorDirectOf(js, spec);
   const existing = js.engine.getStream(name);
@@ -178,7 +178,9 @@ export async function streamUpdate(js: JetStreamState, name: string, body: strin
       js,
       access,
       ownBindings(spec).filter((f) => !e.def.bindings.includes(f)),
-    ) ?? sourceRefusal(js, access, spec);
+    ) ??
+    sourceRefusal(js, access, spec) ??
+    republishRefusal(js, access, spec);
   if (unbindable !== null) return typed(T_, { error: unbindable });
   const limits = accountLimits(js, namespace);
   await freshCatalog(js);
@@ -218,6 +220,8 @@ function updateRefusal(old: JsStreamOptions, spec: StreamSpecFromJs): ApiError |
   if (JSON.stringify(o.mirror) !== JSON.stringify(old.mirror)) return JsErr.mirrorUpdate();
   if (o.memory !== old.memory) return no('change storage type');
   if (o.retention !== old.retention) return no('change retention policy');
+  // nats-server 2.9.10's words for a changed republish.
+  if (JSON.stringify(o.republish) !== JSON.stringify(old.republish)) return JsErr.streamInvalidConfig('stream configuration for republish not valid');
   if (old.sealed && !o.sealed) return no('unseal a sealed stream');
   if (old.denyDelete && !o.denyDelete) return no('cancel deny message deletes');
   if (old.denyPurge && !o.denyPurge) return no('cancel deny purge');
@@ -256,6 +260,29 @@ function sourceRefusal(js: JetStreamState, access: Access | null, spec: StreamSp
     );
   }
   return null;
+}
+
+/**
+ * A republish destination is published to by the broker for whoever configured it: a publish deny of the caller
+ * that reaches into `dest` refuses the request (the republished messages would go where the caller may not publish).
+ */
+function republishRefusal(js: JetStreamState, access: Access | null, spec: StreamSpecFromJs): ApiError | null {
+  const r = spec.options.republish;
+  if (access === null || r === null) return null;
+  let filter: string;
+  try {
+    filter = subjectToFilter(r.dest.replace(/\$\d+|\{\{[^}]*\}\}/g, '*'));
+  } catch {
+    return JsErr.streamInvalidConfig('stream configuration for republish not valid');
+  }
+  const wild = filter.split('/').some((l) => l === '+' || l === '#');
+  if (!access.deniesTopic('publish', filter) && (wild || access.permits('publish', 'topic', filter))) return null;
+  js.authorizer!.control.logDenial(access, 'publish', 'topic', filter);
+  js.api.denied++;
+  const user = access.principal.user;
+  return JsErr.accessDenied(
+    `Permissions Violation for publish on subject ${JSON.stringify(r.dest)}${user === null ? '' : ` for user ${JSON.stringify(user)}`}`,
+  );
 }
 
 export function bindRefusal(js: JetStreamState, access: Access | null, filters: readonly string[]): ApiError | null {

@@ -6,6 +6,7 @@ import { decodeBatch, isValidStreamName, recordToMessage, type Engine, type Mess
 import { JsErr, type ApiError } from './errors.js';
 import { seqOf } from './partition-seq.js';
 import { filterToSubject, isValidApiName, subjectToFilter } from './subjects.js';
+import { parseRepublish } from './republish.js';
 import { jsOptions, mirrorBinding, type JsStreamOptions, type SourceSpec, type StreamView } from './stream-view.js';
 
 /** Go's zero time, which nats-server reports for "no message". */
@@ -42,6 +43,8 @@ export function streamConfigJson(def: StreamDef, duplicateWindowNs: number): Rec
     allow_rollup_hdrs: o.allowRollup,
     ...(o.mirror !== null ? { mirror: o.mirror } : {}),
     ...(o.sources.length > 0 ? { sources: o.sources } : {}),
+    ...(o.republish !== null ? { republish: o.republish } : {}),
+    ...(o.noAck ? { no_ack: true } : {}),
   };
 }
 
@@ -153,9 +156,7 @@ function isNatsSubject(s: string): boolean {
 
 const NEUTRAL: Array<[string, (v: unknown) => boolean, string]> = [
   ['max_consumers', (v) => v === undefined || v === -1 || v === 0, 'max_consumers'],
-  ['republish', (v) => v === undefined || v === null, 'republish'],
   ['subject_transform', (v) => v === undefined || v === null, 'subject transforms'],
-  ['no_ack', (v) => v === undefined || v === false, 'no_ack streams'],
   ['template_owner', (v) => v === undefined || v === '', 'stream templates'],
   ['compression', (v) => v === undefined || v === '' || v === 'none', 'compression'],
   ['first_seq', (v) => v === undefined || v === 0 || v === 1, 'first_seq'],
@@ -244,7 +245,9 @@ export function parseStreamConfig(raw: unknown, subjectName: string): StreamSpec
   const maxBytes = r.max_bytes ?? -1;
   for (const v of [maxMsgs, maxBytes]) if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < -1) return JsErr.invalidJson();
   const flags: Record<string, boolean> = {};
-  for (const k of ['allow_rollup_hdrs', 'deny_delete', 'deny_purge', 'allow_direct', 'mirror_direct', 'discard_new_per_subject', 'sealed']) {
+  const republish = parseRepublish(r.republish, subjects);
+  if (republish !== null && 'err_code' in republish) return republish;
+  for (const k of ['no_ack', 'allow_rollup_hdrs', 'deny_delete', 'deny_purge', 'allow_direct', 'mirror_direct', 'discard_new_per_subject', 'sealed']) {
     const v = r[k] ?? false;
     if (typeof v !== 'boolean') return JsErr.invalidJson();
     flags[k] = v;
@@ -276,6 +279,8 @@ export function parseStreamConfig(raw: unknown, subjectName: string): StreamSpec
       sources,
       description,
       memory: r.storage === 'memory',
+      republish,
+      noAck: flags.no_ack,
     },
     name,
     bindings: mirror !== null ? [mirrorBinding(name)] : [...new Set(bindings)],

@@ -22,6 +22,7 @@
  */
 import { decodeBatch, dotsToUnified, recordToMessage, type Engine, type Message, type StreamDef } from '../../../core/index.js';
 import { subjectMatches, subjectToFilter } from './subjects.js';
+import type { RepublishSpec } from './republish.js';
 
 /** A mirror or source as nats-server configures it (StreamSource; sources.ts copies it). */
 export interface SourceSpec {
@@ -83,6 +84,10 @@ export interface JsStreamOptions {
    * stream's messages in its log like any other's (docs/nats.md).
    */
   memory: boolean;
+  /** Stored messages published again (republish.ts), or null. */
+  republish: RepublishSpec | null;
+  /** JetStream publishes get no PubAck (nats-server's no_ack). */
+  noAck: boolean;
   rules: DeleteRule[];
 }
 
@@ -126,6 +131,8 @@ export function jsOptions(def: StreamDef): JsStreamOptions {
     sources: parseSpecs(c['nats.sources']),
     description: c['nats.description'] ?? '',
     memory: c['nats.storage'] === 'memory',
+    republish: parseRepublishConfig(c['nats.republish']),
+    noAck: c['nats.no_ack'] === 'true',
     rules,
   };
 }
@@ -150,8 +157,20 @@ export function optionConfigs(o: Omit<JsStreamOptions, 'rules'>, rules: DeleteRu
   if (o.sources.length > 0) out['nats.sources'] = JSON.stringify(o.sources);
   if (o.description !== '') out['nats.description'] = o.description;
   if (o.memory) out['nats.storage'] = 'memory';
+  if (o.republish !== null) out['nats.republish'] = JSON.stringify(o.republish);
+  if (o.noAck) out['nats.no_ack'] = 'true';
   if (rules.length > 0) out['nats.deletes'] = JSON.stringify(rules);
   return out;
+}
+
+function parseRepublishConfig(text: string | undefined): RepublishSpec | null {
+  if (text === undefined) return null;
+  try {
+    const v = JSON.parse(text) as RepublishSpec;
+    return v !== null && typeof v === 'object' && typeof v.src === 'string' && typeof v.dest === 'string' ? v : null;
+  } catch {
+    return null;
+  }
 }
 
 /** Mirror and source specs as stored (one object or an array); what cannot be read is none. */
