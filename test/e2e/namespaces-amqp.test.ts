@@ -1,0 +1,198 @@
+/**
+ * AMQP virtual hosts as namespaces (issue 29, second slice), with amqplib and MQTT.js. One broker with `default`
+ * (user dee, and root of the admins group), `t1` (ann) and `t2` (bob). Each vhost declares the same queue, exchange
+ * and bindings and sees only its own messages; an MQTT publish of t1 reaches t1's queue bound to amq.topic and never
+ * `/`'s or t2's; passive declares of another vhost's names are 404 without naming it; a user refused a vhost gets
+ * 530; the reserved `$ns/` prefix is refused in every vhost.
+ */
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import amqp, { type Channel, type ChannelModel, type ConsumeMessage } from 'amqplib';
+import mqtt from 'mqtt';
+import { pino } from 'pino';
+import { startBroker, type Broker } from '../../src/broker.js';
+import { loadConfig } from '../../src/config/index.js';
+
+const HOME = { dee: '/', ann: 't1', bob: 't2' } as const;
+type User = keyof typeof HOME;
+const USERS = Object.keys(HOME) as User[];
+
+/** Retries `fn` (assertions) until it passes; after 10 s its last failure is the test's. */
+async function until(fn: () => void): Promise<void> {
+  const deadline = Date.now() + 10_000;
+  for (;;) {
+    try {
+      fn();
+      return;
+    } catch (err) {
+      if (Date.now() > deadline) throw err;
+      await new Promise((r) => setTimeout(r, 25));
+    }
+  }
+}
+
+describe('e2e: AMQP virtual hosts are namespaces', { timeout: 30_000 }, () => {
+  let dir = '';
+  let broker: Broker;
+  let amqpPort = 0;
+  let mqttUrl = '';
+  const conns: ChannelModel[] = [];
+
+  const url = (user: string, vhost: string) => `amqp://${user}:${user}-pw@127.0.0.1:${amqpPort}/${encodeURIComponent(vhost)}?heartbeat=0`;
+
+  async function open(user: string, vhost: string): Promise<Channel> {
+    const c = await amqp.connect(url(user, vhost));
+    conns.push(c);
+    const ch = await c.createChannel();
+    ch.on('error', () => undefined);
+    return ch;
+  }
+
+  /** The channel.close a method caused (amqplib rejects the call with it). */
+  async function closedWith(fn: (ch: Channel) => Promise<unknown>, user: User): Promise<{ code: number; message: string }> {
+    const ch = await open(user, HOME[user]);
+    const err = (await fn(ch).then(
+      () => null,
+      (e: unknown) => e,
+    )) as { code: number; message: string } | null;
+    assert.ok(err !== null, 'the method should have been refused');
+    return err;
+  }
+
+  before(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'flowmq-ns-amqp-'));
+    writeFileSync(
+      join(dir, 'users.yaml'),
+      [
+        'users:',
+        '  - {username: dee, password: dee-pw}',
+        '  - {username: root, password: root-pw, groups: [admins]}',
+        '  - {username: ann, password: ann-pw, namespace: t1}',
+        '  - {username: bob, password: bob-pw, namespace: t2}',
+        'namespaces:',
+        '  - {name: t1}',
+        '  - {name: t2}',
+        '',
+      ].join('\n'),
+    );
+    const flags = {
+      'data-dir': join(dir, 'data'),
+      host: '127.0.0.1',
+      protocols: 'mqtt,amqp',
+      'mqtt-port': '0',
+      'amqp-port': '0',
+      'http-port': '0',
+      'users-file': join(dir, 'users.yaml'),
+    };
+    broker = await startBroker(loadConfig({ flags, env: {} }), pino({ level: 'silent' }));
+    amqpPort = broker.listeners.get('amqp')!.address().port;
+    mqttUrl = `mqtt://127.0.0.1:${broker.listeners.get('mqtt')!.address().port}`;
+  });
+
+  after(async () => {
+    for (const c of conns) await c.close().catch(() => undefined);
+    await broker?.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  test('the same queue, exchange and bindings in /, t1 and t2 are three worlds', async () => {
+    const chans = new Map<User, Channel>();
+    const got = new Map<User, string[]>();
+    for (const u of USERS) {
+      const ch = await open(u, HOME[u]);
+      chans.set(u, ch);
+      await ch.assertExchange('orders-x', 'direct', { durable: false });
+      const q = await ch.assertQueue('orders', { durable: false });
+      assert.equal(q.queue, 'orders');
+      // A server-named queue is named as the client sees it, inside the vhost.
+      const anon = await ch.assertQueue('', { exclusive: true });
+      assert.match(anon.queue, /^amq\.gen-/);
+      await ch.bindQueue('orders', 'orders-x', 'new');
+      await ch.bindQueue('orders', 'amq.direct', 'direct-key');
+      const seen: string[] = [];
+      got.set(u, seen);
+      await ch.consume(
+        'orders',
+        (m: ConsumeMessage | null) => {
+          if (m !== null) seen.push(`${m.fields.exchange}|${m.fields.routingKey}|${m.content.toString()}`);
+        },
+        { noAck: true },
+      );
+    }
+    for (const u of USERS) {
+      const ch = chans.get(u)!;
+      ch.publish('orders-x', 'new', Buffer.from(`x-${u}`));
+      ch.publish('amq.direct', 'direct-key', Buffer.from(`d-${u}`));
+      ch.sendToQueue('orders', Buffer.from(`q-${u}`));
+    }
+    for (const u of USERS) {
+      await until(() => assert.deepEqual(got.get(u), [`orders-x|new|x-${u}`, `amq.direct|direct-key|d-${u}`, `|orders|q-${u}`]));
+    }
+  });
+
+  test('an MQTT publish in t1 reaches the AMQP queue bound to amq.topic in vhost t1 only', async () => {
+    const got = new Map<User, string[]>();
+    for (const u of USERS) {
+      const ch = await open(u, HOME[u]);
+      const q = await ch.assertQueue('sensor-q', { durable: false, exclusive: true });
+      await ch.bindQueue(q.queue, 'amq.topic', 'sensors.#');
+      const seen: string[] = [];
+      got.set(u, seen);
+      await ch.consume(q.queue, (m) => m !== null && seen.push(`${m.fields.exchange}|${m.fields.routingKey}|${m.content.toString()}`), {
+        noAck: true,
+      });
+    }
+    const m = await mqtt.connectAsync(mqttUrl, { username: 'ann', password: 'ann-pw', reconnectPeriod: 0 });
+    await m.publishAsync('sensors/a/temp', '21', { qos: 1 });
+    await m.endAsync();
+    // Markers after: each vhost publishes on its own amq.topic, so each queue's last message proves the first came.
+    for (const u of USERS) (await open(u, HOME[u])).publish('amq.topic', 'sensors.marker', Buffer.from(`m-${u}`));
+    await until(() => assert.deepEqual(got.get('ann'), ['amq.topic|sensors.a.temp|21', 'amq.topic|sensors.marker|m-ann']));
+    await until(() => assert.deepEqual(got.get('dee'), ['amq.topic|sensors.marker|m-dee']));
+    await until(() => assert.deepEqual(got.get('bob'), ['amq.topic|sensors.marker|m-bob']));
+  });
+
+  test("passive declares of another vhost's queue or exchange are 404 without naming the other vhost", async () => {
+    const ch = await open('dee', '/');
+    await ch.assertQueue('only-default', { durable: false });
+    await ch.assertExchange('only-default-x', 'fanout', { durable: false });
+    const q = await closedWith((c) => c.checkQueue('only-default'), 'ann');
+    assert.equal(q.code, 404);
+    assert.match(q.message, /NOT_FOUND - no queue 'only-default' in vhost 't1'/);
+    const x = await closedWith((c) => c.checkExchange('only-default-x'), 'bob');
+    assert.equal(x.code, 404);
+    assert.match(x.message, /no exchange 'only-default-x' in vhost 't2'/);
+    assert.doesNotMatch(q.message + x.message, /\$ns/);
+    // The owner still finds them.
+    await (await open('dee', '/')).checkQueue('only-default');
+  });
+
+  test('the reserved $ns/ prefix is refused in every vhost', async () => {
+    const a = await closedWith((c) => c.checkQueue('$ns/t1/orders'), 'dee');
+    assert.equal(a.code, 403);
+    const b = await closedWith((c) => c.assertQueue('$ns/t2/orders'), 'ann');
+    assert.equal(b.code, 403);
+    const k = await closedWith(async (c) => c.bindQueue((await c.assertQueue('', { exclusive: true })).queue, 'amq.topic', '$ns.t1.#'), 'dee');
+    assert.equal(k.code, 403);
+  });
+
+  test('a user opens its own vhost; another gets 530, an unknown one 530 not found; admins open every vhost', async () => {
+    // amqplib reports the connection.close without its text; test/protocols/amqp/auth.test.ts reads the texts.
+    for (const [u, vhost] of [
+      ['ann', 't2'],
+      ['bob', 'default'],
+      ['dee', 't1'],
+      ['ann', 'nope'],
+    ]) {
+      await assert.rejects(amqp.connect(url(u, vhost)), /ConnectionClose/, `${u} in ${vhost}`);
+    }
+    // root (admins) works in t1's world.
+    const ch = await open('root', 't1');
+    await ch.checkQueue('orders');
+    const r = await ch.get('orders');
+    assert.equal(r, false);
+  });
+});
