@@ -39,6 +39,7 @@ describe('e2e: AMQP virtual hosts are namespaces', { timeout: 30_000 }, () => {
   let broker: Broker;
   let amqpPort = 0;
   let mqttUrl = '';
+  let mgmt = '';
   const conns: ChannelModel[] = [];
 
   const url = (user: string, vhost: string) => `amqp://${user}:${user}-pw@127.0.0.1:${amqpPort}/${encodeURIComponent(vhost)}?heartbeat=0`;
@@ -86,10 +87,12 @@ describe('e2e: AMQP virtual hosts are namespaces', { timeout: 30_000 }, () => {
       'amqp-port': '0',
       'http-port': '0',
       'users-file': join(dir, 'users.yaml'),
+      'amqp-management-port': '0',
     };
     broker = await startBroker(loadConfig({ flags, env: {} }), pino({ level: 'silent' }));
     amqpPort = broker.listeners.get('amqp')!.address().port;
     mqttUrl = `mqtt://127.0.0.1:${broker.listeners.get('mqtt')!.address().port}`;
+    mgmt = `http://127.0.0.1:${broker.ports()['amqp-management']}`;
   });
 
   after(async () => {
@@ -194,5 +197,30 @@ describe('e2e: AMQP virtual hosts are namespaces', { timeout: 30_000 }, () => {
     await ch.checkQueue('orders');
     const r = await ch.get('orders');
     assert.equal(r, false);
+  });
+
+  test('the management API lists vhosts from namespaces and each object in its vhost', async () => {
+    const get = async (user: string, path: string): Promise<{ status: number; body: unknown }> => {
+      const r = await fetch(`${mgmt}${path}`, { headers: { authorization: `Basic ${Buffer.from(`${user}:${user}-pw`).toString('base64')}` } });
+      return { status: r.status, body: r.status === 200 ? await r.json() : null };
+    };
+    const names = (b: unknown) => (b as Array<{ name: string; vhost: string }>).map((x) => `${x.vhost}:${x.name}`);
+    const vhosts = async (user: string) => ((await get(user, '/api/vhosts')).body as Array<{ name: string }>).map((v) => v.name);
+    assert.deepEqual(await vhosts('root'), ['/', 't1', 't2']);
+    assert.deepEqual(await vhosts('ann'), ['/', 't1']);
+    const t1 = names((await get('root', '/api/queues/t1')).body);
+    assert.ok(t1.includes('t1:orders') && !t1.some((n) => !n.startsWith('t1:')), t1.join());
+    assert.ok(!names((await get('root', '/api/queues/%2F')).body).some((n) => !n.startsWith('/:')));
+    const q = (await get('root', '/api/queues/t2/orders')).body as { name: string; vhost: string };
+    assert.deepEqual([q.name, q.vhost], ['orders', 't2']);
+    assert.equal((await get('root', '/api/queues/t2/only-default')).status, 404);
+    assert.equal((await get('ann', '/api/queues/t2')).status, 404);
+    const x = names((await get('root', '/api/exchanges/t1')).body);
+    assert.ok(x.includes('t1:orders-x') && x.includes('t1:amq.direct') && !x.some((n) => n.startsWith('t2:') || n.startsWith('/:orders')), x.join());
+    const b = (await get('root', '/api/bindings/t1')).body as Array<{ source: string; destination: string; routing_key: string }>;
+    assert.ok(
+      b.some((e) => e.source === 'amq.topic' && e.routing_key === 'sensors.#'),
+      JSON.stringify(b),
+    );
   });
 });
