@@ -10,7 +10,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import amqp, { type Channel, type ChannelModel, type ConsumeMessage } from 'amqplib';
+import amqp, { type Channel, type ChannelModel, type ConsumeMessage, type GetMessage } from 'amqplib';
 import mqtt from 'mqtt';
 import { pino } from 'pino';
 import { startBroker, type Broker } from '../../src/broker.js';
@@ -156,6 +156,27 @@ describe('e2e: AMQP virtual hosts are namespaces', { timeout: 30_000 }, () => {
     await until(() => assert.deepEqual(got.get('ann'), ['amq.topic|sensors.a.temp|21', 'amq.topic|sensors.marker|m-ann']));
     await until(() => assert.deepEqual(got.get('dee'), ['amq.topic|sensors.marker|m-dee']));
     await until(() => assert.deepEqual(got.get('bob'), ['amq.topic|sensors.marker|m-bob']));
+  });
+
+  test("dead-lettering goes to the vhost's own exchange and queue", async () => {
+    const got = new Map<User, string[]>();
+    for (const u of ['dee', 'ann'] as const) {
+      const ch = await open(u, HOME[u]);
+      await ch.assertExchange('dlx', 'fanout', { durable: false });
+      await ch.assertQueue('dead', { durable: false });
+      await ch.bindQueue('dead', 'dlx', '');
+      await ch.assertQueue('work', { durable: false, deadLetterExchange: 'dlx', deadLetterRoutingKey: 'gone' });
+      const seen: string[] = [];
+      got.set(u, seen);
+      await ch.consume('dead', (m) => m !== null && seen.push(`${m.fields.exchange}|${m.fields.routingKey}|${m.content.toString()}`), { noAck: true });
+      ch.sendToQueue('work', Buffer.from(`w-${u}`));
+      let msg: false | GetMessage = false;
+      for (const deadline = Date.now() + 5000; msg === false && Date.now() < deadline;) msg = await ch.get('work');
+      assert.ok(msg !== false);
+      ch.nack(msg, false, false);
+    }
+    await until(() => assert.deepEqual(got.get('ann'), ['dlx|gone|w-ann']));
+    await until(() => assert.deepEqual(got.get('dee'), ['dlx|gone|w-dee']));
   });
 
   test("passive declares of another vhost's queue or exchange are 404 without naming the other vhost", async () => {
