@@ -179,6 +179,29 @@ describe('e2e: AMQP virtual hosts are namespaces', { timeout: 30_000 }, () => {
     await until(() => assert.deepEqual(got.get('dee'), ['dlx|gone|w-dee']));
   });
 
+  test('direct reply-to works inside a vhost; a responder of another vhost does not reach the requester', async () => {
+    const req = await open('ann', 't1');
+    const got: string[] = [];
+    await req.consume('amq.rabbitmq.reply-to', (m) => m !== null && got.push(`${m.fields.routingKey.startsWith('amq.rabbitmq.reply-to.')}|${m.content}`), {
+      noAck: true,
+    });
+    await req.assertQueue('rpc', { durable: false });
+    req.sendToQueue('rpc', Buffer.from('ask'), { replyTo: 'amq.rabbitmq.reply-to' });
+    const server = await open('ann', 't1');
+    let asked: false | GetMessage = false;
+    for (const deadline = Date.now() + 5000; asked === false && Date.now() < deadline;) asked = await server.get('rpc', { noAck: true });
+    assert.ok(asked !== false);
+    const replyTo = asked.properties.replyTo as string;
+    // `/` (dee) answers first: dropped; then t1's answer arrives, and only it.
+    const dc = await amqp.connect(url('dee', '/'));
+    conns.push(dc);
+    const dee = await dc.createConfirmChannel();
+    dee.sendToQueue(replyTo, Buffer.from('from-default'));
+    await dee.waitForConfirms();
+    server.sendToQueue(replyTo, Buffer.from('from-t1'));
+    await until(() => assert.deepEqual(got, ['true|from-t1']));
+  });
+
   test("passive declares of another vhost's queue or exchange are 404 without naming the other vhost", async () => {
     const ch = await open('dee', '/');
     await ch.assertQueue('only-default', { durable: false });
