@@ -179,6 +179,31 @@ describe('e2e: AMQP virtual hosts are namespaces', { timeout: 30_000 }, () => {
     await until(() => assert.deepEqual(got.get('dee'), ['dlx|gone|w-dee']));
   });
 
+  test("an exchange bound to amq.topic, or an alternate exchange amq.topic, reaches only the vhost's topics", async () => {
+    const got = new Map<User, string[]>();
+    for (const u of ['dee', 'ann'] as const) {
+      const ch = await open(u, HOME[u]);
+      const q = await ch.assertQueue('', { exclusive: true });
+      await ch.bindQueue(q.queue, 'amq.topic', 'fwd.#');
+      const seen: string[] = [];
+      got.set(u, seen);
+      await ch.consume(q.queue, (m) => m !== null && seen.push(`${m.fields.routingKey}|${m.content.toString()}`), { noAck: true });
+    }
+    const ac = await amqp.connect(url('ann', 't1'));
+    conns.push(ac);
+    const ann = await ac.createConfirmChannel();
+    await ann.assertExchange('fwd-x', 'direct', { durable: false });
+    await ann.bindExchange('amq.topic', 'fwd-x', 'fwd.e2e');
+    await ann.assertExchange('fwd-ae', 'direct', { durable: false, alternateExchange: 'amq.topic' });
+    ann.publish('fwd-x', 'fwd.e2e', Buffer.from('bound'));
+    ann.publish('fwd-ae', 'fwd.ae', Buffer.from('alternate'));
+    // Routed (and so enqueued wherever it went) before the marker is published.
+    await ann.waitForConfirms();
+    (await open('dee', '/')).publish('amq.topic', 'fwd.marker', Buffer.from('m'));
+    await until(() => assert.deepEqual(got.get('ann'), ['fwd.e2e|bound', 'fwd.ae|alternate']));
+    await until(() => assert.deepEqual(got.get('dee'), ['fwd.marker|m']));
+  });
+
   test('direct reply-to works inside a vhost; a responder of another vhost does not reach the requester', async () => {
     const req = await open('ann', 't1');
     const got: string[] = [];
