@@ -291,5 +291,10 @@ describe('e2e: AMQP virtual hosts are namespaces', { timeout: 30_000 }, () => {
       b.some((e) => e.source === 'amq.topic' && e.routing_key === 'sensors.#'),
       JSON.stringify(b),
     );
+    // Definitions are `/`'s alone (other vhosts' are not exported yet): no internal name (t1's durable amq.direct
+    // is `$ns/t1/amq.direct`) leaks into them.
+    const defs = (await get('root', '/api/definitions')).body as { exchanges: unknown[] };
+    assert.ok(Array.isArray(defs.exchanges));
+    assert.doesNotMatch(JSON.stringify(defs), /\$ns/);
   });
 });

@@ -33,6 +33,16 @@ export function internalName(vhost: string, name: string): string {
   return namespaceNames(vhost).name(name);
 }
 
+/**
+ * A binding's vhost: its destination's, or its source's when the destination is amq.topic (the default exchange and
+ * amq.topic are shared by every vhost).
+ */
+export function bindingVhost(b: BindingDef): string {
+  if (b.destinationKind === 'stream') return vhostOfNamespace(splitStreamName(b.destination).namespace);
+  if (b.destinationKind === 'exchange' && b.destination === 'amq.topic') return vhostOfName(b.source).vhost;
+  return vhostOfName(b.destination).vhost;
+}
+
 /** A binding or routing key as the clients of `vhost` write it. */
 function ownKey(vhost: string, key: string): string {
   if (vhost === VHOST || key.charCodeAt(0) !== 0x24) return key;
@@ -277,13 +287,12 @@ export function bindingView(b: BindingDef, partitionQueue?: PartitionQueueOf): {
 
 export function bindingJson(b: BindingDef, partitionQueue?: PartitionQueueOf): Record<string, unknown> {
   const { destination, arguments: args } = bindingView(b, partitionQueue);
-  // A binding lives in its destination's vhost (the source may be '' or amq.topic, which every vhost shares).
-  const vhost = b.destinationKind === 'stream' ? vhostOfNamespace(splitStreamName(b.destination).namespace) : vhostOfName(b.destination).vhost;
+  const vhost = bindingVhost(b);
   const key = ownKey(vhost, b.key);
   return {
     source: vhostOfName(b.source).name,
     vhost,
-    destination: vhost === VHOST ? destination : vhostOfName(destination).name,
+    destination: vhostOfName(destination).name,
     destination_type: b.destinationKind === 'exchange' ? 'exchange' : 'queue',
     routing_key: key,
     arguments: args,
