@@ -25,7 +25,17 @@ export { PasswordGuard, type PasswordGuardOptions } from './password-guard.js';
 export { PasswordVerifier } from './password-verifier.js';
 export { AuthThrottle } from './auth-throttle.js';
 export { AccessControl, Access, type AuthOutcome, type ExternalAuthenticator } from './access.js';
-export { ANONYMOUS, PolicySet, routingKeyName, type Action, type DefaultPolicy, type PolicyDef, type Principal, type ResourceKind } from './policy.js';
+export {
+  ADMIN_GROUP,
+  ANONYMOUS,
+  PolicySet,
+  routingKeyName,
+  type Action,
+  type DefaultPolicy,
+  type PolicyDef,
+  type Principal,
+  type ResourceKind,
+} from './policy.js';
 export { Directory, TOKEN_PREFIX, validateName } from './directory.js';
 export { decodeSignature, parsePublicNkey, validateUserNkey, verifySignature } from './nkeys.js';
 export { QuotaManager, type QuotaLease } from './quotas.js';

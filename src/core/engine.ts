@@ -645,7 +645,13 @@ export class Engine implements Router {
   }
   publishTo(exchange: string, routingKey: string, msg: Message): RouteResult {
     // The unified topic space's `$ns` level (namespaces.ts) is no AMQP client's to publish on: no route.
-    if (routingKey.charCodeAt(0) === 0x24 && exchange === 'amq.topic' && (routingKey === '$ns' || routingKey.startsWith('$ns.'))) {
+    // A vhost's own keys (`$ns.<ns>.`, set by the AMQP adapter with Message.namespace) are its own.
+    if (
+      routingKey.charCodeAt(0) === 0x24 &&
+      exchange === 'amq.topic' &&
+      (routingKey === '$ns' || routingKey.startsWith('$ns.')) &&
+      !(msg.namespace !== undefined && routingKey.startsWith(`$ns.${msg.namespace}.`))
+    ) {
       return { routed: 0, durable: null, rejected: false };
     }
     return this.router.publishTo(exchange, routingKey, msg);

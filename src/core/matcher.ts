@@ -24,7 +24,7 @@ export type MatchRule = 'amqp' | 'mqtt' | 'nats';
  * Parses a topic binding key into trie levels. `swap`: the key is matched against unified topics (amq.topic), so
  * a `/` inside a dot-separated word is a `.` inside a level. Throws INVALID_FILTER for keys the rule forbids.
  */
-export function parseBindingKey(key: string, rule: MatchRule, swap: boolean): Level[] {
+export function parseBindingKey(key: string, rule: MatchRule, swap: boolean, namespace: string | null = null): Level[] {
   if (rule === 'mqtt') {
     validateFilter(key);
     return mqttLevels(key);
@@ -36,9 +36,12 @@ export function parseBindingKey(key: string, rule: MatchRule, swap: boolean): Le
     return [];
   }
   const words = key.split('.');
-  // The unified topic space's `$ns` level (namespaces.ts) is no AMQP or NATS client's to bind: those adapters do not
-  // isolate namespaces yet, so a key spelling it can only reach into another namespace.
-  if ((rule === 'nats' || swap) && words[0] === NS_ROOT) throw new FlowError('INVALID_FILTER', `"${key}" is in the reserved $ns space`);
+  // The unified topic space's `$ns` level (namespaces.ts) is no NATS client's to bind (that adapter does not isolate
+  // namespaces yet); on amq.topic only a binding whose destination is of namespace `<ns>` may name `$ns.<ns>.` (the
+  // AMQP adapter qualifies a vhost's keys so, router.ts gives the destination's namespace).
+  if ((rule === 'nats' || swap) && words[0] === NS_ROOT && !(rule === 'amqp' && namespace !== null && words.length > 2 && words[1] === namespace)) {
+    throw new FlowError('INVALID_FILTER', `"${key}" is in the reserved $ns space`);
+  }
   const out: Level[] = [];
   for (let i = 0; i < words.length; i++) {
     const w = words[i];

@@ -18,6 +18,7 @@ import type { BindingDef, ExchangeDef, ExchangeType, RouteResult } from './excha
 import { DEFAULT_EXCHANGE, TOPIC_SPACE, pinnedPartition } from './exchanges.js';
 import type { Message } from './message.js';
 import { type MatchRule, parseBindingKey, parseHeadersBinding } from './matcher.js';
+import { DEFAULT_NAMESPACE, splitName, splitStreamName } from './namespaces.js';
 import type { QueueArguments, QueueDef, QueueFactory, QueueHandle, QueueHooks, QueueRuntime, QueueStore } from './queues.js';
 import { bindingKey, type CoreStore } from './store.js';
 import { swapSeparators } from './topic.js';
@@ -488,7 +489,7 @@ export class RouterCore implements RoutingTable {
       def,
       id: bindingKey(def),
       rule,
-      levels: x.def.type === 'topic' ? parseBindingKey(b.key, rule, x === this.topicSpace) : null,
+      levels: x.def.type === 'topic' ? parseBindingKey(b.key, rule, x === this.topicSpace, x === this.topicSpace ? destinationNamespace(b) : null) : null,
       headers: x.def.type === 'headers' ? parseHeadersBinding(b.arguments) : null,
       partition: b.destinationKind === 'stream' ? pinnedPartition(b.arguments) : -1,
     };
@@ -643,4 +644,10 @@ function keyFilter(key: string, rule: MatchRule): string | null {
 
 function persisted(def: QueueDef): boolean {
   return def.durable && def.exclusiveOwner === null;
+}
+
+/** The namespace of a binding's destination (namespaces.ts), or null for `default`'s. */
+function destinationNamespace(b: BindingDef): string | null {
+  const ns = b.destinationKind === 'stream' ? splitStreamName(b.destination).namespace : splitName(b.destination).namespace;
+  return ns === DEFAULT_NAMESPACE ? null : ns;
 }

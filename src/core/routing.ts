@@ -180,6 +180,10 @@ function routeExchange(t: RoutingTable, x: XState, rk: string, msg: Message, r: 
   } else if (x.def.type === 'headers') {
     for (const e of x.bindings.values()) if (headersMatch(e.headers!, msg.headers, msg.amqpHeaderClasses)) visit(e);
   } else if (x === t.topicSpace) {
+    // A namespace's message (an AMQP vhost's, namespaces.ts) reaching amq.topic through an exchange binding, an
+    // alternate or a dead-letter exchange stays in its namespace's topics: its key is qualified as the adapter's are.
+    const ns = msg.namespace;
+    if (ns !== undefined && !rk.startsWith(`$ns.${ns}.`)) rk = `$ns.${ns}.${rk}`;
     const topic = rk.length === 0 ? '' : dotsToUnified(rk);
     // A routing key whose unified form MQTT cannot carry (empty, or with `+`/`#` characters) reaches AMQP and
     // NATS rule bindings only: not live MQTT subscribers, streams or MQTT rule bindings.

@@ -221,4 +221,25 @@ describe('Engine: no wildcard reaches another namespace', () => {
       ['ok'],
     );
   });
+
+  it("an AMQP vhost's amq.topic keys: only a destination of namespace t1 binds $ns.t1., only t1's messages publish there", async () => {
+    const engine = new Engine(new MemoryStreams(), new MemoryStore(), new MemoryQueueStore());
+    const def = { durable: false, exclusiveOwner: null, autoDelete: false, arguments: {}, rawArguments: {} };
+    await engine.declareQueue({ name: '$ns/t1/q', ...def });
+    await engine.declareQueue({ name: '$ns/t2/q', ...def });
+    await engine.bind({ source: 'amq.topic', destinationKind: 'queue', destination: '$ns/t1/q', key: '$ns.t1.#', arguments: {} });
+    // t2's queue cannot bind t1's keys, nor the bare namespace level.
+    await assert.rejects(engine.bind({ source: 'amq.topic', destinationKind: 'queue', destination: '$ns/t2/q', key: '$ns.t1.#', arguments: {} }), {
+      code: 'INVALID_FILTER',
+    });
+    await assert.rejects(engine.bind({ source: 'amq.topic', destinationKind: 'queue', destination: '$ns/t1/q', key: '$ns.#', arguments: {} }), {
+      code: 'INVALID_FILTER',
+    });
+    assert.equal(engine.publishTo('amq.topic', '$ns.t1.x', makeMessage('', Buffer.from('evil'), { namespace: 't2' })).routed, 0);
+    assert.equal(engine.publishTo('amq.topic', '$ns.t1.x', makeMessage('', Buffer.from('ok'), { namespace: 't1' })).routed, 1);
+    // An MQTT publish of t1 reaches the queue too.
+    engine.publish(makeMessage('$ns/t1/y', Buffer.from('mqtt'), { namespace: 't1' }));
+    assert.equal(engine.getQueue('$ns/t1/q')!.stats().ready, 2);
+    assert.equal(engine.getQueue('$ns/t2/q')!.stats().ready, 0);
+  });
 });

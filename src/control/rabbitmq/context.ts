@@ -54,8 +54,13 @@ export interface RabbitContext extends RabbitManagementOptions {
   can(req: FastifyRequest, action: Action, kind: ResourceKind, name: string): boolean;
   /** 401 unless it may (RabbitMQ answers a permission refusal with 401 not_authorized). */
   require(req: FastifyRequest, action: Action, kind: ResourceKind, name: string): void;
-  /** The `{vhost}` of a path: "/" or the caller's namespace name; else 404. */
-  vhost(req: FastifyRequest, vhost: string): void;
+  /**
+   * The `{vhost}` of a path (vhost = namespace): "/" (or `default`), the caller's own namespace, or any namespace for
+   * a member of the admins group (or the bootstrap caller); else 404. Answers the vhost's label ("/" for `default`).
+   */
+  vhost(req: FastifyRequest, vhost: string): string;
+  /** As vhost, for routes that change things: only "/" (and the caller's namespace named as "/") so far. */
+  writeVhost(req: FastifyRequest, vhost: string): void;
   caller(req: FastifyRequest): Caller;
 }
 

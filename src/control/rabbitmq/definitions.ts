@@ -18,7 +18,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { FlowError, type ExchangeType } from '../../core/index.js';
 import { RABBITMQ_API_VERSION, badRequest, notFound, type RabbitContext } from './context.js';
-import { VHOST, bindingView, partitionQueues } from './format.js';
+import { VHOST, bindingView, bindingVhost, partitionQueues, vhostOfName } from './format.js';
 import { listPermissions, putPermission, putUser, userJson } from './permissions.js';
 import { parsePolicy, policyJson, type PolicyKind } from './policy-store.js';
 import { queueArguments } from './routes-write.js';
@@ -27,6 +27,9 @@ import { listTopicPermissions, putTopicPermission, topicPermissionBody } from '.
 type Doc = Record<string, unknown>;
 
 const isBuiltinExchange = (name: string) => name === '' || name.startsWith('amq.');
+
+/** Only `/`'s objects are exported: other vhosts' (namespaces', docs/namespaces.md) are not offered here yet. */
+const inDefault = (name: string): boolean => vhostOfName(name).vhost === VHOST;
 
 export function exportDefinitions(ctx: RabbitContext, vhostOnly: boolean): Doc {
   const { engine } = ctx;
@@ -50,7 +53,7 @@ export function exportDefinitions(ctx: RabbitContext, vhostOnly: boolean): Doc {
   const queues = [
     ...engine
       .listQueues()
-      .filter((q) => q.durable && q.exclusiveOwner === null)
+      .filter((q) => q.durable && q.exclusiveOwner === null && inDefault(q.name))
       .map((q) => ({ name: q.name, durable: q.durable, auto_delete: q.autoDelete, arguments: q.rawArguments })),
     ...streams.map((v) => ({ name: v.name, durable: true, auto_delete: false, arguments: v.arguments })),
   ]
@@ -59,7 +62,7 @@ export function exportDefinitions(ctx: RabbitContext, vhostOnly: boolean): Doc {
   const pq = partitionQueues(streams);
   const exchanges = engine
     .listExchanges()
-    .filter((x) => !isBuiltinExchange(x.name))
+    .filter((x) => !isBuiltinExchange(x.name) && inDefault(x.name))
     .sort((a, b) => (a.name < b.name ? -1 : 1))
     .map((x) =>
       vh({
@@ -73,7 +76,7 @@ export function exportDefinitions(ctx: RabbitContext, vhostOnly: boolean): Doc {
     );
   const bindings = engine
     .listBindings()
-    .filter((b) => b.source !== '')
+    .filter((b) => b.source !== '' && bindingVhost(b) === VHOST)
     .map((b) => {
       const v = bindingView(b, pq);
       return vh({

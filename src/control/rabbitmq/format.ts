@@ -11,9 +11,44 @@
  */
 import { createHash } from 'node:crypto';
 import { pinnedPartition, type BindingDef, type ExchangeDef, type QueueCounters, type QueueDef, type QueueHandle } from '../../core/index.js';
+import { DEFAULT_NAMESPACE, namespaceNames, splitName, splitStreamName } from '../../core/namespaces.js';
 import type { AmqpChannelView, AmqpConnectionView, AmqpManagementView, AmqpStreamQueueView } from './types.js';
 
 export const VHOST = '/';
+
+/** The vhost of a core queue or exchange name (vhost = namespace, docs/namespaces.md) and its name there. */
+export function vhostOfName(internal: string): { vhost: string; name: string } {
+  const { namespace, name } = splitName(internal);
+  return namespace === DEFAULT_NAMESPACE ? { vhost: VHOST, name: internal } : { vhost: namespace, name };
+}
+
+/** The vhost label of a namespace. */
+export function vhostOfNamespace(ns: string): string {
+  return ns === DEFAULT_NAMESPACE ? VHOST : ns;
+}
+
+/** A queue or exchange name of a vhost as the core knows it ('' and amq.topic are shared by every vhost). */
+export function internalName(vhost: string, name: string): string {
+  if (vhost === VHOST || vhost === DEFAULT_NAMESPACE || name === '' || name === 'amq.topic') return name;
+  return namespaceNames(vhost).name(name);
+}
+
+/**
+ * A binding's vhost: its destination's, or its source's when the destination is amq.topic (the default exchange and
+ * amq.topic are shared by every vhost).
+ */
+export function bindingVhost(b: BindingDef): string {
+  if (b.destinationKind === 'stream') return vhostOfNamespace(splitStreamName(b.destination).namespace);
+  if (b.destinationKind === 'exchange' && b.destination === 'amq.topic') return vhostOfName(b.source).vhost;
+  return vhostOfName(b.destination).vhost;
+}
+
+/** A binding or routing key as the clients of `vhost` write it. */
+function ownKey(vhost: string, key: string): string {
+  if (vhost === VHOST || key.charCodeAt(0) !== 0x24) return key;
+  for (const p of [`$ns/${vhost}/`, `$ns.${vhost}.`]) if (key.startsWith(p)) return key.slice(p.length);
+  return key;
+}
 export const SAMPLE_MS = 5000;
 
 /** Two samples of named figures; rate(key) is the change per second between them. */
@@ -145,14 +180,14 @@ export function queueJson(def: QueueDef, h: QueueHandle | undefined, node: strin
     messages_ready_details: rates.details(`${p}.messages_ready`),
     messages_unacknowledged: s.unacked,
     messages_unacknowledged_details: rates.details(`${p}.messages_unacknowledged`),
-    name: def.name,
+    name: vhostOfName(def.name).name,
     node,
     operator_policy: pol.operator_policy,
     policy: pol.policy,
     single_active_consumer_tag: null,
     state: 'running',
     type: queueType(def),
-    vhost: VHOST,
+    vhost: vhostOfName(def.name).vhost,
   };
   // RabbitMQ leaves message_stats out of a queue nothing went through yet.
   if (c.publish + c.deliver + c.deliverNoAck + c.get + c.getNoAck + c.ack > 0) out.message_stats = withDetails(messageStats(c), rates, `${p}.ms`);
@@ -215,10 +250,10 @@ export function exchangeJson(def: ExchangeDef): Record<string, unknown> {
     auto_delete: def.autoDelete,
     durable: def.durable,
     internal: def.internal,
-    name: def.name,
+    name: vhostOfName(def.name).name,
     type: def.type,
     user_who_performed_action: 'rmq-internal',
-    vhost: VHOST,
+    vhost: vhostOfName(def.name).vhost,
   };
 }
 
@@ -252,14 +287,16 @@ export function bindingView(b: BindingDef, partitionQueue?: PartitionQueueOf): {
 
 export function bindingJson(b: BindingDef, partitionQueue?: PartitionQueueOf): Record<string, unknown> {
   const { destination, arguments: args } = bindingView(b, partitionQueue);
+  const vhost = bindingVhost(b);
+  const key = ownKey(vhost, b.key);
   return {
-    source: b.source,
-    vhost: VHOST,
-    destination,
+    source: vhostOfName(b.source).name,
+    vhost,
+    destination: vhostOfName(destination).name,
     destination_type: b.destinationKind === 'exchange' ? 'exchange' : 'queue',
-    routing_key: b.key,
+    routing_key: key,
     arguments: args,
-    properties_key: propertiesKey(b.key, args),
+    properties_key: propertiesKey(key, args),
   };
 }
 
@@ -318,7 +355,7 @@ export function connectionJson(c: AmqpConnectionView, node: string, rates: Rates
     user: c.user,
     user_provided_name: typeof provided === 'string' ? provided : null,
     user_who_performed_action: c.user,
-    vhost: VHOST,
+    vhost: vhostOfNamespace(c.namespace),
   };
 }
 
@@ -342,7 +379,7 @@ export function channelJson(c: AmqpConnectionView, ch: AmqpChannelView, node: st
     transactional: ch.transactional,
     user: c.user,
     user_who_performed_action: c.user,
-    vhost: VHOST,
+    vhost: vhostOfNamespace(c.namespace),
   };
 }
 
@@ -367,6 +404,6 @@ export function consumerJson(c: AmqpConnectionView, ch: AmqpChannelView, index: 
     consumer_tag: k.tag,
     exclusive: false,
     prefetch_count: k.prefetchCount,
-    queue: { name: k.queue, vhost: VHOST },
+    queue: vhostOfName(k.queue),
   };
 }

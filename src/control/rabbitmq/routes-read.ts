@@ -8,6 +8,8 @@ import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { AmqpConnectionView, AmqpStreamQueueView } from './types.js';
 import {
   VHOST,
+  internalName,
+  vhostOfName,
   bindingJson,
   channelJson,
   connectionJson,
@@ -21,6 +23,8 @@ import {
   streamQueueJson,
   withDetails,
 } from './format.js';
+import { DEFAULT_NAMESPACE } from '../../core/namespaces.js';
+import { ADMIN_GROUP } from '../policy.js';
 import { RABBITMQ_API_VERSION, notFound, type RabbitContext } from './context.js';
 
 type V = { vhost: string };
@@ -207,16 +211,16 @@ export function readRoutes(app: FastifyInstance, ctx: RabbitContext): void {
 
   app.get('/api/queues', async (req) => allQueuesOut(req));
   app.get<{ Params: V }>('/api/queues/:vhost', async (req) => {
-    ctx.vhost(req, req.params.vhost);
-    return allQueuesOut(req);
+    const vhost = ctx.vhost(req, req.params.vhost);
+    return allQueuesOut(req).filter((q) => q.vhost === vhost);
   });
   /** The stream queue `name` the caller may describe (when no classic queue has that name). */
   const streamNamed = (req: FastifyRequest, name: string): AmqpStreamQueueView | undefined =>
     engine.getQueue(name) !== undefined ? undefined : streams(req).find((v) => v.name === name);
   app.get<{ Params: VN }>('/api/queues/:vhost/:name', async (req) => {
-    ctx.vhost(req, req.params.vhost);
-    const d = engine.getQueue(req.params.name)?.def;
-    const sv = d === undefined ? streamNamed(req, req.params.name) : undefined;
+    const vhost = ctx.vhost(req, req.params.vhost);
+    const d = engine.getQueue(internalName(vhost, req.params.name))?.def;
+    const sv = d === undefined && vhost === VHOST ? streamNamed(req, req.params.name) : undefined;
     if (sv === undefined && (d === undefined || !ctx.can(req, 'describe', 'queue', d.name))) throw notFound();
     const name = d?.name ?? req.params.name;
     const out = d !== undefined ? queueOut(d) : streamOut(sv!, consumerCounts());
@@ -227,10 +231,11 @@ export function readRoutes(app: FastifyInstance, ctx: RabbitContext): void {
     return out;
   });
   app.get<{ Params: VN }>('/api/queues/:vhost/:name/bindings', async (req) => {
-    ctx.vhost(req, req.params.vhost);
-    const name = req.params.name;
+    const vhost = ctx.vhost(req, req.params.vhost);
+    const name = internalName(vhost, req.params.name);
     const pq = partitionQueues(allStreams());
     if (engine.getQueue(name) === undefined) {
+      if (vhost !== VHOST) throw notFound();
       if (streamNamed(req, name) === undefined) throw notFound();
       const own = engine.listBindings().filter((b) => b.destinationKind === 'stream' && bindingJson(b, pq).destination === name);
       return [defaultBindingJson(name), ...own.map((b) => bindingJson(b, pq))];
@@ -247,39 +252,44 @@ export function readRoutes(app: FastifyInstance, ctx: RabbitContext): void {
 
   app.get('/api/exchanges', async (req) => exchanges(req).map(exchangeJson));
   app.get<{ Params: V }>('/api/exchanges/:vhost', async (req) => {
-    ctx.vhost(req, req.params.vhost);
-    return exchanges(req).map(exchangeJson);
+    const vhost = ctx.vhost(req, req.params.vhost);
+    return exchanges(req)
+      .map(exchangeJson)
+      .filter((x) => x.vhost === vhost || x.name === '' || x.name === 'amq.topic');
   });
   app.get<{ Params: VN }>('/api/exchanges/:vhost/:name', async (req) => {
-    ctx.vhost(req, req.params.vhost);
-    const name = req.params.name === 'amq.default' ? '' : req.params.name;
+    const vhost = ctx.vhost(req, req.params.vhost);
+    const name = req.params.name === 'amq.default' ? '' : internalName(vhost, req.params.name);
     const x = engine.getExchange(name);
     if (x === undefined || (name !== '' && !ctx.can(req, 'describe', 'exchange', name))) throw notFound();
     return exchangeJson(x);
   });
   for (const side of ['source', 'destination'] as const) {
     app.get<{ Params: VN }>(`/api/exchanges/:vhost/:name/bindings/${side}`, async (req) => {
-      ctx.vhost(req, req.params.vhost);
-      const name = req.params.name;
+      const vhost = ctx.vhost(req, req.params.vhost);
+      const name = internalName(vhost, req.params.name);
       if (engine.getExchange(name) === undefined || !ctx.can(req, 'describe', 'exchange', name)) throw notFound();
       const pq = partitionQueues(allStreams());
       return engine
         .listBindings()
         .filter((b) => (side === 'source' ? b.source === name : b.destinationKind === 'exchange' && b.destination === name))
-        .map((b) => bindingJson(b, pq));
+        .map((b) => bindingJson(b, pq))
+        .filter((b) => b.vhost === vhost);
     });
   }
 
   app.get('/api/bindings', async (req) => bindings(req));
   app.get<{ Params: V }>('/api/bindings/:vhost', async (req) => {
-    ctx.vhost(req, req.params.vhost);
-    return bindings(req);
+    const vhost = ctx.vhost(req, req.params.vhost);
+    return bindings(req).filter((b) => b.vhost === vhost);
   });
 
   app.get('/api/connections', async (req) => visibleConnections(ctx, req).map((c) => connectionJson(c, ctx.node, ctx.rates)));
   app.get<{ Params: V }>('/api/vhosts/:vhost/connections', async (req) => {
-    ctx.vhost(req, req.params.vhost);
-    return visibleConnections(ctx, req).map((c) => connectionJson(c, ctx.node, ctx.rates));
+    const vhost = ctx.vhost(req, req.params.vhost);
+    return visibleConnections(ctx, req)
+      .map((c) => connectionJson(c, ctx.node, ctx.rates))
+      .filter((c) => c.vhost === vhost);
   });
   app.get<{ Params: { name: string } }>('/api/connections/:name', async (req) => {
     const c = visibleConnections(ctx, req).find((x) => connectionName(x) === req.params.name);
@@ -305,38 +315,48 @@ export function readRoutes(app: FastifyInstance, ctx: RabbitContext): void {
     return consumers(req);
   });
 
-  const vhostJson = (req: FastifyRequest) => {
+  /** The vhosts the caller may see: `/`, and every namespace's (all for the admins group, else its own). */
+  const vhostNames = (req: FastifyRequest): string[] => {
+    const p = ctx.caller(req).principal;
+    const all = p === null || p.groups.includes(ADMIN_GROUP);
+    const names = ctx.access.directory
+      .listNamespaces()
+      .map((n) => n.name)
+      .filter((n) => n !== DEFAULT_NAMESPACE && (all || n === p?.namespace));
+    return [VHOST, ...names.sort()];
+  };
+  const vhostJson = (req: FastifyRequest, vhost: string) => {
     let messages = 0;
     let ready = 0;
     let unacked = 0;
     for (const d of queues(req)) {
+      if (vhostOfName(d.name).vhost !== vhost) continue;
       const s = engine.getQueue(d.name)?.stats();
       if (s === undefined) continue;
       messages += s.ready + s.unacked;
       ready += s.ready;
       unacked += s.unacked;
     }
+    const description = vhost === VHOST ? 'Default virtual host' : `Namespace ${vhost}`;
+    const r = vhost === VHOST ? 't' : `t.${vhost}`;
     return {
       cluster_state: { [ctx.node]: 'running' },
       default_queue_type: 'classic',
-      description: 'Default virtual host',
-      metadata: { description: 'Default virtual host', tags: [] },
+      description,
+      metadata: { description, tags: [] },
       messages,
-      messages_details: ctx.rates.details('t.messages'),
+      messages_details: ctx.rates.details(`${r}.messages`),
       messages_ready: ready,
-      messages_ready_details: ctx.rates.details('t.messages_ready'),
+      messages_ready_details: ctx.rates.details(`${r}.messages_ready`),
       messages_unacknowledged: unacked,
-      messages_unacknowledged_details: ctx.rates.details('t.messages_unacknowledged'),
-      name: VHOST,
+      messages_unacknowledged_details: ctx.rates.details(`${r}.messages_unacknowledged`),
+      name: vhost,
       tags: [],
       tracing: false,
     };
   };
-  app.get('/api/vhosts', async (req) => [vhostJson(req)]);
-  app.get<{ Params: V }>('/api/vhosts/:vhost', async (req) => {
-    ctx.vhost(req, req.params.vhost);
-    return vhostJson(req);
-  });
+  app.get('/api/vhosts', async (req) => vhostNames(req).map((v) => vhostJson(req, v)));
+  app.get<{ Params: V }>('/api/vhosts/:vhost', async (req) => vhostJson(req, ctx.vhost(req, req.params.vhost)));
 
   /** A node name the caller may use for this node: its own, or rabbit@ and the name it reached us by. */
   const isThisNode = (req: FastifyRequest, name: string): boolean => {

@@ -135,7 +135,7 @@ export function writeRoutes(app: FastifyInstance, ctx: RabbitContext): void {
   const { engine } = ctx;
 
   app.put<{ Params: VN; Body: Body }>('/api/queues/:vhost/:name', async (req, reply) => {
-    ctx.vhost(req, req.params.vhost);
+    ctx.writeVhost(req, req.params.vhost);
     const name = req.params.name;
     const args = objectArg(req.body, 'arguments');
     if (args['x-queue-type'] === 'stream' || (engine.getQueue(name) === undefined && engine.getStream(name) !== undefined)) {
@@ -162,7 +162,7 @@ export function writeRoutes(app: FastifyInstance, ctx: RabbitContext): void {
   });
 
   app.delete<{ Params: VN; Querystring: Record<string, string> }>('/api/queues/:vhost/:name', async (req, reply) => {
-    ctx.vhost(req, req.params.vhost);
+    ctx.writeVhost(req, req.params.vhost);
     const name = req.params.name;
     if (engine.getQueue(name) === undefined) {
       // A stream queue or super-stream partition queue: deleted as AMQP queue.delete deletes it (`stream:` resource).
@@ -182,7 +182,7 @@ export function writeRoutes(app: FastifyInstance, ctx: RabbitContext): void {
   });
 
   app.delete<{ Params: VN }>('/api/queues/:vhost/:name/contents', async (req, reply) => {
-    ctx.vhost(req, req.params.vhost);
+    ctx.writeVhost(req, req.params.vhost);
     // RabbitMQ's purge needs the read permission (queue.purge): here subscribe, as AMQP's queue.purge.
     ctx.require(req, 'subscribe', 'queue', req.params.name);
     if (engine.getQueue(req.params.name) === undefined) throw notFound();
@@ -191,7 +191,7 @@ export function writeRoutes(app: FastifyInstance, ctx: RabbitContext): void {
   });
 
   app.post<{ Params: VN; Body: Body }>('/api/queues/:vhost/:name/get', async (req) => {
-    ctx.vhost(req, req.params.vhost);
+    ctx.writeVhost(req, req.params.vhost);
     const name = req.params.name;
     ctx.require(req, 'subscribe', 'queue', name);
     const h = engine.getQueue(name);
@@ -221,7 +221,7 @@ export function writeRoutes(app: FastifyInstance, ctx: RabbitContext): void {
   });
 
   app.put<{ Params: VN; Body: Body }>('/api/exchanges/:vhost/:name', async (req, reply) => {
-    ctx.vhost(req, req.params.vhost);
+    ctx.writeVhost(req, req.params.vhost);
     const name = req.params.name;
     ctx.require(req, 'create', 'exchange', name);
     const type = req.body?.type;
@@ -242,7 +242,7 @@ export function writeRoutes(app: FastifyInstance, ctx: RabbitContext): void {
   });
 
   app.delete<{ Params: VN; Querystring: Record<string, string> }>('/api/exchanges/:vhost/:name', async (req, reply) => {
-    ctx.vhost(req, req.params.vhost);
+    ctx.writeVhost(req, req.params.vhost);
     const name = req.params.name;
     ctx.require(req, 'delete', 'exchange', name);
     if (engine.getExchange(name) === undefined) throw notFound();
@@ -251,7 +251,7 @@ export function writeRoutes(app: FastifyInstance, ctx: RabbitContext): void {
   });
 
   app.post<{ Params: VN; Body: Body }>('/api/exchanges/:vhost/:name/publish', async (req) => {
-    ctx.vhost(req, req.params.vhost);
+    ctx.writeVhost(req, req.params.vhost);
     const exchange = req.params.name === 'amq.default' ? '' : req.params.name;
     ctx.require(req, 'publish', 'exchange', exchange);
     const b = req.body ?? {};
@@ -288,12 +288,12 @@ export function writeRoutes(app: FastifyInstance, ctx: RabbitContext): void {
       );
   for (const destKind of ['q', 'e'] as const) {
     app.get<{ Params: BP }>(bindingRoute(destKind), async (req) => {
-      ctx.vhost(req, req.params.vhost);
+      ctx.writeVhost(req, req.params.vhost);
       if (!ctx.can(req, 'describe', 'exchange', req.params.source)) throw notFound();
       return bindingsOf(req, destKind).map((b) => bindingJson(b));
     });
     app.post<{ Params: BP; Body: Body }>(bindingRoute(destKind), async (req, reply: FastifyReply) => {
-      ctx.vhost(req, req.params.vhost);
+      ctx.writeVhost(req, req.params.vhost);
       const key = req.body?.routing_key ?? '';
       if (typeof key !== 'string') throw badRequest('routing_key must be a string');
       const args = objectArg(req.body, 'arguments');
@@ -309,14 +309,14 @@ export function writeRoutes(app: FastifyInstance, ctx: RabbitContext): void {
       return reply.code(201).header('location', propertiesKey(key, args)).send();
     });
     app.get<{ Params: BP & { props: string } }>(`${bindingRoute(destKind)}/:props`, async (req) => {
-      ctx.vhost(req, req.params.vhost);
+      ctx.writeVhost(req, req.params.vhost);
       if (!ctx.can(req, 'describe', 'exchange', req.params.source)) throw notFound();
       const b = bindingsOf(req, destKind).find((x) => propertiesKey(x.key, x.arguments) === req.params.props);
       if (b === undefined) throw notFound();
       return bindingJson(b);
     });
     app.delete<{ Params: BP & { props: string } }>(`${bindingRoute(destKind)}/:props`, async (req, reply) => {
-      ctx.vhost(req, req.params.vhost);
+      ctx.writeVhost(req, req.params.vhost);
       const b = bindingsOf(req, destKind).find((x) => propertiesKey(x.key, x.arguments) === req.params.props);
       if (b === undefined) throw notFound();
       checkBinding(req, destKind, b.key, 'delete');

@@ -16,10 +16,11 @@
  * lists keep what it may `describe` (queue:, exchange:), its own connections and channels unless it may
  * `describe cluster:*`, which the node, health and overview figures beyond its own objects need too.
  */
+import { DEFAULT_NAMESPACE } from '../../core/namespaces.js';
 import type { AddressInfo } from 'node:net';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { isFlowError } from '../../core/index.js';
-import type { Action, ResourceKind } from '../policy.js';
+import { ADMIN_GROUP, type Action, type ResourceKind } from '../policy.js';
 import { HostCheck, parseBasicAuth } from '../api/auth.js';
 import { HTTP_TIMEOUTS, closeUnreadBody, httpServerOptions } from '../http-guard.js';
 import { isLoopback } from '../../util/address.js';
@@ -182,11 +183,16 @@ export async function startRabbitManagement(opts: RabbitManagementOptions): Prom
       if (!can(req, action, kind, name)) throw new RabbitError(401, 'not_authorized', `Access refused: ${action} ${kind}:${name}`);
     },
     vhost(req, vhost) {
-      if (vhost === '/') return;
+      if (vhost === '/' || vhost === DEFAULT_NAMESPACE) return '/';
+      if (opts.access.directory.namespace(vhost) === undefined) throw notFound();
       const p = caller(req).principal;
-      if (p !== null && vhost === p.namespace) return;
-      if (p === null && vhost === 'default') return;
+      if (p === null || vhost === p.namespace || p.groups.includes(ADMIN_GROUP)) return vhost;
       throw notFound();
+    },
+    writeVhost(req, vhost) {
+      if (vhost === '/' || vhost === DEFAULT_NAMESPACE) return;
+      this.vhost(req, vhost);
+      throw new RabbitError(501, 'not_implemented', `changes in vhost '${vhost}' through this API are not offered yet`);
     },
   };
   readRoutes(app, ctx);

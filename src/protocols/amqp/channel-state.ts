@@ -11,6 +11,7 @@ import { logKey } from '../../util/log-limit.js';
 import type { AmqpChannelHost } from './types.js';
 import { AmqpError, replyText } from './errors.js';
 import { TOPIC_EXCHANGE } from './properties.js';
+import { ownExchange, ownKey } from './vhost.js';
 import type { AmqpMethod, BasicProperties, MethodOf } from './wire.js';
 import { StreamConsumer, type StreamSink } from './stream.js';
 import { PartialBody } from './intake.js';
@@ -197,7 +198,9 @@ export abstract class AmqpChannelState implements StreamSink {
    * Throws channel.close 403 ACCESS_REFUSED with RabbitMQ's text unless the connection's policies allow `action` on
    * the resource (free while nothing can be denied: `access.can` answers at once when the policies are open).
    */
-  authorize(action: Action, kind: ResourceKind, name: string, method: string): void {
+  authorize(action: Action, kind: ResourceKind, internal: string, method: string): void {
+    // Policies name things as the vhost's clients do (vhost.ts).
+    const name = this.conn.names.isDefault ? internal : ownKey(this.conn.names, internal);
     if (this.conn.access.can(action, kind, name)) return;
     const [classId, methodId] = IDS[method] ?? [0, 0];
     throw new AmqpError(403, `access to ${kind} '${name}' in vhost '${this.conn.vhost}' refused for user '${this.conn.loginName}'`, classId, methodId);
@@ -222,10 +225,13 @@ export abstract class AmqpChannelState implements StreamSink {
    * on that exchange, a deny policy of kind routing-key: src/control/rabbitmq/topic-permissions.ts) judge the routing
    * key; on amq.topic the key is also a topic of the unified space, which the topic policies judge.
    */
-  authorizeTopicPublish(exchange: string, routingKey: string): void {
+  authorizeTopicPublish(x: string, rk: string): void {
     const a = this.conn.access;
+    const ns = this.conn.names;
+    const exchange = ns.isDefault ? x : ownExchange(ns, x);
+    const routingKey = ns.isDefault ? rk : ownKey(ns, rk);
     if (exchange === TOPIC_EXCHANGE && !a.can('publish', 'topic', dotsToUnified(routingKey))) throw this.topicRefused(exchange, routingKey, 60, 40);
-    if (this.topicExchange(exchange) && a.refuses('publish', 'routing-key', routingKeyName(exchange, routingKey)))
+    if (this.topicExchange(x) && a.refuses('publish', 'routing-key', routingKeyName(exchange, routingKey)))
       throw this.topicRefused(exchange, routingKey, 60, 40);
   }
 
@@ -235,12 +241,15 @@ export abstract class AmqpChannelState implements StreamSink {
    * destination to the unified topic space: the key, read as a filter, must not reach a denied topic. 'filter' (some
    * topics under it denied) is refused too: the queue is shared, so there is nobody to filter deliveries for.
    */
-  authorizeTopicBinding(exchange: string, key: string, method: string, bind: boolean): void {
+  authorizeTopicBinding(x: string, k: string, method: string, bind: boolean): void {
     const a = this.conn.access;
     if (a.open) return;
+    const ns = this.conn.names;
+    const exchange = ns.isDefault ? x : ownExchange(ns, x);
+    const key = ns.isDefault ? k : ownKey(ns, k);
     const [classId, methodId] = IDS[method] ?? [0, 0];
     if (bind && exchange === TOPIC_EXCHANGE && a.subscription(bindingFilter(key)) !== 'allow') throw this.topicRefused(exchange, key, classId, methodId);
-    if (this.topicExchange(exchange) && a.refuses('subscribe', 'routing-key', routingKeyName(exchange, key)))
+    if (this.topicExchange(x) && a.refuses('subscribe', 'routing-key', routingKeyName(exchange, key)))
       throw this.topicRefused(exchange, key, classId, methodId);
   }
 
@@ -250,10 +259,11 @@ export abstract class AmqpChannelState implements StreamSink {
    * refused consumer closes its channel with 403 (on the next turn: this runs inside the queue's dispatch) and gets
    * nothing more.
    */
-  stillAllowed(c: { authVersion: number }, kind: ResourceKind, name: string): boolean {
+  stillAllowed(c: { authVersion: number }, kind: ResourceKind, internal: string): boolean {
     const version = this.conn.adapter.access.version;
     if (c.authVersion === version) return true;
     if (c.authVersion === -2) return false;
+    const name = ownKey(this.conn.names, internal);
     if (this.conn.access.can('subscribe', kind, name)) {
       c.authVersion = version;
       return true;

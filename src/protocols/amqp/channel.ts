@@ -55,6 +55,7 @@ import { commit, publish, rollback } from './publish.js';
 import { allows, consume, deliverStream, get, qos, recover, resumeConsumers, settle, streamFailed, tagTaken } from './consume.js';
 import { cancelReplies, consumeReplies } from './direct-reply.js';
 import { REPLY_QUEUE } from './reply-registry.js';
+import { qualifyMethod } from './vhost.js';
 import { exchangeBind, exchangeDeclare, exchangeDelete, queueBind, queueDeclare, queueDelete, queuePurge } from './declare.js';
 
 export { bindingFilter } from './channel-state.js';
@@ -195,6 +196,7 @@ export class AmqpChannel extends AmqpChannelState {
   }
 
   private exec(m: AmqpMethod): Promise<void> | void {
+    qualifyMethod(this.conn.names, this.router, m);
     switch (m.name) {
       case 'channel.flow':
         this.flowActive = m.active;

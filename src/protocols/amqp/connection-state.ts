@@ -18,6 +18,8 @@ import { AmqpError, replyText, toAmqpError } from './errors.js';
 import type { Gather } from './intake.js';
 import { PublishCredit } from './credit.js';
 import { CloseSignal } from '../listener.js';
+import { DEFAULT_NAMESPACE, namespaceNames, type NamespaceNames } from '../../core/namespaces.js';
+import { stripMethod } from './vhost.js';
 import { AmqpCodecError, FRAME_MIN_SIZE, HEARTBEAT_FRAME, methodFrame, type AmqpMethod } from './wire.js';
 
 /** Methods waiting behind asynchronous operations, over all channels, before the socket stops being read. */
@@ -82,6 +84,8 @@ export abstract class AmqpConnectionState {
   loginName = 'guest';
   /** The virtual host the client opened, as it named it (refusal texts say "in vhost '<this>'"). */
   vhost = '/';
+  /** The vhost's namespace names (vhost.ts): its methods' names are qualified in, stripped out. */
+  names: NamespaceNames = namespaceNames(DEFAULT_NAMESPACE);
   /** The namespace's quota lease, from connection.open to close. */
   protected lease: QuotaLease | null = null;
   /** This connection in the client registry. */
@@ -207,7 +211,7 @@ export abstract class AmqpConnectionState {
   }
 
   sendMethod(channel: number, m: AmqpMethod): void {
-    this.send(methodFrame(channel, m));
+    this.send(methodFrame(channel, this.names.isDefault ? m : stripMethod(this.names, m)));
   }
 
   /** True when the socket holds more unsent bytes than consumers may add to. */

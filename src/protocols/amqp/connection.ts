@@ -38,7 +38,9 @@
  */
 import type { Duplex } from 'node:stream';
 import type { ClientRegistration } from '../../control/index.js';
-import { ANONYMOUS, type Principal } from '../../control/index.js';
+import { ADMIN_GROUP, ANONYMOUS, type Principal } from '../../control/index.js';
+import { namespaceNames } from '../../core/namespaces.js';
+import { ensureVhost } from './vhost.js';
 import { certificateLogin, certificateUser } from '../../control/certs.js';
 import { TLSSocket } from 'node:tls';
 import { logKey } from '../../util/log-limit.js';
@@ -334,15 +336,22 @@ export class AmqpConnection extends AmqpConnectionState implements AlarmListener
         return;
       case 'connection.open': {
         if (this.st !== St.Open) throw new AmqpError(503, 'connection.open out of order', 10, 40);
-        // The virtual host is the user's namespace: `/` (or empty) names it, and so does its own name.
+        // The virtual host is a namespace (vhost.ts): `/` (or empty, what clients send unless told) is the user's own
+        // namespace, `default` and any other name the namespace of that name, which must exist and be the user's own
+        // (members of the admins group may open every vhost).
         const vh = m.virtualHost;
-        const ns = this.principal.namespace;
-        if (vh !== '/' && vh !== '' && vh !== ns) {
-          throw new AmqpError(530, `access to vhost '${vh}' refused for user '${this.loginName}'`, 10, 40);
+        const own = this.principal.namespace;
+        const ns = vh === '/' || vh === '' ? own : vh;
+        if (ns !== own) {
+          if (this.adapter.access.directory.namespace(ns) === undefined) throw new AmqpError(530, `vhost ${vh} not found`, 10, 40);
+          if (!this.principal.groups.includes(ADMIN_GROUP)) throw new AmqpError(530, `access to vhost '${vh}' refused for user '${this.loginName}'`, 10, 40);
         }
         // RabbitMQ refuses the virtual host to a user without permissions in it: here, one no policy allows anything.
         if (!this.access.grantsAny()) throw new AmqpError(530, `access to vhost '${vh === '' ? '/' : vh}' refused for user '${this.loginName}'`, 10, 40);
         this.vhost = vh === '' ? '/' : vh;
+        this.names = namespaceNames(ns);
+        if (!this.names.isDefault) this.access.names = this.names;
+        if (this.entry !== null) this.entry.namespace = ns;
         const lease = this.adapter.access.quotas.connect(this.principal);
         if ('refused' in lease) {
           this.adapter.stats.connectionsRefused++;
@@ -356,8 +365,15 @@ export class AmqpConnection extends AmqpConnectionState implements AlarmListener
         }
         this.lease = lease;
         this.st = St.Opened;
-        this.sendMethod(0, { name: 'connection.open-ok' } as AmqpMethod);
-        if (this.alarmReason !== null && this.capabilities.blocked) this.sendMethod(0, { name: 'connection.blocked', reason: this.alarmReason } as AmqpMethod);
+        const opened = (): void => {
+          if (this.st !== St.Opened) return;
+          this.sendMethod(0, { name: 'connection.open-ok' } as AmqpMethod);
+          if (this.alarmReason !== null && this.capabilities.blocked)
+            this.sendMethod(0, { name: 'connection.blocked', reason: this.alarmReason } as AmqpMethod);
+        };
+        // A vhost's amq.direct and the like are made at its first open (clients wait for open-ok before using them).
+        if (this.names.isDefault || this.adapter.router.getExchange(this.names.name('amq.direct')) !== undefined) opened();
+        else ensureVhost(this.adapter.router, this.names).then(opened, (err: unknown) => this.protocolError(err));
         return;
       }
       case 'connection.close':
@@ -490,6 +506,7 @@ export class AmqpConnection extends AmqpConnectionState implements AlarmListener
   renewed(p: Principal): void {
     this.principal = p;
     this.access = this.adapter.access.accessFor(p, 'amqp', this.remoteAddress);
+    if (!this.names.isDefault) this.access.names = this.names;
   }
 
   // ------------------------------------------------------------------ channels

@@ -12,6 +12,7 @@ import { TOPIC_EXCHANGE, propertiesOf, swapSeparators } from './properties.js';
 import { messageFrames, type AmqpMethod, type MethodOf } from './wire.js';
 import { Typed, decodeTable, fieldInteger, type FieldTable } from './codec/index.js';
 import { StreamConsumer } from './stream.js';
+import { ownExchange, ownKey } from './vhost.js';
 import { AmqpChannelState, type ChannelConsumer, type Settler, type Unacked } from './channel-state.js';
 
 /** Stream deliveries: an ack only opens the consumer's window (reading a stream does not consume it). */
@@ -102,9 +103,21 @@ export function deliver(chan: AmqpChannelState, c: AmqpConsumer, d: QueueDeliver
 export function sendContent(chan: AmqpChannelState, name: 'basic.deliver' | 'basic.get-ok', fields: Record<string, unknown>, msg: Message): void {
   const exchange = msg.exchange ?? TOPIC_EXCHANGE;
   const routingKey = msg.routingKey ?? swapSeparators(msg.topic);
+  const ns = chan.conn.names;
   // Method, content header and body frames in one buffer: one allocation and one write per delivery.
   chan.conn.send(
-    messageFrames(chan.ch, { name, ...fields, exchange, routingKey } as unknown as AmqpMethod, propertiesOf(msg, Date.now()), msg.payload, chan.conn.frameMax),
+    messageFrames(
+      chan.ch,
+      {
+        name,
+        ...fields,
+        exchange: ns.isDefault ? exchange : ownExchange(ns, exchange),
+        routingKey: ns.isDefault ? routingKey : ownKey(ns, routingKey),
+      } as unknown as AmqpMethod,
+      propertiesOf(msg, Date.now()),
+      msg.payload,
+      chan.conn.frameMax,
+    ),
   );
 }
 

@@ -27,6 +27,7 @@
  * - The registry is per broker (the adapter's, shared by its listeners); in cluster mode a reply published on another
  *   broker does not reach the requester.
  */
+import { DEFAULT_NAMESPACE } from '../../core/namespaces.js';
 import { randomBytes } from 'node:crypto';
 import type { DirectTopics, Message } from '../../core/index.js';
 import { AmqpError } from './errors.js';
@@ -69,12 +70,13 @@ export function replyAddress(chan: AmqpChannelState): string {
 
 /**
  * A reply (published to the default exchange or amq.topic, or by another protocol on the reserved topic): delivered
- * to its requester's consumer now, or dropped. True when delivered.
+ * to its requester's consumer now, or dropped. True when delivered. Only a responder of the requester's namespace
+ * (vhost) reaches it (`msg.namespace`: unset for `default`), as a queue of that vhost would be reached.
  */
 export function deliverReply(replies: DirectReplies, msg: Message, routingKey: string): boolean {
   const c = replies.lookup(routingKey) as ChannelReplyConsumer | undefined;
   const to = c?.chan;
-  if (c === undefined || to === undefined || to.conn.congested) {
+  if (c === undefined || to === undefined || to.conn.congested || to.conn.names.namespace !== (msg.namespace ?? DEFAULT_NAMESPACE)) {
     replies.stats.dropped++;
     return false;
   }

@@ -15,6 +15,7 @@ import { deliverReply, replyAddress } from './direct-reply.js';
 import { REPLY_PREFIX, REPLY_QUEUE } from './reply-registry.js';
 import { TOPIC_EXCHANGE, messageOfPublish } from './properties.js';
 import { messageFrames, type AmqpMethod } from './wire.js';
+import { qualifyMethod, stripMethod } from './vhost.js';
 import { encodeBatch, messageToRecord } from '../../core/index.js';
 import { AmqpChannelState, NO_CONFIRMS, type PendingConfirm, type PublishItem, type Unacked } from './channel-state.js';
 
@@ -40,6 +41,7 @@ class Confirm implements PendingConfirm {
 
 export function publish(chan: AmqpChannelState, item: PublishItem): void {
   chan.conn.published();
+  qualifyMethod(chan.conn.names, chan.router, item.method);
   const m = item.method;
   if (m.immediate) throw new AmqpError(540, 'immediate=true', 60, 40);
   if (!chan.conn.access.open) {
@@ -73,6 +75,8 @@ export function route(chan: AmqpChannelState, item: PublishItem): RouteResult {
     { exchange: m.exchange, routingKey: m.routingKey, props: item.props, body: item.body, origin: chan.conn.id, user: chan.conn.user },
     Date.now(),
   );
+  // The namespace may publish on its own `$ns/<ns>/` topics (amq.topic keys qualified by vhost.ts).
+  if (!chan.conn.names.isDefault) msg.namespace = chan.conn.names.namespace;
   let r: RouteResult;
   if ((m.exchange === '' || m.exchange === TOPIC_EXCHANGE) && m.routingKey.startsWith(REPLY_PREFIX)) {
     // A direct reply: to its requester's consumer now, or dropped; routed either way, as RabbitMQ counts it. On
@@ -112,7 +116,13 @@ export function afterRoute(chan: AmqpChannelState, item: PublishItem, r: RouteRe
     chan.conn.send(
       messageFrames(
         chan.ch,
-        { name: 'basic.return', replyCode: 312, replyText: 'NO_ROUTE', exchange: m.exchange, routingKey: m.routingKey } as AmqpMethod,
+        stripMethod(chan.conn.names, {
+          name: 'basic.return',
+          replyCode: 312,
+          replyText: 'NO_ROUTE',
+          exchange: m.exchange,
+          routingKey: m.routingKey,
+        } as AmqpMethod),
         item.props,
         item.body,
         chan.conn.frameMax,

@@ -5,6 +5,7 @@
  */
 import type { Logger } from 'pino';
 import type { Access } from '../../control/index.js';
+import type { NamespaceNames } from '../../core/namespaces.js';
 import type { AmqpAdapter } from './adapter.js';
 import type { AmqpMethod } from './wire.js';
 
@@ -30,6 +31,8 @@ export interface AmqpChannelHost {
   readonly user: string | null;
   readonly loginName: string;
   readonly vhost: string;
+  /** The vhost's namespace names (vhost.ts). */
+  readonly names: NamespaceNames;
   readonly capabilities: ClientCapabilities;
   readonly frameMax: number;
   /** A consumer was refused a delivery for the socket's sake: resume consumers on 'drain'. */

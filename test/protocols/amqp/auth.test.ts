@@ -149,7 +149,7 @@ describe('AMQP logins through the control plane', { timeout: 30_000 }, () => {
 });
 
 describe('AMQP virtual host = namespace', { timeout: 30_000 }, () => {
-  it("opens '/' and the user's own namespace, and refuses any other with 530 NOT_ALLOWED", async () => {
+  it("opens '/' (the user's own namespace) and its name, and refuses any other with 530 NOT_ALLOWED", async () => {
     await (await amqp.connect(url('ten', 'ten-pw', '/'))).close();
     await (await amqp.connect(url('ten', 'ten-pw', 'tenant-a'))).close();
     await assert.rejects(amqp.connect(url('ten', 'ten-pw', 'default')), /ConnectionClose/);
@@ -162,6 +162,9 @@ describe('AMQP virtual host = namespace', { timeout: 30_000 }, () => {
       replyText: "NOT_ALLOWED - access to vhost 'tenant-a' refused for user 'alice'",
     });
     assert.equal(await openRefusal('alice', 'alice-pw', 'default'), null);
+    // An unknown vhost is not found (RabbitMQ's text); an admin opens every vhost.
+    assert.deepEqual(await openRefusal('ten', 'ten-pw', 'no-such'), { replyCode: 530, replyText: 'NOT_ALLOWED - vhost no-such not found' });
+    assert.equal(await openRefusal('root', 'root-pw', 'tenant-a'), null);
   });
 });
 
