@@ -27,6 +27,7 @@ import {
   type AdminApi,
   type Metrics,
   type UsersFile,
+  storedByNamespace,
 } from './control/index.js';
 import type { ProtocolListener, ProtocolModule, RunningProtocol } from './protocols/types.js';
 import { connectionTotals, formatAddress } from './protocols/listener.js';
@@ -262,6 +263,9 @@ async function startServing(config: Config, logger: Logger, data: DataPlane, con
     collector.stop();
     await Promise.allSettled(running.map((r) => r.protocol.close()));
   });
+  // Stored bytes per namespace (the log's per-stream sizes, a stream attributed by its name): the one figure the
+  // storage quota, /metrics, the admin API and JetStream account info share.
+  access.quotas.useStorage(() => storedByNamespace(engine.streamSizes()));
   const enabled: readonly string[] = config.protocols;
   // The protocols start side by side (one's listener binds while another reads its state), then are recorded in
   // PROTOCOL_MODULES order; when one fails, the others that started are closed with the broker.

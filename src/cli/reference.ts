@@ -71,7 +71,7 @@ export function metricsReference(): string {
     auth: { stats: { ok: 0, bad: 0, busy: 0, throttled: 0 }, verifier: { stats: { checked: 0, busy: 0 }, queued: 0 } },
     access: { stats: { denied: 0 } },
     oidc: { stats: { verified: 0, refused: 0, jwksErrors: 0 } },
-    quotas: { figures: none },
+    quotas: { figures: none, storedBytes: none },
     ready: () => true,
   });
   const own = metrics.registry

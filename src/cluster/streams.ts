@@ -282,6 +282,11 @@ export class ClusterStreams implements StreamStorage {
     return this.log.holds(stream, partition) ? this.log.partitionSize(stream, partition) : null;
   }
 
+  /** Sizes of the partitions this broker holds (usage per namespace is counted per broker, as quotas are). */
+  streamSizes(): Map<string, { hot: number; objects: number }> {
+    return this.log.streamSizes();
+  }
+
   /** Producers of a partition this broker leads (DescribeProducers goes to the leader); null elsewhere. */
   producers(stream: string, partition: number): ProducerSnapshot[] | null {
     return this.log.holds(stream, partition) ? this.log.producers(stream, partition) : null;

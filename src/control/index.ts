@@ -38,7 +38,7 @@ export {
 } from './policy.js';
 export { Directory, TOKEN_PREFIX, validateName } from './directory.js';
 export { decodeSignature, parsePublicNkey, validateUserNkey, verifySignature } from './nkeys.js';
-export { QuotaManager, type QuotaLease } from './quotas.js';
+export { QuotaManager, storedByNamespace, type QuotaLease, type StoredBytes } from './quotas.js';
 export { RuntimeSettings, type BrokerConfigAdmin, type ConfigScope, type QuotaChange, type QuotaEntity } from './settings.js';
 export { createMetrics, type Metrics } from './metrics.js';
 export { ClientEntry, ClientRegistry, type ClientRegistration } from './clients.js';

@@ -51,7 +51,8 @@ export interface MetricsSources {
   access?: { readonly stats: { denied: number } };
   /** OIDC tokens checked (the verifier's stats), when --oidc-issuer is set. */
   oidc?: { readonly stats: { verified: number; refused: number; jwksErrors: number } };
-  quotas?: Pick<QuotaManager, 'figures'>;
+  /** Namespace quota figures; stored bytes per namespace (hot tier, objects) when the quotas know the storage. */
+  quotas?: Pick<QuotaManager, 'figures'> & Partial<Pick<QuotaManager, 'storedBytes'>>;
   /** Whether the broker is ready (storage recovered, listeners up): flowmq_ready 1/0. */
   ready?: () => boolean;
   /** How long consumer-group lag is reused between scrapes (ms). Default 10 s. */
@@ -357,6 +358,26 @@ export function createMetrics(sources: MetricsSources): Metrics {
       ['namespace'],
       per((f) => f.refusedConnections),
     );
+    counter(
+      'quota_refused_writes_total',
+      'Writes (produce, publish) refused because the namespace was over its storage quota (maxStorageBytes)',
+      ['namespace'],
+      per((f) => f.refusedWrites),
+    );
+    if (quotas.storedBytes) {
+      const stored = quotas.storedBytes.bind(quotas);
+      // One series per namespace and tier (never per stream or client): the figure the storage quota checks.
+      gauge(
+        'namespace_stored_bytes',
+        'Bytes of stream data a namespace holds on this broker: hot tier (WAL tails) or segment objects',
+        ['namespace', 'tier'],
+        () =>
+          [...stored()].flatMap(([ns, s]): Array<[Labels, number]> => [
+            [{ namespace: ns, tier: 'hot' }, s.hot],
+            [{ namespace: ns, tier: 'objects' }, s.objects],
+          ]),
+      );
+    }
   }
 
   return {

@@ -14,6 +14,7 @@
  * the namespace's: a charge holds the client back for the longer of the two waits. A user without a quota of their
  * own gets the default user's (Kafka's `<default>` user entity), the anonymous principal too.
  */
+import { splitStreamName } from '../core/namespaces.js';
 import type { Directory, Quotas } from './directory.js';
 import type { Principal } from './policy.js';
 import { RuntimeSettings } from './settings.js';
@@ -45,6 +46,26 @@ class NamespaceUsage {
   throttled = 0;
   throttledMs = 0;
   refusedConnections = 0;
+  /** Writes refused because the namespace was over its storage quota. */
+  refusedWrites = 0;
+}
+
+/** Bytes stored per namespace: in the hot tier (unsealed tails) and in segment objects. */
+export interface StoredBytes {
+  hot: number;
+  objects: number;
+}
+
+/** How long a per-namespace storage figure is reused (the fold walks every partition). */
+const STORAGE_CACHE_MS = 1000;
+
+/** Per-namespace quota figures. */
+export interface QuotaFigures {
+  connections: number;
+  throttled: number;
+  throttledMs: number;
+  refusedConnections: number;
+  refusedWrites: number;
 }
 
 /** Held by one connection from login to close. */
@@ -54,6 +75,11 @@ export interface QuotaLease {
   chargeIn(messages: number, bytes: number): number;
   /** `bytes` were sent to the client: ms to hold further sends back (0: none). */
   chargeOut(bytes: number): number;
+  /**
+   * Why a write must be refused now (the namespace's stored bytes reached `maxStorageBytes`), or null. Cheap: the
+   * figure is folded at most once a second for every namespace together.
+   */
+  storageFull(): string | null;
   release(): void;
 }
 
@@ -67,6 +93,8 @@ class UserUsage {
 export class QuotaManager {
   private readonly usage = new Map<string, NamespaceUsage>();
   private readonly users = new Map<string, UserUsage>();
+  private storageSource: (() => Map<string, StoredBytes>) | null = null;
+  private storageCache: { at: number; byNs: Map<string, StoredBytes> } | null = null;
 
   constructor(
     private readonly directory: Directory,
@@ -101,6 +129,40 @@ export class QuotaManager {
     return new Lease(this, principal, u, user);
   }
 
+  /**
+   * Where stored bytes per namespace come from (the broker hands the engine's streamSizes folded by namespace).
+   * Until set, nothing is known and the storage quota refuses nothing.
+   */
+  useStorage(source: () => Map<string, StoredBytes>): void {
+    this.storageSource = source;
+    this.storageCache = null;
+  }
+
+  /** Stored bytes per namespace, reused for up to a second: the one figure metrics, API and enforcement share. */
+  storedBytes(): Map<string, StoredBytes> {
+    if (this.storageSource === null) return new Map();
+    const now = this.now();
+    if (this.storageCache === null || now - this.storageCache.at >= STORAGE_CACHE_MS || now < this.storageCache.at)
+      this.storageCache = { at: now, byNs: this.storageSource() };
+    return this.storageCache.byNs;
+  }
+
+  /** Forgets the cached figure (a deletion or retention pass freed room: the next check re-reads). */
+  refreshStorage(): void {
+    this.storageCache = null;
+  }
+
+  /** Why a write to namespace `ns` must be refused (stored bytes at or over maxStorageBytes), or null. */
+  storageFull(ns: string): string | null {
+    const max = this.quotasOf(ns).maxStorageBytes;
+    if (max === undefined || this.storageSource === null) return null;
+    const s = this.storedBytes().get(ns);
+    const used = s === undefined ? 0 : s.hot + s.objects;
+    if (used < max) return null;
+    this.use(ns).refusedWrites++;
+    return `namespace "${ns}" is over its storage quota (${used} of ${max} bytes stored)`;
+  }
+
   /** The namespace's quotas, read at each charge so that a changed quota applies at once. */
   quotasOf(ns: string): Quotas {
     return this.directory.namespace(ns)?.quotas ?? {};
@@ -114,10 +176,16 @@ export class QuotaManager {
   }
 
   /** Per-namespace figures (admin API, /metrics). */
-  figures(): Record<string, { connections: number; throttled: number; throttledMs: number; refusedConnections: number }> {
-    const out: Record<string, { connections: number; throttled: number; throttledMs: number; refusedConnections: number }> = {};
+  figures(): Record<string, QuotaFigures> {
+    const out: Record<string, QuotaFigures> = {};
     for (const [ns, u] of this.usage)
-      out[ns] = { connections: u.connections, throttled: u.throttled, throttledMs: u.throttledMs, refusedConnections: u.refusedConnections };
+      out[ns] = {
+        connections: u.connections,
+        throttled: u.throttled,
+        throttledMs: u.throttledMs,
+        refusedConnections: u.refusedConnections,
+        refusedWrites: u.refusedWrites,
+      };
     return out;
   }
 }
@@ -158,6 +226,10 @@ class Lease implements QuotaLease {
     return Math.max(this.charge('bytesOut', q.bytesOutRate, bytes), this.charge('bytesOut', uq.consumerByteRate, bytes, 'user'));
   }
 
+  storageFull(): string | null {
+    return this.qm.storageFull(this.principal.namespace);
+  }
+
   release(): void {
     if (this.released) return;
     this.released = true;
@@ -183,4 +255,19 @@ class Lease implements QuotaLease {
     }
     return wait;
   }
+}
+
+/** Folds per-stream sizes into per-namespace ones: a stream belongs to the namespace its name carries. */
+export function storedByNamespace(sizes: ReadonlyMap<string, StoredBytes>): Map<string, StoredBytes> {
+  const out = new Map<string, StoredBytes>();
+  for (const [stream, s] of sizes) {
+    const ns = splitStreamName(stream).namespace;
+    const e = out.get(ns);
+    if (e === undefined) out.set(ns, { hot: s.hot, objects: s.objects });
+    else {
+      e.hot += s.hot;
+      e.objects += s.objects;
+    }
+  }
+  return out;
 }

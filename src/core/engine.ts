@@ -706,6 +706,11 @@ export class Engine implements Router {
     return this.storage.partitionSize?.(stream, partition) ?? null;
   }
 
+  /** Bytes every stream held here holds (hot tier, segment objects); empty when the storage does not say. */
+  streamSizes(): Map<string, { hot: number; objects: number }> {
+    return this.storage.streamSizes?.() ?? new Map<string, { hot: number; objects: number }>();
+  }
+
   /** Idempotent producers with state in a partition; null when not held here or unknown. */
   producers(stream: string, partition: number): ProducerSnapshot[] | null {
     this.partitionOf(stream, partition);

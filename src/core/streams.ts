@@ -179,6 +179,11 @@ export interface StreamStorage {
    */
   partitionSize?(stream: string, partition: number): number | null;
   /**
+   * Bytes every stream held here holds, split into the hot tier (unsealed tails in the WAL) and segment objects:
+   * one walk over the partitions (per-namespace usage and the storage quota fold it by namespace). Absent: unknown.
+   */
+  streamSizes?(): Map<string, { hot: number; objects: number }>;
+  /**
    * Idempotent producers with state in the partition (Kafka DescribeProducers): id, epoch, last sequence and the
    * last batch's timestamp; null when this broker does not hold the partition. Absent: unknown.
    */

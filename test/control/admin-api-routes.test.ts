@@ -8,7 +8,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Engine, makeMessage } from '../../src/core/index.js';
 import type { AdminApi } from '../../src/control/admin-api.js';
-import type { ConsumerGroupAdmin, GroupDetail, OffsetResetTarget, SessionAdmin } from '../../src/control/index.js';
+import { storedByNamespace, type ConsumerGroupAdmin, type GroupDetail, type OffsetResetTarget, type SessionAdmin } from '../../src/control/index.js';
 import { MemoryStreams } from '../helpers/memory-storage.js';
 import { JSON_TYPE, call, controlPlane, startApi, type Plane } from './admin-api-helpers.js';
 
@@ -295,6 +295,41 @@ describe('admin API resources', () => {
     });
     assert.equal(u.status, 201, u.text);
     assert.equal(((await call(api, 'GET', '/api/v1/namespaces/tenant-a', { auth: ADMIN })).body.usage as { users: number }).users, 1);
+    // Usage: stored bytes from the quotas' shared per-namespace figure (here a stand-in for the log's stream sizes).
+    plane.access.quotas.useStorage(() =>
+      storedByNamespace(
+        new Map([
+          ['tenant-a~orders', { hot: 120, objects: 3000 }],
+          ['other', { hot: 9, objects: 9 }],
+        ]),
+      ),
+    );
+    await call(api, 'PATCH', '/api/v1/namespaces/tenant-a', { auth: ADMIN, body: { quotas: { maxStorageBytes: 5000 } } });
+    const usage = await call(api, 'GET', '/api/v1/namespaces/tenant-a/usage', { auth: ADMIN });
+    assert.equal(usage.status, 200, usage.text);
+    assert.deepEqual(
+      { ...usage.body, throttled: undefined, throttledMs: undefined },
+      {
+        name: 'tenant-a',
+        users: 1,
+        connections: 0,
+        messagesIn: 0,
+        messagesOut: 0,
+        bytesIn: 0,
+        bytesOut: 0,
+        storedHotBytes: 120,
+        storedObjectBytes: 3000,
+        storedBytes: 3120,
+        throttled: undefined,
+        throttledMs: undefined,
+        refusedConnections: 0,
+        refusedWrites: 0,
+        maxStorageBytes: 5000,
+      },
+    );
+    const listed = (await call(api, 'GET', '/api/v1/namespaces', { auth: ADMIN })).body.items as Array<{ name: string; usage: { storedBytes: number } }>;
+    assert.equal(listed.find((n) => n.name === 'tenant-a')?.usage.storedBytes, 3120);
+    assert.equal((await call(api, 'GET', '/api/v1/namespaces/nope/usage', { auth: ADMIN })).status, 404);
     assert.equal((await call(api, 'DELETE', '/api/v1/namespaces/tenant-a', { auth: ADMIN, headers: JSON_TYPE })).status, 400, 'still has a user');
     assert.equal((await call(api, 'POST', '/api/v1/users', { auth: ADMIN, body: { username: 'erin', password: 'x' } })).status, 409);
     const g = await call(api, 'GET', '/api/v1/groups/ops', { auth: ADMIN });
@@ -364,6 +399,7 @@ describe('admin API resources', () => {
         ['GET', '/api/v1/policies', undefined],
         ['PUT', '/api/v1/policies/mine', { effect: 'allow', actions: ['*'], resources: ['*:*'], principals: ['user:dev'] }],
         ['GET', '/api/v1/namespaces', undefined],
+        ['GET', '/api/v1/namespaces/default/usage', undefined],
         ['GET', '/api/v1/groups', undefined],
         ['GET', '/api/v1/clients', undefined],
         ['GET', '/api/v1/broker', undefined],

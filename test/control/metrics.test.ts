@@ -108,7 +108,10 @@ describe('createMetrics', () => {
         return [{ name: 'g1', protocol: 'kafka', state: 'Stable', members: 2, lag: 7 * listed }];
       },
     };
-    const quotas = { figures: () => ({ default: { connections: 1, throttled: 4, throttledMs: 1500, refusedConnections: 2 } }) };
+    const quotas = {
+      figures: () => ({ default: { connections: 1, throttled: 4, throttledMs: 1500, refusedConnections: 2, refusedWrites: 3 } }),
+      storedBytes: () => new Map([['t1', { hot: 10, objects: 200 }]]),
+    };
     const auth = { stats: { ok: 1, bad: 2, busy: 0, throttled: 3 } };
     const metrics = createMetrics({
       protocols: () => [{ name: 'kafka', protocol: { groups } }],
@@ -126,6 +129,9 @@ describe('createMetrics', () => {
     assert.equal(value(samples, 'flowmq_quota_throttled_total', { namespace: 'default' }), 4);
     assert.equal(value(samples, 'flowmq_quota_throttled_seconds_total', { namespace: 'default' }), 1.5);
     assert.equal(value(samples, 'flowmq_quota_refused_connections_total', { namespace: 'default' }), 2);
+    assert.equal(value(samples, 'flowmq_quota_refused_writes_total', { namespace: 'default' }), 3);
+    assert.equal(value(samples, 'flowmq_namespace_stored_bytes', { namespace: 't1', tier: 'hot' }), 10);
+    assert.equal(value(samples, 'flowmq_namespace_stored_bytes', { namespace: 't1', tier: 'objects' }), 200);
     assert.equal(value(samples, 'flowmq_auth_attempts_total', { result: 'bad' }), 2);
     assert.equal(value(samples, 'flowmq_auth_attempts_total', { result: 'throttled' }), 3);
     assert.equal(value(samples, 'flowmq_authorization_denials_total'), 9);

@@ -1,7 +1,7 @@
 /** QuotaManager (src/control/quotas.ts) with an injected clock: connection quota, rates as token buckets, live changes. */
 import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { Directory, PasswordVerifier, QuotaManager, RuntimeSettings, type QuotaLease } from '../../src/control/index.js';
+import { Directory, PasswordVerifier, QuotaManager, RuntimeSettings, storedByNamespace, type QuotaLease } from '../../src/control/index.js';
 import { MemoryControlStore } from '../../src/storage/metastore/control-store.js';
 
 const verifier = new PasswordVerifier({ scrypt: { N: 1024, r: 8, p: 1 } });
@@ -22,6 +22,35 @@ async function setup(quotas: Record<string, number>) {
 }
 
 describe('QuotaManager', () => {
+  it('storage quota: streams fold into their namespace; writes refused at maxStorageBytes, resumed when usage drops', async () => {
+    const { d, q, lease, tick } = await setup({ maxStorageBytes: 1000 });
+    const sizes = new Map([
+      ['ns~a', { hot: 300, objects: 400 }],
+      ['ns~b', { hot: 100, objects: 0 }],
+      ['orders', { hot: 5000, objects: 5000 }],
+    ]);
+    let walks = 0;
+    q.useStorage(() => (walks++, storedByNamespace(sizes)));
+    assert.deepEqual(q.storedBytes().get('ns'), { hot: 400, objects: 400 });
+    assert.deepEqual(q.storedBytes().get('default'), { hot: 5000, objects: 5000 });
+    const l = lease();
+    assert.equal(l.storageFull(), null, '800 of 1000');
+    sizes.set('ns~b', { hot: 300, objects: 0 });
+    assert.equal(l.storageFull(), null, 'the figure is reused within a second');
+    tick(1000);
+    assert.match(l.storageFull() ?? '', /namespace "ns" is over its storage quota \(1000 of 1000 bytes stored\)/);
+    assert.equal(walks, 2, 'one walk per second, whatever the number of checks');
+    assert.equal(q.figures().ns.refusedWrites, 1);
+    sizes.delete('ns~a');
+    q.refreshStorage();
+    assert.equal(l.storageFull(), null, 'room again after a deletion');
+    await d.putNamespace({ name: 'ns', quotas: {} });
+    sizes.set('ns~a', { hot: 1e9, objects: 0 });
+    tick(1000);
+    assert.equal(l.storageFull(), null, 'no quota, no limit');
+    l.release();
+  });
+
   it('refuses connections over the namespace quota and counts releases once', async () => {
     const { q, p, lease } = await setup({ maxConnections: 2 });
     const a = lease();
@@ -33,7 +62,7 @@ describe('QuotaManager', () => {
     a.release(); // twice: still one connection freed
     const c = lease();
     assert.ok('refused' in q.connect(p));
-    assert.deepEqual(q.figures().ns, { connections: 2, throttled: 0, throttledMs: 0, refusedConnections: 2 });
+    assert.deepEqual(q.figures().ns, { connections: 2, throttled: 0, throttledMs: 0, refusedConnections: 2, refusedWrites: 0 });
     b.release();
     c.release();
     assert.equal(q.figures().ns.connections, 0);

@@ -167,6 +167,12 @@ describe('e2e: flowmq CLI', () => {
     assert.deepEqual(ns.quotas, { bytesInRate: 1024 * 1024, publishRate: 100 });
     const list = await cli(['ns', 'list'], alice);
     assert.match(list.stdout, /^team-a\s+100 msg\/s, in 1MiB\/s\s+0/m);
+    const usage = await cli(['namespace', 'usage', 'team-a'], alice);
+    assert.equal(usage.code, 0, usage.stderr);
+    assert.match(usage.stdout, /messages in \/ out:\s+0 \/ 0/);
+    assert.match(usage.stdout, /storage quota:\s+none/);
+    const u = json<{ name: string; storedBytes: number; maxStorageBytes: null }>((await cli(['namespace', 'usage', 'team-a', '--json'], alice)).stdout);
+    assert.deepEqual([u.name, u.storedBytes, u.maxStorageBytes], ['team-a', 0, null]);
     const bad = await cli(['namespace', 'set-quota', 'team-a', '--bytes-in-rate', 'lots'], alice);
     assert.equal(bad.code, 2);
     assert.match(bad.stderr, /--bytes-in-rate must be a whole number of bytes/);

@@ -219,6 +219,8 @@ describe('e2e: dashboard in chromium', () => {
       const text = await page.innerText('#view');
       assert.doesNotMatch(text, /Could not load this page/, `${name}: ${text}`);
       assert.doesNotMatch(text, /\bundefined\b|\bNaN\b|\[object Object\]/, `${name}: ${text}`);
+      // Usage per namespace: traffic and bytes stored (hot tier and objects).
+      if (name === 'namespaces') assert.match(text, /stored \d[^\n]*\(hot \d[^)]*objects \d/, text);
     }
 
     // The session ends on the server, not only in this browser: its cookie no longer opens the API.

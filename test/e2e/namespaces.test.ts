@@ -383,4 +383,58 @@ describe('e2e: namespaces isolate tenants on MQTT and Kafka', () => {
     await b.subscribeAsync('vault/x', { qos: 1 });
     await b.endAsync();
   });
+  test('storage quota: over maxStorageBytes KafkaJS gets POLICY_VIOLATION and MQTT v5 0x97; deleting a topic lets writes resume', async () => {
+    const d = broker.access.directory;
+    const q = broker.access.quotas;
+    const before = q.storedBytes().get('t2');
+    const used = before === undefined ? 0 : before.hot + before.objects;
+    // Room for a few kilobytes more than t2 holds now; t1 (same broker) is not limited.
+    await d.putNamespace({ name: 't2', quotas: { maxStorageBytes: used + 4000 } });
+    const k = kafka('bob');
+    const p = k.producer({ retry: { retries: 0 } });
+    await p.connect();
+    const value = 'x'.repeat(1000);
+    let refused: Error | null = null;
+    let sent = 0;
+    const deadline = Date.now() + 10_000;
+    while (refused === null && Date.now() < deadline) {
+      try {
+        await p.send({ topic: 'big', messages: [{ value }] });
+        sent++;
+      } catch (err) {
+        refused = err as Error;
+      }
+    }
+    assert.ok(refused !== null, `never refused after ${sent} records`);
+    assert.match(`${refused.message} ${(refused as { type?: string }).type ?? ''}`, /POLICY_VIOLATION|storage quota/i);
+    assert.ok(sent >= 3, `${sent} records went in before the quota was reached`);
+    const stored = q.storedBytes().get('t2')!;
+    assert.ok(stored.hot + stored.objects >= used + 4000, 'refused only once over the quota');
+    // MQTT v5 in the same namespace: PUBACK 0x97 Quota exceeded, the connection stays.
+    const c = await connect('bob');
+    await assert.rejects(c.publishAsync('orders/full', 'm', { qos: 1 }), (err: { code?: number }) => err.code === 0x97);
+    assert.ok(c.connected);
+    // Another namespace still writes.
+    const pa = kafka('ann').producer();
+    await pa.connect();
+    await pa.send({ topic: 'orders', messages: [{ value: 'ann-still' }] });
+    await pa.disconnect();
+    // Nothing stored was lost: every accepted record reads back.
+    const got = await consumeAll(k, 'big', 'g-big', sent);
+    assert.equal(got.length, sent);
+    // Deleting the topic frees the room: writes resume (the figure is re-read at most a second later).
+    const admin = k.admin();
+    await admin.connect();
+    await admin.deleteTopics({ topics: ['big'] });
+    await admin.disconnect();
+    await until(() => {
+      const s = q.storedBytes().get('t2');
+      assert.ok(s === undefined || s.hot + s.objects < used + 4000);
+    });
+    await p.send({ topic: 'again', messages: [{ value: 'after' }] });
+    await c.publishAsync('orders/ok', 'm', { qos: 1 });
+    await c.endAsync();
+    await p.disconnect();
+    assert.ok((q.figures().t2?.refusedWrites ?? 0) >= 2);
+  });
 });

@@ -110,6 +110,7 @@ export const namespaceCommand: CommandGroup = {
               ['NAME', (n) => n.name],
               ['QUOTAS', (n) => quotaText(n.quotas ?? {})],
               ['CONNECTIONS', (n) => n.usage?.connections],
+              ['STORED', (n) => (typeof n.usage?.storedBytes === 'number' ? fmtBytes(n.usage.storedBytes) : '')],
               ['DESCRIPTION', (n) => n.description],
             ],
             'no namespaces',
@@ -130,6 +131,28 @@ export const namespaceCommand: CommandGroup = {
             ['quotas', quotaText(ns.quotas ?? {})],
             ['created', fmtTime(ns.createdAt)],
             ...Object.entries(ns.usage ?? {}).map(([k, v]): [string, unknown] => [k, cell(v)]),
+          ]),
+        );
+      },
+    },
+    usage: {
+      usage: 'NAME',
+      summary: "a namespace's usage: messages and bytes in and out, connections, bytes stored (hot tier, objects)",
+      args: [1, 1],
+      async run(ctx) {
+        const u = await (await ctx.api()).request<Record<string, unknown>>('GET', `/api/v1/namespaces/${seg(ctx.positionals[0])}/usage`);
+        const b = (k: string) => (typeof u[k] === 'number' ? fmtBytes(u[k]) : cell(u[k]));
+        ctx.print(u, () =>
+          keyValues([
+            ['namespace', u.name],
+            ['connections', u.connections],
+            ['messages in / out', `${cell(u.messagesIn)} / ${cell(u.messagesOut)}`],
+            ['bytes in / out', `${b('bytesIn')} / ${b('bytesOut')}`],
+            ['stored', `${b('storedBytes')} (hot ${b('storedHotBytes')}, objects ${b('storedObjectBytes')})`],
+            ['storage quota', u.maxStorageBytes === null ? 'none' : b('maxStorageBytes')],
+            ['writes refused (storage)', u.refusedWrites],
+            ['connections refused', u.refusedConnections],
+            ['throttled', `${cell(u.throttled)} times, ${cell(u.throttledMs)} ms`],
           ]),
         );
       },

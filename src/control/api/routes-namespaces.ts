@@ -10,22 +10,50 @@ export function namespaceRoutes(app: FastifyInstance, ctx: ApiContext): void {
   const { access } = ctx;
   const dir = access.directory;
 
-  const namespaceView = (n: NamespaceDef) => {
-    const f = access.quotas.figures()[n.name];
+  /**
+   * Usage of every namespace at once (one walk over the client registry; stored bytes from the quotas' shared,
+   * cached per-namespace figure): messages and bytes in and out by protocol summed, connections, stored bytes.
+   */
+  const usageAll = () => {
+    const traffic = new Map<string, { messagesIn: number; messagesOut: number; bytesIn: number; bytesOut: number; connections: number }>();
+    for (const t of access.clients.totals()) {
+      let e = traffic.get(t.namespace);
+      if (!e) traffic.set(t.namespace, (e = { messagesIn: 0, messagesOut: 0, bytesIn: 0, bytesOut: 0, connections: 0 }));
+      e.messagesIn += t.messagesIn;
+      e.messagesOut += t.messagesOut;
+      e.bytesIn += t.bytesIn;
+      e.bytesOut += t.bytesOut;
+      e.connections += t.connections;
+    }
+    return { traffic, stored: access.quotas.storedBytes(), figures: access.quotas.figures() };
+  };
+  const usageOf = (name: string, all: ReturnType<typeof usageAll>) => {
+    const t = all.traffic.get(name);
+    const s = all.stored.get(name);
+    const f = all.figures[name];
     return {
-      name: n.name,
-      description: n.description ?? null,
-      quotas: n.quotas,
-      createdAt: iso(n.createdAt),
-      usage: {
-        users: dir.listUsers().filter((u) => u.namespace === n.name).length,
-        connections: f?.connections ?? 0,
-        throttled: f?.throttled ?? 0,
-        throttledMs: f?.throttledMs ?? 0,
-        refusedConnections: f?.refusedConnections ?? 0,
-      },
+      users: dir.listUsers().filter((u) => u.namespace === name).length,
+      connections: f?.connections ?? t?.connections ?? 0,
+      messagesIn: t?.messagesIn ?? 0,
+      messagesOut: t?.messagesOut ?? 0,
+      bytesIn: t?.bytesIn ?? 0,
+      bytesOut: t?.bytesOut ?? 0,
+      storedHotBytes: s?.hot ?? 0,
+      storedObjectBytes: s?.objects ?? 0,
+      storedBytes: s === undefined ? 0 : s.hot + s.objects,
+      throttled: f?.throttled ?? 0,
+      throttledMs: f?.throttledMs ?? 0,
+      refusedConnections: f?.refusedConnections ?? 0,
+      refusedWrites: f?.refusedWrites ?? 0,
     };
   };
+  const namespaceView = (n: NamespaceDef, all = usageAll()) => ({
+    name: n.name,
+    description: n.description ?? null,
+    quotas: n.quotas,
+    createdAt: iso(n.createdAt),
+    usage: usageOf(n.name, all),
+  });
 
   app.get<{ Querystring: { limit?: number; cursor?: string } }>(
     '/api/v1/namespaces',
@@ -38,7 +66,12 @@ export function namespaceRoutes(app: FastifyInstance, ctx: ApiContext): void {
     },
     async (req) => {
       authorizeAdmin(access, req);
-      return paginate(dir.listNamespaces().map(namespaceView), (n) => n.name, req.query);
+      const all = usageAll();
+      return paginate(
+        dir.listNamespaces().map((n) => namespaceView(n, all)),
+        (n) => n.name,
+        req.query,
+      );
     },
   );
 
@@ -72,6 +105,24 @@ export function namespaceRoutes(app: FastifyInstance, ctx: ApiContext): void {
       const n = dir.namespace(req.params.name);
       if (!n) throw notFound('namespace', req.params.name);
       return namespaceView(n);
+    },
+  );
+
+  app.get<{ Params: { name: string } }>(
+    '/api/v1/namespaces/:name/usage',
+    {
+      schema: {
+        tags: ['namespaces'],
+        summary: "A namespace's usage: messages and bytes in and out, connections, bytes stored (hot tier, objects)",
+        params: NAME_PARAM,
+      },
+    },
+    async (req) => {
+      authorizeAdmin(access, req);
+      const n = dir.namespace(req.params.name);
+      if (!n) throw notFound('namespace', req.params.name);
+      const q = n.quotas.maxStorageBytes;
+      return { name: n.name, ...usageOf(n.name, usageAll()), maxStorageBytes: q ?? null };
     },
   );
 

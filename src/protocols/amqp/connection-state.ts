@@ -428,6 +428,10 @@ export abstract class AmqpConnectionState {
     if (wait > 0) this.holdReading(wait);
   }
 
+  storageFull(): string | null {
+    return this.lease === null ? null : this.lease.storageFull();
+  }
+
   protected holdReading(ms: number): void {
     const until = Date.now() + ms;
     if (until <= this.readUntil) return;

@@ -58,6 +58,11 @@ export function publish(chan: AmqpChannelState, item: PublishItem): void {
   }
   // Direct reply-to: the requester's reply-to becomes its channel's own reply address (direct-reply.ts).
   if (item.props.replyTo === REPLY_QUEUE) item.props = { ...item.props, replyTo: replyAddress(chan) };
+  // The namespace's storage quota (maxStorageBytes): over it the publish is refused with a channel error (406
+  // PRECONDITION_FAILED, as RabbitMQ refuses a publish its policies forbid; 506 would close the whole connection),
+  // until retention or deletion frees room.
+  const full = chan.conn.storageFull();
+  if (full !== null) throw new AmqpError(406, full, 60, 40);
   chan.conn.chargeIn(item.body.length);
   if (chan.tx) {
     // Checked now (a missing exchange fails the publish, not the commit), routed at commit.

@@ -48,6 +48,8 @@ export interface AmqpChannelHost {
   bodyBytes(delta: number): void;
   channelGone(ch: number): void;
   chargeIn(bytes: number): void;
+  /** Why the namespace takes no writes now (its storage quota), or null. */
+  storageFull(): string | null;
   chargeOut(bytes: number): void;
   protocolError(err: unknown): void;
   published(): void;

@@ -84,6 +84,16 @@ export function onPublish(conn: MqttLink, p: PublishPacket): void {
     queueAck(conn, p.qos === 1 ? 'puback' : 'pubrec', p.packetId, null, 0);
     return;
   }
+  // The namespace's storage quota (maxStorageBytes): over it, its publishers are refused as RabbitMQ's disk alarm
+  // blocks them, until retention or deletion frees room. v5: PUBACK / PUBREC 0x97 Quota exceeded, the connection
+  // stays; 3.1.1 has no refusal: QoS 1/2 closes the connection (the client resends once it reconnects), QoS 0 drops.
+  const full = conn.lease !== null ? conn.lease.storageFull() : null;
+  if (full !== null) {
+    if (p.qos === 0) return;
+    if (!v5) throw new MqttProtocolError(full);
+    queueAck(conn, p.qos === 1 ? 'puback' : 'pubrec', p.packetId, null, ReasonCode.QUOTA_EXCEEDED);
+    return;
+  }
   if (conn.client !== null) conn.client.messagesIn++;
   if (conn.lease !== null) {
     const wait = conn.lease.chargeIn(1, p.payload.length);

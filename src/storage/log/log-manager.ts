@@ -261,6 +261,18 @@ export class LogManager extends LogState implements StreamStorage {
     return size;
   }
 
+  /** Bytes of every stream held here: hot tails and committed segment objects (one walk over the partitions). */
+  streamSizes(): Map<string, { hot: number; objects: number }> {
+    const out = new Map<string, { hot: number; objects: number }>();
+    for (const p of this.parts.values()) {
+      let e = out.get(p.def.name);
+      if (e === undefined) out.set(p.def.name, (e = { hot: 0, objects: 0 }));
+      e.hot += p.tailBytes;
+      for (const seg of p.segments) e.objects += seg.size;
+    }
+    return out;
+  }
+
   /** The idempotent producers of a partition held here (tail included); null if not held here. */
   producers(stream: string, partition: number): ProducerSnapshot[] | null {
     const p = this.parts.get(`${stream}/${partition}`);

@@ -31,12 +31,14 @@ before(async () => {
   await d.putNamespace({ name: 'tiny', quotas: { maxConnections: 1 } });
   await d.putNamespace({ name: 'slow', quotas: { publishRate: 5 } });
   await d.putNamespace({ name: 'thin', quotas: { bytesOutRate: 1000 } });
+  await d.putNamespace({ name: 'full', quotas: { maxStorageBytes: 1000 } });
   await d.addUser({ username: 'alice', password: 'alice-pw' });
   await d.addUser({ username: 'root', password: 'root-pw', groups: ['admins'] });
   await d.addUser({ username: 'ten', password: 'ten-pw', namespace: 'tenant-a' });
   await d.addUser({ username: 'tiny', password: 'tiny-pw', namespace: 'tiny' });
   await d.addUser({ username: 'slow', password: 'slow-pw', namespace: 'slow' });
   await d.addUser({ username: 'thin', password: 'thin-pw', namespace: 'thin' });
+  await d.addUser({ username: 'full', password: 'full-pw', namespace: 'full' });
   // Once a policy exists, what none allows is denied (default mode auto); admins may do everything.
   await d.putPolicy({
     name: 'alice-own',
@@ -50,7 +52,7 @@ before(async () => {
     effect: 'allow',
     actions: ['*'],
     resources: ['queue:open-*'],
-    principals: ['user:ten', 'user:tiny', 'user:slow', 'user:thin'],
+    principals: ['user:ten', 'user:tiny', 'user:slow', 'user:thin', 'user:full'],
   });
   const storage = new MemoryStreams();
   engine = new Engine(storage, storage);
@@ -330,6 +332,27 @@ describe('AMQP namespace quotas', { timeout: 30_000 }, () => {
     assert.ok(f.throttled > 0, `publishes were held back (${JSON.stringify(f)})`);
     const e = control.access.clients.list().find((x) => x.user === 'slow')!;
     assert.equal(e.messagesIn, 15);
+    await c.close();
+  });
+});
+
+describe('AMQP storage quota', { timeout: 30_000 }, () => {
+  it('refuses a publish over the namespace storage quota with 406 on the channel, the connection stays; publishes resume when usage drops', async () => {
+    let stored = 1500;
+    control.access.quotas.useStorage(() => new Map([['full', { hot: stored, objects: 0 }]]));
+    const c = await connect('full', 'full-pw');
+    const ch = await channel(c);
+    await ch.assertQueue('open-full');
+    ch.sendToQueue('open-full', Buffer.from('refused'));
+    const err = await ch.closedWith;
+    assert.match(err.message, /406/);
+    assert.match(err.message, /over its storage quota \(1500 of 1000 bytes stored\)/);
+    stored = 10;
+    control.access.quotas.refreshStorage();
+    const again = await c.createChannel();
+    again.sendToQueue('open-full', Buffer.from('taken'));
+    assert.equal((await again.checkQueue('open-full')).messageCount, 1, 'only the publish after the drop');
+    assert.equal(control.access.quotas.figures().full!.refusedWrites, 1);
     await c.close();
   });
 });

@@ -24,7 +24,7 @@ export async function render(view) {
             cls: 'n',
             get: (n) => (n.quotas?.[k] === undefined || n.quotas?.[k] === null ? h('span.muted', 'none') : fmt(n.quotas[k])),
           })),
-          { title: 'Usage', get: (n) => usage(n.usage) },
+          { title: 'Usage', get: (n) => usage(n.usage, n.quotas) },
           {
             title: '',
             get: (n) =>
@@ -90,10 +90,26 @@ export async function render(view) {
   await load();
 }
 
-function usage(u) {
+// Usage: connections and users, messages and bytes in/out, bytes stored (hot tier + objects) against the storage
+// quota, and what the quotas refused or held back; any other figure the API adds is shown as it comes.
+const SHOWN = new Set(['users', 'connections', 'messagesIn', 'messagesOut', 'bytesIn', 'bytesOut', 'storedBytes', 'storedHotBytes', 'storedObjectBytes']);
+
+function usage(u, quotas) {
   if (!u || typeof u !== 'object') return h('span.muted', '–');
+  const n = (k) => (typeof u[k] === 'number' ? u[k] : 0);
+  const max = quotas?.maxStorageBytes;
+  const chips = [
+    `connections ${num(n('connections'))}`,
+    `users ${num(n('users'))}`,
+    `msgs in ${num(n('messagesIn'))} / out ${num(n('messagesOut'))}`,
+    `bytes in ${bytes(n('bytesIn'))} / out ${bytes(n('bytesOut'))}`,
+    `stored ${bytes(n('storedBytes'))}${typeof max === 'number' ? ` of ${bytes(max)}` : ''} (hot ${bytes(n('storedHotBytes'))}, objects ${bytes(n('storedObjectBytes'))})`,
+    ...Object.entries(u)
+      .filter(([k, v]) => !SHOWN.has(k) && typeof v === 'number' && v > 0)
+      .map(([k, v]) => `${k} ${num(v)}`),
+  ];
   return h(
     'span.chips',
-    Object.entries(u).map(([k, v]) => h('span.chip', `${k} ${typeof v === 'number' ? num(v) : String(v)}`)),
+    chips.map((c) => h('span.chip', c)),
   );
 }

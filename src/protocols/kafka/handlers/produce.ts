@@ -195,6 +195,8 @@ export function handleProduce(ctx: RequestContext, req: ProduceRequest): Handler
   const byId = ctx.header.apiVersion >= 13;
   // A transactional producer's records need its transactional id (Kafka's WRITE on it) besides each topic.
   const txnDenied = req.transactionalId !== null && !mayUseTransactionalId(ctx, req.transactionalId);
+  /** Why the namespace takes no writes now (its storage quota), asked once per request when a topic gets there. */
+  let storageFull: string | null | undefined;
   for (const t of req.topics) {
     const rs = t.partitions.map((p) => result(p.index));
     results.push(rs);
@@ -218,6 +220,13 @@ export function handleProduce(ctx: RequestContext, req: ProduceRequest): Handler
     }
     if (!allowed(ctx, 'publish', 'stream', t.name)) {
       for (const r of rs) fail(r, KafkaErrorCode.TOPIC_AUTHORIZATION_FAILED, `not authorized to produce to topic "${t.name}"`);
+      continue;
+    }
+    // The namespace's storage quota (maxStorageBytes): over it, nothing is appended until retention or deletion
+    // frees room; POLICY_VIOLATION (not retriable) tells the producer at once instead of retrying into it.
+    if (storageFull === undefined) storageFull = ctx.conn.quota?.storageFull() ?? null;
+    if (storageFull !== null) {
+      for (const r of rs) fail(r, KafkaErrorCode.POLICY_VIOLATION, storageFull);
       continue;
     }
     const found = adapter.lookup(t.name);
