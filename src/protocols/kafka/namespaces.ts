@@ -174,11 +174,7 @@ export const TRANSLATORS: ReadonlyMap<number, NamesTranslator> = new Map<number,
     ApiKey.Fetch,
     t<FetchRequest, FetchResponse>(
       (req, n, a) => {
-        for (const x of req.topics) {
-          x.topic = stream(n, x.topic);
-          if (x.topicId !== undefined) x.topicId = topicId(n, a, x.topicId);
-        }
-        for (const x of req.forgottenTopics) {
+        for (const x of [...req.topics, ...req.forgottenTopics]) {
           x.topic = stream(n, x.topic);
           if (x.topicId !== undefined) x.topicId = topicId(n, a, x.topicId);
         }
