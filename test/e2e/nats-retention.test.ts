@@ -72,7 +72,13 @@ async function directGet(nc: NatsConnection, stream: string, body: unknown): Pro
   return r.headers?.code ? [r.headers.code, r.headers.description] : Number(r.headers?.get('Nats-Sequence'));
 }
 
-async function scenario(server: string): Promise<Entry[]> {
+/**
+ * `reference`: the run against nats-server. nats-server 2.9.10 itself now and then publishes no
+ * `$JS.EVENT.ADVISORY.STREAM.DELETED` advisory for a deleted stream (seen in 1 of 30 and 2 of 100 runs): without the
+ * marker's, the reference transcript is returned without it (and the run is made again, `before` below) instead of
+ * failing here. FlowMQ's run still fails when its marker advisory does not come.
+ */
+async function scenario(server: string, reference = false): Promise<Entry[]> {
   const nc = await connect({ servers: server });
   const jsm = await nc.jetstreamManager();
   const out: Entry[] = [];
@@ -254,7 +260,11 @@ async function scenario(server: string): Promise<Entry[]> {
     // A marker: its deletion is the last advisory, so everything before it has arrived.
     await jsm.streams.add({ name: 'ADM', subjects: ['adm'] });
     await jsm.streams.delete('ADM');
-    await eventually(() => seen.includes('$JS.EVENT.ADVISORY.STREAM.DELETED.ADM'), 10_000, 'marker advisory');
+    try {
+      await eventually(() => seen.includes('$JS.EVENT.ADVISORY.STREAM.DELETED.ADM'), 10_000, 'marker advisory');
+    } catch (err) {
+      if (!reference) throw err;
+    }
     sub.unsubscribe();
     log('advisories', events);
   } finally {
@@ -276,9 +286,18 @@ describe('e2e: JetStream retention policies and stream guards beside nats-server
 
   before(async () => {
     broker = await FlowmqProcess.start();
-    server = await startNatsServerJs('nats-server-ret-');
     ours = await scenario(broker.natsServer);
-    theirs = await scenario(server.url);
+    // The reference run again (a fresh nats-server each time, at most 3 runs) while its transcript lacks one of
+    // its STREAM.DELETED advisories (scenario above); the third is compared whatever it holds.
+    for (let run = 1; ; run++) {
+      server = await startNatsServerJs('nats-server-ret-');
+      theirs = await scenario(server.url, true);
+      server.stop();
+      const subjects = (step(theirs, 'advisories') as Array<[string, unknown]>).map(([s]) => s);
+      const complete = ['AD', 'ADM'].every((n) => subjects.includes(`$JS.EVENT.ADVISORY.STREAM.DELETED.${n}`));
+      if (complete || run === 3) break;
+      console.log(`nats-server run ${run} published no STREAM.DELETED advisory for a deleted stream: run again`);
+    }
   });
   after(async () => {
     server?.stop();
