@@ -54,7 +54,6 @@ const DEFAULT_EPHEMERAL_INACTIVE_NS = 5e9;
 
 /** Fields FlowMQ does not implement: a request setting them to anything but their neutral value is refused. */
 const UNSUPPORTED: Array<[string, (v: unknown) => boolean]> = [
-  ['rate_limit_bps', (v) => v === undefined || v === 0],
   ['sample_freq', (v) => v === undefined || v === ''],
   ['filter_subjects', (v) => v === undefined || (Array.isArray(v) && v.length === 0)],
   ['metadata', (v) => v === undefined || (typeof v === 'object' && v !== null && Object.keys(v).length === 0)],
@@ -69,6 +68,10 @@ const isInt = (v: unknown): v is number => typeof v === 'number' && Number.isSaf
 export function normalizeConsumerConfig(raw: unknown, ephemeral: boolean, streamSubjects: string[]): ConsumerConfig | ApiError {
   if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) return JsErr.invalidJson();
   const r = raw as Record<string, unknown>;
+  const push = r.deliver_subject !== undefined && r.deliver_subject !== null && r.deliver_subject !== '';
+  // nats-server's refusals of a pull consumer's rate limit (a push consumer's: not supported below).
+  if (!push && r.rate_limit_bps !== undefined && r.rate_limit_bps !== 0) return JsErr.pullRateLimit();
+  if (push && !(r.rate_limit_bps === undefined || r.rate_limit_bps === 0)) return JsErr.consumerCreate('consumer rate_limit_bps is not supported by FlowMQ');
   for (const [k, neutral] of UNSUPPORTED) {
     if (!neutral(r[k])) {
       return JsErr.consumerCreate(`consumer ${k} is not supported by FlowMQ`);
@@ -98,9 +101,9 @@ export function normalizeConsumerConfig(raw: unknown, ephemeral: boolean, stream
   if (typeof heartbeat === 'object') return heartbeat;
   if (r.flow_control !== undefined && typeof r.flow_control !== 'boolean') return JsErr.invalidJson();
   if (deliverSubject !== undefined && !/^[^\s*>]+$/.test(deliverSubject as string)) return JsErr.invalidDeliverSubject();
-  if (deliverSubject === undefined && (r.flow_control === true || (heartbeat ?? 0) > 0)) {
-    return JsErr.consumerCreate('consumer idle heartbeat and flow control require a push based consumer');
-  }
+  // nats-server 2.9.10's checks of push-only settings, in its order.
+  if (deliverSubject === undefined && r.flow_control === true) return JsErr.flowControlRequiresPush();
+  if (deliverSubject === undefined && ((heartbeat as number | undefined) ?? 0) > 0) return JsErr.heartbeatRequiresPush();
   const startSeq = num('opt_start_seq');
   const ackWait = num('ack_wait');
   const maxDeliverRaw = num('max_deliver');
@@ -114,6 +117,11 @@ export function normalizeConsumerConfig(raw: unknown, ephemeral: boolean, stream
   for (const v of [startSeq, ackWait, maxDeliverRaw, maxWaiting, maxAckPending, maxBatch, maxExpires, maxBytes, inactive, replicas]) {
     if (typeof v === 'object') return v;
   }
+  if (((replicas as number | undefined) ?? 0) < 0) return JsErr.replicasNegative();
+  if (((maxWaiting as number | undefined) ?? 0) < 0) return JsErr.maxWaitingNegative();
+  if (deliverSubject !== undefined && ((maxWaiting as number | undefined) ?? 0) !== 0) return JsErr.pushMaxWaiting();
+  if (((maxBatch as number | undefined) ?? 0) < 0) return JsErr.maxBatchNegative();
+  if (r.flow_control === true && !((heartbeat as number | undefined) ?? 0)) return JsErr.flowControlNeedsHeartbeat();
   if (durable !== undefined && !isValidApiName(durable as string)) return JsErr.consumerNameInvalid();
   if (name !== undefined && !isValidApiName(name as string)) return JsErr.consumerNameInvalid();
   if (durable !== undefined && name !== undefined && durable !== name) return JsErr.durableAndNameMismatch();
@@ -186,7 +194,8 @@ export function normalizeConsumerConfig(raw: unknown, ephemeral: boolean, stream
     ...(deliverGroup !== undefined ? { deliver_group: deliverGroup as string } : {}),
     ...(r.flow_control === true ? { flow_control: true } : {}),
     ...(heartbeat ? { idle_heartbeat: heartbeat as number } : {}),
-    num_replicas: 0,
+    // As asked (0: the stream's); more than one needs cluster mode (consumer-api.ts).
+    num_replicas: (replicas as number | undefined) ?? 0,
     ...(r.headers_only === true ? { headers_only: true } : {}),
     ...(r.mem_storage === true ? { mem_storage: true } : {}),
   };
@@ -195,22 +204,27 @@ export function normalizeConsumerConfig(raw: unknown, ephemeral: boolean, stream
   return cfg;
 }
 
-/** Fields an existing consumer may change (nats-server 2.9 refuses the others with "<field> can not be updated"). */
+/**
+ * Fields an existing consumer may not change, checked in nats-server 2.9.10's order with its "<field> can not be
+ * updated" refusals (filter_subject, limits and the rest may change).
+ */
 export function checkConsumerUpdate(old: ConsumerConfig, next: ConsumerConfig): ApiError | null {
   const fixed: Array<[keyof ConsumerConfig, string]> = [
     ['deliver_policy', 'deliver policy'],
     ['opt_start_seq', 'start sequence'],
     ['opt_start_time', 'start time'],
     ['ack_policy', 'ack policy'],
-    ['filter_subject', 'filter subject'],
     ['replay_policy', 'replay policy'],
+    ['idle_heartbeat', 'heart beats'],
+    ['flow_control', 'flow control'],
+    ['max_waiting', 'max waiting'],
   ];
+  for (const [k, what] of fixed) if (old[k] !== next[k]) return JsErr.consumerCreate(`${what} can not be updated`);
   // A pull consumer cannot become a push consumer or the reverse (a push consumer may move to another subject).
   if ((old.deliver_subject === undefined) !== (next.deliver_subject === undefined)) {
     return JsErr.consumerCreate(
       old.deliver_subject === undefined ? 'can not update pull consumer to push based' : 'can not update push consumer to pull based',
     );
   }
-  for (const [k, what] of fixed) if (old[k] !== next[k]) return JsErr.consumerCreate(`${what} can not be updated`);
   return null;
 }

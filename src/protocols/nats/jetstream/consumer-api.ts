@@ -2,7 +2,7 @@
  * The JetStream consumer API (as nats-server's jetstream_api.go consumer handlers over consumer.go): CONSUMER.CREATE
  * (and the 2.9 DURABLE.CREATE), NAMES, LIST (over every broker in cluster mode), INFO, DELETE; MSG.NEXT pull requests
  * and `$JS.ACK.>` acknowledgements (forwarded to the consumer's owner in cluster mode); and durable consumers as
- * consumer groups for the admin API. The consumers themselves are consumer.ts.
+ * consumer groups for the admin API. The consumers themselves are consumer.ts, a pull request's body, limits and statuses consumer-pull.ts.
  */
 import type { Cluster } from '../../../cluster/index.js';
 import { call, cast, RPC } from '../../../cluster/index.js';
@@ -10,7 +10,8 @@ import type { ConsumerGroupAdmin, GroupDetail, GroupSummary } from '../../../con
 import { FlowError, makeMessage } from '../../../core/index.js';
 import { consumerKey, targetOf } from './cluster.js';
 import { checkConsumerUpdate, normalizeConsumerConfig, type ConsumerConfig } from './config.js';
-import { Consumer, type LastPerSubject, type PullRequest } from './consumer.js';
+import { Consumer, type LastPerSubject } from './consumer.js';
+import { parsePullRequest, requestRefusal } from './consumer-pull.js';
 import { lastPerSubjectParts, startFloors } from './consumer-start.js';
 import { JsErr } from './errors.js';
 import { storedOthers, workqueueRefusal } from './retention.js';
@@ -48,17 +49,25 @@ export async function consumerCreate(js: JetStreamState, t: string[], body: stri
   if (subjectName === undefined && typeof rc.durable_name === 'string' && rc.durable_name !== '') {
     return typed(T_, { error: JsErr.ephemeralWithDurable() });
   }
+  let named = rc;
   if (subjectName !== undefined) {
     if (!isValidApiName(subjectName)) return typed(T_, { error: JsErr.consumerNameInvalid() });
-    const given = legacyDurable ? rc.durable_name : rc.name || rc.durable_name;
-    if (given !== subjectName) return typed(T_, { error: JsErr.durableNameMismatch() });
+    // DURABLE.CREATE names a durable. CONSUMER.CREATE names the consumer: a durable_name must be that name, the
+    // body's `name` gives way to it (nats-server 2.9.10; without a durable_name the consumer is ephemeral).
+    const durable = rc.durable_name === undefined || rc.durable_name === '' ? undefined : rc.durable_name;
+    if (legacyDurable ? durable !== subjectName : durable !== undefined && durable !== subjectName) {
+      return typed(T_, { error: JsErr.durableNameMismatch() });
+    }
     if (subjectFilter !== undefined && rc.filter_subject !== subjectFilter) return typed(T_, { error: JsErr.filterMismatch() });
+    if (!legacyDurable) named = { ...rc, name: subjectName };
   }
   const ephemeral = typeof rc.durable_name !== 'string' || rc.durable_name === '';
   // A mirror's or sourced stream's messages have their origins' subjects.
   const copies = jsOptions(e.def).mirror !== null || jsOptions(e.def).sources.length > 0;
-  const cfg = normalizeConsumerConfig(rc, ephemeral, copies ? ['>'] : streamSubjects(e.def));
+  const cfg = normalizeConsumerConfig(named, ephemeral, copies ? ['>'] : streamSubjects(e.def));
   if (isApiError(cfg)) return typed(T_, { error: cfg });
+  // A consumer's replicas are its stream's brokers' business in cluster mode; a single broker has one.
+  if (cfg.num_replicas > 1 && js.cluster === null) return typed(T_, { error: JsErr.replicasNotSupported() });
   // A multi-partition stream is numbered as partition-seq.ts says; what a stream view keeps (deletes, limits, rollups,
   // workqueue and interest retention, mirrors) is partition 0's only, so those streams keep one partition.
   const parts = e.def.partitions;
@@ -303,17 +312,13 @@ export async function consumerDelete(js: JetStreamState, stream: string, name: s
 export function pullRequest(js: JetStreamState, stream: string, name: string, body: string, reply: string, origin: number | undefined): void {
   const status = (s: string) => js.send(makeMessage(reply, Buffer.alloc(0), { status: s }), origin);
   const c = js.getConsumer(stream, name);
-  // No such consumer: what a NATS client sees when nobody serves a request (nats.this stops a fetch on it).
+  // No such consumer: what a NATS client sees when nobody serves a request (nats.js stops a fetch on it).
   if (!c) return status('503');
   if (c.isPush) return status('409 Consumer is push based');
   const req = parsePullRequest(body, reply);
   if (typeof req === 'string') return status(req);
-  if (c.config.max_batch !== undefined && req.batch > c.config.max_batch) return status(`409 Exceeded MaxRequestBatch of ${c.config.max_batch}`);
-  if (c.config.max_expires !== undefined && req.expiresAt > 0 && req.expiresAt - Date.now() > c.config.max_expires / 1e6) {
-    return status(`409 Exceeded MaxRequestExpires of ${c.config.max_expires / 1e6}ms`);
-  }
-  if (c.config.max_bytes !== undefined && req.maxBytes > c.config.max_bytes) return status(`409 Exceeded MaxRequestMaxBytes of ${c.config.max_bytes}`);
-  if (c.waiting.length >= (c.config.max_waiting ?? 512)) return status('409 Exceeded MaxWaiting');
+  const refusal = requestRefusal(c.config, c.waiting.length, req);
+  if (refusal !== null) return status(refusal);
   if (origin !== undefined && origin !== js.cluster?.id) req.origin = origin;
   c.addRequest(req);
 }
@@ -462,43 +467,4 @@ export function groupAdmin(js: JetStreamState): ConsumerGroupAdmin {
       for (const c of cs) await js.deleteConsumer(c, true);
     },
   };
-}
-
-/**
- * A pull request body: empty (one message, no expiry), a number (a batch), or nats-server's JSON
- * {batch, expires (ns), no_wait, max_bytes, idle_heartbeat (ns)}. Returns the request or a 400 status.
- */
-function parsePullRequest(body: string, reply: string): PullRequest | string {
-  const now = Date.now();
-  const req: PullRequest = { reply, batch: 1, bytesLeft: 0, maxBytes: 0, expiresAt: 0, noWait: false, heartbeatMs: 0, nextHeartbeat: 0, delivered: 0 };
-  const text = body.trim();
-  if (text === '') return req;
-  if (/^\d+$/.test(text)) {
-    req.batch = Math.max(1, Number(text));
-    return req;
-  }
-  let raw: unknown;
-  try {
-    raw = JSON.parse(text);
-  } catch (err) {
-    return `400 Bad Request - ${errText(err)}`;
-  }
-  if (raw === null || typeof raw !== 'object') return '400 Bad Request';
-  const r = raw as Json;
-  const int = (v: unknown) => (v === undefined || v === null ? 0 : typeof v === 'number' && Number.isSafeInteger(v) && v >= 0 ? v : NaN);
-  const batch = int(r.batch);
-  const expires = int(r.expires);
-  const maxBytes = int(r.max_bytes);
-  const hb = int(r.idle_heartbeat);
-  if ([batch, expires, maxBytes, hb].some(Number.isNaN)) return '400 Bad Request';
-  req.batch = batch > 0 ? batch : 1;
-  req.noWait = r.no_wait === true;
-  if (expires > 0) req.expiresAt = now + expires / 1e6;
-  if (maxBytes > 0) req.maxBytes = req.bytesLeft = maxBytes;
-  if (hb > 0) {
-    if (expires > 0 && hb > expires) return '400 Bad Request - heartbeat value too large';
-    req.heartbeatMs = hb / 1e6;
-    req.nextHeartbeat = now + req.heartbeatMs;
-  }
-  return req;
 }

@@ -21,7 +21,7 @@
  * offset (under PARTS_KEY in the stored configuration, with the partition count they were numbered with), the
  * scalar ack floor and delivered sequence being derived from them.
  */
-import { dotsToUnified, makeMessage, type ConsumerRecord, type Engine, type Header, type Message } from '../../../core/index.js';
+import { dotsToUnified, makeMessage, type ConsumerRecord, type Engine, type Message } from '../../../core/index.js';
 import type { ConsumerConfig } from './config.js';
 import { fillPart, readAt, type Entry, type Part } from './consumer-parts.js';
 import {
@@ -37,6 +37,7 @@ import {
   type ConsumerStart,
   type LastPerSubject,
 } from './consumer-state.js';
+import { finishRequest, idleHeartbeat, pullSize, SIZE_EXCEEDED, type PullRequest } from './consumer-pull.js';
 import { floorSeq, seqOf } from './partition-seq.js';
 import type { StreamView } from './stream-view.js';
 import { subjectMatches } from './subjects.js';
@@ -70,26 +71,6 @@ interface Pending {
   deadline: number;
   /** Record timestamp, ms. */
   ts: number;
-}
-
-export interface PullRequest {
-  /** Unified topic of the request's reply inbox. */
-  reply: string;
-  batch: number;
-  /** Bytes left (0: no limit). */
-  bytesLeft: number;
-  maxBytes: number;
-  /** ms since epoch; 0: no expiry. */
-  expiresAt: number;
-  noWait: boolean;
-  /** Idle heartbeat interval, ms (0: none). */
-  heartbeatMs: number;
-  nextHeartbeat: number;
-  delivered: number;
-  /** A push consumer's standing request (deliver_subject): never satisfied, never expires. */
-  push?: boolean;
-  /** Cluster mode: the broker that forwarded the request (its client's inbox is there); absent: this broker. */
-  origin?: number;
 }
 
 /** Bytes read from the stream per step. */
@@ -330,15 +311,7 @@ export class Consumer {
 
   /** Ends a request with a status (the client's fetch completes on it). */
   private finish(req: PullRequest, status: string, withPending: boolean): void {
-    const i = this.waiting.indexOf(req);
-    if (i >= 0) this.waiting.splice(i, 1);
-    const headers: Header[] = withPending
-      ? [
-          { key: 'Nats-Pending-Messages', value: Buffer.from(String(req.batch - req.delivered)) },
-          { key: 'Nats-Pending-Bytes', value: Buffer.from(String(req.maxBytes > 0 ? req.bytesLeft : 0)) },
-        ]
-      : [];
-    this.host.send(makeMessage(req.reply, Buffer.alloc(0), { headers, status }), req.origin);
+    finishRequest((m, to) => this.host.send(m, to), this.waiting, req, status, withPending);
   }
 
   /**
@@ -378,18 +351,9 @@ export class Consumer {
         this.finish(req, '408 Request Timeout', true);
       } else if (req.heartbeatMs > 0 && now >= req.nextHeartbeat) {
         req.nextHeartbeat = now + req.heartbeatMs;
-        this.host.send(
-          makeMessage(req.reply, Buffer.alloc(0), {
-            status: '100 Idle Heartbeat',
-            headers: [
-              { key: 'Nats-Last-Consumer', value: Buffer.from(String(this.cseq)) },
-              { key: 'Nats-Last-Stream', value: Buffer.from(String(this.lastDelivered)) },
-              // A flow-control request not answered (lost, or sent before the client listened): named again.
-              ...(req.push === true && this.flowOpen !== null ? [{ key: 'Nats-Consumer-Stalled', value: Buffer.from(this.flowOpen.subject) }] : []),
-            ],
-          }),
-          req.origin,
-        );
+        // A flow-control request not answered (lost, or sent before the client listened): named again.
+        const stalled = req.push === true && this.flowOpen !== null ? this.flowOpen.subject : undefined;
+        this.host.send(idleHeartbeat(req, this.cseq, this.lastDelivered, stalled), req.origin);
       }
     }
     if (this.waiting.length > 0 && !this.isPush) this.lastActive = now;
@@ -581,7 +545,7 @@ export class Consumer {
 
   private waitForData(): void {
     if (this.redeliver.length > 0) return;
-    if (this.config.ack_policy !== 'none' && this.pending.size >= (this.config.max_ack_pending ?? Infinity)) return;
+    if (this.ackPendingFull) return;
     // One wait per partition at a time: whichever partition grows first wakes the consumer.
     for (const pt of this.parts) {
       if (pt.waiting) continue;
@@ -617,7 +581,7 @@ export class Consumer {
         }
         return { seq, msg, redelivery: true };
       }
-      if (this.config.ack_policy !== 'none' && this.pending.size >= (this.config.max_ack_pending ?? Infinity)) return null;
+      if (this.ackPendingFull) return null;
       // The lowest stream sequence among the partitions' next messages (consumer-parts.ts).
       let best: Entry | null = null;
       for (const pt of this.parts) {
@@ -700,24 +664,25 @@ export class Consumer {
     let p = this.pending.get(seq);
     const { pt, local } = this.locate(seq);
     // Acks may have run between the read and now: what was taken meanwhile is not delivered.
-    if (redelivery) {
-      const i = this.redeliver.indexOf(seq);
-      if (p === undefined || i < 0) return;
-      this.redeliver.splice(i, 1);
-    } else {
-      if (local < pt.cursor || p !== undefined) return;
+    if (redelivery ? p === undefined || !this.redeliver.includes(seq) : local < pt.cursor || p !== undefined) return;
+    // After a restart: counted on from the stored count (1 when none was stored: delivered once).
+    const deliveries = p !== undefined ? p.deliveries + 1 : local <= pt.replayUpTo ? (this.rdc.get(seq) ?? 1) + 1 : 1;
+    // What is left once this one is delivered (the message itself is still counted now).
+    const pendingAfter = redelivery ? 0 : Math.max(0, this.numPending() - 1);
+    const ack = `$JS/ACK/${this.stream}/${this.name}/${deliveries}/${seq}/${this.cseq + 1}/${stored.timestamp}000000/${pendingAfter}`;
+    const size = pullSize(stored, ack);
+    // Not taken: the request ends (consumer-pull.ts), the message waits for the next one.
+    if (req.maxBytes > 0 && size > req.bytesLeft) return this.finish(req, SIZE_EXCEEDED, true);
+    if (redelivery) this.redeliver.splice(this.redeliver.indexOf(seq), 1);
+    else {
       pt.cursor = local + 1;
       if (pt.buffer[pt.bufAt]?.seq === seq) pt.bufAt++;
     }
     this.cseq++;
-    let deliveries: number;
     if (p !== undefined) {
-      p.deliveries++;
+      p.deliveries = deliveries;
       p.cseq = this.cseq;
-      deliveries = p.deliveries;
     } else {
-      // After a restart: counted on from the stored count (1 when none was stored: delivered once).
-      deliveries = local <= pt.replayUpTo ? (this.rdc.get(seq) ?? 1) + 1 : 1;
       p = { cseq: this.cseq, deliveries, deadline: 0, ts: stored.timestamp };
       if (this.config.ack_policy !== 'none') this.pending.set(seq, p);
       // Without acks a delivered message is done with (nats-server: interest and workqueue streams drop it).
@@ -732,8 +697,6 @@ export class Consumer {
       this.recent.push(seq);
       if (this.recent.length > 2 * RECENT) this.recent.splice(0, this.recent.length - RECENT);
     }
-    const pendingAfter = redelivery ? 0 : this.numPendingAfter();
-    const ack = `$JS/ACK/${this.stream}/${this.name}/${deliveries}/${seq}/${this.cseq}/${stored.timestamp}000000/${pendingAfter}`;
     const { topic: _t, retain: _r, deliverTopic: _d, guardTopic: _g, status: _s, origin: _o, ...rest } = stored;
     // The inbox is a topic like any other: only receivers allowed to read the stored message's own topic get it.
     const out: Message = { ...rest, topic: req.reply, deliverTopic: stored.topic, guardTopic: stored.topic, responseTopic: ack, retain: false, qos: 0 };
@@ -744,7 +707,7 @@ export class Consumer {
       delete out.natsHeaders;
     }
     req.delivered++;
-    if (req.maxBytes > 0) req.bytesLeft = Math.max(0, req.bytesLeft - stored.payload.length);
+    if (req.maxBytes > 0) req.bytesLeft -= size;
     if (req.heartbeatMs > 0) req.nextHeartbeat = now + req.heartbeatMs;
     if (req.delivered >= req.batch || (req.maxBytes > 0 && req.bytesLeft === 0)) {
       const i = this.waiting.indexOf(req);
@@ -754,6 +717,12 @@ export class Consumer {
     this.host.send(out, req.origin);
     if (req.push === true && this.flowControlled) this.flowCount(req, stored.payload.length);
     this.host.changed(this);
+  }
+
+  /** max_ack_pending deliveries wait for an ack (a negative one, which nats-server accepts, limits nothing). */
+  private get ackPendingFull(): boolean {
+    const max = this.config.max_ack_pending ?? -1;
+    return this.config.ack_policy !== 'none' && max > 0 && this.pending.size >= max;
   }
 
   private get flowControlled(): boolean {
@@ -782,10 +751,6 @@ export class Consumer {
     this.flowBytes = Math.max(0, this.flowBytes - open.bytes);
     this.lastActive = Date.now();
     this.pump();
-  }
-
-  private numPendingAfter(): number {
-    return this.numPending();
   }
 
   /** The consumer is deleted (or its stream): waiting requests are told, as nats-server does. */
@@ -817,7 +782,7 @@ const ACKED_PRUNE = 1024;
 /** Deliveries a consumer without acks of a multi-partition stream remembers for continuationFrom(). */
 const RECENT = 4096;
 
-export { consumedPartitions, DELIVERIES_KEY, PARTS_KEY, SINCE_KEY, type ConsumerStart, type LastPerSubject };
+export { consumedPartitions, DELIVERIES_KEY, PARTS_KEY, SINCE_KEY, type ConsumerStart, type LastPerSubject, type PullRequest };
 
 function insertSorted(a: number[], v: number): void {
   let i = a.length;
