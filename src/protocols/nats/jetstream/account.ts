@@ -20,7 +20,7 @@ import type { Message, StreamDef } from '../../../core/index.js';
 import { JsErr, type ApiError } from './errors.js';
 import { type AccountUsage, BAD_JSON, type JetStreamState, type Json, parseJson, typed } from './service-state.js';
 import type { StreamSpecFromJs } from './stream-info.js';
-import { jsOptions, storedSize, type StreamView } from './stream-view.js';
+import { API_STREAM_KEY, jsOptions, storedSize, type StreamView } from './stream-view.js';
 import { filterToSubject, subjectsCollide } from './subjects.js';
 
 /** nats-server's JetStreamAccountLimits as INFO reports them (-1: none). */
@@ -37,11 +37,8 @@ export interface AccountLimits {
 /** nats-server's JsDefaultMaxAckPending: a consumer's max_ack_pending when it asks for none. */
 const DEFAULT_MAX_ACK_PENDING = 1000;
 
-/**
- * Marks a stream made through the JetStream API, with the namespace of who made it (its account): only such
- * streams' subjects may not overlap (overlapRefusal).
- */
-export const API_STREAM_KEY = 'nats.api';
+/** Marks a stream made through the JetStream API (stream-view.ts), with the namespace of who made it. */
+export { API_STREAM_KEY };
 
 /** The namespace a request comes from. */
 export function namespaceOf(access: Access | null): string {

@@ -23,7 +23,7 @@ import type { ConsumerConfig } from './config.js';
 import { Consumer, consumedPartitions, type ConsumerHost } from './consumer.js';
 import type { ApiError } from './errors.js';
 import { SubjectTally } from './subject-tally.js';
-import { jsOptions, MAX_DELETE_RULES, needsView, StreamView, type DeleteRule } from './stream-view.js';
+import { ageLimitMs, jsOptions, MAX_DELETE_RULES, needsView, StreamView, type DeleteRule } from './stream-view.js';
 import { consumedBy, trimConsumed, workqueueLegacy } from './retention.js';
 import { SourceCopier } from './sources.js';
 import { Republisher } from './republish.js';
@@ -271,6 +271,7 @@ export abstract class JetStreamState implements ConsumerHost {
     const now = Date.now();
     if (now - this.lastSlowTick >= 1000) {
       this.lastSlowTick = now;
+      this.expireAged();
       this.trimStreams();
       this.syncSources();
       // Cluster mode: another broker may have sealed a stream or set its max_msg_size.
@@ -397,6 +398,25 @@ export abstract class JetStreamState implements ConsumerHost {
   consumed(c: Consumer, seq: number): void {
     const v = this.views.get(c.stream);
     if (v !== undefined && v.opts.retention !== 'limits') v.recheck(seq);
+  }
+
+  /**
+   * Streams with a per-message max_age (stream-view.ts ageLimitMs): their views drop the aged messages, and the log
+   * start moves past them, so Kafka readers of the stream lose them too (once a second: by the owner of the stream's
+   * partition in cluster mode; other brokers' views expire them as they read).
+   */
+  private expireAged(): void {
+    for (const d of this.engine.listStreams()) {
+      const name = d.name;
+      if (ageLimitMs(d) <= 0 || this.trimming.has(name) || !this.copiesHere(name)) continue;
+      const v = this.viewOf(name);
+      if (v === null) continue;
+      this.trimming.add(name);
+      v.catchUp()
+        .then(() => trimConsumed(this.engine, name, v))
+        .catch((err: unknown) => this.logLimit.log('warn', `jetstream-age|${name}`, { err, stream: name }, 'JetStream aged messages not trimmed'))
+        .finally(() => this.trimming.delete(name));
+    }
   }
 
   /** Deletes from the log what no consumer of a workqueue or interest stream needs (retention.ts), one at a time. */

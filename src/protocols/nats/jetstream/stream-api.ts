@@ -226,7 +226,10 @@ function updateRefusal(old: JsStreamOptions, spec: StreamSpecFromJs): ApiError |
   if (old.denyDelete && !o.denyDelete) return no('cancel deny message deletes');
   if (old.denyPurge && !o.denyPurge) return no('cancel deny purge');
   if (o.sealed) {
-    spec.options = { ...o, discardNew: true, denyDelete: true, denyPurge: true, allowRollup: false };
+    // What the seal turns off still holds for what the stream has (its view replays the log as before).
+    const sealedRollup = old.sealedRollup || old.allowRollup;
+    const sealedDiscardOld = old.sealedDiscardOld || (!old.discardNew && (old.maxMsgs > 0 || old.maxBytes > 0));
+    spec.options = { ...o, discardNew: true, denyDelete: true, denyPurge: true, allowRollup: false, sealedRollup, sealedDiscardOld };
     spec.retentionMs = null;
   }
   return null;

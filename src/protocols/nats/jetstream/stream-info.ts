@@ -7,11 +7,13 @@ import { JsErr, type ApiError } from './errors.js';
 import { seqOf } from './partition-seq.js';
 import { filterToSubject, isValidApiName, subjectToFilter } from './subjects.js';
 import { parseRepublish } from './republish.js';
-import { jsOptions, mirrorBinding, type JsStreamOptions, type SourceSpec, type StreamView } from './stream-view.js';
+import { jsOptions, mirrorBinding, type JsStreamSettings, type SourceSpec, type StreamView } from './stream-view.js';
 
 /** Go's zero time, which nats-server reports for "no message". */
 export const ZERO_TIME = '0001-01-01T00:00:00Z';
 export const DEFAULT_DUPLICATE_WINDOW_NS = 120e9;
+/** What nats-server 2.9's file store reports as first_ts once its messages were removed one by one. */
+export const UNIX_ZERO_TIME = '1970-01-01T00:00:00Z';
 
 export function streamSubjects(def: StreamDef): string[] {
   return def.bindings.map(filterToSubject);
@@ -70,7 +72,7 @@ async function timestampAt(engine: Engine, stream: string, offset: number, parti
 export async function streamState(engine: Engine, def: StreamDef, consumers: number, view: StreamView | null = null): Promise<Record<string, unknown>> {
   if (view !== null) {
     // Deleted messages are gaps (stream-view.ts): counted from the view, first_seq the first live one.
-    const { highWatermark } = engine.offsets(def.name, 0);
+    const { logStartOffset, highWatermark } = engine.offsets(def.name, 0);
     const first = view.firstSeq;
     const live = view.bySeq.size;
     const base = first > 0 ? first : highWatermark + 1;
@@ -78,7 +80,9 @@ export async function streamState(engine: Engine, def: StreamDef, consumers: num
       messages: live,
       bytes: view.bytes,
       first_seq: highWatermark === 0 ? 0 : base,
-      first_ts: live > 0 ? await timestampAt(engine, def.name, first - 1) : ZERO_TIME,
+      // Emptied message by message (deletes, max_age) nats-server's file store reads the zero Unix time; a purge of
+      // the whole stream (the log start at its end) Go's zero time.
+      first_ts: live > 0 ? await timestampAt(engine, def.name, first - 1) : logStartOffset < highWatermark ? UNIX_ZERO_TIME : ZERO_TIME,
       last_seq: highWatermark,
       last_ts: highWatermark > 0 ? await timestampAt(engine, def.name, highWatermark - 1) : ZERO_TIME,
       ...(highWatermark + 1 - base - live > 0 ? { num_deleted: highWatermark + 1 - base - live } : {}),
@@ -135,7 +139,7 @@ async function partitionedEnds(engine: Engine, def: StreamDef): Promise<Record<s
 
 export interface StreamSpecFromJs {
   /** The options kept in the stream's `nats.*` configs (stream-view.ts). */
-  options: Omit<JsStreamOptions, 'rules'>;
+  options: JsStreamSettings;
   name: string;
   bindings: string[];
   /** num_replicas as asked (0 is 1): more than one needs a cluster (stream-api.ts). */
@@ -275,6 +279,8 @@ export function parseStreamConfig(raw: unknown, subjectName: string): StreamSpec
       retention,
       maxMsgSize: maxMsgSize === 0 ? -1 : maxMsgSize,
       sealed: flags.sealed,
+      sealedRollup: false,
+      sealedDiscardOld: false,
       mirror,
       sources,
       description,

@@ -19,6 +19,11 @@
  * not live; sequences stay where they were (a deleted message is a gap, as in nats-server). A purge of the whole
  * stream still moves the log start (the log deletes those records). Streams without limits, rollups or rules have no
  * view and are read as before. Its memory is a map entry per live message.
+ *
+ * `max_age` of a one-partition stream made through the JetStream API is applied per message, as nats-server expires
+ * them (one by one, oldest first, once `timestamp <= now - max_age`): the view keeps each live message's timestamp and
+ * expire() removes the aged ones (at each catch-up, and on the service's once-a-second tick, which then moves the
+ * log start past them: service-state.ts expireAged). Other streams keep the log's retention by whole segments.
  */
 import { decodeBatch, dotsToUnified, recordToMessage, type Engine, type Message, type StreamDef } from '../../../core/index.js';
 import { subjectMatches, subjectToFilter } from './subjects.js';
@@ -51,6 +56,12 @@ export interface DeleteRule {
   purge?: { filter?: string; keep?: number; below?: number };
 }
 
+/**
+ * Marks a stream made through the JetStream API, with the namespace of who made it (its account): only such
+ * streams' subjects may not overlap (account.ts overlapRefusal), and only their max_age is per message.
+ */
+export const API_STREAM_KEY = 'nats.api';
+
 /** The JetStream stream options FlowMQ keeps in the stream's configs (`nats.*`). */
 export interface JsStreamOptions {
   /** Stream limits on live messages and their bytes (-1: none): the oldest go (discard old) or publishes are refused. */
@@ -74,6 +85,12 @@ export interface JsStreamOptions {
   maxMsgSize: number;
   /** No more writes, deletes or purges (nats-server's sealed stream). */
   sealed: boolean;
+  /**
+   * A sealed stream's log is replayed as before its seal (which turns rollups and discard old off): its rollups and
+   * its oldest messages over max_msgs / max_bytes stay removed (`nats.sealed_replay`).
+   */
+  sealedRollup: boolean;
+  sealedDiscardOld: boolean;
   /** The stream mirrors this one (sources.ts), or copies from these; null / empty: none. */
   mirror: SourceSpec | null;
   sources: SourceSpec[];
@@ -89,7 +106,12 @@ export interface JsStreamOptions {
   /** JetStream publishes get no PubAck (nats-server's no_ack). */
   noAck: boolean;
   rules: DeleteRule[];
+  /** max_age applied per message by the view (ageLimitMs), 0: none. Derived from the definition, never stored. */
+  maxAgeMs: number;
 }
+
+/** The options a STREAM.CREATE / UPDATE sets (the rest are derived or kept by the service). */
+export type JsStreamSettings = Omit<JsStreamOptions, 'rules' | 'maxAgeMs'>;
 
 export type Retention = 'limits' | 'workqueue' | 'interest';
 
@@ -108,6 +130,7 @@ export function jsOptions(def: StreamDef): JsStreamOptions {
     }
   }
   const n = Number(c['nats.max_msgs_per_subject'] ?? -1);
+  const replay = (c['nats.sealed_replay'] ?? '').split(',');
   const limit = (k: string): number => {
     const v = Number(c[k] ?? -1);
     return Number.isSafeInteger(v) && v > 0 ? v : -1;
@@ -127,6 +150,8 @@ export function jsOptions(def: StreamDef): JsStreamOptions {
     maxMsgSize:
       Number.isSafeInteger(Number(c['nats.max_msg_size'] ?? -1)) && Number(c['nats.max_msg_size'] ?? -1) !== 0 ? Number(c['nats.max_msg_size'] ?? -1) : -1,
     sealed: c['nats.sealed'] === 'true',
+    sealedRollup: replay.includes('rollup'),
+    sealedDiscardOld: replay.includes('discard_old'),
     mirror: parseSpecs(c['nats.mirror'])[0] ?? null,
     sources: parseSpecs(c['nats.sources']),
     description: c['nats.description'] ?? '',
@@ -134,11 +159,21 @@ export function jsOptions(def: StreamDef): JsStreamOptions {
     republish: parseRepublishConfig(c['nats.republish']),
     noAck: c['nats.no_ack'] === 'true',
     rules,
+    maxAgeMs: ageLimitMs(def),
   };
 }
 
+/**
+ * The max_age the view applies per message: a one-partition stream made through the JetStream API (a stream grown
+ * by Kafka, or made by another protocol, keeps the log's retention by segments); 0: none.
+ */
+export function ageLimitMs(def: StreamDef): number {
+  const r = def.retentionMs;
+  return r !== null && r > 0 && def.partitions === 1 && def.configs?.[API_STREAM_KEY] !== undefined ? r : 0;
+}
+
 /** The `nats.*` configs of a stream with these options (the others of `configs` are kept by the caller). */
-export function optionConfigs(o: Omit<JsStreamOptions, 'rules'>, rules: DeleteRule[]): Record<string, string> {
+export function optionConfigs(o: JsStreamSettings, rules: DeleteRule[]): Record<string, string> {
   const out: Record<string, string> = {};
   if (o.maxMsgs > 0) out['nats.max_msgs'] = String(o.maxMsgs);
   if (o.maxBytes > 0) out['nats.max_bytes'] = String(o.maxBytes);
@@ -153,6 +188,8 @@ export function optionConfigs(o: Omit<JsStreamOptions, 'rules'>, rules: DeleteRu
   if (o.retention !== 'limits') out['nats.retention'] = o.retention;
   if (o.maxMsgSize !== -1) out['nats.max_msg_size'] = String(o.maxMsgSize);
   if (o.sealed) out['nats.sealed'] = 'true';
+  const replay = [...(o.sealedRollup ? ['rollup'] : []), ...(o.sealedDiscardOld ? ['discard_old'] : [])];
+  if (replay.length > 0) out['nats.sealed_replay'] = replay.join(',');
   if (o.mirror !== null) out['nats.mirror'] = JSON.stringify(o.mirror);
   if (o.sources.length > 0) out['nats.sources'] = JSON.stringify(o.sources);
   if (o.description !== '') out['nats.description'] = o.description;
@@ -186,7 +223,17 @@ function parseSpecs(text: string | undefined): SourceSpec[] {
 }
 
 export function needsView(o: JsStreamOptions): boolean {
-  return o.maxMsgs > 0 || o.maxBytes > 0 || o.maxMsgsPerSubject > 0 || o.allowRollup || o.rules.length > 0 || o.retention !== 'limits' || o.mirror !== null;
+  return (
+    o.maxMsgs > 0 ||
+    o.maxBytes > 0 ||
+    o.maxMsgsPerSubject > 0 ||
+    o.allowRollup ||
+    o.sealedRollup ||
+    o.rules.length > 0 ||
+    o.retention !== 'limits' ||
+    o.mirror !== null ||
+    o.maxAgeMs > 0
+  );
 }
 
 /**
@@ -224,6 +271,8 @@ export class StreamView {
   /** Live sequences to their stored size, and the sum (state.bytes, max_bytes). */
   private readonly sizes = new Map<number, number>();
   bytes = 0;
+  /** Streams with max_age (opts.maxAgeMs): live sequences to their timestamp (ms), ascending by sequence. */
+  private readonly stamps = new Map<number, number>();
   /** Messages of the log applied: sequences 1..scanned. */
   scanned = 0;
   private nextRule = 0;
@@ -372,6 +421,7 @@ export class StreamView {
     while (this.running !== null) await this.running;
     if (this.scanned >= this.engine.offsets(this.def.name, 0).highWatermark) {
       this.prune();
+      this.expire(Date.now());
       return;
     }
     this.running = this.scan().finally(() => (this.running = null));
@@ -400,8 +450,9 @@ export class StreamView {
             continue;
           }
           let rollup: string | undefined;
-          if (this.opts.allowRollup) for (const h of m.headers) if (h.key === 'Nats-Rollup') rollup = h.value?.toString('utf8').toLowerCase();
-          this.add(seq, m.topic, rollup, storedSize(m.topic.length, headerBlockLength(m), m.payload.length, this.opts.memory));
+          if (this.opts.allowRollup || this.opts.sealedRollup)
+            for (const h of m.headers) if (h.key === 'Nats-Rollup') rollup = h.value?.toString('utf8').toLowerCase();
+          this.add(seq, m.topic, rollup, storedSize(m.topic.length, headerBlockLength(m), m.payload.length, this.opts.memory), m.timestamp);
           this.scanned = seq;
           progressed = true;
         }
@@ -411,6 +462,25 @@ export class StreamView {
     }
     this.applyRules(this.scanned);
     this.prune();
+    this.expire(Date.now());
+  }
+
+  /**
+   * Removes the messages older than max_age (none without it), oldest first, as nats-server's expireMsgs: it stops at
+   * the first live message that has not aged (timestamps follow sequences, but for a Kafka producer's own). Returns
+   * how many it removed.
+   */
+  expire(now: number): number {
+    const age = this.opts.maxAgeMs;
+    if (age <= 0) return 0;
+    const cutoff = now - age;
+    let n = 0;
+    for (const [seq, ts] of this.stamps) {
+      if (ts > cutoff) break;
+      if (this.remove(seq)) n++;
+      else this.stamps.delete(seq);
+    }
+    return n;
   }
 
   private applyRules(upTo: number): void {
@@ -429,11 +499,12 @@ export class StreamView {
     }
   }
 
-  private add(seq: number, topic: string, rollup: string | undefined, size: number): void {
+  private add(seq: number, topic: string, rollup: string | undefined, size: number, timestamp: number): void {
     if (rollup === 'all') {
       this.bySeq.clear();
       this.bySubject.clear();
       this.sizes.clear();
+      this.stamps.clear();
       this.bytes = 0;
       this.tree.fill(0);
     } else if (rollup === 'sub') {
@@ -444,13 +515,14 @@ export class StreamView {
     this.bump(seq, 1);
     this.sizes.set(seq, size);
     this.bytes += size;
+    if (this.opts.maxAgeMs > 0) this.stamps.set(seq, timestamp);
     let l = this.bySubject.get(topic);
     if (l === undefined) this.bySubject.set(topic, (l = []));
     l.push(seq);
     const max = this.opts.maxMsgsPerSubject;
     while (max > 0 && l.length > max) this.drop(l.shift()!);
     // Discard old: the oldest messages go while the stream is over a limit (discard new refuses the publish instead).
-    if (!this.opts.discardNew) {
+    if (!this.opts.discardNew || this.opts.sealedDiscardOld) {
       const { maxMsgs, maxBytes } = this.opts;
       while ((maxMsgs > 0 && this.bySeq.size > maxMsgs) || (maxBytes > 0 && this.bytes > maxBytes && this.bySeq.size > 1)) this.remove(this.firstSeq);
     }
@@ -464,6 +536,7 @@ export class StreamView {
     this.bump(seq, -1);
     this.bytes -= this.sizes.get(seq) ?? 0;
     this.sizes.delete(seq);
+    this.stamps.delete(seq);
   }
 
   remove(seq: number): boolean {
