@@ -537,6 +537,8 @@ export class Directory implements UserStore {
     if (name === DEFAULT_NAMESPACE) throw new FlowError('INVALID_ARGUMENT', 'the default namespace cannot be deleted');
     const used = [...this.users.values()].filter((u) => u.info.namespace === name).length;
     if (used > 0) throw new FlowError('INVALID_ARGUMENT', `namespace "${name}" still has ${used} user(s)`);
+    const scoped = this.policies.defs().filter((p) => p.namespace === name).length;
+    if (scoped > 0) throw new FlowError('INVALID_ARGUMENT', `namespace "${name}" still has ${scoped} policy(ies) scoped to it`);
     if (!(await this.opts.store.deleteControl('namespace', name))) throw new FlowError('NOT_FOUND', `namespace "${name}" does not exist`);
     await this.changed();
   }

@@ -24,6 +24,8 @@
  *   id             transactional.id)                          transactional produce), describe (Describe/ListTransactions)
  *   cluster        `*` (the broker itself)                    create (Kafka CreateTopics' cluster check), describe,
  *                                                             alter, admin (users, policies, namespaces, tokens)
+ *   namespace      namespace names                            admin: administer that namespace only (its users,
+ *                                                             policies, streams, queues... in the admin API)
  *   routing-key    `<exchange>:<routing key>` of an AMQP      publish (basic.publish to the exchange), subscribe
  *                  topic exchange (RabbitMQ's topic           (queue.bind/unbind, exchange.bind/unbind from it)
  *                  permissions); checked for denials only:
@@ -42,14 +44,24 @@
  * permissions become deny policies of this kind (a write regex W: deny publish on `routing-key:<x>:!~W`).
  * `*:*` is everything.
  * Principals are `user:NAME`, `group:NAME` or `everyone` (every client, anonymous ones included).
+ *
+ * A policy may be scoped to a namespace (`namespace: "t1"`, what a namespace administrator writes): it applies only
+ * to principals of that namespace, names their resources as they see them, and never reaches the kinds `cluster` and
+ * `namespace` (it cannot name them, and its `*:*` stops short of them), so nothing written inside a namespace grants
+ * or takes away anything outside it. In mode `auto` the default of a namespace's principals turns to deny once a
+ * policy applies to that namespace (an unscoped one, or one scoped to it): a tenant's first policy does not lock out
+ * the other tenants.
  */
 import { FlowError } from '../core/index.js';
 
 export const ACTIONS = ['publish', 'subscribe', 'create', 'delete', 'describe', 'alter', 'admin', 'respond'] as const;
 export type Action = (typeof ACTIONS)[number];
 
-export const RESOURCE_KINDS = ['topic', 'stream', 'queue', 'exchange', 'group', 'transactional-id', 'cluster', 'routing-key'] as const;
+export const RESOURCE_KINDS = ['topic', 'stream', 'queue', 'exchange', 'group', 'transactional-id', 'cluster', 'routing-key', 'namespace'] as const;
 export type ResourceKind = (typeof RESOURCE_KINDS)[number];
+
+/** Kinds a policy scoped to a namespace never reaches: what lies outside every namespace, or names them. */
+export const GLOBAL_KINDS: readonly ResourceKind[] = ['cluster', 'namespace'];
 
 /** The group whose members every policy check allows. */
 export const ADMIN_GROUP = 'admins';
@@ -66,6 +78,8 @@ export interface PolicyDef {
   /** `user:NAME`, `group:NAME`, `everyone`. */
   readonly principals: readonly string[];
   readonly description?: string;
+  /** The namespace it is scoped to (see the module comment); absent: every namespace, and the broker itself. */
+  readonly namespace?: string;
   /** Where it came from: `api` (admin API / CLI), `kafka-acl` (CreateAcls), `file` (seed file). */
   readonly source?: string;
   readonly createdAt: number;
@@ -164,6 +178,8 @@ interface CompiledPolicy {
   everyone: boolean;
   users: Set<string>;
   groups: Set<string>;
+  /** The namespace it is scoped to, or null. */
+  namespace: string | null;
 }
 
 /** Validates a policy definition, throwing INVALID_ARGUMENT naming the bad part; returns it normalised. */
@@ -188,6 +204,17 @@ export function validatePolicy(def: PolicyDef): PolicyDef {
   }
   for (const r of def.resources) parseResource(r);
   for (const p of def.principals) parsePrincipal(p);
+  if (def.namespace !== undefined) {
+    if (typeof def.namespace !== 'string' || !/^[A-Za-z0-9._@-]{1,64}$/.test(def.namespace)) {
+      throw new FlowError('INVALID_ARGUMENT', 'policy namespace must be a namespace name');
+    }
+    for (const r of def.resources) {
+      const kind = r.slice(0, r.indexOf(':'));
+      if ((GLOBAL_KINDS as readonly string[]).includes(kind)) {
+        throw new FlowError('INVALID_ARGUMENT', `resource "${r}": a policy scoped to a namespace cannot name the kinds ${GLOBAL_KINDS.join(' and ')}`);
+      }
+    }
+  }
   return def;
 }
 
@@ -273,6 +300,7 @@ function compile(def: PolicyDef): CompiledPolicy {
     everyone: false,
     users: new Set(),
     groups: new Set(),
+    namespace: def.namespace ?? null,
   };
   for (const p of def.principals) {
     const x = parsePrincipal(p);
@@ -349,6 +377,9 @@ export class PolicySet {
   readonly defaultAllow: boolean;
   /** The resource kinds deny policies name (`*` for `*:*`): denies() of another kind is false without a scan. */
   private readonly denyKinds = new Set<string>();
+  /** Policies scoped to no namespace, and the namespaces some policy is scoped to (mode `auto`'s default). */
+  private readonly unscoped: number;
+  private readonly scopedTo = new Set<string>();
 
   constructor(
     defs: readonly PolicyDef[],
@@ -357,6 +388,14 @@ export class PolicySet {
     this.compiled = defs.map(compile);
     for (const c of this.compiled) if (!c.allow) for (const r of c.resources) this.denyKinds.add(r.kind);
     this.defaultAllow = mode === 'allow' || (mode === 'auto' && defs.length === 0);
+    this.unscoped = this.compiled.filter((c) => c.namespace === null).length;
+    for (const c of this.compiled) if (c.namespace !== null) this.scopedTo.add(c.namespace);
+  }
+
+  /** What no policy decides for `p`: in mode `auto`, allow while no policy applies to p's namespace. */
+  private defaultFor(p: Principal): boolean {
+    if (this.mode !== 'auto') return this.defaultAllow;
+    return this.unscoped === 0 && !this.scopedTo.has(p.namespace);
   }
 
   get size(): number {
@@ -370,6 +409,7 @@ export class PolicySet {
 
   private applies(c: CompiledPolicy, p: Principal, action: Action): boolean {
     if (c.actions !== null && !c.actions.has(action)) return false;
+    if (c.namespace !== null && c.namespace !== p.namespace) return false;
     if (c.everyone) return true;
     if (p.user !== null && c.users.has(p.user)) return true;
     for (const g of p.groups) if (c.groups.has(g)) return true;
@@ -383,8 +423,13 @@ export class PolicySet {
    */
   grantsAny(p: Principal): boolean {
     if (p.removed === true) return false;
-    if (p.groups.includes(ADMIN_GROUP) || this.defaultAllow) return true;
-    return this.compiled.some((c) => c.allow && (c.everyone || (p.user !== null && c.users.has(p.user)) || p.groups.some((g) => c.groups.has(g))));
+    if (p.groups.includes(ADMIN_GROUP) || this.defaultFor(p)) return true;
+    return this.compiled.some(
+      (c) =>
+        c.allow &&
+        (c.namespace === null || c.namespace === p.namespace) &&
+        (c.everyone || (p.user !== null && c.users.has(p.user)) || p.groups.some((g) => c.groups.has(g))),
+    );
   }
 
   /** The decision for one request on one named resource (a topic name for kind topic). */
@@ -393,9 +438,11 @@ export class PolicySet {
     if (p.groups.includes(ADMIN_GROUP)) return true;
     let allowed = false;
     let levels: string[] | undefined;
+    const global = (GLOBAL_KINDS as readonly string[]).includes(kind);
     for (const c of this.compiled) {
       if (!this.applies(c, p, action)) continue;
       if (allowed && c.allow) continue;
+      if (global && c.namespace !== null) continue;
       for (const r of c.resources) {
         if (r.kind !== '*' && r.kind !== kind) continue;
         let hit: boolean;
@@ -409,7 +456,7 @@ export class PolicySet {
       }
     }
     // A matching deny returned above, so what is left is the allows or the default.
-    return allowed || this.defaultAllow;
+    return allowed || this.defaultFor(p);
   }
 
   /**
@@ -420,8 +467,10 @@ export class PolicySet {
     if (p.removed === true) return true;
     if (!this.mayDeny(kind)) return false;
     if (p.groups.includes(ADMIN_GROUP)) return false;
+    const global = (GLOBAL_KINDS as readonly string[]).includes(kind);
     for (const c of this.compiled) {
       if (c.allow || !this.applies(c, p, action)) continue;
+      if (global && c.namespace !== null) continue;
       for (const r of c.resources) {
         if (r.kind === '*') return true;
         if (r.kind === kind && kind !== 'topic' && nameMatches(r, kind, name, p.user)) return true;
@@ -444,7 +493,7 @@ export class PolicySet {
     if (p.removed === true) return 'deny';
     if (p.groups.includes(ADMIN_GROUP)) return 'allow';
     const s = filter.split('/');
-    let covered = this.defaultAllow;
+    let covered = this.defaultFor(p);
     let partial = false;
     let denyPartial = false;
     for (const c of this.compiled) {

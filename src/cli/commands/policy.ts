@@ -3,7 +3,8 @@
  * deny wins. From flags:
  *   flowmq policy add sensors-read --allow --action subscribe --resource 'topic:sensors/#' --principal group:ops
  * or from a JSON file (`--file policy.json`, `-` for stdin) holding {name?, effect, actions, resources,
- * principals, description?}.
+ * principals, namespace?, description?}. `--namespace NS` scopes it to a namespace (it applies to that namespace's
+ * principals only): what a namespace administrator (`--resource namespace:NS --action admin`) must give.
  */
 import { readFileSync } from 'node:fs';
 import { seg } from '../client.js';
@@ -16,6 +17,7 @@ interface PolicyView {
   actions: string[];
   resources: string[];
   principals: string[];
+  namespace?: string | null;
   description?: string;
   source?: string;
   createdAt?: number | string;
@@ -38,7 +40,9 @@ function fromFlags(ctx: Ctx, name: string | undefined): Record<string, unknown> 
     const p: Record<string, unknown> = { name: name ?? d.name };
     if (typeof p.name !== 'string') throw new UsageError('the policy needs a name: give NAME or "name" in the file');
     // What `policy show --json` prints may come back: the fields the broker keeps itself (source, createdAt) go.
-    for (const k of ['effect', 'actions', 'resources', 'principals', 'description']) if (d[k] !== undefined && d[k] !== null) p[k] = d[k];
+    for (const k of ['effect', 'actions', 'resources', 'principals', 'namespace', 'description']) if (d[k] !== undefined && d[k] !== null) p[k] = d[k];
+    const ns = ctx.str('namespace');
+    if (ns !== undefined) p.namespace = ns;
     return p;
   }
   if (name === undefined) throw new UsageError('a policy needs a NAME');
@@ -51,7 +55,16 @@ function fromFlags(ctx: Ctx, name: string | undefined): Record<string, unknown> 
   if (!actions || !resources || !principals)
     throw new UsageError('a policy needs --action, --resource and --principal (each may repeat or list several, comma-separated)');
   const description = ctx.str('description');
-  return { name, effect: allow ? 'allow' : 'deny', actions, resources, principals, ...(description ? { description } : {}) };
+  const namespace = ctx.str('namespace');
+  return {
+    name,
+    effect: allow ? 'allow' : 'deny',
+    actions,
+    resources,
+    principals,
+    ...(namespace !== undefined ? { namespace } : {}),
+    ...(description ? { description } : {}),
+  };
 }
 
 const ADD_OPTIONS = {
@@ -61,6 +74,7 @@ const ADD_OPTIONS = {
   resource: { type: 'string', multiple: true, short: 'r' },
   principal: { type: 'string', multiple: true, short: 'p' },
   description: { type: 'string', short: 'd' },
+  namespace: { type: 'string' },
   file: { type: 'string', short: 'f' },
   replace: { type: 'boolean' },
 } as const;
@@ -72,6 +86,7 @@ const policyText = (p: PolicyView) =>
     ['actions', p.actions.join(', ')],
     ['resources', p.resources.join(', ')],
     ['principals', p.principals.join(', ')],
+    ['namespace', p.namespace ?? '(all)'],
     ['description', p.description],
     ['source', p.source],
     ['created', fmtTime(p.createdAt)],
@@ -84,8 +99,9 @@ export const policyCommand: CommandGroup = {
   subs: {
     add: {
       usage:
-        'NAME (--allow|--deny) --action A[,A] --resource KIND:PATTERN --principal user:X|group:X|everyone [--description TEXT] [--replace] | [NAME] --file policy.json',
-      summary: 'add a policy (--replace: replace the one of that name); e.g. --allow --action publish --resource "topic:sensors/#" --principal group:devices',
+        'NAME (--allow|--deny) --action A[,A] --resource KIND:PATTERN --principal user:X|group:X|everyone [--namespace NS] [--description TEXT] [--replace] | [NAME] --file policy.json',
+      summary:
+        'add a policy (--replace: replace the one of that name; --namespace: scoped to that namespace\'s principals, what a namespace admin gives); e.g. --allow --action publish --resource "topic:sensors/#" --principal group:devices',
       args: [0, 1],
       options: ADD_OPTIONS,
       async run(ctx) {
@@ -103,15 +119,18 @@ export const policyCommand: CommandGroup = {
       },
     },
     list: {
-      usage: '',
-      summary: 'list policies',
+      usage: '[--namespace NS]',
+      summary: 'list policies (those the caller administers; --namespace: only those scoped to NS)',
+      options: { namespace: { type: 'string' } },
       async run(ctx) {
-        const ps = await (await ctx.api()).list<PolicyView>('/api/v1/policies');
+        const ns = ctx.str('namespace');
+        const ps = await (await ctx.api()).list<PolicyView>('/api/v1/policies', { namespace: ns });
         ctx.print(ps, () =>
           itemsTable(
             ps,
             [
               ['NAME', (p) => p.name],
+              ['NAMESPACE', (p) => p.namespace ?? '*'],
               ['EFFECT', (p) => p.effect],
               ['ACTIONS', (p) => p.actions],
               ['RESOURCES', (p) => p.resources.join(' ')],

@@ -3,7 +3,7 @@
  * authorization check, pagination, and the request decorations the authentication hook sets.
  */
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import { FlowError, isFlowError } from '../../core/index.js';
+import { DEFAULT_NAMESPACE, FlowError, isFlowError, namespaceNames, splitName, splitStreamName, splitTopic } from '../../core/index.js';
 import type { Action, Principal, ResourceKind } from '../policy.js';
 import type { AccessControl } from '../access.js';
 
@@ -60,19 +60,96 @@ export function authOf(req: FastifyRequest): AuthState {
   return req.auth;
 }
 
+/**
+ * The namespaces the caller administers: `all` for a global administrator (`admin cluster:*`), else those an
+ * `admin namespace:<name>` allow names (empty for a plain user). Read once per request.
+ */
+export type AdminScope = 'all' | ReadonlySet<string>;
+const scopes = new WeakMap<FastifyRequest, AdminScope>();
+
+export function adminScope(access: AccessControl, req: FastifyRequest): AdminScope {
+  let s = scopes.get(req);
+  if (s !== undefined) return s;
+  const a = authOf(req);
+  s = a.via === 'bootstrap' ? 'all' : principalScope(access, a.principal.expiresAt !== undefined ? a.principal : access.principal(a.principal.user));
+  scopes.set(req, s);
+  return s;
+}
+
+/** The namespaces a principal administers (adminScope without a request: the dashboard's login answer). */
+export function principalScope(access: AccessControl, p: Principal): AdminScope {
+  if (access.allows(p, 'admin', 'cluster', '*')) return 'all';
+  const set = new Set<string>();
+  for (const n of access.directory.listNamespaces()) if (access.allows(p, 'admin', 'namespace', n.name)) set.add(n.name);
+  return set;
+}
+
+/** Whether the caller administers namespace `ns` (a global administrator administers every one). */
+export function administers(access: AccessControl, req: FastifyRequest, ns: string): boolean {
+  const s = adminScope(access, req);
+  return s === 'all' || s.has(ns);
+}
+
+/** A namespace administrator: administers some namespaces, not the broker. */
+export function namespaceAdmin(access: AccessControl, req: FastifyRequest): boolean {
+  const s = adminScope(access, req);
+  return s !== 'all' && s.size > 0;
+}
+
+/** The kinds whose admin API objects belong to a namespace by their internal name, and their 404 wording. */
+const NAMESPACED: Partial<Record<ResourceKind, string>> = { stream: 'stream', queue: 'queue', exchange: 'exchange', group: 'consumer group' };
+
+/** The namespace an internal name of `kind` belongs to (null: the kind is no namespace's). */
+export function namespaceOf(kind: ResourceKind, name: string): string | null {
+  if (kind === 'stream') return splitStreamName(name).namespace;
+  if (kind === 'queue' || kind === 'exchange' || kind === 'group' || kind === 'topic') return splitName(name).namespace;
+  return null;
+}
+
+/**
+ * What decides on `kind:name` (an internal name) for the caller: `allow` (the object is in a namespace it
+ * administers: everything is allowed there), `hide` (the object is of a namespace neither its own nor administered
+ * by it: answered as absent, no existence leak), or `{ check }`: the policies decide, on the name as the caller's
+ * namespace writes it (policies name a tenant's objects unqualified, docs/namespaces.md). A global administrator's
+ * requests, and kinds no namespace owns, are checked as they come.
+ */
+function scoped(access: AccessControl, req: FastifyRequest, kind: ResourceKind, name: string): 'allow' | 'hide' | { check: string } {
+  if (NAMESPACED[kind] === undefined && kind !== 'topic') return { check: name };
+  const s = adminScope(access, req);
+  if (s === 'all') return { check: name };
+  const ns = namespaceOf(kind, name)!;
+  if (s.has(ns)) return 'allow';
+  if (ns !== authOf(req).principal.namespace) return 'hide';
+  return { check: kind === 'stream' ? splitStreamName(name).name : kind === 'topic' ? splitTopic(name).topic : splitName(name).name };
+}
+
+/** A tenant's view of names (its streams' feeding filters are judged unqualified); null for `default`. */
+function tenantNames(ns: string) {
+  return ns === DEFAULT_NAMESPACE ? null : namespaceNames(ns);
+}
+
 /** Whether the request's principal may do `action` on `kind:name` (no log line: for filtering lists). */
 export function may(access: AccessControl, req: FastifyRequest, action: Action, kind: ResourceKind, name: string): boolean {
   const a = authOf(req);
   if (a.via === 'bootstrap') return true;
+  const v = scoped(access, req, kind, name);
+  if (typeof v === 'string') return v === 'allow';
   // A token identity (OIDC) is no directory user: its claims are its principal.
-  return access.allows(a.principal.expiresAt !== undefined ? a.principal : access.principal(a.principal.user), action, kind, name);
+  const p = a.principal.expiresAt !== undefined ? a.principal : access.principal(a.principal.user);
+  return access.allows(p, action, kind, v.check, tenantNames(a.principal.namespace));
 }
 
 /** Throws 403 FORBIDDEN unless the request's principal may do `action` on `kind:name` (denials are logged). */
 export function authorize(access: AccessControl, req: FastifyRequest, action: Action, kind: ResourceKind, name: string): void {
   const a = authOf(req);
   if (a.via === 'bootstrap') return;
-  if (access.accessFor(a.principal, 'http', req.ip).can(action, kind, name)) return;
+  // A namespace administrator manages its namespaces' objects and does not see the others' (no existence leak).
+  const v = scoped(access, req, kind, name);
+  if (v === 'allow') return;
+  if (v === 'hide') throw notFound(NAMESPACED[kind] ?? kind, name);
+  const names = tenantNames(a.principal.namespace);
+  const acc = names === null ? access.accessFor(a.principal, 'http', req.ip) : access.namespacedAccessFor(a.principal, names, 'http', req.ip);
+  if (acc.can(action, kind, v.check)) return;
   const who = a.principal.user === null ? 'anonymous callers' : `user "${a.principal.user}"`;
   throw new HttpError(403, 'FORBIDDEN', `${who} may not ${action} ${kind}:${name}`);
 }
@@ -84,6 +161,8 @@ export function authorize(access: AccessControl, req: FastifyRequest, action: Ac
 export function authorizeBindings(access: AccessControl, req: FastifyRequest, filters: readonly string[]): void {
   const a = authOf(req);
   if (a.via === 'bootstrap' || filters.length === 0) return;
+  // A namespace administrator binds its namespaces' topics (the core keeps a binding inside its stream's namespace).
+  if (filters.every((f) => scoped(access, req, 'topic', f) === 'allow')) return;
   const acc = access.accessFor(a.principal, 'http', req.ip);
   for (const f of filters) {
     if (acc.mayBind(f)) continue;
@@ -95,6 +174,26 @@ export function authorizeBindings(access: AccessControl, req: FastifyRequest, fi
 /** `admin cluster:*`: users, groups, policies, namespaces, other users' tokens, kicks, the log level. */
 export function authorizeAdmin(access: AccessControl, req: FastifyRequest): void {
   authorize(access, req, 'admin', 'cluster', '*');
+}
+
+/**
+ * Throws unless the caller administers some namespace (users, policies, namespaces' own pages): 403 FORBIDDEN as
+ * authorizeAdmin for a plain user. What it may touch then is narrowed by `administers`.
+ */
+export function authorizeSomeAdmin(access: AccessControl, req: FastifyRequest): void {
+  const s = adminScope(access, req);
+  if (s === 'all' || s.size > 0) return;
+  authorizeAdmin(access, req); // throws the usual 403 (and logs the denial)
+}
+
+/**
+ * Throws unless the caller administers namespace `ns`: 404 `<what> "<name>"` for a namespace administrator (the
+ * object is another namespace's: answered as absent), else authorizeAdmin's 403.
+ */
+export function authorizeAdminOf(access: AccessControl, req: FastifyRequest, ns: string, what: string, name: string): void {
+  if (administers(access, req, ns)) return;
+  if (namespaceAdmin(access, req)) throw notFound(what, name);
+  authorizeAdmin(access, req);
 }
 
 export const DEFAULT_LIMIT = 100;

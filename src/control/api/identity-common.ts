@@ -29,6 +29,7 @@ export const policyView = (p: PolicyDef) => ({
   actions: p.actions,
   resources: p.resources,
   principals: p.principals,
+  namespace: p.namespace ?? null,
   description: p.description ?? null,
   source: p.source ?? 'api',
   createdAt: iso(p.createdAt),
@@ -50,8 +51,17 @@ export const QUOTAS = {
 export const POLICY_BODY = {
   effect: { type: 'string', enum: ['allow', 'deny'] },
   actions: { ...STRINGS, minItems: 1, description: 'publish, subscribe, create, delete, describe, alter, admin, respond or *' },
-  resources: { ...STRINGS, minItems: 1, description: 'kind:pattern (topic:a/+/#, stream:orders-*, queue:q, exchange:x, group:g, cluster:*, *:*)' },
+  resources: {
+    ...STRINGS,
+    minItems: 1,
+    description: 'kind:pattern (topic:a/+/#, stream:orders-*, queue:q, exchange:x, group:g, cluster:*, namespace:t1, *:*)',
+  },
   principals: { ...STRINGS, minItems: 1, description: 'user:NAME, group:NAME or everyone' },
+  namespace: {
+    type: ['string', 'null'],
+    maxLength: 256,
+    description: 'scope it to this namespace: it applies to its principals only, never to the kinds cluster and namespace',
+  },
   description: { type: 'string', maxLength: 1024 },
 } as const;
 

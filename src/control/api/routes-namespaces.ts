@@ -1,8 +1,12 @@
-/** Namespaces: list (with quotas and usage), create, read, change, delete. */
+/**
+ * Namespaces: list (with quotas and usage), create, read, change, delete. A namespace administrator lists and reads
+ * its own namespaces (the others are absent for it); making, changing (quotas) and deleting them is a global
+ * administrator's (403).
+ */
 import type { FastifyInstance } from 'fastify';
 import { FlowError } from '../../core/index.js';
 import type { NamespaceDef } from '../directory.js';
-import { NAME_PARAM, PAGE_QUERY, authorizeAdmin, notFound, paginate } from './common.js';
+import { NAME_PARAM, PAGE_QUERY, administers, authorizeAdmin, authorizeAdminOf, authorizeSomeAdmin, notFound, paginate } from './common.js';
 import type { ApiContext } from './types.js';
 import { iso, QUOTAS } from './identity-common.js';
 
@@ -65,10 +69,13 @@ export function namespaceRoutes(app: FastifyInstance, ctx: ApiContext): void {
       },
     },
     async (req) => {
-      authorizeAdmin(access, req);
+      authorizeSomeAdmin(access, req);
       const all = usageAll();
       return paginate(
-        dir.listNamespaces().map((n) => namespaceView(n, all)),
+        dir
+          .listNamespaces()
+          .filter((n) => administers(access, req, n.name))
+          .map((n) => namespaceView(n, all)),
         (n) => n.name,
         req.query,
       );
@@ -101,7 +108,7 @@ export function namespaceRoutes(app: FastifyInstance, ctx: ApiContext): void {
     '/api/v1/namespaces/:name',
     { schema: { tags: ['namespaces'], summary: 'One namespace', params: NAME_PARAM } },
     async (req) => {
-      authorizeAdmin(access, req);
+      authorizeAdminOf(access, req, req.params.name, 'namespace', req.params.name);
       const n = dir.namespace(req.params.name);
       if (!n) throw notFound('namespace', req.params.name);
       return namespaceView(n);
@@ -118,7 +125,7 @@ export function namespaceRoutes(app: FastifyInstance, ctx: ApiContext): void {
       },
     },
     async (req) => {
-      authorizeAdmin(access, req);
+      authorizeAdminOf(access, req, req.params.name, 'namespace', req.params.name);
       const n = dir.namespace(req.params.name);
       if (!n) throw notFound('namespace', req.params.name);
       const q = n.quotas.maxStorageBytes;

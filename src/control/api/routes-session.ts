@@ -1,13 +1,15 @@
 /** Login sessions of the dashboard: log in, log out, who the caller is. */
 import type { FastifyInstance } from 'fastify';
 import { PUBLIC_MAX_BODY, SESSION_COOKIE } from './auth.js';
-import { HttpError, authOf, may } from './common.js';
+import { HttpError, adminScope, authOf, may, principalScope, type AdminScope } from './common.js';
 import type { ApiContext } from './types.js';
 import { iso } from './identity-common.js';
 
 export function sessionRoutes(app: FastifyInstance, ctx: ApiContext): void {
   const { access, sessions } = ctx;
   const dir = access.directory;
+  const namespacesOf = (s: AdminScope): string[] => (s === 'all' ? dir.listNamespaces().map((n) => n.name) : [...s].sort());
+  const adminNamespaces = (req: Parameters<typeof authOf>[0]): string[] => namespacesOf(adminScope(access, req));
 
   app.post<{ Body: { username: string; password: string } }>(
     '/api/v1/login',
@@ -51,7 +53,16 @@ export function sessionRoutes(app: FastifyInstance, ctx: ApiContext): void {
         secure: req.protocol === 'https',
       });
       ctx.logger.info({ user, remote: req.socket.remoteAddress, token: viaToken || undefined }, 'dashboard login');
-      return { user, groups: outcome.principal.groups, namespace: outcome.principal.namespace, csrfToken: s.csrfToken, expiresAt: iso(s.expiresAt) };
+      const scope = principalScope(access, viaToken ? p : access.principal(user));
+      return {
+        user,
+        groups: outcome.principal.groups,
+        namespace: outcome.principal.namespace,
+        csrfToken: s.csrfToken,
+        expiresAt: iso(s.expiresAt),
+        admin: scope === 'all',
+        adminNamespaces: namespacesOf(scope),
+      };
     },
   );
 
@@ -72,6 +83,8 @@ export function sessionRoutes(app: FastifyInstance, ctx: ApiContext): void {
       csrfToken: a.session?.csrfToken ?? null,
       expiresAt: iso(a.session?.expiresAt ?? a.principal.expiresAt),
       admin: may(access, req, 'admin', 'cluster', '*'),
+      // The namespaces the caller administers (every one for a global administrator): what the dashboard shows.
+      adminNamespaces: adminNamespaces(req),
     };
   });
 }

@@ -79,6 +79,13 @@ function startSession(s) {
   session = s;
   setCsrfToken(s.csrfToken);
   document.getElementById('nav').hidden = false;
+  // Users, policies and namespaces are administrators' pages: hidden for a plain user (a namespace administrator's
+  // are scoped by the API to the namespaces it administers, s.adminNamespaces).
+  const administers = s.admin !== false || (s.adminNamespaces ?? []).length > 0;
+  for (const page of ['users', 'policies', 'namespaces']) {
+    const link = document.querySelector(`#nav a[data-page="${page}"]`);
+    if (link) link.hidden = !administers;
+  }
   const who = document.getElementById('who');
   who.hidden = false;
   document.getElementById('who-name').textContent = s.user ?? 'bootstrap admin (no users yet)';

@@ -5,7 +5,7 @@ import { act, button, chips, field, h, splitList, table, section } from '../dom.
 
 const ACTIONS = ['publish', 'subscribe', 'create', 'delete', 'describe', 'alter', 'admin', 'respond'];
 
-export async function render(view) {
+export async function render(view, _params, { session } = {}) {
   const box = h('div');
   const name = h('input#policy-name', { required: true, placeholder: 'sensors-publish' });
   const effect = h('select#policy-effect', h('option', { value: 'allow' }, 'allow'), h('option', { value: 'deny' }, 'deny'));
@@ -14,6 +14,7 @@ export async function render(view) {
   const resources = h('textarea#policy-resources', { rows: 2, required: true, placeholder: 'topic:sensors/#, stream:orders*' });
   const principals = h('textarea#policy-principals', { rows: 2, required: true, placeholder: 'user:alice, group:ops, everyone' });
   const description = h('input#policy-description');
+  const namespace = h('input#policy-namespace', { placeholder: 'empty: every namespace (broker administrators only)' });
   const submit = h('button', { type: 'submit' }, 'Add policy');
   let editing = null;
   const form = h(
@@ -32,6 +33,7 @@ export async function render(view) {
       'kind:pattern — kinds topic, stream, queue, exchange, group, transactional-id, cluster, routing-key (exchange:key, denies only); topics take MQTT filters, others exact, prefix*, *, ~regex or !~regex',
     ),
     field('Principals', principals, 'user:NAME, group:NAME or everyone'),
+    field('Namespace', namespace, 'scoped to this namespace: applies to its principals only'),
     field('Description', description),
     submit,
     button('Cancel', () => reset(), 'link'),
@@ -52,6 +54,7 @@ export async function render(view) {
     resources.value = p.resources.join('\n');
     principals.value = p.principals.join('\n');
     description.value = p.description ?? '';
+    namespace.value = p.namespace ?? '';
     submit.textContent = `Save policy ${p.name}`;
     form.scrollIntoView({ behavior: 'smooth' });
   };
@@ -60,6 +63,7 @@ export async function render(view) {
     const actions = all.checked ? ['*'] : boxes.filter((b) => b.checked).map((b) => b.value);
     const doc = { effect: effect.value, actions, resources: splitList(resources.value), principals: splitList(principals.value) };
     if (description.value.trim()) doc.description = description.value.trim();
+    if (namespace.value.trim()) doc.namespace = namespace.value.trim();
     // PUT names the policy in the path; POST in the body.
     const ok = await act(
       () => (editing ? api('PUT', `policies/${enc(editing)}`, doc) : api('POST', 'policies', { name: name.value.trim(), ...doc })),
@@ -77,6 +81,7 @@ export async function render(view) {
       table(
         [
           { title: 'Name', get: (p) => p.name },
+          { title: 'Namespace', get: (p) => p.namespace ?? '*' },
           { title: 'Effect', get: (p) => h('span', { class: `effect ${p.effect}` }, p.effect) },
           { title: 'Actions', get: (p) => chips(p.actions) },
           { title: 'Resources', get: (p) => chips(p.resources) },
@@ -107,6 +112,9 @@ export async function render(view) {
       ),
     );
   };
+  // A namespace administrator's policies are scoped to its namespace: prefilled when it has one.
+  const own = session?.admin === false ? (session.adminNamespaces ?? []) : [];
+  if (own.length === 1) namespace.value = own[0];
   view.append(h('h1', 'Policies'), box, section('Add or edit a policy', form));
   await load();
 }
