@@ -9,6 +9,7 @@ import { FlowError } from './errors.js';
 import { DEFAULT_EXCHANGE, TOPIC_SPACE, type BindingDef, type ExchangeDef, type RouteResult } from './exchanges.js';
 import type { Message } from './message.js';
 import { headersMatch, type HeadersPattern, type MatchRule, routingKeyLevels, ruleAccepts } from './matcher.js';
+import { DEFAULT_NAMESPACE, namespaceNames, splitName } from './namespaces.js';
 import type { QueueDef, QueueRuntime } from './queues.js';
 import { dotsToUnified, isValidTopic, unifiedToDots } from './topic.js';
 import type { Level, TopicTrie } from './trie.js';
@@ -256,10 +257,35 @@ export function deadLetter(t: RoutingTable, def: QueueDef, msg: Message): Promis
   const x = t.exchanges.get(name);
   // RabbitMQ: a dead-letter exchange that does not exist drops the message silently.
   if (!x) return null;
-  const rk = msg.routingKey ?? '';
+  // The namespace is the dead-lettering queue's (its name holds it): the publisher's mark (Message.namespace) is not
+  // stored with queued messages, so after a restart, or for a message another broker queued, it is absent.
+  const { namespace } = splitName(def.name);
+  const rk = deadLetterKey(def, namespace, x, msg.routingKey ?? '');
   const m: Message = { ...msg, exchange: name, routingKey: rk };
+  if (namespace === DEFAULT_NAMESPACE) delete m.namespace;
+  else m.namespace = namespace;
   const r = new Route();
   routeExchange(t, x, rk, m, r);
   const res = deliver(t, r, m, true);
   return res.durable;
+}
+
+/**
+ * The key a queue's dead letter is routed with on its dead-letter exchange `x`. An `x-dead-letter-routing-key` was
+ * qualified for `x` by the adapter when the queue was declared. Otherwise the key is the message's own, as the
+ * exchange it was published to knew it: in a namespace, a default-exchange key is a qualified queue name
+ * (`$ns/t1/q`) and an amq.topic key starts `$ns.t1.`. It is brought back to the key the namespace's clients wrote
+ * and qualified again for `x` as the adapter qualifies keys (src/protocols/amqp/vhost.ts): so a message published
+ * by queue name dead-letters into amq.topic as `$ns.t1.q`, not `$ns.t1.$ns/t1/q`, and reaches a direct exchange's
+ * binding key `q`.
+ */
+function deadLetterKey(def: QueueDef, namespace: string, x: XState, rk: string): string {
+  if (def.arguments.deadLetterRoutingKey !== undefined || namespace === DEFAULT_NAMESPACE) return rk;
+  const names = namespaceNames(namespace);
+  const slashes = names.topicPrefix;
+  const dots = slashes.replaceAll('/', '.');
+  const own = rk.startsWith(slashes) || rk.startsWith(dots) ? rk.slice(slashes.length) : rk;
+  if (x.def.name === DEFAULT_EXCHANGE) return slashes + own;
+  if (x.def.name === TOPIC_SPACE) return dots + own;
+  return own;
 }

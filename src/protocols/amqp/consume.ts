@@ -12,7 +12,7 @@ import { TOPIC_EXCHANGE, propertiesOf, swapSeparators } from './properties.js';
 import { messageFrames, type AmqpMethod, type MethodOf } from './wire.js';
 import { Typed, decodeTable, fieldInteger, type FieldTable } from './codec/index.js';
 import { StreamConsumer } from './stream.js';
-import { ownExchange, ownKey } from './vhost.js';
+import { ownDeaths, ownExchange, ownKey } from './vhost.js';
 import { AmqpChannelState, type ChannelConsumer, type Settler, type Unacked } from './channel-state.js';
 
 /** Stream deliveries: an ack only opens the consumer's window (reading a stream does not consume it). */
@@ -114,7 +114,7 @@ export function sendContent(chan: AmqpChannelState, name: 'basic.deliver' | 'bas
         exchange: ns.isDefault ? exchange : ownExchange(ns, exchange),
         routingKey: ns.isDefault ? routingKey : ownKey(ns, routingKey),
       } as unknown as AmqpMethod,
-      propertiesOf(msg, Date.now()),
+      propertiesOf(ns.isDefault || msg.deaths === undefined ? msg : { ...msg, deaths: ownDeaths(ns, msg.deaths) }, Date.now()),
       msg.payload,
       chan.conn.frameMax,
     ),

@@ -11,12 +11,12 @@
  * - Dead-lettering and alternate exchanges name exchanges (and routing keys) of the same vhost: qualified too.
  * - A client-written name starting `$ns/` (a queue, an exchange, a default-exchange routing key) is refused in every
  *   vhost with 403 ACCESS_REFUSED; so is an amq.topic key whose first word is `$ns`.
- * - Out: queue.declare-ok's name, basic.deliver / get-ok / return's exchange and routing key, and the texts of
- *   channel.close and connection.close lose the vhost's prefixes.
+ * - Out: queue.declare-ok's name, basic.deliver / get-ok / return's exchange and routing key, a dead letter's x-death
+ *   and x-first-death-* headers, and the texts of channel.close and connection.close lose the vhost's prefixes.
  * - Not offered yet in a vhost other than `/`: stream queues and super streams (540 NOT_IMPLEMENTED).
  */
 import { randomBytes } from 'node:crypto';
-import type { Router } from '../../core/index.js';
+import type { DeathRecord, Router } from '../../core/index.js';
 import { isReservedName, NS_ROOT, type NamespaceNames } from '../../core/namespaces.js';
 import { AmqpError } from './errors.js';
 import { TOPIC_EXCHANGE } from './properties.js';
@@ -183,6 +183,11 @@ export function ownKey(ns: NamespaceNames, k: string): string {
   if (k.startsWith(p)) return k.slice(p.length);
   const dots = p.replaceAll('/', '.');
   return k.startsWith(dots) ? k.slice(dots.length) : k;
+}
+
+/** Death records (x-death, x-first-death-*) naming queues, exchanges and routing keys as the vhost's clients do. */
+export function ownDeaths(ns: NamespaceNames, deaths: DeathRecord[]): DeathRecord[] {
+  return deaths.map((d) => ({ ...d, queue: ownKey(ns, d.queue), exchange: ownExchange(ns, d.exchange), routingKeys: d.routingKeys.map((k) => ownKey(ns, k)) }));
 }
 
 /** An error text without the vhost's prefixes. */

@@ -1,0 +1,241 @@
+// test-runner: alone (scripts/test.mjs): a 3-broker cluster whose leases and heartbeats must not starve for CPU beside another file
+/**
+ * Namespaces as tenants on a three-broker cluster (issue 29), with MQTT.js, KafkaJS and amqplib: no cluster code
+ * knows namespaces, the names carry them (docs/namespaces.md "In a cluster"). Namespaces t1 (user ann) and t2 (bob)
+ * are made through broker 1's admin API; each tenant makes the same names on other brokers than the other: a Kafka
+ * topic (stream) `orders` bound to `orders/#`, an AMQP queue `orders` bound to amq.topic `orders.#`, a consumer
+ * group `billing`, a retained `state/x`. MQTT publishes on a third broker reach exactly the tenant's own stream and
+ * queue (a marker after them proves the other's did not come); Metadata, ListGroups and passive declares show only
+ * the tenant's names; an AMQP client asking for the other tenant's vhost is refused with 530.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import amqp, { type Channel, type ChannelModel } from 'amqplib';
+import kafkajsPkg, { type Kafka as KafkaClient } from 'kafkajs';
+import mqtt, { type IPublishPacket, type MqttClient } from 'mqtt';
+import { startCluster, type TestCluster } from '../helpers/cluster.js';
+import { RawAmqp } from './amqp-helpers.js';
+import { eventually } from './harness.js';
+
+const { Kafka, logLevel } = kafkajsPkg;
+
+const HOME = { ann: 't1', bob: 't2' } as const;
+type User = keyof typeof HOME;
+const USERS = Object.keys(HOME) as User[];
+/** Where each tenant works: its definitions, its publishes, its readers (each a different broker than the other's). */
+const AT: Record<User, { define: number; publish: number; read: number }> = {
+  ann: { define: 1, publish: 3, read: 2 },
+  bob: { define: 2, publish: 1, read: 3 },
+};
+
+async function until(fn: () => void, ms = 15_000): Promise<void> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    try {
+      fn();
+      return;
+    } catch (err) {
+      if (Date.now() > deadline) throw err;
+      await new Promise((r) => setTimeout(r, 25));
+    }
+  }
+}
+
+describe('cluster: namespaces t1 and t2 with the same names on three brokers', { timeout: 120_000 }, () => {
+  let c: TestCluster;
+  const mqtts: MqttClient[] = [];
+  const amqps: ChannelModel[] = [];
+
+  const mq = async (u: User, broker: number): Promise<MqttClient> => {
+    const m = await mqtt.connectAsync(c.broker(broker).mqttUrl, { username: u, password: `${u}-pw`, reconnectPeriod: 0, protocolVersion: 5 });
+    mqtts.push(m);
+    return m;
+  };
+  const amqpUrl = (u: User, broker: number, vhost: string) =>
+    `amqp://${u}:${u}-pw@127.0.0.1:${c.broker(broker).proc.ports.amqp}/${encodeURIComponent(vhost)}?heartbeat=0`;
+  const channel = async (u: User, broker: number): Promise<Channel> => {
+    const conn = await amqp.connect(amqpUrl(u, broker, HOME[u]));
+    conn.on('error', () => undefined);
+    amqps.push(conn);
+    const ch = await conn.createChannel();
+    ch.on('error', () => undefined);
+    return ch;
+  };
+  const kafka = (u: User, broker: number): KafkaClient =>
+    new Kafka({
+      clientId: `ns-${u}`,
+      brokers: [c.broker(broker).kafka],
+      sasl: { mechanism: 'plain', username: u, password: `${u}-pw` },
+      logLevel: logLevel.NOTHING,
+      retry: { retries: 5 },
+    });
+
+  before(async () => {
+    c = await startCluster({ brokers: 3, haproxy: false, args: ['--kafka-group-initial-rebalance-delay', '0'] });
+    const b1 = c.broker(1).proc;
+    for (const ns of ['t1', 't2']) await b1.api('POST', '/api/v1/namespaces', { name: ns });
+    await b1.api('POST', '/api/v1/users', { username: 'root', password: 'root-pw', groups: ['admins'] });
+    for (const b of c.brokers) b.proc.credentials = { username: 'root', password: 'root-pw' };
+    for (const u of USERS) await b1.api('POST', '/api/v1/users', { username: u, password: `${u}-pw`, namespace: HOME[u] });
+    // The directory reaches the other brokers by notify: every tenant logs in everywhere before the scenario.
+    await Promise.all(
+      USERS.flatMap((u) =>
+        [1, 2, 3].map((b) =>
+          eventually(
+            async () => {
+              const m = await mq(u, b).catch(() => null);
+              await m?.endAsync();
+              return m !== null;
+            },
+            15_000,
+            `${u} logs in on broker ${b}`,
+          ),
+        ),
+      ),
+    );
+  });
+
+  after(async () => {
+    for (const m of mqtts) m.end(true);
+    for (const a of amqps) await a.close().catch(() => undefined);
+    await c?.close();
+  });
+
+  test("each tenant's stream, queue, group and retained message hold exactly its own messages", async () => {
+    const define = async (u: User) => {
+      const admin = kafka(u, AT[u].define).admin();
+      await admin.connect();
+      await admin.createTopics({ topics: [{ topic: 'orders', numPartitions: 1 }], waitForLeaders: true });
+      await admin.disconnect();
+      // The admin API names streams as the core does (t1~orders); the binding stays inside the stream's namespace.
+      await c.broker(AT[u].define).proc.api('PATCH', `/api/v1/streams/${HOME[u]}~orders`, { bindings: [`$ns/${HOME[u]}/orders/#`] });
+      const ch = await channel(u, AT[u].define);
+      await ch.assertQueue('orders', { durable: true });
+      await ch.bindQueue('orders', 'amq.topic', 'orders.#');
+    };
+    await Promise.all(USERS.map(define));
+    await c.waitCatalog({ streams: ['t1~orders', 't2~orders'], queues: ['$ns/t1/orders', '$ns/t2/orders'] });
+    await Promise.all(
+      [1, 2, 3].flatMap((b) =>
+        ['t1', 't2'].map((ns) =>
+          eventually(
+            async () => (await c.api<{ bindings: string[] }>(`/api/v1/streams/${ns}~orders`, b)).bindings.join() === `$ns/${ns}/orders/#`,
+            15_000,
+            `broker ${b} knows ${ns}~orders's binding`,
+          ),
+        ),
+      ),
+    );
+    await c.waitCatalog({ bindings: USERS.map((u) => ({ queue: `$ns/${HOME[u]}/orders`, key: `$ns.${HOME[u]}.orders.#` })) });
+
+    for (const u of USERS) {
+      const m = await mq(u, AT[u].publish);
+      await m.publishAsync('orders/new', `order-${u}`, { qos: 1 });
+      await m.publishAsync('state/x', `state-${u}`, { qos: 1, retain: true });
+    }
+    for (const u of USERS) await (await mq(u, AT[u].publish)).publishAsync('orders/end', 'end', { qos: 1 });
+
+    // AMQP: each queue `orders` holds the tenant's order and its marker, nothing of the other's.
+    const amqpReads = async (u: User) => {
+      const ch = await channel(u, AT[u].read);
+      const got: string[] = [];
+      await ch.consume('orders', (msg) => msg !== null && got.push(`${msg.fields.routingKey}=${msg.content.toString()}`), { noAck: true });
+      await until(() => assert.deepEqual(got, [`orders.new=order-${u}`, 'orders.end=end'], u));
+    };
+    // Kafka: group `billing` of each tenant reads its own `orders` up to the marker.
+    const kafkaReads = async (u: User) => {
+      const consumer = kafka(u, AT[u].read).consumer({ groupId: 'billing', maxWaitTimeInMs: 100 });
+      await consumer.connect();
+      await consumer.subscribe({ topic: 'orders', fromBeginning: true });
+      const got: string[] = [];
+      await consumer.run({
+        eachMessage: async ({ message }) => {
+          got.push(message.value?.toString() ?? '');
+        },
+      });
+      await until(() => assert.ok(got.includes('end'), `${u}: ${got.join()}`), 30_000);
+      await consumer.disconnect();
+      assert.deepEqual(got, [`order-${u}`, 'end'], u);
+    };
+    // Retained: once both tenants' state/x are on the reader's broker, a new subscriber there gets its own only.
+    const retainedReads = async (u: User) => {
+      await eventually(
+        async () =>
+          (await c.api<{ items: Array<{ topic: string }> }>(`/api/v1/mqtt/retained?filter=${encodeURIComponent('$ns/+/state/x')}`, AT[u].read)).items.length ===
+          2,
+        15_000,
+        `broker ${AT[u].read} has both retained messages`,
+      );
+      const s = await mq(u, AT[u].read);
+      const got: IPublishPacket[] = [];
+      s.on('message', (_t, _p, packet) => got.push(packet));
+      await s.subscribeAsync('state/#', { qos: 1 });
+      await s.publishAsync('state/marker', 'm', { qos: 1 });
+      await until(() =>
+        assert.deepEqual(
+          got.map((p) => `${p.topic}=${p.payload.toString()}`),
+          [`state/x=state-${u}`, 'state/marker=m'],
+          u,
+        ),
+      );
+    };
+    await Promise.all(USERS.flatMap((u) => [amqpReads(u), kafkaReads(u), retainedReads(u)]));
+  });
+
+  test("Metadata, ListGroups and passive declares show the tenant's own names only", async () => {
+    for (const u of USERS) {
+      const admin = kafka(u, AT[u].publish).admin();
+      await admin.connect();
+      const topics = await admin.listTopics();
+      assert.ok(topics.includes('orders'), `${u}: ${topics.join()}`);
+      assert.ok(!topics.some((t) => t.includes('~') || t.includes('$ns')), `${u}: ${topics.join()}`);
+      assert.deepEqual(
+        (await admin.listGroups()).groups.map((g) => g.groupId),
+        ['billing'],
+        u,
+      );
+      const [o] = await admin.fetchOffsets({ groupId: 'billing', topics: ['orders'] });
+      assert.equal(o.partitions[0].offset, '2', u);
+      await admin.disconnect();
+    }
+    const only = await channel('ann', 1);
+    await only.assertQueue('only-t1', { durable: true });
+    await only.assertExchange('only-t1-x', 'fanout', { durable: true });
+    await c.waitCatalog({ queues: ['$ns/t1/only-t1'] });
+    for (const b of [2, 3]) {
+      const ch = await channel('bob', b);
+      await assert.rejects(
+        ch.checkQueue('only-t1'),
+        (e: { code?: number; message: string }) => e.code === 404 && /no queue 'only-t1' in vhost 't2'/.test(e.message),
+      );
+      const ch2 = await channel('bob', b);
+      await assert.rejects(ch2.checkExchange('only-t1-x'), (e: { code?: number; message: string }) => e.code === 404 && !e.message.includes('$ns'));
+      // Its own `orders` is found, as ann's is on the same broker.
+      assert.equal((await (await channel('bob', b)).checkQueue('orders')).queue, 'orders');
+      assert.equal((await (await channel('ann', b)).checkQueue('only-t1')).queue, 'only-t1');
+    }
+  });
+
+  test("an AMQP client asking for the other tenant's vhost is refused: 530 NOT_ALLOWED", async () => {
+    for (const [u, vhost, b] of [
+      ['ann', 't2', 2],
+      ['bob', 't1', 3],
+      ['bob', 'default', 1],
+    ] as const) {
+      // amqplib fails the connect without the close's code and text; the raw client (amqplib's codec) reads them.
+      await assert.rejects(amqp.connect(amqpUrl(u, b, vhost)), /ConnectionClose/, `${u} in ${vhost}`);
+      const raw = await RawAmqp.open(c.broker(b).proc.ports.amqp);
+      raw.write(Buffer.from('AMQP\x00\x00\x09\x01', 'latin1'));
+      assert.equal((await raw.method())?.method, 'ConnectionStart');
+      raw.send('ConnectionStartOk', 0, { clientProperties: {}, mechanism: 'PLAIN', response: Buffer.from(`\0${u}\0${u}-pw`), locale: 'en_US' });
+      const tune = await raw.method();
+      raw.send('ConnectionTuneOk', 0, { channelMax: 0, frameMax: tune!.fields.frameMax, heartbeat: 0 });
+      raw.send('ConnectionOpen', 0, { virtualHost: vhost, capabilities: '', insist: false });
+      const close = await raw.method();
+      raw.close();
+      assert.equal(close?.method, 'ConnectionClose');
+      assert.equal(close.fields.replyCode, 530);
+      assert.equal(close.fields.replyText, `NOT_ALLOWED - access to vhost '${vhost}' refused for user '${u}'`);
+    }
+  });
+});
