@@ -229,6 +229,23 @@ export async function eventually(fn: () => boolean | Promise<boolean>, timeoutMs
   }
 }
 
+/**
+ * Retries `fn` (assertions) every 25 ms until it passes; after `timeoutMs` its last failure is the caller's. For
+ * waiting on deliveries whose end a marker message proves, not for proving that something did not happen.
+ */
+export async function until(fn: () => void, timeoutMs = 10_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    try {
+      fn();
+      return;
+    } catch (err) {
+      if (Date.now() > deadline) throw err;
+      await sleep(25);
+    }
+  }
+}
+
 export interface KcatMessage {
   topic: string;
   partition: number;

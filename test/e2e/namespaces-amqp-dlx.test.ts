@@ -14,26 +14,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import amqp, { type ChannelModel, type ConfirmChannel, type ConsumeMessage, type GetMessage } from 'amqplib';
-import { FlowmqProcess } from './harness.js';
+import { FlowmqProcess, until } from './harness.js';
 
 const HOME = { dee: '/', ann: 't1', bob: 't2' } as const;
 type User = keyof typeof HOME;
 const USERS = Object.keys(HOME) as User[];
 const WORK = ['work-topic', 'work-key', 'work-fanout', 'work-direct'] as const;
 const DEAD = ['dead', 'dlx-q', 'dlxd-q'] as const;
-
-async function until(fn: () => void, ms = 10_000): Promise<void> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    try {
-      fn();
-      return;
-    } catch (err) {
-      if (Date.now() > deadline) throw err;
-      await new Promise((r) => setTimeout(r, 25));
-    }
-  }
-}
 
 /** A delivery as one line: exchange, routing key, body, and the death headers when there are any. */
 function line(m: ConsumeMessage): string {

@@ -15,24 +15,11 @@ import mqtt from 'mqtt';
 import { pino } from 'pino';
 import { startBroker, type Broker } from '../../src/broker.js';
 import { loadConfig } from '../../src/config/index.js';
+import { until } from './harness.js';
 
 const HOME = { dee: '/', ann: 't1', bob: 't2' } as const;
 type User = keyof typeof HOME;
 const USERS = Object.keys(HOME) as User[];
-
-/** Retries `fn` (assertions) until it passes; after 10 s its last failure is the test's. */
-async function until(fn: () => void): Promise<void> {
-  const deadline = Date.now() + 10_000;
-  for (;;) {
-    try {
-      fn();
-      return;
-    } catch (err) {
-      if (Date.now() > deadline) throw err;
-      await new Promise((r) => setTimeout(r, 25));
-    }
-  }
-}
 
 describe('e2e: AMQP virtual hosts are namespaces', { timeout: 30_000 }, () => {
   let dir = '';

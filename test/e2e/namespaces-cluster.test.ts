@@ -15,7 +15,7 @@ import kafkajsPkg, { type Kafka as KafkaClient } from 'kafkajs';
 import mqtt, { type IPublishPacket, type MqttClient } from 'mqtt';
 import { startCluster, type TestCluster } from '../helpers/cluster.js';
 import { RawAmqp } from './amqp-helpers.js';
-import { eventually } from './harness.js';
+import { eventually, until } from './harness.js';
 
 const { Kafka, logLevel } = kafkajsPkg;
 
@@ -27,19 +27,6 @@ const AT: Record<User, { define: number; publish: number; read: number }> = {
   ann: { define: 1, publish: 3, read: 2 },
   bob: { define: 2, publish: 1, read: 3 },
 };
-
-async function until(fn: () => void, ms = 15_000): Promise<void> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    try {
-      fn();
-      return;
-    } catch (err) {
-      if (Date.now() > deadline) throw err;
-      await new Promise((r) => setTimeout(r, 25));
-    }
-  }
-}
 
 describe('cluster: namespaces t1 and t2 with the same names on three brokers', { timeout: 120_000 }, () => {
   let c: TestCluster;
@@ -140,7 +127,7 @@ describe('cluster: namespaces t1 and t2 with the same names on three brokers', {
       const ch = await channel(u, AT[u].read);
       const got: string[] = [];
       await ch.consume('orders', (msg) => msg !== null && got.push(`${msg.fields.routingKey}=${msg.content.toString()}`), { noAck: true });
-      await until(() => assert.deepEqual(got, [`orders.new=order-${u}`, 'orders.end=end'], u));
+      await until(() => assert.deepEqual(got, [`orders.new=order-${u}`, 'orders.end=end'], u), 15_000);
     };
     // Kafka: group `billing` of each tenant reads its own `orders` up to the marker.
     const kafkaReads = async (u: User) => {
@@ -171,12 +158,14 @@ describe('cluster: namespaces t1 and t2 with the same names on three brokers', {
       s.on('message', (_t, _p, packet) => got.push(packet));
       await s.subscribeAsync('state/#', { qos: 1 });
       await s.publishAsync('state/marker', 'm', { qos: 1 });
-      await until(() =>
-        assert.deepEqual(
-          got.map((p) => `${p.topic}=${p.payload.toString()}`),
-          [`state/x=state-${u}`, 'state/marker=m'],
-          u,
-        ),
+      await until(
+        () =>
+          assert.deepEqual(
+            got.map((p) => `${p.topic}=${p.payload.toString()}`),
+            [`state/x=state-${u}`, 'state/marker=m'],
+            u,
+          ),
+        15_000,
       );
     };
     await Promise.all(USERS.flatMap((u) => [amqpReads(u), kafkaReads(u), retainedReads(u)]));

@@ -17,7 +17,7 @@ import { pino } from 'pino';
 import kafkajsPkg, { type Kafka as KafkaClient } from 'kafkajs';
 import { startBroker, type Broker } from '../../src/broker.js';
 import { loadConfig } from '../../src/config/index.js';
-import { run } from './harness.js';
+import { run, until } from './harness.js';
 
 const { Kafka, logLevel } = kafkajsPkg;
 
@@ -30,20 +30,6 @@ function collect(c: MqttClient): IPublishPacket[] {
   c.on('message', (_t, _p, packet) => got.push(packet));
   return got;
 }
-/** Retries `fn` (assertions) until it passes; after 10 s its last failure is the test's. */
-async function until(fn: () => void): Promise<void> {
-  const deadline = Date.now() + 10_000;
-  for (;;) {
-    try {
-      fn();
-      return;
-    } catch (err) {
-      if (Date.now() > deadline) throw err;
-      await new Promise((r) => setTimeout(r, 25));
-    }
-  }
-}
-
 /**
  * Reads a topic from the beginning with a consumer group until a record `end` (sent by the caller after everything
  * else) arrives; answers the values before it. Without `end`, until the first `want` records.
