@@ -45,7 +45,7 @@ export interface Quotas {
   bytesInRate?: number;
   /** Bytes sent per second (deliveries, fetches). */
   bytesOutRate?: number;
-  /** Bytes stored in the namespace's streams (JetStream: the account's max_storage, see docs/nats.md). */
+  /** Bytes stored in the namespace's streams (JetStream: the account's max_storage, see docs/jetstream.md). */
   maxStorageBytes?: number;
   /** JetStream account limits (nats-server's, per NATS account = namespace): streams of the account. */
   maxStreams?: number;

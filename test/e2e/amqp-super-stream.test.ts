@@ -387,7 +387,7 @@ describe('e2e: AMQP super streams with pika and JetStream', () => {
       multi.push([m.string(), m.seq]);
       m.ack();
     }
-    // One record in each partition, at offset 0: sequences 1, 2, 3 (docs/nats.md, "Multi-partition streams").
+    // One record in each partition, at offset 0: sequences 1, 2, 3 (docs/jetstream.md, "Multi-partition streams").
     assert.deepEqual(multi, [
       ['m0', 1],
       ['m1', 2],

@@ -1,5 +1,5 @@
 /**
- * nats.js JetStream consumers on a Kafka topic of 3 partitions written by KafkaJS (issue 28, docs/nats.md
+ * nats.js JetStream consumers on a Kafka topic of 3 partitions written by KafkaJS (issue 28, docs/jetstream.md
  * "Multi-partition streams"): a record's stream sequence is offset * 3 + partition + 1; pull consumers (consume(),
  * fetch()), a push consumer and an ordered consumer (js.consumers.get) each see every record once (redeliveries
  * aside), every partition in its order; naks, ack_wait and max_deliver; a durable consumer's position over a restart;

@@ -233,7 +233,7 @@ async function scenario(server: string, reference = false): Promise<Entry[]> {
     const sub = nc.subscribe('$JS.EVENT.ADVISORY.>');
     void (async () => {
       for await (const m of sub) {
-        // nats-server's API audit events (every API request) are not published by FlowMQ (docs/nats.md).
+        // nats-server's API audit events (every API request) are not published by FlowMQ (docs/jetstream.md).
         if (m.subject === '$JS.EVENT.ADVISORY.API') continue;
         const { id, timestamp, ...rest } = JSON.parse(sc.decode(m.data)) as Record<string, unknown>;
         assert.equal(typeof id, 'string');

@@ -33,7 +33,7 @@ const QUOTA_FLAGS: ReadonlyArray<[flag: string, key: keyof Quotas, size: boolean
   ['bytes-in-rate', 'bytesInRate', true],
   ['bytes-out-rate', 'bytesOutRate', true],
   ['max-storage', 'maxStorageBytes', true],
-  // JetStream account limits of the namespace (docs/nats.md, "Account info and limits").
+  // JetStream account limits of the namespace (docs/jetstream.md, "Account info and limits").
   ['max-streams', 'maxStreams', false],
   ['max-consumers', 'maxConsumers', false],
   ['max-memory', 'maxMemoryBytes', true],

@@ -16,7 +16,7 @@
  *
  * Messages are not kept in memory while they wait for an ack: a redelivery reads the stream again.
  *
- * A stream of P > 1 partitions (docs/nats.md): the position is one cursor per partition (consumer-parts.ts), the
+ * A stream of P > 1 partitions (docs/jetstream.md): the position is one cursor per partition (consumer-parts.ts), the
  * sequences are partition-seq.ts's, and what survives a restart is each partition's ack floor and highest delivered
  * offset (under PARTS_KEY in the stored configuration, with the partition count they were numbered with), the
  * scalar ack floor and delivered sequence being derived from them.
@@ -769,7 +769,7 @@ export class Consumer {
    * Where a consumer continuing this one after stream sequence `seq - 1` starts (an ordered consumer's reset: a new
    * consumer from its last stream sequence + 1): the offsets done in each partition right after this consumer
    * delivered `seq - 1`, or null when it did not deliver it lately. A multi-partition stream's delivery order is not
-   * its sequence order for records arriving in a partition behind the others (docs/nats.md), so "every record from
+   * its sequence order for records arriving in a partition behind the others (docs/jetstream.md), so "every record from
    * seq on" would skip or repeat some; this is exactly what the client had not seen yet.
    */
   continuationFrom(seq: number): number[] | null {

@@ -1,5 +1,5 @@
 /**
- * JetStream stream sequences over a FlowMQ stream of P partitions (docs/nats.md, "Multi-partition streams").
+ * JetStream stream sequences over a FlowMQ stream of P partitions (docs/jetstream.md, "Multi-partition streams").
  *
  * JetStream clients see one stream sequence per message (in the ack reply subject, opt_start_seq, ordered consumers'
  * resets, STREAM.MSG.GET); a FlowMQ stream has one offset sequence per partition. The two are tied by a pure function

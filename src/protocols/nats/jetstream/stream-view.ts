@@ -3,7 +3,7 @@
  * single-message deletes and purges by subject or with `keep`, as nats-server applies them, over a FlowMQ stream
  * whose log is append-only (sequence = offset + 1, never reused).
  *
- * Design (docs/nats.md, "Deletes, per-subject limits and rollups"): nothing is rewritten in the log. A stream's
+ * Design (docs/jetstream.md, "Deletes, per-subject limits and rollups"): nothing is rewritten in the log. A stream's
  * live messages are a function of its log and of a short list of explicit delete rules:
  *
  * - the log itself says what the limits and rollups remove: a message is gone once its subject has
@@ -98,7 +98,7 @@ export interface JsStreamOptions {
   description: string;
   /**
    * Storage the client asked for (`memory`): reported back, and fixed as in nats-server. FlowMQ keeps a memory
-   * stream's messages in its log like any other's (docs/nats.md).
+   * stream's messages in its log like any other's (docs/jetstream.md).
    */
   memory: boolean;
   /** Stored messages published again (republish.ts), or null. */
