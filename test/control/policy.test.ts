@@ -293,6 +293,60 @@ describe('PolicySet.allows', () => {
   });
 });
 
+describe('policies scoped to a namespace', () => {
+  const in1 = (name: string, ...groups: string[]): Principal => ({ user: name, groups, namespace: 't1' });
+  const ann = in1('ann');
+  const cid: Principal = { user: 'cid', groups: [], namespace: 't2' };
+
+  it('validation: a namespace name, and never the kinds cluster or namespace', () => {
+    assert.equal(validatePolicy(pol({ name: 's', namespace: 't1', resources: ['*:*', 'topic:a/#'] })).namespace, 't1');
+    for (const resources of [['cluster:*'], ['namespace:t1'], ['topic:a', 'cluster:*']]) {
+      assert.throws(() => validatePolicy(pol({ name: 's', namespace: 't1', resources })), invalid, resources.join());
+    }
+    for (const namespace of ['', 'a b', 'x'.repeat(65), 'a/b']) {
+      assert.throws(() => validatePolicy(pol({ name: 's', namespace })), invalid, JSON.stringify(namespace));
+    }
+    assert.equal(validatePolicy(pol({ name: 'g', resources: ['namespace:t1'], actions: ['admin'] })).namespace, undefined);
+  });
+
+  it("applies only to its namespace's principals, everyone included", () => {
+    const set = new PolicySet([pol({ name: 's', namespace: 't1', resources: ['topic:orders/#'], principals: ['everyone'] })]);
+    assert.equal(set.allows(ann, 'publish', 'topic', 'orders/1'), true);
+    assert.equal(set.allows(cid, 'publish', 'topic', 'orders/1'), true, "auto: no policy applies to t2, so t2's default stays allow");
+    assert.equal(set.allows(alice, 'publish', 'topic', 'orders/1'), true, "and default's too");
+    assert.equal(set.allows(ann, 'publish', 'topic', 'other'), false, "t1's default turned to deny with its first policy");
+    assert.equal(set.grantsAny(ann), true);
+    const deny = new PolicySet([pol({ name: 'all', resources: ['*:*'] }), pol({ name: 'd', effect: 'deny', namespace: 't1', resources: ['topic:secret/#'] })]);
+    assert.equal(deny.allows(ann, 'subscribe', 'topic', 'secret/x'), false);
+    assert.equal(deny.allows(cid, 'subscribe', 'topic', 'secret/x'), true, "t1's deny does not reach t2");
+    assert.equal(deny.allows(alice, 'subscribe', 'topic', 'secret/x'), true, 'nor default');
+  });
+
+  it('a scoped *:* stops short of cluster and namespace: a tenant cannot grant itself the broker or another tenant', () => {
+    const set = new PolicySet([
+      pol({ name: 'tenant-all', namespace: 't1', resources: ['*:*'], principals: ['user:ann'] }),
+      pol({ name: 'ns-admin', actions: ['admin'], resources: ['namespace:t1'], principals: ['user:ann'] }),
+    ]);
+    assert.equal(set.allows(ann, 'create', 'stream', 'orders'), true);
+    assert.equal(set.allows(ann, 'admin', 'namespace', 't1'), true, 'the unscoped policy makes ann admin of t1');
+    assert.equal(set.allows(ann, 'admin', 'namespace', 't2'), false);
+    assert.equal(set.allows(ann, 'admin', 'cluster', '*'), false);
+    assert.equal(set.allows(ann, 'describe', 'cluster', '*'), false);
+    assert.equal(set.allows(cid, 'create', 'stream', 'orders'), false, "ann's policies name only ann");
+  });
+
+  it('an unscoped policy turns every namespace to deny by default in mode auto; a scoped one only its own', () => {
+    const scoped = new PolicySet([pol({ name: 's', namespace: 't1', resources: ['topic:x'], principals: ['user:ann'] })]);
+    assert.equal(scoped.allows(in1('other'), 'publish', 'topic', 'y'), false);
+    assert.equal(scoped.allows(cid, 'publish', 'topic', 'y'), true);
+    assert.equal(scoped.grantsAny(cid), true);
+    const unscoped = new PolicySet([pol({ name: 'u', resources: ['topic:x'], principals: ['user:ann'] })]);
+    assert.equal(unscoped.allows(cid, 'publish', 'topic', 'y'), false);
+    assert.equal(unscoped.grantsAny(cid), false);
+    assert.equal(new PolicySet([pol({ name: 's', namespace: 't1' })], 'deny').allows(cid, 'publish', 'topic', 'y'), false, 'mode deny is fixed');
+  });
+});
+
 describe('PolicySet.subscription', () => {
   const set = new PolicySet([
     pol({ name: 'read-sensors', actions: ['subscribe'], resources: ['topic:sensors/#'], principals: ['user:alice'] }),
