@@ -135,8 +135,9 @@ describe('e2e: flowmq CLI', () => {
     const fromFile = await cli(['policy', 'add', 'ops-read-copy', '--file', file], alice);
     assert.equal(fromFile.code, 0, fromFile.stderr);
     const list = await cli(['policy', 'list'], alice);
-    assert.match(list.stdout, /^ops-read\s+allow\s+describe\s+stream:\*\s+group:ops\s+api$/m);
-    assert.match(list.stdout, /^ops-read-copy\s+allow\s+describe\s+stream:\*\s+group:ops/m);
+    assert.match(list.stdout, /^NAME\s+NAMESPACE\s+EFFECT\s+ACTIONS\s+RESOURCES\s+PRINCIPALS\s+SOURCE$/m);
+    assert.match(list.stdout, /^ops-read\s+\*\s+allow\s+describe\s+stream:\*\s+group:ops\s+api$/m, 'unscoped: every namespace');
+    assert.match(list.stdout, /^ops-read-copy\s+\*\s+allow\s+describe\s+stream:\*\s+group:ops/m);
     const replaced = await cli(
       ['policy', 'add', 'ops-read-copy', '--replace', '--deny', '--action', 'publish', '--resource', 'topic:x/#', '--principal', 'everyone'],
       alice,
