@@ -71,6 +71,7 @@ describe('e2e: AMQP virtual hosts are namespaces', { timeout: 30_000 }, () => {
       host: '127.0.0.1',
       protocols: 'mqtt,amqp',
       'mqtt-port': '0',
+      'mqtt-ws-port': '0', // never the default 8083: another test's broker may hold it
       'amqp-port': '0',
       'http-port': '0',
       'users-file': join(dir, 'users.yaml'),

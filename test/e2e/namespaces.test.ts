@@ -69,6 +69,7 @@ describe('e2e: namespaces isolate tenants on MQTT and Kafka', () => {
       host: '127.0.0.1',
       protocols: 'mqtt,kafka',
       'mqtt-port': '0',
+      'mqtt-ws-port': '0', // never the default 8083: another test's broker may hold it
       'kafka-port': '0',
       'http-port': '0',
       'users-file': join(dir, 'users.yaml'),
