@@ -6,11 +6,10 @@
  * consumer updates (filter_subject may change, 10012 for fixed fields), nats-server's refusals of push-only and
  * negative settings, num_replicas (> 1 on one broker: 10074) and CONSUMER.CREATE's subject naming the consumer.
  */
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { connect, createInbox, headers, StringCodec, type NatsConnection } from 'nats';
-import { FlowmqProcess } from './harness.js';
-import { startNatsServerJs, step, type Entry, type NatsServerJs } from './nats-side-by-side.js';
+import { sideBySide, step, type Entry } from './nats-side-by-side.js';
 
 const sc = StringCodec();
 
@@ -106,40 +105,25 @@ async function scenario(server: string): Promise<Entry[]> {
 }
 
 describe('e2e: JetStream consumers beside nats-server 2.9.10', () => {
-  let broker: FlowmqProcess;
-  let server: NatsServerJs | undefined;
-  let ours: Entry[];
-  let theirs: Entry[];
-
-  before(async () => {
-    broker = await FlowmqProcess.start();
-    server = await startNatsServerJs('nats-server-cons-');
-    ours = await scenario(broker.natsServer);
-    theirs = await scenario(server.url);
-  });
-  after(async () => {
-    server?.stop();
-    await broker?.stop();
-    broker?.cleanup();
-  });
+  const t = sideBySide('nats-server-cons-', scenario);
 
   it('answers every step as nats-server does', () => {
-    assert.deepEqual(ours, theirs);
+    assert.deepEqual(t.ours, t.theirs);
   });
 
   it('max_bytes: 409 with what is left when a message does not fit, nothing when exactly filled', () => {
-    assert.deepEqual(step(ours, 'pull {"batch":5,"max_bytes":50,"expires":1000000000}'), [[409, 'Message Size Exceeds MaxBytes', '5', '50']]);
+    assert.deepEqual(step(t.ours, 'pull {"batch":5,"max_bytes":50,"expires":1000000000}'), [[409, 'Message Size Exceeds MaxBytes', '5', '50']]);
     // 4 + 41 + 0 + 10 = 55 bytes for the first message: 5 left.
-    assert.deepEqual(step(ours, 'pull {"batch":5,"max_bytes":60,"expires":1000000000}'), [10, [409, 'Message Size Exceeds MaxBytes', '4', '5']]);
+    assert.deepEqual(step(t.ours, 'pull {"batch":5,"max_bytes":60,"expires":1000000000}'), [10, [409, 'Message Size Exceeds MaxBytes', '4', '5']]);
     // Exactly filled: the next answer on the inbox is the marker request's (its 1 byte fits nothing).
-    assert.deepEqual(step(ours, 'pull {"batch":5,"max_bytes":55,"expires":1000000000}'), [10, [409, 'Message Size Exceeds MaxBytes', '1', '1']]);
+    assert.deepEqual(step(t.ours, 'pull {"batch":5,"max_bytes":55,"expires":1000000000}'), [10, [409, 'Message Size Exceeds MaxBytes', '1', '1']]);
   });
 
   it('consumer updates and refusals with nats-server’s codes', () => {
-    assert.deepEqual(step(ours, 'filter mb.bb'), ['ok', 'd', 'd', 'mb.bb', 0, null]);
-    assert.deepEqual(step(ours, 'deliver policy'), [500, 10012, 'deliver policy can not be updated']);
-    assert.deepEqual(step(ours, 'heartbeat on pull'), [400, 10088, 'consumer idle heartbeat requires a push based consumer']);
-    assert.deepEqual(step(ours, 'num_replicas 3'), [500, 10074, 'replicas > 1 not supported in non-clustered mode']);
-    assert.deepEqual(step(ours, 'body name differs'), ['ok', 'y', null, null, 0, 5e9]);
+    assert.deepEqual(step(t.ours, 'filter mb.bb'), ['ok', 'd', 'd', 'mb.bb', 0, null]);
+    assert.deepEqual(step(t.ours, 'deliver policy'), [500, 10012, 'deliver policy can not be updated']);
+    assert.deepEqual(step(t.ours, 'heartbeat on pull'), [400, 10088, 'consumer idle heartbeat requires a push based consumer']);
+    assert.deepEqual(step(t.ours, 'num_replicas 3'), [500, 10074, 'replicas > 1 not supported in non-clustered mode']);
+    assert.deepEqual(step(t.ours, 'body name differs'), ['ok', 'y', null, null, 0, 5e9]);
   });
 });

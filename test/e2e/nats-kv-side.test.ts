@@ -6,12 +6,12 @@
  * as missing once a marker key put after its age is there), and a sealed object store that still reads. Then FlowMQ
  * alone: the Kafka view of the aged stream, whose log start moved past the expired messages.
  */
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { connect, StringCodec, type NatsConnection } from 'nats';
 import kafkajsPkg from 'kafkajs';
-import { eventually, FlowmqProcess, sleep } from './harness.js';
-import { startNatsServerJs, step, type Entry, type NatsServerJs } from './nats-side-by-side.js';
+import { eventually, sleep } from './harness.js';
+import { sideBySide, step, type Entry } from './nats-side-by-side.js';
 
 const sc = StringCodec();
 
@@ -117,26 +117,14 @@ async function scenario(server: string): Promise<Entry[]> {
 }
 
 describe('e2e: NATS max_age, KV ttl and sealed object stores side by side with nats-server 2.9.10', () => {
-  let broker: FlowmqProcess;
-  let ns: NatsServerJs;
-  let flow: Entry[];
-  let ref: Entry[];
-  before(async () => {
-    [broker, ns] = await Promise.all([FlowmqProcess.start(), startNatsServerJs('nats-kv-side-')]);
-    [flow, ref] = await Promise.all([scenario(broker.natsServer), scenario(ns.url)]);
-  });
-  after(async () => {
-    ns?.stop();
-    await broker?.stop();
-    broker?.cleanup();
-  });
+  const t = sideBySide('nats-kv-side-', scenario);
 
   it('gives the same transcript as nats-server', () => {
-    assert.deepEqual(flow, ref);
+    assert.deepEqual(t.ours, t.theirs);
   });
 
   it('expires a stream message by message at max_age, and a marker published after is all a consumer reads', () => {
-    assert.deepEqual(step(flow, 'age state 5'), {
+    assert.deepEqual(step(t.ours, 'age state 5'), {
       messages: 5,
       bytes: 185,
       first_seq: 1,
@@ -144,7 +132,7 @@ describe('e2e: NATS max_age, KV ttl and sealed object stores side by side with n
       num_deleted: 0,
       first_ts: String(new Date().getUTCFullYear()),
     });
-    assert.deepEqual(step(flow, 'age state 2'), {
+    assert.deepEqual(step(t.ours, 'age state 2'), {
       messages: 2,
       bytes: 74,
       first_seq: 4,
@@ -152,35 +140,35 @@ describe('e2e: NATS max_age, KV ttl and sealed object stores side by side with n
       num_deleted: 0,
       first_ts: String(new Date().getUTCFullYear()),
     });
-    assert.deepEqual(step(flow, 'age state 0'), { messages: 0, bytes: 0, first_seq: 6, last_seq: 5, num_deleted: 0, first_ts: '1970' });
-    assert.equal(step(flow, 'age marker'), 6);
-    assert.deepEqual(step(flow, 'age read after marker'), [[6, 'age.m', 'marker']]);
+    assert.deepEqual(step(t.ours, 'age state 0'), { messages: 0, bytes: 0, first_seq: 6, last_seq: 5, num_deleted: 0, first_ts: '1970' });
+    assert.equal(step(t.ours, 'age marker'), 6);
+    assert.deepEqual(step(t.ours, 'age read after marker'), [[6, 'age.m', 'marker']]);
   });
 
   it('expires KV entries at the bucket ttl', () => {
-    assert.equal(step(flow, 'kv a before'), '1');
-    assert.equal(step(flow, 'kv values before'), 2);
-    assert.equal(step(flow, 'kv marker'), 'm');
-    assert.equal(step(flow, 'kv a after'), null);
-    assert.equal(step(flow, 'kv b after'), null);
-    assert.deepEqual(step(flow, 'kv keys after'), ['marker']);
-    assert.equal(step(flow, 'kv values after'), 1);
+    assert.equal(step(t.ours, 'kv a before'), '1');
+    assert.equal(step(t.ours, 'kv values before'), 2);
+    assert.equal(step(t.ours, 'kv marker'), 'm');
+    assert.equal(step(t.ours, 'kv a after'), null);
+    assert.equal(step(t.ours, 'kv b after'), null);
+    assert.deepEqual(step(t.ours, 'kv keys after'), ['marker']);
+    assert.equal(step(t.ours, 'kv values after'), 1);
   });
 
   it('reads a sealed object store', () => {
-    assert.equal(step(flow, 'os sealed'), true);
-    assert.equal(step(flow, 'os get f after seal'), 'second version of f');
-    assert.equal(step(flow, 'os get g after seal'), 'another object');
-    assert.deepEqual(step(flow, 'os list after seal'), [
+    assert.equal(step(t.ours, 'os sealed'), true);
+    assert.equal(step(t.ours, 'os get f after seal'), 'second version of f');
+    assert.equal(step(t.ours, 'os get g after seal'), 'another object');
+    assert.deepEqual(step(t.ours, 'os list after seal'), [
       ['f', 19],
       ['g', 14],
     ]);
-    assert.notEqual(step(flow, 'os put after seal'), 'stored');
+    assert.notEqual(step(t.ours, 'os put after seal'), 'stored');
   });
 
   it('moves the Kafka log start of the aged stream past its expired messages', async () => {
     const { Kafka, logLevel } = kafkajsPkg;
-    const kafka = new Kafka({ clientId: 'kv-side', brokers: [broker.kafka], logLevel: logLevel.NOTHING });
+    const kafka = new Kafka({ clientId: 'kv-side', brokers: [t.broker.kafka], logLevel: logLevel.NOTHING });
     const admin = kafka.admin();
     await admin.connect();
     try {

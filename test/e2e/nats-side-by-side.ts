@@ -1,15 +1,16 @@
 /**
  * What the JetStream side-by-side e2e files share: a private nats-server with JetStream (Debian's `nats-server`, on
- * a free loopback port, its store in a temporary directory) for the same scenario to run against, and the look-up of
- * a labelled step in a scenario's transcript.
+ * a free loopback port, its store in a temporary directory) for the same scenario to run against, the hooks that run
+ * a scenario against both, and the look-up of a labelled step in a scenario's transcript.
  */
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { after, before } from 'node:test';
 import { connect } from 'nats';
-import { eventually, freePort } from './harness.js';
+import { eventually, FlowmqProcess, freePort } from './harness.js';
 
 /** One step of a scenario: its label and what it answered. */
 export type Entry = [string, unknown];
@@ -51,4 +52,33 @@ export function step(t: Entry[], label: string): unknown {
   const e = t.find(([l]) => l === label);
   assert.ok(e, `transcript has ${label}`);
   return e[1];
+}
+
+/** What sideBySide fills in once its before hook ran. */
+export interface SideBySide {
+  /** The FlowMQ broker the scenario ran against (still running: tests may use its other protocols, or restart it). */
+  broker: FlowmqProcess;
+  /** FlowMQ's transcript, and nats-server's. */
+  ours: Entry[];
+  theirs: Entry[];
+}
+
+/**
+ * Registers the suite's hooks: start FlowMQ and a private nats-server (`prefix`: its directory's), run `scenario`
+ * against FlowMQ, then against nats-server, and stop both after the suite.
+ */
+export function sideBySide(prefix: string, scenario: (url: string) => Promise<Entry[]>): SideBySide {
+  const t = { ours: [], theirs: [] } as unknown as SideBySide;
+  let server: NatsServerJs | undefined;
+  before(async () => {
+    [t.broker, server] = await Promise.all([FlowmqProcess.start(), startNatsServerJs(prefix)]);
+    t.ours = await scenario(t.broker.natsServer);
+    t.theirs = await scenario(server.url);
+  });
+  after(async () => {
+    server?.stop();
+    await t.broker?.stop();
+    t.broker?.cleanup();
+  });
+  return t;
 }

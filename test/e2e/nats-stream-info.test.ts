@@ -7,11 +7,11 @@
  * Overlapping subjects, bytes and account limits: nats-account.test.ts. Then FlowMQ alone: what a stream was
  * configured with and its subject counts hold over a restart.
  */
-import { after, before, describe, it } from 'node:test';
+import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { connect, headers, StorageType, StringCodec, type Msg, type NatsConnection } from 'nats';
 import { FlowmqProcess } from './harness.js';
-import { startNatsServerJs, step, type Entry, type NatsServerJs } from './nats-side-by-side.js';
+import { sideBySide, step, type Entry } from './nats-side-by-side.js';
 
 const sc = StringCodec();
 
@@ -175,31 +175,17 @@ async function scenario(server: string): Promise<Entry[]> {
 }
 
 describe('e2e: JetStream stream info, configuration and refusals beside nats-server 2.9.10', () => {
-  let broker: FlowmqProcess;
-  let server: NatsServerJs | undefined;
-  let ours: Entry[];
-  let theirs: Entry[];
-
-  before(async () => {
-    broker = await FlowmqProcess.start();
-    server = await startNatsServerJs('nats-server-info-');
-    ours = await scenario(broker.natsServer);
-    theirs = await scenario(server.url);
-  });
-  after(async () => {
-    server?.stop();
-    await broker?.stop();
-    broker?.cleanup();
-  });
+  const t = sideBySide('nats-server-info-', scenario);
 
   it('answers every step as nats-server does', () => {
-    if (process.env.INFO_DEBUG) for (let i = 0; i < theirs.length; i++) console.log(`OURS   ${JSON.stringify(ours[i])}\nTHEIRS ${JSON.stringify(theirs[i])}`);
-    assert.deepEqual(ours, theirs);
+    if (process.env.INFO_DEBUG)
+      for (let i = 0; i < t.theirs.length; i++) console.log(`OURS   ${JSON.stringify(t.ours[i])}\nTHEIRS ${JSON.stringify(t.theirs[i])}`);
+    assert.deepEqual(t.ours, t.theirs);
   });
 
   it('reports state.subjects by subjects_filter, num_subjects, and pages them as nats-server 2.9 does', () => {
-    assert.deepEqual(step(ours, 'info'), { total: 0, offset: 0, limit: 0, messages: 6, num_subjects: 3, subjects: undefined });
-    assert.deepEqual(step(ours, 'info >'), {
+    assert.deepEqual(step(t.ours, 'info'), { total: 0, offset: 0, limit: 0, messages: 6, num_subjects: 3, subjects: undefined });
+    assert.deepEqual(step(t.ours, 'info >'), {
       total: 3,
       offset: 0,
       limit: 100000,
@@ -207,53 +193,60 @@ describe('e2e: JetStream stream info, configuration and refusals beside nats-ser
       num_subjects: 3,
       subjects: { 'si.a': 3, 'si.b': 2, 'si.c.d': 1 },
     });
-    assert.deepEqual(step(ours, 'info si.*'), { total: 2, offset: 0, limit: 100000, messages: 6, num_subjects: 3, subjects: { 'si.a': 3, 'si.b': 2 } });
-    assert.deepEqual(step(ours, 'info no match'), { total: 0, offset: 0, limit: 0, messages: 6, num_subjects: 3, subjects: undefined });
-    assert.deepEqual(step(ours, 'info > offset 1'), { total: 3, offset: 1, limit: 100000, messages: 6, num_subjects: 3, subjects: { 'si.b': 2, 'si.c.d': 1 } });
-    assert.deepEqual(step(ours, 'info > offset 9'), { total: 3, offset: 3, limit: 100000, messages: 6, num_subjects: 3, subjects: undefined });
-    assert.deepEqual(step(ours, 'jsm info subjects'), [{ 'si.a': 3, 'si.b': 2, 'si.c.d': 1 }, 3]);
-    assert.deepEqual((step(ours, 'info > after purge si.b') as { subjects: unknown }).subjects, { 'si.a': 3, 'si.c.d': 1 });
-    assert.deepEqual(step(ours, 'info deleted_details'), [1, 6, 2, [2, 6]]);
-    assert.deepEqual((step(ours, 'info > after purge and publish') as { subjects: unknown }).subjects, { 'si.z': 1 });
+    assert.deepEqual(step(t.ours, 'info si.*'), { total: 2, offset: 0, limit: 100000, messages: 6, num_subjects: 3, subjects: { 'si.a': 3, 'si.b': 2 } });
+    assert.deepEqual(step(t.ours, 'info no match'), { total: 0, offset: 0, limit: 0, messages: 6, num_subjects: 3, subjects: undefined });
+    assert.deepEqual(step(t.ours, 'info > offset 1'), {
+      total: 3,
+      offset: 1,
+      limit: 100000,
+      messages: 6,
+      num_subjects: 3,
+      subjects: { 'si.b': 2, 'si.c.d': 1 },
+    });
+    assert.deepEqual(step(t.ours, 'info > offset 9'), { total: 3, offset: 3, limit: 100000, messages: 6, num_subjects: 3, subjects: undefined });
+    assert.deepEqual(step(t.ours, 'jsm info subjects'), [{ 'si.a': 3, 'si.b': 2, 'si.c.d': 1 }, 3]);
+    assert.deepEqual((step(t.ours, 'info > after purge si.b') as { subjects: unknown }).subjects, { 'si.a': 3, 'si.c.d': 1 });
+    assert.deepEqual(step(t.ours, 'info deleted_details'), [1, 6, 2, [2, 6]]);
+    assert.deepEqual((step(t.ours, 'info > after purge and publish') as { subjects: unknown }).subjects, { 'si.z': 1 });
   });
 
   it('keeps description and memory storage through create, update, info and list', () => {
-    const cfg = (label: string) => step(ours, label) as { description?: string; storage: string; subjects: string[] };
+    const cfg = (label: string) => step(t.ours, label) as { description?: string; storage: string; subjects: string[] };
     assert.deepEqual([cfg('create config').description, cfg('create config').storage], ['first text', 'memory']);
     assert.deepEqual([cfg('info config').description, cfg('info config').storage], ['first text', 'memory']);
     assert.deepEqual([cfg('update config').description, cfg('update config').storage], ['second text', 'memory']);
     assert.deepEqual([cfg('info config after update').description, cfg('info config after update').subjects], ['second text', ['cf.a', 'cf.b']]);
     assert.deepEqual([cfg('update without description').description, cfg('list config').storage], [undefined, 'memory']);
-    assert.deepEqual([cfg('wide create').description, (step(ours, 'wide info') as { description?: string }).description], ['wide', undefined]);
-    assert.deepEqual(step(ours, 'update storage'), [500, 10052, 'stream configuration update can not change storage type']);
+    assert.deepEqual([cfg('wide create').description, (step(t.ours, 'wide info') as { description?: string }).description], ['wide', undefined]);
+    assert.deepEqual(step(t.ours, 'update storage'), [500, 10052, 'stream configuration update can not change storage type']);
   });
 
   it('republishes stored messages with the stream headers, keeps the configuration, and stores no_ack streams', () => {
-    assert.deepEqual(step(ours, 'republish create'), { src: 'rp.*', dest: 'out.{{wildcard(1)}}' });
-    assert.deepEqual(step(ours, 'republish info'), { src: 'rp.*', dest: 'out.{{wildcard(1)}}' });
-    assert.deepEqual(step(ours, 'republish update refused'), [500, 10052, 'stream configuration for republish not valid']);
-    assert.deepEqual(step(ours, 'republished'), [
+    assert.deepEqual(step(t.ours, 'republish create'), { src: 'rp.*', dest: 'out.{{wildcard(1)}}' });
+    assert.deepEqual(step(t.ours, 'republish info'), { src: 'rp.*', dest: 'out.{{wildcard(1)}}' });
+    assert.deepEqual(step(t.ours, 'republish update refused'), [500, 10052, 'stream configuration for republish not valid']);
+    assert.deepEqual(step(t.ours, 'republished'), [
       ['out.a', 'one', ['RP', 'rp.a', '1', '0', '', 'kept']],
       ['out.b', 'two', ['RP', 'rp.b', '2', '0', '', '']],
       ['out.e', '', ['HO', 'ho.e', '1', '0', '4', '']],
     ]);
-    assert.deepEqual(step(ours, 'republish cycle'), [500, 10052, 'stream configuration for republish destination forms a cycle']);
-    assert.deepEqual([step(ours, 'no_ack create'), step(ours, 'no_ack stored')], [true, 1]);
-    assert.deepEqual(step(ours, 'republished into kv'), [
+    assert.deepEqual(step(t.ours, 'republish cycle'), [500, 10052, 'stream configuration for republish destination forms a cycle']);
+    assert.deepEqual([step(t.ours, 'no_ack create'), step(t.ours, 'no_ack stored')], [true, 1]);
+    assert.deepEqual(step(t.ours, 'republished into kv'), [
       ['rk.orange', 'hey', 'PUT'],
       ['rk.tomato', 'hello', 'PUT'],
     ]);
   });
 
   it('refuses bad configurations with nats-server’s codes and texts', () => {
-    assert.deepEqual(step(ours, 'create replicas 3'), [500, 10074, 'replicas > 1 not supported in non-clustered mode']);
-    assert.deepEqual(step(ours, 'create replicas 9'), [500, 10052, 'maximum replicas is 5']);
-    assert.deepEqual(step(ours, 'create dup window over max age'), [500, 10052, 'duplicates window can not be larger then max age']);
-    assert.deepEqual(step(ours, 'create api subject'), [500, 10052, 'subjects overlap with jetstream api']);
-    assert.deepEqual(step(ours, 'create repeated subject'), [500, 10052, 'duplicate subjects detected']);
-    assert.deepEqual(step(ours, 'create bad subject'), [500, 10052, 'invalid subject']);
-    assert.deepEqual(step(ours, 'create negative max age'), [500, 10052, 'duplicates window can not be negative']);
-    assert.deepEqual(step(ours, 'wide update rollup and deny purge'), [[500, 10052, 'roll-ups require the purge permission'], undefined]);
+    assert.deepEqual(step(t.ours, 'create replicas 3'), [500, 10074, 'replicas > 1 not supported in non-clustered mode']);
+    assert.deepEqual(step(t.ours, 'create replicas 9'), [500, 10052, 'maximum replicas is 5']);
+    assert.deepEqual(step(t.ours, 'create dup window over max age'), [500, 10052, 'duplicates window can not be larger then max age']);
+    assert.deepEqual(step(t.ours, 'create api subject'), [500, 10052, 'subjects overlap with jetstream api']);
+    assert.deepEqual(step(t.ours, 'create repeated subject'), [500, 10052, 'duplicate subjects detected']);
+    assert.deepEqual(step(t.ours, 'create bad subject'), [500, 10052, 'invalid subject']);
+    assert.deepEqual(step(t.ours, 'create negative max age'), [500, 10052, 'duplicates window can not be negative']);
+    assert.deepEqual(step(t.ours, 'wide update rollup and deny purge'), [[500, 10052, 'roll-ups require the purge permission'], undefined]);
   });
 });
 
