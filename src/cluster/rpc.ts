@@ -19,7 +19,7 @@ import type { PeerChannel } from './types.js';
 import { decodeBody, encodeBody } from './wire.js';
 
 /** The newest channel version this broker speaks. */
-export const CHANNEL_VERSION = 2;
+export const CHANNEL_VERSION = 3;
 /** The oldest version a peer may speak and still be let in. */
 export const MIN_CHANNEL_VERSION = 1;
 
@@ -144,7 +144,12 @@ const interest = obj({ i: str, s: int, o: arrayOf(tuple({ enum: [0, 1] }, str, s
 
 // ------------------------------------------------------------------------------------------------ message types
 
-/** stream.append: [stream, partition] per batch in the tail; each answered in order. */
+/**
+ * stream.append: [stream, partition, number, previous number] per batch in the tail (stream-appends.ts: the owner
+ * takes it only after the previous one); [stream, partition] to and from a broker of channel version 2.
+ */
+export type AppendHead = [string, number, number?, number?];
+/** stream.append's answer per batch, in order. */
 export type AppendAnswer = { o: number; d?: 1; h: number; l: number } | { e: string; m: string };
 export interface LivePublishHead {
   /** [index, liveKeys of the shared groups the receiver serves for that message], ascending. */
@@ -196,7 +201,7 @@ export const RPC = {
   streamAppend: rpc(
     'stream.append',
     1,
-    json<Array<[string, number]>>(arrayOf(tuple(str, int))),
+    json<AppendHead[]>(arrayOf({ type: 'array', items: [str, int, int, int], minItems: 2, maxItems: 4 })),
     json<AppendAnswer[]>(arrayOf({ oneOf: [obj({ o: int, d: { const: 1 }, h: int, l: int }, ['d']), obj({ e: str, m: str })] })),
   ),
   streamRead: rpc(

@@ -46,7 +46,8 @@ import type { LogManager } from '../storage/log/index.js';
 import { backoffDelay } from '../util/backoff.js';
 import type { Cluster } from './cluster.js';
 import type { OwnershipHandler, PeerChannel } from './types.js';
-import { call, castAll, listen, RPC, serve, WithTail, type AppendAnswer } from './rpc.js';
+import { call, castAll, listen, RPC, serve, WithTail } from './rpc.js';
+import { MOVING, partitionName, StreamAppends } from './stream-appends.js';
 import { packBuffers, unpackBuffers } from './wire.js';
 
 /** Remote offsets older than this are refreshed (in the background) when asked for. */
@@ -54,22 +55,13 @@ const OFFSETS_STALE_MS = 1000;
 /** How often an owner tells the other brokers the offsets of its partitions that moved (all of them every FULL_PUSH_EVERY). */
 const OFFSETS_PUSH_MS = 100;
 const FULL_PUSH_EVERY = 20;
-/** Largest forwarded append request, in batch bytes (a single larger batch still goes alone). */
-const MAX_FORWARD_BYTES = 4 * 1024 * 1024;
 /** Request timeout of the forwarding calls (a wait adds its own timeout). */
 const REQUEST_TIMEOUT_MS = 15_000;
 /** First pause before looking an owner up again, doubled up to MAX_RETRY_PAUSE_MS. */
 const FIRST_RETRY_PAUSE_MS = 25;
 const MAX_RETRY_PAUSE_MS = 500;
 
-/** Codes after which a forwarded call is retried at the (new) owner. */
-const MOVING = new Set(['NOT_OWNER', 'FENCED', 'UNAVAILABLE']);
-
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms).unref());
-
-export function partitionName(stream: string, partition: number): string {
-  return `${stream}/${partition}`;
-}
 
 function parseName(name: string): { stream: string; partition: number } {
   const i = name.lastIndexOf('/');
@@ -81,24 +73,6 @@ function parseName(name: string): { stream: string; partition: number } {
 function sameDef(a: StreamDef | undefined, b: StreamDef): boolean {
   return a !== undefined && sameStreamDef(a, b);
 }
-
-/** One forwarded append waiting for its owner's answer. */
-interface Forward {
-  stream: string;
-  partition: number;
-  /** The log's own copy (the caller's buffer is only borrowed). */
-  batch: Buffer;
-  deadline: number;
-  tries: number;
-  /** Order of the appends made here (kept when they wait for their owner, see retry). */
-  seq: number;
-  /** Why the last attempt failed (the cause of a final UNAVAILABLE). */
-  why?: unknown;
-  resolve(offset: number): void;
-  reject(err: unknown): void;
-}
-
-/** An item's answer in a `stream.append` reply: the offset (and duplicate flag), or an error. */
 
 export interface ClusterStreamsOptions {
   log: LogManager;
@@ -120,12 +94,8 @@ export class ClusterStreams implements StreamStorage {
   private readonly remoteDrops = new Set<string>();
   /** Remote partitions' offsets as last heard from their owner, with when. */
   private readonly remoteOffsets = new Map<string, { offsets: PartitionOffsets; at: number; refreshing: boolean }>();
-  /** Forwarded appends gathered per owner until the end of the tick. */
-  private readonly outbox = new Map<number, Forward[]>();
-  private flushScheduled = false;
-  /** Forwarded appends waiting for their partition's owner to be found, per partition. */
-  private readonly parked = new Map<string, { items: Forward[]; tries: number }>();
-  private seq = 0;
+  /** The write path: appends forwarded from here, and those other brokers forward here. */
+  private readonly appends: StreamAppends;
   private readonly reload = new CoalescingTask(() => this.reloadCatalog());
   private onCatalog: ((defs: StreamDef[]) => Promise<void>) | null = null;
   /** Offsets of the partitions held here as last pushed to the other brokers. */
@@ -153,6 +123,15 @@ export class ClusterStreams implements StreamStorage {
     this.logger = opts.logger;
     if (opts.cluster.channel === null) throw new FlowError('CONFIG_ERROR', 'cluster streams need the internal channel');
     this.channel = opts.cluster.channel;
+    this.appends = new StreamAppends({
+      log: this.log,
+      cluster: this.cluster,
+      channel: this.channel,
+      stats: this.stats,
+      patienceMs: () => this.patienceMs,
+      noteOffsets: (name, offsets) => this.noteOffsets(name, offsets),
+      closed: () => this.closed,
+    });
   }
 
   /**
@@ -243,6 +222,7 @@ export class ClusterStreams implements StreamStorage {
         if (def === undefined || partition >= def.partitions) throw new FlowError('NOT_FOUND', `stream "${stream}" has no partition ${partition}`);
         // What an earlier leadership here loaded is stale: the cleaner waits for this one's (loadPartition).
         this.txns?.setLoaded(stream, partition, false);
+        this.appends.forget(name);
         await this.log.acquirePartition(def, partition);
         this.remoteOffsets.delete(name);
       },
@@ -250,6 +230,7 @@ export class ClusterStreams implements StreamStorage {
         const { stream, partition } = parseName(name);
         this.txns?.setLoaded(stream, partition, false);
         await this.log.releasePartition(stream, partition, lost);
+        this.appends.forget(name);
       },
     };
   }
@@ -362,162 +343,12 @@ export class ClusterStreams implements StreamStorage {
   // ---------------------------------------------------------------- appends
 
   append(stream: string, partition: number, batch: Buffer): AppendResult {
-    if (this.log.holds(stream, partition)) return this.log.append(stream, partition, batch);
+    if (this.appends.direct(stream, partition)) return this.log.append(stream, partition, batch);
     const def = this.defs.get(stream);
     if (def === undefined) throw new FlowError('NOT_FOUND', `stream "${stream}" does not exist`);
     if (!Number.isInteger(partition) || partition < 0 || partition >= def.partitions)
       throw new FlowError('NOT_FOUND', `stream "${stream}" has no partition ${partition}`);
-    let resolve!: (o: number) => void;
-    let reject!: (e: unknown) => void;
-    const offset = new Promise<number>((res, rej) => {
-      resolve = res;
-      reject = rej;
-    });
-    // Whoever waits only for `durable` must not leave `offset`'s rejection unhandled (and the other way round).
-    offset.catch(() => undefined);
-    const durable = offset.then(() => undefined);
-    this.stats.forwardedAppends++;
-    const f: Forward = { stream, partition, batch: Buffer.from(batch), deadline: Date.now() + this.patienceMs, tries: 0, seq: this.seq++, resolve, reject };
-    this.route(f);
-    return { baseOffset: -1, offset, durable };
-  }
-
-  /** Sends a forwarded append to the owner known now, or looks it up first. */
-  private route(f: Forward): void {
-    if (this.log.holds(f.stream, f.partition)) {
-      this.appendHere(f);
-      return;
-    }
-    const name = partitionName(f.stream, f.partition);
-    const parked = this.parked.get(name);
-    if (parked !== undefined) {
-      // Appends of a partition whose owner is being looked up wait behind the earlier ones: their order holds.
-      parked.items.push(f);
-      return;
-    }
-    const owner = this.cluster.owner('partition', name);
-    if (owner !== null && owner.broker !== this.cluster.id) this.enqueue(owner.broker, f);
-    else this.retry(f, null);
-  }
-
-  /** The partition became this broker's while the append was on its way. */
-  private appendHere(f: Forward): void {
-    try {
-      const r = this.log.append(f.stream, f.partition, f.batch);
-      r.durable.then(
-        () => f.resolve(r.baseOffset),
-        (err: unknown) => (isFlowError(err) && MOVING.has(err.code) ? this.retry(f, err) : f.reject(err)),
-      );
-    } catch (err) {
-      if (isFlowError(err) && MOVING.has(err.code)) this.retry(f, err);
-      else f.reject(err);
-    }
-  }
-
-  /**
-   * The append's owner is unknown, moving or unreachable: it waits with the partition's other such appends (in
-   * the order they were made) while the owner is looked up in the store, again and again with a growing pause,
-   * each append failing with UNAVAILABLE once past its deadline.
-   */
-  private retry(f: Forward, why: unknown): void {
-    if (f.tries++ > 0) this.stats.forwardRetries++;
-    if (why !== null) f.why = why;
-    const name = partitionName(f.stream, f.partition);
-    const parked = this.parked.get(name);
-    if (parked !== undefined) {
-      parked.items.push(f);
-      return;
-    }
-    const p = { items: [f], tries: 0 };
-    this.parked.set(name, p);
-    void this.resolveOwner(name, p);
-  }
-
-  private async resolveOwner(name: string, parked: { items: Forward[]; tries: number }): Promise<void> {
-    const { stream, partition } = parseName(name);
-    for (;;) {
-      if (parked.tries > 0) await sleep(backoffDelay(parked.tries, FIRST_RETRY_PAUSE_MS, MAX_RETRY_PAUSE_MS));
-      parked.tries++;
-      const now = Date.now();
-      parked.items = parked.items.filter((f) => {
-        if (f.deadline > now && !this.closed) return true;
-        this.stats.forwardFailures++;
-        f.reject(new FlowError('UNAVAILABLE', `partition ${name} has no reachable owner now; retry`, { cause: f.why }));
-        return false;
-      });
-      if (parked.items.length === 0) break;
-      let owner: { broker: number; epoch: number } | null = null;
-      try {
-        owner = await this.cluster.lookup('partition', name);
-      } catch (err) {
-        for (const f of parked.items) f.why = err;
-      }
-      if (this.log.holds(stream, partition) || (owner !== null && owner.broker !== this.cluster.id)) {
-        this.parked.delete(name);
-        // In the order the appends were made (a failed request's come back after later ones were parked).
-        parked.items.sort((a, b) => a.seq - b.seq);
-        for (const f of parked.items) {
-          if (this.log.holds(stream, partition)) this.appendHere(f);
-          else this.enqueue(owner!.broker, f);
-        }
-        return;
-      }
-      // Nobody live owns it (its owner died, or it is being handed over, or it is new): reconcile, wait, look again.
-      this.cluster.kick();
-    }
-    this.parked.delete(name);
-  }
-
-  private enqueue(broker: number, f: Forward): void {
-    let list = this.outbox.get(broker);
-    if (!list) this.outbox.set(broker, (list = []));
-    list.push(f);
-    if (!this.flushScheduled) {
-      this.flushScheduled = true;
-      setImmediate(() => this.flush());
-    }
-  }
-
-  /** One request per owner for the appends gathered this tick (split past MAX_FORWARD_BYTES), in order. */
-  private flush(): void {
-    this.flushScheduled = false;
-    for (const [broker, list] of this.outbox) {
-      this.outbox.delete(broker);
-      let start = 0;
-      while (start < list.length) {
-        let bytes = 0;
-        let end = start;
-        while (end < list.length && (end === start || bytes + list[end].batch.length <= MAX_FORWARD_BYTES)) bytes += list[end++].batch.length;
-        void this.sendAppends(broker, list.slice(start, end));
-        start = end;
-      }
-    }
-  }
-
-  private async sendAppends(broker: number, items: Forward[]): Promise<void> {
-    this.stats.forwardRequests++;
-    const head = items.map((f): [string, number] => [f.stream, f.partition]);
-    let answers: AppendAnswer[];
-    try {
-      answers = (await call(this.channel, broker, RPC.streamAppend, head, { tail: packBuffers(items.map((f) => f.batch)), timeoutMs: REQUEST_TIMEOUT_MS }))
-        .head;
-      if (answers.length !== items.length) throw new FlowError('PROTOCOL_ERROR', 'stream.append reply does not match its request');
-    } catch (err) {
-      // The whole request failed (the owner is unreachable, or did not answer): each append looks for its owner again.
-      for (const f of items) {
-        if (isFlowError(err) && (MOVING.has(err.code) || err.code === 'CLOSED')) this.retry(f, err);
-        else f.reject(err);
-      }
-      return;
-    }
-    items.forEach((f, i) => {
-      const a = answers[i];
-      if ('o' in a) {
-        this.noteOffsets(partitionName(f.stream, f.partition), { logStartOffset: a.l, highWatermark: a.h });
-        f.resolve(a.o);
-      } else if (MOVING.has(a.e)) this.retry(f, new FlowError(a.e as 'NOT_OWNER', a.m));
-      else f.reject(new FlowError(a.e as 'STORAGE_ERROR', a.m));
-    });
+    return this.appends.append(stream, partition, batch);
   }
 
   // ---------------------------------------------------------------- the owner's side
@@ -528,7 +359,7 @@ export class ClusterStreams implements StreamStorage {
         if (!this.log.holds(s, p)) this.noteOffsets(partitionName(s, p), { logStartOffset: l, highWatermark: h });
       }
     });
-    serve(this.channel, RPC.streamAppend, (_from, head, tail) => this.serveAppends(head, tail));
+    serve(this.channel, RPC.streamAppend, (from, head, tail) => this.appends.serve(from, head, tail));
     serve(this.channel, RPC.streamRead, async (_from, head) => {
       this.check(head.s, head.p);
       this.stats.servedReads++;
@@ -557,30 +388,6 @@ export class ClusterStreams implements StreamStorage {
   /** NOT_OWNER unless this broker serves the partition (the caller looks the owner up again). */
   private check(stream: string, partition: number): void {
     if (!this.log.holds(stream, partition)) throw new FlowError('NOT_OWNER', `partition ${stream}/${partition} is not served by broker ${this.cluster.id}`);
-  }
-
-  /** Appends forwarded by another broker, answered once every one of them is durable here (or failed). */
-  private async serveAppends(head: Array<[string, number]>, tail: Buffer): Promise<AppendAnswer[]> {
-    const batches = unpackBuffers(tail);
-    if (head.length !== batches.length) throw new FlowError('PROTOCOL_ERROR', 'stream.append: heads and batches differ in number');
-    const answers: Array<AppendAnswer | Promise<AppendAnswer>> = head.map(([s, p], i) => {
-      if (!this.log.holds(s, p)) return { e: 'NOT_OWNER', m: `partition ${s}/${p} is not served by broker ${this.cluster.id}` };
-      try {
-        // In order, synchronously: the batches of a partition get their offsets in the order they were sent.
-        const r = this.log.append(s, p, batches[i]);
-        this.stats.servedAppends++;
-        return r.durable.then(
-          (): AppendAnswer => {
-            const off = this.log.holds(s, p) ? this.log.offsets(s, p) : { logStartOffset: 0, highWatermark: 0 };
-            return { o: r.baseOffset, ...(r.duplicate ? { d: 1 as const } : {}), h: off.highWatermark, l: off.logStartOffset };
-          },
-          (err: unknown): AppendAnswer => failure(err),
-        );
-      } catch (err) {
-        return failure(err);
-      }
-    });
-    return Promise.all(answers);
   }
 
   // ---------------------------------------------------------------- reads and the rest, at the owner
@@ -742,9 +549,4 @@ export class ClusterStreams implements StreamStorage {
       async (broker) => (await call(this.channel, broker, RPC.streamTrim, { s: stream, p: partition, o: offset }, { timeoutMs: REQUEST_TIMEOUT_MS })).head,
     );
   }
-}
-
-function failure(err: unknown): AppendAnswer {
-  if (isFlowError(err)) return { e: err.code, m: err.message };
-  return { e: 'STORAGE_ERROR', m: err instanceof Error ? err.message : String(err) };
 }

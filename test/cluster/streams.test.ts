@@ -231,6 +231,79 @@ describe('cluster streams: partitions owned across brokers', () => {
     }
   });
 
+  it('keeps the order of pipelined appends per partition while owners change (forwarded, parked, local)', async () => {
+    const e = await env();
+    const a = await startNode(e, 1);
+    let b: Node | null = await startNode(e, 2);
+    let c: Node | null = null;
+    const P = 8;
+    // Per partition, the appends broker 1 made, in the order made: [value, offset once acknowledged].
+    const made: Array<Array<{ v: number; r: AppendResult }>> = Array.from({ length: P }, () => []);
+    const inFlight: number[] = Array.from({ length: P }, () => 0);
+    let producing = true;
+    try {
+      await a.engine.createStream({ name: 'order', partitions: P });
+      await settle([a, b], 'order', P);
+      // Broker 1 keeps many appends in flight to every partition (pipelined, a few per tick), owned here or elsewhere.
+      const running = (async () => {
+        let n = 0;
+        while (producing) {
+          for (let p = 0; p < P; p++) {
+            if (inFlight[p] >= 64) continue;
+            for (let k = 0; k < 3; k++) {
+              const v = n++;
+              const r = a.engine.produce('order', p, batch([String(v)]));
+              inFlight[p]++;
+              const done = () => void inFlight[p]--;
+              r.durable.then(done, done);
+              made[p].push({ v, r });
+            }
+          }
+          await new Promise((res) => setImmediate(res));
+        }
+      })();
+      // Owners change three times while the appends flow: broker 3 joins, broker 2 leaves, broker 2 comes back.
+      await new Promise((res) => setTimeout(res, 100));
+      c = await startNode(e, 3);
+      await settle([a, b, c], 'order', P);
+      await new Promise((res) => setTimeout(res, 100));
+      await b.close();
+      b = null;
+      await settle([a, c], 'order', P);
+      await new Promise((res) => setTimeout(res, 100));
+      b = await startNode(e, 2);
+      await settle([a, b, c], 'order', P);
+      await new Promise((res) => setTimeout(res, 100));
+      producing = false;
+      await running;
+      const problems: string[] = [];
+      let total = 0;
+      for (let p = 0; p < P; p++) {
+        const offsets = await Promise.all(made[p].map((x) => offsetOf(x.r).catch(() => null)));
+        const acked = made[p].map((x, i) => [x.v, offsets[i]] as const).filter((x): x is readonly [number, number] => x[1] !== null);
+        total += acked.length;
+        assert.ok(acked.length > 0, `partition ${p}: appends acknowledged`);
+        const wrong = acked.filter((x, i) => i > 0 && x[1] <= acked[i - 1][1]).length;
+        // What is stored follows the order the appends were made (a retried one may come twice: its first copy counts).
+        const stored = (await readAll(a.engine, 'order', p)).map(([, v]) => Number(v));
+        const seen = new Set<number>();
+        const first = stored.filter((v) => !seen.has(v) && seen.add(v) !== undefined);
+        const behind = first.filter((v, i) => i > 0 && v < first[i - 1]).length;
+        if (wrong > 0 || behind > 0)
+          problems.push(`partition ${p}: ${wrong} of ${acked.length} acknowledged at or below the one made before; ${behind} stored behind a later one`);
+      }
+      const retries = a.streams.stats.forwardRetries;
+      console.log(`order: ${total} acknowledged, ${retries} forwarded retries, ${a.streams.stats.forwardRequests} requests`);
+      assert.ok(retries > 0, 'appends in flight met a change of owner');
+      assert.deepEqual(problems, [], `order broken (${total} acknowledged, ${retries} forwarded retries)`);
+    } finally {
+      producing = false;
+      await c?.close();
+      await b?.close();
+      await a.close();
+    }
+  });
+
   it('a forwarded append settles only once the owner made it durable', async () => {
     const e = await env();
     const a = await startNode(e, 1);
