@@ -13,8 +13,9 @@
  *   `AppendResult.offset` resolves with the owner's. Reads, offsets, waits, timestamps and DeleteRecords are asked
  *   of the owner (`stream.read`, `stream.offsets`, `stream.wait`, `stream.time`, `stream.trim`). An answer
  *   NOT_OWNER, FENCED (the owner lost it: nothing was written) or UNAVAILABLE makes the broker look the owner up
- *   again and retry (in order per partition), for up to three membership leases (ownership moves within about one), then
- *   UNAVAILABLE (retriable for clients). A forwarded append whose reply was lost (the owner died or the channel
+ *   again and retry, for up to three membership leases (ownership moves within about one), then UNAVAILABLE
+ *   (retriable for clients). Appends keep their order per partition across a change of owner: one ordered pipeline
+ *   per partition, with numbers the owner checks (stream-appends.ts, which holds the write path of both ends). A forwarded append whose reply was lost (the owner died or the channel
  *   broke mid-request) is retried too: at least once, like a producer's own retry; idempotent producers stay exactly
  *   once (their duplicate is detected by the owner, from the producer state that moved with the partition).
  * - offsets() is synchronous: for a remote partition it answers the last figures its owner sent: every owner tells
