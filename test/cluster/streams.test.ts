@@ -12,12 +12,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
 import { pino } from 'pino';
-import { Cluster, ClusterStreams, LocalHub, MemoryClusterStore } from '../../src/cluster/index.js';
+import { call, Cluster, ClusterStreams, LocalHub, MemoryClusterStore, RPC } from '../../src/cluster/index.js';
 import { crc32c, decodeBatch, encodeBatch, Engine, isFlowError, type AppendResult } from '../../src/core/index.js';
 import { LogManager } from '../../src/storage/log/index.js';
 import { PostgresMetastore } from '../../src/storage/metastore/index.js';
 import { FsObjectStore } from '../../src/storage/objects/index.js';
 import { PostgresWal, type WalEntry, type WriteAheadLog } from '../../src/storage/wal/index.js';
+import { packBuffers } from '../../src/cluster/wire.js';
 import { startPostgres, type PostgresServer } from '../helpers/postgres.js';
 
 const logger = pino({ level: process.env.LOG_LEVEL ?? 'silent' });
@@ -301,6 +302,85 @@ describe('cluster streams: partitions owned across brokers', () => {
       await c?.close();
       await b?.close();
       await a.close();
+    }
+  });
+
+  it('an owner takes a forwarded append only after the one sent before it, during its current ownership', async () => {
+    const e = await env();
+    const b = await startNode(e, 2);
+    const peer = e.hub.channel(9); // a forwarding broker, seen from broker 2's end of the channel
+    try {
+      await b.engine.createStream({ name: 'chain', partitions: 1 });
+      await settle([b], 'chain', 1);
+      const send = async (heads: Array<[number, number] | null>, values: string[]) => {
+        const head = heads.map((h): [string, number, number?, number?] => (h === null ? ['chain', 0] : ['chain', 0, h[0], h[1]]));
+        const r = await call(peer, 2, RPC.streamAppend, head, { tail: packBuffers(values.map((v) => batch([v]))) });
+        return r.head.map((a) => ('o' in a ? a.o : a.e));
+      };
+      // The first of a run (-1: nothing of it in flight) is taken; the next names it.
+      assert.deepEqual(
+        await send(
+          [
+            [100, -1],
+            [101, 100],
+          ],
+          ['a', 'b'],
+        ),
+        [0, 1],
+      );
+      // One whose previous append was not taken here (refused, or sent elsewhere) is refused, and so is what follows it.
+      assert.deepEqual(
+        await send(
+          [
+            [103, 102],
+            [104, 103],
+          ],
+          ['d', 'e'],
+        ),
+        ['UNAVAILABLE', 'UNAVAILABLE'],
+      );
+      // Sent again in order, from the one that was missing.
+      assert.deepEqual(
+        await send(
+          [
+            [102, 101],
+            [103, 102],
+            [104, 103],
+          ],
+          ['c', 'd', 'e'],
+        ),
+        [2, 3, 4],
+      );
+      // Another forwarding broker's numbers are its own.
+      assert.deepEqual(
+        await call(e.hub.channel(8), 2, RPC.streamAppend, [['chain', 0, 104, 103]], { tail: packBuffers([batch(['x'])]) }).then((r) =>
+          r.head.map((a) => ('o' in a ? a.o : a.e)),
+        ),
+        ['UNAVAILABLE'],
+      );
+      // A head of channel version 2 (no numbers) is taken as before.
+      assert.deepEqual(await send([null], ['f']), [5]);
+      // A new ownership forgets what the previous one took: the run starts again with -1.
+      await b.cluster.release('partition', 'chain/0');
+      await settle([b], 'chain', 1);
+      assert.deepEqual(await send([[105, 104]], ['g']), ['UNAVAILABLE']);
+      assert.deepEqual(
+        await send(
+          [
+            [105, -1],
+            [106, 105],
+          ],
+          ['g', 'h'],
+        ),
+        [6, 7],
+      );
+      assert.deepEqual(
+        (await readAll(b.engine, 'chain', 0)).map(([, v]) => v),
+        ['a', 'b', 'c', 'd', 'e', 'f', 'g', 'h'],
+      );
+    } finally {
+      await peer.close();
+      await b.close();
     }
   });
 
