@@ -31,9 +31,6 @@ export function publish(conn: NatsConnectionState, subject: string, reply: strin
     conn.lastPubInternal = internal;
   }
   if (!conn.access.open && !mayPublishOrReply(conn, topic)) return permissionViolation(conn, `Publish to ${quote(subject)}`, 'publish', subject);
-  // A tenant's JetStream API request: refused (JetStream does not isolate namespaces yet), see jetStreamRefused.
-  if (topic.charCodeAt(0) === 0x24 && !conn.names.isDefault && conn.adapter.hasJetStream && isJetStreamApi(conn, topic))
-    return jetStreamRefused(conn, topic, reply);
   const stats = conn.adapter.stats;
   const size = payload.length + (hdr === null ? 0 : hdr.length);
   stats.msgsIn++;
@@ -142,43 +139,3 @@ export function admit(conn: NatsConnectionState): (topic: string) => boolean {
     ? (topic: string): boolean => conn.access.admits(topic)
     : (topic: string): boolean => conn.access.admits(names.outTopic(topic)));
 }
-
-/** Is this (unqualified) topic a JetStream API subject: `$JS.API.>`, or the domain's `$JS.<domain>.API.>`? */
-function isJetStreamApi(conn: NatsConnectionState, topic: string): boolean {
-  const domain = conn.adapter.jsDomainApi;
-  return topic.startsWith('$JS/API/') || (domain !== null && topic.startsWith(domain));
-}
-
-/**
- * JetStream does not isolate namespaces yet (its streams, consumers and API are `default`'s): a client of another
- * namespace (NATS account) gets nats-server's answer for an account without JetStream, 10039 `jetstream not enabled
- * for account`, on its reply subject (in its own namespace); nothing reaches the JetStream service. A request
- * without a reply subject is dropped.
- */
-function jetStreamRefused(conn: NatsConnectionState, topic: string, reply: string | null): void {
-  conn.adapter.stats.jetStreamRefusals++;
-  if (conn.verbose) conn.send(OK);
-  if (reply === null) return;
-  const own = subjectToTopic(reply);
-  if (own === null) return conn.invalid(NatsErr.INVALID_PUBLISH_SUBJECT, reply);
-  const body: Record<string, unknown> = { type: 'io.nats.jetstream.api.v1.error_response', error: JS_NOT_ENABLED };
-  if (topic === '$JS/API/INFO') body.type = 'io.nats.jetstream.api.v1.account_info_response';
-  const names = conn.names;
-  try {
-    void conn.adapter.engine.publish({
-      topic: names.topic(own),
-      payload: Buffer.from(JSON.stringify(body)),
-      key: null,
-      headers: [],
-      timestamp: Date.now(),
-      qos: 0,
-      retain: false,
-      namespace: names.namespace,
-    });
-  } catch (err) {
-    publishFailed(conn, err, reply);
-  }
-}
-
-/** nats-server's JSNotEnabledForAccountErr. */
-const JS_NOT_ENABLED = { code: 503, err_code: 10039, description: 'jetstream not enabled for account' };

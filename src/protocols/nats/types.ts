@@ -88,8 +88,6 @@ export function newNatsStats() {
     protocolErrors: 0,
     invalidSubjects: 0,
     noResponders: 0,
-    /** JetStream API requests of a client outside the `default` namespace, answered 10039 (publish.ts). */
-    jetStreamRefusals: 0,
     writeFailures: 0,
   };
 }
