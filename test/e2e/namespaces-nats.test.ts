@@ -3,8 +3,9 @@
  * client and MQTT.js. One broker in this process, three namespaces in use: `default` (user dee), `t1` (ann) and
  * `t2` (bob). Each runs the same names (subject `orders.new`, stream `orders`, durable consumer `c1`, KV bucket
  * `cfg`, object store `files`) and sees exactly its own messages, streams, infos, consumers, keys and objects; a t1
- * MQTT publish reaches t1's NATS subscriber only; a stream a policy denies stays denied; a client spelling another
- * namespace's internal stream name (`t2~orders`) finds nothing. Absence is proven by a marker sent afterwards.
+ * MQTT publish reaches t1's NATS subscriber and t1's stream only; a KV watch sees its own bucket; a stream a policy
+ * denies stays denied; a client spelling another namespace's internal stream name (`t2~orders`) finds nothing; after
+ * a restart every namespace has its streams, consumers and ack floors back. Absence is proven by a marker sent after.
  */
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -60,6 +61,10 @@ describe('e2e: namespaces isolate tenants on NATS and JetStream', () => {
         '',
       ].join('\n'),
     );
+    await start();
+  });
+
+  async function start(): Promise<void> {
     const flags = {
       'data-dir': join(dir, 'data'),
       host: '127.0.0.1',
@@ -75,7 +80,7 @@ describe('e2e: namespaces isolate tenants on NATS and JetStream', () => {
     natsUrl = `nats://127.0.0.1:${broker.listeners.get('nats')!.address().port}`;
     mqttUrl = `mqtt://127.0.0.1:${broker.listeners.get('mqtt')!.address().port}`;
     for (const u of ALL) nc[u] = await connect({ servers: natsUrl, user: u, pass: `${u}-pw` });
-  });
+  }
 
   after(async () => {
     for (const u of ALL) await nc[u]?.close();
@@ -219,5 +224,47 @@ describe('e2e: namespaces isolate tenants on NATS and JetStream', () => {
     const bjsm = await nc.bob.jetstreamManager();
     assert.equal((await bjsm.streams.add({ name: 'secret', subjects: ['secret.>'] })).config.name, 'secret');
     await assert.rejects(jsm.streams.info('secret'), /permissions violation for describe on stream "secret"/i);
+  });
+
+  test("an MQTT publish of t1 is stored by t1's JetStream stream only; a KV watch sees its own bucket", async () => {
+    const annMqtt = await mqttOf('ann');
+    await annMqtt.publishAsync('orders/mqtt', 'via-mqtt', { qos: 1 });
+    const msgs = Object.fromEntries(
+      await Promise.all(ALL.map(async (u) => [u, (await (await nc[u].jetstreamManager()).streams.info('orders')).state.messages])),
+    ) as Record<User, number>;
+    assert.deepEqual(msgs, { dee: 1, ann: 3, bob: 3 });
+    const m = await (await nc.ann.jetstreamManager()).streams.getMessage('orders', { last_by_subj: 'orders.mqtt' });
+    assert.equal(sc.decode(m.data), 'via-mqtt');
+    await assert.rejects((await nc.bob.jetstreamManager()).streams.getMessage('orders', { last_by_subj: 'orders.mqtt' }), /no message found/);
+    // A watch (an ordered push consumer on the bucket's subjects) of t2 sees t2's values, then t2's new one.
+    const kv = await nc.bob.jetstream().views.kv('cfg');
+    const w = await kv.watch({ key: 'mode' });
+    const seen: string[] = [];
+    await (await nc.ann.jetstream().views.kv('cfg')).put('mode', sc.encode('t1-later'));
+    await kv.put('mode', sc.encode('t2-later'));
+    for await (const e of w) {
+      seen.push(sc.decode(e.value));
+      if (seen.length === 2) break;
+    }
+    assert.deepEqual(seen, ['mode-bob', 't2-later']);
+  });
+
+  test('after a restart every namespace has its own streams, consumers and acks back', async () => {
+    for (const u of ALL) await nc[u].close();
+    await broker.close();
+    await start();
+    for (const u of ALL) {
+      const jsm = await nc[u].jetstreamManager();
+      const names: string[] = [];
+      for await (const n of jsm.streams.names()) names.push(n);
+      assert.deepEqual(names.sort(), u === 'bob' ? ['KV_cfg', 'OBJ_files', 'orders', 'secret'] : ['KV_cfg', 'OBJ_files', 'orders'], `${u} streams`);
+      const ci = await jsm.consumers.info('orders', 'c1');
+      const acked = u === 'ann' ? 2 : u === 'bob' ? 3 : 1;
+      assert.deepEqual([ci.stream_name, ci.ack_floor.stream_seq, ci.num_pending], ['orders', acked, u === 'ann' ? 1 : 0], u);
+      assert.equal(
+        sc.decode((await (await nc[u].jetstream().views.kv('cfg')).get('mode'))!.value),
+        u === 'dee' ? 'mode-dee' : `${u === 'ann' ? 't1' : 't2'}-later`,
+      );
+    }
   });
 });
