@@ -14,7 +14,7 @@
  * same `$` rule, so a broker is sent exactly what its own engine would deliver to some subscription (before
  * authorization, which the receiving broker applies).
  */
-import { isReservedTopic, liveKey, parseBindingKey, TopicTrie, type Level } from '../core/index.js';
+import { isReservedTopic, liveKey, natsSubjectNamespace, parseBindingKey, TopicTrie, type Level } from '../core/index.js';
 
 export type Rule = 'mqtt' | 'nats';
 
@@ -171,7 +171,8 @@ export class RemoteInterest {
     if (p.entries.has(key)) return;
     let levels: Level[];
     try {
-      levels = parseBindingKey(filter, nats ? 'nats' : 'mqtt', nats);
+      // A tenant's NATS subscription is announced qualified (`$ns.<ns>.<subject>`): its namespace is in its filter.
+      levels = parseBindingKey(filter, nats ? 'nats' : 'mqtt', nats, nats ? natsSubjectNamespace(filter) : null);
     } catch {
       return; // not a filter this broker's rules accept (a newer peer's?): nothing of ours can match it anyway
     }

@@ -36,10 +36,16 @@ export function parseBindingKey(key: string, rule: MatchRule, swap: boolean, nam
     return [];
   }
   const words = key.split('.');
-  // The unified topic space's `$ns` level (namespaces.ts) is no NATS client's to bind (that adapter does not isolate
-  // namespaces yet); on amq.topic only a binding whose destination is of namespace `<ns>` may name `$ns.<ns>.` (the
-  // AMQP adapter qualifies a vhost's keys so, router.ts gives the destination's namespace).
-  if ((rule === 'nats' || swap) && words[0] === NS_ROOT && !(rule === 'amqp' && namespace !== null && words.length > 2 && words[1] === namespace)) {
+  // The unified topic space's `$ns` level (namespaces.ts) is no client's to bind: a NATS subject may start with
+  // `$ns.<ns>.` only when the NATS adapter qualified a subscription of namespace `<ns>` so (SubscribeOptions.namespace;
+  // a `.` of the namespace's name is a `/` of that word, the separator swap); on amq.topic only a binding whose
+  // destination is of namespace `<ns>` may name `$ns.<ns>.` (the AMQP adapter qualifies a vhost's keys so, router.ts
+  // gives the destination's namespace).
+  if (
+    (rule === 'nats' || swap) &&
+    words[0] === NS_ROOT &&
+    !(namespace !== null && words.length > 2 && (rule === 'nats' ? words[1]!.replaceAll('/', '.') : words[1]) === namespace)
+  ) {
     throw new FlowError('INVALID_FILTER', `"${key}" is in the reserved $ns space`);
   }
   const out: Level[] = [];

@@ -55,6 +55,16 @@ export function splitTopic(internal: string): { namespace: string; topic: string
   return { namespace: internal.slice(NS_PREFIX.length, end), topic: internal.slice(end + 1) };
 }
 
+/**
+ * The namespace of a qualified NATS subscription subject (`$ns.<ns>.<subject>`, NamespaceNames.natsSubject), or null
+ * when it is not one (the cluster's interest table reads a peer's tenant subscriptions with it).
+ */
+export function natsSubjectNamespace(subject: string): string | null {
+  if (!subject.startsWith(`${NS_ROOT}.`)) return null;
+  const end = subject.indexOf('.', NS_ROOT.length + 1);
+  return end < 0 ? null : subject.slice(NS_ROOT.length + 1, end).replaceAll('/', '.');
+}
+
 /** The namespace of an internal arbitrary name (same layout as topics). */
 export function splitName(internal: string): { namespace: string; name: string } {
   const { namespace, topic } = splitTopic(internal);
@@ -71,11 +81,23 @@ export class NamespaceNames {
   readonly topicPrefix: string;
   /** `<ns>~`, or '' for `default`. */
   readonly streamPrefix: string;
+  /** `$ns.<ns>.` (the namespace's dots written `/`), or '' for `default`: NATS subjects (natsSubject). */
+  readonly natsPrefix: string;
 
   constructor(readonly namespace: string) {
     this.isDefault = namespace === DEFAULT_NAMESPACE;
     this.topicPrefix = this.isDefault ? '' : `${NS_PREFIX}${namespace}/`;
     this.streamPrefix = this.isDefault ? '' : `${namespace}${STREAM_SEPARATOR}`;
+    this.natsPrefix = this.isDefault ? '' : `${NS_ROOT}.${namespace.replaceAll('.', '/')}.`;
+  }
+
+  /**
+   * A NATS subject (or subscription subject) as the core knows it: `$ns.<ns>.<subject>`, a `.` of the namespace's name
+   * written `/` (the separator swap makes that word the `<ns>` level of `$ns/<ns>/...`). The subscription carries
+   * the namespace (SubscribeOptions.namespace), without which the core refuses a subject starting with `$ns`.
+   */
+  natsSubject(s: string): string {
+    return this.isDefault ? s : this.natsPrefix + s;
   }
 
   /** A client's topic or filter as the core knows it. */

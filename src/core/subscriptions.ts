@@ -50,6 +50,11 @@ export interface SubscribeOptions {
    * they were published on serves them). Without effect on a single broker.
    */
   local?: boolean;
+  /**
+   * The namespace (other than `default`) of a 'nats' subscription the NATS adapter qualified as `$ns.<ns>.<subject>`
+   * (namespaces.ts natsSubject): only with it may a NATS subject start with `$ns` (matcher.ts parseBindingKey).
+   */
+  namespace?: string;
 }
 
 export interface Subscription {
@@ -134,7 +139,7 @@ export interface LiveTable {
 export function subscribe(t: LiveTable, filter: string, subscriber: Subscriber, options: SubscribeOptions): Subscription {
   const nats = options.rule === 'nats';
   // A NATS subject is parsed into unified levels once here (and again at unsubscribe): `>` is the trie's REST.
-  const pattern = nats ? parseBindingKey(filter, 'nats', true) : (validateFilter(filter), filter);
+  const pattern = nats ? parseBindingKey(filter, 'nats', true, options.namespace ?? null) : (validateFilter(filter), filter);
   const sub: Subscription = { filter, subscriber, options };
   if (t.live !== null && options.local !== true) t.live.subscribed(liveKey(options.rule, options.group, filter), filter, nats ? 'nats' : 'mqtt', options.group);
   if (options.group === undefined) {
@@ -153,7 +158,7 @@ export function subscribe(t: LiveTable, filter: string, subscriber: Subscriber, 
 }
 
 export function unsubscribe(t: LiveTable, sub: Subscription): void {
-  const pattern = sub.options.rule === 'nats' ? parseBindingKey(sub.filter, 'nats', true) : sub.filter;
+  const pattern = sub.options.rule === 'nats' ? parseBindingKey(sub.filter, 'nats', true, sub.options.namespace ?? null) : sub.filter;
   if (sub.options.group === undefined) {
     if (t.subs.remove(pattern, sub) && t.live !== null && sub.options.local !== true)
       t.live.unsubscribed(liveKey(sub.options.rule, undefined, sub.filter), sub.filter, sub.options.rule === 'nats' ? 'nats' : 'mqtt', undefined);

@@ -7,7 +7,7 @@
  * publish.ts (PUB / HPUB), deliver.ts (MSG / HMSG out) and control.ts (the control plane), functions over it.
  */
 import type { Duplex } from 'node:stream';
-import type { Message, Subscriber, Subscription } from '../../core/index.js';
+import { DEFAULT_NAMESPACE, namespaceNames, type Message, type NamespaceNames, type Subscriber, type Subscription } from '../../core/index.js';
 import { ANONYMOUS, type Access, type ClientEntry, type QuotaLease } from '../../control/index.js';
 import { logKey } from '../../util/log-limit.js';
 import { NatsErrText, NatsProtocolError, NatsServerParser, NatsWriter, PING, encodeErr, type ConnectOptions, type NatsServerHandler } from './codec/index.js';
@@ -110,6 +110,11 @@ export abstract class NatsConnectionState implements Subscriber, NatsServerHandl
   // control plane
   /** What this connection may do (policies, re-read live); the anonymous principal until CONNECT says otherwise. */
   access: Access;
+  /**
+   * The namespace (NATS account) the connection's subjects live in, set at login (login in control.ts): `default`'s
+   * are the subjects themselves, another's are qualified on the way in and stripped on the way out (namespaces.ts).
+   */
+  names: NamespaceNames = namespaceNames(DEFAULT_NAMESPACE);
   /** The namespace's quotas, held from login to close (null before login, or when refused). */
   lease: QuotaLease | null = null;
   /** The client registry's entry (admin API list and kick, /metrics). */
@@ -150,6 +155,8 @@ export abstract class NatsConnectionState implements Subscriber, NatsServerHandl
   /** The last publish subject and its topic (publishers repeat subjects; the parser hands the same string). */
   lastPubSubject = '';
   lastPubTopic = '';
+  /** lastPubTopic inside the connection's namespace (the core's topic; the same in `default`). */
+  lastPubInternal = '';
   /** When the chunk being parsed was read: the timestamp of the messages in it. */
   now = 0;
 

@@ -45,7 +45,7 @@
  * SUB, UNSUB, PING and the other operations the parser calls), publish.ts (PUB / HPUB), deliver.ts (MSG / HMSG out),
  * control.ts (registry, login, permissions, quotas).
  */
-import type { Message, Subscription } from '../../core/index.js';
+import { NS_ROOT, type Message, type SubscribeOptions, type Subscription } from '../../core/index.js';
 import { ANONYMOUS } from '../../control/index.js';
 import { logKey } from '../../util/log-limit.js';
 import { OK, PONG, encodeErr, encodeInfo, isValidQueueName, isValidSubject, type ConnectOptions } from './codec/index.js';
@@ -171,6 +171,8 @@ export class NatsConnection extends NatsConnectionState {
     if (!isValidSubject(subject, { wildcards: true }) || (queue !== null && !isValidQueueName(queue))) {
       return this.invalid(NatsErr.INVALID_SUBJECT, subject);
     }
+    // `$ns` is no client's subject in any namespace (namespaces.ts; the core refuses it in `default` too).
+    if (!this.names.isDefault && (subject === NS_ROOT || subject.startsWith(`${NS_ROOT}.`))) return this.invalid(NatsErr.INVALID_SUBJECT, subject);
     // nats-server keeps the first subscription of a repeated sid.
     if (this.subs.has(sid)) return this.ok();
     const max = this.adapter.options.maxSubscriptions;
@@ -203,13 +205,14 @@ export class NatsConnection extends NatsConnectionState {
     try {
       // Every subscription carries the admit check: a policy changed live stops deliveries it no longer allows, and a
       // wildcard that reaches into denied topics (or `>` into `$` topics) gets only what the policies let through.
-      ns.sub = this.adapter.engine.subscribe(
-        subject,
-        this,
+      // A tenant's subject is qualified into its namespace (`$ns.<ns>.<subject>`), which the subscription names.
+      const names = this.names;
+      const o: SubscribeOptions =
         queue === null
           ? { qos: 0, rule: 'nats', data: ns, admit: admit(this) }
-          : { qos: 0, rule: 'nats', group: queue, data: ns, admit: queueAdmit ?? admit(this) },
-      );
+          : { qos: 0, rule: 'nats', group: queue, data: ns, admit: queueAdmit ?? admit(this) };
+      if (!names.isDefault) o.namespace = names.namespace;
+      ns.sub = this.adapter.engine.subscribe(names.natsSubject(subject), this, o);
     } catch (err) {
       const text = natsErrTextOf(err);
       if (text !== null) return this.invalid(text, subject);
@@ -235,7 +238,14 @@ export class NatsConnection extends NatsConnectionState {
     if (!this.access.mayCapture(qt)) return { refused: true, queueAdmit: null };
     if (plain !== 'deny') return { refused: false, queueAdmit: null };
     const prefix = qt.slice(0, qt.length - natsFilterToUnified(subject).length);
-    return { refused: this.access.subscription(qt) === 'deny', queueAdmit: (topic) => this.access.admits(topic) || this.access.admits(prefix + topic) };
+    const names = this.names;
+    return {
+      refused: this.access.subscription(qt) === 'deny',
+      queueAdmit: (internal) => {
+        const topic = names.outTopic(internal);
+        return this.access.admits(topic) || this.access.admits(prefix + topic);
+      },
+    };
   }
 
   /**

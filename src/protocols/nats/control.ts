@@ -4,6 +4,7 @@
  * Violation -ERR, the connection stays), and the quota's hold-back (reading paused).
  */
 import type { Principal } from '../../control/index.js';
+import { namespaceNames } from '../../core/index.js';
 import { logKey } from '../../util/log-limit.js';
 import { encodeErr } from './codec/index.js';
 import { NatsErr } from './errors.js';
@@ -43,6 +44,8 @@ export function login(conn: NatsConnectionState, principal: Principal): boolean 
   conn.lease = lease;
   conn.user = principal.user;
   conn.access = ac.accessFor(principal, 'nats', conn.remoteAddress);
+  // The NATS account is the user's namespace: its subjects are that namespace's (isolated from every other's).
+  conn.names = namespaceNames(principal.namespace);
   if (conn.entry !== null) {
     conn.entry.user = principal.user;
     conn.entry.namespace = principal.namespace;

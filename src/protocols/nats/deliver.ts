@@ -17,9 +17,12 @@ export function deliver(conn: NatsConnectionState, msg: Message, subs: Subscript
   if (conn.headers) hdr = natsHeaderBlock(msg);
   else if (msg.status !== undefined) return; // a bare status means nothing to a client without headers
   const dt = msg.deliverTopic;
-  const topic = dt ?? msg.topic;
+  // The topics as the connection's namespace names them (namespaces.ts: the core's carry `$ns/<ns>/`).
+  const names = conn.names;
+  const topic = names.isDefault ? (dt ?? msg.topic) : names.outTopic(dt ?? msg.topic);
+  const replyTopic = msg.responseTopic === undefined || names.isDefault ? msg.responseTopic : names.outTopic(msg.responseTopic);
   // A response topic that is no NATS subject (whitespace: MSG's arguments are space-separated) is left out.
-  let reply = msg.responseTopic === undefined ? null : topicToSubject(msg.responseTopic);
+  let reply = replyTopic === undefined ? null : topicToSubject(replyTopic);
   if (reply !== null && !deliverableSubject(reply)) reply = null;
   const payload = msg.payload;
   const w = conn.deliveryWriter();
@@ -50,7 +53,7 @@ export function deliver(conn: NatsConnectionState, msg: Message, subs: Subscript
   }
   const sent = stats.msgsOut - before;
   // A request reached this connection: it may answer it (allow_responses) if its policies let it respond.
-  if (sent > 0 && reply !== null && !conn.access.open) noteRequest(conn, msg.topic, msg.responseTopic!);
+  if (sent > 0 && reply !== null && !conn.access.open) noteRequest(conn, names.isDefault ? msg.topic : names.outTopic(msg.topic), replyTopic!);
   if (sent > 0) {
     conn.outMsgs += sent;
     conn.outBytes += sent * size;

@@ -195,9 +195,19 @@ function sortKey(c: NatsConnection, sort: string, now: number): number {
   }
 }
 
+/**
+ * The NATS account of a connection: its namespace (the subjects it lives in), `$G` (nats-server's global account)
+ * for `default`'s.
+ */
+export function accountOf(c: NatsConnection): string {
+  return c.names.isDefault ? GLOBAL_ACCOUNT : c.names.namespace;
+}
+
+export const GLOBAL_ACCOUNT = '$G';
+
 function subDetail(c: NatsConnection, ns: NatsSub, account: boolean): Record<string, unknown> {
   return {
-    ...(account ? { account: '$G' } : {}),
+    ...(account ? { account: accountOf(c) } : {}),
     subject: ns.subject,
     ...(ns.queue !== null ? { qgroup: ns.queue } : {}),
     sid: ns.sid,
@@ -238,6 +248,8 @@ function connInfo(c: NatsConnection, o: ConnzOptions, now: number): Record<strin
   }
   // Who the client is, never how it proved it: no password, token or certificate is in any answer.
   if (o.auth && c.user !== null) info.authorized_user = c.user;
+  // nats-server names the account with auth, unless it is the global one.
+  if (o.auth && !c.names.isDefault) info.account = c.names.namespace;
   if (c.subscriptionCount > 0 && (o.subs || o.subsDetail)) {
     const list: unknown[] = [];
     for (const ns of c.subs.values()) {

@@ -8,7 +8,7 @@
  *   /subsz     subscription stats; subs, offset, limit, test (a literal subject the listed subscriptions match)
  *   /jsz       JetStream summary; accounts, streams, consumers, config, acc
  *   /healthz   {"status":"ok"}; js-enabled-only, js-server-only, js-enabled accepted (JetStream is always on)
- *   /accountz  the accounts: `$G` only (FlowMQ's namespaces are not NATS accounts)
+ *   /accountz  the accounts: `$G` (the `default` namespace) and every other namespace (a namespace is an account)
  *
  * Access: like nats-server's monitoring port it asks for no login (the tools send none); it is off by default,
  * listens on the broker's --host, and `--nats-monitor-allow` restricts it to addresses or CIDR blocks (others get
@@ -19,6 +19,7 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { closeUnreadBody, httpServerOptions } from '../../control/index.js';
+import { DEFAULT_NAMESPACE } from '../../core/index.js';
 import { addressFilter } from '../../util/address.js';
 import { listenOn } from '../listener.js';
 import type { ProtocolListener } from '../types.js';
@@ -26,7 +27,7 @@ import type { NatsAdapter } from './adapter.js';
 import { isValidLiteralSubject } from './codec/index.js';
 import { natsMatch } from './connection-state.js';
 import { jetstreamStats, jsz, type JetStream } from './jetstream/index.js';
-import { connz, CpuSampler, subsz, varz, type ConnzOptions, type MonitorSetting } from './monitor-json.js';
+import { connz, CpuSampler, GLOBAL_ACCOUNT, subsz, varz, type ConnzOptions, type MonitorSetting } from './monitor-json.js';
 
 export interface NatsMonitorOptions {
   host: string;
@@ -198,9 +199,19 @@ export class NatsMonitor {
         bool(q, 'js-server-only');
         return { status: 'ok' };
       case '/accountz':
-        return { server_id: a.serverId, now: new Date().toISOString(), accounts: ['$G'] };
+        return { server_id: a.serverId, now: new Date().toISOString(), accounts: accounts(a) };
       default:
         return `unknown path ${path}`;
     }
   }
+}
+
+/** /accountz's accounts: `$G` for `default`, then the other namespaces by name (each one a NATS account). */
+function accounts(a: NatsAdapter): string[] {
+  const names = a.access.directory
+    .listNamespaces()
+    .map((n) => n.name)
+    .filter((n) => n !== DEFAULT_NAMESPACE)
+    .sort();
+  return [GLOBAL_ACCOUNT, ...names];
 }

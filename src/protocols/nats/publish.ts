@@ -4,7 +4,7 @@
  * past MAX_PENDING_WRITES the socket is not read), requests with a reply subject through the adapter's NatsPublisher
  * (JetStream PubAcks), and no_responders' 503 status when a request reached nobody.
  */
-import type { Message } from '../../core/index.js';
+import { isReservedTopic, type Message } from '../../core/index.js';
 import { OK, isValidLiteralSubject, parseHeaders } from './codec/index.js';
 import { applyNatsHeaders, subjectToTopic } from './mapping.js';
 import { NatsErr, natsErrTextOf } from './errors.js';
@@ -14,14 +14,21 @@ import { mayPublishOrReply } from './responses.js';
 import { countDelivery } from './deliver.js';
 
 export function publish(conn: NatsConnectionState, subject: string, reply: string | null, hdr: Buffer | null, payload: Buffer): void {
+  // `topic`: the client's own (what policies name); `internal`: inside its namespace (the same in `default`).
   let topic: string;
-  if (subject === conn.lastPubSubject) topic = conn.lastPubTopic;
-  else {
+  let internal: string;
+  if (subject === conn.lastPubSubject) {
+    topic = conn.lastPubTopic;
+    internal = conn.lastPubInternal;
+  } else {
     const t = conn.pedantic && !isValidLiteralSubject(subject) ? null : subjectToTopic(subject);
-    if (t === null) return conn.invalid(NatsErr.INVALID_PUBLISH_SUBJECT, subject);
+    // `$ns` is no client's subject (namespaces.ts); in `default` the core refuses it too.
+    if (t === null || isReservedTopic(t)) return conn.invalid(NatsErr.INVALID_PUBLISH_SUBJECT, subject);
     topic = t;
+    internal = conn.names.topic(t);
     conn.lastPubSubject = subject;
     conn.lastPubTopic = t;
+    conn.lastPubInternal = internal;
   }
   if (!conn.access.open && !mayPublishOrReply(conn, topic)) return permissionViolation(conn, `Publish to ${quote(subject)}`, 'publish', subject);
   const stats = conn.adapter.stats;
@@ -39,7 +46,8 @@ export function publish(conn: NatsConnectionState, subject: string, reply: strin
   // The payload is a view into the chunk the stream emitted, which no one reuses (a 'data' chunk is the
   // stream's own): it may be kept as is. Whatever keeps a message beyond delivery copies it (retained messages,
   // stream records) as it must for every protocol.
-  const msg: Message = { topic, payload, key: null, headers: [], timestamp: conn.now, qos: 0, retain: false, origin: conn.id };
+  const msg: Message = { topic: internal, payload, key: null, headers: [], timestamp: conn.now, qos: 0, retain: false, origin: conn.id };
+  if (!conn.names.isDefault) msg.namespace = conn.names.namespace;
   // An HPUB with a zero-length header block is a message without headers (nats.js sends `HPUB <subj> 0 <n>` for
   // an empty headers object: every js.publish without options); nats-server accepts it.
   if (hdr !== null && hdr.length > 0) {
@@ -71,8 +79,10 @@ export function publish(conn: NatsConnectionState, subject: string, reply: strin
 }
 
 export function request(conn: NatsConnectionState, msg: Message, subject: string, reply: string): void {
-  const rt = subjectToTopic(reply);
-  if (rt === null) return conn.invalid(NatsErr.INVALID_PUBLISH_SUBJECT, reply);
+  const own = subjectToTopic(reply);
+  if (own === null) return conn.invalid(NatsErr.INVALID_PUBLISH_SUBJECT, reply);
+  // The reply subject is in the requester's namespace: a responder of that namespace answers into it.
+  const rt = conn.names.topic(own);
   msg.responseTopic = rt;
   if (conn.verbose) conn.send(OK);
   let reached: number;
@@ -119,7 +129,13 @@ export function settlers(conn: NatsConnectionState): [() => void, (err: unknown)
   return conn.settled;
 }
 
-/** The per-delivery policy check every subscription of this connection carries (cheap while nothing is denied). */
+/**
+ * The per-delivery policy check every subscription of this connection carries (cheap while nothing is denied). The
+ * core's topic is judged as the client knows it (policies name a namespace's topics unqualified).
+ */
 export function admit(conn: NatsConnectionState): (topic: string) => boolean {
-  return (conn.admitFn ??= (topic: string): boolean => conn.access.admits(topic));
+  const names = conn.names;
+  return (conn.admitFn ??= names.isDefault
+    ? (topic: string): boolean => conn.access.admits(topic)
+    : (topic: string): boolean => conn.access.admits(names.outTopic(topic)));
 }

@@ -13,6 +13,9 @@ import { RawClient, makeAccess, startNats, until, type TestAccess } from './help
 const users = [
   { username: 'alice', password: 'wonder' },
   { username: 'bob', password: 'builder', namespace: 'team' },
+  // A second user of each namespace: NATS clients of different namespaces (accounts) share no subject.
+  { username: 'carl', password: 'carl-pw' },
+  { username: 'dan', password: 'dan-pw', namespace: 'team' },
 ];
 
 async function withPolicies(a: TestAccess): Promise<void> {
@@ -216,8 +219,8 @@ describe('NATS authorization', () => {
     await a.directory.putPolicy({ name: 'live', effect: 'deny', actions: ['publish', 'subscribe'], resources: ['topic:ok/live'], principals: ['user:alice'] });
     // Another client publishes on the subscribed topic, then a marker on an allowed one: the marker arrives, the
     // message on the now-denied topic did not.
-    const bob = await login(s.port, 'bob', 'builder');
-    await a.directory.putPolicy({ name: 'bob', effect: 'allow', actions: ['publish'], resources: ['topic:#'], principals: ['user:bob'] });
+    const bob = await login(s.port, 'carl', 'carl-pw');
+    await a.directory.putPolicy({ name: 'bob', effect: 'allow', actions: ['publish'], resources: ['topic:#'], principals: ['user:carl'] });
     bob.send('PUB ok.live 1\r\n2\r\nPUB ok.marker 1\r\nm\r\n');
     await bob.flush();
     await alice.waitFor((o) => o.op === 'msg' && o.subject === 'ok.marker');
@@ -293,7 +296,7 @@ describe('NATS quotas and the client registry', () => {
     const bob = await login(s.port, 'bob', 'builder');
     bob.send('SUB q 1\r\n');
     await bob.flush();
-    const alice = await login(s.port, 'alice', 'wonder');
+    const alice = await login(s.port, 'dan', 'dan-pw');
     alice.send(`PUB q 3000\r\n${'y'.repeat(3000)}\r\n`);
     await alice.flush();
     await bob.waitFor((o) => o.op === 'msg');

@@ -10,14 +10,14 @@
  * storage limits bound the streams' reservations (the sum of their max_bytes, a stream without one counting 1 byte)
  * when a stream is created or updated.
  *
- * The account's streams: those made through the JetStream API by a user of the namespace (API_STREAM_KEY holds it),
- * and for the default namespace also every stream made otherwise (a Kafka topic, a stream of the admin API, a
- * JetStream stream made before FlowMQ marked them). FlowMQ's stream names are not scoped per namespace: every
- * stream is still listed to everyone (STREAM.NAMES, LIST), only usage and limits are counted per account.
+ * The account's streams: the namespace's (names.ts: a tenant's JetStream streams are `<ns>~<name>`, made through its
+ * own API; `default`'s are every stream without a namespace, Kafka topics and admin API streams included). Each
+ * account lists, reads and counts its own streams only (STREAM.NAMES, LIST, INFO).
  */
 import { ANONYMOUS, type Access } from '../../../control/index.js';
-import type { Message, StreamDef } from '../../../core/index.js';
+import { splitStreamName, type Message, type StreamDef } from '../../../core/index.js';
 import { JsErr, type ApiError } from './errors.js';
+import { subjectLength } from './names.js';
 import { type AccountUsage, BAD_JSON, type JetStreamState, type Json, parseJson, typed } from './service-state.js';
 import type { StreamSpecFromJs } from './stream-info.js';
 import { API_STREAM_KEY, jsOptions, storedSize, type StreamView } from './stream-view.js';
@@ -59,9 +59,9 @@ export function accountLimits(js: JetStreamState, namespace: string): AccountLim
   };
 }
 
-/** The account's streams (see the file header). */
+/** The account's streams (see the file header): its namespace's, by their names (`t1~orders` is t1's). */
 function accountStreams(js: JetStreamState, namespace: string): StreamDef[] {
-  return js.engine.listStreams().filter((d) => (d.configs?.[API_STREAM_KEY] ?? ANONYMOUS.namespace) === namespace);
+  return js.engine.listAllStreams().filter((d) => splitStreamName(d.name).namespace === namespace);
 }
 
 /**
@@ -175,14 +175,16 @@ export async function freshCatalog(js: JetStreamState): Promise<void> {
  * Subjects of another stream made through the JetStream API that overlap the asked ones (nats-server's
  * subjectsOverlap: some message could be captured by both). Streams of Kafka, AMQP or MQTT bindings, and JetStream
  * streams made before FlowMQ marked them (API_STREAM_KEY), may share filters with anything and are not looked at.
- * Every namespace's streams are looked at: FlowMQ's subjects are not scoped per namespace (nats-server's are per
- * account), so two accounts' overlapping streams would capture the same messages.
+ * Only the namespace's own streams are looked at: its subjects are its own (as nats-server's are per account).
  */
 export function overlapRefusal(js: JetStreamState, name: string, spec: StreamSpecFromJs): ApiError | null {
   if (spec.options.mirror !== null) return null;
   const asked = spec.bindings.map(filterToSubject);
-  for (const d of js.engine.listStreams()) {
+  const namespace = splitStreamName(name).namespace;
+  for (const d of js.engine.listAllStreams()) {
     if (d.name === name || d.configs?.[API_STREAM_KEY] === undefined || jsOptions(d).mirror !== null) continue;
+    // An account's subjects are its own (a tenant's are qualified: `$ns/t1/...`), as nats-server's accounts' are.
+    if (splitStreamName(d.name).namespace !== namespace) continue;
     for (const b of d.bindings) {
       const s = filterToSubject(b);
       if (asked.some((a) => subjectsCollide(a, s))) return JsErr.subjectOverlap();
@@ -230,8 +232,8 @@ export function consumerLimitCheck(js: JetStreamState, l: AccountLimits, t: stri
  */
 export async function checkAccounts(js: JetStreamState): Promise<void> {
   const byNamespace = new Map<string, StreamDef[]>();
-  for (const d of js.engine.listStreams()) {
-    const ns = d.configs?.[API_STREAM_KEY] ?? ANONYMOUS.namespace;
+  for (const d of js.engine.listAllStreams()) {
+    const ns = splitStreamName(d.name).namespace;
     let l = byNamespace.get(ns);
     if (l === undefined) byNamespace.set(ns, (l = []));
     l.push(d);
@@ -262,7 +264,7 @@ export async function checkAccounts(js: JetStreamState): Promise<void> {
 export function accountRefusal(js: JetStreamState, stream: string, msg: Message): ApiError | null {
   const u = js.accountUsage.get(stream);
   if (u === undefined) return null;
-  const size = storedSize(msg.topic.length, msg.natsHeaders?.length ?? 0, msg.payload.length, u.memory);
+  const size = storedSize(subjectLength(msg.topic), msg.natsHeaders?.length ?? 0, msg.payload.length, u.memory);
   if (u.used + size > u.limit) return JsErr.accountResourcesExceeded();
   u.used += size;
   return null;

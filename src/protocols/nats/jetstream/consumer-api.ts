@@ -7,7 +7,7 @@
 import type { Cluster } from '../../../cluster/index.js';
 import { call, cast, RPC } from '../../../cluster/index.js';
 import type { ConsumerGroupAdmin, GroupDetail, GroupSummary } from '../../../control/index.js';
-import { FlowError, makeMessage } from '../../../core/index.js';
+import { FlowError, makeMessage, type NamespaceNames } from '../../../core/index.js';
 import { consumerKey, targetOf } from './cluster.js';
 import { checkConsumerUpdate, normalizeConsumerConfig, type ConsumerConfig } from './config.js';
 import { Consumer, type LastPerSubject } from './consumer.js';
@@ -18,6 +18,7 @@ import { storedOthers, workqueueRefusal } from './retention.js';
 import { jsOptions, needsView } from './stream-view.js';
 import { isoTime, lastMatching, scanLog, streamSubjects } from './stream-info.js';
 import { isValidApiName, levelsToTokens, subjectMatches } from './subjects.js';
+import { inSubject, namesOf, outSubject, ownStream } from './names.js';
 import {
   BAD_JSON,
   errText,
@@ -41,8 +42,8 @@ export async function consumerCreate(js: JetStreamState, t: string[], body: stri
   const raw = parseJson(body);
   if (raw === BAD_JSON || raw === null || typeof raw !== 'object' || Array.isArray(raw)) return typed(T_, { error: JsErr.invalidJson() });
   const req = raw as Json;
-  if (req.stream_name !== undefined && req.stream_name !== stream) return typed(T_, { error: JsErr.streamMismatch() });
-  const e = js.engine.getStream(stream);
+  if (req.stream_name !== undefined && req.stream_name !== ownStream(stream)) return typed(T_, { error: JsErr.streamMismatch() });
+  const e = js.engine.getAnyStream(stream);
   if (!e) return typed(T_, { error: JsErr.streamNotFound() });
   const rc = (req.config ?? {}) as Json;
   if (typeof rc !== 'object' || Array.isArray(rc)) return typed(T_, { error: JsErr.invalidJson() });
@@ -62,6 +63,8 @@ export async function consumerCreate(js: JetStreamState, t: string[], body: stri
     if (!legacyDurable) named = { ...rc, name: subjectName };
   }
   const ephemeral = typeof rc.durable_name !== 'string' || rc.durable_name === '';
+  // Its subjects are the client's, in the stream's namespace (names.ts).
+  named = inConsumerConfig(namesOf(stream), named);
   // A mirror's or sourced stream's messages have their origins' subjects.
   const copies = jsOptions(e.def).mirror !== null || jsOptions(e.def).sources.length > 0;
   const cfg = normalizeConsumerConfig(named, ephemeral, copies ? ['>'] : streamSubjects(e.def));
@@ -125,7 +128,7 @@ export async function consumerCreate(js: JetStreamState, t: string[], body: stri
   // A name may have been taken while the start position was looked up.
   const raced = js.getConsumer(stream, name);
   if (raced) return typed(T_, consumerInfoJson(raced));
-  if (!js.engine.getStream(stream)) return typed(T_, { error: JsErr.streamNotFound() });
+  if (!js.engine.getAnyStream(stream)) return typed(T_, { error: JsErr.streamNotFound() });
   if (js.cluster !== null) {
     // Claimed by serveConsumer before this create; a create that lost it meanwhile makes nothing.
     const epoch = js.cluster.owns('consumer', consumerKey(stream, name));
@@ -166,7 +169,7 @@ function continuation(js: JetStreamState, stream: string, cfg: ConsumerConfig): 
   for (const c of candidates) {
     if (c.stream !== stream || c.config.filter_subject !== cfg.filter_subject || c.lastDelivered !== seq - 1) continue;
     const floors = c.continuationFrom(seq);
-    if (floors !== null && floors.length === js.engine.getStream(stream)?.def.partitions) return floors;
+    if (floors !== null && floors.length === js.engine.getAnyStream(stream)?.def.partitions) return floors;
   }
   return null;
 }
@@ -215,6 +218,24 @@ export async function startFloor(js: JetStreamState, stream: string, cfg: Consum
   }
 }
 
+/** A consumer configuration's subjects (filter, deliver subject) inside the stream's namespace. */
+function inConsumerConfig(names: NamespaceNames, rc: Json): Json {
+  if (names.isDefault) return rc;
+  const out = { ...rc };
+  for (const k of ['filter_subject', 'deliver_subject'] as const) if (typeof rc[k] === 'string' && rc[k] !== '') out[k] = inSubject(names, rc[k]);
+  if (Array.isArray(rc.filter_subjects)) out.filter_subjects = rc.filter_subjects.map((s: unknown) => (typeof s === 'string' ? inSubject(names, s) : s));
+  return out;
+}
+
+/** A consumer configuration as the stream's namespace's clients see it. */
+function outConsumerConfig(names: NamespaceNames, c: ConsumerConfig): ConsumerConfig {
+  if (names.isDefault) return c;
+  const out = { ...c };
+  if (c.filter_subject !== undefined) out.filter_subject = outSubject(names, c.filter_subject);
+  if (c.deliver_subject !== undefined) out.deliver_subject = outSubject(names, c.deliver_subject);
+  return out;
+}
+
 export function consumerInfoJson(c: Consumer): Json {
   const delivered: Json = { consumer_seq: c.cseq, stream_seq: c.deliveredSeq };
   if (c.lastDelivered > 0) delivered.last_active = isoTime(c.lastActive);
@@ -227,10 +248,10 @@ export function consumerInfoJson(c: Consumer): Json {
     // stream gone
   }
   return {
-    stream_name: c.stream,
+    stream_name: ownStream(c.stream),
     name: c.name,
     created: isoTime(c.created),
-    config: c.config,
+    config: outConsumerConfig(namesOf(c.stream), c.config),
     delivered,
     ack_floor: ackFloor,
     num_ack_pending: c.pending.size,
@@ -243,7 +264,7 @@ export function consumerInfoJson(c: Consumer): Json {
 
 export function consumerInfoReq(js: JetStreamState, stream: string, name: string): Json {
   const T_ = 'consumer_info_response';
-  if (!js.engine.getStream(stream)) return typed(T_, { error: JsErr.streamNotFound() });
+  if (!js.engine.getAnyStream(stream)) return typed(T_, { error: JsErr.streamNotFound() });
   const c = js.getConsumer(stream, name);
   if (!c) return typed(T_, { error: JsErr.consumerNotFound() });
   return typed(T_, consumerInfoJson(c));
@@ -251,7 +272,7 @@ export function consumerInfoReq(js: JetStreamState, stream: string, name: string
 
 export async function consumerNames(js: JetStreamState, stream: string, body: string): Promise<Json> {
   const T_ = 'consumer_names_response';
-  if (!js.engine.getStream(stream)) return typed(T_, { error: JsErr.streamNotFound() });
+  if (!js.engine.getAnyStream(stream)) return typed(T_, { error: JsErr.streamNotFound() });
   const all = js.cluster !== null ? (await clusterConsumers(js, js.cluster, stream)).map((i) => String(i.name)) : js.sortedConsumers(stream).map((c) => c.name);
   const offset = pageOffset(body);
   return typed(T_, { total: all.length, offset, limit: NAMES_LIMIT, consumers: all.slice(offset, offset + NAMES_LIMIT) });
@@ -259,7 +280,7 @@ export async function consumerNames(js: JetStreamState, stream: string, body: st
 
 export async function consumerList(js: JetStreamState, stream: string, body: string): Promise<Json> {
   const T_ = 'consumer_list_response';
-  if (!js.engine.getStream(stream)) return typed(T_, { error: JsErr.streamNotFound() });
+  if (!js.engine.getAnyStream(stream)) return typed(T_, { error: JsErr.streamNotFound() });
   const all = js.cluster !== null ? await clusterConsumers(js, js.cluster, stream) : js.sortedConsumers(stream).map((c) => consumerInfoJson(c));
   const offset = pageOffset(body);
   return typed(T_, {
@@ -301,7 +322,7 @@ export async function clusterConsumers(js: JetStreamState, cl: Cluster, stream: 
 
 export async function consumerDelete(js: JetStreamState, stream: string, name: string): Promise<Json> {
   const T_ = 'consumer_delete_response';
-  if (!js.engine.getStream(stream)) return typed(T_, { error: JsErr.streamNotFound() });
+  if (!js.engine.getAnyStream(stream)) return typed(T_, { error: JsErr.streamNotFound() });
   const c = js.getConsumer(stream, name);
   if (!c) return typed(T_, { error: JsErr.consumerNotFound() });
   await js.deleteConsumer(c, true);
@@ -355,7 +376,7 @@ export function onAck(js: JetStreamState, levels: string[], body: string, reply:
   const confirm = (): void => js.send(makeMessage(reply, Buffer.alloc(0)), origin);
   // Cluster mode, workqueue and interest streams: confirmed once stored, so that what a client saw confirmed is
   // removed by whichever broker owns the stream after a crash (service-cluster.ts checkRetention).
-  const def = js.cluster !== null && c.durable ? js.engine.getStream(c.stream)?.def : undefined;
+  const def = js.cluster !== null && c.durable ? js.engine.getAnyStream(c.stream)?.def : undefined;
   if (def !== undefined && jsOptions(def).retention !== 'limits') void js.written(c).then(confirm);
   else confirm();
 }

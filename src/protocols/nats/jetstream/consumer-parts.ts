@@ -5,7 +5,7 @@
  * new records each) and hands out the lowest stream sequence among the partitions' next messages (partition-seq.ts):
  * what is stored is delivered interleaved by offset, in ascending stream sequence, each partition in its order.
  */
-import { decodeBatch, readBatchInfo, recordToMessage, type Engine, type Message } from '../../../core/index.js';
+import { decodeBatch, readBatchInfo, recordToMessage, streamOwnTopic, type Engine, type Message } from '../../../core/index.js';
 import { seqOf } from './partition-seq.js';
 import type { StreamView } from './stream-view.js';
 
@@ -93,5 +93,5 @@ export async function readAt(engine: Engine, stream: string, p: number, offset: 
 }
 
 export function ownTopic(stream: string): string {
-  return stream.split('.').join('/');
+  return streamOwnTopic(stream);
 }

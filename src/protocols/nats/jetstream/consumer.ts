@@ -22,6 +22,7 @@
  * scalar ack floor and delivered sequence being derived from them.
  */
 import { dotsToUnified, makeMessage, type ConsumerRecord, type Engine, type Message } from '../../../core/index.js';
+import { ackTopicPrefix, ownStream } from './names.js';
 import type { ConsumerConfig } from './config.js';
 import { fillPart, readAt, type Entry, type Part } from './consumer-parts.js';
 import {
@@ -57,7 +58,8 @@ export interface ConsumerHost {
   /** The stream's view of deletes, limits and rollups (stream-view.ts), or null: every message of the log is live. */
   viewOf(stream: string): StreamView | null;
   /** Publishes a JetStream advisory (`$JS.EVENT.ADVISORY.<what>`, body of nats-server's advisory `type`). */
-  advise(what: string, type: string, body: Record<string, unknown>): void;
+  /** `stream`: the internal name of the stream it is about, whose namespace it is published in (names.ts). */
+  advise(what: string, type: string, body: Record<string, unknown>, stream?: string): void;
   /** The consumer is done with `seq` (acked, terminated, delivered without acks): workqueue and interest streams. */
   consumed(c: Consumer, seq: number): void;
   /** Cluster mode (non-null): push flow control is off (an answer may reach another broker). */
@@ -123,6 +125,8 @@ export class Consumer {
   private flowBytes = 0;
   /** The flow-control request waiting for its answer (`$JS.FC.<stream>.<consumer>.<id>`), and the bytes it confirms. */
   private flowOpen: { subject: string; bytes: number } | null = null;
+  /** `$JS/ACK/<stream>/<consumer>/`, inside the stream's namespace and with its own name there (names.ts). */
+  private readonly ackPrefix: string;
 
   constructor(
     private readonly host: ConsumerHost,
@@ -133,7 +137,8 @@ export class Consumer {
     readonly durable: boolean,
     state: ConsumerStart,
   ) {
-    const def = host.engine.getStream(stream)?.def;
+    const def = host.engine.getAnyStream(stream)?.def;
+    this.ackPrefix = ackTopicPrefix(stream, name, 'ACK');
     const n = def === undefined ? 1 : consumedPartitions(def);
     this.partitions = n;
     this.cseq = state.deliveredConsumerSeq;
@@ -368,12 +373,7 @@ export class Consumer {
       const max = this.config.max_deliver;
       if (max > 0 && p.deliveries >= max) {
         // Delivered as often as allowed: it leaves the pending set (nats-server drops it the same way).
-        this.host.advise(`CONSUMER.MAX_DELIVERIES.${this.stream}.${this.name}`, 'max_deliver', {
-          stream: this.stream,
-          consumer: this.name,
-          stream_seq: seq,
-          deliveries: p.deliveries,
-        });
+        this.advisory('MAX_DELIVERIES', 'max_deliver', { stream_seq: seq, deliveries: p.deliveries });
         this.pending.delete(seq);
         this.rdc.delete(seq);
         this.acked.add(seq);
@@ -433,13 +433,7 @@ export class Consumer {
     if (kind === '+TER') {
       const p = this.pending.get(seq);
       if (p !== undefined) {
-        this.host.advise(`CONSUMER.MSG_TERMINATED.${this.stream}.${this.name}`, 'terminated', {
-          stream: this.stream,
-          consumer: this.name,
-          consumer_seq: p.cseq,
-          stream_seq: seq,
-          deliveries: p.deliveries,
-        });
+        this.advisory('MSG_TERMINATED', 'terminated', { consumer_seq: p.cseq, stream_seq: seq, deliveries: p.deliveries });
       }
       this.acknowledge(seq);
       return { ok: true };
@@ -625,12 +619,7 @@ export class Consumer {
     if (!(max > 0) || local > pt.replayUpTo || this.pending.has(seq)) return false;
     const deliveries = this.rdc.get(seq) ?? 1;
     if (deliveries < max) return false;
-    this.host.advise(`CONSUMER.MAX_DELIVERIES.${this.stream}.${this.name}`, 'max_deliver', {
-      stream: this.stream,
-      consumer: this.name,
-      stream_seq: seq,
-      deliveries,
-    });
+    this.advisory('MAX_DELIVERIES', 'max_deliver', { stream_seq: seq, deliveries });
     this.acked.add(seq);
     this.host.consumed(this, seq);
     return true;
@@ -669,7 +658,7 @@ export class Consumer {
     const deliveries = p !== undefined ? p.deliveries + 1 : local <= pt.replayUpTo ? (this.rdc.get(seq) ?? 1) + 1 : 1;
     // What is left once this one is delivered (the message itself is still counted now).
     const pendingAfter = redelivery ? 0 : Math.max(0, this.numPending() - 1);
-    const ack = `$JS/ACK/${this.stream}/${this.name}/${deliveries}/${seq}/${this.cseq + 1}/${stored.timestamp}000000/${pendingAfter}`;
+    const ack = `${this.ackPrefix}${deliveries}/${seq}/${this.cseq + 1}/${stored.timestamp}000000/${pendingAfter}`;
     const size = pullSize(stored, ack);
     // Not taken: the request ends (consumer-pull.ts), the message waits for the next one.
     if (req.maxBytes > 0 && size > req.bytesLeft) return this.finish(req, SIZE_EXCEEDED, true);
@@ -738,9 +727,13 @@ export class Consumer {
   private flowCount(req: PullRequest, bytes: number): void {
     this.flowBytes += bytes;
     if (this.flowOpen !== null || this.flowBytes < FLOW_WINDOW_BYTES / 2) return;
-    const subject = `$JS.FC.${this.stream}.${this.name}.${(++flowIds).toString(36)}`;
+    const id = (++flowIds).toString(36);
+    const subject = `$JS.FC.${this.stream}.${this.name}.${id}`;
     this.flowOpen = { subject, bytes: this.flowBytes };
-    this.host.send(makeMessage(req.reply, Buffer.alloc(0), { status: '100 FlowControl Request', responseTopic: dotsToUnified(subject) }));
+    // Answered on the stream's namespace's `$JS.FC.<stream>.<consumer>.<id>` (service.ts qualifies the stream again).
+    this.host.send(
+      makeMessage(req.reply, Buffer.alloc(0), { status: '100 FlowControl Request', responseTopic: ackTopicPrefix(this.stream, this.name, 'FC') + id }),
+    );
   }
 
   /** A message on `$JS.FC.<stream>.<consumer>.<id>`: the open request answered, deliveries go on. */
@@ -751,6 +744,12 @@ export class Consumer {
     this.flowBytes = Math.max(0, this.flowBytes - open.bytes);
     this.lastActive = Date.now();
     this.pump();
+  }
+
+  /** `$JS.EVENT.ADVISORY.CONSUMER.<what>.<stream>.<consumer>`, in the stream's namespace and its names (names.ts). */
+  private advisory(what: string, type: string, body: Record<string, unknown>): void {
+    const own = ownStream(this.stream);
+    this.host.advise(`CONSUMER.${what}.${own}.${this.name}`, type, { stream: own, consumer: this.name, ...body }, this.stream);
   }
 
   /** The consumer is deleted (or its stream): waiting requests are told, as nats-server does. */

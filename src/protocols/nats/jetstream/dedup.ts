@@ -26,7 +26,7 @@ const marking = new WeakMap<JetStreamState, Set<string>>();
 
 /** Marks `stream` as holding Nats-Msg-Ids (IDS_KEY), once; a failed write is logged and tried again by a later id. */
 export function markIds(js: JetStreamState, stream: string): void {
-  const e = js.engine.getStream(stream);
+  const e = js.engine.getAnyStream(stream);
   if (e === undefined || e.def.configs?.[IDS_KEY] === 'true' || js.cluster !== null) return;
   let busy = marking.get(js);
   if (!busy) marking.set(js, (busy = new Set()));
@@ -69,7 +69,7 @@ export async function keepWindow(js: JetStreamState, def: StreamDef, ns: number)
  */
 export async function rebuildWindows(js: JetStreamState): Promise<number> {
   let found = 0;
-  for (const d of js.engine.listStreams()) {
+  for (const d of js.engine.listAllStreams()) {
     const ns = storedWindowNs(d);
     js.duplicateWindowNs.set(d.name, ns);
     if (d.partitions !== 1 || js.cluster !== null || d.configs?.[IDS_KEY] !== 'true') continue;

@@ -42,6 +42,7 @@ export function jetstreamStats(js: JetStreamState): { config: Json; stats: Json 
 
 export async function jsz(js: JetStreamState, serverId: string, o: JszOptions): Promise<Json> {
   const { config, stats } = jetstreamStats(js);
+  // The account `$G` is `default`'s streams (a tenant's are its own account's, not listed here yet).
   const defs = js.engine.listStreams().sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
   let messages = 0;
   let memory = 0;

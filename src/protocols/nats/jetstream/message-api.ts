@@ -31,6 +31,7 @@ import { markIds, storedWindowNs } from './dedup.js';
 import { jsOptions, storedSize, type StreamView } from './stream-view.js';
 import { accountRefusal } from './account.js';
 import { BAD_JSON, errText, isCount, JetStreamState, type Json, parseJson, typed } from './service-state.js';
+import { inSubject, namesOf, ownStream, subjectLength } from './names.js';
 
 /** A JetStream publish whose PubAck (or error) goes to `to`: a reply topic, or (cluster mode) a callback. */
 export function publishWith(js: JetStreamState, msg: Message, to: string | ((body: Json) => void), forward = true, checked = false): PublishInfo {
@@ -197,7 +198,7 @@ function subjectChecked(
   rollup: string | undefined,
 ): void {
   const refuse = (error: ApiError): void => answer(js, to, { error, stream, seq: 0 });
-  const def = js.engine.getStream(stream)?.def;
+  const def = js.engine.getAnyStream(stream)?.def;
   if (def === undefined) return refuse(JsErr.streamNotFound());
   const opts = jsOptions(def);
   if (rollup !== undefined) {
@@ -233,7 +234,7 @@ function subjectChecked(
       const atSubjectLimit = opts.maxMsgsPerSubject > 0 && (v?.bySubject.get(msg.topic)?.length ?? 0) >= opts.maxMsgsPerSubject;
       if (v !== null && opts.discardNew && !atSubjectLimit) {
         if (opts.maxMsgs > 0 && v.bySeq.size >= opts.maxMsgs) return refuse(JsErr.streamStoreFailed('maximum messages exceeded'));
-        const size = storedSize(msg.topic.length, msg.natsHeaders?.length ?? 0, msg.payload.length, opts.memory);
+        const size = storedSize(subjectLength(msg.topic), msg.natsHeaders?.length ?? 0, msg.payload.length, opts.memory);
         if (opts.maxBytes > 0 && v.bytes + size >= opts.maxBytes) return refuse(JsErr.streamStoreFailed('maximum bytes exceeded'));
       }
       const info = publishWith(js, msg, to, forward, true);
@@ -270,21 +271,24 @@ export function forwardPublish(js: JetStreamState, cl: Cluster, broker: number, 
 }
 
 export function answer(js: JetStreamState, to: string | ((body: Json) => void), body: Json): void {
+  // The stream as its namespace's clients name it (names.ts).
+  if (typeof body.stream === 'string' && body.stream.includes('~')) body = { ...body, stream: ownStream(body.stream) };
   // A PubAck names the domain (nats-server puts it after the stream; errors have none).
   if (js.domain !== null && body.error === undefined && body.stream !== undefined) body = { stream: body.stream, domain: js.domain, ...body };
   if (typeof to === 'string') js.reply(to, body);
   else to(body);
 }
 
+/** The streams whose bindings match `topic` (a tenant's topics are matched by its own streams only: names.ts). */
 export function capturing(js: JetStreamState, topic: string): StreamDef[] {
-  return js.engine.listStreams().filter((d) => d.bindings.some((b) => matches(b, topic)));
+  return js.engine.listAllStreams().filter((d) => d.bindings.some((b) => matches(b, topic)));
 }
 
 export function windowMs(js: JetStreamState, stream: string): number {
   // Cluster mode: a stream created through another broker has its length in its stored configs.
   let ns = js.duplicateWindowNs.get(stream);
   if (ns === undefined) {
-    const def = js.engine.getStream(stream)?.def;
+    const def = js.engine.getAnyStream(stream)?.def;
     ns = def === undefined ? DEFAULT_DUPLICATE_WINDOW_NS : storedWindowNs(def);
   }
   return ns / 1e6;
@@ -325,7 +329,7 @@ export function prune(js: JetStreamState, stream: string, ids: Map<string, { seq
 export async function msgGet(js: JetStreamState, name: string, body: string): Promise<Json> {
   await js.freshen(name);
   const T_ = 'stream_msg_get_response';
-  const e = js.engine.getStream(name);
+  const e = js.engine.getAnyStream(name);
   if (!e) return typed(T_, { error: JsErr.streamNotFound() });
   const raw = parseJson(body);
   if (raw === BAD_JSON || raw === null || typeof raw !== 'object') return typed(T_, { error: JsErr.invalidJson() });
@@ -337,7 +341,7 @@ export async function msgGet(js: JetStreamState, name: string, body: string): Pr
   const hdrs = encodeHeaderBlock(m);
   return typed(T_, {
     message: {
-      subject: dotsSubject(m.topic),
+      subject: dotsSubject(namesOf(name).outTopic(m.topic)),
       seq,
       ...(hdrs !== null ? { hdrs: hdrs.toString('base64') } : {}),
       data: m.payload.toString('base64'),
@@ -355,7 +359,14 @@ async function requestedSeq(js: JetStreamState, name: string, r: Json): Promise<
   const next = r.next_by_subj ?? '';
   if (!isCount(seq) || typeof last !== 'string' || typeof next !== 'string') return JsErr.badRequest();
   if ((seq > 0 && last !== '') || (seq === 0 && last === '' && next === '') || (last !== '' && next !== '')) return JsErr.badRequest();
-  const def = js.engine.getStream(name)?.def;
+  // The subjects are the client's, in the stream's namespace (names.ts).
+  const names = namesOf(name);
+  if (!names.isDefault) return requestedIn(js, name, seq, last === '' ? '' : inSubject(names, last), next === '' ? '' : inSubject(names, next));
+  return requestedIn(js, name, seq, last, next);
+}
+
+async function requestedIn(js: JetStreamState, name: string, seq: number, last: string, next: string): Promise<number | ApiError> {
+  const def = js.engine.getAnyStream(name)?.def;
   const parts = def === undefined ? 1 : consumedPartitions(def);
   if (parts > 1 && (last !== '' || next !== '')) return partitionedSeq(js, name, parts, last, next, seq);
   if (last !== '') {
@@ -407,7 +418,7 @@ async function partitionedSeq(js: JetStreamState, name: string, parts: number, l
 
 /** The stored message at `seq`, or null when the stream does not hold it (never written, trimmed or deleted). */
 async function readStored(js: JetStreamState, name: string, seq: number): Promise<Message | null> {
-  const def = js.engine.getStream(name)?.def;
+  const def = js.engine.getAnyStream(name)?.def;
   const parts = def === undefined ? 1 : consumedPartitions(def);
   if (parts > 1) {
     // A multi-partition stream's sequences (partition-seq.ts); it has no view (consumer-api.ts).
@@ -427,7 +438,7 @@ async function readStored(js: JetStreamState, name: string, seq: number): Promis
 export async function msgDelete(js: JetStreamState, name: string, body: string): Promise<Json> {
   await js.freshen(name);
   const T_ = 'stream_msg_delete_response';
-  const e = js.engine.getStream(name);
+  const e = js.engine.getAnyStream(name);
   if (!e) return typed(T_, { error: JsErr.streamNotFound() });
   const raw = parseJson(body);
   if (raw === BAD_JSON || raw === null || typeof raw !== 'object') return typed(T_, { error: JsErr.invalidJson() });
@@ -461,7 +472,7 @@ export async function directGet(js: JetStreamState, t: string[], body: string, r
   const asked = t[2];
   const name = server;
   const status = (s: string): void => js.send(makeMessage(reply, Buffer.alloc(0), { status: s }));
-  const e = name === undefined ? undefined : js.engine.getStream(name);
+  const e = name === undefined ? undefined : js.engine.getAnyStream(name);
   const o = e === undefined ? null : jsOptions(e.def);
   // nats-server serves direct gets only for streams that allow them (or their mirrors): nobody else answers.
   if (name === undefined || o === null || !(name === asked ? o.allowDirect : o.mirrorDirect && o.mirror?.name === asked)) return status('503');
@@ -482,8 +493,8 @@ export async function directGet(js: JetStreamState, t: string[], body: string, r
   const m = await readStored(js, name, seq);
   if (m === null) return status('404 Message Not Found');
   const own: Header[] = [
-    { key: 'Nats-Stream', value: Buffer.from(name) },
-    { key: 'Nats-Subject', value: Buffer.from(dotsSubject(m.topic)) },
+    { key: 'Nats-Stream', value: Buffer.from(ownStream(name)) },
+    { key: 'Nats-Subject', value: Buffer.from(dotsSubject(namesOf(name).outTopic(m.topic))) },
     { key: 'Nats-Sequence', value: Buffer.from(String(seq)) },
     { key: 'Nats-Time-Stamp', value: Buffer.from(isoTime(m.timestamp)) },
   ];

@@ -8,9 +8,10 @@
  * it. Who may configure it is checked at STREAM.CREATE / UPDATE (stream-api.ts: a publish deny of the caller that
  * reaches into `dest` refuses the request).
  */
-import { decodeBatch, makeMessage, recordToMessage, type Engine, type Header, type Message } from '../../../core/index.js';
+import { decodeBatch, isReservedTopic, makeMessage, recordToMessage, splitTopic, type Engine, type Header, type Message } from '../../../core/index.js';
 import { JsErr, type ApiError } from './errors.js';
 import { subjectMatches, subjectToFilter } from './subjects.js';
+import { namesOf, outSubject, ownStream } from './names.js';
 
 export interface RepublishSpec {
   src: string;
@@ -121,7 +122,7 @@ export class Republisher {
     const engine = this.host.engine;
     while (!this.stopped) {
       try {
-        if (engine.getStream(this.stream) === undefined) return;
+        if (engine.getAnyStream(this.stream) === undefined) return;
         const { logStartOffset, highWatermark } = engine.offsets(this.stream, 0);
         if (this.next < logStartOffset) this.next = logStartOffset;
         if (this.next >= highWatermark) {
@@ -156,8 +157,8 @@ export class Republisher {
     if (this.last.size >= LAST_LIMIT) this.last.clear();
     this.last.set(subject, seq);
     const added: Array<[string, string]> = [
-      ['Nats-Stream', this.stream],
-      ['Nats-Subject', subject],
+      ['Nats-Stream', ownStream(this.stream)],
+      ['Nats-Subject', outSubject(namesOf(this.stream), subject)],
       ['Nats-Sequence', String(seq)],
       ['Nats-Last-Sequence', String(prev)],
     ];
@@ -168,6 +169,8 @@ export class Republisher {
     const natsHeaders = Buffer.from(`${oldText}${added.map(([k, v]) => `${k}: ${v}\r\n`).join('')}\r\n`, 'latin1');
     const out = makeMessage(subjectToFilter(dest), this.spec.headers_only ? Buffer.alloc(0) : m.payload, { headers, origin: 'jetstream' });
     out.natsHeaders = natsHeaders;
+    // A tenant's stream republishes inside its namespace (its dest was qualified: names.ts).
+    if (isReservedTopic(out.topic)) out.namespace = splitTopic(out.topic).namespace;
     return out;
   }
 }

@@ -21,7 +21,7 @@ export function joinCluster(js: JetStreamState, cl: Cluster): void {
   // their acks remove (checkRetention).
   cl.colocate('consumer', (key) => {
     const [stream] = splitConsumerKey(key);
-    const e = js.engine.getStream(stream);
+    const e = js.engine.getAnyStream(stream);
     return e !== undefined && jsOptions(e.def).retention !== 'limits' ? { kind: 'partition', name: partitionKey(stream) } : null;
   });
   cl.register('consumer', {
@@ -119,11 +119,11 @@ export async function releaseConsumer(js: JetStreamState, key: string, lost: boo
  */
 export async function streamKnown(js: JetStreamState, stream: string): Promise<StreamEntry | undefined> {
   for (let i = 0; i < 20; i++) {
-    const e = js.engine.getStream(stream);
+    const e = js.engine.getAnyStream(stream);
     if (e !== undefined || js.closed) return e;
     await new Promise((r) => setTimeout(r, 50));
   }
-  return js.engine.getStream(stream);
+  return js.engine.getAnyStream(stream);
 }
 
 /** The consumer a CONSUMER request names ("<stream>/<name>"), or null (NAMES, LIST, malformed). */
@@ -232,7 +232,7 @@ export function partitionKey(stream: string): string {
 function retentionStream(js: JetStreamState, key: string): string | null {
   if (!key.endsWith('/0')) return null;
   const stream = key.slice(0, -2);
-  const e = js.engine.getStream(stream);
+  const e = js.engine.getAnyStream(stream);
   return e !== undefined && jsOptions(e.def).retention !== 'limits' ? stream : null;
 }
 
@@ -268,7 +268,7 @@ async function runCheck(js: JetStreamState): Promise<void> {
   let seen = verified.get(js);
   if (seen === undefined) verified.set(js, (seen = new Map<string, number>()));
   const now = Date.now();
-  for (const d of js.engine.listStreams()) {
+  for (const d of js.engine.listAllStreams()) {
     const name = d.name;
     if (jsOptions(d).retention === 'limits' || d.partitions !== 1 || cl.owns('partition', partitionKey(name)) === null) {
       js.retentionHere.delete(name);
@@ -319,7 +319,7 @@ function readable(config: string): boolean {
  */
 export async function routeStream(js: JetStreamState, cl: Cluster, t: string[], body: string, reply: string): Promise<Json | null> {
   const name = t[1] === 'INFO' ? t[2] : t[3];
-  const e = name === undefined ? undefined : js.engine.getStream(name);
+  const e = name === undefined ? undefined : js.engine.getAnyStream(name);
   if (e === undefined || e.def.partitions !== 1) return null;
   const o = jsOptions(e.def);
   if (o.retention === 'limits' && o.mirror === null && o.sources.length === 0) return null;

@@ -17,7 +17,18 @@ import type { Cluster } from '../../../cluster/index.js';
 import { RPC } from '../../../cluster/index.js';
 import type { Access, AccessControl } from '../../../control/index.js';
 import { LogLimiter } from '../../../util/log-limit.js';
-import { dotsToUnified, FlowError, makeMessage, type Engine, type Message, type StreamDef, type Subscription } from '../../../core/index.js';
+import {
+  dotsToUnified,
+  FlowError,
+  isReservedTopic,
+  makeMessage,
+  splitTopic,
+  type Engine,
+  type Message,
+  type StreamDef,
+  type Subscription,
+} from '../../../core/index.js';
+import { namesOf, ownStream } from './names.js';
 import { consumerKey, encodeDelivery } from './cluster.js';
 import type { ConsumerConfig } from './config.js';
 import { Consumer, consumedPartitions, type ConsumerHost } from './consumer.js';
@@ -193,6 +204,8 @@ export abstract class JetStreamState implements ConsumerHost {
 
   /** Publishes to this broker's engine (the client is here, or the topic is for anyone listening). */
   sendLocal(msg: Message): void {
+    // An answer into a namespace (a tenant's inbox, deliver subject, advisory: names.ts) is that namespace's message.
+    if (isReservedTopic(msg.topic)) msg.namespace = splitTopic(msg.topic).namespace;
     try {
       // A stream bound to the inbox's topic captures the delivery too; its append failing (disk full, fenced) must
       // not become an unhandled rejection, which would end the process.
@@ -215,7 +228,7 @@ export abstract class JetStreamState implements ConsumerHost {
   }
 
   failed(c: Consumer, err: unknown): void {
-    if (!this.engine.getStream(c.stream)) {
+    if (!this.engine.getAnyStream(c.stream)) {
       this.removeConsumersOf(c.stream);
       return;
     }
@@ -279,11 +292,11 @@ export abstract class JetStreamState implements ConsumerHost {
       for (const f of this.slowTicks) f();
     }
     for (const [stream, m] of this.consumers) {
-      if (!this.engine.getStream(stream)) {
+      if (!this.engine.getAnyStream(stream)) {
         this.removeConsumersOf(stream);
         continue;
       }
-      const def = this.engine.getStream(stream)?.def;
+      const def = this.engine.getAnyStream(stream)?.def;
       const partitions = def === undefined ? 1 : consumedPartitions(def);
       for (const was of [...m.values()]) {
         const c = was.partitions === partitions ? was : this.regrown(was);
@@ -356,28 +369,37 @@ export abstract class JetStreamState implements ConsumerHost {
    * A JetStream advisory as nats-server 2.9 publishes it on `$JS.EVENT.ADVISORY.<what>`: JSON with its `type`
    * (`io.nats.jetstream.advisory.v1.<type>`), a unique `id` and the `timestamp`, then `body`.
    */
-  advise(what: string, type: string, body: Json): void {
+  advise(what: string, type: string, body: Json, stream?: string): void {
     if (this.closed) return;
     const json = { type: `io.nats.jetstream.advisory.v1.${type}`, id: randomId(22), timestamp: new Date().toISOString(), ...body };
-    this.sendLocal(makeMessage(dotsToUnified(`$JS.EVENT.ADVISORY.${what}`), Buffer.from(JSON.stringify(json))));
+    // A stream's advisories are its namespace's (names.ts): published in its `$JS.EVENT.>`.
+    const prefix = stream === undefined ? '' : namesOf(stream).topicPrefix;
+    this.sendLocal(makeMessage(prefix + dotsToUnified(`$JS.EVENT.ADVISORY.${what}`), Buffer.from(JSON.stringify(json))));
   }
 
   consumerAction(c: Consumer, action: 'create' | 'delete'): void {
-    this.advise(`CONSUMER.${action === 'create' ? 'CREATED' : 'DELETED'}.${c.stream}.${c.name}`, 'consumer_action', {
-      stream: c.stream,
-      consumer: c.name,
-      action,
-    });
+    const own = ownStream(c.stream);
+    this.advise(
+      `CONSUMER.${action === 'create' ? 'CREATED' : 'DELETED'}.${own}.${c.name}`,
+      'consumer_action',
+      {
+        stream: own,
+        consumer: c.name,
+        action,
+      },
+      c.stream,
+    );
   }
 
   streamAction(name: string, action: 'create' | 'modify' | 'delete'): void {
     const what = action === 'create' ? 'CREATED' : action === 'modify' ? 'UPDATED' : 'DELETED';
-    this.advise(`STREAM.${what}.${name}`, 'stream_action', { stream: name, action });
+    const own = ownStream(name);
+    this.advise(`STREAM.${what}.${own}`, 'stream_action', { stream: own, action }, name);
   }
 
   /** A consumer of a workqueue or interest stream went away (retention.ts). */
   private retentionAfterDelete(c: Consumer): void {
-    const def = this.engine.getStream(c.stream)?.def;
+    const def = this.engine.getAnyStream(c.stream)?.def;
     if (def === undefined) return;
     const retention = jsOptions(def).retention;
     if (retention === 'workqueue') {
@@ -406,7 +428,7 @@ export abstract class JetStreamState implements ConsumerHost {
    * partition in cluster mode; other brokers' views expire them as they read).
    */
   private expireAged(): void {
-    for (const d of this.engine.listStreams()) {
+    for (const d of this.engine.listAllStreams()) {
       const name = d.name;
       if (ageLimitMs(d) <= 0 || this.trimming.has(name) || !this.copiesHere(name)) continue;
       const v = this.viewOf(name);
@@ -471,7 +493,7 @@ export abstract class JetStreamState implements ConsumerHost {
   async freshen(stream: string): Promise<void> {
     if (this.cluster === null) return;
     const storage = this.engine.storage as { fetchOffsets?(stream: string, partition: number): Promise<unknown> };
-    const e = this.engine.getStream(stream);
+    const e = this.engine.getAnyStream(stream);
     if (storage.fetchOffsets === undefined || e === undefined) return;
     const parts: Array<Promise<unknown>> = [];
     for (let p = 0; p < e.def.partitions; p++) parts.push(storage.fetchOffsets(stream, p).catch(() => undefined));
@@ -491,7 +513,7 @@ export abstract class JetStreamState implements ConsumerHost {
 
   /** The stream's view (stream-view.ts), or null when it needs none; not caught up (see freshView). */
   viewOf(name: string): StreamView | null {
-    const e = this.engine.getStream(name);
+    const e = this.engine.getAnyStream(name);
     if (e === undefined) {
       this.dropView(name);
       return null;
@@ -529,7 +551,7 @@ export abstract class JetStreamState implements ConsumerHost {
     let t = this.tallies.get(def.name);
     if (t === undefined || t.def.createdAt !== def.createdAt) {
       // Tallies of streams deleted meanwhile (by any protocol) go when a new one starts.
-      for (const k of this.tallies.keys()) if (this.engine.getStream(k) === undefined) this.tallies.delete(k);
+      for (const k of this.tallies.keys()) if (this.engine.getAnyStream(k) === undefined) this.tallies.delete(k);
       this.tallies.set(def.name, (t = new SubjectTally(def, this.engine)));
     }
     return wait ? t.current() : t.soon(TALLY_BACKLOG);
@@ -549,7 +571,7 @@ export abstract class JetStreamState implements ConsumerHost {
   addRule(name: string, make: (v: StreamView) => DeleteRule): Promise<number | string> {
     const prev = this.ruleChain.get(name) ?? Promise.resolve();
     const next = prev.then(async () => {
-      const e = this.engine.getStream(name);
+      const e = this.engine.getAnyStream(name);
       if (e === undefined) return 'stream not found';
       const opts = jsOptions(e.def);
       const start = this.engine.offsets(name, 0).logStartOffset;
@@ -561,7 +583,7 @@ export abstract class JetStreamState implements ConsumerHost {
       // Applied where the log is now (what is appended meanwhile is not touched), then stored.
       const rule = { ...make(v), at: v.scanned };
       const removed = v.apply(rule);
-      const now = this.engine.getStream(name)?.def ?? e.def;
+      const now = this.engine.getAnyStream(name)?.def ?? e.def;
       // Rules wholly below the log start remove nothing any more (their messages are gone from the log): dropped.
       const lso = this.engine.offsets(name, 0).logStartOffset;
       const rules = [...jsOptions(now).rules.filter((r) => r.at > lso), rule];
@@ -588,7 +610,7 @@ export abstract class JetStreamState implements ConsumerHost {
   /** Looks the streams' sealed and max_msg_size settings up again (after a stream request, and on the tick). */
   refreshGuards(): void {
     this.guards.clear();
-    for (const d of this.engine.listStreams()) {
+    for (const d of this.engine.listAllStreams()) {
       const o = jsOptions(d);
       if (o.sealed || o.maxMsgSize >= 0 || o.noAck) this.guards.set(d.name, { sealed: o.sealed, maxMsgSize: o.maxMsgSize, noAck: o.noAck });
     }
@@ -598,7 +620,7 @@ export abstract class JetStreamState implements ConsumerHost {
   syncSources(): void {
     const seen = new Set<string>();
     if (!this.closed) {
-      for (const d of this.engine.listStreams()) {
+      for (const d of this.engine.listAllStreams()) {
         const o = jsOptions(d);
         if (o.mirror === null && o.sources.length === 0) continue;
         // Cluster mode: copied by the owner of the stream's partition only (it follows the partition).
@@ -624,7 +646,7 @@ export abstract class JetStreamState implements ConsumerHost {
   private syncRepublish(): void {
     const seen = new Set<string>();
     if (!this.closed) {
-      for (const d of this.engine.listStreams()) {
+      for (const d of this.engine.listAllStreams()) {
         const spec = jsOptions(d).republish;
         if (spec === null) continue;
         seen.add(d.name);

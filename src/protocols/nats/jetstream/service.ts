@@ -19,7 +19,21 @@
  * requests, service-cluster.ts adds cluster mode.
  */
 import type { Access, Action, ConsumerGroupAdmin, ResourceKind } from '../../../control/index.js';
-import { makeMessage, type Engine, type Message, type PublishInfo, type Subscriber, type Subscription } from '../../../core/index.js';
+import {
+  DEFAULT_NAMESPACE,
+  dotsToUnified,
+  isReservedTopic,
+  makeMessage,
+  namespaceNames,
+  NS_PREFIX,
+  splitTopic,
+  type Engine,
+  type Message,
+  type NamespaceNames,
+  type PublishInfo,
+  type Subscriber,
+  type Subscription,
+} from '../../../core/index.js';
 import type { ConsumerConfig } from './config.js';
 import { Consumer } from './consumer.js';
 import { JsErr } from './errors.js';
@@ -30,6 +44,9 @@ import { accountInfo, accountLimits, checkAccounts, consumerLimitCheck, namespac
 import { directGet, msgDelete, msgGet, publishWith, storedTopic } from './message-api.js';
 import { consumerCreate, groupAdmin, consumerDelete, consumerInfoReq, consumerList, consumerNames, onAck, pullRequest } from './consumer-api.js';
 import { joinCluster, routeConsumer, routeStream } from './service-cluster.js';
+import { ownStream, qualifyAckLevels, qualifyApi } from './names.js';
+
+const DEFAULT_NAMES = namespaceNames(DEFAULT_NAMESPACE);
 import { rebuildWindows } from './dedup.js';
 
 export { MAX_CONSUMERS, type JetStreamAuthorizer, type JetStreamOptions } from './service-state.js';
@@ -63,7 +80,7 @@ export class JetStream extends JetStreamState implements Subscriber, JetStreamPu
       this.warnStore(err);
     }
     for (const r of recs) {
-      const def = this.engine.getStream(r.stream);
+      const def = this.engine.getAnyStream(r.stream);
       if (!def) continue;
       let config: ConsumerConfig;
       try {
@@ -77,7 +94,7 @@ export class JetStream extends JetStreamState implements Subscriber, JetStreamPu
     // This broker's clients only (`local`): in cluster mode every broker answers its own clients' requests and
     // forwards what another broker serves (see cluster.ts), so requests are never answered twice.
     // Views known from the start: JetStream publishes to their streams are tracked from the first one on.
-    for (const d of this.engine.listStreams()) this.viewOf(d.name);
+    for (const d of this.engine.listAllStreams()) this.viewOf(d.name);
     // Duplicate windows: their lengths, and the ids still inside them (dedup.ts), before any publish is taken.
     try {
       const ids = await rebuildWindows(this);
@@ -89,12 +106,18 @@ export class JetStream extends JetStreamState implements Subscriber, JetStreamPu
     this.syncSources();
     // Switched off (--nats-jetstream false): nothing answers the API, as on a nats-server without JetStream.
     if (this.enabled) {
-      this.subs.push(this.engine.subscribe('$JS.API.>', this, { qos: 0, rule: 'nats', local: true }));
+      // Every namespace's API (a NATS account's own `$JS.API.>` is `$ns/<ns>/$JS/API/...` in the core, names.ts):
+      // `default`'s as NATS subjects, the others' through one MQTT filter per subject (its `+` is the namespace).
+      const sub = (subject: string): void => {
+        this.subs.push(this.engine.subscribe(subject, this, { qos: 0, rule: 'nats', local: true }));
+        this.subs.push(this.engine.subscribe(`${NS_PREFIX}+/${dotsToUnified(subject.slice(0, -2))}/#`, this, { qos: 0, rule: 'mqtt', local: true }));
+      };
+      sub('$JS.API.>');
       // A domain's API subjects: the same API (nats-server's $JS.<domain>.API.> mapping onto $JS.API.>).
-      if (this.domain !== null) this.subs.push(this.engine.subscribe(`$JS.${this.domain}.API.>`, this, { qos: 0, rule: 'nats', local: true }));
-      this.subs.push(this.engine.subscribe('$JS.ACK.>', this, { qos: 0, rule: 'nats', local: true }));
+      if (this.domain !== null) sub(`$JS.${this.domain}.API.>`);
+      sub('$JS.ACK.>');
       // Answers to push consumers' flow-control requests (consumer.ts; a single broker only).
-      if (this.cluster === null) this.subs.push(this.engine.subscribe('$JS.FC.>', this, { qos: 0, rule: 'nats', local: true }));
+      if (this.cluster === null) sub('$JS.FC.>');
     }
     this.ticker = setInterval(() => this.tick(), this.tickMs);
     this.ticker.unref();
@@ -159,16 +182,26 @@ export class JetStream extends JetStreamState implements Subscriber, JetStreamPu
     if (this.closed) return;
     // The payload may be a view into a socket buffer: read it now.
     const body = msg.payload.toString('utf8');
-    const levels = msg.topic.split('/');
+    // The request's namespace (NATS account) is its topic's: `$ns/<ns>/$JS/...` (the core lets only a message of
+    // that namespace publish there), `$JS/...` for `default`.
+    let names = DEFAULT_NAMES;
+    let levels: string[];
+    if (isReservedTopic(msg.topic)) {
+      const { namespace, topic } = splitTopic(msg.topic);
+      names = namespaceNames(namespace);
+      levels = topic.split('/');
+    } else levels = msg.topic.split('/');
     // Who asks, looked up now: the connection may close while the request is served.
     let access: Access | null = null;
-    // The NATS account of the request: the asker's namespace (account.ts), also with no policies to check.
-    let namespace = namespaceOf(null);
     if (this.authorizer !== null) {
       const a = this.authorizer.accessOf(msg.origin);
       if (a === 'gone') return;
-      if (a !== null) namespace = namespaceOf(a);
       if (a !== null && !a.open) access = a;
+    }
+    if (levels[1] === 'ACK' || levels[1] === 'FC') {
+      const q = qualifyAckLevels(names, levels);
+      if (q === null) return;
+      levels = q;
     }
     if (levels[1] === 'ACK') {
       // $JS/ACK/<stream>/<consumer>/...: acknowledging moves the consumer, as consuming does.
@@ -190,7 +223,7 @@ export class JetStream extends JetStreamState implements Subscriber, JetStreamPu
     const reply = msg.responseTopic;
     if (reply === undefined) return;
     const tokens = levelsToTokens(levels.slice(this.domain !== null && levels[1] === this.domain && levels[2] === 'API' ? 3 : 2));
-    void this.onApi(tokens, body, reply, access, namespace);
+    void this.onApi(tokens, body, reply, access, names);
   }
 
   /**
@@ -250,11 +283,16 @@ export class JetStream extends JetStreamState implements Subscriber, JetStreamPu
     return null;
   }
 
-  private async onApi(t: string[], body: string, reply: string, access: Access | null, namespace: string): Promise<void> {
+  private async onApi(asked: string[], body: string, reply: string, access: Access | null, names: NamespaceNames): Promise<void> {
     this.api.total++;
     let out: Json;
+    // The stream the request names, inside the namespace (names.ts); a qualified name written by a client is none.
+    const qualified = qualifyApi(names, asked);
+    const t = qualified ?? asked;
     try {
-      const refused = access === null ? null : this.denied(access, this.checksFor(t, body));
+      // Policies name streams as the namespace's clients write them.
+      const checks = access === null ? [] : this.checksFor(t, body).map((ch) => (ch.kind === 'stream' ? { ...ch, name: ownStream(ch.name) } : ch));
+      const refused = access === null ? null : this.denied(access, checks);
       if (refused !== null) {
         const user = access!.principal.user;
         const text = `Permissions Violation for ${refused.actions[0]} on ${refused.kind} ${JSON.stringify(refused.name)}${user === null ? '' : ` for user ${JSON.stringify(user)}`}`;
@@ -264,14 +302,22 @@ export class JetStream extends JetStreamState implements Subscriber, JetStreamPu
           return;
         }
         out = { error: JsErr.accessDenied(text) };
-      } else out = await this.route(t, body, reply, access, namespace);
+      } else if (qualified === null) {
+        // As for a stream nobody has: a pull request or direct get gets nobody's answer.
+        if ((t[0] === 'CONSUMER' && t[1] === 'MSG') || t[0] === 'DIRECT') {
+          this.send(makeMessage(reply, Buffer.alloc(0), { status: '503' }));
+          return;
+        }
+        out = { error: JsErr.streamNotFound() };
+      } else out = await this.route(t, body, reply, access, names.namespace);
     } catch (err) {
       this.logLimit.log('warn', `jetstream-api|${t[0]}.${t[1] ?? ''}`, { err, request: t.join('.') }, 'JetStream API request failed');
       out = { error: JsErr.streamGeneral(errText(err)) };
     }
     if (out === NO_ANSWER) return;
     if (out.error !== undefined) this.api.errors++;
-    this.reply(reply, out, t[0] === 'STREAM' && t[1] === 'MSG' && t[2] === 'GET' ? storedTopic(out) : undefined);
+    const stored = t[0] === 'STREAM' && t[1] === 'MSG' && t[2] === 'GET' ? storedTopic(out) : undefined;
+    this.reply(reply, out, stored === undefined ? undefined : names.topic(stored));
   }
 
   private async route(t: string[], body: string, reply: string, access: Access | null, namespace: string): Promise<Json> {
@@ -320,8 +366,8 @@ export class JetStream extends JetStreamState implements Subscriber, JetStreamPu
     const [a, b, c] = t;
     if (a === 'INFO' && t.length === 1) return accountInfo(this, namespace);
     if (a === 'STREAM') {
-      if (b === 'NAMES' && t.length === 2) return streamNames(this, body, access);
-      if (b === 'LIST' && t.length === 2) return streamList(this, body, access);
+      if (b === 'NAMES' && t.length === 2) return streamNames(this, body, access, namespace);
+      if (b === 'LIST' && t.length === 2) return streamList(this, body, access, namespace);
       if (t.length === 3) {
         if (b === 'CREATE' || b === 'UPDATE' || b === 'DELETE') {
           const out = await (b === 'CREATE'

@@ -62,13 +62,13 @@ export class SourceCopier {
 
   /** Origin messages not copied yet (nats-server's `lag`). */
   lag(): number {
-    const o = this.host.engine.getStream(this.spec.name);
+    const o = this.host.engine.getAnyStream(this.spec.name);
     if (o === undefined || this.next === 0) return 0;
     return Math.max(0, this.host.engine.offsets(this.spec.name, 0).highWatermark - (this.next - 1));
   }
 
   /** nats-server's StreamSourceInfo. */
-  info(now: number): Record<string, unknown> {
+  info(now: number): { name: string; filter_subject?: string; lag: number; active: number } {
     return {
       name: this.spec.name,
       ...(this.spec.filter_subject !== undefined ? { filter_subject: this.spec.filter_subject } : {}),
@@ -82,7 +82,7 @@ export class SourceCopier {
       try {
         const copied = await this.step();
         if (copied === 0 && !this.stopped) {
-          const o = this.host.engine.getStream(this.spec.name);
+          const o = this.host.engine.getAnyStream(this.spec.name);
           if (o === undefined || this.next === 0) await sleep(WAIT_MS);
           else await this.host.engine.waitFor(this.spec.name, 0, this.next - 1, WAIT_MS).catch(() => sleep(WAIT_MS));
         }
@@ -123,7 +123,7 @@ export class SourceCopier {
   private async step(): Promise<number> {
     const engine = this.host.engine;
     const origin = this.spec.name;
-    if (engine.getStream(origin) === undefined || engine.getStream(this.target) === undefined) return 0;
+    if (engine.getAnyStream(origin) === undefined || engine.getAnyStream(this.target) === undefined) return 0;
     if (this.next === 0) this.next = await this.start();
     const { logStartOffset, highWatermark } = engine.offsets(origin, 0);
     if (this.next - 1 >= highWatermark) return 0;

@@ -4,11 +4,13 @@
  * its bindings; creating or widening one needs subscribe on every subject it binds. Answers are nats-server's JSON.
  */
 import type { Access } from '../../../control/index.js';
-import { FlowError, type StreamDef } from '../../../core/index.js';
+import { FlowError, namespaceNames, type StreamDef } from '../../../core/index.js';
+import { inSubject, namesOf, outSubject, ownStream } from './names.js';
 import { JsErr, type ApiError } from './errors.js';
 import {
   DEFAULT_DUPLICATE_WINDOW_NS,
   isoTime,
+  outSource,
   parseStreamConfig,
   sameBindings,
   streamConfigJson,
@@ -59,7 +61,8 @@ export async function streamInfoJson(js: JetStreamState, def: StreamDef, req: In
       const from = Math.min(req.offset, names.length);
       const slice = names.slice(from, from + SUBJECTS_LIMIT);
       page = { total: names.length, offset: from, limit: SUBJECTS_LIMIT };
-      if (slice.length > 0) subjects = Object.fromEntries(slice.map((s) => [s, totals.get(s)!]));
+      const ns = namesOf(def.name);
+      if (slice.length > 0) subjects = Object.fromEntries(slice.map((s) => [outSubject(ns, s), totals.get(s)!]));
     }
   }
   return {
@@ -75,8 +78,8 @@ export async function streamInfoJson(js: JetStreamState, def: StreamDef, req: In
       ...(num_deleted !== undefined && req?.deletedDetails === true && view !== null ? { deleted: deletedSeqs(view, state.last_seq as number) } : {}),
       consumer_count,
     },
-    ...(mirror && copiers.length > 0 ? { mirror: copiers[0].info(now) } : {}),
-    ...(!mirror && copiers.length > 0 ? { sources: copiers.map((c) => c.info(now)) } : {}),
+    ...(mirror && copiers.length > 0 ? { mirror: outSource(namesOf(def.name), copiers[0].info(now)) } : {}),
+    ...(!mirror && copiers.length > 0 ? { sources: copiers.map((c) => outSource(namesOf(def.name), c.info(now))) } : {}),
   };
 }
 
@@ -87,7 +90,7 @@ export async function streamInfoJson(js: JetStreamState, def: StreamDef, req: In
 function mirrorDirectOf(js: JetStreamState, spec: StreamSpecFromJs): boolean {
   const m = spec.options.mirror;
   if (m === null) return false;
-  const origin = js.engine.getStream(m.name);
+  const origin = js.engine.getAnyStream(m.name);
   return origin !== undefined && jsOptions(origin.def).allowDirect;
 }
 
@@ -97,9 +100,9 @@ function mirrorDirectOf(js: JetStreamState, spec: StreamSpecFromJs): boolean {
  * group; FlowMQ lets the origin answer while it can, it is never behind its mirrors), else `name` (which answers 503).
  */
 export function directServer(js: JetStreamState, name: string): string {
-  const e = js.engine.getStream(name);
+  const e = js.engine.getAnyStream(name);
   if (e !== undefined && jsOptions(e.def).allowDirect) return name;
-  for (const d of js.engine.listStreams()) {
+  for (const d of js.engine.listAllStreams()) {
     const o = jsOptions(d);
     if (o.mirrorDirect && o.mirror?.name === name) return d.name;
   }
@@ -122,10 +125,10 @@ export async function streamCreate(js: JetStreamState, name: string, body: strin
   if (spec.replicas > 1 && js.cluster === null) return typed(T_, { error: JsErr.replicasNotSupported() });
   if (spec.options.sealed) return typed(T_, { error: JsErr.streamInvalidConfig('stream configuration for create can not be sealed') });
   if (spec.options.mirrorDirect && spec.options.mirror === null) return typed(T_, { error: JsErr.mirrorDirectWithoutMirror() });
-  const unbindable = bindRefusal(js, access, ownBindings(spec)) ?? sourceRefusal(js, access, spec) ?? republishRefusal(js, access, spec);
+  const unbindable = bindRefusal(js, access, ownBindings(spec), name) ?? sourceRefusal(js, access, spec) ?? republishRefusal(js, access, spec, name);
   if (unbindable !== null) return typed(T_, { error: unbindable });
   spec.options.mirrorDirect = mirrorDirectOf(js, spec);
-  const existing = js.engine.getStream(name);
+  const existing = js.engine.getAnyStream(name);
   if (existing) {
     if (!sameBindings(existing.def.bindings, spec.bindings) || existing.def.retentionMs !== spec.retentionMs || !sameOptions(existing.def, spec)) {
       return typed(T_, { error: JsErr.streamNameExist() });
@@ -142,6 +145,8 @@ export async function streamCreate(js: JetStreamState, name: string, body: strin
     const configs = { ...optionConfigs(spec.options, []), [API_STREAM_KEY]: namespace };
     def = await js.engine.createStream({
       name,
+      // A tenant's stream (`t1~orders`, names.ts): its name and bindings were qualified here, not by its client.
+      namespaced: !namesOf(name).isDefault,
       partitions: 1,
       bindings: spec.bindings,
       retentionMs: spec.retentionMs,
@@ -167,7 +172,7 @@ export async function streamUpdate(js: JetStreamState, name: string, body: strin
   const spec = parseStreamConfig(raw, name);
   if (isApiError(spec)) return typed(T_, { error: spec });
   if (spec.replicas > 1 && js.cluster === null) return typed(T_, { error: JsErr.replicasNotSupported() });
-  const e = js.engine.getStream(name);
+  const e = js.engine.getAnyStream(name);
   if (!e) return typed(T_, { error: JsErr.streamNotFound() });
   const refusal = updateRefusal(jsOptions(e.def), spec);
   if (refusal !== null) return typed(T_, { error: refusal });
@@ -178,9 +183,10 @@ export async function streamUpdate(js: JetStreamState, name: string, body: strin
       js,
       access,
       ownBindings(spec).filter((f) => !e.def.bindings.includes(f)),
+      name,
     ) ??
     sourceRefusal(js, access, spec) ??
-    republishRefusal(js, access, spec);
+    republishRefusal(js, access, spec, name);
   if (unbindable !== null) return typed(T_, { error: unbindable });
   const limits = accountLimits(js, namespace);
   await freshCatalog(js);
@@ -254,12 +260,13 @@ function sourceRefusal(js: JetStreamState, access: Access | null, spec: StreamSp
   const control = js.authorizer!.control;
   const origins = spec.options.mirror !== null ? [spec.options.mirror] : spec.options.sources;
   for (const o of origins) {
-    if (control.allows(access.principal, 'subscribe', 'stream', o.name)) continue;
-    control.logDenial(access, 'subscribe', 'stream', o.name);
+    const own = ownStream(o.name);
+    if (control.allows(access.principal, 'subscribe', 'stream', own)) continue;
+    control.logDenial(access, 'subscribe', 'stream', own);
     js.api.denied++;
     const user = access.principal.user;
     return JsErr.accessDenied(
-      `Permissions Violation for subscribe on stream ${JSON.stringify(o.name)}${user === null ? '' : ` for user ${JSON.stringify(user)}`}`,
+      `Permissions Violation for subscribe on stream ${JSON.stringify(own)}${user === null ? '' : ` for user ${JSON.stringify(user)}`}`,
     );
   }
   return null;
@@ -269,12 +276,13 @@ function sourceRefusal(js: JetStreamState, access: Access | null, spec: StreamSp
  * A republish destination is published to by the broker for whoever configured it: a publish deny of the caller
  * that reaches into `dest` refuses the request (the republished messages would go where the caller may not publish).
  */
-function republishRefusal(js: JetStreamState, access: Access | null, spec: StreamSpecFromJs): ApiError | null {
+function republishRefusal(js: JetStreamState, access: Access | null, spec: StreamSpecFromJs, stream: string): ApiError | null {
   const r = spec.options.republish;
   if (access === null || r === null) return null;
+  const dest = outSubject(namesOf(stream), r.dest);
   let filter: string;
   try {
-    filter = subjectToFilter(r.dest.replace(/\$\d+|\{\{[^}]*\}\}/g, '*'));
+    filter = subjectToFilter(dest.replace(/\$\d+|\{\{[^}]*\}\}/g, '*'));
   } catch {
     return JsErr.streamInvalidConfig('stream configuration for republish not valid');
   }
@@ -283,14 +291,15 @@ function republishRefusal(js: JetStreamState, access: Access | null, spec: Strea
   js.authorizer!.control.logDenial(access, 'publish', 'topic', filter);
   js.api.denied++;
   const user = access.principal.user;
-  return JsErr.accessDenied(
-    `Permissions Violation for publish on subject ${JSON.stringify(r.dest)}${user === null ? '' : ` for user ${JSON.stringify(user)}`}`,
-  );
+  return JsErr.accessDenied(`Permissions Violation for publish on subject ${JSON.stringify(dest)}${user === null ? '' : ` for user ${JSON.stringify(user)}`}`);
 }
 
-export function bindRefusal(js: JetStreamState, access: Access | null, filters: readonly string[]): ApiError | null {
+/** `stream`: the internal name of the stream binding `filters` (policies name its namespace's topics unqualified). */
+export function bindRefusal(js: JetStreamState, access: Access | null, internal: readonly string[], stream: string): ApiError | null {
   if (access === null) return null;
-  for (const f of filters) {
+  const names = namesOf(stream);
+  for (const i of internal) {
+    const f = names.outTopic(i);
     if (access.mayBind(f)) continue;
     const user = access.principal.user;
     js.api.denied++;
@@ -301,29 +310,32 @@ export function bindRefusal(js: JetStreamState, access: Access | null, filters: 
   return null;
 }
 
-export function matchingStreams(js: JetStreamState, body: string, access: Access | null): StreamDef[] | ApiError {
+/** The streams of `namespace` (an account sees its own only) that `access` may list, optionally by subject. */
+export function matchingStreams(js: JetStreamState, body: string, access: Access | null, namespace: string): StreamDef[] | ApiError {
   const raw = body.trim() === '' ? {} : parseJson(body);
   if (raw === BAD_JSON || raw === null || typeof raw !== 'object') return JsErr.invalidJson();
   const subject = (raw as Json).subject;
-  const defs = js.engine.listStreams().filter((d) => listable(js, access, d.name));
+  const names = namespaceNames(namespace);
+  const defs = js.engine.listAllStreams().filter((d) => names.ownStream(d.name) !== null && listable(js, access, ownStream(d.name)));
   if (typeof subject !== 'string' || subject === '') return defs;
-  return defs.filter((d) => streamSubjects(d).some((s) => subjectsCollide(s, subject)));
+  const asked = inSubject(names, subject);
+  return defs.filter((d) => streamSubjects(d).some((s) => subjectsCollide(s, asked)));
 }
 
-export function streamNames(js: JetStreamState, body: string, access: Access | null): Json {
-  const defs = matchingStreams(js, body, access);
+export function streamNames(js: JetStreamState, body: string, access: Access | null, namespace: string): Json {
+  const defs = matchingStreams(js, body, access, namespace);
   if (isApiError(defs)) return typed('stream_names_response', { error: defs });
   const offset = pageOffset(body);
   return typed('stream_names_response', {
     total: defs.length,
     offset,
     limit: NAMES_LIMIT,
-    streams: defs.slice(offset, offset + NAMES_LIMIT).map((d) => d.name),
+    streams: defs.slice(offset, offset + NAMES_LIMIT).map((d) => ownStream(d.name)),
   });
 }
 
-export async function streamList(js: JetStreamState, body: string, access: Access | null): Promise<Json> {
-  const defs = matchingStreams(js, body, access);
+export async function streamList(js: JetStreamState, body: string, access: Access | null, namespace: string): Promise<Json> {
+  const defs = matchingStreams(js, body, access, namespace);
   if (isApiError(defs)) return typed('stream_list_response', { error: defs });
   const offset = pageOffset(body);
   const streams: Json[] = [];
@@ -337,17 +349,17 @@ export async function streamInfo(js: JetStreamState, name: string, body: string)
   if (raw === BAD_JSON || raw === null || typeof raw !== 'object' || Array.isArray(raw))
     return typed(T_, { error: JsErr.invalidJson(), total: 0, offset: 0, limit: 0 });
   const r = raw as Json;
-  const filter = typeof r.subjects_filter === 'string' ? r.subjects_filter : '';
+  const filter = typeof r.subjects_filter === 'string' && r.subjects_filter !== '' ? inSubject(namesOf(name), r.subjects_filter) : '';
   const offset = isCount(r.offset) ? r.offset : 0;
   const deletedDetails = r.deleted_details === true;
-  const e = js.engine.getStream(name);
+  const e = js.engine.getAnyStream(name);
   if (!e) return typed(T_, { error: JsErr.streamNotFound(), total: 0, offset: 0, limit: 0 });
   return typed(T_, { total: 0, offset: 0, limit: 0, ...(await streamInfoJson(js, e.def, { subjectsFilter: filter, offset, deletedDetails })) });
 }
 
 export async function streamDelete(js: JetStreamState, name: string): Promise<Json> {
   const T_ = 'stream_delete_response';
-  if (!js.engine.getStream(name)) return typed(T_, { error: JsErr.streamNotFound() });
+  if (!js.engine.getAnyStream(name)) return typed(T_, { error: JsErr.streamNotFound() });
   js.removeConsumersOf(name);
   js.duplicateWindowNs.delete(name);
   js.tallies.delete(name);
@@ -365,7 +377,7 @@ export async function streamDelete(js: JetStreamState, name: string): Promise<Js
 export async function streamPurge(js: JetStreamState, name: string, body: string): Promise<Json> {
   await js.freshen(name);
   const T_ = 'stream_purge_response';
-  const e = js.engine.getStream(name);
+  const e = js.engine.getAnyStream(name);
   if (!e) return typed(T_, { error: JsErr.streamNotFound() });
   const raw = body.trim() === '' ? {} : parseJson(body);
   if (raw === BAD_JSON || raw === null || typeof raw !== 'object') return typed(T_, { error: JsErr.invalidJson() });
@@ -373,7 +385,7 @@ export async function streamPurge(js: JetStreamState, name: string, body: string
   if (jsOptions(e.def).sealed) return typed(T_, { error: JsErr.streamSealed() });
   if (jsOptions(e.def).denyPurge) return typed(T_, { error: JsErr.streamPurge('stream purge not permitted') });
   if (r.filter !== undefined && typeof r.filter !== 'string') return typed(T_, { error: JsErr.invalidJson() });
-  const filter = r.filter === undefined || r.filter === '' || r.filter === '>' ? undefined : r.filter;
+  const filter = r.filter === undefined || r.filter === '' || r.filter === '>' ? undefined : inSubject(namesOf(name), r.filter);
   if (
     (r.seq !== undefined && r.seq !== 0 && r.keep !== undefined && r.keep !== 0) ||
     (r.seq !== undefined && !isCount(r.seq)) ||

@@ -2,7 +2,17 @@
  * FlowMQ streams rendered as JetStream streams (nats-server 2.9's StreamConfig / StreamInfo JSON), and the checks
  * that turn a JetStream stream configuration into a FlowMQ stream definition.
  */
-import { decodeBatch, isValidStreamName, recordToMessage, type Engine, type Message, type StreamDef } from '../../../core/index.js';
+import {
+  decodeBatch,
+  isQualifiedStream,
+  isValidStreamName,
+  recordToMessage,
+  type Engine,
+  type Message,
+  type NamespaceNames,
+  type StreamDef,
+} from '../../../core/index.js';
+import { inSubject, namesOf, outSubject, ownStream } from './names.js';
 import { JsErr, type ApiError } from './errors.js';
 import { seqOf } from './partition-seq.js';
 import { filterToSubject, isValidApiName, subjectToFilter } from './subjects.js';
@@ -19,12 +29,15 @@ export function streamSubjects(def: StreamDef): string[] {
   return def.bindings.map(filterToSubject);
 }
 
+/** A stream's configuration as its namespace's clients see it (names.ts: its name, subjects and origins unqualified). */
 export function streamConfigJson(def: StreamDef, duplicateWindowNs: number): Record<string, unknown> {
   const o = jsOptions(def);
+  const names = namesOf(def.name);
+  const out = (s: SourceSpec): SourceSpec => outSource(names, s);
   return {
-    name: def.name,
+    name: ownStream(def.name),
     ...(o.description !== '' ? { description: o.description } : {}),
-    ...(o.mirror === null ? { subjects: streamSubjects(def) } : {}),
+    ...(o.mirror === null ? { subjects: names.isDefault ? streamSubjects(def) : streamSubjects(def).map((s) => outSubject(names, s)) } : {}),
     retention: o.retention,
     max_consumers: -1,
     max_msgs: o.maxMsgs,
@@ -43,11 +56,17 @@ export function streamConfigJson(def: StreamDef, duplicateWindowNs: number): Rec
     deny_delete: o.denyDelete,
     deny_purge: o.denyPurge,
     allow_rollup_hdrs: o.allowRollup,
-    ...(o.mirror !== null ? { mirror: o.mirror } : {}),
-    ...(o.sources.length > 0 ? { sources: o.sources } : {}),
-    ...(o.republish !== null ? { republish: o.republish } : {}),
+    ...(o.mirror !== null ? { mirror: out(o.mirror) } : {}),
+    ...(o.sources.length > 0 ? { sources: o.sources.map(out) } : {}),
+    ...(o.republish !== null ? { republish: { ...o.republish, src: outSubject(names, o.republish.src), dest: outSubject(names, o.republish.dest) } } : {}),
     ...(o.noAck ? { no_ack: true } : {}),
   };
+}
+
+/** A mirror's or source's configuration (or info) as the stream's namespace's clients see it. */
+export function outSource<T extends { name: string; filter_subject?: string }>(names: NamespaceNames, s: T): T {
+  if (names.isDefault) return s;
+  return { ...s, name: ownStream(s.name), ...(s.filter_subject !== undefined ? { filter_subject: outSubject(names, s.filter_subject) } : {}) };
 }
 
 export function isoTime(ms: number): string {
@@ -171,9 +190,12 @@ const NEUTRAL: Array<[string, (v: unknown) => boolean, string]> = [
  * Kept and reported back: description and storage (`memory` is reported as memory; FlowMQ streams are always on
  * its durable storage). Accepted and ignored where harmless: num_replicas 1 (durability is the storage's), placement.
  */
-export function parseStreamConfig(raw: unknown, subjectName: string): StreamSpecFromJs | ApiError {
+export function parseStreamConfig(raw: unknown, internal: string): StreamSpecFromJs | ApiError {
   if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) return JsErr.invalidJson();
   const r = raw as Record<string, unknown>;
+  // The configuration is the client's, in its namespace's names; the spec is the core's (names.ts).
+  const names = namesOf(internal);
+  const subjectName = ownStream(internal);
   const name = r.name === undefined || r.name === '' ? subjectName : r.name;
   if (typeof name !== 'string') return JsErr.invalidJson();
   if (name !== subjectName) return JsErr.streamMismatch();
@@ -190,13 +212,13 @@ export function parseStreamConfig(raw: unknown, subjectName: string): StreamSpec
   if (retention !== 'limits' && retention !== 'workqueue' && retention !== 'interest') return JsErr.invalidJson();
   const maxMsgSize = r.max_msg_size ?? -1;
   if (typeof maxMsgSize !== 'number' || !Number.isSafeInteger(maxMsgSize) || maxMsgSize > 2 ** 31 - 1 || maxMsgSize < -(2 ** 31)) return JsErr.invalidJson();
-  const mirror = r.mirror === undefined || r.mirror === null ? null : sourceSpec(r.mirror);
+  const mirror = r.mirror === undefined || r.mirror === null ? null : sourceSpec(r.mirror, names);
   if (mirror !== null && 'err_code' in mirror) return mirror;
   const sources: SourceSpec[] = [];
   if (r.sources !== undefined && r.sources !== null) {
     if (!Array.isArray(r.sources)) return JsErr.invalidJson();
     for (const x of r.sources) {
-      const spec = sourceSpec(x);
+      const spec = sourceSpec(x, names);
       if ('err_code' in spec) return spec;
       sources.push(spec);
     }
@@ -238,7 +260,7 @@ export function parseStreamConfig(raw: unknown, subjectName: string): StreamSpec
   const bindings: string[] = [];
   for (const s of subjects) {
     try {
-      bindings.push(subjectToFilter(s));
+      bindings.push(names.topic(subjectToFilter(s)));
     } catch (err) {
       return JsErr.streamInvalidConfig(`invalid subject "${s}": ${(err as Error).message}`);
     }
@@ -285,11 +307,12 @@ export function parseStreamConfig(raw: unknown, subjectName: string): StreamSpec
       sources,
       description,
       memory: r.storage === 'memory',
-      republish,
+      republish:
+        republish === null || names.isDefault ? republish : { ...republish, src: inSubject(names, republish.src), dest: inSubject(names, republish.dest) },
       noAck: flags.no_ack,
     },
-    name,
-    bindings: mirror !== null ? [mirrorBinding(name)] : [...new Set(bindings)],
+    name: internal,
+    bindings: mirror !== null ? [names.topic(mirrorBinding(name))] : [...new Set(bindings)],
     replicas,
     retentionMs: (maxAge as number) > 0 ? Math.round((maxAge as number) / 1e6) : null,
     duplicateWindowNs: dup,
@@ -297,10 +320,12 @@ export function parseStreamConfig(raw: unknown, subjectName: string): StreamSpec
 }
 
 /** A mirror's or source's configuration (nats-server's StreamSource; `external` is not supported). */
-function sourceSpec(v: unknown): SourceSpec | ApiError {
+function sourceSpec(v: unknown, names: NamespaceNames): SourceSpec | ApiError {
   if (v === null || typeof v !== 'object' || Array.isArray(v)) return JsErr.invalidJson();
   const r = v as Record<string, unknown>;
   if (typeof r.name !== 'string' || r.name === '') return JsErr.streamInvalidConfig('stream source name is required');
+  // An origin is a stream of the same namespace: a qualified name (another namespace's) is none a client may write.
+  if (isQualifiedStream(r.name)) return JsErr.streamInvalidConfig(`stream source name "${r.name}" is not a valid stream name`);
   if (r.external !== undefined && r.external !== null) return JsErr.streamInvalidConfig('external stream sources are not supported by FlowMQ streams');
   const seq = r.opt_start_seq ?? 0;
   if (typeof seq !== 'number' || !Number.isSafeInteger(seq) || seq < 0) return JsErr.invalidJson();
@@ -309,10 +334,10 @@ function sourceSpec(v: unknown): SourceSpec | ApiError {
   const filter = r.filter_subject ?? '';
   if (typeof filter !== 'string') return JsErr.invalidJson();
   return {
-    name: r.name,
+    name: names.stream(r.name),
     ...(seq > 0 ? { opt_start_seq: seq } : {}),
     ...(time !== '' ? { opt_start_time: time } : {}),
-    ...(filter !== '' ? { filter_subject: filter } : {}),
+    ...(filter !== '' ? { filter_subject: inSubject(names, filter) } : {}),
   };
 }
 

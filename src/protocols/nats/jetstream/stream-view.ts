@@ -27,6 +27,7 @@
  */
 import { decodeBatch, dotsToUnified, recordToMessage, type Engine, type Message, type StreamDef } from '../../../core/index.js';
 import { subjectMatches, subjectToFilter } from './subjects.js';
+import { subjectLength } from './names.js';
 import type { RepublishSpec } from './republish.js';
 
 /** A mirror or source as nats-server configures it (StreamSource; sources.ts copies it). */
@@ -452,7 +453,7 @@ export class StreamView {
           let rollup: string | undefined;
           if (this.opts.allowRollup || this.opts.sealedRollup)
             for (const h of m.headers) if (h.key === 'Nats-Rollup') rollup = h.value?.toString('utf8').toLowerCase();
-          this.add(seq, m.topic, rollup, storedSize(m.topic.length, headerBlockLength(m), m.payload.length, this.opts.memory), m.timestamp);
+          this.add(seq, m.topic, rollup, storedSize(subjectLength(m.topic), headerBlockLength(m), m.payload.length, this.opts.memory), m.timestamp);
           this.scanned = seq;
           progressed = true;
         }

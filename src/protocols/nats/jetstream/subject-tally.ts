@@ -8,6 +8,7 @@
  */
 import { decodeBatch, recordToMessage, unifiedToDots, type Engine, type StreamDef } from '../../../core/index.js';
 import { subjectMatches } from './subjects.js';
+import { subjectLength } from './names.js';
 import { headerBlockLength, jsOptions, storedSize } from './stream-view.js';
 
 export class SubjectTally {
@@ -73,7 +74,7 @@ export class SubjectTally {
           const m = recordToMessage(rec, own);
           const topic = m.topic;
           this.counts.set(topic, (this.counts.get(topic) ?? 0) + 1);
-          this.size += storedSize(topic.length, headerBlockLength(m), m.payload.length, this.memory);
+          this.size += storedSize(subjectLength(topic), headerBlockLength(m), m.payload.length, this.memory);
           this.scanned = rec.offset + 1;
         }
       }
