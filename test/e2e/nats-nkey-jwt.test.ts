@@ -62,7 +62,7 @@ interface Keys {
   accountJwts: Record<string, string>;
   /** nats' v1 format (see v1Jwt): the operator, an account, a user of it and one signed by a stranger account. */
   v1: { operatorJwt: string; account: KeyPair; accountJwt: string; user: KeyPair; userJwt: string; strangerUserJwt: string };
-  /** An account whose JWT expires a few seconds after the start, and a bearer user of it. */
+  /** An account whose JWT expires 15 s after the keys are made (time for both servers to start on a loaded machine), and a bearer user of it. */
   brief: { account: KeyPair; accountJwt: string; userJwt: string };
 }
 
@@ -131,7 +131,7 @@ async function makeKeys(): Promise<Keys> {
   const briefAccount = createAccount();
   const brief = {
     account: briefAccount,
-    accountJwt: await encodeAccount('brief', briefAccount, { limits: LIMITS }, { signer: operator, exp: now + 6 }),
+    accountJwt: await encodeAccount('brief', briefAccount, { limits: LIMITS }, { signer: operator, exp: now + 15 }),
     userJwt: await encodeUser('brief-user', createUser(), briefAccount, { bearer_token: true }),
   };
   return {
