@@ -12,6 +12,8 @@
 import { createHash } from 'node:crypto';
 import { pinnedPartition, type BindingDef, type ExchangeDef, type QueueCounters, type QueueDef, type QueueHandle } from '../../core/index.js';
 import { DEFAULT_NAMESPACE, namespaceNames, splitName, splitStreamName } from '../../core/namespaces.js';
+import { isReservedVhostName, ownVhostExchange, ownVhostKey } from '../../core/vhosts.js';
+import { notFound } from './errors.js';
 import type { AmqpChannelView, AmqpConnectionView, AmqpManagementView, AmqpStreamQueueView } from './types.js';
 
 export const VHOST = '/';
@@ -27,8 +29,12 @@ export function vhostOfNamespace(ns: string): string {
   return ns === DEFAULT_NAMESPACE ? VHOST : ns;
 }
 
-/** A queue or exchange name of a vhost as the core knows it ('' and amq.topic are shared by every vhost). */
+/**
+ * A queue or exchange name of a vhost as the core knows it ('' and amq.topic are shared by every vhost). A name in the
+ * reserved `$ns/` space (another vhost's internal name) is 404 in every vhost, as one nobody has.
+ */
 export function internalName(vhost: string, name: string): string {
+  if (isReservedVhostName(name)) throw notFound();
   if (vhost === VHOST || vhost === DEFAULT_NAMESPACE || name === '' || name === 'amq.topic') return name;
   return namespaceNames(vhost).name(name);
 }
@@ -41,6 +47,21 @@ export function bindingVhost(b: BindingDef): string {
   if (b.destinationKind === 'stream') return vhostOfNamespace(splitStreamName(b.destination).namespace);
   if (b.destinationKind === 'exchange' && b.destination === 'amq.topic') return vhostOfName(b.source).vhost;
   return vhostOfName(b.destination).vhost;
+}
+
+/** Arguments naming exchanges and keys (dead-lettering, alternate exchange) as the clients of the object's vhost do. */
+function ownArguments(internal: string, args: Record<string, unknown>): Record<string, unknown> {
+  const { namespace } = splitName(internal);
+  if (namespace === DEFAULT_NAMESPACE) return args;
+  const ns = namespaceNames(namespace);
+  let out = args;
+  for (const k of ['x-dead-letter-exchange', 'alternate-exchange']) {
+    const v = out[k];
+    if (typeof v === 'string') out = { ...out, [k]: ownVhostExchange(ns, v) };
+  }
+  const rk = out['x-dead-letter-routing-key'];
+  if (typeof rk === 'string') out = { ...out, 'x-dead-letter-routing-key': ownVhostKey(ns, rk) };
+  return out;
 }
 
 /** A binding or routing key as the clients of `vhost` write it. */
@@ -164,7 +185,7 @@ export function queueJson(def: QueueDef, h: QueueHandle | undefined, node: strin
   const p = `q.${def.name}`;
   const c = countersOf(h);
   const out: Record<string, unknown> = {
-    arguments: def.rawArguments,
+    arguments: ownArguments(def.name, def.rawArguments),
     auto_delete: def.autoDelete,
     consumers: s.consumers,
     durable: def.durable,
@@ -246,7 +267,10 @@ export function partitionQueues(views: readonly AmqpStreamQueueView[]): Partitio
 
 export function exchangeJson(def: ExchangeDef): Record<string, unknown> {
   return {
-    arguments: def.alternateExchange !== undefined ? { 'alternate-exchange': def.alternateExchange, ...def.rawArguments } : def.rawArguments,
+    arguments: ownArguments(
+      def.name,
+      def.alternateExchange !== undefined ? { 'alternate-exchange': def.alternateExchange, ...def.rawArguments } : def.rawArguments,
+    ),
     auto_delete: def.autoDelete,
     durable: def.durable,
     internal: def.internal,

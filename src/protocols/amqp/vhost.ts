@@ -17,61 +17,34 @@
  */
 import { randomBytes } from 'node:crypto';
 import type { DeathRecord, Router } from '../../core/index.js';
-import { isReservedName, NS_ROOT, type NamespaceNames } from '../../core/namespaces.js';
+import {
+  NS_ROOT,
+  isReservedTopicKey,
+  isReservedVhostName,
+  ownVhostExchange,
+  ownVhostKey,
+  ownVhostText,
+  vhostExchange as exchange,
+  vhostKey as key,
+  vhostQueue as queue,
+  type NamespaceNames,
+} from '../../core/index.js';
 import { AmqpError } from './errors.js';
 import { TOPIC_EXCHANGE } from './properties.js';
-import { REPLY_PREFIX, REPLY_QUEUE } from './reply-registry.js';
 import type { AmqpMethod } from './wire.js';
 
-/** The exchanges every vhost has (amq.topic is the one unified topic space, shared and keyed by namespace). */
-export const VHOST_EXCHANGES: ReadonlyArray<readonly [string, 'direct' | 'fanout' | 'headers']> = [
-  ['amq.direct', 'direct'],
-  ['amq.fanout', 'fanout'],
-  ['amq.headers', 'headers'],
-  ['amq.match', 'headers'],
-];
-
-/** Makes the vhost's predeclared exchanges when they are missing (its first connection). */
-export async function ensureVhost(router: Router, ns: NamespaceNames): Promise<void> {
-  if (ns.isDefault) return;
-  for (const [name, type] of VHOST_EXCHANGES) {
-    const q = ns.name(name);
-    if (router.getExchange(q) !== undefined) continue;
-    await router.declareExchange({ name: q, type, durable: true, autoDelete: false, internal: false, rawArguments: {} });
-  }
-}
+export { ensureVhost, VHOST_EXCHANGES } from '../../core/index.js';
 
 function refuse(kind: string, name: string, classId: number, methodId: number): never {
   throw new AmqpError(403, `access to ${kind} '${name}' refused: the '${NS_ROOT}/' prefix is reserved`, classId, methodId);
 }
 
 function checkName(kind: string, name: string, classId: number, methodId: number): void {
-  if (name.charCodeAt(0) === 0x24 && isReservedName(name)) refuse(kind, name, classId, methodId);
+  if (isReservedVhostName(name)) refuse(kind, name, classId, methodId);
 }
 
 function checkTopicKey(key: string, classId: number, methodId: number): void {
-  if (key.charCodeAt(0) === 0x24 && (key === NS_ROOT || key.startsWith(`${NS_ROOT}.`))) refuse('topic', key, classId, methodId);
-}
-
-/** An exchange name as the core knows it: '' and amq.topic are shared; other `amq.*` names only when t1 has them. */
-function exchange(ns: NamespaceNames, router: Router, name: string): string {
-  if (name === '' || name === TOPIC_EXCHANGE) return name;
-  const q = ns.name(name);
-  // A reserved `amq.` name the vhost does not have stays as written: the core refuses it as it does in `/`.
-  if (name.startsWith('amq.') && router.getExchange(q) === undefined) return name;
-  return q;
-}
-
-/** A routing or binding key as the core knows it on `x` (an internal exchange name). */
-function key(ns: NamespaceNames, x: string, k: string): string {
-  if (x === TOPIC_EXCHANGE) return `${ns.topicPrefix.replaceAll('/', '.')}${k}`;
-  if (x === '') return k.startsWith(REPLY_PREFIX) ? k : ns.name(k);
-  return k;
-}
-
-function queue(ns: NamespaceNames, name: string): string {
-  if (name === '' || name === REPLY_QUEUE || name.startsWith(REPLY_PREFIX)) return name;
-  return ns.name(name);
+  if (isReservedTopicKey(key)) refuse('topic', key, classId, methodId);
 }
 
 function isStreamType(args: Record<string, unknown> | undefined): boolean {
@@ -172,18 +145,10 @@ export function qualifyMethod(ns: NamespaceNames, router: Router, m: AmqpMethod)
 }
 
 /** An internal exchange name as the vhost's clients know it. */
-export function ownExchange(ns: NamespaceNames, x: string): string {
-  return ns.isDefault ? x : (ns.ownName(x) ?? x);
-}
+export const ownExchange = ownVhostExchange;
 
 /** An internal routing key (or queue name, or binding key) as the vhost's clients know it. */
-export function ownKey(ns: NamespaceNames, k: string): string {
-  if (ns.isDefault || k.charCodeAt(0) !== 0x24) return k;
-  const p = ns.topicPrefix;
-  if (k.startsWith(p)) return k.slice(p.length);
-  const dots = p.replaceAll('/', '.');
-  return k.startsWith(dots) ? k.slice(dots.length) : k;
-}
+export const ownKey = ownVhostKey;
 
 /** Death records (x-death, x-first-death-*) naming queues, exchanges and routing keys as the vhost's clients do. */
 export function ownDeaths(ns: NamespaceNames, deaths: DeathRecord[]): DeathRecord[] {
@@ -191,10 +156,7 @@ export function ownDeaths(ns: NamespaceNames, deaths: DeathRecord[]): DeathRecor
 }
 
 /** An error text without the vhost's prefixes. */
-export function ownText(ns: NamespaceNames, text: string): string {
-  if (ns.isDefault) return text;
-  return text.replaceAll(ns.topicPrefix, '').replaceAll(ns.topicPrefix.replaceAll('/', '.'), '');
-}
+export const ownText = ownVhostText;
 
 /** Outgoing methods that name things: stripped in place (a copy). */
 export function stripMethod(ns: NamespaceNames, m: AmqpMethod): AmqpMethod {
