@@ -12,7 +12,7 @@
 import { createHash } from 'node:crypto';
 import { pinnedPartition, type BindingDef, type ExchangeDef, type QueueCounters, type QueueDef, type QueueHandle } from '../../core/index.js';
 import { DEFAULT_NAMESPACE, namespaceNames, splitName, splitStreamName } from '../../core/namespaces.js';
-import { isReservedVhostName, ownVhostExchange, ownVhostKey } from '../../core/vhosts.js';
+import { isReservedVhostName, ownVhostExchange, ownVhostKey, vhostQueueOfStream } from '../../core/vhosts.js';
 import { notFound } from './errors.js';
 import type { AmqpChannelView, AmqpConnectionView, AmqpManagementView, AmqpStreamQueueView } from './types.js';
 
@@ -243,7 +243,7 @@ export function streamQueueJson(v: AmqpStreamQueueView, consumers: number, node:
     messages_ready_details: rates.details(`${p}.messages_ready`),
     messages_unacknowledged: 0,
     messages_unacknowledged_details: rates.details(`${p}.messages_unacknowledged`),
-    name: v.name,
+    name: vhostOfName(v.name).name,
     node,
     online: [node],
     operator_policy: null,
@@ -251,7 +251,7 @@ export function streamQueueJson(v: AmqpStreamQueueView, consumers: number, node:
     readers: { [node]: consumers },
     state: 'running',
     type: 'stream',
-    vhost: VHOST,
+    vhost: vhostOfName(v.name).vhost,
   };
 }
 
@@ -306,7 +306,10 @@ export function bindingView(b: BindingDef, partitionQueue?: PartitionQueueOf): {
   for (const [k, v] of Object.entries(raw)) if (!k.startsWith('x-flowmq-')) args[k] = v;
   const p = pinnedPartition(raw);
   const q = p >= 0 ? partitionQueue?.(b.destination, p) : undefined;
-  return { destination: q ?? b.destination, arguments: args };
+  // A vhost's stream `t1~orders` is its stream queue `$ns/t1/orders` (core vhosts.ts).
+  const { namespace } = splitStreamName(b.destination);
+  const own = namespace === DEFAULT_NAMESPACE ? b.destination : (vhostQueueOfStream(namespaceNames(namespace), b.destination) ?? b.destination);
+  return { destination: q ?? own, arguments: args };
 }
 
 export function bindingJson(b: BindingDef, partitionQueue?: PartitionQueueOf): Record<string, unknown> {

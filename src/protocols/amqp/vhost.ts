@@ -13,7 +13,9 @@
  *   vhost with 403 ACCESS_REFUSED; so is an amq.topic key whose first word is `$ns`.
  * - Out: queue.declare-ok's name, basic.deliver / get-ok / return's exchange and routing key, a dead letter's x-death
  *   and x-first-death-* headers, and the texts of channel.close and connection.close lose the vhost's prefixes.
- * - Not offered yet in a vhost other than `/`: stream queues and super streams (540 NOT_IMPLEMENTED).
+ * - A stream queue of vhost `t1` (`$ns/t1/orders`) is the namespace's stream `t1~orders` (channel-state.ts streamName):
+ *   t1's Kafka clients read it as topic `orders`.
+ * - Not offered yet in a vhost other than `/`: super streams (540 NOT_IMPLEMENTED).
  */
 import { randomBytes } from 'node:crypto';
 import type { DeathRecord, Router } from '../../core/index.js';
@@ -47,11 +49,6 @@ function checkTopicKey(key: string, classId: number, methodId: number): void {
   if (isReservedTopicKey(key)) refuse('topic', key, classId, methodId);
 }
 
-function isStreamType(args: Record<string, unknown> | undefined): boolean {
-  const t = args?.['x-queue-type'];
-  return (typeof t === 'string' ? t : Buffer.isBuffer(t) ? t.toString() : '') === 'stream';
-}
-
 /**
  * Checks and qualifies the names of one method in place (called for every vhost: in `/` only the checks run).
  * Arguments tables are copied before they change.
@@ -64,7 +61,9 @@ export function qualifyMethod(ns: NamespaceNames, router: Router, m: AmqpMethod)
       checkName('exchange', m.exchange, 40, m.name === 'exchange.declare' ? 10 : 20);
       if (ns.isDefault) return;
       if (m.name === 'exchange.declare') {
-        if (m.type === 'x-super-stream') throw new AmqpError(540, `super streams are not offered in vhost '${ns.namespace}' yet`, 40, 10);
+        const ss = a.arguments?.['x-super-stream'];
+        if (m.type === 'x-super-stream' || ss === true || ss === 'true' || ss === 1)
+          throw new AmqpError(540, `super streams are not offered in vhost '${ns.namespace}' yet`, 40, 10);
         const ae = a.arguments?.['alternate-exchange'];
         const name = typeof ae === 'string' ? ae : Buffer.isBuffer(ae) ? ae.toString() : null;
         if (name !== null) {
@@ -90,7 +89,6 @@ export function qualifyMethod(ns: NamespaceNames, router: Router, m: AmqpMethod)
       checkName('queue', m.queue, 50, 10);
       if (ns.isDefault) return;
       const args = a.arguments;
-      if (isStreamType(args)) throw new AmqpError(540, `stream queues are not offered in vhost '${ns.namespace}' yet`, 50, 10);
       if (args !== undefined && args !== null) {
         const dlx = args['x-dead-letter-exchange'];
         const x = typeof dlx === 'string' ? dlx : Buffer.isBuffer(dlx) ? dlx.toString() : null;
