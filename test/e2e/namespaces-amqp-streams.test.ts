@@ -2,8 +2,8 @@
  * AMQP stream queues in a tenant vhost (issue 29): a stream queue `orders` declared by amqplib in vhost t1 is t1's
  * stream (`t1~orders` inside), read by KafkaJS as topic `orders` by t1's user and absent from `default`'s and t2's
  * Metadata; Kafka records reach amqplib consumers of t1 with x-stream-offset; amq.topic bindings of t1 feed it with
- * t1's publishes only; the management API lists and makes stream queues in vhost t1. Super streams are still refused
- * in a tenant vhost (540).
+ * t1's publishes only; the management API lists and makes stream queues in vhost t1; a super stream declared in
+ * vhost t1 is t1's Kafka topic of its partitions.
  */
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -223,17 +223,50 @@ describe('e2e: AMQP stream queues in a tenant vhost are the namespace streams', 
     assert.ok(!(await topics('ann')).includes('events'));
   });
 
-  test('queue.delete of a stream queue in t1 deletes t1 topic; a super stream is still refused in a tenant vhost', async () => {
+  test('queue.delete of a stream queue in t1 deletes t1 topic', async () => {
     const ann = await open('ann', 't1');
     await ann.assertQueue('gone', { durable: true, arguments: { 'x-queue-type': 'stream' } });
     assert.ok((await topics('ann')).includes('gone'));
     await ann.deleteQueue('gone');
     assert.ok(!(await topics('ann')).includes('gone'));
+  });
+
+  test("a super stream declared in vhost t1 is t1's Kafka topic of its partitions; its partition queues read one each", async () => {
+    const ann = await open('ann', 't1');
+    await ann.assertExchange('sup', 'direct', { durable: true, arguments: { 'x-super-stream': true } });
+    for (const k of ['0', '1']) {
+      const q = await ann.assertQueue(`sup-${k}`, { durable: true, arguments: { 'x-queue-type': 'stream' } });
+      assert.equal(q.queue, `sup-${k}`);
+    }
     const c = await amqp.connect(`amqp://ann:ann-pw@127.0.0.1:${amqpPort}/t1?heartbeat=0`);
-    const closed = new Promise<{ code?: number }>((resolve) => c.once('error', resolve));
-    const ch = await c.createChannel();
-    ch.on('error', () => undefined);
-    await assert.rejects(ch.assertExchange('super', 'direct', { durable: true, arguments: { 'x-super-stream': true } }));
-    assert.equal((await closed).code, 540);
+    conns.push(c);
+    const confirm = await c.createConfirmChannel();
+    confirm.publish('sup', '0', Buffer.from('p0'));
+    confirm.publish('sup', '1', Buffer.from('p1'));
+    await confirm.waitForConfirms();
+    assert.deepEqual((await kafkaRead('ann', 'sup', 'g-sup', 2)).sort(), ['p0', 'p1']);
+    const admin = kafka('ann').admin();
+    await admin.connect();
+    const meta = await admin.fetchTopicMetadata({ topics: ['sup'] });
+    await admin.disconnect();
+    assert.equal(meta.topics[0].partitions.length, 2);
+    assert.ok(!(await topics('dee')).includes('sup'));
+    assert.deepEqual(await amqpRead(await open('ann', 't1'), 'sup-1', 'first', 1), ['1|0|p1']);
+    // The management API lists the partition queues in vhost t1, under t1's names.
+    const listed = ((await http('ann', 'GET', '/api/queues/t1')).json as unknown as Json[]).filter((x) => String(x.name).startsWith('sup-'));
+    assert.deepEqual(
+      listed.map((x) => [x.name, x.type, x.messages]),
+      [
+        ['sup-0', 'stream', 1],
+        ['sup-1', 'stream', 1],
+      ],
+    );
+    // `/` has no such super stream.
+    const dee = await open('dee', '/');
+    await assert.rejects(dee.checkExchange('sup'), /404/);
+    // Deleting the partition queues deletes t1's stream.
+    await ann.deleteQueue('sup-0');
+    await ann.deleteQueue('sup-1');
+    assert.ok(!(await topics('ann')).includes('sup'));
   });
 });

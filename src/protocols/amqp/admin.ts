@@ -5,7 +5,6 @@
  */
 import type { AmqpChannelView, AmqpConnectionView, AmqpManagementView, AmqpStreamQueueView } from '../../control/index.js';
 import {
-  DEFAULT_NAMESPACE,
   isFlowError,
   isQualifiedStream,
   namespaceNames,
@@ -63,9 +62,21 @@ function streamQueues(ctx: SuperStreamCtx): AmqpStreamQueueView[] {
   const out: AmqpStreamQueueView[] = [];
   for (const def of engine.listAllStreams()) {
     if (isQualifiedStream(def.name)) {
-      // A vhost's stream queue (`t1~orders` is t1's `orders`: `$ns/t1/orders`); super streams are `/`'s only.
+      // A vhost's stream queue (`t1~orders` is t1's `orders`: `$ns/t1/orders`), or its declared super stream's
+      // partition queues (`$ns/t1/S-<key>`); a tenant's stream of several partitions is no derived super stream.
       const q = vhostQueueOfStream(namespaceNames(splitStreamName(def.name).namespace), def.name);
-      if (q === null || def.partitions !== 1 || router.getQueue(q) !== undefined) continue;
+      if (q === null) continue;
+      const sup = superStreamPartitions(ctx, q);
+      if (sup !== null) {
+        for (const p of sup) {
+          const name = `${q}-${p.key}`;
+          if (p.partition >= def.partitions || router.getQueue(name) !== undefined) continue;
+          const args = streamArguments(def);
+          out.push({ name, stream: def.name, partition: p.partition, superStream: q, key: p.key, arguments: args, messages: records(def.name, p.partition) });
+        }
+        continue;
+      }
+      if (def.partitions !== 1 || router.getQueue(q) !== undefined) continue;
       out.push({ name: q, stream: def.name, partition: 0, superStream: null, key: null, arguments: streamArguments(def), messages: records(def.name, 0) });
       continue;
     }
@@ -117,7 +128,7 @@ async function declareStreamQueue(
   const stream = vhostStreamOfQueue(ns, name);
   if (stream === null) return { error: `stream queue name '${own}': not a valid stream name` };
   // A super stream's partition queue that exists (an import of an export holds them): left as it is.
-  if (ns.isDefault && engine.getStream(name) === undefined && partitionQueue(ctx, name) !== null) return { created: false };
+  if (engine.getAnyStream(stream) === undefined && partitionQueue(ctx, name) !== null) return { created: false };
   const table = args as FieldTable;
   try {
     const settings = streamQueueSettings(table, own, vhost);
@@ -146,16 +157,16 @@ async function deleteStreamQueue(ctx: SuperStreamCtx, name: string): Promise<num
     await engine.deleteStream(stream);
     return o.highWatermark - o.logStartOffset;
   }
-  if (namespace !== DEFAULT_NAMESPACE) return null;
   const p = partitionQueue(ctx, name);
   return p === null ? null : removePartition(ctx, p);
 }
 
 /** The queue a stream consumer reads: a super stream's partition queue `S-<key>`, else the stream's own name. */
 function streamConsumerQueue(ctx: SuperStreamCtx, stream: string, partition: number): string {
-  if (isQualifiedStream(stream)) return vhostQueueOfStream(namespaceNames(splitStreamName(stream).namespace), stream) ?? stream;
-  const p = superStreamPartitions(ctx, stream)?.find((x) => x.partition === partition);
-  return p === undefined ? stream : `${stream}-${p.key}`;
+  // A vhost's stream `t1~S` is reached by its queue (or super-stream exchange) `$ns/t1/S`.
+  const x = isQualifiedStream(stream) ? (vhostQueueOfStream(namespaceNames(splitStreamName(stream).namespace), stream) ?? stream) : stream;
+  const p = superStreamPartitions(ctx, x)?.find((y) => y.partition === partition);
+  return p === undefined ? x : `${x}-${p.key}`;
 }
 
 function channelView(ch: AmqpChannel, ctx: SuperStreamCtx): AmqpChannelView {

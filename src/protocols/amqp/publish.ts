@@ -268,6 +268,6 @@ function superStreamRoute(chan: AmqpChannelState, exchange: string, routingKey: 
   }
   msg.exchange = exchange;
   msg.routingKey = routingKey;
-  const own = chan.engine.getStream(stream)!.ownTopic;
+  const own = chan.engine.getAnyStream(stream)!.ownTopic;
   return { routed: 1, durable: chan.engine.produce(stream, partition, encodeBatch([messageToRecord(msg, own)])).durable, rejected: false };
 }

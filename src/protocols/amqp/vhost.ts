@@ -15,7 +15,7 @@
  *   and x-first-death-* headers, and the texts of channel.close and connection.close lose the vhost's prefixes.
  * - A stream queue of vhost `t1` (`$ns/t1/orders`) is the namespace's stream `t1~orders` (channel-state.ts streamName):
  *   t1's Kafka clients read it as topic `orders`.
- * - Not offered yet in a vhost other than `/`: super streams (540 NOT_IMPLEMENTED).
+ * - A super stream of vhost `t1` (the exchange `$ns/t1/S`, queues `$ns/t1/S-<key>`) is the stream `t1~S` (super-stream.ts).
  */
 import { randomBytes } from 'node:crypto';
 import type { DeathRecord, Router } from '../../core/index.js';
@@ -61,9 +61,6 @@ export function qualifyMethod(ns: NamespaceNames, router: Router, m: AmqpMethod)
       checkName('exchange', m.exchange, 40, m.name === 'exchange.declare' ? 10 : 20);
       if (ns.isDefault) return;
       if (m.name === 'exchange.declare') {
-        const ss = a.arguments?.['x-super-stream'];
-        if (m.type === 'x-super-stream' || ss === true || ss === 'true' || ss === 1)
-          throw new AmqpError(540, `super streams are not offered in vhost '${ns.namespace}' yet`, 40, 10);
         const ae = a.arguments?.['alternate-exchange'];
         const name = typeof ae === 'string' ? ae : Buffer.isBuffer(ae) ? ae.toString() : null;
         if (name !== null) {
