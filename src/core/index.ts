@@ -20,6 +20,7 @@ export * from './queues.js';
 export * from './exchanges.js';
 export * from './matcher.js';
 export * from './namespaces.js';
+export * from './vhosts.js';
 export { RouterCore } from './router.js';
 export { isDeadLetterCycle, type RouterHost } from './routing.js';
 export * from './queue.js';

@@ -90,15 +90,17 @@ describe('cluster: namespaces t1 and t2 with the same names on three brokers', {
 
   test("each tenant's stream, queue, group and retained message hold exactly its own messages", async () => {
     const define = async (u: User) => {
+      // The classic queue first: a vhost's Kafka topic `orders` is also its AMQP stream queue `orders` (as in `/`), and
+      // a classic queue.declare of a stream queue's name is 406; a classic queue declared first keeps the name for AMQP.
+      const ch = await channel(u, AT[u].define);
+      await ch.assertQueue('orders', { durable: true });
+      await ch.bindQueue('orders', 'amq.topic', 'orders.#');
       const admin = kafka(u, AT[u].define).admin();
       await admin.connect();
       await admin.createTopics({ topics: [{ topic: 'orders', numPartitions: 1 }], waitForLeaders: true });
       await admin.disconnect();
       // The admin API names streams as the core does (t1~orders); the binding stays inside the stream's namespace.
       await c.broker(AT[u].define).proc.api('PATCH', `/api/v1/streams/${HOME[u]}~orders`, { bindings: [`$ns/${HOME[u]}/orders/#`] });
-      const ch = await channel(u, AT[u].define);
-      await ch.assertQueue('orders', { durable: true });
-      await ch.bindQueue('orders', 'amq.topic', 'orders.#');
     };
     await Promise.all(USERS.map(define));
     await c.waitCatalog({ streams: ['t1~orders', 't2~orders'], queues: ['$ns/t1/orders', '$ns/t2/orders'] });

@@ -5,7 +5,7 @@
 import { hostname } from 'node:os';
 import type { FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
-import type { Engine } from '../../core/index.js';
+import type { Engine, NamespaceNames } from '../../core/index.js';
 import type { AccessControl } from '../access.js';
 import type { Action, Principal, ResourceKind } from '../policy.js';
 import type { AmqpManagementView } from './types.js';
@@ -41,6 +41,8 @@ export interface Caller {
 declare module 'fastify' {
   interface FastifyRequest {
     rabbitCaller: Caller | null;
+    /** The vhost a write names (set by writeVhost): its error texts lose the vhost's prefixes. */
+    rabbitNames: NamespaceNames | null;
   }
 }
 
@@ -50,17 +52,23 @@ export interface RabbitContext extends RabbitManagementOptions {
   readonly rates: Rates;
   /** The RabbitMQ policies and operator policies (policy-store.ts). */
   readonly policies: RabbitPolicies;
-  /** May the caller do `action` on `kind:name`? (bootstrap: yes) */
-  can(req: FastifyRequest, action: Action, kind: ResourceKind, name: string): boolean;
+  /**
+   * May the caller do `action` on `kind:name`? (bootstrap: yes). With `names` (a vhost other than `/`), `name` is the
+   * vhost's own (unqualified) name, judged as the AMQP adapter judges its clients' names in that vhost.
+   */
+  can(req: FastifyRequest, action: Action, kind: ResourceKind, name: string, names?: NamespaceNames): boolean;
   /** 401 unless it may (RabbitMQ answers a permission refusal with 401 not_authorized). */
-  require(req: FastifyRequest, action: Action, kind: ResourceKind, name: string): void;
+  require(req: FastifyRequest, action: Action, kind: ResourceKind, name: string, names?: NamespaceNames): void;
   /**
    * The `{vhost}` of a path (vhost = namespace): "/" (or `default`), the caller's own namespace, or any namespace for
    * a member of the admins group (or the bootstrap caller); else 404. Answers the vhost's label ("/" for `default`).
    */
   vhost(req: FastifyRequest, vhost: string): string;
-  /** As vhost, for routes that change things: only "/" (and the caller's namespace named as "/") so far. */
-  writeVhost(req: FastifyRequest, vhost: string): void;
+  /**
+   * As vhost, for routes that change things (and read queues' messages): the vhost's names, which qualify what the
+   * request names as the AMQP channel does in that vhost (core vhosts.ts). Its error texts lose the prefixes.
+   */
+  writeVhost(req: FastifyRequest, vhost: string): NamespaceNames;
   caller(req: FastifyRequest): Caller;
 }
 

@@ -49,7 +49,7 @@ export function exportDefinitions(ctx: RabbitContext, vhostOnly: boolean): Doc {
     return j;
   });
   // Stream queues and super-stream partition queues (durable, never exclusive) with their x-queue-type, as RabbitMQ.
-  const streams = ctx.amqp()?.streamQueues() ?? [];
+  const streams = (ctx.amqp()?.streamQueues() ?? []).filter((v) => inDefault(v.name));
   const queues = [
     ...engine
       .listQueues()

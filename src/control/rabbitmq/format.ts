@@ -12,6 +12,8 @@
 import { createHash } from 'node:crypto';
 import { pinnedPartition, type BindingDef, type ExchangeDef, type QueueCounters, type QueueDef, type QueueHandle } from '../../core/index.js';
 import { DEFAULT_NAMESPACE, namespaceNames, splitName, splitStreamName } from '../../core/namespaces.js';
+import { isReservedVhostName, ownVhostExchange, ownVhostKey, vhostQueueOfStream } from '../../core/vhosts.js';
+import { notFound } from './errors.js';
 import type { AmqpChannelView, AmqpConnectionView, AmqpManagementView, AmqpStreamQueueView } from './types.js';
 
 export const VHOST = '/';
@@ -27,8 +29,12 @@ export function vhostOfNamespace(ns: string): string {
   return ns === DEFAULT_NAMESPACE ? VHOST : ns;
 }
 
-/** A queue or exchange name of a vhost as the core knows it ('' and amq.topic are shared by every vhost). */
+/**
+ * A queue or exchange name of a vhost as the core knows it ('' and amq.topic are shared by every vhost). A name in the
+ * reserved `$ns/` space (another vhost's internal name) is 404 in every vhost, as one nobody has.
+ */
 export function internalName(vhost: string, name: string): string {
+  if (isReservedVhostName(name)) throw notFound();
   if (vhost === VHOST || vhost === DEFAULT_NAMESPACE || name === '' || name === 'amq.topic') return name;
   return namespaceNames(vhost).name(name);
 }
@@ -41,6 +47,21 @@ export function bindingVhost(b: BindingDef): string {
   if (b.destinationKind === 'stream') return vhostOfNamespace(splitStreamName(b.destination).namespace);
   if (b.destinationKind === 'exchange' && b.destination === 'amq.topic') return vhostOfName(b.source).vhost;
   return vhostOfName(b.destination).vhost;
+}
+
+/** Arguments naming exchanges and keys (dead-lettering, alternate exchange) as the clients of the object's vhost do. */
+function ownArguments(internal: string, args: Record<string, unknown>): Record<string, unknown> {
+  const { namespace } = splitName(internal);
+  if (namespace === DEFAULT_NAMESPACE) return args;
+  const ns = namespaceNames(namespace);
+  let out = args;
+  for (const k of ['x-dead-letter-exchange', 'alternate-exchange']) {
+    const v = out[k];
+    if (typeof v === 'string') out = { ...out, [k]: ownVhostExchange(ns, v) };
+  }
+  const rk = out['x-dead-letter-routing-key'];
+  if (typeof rk === 'string') out = { ...out, 'x-dead-letter-routing-key': ownVhostKey(ns, rk) };
+  return out;
 }
 
 /** A binding or routing key as the clients of `vhost` write it. */
@@ -164,7 +185,7 @@ export function queueJson(def: QueueDef, h: QueueHandle | undefined, node: strin
   const p = `q.${def.name}`;
   const c = countersOf(h);
   const out: Record<string, unknown> = {
-    arguments: def.rawArguments,
+    arguments: ownArguments(def.name, def.rawArguments),
     auto_delete: def.autoDelete,
     consumers: s.consumers,
     durable: def.durable,
@@ -222,7 +243,7 @@ export function streamQueueJson(v: AmqpStreamQueueView, consumers: number, node:
     messages_ready_details: rates.details(`${p}.messages_ready`),
     messages_unacknowledged: 0,
     messages_unacknowledged_details: rates.details(`${p}.messages_unacknowledged`),
-    name: v.name,
+    name: vhostOfName(v.name).name,
     node,
     online: [node],
     operator_policy: null,
@@ -230,7 +251,7 @@ export function streamQueueJson(v: AmqpStreamQueueView, consumers: number, node:
     readers: { [node]: consumers },
     state: 'running',
     type: 'stream',
-    vhost: VHOST,
+    vhost: vhostOfName(v.name).vhost,
   };
 }
 
@@ -246,7 +267,10 @@ export function partitionQueues(views: readonly AmqpStreamQueueView[]): Partitio
 
 export function exchangeJson(def: ExchangeDef): Record<string, unknown> {
   return {
-    arguments: def.alternateExchange !== undefined ? { 'alternate-exchange': def.alternateExchange, ...def.rawArguments } : def.rawArguments,
+    arguments: ownArguments(
+      def.name,
+      def.alternateExchange !== undefined ? { 'alternate-exchange': def.alternateExchange, ...def.rawArguments } : def.rawArguments,
+    ),
     auto_delete: def.autoDelete,
     durable: def.durable,
     internal: def.internal,
@@ -282,7 +306,10 @@ export function bindingView(b: BindingDef, partitionQueue?: PartitionQueueOf): {
   for (const [k, v] of Object.entries(raw)) if (!k.startsWith('x-flowmq-')) args[k] = v;
   const p = pinnedPartition(raw);
   const q = p >= 0 ? partitionQueue?.(b.destination, p) : undefined;
-  return { destination: q ?? b.destination, arguments: args };
+  // A vhost's stream `t1~orders` is its stream queue `$ns/t1/orders` (core vhosts.ts).
+  const { namespace } = splitStreamName(b.destination);
+  const own = namespace === DEFAULT_NAMESPACE ? b.destination : (vhostQueueOfStream(namespaceNames(namespace), b.destination) ?? b.destination);
+  return { destination: q ?? own, arguments: args };
 }
 
 export function bindingJson(b: BindingDef, partitionQueue?: PartitionQueueOf): Record<string, unknown> {

@@ -11,6 +11,7 @@ import {
   internalName,
   vhostOfName,
   bindingJson,
+  bindingView,
   channelJson,
   connectionJson,
   connectionName,
@@ -219,10 +220,11 @@ export function readRoutes(app: FastifyInstance, ctx: RabbitContext): void {
     engine.getQueue(name) !== undefined ? undefined : streams(req).find((v) => v.name === name);
   app.get<{ Params: VN }>('/api/queues/:vhost/:name', async (req) => {
     const vhost = ctx.vhost(req, req.params.vhost);
-    const d = engine.getQueue(internalName(vhost, req.params.name))?.def;
-    const sv = d === undefined && vhost === VHOST ? streamNamed(req, req.params.name) : undefined;
+    const internal = internalName(vhost, req.params.name);
+    const d = engine.getQueue(internal)?.def;
+    const sv = d === undefined ? streamNamed(req, internal) : undefined;
     if (sv === undefined && (d === undefined || !ctx.can(req, 'describe', 'queue', d.name))) throw notFound();
-    const name = d?.name ?? req.params.name;
+    const name = d?.name ?? internal;
     const out = d !== undefined ? queueOut(d) : streamOut(sv!, consumerCounts());
     const details: Array<Record<string, unknown>> = [];
     for (const c of visibleConnections(ctx, req))
@@ -235,9 +237,8 @@ export function readRoutes(app: FastifyInstance, ctx: RabbitContext): void {
     const name = internalName(vhost, req.params.name);
     const pq = partitionQueues(allStreams());
     if (engine.getQueue(name) === undefined) {
-      if (vhost !== VHOST) throw notFound();
       if (streamNamed(req, name) === undefined) throw notFound();
-      const own = engine.listBindings().filter((b) => b.destinationKind === 'stream' && bindingJson(b, pq).destination === name);
+      const own = engine.listBindings().filter((b) => b.destinationKind === 'stream' && bindingView(b, pq).destination === name);
       return [defaultBindingJson(name), ...own.map((b) => bindingJson(b, pq))];
     }
     if (!ctx.can(req, 'describe', 'queue', name)) throw notFound();

@@ -8,7 +8,27 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { makeMessage, swapSeparators, type BindingDef, type ExchangeType, type Header, type Message, type QueueArguments } from '../../core/index.js';
+import {
+  NS_ROOT,
+  ensureVhost,
+  isReservedTopicKey,
+  isReservedVhostName,
+  makeMessage,
+  ownVhostExchange,
+  ownVhostKey,
+  swapSeparators,
+  vhostExchange,
+  vhostKey,
+  vhostQueue,
+  vhostStreamOfQueue,
+  type BindingDef,
+  type Engine,
+  type ExchangeType,
+  type Header,
+  type Message,
+  type NamespaceNames,
+  type QueueArguments,
+} from '../../core/index.js';
 import { bindingJson, connectionName, propertiesKey } from './format.js';
 import { RabbitError, badRequest, notFound, type RabbitContext } from './context.js';
 
@@ -76,7 +96,14 @@ function bindingFilter(key: string): string {
 }
 
 /** A delivered message as RabbitMQ's /get answers it. */
-function messageJson(msg: Message, redelivered: boolean, remaining: number, encoding: string, truncate: number | undefined): Record<string, unknown> {
+function messageJson(
+  ns: NamespaceNames,
+  msg: Message,
+  redelivered: boolean,
+  remaining: number,
+  encoding: string,
+  truncate: number | undefined,
+): Record<string, unknown> {
   const text = msg.payload.toString('utf8');
   const utf8 = Buffer.from(text, 'utf8').equals(msg.payload);
   const asString = encoding === 'auto' && utf8;
@@ -97,8 +124,8 @@ function messageJson(msg: Message, redelivered: boolean, remaining: number, enco
   return {
     payload_bytes: msg.payload.length,
     redelivered,
-    exchange: msg.exchange ?? '',
-    routing_key: msg.routingKey ?? swapSeparators(msg.topic),
+    exchange: ownVhostExchange(ns, msg.exchange ?? ''),
+    routing_key: ownVhostKey(ns, msg.routingKey ?? swapSeparators(msg.topic)),
     message_count: remaining,
     // RabbitMQ's JSON of an empty property list is [] (an empty Erlang list), not {}.
     properties: Object.keys(properties).length === 0 ? [] : properties,
@@ -131,39 +158,80 @@ function publishMessage(exchange: string, key: string, payload: Buffer, props: R
   return msg;
 }
 
+/** 401 for a name in the reserved `$ns/` space (every vhost, `/` included), as AMQP's 403 ACCESS_REFUSED. */
+function checkName(kind: string, name: string): void {
+  if (isReservedVhostName(name)) throw new RabbitError(401, 'not_authorized', `access to ${kind} '${name}' refused: the '${NS_ROOT}/' prefix is reserved`);
+}
+function checkTopicKey(key: string): void {
+  if (isReservedTopicKey(key)) throw new RabbitError(401, 'not_authorized', `access to topic '${key}' refused: the '${NS_ROOT}/' prefix is reserved`);
+}
+
+/**
+ * Queue arguments naming the vhost's exchanges and keys (x-dead-letter-exchange, x-dead-letter-routing-key), qualified
+ * as the AMQP channel qualifies queue.declare's (core vhosts.ts); a copy when they change.
+ */
+function vhostQueueArgs(ns: NamespaceNames, engine: Engine, args: Record<string, unknown>): Record<string, unknown> {
+  const dlx = args['x-dead-letter-exchange'];
+  if (typeof dlx === 'string') checkName('exchange', dlx);
+  if (ns.isDefault || typeof dlx !== 'string') return args;
+  const x = vhostExchange(ns, engine, dlx);
+  const next: Record<string, unknown> = { ...args, 'x-dead-letter-exchange': x };
+  const rk = args['x-dead-letter-routing-key'];
+  if (typeof rk === 'string') next['x-dead-letter-routing-key'] = vhostKey(ns, x, rk);
+  return next;
+}
+
 export function writeRoutes(app: FastifyInstance, ctx: RabbitContext): void {
   const { engine } = ctx;
+  /** The vhost's names, with its predeclared exchanges made (a tenant may use this API before any AMQP client). */
+  const vhostOf = async (req: FastifyRequest<{ Params: { vhost: string } }>): Promise<NamespaceNames> => {
+    const ns = ctx.writeVhost(req, req.params.vhost);
+    if (!ns.isDefault) await ensureVhost(engine, ns);
+    return ns;
+  };
+  /** The stream queue behind an internal queue name of the vhost (none when a classic queue has the name). */
+  const streamQueueOf = (ns: NamespaceNames, queue: string): string | null => {
+    if (engine.getQueue(queue) !== undefined) return null;
+    const s = vhostStreamOfQueue(ns, queue);
+    return s !== null && engine.getAnyStream(s) !== undefined ? s : null;
+  };
 
   app.put<{ Params: VN; Body: Body }>('/api/queues/:vhost/:name', async (req, reply) => {
-    ctx.writeVhost(req, req.params.vhost);
-    const name = req.params.name;
+    const ns = await vhostOf(req);
+    const own = req.params.name;
+    checkName('queue', own);
+    // A reserved `amq.` name stays as written: the core refuses it as in `/` (as queue.declare in a vhost).
+    const name = own.startsWith('amq.') ? own : vhostQueue(ns, own);
     const args = objectArg(req.body, 'arguments');
-    if (args['x-queue-type'] === 'stream' || (engine.getQueue(name) === undefined && engine.getStream(name) !== undefined)) {
+    if (args['x-queue-type'] === 'stream' || streamQueueOf(ns, name) !== null) {
       // A stream queue: a FlowMQ stream of one partition, made as AMQP's queue.declare makes one (`stream:` resource).
-      ctx.require(req, 'create', 'stream', name);
+      ctx.require(req, 'create', 'stream', own, ns);
       const amqp = ctx.amqp();
       if (amqp === undefined) throw badRequest('stream queues need the AMQP protocol (--protocols)');
-      if (args['x-queue-type'] !== 'stream') throw badRequest(`inequivalent arg 'x-queue-type' for queue '${name}' in vhost '/'`);
+      if (args['x-queue-type'] !== 'stream') throw badRequest(`inequivalent arg 'x-queue-type' for queue '${own}' in vhost '${req.params.vhost}'`);
       const r = await amqp.declareStreamQueue(name, args, bool(req.body, 'durable', true), bool(req.body, 'auto_delete', false));
       if ('error' in r) throw badRequest(r.error);
       return reply.code(r.created ? 201 : 204).send();
     }
-    ctx.require(req, 'create', 'queue', name);
+    ctx.require(req, 'create', 'queue', own, ns);
+    const raw = vhostQueueArgs(ns, engine, args);
     const existed = engine.getQueue(name) !== undefined;
     await engine.declareQueue({
       name,
       durable: bool(req.body, 'durable', true),
       autoDelete: bool(req.body, 'auto_delete', false),
       exclusiveOwner: null,
-      arguments: queueArguments(args),
-      rawArguments: args,
+      arguments: queueArguments(raw),
+      rawArguments: raw,
     });
     return reply.code(existed ? 204 : 201).send();
   });
 
   app.delete<{ Params: VN; Querystring: Record<string, string> }>('/api/queues/:vhost/:name', async (req, reply) => {
-    ctx.writeVhost(req, req.params.vhost);
-    const name = req.params.name;
+    const ns = await vhostOf(req);
+    const own = req.params.name;
+    checkName('queue', own);
+    const name = vhostQueue(ns, own);
     if (engine.getQueue(name) === undefined) {
       // A stream queue or super-stream partition queue: deleted as AMQP queue.delete deletes it (`stream:` resource).
       const sv = ctx
@@ -171,30 +239,32 @@ export function writeRoutes(app: FastifyInstance, ctx: RabbitContext): void {
         ?.streamQueues()
         .find((v) => v.name === name);
       if (sv === undefined) throw notFound();
-      ctx.require(req, 'delete', 'stream', sv.stream);
-      if (req.query['if-empty'] === 'true' && sv.messages > 0) throw badRequest(`queue '${name}' in vhost '/' is not empty`);
+      ctx.require(req, 'delete', 'stream', ns.ownStream(sv.stream) ?? sv.stream, ns);
+      if (req.query['if-empty'] === 'true' && sv.messages > 0) throw badRequest(`queue '${own}' in vhost '${req.params.vhost}' is not empty`);
       if ((await ctx.amqp()?.deleteStreamQueue(name)) == null) throw notFound();
       return reply.code(204).send();
     }
-    ctx.require(req, 'delete', 'queue', name);
+    ctx.require(req, 'delete', 'queue', own, ns);
     await engine.deleteQueue(name, { ifUnused: req.query['if-unused'] === 'true', ifEmpty: req.query['if-empty'] === 'true' });
     return reply.code(204).send();
   });
 
   app.delete<{ Params: VN }>('/api/queues/:vhost/:name/contents', async (req, reply) => {
-    ctx.writeVhost(req, req.params.vhost);
+    const ns = await vhostOf(req);
+    checkName('queue', req.params.name);
     // RabbitMQ's purge needs the read permission (queue.purge): here subscribe, as AMQP's queue.purge.
-    ctx.require(req, 'subscribe', 'queue', req.params.name);
-    if (engine.getQueue(req.params.name) === undefined) throw notFound();
-    await engine.purgeQueue(req.params.name);
+    ctx.require(req, 'subscribe', 'queue', req.params.name, ns);
+    const name = vhostQueue(ns, req.params.name);
+    if (engine.getQueue(name) === undefined) throw notFound();
+    await engine.purgeQueue(name);
     return reply.code(204).send();
   });
 
   app.post<{ Params: VN; Body: Body }>('/api/queues/:vhost/:name/get', async (req) => {
-    ctx.writeVhost(req, req.params.vhost);
-    const name = req.params.name;
-    ctx.require(req, 'subscribe', 'queue', name);
-    const h = engine.getQueue(name);
+    const ns = await vhostOf(req);
+    checkName('queue', req.params.name);
+    ctx.require(req, 'subscribe', 'queue', req.params.name, ns);
+    const h = engine.getQueue(vhostQueue(ns, req.params.name));
     if (h === undefined) throw notFound();
     const b = req.body ?? {};
     const count = typeof b.count === 'number' && Number.isInteger(b.count) && b.count > 0 ? Math.min(b.count, 10_000) : 1;
@@ -211,7 +281,7 @@ export function writeRoutes(app: FastifyInstance, ctx: RabbitContext): void {
       const d = await h.get(owner, false);
       if (d === null) break;
       ids.push(d.id);
-      out.push(messageJson(d.msg, d.redelivered, d.remaining, encoding, truncate));
+      out.push(messageJson(ns, d.msg, d.redelivered, d.remaining, encoding, truncate));
     }
     // Requeued ones go back together at the end, as RabbitMQ's temporary channel closing does.
     if (mode.endsWith('requeue_true')) h.release(owner);
@@ -221,105 +291,138 @@ export function writeRoutes(app: FastifyInstance, ctx: RabbitContext): void {
   });
 
   app.put<{ Params: VN; Body: Body }>('/api/exchanges/:vhost/:name', async (req, reply) => {
-    ctx.writeVhost(req, req.params.vhost);
-    const name = req.params.name;
-    ctx.require(req, 'create', 'exchange', name);
+    const ns = await vhostOf(req);
+    const own = req.params.name;
+    checkName('exchange', own);
+    ctx.require(req, 'create', 'exchange', own, ns);
+    const name = vhostExchange(ns, engine, own);
     const type = req.body?.type;
     if (type !== 'direct' && type !== 'fanout' && type !== 'topic' && type !== 'headers') throw badRequest(`invalid exchange type: ${String(type)}`);
-    const args = objectArg(req.body, 'arguments');
+    let args = objectArg(req.body, 'arguments');
     const existed = engine.getExchange(name) !== undefined;
-    const alternate = args['alternate-exchange'];
+    const ae = args['alternate-exchange'];
+    let alternate: string | undefined;
+    if (typeof ae === 'string') {
+      checkName('exchange', ae);
+      alternate = vhostExchange(ns, engine, ae);
+      if (alternate !== ae) args = { ...args, 'alternate-exchange': alternate };
+    }
     await engine.declareExchange({
       name,
       type: type as ExchangeType,
       durable: bool(req.body, 'durable', true),
       autoDelete: bool(req.body, 'auto_delete', false),
       internal: bool(req.body, 'internal', false),
-      ...(typeof alternate === 'string' ? { alternateExchange: alternate } : {}),
+      ...(alternate !== undefined ? { alternateExchange: alternate } : {}),
       rawArguments: args,
     });
     return reply.code(existed ? 204 : 201).send();
   });
 
   app.delete<{ Params: VN; Querystring: Record<string, string> }>('/api/exchanges/:vhost/:name', async (req, reply) => {
-    ctx.writeVhost(req, req.params.vhost);
-    const name = req.params.name;
-    ctx.require(req, 'delete', 'exchange', name);
+    const ns = await vhostOf(req);
+    const own = req.params.name;
+    checkName('exchange', own);
+    ctx.require(req, 'delete', 'exchange', own, ns);
+    const name = vhostExchange(ns, engine, own);
     if (engine.getExchange(name) === undefined) throw notFound();
     await engine.deleteExchange(name, { ifUnused: req.query['if-unused'] === 'true' });
     return reply.code(204).send();
   });
 
   app.post<{ Params: VN; Body: Body }>('/api/exchanges/:vhost/:name/publish', async (req) => {
-    ctx.writeVhost(req, req.params.vhost);
-    const exchange = req.params.name === 'amq.default' ? '' : req.params.name;
-    ctx.require(req, 'publish', 'exchange', exchange);
+    const ns = await vhostOf(req);
+    const own = req.params.name === 'amq.default' ? '' : req.params.name;
+    checkName('exchange', own);
+    ctx.require(req, 'publish', 'exchange', own, ns);
     const b = req.body ?? {};
     const key = b.routing_key;
     const payload = b.payload;
     if (typeof key !== 'string' || typeof payload !== 'string') throw badRequest('routing_key and payload are required strings');
-    if (exchange === TOPIC_EXCHANGE) ctx.require(req, 'publish', 'topic', swapSeparators(key));
+    if (own === '') checkName('queue', key);
+    if (own === TOPIC_EXCHANGE) {
+      checkTopicKey(key);
+      ctx.require(req, 'publish', 'topic', swapSeparators(key), ns);
+    }
     const encoding = b.payload_encoding ?? 'string';
     if (encoding !== 'string' && encoding !== 'base64') throw badRequest('payload_encoding must be string or base64');
+    const exchange = vhostExchange(ns, engine, own);
     if (engine.getExchange(exchange) === undefined) throw notFound();
-    const msg = publishMessage(exchange, key, Buffer.from(payload, encoding === 'base64' ? 'base64' : 'utf8'), objectArg(b, 'properties'));
-    const r = engine.publishTo(exchange, key, msg);
+    const rk = vhostKey(ns, exchange, key);
+    const msg = publishMessage(exchange, rk, Buffer.from(payload, encoding === 'base64' ? 'base64' : 'utf8'), objectArg(b, 'properties'));
+    // The vhost may publish on its own `$ns/<ns>/` topics (its amq.topic keys are qualified above).
+    if (!ns.isDefault) msg.namespace = ns.namespace;
+    const r = engine.publishTo(exchange, rk, msg);
     if (r.durable !== null) await r.durable;
     return { routed: r.routed > 0 };
   });
 
   const bindingRoute = (destKind: 'q' | 'e') => `/api/bindings/:vhost/e/:source/${destKind}/:destination`;
   type BP = { vhost: string; source: string; destination: string };
-  const checkBinding = (req: FastifyRequest<{ Params: BP }>, destKind: 'q' | 'e', key: string, action: 'create' | 'delete') => {
+  /** A binding path's source and destination as the core knows them (the vhost's names checked and qualified). */
+  const ends = (ns: NamespaceNames, req: FastifyRequest<{ Params: BP }>, destKind: 'q' | 'e') => {
     const { source, destination } = req.params;
+    checkName('exchange', source);
+    checkName(destKind === 'q' ? 'queue' : 'exchange', destination);
+    return {
+      source: vhostExchange(ns, engine, source),
+      destination: destKind === 'q' ? vhostQueue(ns, destination) : vhostExchange(ns, engine, destination),
+    };
+  };
+  const checkBinding = (ns: NamespaceNames, req: FastifyRequest<{ Params: BP }>, destKind: 'q' | 'e', key: string, action: 'create' | 'delete') => {
+    const { source, destination } = ends(ns, req, destKind);
     if (engine.getExchange(source) === undefined) throw notFound();
     if (destKind === 'q' ? engine.getQueue(destination) === undefined : engine.getExchange(destination) === undefined) throw notFound();
-    ctx.require(req, action, destKind === 'q' ? 'queue' : 'exchange', destination);
-    ctx.require(req, 'describe', 'exchange', source);
-    if (action === 'create' && source === TOPIC_EXCHANGE && !ctx.can(req, 'subscribe', 'topic', bindingFilter(key))) {
+    ctx.require(req, action, destKind === 'q' ? 'queue' : 'exchange', req.params.destination, ns);
+    ctx.require(req, 'describe', 'exchange', req.params.source, ns);
+    if (action === 'create' && source === TOPIC_EXCHANGE && !ctx.can(req, 'subscribe', 'topic', bindingFilter(key), ns)) {
       throw new RabbitError(401, 'not_authorized', `Access refused: binding ${key} on ${TOPIC_EXCHANGE} needs subscribe on every topic it matches`);
     }
   };
-  const bindingsOf = (req: FastifyRequest<{ Params: BP }>, destKind: 'q' | 'e') =>
-    engine
+  const bindingsOf = (ns: NamespaceNames, req: FastifyRequest<{ Params: BP }>, destKind: 'q' | 'e') => {
+    const { source, destination } = ends(ns, req, destKind);
+    return engine
       .listBindings()
-      .filter(
-        (b) => b.source === req.params.source && b.destination === req.params.destination && b.destinationKind === (destKind === 'q' ? 'queue' : 'exchange'),
-      );
+      .filter((b) => b.source === source && b.destination === destination && b.destinationKind === (destKind === 'q' ? 'queue' : 'exchange'));
+  };
   for (const destKind of ['q', 'e'] as const) {
     app.get<{ Params: BP }>(bindingRoute(destKind), async (req) => {
-      ctx.writeVhost(req, req.params.vhost);
-      if (!ctx.can(req, 'describe', 'exchange', req.params.source)) throw notFound();
-      return bindingsOf(req, destKind).map((b) => bindingJson(b));
+      const ns = await vhostOf(req);
+      if (!ctx.can(req, 'describe', 'exchange', req.params.source, ns)) throw notFound();
+      return bindingsOf(ns, req, destKind).map((b) => bindingJson(b));
     });
     app.post<{ Params: BP; Body: Body }>(bindingRoute(destKind), async (req, reply: FastifyReply) => {
-      ctx.writeVhost(req, req.params.vhost);
+      const ns = await vhostOf(req);
       const key = req.body?.routing_key ?? '';
       if (typeof key !== 'string') throw badRequest('routing_key must be a string');
       const args = objectArg(req.body, 'arguments');
-      checkBinding(req, destKind, key, 'create');
+      if (req.params.source === TOPIC_EXCHANGE) checkTopicKey(key);
+      checkBinding(ns, req, destKind, key, 'create');
+      const { source, destination } = ends(ns, req, destKind);
       const b: BindingDef = {
-        source: req.params.source,
+        source,
         destinationKind: destKind === 'q' ? 'queue' : 'exchange',
-        destination: req.params.destination,
-        key,
+        destination,
+        key: vhostKey(ns, source, key),
         arguments: args,
       };
       await engine.bind(b);
       return reply.code(201).header('location', propertiesKey(key, args)).send();
     });
     app.get<{ Params: BP & { props: string } }>(`${bindingRoute(destKind)}/:props`, async (req) => {
-      ctx.writeVhost(req, req.params.vhost);
-      if (!ctx.can(req, 'describe', 'exchange', req.params.source)) throw notFound();
-      const b = bindingsOf(req, destKind).find((x) => propertiesKey(x.key, x.arguments) === req.params.props);
+      const ns = await vhostOf(req);
+      if (!ctx.can(req, 'describe', 'exchange', req.params.source, ns)) throw notFound();
+      const b = bindingsOf(ns, req, destKind)
+        .map((x) => bindingJson(x))
+        .find((x) => x.properties_key === req.params.props);
       if (b === undefined) throw notFound();
-      return bindingJson(b);
+      return b;
     });
     app.delete<{ Params: BP & { props: string } }>(`${bindingRoute(destKind)}/:props`, async (req, reply) => {
-      ctx.writeVhost(req, req.params.vhost);
-      const b = bindingsOf(req, destKind).find((x) => propertiesKey(x.key, x.arguments) === req.params.props);
+      const ns = await vhostOf(req);
+      const b = bindingsOf(ns, req, destKind).find((x) => bindingJson(x).properties_key === req.params.props);
       if (b === undefined) throw notFound();
-      checkBinding(req, destKind, b.key, 'delete');
+      checkBinding(ns, req, destKind, ownVhostKey(ns, b.key), 'delete');
       await engine.unbind(b);
       return reply.code(204).send();
     });

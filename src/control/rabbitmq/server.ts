@@ -16,7 +16,8 @@
  * lists keep what it may `describe` (queue:, exchange:), its own connections and channels unless it may
  * `describe cluster:*`, which the node, health and overview figures beyond its own objects need too.
  */
-import { DEFAULT_NAMESPACE } from '../../core/namespaces.js';
+import { DEFAULT_NAMESPACE, namespaceNames, type NamespaceNames } from '../../core/namespaces.js';
+import { ownVhostText } from '../../core/vhosts.js';
 import type { AddressInfo } from 'node:net';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { isFlowError } from '../../core/index.js';
@@ -102,6 +103,7 @@ export async function startRabbitManagement(opts: RabbitManagementOptions): Prom
     },
   });
   app.decorateRequest('rabbitCaller', null);
+  app.decorateRequest('rabbitNames', null);
   // RabbitMQ takes JSON bodies whatever the content type the client names (rabbitmqadmin and curl scripts vary).
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', { parseAs: 'string' }, (_req, body, done) => {
@@ -117,11 +119,17 @@ export async function startRabbitManagement(opts: RabbitManagementOptions): Prom
     closeUnreadBody(req.raw, reply.raw);
   });
   app.setErrorHandler((err, req, reply) => {
-    if (err instanceof RabbitError) return reply.code(err.status).headers(err.headers).send({ error: err.error, reason: err.reason });
+    // In a vhost other than `/`, texts name things as its clients do (core vhosts.ts).
+    const own = (text: string) => (req.rabbitNames === null ? text : ownVhostText(req.rabbitNames, text));
+    if (err instanceof RabbitError)
+      return reply
+        .code(err.status)
+        .headers(err.headers)
+        .send({ error: err.error, reason: own(err.reason) });
     if (isFlowError(err)) {
       const status = err.code === 'NOT_FOUND' ? 404 : err.code === 'ACCESS_REFUSED' ? 401 : err.code === 'RESOURCE_LOCKED' ? 405 : 400;
       const error = status === 404 ? 'Object Not Found' : status === 401 ? 'not_authorized' : 'bad_request';
-      return reply.code(status).send({ error, reason: err.message });
+      return reply.code(status).send({ error, reason: own(err.message) });
     }
     const status = (err as { statusCode?: number }).statusCode;
     const message = (err as Error).message;
@@ -165,11 +173,13 @@ export async function startRabbitManagement(opts: RabbitManagementOptions): Prom
     if (req.rabbitCaller === null) throw new RabbitError(401, 'not_authorized', 'Not_Authorized', CHALLENGE);
     return req.rabbitCaller;
   };
-  const can = (req: FastifyRequest, action: Action, kind: ResourceKind, name: string): boolean => {
+  const can = (req: FastifyRequest, action: Action, kind: ResourceKind, name: string, names?: NamespaceNames): boolean => {
     const c = caller(req);
     if (c.principal === null) return true;
     // RabbitMQ's monitoring tag (a group here, see permissions.ts): node-wide figures.
     if (action === 'describe' && kind === 'cluster' && c.principal.groups.includes('monitoring') && c.principal.removed !== true) return true;
+    // A vhost's names are judged unqualified, as the AMQP adapter judges its clients' (feeding topics too).
+    if (names !== undefined && !names.isDefault) return access.namespacedAccessFor(c.principal, names, 'http', req.ip).can(action, kind, name);
     return access.accessFor(c.principal, 'http', req.ip).can(action, kind, name);
   };
   const ctx: RabbitContext = {
@@ -179,8 +189,8 @@ export async function startRabbitManagement(opts: RabbitManagementOptions): Prom
     policies,
     can,
     caller,
-    require(req, action, kind, name) {
-      if (!can(req, action, kind, name)) throw new RabbitError(401, 'not_authorized', `Access refused: ${action} ${kind}:${name}`);
+    require(req, action, kind, name, names) {
+      if (!can(req, action, kind, name, names)) throw new RabbitError(401, 'not_authorized', `Access refused: ${action} ${kind}:${name}`);
     },
     vhost(req, vhost) {
       if (vhost === '/' || vhost === DEFAULT_NAMESPACE) return '/';
@@ -190,9 +200,10 @@ export async function startRabbitManagement(opts: RabbitManagementOptions): Prom
       throw notFound();
     },
     writeVhost(req, vhost) {
-      if (vhost === '/' || vhost === DEFAULT_NAMESPACE) return;
-      this.vhost(req, vhost);
-      throw new RabbitError(501, 'not_implemented', `changes in vhost '${vhost}' through this API are not offered yet`);
+      const v = this.vhost(req, vhost);
+      const names = namespaceNames(v === '/' ? DEFAULT_NAMESPACE : v);
+      req.rabbitNames = names;
+      return names;
     },
   };
   readRoutes(app, ctx);

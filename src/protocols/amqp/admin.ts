@@ -4,7 +4,16 @@
  * connection set when asked (nothing is kept or counted for it), and the resource alarms.
  */
 import type { AmqpChannelView, AmqpConnectionView, AmqpManagementView, AmqpStreamQueueView } from '../../control/index.js';
-import { isFlowError, type StreamDef } from '../../core/index.js';
+import {
+  isFlowError,
+  isQualifiedStream,
+  namespaceNames,
+  splitName,
+  splitStreamName,
+  vhostQueueOfStream,
+  vhostStreamOfQueue,
+  type StreamDef,
+} from '../../core/index.js';
 import type { AmqpAdapter } from './adapter.js';
 import type { AmqpChannel } from './channel.js';
 import { AmqpConnection } from './connection.js';
@@ -51,7 +60,26 @@ function streamQueues(ctx: SuperStreamCtx): AmqpStreamQueueView[] {
     return Math.max(0, o.highWatermark - o.logStartOffset);
   };
   const out: AmqpStreamQueueView[] = [];
-  for (const def of engine.listStreams()) {
+  for (const def of engine.listAllStreams()) {
+    if (isQualifiedStream(def.name)) {
+      // A vhost's stream queue (`t1~orders` is t1's `orders`: `$ns/t1/orders`), or its declared super stream's
+      // partition queues (`$ns/t1/S-<key>`); a tenant's stream of several partitions is no derived super stream.
+      const q = vhostQueueOfStream(namespaceNames(splitStreamName(def.name).namespace), def.name);
+      if (q === null) continue;
+      const sup = superStreamPartitions(ctx, q);
+      if (sup !== null) {
+        for (const p of sup) {
+          const name = `${q}-${p.key}`;
+          if (p.partition >= def.partitions || router.getQueue(name) !== undefined) continue;
+          const args = streamArguments(def);
+          out.push({ name, stream: def.name, partition: p.partition, superStream: q, key: p.key, arguments: args, messages: records(def.name, p.partition) });
+        }
+        continue;
+      }
+      if (def.partitions !== 1 || router.getQueue(q) !== undefined) continue;
+      out.push({ name: q, stream: def.name, partition: 0, superStream: null, key: null, arguments: streamArguments(def), messages: records(def.name, 0) });
+      continue;
+    }
     const parts = superStreamPartitions(ctx, def.name);
     if (parts !== null && parts.length > 0) {
       for (const p of parts) {
@@ -90,24 +118,30 @@ async function declareStreamQueue(
   autoDelete: boolean,
 ): Promise<{ created: boolean } | { error: string }> {
   const { engine, router } = ctx;
-  if (!durable) return { error: `invalid property 'non-durable' for queue '${name}' in vhost '/'` };
-  if (autoDelete) return { error: `invalid property 'auto-delete' for queue '${name}' in vhost '/'` };
-  if (router.getQueue(name) !== undefined) return { error: `inequivalent arg 'x-queue-type' for queue '${name}' in vhost '/'` };
+  // `name` is the queue's internal name: `$ns/t1/orders` in vhost t1, whose stream is `t1~orders` (core vhosts.ts).
+  const { namespace, name: own } = splitName(name);
+  const ns = namespaceNames(namespace);
+  const vhost = ns.isDefault ? '/' : namespace;
+  if (!durable) return { error: `invalid property 'non-durable' for queue '${own}' in vhost '${vhost}'` };
+  if (autoDelete) return { error: `invalid property 'auto-delete' for queue '${own}' in vhost '${vhost}'` };
+  if (router.getQueue(name) !== undefined) return { error: `inequivalent arg 'x-queue-type' for queue '${own}' in vhost '${vhost}'` };
+  const stream = vhostStreamOfQueue(ns, name);
+  if (stream === null) return { error: `stream queue name '${own}': not a valid stream name` };
   // A super stream's partition queue that exists (an import of an export holds them): left as it is.
-  if (engine.getStream(name) === undefined && partitionQueue(ctx, name) !== null) return { created: false };
+  if (engine.getAnyStream(stream) === undefined && partitionQueue(ctx, name) !== null) return { created: false };
   const table = args as FieldTable;
   try {
-    const settings = streamQueueSettings(table, name, '/');
-    const existing = engine.getStream(name);
+    const settings = streamQueueSettings(table, own, vhost);
+    const existing = engine.getAnyStream(stream);
     if (existing !== undefined) {
-      checkEquivalent(existing.def, table, settings, '/');
+      checkEquivalent(existing.def, table, settings, vhost);
       return { created: false };
     }
-    await engine.createStream({ name, partitions: 1, ...settings });
+    await engine.createStream({ name: stream, partitions: 1, ...settings, ...(ns.isDefault ? {} : { namespaced: true }) });
     return { created: true };
   } catch (err) {
     if (err instanceof AmqpError) return { error: err.message };
-    if (isFlowError(err, 'INVALID_ARGUMENT')) return { error: `stream queue name '${name}': ${(err as Error).message}` };
+    if (isFlowError(err, 'INVALID_ARGUMENT')) return { error: `stream queue name '${own}': ${(err as Error).message}` };
     if (isFlowError(err, 'ALREADY_EXISTS')) return { created: false };
     throw err;
   }
@@ -116,9 +150,11 @@ async function declareStreamQueue(
 async function deleteStreamQueue(ctx: SuperStreamCtx, name: string): Promise<number | null> {
   const { engine, router } = ctx;
   if (router.getQueue(name) !== undefined) return null;
-  if (engine.getStream(name) !== undefined) {
-    const o = engine.offsets(name, 0);
-    await engine.deleteStream(name);
+  const { namespace } = splitName(name);
+  const stream = vhostStreamOfQueue(namespaceNames(namespace), name);
+  if (stream !== null && engine.getAnyStream(stream) !== undefined) {
+    const o = engine.offsets(stream, 0);
+    await engine.deleteStream(stream);
     return o.highWatermark - o.logStartOffset;
   }
   const p = partitionQueue(ctx, name);
@@ -127,8 +163,10 @@ async function deleteStreamQueue(ctx: SuperStreamCtx, name: string): Promise<num
 
 /** The queue a stream consumer reads: a super stream's partition queue `S-<key>`, else the stream's own name. */
 function streamConsumerQueue(ctx: SuperStreamCtx, stream: string, partition: number): string {
-  const p = superStreamPartitions(ctx, stream)?.find((x) => x.partition === partition);
-  return p === undefined ? stream : `${stream}-${p.key}`;
+  // A vhost's stream `t1~S` is reached by its queue (or super-stream exchange) `$ns/t1/S`.
+  const x = isQualifiedStream(stream) ? (vhostQueueOfStream(namespaceNames(splitStreamName(stream).namespace), stream) ?? stream) : stream;
+  const p = superStreamPartitions(ctx, x)?.find((y) => y.partition === partition);
+  return p === undefined ? x : `${x}-${p.key}`;
 }
 
 function channelView(ch: AmqpChannel, ctx: SuperStreamCtx): AmqpChannelView {

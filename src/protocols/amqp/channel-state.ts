@@ -5,7 +5,7 @@
  * a method names. The channel's parts are functions over it (channel.ts lists them).
  */
 import type { Message, QueueConsumer, QueueHandle } from '../../core/index.js';
-import { dotsToUnified } from '../../core/index.js';
+import { dotsToUnified, vhostStreamOfQueue, type StreamEntry } from '../../core/index.js';
 import { routingKeyName, type Action, type ResourceKind } from '../../control/index.js';
 import { logKey } from '../../util/log-limit.js';
 import type { AmqpChannelHost } from './types.js';
@@ -199,8 +199,9 @@ export abstract class AmqpChannelState implements StreamSink {
    * the resource (free while nothing can be denied: `access.can` answers at once when the policies are open).
    */
   authorize(action: Action, kind: ResourceKind, internal: string, method: string): void {
-    // Policies name things as the vhost's clients do (vhost.ts).
-    const name = this.conn.names.isDefault ? internal : ownKey(this.conn.names, internal);
+    // Policies name things as the vhost's clients do (vhost.ts); a stream by its queue name or its own (`t1~orders`).
+    const ns = this.conn.names;
+    const name = ns.isDefault ? internal : kind === 'stream' ? (ns.ownStream(internal) ?? ownKey(ns, internal)) : ownKey(ns, internal);
     if (this.conn.access.can(action, kind, name)) return;
     const [classId, methodId] = IDS[method] ?? [0, 0];
     throw new AmqpError(403, `access to ${kind} '${name}' in vhost '${this.conn.vhost}' refused for user '${this.conn.loginName}'`, classId, methodId);
@@ -263,7 +264,8 @@ export abstract class AmqpChannelState implements StreamSink {
     const version = this.conn.adapter.access.version;
     if (c.authVersion === version) return true;
     if (c.authVersion === -2) return false;
-    const name = ownKey(this.conn.names, internal);
+    const ns = this.conn.names;
+    const name = kind === 'stream' && !ns.isDefault ? (ns.ownStream(internal) ?? ownKey(ns, internal)) : ownKey(ns, internal);
     if (this.conn.access.can('subscribe', kind, name)) {
       c.authVersion = version;
       return true;
@@ -300,11 +302,25 @@ export abstract class AmqpChannelState implements StreamSink {
     return this.conn.adapter.ctx.engine;
   }
 
-  /** The stream behind a queue name, when it names no queue but a stream (x-queue-type stream). */
+  /**
+   * The stream a stream queue of this vhost is (core vhosts.ts): `orders` in `/`, `t1~orders` for `$ns/t1/orders`, the
+   * namespace's stream that its Kafka clients call `orders`. Null: the name cannot be one of the vhost's streams.
+   */
+  streamName(queue: string): string | null {
+    return vhostStreamOfQueue(this.conn.names, queue);
+  }
+
+  /** The stream behind an internal queue name of this vhost, whether or not a classic queue has the name. */
+  streamEntry(queue: string): StreamEntry | undefined {
+    const s = this.streamName(queue);
+    return s === null ? undefined : this.engine.getAnyStream(s);
+  }
+
+  /** The stream behind a queue name, when it names no queue but a stream (x-queue-type stream): its stream name. */
   streamOf(name: string): string | null {
     const q = name === '' ? this.lastQueue : name;
     if (q === null || this.router.getQueue(q) !== undefined) return null;
-    return this.engine.getStream(q) !== undefined ? q : null;
+    return this.streamEntry(q)?.def.name ?? null;
   }
 
   /**
@@ -313,7 +329,7 @@ export abstract class AmqpChannelState implements StreamSink {
    */
   partitionOf(name: string): SuperPartition | null {
     const q = name === '' ? this.lastQueue : name;
-    if (q === null || this.router.getQueue(q) !== undefined || this.engine.getStream(q) !== undefined) return null;
+    if (q === null || this.router.getQueue(q) !== undefined || this.streamEntry(q) !== undefined) return null;
     return partitionQueue(this, q);
   }
 

@@ -172,8 +172,10 @@ function sendStreamDelivery(chan: AmqpChannelState, c: StreamConsumer, tag: numb
   headers['x-stream-offset'] = new Typed('l', BigInt(offset));
   props.headers = headers;
   delete props.rawHeaders;
-  const exchange = msg.exchange ?? '';
-  const routingKey = msg.routingKey ?? c.stream;
+  // In the vhost's names: a tenant's records carry qualified keys; one with none is named by its stream queue.
+  const ns = chan.conn.names;
+  const exchange = ownExchange(ns, msg.exchange ?? '');
+  const routingKey = msg.routingKey !== undefined ? ownKey(ns, msg.routingKey) : (ns.ownStream(c.stream) ?? c.stream);
   chan.conn.send(
     messageFrames(
       chan.ch,
@@ -203,7 +205,7 @@ export function consume(chan: AmqpChannelState, m: MethodOf<'basic.consume'>): v
   const stream = chan.streamOf(m.queue);
   if (stream !== null) {
     chan.authorize('subscribe', 'stream', stream, 'basic.consume');
-    const n = chan.engine.getStream(stream)!.def.partitions;
+    const n = chan.engine.getAnyStream(stream)!.def.partitions;
     // A stream queue reads one partition: a super stream is read through its partition queues (super-stream.ts).
     if (n > 1) throw new AmqpError(406, `stream '${stream}' has ${n} partitions: consume the partition queues of super stream '${stream}'`, 60, 20);
     return consumeStream(chan, m, stream);

@@ -96,7 +96,7 @@ export async function queueDeclare(chan: AmqpChannelState, m: MethodOf<'queue.de
   }
   const args = (m.arguments ?? {}) as FieldTable;
   const action = m.passive ? 'describe' : 'create';
-  if (name !== '' && chan.router.getQueue(name) === undefined && chan.engine.getStream(name) === undefined) {
+  if (name !== '' && chan.router.getQueue(name) === undefined && chan.streamEntry(name) === undefined) {
     // A super stream's partition queue `<stream>-<key>` (super-stream.ts): one that exists, or a new one.
     const p = partitionQueue(chan, name);
     if (p !== null) return declareExistingPartition(chan, m, p);
@@ -104,11 +104,11 @@ export async function queueDeclare(chan: AmqpChannelState, m: MethodOf<'queue.de
     if (t !== null) return declareNewPartition(chan, m, t.stream, t.key);
   }
   // A stream queue declared again as another type (or none): 406, as RabbitMQ (not a classic queue beside it).
-  if (!m.passive && name !== '' && chan.router.getQueue(name) === undefined && chan.engine.getStream(name) !== undefined) {
+  if (!m.passive && name !== '' && chan.router.getQueue(name) === undefined && chan.streamEntry(name) !== undefined) {
     checkStreamType(name, args, chan.conn.vhost);
   }
   if (m.passive || fieldString(args['x-queue-type'] as never) === 'stream') {
-    const stream = name === '' ? null : chan.engine.getStream(name);
+    const stream = name === '' ? null : chan.streamEntry(name);
     if (stream !== undefined && stream !== null && chan.router.getQueue(name) === undefined) {
       chan.authorize(action, 'stream', name, 'queue.declare');
       // RabbitMQ compares the arguments of a declare with the queue's (a passive declare's are ignored).
@@ -154,13 +154,16 @@ export async function declareStream(chan: AmqpChannelState, m: MethodOf<'queue.d
     throw new AmqpError(406, `inequivalent arg 'x-queue-type' for queue '${name}' in vhost '${chan.conn.vhost}'`, 50, 10);
   const args = (m.arguments ?? {}) as FieldTable;
   const settings = streamQueueSettings(args, name, chan.conn.vhost);
+  // The vhost's stream (`t1~orders` for t1's `orders`, core vhosts.ts); a name no stream of the vhost can have is 406.
+  const stream = chan.streamName(name);
+  if (stream === null) throw new AmqpError(406, `stream queue name '${name}': not a valid stream name`, 50, 10);
   try {
-    await chan.engine.createStream({ name, partitions: 1, ...settings });
+    await chan.engine.createStream({ name: stream, partitions: 1, ...settings, ...(chan.conn.names.isDefault ? {} : { namespaced: true }) });
   } catch (err) {
     if (isFlowError(err, 'INVALID_ARGUMENT')) throw new AmqpError(406, `stream queue name '${name}': ${(err as Error).message}`, 50, 10);
     if (!isFlowError(err, 'ALREADY_EXISTS')) throw err;
     // Declared by someone else meanwhile: the same equivalence check as a declare of an existing stream.
-    const def = chan.engine.getStream(name);
+    const def = chan.engine.getAnyStream(stream);
     if (def !== undefined) checkEquivalent(def.def, args, settings, chan.conn.vhost);
   }
   return streamDeclared(chan, m, name);
@@ -169,7 +172,7 @@ export async function declareStream(chan: AmqpChannelState, m: MethodOf<'queue.d
 export function streamDeclared(chan: AmqpChannelState, m: MethodOf<'queue.declare'>, name: string): void {
   chan.lastQueue = name;
   if (m.noWait || chan.closing) return;
-  const o = chan.engine.offsets(name, 0);
+  const o = chan.engine.offsets(chan.streamName(name)!, 0);
   chan.conn.sendMethod(chan.ch, { name: 'queue.declare-ok', queue: name, messageCount: o.highWatermark - o.logStartOffset, consumerCount: 0 } as AmqpMethod);
 }
 
@@ -221,12 +224,13 @@ export async function queueDelete(chan: AmqpChannelState, m: MethodOf<'queue.del
     if (!m.noWait && !chan.closing) chan.conn.sendMethod(chan.ch, { name: 'queue.delete-ok', messageCount: n } as AmqpMethod);
     return;
   }
-  chan.authorize('delete', h === undefined && chan.engine.getStream(name) !== undefined ? 'stream' : 'queue', name, 'queue.delete');
+  const stream = h === undefined ? chan.streamEntry(name) : undefined;
+  chan.authorize('delete', stream !== undefined ? 'stream' : 'queue', name, 'queue.delete');
   let n = 0;
-  if (h === undefined && chan.engine.getStream(name) !== undefined) {
-    const o = chan.engine.offsets(name, 0);
+  if (stream !== undefined) {
+    const o = chan.engine.offsets(stream.def.name, 0);
     n = o.highWatermark - o.logStartOffset;
-    await chan.engine.deleteStream(name);
+    await chan.engine.deleteStream(stream.def.name);
   } else if (h !== undefined) {
     const owner = h.def.exclusiveOwner;
     if (owner !== null && owner !== chan.conn.id)

@@ -46,7 +46,7 @@ export function publish(chan: AmqpChannelState, item: PublishItem): void {
   if (m.immediate) throw new AmqpError(540, 'immediate=true', 60, 40);
   if (!chan.conn.access.open) {
     if (m.exchange === '') {
-      const stream = chan.router.getQueue(m.routingKey) === undefined && chan.engine.getStream(m.routingKey) !== undefined;
+      const stream = chan.router.getQueue(m.routingKey) === undefined && chan.streamEntry(m.routingKey) !== undefined;
       // A super stream's partition queue is its stream (super-stream.ts).
       const part = stream ? null : chan.partitionOf(m.routingKey);
       if (part !== null) chan.authorize('publish', 'stream', part.stream, 'basic.publish');
@@ -90,12 +90,12 @@ export function route(chan: AmqpChannelState, item: PublishItem): RouteResult {
     return afterRoute(chan, item, { routed: 1, durable: null, rejected: false });
   }
   try {
-    if (m.exchange === '' && chan.router.getQueue(m.routingKey) === undefined && chan.engine.getStream(m.routingKey) !== undefined) {
+    const stream = m.exchange === '' && chan.router.getQueue(m.routingKey) === undefined ? chan.streamEntry(m.routingKey) : undefined;
+    if (stream !== undefined) {
       // The default exchange reaches a stream queue by its name too.
       msg.exchange = '';
       msg.routingKey = m.routingKey;
-      const own = chan.engine.getStream(m.routingKey)!.ownTopic;
-      r = { routed: 1, durable: chan.engine.produce(m.routingKey, 0, encodeBatch([messageToRecord(msg, own)])).durable, rejected: false };
+      r = { routed: 1, durable: chan.engine.produce(stream.def.name, 0, encodeBatch([messageToRecord(msg, stream.ownTopic)])).durable, rejected: false };
     } else r = superStreamRoute(chan, m.exchange, m.routingKey, msg) ?? chan.router.publishTo(m.exchange, m.routingKey, msg);
   } catch (err) {
     if (storageRefusal(err) !== null) {
@@ -268,6 +268,6 @@ function superStreamRoute(chan: AmqpChannelState, exchange: string, routingKey: 
   }
   msg.exchange = exchange;
   msg.routingKey = routingKey;
-  const own = chan.engine.getStream(stream)!.ownTopic;
+  const own = chan.engine.getAnyStream(stream)!.ownTopic;
   return { routed: 1, durable: chan.engine.produce(stream, partition, encodeBatch([messageToRecord(msg, own)])).durable, rejected: false };
 }

@@ -3,8 +3,10 @@
  * reply-to works). Kept apart so that the adapter and the channel state can name it without importing the channel.
  */
 
-export const REPLY_QUEUE = 'amq.rabbitmq.reply-to';
-export const REPLY_PREFIX = 'amq.rabbitmq.reply-to.';
+import { DIRECT_REPLY_PREFIX, DIRECT_REPLY_QUEUE } from '../../core/index.js';
+
+export const REPLY_QUEUE = DIRECT_REPLY_QUEUE;
+export const REPLY_PREFIX = DIRECT_REPLY_PREFIX;
 /** The same addresses as unified topics (an MQTT response topic, a NATS reply subject): reserved in the core. */
 export const REPLY_TOPIC_PREFIX = 'amq/rabbitmq/reply-to/';
 

@@ -51,7 +51,7 @@ export class StreamConsumer {
     /** The partition read: 0, or a super stream's partition (its partition queue `<stream>-<key>`, super-stream.ts). */
     readonly partition = 0,
   ) {
-    this.ownTopic = engine.getStream(stream)?.ownTopic ?? stream;
+    this.ownTopic = engine.getAnyStream(stream)?.ownTopic ?? stream;
   }
 
   private readonly ownTopic: string;

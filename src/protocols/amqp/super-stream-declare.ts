@@ -17,6 +17,7 @@ import {
   newPartitionIndex,
   partitionBinding,
   PARTITION_QUEUE_ARG,
+  streamOfExchange,
   superStreamPartitions,
   type SuperPartition,
   type SuperStreamCtx,
@@ -56,7 +57,7 @@ export function declareExistingPartition(chan: AmqpChannelState, m: MethodOf<'qu
   if (!m.passive) {
     const args = (m.arguments ?? {}) as FieldTable;
     checkStreamQueue(chan, m, args);
-    const def = chan.engine.getStream(p.stream)!.def;
+    const def = chan.engine.getAnyStream(p.stream)!.def;
     checkEquivalent(renamed(def, m.queue), args, streamQueueSettings(args, m.queue, chan.conn.vhost), chan.conn.vhost);
   }
   declareOk(chan, m, p);
@@ -73,7 +74,9 @@ function renamed(def: StreamDef, queue: string): StreamDef {
  */
 export async function declareNewPartition(chan: AmqpChannelState, m: MethodOf<'queue.declare'>, s: string, key: string): Promise<void> {
   const args = (m.arguments ?? {}) as FieldTable;
-  chan.authorize('create', 'stream', s, 'queue.declare');
+  // `s` is the exchange; its stream is `s` in `/`, `t1~S` for vhost t1's `$ns/t1/S` (super-stream.ts).
+  const stream = streamOfExchange(s);
+  chan.authorize('create', 'stream', stream, 'queue.declare');
   checkStreamQueue(chan, m, args);
   const settings = streamQueueSettings(args, m.queue, chan.conn.vhost);
   // One declare of a super stream's partition at a time in this broker: two new queues must not take one index.
@@ -81,7 +84,7 @@ export async function declareNewPartition(chan: AmqpChannelState, m: MethodOf<'q
     // Declared meanwhile (the queue waited its turn behind its own twin): as a declare of an existing partition.
     const known = superStreamPartitions(chan, s)?.find((x) => x.key === key);
     if (known !== undefined) {
-      const def = chan.engine.getStream(s)?.def;
+      const def = chan.engine.getAnyStream(stream)?.def;
       if (def !== undefined) checkEquivalent(renamed(def, m.queue), args, settings, chan.conn.vhost);
       return known;
     }
@@ -89,25 +92,26 @@ export async function declareNewPartition(chan: AmqpChannelState, m: MethodOf<'q
     const index = newPartitionIndex(key, taken, MAX_PARTITIONS);
     if (index >= MAX_PARTITIONS) throw new AmqpError(406, `super stream '${s}' has ${MAX_PARTITIONS} partitions already`, 50, 10);
     try {
-      const existing = chan.engine.getStream(s);
-      if (existing === undefined) await chan.engine.createStream({ name: s, partitions: index + 1, ...settings });
+      const existing = chan.engine.getAnyStream(stream);
+      if (existing === undefined)
+        await chan.engine.createStream({ name: stream, partitions: index + 1, ...settings, ...(stream === s ? {} : { namespaced: true }) });
       else {
         // One stream, one set of settings: a partition declared with other ones than the stream has is 406 (RabbitMQ
         // would let each partition stream differ).
         checkEquivalent(renamed(existing.def, m.queue), args, settings, chan.conn.vhost);
-        if (existing.def.partitions <= index) await chan.engine.addPartitions(s, index + 1);
+        if (existing.def.partitions <= index) await chan.engine.addPartitions(stream, index + 1);
       }
     } catch (err) {
       // Made or grown by another broker meanwhile: grown once more if it still lacks the partition.
-      const now = chan.engine.getStream(s);
+      const now = chan.engine.getAnyStream(stream);
       if (!isFlowError(err, 'ALREADY_EXISTS') && !(isFlowError(err, 'INVALID_ARGUMENT') && now !== undefined && now.def.partitions > index)) {
         if (isFlowError(err, 'INVALID_ARGUMENT')) throw new AmqpError(406, `super stream '${s}': ${(err as Error).message}`, 50, 10);
         throw err;
       }
-      if (now !== undefined && now.def.partitions <= index) await chan.engine.addPartitions(s, index + 1);
+      if (now !== undefined && now.def.partitions <= index) await chan.engine.addPartitions(stream, index + 1);
     }
     await chan.router.bind(partitionBinding(s, key, index));
-    return { stream: s, partition: index, key, bound: true };
+    return { stream, exchange: s, partition: index, key, bound: true };
   });
   declareOk(chan, m, p);
 }
@@ -141,10 +145,10 @@ export async function bindPartition(chan: AmqpChannelState, m: MethodOf<'queue.b
   chan.authorize('alter', 'stream', p.stream, m.name);
   chan.authorize('subscribe', 'exchange', m.exchange, m.name);
   const args = (m.arguments ?? {}) as FieldTable;
-  const queue = `${p.stream}-${p.key}`;
+  const queue = `${p.exchange}-${p.key}`;
   const methodId = bind ? 20 : 50;
   const order = args[STREAM_PARTITION_ARG];
-  if (m.exchange === p.stream && order !== undefined && fieldInteger(order) !== p.partition) {
+  if (m.exchange === p.exchange && order !== undefined && fieldInteger(order) !== p.partition) {
     throw new AmqpError(
       406,
       `inequivalent arg '${STREAM_PARTITION_ARG}' for the binding of queue '${queue}': it is partition ${p.partition} of super stream '${p.stream}'`,
@@ -152,7 +156,7 @@ export async function bindPartition(chan: AmqpChannelState, m: MethodOf<'queue.b
       methodId,
     );
   }
-  if (m.exchange === p.stream && m.routingKey === p.key) {
+  if (m.exchange === p.exchange && m.routingKey === p.key) {
     if (!bind)
       throw new AmqpError(406, `the binding of partition queue '${queue}' to its super stream '${p.stream}' cannot be removed; delete the queue`, 50, methodId);
     return sendBound(chan, m);
@@ -201,7 +205,7 @@ export async function removePartition(ctx: SuperStreamCtx, p: SuperPartition): P
   for (const b of ctx.router.listBindings()) {
     if (b.destinationKind === 'stream' && b.destination === p.stream && isPinnedTo(b.arguments, p.partition)) await ctx.router.unbind(b);
   }
-  if (!ctx.router.listBindings().some((b) => isPartitionBinding(b, p.stream))) await ctx.engine.deleteStream(p.stream).catch(ignoreNotFound);
+  if (!ctx.router.listBindings().some((b) => isPartitionBinding(b, p.exchange))) await ctx.engine.deleteStream(p.stream).catch(ignoreNotFound);
   return n;
 }
 
@@ -221,7 +225,7 @@ function ignoreNotFound(err: unknown): void {
  */
 export async function adoptStream(chan: AmqpChannelState, s: string): Promise<void> {
   if (!isSuperStreamExchange(chan.router.getExchange(s))) return;
-  const e = chan.engine.getStream(s);
+  const e = chan.engine.getAnyStream(streamOfExchange(s));
   if (e === undefined || (superStreamPartitions(chan, s) ?? []).length > 0) return;
   for (let i = 0; i < e.def.partitions; i++) await chan.router.bind(partitionBinding(s, String(i), i));
 }

@@ -23,7 +23,18 @@
  *
  * A router object named like a partition queue (a queue or stream `S-0` of its own) wins over the partition view.
  */
-import { STREAM_PARTITION_ARG, pinnedPartition, type BindingDef, type Engine, type ExchangeDef, type Router } from '../../core/index.js';
+import {
+  DEFAULT_NAMESPACE,
+  STREAM_PARTITION_ARG,
+  namespaceNames,
+  pinnedPartition,
+  splitName,
+  vhostStreamOfQueue,
+  type BindingDef,
+  type Engine,
+  type ExchangeDef,
+  type Router,
+} from '../../core/index.js';
 
 /** The exchange argument that marks a super stream's exchange (RabbitMQ's). */
 export const SUPER_STREAM_ARG = 'x-super-stream';
@@ -40,10 +51,22 @@ export interface SuperStreamCtx {
   readonly router: Router;
 }
 
+/**
+ * The FlowMQ stream of a super-stream exchange: the exchange's own name in `/`; in vhost `t1` the exchange `$ns/t1/S`
+ * is the namespace's stream `t1~S` (core vhosts.ts), t1's Kafka topic `S`.
+ */
+export function streamOfExchange(x: string): string {
+  const { namespace } = splitName(x);
+  if (namespace === DEFAULT_NAMESPACE) return x;
+  return vhostStreamOfQueue(namespaceNames(namespace), x) ?? x;
+}
+
 /** One partition of a super stream as AMQP sees it. */
 export interface SuperPartition {
-  /** The super stream (and its exchange, and its FlowMQ stream). */
+  /** The super stream's FlowMQ stream (`S`; `t1~S` in vhost t1). */
   readonly stream: string;
+  /** Its exchange (`S`; `$ns/t1/S` in vhost t1): its partition queues are `<exchange>-<key>`. */
+  readonly exchange: string;
   readonly partition: number;
   /** Its routing key; the partition queue is `<stream>-<key>`. */
   readonly key: string;
@@ -61,7 +84,7 @@ export function isPartitionBinding(b: BindingDef, s: string): boolean {
   return (
     b.source === s &&
     b.destinationKind === 'stream' &&
-    b.destination === s &&
+    b.destination === streamOfExchange(s) &&
     pinnedPartition(b.arguments) >= 0 &&
     b.arguments[PARTITION_QUEUE_ARG] === `${s}-${b.key}`
   );
@@ -76,16 +99,17 @@ export function superStreamPartitions(ctx: SuperStreamCtx, name: string): SuperP
   if (x !== undefined) {
     if (!isSuperStreamExchange(x)) return null;
     const byIndex = new Map<number, SuperPartition>();
+    const stream = streamOfExchange(name);
     for (const b of ctx.router.listBindings()) {
       if (!isPartitionBinding(b, name)) continue;
       const p = pinnedPartition(b.arguments);
-      if (!byIndex.has(p)) byIndex.set(p, { stream: name, partition: p, key: b.key, bound: true });
+      if (!byIndex.has(p)) byIndex.set(p, { stream, exchange: name, partition: p, key: b.key, bound: true });
     }
     return [...byIndex.values()].sort((a, b) => a.partition - b.partition);
   }
   const e = ctx.engine.getStream(name);
   if (e === undefined || e.def.partitions < 2) return null;
-  return Array.from({ length: e.def.partitions }, (_, i) => ({ stream: name, partition: i, key: String(i), bound: false }));
+  return Array.from({ length: e.def.partitions }, (_, i) => ({ stream: name, exchange: name, partition: i, key: String(i), bound: false }));
 }
 
 /**
@@ -134,7 +158,7 @@ export function partitionBinding(s: string, key: string, index: number): Binding
   return {
     source: s,
     destinationKind: 'stream',
-    destination: s,
+    destination: streamOfExchange(s),
     key,
     rule: 'amqp',
     arguments: { [STREAM_PARTITION_ARG]: index, [PARTITION_QUEUE_ARG]: `${s}-${key}` },

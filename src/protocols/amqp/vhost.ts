@@ -13,70 +13,40 @@
  *   vhost with 403 ACCESS_REFUSED; so is an amq.topic key whose first word is `$ns`.
  * - Out: queue.declare-ok's name, basic.deliver / get-ok / return's exchange and routing key, a dead letter's x-death
  *   and x-first-death-* headers, and the texts of channel.close and connection.close lose the vhost's prefixes.
- * - Not offered yet in a vhost other than `/`: stream queues and super streams (540 NOT_IMPLEMENTED).
+ * - A stream queue of vhost `t1` (`$ns/t1/orders`) is the namespace's stream `t1~orders` (channel-state.ts streamName):
+ *   t1's Kafka clients read it as topic `orders`.
+ * - A super stream of vhost `t1` (the exchange `$ns/t1/S`, queues `$ns/t1/S-<key>`) is the stream `t1~S` (super-stream.ts).
  */
 import { randomBytes } from 'node:crypto';
 import type { DeathRecord, Router } from '../../core/index.js';
-import { isReservedName, NS_ROOT, type NamespaceNames } from '../../core/namespaces.js';
+import {
+  NS_ROOT,
+  isReservedTopicKey,
+  isReservedVhostName,
+  ownVhostExchange,
+  ownVhostKey,
+  ownVhostText,
+  vhostExchange as exchange,
+  vhostKey as key,
+  vhostQueue as queue,
+  type NamespaceNames,
+} from '../../core/index.js';
 import { AmqpError } from './errors.js';
 import { TOPIC_EXCHANGE } from './properties.js';
-import { REPLY_PREFIX, REPLY_QUEUE } from './reply-registry.js';
 import type { AmqpMethod } from './wire.js';
 
-/** The exchanges every vhost has (amq.topic is the one unified topic space, shared and keyed by namespace). */
-export const VHOST_EXCHANGES: ReadonlyArray<readonly [string, 'direct' | 'fanout' | 'headers']> = [
-  ['amq.direct', 'direct'],
-  ['amq.fanout', 'fanout'],
-  ['amq.headers', 'headers'],
-  ['amq.match', 'headers'],
-];
-
-/** Makes the vhost's predeclared exchanges when they are missing (its first connection). */
-export async function ensureVhost(router: Router, ns: NamespaceNames): Promise<void> {
-  if (ns.isDefault) return;
-  for (const [name, type] of VHOST_EXCHANGES) {
-    const q = ns.name(name);
-    if (router.getExchange(q) !== undefined) continue;
-    await router.declareExchange({ name: q, type, durable: true, autoDelete: false, internal: false, rawArguments: {} });
-  }
-}
+export { ensureVhost, VHOST_EXCHANGES } from '../../core/index.js';
 
 function refuse(kind: string, name: string, classId: number, methodId: number): never {
   throw new AmqpError(403, `access to ${kind} '${name}' refused: the '${NS_ROOT}/' prefix is reserved`, classId, methodId);
 }
 
 function checkName(kind: string, name: string, classId: number, methodId: number): void {
-  if (name.charCodeAt(0) === 0x24 && isReservedName(name)) refuse(kind, name, classId, methodId);
+  if (isReservedVhostName(name)) refuse(kind, name, classId, methodId);
 }
 
 function checkTopicKey(key: string, classId: number, methodId: number): void {
-  if (key.charCodeAt(0) === 0x24 && (key === NS_ROOT || key.startsWith(`${NS_ROOT}.`))) refuse('topic', key, classId, methodId);
-}
-
-/** An exchange name as the core knows it: '' and amq.topic are shared; other `amq.*` names only when t1 has them. */
-function exchange(ns: NamespaceNames, router: Router, name: string): string {
-  if (name === '' || name === TOPIC_EXCHANGE) return name;
-  const q = ns.name(name);
-  // A reserved `amq.` name the vhost does not have stays as written: the core refuses it as it does in `/`.
-  if (name.startsWith('amq.') && router.getExchange(q) === undefined) return name;
-  return q;
-}
-
-/** A routing or binding key as the core knows it on `x` (an internal exchange name). */
-function key(ns: NamespaceNames, x: string, k: string): string {
-  if (x === TOPIC_EXCHANGE) return `${ns.topicPrefix.replaceAll('/', '.')}${k}`;
-  if (x === '') return k.startsWith(REPLY_PREFIX) ? k : ns.name(k);
-  return k;
-}
-
-function queue(ns: NamespaceNames, name: string): string {
-  if (name === '' || name === REPLY_QUEUE || name.startsWith(REPLY_PREFIX)) return name;
-  return ns.name(name);
-}
-
-function isStreamType(args: Record<string, unknown> | undefined): boolean {
-  const t = args?.['x-queue-type'];
-  return (typeof t === 'string' ? t : Buffer.isBuffer(t) ? t.toString() : '') === 'stream';
+  if (isReservedTopicKey(key)) refuse('topic', key, classId, methodId);
 }
 
 /**
@@ -91,7 +61,6 @@ export function qualifyMethod(ns: NamespaceNames, router: Router, m: AmqpMethod)
       checkName('exchange', m.exchange, 40, m.name === 'exchange.declare' ? 10 : 20);
       if (ns.isDefault) return;
       if (m.name === 'exchange.declare') {
-        if (m.type === 'x-super-stream') throw new AmqpError(540, `super streams are not offered in vhost '${ns.namespace}' yet`, 40, 10);
         const ae = a.arguments?.['alternate-exchange'];
         const name = typeof ae === 'string' ? ae : Buffer.isBuffer(ae) ? ae.toString() : null;
         if (name !== null) {
@@ -117,7 +86,6 @@ export function qualifyMethod(ns: NamespaceNames, router: Router, m: AmqpMethod)
       checkName('queue', m.queue, 50, 10);
       if (ns.isDefault) return;
       const args = a.arguments;
-      if (isStreamType(args)) throw new AmqpError(540, `stream queues are not offered in vhost '${ns.namespace}' yet`, 50, 10);
       if (args !== undefined && args !== null) {
         const dlx = args['x-dead-letter-exchange'];
         const x = typeof dlx === 'string' ? dlx : Buffer.isBuffer(dlx) ? dlx.toString() : null;
@@ -172,18 +140,10 @@ export function qualifyMethod(ns: NamespaceNames, router: Router, m: AmqpMethod)
 }
 
 /** An internal exchange name as the vhost's clients know it. */
-export function ownExchange(ns: NamespaceNames, x: string): string {
-  return ns.isDefault ? x : (ns.ownName(x) ?? x);
-}
+export const ownExchange = ownVhostExchange;
 
 /** An internal routing key (or queue name, or binding key) as the vhost's clients know it. */
-export function ownKey(ns: NamespaceNames, k: string): string {
-  if (ns.isDefault || k.charCodeAt(0) !== 0x24) return k;
-  const p = ns.topicPrefix;
-  if (k.startsWith(p)) return k.slice(p.length);
-  const dots = p.replaceAll('/', '.');
-  return k.startsWith(dots) ? k.slice(dots.length) : k;
-}
+export const ownKey = ownVhostKey;
 
 /** Death records (x-death, x-first-death-*) naming queues, exchanges and routing keys as the vhost's clients do. */
 export function ownDeaths(ns: NamespaceNames, deaths: DeathRecord[]): DeathRecord[] {
@@ -191,10 +151,7 @@ export function ownDeaths(ns: NamespaceNames, deaths: DeathRecord[]): DeathRecor
 }
 
 /** An error text without the vhost's prefixes. */
-export function ownText(ns: NamespaceNames, text: string): string {
-  if (ns.isDefault) return text;
-  return text.replaceAll(ns.topicPrefix, '').replaceAll(ns.topicPrefix.replaceAll('/', '.'), '');
-}
+export const ownText = ownVhostText;
 
 /** Outgoing methods that name things: stripped in place (a copy). */
 export function stripMethod(ns: NamespaceNames, m: AmqpMethod): AmqpMethod {

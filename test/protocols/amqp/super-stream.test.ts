@@ -12,6 +12,7 @@ import {
   partitionBinding,
   partitionQueue,
   partitionTarget,
+  streamOfExchange,
   superStreamPartitions,
 } from '../../../src/protocols/amqp/super-stream.js';
 
@@ -66,7 +67,7 @@ describe('AMQP super streams: the mapping', () => {
         [1, 'eu', true],
       ],
     );
-    assert.deepEqual(partitionQueue(c, 'my-ss-us-east'), { stream: 'my-ss', partition: 0, key: 'us-east', bound: true });
+    assert.deepEqual(partitionQueue(c, 'my-ss-us-east'), { stream: 'my-ss', exchange: 'my-ss', partition: 0, key: 'us-east', bound: true });
     assert.equal(partitionQueue(c, 'my-ss-eu')?.partition, 1);
     assert.equal(partitionQueue(c, 'my-ss-zz'), null);
     assert.equal(partitionQueue(c, 'my-ss-extra'), null);
@@ -105,5 +106,12 @@ describe('AMQP super streams: the mapping', () => {
     await c.engine.declareExchange(superX('orders', {}));
     assert.equal(superStreamPartitions(c, 'orders'), null);
     assert.equal(partitionQueue(c, 'orders-1'), null);
+  });
+
+  it("a vhost's super-stream exchange is its namespace's stream; its partition bindings name that stream", () => {
+    assert.equal(streamOfExchange('orders'), 'orders');
+    assert.equal(streamOfExchange('$ns/t1/orders'), 't1~orders');
+    assert.equal(partitionBinding('$ns/t1/orders', 'a', 2).destination, 't1~orders');
+    assert.equal(partitionBinding('$ns/t1/orders', 'a', 2).arguments['x-flowmq-partition-queue'], '$ns/t1/orders-a');
   });
 });
