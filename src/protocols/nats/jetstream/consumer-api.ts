@@ -138,7 +138,7 @@ export async function consumerCreate(js: JetStreamState, t: string[], body: stri
   js.add(c);
   js.consumerAction(c, 'create');
   if (c.isPush) c.pump();
-  if (c.durable) {
+  if (js.stores(c)) {
     try {
       await js.engine.store.putConsumer(c.record(), c.epoch);
     } catch (err) {

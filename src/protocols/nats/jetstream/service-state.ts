@@ -219,8 +219,18 @@ export abstract class JetStreamState implements ConsumerHost {
     this.logLimit.log('warn', 'jetstream-delivery-capture', { err, topic: msg.topic }, 'JetStream delivery not stored by a stream bound to its topic');
   }
 
+  /**
+   * Whether the consumer's state is kept in the store: every durable one, and on a single broker every ephemeral one
+   * too but those in memory (`mem_storage`): nats-server 2.9 keeps an ephemeral consumer of a file stream across its
+   * restart (a KV watcher or an ordered consumer goes on where it was once its client reconnected). In cluster mode
+   * an ephemeral consumer ends with its owner (docs/nats.md).
+   */
+  stores(c: Consumer): boolean {
+    return c.durable || (this.cluster === null && c.config.mem_storage !== true);
+  }
+
   changed(c: Consumer): void {
-    if (!c.durable || c.closed) return;
+    if (!this.stores(c) || c.closed) return;
     this.dirty.add(c);
     if (this.flushTimer === null) {
       this.flushTimer = setTimeout(() => this.flush(), this.flushDelayMs);
@@ -361,7 +371,7 @@ export abstract class JetStreamState implements ConsumerHost {
       const gone = c.durable ? this.engine.store.deleteConsumer(c.stream, c.name, c.epoch) : Promise.resolve();
       return gone.then(() => cl.forget('consumer', key));
     }
-    if (!c.durable) return Promise.resolve();
+    if (!this.stores(c)) return Promise.resolve();
     return this.engine.store.deleteConsumer(c.stream, c.name);
   }
 

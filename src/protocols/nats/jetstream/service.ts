@@ -69,7 +69,7 @@ interface ApiCheck {
 export class JetStream extends JetStreamState implements Subscriber, JetStreamPublisher {
   private accountTimer: NodeJS.Timeout | null = null;
   private accountCheck: Promise<void> | null = null;
-  /** Loads durable consumers from the store, then starts answering the API. */
+  /** Loads the stored consumers (durable and, on a single broker, ephemeral: stores()), then answers the API. */
   async start(): Promise<void> {
     if (this.cluster !== null) joinCluster(this, this.cluster);
     let recs: Awaited<ReturnType<Engine['store']['listConsumers']>> = [];
@@ -89,7 +89,9 @@ export class JetStream extends JetStreamState implements Subscriber, JetStreamPu
         this.logger.warn({ stream: r.stream, consumer: r.name }, 'JetStream consumer with unreadable config skipped');
         continue;
       }
-      this.add(new Consumer(this, r.stream, r.name, config, r.createdAt, true, r));
+      // Ephemeral ones are stored too (stores()): one without a durable name is loaded as ephemeral again.
+      const durable = typeof config.durable_name === 'string' && config.durable_name !== '';
+      this.add(new Consumer(this, r.stream, r.name, config, r.createdAt, durable, r));
     }
     // This broker's clients only (`local`): in cluster mode every broker answers its own clients' requests and
     // forwards what another broker serves (see cluster.ts), so requests are never answered twice.
