@@ -258,4 +258,29 @@ describe('e2e: the RabbitMQ management API writes in a tenant vhost', { timeout:
     assert.equal((g.json as unknown as Json[])[0]?.payload, 'c');
     assert.equal((await http('carl', 'DELETE', '/api/queues/t3/carl-q')).status, 204);
   });
+
+  test("a tenant's listings hold its own vhost only, its `/` is its own namespace (as at connection.open), and `default` is 404", async () => {
+    // Nobody's policy reaches ann (t1): her policies would allow her anything, the vhost gate still holds.
+    const vhostsOf = (items: Json[]) => [...new Set(items.map((i) => String(i.vhost)))].sort();
+    const queues = (await http('ann', 'GET', '/api/queues')).json as unknown as Json[];
+    assert.ok(queues.some((q) => q.name === 'orders'));
+    assert.deepEqual(vhostsOf(queues), ['t1']);
+    const exchanges = (await http('ann', 'GET', '/api/exchanges')).json as unknown as Json[];
+    assert.deepEqual(vhostsOf(exchanges.filter((x) => x.name !== '' && x.name !== 'amq.topic')), ['t1']);
+    assert.deepEqual(vhostsOf((await http('ann', 'GET', '/api/bindings')).json as unknown as Json[]), ['t1']);
+    // The root's view still holds every vhost's `orders`.
+    const all = (await http('root', 'GET', '/api/queues')).json as unknown as Json[];
+    assert.deepEqual(vhostsOf(all.filter((q) => q.name === 'orders')), ['/', 't1']);
+
+    const slash = await http('ann', 'GET', '/api/queues/%2F/orders');
+    assert.deepEqual([slash.status, slash.json.vhost], [200, 't1']);
+    assert.equal((await http('ann', 'GET', '/api/queues/default/orders')).status, 404);
+    assert.equal((await http('ann', 'DELETE', '/api/queues/default/orders')).status, 404);
+    // A write in `/` makes t1's queue, not default's.
+    assert.equal((await http('ann', 'PUT', '/api/queues/%2F/ann-slash', { durable: false })).status, 201);
+    assert.equal((await http('ann', 'GET', '/api/queues/t1/ann-slash')).status, 200);
+    assert.equal((await http('root', 'GET', '/api/queues/%2F/ann-slash')).status, 404);
+    assert.equal((await http('dee', 'GET', '/api/queues/%2F/ann-slash')).status, 404);
+    assert.equal((await http('dee', 'GET', '/api/queues/%2F/orders')).json.vhost, '/');
+  });
 });

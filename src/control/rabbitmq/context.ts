@@ -62,8 +62,16 @@ export interface RabbitContext extends RabbitManagementOptions {
   /**
    * The `{vhost}` of a path (vhost = namespace): "/" (or `default`), the caller's own namespace, or any namespace for
    * a member of the admins group (or the bootstrap caller); else 404. Answers the vhost's label ("/" for `default`).
+   * For a user of another namespace (not in the admins group) "/" is its own namespace, as at AMQP connection.open,
+   * and `default` is 404.
    */
   vhost(req: FastifyRequest, vhost: string): string;
+  /**
+   * May the caller see the objects of this vhost (by its label, "/" for `default`)? The bootstrap caller and the
+   * admins group see every vhost; anyone else its own namespace's only, whatever its policies allow (tenants' names
+   * stay out of each other's listings, docs/namespaces.md).
+   */
+  sees(req: FastifyRequest, vhost: string): boolean;
   /**
    * As vhost, for routes that change things (and read queues' messages): the vhost's names, which qualify what the
    * request names as the AMQP channel does in that vhost (core vhosts.ts). Its error texts lose the prefixes.

@@ -10,7 +10,9 @@ import {
   VHOST,
   internalName,
   vhostOfName,
+  vhostOfNamespace,
   bindingJson,
+  bindingVhost,
   bindingView,
   channelJson,
   connectionJson,
@@ -24,7 +26,7 @@ import {
   streamQueueJson,
   withDetails,
 } from './format.js';
-import { DEFAULT_NAMESPACE } from '../../core/namespaces.js';
+import { DEFAULT_NAMESPACE, splitStreamName } from '../../core/namespaces.js';
 import { ADMIN_GROUP } from '../policy.js';
 import { RABBITMQ_API_VERSION, notFound, type RabbitContext } from './context.js';
 
@@ -107,7 +109,7 @@ function listenersJson(ctx: RabbitContext): Array<Record<string, unknown>> {
 
 /** The caller's connections: all with `describe cluster:*`, else its own. */
 export function visibleConnections(ctx: RabbitContext, req: FastifyRequest): AmqpConnectionView[] {
-  const all = ctx.amqp()?.connections() ?? [];
+  const all = (ctx.amqp()?.connections() ?? []).filter((c) => ctx.sees(req, vhostOfNamespace(c.namespace)));
   if (ctx.can(req, 'describe', 'cluster', '*')) return all;
   const me = ctx.caller(req).name;
   return all.filter((c) => c.user === me);
@@ -119,12 +121,14 @@ function sortBy<T>(items: T[], key: (t: T) => string): T[] {
 
 export function readRoutes(app: FastifyInstance, ctx: RabbitContext): void {
   const { engine } = ctx;
-  const queues = (req: FastifyRequest) => sortBy(engine.listQueues(), (d) => d.name).filter((d) => ctx.can(req, 'describe', 'queue', d.name));
+  const queues = (req: FastifyRequest) =>
+    sortBy(engine.listQueues(), (d) => d.name).filter((d) => ctx.sees(req, vhostOfName(d.name).vhost) && ctx.can(req, 'describe', 'queue', d.name));
   const queueOut = (d: ReturnType<typeof engine.listQueues>[number]) =>
     queueJson(d, engine.getQueue(d.name), ctx.node, ctx.rates, ctx.policies.describe(d.name));
   /** Stream queues and super-stream partition queues (the AMQP module's view) the caller may describe. */
   const allStreams = (): AmqpStreamQueueView[] => ctx.amqp()?.streamQueues() ?? [];
-  const streams = (req: FastifyRequest) => allStreams().filter((v) => ctx.can(req, 'describe', 'stream', v.stream));
+  const streams = (req: FastifyRequest) =>
+    allStreams().filter((v) => ctx.sees(req, vhostOfNamespace(splitStreamName(v.stream).namespace)) && ctx.can(req, 'describe', 'stream', v.stream));
   /** AMQP consumers by the queue they read (every connection's: a queue's consumer count is not the caller's). */
   const consumerCounts = (): Map<string, number> => {
     const n = new Map<string, number>();
@@ -139,13 +143,15 @@ export function readRoutes(app: FastifyInstance, ctx: RabbitContext): void {
     return sortBy(out, (q) => q.name as string);
   };
   const exchanges = (req: FastifyRequest) =>
-    sortBy(engine.listExchanges(), (d) => d.name).filter((d) => d.name === '' || ctx.can(req, 'describe', 'exchange', d.name));
+    sortBy(engine.listExchanges(), (d) => d.name).filter(
+      (d) => d.name === '' || ((d.name === 'amq.topic' || ctx.sees(req, vhostOfName(d.name).vhost)) && ctx.can(req, 'describe', 'exchange', d.name)),
+    );
   const bindings = (req: FastifyRequest) => {
     const sv = streams(req);
     const names = sortBy([...queues(req).map((q) => q.name), ...sv.map((v) => v.name)], (n) => n);
     const out = names.map((n) => defaultBindingJson(n));
     const pq = partitionQueues(allStreams());
-    for (const b of engine.listBindings()) if (ctx.can(req, 'describe', 'exchange', b.source)) out.push(bindingJson(b, pq));
+    for (const b of engine.listBindings()) if (ctx.sees(req, bindingVhost(b)) && ctx.can(req, 'describe', 'exchange', b.source)) out.push(bindingJson(b, pq));
     return out;
   };
 

@@ -192,10 +192,21 @@ export async function startRabbitManagement(opts: RabbitManagementOptions): Prom
     require(req, action, kind, name, names) {
       if (!can(req, action, kind, name, names)) throw new RabbitError(401, 'not_authorized', `Access refused: ${action} ${kind}:${name}`);
     },
-    vhost(req, vhost) {
-      if (vhost === '/' || vhost === DEFAULT_NAMESPACE) return '/';
-      if (opts.access.directory.namespace(vhost) === undefined) throw notFound();
+    sees(req, vhost) {
       const p = caller(req).principal;
+      if (p === null || p.groups.includes(ADMIN_GROUP)) return true;
+      return vhost === (p.namespace === DEFAULT_NAMESPACE ? '/' : p.namespace);
+    },
+    vhost(req, vhost) {
+      const p = caller(req).principal;
+      const tenant = p !== null && p.namespace !== DEFAULT_NAMESPACE && !p.groups.includes(ADMIN_GROUP);
+      if (vhost === '/' || vhost === DEFAULT_NAMESPACE) {
+        if (!tenant) return '/';
+        // A tenant's `/` is its own namespace, as at AMQP connection.open; `default` is another tenant's vhost.
+        if (vhost === DEFAULT_NAMESPACE) throw notFound();
+        return p.namespace;
+      }
+      if (opts.access.directory.namespace(vhost) === undefined) throw notFound();
       if (p === null || vhost === p.namespace || p.groups.includes(ADMIN_GROUP)) return vhost;
       throw notFound();
     },
