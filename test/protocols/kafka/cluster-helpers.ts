@@ -78,7 +78,9 @@ export async function settle(brokers: Broker[], partitions: number): Promise<voi
       // And every broker's view of the owners is fresh (rows read at its last reconcile).
       for (const b of brokers) b.cluster.kick();
       await new Promise((r) => setTimeout(r, 20));
-      if (viewsComplete()) return;
+      // That reconcile may have started a handover (a broker that placed on itself alone lets a partition go to
+      // its placement broker, which has not claimed it yet): settled only if every partition still has its owner.
+      if (viewsComplete() && brokers.reduce((n, b) => n + b.held.size, 0) === partitions) return;
     }
     if (Date.now() > deadline)
       throw new Error(
