@@ -18,8 +18,7 @@ export function namesOf(stream: string): NamespaceNames {
 
 /** A stream's name as its namespace's clients write it. */
 export function ownStream(stream: string): string {
-  const i = stream.indexOf('~');
-  return i < 0 ? stream : stream.slice(i + 1);
+  return splitStreamName(stream).name;
 }
 
 /** A client's NATS subject or subject filter inside its namespace (`>` stays: all of a stream's subjects). */
