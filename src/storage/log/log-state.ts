@@ -161,6 +161,8 @@ export abstract class LogState {
   /** Compaction: replaced segment objects waiting for their readers, by key; whether a cleaner round runs. */
   readonly pendingDeletes = new Map<string, NodeJS.Timeout>();
   compactionRunning = false;
+  /** The retention pass running, if one is (seal.ts applyRetention: one at a time). */
+  retentionPass: Promise<void> | null = null;
   /** The engine's Kafka transaction state (useTransactions): the cleaner drops aborted records with it. */
   transactions: TxnPartitions | null = null;
   readonly recentBudget: number;

@@ -356,7 +356,19 @@ export async function deleteRecordsBefore(lm: LogState, stream: string, partitio
  * the oldest segment goes while the partition (its segments and its tail) would still hold at least
  * `retentionBytes` without it; the tail, like Kafka's active segment, is never deleted.
  */
-export async function applyRetention(lm: LogState, now: number): Promise<void> {
+export function applyRetention(lm: LogState, now: number): Promise<void> {
+  // One pass at a time: the background task starts one every checkIntervalMs, and a pass outlasts that when the
+  // metastore or the object store is slow. Two at once would both take the same first segment, each shift one, and
+  // so drop a segment still kept from the list (its records unreadable, its object and metadata never deleted).
+  if (lm.retentionPass !== null) return lm.retentionPass;
+  const pass = retentionPass(lm, now).finally(() => {
+    lm.retentionPass = null;
+  });
+  lm.retentionPass = pass;
+  return pass;
+}
+
+async function retentionPass(lm: LogState, now: number): Promise<void> {
   for (const p of lm.parts.values()) {
     const { ms: r, bytes: rb } = effectiveRetention(p.def, lm.defaults);
     if ((r === null && rb === null) || p.segments.length === 0 || p.fenced !== null) continue;
