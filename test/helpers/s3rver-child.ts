@@ -7,6 +7,7 @@
  * Argument: JSON {directory, bucket, port}. Prints one JSON line {port} once listening; exits when its stdin
  * closes (the parent went away).
  */
+import { unlink } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -22,6 +23,8 @@ interface S3rverInstance {
   store: {
     getObject(bucket: string, key: string, options?: unknown): Promise<S3rverObject | null>;
     putObject(object: { bucket: string; key: string }): Promise<unknown>;
+    deleteObject(bucket: string, key: string): Promise<void>;
+    getResourcePath(bucket: string, key: string, kind: string): string;
   };
 }
 type S3rverClass = new (options: Record<string, unknown>) => S3rverInstance;
@@ -66,6 +69,20 @@ const readObject = s.store.getObject;
 s.store.getObject = async (b, key, options) => {
   await writes.get(`${b}/${key}`);
   return readObject(b, key, options);
+};
+
+// s3rver's deleteObject removes the directories a delete leaves empty. A PUT into the same "directory" at that
+// moment (a segment sealed while retention deletes the partition's last older one) has made its directory and
+// then opens its file in a removed one: the write stream's ENOENT has no listener and kills s3rver. S3 has no
+// directories, and s3rver lists only files, so deletes here remove the object's files and leave the directories.
+s.store.deleteObject = async (b, key) => {
+  await Promise.all(
+    (['object', 'object.md5', 'metadata.json'] as const).map((kind) =>
+      unlink(s.store.getResourcePath(b, key, kind)).catch((err: NodeJS.ErrnoException) => {
+        if (err.code !== 'ENOENT') throw err;
+      }),
+    ),
+  );
 };
 
 const address = await s.run();

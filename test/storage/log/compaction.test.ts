@@ -88,8 +88,9 @@ function storeSuite(kind: 'fs' | 's3'): void {
     };
 
     it('keeps the last record per key at its offset, tombstones until delete.retention.ms, and the tail as it is; across a restart', async () => {
-      // Small segments (several per partition) and replaced objects kept 300 ms for readers.
-      const options = { segmentBytes: 4096, recentBytes: 1024 * 1024, compactionDeleteDelayMs: 300 };
+      // Small segments (several per partition) and replaced objects kept 3 s for readers (long enough for the read
+      // of the old object below on a loaded machine; the wait for its deletion allows 10 s).
+      const options = { segmentBytes: 4096, recentBytes: 1024 * 1024, compactionDeleteDelayMs: 3000 };
       let s = await open(options);
       const configs = { 'cleanup.policy': 'compact', 'min.cleanable.dirty.ratio': '0.5', 'delete.retention.ms': '3600000' };
       // Made as "delete" streams (without retention), made compacted once the state before is captured: the background
