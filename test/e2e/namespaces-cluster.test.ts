@@ -6,13 +6,17 @@
  * topic (stream) `orders` bound to `orders/#`, an AMQP queue `orders` bound to amq.topic `orders.#`, a consumer
  * group `billing`, a retained `state/x`. MQTT publishes on a third broker reach exactly the tenant's own stream and
  * queue (a marker after them proves the other's did not come); Metadata, ListGroups and passive declares show only
- * the tenant's names; an AMQP client asking for the other tenant's vhost is refused with 530.
+ * the tenant's names; an AMQP client asking for the other tenant's vhost is refused with 530. With the `nats`
+ * client (account = namespace): core NATS subscribers get their own tenant's MQTT publishes made on another broker,
+ * and each tenant's JetStream stream `jorders` and durable consumer `billing`, made and read through other brokers
+ * than the other tenant's, hold its own messages; stream and consumer listings show its own names only.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import amqp, { type Channel, type ChannelModel } from 'amqplib';
 import kafkajsPkg, { type Kafka as KafkaClient } from 'kafkajs';
 import mqtt, { type IPublishPacket, type MqttClient } from 'mqtt';
+import { AckPolicy, connect as natsConnect, StringCodec, type NatsConnection } from 'nats';
 import { startCluster, type TestCluster } from '../helpers/cluster.js';
 import { RawAmqp } from './amqp-helpers.js';
 import { eventually, until } from './harness.js';
@@ -82,7 +86,15 @@ describe('cluster: namespaces t1 and t2 with the same names on three brokers', {
     );
   });
 
+  const natsConns: NatsConnection[] = [];
+  const nats = async (u: User, broker: number): Promise<NatsConnection> => {
+    const nc = await natsConnect({ servers: c.broker(broker).natsServer, user: u, pass: `${u}-pw`, reconnect: false });
+    natsConns.push(nc);
+    return nc;
+  };
+
   after(async () => {
+    for (const nc of natsConns) await nc.close().catch(() => undefined);
     for (const m of mqtts) m.end(true);
     for (const a of amqps) await a.close().catch(() => undefined);
     await c?.close();
@@ -227,6 +239,87 @@ describe('cluster: namespaces t1 and t2 with the same names on three brokers', {
       assert.equal(close?.method, 'ConnectionClose');
       assert.equal(close.fields.replyCode, 530);
       assert.equal(close.fields.replyText, `NOT_ALLOWED - access to vhost '${vhost}' refused for user '${u}'`);
+    }
+  });
+
+  test('NATS: core subscribers and JetStream streams and consumers of the same names, each tenant its own', async () => {
+    const sc = StringCodec();
+    // Core NATS: a subscriber of each tenant on its reader broker, an MQTT publisher of each on its publisher broker.
+    const seen: Record<User, string[]> = { ann: [], bob: [] };
+    for (const u of USERS) {
+      const sub = (await nats(u, AT[u].read)).subscribe('live.>');
+      void (async () => {
+        for await (const m of sub) seen[u].push(`${m.subject}=${sc.decode(m.data)}`);
+      })();
+      await (await nats(u, AT[u].read)).flush();
+    }
+    // The interest reaches the publisher's broker asynchronously: warm-up publishes until each reader sees one.
+    for (const u of USERS) {
+      const m = await mq(u, AT[u].publish);
+      await eventually(
+        async () => {
+          await m.publishAsync('live/warm', `warm-${u}`, { qos: 1 });
+          await new Promise((r) => setTimeout(r, 50));
+          return seen[u].includes(`live.warm=warm-${u}`);
+        },
+        15_000,
+        `${u}'s subscriber on broker ${AT[u].read} sees its warm-up`,
+      );
+    }
+    for (const u of USERS) seen[u].length = 0;
+    for (const u of USERS) await (await mq(u, AT[u].publish)).publishAsync('live/order', `live-${u}`, { qos: 1 });
+    for (const u of USERS) await (await mq(u, AT[u].publish)).publishAsync('live/end', 'end', { qos: 1 });
+    for (const u of USERS) {
+      await until(() => assert.ok(seen[u].includes('live.end=end'), `${u}: ${seen[u].join()}`), 15_000);
+      assert.deepEqual(
+        seen[u].filter((x) => !x.startsWith('live.warm')),
+        [`live.order=live-${u}`, 'live.end=end'],
+        u,
+      );
+    }
+
+    // JetStream: the same stream and consumer names made through different brokers per tenant.
+    for (const u of USERS) {
+      const jsm = await (await nats(u, AT[u].define)).jetstreamManager();
+      await jsm.streams.add({ name: 'jorders', subjects: ['jorders.>'] });
+      await jsm.consumers.add('jorders', { durable_name: 'billing', ack_policy: AckPolicy.Explicit });
+    }
+    await c.waitCatalog({ streams: ['t1~jorders', 't2~jorders'] });
+    for (const u of USERS) {
+      const js = (await nats(u, AT[u].publish)).jetstream();
+      const a = await js.publish('jorders.new', sc.encode(`j-${u}`));
+      assert.equal(a.stream, 'jorders', u);
+      assert.equal(a.seq, 1, `${u}: its own stream's first sequence`);
+      await js.publish('jorders.end', sc.encode('end'));
+    }
+    for (const u of USERS) {
+      const nc = await nats(u, AT[u].read);
+      const cons = await nc.jetstream().consumers.get('jorders', 'billing');
+      const got: string[] = [];
+      while (!got.includes('end')) {
+        const m = await cons.next({ expires: 5_000 });
+        assert.ok(m !== null, `${u}: a message before the marker (${got.join()})`);
+        got.push(sc.decode(m.data));
+        m.ack();
+      }
+      assert.deepEqual(got, [`j-${u}`, 'end'], u);
+      const jsm = await nc.jetstreamManager();
+      const names: string[] = [];
+      for await (const n of jsm.streams.names()) names.push(n);
+      assert.ok(names.includes('jorders') && names.includes('orders'), `${u}: ${names.join()}`);
+      assert.ok(!names.some((n) => n.includes('~') || n.includes('$ns')), `${u}: ${names.join()}`);
+      const info = await jsm.streams.info('jorders');
+      assert.equal(info.state.messages, 2, u);
+      const consumers: string[] = [];
+      for await (const ci of jsm.consumers.list('jorders')) consumers.push(ci.name);
+      assert.deepEqual(consumers, ['billing'], u);
+    }
+    // A stream only t1 has is not found by t2, through any broker.
+    await (await (await nats('ann', 2)).jetstreamManager()).streams.add({ name: 'only-t1-js', subjects: ['onlyt1.>'] });
+    await c.waitCatalog({ streams: ['t1~only-t1-js'] });
+    for (const b of [1, 2, 3]) {
+      const jsm = await (await nats('bob', b)).jetstreamManager();
+      await assert.rejects(jsm.streams.info('only-t1-js'), (e: { message: string }) => /stream not found/.test(e.message), `broker ${b}`);
     }
   });
 });
