@@ -9,11 +9,11 @@
  * Map lookup per message (nothing at all while no policy exists and the default allows: `open`).
  */
 import type { Logger } from 'pino';
-import type { NamespaceNames } from '../core/index.js';
+import { DEFAULT_NAMESPACE, type NamespaceNames } from '../core/index.js';
 import { LogLimiter, logKey } from '../util/log-limit.js';
 import type { Directory } from './directory.js';
 import type { PasswordGuard } from './password-guard.js';
-import { ANONYMOUS, type Action, type PolicySet, type Principal, type ResourceKind, type SubscriptionVerdict } from './policy.js';
+import { ANONYMOUS, GLOBAL_KINDS, type Action, type PolicySet, type Principal, type ResourceKind, type SubscriptionVerdict } from './policy.js';
 import { QuotaManager } from './quotas.js';
 import { RuntimeSettings } from './settings.js';
 import { ClientRegistry } from './clients.js';
@@ -298,9 +298,20 @@ export class Access {
     return this.set.open;
   }
 
+  /**
+   * `open` for a check of `kind`: never for the broker itself or a namespace asked by a tenant's connection, which
+   * the default does not grant (PolicySet.allows).
+   */
+  private openFor(kind: ResourceKind): boolean {
+    if (!this.set.open) return false;
+    if (!(GLOBAL_KINDS as readonly string[]).includes(kind)) return true;
+    this.sync();
+    return this.current.namespace === DEFAULT_NAMESPACE;
+  }
+
   /** May this connection do `action` on the resource? Denials are logged (rate-limited) and counted. */
   can(action: Action, kind: ResourceKind, name: string): boolean {
-    if (this.set.open) return true;
+    if (this.openFor(kind)) return true;
     const v = this.verdict(action, kind, name);
     if (v) this.ac.stats.allowed++;
     else this.ac.logDenial(this, action, kind, name);
@@ -309,7 +320,7 @@ export class Access {
 
   /** `can` without logging or counting: a question the broker asks itself (NATS allow_responses), not a request. */
   permits(action: Action, kind: ResourceKind, name: string): boolean {
-    return this.set.open || this.verdict(action, kind, name);
+    return this.openFor(kind) || this.verdict(action, kind, name);
   }
 
   /**

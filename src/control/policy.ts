@@ -52,7 +52,7 @@
  * policy applies to that namespace (an unscoped one, or one scoped to it): a tenant's first policy does not lock out
  * the other tenants.
  */
-import { FlowError } from '../core/index.js';
+import { DEFAULT_NAMESPACE, FlowError } from '../core/index.js';
 
 export const ACTIONS = ['publish', 'subscribe', 'create', 'delete', 'describe', 'alter', 'admin', 'respond'] as const;
 export type Action = (typeof ACTIONS)[number];
@@ -455,8 +455,13 @@ export class PolicySet {
         break;
       }
     }
-    // A matching deny returned above, so what is left is the allows or the default.
-    return allowed || this.defaultFor(p);
+    // A matching deny returned above, so what is left is the allows or the default. The default never hands a
+    // tenant (a principal of a namespace other than default) the broker itself or a namespace: in mode `auto` with
+    // no policy yet, every tenant would otherwise administer the broker, list every tenant's users and ACLs and
+    // change their credentials. An unscoped policy naming the principal grants those on purpose.
+    if (allowed) return true;
+    if (global && p.namespace !== DEFAULT_NAMESPACE) return false;
+    return this.defaultFor(p);
   }
 
   /**

@@ -265,6 +265,31 @@ describe('PolicySet.allows', () => {
     assert.equal(new PolicySet([pol({ name: 'ops' })], 'allow').grantsAny(alice), true);
   });
 
+  it("the default never grants a tenant the broker or a namespace; an unscoped policy does, a tenant's own does not", () => {
+    const ann: Principal = { user: 'ann', groups: [], namespace: 't1' };
+    for (const mode of ['auto', 'allow'] as const) {
+      const none = new PolicySet([], mode);
+      assert.equal(none.allows(ann, 'publish', 'topic', 'a'), true, `${mode}: its own names stay open`);
+      assert.equal(none.allows(ann, 'create', 'stream', 'orders'), true, mode);
+      for (const [action, kind] of [
+        ['admin', 'cluster'],
+        ['alter', 'cluster'],
+        ['describe', 'cluster'],
+        ['create', 'cluster'],
+        ['admin', 'namespace'],
+      ] as const) {
+        assert.equal(none.allows(ann, action, kind, kind === 'cluster' ? '*' : 't1'), false, `${mode}: ${action} ${kind}`);
+        assert.equal(none.allows(alice, action, kind, kind === 'cluster' ? '*' : 't1'), true, `${mode}: default's ${action} ${kind}`);
+      }
+    }
+    const granted = new PolicySet([pol({ name: 'ann-ops', principals: ['user:ann'], actions: ['describe'], resources: ['cluster:*'] })]);
+    assert.equal(granted.allows(ann, 'describe', 'cluster', '*'), true, 'an unscoped policy grants it on purpose');
+    assert.equal(granted.allows(ann, 'alter', 'cluster', '*'), false);
+    const own = new PolicySet([pol({ name: 't1-all', namespace: 't1', principals: ['user:ann'] })]);
+    assert.equal(own.allows(ann, 'admin', 'cluster', '*'), false, "a tenant's own *:* stops short of the broker");
+    assert.equal(own.allows(ann, 'publish', 'topic', 'x'), true);
+  });
+
   it('topic patterns are MQTT filters on unified names, with `$` topics outside first-level wildcards', () => {
     const set = new PolicySet([
       pol({ name: 'wild', actions: ['publish'], resources: ['topic:#'] }),

@@ -75,7 +75,7 @@ describe('e2e: namespaces isolate tenants on MQTT and Kafka', () => {
       'users-file': join(dir, 'users.yaml'),
       'kafka-group-initial-rebalance-delay': '0',
     };
-    broker = await startBroker(loadConfig({ flags, env: {} }), pino({ level: 'silent' }));
+    broker = await startBroker(loadConfig({ flags, env: {} }), pino({ level: process.env.NSLOG ?? 'silent' }));
     mqttUrl = `mqtt://127.0.0.1:${broker.listeners.get('mqtt')!.address().port}`;
     kafkaAddr = `127.0.0.1:${broker.listeners.get('kafka')!.address().port}`;
   }
@@ -342,6 +342,43 @@ describe('e2e: namespaces isolate tenants on MQTT and Kafka', () => {
     await admin.disconnect();
     // t1's orders still holds only its own record and marker.
     assert.deepEqual(await consumeAll(kafka('ann'), 'orders', 'g-check', 2), ['k-ann', 'end']);
+  });
+
+  test('with no policy at all (auto), a tenant does not administer the broker: admin API 403, Kafka broker configs refused', async () => {
+    const httpPort = broker.admin.address().port;
+    const get = (u: User, path: string) =>
+      fetch(`http://127.0.0.1:${httpPort}${path}`, { headers: { authorization: `Basic ${Buffer.from(`${u}:${u}-pw`).toString('base64')}` } });
+    // dee (default) keeps the zero-setup behaviour: everything is allowed while no policy exists.
+    assert.equal((await get('dee', '/api/v1/users')).status, 200);
+    for (const u of ['ann', 'bob'] as const) {
+      for (const path of ['/api/v1/users', '/api/v1/policies', '/api/v1/namespaces']) assert.equal((await get(u, path)).status, 403, `${u} ${path}`);
+      const admin = kafka(u).admin();
+      await admin.connect();
+      // The broker's configs are the broker's (describe and alter cluster:*); the ACL, quota and SCRAM APIs are not
+      // offered to tenants at all (src/protocols/kafka/namespaces.ts).
+      await assert.rejects(
+        admin.describeConfigs({ resources: [{ type: 4, name: '0' }], includeSynonyms: false }),
+        (e: { type?: string }) => e.type === 'CLUSTER_AUTHORIZATION_FAILED',
+        `${u}: DescribeConfigs of the broker`,
+      );
+      await assert.rejects(
+        admin.alterConfigs({ validateOnly: false, resources: [{ type: 4, name: '0', configEntries: [{ name: 'log.retention.ms', value: '1000' }] }] }),
+        (e: { type?: string }) => e.type === 'CLUSTER_AUTHORIZATION_FAILED',
+        `${u}: AlterConfigs of the broker`,
+      );
+      // Its own topics stay open: it creates one and lists it.
+      await admin.createTopics({ topics: [{ topic: `own-${u}`, numPartitions: 1 }] });
+      assert.ok((await admin.listTopics()).includes(`own-${u}`));
+      await admin.deleteTopics({ topics: [`own-${u}`] });
+      await admin.disconnect();
+    }
+    const admin = kafka('dee').admin();
+    await admin.connect();
+    const acls = await admin.describeAcls({ resourceType: 1, permissionType: 1, operation: 1, resourcePatternType: 1 });
+    assert.deepEqual(acls.resources, [], 'no policy, no ACL');
+    const configs = await admin.describeConfigs({ resources: [{ type: 4, name: '0' }], includeSynonyms: false });
+    assert.equal(configs.resources[0].errorCode, 0);
+    await admin.disconnect();
   });
 
   test("policies name the tenant's own names, and a deny holds on MQTT and on a Kafka topic fed by the denied topic", async () => {
