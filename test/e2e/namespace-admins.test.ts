@@ -14,7 +14,7 @@ import kafkajsPkg from 'kafkajs';
 import { FlowmqProcess, type RunResult } from './harness.js';
 import { CliRunner } from './cli-runner.js';
 
-const { Kafka, logLevel } = kafkajsPkg;
+const { Kafka, logLevel, AclResourceTypes, AclOperationTypes, AclPermissionTypes, ResourcePatternTypes } = kafkajsPkg;
 process.env.KAFKAJS_NO_PARTITIONER_WARNING = '1';
 
 const USERS = `
@@ -230,6 +230,94 @@ describe('e2e: namespace administrators', { timeout: 60_000 }, () => {
     assert.equal((await call('ann', 'DELETE', '/api/v1/streams/t1~orders')).status, 204);
     assert.deepEqual(await names('root', '/api/v1/streams'), ['orders']);
     assert.equal((await call('root', 'DELETE', '/api/v1/policies/t1-kafka')).status, 204);
+  });
+
+  it("manages t1's ACLs through Kafka's ACL APIs: policies scoped to t1 only; others are refused or see none of them", async () => {
+    const client = (user: string) =>
+      new Kafka({
+        brokers: [broker.kafka],
+        clientId: `acl-${user}`,
+        logLevel: logLevel.NOTHING,
+        sasl: { mechanism: 'plain', username: user, password: `${user}-pw` },
+        retry: { retries: 0 },
+      }).admin();
+    const ANY = {
+      resourceType: AclResourceTypes.ANY,
+      resourcePatternType: ResourcePatternTypes.ANY,
+      operation: AclOperationTypes.ANY,
+      permissionType: AclPermissionTypes.ANY,
+    };
+    const tiaWrites = {
+      resourceType: AclResourceTypes.TOPIC,
+      resourceName: 'orders',
+      resourcePatternType: ResourcePatternTypes.LITERAL,
+      principal: 'User:tia',
+      host: '*',
+      operation: AclOperationTypes.WRITE,
+      permissionType: AclPermissionTypes.ALLOW,
+    };
+    const ann = client('ann');
+    await ann.connect();
+    try {
+      // Before: t1 has no ACL, whatever default has (ann-admin, ops-all, dee-streams map to ACLs of default).
+      assert.deepEqual((await ann.describeAcls(ANY)).resources, []);
+      await ann.createAcls({ acl: [tiaWrites] });
+      const listed = (await ann.describeAcls(ANY)).resources;
+      assert.deepEqual(
+        listed.map((r) => ({ type: r.resourceType, name: r.resourceName, acls: r.acls.map((a) => `${a.principal} ${a.operation} ${a.permissionType}`) })),
+        [{ type: AclResourceTypes.TOPIC, name: 'orders', acls: [`User:tia ${AclOperationTypes.WRITE} ${AclPermissionTypes.ALLOW}`] }],
+      );
+      // The cluster is not a namespace's to grant.
+      await assert.rejects(
+        ann.createAcls({ acl: [{ ...tiaWrites, resourceType: AclResourceTypes.CLUSTER, resourceName: 'kafka-cluster' }] }),
+        (e: { type?: string }) => e.type === 'INVALID_REQUEST',
+      );
+    } finally {
+      await ann.disconnect();
+    }
+    // It is a policy scoped to t1, naming t1's own `orders`.
+    const policies = await call<{ items: Array<{ name: string; namespace?: string | null; resources: string[]; principals: string[]; source?: string }> }>(
+      'root',
+      'GET',
+      '/api/v1/policies',
+    );
+    const made = policies.body.items.filter((p) => p.source === 'kafka-acl');
+    assert.deepEqual(
+      made.map((p) => ({ namespace: p.namespace, resources: p.resources, principals: p.principals })),
+      [{ namespace: 't1', resources: ['stream:orders'], principals: ['user:tia'] }],
+    );
+    // A t1 user who is not its administrator, and t2's bob, are refused; default's administrator does not see t1's ACL.
+    for (const user of ['tia', 'bob']) {
+      const a = client(user);
+      await a.connect();
+      try {
+        await assert.rejects(a.describeAcls(ANY), (e: { type?: string }) => e.type === 'CLUSTER_AUTHORIZATION_FAILED', user);
+        await assert.rejects(a.createAcls({ acl: [tiaWrites] }), (e: { type?: string }) => e.type === 'CLUSTER_AUTHORIZATION_FAILED', user);
+      } finally {
+        await a.disconnect();
+      }
+    }
+    const root = client('root');
+    await root.connect();
+    try {
+      const all = (await root.describeAcls(ANY)).resources;
+      assert.ok(all.length > 0, "default's own ACLs are listed");
+      assert.ok(!all.some((r) => r.acls.some((a) => a.principal === 'User:tia')), JSON.stringify(all));
+      // Nor does default's DeleteAcls reach it.
+      const del = await root.deleteAcls({ filters: [{ ...ANY, principal: 'User:tia' }] });
+      assert.deepEqual(del.filterResponses[0].matchingAcls, []);
+    } finally {
+      await root.disconnect();
+    }
+    const again = client('ann');
+    await again.connect();
+    try {
+      const del = await again.deleteAcls({ filters: [{ ...ANY, principal: 'User:tia' }] });
+      assert.equal(del.filterResponses[0].matchingAcls.length, 1);
+      assert.deepEqual((await again.describeAcls(ANY)).resources, []);
+    } finally {
+      await again.disconnect();
+    }
   });
 
   it('the CLI: policy add --namespace, a NAMESPACE column, lists scoped to the caller', async () => {

@@ -354,8 +354,7 @@ describe('e2e: namespaces isolate tenants on MQTT and Kafka', () => {
       for (const path of ['/api/v1/users', '/api/v1/policies', '/api/v1/namespaces']) assert.equal((await get(u, path)).status, 403, `${u} ${path}`);
       const admin = kafka(u).admin();
       await admin.connect();
-      // The broker's configs are the broker's (describe and alter cluster:*); the ACL, quota and SCRAM APIs are not
-      // offered to tenants at all (src/protocols/kafka/namespaces.ts).
+      // The broker's configs are the broker's (describe and alter cluster:*).
       await assert.rejects(
         admin.describeConfigs({ resources: [{ type: 4, name: '0' }], includeSynonyms: false }),
         (e: { type?: string }) => e.type === 'CLUSTER_AUTHORIZATION_FAILED',

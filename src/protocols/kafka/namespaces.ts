@@ -59,9 +59,6 @@ export interface NamesTranslator {
 export const NOT_NAMESPACED: ReadonlySet<number> = new Set([
   ApiKey.ConsumerGroupHeartbeat,
   ApiKey.ConsumerGroupDescribe,
-  ApiKey.DescribeAcls,
-  ApiKey.CreateAcls,
-  ApiKey.DeleteAcls,
   ApiKey.DescribeClientQuotas,
   ApiKey.AlterClientQuotas,
   ApiKey.DescribeUserScramCredentials,

@@ -22,6 +22,7 @@ import {
   ConsumerGroupDescribeApi,
   ConsumerGroupHeartbeatApi,
   DescribeAclsApi,
+  DescribeUserScramCredentialsApi,
   DescribeClusterApi,
   DescribeGroupsApi,
   FetchApi,
@@ -251,17 +252,7 @@ describe('kafka access control', () => {
           [['pub.a', E.UNKNOWN_TOPIC_OR_PARTITION]],
         );
         // An API without a namespace translator yet closes the tenant's connection.
-        await assert.rejects(
-          t.call(DescribeAclsApi, 1, {
-            resourceTypeFilter: Res.ANY,
-            resourceNameFilter: null,
-            patternTypeFilter: Pat.ANY,
-            principalFilter: null,
-            hostFilter: null,
-            operation: Op.ANY,
-            permissionType: Perm.ANY,
-          }),
-        );
+        await assert.rejects(t.call(DescribeUserScramCredentialsApi, 0, { users: null }));
       } finally {
         t.close();
       }

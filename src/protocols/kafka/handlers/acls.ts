@@ -17,6 +17,11 @@
  * an error instead of being cut out of it.
  *
  * DescribeAcls needs `describe cluster:*`, CreateAcls and DeleteAcls `alter cluster:*` (Kafka's own rules).
+ *
+ * A tenant's connection (a namespace other than default, docs/namespaces.md) manages its namespace's ACLs: the
+ * policies scoped to it, whose resource names are the tenant's own; it needs `admin namespace:<ns>` (a namespace
+ * administrator) and cannot name the cluster. A default connection sees and changes the unscoped policies only (a
+ * scoped policy's `orders` is a tenant's, not default's).
  */
 import { createHash } from 'node:crypto';
 import type { PolicyDef } from '../../../control/index.js';
@@ -133,12 +138,17 @@ export function policyBindings(def: PolicyDef): AclBinding[] {
   return out;
 }
 
-/** The policy one CreateAcls binding becomes; throws AclProblem (INVALID_REQUEST) for what cannot map. */
-export function bindingPolicy(b: AclBinding): Omit<PolicyDef, 'createdAt'> {
+/**
+ * The policy one CreateAcls binding becomes, scoped to `namespace` when given (a tenant's ACL); throws AclProblem
+ * (INVALID_REQUEST) for what cannot map.
+ */
+export function bindingPolicy(b: AclBinding, namespace?: string): Omit<PolicyDef, 'createdAt'> {
   const kind = KIND_OF_TYPE.get(b.resourceType);
   if (kind === undefined) throw new AclProblem(`resource type ${b.resourceType} is not supported (TOPIC, GROUP, TRANSACTIONAL_ID or CLUSTER)`);
   let resource: string;
-  if (kind === 'cluster') {
+  if (kind === 'cluster' && namespace !== undefined) {
+    throw new AclProblem(`an ACL of namespace "${namespace}" cannot name the cluster: only the broker's administrators grant that`);
+  } else if (kind === 'cluster') {
     if (b.resourceName !== CLUSTER_NAME || b.patternType !== AclPatternType.LITERAL)
       throw new AclProblem(`the cluster resource is the literal "${CLUSTER_NAME}"`);
     resource = 'cluster:*';
@@ -163,13 +173,34 @@ export function bindingPolicy(b: AclBinding): Omit<PolicyDef, 'createdAt'> {
   }
   const effect = b.permissionType === AclPermissionType.ALLOW ? 'allow' : 'deny';
   const content = { effect, actions: [action], resources: [resource], principals: [principal] } as const;
-  const digest = createHash('sha1').update(JSON.stringify(content)).digest('hex').slice(0, 16);
+  // Policy names are one space for the broker: the namespace is part of what the name digests.
+  const digest = createHash('sha1')
+    .update(JSON.stringify(namespace === undefined ? content : { ...content, namespace }))
+    .digest('hex')
+    .slice(0, 16);
   return {
     name: `kafka-acl-${digest}`,
     ...content,
+    ...(namespace === undefined ? {} : { namespace }),
     source: 'kafka-acl',
-    description: `Kafka ACL: ${b.principal} ${effect} ${action} on ${resource}`,
+    description: `Kafka ACL${namespace === undefined ? '' : ` of namespace ${namespace}`}: ${b.principal} ${effect} ${action} on ${resource}`,
   };
+}
+
+/** The namespace whose ACLs the connection manages (undefined: default's, the unscoped policies). */
+function aclNamespace(ctx: RequestContext): string | undefined {
+  return ctx.conn.names.isDefault ? undefined : ctx.conn.names.namespace;
+}
+
+/** Whether a policy is one of the ACLs the connection manages. */
+function inScope(def: PolicyDef, ns: string | undefined): boolean {
+  return def.namespace === ns;
+}
+
+/** Kafka's rule (describe or alter cluster:*) for default; a namespace administrator for a tenant. */
+function mayManage(ctx: RequestContext, action: 'describe' | 'alter'): boolean {
+  const ns = aclNamespace(ctx);
+  return ns === undefined ? allowed(ctx, action, 'cluster', '*') : allowed(ctx, 'admin', 'namespace', ns);
 }
 
 /** Throws AclProblem for a filter with UNKNOWN values (Kafka refuses those as INVALID_REQUEST). */
@@ -208,7 +239,8 @@ export function handleDescribeAcls(ctx: RequestContext, req: DescribeAclsRequest
   const fail = (errorCode: number, errorMessage: string): DescribeAclsResponse => ({ throttleTimeMs: 0, errorCode, errorMessage, resources: [] });
   const ac = ctx.adapter.options.access;
   if (!ac) return fail(KafkaErrorCode.SECURITY_DISABLED, 'no access control: policies are not enabled on this listener');
-  if (!allowed(ctx, 'describe', 'cluster', '*')) return fail(KafkaErrorCode.CLUSTER_AUTHORIZATION_FAILED, 'not authorized to describe ACLs');
+  if (!mayManage(ctx, 'describe')) return fail(KafkaErrorCode.CLUSTER_AUTHORIZATION_FAILED, 'not authorized to describe ACLs');
+  const ns = aclNamespace(ctx);
   try {
     checkFilter(req);
   } catch (err) {
@@ -217,6 +249,7 @@ export function handleDescribeAcls(ctx: RequestContext, req: DescribeAclsRequest
   const byResource = new Map<string, DescribeAclsResponse['resources'][number]>();
   const seen = new Set<string>();
   for (const def of ac.directory.policies.defs()) {
+    if (!inScope(def, ns)) continue;
     for (const b of policyBindings(def)) {
       if (!filterMatches(req, b)) continue;
       const key = `${b.resourceType}\u0000${b.patternType}\u0000${b.resourceName}`;
@@ -235,7 +268,8 @@ export function handleDescribeAcls(ctx: RequestContext, req: DescribeAclsRequest
 export async function handleCreateAcls(ctx: RequestContext, req: CreateAclsRequest): Promise<CreateAclsResponse> {
   const ac = ctx.adapter.options.access;
   const results: CreateAclsResponse['results'] = [];
-  const authorized = ac !== undefined && allowed(ctx, 'alter', 'cluster', '*');
+  const authorized = ac !== undefined && mayManage(ctx, 'alter');
+  const ns = aclNamespace(ctx);
   for (const c of req.creations) {
     if (!ac) {
       results.push({ errorCode: KafkaErrorCode.SECURITY_DISABLED, errorMessage: 'no access control: policies are not enabled on this listener' });
@@ -246,7 +280,7 @@ export async function handleCreateAcls(ctx: RequestContext, req: CreateAclsReque
       continue;
     }
     try {
-      const def = bindingPolicy({ ...c, patternType: c.resourcePatternType });
+      const def = bindingPolicy({ ...c, patternType: c.resourcePatternType }, ns);
       await ac.directory.putPolicy(def);
       ctx.conn.log.info({ policy: def.name, acl: def.description }, 'ACL created');
       results.push({ errorCode: KafkaErrorCode.NONE, errorMessage: null });
@@ -263,7 +297,8 @@ export async function handleCreateAcls(ctx: RequestContext, req: CreateAclsReque
 export async function handleDeleteAcls(ctx: RequestContext, req: DeleteAclsRequest): Promise<DeleteAclsResponse> {
   const ac = ctx.adapter.options.access;
   const filterResults: DeleteAclsResponse['filterResults'] = [];
-  const authorized = ac !== undefined && allowed(ctx, 'alter', 'cluster', '*');
+  const authorized = ac !== undefined && mayManage(ctx, 'alter');
+  const ns = aclNamespace(ctx);
   // Policies deleted by an earlier filter of this request are not matched again.
   const deleted = new Set<string>();
   for (const f of req.filters) {
@@ -287,7 +322,7 @@ export async function handleDeleteAcls(ctx: RequestContext, req: DeleteAclsReque
     }
     const matchingAcls: DeleteAclsResponse['filterResults'][number]['matchingAcls'] = [];
     for (const def of ac.directory.policies.defs()) {
-      if (deleted.has(def.name)) continue;
+      if (deleted.has(def.name) || !inScope(def, ns)) continue;
       const bindings = policyBindings(def);
       const hits = bindings.filter((b) => filterMatches(f, b));
       if (hits.length === 0) continue;
