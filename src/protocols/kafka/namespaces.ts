@@ -55,14 +55,14 @@ export interface NamesTranslator {
   out(res: unknown, n: NamespaceNames): void;
 }
 
-/** APIs that carry names and have no translator: not offered to a namespace other than `default`. */
+/**
+ * APIs that carry names and have no translator: not offered to a namespace other than `default`. The quota and SCRAM
+ * APIs name users and client ids, one space for the broker: offered, they need `cluster:*`, which a tenant gets
+ * from an unscoped policy only (policy.ts).
+ */
 export const NOT_NAMESPACED: ReadonlySet<number> = new Set([
   ApiKey.ConsumerGroupHeartbeat,
   ApiKey.ConsumerGroupDescribe,
-  ApiKey.DescribeClientQuotas,
-  ApiKey.AlterClientQuotas,
-  ApiKey.DescribeUserScramCredentials,
-  ApiKey.AlterUserScramCredentials,
   ApiKey.DescribeLogDirs,
   ApiKey.ElectLeaders,
   ApiKey.DescribeTransactions,

@@ -23,6 +23,7 @@ import {
   ConsumerGroupHeartbeatApi,
   DescribeAclsApi,
   DescribeUserScramCredentialsApi,
+  DescribeLogDirsApi,
   DescribeClusterApi,
   DescribeGroupsApi,
   FetchApi,
@@ -251,8 +252,12 @@ describe('kafka access control', () => {
           m.topics.map((x) => [x.name, x.errorCode]),
           [['pub.a', E.UNKNOWN_TOPIC_OR_PARTITION]],
         );
+        // The SCRAM and quota APIs need the cluster, which the default never grants a tenant.
+        const scram = await t.call(DescribeUserScramCredentialsApi, 0, { users: null });
+        assert.equal(scram.errorCode, E.CLUSTER_AUTHORIZATION_FAILED);
+        assert.deepEqual(scram.results, []);
         // An API without a namespace translator yet closes the tenant's connection.
-        await assert.rejects(t.call(DescribeUserScramCredentialsApi, 0, { users: null }));
+        await assert.rejects(t.call(DescribeLogDirsApi, 1, { topics: null }));
       } finally {
         t.close();
       }
