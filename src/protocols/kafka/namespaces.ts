@@ -11,9 +11,10 @@
  * - topic ids (KIP-516) of another namespace's topic are replaced by the zero id: UNKNOWN_TOPIC_ID;
  * - error messages lose the namespace's prefixes (they name only what the client named).
  *
- * APIs that name things and have no translator yet (KIP-848 consumer groups, ACLs, client quotas, SCRAM
- * credentials, DescribeLogDirs, ElectLeaders, DescribeTransactions, ListTransactions) are not served to a connection
- * of a namespace other than `default`: the connection is closed with a log line (limits.md).
+ * APIs that name things and have no translator yet (KIP-848 consumer groups, DescribeLogDirs, ElectLeaders) are not
+ * served to a connection of a namespace other than `default`: the connection is closed with a log line (limits.md).
+ * ACLs are the namespace's scoped policies (handlers/acls.ts); client quotas and SCRAM credentials name users, one
+ * space for the broker, behind `cluster:*`.
  */
 import type { NamespaceNames } from '../../core/index.js';
 import {
@@ -27,6 +28,8 @@ import {
   type DeleteTopicsRequest,
   type DeleteTopicsResponse,
   type DescribeConfigsResponse,
+  type DescribeTransactionsRequest,
+  type DescribeTransactionsResponse,
   type DescribeGroupsRequest,
   type DescribeGroupsResponse,
   type FetchRequest,
@@ -34,6 +37,7 @@ import {
   type FindCoordinatorRequest,
   type FindCoordinatorResponse,
   type ListGroupsResponse,
+  type ListTransactionsResponse,
   type ListOffsetsRequest,
   type ListOffsetsResponse,
   type MetadataRequest,
@@ -65,8 +69,6 @@ export const NOT_NAMESPACED: ReadonlySet<number> = new Set([
   ApiKey.ConsumerGroupDescribe,
   ApiKey.DescribeLogDirs,
   ApiKey.ElectLeaders,
-  ApiKey.DescribeTransactions,
-  ApiKey.ListTransactions,
 ]);
 
 const stream = (n: NamespaceNames, name: string): string => n.kafkaStream(name);
@@ -370,6 +372,35 @@ export const TRANSLATORS: ReadonlyMap<number, NamesTranslator> = new Map<number,
       },
       (res, n) => {
         for (const x of res.topics) x.name = ownStream(n, x.name);
+      },
+    ),
+  ],
+  [
+    ApiKey.DescribeTransactions,
+    t<DescribeTransactionsRequest, DescribeTransactionsResponse>(
+      (req, n) => {
+        req.transactionalIds = req.transactionalIds.map((id) => n.kafkaName(id));
+      },
+      (res, n) => {
+        for (const s of res.transactionStates) {
+          s.transactionalId = ownName(n, s.transactionalId);
+          for (const x of s.topics) x.topic = ownStream(n, x.topic);
+        }
+      },
+    ),
+  ],
+  [
+    ApiKey.ListTransactions,
+    t<unknown, ListTransactionsResponse>(
+      () => undefined,
+      (res, n) => {
+        // Only the namespace's transactional ids, as its clients write them.
+        res.transactionStates = res.transactionStates.filter((s) => {
+          const own = n.kafkaOwnName(s.transactionalId);
+          if (own === null) return false;
+          s.transactionalId = own;
+          return true;
+        });
       },
     ),
   ],

@@ -24,6 +24,9 @@ import {
   DescribeAclsApi,
   DescribeUserScramCredentialsApi,
   DescribeLogDirsApi,
+  DescribeTransactionsApi,
+  InitProducerIdApi,
+  ListTransactionsApi,
   DescribeClusterApi,
   DescribeGroupsApi,
   FetchApi,
@@ -224,7 +227,7 @@ describe('kafka access control', () => {
     }
   });
 
-  it('namespaces: a tenant lists and reads only its own topics (by name and by id); default cannot spell them; unoffered APIs close', async () => {
+  it('namespaces: a tenant lists and reads only its own topics (by name and by id); default cannot spell them; the transaction listings are its own; unoffered APIs close', async () => {
     await directory.putNamespace({ name: 'ten', quotas: {} });
     if (directory.lookup('tina') === undefined) await directory.addUser({ username: 'tina', password: 'tina-pw', namespace: 'ten' });
     const own = await engine.createStream({ name: 'ten~orders', partitions: 1, namespaced: true });
@@ -252,6 +255,19 @@ describe('kafka access control', () => {
           m.topics.map((x) => [x.name, x.errorCode]),
           [['pub.a', E.UNKNOWN_TOPIC_OR_PARTITION]],
         );
+        // A transactional id of the tenant's is listed and described under the name it wrote; default's are not listed.
+        const init = await t.call(InitProducerIdApi, 4, { transactionalId: 'tx1', transactionTimeoutMs: 60000, producerId: -1, producerEpoch: -1 });
+        assert.equal(init.errorCode, E.NONE);
+        const listed = await t.call(ListTransactionsApi, 1, { stateFilters: [], producerIdFilters: [], durationFilter: -1 });
+        assert.deepEqual(
+          listed.transactionStates.map((x) => x.transactionalId),
+          ['tx1'],
+        );
+        const described = await t.call(DescribeTransactionsApi, 0, { transactionalIds: ['tx1'] });
+        assert.deepEqual(
+          described.transactionStates.map((x) => [x.transactionalId, x.errorCode, x.transactionState]),
+          [['tx1', E.NONE, 'Empty']],
+        );
         // The SCRAM and quota APIs need the cluster, which the default never grants a tenant.
         const scram = await t.call(DescribeUserScramCredentialsApi, 0, { users: null });
         assert.equal(scram.errorCode, E.CLUSTER_AUTHORIZATION_FAILED);
@@ -264,6 +280,8 @@ describe('kafka access control', () => {
       const d = await RawClient.connect(listener.address().port);
       try {
         assert.ok(!(await d.call(MetadataApi, 9, md(null))).topics.some((x) => x.name!.includes('~')), 'default lists no tenant topic');
+        const txns = await d.call(ListTransactionsApi, 1, { stateFilters: [], producerIdFilters: [], durationFilter: -1 });
+        assert.ok(!txns.transactionStates.some((x) => x.transactionalId.includes('tx1')), 'default lists no tenant transactional id');
         const m = await d.call(MetadataApi, 9, md(['ten~orders']));
         assert.deepEqual(
           m.topics.map((x) => [x.name, x.errorCode]),
