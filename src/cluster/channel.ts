@@ -64,6 +64,7 @@ import type { PeerChannel } from './types.js';
 import { Conn, HEADER, newFigures, T } from './channel-conn.js';
 import { type ChannelOptions, ChannelState, Peer, reconnectDelay } from './channel-state.js';
 import { accept, dial } from './channel-handshake.js';
+import { ChannelTls } from './channel-tls.js';
 import { deliver, local } from './channel-requests.js';
 
 export type { ChannelOptions } from './channel-state.js';
@@ -78,7 +79,9 @@ class Channel extends ChannelState implements TcpChannel {
 
   constructor(opts: ChannelOptions, server: Server) {
     super(opts, server);
-    server.on('connection', (s) => accept(this, s));
+    const mode = opts.tls?.mode ?? 'off';
+    if (mode !== 'off') this.tls = new ChannelTls(opts.tls!, opts.secret, this, (s) => accept(this, s));
+    server.on('connection', (s) => (this.tls ? this.tls.accept(s) : accept(this, s)));
     this.ticker = setInterval(() => this.tick(), Math.max(50, Math.min(this.pingMs, 1000)));
     this.ticker.unref();
     // A built-in request every broker answers (id, incarnation, clock): health checks and tests of a live cluster.
@@ -258,6 +261,7 @@ class Channel extends ChannelState implements TcpChannel {
           }),
       ),
     );
+    this.tls?.close();
     await new Promise<void>((resolve) => this.server.close(() => resolve()));
   }
 
@@ -364,7 +368,13 @@ export async function startChannel(opts: ChannelOptions): Promise<TcpChannel> {
     });
   });
   server.on('error', (err) => opts.logger.error({ err }, 'cluster channel: listener error'));
-  const ch = new Channel(opts, server);
-  opts.logger.info({ address: `${opts.host}:${ch.address().port}` }, 'cluster channel: listening');
+  let ch: Channel;
+  try {
+    ch = new Channel(opts, server);
+  } catch (err) {
+    server.close();
+    throw err;
+  }
+  opts.logger.info({ address: `${opts.host}:${ch.address().port}`, tls: opts.tls?.mode ?? 'off' }, 'cluster channel: listening');
   return ch;
 }
