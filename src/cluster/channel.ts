@@ -21,6 +21,10 @@
  * unknown broker, no handshake within `handshakeTimeoutMs`, an oversized frame) close the connection with a REFUSE
  * frame naming the reason and are logged rate-limited (log-limit.ts): the port may be reachable by anyone.
  *
+ * Encryption (channel-tls.ts): with TLS on (`--cluster-tls psk`, TLS 1.3 under a key derived from the secret, or
+ * `cert`, mutual TLS with the cluster's CA), the connection is a TLS socket and everything here, the handshake
+ * included, runs inside it unchanged. A peer with another setting is refused at once with the reason on both sides.
+ *
  * Framing: [u32 length][u8 type][u32 request id][u16 method code][body] — a fixed 11-byte binary header, no JSON on
  * the hot path. Method names are sent once per connection (a DEFINE frame binds a code to a name) so that a small
  * live message does not carry "live.publish" each time. Frames over `maxFrameBytes` (64 MiB) are refused by both
@@ -55,7 +59,8 @@
  *
  * Files: channel.ts (this one: the PeerChannel API over the parts), channel-conn.ts (a connection's framing and
  * batched writer), channel-state.ts (peers, pending requests, backlogs, reconnection), channel-handshake.ts (dialing,
- * accepting, authentication), channel-requests.ts (frames on an open connection: replies, requests, one-way).
+ * accepting, authentication), channel-requests.ts (frames on an open connection: replies, requests, one-way),
+ * channel-tls.ts (TLS: psk or cert, the acceptor's sniffing of plaintext dialers).
  */
 import { createServer, type AddressInfo, type Server } from 'node:net';
 import { FlowError } from '../core/index.js';

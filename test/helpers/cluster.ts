@@ -49,7 +49,8 @@ export interface StartClusterOptions {
   /**
    * The channel's TLS (--cluster-tls): 'psk' (the brokers' default without certificates, what every cluster test
    * runs unless told otherwise), 'cert' (mutual TLS: a CA made for this cluster signs a certificate per broker), or
-   * 'off' (plaintext). Default 'psk'.
+   * 'off' (plaintext). Default: FLOWMQ_TEST_CHANNEL_TLS, else 'psk' (the whole suite in cert mode:
+   * FLOWMQ_TEST_CHANNEL_TLS=cert).
    */
   channelTls?: 'off' | 'psk' | 'cert';
 }
@@ -176,7 +177,9 @@ export class TestCluster {
 
   /** The channel TLS options of broker `id` (a certificate of the cluster's CA in cert mode). */
   private tlsArgs(id: number): string[] {
-    const mode = this.opts.channelTls ?? 'psk';
+    const env = process.env.FLOWMQ_TEST_CHANNEL_TLS;
+    if (env !== undefined && env !== 'off' && env !== 'psk' && env !== 'cert') throw new Error(`FLOWMQ_TEST_CHANNEL_TLS=${env}: expected off, psk or cert`);
+    const mode = this.opts.channelTls ?? env ?? 'psk';
     if (mode !== 'cert') return ['--cluster-tls', mode];
     if (!this.ca) {
       this.ca = makeBrokerCa();
