@@ -226,7 +226,13 @@ class Channel extends ChannelState implements TcpChannel {
         ...(p?.lastError ? { lastError: p.lastError } : {}),
       };
     }
-    return { port: this.closed ? null : this.address().port, peers, refused: { ...this.refusals }, handshaking: this.handshaking.size };
+    return {
+      port: this.closed ? null : this.address().port,
+      tls: this.tls?.mode ?? 'off',
+      peers,
+      refused: { ...this.refusals },
+      handshaking: this.handshaking.size + (this.tls?.pending.size ?? 0),
+    };
   }
 
   async close(): Promise<void> {

@@ -156,6 +156,7 @@ describe('cluster channel over TLS', () => {
         a.lines.some((l) => l.msg === 'cluster channel: listening' && l.tls === 'psk'),
         'the mode is logged at start',
       );
+      assert.equal((a.channel.figures() as { tls: string }).tls, 'psk', 'and shown in the figures');
     } finally {
       await Promise.all([a.close(), b.close()]);
     }
