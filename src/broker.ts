@@ -5,7 +5,7 @@
 import { mkdirSync, readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import type { Logger } from 'pino';
-import type { Config } from './config/index.js';
+import { clusterTlsMode, type Config } from './config/index.js';
 import { Engine, FlowError, queueFactory, type QueuePages, type QueueStore } from './core/index.js';
 import {
   AccessControl,
@@ -41,7 +41,17 @@ import { MemoryControlStore, isControlStore, type ControlStore } from './storage
 import { lockDataDir } from './storage/lock.js';
 import { DiskSpace } from './storage/disk-space.js';
 import type { WriteAheadLog } from './storage/wal/index.js';
-import { Cluster, ClusterStreams, followControl, Live, openPostgresClusterStore, startChannel, type Endpoint, type TcpChannel } from './cluster/index.js';
+import {
+  Cluster,
+  ClusterStreams,
+  followControl,
+  Live,
+  openPostgresClusterStore,
+  startChannel,
+  type ChannelTlsOptions,
+  type Endpoint,
+  type TcpChannel,
+} from './cluster/index.js';
 import { ClusterQueues } from './cluster/queues.js';
 
 export interface Broker {
@@ -444,6 +454,7 @@ async function startServing(config: Config, logger: Logger, data: DataPlane, con
 async function openCluster(config: Config, logger: Logger): Promise<{ cluster: Cluster; channel: TcpChannel; close(): Promise<void> }> {
   if (config.metastore.kind !== 'postgres') throw new FlowError('CONFIG_ERROR', '--cluster needs --metastore postgres://...');
   const clusterLogger = logger.child({ component: 'cluster' });
+  const tls = channelTls(config);
   const store = await openPostgresClusterStore({ url: config.metastore.url, statementTimeoutMs: config.pgStatementTimeout, logger: clusterLogger });
   const host = advertisedHost(config);
   const port = config.advertisedListeners.cluster?.port ?? config.clusterPort;
@@ -466,6 +477,7 @@ async function openCluster(config: Config, logger: Logger): Promise<{ cluster: C
       host: config.clusterHost ?? config.host,
       port: config.clusterPort,
       secret: config.clusterSecret ?? '',
+      tls,
       logger: clusterLogger,
     });
   } catch (err) {
@@ -484,6 +496,25 @@ async function openCluster(config: Config, logger: Logger): Promise<{ cluster: C
         await channel.close();
         await store.close();
       })()),
+  };
+}
+
+/** The channel's TLS settings (--cluster-tls, auto resolved), certificate files read now: a bad path stops the start. */
+function channelTls(config: Config): ChannelTlsOptions {
+  const mode = clusterTlsMode(config);
+  if (mode !== 'cert') return { mode };
+  const read = (option: string, path: string | null): Buffer => {
+    try {
+      return readFileSync(path ?? '');
+    } catch (err) {
+      throw new FlowError('CONFIG_ERROR', `cannot read --${option} ${String(path)}: ${(err as Error).message}`, { cause: err });
+    }
+  };
+  return {
+    mode,
+    cert: read('cluster-tls-cert', config.clusterTlsCert),
+    key: read('cluster-tls-key', config.clusterTlsKey),
+    ca: read('cluster-tls-ca', config.clusterTlsCa),
   };
 }
 

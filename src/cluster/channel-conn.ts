@@ -1,5 +1,5 @@
 /**
- * The cluster channel's wire (see channel.ts for the design): one TCP connection, either end (`Conn`): frames of a
+ * The cluster channel's wire (see channel.ts for the design): one TCP (or TLS, channel-tls.ts) connection, either end (`Conn`): frames of a
  * fixed 11-byte header ([u32 length][u8 type][u32 request id][u16 method code]) read in place from the socket's
  * chunks, method names bound to codes once per connection (DEFINE), and the batched writer (small frames staged into
  * one buffer, large bodies by reference, one write per event-loop turn). What the frames mean is the channel's
@@ -28,6 +28,17 @@ export const enum T {
   AUTH = 11,
   WELCOME = 12,
   REFUSE = 13,
+}
+
+/** One frame with no method, outside a connection's writer (a refusal written before a Conn exists). */
+export function encodeFrame(type: number, body: Buffer): Buffer {
+  const out = Buffer.allocUnsafe(HEADER + body.length);
+  out.writeUInt32BE(HEADER - 4 + body.length, 0);
+  out[4] = type;
+  out.writeUInt32BE(0, 5);
+  out.writeUInt16BE(0, 9);
+  body.copy(out, HEADER);
+  return out;
 }
 
 /** Per-peer figures (both directions). */

@@ -64,7 +64,7 @@ export async function dial(chan: ChannelState, peer: Peer): Promise<Conn> {
   const ep = b.endpoints.cluster;
   if (!ep) throw new FlowError('UNAVAILABLE', `broker ${peer.id} advertises no cluster endpoint`);
   return new Promise<Conn>((resolve, reject) => {
-    const socket = createConnection({ host: ep.host, port: ep.port });
+    const socket = chan.tls ? chan.tls.connect(ep.host, ep.port) : createConnection({ host: ep.host, port: ep.port });
     let settled = false;
     const fail = (why: string) => {
       if (settled) return;
@@ -145,8 +145,8 @@ export async function dial(chan: ChannelState, peer: Peer): Promise<Conn> {
       },
     );
     chan.dialing.add(conn);
-    socket.on('error', (err) => {
-      if (!settled) fail(`cannot connect to broker ${peer.id} at ${ep.host}:${ep.port}: ${err.message}`);
+    socket.on('error', (err: Error) => {
+      if (!settled) fail(`cannot connect to broker ${peer.id} at ${ep.host}:${ep.port}: ${chan.tls ? chan.tls.explainDialing(err) : err.message}`);
     });
     socket.on('close', () => {
       if (!settled) fail(`broker ${peer.id} closed the connection during the handshake`);
@@ -177,6 +177,9 @@ export function accept(chan: ChannelState, socket: Socket): void {
     nonce: randomBytes(16).toString('hex'),
   };
   let state: 'hello' | 'checking' | 'open' = 'hello';
+  // A plaintext channel reached by a TLS dialer (its ClientHello would read as an oversized frame): said as it is.
+  let tlsDialer = false;
+  if (!chan.tls) socket.once('data', (chunk: Buffer) => (tlsDialer = chunk[0] === 0x16 && chunk[1] === 0x03));
   const conn: Conn = new Conn(
     socket,
     chan.maxFrame,
@@ -218,7 +221,12 @@ export function accept(chan: ChannelState, socket: Socket): void {
       );
     },
     (_c, reason) => {
-      if (state !== 'open') refuse(reason, 'frame');
+      if (state === 'hello' && tlsDialer)
+        refuse(
+          "the dialer started a TLS handshake and this broker's cluster channel is plaintext (--cluster-tls off): every broker needs the same --cluster-tls",
+          'tls-dialer',
+        );
+      else if (state !== 'open') refuse(reason, 'frame');
       else {
         chan.limiter.log('warn', logKey('frame', socket.remoteAddress), { peer: conn.peer, reason }, 'cluster channel: protocol error from a peer; closing');
         conn.close();

@@ -13,6 +13,7 @@ import { LogLimiter } from '../util/log-limit.js';
 import { backoffDelay } from '../util/backoff.js';
 import type { Cluster } from './cluster.js';
 import { Conn, HEADER, newFigures, T } from './channel-conn.js';
+import type { ChannelTls, ChannelTlsOptions } from './channel-tls.js';
 
 export interface ChannelOptions {
   /** Peers' addresses come from the membership view (BrokerState.endpoints.cluster). */
@@ -21,6 +22,8 @@ export interface ChannelOptions {
   port: number;
   /** The shared secret both ends prove knowledge of (--cluster-secret). */
   secret: string;
+  /** TLS on the channel (channel-tls.ts): psk, cert or off (the default here; the broker's config picks psk). */
+  tls?: ChannelTlsOptions;
   logger: Logger;
   /** Default request timeout (default 2 × the membership lease, at least 5 s). */
   requestTimeoutMs?: number;
@@ -109,6 +112,8 @@ export abstract class ChannelState {
   protected readonly refusals: Record<string, number> = {};
   /** Connections being dialed (closed at once by close()). */
   readonly dialing = new Set<Conn>();
+  /** The channel's TLS (null: plaintext). */
+  tls: ChannelTls | null = null;
 
   protected constructor(opts: ChannelOptions, server: Server) {
     this.server = server;

@@ -21,6 +21,10 @@
  * unknown broker, no handshake within `handshakeTimeoutMs`, an oversized frame) close the connection with a REFUSE
  * frame naming the reason and are logged rate-limited (log-limit.ts): the port may be reachable by anyone.
  *
+ * Encryption (channel-tls.ts): with TLS on (`--cluster-tls psk`, TLS 1.3 under a key derived from the secret, or
+ * `cert`, mutual TLS with the cluster's CA), the connection is a TLS socket and everything here, the handshake
+ * included, runs inside it unchanged. A peer with another setting is refused at once with the reason on both sides.
+ *
  * Framing: [u32 length][u8 type][u32 request id][u16 method code][body] — a fixed 11-byte binary header, no JSON on
  * the hot path. Method names are sent once per connection (a DEFINE frame binds a code to a name) so that a small
  * live message does not carry "live.publish" each time. Frames over `maxFrameBytes` (64 MiB) are refused by both
@@ -55,7 +59,8 @@
  *
  * Files: channel.ts (this one: the PeerChannel API over the parts), channel-conn.ts (a connection's framing and
  * batched writer), channel-state.ts (peers, pending requests, backlogs, reconnection), channel-handshake.ts (dialing,
- * accepting, authentication), channel-requests.ts (frames on an open connection: replies, requests, one-way).
+ * accepting, authentication), channel-requests.ts (frames on an open connection: replies, requests, one-way),
+ * channel-tls.ts (TLS: psk or cert, the acceptor's sniffing of plaintext dialers).
  */
 import { createServer, type AddressInfo, type Server } from 'node:net';
 import { FlowError } from '../core/index.js';
@@ -64,6 +69,7 @@ import type { PeerChannel } from './types.js';
 import { Conn, HEADER, newFigures, T } from './channel-conn.js';
 import { type ChannelOptions, ChannelState, Peer, reconnectDelay } from './channel-state.js';
 import { accept, dial } from './channel-handshake.js';
+import { ChannelTls } from './channel-tls.js';
 import { deliver, local } from './channel-requests.js';
 
 export type { ChannelOptions } from './channel-state.js';
@@ -78,7 +84,9 @@ class Channel extends ChannelState implements TcpChannel {
 
   constructor(opts: ChannelOptions, server: Server) {
     super(opts, server);
-    server.on('connection', (s) => accept(this, s));
+    const mode = opts.tls?.mode ?? 'off';
+    if (mode !== 'off') this.tls = new ChannelTls(opts.tls!, opts.secret, this, (s) => accept(this, s));
+    server.on('connection', (s) => (this.tls ? this.tls.accept(s) : accept(this, s)));
     this.ticker = setInterval(() => this.tick(), Math.max(50, Math.min(this.pingMs, 1000)));
     this.ticker.unref();
     // A built-in request every broker answers (id, incarnation, clock): health checks and tests of a live cluster.
@@ -218,7 +226,13 @@ class Channel extends ChannelState implements TcpChannel {
         ...(p?.lastError ? { lastError: p.lastError } : {}),
       };
     }
-    return { port: this.closed ? null : this.address().port, peers, refused: { ...this.refusals }, handshaking: this.handshaking.size };
+    return {
+      port: this.closed ? null : this.address().port,
+      tls: this.tls?.mode ?? 'off',
+      peers,
+      refused: { ...this.refusals },
+      handshaking: this.handshaking.size + (this.tls?.pending.size ?? 0),
+    };
   }
 
   async close(): Promise<void> {
@@ -258,6 +272,7 @@ class Channel extends ChannelState implements TcpChannel {
           }),
       ),
     );
+    this.tls?.close();
     await new Promise<void>((resolve) => this.server.close(() => resolve()));
   }
 
@@ -364,7 +379,13 @@ export async function startChannel(opts: ChannelOptions): Promise<TcpChannel> {
     });
   });
   server.on('error', (err) => opts.logger.error({ err }, 'cluster channel: listener error'));
-  const ch = new Channel(opts, server);
-  opts.logger.info({ address: `${opts.host}:${ch.address().port}` }, 'cluster channel: listening');
+  let ch: Channel;
+  try {
+    ch = new Channel(opts, server);
+  } catch (err) {
+    server.close();
+    throw err;
+  }
+  opts.logger.info({ address: `${opts.host}:${ch.address().port}`, tls: opts.tls?.mode ?? 'off' }, 'cluster channel: listening');
   return ch;
 }

@@ -120,6 +120,14 @@ export interface Config {
   clusterPort: number;
   /** Shared secret the brokers' internal channel authenticates with (HMAC challenge); required with --cluster. */
   clusterSecret: string | null;
+  /**
+   * TLS on the internal channel: psk (a key derived from the secret), cert (mutual TLS with the files below), off;
+   * auto: cert when a certificate is configured, else psk (clusterTlsMode() resolves it).
+   */
+  clusterTls: 'auto' | 'off' | 'psk' | 'cert';
+  clusterTlsCert: string | null;
+  clusterTlsKey: string | null;
+  clusterTlsCa: string | null;
   /** How long a broker's membership lease lasts without a heartbeat, ms: its work moves once it expires. */
   clusterLease: number;
   /** Host clients and other brokers are told to connect to (null: --host, or 127.0.0.1 when --host is a wildcard). */
@@ -248,7 +256,8 @@ type Kind =
   | 'object-store'
   | 'url'
   | 'tls-client-auth'
-  | 'tls-cert-user';
+  | 'tls-cert-user'
+  | 'cluster-tls';
 
 export interface OptionSpec {
   key: keyof Config;
@@ -671,6 +680,28 @@ export const OPTIONS: readonly OptionSpec[] = [
     kind: 'string',
     default: null,
     help: "shared secret of the brokers' internal channel, at least 16 characters (every broker of the cluster needs the same)",
+  },
+  {
+    key: 'clusterTls',
+    name: 'cluster-tls',
+    kind: 'cluster-tls',
+    default: 'auto',
+    help: "encryption of the brokers' internal channel, the same on every broker: psk (TLS 1.3 with a key derived from --cluster-secret), cert (mutual TLS: --cluster-tls-cert, --cluster-tls-key, --cluster-tls-ca), off (plaintext; the secret still authenticates); auto: cert when --cluster-tls-cert is set, else psk",
+  },
+  {
+    key: 'clusterTlsCert',
+    name: 'cluster-tls-cert',
+    kind: 'string',
+    default: null,
+    help: 'PEM certificate (chain) file this broker presents on the internal channel, both when it accepts and when it dials (--cluster-tls cert)',
+  },
+  { key: 'clusterTlsKey', name: 'cluster-tls-key', kind: 'string', default: null, help: 'PEM private key file of --cluster-tls-cert' },
+  {
+    key: 'clusterTlsCa',
+    name: 'cluster-tls-ca',
+    kind: 'string',
+    default: null,
+    help: "PEM file of the CA(s) peers' channel certificates must chain to: any certificate it signed is a broker of the cluster (use a CA of the cluster's own)",
   },
   {
     key: 'clusterLease',
@@ -1201,6 +1232,9 @@ function coerce(spec: OptionSpec, raw: unknown, source: string): Config[keyof Co
     case 'tls-cert-user':
       if (str !== 'cn' && str !== 'san-email' && str !== 'san-dns') throw bad('expected cn, san-email or san-dns');
       return str;
+    case 'cluster-tls':
+      if (str !== 'auto' && str !== 'off' && str !== 'psk' && str !== 'cert') throw bad('expected auto, off, psk or cert');
+      return str;
     case 'wal-layout':
       if (str !== 'partition' && str !== 'shared') throw bad('expected partition or shared');
       return str;
@@ -1468,8 +1502,25 @@ export function loadConfig(src: ConfigSources = {}): Config {
     if ((cfg.clusterSecret as string).length < 16) throw new ConfigError('cluster-secret must be at least 16 characters');
     if ((cfg.clusterLease as number) < 1000) throw new ConfigError('cluster-lease must be at least 1s');
   }
+  if ((cfg.clusterTlsCert === null) !== (cfg.clusterTlsKey === null))
+    throw new ConfigError('cluster channel TLS needs both cluster-tls-cert and cluster-tls-key');
+  if (cfg.clusterTlsCert !== null && cfg.clusterTlsCa === null)
+    throw new ConfigError("cluster-tls-cert needs cluster-tls-ca (the CA the peers' certificates must chain to)");
+  if (cfg.clusterTlsCa !== null && cfg.clusterTlsCert === null) throw new ConfigError('cluster-tls-ca needs cluster-tls-cert and cluster-tls-key');
+  if (cfg.clusterTls === 'cert' && cfg.clusterTlsCert === null)
+    throw new ConfigError('cluster-tls cert needs cluster-tls-cert, cluster-tls-key and cluster-tls-ca');
+  if ((cfg.clusterTls === 'psk' || cfg.clusterTls === 'off') && cfg.clusterTlsCert !== null)
+    throw new ConfigError(
+      `cluster-tls ${cfg.clusterTls as string} does not use cluster-tls-cert, cluster-tls-key and cluster-tls-ca: remove them, or use cluster-tls cert`,
+    );
   if ((cfg.kafkaGroupMinSessionTimeout as number) > (cfg.kafkaGroupMaxSessionTimeout as number)) {
     throw new ConfigError('kafka-group-min-session-timeout must not exceed kafka-group-max-session-timeout');
   }
   return cfg as unknown as Config;
+}
+
+/** The internal channel's TLS mode once `auto` is resolved: cert when a certificate is configured, else psk. */
+export function clusterTlsMode(config: Pick<Config, 'clusterTls' | 'clusterTlsCert'>): 'off' | 'psk' | 'cert' {
+  if (config.clusterTls !== 'auto') return config.clusterTls;
+  return config.clusterTlsCert !== null ? 'cert' : 'psk';
 }

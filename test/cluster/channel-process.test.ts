@@ -119,12 +119,13 @@ describe('cluster channel in broker processes', () => {
     // A third member in this process, over the same database.
     const store = await PostgresClusterStore.open({ url: db, statementTimeoutMs: 10_000, logger });
     const me = await Cluster.start({ store, info: { id: 9, version: 'test', endpoints: {} }, leaseMs: 5000, logger });
-    const ch = await startChannel({ cluster: me, host: '127.0.0.1', port: 0, secret: SECRET, logger });
+    // The brokers' channel is TLS-PSK by default (--cluster-tls auto without certificates): so is this member's.
+    const ch = await startChannel({ cluster: me, host: '127.0.0.1', port: 0, secret: SECRET, tls: { mode: 'psk' }, logger });
     me.channel = ch;
     await me.advertise({ cluster: { host: '127.0.0.1', port: ch.address().port } });
     const wrongStore = await PostgresClusterStore.open({ url: db, statementTimeoutMs: 10_000, logger });
     const intruder = await Cluster.start({ store: wrongStore, info: { id: 8, version: 'test', endpoints: {} }, leaseMs: 5000, logger });
-    const bad = await startChannel({ cluster: intruder, host: '127.0.0.1', port: 0, secret: 'not-the-cluster-secret', logger });
+    const bad = await startChannel({ cluster: intruder, host: '127.0.0.1', port: 0, secret: 'not-the-cluster-secret', tls: { mode: 'psk' }, logger });
     try {
       for (const id of [1, 2]) {
         const pong = JSON.parse((await ch.request(id, 'channel.ping', Buffer.alloc(0))).toString()) as { id: number; incarnation: string };
@@ -134,9 +135,11 @@ describe('cluster channel in broker processes', () => {
       assert.deepEqual(ch.connected(), [1, 2]);
       await assert.rejects(
         bad.request(1, 'channel.ping', Buffer.alloc(0)),
-        (e: unknown) => e instanceof FlowError && e.code === 'UNAVAILABLE' && /wrong cluster secret/.test(e.message),
+        (e: unknown) => e instanceof FlowError && e.code === 'UNAVAILABLE' && /refused our TLS pre-shared key/.test(e.message),
       );
-      await until(() => /cluster channel: connection refused/.test(b1.out), "the refusal in broker 1's log");
+      await until(() => /cluster channel: TLS handshake with a dialer failed/.test(b1.out), "the refusal in broker 1's log");
+      assert.match(b1.out, /pre-shared key differs: its --cluster-secret is not ours/);
+      assert.match(b1.out, /"tls":"psk".*cluster channel: listening|cluster channel: listening.*"tls":"psk"/);
     } finally {
       await bad.close();
       await intruder.close();

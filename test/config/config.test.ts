@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { networkInterfaces, tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { loadConfig, parseDuration, parseSize, redactUrl } from '../../src/config/index.js';
+import { clusterTlsMode, loadConfig, parseDuration, parseSize, redactUrl } from '../../src/config/index.js';
 import { ANY_ADDRESS } from '../../src/util/address.js';
 
 describe('config', () => {
@@ -313,5 +313,28 @@ describe('config: cluster mode', () => {
       () => loadConfig({ flags: { ...shared, 'advertised-listeners': 'kafka=nohost' } }),
       /invalid --advertised-listeners: "kafka=nohost" is not name=host:port/,
     );
+  });
+
+  it('channel TLS: auto is psk without certificates and cert with them; inconsistent settings are refused', () => {
+    const d = loadConfig({ flags: shared });
+    assert.equal(d.clusterTls, 'auto');
+    assert.equal(clusterTlsMode(d), 'psk');
+    const files = { 'cluster-tls-cert': '/etc/flowmq/b1.pem', 'cluster-tls-key': '/etc/flowmq/b1-key.pem', 'cluster-tls-ca': '/etc/flowmq/ca.pem' };
+    const c = loadConfig({ flags: { ...shared, ...files } });
+    assert.equal(clusterTlsMode(c), 'cert');
+    assert.equal(c.clusterTlsCa, '/etc/flowmq/ca.pem');
+    assert.equal(clusterTlsMode(loadConfig({ flags: { ...shared, 'cluster-tls': 'off' } })), 'off');
+    assert.equal(clusterTlsMode(loadConfig({ env: { FLOWMQ_CLUSTER_TLS: 'psk' } })), 'psk');
+    assert.throws(() => loadConfig({ flags: { 'cluster-tls': 'yes' } }), /invalid --cluster-tls: expected auto, off, psk or cert/);
+    assert.throws(
+      () => loadConfig({ flags: { ...shared, 'cluster-tls': 'cert' } }),
+      /cluster-tls cert needs cluster-tls-cert, cluster-tls-key and cluster-tls-ca/,
+    );
+    assert.throws(() => loadConfig({ flags: { ...shared, 'cluster-tls-cert': files['cluster-tls-cert'] } }), /needs both cluster-tls-cert and cluster-tls-key/);
+    assert.throws(
+      () => loadConfig({ flags: { ...shared, 'cluster-tls-cert': files['cluster-tls-cert'], 'cluster-tls-key': files['cluster-tls-key'] } }),
+      /cluster-tls-cert needs cluster-tls-ca/,
+    );
+    assert.throws(() => loadConfig({ flags: { ...shared, ...files, 'cluster-tls': 'psk' } }), /cluster-tls psk does not use cluster-tls-cert/);
   });
 });

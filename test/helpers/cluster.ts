@@ -21,6 +21,7 @@ import { FlowmqProcess, FLOWMQ_BIN, run, sleep, type RunResult } from '../e2e/ha
 import { startPostgres, type PostgresServer } from './postgres.js';
 import { startS3, type S3TestServer } from './s3.js';
 import { startHAProxy, type HAProxy, type ProxyBackend } from './haproxy.js';
+import { makeBrokerCa, type BrokerCa } from './broker-certs.js';
 
 import type { ClusterBrokerView, ClusterOwnerView, ClusterStatusView } from '../../src/control/api/routes-cluster.js';
 import type { ResourceKind } from '../../src/cluster/index.js';
@@ -45,6 +46,13 @@ export interface StartClusterOptions {
   env?: NodeJS.ProcessEnv;
   /** Keep fsync on in PostgreSQL (benchmarks of real commits). Default false. */
   durable?: boolean;
+  /**
+   * The channel's TLS (--cluster-tls): 'psk' (the brokers' default without certificates, what every cluster test
+   * runs unless told otherwise), 'cert' (mutual TLS: a CA made for this cluster signs a certificate per broker), or
+   * 'off' (plaintext). Default: FLOWMQ_TEST_CHANNEL_TLS, else 'psk' (the whole suite in cert mode:
+   * FLOWMQ_TEST_CHANNEL_TLS=cert).
+   */
+  channelTls?: 'off' | 'psk' | 'cert';
 }
 
 export interface ClusterBroker {
@@ -101,6 +109,8 @@ export class TestCluster {
   readonly brokers: ClusterBroker[] = [];
   haproxy: HAProxy | null = null;
   private readonly dirs: string[] = [];
+  /** --cluster-tls cert: the cluster's CA (made on first use). */
+  private ca: BrokerCa | null = null;
   private closed = false;
   private readonly onExit = (): void => {
     for (const b of this.brokers) {
@@ -159,9 +169,24 @@ export class TestCluster {
       '--cluster-lease',
       `${this.opts.leaseMs}ms`,
       ...sharedBackendArgs({ dbUrl: this.dbUrl }, this.s3, this.prefix),
+      ...this.tlsArgs(id),
       ...(this.opts.args ?? []),
       ...extra,
     ];
+  }
+
+  /** The channel TLS options of broker `id` (a certificate of the cluster's CA in cert mode). */
+  private tlsArgs(id: number): string[] {
+    const env = process.env.FLOWMQ_TEST_CHANNEL_TLS;
+    if (env !== undefined && env !== 'off' && env !== 'psk' && env !== 'cert') throw new Error(`FLOWMQ_TEST_CHANNEL_TLS=${env}: expected off, psk or cert`);
+    const mode = this.opts.channelTls ?? env ?? 'psk';
+    if (mode !== 'cert') return ['--cluster-tls', mode];
+    if (!this.ca) {
+      this.ca = makeBrokerCa();
+      this.dirs.push(this.ca.dir);
+    }
+    const c = this.ca.issue(`broker-${id}`);
+    return ['--cluster-tls', 'cert', '--cluster-tls-cert', c.certPath, '--cluster-tls-key', c.keyPath, '--cluster-tls-ca', this.ca.caPath];
   }
 
   /**
