@@ -18,9 +18,10 @@
  * - Every session write carries the epoch (SessionStore fence): a broker that lost a session (fenced, or its lease
  *   expired) can never write it again, and a refused write makes it drop the session (Cluster.fenced).
  *
- * Not covered (said in docs/mqtt.md, "MQTT sessions in cluster mode"): messages published while a session has no
- * owner (between a dead owner's lease expiry and its placement broker's takeover, or in the few ms of a handover)
- * are not queued for it.
+ * QoS 1/2 MQTT publishes on another broker reaching a persistent session owned here are acknowledged once stored here,
+ * and held by the publishing broker while the session has no reachable owner (src/cluster/live-durable.ts, with the
+ * hub as the engine's DurableSubscribers). Not covered (docs/mqtt.md, "MQTT sessions in cluster mode"): QoS 0, shared
+ * subscriptions, wills and other protocols' publishes published while a session has no owner are not queued for it.
  */
 import type { Cluster, OwnershipHandler } from '../../cluster/index.js';
 import { call, RPC, serve } from '../../cluster/index.js';
