@@ -25,7 +25,7 @@
  *   owner speaks version 3 is not waited for (counted in `unstored`).
  */
 import type { Logger } from 'pino';
-import { type Engine, type ForwardedDurable, type Message } from '../core/index.js';
+import { FlowError, type Engine, type ForwardedDurable, type Message } from '../core/index.js';
 import type { Cluster } from './cluster.js';
 import type { DurableEntry, RemoteInterest } from './interest.js';
 import type { PeerChannel } from './types.js';
@@ -39,6 +39,12 @@ const RETRY_MAX_MS = 500;
 /** Orphaned sessions checked against the owner rows per beat. */
 const ORPHAN_CHECKS = 32;
 const STORE_VERSION = RPC.liveStore.since;
+/**
+ * (message, session) pairs held at most, all sessions together. Publishers' windows bound them; this is the backstop
+ * against clients that reconnect to publish again while the owner is still unreachable: past it a publish is refused
+ * as not stored (MQTT v5 PUBACK 0x80, 3.1.1 a close: the client sends it again later).
+ */
+const MAX_HELD = 100_000;
 
 /** The delivery-only properties of a forwarded message (live.publish's `x`). */
 export type Extras = [string | null, string | null, string | null] | null;
@@ -54,11 +60,22 @@ export class Wait {
   left = 0;
   readonly promise: Promise<void>;
   private resolve!: () => void;
+  private reject!: (err: Error) => void;
   constructor() {
-    this.promise = new Promise((r) => (this.resolve = r));
+    this.promise = new Promise((res, rej) => {
+      this.resolve = res;
+      this.reject = rej;
+    });
+    // Observed by the publisher (Engine.publish); never an unhandled rejection if it is not.
+    this.promise.catch(() => undefined);
   }
   done(): void {
     if (--this.left === 0) this.resolve();
+  }
+  /** Not stored by some session: the publisher gets its protocol's retriable storage error. */
+  fail(err: Error): void {
+    this.left = -1;
+    this.reject(err);
   }
 }
 
@@ -91,6 +108,8 @@ export class DurableForwarding {
     /** Pairs whose session ended meanwhile, or whose owner speaks an older channel version: not waited for. */
     gone: 0,
     unstored: 0,
+    /** Pairs refused because too many were held already (MAX_HELD). */
+    refused: 0,
     /** live.store requests served, and sessions answered as not owned here. */
     served: 0,
     notOwned: 0,
@@ -141,6 +160,13 @@ export class DurableForwarding {
   hold(item: Item): void {
     if (this.closed) {
       item.wait.done();
+      return;
+    }
+    if (this.heldItems >= MAX_HELD) {
+      this.stats.refused++;
+      item.wait.fail(
+        new FlowError('STORAGE_ERROR', `the persistent session ${item.session} cannot be reached now and ${this.heldItems} messages wait already; try again`),
+      );
       return;
     }
     this.stats.heldTotal++;
