@@ -279,7 +279,7 @@ export class RemoteInterest {
     p.durables.set(k, e);
     this.durable.add(levels, e);
     let m = this.sessions.get(session);
-    if (m === undefined) this.sessions.set(session, (m = new Map()));
+    if (m === undefined) this.sessions.set(session, (m = new Map<number, number>()));
     m.set(id, (m.get(id) ?? 0) + 1);
     // Announced by a live broker: the session has its owner again.
     this.dropOrphans(session);

@@ -611,6 +611,22 @@ describe('QoS 1/2 publishes to persistent sessions of other brokers (issue 30)',
     hub.reconnect(b.id);
   });
 
+  it('a session on a broker of channel version 3 (a rolling upgrade) is not waited for: one-way as before', async () => {
+    const { hub, nodes } = await cluster(2);
+    const [a, b] = nodes;
+    for (const n of nodes) sessionKind(n);
+    const sb = new FakeSessions(b);
+    await b.cluster.claim('session', 'V');
+    sb.owned.add('V');
+    const onB = new Collector('V@b');
+    b.engine.subscribe('old/#', onB, durable('V'));
+    await until(() => a.live.remoteInterest.durable.size === 1, "a knows b's durable entry");
+    hub.versions.set(b.id, 3);
+    assert.equal(a.engine.publish(qos1('old/1'), undefined, true), null, 'nothing to wait for');
+    await until(() => onB.got.length === 1, 'delivered one-way');
+    hub.versions.delete(b.id);
+  });
+
   it('announces durable entries to version 4 peers in fields older brokers ignore', () => {
     const l = new LocalInterest('inc');
     l.add(liveKey('mqtt', undefined, 'a/#'), 'a/#', 'mqtt', undefined);
