@@ -10,7 +10,7 @@
  */
 import { readFileSync } from 'node:fs';
 import type { Access } from '../../control/index.js';
-import type { DurableSubscribers, Message, QoS, QueuedEntry, SessionRecord, SessionStore, Subscription } from '../../core/index.js';
+import type { Message, QoS, QueuedEntry, SessionRecord, SessionStore, Subscription } from '../../core/index.js';
 import { FlowError, isFlowError } from '../../core/index.js';
 import { LogLimiter } from '../../util/log-limit.js';
 import type { AdapterContext } from '../types.js';
@@ -89,7 +89,7 @@ export interface MqttHubStats {
   throttled: number;
 }
 
-export class MqttHub implements MqttClusterHost<MqttSession>, DurableSubscribers {
+export class MqttHub implements MqttClusterHost<MqttSession> {
   readonly sessions = new Map<string, MqttSession>();
   readonly store: SessionStore;
   /** Every open connection of every listener (keep-alive and connect-timeout checks run over it). */
@@ -185,11 +185,7 @@ export class MqttHub implements MqttClusterHost<MqttSession>, DurableSubscribers
     if (this.cluster === null) {
       const now = Date.now();
       for (const rec of await this.store.listSessions('mqtt')) this.load(rec, now, undefined);
-    } else {
-      this.cluster.start();
-      // Publishes of other brokers that wait for our persistent sessions ask us (src/cluster/live-durable.ts).
-      this.ctx.engine.durable = this;
-    }
+    } else this.cluster.start();
     this.tickTimer = setInterval(() => this.tick(), this.opts.tickMs);
     this.tickTimer.unref();
     if (this.opts.sysIntervalMs > 0) {
@@ -479,29 +475,6 @@ export class MqttHub implements MqttClusterHost<MqttSession>, DurableSubscribers
     void this.store
       .putSession({ clientId: s.clientId, protocol: 'mqtt', state: JSON.stringify(state), expiresAt, updatedAt: Date.now() }, s.epoch)
       .catch((err: unknown) => this.storeFailed('putSession', err, s.clientId));
-  }
-
-  // ---------------------------------------------------------------- storing subscribers (cluster mode)
-
-  /** DurableSubscribers: whether this broker owns and serves the persistent session `key` now. */
-  holds(key: string): { state: 'owned'; token: unknown } | { state: 'elsewhere' | 'nothing' } {
-    const epoch = this.cluster?.epochOf(key);
-    if (epoch === undefined) return { state: 'elsewhere' };
-    const s = this.sessions.get(key);
-    if (s === undefined || s.ended || !s.persistent) return { state: 'nothing' };
-    if (s.epoch !== epoch) return { state: 'elsewhere' };
-    return { state: 'owned', token: { s, epoch, failed: s.failedWrites } };
-  }
-
-  /** DurableSubscribers: the store writes of what was delivered so far (see queueWrites). */
-  written(): Promise<void> | null {
-    return this.queueWrites();
-  }
-
-  /** DurableSubscribers: still served here as when `holds` answered, with no failed write since. */
-  stored(key: string, token: unknown): boolean {
-    const t = token as { s: MqttSession; epoch: number; failed: number };
-    return this.sessions.get(key) === t.s && !t.s.ended && t.s.failedWrites === t.failed && this.cluster?.epochOf(key) === t.epoch;
   }
 
   // ---------------------------------------------------------------- offline queue
