@@ -108,7 +108,7 @@ export class DurableForwarding {
     /** Pairs whose session ended meanwhile, or whose owner speaks an older channel version: not waited for. */
     gone: 0,
     unstored: 0,
-    /** Pairs refused because too many were held already (MAX_HELD). */
+    /** Pairs refused because too many were held already (MAX_HELD), or held when the broker stopped. */
     refused: 0,
     /** live.store requests served, and sessions answered as not owned here. */
     served: 0,
@@ -159,7 +159,7 @@ export class DurableForwarding {
   /** Queues an item for its session (in forwarding order), starting its retry loop if the session was not held. */
   hold(item: Item): void {
     if (this.closed) {
-      item.wait.done();
+      item.wait.fail(new FlowError('STORAGE_ERROR', 'the broker is shutting down'));
       return;
     }
     if (this.heldItems >= MAX_HELD) {
@@ -265,7 +265,6 @@ export class DurableForwarding {
       }
     } finally {
       if (this.held.get(session) === h && h.items.length === 0) this.held.delete(session);
-      else if (this.held.get(session) === h && this.closed) this.finish(h, h.items.length, 'unstored');
     }
   }
 
@@ -399,10 +398,18 @@ export class DurableForwarding {
     return { ...this.stats, heldSessions: this.held.size, heldNow: this.heldItems, orphanedSessions: this.interest.orphans.size };
   }
 
-  /** Stops retrying: what is held is given up (its publishers' connections are closing with this broker). */
+  /**
+   * Stops retrying: what is held is refused as not stored (its publishers, whose connections close with this broker,
+   * get no acknowledgement for it, or a negative one: they send it again elsewhere).
+   */
   close(): void {
     this.closed = true;
-    for (const h of this.held.values()) this.finish(h, h.items.length, 'unstored');
+    const err = new FlowError('STORAGE_ERROR', 'the broker is shutting down before the persistent sessions it reaches stored it');
+    for (const h of this.held.values()) {
+      this.stats.refused += h.items.length;
+      this.heldItems -= h.items.length;
+      for (const it of h.items.splice(0)) it.wait.fail(err);
+    }
     this.held.clear();
   }
 }
