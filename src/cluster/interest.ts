@@ -13,6 +13,13 @@
  * Filters are parsed by their rule as the engine parses them (an MQTT filter, a NATS subject), and matched with the
  * same `$` rule, so a broker is sent exactly what its own engine would deliver to some subscription (before
  * authorization, which the receiving broker applies).
+ *
+ * Durable entries (channel version 4, issue 30): besides the deduplicated entries, a broker announces the QoS 1/2
+ * subscriptions of the subscribers that store what they receive (MQTT persistent sessions), one entry per (session
+ * key, filter), in the fields `d` (deltas) and `ds` (snapshot) that brokers of version 3 ignore. A publishing broker
+ * matches them to know which sessions of which broker a QoS 1/2 publish must be stored by before it is acknowledged
+ * (live-durable.ts). When a broker dies its durable entries are kept as orphans (its sessions still exist, their next
+ * owner will serve them) until another broker announces the session or the session is known to be elsewhere or gone.
  */
 import { isReservedTopic, liveKey, natsSubjectNamespace, parseBindingKey, TopicTrie, type Level } from '../core/index.js';
 
@@ -22,6 +29,9 @@ export type Rule = 'mqtt' | 'nats';
 export type WireEntry = [string, string, string | null];
 /** A delta operation: [1 add | 0 remove, rule, filter, group]. */
 export type WireOp = [0 | 1, string, string, string | null];
+
+/** A durable delta operation: [1 add | 0 remove, session key, MQTT filter]. */
+export type DurableOp = [0 | 1, string, string];
 
 /** Body of `live.interest` (deltas) and of `live.snapshot`'s reply (full). */
 export interface InterestMessage {
@@ -33,6 +43,10 @@ export interface InterestMessage {
   o?: WireOp[];
   /** Every entry (snapshot). */
   e?: WireEntry[];
+  /** Durable deltas (version 4). */
+  d?: DurableOp[];
+  /** Every durable entry, [session key, filter] (snapshot, version 4). */
+  ds?: Array<[string, string]>;
 }
 
 interface LocalEntry {
@@ -45,6 +59,9 @@ interface LocalEntry {
 export class LocalInterest {
   private readonly entries = new Map<string, LocalEntry>();
   private pending: WireOp[] = [];
+  /** Durable entries by session key and filter (`key\0filter`), counted. */
+  private readonly durables = new Map<string, { session: string; filter: string; count: number }>();
+  private pendingDurable: DurableOp[] = [];
   /** Sequence number of the last delta taken. */
   seq = 0;
 
@@ -77,6 +94,33 @@ export class LocalInterest {
     return true;
   }
 
+  /** One more QoS 1/2 subscription of a storing subscriber (an MQTT persistent session); true when new. */
+  addDurable(session: string, filter: string): boolean {
+    const k = `${session}\u0000${filter}`;
+    const e = this.durables.get(k);
+    if (e !== undefined) {
+      e.count++;
+      return false;
+    }
+    this.durables.set(k, { session, filter, count: 1 });
+    this.pendingDurable.push([1, session, filter]);
+    return true;
+  }
+
+  removeDurable(session: string, filter: string): boolean {
+    const k = `${session}\u0000${filter}`;
+    const e = this.durables.get(k);
+    if (e === undefined) return false;
+    if (--e.count > 0) return false;
+    this.durables.delete(k);
+    this.pendingDurable.push([0, session, filter]);
+    return true;
+  }
+
+  get durableSize(): number {
+    return this.durables.size;
+  }
+
   /** This broker has subscriptions of `key` (a shared group's members, say). */
   has(key: string): boolean {
     return this.entries.has(key);
@@ -84,17 +128,24 @@ export class LocalInterest {
 
   /** The pending deltas as one numbered message, or null when there are none. */
   takeDelta(): InterestMessage | null {
-    if (this.pending.length === 0) return null;
+    if (this.pending.length === 0 && this.pendingDurable.length === 0) return null;
     const o = this.pending;
     this.pending = [];
-    return { i: this.incarnation, s: ++this.seq, o };
+    const msg: InterestMessage = { i: this.incarnation, s: ++this.seq, o };
+    if (this.pendingDurable.length > 0) {
+      msg.d = this.pendingDurable;
+      this.pendingDurable = [];
+    }
+    return msg;
   }
 
   /** Every entry, as of the last delta taken (pending ones are included: a peer that gets both applies them twice, harmlessly). */
   snapshot(): InterestMessage {
     const e: WireEntry[] = [];
     for (const x of this.entries.values()) e.push([x.rule === 'nats' ? 'n' : 'm', x.filter, x.group]);
-    return { i: this.incarnation, s: this.seq, e };
+    const msg: InterestMessage = { i: this.incarnation, s: this.seq, e };
+    if (this.durables.size > 0) msg.ds = [...this.durables.values()].map((x) => [x.session, x.filter]);
+    return msg;
   }
 }
 
@@ -108,15 +159,34 @@ export interface RemoteEntry {
   readonly levels: readonly Level[];
 }
 
+/** A QoS 1/2 subscription of a storing subscriber (an MQTT persistent session) of another broker. */
+export interface DurableEntry {
+  /** The broker that announced it (for an orphan: the dead broker it was on). */
+  readonly broker: number;
+  readonly session: string;
+  readonly filter: string;
+  readonly levels: readonly Level[];
+  /** Its broker is dead or restarted: the session waits for its next owner. */
+  orphan: boolean;
+}
+
 interface Peer {
   incarnation: string;
   seq: number;
   entries: Map<string, RemoteEntry>;
+  /** Durable entries by `session\0filter`. */
+  durables: Map<string, DurableEntry>;
 }
 
 export class RemoteInterest {
   readonly trie = new TopicTrie<RemoteEntry>();
+  /** Durable entries of every peer, and orphans of dead ones. */
+  readonly durable = new TopicTrie<DurableEntry>();
   private readonly peers = new Map<number, Peer>();
+  /** Live peers announcing each session (count of entries per broker). */
+  private readonly sessions = new Map<string, Map<number, number>>();
+  /** Orphaned durable entries by session key: sessions of dead brokers waiting for their next owner. */
+  readonly orphans = new Map<string, DurableEntry[]>();
 
   /** Entries of every peer together: 0 means no other broker wants anything. */
   get size(): number {
@@ -132,12 +202,14 @@ export class RemoteInterest {
     return [...this.peers.keys()];
   }
 
-  /** Replaces a peer's table with a snapshot. */
+  /** Replaces a peer's table with a snapshot (the durable entries of an earlier incarnation become orphans). */
   replace(id: number, msg: InterestMessage): void {
-    this.drop(id);
-    const p: Peer = { incarnation: msg.i, seq: msg.s, entries: new Map() };
+    const old = this.peers.get(id);
+    this.drop(id, old !== undefined && old.incarnation !== msg.i);
+    const p: Peer = { incarnation: msg.i, seq: msg.s, entries: new Map(), durables: new Map() };
     this.peers.set(id, p);
     for (const [r, filter, group] of msg.e ?? []) this.add(id, p, r, filter, group);
+    for (const [session, filter] of msg.ds ?? []) this.addDurable(id, p, session, filter);
   }
 
   /**
@@ -154,15 +226,81 @@ export class RemoteInterest {
       if (op === 1) this.add(id, p, r, filter, group);
       else this.remove(p, r, filter, group);
     }
+    for (const [op, session, filter] of msg.d ?? []) {
+      if (op === 1) this.addDurable(id, p, session, filter);
+      else this.removeDurable(id, p, session, filter);
+    }
     return true;
   }
 
-  /** Forgets a peer's table (it died, or restarted as a new incarnation). */
-  drop(id: number): void {
+  /**
+   * Forgets a peer's table. `orphan` (it died, or restarted as a new incarnation): its durable entries stay, as
+   * orphans, for the sessions' next owner.
+   */
+  drop(id: number, orphan = false): void {
     const p = this.peers.get(id);
     if (p === undefined) return;
     for (const e of p.entries.values()) this.trie.remove(e.levels, e);
+    for (const e of p.durables.values()) {
+      this.uncount(e.session, id);
+      if (orphan && !this.sessions.has(e.session)) {
+        e.orphan = true;
+        const list = this.orphans.get(e.session);
+        if (list === undefined) this.orphans.set(e.session, [e]);
+        else list.push(e);
+      } else this.durable.remove(e.levels, e);
+    }
     this.peers.delete(id);
+  }
+
+  /** Live peers announcing durable entries of `session`. */
+  brokersOf(session: string): ReadonlyMap<number, number> | undefined {
+    return this.sessions.get(session);
+  }
+
+  /** Forgets the orphaned entries of `session` (its next owner announced it, or it is known to be gone). */
+  dropOrphans(session: string): void {
+    const list = this.orphans.get(session);
+    if (list === undefined) return;
+    for (const e of list) this.durable.remove(e.levels, e);
+    this.orphans.delete(session);
+  }
+
+  private addDurable(id: number, p: Peer, session: string, filter: string): void {
+    const k = `${session}\u0000${filter}`;
+    if (p.durables.has(k)) return;
+    let levels: Level[];
+    try {
+      levels = parseBindingKey(filter, 'mqtt', false, null);
+    } catch {
+      return;
+    }
+    const e: DurableEntry = { broker: id, session, filter, levels, orphan: false };
+    p.durables.set(k, e);
+    this.durable.add(levels, e);
+    let m = this.sessions.get(session);
+    if (m === undefined) this.sessions.set(session, (m = new Map<number, number>()));
+    m.set(id, (m.get(id) ?? 0) + 1);
+    // Announced by a live broker: the session has its owner again.
+    this.dropOrphans(session);
+  }
+
+  private removeDurable(id: number, p: Peer, session: string, filter: string): void {
+    const k = `${session}\u0000${filter}`;
+    const e = p.durables.get(k);
+    if (e === undefined) return;
+    p.durables.delete(k);
+    this.durable.remove(e.levels, e);
+    this.uncount(session, id);
+  }
+
+  private uncount(session: string, id: number): void {
+    const m = this.sessions.get(session);
+    if (m === undefined) return;
+    const n = (m.get(id) ?? 0) - 1;
+    if (n > 0) m.set(id, n);
+    else m.delete(id);
+    if (m.size === 0) this.sessions.delete(session);
   }
 
   private add(id: number, p: Peer, r: string, filter: string, group: string | null): void {

@@ -21,15 +21,21 @@
  * - Users and policies: the `control` notify after a change made here; the others refresh their directory at once
  *   (wired in src/broker.ts; see Directory.announce / refreshNow).
  *
- * One-way messages are best effort (types.ts: dropped while a peer cannot be reached), as live delivery is on a
+ * - Persistent sessions (live-durable.ts, issue 30): a QoS 1/2 publish whose publisher waits (Engine.publish `acked`,
+ *   the MQTT adapter) and that reaches persistent sessions of other brokers (durable interest entries) is sent in a
+ *   `live.store` request, the tick's whole batch to that peer (so the order of the batch is kept), and acknowledged
+ *   once those sessions stored it; what their owner cannot take now is held here for the session's next owner.
+ *
+ * Other one-way messages are best effort (types.ts: dropped while a peer cannot be reached), as live delivery is on a
  * single broker to a subscriber whose connection drops.
  */
 import type { Logger } from 'pino';
 import { FlowError, isReservedTopic, type Engine, type LiveHook, type Message } from '../core/index.js';
 import type { Cluster } from './cluster.js';
-import { LocalInterest, RemoteInterest, type InterestMessage, type RemoteEntry, type Rule } from './interest.js';
+import { LocalInterest, RemoteInterest, type DurableEntry, type InterestMessage, type RemoteEntry, type Rule } from './interest.js';
 import type { PeerChannel } from './types.js';
-import { call, cast, castAll, RPC, serve, type LivePublishHead } from './rpc.js';
+import { call, cast, castAll, RPC, serve, type LivePublishHead, type LiveStoreHead } from './rpc.js';
+import { DurableForwarding, extrasOf, Wait, type Item } from './live-durable.js';
 import { decodeMessage, encodeMessage, packBuffers, unpackBuffers } from './wire.js';
 
 /** Messages for one peer are sent at the latest once their encoded size passes this (then again next tick). */
@@ -46,6 +52,9 @@ interface Outgoing {
   groups: Array<[number, string[]]>;
   extras: Array<[number, string | null, string | null, string | null]>;
   bytes: number;
+  /** Messages to be stored by sessions there (the batch goes as a live.store request), with their items. */
+  stores: LiveStoreHead['s'];
+  items: Item[][];
 }
 
 const NO_GROUPS: ReadonlySet<string> = new Set();
@@ -80,7 +89,14 @@ export class Live implements LiveHook {
   private readonly channel: PeerChannel;
   private readonly engine: Engine;
   private readonly logger: Logger;
+  readonly durable: DurableForwarding;
   private readonly out = new Map<number, Outgoing>();
+  /** The wait of the current acked forward, and its message's encoding (reused by divert). */
+  private wait: Wait | null = null;
+  private curMsg: Message | null = null;
+  private curEncoded: Buffer | null = null;
+  private curSeq = 0;
+  private readonly diverted: string[] = [];
   private flushScheduled = false;
   private interestDirty = false;
   /** Peers whose snapshot is being fetched, with the deltas that arrived meanwhile. */
@@ -102,6 +118,7 @@ export class Live implements LiveHook {
     this.engine = opts.engine;
     this.logger = opts.logger;
     this.local = new LocalInterest(opts.cluster.incarnation);
+    this.durable = new DurableForwarding(opts.cluster, opts.channel, opts.engine, this.remoteInterest, opts.logger);
     this.timer = setInterval(() => this.sync(), opts.syncMs ?? SYNC_MS);
     this.timer.unref();
   }
@@ -137,15 +154,38 @@ export class Live implements LiveHook {
   // ---------------------------------------------------------------- LiveHook
 
   get remote(): number {
-    return this.remoteInterest.size;
+    return this.remoteInterest.size + this.remoteInterest.durable.size + this.durable.heldSessions;
   }
 
-  subscribed(key: string, filter: string, rule: Rule, group: string | undefined): void {
-    if (this.local.add(key, filter, rule, group)) this.interestChanged();
+  subscribed(key: string, filter: string, rule: Rule, group: string | undefined, durable?: string): void {
+    let changed = this.local.add(key, filter, rule, group);
+    if (durable !== undefined && group === undefined && rule === 'mqtt' && this.local.addDurable(durable, filter)) changed = true;
+    if (changed) this.interestChanged();
   }
 
-  unsubscribed(key: string, _filter: string, _rule: Rule, _group: string | undefined): void {
-    if (this.local.remove(key)) this.interestChanged();
+  unsubscribed(key: string, filter: string, rule: Rule, group: string | undefined, durable?: string): void {
+    let changed = this.local.remove(key);
+    if (durable !== undefined && group === undefined && rule === 'mqtt' && this.local.removeDurable(durable, filter)) changed = true;
+    if (changed) this.interestChanged();
+  }
+
+  divert(key: string, msg: Message): boolean {
+    if (!this.durable.isHeld(key) || msg !== this.curMsg) return false;
+    // Held for it once (a session with several matching subscriptions is asked once per subscription).
+    if (this.diverted.includes(key)) return true;
+    this.diverted.push(key);
+    const w = (this.wait ??= new Wait());
+    w.left++;
+    this.durable.hold({ session: key, body: (this.curEncoded ??= encodeMessage(msg)), x: extrasOf(msg), wait: w, seq: this.curSeq });
+    return true;
+  }
+
+  takeAcked(): Promise<void> | null {
+    const w = this.wait;
+    this.wait = null;
+    this.curMsg = null;
+    this.curEncoded = null;
+    return w === null || w.left === 0 ? null : w.promise;
   }
 
   wants(topic: string): boolean {
@@ -171,8 +211,32 @@ export class Live implements LiveHook {
     else if (!list.includes(e.broker)) list.push(e.broker);
   };
 
-  forward(msg: Message): number {
+  /** Sessions matched by an acked forward: the durable entry chosen for each (a live broker's before an orphan). */
+  private readonly mSessions = new Map<string, DurableEntry>();
+  /** Other live brokers listing a matched session (a stale table: its old owner's removal not arrived yet). */
+  private readonly mOthers: DurableEntry[] = [];
+  private readonly onDurable = (e: DurableEntry, firstWild: boolean): void => {
+    if (firstWild && this.mDollar) return;
+    const had = this.mSessions.get(e.session);
+    if (had === undefined || (had.orphan && !e.orphan)) {
+      this.mSessions.set(e.session, e);
+      return;
+    }
+    if (e.orphan || had.broker === e.broker) return;
+    // Listed by two live brokers: the one the channel reaches is asked, the other told to skip it.
+    const down = this.unreachable;
+    if (down !== null && down.has(had.broker) && !down.has(e.broker)) {
+      this.mSessions.set(e.session, e);
+      this.mOthers.push(had);
+    } else this.mOthers.push(e);
+  };
+
+  forward(msg: Message, acked = false): number {
     this.skip = null;
+    this.wait = null;
+    this.curMsg = null;
+    this.curEncoded = null;
+    this.diverted.length = 0;
     // Each broker publishes its own statistics under $SYS/broker/ (the same names everywhere): a subscriber sees its
     // broker's, not a mix of all of them.
     if (msg.topic.startsWith(SYS_PREFIX)) return 0;
@@ -184,7 +248,36 @@ export class Live implements LiveHook {
     this.remoteInterest.trie.match(msg.topic, this.onMatch);
     const groups = this.mGroups as Map<string, number[]> | null;
     const targets = this.mPlain.length > 0 ? this.mPlain : null;
-    if (targets === null && groups === null) return 0;
+    // An acked QoS 1/2 publish: the persistent sessions of other brokers it reaches store it before it is acknowledged.
+    let stores: Map<number, string[]> | null = null;
+    let skips: Map<number, string[]> | null = null;
+    if (acked && msg.qos > 0) {
+      this.curMsg = msg;
+      this.curSeq = this.durable.nextSeq();
+      if (this.remoteInterest.durable.size > 0) {
+        this.mSessions.clear();
+        this.mOthers.length = 0;
+        this.remoteInterest.durable.match(msg.topic, this.onDurable);
+        for (const e of this.mOthers) skips = addTo(skips, e.broker, e.session);
+        for (const [session, e] of this.mSessions) {
+          if (e.orphan && this.durable.ownedHere(session)) {
+            // Its next owner is this broker: the local subscription has it.
+            this.remoteInterest.dropOrphans(session);
+            continue;
+          }
+          if (this.durable.isHeld(session) || e.orphan) {
+            // Earlier messages wait for its owner (or its broker died): this one joins them, in order.
+            this.holdFor(session, msg);
+            if (!e.orphan) skips = addTo(skips, e.broker, session);
+            continue;
+          }
+          if (this.durable.tooOld(e.broker)) continue;
+          stores = addTo(stores, e.broker, session);
+        }
+        this.mSessions.clear();
+      }
+    }
+    if (targets === null && groups === null && stores === null) return 0;
     let served: Map<number, string[]> | null = null;
     if (groups !== null) {
       let skip: Set<string> | null = null;
@@ -214,24 +307,31 @@ export class Live implements LiveHook {
       }
       this.skip = skip;
     }
-    let encoded: Buffer | null = null;
     let count = 0;
-    if (targets !== null) {
-      for (const b of targets) {
-        encoded ??= encodeMessage(msg);
-        this.enqueue(b, encoded, (served as Map<number, string[]> | null)?.get(b) ?? null, msg);
-        count++;
-      }
-    }
-    if (served !== null) {
-      for (const [b, keys] of served as Map<number, string[]>) {
-        if (targets !== null && targets.includes(b)) continue;
-        encoded ??= encodeMessage(msg);
-        this.enqueue(b, encoded, keys, msg);
-        count++;
-      }
-    }
+    const sent = this.sentTo;
+    sent.length = 0;
+    const st = stores as Map<number, string[]> | null;
+    const sk = skips as Map<number, string[]> | null;
+    const sv = served as Map<number, string[]> | null;
+    const send = (b: number) => {
+      if (sent.includes(b)) return;
+      sent.push(b);
+      this.enqueue(b, (this.curEncoded ??= encodeMessage(msg)), sv?.get(b) ?? null, msg, st?.get(b) ?? null, sk?.get(b) ?? null);
+      count++;
+    };
+    if (targets !== null) for (const b of targets) send(b);
+    if (sv !== null) for (const b of sv.keys()) send(b);
+    if (st !== null) for (const b of st.keys()) send(b);
     return count;
+  }
+
+  private readonly sentTo: number[] = [];
+
+  /** Holds the current acked message for `session` (its earlier messages wait for its owner). */
+  private holdFor(session: string, msg: Message): void {
+    const w = (this.wait ??= new Wait());
+    w.left++;
+    this.durable.hold({ session, body: (this.curEncoded ??= encodeMessage(msg)), x: extrasOf(msg), wait: w, seq: this.curSeq });
   }
 
   retainedChanged(topic: string, msg: Message | null): void {
@@ -252,13 +352,26 @@ export class Live implements LiveHook {
 
   // ---------------------------------------------------------------- outgoing
 
-  private enqueue(to: number, encoded: Buffer, groups: string[] | null, msg: Message): void {
+  private enqueue(to: number, encoded: Buffer, groups: string[] | null, msg: Message, stores: string[] | null, skips: string[] | null): void {
     let o = this.out.get(to);
     if (o === undefined) {
-      o = { msgs: [], groups: [], extras: [], bytes: 0 };
+      o = { msgs: [], groups: [], extras: [], bytes: 0, stores: [], items: [] };
       this.out.set(to, o);
     }
     if (groups !== null) o.groups.push([o.msgs.length, groups]);
+    if (stores !== null || skips !== null) {
+      o.stores.push([o.msgs.length, stores ?? [], skips ?? [], 0]);
+      const items: Item[] = [];
+      if (stores !== null) {
+        const w = (this.wait ??= new Wait());
+        const x = extrasOf(msg);
+        for (const session of stores) {
+          w.left++;
+          items.push({ session, body: encoded, x, wait: w, seq: this.curSeq });
+        }
+      }
+      o.items.push(items);
+    }
     if (msg.deliverTopic !== undefined || msg.status !== undefined || msg.guardTopic !== undefined) {
       o.extras.push([o.msgs.length, msg.deliverTopic ?? null, msg.status ?? null, msg.guardTopic ?? null]);
     }
@@ -295,9 +408,35 @@ export class Live implements LiveHook {
   }
 
   private sendBatch(to: number, o: Outgoing): void {
+    this.stats.forwardedBatches++;
+    if (o.stores.length > 0) {
+      // Some messages are to be stored by sessions there: the batch goes as a request, answered once they are.
+      const head: LiveStoreHead = { g: o.groups, s: o.stores };
+      if (o.extras.length > 0) head.x = o.extras;
+      const items = o.items;
+      const stores = o.stores;
+      this.durable.stats.storeRequests++;
+      call(this.channel, to, RPC.liveStore, head, { tail: packBuffers(o.msgs) }).then(
+        ({ head: reply }) => {
+          const missing = new Map(reply.m);
+          const ok: Item[] = [];
+          const again: Item[] = [];
+          for (let k = 0; k < stores.length; k++) {
+            const m = missing.get(stores[k][0]);
+            for (const it of items[k]) (m !== undefined && m.includes(it.session) ? again : ok).push(it);
+          }
+          this.durable.storedFirst(ok);
+          if (again.length > 0) this.durable.failed(to, again);
+        },
+        (err: unknown) => {
+          this.logger.debug({ err, broker: to }, 'live: a batch for persistent sessions was not stored; holding it for their owners');
+          this.durable.failed(to, items.flat());
+        },
+      );
+      return;
+    }
     const head: LivePublishHead = o.extras.length > 0 ? { g: o.groups, x: o.extras } : { g: o.groups };
     cast(this.channel, to, RPC.livePublish, head, packBuffers(o.msgs));
-    this.stats.forwardedBatches++;
   }
 
   private flushInterest(): void {
@@ -397,7 +536,7 @@ export class Live implements LiveHook {
         const b = this.cluster.broker(id);
         // A snapshot of an incarnation the view knows to be gone is void.
         if (b !== undefined && (!b.alive || b.incarnation !== snap.i)) {
-          this.remoteInterest.drop(id);
+          this.remoteInterest.drop(id, true);
           return;
         }
         this.remoteInterest.replace(id, snap);
@@ -423,8 +562,10 @@ export class Live implements LiveHook {
     for (const id of this.remoteInterest.peerIds()) {
       const b = this.cluster.broker(id);
       const p = this.remoteInterest.peer(id)!;
-      if (b === undefined || !b.alive || b.incarnation !== p.incarnation) this.remoteInterest.drop(id);
+      // Its persistent sessions' entries stay as orphans: they wait for their next owner (live-durable.ts).
+      if (b === undefined || !b.alive || b.incarnation !== p.incarnation) this.remoteInterest.drop(id, true);
     }
+    this.durable.beat();
     const peers = this.peers();
     this.unreachable = new Set(this.channel.unreachable());
     for (const id of peers) if (this.remoteInterest.peer(id) === undefined) this.fetchSnapshot(id);
@@ -489,6 +630,9 @@ export class Live implements LiveHook {
       ...this.stats,
       localInterest: this.local.size,
       remoteInterest: this.remoteInterest.size,
+      localDurable: this.local.durableSize,
+      remoteDurable: this.remoteInterest.durable.size,
+      durable: this.durable.figures(),
       peers: Object.fromEntries(this.remoteInterest.peerIds().map((id) => [id, this.remoteInterest.peer(id)!.size])),
     };
   }
@@ -497,9 +641,19 @@ export class Live implements LiveHook {
     if (this.closed) return;
     this.flush();
     this.closed = true;
+    this.durable.close();
     clearInterval(this.timer);
     if (this.engine.live === this) this.engine.live = null;
   }
+}
+
+/** Adds `session` to the list of `broker` (once), making the map if needed. */
+function addTo(map: Map<number, string[]> | null, broker: number, session: string): Map<number, string[]> {
+  const m = map ?? new Map<number, string[]>();
+  const list = m.get(broker);
+  if (list === undefined) m.set(broker, [session]);
+  else if (!list.includes(session)) list.push(session);
+  return m;
 }
 
 /** The directory's side of the `control` notify (src/control/directory.ts), kept structural: cluster imports no control. */

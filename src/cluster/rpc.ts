@@ -18,8 +18,11 @@ import type { InterestMessage } from './interest.js';
 import type { PeerChannel } from './types.js';
 import { decodeBody, encodeBody } from './wire.js';
 
-/** The newest channel version this broker speaks. */
-export const CHANNEL_VERSION = 3;
+/**
+ * The newest channel version this broker speaks. 4: `live.store` (QoS 1/2 publishes stored by the owners of the
+ * persistent sessions they reach before they are acknowledged) and durable interest entries (`d`, `ds`).
+ */
+export const CHANNEL_VERSION = 4;
 /** The oldest version a peer may speak and still be let in. */
 export const MIN_CHANNEL_VERSION = 1;
 
@@ -140,7 +143,17 @@ const obj = (props: Record<string, Schema>, optional: string[] = []): Schema => 
 });
 const offsets = obj({ logStartOffset: int, highWatermark: int });
 const queueStats = obj({ ready: int, unacked: int, bytes: int, consumers: int });
-const interest = obj({ i: str, s: int, o: arrayOf(tuple({ enum: [0, 1] }, str, str, strOrNull)), e: arrayOf(tuple(str, str, strOrNull)) }, ['o', 'e']);
+const interest = obj(
+  {
+    i: str,
+    s: int,
+    o: arrayOf(tuple({ enum: [0, 1] }, str, str, strOrNull)),
+    e: arrayOf(tuple(str, str, strOrNull)),
+    d: arrayOf(tuple({ enum: [0, 1] }, str, str)),
+    ds: arrayOf(tuple(str, str)),
+  },
+  ['o', 'e', 'd', 'ds'],
+);
 
 // ------------------------------------------------------------------------------------------------ message types
 
@@ -159,6 +172,15 @@ export interface LivePublishHead {
    * stored-message encoding leaves out. A broker of the version before guard topics sends three elements.
    */
   x?: Array<[number, string | null, string | null, (string | null)?]>;
+}
+/**
+ * live.store: a batch of QoS 1/2 messages (the tail, as live.publish's) to be delivered by the receiver and stored by
+ * the persistent sessions named per message before the answer. `g` and `x` as live.publish's; `s`: [index, session
+ * keys to store it, session keys to skip (the publisher holds it for them, in order), 1 when only the named sessions
+ * get it (a retry: the live subscribers had it on the first attempt)], one per message.
+ */
+export interface LiveStoreHead extends LivePublishHead {
+  s: Array<[number, string[], string[], 0 | 1]>;
 }
 export type QueueStats = { ready: number; unacked: number; bytes: number; consumers: number };
 export interface QueueDeliverItem {
@@ -229,6 +251,22 @@ export const RPC = {
         'x',
       ]),
     ),
+  ),
+  /** The answer: [index, session keys not owned here (the publisher retries them at their owner)], for those with any. */
+  liveStore: rpc(
+    'live.store',
+    4,
+    json<LiveStoreHead>(
+      obj(
+        {
+          g: arrayOf(tuple(int, arrayOf(str))),
+          x: arrayOf({ type: 'array', items: [int, strOrNull, strOrNull, strOrNull], minItems: 3, maxItems: 4 }),
+          s: arrayOf(tuple(int, arrayOf(str), arrayOf(str), { enum: [0, 1] })),
+        },
+        ['x'],
+      ),
+    ),
+    json<{ m: Array<[number, string[]]> }>(obj({ m: arrayOf(tuple(int, arrayOf(str))) })),
   ),
   liveInterest: oneway('live.interest', 1, json<InterestMessage>(interest)),
   liveSync: oneway('live.sync', 1, json<InterestMessage>(interest)),

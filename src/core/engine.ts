@@ -43,6 +43,8 @@ import {
   subscribe,
   unsubscribe,
   type LiveHook,
+  type DurableSubscribers,
+  type ForwardedDurable,
   type PublishInfo,
   type SharedGroup,
   type Subscriber,
@@ -83,6 +85,11 @@ export class Engine implements Router {
    * subscription (the broker does it right after creating the engine); null on a single broker.
    */
   live: LiveHook | null = null;
+  /**
+   * Cluster mode: this broker's storing subscribers (MQTT persistent sessions, set by the MQTT adapter), which the live
+   * side asks when another broker's publish waits for them. null: none.
+   */
+  durable: DurableSubscribers | null = null;
   /**
    * A reserved topic prefix and the one handler its messages go to (DirectTopics); null: no prefix is reserved. Set
    * by the adapter that owns it (AMQP's direct reply-to).
@@ -347,8 +354,8 @@ export class Engine implements Router {
    * subscribers only: no capture by streams or queues, no retain, no forwarding (the publishing broker did all that).
    * `groups`: the shared groups (liveKey) this broker serves for this message; other groups' members skip it.
    */
-  deliverForwarded(msg: Message, groups: ReadonlySet<string>): number {
-    return deliverLive(this, msg, groups);
+  deliverForwarded(msg: Message, groups: ReadonlySet<string>, durable?: ForwardedDurable): number {
+    return deliverLive(this, msg, groups, durable);
   }
 
   /**
@@ -370,7 +377,7 @@ export class Engine implements Router {
    * Returns a promise that resolves when every capturing stream has it durably, or null when no stream
    * captured it (nothing to wait for).
    */
-  publish(msg: Message, info?: PublishInfo): Promise<void> | null {
+  publish(msg: Message, info?: PublishInfo, acked = false): Promise<void> | null {
     validateTopic(msg.topic);
     // A namespace's topics (namespaces.ts) take only its own adapters' publishes: not a NATS or AMQP client of
     // another namespace spelling `$ns.<ns>.x`. Topics not starting with `$` pay one comparison.
@@ -396,8 +403,13 @@ export class Engine implements Router {
       const kept = this.retain(msg);
       if (kept !== null) durable = durable === null ? kept : Promise.all([durable, kept]).then(() => undefined);
     }
-    const delivered = deliverLive(this, msg);
+    const delivered = deliverLive(this, msg, undefined, undefined, acked);
     if (info !== undefined) info.delivered += delivered;
+    if (acked && this.live !== null) {
+      // Cluster mode: the persistent sessions of other brokers it reached have stored it (or hold it for their next owner).
+      const stored = this.live.takeAcked();
+      if (stored !== null) durable = durable === null ? stored : Promise.all([durable, stored]).then(() => undefined);
+    }
     // Queues and exchanges bound on the unified topic space (amq.topic); skipped while there are none.
     if (this.router.topicBindings > 0) {
       const r = this.router.routeTopicSpace(msg);

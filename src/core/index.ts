@@ -4,7 +4,17 @@ export * from './topic.js';
 export * from './trie.js';
 export * from './streams.js';
 export * from './engine.js';
-export { liveKey, newPublishInfo, type LiveHook, type PublishInfo, type Subscriber, type SubscribeOptions, type Subscription } from './subscriptions.js';
+export {
+  liveKey,
+  newPublishInfo,
+  type DurableSubscribers,
+  type ForwardedDurable,
+  type LiveHook,
+  type PublishInfo,
+  type Subscriber,
+  type SubscribeOptions,
+  type Subscription,
+} from './subscriptions.js';
 export { MAX_PARTITIONS, murmur2, partitionFor, type StreamEntry, type StreamSpec } from './stream-defs.js';
 export * from './record-batch.js';
 export { MAX_DECOMPRESSED_BYTES } from './compression.js';

@@ -55,6 +55,40 @@ export interface SubscribeOptions {
    * (namespaces.ts natsSubject): only with it may a NATS subject start with `$ns` (matcher.ts parseBindingKey).
    */
   namespace?: string;
+  /**
+   * Cluster mode: the key of a subscriber that stores what it receives (an MQTT persistent session, on a QoS 1/2
+   * subscription that is not shared). Announced to the other brokers, so that a QoS 1/2 publish elsewhere is
+   * acknowledged only once this subscriber's broker stored it (the LiveHook's `acked`). Without effect on a single broker.
+   */
+  durable?: string;
+}
+
+/**
+ * What a broker's storing subscribers (MQTT persistent sessions) tell the cluster's live side (Engine.durable), to
+ * serve a publish forwarded by another broker that waits for them: whether this broker holds a session now, and when
+ * what was delivered to it is stored.
+ */
+export interface DurableSubscribers {
+  /**
+   * 'owned' with a token when this broker owns and serves the subscriber `key` now (it stores what it is given);
+   * 'elsewhere' when it does not (the publisher retries at its owner); 'nothing' when it owns `key` but has nothing
+   * that stores (the session ended or is not persistent any more: nothing to wait for).
+   */
+  holds(key: string): { state: 'owned'; token: unknown } | { state: 'elsewhere' | 'nothing' };
+  /** Settles once the store writes of what was delivered so far have settled; null when none is pending. */
+  written(): Promise<void> | null;
+  /** After written(): still held under the same token, and no write of it failed since the token was taken. */
+  stored(key: string, token: unknown): boolean;
+}
+
+/** A forwarded message that waits for storing subscribers (Engine.deliverForwarded). */
+export interface ForwardedDurable {
+  /** Storing subscribers (DurableSubscribers keys) it is for. */
+  names: ReadonlySet<string>;
+  /** Storing subscribers it must not reach here (the publishing broker holds it for them). */
+  skip: ReadonlySet<string> | null;
+  /** Only `names` get it (a retry: the other subscribers had it). */
+  only: boolean;
 }
 
 export interface Subscription {
@@ -103,17 +137,29 @@ export interface LiveHook {
    * A live subscription appeared here (called once per subscription, the hook counts): its filter as given, its rule
    * and its shared group. `key` identifies the interest (liveKey): equal for subscriptions that match alike.
    */
-  subscribed(key: string, filter: string, rule: 'mqtt' | 'nats', group: string | undefined): void;
-  unsubscribed(key: string, filter: string, rule: 'mqtt' | 'nats', group: string | undefined): void;
-  /** How many interest entries other brokers hold: 0 means no forwarding at all (checked before every forward). */
+  subscribed(key: string, filter: string, rule: 'mqtt' | 'nats', group: string | undefined, durable?: string): void;
+  unsubscribed(key: string, filter: string, rule: 'mqtt' | 'nats', group: string | undefined, durable?: string): void;
+  /**
+   * How many interest entries other brokers hold, plus the storing subscribers the hook holds messages for: 0 means no
+   * forwarding at all (checked before every forward).
+   */
   readonly remote: number;
   /**
    * A message published through this broker (once, before local delivery): queues it for every broker that wants it
    * and returns how many. Shared groups with members on several brokers are served by one broker per message; the
    * groups given to another broker are left in `skip` (their liveKey) until the next call, for local delivery to pass.
+   * `acked` (a QoS 1/2 publish whose publisher waits): the storing subscribers of other brokers it reaches must have
+   * stored it before `takeAcked()`'s promise resolves.
    */
-  forward(msg: Message): number;
+  forward(msg: Message, acked: boolean): number;
   readonly skip: ReadonlySet<string> | null;
+  /**
+   * During an acked forward: the storing subscriber `key` of this broker has earlier messages held by the hook (its
+   * owner changed, they wait for it): true when the hook took this message for it too, to keep their order.
+   */
+  divert(key: string, msg: Message): boolean;
+  /** The wait of the last acked forward (null: nothing to wait for), cleared by the call. */
+  takeAcked(): Promise<void> | null;
   /** True when another broker has live interest matching `topic` (NATS no-responders, JetStream push consumers). */
   wants(topic: string): boolean;
   /** The retained message of `topic` was written to (or, null, deleted from) the store. */
@@ -141,7 +187,8 @@ export function subscribe(t: LiveTable, filter: string, subscriber: Subscriber, 
   // A NATS subject is parsed into unified levels once here (and again at unsubscribe): `>` is the trie's REST.
   const pattern = nats ? parseBindingKey(filter, 'nats', true, options.namespace ?? null) : (validateFilter(filter), filter);
   const sub: Subscription = { filter, subscriber, options };
-  if (t.live !== null && options.local !== true) t.live.subscribed(liveKey(options.rule, options.group, filter), filter, nats ? 'nats' : 'mqtt', options.group);
+  if (t.live !== null && options.local !== true)
+    t.live.subscribed(liveKey(options.rule, options.group, filter), filter, nats ? 'nats' : 'mqtt', options.group, options.durable);
   if (options.group === undefined) {
     t.subs.add(pattern, sub);
     return sub;
@@ -161,7 +208,13 @@ export function unsubscribe(t: LiveTable, sub: Subscription): void {
   const pattern = sub.options.rule === 'nats' ? parseBindingKey(sub.filter, 'nats', true, sub.options.namespace ?? null) : sub.filter;
   if (sub.options.group === undefined) {
     if (t.subs.remove(pattern, sub) && t.live !== null && sub.options.local !== true)
-      t.live.unsubscribed(liveKey(sub.options.rule, undefined, sub.filter), sub.filter, sub.options.rule === 'nats' ? 'nats' : 'mqtt', undefined);
+      t.live.unsubscribed(
+        liveKey(sub.options.rule, undefined, sub.filter),
+        sub.filter,
+        sub.options.rule === 'nats' ? 'nats' : 'mqtt',
+        undefined,
+        sub.options.durable,
+      );
     return;
   }
   const key = groupKey(sub);
@@ -180,18 +233,23 @@ export function unsubscribe(t: LiveTable, sub: Subscription): void {
 /**
  * Delivers a message to matching live subscriptions; each subscriber is called once. Returns how many, plus the
  * brokers it was forwarded to (cluster mode). `forwarded`: the message was published on another broker, which
- * forwarded it here with the shared groups this broker serves for it (their liveKey); it goes no further.
+ * forwarded it here with the shared groups this broker serves for it (their liveKey); it goes no further; `durable`
+ * (a forward that waits for storing subscribers) says which of them it is for. `acked`: published here by a client
+ * that waits for the storing subscribers of other brokers (the hook's `acked`).
  */
-export function deliverLive(t: LiveTable, msg: Message, forwarded?: ReadonlySet<string>): number {
+export function deliverLive(t: LiveTable, msg: Message, forwarded?: ReadonlySet<string>, durable?: ForwardedDurable, acked = false): number {
   // Cluster mode, a message published here: the brokers that want it get it (batched by the hook); shared groups
   // spanning brokers are served by the one broker the hook picked. Nothing at all while no other broker has interest.
   let skip: ReadonlySet<string> | null = null;
   let remote = 0;
+  let divert: LiveHook | null = null;
   const hook = t.live;
   if (forwarded === undefined && hook !== null && hook.remote > 0) {
-    remote = hook.forward(msg);
+    remote = hook.forward(msg, acked);
     skip = hook.skip;
+    if (acked && msg.qos > 0) divert = hook;
   }
+  const only = durable !== undefined && durable.only;
   let single: Subscription | undefined;
   let many: Map<Subscriber, Subscription[]> | undefined;
   const add = (s: Subscription) => {
@@ -213,10 +271,18 @@ export function deliverLive(t: LiveTable, msg: Message, forwarded?: ReadonlySet<
     // The `$ns` rule (namespaces.ts) holds for NATS subscriptions too: `>` of one namespace is not another's.
     if (firstWild && dollar && (!('members' in v ? v.nats : v.options.rule === 'nats') || isReservedTopic(msg.topic))) return;
     if ('members' in v) {
+      if (only) return;
       if (forwarded !== undefined ? !forwarded.has(v.key) : skip !== null && skip.has(v.key)) return;
       const s = pickMember(v, undefined);
       if (s !== undefined && admitted(s.options, msg)) add(s);
-    } else if (admitted(v.options, msg) && (forwarded === undefined || v.options.local !== true)) add(v);
+      return;
+    }
+    const d = v.options.durable;
+    if (durable !== undefined) {
+      // A forward that waits for storing subscribers: those named get it, those held by the publisher do not.
+      if (d !== undefined ? !durable.names.has(d) && (only || (durable.skip !== null && durable.skip.has(d))) : only) return;
+    } else if (d !== undefined && divert !== null && divert.divert(d, msg)) return;
+    if (admitted(v.options, msg) && (forwarded === undefined || v.options.local !== true)) add(v);
   });
   if (single !== undefined) {
     t.stats.delivered++;

@@ -403,6 +403,13 @@ describe('live forwarding', () => {
         return false;
       },
       retainedChanged() {},
+      divert() {
+        calls++;
+        return false;
+      },
+      takeAcked() {
+        return null;
+      },
     };
     engine.live = hook;
     const got = new Collector('x');
@@ -492,5 +499,152 @@ describe('users and policies across brokers', () => {
       da.close();
       db.close();
     }
+  });
+});
+
+/**
+ * A broker's persistent sessions as the live side sees them (Engine.durable): owned while the session row names this
+ * broker, "stored" when the write promise of the tick settles (held back by `gate` to prove the publisher waits).
+ */
+class FakeSessions {
+  readonly owned = new Set<string>();
+  gate: Promise<void> | null = null;
+  constructor(private readonly node: Node) {
+    node.engine.durable = this;
+  }
+  holds(key: string): { state: 'owned'; token: unknown } | { state: 'elsewhere' | 'nothing' } {
+    return this.owned.has(key) && this.node.cluster.owns('session', key) !== null ? { state: 'owned', token: key } : { state: 'elsewhere' };
+  }
+  written(): Promise<void> | null {
+    return this.gate;
+  }
+  stored(key: string): boolean {
+    return this.owned.has(key);
+  }
+}
+
+describe('QoS 1/2 publishes to persistent sessions of other brokers (issue 30)', () => {
+  const sessionKind = (n: Node) => n.cluster.register('session', { sticky: true, acquire: () => Promise.resolve(), release: () => Promise.resolve() });
+  const durable = (key: string): SubscribeOptions => ({ qos: 1, durable: key });
+  const qos1 = (topic: string, payload = topic) => msg(topic, payload, { qos: 1 });
+
+  it('are acknowledged once the owner stored them, and held while it cannot be reached until the next owner takes the session, in order', async () => {
+    const { hub, nodes } = await cluster(3);
+    const [a, b, c] = nodes;
+    for (const n of nodes) sessionKind(n);
+    const sb = new FakeSessions(b);
+    const sc = new FakeSessions(c);
+    await b.cluster.claim('session', 'S');
+    sb.owned.add('S');
+    const onB = new Collector('S@b');
+    const subB = b.engine.subscribe('dev/#', onB, durable('S'));
+    const plain = new Collector('plain@b');
+    b.engine.subscribe('dev/#', plain, { qos: 1 });
+    await until(() => a.live.remoteInterest.durable.size === 1 && tableOf(a, b) === 1, "a knows b's durable entry");
+
+    // Stored by b: the publish waits for b's write.
+    let release!: () => void;
+    sb.gate = new Promise((r) => (release = r));
+    let acked = false;
+    const p1 = a.engine.publish(qos1('dev/1', 'm1'), undefined, true);
+    assert.ok(p1 !== null, 'an acked publish reaching a persistent session of b waits');
+    void p1.then(() => (acked = true));
+    await until(() => onB.got.length === 1 && plain.got.length === 1, 'b delivered it');
+    await new Promise((r) => setTimeout(r, 30));
+    assert.equal(acked, false, 'not acknowledged before b stored it');
+    release();
+    sb.gate = null;
+    await p1;
+    // QoS 0 and publishes nobody waits for stay one-way.
+    assert.equal(a.engine.publish(msg('dev/q0'), undefined, true), null);
+    assert.equal(a.engine.publish(qos1('dev/noack')), null);
+    await until(() => onB.got.length === 3, 'one-way deliveries');
+
+    // b cannot be reached: held at a; the session moves to c (b released it, c claimed it and subscribed).
+    hub.disconnect(b.id);
+    const waits: Array<Promise<void>> = [];
+    for (let i = 2; i <= 6; i++) waits.push(a.engine.publish(qos1(`dev/${i}`, `m${i}`), undefined, true)!);
+    await until(() => a.live.durable.heldSessions === 1, 'held for S');
+    let done = 0;
+    for (const w of waits) void w.then(() => done++);
+    await new Promise((r) => setTimeout(r, 100));
+    assert.equal(done, 0, 'nothing acknowledged while the owner cannot be reached');
+    b.engine.unsubscribe(subB);
+    sb.owned.delete('S');
+    await b.cluster.release('session', 'S');
+    // Published while the session has no owner: held behind the others.
+    waits.push(a.engine.publish(qos1('dev/7', 'm7'), undefined, true)!);
+    await c.cluster.claim('session', 'S');
+    sc.owned.add('S');
+    const onC = new Collector('S@c');
+    c.engine.subscribe('dev/#', onC, durable('S'));
+    await Promise.all(waits);
+    assert.deepEqual(
+      onC.got.map((m) => m.payload.toString()),
+      ['m2', 'm3', 'm4', 'm5', 'm6', 'm7'],
+      'every held message stored at the next owner, in order',
+    );
+    assert.equal(a.live.durable.heldSessions, 0);
+    // Then straight to c.
+    await until(() => a.live.remoteInterest.brokersOf('S')?.has(c.id) === true, "a knows c's durable entry");
+    await a.engine.publish(qos1('dev/8', 'm8'), undefined, true);
+    assert.equal(onC.got.at(-1)?.payload.toString(), 'm8');
+    assert.deepEqual(onC.got.map((m) => m.payload.toString()).slice(6), ['m8']);
+    hub.reconnect(b.id);
+  });
+
+  it('a session that ended (no owner row) is not waited for', async () => {
+    const { hub, nodes } = await cluster(2);
+    const [a, b] = nodes;
+    for (const n of nodes) sessionKind(n);
+    const sb = new FakeSessions(b);
+    await b.cluster.claim('session', 'E');
+    sb.owned.add('E');
+    b.engine.subscribe('end/#', new Collector('E@b'), durable('E'));
+    await until(() => a.live.remoteInterest.durable.size === 1, "a knows b's durable entry");
+    hub.disconnect(b.id);
+    const w = a.engine.publish(qos1('end/1'), undefined, true)!;
+    await until(() => a.live.durable.heldSessions === 1, 'held');
+    await b.cluster.forget('session', 'E');
+    await w;
+    assert.equal(a.live.durable.stats.gone, 1);
+    hub.reconnect(b.id);
+  });
+
+  it('a session on a broker of channel version 3 (a rolling upgrade) is not waited for: one-way as before', async () => {
+    const { hub, nodes } = await cluster(2);
+    const [a, b] = nodes;
+    for (const n of nodes) sessionKind(n);
+    const sb = new FakeSessions(b);
+    await b.cluster.claim('session', 'V');
+    sb.owned.add('V');
+    const onB = new Collector('V@b');
+    b.engine.subscribe('old/#', onB, durable('V'));
+    await until(() => a.live.remoteInterest.durable.size === 1, "a knows b's durable entry");
+    hub.versions.set(b.id, 3);
+    assert.equal(a.engine.publish(qos1('old/1'), undefined, true), null, 'nothing to wait for');
+    await until(() => onB.got.length === 1, 'delivered one-way');
+    hub.versions.delete(b.id);
+  });
+
+  it('announces durable entries to version 4 peers in fields older brokers ignore', () => {
+    const l = new LocalInterest('inc');
+    l.add(liveKey('mqtt', undefined, 'a/#'), 'a/#', 'mqtt', undefined);
+    l.addDurable('S', 'a/#');
+    const d = l.takeDelta()!;
+    assert.deepEqual(d.o, [[1, 'm', 'a/#', null]]);
+    assert.deepEqual(d.d, [[1, 'S', 'a/#']]);
+    const r = new RemoteInterest();
+    r.replace(2, { i: 'inc', s: 0, e: [] });
+    assert.equal(r.apply(2, d), true);
+    assert.equal(r.durable.size, 1);
+    // The broker dies: the entry stays as an orphan until the session is announced elsewhere.
+    r.drop(2, true);
+    assert.equal(r.durable.size, 1);
+    assert.equal(r.orphans.size, 1);
+    r.replace(3, { i: 'inc3', s: 0, e: [], ds: [['S', 'a/#']] });
+    assert.equal(r.orphans.size, 0);
+    assert.equal(r.durable.size, 1);
+    assert.deepEqual([...r.brokersOf('S')!.keys()], [3]);
   });
 });

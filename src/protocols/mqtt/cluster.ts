@@ -18,13 +18,14 @@
  * - Every session write carries the epoch (SessionStore fence): a broker that lost a session (fenced, or its lease
  *   expired) can never write it again, and a refused write makes it drop the session (Cluster.fenced).
  *
- * Not covered (said in docs/mqtt.md, "MQTT sessions in cluster mode"): messages published while a session has no
- * owner (between a dead owner's lease expiry and its placement broker's takeover, or in the few ms of a handover)
- * are not queued for it.
+ * QoS 1/2 MQTT publishes on another broker reaching a persistent session owned here are acknowledged once stored here,
+ * and held by the publishing broker while the session has no reachable owner (src/cluster/live-durable.ts, with the
+ * hub as the engine's DurableSubscribers). Not covered (docs/mqtt.md, "MQTT sessions in cluster mode"): QoS 0, shared
+ * subscriptions, wills and other protocols' publishes published while a session has no owner are not queued for it.
  */
 import type { Cluster, OwnershipHandler } from '../../cluster/index.js';
 import { call, RPC, serve } from '../../cluster/index.js';
-import { FlowError, isFlowError } from '../../core/index.js';
+import { FlowError, isFlowError, type DurableSubscribers } from '../../core/index.js';
 import { ReasonCode } from './codec/index.js';
 import type { ClusterSession, MqttClusterHost } from './types.js';
 
@@ -51,7 +52,7 @@ export interface MqttClusterStats {
   unavailable: number;
 }
 
-export class MqttClusterSessions<S extends ClusterSession> {
+export class MqttClusterSessions<S extends ClusterSession> implements DurableSubscribers {
   readonly stats: MqttClusterStats = {
     takeoversAsked: 0,
     takeoversFailed: 0,
@@ -84,6 +85,8 @@ export class MqttClusterSessions<S extends ClusterSession> {
     };
     this.cluster.register('session', handler);
     serve(channel, RPC.sessionTakeover, (from, { clientId }) => this.onTakeover(from, clientId));
+    // Publishes of other brokers that wait for our persistent sessions ask us (src/cluster/live-durable.ts).
+    this.hub.ctx.engine.durable = this;
     serve(channel, RPC.sessionDelete, async (_from, { clientId }) => {
       await this.settled(clientId);
       return { deleted: this.hub.deleteSession(clientId) };
@@ -166,6 +169,29 @@ export class MqttClusterSessions<S extends ClusterSession> {
       if (this.ends.get(clientId) === p) this.ends.delete(clientId);
     });
     this.ends.set(clientId, p);
+  }
+
+  // ---------------------------------------------------------------- storing subscribers (DurableSubscribers)
+
+  /** Whether this broker owns and serves the persistent session `key` now. */
+  holds(key: string): { state: 'owned'; token: unknown } | { state: 'elsewhere' | 'nothing' } {
+    const epoch = this.epochOf(key);
+    if (epoch === undefined) return { state: 'elsewhere' };
+    const s = this.hub.sessions.get(key);
+    if (s === undefined || s.ended || !s.persistent) return { state: 'nothing' };
+    if (s.epoch !== epoch) return { state: 'elsewhere' };
+    return { state: 'owned', token: { s, epoch, failed: s.failedWrites } };
+  }
+
+  /** The store writes of what was delivered so far (the hub's queueWrites). */
+  written(): Promise<void> | null {
+    return this.hub.queueWrites();
+  }
+
+  /** Still served here as when `holds` answered, with no failed write since. */
+  stored(key: string, token: unknown): boolean {
+    const t = token as { s: S; epoch: number; failed: number };
+    return this.hub.sessions.get(key) === t.s && !t.s.ended && t.s.failedWrites === t.failed && this.epochOf(key) === t.epoch;
   }
 
   /** A session write was refused FENCED: another broker owns it now. */

@@ -26,6 +26,7 @@ import {
   newDelivery,
   ownList,
   splitShared,
+  subscribeOptions,
   willFromJson,
   willMessage,
   willToJson,
@@ -251,14 +252,7 @@ export class MqttHub implements MqttClusterHost<MqttSession> {
       };
       const { group, filter } = splitShared(p.f);
       try {
-        s.subs.set(
-          p.f,
-          this.ctx.engine.subscribe(
-            s.names.topic(filter),
-            s,
-            this.opts.access !== null ? { qos: p.q, group, data, admit: s.admit } : { qos: p.q, group, data },
-          ),
-        );
+        s.subs.set(p.f, this.ctx.engine.subscribe(s.names.topic(filter), s, subscribeOptions(s, p.q, group, data, this.opts.access !== null)));
       } catch (err) {
         this.ctx.logger.warn({ clientId, filter: p.f, err: String(err) }, 'mqtt stored subscription refused, dropping it');
       }
@@ -753,6 +747,10 @@ export class MqttHub implements MqttClusterHost<MqttSession> {
   }
 
   private storeFailed(op: string, err: unknown, clientId?: string): void {
+    if (clientId !== undefined) {
+      const s = this.sessions.get(clientId);
+      if (s !== undefined) s.failedWrites++;
+    }
     if (this.closed) return;
     // Cluster mode: another broker owns the session now (our epoch is fenced): stop serving it here.
     if (clientId !== undefined && this.cluster !== null && isFlowError(err, 'FENCED')) {

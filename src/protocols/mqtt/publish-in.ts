@@ -129,7 +129,8 @@ export function onPublish(conn: MqttLink, p: PublishPacket): void {
   }
   let durable: Promise<void> | null;
   try {
-    durable = conn.ctx.engine.publish(msg);
+    // QoS 1/2: in cluster mode acknowledged only once the persistent sessions of other brokers it reaches stored it.
+    durable = conn.ctx.engine.publish(msg, undefined, p.qos > 0);
   } catch (err) {
     if (storageRefusal(err) !== null) {
       storeRefused(conn, p.qos === 0 ? 'none' : p.qos === 1 ? 'puback' : 'pubrec', p.packetId, err, null);

@@ -11,7 +11,7 @@
  * store entry form, the persisted state and will. The hub that keeps the sessions is hub.ts.
  */
 import type { Access } from '../../control/index.js';
-import type { Message, QoS, Subscriber, Subscription } from '../../core/index.js';
+import type { Message, QoS, SubscribeOptions, Subscriber, Subscription } from '../../core/index.js';
 import { decodeStoredMessage, encodeStoredMessage, namespaceNames, splitName, type NamespaceNames } from '../../core/index.js';
 import type { Properties, ProtocolLevel, Will } from './codec/index.js';
 import type { SessionConnection } from './types.js';
@@ -156,6 +156,8 @@ export class MqttSession implements Subscriber {
   toRewrite: Delivery[] = NOTHING;
   toRemove: number[] = NOTHING;
   ended = false;
+  /** Store writes of this session that failed (a forwarded publish waiting for it is not acknowledged as stored). */
+  failedWrites = 0;
   /**
    * Cluster mode: the epoch under which this broker owns the session ('session' owner row), given with every store
    * write so that a write after another broker took the session over is refused (FENCED). undefined: a single broker.
@@ -212,6 +214,18 @@ export class MqttSession implements Subscriber {
   isAvailable(): boolean {
     return this.conn !== null && this.conn.isConnected;
   }
+}
+
+/**
+ * The engine options of a subscription of session `s`. A QoS 1/2 subscription of a persistent session that is not
+ * shared is `durable` (its key: the session's): in cluster mode a QoS 1/2 publish on another broker is acknowledged
+ * only once this session's owner stored it (src/cluster/live-durable.ts).
+ */
+export function subscribeOptions(s: MqttSession, qos: QoS, group: string | undefined, data: SubData, admit: boolean): SubscribeOptions {
+  const o: SubscribeOptions = { qos, group, data };
+  if (admit) o.admit = s.admit;
+  if (qos > 0 && group === undefined && s.persistent) o.durable = s.clientId;
+  return o;
 }
 
 // ------------------------------------------------------------------ store entry form

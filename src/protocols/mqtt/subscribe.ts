@@ -16,7 +16,7 @@ import {
   type SubscriptionRequest,
   type UnsubscribePacket,
 } from './codec/index.js';
-import { newDelivery, splitShared, type SubData } from './session.js';
+import { newDelivery, splitShared, subscribeOptions, type SubData } from './session.js';
 import { MqttQueueConsumer, QUEUE_PREFIX } from './queue-consumer.js';
 import { levels, type MqttLink } from './link.js';
 import { route } from './outbound.js';
@@ -73,11 +73,7 @@ function subscribeOne(conn: MqttLink, req: SubscriptionRequest, subId: number | 
   const s = conn.session!;
   let sub: Subscription;
   try {
-    sub = conn.ctx.engine.subscribe(
-      conn.names.topic(filter),
-      s,
-      conn.access !== null ? { qos: granted, group, data, admit: s.admit } : { qos: granted, group, data },
-    );
+    sub = conn.ctx.engine.subscribe(conn.names.topic(filter), s, subscribeOptions(s, granted, group, data, conn.access !== null));
   } catch (err) {
     if (!isFlowError(err)) throw err;
     conn.logLimited(

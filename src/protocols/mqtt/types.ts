@@ -32,6 +32,10 @@ export interface ClusterSession {
   /** The ownership epoch it is served under (cluster mode). */
   epoch: number | undefined;
   readonly conn: SessionConnection | null;
+  readonly ended: boolean;
+  readonly persistent: boolean;
+  /** Store writes of it that failed so far. */
+  readonly failedWrites: number;
 }
 
 /** What the cluster's session ownership (cluster.ts) uses of the hub. */
@@ -47,4 +51,6 @@ export interface MqttClusterHost<S extends ClusterSession> {
   drainSession(s: S): Promise<void>;
   /** Forgets a session here, its connection closed with `reason` (null: already closed). */
   dropSession(s: S, reason: SessionMoveReason | null): void;
+  /** Settles once the store writes of the deliveries made so far have settled (null: none pending). */
+  queueWrites(): Promise<void> | null;
 }
