@@ -15,7 +15,7 @@
  */
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { Logger } from 'pino';
-import { FlowError } from '../core/index.js';
+import { FlowError, validateNamespaceLinks, type ExportConfig, type ImportConfig } from '../core/index.js';
 import { SCRAM_MECHANISMS, type ScramMechanism } from '../config/sasl-mechanisms.js';
 import { PolicySet, validatePolicy, type DefaultPolicy, type PolicyDef, type Principal } from './policy.js';
 import type { ControlRecord, ControlStore } from '../storage/metastore/control-store.js';
@@ -81,6 +81,15 @@ export interface NamespaceDef {
   readonly description?: string;
   readonly quotas: Quotas;
   readonly createdAt: number;
+  /** NATS account exports and imports (src/core/links-config.ts); absent: none. */
+  readonly exports?: ExportConfig[];
+  readonly imports?: ImportConfig[];
+}
+
+/** A namespace's exports and imports as stored (only the non-empty ones). */
+function linksDoc(n: { name?: unknown; exports?: unknown; imports?: unknown }): { exports?: ExportConfig[]; imports?: ImportConfig[] } {
+  const l = validateNamespaceLinks({ exports: n.exports, imports: n.imports }, `namespace ${String(n.name)}`);
+  return { ...(l.exports.length > 0 ? { exports: l.exports } : {}), ...(l.imports.length > 0 ? { imports: l.imports } : {}) };
 }
 
 export interface GroupDef {
@@ -339,10 +348,23 @@ export class Directory implements UserStore {
    * refresh): a password set through the API or the CLI is not overwritten by the users file at the next start.
    */
   /** Seeds a namespace unless one of that name exists (the users file): answers whether it was added. */
-  async seedNamespace(n: { name: string; description?: string; quotas?: Quotas }): Promise<boolean> {
+  async seedNamespace(n: { name: string; description?: string; quotas?: Quotas; exports?: ExportConfig[]; imports?: ImportConfig[] }): Promise<boolean> {
     const name = validateName('namespace', n.name);
-    const doc = { description: n.description ?? null, quotas: validateQuotas(n.quotas ?? {}), createdAt: this.now(), source: 'file' };
-    return this.seed('namespace', name, doc);
+    const links = linksDoc(n);
+    const doc = { description: n.description ?? null, quotas: validateQuotas(n.quotas ?? {}), createdAt: this.now(), source: 'file', ...links };
+    if (await this.seed('namespace', name, doc)) return true;
+    // Exports and imports are the file's to say for a namespace the file made (an operator edits them there): set
+    // again when they changed. A namespace made through the API keeps its own.
+    const rec = await this.opts.store.getControl('namespace', name);
+    if (rec === null || rec.data.source !== 'file') return false;
+    const same =
+      JSON.stringify(rec.data.exports ?? null) === JSON.stringify(links.exports ?? null) &&
+      JSON.stringify(rec.data.imports ?? null) === JSON.stringify(links.imports ?? null);
+    if (same) return false;
+    const { exports: _e, imports: _i, ...kept } = rec.data;
+    await this.opts.store.putControl('namespace', name, { ...kept, ...links });
+    await this.changed();
+    return false;
   }
 
   /** Seeds a group unless one of that name exists (the users file). */
@@ -520,14 +542,17 @@ export class Directory implements UserStore {
     await this.changed();
   }
 
-  async putNamespace(n: { name: string; description?: string; quotas?: Quotas }): Promise<NamespaceDef> {
+  /** `exports` / `imports` given replace the namespace's (an empty list removes them); absent: kept. */
+  async putNamespace(n: { name: string; description?: string; quotas?: Quotas; exports?: ExportConfig[]; imports?: ImportConfig[] }): Promise<NamespaceDef> {
     const name = validateName('namespace', n.name);
     const quotas = validateQuotas(n.quotas ?? {});
     const prev = this.namespaceDefs.get(name);
+    const links = linksDoc({ name, exports: n.exports ?? prev?.exports, imports: n.imports ?? prev?.imports });
     await this.opts.store.putControl('namespace', name, {
       description: n.description ?? prev?.description ?? null,
       quotas,
       createdAt: prev?.createdAt ?? Date.now(),
+      ...links,
     });
     await this.changed();
     return this.namespace(name)!;
@@ -671,7 +696,16 @@ export class Directory implements UserStore {
         } catch (err) {
           this.opts.logger?.warn({ namespace: r.name, err }, 'control store: namespace quotas invalid; none applied');
         }
-        return [r.name, { name: r.name, description: (r.data.description as string | null) ?? undefined, quotas, createdAt: Number(r.data.createdAt ?? 0) }];
+        let links: ReturnType<typeof linksDoc> = {};
+        try {
+          links = linksDoc({ name: r.name, exports: r.data.exports, imports: r.data.imports });
+        } catch (err) {
+          this.opts.logger?.warn({ namespace: r.name, err }, 'control store: namespace exports or imports invalid; none applied');
+        }
+        return [
+          r.name,
+          { name: r.name, description: (r.data.description as string | null) ?? undefined, quotas, createdAt: Number(r.data.createdAt ?? 0), ...links },
+        ];
       }),
     );
     this.tokens = new Map(

@@ -82,6 +82,10 @@ export const natsModule: ProtocolModule = {
     );
     // JetStream API requests are authorized by who sent them: the adapter knows its connections' Access.
     jetstream.authorizer = { control: ctx.access, accessOf: (origin) => adapter.accessOf(origin) };
+    // A request crossing into another namespace by a service import (src/core/links.ts) is a JetStream publish there
+    // too: an imported `$KV.>` put gets its PubAck from the exporter's stream.
+    if (c.natsJetstream) ctx.engine.links.requestPublisher = (msg, reply) => jetstream.publish(msg, reply);
+    ctx.engine.links.onWriteFailed = (err) => adapter.writeFailed(err);
     const logLimit = new LogLimiter(logger);
     let ending: Promise<void> | null = null;
     const shared: NatsListenerShared = {
