@@ -79,7 +79,7 @@ interface ResponseMap {
   readonly until: number;
 }
 
-/** The answer of configure(): what holds, and what was refused and why (the caller logs it). */
+/** The answer of configure(): what holds, and what of this source's was refused and why (the caller logs it). */
 export interface LinksOutcome {
   active: string[];
   refused: Array<{ namespace: string; import: string; reason: string }>;
@@ -179,10 +179,10 @@ export class NamespaceLinks implements Subscriber {
     this.subs = [];
     this.services = [];
     const exportsOf = new Map<string, NamespaceLinkDef['exports']>();
-    const all: NamespaceLinkDef[] = [];
-    for (const list of this.sources.values()) {
+    const all: Array<NamespaceLinkDef & { source: string }> = [];
+    for (const [src, list] of this.sources) {
       for (const d of list) {
-        all.push(d);
+        all.push({ ...d, source: src });
         const e = exportsOf.get(d.namespace);
         if (e === undefined) exportsOf.set(d.namespace, d.exports.slice());
         else e.push(...d.exports);
@@ -195,7 +195,10 @@ export class NamespaceLinks implements Subscriber {
         const kind = imp.stream !== undefined ? 'stream' : 'service';
         const src = (imp.stream ?? imp.service)!;
         const describe = `${kind} ${src.account}:${src.subject}${imp.to !== undefined ? ` to ${imp.to}` : ''}${imp.prefix !== undefined ? ` prefix ${imp.prefix}` : ''}`;
-        const refuse = (reason: string) => out.refused.push({ namespace: d.namespace, import: describe, reason });
+        // Each source's own refusals (the caller logs them; another source's were logged when it was configured).
+        const refuse = (reason: string) => {
+          if (d.source === source) out.refused.push({ namespace: d.namespace, import: describe, reason });
+        };
         if (src.account === d.namespace) {
           refuse('an account cannot import from itself');
           continue;

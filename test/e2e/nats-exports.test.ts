@@ -14,7 +14,8 @@ import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { after, before, describe, test } from 'node:test';
 import mqtt from 'mqtt';
-import { AckPolicy, connect, createInbox, StringCodec, type NatsConnection, type Subscription } from 'nats';
+import { AckPolicy, connect, createInbox, jwtAuthenticator, StringCodec, type NatsConnection, type Subscription } from 'nats';
+import { createAccount, createOperator, createUser, encodeAccount, encodeActivation, encodeOperator, encodeUser } from '@nats-io/jwt';
 import { pino } from 'pino';
 import { startBroker, type Broker } from '../../src/broker.js';
 import { loadConfig } from '../../src/config/index.js';
@@ -248,5 +249,114 @@ describe('e2e: NATS account exports and imports between namespaces', () => {
     const ci = await ajsm.consumers.info('ORDERS', 'me');
     assert.equal(ci.num_ack_pending, 0);
     assert.equal(ci.ack_floor.stream_seq, 2);
+  });
+});
+
+describe('e2e: exports and imports from account JWTs (operator mode)', () => {
+  let dir = '';
+  let broker: Broker;
+  let natsUrl = '';
+  const conns: NatsConnection[] = [];
+  const logLines: Array<Record<string, unknown>> = [];
+  const creds: Record<string, { jwt: string; seed: Uint8Array }> = {};
+
+  before(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'flowmq-natsexp-jwt-'));
+    const operator = createOperator();
+    const pub = createAccount();
+    const sub1 = createAccount();
+    const sub2 = createAccount();
+    // pub: a public stream and a private service (token_req) granted to sub1 by an activation token.
+    const pubJwt = await encodeAccount(
+      'pub',
+      pub,
+      {
+        exports: [
+          { name: 'news', subject: 'news.>', type: 'stream' },
+          { name: 'help', subject: 'help.>', type: 'service', token_req: true, response_type: 'Singleton' },
+        ],
+      },
+      { signer: operator },
+    );
+    const activation = await encodeActivation('help-for-sub1', sub1, pub, 'service', { subject: 'help.>' });
+    const sub1Jwt = await encodeAccount(
+      'sub1',
+      sub1,
+      {
+        imports: [
+          { name: 'news', subject: 'news.>', account: pub.getPublicKey(), type: 'stream', to: 'pub' },
+          { name: 'help', subject: 'help.>', account: pub.getPublicKey(), type: 'service', token: activation, local_subject: 'ask.>' },
+        ],
+      },
+      { signer: operator },
+    );
+    // sub2 imports the private service without a token: refused.
+    const sub2Jwt = await encodeAccount(
+      'sub2',
+      sub2,
+      { imports: [{ name: 'help', subject: 'help.>', account: pub.getPublicKey(), type: 'service', local_subject: 'ask.>' }] },
+      { signer: operator },
+    );
+    writeFileSync(join(dir, 'op.jwt'), await encodeOperator('op', operator));
+    writeFileSync(join(dir, 'accounts.jwt'), [pubJwt, sub1Jwt, sub2Jwt].join('\n'));
+    for (const [name, acc] of [
+      ['pub', pub],
+      ['sub1', sub1],
+      ['sub2', sub2],
+    ] as const) {
+      const u = createUser();
+      creds[name] = { jwt: await encodeUser(`${name}-user`, u, acc), seed: u.getSeed() };
+    }
+    const flags = {
+      'data-dir': join(dir, 'data'),
+      host: '127.0.0.1',
+      protocols: 'nats',
+      'nats-port': '0',
+      'http-port': '0',
+      'nats-operator': join(dir, 'op.jwt'),
+      'nats-accounts': join(dir, 'accounts.jwt'),
+    };
+    const sink = new Writable({
+      write(chunk: Buffer, _enc, cb) {
+        for (const line of chunk.toString().split('\n')) if (line.trim() !== '') logLines.push(JSON.parse(line) as Record<string, unknown>);
+        cb();
+      },
+    });
+    broker = await startBroker(loadConfig({ flags, env: {} }), pino({ level: 'warn' }, sink));
+    natsUrl = `nats://127.0.0.1:${broker.listeners.get('nats')!.address().port}`;
+  });
+
+  after(async () => {
+    for (const c of conns) await c.close().catch(() => undefined);
+    await broker?.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  async function as(account: string): Promise<NatsConnection> {
+    const nc = await connect({ servers: natsUrl, authenticator: jwtAuthenticator(creds[account]!.jwt, creds[account]!.seed) });
+    conns.push(nc);
+    return nc;
+  }
+
+  test('a public stream export reaches the importer under its JWT `to` prefix; a token-granted service answers', async () => {
+    const p = await as('pub');
+    const s1 = await as('sub1');
+    const news = s1.subscribe('pub.news.>');
+    await s1.flush();
+    p.publish('news.today', sc.encode('n1'));
+    p.publish('news.end', sc.encode('end'));
+    assert.deepEqual(await untilMarker(news, 'end'), ['pub.news.today=n1']);
+    p.subscribe('help.>', { callback: (_e, m) => m.respond(sc.encode(`help:${m.subject}`)) });
+    await p.flush();
+    const r = await s1.request('ask.me', sc.encode('?'), { timeout: 3000 });
+    assert.equal(sc.decode(r.data), 'help:help.me');
+  });
+
+  test('a private service imported without an activation token is refused with a log; its requests reach nobody', async () => {
+    const refused = logLines.filter((l) => l.msg === 'namespace import refused' && l.namespace === 'sub2');
+    assert.equal(refused.length, 1, JSON.stringify(logLines));
+    assert.match(String(refused[0]!.reason), /not granted to sub2/);
+    const s2 = await as('sub2');
+    await assert.rejects(s2.request('ask.me', sc.encode('?'), { timeout: 3000 }), (e: Error & { code?: string }) => e.code === '503');
   });
 });
