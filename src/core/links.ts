@@ -41,6 +41,7 @@ import { swapSeparators } from './topic.js';
 /** What links need of the engine. */
 export interface LinkHost {
   subscribe(filter: string, subscriber: Subscriber, options: SubscribeOptions): Subscription;
+  hasLiveSubscribers(topic: string): boolean;
   unsubscribe(sub: Subscription): void;
   publish(msg: Message, info?: PublishInfo): Promise<void> | null;
 }
@@ -243,6 +244,9 @@ export class NamespaceLinks implements Subscriber {
 
   private listen(names: NamespaceNames, subject: string, link: Link | null, local: boolean): void {
     const o: SubscribeOptions = { qos: 0, rule: 'nats', data: link, local };
+    // A stream import is interest where the importer has some at the mapped subject (nats-server's shadow
+    // subscriptions): a push consumer delivering to an exported subject is bound only while someone imports it there.
+    if (link !== null && link.kind === 'stream') o.interest = (topic) => this.interested(link, topic);
     if (!names.isDefault) o.namespace = names.namespace;
     this.subs.push(this.host.subscribe(names.natsSubject(subject), this, o));
   }
@@ -266,14 +270,32 @@ export class NamespaceLinks implements Subscriber {
     }
   }
 
-  /** A message of the exporter on an exported stream: published again in the importer at the mapped subject. */
-  private stream(link: Link, msg: Message): void {
-    const own = link.exporter.ownTopic(msg.topic);
-    if (own === null) return;
+  /** A topic of the exporter as the stream import's importer sees it (internal), or null. */
+  private streamTopic(link: Link, topic: string): string | null {
+    const own = link.exporter.ownTopic(topic);
+    if (own === null) return null;
     const levels = own.split('/');
     const mapped = link.prefix !== null ? [...link.prefix, ...levels] : mapLevels(levels, link.from, link.to!);
+    return mapped === null ? null : link.importer.topic(mapped.join('/'));
+  }
+
+  private interested(link: Link, topic: string): boolean {
+    if (this.depth >= MAX_HOPS) return false;
+    const mapped = this.streamTopic(link, topic);
+    if (mapped === null) return false;
+    this.depth++;
+    try {
+      return this.host.hasLiveSubscribers(mapped);
+    } finally {
+      this.depth--;
+    }
+  }
+
+  /** A message of the exporter on an exported stream: published again in the importer at the mapped subject. */
+  private stream(link: Link, msg: Message): void {
+    const mapped = this.streamTopic(link, msg.topic);
     if (mapped === null) return;
-    const copy = this.cross(msg, link.exporter, link.importer, link.importer.topic(mapped.join('/')));
+    const copy = this.cross(msg, link.exporter, link.importer, mapped);
     if (msg.responseTopic !== undefined) {
       const r = moveTopic(msg.responseTopic, link.exporter, link.importer);
       if (r === null) delete copy.responseTopic;

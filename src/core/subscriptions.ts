@@ -55,6 +55,12 @@ export interface SubscribeOptions {
    * (namespaces.ts natsSubject): only with it may a NATS subject start with `$ns` (matcher.ts parseBindingKey).
    */
   namespace?: string;
+  /**
+   * Whether this subscription stands for interest in `topic` (hasLiveSubscribers: no-responders, a push consumer's
+   * binding). Set by a namespace link (links.ts), whose interest is the importer's, as nats-server's shadow
+   * subscriptions are; unset: the subscription is interest itself.
+   */
+  interest?: (topic: string) => boolean;
 }
 
 export interface Subscription {
@@ -249,8 +255,10 @@ export function redeliverShared(t: LiveTable, sub: Subscription, msg: Message): 
 }
 
 export function hasLiveSubscribers(t: LiveTable, topic: string): boolean {
-  if (t.subs.hasMatch(topic, (v, w) => mqttAccepts(topic, w) || (('members' in v ? v.nats : v.options.rule === 'nats') && !isReservedTopic(topic))))
-    return true;
+  const accepts = (v: Subscription | SharedGroup, w: boolean): boolean =>
+    (mqttAccepts(topic, w) || (('members' in v ? v.nats : v.options.rule === 'nats') && !isReservedTopic(topic))) &&
+    ('members' in v || v.options.interest === undefined || v.options.interest(topic));
+  if (t.subs.hasMatch(topic, accepts)) return true;
   return t.live !== null && t.live.remote > 0 && t.live.wants(topic);
 }
 
