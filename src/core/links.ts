@@ -259,12 +259,16 @@ export class NamespaceLinks implements Subscriber {
     }
     this.depth++;
     try {
+      // Overlapping service imports (nats.js's kv tests: `froma.$KV.>` and `froma.>`): the most specific one serves
+      // a request, as on nats-server; stream imports each deliver.
+      let service: Link | null = null;
       for (const s of subs) {
         const link = s.options.data as Link | null;
         if (link === null) this.response(msg);
         else if (link.kind === 'stream') this.stream(link, msg);
-        else this.request(link, msg);
+        else if (service === null || specificity(link.from) > specificity(service.from)) service = link;
       }
+      if (service !== null) this.request(service, msg);
     } finally {
       this.depth--;
     }
@@ -435,4 +439,11 @@ export class NamespaceLinks implements Subscriber {
     this.services = [];
     this.sources.clear();
   }
+}
+
+/** How specific a subject pattern is: its literal tokens count most, then its length (`*` over `>`). */
+function specificity(levels: string[]): number {
+  let n = 0;
+  for (const l of levels) n += l === '>' ? 0 : l === '*' ? 1 : 1000;
+  return n;
 }

@@ -145,6 +145,32 @@ describe('namespace links', () => {
     );
   });
 
+  it('overlapping service imports: the most specific one serves a request (nats.js kv: froma.$KV.> beside froma.>)', () => {
+    const { engine } = setup([
+      { namespace: 't1', exports: [{ service: '$JS.API.>' }, { service: '$KV.>' }], imports: [] },
+      {
+        namespace: 't2',
+        exports: [],
+        imports: [
+          { service: { account: 't1', subject: '$KV.>' }, to: 'froma.$KV.>' },
+          { service: { account: 't1', subject: '$JS.API.>' }, to: 'froma.>' },
+        ],
+      },
+    ]);
+    const kv = sub(engine, 't1', '$KV.>');
+    const api = sub(engine, 't1', '$JS.API.>');
+    pub(engine, 't2', 'froma/$KV/a/C', { responseTopic: '$ns/t2/_INBOX/1' });
+    pub(engine, 't2', 'froma/STREAM/INFO/x', { responseTopic: '$ns/t2/_INBOX/2' });
+    assert.deepEqual(
+      kv.got.map((m) => m.topic),
+      ['$ns/t1/$KV/a/C'],
+    );
+    assert.deepEqual(
+      api.got.map((m) => m.topic),
+      ['$ns/t1/$JS/API/STREAM/INFO/x'],
+    );
+  });
+
   it('refuses imports of exports that are missing, not covering or not granted; nothing crosses', () => {
     const { engine, out } = setup([
       { namespace: 't1', exports: [{ stream: 'a.>', accounts: ['t2'] }, { stream: 'b.c' }], imports: [] },

@@ -47,6 +47,7 @@ users:
   - {username: eve, password: eve-pw, namespace: t2}
   - {username: cat, password: cat-pw, namespace: t3}
   - {username: js, password: js-pw, namespace: jsacc}
+  - {username: root, password: root-pw, groups: [admins]}
 namespaces:
   - name: t1
     exports:
@@ -187,6 +188,29 @@ describe('e2e: NATS account exports and imports between namespaces', () => {
     // t3's public import still works: the marker comes through it, after the restricted message.
     ann.publish('prices.mark', sc.encode('end'));
     assert.deepEqual(await untilMarker(all, 'end'), []);
+  });
+
+  test('the admin API shows and changes exports and imports; a grant added takes effect at once, a bad one is 400', async () => {
+    const base = `http://127.0.0.1:${broker.ports().http}`;
+    const headers = { authorization: `Basic ${Buffer.from('root:root-pw').toString('base64')}`, 'content-type': 'application/json' };
+    const get = (await (await fetch(`${base}/api/v1/namespaces/t1`, { headers })).json()) as { exports: unknown[] };
+    assert.deepEqual(get.exports, [{ stream: 'prices.>' }, { stream: 'orders.>', accounts: ['t2'] }, { service: 'svc.>' }]);
+    const bad = await fetch(`${base}/api/v1/namespaces/t1`, { method: 'PATCH', headers, body: JSON.stringify({ exports: [{ stream: 'a.>.b' }] }) });
+    assert.equal(bad.status, 400);
+    const exports = [{ stream: 'prices.>' }, { stream: 'orders.>', accounts: ['t2', 't3'] }, { service: 'svc.>' }];
+    const ok = await fetch(`${base}/api/v1/namespaces/t1`, { method: 'PATCH', headers, body: JSON.stringify({ exports }) });
+    assert.equal(ok.status, 200);
+    assert.deepEqual(((await ok.json()) as { exports: unknown[] }).exports, exports);
+    const ann = await as('ann');
+    const cat = await as('cat');
+    const all = cat.subscribe('orders.>');
+    await cat.flush();
+    ann.publish('orders.now', sc.encode('granted'));
+    ann.publish('orders.end', sc.encode('end'));
+    assert.deepEqual(await untilMarker(all, 'end'), ['orders.now=granted']);
+    // Back as it was (the other tests' grants).
+    const back = await fetch(`${base}/api/v1/namespaces/t1`, { method: 'PATCH', headers, body: JSON.stringify({ exports: get.exports }) });
+    assert.equal(back.status, 200);
   });
 
   test("a deny policy of the importer's user holds on an imported subject; the exporter's deny holds on its publish", async () => {

@@ -169,6 +169,12 @@ function addUser(u, namespace) {
       if (ar.expires !== undefined) responseTtl = typeof ar.expires === 'number' ? `${Math.round(ar.expires / 1e6)}ms` : String(ar.expires);
     }
   }
+  // No publish or subscribe permissions: everything, `$` subjects too (`$KV.>`, which MQTT's `#` would not match).
+  if (perms.publish === undefined && perms.subscribe === undefined) {
+    const all = ['publish', 'subscribe', 'respond', 'create', 'describe', 'alter', 'delete'];
+    policies.push({ name: `${username}-all`, effect: 'allow', actions: all, resources: ['*:*'], principals });
+    return;
+  }
   for (const action of ['publish', 'subscribe']) {
     const p = perms[action];
     const spec = p === undefined ? { allow: ['>'] } : Array.isArray(p) || typeof p === 'string' ? { allow: list(p) } : p;
