@@ -15,7 +15,7 @@
  */
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { Logger } from 'pino';
-import { FlowError, validateNamespaceLinks, type ExportConfig, type ImportConfig } from '../core/index.js';
+import { compactLinks, FlowError, type ExportConfig, type ImportConfig, type NamespaceLinksConfig } from '../core/index.js';
 import { SCRAM_MECHANISMS, type ScramMechanism } from '../config/sasl-mechanisms.js';
 import { PolicySet, validatePolicy, type DefaultPolicy, type PolicyDef, type Principal } from './policy.js';
 import type { ControlRecord, ControlStore } from '../storage/metastore/control-store.js';
@@ -76,21 +76,16 @@ export const QUOTA_KEYS: ReadonlyArray<keyof Quotas> = [
   'maxBytesRequired',
 ];
 
-export interface NamespaceDef {
+/** With its NATS account exports and imports (src/core/links-config.ts); absent: none. */
+export interface NamespaceDef extends NamespaceLinksConfig {
   readonly name: string;
   readonly description?: string;
   readonly quotas: Quotas;
   readonly createdAt: number;
-  /** NATS account exports and imports (src/core/links-config.ts); absent: none. */
-  readonly exports?: ExportConfig[];
-  readonly imports?: ImportConfig[];
 }
 
 /** A namespace's exports and imports as stored (only the non-empty ones). */
-function linksDoc(n: { name?: unknown; exports?: unknown; imports?: unknown }): { exports?: ExportConfig[]; imports?: ImportConfig[] } {
-  const l = validateNamespaceLinks({ exports: n.exports, imports: n.imports }, `namespace ${String(n.name)}`);
-  return { ...(l.exports.length > 0 ? { exports: l.exports } : {}), ...(l.imports.length > 0 ? { imports: l.imports } : {}) };
-}
+const linksDoc = (n: { name: string; exports?: unknown; imports?: unknown }) => compactLinks(n, `namespace ${n.name}`);
 
 export interface GroupDef {
   readonly name: string;
@@ -357,11 +352,8 @@ export class Directory implements UserStore {
     // again when they changed. A namespace made through the API keeps its own.
     const rec = await this.opts.store.getControl('namespace', name);
     if (rec === null || rec.data.source !== 'file') return false;
-    const same =
-      JSON.stringify(rec.data.exports ?? null) === JSON.stringify(links.exports ?? null) &&
-      JSON.stringify(rec.data.imports ?? null) === JSON.stringify(links.imports ?? null);
-    if (same) return false;
-    const { exports: _e, imports: _i, ...kept } = rec.data;
+    const { exports: e, imports: i, ...kept } = rec.data;
+    if (JSON.stringify([e ?? null, i ?? null]) === JSON.stringify([links.exports ?? null, links.imports ?? null])) return false;
     await this.opts.store.putControl('namespace', name, { ...kept, ...links });
     await this.changed();
     return false;

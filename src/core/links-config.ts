@@ -155,3 +155,9 @@ export function validateImports(raw: unknown, where: string): ImportConfig[] {
     return out;
   });
 }
+
+/** validateNamespaceLinks, keeping only the non-empty lists (how a namespace stores them). */
+export function compactLinks(raw: { exports?: unknown; imports?: unknown }, where: string): NamespaceLinksConfig {
+  const l = validateNamespaceLinks({ exports: raw.exports, imports: raw.imports }, where);
+  return { ...(l.exports.length > 0 ? { exports: l.exports } : {}), ...(l.imports.length > 0 ? { imports: l.imports } : {}) };
+}
