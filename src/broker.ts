@@ -276,6 +276,7 @@ async function startServing(config: Config, logger: Logger, data: DataPlane, con
   // Stored bytes per namespace (the log's per-stream sizes, a stream attributed by its name): the one figure the
   // storage quota, /metrics, the admin API and JetStream account info share.
   access.quotas.useStorage(() => storedByNamespace(engine.streamSizes()));
+  closers.push('namespace links', followNamespaceLinks(engine, directory, logger.child({ component: 'links' })));
   const enabled: readonly string[] = config.protocols;
   // The protocols start side by side (one's listener binds while another reads its state), then are recorded in
   // PROTOCOL_MODULES order; when one fails, the others that started are closed with the broker.
@@ -633,4 +634,31 @@ async function openControlPlane(config: Config, logger: Logger, metastore: objec
   // could log in, so that the zero-setup broker lets everyone in as before.
   const protocolGuard = usersExist ? guard : null;
   return { directory, guard, access, protocolGuard };
+}
+
+/**
+ * The directory's namespace exports and imports (NATS accounts' links, src/core/links.ts), applied at start and again
+ * whenever they change (the admin API, the users file, another broker's change). An import that does not hold (no
+ * such export, not granted) is logged and left out, as nats-server does. Answers the closer.
+ */
+function followNamespaceLinks(engine: Engine, directory: Directory, logger: Logger): () => void {
+  let last = '';
+  const apply = (): void => {
+    const defs = directory
+      .listNamespaces()
+      .filter((n) => n.exports !== undefined || n.imports !== undefined)
+      .map((n) => ({ namespace: n.name, exports: n.exports ?? [], imports: n.imports ?? [] }));
+    const key = JSON.stringify(defs);
+    if (key === last) return;
+    last = key;
+    const out = engine.links.configure('namespaces', defs);
+    for (const r of out.refused) logger.warn(r, 'namespace import refused');
+    if (out.active.length > 0 || defs.length > 0) logger.info({ imports: out.active }, 'namespace exports and imports applied');
+  };
+  apply();
+  const off = directory.onChange(apply);
+  return () => {
+    off();
+    engine.links.close();
+  };
 }

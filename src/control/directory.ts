@@ -15,7 +15,7 @@
  */
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { Logger } from 'pino';
-import { FlowError } from '../core/index.js';
+import { compactLinks, FlowError, type ExportConfig, type ImportConfig, type NamespaceLinksConfig } from '../core/index.js';
 import { SCRAM_MECHANISMS, type ScramMechanism } from '../config/sasl-mechanisms.js';
 import { PolicySet, validatePolicy, type DefaultPolicy, type PolicyDef, type Principal } from './policy.js';
 import type { ControlRecord, ControlStore } from '../storage/metastore/control-store.js';
@@ -76,12 +76,16 @@ export const QUOTA_KEYS: ReadonlyArray<keyof Quotas> = [
   'maxBytesRequired',
 ];
 
-export interface NamespaceDef {
+/** With its NATS account exports and imports (src/core/links-config.ts); absent: none. */
+export interface NamespaceDef extends NamespaceLinksConfig {
   readonly name: string;
   readonly description?: string;
   readonly quotas: Quotas;
   readonly createdAt: number;
 }
+
+/** A namespace's exports and imports as stored (only the non-empty ones). */
+const linksDoc = (n: { name: string; exports?: unknown; imports?: unknown }) => compactLinks(n, `namespace ${n.name}`);
 
 export interface GroupDef {
   readonly name: string;
@@ -339,10 +343,20 @@ export class Directory implements UserStore {
    * refresh): a password set through the API or the CLI is not overwritten by the users file at the next start.
    */
   /** Seeds a namespace unless one of that name exists (the users file): answers whether it was added. */
-  async seedNamespace(n: { name: string; description?: string; quotas?: Quotas }): Promise<boolean> {
+  async seedNamespace(n: { name: string; description?: string; quotas?: Quotas; exports?: ExportConfig[]; imports?: ImportConfig[] }): Promise<boolean> {
     const name = validateName('namespace', n.name);
-    const doc = { description: n.description ?? null, quotas: validateQuotas(n.quotas ?? {}), createdAt: this.now(), source: 'file' };
-    return this.seed('namespace', name, doc);
+    const links = linksDoc(n);
+    const doc = { description: n.description ?? null, quotas: validateQuotas(n.quotas ?? {}), createdAt: this.now(), source: 'file', ...links };
+    if (await this.seed('namespace', name, doc)) return true;
+    // Exports and imports are the file's to say for a namespace the file made (an operator edits them there): set
+    // again when they changed. A namespace made through the API keeps its own.
+    const rec = await this.opts.store.getControl('namespace', name);
+    if (rec === null || rec.data.source !== 'file') return false;
+    const { exports: e, imports: i, ...kept } = rec.data;
+    if (JSON.stringify([e ?? null, i ?? null]) === JSON.stringify([links.exports ?? null, links.imports ?? null])) return false;
+    await this.opts.store.putControl('namespace', name, { ...kept, ...links });
+    await this.changed();
+    return false;
   }
 
   /** Seeds a group unless one of that name exists (the users file). */
@@ -520,14 +534,17 @@ export class Directory implements UserStore {
     await this.changed();
   }
 
-  async putNamespace(n: { name: string; description?: string; quotas?: Quotas }): Promise<NamespaceDef> {
+  /** `exports` / `imports` given replace the namespace's (an empty list removes them); absent: kept. */
+  async putNamespace(n: { name: string; description?: string; quotas?: Quotas; exports?: ExportConfig[]; imports?: ImportConfig[] }): Promise<NamespaceDef> {
     const name = validateName('namespace', n.name);
     const quotas = validateQuotas(n.quotas ?? {});
     const prev = this.namespaceDefs.get(name);
+    const links = linksDoc({ name, exports: n.exports ?? prev?.exports, imports: n.imports ?? prev?.imports });
     await this.opts.store.putControl('namespace', name, {
       description: n.description ?? prev?.description ?? null,
       quotas,
       createdAt: prev?.createdAt ?? Date.now(),
+      ...links,
     });
     await this.changed();
     return this.namespace(name)!;
@@ -671,7 +688,16 @@ export class Directory implements UserStore {
         } catch (err) {
           this.opts.logger?.warn({ namespace: r.name, err }, 'control store: namespace quotas invalid; none applied');
         }
-        return [r.name, { name: r.name, description: (r.data.description as string | null) ?? undefined, quotas, createdAt: Number(r.data.createdAt ?? 0) }];
+        let links: ReturnType<typeof linksDoc> = {};
+        try {
+          links = linksDoc({ name: r.name, exports: r.data.exports, imports: r.data.imports });
+        } catch (err) {
+          this.opts.logger?.warn({ namespace: r.name, err }, 'control store: namespace exports or imports invalid; none applied');
+        }
+        return [
+          r.name,
+          { name: r.name, description: (r.data.description as string | null) ?? undefined, quotas, createdAt: Number(r.data.createdAt ?? 0), ...links },
+        ];
       }),
     );
     this.tokens = new Map(

@@ -6,8 +6,11 @@
  *     - {username: admin, password: change-me, groups: [admins]}
  *     - {username: sensor-1, password: s1, namespace: plant-a}
  *   groups: [ops, {name: devs, description: developers}]
- *   namespaces:                  # {name, description?, quotas?}
+ *   namespaces:                  # {name, description?, quotas?, exports?, imports?}
  *     - {name: plant-a, quotas: {maxConnections: 100, publishRate: 1000}}
+ *     - name: plant-b              # NATS account exports and imports (src/core/links-config.ts)
+ *       exports: [{stream: "telemetry.>", accounts: [plant-a]}, {service: "ops.>"}]
+ *       imports: [{stream: {account: plant-a, subject: "alerts.>"}, prefix: "a"}]
  *   policies:                    # PolicyDef without createdAt (see policy.ts)
  *     - {name: sensors-publish, effect: allow, actions: [publish], resources: ["topic:sensors/#"], principals: ["group:ops"]}
  *
@@ -17,7 +20,7 @@
  * longer matches the file, unless it was last set through the API or the CLI (`passwordSource`), which wins.
  * Errors name the file and the entry, never a password.
  */
-import { FlowError } from '../core/index.js';
+import { FlowError, validateNamespaceLinks, type ExportConfig, type ImportConfig } from '../core/index.js';
 import { parseYaml } from '../util/yaml.js';
 import { validateName, validateQuotas, type Directory, type Quotas } from './directory.js';
 import { validatePolicy, type PolicyDef } from './policy.js';
@@ -37,7 +40,7 @@ export interface SeedUser {
 export interface UsersFile {
   users: SeedUser[];
   groups: Array<{ name: string; description?: string }>;
-  namespaces: Array<{ name: string; description?: string; quotas: Quotas }>;
+  namespaces: Array<{ name: string; description?: string; quotas: Quotas; exports?: ExportConfig[]; imports?: ImportConfig[] }>;
   policies: Array<Omit<PolicyDef, 'createdAt'>>;
 }
 
@@ -80,10 +83,17 @@ export function parseUsersFile(text: string, source: string): UsersFile {
 
   const namespaces = list(doc, 'namespaces', source).map((e, i) => {
     const where = `users file ${source}: namespace ${i + 1}`;
-    if (!isObject(e)) throw new FlowError('CONFIG_ERROR', `${where}: expected {name, description?, quotas?}`);
+    if (!isObject(e)) throw new FlowError('CONFIG_ERROR', `${where}: expected {name, description?, quotas?, exports?, imports?}`);
     const name = checked(where, () => validateName('namespace', e.name));
     const quotas = checked(`${where} (${name})`, () => validateQuotas(e.quotas ?? {}));
-    return { name, ...(typeof e.description === 'string' ? { description: e.description } : {}), quotas };
+    const links = checked(`${where} (${name})`, () => validateNamespaceLinks({ exports: e.exports, imports: e.imports }, 'links'));
+    return {
+      name,
+      ...(typeof e.description === 'string' ? { description: e.description } : {}),
+      quotas,
+      ...(links.exports.length > 0 ? { exports: links.exports } : {}),
+      ...(links.imports.length > 0 ? { imports: links.imports } : {}),
+    };
   });
 
   const groups = list(doc, 'groups', source).map((e, i) => {

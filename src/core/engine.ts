@@ -36,6 +36,7 @@ import { createQueue as defaultCreateQueue } from './queue.js';
 import { isQualifiedStream, isReservedTopic, isValidInternalStreamName, NS_PREFIX, streamOwnTopic, validateStreamBinding } from './namespaces.js';
 import { isValidStreamName, validateTopic } from './topic.js';
 import { TopicTrie } from './trie.js';
+import { NamespaceLinks } from './links.js';
 import {
   deliverLive,
   hasLiveSubscribers,
@@ -123,6 +124,9 @@ export class Engine implements Router {
 
   /** Exchanges, bindings and queues (the Router methods below delegate to it; cluster mode attaches to it). */
   readonly router: RouterCore;
+
+  /** Exports and imports between namespaces (links.ts): subscriptions of the core's own, none until configured. */
+  readonly links: NamespaceLinks = new NamespaceLinks(this);
 
   // ---------------------------------------------------------------- streams
 

@@ -30,6 +30,8 @@ export * from './queues.js';
 export * from './exchanges.js';
 export * from './matcher.js';
 export * from './namespaces.js';
+export * from './links-config.js';
+export { type LinkHost, type LinksOutcome, MAX_HOPS, NamespaceLinks, mapLevels, subjectCovers } from './links.js';
 export * from './vhosts.js';
 export { RouterCore } from './router.js';
 export { isDeadLetterCycle, type RouterHost } from './routing.js';

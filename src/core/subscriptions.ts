@@ -61,6 +61,12 @@ export interface SubscribeOptions {
    * acknowledged only once this subscriber's broker stored it (the LiveHook's `acked`). Without effect on a single broker.
    */
   durable?: string;
+  /**
+   * Whether this subscription stands for interest in `topic` (hasLiveSubscribers: no-responders, a push consumer's
+   * binding). Set by a namespace link (links.ts), whose interest is the importer's, as nats-server's shadow
+   * subscriptions are; unset: the subscription is interest itself.
+   */
+  interest?: (topic: string) => boolean;
 }
 
 /**
@@ -315,8 +321,10 @@ export function redeliverShared(t: LiveTable, sub: Subscription, msg: Message): 
 }
 
 export function hasLiveSubscribers(t: LiveTable, topic: string): boolean {
-  if (t.subs.hasMatch(topic, (v, w) => mqttAccepts(topic, w) || (('members' in v ? v.nats : v.options.rule === 'nats') && !isReservedTopic(topic))))
-    return true;
+  const accepts = (v: Subscription | SharedGroup, w: boolean): boolean =>
+    (mqttAccepts(topic, w) || (('members' in v ? v.nats : v.options.rule === 'nats') && !isReservedTopic(topic))) &&
+    ('members' in v || v.options.interest === undefined || v.options.interest(topic));
+  if (t.subs.hasMatch(topic, accepts)) return true;
   return t.live !== null && t.live.remote > 0 && t.live.wants(topic);
 }
 

@@ -4,7 +4,10 @@
  * administrator's (403).
  */
 import type { FastifyInstance } from 'fastify';
-import { FlowError } from '../../core/index.js';
+import { FlowError, type ExportConfig, type ImportConfig } from '../../core/index.js';
+
+/** NATS account exports or imports (src/core/links-config.ts validates them; an invalid one is 400). */
+const LINKS = { type: 'array', maxItems: 1024, items: { type: 'object' } } as const;
 import type { NamespaceDef } from '../directory.js';
 import { NAME_PARAM, PAGE_QUERY, administers, authorizeAdmin, authorizeAdminOf, authorizeSomeAdmin, notFound, paginate } from './common.js';
 import type { ApiContext } from './types.js';
@@ -55,6 +58,8 @@ export function namespaceRoutes(app: FastifyInstance, ctx: ApiContext): void {
     name: n.name,
     description: n.description ?? null,
     quotas: n.quotas,
+    exports: n.exports ?? [],
+    imports: n.imports ?? [],
     createdAt: iso(n.createdAt),
     usage: usageOf(n.name, all),
   });
@@ -82,7 +87,7 @@ export function namespaceRoutes(app: FastifyInstance, ctx: ApiContext): void {
     },
   );
 
-  app.post<{ Body: { name: string; description?: string; quotas?: Record<string, number | null> } }>(
+  app.post<{ Body: { name: string; description?: string; quotas?: Record<string, number | null>; exports?: ExportConfig[]; imports?: ImportConfig[] } }>(
     '/api/v1/namespaces',
     {
       schema: {
@@ -92,14 +97,16 @@ export function namespaceRoutes(app: FastifyInstance, ctx: ApiContext): void {
           type: 'object',
           required: ['name'],
           additionalProperties: false,
-          properties: { name: { type: 'string' }, description: { type: 'string', maxLength: 1024 }, quotas: QUOTAS },
+          properties: { name: { type: 'string' }, description: { type: 'string', maxLength: 1024 }, quotas: QUOTAS, exports: LINKS, imports: LINKS },
         },
       },
     },
     async (req, reply) => {
       authorizeAdmin(access, req);
       if (dir.namespace(req.body.name)) throw new FlowError('ALREADY_EXISTS', `namespace "${req.body.name}" already exists`);
-      const n = await dir.putNamespace(req.body as { name: string; description?: string; quotas?: Record<string, number> });
+      const n = await dir.putNamespace(
+        req.body as { name: string; description?: string; quotas?: Record<string, number>; exports?: ExportConfig[]; imports?: ImportConfig[] },
+      );
       return reply.code(201).send(namespaceView(n));
     },
   );
@@ -133,14 +140,21 @@ export function namespaceRoutes(app: FastifyInstance, ctx: ApiContext): void {
     },
   );
 
-  app.patch<{ Params: { name: string }; Body: { description?: string; quotas?: Record<string, number | null> } }>(
+  app.patch<{
+    Params: { name: string };
+    Body: { description?: string; quotas?: Record<string, number | null>; exports?: ExportConfig[]; imports?: ImportConfig[] };
+  }>(
     '/api/v1/namespaces/:name',
     {
       schema: {
         tags: ['namespaces'],
-        summary: 'Change a namespace: quotas given are set (null removes one), others kept',
+        summary: 'Change a namespace: quotas given are set (null removes one), others kept; exports or imports given replace them',
         params: NAME_PARAM,
-        body: { type: 'object', additionalProperties: false, properties: { description: { type: 'string', maxLength: 1024 }, quotas: QUOTAS } },
+        body: {
+          type: 'object',
+          additionalProperties: false,
+          properties: { description: { type: 'string', maxLength: 1024 }, quotas: QUOTAS, exports: LINKS, imports: LINKS },
+        },
       },
     },
     async (req) => {
@@ -148,7 +162,13 @@ export function namespaceRoutes(app: FastifyInstance, ctx: ApiContext): void {
       const prev = dir.namespace(req.params.name);
       if (!prev) throw notFound('namespace', req.params.name);
       const quotas = { ...prev.quotas, ...(req.body?.quotas ?? {}) } as Record<string, number>;
-      const n = await dir.putNamespace({ name: prev.name, description: req.body?.description ?? prev.description, quotas });
+      const n = await dir.putNamespace({
+        name: prev.name,
+        description: req.body?.description ?? prev.description,
+        quotas,
+        ...(req.body?.exports !== undefined ? { exports: req.body.exports } : {}),
+        ...(req.body?.imports !== undefined ? { imports: req.body.imports } : {}),
+      });
       ctx.logger.info({ namespace: n.name, quotas: n.quotas, by: req.auth?.principal.user ?? null }, 'namespace changed');
       return namespaceView(n);
     },

@@ -30,7 +30,7 @@ import { natsPermissionTopic } from './connection-state.js';
 const MAX_JWT = 64 * 1024;
 const JWT_RE = /eyJ[A-Za-z0-9_-]*\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+/g;
 
-interface Claims {
+export interface Claims {
   iss: string;
   sub: string;
   iat?: number;
@@ -111,6 +111,19 @@ function verified(token: string, type: string, subjectKind: 'operator' | 'accoun
   return verifySignature(issuer, d.signed, d.sig) ? d.claims : null;
 }
 
+/**
+ * An activation JWT (a private export's grant, carried by the import as `token`): its claims when it is signed by
+ * the exporting account (`trusted` says which keys are its own: its key and signing keys), names an account as its
+ * subject and is valid now; null otherwise.
+ */
+export function verifiedActivation(token: string, trusted: (iss: string) => boolean, nowSec = Math.floor(Date.now() / 1000)): Claims | null {
+  const d = decode(token);
+  if (d === null || claimType(d.claims) !== 'activation' || parsePublicNkey(d.claims.sub, 'account') === null) return null;
+  const issuer = parsePublicNkey(d.claims.iss, 'account');
+  if (issuer === null || !trusted(d.claims.iss) || !current(d.claims, nowSec)) return null;
+  return verifySignature(issuer, d.signed, d.sig) ? d.claims : null;
+}
+
 /** Whether the claims are valid at `nowSec` (exp, nbf). */
 function current(c: Claims, nowSec: number): boolean {
   if (typeof c.exp === 'number' && c.exp > 0 && c.exp <= nowSec) return false;
@@ -188,6 +201,11 @@ export class NatsOperators {
 
   get accountCount(): number {
     return this.accounts.size;
+  }
+
+  /** The preloaded accounts: key, namespace, claims and signing keys (their exports and imports: account-links.ts). */
+  listAccounts(): ReadonlyArray<{ key: string; namespace: string; claims: Claims; signingKeys: ReadonlyMap<string, unknown> }> {
+    return [...this.accounts.values()];
   }
 
   /** The account JWT's namespace for a key, or undefined. */

@@ -14,6 +14,7 @@ import { JetStream } from './jetstream/index.js';
 import { NatsMonitor } from './monitor.js';
 import { resolveNatsOptions } from './options.js';
 import { NatsOperators } from './auth-jwt.js';
+import { accountLinks } from './account-links.js';
 import type { Logger } from 'pino';
 import { newListenerCounts, startNatsListener, startNatsWsListener, type NatsListenerShared, type NatsTlsSettings } from './server.js';
 
@@ -82,6 +83,19 @@ export const natsModule: ProtocolModule = {
     );
     // JetStream API requests are authorized by who sent them: the adapter knows its connections' Access.
     jetstream.authorizer = { control: ctx.access, accessOf: (origin) => adapter.accessOf(origin) };
+    // A request crossing into another namespace by a service import (src/core/links.ts) is a JetStream publish there
+    // too: an imported `$KV.>` put gets its PubAck from the exporter's stream.
+    if (c.natsJetstream) ctx.engine.links.requestPublisher = (msg, reply) => jetstream.publish(msg, reply);
+    ctx.engine.links.onWriteFailed = (err) => adapter.writeFailed(err);
+    // Operator mode: the account JWTs' exports and imports are links between their namespaces.
+    const applyAccountLinks = (ops: NatsOperators | null): void => {
+      const { defs, refused } = ops === null ? { defs: [], refused: [] } : accountLinks(ops);
+      for (const r of refused) logger.warn(r, 'nats account JWT export or import not taken');
+      const out = ctx.engine.links.configure('nats-jwt', defs);
+      for (const r of out.refused) logger.warn(r, 'namespace import refused');
+      if (defs.length > 0) logger.info({ imports: out.active }, 'nats account JWT exports and imports applied');
+    };
+    applyAccountLinks(adapter.operators);
     const logLimit = new LogLimiter(logger);
     let ending: Promise<void> | null = null;
     const shared: NatsListenerShared = {
@@ -157,6 +171,7 @@ export const natsModule: ProtocolModule = {
           try {
             adapter.operators = operatorMode(c.natsOperator, c.natsAccounts, logger);
             figures.accounts = adapter.operators?.accountCount ?? 0;
+            applyAccountLinks(adapter.operators);
           } catch (err) {
             logger.warn({ err }, 'nats reload: the operator or account JWTs did not load; the previous ones stay in force');
             figures.accountsError = (err as Error).message;

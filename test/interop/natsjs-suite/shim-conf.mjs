@@ -127,6 +127,10 @@ let responseTtl;
 let operator;
 let resolverPreload;
 const policies = [];
+// Config-file accounts: each a FlowMQ namespace (its users log in there), with its exports and imports as they are
+// written (the users file takes nats-server's shape: src/core/links-config.ts).
+const namespaces = [];
+let anonymousOff = false;
 const levels = (subject) =>
   subject
     .split('.')
@@ -140,12 +144,17 @@ const toTopic = (entry) => {
   return `topic:$nats-queue/${queue === '*' || queue === '>' ? '+' : queue.replace(/\//g, '.')}/${levels(subject)}`;
 };
 const list = (v) => (v === undefined ? undefined : Array.isArray(v) ? v : [v]);
-function addUser(u) {
+function addUser(u, namespace) {
   const known = new Set(['user', 'password', 'nkey', 'permissions', 'permission']);
   for (const k of Object.keys(u)) if (!known.has(k)) refuse(`user key ${k}`);
   const username = u.user ?? u.nkey;
   if (!username) refuse('a user without user or nkey');
-  users.push({ username: String(username), ...(u.password !== undefined ? { password: String(u.password) } : {}), ...(u.nkey ? { nkey: u.nkey } : {}) });
+  users.push({
+    username: String(username),
+    ...(u.password !== undefined ? { password: String(u.password) } : {}),
+    ...(u.nkey ? { nkey: u.nkey } : {}),
+    ...(namespace !== undefined ? { namespace } : {}),
+  });
   const principals = [`user:${username}`];
   // nats-server: no permissions, everything allowed; a publish or subscribe list allows only what it names.
   const perms = u.permissions ?? u.permission ?? {}; // nats-server reads both spellings
@@ -159,6 +168,12 @@ function addUser(u) {
       if (ar.max !== undefined) responseMax = String(ar.max);
       if (ar.expires !== undefined) responseTtl = typeof ar.expires === 'number' ? `${Math.round(ar.expires / 1e6)}ms` : String(ar.expires);
     }
+  }
+  // No publish or subscribe permissions: everything, `$` subjects too (`$KV.>`, which MQTT's `#` would not match).
+  if (perms.publish === undefined && perms.subscribe === undefined) {
+    const all = ['publish', 'subscribe', 'respond', 'create', 'describe', 'alter', 'delete'];
+    policies.push({ name: `${username}-all`, effect: 'allow', actions: all, resources: ['*:*'], principals });
+    return;
   }
   for (const action of ['publish', 'subscribe']) {
     const p = perms[action];
@@ -199,7 +214,7 @@ for (const [k, v] of Object.entries(conf)) {
       if (user !== undefined) addUser({ user, password: v.password });
       for (const u of v.users ?? []) addUser(u);
       if (v.timeout !== undefined) args.push('--nats-auth-timeout', `${v.timeout}s`);
-      args.push('--allow-anonymous', 'false');
+      anonymousOff = true;
       break;
     }
     case 'tls': {
@@ -219,6 +234,20 @@ for (const [k, v] of Object.entries(conf)) {
       break;
     case 'resolver_preload':
       resolverPreload = v;
+      break;
+    case 'accounts':
+      for (const [name, a] of Object.entries(v)) {
+        if (name === '$G') refuse('accounts.$G');
+        if (name === '$SYS' || a?.system === true) refuse(`accounts.${name} (the system account)`);
+        const known = new Set(['users', 'exports', 'imports', 'jetstream']);
+        for (const ak of Object.keys(a ?? {})) if (!known.has(ak)) refuse(`accounts.${name}.${ak}`);
+        // Every FlowMQ namespace has JetStream: `jetstream: enabled` needs nothing; disabled for one account cannot be said.
+        if (a.jetstream !== undefined && a.jetstream !== true && a.jetstream !== 'enabled' && a.jetstream !== 'enable')
+          refuse(`accounts.${name}.jetstream: ${a.jetstream}`);
+        namespaces.push({ name, ...(a.exports ? { exports: list(a.exports) } : {}), ...(a.imports ? { imports: list(a.imports) } : {}) });
+        for (const u of list(a.users) ?? []) addUser(u, name);
+      }
+      anonymousOff = true;
       break;
     case 'no_auth_user':
       args.push('--nats-no-auth-user', String(v));
@@ -250,6 +279,7 @@ for (const [k, v] of Object.entries(conf)) {
   }
 }
 
+if (anonymousOff) args.push('--allow-anonymous', 'false');
 // No jetstream block: nats-server runs without JetStream.
 if (conf.jetstream === undefined) args.push('--nats-jetstream', 'false');
 const dataDir = reloading
@@ -272,9 +302,9 @@ if (operator !== undefined) {
 if (tlsRequired && !allowNonTls) args.push('--nats-tls-required');
 if (responseMax !== undefined) args.push('--nats-response-max', responseMax);
 if (responseTtl !== undefined) args.push('--nats-response-ttl', responseTtl);
-if (users.length) {
+if (users.length || namespaces.length) {
   const f = join(dataDir, 'shim-users.json');
-  writeFileSync(f, JSON.stringify({ users, policies }));
+  writeFileSync(f, JSON.stringify({ users, policies, namespaces }));
   args.push('--users-file', f);
 }
 if (reloading) {

@@ -224,6 +224,10 @@ export class JetStream extends JetStreamState implements Subscriber, JetStreamPu
     }
     const reply = msg.responseTopic;
     if (reply === undefined) return;
+    // A namespace that imports this API subject as a service (src/core/links.ts: nats.js's `$JS.API.>` of another
+    // account) is answered by the exporter only, as on nats-server; what crossed a link is the exporter's own request.
+    const links = this.engine.links;
+    if (links.size > 0 && msg.origin?.startsWith('link:') !== true && links.shadows(msg.topic)) return;
     const tokens = levelsToTokens(levels.slice(this.domain !== null && levels[1] === this.domain && levels[2] === 'API' ? 3 : 2));
     void this.onApi(tokens, body, reply, access, names);
   }
