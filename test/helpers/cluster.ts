@@ -100,6 +100,12 @@ export function processCpuMs(pid: number): number {
 export class TestCluster {
   readonly brokers: ClusterBroker[] = [];
   haproxy: HAProxy | null = null;
+  /**
+   * Where a broker reaches the shared backends, when not directly: the chaos runner (bench/reliability/chaos.ts)
+   * puts a fault-injecting proxy (test/helpers/fault-proxy.ts) between each broker and PostgreSQL and S3. Set before
+   * the broker starts (`startCluster({ brokers: 0 })`, then startBroker).
+   */
+  backendsFor: ((id: number) => { dbUrl?: string; s3Endpoint?: string } | undefined) | null = null;
   private readonly dirs: string[] = [];
   private closed = false;
   private readonly onExit = (): void => {
@@ -158,10 +164,15 @@ export class TestCluster {
       TEST_CLUSTER_SECRET,
       '--cluster-lease',
       `${this.opts.leaseMs}ms`,
-      ...sharedBackendArgs({ dbUrl: this.dbUrl }, this.s3, this.prefix),
+      ...this.backendArgs(id),
       ...(this.opts.args ?? []),
       ...extra,
     ];
+  }
+
+  private backendArgs(id: number): string[] {
+    const o = this.backendsFor?.(id) ?? {};
+    return sharedBackendArgs({ dbUrl: o.dbUrl ?? this.dbUrl }, o.s3Endpoint ? { ...this.s3, endpoint: o.s3Endpoint } : this.s3, this.prefix);
   }
 
   /**
