@@ -51,14 +51,14 @@ export interface FaultEvent extends FaultSpec {
 }
 
 /** The faults of a seed, in order: the same seed gives the same list. */
-export function faultSchedule(seed: number, leaseMs: number, brokers: number[]): () => FaultSpec {
+export function faultSchedule(seed: number, leaseMs: number, brokers: number[], gapMs: [number, number] = [2000, 6000]): () => FaultSpec {
   const rnd = prng(seed);
   const between = (lo: number, hi: number) => Math.round(lo + rnd() * (hi - lo));
   let i = 0;
   return () => {
     const kind = FAULT_KINDS[i++ % FAULT_KINDS.length]!;
     const victim = brokers[Math.floor(rnd() * brokers.length)]!;
-    const spec: FaultSpec = { kind, broker: victim, durationMs: 0, quick: false, gapMs: between(2000, 6000) };
+    const spec: FaultSpec = { kind, broker: victim, durationMs: 0, quick: false, gapMs: between(gapMs[0], gapMs[1]) };
     if (kind === 'kill') spec.quick = rnd() < 0.5;
     else if (kind === 'pause') spec.durationMs = leaseMs + between(500, 3000);
     else if (kind === 's3-stall') spec.durationMs = between(2000, 8000);

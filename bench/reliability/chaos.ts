@@ -50,6 +50,8 @@ export interface ChaosOptions {
   subscriber?: boolean;
   /** Count the known window in the totals and the exit status. */
   strict?: boolean;
+  /** The quiet time after the cluster recovered from a fault, before the next: uniform in [min, max] ms (default 2-6 s). */
+  gapMs?: [number, number];
   /** --cluster-lease, ms (default 2000). */
   leaseMs?: number;
   /** Keep every broker incarnation's log in a directory (printed). */
@@ -143,7 +145,7 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosSummary> {
 
     log(`${t()} chaos: seed ${opts.seed}, ${opts.minutes} min, lease ${leaseMs} ms; loads running`);
     await sleep(3000);
-    const next = faultSchedule(opts.seed, leaseMs, BROKERS);
+    const next = faultSchedule(opts.seed, leaseMs, BROKERS, opts.gapMs);
     const faults: FaultEvent[] = [];
     const end = started + opts.minutes * 60_000;
     while (Date.now() < end && faults.length < (opts.maxFaults ?? Infinity)) {

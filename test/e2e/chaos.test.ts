@@ -14,7 +14,7 @@ import { formatChaosSummary, runChaos } from '../../bench/reliability/chaos.js';
 import { FAULT_KINDS } from '../../bench/reliability/chaos-nemesis.js';
 
 test('chaos: one fault of each kind under traffic on four protocols, nothing acknowledged lost', { timeout: 300_000 }, async (t) => {
-  const s = await runChaos({ minutes: 10, maxFaults: FAULT_KINDS.length, seed: 7, subscriber: false });
+  const s = await runChaos({ minutes: 10, maxFaults: FAULT_KINDS.length, seed: 7, gapMs: [1000, 2000], subscriber: false });
   for (const line of formatChaosSummary(s).split('\n')) t.diagnostic(line);
   assert.deepEqual(
     s.faults.map((f) => f.kind),
