@@ -1,5 +1,5 @@
 /**
- * `npm run chaos [-- --minutes M --seed S --strict --keep --max-faults N --no-subscriber]`: a seeded nemesis injects
+ * `npm run chaos [-- --minutes M --seed S --strict --keep --max-faults N --gap-ms MIN,MAX --no-subscriber]`: a seeded nemesis injects
  * faults (kill -9, SIGSTOP past the lease, graceful restart, S3 stalls and cuts, a broker cut off from PostgreSQL or
  * from its peers) into a three-broker cluster under Kafka, MQTT, AMQP and JetStream traffic; afterwards everything
  * acknowledged is read back (bench/reliability/chaos.ts). Prints a table per fault kind and per load, and last
@@ -14,6 +14,8 @@ const { values } = parseArgs({
     minutes: { type: 'string', default: '3' },
     seed: { type: 'string', default: '1' },
     'max-faults': { type: 'string' },
+    // The quiet time after the cluster recovered from a fault: uniform in [min, max] ms.
+    'gap-ms': { type: 'string', default: '2000,6000' },
     strict: { type: 'boolean', default: false },
     keep: { type: 'boolean', default: false },
     'no-subscriber': { type: 'boolean', default: false },
@@ -24,6 +26,7 @@ const s = await runChaos({
   minutes: Number(values.minutes),
   seed: Number(values.seed),
   maxFaults: values['max-faults'] === undefined ? undefined : Number(values['max-faults']),
+  gapMs: values['gap-ms'].split(',').map(Number) as [number, number],
   strict: values.strict,
   keep: values.keep,
   subscriber: !values['no-subscriber'],

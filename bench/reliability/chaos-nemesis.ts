@@ -153,13 +153,14 @@ export class ChaosCluster {
 
   /**
    * Starts broker `id` on its ports. A kill -9's id stays held until its lease expires, and a start can fail on a
-   * loaded machine (the harness gives it 20 s): retried until `timeoutMs`.
+   * loaded machine: retried until `timeoutMs`.
    */
   async startBroker(id: number, timeoutMs = 90_000): Promise<void> {
     const deadline = Date.now() + timeoutMs;
     for (;;) {
       try {
-        await this.c.startBroker({ id, args: this.brokerArgs(id), proxy: false });
+        // 60 s to listen: a loaded machine (2 cores, other work) took more than the harness's 20 s.
+        await this.c.startBroker({ id, args: this.brokerArgs(id), proxy: false, startTimeoutMs: 60_000 });
         return;
       } catch (err) {
         const msg = (err as Error).message;

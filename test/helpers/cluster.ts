@@ -179,11 +179,16 @@ export class TestCluster {
    * Starts a broker (default: the next unused id) and adds it to HAProxy. Resolves once its listeners are up (it
    * has registered then; use waitSettled for its share of the work).
    */
-  async startBroker(o: { id?: number; args?: string[]; env?: NodeJS.ProcessEnv; proxy?: boolean } = {}): Promise<ClusterBroker> {
+  async startBroker(o: { id?: number; args?: string[]; env?: NodeJS.ProcessEnv; proxy?: boolean; startTimeoutMs?: number } = {}): Promise<ClusterBroker> {
     const id = o.id ?? Math.max(0, ...this.brokers.map((b) => b.id)) + 1;
     const dataDir = mkdtempSync(join(tmpdir(), `flowmq-cluster-b${id}-`));
     this.dirs.push(dataDir);
-    const proc = await FlowmqProcess.start({ dataDir, args: this.brokerArgs(id, o.args), env: { ...this.opts.env, ...o.env } });
+    const proc = await FlowmqProcess.start({
+      dataDir,
+      args: this.brokerArgs(id, o.args),
+      env: { ...this.opts.env, ...o.env },
+      startTimeoutMs: o.startTimeoutMs,
+    });
     const b: ClusterBroker = {
       id,
       proc,
