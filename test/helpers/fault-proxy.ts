@@ -56,8 +56,9 @@ export class FaultProxy {
 
   private accept(client: Socket): void {
     this.accepted++;
+    client.on('error', () => undefined);
     if (this.mode === 'cut') {
-      client.destroy();
+      client.resetAndDestroy();
       return;
     }
     client.setNoDelay(true);
@@ -127,8 +128,10 @@ export class FaultProxy {
     }
   }
 
+  /** Resets every connection and stops listening. */
   async close(): Promise<void> {
     this.set('cut');
+    this.server.unref();
     await new Promise<void>((r) => this.server.close(() => r()));
   }
 }
