@@ -6,6 +6,8 @@
  *   published (and confirmed) after the load stopped.
  * - JetStream: the `@nats-io` client's `js.publish` to a subject a FlowMQ stream captures; a message counts as
  *   acknowledged when its PubAck arrives. Read back from the stream by the caller (kcat, as the other streams).
+ * The chaos runner (bench/reliability/chaos.ts) gives each a list of brokers: after a failure it reconnects to the
+ * next one, and `onSend` tells it when each message number is sent (its fault window).
  */
 import amqplib from 'amqplib';
 import { connect as natsConnect, type NatsConnection } from '@nats-io/transport-node';
@@ -25,11 +27,29 @@ async function settledWithin(p: Promise<unknown>, ms: number): Promise<void> {
   }
 }
 
+/** `p`, or a rejection after `ms` (a broker paused or cut off never answers; the load moves to another). */
+async function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
+  let t: NodeJS.Timeout | undefined;
+  try {
+    return await Promise.race([p, new Promise<never>((_, reject) => (t = setTimeout(() => reject(new Error(`no ${what} in ${ms} ms`)), ms)))]);
+  } finally {
+    clearTimeout(t);
+  }
+}
+
 export const AMQP_QUEUE = 'crash.amqp';
 /** The FlowMQ stream the JetStream publishes go into (bound to `crash/js/#`, NATS subject `crash.js.>`). */
 export const JS_STREAM = 'crash.js';
 export const JS_SUBJECT = 'crash.js.p';
 const MARKER = 'amqp:marker';
+
+/** Options of the AMQP and JetStream loads. */
+export interface LoadOptions {
+  /** The durable queue (AMQP) or the subject (JetStream); default AMQP_QUEUE / JS_SUBJECT. */
+  name?: string;
+  /** Called as each message number is sent. */
+  onSend?: (n: number) => void;
+}
 
 /** Something that publishes through restarts and records what was acknowledged. */
 export interface CrashLoad {
@@ -47,44 +67,57 @@ export class AmqpConfirmLoad implements CrashLoad {
   private running = true;
   private conn: amqplib.ChannelModel | null = null;
   private readonly loop: Promise<void>;
+  private readonly urls: string[];
+  /** Index in `urls` of the broker used now (the next one after a failure). */
+  private at = 0;
+  private readonly queue: string;
   constructor(
-    private readonly url: string,
+    url: string | string[],
     private readonly window = 20,
+    private readonly opts: LoadOptions = {},
   ) {
+    this.urls = typeof url === 'string' ? [url] : url;
+    this.queue = opts.name ?? AMQP_QUEUE;
     this.loop = this.run();
   }
 
   private async channel(): Promise<amqplib.ConfirmChannel> {
-    const conn = await amqplib.connect(this.url, { timeout: 3000 });
+    const conn = await amqplib.connect(this.urls[this.at % this.urls.length], { timeout: 3000 });
     conn.on('error', () => undefined);
     this.conn = conn;
     const ch = await conn.createConfirmChannel();
     ch.on('error', () => undefined);
-    await ch.assertQueue(AMQP_QUEUE, { durable: true });
+    await ch.assertQueue(this.queue, { durable: true });
     return ch;
   }
 
   private async run(): Promise<void> {
     while (this.running) {
       try {
-        const ch = await this.channel();
+        const ch = await withTimeout(this.channel(), 10_000, 'channel');
         while (this.running) {
           const batch = Array.from({ length: this.window }, () => this.next++);
-          await Promise.all(
-            batch.map(
-              (n) =>
-                new Promise<void>((resolve, reject) => {
-                  ch.sendToQueue(AMQP_QUEUE, Buffer.from(`amqp:${n}`), { persistent: true }, (err) => {
-                    if (err) return reject(err instanceof Error ? err : new Error(String(err)));
-                    this.acked.add(n);
-                    resolve();
-                  });
-                }),
+          await withTimeout(
+            Promise.all(
+              batch.map(
+                (n) =>
+                  new Promise<void>((resolve, reject) => {
+                    this.opts.onSend?.(n);
+                    ch.sendToQueue(this.queue, Buffer.from(`amqp:${n}`), { persistent: true }, (err) => {
+                      if (err) return reject(err instanceof Error ? err : new Error(String(err)));
+                      this.acked.add(n);
+                      resolve();
+                    });
+                  }),
+              ),
             ),
+            15_000,
+            'confirms',
           );
         }
       } catch {
         this.failures++;
+        this.at++;
         await this.close();
         await sleep(100);
       }
@@ -109,17 +142,17 @@ export class AmqpConfirmLoad implements CrashLoad {
    */
   async readBack(timeoutMs: number): Promise<Map<number, number>> {
     const counts = new Map<number, number>();
-    const conn = await amqplib.connect(this.url, { timeout: 3000 });
+    const conn = await amqplib.connect(this.urls[this.at % this.urls.length], { timeout: 3000 });
     try {
       const ch = await conn.createConfirmChannel();
-      await ch.assertQueue(AMQP_QUEUE, { durable: true });
+      await ch.assertQueue(this.queue, { durable: true });
       await new Promise<void>((resolve, reject) =>
-        ch.sendToQueue(AMQP_QUEUE, Buffer.from(MARKER), { persistent: true }, (err) => (err ? reject(new Error(String(err))) : resolve())),
+        ch.sendToQueue(this.queue, Buffer.from(MARKER), { persistent: true }, (err) => (err ? reject(new Error(String(err))) : resolve())),
       );
       await ch.prefetch(500);
       await new Promise<void>((resolve, reject) => {
         const timer = setTimeout(() => reject(new Error(`the AMQP marker did not arrive within ${timeoutMs} ms`)), timeoutMs);
-        void ch.consume(AMQP_QUEUE, (msg) => {
+        void ch.consume(this.queue, (msg) => {
           if (!msg) return;
           ch.ack(msg);
           const body = msg.content.toString();
@@ -147,10 +180,15 @@ export class JetStreamLoad implements CrashLoad {
   private running = true;
   private nc: NatsConnection | null = null;
   private readonly loop: Promise<void>;
+  private readonly ports: number[];
+  /** Index in `ports` of the broker used now (the next one after a failure). */
+  private at = 0;
   constructor(
-    private readonly port: number,
+    port: number | number[],
     private readonly window = 10,
+    private readonly opts: LoadOptions = {},
   ) {
+    this.ports = typeof port === 'number' ? [port] : port;
     this.loop = this.run();
   }
 
@@ -158,17 +196,24 @@ export class JetStreamLoad implements CrashLoad {
     while (this.running) {
       try {
         if (!this.nc || this.nc.isClosed()) {
-          this.nc = await natsConnect({ servers: `127.0.0.1:${this.port}`, reconnect: false, timeout: 3000 });
+          this.nc = await natsConnect({ servers: `127.0.0.1:${this.ports[this.at % this.ports.length]}`, reconnect: false, timeout: 3000 });
         }
         const js = jetstream(this.nc, { timeout: 5000 });
         const batch = Array.from({ length: this.window }, () => this.next++);
-        const results = await Promise.allSettled(batch.map((n) => js.publish(JS_SUBJECT, `js:${n}`)));
+        const subject = this.opts.name ?? JS_SUBJECT;
+        const results = await Promise.allSettled(
+          batch.map((n) => {
+            this.opts.onSend?.(n);
+            return js.publish(subject, `js:${n}`);
+          }),
+        );
         results.forEach((r, i) => {
           if (r.status === 'fulfilled') this.acked.add(batch[i]);
           else this.failures++;
         });
         if (results.some((r) => r.status === 'rejected')) throw new Error('publish failed');
       } catch {
+        this.at++;
         const nc = this.nc;
         this.nc = null;
         await nc?.close().catch(() => undefined);

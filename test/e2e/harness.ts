@@ -76,7 +76,9 @@ export class FlowmqProcess {
   }
 
   /** Starts a broker on free loopback ports and waits until its MQTT, Kafka and HTTP listeners are up. */
-  static async start(opts: { dataDir?: string; args?: string[]; env?: NodeJS.ProcessEnv; defaultHost?: boolean } = {}): Promise<FlowmqProcess> {
+  static async start(
+    opts: { dataDir?: string; args?: string[]; env?: NodeJS.ProcessEnv; defaultHost?: boolean; startTimeoutMs?: number } = {},
+  ): Promise<FlowmqProcess> {
     const dataDir = opts.dataDir ?? mkdtempSync(join(tmpdir(), 'flowmq-e2e-'));
     const args = [
       'start',
@@ -101,7 +103,7 @@ export class FlowmqProcess {
     // The launcher itself, as users run it (it execs Node in the same process, so signals reach the broker).
     const proc = spawn(FLOWMQ_BIN, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, FLOWMQ_NODE: process.execPath, ...opts.env } });
     const b = new FlowmqProcess(proc, dataDir, opts.args ?? [], opts.env ?? {});
-    const deadline = Date.now() + 20_000;
+    const deadline = Date.now() + (opts.startTimeoutMs ?? 20_000);
     while (b.ports.http === undefined) {
       if (proc.exitCode !== null || proc.signalCode !== null) {
         throw new Error(`flowmq exited early (${proc.exitCode ?? proc.signalCode}): ${b.stderr}\n${JSON.stringify(b.logs)}`);

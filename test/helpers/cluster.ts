@@ -108,6 +108,12 @@ export function processCpuMs(pid: number): number {
 export class TestCluster {
   readonly brokers: ClusterBroker[] = [];
   haproxy: HAProxy | null = null;
+  /**
+   * Where a broker reaches the shared backends, when not directly: the chaos runner (bench/reliability/chaos.ts)
+   * puts a fault-injecting proxy (test/helpers/fault-proxy.ts) between each broker and PostgreSQL and S3. Set before
+   * the broker starts (`startCluster({ brokers: 0 })`, then startBroker).
+   */
+  backendsFor: ((id: number) => { dbUrl?: string; s3Endpoint?: string } | undefined) | null = null;
   private readonly dirs: string[] = [];
   /** --cluster-tls cert: the cluster's CA (made on first use). */
   private ca: BrokerCa | null = null;
@@ -168,7 +174,7 @@ export class TestCluster {
       TEST_CLUSTER_SECRET,
       '--cluster-lease',
       `${this.opts.leaseMs}ms`,
-      ...sharedBackendArgs({ dbUrl: this.dbUrl }, this.s3, this.prefix),
+      ...this.backendArgs(id),
       ...this.tlsArgs(id),
       ...(this.opts.args ?? []),
       ...extra,
@@ -189,15 +195,25 @@ export class TestCluster {
     return ['--cluster-tls', 'cert', '--cluster-tls-cert', c.certPath, '--cluster-tls-key', c.keyPath, '--cluster-tls-ca', this.ca.caPath];
   }
 
+  private backendArgs(id: number): string[] {
+    const o = this.backendsFor?.(id) ?? {};
+    return sharedBackendArgs({ dbUrl: o.dbUrl ?? this.dbUrl }, o.s3Endpoint ? { ...this.s3, endpoint: o.s3Endpoint } : this.s3, this.prefix);
+  }
+
   /**
    * Starts a broker (default: the next unused id) and adds it to HAProxy. Resolves once its listeners are up (it
    * has registered then; use waitSettled for its share of the work).
    */
-  async startBroker(o: { id?: number; args?: string[]; env?: NodeJS.ProcessEnv; proxy?: boolean } = {}): Promise<ClusterBroker> {
+  async startBroker(o: { id?: number; args?: string[]; env?: NodeJS.ProcessEnv; proxy?: boolean; startTimeoutMs?: number } = {}): Promise<ClusterBroker> {
     const id = o.id ?? Math.max(0, ...this.brokers.map((b) => b.id)) + 1;
     const dataDir = mkdtempSync(join(tmpdir(), `flowmq-cluster-b${id}-`));
     this.dirs.push(dataDir);
-    const proc = await FlowmqProcess.start({ dataDir, args: this.brokerArgs(id, o.args), env: { ...this.opts.env, ...o.env } });
+    const proc = await FlowmqProcess.start({
+      dataDir,
+      args: this.brokerArgs(id, o.args),
+      env: { ...this.opts.env, ...o.env },
+      startTimeoutMs: o.startTimeoutMs,
+    });
     const b: ClusterBroker = {
       id,
       proc,

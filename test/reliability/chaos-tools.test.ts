@@ -1,0 +1,128 @@
+/**
+ * The chaos runner's tools (bench/reliability/chaos.ts): the fault-injecting TCP proxy (test/helpers/fault-proxy.ts)
+ * passes, stalls (bytes held, then delivered in order) and cuts (connections reset, new ones refused); the nemesis's
+ * schedule is a function of its seed.
+ */
+import assert from 'node:assert/strict';
+import { createConnection, createServer, type Server, type Socket } from 'node:net';
+import { afterEach, beforeEach, describe, it } from 'node:test';
+import { FaultProxy } from '../helpers/fault-proxy.js';
+import { FAULT_KINDS, faultSchedule } from '../../bench/reliability/chaos-nemesis.js';
+
+/** An echo server on a free port. */
+async function echoServer(): Promise<{ server: Server; port: number }> {
+  const server = createServer((s) => {
+    s.on('error', () => undefined); // the proxy resets it on a cut
+    s.pipe(s);
+  });
+  const port = await new Promise<number>((r) => server.listen(0, '127.0.0.1', () => r((server.address() as { port: number }).port)));
+  return { server, port };
+}
+
+function connect(port: number): Promise<Socket> {
+  return new Promise((resolve, reject) => {
+    const s = createConnection({ host: '127.0.0.1', port }, () => resolve(s));
+    s.once('error', reject);
+  });
+}
+
+/** Everything `s` receives, as a string so far. */
+function collect(s: Socket): { text: () => string; closed: Promise<void> } {
+  let got = '';
+  s.on('data', (d: Buffer) => (got += d.toString()));
+  const closed = new Promise<void>((r) => s.once('close', () => r()));
+  s.on('error', () => undefined);
+  return { text: () => got, closed };
+}
+
+const wait = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+async function until(pred: () => boolean, ms = 2000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!pred()) {
+    if (Date.now() > deadline) throw new Error('condition not met');
+    await wait(10);
+  }
+}
+
+describe('fault proxy', () => {
+  let echo: { server: Server; port: number };
+  let proxy: FaultProxy;
+  // A proxy and an echo server per test.
+  beforeEach(async () => {
+    echo = await echoServer();
+    proxy = await FaultProxy.start({ port: echo.port });
+  });
+  afterEach(() => {
+    void proxy.close();
+    echo.server.close();
+    echo.server.unref();
+  });
+
+  it('passes bytes both ways', async () => {
+    const s = await connect(proxy.port);
+    const c = collect(s);
+    s.write('hello');
+    await until(() => c.text() === 'hello');
+    s.destroy();
+  });
+
+  it('stall holds bytes (open and new connections) and delivers them in order on pass', async () => {
+    const a = await connect(proxy.port);
+    const ca = collect(a);
+    a.write('1');
+    await until(() => ca.text() === '1');
+    proxy.set('stall');
+    a.write('2');
+    const b = await connect(proxy.port); // accepted, not connected onward
+    const cb = collect(b);
+    b.write('x');
+    await wait(300);
+    assert.equal(ca.text(), '1');
+    assert.equal(cb.text(), '');
+    proxy.set('pass');
+    await until(() => ca.text() === '12' && cb.text() === 'x');
+    a.destroy();
+    b.destroy();
+  });
+
+  it('cut resets open connections and refuses new ones until pass', async () => {
+    const a = await connect(proxy.port);
+    const ca = collect(a);
+    proxy.set('cut');
+    await ca.closed;
+    // A new connection is reset at once: refused while connecting, or closed right after.
+    const refused = await connect(proxy.port).then(
+      (b) => collect(b).closed.then(() => true),
+      () => true,
+    );
+    assert.ok(refused);
+    proxy.set('pass');
+    const d = await connect(proxy.port);
+    const cd = collect(d);
+    d.write('again');
+    await until(() => cd.text() === 'again');
+    d.destroy();
+  });
+});
+
+describe('nemesis schedule', () => {
+  it('is a function of the seed: every kind in turn, the same victims and durations for the same seed', () => {
+    const take = (seed: number) => {
+      const next = faultSchedule(seed, 2000, [1, 2, 3]);
+      return Array.from({ length: 2 * FAULT_KINDS.length }, () => next());
+    };
+    const a = take(5);
+    assert.deepEqual(take(5), a);
+    assert.notDeepEqual(take(6), a);
+    assert.deepEqual(
+      a.map((f) => f.kind),
+      [...FAULT_KINDS, ...FAULT_KINDS],
+    );
+    for (const f of a) {
+      if (f.kind === 'pause' || f.kind === 'pg-partition') assert.ok(f.durationMs > 2000, `${f.kind} outlasts the lease`);
+      if (f.kind === 's3-stall' || f.kind === 's3-cut') assert.equal(f.broker, null);
+      else assert.ok([1, 2, 3].includes(f.broker!));
+    }
+  });
+});
