@@ -1,7 +1,7 @@
 /**
  * Small helpers shared by the benchmark modules: sockets, timing, statistics, formatting.
  */
-import { connect, createServer, type Socket } from 'node:net';
+import { connect, type Socket } from 'node:net';
 
 export const HOST = '127.0.0.1';
 
@@ -17,17 +17,8 @@ export function nowS(): number {
   return Number(process.hrtime.bigint()) / 1e9;
 }
 
-/** A TCP port that was free a moment ago on 127.0.0.1. */
-export function freePort(): Promise<number> {
-  return new Promise((res, rej) => {
-    const s = createServer();
-    s.listen(0, HOST, () => {
-      const p = (s.address() as { port: number }).port;
-      s.close(() => res(p));
-    });
-    s.on('error', rej);
-  });
-}
+/** A TCP port that is free on 127.0.0.1, outside the kernel's ephemeral range (test/helpers/ports.ts). */
+export { freePort } from '../test/helpers/ports.js';
 
 /** Connects to 127.0.0.1:port (Nagle off); rejects on error or after `timeoutMs`. */
 export function open(port: number, timeoutMs = 10_000): Promise<Socket> {

@@ -25,8 +25,6 @@ export interface LoadResult extends Tally {
   name: string;
   /** What the protocol promises: duplicates fail the run only where 'exactly-once'. */
   promise: 'exactly-once' | 'at-least-once';
-  /** A known open loss window: reported, not counted in the totals and exit status unless --strict. */
-  knownWindow: boolean;
   /** Kafka: partitions or keys out of order (first copies). */
   orderBreaks: number;
   failures: number;
@@ -44,7 +42,7 @@ const bump = (m: Counts, n: number): void => void m.set(n, (m.get(n) ?? 0) + 1);
  * message number -> window index; 0 when before any fault).
  */
 export function tallyLoad(
-  o: { name: string; promise: LoadResult['promise']; knownWindow?: boolean; failures: number; orderBreaks?: number },
+  o: { name: string; promise: LoadResult['promise']; failures: number; orderBreaks?: number },
   acked: Set<number>,
   found: Counts,
   sentIn: Map<number, number>,
@@ -52,7 +50,6 @@ export function tallyLoad(
   const r: LoadResult = {
     name: o.name,
     promise: o.promise,
-    knownWindow: o.knownWindow ?? false,
     orderBreaks: o.orderBreaks ?? 0,
     failures: o.failures,
     acked: acked.size,
@@ -142,14 +139,13 @@ export interface FaultRow {
 
 /**
  * Per fault kind: faults injected, and the acknowledged, lost and duplicated messages sent while it was the last
- * fault injected, over the loads counted (not the known windows unless `strict`).
+ * fault injected, over every load.
  */
-export function faultTable(kinds: readonly string[], windows: Array<{ kind: string }>, loads: LoadResult[], strict: boolean): FaultRow[] {
+export function faultTable(kinds: readonly string[], windows: Array<{ kind: string }>, loads: LoadResult[]): FaultRow[] {
   const rows = new Map<string, FaultRow>();
   for (const k of ['none', ...kinds]) rows.set(k, { kind: k, injected: 0, acked: 0, lost: 0, duplicates: 0 });
   for (const w of windows.slice(1)) rows.get(w.kind)!.injected++;
   for (const l of loads) {
-    if (l.knownWindow && !strict) continue;
     for (const [i, x] of l.byWindow) {
       const row = rows.get(windows[i]?.kind ?? 'none')!;
       row.acked += x.acked;

@@ -13,8 +13,7 @@
  * - MqttChaosPublisher: MQTT.js 3.1.1, QoS 1, persistent session, `servers` = every broker (MQTT.js moves to the
  *   next on each reconnect), `window` publishes in flight; acknowledged = PUBACK. A stream captures the topic.
  * - MqttChaosSubscriber: MQTT.js 5.0, a persistent session subscribed at QoS 1 to the publishers' topic, reconnecting
- *   through every broker: what reached it (the known open window: a QoS 1 publish forwarded live to a persistent
- *   session whose owner dies may be lost, see docs/reliability.md).
+ *   through every broker: what reached it (every PUBACKed publish must).
  */
 import kafkajs from 'kafkajs';
 import mqtt, { type MqttClient } from 'mqtt';

@@ -22,12 +22,12 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createWriteStream, mkdtempSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import kafkajs from 'kafkajs';
 import mqtt, { type MqttClient } from 'mqtt';
 import { FLOWMQ_BIN, kcatConsume, sleep } from '../../test/e2e/harness.js';
+import { freePort } from '../../test/helpers/ports.js';
 import { prng } from '../../test/helpers/prng.js';
 import { AMQP_QUEUE, AmqpConfirmLoad, JetStreamLoad, JS_STREAM } from './crash-loads.js';
 
@@ -84,16 +84,7 @@ export interface CrashSummary {
 const KAFKA_TOPIC = 'crash.kafka';
 const MQTT_STREAM = 'crash.mqtt';
 
-export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const port = (s.address() as { port: number }).port;
-      s.close(() => resolve(port));
-    });
-  });
-}
+export { freePort };
 
 export interface Ports {
   mqtt: number;

@@ -10,16 +10,7 @@ import assert from 'node:assert/strict';
 import { createConnection, createServer, type AddressInfo, type Server, type Socket } from 'node:net';
 import mqtt from 'mqtt';
 import { TestCluster } from '../helpers/cluster.js';
-import { eventually } from './harness.js';
-
-/** A free TCP port on loopback (bound and released: the broker binds it next). */
-async function freePort(): Promise<number> {
-  const s = createServer();
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', () => r()));
-  const port = (s.address() as AddressInfo).port;
-  await new Promise<void>((r) => s.close(() => r()));
-  return port;
-}
+import { eventually, freePort } from './harness.js';
 
 /** A relay to 127.0.0.1:`to` recording the bytes of both directions. */
 async function relay(to: number): Promise<{ port: number; bytes(): Buffer; close(): Promise<void> }> {

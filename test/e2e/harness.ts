@@ -4,7 +4,6 @@
  */
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -206,17 +205,8 @@ export function eachLine(stream: NodeJS.ReadableStream, fn: (line: string) => vo
   });
 }
 
-/** A free loopback port, for a server that is told its port (nats-server, RabbitMQ). */
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const p = (s.address() as AddressInfo).port;
-      s.close(() => resolve(p));
-    });
-  });
-}
+/** A free loopback port, for a server that is told its port (nats-server, RabbitMQ): see helpers/ports.ts. */
+export { freePort } from '../helpers/ports.js';
 
 export function sleep(ms: number): Promise<void> {
   return new Promise((r) => setTimeout(r, ms));

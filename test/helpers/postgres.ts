@@ -8,11 +8,11 @@
 import { execFile, execFileSync } from 'node:child_process';
 import { chown, mkdtemp, readdir, readFile, rename, rm } from 'node:fs/promises';
 import { existsSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import pg from 'pg';
+import { freePort } from './ports.js';
 
 const run = promisify(execFile);
 
@@ -50,18 +50,6 @@ export async function findPostgresBin(): Promise<string> {
   versions.sort((a, b) => Number(b) - Number(a));
   if (versions.length === 0) throw new Error(`no PostgreSQL under ${base}/<version>/bin (apt-get install postgresql)`);
   return join(base, versions[0], 'bin');
-}
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.once('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const addr = srv.address();
-      const port = typeof addr === 'object' && addr ? addr.port : 0;
-      srv.close(() => resolve(port));
-    });
-  });
 }
 
 let dbCounter = 0;
