@@ -193,14 +193,7 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosSummary> {
       // What the subscriber gets can only be waited for: up to 30 s for everything acknowledged.
       const deadline = Date.now() + 30_000;
       while ([...mqttPub.acked].some((n) => !sub.received.has(n)) && Date.now() < deadline) await sleep(200);
-      loads.push(
-        tallyLoad(
-          { name: 'mqtt QoS 1 -> persistent subscriber', promise: 'at-least-once', failures: 0 },
-          mqttPub.acked,
-          sub.received,
-          sent.mqtt,
-        ),
-      );
+      loads.push(tallyLoad({ name: 'mqtt QoS 1 -> persistent subscriber', promise: 'at-least-once', failures: 0 }, mqttPub.acked, sub.received, sent.mqtt));
     }
     const totals = {
       acked: loads.reduce((s, l) => s + l.acked, 0),
