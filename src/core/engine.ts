@@ -33,13 +33,23 @@ import type { BindingDef, ExchangeDef, RouteResult, Router } from './exchanges.j
 import { RouterCore } from './router.js';
 import { TxnPartitions } from './transactions.js';
 import { createQueue as defaultCreateQueue } from './queue.js';
-import { isQualifiedStream, isReservedTopic, isValidInternalStreamName, NS_PREFIX, streamOwnTopic, validateStreamBinding } from './namespaces.js';
+import {
+  DEFAULT_NAMESPACE,
+  isQualifiedStream,
+  isReservedTopic,
+  isValidInternalStreamName,
+  NS_PREFIX,
+  splitTopic,
+  streamOwnTopic,
+  validateStreamBinding,
+} from './namespaces.js';
 import { isValidStreamName, validateTopic } from './topic.js';
 import { TopicTrie } from './trie.js';
 import { NamespaceLinks } from './links.js';
 import {
   deliverLive,
   hasLiveSubscribers,
+  liveKey,
   redeliverShared,
   subscribe,
   unsubscribe,
@@ -58,12 +68,21 @@ import { canCapture, MAX_PARTITIONS, partitionFor, streamSettings, type StreamEn
  * A topic prefix reserved for one handler (AMQP direct reply-to: `amq/rabbitmq/reply-to/<token>`). A message published
  * into the topic space (MQTT, NATS, a topic-space publish) on a topic under it goes to `deliver` only: no live
  * subscription (wildcards included), no stream, no queue or exchange binding and no retained slot sees it, so an
- * address under it cannot be tapped by subscribing. Cluster mode: it is not forwarded to other brokers.
+ * address under it cannot be tapped by subscribing. Cluster mode: the handler's addresses are watched on the broker that
+ * holds them (Engine.watchDirect), and a message no one here takes goes to that broker only (Engine.forwardDirect).
  */
 export interface DirectTopics {
   readonly prefix: string;
-  /** Takes a message published on a topic under the prefix; true when it reached someone. */
-  deliver(msg: Message): boolean;
+  /**
+   * Takes a message published on a topic under the prefix; true when it reached someone. `forwarded`: it comes from
+   * another broker (Engine.deliverForwarded), which is not to be forwarded again.
+   */
+  deliver(msg: Message, forwarded?: boolean): boolean;
+}
+
+/** A direct address as the cluster's interest tables hold it: qualified (`$ns/<ns>/...`) outside `default`. */
+function directWireTopic(topic: string, namespace: string | undefined): string {
+  return namespace === undefined || namespace === DEFAULT_NAMESPACE ? topic : `${NS_PREFIX}${namespace}/${topic}`;
 }
 
 /** Retained messages of these topics (broker statistics) are kept in memory only: they are rewritten often. */
@@ -359,7 +378,46 @@ export class Engine implements Router {
    * `groups`: the shared groups (liveKey) this broker serves for this message; other groups' members skip it.
    */
   deliverForwarded(msg: Message, groups: ReadonlySet<string>, durable?: ForwardedDurable): number {
+    const d = this.direct;
+    if (d !== null) {
+      // A direct message (forwardDirect) for a requester here, its namespace carried in its topic.
+      const { namespace, topic } = splitTopic(msg.topic);
+      if (topic.startsWith(d.prefix)) {
+        msg.topic = topic;
+        msg.namespace = namespace === DEFAULT_NAMESPACE ? undefined : namespace;
+        return d.deliver(msg, true) ? 1 : 0;
+      }
+    }
     return deliverLive(this, msg, groups, durable);
+  }
+
+  /**
+   * Cluster mode: a direct address (DirectTopics) of a requester on this broker appeared (`on`) or went away; other
+   * brokers forward what is published on it here (forwardDirect). A no-op on a single broker.
+   */
+  watchDirect(topic: string, namespace: string | undefined, on: boolean): void {
+    const live = this.live;
+    if (live === null) return;
+    const t = directWireTopic(topic, namespace);
+    const key = liveKey('mqtt', undefined, t);
+    if (on) live.subscribed(key, t, 'mqtt', undefined);
+    else live.unsubscribed(key, t, 'mqtt', undefined);
+  }
+
+  /** Cluster mode: whether another broker watches the direct address `topic` (false on a single broker). */
+  directWatched(topic: string, namespace: string | undefined): boolean {
+    return this.live !== null && this.live.remote > 0 && this.live.wants(directWireTopic(topic, namespace));
+  }
+
+  /**
+   * Cluster mode: a direct message that reached no one here goes to the broker watching its address (one-way, best
+   * effort, like live delivery). True when some broker watches it.
+   */
+  forwardDirect(msg: Message): boolean {
+    const live = this.live;
+    if (live === null || live.remote === 0) return false;
+    const t = directWireTopic(msg.topic, msg.namespace);
+    return live.forward(t === msg.topic ? msg : { ...msg, topic: t }, false) > 0;
   }
 
   /**

@@ -150,6 +150,68 @@ describe('cluster queues: amqplib and MQTT across brokers', { timeout: 240_000 }
     }
   });
 
+  it('direct reply-to across brokers: AMQP and MQTT 5 responders on other brokers answer an AMQP requester', async () => {
+    const work = placed(3, [1, 2, 3], 'rpc');
+    const requester = await (await open(1)).createChannel();
+    await requester.assertQueue(work, { durable: true });
+    const replies = new Map<string, string[]>();
+    await requester.consume(
+      'amq.rabbitmq.reply-to',
+      (m) => {
+        if (!m) return;
+        const id = String(m.properties.correlationId);
+        replies.set(id, [...(replies.get(id) ?? []), m.content.toString()]);
+      },
+      { noAck: true },
+    );
+    // The AMQP responder on broker 2 consumes the queue (owned by broker 3) and answers on the default exchange.
+    const responder = await (await open(2)).createChannel();
+    let address = '';
+    await responder.consume(work, (m) => {
+      if (!m) return;
+      address = String(m.properties.replyTo);
+      responder.publish('', address, Buffer.from(`re:${m.content.toString()}`), { correlationId: m.properties.correlationId });
+      responder.ack(m);
+    });
+    // The MQTT 5 responder on broker 3 answers on the Response Topic an amq.topic publish carries.
+    const mq = await mqtt.connectAsync(c.broker(3).mqttUrl, { clientId: 'rpc-responder', protocolVersion: 5 });
+    try {
+      mq.on('message', (_t, payload, packet) => {
+        const p = packet.properties ?? {};
+        if (p.responseTopic)
+          void mq.publishAsync(p.responseTopic, `mqtt:${payload.toString()}`, { qos: 0, properties: { correlationData: p.correlationData } });
+      });
+      await mq.subscribeAsync('rpc/mqtt', { qos: 0 });
+      /** Sends request `id` (again every second: the first ones may pass the brokers' interest exchange) until answered. */
+      const call = async (id: string, send: () => void) => {
+        for (let tries = 0; !replies.has(id); tries++) {
+          assert.ok(tries < 30, `no reply to ${id}`);
+          send();
+          await until(`a reply to ${id}`, () => replies.has(id), 1000).catch(() => undefined);
+        }
+      };
+      const toQueue = (id: string) => () => requester.sendToQueue(work, Buffer.from(id), { correlationId: id, replyTo: 'amq.rabbitmq.reply-to' });
+      const toMqtt = (id: string) => () => requester.publish('amq.topic', 'rpc.mqtt', Buffer.from(id), { correlationId: id, replyTo: 'amq.rabbitmq.reply-to' });
+      await call('warm-amqp', toQueue('warm-amqp'));
+      await call('warm-mqtt', toMqtt('warm-mqtt'));
+      // Both paths established: every request is answered once, with no retry.
+      for (let i = 0; i < 20; i++) toQueue(`a${i}`)();
+      for (let i = 0; i < 20; i++) toMqtt(`m${i}`)();
+      await until('40 replies', () => [...replies.keys()].filter((k) => !k.startsWith('warm')).length === 40);
+      for (let i = 0; i < 20; i++) {
+        assert.deepEqual(replies.get(`a${i}`), [`re:a${i}`]);
+        assert.deepEqual(replies.get(`m${i}`), [`mqtt:m${i}`]);
+      }
+      // A responder on another broker may check that the requester is still there before long work (as RabbitMQ
+      // allows): 1 consumer; a made-up address of the same form is 404.
+      const check = await (await open(2)).createChannel();
+      assert.equal((await check.checkQueue(address)).consumerCount, 1);
+      await assert.rejects(check.checkQueue(`amq.rabbitmq.reply-to.${'x'.repeat(24)}`), /404/);
+    } finally {
+      await mq.endAsync();
+    }
+  });
+
   it("the consumer's broker killed: its unacked messages are redelivered to a consumer on another broker", async () => {
     const name = placed(1, [1, 2, 3], 'redeliver');
     const pub = await (await open(1)).createConfirmChannel();

@@ -236,6 +236,7 @@ export class AmqpAdapter {
       directReplyConsumers: this.replies.size,
       directRepliesDelivered: this.replies.stats.delivered,
       directRepliesDropped: this.replies.stats.dropped,
+      directRepliesForwarded: this.replies.stats.forwarded,
     };
   }
 }

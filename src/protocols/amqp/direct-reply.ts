@@ -24,8 +24,10 @@
  *   queue names are reserved; consuming the address is 404: it is no queue). queue.declare of
  *   `amq.rabbitmq.reply-to.<token>` answers with 1 consumer while the requester is there (else 404), so that a
  *   responder can check before long work, as RabbitMQ allows.
- * - The registry is per broker (the adapter's, shared by its listeners); in cluster mode a reply published on another
- *   broker does not reach the requester.
+ * - The registry is per broker (the adapter's, shared by its listeners). In cluster mode each address is watched
+ *   through the cluster's live interest (Engine.watchDirect), and a reply published on a broker that does not hold
+ *   its requester goes to the broker that does (Engine.forwardDirect), one-way and best effort like live delivery,
+ *   its namespace carried with it: the requester's broker delivers or drops it as above.
  */
 import { DEFAULT_NAMESPACE } from '../../core/namespaces.js';
 import { randomBytes } from 'node:crypto';
@@ -47,7 +49,7 @@ export function consumeReplies(chan: AmqpChannelState, m: MethodOf<'basic.consum
   if (chan.replyConsumer !== null) throw new AmqpError(406, 'reply consumer already set', 60, 20);
   const tag = m.consumerTag === '' ? 'amq.ctag-' + randomBytes(16).toString('base64url') : m.consumerTag;
   if (tagTaken(tag)) throw new AmqpError(530, `attempt to reuse consumer tag '${tag}'`, 60, 20);
-  const c: ChannelReplyConsumer = { tag, token: randomBytes(18).toString('base64url'), chan };
+  const c: ChannelReplyConsumer = { tag, token: randomBytes(18).toString('base64url'), namespace: chan.conn.names.namespace, chan };
   chan.replyConsumer = c;
   chan.conn.adapter.replies.add(c);
   if (!m.noWait) chan.conn.sendMethod(chan.ch, { name: 'basic.consume-ok', consumerTag: tag } as AmqpMethod);
@@ -71,10 +73,19 @@ export function replyAddress(chan: AmqpChannelState): string {
 /**
  * A reply (published to the default exchange or amq.topic, or by another protocol on the reserved topic): delivered
  * to its requester's consumer now, or dropped. True when delivered. Only a responder of the requester's namespace
- * (vhost) reaches it (`msg.namespace`: unset for `default`), as a queue of that vhost would be reached.
+ * (vhost) reaches it (`msg.namespace`: unset for `default`), as a queue of that vhost would be reached. `forward`
+ * (cluster mode, a reply published here): where the requester is not on this broker, hands the reply, on its topic,
+ * to the broker that holds it (Engine.forwardDirect); true when one does.
  */
-export function deliverReply(replies: DirectReplies, msg: Message, routingKey: string): boolean {
+export function deliverReply(replies: DirectReplies, msg: Message, routingKey: string, forward?: (msg: Message) => boolean): boolean {
   const c = replies.lookup(routingKey) as ChannelReplyConsumer | undefined;
+  if (c === undefined && forward !== undefined && routingKey.startsWith(REPLY_PREFIX)) {
+    const topic = REPLY_TOPIC_PREFIX + routingKey.slice(REPLY_PREFIX.length);
+    if (forward(msg.topic === topic ? msg : { ...msg, topic })) {
+      replies.stats.forwarded++;
+      return true;
+    }
+  }
   const to = c?.chan;
   if (c === undefined || to === undefined || to.conn.congested || to.conn.names.namespace !== (msg.namespace ?? DEFAULT_NAMESPACE)) {
     replies.stats.dropped++;
@@ -93,21 +104,25 @@ export function deliverReply(replies: DirectReplies, msg: Message, routingKey: s
  * requester publishes on the reply-to as a topic (`amq/rabbitmq/reply-to/<token>`, the subject
  * `amq.rabbitmq.reply-to.<token>`); the core hands such messages here and to nothing else.
  */
-export function replyTopics(replies: DirectReplies): DirectTopics {
+export function replyTopics(replies: DirectReplies, forward: (msg: Message) => boolean): DirectTopics {
   return {
     prefix: REPLY_TOPIC_PREFIX,
-    deliver: (msg) => deliverReply(replies, msg, REPLY_PREFIX + msg.topic.slice(REPLY_TOPIC_PREFIX.length)),
+    deliver: (msg, forwarded) => deliverReply(replies, msg, REPLY_PREFIX + msg.topic.slice(REPLY_TOPIC_PREFIX.length), forwarded ? undefined : forward),
   };
 }
 
 /**
  * queue.declare of `amq.rabbitmq.reply-to` (allowed, as RabbitMQ: nothing is made) or of a reply address (passive or
- * not, nothing can be made: 0 messages and 1 consumer while its requester is there, else 404).
+ * not, nothing can be made: 0 messages and 1 consumer while its requester is there, on this broker or, in cluster
+ * mode, on another one of the vhost, else 404).
  */
 export function declareReplyQueue(chan: AmqpChannelState, m: MethodOf<'queue.declare'>): void {
   let consumers = 0;
   if (m.queue !== REPLY_QUEUE) {
-    if (chan.conn.adapter.replies.lookup(m.queue) === undefined) throw new AmqpError(404, `no queue '${m.queue}' in vhost '${chan.conn.vhost}'`, 50, 10);
+    const here = chan.conn.adapter.replies.lookup(m.queue);
+    const there = () => chan.engine.directWatched(REPLY_TOPIC_PREFIX + m.queue.slice(REPLY_PREFIX.length), chan.conn.names.namespace);
+    if ((here === undefined || here.namespace !== chan.conn.names.namespace) && !there())
+      throw new AmqpError(404, `no queue '${m.queue}' in vhost '${chan.conn.vhost}'`, 50, 10);
     consumers = 1;
   }
   if (!m.noWait) chan.conn.sendMethod(chan.ch, { name: 'queue.declare-ok', queue: m.queue, messageCount: 0, consumerCount: consumers } as AmqpMethod);

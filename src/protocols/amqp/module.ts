@@ -38,8 +38,9 @@ export const amqpModule: ProtocolModule = {
     });
     const adapter = new AmqpAdapter({ ...ctx, logger }, options, ctx.access);
     // Direct reply-to: replies published on the reply address as a topic (MQTT, NATS responders) go to the requester
-    // and nowhere else.
-    ctx.engine.direct = replyTopics(adapter.replies);
+    // and nowhere else; in cluster mode, to the broker holding the requester.
+    ctx.engine.direct = replyTopics(adapter.replies, (m) => ctx.engine.forwardDirect(m));
+    adapter.replies.watch = (topic, namespace, on) => ctx.engine.watchDirect(topic, namespace, on);
     const listeners = new Map<string, ProtocolListener>();
     try {
       const l = await startAmqpListener(adapter, { host: c.host, port: c.amqpPort });

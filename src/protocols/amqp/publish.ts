@@ -86,7 +86,7 @@ export function route(chan: AmqpChannelState, item: PublishItem): RouteResult {
   if ((m.exchange === '' || m.exchange === TOPIC_EXCHANGE) && m.routingKey.startsWith(REPLY_PREFIX)) {
     // A direct reply: to its requester's consumer now, or dropped; routed either way, as RabbitMQ counts it. On
     // amq.topic too: the key is then a topic the core reserves for direct replies (direct-reply.ts).
-    deliverReply(chan.conn.adapter.replies, msg, m.routingKey);
+    deliverReply(chan.conn.adapter.replies, msg, m.routingKey, (r) => chan.engine.forwardDirect(r));
     return afterRoute(chan, item, { routed: 1, durable: null, rejected: false });
   }
   try {
