@@ -30,7 +30,8 @@ import type { Cluster } from './cluster.js';
 import type { DurableEntry, RemoteInterest } from './interest.js';
 import type { PeerChannel } from './types.js';
 import { call, RPC, serve, type LiveStoreHead } from './rpc.js';
-import { decodeMessage, packBuffers, unpackBuffers } from './wire.js';
+import { eachForwarded } from './live-batch.js';
+import { packBuffers, unpackBuffers } from './wire.js';
 
 /** Held messages sent to a session's owner per request. */
 const RETRY_BATCH = 64;
@@ -299,52 +300,38 @@ export class DurableForwarding {
     const host = this.engine.durable;
     const missing = new Map<number, string[]>();
     const checks: Array<[number, string, unknown]> = [];
-    const g = head.g ?? [];
-    const x = head.x ?? [];
     const s = head.s;
-    let gi = 0;
-    let xi = 0;
     let si = 0;
-    for (let i = 0; i < msgs.length; i++) {
-      let groups: ReadonlySet<string> = NO_GROUPS;
-      if (gi < g.length && g[gi][0] === i) groups = new Set(g[gi++][1]);
-      let entry: LiveStoreHead['s'][number] | null = null;
-      if (si < s.length && s[si][0] === i) entry = s[si++];
-      let msg: Message;
-      try {
-        msg = decodeMessage(msgs[i]);
-      } catch (err) {
-        this.logger.warn({ err, from }, 'live: a forwarded message cannot be decoded; dropped');
-        continue;
-      }
-      if (xi < x.length && x[xi][0] === i) {
-        const [, deliverTopic, status, guardTopic] = x[xi++];
-        if (deliverTopic !== null) msg.deliverTopic = deliverTopic;
-        if (status !== null) msg.status = status;
-        if (typeof guardTopic === 'string') msg.guardTopic = guardTopic;
-      }
-      if (entry === null) {
-        this.engine.deliverForwarded(msg, groups);
-        continue;
-      }
-      const names = new Set<string>();
-      let skip: Set<string> | null = entry[2].length > 0 ? new Set(entry[2]) : null;
-      for (const name of entry[1]) {
-        const st = host === null ? ({ state: 'elsewhere' } as const) : host.holds(name);
-        if (st.state === 'owned') {
-          names.add(name);
-          checks.push([i, name, st.token]);
-        } else if (st.state === 'nothing') names.add(name);
-        else {
-          (skip ??= new Set()).add(name);
-          const m = missing.get(i);
-          if (m === undefined) missing.set(i, [name]);
-          else m.push(name);
+    eachForwarded(
+      msgs,
+      head,
+      (err) => this.logger.warn({ err, from }, 'live: a forwarded message cannot be decoded; dropped'),
+      (i, msg, groups) => {
+        while (si < s.length && s[si][0] < i) si++;
+        const entry = si < s.length && s[si][0] === i ? s[si] : null;
+        if (entry === null) {
+          this.engine.deliverForwarded(msg, groups);
+          return;
         }
-      }
-      const durable: ForwardedDurable = { names, skip, only: entry[3] === 1 };
-      this.engine.deliverForwarded(msg, groups, durable);
-    }
+        const names = new Set<string>();
+        let skip: Set<string> | null = entry[2].length > 0 ? new Set(entry[2]) : null;
+        for (const name of entry[1]) {
+          const st = host === null ? ({ state: 'elsewhere' } as const) : host.holds(name);
+          if (st.state === 'owned') {
+            names.add(name);
+            checks.push([i, name, st.token]);
+          } else if (st.state === 'nothing') names.add(name);
+          else {
+            (skip ??= new Set()).add(name);
+            const m = missing.get(i);
+            if (m === undefined) missing.set(i, [name]);
+            else m.push(name);
+          }
+        }
+        const durable: ForwardedDurable = { names, skip, only: entry[3] === 1 };
+        this.engine.deliverForwarded(msg, groups, durable);
+      },
+    );
     if (host !== null && checks.length > 0) {
       const w = host.written();
       if (w !== null) await w;
@@ -413,5 +400,3 @@ export class DurableForwarding {
     this.held.clear();
   }
 }
-
-const NO_GROUPS: ReadonlySet<string> = new Set();

@@ -36,6 +36,7 @@ import { LocalInterest, RemoteInterest, type DurableEntry, type InterestMessage,
 import type { PeerChannel } from './types.js';
 import { call, cast, castAll, RPC, serve, type LivePublishHead, type LiveStoreHead } from './rpc.js';
 import { DurableForwarding, extrasOf, Wait, type Item } from './live-durable.js';
+import { eachForwarded } from './live-batch.js';
 import { decodeMessage, encodeMessage, packBuffers, unpackBuffers } from './wire.js';
 
 /** Messages for one peer are sent at the latest once their encoded size passes this (then again next tick). */
@@ -57,7 +58,6 @@ interface Outgoing {
   items: Item[][];
 }
 
-const NO_GROUPS: ReadonlySet<string> = new Set();
 const SYS_PREFIX = '$SYS/';
 
 export interface LiveOptions {
@@ -472,29 +472,15 @@ export class Live implements LiveHook {
       return;
     }
     this.stats.receivedBatches++;
-    let gi = 0;
-    let xi = 0;
-    const g = head.g ?? [];
-    const x = head.x ?? [];
-    for (let i = 0; i < msgs.length; i++) {
-      let groups = NO_GROUPS;
-      if (gi < g.length && g[gi][0] === i) groups = new Set(g[gi++][1]);
-      let msg: Message;
-      try {
-        msg = decodeMessage(msgs[i]);
-      } catch (err) {
-        this.logger.warn({ err, from }, 'live: a forwarded message cannot be decoded; dropped');
-        continue;
-      }
-      if (xi < x.length && x[xi][0] === i) {
-        const [, deliverTopic, status, guardTopic] = x[xi++];
-        if (deliverTopic !== null) msg.deliverTopic = deliverTopic;
-        if (status !== null) msg.status = status;
-        if (typeof guardTopic === 'string') msg.guardTopic = guardTopic;
-      }
-      this.stats.receivedMessages++;
-      this.engine.deliverForwarded(msg, groups);
-    }
+    eachForwarded(
+      msgs,
+      head,
+      (err) => this.logger.warn({ err, from }, 'live: a forwarded message cannot be decoded; dropped'),
+      (_i, msg, groups) => {
+        this.stats.receivedMessages++;
+        this.engine.deliverForwarded(msg, groups);
+      },
+    );
   }
 
   private onInterest(from: number, body: Buffer): void {
