@@ -15,7 +15,7 @@
 import type { Logger } from 'pino';
 import pg from 'pg';
 import { FlowError } from '../core/index.js';
-import { connectPool, migratePostgres, type PgMigration, type PgPool, type PostgresOptions } from '../storage/postgres-util.js';
+import { connectClient, connectPool, migratePostgres, type PgMigration, type PgPool, type PostgresOptions } from '../storage/postgres-util.js';
 import type { BrokerInfo, BrokerState, ClusterStore, OwnerRecord, ResourceKind } from './types.js';
 
 const MIGRATIONS: PgMigration[] = [
@@ -77,6 +77,7 @@ export class PostgresClusterStore implements ClusterStore {
   private readonly topics = new Map<string, Array<(payload: string) => void>>();
   private closed = false;
   private reconnectTimer: NodeJS.Timeout | null = null;
+  private listenerConnecting: Promise<void> | null = null;
 
   private constructor(
     private readonly db: PgPool,
@@ -215,9 +216,28 @@ export class PostgresClusterStore implements ClusterStore {
   }
 
   /** The LISTEN connection: one client, re-established with a backoff after a failure, LISTENing to every topic. */
-  private async connectListener(): Promise<void> {
+  private connectListener(): Promise<void> {
+    // One attempt at a time: two listen() calls before the connection is up must not open two.
+    this.listenerConnecting ??= this.openListener().finally(() => {
+      this.listenerConnecting = null;
+    });
+    return this.listenerConnecting;
+  }
+
+  private async openListener(): Promise<void> {
     if (this.closed || this.listener) return;
-    const client = new pg.Client({ connectionString: this.opts.url, application_name: 'flowmq-cluster-listen', keepAlive: true });
+    // The read-write server of a multi-host URL: NOTIFY is not delivered to a standby's sessions.
+    let client: pg.Client;
+    try {
+      client = await connectClient(this.opts.url, { application_name: 'flowmq-cluster-listen', keepAlive: true });
+    } catch {
+      this.retryListener();
+      return;
+    }
+    if (this.closed) {
+      await client.end().catch(() => undefined);
+      return;
+    }
     client.on('notification', (n) => {
       const topic = n.channel.startsWith('flowmq_') ? n.channel.slice('flowmq_'.length) : n.channel;
       for (const fn of this.topics.get(topic) ?? []) fn(n.payload ?? '');
@@ -229,34 +249,33 @@ export class PostgresClusterStore implements ClusterStore {
       client.end().catch(() => undefined);
       if (this.closed) return;
       this.logger?.warn({ err }, 'cluster: the LISTEN connection to PostgreSQL was lost; reconnecting');
-      this.reconnectTimer = setTimeout(() => {
-        this.reconnectTimer = null;
-        this.connectListener().catch(() => undefined);
-      }, 1000);
-      this.reconnectTimer.unref();
+      this.retryListener();
     };
     client.on('error', lost);
     client.on('end', () => lost(new Error('connection ended')));
     try {
-      await client.connect();
       this.listener = client;
       for (const topic of this.topics.keys()) await client.query(`LISTEN "${channelName(topic)}"`);
     } catch (err) {
       if (this.listener === client) lost(err);
       else {
         client.end().catch(() => undefined);
-        if (!this.closed) {
-          this.reconnectTimer = setTimeout(() => {
-            this.reconnectTimer = null;
-            this.connectListener().catch(() => undefined);
-          }, 1000);
-          this.reconnectTimer.unref();
-        }
+        this.retryListener();
       }
       return;
     }
     // Whatever was notified while there was no connection is lost: every listener reloads.
     for (const list of this.topics.values()) for (const fn of list) fn('*');
+  }
+
+  /** Another attempt at the LISTEN connection in a second. */
+  private retryListener(): void {
+    if (this.closed) return;
+    this.reconnectTimer = setTimeout(() => {
+      this.reconnectTimer = null;
+      this.connectListener().catch(() => undefined);
+    }, 1000);
+    this.reconnectTimer.unref();
   }
 
   figures(): Record<string, unknown> {

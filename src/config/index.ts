@@ -10,6 +10,7 @@ import { FlowError } from '../core/errors.js';
 import { SASL_MECHANISMS } from './sasl-mechanisms.js';
 import { ANY_ADDRESS, addressFilter, hostName } from '../util/address.js';
 import { parseDuration, parseSize } from '../util/units.js';
+import { parsePostgresUrl } from '../util/pg-url.js';
 
 export { parseDuration, parseSize } from '../util/units.js';
 
@@ -317,7 +318,7 @@ export const OPTIONS: readonly OptionSpec[] = [
     name: 'metastore',
     kind: 'metastore',
     default: { kind: 'sqlite' },
-    help: 'sqlite (metastore.db in the data directory) or a PostgreSQL URL, postgres://user:password@host:port/database (see docs/storage.md)',
+    help: 'sqlite (metastore.db in the data directory) or a PostgreSQL URL, postgres://user:password@host:port/database; several hosts (postgres://h1:5432,h2:5432/db?target_session_attrs=read-write) are tried in order for the read-write one, which brokers find again after a failover (see docs/storage.md)',
   },
   {
     key: 'wal',
@@ -1375,14 +1376,18 @@ function parseMetastore(v: unknown, bad: (why: string) => ConfigError): Metastor
   if (typeof v === 'object' && v !== null && 'kind' in v) return v as MetastoreSetting; // a default or a parsed value
   if (v === 'sqlite') return { kind: 'sqlite' };
   if (typeof v !== 'string') throw bad('expected sqlite or postgres://user:password@host:port/database');
-  let u: URL;
+  if (!/^postgres(ql)?:\/\//.test(v)) throw bad('expected sqlite or a postgres:// URL');
+  // Several hosts (libpq's postgres://h1:p1,h2:p2/db?target_session_attrs=read-write) are tried in order.
+  let hosts: number;
+  let first: URL;
   try {
-    u = new URL(v);
-  } catch {
-    throw bad('expected sqlite or postgres://user:password@host:port/database');
+    const parsed = parsePostgresUrl(v);
+    hosts = parsed.hosts.length;
+    first = new URL(parsed.urls[0]);
+  } catch (err) {
+    throw bad(`expected sqlite or postgres://user:password@host:port[,host:port...]/database (${(err as Error).message})`);
   }
-  if (u.protocol !== 'postgres:' && u.protocol !== 'postgresql:') throw bad('expected sqlite or a postgres:// URL');
-  if (u.hostname === '' && !u.searchParams.has('host')) throw bad('the PostgreSQL URL names no host');
+  if (hosts === 0 && !first.searchParams.has('host')) throw bad('the PostgreSQL URL names no host');
   return { kind: 'postgres', url: v };
 }
 

@@ -6,6 +6,7 @@
 import type { Logger } from 'pino';
 import pg from 'pg';
 import { FlowError } from '../core/index.js';
+import { endpointsOf, parsePostgresUrl, type ParsedPostgresUrl, type TargetSessionAttrs } from '../util/pg-url.js';
 
 export interface PostgresOptions {
   /** postgres://user:password@host:port/database */
@@ -23,16 +24,6 @@ export interface PostgresOptions {
 export const SQLSTATE_FENCED = 'FMF01';
 export const SQLSTATE_INVALID = 'FMI01';
 export const SQLSTATE_NOT_FOUND = 'FMN01';
-
-/** host:port of a connection URL, for messages (never the password). */
-export function endpointOf(url: string): string {
-  try {
-    const u = new URL(url);
-    return `${u.hostname || 'localhost'}:${u.port || '5432'}`;
-  } catch {
-    return 'the PostgreSQL server';
-  }
-}
 
 /**
  * The URL without its `options` parameter (startup options such as `-c search_path=...`), and those options.
@@ -135,85 +126,257 @@ export interface PoolStats {
   reconnects: number;
   /** Idle connections that died (the pool's 'error' event). */
   idleErrors: number;
+  /** Times the pool's connections were discarded to find the read-write server again (multi-host URLs). */
+  failovers: number;
 }
 
 export interface PgPool {
-  pool: pg.Pool;
+  /** The node-postgres pool in use now (null while a multi-host URL's read-write server is being looked for). */
+  readonly pool: pg.Pool | null;
   stats: PoolStats;
+  /** host:port of the URL (every host of a multi-host URL), for messages. */
   endpoint: string;
   /** Runs one statement; failures become FlowErrors (see pgError). */
   query<R extends pg.QueryResultRow = pg.QueryResultRow>(what: string, text: string | pg.QueryConfig, values?: unknown[]): Promise<pg.QueryResult<R>>;
   /** Runs `fn` in a transaction on one connection; a failure rolls it back (the connection is discarded). */
   transaction<T>(what: string, fn: (c: pg.PoolClient) => Promise<T>): Promise<T>;
-  /** Marks a connection-level failure, so that the next connection counts as a reconnect. */
-  noteError(err: unknown): void;
+  /** A connection of the pool, checked out (release it); failures are node-postgres's own errors. */
+  connect(): Promise<pg.PoolClient>;
+  /** Marks a failure: a connection-level one makes the next connection count as a reconnect (and, with a
+   * multi-host URL, a failure of the pool `on` discards its connections). */
+  noteError(err: unknown, on?: pg.Pool | null): void;
   poolFigures(): Record<string, number>;
   end(): Promise<void>;
 }
 
-export function createPool(opts: PostgresOptions, role: string): PgPool {
-  const endpoint = endpointOf(opts.url);
-  const stats: PoolStats = { queries: 0, errors: 0, reconnects: 0, idleErrors: 0 };
-  const timeout = opts.statementTimeoutMs ?? 10_000;
-  const { connectionString, options } = splitOptions(opts.url);
-  const pool = new pg.Pool({
-    connectionString,
-    max: opts.poolSize ?? 10,
-    connectionTimeoutMillis: opts.connectTimeoutMs ?? 5000,
-    idleTimeoutMillis: 30_000,
-    // Sent as startup parameters: every connection gets them, including those opened after a restart.
-    statement_timeout: timeout > 0 ? timeout : undefined,
-    // Acknowledgements wait for COMMIT; a server configured with synchronous_commit=off would make that a lie.
-    // Options given in the URL (`?options=-c search_path=broker1`, a schema of its own) are kept.
-    options: [options, '-c synchronous_commit=on'].filter((o) => o !== '').join(' '),
-    application_name: `flowmq-${role}`,
-    keepAlive: true,
-    types: typeParsers,
-  });
-  let lost = false;
-  // An idle connection whose server restarts emits 'error' on the pool: without a listener that is an uncaught
-  // exception that ends the broker. The pool discards the connection and opens a new one when next needed.
-  pool.on('error', (err) => {
-    stats.idleErrors++;
-    lost = true;
-    opts.logger?.warn({ err, endpoint, role }, 'PostgreSQL connection lost while idle; the pool reconnects on demand');
-  });
-  pool.on('connect', () => {
-    if (lost) {
-      lost = false;
-      stats.reconnects++;
-      opts.logger?.info({ endpoint, role }, 'PostgreSQL connection re-established');
+/** SQLSTATE read_only_sql_transaction: the server is (or became) a standby, or a primary being demoted. */
+const SQLSTATE_READ_ONLY = '25006';
+
+/** Whether, with a multi-host URL, the error means the server may no longer be the read-write one. */
+function isFailoverError(err: unknown): boolean {
+  return errCode(err) === SQLSTATE_READ_ONLY || isConnectionError(err);
+}
+
+/**
+ * Whether a connected session is one `target_session_attrs` accepts, as libpq checks it: read-write is
+ * `transaction_read_only` off, primary is `pg_is_in_recovery()` false. Returns why not, or null.
+ */
+async function sessionRefused(c: pg.ClientBase, attrs: TargetSessionAttrs): Promise<string | null> {
+  if (attrs === 'any') return null;
+  const r = await c.query<{ recovery: boolean; ro: string }>("SELECT pg_is_in_recovery() AS recovery, current_setting('transaction_read_only') AS ro");
+  const row = r.rows[0];
+  if (attrs === 'read-write' && row.ro !== 'off') return row.recovery ? 'a standby (read-only)' : 'read-only';
+  if (attrs === 'primary' && row.recovery) return 'a standby';
+  return null;
+}
+
+/** The error thrown when no host of a URL is the server wanted: a connection error (SQLSTATE class 08), retriable. */
+function noServerError(attrs: TargetSessionAttrs, endpoint: string, why: string[]): Error {
+  const want = attrs === 'any' ? 'reachable' : attrs;
+  return Object.assign(new Error(`no ${want} PostgreSQL server among ${endpoint} (${why.join('; ')})`), { code: '08001' });
+}
+
+/**
+ * Opens one client on the first host of the URL, in order, that accepts a connection and is of the kind
+ * `target_session_attrs` asks for (libpq's behaviour for multi-host URLs). For connections outside a pool (LISTEN).
+ */
+export async function connectClient(url: string, config: Omit<pg.ClientConfig, 'connectionString'> = {}): Promise<pg.Client> {
+  const parsed = parsePostgresUrl(url);
+  const why: string[] = [];
+  for (let i = 0; i < parsed.urls.length; i++) {
+    const c = new pg.Client({ connectionTimeoutMillis: 5000, ...config, connectionString: parsed.urls[i] });
+    const swallow = (): void => undefined;
+    c.on('error', swallow); // an error before the caller has its own listener
+    try {
+      await c.connect();
+      const refused = await sessionRefused(c, parsed.targetSessionAttrs);
+      if (refused === null) {
+        c.removeListener('error', swallow);
+        return c;
+      }
+      why.push(`${hostName(parsed, i)}: ${refused}`);
+    } catch (err) {
+      why.push(`${hostName(parsed, i)}: ${err instanceof Error ? err.message || errCode(err) : String(err)}`);
     }
-  });
-  const noteError = (err: unknown): void => {
+    await c.end().catch(() => undefined);
+  }
+  throw noServerError(parsed.targetSessionAttrs, endpointsOf(url), why);
+}
+
+function hostName(parsed: ParsedPostgresUrl, i: number): string {
+  const h = parsed.hosts[i];
+  return h ? `${h.host}:${h.port}` : 'localhost';
+}
+
+/**
+ * A pool over the URL's server. With one host (and no target_session_attrs) it is one node-postgres pool that
+ * reconnects by itself. With several hosts (or target_session_attrs=read-write/primary), libpq's behaviour: the
+ * hosts are tried in order and the pool is opened on the first one that is read-write (every new connection is
+ * checked again); after a connection error or a read-only error (SQLSTATE 25006) its connections are discarded and
+ * the next statement looks for the read-write server again, so brokers follow a failover of a highly available
+ * PostgreSQL (pg_auto_failover, Patroni). Statements in flight on the lost server fail to their callers
+ * (STORAGE_ERROR, retriable), as they do when a single server restarts: nothing is acknowledged that was not committed.
+ */
+export function createPool(opts: PostgresOptions, role: string): PgPool {
+  const parsed = parsePostgresUrl(opts.url);
+  const endpoint = endpointsOf(opts.url);
+  const attrs = parsed.targetSessionAttrs;
+  const multi = parsed.urls.length > 1 || attrs !== 'any';
+  const stats: PoolStats = { queries: 0, errors: 0, reconnects: 0, idleErrors: 0, failovers: 0 };
+  const timeout = opts.statementTimeoutMs ?? 10_000;
+  const connectTimeout = opts.connectTimeoutMs ?? 5000;
+  let lost = false;
+  let current: pg.Pool | null = null;
+  let currentHost = '';
+  let locating: Promise<pg.Pool> | null = null;
+  let ended = false;
+
+  const open = (url: string, host: string): pg.Pool => {
+    const { connectionString, options } = splitOptions(url);
+    const pool = new pg.Pool({
+      connectionString,
+      max: opts.poolSize ?? 10,
+      connectionTimeoutMillis: connectTimeout,
+      idleTimeoutMillis: 30_000,
+      // Sent as startup parameters: every connection gets them, including those opened after a restart.
+      statement_timeout: timeout > 0 ? timeout : undefined,
+      // Acknowledgements wait for COMMIT; a server configured with synchronous_commit=off would make that a lie.
+      // Options given in the URL (`?options=-c search_path=broker1`, a schema of its own) are kept.
+      options: [options, '-c synchronous_commit=on'].filter((o) => o !== '').join(' '),
+      application_name: `flowmq-${role}`,
+      keepAlive: true,
+      types: typeParsers,
+    });
+    // A multi-host pool checks every new connection: the server may have been demoted since it was chosen.
+    // (pg-pool awaits the hook's promise and fails the checkout with its error; @types/pg types it as void.)
+    if (multi) {
+      (pool.options as { onConnect?: (c: pg.ClientBase) => Promise<void> }).onConnect = async (c) => {
+        const refused = await sessionRefused(c, attrs);
+        if (refused !== null) throw Object.assign(new Error(`PostgreSQL ${host} is ${refused} now`), { code: SQLSTATE_READ_ONLY });
+      };
+    }
+    // An idle connection whose server restarts emits 'error' on the pool: without a listener that is an uncaught
+    // exception that ends the broker. The pool discards the connection and opens a new one when next needed.
+    pool.on('error', (err) => {
+      stats.idleErrors++;
+      lost = true;
+      opts.logger?.warn({ err, endpoint: host, role }, 'PostgreSQL connection lost while idle; the pool reconnects on demand');
+      discard(pool, err);
+    });
+    pool.on('connect', () => {
+      if (lost) {
+        lost = false;
+        stats.reconnects++;
+        opts.logger?.info({ endpoint: host, role }, 'PostgreSQL connection re-established');
+      }
+    });
+    return pool;
+  };
+
+  /** Multi-host: drops the pool's connections (those checked out when they are released) after a failure on it. */
+  const discard = (pool: pg.Pool, err: unknown): void => {
+    if (!multi || current !== pool || !isFailoverError(err)) return;
+    current = null;
+    stats.failovers++;
+    opts.logger?.warn({ err, endpoint: currentHost, role }, 'PostgreSQL: the read-write server was lost; looking for it again among every host');
+    pool.end().catch(() => undefined);
+  };
+
+  /** Multi-host: the first host, in the URL's order, that accepts a connection of the kind wanted. */
+  const locate = async (): Promise<pg.Pool> => {
+    const why: string[] = [];
+    for (let i = 0; i < parsed.urls.length; i++) {
+      const host = hostName(parsed, i);
+      const c = new pg.Client({
+        connectionString: splitOptions(parsed.urls[i]).connectionString,
+        connectionTimeoutMillis: connectTimeout,
+        application_name: `flowmq-${role}`,
+      });
+      c.on('error', () => undefined);
+      let refused: string | null;
+      try {
+        await c.connect();
+        refused = await sessionRefused(c, attrs);
+      } catch (err) {
+        refused = err instanceof Error ? err.message || errCode(err) || 'failed' : String(err);
+      } finally {
+        await c.end().catch(() => undefined);
+      }
+      if (refused !== null) {
+        why.push(`${host}: ${refused}`);
+        continue;
+      }
+      if (ended) break;
+      const previous = currentHost;
+      currentHost = host;
+      current = open(parsed.urls[i], host);
+      if (previous !== '' && previous !== host) opts.logger?.warn({ from: previous, to: host, role }, 'PostgreSQL: the read-write server changed');
+      else if (previous !== '') opts.logger?.info({ endpoint: host, role }, 'PostgreSQL: the read-write server is back');
+      return current;
+    }
+    throw noServerError(attrs, endpoint, ended ? ['the pool was closed'] : why);
+  };
+
+  const acquire = async (): Promise<pg.Pool> => {
+    if (current) return current;
+    if (ended) throw new Error('Cannot use a pool after calling end on the pool');
+    locating ??= locate().finally(() => {
+      locating = null;
+    });
+    return locating;
+  };
+
+  if (!multi) {
+    currentHost = endpoint;
+    current = open(parsed.urls[0], endpoint);
+  }
+
+  const noteError = (err: unknown, on?: pg.Pool | null): void => {
     stats.errors++;
     if (isConnectionError(err)) lost = true;
+    if (on) discard(on, err);
   };
   return {
-    pool,
+    get pool() {
+      return current;
+    },
     stats,
     endpoint,
     noteError,
     async query<R extends pg.QueryResultRow>(what: string, text: string | pg.QueryConfig, values?: unknown[]) {
       stats.queries++;
+      let pool: pg.Pool | null = null;
       try {
+        pool = await acquire();
         return await (typeof text === 'string' ? pool.query<R>(text, values) : pool.query<R>({ ...text, values: values ?? text.values }));
       } catch (err) {
-        noteError(err);
+        noteError(err, pool);
         throw pgError(what, err, endpoint);
       }
     },
+    async connect(): Promise<pg.PoolClient> {
+      let pool: pg.Pool | null = null;
+      try {
+        pool = await acquire();
+        return await pool.connect();
+      } catch (err) {
+        noteError(err, pool);
+        throw err;
+      }
+    },
     async transaction<T>(what: string, fn: (c: pg.PoolClient) => Promise<T>): Promise<T> {
+      let pool: pg.Pool | null = null;
       let client: pg.PoolClient;
       try {
+        pool = await acquire();
         client = await pool.connect();
       } catch (err) {
-        noteError(err);
+        noteError(err, pool);
         throw pgError(what, err, endpoint);
       }
       // The pool stops listening for a connection's errors while it is checked out: one that dies between two
       // statements of the transaction (the server restarting) would emit an unhandled 'error' and end the process.
-      const onError = (err: Error): void => noteError(err);
+      const onError = (err: Error): void => noteError(err, pool);
       client.on('error', onError);
       try {
         stats.queries++;
@@ -229,22 +392,30 @@ export function createPool(opts: PostgresOptions, role: string): PgPool {
         client.removeListener('error', onError);
         client.on('error', () => undefined); // a late error of the discarded connection
         client.release(true);
-        if (!(err instanceof FlowError)) noteError(err);
+        if (!(err instanceof FlowError)) noteError(err, pool);
+        else if (err.cause !== undefined) discard(pool, err.cause);
         throw pgError(what, err, endpoint);
       }
     },
     poolFigures() {
       return {
-        poolSize: pool.totalCount,
-        poolIdle: pool.idleCount,
-        poolWaiting: pool.waitingCount,
+        poolSize: current?.totalCount ?? 0,
+        poolIdle: current?.idleCount ?? 0,
+        poolWaiting: current?.waitingCount ?? 0,
         queries: stats.queries,
         errors: stats.errors,
         reconnects: stats.reconnects,
         idleErrors: stats.idleErrors,
+        failovers: stats.failovers,
       };
     },
-    end: () => pool.end(),
+    async end() {
+      ended = true;
+      await locating?.catch(() => undefined);
+      const pool = current;
+      current = null;
+      if (pool) await pool.end();
+    },
   };
 }
 
@@ -255,7 +426,12 @@ export function createPool(opts: PostgresOptions, role: string): PgPool {
 export async function connectPool(opts: PostgresOptions, role: string): Promise<PgPool> {
   const p = createPool(opts, role);
   try {
-    await p.pool.query('SELECT 1');
+    const c = await p.connect();
+    try {
+      await c.query('SELECT 1');
+    } finally {
+      c.release();
+    }
   } catch (err) {
     await p.end().catch(() => undefined);
     const cause = err instanceof Error ? err.message || errCode(err) || String(err) : String(err);
@@ -285,7 +461,7 @@ export async function migratePostgres(p: PgPool, list: readonly PgMigration[], t
   });
   let client: pg.PoolClient;
   try {
-    client = await p.pool.connect();
+    client = await p.connect();
   } catch (err) {
     throw pgError(`${what} migration`, err, p.endpoint);
   }

@@ -109,12 +109,12 @@ describe('PostgreSQL backends', () => {
     const p = createPool({ url }, 'test');
     await migratePostgres(p, postgresMigrations.slice(0, 5), 'flowmq_schema_migrations', 'metastore');
     for (const name of ['a', 'b', 'c']) {
-      await p.pool.query('INSERT INTO streams (name, partitions, bindings, retention_ms, created_at, settings) VALUES ($1, 1, $2, NULL, 1, NULL)', [
+      await p.query('test insert', 'INSERT INTO streams (name, partitions, bindings, retention_ms, created_at, settings) VALUES ($1, 1, $2, NULL, 1, NULL)', [
         name,
         JSON.stringify([name]),
       ]);
     }
-    await p.pool.end();
+    await p.end();
     let m = await PostgresMetastore.open({ url });
     assert.equal(m.migrationsApplied, postgresMigrations.length - 5);
     const ids = (await m.listStreams()).map((d) => d.id);
