@@ -23,7 +23,8 @@
 //                         these run first in their tier, one after the other.
 //   `test-runner: apart`  (3-broker clusters, whose leases and heartbeats must not starve for CPU) at most one other
 //                         file runs beside it, never another `apart` one; they run one after the other, beside the
-//                         tier's other files, one of those at a time while an `apart` file runs.
+//                         tier's other files, one of those at a time while an `apart` file runs
+//                         (TEST_BESIDE_APART: how many, default 1; 0 runs them like `alone` ones).
 import { spawn } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
@@ -119,19 +120,21 @@ if (list) {
   for (const f of files) console.log(relative(ROOT, f));
   process.exit(0);
 }
-/** A whole number >= 1 from the environment, or `fallback`. */
-function concurrencyFrom(name, fallback) {
+/** A whole number >= `min` from the environment, or `fallback`. */
+function concurrencyFrom(name, fallback, min = 1) {
   const v = process.env[name];
   if (v === undefined || v === '') return fallback;
   const n = Number(v);
-  if (!Number.isInteger(n) || n < 1) {
-    console.error(`${name} must be a whole number >= 1 (got ${v})`);
+  if (!Number.isInteger(n) || n < min) {
+    console.error(`${name} must be a whole number >= ${min} (got ${v})`);
     process.exit(2);
   }
   return n;
 }
 const unitN = concurrencyFrom('TEST_UNIT_CONCURRENCY', 2);
 const e2eN = concurrencyFrom('TEST_E2E_CONCURRENCY', 2);
+/** How many other files may run beside an `apart` one (0: they run like `alone` ones, after them). */
+const besideApart = concurrencyFrom('TEST_BESIDE_APART', 1, 0);
 
 /** Seconds each file took (keyed by its source path), from the last run here or the committed table. */
 const LAST_DURATIONS = join(ROOT, 'dist/test-durations.json');
@@ -199,8 +202,8 @@ function runTier(n, batch, measured) {
       }
       // An `apart` file starts as soon as no other one runs and at most one other file does (the others wait for
       // it: they are started only up to one while an `apart` file waits or runs).
-      if (!apartRunning && apart.length > 0 && running <= Math.min(1, n - 1)) start(apart.shift(), 'apart');
-      const limit = apartRunning || apart.length > 0 ? Math.min(n, 2) : n;
+      if (!apartRunning && apart.length > 0 && running <= Math.min(besideApart, n - 1)) start(apart.shift(), 'apart');
+      const limit = apartRunning || apart.length > 0 ? Math.min(n, besideApart + 1) : n;
       while (others.length > 0 && running < limit) start(others.shift(), 'any');
     };
     next();
