@@ -179,13 +179,22 @@ function runTier(n, batch, measured) {
       const out = [];
       child.stdout.on('data', (d) => out.push(d));
       child.stderr.on('data', (d) => out.push(d));
+      // The children's CPU grows when one is reaped, just before its 'exit': what it grew by since the last reap is
+      // this file's (its brokers and clients included when it waited for them).
+      let cpu = NaN;
+      child.on('exit', () => {
+        const now = childrenCpu();
+        cpu = now - lastReapCpu;
+        lastReapCpu = now;
+      });
       child.on('close', (code, signal) => {
         const s = (Date.now() - t) / 1000;
         measured[keyOf(f)] = Math.round(s * 10) / 10;
         const ok = code === 0 && signal === null;
         if (!ok) failed.push(f);
         const besides = kind === 'any' ? '' : `, ${kind}`;
-        process.stdout.write(`\n# ${keyOf(f)}: ${ok ? 'passed' : `FAILED (${signal ?? `exit ${code}`})`} in ${s.toFixed(1)} s${besides}\n`);
+        const cpuText = Number.isNaN(cpu) ? '' : ` (${cpu.toFixed(1)} s of CPU)`;
+        process.stdout.write(`\n# ${keyOf(f)}: ${ok ? 'passed' : `FAILED (${signal ?? `exit ${code}`})`} in ${s.toFixed(1)} s${cpuText}${besides}\n`);
         process.stdout.write(Buffer.concat(out));
         running--;
         if (kind === 'apart') apartRunning = false;
@@ -219,6 +228,8 @@ function childrenCpu() {
     return NaN;
   }
 }
+
+let lastReapCpu = childrenCpu();
 
 const ALL_TIERS = [
   { name: 'unit', n: unitN, files: files.filter((f) => tierOf(f) === 'unit') },
