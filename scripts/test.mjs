@@ -176,6 +176,8 @@ function runTier(n, batch, measured) {
       if (kind === 'alone') aloneRunning = true;
       const t = Date.now();
       const child = spawn(process.execPath, ['--test-reporter=spec', f], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+      // A file's output comes when it ends: a file that runs on is named every 5 minutes meanwhile.
+      const slow = setInterval(() => console.log(`# ${keyOf(f)}: still running after ${((Date.now() - t) / 1000).toFixed(0)} s`), 300_000);
       const out = [];
       child.stdout.on('data', (d) => out.push(d));
       child.stderr.on('data', (d) => out.push(d));
@@ -188,6 +190,7 @@ function runTier(n, batch, measured) {
         lastReapCpu = now;
       });
       child.on('close', (code, signal) => {
+        clearInterval(slow);
         const s = (Date.now() - t) / 1000;
         measured[keyOf(f)] = Math.round(s * 10) / 10;
         const ok = code === 0 && signal === null;
