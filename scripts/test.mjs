@@ -15,10 +15,10 @@
 // is printed in one piece when it ends, under a line naming it. Files start longest first, by the durations of the
 // last run on this machine (dist/test-durations.json, written after each run) or else by test/durations.json (the
 // committed table), so that the run does not end on one long file. Failed files are listed again at the end.
-// How many run at once: TEST_UNIT_CONCURRENCY and TEST_E2E_CONCURRENCY (both default 2: two e2e files already keep
-// the two cores of the CI machine about busy; docs/testing.md says what was measured). The tier's line at the end
-// gives the CPU its files used (Linux). Two markers in a file's source
-// limit what runs beside it, each followed by the reason:
+// How many run at once: TEST_UNIT_CONCURRENCY and TEST_E2E_CONCURRENCY (both default 2: two e2e files already use
+// most of the CI machine's two cores, 0.7-0.9 of a core each; docs/testing.md says what was measured). Each file's
+// line and the tier's line at the end give the CPU used (Linux). Two markers in a file's source limit what runs
+// beside it, each followed by the reason:
 //   `test-runner: alone`  nothing runs beside it (it measures timings, CPU shares or memory, or loads both cores);
 //                         these run first in their tier, one after the other.
 //   `test-runner: apart`  (3-broker clusters, whose leases and heartbeats must not starve for CPU) at most one other
