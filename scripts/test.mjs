@@ -21,10 +21,10 @@
 // beside it, each followed by the reason:
 //   `test-runner: alone`  nothing runs beside it (it measures timings, CPU shares or memory, or loads both cores);
 //                         these run first in their tier, one after the other.
-//   `test-runner: apart`  (3-broker clusters, whose leases and heartbeats must not starve for CPU) at most one other
-//                         file runs beside it, never another `apart` one; they run one after the other, beside the
-//                         tier's other files, one of those at a time while an `apart` file runs
-//                         (TEST_BESIDE_APART: how many, default 1; 0 runs them like `alone` ones).
+//   `test-runner: apart`  (3-broker clusters, whose leases and heartbeats must not starve for CPU) never beside
+//                         another `apart` or `alone` file, and beside at most TEST_BESIDE_APART other files (default
+//                         0: they run one after the other, after the `alone` ones, with nothing beside; with 1, they
+//                         run beside the tier's other files, one of those at a time while an `apart` file runs).
 import { spawn } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
@@ -133,8 +133,8 @@ function concurrencyFrom(name, fallback, min = 1) {
 }
 const unitN = concurrencyFrom('TEST_UNIT_CONCURRENCY', 2);
 const e2eN = concurrencyFrom('TEST_E2E_CONCURRENCY', 2);
-/** How many other files may run beside an `apart` one (0: they run like `alone` ones, after them). */
-const besideApart = concurrencyFrom('TEST_BESIDE_APART', 1, 0);
+/** How many other files may run beside an `apart` one (0, the default: they run like `alone` ones, after them). */
+const besideApart = concurrencyFrom('TEST_BESIDE_APART', 0, 0);
 
 /** Seconds each file took (keyed by its source path), from the last run here or the committed table. */
 const LAST_DURATIONS = join(ROOT, 'dist/test-durations.json');
@@ -157,7 +157,7 @@ const classOf = (f) => {
 
 /**
  * Runs `batch` with at most `n` files at once: the `alone` files first, one at a time, then the others longest first,
- * the `apart` ones one after the other with at most one other file beside each. Resolves to the failed files.
+ * the `apart` ones one after the other with at most `besideApart` other files beside each. Resolves to the failed files.
  */
 function runTier(n, batch, measured) {
   const byLength = [...batch].sort((a, b) => expected(b) - expected(a));
