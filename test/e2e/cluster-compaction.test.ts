@@ -1,4 +1,4 @@
-// test-runner: alone (scripts/test.mjs): a 3-broker cluster whose leases and heartbeats must not starve for CPU beside another file
+// test-runner: apart (scripts/test.mjs): a 3-broker cluster whose leases and heartbeats must not starve for CPU beside another cluster or a second other file
 /**
  * Compacted topics in cluster mode (issue 27): separate `bin/flowmq --cluster` processes on PostgreSQL and s3rver
  * (test/helpers/cluster.ts). A compacted topic's partitions are spread over the brokers; a cleaner pass asked of

@@ -1,4 +1,4 @@
-// test-runner: alone (scripts/test.mjs): a 3-broker cluster whose leases and heartbeats must not starve for CPU beside another file
+// test-runner: apart (scripts/test.mjs): a 3-broker cluster whose leases and heartbeats must not starve for CPU beside another cluster or a second other file
 /**
  * The short version of `npm run crash-test -- --scenario eos-cluster` (bench/reliability/crash-eos-cluster.ts): an
  * exactly-once consume-transform-produce pipeline with librdkafka (python3-confluent-kafka's transactional producer,

@@ -1,4 +1,4 @@
-// test-runner: alone (scripts/test.mjs): a 3-broker cluster whose leases and heartbeats must not starve for CPU beside another file
+// test-runner: apart (scripts/test.mjs): a 3-broker cluster whose leases and heartbeats must not starve for CPU beside another cluster or a second other file
 /**
  * Issue 17, failover under load: a KafkaJS idempotent producer (acks=all) writes a sequence per partition to a
  * topic whose partitions are owned by several brokers; the owner of partition 0 is killed with kill -9 in the middle

@@ -1,4 +1,4 @@
-// test-runner: alone (scripts/test.mjs): a 3-broker cluster whose leases and heartbeats must not starve for CPU beside another file
+// test-runner: apart (scripts/test.mjs): a 3-broker cluster whose leases and heartbeats must not starve for CPU beside another cluster or a second other file
 /**
  * Issue 17, fencing: the owner of a partition is frozen (SIGSTOP) past its lease, produce requests reach its socket
  * while it is frozen, another broker takes the partition over and acknowledges more records; then the frozen broker

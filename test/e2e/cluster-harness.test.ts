@@ -1,4 +1,4 @@
-// test-runner: alone (scripts/test.mjs): a 3-broker cluster whose leases and heartbeats must not starve for CPU beside another file
+// test-runner: apart (scripts/test.mjs): a 3-broker cluster whose leases and heartbeats must not starve for CPU beside another cluster or a second other file
 /**
  * The cluster harness itself, and what an operator sees of membership: three `bin/flowmq --cluster` processes on
  * one PostgreSQL and one s3rver form one cluster (GET /api/v1/cluster on any of them lists three live brokers with

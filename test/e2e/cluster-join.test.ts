@@ -1,4 +1,4 @@
-// test-runner: alone (scripts/test.mjs): a 3-broker cluster whose leases and heartbeats must not starve for CPU beside another file
+// test-runner: apart (scripts/test.mjs): a 3-broker cluster whose leases and heartbeats must not starve for CPU beside another cluster or a second other file
 /**
  * Issue 17, a broker joining: two brokers own every partition of a topic; a third starts and takes over part of
  * them (the ones rendezvous placement now gives it, handed over by their holders, with a newer epoch), the others

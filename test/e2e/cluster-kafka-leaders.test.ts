@@ -1,4 +1,4 @@
-// test-runner: alone (scripts/test.mjs): a 3-broker cluster whose leases and heartbeats must not starve for CPU beside another file
+// test-runner: apart (scripts/test.mjs): a 3-broker cluster whose leases and heartbeats must not starve for CPU beside another cluster or a second other file
 /**
  * Issue 17, the Kafka protocol's views of a cluster, with real clients against three `flowmq start --cluster`
  * processes (test/helpers/cluster.ts: PostgreSQL, s3rver, separate broker processes):

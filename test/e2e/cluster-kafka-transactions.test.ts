@@ -1,4 +1,4 @@
-// test-runner: alone (scripts/test.mjs): a 3-broker cluster whose leases and heartbeats must not starve for CPU beside another file
+// test-runner: apart (scripts/test.mjs): a 3-broker cluster whose leases and heartbeats must not starve for CPU beside another cluster or a second other file
 /**
  * Kafka transactions in cluster mode (issue 27), KafkaJS 2.2.4 against three `flowmq start --cluster` processes
  * (test/helpers/cluster.ts: PostgreSQL, s3rver, separate broker processes):

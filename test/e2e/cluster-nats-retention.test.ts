@@ -1,4 +1,4 @@
-// test-runner: alone (scripts/test.mjs): a 3-broker cluster whose leases and heartbeats must not starve for CPU beside another file
+// test-runner: apart (scripts/test.mjs): a 3-broker cluster whose leases and heartbeats must not starve for CPU beside another cluster or a second other file
 /**
  * JetStream workqueue and interest retention, a mirror and a source across three `bin/flowmq --cluster` processes
  * (PostgreSQL, s3rver; test/helpers/cluster.ts), driven by the `nats` npm client. Every target stream is placed on

@@ -1,4 +1,4 @@
-// test-runner: alone (scripts/test.mjs): a cluster whose leases and heartbeats must not starve for CPU beside another file
+// test-runner: apart (scripts/test.mjs): a cluster whose leases and heartbeats must not starve for CPU beside another cluster or a second other file
 /**
  * Pages of non-durable queues in cluster mode (issue 28): two `bin/flowmq --cluster` brokers (PostgreSQL + s3rver)
  * with a window of 10 messages share one PostgreSQL queue store, and each pages its own non-durable queue under its

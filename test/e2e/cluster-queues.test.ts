@@ -1,4 +1,4 @@
-// test-runner: alone (scripts/test.mjs): a 3-broker cluster whose leases and heartbeats must not starve for CPU beside another file
+// test-runner: apart (scripts/test.mjs): a 3-broker cluster whose leases and heartbeats must not starve for CPU beside another cluster or a second other file
 /**
  * Durable queues across `bin/flowmq --cluster` processes (PostgreSQL + s3rver, three brokers): publish with
  * confirms on one broker and consume with acks on another, competing consumers on two brokers, the consumer's

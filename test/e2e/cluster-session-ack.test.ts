@@ -1,4 +1,4 @@
-// test-runner: alone (scripts/test.mjs): a 3-broker cluster whose leases and heartbeats must not starve for CPU beside another file
+// test-runner: apart (scripts/test.mjs): a 3-broker cluster whose leases and heartbeats must not starve for CPU beside another cluster or a second other file
 /**
  * Issue 30: a QoS 1/2 publish forwarded to a persistent MQTT session owned by another broker is acknowledged to its
  * publisher only once the session's owner stored it, and what is addressed to an owner that cannot be reached (killed,

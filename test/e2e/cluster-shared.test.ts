@@ -1,4 +1,4 @@
-// test-runner: alone (scripts/test.mjs): a 3-broker cluster whose leases and heartbeats must not starve for CPU beside another file
+// test-runner: apart (scripts/test.mjs): a 3-broker cluster whose leases and heartbeats must not starve for CPU beside another cluster or a second other file
 /**
  * Cluster scenarios that share one started cluster (issue 26: a cluster start is PostgreSQL, s3rver and three
  * broker processes, several seconds each time): every protocol pair across brokers (cluster-pairs.ts), live

@@ -1,4 +1,4 @@
-// test-runner: alone (scripts/test.mjs): a 3-broker cluster whose leases and heartbeats must not starve for CPU beside another file
+// test-runner: apart (scripts/test.mjs): a 3-broker cluster whose leases and heartbeats must not starve for CPU beside another cluster or a second other file
 /**
  * Stream partitions across brokers, as separate `bin/flowmq --cluster` processes (test/helpers/cluster.ts): a stream
  * created on one broker is known to the others at once; MQTT QoS 1 publishes on one broker captured by a stream whose

@@ -102,14 +102,15 @@ export class FlowmqProcess {
     // The launcher itself, as users run it (it execs Node in the same process, so signals reach the broker).
     const proc = spawn(FLOWMQ_BIN, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, FLOWMQ_NODE: process.execPath, ...opts.env } });
     const b = new FlowmqProcess(proc, dataDir, opts.args ?? [], opts.env ?? {});
-    const deadline = Date.now() + (opts.startTimeoutMs ?? 20_000);
+    const startTimeoutMs = opts.startTimeoutMs ?? 20_000;
+    const deadline = Date.now() + startTimeoutMs;
     while (b.ports.http === undefined) {
       if (proc.exitCode !== null || proc.signalCode !== null) {
         throw new Error(`flowmq exited early (${proc.exitCode ?? proc.signalCode}): ${b.stderr}\n${JSON.stringify(b.logs)}`);
       }
       if (Date.now() > deadline) {
         proc.kill('SIGKILL');
-        throw new Error(`flowmq did not start: ${b.stderr}`);
+        throw new Error(`flowmq did not start within ${startTimeoutMs} ms: ${b.stderr}\n${JSON.stringify(b.logs.slice(-20))}`);
       }
       await sleep(20);
     }

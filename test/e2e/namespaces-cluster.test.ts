@@ -1,4 +1,4 @@
-// test-runner: alone (scripts/test.mjs): a 3-broker cluster whose leases and heartbeats must not starve for CPU beside another file
+// test-runner: apart (scripts/test.mjs): a 3-broker cluster whose leases and heartbeats must not starve for CPU beside another cluster or a second other file
 /**
  * Namespaces as tenants on a three-broker cluster (issue 29), with MQTT.js, KafkaJS and amqplib: no cluster code
  * knows namespaces, the names carry them (docs/namespaces.md "In a cluster"). Namespaces t1 (user ann) and t2 (bob)

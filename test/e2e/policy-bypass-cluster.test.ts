@@ -1,4 +1,4 @@
-// test-runner: alone (scripts/test.mjs): a 3-broker cluster whose leases and heartbeats must not starve for CPU beside another file
+// test-runner: apart (scripts/test.mjs): a 3-broker cluster whose leases and heartbeats must not starve for CPU beside another cluster or a second other file
 /**
  * Policy-bypass suite, cluster forwarding (issue 24): the same rule as policy-bypass.test.ts with alice and bob on
  * different brokers of a three-broker cluster (PostgreSQL, s3rver; test/helpers/cluster.ts). bob is denied every
