@@ -279,7 +279,13 @@ export const RPC = {
   liveRetained: rpc('live.retained', 1, raw, raw),
 
   // Durable queues (cluster/queues.ts): served by the queue's owner, deliveries to the consumer's broker.
-  queuePublish: rpc('queue.publish', 1, json<{ q: string }>(obj({ q: str })), json<{ r: number[] }>(obj({ r: arrayOf(int) }))),
+  // f, n (version 5): the forwarding broker's life and the first message's number (older owners ignore them).
+  queuePublish: rpc(
+    'queue.publish',
+    1,
+    json<{ q: string; f?: string; n?: number }>(obj({ q: str, f: str, n: int }, ['f', 'n'])),
+    json<{ r: number[] }>(obj({ r: arrayOf(int) })),
+  ),
   queueConsume: rpc(
     'queue.consume',
     1,
