@@ -28,6 +28,12 @@ export interface QueueHub extends LinkHub {
   readonly stats: { forwarded: number; forwardedBatches: number; reopened: number };
   openLink(q: ClusterQueue, h: Held): Link;
   dropServedOf(q: ClusterQueue): void;
+  /**
+   * Numbers `count` forwarded publishes: the first of `count` consecutive sequences of this broker's life (one counter
+   * for all queues), and the life's name (`src`): the owner stores the last with the messages (QueueMark) and takes a
+   * retried one at or below it for a duplicate.
+   */
+  forwardSeqs(count: number): { src: string; seq: number };
 }
 
 interface Out {
@@ -347,11 +353,20 @@ export class ClusterQueue implements QueueRuntime, LinkQueue {
   }
 
   private async sendBatch(batch: Pending[]): Promise<void> {
+    // Numbered once: a retry (the owner died or its reply was lost after it stored them) carries the same numbers.
+    const { src, seq } = this.cq.forwardSeqs(batch.length);
     try {
       await this.toOwner(
         async (q) => {
-          for (const b of batch) {
-            const r = q.enqueue(decodeMessage(b.data));
+          // This broker took the queue meanwhile: what its last owner stored of the batch is not enqueued again.
+          const stored = q.marked?.(src) ?? -1;
+          for (let i = 0; i < batch.length; i++) {
+            const b = batch[i];
+            if (seq + i <= stored) {
+              b.resolve();
+              continue;
+            }
+            const r = q.enqueue(decodeMessage(b.data), { src, seq: seq + i });
             if (r.rejected) b.reject(new FlowError('LIMIT_EXCEEDED', `queue ${this.def.name} is full (x-overflow reject-publish)`));
             else if (r.durable) r.durable.then(b.resolve, b.reject);
             else b.resolve();
@@ -360,7 +375,9 @@ export class ClusterQueue implements QueueRuntime, LinkQueue {
         async (broker) => {
           this.cq.stats.forwarded += batch.length;
           this.cq.stats.forwardedBatches++;
-          const { r } = (await call(this.cq.channel, broker, RPC.queuePublish, { q: this.def.name }, { tail: packBuffers(batch.map((b) => b.data)) })).head;
+          const { r } = (
+            await call(this.cq.channel, broker, RPC.queuePublish, { q: this.def.name, f: src, n: seq }, { tail: packBuffers(batch.map((b) => b.data)) })
+          ).head;
           batch.forEach((b, i) =>
             r[i] === 1 ? b.reject(new FlowError('LIMIT_EXCEEDED', `queue ${this.def.name} is full (x-overflow reject-publish)`)) : b.resolve(),
           );

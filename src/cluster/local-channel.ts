@@ -1,7 +1,9 @@
 /**
  * PeerChannel between several brokers of one process (unit tests of cluster subsystems without sockets): the same
  * contract as the TCP channel (types.ts), delivered through the event loop. `LocalHub.channel(id)` makes broker
- * `id`'s end; `disconnect(id)` makes it unreachable (requests to it reject with UNAVAILABLE, sends are dropped).
+ * `id`'s end; `disconnect(id)` makes it unreachable (requests to it reject with UNAVAILABLE, sends are dropped);
+ * `loseReply` makes a request's reply lost after its handler ran (the caller gets UNAVAILABLE, as when the peer died
+ * or the connection broke before it answered).
  */
 import { FlowError } from '../core/index.js';
 import type { PeerChannel } from './types.js';
@@ -16,6 +18,8 @@ export class LocalHub {
   private readonly ends = new Map<number, Ends>();
   /** Channel versions brokers are made to speak (a rolling upgrade in a test); unset, a peer's version is unknown (no check). */
   readonly versions = new Map<number, number>();
+  /** Called once a request's handler has answered: true loses the reply (the caller's request fails with UNAVAILABLE). */
+  loseReply: ((from: number, to: number, method: string) => boolean) | null = null;
 
   channel(id: number): PeerChannel {
     const me: Ends = { handlers: new Map(), listeners: new Map(), up: true };
@@ -37,7 +41,9 @@ export class LocalHub {
         if (!fn) throw new FlowError('INVALID_ARGUMENT', `broker ${to} has no handler for ${method}`);
         await new Promise((r) => setImmediate(r));
         const copy = Buffer.from(body);
-        return Buffer.from(await fn(id, copy));
+        const reply = Buffer.from(await fn(id, copy));
+        if (hub.loseReply?.(id, to, method)) throw new FlowError('UNAVAILABLE', `broker ${to}'s reply to ${method} was lost`);
+        return reply;
       },
       send(to, method, body) {
         const peer = hub.ends.get(to);

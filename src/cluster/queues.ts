@@ -65,7 +65,9 @@ export class ClusterQueues implements QueueHub {
   private readonly syncTask: CoalescingTask;
   private timer: NodeJS.Timeout | null = null;
   private checking = false;
-  readonly stats = { forwarded: 0, forwardedBatches: 0, remoteDeliveries: 0, reopened: 0, peerReleases: 0, syncs: 0 };
+  readonly stats = { forwarded: 0, forwardedBatches: 0, remoteDeliveries: 0, reopened: 0, peerReleases: 0, syncs: 0, duplicates: 0 };
+  /** The next forwarded publish's sequence (forwardSeqs). */
+  private nextSeq = 0;
 
   constructor(
     readonly cluster: Cluster,
@@ -75,6 +77,12 @@ export class ClusterQueues implements QueueHub {
       this.stats.syncs++;
       await this.router.sync();
     });
+  }
+
+  forwardSeqs(count: number): { src: string; seq: number } {
+    const seq = this.nextSeq;
+    this.nextSeq += count;
+    return { src: `${this.cluster.id}/${this.cluster.incarnation}`, seq };
   }
 
   /** The engine's local queue runtime (see QueueHub.localQueue). */
@@ -213,13 +221,27 @@ export class ClusterQueues implements QueueHub {
 
   // ------------------------------------------------------------- owner side
 
-  private async onPublish(head: { q: string }, tail: Buffer): Promise<{ r: number[] }> {
+  /**
+   * Publishes forwarded by another broker, numbered `n`, `n + 1`, ... by it (`f`, a broker's life; absent from a
+   * broker of channel version 4 or older): one at or below the highest number of `f` this queue stored (a retry
+   * after a lost reply, also to the next owner, which read the numbers from the store) is answered as taken and not
+   * enqueued again. The number goes to the store with the message (QueueMark).
+   */
+  private async onPublish(head: { q: string; f?: string; n?: number }, tail: Buffer): Promise<{ r: number[] }> {
     const q = this.owned(head.q);
     const msgs = unpackBuffers(tail);
     const r: number[] = [];
     const durable: Promise<void>[] = [];
-    for (const m of msgs) {
-      const res = q.enqueue(decodeMessage(m));
+    const { f, n } = head;
+    const stored = f !== undefined && n !== undefined ? (q.marked?.(f) ?? -1) : -1;
+    for (let i = 0; i < msgs.length; i++) {
+      const m = msgs[i];
+      if (f !== undefined && n !== undefined && n + i <= stored) {
+        this.stats.duplicates++;
+        r.push(0);
+        continue;
+      }
+      const res = q.enqueue(decodeMessage(m), f !== undefined && n !== undefined ? { src: f, seq: n + i } : undefined);
       r.push(res.rejected ? 1 : 0);
       if (res.durable) durable.push(res.durable);
     }

@@ -20,9 +20,11 @@ import { decodeBody, encodeBody } from './wire.js';
 
 /**
  * The newest channel version this broker speaks. 4: `live.store` (QoS 1/2 publishes stored by the owners of the
- * persistent sessions they reach before they are acknowledged) and durable interest entries (`d`, `ds`).
+ * persistent sessions they reach before they are acknowledged) and durable interest entries (`d`, `ds`). 5: the
+ * fifth element of stream.append's head (a batch stamped with the forwarder's producer id, checked as such) and
+ * queue.publish's forwarder and sequence (`f`, `n`): forwarded writes are recognised when retried.
  */
-export const CHANNEL_VERSION = 4;
+export const CHANNEL_VERSION = 5;
 /** The oldest version a peer may speak and still be let in. */
 export const MIN_CHANNEL_VERSION = 1;
 
@@ -158,10 +160,12 @@ const interest = obj(
 // ------------------------------------------------------------------------------------------------ message types
 
 /**
- * stream.append: [stream, partition, number, previous number] per batch in the tail (stream-appends.ts: the owner
- * takes it only after the previous one); [stream, partition] to and from a broker of channel version 2.
+ * stream.append: [stream, partition, number, previous number, stamped] per batch in the tail (stream-appends.ts: the
+ * owner takes it only after the previous one; stamped 1: the batch carries the forwarder's producer id and sequence,
+ * checked by ProducerState.checkForwarded); four elements to and from a broker of channel version 3 or 4 (nothing
+ * stamped), [stream, partition] of version 2.
  */
-export type AppendHead = [string, number, number?, number?];
+export type AppendHead = [string, number, number?, number?, (0 | 1)?];
 /** stream.append's answer per batch, in order. */
 export type AppendAnswer = { o: number; d?: 1; h: number; l: number } | { e: string; m: string };
 export interface LivePublishHead {
@@ -223,7 +227,7 @@ export const RPC = {
   streamAppend: rpc(
     'stream.append',
     1,
-    json<AppendHead[]>(arrayOf({ type: 'array', items: [str, int, int, int], minItems: 2, maxItems: 4 })),
+    json<AppendHead[]>(arrayOf({ type: 'array', items: [str, int, int, int, { enum: [0, 1] }], minItems: 2, maxItems: 5 })),
     json<AppendAnswer[]>(arrayOf({ oneOf: [obj({ o: int, d: { const: 1 }, h: int, l: int }, ['d']), obj({ e: str, m: str })] })),
   ),
   streamRead: rpc(
@@ -275,7 +279,13 @@ export const RPC = {
   liveRetained: rpc('live.retained', 1, raw, raw),
 
   // Durable queues (cluster/queues.ts): served by the queue's owner, deliveries to the consumer's broker.
-  queuePublish: rpc('queue.publish', 1, json<{ q: string }>(obj({ q: str })), json<{ r: number[] }>(obj({ r: arrayOf(int) }))),
+  // f, n (version 5): the forwarding broker's life and the first message's number (older owners ignore them).
+  queuePublish: rpc(
+    'queue.publish',
+    1,
+    json<{ q: string; f?: string; n?: number }>(obj({ q: str, f: str, n: int }, ['f', 'n'])),
+    json<{ r: number[] }>(obj({ r: arrayOf(int) })),
+  ),
   queueConsume: rpc(
     'queue.consume',
     1,

@@ -17,12 +17,20 @@
  *   owner takes an append only if it took that previous one from this broker during its current ownership of the
  *   partition (or there is none); otherwise it answers UNAVAILABLE and the lane is held as above. An owner of the
  *   previous channel version (2) knows nothing of the numbers: appends to it are sent as before, without that check.
+ * - So that a retry of an append the owner made durable before it died (or whose reply was lost) is not stored twice,
+ *   each batch without a producer id is stamped here, when it is made, with this broker's forwarder producer id (one
+ *   per broker life, from the same allocator as Kafka's producer ids), epoch 0 and a sequence of its own per
+ *   partition, and marked as stamped in the request: the owner checks it like an idempotent producer's batch
+ *   (ProducerState.checkForwarded, gaps allowed) and answers a retry with the first append's offset. The stamp is in
+ *   the stored batch, so the next owner rebuilds it with the producer state (from the WAL and the segment
+ *   snapshots). An owner of channel version 4 or older gets the batch unstamped (at-least-once, as before).
+ *   Batches with a producer id of their own (idempotent and transactional Kafka producers) are checked as theirs.
  * - A partition this broker holds, with nothing of it pending here, is written straight to the log (the
  *   single-broker path). An append written here and refused because the partition was lost meanwhile (FENCED) is
  *   failed to its caller, not retried, unless it went through a lane.
  */
 import { randomInt } from 'node:crypto';
-import { FlowError, isFlowError, type AppendResult, type PartitionOffsets } from '../core/index.js';
+import { FlowError, isFlowError, readBatchInfo, setProducer, type AppendResult, type PartitionOffsets } from '../core/index.js';
 import type { LogManager } from '../storage/log/index.js';
 import { backoffDelay } from '../util/backoff.js';
 import type { Cluster } from './cluster.js';
@@ -39,6 +47,9 @@ const FIRST_RETRY_PAUSE_MS = 25;
 const MAX_RETRY_PAUSE_MS = 500;
 /** The channel version whose owners check the order of forwarded appends (the 4-element head). */
 const CHAINED_SINCE = 3;
+/** The channel version whose owners check batches stamped with the forwarder's producer id (the 5-element head). */
+const STAMPED_SINCE = 5;
+const SEQ_SPACE = 0x80000000;
 
 /** Codes after which a forwarded call is retried at the (new) owner. */
 export const MOVING = new Set(['NOT_OWNER', 'FENCED', 'UNAVAILABLE']);
@@ -54,6 +65,8 @@ interface Forward {
   lane: Lane;
   /** The log's own copy (the caller's buffer is only borrowed). */
   batch: Buffer;
+  /** The copy was stamped with this broker's forwarder producer id and a sequence (not when it had a producer id). */
+  stamped: boolean;
   deadline: number;
   tries: number;
   /** This broker's number for it (the owner checks the chain of these). */
@@ -113,6 +126,10 @@ export class StreamAppends {
   private flushScheduled = false;
   /** Numbers start anywhere: a restarted broker's cannot meet what an owner remembers of its previous life. */
   private seq = randomInt(0, 2 ** 47);
+  /** This broker's forwarder producer id (null until allocated: batches then go unstamped). */
+  producerId: number | null = null;
+  /** Per partition, the forwarder sequence of the next stamped batch (kept while lanes come and go). */
+  private readonly stampSeq = new Map<string, number>();
   /** The owner's side: per partition held here, per forwarding broker, the number of the last append taken from it. */
   private readonly taken = new Map<string, Map<number, number>>();
 
@@ -145,9 +162,11 @@ export class StreamAppends {
       lane = { name, stream, partition, items: [], target: null, inflight: 0, last: -1, held: false, resolving: false, tries: 0 };
       this.lanes.set(name, lane);
     }
+    const copy = Buffer.from(batch);
     const f: Forward = {
       lane,
-      batch: Buffer.from(batch),
+      batch: copy,
+      stamped: this.stamp(name, copy),
       deadline: Date.now() + this.o.patienceMs(),
       tries: 0,
       seq: this.seq++,
@@ -159,6 +178,17 @@ export class StreamAppends {
     lane.items.push(f);
     if (!lane.held) this.send(lane, f);
     return { baseOffset: -1, offset, durable };
+  }
+
+  /** Stamps a batch without a producer id (in place) with this broker's and the partition's next sequence. */
+  private stamp(name: string, batch: Buffer): boolean {
+    if (this.producerId === null) return false;
+    const info = readBatchInfo(batch);
+    if (info.producerId >= 0n || info.baseSequence >= 0 || info.recordCount === 0) return false;
+    const seq = this.stampSeq.get(name) ?? 0;
+    this.stampSeq.set(name, (seq + info.lastOffsetDelta + 1) % SEQ_SPACE);
+    setProducer(batch, this.producerId, 0, seq);
+    return true;
   }
 
   /** The owner's side: the partition was acquired or let go here; what was taken from other brokers is forgotten. */
@@ -278,7 +308,7 @@ export class StreamAppends {
   /** The partition is this broker's: the append goes to its log, in the lane's order. */
   private appendHere(f: Forward): void {
     try {
-      const r = this.o.log.append(f.lane.stream, f.lane.partition, f.batch);
+      const r = this.o.log.append(f.lane.stream, f.lane.partition, f.batch, f.stamped);
       r.durable.then(
         () => this.done(f, r.baseOffset),
         (err: unknown) => this.failed(f, err),
@@ -316,12 +346,18 @@ export class StreamAppends {
 
   private async sendAppends(broker: number, items: Forward[]): Promise<void> {
     this.o.stats.forwardRequests++;
-    const chained = (this.o.channel.peerVersion(broker) ?? CHAINED_SINCE) >= CHAINED_SINCE;
-    const head = items.map((f): AppendHead => (chained ? [f.lane.stream, f.lane.partition, f.seq, f.prev] : [f.lane.stream, f.lane.partition]));
+    const version = this.o.channel.peerVersion(broker) ?? STAMPED_SINCE;
+    const chained = version >= CHAINED_SINCE;
+    const stamped = version >= STAMPED_SINCE;
+    const head = items.map((f): AppendHead => {
+      if (stamped) return [f.lane.stream, f.lane.partition, f.seq, f.prev, f.stamped ? 1 : 0];
+      return chained ? [f.lane.stream, f.lane.partition, f.seq, f.prev] : [f.lane.stream, f.lane.partition];
+    });
+    // An owner of an older version would take the stamp for a Kafka producer's (strict sequences): it gets it unstamped.
+    const bufs = items.map((f) => (stamped || !f.stamped ? f.batch : unstamped(f.batch)));
     let answers: AppendAnswer[];
     try {
-      answers = (await call(this.o.channel, broker, RPC.streamAppend, head, { tail: packBuffers(items.map((f) => f.batch)), timeoutMs: REQUEST_TIMEOUT_MS }))
-        .head;
+      answers = (await call(this.o.channel, broker, RPC.streamAppend, head, { tail: packBuffers(bufs), timeoutMs: REQUEST_TIMEOUT_MS })).head;
       if (answers.length !== items.length) throw new FlowError('PROTOCOL_ERROR', 'stream.append reply does not match its request');
     } catch (err) {
       // The whole request failed (the owner is unreachable, or did not answer): each append looks for its owner again.
@@ -348,7 +384,7 @@ export class StreamAppends {
     const batches = unpackBuffers(tail);
     if (head.length !== batches.length) throw new FlowError('PROTOCOL_ERROR', 'stream.append: heads and batches differ in number');
     const log = this.o.log;
-    const answers: Array<AppendAnswer | Promise<AppendAnswer>> = head.map(([s, p, seq, prev], i) => {
+    const answers: Array<AppendAnswer | Promise<AppendAnswer>> = head.map(([s, p, seq, prev, stamped], i) => {
       if (!log.holds(s, p)) return { e: 'NOT_OWNER', m: `partition ${s}/${p} is not served by broker ${this.o.cluster.id}` };
       let chain: Map<number, number> | undefined;
       if (seq !== undefined) {
@@ -360,7 +396,7 @@ export class StreamAppends {
         }
       }
       try {
-        const r = log.append(s, p, batches[i]);
+        const r = log.append(s, p, batches[i], stamped === 1);
         if (seq !== undefined) chain!.set(from, seq);
         this.o.stats.servedAppends++;
         return r.durable.then(
@@ -378,6 +414,12 @@ export class StreamAppends {
     });
     return Promise.all(answers);
   }
+}
+
+function unstamped(batch: Buffer): Buffer {
+  const b = Buffer.from(batch);
+  setProducer(b, -1, -1, -1);
+  return b;
 }
 
 export function failure(err: unknown): AppendAnswer {

@@ -15,9 +15,12 @@
  *   NOT_OWNER, FENCED (the owner lost it: nothing was written) or UNAVAILABLE makes the broker look the owner up
  *   again and retry, for up to three membership leases (ownership moves within about one), then UNAVAILABLE
  *   (retriable for clients). Appends keep their order per partition across a change of owner: one ordered pipeline
- *   per partition, with numbers the owner checks (stream-appends.ts, which holds the write path of both ends). A forwarded append whose reply was lost (the owner died or the channel
- *   broke mid-request) is retried too: at least once, like a producer's own retry; idempotent producers stay exactly
- *   once (their duplicate is detected by the owner, from the producer state that moved with the partition).
+ *   per partition, with numbers the owner checks (stream-appends.ts, which holds the write path of both ends). A
+ *   forwarded append whose reply was lost (the owner died or the channel broke mid-request) is retried too, and
+ *   recognised by the owner as a duplicate: the forwarder stamps each batch without a producer id with a producer id
+ *   of its own (allocated at start, like a Kafka producer's) and a sequence per partition, the owner checks it with
+ *   the partition's producer state, which moves with the partition (idempotent Kafka producers' batches are checked
+ *   as theirs). Owners of channel version 4 or older get unstamped batches: at least once with them.
  * - offsets() is synchronous: for a remote partition it answers the last figures its owner sent: every owner tells
  *   the other brokers the offsets of its partitions that moved, every OFFSETS_PUSH_MS (`stream.hw`, one-way, all
  *   of them now and then for a broker that missed some), and every reply carries them too; figures older than
@@ -35,6 +38,7 @@ import {
   type AppendResult,
   type PartitionLocation,
   type PartitionOffsets,
+  type ProducerIdStore,
   type ProducerSnapshot,
   type ReadLease,
   type StreamCatalog,
@@ -81,6 +85,8 @@ export interface ClusterStreamsOptions {
   /** The stream definitions every broker shares (the metastore). */
   catalog: StreamCatalog;
   logger: Logger;
+  /** Where this broker's forwarder producer id comes from (default: the catalog, when it allocates producer ids). */
+  producerIds?: ProducerIdStore;
 }
 
 export class ClusterStreams implements StreamStorage {
@@ -141,6 +147,9 @@ export class ClusterStreams implements StreamStorage {
    */
   static async start(opts: ClusterStreamsOptions): Promise<ClusterStreams> {
     const cs = new ClusterStreams(opts);
+    const ids = opts.producerIds ?? (opts.catalog as Partial<ProducerIdStore>);
+    // One producer id per broker life: a restarted broker's sequences cannot meet what owners remember of its last one.
+    if (typeof ids.allocateProducerIds === 'function') cs.appends.producerId = await ids.allocateProducerIds.call(ids, 1);
     for (const def of await cs.catalog.listStreams()) {
       cs.defs.set(def.name, def);
       await cs.log.openStream(def);

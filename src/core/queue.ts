@@ -24,7 +24,7 @@
  */
 import { FlowError } from './errors.js';
 import type { DeathRecord, Message } from './message.js';
-import type { EnqueueResult, QueueConsumer, QueueDef, QueueDelivery, QueueHooks, QueueRuntime, QueueStore } from './queues.js';
+import type { EnqueueResult, QueueConsumer, QueueDef, QueueDelivery, QueueHooks, QueueMark, QueueRuntime, QueueStore } from './queues.js';
 import { deadLettered } from './queue-dead-letter.js';
 import { DEFAULT_QUEUE_WINDOW, IdHeap, type Entry, type QueuePages, type QueuePaging, type QueueWindowOptions } from './queue-window.js';
 import { decodeStoredMessage, encodeStoredMessage } from './sessions.js';
@@ -58,6 +58,8 @@ export class Queue implements QueueRuntime {
   private generation = 0;
   /** Ids at or below it were recovered from the store at open(): redelivered when delivered. */
   private recoveredMaxId = 0;
+  /** Cluster mode: per forwarding broker, the highest sequence of its publishes stored here (see marked()). */
+  private readonly marks = new Map<string, number>();
   /** Enqueue times of messages appended beyond the window: [first id, ms] checkpoints, at most one per 100 ms. */
   private readonly enqueueTimes: number[] = [];
 
@@ -112,6 +114,7 @@ export class Queue implements QueueRuntime {
       const r = await this.store.openQueue(this.key);
       this.nextId = r.maxId + 1;
       this.recoveredMaxId = r.maxId;
+      for (const [src, seq] of Object.entries(r.marks ?? {})) this.marks.set(src, seq);
       this.nextLoadId = 1;
       this.beyond = r.count;
       // The store counts encoded bytes, the queue payload bytes: each recovered message's share is swapped for
@@ -220,7 +223,21 @@ export class Queue implements QueueRuntime {
   // ---------------------------------------------------------------------------------------------------------
   // publish side
 
-  enqueue(msg: Message): EnqueueResult {
+  marked(src: string): number {
+    return this.marks.get(src) ?? -1;
+  }
+
+  /** The mark is noted once the message carrying it is durable (a failed write leaves it to the retry). */
+  private noteMark(mark: QueueMark, durable: Promise<void>): void {
+    durable.then(
+      () => {
+        if (mark.seq > (this.marks.get(mark.src) ?? -1)) this.marks.set(mark.src, mark.seq);
+      },
+      () => undefined,
+    );
+  }
+
+  enqueue(msg: Message, mark?: QueueMark): EnqueueResult {
     if (this.destroyed) throw new FlowError('NOT_FOUND', `queue ${this.name} was deleted`);
     const bytes = msg.payload.length;
     const a = this.def.arguments;
@@ -250,7 +267,8 @@ export class Queue implements QueueRuntime {
     const toStoreOnly =
       store !== null && (this.beyond > 0 || this.loading || this.heap.size >= this.win.maxMessages || this.heapBytes + bytes > this.win.maxBytes);
     if (toStoreOnly) {
-      const p = store.append(this.key, [{ id, data: encodeStoredMessage(msg) }]);
+      const p = store.append(this.key, [{ id, data: encodeStoredMessage(msg) }], mark);
+      if (mark !== undefined) this.noteMark(mark, p);
       // A page of a non-durable queue is no promise of durability: it is counted as a transient message's write.
       const confirms = persistent && !this.paging;
       this.paged ||= this.paging;
@@ -265,7 +283,8 @@ export class Queue implements QueueRuntime {
     } else {
       let stored = false;
       if (store !== null && persistent && !this.paging) {
-        durable = store.append(this.key, [{ id, data: encodeStoredMessage(msg) }]);
+        durable = store.append(this.key, [{ id, data: encodeStoredMessage(msg) }], mark);
+        if (mark !== undefined) this.noteMark(mark, durable);
         stored = true;
       }
       this.nextLoadId = id + 1;

@@ -75,12 +75,23 @@ export interface StoredQueueMessage {
  * calls issued close together into one commit (one fsync / transaction), so a single append costs a fraction of a
  * commit under load. Every operation is O(log n) in the queue's length (no COUNT(*), no scan of the queue).
  */
+/** A forwarded publish: who forwarded it (a broker's life) and its sequence from there, to that queue. */
+export interface QueueMark {
+  src: string;
+  seq: number;
+}
+
 export interface QueueStore {
   readonly kind: string;
   /** Prepares a queue's storage (idempotent); returns what recovery needs without reading the messages. */
-  openQueue(queue: string): Promise<{ count: number; bytes: number; maxId: number }>;
-  /** Appends messages with the given ids (increasing, above any id already appended to this queue). */
-  append(queue: string, messages: Array<{ id: number; data: Buffer }>): Promise<void>;
+  openQueue(queue: string): Promise<{ count: number; bytes: number; maxId: number; marks?: Record<string, number> }>;
+  /**
+   * Appends messages with the given ids (increasing, above any id already appended to this queue). `mark`: the
+   * forwarding broker and sequence of the last of them (cluster mode), stored in the same transaction, so that the
+   * queue's next owner knows it was stored (openQueue's `marks`: the highest sequence per forwarder). Backends of
+   * the embedded mode ignore it.
+   */
+  append(queue: string, messages: Array<{ id: number; data: Buffer }>, mark?: QueueMark): Promise<void>;
   /** Removes messages (acked, dropped, dead-lettered, expired); ids not present are ignored. */
   remove(queue: string, ids: number[]): Promise<void>;
   /** Records a message's delivery count (on requeue; so the redelivered flag and delivery limits survive a restart). */
@@ -207,7 +218,12 @@ export interface QueueRuntime extends QueueHandle {
    * Takes a routed message. Its id is assigned synchronously; `durable` resolves once stored (persistent messages
    * in durable queues; null otherwise). `rejected`: refused by x-overflow reject-publish(-dlx) at the limit.
    */
-  enqueue(msg: Message): EnqueueResult;
+  enqueue(msg: Message, mark?: QueueMark): EnqueueResult;
+  /**
+   * Cluster mode: the highest sequence of `src`'s forwarded publishes this queue stored (from the store at open, then
+   * each one once durable), -1 when none: a retried publish at or below it is not enqueued again.
+   */
+  marked?(src: string): number;
   /** Removes the ready messages; returns how many. */
   purge(): Promise<number>;
   /** Deletes the queue: cancels its consumers (cancelled()), drops its storage; returns the messages it held. */

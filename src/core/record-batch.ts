@@ -106,6 +106,14 @@ export function setBaseOffset(batch: Buffer, offset: number, pos = 0): void {
   batch.writeBigInt64BE(BigInt(offset), pos);
 }
 
+/** Stamps the batch with a producer id, epoch and base sequence, in place, and computes its CRC again. */
+export function setProducer(batch: Buffer, producerId: number, epoch: number, baseSequence: number): void {
+  batch.writeBigInt64BE(BigInt(producerId), OFF_PRODUCER_ID);
+  batch.writeInt16BE(epoch, OFF_PRODUCER_EPOCH);
+  batch.writeInt32BE(baseSequence, OFF_BASE_SEQUENCE);
+  batch.writeUInt32BE(crc32c(batch, OFF_ATTRIBUTES, batch.length), OFF_CRC);
+}
+
 /** Attribute bit of a batch whose timestamps are the log's append time (Kafka's TimestampType.LOG_APPEND_TIME). */
 export const ATTR_LOG_APPEND_TIME = 0x08;
 

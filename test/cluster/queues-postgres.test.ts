@@ -155,4 +155,72 @@ describe('cluster queues over PostgreSQL', () => {
       }
     }
   });
+
+  it('a forwarded publish stored by the owner whose reply was lost is stored once: retried at the same owner, and at the next one after it died', async () => {
+    const url = await server.createDatabase();
+    const hub = new LocalHub();
+    const catalog = new MemoryStore();
+    const lease = 500;
+    const made: Array<{ cluster: Cluster; engine: Engine; qs: PostgresQueueStore; cs: PostgresClusterStore; close(): void }> = [];
+    const start = async (id: number) => {
+      const cs = await PostgresClusterStore.open({ url });
+      const qs = await PostgresQueueStore.open({ url });
+      const cluster = await Cluster.start({ store: cs, info: { id, version: 'test', endpoints: {} }, leaseMs: lease, logger });
+      cluster.channel = hub.channel(id);
+      const engine = new Engine(new MemoryStreams(), catalog, qs);
+      const close = await ClusterQueues.open(engine, cluster, logger);
+      await engine.load();
+      cluster.begin();
+      const b = { cluster, engine, qs, cs, close };
+      made.push(b);
+      return b;
+    };
+    try {
+      const a = await start(1);
+      const b = await start(2);
+      let name = '';
+      for (let i = 0; !name; i++) if (rendezvous('queue', `dq${i}`, [1, 2]) === 1) name = `dq${i}`;
+      await b.engine.declareQueue({ name, durable: true, exclusiveOwner: null, autoDelete: false, arguments: {}, rawArguments: {} });
+      await until('owned by 1', () => a.cluster.owns('queue', name) !== null);
+      await b.engine.publishTo('', name, makeMessage('', Buffer.from('m0'))).durable;
+      // 1. Broker 1 stores a publish broker 2 forwarded, its reply is lost: broker 2 retries at broker 1.
+      let lose = 1;
+      hub.loseReply = (from, to, method) => method === 'queue.publish' && from === 2 && to === 1 && lose-- > 0;
+      await b.engine.publishTo('', name, makeMessage('', Buffer.from('m1'))).durable;
+      assert.equal(lose, -1, 'the reply was lost once');
+      // 2. Broker 1 stores one, its reply is lost and it dies (no heartbeat, unreachable): broker 2 takes the queue,
+      // reads the forwarders' numbers from the store, and its retry is not enqueued again.
+      lose = 1;
+      hub.loseReply = (from, to, method) => {
+        if (method !== 'queue.publish' || from !== 2 || to !== 1 || lose-- <= 0) return false;
+        hub.disconnect(1);
+        clearInterval((a.cluster as unknown as { heartbeatTimer: NodeJS.Timeout }).heartbeatTimer);
+        return true;
+      };
+      await b.engine.publishTo('', name, makeMessage('', Buffer.from('m2'))).durable;
+      assert.equal(lose, 0, 'the owner died after storing m2');
+      assert.ok(b.cluster.owns('queue', name) !== null, 'broker 2 took the queue');
+      await b.engine.publishTo('', name, makeMessage('', Buffer.from('end'))).durable;
+      const got: string[] = [];
+      const sink: QueueConsumer = {
+        tag: 't',
+        owner: 'o',
+        noAck: true,
+        hasCredit: () => true,
+        deliver: (d: QueueDelivery) => void got.push(d.msg.payload.toString()),
+      };
+      b.engine.getQueue(name)!.consume(sink);
+      await until('the marker', () => got.includes('end'));
+      assert.deepEqual(got, ['m0', 'm1', 'm2', 'end'], 'each publish stored once');
+    } finally {
+      hub.loseReply = null;
+      for (const m of made) {
+        m.close();
+        m.engine.close();
+        await m.cluster.close().catch(() => undefined);
+        await m.qs.close();
+        await m.cs.close();
+      }
+    }
+  });
 });

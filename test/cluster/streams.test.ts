@@ -419,6 +419,56 @@ describe('cluster streams: partitions owned across brokers', () => {
     }
   });
 
+  it('a forwarded append stored by its owner whose reply was lost is stored once: retried at the same owner, and at the next one after it died', async () => {
+    const e = await env();
+    const a = await startNode(e, 1);
+    const b = await startNode(e, 2);
+    try {
+      await a.engine.createStream({ name: 'once', partitions: 8 });
+      await settle([a, b], 'once', 8);
+      const ps = [0, 1, 2, 3, 4, 5, 6, 7].filter((i) => b.log.holds('once', i));
+      assert.ok(ps.length >= 1, 'broker 2 owns a partition');
+      const p = ps[0];
+      assert.equal(await offsetOf(a.engine.produce('once', p, batch(['m0']))), 0);
+      // 1. The owner stores a forwarded append, its reply is lost: the forwarder retries at the same owner.
+      let lose = 1;
+      e.hub.loseReply = (from, to, method) => method === 'stream.append' && from === 1 && to === 2 && lose-- > 0;
+      const r1 = a.engine.produce('once', p, batch(['m1']));
+      assert.equal(await offsetOf(r1), 1, "the retry is answered with the first append's offset");
+      assert.equal(lose, -1, 'the reply was lost once');
+      assert.equal(await offsetOf(a.engine.produce('once', p, batch(['m2']))), 2);
+      // 2. The owner stores a forwarded append (durable in the WAL), its reply is lost and it dies at once: the next
+      // owner (broker 1 itself) reads it back from the WAL, with the forwarder's sequences, and the retry is a duplicate.
+      lose = 1;
+      e.hub.loseReply = (from, to, method) => {
+        if (method !== 'stream.append' || from !== 1 || to !== 2 || lose-- <= 0) return false;
+        b.freeze();
+        return true;
+      };
+      const r3 = a.engine.produce('once', p, batch(['m3']));
+      await until(() => lose === 0, 'the owner to store m3 and die');
+      assert.equal(await e.store.heartbeat(1, a.cluster.incarnation, 10 * LEASE), true);
+      e.store.now = () => Date.now() + 2 * LEASE;
+      await settle([a], 'once', 8);
+      assert.ok(a.log.holds('once', p), 'broker 1 took the partition');
+      assert.equal(await offsetOf(r3), 3, 'the retry at the next owner is answered with the offset the dead one gave');
+      // The next append follows it; nothing was stored twice.
+      assert.equal(await offsetOf(a.engine.produce('once', p, batch(['m4']))), 4);
+      assert.deepEqual(await readAll(a.engine, 'once', p), [
+        [0, 'm0'],
+        [1, 'm1'],
+        [2, 'm2'],
+        [3, 'm3'],
+        [4, 'm4'],
+      ]);
+      assert.ok(a.log.stats.duplicateAppends + b.log.stats.duplicateAppends >= 2, 'both retries were recognised as duplicates');
+    } finally {
+      e.hub.loseReply = null;
+      await b.close().catch(() => undefined);
+      await a.close();
+    }
+  });
+
   it("a paused owner is fenced; its successor serves what it left in the WAL, with the idempotent producer's state", async () => {
     const e = await env();
     const a = await startNode(e, 1);

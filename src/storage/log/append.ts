@@ -12,7 +12,11 @@ import { Partition, segmentReady } from './partition.js';
 import { backoffMs, LogState } from './log-state.js';
 import { relieve, seal } from './seal.js';
 
-export function append(lm: LogState, stream: string, partition: number, batch: Buffer): AppendResult {
+/**
+ * `forwarded`: the batch was stamped with a producer id by the broker that forwarded it (cluster mode), and is
+ * checked as such (ProducerState.checkForwarded): a retry is a duplicate, gaps are allowed.
+ */
+export function append(lm: LogState, stream: string, partition: number, batch: Buffer, forwarded = false): AppendResult {
   if (lm.closed) throw new FlowError('CLOSED', 'log is closed');
   const p = lm.part(stream, partition);
   if (p.fenced !== null) {
@@ -28,10 +32,11 @@ export function append(lm: LogState, stream: string, partition: number, batch: B
   const info = readBatchInfo(batch);
   const idempotent = ProducerState.isIdempotent(info);
   if (idempotent) {
-    const dup = p.producers.check(info);
+    const dup = forwarded ? p.producers.checkForwarded(info) : p.producers.check(info);
     if (dup) {
       // A retry of a batch already appended: answer with its offset once it is durable, append nothing. If the
       // first append fails meanwhile (the waiter is woken then), so does this one.
+      lm.stats.duplicateAppends++;
       if (p.highWatermark >= dup.endOffset) return { baseOffset: dup.baseOffset, durable: Promise.resolve(), duplicate: true };
       const rewinds = p.rewinds;
       const durable = lm.waitFor(stream, partition, dup.endOffset - 1, 60_000).then(() => {

@@ -187,8 +187,9 @@ export class LogManager extends LogState implements StreamStorage {
     }
   }
 
-  append(stream: string, partition: number, batch: Buffer): AppendResult {
-    return append(this, stream, partition, batch);
+  /** `forwarded`: stamped by the broker that forwarded it (cluster/stream-appends.ts; see ProducerState.checkForwarded). */
+  append(stream: string, partition: number, batch: Buffer, forwarded = false): AppendResult {
+    return append(this, stream, partition, batch, forwarded);
   }
 
   offsets(stream: string, partition: number): PartitionOffsets {

@@ -111,6 +111,8 @@ export function newLogStats() {
     throttledAppends: 0,
     /** Appends refused at once: below the free-space reserve, or while a partition backs off after a failure. */
     refusedAppends: 0,
+    /** Retries of idempotent or forwarded batches answered with their first append's offset, not appended. */
+    duplicateAppends: 0,
     /** WAL appends that failed (a full disk, an I/O error), and tails rewound after them. */
     failedAppends: 0,
     rewinds: 0,

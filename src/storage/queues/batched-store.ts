@@ -4,7 +4,7 @@
  * transaction) through `call` and `callAppend`.
  */
 import { FlowError } from '../../core/index.js';
-import type { QueueStore, StoredQueueMessage } from '../../core/index.js';
+import type { QueueMark, QueueStore, StoredQueueMessage } from '../../core/index.js';
 
 /** The operations every backend runs, as both encode them. */
 export type CommonOp =
@@ -28,14 +28,14 @@ export abstract class BatchedQueueStore implements QueueStore {
   /** Queues one operation into the backend's next group; rejects with CLOSED once the store is closed. */
   protected abstract call<T>(op: CommonOp): Promise<T>;
   /** Queues an append of checked ids and their bodies. */
-  protected abstract callAppend(queue: string, ids: number[], bodies: Buffer[]): Promise<void>;
+  protected abstract callAppend(queue: string, ids: number[], bodies: Buffer[], mark?: QueueMark): Promise<void>;
   abstract close(): Promise<void>;
 
-  openQueue(queue: string): Promise<{ count: number; bytes: number; maxId: number }> {
+  openQueue(queue: string): Promise<{ count: number; bytes: number; maxId: number; marks?: Record<string, number> }> {
     return this.call({ k: 'open', q: queue });
   }
 
-  append(queue: string, messages: Array<{ id: number; data: Buffer }>): Promise<void> {
+  append(queue: string, messages: Array<{ id: number; data: Buffer }>, mark?: QueueMark): Promise<void> {
     if (messages.length === 0) return this.idle();
     const ids: number[] = [];
     const bodies: Buffer[] = [];
@@ -48,7 +48,7 @@ export abstract class BatchedQueueStore implements QueueStore {
     } catch (err) {
       return Promise.reject(err);
     }
-    return this.callAppend(queue, ids, bodies);
+    return this.callAppend(queue, ids, bodies, mark);
   }
 
   remove(queue: string, ids: number[]): Promise<void> {

@@ -27,7 +27,7 @@
  */
 import type pg from 'pg';
 import { FlowError } from '../../core/index.js';
-import type { StoredQueueMessage } from '../../core/index.js';
+import type { QueueMark, StoredQueueMessage } from '../../core/index.js';
 import { BatchedQueueStore, type CommonOp } from './batched-store.js';
 import { FairGroups } from './fair-groups.js';
 import { connectPool, migratePostgres, type PgMigration, type PgPool, type PostgresOptions } from '../postgres-util.js';
@@ -55,13 +55,22 @@ export const queueStoreMigrations: readonly PgMigration[] = [
       );
     `,
   },
+  {
+    version: 2,
+    name: 'forwarded publish marks',
+    sql: `
+      -- Cluster mode: per queue, the highest sequence stored of each forwarding broker's publishes ({"<src>": seq}),
+      -- written in the transaction of their messages, so that the queue's next owner recognises a retry.
+      ALTER TABLE queue_counters ADD COLUMN marks jsonb;
+    `,
+  },
 ];
 
 /**
  * `maxId` of an append: set when messages were taken out of it before it was written (elide), so that the queue's
  * highest id still counts them.
  */
-type Op = CommonOp | { k: 'append'; q: string; ids: number[]; bodies: Buffer[]; maxId?: number };
+type Op = CommonOp | { k: 'append'; q: string; ids: number[]; bodies: Buffer[]; maxId?: number; mark?: QueueMark };
 
 interface Call {
   op: Op;
@@ -135,7 +144,10 @@ const REMOVE = `WITH d AS (DELETE FROM queue_messages m USING unnest($1::text[],
 const DELIVERIES = `UPDATE queue_messages m SET deliveries = r.n FROM unnest($1::text[], $2::bigint[], $3::integer[]) AS r(q, id, n)
   WHERE m.queue = r.q AND m.id = r.id`;
 const OPEN = `INSERT INTO queue_counters AS c (queue, count, bytes, max_id) VALUES ($1, 0, 0, 0)
-  ON CONFLICT (queue) DO UPDATE SET queue = c.queue RETURNING count, bytes, max_id`;
+  ON CONFLICT (queue) DO UPDATE SET queue = c.queue RETURNING count, bytes, max_id, marks`;
+/** Forwarded publishes' marks ({src: seq} per queue), merged into the queue's counters row (appends are in order). */
+const MARKS = `INSERT INTO queue_counters AS c (queue, count, bytes, max_id, marks) SELECT q, 0, 0, 0, m FROM unnest($1::text[], $2::jsonb[]) AS r(q, m)
+  ON CONFLICT (queue) DO UPDATE SET marks = COALESCE(c.marks, '{}'::jsonb) || excluded.marks`;
 const READ = 'SELECT id, deliveries, data FROM queue_messages WHERE queue = $1 AND id >= $2 ORDER BY id LIMIT $3';
 const PURGE = `WITH d AS (DELETE FROM queue_messages WHERE queue = $1)
   UPDATE queue_counters c SET count = 0, bytes = 0 FROM (SELECT count AS old FROM queue_counters WHERE queue = $1) o
@@ -159,6 +171,8 @@ class Run {
   removedFrom = new Set<string>();
   /** Per queue, the highest id of its appends here whose messages were taken out (elided) and not inserted. */
   maxIds = new Map<string, number>();
+  /** Per queue, the forwarded publishes' marks of its appends here (also of appends elided whole). */
+  marks = new Map<string, Record<string, number>>();
 
   steps(out: Step[]): void {
     if (this.maxIds.size > 0) {
@@ -169,6 +183,9 @@ class Run {
       const values: unknown[] = [];
       for (const a of part) values.push(a.q, a.id, a.body.length, a.body);
       out.push({ text: insertText(part.length), values });
+    }
+    if (this.marks.size > 0) {
+      out.push({ text: MARKS, values: [[...this.marks.keys()], [...this.marks.values()].map((m) => JSON.stringify(m))] });
     }
     if (this.deliveries.size > 0) {
       const d = [...this.deliveries.values()];
@@ -326,6 +343,11 @@ export class PostgresQueueStore extends BatchedQueueStore {
           // Elided messages above the last one inserted: the insert's own maximum would not count them.
           const last = op.ids.length > 0 ? op.ids[op.ids.length - 1] : 0;
           if (op.maxId !== undefined && op.maxId > last && op.maxId > (run.maxIds.get(op.q) ?? 0)) run.maxIds.set(op.q, op.maxId);
+          if (op.mark !== undefined) {
+            let m = run.marks.get(op.q);
+            if (m === undefined) run.marks.set(op.q, (m = {}));
+            m[op.mark.src] = op.mark.seq;
+          }
           break;
         }
         case 'deliveries':
@@ -342,7 +364,13 @@ export class PostgresQueueStore extends BatchedQueueStore {
           steps.push({
             text: OPEN,
             values: [op.q],
-            done: (rows) => void (c.result = { count: rows[0].count as unknown, bytes: rows[0].bytes as unknown, maxId: rows[0].max_id as unknown }),
+            done: (rows) =>
+              void (c.result = {
+                count: rows[0].count as unknown,
+                bytes: rows[0].bytes as unknown,
+                maxId: rows[0].max_id as unknown,
+                ...(rows[0].marks ? { marks: rows[0].marks as Record<string, number> } : {}),
+              }),
           });
           break;
         case 'read':
@@ -408,8 +436,8 @@ export class PostgresQueueStore extends BatchedQueueStore {
     }
   }
 
-  protected callAppend(queue: string, ids: number[], bodies: Buffer[]): Promise<void> {
-    return this.call({ k: 'append', q: queue, ids, bodies });
+  protected callAppend(queue: string, ids: number[], bodies: Buffer[], mark?: QueueMark): Promise<void> {
+    return this.call(mark === undefined ? { k: 'append', q: queue, ids, bodies } : { k: 'append', q: queue, ids, bodies, mark });
   }
 
   /** Finishes the calls already made, then closes the pool. */
