@@ -276,6 +276,15 @@ async function startServing(config: Config, logger: Logger, data: DataPlane, con
   // Stored bytes per namespace (the log's per-stream sizes, a stream attributed by its name): the one figure the
   // storage quota, /metrics, the admin API and JetStream account info share.
   access.quotas.useStorage(() => storedByNamespace(engine.streamSizes()));
+  if (cluster) {
+    // A namespace's quotas are the cluster's: each live broker enforces its part (src/control/quotas.ts).
+    const share = (ids: readonly number[]) => access.quotas.shareWith(ids, cluster.id);
+    share(cluster.placementBrokers());
+    cluster.on('membership', share);
+    closers.push('quota shares', () => {
+      cluster.off('membership', share);
+    });
+  }
   closers.push('namespace links', followNamespaceLinks(engine, directory, logger.child({ component: 'links' })));
   const enabled: readonly string[] = config.protocols;
   // The protocols start side by side (one's listener binds while another reads its state), then are recorded in

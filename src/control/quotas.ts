@@ -9,6 +9,16 @@
  *
  * Quotas are read from the directory at each charge (a Map lookup), so a changed quota applies at once.
  *
+ * Cluster-wide: in a cluster a namespace's quotas are the cluster's, not each broker's. Every broker takes an
+ * equal part of them from the membership it already follows (`shareWith`: the live brokers not leaving, the list
+ * placement uses): rates are divided by the number of brokers, and the connection quota is split so that the parts
+ * add up to it exactly (the first `max % N` brokers by id take one more). No message costs a metastore round trip
+ * and no broker waits on another; the parts follow a membership change at the broker's next view of the members
+ * (a heartbeat, a fraction of the lease: well within a second with the default lease's beats, or at once when a
+ * broker registers and notifies). The price of its simplicity: a namespace whose clients all use one broker gets
+ * that broker's part only (1/N of its rate quota), never more than its quota across the cluster.
+ * User quotas (below) stay per broker, as Kafka's client quotas are.
+ *
  * User quotas (Kafka's client quotas for the `user` entity, settings.ts): producer_byte_rate and consumer_byte_rate
  * per user, shared by all of that user's connections to this broker (as Kafka's quotas are per broker), on top of
  * the namespace's: a charge holds the client back for the longer of the two waits. A user without a quota of their
@@ -90,8 +100,19 @@ class UserUsage {
   connections = 0;
 }
 
+/** This broker's part of every namespace's cluster-wide quotas: 1 of 1 alone. */
+interface Share {
+  /** How many brokers share the quotas. */
+  readonly of: number;
+  /** This broker's rank among them (ids ascending; -1: it is not one of them, e.g. leaving). */
+  readonly rank: number;
+}
+
 export class QuotaManager {
   private readonly usage = new Map<string, NamespaceUsage>();
+  private share: Share = { of: 1, rank: 0 };
+  /** The part of a namespace's rate quotas this broker enforces (1 alone, 1/N in a cluster of N). */
+  rateShare = 1;
   private readonly users = new Map<string, UserUsage>();
   private storageSource: (() => Map<string, StoredBytes>) | null = null;
   private storageCache: { at: number; byNs: Map<string, StoredBytes> } | null = null;
@@ -102,6 +123,23 @@ export class QuotaManager {
     /** User quotas; default: none set (an empty in-memory store). */
     readonly settings: RuntimeSettings = new RuntimeSettings(),
   ) {}
+
+  /**
+   * Cluster mode: the brokers that share every namespace's quotas (the live ones not leaving, ids ascending) and
+   * this broker's id. Called at start and at each membership change.
+   */
+  shareWith(brokers: readonly number[], self: number): void {
+    const of = Math.max(1, brokers.length);
+    this.share = { of, rank: brokers.indexOf(self) };
+    this.rateShare = 1 / of;
+  }
+
+  /** This broker's part of a cluster-wide connection quota: the parts of all brokers add up to `max`. */
+  connectionShare(max: number): number {
+    const { of, rank } = this.share;
+    if (of === 1) return max;
+    return Math.floor(max / of) + (rank >= 0 && rank < max % of ? 1 : 0);
+  }
 
   private use(ns: string): NamespaceUsage {
     let u = this.usage.get(ns);
@@ -117,9 +155,10 @@ export class QuotaManager {
     const ns = principal.namespace;
     const u = this.use(ns);
     const max = this.quotasOf(ns).maxConnections;
-    if (max !== undefined && u.connections >= max) {
+    if (max !== undefined && u.connections >= this.connectionShare(max)) {
       u.refusedConnections++;
-      return { refused: `namespace "${ns}" has reached its quota of ${max} connection${max === 1 ? '' : 's'}` };
+      const part = this.share.of === 1 ? '' : `, shared by ${this.share.of} brokers: ${this.connectionShare(max)} here`;
+      return { refused: `namespace "${ns}" has reached its quota of ${max} connection${max === 1 ? '' : 's'}${part}` };
     }
     u.connections++;
     const userKey = principal.user ?? '';
@@ -212,9 +251,10 @@ class Lease implements QuotaLease {
     const q = this.qm.quotasOf(this.principal.namespace);
     const uq = this.qm.settings.userQuota(this.principal.user);
     if (q.publishRate === undefined && q.bytesInRate === undefined && uq.producerByteRate === undefined) return 0;
+    const part = this.qm.rateShare;
     return Math.max(
-      this.charge('publish', q.publishRate, messages),
-      this.charge('bytesIn', q.bytesInRate, bytes),
+      this.charge('publish', q.publishRate === undefined ? undefined : q.publishRate * part, messages),
+      this.charge('bytesIn', q.bytesInRate === undefined ? undefined : q.bytesInRate * part, bytes),
       this.charge('bytesIn', uq.producerByteRate, bytes, 'user'),
     );
   }
@@ -223,7 +263,8 @@ class Lease implements QuotaLease {
     const q = this.qm.quotasOf(this.principal.namespace);
     const uq = this.qm.settings.userQuota(this.principal.user);
     if (q.bytesOutRate === undefined && uq.consumerByteRate === undefined) return 0;
-    return Math.max(this.charge('bytesOut', q.bytesOutRate, bytes), this.charge('bytesOut', uq.consumerByteRate, bytes, 'user'));
+    const out = q.bytesOutRate === undefined ? undefined : q.bytesOutRate * this.qm.rateShare;
+    return Math.max(this.charge('bytesOut', out, bytes), this.charge('bytesOut', uq.consumerByteRate, bytes, 'user'));
   }
 
   storageFull(): string | null {

@@ -148,4 +148,30 @@ describe('QuotaManager', () => {
     assert.equal(settings.quota({ user: 'alice' }), undefined);
     for (const l of [a1, a2, bob, anon]) l.release();
   });
+  it('cluster-wide: each of N brokers enforces 1/N of the rates and its part of the connections, following membership', async () => {
+    const { q, p, lease, tick } = await setup({ bytesInRate: 3000, maxConnections: 4 });
+    // Three brokers, this one the second by id: 1000 bytes a second here, 1 connection (4 = 2 + 1 + 1).
+    q.shareWith([1, 2, 3], 2);
+    const l = lease();
+    assert.equal(l.chargeIn(1, 1000), 0, "this broker's second of burst");
+    assert.equal(l.chargeIn(1, 1000), 1000, 'the next 1000 bytes wait a second at 1000 B/s');
+    const refused = q.connect(p);
+    assert.ok('refused' in refused, 'a second connection is over this broker part');
+    assert.match(refused.refused, /quota of 4 connections, shared by 3 brokers: 1 here/);
+    // The first broker by id takes the remainder: 2 of the 4.
+    q.shareWith([1, 2, 3], 1);
+    assert.equal(q.connectionShare(4), 2);
+    const second = lease();
+    // A broker leaves: the two left take half each.
+    q.shareWith([1, 2], 1);
+    assert.equal(q.rateShare, 0.5);
+    tick(2000);
+    assert.equal(l.chargeIn(1, 1500), 0, 'the bucket refills to 1500 (half of 3000)');
+    assert.equal(l.chargeIn(1, 1500), 1000);
+    // Alone again: the whole quota.
+    q.shareWith([1], 1);
+    assert.equal(q.connectionShare(4), 4);
+    l.release();
+    second.release();
+  });
 });

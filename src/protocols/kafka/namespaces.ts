@@ -11,16 +11,21 @@
  * - topic ids (KIP-516) of another namespace's topic are replaced by the zero id: UNKNOWN_TOPIC_ID;
  * - error messages lose the namespace's prefixes (they name only what the client named).
  *
- * APIs that name things and have no translator yet (KIP-848 consumer groups, DescribeLogDirs, ElectLeaders) are not
- * served to a connection of a namespace other than `default`: the connection is closed with a log line (limits.md).
- * ACLs are the namespace's scoped policies (handlers/acls.ts); client quotas and SCRAM credentials name users, one
- * space for the broker, behind `cluster:*`.
+ * Every API that names things has a translator. The KIP-848 consumer group APIs qualify the group and the subscribed
+ * topic names (a subscribed regex is matched against the namespace's own topics under their client names,
+ * handlers/consumer-groups.ts); DescribeLogDirs and ElectLeaders of every partition list only the namespace's
+ * topics (handlers/partition-ops.ts). ACLs are the namespace's scoped policies (handlers/acls.ts); client quotas and
+ * SCRAM credentials name users, one space for the broker, behind `cluster:*`.
  */
 import type { NamespaceNames } from '../../core/index.js';
 import {
   ApiKey,
   ConfigResourceType,
   ZERO_UUID,
+  type ConsumerGroupDescribeRequest,
+  type ConsumerGroupDescribeResponse,
+  type ConsumerGroupHeartbeatRequest,
+  type ConsumerGroupHeartbeatResponse,
   type CreateTopicsRequest,
   type CreateTopicsResponse,
   type DeleteGroupsRequest,
@@ -28,6 +33,10 @@ import {
   type DeleteTopicsRequest,
   type DeleteTopicsResponse,
   type DescribeConfigsResponse,
+  type DescribeLogDirsRequest,
+  type DescribeLogDirsResponse,
+  type ElectLeadersRequest,
+  type ElectLeadersResponse,
   type DescribeTransactionsRequest,
   type DescribeTransactionsResponse,
   type DescribeGroupsRequest,
@@ -58,18 +67,6 @@ export interface NamesTranslator {
   in(req: unknown, n: NamespaceNames, adapter: KafkaAdapter): void;
   out(res: unknown, n: NamespaceNames): void;
 }
-
-/**
- * APIs that carry names and have no translator: not offered to a namespace other than `default`. The quota and SCRAM
- * APIs name users and client ids, one space for the broker: offered, they need `cluster:*`, which a tenant gets
- * from an unscoped policy only (policy.ts).
- */
-export const NOT_NAMESPACED: ReadonlySet<number> = new Set([
-  ApiKey.ConsumerGroupHeartbeat,
-  ApiKey.ConsumerGroupDescribe,
-  ApiKey.DescribeLogDirs,
-  ApiKey.ElectLeaders,
-]);
 
 const stream = (n: NamespaceNames, name: string): string => n.kafkaStream(name);
 /** An echoed name: the client's spelling (a name of another namespace never reaches a response unasked). */
@@ -401,6 +398,63 @@ export const TRANSLATORS: ReadonlyMap<number, NamesTranslator> = new Map<number,
           s.transactionalId = own;
           return true;
         });
+      },
+    ),
+  ],
+  [
+    ApiKey.ConsumerGroupHeartbeat,
+    t<ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse>(
+      (req, n) => {
+        req.groupId = n.kafkaName(req.groupId);
+        if (req.subscribedTopicNames !== null) req.subscribedTopicNames = req.subscribedTopicNames.map((x) => stream(n, x));
+      },
+      (res, n) => {
+        // The assignment names topics by id only.
+        res.errorMessage = message(n, res.errorMessage);
+      },
+    ),
+  ],
+  [
+    ApiKey.ConsumerGroupDescribe,
+    t<ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse>(
+      (req, n) => {
+        req.groupIds = req.groupIds.map((g) => n.kafkaName(g));
+      },
+      (res, n) => {
+        for (const g of res.groups) {
+          g.groupId = ownName(n, g.groupId);
+          g.errorMessage = message(n, g.errorMessage);
+          for (const m of g.members) {
+            m.subscribedTopicNames = m.subscribedTopicNames.map((x) => ownStream(n, x));
+            for (const a of [m.assignment, m.targetAssignment]) for (const x of a.topicPartitions) x.topicName = ownStream(n, x.topicName);
+          }
+        }
+      },
+    ),
+  ],
+  [
+    ApiKey.DescribeLogDirs,
+    t<DescribeLogDirsRequest, DescribeLogDirsResponse>(
+      (req, n) => {
+        for (const x of req.topics ?? []) x.topic = stream(n, x.topic);
+      },
+      (res, n) => {
+        // The handler lists the namespace's own topics only (every topic asked: those of the namespace).
+        for (const r of res.results) for (const x of r.topics) x.name = ownStream(n, x.name);
+      },
+    ),
+  ],
+  [
+    ApiKey.ElectLeaders,
+    t<ElectLeadersRequest, ElectLeadersResponse>(
+      (req, n) => {
+        for (const x of req.topicPartitions ?? []) x.topic = stream(n, x.topic);
+      },
+      (res, n) => {
+        for (const x of res.replicaElectionResults) {
+          x.topic = ownStream(n, x.topic);
+          for (const p of x.partitionResult) p.errorMessage = message(n, p.errorMessage);
+        }
       },
     ),
   ],

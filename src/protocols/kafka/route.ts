@@ -5,7 +5,7 @@
 import type { KafkaAdapter } from './adapter.js';
 import { CLOSE_CONNECTION, ThenClose, type ConnectionInfo, type HandlerResult, type Route as AnyRoute, type RouteResult } from './types.js';
 import type { ReadLease } from '../../core/index.js';
-import { NOT_NAMESPACED, TRANSLATORS } from './namespaces.js';
+import { TRANSLATORS } from './namespaces.js';
 import { decodeRequestWith, encodeResponse, type ApiCodec, type RequestHeader } from './codec/index.js';
 
 export { CLOSE_CONNECTION, ThenClose, thenClose, type ConnectionInfo, type HandlerResult, type KafkaListenerInfo, type RouteResult } from './types.js';
@@ -30,7 +30,6 @@ export type Handler<Req, Res> = (ctx: RequestContext, req: Req) => HandlerResult
 export function route<Req, Res>(codec: ApiCodec<Req, Res>, handler: Handler<Req, Res>): Route {
   // Namespaces (namespaces.ts): the API's names are qualified on the way in and stripped on the way out.
   const names = TRANSLATORS.get(codec.apiKey);
-  const notNamespaced = NOT_NAMESPACED.has(codec.apiKey);
   return {
     codec,
     run(adapter, conn, frame, lease) {
@@ -42,14 +41,6 @@ export function route<Req, Res>(codec: ApiCodec<Req, Res>, handler: Handler<Req,
       // The client registry shows Kafka's client.id (the first one a request names).
       if (conn.client !== null && conn.client.clientId === null && header.clientId) conn.client.clientId = header.clientId;
       const ns = conn.names;
-      if (notNamespaced && !ns.isDefault) {
-        conn.limitedLog(
-          'info',
-          { api: codec.name, namespace: ns.namespace },
-          'Kafka API not offered to a namespace other than default yet: closing connection',
-        );
-        return Promise.resolve(CLOSE_CONNECTION);
-      }
       let out: HandlerResult<Res> | Promise<HandlerResult<Res>>;
       try {
         if (names !== undefined) names.in(body, ns, adapter);

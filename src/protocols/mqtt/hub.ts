@@ -56,6 +56,8 @@ export interface MqttDropCounts {
   queueFull: number;
   /** Online: QoS 0 while more than `writeHighWaterMark` bytes waited in the client's socket. */
   writeBuffer: number;
+  /** Online: QoS 0 while the namespace's bytes-out quota was spent (a second's worth sent, the rest dropped). */
+  quota: number;
   /** Larger than the client's v5 Maximum Packet Size [MQTT-3.1.2-24]. */
   tooLarge: number;
   /** Message Expiry Interval passed before it could be sent [MQTT-3.3.2-5]. */
@@ -97,7 +99,7 @@ export class MqttHub implements MqttClusterHost<MqttSession> {
   readonly stats: MqttHubStats = {
     messagesReceived: 0,
     messagesSent: 0,
-    dropped: { queueFull: 0, writeBuffer: 0, tooLarge: 0, expired: 0, offline: 0, closed: 0, notAuthorized: 0 },
+    dropped: { queueFull: 0, writeBuffer: 0, quota: 0, tooLarge: 0, expired: 0, offline: 0, closed: 0, notAuthorized: 0 },
     connectionsRefused: 0,
     slowConsumerDisconnects: 0,
     packetTimeouts: 0,

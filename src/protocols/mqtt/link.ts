@@ -207,6 +207,11 @@ export abstract class MqttLink implements QueueConsumerHost, SessionConnection {
   scramAuth = false;
   /** Reading is held back by a quota until this timer fires. */
   private throttleTimer: NodeJS.Timeout | null = null;
+  /**
+   * The namespace's bytes-out quota is spent until then (ms since the epoch; 0: not): QoS 0 deliveries are dropped
+   * meanwhile (outbound.ts), as MQTT lets a server drop them.
+   */
+  outHeldUntil = 0;
   readonly certificate: (() => CertificateLogin) | null;
 
   // outbound

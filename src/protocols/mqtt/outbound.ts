@@ -223,7 +223,23 @@ function inflightWindow(conn: MqttLink): number {
   return conn.clientReceiveMax < conn.opts.maxInflight ? conn.clientReceiveMax : conn.opts.maxInflight;
 }
 
+/**
+ * The namespace's bytes-out quota is spent for now: a QoS 0 delivery is dropped (QoS 0 is at most once; a client
+ * that only subscribes sends nothing whose reading could be held back, so holding its socket would not slow it).
+ * QoS 1/2 wait as before: its acknowledgements are not read while the quota holds the connection back.
+ */
+function outQuotaSpent(conn: MqttLink): boolean {
+  if (conn.outHeldUntil === 0) return false;
+  if (Date.now() < conn.outHeldUntil) return true;
+  conn.outHeldUntil = 0;
+  return false;
+}
+
 function sendQos0Plain(conn: MqttLink, msg: Message): void {
+  if (outQuotaSpent(conn)) {
+    drop(conn, 'quota', true);
+    return;
+  }
   // A client that does not read its socket gets no more QoS 0 messages until it catches up.
   if (conn.stream.writableLength > conn.opts.writeHighWaterMark) {
     if (conn.opts.slowConsumer === 'disconnect') {
@@ -249,12 +265,20 @@ function sent(conn: MqttLink, bytes: number): void {
   if (conn.client !== null) conn.client.messagesOut++;
   if (conn.lease !== null) {
     const wait = conn.lease.chargeOut(bytes);
-    if (wait > 0) conn.throttle(wait);
+    if (wait > 0) {
+      conn.outHeldUntil = Date.now() + wait;
+      conn.throttle(wait);
+    }
   }
 }
 
 /** `queued`: `d` is the head of the queue (drainQueue), else it has not been queued. */
 function sendQos0(conn: MqttLink, d: Delivery, queued: boolean): void {
+  if (outQuotaSpent(conn)) {
+    if (d.stored !== 'none') conn.hub.untrack(conn.session!, d);
+    drop(conn, 'quota', d.counted);
+    return;
+  }
   if (conn.stream.writableLength > conn.opts.writeHighWaterMark) {
     if (conn.opts.slowConsumer === 'disconnect') {
       if (!queued) conn.queue.push(d);

@@ -122,6 +122,12 @@ export abstract class NatsConnectionState implements Subscriber, NatsServerHandl
   /** Reading paused by a rate quota until then (ms since the epoch), and its timer. */
   quotaUntil = 0;
   quotaTimer: NodeJS.Timeout | null = null;
+  /**
+   * The bytes-out quota is spent until then (0: not): the writer is not flushed meanwhile, deliveries wait in it
+   * as behind a slow link, and past maxPending the client is a slow consumer (control.ts holdOutput).
+   */
+  outHeldUntil = 0;
+  outHoldTimer: NodeJS.Timeout | null = null;
   /** Per-delivery policy check of every subscription of this connection (made at the first SUB). */
   admitFn: ((topic: string) => boolean) | null = null;
   /** allow_responses: reply topics of requests delivered here, with replies left and until when (responses.ts). */
@@ -414,7 +420,7 @@ export abstract class NatsConnectionState implements Subscriber, NatsServerHandl
 
   /** Hands what the writer holds to the socket (the scheduled flush, or a delivery past flushAt bytes). */
   flushNow(): void {
-    if (this.st === St.Done || this.w === null) return;
+    if (this.st === St.Done || this.w === null || this.outHeldUntil !== 0) return;
     const b = this.w.take();
     if (b === null) return;
     this.handedOut += b.length;
@@ -579,6 +585,7 @@ export abstract class NatsConnectionState implements Subscriber, NatsServerHandl
     this.dropSubs();
     if (this.destroyTimer !== null) clearTimeout(this.destroyTimer);
     if (this.quotaTimer !== null) clearTimeout(this.quotaTimer);
+    if (this.outHoldTimer !== null) clearTimeout(this.outHoldTimer);
     this.lease?.release();
     this.lease = null;
     this.entry?.close();

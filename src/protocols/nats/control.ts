@@ -108,3 +108,22 @@ export function quotaWait(conn: NatsConnectionState, ms: number): void {
   }, ms);
   conn.quotaTimer.unref();
 }
+
+/**
+ * The namespace's bytes-out quota is spent for `ms`: what is written to the client waits in its writer until then
+ * (flushNow holds it), as behind a link of the quota's speed, so a client that only subscribes is slowed too (holding
+ * its socket's reading, quotaWait, slows only what it sends). Deliveries go on piling up meanwhile; past maxPending
+ * (or maxPendingMsgs) the client is a slow consumer and closed, as nats-server closes one that cannot keep up.
+ */
+export function holdOutput(conn: NatsConnectionState, ms: number): void {
+  const until = Date.now() + ms;
+  if (until <= conn.outHeldUntil) return;
+  conn.outHeldUntil = until;
+  if (conn.outHoldTimer !== null) clearTimeout(conn.outHoldTimer);
+  conn.outHoldTimer = setTimeout(() => {
+    conn.outHoldTimer = null;
+    conn.outHeldUntil = 0;
+    conn.flushNow();
+  }, ms);
+  conn.outHoldTimer.unref();
+}

@@ -6,7 +6,7 @@
 import type { Message, Subscription } from '../../core/index.js';
 import { natsHeaderBlock, topicToSubject } from './mapping.js';
 import { deliverableSubject, NatsConnectionState, type NatsSub, St } from './connection-state.js';
-import { quotaWait } from './control.js';
+import { holdOutput, quotaWait } from './control.js';
 import { noteRequest } from './responses.js';
 
 /** The engine's delivery: one MSG/HMSG per matching subscription of this connection. Never throws. */
@@ -63,7 +63,10 @@ export function deliver(conn: NatsConnectionState, msg: Message, subs: Subscript
     if (conn.entry !== null) conn.entry.messagesOut += sent;
     if (conn.lease !== null) {
       const wait = conn.lease.chargeOut(sent * payload.length);
-      if (wait > 0) quotaWait(conn, wait);
+      if (wait > 0) {
+        quotaWait(conn, wait);
+        holdOutput(conn, wait);
+      }
     }
   }
   if (!conn.flushScheduled) {

@@ -126,7 +126,7 @@ describe('mqtt hostile clients: slow consumers, drop policy', () => {
     await until(() => sys.has('$SYS/broker/messages/dropped') && sys.has('$SYS/broker/messages/sent'), '$SYS figures');
     assert.equal(sys.get('$SYS/broker/messages/dropped'), '15');
     assert.equal(sys.get('$SYS/broker/messages/sent'), '5');
-    assert.deepEqual(hub.figures().dropped, { queueFull: 15, writeBuffer: 0, tooLarge: 0, expired: 0, offline: 0, closed: 0, notAuthorized: 0 });
+    assert.deepEqual(hub.figures().dropped, { queueFull: 15, writeBuffer: 0, quota: 0, tooLarge: 0, expired: 0, offline: 0, closed: 0, notAuthorized: 0 });
     slow.destroy();
     await Promise.all([pub.endAsync(), watcher.endAsync()]);
   });

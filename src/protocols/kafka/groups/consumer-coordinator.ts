@@ -70,6 +70,11 @@ export interface HeartbeatParams {
   clientHost: string;
   /** Topics a regex may bring in: those the member may read (others are left out, as Kafka filters them). */
   mayRead: (topic: string) => boolean;
+  /**
+   * The name a regex is matched against: the member's client's name of a topic (its namespace's prefix gone); null
+   * for a topic of another namespace, which no regex brings in.
+   */
+  nameOf: (topic: string) => string | null;
 }
 
 export interface HeartbeatResult {
@@ -119,6 +124,7 @@ interface Member {
   regex: RegExp | null;
   serverAssignor: string | null;
   mayRead: (topic: string) => boolean;
+  nameOf: (topic: string) => string | null;
   /** Topic ids the subscription resolves to (names and regex), as of the last metadata refresh. */
   topics: Set<string>;
   state: MemberState;
@@ -146,6 +152,12 @@ class Group {
   assignor: string = selectAssignor([]);
   readonly createdAt = Date.now();
   constructor(readonly groupId: string) {}
+}
+
+/** Whether the member's regex brings in the topic: its client's name of it matches, and the member may read it. */
+function regexTakes(m: Member, topic: string): boolean {
+  const name = m.nameOf(topic);
+  return name !== null && m.regex !== null && m.regex.test(name) && m.mayRead(topic);
 }
 
 /** How often a group's subscribed topics are looked at again (new topics matching a regex, added partitions). */
@@ -315,6 +327,7 @@ export class ConsumerGroupCoordinator {
     m.clientId = p.clientId;
     m.clientHost = p.clientHost;
     m.mayRead = p.mayRead;
+    m.nameOf = p.nameOf;
     if (p.serverAssignor !== null && p.serverAssignor !== m.serverAssignor) {
       m.serverAssignor = p.serverAssignor;
       changed = true;
@@ -362,6 +375,7 @@ export class ConsumerGroupCoordinator {
       regex: null,
       serverAssignor: null,
       mayRead: p.mayRead,
+      nameOf: p.nameOf,
       topics: new Set(),
       state: 'stable',
       memberEpoch: 0,
@@ -428,7 +442,7 @@ export class ConsumerGroupCoordinator {
       }
       if (m.regex) {
         for (const t of all) {
-          if (!ids.has(t.id) && m.regex.test(t.name) && m.mayRead(t.name)) {
+          if (!ids.has(t.id) && regexTakes(m, t.name)) {
             ids.add(t.id);
             subscribed.set(t.id, t);
           }
@@ -676,7 +690,7 @@ export class ConsumerGroupCoordinator {
     const all = [...g.members.values()].some((m) => m.regex !== null) ? [...this.catalog.all()] : [];
     for (const m of g.members.values()) {
       for (const name of m.names) out.add(name);
-      if (m.regex) for (const t of all) if (m.regex.test(t.name) && m.mayRead(t.name)) out.add(t.name);
+      if (m.regex) for (const t of all) if (regexTakes(m, t.name)) out.add(t.name);
     }
     return out;
   }

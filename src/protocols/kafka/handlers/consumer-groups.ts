@@ -4,6 +4,8 @@
  * (`subscribe group:`, `describe group:` to describe), and the subscribed topic names (`describe stream:`, else
  * TOPIC_AUTHORIZATION_FAILED); topics a regex brings in are only those the member may describe. In a cluster the
  * group's coordinator serves it, under the same ownership gate as the classic APIs (handlers/groups.ts).
+ * Namespaces: route.ts qualifies the group id and topic names (namespaces.ts); a regex is matched against the
+ * connection's namespace's own topics by the names its clients write.
  */
 import {
   KafkaErrorCode,
@@ -63,6 +65,8 @@ export function handleConsumerGroupHeartbeat(
         clientId: ctx.header.clientId ?? '',
         clientHost: clientHost(ctx),
         mayRead: (topic) => visible(ctx, 'describe', 'stream', topic),
+        // A regex matches the namespace's own topics, under the names its clients write (`default`: not a tenant's).
+        nameOf: (topic) => ctx.conn.names.kafkaOwnStream(topic),
       });
       if (r.errorCode !== KafkaErrorCode.NONE && r.errorCode !== KafkaErrorCode.UNKNOWN_MEMBER_ID && r.errorCode !== KafkaErrorCode.FENCED_MEMBER_EPOCH) {
         ctx.conn.limitedLog(

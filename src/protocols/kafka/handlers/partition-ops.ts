@@ -18,6 +18,11 @@
  *   partition's log (id, epoch, last sequence, last batch's timestamp); FlowMQ has no transactions, so the
  *   coordinator epoch is -1 and no transaction is open (current txn start offset -1). Served by the leader: in a
  *   cluster another broker's partition is NOT_LEADER_OR_FOLLOWER.
+ *
+ * Namespaces: a tenant's connection asks about its own topics only (route.ts qualifies the names it writes; every
+ * topic, a null list, is every topic of its namespace). DescribeLogDirs and ElectLeaders are cluster operations in
+ * `default`; for a tenant they need the cluster right (an unscoped policy) or, as a tenant's ACLs do, `admin
+ * namespace:<ns>` (a namespace administrator), else CLUSTER_AUTHORIZATION_FAILED.
  */
 import { statfs } from 'node:fs/promises';
 import {
@@ -32,18 +37,31 @@ import {
 } from '../codec/index.js';
 import { kafkaErrorCode } from '../errors.js';
 import type { RequestContext } from '../route.js';
-import { allowed } from '../authz.js';
+import { allowed, visible } from '../authz.js';
 import { partitionKey } from '../cluster.js';
 
 const CLUSTER_DENIED = KafkaErrorCode.CLUSTER_AUTHORIZATION_FAILED;
 
+/** Kafka's rule (`action cluster:*`); for a tenant also its namespace administrator (as for its ACLs). */
+function mayOperate(ctx: RequestContext, action: 'describe' | 'alter'): boolean {
+  const n = ctx.conn.names;
+  if (n.isDefault) return allowed(ctx, action, 'cluster', '*');
+  return visible(ctx, action, 'cluster', '*') || allowed(ctx, 'admin', 'namespace', n.namespace);
+}
+
+/** Every topic the connection's namespace has (its core names). */
+function ownStreams(ctx: RequestContext): Array<{ name: string; partitions: number }> {
+  const n = ctx.conn.names;
+  return ctx.adapter.engine.listAllStreams().filter((d) => n.kafkaOwnStream(d.name) !== null);
+}
+
 // ------------------------------------------------------------------------------------------------ DescribeLogDirs
 
 export async function handleDescribeLogDirs(ctx: RequestContext, req: DescribeLogDirsRequest): Promise<DescribeLogDirsResponse> {
-  if (!allowed(ctx, 'describe', 'cluster', '*')) return { throttleTimeMs: 0, errorCode: CLUSTER_DENIED, results: [] };
+  if (!mayOperate(ctx, 'describe')) return { throttleTimeMs: 0, errorCode: CLUSTER_DENIED, results: [] };
   const { engine, options } = ctx.adapter;
   const kc = ctx.adapter.cluster;
-  const wanted = req.topics === null ? engine.listAllStreams().map((d) => ({ topic: d.name, partitions: null as number[] | null })) : req.topics;
+  const wanted = req.topics === null ? ownStreams(ctx).map((d) => ({ topic: d.name, partitions: null as number[] | null })) : req.topics;
   const topics: DescribeLogDirsResponse['results'][number]['topics'] = [];
   for (const t of wanted) {
     const entry = engine.getAnyStream(t.topic);
@@ -87,10 +105,8 @@ type ElectResult = { partitionId: number; errorCode: number; errorMessage: strin
 export async function handleElectLeaders(ctx: RequestContext, req: ElectLeadersRequest): Promise<ElectLeadersResponse> {
   const { engine } = ctx.adapter;
   const all = req.topicPartitions === null;
-  const asked = all
-    ? engine.listAllStreams().map((d) => ({ topic: d.name, partitions: Array.from({ length: d.partitions }, (_, i) => i) }))
-    : req.topicPartitions!;
-  if (!allowed(ctx, 'alter', 'cluster', '*')) {
+  const asked = all ? ownStreams(ctx).map((d) => ({ topic: d.name, partitions: Array.from({ length: d.partitions }, (_, i) => i) })) : req.topicPartitions!;
+  if (!mayOperate(ctx, 'alter')) {
     return {
       throttleTimeMs: 0,
       errorCode: CLUSTER_DENIED,
