@@ -37,6 +37,7 @@ import { buildSegment, compactedKey } from './segment.js';
 import type { Partition } from './partition.js';
 import type { LogState } from './log-state.js';
 import { cacheIndex, loadIndex } from './read.js';
+import { checkBatches } from './verify.js';
 
 /** A stream's cleanup.policy as the log applies it (Kafka's default: delete only). */
 export function cleanupPolicy(def: StreamDef): { compact: boolean; delete: boolean } {
@@ -118,7 +119,10 @@ async function segmentBatches(lm: LogState, seg: SegmentMeta): Promise<Buffer[]>
   const index = await loadIndex(lm, seg);
   if (index.entries.length === 0) return [];
   const raw = await lm.objects.get(seg.objectKey, { start: 0, end: index.dataSize });
-  return index.entries.map((e) => raw.subarray(e.position, e.position + e.size));
+  const batches = index.entries.map((e) => raw.subarray(e.position, e.position + e.size));
+  // A corrupt batch must not be rewritten under a fresh CRC: the pass stops, reported (verify.ts).
+  checkBatches(lm, seg.objectKey, batches, index.entries);
+  return batches;
 }
 
 const CONTROL = 0x20;

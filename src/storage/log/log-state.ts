@@ -124,6 +124,8 @@ export function newLogStats() {
     compactedSegments: 0,
     compactedRecords: 0,
     compactionSavedBytes: 0,
+    /** Batches (or segment indexes) that failed their checksum when read back: reported and never served (verify.ts). */
+    corruptBatches: 0,
   };
 }
 

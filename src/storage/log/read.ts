@@ -8,6 +8,7 @@ import type { SegmentMeta } from '../metastore/types.js';
 import { findEntry, FOOTER_SIZE, parseFooter, parseIndex, type SegmentIndex } from './segment.js';
 import { Partition, type TailBatch } from './partition.js';
 import { LogState } from './log-state.js';
+import { checkBatches, reportingCorruption } from './verify.js';
 
 export async function read(lm: LogState, stream: string, partition: number, offset: number, maxBytes: number, lease?: ReadLease): Promise<Buffer[]> {
   const p = lm.part(stream, partition);
@@ -69,10 +70,13 @@ export async function readSegments(lm: LogState, p: Partition, offset: number, m
   const raw = await lm.objects.get(seg.objectKey, { start, end });
   // Batches are where the index says (an adopted WAL file has frame headers between them).
   const out: Buffer[] = [];
-  for (let k = first; k < index.entries.length && index.entries[k].position + index.entries[k].size <= end; k++) {
+  let k = first;
+  for (; k < index.entries.length && index.entries[k].position + index.entries[k].size <= end; k++) {
     const e = index.entries[k];
     out.push(raw.subarray(e.position - start, e.position - start + e.size));
   }
+  // Every batch is checked before it is served (verify.ts): a corrupt object is reported and refused.
+  checkBatches(lm, seg.objectKey, out, index.entries.slice(first, k));
   return out;
 }
 
@@ -89,10 +93,12 @@ export async function loadIndex(lm: LogState, seg: SegmentMeta): Promise<Segment
   return index;
 }
 
-/** A segment object's index, read through its footer. */
-export async function readIndex(lm: LogState, objectKey: string, size: number): Promise<SegmentIndex> {
-  const footer = parseFooter(await lm.objects.get(objectKey, { start: size - FOOTER_SIZE, end: size }));
-  return parseIndex(footer, await lm.objects.get(objectKey, { start: footer.indexPos, end: size - FOOTER_SIZE }));
+/** A segment object's index, read through its footer (a bad one is reported as corruption, see verify.ts). */
+export function readIndex(lm: LogState, objectKey: string, size: number): Promise<SegmentIndex> {
+  return reportingCorruption(lm, objectKey, async () => {
+    const footer = parseFooter(await lm.objects.get(objectKey, { start: size - FOOTER_SIZE, end: size }));
+    return parseIndex(footer, await lm.objects.get(objectKey, { start: footer.indexPos, end: size - FOOTER_SIZE }));
+  });
 }
 
 /** Keeps an index for later reads, the least recently used going beyond `indexCacheEntries`. */
@@ -111,6 +117,7 @@ export async function offsetForTimestamp(lm: LogState, stream: string, partition
     for (const e of index.entries) {
       if (e.maxTimestamp < ts) continue;
       const raw = await lm.objects.get(seg.objectKey, { start: e.position, end: e.position + e.size });
+      checkBatches(lm, seg.objectKey, [raw], [e]);
       const hit = firstAtOrAfter(raw, ts, p.logStartOffset);
       if (hit !== null) return hit;
     }

@@ -13,6 +13,7 @@ import { isCompactedKey, parseSegmentKey, type SegmentIndex } from './segment.js
 import { Partition, partitionKey } from './partition.js';
 import { LogState } from './log-state.js';
 import { cacheIndex, readIndex, readSegments } from './read.js';
+import { batchProblem, reportCorruption } from './verify.js';
 
 /** Partitions taken (a durable metastore write each) at the same time when streams are opened. */
 const OPEN_CONCURRENCY = 64;
@@ -115,6 +116,9 @@ export async function loadPartition(lm: LogState, def: StreamDef, i: number, epo
         // Offsets are assigned contiguously and the WAL keeps append order, so this means lost data.
         throw new FlowError('CORRUPT_DATA', `WAL gap in ${p.key}: expected offset ${p.nextOffset}, found ${e.baseOffset}`);
       }
+      // The WAL's own frame checksum (file WALs) does not cover a PostgreSQL WAL row: the batch's CRC does.
+      const problem = batchProblem(e.data, { baseOffset: e.baseOffset, endOffset: e.endOffset, size: e.data.length });
+      if (problem !== null) throw reportCorruption(lm, p.key, `WAL entry at offset ${e.baseOffset}: ${problem}`, { offset: e.baseOffset });
       // Segment boundaries as they were: where the WAL started files, else by size as append does.
       const len = e.data.length;
       const starts = e.startsFile ?? (p.openBytes > 0 && p.openBytes + len > lm.segmentBytes(p));

@@ -150,6 +150,13 @@ export class CachedObjectStore implements ObjectStore {
     }
   }
 
+  evict(key: string): void {
+    const st = this.keys.get(key);
+    if (st === undefined) return;
+    this.invalidate(st, key);
+    this.maybeDrop(key, st);
+  }
+
   private invalidate(st: KeyState, key: string): void {
     st.gen++;
     for (const index of st.blocks) {

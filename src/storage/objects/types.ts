@@ -37,6 +37,11 @@ export interface ObjectStore {
   adopt?(key: string, path: string): Promise<void>;
   /** Reads the whole object, or bytes [start, end) of it. Throws FlowError NOT_FOUND when absent. */
   get(key: string, range?: { start: number; end: number }): Promise<Buffer>;
+  /**
+   * Optional: forgets whatever is kept in memory of the object (a cache's blocks), so that the next read fetches it
+   * again. The log calls it when a read of the object failed its checksum.
+   */
+  evict?(key: string): void;
   /** Objects whose key starts with `prefix`, in key order. */
   list(prefix: string): Promise<ObjectInfo[]>;
   /** Deletes the object; deleting an absent object is not an error. */

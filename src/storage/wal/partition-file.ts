@@ -205,6 +205,11 @@ export function scanFile(path: string, buf: Buffer): ScannedFile {
     }
     const body = buf.subarray(pos + FRAME_HEADER, pos + FRAME_HEADER + length);
     if (crc32c(body, 0, body.length, file.seed) !== buf.readUInt32BE(pos + 4)) {
+      // A torn write leaves garbage only at the very end (as in file-wal.ts): a good frame after the bad one means
+      // the bad one was acknowledged, and cutting the file there would silently drop it and every entry after it.
+      if (validFrameAt(buf, pos + FRAME_HEADER + length, file.seed)) {
+        throw new FlowError('CORRUPT_DATA', `WAL file ${path}: CRC mismatch at byte ${pos}, before its end`);
+      }
       result.garbage = 'CRC mismatch';
       break;
     }
@@ -225,6 +230,14 @@ export function scanFile(path: string, buf: Buffer): ScannedFile {
     file.size = pos;
   }
   return result;
+}
+
+/** Whether a complete frame with a good CRC starts at `pos` of the file. */
+function validFrameAt(buf: Buffer, pos: number, seed: number): boolean {
+  if (pos + FRAME_HEADER > buf.length) return false;
+  const length = buf.readUInt32BE(pos);
+  if (length === 0 || pos + FRAME_HEADER + length > buf.length) return false;
+  return crc32c(buf, pos + FRAME_HEADER, pos + FRAME_HEADER + length, seed) === buf.readUInt32BE(pos + 4);
 }
 
 /** Recovers one key's directory: checks its files, cuts a torn tail, drops newer files without entries. */
