@@ -14,6 +14,7 @@ import { NatsErrText, NatsProtocolError, NatsServerParser, NatsWriter, PING, enc
 import type { NatsConnectionHost, NatsConnectionMeta, NatsListenerTls } from './types.js';
 import { NatsErr } from './errors.js';
 import { CloseSignal } from '../listener.js';
+import type { WriteBarrier } from './write-barrier.js';
 
 /** Publishes whose durable writes have not settled, per connection, before its socket stops being read. */
 export const MAX_PENDING_WRITES = 10_000;
@@ -151,7 +152,8 @@ export abstract class NatsConnectionState implements Subscriber, NatsServerHandl
 
   // input
   private pausedFor = 0; // PAUSE_* bits
-  pendingWrites = 0;
+  /** This connection's publishes into streams not yet durable, and what waits for them (publish.ts). */
+  barrier: WriteBarrier | null = null;
   /** The last publish subject and its topic (publishers repeat subjects; the parser hands the same string). */
   lastPubSubject = '';
   lastPubTopic = '';
@@ -310,9 +312,6 @@ export abstract class NatsConnectionState implements Subscriber, NatsServerHandl
   // ---------------------------------------------------------------------------------------------- control plane
 
   // ---------------------------------------------------------------------------------------------- publish
-
-  /** The callbacks of a durable publish's settling (made at the first one: most connections never need them). */
-  settled: [() => void, (err: unknown) => void] | null = null;
 
   // ---------------------------------------------------------------------------------------------- deliveries
 
@@ -579,6 +578,7 @@ export abstract class NatsConnectionState implements Subscriber, NatsServerHandl
     this.dropSubs();
     if (this.destroyTimer !== null) clearTimeout(this.destroyTimer);
     if (this.quotaTimer !== null) clearTimeout(this.quotaTimer);
+    this.barrier?.close();
     this.lease?.release();
     this.lease = null;
     this.entry?.close();
