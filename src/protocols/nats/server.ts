@@ -35,6 +35,7 @@ import type { NatsAdapter } from './adapter.js';
 import type { NatsConnectionMeta, NatsListenerTls } from './types.js';
 import { closeUnreadBody, httpServerOptions } from '../../control/index.js';
 import type { NatsConnection } from './connection.js';
+import { takePrebound } from './prebound.js';
 
 /** nats-server's wording (server/errors.go ErrTooManyConnections). */
 export const ERR_MAX_CONNECTIONS = 'maximum connections exceeded';
@@ -314,8 +315,17 @@ export async function startNatsListener(shared: NatsListenerShared, listen: Nats
     socket.resume();
   };
 
+  const onError = (err: Error) => adapter.ctx.logger.error({ err, listener: 'nats' }, 'nats listener error');
+  // Bound at the start of `flowmq start` (prebound.ts): the same server, and the connections it accepted meanwhile.
+  const pre = await takePrebound(listen.host, listen.port);
+  if (pre !== null) {
+    pre.server.on('connection', accept);
+    pre.server.on('error', onError);
+    for (const s of pre.early.splice(0)) if (!s.destroyed) accept(s);
+    return listenerOf('nats', pre.server, conns, pending, shared);
+  }
   const server: Server = createServer({ pauseOnConnect: true }, accept);
-  await listenOn(server, listen, (err) => adapter.ctx.logger.error({ err, listener: 'nats' }, 'nats listener error'));
+  await listenOn(server, listen, onError);
   return listenerOf('nats', server, conns, pending, shared);
 }
 
