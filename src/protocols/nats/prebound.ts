@@ -49,8 +49,8 @@ export function prebindNats(host: string, port: number): void {
 }
 
 /**
- * The server bound for host:port, with its early connections, handed over once (its connection and error
- * listeners removed); null when none was bound for that address.
+ * The server bound for host:port, handed over once (it goes on holding what connects until `servePrebound`); null
+ * when none was bound for that address.
  */
 export async function takePrebound(host: string, port: number): Promise<Prebound | null> {
   const p = pending;
@@ -62,10 +62,24 @@ export async function takePrebound(host: string, port: number): Promise<Prebound
     close(b);
     return null;
   }
+  return b;
+}
+
+/** The listener serves `b` from now on: `accept` gets the connections held so far (in order), then every new one. */
+export function servePrebound(b: Prebound, accept: (s: Socket) => void, onError: (err: Error) => void): void {
   b.server.removeAllListeners('connection');
   b.server.removeAllListeners('error');
-  for (const s of b.early) s.removeAllListeners('error').removeAllListeners('close');
-  return b;
+  b.server.on('connection', accept);
+  b.server.on('error', onError);
+  for (const s of b.early.splice(0)) {
+    s.removeAllListeners('error').removeAllListeners('close');
+    if (!s.destroyed) accept(s);
+  }
+}
+
+/** A start that failed after taking `b`: what it held is closed (the listener closes the server). */
+export function dropEarly(b: Prebound): void {
+  for (const s of b.early.splice(0)) s.destroy();
 }
 
 /** Closes what was bound and not taken (a start that failed, or NATS not started). */
