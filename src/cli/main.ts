@@ -7,13 +7,18 @@
  */
 import { ConfigError } from '../config/index.js';
 import { isFlowError } from '../core/errors.js';
-import { ApiError } from './client.js';
-import { runGroup, runSub, UsageError, COMMON_HELP } from './command.js';
-import { GROUPS, SINGLES } from './commands/index.js';
+import { UsageError } from './usage-error.js';
+// The HTTP client and the other commands load only for them (dynamic imports below): `flowmq start` binds its NATS
+// port before loading them (src/protocols/nats/prebound.ts), and a restarted broker's first moments count.
+import type { CommandGroup, SubCommand } from './command.js';
 
 const VERSION = '0.1.0';
 
-const USAGE = `FlowMQ ${VERSION} — one broker for MQTT, Kafka, AMQP and NATS clients
+const usage = (
+  GROUPS: readonly CommandGroup[],
+  SINGLES: Readonly<Record<string, SubCommand>>,
+  COMMON_HELP: string,
+): string => `FlowMQ ${VERSION} — one broker for MQTT, Kafka, AMQP and NATS clients
 
 Usage:
   flowmq start [options]          run a broker (embedded storage by default); 'flowmq start --help' for options
@@ -36,6 +41,8 @@ export async function main(argv: string[]): Promise<number> {
   try {
     // The broker's modules load only for `start`: every other command is an HTTP client and starts in half the time.
     if (cmd === 'start') return await (await import('./commands/start.js')).cmdStart(rest);
+    const [{ runGroup, runSub, COMMON_HELP }, { GROUPS, SINGLES }] = await Promise.all([import('./command.js'), import('./commands/index.js')]);
+    const USAGE = usage(GROUPS, SINGLES, COMMON_HELP);
     const group = GROUPS.find((g) => g.name === cmd || g.aliases?.includes(cmd ?? ''));
     if (group) return await runGroup(group, rest);
     if (cmd !== undefined && Object.hasOwn(SINGLES, cmd)) return await runSub(cmd, SINGLES[cmd], rest);
@@ -63,7 +70,7 @@ export async function main(argv: string[]): Promise<number> {
       console.error(`flowmq: ${e.message}`);
       return 2;
     }
-    if (e instanceof ApiError) {
+    if (e instanceof (await import('./client.js')).ApiError) {
       console.error(`flowmq: ${e.message}`);
       return 1;
     }

@@ -48,6 +48,11 @@ export class RawNats {
     });
   }
 
+  /** A socket already connected. */
+  static wrap(socket: net.Socket): RawNats {
+    return new RawNats(socket);
+  }
+
   /** TLS from the first byte (a handshake-first listener). */
   static connectTls(port: number, opts: tls.ConnectionOptions): Promise<RawNats> {
     return new Promise((resolve, reject) => {

@@ -1,10 +1,10 @@
 /** `flowmq start`: runs a broker in this process until SIGINT/SIGTERM; SIGHUP reloads its files (Broker.reload). */
 import { join, resolve } from 'node:path';
 import { parseArgs, type ParseArgsConfig } from 'node:util';
-import { pino } from 'pino';
 import { envName, formatDefault, loadConfig, OPTIONS } from '../../config/index.js';
 import { UsageError } from '../command.js';
 import { prestartQueueWorker } from '../../storage/queues/sqlite-worker-boot.js';
+import { prebindNats, releasePrebound } from '../../protocols/nats/prebound.js';
 
 function startHelp(): string {
   const lines = OPTIONS.map((o) => `  --${o.name.padEnd(26)} ${o.help} [default: ${formatDefault(o)}; env ${envName(o.name)}]`);
@@ -42,13 +42,23 @@ export async function cmdStart(argv: string[]): Promise<number> {
   }
   const { config: file, help: _help, ...flags } = parsed.values;
   const config = loadConfig({ flags, env: process.env, file: (file as string | undefined) ?? process.env.FLOWMQ_CONFIG });
+  // The NATS port accepts from now on, first thing; its clients get INFO once the broker is up (prebound.ts).
+  if (config.protocols.includes('nats')) prebindNats(config.host, config.natsPort);
+  // pino loads after the bind (~0.1 s on a busy machine).
+  const { pino } = await import('pino');
   const logger = pino({ level: config.logLevel, base: { broker: config.brokerId } });
   // Loaded here, not at the top: every other command only talks HTTP, and the broker's modules (storage backends,
   // the AWS SDK, fastify, four protocols) take ~0.5 s to load, which each CLI call would pay.
   // The embedded queue store's worker thread boots while the broker's modules load (sqlite-worker-boot.ts).
   if (config.metastore.kind === 'sqlite') prestartQueueWorker(join(resolve(config.dataDir), 'queues.db'));
-  const { startBroker } = await import('../../broker.js');
-  const broker = await startBroker(config, logger);
+  let broker;
+  try {
+    const { startBroker } = await import('../../broker.js');
+    broker = await startBroker(config, logger);
+  } finally {
+    // Not taken by the NATS listener (a failed start): closed.
+    releasePrebound();
+  }
   return new Promise<number>((resolve) => {
     let stopping = false;
     const stop = (signal: string) => {

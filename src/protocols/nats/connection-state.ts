@@ -14,6 +14,7 @@ import { NatsErrText, NatsProtocolError, NatsServerParser, NatsWriter, PING, enc
 import type { NatsConnectionHost, NatsConnectionMeta, NatsListenerTls } from './types.js';
 import { NatsErr } from './errors.js';
 import { CloseSignal } from '../listener.js';
+import type { WriteBarrier } from './write-barrier.js';
 
 /** Publishes whose durable writes have not settled, per connection, before its socket stops being read. */
 export const MAX_PENDING_WRITES = 10_000;
@@ -157,7 +158,8 @@ export abstract class NatsConnectionState implements Subscriber, NatsServerHandl
 
   // input
   private pausedFor = 0; // PAUSE_* bits
-  pendingWrites = 0;
+  /** This connection's publishes into streams not yet durable, and what waits for them (publish.ts). */
+  barrier: WriteBarrier | null = null;
   /** The last publish subject and its topic (publishers repeat subjects; the parser hands the same string). */
   lastPubSubject = '';
   lastPubTopic = '';
@@ -316,9 +318,6 @@ export abstract class NatsConnectionState implements Subscriber, NatsServerHandl
   // ---------------------------------------------------------------------------------------------- control plane
 
   // ---------------------------------------------------------------------------------------------- publish
-
-  /** The callbacks of a durable publish's settling (made at the first one: most connections never need them). */
-  settled: [() => void, (err: unknown) => void] | null = null;
 
   // ---------------------------------------------------------------------------------------------- deliveries
 
@@ -586,6 +585,7 @@ export abstract class NatsConnectionState implements Subscriber, NatsServerHandl
     if (this.destroyTimer !== null) clearTimeout(this.destroyTimer);
     if (this.quotaTimer !== null) clearTimeout(this.quotaTimer);
     if (this.outHoldTimer !== null) clearTimeout(this.outHoldTimer);
+    this.barrier?.close();
     this.lease?.release();
     this.lease = null;
     this.entry?.close();

@@ -276,9 +276,16 @@ export class NatsConnection extends NatsConnectionState {
     this.ok();
   }
 
+  /** A PONG sent later (after the barrier). */
+  private readonly pong = (): void => this.send(PONG);
+
   onPing(): void {
     if (this.st !== St.Live) return;
     if (!this.authed) return this.beforeConnect();
+    // After this connection's earlier publishes into streams are durable (write-barrier.ts), as nats-server answers
+    // a PING once the PUBs before it are processed.
+    const b = this.barrier;
+    if (b !== null && b.busy) return b.after(this.pong);
     this.send(PONG);
   }
 

@@ -113,8 +113,13 @@ export const natsModule: ProtocolModule = {
         .then(() => logLimit.stop());
       return closing;
     };
+    // A NATS port bound at the start of `flowmq start` (prebound.ts) serves its waiting clients once the WebSocket and
+    // monitoring ports are open too, as nats-server opens its client port last.
+    let served!: { resolve: () => void; reject: (err: unknown) => void };
+    const serveAfter = new Promise<void>((resolve, reject) => (served = { resolve, reject }));
+    serveAfter.catch(() => {});
     try {
-      const l = await startNatsListener(shared, { host: c.host, port: c.natsPort, tls: tlsSettings });
+      const l = await startNatsListener(shared, { host: c.host, port: c.natsPort, tls: tlsSettings, serveAfter });
       listeners.set('nats', l);
       const tlsMode = tlsSettings === undefined ? undefined : c.natsTlsHandshakeFirst ? 'handshake-first' : tlsSettings.required ? 'required' : 'available';
       ctx.logger.info({ protocol: 'nats', address: fmt(l.address()), ...(tlsMode ? { tls: tlsMode } : {}) }, 'listening');
@@ -148,7 +153,9 @@ export const natsModule: ProtocolModule = {
           'listening',
         );
       }
+      served.resolve();
     } catch (err) {
+      served.reject(err);
       await close();
       throw err;
     }

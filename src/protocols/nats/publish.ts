@@ -12,6 +12,7 @@ import { EMPTY, MAX_PENDING_WRITES, NatsConnectionState, natsMatch, NO_RESPONDER
 import { permissionViolation, quotaWait } from './control.js';
 import { mayPublishOrReply } from './responses.js';
 import { countDelivery } from './deliver.js';
+import { WriteBarrier } from './write-barrier.js';
 
 export function publish(conn: NatsConnectionState, subject: string, reply: string | null, hdr: Buffer | null, payload: Buffer): void {
   // `topic`: the client's own (what policies name); `internal`: inside its namespace (the same in `default`).
@@ -63,7 +64,12 @@ export function publish(conn: NatsConnectionState, subject: string, reply: strin
       // Not a block FlowMQ can read (parseHeaders threw before anything was applied): no mapped headers.
     }
   }
-  if (reply !== null) return request(conn, msg, subject, reply);
+  if (reply !== null) {
+    // A JetStream API request waits for this connection's earlier writes (STREAM.INFO after PUBs counts them).
+    const b = conn.barrier;
+    if (b !== null && b.busy && isJsApi(conn, topic)) return b.after(() => request(conn, msg, subject, reply));
+    return request(conn, msg, subject, reply);
+  }
   // nats-server acknowledges a verbose PUB before delivering it (a subscriber on the same connection sees +OK first).
   if (conn.verbose) conn.send(OK);
   let durable: Promise<void> | null;
@@ -73,8 +79,10 @@ export function publish(conn: NatsConnectionState, subject: string, reply: strin
     return publishFailed(conn, err, subject);
   }
   if (durable !== null) {
-    if (++conn.pendingWrites >= MAX_PENDING_WRITES) conn.pauseReading(PAUSE_WRITES);
-    void durable.then(...settlers(conn));
+    const b = barrier(conn);
+    const then = b.write();
+    if (b.pending >= MAX_PENDING_WRITES) conn.pauseReading(PAUSE_WRITES);
+    void durable.then(...then);
   }
 }
 
@@ -113,20 +121,21 @@ export function publishFailed(conn: NatsConnectionState, err: unknown, subject: 
   conn.adapter.writeFailed(err);
 }
 
-export function settlers(conn: NatsConnectionState): [() => void, (err: unknown) => void] {
-  if (conn.settled === null) {
-    const ok = (): void => {
-      if (--conn.pendingWrites <= MAX_PENDING_WRITES >> 1) conn.resumeReading(PAUSE_WRITES);
-    };
-    conn.settled = [
-      ok,
-      (err: unknown): void => {
-        ok();
-        conn.adapter.writeFailed(err);
-      },
-    ];
-  }
-  return conn.settled;
+/** The connection's barrier of pending writes (made at its first durable publish: most connections never need it). */
+export function barrier(conn: NatsConnectionState): WriteBarrier {
+  return (conn.barrier ??= new WriteBarrier(
+    () => {
+      if (conn.barrier!.pending <= MAX_PENDING_WRITES >> 1) conn.resumeReading(PAUSE_WRITES);
+    },
+    (err: unknown) => conn.adapter.writeFailed(err),
+  ));
+}
+
+/** A JetStream API topic (this server's, or its domain's). */
+function isJsApi(conn: NatsConnectionState, topic: string): boolean {
+  if (topic.startsWith('$JS/API/')) return true;
+  const d = conn.adapter.jsDomainApi;
+  return d !== null && topic.startsWith(d);
 }
 
 /**

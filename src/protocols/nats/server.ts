@@ -35,6 +35,7 @@ import type { NatsAdapter } from './adapter.js';
 import type { NatsConnectionMeta, NatsListenerTls } from './types.js';
 import { closeUnreadBody, httpServerOptions } from '../../control/index.js';
 import type { NatsConnection } from './connection.js';
+import { dropEarly, servePrebound, takePrebound } from './prebound.js';
 
 /** nats-server's wording (server/errors.go ErrTooManyConnections). */
 export const ERR_MAX_CONNECTIONS = 'maximum connections exceeded';
@@ -64,6 +65,11 @@ export interface NatsTlsSettings {
 
 export interface NatsListenOptions extends ListenOptions {
   tls?: NatsTlsSettings;
+  /**
+   * A port bound early (prebound.ts) holds its connections until this resolves (the module's other listeners are
+   * open), and closes them if it rejects. Without it they are served at once.
+   */
+  serveAfter?: Promise<void>;
 }
 
 /** What the listeners of one broker share besides the adapter. */
@@ -314,8 +320,19 @@ export async function startNatsListener(shared: NatsListenerShared, listen: Nats
     socket.resume();
   };
 
+  const onError = (err: Error) => adapter.ctx.logger.error({ err, listener: 'nats' }, 'nats listener error');
+  // Bound at the start of `flowmq start` (prebound.ts): the same server, and the connections it accepted meanwhile.
+  const pre = await takePrebound(listen.host, listen.port);
+  if (pre !== null) {
+    // Served once the module's other listeners are open too (nats-server accepts clients last).
+    (listen.serveAfter ?? Promise.resolve()).then(
+      () => servePrebound(pre, accept, onError),
+      () => dropEarly(pre),
+    );
+    return listenerOf('nats', pre.server, conns, pending, shared);
+  }
   const server: Server = createServer({ pauseOnConnect: true }, accept);
-  await listenOn(server, listen, (err) => adapter.ctx.logger.error({ err, listener: 'nats' }, 'nats listener error'));
+  await listenOn(server, listen, onError);
   return listenerOf('nats', server, conns, pending, shared);
 }
 

@@ -313,16 +313,17 @@ if (reloading) {
   process.exit(0);
 }
 spawn(process.execPath, ['-e', RELOADER, confFile, pid, dataDir, new URL(import.meta.url).pathname], { detached: true, stdio: 'ignore' }).unref();
-// The ports file once every listener accepts (nats-server writes it after opening them all; FlowMQ opens the NATS
-// port before the monitoring one, and the launcher waits for the NATS port only): a child that outlives this
-// process polls the ports for up to 20 s, then writes it.
+// The ports file once the NATS port accepts: a child that outlives this process polls it for up to 20 s, then
+// writes it. nats-server writes it after opening all its listeners; FlowMQ binds the NATS port first thing in its
+// start (src/protocols/nats/prebound.ts) and its clients get INFO only once the monitoring and WebSocket ports are
+// open too. The launcher gives the file 5 s, then connects to the NATS port only.
 const portsDir = conf.ports_file_dir ?? tmpdir();
 const ports = {
   nats: [`nats://127.0.0.1:${port}`],
   monitoring: [`http://127.0.0.1:${monitor}`],
   ...(websocket ? { websocket: [`ws://127.0.0.1:${websocket}`] } : {}),
 };
-const listening = [port, monitor, websocket].filter(Boolean).join(',');
+const listening = String(port);
 spawn(process.execPath, ['-e', WAITER, join(portsDir, `nats-server_${pid}.ports`), JSON.stringify(ports), listening], {
   detached: true,
   stdio: 'ignore',
