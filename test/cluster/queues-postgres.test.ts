@@ -26,6 +26,50 @@ async function until(what: string, cond: () => boolean | Promise<boolean>, ms = 
 
 const fenced = (e: unknown) => isFlowError(e) && e.code === 'FENCED';
 
+/** Brokers on one database and one in-process channel hub (500 ms lease), started by id, closed together. */
+async function brokers(url: string) {
+  const hub = new LocalHub();
+  const catalog = new MemoryStore();
+  const made: Array<{ cluster: Cluster; engine: Engine; qs: PostgresQueueStore; cs: PostgresClusterStore; close(): void }> = [];
+  const start = async (id: number) => {
+    const cs = await PostgresClusterStore.open({ url });
+    const qs = await PostgresQueueStore.open({ url });
+    const cluster = await Cluster.start({ store: cs, info: { id, version: 'test', endpoints: {} }, leaseMs: 500, logger });
+    cluster.channel = hub.channel(id);
+    const engine = new Engine(new MemoryStreams(), catalog, qs);
+    const close = await ClusterQueues.open(engine, cluster, logger);
+    await engine.load();
+    cluster.begin();
+    const b = { cluster, engine, qs, cs, close };
+    made.push(b);
+    return b;
+  };
+  const closeAll = async () => {
+    for (const m of made) {
+      m.close();
+      m.engine.close();
+      await m.cluster.close().catch(() => undefined);
+      await m.qs.close();
+      await m.cs.close();
+    }
+  };
+  return { hub, start, closeAll };
+}
+
+/** The payloads a no-ack consumer of `name` on `engine` receives, as they come. */
+function collect(engine: Engine, name: string): string[] {
+  const got: string[] = [];
+  const sink: QueueConsumer = {
+    tag: 't',
+    owner: 'o',
+    noAck: true,
+    hasCredit: () => true,
+    deliver: (d: QueueDelivery) => void got.push(d.msg.payload.toString()),
+  };
+  engine.getQueue(name)!.consume(sink);
+  return got;
+}
+
 describe('cluster queues over PostgreSQL', () => {
   let server: PostgresServer;
   before(async () => {
@@ -93,24 +137,7 @@ describe('cluster queues over PostgreSQL', () => {
   });
 
   it('a paused owner is fenced: its late publish is refused and not stored, the new owner serves every confirmed message', async () => {
-    const url = await server.createDatabase();
-    const hub = new LocalHub();
-    const catalog = new MemoryStore();
-    const lease = 500;
-    const made: Array<{ cluster: Cluster; engine: Engine; qs: PostgresQueueStore; cs: PostgresClusterStore; close(): void }> = [];
-    const start = async (id: number) => {
-      const cs = await PostgresClusterStore.open({ url });
-      const qs = await PostgresQueueStore.open({ url });
-      const cluster = await Cluster.start({ store: cs, info: { id, version: 'test', endpoints: {} }, leaseMs: lease, logger });
-      cluster.channel = hub.channel(id);
-      const engine = new Engine(new MemoryStreams(), catalog, qs);
-      const close = await ClusterQueues.open(engine, cluster, logger);
-      await engine.load();
-      cluster.begin();
-      const b = { cluster, engine, qs, cs, close };
-      made.push(b);
-      return b;
-    };
+    const { hub, start, closeAll } = await brokers(await server.createDatabase());
     try {
       const a = await start(1);
       const b = await start(2);
@@ -128,15 +155,7 @@ describe('cluster queues over PostgreSQL', () => {
       const late = a.engine.publishTo('', name, makeMessage('', Buffer.from('late')));
       await assert.rejects(late.durable!, fenced);
       await until('broker 1 stopped serving it', () => a.cluster.owns('queue', name) === null);
-      const got: string[] = [];
-      const sink: QueueConsumer = {
-        tag: 't',
-        owner: 'o',
-        noAck: true,
-        hasCredit: () => true,
-        deliver: (d: QueueDelivery) => void got.push(d.msg.payload.toString()),
-      };
-      b.engine.getQueue(name)!.consume(sink);
+      const got = collect(b.engine, name);
       await until('five delivered', () => got.length === 5);
       assert.deepEqual(got, ['m0', 'm1', 'm2', 'm3', 'm4']);
       const stored = await b.qs.read(name, 0, 100);
@@ -146,35 +165,12 @@ describe('cluster queues over PostgreSQL', () => {
         'the late publish was not stored',
       );
     } finally {
-      for (const m of made) {
-        m.close();
-        m.engine.close();
-        await m.cluster.close().catch(() => undefined);
-        await m.qs.close();
-        await m.cs.close();
-      }
+      await closeAll();
     }
   });
 
   it('a forwarded publish stored by the owner whose reply was lost is stored once: retried at the same owner, and at the next one after it died', async () => {
-    const url = await server.createDatabase();
-    const hub = new LocalHub();
-    const catalog = new MemoryStore();
-    const lease = 500;
-    const made: Array<{ cluster: Cluster; engine: Engine; qs: PostgresQueueStore; cs: PostgresClusterStore; close(): void }> = [];
-    const start = async (id: number) => {
-      const cs = await PostgresClusterStore.open({ url });
-      const qs = await PostgresQueueStore.open({ url });
-      const cluster = await Cluster.start({ store: cs, info: { id, version: 'test', endpoints: {} }, leaseMs: lease, logger });
-      cluster.channel = hub.channel(id);
-      const engine = new Engine(new MemoryStreams(), catalog, qs);
-      const close = await ClusterQueues.open(engine, cluster, logger);
-      await engine.load();
-      cluster.begin();
-      const b = { cluster, engine, qs, cs, close };
-      made.push(b);
-      return b;
-    };
+    const { hub, start, closeAll } = await brokers(await server.createDatabase());
     try {
       const a = await start(1);
       const b = await start(2);
@@ -201,26 +197,12 @@ describe('cluster queues over PostgreSQL', () => {
       assert.equal(lose, 0, 'the owner died after storing m2');
       assert.ok(b.cluster.owns('queue', name) !== null, 'broker 2 took the queue');
       await b.engine.publishTo('', name, makeMessage('', Buffer.from('end'))).durable;
-      const got: string[] = [];
-      const sink: QueueConsumer = {
-        tag: 't',
-        owner: 'o',
-        noAck: true,
-        hasCredit: () => true,
-        deliver: (d: QueueDelivery) => void got.push(d.msg.payload.toString()),
-      };
-      b.engine.getQueue(name)!.consume(sink);
+      const got = collect(b.engine, name);
       await until('the marker', () => got.includes('end'));
       assert.deepEqual(got, ['m0', 'm1', 'm2', 'end'], 'each publish stored once');
     } finally {
       hub.loseReply = null;
-      for (const m of made) {
-        m.close();
-        m.engine.close();
-        await m.cluster.close().catch(() => undefined);
-        await m.qs.close();
-        await m.cs.close();
-      }
+      await closeAll();
     }
   });
 });
