@@ -22,7 +22,7 @@ import { decodeBody, encodeBody } from './wire.js';
  * The newest channel version this broker speaks. 4: `live.store` (QoS 1/2 publishes stored by the owners of the
  * persistent sessions they reach before they are acknowledged) and durable interest entries (`d`, `ds`). 5: the
  * fifth element of stream.append's head (a batch stamped with the forwarder's producer id, checked as such) and
- * queue.publish's forwarder and sequence (`f`, `n`): forwarded writes are recognised when retried.
+ * queue.publish's forwarder and sequence (`f`, `n`): forwarded writes are recognised when retried; `stream.sizes`.
  */
 export const CHANNEL_VERSION = 5;
 /** The oldest version a peer may speak and still be let in. */
@@ -224,6 +224,8 @@ export const RPC = {
 
   // Stream partitions (cluster/streams.ts): served by the partition's owner.
   streamHw: oneway('stream.hw', 1, json<Array<[string, number, number, number]>>(arrayOf(tuple(str, int, int, int)))),
+  /** Stored bytes [stream, hot, objects] of the partitions the sender holds (every 2 s): namespace usage and quotas. */
+  streamSizes: oneway('stream.sizes', 5, json<Array<[string, number, number]>>(arrayOf(tuple(str, int, int)))),
   streamAppend: rpc(
     'stream.append',
     1,

@@ -109,6 +109,8 @@ export class ClusterStreams implements StreamStorage {
   private readonly pushed = new Map<string, string>();
   private pushTimer: NodeJS.Timeout | null = null;
   private pushes = 0;
+  /** What each other broker last said of the stored bytes of the partitions it holds (`stream.sizes`). */
+  private readonly peerSizes = new Map<number, Array<[string, number, number]>>();
   private closed = false;
   /** The engine's Kafka transaction state (useTransactions), handed to the log's cleaner. */
   private txns: TxnPartitions | null = null;
@@ -213,8 +215,13 @@ export class ClusterStreams implements StreamStorage {
       list.push([stream, partition, o.logStartOffset, o.highWatermark]);
     }
     for (const name of this.pushed.keys()) if (!held.has(name)) this.pushed.delete(name);
-    if (list.length === 0 || peers.length === 0) return;
-    castAll(this.channel, peers, RPC.streamHw, list);
+    if (peers.length === 0) return;
+    if (full) {
+      const sizes: Array<[string, number, number]> = [];
+      for (const [stream, z] of this.log.streamSizes()) sizes.push([stream, z.hot, z.objects]);
+      castAll(this.channel, peers, RPC.streamSizes, sizes);
+    }
+    if (list.length > 0) castAll(this.channel, peers, RPC.streamHw, list);
   }
 
   // ---------------------------------------------------------------- ownership
@@ -273,9 +280,33 @@ export class ClusterStreams implements StreamStorage {
     return this.log.holds(stream, partition) ? this.log.partitionSize(stream, partition) : null;
   }
 
-  /** Sizes of the partitions this broker holds (usage per namespace is counted per broker, as quotas are). */
+  /**
+   * Stored bytes per stream, cluster-wide: the partitions held here, plus what every other live broker last said of
+   * the partitions it holds (`stream.sizes`, every 2 s). The namespace usage and storage quota of every broker read it.
+   */
   streamSizes(): Map<string, { hot: number; objects: number }> {
-    return this.log.streamSizes();
+    const out = this.log.streamSizes();
+    const alive = new Set(
+      this.cluster
+        .brokers()
+        .filter((b) => b.alive)
+        .map((b) => b.id),
+    );
+    for (const [id, sizes] of this.peerSizes) {
+      if (!alive.has(id)) {
+        this.peerSizes.delete(id);
+        continue;
+      }
+      for (const [stream, hot, objects] of sizes) {
+        const z = out.get(stream);
+        if (z === undefined) out.set(stream, { hot, objects });
+        else {
+          z.hot += hot;
+          z.objects += objects;
+        }
+      }
+    }
+    return out;
   }
 
   /** Producers of a partition this broker leads (DescribeProducers goes to the leader); null elsewhere. */
@@ -364,6 +395,9 @@ export class ClusterStreams implements StreamStorage {
   // ---------------------------------------------------------------- the owner's side
 
   private serve(): void {
+    listen(this.channel, RPC.streamSizes, (from, sizes) => {
+      this.peerSizes.set(from, sizes);
+    });
     listen(this.channel, RPC.streamHw, (_from, list) => {
       for (const [s, p, l, h] of list) {
         if (!this.log.holds(s, p)) this.noteOffsets(partitionName(s, p), { logStartOffset: l, highWatermark: h });

@@ -407,6 +407,9 @@ describe('live forwarding', () => {
         calls++;
         return false;
       },
+      reached() {
+        calls++;
+      },
       takeAcked() {
         return null;
       },
