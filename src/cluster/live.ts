@@ -84,8 +84,6 @@ export class Live implements LiveHook {
     snapshotFailures: 0,
     retainedNotified: 0,
     retainedApplied: 0,
-    /** Acked publishes failed because a persistent session of this broker could not store them. */
-    localUnstored: 0,
   };
   private readonly cluster: Cluster;
   private readonly channel: PeerChannel;
@@ -95,8 +93,6 @@ export class Live implements LiveHook {
   private readonly out = new Map<number, Outgoing>();
   /** The wait of the current acked forward, and its message's encoding (reused by divert). */
   private wait: Wait | null = null;
-  /** The persistent sessions of this broker the current acked publish reached, with their `holds` tokens. */
-  private localChecks: Array<[string, unknown]> | null = null;
   private curMsg: Message | null = null;
   private curEncoded: Buffer | null = null;
   private curSeq = 0;
@@ -184,43 +180,12 @@ export class Live implements LiveHook {
     return true;
   }
 
-  reached(key: string): void {
-    const host = this.engine.durable;
-    if (host === null) return;
-    const st = host.holds(key);
-    if (st.state !== 'owned') return;
-    const list = (this.localChecks ??= []);
-    if (!list.some(([k]) => k === key)) list.push([key, st.token]);
-  }
-
   takeAcked(): Promise<void> | null {
     const w = this.wait;
     this.wait = null;
     this.curMsg = null;
     this.curEncoded = null;
-    const remote = w === null || w.left === 0 ? null : w.promise;
-    const checks = this.localChecks;
-    if (checks === null) return remote;
-    this.localChecks = null;
-    const local = this.storedHere(checks);
-    return remote === null ? local : Promise.all([remote, local]).then(() => undefined);
-  }
-
-  /**
-   * The persistent sessions of this broker an acked publish reached have stored it: their store writes settled, each
-   * still served here with no failed write since it got the message. Otherwise the publish fails (its client sends
-   * it again): a session whose write failed (PostgreSQL cut off) is about to move, and its next owner reads the store.
-   */
-  private async storedHere(checks: Array<[string, unknown]>): Promise<void> {
-    const host = this.engine.durable!;
-    const w = host.written();
-    if (w !== null) await w;
-    for (const [key, token] of checks) {
-      if (!host.stored(key, token)) {
-        this.stats.localUnstored++;
-        throw new FlowError('UNAVAILABLE', `persistent session "${key}" could not store the message on this broker; send it again`);
-      }
-    }
+    return w === null || w.left === 0 ? null : w.promise;
   }
 
   wants(topic: string): boolean {

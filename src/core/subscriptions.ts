@@ -164,12 +164,7 @@ export interface LiveHook {
    * owner changed, they wait for it): true when the hook took this message for it too, to keep their order.
    */
   divert(key: string, msg: Message): boolean;
-  /**
-   * During an acked delivery (a QoS 1/2 publish made here whose publisher waits): the storing subscriber `key` of this
-   * broker got the message. takeAcked() then also waits for its store write, and fails when that write failed.
-   */
-  reached(key: string): void;
-  /** The wait of the last acked delivery (null: nothing to wait for), cleared by the call. */
+  /** The wait of the last acked forward (null: nothing to wait for), cleared by the call. */
   takeAcked(): Promise<void> | null;
   /** True when another broker has live interest matching `topic` (NATS no-responders, JetStream push consumers). */
   wants(topic: string): boolean;
@@ -261,8 +256,6 @@ export function deliverLive(t: LiveTable, msg: Message, forwarded?: ReadonlySet<
     if (acked && msg.qos > 0) divert = hook;
   }
   const only = durable !== undefined && durable.only;
-  // Cluster mode, an acked publish made here: the persistent sessions of this broker it reaches are waited for too.
-  const track = acked && msg.qos > 0 && forwarded === undefined ? hook : null;
   let single: Subscription | undefined;
   let many: Map<Subscriber, Subscription[]> | undefined;
   const add = (s: Subscription) => {
@@ -295,10 +288,7 @@ export function deliverLive(t: LiveTable, msg: Message, forwarded?: ReadonlySet<
       // A forward that waits for storing subscribers: those named get it, those held by the publisher do not.
       if (d !== undefined ? !durable.names.has(d) && (only || (durable.skip !== null && durable.skip.has(d))) : only) return;
     } else if (d !== undefined && divert !== null && divert.divert(d, msg)) return;
-    if (admitted(v.options, msg) && (forwarded === undefined || v.options.local !== true)) {
-      add(v);
-      if (d !== undefined && track !== null) track.reached(d);
-    }
+    if (admitted(v.options, msg) && (forwarded === undefined || v.options.local !== true)) add(v);
   });
   if (single !== undefined) {
     t.stats.delivered++;

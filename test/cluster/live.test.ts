@@ -407,9 +407,6 @@ describe('live forwarding', () => {
         calls++;
         return false;
       },
-      reached() {
-        calls++;
-      },
       takeAcked() {
         return null;
       },
