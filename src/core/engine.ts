@@ -380,12 +380,16 @@ export class Engine implements Router {
   deliverForwarded(msg: Message, groups: ReadonlySet<string>, durable?: ForwardedDurable): number {
     const d = this.direct;
     if (d !== null) {
-      // A direct message (forwardDirect) for a requester here, its namespace carried in its topic.
-      const { namespace, topic } = splitTopic(msg.topic);
-      if (topic.startsWith(d.prefix)) {
-        msg.topic = topic;
-        msg.namespace = namespace === DEFAULT_NAMESPACE ? undefined : namespace;
-        return d.deliver(msg, true) ? 1 : 0;
+      // A direct message (forwardDirect) for a requester here, its namespace carried in its topic (`$ns/<ns>/...`
+      // outside `default`); other topics pay a prefix test and a first-character test.
+      if (msg.topic.startsWith(d.prefix)) return d.deliver(msg, true) ? 1 : 0;
+      if (msg.topic.charCodeAt(0) === 0x24) {
+        const { namespace, topic } = splitTopic(msg.topic);
+        if (namespace !== DEFAULT_NAMESPACE && topic.startsWith(d.prefix)) {
+          msg.topic = topic;
+          msg.namespace = namespace;
+          return d.deliver(msg, true) ? 1 : 0;
+        }
       }
     }
     return deliverLive(this, msg, groups, durable);
