@@ -38,6 +38,7 @@ import {
   isQualifiedStream,
   isReservedTopic,
   isValidInternalStreamName,
+  namespaceNames,
   NS_PREFIX,
   splitTopic,
   streamOwnTopic,
@@ -80,9 +81,9 @@ export interface DirectTopics {
   deliver(msg: Message, forwarded?: boolean): boolean;
 }
 
-/** A direct address as the cluster's interest tables hold it: qualified (`$ns/<ns>/...`) outside `default`. */
+/** A direct address as the cluster's interest tables hold it: the namespace's core topic (`$ns/<ns>/...`). */
 function directWireTopic(topic: string, namespace: string | undefined): string {
-  return namespace === undefined || namespace === DEFAULT_NAMESPACE ? topic : `${NS_PREFIX}${namespace}/${topic}`;
+  return namespace === undefined ? topic : namespaceNames(namespace).topic(topic);
 }
 
 /** Retained messages of these topics (broker statistics) are kept in memory only: they are rewritten often. */
