@@ -33,7 +33,7 @@ import { DEFAULT_NAMESPACE } from '../../core/namespaces.js';
 import { randomBytes } from 'node:crypto';
 import type { DirectTopics, Message } from '../../core/index.js';
 import { AmqpError } from './errors.js';
-import { REPLY_PREFIX, REPLY_QUEUE, REPLY_TOPIC_PREFIX, type DirectReplies, type ReplyConsumer } from './reply-registry.js';
+import { REPLY_PREFIX, REPLY_QUEUE, REPLY_TOPIC_PREFIX, replyTopicOf, type DirectReplies, type ReplyConsumer } from './reply-registry.js';
 import { sendContent } from './consume.js';
 import type { AmqpChannelState } from './channel-state.js';
 import type { MethodOf, AmqpMethod } from './wire.js';
@@ -80,7 +80,7 @@ export function replyAddress(chan: AmqpChannelState): string {
 export function deliverReply(replies: DirectReplies, msg: Message, routingKey: string, forward?: (msg: Message) => boolean): boolean {
   const c = replies.lookup(routingKey) as ChannelReplyConsumer | undefined;
   if (c === undefined && forward !== undefined && routingKey.startsWith(REPLY_PREFIX)) {
-    const topic = REPLY_TOPIC_PREFIX + routingKey.slice(REPLY_PREFIX.length);
+    const topic = replyTopicOf(routingKey);
     if (forward(msg.topic === topic ? msg : { ...msg, topic })) {
       replies.stats.forwarded++;
       return true;
@@ -120,7 +120,7 @@ export function declareReplyQueue(chan: AmqpChannelState, m: MethodOf<'queue.dec
   let consumers = 0;
   if (m.queue !== REPLY_QUEUE) {
     const here = chan.conn.adapter.replies.lookup(m.queue);
-    const there = () => chan.engine.directWatched(REPLY_TOPIC_PREFIX + m.queue.slice(REPLY_PREFIX.length), chan.conn.names.namespace);
+    const there = () => chan.engine.directWatched(replyTopicOf(m.queue), chan.conn.names.namespace);
     if ((here === undefined || here.namespace !== chan.conn.names.namespace) && !there())
       throw new AmqpError(404, `no queue '${m.queue}' in vhost '${chan.conn.vhost}'`, 50, 10);
     consumers = 1;

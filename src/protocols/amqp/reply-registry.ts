@@ -10,6 +10,11 @@ export const REPLY_PREFIX = DIRECT_REPLY_PREFIX;
 /** The same addresses as unified topics (an MQTT response topic, a NATS reply subject): reserved in the core. */
 export const REPLY_TOPIC_PREFIX = 'amq/rabbitmq/reply-to/';
 
+/** The reserved topic of a reply address `amq.rabbitmq.reply-to.<token>` (its routing key): `amq/rabbitmq/reply-to/<token>`. */
+export function replyTopicOf(routingKey: string): string {
+  return REPLY_TOPIC_PREFIX + routingKey.slice(REPLY_PREFIX.length);
+}
+
 /** A channel's direct reply-to consumer: its consumer tag, its token, its connection's namespace, and its channel. */
 export interface ReplyConsumer {
   readonly tag: string;
