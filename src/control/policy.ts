@@ -40,7 +40,7 @@
  * `!~` negates a regular expression: `queue:!~^tmp\.` names every queue whose name it does not match.
  * A `routing-key` pattern is `routing-key:<exchange>:<key pattern>`: the exchange named exactly (`%` and `:` in it
  * written `%25` and `%3A`), the key pattern any of the forms above; in its regular expressions `{username}` stands
- * for the asking user's name and `{vhost}` for `/`, as RabbitMQ expands its topic permissions. RabbitMQ topic
+ * for the asking user's name and `{vhost}` for `/` (a guest's namespace, see guestIn), as RabbitMQ expands its topic permissions. RabbitMQ topic
  * permissions become deny policies of this kind (a write regex W: deny publish on `routing-key:<x>:!~W`).
  * `*:*` is everything.
  * Principals are `user:NAME`, `group:NAME` or `everyone` (every client, anonymous ones included).
@@ -51,6 +51,10 @@
  * or takes away anything outside it. In mode `auto` the default of a namespace's principals turns to deny once a
  * policy applies to that namespace (an unscoped one, or one scoped to it): a tenant's first policy does not lock out
  * the other tenants.
+ *
+ * A principal may act in a namespace not its own as a guest (Principal.home; an AMQP connection opening a vhost its
+ * user was given permissions in): allow policies scoped to that namespace naming its user are all it has, and every
+ * deny reaching it holds (appliesToGuest).
  */
 import { DEFAULT_NAMESPACE, FlowError } from '../core/index.js';
 

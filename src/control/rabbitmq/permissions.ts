@@ -286,7 +286,10 @@ export function permissionRoutes(app: FastifyInstance, ctx: RabbitContext): void
   app.get<{ Params: { vhost: string } }>('/api/vhosts/:vhost/permissions', async (req) => {
     admin(req);
     const vhost = label(req.params.vhost);
-    return perms().filter((p) => p.vhost === vhost);
+    // vhost first, as RabbitMQ lists a vhost's permissions.
+    return perms()
+      .filter((p) => p.vhost === vhost)
+      .map((p) => ({ vhost: p.vhost, user: p.user, configure: p.configure, write: p.write, read: p.read }));
   });
   app.get<{ Params: { vhost: string; user: string } }>('/api/permissions/:vhost/:user', async (req) => {
     admin(req);
