@@ -196,6 +196,10 @@ describe('e2e: AMQP per-vhost permissions (RabbitMQ set_permissions, vhost = nam
     const annCh = await ann.createChannel();
     const mine = await annCh.get('ann-q', { noAck: true });
     assert.ok(mine !== false && mine.content.toString() === 'again');
+    // connection.update-secret (the password again): still a guest in t2, with t2's grant and not t1's `.*`.
+    await ann.updateSecret(Buffer.from('ann-pw'), 'renew');
+    assert.equal(await attempt(ann, (ch) => ch.checkQueue('ann-q')), null);
+    assert.equal(await attempt(ann, (ch) => ch.assertQueue('other', { durable: false })), 403);
   });
 
   test('permissions of the user’s own vhost do not follow it; a FlowMQ deny holds in the granted vhost', async () => {
