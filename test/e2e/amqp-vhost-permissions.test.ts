@@ -5,7 +5,8 @@
  * the admins group), `t1` (ann), `t2` (bob). Permissions are set through the RabbitMQ management API
  * (`PUT /api/permissions/{vhost}/{user}`), and through FlowMQ's own admin API (a policy scoped to the namespace naming
  * the user); configure/write/read are checked as RabbitMQ checks them (403 ACCESS_REFUSED), FlowMQ deny policies
- * still hold, and the user's permissions of its own vhost do not follow it into another.
+ * still hold, and the user's permissions of its own vhost do not follow it into another. kafkajs: the permission of a
+ * user's own vhost holds for its Kafka clients too (they are in its own namespace), a guest grant does not reach them.
  */
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
@@ -15,6 +16,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { after, before, describe, test } from 'node:test';
 import amqp, { type Channel, type ChannelModel } from 'amqplib';
+import { Kafka, logLevel } from 'kafkajs';
 import { pino } from 'pino';
 import { startBroker, type Broker } from '../../src/broker.js';
 import { loadConfig } from '../../src/config/index.js';
@@ -35,6 +37,7 @@ describe('e2e: AMQP per-vhost permissions (RabbitMQ set_permissions, vhost = nam
   let dir = '';
   let broker: Broker;
   let amqpPort = 0;
+  let kafkaAddr = '';
   let mgmt = '';
   let adminApi = '';
   const conns: ChannelModel[] = [];
@@ -88,6 +91,7 @@ describe('e2e: AMQP per-vhost permissions (RabbitMQ set_permissions, vhost = nam
         '  - {username: root, password: root-pw, groups: [admins]}',
         '  - {username: ann, password: ann-pw, namespace: t1}',
         '  - {username: bob, password: bob-pw, namespace: t2}',
+        '  - {username: cat, password: cat-pw, namespace: t1}',
         'namespaces:',
         '  - {name: t1}',
         '  - {name: t2}',
@@ -97,7 +101,8 @@ describe('e2e: AMQP per-vhost permissions (RabbitMQ set_permissions, vhost = nam
     const flags = {
       'data-dir': join(dir, 'data'),
       host: '127.0.0.1',
-      protocols: 'amqp',
+      protocols: 'amqp,kafka',
+      'kafka-port': '0',
       'amqp-port': '0',
       'http-port': '0',
       'users-file': join(dir, 'users.yaml'),
@@ -105,6 +110,7 @@ describe('e2e: AMQP per-vhost permissions (RabbitMQ set_permissions, vhost = nam
     };
     broker = await startBroker(loadConfig({ flags, env: {} }), pino({ level: 'silent' }));
     amqpPort = broker.listeners.get('amqp')!.address().port;
+    kafkaAddr = `127.0.0.1:${broker.listeners.get('kafka')!.address().port}`;
     mgmt = `http://127.0.0.1:${broker.ports()['amqp-management']}`;
     adminApi = `http://127.0.0.1:${broker.ports().http}`;
     // Everyone has every right in its own vhost (RabbitMQ's `.* .* .*`).
@@ -324,6 +330,36 @@ describe('e2e: AMQP per-vhost permissions (RabbitMQ set_permissions, vhost = nam
       });
     assert.equal(await publishes('bob.x'), null);
     assert.equal(await publishes('ann.x'), 403);
+  });
+
+  test("the user's own vhost permission holds on Kafka too; a grant in another vhost does not reach Kafka", async () => {
+    // cat (t1) may configure ^cat- in its own vhost, and everything in t2 as a guest.
+    assert.equal((await rabbit('PUT', '/api/permissions/t1/cat', { configure: '^cat-', write: '.*', read: '.*' })).status, 201);
+    assert.equal((await rabbit('PUT', '/api/permissions/t2/cat', { configure: '.*', write: '.*', read: '.*' })).status, 201);
+    const kafka = new Kafka({
+      clientId: 'cat',
+      brokers: [kafkaAddr],
+      sasl: { mechanism: 'plain', username: 'cat', password: 'cat-pw' },
+      logLevel: logLevel.NOTHING,
+      retry: { retries: 0 },
+    });
+    const admin = kafka.admin();
+    await admin.connect();
+    try {
+      assert.equal(await admin.createTopics({ topics: [{ topic: 'cat-t', numPartitions: 1 }], waitForLeaders: true }), true);
+      await assert.rejects(admin.createTopics({ topics: [{ topic: 'dog-t', numPartitions: 1 }] }), (e: { errors?: Array<{ type?: string }> }) => {
+        assert.equal(e.errors?.[0]?.type, 'TOPIC_AUTHORIZATION_FAILED');
+        return true;
+      });
+    } finally {
+      await admin.disconnect();
+    }
+    // The Kafka topic is t1's stream: cat's AMQP connection to its own vhost sees it as a stream queue, t2 does not.
+    assert.equal(await attempt(await connect('cat', 't1'), (ch) => ch.checkQueue('cat-t')), null);
+    assert.equal(await attempt(await connect('cat', 't2'), (ch) => ch.checkQueue('cat-t')), 404);
+    // In t2 (AMQP, a guest) cat configures any name.
+    assert.equal(await attempt(await connect('cat', 't2'), (ch) => ch.assertQueue('dog-q', { durable: false })), null);
+    assert.equal(await attempt(await connect('cat', 't1'), (ch) => ch.assertQueue('dog-q', { durable: false })), 403);
   });
 
   test('DELETE /api/permissions/{vhost}/{user}: the open connection is refused at its next method, a new one at open', async () => {
