@@ -28,6 +28,7 @@ export function earlyNatsInfo(c: Config): EarlyInfo | null {
       jetstream: c.natsJetstream,
     },
     tls: c.natsTlsCert !== null ? { available: true, required: c.natsTlsRequired } : { available: false, required: false },
+    authTimeoutMs: c.natsAuthTimeout,
   };
 }
 

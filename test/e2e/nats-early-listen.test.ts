@@ -9,14 +9,20 @@
  *   was there); a nats.js client connected before the restart reconnects and gets a message published after it;
  * - with users stored in the metastore (added through the admin API): early INFO says auth_required, a bad
  *   password gets -ERR 'Authorization Violation' (raw) and nats.js's AUTHORIZATION_VIOLATION, an NKey user signs
- *   the nonce of the early INFO and logs in, a password user logs in and publishes.
+ *   the nonce of the early INFO and logs in, a password user logs in and publishes;
+ * - what an early client sends is read and kept in order, past the early buffer's bound (64 KiB: the rest waits in
+ *   the socket): a SUB, 300 PUBs of 1000 bytes and a PING give 300 MSGs in order and PONG; an early client that
+ *   sends nothing gets -ERR 'Authentication Timeout' and is closed before the broker is up;
+ * - TLS required: early INFO says tls_required, a plain CONNECT sent early is refused (-ERR TLS required), nats.js
+ *   over TLS dialled early connects and works.
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import net from 'node:net';
 import { connect, nkeyAuthenticator, StringCodec, type NatsConnection } from 'nats';
 import { createUser } from '@nats-io/jwt';
-import { FlowmqProcess, freePort, sleep } from './harness.js';
+import { rmSync } from 'node:fs';
+import { FlowmqProcess, freePort, makeTestCert, sleep } from './harness.js';
 import { RawNats } from './nats-wire.js';
 
 const sc = StringCodec();
@@ -197,6 +203,79 @@ describe('e2e: NATS port open and INFO early in a (re)start', () => {
       for (const c of conns) await c.close();
       await broker.stop();
       broker.cleanup();
+    }
+  });
+
+  it('early bytes are kept in order past the early buffer; a silent early connection times out before the broker is up', async () => {
+    const port = await freePort();
+    const args = ['--nats-port', String(port), '--nats-auth-timeout', '100ms'];
+    let broker = await FlowmqProcess.start({ args });
+    try {
+      const early = await restartEarly(broker, args);
+      const silent = await RawNats.connect(port);
+      const silentInfo = await silent.info();
+      let errAt = 0;
+      const silentEnd = (async () => {
+        const l = await silent.line();
+        errAt = Date.now();
+        await silent.ended();
+        return l;
+      })();
+      const N = 300;
+      let out = 'CONNECT {"verbose":false,"pedantic":false}\r\nSUB ord 1\r\n';
+      for (let i = 0; i < N; i++) out += `PUB ord 1000\r\n${String(i).padEnd(1000, 'x')}\r\n`;
+      early.raw.send(out + 'PING\r\n');
+      broker = await early.restarted;
+      const listening = await natsListeningAt(broker);
+      assert.equal(silentInfo.server_id, early.info.server_id);
+      assert.equal(await silentEnd, "-ERR 'Authentication Timeout'");
+      assert.ok(errAt < listening, `timed out at ${errAt}, NATS listener up at ${listening}`);
+
+      for (let i = 0; i < N; i++) {
+        assert.equal(await early.raw.line(), 'MSG ord 1 1000');
+        assert.equal(await early.raw.line(), String(i).padEnd(1000, 'x'));
+      }
+      assert.equal(await early.raw.line(), 'PONG');
+      early.raw.destroy();
+    } finally {
+      await broker.stop();
+      broker.cleanup();
+    }
+  });
+
+  it('TLS required: early INFO says so, a plain CONNECT sent early is refused, nats.js over TLS dialled early works', async () => {
+    const cert = makeTestCert('flowmq-nats-early-tls-');
+    const port = await freePort();
+    const args = ['--nats-port', String(port), '--nats-tls-cert', cert.certPath, '--nats-tls-key', cert.keyPath, '--nats-tls-required', 'true'];
+    let broker = await FlowmqProcess.start({ args });
+    let nc: NatsConnection | null = null;
+    try {
+      const early = await restartEarly(broker, args);
+      assert.equal(early.info.tls_required, true);
+      early.raw.send('CONNECT {"verbose":false,"pedantic":false}\r\nPING\r\n');
+      const dialled = connect({ servers: `127.0.0.1:${port}`, tls: { ca: cert.cert }, reconnect: false });
+      broker = await early.restarted;
+      assert.equal(await early.raw.line(), "-ERR 'Secure Connection - TLS Required'");
+      await early.raw.ended();
+
+      nc = await dialled;
+      assert.equal(nc.info?.server_id, early.info.server_id);
+      assert.equal(nc.info?.tls_required, true);
+      const got: string[] = [];
+      nc.subscribe('tls.early', { callback: (_e, m) => got.push(sc.decode(m.data)) });
+      nc.publish('tls.early', sc.encode('secure'));
+      await nc.flush();
+      assert.deepEqual(got, ['secure']);
+
+      const late = await RawNats.connect(port);
+      const lateInfo = await late.info();
+      late.destroy();
+      assert.deepEqual(common(lateInfo), common(early.info));
+    } finally {
+      await nc?.close();
+      await broker.stop();
+      broker.cleanup();
+      rmSync(cert.dir, { recursive: true, force: true });
     }
   });
 });

@@ -349,8 +349,8 @@ export async function startNatsListener(shared: NatsListenerShared, listen: Nats
   return listenerOf('nats', server, conns, pending, shared);
 }
 
-function sameInfo(a: EarlyInfo, b: EarlyInfo): boolean {
-  const s = (e: EarlyInfo) =>
+function sameInfo(a: Pick<EarlyInfo, 'settings' | 'tls'>, b: Pick<EarlyInfo, 'settings' | 'tls'>): boolean {
+  const s = (e: Pick<EarlyInfo, 'settings' | 'tls'>) =>
     JSON.stringify([e.settings.serverName, e.settings.maxPayload, e.settings.authRequired, e.settings.jetstream, e.tls.available, e.tls.required]);
   return s(a) === s(b);
 }
