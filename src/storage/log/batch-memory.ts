@@ -99,7 +99,11 @@ export class BatchMemory {
       }
     }
     this.ownBatches++;
-    return { data: Buffer.from(batch), chunk: null };
+    // Memory of its own, never a slice of Node's shared 8 KiB allocation pool: a small batch kept in a tail or the
+    // read cache would keep its whole slab (and whatever else was cut from it) alive, many times its size.
+    const data = Buffer.allocUnsafeSlow(n);
+    batch.copy(data);
+    return { data, chunk: null };
   }
 
   /** An abandoned chunk no longer counts against maxBytes. */
