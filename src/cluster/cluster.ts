@@ -91,7 +91,12 @@ export class Cluster extends EventEmitter {
   private readonly colocation = new Map<ResourceKind, (name: string) => { kind: ResourceKind; name: string } | null>();
   private readonly logger: Logger;
   private heartbeatTimer: NodeJS.Timeout | null = null;
+  /** When the last heartbeat the store accepted was sent (a lease runs from when the store renewed it, later). */
   private lastRenewal = 0;
+  /** The incarnation whose heartbeat is on its way (one at a time), else null. */
+  private heartbeating: string | null = null;
+  /** lost() is under way: no heartbeat, no second lost(). */
+  private losing = false;
   private reconciling: Promise<void> | null = null;
   private again = false;
   private started = false;
@@ -116,8 +121,9 @@ export class Cluster extends EventEmitter {
   /** Registers this broker (CONFIG_ERROR when its id is held by a live broker) and starts its heartbeat. */
   static async start(opts: ClusterOptions): Promise<Cluster> {
     const c = new Cluster(opts);
+    const sent = Date.now();
     await c.store.register(c.info, c.leaseMs);
-    c.lastRenewal = Date.now();
+    c.lastRenewal = sent;
     await c.refreshView();
     await c.store.listen('cluster', (payload) => {
       if (payload === '*' || payload !== c.info.incarnation) c.kick();
@@ -373,31 +379,61 @@ export class Cluster extends EventEmitter {
   // --- internals ---
 
   private async beat(): Promise<void> {
-    if (this.closed || this.leaving) return;
+    if (this.closed || this.leaving || this.losing) return;
+    const incarnation = this.info.incarnation;
+    if (this.heartbeating === incarnation) {
+      // The last heartbeat has not come back (PostgreSQL cut off: its connection stalls, and a stalled query fails
+      // only once the network heals). Past a whole lease since the last renewal was sent, the others may take this
+      // broker's work at any moment: it stops serving now rather than when the network heals (the chaos runner's
+      // pg-partition: an MQTT session's client stayed attached here for seconds while another broker, its owner by
+      // then, queued its messages offline).
+      if (Date.now() - this.lastRenewal > this.leaseMs) await this.lost('no heartbeat came back from the metastore for a whole lease', null);
+      return;
+    }
+    const sent = Date.now();
     let ok: boolean;
+    this.heartbeating = incarnation;
     try {
-      ok = await this.store.heartbeat(this.id, this.incarnation, this.leaseMs);
+      ok = await this.store.heartbeat(this.id, incarnation, this.leaseMs);
     } catch (err) {
+      if (incarnation !== this.info.incarnation) return;
       this.stats.heartbeatFailures++;
       // Cut off from the store: once a whole lease has passed without a renewal the others consider us dead.
       if (Date.now() - this.lastRenewal > this.leaseMs) await this.lost('no heartbeat reached the metastore for a whole lease', err);
       else this.logger.warn({ err }, 'cluster: heartbeat failed; retrying');
       return;
+    } finally {
+      if (this.heartbeating === incarnation) this.heartbeating = null;
     }
+    // The answer for an incarnation given up meanwhile (this broker registered again since): nothing to learn.
+    if (incarnation !== this.info.incarnation) return;
     if (!ok) {
       await this.lost('the membership lease expired (was this process paused, or cut off?)', null);
       return;
     }
     this.stats.heartbeats++;
-    this.lastRenewal = Date.now();
+    // The store renewed the lease at some point after `sent`: counting from `sent` never overestimates it.
+    this.lastRenewal = sent;
     await this.refreshView().catch((err: unknown) => this.logger.warn({ err }, 'cluster: cannot read the brokers'));
     this.kick();
   }
 
-  /** This broker is dead to the cluster: drop everything as lost and come back as a new incarnation. */
+  /** This broker is dead to the cluster: drop everything as lost and come back as a new incarnation (one at a time). */
   private async lost(why: string, err: unknown): Promise<void> {
+    if (this.losing) return;
+    this.losing = true;
+    try {
+      await this.loseAll(why, err);
+    } finally {
+      this.losing = false;
+    }
+  }
+
+  private async loseAll(why: string, err: unknown): Promise<void> {
     const all: Array<[ResourceKind, string, Held]> = [];
     for (const [kind, m] of this.held) for (const [name, h] of m) all.push([kind, name, h]);
+    // Those not waiting on the store first: cut off from it, an acquire or release under way waits for the network.
+    all.sort((a, b) => (a[2].busy === null ? 0 : 1) - (b[2].busy === null ? 0 : 1));
     this.logger.error({ err, broker: this.id, held: all.length }, `cluster: ${why}: everything this broker owned is given up; registering again`);
     this.stats.lost += all.length;
     await limited(all, PARALLEL, async ([kind, name, h]) => {
@@ -407,8 +443,9 @@ export class Cluster extends EventEmitter {
     for (const m of this.known.values()) m.clear();
     this.info = { ...this.info, incarnation: randomBytes(8).toString('hex') };
     try {
+      const sent = Date.now();
       await this.store.register(this.info, this.leaseMs);
-      this.lastRenewal = Date.now();
+      this.lastRenewal = sent;
       this.stats.reregistrations++;
       await this.refreshView();
       await this.store.notify('cluster', this.incarnation);

@@ -30,8 +30,13 @@ export type WireEntry = [string, string, string | null];
 /** A delta operation: [1 add | 0 remove, rule, filter, group]. */
 export type WireOp = [0 | 1, string, string, string | null];
 
-/** A durable delta operation: [1 add | 0 remove, session key, MQTT filter]. */
-export type DurableOp = [0 | 1, string, string];
+/**
+ * A durable delta operation: [1 add | 0 remove | 2 moved, session key, MQTT filter]. `moved`: removed because the
+ * session left this broker for another one (handed over, or lost with the lease); a peer keeps the entry as an orphan
+ * until the session's next owner announces it, so that what is published meanwhile is held for it (brokers of
+ * version 4 take it for a remove).
+ */
+export type DurableOp = [0 | 1 | 2, string, string];
 
 /** Body of `live.interest` (deltas) and of `live.snapshot`'s reply (full). */
 export interface InterestMessage {
@@ -107,14 +112,22 @@ export class LocalInterest {
     return true;
   }
 
-  removeDurable(session: string, filter: string): boolean {
+  /** One QoS 1/2 subscription of a storing subscriber less; `moved`: the session is leaving this broker (op 2). */
+  removeDurable(session: string, filter: string, moved = false): boolean {
     const k = `${session}\u0000${filter}`;
     const e = this.durables.get(k);
     if (e === undefined) return false;
     if (--e.count > 0) return false;
     this.durables.delete(k);
-    this.pendingDurable.push([0, session, filter]);
+    this.pendingDurable.push([moved ? 2 : 0, session, filter]);
     return true;
+  }
+
+  /** The filters of the durable entries of `session` here. */
+  durableFilters(session: string): string[] {
+    const out: string[] = [];
+    for (const e of this.durables.values()) if (e.session === session) out.push(e.filter);
+    return out;
   }
 
   get durableSize(): number {
@@ -228,7 +241,11 @@ export class RemoteInterest {
     }
     for (const [op, session, filter] of msg.d ?? []) {
       if (op === 1) this.addDurable(id, p, session, filter);
-      else this.removeDurable(id, p, session, filter);
+      else {
+        this.removeDurable(id, p, session, filter);
+        // Moved to another broker: held for its next owner until that one announces it.
+        if (op === 2) this.addOrphan(id, session, filter);
+      }
     }
     return true;
   }
@@ -256,6 +273,26 @@ export class RemoteInterest {
   /** Live peers announcing durable entries of `session`. */
   brokersOf(session: string): ReadonlyMap<number, number> | undefined {
     return this.sessions.get(session);
+  }
+
+  /**
+   * An orphaned entry of `session` (last on `broker`, possibly this broker: a session it is handing over), unless a
+   * live peer announces the session already or the entry is there.
+   */
+  addOrphan(broker: number, session: string, filter: string): void {
+    if (this.sessions.has(session)) return;
+    const list = this.orphans.get(session);
+    if (list !== undefined && list.some((e) => e.filter === filter)) return;
+    let levels: Level[];
+    try {
+      levels = parseBindingKey(filter, 'mqtt', false, null);
+    } catch {
+      return;
+    }
+    const e: DurableEntry = { broker, session, filter, levels, orphan: true };
+    this.durable.add(levels, e);
+    if (list === undefined) this.orphans.set(session, [e]);
+    else list.push(e);
   }
 
   /** Forgets the orphaned entries of `session` (its next owner announced it, or it is known to be gone). */

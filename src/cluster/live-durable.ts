@@ -5,7 +5,9 @@
  *
  * - Which sessions: the durable entries of the interest table (interest.ts): one per (session key, filter) of the
  *   QoS 1/2 subscriptions of storing subscribers (Engine.durable, the MQTT adapter's persistent sessions), announced
- *   by their broker. A dead broker's durable entries stay as orphans until its sessions have a new owner.
+ *   by their broker. A dead broker's durable entries stay as orphans until its sessions have a new owner, and so do
+ *   those of a session its broker lets go while the others still reach it (a takeover, the lease lost to a partition
+ *   from PostgreSQL: removed as `moved`, live.ts moving()).
  * - First attempt: the publishing broker's batch to a peer (live.ts, one per tick) goes as a `live.store` request
  *   instead of a one-way `live.publish` when one of its messages is to be stored there; each message names the
  *   sessions it must be stored by, and the receiver delivers the batch as a one-way one (every live subscriber), then

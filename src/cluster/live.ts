@@ -97,6 +97,8 @@ export class Live implements LiveHook {
   private curEncoded: Buffer | null = null;
   private curSeq = 0;
   private readonly diverted: string[] = [];
+  /** Persistent sessions of this broker being handed over or lost (moving()). */
+  private readonly leaving = new Set<string>();
   private flushScheduled = false;
   private interestDirty = false;
   /** Peers whose snapshot is being fetched, with the deltas that arrived meanwhile. */
@@ -165,8 +167,25 @@ export class Live implements LiveHook {
 
   unsubscribed(key: string, filter: string, rule: Rule, group: string | undefined, durable?: string): void {
     let changed = this.local.remove(key);
-    if (durable !== undefined && group === undefined && rule === 'mqtt' && this.local.removeDurable(durable, filter)) changed = true;
+    if (durable !== undefined && group === undefined && rule === 'mqtt' && this.local.removeDurable(durable, filter, this.leaving.has(durable))) changed = true;
     if (changed) this.interestChanged();
+  }
+
+  /**
+   * A persistent session of this broker is leaving it (handed over to the broker its client connected to, or lost):
+   * between the moment it stops storing here and the moment its next owner's subscriptions are announced, a QoS 1/2
+   * publish would reach nobody for it and still be acknowledged (the chaos runner's pg-partition: a window of the
+   * publisher's messages lost at the takeover that followed the partition). From now on its entries are orphans here
+   * (the acked messages reaching it are held for its next owner, live-durable.ts, and not delivered to it here: the
+   * divert), and its removal goes out as `moved`, so that the peers hold theirs too.
+   */
+  moving(key: string, on: boolean): void {
+    if (!on) {
+      this.leaving.delete(key);
+      return;
+    }
+    this.leaving.add(key);
+    for (const filter of this.local.durableFilters(key)) this.remoteInterest.addOrphan(this.cluster.id, key, filter);
   }
 
   divert(key: string, msg: Message): boolean {
@@ -329,6 +348,9 @@ export class Live implements LiveHook {
 
   /** Holds the current acked message for `session` (its earlier messages wait for its owner). */
   private holdFor(session: string, msg: Message): void {
+    // Once: a subscription of it here (a session leaving this broker) is diverted, not held a second time.
+    if (this.diverted.includes(session)) return;
+    this.diverted.push(session);
     const w = (this.wait ??= new Wait());
     w.left++;
     this.durable.hold({ session, body: (this.curEncoded ??= encodeMessage(msg)), x: extrasOf(msg), wait: w, seq: this.curSeq });

@@ -166,6 +166,12 @@ export interface LiveHook {
   divert(key: string, msg: Message): boolean;
   /** The wait of the last acked forward (null: nothing to wait for), cleared by the call. */
   takeAcked(): Promise<void> | null;
+  /**
+   * The storing subscriber `key` of this broker is leaving it (`on`: from now until `moving(key, false)`), handed over
+   * to another broker or lost with this broker's lease: acked messages that reach it from now on are held for its
+   * next owner instead of being delivered here, and the other brokers keep its entries for that owner meanwhile.
+   */
+  moving?(key: string, on: boolean): void;
   /** True when another broker has live interest matching `topic` (NATS no-responders, JetStream push consumers). */
   wants(topic: string): boolean;
   /** The retained message of `topic` was written to (or, null, deleted from) the store. */

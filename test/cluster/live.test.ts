@@ -647,4 +647,32 @@ describe('QoS 1/2 publishes to persistent sessions of other brokers (issue 30)',
     assert.equal(r.durable.size, 1);
     assert.deepEqual([...r.brokersOf('S')!.keys()], [3]);
   });
+
+  it('a session that moves off a live broker (op 2) stays as an orphan for its next owner; a plain remove (op 0) does not', () => {
+    const l = new LocalInterest('inc');
+    l.addDurable('S', 'a/#');
+    l.addDurable('T', 'b/#');
+    const r = new RemoteInterest();
+    r.replace(2, { i: 'inc', s: 0, e: [] });
+    assert.equal(r.apply(2, l.takeDelta()!), true);
+    // S is lost with the lease (or handed over), T unsubscribed: one delta.
+    assert.equal(l.removeDurable('S', 'a/#', true), true);
+    assert.equal(l.removeDurable('T', 'b/#'), true);
+    const d = l.takeDelta()!;
+    assert.deepEqual(d.d, [
+      [2, 'S', 'a/#'],
+      [0, 'T', 'b/#'],
+    ]);
+    assert.equal(r.apply(2, d), true);
+    assert.deepEqual([...r.orphans.keys()], ['S']);
+    assert.equal(r.durable.size, 1, "S's entry, as an orphan: a QoS 1 publish to a/x is held for S's next owner");
+    assert.equal(r.brokersOf('S'), undefined);
+    // The next owner announces S: the orphan goes.
+    r.replace(3, { i: 'inc3', s: 0, e: [], ds: [['S', 'a/#']] });
+    assert.equal(r.orphans.size, 0);
+    assert.deepEqual([...r.brokersOf('S')!.keys()], [3]);
+    // Announced by the next owner before the old one's `moved` arrives: no orphan.
+    r.addOrphan(2, 'S', 'a/#');
+    assert.equal(r.orphans.size, 0);
+  });
 });

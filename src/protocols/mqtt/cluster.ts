@@ -275,14 +275,22 @@ export class MqttClusterSessions<S extends ClusterSession> implements DurableSub
   private async release(clientId: string, lost: boolean): Promise<void> {
     const s = this.hub.sessions.get(clientId);
     if (s === undefined) return;
-    if (lost) {
-      this.stats.lost++;
-      this.hub.dropSession(s, ReasonCode.SESSION_TAKEN_OVER);
-      return;
+    // From here until its next owner announces it, the acked messages reaching it are held for that owner (by this
+    // broker and by the others), not stored here where they could be lost with the session (cluster/live.ts moving).
+    const live = s.persistent ? this.hub.ctx.engine.live : null;
+    live?.moving?.(clientId, true);
+    try {
+      if (lost) {
+        this.stats.lost++;
+        this.hub.dropSession(s, ReasonCode.SESSION_TAKEN_OVER);
+        return;
+      }
+      s.conn?.sessionMoved(ReasonCode.SERVER_SHUTTING_DOWN);
+      await this.hub.drainSession(s);
+      this.hub.dropSession(s, null);
+      this.stats.handedOver++;
+    } finally {
+      live?.moving?.(clientId, false);
     }
-    s.conn?.sessionMoved(ReasonCode.SERVER_SHUTTING_DOWN);
-    await this.hub.drainSession(s);
-    this.hub.dropSession(s, null);
-    this.stats.handedOver++;
   }
 }
