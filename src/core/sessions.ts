@@ -21,6 +21,11 @@ export interface SessionRecord {
   /** When the session ends if no client resumes it, ms since epoch; null while a client is connected. */
   expiresAt: number | null;
   updatedAt: number;
+  /**
+   * The publish keys the session's queue took (QueueChanges.marks, merged): the highest sequence per producer.
+   * Read back by getSession / listSessions; putSession ignores it.
+   */
+  marks?: Record<string, number>;
 }
 
 export interface QueuedEntry {
@@ -72,6 +77,12 @@ export interface QueueChanges {
   replace?: QueuedEntry[];
   remove?: number[];
   append?: Buffer[];
+  /**
+   * Publish keys of the appended messages (Message.pubKey: the highest sequence per producer), merged into the
+   * session's marks in the same transaction as the append (a later value replaces an earlier one), kept until
+   * deleteSession, and read back with the session record (SessionRecord.marks).
+   */
+  marks?: Record<string, number>;
 }
 
 export interface RetainedEntry {
@@ -93,6 +104,7 @@ export interface RetainedStore {
 export class MemorySessionStore implements SessionStore {
   private readonly records = new Map<string, SessionRecord>();
   private readonly queues = new Map<string, QueuedEntry[]>();
+  private readonly marks = new Map<string, Record<string, number>>();
   private seq = 0;
 
   /**
@@ -107,7 +119,12 @@ export class MemorySessionStore implements SessionStore {
 
   async getSession(clientId: string): Promise<SessionRecord | null> {
     const r = this.records.get(clientId);
-    return r ? { ...r } : null;
+    return r ? this.withMarks(r) : null;
+  }
+  private withMarks(r: SessionRecord): SessionRecord {
+    const m = this.marks.get(r.clientId);
+    const { marks: _, ...rec } = r;
+    return m === undefined ? rec : { ...rec, marks: { ...m } };
   }
   async putSession(rec: SessionRecord, fence?: number): Promise<void> {
     this.fenced(rec.clientId, fence);
@@ -117,9 +134,10 @@ export class MemorySessionStore implements SessionStore {
     this.fenced(clientId, fence);
     this.records.delete(clientId);
     this.queues.delete(clientId);
+    this.marks.delete(clientId);
   }
   async listSessions(protocol: string): Promise<SessionRecord[]> {
-    return [...this.records.values()].filter((r) => r.protocol === protocol).map((r) => ({ ...r }));
+    return [...this.records.values()].filter((r) => r.protocol === protocol).map((r) => this.withMarks(r));
   }
   async readQueue(clientId: string, limit: number): Promise<QueuedEntry[]> {
     return (this.queues.get(clientId) ?? []).slice(0, limit);
@@ -137,6 +155,7 @@ export class MemorySessionStore implements SessionStore {
     this.fenced(clientId, fence);
     let q = this.queues.get(clientId);
     if (!q) this.queues.set(clientId, (q = []));
+    if (changes.marks !== undefined) this.marks.set(clientId, { ...this.marks.get(clientId), ...changes.marks });
     for (const r of changes.replace ?? []) {
       const e = q.find((x) => x.seq === r.seq);
       if (e) e.data = Buffer.from(r.data);
