@@ -1,13 +1,16 @@
 /**
- * `npm run chaos [-- --minutes M --seed S --keep --max-faults N --gap-ms MIN,MAX --no-subscriber]`: a seeded nemesis injects
- * faults (kill -9, SIGSTOP past the lease, graceful restart, S3 stalls and cuts, a broker cut off from PostgreSQL or
- * from its peers) into a three-broker cluster under Kafka, MQTT, AMQP and JetStream traffic; afterwards everything
+ * `npm run chaos [-- --minutes M --seed S --keep --max-faults N --gap-ms MIN,MAX --no-subscriber --kinds K1,K2 --pg-ha]`:
+ * a seeded nemesis injects faults (kill -9, SIGSTOP past the lease, graceful restart, S3 stalls and cuts, a broker cut
+ * off from PostgreSQL or from its peers, a broker killed mid-write, a bit flipped in a segment object, and with
+ * `--pg-ha` the PostgreSQL primary lost) into a three-broker cluster under Kafka, MQTT, AMQP and JetStream traffic; afterwards everything
  * acknowledged is read back (bench/reliability/chaos.ts). Prints a table per fault kind and per load, and last
- * `chaos: N acknowledged, N lost, N duplicated`. Exits 1 when an acknowledged message is lost (the persistent MQTT
+ * `chaos: N acknowledged, N lost, N duplicated`. Exits 1 when a fault's own check fails (a torn object not collected, a flipped bit not detected or its
+ * batch served), or an acknowledged message is lost (the persistent MQTT
  * subscriber's included), or the idempotent Kafka producer duplicated or reordered.
  */
 import { parseArgs } from 'node:util';
 import { formatChaosSummary, runChaos } from './reliability/chaos.js';
+import { FAULT_KINDS, type FaultKind } from './reliability/chaos-nemesis.js';
 
 const { values } = parseArgs({
   options: {
@@ -18,9 +21,20 @@ const { values } = parseArgs({
     'gap-ms': { type: 'string', default: '2000,6000' },
     keep: { type: 'boolean', default: false },
     'no-subscriber': { type: 'boolean', default: false },
+    // A comma-separated list of fault kinds, injected in that order, in turn (default: all but pg-failover).
+    kinds: { type: 'string' },
+    // PostgreSQL made highly available by pg_auto_failover; adds the pg-failover kind to the default list.
+    'pg-ha': { type: 'boolean', default: false },
     quiet: { type: 'boolean', default: false },
   },
 });
+const kinds = values.kinds?.split(',').filter(Boolean);
+for (const k of kinds ?? []) {
+  if (!(FAULT_KINDS as readonly string[]).includes(k)) {
+    console.error(`unknown fault kind ${k}; kinds: ${FAULT_KINDS.join(', ')}`);
+    process.exit(2);
+  }
+}
 const s = await runChaos({
   minutes: Number(values.minutes),
   seed: Number(values.seed),
@@ -28,6 +42,8 @@ const s = await runChaos({
   gapMs: values['gap-ms'].split(',').map(Number) as [number, number],
   keep: values.keep,
   subscriber: !values['no-subscriber'],
+  kinds: kinds as FaultKind[] | undefined,
+  pgHa: values['pg-ha'],
   log: values.quiet ? undefined : (l) => console.log(l),
 });
 console.log(formatChaosSummary(s));

@@ -18,15 +18,37 @@
  * - s3-cut: every broker's S3 connections reset and new ones refused for 0.5..3 s;
  * - pg-partition: one broker cut off from PostgreSQL (its connections stalled) for lease + 1..4 s: the others take
  *   its work over, its queued writes arrive late, under an old epoch;
- * - peer-partition: one broker unreachable by its peers (the proxy in front of its cluster port stalled) for 2..6 s.
+ * - peer-partition: one broker unreachable by its peers (the proxy in front of its cluster port stalled) for 2..6 s;
+ * - torn-write: a broker killed -9 in the middle of its writes: its PostgreSQL and S3 connections pass on half of
+ *   the next chunk each sends, then hold (FaultProxy `tear`) for 0.2..1 s, it is killed, the torn requests end cut
+ *   short; and, as a store without atomic PUTs would keep after such a crash, a torn segment object (the first
+ *   half of a committed one) is put where the dead broker's next segment of one of its partitions would go (the
+ *   partition's flushed offset, its epoch). Restarted like kill. Checked: the next owner deletes the torn object
+ *   (it is not in the metastore; chaos-storage.ts), and nothing acknowledged is lost (the read-back);
+ * - bit-flip: a bit flipped in a committed segment object of the Kafka stream (in s3rver's file, behind every
+ *   broker's back), the partition read there with kcat: the broker must detect it (flowmq_log_corrupt_batches_total
+ *   rises) and serve no record of the corrupt batch (kcat gets CORRUPT_MESSAGE), then the object is restored (a
+ *   repair from a backup) and the read-back must find everything. The segment is the only copy of its records (the
+ *   WAL is trimmed once it is committed), so the flip is undone rather than left: corruption of the only copy is
+ *   unrecoverable by design (docs/reliability.md, "Corruption"). The runner's brokers keep no read caches
+ *   (`--read-cache-bytes 0 --object-cache-bytes 0`) so that the read reaches the object;
+ * - pg-failover (only with a highly available PostgreSQL, `npm run chaos -- --pg-ha`): the PostgreSQL primary
+ *   killed -9 (its node's postmaster, backends and pg_autoctl), pg_auto_failover promotes the synchronous standby,
+ *   the brokers follow through their multi-host URL; the lost node is then started again as the new standby.
  */
+import { readFileSync } from 'node:fs';
 import { FaultProxy } from '../../test/helpers/fault-proxy.js';
+import { CHAOS_KAFKA_TOPIC } from './chaos-loads.js';
+import { committedSegments, corruptBatches, firstBatch, flipByte, kcatRead, objectExists, objectFile, partitionRow, putObject } from './chaos-storage.js';
+import { writeFileSync } from 'node:fs';
 import { sleep } from '../../test/e2e/harness.js';
 import type { TestCluster } from '../../test/helpers/cluster.js';
 import { prng } from '../../test/helpers/prng.js';
 
-export const FAULT_KINDS = ['kill', 'pause', 'term', 's3-stall', 's3-cut', 'pg-partition', 'peer-partition'] as const;
+export const FAULT_KINDS = ['kill', 'pause', 'term', 's3-stall', 's3-cut', 'pg-partition', 'peer-partition', 'torn-write', 'bit-flip', 'pg-failover'] as const;
 export type FaultKind = (typeof FAULT_KINDS)[number];
+/** The kinds `npm run chaos` cycles through by default: every one but pg-failover, which needs `--pg-ha`. */
+export const DEFAULT_FAULT_KINDS: FaultKind[] = FAULT_KINDS.filter((k) => k !== 'pg-failover');
 
 export interface FaultSpec {
   kind: FaultKind;
@@ -38,6 +60,8 @@ export interface FaultSpec {
   quick: boolean;
   /** Quiet time after the cluster recovered, before the next fault, ms. */
   gapMs: number;
+  /** torn-write, bit-flip: which partition or segment, a draw in [0, 1). */
+  pick: number;
 }
 
 /** A fault as it happened. */
@@ -51,21 +75,32 @@ export interface FaultEvent extends FaultSpec {
 }
 
 /** The faults of a seed, in order: the same seed gives the same list. */
-export function faultSchedule(seed: number, leaseMs: number, brokers: number[], gapMs: [number, number] = [2000, 6000]): () => FaultSpec {
+export function faultSchedule(
+  seed: number,
+  leaseMs: number,
+  brokers: number[],
+  gapMs: [number, number] = [2000, 6000],
+  kinds: readonly FaultKind[] = DEFAULT_FAULT_KINDS,
+): () => FaultSpec {
   const rnd = prng(seed);
   const between = (lo: number, hi: number) => Math.round(lo + rnd() * (hi - lo));
   let i = 0;
   return () => {
-    const kind = FAULT_KINDS[i++ % FAULT_KINDS.length]!;
+    const kind = kinds[i++ % kinds.length]!;
     const victim = brokers[Math.floor(rnd() * brokers.length)]!;
-    const spec: FaultSpec = { kind, broker: victim, durationMs: 0, quick: false, gapMs: between(gapMs[0], gapMs[1]) };
+    const spec: FaultSpec = { kind, broker: victim, durationMs: 0, quick: false, gapMs: between(gapMs[0], gapMs[1]), pick: 0 };
     if (kind === 'kill') spec.quick = rnd() < 0.5;
+    else if (kind === 'torn-write') {
+      spec.quick = rnd() < 0.5;
+      spec.durationMs = between(200, 1000);
+      spec.pick = rnd();
+    } else if (kind === 'bit-flip') spec.pick = rnd();
     else if (kind === 'pause') spec.durationMs = leaseMs + between(500, 3000);
     else if (kind === 's3-stall') spec.durationMs = between(2000, 8000);
     else if (kind === 's3-cut') spec.durationMs = between(500, 3000);
     else if (kind === 'pg-partition') spec.durationMs = leaseMs + between(1000, 4000);
     else if (kind === 'peer-partition') spec.durationMs = between(2000, 6000);
-    if (kind === 's3-stall' || kind === 's3-cut') spec.broker = null;
+    if (kind === 's3-stall' || kind === 's3-cut' || kind === 'bit-flip' || kind === 'pg-failover') spec.broker = null;
     return spec;
   };
 }
@@ -87,6 +122,12 @@ export function describeFault(f: FaultSpec): string {
       return `broker ${f.broker} cut off from PostgreSQL for ${s(f.durationMs)}`;
     case 'peer-partition':
       return `broker ${f.broker} unreachable by its peers for ${s(f.durationMs)}`;
+    case 'torn-write':
+      return `broker ${f.broker}'s PostgreSQL and S3 writes torn for ${s(f.durationMs)}, kill -9, a torn segment object left, restart ${f.quick ? 'as soon as its id is free' : 'after its lease expired'}`;
+    case 'bit-flip':
+      return 'a bit flipped in a committed segment object, read there, restored';
+    case 'pg-failover':
+      return 'PostgreSQL primary killed -9, the standby promoted';
   }
 }
 
@@ -101,11 +142,16 @@ export interface BrokerPorts {
 
 /** The cluster with its proxies, and what the nemesis does to it. */
 export class ChaosCluster {
-  readonly pgProxy = new Map<number, FaultProxy>();
+  /** Per broker, one proxy per PostgreSQL server (two data nodes with `--pg-ha`). */
+  readonly pgProxy = new Map<number, FaultProxy[]>();
   readonly s3Proxy = new Map<number, FaultProxy>();
   readonly peerProxy = new Map<number, FaultProxy>();
   /** Called with a broker's id before a new process replaces it (to keep the old one's log). */
   beforeRestart: (id: number) => void = () => undefined;
+  /** What a fault's own check found wrong (torn object not collected, corruption not detected or served): fails the run. */
+  readonly checkFailures: string[] = [];
+  /** A check to run once the cluster has settled after the fault (inject sets it, afterRecovery runs it). */
+  private pendingCheck: (() => Promise<string>) | null = null;
 
   constructor(
     readonly c: TestCluster,
@@ -116,7 +162,8 @@ export class ChaosCluster {
   /** Proxies for broker `id` (before it starts the first time). */
   async addProxies(id: number): Promise<void> {
     const p = this.ports.get(id)!;
-    this.pgProxy.set(id, await FaultProxy.start({ port: this.c.pg.port }));
+    const pgPorts = this.c.ha ? this.c.ha.ports : [this.c.pg.port];
+    this.pgProxy.set(id, await Promise.all(pgPorts.map((port) => FaultProxy.start({ port }))));
     this.s3Proxy.set(id, await FaultProxy.start({ port: this.c.s3.port }));
     this.peerProxy.set(id, await FaultProxy.start({ port: p.cluster }));
   }
@@ -126,9 +173,9 @@ export class ChaosCluster {
     const pg = this.pgProxy.get(id);
     const s3 = this.s3Proxy.get(id);
     if (!pg || !s3) return undefined;
-    const u = new URL(this.c.dbUrl);
-    u.port = String(pg.port);
-    return { dbUrl: u.toString(), s3Endpoint: `http://127.0.0.1:${s3.port}` };
+    // The database's URL with every server's proxy in place of the server (a multi-host URL with `--pg-ha`).
+    const m = /^(postgres(?:ql)?:\/\/[^@/]*@)([^/]*)(.*)$/.exec(this.c.dbUrl)!;
+    return { dbUrl: `${m[1]}${pg.map((p) => `127.0.0.1:${p.port}`).join(',')}${m[3]}`, s3Endpoint: `http://127.0.0.1:${s3.port}` };
   }
 
   /** The fixed ports and advertised cluster endpoint of broker `id`. */
@@ -148,6 +195,15 @@ export class ChaosCluster {
       String(p.cluster),
       '--advertised-listeners',
       `cluster=127.0.0.1:${peer.port}`,
+      // Segments sealed every 15 s at the latest (the default is 60 s): more seals under the faults, and committed
+      // segments for torn-write and bit-flip early in a run.
+      '--segment-ms',
+      '15s',
+      // No read caches: a read of a sealed batch reaches its segment object (bit-flip's check needs that).
+      '--read-cache-bytes',
+      '0',
+      '--object-cache-bytes',
+      '0',
     ];
   }
 
@@ -204,12 +260,122 @@ export class ChaosCluster {
       }
       case 'pg-partition':
       case 'peer-partition': {
-        const p = (f.kind === 'pg-partition' ? this.pgProxy : this.peerProxy).get(id)!;
-        p.set('stall');
+        const ps = f.kind === 'pg-partition' ? this.pgProxy.get(id)! : [this.peerProxy.get(id)!];
+        for (const p of ps) p.set('stall');
         await sleep(f.durationMs);
-        p.set('pass');
+        for (const p of ps) p.set('pass');
         return '';
       }
+      case 'torn-write':
+        return this.tornWrite(f, id);
+      case 'bit-flip':
+        return this.bitFlip(f);
+      case 'pg-failover':
+        return this.pgFailover();
+    }
+  }
+
+  /** The check the last fault left for after the cluster settled ('' when none). */
+  async afterRecovery(): Promise<string> {
+    const check = this.pendingCheck;
+    this.pendingCheck = null;
+    return check ? check() : '';
+  }
+
+  private fail(what: string): string {
+    this.checkFailures.push(what);
+    return `CHECK FAILED: ${what}`;
+  }
+
+  private get bootstrap(): string[] {
+    return [...this.ports.values()].map((p) => `127.0.0.1:${p.kafka}`);
+  }
+
+  /** torn-write (see the module comment). */
+  private async tornWrite(f: FaultSpec, id: number): Promise<string> {
+    // The Kafka stream's partitions the victim owns that have a committed segment (the torn object copies one).
+    const owned = (await this.c.owners('partition')).owners
+      .filter((o) => o.owner === id && o.alive && o.name.startsWith(`${CHAOS_KAFKA_TOPIC}/`))
+      .map((o) => Number(o.name.slice(CHAOS_KAFKA_TOPIC.length + 1)));
+    const segs = await committedSegments(this.c, CHAOS_KAFKA_TOPIC);
+    const candidates = owned.filter((p) => segs.some((s) => s.partition === p));
+    const partition = candidates.length > 0 ? candidates[Math.floor(f.pick * candidates.length)]! : null;
+    const before = partition === null ? null : await partitionRow(this.c, CHAOS_KAFKA_TOPIC, partition);
+    const proxies = [...this.pgProxy.get(id)!, this.s3Proxy.get(id)!];
+    const torn0 = proxies.reduce((n, p) => n + p.tornWrites, 0);
+    for (const p of proxies) p.set('tear');
+    await sleep(f.durationMs);
+    await this.c.kill(id);
+    for (const p of proxies) p.set('pass');
+    const torn = proxies.reduce((n, p) => n + p.tornWrites, 0) - torn0;
+    this.beforeRestart(id);
+    let note = `${torn} writes torn`;
+    if (partition === null || before === null) note += '; no partition of the victim with a committed segment: no torn object';
+    else {
+      const last = segs.filter((s) => s.partition === partition).at(-1)!;
+      const prefix = last.objectKey.slice(0, last.objectKey.lastIndexOf('/'));
+      const key = `${prefix}/${String(before.flushed).padStart(20, '0')}-${before.epoch}.seg`;
+      const now = await partitionRow(this.c, CHAOS_KAFKA_TOPIC, partition);
+      if (now?.epoch !== before.epoch || now.flushed !== before.flushed || objectExists(this.c, key)) {
+        note += `; partition ${partition} moved or sealed before the torn object could be put: none`;
+      } else {
+        const whole = readFileSync(objectFile(this.c, last.objectKey));
+        await putObject(this.c, key, whole.subarray(0, whole.length >> 1));
+        const after = await partitionRow(this.c, CHAOS_KAFKA_TOPIC, partition);
+        if (after?.epoch !== before.epoch) note += `; partition ${partition} taken over while the torn object was put: not checked`;
+        else {
+          note += `; torn object ${key.slice(key.indexOf(`/${partition}/`) + 1)} (${whole.length >> 1} of ${whole.length} bytes)`;
+          this.pendingCheck = async () => {
+            // The next owner opens the partition with a later epoch and sweeps what the metastore does not list.
+            const deadline = Date.now() + 20_000;
+            while (objectExists(this.c, key) && Date.now() < deadline) await sleep(200);
+            return objectExists(this.c, key)
+              ? this.fail(`torn object ${key} still there 20 s after the cluster settled`)
+              : 'torn object deleted by the next owner';
+          };
+        }
+      }
+    }
+    if (!f.quick) await this.c.waitBrokerDead(id, 30_000);
+    await this.startBroker(id);
+    return note;
+  }
+
+  /** pg-failover (see the module comment). */
+  private async pgFailover(): Promise<string> {
+    const ha = this.c.ha;
+    if (!ha) throw new Error('pg-failover needs a highly available PostgreSQL (npm run chaos -- --pg-ha)');
+    const was = await ha.killPrimary();
+    const f = await ha.waitForFailover(was, 60_000);
+    // The lost node comes back as the standby, so that the next pg-failover has one to promote.
+    const t0 = Date.now();
+    await ha.restartNode(was, 120_000);
+    return `node${was + 1} (primary) lost, node${f.index + 1} read-write ${(f.ms / 1000).toFixed(1)} s later; node${was + 1} standby again after ${((Date.now() - t0) / 1000).toFixed(1)} s`;
+  }
+
+  /** bit-flip (see the module comment). */
+  private async bitFlip(f: FaultSpec): Promise<string> {
+    const segs = await committedSegments(this.c, CHAOS_KAFKA_TOPIC);
+    if (segs.length === 0) return 'no committed segment yet: nothing flipped';
+    const seg = segs[Math.floor(f.pick * segs.length)]!;
+    const file = objectFile(this.c, seg.objectKey);
+    const original = readFileSync(file);
+    const b = firstBatch(original, seg.baseOffset);
+    const counted = await corruptBatches(this.c);
+    flipByte(file, b.lastByte);
+    try {
+      const n = b.last - b.first + 1;
+      const r = await kcatRead(this.bootstrap, CHAOS_KAFKA_TOPIC, seg.partition, b.first, n, 5000);
+      const detected = (await corruptBatches(this.c)) - counted;
+      const served = r.records.filter((x) => x.offset >= b.first && x.offset <= b.last);
+      const where = `partition ${seg.partition}, segment at ${seg.baseOffset}, batch ${b.first}..${b.last}`;
+      if (served.length > 0)
+        return this.fail(`${where}: ${served.length} records of the corrupt batch served (e.g. ${served[0]!.offset}: ${served[0]!.payload})`);
+      if (detected <= 0) return this.fail(`${where}: flowmq_log_corrupt_batches_total did not rise`);
+      const told = /corrupt|crc/i.test(r.stderr) ? ', kcat told CORRUPT_MESSAGE' : '';
+      return `${where}: detected (corrupt batches +${detected}${told}), none of its ${n} records served; restored`;
+    } finally {
+      writeFileSync(file, original);
     }
   }
 
@@ -229,8 +395,9 @@ export class ChaosCluster {
   }
 
   async close(): Promise<void> {
-    for (const m of [this.pgProxy, this.s3Proxy, this.peerProxy]) for (const p of m.values()) p.set('pass');
+    const all = [...[...this.pgProxy.values()].flat(), ...this.s3Proxy.values(), ...this.peerProxy.values()];
+    for (const p of all) p.set('pass');
     await this.c.close();
-    for (const m of [this.pgProxy, this.s3Proxy, this.peerProxy]) for (const p of m.values()) await p.close();
+    for (const p of all) await p.close();
   }
 }

@@ -32,7 +32,16 @@ import {
   MqttChaosPublisher,
   MqttChaosSubscriber,
 } from './chaos-loads.js';
-import { ChaosCluster, describeFault, FAULT_KINDS, faultSchedule, type BrokerPorts, type FaultEvent, type FaultKind } from './chaos-nemesis.js';
+import {
+  ChaosCluster,
+  DEFAULT_FAULT_KINDS,
+  describeFault,
+  FAULT_KINDS,
+  faultSchedule,
+  type BrokerPorts,
+  type FaultEvent,
+  type FaultKind,
+} from './chaos-nemesis.js';
 import { checkKafka, countPayloads, faultTable, readStream, table, tallyLoad, type FaultRow, type LoadResult } from './chaos-check.js';
 
 const AMQP_QUEUE = 'chaos.amqp';
@@ -46,6 +55,10 @@ export interface ChaosOptions {
   seed: number;
   /** At most this many faults (default: as many as fit). */
   maxFaults?: number;
+  /** The fault kinds, injected in this order, in turn (default: every kind but pg-failover; with `pgHa`, all). */
+  kinds?: FaultKind[];
+  /** PostgreSQL made highly available by pg_auto_failover (test/helpers/pg-auto-failover.ts): needed by pg-failover. */
+  pgHa?: boolean;
   /** Run the persistent MQTT subscriber; default true. */
   subscriber?: boolean;
   /** The quiet time after the cluster recovered from a fault, before the next: uniform in [min, max] ms (default 2-6 s). */
@@ -65,6 +78,8 @@ export interface ChaosSummary {
   loads: LoadResult[];
   byFault: FaultRow[];
   totals: { acked: number; lost: number; duplicates: number };
+  /** What the faults' own checks found wrong (torn-write, bit-flip): each fails the run. */
+  checkFailures: string[];
   kafkaBreaks: string[];
   /** Kafka records found more than once, with their partition/offset copies; lost ones with their key's partition. */
   kafkaDetail: string[];
@@ -78,7 +93,9 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosSummary> {
   const t = () => `[${((Date.now() - started) / 1000).toFixed(1).padStart(6)} s]`;
   const logDir = opts.keep ? mkdtempSync(join(tmpdir(), 'flowmq-chaos-')) : null;
   if (logDir) process.env.FLOWMQ_CLUSTER_LOGS = logDir;
-  const c = await startCluster({ brokers: 0, haproxy: false, leaseMs });
+  const kinds = opts.kinds ?? (opts.pgHa ? [...FAULT_KINDS] : DEFAULT_FAULT_KINDS);
+  if (kinds.includes('pg-failover') && !opts.pgHa) throw new Error('pg-failover needs a highly available PostgreSQL (--pg-ha)');
+  const c = await startCluster({ brokers: 0, haproxy: false, leaseMs, pgHa: opts.pgHa });
   const ports = new Map<number, BrokerPorts>();
   for (const id of BROKERS) {
     ports.set(id, { kafka: await freePort(), mqtt: await freePort(), amqp: await freePort(), nats: await freePort(), cluster: await freePort() });
@@ -141,9 +158,9 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosSummary> {
       `acked kafka ${kafka.acked.size}, mqtt ${mqttPub.acked.size} (${mqttPub.client.connected ? 'connected' : 'not connected'}, ${mqttPub.pending} in flight), amqp ${amqp.acked.size}, jetstream ${js.acked.size}` +
       (sub ? `; subscriber got ${sub.received.size}` : '');
 
-    log(`${t()} chaos: seed ${opts.seed}, ${opts.minutes} min, lease ${leaseMs} ms; loads running`);
+    log(`${t()} chaos: seed ${opts.seed}, ${opts.minutes} min, lease ${leaseMs} ms, faults ${kinds.join(', ')}; loads running`);
     await sleep(3000);
-    const next = faultSchedule(opts.seed, leaseMs, BROKERS, opts.gapMs);
+    const next = faultSchedule(opts.seed, leaseMs, BROKERS, opts.gapMs, kinds);
     const faults: FaultEvent[] = [];
     const end = started + opts.minutes * 60_000;
     while (Date.now() < end && faults.length < (opts.maxFaults ?? Infinity)) {
@@ -159,6 +176,12 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosSummary> {
         ev.note = `failed: ${(err as Error).message.slice(0, 300)}`;
       }
       if (await chaos.recover(90_000)) ev.recoveredMs = Date.now() - injected;
+      try {
+        const checked = await chaos.afterRecovery();
+        if (checked) ev.note = ev.note ? `${ev.note}; ${checked}` : checked;
+      } catch (err) {
+        chaos.checkFailures.push(`fault ${ev.index} (${ev.kind}): its check threw ${(err as Error).message.slice(0, 300)}`);
+      }
       faults.push(ev);
       log(
         `${t()} fault ${ev.index}: ${ev.recoveredMs >= 0 ? `settled ${(ev.recoveredMs / 1000).toFixed(1)} s after injection` : 'NOT settled'}${ev.note ? ` (${ev.note})` : ''}; ${progress()}`,
@@ -201,15 +224,17 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosSummary> {
       duplicates: loads.reduce((s, l) => s + l.duplicates, 0),
     };
     const kafkaRow = loads[0]!;
-    const ok = totals.lost === 0 && kafkaRow.duplicates === 0 && kafkaRow.orderBreaks === 0 && loads.every((l) => l.acked > 0);
+    const ok =
+      totals.lost === 0 && kafkaRow.duplicates === 0 && kafkaRow.orderBreaks === 0 && loads.every((l) => l.acked > 0) && chaos.checkFailures.length === 0;
     return {
       ok,
       seed: opts.seed,
       seconds: (Date.now() - started) / 1000,
       faults,
       loads,
-      byFault: faultTable(FAULT_KINDS, windows, loads),
+      byFault: faultTable(kinds, windows, loads),
       totals,
+      checkFailures: [...chaos.checkFailures],
       kafkaBreaks: k.breaks.slice(0, 20),
       kafkaDetail: kafkaDetail(k.where, kafka.acked, loads[0]!.lostSample),
       logDir,
@@ -280,6 +305,7 @@ export function formatChaosSummary(s: ChaosSummary): string {
   for (const d of s.kafkaDetail) lines.push(`kafka: ${d}`);
   const unsettled = s.faults.filter((f) => f.recoveredMs < 0 || f.note);
   for (const f of unsettled) lines.push(`fault ${f.index} (${f.kind}): ${f.recoveredMs < 0 ? 'cluster did not settle within 90 s' : ''} ${f.note}`.trim());
+  for (const x of s.checkFailures) lines.push(`check failed: ${x}`);
   if (s.logDir) lines.push(`broker logs kept: ${s.logDir}`);
   lines.push(`chaos: ${s.totals.acked} acknowledged, ${s.totals.lost} lost, ${s.totals.duplicates} duplicated`);
   return lines.join('\n');

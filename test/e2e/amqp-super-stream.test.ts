@@ -61,7 +61,8 @@ async function quietChannel(f: { conn: { createChannel(): Promise<Channel> } }):
 }
 
 describe('e2e: AMQP super streams', () => {
-  const f = amqpFixture({ connect: true });
+  // No KIP-134 wait for the one-member Kafka group below (3 s otherwise).
+  const f = amqpFixture({ connect: true, args: ['--kafka-group-initial-rebalance-delay', '0'] });
 
   it('a hand-declared super stream is one stream of N partitions: routing keys pick partitions, partition queues read them, Kafka sees N partitions', async () => {
     const ch = await f.conn.createConfirmChannel();

@@ -4,7 +4,7 @@
  * driven by the `nats` npm client: JetStream published through one broker and consumed through another by a
  * durable pull consumer, the consumer's owner killed (kill -9) and the consumer continuing on another broker from
  * its acknowledged position, a core NATS queue group with members on two brokers getting each message once, and
- * request/reply across brokers.
+ * request/reply across brokers, and a JetStream duplicate window that outlives its partition owner (kill -9).
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -288,5 +288,44 @@ describe('e2e cluster: NATS and JetStream across three brokers', { timeout: 180_
       'acks reach the new owner',
       async () => (await (await (await nats(via)).jetstreamManager()).consumers.info('TASKS', 'run')).ack_floor.stream_seq === 6,
     );
+  });
+
+  it('JetStream: the duplicate window outlives its partition owner (killed): a publish retried through another broker is a duplicate', async () => {
+    // Runs after the kill above: two brokers are left.
+    const live = c.brokers.filter((b) => b.state !== 'dead').map((b) => b.id);
+    assert.equal(live.length, 2);
+    const jsm = await (await nats(live[0])).jetstreamManager();
+    await jsm.streams.add({ name: 'DEDUP', subjects: ['dedup.>'] });
+    const first = await (await nats(live[0])).jetstream().publish('dedup.a', sc.encode('one'), { msgID: 'order-1' });
+    assert.deepEqual([first.seq, first.duplicate], [1, false]);
+    const owner = await c.ownerOf('partition', 'DEDUP/0');
+    assert.ok(owner !== null && live.includes(owner), `the partition has a live owner (${owner})`);
+    const other = live.find((id) => id !== owner)!;
+    conns
+      .get(owner)
+      ?.close()
+      .catch(() => undefined);
+    conns.delete(owner);
+    await c.kill(owner);
+    // The same message again, as a publisher retrying after a lost PubAck: through the survivor, once it owns the partition.
+    const acks: { seq: number; duplicate: boolean }[] = [];
+    await until(
+      'a PubAck through the survivor',
+      async () => {
+        const ack = await (
+          await nats(other)
+        )
+          .jetstream()
+          .publish('dedup.a', sc.encode('one'), { msgID: 'order-1', timeout: 3000 })
+          .catch(() => null);
+        if (ack !== null) acks.push(ack);
+        return ack !== null;
+      },
+      30_000,
+    );
+    assert.deepEqual([acks[0].seq, acks[0].duplicate], [1, true], 'found a duplicate of sequence 1');
+    const next = await (await nats(other)).jetstream().publish('dedup.a', sc.encode('two'), { msgID: 'order-2' });
+    assert.deepEqual([next.seq, next.duplicate], [2, false]);
+    assert.equal((await (await (await nats(other)).jetstreamManager()).streams.info('DEDUP')).state.messages, 2);
   });
 });

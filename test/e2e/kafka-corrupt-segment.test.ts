@@ -38,7 +38,7 @@ after(async () => {
 });
 
 it('a flipped bit in a segment object: the consumer gets CORRUPT_MESSAGE, never the records; repaired, it reads on', async () => {
-  broker = await FlowmqProcess.start({ args: ['--segment-bytes', '4096', '--wal-layout', 'shared'] });
+  broker = await FlowmqProcess.start({ args: ['--segment-bytes', '4096', '--wal-layout', 'shared', '--kafka-group-initial-rebalance-delay', '0'] });
   const kafkaLogs: string[] = [];
   const client = (): InstanceType<typeof Kafka> =>
     new Kafka({

@@ -10,6 +10,7 @@
  * client (account = namespace): core NATS subscribers get their own tenant's MQTT publishes made on another broker,
  * and each tenant's JetStream stream `jorders` and durable consumer `billing`, made and read through other brokers
  * than the other tenant's, hold its own messages; stream and consumer listings show its own names only.
+ * An AMQP requester of t1 on one broker gets its direct replies from a t1 MQTT v5 responder on another, and none from t2.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
@@ -240,6 +241,42 @@ describe('cluster: namespaces t1 and t2 with the same names on three brokers', {
       assert.equal(close.fields.replyCode, 530);
       assert.equal(close.fields.replyText, `NOT_ALLOWED - access to vhost '${vhost}' refused for user '${u}'`);
     }
+  });
+
+  test("AMQP direct reply-to inside a tenant across brokers: its MQTT v5 responder answers, another tenant's publish reaches no one", async () => {
+    // ann's requester on broker 1, ann's responder on broker 2, bob (who learnt the address) on broker 3.
+    const responder = await mq('ann', 2);
+    const addresses: string[] = [];
+    responder.on('message', (_t, payload, packet) => {
+      addresses.push(packet.properties!.responseTopic!);
+      void responder.publishAsync(packet.properties!.responseTopic!, `mqtt:${payload.toString()}`, { qos: 1 });
+    });
+    await responder.subscribeAsync('rpc/echo', { qos: 1 });
+    const ch = await channel('ann', 1);
+    const replies: string[] = [];
+    await ch.consume('amq.rabbitmq.reply-to', (m) => m !== null && replies.push(m.content.toString()), { noAck: true });
+    // Until the cluster knows both ends (the responder's subscription at broker 1, the address at broker 2), a
+    // request or a reply may go nowhere: ask again until an answer comes.
+    const ask = async (body: string) => {
+      for (let tries = 0; !replies.includes(`mqtt:${body}`); tries++) {
+        assert.ok(tries < 40, `no reply to ${body}`);
+        ch.publish('amq.topic', 'rpc.echo', Buffer.from(body), { replyTo: 'amq.rabbitmq.reply-to' });
+        await until(() => assert.ok(replies.includes(`mqtt:${body}`)), 500).catch(() => undefined);
+      }
+    };
+    await ask('first');
+    assert.match(addresses[0] ?? '', /^amq\/rabbitmq\/reply-to\/[A-Za-z0-9_-]{24}$/);
+    const stranger = await mq('bob', 3);
+    await stranger.publishAsync(addresses[0]!, 'stranger', { qos: 1 });
+    const strangerNats = await nats('bob', 3);
+    strangerNats.publish(addresses[0]!.replaceAll('/', '.'), 'stranger-nats');
+    await strangerNats.flush();
+    // The marker: a later request of ann's is answered; bob's publishes never were.
+    await ask('marker');
+    assert.deepEqual(
+      replies.filter((r) => r.startsWith('stranger')),
+      [],
+    );
   });
 
   test('NATS: core subscribers and JetStream streams and consumers of the same names, each tenant its own', async () => {

@@ -71,7 +71,11 @@ export function sideBySide(prefix: string, scenario: (url: string) => Promise<En
   const t = { ours: [], theirs: [] } as unknown as SideBySide;
   let server: NatsServerJs | undefined;
   before(async () => {
-    [t.broker, server] = await Promise.all([FlowmqProcess.start(), startNatsServerJs(prefix)]);
+    [t.broker, server] = await Promise.all([
+      // No KIP-134 wait for the one-member Kafka groups some scenarios read with (3 s each otherwise).
+      FlowmqProcess.start({ args: ['--kafka-group-initial-rebalance-delay', '0'] }),
+      startNatsServerJs(prefix),
+    ]);
     t.ours = await scenario(t.broker.natsServer);
     t.theirs = await scenario(server.url);
   });

@@ -139,6 +139,9 @@ describe('OIDC JWT identities on every protocol (bin/flowmq, a local JWKS endpoi
         // The refusals below come from one address; the throttle is the password guard's, tested on its own.
         '--auth-free-failures',
         '1000',
+        // No KIP-134 wait for the one-member Kafka group (3 s otherwise).
+        '--kafka-group-initial-rebalance-delay',
+        '0',
       ],
     });
     // The administrator is a token user too (the IdP's platform-admins group): it makes the tenant's namespace.

@@ -22,6 +22,7 @@ import { startPostgres, type PostgresServer } from './postgres.js';
 import { startS3, type S3TestServer } from './s3.js';
 import { startHAProxy, type HAProxy, type ProxyBackend } from './haproxy.js';
 import { makeBrokerCa, type BrokerCa } from './broker-certs.js';
+import { startHaPostgres, type HaPostgres } from './pg-auto-failover.js';
 
 import type { ClusterBrokerView, ClusterOwnerView, ClusterStatusView } from '../../src/control/api/routes-cluster.js';
 import type { ResourceKind } from '../../src/cluster/index.js';
@@ -53,6 +54,11 @@ export interface StartClusterOptions {
    * FLOWMQ_TEST_CHANNEL_TLS=cert).
    */
   channelTls?: 'off' | 'psk' | 'cert';
+  /**
+   * A highly available PostgreSQL instead of one server: Debian's pg_auto_failover (test/helpers/pg-auto-failover.ts,
+   * a monitor and two data nodes, the standby synchronous), the brokers given its multi-host URL. Default false.
+   */
+  pgHa?: boolean;
 }
 
 export interface ClusterBroker {
@@ -129,7 +135,10 @@ export class TestCluster {
   };
 
   private constructor(
+    /** With `pgHa`: `port` is the first data node's; restarts are the HA helper's (`ha`). */
     readonly pg: PostgresServer,
+    /** The highly available PostgreSQL (`pgHa`), or null. */
+    readonly ha: HaPostgres | null,
     readonly s3: S3TestServer,
     readonly dbUrl: string,
     readonly prefix: string,
@@ -139,11 +148,12 @@ export class TestCluster {
   }
 
   static async start(opts: StartClusterOptions = {}): Promise<TestCluster> {
-    const [pg, s3] = await Promise.all([startPostgres({ maxConnections: 300, durable: opts.durable }), startS3()]);
+    const ha = opts.pgHa ? await startHaPostgres() : null;
+    const [pg, s3] = await Promise.all([ha ? haServer(ha) : startPostgres({ maxConnections: 300, durable: opts.durable }), startS3()]);
     let c: TestCluster;
     try {
       const dbUrl = await pg.createDatabase(`cluster_${process.pid}_${randomBytes(3).toString('hex')}`);
-      c = new TestCluster(pg, s3, dbUrl, `cluster-${process.pid}`, { ...opts, leaseMs: opts.leaseMs ?? 2000 });
+      c = new TestCluster(pg, ha, s3, dbUrl, `cluster-${process.pid}`, { ...opts, leaseMs: opts.leaseMs ?? 2000 });
     } catch (err) {
       await Promise.all([pg.stop(), s3.close()]);
       throw err;
@@ -160,6 +170,16 @@ export class TestCluster {
       throw err;
     }
     return c;
+  }
+
+  /**
+   * A single-host URL of the cluster's database for node-postgres (which takes one host): with `pgHa`, the current
+   * primary's.
+   */
+  async directDbUrl(): Promise<string> {
+    if (!this.ha) return this.dbUrl;
+    const db = decodeURIComponent(new URL(this.dbUrl.replace(/@[^/]*\//, '@h/')).pathname.slice(1));
+    return this.ha.nodeUrl(Math.max(0, await this.ha.primary()), db);
   }
 
   /** The options a broker of this cluster starts with (beyond data directory and ports). */
@@ -525,6 +545,20 @@ export class TestCluster {
     await Promise.all([this.pg.stop(), this.s3.close()]);
     for (const d of this.dirs) rmSync(d, { recursive: true, force: true });
   }
+}
+
+/** The HA PostgreSQL as the PostgresServer a cluster holds: its first node's port, no restarts of its own. */
+function haServer(ha: HaPostgres): PostgresServer {
+  const no = (): Promise<void> => Promise.reject(new Error('a highly available PostgreSQL is restarted through its nodes (TestCluster.ha)'));
+  return {
+    port: ha.ports[0]!,
+    url: (db) => ha.url(db),
+    createDatabase: (name) => ha.createDatabase(name),
+    restart: no,
+    stopServer: no,
+    startServer: no,
+    stop: () => ha.stop(),
+  };
 }
 
 export function startCluster(opts: StartClusterOptions = {}): Promise<TestCluster> {

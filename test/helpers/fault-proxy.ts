@@ -6,16 +6,24 @@
  *   holds the senders), new connections are accepted but not connected onward; back to `pass`, everything queued
  *   flows on, late. This is a network partition short enough for TCP to survive it: a stalled writer's requests
  *   arrive after the partition heals;
- * - `cut`: every open connection is destroyed (reset) and new ones are closed at once, until `pass` again.
+ * - `cut`: every open connection is destroyed (reset) and new ones are closed at once, until `pass` again;
+ * - `tear`: a write cut in the middle, as a process killed while writing leaves it: each open connection passes on
+ *   the first half of the next chunk its client sends, then nothing more either way (answers are held back, so the
+ *   client never learns the torn write's outcome); new connections wait as in `stall`. Leaving `tear` closes every
+ *   connection that was open in it (the server sees a request cut short, then the connection's end). The chaos
+ *   runner (`torn-write`) tears a broker's PostgreSQL and S3 connections, then kills it -9.
  * A plain module (no node:test imports), so bench/ can use it too.
  */
 import { createConnection, createServer, type Server, type Socket } from 'node:net';
 
-export type ProxyMode = 'pass' | 'stall' | 'cut';
+export type ProxyMode = 'pass' | 'stall' | 'cut' | 'tear';
 
 interface Pair {
   client: Socket;
   upstream: Socket | null;
+  /** Open while the proxy was in `tear`; `torn`: half of a chunk passed on, the rest held back. */
+  tearing?: boolean;
+  torn?: boolean;
   /** Connects onward (for a connection accepted while stalled). */
   open(): void;
 }
@@ -26,6 +34,8 @@ export class FaultProxy {
   /** Connections accepted, and cut by a fault, since the start. */
   accepted = 0;
   cutConnections = 0;
+  /** Writes cut in the middle by `tear` since the start. */
+  tornWrites = 0;
 
   private constructor(
     private readonly server: Server,
@@ -75,6 +85,15 @@ export class FaultProxy {
           up.destroy();
         };
         client.on('data', (d: Buffer) => {
+          if (this.mode === 'tear' || pair.tearing) {
+            if (!pair.torn && d.length > 1) {
+              pair.torn = true;
+              this.tornWrites++;
+              up.write(d.subarray(0, d.length >> 1));
+            }
+            client.pause();
+            return;
+          }
           if (!up.write(d)) client.pause();
         });
         up.on('data', (d: Buffer) => {
@@ -89,7 +108,7 @@ export class FaultProxy {
         up.on('error', end);
         up.on('close', end);
         client.on('close', end);
-        if (this.mode === 'stall') {
+        if (this.mode === 'stall' || this.mode === 'tear') {
           client.pause();
           up.pause();
         }
@@ -110,9 +129,20 @@ export class FaultProxy {
 
   /** Switches the mode; `cut` resets every open connection. */
   set(mode: ProxyMode): void {
+    const was = this.mode;
     this.mode = mode;
     for (const pair of [...this.pairs]) {
-      if (mode === 'cut') {
+      if (was === 'tear' && mode !== 'tear' && pair.upstream) {
+        // Torn (or at least held in the tear): the connection ends here, its request cut short.
+        this.pairs.delete(pair);
+        pair.client.destroy();
+        pair.upstream.destroy();
+      } else if (mode === 'tear') {
+        // The next chunk the client sends is cut in half (the client's data handler), answers are held back.
+        pair.tearing = true;
+        pair.upstream?.pause();
+        if (pair.upstream) pair.client.resume();
+      } else if (mode === 'cut') {
         this.cutConnections++;
         this.pairs.delete(pair);
         pair.client.resetAndDestroy();

@@ -49,6 +49,8 @@ export interface HaPostgres {
   primary(): Promise<number>;
   /** kill -9 of the primary node's whole process group (postmaster, backends, pg_autoctl): a machine lost. */
   killPrimary(): Promise<number>;
+  /** Starts a lost node's pg_autoctl again: it rejoins as the standby; resolves once the monitor has it as secondary. */
+  restartNode(i: number, timeoutMs?: number): Promise<void>;
   /** Waits until a node other than `was` is read-write (promoted), returns its index and the ms it took. */
   waitForFailover(was: number, timeoutMs?: number): Promise<{ index: number; ms: number }>;
   /** Stops every process and removes the directory. */
@@ -288,6 +290,16 @@ export async function startHaPostgres(opts: StartHaOptions = {}): Promise<HaPost
       if (p < 0) throw new Error(`no primary to kill: ${JSON.stringify(await nodeStates())}`);
       killGroup(nodeProc[p], 'SIGKILL');
       return p;
+    },
+    async restartNode(i: number, timeoutMs = 120_000): Promise<void> {
+      nodeProc[i] = await startRun(join(dir, `node${i + 1}`), `node${i + 1}.log`);
+      await waitFor(
+        async () => (await nodeStates()).some((n) => n.port === ports[i] && n.reported === 'secondary' && n.goal === 'secondary'),
+        timeoutMs,
+        `node${i + 1} as secondary again`,
+      ).catch(async (err: Error) => {
+        throw new Error(`${err.message}: ${JSON.stringify(await nodeStates())}\n${await allLogs()}`);
+      });
     },
     async waitForFailover(was: number, timeoutMs = 60_000): Promise<{ index: number; ms: number }> {
       const t0 = Date.now();

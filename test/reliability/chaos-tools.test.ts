@@ -1,13 +1,14 @@
 /**
  * The chaos runner's tools (bench/reliability/chaos.ts): the fault-injecting TCP proxy (test/helpers/fault-proxy.ts)
- * passes, stalls (bytes held, then delivered in order) and cuts (connections reset, new ones refused); the nemesis's
- * schedule is a function of its seed.
+ * passes, stalls (bytes held, then delivered in order), cuts (connections reset, new ones refused) and tears (half
+ * of a write passed on, the answer held back, the connection closed when the tear ends); the nemesis's schedule is a
+ * function of its seed.
  */
 import assert from 'node:assert/strict';
 import { createConnection, createServer, type Server, type Socket } from 'node:net';
 import { afterEach, beforeEach, describe, it } from 'node:test';
 import { FaultProxy } from '../helpers/fault-proxy.js';
-import { FAULT_KINDS, faultSchedule } from '../../bench/reliability/chaos-nemesis.js';
+import { DEFAULT_FAULT_KINDS, FAULT_KINDS, faultSchedule } from '../../bench/reliability/chaos-nemesis.js';
 
 /** An echo server on a free port. */
 async function echoServer(): Promise<{ server: Server; port: number }> {
@@ -106,23 +107,78 @@ describe('fault proxy', () => {
   });
 });
 
+describe('fault proxy tear', () => {
+  it('passes half of the next write on, holds the answer back, and closes the connection when the tear ends', async () => {
+    const got: string[] = [];
+    const closed: Array<Promise<void>> = [];
+    // A server that records what arrives and answers "ok" to each chunk.
+    const server = createServer((s) => {
+      s.on('error', () => undefined);
+      closed.push(new Promise((r) => s.once('close', () => r())));
+      s.on('data', (d: Buffer) => {
+        got.push(d.toString());
+        s.write('ok');
+      });
+    });
+    const port = await new Promise<number>((r) => server.listen(0, '127.0.0.1', () => r((server.address() as { port: number }).port)));
+    const proxy = await FaultProxy.start({ port });
+    try {
+      const a = await connect(proxy.port);
+      const ca = collect(a);
+      a.write('first');
+      await until(() => ca.text() === 'ok');
+      proxy.set('tear');
+      a.write('abcdefgh');
+      await until(() => got.join('') === 'firstabcd');
+      await wait(200);
+      assert.equal(ca.text(), 'ok', 'the torn write is not answered');
+      assert.equal(proxy.tornWrites, 1);
+      proxy.set('pass');
+      await ca.closed;
+      await closed[0];
+      assert.equal(got.join(''), 'firstabcd', 'the second half never arrived');
+      // New connections pass again.
+      const b = await connect(proxy.port);
+      const cb = collect(b);
+      b.write('x');
+      await until(() => cb.text() === 'ok');
+      b.destroy();
+    } finally {
+      await proxy.close();
+      server.close();
+      server.unref();
+    }
+  });
+});
+
 describe('nemesis schedule', () => {
   it('is a function of the seed: every kind in turn, the same victims and durations for the same seed', () => {
     const take = (seed: number) => {
       const next = faultSchedule(seed, 2000, [1, 2, 3]);
-      return Array.from({ length: 2 * FAULT_KINDS.length }, () => next());
+      return Array.from({ length: 2 * DEFAULT_FAULT_KINDS.length }, () => next());
     };
     const a = take(5);
     assert.deepEqual(take(5), a);
     assert.notDeepEqual(take(6), a);
     assert.deepEqual(
       a.map((f) => f.kind),
-      [...FAULT_KINDS, ...FAULT_KINDS],
+      [...DEFAULT_FAULT_KINDS, ...DEFAULT_FAULT_KINDS],
     );
+    assert.ok(!DEFAULT_FAULT_KINDS.includes('pg-failover'), 'pg-failover needs --pg-ha');
     for (const f of a) {
       if (f.kind === 'pause' || f.kind === 'pg-partition') assert.ok(f.durationMs > 2000, `${f.kind} outlasts the lease`);
-      if (f.kind === 's3-stall' || f.kind === 's3-cut') assert.equal(f.broker, null);
+      if (f.kind === 's3-stall' || f.kind === 's3-cut' || f.kind === 'bit-flip') assert.equal(f.broker, null);
       else assert.ok([1, 2, 3].includes(f.broker!));
+      if (f.kind === 'torn-write') assert.ok(f.durationMs >= 200 && f.pick >= 0 && f.pick < 1);
     }
+  });
+
+  it('takes the kinds it is given, in their order', () => {
+    const next = faultSchedule(1, 2000, [1, 2, 3], [1000, 2000], ['bit-flip', 'pg-failover']);
+    assert.deepEqual(
+      Array.from({ length: 4 }, () => next().kind),
+      ['bit-flip', 'pg-failover', 'bit-flip', 'pg-failover'],
+    );
+    assert.equal(FAULT_KINDS.length, DEFAULT_FAULT_KINDS.length + 1);
   });
 });

@@ -9,7 +9,9 @@
  *   marked with IDS_KEY are read (set once a publish with a Nats-Msg-Id reached the stream): a Kafka topic or MQTT
  *   stream of 200,000 fresh records held the NATS listener of a restarting broker ~350 ms while it was read.
  *
- * Cluster mode keeps the window in the memory of the partition's owner (docs/nats.md): nothing is rebuilt there.
+ * Cluster mode keeps the window in the memory of the partition's owner (docs/nats.md), and a broker that becomes the
+ * owner rebuilds it the same way before it checks its first id (windowLoad): a publish retried through any broker
+ * after the owner died, was paused past its lease or handed the partition over is still found a duplicate.
  */
 import { decodeBatch, readBatchInfo, type StreamDef } from '../../../core/index.js';
 import type { JetStreamState } from './service-state.js';
@@ -76,6 +78,37 @@ export async function rebuildWindows(js: JetStreamState): Promise<number> {
     found += await rebuildIds(js, d.name, ns / 1e6);
   }
   return found;
+}
+
+/**
+ * Cluster mode, at the owner of a single-partition stream, before a Nats-Msg-Id (or an expectation on the last one)
+ * is checked: null when the window holds what this ownership of the partition (its epoch) stored, else the rebuild of
+ * the ids from the stream's records (started by the first such publish of the ownership; later ones wait for the
+ * same one). Not the owner: null (the publish is forwarded, or made here when the owner cannot be reached).
+ */
+export function windowLoad(js: JetStreamState, stream: string): Promise<void> | null {
+  const where = js.engine.storage.locate?.(stream, 0);
+  if (where === undefined || !where.local) return null;
+  const had = js.dedupEpochs.get(stream);
+  if (had !== undefined && had.epoch === where.epoch) return had.loading;
+  const def = js.engine.getAnyStream(stream)?.def;
+  const ns = js.duplicateWindowNs.get(stream) ?? (def === undefined ? DEFAULT_DUPLICATE_WINDOW_NS : storedWindowNs(def));
+  const entry: { epoch: number; loading: Promise<void> | null } = { epoch: where.epoch, loading: null };
+  js.dedupEpochs.set(stream, entry);
+  js.dedup.delete(stream);
+  const loading = rebuildIds(js, stream, ns / 1e6).then(
+    (found) => {
+      if (js.dedupEpochs.get(stream) === entry) entry.loading = null;
+      if (found > 0) js.logger.debug({ stream, ids: found, epoch: where.epoch }, 'JetStream: duplicate window rebuilt by the partition owner');
+    },
+    (err: unknown) => {
+      // Tried again by the next publish with an id.
+      if (js.dedupEpochs.get(stream) === entry) js.dedupEpochs.delete(stream);
+      throw err;
+    },
+  );
+  entry.loading = loading;
+  return loading;
 }
 
 async function rebuildIds(js: JetStreamState, stream: string, windowMs: number): Promise<number> {

@@ -20,14 +20,14 @@ import {
   type PublishInfo,
   type StreamDef,
 } from '../../../core/index.js';
-import { retriable } from './cluster.js';
+import { pause, retriable, retryWindowMs } from './cluster.js';
 import { consumedPartitions } from './consumer.js';
 import { readAt } from './consumer-parts.js';
 import { firstOffsetFrom, placeOf, seqOf } from './partition-seq.js';
 import { JsErr, type ApiError } from './errors.js';
 import { DEFAULT_DUPLICATE_WINDOW_NS, firstMatching, isoTime, lastMatching } from './stream-info.js';
 import { subjectMatches } from './subjects.js';
-import { markIds, storedWindowNs } from './dedup.js';
+import { markIds, storedWindowNs, windowLoad } from './dedup.js';
 import { jsOptions, storedSize, type StreamView } from './stream-view.js';
 import { accountRefusal } from './account.js';
 import { BAD_JSON, errText, isCount, JetStreamState, type Json, parseJson, typed } from './service-state.js';
@@ -97,6 +97,16 @@ export function publishWith(js: JetStreamState, msg: Message, to: string | ((bod
           info.delivered++;
           return info;
         }
+      }
+      // Cluster mode: a new owner of the partition first rebuilds the window from the stream (dedup.ts).
+      const loading = (msgId !== undefined || expLastId !== undefined) && js.cluster !== null && t.partitions === 1 ? windowLoad(js, t.name) : null;
+      if (loading !== null) {
+        loading.then(
+          () => publishWith(js, msg, to, forward, checked),
+          (err: unknown) => answer(js, to, { error: JsErr.streamStoreFailed(errText(err)), stream: t.name, seq: 0 }),
+        );
+        info.delivered++;
+        return info;
       }
       let refusal: ApiError | null = null;
       if (expStream !== undefined && expStream !== t.name) refusal = JsErr.expectedStreamMismatch();
@@ -252,10 +262,21 @@ function subjectChecked(
 
 /**
  * Cluster mode: a publish carrying a Nats-Msg-Id or an expectation, sent to the broker writing the stream's
- * partition (`js.publish`), which checks and publishes it there and answers the PubAck. If that broker cannot be
- * reached, the publish is made here (its id checked against this broker's window only).
+ * partition (`js.publish`), which checks and publishes it there and answers the PubAck. An owner that cannot be
+ * reached or no longer owns the partition (NOT_OWNER, UNAVAILABLE) is looked up again and the publish sent to the
+ * next one, or checked here once this broker owns the partition (its window rebuilt: dedup.ts windowLoad), for up to
+ * two leases (retryWindowMs): a publish is never checked against the window of a broker that does not own the
+ * partition. Past that, an error answers it (the client sends it again, with the same id).
  */
-export function forwardPublish(js: JetStreamState, cl: Cluster, broker: number, msg: Message, to: string | ((body: Json) => void)): void {
+export function forwardPublish(
+  js: JetStreamState,
+  cl: Cluster,
+  broker: number,
+  msg: Message,
+  to: string | ((body: Json) => void),
+  deadline = Date.now() + retryWindowMs(cl),
+  attempt = 0,
+): void {
   // The origin names a connection of this broker: meaningless (or someone else's) at the other one.
   const { origin: _o, ...rest } = msg;
   js.clusterStats.publishesForwarded++;
@@ -264,10 +285,26 @@ export function forwardPublish(js: JetStreamState, cl: Cluster, broker: number, 
       if (ack !== null) answer(js, to, ack);
     },
     (err: unknown) => {
-      if (!retriable(err)) return answer(js, to, { error: JsErr.streamStoreFailed(errText(err)), stream: '', seq: 0 });
-      publishWith(js, msg, to, false);
+      if (!retriable(err) || Date.now() > deadline) return answer(js, to, { error: JsErr.streamStoreFailed(errText(err)), stream: '', seq: 0 });
+      void pause(attempt).then(() => {
+        const t = capturing(js, msg.topic)[0];
+        const where = t === undefined ? undefined : js.engine.storage.locate?.(t.name, 0);
+        if (where === undefined || where.local) publishWith(js, msg, to, false);
+        else forwardPublish(js, cl, where.broker ?? broker, msg, to, deadline, attempt + 1);
+      });
     },
   );
+}
+
+/**
+ * Cluster mode, `js.publish` at the broker asked: it must own the single partition of the stream capturing the
+ * message, or the sender looks the owner up again (NOT_OWNER) instead of having the id checked here.
+ */
+export function ownsPublished(js: JetStreamState, msg: Message): boolean {
+  const t = capturing(js, msg.topic)[0];
+  if (t === undefined || t.partitions !== 1) return true;
+  const where = js.engine.storage.locate?.(t.name, 0);
+  return where === undefined || where.local;
 }
 
 export function answer(js: JetStreamState, to: string | ((body: Json) => void), body: Json): void {

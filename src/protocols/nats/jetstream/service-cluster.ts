@@ -12,7 +12,7 @@ import type { ConsumerConfig } from './config.js';
 import { Consumer } from './consumer.js';
 import { isValidApiName } from './subjects.js';
 import { BAD_JSON, JetStreamState, type Json, NO_ANSWER, parseJson, randomName } from './service-state.js';
-import { publishWith } from './message-api.js';
+import { ownsPublished, publishWith } from './message-api.js';
 import { consumerInfoJson, onAck } from './consumer-api.js';
 import { jsOptions } from './stream-view.js';
 
@@ -63,6 +63,7 @@ export function joinCluster(js: JetStreamState, cl: Cluster): void {
   });
   serve(ch, RPC.jsPublish, (_from, _head, tail) => {
     const msg = decodeMessage(tail);
+    if (!ownsPublished(js, msg)) throw new FlowError('NOT_OWNER', 'the stream partition of this JetStream publish is not written by this broker');
     return new Promise<Json | null>((resolve) => {
       const info = publishWith(js, msg, (ack) => resolve(ack), false);
       // No stream here captured it (deleted meanwhile): no PubAck, as on a single broker.

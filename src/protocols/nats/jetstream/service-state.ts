@@ -100,6 +100,11 @@ export abstract class JetStreamState implements ConsumerHost {
   readonly subs: Subscription[] = [];
   /** Per stream: Nats-Msg-Id → stream sequence and when it was stored, oldest first. */
   readonly dedup = new Map<string, Map<string, { seq: number; at: number }>>();
+  /**
+   * Cluster mode: per stream, the ownership (epoch) of its partition for which this broker rebuilt `dedup` from the
+   * log, and the rebuild while it runs (dedup.ts windowLoad).
+   */
+  readonly dedupEpochs = new Map<string, { epoch: number; loading: Promise<void> | null }>();
   readonly duplicateWindowNs = new Map<string, number>();
   /** Streams with per-subject limits, rollups or deletes (stream-view.ts), by name. */
   readonly views = new Map<string, StreamView>();
@@ -478,6 +483,7 @@ export abstract class JetStreamState implements ConsumerHost {
     this.consumers.delete(stream);
     for (let i = this.ended.length - 1; i >= 0; i--) if (this.ended[i].c.stream === stream) this.ended.splice(i, 1);
     this.dedup.delete(stream);
+    this.dedupEpochs.delete(stream);
     this.dropView(stream);
   }
 
