@@ -534,8 +534,7 @@ export class Engine implements Router {
     }
     // The index keeps its own copy: the payload may be a view into a socket buffer.
     const kept: Message = { ...msg, payload: Buffer.from(msg.payload), headers: msg.headers.slice() };
-    // Not the MQTT QoS 2 publish it came with (Message.pubKey): a retained copy is delivered as a message of its own.
-    delete kept.pubKey;
+    delete kept.pubKey; // a retained copy is a message of its own, not the MQTT QoS 2 publish (Message.pubKey)
     this.retained.set(kept);
     if (volatile) return null;
     const put = this.store.putRetained(msg.topic, encodeStoredMessage(kept));
@@ -662,8 +661,7 @@ export class Engine implements Router {
       seen.add(e);
       const p = partitionFor(msg, e.def.partitions);
       const batch = encodeBatch([messageToRecord(msg, e.ownTopic)]);
-      // An MQTT QoS 2 publish key: the partition's producer state recognises a retried publish (Message.pubKey).
-      const key = msg.pubKey;
+      const key = msg.pubKey; // an MQTT QoS 2 publish key: the partition's producer state knows a retry (Message.pubKey)
       if (key !== undefined) setProducer(batch, key.producer, 0, key.seq);
       const { baseOffset, durable, offset } = this.storage.append(e.def.name, p, batch, key !== undefined);
       this.stats.captured++;
