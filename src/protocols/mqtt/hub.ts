@@ -22,6 +22,7 @@ import { persistKeys, restoreKeys, SessionProducerIds } from './qos2.js';
 import {
   MqttSession,
   NOTHING,
+  afterWrite,
   decodeDelivery,
   encodeDelivery,
   newDelivery,
@@ -629,32 +630,35 @@ export class MqttHub implements MqttClusterHost<MqttSession> {
     // Not awaited, and the next flush may be issued before this one resolves: a session's queue changes apply in the
     // order issued (the store's per-key order on the client id, src/storage/metastore/types.ts), which is also why a
     // remove of a seq learnt from an earlier result can follow at once.
-    const written = this.store
-      .updateQueue(s.clientId, marks === undefined ? { replace, remove, append } : { replace, remove, append, marks }, max, s.epoch)
-      .then(
-        ({ seqs, dropped }) => {
-          for (let k = 0; k < appended.length; k++) {
-            const d = appended[k];
-            d.seq = seqs[k];
-            if (d.stored === 'writing') {
-              d.stored = 'stored';
-              if (d.changed) {
-                d.changed = false;
-                this.touch(s, d);
-              }
-            } else if (d.stored === 'gone' && !s.ended) {
-              // Acknowledged while its write was under way.
-              (s.toRemove = ownList(s.toRemove)).push(d.seq);
-              this.markDirty(s);
+    const written = this.store.updateQueue(s.clientId, { replace, remove, append, marks }, max, s.epoch).then(
+      ({ seqs, dropped }) => {
+        for (let k = 0; k < appended.length; k++) {
+          const d = appended[k];
+          d.seq = seqs[k];
+          if (d.stored === 'writing') {
+            d.stored = 'stored';
+            if (d.changed) {
+              d.changed = false;
+              this.touch(s, d);
             }
+          } else if (d.stored === 'gone' && !s.ended) {
+            // Acknowledged while its write was under way.
+            (s.toRemove = ownList(s.toRemove)).push(d.seq);
+            this.markDirty(s);
           }
-          if (dropped > 0) {
-            this.dropped('offline', true, dropped);
-            this.ctx.logger.debug({ clientId: s.clientId, dropped }, 'mqtt offline queue full, oldest messages dropped');
-          }
-        },
-        (err: unknown) => this.storeFailed('updateQueue', err, s.clientId),
-      );
+          // Its rewrite is in the flush scheduled now (outbound.ts releasedStored).
+          if (d.afterWrite !== undefined) afterWrite(d, this.queueWrites());
+        }
+        if (dropped > 0) {
+          this.dropped('offline', true, dropped);
+          this.ctx.logger.debug({ clientId: s.clientId, dropped }, 'mqtt offline queue full, oldest messages dropped');
+        }
+      },
+      (err: unknown) => {
+        for (const d of appended) if (d.afterWrite !== undefined) afterWrite(d, null);
+        this.storeFailed('updateQueue', err, s.clientId);
+      },
+    );
     // Flushed ahead of the scheduled round (a read of the queue) or in it: the round's waiters wait for it too.
     this.round?.writes.push(written);
   }

@@ -49,6 +49,8 @@ export interface Delivery {
    * on subscribe nor one read back from the store): if it is dropped, it comes out of `delivered` again.
    */
   counted: boolean;
+  /** Waiting for its entry to be rewritten once its append (`stored` 'writing') is done (outbound.ts releasedStored). */
+  afterWrite?: Array<() => void>;
 }
 
 /**
@@ -56,6 +58,16 @@ export interface Delivery {
  * 'stored': in the store under `seq`. 'gone': acknowledged or dropped (removed, or skipped if not written yet).
  */
 export type StoreState = 'none' | 'queued' | 'writing' | 'stored' | 'gone';
+
+/** Runs a delivery's `afterWrite` waiters once `done` (its rewrite's flush; null: nothing to wait for) settles. */
+export function afterWrite(d: Delivery, done: Promise<void> | null): void {
+  const waiters = d.afterWrite ?? [];
+  delete d.afterWrite;
+  for (const w of waiters) {
+    if (done === null) w();
+    else void done.then(w);
+  }
+}
 
 /** A delivery not yet sent nor stored. */
 export function newDelivery(msg: Message, qos: QoS, retain: boolean, subIds: number[] | null, shared: Subscription | null, counted: boolean): Delivery {
