@@ -19,10 +19,6 @@ const { values } = parseArgs({
     cluster: { type: 'boolean', default: false },
   },
 });
-if (values.cluster) {
-  console.error('soak: --cluster is not implemented yet (one broker only)');
-  process.exit(2);
-}
 const minutes = Number(values.minutes);
 const r = await runSoak({
   minutes,
@@ -30,9 +26,14 @@ const r = await runSoak({
   sampleSeconds: Number(values['sample-seconds']),
   maxRssMibPerMin: Number(values['max-rss-mib-per-min']),
   maxHandlesPerMin: Number(values['max-handles-per-min']),
+  cluster: values.cluster,
   log: (l) => console.log(l.startsWith('soak:') ? `${l}\n${HEADER}` : l),
 });
-await writeSoakChart(r.samples, `FlowMQ soak: ${minutes} min, ${values.rate} msg/s per protocol (Kafka, MQTT, AMQP, NATS)`, values.out);
+await writeSoakChart(
+  r.samples,
+  `FlowMQ soak${values.cluster ? ' (3-broker cluster)' : ''}: ${minutes} min, ${values.rate} msg/s per protocol (Kafka, MQTT, AMQP, NATS)`,
+  values.out,
+);
 console.log(
   `soak: ${r.acked} acknowledged, ${r.skipped} ticks skipped, ${r.errors} failed; RSS slope ${r.rssSlopeMibPerMin.toFixed(2)} MiB/min, ` +
     `handles slope ${r.handlesSlopePerMin.toFixed(2)}/min (second half); chart ${values.out}`,

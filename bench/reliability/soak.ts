@@ -18,6 +18,7 @@ import kafkajs from 'kafkajs';
 import mqtt from 'mqtt';
 import { connect as natsConnect } from '@nats-io/transport-node';
 import { FlowmqProcess, sleep } from '../../test/e2e/harness.js';
+import { startCluster, type TestCluster } from '../../test/helpers/cluster.js';
 
 const { Kafka, logLevel } = kafkajs;
 process.env.KAFKAJS_NO_PARTITIONER_WARNING = '1';
@@ -34,6 +35,12 @@ export interface SoakOptions {
   maxHandlesPerMin: number;
   /** Extra broker arguments. */
   brokerArgs?: string[];
+  /**
+   * Three brokers in cluster mode (test/helpers/cluster.ts: PostgreSQL, s3rver) instead of one: each protocol's
+   * sender and receiver on different brokers, the samples summed over the brokers (RSS, handles, descriptors,
+   * connections; the event-loop lag is the worst broker's).
+   */
+  cluster?: boolean;
   log?: (line: string) => void;
 }
 
@@ -74,7 +81,7 @@ function deferred(): { promise: Promise<void>; resolve(): void } {
   return { promise, resolve };
 }
 
-async function kafkaLane(broker: FlowmqProcess): Promise<Lane> {
+async function kafkaLane(broker: FlowmqProcess, reader: FlowmqProcess): Promise<Lane> {
   const kafka = new Kafka({ brokers: [broker.kafka], clientId: 'soak', logLevel: logLevel.NOTHING });
   const admin = kafka.admin();
   await admin.connect();
@@ -82,7 +89,7 @@ async function kafkaLane(broker: FlowmqProcess): Promise<Lane> {
   await admin.disconnect();
   const producer = kafka.producer();
   await producer.connect();
-  const consumer = kafka.consumer({ groupId: 'soak' });
+  const consumer = new Kafka({ brokers: [reader.kafka], clientId: 'soak-reader', logLevel: logLevel.NOTHING }).consumer({ groupId: 'soak' });
   await consumer.connect();
   await consumer.subscribe({ topic: 'soak.kafka', fromBeginning: true });
   await consumer.run({ eachMessage: async () => undefined });
@@ -98,10 +105,9 @@ async function kafkaLane(broker: FlowmqProcess): Promise<Lane> {
   };
 }
 
-async function mqttLane(broker: FlowmqProcess): Promise<Lane> {
-  const url = `mqtt://127.0.0.1:${broker.ports.mqtt}`;
-  const pub = await mqtt.connectAsync(url, { clientId: 'soak-pub', reconnectPeriod: 0 });
-  const sub = await mqtt.connectAsync(url, { clientId: 'soak-sub', reconnectPeriod: 0 });
+async function mqttLane(broker: FlowmqProcess, reader: FlowmqProcess): Promise<Lane> {
+  const pub = await mqtt.connectAsync(`mqtt://127.0.0.1:${broker.ports.mqtt}`, { clientId: 'soak-pub', reconnectPeriod: 0 });
+  const sub = await mqtt.connectAsync(`mqtt://127.0.0.1:${reader.ports.mqtt}`, { clientId: 'soak-sub', reconnectPeriod: 0 });
   await sub.subscribeAsync('soak/mqtt/#', { qos: 1 });
   return {
     name: 'mqtt',
@@ -115,11 +121,12 @@ async function mqttLane(broker: FlowmqProcess): Promise<Lane> {
   };
 }
 
-async function amqpLane(broker: FlowmqProcess): Promise<Lane> {
+async function amqpLane(broker: FlowmqProcess, reader: FlowmqProcess): Promise<Lane> {
   const conn = await amqplib.connect(`amqp://127.0.0.1:${broker.ports.amqp}`);
   const ch = await conn.createConfirmChannel();
   await ch.assertQueue('soak.amqp', { durable: true });
-  const cch = await conn.createChannel();
+  const rconn = reader === broker ? conn : await amqplib.connect(`amqp://127.0.0.1:${reader.ports.amqp}`);
+  const cch = await rconn.createChannel();
   await cch.prefetch(100);
   await cch.consume('soak.amqp', (m) => {
     if (m !== null) cch.ack(m);
@@ -132,21 +139,23 @@ async function amqpLane(broker: FlowmqProcess): Promise<Lane> {
       }),
     close: async () => {
       await conn.close();
+      if (rconn !== conn) await rconn.close();
     },
   };
 }
 
-async function natsLane(broker: FlowmqProcess): Promise<Lane> {
+async function natsLane(broker: FlowmqProcess, reader: FlowmqProcess): Promise<Lane> {
   const nc = await natsConnect({ servers: `127.0.0.1:${broker.ports.nats}` });
+  const rc = reader === broker ? nc : await natsConnect({ servers: `127.0.0.1:${reader.ports.nats}` });
   const waiting = new Map<number, () => void>();
-  const sub = nc.subscribe('soak.nats.>', {
+  const sub = rc.subscribe('soak.nats.>', {
     callback: (_err, msg) => {
       const i = Number(msg.string().slice(5));
       waiting.get(i)?.();
       waiting.delete(i);
     },
   });
-  await nc.flush();
+  await rc.flush();
   return {
     name: 'nats',
     send: (i) => {
@@ -158,6 +167,7 @@ async function natsLane(broker: FlowmqProcess): Promise<Lane> {
     close: async () => {
       sub.unsubscribe();
       await nc.close();
+      if (rc !== nc) await rc.close();
     },
   };
 }
@@ -216,7 +226,14 @@ export function growth(samples: SoakSample[], opts: Pick<SoakOptions, 'maxRssMib
 
 export async function runSoak(opts: SoakOptions): Promise<SoakResult> {
   const log = opts.log ?? ((l: string) => console.log(l));
-  const broker = await FlowmqProcess.start({ args: opts.brokerArgs ?? [] });
+  let cluster: TestCluster | null = null;
+  let brokers: FlowmqProcess[];
+  if (opts.cluster) {
+    cluster = await startCluster({ brokers: 3, haproxy: false, args: opts.brokerArgs ?? [] });
+    brokers = cluster.brokers.map((b) => b.proc);
+  } else brokers = [await FlowmqProcess.start({ args: opts.brokerArgs ?? [] })];
+  // On a cluster every message crosses brokers: sender on one, receiver on the next.
+  const at = (i: number): FlowmqProcess => brokers[i % brokers.length]!;
   const lanes: Lane[] = [];
   const samples: SoakSample[] = [];
   let acked = 0;
@@ -224,8 +241,10 @@ export async function runSoak(opts: SoakOptions): Promise<SoakResult> {
   let errors = 0;
   let latencies: number[] = [];
   try {
-    lanes.push(await kafkaLane(broker), await mqttLane(broker), await amqpLane(broker), await natsLane(broker));
-    log(`soak: ${lanes.length} protocols at ${opts.rate} msg/s each for ${opts.minutes} min, a sample every ${opts.sampleSeconds} s`);
+    lanes.push(await kafkaLane(at(0), at(1)), await mqttLane(at(0), at(1)), await amqpLane(at(1), at(2)), await natsLane(at(2), at(0)));
+    log(
+      `soak: ${lanes.length} protocols at ${opts.rate} msg/s each for ${opts.minutes} min on ${brokers.length === 1 ? 'one broker' : `${brokers.length} brokers (cluster)`}, a sample every ${opts.sampleSeconds} s`,
+    );
     const inFlight = new Map<string, number>();
     let n = 0;
     const tick = (): void => {
@@ -272,17 +291,19 @@ export async function runSoak(opts: SoakOptions): Promise<SoakResult> {
         nextTick += interval;
       }
       if (now >= nextSample) {
-        const m = await scrape(broker);
+        const all = await Promise.all(brokers.map((b) => scrape(b)));
+        const sum = (k: string): number => all.reduce((a, m) => a + (m.get(k) ?? 0), 0);
+        const worst = (k: string): number => Math.max(...all.map((m) => m.get(k) ?? 0));
         const secs = (Date.now() - lastSampleAt) / 1000;
         const s: SoakSample = {
           t: Math.round((Date.now() - start) / 1000),
           throughput: Math.round((acked - lastAcked) / secs),
           p99Ms: Math.round(p99(latencies) * 10) / 10,
-          rssMib: Math.round(((m.get('flowmq_process_resident_memory_bytes') ?? 0) / 1048576) * 10) / 10,
-          lagP99Ms: Math.round((m.get('flowmq_nodejs_eventloop_lag_p99_seconds') ?? 0) * 10000) / 10,
-          handles: m.get('flowmq_nodejs_active_handles_total') ?? 0,
-          fds: m.get('flowmq_process_open_fds') ?? 0,
-          connections: m.get('flowmq_listener_connections') ?? 0,
+          rssMib: Math.round((sum('flowmq_process_resident_memory_bytes') / 1048576) * 10) / 10,
+          lagP99Ms: Math.round(worst('flowmq_nodejs_eventloop_lag_p99_seconds') * 10000) / 10,
+          handles: sum('flowmq_nodejs_active_handles_total'),
+          fds: sum('flowmq_process_open_fds'),
+          connections: sum('flowmq_listener_connections'),
         };
         samples.push(s);
         log(formatRow(s));
@@ -295,8 +316,11 @@ export async function runSoak(opts: SoakOptions): Promise<SoakResult> {
     }
   } finally {
     for (const lane of lanes) await lane.close().catch(() => undefined);
-    await broker.stop();
-    broker.cleanup();
+    if (cluster) await cluster.close();
+    else {
+      await brokers[0]!.stop();
+      brokers[0]!.cleanup();
+    }
   }
   const g = growth(samples, opts);
   if (errors > 0) g.failures.push(`${errors} sends failed`);

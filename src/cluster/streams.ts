@@ -66,6 +66,13 @@ const REQUEST_TIMEOUT_MS = 15_000;
 const FIRST_RETRY_PAUSE_MS = 25;
 const MAX_RETRY_PAUSE_MS = 500;
 
+/**
+ * How often each broker collects what deleted streams left where no broker held them (storage/log/garbage.ts), with
+ * up to a tenth more at random so that the brokers spread out; the broker that deletes a stream also collects once
+ * its partitions' last owners are gone for sure (two leases and a second after).
+ */
+const COLLECT_EVERY_MS = 15 * 60_000;
+
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms).unref());
 
 function parseName(name: string): { stream: string; partition: number } {
@@ -108,6 +115,9 @@ export class ClusterStreams implements StreamStorage {
   /** Offsets of the partitions held here as last pushed to the other brokers. */
   private readonly pushed = new Map<string, string>();
   private pushTimer: NodeJS.Timeout | null = null;
+  private collectTimer: NodeJS.Timeout | null = null;
+  private collectSoon: NodeJS.Timeout | null = null;
+  private readonly collector = new CoalescingTask(() => this.collect());
   private pushes = 0;
   /** What each other broker last said of the stored bytes of the partitions it holds (`stream.sizes`). */
   private readonly peerSizes = new Map<number, Array<[string, number, number]>>();
@@ -123,6 +133,8 @@ export class ClusterStreams implements StreamStorage {
     remoteReads: 0,
     servedReads: 0,
     catalogReloads: 0,
+    /** Passes of the collector of deleted streams' leftovers (its figures are the log's deletedStream*). */
+    collections: 0,
   };
 
   private constructor(opts: ClusterStreamsOptions) {
@@ -161,6 +173,8 @@ export class ClusterStreams implements StreamStorage {
     cs.serve();
     cs.pushTimer = setInterval(() => cs.pushOffsets(), OFFSETS_PUSH_MS);
     cs.pushTimer.unref();
+    cs.collectTimer = setInterval(() => void cs.collectNow(), COLLECT_EVERY_MS * (1 + Math.random() / 10));
+    cs.collectTimer.unref();
     await cs.cluster.store.listen('streams', () => {
       if (!cs.closed) cs.reload.run().catch((err: unknown) => cs.logger.warn({ err }, 'cluster streams: catalog reload failed; retried at the next change'));
     });
@@ -192,6 +206,21 @@ export class ClusterStreams implements StreamStorage {
   close(): void {
     this.closed = true;
     if (this.pushTimer) clearInterval(this.pushTimer);
+    if (this.collectTimer) clearInterval(this.collectTimer);
+    if (this.collectSoon) clearTimeout(this.collectSoon);
+  }
+
+  /** Collects what deleted streams left in the WAL and the object store (storage/log/garbage.ts); never throws. */
+  collectNow(): Promise<void> {
+    return this.collector
+      .run()
+      .catch((err: unknown) => this.logger.warn({ err }, 'cluster streams: collecting what deleted streams left failed; retried later'));
+  }
+
+  private async collect(): Promise<void> {
+    if (this.closed) return;
+    this.stats.collections++;
+    await this.log.collectDeleted();
   }
 
   /** Tells the other brokers the offsets of the partitions held here that moved (all of them now and then). */
@@ -341,6 +370,17 @@ export class ClusterStreams implements StreamStorage {
     await this.cluster.store
       .notify('streams', name)
       .catch((err: unknown) => this.logger.warn({ err, stream: name }, 'cluster streams: cannot announce a stream deletion'));
+    // A partition whose owner was dead or paused is dropped by no one: collected once that owner is gone for sure.
+    if (this.collectSoon === null && !this.closed) {
+      this.collectSoon = setTimeout(
+        () => {
+          this.collectSoon = null;
+          void this.collectNow();
+        },
+        2 * this.cluster.leaseMs + 1000,
+      );
+      this.collectSoon.unref();
+    }
   }
 
   /** Lets go of what this broker holds of a deleted stream: its partitions' memory and segment objects. */

@@ -13,7 +13,7 @@ import { DEFAULT_NAMESPACE, type NamespaceNames } from '../core/index.js';
 import { LogLimiter, logKey } from '../util/log-limit.js';
 import type { Directory } from './directory.js';
 import type { PasswordGuard } from './password-guard.js';
-import { ANONYMOUS, GLOBAL_KINDS, type Action, type PolicySet, type Principal, type ResourceKind, type SubscriptionVerdict } from './policy.js';
+import { ANONYMOUS, GLOBAL_KINDS, guestIn, type Action, type PolicySet, type Principal, type ResourceKind, type SubscriptionVerdict } from './policy.js';
 import { QuotaManager } from './quotas.js';
 import { RuntimeSettings } from './settings.js';
 import { ClientRegistry } from './clients.js';
@@ -293,9 +293,12 @@ export class Access {
     return this.current.own ?? this.ac.directory.policies;
   }
 
-  /** Nothing is ever denied right now (no policies, default allow): callers may skip per-message checks. */
+  /**
+   * Nothing is ever denied right now (no policies, default allow): callers may skip per-message checks. Never for a
+   * guest in another namespace (Principal.home), which has only what it was granted.
+   */
   get open(): boolean {
-    return this.set.open;
+    return this.set.open && this.current.home === undefined;
   }
 
   /**
@@ -303,7 +306,7 @@ export class Access {
    * the default does not grant (PolicySet.allows).
    */
   private openFor(kind: ResourceKind): boolean {
-    if (!this.set.open) return false;
+    if (!this.open) return false;
     if (!(GLOBAL_KINDS as readonly string[]).includes(kind)) return true;
     this.sync();
     return this.current.namespace === DEFAULT_NAMESPACE;
@@ -329,7 +332,7 @@ export class Access {
    */
   refuses(action: Action, kind: ResourceKind, name: string): boolean {
     const set = this.set;
-    if (set.open) return false;
+    if (this.open) return false;
     this.sync();
     // No deny names the kind (no topic permission at all, the usual case): nothing to look up per publish.
     if (this.current.removed !== true && !set.mayDeny(kind)) return false;
@@ -348,7 +351,7 @@ export class Access {
   /** Whether any allow policy (or the default) gives this connection anything (PolicySet.grantsAny). */
   grantsAny(): boolean {
     const set = this.set;
-    if (set.open) return true;
+    if (this.open) return true;
     this.sync();
     return set.grantsAny(this.current);
   }
@@ -356,7 +359,7 @@ export class Access {
   /** Whether a deny policy of this connection names the topic (what no allow reaches is not "denied" here). */
   deniesTopic(action: Action, topic: string): boolean {
     const set = this.set;
-    if (set.open) return false;
+    if (this.open) return false;
     this.sync();
     return set.deniesWithin(this.current, action, topic);
   }
@@ -382,7 +385,7 @@ export class Access {
    */
   admits(topic: string): boolean {
     const set = this.set;
-    if (set.open) return true;
+    if (this.open) return true;
     this.sync();
     const admitted = (this.admitted ??= new Map<string, boolean>());
     let v = admitted.get(topic);
@@ -401,7 +404,7 @@ export class Access {
    */
   mayBind(filter: string): boolean {
     const set = this.set;
-    if (set.open) return true;
+    if (this.open) return true;
     this.sync();
     const v = set.subscription(this.current, filter);
     if (v === 'allow') return true;
@@ -416,7 +419,7 @@ export class Access {
    */
   mayCapture(filter: string): boolean {
     const set = this.set;
-    if (set.open) return true;
+    if (this.open) return true;
     this.sync();
     if (!set.deniesWithin(this.current, 'subscribe', filter)) return true;
     this.ac.logDenial(this, 'subscribe', 'topic', filter);
@@ -426,7 +429,7 @@ export class Access {
   /** The verdict for a live subscription to a unified MQTT-syntax filter (see PolicySet.subscription). */
   subscription(filter: string): SubscriptionVerdict {
     const set = this.set;
-    if (set.open) return 'allow';
+    if (this.open) return 'allow';
     this.sync();
     const v = set.subscription(this.current, filter);
     if (v === 'deny') this.ac.logDenial(this, 'subscribe', 'topic', filter);
@@ -445,7 +448,10 @@ export class Access {
     this.admitted?.clear();
     // An identity with its own policies (a NATS user JWT), or an OIDC token's, is no directory user: it stays as it
     // logged in.
-    if (this.current.user !== null && this.current.own === undefined && this.current.expiresAt === undefined)
-      this.current = this.ac.principal(this.current.user);
+    // A guest in another namespace stays one (the directory knows the user in its own namespace).
+    if (this.current.user !== null && this.current.own === undefined && this.current.expiresAt === undefined) {
+      const fresh = this.ac.principal(this.current.user);
+      this.current = this.current.home === undefined ? fresh : guestIn(fresh, this.current.namespace);
+    }
   }
 }

@@ -17,7 +17,7 @@ import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { Logger } from 'pino';
 import { compactLinks, FlowError, type ExportConfig, type ImportConfig, type NamespaceLinksConfig } from '../core/index.js';
 import { SCRAM_MECHANISMS, type ScramMechanism } from '../config/sasl-mechanisms.js';
-import { PolicySet, validatePolicy, type DefaultPolicy, type PolicyDef, type Principal } from './policy.js';
+import { PERMISSION_SOURCE, PolicySet, TOPIC_PERMISSION_SOURCE, validatePolicy, type DefaultPolicy, type PolicyDef, type Principal } from './policy.js';
 import type { ControlRecord, ControlStore } from '../storage/metastore/control-store.js';
 import { checkRabbitHash, rabbitHashOf, type RabbitHash } from './rabbit-hash.js';
 import { validateUserNkey } from './nkeys.js';
@@ -499,9 +499,9 @@ export class Directory implements UserStore {
     // The user's tokens as the store has them, not this copy: one made through another broker since the last
     // refresh would otherwise survive and be valid again for a new user of the same name.
     for (const t of await this.opts.store.listControl('token')) if (t.data.user === username) await this.opts.store.deleteControl('token', t.name);
-    // Its RabbitMQ permissions go with it, as in RabbitMQ (a new user of the same name does not inherit them).
+    // Its RabbitMQ permissions and topic permissions (in every vhost) go with it, as in RabbitMQ (a new user of the same name does not inherit them).
     for (const p of this.policySet.defs()) {
-      if (p.source === 'rabbitmq-permission' && p.principals.length === 1 && p.principals[0] === `user:${username}`)
+      if ((p.source === PERMISSION_SOURCE || p.source === TOPIC_PERMISSION_SOURCE) && p.principals.length === 1 && p.principals[0] === `user:${username}`)
         await this.opts.store.deleteControl('policy', p.name);
     }
     await this.changed();

@@ -29,6 +29,7 @@ export {
   ADMIN_GROUP,
   ANONYMOUS,
   PolicySet,
+  guestIn,
   routingKeyName,
   type Action,
   type DefaultPolicy,

@@ -40,7 +40,7 @@
  * `!~` negates a regular expression: `queue:!~^tmp\.` names every queue whose name it does not match.
  * A `routing-key` pattern is `routing-key:<exchange>:<key pattern>`: the exchange named exactly (`%` and `:` in it
  * written `%25` and `%3A`), the key pattern any of the forms above; in its regular expressions `{username}` stands
- * for the asking user's name and `{vhost}` for `/`, as RabbitMQ expands its topic permissions. RabbitMQ topic
+ * for the asking user's name and `{vhost}` for `/` (a guest's namespace, see guestIn), as RabbitMQ expands its topic permissions. RabbitMQ topic
  * permissions become deny policies of this kind (a write regex W: deny publish on `routing-key:<x>:!~W`).
  * `*:*` is everything.
  * Principals are `user:NAME`, `group:NAME` or `everyone` (every client, anonymous ones included).
@@ -51,6 +51,10 @@
  * or takes away anything outside it. In mode `auto` the default of a namespace's principals turns to deny once a
  * policy applies to that namespace (an unscoped one, or one scoped to it): a tenant's first policy does not lock out
  * the other tenants.
+ *
+ * A principal may act in a namespace not its own as a guest (Principal.home; an AMQP connection opening a vhost its
+ * user was given permissions in): allow policies scoped to that namespace naming its user are all it has, and every
+ * deny reaching it holds (appliesToGuest).
  */
 import { DEFAULT_NAMESPACE, FlowError } from '../core/index.js';
 
@@ -109,6 +113,28 @@ export interface Principal {
   readonly expiresAt?: number;
   /** NATS allow_responses limits of this identity (a user JWT's `resp`); absent: the broker's defaults. */
   readonly responses?: { readonly max: number; readonly ttlMs: number };
+  /**
+   * Set when the identity acts as a guest in `namespace`, a namespace not its own (an AMQP virtual host it was
+   * granted, RabbitMQ's per-vhost permissions): its own namespace. A guest is allowed only what allow policies scoped
+   * to `namespace` grant its user by name (never `everyone` or a group, never the default), and every deny that
+   * applies to it holds: unscoped ones and those scoped to `namespace` (see guestIn).
+   */
+  readonly home?: string;
+}
+
+/**
+ * Policy sources that belong to one virtual host (RabbitMQ permissions and topic permissions). Those written for a
+ * user's own vhost are unscoped (they were before vhosts had permissions), so they do not follow the user as a guest.
+ */
+export const PERMISSION_SOURCE = 'rabbitmq-permission';
+export const TOPIC_PERMISSION_SOURCE = 'rabbitmq-topic-permission';
+const VHOST_SOURCES: ReadonlySet<string> = new Set([PERMISSION_SOURCE, TOPIC_PERMISSION_SOURCE]);
+
+/** `p` acting in namespace `ns` (a granted AMQP vhost): a guest there unless `ns` is its own. */
+export function guestIn(p: Principal, ns: string): Principal {
+  const home = p.home ?? p.namespace;
+  if (ns === home) return p.home === undefined ? p : { ...p, namespace: home, home: undefined };
+  return { ...p, namespace: ns, home };
 }
 
 export const ANONYMOUS: Principal = Object.freeze({ user: null, groups: Object.freeze([]) as readonly string[], namespace: 'default' });
@@ -149,12 +175,15 @@ export function routingKeyName(exchange: string, key: string): string {
 /** RabbitMQ's topic-permission variables (rabbit_auth_backend_internal expands them before matching). */
 const TOPIC_VARIABLES = /\{(username|vhost)\}/;
 
-function expandTemplate(r: ResourcePattern, user: string | null): RegExp {
-  const u = user ?? '';
+function expandTemplate(r: ResourcePattern, p: Principal): RegExp {
+  const u = p.user ?? '';
+  // `{vhost}`: `/` in the user's own namespace (what its clients open), the namespace's name where it is a guest.
+  const vhost = p.home === undefined || p.namespace === DEFAULT_NAMESPACE ? '/' : p.namespace;
+  const key = vhost === '/' ? u : `${u}\u0000${vhost}`;
   const cache = (r.perUser ??= new Map<string, RegExp>());
-  let re = cache.get(u);
+  let re = cache.get(key);
   if (re === undefined) {
-    const source = r.template!.replace(/\{username\}/g, () => u).replace(/\{vhost\}/g, '/');
+    const source = r.template!.replace(/\{username\}/g, () => u).replace(/\{vhost\}/g, () => vhost);
     try {
       re = new RegExp(source === '' ? '^$' : source);
     } catch {
@@ -162,7 +191,7 @@ function expandTemplate(r: ResourcePattern, user: string | null): RegExp {
       re = /(?!)/;
     }
     if (cache.size >= 1024) cache.clear();
-    cache.set(u, re);
+    cache.set(key, re);
   }
   return re;
 }
@@ -180,6 +209,8 @@ interface CompiledPolicy {
   groups: Set<string>;
   /** The namespace it is scoped to, or null. */
   namespace: string | null;
+  /** A RabbitMQ permission or topic permission (VHOST_SOURCES). */
+  perVhost: boolean;
 }
 
 /** Validates a policy definition, throwing INVALID_ARGUMENT naming the bad part; returns it normalised. */
@@ -301,6 +332,7 @@ function compile(def: PolicyDef): CompiledPolicy {
     users: new Set(),
     groups: new Set(),
     namespace: def.namespace ?? null,
+    perVhost: def.source !== undefined && VHOST_SOURCES.has(def.source),
   };
   for (const p of def.principals) {
     const x = parsePrincipal(p);
@@ -355,13 +387,13 @@ export function filtersIntersect(a: readonly string[], b: readonly string[]): bo
 
 // ------------------------------------------------------------------------------------------------ evaluation
 
-function nameMatches(r: ResourcePattern, kind: ResourceKind, name: string, user: string | null): boolean {
+function nameMatches(r: ResourcePattern, kind: ResourceKind, name: string, p: Principal): boolean {
   if (r.exchange !== undefined) {
     // routing-key: `<escaped exchange>:<key>`; the exchange part exactly, then the key.
     const sep = name.indexOf(':');
     if (sep < 0 || name.slice(0, sep) !== r.exchange) return false;
     name = name.slice(sep + 1);
-    if (r.template !== undefined) return expandTemplate(r, user).test(name) !== (r.negate === true);
+    if (r.template !== undefined) return expandTemplate(r, p).test(name) !== (r.negate === true);
   }
   if (r.any) return true;
   if (r.regex !== undefined) return r.regex.test(kind === 'exchange' && name === '' ? 'amq.default' : name) !== (r.negate === true);
@@ -389,11 +421,14 @@ export class PolicySet {
     for (const c of this.compiled) if (!c.allow) for (const r of c.resources) this.denyKinds.add(r.kind);
     this.defaultAllow = mode === 'allow' || (mode === 'auto' && defs.length === 0);
     this.unscoped = this.compiled.filter((c) => c.namespace === null).length;
-    for (const c of this.compiled) if (c.namespace !== null) this.scopedTo.add(c.namespace);
+    // A RabbitMQ permission scoped to a namespace is a guest's grant (guestIn): it leaves the namespace's own principals
+    // their default (granting ann a vhost takes nothing from that vhost's users).
+    for (const c of this.compiled) if (c.namespace !== null && !c.perVhost) this.scopedTo.add(c.namespace);
   }
 
   /** What no policy decides for `p`: in mode `auto`, allow while no policy applies to p's namespace. */
   private defaultFor(p: Principal): boolean {
+    if (p.home !== undefined) return false; // a guest has what it was granted, nothing by default
     if (this.mode !== 'auto') return this.defaultAllow;
     return this.unscoped === 0 && !this.scopedTo.has(p.namespace);
   }
@@ -409,9 +444,23 @@ export class PolicySet {
 
   private applies(c: CompiledPolicy, p: Principal, action: Action): boolean {
     if (c.actions !== null && !c.actions.has(action)) return false;
+    if (p.home !== undefined) return this.appliesToGuest(c, p);
     if (c.namespace !== null && c.namespace !== p.namespace) return false;
     if (c.everyone) return true;
     if (p.user !== null && c.users.has(p.user)) return true;
+    for (const g of p.groups) if (c.groups.has(g)) return true;
+    return false;
+  }
+
+  /**
+   * A guest (Principal.home) in namespace N: allows scoped to N that name its user; denies unscoped (but for the
+   * permissions of its own vhost, which are unscoped) or scoped to N, naming its user, a group of it or everyone.
+   */
+  private appliesToGuest(c: CompiledPolicy, p: Principal): boolean {
+    if (c.namespace === null ? c.allow || c.perVhost : c.namespace !== p.namespace) return false;
+    if (p.user !== null && c.users.has(p.user)) return true;
+    if (c.allow) return false;
+    if (c.everyone) return true;
     for (const g of p.groups) if (c.groups.has(g)) return true;
     return false;
   }
@@ -424,6 +473,7 @@ export class PolicySet {
   grantsAny(p: Principal): boolean {
     if (p.removed === true) return false;
     if (p.groups.includes(ADMIN_GROUP) || this.defaultFor(p)) return true;
+    if (p.home !== undefined) return this.compiled.some((c) => c.allow && this.appliesToGuest(c, p));
     return this.compiled.some(
       (c) =>
         c.allow &&
@@ -448,7 +498,7 @@ export class PolicySet {
         let hit: boolean;
         if (r.kind === '*') hit = true;
         else if (kind === 'topic') hit = filterMatches(r.levels!, (levels ??= name.split('/')));
-        else hit = nameMatches(r, kind, name, p.user);
+        else hit = nameMatches(r, kind, name, p);
         if (!hit) continue;
         if (!c.allow) return false; // deny wins
         allowed = true;
@@ -460,7 +510,7 @@ export class PolicySet {
     // no policy yet, every tenant would otherwise administer the broker, list every tenant's users and ACLs and
     // change their credentials. An unscoped policy naming the principal grants those on purpose.
     if (allowed) return true;
-    if (global && p.namespace !== DEFAULT_NAMESPACE) return false;
+    if (global && (p.namespace !== DEFAULT_NAMESPACE || p.home !== undefined)) return false;
     return this.defaultFor(p);
   }
 
@@ -478,7 +528,7 @@ export class PolicySet {
       if (global && c.namespace !== null) continue;
       for (const r of c.resources) {
         if (r.kind === '*') return true;
-        if (r.kind === kind && kind !== 'topic' && nameMatches(r, kind, name, p.user)) return true;
+        if (r.kind === kind && kind !== 'topic' && nameMatches(r, kind, name, p)) return true;
       }
     }
     return false;

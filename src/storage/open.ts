@@ -25,6 +25,7 @@ import { SqliteQueueStore } from './queues/sqlite-queue-store.js';
 import type { WriteAheadLog } from './wal/index.js';
 import { FileWal } from './wal/file-wal.js';
 import { PartitionWal } from './wal/partition-wal.js';
+import { SQLITE_METASTORE_FILE } from './metastore/sqlite-peek.js';
 
 export interface Storage {
   metastore: Metastore;
@@ -81,7 +82,7 @@ export async function openStorage(config: Config, dataDir: string, logger: Logge
             PostgresMetastore.open({ ...pgOptions, logger: logger.child({ component: 'metastore' }) }),
           ),
         )
-      : SqliteMetastore.open(join(dataDir, 'metastore.db'));
+      : SqliteMetastore.open(join(dataDir, SQLITE_METASTORE_FILE));
     opened.push(metastore);
 
     const queues: QueueStore = pgOptions

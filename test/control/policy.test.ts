@@ -11,6 +11,7 @@ import {
   PolicySet,
   filterCovers,
   filtersIntersect,
+  guestIn,
   routingKeyName,
   validatePolicy,
   type PolicyDef,
@@ -442,5 +443,76 @@ describe('regular-expression resources (`kind:~regex`, RabbitMQ permissions)', (
   it('refuses an invalid or oversized expression', () => {
     assert.throws(() => validatePolicy(pol({ name: 'bad', resources: ['queue:~('] })), invalid);
     assert.throws(() => validatePolicy(pol({ name: 'long', resources: [`queue:~${'a'.repeat(2000)}`] })), invalid);
+  });
+});
+
+describe('guests: a principal acting in another namespace (AMQP per-vhost permissions)', () => {
+  const ann: Principal = { user: 'ann', groups: ['ops'], namespace: 't1' };
+  const guest = guestIn(ann, 't2');
+  const set = new PolicySet([
+    // ann's own vhost: unscoped, as RabbitMQ permissions of the user's own vhost are written.
+    pol({ name: 'home', source: 'rabbitmq-permission', principals: ['user:ann'], resources: ['queue:*'] }),
+    pol({
+      name: 'home-topic',
+      source: 'rabbitmq-topic-permission',
+      effect: 'deny',
+      principals: ['user:ann'],
+      actions: ['publish'],
+      resources: ['routing-key:amq.topic:!~^a'],
+    }),
+    // A grant in t2: scoped to t2, naming ann.
+    pol({ name: 'grant', namespace: 't2', principals: ['user:ann'], actions: ['subscribe'], resources: ['queue:~^ann-'] }),
+    // Not grants: t2's everyone and a group of ann's, and an unscoped allow of ann.
+    pol({ name: 't2-all', namespace: 't2', principals: ['everyone'], actions: ['create'], resources: ['queue:*'] }),
+    pol({ name: 't2-ops', namespace: 't2', principals: ['group:ops'], actions: ['delete'], resources: ['queue:*'] }),
+    pol({ name: 'ann-any', principals: ['user:ann'], actions: ['describe'], resources: ['queue:*'] }),
+    // Denies: unscoped naming ann, scoped to t2 naming everyone, scoped to t1 (ann's home).
+    pol({ name: 'no-x', effect: 'deny', principals: ['user:ann'], actions: ['subscribe'], resources: ['queue:ann-x'] }),
+    pol({ name: 't2-no-y', effect: 'deny', namespace: 't2', principals: ['everyone'], actions: ['subscribe'], resources: ['queue:ann-y'] }),
+    pol({ name: 't1-no-z', effect: 'deny', namespace: 't1', principals: ['user:ann'], actions: ['subscribe'], resources: ['queue:ann-z'] }),
+  ]);
+  it('guestIn keeps the home namespace and undoes itself there', () => {
+    assert.deepEqual([guest.namespace, guest.home], ['t2', 't1']);
+    assert.equal(guestIn(guest, 't1').home, undefined);
+    assert.equal(guestIn(guest, 't1').namespace, 't1');
+    assert.equal(guestIn(ann, 't1'), ann);
+  });
+  it('is allowed what the scoped policies naming its user grant, and nothing else', () => {
+    assert.equal(set.allows(guest, 'subscribe', 'queue', 'ann-q'), true);
+    assert.equal(set.allows(guest, 'subscribe', 'queue', 'bob-q'), false);
+    assert.equal(set.allows(guest, 'create', 'queue', 'ann-q'), false, 'everyone of t2 is not a grant');
+    assert.equal(set.allows(guest, 'delete', 'queue', 'ann-q'), false, 'a group in t2 is not a grant');
+    assert.equal(set.allows(guest, 'describe', 'queue', 'ann-q'), false, 'an unscoped allow does not follow the user');
+    assert.equal(set.allows(guest, 'publish', 'queue', 'ann-q'), false, 'its home permission does not follow it');
+    assert.equal(set.allows(guest, 'describe', 'cluster', '*'), false);
+    assert.equal(set.grantsAny(guest), true);
+    assert.equal(set.grantsAny(guestIn(user('dee'), 't2')), false);
+    // At home: as before.
+    assert.equal(set.allows(ann, 'publish', 'queue', 'bob-q'), true);
+    assert.equal(set.allows(ann, 'subscribe', 'queue', 'ann-q'), true);
+  });
+  it('every deny that applies holds: unscoped and scoped to the namespace, not its home permission or home scope', () => {
+    assert.equal(set.allows(guest, 'subscribe', 'queue', 'ann-x'), false);
+    assert.equal(set.allows(guest, 'subscribe', 'queue', 'ann-y'), false);
+    assert.equal(set.allows(guest, 'subscribe', 'queue', 'ann-z'), true);
+    assert.equal(set.denies(guest, 'publish', 'routing-key', routingKeyName('amq.topic', 'b.c')), false);
+    assert.equal(set.denies(ann, 'publish', 'routing-key', routingKeyName('amq.topic', 'b.c')), true);
+  });
+  it("a RabbitMQ permission granting a guest leaves the namespace's own principals their default (mode auto)", () => {
+    const bob: Principal = { user: 'bob', groups: [], namespace: 't2' };
+    const granted = new PolicySet([pol({ name: 'g', namespace: 't2', source: 'rabbitmq-permission', principals: ['user:ann'], resources: ['queue:*'] })]);
+    assert.equal(granted.allows(bob, 'create', 'queue', 'q'), true);
+    assert.equal(granted.allows(guest, 'create', 'queue', 'q'), true);
+    assert.equal(granted.allows(guest, 'create', 'exchange', 'x'), false);
+    // A policy a namespace administrator writes is no such grant: t2 turns to deny by default.
+    const written = new PolicySet([pol({ name: 'g', namespace: 't2', principals: ['user:ann'], resources: ['queue:*'] })]);
+    assert.equal(written.allows(bob, 'create', 'queue', 'q'), false);
+    assert.equal(written.allows(guest, 'create', 'queue', 'q'), true);
+  });
+  it('gets nothing by default, in any mode', () => {
+    const empty = new PolicySet([], 'allow');
+    assert.equal(empty.allows(guest, 'subscribe', 'queue', 'q'), false);
+    assert.equal(empty.grantsAny(guest), false);
+    assert.equal(new PolicySet([], 'auto').allows(guest, 'subscribe', 'queue', 'q'), false);
   });
 });

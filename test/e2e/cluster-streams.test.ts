@@ -8,8 +8,16 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { readdirSync } from 'node:fs';
+import { join } from 'node:path';
+import kafkajs from 'kafkajs';
 import mqtt from 'mqtt';
+import pg from 'pg';
 import { startCluster, type TestCluster } from '../helpers/cluster.js';
+import { eventually } from './harness.js';
+
+const { Kafka, logLevel } = kafkajs;
+process.env.KAFKAJS_NO_PARTITIONER_WARNING = '1';
 
 const STREAM = 'orders';
 const PARTITIONS = 6;
@@ -19,6 +27,31 @@ interface Browse {
   items: Array<{ offset: number; topic: string; value: string }>;
   next: number | null;
   highWatermark: number;
+}
+
+/** The objects s3rver holds under `streams/<stream>/` (its files on disk: one directory per key). */
+function objectsOf(c: TestCluster, stream: string): string[] {
+  const found: string[] = [];
+  const walk = (dir: string): void => {
+    for (const e of readdirSync(dir, { withFileTypes: true })) {
+      const path = join(dir, e.name);
+      if (e.isDirectory()) walk(path);
+      else if (e.name.endsWith('._S3rver_object') && path.includes(`/streams/${stream}/`)) found.push(path);
+    }
+  };
+  walk(c.s3.directory);
+  return found;
+}
+
+async function walEntries(c: TestCluster, stream: string): Promise<number> {
+  const db = new pg.Client({ connectionString: c.dbUrl });
+  await db.connect();
+  try {
+    const r = await db.query<{ n: string }>("SELECT count(*) AS n FROM wal_entries WHERE key LIKE $1 || '@%'", [stream]);
+    return Number(r.rows[0].n);
+  } finally {
+    await db.end();
+  }
 }
 
 async function readPartition(c: TestCluster, via: number, p: number): Promise<Array<{ offset: number; topic: string; value: string }>> {
@@ -106,5 +139,35 @@ describe('cluster streams across broker processes', { timeout: 180_000 }, () => 
     const twice = [...seen].filter(([, n]) => n > 1);
     assert.ok(twice.length <= 1 && twice.every(([, n]) => n === 2), `duplicates: ${JSON.stringify(twice)}`);
     for (const [topic, values] of perTopic) assert.deepEqual(values, [...values].sort(), `${topic}: in publish order`);
+  });
+
+  it("a stream deleted while a partition's owner is dead: its segment objects and WAL entries are collected", async () => {
+    const GONE = 'gone';
+    const PARTS = 4;
+    await c.broker(1).proc.api('POST', '/api/v1/streams', { name: GONE, partitions: PARTS, bindings: [] });
+    const live = c.brokers.filter((b) => b.state === 'running').map((b) => b.id);
+    const rows = (await c.waitSettled({ kinds: ['partition'], min: { partition: PARTITIONS + PARTS } })).filter((r) => r.name.startsWith(`${GONE}/`));
+    const victim = live.find((id) => id !== 1 && rows.some((r) => r.owner === id));
+    assert.ok(victim, `a live broker other than 1 owns a partition of ${GONE}: ${JSON.stringify(rows.map((r) => [r.name, r.owner]))}`);
+    const kafka = new Kafka({ clientId: 'cluster-streams-gone', brokers: [c.broker(1).kafka], logLevel: logLevel.NOTHING });
+    const producer = kafka.producer();
+    await producer.connect();
+    const batch = (tag: string) => Array.from({ length: PARTS * 20 }, (_, i) => ({ partition: i % PARTS, value: `${tag}-${i}-${'x'.repeat(2000)}` }));
+    try {
+      // Sealed into segment objects (flushed at every owner), then more that only the WAL holds.
+      await producer.send({ topic: GONE, acks: -1, messages: batch('sealed') });
+      for (const id of live) await c.broker(id).proc.api('POST', `/api/v1/streams/${GONE}/flush`);
+      await producer.send({ topic: GONE, acks: -1, messages: batch('unsealed') });
+    } finally {
+      await producer.disconnect();
+    }
+    assert.ok(objectsOf(c, GONE).length >= PARTS, `segment objects of ${GONE} in S3: ${objectsOf(c, GONE).length}`);
+    assert.ok((await walEntries(c, GONE)) >= PARTS, 'WAL entries of the unsealed records');
+    // The owner dies; the stream is deleted before its lease runs out, while its partitions have no live owner.
+    await c.kill(victim);
+    await c.broker(1).proc.api('DELETE', `/api/v1/streams/${GONE}`);
+    await eventually(async () => objectsOf(c, GONE).length === 0 && (await walEntries(c, GONE)) === 0, 30_000, `nothing of ${GONE} left in S3 and the WAL`);
+    const figures = await c.broker(1).proc.api<{ storage: { log: Record<string, number> } }>('GET', '/api/v1/broker');
+    assert.ok(figures.storage.log.deletedStreamObjects > 0, `broker 1 collected the dead owner's objects: ${JSON.stringify(figures.storage.log)}`);
   });
 });

@@ -2,9 +2,11 @@
 import { join, resolve } from 'node:path';
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { envName, formatDefault, loadConfig, OPTIONS } from '../../config/index.js';
-import { UsageError } from '../command.js';
+// Not command.js: it loads the HTTP client, which `start` does not use (every module before the NATS bind counts).
+import { UsageError } from '../usage-error.js';
 import { prestartQueueWorker } from '../../storage/queues/sqlite-worker-boot.js';
-import { prebindNats, releasePrebound } from '../../protocols/nats/prebound.js';
+import { prebindNats, releasePrebound, setEarlyInfo } from '../../protocols/nats/prebound.js';
+import { earlyNatsInfo } from '../early-nats-info.js';
 
 function startHelp(): string {
   const lines = OPTIONS.map((o) => `  --${o.name.padEnd(26)} ${o.help} [default: ${formatDefault(o)}; env ${envName(o.name)}]`);
@@ -42,8 +44,13 @@ export async function cmdStart(argv: string[]): Promise<number> {
   }
   const { config: file, help: _help, ...flags } = parsed.values;
   const config = loadConfig({ flags, env: process.env, file: (file as string | undefined) ?? process.env.FLOWMQ_CONFIG });
-  // The NATS port accepts from now on, first thing; its clients get INFO once the broker is up (prebound.ts).
-  if (config.protocols.includes('nats')) prebindNats(config.host, config.natsPort);
+  // The NATS port accepts from now on, first thing, and sends INFO at once; its clients' CONNECT, PING and PUBs wait
+  // until the broker is up (prebound.ts). Awaited: node binds a tick after listen, and that tick would come only
+  // once pino's modules below have loaded (~0.1 s, more on a busy machine).
+  if (config.protocols.includes('nats')) {
+    await prebindNats(config.host, config.natsPort);
+    setEarlyInfo(earlyNatsInfo(config));
+  }
   // pino loads after the bind (~0.1 s on a busy machine).
   const { pino } = await import('pino');
   const logger = pino({ level: config.logLevel, base: { broker: config.brokerId } });

@@ -9,20 +9,23 @@
  * As RabbitMQ's export: only durable, non-exclusive queues; no built-in exchanges (`""`, `amq.*`); no bindings from
  * the default exchange. Import order: users, permissions, topic permissions, policies and operator policies, exchanges, queues,
  * bindings; a binding whose source or destination is missing is skipped (RabbitMQ answers 204 then too). What
- * FlowMQ cannot hold is refused before anything changes (400): a vhost other than "/", runtime parameters other
- * than operator policies (federation upstreams, shovels). Topic permissions are imported after the permissions;
+ * FlowMQ cannot hold is refused before anything changes (400): a vhost no namespace has (a vhost is a namespace,
+ * `vhosts` lists every one; import makes none), queues, exchanges, bindings or policies of a vhost other than "/"
+ * (only "/"'s are exported), runtime parameters other than operator policies (federation upstreams, shovels).
+ * Permissions and topic permissions are per vhost (permissions.ts), in any namespace's. Topic permissions are imported after the permissions;
  * stream queues (x-queue-type stream) are made as AMQP's queue.declare makes them (src/protocols/amqp/admin.ts). Global parameters (cluster_name,
  * internal_cluster_id) are RabbitMQ's own and are ignored. A user FlowMQ holds no RabbitMQ hash of is exported with an
  * empty password_hash (RabbitMQ: no password login), and an empty one imported for an existing user keeps its password.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { FlowError, type ExchangeType } from '../../core/index.js';
+import { DEFAULT_NAMESPACE, FlowError, type ExchangeType } from '../../core/index.js';
 import { RABBITMQ_API_VERSION, badRequest, notFound, type RabbitContext } from './context.js';
-import { VHOST, bindingView, bindingVhost, partitionQueues, vhostOfName } from './format.js';
+import { VHOST, bindingView, bindingVhost, partitionQueues, vhostOfName, vhostOfNamespace } from './format.js';
 import { listPermissions, putPermission, putUser, userJson } from './permissions.js';
 import { parsePolicy, policyJson, type PolicyKind } from './policy-store.js';
 import { queueArguments } from './routes-write.js';
 import { listTopicPermissions, putTopicPermission, topicPermissionBody } from './topic-permissions.js';
+import { homeOf, namespaceOfVhost } from './vhost-labels.js';
 
 type Doc = Record<string, unknown>;
 
@@ -94,9 +97,17 @@ export function exportDefinitions(ctx: RabbitContext, vhostOnly: boolean): Doc {
     product_name: 'FlowMQ',
     product_version: ctx.version,
     users: dir.listUsers().map((u) => userJson(ctx, u.username)),
-    vhosts: [{ name: VHOST }],
-    permissions: listPermissions(dir.policies.defs()),
-    topic_permissions: listTopicPermissions(dir.policies.defs()),
+    // Every namespace is a vhost (permissions may name any of them); only "/"'s queues, exchanges and the like are here.
+    vhosts: [
+      VHOST,
+      ...dir
+        .listNamespaces()
+        .map((n) => n.name)
+        .filter((n) => n !== DEFAULT_NAMESPACE)
+        .sort(),
+    ].map((name) => ({ name })),
+    permissions: listPermissions(dir.policies.defs(), homeOf(ctx)),
+    topic_permissions: listTopicPermissions(dir.policies.defs(), homeOf(ctx)),
     parameters: operator,
     global_parameters: [],
     policies,
@@ -130,22 +141,38 @@ export async function importDefinitions(ctx: RabbitContext, doc: unknown, vhost:
   const d = doc as Doc;
   const { engine } = ctx;
   // Refuse what FlowMQ cannot hold before changing anything.
-  for (const key of ['vhosts', 'permissions', 'parameters', 'policies', 'queues', 'exchanges', 'bindings']) {
+  // A vhost is a namespace (vhost-labels.ts): `vhosts`, permissions and topic permissions may name any that exists
+  // (importing does not make namespaces); queues, exchanges, bindings and policies are imported into "/" only.
+  const known = (v: unknown): string => {
+    const ns = typeof v === 'string' ? namespaceOfVhost(ctx, v) : null;
+    if (ns === null) throw badRequest(`no_such_vhost: ${String(v)} (a vhost is a FlowMQ namespace; create it first)`);
+    return vhostOfNamespace(ns);
+  };
+  for (const o of list(d, 'vhosts')) known(o.name);
+  for (const key of ['parameters', 'policies', 'queues', 'exchanges', 'bindings']) {
     for (const o of list(d, key)) {
-      const v = key === 'vhosts' ? o.name : (o.vhost ?? vhost ?? VHOST);
-      if (v !== VHOST) throw badRequest(`no_such_vhost: ${String(v)} (FlowMQ has the one virtual host "/")`);
+      const v = o.vhost ?? vhost ?? VHOST;
+      if (v !== VHOST) throw badRequest(`no_such_vhost: ${String(v)} (FlowMQ imports ${key} into "/" only)`);
     }
   }
+  const permissions = list(d, 'permissions').map((p) => ({
+    user: str(p, 'user'),
+    vhost: known(p.vhost ?? vhost ?? VHOST),
+    configure: str(p, 'configure'),
+    write: str(p, 'write'),
+    read: str(p, 'read'),
+  }));
   // A stream queue is a FlowMQ stream made through the AMQP module: it needs AMQP running.
   const amqp = ctx.amqp();
   for (const q of list(d, 'queues')) {
     if (obj(q, 'arguments')['x-queue-type'] === 'stream' && amqp === undefined)
       throw badRequest(`stream queue ${str(q, 'name')}: stream queues need the AMQP protocol (--protocols)`);
   }
-  const topicPermissions = list(d, 'topic_permissions').map((t) => {
-    if ((t.vhost ?? vhost ?? VHOST) !== VHOST) throw badRequest(`no_such_vhost: ${String(t.vhost)} (FlowMQ has the one virtual host "/")`);
-    return { user: str(t, 'user'), vhost: VHOST, ...topicPermissionBody(t) };
-  });
+  const topicPermissions = list(d, 'topic_permissions').map((t) => ({
+    user: str(t, 'user'),
+    vhost: known(t.vhost ?? vhost ?? VHOST),
+    ...topicPermissionBody(t),
+  }));
   const params = list(d, 'parameters');
   for (const p of params)
     if (p.component !== 'operator_policy') throw badRequest(`runtime parameters of component ${String(p.component)} are not supported by FlowMQ`);
@@ -159,9 +186,7 @@ export async function importDefinitions(ctx: RabbitContext, doc: unknown, vhost:
     const name = str(u, 'name');
     await putUser(ctx, name, { tags: u.tags ?? '', ...pickPassword(u, ctx.access.directory.user(name) !== undefined) });
   }
-  for (const p of list(d, 'permissions')) {
-    await putPermission(ctx, { user: str(p, 'user'), vhost: VHOST, configure: str(p, 'configure'), write: str(p, 'write'), read: str(p, 'read') });
-  }
+  for (const p of permissions) await putPermission(ctx, p);
   for (const t of topicPermissions) await putTopicPermission(ctx, t);
   for (const [kind, p] of parsed) await ctx.policies.put(kind, p);
   for (const x of list(d, 'exchanges')) {

@@ -8,8 +8,10 @@
  * administrators, allowed everything), any other tag a group of the same name (`monitoring` also lets the user see
  * node-wide figures here, as RabbitMQ's monitoring tag does; policies may name any of them as `group:<tag>`).
  *
- * A permission (configure, write and read regular expressions of a user in "/") becomes FlowMQ policies of that user
- * (source `rabbitmq-permission`), whose resources are the regular expressions themselves (`queue:~<regex>`, see
+ * A permission (configure, write and read regular expressions of a user in a vhost) becomes FlowMQ policies of that
+ * user (source `rabbitmq-permission`): unscoped in the user's own namespace's vhost (as before vhosts had
+ * permissions), scoped to the namespace of any other vhost, where they make the user a guest (policy.ts `guestIn`:
+ * an AMQP client of the user may open that vhost and has there what they grant, minus every deny that applies), whose resources are the regular expressions themselves (`queue:~<regex>`, see
  * policy.ts), matched exactly as RabbitMQ matches them: an unanchored search, `""` matching nothing but the empty
  * name, the default exchange checked as `amq.default`. RabbitMQ's operations map onto the actions FlowMQ checks:
  *
@@ -31,13 +33,14 @@
 import { createHash } from 'node:crypto';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { FlowError } from '../../core/index.js';
-import { ADMIN_GROUP, type PolicyDef } from '../policy.js';
+import { ADMIN_GROUP, PERMISSION_SOURCE, type PolicyDef } from '../policy.js';
 import { rabbitAlgorithm, type RabbitHash } from '../rabbit-hash.js';
 import { RabbitError, badRequest, notFound, type RabbitContext } from './context.js';
-import { VHOST } from './format.js';
+import { vhostOfNamespace } from './format.js';
 import { deleteTopicPermissions } from './topic-permissions.js';
+import { homeOf, namespaceOfVhost, vhostLabel } from './vhost-labels.js';
 
-export const PERMISSION_SOURCE = 'rabbitmq-permission';
+export { PERMISSION_SOURCE };
 type Part = 'configure' | 'write' | 'publish' | 'read' | 'access' | 'topics';
 const KINDS = ['queue', 'exchange', 'stream'] as const;
 
@@ -67,51 +70,76 @@ function userId(user: string): string {
   return /^[A-Za-z0-9._@-]{1,96}$/.test(user) ? user : `h${createHash('sha256').update(user).digest('hex').slice(0, 24)}`;
 }
 
-const policyName = (user: string, part: Part) => `rabbitmq.${userId(user)}.${part}`;
+/**
+ * The name of a permission's policy: `rabbitmq.<user>.<part>` in the user's own vhost, `rabbitmq.<user>:<namespace>.<part>`
+ * in another (`:` is in no user id nor namespace name), a hash of both when that is too long.
+ */
+function policyName(user: string, part: Part, scope?: string): string {
+  if (scope === undefined) return `rabbitmq.${userId(user)}.${part}`;
+  const plain = `rabbitmq.${userId(user)}:${scope}.${part}`;
+  if (plain.length <= 128) return plain;
+  return `rabbitmq.:${createHash('sha256').update(`${user}\u0000${scope}`).digest('hex').slice(0, 24)}.${part}`;
+}
 
 /** Whether a RabbitMQ permission regex matches a name (as policy.ts matches `~` patterns). */
 function regexMatches(source: string, name: string): boolean {
   return new RegExp(source === '' ? '^$' : source).test(name);
 }
 
-/** The FlowMQ policies a permission becomes (see the table above). */
-export function permissionPolicies(p: Permission): Array<Omit<PolicyDef, 'createdAt'>> {
+/**
+ * The FlowMQ policies a permission becomes (see the table above); `scope`: the namespace of a vhost not the user's own
+ * (the policies are scoped to it), undefined in its own.
+ */
+export function permissionPolicies(p: Permission, scope?: string): Array<Omit<PolicyDef, 'createdAt'>> {
   const principals = [`user:${p.user}`];
-  const common = { effect: 'allow' as const, principals, source: PERMISSION_SOURCE, description: `RabbitMQ permission of ${p.user} in vhost ${p.vhost}` };
+  const common = {
+    effect: 'allow' as const,
+    principals,
+    source: PERMISSION_SOURCE,
+    description: `RabbitMQ permission of ${p.user} in vhost ${p.vhost}`,
+    ...(scope === undefined ? {} : { namespace: scope }),
+  };
+  const name = (part: Part) => policyName(p.user, part, scope);
   const on = (re: string) => KINDS.map((k) => `${k}:~${re}`);
   return [
-    { ...common, name: policyName(p.user, 'configure'), actions: ['create', 'delete'], resources: on(p.configure) },
-    { ...common, name: policyName(p.user, 'write'), actions: ['alter'], resources: on(p.write) },
+    { ...common, name: name('configure'), actions: ['create', 'delete'], resources: on(p.configure) },
+    { ...common, name: name('write'), actions: ['alter'], resources: on(p.write) },
     {
       ...common,
-      name: policyName(p.user, 'publish'),
+      name: name('publish'),
       actions: ['publish'],
       resources: [`exchange:~${p.write}`, ...(regexMatches(p.write, 'amq.default') ? ['queue:*', 'stream:*'] : [])],
     },
-    { ...common, name: policyName(p.user, 'read'), actions: ['subscribe'], resources: on(p.read) },
-    { ...common, name: policyName(p.user, 'access'), actions: ['describe'], resources: KINDS.map((k) => `${k}:*`) },
-    { ...common, name: policyName(p.user, 'topics'), actions: ['publish', 'subscribe'], resources: ['topic:#'] },
+    { ...common, name: name('read'), actions: ['subscribe'], resources: on(p.read) },
+    { ...common, name: name('access'), actions: ['describe'], resources: KINDS.map((k) => `${k}:*`) },
+    { ...common, name: name('topics'), actions: ['publish', 'subscribe'], resources: ['topic:#'] },
   ];
 }
 
-/** The permissions held as policies (read back from the `configure`, `write` and `read` ones). */
-export function listPermissions(policies: readonly PolicyDef[]): Permission[] {
-  const byUser = new Map<string, Partial<Permission>>();
+/**
+ * The permissions held as policies (read back from the `configure`, `write` and `read` ones), each with its vhost: the
+ * namespace a policy is scoped to, else the user's own (`home`).
+ */
+export function listPermissions(policies: readonly PolicyDef[], home: (user: string) => string): Permission[] {
+  const found = new Map<string, Partial<Permission>>();
   for (const d of policies) {
     if (d.source !== PERMISSION_SOURCE) continue;
     const user = d.principals[0]?.startsWith('user:') ? d.principals[0].slice(5) : null;
     if (user === null) continue;
     const part = d.name.slice(d.name.lastIndexOf('.') + 1);
     if (part !== 'configure' && part !== 'write' && part !== 'read') continue;
-    if (d.name !== policyName(user, part)) continue;
+    if (d.name !== policyName(user, part, d.namespace)) continue;
     const r = d.resources[0] ?? '';
-    const p = byUser.get(user) ?? byUser.set(user, { user, vhost: VHOST }).get(user)!;
+    const vhost = vhostOfNamespace(d.namespace ?? home(user));
+    const key = `${user}\u0000${vhost}`;
+    const p = found.get(key) ?? found.set(key, { user, vhost }).get(key)!;
     p[part] = r.slice(r.indexOf(':~') + 2);
   }
-  return [...byUser.values()]
+  const cmp = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);
+  return [...found.values()]
     .filter((p): p is Permission => p.configure !== undefined && p.write !== undefined && p.read !== undefined)
     .map((p) => ({ user: p.user, vhost: p.vhost, configure: p.configure, write: p.write, read: p.read }))
-    .sort((a, b) => (a.user < b.user ? -1 : a.user > b.user ? 1 : 0));
+    .sort((a, b) => cmp(a.user, b.user) || cmp(a.vhost, b.vhost));
 }
 
 /** Checks a regex as RabbitMQ does (invalid: 400 invalid_regexp). */
@@ -155,19 +183,26 @@ export async function putUser(ctx: RabbitContext, name: string, body: Record<str
   });
 }
 
-/** Sets a user's permission (its policies); true: it had none. */
+/** Sets a user's permission in a vhost (its policies); true: it had none there. */
 export async function putPermission(ctx: RabbitContext, p: Permission): Promise<boolean> {
   const dir = ctx.access.directory;
-  if (p.vhost !== VHOST || dir.user(p.user) === undefined) throw badRequest('vhost_or_user_not_found');
-  const existed = listPermissions(dir.policies.defs()).some((x) => x.user === p.user);
-  for (const def of permissionPolicies(p)) await dir.putPolicy(def);
+  const ns = namespaceOfVhost(ctx, p.vhost);
+  const u = dir.user(p.user);
+  if (ns === null || u === undefined) throw badRequest('vhost_or_user_not_found');
+  const vhost = vhostOfNamespace(ns);
+  const existed = listPermissions(dir.policies.defs(), homeOf(ctx)).some((x) => x.user === p.user && x.vhost === vhost);
+  for (const def of permissionPolicies({ ...p, vhost }, ns === u.namespace ? undefined : ns)) await dir.putPolicy(def);
   return !existed;
 }
 
-/** Removes a user's permission policies; false when it had none. */
-export async function deletePermission(ctx: RabbitContext, user: string): Promise<boolean> {
+/** Removes a user's permission policies (in one vhost, or in all); false when it had none there. */
+export async function deletePermission(ctx: RabbitContext, user: string, vhost?: string): Promise<boolean> {
   const dir = ctx.access.directory;
-  const mine = dir.policies.defs().filter((d) => d.source === PERMISSION_SOURCE && d.principals[0] === `user:${user}`);
+  const home = homeOf(ctx);
+  const mine = dir.policies
+    .defs()
+    .filter((d) => d.source === PERMISSION_SOURCE && d.principals[0] === `user:${user}`)
+    .filter((d) => vhost === undefined || vhostOfNamespace(d.namespace ?? home(user)) === vhost);
   for (const d of mine)
     await dir.deletePolicy(d.name).catch((e: unknown) => (e instanceof FlowError && e.code === 'NOT_FOUND' ? undefined : Promise.reject(e)));
   return mine.length > 0;
@@ -185,7 +220,8 @@ type Body = Record<string, unknown> | undefined;
 export function permissionRoutes(app: FastifyInstance, ctx: RabbitContext): void {
   const dir = ctx.access.directory;
   const admin = (req: FastifyRequest) => ctx.require(req, 'admin', 'cluster', '*');
-  const perms = () => listPermissions(dir.policies.defs());
+  const perms = () => listPermissions(dir.policies.defs(), homeOf(ctx));
+  const label = (vhost: string) => vhostLabel(ctx, vhost);
 
   app.get('/api/whoami', async (req) => {
     const c = ctx.caller(req);
@@ -249,12 +285,16 @@ export function permissionRoutes(app: FastifyInstance, ctx: RabbitContext): void
   });
   app.get<{ Params: { vhost: string } }>('/api/vhosts/:vhost/permissions', async (req) => {
     admin(req);
-    if (req.params.vhost !== VHOST) throw notFound();
-    return perms();
+    const vhost = label(req.params.vhost);
+    // vhost first, as RabbitMQ lists a vhost's permissions.
+    return perms()
+      .filter((p) => p.vhost === vhost)
+      .map((p) => ({ vhost: p.vhost, user: p.user, configure: p.configure, write: p.write, read: p.read }));
   });
   app.get<{ Params: { vhost: string; user: string } }>('/api/permissions/:vhost/:user', async (req) => {
     admin(req);
-    const p = req.params.vhost === VHOST ? perms().find((x) => x.user === req.params.user) : undefined;
+    const vhost = label(req.params.vhost);
+    const p = perms().find((x) => x.user === req.params.user && x.vhost === vhost);
     if (p === undefined) throw notFound();
     return p;
   });
@@ -265,7 +305,7 @@ export function permissionRoutes(app: FastifyInstance, ctx: RabbitContext): void
   });
   app.delete<{ Params: { vhost: string; user: string } }>('/api/permissions/:vhost/:user', async (req, reply) => {
     admin(req);
-    if (req.params.vhost !== VHOST || !(await deletePermission(ctx, req.params.user))) throw notFound();
+    if (!(await deletePermission(ctx, req.params.user, label(req.params.vhost)))) throw notFound();
     return reply.code(204).send();
   });
 }

@@ -24,11 +24,12 @@ import { createHash } from 'node:crypto';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { FlowError } from '../../core/index.js';
 import type { PolicyDef } from '../policy.js';
-import { escapeExchange } from '../policy.js';
+import { TOPIC_PERMISSION_SOURCE, escapeExchange } from '../policy.js';
 import { RabbitError, badRequest, notFound, type RabbitContext } from './context.js';
-import { VHOST } from './format.js';
+import { vhostOfNamespace } from './format.js';
+import { homeOf, namespaceOfLabel, namespaceOfVhost, vhostLabel } from './vhost-labels.js';
 
-export const TOPIC_PERMISSION_SOURCE = 'rabbitmq-topic-permission';
+export { TOPIC_PERMISSION_SOURCE };
 
 export interface TopicPermission {
   user: string;
@@ -42,10 +43,13 @@ type Part = 'write' | 'read';
 
 const SAFE = /^[A-Za-z0-9._@-]+$/;
 
-function policyName(user: string, exchange: string, part: Part): string {
-  const plain = `rabbitmq.${user}.topic.${exchange}.${part}`;
+/** `scope`: the namespace of a vhost other than the user's own (policies scoped to it, named with `:<namespace>`). */
+function policyName(user: string, exchange: string, part: Part, scope?: string): string {
+  const at = scope === undefined ? '' : `:${scope}`;
+  const plain = `rabbitmq.${user}${at}.topic.${exchange}.${part}`;
   if (SAFE.test(user) && SAFE.test(exchange) && plain.length <= 128) return plain;
-  return `rabbitmq.h${createHash('sha256').update(`${user}\u0000${exchange}`).digest('hex').slice(0, 24)}.topic.${part}`;
+  const seed = scope === undefined ? `${user}\u0000${exchange}` : `${user}\u0000${exchange}\u0000${scope}`;
+  return `rabbitmq.h${createHash('sha256').update(seed).digest('hex').slice(0, 24)}${scope === undefined ? '' : ':'}.topic.${part}`;
 }
 
 function unescapeExchange(text: string): string {
@@ -53,22 +57,23 @@ function unescapeExchange(text: string): string {
 }
 
 /** The two deny policies a topic permission becomes (see the table above). */
-export function topicPermissionPolicies(p: TopicPermission): Array<Omit<PolicyDef, 'createdAt'>> {
+export function topicPermissionPolicies(p: TopicPermission, scope?: string): Array<Omit<PolicyDef, 'createdAt'>> {
   const common = {
     effect: 'deny' as const,
     principals: [`user:${p.user}`],
     source: TOPIC_PERMISSION_SOURCE,
     description: `RabbitMQ topic permission of ${p.user} on exchange ${p.exchange} in vhost ${p.vhost}`,
+    ...(scope === undefined ? {} : { namespace: scope }),
   };
   const x = escapeExchange(p.exchange);
   return [
-    { ...common, name: policyName(p.user, p.exchange, 'write'), actions: ['publish'], resources: [`routing-key:${x}:!~${p.write}`] },
-    { ...common, name: policyName(p.user, p.exchange, 'read'), actions: ['subscribe'], resources: [`routing-key:${x}:!~${p.read}`] },
+    { ...common, name: policyName(p.user, p.exchange, 'write', scope), actions: ['publish'], resources: [`routing-key:${x}:!~${p.write}`] },
+    { ...common, name: policyName(p.user, p.exchange, 'read', scope), actions: ['subscribe'], resources: [`routing-key:${x}:!~${p.read}`] },
   ];
 }
 
 /** The topic permissions held as policies (each read back from its write and read policies). */
-export function listTopicPermissions(policies: readonly PolicyDef[]): TopicPermission[] {
+export function listTopicPermissions(policies: readonly PolicyDef[], home: (user: string) => string): TopicPermission[] {
   const found = new Map<string, Partial<TopicPermission>>();
   for (const d of policies) {
     if (d.source !== TOPIC_PERMISSION_SOURCE) continue;
@@ -78,34 +83,45 @@ export function listTopicPermissions(policies: readonly PolicyDef[]): TopicPermi
     if (user === null || m === null) continue;
     const exchange = unescapeExchange(m[1]);
     const part = d.name.endsWith('.write') ? 'write' : d.name.endsWith('.read') ? 'read' : null;
-    if (part === null || d.name !== policyName(user, exchange, part)) continue;
-    const key = `${user}\u0000${exchange}`;
-    const p = found.get(key) ?? found.set(key, { user, vhost: VHOST, exchange }).get(key)!;
+    if (part === null || d.name !== policyName(user, exchange, part, d.namespace)) continue;
+    const vhost = vhostOfNamespace(d.namespace ?? home(user));
+    const key = `${user}\u0000${vhost}\u0000${exchange}`;
+    const p = found.get(key) ?? found.set(key, { user, vhost, exchange }).get(key)!;
     p[part] = m[2];
   }
   return [...found.values()]
     .filter((p): p is TopicPermission => p.write !== undefined && p.read !== undefined)
     .map((p) => ({ user: p.user, vhost: p.vhost, exchange: p.exchange, write: p.write, read: p.read }))
-    .sort((a, b) => (a.user !== b.user ? (a.user < b.user ? -1 : 1) : a.exchange < b.exchange ? -1 : a.exchange > b.exchange ? 1 : 0));
+    .sort((a, b) => cmp(a.user, b.user) || cmp(a.vhost, b.vhost) || cmp(a.exchange, b.exchange));
 }
 
-/** Sets a user's topic permission on one exchange (replacing the one there); true: the user had none in the vhost. */
+const cmp = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);
+
+/** Sets a user's topic permission on one exchange of a vhost (replacing the one there); true: the user had none in the vhost. */
 export async function putTopicPermission(ctx: RabbitContext, p: TopicPermission): Promise<boolean> {
   const dir = ctx.access.directory;
-  if (p.vhost !== VHOST || dir.user(p.user) === undefined) throw badRequest('vhost_or_user_not_found');
-  const existed = listTopicPermissions(dir.policies.defs()).some((x) => x.user === p.user);
-  for (const def of topicPermissionPolicies(p)) await dir.putPolicy(def);
+  const ns = namespaceOfVhost(ctx, p.vhost);
+  const u = dir.user(p.user);
+  if (ns === null || u === undefined) throw badRequest('vhost_or_user_not_found');
+  const vhost = vhostOfNamespace(ns);
+  const existed = listTopicPermissions(dir.policies.defs(), homeOf(ctx)).some((x) => x.user === p.user && x.vhost === vhost);
+  for (const def of topicPermissionPolicies({ ...p, vhost }, ns === u.namespace ? undefined : ns)) await dir.putPolicy(def);
   return !existed;
 }
 
-/** Removes a user's topic permissions (all, or the one on `exchange`); false when the user had none. */
-export async function deleteTopicPermissions(ctx: RabbitContext, user: string, exchange?: string): Promise<boolean> {
+/**
+ * Removes a user's topic permissions (in one vhost or all; all of them there, or the one on `exchange`); false when
+ * the user had none there.
+ */
+export async function deleteTopicPermissions(ctx: RabbitContext, user: string, exchange?: string, vhost?: string): Promise<boolean> {
   const dir = ctx.access.directory;
-  const had = listTopicPermissions(dir.policies.defs()).filter((x) => x.user === user);
+  const home = homeOf(ctx);
+  const had = listTopicPermissions(dir.policies.defs(), home).filter((x) => x.user === user && (vhost === undefined || x.vhost === vhost));
   if (had.length === 0) return false;
   for (const p of had) {
     if (exchange !== undefined && p.exchange !== exchange) continue;
-    for (const d of topicPermissionPolicies(p))
+    const ns = namespaceOfLabel(p.vhost);
+    for (const d of topicPermissionPolicies(p, ns === home(user) ? undefined : ns))
       await dir.deletePolicy(d.name).catch((e: unknown) => (e instanceof FlowError && e.code === 'NOT_FOUND' ? undefined : Promise.reject(e)));
   }
   return true;
@@ -136,7 +152,8 @@ type Body = Record<string, unknown> | undefined;
 export function topicPermissionRoutes(app: FastifyInstance, ctx: RabbitContext): void {
   const dir = ctx.access.directory;
   const admin = (req: FastifyRequest) => ctx.require(req, 'admin', 'cluster', '*');
-  const all = () => listTopicPermissions(dir.policies.defs());
+  const all = () => listTopicPermissions(dir.policies.defs(), homeOf(ctx));
+  const label = (vhost: string) => vhostLabel(ctx, vhost);
 
   app.get('/api/topic-permissions', async (req) => {
     admin(req);
@@ -144,8 +161,10 @@ export function topicPermissionRoutes(app: FastifyInstance, ctx: RabbitContext):
   });
   app.get<{ Params: { vhost: string } }>('/api/vhosts/:vhost/topic-permissions', async (req) => {
     admin(req);
-    if (req.params.vhost !== VHOST) throw notFound();
-    return all().map((p) => ({ vhost: p.vhost, user: p.user, exchange: p.exchange, write: p.write, read: p.read }));
+    const vhost = label(req.params.vhost);
+    return all()
+      .filter((p) => p.vhost === vhost)
+      .map((p) => ({ vhost: p.vhost, user: p.user, exchange: p.exchange, write: p.write, read: p.read }));
   });
   app.get<{ Params: { name: string } }>('/api/users/:name/topic-permissions', async (req) => {
     admin(req);
@@ -154,7 +173,8 @@ export function topicPermissionRoutes(app: FastifyInstance, ctx: RabbitContext):
   });
   app.get<{ Params: { vhost: string; user: string } }>('/api/topic-permissions/:vhost/:user', async (req) => {
     admin(req);
-    const mine = req.params.vhost === VHOST ? all().filter((p) => p.user === req.params.user) : [];
+    const vhost = label(req.params.vhost);
+    const mine = all().filter((p) => p.user === req.params.user && p.vhost === vhost);
     if (mine.length === 0) throw notFound();
     return mine;
   });
@@ -165,12 +185,12 @@ export function topicPermissionRoutes(app: FastifyInstance, ctx: RabbitContext):
   });
   app.delete<{ Params: { vhost: string; user: string } }>('/api/topic-permissions/:vhost/:user', async (req, reply) => {
     admin(req);
-    if (req.params.vhost !== VHOST || !(await deleteTopicPermissions(ctx, req.params.user))) throw notFound();
+    if (!(await deleteTopicPermissions(ctx, req.params.user, undefined, label(req.params.vhost)))) throw notFound();
     return reply.code(204).send();
   });
   app.delete<{ Params: { vhost: string; user: string; exchange: string } }>('/api/topic-permissions/:vhost/:user/:exchange', async (req, reply) => {
     admin(req);
-    if (req.params.vhost !== VHOST || !(await deleteTopicPermissions(ctx, req.params.user, req.params.exchange))) throw notFound();
+    if (!(await deleteTopicPermissions(ctx, req.params.user, req.params.exchange, label(req.params.vhost)))) throw notFound();
     return reply.code(204).send();
   });
 }

@@ -38,7 +38,7 @@
  */
 import type { Duplex } from 'node:stream';
 import type { ClientRegistration } from '../../control/index.js';
-import { ADMIN_GROUP, ANONYMOUS, type Principal } from '../../control/index.js';
+import { ADMIN_GROUP, ANONYMOUS, guestIn, type Principal } from '../../control/index.js';
 import { namespaceNames } from '../../core/namespaces.js';
 import { ensureVhost } from './vhost.js';
 import { certificateLogin, certificateUser } from '../../control/certs.js';
@@ -337,16 +337,21 @@ export class AmqpConnection extends AmqpConnectionState implements AlarmListener
       case 'connection.open': {
         if (this.st !== St.Open) throw new AmqpError(503, 'connection.open out of order', 10, 40);
         // The virtual host is a namespace (vhost.ts): `/` (or empty, what clients send unless told) is the user's own
-        // namespace, `default` and any other name the namespace of that name, which must exist and be the user's own
-        // (members of the admins group may open every vhost).
+        // namespace, `default` and any other name the namespace of that name, which must exist. Members of the admins
+        // group open every vhost; anyone else opens another namespace's as a guest (policy.ts guestIn), with what the
+        // allow policies scoped to it grant its user by name (RabbitMQ permissions in that vhost), every deny holding.
         const vh = m.virtualHost;
         const own = this.principal.namespace;
         const ns = vh === '/' || vh === '' ? own : vh;
         if (ns !== own) {
           if (this.adapter.access.directory.namespace(ns) === undefined) throw new AmqpError(530, `vhost ${vh} not found`, 10, 40);
-          if (!this.principal.groups.includes(ADMIN_GROUP)) throw new AmqpError(530, `access to vhost '${vh}' refused for user '${this.loginName}'`, 10, 40);
+          if (!this.principal.groups.includes(ADMIN_GROUP)) {
+            this.principal = guestIn(this.principal, ns);
+            this.access = this.adapter.access.accessFor(this.principal, 'amqp', this.remoteAddress);
+          }
         }
-        // RabbitMQ refuses the virtual host to a user without permissions in it: here, one no policy allows anything.
+        // RabbitMQ refuses the virtual host to a user without permissions in it: here, one no policy allows anything
+        // (a guest: no allow policy scoped to the namespace names it).
         if (!this.access.grantsAny()) throw new AmqpError(530, `access to vhost '${vh === '' ? '/' : vh}' refused for user '${this.loginName}'`, 10, 40);
         this.vhost = vh === '' ? '/' : vh;
         this.names = namespaceNames(ns);
@@ -504,8 +509,9 @@ export class AmqpConnection extends AmqpConnectionState implements AlarmListener
 
   /** SecretHolder: a new secret was accepted; policies are looked up for the principal the check returned. */
   renewed(p: Principal): void {
-    this.principal = p;
-    this.access = this.adapter.access.accessFor(p, 'amqp', this.remoteAddress);
+    // A guest in another vhost stays one (the check answered the user in its own namespace).
+    this.principal = this.principal.home === undefined ? p : guestIn(p, this.principal.namespace);
+    this.access = this.adapter.access.accessFor(this.principal, 'amqp', this.remoteAddress);
     if (!this.names.isDefault) this.access.names = this.names;
   }
 

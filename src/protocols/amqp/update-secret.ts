@@ -66,7 +66,7 @@ function checked(c: SecretHolder, r: AuthOutcome, reason: string): void {
   c.secretChecking = false;
   if (!c.isOpen) return c.pauseForSecret(false);
   const was = c.principal;
-  if (r.ok && r.principal.user === was.user && r.principal.namespace === was.namespace) {
+  if (r.ok && r.principal.user === was.user && r.principal.namespace === (was.home ?? was.namespace)) {
     c.renewed(r.principal);
     c.adapter.stats.secretUpdates++;
     c.log.info({ user: was.user, reason }, 'amqp: secret updated');

@@ -16,8 +16,6 @@
  *   spaces. A message with none of these is sent as MSG, else as HMSG to a client that announced headers (MSG
  *   without them to one that did not; a bare status message is not sent to such a client).
  */
-import { randomBytes } from 'node:crypto';
-import { readFileSync } from 'node:fs';
 import type { Duplex } from 'node:stream';
 import type { Logger } from 'pino';
 import { newPublishInfo, type Engine, type Message, type PublishInfo } from '../../core/index.js';
@@ -30,21 +28,11 @@ import { NatsConnection } from './connection.js';
 import { DEFAULT_RESPONSES, type NatsOperators } from './auth-jwt.js';
 import { nkeyLogin } from './auth-nkey.js';
 import { NatsErr } from './errors.js';
+import { natsInfo, natsServerName, newNatsIdentity, type NatsIdentity, type NatsInfoSettings } from './info.js';
 import type { ResolvedNatsOptions } from './options.js';
 import { newNatsStats, type NatsAuthOutcome, type NatsConnectionHost, type NatsConnectionMeta, type NatsListenerTls, type NatsPublisher } from './types.js';
 
-/** The nats-server release whose client protocol (and JetStream API subset) FlowMQ implements: clients switch
- * features on by it (headers from 2.2, the 2.9 consumer-create subjects). */
-export const NATS_SERVER_VERSION = '2.9.10';
-
-const FLOWMQ_VERSION = ((): string => {
-  try {
-    const pkg = JSON.parse(readFileSync(new URL('../../../../package.json', import.meta.url), 'utf8')) as { version?: string };
-    return pkg.version ?? '0.0.0';
-  } catch {
-    return '0.0.0';
-  }
-})();
+export { NATS_SERVER_VERSION } from './info.js';
 
 /** The default NatsPublisher: a plain engine.publish; a failed durable write is logged (rate limited). */
 export class EnginePublisher implements NatsPublisher {
@@ -76,26 +64,15 @@ export interface NatsAuth {
   responses?: { max: number; ttlMs: number };
 }
 
-/** Base32 (RFC 4648) letters: a server id looks like nats-server's (an nkey: 'N' and 55 of these). */
-const B32 = 'ABCDEFGHIJKLMNOPQRSTUVWXYZ234567';
-
-function serverId(): string {
-  const r = randomBytes(55);
-  let s = 'N';
-  for (let i = 0; i < 55; i++) s += B32[r[i]! & 31];
-  return s;
-}
-
 export class NatsAdapter implements NatsConnectionHost {
   readonly logger: Logger;
   readonly logLimit: LogLimiter;
   readonly engine: Engine;
   readonly publisher: NatsPublisher;
-  /** Generated per start, as nats-server does. */
-  readonly serverId = serverId();
+  /** The server id (generated per start, as nats-server does) and the client id counter, shared with the port bound early. */
+  readonly identity: NatsIdentity;
   readonly serverName: string;
   private readonly conns = new Set<NatsConnection>();
-  private nextClientId = 0;
   private timer: NodeJS.Timeout | null = null;
   private readonly tokenBytes: Buffer | null;
   private readonly jetstream: boolean;
@@ -121,7 +98,9 @@ export class NatsAdapter implements NatsConnectionHost {
     readonly options: ResolvedNatsOptions,
     auth: NatsAuth,
     publisher?: NatsPublisher,
+    identity?: NatsIdentity,
   ) {
+    this.identity = identity ?? newNatsIdentity();
     this.access = auth.access;
     this.token = auth.token;
     this.certUser = auth.certUser ?? null;
@@ -131,12 +110,22 @@ export class NatsAdapter implements NatsConnectionHost {
     this.logger = ctx.logger;
     this.engine = ctx.engine;
     this.logLimit = new LogLimiter(ctx.logger);
-    this.serverName = `flowmq-${ctx.brokerId}`;
+    this.serverName = natsServerName(ctx.brokerId);
     this.tokenBytes = auth.token === null ? null : Buffer.from(auth.token, 'utf8');
     this.jetstream = publisher !== undefined;
     this.jsDomainApi = publisher?.domain ? `$JS/${publisher.domain}/API/` : null;
     this.payloads = new PayloadBudget(options.payloadReserveBytes);
     this.publisher = publisher ?? new EnginePublisher(ctx.engine, (err) => this.writeFailed(err));
+  }
+
+  /** Generated per start, as nats-server does. */
+  get serverId(): string {
+    return this.identity.serverId;
+  }
+
+  /** What INFO says (besides each connection's own fields): the port bound early (prebound.ts) predicts the same. */
+  get infoSettings(): NatsInfoSettings {
+    return { serverName: this.serverName, maxPayload: this.options.maxPayload, authRequired: this.authRequired, jetstream: this.jetstream };
   }
 
   /** The JetStream API answers on this broker (it checks its own requests: see NatsConnection.mayPublish). */
@@ -172,25 +161,7 @@ export class NatsAdapter implements NatsConnectionHost {
 
   /** The INFO object for a new connection (the listener sends it itself on the TLS upgrade path). */
   info(meta: NatsConnectionMeta, tls: NatsListenerTls): Record<string, unknown> {
-    meta.clientId ??= ++this.nextClientId;
-    const o: Record<string, unknown> = {
-      server_id: this.serverId,
-      server_name: this.serverName,
-      version: NATS_SERVER_VERSION,
-      proto: 1,
-      headers: true,
-      max_payload: this.options.maxPayload,
-      client_id: meta.clientId,
-      client_ip: meta.remoteAddress,
-      flowmq_version: FLOWMQ_VERSION,
-    };
-    if (this.authRequired) o.auth_required = true;
-    // NKey and JWT logins sign this (nats-server sends one when nkey users or operator mode are configured).
-    if (this.operators !== null || this.access.directory.nkeyUsers > 0) o.nonce = meta.nonce ??= randomBytes(11).toString('base64url');
-    if (tls.required) o.tls_required = true;
-    else if (tls.available) o.tls_available = true;
-    if (this.jetstream) o.jetstream = true;
-    return o;
+    return natsInfo(this.identity, this.infoSettings, meta, tls);
   }
 
   /**
@@ -198,7 +169,7 @@ export class NatsAdapter implements NatsConnectionHost {
    * connection is returned for the listener to track (its `closed`), refused or not.
    */
   handle(stream: Duplex, meta: NatsConnectionMeta, tls: NatsListenerTls): NatsConnection {
-    meta.clientId ??= ++this.nextClientId;
+    meta.clientId ??= ++this.identity.lastClientId;
     this.stats.connectionsTotal++;
     const c = new NatsConnection(stream, this, meta, tls);
     if (!this.accepting()) {

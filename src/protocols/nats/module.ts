@@ -16,6 +16,7 @@ import { resolveNatsOptions } from './options.js';
 import { NatsOperators } from './auth-jwt.js';
 import { accountLinks } from './account-links.js';
 import type { Logger } from 'pino';
+import { preboundIdentity } from './prebound.js';
 import { newListenerCounts, startNatsListener, startNatsWsListener, type NatsListenerShared, type NatsTlsSettings } from './server.js';
 
 export const natsModule: ProtocolModule = {
@@ -80,6 +81,8 @@ export const natsModule: ProtocolModule = {
       },
       // Off: publishes with a reply are plain publishes (no PubAck) and INFO says no jetstream.
       c.natsJetstream ? jetstream : undefined,
+      // The server id and client ids of the port bound at the start (prebound.ts), whose early INFO said them.
+      preboundIdentity(c.host, c.natsPort) ?? undefined,
     );
     // JetStream API requests are authorized by who sent them: the adapter knows its connections' Access.
     jetstream.authorizer = { control: ctx.access, accessOf: (origin) => adapter.accessOf(origin) };

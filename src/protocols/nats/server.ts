@@ -35,7 +35,7 @@ import type { NatsAdapter } from './adapter.js';
 import type { NatsConnectionMeta, NatsListenerTls } from './types.js';
 import { closeUnreadBody, httpServerOptions } from '../../control/index.js';
 import type { NatsConnection } from './connection.js';
-import { dropEarly, servePrebound, takePrebound } from './prebound.js';
+import { dropEarly, servePrebound, takePrebound, type EarlyInfo } from './prebound.js';
 
 /** nats-server's wording (server/errors.go ErrTooManyConnections). */
 export const ERR_MAX_CONNECTIONS = 'maximum connections exceeded';
@@ -136,7 +136,8 @@ function refuseMaxConnections(shared: NatsListenerShared, stream: Duplex, meta: 
   );
   let info = '';
   try {
-    info = infoLine(shared.adapter, meta, t);
+    // A connection accepted by the port bound early has its INFO already.
+    if (meta.infoSent !== true) info = infoLine(shared.adapter, meta, t);
   } catch {
     // The -ERR alone still tells the client why.
   }
@@ -266,10 +267,11 @@ export async function startNatsListener(shared: NatsListenerShared, listen: Nats
     tlsServer!.emit('connection', socket);
   };
 
-  const accept = (socket: Socket) => {
+  /** `early`: the meta of a connection accepted by the port bound early (prebound.ts), which may have had INFO. */
+  const accept = (socket: Socket, early?: NatsConnectionMeta) => {
     // Deliveries are batched by the connection's writer; Nagle would only delay each batch.
     socket.setNoDelay(true);
-    const meta: NatsConnectionMeta = { remoteAddress: plainAddress(socket.remoteAddress) ?? '?', remotePort: socket.remotePort ?? 0, tls: false };
+    const meta: NatsConnectionMeta = early ?? { remoteAddress: plainAddress(socket.remoteAddress) ?? '?', remotePort: socket.remotePort ?? 0, tls: false };
     if (!underLimit(shared)) {
       refuseMaxConnections(shared, socket, meta, listenerTls);
       return;
@@ -284,17 +286,20 @@ export async function startNatsListener(shared: NatsListenerShared, listen: Nats
       return;
     }
     // INFO first, in the clear (it tells the client whether to upgrade), then the client's first byte decides. The
-    // TLS path hands over with infoSent too: the client read INFO before upgrading and gets no second one.
-    let info: string;
-    try {
-      info = infoLine(adapter, meta, listenerTls);
-    } catch (err) {
-      release();
-      shared.logLimit.log('error', 'nats info failed', { err: (err as Error).message }, 'nats INFO could not be built');
-      socket.destroy();
-      return;
+    // TLS path hands over with infoSent too: the client read INFO before upgrading and gets no second one. A
+    // connection accepted early had its INFO then.
+    if (meta.infoSent !== true) {
+      let info: string;
+      try {
+        info = infoLine(adapter, meta, listenerTls);
+      } catch (err) {
+        release();
+        shared.logLimit.log('error', 'nats info failed', { err: (err as Error).message }, 'nats INFO could not be built');
+        socket.destroy();
+        return;
+      }
+      socket.write(info);
     }
-    socket.write(info);
     socket.once('data', (first: Buffer) => {
       socket.pause();
       socket.unshift(first);
@@ -324,6 +329,14 @@ export async function startNatsListener(shared: NatsListenerShared, listen: Nats
   // Bound at the start of `flowmq start` (prebound.ts): the same server, and the connections it accepted meanwhile.
   const pre = await takePrebound(listen.host, listen.port);
   if (pre !== null) {
+    // The early INFO came from the configuration (start.ts); what the adapter says now must be the same.
+    const sent = pre.sent();
+    if (sent !== null && !sameInfo(sent, { settings: adapter.infoSettings, tls: listenerTls })) {
+      adapter.ctx.logger.warn(
+        { early: sent, now: { settings: adapter.infoSettings, tls: listenerTls } },
+        'nats: the INFO sent before the broker was up differs from its INFO now',
+      );
+    }
     // Served once the module's other listeners are open too (nats-server accepts clients last).
     (listen.serveAfter ?? Promise.resolve()).then(
       () => servePrebound(pre, accept, onError),
@@ -334,6 +347,12 @@ export async function startNatsListener(shared: NatsListenerShared, listen: Nats
   const server: Server = createServer({ pauseOnConnect: true }, accept);
   await listenOn(server, listen, onError);
   return listenerOf('nats', server, conns, pending, shared);
+}
+
+function sameInfo(a: Pick<EarlyInfo, 'settings' | 'tls'>, b: Pick<EarlyInfo, 'settings' | 'tls'>): boolean {
+  const s = (e: Pick<EarlyInfo, 'settings' | 'tls'>) =>
+    JSON.stringify([e.settings.serverName, e.settings.maxPayload, e.settings.authRequired, e.settings.jetstream, e.tls.available, e.tls.required]);
+  return s(a) === s(b);
 }
 
 export interface NatsWsListenOptions extends ListenOptions {

@@ -83,6 +83,7 @@ import { background, deleteRecordsBefore, flushAll } from './seal.js';
 import { acquirePartition, finishRecovery, forgetPartitions, openStream, recoverAtOpen, releasePartition } from './recovery.js';
 import { offsetForTimestamp, read } from './read.js';
 import { compactPartition, flushPendingDeletes } from './compaction.js';
+import { collectDeleted, type Collected } from './garbage.js';
 
 export { DEFAULT_LOG_OPTIONS, MIN_STREAM_SEGMENT_BYTES, newLogStats, type LogOptions, type SpaceGuard } from './log-state.js';
 
@@ -185,6 +186,14 @@ export class LogManager extends LogState implements StreamStorage {
         this.indexCache.delete(s.objectKey);
       }
     }
+  }
+
+  /**
+   * Cluster mode: deletes what deleted streams left in the shared WAL and the object store where no broker held
+   * their partitions (garbage.ts).
+   */
+  collectDeleted(): Promise<Collected> {
+    return collectDeleted(this);
   }
 
   /**

@@ -105,6 +105,13 @@ export function newLogStats() {
     recoveredSegments: 0,
     /** Uncommitted segment objects deleted at open (a writer crashed or was fenced before committing them). */
     garbageObjects: 0,
+    /**
+     * Cluster mode: what deleted streams left where no broker held them, collected (garbage.ts): WAL keys, the bytes
+     * of their entries, segment objects.
+     */
+    deletedStreamWalKeys: 0,
+    deletedStreamWalBytes: 0,
+    deletedStreamObjects: 0,
     /** Partitions that stopped taking writes because another writer took them (a later epoch). */
     fencedPartitions: 0,
     /** Appends whose acknowledgement waited for seals to bring the tails under maxUnsealedBytes. */

@@ -434,6 +434,37 @@ export class PostgresWal implements WriteAheadLog {
     return released;
   }
 
+  async sharedKeys(): Promise<string[]> {
+    if (this.closed) throw new FlowError('CLOSED', 'WAL is closed');
+    const r = await this.db.query<{ key: string }>('WAL keys', {
+      name: 'fmwal_keys',
+      text: 'SELECT key FROM wal_epochs UNION SELECT DISTINCT key FROM wal_entries',
+    });
+    return r.rows.map((row) => row.key);
+  }
+
+  async dropKeys(keys: string[]): Promise<number> {
+    if (this.closed) throw new FlowError('CLOSED', 'WAL is closed');
+    if (keys.length === 0) return 0;
+    const r = await this.db.query<{ key: string; bytes: number }>(
+      'WAL drop keys',
+      {
+        name: 'fmwal_drop_keys',
+        text: `WITH d AS (DELETE FROM wal_entries WHERE key = ANY($1::text[]) RETURNING key, bytes),
+                    f AS (DELETE FROM wal_epochs WHERE key = ANY($1::text[]))
+               SELECT key, sum(bytes)::bigint AS bytes FROM d GROUP BY key`,
+      },
+      [keys],
+    );
+    let released = 0;
+    for (const row of r.rows) {
+      this.addBytes(row.key, -row.bytes);
+      released += row.bytes;
+    }
+    for (const key of keys) this.epochs.delete(key);
+    return released;
+  }
+
   size(): number {
     return this.totalBytes;
   }

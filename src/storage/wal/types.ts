@@ -98,6 +98,13 @@ export interface WriteAheadLog {
    * which the partition no longer needs the WAL. Returns the number of bytes released.
    */
   trim(flushedUpTo: (key: string) => number): Promise<number>;
+  /**
+   * Optional, with dropKeys (a WAL the brokers share: PostgreSQL): every key with entries or a fence in the log,
+   * whichever broker wrote them. The log's collector (storage/log/garbage.ts) finds those of deleted streams in it.
+   */
+  sharedKeys?(): Promise<string[]>;
+  /** Optional, with sharedKeys(): deletes every entry and the fence of `keys`. Returns the number of bytes released. */
+  dropKeys?(keys: string[]): Promise<number>;
   /** Bytes currently held. */
   size(): number;
   close(): Promise<void>;

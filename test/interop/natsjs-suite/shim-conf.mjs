@@ -33,12 +33,16 @@ const timer = setInterval(() => {
   try { execFileSync(process.execPath, [shim, '--reload', conf, pid, dataDir], { stdio: 'ignore' }); } catch {}
 }, 50);`;
 const WAITER = `
-const [file, ports, list] = process.argv.slice(1);
+const [file, ports, list, others] = process.argv.slice(1);
 const net = require('node:net');
 const open = (p) => new Promise((r) => { const s = net.connect(+p, '127.0.0.1'); s.on('connect', () => { s.destroy(); r(true); }); s.on('error', () => r(false)); });
+const all = async (l) => (await Promise.all(l.split(',').filter(Boolean).map(open))).every(Boolean);
 (async () => {
-  for (const end = Date.now() + 20000; Date.now() < end; await new Promise((r) => setTimeout(r, 50))) {
-    if ((await Promise.all(list.split(',').map(open))).every(Boolean)) return require('node:fs').writeFileSync(file, ports);
+  const start = Date.now();
+  for (const end = start + 20000; Date.now() < end; await new Promise((r) => setTimeout(r, 50))) {
+    if (!(await all(list))) continue;
+    if (Date.now() - start < 4000 && !(await all(others))) continue;
+    return require('node:fs').writeFileSync(file, ports);
   }
 })();`;
 const text = (await import('node:fs')).readFileSync(confFile, 'utf8');
@@ -313,10 +317,11 @@ if (reloading) {
   process.exit(0);
 }
 spawn(process.execPath, ['-e', RELOADER, confFile, pid, dataDir, new URL(import.meta.url).pathname], { detached: true, stdio: 'ignore' }).unref();
-// The ports file once the NATS port accepts: a child that outlives this process polls it for up to 20 s, then
-// writes it. nats-server writes it after opening all its listeners; FlowMQ binds the NATS port first thing in its
-// start (src/protocols/nats/prebound.ts) and its clients get INFO only once the monitoring and WebSocket ports are
-// open too. The launcher gives the file 5 s, then connects to the NATS port only.
+// The ports file once the NATS port accepts and, for up to 4 s after the spawn, the monitoring and WebSocket ports
+// too: a child that outlives this process polls them for up to 20 s, then writes it. nats-server writes it after
+// opening all its listeners; FlowMQ binds the NATS port first thing in its start and sends INFO at once
+// (src/protocols/nats/prebound.ts), so the launcher, content once INFO comes, would otherwise go on to the monitoring
+// port before it is open. The launcher gives the file 5 s, then connects to the NATS port only.
 const portsDir = conf.ports_file_dir ?? tmpdir();
 const ports = {
   nats: [`nats://127.0.0.1:${port}`],
@@ -324,7 +329,8 @@ const ports = {
   ...(websocket ? { websocket: [`ws://127.0.0.1:${websocket}`] } : {}),
 };
 const listening = String(port);
-spawn(process.execPath, ['-e', WAITER, join(portsDir, `nats-server_${pid}.ports`), JSON.stringify(ports), listening], {
+const others = [monitor, ...(websocket ? [websocket] : [])].join(',');
+spawn(process.execPath, ['-e', WAITER, join(portsDir, `nats-server_${pid}.ports`), JSON.stringify(ports), listening, others], {
   detached: true,
   stdio: 'ignore',
 }).unref();

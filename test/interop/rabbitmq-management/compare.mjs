@@ -339,6 +339,92 @@ async function topicEffect(amqpUrl, httpBase) {
   return out;
 }
 
+/**
+ * Per-vhost permissions: user cmp-g has permissions in vhost cmp-v only (made by run.sh on both: a RabbitMQ vhost, a
+ * FlowMQ namespace), none in `/`. The management API's answers and what amqplib may do in cmp-v, step by step.
+ */
+async function vhostEffect(amqpUrl, httpBase) {
+  const json = (method, path, body) => get(httpBase, path, method, body);
+  const out = [];
+  const show = (what, r) => out.push(`${what}: ${r.status} ${JSON.stringify(r.json)}`);
+  const mine = (r) => ({ status: r.status, json: Array.isArray(r.json) ? r.json.filter((p) => p.user === 'cmp-g') : r.json });
+  await json('PUT', '/api/users/cmp-g', { password: 'cmp-g-pw', tags: '' });
+  const perm = { configure: '^g-', write: '^(g-.*|amq\\.default)$', read: '^g-' };
+  show('PUT /api/permissions/cmp-v/cmp-g', await json('PUT', '/api/permissions/cmp-v/cmp-g', perm));
+  show('PUT /api/permissions/cmp-v/cmp-g again', await json('PUT', '/api/permissions/cmp-v/cmp-g', perm));
+  show('PUT /api/permissions/cmp-nope/cmp-g', await json('PUT', '/api/permissions/cmp-nope/cmp-g', perm));
+  show('GET /api/permissions/cmp-v/cmp-g', await json('GET', '/api/permissions/cmp-v/cmp-g'));
+  show('GET /api/permissions/%2F/cmp-g', await json('GET', '/api/permissions/%2F/cmp-g'));
+  show('GET /api/users/cmp-g/permissions', await json('GET', '/api/users/cmp-g/permissions'));
+  show('GET /api/vhosts/cmp-v/permissions (cmp-g)', mine(await json('GET', '/api/vhosts/cmp-v/permissions')));
+  show('GET /api/permissions (cmp-g)', mine(await json('GET', '/api/permissions')));
+  const tp = { exchange: 'amq.topic', write: '^g\\.', read: '^g\\.' };
+  show('PUT /api/topic-permissions/cmp-v/cmp-g', await json('PUT', '/api/topic-permissions/cmp-v/cmp-g', tp));
+  show('GET /api/topic-permissions/cmp-v/cmp-g', await json('GET', '/api/topic-permissions/cmp-v/cmp-g'));
+  show('GET /api/topic-permissions/%2F/cmp-g', await json('GET', '/api/topic-permissions/%2F/cmp-g'));
+  show('GET /api/vhosts/cmp-v/topic-permissions', await json('GET', '/api/vhosts/cmp-v/topic-permissions'));
+  const defs = (await json('GET', '/api/definitions')).json;
+  out.push(`definitions: permissions ${JSON.stringify(defs.permissions.filter((p) => p.user === 'cmp-g'))}`);
+  out.push(`definitions: topic_permissions ${JSON.stringify(defs.topic_permissions.filter((p) => p.user === 'cmp-g'))}`);
+  const as = (vhost) => {
+    const u = new URL(amqpUrl);
+    u.username = 'cmp-g';
+    u.password = 'cmp-g-pw';
+    u.pathname = `/${encodeURIComponent(vhost)}`;
+    return u.toString();
+  };
+  const open = async (vhost) => {
+    try {
+      const c = await amqp.connect(as(vhost));
+      c.on('error', () => undefined);
+      out.push(`open ${vhost}: opened`);
+      return c;
+    } catch (e) {
+      out.push(`open ${vhost}: ${e.message}`);
+      return null;
+    }
+  };
+  try {
+    await open('/');
+    const g = await open('cmp-v');
+    const attempt = async (what, fn) => {
+      const c = await g.createChannel();
+      c.on('error', () => undefined);
+      try {
+        await fn(c);
+        await c.close();
+        out.push(`${what}: ok`);
+      } catch (e) {
+        out.push(`${what}: ${e.message}`);
+      }
+    };
+    await attempt('declare g-q', (c) => c.assertQueue('g-q', { durable: false }));
+    await attempt('declare other', (c) => c.assertQueue('cmp-other', { durable: false }));
+    await attempt('declare exchange g-x', (c) => c.assertExchange('g-x', 'topic', { durable: false }));
+    await attempt('bind g-q to g-x', (c) => c.bindQueue('g-q', 'g-x', 'k'));
+    await attempt('bind g-q to amq.topic g.#', (c) => c.bindQueue('g-q', 'amq.topic', 'g.#'));
+    await attempt('publish to g-q', async (c) => {
+      c.sendToQueue('g-q', Buffer.from('x'));
+      await c.checkQueue('g-q');
+    });
+    await attempt('publish to amq.topic g.1', async (c) => {
+      c.publish('amq.topic', 'g.1', Buffer.from('x'));
+      await c.checkQueue('g-q');
+    });
+    await attempt('get g-q', async (c) => out.push(`got ${(await c.get('g-q', { noAck: true })) === false ? 'nothing' : 'a message'}`));
+    await attempt('delete g-x', (c) => c.deleteExchange('g-x'));
+    await attempt('delete g-q', (c) => c.deleteQueue('g-q'));
+    show('DELETE /api/permissions/cmp-v/cmp-g', await json('DELETE', '/api/permissions/cmp-v/cmp-g'));
+    show('DELETE /api/permissions/cmp-v/cmp-g again', await json('DELETE', '/api/permissions/cmp-v/cmp-g'));
+    await attempt('declare g-q after the DELETE', (c) => c.assertQueue('g-q', { durable: false }));
+    await g.close().catch(() => undefined);
+    (await open('cmp-v'))?.close();
+  } finally {
+    await json('DELETE', '/api/users/cmp-g');
+  }
+  return out;
+}
+
 const [rc, fc] = [await setUp(rabbitAmqp), await setUp(flowAmqp)];
 try {
   for (const [path, pred] of CASES) {
@@ -508,6 +594,12 @@ try {
     diffs.push(`topic permissions through amqplib, ${line}${ft[i] === line ? ' (the same on FlowMQ)' : `; FlowMQ: ${ft[i]}`}`);
     if (ft[i] !== line) hardFailures++;
   }
+  const [rv, fv] = [await vhostEffect(rabbitAmqp, rabbitHttp), await vhostEffect(flowAmqp, flowHttp)];
+  for (const [i, line] of rv.entries()) {
+    diffs.push(`per-vhost permissions, ${line}${fv[i] === line ? ' (the same on FlowMQ)' : `; FlowMQ: ${fv[i]}`}`);
+    if (fv[i] !== line) hardFailures++;
+  }
+  if (fv.length !== rv.length) hardFailures++;
   const [ri, fi] = [await importedLogin(rabbitAmqp), await importedLogin(flowAmqp)];
   diffs.push(`AMQP login of the imported user with RabbitMQ's hash: RabbitMQ ${ri}, FlowMQ ${fi}`);
   if (ri !== fi) hardFailures++;

@@ -14,7 +14,8 @@ env RABBITMQ_NODENAME=rmqcmp@localhost RABBITMQ_MNESIA_BASE="$WORK/mnesia" RABBI
   HOME="$WORK" /usr/lib/rabbitmq/bin/rabbitmq-server > "$WORK/rabbitmq.log" 2>&1 &
 RPID=$!
 # guest/guest as RabbitMQ's administrator: the users, permissions and policies calls end FlowMQ's no-user bootstrap.
-printf 'users:\n  - {username: guest, password: guest, groups: [admins]}\n' > "$WORK/flowmq-users.yaml"
+# Vhost cmp-v (compare.mjs's per-vhost permissions): a FlowMQ namespace, made on RabbitMQ below.
+printf 'users:\n  - {username: guest, password: guest, groups: [admins]}\nnamespaces:\n  - {name: cmp-v}\n' > "$WORK/flowmq-users.yaml"
 "$ROOT/bin/flowmq" start --data-dir "$WORK/flowmq" --users-file "$WORK/flowmq-users.yaml" --host 127.0.0.1 --mqtt-port 0 --mqtt-ws-port 0 --kafka-port 0 \
   --nats-port 0 --http-port 0 --amqp-port "$FPORT" --amqp-management-port "$FMGMT" > "$WORK/flowmq.log" 2>&1 &
 FPID=$!
@@ -23,6 +24,7 @@ for _ in $(seq 60); do
   curl -sf -u guest:guest "http://localhost:$RMGMT/api/overview" >/dev/null && curl -s -o /dev/null "http://localhost:$FMGMT/" && break
   sleep 1
 done
+curl -sf -u guest:guest -X PUT "http://localhost:$RMGMT/api/vhosts/cmp-v" >/dev/null
 cd "$HERE" && [ -e node_modules ] || ln -s "$ROOT/node_modules" "$HERE/node_modules"
 node "$HERE/compare.mjs" "http://guest:guest@localhost:$RMGMT" "amqp://guest:guest@localhost:$RPORT" \
   "http://guest:guest@localhost:$FMGMT" "amqp://guest:guest@localhost:$FPORT"
