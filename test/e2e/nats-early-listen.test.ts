@@ -43,7 +43,8 @@ async function firstAccept(port: number, deadlineMs: number): Promise<{ socket: 
 }
 
 /** Stops `broker` and starts it again on its data; a raw client accepted as early as possible, and its INFO with the time it came. */
-async function restartEarly(broker: FlowmqProcess, args: string[]) {
+/** `first`: bytes written as soon as the connection is accepted (before INFO is read: the auth timeout runs from then). */
+async function restartEarly(broker: FlowmqProcess, args: string[], first?: string) {
   await broker.stop();
   const spawnedAt = Date.now();
   const port = Number(args[args.indexOf('--nats-port') + 1]);
@@ -52,6 +53,7 @@ async function restartEarly(broker: FlowmqProcess, args: string[]) {
   restarted.catch(() => undefined);
   const { socket, at } = await accepting;
   const raw = RawNats.wrap(socket);
+  if (first !== undefined) raw.send(first);
   const info = await raw.info();
   return { spawnedAt, acceptedAt: at, infoAt: Date.now(), info, raw, restarted };
 }
@@ -211,7 +213,8 @@ describe('e2e: NATS port open and INFO early in a (re)start', () => {
     const args = ['--nats-port', String(port), '--nats-auth-timeout', '100ms'];
     let broker = await FlowmqProcess.start({ args });
     try {
-      const early = await restartEarly(broker, args);
+      // The early client's CONNECT goes at once: with a 100 ms auth timeout, a busy test process could miss it.
+      const early = await restartEarly(broker, args, 'CONNECT {"verbose":false,"pedantic":false}\r\nSUB ord 1\r\n');
       const silent = await RawNats.connect(port);
       const silentInfo = await silent.info();
       let errAt = 0;
@@ -222,7 +225,7 @@ describe('e2e: NATS port open and INFO early in a (re)start', () => {
         return l;
       })();
       const N = 300;
-      let out = 'CONNECT {"verbose":false,"pedantic":false}\r\nSUB ord 1\r\n';
+      let out = '';
       for (let i = 0; i < N; i++) out += `PUB ord 1000\r\n${String(i).padEnd(1000, 'x')}\r\n`;
       early.raw.send(out + 'PING\r\n');
       broker = await early.restarted;
