@@ -145,7 +145,7 @@ export class StreamAppends {
   }
 
   /** An append that goes through the partition's lane (forwarded, or waiting behind earlier ones). */
-  append(stream: string, partition: number, batch: Buffer): AppendResult {
+  append(stream: string, partition: number, batch: Buffer, stamped = false): AppendResult {
     let resolve!: (o: number) => void;
     let reject!: (e: unknown) => void;
     const offset = new Promise<number>((res, rej) => {
@@ -166,7 +166,8 @@ export class StreamAppends {
     const f: Forward = {
       lane,
       batch: copy,
-      stamped: this.stamp(name, copy),
+      // An MQTT QoS 2 publish's batch comes stamped with its session's key (Message.pubKey): checked likewise.
+      stamped: stamped || this.stamp(name, copy),
       deadline: Date.now() + this.o.patienceMs(),
       tries: 0,
       seq: this.seq++,

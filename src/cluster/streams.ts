@@ -423,13 +423,13 @@ export class ClusterStreams implements StreamStorage {
 
   // ---------------------------------------------------------------- appends
 
-  append(stream: string, partition: number, batch: Buffer): AppendResult {
-    if (this.appends.direct(stream, partition)) return this.log.append(stream, partition, batch);
+  append(stream: string, partition: number, batch: Buffer, stamped = false): AppendResult {
+    if (this.appends.direct(stream, partition)) return this.log.append(stream, partition, batch, stamped);
     const def = this.defs.get(stream);
     if (def === undefined) throw new FlowError('NOT_FOUND', `stream "${stream}" does not exist`);
     if (!Number.isInteger(partition) || partition < 0 || partition >= def.partitions)
       throw new FlowError('NOT_FOUND', `stream "${stream}" has no partition ${partition}`);
-    return this.appends.append(stream, partition, batch);
+    return this.appends.append(stream, partition, batch, stamped);
   }
 
   // ---------------------------------------------------------------- the owner's side

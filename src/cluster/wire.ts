@@ -58,7 +58,8 @@ export function unpackBuffers(buf: Buffer): Buffer[] {
 }
 
 export function encodeMessage(msg: Message): Buffer {
-  return encodeStoredMessage(msg);
+  // With an MQTT QoS 2 publish key (Message.pubKey): the receiving broker's sessions recognise a retried publish.
+  return encodeStoredMessage(msg, true);
 }
 
 export function decodeMessage(buf: Buffer): Message {

@@ -11,7 +11,7 @@
  */
 import { FlowError } from './errors.js';
 import type { Message } from './message.js';
-import { ATTR_TRANSACTIONAL, OFF_ATTRIBUTES, decodeBatch, encodeBatch, messageToRecord, recordToMessage } from './record-batch.js';
+import { ATTR_TRANSACTIONAL, OFF_ATTRIBUTES, decodeBatch, encodeBatch, messageToRecord, recordToMessage, setProducer } from './record-batch.js';
 import {
   NO_STREAM_DEFAULTS,
   newStreamId,
@@ -534,6 +534,7 @@ export class Engine implements Router {
     }
     // The index keeps its own copy: the payload may be a view into a socket buffer.
     const kept: Message = { ...msg, payload: Buffer.from(msg.payload), headers: msg.headers.slice() };
+    delete kept.pubKey; // a retained copy is a message of its own, not the MQTT QoS 2 publish (Message.pubKey)
     this.retained.set(kept);
     if (volatile) return null;
     const put = this.store.putRetained(msg.topic, encodeStoredMessage(kept));
@@ -660,7 +661,9 @@ export class Engine implements Router {
       seen.add(e);
       const p = partitionFor(msg, e.def.partitions);
       const batch = encodeBatch([messageToRecord(msg, e.ownTopic)]);
-      const { baseOffset, durable, offset } = this.storage.append(e.def.name, p, batch);
+      const key = msg.pubKey; // an MQTT QoS 2 publish key: the partition's producer state knows a retry (Message.pubKey)
+      if (key !== undefined) setProducer(batch, key.producer, 0, key.seq);
+      const { baseOffset, durable, offset } = this.storage.append(e.def.name, p, batch, key !== undefined);
       this.stats.captured++;
       if (info !== undefined)
         info.captured.push(

@@ -381,6 +381,7 @@ export class NamespaceLinks implements Subscriber {
   private cross(msg: Message, from: NamespaceNames, to: NamespaceNames, topic: string): Message {
     this.stats.crossed++;
     const copy: Message = { ...msg, topic, retain: false, origin: `link:${to.namespace}` };
+    delete copy.pubKey;
     if (to.isDefault) delete copy.namespace;
     else copy.namespace = to.namespace;
     // The stored subject a JetStream delivery names, and the one its authorization follows, move along.

@@ -110,6 +110,21 @@ export interface Message {
    * the `NATS/1.0` header line (no-responders, JetStream pull statuses); other adapters ignore it.
    */
   status?: string;
+  /**
+   * An MQTT QoS 2 publish of a persistent session: the publishing session's producer id (from the Kafka producer
+   * id allocator, so unique) and the sequence the session stored with the packet id before routing it. A retried
+   * PUBLISH after a broker crash is routed again with the same key, and every destination that already has it
+   * recognises it: a stream partition by its producer state (the batch is stamped with it, checked as a forwarded
+   * batch: at or below the last sequence is a duplicate), an MQTT session by the highest sequence per producer it
+   * took (stored with its queue in one transaction). Carried by cluster forwarding; not by stored queue messages.
+   */
+  pubKey?: PubKey;
+}
+
+/** See Message.pubKey. */
+export interface PubKey {
+  producer: number;
+  seq: number;
 }
 
 /** Why and where a message was dead-lettered (one entry per queue and reason, counted). */

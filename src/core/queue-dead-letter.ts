@@ -29,6 +29,8 @@ export function deadLettered(msg: Message, queue: string, reason: DeathRecord['r
   deaths.unshift(rec);
   // As RabbitMQ: the per-message expiration does not follow the message into the dead-letter queue.
   const out: Message = { ...msg, deaths, routingKey: deadLetterRoutingKey ?? routingKey };
+  // A new publish: not the MQTT QoS 2 publish it came from (a destination would take it for a retry of that).
+  delete out.pubKey;
   delete out.expiresAt;
   return out;
 }

@@ -21,6 +21,11 @@ export interface SessionRecord {
   /** When the session ends if no client resumes it, ms since epoch; null while a client is connected. */
   expiresAt: number | null;
   updatedAt: number;
+  /**
+   * The publish keys the session's queue took (QueueChanges.marks, merged): the highest sequence per producer.
+   * Read back by getSession / listSessions; putSession ignores it.
+   */
+  marks?: Record<string, number>;
 }
 
 export interface QueuedEntry {
@@ -72,6 +77,12 @@ export interface QueueChanges {
   replace?: QueuedEntry[];
   remove?: number[];
   append?: Buffer[];
+  /**
+   * Publish keys of the appended messages (Message.pubKey: the highest sequence per producer), merged into the
+   * session's marks in the same transaction as the append (a later value replaces an earlier one), kept until
+   * deleteSession, and read back with the session record (SessionRecord.marks).
+   */
+  marks?: Record<string, number>;
 }
 
 export interface RetainedEntry {
@@ -93,6 +104,7 @@ export interface RetainedStore {
 export class MemorySessionStore implements SessionStore {
   private readonly records = new Map<string, SessionRecord>();
   private readonly queues = new Map<string, QueuedEntry[]>();
+  private readonly marks = new Map<string, Record<string, number>>();
   private seq = 0;
 
   /**
@@ -107,7 +119,12 @@ export class MemorySessionStore implements SessionStore {
 
   async getSession(clientId: string): Promise<SessionRecord | null> {
     const r = this.records.get(clientId);
-    return r ? { ...r } : null;
+    return r ? this.withMarks(r) : null;
+  }
+  private withMarks(r: SessionRecord): SessionRecord {
+    const m = this.marks.get(r.clientId);
+    const { marks: _, ...rec } = r;
+    return m === undefined ? rec : { ...rec, marks: { ...m } };
   }
   async putSession(rec: SessionRecord, fence?: number): Promise<void> {
     this.fenced(rec.clientId, fence);
@@ -117,9 +134,10 @@ export class MemorySessionStore implements SessionStore {
     this.fenced(clientId, fence);
     this.records.delete(clientId);
     this.queues.delete(clientId);
+    this.marks.delete(clientId);
   }
   async listSessions(protocol: string): Promise<SessionRecord[]> {
-    return [...this.records.values()].filter((r) => r.protocol === protocol).map((r) => ({ ...r }));
+    return [...this.records.values()].filter((r) => r.protocol === protocol).map((r) => this.withMarks(r));
   }
   async readQueue(clientId: string, limit: number): Promise<QueuedEntry[]> {
     return (this.queues.get(clientId) ?? []).slice(0, limit);
@@ -137,6 +155,7 @@ export class MemorySessionStore implements SessionStore {
     this.fenced(clientId, fence);
     let q = this.queues.get(clientId);
     if (!q) this.queues.set(clientId, (q = []));
+    if (changes.marks !== undefined) this.marks.set(clientId, { ...this.marks.get(clientId), ...changes.marks });
     for (const r of changes.replace ?? []) {
       const e = q.find((x) => x.seq === r.seq);
       if (e) e.data = Buffer.from(r.data);
@@ -191,7 +210,7 @@ function checkMax(maxLength: number): void {
  * A message with none of the version-2 fields is written as version 1, byte for byte as before: the plain path
  * costs nothing more, and what it stored stays readable by the release before version 2.
  */
-export function encodeStoredMessage(m: Message): Buffer {
+export function encodeStoredMessage(m: Message, carryKey = false): Buffer {
   const parts: Buffer[] = [];
   let flags = m.qos & 3;
   if (m.retain) flags |= 4;
@@ -217,9 +236,10 @@ export function encodeStoredMessage(m: Message): Buffer {
   if (m.deaths !== undefined) flags3 |= 32;
   if (m.natsHeaders !== undefined) flags3 |= 64;
   if (m.amqpExpiration !== undefined) flags3 |= 128;
-  const v2 = flags3 !== 0 || (flags2 & ~3) !== 0;
+  const v3 = carryKey && m.pubKey !== undefined;
+  const v2 = v3 || flags3 !== 0 || (flags2 & ~3) !== 0;
   const head = Buffer.allocUnsafe(v2 ? 12 : 11);
-  head[0] = v2 ? 2 : 1;
+  head[0] = v3 ? 3 : v2 ? 2 : 1;
   head[1] = flags;
   head[2] = flags2;
   if (v2) head[3] = flags3;
@@ -258,6 +278,13 @@ export function encodeStoredMessage(m: Message): Buffer {
     if (m.natsHeaders !== undefined) bytes(m.natsHeaders);
     if (m.amqpExpiration !== undefined) str(m.amqpExpiration);
   }
+  if (v3) {
+    // Version 3: version 2 and the QoS 2 publish key (f64 producer, u32 sequence); cluster forwarding only.
+    const k = Buffer.allocUnsafe(12);
+    k.writeDoubleBE(m.pubKey!.producer, 0);
+    k.writeUInt32BE(m.pubKey!.seq >>> 0, 8);
+    parts.push(k);
+  }
   const hc = Buffer.allocUnsafe(4);
   hc.writeUInt32BE(m.headers.length, 0);
   parts.push(hc);
@@ -271,7 +298,7 @@ export function encodeStoredMessage(m: Message): Buffer {
   return Buffer.concat(parts);
 }
 
-/** Inverse of `encodeStoredMessage` (versions 1 and 2); throws FlowError('CORRUPT_DATA') on anything it did not write. */
+/** Inverse of `encodeStoredMessage` (versions 1 to 3); throws FlowError('CORRUPT_DATA') on anything it did not write. */
 export function decodeStoredMessage(buf: Buffer): Message {
   let pos = 0;
   const need = (n: number) => {
@@ -297,13 +324,13 @@ export function decodeStoredMessage(buf: Buffer): Message {
   const str = () => bytes().toString('utf8');
   need(11);
   const version = buf[0];
-  if (version !== 1 && version !== 2) throw new FlowError('CORRUPT_DATA', `stored message version ${version} is unknown`);
+  if (version !== 1 && version !== 2 && version !== 3) throw new FlowError('CORRUPT_DATA', `stored message version ${version} is unknown`);
   const flags = buf[1];
   const flags2 = buf[2];
   // Version 1 has no flags3: bits it did not define must be clear in what claims to be version 1.
   if (version === 1 && (flags2 & ~3) !== 0) throw new FlowError('CORRUPT_DATA', 'stored message version 1 has unknown flags');
   pos = 3;
-  const flags3 = version === 2 ? u8() : 0;
+  const flags3 = version >= 2 ? u8() : 0;
   need(8);
   const timestamp = buf.readDoubleBE(pos);
   pos += 8;
@@ -341,6 +368,11 @@ export function decodeStoredMessage(buf: Buffer): Message {
   }
   if (flags3 & 64) m.natsHeaders = bytes();
   if (flags3 & 128) m.amqpExpiration = str();
+  if (version === 3) {
+    need(12);
+    m.pubKey = { producer: buf.readDoubleBE(pos), seq: buf.readUInt32BE(pos + 8) };
+    pos += 12;
+  }
   const hc = u32();
   const headers: Header[] = [];
   for (let i = 0; i < hc; i++) {

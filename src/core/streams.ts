@@ -138,8 +138,11 @@ export interface StreamStorage {
    *
    * The batch is borrowed for the duration of the call: the storage keeps a copy of what it needs, and the caller
    * may reuse the buffer once this returns (the Kafka adapter reuses its request frames).
+   *
+   * `stamped`: the batch carries an MQTT QoS 2 publish key as its producer id and sequence (Message.pubKey), checked
+   * as a forwarded batch (gaps allowed; at or below the producer's last sequence is a duplicate, never an error).
    */
-  append(stream: string, partition: number, batch: Buffer): AppendResult;
+  append(stream: string, partition: number, batch: Buffer, stamped?: boolean): AppendResult;
   /**
    * Durable batches from the one holding `offset` onwards, up to about `maxBytes` (always at least one batch
    * when one is available, as Kafka requires).

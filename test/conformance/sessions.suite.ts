@@ -69,6 +69,33 @@ export function sessionStoreConformance(name: string, durable: boolean, open: (d
       await s.close();
     });
 
+    it("merges an append's publish-key marks in its transaction, keeps them after the entries go, drops them with the session", async () => {
+      const s = await open(freshDir());
+      await s.sessions.putSession(rec('mk'));
+      await s.sessions.putSession(rec('plain'));
+      // A session whose queue never took a keyed message has no marks.
+      await enqueue(s.sessions, 'plain', [b('x')], 10);
+      assert.equal((await s.sessions.getSession('plain'))?.marks, undefined);
+      assert.deepEqual(await s.sessions.getSession('plain'), rec('plain'));
+      // The first append of a session (its queue counter row made in the same transaction) keeps its marks.
+      const { seqs } = await s.sessions.updateQueue('mk', { append: [b('1'), b('2')], marks: { '7': 3, '9': 0 } }, 10);
+      await s.sessions.updateQueue('mk', { append: [b('3')], marks: { '7': 5 } }, 10);
+      assert.deepEqual((await s.sessions.getSession('mk'))?.marks, { '7': 5, '9': 0 });
+      // Entries removed (acknowledged): the marks stay.
+      await s.sessions.updateQueue('mk', { remove: seqs }, 10);
+      await s.sessions.ackQueue('mk', 1_000_000);
+      assert.equal(await queueLength(s.sessions, 'mk'), 0);
+      const listed = (await s.sessions.listSessions('mqtt')).find((r) => r.clientId === 'mk');
+      assert.deepEqual(listed?.marks, { '7': 5, '9': 0 });
+      // A rewrite of the session record leaves them too.
+      await s.sessions.putSession(rec('mk', { state: '{"y":1}' }));
+      assert.deepEqual((await s.sessions.getSession('mk'))?.marks, { '7': 5, '9': 0 });
+      await s.sessions.deleteSession('mk');
+      await s.sessions.putSession(rec('mk'));
+      assert.deepEqual(await s.sessions.getSession('mk'), rec('mk'));
+      await s.close();
+    });
+
     it('queues per session in order, reads in pages, acks a prefix', async () => {
       const s = await open(freshDir());
       assert.equal(await enqueue(s.sessions, 'q', [b('1'), b('2'), b('3')], 100), 0);

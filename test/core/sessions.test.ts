@@ -133,6 +133,26 @@ describe('stored message form', () => {
       (e: unknown) => isFlowError(e, 'CORRUPT_DATA'),
     );
   });
+  test('version 3 carries an MQTT QoS 2 publish key for cluster forwarding only; stored messages never keep it', () => {
+    const keyed = { ...makeMessage('a/b', Buffer.from('x'), { qos: 2 }), pubKey: { producer: 123_456_789_012, seq: 0x7fffffff } };
+    const forwarded = encodeStoredMessage(keyed, true);
+    assert.equal(forwarded[0], 3);
+    assert.deepEqual(decodeStoredMessage(forwarded), keyed);
+    // Without `carryKey` (a session queue, a durable queue) the key is not written: version 1, as before.
+    const { pubKey: _, ...plain } = keyed;
+    const stored = encodeStoredMessage(keyed);
+    assert.equal(stored[0], 1);
+    assert.deepEqual(decodeStoredMessage(stored), plain);
+    // Every truncation of version 3 (in its key too) is refused.
+    for (let n = 0; n < forwarded.length; n++) {
+      assert.throws(
+        () => decodeStoredMessage(forwarded.subarray(0, n)),
+        (e: unknown) => isFlowError(e, 'CORRUPT_DATA'),
+        `${n} bytes`,
+      );
+    }
+  });
+
   test('refuses truncated or foreign bytes', () => {
     const enc = encodeStoredMessage(makeMessage('a', Buffer.from('x')));
     for (let n = 0; n < enc.length; n++)

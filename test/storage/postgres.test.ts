@@ -133,6 +133,28 @@ describe('PostgreSQL backends', () => {
     await m.close();
   });
 
+  it('migration 7 gives the sessions of an older database publish-key marks, keeping the session and its queue', async () => {
+    const url = await server.createDatabase();
+    const p = createPool({ url }, 'test');
+    await migratePostgres(p, postgresMigrations.slice(0, 6), 'flowmq_schema_migrations', 'metastore');
+    await p.query('test insert', "INSERT INTO client_sessions (client_id, protocol, state, expires_at, updated_at) VALUES ('c', 'mqtt', '{}', NULL, 1)", []);
+    // A queue entry written by the previous schema's own statement.
+    await p.query('test append', "SELECT first_seq FROM flowmq_queue_update('c', '{}'::bigint[], '{}'::bytea[], '{}'::bigint[], ARRAY['four'::bytea], 10)", []);
+    await p.end();
+    let m = await PostgresMetastore.open({ url });
+    assert.equal(m.migrationsApplied, postgresMigrations.length - 6);
+    assert.deepEqual(await m.getSession('c'), { clientId: 'c', protocol: 'mqtt', state: '{}', expiresAt: null, updatedAt: 1 });
+    await m.updateQueue('c', { append: [Buffer.from('five')], marks: { '12': 7 } }, 10);
+    await m.close();
+    m = await PostgresMetastore.open({ url });
+    assert.deepEqual((await m.getSession('c'))?.marks, { '12': 7 });
+    assert.deepEqual(
+      (await m.readQueue('c', 10)).map((e) => e.data.toString()),
+      ['four', 'five'],
+    );
+    await m.close();
+  });
+
   it('keeps startup options given in the URL (a schema per broker through search_path) and synchronous_commit on', async () => {
     const url = await server.createDatabase();
     const admin = new pg.Client({ connectionString: url });

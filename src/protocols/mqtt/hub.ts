@@ -18,9 +18,11 @@ import { ReasonCode, type ProtocolLevel, type Will } from './codec/index.js';
 import { EXPIRY_NEVER, type ResolvedMqttOptions } from './options.js';
 import type { MqttClusterHost, SessionConnection, SessionMoveReason } from './types.js';
 import { MqttClusterSessions } from './cluster.js';
+import { persistKeys, restoreKeys, SessionProducerIds } from './qos2.js';
 import {
   MqttSession,
   NOTHING,
+  afterWrite,
   decodeDelivery,
   encodeDelivery,
   newDelivery,
@@ -127,6 +129,8 @@ export class MqttHub implements MqttClusterHost<MqttSession> {
   private closed = false;
   /** Cluster mode: session ownership and takeover across brokers; null on a single broker. */
   readonly cluster: MqttClusterSessions<MqttSession> | null;
+  /** Producer ids of persistent sessions' QoS 2 publish keys (qos2.ts). */
+  readonly producerIds: SessionProducerIds;
 
   constructor(
     readonly ctx: AdapterContext,
@@ -134,6 +138,7 @@ export class MqttHub implements MqttClusterHost<MqttSession> {
   ) {
     // Sessions live in the core's one store (the broker's metastore), keyed by client id.
     this.store = ctx.engine.store;
+    this.producerIds = new SessionProducerIds(ctx.engine.store);
     this.logLimit = new LogLimiter(ctx.logger, opts.logLimit);
     this.cluster = opts.cluster !== null ? new MqttClusterSessions(this, opts.cluster) : null;
   }
@@ -211,7 +216,7 @@ export class MqttHub implements MqttClusterHost<MqttSession> {
       void this.store.deleteSession(rec.clientId, epoch).catch((err: unknown) => this.storeFailed('deleteSession', err, rec.clientId));
       return null;
     }
-    const s = this.restoreSession(rec.clientId, state);
+    const s = this.restoreSession(rec.clientId, state, rec.marks);
     s.epoch = epoch;
     if (rec.expiresAt === null) {
       s.expiresAt = state.expiry === EXPIRY_NEVER ? null : now + state.expiry * 1000;
@@ -232,11 +237,11 @@ export class MqttHub implements MqttClusterHost<MqttSession> {
   }
 
   /** A session from its stored state, subscribed and in the table (offline). */
-  private restoreSession(clientId: string, st: PersistedState): MqttSession {
+  private restoreSession(clientId: string, st: PersistedState, marks?: Record<string, number>): MqttSession {
     const s = new MqttSession(clientId, this);
     s.level = st.level;
     s.expiry = st.expiry;
-    for (const id of st.rel ?? []) s.relIds().add(id);
+    restoreKeys(s, st, marks);
     const ac = this.opts.access;
     if (ac !== null) {
       // Until a connection resumes it, the session follows the policies of the user it was last connected as.
@@ -304,7 +309,7 @@ export class MqttHub implements MqttClusterHost<MqttSession> {
       const rec = await this.store.getSession(clientId);
       if (rec !== null && !this.sessions.has(clientId)) {
         try {
-          s = this.restoreSession(clientId, JSON.parse(rec.state) as PersistedState);
+          s = this.restoreSession(clientId, JSON.parse(rec.state) as PersistedState, rec.marks);
         } catch {
           s = undefined;
         }
@@ -453,7 +458,12 @@ export class MqttHub implements MqttClusterHost<MqttSession> {
 
   /** Writes the session record (subscriptions, expiry, pending will) through to the store. */
   persist(s: MqttSession): void {
-    if (!s.persistent || s.ended) return;
+    void this.persisted(s)?.catch((err: unknown) => this.storeFailed('putSession', err, s.clientId));
+  }
+
+  /** As persist(), and the write to wait for (rejects when it failed); null when nothing is written. */
+  persisted(s: MqttSession): Promise<void> | null {
+    if (!s.persistent || s.ended) return null;
     const state: PersistedState = {
       level: s.level,
       expiry: s.expiry,
@@ -466,17 +476,16 @@ export class MqttHub implements MqttClusterHost<MqttSession> {
         if (d.subscriptionId !== undefined) p.id = d.subscriptionId;
         return p;
       }),
-      rel: [...s.awaitingRel].filter((id) => !s.relNotDurable.has(id)),
+      rel: [...s.awaitingRel].filter((id) => !s.relNotDurable.has(id) && !s.relSeq.has(id)),
     };
+    persistKeys(s, state);
     if (s.user !== null) state.u = s.user;
     if (s.pendingWill) state.will = willToJson(s.pendingWill.will, s.pendingWill.at);
     else if (s.conn?.currentWill) state.will = willToJson(s.conn.currentWill);
     const expiresAt = s.conn !== null ? null : s.expiresAt === null ? null : Math.floor(s.expiresAt);
     // Not awaited: records of one client id land in the order written (the store's per-key order, see
     // src/storage/metastore/types.ts), so the latest persist() wins, also over an endSession() delete issued before.
-    void this.store
-      .putSession({ clientId: s.clientId, protocol: 'mqtt', state: JSON.stringify(state), expiresAt, updatedAt: Date.now() }, s.epoch)
-      .catch((err: unknown) => this.storeFailed('putSession', err, s.clientId));
+    return this.store.putSession({ clientId: s.clientId, protocol: 'mqtt', state: JSON.stringify(state), expiresAt, updatedAt: Date.now() }, s.epoch);
   }
 
   // ---------------------------------------------------------------- offline queue
@@ -593,11 +602,15 @@ export class MqttHub implements MqttClusterHost<MqttSession> {
     if (s.ended) return;
     const appended: Delivery[] = [];
     const append: Buffer[] = [];
+    let marks: Record<string, number> | undefined;
     for (const d of s.toAppend) {
       if (d.stored !== 'queued') continue;
       d.stored = 'writing';
       appended.push(d);
       append.push(encodeDelivery(d));
+      // The publish keys it carries are stored with it (one transaction): a publish routed again is known here.
+      const k = d.msg.pubKey;
+      if (k !== undefined) (marks ??= {})[k.producer] = Math.max(marks[k.producer] ?? -1, k.seq);
     }
     let replace: QueuedEntry[] | undefined;
     for (const d of s.toRewrite) {
@@ -617,7 +630,7 @@ export class MqttHub implements MqttClusterHost<MqttSession> {
     // Not awaited, and the next flush may be issued before this one resolves: a session's queue changes apply in the
     // order issued (the store's per-key order on the client id, src/storage/metastore/types.ts), which is also why a
     // remove of a seq learnt from an earlier result can follow at once.
-    const written = this.store.updateQueue(s.clientId, { replace, remove, append }, max, s.epoch).then(
+    const written = this.store.updateQueue(s.clientId, { replace, remove, append, marks }, max, s.epoch).then(
       ({ seqs, dropped }) => {
         for (let k = 0; k < appended.length; k++) {
           const d = appended[k];
@@ -633,13 +646,18 @@ export class MqttHub implements MqttClusterHost<MqttSession> {
             (s.toRemove = ownList(s.toRemove)).push(d.seq);
             this.markDirty(s);
           }
+          // Its rewrite is in the flush scheduled now (outbound.ts releasedStored).
+          if (d.afterWrite !== undefined) afterWrite(d, this.queueWrites());
         }
         if (dropped > 0) {
           this.dropped('offline', true, dropped);
           this.ctx.logger.debug({ clientId: s.clientId, dropped }, 'mqtt offline queue full, oldest messages dropped');
         }
       },
-      (err: unknown) => this.storeFailed('updateQueue', err, s.clientId),
+      (err: unknown) => {
+        for (const d of appended) if (d.afterWrite !== undefined) afterWrite(d, null);
+        this.storeFailed('updateQueue', err, s.clientId);
+      },
     );
     // Flushed ahead of the scheduled round (a read of the queue) or in it: the round's waiters wait for it too.
     this.round?.writes.push(written);

@@ -460,8 +460,40 @@ export function onPubrec(conn: MqttLink, id: number, reason: number): void {
   // The message is now the client's; from here only PUBREL/PUBCOMP remain (section 4.3.3), also after a
   // broker restart: the stored entry records it.
   e.released = true;
-  if (e.stored !== 'none') conn.hub.touch(conn.session!, e);
-  conn.reply(encodeIdOnly('pubrel', id, conn.level));
+  if (e.stored === 'none') {
+    conn.reply(encodeIdOnly('pubrel', id, conn.level));
+    return;
+  }
+  conn.hub.touch(conn.session!, e);
+  pubrelAfter(conn, id, releasedStored(conn, e));
+}
+
+/** PUBRELs of a connection waiting for their entries' rewrite: sent in PUBREC order [MQTT-4.6.0-3]. */
+const pubrelChains = new WeakMap<MqttLink, Promise<void>>();
+
+/**
+ * Once the entry of a delivery just released (PUBREC) says so, or null at once. PUBREL sent before, a broker killed
+ * in between came back with the entry saying "PUBLISH sent" and re-sent the PUBLISH to a client that had completed
+ * the exchange (PUBCOMP), which took it for a new message (a duplicate at the subscriber; section 4.3.3).
+ */
+function releasedStored(conn: MqttLink, e: Delivery): Promise<void> | null {
+  // Its append under way: rewritten once its seq is known (hub.flushSession), in the flush scheduled then.
+  if (e.stored === 'writing') return new Promise((r) => (e.afterWrite ??= []).push(r));
+  // 'queued' (encoded at the flush, released) or 'stored' (touched): the flush scheduled now.
+  return e.stored === 'queued' || e.stored === 'stored' ? conn.hub.queueWrites() : null;
+}
+
+function pubrelAfter(conn: MqttLink, id: number, stored: Promise<void> | null): void {
+  const prev = pubrelChains.get(conn);
+  if (stored === null && prev === undefined) {
+    conn.reply(encodeIdOnly('pubrel', id, conn.level));
+    return;
+  }
+  const next = Promise.all([prev, stored]).then(() => conn.reply(encodeIdOnly('pubrel', id, conn.level)));
+  pubrelChains.set(conn, next);
+  void next.then(() => {
+    if (pubrelChains.get(conn) === next) pubrelChains.delete(conn);
+  });
 }
 
 export function onPubcomp(conn: MqttLink, id: number): void {

@@ -5,11 +5,23 @@
  * is durable); and PUBACK / PUBREC sent strictly in arrival order once storage has the message (`queueAck()`,
  * `flushAcks()`), reading paused while too many wait. Storage refusals become v5 negative acks (3.1.1: a close).
  */
-import type { Message } from '../../core/index.js';
+import type { Message, PubKey } from '../../core/index.js';
 import { isFlowError, isReservedTopic } from '../../core/index.js';
 import { storageRefusal } from '../storage-refusal.js';
 import { MqttProtocolError, ReasonCode, encodeIdOnly, type PublishPacket } from './codec/index.js';
 import { State, errText, levels, type MqttLink, type PendingAck } from './link.js';
+import { forgetKey, newKey } from './qos2.js';
+
+/**
+ * A test fault (test/e2e/mqtt-qos2-crash.test.ts): the broker kills itself with SIGKILL once a QoS 2 message on this
+ * topic is in every store it was routed to, before its PUBREC goes out: the crash exactly once must survive.
+ */
+const KILL_AFTER_STORED = process.env.FLOWMQ_TEST_KILL_AFTER_QOS2_STORED;
+
+function faultPoint(msg: Message, durable: Promise<void> | null): void {
+  if (KILL_AFTER_STORED === undefined || msg.qos !== 2 || msg.topic !== KILL_AFTER_STORED) return;
+  void (durable ?? Promise.resolve()).then(() => process.kill(process.pid, 'SIGKILL'));
+}
 
 function onDurableError(conn: MqttLink, err: unknown): void {
   if (conn.state === State.Closed) return;
@@ -47,14 +59,15 @@ export function onPublish(conn: MqttLink, p: PublishPacket): void {
       }
     }
   }
-  if (p.qos > 0 && v5 && conn.inQos1 + sessionAwaitingRel(conn) >= conn.opts.maxInflight && !(p.qos === 2 && conn.session!.awaitingRel.has(p.packetId))) {
+  const s = conn.session!;
+  if (p.qos > 0 && v5 && conn.inQos1 + sessionAwaitingRel(conn) >= conn.opts.maxInflight && !(p.qos === 2 && s.awaitingRel.has(p.packetId))) {
     // [MQTT-3.3.4-7] the client sent more unacknowledged QoS 1/2 publishes than our Receive Maximum.
     throw new MqttProtocolError('receive maximum exceeded', '[MQTT-3.3.4-7]', undefined, ReasonCode.RECEIVE_MAXIMUM_EXCEEDED);
   }
-  if (p.qos === 2 && conn.session!.awaitingRel.has(p.packetId)) {
+  if (p.qos === 2 && s.awaitingRel.has(p.packetId) && !s.relUnknown.has(p.packetId)) {
     // Re-sent QoS 2 publish before PUBREL: acknowledge again, do not deliver twice (section 4.3.3), once the
-    // first copy is durable.
-    queueAck(conn, 'pubrec', p.packetId, conn.session!.relNotDurable.get(p.packetId) ?? null, 0);
+    // first copy is durable. (An id read back from the store with a publish key is routed again below: qos2.ts.)
+    queueAck(conn, 'pubrec', p.packetId, s.relNotDurable.get(p.packetId) ?? null, 0);
     return;
   }
   if (levels(topic) > conn.opts.maxTopicLevels) {
@@ -127,6 +140,21 @@ export function onPublish(conn: MqttLink, p: PublishPacket): void {
     if (props.correlationData !== undefined) msg.correlationData = Buffer.from(props.correlationData);
     if (props.payloadFormatIndicator !== undefined) msg.payloadFormat = props.payloadFormatIndicator;
   }
+  // QoS 2 of a persistent session: exactly once across a crash, the id and a publish key stored before the message is
+  // routed (qos2.ts). An id read back from the store keeps its key: the re-sent message is routed again with it.
+  let key: PubKey | Promise<PubKey> | undefined;
+  if (p.qos === 2 && s.persistent) {
+    const known = s.relUnknown.get(p.packetId);
+    if (known !== undefined && s.producer !== null) {
+      s.relUnknown.delete(p.packetId);
+      key = { producer: s.producer, seq: known };
+    } else key = newKey(s, p.packetId, conn.hub.producerIds, (x) => conn.hub.persisted(x));
+  }
+  if (s.routeGate !== null || key instanceof Promise) {
+    routeLater(conn, p, msg, key);
+    return;
+  }
+  if (key !== undefined) msg.pubKey = key;
   let durable: Promise<void> | null;
   try {
     // QoS 1/2: in cluster mode acknowledged only once the persistent sessions of other brokers it reaches stored it.
@@ -147,17 +175,18 @@ export function onPublish(conn: MqttLink, p: PublishPacket): void {
     return;
   }
   if (p.qos === 2) {
-    const s = conn.session!;
     const id = p.packetId;
     s.relIds().add(id);
+    // With a publish key the id is stored already (qos2.ts); without, once the message is durable.
+    const keyed = key !== undefined;
     if (durable === null) {
-      if (s.persistent) conn.hub.persist(s);
+      if (s.persistent && !keyed) conn.hub.persist(s);
     } else {
       // Stored with the session only once the message is durable (see MqttSession.relNotDurable).
       const stored = durable.then(() => {
         if (s.relNotDurable.get(id) !== stored) return;
         s.relNotDurable.delete(id);
-        if (s.persistent) conn.hub.persist(s);
+        if (s.persistent && !keyed) conn.hub.persist(s);
       });
       s.relPending().set(id, stored);
       stored.catch(() => {
@@ -169,8 +198,62 @@ export function onPublish(conn: MqttLink, p: PublishPacket): void {
   // that a kill -9 after the PUBACK loses none of them whatever the store's commit latency).
   const queued = conn.hub.queueWrites();
   if (queued !== null) durable = durable === null ? queued : Promise.all([durable, queued]).then(() => undefined);
+  faultPoint(msg, durable);
   // QoS 1: PUBACK once every capturing stream has the message durably; QoS 2: PUBREC likewise.
   queueAck(conn, p.qos === 1 ? 'puback' : 'pubrec', p.packetId, durable, 0);
+}
+
+/**
+ * Routes a publish once what it waits for is done: its publish key stored with the session (qos2.ts), and every
+ * publish of the session that arrived before it routed, so that a producer's keys reach every destination in
+ * sequence order (and messages keep their order). Its acknowledgement is queued now, in arrival order.
+ */
+function routeLater(conn: MqttLink, p: PublishPacket, msg: Message, key: PubKey | Promise<PubKey> | undefined): void {
+  const s = conn.session!;
+  const prev = s.routeGate ?? Promise.resolve();
+  const routing = prev
+    .then(() => key)
+    .then((k) => {
+      if (k !== undefined) msg.pubKey = k;
+      // Wrapped: the next publish follows once this one is routed (its writes issued), not once they are durable.
+      return { durable: routeNow(conn, p.qos, msg) };
+    });
+  const routed: Promise<void> = routing.then((r) => r.durable ?? undefined);
+  const gate: Promise<void> = routing.then(
+    () => undefined,
+    () => undefined,
+  );
+  s.routeGate = gate;
+  void gate.then(() => {
+    if (s.routeGate === gate) s.routeGate = null;
+  });
+  const id = p.packetId;
+  if (p.qos === 2) {
+    s.relIds().add(id);
+    // A re-sent PUBLISH meanwhile is acknowledged once this one is durable (see MqttSession.relNotDurable).
+    const stored = routed.then(() => {
+      if (s.relNotDurable.get(id) === stored) s.relNotDurable.delete(id);
+      if (s.persistent && key === undefined) conn.hub.persist(s);
+    });
+    s.relPending().set(id, stored);
+    stored.catch(() => {
+      if (s.relNotDurable.get(id) === stored) s.relNotDurable.delete(id);
+      // Not stored (or not known to be): a re-sent PUBLISH must be taken again, not answered as a duplicate.
+      forgetKey(s, id);
+      if (s.awaitingRel.delete(id) && s.persistent) conn.hub.persist(s);
+    });
+  } else if (p.qos === 1) conn.inQos1++;
+  queueAck(conn, p.qos === 0 ? 'none' : p.qos === 1 ? 'puback' : 'pubrec', id, routed, 0);
+}
+
+/** engine.publish and the persistent sessions' store writes it made: what the acknowledgement waits for. */
+function routeNow(conn: MqttLink, qos: number, msg: Message): Promise<void> | null {
+  let durable = conn.ctx.engine.publish(msg, undefined, qos > 0);
+  if (qos === 0) return durable;
+  const queued = conn.hub.queueWrites();
+  if (queued !== null) durable = durable === null ? queued : Promise.all([durable, queued]).then(() => undefined);
+  faultPoint(msg, durable);
+  return durable;
 }
 
 function sessionAwaitingRel(conn: MqttLink): number {
@@ -179,8 +262,9 @@ function sessionAwaitingRel(conn: MqttLink): number {
 
 export function onPubrel(conn: MqttLink, id: number): void {
   const s = conn.session!;
-  // Exactly-once inbound: the message was published when it first arrived; forget its id now.
+  // Exactly-once inbound: the message was published when it first arrived; forget its id (and key) now.
   const known = s.awaitingRel.delete(id);
+  forgetKey(s, id);
   if (known && s.persistent) conn.hub.persist(s);
   // v5 (section 3.7.2.1): an unknown id is answered with 0x92 Packet Identifier not found.
   conn.reply(encodeIdOnly('pubcomp', id, conn.level, known || conn.level !== 5 ? 0 : ReasonCode.PACKET_IDENTIFIER_NOT_FOUND));
@@ -223,7 +307,12 @@ function queueAck(conn: MqttLink, type: PendingAck['type'], packetId: number, du
 function storeRefused(conn: MqttLink, type: PendingAck['type'], packetId: number, err: unknown, entry: PendingAck | null, s = conn.session): void {
   // A QoS 2 message that was not stored must not be taken for a duplicate when it comes again (also when this
   // connection is gone by now: the session, `s`, lives on).
-  if (type === 'pubrec' && entry !== null && s !== null && s.awaitingRel.delete(packetId) && s.persistent) conn.hub.persist(s);
+  // Its key goes too: sent again, it is a new message with a new key (a destination that took the first may have a
+  // later one of this session by then, and would take it for a duplicate).
+  if (type === 'pubrec' && s !== null) {
+    forgetKey(s, packetId);
+    if (s.awaitingRel.delete(packetId) && s.persistent) conn.hub.persist(s);
+  }
   if (conn.state === State.Closed) return;
   const full = storageRefusal(err) === 'full';
   const v5 = conn.level === 5;

@@ -11,7 +11,7 @@
  * store entry form, the persisted state and will. The hub that keeps the sessions is hub.ts.
  */
 import type { Access } from '../../control/index.js';
-import type { Message, QoS, SubscribeOptions, Subscriber, Subscription } from '../../core/index.js';
+import type { Message, PubKey, QoS, SubscribeOptions, Subscriber, Subscription } from '../../core/index.js';
 import { decodeStoredMessage, encodeStoredMessage, namespaceNames, splitName, type NamespaceNames } from '../../core/index.js';
 import type { Properties, ProtocolLevel, Will } from './codec/index.js';
 import type { SessionConnection } from './types.js';
@@ -49,6 +49,8 @@ export interface Delivery {
    * on subscribe nor one read back from the store): if it is dropped, it comes out of `delivered` again.
    */
   counted: boolean;
+  /** Waiting for its entry to be rewritten once its append (`stored` 'writing') is done (outbound.ts releasedStored). */
+  afterWrite?: Array<() => void>;
 }
 
 /**
@@ -56,6 +58,16 @@ export interface Delivery {
  * 'stored': in the store under `seq`. 'gone': acknowledged or dropped (removed, or skipped if not written yet).
  */
 export type StoreState = 'none' | 'queued' | 'writing' | 'stored' | 'gone';
+
+/** Runs a delivery's `afterWrite` waiters once `done` (its rewrite's flush; null: nothing to wait for) settles. */
+export function afterWrite(d: Delivery, done: Promise<void> | null): void {
+  const waiters = d.afterWrite ?? [];
+  delete d.afterWrite;
+  for (const w of waiters) {
+    if (done === null) w();
+    else void done.then(w);
+  }
+}
 
 /** A delivery not yet sent nor stored. */
 export function newDelivery(msg: Message, qos: QoS, retain: boolean, subIds: number[] | null, shared: Subscription | null, counted: boolean): Delivery {
@@ -86,8 +98,18 @@ export interface PersistedState {
   /** Session Expiry Interval, seconds. */
   expiry: number;
   subs: PersistedSub[];
-  /** Inbound QoS 2 packet ids awaiting PUBREL. */
+  /** Inbound QoS 2 packet ids awaiting PUBREL (stored once their message was durable; no publish key). */
   rel: number[];
+  /**
+   * Inbound QoS 2 packet ids awaiting PUBREL with the sequence of their publish key (Message.pubKey), stored before
+   * the message was routed: a PUBLISH re-sent after a restart is routed again with the same key, and destinations
+   * that have it already recognise it.
+   */
+  rs?: Array<[number, number]>;
+  /** The session's producer id (its publish keys), once it published QoS 2. */
+  pk?: number;
+  /** The next sequence of its publish keys. */
+  ns?: number;
   /** The user the session's last connection authenticated as (null: anonymous): whose policies its subscriptions follow. */
   u?: string | null;
   /** The will of the attached connection (published if the broker finds it attached at restart), or a pending delayed will. */
@@ -120,6 +142,7 @@ export function ownList<T>(list: T[]): T[] {
   return list === NOTHING ? [] : list;
 }
 const NO_REL_PENDING: Map<number, Promise<void>> = new EmptyMap();
+const NO_SEQ: Map<number, number> = new EmptyMap();
 
 /** What a session uses of its hub (hub.ts): the offline queue, while no connection is attached. */
 export interface SessionHub {
@@ -140,6 +163,33 @@ export class MqttSession implements Subscriber {
    * NO_REL_PENDING until the first (see relPending).
    */
   relNotDurable: Map<number, Promise<void>> = NO_REL_PENDING;
+  /**
+   * Exactly once across a crash (persistent sessions): the publish key's sequence of each QoS 2 id of awaitingRel
+   * routed with one (stored with the session before the message was routed; PersistedState.rs). NO_SEQ until the
+   * first.
+   */
+  relSeq: Map<number, number> = NO_SEQ;
+  /**
+   * Ids of relSeq read back from the store (a restart, a takeover): whether their message reached every destination
+   * is not known here, so a re-sent PUBLISH is routed again with its key (and recognised where it is).
+   */
+  relUnknown: Map<number, number> = NO_SEQ;
+  /** The producer id of this session's publish keys (null until its first keyed QoS 2 publish). */
+  producer: number | null = null;
+  /** The next sequence of its publish keys. */
+  nextSeq = 0;
+  /** The allocation of `producer` under way. */
+  producerPending: Promise<number> | null = null;
+  /**
+   * Set while a publish of the session waits to be routed (publish-in.ts routeLater): later ones, also those of a
+   * connection that took the session over, follow it in order.
+   */
+  routeGate: Promise<void> | null = null;
+  /**
+   * As a destination: the highest publish-key sequence taken per producer (Message.pubKey), so that a QoS 2 publish
+   * routed again after its publisher's broker crashed is not delivered twice. Stored with the session's queue.
+   */
+  marks: Map<number, number> = NO_SEQ;
   level: ProtocolLevel = 4;
   /** Seconds; 0 ends the session with its connection. */
   expiry = 0;
@@ -206,7 +256,30 @@ export class MqttSession implements Subscriber {
     return this.relNotDurable;
   }
 
+  /** `relSeq`, the session's own from the first entry on. */
+  relSeqs(): Map<number, number> {
+    if (this.relSeq === NO_SEQ) this.relSeq = new Map();
+    return this.relSeq;
+  }
+
+  /** `relUnknown`, the session's own from the first entry on. */
+  relUnknowns(): Map<number, number> {
+    if (this.relUnknown === NO_SEQ) this.relUnknown = new Map();
+    return this.relUnknown;
+  }
+
+  /** Notes a publish key delivered here; false when this session took it (or a later one of its producer) already. */
+  takeKey(key: PubKey): boolean {
+    const m = this.marks.get(key.producer);
+    if (m !== undefined && key.seq <= m) return false;
+    if (this.marks === NO_SEQ) this.marks = new Map();
+    this.marks.set(key.producer, key.seq);
+    return true;
+  }
+
   deliver(msg: Message, subs: Subscription[]): void {
+    // A QoS 2 publish routed again after its broker crashed (Message.pubKey): delivered once.
+    if (msg.pubKey !== undefined && !this.takeKey(msg.pubKey)) return;
     if (this.conn !== null) this.conn.deliver(msg, subs);
     else this.hub.queueOffline(this, msg, subs);
   }

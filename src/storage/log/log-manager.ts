@@ -196,7 +196,10 @@ export class LogManager extends LogState implements StreamStorage {
     return collectDeleted(this);
   }
 
-  /** `forwarded`: stamped by the broker that forwarded it (cluster/stream-appends.ts; see ProducerState.checkForwarded). */
+  /**
+   * `forwarded`: stamped by the broker that forwarded it (cluster/stream-appends.ts), or with an MQTT QoS 2 publish's
+   * key (StreamStorage.append's `stamped`); see ProducerState.checkForwarded.
+   */
   append(stream: string, partition: number, batch: Buffer, forwarded = false): AppendResult {
     return append(this, stream, partition, batch, forwarded);
   }

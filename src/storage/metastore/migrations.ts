@@ -240,4 +240,14 @@ export const migrations: readonly Migration[] = [
       CREATE UNIQUE INDEX streams_by_id ON streams (stream_id);
     `,
   },
+  // Version 10: issue 30 (MQTT QoS 2 exactly once across a crash).
+  {
+    version: 10,
+    name: 'session queue marks',
+    sql: `
+      -- The publish keys a session's queue took (SessionStore.updateQueue's marks): JSON {producer: highest seq},
+      -- written in the transaction of the append; removed with the session (its session_queues row).
+      ALTER TABLE session_queues ADD COLUMN marks TEXT;
+    `,
+  },
 ];

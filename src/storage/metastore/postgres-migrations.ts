@@ -336,4 +336,18 @@ export const postgresMigrations: readonly PgMigration[] = [
       CREATE UNIQUE INDEX streams_by_id ON streams (stream_id);
     `,
   },
+  // Version 7: issue 30 (MQTT QoS 2 exactly once across a crash), as SQLite's version 10.
+  {
+    version: 7,
+    name: 'session queue marks',
+    sql: `
+      -- The publish keys a session's queue took (SessionStore.updateQueue's marks): {producer: highest seq}, merged
+      -- by the statement of the append (a data-modifying CTE, same transaction); removed with the session. A table of
+      -- its own: flowmq_queue_update may insert the session's session_queue_meta row in that same statement.
+      CREATE TABLE session_marks (
+        client_id text COLLATE "C" NOT NULL PRIMARY KEY,
+        marks     jsonb NOT NULL
+      );
+    `,
+  },
 ];

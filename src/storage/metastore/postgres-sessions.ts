@@ -21,7 +21,11 @@ function sessionFenced(ctes: string[], epochParam: number): string {
 
 export async function getSession(pg: PostgresState, clientId: string): Promise<SessionRecord | null> {
   return pg.keyed(CLIENT, clientId, async () => {
-    const r = await pg.q<SessionRow & Record<string, unknown>>('getSession', 'SELECT * FROM client_sessions WHERE client_id = $1', [clientId]);
+    const r = await pg.q<SessionRow & Record<string, unknown>>(
+      'getSession',
+      'SELECT c.*, m.marks FROM client_sessions c LEFT JOIN session_marks m ON m.client_id = c.client_id WHERE c.client_id = $1',
+      [clientId],
+    );
     return r.rows.length > 0 ? toSession(r.rows[0]) : null;
   });
 }
@@ -45,19 +49,22 @@ export async function deleteSession(pg: PostgresState, clientId: string, fence?:
   // The record, its queue and its queue counter in one statement (data-modifying CTEs share one transaction).
   const q = 'q AS (DELETE FROM session_queue WHERE client_id = $1)';
   const m = 'm AS (DELETE FROM session_queue_meta WHERE client_id = $1)';
+  const k = 'k AS (DELETE FROM session_marks WHERE client_id = $1)';
   const c = 'DELETE FROM client_sessions WHERE client_id = $1';
   await pg.keyed(CLIENT, clientId, () =>
     fence === undefined
-      ? pg.q('deleteSession', `WITH ${q}, ${m} ${c}`, [clientId])
-      : pg.q('deleteSession', sessionFenced([q, m, `c AS (${c})`], 2), [clientId, fence]),
+      ? pg.q('deleteSession', `WITH ${q}, ${m}, ${k} ${c}`, [clientId])
+      : pg.q('deleteSession', sessionFenced([q, m, k, `c AS (${c})`], 2), [clientId, fence]),
   );
 }
 
 export async function listSessions(pg: PostgresState, protocol: string): Promise<SessionRecord[]> {
   return pg.afterAll(CLIENT, async () => {
-    const r = await pg.q<SessionRow & Record<string, unknown>>('listSessions', 'SELECT * FROM client_sessions WHERE protocol = $1 ORDER BY client_id', [
-      protocol,
-    ]);
+    const r = await pg.q<SessionRow & Record<string, unknown>>(
+      'listSessions',
+      'SELECT c.*, m.marks FROM client_sessions c LEFT JOIN session_marks m ON m.client_id = c.client_id WHERE c.protocol = $1 ORDER BY c.client_id',
+      [protocol],
+    );
     return r.rows.map(toSession);
   });
 }
@@ -97,14 +104,24 @@ export async function updateQueue(
   const remove = changes.remove ?? [];
   const append = changes.append ?? [];
   const values: unknown[] = [clientId, replace.map((e) => e.seq), replace.map((e) => e.data), remove, append, maxLength];
+  // Publish keys of the appended messages: merged into the session's marks by the same statement (one transaction).
+  const marks = changes.marks;
+  const mk =
+    marks === undefined
+      ? ''
+      : `WITH mk AS (INSERT INTO session_marks AS s (client_id, marks) VALUES ($1, $${fence === undefined ? 7 : 8}::jsonb)
+           ON CONFLICT (client_id) DO UPDATE SET marks = s.marks || excluded.marks) `;
+  const params = fence === undefined ? values : [...values, fence];
   return pg.keyed(CLIENT, clientId, async () => {
     const r = await pg.q<{ first_seq: number | null; dropped: number }>(
-      'updateQueue',
-      fence === undefined
-        ? 'SELECT first_seq, dropped FROM flowmq_queue_update($1, $2::bigint[], $3::bytea[], $4::bigint[], $5::bytea[], $6)'
-        : // The function yields one row, so the check in the select list runs exactly once, in the same statement.
-          `SELECT first_seq, dropped, flowmq_owner_check('session', $1, $7) FROM flowmq_queue_update($1, $2::bigint[], $3::bytea[], $4::bigint[], $5::bytea[], $6)`,
-      fence === undefined ? values : [...values, fence],
+      // A named statement per text (a connection keeps each name's plan).
+      marks === undefined ? 'updateQueue' : 'updateQueueMarks',
+      mk +
+        (fence === undefined
+          ? 'SELECT first_seq, dropped FROM flowmq_queue_update($1, $2::bigint[], $3::bytea[], $4::bigint[], $5::bytea[], $6)'
+          : // The function yields one row, so the check in the select list runs exactly once, in the same statement.
+            `SELECT first_seq, dropped, flowmq_owner_check('session', $1, $7) FROM flowmq_queue_update($1, $2::bigint[], $3::bytea[], $4::bigint[], $5::bytea[], $6)`),
+      marks === undefined ? params : [...params, JSON.stringify(marks)],
     );
     const { first_seq: first, dropped } = r.rows[0];
     const seqs = first === null ? [] : append.map((_, i) => first + i);

@@ -43,6 +43,8 @@ export interface SessionRow {
   state: string;
   expires_at: number | null;
   updated_at: number;
+  /** The session queue's publish-key marks (SessionRecord.marks): JSON text (SQLite) or jsonb (PostgreSQL). */
+  marks?: string | Record<string, number> | null;
 }
 
 /** What the `settings` column holds: the optional settings of a StreamDef that are set. */
@@ -88,13 +90,17 @@ export const toOffset = (r: OffsetRow): ConsumerOffset => ({
   committedAt: r.committed_at,
 });
 
-export const toSession = (r: SessionRow): SessionRecord => ({
-  clientId: r.client_id,
-  protocol: r.protocol,
-  state: r.state,
-  expiresAt: r.expires_at,
-  updatedAt: r.updated_at,
-});
+export const toSession = (r: SessionRow): SessionRecord => {
+  const rec: SessionRecord = {
+    clientId: r.client_id,
+    protocol: r.protocol,
+    state: r.state,
+    expiresAt: r.expires_at,
+    updatedAt: r.updated_at,
+  };
+  if (r.marks != null) rec.marks = typeof r.marks === 'string' ? (JSON.parse(r.marks) as Record<string, number>) : r.marks;
+  return rec;
+};
 
 export function checkInt(what: string, n: number, min = 0): void {
   if (!Number.isSafeInteger(n) || n < min) throw new FlowError('INVALID_ARGUMENT', `${what} must be an integer >= ${min}, got ${n}`);

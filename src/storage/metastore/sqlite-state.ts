@@ -20,6 +20,7 @@ import { bumpsVersion, type ControlKind } from './control-store.js';
 export interface QueueStateRow {
   next_seq: number;
   length: number;
+  marks: string | null;
 }
 
 export interface PartitionRow {
@@ -177,6 +178,10 @@ export class SqliteState {
         length -= dropped;
       }
       this.s.queueStatePut.run(clientId, nextSeq, length);
+      if (changes.marks !== undefined) {
+        const marks = { ...(st?.marks ? (JSON.parse(st.marks) as Record<string, number>) : {}), ...changes.marks };
+        this.s.queueMarksPut.run(JSON.stringify(marks), clientId);
+      }
       return { seqs, dropped };
     });
     this.txAckQueue = db.transaction((clientId: string, upTo: number) => {
@@ -253,15 +258,18 @@ export class SqliteState {
          ON CONFLICT (stream, partition) DO UPDATE SET end_offset = excluded.end_offset, state = excluded.state`,
       ),
       producerStateGet: db.prepare('SELECT end_offset, state FROM producer_state WHERE stream = ? AND partition = ?'),
-      sessionGet: db.prepare('SELECT * FROM client_sessions WHERE client_id = ?'),
+      sessionGet: db.prepare('SELECT c.*, q.marks FROM client_sessions c LEFT JOIN session_queues q ON q.client_id = c.client_id WHERE c.client_id = ?'),
       sessionPut: db.prepare(
         `INSERT INTO client_sessions (client_id, protocol, state, expires_at, updated_at) VALUES (?, ?, ?, ?, ?)
          ON CONFLICT (client_id) DO UPDATE SET protocol = excluded.protocol, state = excluded.state,
            expires_at = excluded.expires_at, updated_at = excluded.updated_at`,
       ),
       sessionDelete: db.prepare('DELETE FROM client_sessions WHERE client_id = ?'),
-      sessionList: db.prepare('SELECT * FROM client_sessions WHERE protocol = ? ORDER BY client_id'),
-      queueState: db.prepare('SELECT next_seq, length FROM session_queues WHERE client_id = ?'),
+      sessionList: db.prepare(
+        'SELECT c.*, q.marks FROM client_sessions c LEFT JOIN session_queues q ON q.client_id = c.client_id WHERE c.protocol = ? ORDER BY c.client_id',
+      ),
+      queueState: db.prepare('SELECT next_seq, length, marks FROM session_queues WHERE client_id = ?'),
+      queueMarksPut: db.prepare('UPDATE session_queues SET marks = ? WHERE client_id = ?'),
       queueStatePut: db.prepare(
         `INSERT INTO session_queues (client_id, next_seq, length) VALUES (?, ?, ?)
          ON CONFLICT (client_id) DO UPDATE SET next_seq = excluded.next_seq, length = excluded.length`,

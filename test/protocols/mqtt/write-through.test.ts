@@ -113,3 +113,52 @@ describe('mqtt: in-flight deliveries of persistent sessions are written through 
     r.destroy();
   });
 });
+
+/** A session store whose queue writes wait while `hold` is set (what the store has is what a kill -9 leaves). */
+class HeldSessions extends MemorySessionStore {
+  hold = false;
+  private waiting: Array<() => void> = [];
+  override async updateQueue(...args: Parameters<MemorySessionStore['updateQueue']>): ReturnType<MemorySessionStore['updateQueue']> {
+    if (this.hold) await new Promise<void>((r) => this.waiting.push(r));
+    return super.updateQueue(...args);
+  }
+  release(): void {
+    this.hold = false;
+    for (const r of this.waiting.splice(0)) r();
+  }
+}
+
+describe('mqtt: outbound QoS 2 of a persistent session, PUBREL after the stored PUBREC', () => {
+  test('PUBREL waits for the entry that records the PUBREC (a kill -9 before it re-sends the PUBLISH to a client that PUBCOMPed)', async () => {
+    const sessions = new HeldSessions();
+    const b = await startBroker({ sysIntervalMs: 0 }, undefined, { sessions });
+    const c = await raw5(b, 'wt-pubrel', 600);
+    const pub = await mqtt.connectAsync(b.url, { protocolVersion: 5, reconnectPeriod: 0 });
+    try {
+      await pub.publishAsync('wt/rel', 'r', { qos: 2 });
+      const p = await c.next('publish');
+      const entry = async () => (await sessions.readQueue('wt-pubrel', 10)).map((e) => decodeDelivery(e.data).released);
+      for (let i = 0; i < 300 && (await entry()).length === 0; i++) await sleep(5);
+      assert.deepEqual(await entry(), [false], 'stored as sent');
+      sessions.hold = true;
+      c.send({ type: 'pubrec', packetId: p.packetId });
+      // A marker behind the PUBREC: PINGRESP answers at once, PUBREL must not have come before it.
+      c.send({ type: 'pingreq' });
+      await c.next('pingresp');
+      assert.deepEqual(
+        c.packets.filter((x) => x.type === 'pubrel'),
+        [],
+        'no PUBREL while the entry still says "sent"',
+      );
+      assert.deepEqual(await entry(), [false]);
+      sessions.release();
+      assert.equal((await c.next('pubrel')).packetId, p.packetId);
+      assert.deepEqual(await entry(), [true], 'the entry records the PUBREC before the PUBREL goes out');
+      c.send({ type: 'pubcomp', packetId: p.packetId });
+    } finally {
+      c.destroy();
+      await pub.endAsync();
+      await b.close();
+    }
+  });
+});

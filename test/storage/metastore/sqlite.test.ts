@@ -225,7 +225,7 @@ describe('SqliteMetastore', () => {
       for (const name of ['a', 'b', 'c']) ins.run(name, JSON.stringify([name]));
       db.close();
       let m = SqliteMetastore.open(file);
-      assert.equal(m.schemaVersion(), 9);
+      assert.equal(m.schemaVersion(), migrations.length);
       const ids = (await m.listStreams()).map((d) => d.id);
       for (const id of ids) assert.match(String(id), /^[0-9a-f]{32}$/);
       assert.equal(new Set(ids).size, 3, 'one id per stream');
@@ -243,6 +243,32 @@ describe('SqliteMetastore', () => {
       assert.equal((await m.listStreams()).find((d) => d.name === 'b')?.id, 'ab'.repeat(16));
       await assert.rejects(m.createStream({ name: 'd', partitions: 1, bindings: [], retentionMs: null, createdAt: 2, id: 'nothex' }), (e: unknown) =>
         isFlowError(e, 'INVALID_ARGUMENT'),
+      );
+      await m.close();
+    });
+
+    it('migration 10 gives an existing session queue publish-key marks, keeping the session and its entries', async () => {
+      const file = freshFile();
+      await SqliteMetastore.open(file).close();
+      for (const f of [file, `${file}-wal`, `${file}-shm`]) await rm(f, { force: true });
+      const db = new Database(file);
+      db.pragma('journal_mode = WAL');
+      migrate(db, migrations.slice(0, 9));
+      db.prepare("INSERT INTO client_sessions (client_id, protocol, state, expires_at, updated_at) VALUES ('c', 'mqtt', '{}', NULL, 1)").run();
+      db.prepare("INSERT INTO session_queue (client_id, seq, data) VALUES ('c', 4, ?)").run(Buffer.from('four'));
+      db.prepare("INSERT INTO session_queues (client_id, next_seq, length) VALUES ('c', 5, 1)").run();
+      db.close();
+      let m = SqliteMetastore.open(file);
+      assert.equal(m.schemaVersion(), 10);
+      assert.deepEqual(await m.getSession('c'), { clientId: 'c', protocol: 'mqtt', state: '{}', expiresAt: null, updatedAt: 1 });
+      const { seqs } = await m.updateQueue('c', { append: [Buffer.from('five')], marks: { '12': 7 } }, 10);
+      assert.deepEqual(seqs, [5]);
+      await m.close();
+      m = SqliteMetastore.open(file);
+      assert.deepEqual((await m.getSession('c'))?.marks, { '12': 7 });
+      assert.deepEqual(
+        (await m.readQueue('c', 10)).map((e) => e.data.toString()),
+        ['four', 'five'],
       );
       await m.close();
     });
