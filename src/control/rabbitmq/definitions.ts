@@ -31,7 +31,8 @@ import {
   type ExchangeType,
   type NamespaceNames,
 } from '../../core/index.js';
-import { RABBITMQ_API_VERSION, badRequest, type RabbitContext } from './context.js';
+import { RABBITMQ_API_VERSION, RabbitError, badRequest, type RabbitContext } from './context.js';
+import { noSuchVhost } from './errors.js';
 import { VHOST, bindingJson, bindingVhost, exchangeJson, ownArguments, partitionQueues, vhostOfName, vhostOfNamespace } from './format.js';
 import { listPermissions, putPermission, putUser, userJson } from './permissions.js';
 import { parsePolicy, policyJson, type PolicyKind } from './policy-store.js';
@@ -164,7 +165,7 @@ export async function importDefinitions(ctx: RabbitContext, req: FastifyRequest,
   // Refuse what FlowMQ cannot hold before changing anything.
   // A vhost is a namespace (vhost-labels.ts): `vhosts`, permissions and topic permissions may name any that exists
   // (importing does not make namespaces); queues, exchanges and bindings any the caller sees; policies "/" only.
-  const unknown = (v: unknown) => badRequest(`no_such_vhost: ${String(v)} (a vhost is a FlowMQ namespace; create it first)`);
+  const unknown = (v: unknown) => noSuchVhost(String(v));
   const known = (v: unknown): string => {
     const ns = typeof v === 'string' ? namespaceOfVhost(ctx, v) : null;
     if (ns === null) throw unknown(v);
@@ -314,7 +315,14 @@ export function definitionRoutes(app: FastifyInstance, ctx: RabbitContext): void
    * (`admin namespace:<ns>`) its own namespace's vhost, which ctx.vhost gives it (not `/`: its policies are the broker's).
    */
   const vhostAdmin = (req: FastifyRequest, vhost: string): string => {
-    const label = ctx.vhost(req, vhost);
+    let label: string;
+    try {
+      label = ctx.vhost(req, vhost);
+    } catch (e) {
+      // RabbitMQ's 404 for a vhost it does not have; another tenant's is the same (nothing tells them apart).
+      if (e instanceof RabbitError && e.status === 404) throw new RabbitError(404, 'not_found', 'vhost_not_found');
+      throw e;
+    }
     if (label === VHOST || !ctx.can(req, 'admin', 'namespace', namespaceOfLabel(label))) admin(req);
     return label;
   };
