@@ -314,13 +314,15 @@ export function definitionRoutes(app: FastifyInstance, ctx: RabbitContext): void
    * own namespace, another namespace is 404). The broker's administrators may use any; a namespace's administrator
    * (`admin namespace:<ns>`) its own namespace's vhost, which ctx.vhost gives it (not `/`: its policies are the broker's).
    */
-  const vhostAdmin = (req: FastifyRequest, vhost: string): string => {
+  const vhostAdmin = (req: FastifyRequest, vhost: string, write: boolean): string => {
     let label: string;
     try {
       label = ctx.vhost(req, vhost);
     } catch (e) {
-      // RabbitMQ's 404 for a vhost it does not have; another tenant's is the same (nothing tells them apart).
-      if (e instanceof RabbitError && e.status === 404) throw new RabbitError(404, 'not_found', 'vhost_not_found');
+      // RabbitMQ's answers for a vhost it does not have (Debian's rabbitmq-server 3.10: GET 400, POST 404); another
+      // tenant's is the same (nothing tells them apart).
+      if (e instanceof RabbitError && e.status === 404)
+        throw write ? new RabbitError(404, 'not_found', 'vhost_not_found') : new RabbitError(400, 'bad_request', 'vhost_not_found');
       throw e;
     }
     if (label === VHOST || !ctx.can(req, 'admin', 'namespace', namespaceOfLabel(label))) admin(req);
@@ -337,7 +339,7 @@ export function definitionRoutes(app: FastifyInstance, ctx: RabbitContext): void
     return exportDefinitions(ctx, req, null);
   });
   app.get<{ Params: { vhost: string } }>('/api/definitions/:vhost', async (req, reply) => {
-    const label = vhostAdmin(req, req.params.vhost);
+    const label = vhostAdmin(req, req.params.vhost, false);
     download(req, reply);
     return exportDefinitions(ctx, req, label);
   });
@@ -347,7 +349,7 @@ export function definitionRoutes(app: FastifyInstance, ctx: RabbitContext): void
     return reply.code(204).send();
   });
   app.post<{ Params: { vhost: string }; Body: unknown }>('/api/definitions/:vhost', async (req, reply) => {
-    const label = vhostAdmin(req, req.params.vhost);
+    const label = vhostAdmin(req, req.params.vhost, true);
     await importDefinitions(ctx, req, req.body, label);
     return reply.code(204).send();
   });
