@@ -8,96 +8,112 @@
  *
  * As RabbitMQ's export: only durable, non-exclusive queues; no built-in exchanges (`""`, `amq.*`); no bindings from
  * the default exchange. Import order: users, permissions, topic permissions, policies and operator policies, exchanges, queues,
- * bindings; a binding whose source or destination is missing is skipped (RabbitMQ answers 204 then too). What
- * FlowMQ cannot hold is refused before anything changes (400): a vhost no namespace has (a vhost is a namespace,
- * `vhosts` lists every one; import makes none), queues, exchanges, bindings or policies of a vhost other than "/"
- * (only "/"'s are exported), runtime parameters other than operator policies (federation upstreams, shovels).
+ * bindings; a binding whose source or destination is missing is skipped (RabbitMQ answers 204 then too). Queues,
+ * exchanges and bindings are every vhost's (a vhost is a namespace): exported with their vhost and the names its
+ * clients use, imported into the vhost they name with the names qualified as the write routes and the AMQP channel
+ * qualify them (core vhosts.ts). What FlowMQ cannot hold is refused before anything changes (400): a vhost no
+ * namespace has or the caller may not see (`vhosts` lists every one; import makes none), policies of a vhost other
+ * than "/", runtime parameters other than operator policies (federation upstreams, shovels).
  * Permissions and topic permissions are per vhost (permissions.ts), in any namespace's. Topic permissions are imported after the permissions;
  * stream queues (x-queue-type stream) are made as AMQP's queue.declare makes them (src/protocols/amqp/admin.ts). Global parameters (cluster_name,
  * internal_cluster_id) are RabbitMQ's own and are ignored. A user FlowMQ holds no RabbitMQ hash of is exported with an
  * empty password_hash (RabbitMQ: no password login), and an empty one imported for an existing user keeps its password.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { DEFAULT_NAMESPACE, FlowError, type ExchangeType } from '../../core/index.js';
-import { RABBITMQ_API_VERSION, badRequest, notFound, type RabbitContext } from './context.js';
-import { VHOST, bindingView, bindingVhost, partitionQueues, vhostOfName, vhostOfNamespace } from './format.js';
+import {
+  DEFAULT_NAMESPACE,
+  FlowError,
+  ensureVhost,
+  namespaceNames,
+  vhostExchange,
+  vhostKey,
+  vhostQueue,
+  type ExchangeType,
+  type NamespaceNames,
+} from '../../core/index.js';
+import { RABBITMQ_API_VERSION, RabbitError, badRequest, type RabbitContext } from './context.js';
+import { noSuchVhost } from './errors.js';
+import { VHOST, bindingJson, bindingVhost, exchangeJson, ownArguments, partitionQueues, vhostOfName, vhostOfNamespace } from './format.js';
 import { listPermissions, putPermission, putUser, userJson } from './permissions.js';
 import { parsePolicy, policyJson, type PolicyKind } from './policy-store.js';
-import { queueArguments } from './routes-write.js';
+import { checkName, checkTopicKey, queueArguments, vhostQueueArgs } from './routes-write.js';
 import { listTopicPermissions, putTopicPermission, topicPermissionBody } from './topic-permissions.js';
-import { homeOf, namespaceOfVhost } from './vhost-labels.js';
+import { homeOf, namespaceOfLabel, namespaceOfVhost } from './vhost-labels.js';
 
 type Doc = Record<string, unknown>;
 
 const isBuiltinExchange = (name: string) => name === '' || name.startsWith('amq.');
 
-/** Only `/`'s objects are exported: other vhosts' (namespaces', docs/namespaces.md) are not offered here yet. */
-const inDefault = (name: string): boolean => vhostOfName(name).vhost === VHOST;
-
-export function exportDefinitions(ctx: RabbitContext, vhostOnly: boolean): Doc {
+/**
+ * The definitions document (GET). `only`: the vhost label of `/api/definitions/{vhost}` (RabbitMQ's per-vhost shape:
+ * no vhost fields, no users, vhosts or permissions); null for the whole document, whose queues, exchanges and
+ * bindings are those of every vhost the caller sees (ctx.sees: all for the admins group, else its own namespace's),
+ * each with its `vhost` and its names as that vhost's clients know them (format.ts, as `/api/queues`).
+ */
+export function exportDefinitions(ctx: RabbitContext, req: FastifyRequest, only: string | null): Doc {
   const { engine } = ctx;
   const dir = ctx.access.directory;
-  const vh = (o: Doc): Doc => (vhostOnly ? o : { ...o, vhost: VHOST });
-  const operator = ctx.policies.list('operator').map((p) => {
+  const seen = (label: string): boolean => (only !== null ? label === only : ctx.sees(req, label));
+  /** RabbitMQ's object with its vhost field (the whole document) or without (per vhost). */
+  const vh = (o: Doc, label: string): Doc => (only !== null ? o : { ...o, vhost: label });
+  // Policies and operator policies are "/"'s only (policy-store.ts): a per-vhost document of another vhost has none.
+  const policiesHere = only === null ? ctx.sees(req, VHOST) : only === VHOST;
+  const operator = (policiesHere ? ctx.policies.list('operator') : []).map((p) => {
     const { vhost: _v, name, ...value } = policyJson(p);
-    return vh({
-      value: { pattern: value.pattern, definition: value.definition, priority: value.priority, 'apply-to': value['apply-to'] },
-      component: 'operator_policy',
-      name,
-    });
+    return vh(
+      {
+        value: { pattern: value.pattern, definition: value.definition, priority: value.priority, 'apply-to': value['apply-to'] },
+        component: 'operator_policy',
+        name,
+      },
+      VHOST,
+    );
   });
-  const policies = ctx.policies.list('policy').map((p) => {
+  const policies = (policiesHere ? ctx.policies.list('policy') : []).map((p) => {
     const j = policyJson(p);
-    if (vhostOnly) delete j.vhost;
+    if (only !== null) delete j.vhost;
     return j;
   });
   // Stream queues and super-stream partition queues (durable, never exclusive) with their x-queue-type, as RabbitMQ.
-  const streams = (ctx.amqp()?.streamQueues() ?? []).filter((v) => inDefault(v.name));
+  const allStreams = ctx.amqp()?.streamQueues() ?? [];
   const queues = [
     ...engine
       .listQueues()
-      .filter((q) => q.durable && q.exclusiveOwner === null && inDefault(q.name))
-      .map((q) => ({ name: q.name, durable: q.durable, auto_delete: q.autoDelete, arguments: q.rawArguments })),
-    ...streams.map((v) => ({ name: v.name, durable: true, auto_delete: false, arguments: v.arguments })),
+      .filter((q) => q.durable && q.exclusiveOwner === null)
+      .map((q) => ({ at: vhostOfName(q.name), durable: q.durable, auto_delete: q.autoDelete, arguments: ownArguments(q.name, q.rawArguments) })),
+    ...allStreams.map((v) => ({ at: vhostOfName(v.name), durable: true, auto_delete: false, arguments: v.arguments })),
   ]
-    .sort((a, b) => (a.name < b.name ? -1 : 1))
-    .map((q) => vh(q));
-  const pq = partitionQueues(streams);
+    .filter((q) => seen(q.at.vhost))
+    .sort((a, b) => (a.at.vhost !== b.at.vhost ? (a.at.vhost < b.at.vhost ? -1 : 1) : a.at.name < b.at.name ? -1 : 1))
+    .map(({ at, ...q }) => vh({ name: at.name, ...q }, at.vhost));
+  const pq = partitionQueues(allStreams);
   const exchanges = engine
     .listExchanges()
-    .filter((x) => !isBuiltinExchange(x.name) && inDefault(x.name))
-    .sort((a, b) => (a.name < b.name ? -1 : 1))
-    .map((x) =>
-      vh({
-        name: x.name,
-        type: x.type,
-        durable: x.durable,
-        auto_delete: x.autoDelete,
-        internal: x.internal,
-        arguments: x.alternateExchange !== undefined ? { 'alternate-exchange': x.alternateExchange, ...x.rawArguments } : x.rawArguments,
-      }),
-    );
+    .map((x) => ({ x, at: vhostOfName(x.name) }))
+    .filter(({ at }) => !isBuiltinExchange(at.name) && seen(at.vhost))
+    .sort((a, b) => (a.at.vhost !== b.at.vhost ? (a.at.vhost < b.at.vhost ? -1 : 1) : a.at.name < b.at.name ? -1 : 1))
+    .map(({ x }) => {
+      const j = exchangeJson(x);
+      return vh({ name: j.name, type: j.type, durable: j.durable, auto_delete: j.auto_delete, internal: j.internal, arguments: j.arguments }, String(j.vhost));
+    });
   const bindings = engine
     .listBindings()
-    .filter((b) => b.source !== '' && bindingVhost(b) === VHOST)
+    .filter((b) => b.source !== '' && seen(bindingVhost(b)))
     .map((b) => {
-      const v = bindingView(b, pq);
-      return vh({
-        source: b.source,
-        destination: v.destination,
-        destination_type: b.destinationKind === 'exchange' ? 'exchange' : 'queue',
-        routing_key: b.key,
-        arguments: v.arguments,
-      });
+      const j = bindingJson(b, pq);
+      return vh(
+        { source: j.source, destination: j.destination, destination_type: j.destination_type, routing_key: j.routing_key, arguments: j.arguments },
+        String(j.vhost),
+      );
     });
-  if (vhostOnly) return { rabbit_version: RABBITMQ_API_VERSION, parameters: operator, policies, queues, exchanges, bindings };
+  if (only !== null) return { rabbit_version: RABBITMQ_API_VERSION, parameters: operator, policies, queues, exchanges, bindings };
   return {
     rabbit_version: RABBITMQ_API_VERSION,
     rabbitmq_version: RABBITMQ_API_VERSION,
     product_name: 'FlowMQ',
     product_version: ctx.version,
     users: dir.listUsers().map((u) => userJson(ctx, u.username)),
-    // Every namespace is a vhost (permissions may name any of them); only "/"'s queues, exchanges and the like are here.
+    // Every namespace is a vhost (permissions may name any of them).
     vhosts: [
       VHOST,
       ...dir
@@ -136,43 +152,84 @@ const obj = (o: Doc, k: string): Doc => {
   return v as Doc;
 };
 
-export async function importDefinitions(ctx: RabbitContext, doc: unknown, vhost: string | null): Promise<void> {
+/**
+ * Imports a definitions document. `only`: the vhost label of `POST /api/definitions/{vhost}`: as RabbitMQ, every
+ * parameter, policy, queue, exchange and binding goes into that vhost whatever its `vhost` field says, and users,
+ * vhosts, permissions and topic permissions are not looked at. Null (`POST /api/definitions`): each object goes into
+ * the vhost it names ("/" when none), one the caller cannot see (ctx.sees) refused as one no namespace has.
+ */
+export async function importDefinitions(ctx: RabbitContext, req: FastifyRequest, doc: unknown, only: string | null): Promise<void> {
   if (typeof doc !== 'object' || doc === null || Array.isArray(doc)) throw badRequest('failed_to_parse_json');
   const d = doc as Doc;
   const { engine } = ctx;
   // Refuse what FlowMQ cannot hold before changing anything.
   // A vhost is a namespace (vhost-labels.ts): `vhosts`, permissions and topic permissions may name any that exists
-  // (importing does not make namespaces); queues, exchanges, bindings and policies are imported into "/" only.
+  // (importing does not make namespaces); queues, exchanges and bindings any the caller sees; policies "/" only.
+  const unknown = (v: unknown) => noSuchVhost(String(v));
   const known = (v: unknown): string => {
     const ns = typeof v === 'string' ? namespaceOfVhost(ctx, v) : null;
-    if (ns === null) throw badRequest(`no_such_vhost: ${String(v)} (a vhost is a FlowMQ namespace; create it first)`);
+    if (ns === null) throw unknown(v);
     return vhostOfNamespace(ns);
   };
-  for (const o of list(d, 'vhosts')) known(o.name);
-  for (const key of ['parameters', 'policies', 'queues', 'exchanges', 'bindings']) {
+  /** The vhost of a queue, exchange or binding: the path's, else its own field's, if the caller may see it. */
+  const objectVhost = (o: Doc): NamespaceNames => {
+    if (only !== null) return namespaceNames(namespaceOfLabel(only));
+    const label = known(o.vhost ?? VHOST);
+    if (!ctx.sees(req, label)) throw unknown(o.vhost);
+    return namespaceNames(namespaceOfLabel(label));
+  };
+  const whole = only === null;
+  if (whole) for (const o of list(d, 'vhosts')) known(o.name);
+  for (const key of ['parameters', 'policies']) {
     for (const o of list(d, key)) {
-      const v = o.vhost ?? vhost ?? VHOST;
+      const v = only ?? o.vhost ?? VHOST;
       if (v !== VHOST) throw badRequest(`no_such_vhost: ${String(v)} (FlowMQ imports ${key} into "/" only)`);
     }
   }
-  const permissions = list(d, 'permissions').map((p) => ({
-    user: str(p, 'user'),
-    vhost: known(p.vhost ?? vhost ?? VHOST),
-    configure: str(p, 'configure'),
-    write: str(p, 'write'),
-    read: str(p, 'read'),
-  }));
+  const permissions = !whole
+    ? []
+    : list(d, 'permissions').map((p) => ({
+        user: str(p, 'user'),
+        vhost: known(p.vhost ?? VHOST),
+        configure: str(p, 'configure'),
+        write: str(p, 'write'),
+        read: str(p, 'read'),
+      }));
+  const topicPermissions = !whole
+    ? []
+    : list(d, 'topic_permissions').map((t) => ({ user: str(t, 'user'), vhost: known(t.vhost ?? VHOST), ...topicPermissionBody(t) }));
+  const users = whole ? list(d, 'users') : [];
+  // Queues, exchanges and bindings with their vhost's names, checked as the write routes check theirs.
+  const exchanges = list(d, 'exchanges')
+    .map((x) => ({ x, ns: objectVhost(x), own: str(x, 'name') }))
+    .filter(({ own }) => !isBuiltinExchange(own));
+  for (const { x, own } of exchanges) {
+    checkName('exchange', own);
+    const type = x.type;
+    if (type !== 'direct' && type !== 'fanout' && type !== 'topic' && type !== 'headers') throw badRequest(`invalid exchange type: ${String(type)}`);
+    const ae = obj(x, 'arguments')['alternate-exchange'];
+    if (typeof ae === 'string') checkName('exchange', ae);
+  }
   // A stream queue is a FlowMQ stream made through the AMQP module: it needs AMQP running.
   const amqp = ctx.amqp();
-  for (const q of list(d, 'queues')) {
-    if (obj(q, 'arguments')['x-queue-type'] === 'stream' && amqp === undefined)
-      throw badRequest(`stream queue ${str(q, 'name')}: stream queues need the AMQP protocol (--protocols)`);
+  const queues = list(d, 'queues').map((q) => ({ q, ns: objectVhost(q), own: str(q, 'name'), args: obj(q, 'arguments') }));
+  for (const { own, args } of queues) {
+    checkName('queue', own);
+    if (args['x-queue-type'] === 'stream' && amqp === undefined) throw badRequest(`stream queue ${own}: stream queues need the AMQP protocol (--protocols)`);
   }
-  const topicPermissions = list(d, 'topic_permissions').map((t) => ({
-    user: str(t, 'user'),
-    vhost: known(t.vhost ?? vhost ?? VHOST),
-    ...topicPermissionBody(t),
+  const bindings = list(d, 'bindings').map((b) => ({
+    b,
+    ns: objectVhost(b),
+    kind: b.destination_type === 'exchange' ? ('exchange' as const) : ('queue' as const),
+    source: str(b, 'source'),
+    destination: str(b, 'destination'),
+    key: typeof b.routing_key === 'string' ? b.routing_key : '',
   }));
+  for (const b of bindings) {
+    checkName('exchange', b.source);
+    checkName(b.kind, b.destination);
+    if (b.source === 'amq.topic') checkTopicKey(b.key);
+  }
   const params = list(d, 'parameters');
   for (const p of params)
     if (p.component !== 'operator_policy') throw badRequest(`runtime parameters of component ${String(p.component)} are not supported by FlowMQ`);
@@ -182,60 +239,56 @@ export async function importDefinitions(ctx: RabbitContext, doc: unknown, vhost:
   ];
   const parsed = policyBodies.map(([kind, name, body]) => [kind, parsePolicy(kind, name, body)] as const);
 
-  for (const u of list(d, 'users')) {
+  for (const u of users) {
     const name = str(u, 'name');
     await putUser(ctx, name, { tags: u.tags ?? '', ...pickPassword(u, ctx.access.directory.user(name) !== undefined) });
   }
   for (const p of permissions) await putPermission(ctx, p);
   for (const t of topicPermissions) await putTopicPermission(ctx, t);
   for (const [kind, p] of parsed) await ctx.policies.put(kind, p);
-  for (const x of list(d, 'exchanges')) {
-    const name = str(x, 'name');
-    if (isBuiltinExchange(name)) continue;
-    const type = x.type;
-    if (type !== 'direct' && type !== 'fanout' && type !== 'topic' && type !== 'headers') throw badRequest(`invalid exchange type: ${String(type)}`);
-    const args = obj(x, 'arguments');
-    const alternate = args['alternate-exchange'];
+  // The vhosts' predeclared exchanges (amq.direct...), as their first AMQP client or management write makes them.
+  for (const o of [...exchanges, ...queues, ...bindings]) await ensureVhost(engine, o.ns);
+  for (const { x, ns, own } of exchanges) {
+    let args = obj(x, 'arguments');
+    const ae = args['alternate-exchange'];
+    const alternate = typeof ae === 'string' ? vhostExchange(ns, engine, ae) : undefined;
+    if (alternate !== undefined && alternate !== ae) args = { ...args, 'alternate-exchange': alternate };
     await engine.declareExchange({
-      name,
-      type: type as ExchangeType,
+      name: vhostExchange(ns, engine, own),
+      type: x.type as ExchangeType,
       durable: x.durable !== false,
       autoDelete: x.auto_delete === true,
       internal: x.internal === true,
-      ...(typeof alternate === 'string' ? { alternateExchange: alternate } : {}),
+      ...(alternate !== undefined ? { alternateExchange: alternate } : {}),
       rawArguments: args,
     });
   }
-  for (const q of list(d, 'queues')) {
-    const args = obj(q, 'arguments');
+  for (const { q, ns, own, args } of queues) {
+    // A reserved `amq.` name stays as written: the core refuses it as in `/` (as queue.declare in a vhost).
+    const name = own.startsWith('amq.') ? own : vhostQueue(ns, own);
     if (args['x-queue-type'] === 'stream') {
-      const r = await amqp!.declareStreamQueue(str(q, 'name'), args, q.durable !== false, q.auto_delete === true);
+      const r = await amqp!.declareStreamQueue(name, args, q.durable !== false, q.auto_delete === true);
       if ('error' in r) throw badRequest(r.error);
       continue;
     }
+    const raw = vhostQueueArgs(ns, engine, args);
     await engine.declareQueue({
-      name: str(q, 'name'),
+      name,
       durable: q.durable !== false,
       autoDelete: q.auto_delete === true,
       exclusiveOwner: null,
-      arguments: queueArguments(args),
-      rawArguments: args,
+      arguments: queueArguments(raw),
+      rawArguments: raw,
     });
   }
-  for (const b of list(d, 'bindings')) {
-    const kind = b.destination_type === 'exchange' ? 'exchange' : 'queue';
-    const source = str(b, 'source');
-    const destination = str(b, 'destination');
+  for (const { b, ns, kind, source: ownSource, destination: ownDestination, key } of bindings) {
+    if (ownSource === '') continue;
+    const source = vhostExchange(ns, engine, ownSource);
+    const destination = kind === 'queue' ? vhostQueue(ns, ownDestination) : vhostExchange(ns, engine, ownDestination);
     const there = kind === 'queue' ? engine.getQueue(destination) !== undefined : engine.getExchange(destination) !== undefined;
-    if (source === '' || engine.getExchange(source) === undefined || !there) continue;
+    if (engine.getExchange(source) === undefined || !there) continue;
     try {
-      await engine.bind({
-        source,
-        destinationKind: kind,
-        destination,
-        key: typeof b.routing_key === 'string' ? b.routing_key : '',
-        arguments: obj(b, 'arguments'),
-      });
+      await engine.bind({ source, destinationKind: kind, destination, key: vhostKey(ns, source, key), arguments: obj(b, 'arguments') });
     } catch (e) {
       if (!(e instanceof FlowError && e.code === 'NOT_FOUND')) throw e;
     }
@@ -256,6 +309,25 @@ function pickPassword(u: Doc, exists: boolean): Doc {
 
 export function definitionRoutes(app: FastifyInstance, ctx: RabbitContext): void {
   const admin = (req: FastifyRequest) => ctx.require(req, 'admin', 'cluster', '*');
+  /**
+   * A per-vhost path's vhost label, resolved as `/api/queues/{vhost}` resolves it (ctx.vhost: a tenant's `/` is its
+   * own namespace, another namespace is 404). The broker's administrators may use any; a namespace's administrator
+   * (`admin namespace:<ns>`) its own namespace's vhost, which ctx.vhost gives it (not `/`: its policies are the broker's).
+   */
+  const vhostAdmin = (req: FastifyRequest, vhost: string, write: boolean): string => {
+    let label: string;
+    try {
+      label = ctx.vhost(req, vhost);
+    } catch (e) {
+      // RabbitMQ's answers for a vhost it does not have (Debian's rabbitmq-server 3.10: GET 400, POST 404); another
+      // tenant's is the same (nothing tells them apart).
+      if (e instanceof RabbitError && e.status === 404)
+        throw write ? new RabbitError(404, 'not_found', 'vhost_not_found') : new RabbitError(400, 'bad_request', 'vhost_not_found');
+      throw e;
+    }
+    if (label === VHOST || !ctx.can(req, 'admin', 'namespace', namespaceOfLabel(label))) admin(req);
+    return label;
+  };
   const download = (req: FastifyRequest, reply: FastifyReply) => {
     // The management UI asks for a file with ?download=<name>.
     const name = (req.query as Record<string, string> | undefined)?.download;
@@ -264,23 +336,21 @@ export function definitionRoutes(app: FastifyInstance, ctx: RabbitContext): void
   app.get('/api/definitions', async (req, reply) => {
     admin(req);
     download(req, reply);
-    return exportDefinitions(ctx, false);
+    return exportDefinitions(ctx, req, null);
   });
   app.get<{ Params: { vhost: string } }>('/api/definitions/:vhost', async (req, reply) => {
-    admin(req);
-    if (req.params.vhost !== VHOST) throw notFound();
+    const label = vhostAdmin(req, req.params.vhost, false);
     download(req, reply);
-    return exportDefinitions(ctx, true);
+    return exportDefinitions(ctx, req, label);
   });
   app.post<{ Body: unknown }>('/api/definitions', async (req, reply) => {
     admin(req);
-    await importDefinitions(ctx, req.body, null);
+    await importDefinitions(ctx, req, req.body, null);
     return reply.code(204).send();
   });
   app.post<{ Params: { vhost: string }; Body: unknown }>('/api/definitions/:vhost', async (req, reply) => {
-    admin(req);
-    if (req.params.vhost !== VHOST) throw notFound();
-    await importDefinitions(ctx, req.body, VHOST);
+    const label = vhostAdmin(req, req.params.vhost, true);
+    await importDefinitions(ctx, req, req.body, label);
     return reply.code(204).send();
   });
 }

@@ -50,7 +50,7 @@ export function bindingVhost(b: BindingDef): string {
 }
 
 /** Arguments naming exchanges and keys (dead-lettering, alternate exchange) as the clients of the object's vhost do. */
-function ownArguments(internal: string, args: Record<string, unknown>): Record<string, unknown> {
+export function ownArguments(internal: string, args: Record<string, unknown>): Record<string, unknown> {
   const { namespace } = splitName(internal);
   if (namespace === DEFAULT_NAMESPACE) return args;
   const ns = namespaceNames(namespace);

@@ -159,10 +159,10 @@ function publishMessage(exchange: string, key: string, payload: Buffer, props: R
 }
 
 /** 401 for a name in the reserved `$ns/` space (every vhost, `/` included), as AMQP's 403 ACCESS_REFUSED. */
-function checkName(kind: string, name: string): void {
+export function checkName(kind: string, name: string): void {
   if (isReservedVhostName(name)) throw new RabbitError(401, 'not_authorized', `access to ${kind} '${name}' refused: the '${NS_ROOT}/' prefix is reserved`);
 }
-function checkTopicKey(key: string): void {
+export function checkTopicKey(key: string): void {
   if (isReservedTopicKey(key)) throw new RabbitError(401, 'not_authorized', `access to topic '${key}' refused: the '${NS_ROOT}/' prefix is reserved`);
 }
 
@@ -170,7 +170,7 @@ function checkTopicKey(key: string): void {
  * Queue arguments naming the vhost's exchanges and keys (x-dead-letter-exchange, x-dead-letter-routing-key), qualified
  * as the AMQP channel qualifies queue.declare's (core vhosts.ts); a copy when they change.
  */
-function vhostQueueArgs(ns: NamespaceNames, engine: Engine, args: Record<string, unknown>): Record<string, unknown> {
+export function vhostQueueArgs(ns: NamespaceNames, engine: Engine, args: Record<string, unknown>): Record<string, unknown> {
   const dlx = args['x-dead-letter-exchange'];
   if (typeof dlx === 'string') checkName('exchange', dlx);
   if (ns.isDefault || typeof dlx !== 'string') return args;

@@ -125,7 +125,7 @@ export async function startRabbitManagement(opts: RabbitManagementOptions): Prom
       return reply
         .code(err.status)
         .headers(err.headers)
-        .send({ error: err.error, reason: own(err.reason) });
+        .send({ error: err.error, reason: err.reasonJson ?? own(err.reason) });
     if (isFlowError(err)) {
       const status = err.code === 'NOT_FOUND' ? 404 : err.code === 'ACCESS_REFUSED' ? 401 : err.code === 'RESOURCE_LOCKED' ? 405 : 400;
       const error = status === 404 ? 'Object Not Found' : status === 401 ? 'not_authorized' : 'bad_request';

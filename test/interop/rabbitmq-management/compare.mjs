@@ -340,6 +340,72 @@ async function topicEffect(amqpUrl, httpBase) {
 }
 
 /**
+ * Definitions per vhost: queue, exchange and binding imported into vhost cmp-v (a FlowMQ namespace) by the whole
+ * document and by the per-vhost one, exported by both, refused for an unknown vhost; amqplib uses them in cmp-v, and
+ * a passive declare from `/` gets 404. Every line must be the same on both (JSON with sorted keys).
+ */
+async function vhostDefinitions(amqpUrl, httpBase) {
+  const json = (method, path, body) => get(httpBase, path, method, body);
+  const canon = (v) =>
+    JSON.stringify(v, (_k, x) =>
+      x && typeof x === 'object' && !Array.isArray(x) ? Object.fromEntries(Object.entries(x).sort(([a], [b]) => (a < b ? -1 : 1))) : x,
+    );
+  const out = [];
+  const show = (what, r) => out.push(`${what}: ${r.status} ${canon(r.json)}`);
+  const mine = (doc) => ({
+    queues: (doc.queues ?? []).filter((q) => q.name.startsWith('cmp-d')),
+    exchanges: (doc.exchanges ?? []).filter((x) => x.name.startsWith('cmp-d')),
+    bindings: (doc.bindings ?? []).filter((b) => b.source.startsWith('cmp-d')),
+  });
+  show(
+    'POST /api/definitions (cmp-v objects)',
+    await json('POST', '/api/definitions', {
+      exchanges: [{ name: 'cmp-dx', vhost: 'cmp-v', type: 'direct', durable: true, auto_delete: false, internal: false, arguments: {} }],
+      queues: [{ name: 'cmp-dq', vhost: 'cmp-v', durable: true, auto_delete: false, arguments: {} }],
+      bindings: [{ source: 'cmp-dx', vhost: 'cmp-v', destination: 'cmp-dq', destination_type: 'queue', routing_key: 'k', arguments: {} }],
+    }),
+  );
+  show(
+    'POST /api/definitions/cmp-v (a queue naming /)',
+    await json('POST', '/api/definitions/cmp-v', { queues: [{ name: 'cmp-dq2', vhost: '/', durable: true, auto_delete: false, arguments: {} }] }),
+  );
+  show('GET /api/queues/cmp-v/cmp-dq2 status', { status: (await json('GET', '/api/queues/cmp-v/cmp-dq2')).status, json: null });
+  show('GET /api/queues/%2F/cmp-dq2 status', { status: (await json('GET', '/api/queues/%2F/cmp-dq2')).status, json: null });
+  const one = await json('GET', '/api/definitions/cmp-v');
+  show('GET /api/definitions/cmp-v', { status: one.status, json: mine(one.json) });
+  const all = await json('GET', '/api/definitions');
+  show('GET /api/definitions (cmp-d*)', { status: all.status, json: mine(all.json) });
+  show('POST /api/definitions/cmp-nope', await json('POST', '/api/definitions/cmp-nope', { queues: [] }));
+  show('GET /api/definitions/cmp-nope', await json('GET', '/api/definitions/cmp-nope'));
+  const c = await amqp.connect(`${amqpUrl}/cmp-v`);
+  try {
+    const ch = await c.createChannel();
+    ch.publish('cmp-dx', 'k', Buffer.from('cmp-d'));
+    let m = false;
+    for (let i = 0; i < 50 && m === false; i++) {
+      m = await ch.get('cmp-dq', { noAck: true });
+      if (m === false) await new Promise((r) => setTimeout(r, 50));
+    }
+    out.push(`amqplib in cmp-v: get cmp-dq after publishing to cmp-dx: ${m === false ? 'nothing' : m.content.toString()}`);
+  } finally {
+    await c.close().catch(() => undefined);
+  }
+  const root = await amqp.connect(amqpUrl);
+  try {
+    const ch = await root.createChannel();
+    ch.on('error', () => undefined);
+    const r = await ch.checkQueue('cmp-dq').then(
+      () => 'found',
+      (e) => /; (\d{3} \([A-Z-]+\))/.exec(e.message)?.[1] ?? e.message,
+    );
+    out.push(`amqplib in /: passive declare of cmp-dq: ${r}`);
+  } finally {
+    await root.close().catch(() => undefined);
+  }
+  return out;
+}
+
+/**
  * Per-vhost permissions: user cmp-g has permissions in vhost cmp-v only (made by run.sh on both: a RabbitMQ vhost, a
  * FlowMQ namespace), none in `/`. The management API's answers and what amqplib may do in cmp-v, step by step.
  */
@@ -600,6 +666,12 @@ try {
     if (fv[i] !== line) hardFailures++;
   }
   if (fv.length !== rv.length) hardFailures++;
+  const [rd, fd] = [await vhostDefinitions(rabbitAmqp, rabbitHttp), await vhostDefinitions(flowAmqp, flowHttp)];
+  for (const [i, line] of rd.entries()) {
+    diffs.push(`per-vhost definitions, ${line}${fd[i] === line ? ' (the same on FlowMQ)' : `; FlowMQ: ${fd[i]}`}`);
+    if (fd[i] !== line) hardFailures++;
+  }
+  if (fd.length !== rd.length) hardFailures++;
   const [ri, fi] = [await importedLogin(rabbitAmqp), await importedLogin(flowAmqp)];
   diffs.push(`AMQP login of the imported user with RabbitMQ's hash: RabbitMQ ${ri}, FlowMQ ${fi}`);
   if (ri !== fi) hardFailures++;
