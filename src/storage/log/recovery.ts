@@ -14,6 +14,7 @@ import { Partition, partitionKey } from './partition.js';
 import { LogState } from './log-state.js';
 import { cacheIndex, readIndex, readSegments } from './read.js';
 import { batchProblem, reportCorruption } from './verify.js';
+import { recentCost } from './seal.js';
 
 /** Partitions taken (a durable metastore write each) at the same time when streams are opened. */
 const OPEN_CONCURRENCY = 64;
@@ -284,7 +285,7 @@ export function forgetPartitions(lm: LogState, victims: Partition[]): void {
     for (const b of p.tail) b.chunk?.abandon();
     for (const b of p.recent) {
       b.chunk?.abandon();
-      lm.recentTotal -= b.data.length;
+      lm.recentTotal -= recentCost(b);
     }
     p.recent = [];
     p.chunk?.abandon();

@@ -117,6 +117,21 @@ export async function withSealSlot(lm: LogState, slots: number, fn: () => Promis
   }
 }
 
+/**
+ * What a batch kept in memory costs beyond its data: its entry, the Buffer and its backing store, its places in the
+ * queues (heap snapshots of one-record Kafka batches, 2026-12-07: ~470 bytes). The read cache counts it with the
+ * data against its budget, so that many small batches cannot hold several times the budget.
+ */
+export const BATCH_OVERHEAD_BYTES = 512;
+
+/** What an evicted slot of LogState.recentQueue holds until the queue is compacted. */
+const EVICTED = { p: null, b: null } as unknown as { p: Partition; b: TailBatch };
+
+/** What a recent batch counts against the read cache's budget. */
+export function recentCost(b: TailBatch): number {
+  return b.data.length + BATCH_OVERHEAD_BYTES;
+}
+
 /** A sealed batch stays readable from memory until the recent batches of all partitions outgrow their budget. */
 export function keepRecent(lm: LogState, p: Partition, b: TailBatch): void {
   if (lm.recentBudget <= 0) {
@@ -125,13 +140,15 @@ export function keepRecent(lm: LogState, p: Partition, b: TailBatch): void {
   }
   p.recent.push(b);
   lm.recentQueue.push({ p, b });
-  lm.recentTotal += b.data.length;
+  lm.recentTotal += recentCost(b);
   while (lm.recentTotal > lm.recentBudget && lm.recentHead < lm.recentQueue.length) {
     // The queue holds each partition's recent batches in their order: this one is first in its partition's.
-    const { p: q, b: old } = lm.recentQueue[lm.recentHead++];
+    const { p: q, b: old } = lm.recentQueue[lm.recentHead];
+    // The slot lets go of the batch now, not when the queue is next compacted.
+    lm.recentQueue[lm.recentHead++] = EVICTED;
     q.recent.shift();
     old.chunk?.unpin();
-    lm.recentTotal -= old.data.length;
+    lm.recentTotal -= recentCost(old);
   }
   if (lm.recentHead > 1024 && lm.recentHead * 2 > lm.recentQueue.length) {
     lm.recentQueue = lm.recentQueue.slice(lm.recentHead);
