@@ -22,6 +22,7 @@ export * from './properties.js';
 export * from './sessions.js';
 export * from './retained.js';
 export * from './offsets.js';
+export { ProducerIdAllocator } from './producer-ids.js';
 export * from './store.js';
 export { crc32c, crc32cCombine, crc32cJs, crc32cImplementation } from './crc32c.js';
 export * from './histogram.js';

@@ -8,6 +8,7 @@ import {
   isFlowError,
   isQualifiedStream,
   isValidInternalStreamName,
+  ProducerIdAllocator,
   type Engine,
   type ProducerIdStore,
   type StreamDef,
@@ -23,7 +24,6 @@ import type { Route } from './types.js';
 import { GroupCoordinator } from './groups/coordinator.js';
 import type { TopicCatalog } from './groups/consumer-coordinator.js';
 import type { AssignorTopic } from './groups/assignors.js';
-import { ProducerIdAllocator } from './producer-ids.js';
 import { KafkaCluster } from './cluster.js';
 import { KafkaBrokerConfigs } from './broker-configs.js';
 import { RuntimeSettings } from '../../control/index.js';

@@ -11,14 +11,14 @@
 import { readFileSync } from 'node:fs';
 import type { Access } from '../../control/index.js';
 import type { Message, QoS, QueuedEntry, SessionRecord, SessionStore, Subscription } from '../../core/index.js';
-import { FlowError, isFlowError } from '../../core/index.js';
+import { FlowError, isFlowError, ProducerIdAllocator } from '../../core/index.js';
 import { LogLimiter } from '../../util/log-limit.js';
 import type { AdapterContext } from '../types.js';
 import { ReasonCode, type ProtocolLevel, type Will } from './codec/index.js';
 import { EXPIRY_NEVER, type ResolvedMqttOptions } from './options.js';
 import type { MqttClusterHost, SessionConnection, SessionMoveReason } from './types.js';
 import { MqttClusterSessions } from './cluster.js';
-import { persistKeys, restoreKeys, SessionProducerIds } from './qos2.js';
+import { persistKeys, restoreKeys } from './qos2.js';
 import {
   MqttSession,
   NOTHING,
@@ -130,7 +130,7 @@ export class MqttHub implements MqttClusterHost<MqttSession> {
   /** Cluster mode: session ownership and takeover across brokers; null on a single broker. */
   readonly cluster: MqttClusterSessions<MqttSession> | null;
   /** Producer ids of persistent sessions' QoS 2 publish keys (qos2.ts). */
-  readonly producerIds: SessionProducerIds;
+  readonly producerIds: ProducerIdAllocator;
 
   constructor(
     readonly ctx: AdapterContext,
@@ -138,7 +138,7 @@ export class MqttHub implements MqttClusterHost<MqttSession> {
   ) {
     // Sessions live in the core's one store (the broker's metastore), keyed by client id.
     this.store = ctx.engine.store;
-    this.producerIds = new SessionProducerIds(ctx.engine.store);
+    this.producerIds = new ProducerIdAllocator(ctx.engine.store);
     this.logLimit = new LogLimiter(ctx.logger, opts.logLimit);
     this.cluster = opts.cluster !== null ? new MqttClusterSessions(this, opts.cluster) : null;
   }

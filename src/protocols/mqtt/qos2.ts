@@ -21,14 +21,11 @@
  * Not covered: durable queues (AMQP queues bound to the topic space, `$queue/...`) and retained messages take a
  * re-routed publish again; sessions that are not persistent end with a crash anyway.
  */
-import type { PubKey } from '../../core/index.js';
-import type { ProducerIdStore } from '../../core/index.js';
+import type { ProducerIdAllocator, PubKey } from '../../core/index.js';
 import type { MqttSession, PersistedState } from './session.js';
 
 /** Sequences stay in Kafka's non-negative int32 range (they are batch sequences in a stream). */
 const SEQ_SPACE = 0x80000000;
-/** Producer ids reserved from the store at a time. */
-const BLOCK = 100;
 
 /** What a session stores of its publish keys (hub.persist). */
 export function persistKeys(s: MqttSession, state: PersistedState): void {
@@ -55,40 +52,13 @@ export function restoreKeys(s: MqttSession, st: PersistedState, marks: Record<st
   }
 }
 
-/** Hands out producer ids for sessions' publish keys, reserved in blocks from the store. */
-export class SessionProducerIds {
-  private next = 0;
-  private end = 0;
-  private pending: Promise<void> | null = null;
-
-  constructor(private readonly store: ProducerIdStore) {}
-
-  async allocate(): Promise<number> {
-    while (this.next >= this.end) {
-      this.pending ??= this.store.allocateProducerIds(BLOCK).then(
-        (first) => {
-          this.next = first;
-          this.end = first + BLOCK;
-          this.pending = null;
-        },
-        (err: unknown) => {
-          this.pending = null;
-          throw err;
-        },
-      );
-      await this.pending;
-    }
-    return this.next++;
-  }
-}
-
 /**
  * A new QoS 2 packet id of persistent session `s`: its publish key, once the session record holding the id and the
  * key is stored (the message may be routed then). The sequence is taken now, in arrival order; the record writes of
  * one session land in the order issued (the store's per-key order), so the keys resolve in that order too. Rejects
  * when the record could not be written.
  */
-export async function newKey(s: MqttSession, id: number, ids: SessionProducerIds, persisted: (s: MqttSession) => Promise<void> | null): Promise<PubKey> {
+export async function newKey(s: MqttSession, id: number, ids: ProducerIdAllocator, persisted: (s: MqttSession) => Promise<void> | null): Promise<PubKey> {
   const seq = s.nextSeq;
   s.nextSeq = (seq + 1) % SEQ_SPACE;
   s.relSeqs().set(id, seq);

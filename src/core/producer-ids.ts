@@ -1,8 +1,8 @@
 /**
- * Producer ids for idempotent producers (InitProducerId, handlers/producer.ts): unique across restarts, reserved in
- * blocks from the core's ProducerIdStore (the metastore in a broker).
+ * Producer ids unique across restarts, reserved in blocks from a ProducerIdStore (the metastore in a broker): Kafka's
+ * idempotent producers (InitProducerId) and MQTT sessions' publish keys (protocols/mqtt/qos2.ts) take theirs here.
  */
-import type { ProducerIdStore } from '../../core/index.js';
+import type { ProducerIdStore } from './offsets.js';
 
 const BLOCK = 100;
 
